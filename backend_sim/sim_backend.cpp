@@ -1,0 +1,142 @@
+#include "backend_sim/sim_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <iomanip>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace ditto {
+
+std::shared_ptr<Backend> make_sim_backend(const BackendOptions& options) {
+  return std::make_shared<sim::SimBackend>(options);
+}
+
+namespace sim {
+
+namespace {
+constexpr int kMaxDevices = 65536;
+
+std::string bytes_str(std::size_t b) {
+  std::ostringstream os;
+  os << b << " bytes";
+  if (b >= (1u << 20)) os << " (" << std::fixed << std::setprecision(2) << b / 1048576.0 << " MiB)";
+  return os.str();
+}
+}  // namespace
+
+SimStream& as_sim(Stream& s, const char* call) {
+  auto* p = dynamic_cast<SimStream*>(&s);
+  DITTO_CHECK(p, call, ": stream of device ", s.device().str(), " is not a sim stream");
+  return *p;
+}
+
+SimBackend::SimBackend(const BackendOptions& options) {
+  DITTO_CHECK(options.device_count >= 1 && options.device_count <= kMaxDevices,
+              "sim backend: device_count: expected 1..", kMaxDevices, ", got ",
+              options.device_count);
+  DITTO_CHECK(options.memory_capacity > 0, "sim backend: memory_capacity must be positive");
+  devices_.reserve(static_cast<std::size_t>(options.device_count));
+  for (int i = 0; i < options.device_count; ++i) {
+    auto d = std::make_unique<VirtualDevice>();
+    d->stream = std::make_unique<SimStream>(Device("sim", i));
+    d->capacity = options.memory_capacity;
+    devices_.push_back(std::move(d));
+  }
+  kernels_ = make_sim_kernels();
+}
+
+SimBackend::~SimBackend() {
+  for (auto& d : devices_) d->stream.reset();  // drain and join every worker first
+}
+
+DeviceProperties SimBackend::properties(int index) const {
+  return {"simulated GPU", devices_[index]->capacity};
+}
+
+MemoryStats SimBackend::memory_stats(int index) const {
+  const auto& d = *devices_[index];
+  return {d.in_use.load(), d.peak.load(), d.capacity};
+}
+
+void SimBackend::reset_peak_memory(int index) {
+  auto& d = *devices_[index];
+  d.peak.store(d.in_use.load());
+}
+
+void* SimBackend::allocate(int index, std::size_t bytes) {
+  auto& d = *devices_[index];
+  std::size_t cur = d.in_use.load();
+  for (;;) {
+    if (bytes > d.capacity || cur > d.capacity - bytes)
+      throw OutOfMemory(detail::cat("sim:", index, ": out of memory: tried to allocate ",
+                                    bytes_str(bytes), "; ", bytes_str(cur), " in use of capacity ",
+                                    bytes_str(d.capacity), " (peak ", bytes_str(d.peak.load()),
+                                    ")"));
+    if (d.in_use.compare_exchange_weak(cur, cur + bytes)) break;
+  }
+  std::size_t now = cur + bytes, old = d.peak.load();
+  while (now > old && !d.peak.compare_exchange_weak(old, now)) {
+  }
+  std::size_t rounded = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+  if (!p) {
+    d.in_use.fetch_sub(bytes);
+    throw OutOfMemory(detail::cat("sim:", index, ": host out of memory allocating ",
+                                  bytes_str(bytes)));
+  }
+  return p;
+}
+
+void SimBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
+  auto* d = devices_[index].get();
+  try {
+    d->stream->enqueue([d, ptr, bytes] {
+      std::free(ptr);
+      d->in_use.fetch_sub(bytes);
+    });
+  } catch (...) {  // could not enqueue (out of host memory): free now
+    std::free(ptr);
+    d->in_use.fetch_sub(bytes);
+  }
+}
+
+std::unique_ptr<Stream> SimBackend::create_stream(int index) {
+  return std::make_unique<SimStream>(Device("sim", index));
+}
+
+std::unique_ptr<Event> SimBackend::create_event(int) { return std::make_unique<SimEvent>(); }
+
+void SimBackend::copy_from_host(Stream& s, void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  as_sim(s, "copy_from_host").run_sync([=] { std::memcpy(dst, src, bytes); });
+}
+
+void SimBackend::copy_to_host(Stream& s, void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  as_sim(s, "copy_to_host").run_sync([=] { std::memcpy(dst, src, bytes); });
+}
+
+void SimBackend::copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void* src,
+                         std::size_t src_pitch, std::size_t row_bytes, std::size_t rows) {
+  if (rows == 0 || row_bytes == 0) return;
+  as_sim(s, "copy_2d").enqueue([=] {
+    auto* dp = static_cast<char*>(dst);
+    auto* sp = static_cast<const char*>(src);
+    if (dst_pitch == row_bytes && src_pitch == row_bytes) {
+      std::memmove(dp, sp, rows * row_bytes);
+      return;
+    }
+    for (std::size_t r = 0; r < rows; ++r)
+      std::memmove(dp + r * dst_pitch, sp + r * src_pitch, row_bytes);
+  });
+}
+
+std::shared_ptr<CommunicatorImpl> SimBackend::create_communicator(const std::vector<int>& devices,
+                                                                  const CommOptions& options) {
+  return make_sim_communicator(devices, options);
+}
+
+}  // namespace sim
+}  // namespace ditto

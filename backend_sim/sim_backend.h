@@ -1,0 +1,62 @@
+// SimBackend: N virtual GPUs on the CPU. Each virtual device has its own memory (host memory with a
+// capacity and live/peak byte counts), a default stream run by its own worker thread, Eigen
+// kernels (sim_kernels.cpp) and shared-memory collectives (sim_communicator.cpp).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "backend_sim/sim_stream.h"
+#include "core/backend.h"
+#include "core/communicator.h"
+
+namespace ditto::sim {
+
+/// Stream of the simulator; throws InvalidArgument naming `call` when `s` belongs to another
+/// backend.
+SimStream& as_sim(Stream& s, const char* call);
+
+std::unique_ptr<Kernels> make_sim_kernels();
+std::shared_ptr<CommunicatorImpl> make_sim_communicator(const std::vector<int>& devices,
+                                                        const CommOptions& options);
+
+class SimBackend final : public Backend {
+ public:
+  explicit SimBackend(const BackendOptions& options);
+  ~SimBackend() override;
+
+  std::string name() const override { return "sim"; }
+  int device_count() const override { return static_cast<int>(devices_.size()); }
+  DeviceProperties properties(int index) const override;
+  MemoryStats memory_stats(int index) const override;
+  void reset_peak_memory(int index) override;
+
+  void* allocate(int index, std::size_t bytes) override;
+  void deallocate(int index, void* ptr, std::size_t bytes) noexcept override;
+
+  Stream& default_stream(int index) override { return *devices_[index]->stream; }
+  std::unique_ptr<Stream> create_stream(int index) override;
+  std::unique_ptr<Event> create_event(int index) override;
+
+  void copy_from_host(Stream& s, void* dst, const void* src, std::size_t bytes) override;
+  void copy_to_host(Stream& s, void* dst, const void* src, std::size_t bytes) override;
+  void copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void* src,
+               std::size_t src_pitch, std::size_t row_bytes, std::size_t rows) override;
+
+  Kernels& kernels() override { return *kernels_; }
+  std::shared_ptr<CommunicatorImpl> create_communicator(const std::vector<int>& devices,
+                                                        const CommOptions& options) override;
+
+ private:
+  struct VirtualDevice {
+    std::unique_ptr<SimStream> stream;
+    std::size_t capacity = 0;
+    std::atomic<std::size_t> in_use{0};
+    std::atomic<std::size_t> peak{0};
+  };
+  std::vector<std::unique_ptr<VirtualDevice>> devices_;
+  std::unique_ptr<Kernels> kernels_;
+};
+
+}  // namespace ditto::sim

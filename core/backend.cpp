@@ -1,0 +1,145 @@
+// Backend registry and per-thread current streams.
+#include "core/backend.h"
+
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/backend_init.h"
+#include "core/error.h"
+
+namespace ditto {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::vector<std::pair<std::string, BackendFactory>> factories;
+  std::map<std::string, std::shared_ptr<Backend>> instances;
+};
+
+Registry& registry() {
+  static Registry* r = [] {
+    auto* reg = new Registry();  // never destroyed: backends may be used from static dtors
+    detail::register_builtin_backends([reg](const std::string& n, BackendFactory f) {
+      reg->factories.emplace_back(n, std::move(f));
+    });
+    return reg;
+  }();
+  return *r;
+}
+
+BackendFactory* find_factory(Registry& r, const std::string& name) {
+  for (auto& [n, f] : r.factories)
+    if (n == name) return &f;
+  return nullptr;
+}
+
+std::string known_names(Registry& r) {
+  std::string s;
+  for (auto& [n, f] : r.factories) s += (s.empty() ? "" : ", ") + n;
+  return s + ", auto";
+}
+
+}  // namespace
+
+void register_backend(const std::string& name, BackendFactory factory) {
+  Registry& r = registry();
+  std::lock_guard lk(r.mu);
+  for (auto& [n, f] : r.factories)
+    if (n == name) {
+      f = std::move(factory);
+      return;
+    }
+  r.factories.emplace_back(name, std::move(factory));
+}
+
+std::vector<std::string> registered_backends() {
+  Registry& r = registry();
+  std::lock_guard lk(r.mu);
+  std::vector<std::string> names;
+  for (auto& [n, f] : r.factories) names.push_back(n);
+  return names;
+}
+
+std::string resolve_backend_name(const std::string& name, std::string* reason) {
+  if (name != "auto") return name;
+  Registry& r = registry();
+  BackendFactory* cuda = nullptr;
+  {
+    std::lock_guard lk(r.mu);
+    cuda = find_factory(r, "cuda");
+    if (!cuda) {
+      if (reason) *reason = "ditto was built without the CUDA backend";
+      return "sim";
+    }
+  }
+  try {
+    get_backend("cuda");
+    return "cuda";
+  } catch (const Error& e) {
+    if (reason) *reason = e.what();
+    return "sim";
+  }
+}
+
+Backend& init_backend(const std::string& name_in, const BackendOptions& options) {
+  std::string name = resolve_backend_name(name_in);
+  Registry& r = registry();
+  std::lock_guard lk(r.mu);
+  BackendFactory* f = find_factory(r, name);
+  DITTO_CHECK(f, "init_backend: unknown backend '", name, "' (known: ", known_names(r), ")");
+  auto inst = (*f)(options);
+  DITTO_ASSERT(inst);
+  r.instances[name] = inst;
+  return *inst;
+}
+
+std::shared_ptr<Backend> get_backend_ptr(const std::string& name_in) {
+  std::string name = name_in == "auto" ? resolve_backend_name(name_in) : name_in;
+  Registry& r = registry();
+  std::lock_guard lk(r.mu);
+  auto it = r.instances.find(name);
+  if (it != r.instances.end()) return it->second;
+  BackendFactory* f = find_factory(r, name);
+  DITTO_CHECK(f, "get_backend: unknown backend '", name, "' (known: ", known_names(r), ")");
+  auto inst = (*f)(BackendOptions{});
+  DITTO_ASSERT(inst);
+  r.instances[name] = inst;
+  return inst;
+}
+
+Backend& get_backend(const std::string& name) { return *get_backend_ptr(name); }
+
+std::vector<Device> devices(const std::string& backend, int n) {
+  Backend& b = get_backend(backend);
+  DITTO_CHECK(n >= 1 && n <= b.device_count(), "devices: expected a count in [1, ",
+              b.device_count(), "] for backend ", b.name(), ", got ", n);
+  std::vector<Device> out;
+  for (int i = 0; i < n; ++i) out.emplace_back(b.name(), i);
+  return out;
+}
+
+// ---- current streams -------------------------------------------------------------------------
+
+namespace {
+thread_local std::unordered_map<Device, Stream*>* t_current = nullptr;
+}
+
+Stream& current_stream(const Device& device) {
+  if (t_current) {
+    auto it = t_current->find(device);
+    if (it != t_current->end() && it->second) return *it->second;
+  }
+  return device.backend().default_stream(device.index);
+}
+
+StreamGuard::StreamGuard(Stream& stream) : device_(stream.device()) {
+  if (!t_current) t_current = new std::unordered_map<Device, Stream*>();  // per thread, tiny
+  auto it = t_current->find(device_);
+  previous_ = it == t_current->end() ? nullptr : it->second;
+  (*t_current)[device_] = &stream;
+}
+
+StreamGuard::~StreamGuard() { (*t_current)[device_] = previous_; }
+
+}  // namespace ditto

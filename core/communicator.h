@@ -1,0 +1,123 @@
+// Communicator: a group of ranks, one device each, with NCCL's collectives.
+//
+// Like NCCL, each rank has its own handle (Communicator::init_all mirrors ncclCommInitAll) and
+// every collective is enqueued on the current stream of the rank's device and returns at once.
+// Two ways to drive it:
+//  - single-controller: one host thread calls the collective on every rank's handle in turn (or
+//    the free functions below that take one tensor per rank), then synchronises;
+//  - SPMD: one host thread per rank, each calling the collective on its own handle (as DDP does).
+// All ranks must call the same collectives in the same order with matching op, count, dtype and
+// root; the simulator checks this and fails every rank with an error when they differ. A rank
+// that never arrives makes the others fail with ditto::Timeout after CommOptions::timeout_ms.
+//
+// Errors: InvalidArgument (before enqueueing) for tensors on the wrong device, wrong dtype or
+// sizes, roots out of range; errors raised while running are rethrown by the stream's
+// synchronize().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/determinism.h"
+#include "core/tensor.h"
+
+namespace ditto {
+
+enum class ReduceOp : std::uint8_t { sum, prod, min, max, avg };
+
+/// "sum", "prod", ...
+const char* reduce_op_name(ReduceOp op);
+
+struct CommOptions {
+  Determinism determinism = Determinism::fast;
+  std::int64_t timeout_ms = 300000;  ///< a rank waiting longer than this for the others fails
+};
+
+/// Backend-side shared state of one communicator (all ranks). Core validates arguments; the
+/// backend implements the data movement. Each method is the call for one rank, enqueued on
+/// `stream` (a stream of that rank's device).
+class CommunicatorImpl {
+ public:
+  virtual ~CommunicatorImpl() = default;
+  virtual void all_reduce(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
+                          DType dtype, ReduceOp op) = 0;
+  virtual void reduce(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
+                      DType dtype, ReduceOp op, int root) = 0;
+  virtual void broadcast(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
+                         DType dtype, int root) = 0;
+  /// recv holds size() * count elements; rank r's send lands at r * count.
+  virtual void all_gather(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
+                          DType dtype) = 0;
+  /// send holds size() * count elements; rank r receives the reduction of block r.
+  virtual void reduce_scatter(int rank, Stream& s, const void* send, void* recv,
+                              std::int64_t count, DType dtype, ReduceOp op) = 0;
+  virtual void barrier(int rank, Stream& s) = 0;
+};
+
+class Communicator {
+ public:
+  /// One handle per device, rank i on devices[i] (ncclCommInitAll). Devices must be non-empty,
+  /// distinct, of one non-cpu backend, and in range. Throws InvalidArgument otherwise.
+  static std::vector<Communicator> init_all(const std::vector<Device>& devices,
+                                            const CommOptions& options = {});
+
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(devices_->size()); }
+  const Device& device() const { return (*devices_)[static_cast<std::size_t>(rank_)]; }
+  const std::vector<Device>& devices() const { return *devices_; }
+  const CommOptions& options() const { return options_; }
+
+  /// ncclAllReduce: recv = op over ranks of send (same shape, f32 or i64; recv may be send).
+  void all_reduce(const Tensor& send, Tensor& recv, ReduceOp op = ReduceOp::sum);
+  /// In-place form: tensor = op over ranks of tensor.
+  void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::sum);
+  /// ncclReduce: on `root`, recv = op over ranks of send; recv is ignored (may be undefined) on
+  /// other ranks.
+  void reduce(const Tensor& send, Tensor& recv, ReduceOp op, int root);
+  /// ncclBroadcast: recv = root's send on every rank (send ignored off root; may be undefined).
+  void broadcast(const Tensor& send, Tensor& recv, int root);
+  /// In-place broadcast of `tensor` from root.
+  void broadcast(Tensor& tensor, int root);
+  /// ncclAllGather: recv ([size * n] elements, e.g. shape [size, ...] or [size * d0, ...]) gets
+  /// every rank's send (n elements) in rank order.
+  void all_gather(const Tensor& send, Tensor& recv);
+  /// ncclReduceScatter: send has size * n elements; recv (n elements) = op over ranks of block
+  /// rank() of send.
+  void reduce_scatter(const Tensor& send, Tensor& recv, ReduceOp op = ReduceOp::sum);
+  /// Returns (on the stream) once every rank has reached the barrier.
+  void barrier();
+
+  /// The stream collectives of this rank are enqueued on (current stream of device()).
+  Stream& stream() const;
+
+ private:
+  Communicator(std::shared_ptr<CommunicatorImpl> impl,
+               std::shared_ptr<const std::vector<Device>> devices, int rank, CommOptions options)
+      : impl_(std::move(impl)), devices_(std::move(devices)), rank_(rank), options_(options) {}
+  void check_tensor(const char* call, const char* arg, const Tensor& t) const;
+
+  std::shared_ptr<CommunicatorImpl> impl_;
+  std::shared_ptr<const std::vector<Device>> devices_;
+  int rank_ = 0;
+  CommOptions options_;
+};
+
+/// Single-controller forms: one tensor per rank, all from this thread; each rank's work is
+/// enqueued on its device's current stream. Sizes of the vectors must equal comms.size().
+void all_reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+                std::vector<Tensor>& recv, ReduceOp op = ReduceOp::sum);
+void all_reduce(std::vector<Communicator>& comms, std::vector<Tensor>& tensors,
+                ReduceOp op = ReduceOp::sum);
+void broadcast(std::vector<Communicator>& comms, std::vector<Tensor>& tensors, int root);
+void all_gather(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+                std::vector<Tensor>& recv);
+void reduce_scatter(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+                    std::vector<Tensor>& recv, ReduceOp op = ReduceOp::sum);
+void reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+            std::vector<Tensor>& recv, ReduceOp op, int root);
+/// Synchronise every rank's stream (rethrows the first error).
+void synchronize(std::vector<Communicator>& comms);
+
+}  // namespace ditto

@@ -1,0 +1,84 @@
+// ditto's exception hierarchy and argument-check macros.
+//
+// Every error a user can cause (bad shapes, devices out of range, malformed CSV, out of memory,
+// a collective that timed out) is thrown as a ditto::Error or a subclass. Messages name the call,
+// the argument, what was expected and what came, e.g.
+//   "comm::scatter: chunk_sizes: expected entries adding up to 1 (size of dim 0), got 49".
+// Library code never aborts: internal invariants use DITTO_ASSERT, which throws InternalError.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace ditto {
+
+/// Base of every exception ditto throws.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& what) : std::runtime_error(what) {}
+};
+
+/// Bad argument from the caller: shape, dtype, device, range, count (like c10's ValueError).
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Allocation past a device's capacity (like CUDA's out-of-memory error).
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A backend or driver call failed (CUDA, NCCL, a simulated device fault).
+class BackendError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// A collective or wait did not complete in time; the message names the ranks that never arrived.
+class Timeout : public Error {
+ public:
+  using Error::Error;
+};
+
+/// Malformed input file (CSV); the message names file, line and column.
+class ParseError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// An invariant of ditto itself broke: a bug in ditto, never the caller's fault.
+class InternalError : public Error {
+ public:
+  using Error::Error;
+};
+
+namespace detail {
+template <typename... Args>
+std::string cat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+}  // namespace detail
+
+}  // namespace ditto
+
+/// Throw `ExcType` with the streamed message parts unless `cond` holds.
+#define DITTO_CHECK_T(ExcType, cond, ...)                                   \
+  do {                                                                      \
+    if (!(cond)) throw ExcType(::ditto::detail::cat(__VA_ARGS__));          \
+  } while (0)
+
+/// User-facing argument check: throws ditto::InvalidArgument.
+#define DITTO_CHECK(cond, ...) DITTO_CHECK_T(::ditto::InvalidArgument, cond, __VA_ARGS__)
+
+/// Internal invariant: throws ditto::InternalError naming file and line.
+#define DITTO_ASSERT(cond)                                                                   \
+  do {                                                                                       \
+    if (!(cond))                                                                             \
+      throw ::ditto::InternalError(::ditto::detail::cat("internal error: ", #cond, " at ",  \
+                                                        __FILE__, ":", __LINE__));           \
+  } while (0)

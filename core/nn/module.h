@@ -1,0 +1,80 @@
+// nn::Module: layers with explicit forward and backward (no general autograd).
+//
+// A module keeps what its backward needs from the last forward (one forward in flight per module
+// instance; DataParallel gives each device its own replica). backward(grad_output) accumulates
+// into its parameters' grad tensors (allocating them on first use) and returns the gradient with
+// respect to its first input, or an undefined Tensor when input_requires_grad() is false.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/determinism.h"
+#include "core/tensor.h"
+
+namespace ditto::nn {
+
+/// A learnable tensor and its gradient (grad undefined until the first backward or zero_grad).
+struct Parameter {
+  std::string name;  ///< e.g. "0.weight" within a Sequential
+  Tensor data;
+  Tensor grad;
+};
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  /// Short type name ("Linear", "Sequential").
+  virtual std::string name() const = 0;
+
+  /// Forward for single-input modules. Default throws InvalidArgument ("takes N inputs").
+  virtual Tensor forward(const Tensor& input);
+  /// Forward with several inputs (e.g. input and target for a module that ends in a loss).
+  /// Default: expects exactly one input and calls forward(input).
+  virtual Tensor forward(const std::vector<Tensor>& inputs);
+  /// Number of inputs forward expects (1 unless overridden).
+  virtual int num_inputs() const { return 1; }
+
+  /// Backward of the last forward: accumulates parameter gradients, returns d(output)/d(input 0)
+  /// contracted with grad_output (undefined when !input_requires_grad()).
+  virtual Tensor backward(const Tensor& grad_output) = 0;
+
+  /// Parameters in a fixed order (pointers valid while the module lives).
+  virtual std::vector<Parameter*> parameters() { return {}; }
+
+  /// A module of the same structure and settings whose parameters share this one's data tensors
+  /// (grads undefined). DataParallel rebinds the replica's parameter data to per-device copies.
+  virtual std::unique_ptr<Module> clone() const = 0;
+
+  /// Whether backward must produce the input gradient (false for a network's first layer saves
+  /// a GEMM). Containers pass it to their first child.
+  virtual void set_input_requires_grad(bool v) { input_requires_grad_ = v; }
+  bool input_requires_grad() const { return input_requires_grad_; }
+
+  /// Reduction order used by this module's kernels (containers pass it on).
+  virtual void set_determinism(Determinism d) { determinism_ = d; }
+  Determinism determinism() const { return determinism_; }
+
+  /// Set every parameter's grad to zero (allocating where undefined).
+  void zero_grad();
+  /// Move every parameter (and grad) to `device`.
+  void to(const Device& device);
+  /// Device of the first parameter (Device::cpu() for a module without parameters).
+  Device device();
+  /// Total number of parameter elements.
+  std::int64_t num_parameters();
+
+ protected:
+  bool input_requires_grad_ = true;
+  Determinism determinism_ = Determinism::fast;
+};
+
+/// Copy the settings (input_requires_grad, determinism) of `from` to `to` (for clone()).
+void copy_settings(const Module& from, Module& to);
+
+}  // namespace ditto::nn

@@ -1,0 +1,58 @@
+// Tensor-level ops: validate once (device, dtype, shape), then dispatch to the backend's kernels on
+// the current stream of the tensors' device. All ops are asynchronous unless they return a host
+// value. Every tensor argument must be defined, on the same non-cpu device, and f32 unless said.
+// Errors: InvalidArgument naming the op, the argument, what was expected and what came.
+#pragma once
+
+#include "core/determinism.h"
+#include "core/tensor.h"
+
+namespace ditto::ops {
+
+/// c = alpha * op(a) @ op(b) + beta * c. a: [M,K] (or [K,M] if trans_a), b: [K,N] (or [N,K] if
+/// trans_b), c: [M,N]. Mirrors cublasSgemm / torch.addmm.
+void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b, float alpha,
+          float beta, Determinism mode);
+
+/// New [M,N] tensor op(a) @ op(b).
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, Determinism mode);
+
+/// y[r, c] += bias[c]; y: [rows, cols], bias: [cols].
+void add_bias_(Tensor& y, const Tensor& bias);
+
+/// out[c] = beta * out[c] + sum_r x[r, c]; x: [rows, cols], out: [cols].
+void sum_rows(const Tensor& x, Tensor& out, float beta, Determinism mode);
+
+/// ReLU (new tensor) and its gradient given the ReLU output y.
+Tensor relu(const Tensor& x);
+Tensor relu_backward(const Tensor& y, const Tensor& grad_y);
+
+/// Per-sample softmax cross-entropy: logits [N, C] f32, targets [N] i64 in [0, C) (checked on
+/// the host: InvalidArgument names the sample and the value). Returns losses [N].
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+/// grad_logits = grad_loss * scale * (softmax(logits) - onehot(targets)); grad_loss 0-dim f32.
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                              const Tensor& grad_loss, float scale);
+
+/// Per-sample squared error summed over features: input/target [N, F] -> [N]. A 1-dim input [N]
+/// is treated as [N, 1].
+Tensor mse(const Tensor& input, const Tensor& target);
+/// grad_input = grad_loss * scale * 2 * (input - target).
+Tensor mse_backward(const Tensor& input, const Tensor& target, const Tensor& grad_loss,
+                    float scale);
+
+/// 0-dim tensor scale * sum(x).
+Tensor sum(const Tensor& x, float scale, Determinism mode);
+
+/// x = value (f32).
+void fill_(Tensor& x, float value);
+/// y += alpha * x (same shape).
+void axpy_(float alpha, const Tensor& x, Tensor& y);
+/// x *= alpha.
+void scale_(Tensor& x, float alpha);
+
+/// out = sum of inputs (all on out's device, same shape as out). bitwise: canonical tree over the
+/// input index; fast: any order.
+void sum_inputs(const std::vector<Tensor>& inputs, Tensor& out, Determinism mode);
+
+}  // namespace ditto::ops
