@@ -1,0 +1,170 @@
+// DataParallel: scatter, replicate, parallel_apply, gather; and the reverse pass.
+#include "core/parallel/data_parallel.h"
+
+#include <set>
+
+#include "core/comm.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "core/parallel/parallel_apply.h"
+
+namespace ditto::parallel {
+
+DataParallel::DataParallel(nn::Module& module, std::vector<Device> devices,
+                           DataParallelOptions options)
+    : module_(module), devices_(std::move(devices)), options_(options) {
+  DITTO_CHECK(!devices_.empty(), "DataParallel: devices: expected at least one device, got an "
+                                 "empty list");
+  std::set<Device> seen;
+  for (std::size_t i = 0; i < devices_.size(); ++i) {
+    const Device& d = devices_[i];
+    DITTO_CHECK(!d.is_cpu(), "DataParallel: devices[", i, "]: expected a sim or cuda device, got cpu");
+    DITTO_CHECK(d.type == devices_[0].type, "DataParallel: devices[", i, "]: expected a ",
+                devices_[0].type, " device like devices[0], got ", d.str());
+    d.backend();  // throws when out of range
+    DITTO_CHECK(seen.insert(d).second, "DataParallel: devices[", i, "]: device ", d.str(),
+                " is repeated");
+  }
+  for (nn::Parameter* p : module_.parameters())
+    DITTO_CHECK(p->data.device() == devices_[0], "DataParallel: module must have its parameters on ",
+                devices_[0].str(), " (devices[0]) but parameter '", p->name, "' is on ",
+                p->data.device().str());
+  output_device_ = options_.output_device.value_or(devices_[0]);
+  if (!output_device_.is_cpu()) output_device_.backend();
+  module_.set_determinism(options_.determinism);
+}
+
+DataParallel::~DataParallel() = default;
+
+Tensor DataParallel::forward(const Tensor& input) { return forward(std::vector<Tensor>{input}); }
+
+void DataParallel::replicate(int n) {
+  if (static_cast<int>(replicas_.size()) < n) replicas_.resize(static_cast<std::size_t>(n));
+  std::vector<nn::Parameter*> params = module_.parameters();
+  std::vector<Tensor> data;
+  data.reserve(params.size());
+  for (nn::Parameter* p : params) data.push_back(p->data);
+  std::vector<Device> devs(devices_.begin(), devices_.begin() + n);
+  std::vector<std::vector<Tensor>> copies;
+  if (!data.empty()) copies = comm::broadcast_coalesced(data, devs, options_.buffer_size);
+  for (int i = 0; i < n; ++i) {
+    auto& r = replicas_[static_cast<std::size_t>(i)];
+    if (!r) r = module_.clone();
+    r->set_input_requires_grad(module_.input_requires_grad());
+    r->set_determinism(options_.determinism);
+    std::vector<nn::Parameter*> rp = r->parameters();
+    DITTO_ASSERT(rp.size() == params.size());
+    for (std::size_t k = 0; k < rp.size(); ++k) {
+      rp[k]->data = copies[static_cast<std::size_t>(i)][k];
+      rp[k]->grad = Tensor();
+    }
+  }
+}
+
+Tensor DataParallel::forward(const std::vector<Tensor>& inputs) {
+  DITTO_CHECK(!inputs.empty(), "DataParallel.forward: inputs: expected at least one tensor");
+  const std::int64_t dim = options_.dim;
+  for (std::size_t j = 0; j < inputs.size(); ++j) {
+    DITTO_CHECK(inputs[j].defined(), "DataParallel.forward: inputs[", j, "] is undefined");
+    DITTO_CHECK(dim < inputs[j].dim(), "DataParallel.forward: inputs[", j, "]: expected at least ",
+                dim + 1, " dims to scatter along dim ", dim, ", got ", inputs[j].str());
+    DITTO_CHECK(inputs[j].size(dim) == inputs[0].size(dim), "DataParallel.forward: inputs[", j,
+                "]: expected size ", inputs[0].size(dim), " along dim ", dim,
+                " (as inputs[0]), got ", inputs[j].str());
+  }
+  has_forward_ = false;
+  last_input_devices_.clear();
+  for (const Tensor& t : inputs) last_input_devices_.push_back(t.device());
+  const std::int64_t batch = inputs[0].size(dim);
+
+  if (devices_.size() == 1) {
+    std::vector<Tensor> moved;
+    for (const Tensor& t : inputs) moved.push_back(t.to(devices_[0]));
+    Tensor out = module_.forward(moved);
+    last_chunks_ = {batch};
+    last_output_shape_ = out.shape();
+    has_forward_ = true;
+    return out.device() == output_device_ ? out : out.to(output_device_);
+  }
+
+  std::vector<std::int64_t> chunks = comm::chunk_sizes(batch, static_cast<std::int64_t>(devices_.size()));
+  if (chunks.empty()) chunks = {0};  // an empty batch still runs one replica
+  const int n = static_cast<int>(chunks.size());
+  std::vector<Device> devs(devices_.begin(), devices_.begin() + n);
+  std::vector<std::vector<Tensor>> per_replica(static_cast<std::size_t>(n));
+  for (const Tensor& t : inputs) {
+    std::vector<Tensor> parts = comm::scatter(t, devs, chunks, dim);
+    for (int i = 0; i < n; ++i) per_replica[static_cast<std::size_t>(i)].push_back(parts[static_cast<std::size_t>(i)]);
+  }
+  replicate(n);
+  std::vector<Tensor> outputs(static_cast<std::size_t>(n));
+  parallel_apply(devs, "forward", [&](int i) {
+    outputs[static_cast<std::size_t>(i)] =
+        replicas_[static_cast<std::size_t>(i)]->forward(per_replica[static_cast<std::size_t>(i)]);
+  });
+  replica_output_shapes_.clear();
+  for (const Tensor& o : outputs) replica_output_shapes_.push_back(o.shape());
+  Tensor out = comm::gather(outputs, dim, output_device_);
+  last_chunks_ = chunks;
+  last_output_shape_ = out.shape();
+  has_forward_ = true;
+  return out;
+}
+
+Tensor DataParallel::backward(const Tensor& grad_output) {
+  DITTO_CHECK(has_forward_, "DataParallel.backward: no forward to go back through (call forward "
+                            "first; each forward allows one backward)");
+  DITTO_CHECK(grad_output.defined() && grad_output.shape() == last_output_shape_,
+              "DataParallel.backward: grad_output: expected shape ", shape_str(last_output_shape_),
+              " (the last output), got ", grad_output.str());
+  has_forward_ = false;
+
+  if (devices_.size() == 1) {
+    Tensor g = module_.backward(grad_output.to(devices_[0]));
+    return g.defined() ? g.to(last_input_devices_[0]) : g;
+  }
+
+  const int n = static_cast<int>(last_chunks_.size());
+  std::vector<Device> devs(devices_.begin(), devices_.begin() + n);
+  const bool scalar_outputs = replica_output_shapes_[0].empty();
+  std::vector<std::int64_t> sizes;
+  for (const Shape& s : replica_output_shapes_)
+    sizes.push_back(scalar_outputs ? 1 : s[static_cast<std::size_t>(options_.dim)]);
+  std::vector<Tensor> grads =
+      comm::scatter(grad_output, devs, sizes, scalar_outputs ? 0 : options_.dim);
+  if (scalar_outputs)
+    for (Tensor& g : grads) g = g.view({});
+
+  std::vector<Tensor> grad_inputs(static_cast<std::size_t>(n));
+  parallel_apply(devs, "backward", [&](int i) {
+    grad_inputs[static_cast<std::size_t>(i)] =
+        replicas_[static_cast<std::size_t>(i)]->backward(grads[static_cast<std::size_t>(i)]);
+  });
+
+  // Reduce the replicas' gradients onto devices[0] and accumulate into the module's grads.
+  std::vector<nn::Parameter*> params = module_.parameters();
+  if (!params.empty()) {
+    std::vector<std::vector<Tensor>> per_replica(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      std::vector<nn::Parameter*> rp = replicas_[static_cast<std::size_t>(i)]->parameters();
+      for (std::size_t k = 0; k < rp.size(); ++k) {
+        if (!rp[k]->grad.defined())  // a parameter the replica did not use
+          rp[k]->grad = Tensor::zeros(rp[k]->data.shape(), rp[k]->data.dtype(), devs[static_cast<std::size_t>(i)]);
+        per_replica[static_cast<std::size_t>(i)].push_back(rp[k]->grad);
+      }
+    }
+    std::vector<Tensor> sums = comm::reduce_add_coalesced(per_replica, devices_[0],
+                                                          options_.buffer_size,
+                                                          options_.determinism);
+    for (std::size_t k = 0; k < params.size(); ++k) {
+      if (!params[k]->grad.defined())
+        params[k]->grad = sums[k];
+      else
+        ops::axpy_(1.0f, sums[k], params[k]->grad);
+    }
+  }
+  if (!module_.input_requires_grad()) return Tensor();
+  return comm::gather(grad_inputs, options_.dim, last_input_devices_[0]);
+}
+
+}  // namespace ditto::parallel

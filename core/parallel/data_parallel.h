@@ -1,0 +1,86 @@
+// parallel::DataParallel: single-process data parallelism, as torch.nn.DataParallel does it.
+//
+// Each forward: scatter the inputs along `dim` over the devices (torch.chunk sizes, so a batch
+// smaller than the device count uses fewer devices), replicate the module onto those devices
+// (parameters broadcast from devices[0] with broadcast_coalesced), run the replicas in parallel
+// (parallel_apply, one host thread each), and gather their outputs on the output device.
+// backward(grad_output) is the explicit reverse pass: scatter grad_output back to the replicas
+// (gather's backward), run their backward in parallel, and reduce the replicas' parameter
+// gradients onto the module's parameters on devices[0] (reduce_add_coalesced, accumulating into
+// existing grads like autograd). The optimizer then steps the module on devices[0]; the next
+// forward replicates the updated parameters.
+//
+// With one device the module is called directly (as PyTorch does). The module's parameters must
+// be on devices[0].
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/determinism.h"
+#include "core/nn/module.h"
+
+namespace ditto::parallel {
+
+struct DataParallelOptions {
+  /// Device for the gathered output (torch: output_device); default devices[0]. May be the host.
+  std::optional<Device> output_device;
+  /// Dimension along which inputs are scattered and outputs gathered.
+  std::int64_t dim = 0;
+  /// Reduction order of the gradient reduction (and of the replicas' kernels).
+  Determinism determinism = Determinism::fast;
+  /// Bucket size in bytes for broadcast_coalesced / reduce_add_coalesced (torch uses 10 MiB).
+  std::size_t buffer_size = std::size_t(10) << 20;
+};
+
+class DataParallel {
+ public:
+  /// Wrap `module` (not owned; must outlive this object) for `devices` (non-empty, distinct, one
+  /// non-cpu backend). Throws InvalidArgument when the list is bad or a parameter of the module is
+  /// not on devices[0] (naming the parameter and its device).
+  DataParallel(nn::Module& module, std::vector<Device> devices, DataParallelOptions options = {});
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  /// Forward of a single-input module. input: [B, ...] on any device (host included).
+  /// Returns the gathered output on the output device.
+  Tensor forward(const Tensor& input);
+  /// Forward with several inputs (e.g. {x, target} for a module ending in a loss). Every input
+  /// must have the same size along dim and is split the same way. Replicas returning 0-dim
+  /// tensors are gathered into a vector with one entry per replica (as PyTorch does, with a
+  /// warning there).
+  Tensor forward(const std::vector<Tensor>& inputs);
+
+  /// Reverse pass of the last forward. grad_output: shape of the gathered output, any device.
+  /// Accumulates into the module's parameter grads on devices[0]. Returns the gradient of the
+  /// first input gathered on that input's device when the module's input_requires_grad(), else
+  /// an undefined tensor. Throws InvalidArgument without a preceding forward or on a shape
+  /// mismatch.
+  Tensor backward(const Tensor& grad_output);
+
+  nn::Module& module() { return module_; }
+  const std::vector<Device>& devices() const { return devices_; }
+  const Device& output_device() const { return output_device_; }
+  /// Replicas used by the last forward (fewer than devices() for a small batch).
+  int last_num_replicas() const { return static_cast<int>(last_chunks_.size()); }
+  /// Rows along dim that each replica received in the last forward.
+  const std::vector<std::int64_t>& last_chunk_sizes() const { return last_chunks_; }
+
+ private:
+  void replicate(int n);
+
+  nn::Module& module_;
+  std::vector<Device> devices_;
+  DataParallelOptions options_;
+  Device output_device_;
+  std::vector<std::unique_ptr<nn::Module>> replicas_;  // replicas_[i] runs on devices_[i]
+  std::vector<std::int64_t> last_chunks_;
+  std::vector<Device> last_input_devices_;
+  Shape last_output_shape_;
+  std::vector<Shape> replica_output_shapes_;
+  bool has_forward_ = false;
+};
+
+}  // namespace ditto::parallel
