@@ -1,0 +1,294 @@
+// parallel::DataParallel and parallel_apply: the cases users of torch.nn.DataParallel reported
+// (small batches, uneven splits, several inputs, 0-dim outputs, a failing replica), equivalence of
+// 1 and 4 devices after several SGD steps, and argument errors.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <cmath>
+
+#include "core/backend.h"
+#include "core/nn/linear.h"
+#include "core/nn/loss.h"
+#include "core/nn/sequential.h"
+#include "core/nn/with_loss.h"
+#include "core/optim/sgd.h"
+#include "core/parallel/data_parallel.h"
+#include "core/parallel/parallel_apply.h"
+#include "core/random.h"
+
+namespace ditto {
+namespace {
+
+class DataParallelTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    BackendOptions o;
+    o.device_count = 16;
+    init_backend("sim", o);
+  }
+  static std::vector<Device> devs(int n) { return devices("sim", n); }
+};
+
+Tensor random_tensor(const Shape& shape, std::uint64_t seed, const Device& d = Device::cpu()) {
+  std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = uniform(seed, stream_id(kStreamSynthetic, 9), i, -1, 1);
+  return Tensor::from_vector(v, shape, d);
+}
+
+Tensor labels(std::int64_t n, std::int64_t classes, std::uint64_t seed) {
+  std::vector<std::int64_t> v(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = philox_u32(seed, stream_id(kStreamSynthetic, 10), i) % classes;
+  return Tensor::from_vector(v, {n});
+}
+
+/// Records the rows each replica saw and the devices it ran on; optionally throws on one device.
+class Probe : public nn::Module {
+ public:
+  struct Log {
+    std::mutex mu;
+    std::vector<std::pair<int, std::vector<std::int64_t>>> calls;  // device index, rows per input
+  };
+  Probe(std::shared_ptr<Log> log, int throw_on = -1, int num_inputs = 1)
+      : log_(std::move(log)), throw_on_(throw_on), n_inputs_(num_inputs) {}
+  std::string name() const override { return "Probe"; }
+  int num_inputs() const override { return n_inputs_; }
+  using Module::forward;
+  Tensor forward(const std::vector<Tensor>& inputs) override {
+    DITTO_CHECK(static_cast<int>(inputs.size()) == n_inputs_, "Probe: inputs");
+    std::vector<std::int64_t> rows;
+    for (auto& t : inputs) rows.push_back(t.size(0));
+    const Device d = inputs[0].device();
+    {
+      std::lock_guard lk(log_->mu);
+      log_->calls.emplace_back(d.index, rows);
+    }
+    if (d.index == throw_on_) throw InvalidArgument("probe refuses to run here");
+    for (auto& t : inputs) EXPECT_EQ(t.device(), d);
+    return inputs[0].clone();
+  }
+  Tensor backward(const Tensor& g) override { return g; }
+  std::unique_ptr<Module> clone() const override {
+    return std::make_unique<Probe>(log_, throw_on_, n_inputs_);
+  }
+
+ private:
+  std::shared_ptr<Log> log_;
+  int throw_on_;
+  int n_inputs_;
+};
+
+TEST_F(DataParallelTest, BatchOf9Over4DevicesRuns3ReplicasAndSplitsEveryInputAlike) {
+  auto log = std::make_shared<Probe::Log>();
+  Probe probe(log, -1, 2);
+  parallel::DataParallel dp(probe, devs(4));
+  Tensor x = random_tensor({9, 5}, 1), y = random_tensor({9, 2}, 2);
+  Tensor out = dp.forward(std::vector<Tensor>{x, y});
+  EXPECT_EQ(dp.last_num_replicas(), 3);
+  EXPECT_EQ(dp.last_chunk_sizes(), (std::vector<std::int64_t>{3, 3, 3}));
+  ASSERT_EQ(log->calls.size(), 3u);
+  std::set<int> devices_used;
+  for (auto& [dev, rows] : log->calls) {
+    devices_used.insert(dev);
+    EXPECT_EQ(rows, (std::vector<std::int64_t>{3, 3}));
+  }
+  EXPECT_EQ(devices_used, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(out.to_vector<float>(), x.to_vector<float>());  // gathered back in order
+}
+
+TEST_F(DataParallelTest, BatchOf36Over7DevicesRuns6ReplicasNoneEmpty) {
+  auto log = std::make_shared<Probe::Log>();
+  Probe probe(log);
+  parallel::DataParallel dp(probe, devs(7));
+  Tensor x = random_tensor({36, 3}, 3);
+  Tensor out = dp.forward(x);
+  EXPECT_EQ(dp.last_num_replicas(), 6);
+  ASSERT_EQ(log->calls.size(), 6u);
+  for (auto& [dev, rows] : log->calls) {
+    EXPECT_LT(dev, 6);
+    EXPECT_EQ(rows[0], 6);
+  }
+  EXPECT_EQ(out.to_vector<float>(), x.to_vector<float>());
+}
+
+TEST_F(DataParallelTest, InputsWithDifferentBatchSizesAreRefused) {
+  auto log = std::make_shared<Probe::Log>();
+  Probe probe(log, -1, 2);
+  parallel::DataParallel dp(probe, devs(4));
+  try {
+    dp.forward(std::vector<Tensor>{random_tensor({9, 5}, 1), random_tensor({8, 2}, 2)});
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("inputs[1]: expected size 9 along dim 0"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(DataParallelTest, ZeroDimLossesAreGatheredIntoAVectorAndBackwardRoutesEachEntry) {
+  const int n = 4;
+  auto make = [] {
+    return std::make_unique<nn::WithLoss>(nn::mlp({5, 7, 3}, Device("sim", 0), 11),
+                                          std::make_unique<nn::CrossEntropyLoss>());
+  };
+  auto model = make();
+  parallel::DataParallel dp(*model, devs(n));
+  Tensor x = random_tensor({10, 5}, 4);
+  Tensor y = labels(10, 3, 5);
+  Tensor losses = dp.forward(std::vector<Tensor>{x, y});
+  ASSERT_EQ(losses.shape(), (Shape{4}));  // chunks 3, 3, 3, 1
+  std::vector<float> lv = losses.to_vector<float>();
+
+  // Each entry equals the loss of that replica's chunk computed by a single-device model.
+  auto ref = make();
+  const std::vector<std::int64_t> chunk{3, 3, 3, 1};
+  std::int64_t start = 0;
+  std::vector<float> weights{0.5f, -1.0f, 2.0f, 0.25f};
+  for (int i = 0; i < n; ++i) {
+    Tensor xi = x.narrow(start, chunk[i]).to(Device("sim", 0));
+    Tensor yi = y.narrow(start, chunk[i]).to(Device("sim", 0));
+    float li = ref->forward(std::vector<Tensor>{xi, yi}).item();
+    EXPECT_NEAR(lv[i], li, 1e-6f) << "replica " << i;
+    // Reference gradient of sum_i w_i * loss_i, accumulated chunk by chunk.
+    ref->backward(Tensor::full({}, weights[i], Device("sim", 0)));
+    start += chunk[i];
+  }
+  model->zero_grad();
+  dp.backward(Tensor::from_vector(weights, {4}, Device("sim", 0)));
+  auto p = model->parameters(), q = ref->parameters();
+  ASSERT_EQ(p.size(), q.size());
+  for (std::size_t k = 0; k < p.size(); ++k) {
+    auto a = p[k]->grad.to_vector<float>(), b = q[k]->grad.to_vector<float>();
+    for (std::size_t j = 0; j < a.size(); ++j) EXPECT_NEAR(a[j], b[j], 1e-5f) << p[k]->name;
+  }
+}
+
+TEST_F(DataParallelTest, ReplicaThatThrowsGivesOneErrorNamingReplicaAndDevice) {
+  auto log = std::make_shared<Probe::Log>();
+  Probe probe(log, /*throw_on=*/2);
+  parallel::DataParallel dp(probe, devs(4));
+  try {
+    dp.forward(random_tensor({8, 3}, 6));
+    FAIL() << "expected an error";
+  } catch (const InvalidArgument& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("replica 2 on sim:2"), std::string::npos) << m;
+    EXPECT_NE(m.find("probe refuses to run here"), std::string::npos) << m;
+  }
+  EXPECT_EQ(log->calls.size(), 4u);  // the others ran to completion
+  // The wrapper stays usable: no backward without a successful forward, and a new forward works.
+  EXPECT_THROW(dp.backward(Tensor::zeros({8, 3}, DType::f32, Device("sim", 0))), InvalidArgument);
+}
+
+TEST_F(DataParallelTest, ParallelApplyReportsFirstFailingReplica) {
+  std::atomic<int> ran{0};
+  try {
+    parallel::parallel_apply(devs(3), "forward", [&](int i) {
+      ++ran;
+      if (i >= 1) throw OutOfMemory("boom " + std::to_string(i));
+    });
+    FAIL();
+  } catch (const OutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find("replica 1 on sim:1 failed in forward: boom 1"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(ran.load(), 3);
+}
+
+/// Trains `steps` SGD steps of an MLP on `n` devices and returns the flattened parameters.
+std::vector<float> train(int n, int steps, std::int64_t batch) {
+  auto model = nn::mlp({6, 16, 4}, Device("sim", 0), 21);
+  model->set_input_requires_grad(false);
+  parallel::DataParallel dp(*model, devices("sim", n));
+  nn::CrossEntropyLoss loss;
+  optim::SGD opt(model->parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  for (int s = 0; s < steps; ++s) {
+    Tensor x = random_tensor({batch, 6}, 100 + s);
+    Tensor y = labels(batch, 4, 200 + s);
+    Tensor out = dp.forward(x);
+    loss.forward(out, y.to(out.device()));
+    opt.zero_grad(true);
+    dp.backward(loss.backward());
+    opt.step();
+  }
+  std::vector<float> all;
+  for (auto* p : model->parameters()) {
+    auto v = p->data.to_vector<float>();
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+TEST_F(DataParallelTest, OneAndFourDevicesGiveTheSameParametersWithinTolerance) {
+  std::vector<float> one = train(1, 6, 30), four = train(4, 6, 30);
+  ASSERT_EQ(one.size(), four.size());
+  double max_diff = 0;
+  for (std::size_t i = 0; i < one.size(); ++i)
+    max_diff = std::max(max_diff, std::abs(double(one[i]) - four[i]));
+  EXPECT_LT(max_diff, 1e-5);
+  // And training moved the parameters: compare against zero steps.
+  std::vector<float> start = train(1, 0, 30);
+  double moved = 0;
+  for (std::size_t i = 0; i < one.size(); ++i) moved = std::max(moved, std::abs(double(one[i]) - start[i]));
+  EXPECT_GT(moved, 1e-3);
+}
+
+TEST_F(DataParallelTest, GradientsAccumulateAcrossBackwardsLikeAutograd) {
+  auto model = nn::mlp({3, 4, 2}, Device("sim", 0), 5);
+  parallel::DataParallel dp(*model, devs(2));
+  Tensor x = random_tensor({6, 3}, 7);
+  Tensor g = random_tensor({6, 2}, 8);
+  dp.forward(x);
+  dp.backward(g);
+  std::vector<float> once = model->parameters()[0]->grad.to_vector<float>();
+  dp.forward(x);
+  dp.backward(g);
+  std::vector<float> twice = model->parameters()[0]->grad.to_vector<float>();
+  for (std::size_t i = 0; i < once.size(); ++i) EXPECT_NEAR(twice[i], 2 * once[i], 1e-6f);
+}
+
+TEST_F(DataParallelTest, InputGradientIsGatheredOnTheInputDevice) {
+  auto model = nn::mlp({3, 4, 2}, Device("sim", 0), 5);
+  auto ref = nn::mlp({3, 4, 2}, Device("sim", 0), 5);
+  model->set_input_requires_grad(true);  // nn::mlp starts with it off
+  ref->set_input_requires_grad(true);
+  parallel::DataParallel dp(*model, devs(3));
+  Tensor x = random_tensor({7, 3}, 9, Device("sim", 1));
+  Tensor g = random_tensor({7, 2}, 10);
+  dp.forward(x);
+  Tensor gx = dp.backward(g);
+  ASSERT_TRUE(gx.defined());
+  EXPECT_EQ(gx.device(), Device("sim", 1));
+  ref->forward(x.to(Device("sim", 0)));
+  std::vector<float> want = ref->backward(g.to(Device("sim", 0))).to_vector<float>();
+  std::vector<float> got = gx.to_vector<float>();
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6f);
+}
+
+TEST_F(DataParallelTest, ArgumentErrors) {
+  auto model = nn::mlp({3, 4, 2}, Device("sim", 1), 5);
+  auto expect = [](auto&& f, const std::string& part) {
+    try {
+      f();
+      FAIL() << "expected InvalidArgument containing " << part;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  expect([&] { parallel::DataParallel dp(*model, {}); }, "empty list");
+  expect([&] { parallel::DataParallel dp(*model, {Device("sim", 1), Device("sim", 1)}); },
+         "sim:1 is repeated");
+  expect([&] { parallel::DataParallel dp(*model, {Device("sim", 1), Device("sim", 99)}); },
+         "sim:99");
+  expect([&] { parallel::DataParallel dp(*model, devs(2)); },
+         "parameters on sim:0 (devices[0]) but parameter '0.weight' is on sim:1");
+  auto m0 = nn::mlp({3, 4, 2}, Device("sim", 0), 5);
+  parallel::DataParallel dp(*m0, devs(2));
+  expect([&] { dp.forward(random_tensor({4, 5}, 1)); }, "expected [N, 3], got [2, 5]");
+}
+
+}  // namespace
+}  // namespace ditto
