@@ -55,4 +55,11 @@ void scale_(Tensor& x, float alpha);
 /// input index; fast: any order.
 void sum_inputs(const std::vector<Tensor>& inputs, Tensor& out, Determinism mode);
 
+/// One torch.optim.SGD update of `param` in place (Kernels::sgd_step): grad and momentum_buf have
+/// param's shape and device; momentum_buf may be undefined when momentum == 0; with first_step
+/// the buffer is initialised to the (weight-decayed) gradient, as PyTorch does. Options are
+/// validated by optim::SGD.
+void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, float lr, float momentum,
+               float dampening, float weight_decay, bool nesterov, bool first_step);
+
 }  // namespace ditto::ops

@@ -17,7 +17,8 @@ class Loss {
   virtual Tensor forward(const Tensor& input, const Tensor& target) = 0;
   /// Gradient for the last forward given d(final)/d(loss), a 0-dim f32 tensor on the same device.
   virtual Tensor backward(const Tensor& grad_loss) = 0;
-  /// Same with d(final)/d(loss) = 1.
+  /// Same with d(final)/d(loss) = 1: calls backward(Tensor()), and every loss's
+  /// backward(grad_loss) reads an undefined grad_loss as 1 on the input's device.
   Tensor backward();
   virtual std::unique_ptr<Loss> clone() const = 0;
   void set_determinism(Determinism d) { determinism_ = d; }

@@ -1,0 +1,41 @@
+// data::read_csv: numeric CSV files (features then a label column, or the label anywhere) into a
+// host Dataset, with errors that name file, line and column.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/data/dataset.h"
+
+namespace ditto::data {
+
+enum class CsvHeader : std::uint8_t {
+  auto_detect,  ///< the first non-blank line is a header when one of its cells is text (not
+                ///< empty and not number-like: "nan", "inf", "1e999" count as bad numbers)
+  yes,          ///< skip the first non-blank line (e.g. scikit-learn's "569,30,malignant,benign")
+  no,           ///< every line is data
+};
+
+struct CsvOptions {
+  /// Column holding the label; negative counts from the end (-1 = last column).
+  std::int64_t label_column = -1;
+  CsvHeader header = CsvHeader::auto_detect;
+  char delimiter = ',';
+  /// false: labels are non-negative integer class indices (Dataset::labels, i64);
+  /// true: the label column is a real-valued target (Dataset::targets [N, 1] f32).
+  bool regression = false;
+};
+
+/// Read `path`: every non-blank data line has the same number of cells (>= 2); each cell is a
+/// decimal number (surrounding spaces allowed; CRLF line ends allowed; no quoting). The header
+/// line, when present, is skipped and may have any number of cells. Features keep their column
+/// order with the label column removed. Columns in messages are 1-based cell numbers.
+/// Throws ParseError for a file that cannot be opened ("read_csv: cannot open 'x.csv': No such
+/// file or directory"), an empty file or one with no data rows, a cell that is not a finite
+/// number ("x.csv:12:5: expected a number, got 'abc'"), ragged rows ("x.csv:3: expected 65
+/// columns (as on line 1), got 64"), or a class label that is not a non-negative integer;
+/// InvalidArgument for a label_column outside the file's columns or a delimiter that is a
+/// digit, sign, '.', space or line break.
+Dataset read_csv(const std::string& path, const CsvOptions& options = {});
+
+}  // namespace ditto::data

@@ -1,0 +1,88 @@
+// MSELoss and CrossEntropyLoss (reduction 'mean'): per-sample losses from ops::mse /
+// ops::cross_entropy, then one ops::sum with scale 1/numel (MSE) or 1/N (cross-entropy) in the
+// loss's determinism mode.
+#include "core/nn/loss.h"
+
+#include "core/ops.h"
+
+namespace ditto::nn {
+
+namespace {
+
+std::string describe(const Tensor& t) {
+  return t.defined() ? t.str() : std::string("an undefined tensor");
+}
+
+// d(final)/d(loss): the caller's 0-dim tensor, or 1 on `device` when undefined (Loss::backward()).
+Tensor grad_or_one(const Tensor& grad_loss, const Device& device, const char* call) {
+  if (!grad_loss.defined()) return Tensor::full({}, 1.0f, device);
+  DITTO_CHECK(grad_loss.numel() == 1 && grad_loss.dim() <= 1 && grad_loss.dtype() == DType::f32 &&
+                  grad_loss.device() == device,
+              call, ": grad_loss: expected a 0-dim f32 tensor on ", device.str(), ", got ",
+              grad_loss.str());
+  return grad_loss.dim() == 0 ? grad_loss : grad_loss.view({});
+}
+
+}  // namespace
+
+// An undefined grad_loss means 1 in every loss's backward(grad_loss).
+Tensor Loss::backward() { return backward(Tensor()); }
+
+Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
+  DITTO_CHECK(input.defined() && input.dtype() == DType::f32,
+              "MSELoss.forward: input: expected an f32 tensor, got ", describe(input));
+  DITTO_CHECK(target.defined() && target.shape() == input.shape() && target.dtype() == DType::f32 &&
+                  target.device() == input.device(),
+              "MSELoss.forward: target: expected ", shape_str(input.shape()), " f32 on ",
+              input.device().str(), " (the input's shape and device), got ", describe(target));
+  // ops::mse wants [N, F] (or [N]): view 0-dim as [1] and higher ranks as [N, -1].
+  Tensor x = input, t = target;
+  if (input.dim() == 0) {
+    x = input.view({1});
+    t = target.view({1});
+  } else if (input.dim() > 2) {
+    x = input.view({input.size(0), -1});
+    t = target.view({input.size(0), -1});
+  }
+  Tensor per_sample = ops::mse(x, t);
+  input_ = x;
+  target_ = t;
+  return ops::sum(per_sample, 1.0f / static_cast<float>(input.numel()), determinism_);
+}
+
+Tensor MSELoss::backward(const Tensor& grad_loss) {
+  DITTO_CHECK(input_.defined(), "MSELoss.backward: called before forward");
+  Tensor g = grad_or_one(grad_loss, input_.device(), "MSELoss.backward");
+  return ops::mse_backward(input_, target_, g, 1.0f / static_cast<float>(input_.numel()));
+}
+
+Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
+  DITTO_CHECK(input.defined() && input.dim() == 2 && input.dtype() == DType::f32,
+              "CrossEntropyLoss.forward: input: expected logits [N, C] f32, got ", describe(input));
+  DITTO_CHECK(target.defined() && target.dim() == 1 && target.size(0) == input.size(0) &&
+                  target.dtype() == DType::i64 && target.device() == input.device(),
+              "CrossEntropyLoss.forward: target: expected [", input.size(0), "] i64 on ",
+              input.device().str(), " (class indices, one per row of input), got ",
+              describe(target));
+  DITTO_CHECK(input.size(1) >= 1,
+              "CrossEntropyLoss.forward: input: expected at least 1 class, "
+              "got ",
+              input.str());
+  Tensor per_sample;
+  try {
+    per_sample = ops::cross_entropy(input, target);  // checks targets in [0, C) on the host
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string("CrossEntropyLoss.forward: ") + e.what());
+  }
+  input_ = input;
+  target_ = target;
+  return ops::sum(per_sample, 1.0f / static_cast<float>(input.size(0)), determinism_);
+}
+
+Tensor CrossEntropyLoss::backward(const Tensor& grad_loss) {
+  DITTO_CHECK(input_.defined(), "CrossEntropyLoss.backward: called before forward");
+  Tensor g = grad_or_one(grad_loss, input_.device(), "CrossEntropyLoss.backward");
+  return ops::cross_entropy_backward(input_, target_, g, 1.0f / static_cast<float>(input_.size(0)));
+}
+
+}  // namespace ditto::nn

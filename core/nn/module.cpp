@@ -1,0 +1,58 @@
+// nn::Module defaults shared by every layer: multi-input forward dispatch, zero_grad, to, device,
+// num_parameters, copy_settings.
+#include "core/nn/module.h"
+
+#include <cstring>
+
+#include "core/ops.h"
+
+namespace ditto::nn {
+
+Tensor Module::forward(const Tensor&) {
+  throw InvalidArgument(detail::cat(name(), ".forward: takes ", num_inputs(),
+                                    " inputs, got 1 (call forward({...}) with all of them)"));
+}
+
+Tensor Module::forward(const std::vector<Tensor>& inputs) {
+  DITTO_CHECK(static_cast<int>(inputs.size()) == num_inputs(), name(), ".forward: takes ",
+              num_inputs(), " input", num_inputs() == 1 ? "" : "s", ", got ", inputs.size());
+  return forward(inputs[0]);
+}
+
+void Module::zero_grad() {
+  for (Parameter* p : parameters()) {
+    const Device& dev = p->data.device();
+    if (!p->grad.defined() || p->grad.shape() != p->data.shape() || p->grad.device() != dev) {
+      p->grad = Tensor::zeros(p->data.shape(), p->data.dtype(), dev);
+    } else if (dev.is_cpu()) {
+      if (p->grad.numel() > 0) std::memset(p->grad.data_ptr(), 0, p->grad.nbytes());
+    } else {
+      ops::fill_(p->grad, 0.0f);  // in place: keeps views of the grad (e.g. buckets) valid
+    }
+  }
+}
+
+void Module::to(const Device& device) {
+  for (Parameter* p : parameters()) {
+    p->data = p->data.to(device);
+    if (p->grad.defined()) p->grad = p->grad.to(device);
+  }
+}
+
+Device Module::device() {
+  auto ps = parameters();
+  return ps.empty() ? Device::cpu() : ps.front()->data.device();
+}
+
+std::int64_t Module::num_parameters() {
+  std::int64_t n = 0;
+  for (Parameter* p : parameters()) n += p->data.numel();
+  return n;
+}
+
+void copy_settings(const Module& from, Module& to) {
+  to.set_determinism(from.determinism());
+  to.set_input_requires_grad(from.input_requires_grad());
+}
+
+}  // namespace ditto::nn

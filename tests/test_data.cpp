@@ -1,0 +1,285 @@
+// data: read_csv (good files, header detection, label column, malformed files), train/val split,
+// Standardizer and DataLoader.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <set>
+
+#include "core/data/csv.h"
+#include "core/data/data_loader.h"
+#include "core/data/dataset.h"
+#include "core/random.h"
+
+namespace ditto {
+namespace {
+
+namespace fs = std::filesystem;
+using data::CsvHeader;
+using data::CsvOptions;
+using data::Dataset;
+
+class DataTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("ditto_test_data_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  // Write `text` to <tmp>/<name> and return the path.
+  static std::string file(const std::string& name, const std::string& text) {
+    const std::string p = (dir_ / name).string();
+    std::ofstream(p, std::ios::binary) << text;
+    return p;
+  }
+  static fs::path dir_;
+};
+fs::path DataTest::dir_;
+
+template <typename Exc, typename F>
+void expect_error(F&& f, const std::string& part) {
+  try {
+    f();
+    FAIL() << "expected an exception containing: " << part;
+  } catch (const Exc& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+// A data set whose label is the row index (so rows can be traced through splits and batches).
+Dataset indexed(std::int64_t n, std::int64_t f = 2) {
+  std::vector<float> x(static_cast<std::size_t>(n * f));
+  std::vector<std::int64_t> y(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    y[static_cast<std::size_t>(i)] = i;
+    for (std::int64_t j = 0; j < f; ++j) x[static_cast<std::size_t>(i * f + j)] = float(i * 10 + j);
+  }
+  return {Tensor::from_vector(x, {n, f}), Tensor::from_vector(y, {n}), {}};
+}
+
+// ---- read_csv --------------------------------------------------------------------------------
+
+TEST_F(DataTest, CsvGoodFileWithoutHeader) {
+  auto d = data::read_csv(file("good.csv", "1,2,0\n3.5, -4e-1 ,1\r\n\n+7,.5,2\n"));
+  EXPECT_EQ(d.features.shape(), (Shape{3, 2}));
+  EXPECT_TRUE(d.features.device().is_cpu());
+  EXPECT_EQ(d.features.to_vector<float>(), (std::vector<float>{1, 2, 3.5f, -0.4f, 7, 0.5f}));
+  EXPECT_EQ(d.labels.to_vector<std::int64_t>(), (std::vector<std::int64_t>{0, 1, 2}));
+  EXPECT_FALSE(d.is_regression());
+  EXPECT_EQ(data::num_classes(d), 3);
+}
+
+TEST_F(DataTest, CsvHeaderAutoDetectedOrForced) {
+  auto d = data::read_csv(file("hdr.csv", "a,b,label\n1,2,1\n3,4,0\n"));
+  EXPECT_EQ(d.size(), 2);
+  EXPECT_EQ(d.features.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+  // scikit-learn style header (row count, feature count, class names): other cell count.
+  const std::string sk = file("sk.csv", "3,2,malignant,benign\n1,2,0\n3,4,1\n5,6,0\n");
+  EXPECT_EQ(data::read_csv(sk).size(), 3);
+  EXPECT_EQ(data::read_csv(sk, {.header = CsvHeader::yes}).size(), 3);
+  // An all-numeric first line is data unless header = yes.
+  const std::string num = file("num.csv", "1,2,0\n3,4,1\n");
+  EXPECT_EQ(data::read_csv(num).size(), 2);
+  EXPECT_EQ(data::read_csv(num, {.header = CsvHeader::yes}).size(), 1);
+  expect_error<ParseError>([&] { data::read_csv(sk, {.header = CsvHeader::no}); },
+                           "sk.csv:1:3: expected a number, got 'malignant'");
+}
+
+TEST_F(DataTest, CsvLabelColumnAndRegression) {
+  const std::string p = file("cols.csv", "5,1.5,2.5\n6,3.5,4.5\n");
+  auto first = data::read_csv(p, {.label_column = 0});
+  EXPECT_EQ(first.labels.to_vector<std::int64_t>(), (std::vector<std::int64_t>{5, 6}));
+  EXPECT_EQ(first.features.to_vector<float>(), (std::vector<float>{1.5f, 2.5f, 3.5f, 4.5f}));
+  auto reg = data::read_csv(p, {.label_column = -2, .regression = true});
+  EXPECT_TRUE(reg.is_regression());
+  EXPECT_FALSE(reg.labels.defined());
+  EXPECT_EQ(reg.targets.shape(), (Shape{2, 1}));
+  EXPECT_EQ(reg.targets.to_vector<float>(), (std::vector<float>{1.5f, 3.5f}));
+  EXPECT_EQ(reg.features.to_vector<float>(), (std::vector<float>{5, 2.5f, 6, 4.5f}));
+  auto semi = data::read_csv(file("semi.csv", "1;2;1\n3;4;0\n"), {.delimiter = ';'});
+  EXPECT_EQ(semi.features.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+  expect_error<InvalidArgument>([&] { data::read_csv(p, {.label_column = 3}); },
+                                "read_csv: label_column: expected a column in [-3, 2] for '");
+  expect_error<InvalidArgument>([&] { data::read_csv(p, {.label_column = -4}); },
+                                "(3 columns), got -4");
+  expect_error<InvalidArgument>([&] { data::read_csv(p, {.delimiter = '.'}); },
+                                "read_csv: delimiter: expected a character that cannot appear");
+}
+
+TEST_F(DataTest, CsvMalformedFiles) {
+  const std::string bad = file("x.csv", "1,2,3\n4,5,6\n7,abc,1\n");
+  expect_error<ParseError>([&] { data::read_csv(bad); }, "x.csv:3:2: expected a number, got 'abc'");
+  expect_error<ParseError>([&] { data::read_csv(file("empty_cell.csv", "1,,0\n")); },
+                           "empty_cell.csv:1:2: expected a number, got ''");
+  expect_error<ParseError>([&] { data::read_csv(file("nan.csv", "1,nan,0\n")); },
+                           "nan.csv:1:2: expected a number, got 'nan'");
+  expect_error<ParseError>([&] { data::read_csv(file("ragged.csv", "h1,h2,h3\n1,2,0\n\n3,4\n")); },
+                           "ragged.csv:4: expected 3 columns (as on line 2), got 2");
+  expect_error<ParseError>([&] { data::read_csv(file("empty.csv", "")); }, "' is empty");
+  expect_error<ParseError>([&] { data::read_csv(file("blank.csv", "\n  \n")); }, "' is empty");
+  expect_error<ParseError>([&] { data::read_csv(file("hdronly.csv", "a,b\n")); },
+                           "has a header line but no data rows");
+  expect_error<ParseError>([&] { data::read_csv(file("frac.csv", "1,2,0\n1,2,1.5\n")); },
+                           "frac.csv:2:3: expected a non-negative integer class label, got '1.5'");
+  expect_error<ParseError>([&] { data::read_csv(file("neg.csv", "1,2,-1\n")); },
+                           "neg.csv:1:3: expected a non-negative integer class label, got '-1'");
+  expect_error<ParseError>([&] { data::read_csv(file("one.csv", "1\n2\n")); },
+                           "one.csv:1: expected at least 2 columns (features and a label), got 1");
+  const std::string missing = (dir_ / "missing.csv").string();
+  expect_error<ParseError>([&] { data::read_csv(missing); },
+                           "read_csv: cannot open '" + missing + "': No such file or directory");
+}
+
+TEST_F(DataTest, CsvBundledDigits) {
+  auto d = data::read_csv(DITTO_DIGITS_CSV);
+  EXPECT_EQ(d.features.shape(), (Shape{1797, 64}));
+  EXPECT_EQ(data::num_classes(d), 10);
+  auto x = d.features.to_vector<float>();
+  EXPECT_EQ(*std::max_element(x.begin(), x.end()), 16.0f);
+  EXPECT_EQ(d.labels.to_vector<std::int64_t>()[0], 0);
+}
+
+// ---- split and standardisation ---------------------------------------------------------------
+
+TEST_F(DataTest, SplitSizesDisjointAndDeterministic) {
+  Dataset d = indexed(10);
+  auto s = data::train_val_split(d, 0.25, 7);  // ceil(2.5) = 3 validation rows
+  EXPECT_EQ(s.val.size(), 3);
+  EXPECT_EQ(s.train.size(), 7);
+  auto tr = s.train.labels.to_vector<std::int64_t>(), va = s.val.labels.to_vector<std::int64_t>();
+  std::set<std::int64_t> all(tr.begin(), tr.end());
+  all.insert(va.begin(), va.end());
+  EXPECT_EQ(all.size(), 10u);
+  // rows travel whole, in permuted order: val = p[0, 3), train = p[3, 10)
+  auto p = permutation(10, 7, stream_id(kStreamSplit, 0));
+  EXPECT_EQ(va, std::vector<std::int64_t>(p.begin(), p.begin() + 3));
+  EXPECT_EQ(tr, std::vector<std::int64_t>(p.begin() + 3, p.end()));
+  auto fx = s.train.features.to_vector<float>();
+  for (std::size_t i = 0; i < tr.size(); ++i) EXPECT_EQ(fx[2 * i + 1], float(tr[i] * 10 + 1));
+  EXPECT_EQ(data::train_val_split(d, 0.25, 7).val.labels.to_vector<std::int64_t>(), va);
+  EXPECT_NE(data::train_val_split(d, 0.5, 8).val.labels.to_vector<std::int64_t>(),
+            data::train_val_split(d, 0.5, 7).val.labels.to_vector<std::int64_t>());
+  EXPECT_EQ(data::train_val_split(d, 0.0, 7).val.size(), 0);
+  expect_error<InvalidArgument>([&] { data::train_val_split(d, 1.0, 0); },
+                                "data::train_val_split: val_fraction: expected a value in [0, 1), "
+                                "got 1");
+  expect_error<InvalidArgument>([&] { data::train_val_split(indexed(1), 0.5, 0); },
+                                "val_fraction: 0.5 of 1 samples leaves no training samples");
+}
+
+TEST_F(DataTest, StandardizerFitsOnTrainOnly) {
+  // feature 0: 1, 2, 3, 6 (mean 3, population std sqrt(3.5)); feature 1 constant 5 (std -> 1).
+  Dataset train{Tensor::from_vector(std::vector<float>{1, 5, 2, 5, 3, 5, 6, 5}, {4, 2}),
+                Tensor::from_vector(std::vector<std::int64_t>{0, 1, 0, 1}, {4}),
+                {}};
+  Dataset val{Tensor::from_vector(std::vector<float>{10, 7}, {1, 2}),
+              Tensor::from_vector(std::vector<std::int64_t>{1}, {1}),
+              {}};
+  auto st = data::Standardizer::fit(train);
+  EXPECT_DOUBLE_EQ(st.mean()[0], 3.0);
+  EXPECT_DOUBLE_EQ(st.stddev()[0], std::sqrt(3.5));
+  EXPECT_DOUBLE_EQ(st.mean()[1], 5.0);
+  EXPECT_DOUBLE_EQ(st.stddev()[1], 1.0);
+  auto v = st.apply(val).features.to_vector<float>();
+  EXPECT_FLOAT_EQ(v[0], static_cast<float>(7.0 / std::sqrt(3.5)));  // train's statistics
+  EXPECT_FLOAT_EQ(v[1], 2.0f);
+  auto t = st.apply(train).features.to_vector<float>();
+  double m = 0, s2 = 0;
+  for (int i = 0; i < 4; ++i) m += t[2 * i];
+  for (int i = 0; i < 4; ++i) s2 += (t[2 * i] - m / 4) * (t[2 * i] - m / 4);
+  EXPECT_NEAR(m / 4, 0.0, 1e-6);
+  EXPECT_NEAR(s2 / 4, 1.0, 1e-6);
+  EXPECT_EQ(train.features.to_vector<float>()[0], 1.0f);  // input untouched
+  expect_error<InvalidArgument>([&] { st.apply(indexed(2, 3)); },
+                                "data::Standardizer::apply: dataset: expected 2 features (as "
+                                "fitted), got 3");
+  expect_error<InvalidArgument>([&] { data::Standardizer().apply(val); }, "not fitted");
+  expect_error<InvalidArgument>([&] { data::Standardizer::fit(indexed(0)); },
+                                "expected at least one sample, got 0");
+}
+
+// ---- DataLoader ------------------------------------------------------------------------------
+
+std::vector<std::int64_t> epoch_labels(const data::DataLoader& dl) {
+  std::vector<std::int64_t> out;
+  for (const data::Batch& b : dl) {
+    auto y = b.y.to_vector<std::int64_t>();
+    auto x = b.x.to_vector<float>();
+    for (std::size_t i = 0; i < y.size(); ++i) EXPECT_EQ(x[2 * i], float(y[i] * 10));
+    out.insert(out.end(), y.begin(), y.end());
+  }
+  return out;
+}
+
+TEST_F(DataTest, LoaderInOrderBatchesAndDropLast) {
+  Dataset d = indexed(10);
+  data::DataLoader dl(d, 3);
+  EXPECT_EQ(dl.size(), 4);
+  std::vector<std::int64_t> iota(10);
+  std::iota(iota.begin(), iota.end(), 0);
+  EXPECT_EQ(epoch_labels(dl), iota);
+  EXPECT_EQ(dl.batch(3).x.shape(), (Shape{1, 2}));
+  EXPECT_EQ(dl.batch(0).y.shape(), (Shape{3}));
+  data::DataLoader dropping(d, 3, false, 0, true);
+  EXPECT_EQ(dropping.size(), 3);
+  EXPECT_EQ(epoch_labels(dropping).size(), 9u);
+  EXPECT_EQ(data::DataLoader(d, 20).size(), 1);
+  EXPECT_EQ(data::DataLoader(d, 20, false, 0, true).size(), 0);
+}
+
+TEST_F(DataTest, LoaderShufflesPerEpochDeterministically) {
+  Dataset d = indexed(50);
+  data::DataLoader dl(d, 8, true, 123);
+  auto e0 = epoch_labels(dl);
+  std::vector<std::int64_t> sorted = e0;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<std::int64_t> iota(50);
+  std::iota(iota.begin(), iota.end(), 0);
+  EXPECT_EQ(sorted, iota);  // every sample exactly once
+  EXPECT_NE(e0, iota);
+  EXPECT_EQ(e0, permutation(50, 123, stream_id(kStreamShuffle, 0)));
+  dl.set_epoch(1);
+  auto e1 = epoch_labels(dl);
+  EXPECT_NE(e0, e1);
+  EXPECT_EQ(e1, permutation(50, 123, stream_id(kStreamShuffle, 1)));
+  dl.set_epoch(0);
+  EXPECT_EQ(epoch_labels(dl), e0);
+  EXPECT_EQ(epoch_labels(data::DataLoader(d, 8, true, 123)), e0);
+  EXPECT_NE(epoch_labels(data::DataLoader(d, 8, true, 124)), e0);
+  data::DataLoader regression(
+      Dataset{d.features, {}, Tensor::from_vector(std::vector<float>(50, 1.5f), {50, 1})}, 8, true,
+      1);
+  EXPECT_EQ(regression.batch(6).y.shape(), (Shape{2, 1}));
+}
+
+TEST_F(DataTest, LoaderAndDatasetErrors) {
+  Dataset d = indexed(4);
+  expect_error<InvalidArgument>([&] { data::DataLoader(d, 0); },
+                                "data::DataLoader: batch_size: expected >= 1, got 0");
+  data::DataLoader dl(d, 2);
+  expect_error<InvalidArgument>([&] { dl.set_epoch(-1); }, "epoch: expected >= 0, got -1");
+  expect_error<InvalidArgument>([&] { dl.batch(2); },
+                                "data::DataLoader::batch: i: expected a batch in [0, 2), got 2");
+  expect_error<InvalidArgument>([&] { data::DataLoader(Dataset{}, 2); },
+                                "data::DataLoader: dataset.features: expected a host [N, F] f32 "
+                                "tensor, got an undefined tensor");
+  expect_error<InvalidArgument>(
+      [&] {
+        data::subset(d, {0, 4});
+      },
+      "data::subset: indices[1]: expected a row in [0, 4), got 4");
+  Dataset both = d;
+  both.targets = Tensor::from_vector(std::vector<float>(4, 0.0f), {4, 1});
+  expect_error<InvalidArgument>([&] { data::num_classes(both); },
+                                "expected exactly one of labels and targets, got both");
+}
+
+}  // namespace
+}  // namespace ditto
