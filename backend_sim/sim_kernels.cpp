@@ -1,0 +1,268 @@
+// The simulator's kernels (ditto::Kernels): each call enqueues its work on the virtual device's
+// stream and returns at once; the work runs on that device's worker thread. Core has validated
+// every argument (shapes, devices, target ranges), so these trust their inputs.
+//
+// Bitwise mode follows core/canonical_math.h (Note [Canonical GEMM], Note [Rounded primitives])
+// and core/determinism.h (Note [Canonical tree]); fast mode uses Eigen or any order.
+// Kernels that take no Determinism argument have one fixed order, used in both modes.
+// GCC 12 reports false (maybe-)uninitialized warnings inside Eigen's AVX-512 packet code
+// (_mm512_undefined_ps); they are raised after inlining, so only a file-wide pragma silences them.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+#include <Eigen/Core>
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend_sim/sim_backend.h"
+#include "backend_sim/sim_gemm.h"
+#include "core/canonical_math.h"
+#include "core/determinism.h"
+
+namespace ditto::sim {
+
+namespace {
+
+namespace cm = canonical;
+
+using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using VecMap = Eigen::Map<Eigen::VectorXf>;
+using ConstVecMap = Eigen::Map<const Eigen::VectorXf>;
+
+// Elements per block of the blocked elementwise reductions (fits in L1 with a few temporaries).
+constexpr std::int64_t kBlock = 1024;
+
+// dst[0..len) = canonical tree over inputs[lo, hi) of inputs[i][base..base+len) (Note
+// [Canonical tree]). `dst` must not alias any input.
+void tree_sum_block(const std::vector<const float*>& inputs, std::int64_t lo, std::int64_t hi,
+                    std::int64_t base, std::int64_t len, float* dst) {
+  if (hi - lo == 1) {
+    std::memcpy(dst, inputs[static_cast<std::size_t>(lo)] + base,
+                static_cast<std::size_t>(len) * sizeof(float));
+    return;
+  }
+  const std::int64_t mid = tree_mid(lo, hi);
+  float right[kBlock];
+  tree_sum_block(inputs, lo, mid, base, len, dst);
+  tree_sum_block(inputs, mid, hi, base, len, right);
+  for (std::int64_t i = 0; i < len; ++i) dst[i] = cm::add(dst[i], right[i]);
+}
+
+// Row max, then the sum of exp(x - max) in ascending order.
+struct SoftmaxStats {
+  float max;
+  float sum;
+};
+
+SoftmaxStats softmax_stats(const float* x, std::int64_t classes) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (std::int64_t c = 0; c < classes; ++c) m = std::max(m, x[c]);
+  float s = 0.0f;
+  for (std::int64_t c = 0; c < classes; ++c) s = cm::sum_step(s, cm::exp(cm::sub(x[c], m)));
+  return {m, s};
+}
+
+class SimKernels final : public Kernels {
+ public:
+  void gemm(Stream& s, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+            float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+            float beta, float* C, std::int64_t ldc, Determinism mode) override {
+    if (M <= 0 || N <= 0) return;
+    as_sim(s, "gemm").enqueue([=] {
+      if (mode == Determinism::bitwise)
+        gemm_bitwise(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      else
+        gemm_fast(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    });
+  }
+
+  void add_bias(Stream& s, float* y, const float* bias, std::int64_t rows,
+                std::int64_t cols) override {
+    if (rows <= 0 || cols <= 0) return;
+    as_sim(s, "add_bias").enqueue([=] {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        float* yr = y + r * cols;
+        for (std::int64_t c = 0; c < cols; ++c) yr[c] = cm::add(yr[c], bias[c]);
+      }
+    });
+  }
+
+  void sum_rows(Stream& s, const float* x, std::int64_t rows, std::int64_t cols, float beta,
+                float* out, Determinism mode) override {
+    if (cols <= 0) return;
+    as_sim(s, "sum_rows").enqueue([=] {
+      if (mode == Determinism::fast) {
+        Eigen::Map<const RowMat> xm(x, rows, cols);
+        Eigen::Map<Eigen::RowVectorXf> o(out, cols);
+        if (beta == 0.0f)
+          o.noalias() = xm.colwise().sum();
+        else
+          o = beta * o + xm.colwise().sum();
+        return;
+      }
+      // Ascending rows per column, vectorised across a block of columns.
+      float acc[kBlock];
+      for (std::int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+        const std::int64_t len = std::min(kBlock, cols - c0);
+        for (std::int64_t c = 0; c < len; ++c) acc[c] = 0.0f;
+        for (std::int64_t r = 0; r < rows; ++r) {
+          const float* xr = x + r * cols + c0;
+          for (std::int64_t c = 0; c < len; ++c) acc[c] = cm::sum_step(acc[c], xr[c]);
+        }
+        float* o = out + c0;
+        if (beta == 0.0f)
+          for (std::int64_t c = 0; c < len; ++c) o[c] = acc[c];
+        else
+          for (std::int64_t c = 0; c < len; ++c) o[c] = cm::gemm_epilogue(acc[c], 1.0f, beta, o[c]);
+      }
+    });
+  }
+
+  void relu(Stream& s, const float* x, float* y, std::int64_t n) override {
+    if (n <= 0) return;
+    as_sim(s, "relu").enqueue([=] {
+      // max(x, 0) with NaN propagated, as torch.relu does.
+      for (std::int64_t i = 0; i < n; ++i) y[i] = (x[i] > 0.0f || x[i] != x[i]) ? x[i] : 0.0f;
+    });
+  }
+
+  void relu_backward(Stream& s, const float* y, const float* gy, float* gx,
+                     std::int64_t n) override {
+    if (n <= 0) return;
+    as_sim(s, "relu_backward").enqueue([=] {
+      for (std::int64_t i = 0; i < n; ++i) gx[i] = y[i] > 0.0f ? gy[i] : 0.0f;
+    });
+  }
+
+  void cross_entropy(Stream& s, const float* logits, const std::int64_t* targets,
+                     std::int64_t rows, std::int64_t classes, float* losses) override {
+    if (rows <= 0) return;
+    as_sim(s, "cross_entropy").enqueue([=] {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float* x = logits + r * classes;
+        const SoftmaxStats st = softmax_stats(x, classes);
+        losses[r] = cm::cross_entropy_loss(st.max, st.sum, x[targets[r]]);
+      }
+    });
+  }
+
+  void cross_entropy_backward(Stream& s, const float* logits, const std::int64_t* targets,
+                              std::int64_t rows, std::int64_t classes, const float* grad_loss,
+                              float scale, float* grad_logits) override {
+    if (rows <= 0 || classes <= 0) return;
+    as_sim(s, "cross_entropy_backward").enqueue([=] {
+      const float factor = cm::mul(*grad_loss, scale);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float* x = logits + r * classes;
+        float* g = grad_logits + r * classes;
+        const SoftmaxStats st = softmax_stats(x, classes);
+        for (std::int64_t c = 0; c < classes; ++c)
+          g[c] = cm::cross_entropy_grad(factor, x[c], st.max, st.sum, c == targets[r]);
+      }
+    });
+  }
+
+  void mse(Stream& s, const float* x, const float* t, std::int64_t rows, std::int64_t cols,
+           float* losses) override {
+    if (rows <= 0) return;
+    as_sim(s, "mse").enqueue([=] {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        float acc = 0.0f;
+        for (std::int64_t c = 0; c < cols; ++c) {
+          const float d = cm::sub(x[r * cols + c], t[r * cols + c]);
+          acc = cm::dot_step(d, d, acc);
+        }
+        losses[r] = acc;
+      }
+    });
+  }
+
+  void mse_backward(Stream& s, const float* x, const float* t, std::int64_t n,
+                    const float* grad_loss, float scale, float* gx) override {
+    if (n <= 0) return;
+    as_sim(s, "mse_backward").enqueue([=] {
+      const float factor = cm::mul(cm::mul(*grad_loss, scale), 2.0f);
+      for (std::int64_t i = 0; i < n; ++i) gx[i] = cm::mul(factor, cm::sub(x[i], t[i]));
+    });
+  }
+
+  void sum(Stream& s, const float* x, std::int64_t n, float scale, float* out,
+           Determinism mode) override {
+    as_sim(s, "sum").enqueue([=] {
+      float acc = 0.0f;
+      if (mode == Determinism::fast) {
+        if (n > 0) acc = ConstVecMap(x, n).sum();
+      } else {
+        for (std::int64_t i = 0; i < n; ++i) acc = cm::sum_step(acc, x[i]);
+      }
+      *out = cm::mul(scale, acc);
+    });
+  }
+
+  void fill_f32(Stream& s, float* x, float value, std::int64_t n) override {
+    if (n <= 0) return;
+    as_sim(s, "fill_f32").enqueue([=] { std::fill(x, x + n, value); });
+  }
+
+  void axpy(Stream& s, float alpha, const float* x, float* y, std::int64_t n) override {
+    if (n <= 0) return;
+    as_sim(s, "axpy").enqueue([=] {
+      for (std::int64_t i = 0; i < n; ++i) y[i] = cm::axpy(alpha, x[i], y[i]);
+    });
+  }
+
+  void scale(Stream& s, float alpha, float* x, std::int64_t n) override {
+    if (n <= 0) return;
+    as_sim(s, "scale").enqueue([=] {
+      for (std::int64_t i = 0; i < n; ++i) x[i] = cm::mul(alpha, x[i]);
+    });
+  }
+
+  void sum_inputs(Stream& s, const float* const* inputs, int n_inputs, float* out,
+                  std::int64_t numel, Determinism mode) override {
+    if (numel <= 0) return;
+    // The pointer array belongs to the caller: keep a copy for the asynchronous task.
+    std::vector<const float*> in(inputs, inputs + std::max(n_inputs, 0));
+    as_sim(s, "sum_inputs").enqueue([in = std::move(in), out, numel, mode] {
+      const auto n = static_cast<std::int64_t>(in.size());
+      if (n == 0) {
+        std::fill(out, out + numel, 0.0f);
+        return;
+      }
+      if (mode == Determinism::fast) {  // left to right: ((in0 + in1) + in2) + ...
+        if (out != in[0]) std::memcpy(out, in[0], static_cast<std::size_t>(numel) * sizeof(float));
+        for (std::int64_t k = 1; k < n; ++k) {
+          const float* src = in[static_cast<std::size_t>(k)];
+          for (std::int64_t i = 0; i < numel; ++i) out[i] = cm::add(out[i], src[i]);
+        }
+        return;
+      }
+      float block[kBlock];  // out may alias in[0]: build each block aside, then store it
+      for (std::int64_t base = 0; base < numel; base += kBlock) {
+        const std::int64_t len = std::min(kBlock, numel - base);
+        tree_sum_block(in, 0, n, base, len, block);
+        std::memcpy(out + base, block, static_cast<std::size_t>(len) * sizeof(float));
+      }
+    });
+  }
+
+  void sgd_step(Stream& s, float* param, const float* grad, float* momentum_buf, std::int64_t n,
+                float lr, float momentum, float dampening, float weight_decay, bool nesterov,
+                bool first_step) override {
+    if (n <= 0) return;
+    as_sim(s, "sgd_step").enqueue([=] {
+      for (std::int64_t i = 0; i < n; ++i)
+        cm::sgd_update(param[i], grad[i], momentum_buf ? momentum_buf + i : nullptr, lr,
+                       momentum, dampening, weight_decay, nesterov, first_step);
+    });
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Kernels> make_sim_kernels() { return std::make_unique<SimKernels>(); }
+
+}  // namespace ditto::sim

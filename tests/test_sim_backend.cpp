@@ -1,0 +1,278 @@
+// Tests of the simulator backend and the core types it serves: memory accounting and
+// out-of-memory errors, streams and events (ordering across devices, errors rethrown by
+// synchronize, real overlap between devices), Device parsing, and Tensor copies and views
+// between devices and the host.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend_sim/sim_backend.h"
+#include "core/backend.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace ditto {
+namespace {
+
+#define EXPECT_THROW_MSG(stmt, Exc, part)                                                    \
+  do {                                                                                       \
+    try {                                                                                    \
+      stmt;                                                                                  \
+      ADD_FAILURE() << "expected " #Exc " from: " #stmt;                                     \
+    } catch (const Exc& e) {                                                                 \
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)                        \
+          << "message: " << e.what() << "\nexpected to contain: " << (part);               \
+    } catch (const std::exception& e) {                                                      \
+      ADD_FAILURE() << "wrong exception type from " #stmt ": " << e.what();                 \
+    }                                                                                        \
+  } while (0)
+
+Device sim(int i) { return Device("sim", i); }
+
+void init_sim16() {
+  BackendOptions o;
+  o.device_count = 16;
+  init_backend("sim", o);
+}
+
+class SimBackendTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { init_sim16(); }
+};
+
+// Spin until `flag` is set or `timeout` passes; true when set.
+bool wait_for_flag(const std::atomic<bool>& flag, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!flag.load()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  return true;
+}
+
+// ---- memory ---------------------------------------------------------------------------------
+
+TEST_F(SimBackendTest, MemoryAccountingFollowsTensors) {
+  Backend& b = get_backend("sim");
+  EXPECT_EQ(b.device_count(), 16);
+  EXPECT_EQ(b.name(), "sim");
+  const int d = 13;
+  b.default_stream(d).synchronize();
+  const MemoryStats before = b.memory_stats(d);
+  EXPECT_EQ(before.capacity, BackendOptions{}.memory_capacity);
+  EXPECT_EQ(b.properties(d).total_memory, before.capacity);
+  {
+    Tensor t1 = Tensor::empty({1000}, DType::f32, sim(d));
+    Tensor t2 = Tensor::empty({10, 10}, DType::i64, sim(d));
+    MemoryStats during = b.memory_stats(d);
+    EXPECT_EQ(during.in_use, before.in_use + 4000 + 800);
+    EXPECT_GE(during.peak, during.in_use);
+  }
+  b.default_stream(d).synchronize();  // frees are stream-ordered
+  MemoryStats after = b.memory_stats(d);
+  EXPECT_EQ(after.in_use, before.in_use);
+  EXPECT_GE(after.peak, before.in_use + 4800);
+  b.reset_peak_memory(d);
+  EXPECT_EQ(b.memory_stats(d).peak, after.in_use);
+  // Other devices are untouched.
+  EXPECT_EQ(b.memory_stats(14).in_use, 0u);
+}
+
+TEST(SimBackendMemory, OutOfMemoryNamesDeviceRequestUseAndCapacity) {
+  BackendOptions o;
+  o.device_count = 2;
+  o.memory_capacity = 4096;
+  init_backend("sim", o);
+  {
+    Tensor t = Tensor::empty({768}, DType::f32, sim(1));  // 3072 bytes in use
+    EXPECT_THROW_MSG(Tensor::empty({512}, DType::f32, sim(1)), OutOfMemory,
+                     "sim:1: out of memory: tried to allocate 2048 bytes; 3072 bytes in use of "
+                     "capacity 4096 bytes");
+    // The failed request left nothing behind; the remainder still fits.
+    EXPECT_EQ(get_backend("sim").memory_stats(1).in_use, 3072u);
+    Tensor fits = Tensor::empty({256}, DType::f32, sim(1));
+    EXPECT_EQ(get_backend("sim").memory_stats(1).in_use, 4096u);
+  }
+  EXPECT_THROW_MSG(Tensor::empty({2000}, DType::f32, sim(0)), OutOfMemory, "sim:0: out of memory");
+  EXPECT_THROW_MSG(Tensor::empty({1}, DType::f32, sim(2)), InvalidArgument, "sim:2");
+  init_sim16();  // leave the default instance for the next tests
+  EXPECT_EQ(get_backend("sim").device_count(), 16);
+}
+
+// ---- streams and events ---------------------------------------------------------------------
+
+TEST_F(SimBackendTest, EventOrdersWorkAcrossDevices) {
+  Backend& b = get_backend("sim");
+  auto s0 = b.create_stream(0);
+  auto s1 = b.create_stream(1);
+  auto ev = b.create_event(0);
+  EXPECT_TRUE(ev->query());  // never recorded: complete
+  std::atomic<bool> release{false};
+  std::atomic<int> value{0};
+  int seen = -1;
+  sim::as_sim(*s0, "test").enqueue([&] {
+    wait_for_flag(release, std::chrono::seconds(5));
+    value = 42;
+  });
+  s0->record(*ev);
+  s1->wait(*ev);
+  sim::as_sim(*s1, "test").enqueue([&] { seen = value.load(); });
+  EXPECT_FALSE(ev->query());  // s0 is held by `release`
+  release = true;
+  s1->synchronize();
+  EXPECT_EQ(seen, 42);
+  ev->synchronize();
+  EXPECT_TRUE(ev->query());
+}
+
+TEST_F(SimBackendTest, CrossDeviceCopyIsOrderedAfterProducer) {
+  // A slow producer on sim:2, a copy to sim:3: the copy must see the produced values.
+  Tensor src = Tensor::zeros({4}, DType::f32, sim(2));
+  float* p = src.data<float>();
+  sim::as_sim(current_stream(sim(2)), "test").enqueue([p] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    for (int i = 0; i < 4; ++i) p[i] = float(i + 1);
+  });
+  Tensor dst = src.to(sim(3));
+  EXPECT_EQ(dst.device(), sim(3));
+  EXPECT_EQ(dst.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST_F(SimBackendTest, ErrorInStreamTaskIsRethrownBySynchronize) {
+  Stream& s = get_backend("sim").default_stream(4);
+  sim::as_sim(s, "test").enqueue([] { throw BackendError("sim:4: injected fault"); });
+  EXPECT_THROW_MSG(s.synchronize(), BackendError, "injected fault");
+  EXPECT_NO_THROW(s.synchronize());  // reported once, then cleared
+  // The stream still runs work in order.
+  std::vector<int> order;
+  for (int i = 0; i < 3; ++i) sim::as_sim(s, "test").enqueue([&order, i] { order.push_back(i); });
+  s.synchronize();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+  Tensor t = Tensor::full({3}, 2.5f, sim(4));
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{2.5f, 2.5f, 2.5f}));
+}
+
+TEST_F(SimBackendTest, WorkOnTwoDevicesOverlaps) {
+  // Each task waits (bounded) for the other to have started: both succeed only if they run at
+  // the same time.
+  Backend& b = get_backend("sim");
+  std::atomic<bool> started0{false}, started1{false};
+  std::atomic<bool> saw1{false}, saw0{false};
+  sim::as_sim(b.default_stream(5), "test").enqueue([&] {
+    started0 = true;
+    saw1 = wait_for_flag(started1, std::chrono::seconds(5));
+  });
+  sim::as_sim(b.default_stream(6), "test").enqueue([&] {
+    started1 = true;
+    saw0 = wait_for_flag(started0, std::chrono::seconds(5));
+  });
+  b.default_stream(5).synchronize();
+  b.default_stream(6).synchronize();
+  EXPECT_TRUE(saw1.load());
+  EXPECT_TRUE(saw0.load());
+}
+
+TEST_F(SimBackendTest, AsSimRejectsOtherStreams) {
+  Stream& host = get_backend("cpu").default_stream(0);
+  EXPECT_THROW_MSG(sim::as_sim(host, "gemm"), InvalidArgument,
+                   "gemm: stream of device cpu is not a sim stream");
+}
+
+// ---- Device ---------------------------------------------------------------------------------
+
+TEST(DeviceParse, GoodInputs) {
+  Device d = Device::parse("sim:3");
+  EXPECT_EQ(d.type, "sim");
+  EXPECT_EQ(d.index, 3);
+  EXPECT_EQ(d.str(), "sim:3");
+  EXPECT_EQ(Device::parse("cuda:0"), Device("cuda", 0));
+  EXPECT_EQ(Device::parse("cpu"), Device::cpu());
+  EXPECT_EQ(Device::parse("cpu").str(), "cpu");
+  EXPECT_EQ(Device::parse("sim"), Device("sim", 0));
+  EXPECT_EQ(Device::parse("sim:1023").index, 1023);
+  EXPECT_LT(Device("sim", 1), Device("sim", 2));
+  EXPECT_NE(Device("sim", 1), Device("cuda", 1));
+}
+
+TEST(DeviceParse, BadInputs) {
+  EXPECT_THROW_MSG(Device::parse(""), InvalidArgument, "Device::parse: expected 'type[:index]'");
+  EXPECT_THROW_MSG(Device::parse(":1"), InvalidArgument, "got ':1'");
+  for (const char* bad : {"sim:", "sim:-1", "sim:x", "sim:1x", "sim: 1"})
+    EXPECT_THROW_MSG(Device::parse(bad), InvalidArgument,
+                     std::string("expected a non-negative index after ':' in '") + bad + "'");
+}
+
+TEST_F(SimBackendTest, DeviceOutOfRange) {
+  EXPECT_THROW_MSG(Tensor::empty({4}, DType::f32, sim(16)), InvalidArgument,
+                   "device sim:16 out of range (sim has 16 devices)");
+  EXPECT_THROW_MSG(Device("nope", 0).backend(), InvalidArgument, "unknown backend 'nope'");
+  EXPECT_THROW_MSG(devices("sim", 17), InvalidArgument, "expected a count in [1, 16]");
+  EXPECT_EQ(devices("sim", 3).back(), sim(2));
+}
+
+// ---- Tensor ---------------------------------------------------------------------------------
+
+TEST_F(SimBackendTest, TensorRoundTripsAndViews) {
+  std::vector<float> v(12);
+  for (int i = 0; i < 12; ++i) v[i] = float(i) * 0.5f;
+  Tensor t = Tensor::from_vector(v, {4, 3}, sim(7));
+  EXPECT_EQ(t.str(), "[4, 3] f32 on sim:7");
+  EXPECT_EQ(t.to_vector<float>(), v);
+  // narrow: rows [1, 3)
+  Tensor n = t.narrow(1, 2);
+  EXPECT_EQ(n.shape(), (Shape{2, 3}));
+  EXPECT_EQ(n.to_vector<float>(), std::vector<float>(v.begin() + 3, v.begin() + 9));
+  // view shares storage
+  Tensor w = t.view({2, -1});
+  EXPECT_EQ(w.shape(), (Shape{2, 6}));
+  EXPECT_EQ(w.buffer(), t.buffer());
+  EXPECT_THROW_MSG(t.view({5, -1}), InvalidArgument, "Tensor::view: cannot view [4, 3] f32 on sim:7");
+  EXPECT_THROW_MSG(t.narrow(3, 2), InvalidArgument, "Tensor::narrow: rows [3, 5) out of range");
+  // i64 round trip
+  std::vector<std::int64_t> labels = {3, -1, 7};
+  EXPECT_EQ(Tensor::from_vector(labels, {3}, sim(7)).to_vector<std::int64_t>(), labels);
+  EXPECT_THROW_MSG(t.to_vector<std::int64_t>(), InvalidArgument,
+                   "Tensor::to_vector: tensor is f32, asked for i64");
+  EXPECT_THROW_MSG(Tensor::from_vector(v, {5, 3}, sim(7)), InvalidArgument,
+                   "Tensor::from_vector: expected 15 values for shape [5, 3], got 12");
+}
+
+TEST_F(SimBackendTest, CopiesAcrossDevicesAndHost) {
+  std::vector<float> v = {1, 2, 3, 4, 5, 6};
+  Tensor host = Tensor::from_vector(v, {3, 2});
+  EXPECT_TRUE(host.device().is_cpu());
+  Tensor a = host.to(sim(8));
+  Tensor b = a.to(sim(9));
+  EXPECT_EQ(b.device(), sim(9));
+  EXPECT_EQ(b.to(Device::cpu()).to_vector<float>(), v);
+  EXPECT_EQ(a.to(sim(8)).buffer(), a.buffer());  // already there: same storage
+  // copy_ into a narrowed view on another device leaves the other rows alone.
+  Tensor dst = Tensor::zeros({3, 2}, DType::f32, sim(10));
+  Tensor rows = dst.narrow(1, 2);
+  rows.copy_(a.narrow(0, 2));
+  EXPECT_EQ(dst.to_vector<float>(), (std::vector<float>{0, 0, 1, 2, 3, 4}));
+  // host <- device view
+  Tensor back = Tensor::zeros({1, 2}, DType::f32, Device::cpu());
+  back.copy_(b.narrow(2, 1));
+  EXPECT_EQ(back.to_vector<float>(), (std::vector<float>{5, 6}));
+  // clone is independent storage
+  Tensor c = a.clone();
+  EXPECT_NE(c.buffer(), a.buffer());
+  EXPECT_EQ(c.to_vector<float>(), v);
+  EXPECT_THROW_MSG(dst.copy_(Tensor::zeros({2, 3}, DType::f32, sim(8))), InvalidArgument,
+                   "Tensor::copy_: expected src [3, 2] f32, got [2, 3] f32 on sim:8");
+  // zero-size tensors copy fine
+  Tensor e = Tensor::empty({0, 2}, DType::f32, sim(8));
+  EXPECT_EQ(e.to(sim(9)).numel(), 0);
+  EXPECT_TRUE(e.to(Device::cpu()).to_vector<float>().empty());
+  // item
+  EXPECT_EQ(Tensor::full({}, 3.5f, sim(11)).item(), 3.5f);
+  EXPECT_THROW_MSG(a.item(), InvalidArgument, "Tensor::item: expected a one-element f32 tensor");
+}
+
+}  // namespace
+}  // namespace ditto
