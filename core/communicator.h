@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/determinism.h"
+#include "core/stream.h"
 #include "core/tensor.h"
 
 namespace ditto {
@@ -105,7 +106,9 @@ class Communicator {
 };
 
 /// Single-controller forms: one tensor per rank, all from this thread; each rank's work is
-/// enqueued on its device's current stream. Sizes of the vectors must equal comms.size().
+/// enqueued on its device's current stream. `comms` are one communicator's handles in rank order
+/// (as init_all returns them); sizes of the vectors must equal comms.size(). Every rank's
+/// arguments are checked before any rank's work is enqueued (InvalidArgument).
 void all_reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
                 std::vector<Tensor>& recv, ReduceOp op = ReduceOp::sum);
 void all_reduce(std::vector<Communicator>& comms, std::vector<Tensor>& tensors,
