@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace ditto::sim {
 
@@ -13,6 +14,16 @@ namespace ditto::sim {
 void gemm_bitwise(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
                   float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
                   float beta, float* C, std::int64_t ldc);
+
+/// C[M,N] = (accumulate ? C + T : T) with T = canonical tree (Note [Canonical tree]) over the
+/// shards s of bounds (S + 1 row offsets from 0 to rows) of P_s = A[rows_s, :]^T @ B[rows_s, :],
+/// each element of P_s one fma chain over the shard's rows ascending from 0.0f. A is [rows, M]
+/// (stride lda), B is [rows, N] (stride ldb). Packs like gemm_bitwise and evaluates the tree
+/// per register tile, so it costs about what one canonical GEMM over all rows does. M, N > 0.
+void gemm_tn_sharded_bitwise(std::int64_t M, std::int64_t N, const float* A, std::int64_t lda,
+                             const float* B, std::int64_t ldb,
+                             const std::vector<std::int64_t>& bounds, float* C, std::int64_t ldc,
+                             bool accumulate);
 
 /// Same contract with Eigen's blocked GEMM (any summation order).
 void gemm_fast(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,

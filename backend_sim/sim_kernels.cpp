@@ -51,6 +51,32 @@ void tree_sum_block(const std::vector<const float*>& inputs, std::int64_t lo, st
   for (std::int64_t i = 0; i < len; ++i) dst[i] = cm::add(dst[i], right[i]);
 }
 
+// Depth of the canonical tree over n >= 1 leaves: the number of right-hand partials alive at
+// once along a root-to-leaf path.
+int tree_depth(std::int64_t n) {
+  int d = 0;
+  for (std::int64_t p = 1; p < n; p *= 2) ++d;
+  return d;
+}
+
+// Recursive evaluation of the canonical tree over shards [lo, hi) of a batch reduction whose
+// partial results have `len` floats each (Note [Canonical tree]). leaf(s, dst) writes shard s's
+// partial into dst; the right subtree of a node at `level` goes to scratch + level * len, so
+// scratch needs tree_depth(hi - lo) * len floats. dst must not overlap scratch.
+template <typename Leaf>
+void shard_tree(const Leaf& leaf, std::int64_t lo, std::int64_t hi, float* dst, float* scratch,
+                std::int64_t len, int level) {
+  if (hi - lo == 1) {
+    leaf(lo, dst);
+    return;
+  }
+  const std::int64_t mid = tree_mid(lo, hi);
+  shard_tree(leaf, lo, mid, dst, scratch, len, level + 1);
+  float* right = scratch + static_cast<std::int64_t>(level) * len;
+  shard_tree(leaf, mid, hi, right, scratch, len, level + 1);
+  for (std::int64_t i = 0; i < len; ++i) dst[i] = cm::add(dst[i], right[i]);
+}
+
 // Row max, then the sum of exp(x - max) in ascending order.
 struct SoftmaxStats {
   float max;
@@ -257,6 +283,78 @@ class SimKernels final : public Kernels {
       for (std::int64_t i = 0; i < n; ++i)
         cm::sgd_update(param[i], grad[i], momentum_buf ? momentum_buf + i : nullptr, lr,
                        momentum, dampening, weight_decay, nesterov, first_step);
+    });
+  }
+
+  // ---- micro-sharded batch reductions (Note [Micro-shards] in core/micro_shards.h) -------------
+
+  void gemm_tn_sharded(Stream& s, std::int64_t M, std::int64_t N, const float* A,
+                       std::int64_t lda, const float* B, std::int64_t ldb,
+                       const std::vector<std::int64_t>& bounds, float* C, std::int64_t ldc,
+                       bool accumulate) override {
+    if (M <= 0 || N <= 0) return;
+    as_sim(s, "gemm_tn_sharded").enqueue([=, bounds = bounds] {
+      gemm_tn_sharded_bitwise(M, N, A, lda, B, ldb, bounds, C, ldc, accumulate);
+    });
+  }
+
+  void sum_rows_sharded(Stream& s, const float* x, std::int64_t /*rows*/, std::int64_t cols,
+                        const std::vector<std::int64_t>& bounds, float* out,
+                        bool accumulate) override {
+    if (cols <= 0) return;
+    as_sim(s, "sum_rows_sharded").enqueue([=, bounds = bounds] {
+      const auto shards = static_cast<std::int64_t>(bounds.size()) - 1;
+      std::vector<float> scratch(static_cast<std::size_t>((tree_depth(shards) + 1) * kBlock));
+      for (std::int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+        const std::int64_t len = std::min(kBlock, cols - c0);
+        // Ascending rows of the shard per column, vectorised across the block of columns.
+        auto leaf = [&](std::int64_t sh, float* acc) {
+          for (std::int64_t c = 0; c < len; ++c) acc[c] = 0.0f;
+          const std::int64_t r1 = bounds[static_cast<std::size_t>(sh) + 1];
+          for (std::int64_t r = bounds[static_cast<std::size_t>(sh)]; r < r1; ++r) {
+            const float* xr = x + r * cols + c0;
+            for (std::int64_t c = 0; c < len; ++c) acc[c] = cm::sum_step(acc[c], xr[c]);
+          }
+        };
+        float* root = scratch.data();
+        shard_tree(leaf, 0, shards, root, root + len, len, 0);
+        float* o = out + c0;
+        if (accumulate)
+          for (std::int64_t c = 0; c < len; ++c) o[c] = cm::add(o[c], root[c]);
+        else
+          for (std::int64_t c = 0; c < len; ++c) o[c] = root[c];
+      }
+    });
+  }
+
+  void sum_sharded(Stream& s, const float* x, const std::vector<std::int64_t>& bounds,
+                   float scale, float* out) override {
+    as_sim(s, "sum_sharded").enqueue([=, bounds = bounds] {
+      const auto shards = static_cast<std::int64_t>(bounds.size()) - 1;
+      std::vector<float> scratch(static_cast<std::size_t>(tree_depth(shards) + 1));
+      auto leaf = [&](std::int64_t sh, float* acc) {
+        float a = 0.0f;
+        const std::int64_t i1 = bounds[static_cast<std::size_t>(sh) + 1];
+        for (std::int64_t i = bounds[static_cast<std::size_t>(sh)]; i < i1; ++i)
+          a = cm::sum_step(a, x[i]);
+        *acc = a;
+      };
+      shard_tree(leaf, 0, shards, scratch.data(), scratch.data() + 1, 1, 0);
+      *out = cm::mul(scale, scratch[0]);
+    });
+  }
+
+  void adam_step(Stream& s, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                 float* max_exp_avg_sq, std::int64_t n, double lr, double beta1, double beta2,
+                 double eps, double weight_decay, double bias_correction1,
+                 double bias_correction2, bool amsgrad) override {
+    if (n <= 0) return;
+    const cm::AdamScalars k = cm::adam_scalars(lr, beta1, beta2, eps, weight_decay,
+                                               bias_correction1, bias_correction2, amsgrad);
+    as_sim(s, "adam_step").enqueue([=] {
+      for (std::int64_t i = 0; i < n; ++i)
+        cm::adam_update(param[i], grad[i], exp_avg[i], exp_avg_sq[i],
+                        k.amsgrad ? max_exp_avg_sq + i : nullptr, k);
     });
   }
 };

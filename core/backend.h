@@ -109,6 +109,45 @@ class Kernels {
   virtual void sgd_step(Stream& s, float* param, const float* grad, float* momentum_buf,
                         std::int64_t n, float lr, float momentum, float dampening,
                         float weight_decay, bool nesterov, bool first_step) = 0;
+
+  // ---- micro-sharded batch reductions of bitwise mode (Note [Micro-shards], core/micro_shards.h)
+  // `bounds` holds S + 1 non-decreasing row offsets, bounds[0] == 0 and bounds[S] == rows
+  // (validated by core); shard s is rows [bounds[s], bounds[s+1]) and may be empty. Each shard's
+  // partial result is one ascending chain from 0.0f (an empty shard gives +0.0f); the S partials
+  // are combined with the canonical tree over s (Note [Canonical tree]). These kernels have one
+  // fixed order, used in both determinism modes. Implementations copy `bounds` (the caller's
+  // vector may die before the work runs).
+
+  /// C[M,N] = (accumulate ? C + T : T), one plain add, with T = canonical tree over shards s of
+  /// P_s[i,j] = fma chain over rows r of shard s ascending of A[r,i] * B[r,j]. A is [rows, M]
+  /// (row stride lda), B is [rows, N] (row stride ldb), C is [M, N] (row stride ldc); C does not
+  /// alias A or B. The weight gradient dW = dY^T X of a Linear layer. M, N > 0.
+  virtual void gemm_tn_sharded(Stream& s, std::int64_t M, std::int64_t N, const float* A,
+                               std::int64_t lda, const float* B, std::int64_t ldb,
+                               const std::vector<std::int64_t>& bounds, float* C, std::int64_t ldc,
+                               bool accumulate) = 0;
+
+  /// out[c] = (accumulate ? out[c] + T[c] : T[c]) for a contiguous [rows, cols] x, T = canonical
+  /// tree over shards of the ascending in-shard sums acc = acc + x[r, c] from 0.0f (the bias
+  /// gradient). cols > 0; out does not alias x.
+  virtual void sum_rows_sharded(Stream& s, const float* x, std::int64_t rows, std::int64_t cols,
+                                const std::vector<std::int64_t>& bounds, float* out,
+                                bool accumulate) = 0;
+
+  /// *out = scale * T, T = canonical tree over shards of ascending in-shard sums of x[i] from
+  /// 0.0f (the mean loss over a batch: scale = 1 / B). `out` is a device pointer to one float.
+  virtual void sum_sharded(Stream& s, const float* x, const std::vector<std::int64_t>& bounds,
+                           float scale, float* out) = 0;
+
+  /// torch.optim.Adam step (not AdamW; maximize = false) for one parameter of n elements, in
+  /// the operation order of PyTorch's single-tensor path (Note [Adam step] in
+  /// core/canonical_math.h). exp_avg, exp_avg_sq (and max_exp_avg_sq when amsgrad; null
+  /// otherwise) are updated in place. Hyper-parameters come as doubles, as Python floats do in
+  /// PyTorch; bias_correction1/2 = 1 - beta^step are computed by the caller in double.
+  virtual void adam_step(Stream& s, float* param, const float* grad, float* exp_avg,
+                         float* exp_avg_sq, float* max_exp_avg_sq, std::int64_t n, double lr,
+                         double beta1, double beta2, double eps, double weight_decay,
+                         double bias_correction1, double bias_correction2, bool amsgrad) = 0;
 };
 
 class Backend {

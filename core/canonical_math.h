@@ -64,6 +64,15 @@ DITTO_HD inline float div(float a, float b) {
 #endif
 }
 
+/// Correctly rounded square root (IEEE 754 requires it, like + - * /).
+DITTO_HD inline float sqrt(float a) {
+#if defined(__CUDA_ARCH__)
+  return __fsqrt_rn(a);
+#else
+  return std::sqrt(a);
+#endif
+}
+
 /// a * b + c with a single rounding.
 DITTO_HD inline float fma(float a, float b, float c) {
 #if defined(__CUDA_ARCH__)
@@ -138,6 +147,82 @@ DITTO_HD inline void sgd_update(float& p, float g, float* buf, float lr, float m
     g = nesterov ? add(g, mul(momentum, b)) : b;
   }
   p = add(p, mul(-lr, g));
+}
+
+// ---- Adam ---------------------------------------------------------------------------------------
+//
+// Note [Adam step]
+// torch.optim.Adam's single-tensor path (torch/optim/adam.py, _single_tensor_adam, foreach=False,
+// fused=False, capturable=False, maximize=False) runs, for a float32 parameter:
+//   grad = grad.add(param, alpha=wd)                          (only when wd != 0)
+//   exp_avg.lerp_(grad, 1 - beta1)
+//   exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+//   [amsgrad] torch.maximum(max_exp_avg_sq, exp_avg_sq, out=max_exp_avg_sq)
+//   denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)   (max_exp_avg_sq if amsgrad)
+//   param.addcdiv_(exp_avg, denom, value=-step_size)
+// with step_size = lr / bias_correction1 and bias_correction2_sqrt = sqrt(bias_correction2)
+// computed in double on the host (Python floats), and every Python scalar rounded to float when
+// it meets a float tensor. Per element, ATen's CPU kernels compute these as:
+//   add(alpha):  fma(alpha, other, self)             ufunc::add's vectorised body is fmadd
+//   lerp(w):     |w| < 0.5 ? fma(w, end - self, self) : fma(w - 1, end - self, end)
+//   mul, then addcmul(value):  self + (value * t1) * t2, three roundings
+//   sqrt, then division by the float scalar (a true division on the CPU), then + eps
+//   addcdiv(value): self + (value * t1) / t2
+//   maximum: NaN-propagating
+// adam_update below spells exactly that sequence. PyTorch's own backends are not consistent
+// with one another at the last bit (its CUDA kernels divide by a scalar through a reciprocal and
+// compute addcdiv as self + value * (t1 / t2)); ditto follows the CPU kernels on every backend.
+
+/// Float scalars of one Adam step, rounded from the double hyper-parameters as PyTorch rounds
+/// Python floats. Computed once per parameter on the host (adam_scalars).
+struct AdamScalars {
+  float weight_decay;           ///< float(wd)
+  float lerp_weight;            ///< float(1 - beta1)
+  float beta2;                  ///< float(beta2)
+  float one_minus_beta2;        ///< float(1 - beta2)
+  float bias_correction2_sqrt;  ///< float(sqrt(bias_correction2))
+  float eps;                    ///< float(eps)
+  float neg_step_size;          ///< float(-(lr / bias_correction1))
+  bool amsgrad;
+};
+
+/// The float scalars of Note [Adam step]; host only (double arithmetic as in Python).
+inline AdamScalars adam_scalars(double lr, double beta1, double beta2, double eps,
+                                double weight_decay, double bias_correction1,
+                                double bias_correction2, bool amsgrad) {
+  AdamScalars s{};
+  s.weight_decay = static_cast<float>(weight_decay);
+  s.lerp_weight = static_cast<float>(1.0 - beta1);
+  s.beta2 = static_cast<float>(beta2);
+  s.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  s.bias_correction2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
+  s.eps = static_cast<float>(eps);
+  s.neg_step_size = static_cast<float>(-(lr / bias_correction1));
+  s.amsgrad = amsgrad;
+  return s;
+}
+
+/// torch.maximum of two floats: NaN if either is NaN.
+DITTO_HD inline float maximum_nan(float a, float b) {
+  if (a != a) return a;
+  return a > b ? a : b;  // b when b is NaN
+}
+
+/// One torch.optim.Adam update of one element (Note [Adam step]); `vmax` is null unless amsgrad.
+DITTO_HD inline void adam_update(float& p, float g, float& m, float& v, float* vmax,
+                                 const AdamScalars& s) {
+  if (s.weight_decay != 0.0f) g = fma(s.weight_decay, p, g);
+  const float w = s.lerp_weight;
+  const float d = sub(g, m);
+  m = (w < 0.5f && w > -0.5f) ? fma(w, d, m) : fma(sub(w, 1.0f), d, g);
+  v = add(mul(v, s.beta2), mul(mul(s.one_minus_beta2, g), g));
+  float second = v;
+  if (s.amsgrad) {
+    *vmax = maximum_nan(*vmax, v);
+    second = *vmax;
+  }
+  const float denom = add(div(sqrt(second), s.bias_correction2_sqrt), s.eps);
+  p = add(p, div(mul(s.neg_step_size, m), denom));
 }
 
 }  // namespace ditto::canonical

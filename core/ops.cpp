@@ -6,6 +6,7 @@
 
 #include "core/backend.h"
 #include "core/error.h"
+#include "core/micro_shards.h"
 
 namespace ditto::ops {
 
@@ -291,6 +292,86 @@ void sum_inputs(const std::vector<Tensor>& inputs, Tensor& out, Determinism mode
   if (out.numel() == 0) return;
   kernels_of(out).sum_inputs(stream_of(out), ptrs.data(), static_cast<int>(ptrs.size()),
                              out.data<float>(), out.numel(), mode);
+}
+
+// ---- micro-sharded batch reductions ------------------------------------------------------------
+
+void gemm_tn_sharded(const Tensor& a, const Tensor& b, Tensor& c,
+                     const std::vector<std::int64_t>& bounds, bool accumulate) {
+  constexpr const char* op = "ops::gemm_tn_sharded";
+  check_tensor(op, "a", a);
+  check_dims(op, "a", a, 2, "[rows, M]");
+  check_tensor(op, "b", b);
+  check_device(op, "b", b, a.device(), "a");
+  check_dims(op, "b", b, 2, "[rows, N]");
+  const std::int64_t rows = a.size(0), M = a.size(1), N = b.size(1);
+  DITTO_CHECK(b.size(0) == rows, op, ": b: expected [rows, N] with rows = ", rows,
+              " (the rows of a of ", shape_str(a.shape()), "), got ", b.str());
+  check_tensor(op, "c", c);
+  check_device(op, "c", c, a.device(), "a");
+  DITTO_CHECK(c.shape() == (Shape{M, N}), op, ": c: expected [M, N] = ", shape_str({M, N}),
+              " for a of ", shape_str(a.shape()), " and b of ", shape_str(b.shape()), ", got ",
+              c.str());
+  check_no_overlap(op, "c", c, "a", a);
+  check_no_overlap(op, "c", c, "b", b);
+  check_shard_bounds(op, bounds, rows);
+  if (M == 0 || N == 0) return;
+  kernels_of(c).gemm_tn_sharded(stream_of(c), M, N, a.data<float>(), row_stride(a),
+                                b.data<float>(), row_stride(b), bounds, c.data<float>(),
+                                row_stride(c), accumulate);
+}
+
+void sum_rows_sharded(const Tensor& x, Tensor& out, const std::vector<std::int64_t>& bounds,
+                      bool accumulate) {
+  constexpr const char* op = "ops::sum_rows_sharded";
+  check_tensor(op, "x", x);
+  check_dims(op, "x", x, 2, "[rows, cols]");
+  check_tensor(op, "out", out);
+  check_device(op, "out", out, x.device(), "x");
+  DITTO_CHECK(out.shape() == Shape{x.size(1)}, op, ": out: expected [cols] = [", x.size(1),
+              "] for x of ", shape_str(x.shape()), ", got ", out.str());
+  check_no_overlap(op, "out", out, "x", x);
+  check_shard_bounds(op, bounds, x.size(0));
+  if (out.numel() == 0) return;
+  kernels_of(x).sum_rows_sharded(stream_of(x), x.data<float>(), x.size(0), x.size(1), bounds,
+                                 out.data<float>(), accumulate);
+}
+
+Tensor sum_sharded(const Tensor& x, const std::vector<std::int64_t>& bounds, float scale) {
+  constexpr const char* op = "ops::sum_sharded";
+  check_tensor(op, "x", x);
+  check_dims(op, "x", x, 1, "[n]");
+  check_shard_bounds(op, bounds, x.size(0));
+  Tensor out = Tensor::empty({}, DType::f32, x.device());
+  // Launched for an empty x too: the sum of nothing is +0.
+  kernels_of(x).sum_sharded(stream_of(x), x.data<float>(), bounds, scale, out.data<float>());
+  return out;
+}
+
+// ---- Adam ---------------------------------------------------------------------------------------
+
+void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                Tensor& max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
+                double weight_decay, double bias_correction1, double bias_correction2,
+                bool amsgrad) {
+  constexpr const char* op = "ops::adam_step_";
+  check_tensor(op, "param", param);
+  auto check_like_param = [&](const char* arg, const Tensor& t) {
+    check_tensor(op, arg, t);
+    check_device(op, arg, t, param.device(), "param");
+    DITTO_CHECK(t.shape() == param.shape(), op, ": ", arg, ": expected ",
+                shape_str(param.shape()), " (the shape of param), got ", t.str());
+  };
+  check_like_param("grad", grad);
+  check_like_param("exp_avg", exp_avg);
+  check_like_param("exp_avg_sq", exp_avg_sq);
+  if (amsgrad) check_like_param("max_exp_avg_sq", max_exp_avg_sq);
+  if (param.numel() == 0) return;
+  kernels_of(param).adam_step(stream_of(param), param.data<float>(), grad.data<float>(),
+                              exp_avg.data<float>(), exp_avg_sq.data<float>(),
+                              amsgrad ? max_exp_avg_sq.data<float>() : nullptr, param.numel(),
+                              lr, beta1, beta2, eps, weight_decay, bias_correction1,
+                              bias_correction2, amsgrad);
 }
 
 }  // namespace ditto::ops

@@ -4,7 +4,11 @@
 // Errors: InvalidArgument naming the op, the argument, what was expected and what came.
 #pragma once
 
+#include <cstdint>
+#include <vector>
+
 #include "core/determinism.h"
+#include "core/micro_shards.h"
 #include "core/tensor.h"
 
 namespace ditto::ops {
@@ -61,5 +65,37 @@ void sum_inputs(const std::vector<Tensor>& inputs, Tensor& out, Determinism mode
 /// validated by optim::SGD.
 void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, float lr, float momentum,
                float dampening, float weight_decay, bool nesterov, bool first_step);
+
+// ---- micro-sharded batch reductions (Note [Micro-shards], core/micro_shards.h) -----------------
+// `bounds` are S + 1 row offsets (micro_shard_bounds or local_bounds): at least 2 entries,
+// bounds[0] == 0, non-decreasing, last == the number of rows; InvalidArgument otherwise. Shards
+// are reduced in ascending row order from 0.0f, their partials combined with the canonical tree
+// over the shard index, in both determinism modes (Kernels::gemm_tn_sharded and siblings).
+
+/// c = (accumulate ? c + T : T), T = a^T @ b reduced over micro-shards of the rows: a [rows, M],
+/// b [rows, N], c [M, N], all f32 on one device; c must not overlap a or b. The weight gradient
+/// dW = dY^T X of a Linear layer in bitwise mode (torch: torch.addmm(c, a.t(), b)).
+void gemm_tn_sharded(const Tensor& a, const Tensor& b, Tensor& c,
+                     const std::vector<std::int64_t>& bounds, bool accumulate);
+
+/// out = (accumulate ? out + T : T), T[c] = sum over rows of x[r, c] reduced over micro-shards;
+/// x [rows, cols], out [cols] (the bias gradient; torch: x.sum(0)). out must not overlap x.
+void sum_rows_sharded(const Tensor& x, Tensor& out, const std::vector<std::int64_t>& bounds,
+                      bool accumulate);
+
+/// New 0-dim tensor scale * sum(x) reduced over micro-shards; x is 1-dim [n] (a mean loss with
+/// scale = 1 / batch size).
+Tensor sum_sharded(const Tensor& x, const std::vector<std::int64_t>& bounds, float scale);
+
+// ---- Adam ---------------------------------------------------------------------------------------
+
+/// One torch.optim.Adam update of `param` in place (Kernels::adam_step, Note [Adam step] in
+/// core/canonical_math.h): grad, exp_avg, exp_avg_sq (and max_exp_avg_sq when amsgrad; it may be
+/// undefined otherwise) have param's shape and device, f32. bias_correction1/2 = 1 - beta^step
+/// in double. Options are validated by optim::Adam; tensors here (InvalidArgument).
+void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                Tensor& max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
+                double weight_decay, double bias_correction1, double bias_correction2,
+                bool amsgrad);
 
 }  // namespace ditto::ops

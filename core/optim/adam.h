@@ -1,0 +1,64 @@
+// optim::Adam: torch.optim.Adam (Kingma & Ba, with the optional AMSGrad variant; L2 weight decay
+// added to the gradient, not AdamW's decoupled decay; maximize = false), step for step and in
+// PyTorch's per-element operation order (Note [Adam step] in core/canonical_math.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/optim/optimizer.h"
+
+namespace ditto::optim {
+
+/// Hyper-parameters of torch.optim.Adam, with its defaults. Doubles, like the Python floats
+/// PyTorch holds them in: step_size = lr / bias_correction1 is formed in double before it is
+/// rounded to float, exactly as PyTorch does.
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;    ///< betas[0]
+  double beta2 = 0.999;  ///< betas[1]
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  bool amsgrad = false;
+};
+
+class Adam : public Optimizer {
+ public:
+  /// Per parameter p with gradient g, at its step t = 1, 2, ... (torch.optim.Adam):
+  ///   g = g + weight_decay * p
+  ///   m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g * g
+  ///   amsgrad: v_max = max(v_max, v), used below in place of v
+  ///   p = p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+  /// beta^t is kept per parameter by repeated multiplication in double (not pow), so it is
+  /// the same on every platform. State (step, exp_avg, exp_avg_sq, max_exp_avg_sq) is created
+  /// zeroed on a parameter's device at its first step with a grad. Throws InvalidArgument with
+  /// PyTorch's messages for lr < 0 ("Invalid learning rate: -1"), eps < 0 ("Invalid epsilon
+  /// value"), a beta outside [0, 1) ("Invalid beta parameter at index 0: 1.5"), weight_decay < 0
+  /// ("Invalid weight_decay value"), any NaN, and what Optimizer's constructor throws.
+  Adam(std::vector<nn::Parameter*> params, AdamOptions options = {});
+
+  void step() override;
+
+  const AdamOptions& options() const { return options_; }
+
+  /// Number of steps parameter i has taken (0 before its first step with a grad).
+  std::int64_t step_count(std::size_t i) const { return state_.at(i).step; }
+  /// First-moment estimate of parameter i (undefined before its first step).
+  const Tensor& exp_avg(std::size_t i) const { return state_.at(i).exp_avg; }
+  /// Second-moment estimate of parameter i (undefined before its first step).
+  const Tensor& exp_avg_sq(std::size_t i) const { return state_.at(i).exp_avg_sq; }
+  /// Running maximum of exp_avg_sq (amsgrad only; undefined otherwise).
+  const Tensor& max_exp_avg_sq(std::size_t i) const { return state_.at(i).max_exp_avg_sq; }
+
+ private:
+  struct State {
+    std::int64_t step = 0;
+    double beta1_power = 1.0;  // beta1^step by repeated multiplication
+    double beta2_power = 1.0;
+    Tensor exp_avg, exp_avg_sq, max_exp_avg_sq;
+  };
+  AdamOptions options_;
+  std::vector<State> state_;
+};
+
+}  // namespace ditto::optim
