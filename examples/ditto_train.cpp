@@ -22,6 +22,8 @@
 #include "core/error.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
+#include "core/micro_shards.h"
+#include "core/optim/adam.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 
@@ -43,9 +45,23 @@ struct Args {
   float weight_decay = 0.0f;
   std::uint64_t seed = 0;
   double val_fraction = 0.2;
-  std::string determinism = "fast";
+  std::string determinism = "bitwise";
+  std::string loss = "cross-entropy";
+  std::string optimizer = "sgd";
+  bool lr_given = false;
+  std::int64_t micro_shards = kDefaultMicroShards;
   double sim_memory_gib = 80.0;
 };
+
+/// The loss's target for a batch: the labels themselves (cross-entropy) or their one-hot
+/// encoding as f32 [N, C] (MSE), on `device`.
+Tensor make_target(const Tensor& labels, std::int64_t classes, bool mse, const Device& device) {
+  if (!mse) return labels.to(device);
+  std::vector<std::int64_t> y = labels.to_vector<std::int64_t>();
+  std::vector<float> onehot(y.size() * static_cast<std::size_t>(classes), 0.0f);
+  for (std::size_t r = 0; r < y.size(); ++r) onehot[r * classes + y[r]] = 1.0f;
+  return Tensor::from_vector(onehot, {static_cast<std::int64_t>(y.size()), classes}, device);
+}
 
 std::vector<std::int64_t> parse_sizes(const std::string& text) {
   std::vector<std::int64_t> out;
@@ -85,14 +101,14 @@ struct Eval {
   double loss = 0, acc = 0;
 };
 
-Eval evaluate(parallel::DataParallel& dp, nn::CrossEntropyLoss& criterion,
+Eval evaluate(parallel::DataParallel& dp, nn::Loss& criterion, bool mse,
               const data::Dataset& ds, std::int64_t batch_size) {
   data::DataLoader loader(ds, batch_size, /*shuffle=*/false);
   double loss_sum = 0;
   std::int64_t correct = 0, seen = 0;
   for (data::Batch b : loader) {
     Tensor logits = dp.forward(b.x);
-    Tensor y = b.y.to(logits.device());
+    Tensor y = make_target(b.y, logits.size(1), mse, logits.device());
     loss_sum += static_cast<double>(criterion.forward(logits, y).item()) * b.x.size(0);
     std::vector<float> l = logits.to_vector<float>();
     std::vector<std::int64_t> t = b.y.to_vector<std::int64_t>();
@@ -121,6 +137,12 @@ int run(const Args& a) {
               a.val_fraction);
   DITTO_CHECK(a.sim_memory_gib > 0, "--sim-memory-gib: expected > 0, got ", a.sim_memory_gib);
   std::vector<std::int64_t> hidden = parse_sizes(a.hidden);
+  DITTO_CHECK(a.loss == "cross-entropy" || a.loss == "mse",
+              "--loss: expected cross-entropy or mse, got '", a.loss, "'");
+  DITTO_CHECK(a.optimizer == "sgd" || a.optimizer == "adam",
+              "--optimizer: expected sgd or adam, got '", a.optimizer, "'");
+  const bool mse = a.loss == "mse";
+  const float lr = a.lr_given ? a.lr : (a.optimizer == "adam" ? 0.001f : a.lr);
 
   std::string why;
   std::string backend = resolve_backend_name(a.backend, &why);
@@ -145,23 +167,35 @@ int run(const Args& a) {
   model->set_input_requires_grad(false);
   parallel::DataParallelOptions dpo;
   dpo.determinism = mode;
+  dpo.micro_shards = a.micro_shards;
   parallel::DataParallel dp(*model, devs, dpo);
-  nn::CrossEntropyLoss criterion;
-  criterion.set_determinism(mode);
-  optim::SGDOptions so;
-  so.lr = a.lr;
-  so.momentum = a.momentum;
-  so.weight_decay = a.weight_decay;
-  optim::SGD opt(model->parameters(), so);
+  std::unique_ptr<nn::Loss> criterion;
+  if (mse) criterion = std::make_unique<nn::MSELoss>();
+  else criterion = std::make_unique<nn::CrossEntropyLoss>();
+  criterion->set_determinism(mode);
+  std::unique_ptr<optim::Optimizer> opt;
+  if (a.optimizer == "adam") {
+    optim::AdamOptions ao;
+    ao.lr = lr;
+    ao.weight_decay = a.weight_decay;
+    opt = std::make_unique<optim::Adam>(model->parameters(), ao);
+  } else {
+    optim::SGDOptions so;
+    so.lr = lr;
+    so.momentum = a.momentum;
+    so.weight_decay = a.weight_decay;
+    opt = std::make_unique<optim::SGD>(model->parameters(), so);
+  }
 
   std::string arch;
   for (std::size_t i = 0; i < sizes.size(); ++i) arch += (i ? "-" : "") + std::to_string(sizes[i]);
   std::printf("ditto-train: backend=%s devices=%d determinism=%s model=%s params=%" PRId64
               " data=%s rows=%" PRId64 " (train %" PRId64 ", val %" PRId64 ") batch=%" PRId64
-              " epochs=%d lr=%g momentum=%g seed=%" PRIu64 "\n",
+              " epochs=%d loss=%s optimizer=%s lr=%g momentum=%g seed=%" PRIu64 "\n",
               be.name().c_str(), a.devices, determinism_name(mode), arch.c_str(),
               model->num_parameters(), a.data.c_str(), all.size(), train.size(), val.size(),
-              a.batch_size, a.epochs, a.lr, a.momentum, a.seed);
+              a.batch_size, a.epochs, a.loss.c_str(), a.optimizer.c_str(), lr,
+              a.optimizer == "sgd" ? a.momentum : 0.0f, a.seed);
   std::fflush(stdout);
 
   data::DataLoader loader(train, a.batch_size, /*shuffle=*/true, a.seed, /*drop_last=*/false);
@@ -174,22 +208,22 @@ int run(const Args& a) {
     std::int64_t seen = 0;
     for (data::Batch b : loader) {
       Tensor out = dp.forward(b.x);
-      Tensor loss = criterion.forward(out, b.y.to(out.device()));
-      opt.zero_grad(true);
-      dp.backward(criterion.backward());
-      opt.step();
+      Tensor loss = criterion->forward(out, make_target(b.y, classes, mse, out.device()));
+      opt->zero_grad(true);
+      dp.backward(criterion->backward());
+      opt->step();
       loss_sum += static_cast<double>(loss.item()) * b.x.size(0);
       seen += b.x.size(0);
     }
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     train_time += dt;
     train_loss = seen ? loss_sum / seen : 0.0;
-    ev = evaluate(dp, criterion, val, 512);
+    ev = evaluate(dp, *criterion, mse, val, 512);
     std::printf("epoch %3d  train_loss=%.4f  val_loss=%.4f  val_acc=%.4f  samples/s=%.0f\n", epoch,
                 train_loss, ev.loss, ev.acc, dt > 0 ? seen / dt : 0.0);
     std::fflush(stdout);
   }
-  if (a.epochs == 0) ev = evaluate(dp, criterion, val, 512);
+  if (a.epochs == 0) ev = evaluate(dp, *criterion, mse, val, 512);
   std::printf("final: backend=%s devices=%d determinism=%s epochs=%d train_loss=%.6f "
               "val_loss=%.6f val_acc=%.4f train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
               be.name().c_str(), a.devices, determinism_name(mode), a.epochs, train_loss, ev.loss,
@@ -217,17 +251,26 @@ int main(int argc, char** argv) {
   app.add_option("--epochs", a.epochs, "training epochs")->capture_default_str();
   app.add_option("--batch-size", a.batch_size, "global batch size (split over the devices)")
       ->capture_default_str();
-  app.add_option("--lr", a.lr, "SGD learning rate")->capture_default_str();
+  app.add_option("--lr", a.lr, "learning rate (default 0.05 for sgd, 0.001 for adam)");
   app.add_option("--momentum", a.momentum, "SGD momentum")->capture_default_str();
+  app.add_option("--loss", a.loss, "cross-entropy or mse (on one-hot targets)")
+      ->capture_default_str();
+  app.add_option("--optimizer", a.optimizer, "sgd or adam")->capture_default_str();
+  app.add_option("--micro-shards", a.micro_shards,
+                 "micro-shards K of a batch in bitwise mode (power of two >= devices)")
+      ->capture_default_str();
   app.add_option("--weight-decay", a.weight_decay, "SGD weight decay")->capture_default_str();
   app.add_option("--seed", a.seed, "seed for initialisation, split and shuffling")
       ->capture_default_str();
   app.add_option("--val-fraction", a.val_fraction, "fraction of rows held out for validation")
       ->capture_default_str();
-  app.add_option("--determinism", a.determinism, "bitwise or fast")->capture_default_str();
+  app.add_option("--determinism", a.determinism,
+                 "bitwise (same bits for any power-of-two device count) or fast")
+      ->capture_default_str();
   app.add_option("--sim-memory-gib", a.sim_memory_gib, "memory capacity of each simulated device")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  a.lr_given = app.count("--lr") > 0;
   try {
     return run(a);
   } catch (const ditto::Error& e) {

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "core/backend.h"
+#include "core/micro_shards.h"
 #include "core/nn/linear.h"
 #include "core/nn/loss.h"
 #include "core/nn/relu.h"
@@ -178,6 +179,7 @@ TEST_F(NNTest, LinearBitwiseIsAscendingFmaChainPlusBias) {
   nn::Linear lin(7, 3, dev(), 5);
   lin.set_determinism(Determinism::bitwise);
   const std::int64_t n = 4;
+  lin.set_micro_shards({0, n});  // one micro-shard: the batch reduction is one ascending chain
   auto xv = values(n * 7, 2), gv = values(n * 3, 3);
   Tensor x = Tensor::from_vector(xv, {n, 7}, dev());
   auto w = lin.weight().data.to_vector<float>(), b = lin.bias().data.to_vector<float>();
@@ -200,6 +202,39 @@ TEST_F(NNTest, LinearBitwiseIsAscendingFmaChainPlusBias) {
       EXPECT_EQ(gw[o * 7 + k], acc) << o << "," << k;
     }
   }
+}
+
+TEST_F(NNTest, LinearBitwiseBatchReductionFollowsTheMicroShardTree) {
+  // Default micro-shards: K = 64 over the batch; each shard an ascending fma chain from zero,
+  // shards combined by the canonical tree (Note [Micro-shards]).
+  nn::Linear lin(5, 2, dev(), 6);
+  lin.set_determinism(Determinism::bitwise);
+  const std::int64_t n = 100;
+  auto xv = values(n * 5, 8), gv = values(n * 2, 9);
+  for (std::size_t i = 0; i < xv.size(); i += 3) xv[i] *= 1e4f;  // mixed magnitudes
+  lin.forward(Tensor::from_vector(xv, {n, 5}, dev()));
+  lin.backward(Tensor::from_vector(gv, {n, 2}, dev()));
+  auto gw = lin.weight().grad.to_vector<float>();
+  std::vector<std::int64_t> bounds = micro_shard_bounds(n, kDefaultMicroShards);
+  std::size_t differs_from_chain = 0;
+  for (std::int64_t o = 0; o < 2; ++o)
+    for (std::int64_t k = 0; k < 5; ++k) {
+      std::function<float(std::int64_t, std::int64_t)> tree = [&](std::int64_t lo, std::int64_t hi) {
+        if (hi - lo == 1) {
+          float acc = 0.0f;
+          for (std::int64_t r = bounds[lo]; r < bounds[lo + 1]; ++r)
+            acc = std::fma(gv[r * 2 + o], xv[r * 5 + k], acc);
+          return acc;
+        }
+        std::int64_t mid = tree_mid(lo, hi);
+        return tree(lo, mid) + tree(mid, hi);
+      };
+      EXPECT_EQ(gw[o * 5 + k], tree(0, kDefaultMicroShards)) << o << "," << k;
+      float chain = 0.0f;
+      for (std::int64_t r = 0; r < n; ++r) chain = std::fma(gv[r * 2 + o], xv[r * 5 + k], chain);
+      differs_from_chain += chain != gw[o * 5 + k];
+    }
+  EXPECT_GT(differs_from_chain, 0u);  // the order matters on these inputs
 }
 
 TEST_F(NNTest, LinearGradientsMatchFiniteDifferences) {

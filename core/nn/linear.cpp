@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "core/micro_shards.h"
 #include "core/ops.h"
 #include "core/random.h"
 
@@ -61,6 +62,21 @@ Tensor Linear::backward(const Tensor& grad_output) {
   DITTO_CHECK(grad_output.device() == input_.device(), str(),
               ".backward: grad_output: expected a tensor on ", input_.device().str(), ", got ",
               grad_output.str());
+  if (determinism_ == Determinism::bitwise) {
+    // Note [Micro-shards]: rows summed in order inside each micro-shard, shards combined by the
+    // canonical tree, so the result does not depend on how many devices share the batch.
+    const std::vector<std::int64_t> bounds =
+        micro_shards_.empty() ? micro_shard_bounds(n, kDefaultMicroShards) : micro_shards_;
+    DITTO_CHECK(bounds.back() == n, str(), ".backward: micro-shards cover ", bounds.back(),
+                " rows, the batch has ", n, " (set_micro_shards before forward)");
+    const bool acc_w = weight_.grad.defined(), acc_b = bias_.grad.defined();
+    if (!acc_w) weight_.grad = Tensor::empty({out_, in_}, DType::f32, grad_output.device());
+    if (!acc_b) bias_.grad = Tensor::empty({out_}, DType::f32, grad_output.device());
+    ops::gemm_tn_sharded(grad_output, input_, weight_.grad, bounds, acc_w);
+    ops::sum_rows_sharded(grad_output, bias_.grad, bounds, acc_b);
+    if (!input_requires_grad_) return Tensor();
+    return ops::matmul(grad_output, weight_.data, false, false, determinism_);
+  }
   // grad_W[out, in] (+)= gy[N, out]^T @ x[N, in]
   if (weight_.grad.defined())
     ops::gemm(grad_output, input_, weight_.grad, true, false, 1.0f, 1.0f, determinism_);

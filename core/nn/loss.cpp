@@ -3,6 +3,7 @@
 // loss's determinism mode.
 #include "core/nn/loss.h"
 
+#include "core/micro_shards.h"
 #include "core/ops.h"
 
 namespace ditto::nn {
@@ -21,6 +22,14 @@ Tensor grad_or_one(const Tensor& grad_loss, const Device& device, const char* ca
               call, ": grad_loss: expected a 0-dim f32 tensor on ", device.str(), ", got ",
               grad_loss.str());
   return grad_loss.dim() == 0 ? grad_loss : grad_loss.view({});
+}
+
+// scale * sum of per-sample losses; in bitwise mode over the canonical micro-shard tree of the
+// batch (Note [Micro-shards]), so a loss computed per rank (DDP) composes like the gradients.
+Tensor mean_of(const Tensor& per_sample, float scale, Determinism mode) {
+  if (mode != Determinism::bitwise) return ops::sum(per_sample, scale, mode);
+  return ops::sum_sharded(per_sample, micro_shard_bounds(per_sample.size(0), kDefaultMicroShards),
+                          scale);
 }
 
 }  // namespace
@@ -47,7 +56,7 @@ Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
   Tensor per_sample = ops::mse(x, t);
   input_ = x;
   target_ = t;
-  return ops::sum(per_sample, 1.0f / static_cast<float>(input.numel()), determinism_);
+  return mean_of(per_sample, 1.0f / static_cast<float>(input.numel()), determinism_);
 }
 
 Tensor MSELoss::backward(const Tensor& grad_loss) {
@@ -76,7 +85,7 @@ Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
   }
   input_ = input;
   target_ = target;
-  return ops::sum(per_sample, 1.0f / static_cast<float>(input.size(0)), determinism_);
+  return mean_of(per_sample, 1.0f / static_cast<float>(input.size(0)), determinism_);
 }
 
 Tensor CrossEntropyLoss::backward(const Tensor& grad_loss) {

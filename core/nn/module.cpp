@@ -53,6 +53,7 @@ std::int64_t Module::num_parameters() {
 void copy_settings(const Module& from, Module& to) {
   to.set_determinism(from.determinism());
   to.set_input_requires_grad(from.input_requires_grad());
+  to.set_micro_shards(from.micro_shards());
 }
 
 }  // namespace ditto::nn

@@ -60,6 +60,15 @@ class Module {
   virtual void set_determinism(Determinism d) { determinism_ = d; }
   Determinism determinism() const { return determinism_; }
 
+  /// Micro-shard boundaries of the next forward's batch (Note [Micro-shards] in
+  /// core/micro_shards.h): S+1 ascending row offsets from 0 to the batch size. In bitwise mode
+  /// the batch reductions of backward (weight and bias gradients) sum rows in order inside each
+  /// micro-shard and combine the shards with the canonical tree. Empty (the default) means
+  /// kDefaultMicroShards shards over the whole batch. DataParallel sets each replica's local
+  /// shards. Containers pass it on.
+  virtual void set_micro_shards(std::vector<std::int64_t> bounds) { micro_shards_ = std::move(bounds); }
+  const std::vector<std::int64_t>& micro_shards() const { return micro_shards_; }
+
   /// Set every parameter's grad to zero (allocating where undefined).
   void zero_grad();
   /// Move every parameter (and grad) to `device`.
@@ -72,9 +81,11 @@ class Module {
  protected:
   bool input_requires_grad_ = true;
   Determinism determinism_ = Determinism::fast;
+  std::vector<std::int64_t> micro_shards_;
 };
 
-/// Copy the settings (input_requires_grad, determinism) of `from` to `to` (for clone()).
+/// Copy the settings (input_requires_grad, determinism, micro-shards) of `from` to `to` (for
+/// clone()).
 void copy_settings(const Module& from, Module& to);
 
 }  // namespace ditto::nn

@@ -18,6 +18,7 @@ Sequential& Sequential::add(std::unique_ptr<Module> child) {
   const std::string prefix = std::to_string(children_.size()) + ".";
   for (Parameter* p : child->parameters()) p->name = prefix + p->name;
   child->set_determinism(determinism_);
+  child->set_micro_shards(micro_shards_);
   child->set_input_requires_grad(children_.empty() ? input_requires_grad_ : true);
   children_.push_back(std::move(child));
   return *this;
@@ -60,6 +61,11 @@ std::unique_ptr<Module> Sequential::clone() const {
 void Sequential::set_input_requires_grad(bool v) {
   input_requires_grad_ = v;
   if (!children_.empty()) children_.front()->set_input_requires_grad(v);
+}
+
+void Sequential::set_micro_shards(std::vector<std::int64_t> bounds) {
+  for (auto& c : children_) c->set_micro_shards(bounds);
+  micro_shards_ = std::move(bounds);
 }
 
 void Sequential::set_determinism(Determinism d) {

@@ -41,6 +41,7 @@ class Sequential : public Module {
   void set_input_requires_grad(bool v) override;
   /// Passed to every child.
   void set_determinism(Determinism d) override;
+  void set_micro_shards(std::vector<std::int64_t> bounds) override;
 
  private:
   std::vector<std::unique_ptr<Module>> children_;

@@ -37,6 +37,11 @@ void WithLoss::set_input_requires_grad(bool v) {
   model_->set_input_requires_grad(v);
 }
 
+void WithLoss::set_micro_shards(std::vector<std::int64_t> bounds) {
+  model_->set_micro_shards(bounds);
+  micro_shards_ = std::move(bounds);
+}
+
 void WithLoss::set_determinism(Determinism d) {
   determinism_ = d;
   model_->set_determinism(d);

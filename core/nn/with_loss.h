@@ -35,6 +35,8 @@ class WithLoss : public Module {
   void set_input_requires_grad(bool v) override;
   /// Passed to the model and the loss.
   void set_determinism(Determinism d) override;
+  /// Passed to the model.
+  void set_micro_shards(std::vector<std::int64_t> bounds) override;
 
   Module& model() { return *model_; }
   Loss& loss() { return *loss_; }

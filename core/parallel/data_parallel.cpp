@@ -5,6 +5,7 @@
 
 #include "core/comm.h"
 #include "core/error.h"
+#include "core/micro_shards.h"
 #include "core/ops.h"
 #include "core/parallel/parallel_apply.h"
 
@@ -29,6 +30,13 @@ DataParallel::DataParallel(nn::Module& module, std::vector<Device> devices,
     DITTO_CHECK(p->data.device() == devices_[0], "DataParallel: module must have its parameters on ",
                 devices_[0].str(), " (devices[0]) but parameter '", p->name, "' is on ",
                 p->data.device().str());
+  if (options_.determinism == Determinism::bitwise) {
+    const std::int64_t k = options_.micro_shards;
+    DITTO_CHECK(k >= 1 && (k & (k - 1)) == 0, "DataParallel: micro_shards: expected a power of two, got ", k);
+    DITTO_CHECK(static_cast<std::int64_t>(devices_.size()) <= k, "DataParallel: bitwise mode with ",
+                k, " micro-shards supports at most ", k, " devices, got ", devices_.size(),
+                " (raise micro_shards)");
+  }
   output_device_ = options_.output_device.value_or(devices_[0]);
   if (!output_device_.is_cpu()) output_device_.backend();
   module_.set_determinism(options_.determinism);
@@ -77,9 +85,14 @@ Tensor DataParallel::forward(const std::vector<Tensor>& inputs) {
   for (const Tensor& t : inputs) last_input_devices_.push_back(t.device());
   const std::int64_t batch = inputs[0].size(dim);
 
+  const bool bitwise = options_.determinism == Determinism::bitwise;
+  std::vector<std::int64_t> shard_bounds;
+  if (bitwise) shard_bounds = micro_shard_bounds(batch, options_.micro_shards);
+
   if (devices_.size() == 1) {
     std::vector<Tensor> moved;
     for (const Tensor& t : inputs) moved.push_back(t.to(devices_[0]));
+    if (bitwise) module_.set_micro_shards(shard_bounds);
     Tensor out = module_.forward(moved);
     last_chunks_ = {batch};
     last_output_shape_ = out.shape();
@@ -87,8 +100,23 @@ Tensor DataParallel::forward(const std::vector<Tensor>& inputs) {
     return out.device() == output_device_ ? out : out.to(output_device_);
   }
 
-  std::vector<std::int64_t> chunks = comm::chunk_sizes(batch, static_cast<std::int64_t>(devices_.size()));
-  if (chunks.empty()) chunks = {0};  // an empty batch still runs one replica
+  // fast: torch.chunk sizes (fewer replicas for a small batch); bitwise: every device takes the
+  // rows of its micro-shards [d*K/D, (d+1)*K/D), possibly none.
+  std::vector<std::int64_t> chunks;
+  std::vector<std::vector<std::int64_t>> local_shards;
+  const auto n_dev = static_cast<std::int64_t>(devices_.size());
+  if (bitwise) {
+    const std::int64_t k = options_.micro_shards;
+    for (std::int64_t d = 0; d < n_dev; ++d) {
+      const std::int64_t first = d * k / n_dev, last = (d + 1) * k / n_dev;
+      chunks.push_back(shard_bounds[static_cast<std::size_t>(last)] -
+                       shard_bounds[static_cast<std::size_t>(first)]);
+      local_shards.push_back(local_bounds(shard_bounds, first, last));
+    }
+  } else {
+    chunks = comm::chunk_sizes(batch, n_dev);
+    if (chunks.empty()) chunks = {0};  // an empty batch still runs one replica
+  }
   const int n = static_cast<int>(chunks.size());
   std::vector<Device> devs(devices_.begin(), devices_.begin() + n);
   std::vector<std::vector<Tensor>> per_replica(static_cast<std::size_t>(n));
@@ -97,6 +125,9 @@ Tensor DataParallel::forward(const std::vector<Tensor>& inputs) {
     for (int i = 0; i < n; ++i) per_replica[static_cast<std::size_t>(i)].push_back(parts[static_cast<std::size_t>(i)]);
   }
   replicate(n);
+  if (bitwise)
+    for (int i = 0; i < n; ++i)
+      replicas_[static_cast<std::size_t>(i)]->set_micro_shards(local_shards[static_cast<std::size_t>(i)]);
   std::vector<Tensor> outputs(static_cast<std::size_t>(n));
   parallel_apply(devs, "forward", [&](int i) {
     outputs[static_cast<std::size_t>(i)] =

@@ -11,7 +11,8 @@
 // forward replicates the updated parameters.
 //
 // With one device the module is called directly (as PyTorch does). The module's parameters must
-// be on devices[0].
+// be on devices[0]. In bitwise mode the split follows micro-shard boundaries (see
+// DataParallelOptions::determinism).
 #pragma once
 
 #include <memory>
@@ -28,8 +29,13 @@ struct DataParallelOptions {
   std::optional<Device> output_device;
   /// Dimension along which inputs are scattered and outputs gathered.
   std::int64_t dim = 0;
-  /// Reduction order of the gradient reduction (and of the replicas' kernels).
+  /// Reduction order of the gradient reduction (and of the replicas' kernels). In bitwise mode
+  /// the batch is scattered along micro-shard boundaries instead of torch.chunk sizes, and every
+  /// device runs a replica even when its share of a small batch is empty (Note [Micro-shards]),
+  /// so the parameters come out the same, bit for bit, for 1, 2, 4, ... micro_shards devices.
   Determinism determinism = Determinism::fast;
+  /// Micro-shards K of a global batch in bitwise mode (a power of two >= the device count).
+  std::int64_t micro_shards = 64;
   /// Bucket size in bytes for broadcast_coalesced / reduce_add_coalesced (torch uses 10 MiB).
   std::size_t buffer_size = std::size_t(10) << 20;
 };
