@@ -22,11 +22,7 @@
 
 #include <cmath>
 
-#if defined(__CUDACC__)
-#define DITTO_HD __host__ __device__
-#else
-#define DITTO_HD
-#endif
+#include "core/portable_math.h"  // defines DITTO_HD
 
 namespace ditto::canonical {
 
@@ -83,25 +79,13 @@ DITTO_HD inline float fma(float a, float b, float c) {
 }
 
 // ---- transcendental functions ------------------------------------------------------------------
-// DESIGN rule 4 asks for one portable implementation built from +, *, fma, / and sqrt. Until it
-// lands these forward to the platform's libm; every kernel calls them only through here so the
-// swap is one edit.
+// DESIGN rule 4: one portable implementation built from +, *, fma, / and sqrt, identical on the
+// host and on CUDA devices (core/portable_math.h, Note [Portable math]); never libm or CUDA's
+// intrinsics. Every kernel calls them only through here.
 
-DITTO_HD inline float exp(float x) {
-#if defined(__CUDA_ARCH__)
-  return ::expf(x);
-#else
-  return std::exp(x);
-#endif
-}
+DITTO_HD inline float exp(float x) { return pmath::exp(x); }
 
-DITTO_HD inline float log(float x) {
-#if defined(__CUDA_ARCH__)
-  return ::logf(x);
-#else
-  return std::log(x);
-#endif
-}
+DITTO_HD inline float log(float x) { return pmath::log(x); }
 
 // ---- reductions ----------------------------------------------------------------------------------
 
