@@ -1,0 +1,125 @@
+// bench_bitwise: bitwise against fast mode, measured in the same run on the same machine.
+//
+//   build/bin/bench_bitwise [--quick]
+//
+// 1. GEMM GFLOP/s on one simulated device for square sizes (C = A @ B, f32): canonical fma-chain
+//    kernel (bitwise) against Eigen (fast).
+// 2. Trainer samples/s: DataParallel + SGD over 4 simulated devices on (a) the digits MLP
+//    64-128-10, batch 64, and (b) an MLP 784-1024-1024-10, batch 256, synthetic data.
+// Each figure is the median of several repetitions; the ratio column is bitwise / fast.
+// Timings are wall-clock on a shared machine: compare ratios, not absolute numbers.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/nn/loss.h"
+#include "core/nn/sequential.h"
+#include "core/ops.h"
+#include "core/optim/sgd.h"
+#include "core/parallel/data_parallel.h"
+#include "core/random.h"
+
+using namespace ditto;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double median_seconds(int reps, const std::function<void()>& fn) {
+  std::vector<double> t;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    fn();
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+Tensor random(const Shape& s, std::uint64_t seed, const Device& d) {
+  std::vector<float> v(static_cast<std::size_t>(shape_numel(s)));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = uniform(seed, stream_id(kStreamSynthetic, 77), i, -1, 1);
+  return Tensor::from_vector(v, s, d);
+}
+
+double gemm_gflops(std::int64_t n, Determinism mode, int reps) {
+  Device d("sim", 0);
+  Tensor a = random({n, n}, 1, d), b = random({n, n}, 2, d), c = Tensor::zeros({n, n}, DType::f32, d);
+  Stream& s = current_stream(d);
+  const int inner = std::max<int>(1, static_cast<int>(2e8 / (2.0 * n * n * n)));
+  ops::gemm(a, b, c, false, false, 1.0f, 0.0f, mode);  // warm-up
+  s.synchronize();
+  double t = median_seconds(reps, [&] {
+    for (int i = 0; i < inner; ++i) ops::gemm(a, b, c, false, false, 1.0f, 0.0f, mode);
+    s.synchronize();
+  });
+  return 2.0 * n * n * n * inner / t / 1e9;
+}
+
+double trainer_samples_per_s(const std::vector<std::int64_t>& sizes, std::int64_t batch, int steps,
+                             int n_dev, Determinism mode, int reps) {
+  std::vector<Device> devs = devices("sim", n_dev);
+  auto model = nn::mlp(sizes, devs[0], 0);
+  parallel::DataParallelOptions o;
+  o.determinism = mode;
+  parallel::DataParallel dp(*model, devs, o);
+  nn::CrossEntropyLoss loss;
+  loss.set_determinism(mode);
+  optim::SGD opt(model->parameters(), {.lr = 0.01f, .momentum = 0.9f});
+  const std::int64_t classes = sizes.back();
+  Tensor x = random({batch, sizes.front()}, 3, Device::cpu());
+  std::vector<std::int64_t> yv(static_cast<std::size_t>(batch));
+  for (std::size_t i = 0; i < yv.size(); ++i) yv[i] = static_cast<std::int64_t>(i) % classes;
+  Tensor y = Tensor::from_vector(yv, {batch});
+  auto step = [&] {
+    Tensor out = dp.forward(x);
+    Tensor l = loss.forward(out, y.to(out.device()));
+    opt.zero_grad(true);
+    dp.backward(loss.backward());
+    opt.step();
+    (void)l.item();  // the trainer reads the loss every step
+  };
+  step();  // warm-up
+  double t = median_seconds(reps, [&] {
+    for (int i = 0; i < steps; ++i) step();
+  });
+  return static_cast<double>(batch) * steps / t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  const int reps = quick ? 3 : 5;
+  BackendOptions bo;
+  bo.device_count = 4;
+  init_backend("sim", bo);
+
+  std::printf("%-34s %14s %14s %8s\n", "benchmark", "bitwise", "fast", "ratio");
+  for (std::int64_t n : {64, 256, 512, 1024}) {
+    if (quick && n > 512) continue;
+    double bw = gemm_gflops(n, Determinism::bitwise, reps);
+    double fs = gemm_gflops(n, Determinism::fast, reps);
+    std::printf("%-34s %9.1f GF/s %9.1f GF/s %8.2f\n",
+                ("gemm " + std::to_string(n) + "x" + std::to_string(n)).c_str(), bw, fs, bw / fs);
+  }
+  struct Model {
+    const char* name;
+    std::vector<std::int64_t> sizes;
+    std::int64_t batch;
+    int steps;
+  };
+  for (const Model& m : {Model{"train 64-128-10 b64 4dev", {64, 128, 10}, 64, 50},
+                         Model{"train 784-1024-1024-10 b256 4dev", {784, 1024, 1024, 10}, 256, 5}}) {
+    double bw = trainer_samples_per_s(m.sizes, m.batch, quick ? m.steps / 2 : m.steps, 4,
+                                      Determinism::bitwise, reps);
+    double fs = trainer_samples_per_s(m.sizes, m.batch, quick ? m.steps / 2 : m.steps, 4,
+                                      Determinism::fast, reps);
+    std::printf("%-34s %7.0f smp/s %7.0f smp/s %8.2f\n", m.name, bw, fs, bw / fs);
+  }
+  return 0;
+}
