@@ -195,7 +195,7 @@ float host_tree(int lo, int hi, std::int64_t i) {
 
 TEST_F(CommTest, ReduceAddBitwiseFollowsTheCanonicalTree) {
   const std::int64_t numel = 500;
-  for (int n : {4, 8}) {
+  for (int n = 1; n <= 16; ++n) {
     SCOPED_TRACE(detail::cat(n, " inputs"));
     std::vector<Tensor> in;
     std::vector<std::vector<Tensor>> lists;
@@ -211,7 +211,8 @@ TEST_F(CommTest, ReduceAddBitwiseFollowsTheCanonicalTree) {
       for (int r = 1; r < n; ++r) left = left + mixed(r, i);
       differ += bits(left) != bits(host_tree(0, n, i));
     }
-    ASSERT_GT(differ, 10) << "inputs do not tell the tree from a left-to-right sum";
+    // Up to 3 inputs the tree is the left-to-right sum; from 4 on the inputs must differ.
+    if (n >= 4) ASSERT_GT(differ, 10) << "inputs do not tell the tree from a left-to-right sum";
     auto got = comm::reduce_add(in, sim(3), Determinism::bitwise).to_vector<float>();
     auto got_host = comm::reduce_add(in, Device::cpu(), Determinism::bitwise).to_vector<float>();
     auto co = comm::reduce_add_coalesced(lists, sim(1), 1000, Determinism::bitwise);
