@@ -17,6 +17,7 @@ namespace sim {
 
 namespace {
 constexpr int kMaxDevices = 65536;
+constexpr int kDefaultDevices = 8;
 
 std::string bytes_str(std::size_t b) {
   std::ostringstream os;
@@ -33,12 +34,12 @@ SimStream& as_sim(Stream& s, const char* call) {
 }
 
 SimBackend::SimBackend(const BackendOptions& options) {
-  DITTO_CHECK(options.device_count >= 1 && options.device_count <= kMaxDevices,
-              "sim backend: device_count: expected 1..", kMaxDevices, ", got ",
-              options.device_count);
+  const int count = options.device_count.value_or(kDefaultDevices);
+  DITTO_CHECK(count >= 1 && count <= kMaxDevices, "sim backend: device_count: expected 1..",
+              kMaxDevices, ", got ", count);
   DITTO_CHECK(options.memory_capacity > 0, "sim backend: memory_capacity must be positive");
-  devices_.reserve(static_cast<std::size_t>(options.device_count));
-  for (int i = 0; i < options.device_count; ++i) {
+  devices_.reserve(static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) {
     auto d = std::make_unique<VirtualDevice>();
     d->stream = std::make_unique<SimStream>(Device("sim", i));
     d->capacity = options.memory_capacity;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,7 +38,10 @@ struct MemoryStats {
 
 /// Options for creating a backend instance. Fields a backend does not use are ignored.
 struct BackendOptions {
-  int device_count = 8;                                   ///< sim: number of virtual devices
+  /// Number of devices. Unset: the backend's default (sim: 8 virtual devices; cuda: one per
+  /// visible GPU). cuda: more than the physical GPUs oversubscribes them (logical device i runs
+  /// on GPU i % physical).
+  std::optional<int> device_count;
   std::size_t memory_capacity = std::size_t(80) << 30;    ///< sim: bytes per device (80 GiB)
 };
 

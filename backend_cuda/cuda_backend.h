@@ -1,0 +1,80 @@
+// CudaBackend: ditto's Backend on the CUDA runtime (memory, streams, copies), cuBLAS and ditto's own
+// kernels (cuda_kernels.cu), and NCCL communicators (cuda_communicator.cpp). Built only where CMake
+// finds the CUDA toolkit and NCCL (DITTO_WITH_CUDA).
+//
+// Logical devices: BackendOptions::device_count logical devices (default: one per visible GPU);
+// logical device i runs on physical GPU i % physical_count() (oversubscription: "--devices 8" on a
+// 1-GPU machine). Each logical device has its own default stream, cuBLAS handle and memory
+// accounting (live and peak bytes; capacity = the physical GPU's total memory).
+//
+// No GPU, no driver or a driver too old: constructing the backend throws BackendError
+// "no CUDA device: <reason>".
+#pragma once
+
+#include <cublas_v2.h>
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "backend_cuda/cuda_stream.h"
+#include "core/backend.h"
+#include "core/communicator.h"
+
+namespace ditto::cuda {
+
+class CudaBackend;
+
+std::unique_ptr<Kernels> make_cuda_kernels(CudaBackend& backend);
+std::shared_ptr<CommunicatorImpl> make_cuda_communicator(CudaBackend& backend,
+                                                         const std::vector<int>& devices,
+                                                         const CommOptions& options);
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const BackendOptions& options);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  int device_count() const override { return static_cast<int>(devices_.size()); }
+  DeviceProperties properties(int index) const override;
+  MemoryStats memory_stats(int index) const override;
+  void reset_peak_memory(int index) override;
+
+  void* allocate(int index, std::size_t bytes) override;
+  void deallocate(int index, void* ptr, std::size_t bytes) noexcept override;
+
+  Stream& default_stream(int index) override { return *devices_[index]->stream; }
+  std::unique_ptr<Stream> create_stream(int index) override;
+  std::unique_ptr<Event> create_event(int index) override;
+
+  void copy_from_host(Stream& s, void* dst, const void* src, std::size_t bytes) override;
+  void copy_to_host(Stream& s, void* dst, const void* src, std::size_t bytes) override;
+  void copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void* src,
+               std::size_t src_pitch, std::size_t row_bytes, std::size_t rows) override;
+
+  Kernels& kernels() override { return *kernels_; }
+  std::shared_ptr<CommunicatorImpl> create_communicator(const std::vector<int>& devices,
+                                                        const CommOptions& options) override;
+
+  /// Physical GPU of logical device `index`.
+  int physical_device(int index) const { return devices_[index]->physical; }
+  int physical_count() const { return physical_count_; }
+  /// cuBLAS handle of logical device `index` (created on first use).
+  cublasHandle_t cublas(int index);
+
+ private:
+  struct LogicalDevice {
+    int physical = 0;
+    std::unique_ptr<CudaStream> stream;
+    std::size_t capacity = 0;
+    std::atomic<std::size_t> in_use{0};
+    std::atomic<std::size_t> peak{0};
+    cublasHandle_t cublas = nullptr;
+  };
+  int physical_count_ = 0;
+  std::vector<std::unique_ptr<LogicalDevice>> devices_;
+  std::unique_ptr<Kernels> kernels_;
+};
+
+}  // namespace ditto::cuda
