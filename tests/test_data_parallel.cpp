@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 #include <mutex>
 #include <set>
 #include <cmath>
@@ -288,6 +290,34 @@ TEST_F(DataParallelTest, ArgumentErrors) {
   auto m0 = nn::mlp({3, 4, 2}, Device("sim", 0), 5);
   parallel::DataParallel dp(*m0, devs(2));
   expect([&] { dp.forward(random_tensor({4, 5}, 1)); }, "expected [N, 3], got [2, 5]");
+}
+
+}  // namespace
+}  // namespace ditto
+
+namespace ditto {
+namespace {
+
+TEST_F(DataParallelTest, NestedParallelApplyDoesNotDeadlock) {
+  std::atomic<int> inner{0};
+  parallel::parallel_apply(devs(3), "forward", [&](int) {
+    parallel::parallel_apply(devs(2), "forward", [&](int) { ++inner; });
+  });
+  EXPECT_EQ(inner.load(), 6);
+}
+
+TEST_F(DataParallelTest, ParallelApplyRunsEveryReplicaOnItsOwnThreadConcurrently) {
+  // All replicas must be running at once (each waits for the others, bounded so it cannot hang).
+  std::atomic<int> arrived{0};
+  std::atomic<int> saw_all{0};
+  parallel::parallel_apply(devs(4), "forward", [&](int) {
+    ++arrived;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (arrived.load() < 4 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    if (arrived.load() == 4) ++saw_all;
+  });
+  EXPECT_EQ(saw_all.load(), 4);
 }
 
 }  // namespace

@@ -1,6 +1,10 @@
+// parallel_apply on a small persistent pool of host threads (one per extra replica, created on
+// first use and kept), so a training step does not pay for thread creation twice per step.
 #include "core/parallel/parallel_apply.h"
 
+#include <condition_variable>
 #include <exception>
+#include <mutex>
 #include <thread>
 
 #include "core/error.h"
@@ -8,6 +12,7 @@
 namespace ditto::parallel {
 
 namespace {
+
 std::string message_of(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
@@ -17,37 +22,101 @@ std::string message_of(const std::exception_ptr& e) {
     return "unknown exception";
   }
 }
+
+/// Workers that each run one job at a time. run(n, fn) runs fn(0) on the caller and fn(1..n-1) on
+/// workers, and returns when all have finished. One run at a time (callers are serialised).
+class Pool {
+ public:
+  static Pool& instance() {
+    static Pool* p = new Pool();  // never destroyed: workers may outlive static destructors
+    return *p;
+  }
+
+  void run(int n, const std::function<void(int)>& fn) {
+    std::lock_guard run_lock(run_mu_);
+    {
+      std::lock_guard lk(mu_);
+      while (static_cast<int>(workers_.size()) < n - 1) {
+        const int id = static_cast<int>(workers_.size()) + 1;
+        workers_.emplace_back([this, id] { loop(id); });
+        workers_.back().detach();
+      }
+      job_ = &fn;
+      active_ = n;
+      pending_ = n - 1;
+      ++generation_;
+    }
+    cv_work_.notify_all();
+    fn(0);
+    std::unique_lock lk(mu_);
+    cv_done_.wait(lk, [&] { return pending_ == 0; });
+    job_ = nullptr;
+  }
+
+ private:
+  void loop(int id) {
+    std::uint64_t seen = 0;
+    std::unique_lock lk(mu_);
+    for (;;) {
+      cv_work_.wait(lk, [&] { return generation_ != seen; });
+      seen = generation_;
+      if (id >= active_) continue;  // this run needs fewer workers
+      const std::function<void(int)>* job = job_;
+      lk.unlock();
+      (*job)(id);  // fn catches everything (see parallel_apply)
+      lk.lock();
+      if (--pending_ == 0) cv_done_.notify_all();
+    }
+  }
+
+  std::mutex run_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_work_, cv_done_;
+  std::vector<std::thread> workers_;
+  const std::function<void(int)>* job_ = nullptr;
+  int active_ = 0;
+  int pending_ = 0;
+  std::uint64_t generation_ = 0;
+};
+
 }  // namespace
 
 void parallel_apply(const std::vector<Device>& devices, const char* what,
                     const std::function<void(int)>& fn) {
   const int n = static_cast<int>(devices.size());
+  if (n == 0) return;
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
-  auto run = [&](int i) {
+  std::function<void(int)> run = [&](int i) {
     try {
       fn(i);
     } catch (...) {
       errors[static_cast<std::size_t>(i)] = std::current_exception();
     }
   };
+  // A replica that itself calls parallel_apply (nested data parallelism) must not wait for the pool
+  // it is running on: nested calls get threads of their own.
+  thread_local bool t_in_pool = false;
+  std::function<void(int)> marked = [&](int i) {
+    const bool saved = t_in_pool;
+    t_in_pool = true;
+    run(i);
+    t_in_pool = saved;
+  };
   if (n == 1) {
     run(0);
-  } else {
+  } else if (t_in_pool) {
     std::vector<std::thread> threads;
-    threads.reserve(static_cast<std::size_t>(n));
-    try {
-      for (int i = 0; i < n; ++i) threads.emplace_back(run, i);
-    } catch (...) {  // could not start a thread: finish the ones started, then report
-      for (auto& t : threads) t.join();
-      throw BackendError(detail::cat("parallel_apply: could not start ", n, " threads"));
-    }
+    for (int i = 1; i < n; ++i) threads.emplace_back(marked, i);
+    marked(0);
     for (auto& t : threads) t.join();
+  } else {
+    Pool::instance().run(n, marked);
   }
   for (int i = 0; i < n; ++i) {
     if (!errors[static_cast<std::size_t>(i)]) continue;
-    std::string msg = detail::cat("DataParallel: replica ", i, " on ", devices[static_cast<std::size_t>(i)].str(),
-                                  " failed in ", what, ": ",
-                                  message_of(errors[static_cast<std::size_t>(i)]));
+    std::string msg = detail::cat("DataParallel: replica ", i, " on ",
+                                  devices[static_cast<std::size_t>(i)].str(), " failed in ", what,
+                                  ": ", message_of(errors[static_cast<std::size_t>(i)]));
     try {
       std::rethrow_exception(errors[static_cast<std::size_t>(i)]);
     } catch (const OutOfMemory&) {
