@@ -15,6 +15,8 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend_cuda/cuda_stream.h"
@@ -60,8 +62,13 @@ class CudaBackend final : public Backend {
   /// Physical GPU of logical device `index`.
   int physical_device(int index) const { return devices_[index]->physical; }
   int physical_count() const { return physical_count_; }
-  /// cuBLAS handle of logical device `index` (created on first use).
+  /// cuBLAS handle of logical device `index` (created on first use, thread-safe; bound to the
+  /// device's default stream at creation: callers set the stream they use with cublasSetStream).
   cublasHandle_t cublas(int index);
+  /// The CudaStream default_stream(index) returns.
+  CudaStream& cuda_stream(int index) { return *devices_[index]->stream; }
+  /// How errors name logical device `index`: "cuda:3 (GPU 0)".
+  std::string where(int index) const;
 
  private:
   struct LogicalDevice {
@@ -70,9 +77,18 @@ class CudaBackend final : public Backend {
     std::size_t capacity = 0;
     std::atomic<std::size_t> in_use{0};
     std::atomic<std::size_t> peak{0};
+    std::mutex cublas_mu;
     cublasHandle_t cublas = nullptr;
   };
+  struct PhysicalDevice {
+    std::string name;             ///< cudaDeviceProp::name, e.g. "NVIDIA H200"
+    std::size_t total_memory = 0;
+    std::size_t max_pitch = 0;    ///< cudaDeviceProp::memPitch (cudaMemcpy2D's limit)
+    bool memory_pools = false;    ///< cudaMallocAsync supported (else cudaMalloc / cudaFree)
+  };
+  void* device_malloc(LogicalDevice& d, std::size_t bytes, cudaError_t* err);
   int physical_count_ = 0;
+  std::vector<PhysicalDevice> physical_;
   std::vector<std::unique_ptr<LogicalDevice>> devices_;
   std::unique_ptr<Kernels> kernels_;
 };

@@ -5,11 +5,15 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <string>
+
 #include "core/stream.h"
 
 namespace ditto::cuda {
 
 /// Sets the current CUDA device for the scope, restoring the previous one (c10::cuda::CUDAGuard).
+/// Throws BackendError when the device cannot be made current; the destructor never throws.
 class DeviceGuard {
  public:
   explicit DeviceGuard(int physical_device);
@@ -18,8 +22,11 @@ class DeviceGuard {
   DeviceGuard& operator=(const DeviceGuard&) = delete;
 
  private:
-  int previous_ = -1;
+  int previous_ = -1;  ///< device to restore; -1 when the guard did not switch
 };
+
+/// How errors name a logical device: "cuda:3 (GPU 0)".
+std::string where(const Device& device, int physical_device);
 
 class CudaStream final : public Stream {
  public:
@@ -28,6 +35,8 @@ class CudaStream final : public Stream {
   ~CudaStream() override;
 
   Device device() const override { return device_; }
+  /// cudaStreamSynchronize; a failure (e.g. a faulting kernel) throws BackendError naming the
+  /// device and the CUDA error.
   void synchronize() override;
   void record(Event& event) override;
   void wait(const Event& event) override;
@@ -43,20 +52,22 @@ class CudaStream final : public Stream {
 
 class CudaEvent final : public Event {
  public:
+  /// An event on `physical_device` (cudaEventDisableTiming: events only order work here).
   explicit CudaEvent(int physical_device);
   ~CudaEvent() override;
   void synchronize() override;
   bool query() override;
 
   cudaEvent_t get() const { return event_; }
+  int physical_device() const { return physical_; }
   /// False until the first record (waiting on an unrecorded event is a no-op, as in CUDA).
-  bool recorded() const { return recorded_; }
-  void mark_recorded() { recorded_ = true; }
+  bool recorded() const { return recorded_.load(std::memory_order_acquire); }
+  void mark_recorded() { recorded_.store(true, std::memory_order_release); }
 
  private:
   int physical_;
   cudaEvent_t event_ = nullptr;
-  bool recorded_ = false;
+  std::atomic<bool> recorded_{false};
 };
 
 /// The CudaStream behind `s`; throws InvalidArgument naming `call` for another backend's stream.

@@ -1,0 +1,347 @@
+// CudaBackend (cuda_backend.h): logical devices over the visible GPUs, stream-ordered memory with
+// capacity and peak accounting, host<->device and peer copies, streams, events and cuBLAS handles.
+// Kernels live in cuda_kernels.cu, communicators in cuda_communicator.cpp.
+#include "backend_cuda/cuda_backend.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <iomanip>
+#include <sstream>
+
+#include "backend_cuda/cuda_check.h"
+#include "core/error.h"
+
+namespace ditto {
+
+std::shared_ptr<Backend> make_cuda_backend(const BackendOptions& options) {
+  return std::make_shared<cuda::CudaBackend>(options);
+}
+
+namespace cuda {
+
+namespace {
+
+constexpr int kMaxLogicalDevices = 1024;
+/// A zero-byte request still gets its own small block, so that its pointer is unique.
+constexpr std::size_t kZeroByteBlock = 256;
+
+std::string bytes_str(std::size_t b) {
+  std::ostringstream os;
+  os << b << " bytes";
+  if (b >= (1u << 20)) os << " (" << std::fixed << std::setprecision(2) << b / 1048576.0 << " MiB)";
+  return os.str();
+}
+
+/// Why no GPU can be used, from cudaGetDeviceCount's error, in words.
+std::string no_device_reason(cudaError_t err) {
+  std::string reason = cudaGetErrorString(err);
+  if (err == cudaErrorInsufficientDriver) {
+    int driver = 0, runtime = 0;
+    (void)cudaDriverGetVersion(&driver);
+    (void)cudaRuntimeGetVersion(&runtime);
+    auto ver = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+    if (driver == 0)  // libcuda.so.1 could not be loaded at all
+      reason = "no NVIDIA driver loaded (cudaGetDeviceCount: " + reason + "; CUDA runtime " +
+               ver(runtime) + ")";
+    else
+      reason += " (the driver supports CUDA " + ver(driver) + ", ditto needs " + ver(runtime) + ")";
+  }
+  (void)cudaGetLastError();
+  return reason;
+}
+
+std::string visible_devices_note() {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  return v ? std::string(" (CUDA_VISIBLE_DEVICES=") + v + ")" : std::string();
+}
+
+/// Switches to `physical` for the scope without throwing (for noexcept paths).
+class QuietDeviceGuard {
+ public:
+  explicit QuietDeviceGuard(int physical) {
+    if (cudaGetDevice(&previous_) != cudaSuccess || previous_ == physical ||
+        cudaSetDevice(physical) != cudaSuccess) {
+      (void)cudaGetLastError();
+      previous_ = -1;
+    }
+  }
+  ~QuietDeviceGuard() {
+    if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
+  }
+  QuietDeviceGuard(const QuietDeviceGuard&) = delete;
+  QuietDeviceGuard& operator=(const QuietDeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+}  // namespace
+
+CudaBackend::CudaBackend(const BackendOptions& options) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess)
+    throw BackendError("no CUDA device: " + no_device_reason(err) + visible_devices_note());
+  if (count <= 0) throw BackendError("no CUDA device: no GPU visible" + visible_devices_note());
+  physical_count_ = count;
+
+  const int logical = options.device_count.value_or(count);
+  DITTO_CHECK(logical >= 1 && logical <= kMaxLogicalDevices,
+              "cuda backend: device_count: expected 1..", kMaxLogicalDevices,
+              " (more than the ", count, " visible GPUs oversubscribes them), got ", logical);
+
+  // Physical GPUs: properties, and each default memory pool kept warm: the pool keeps freed
+  // memory for reuse rather than returning it to the driver at every synchronisation
+  // (allocate() trims it when an allocation fails).
+  physical_.resize(static_cast<std::size_t>(count));
+  for (int p = 0; p < count; ++p) {
+    const std::string gpu = "GPU " + std::to_string(p);
+    cudaDeviceProp prop{};
+    DITTO_CUDA_CHECK(cudaGetDeviceProperties(&prop, p), gpu);
+    PhysicalDevice& pd = physical_[static_cast<std::size_t>(p)];
+    pd.name = prop.name;
+    pd.total_memory = prop.totalGlobalMem;
+    pd.max_pitch = prop.memPitch;
+    int pools = 0;
+    DITTO_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, p), gpu);
+    pd.memory_pools = pools != 0;
+    if (pd.memory_pools) {
+      DeviceGuard g(p);
+      cudaMemPool_t pool = nullptr;
+      DITTO_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, p), gpu);
+      std::uint64_t keep = UINT64_MAX;
+      DITTO_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), gpu);
+    }
+  }
+
+  // Peer access between physical GPUs where the hardware allows it (NVLink, PCIe P2P), also for
+  // memory from the pools. Where it does not, cudaMemcpy*Async with cudaMemcpyDefault still copies
+  // between GPUs (staged through the host), so failures here only cost speed and are ignored.
+  for (int p = 0; p < count; ++p) {
+    for (int q = 0; q < count; ++q) {
+      if (p == q) continue;
+      int can = 0;
+      if (cudaDeviceCanAccessPeer(&can, p, q) != cudaSuccess || !can) {
+        (void)cudaGetLastError();
+        continue;
+      }
+      DeviceGuard g(p);
+      cudaError_t e = cudaDeviceEnablePeerAccess(q, 0);
+      if (e != cudaSuccess) (void)cudaGetLastError();  // incl. cudaErrorPeerAccessAlreadyEnabled
+      if (physical_[static_cast<std::size_t>(q)].memory_pools) {
+        cudaMemPool_t pool = nullptr;
+        if (cudaDeviceGetDefaultMemPool(&pool, q) == cudaSuccess) {
+          cudaMemAccessDesc desc{};
+          desc.location.type = cudaMemLocationTypeDevice;
+          desc.location.id = p;
+          desc.flags = cudaMemAccessFlagsProtReadWrite;
+          if (cudaMemPoolSetAccess(pool, &desc, 1) != cudaSuccess) (void)cudaGetLastError();
+        } else {
+          (void)cudaGetLastError();
+        }
+      }
+    }
+  }
+
+  devices_.reserve(static_cast<std::size_t>(logical));
+  for (int i = 0; i < logical; ++i) {
+    auto d = std::make_unique<LogicalDevice>();
+    d->physical = i % count;
+    d->stream = std::make_unique<CudaStream>(Device("cuda", i), d->physical);
+    d->capacity = physical_[static_cast<std::size_t>(d->physical)].total_memory;
+    devices_.push_back(std::move(d));
+  }
+  kernels_ = make_cuda_kernels(*this);
+}
+
+CudaBackend::~CudaBackend() {
+  kernels_.reset();  // may free workspaces through deallocate(), which needs the streams
+  for (auto& d : devices_) {
+    QuietDeviceGuard g(d->physical);
+    if (cudaStreamSynchronize(d->stream->get()) != cudaSuccess) (void)cudaGetLastError();
+    if (d->cublas) (void)cublasDestroy(d->cublas);  // nothing to report from a destructor
+    d->cublas = nullptr;
+    d->stream.reset();
+  }
+}
+
+std::string CudaBackend::where(int index) const {
+  return cuda::where(Device("cuda", index), devices_[static_cast<std::size_t>(index)]->physical);
+}
+
+DeviceProperties CudaBackend::properties(int index) const {
+  const auto& d = *devices_[static_cast<std::size_t>(index)];
+  return {physical_[static_cast<std::size_t>(d.physical)].name, d.capacity};
+}
+
+MemoryStats CudaBackend::memory_stats(int index) const {
+  const auto& d = *devices_[static_cast<std::size_t>(index)];
+  return {d.in_use.load(), d.peak.load(), d.capacity};
+}
+
+void CudaBackend::reset_peak_memory(int index) {
+  auto& d = *devices_[static_cast<std::size_t>(index)];
+  d.peak.store(d.in_use.load());
+}
+
+void* CudaBackend::device_malloc(LogicalDevice& d, std::size_t bytes, cudaError_t* err) {
+  void* p = nullptr;
+  if (physical_[static_cast<std::size_t>(d.physical)].memory_pools)
+    *err = cudaMallocAsync(&p, bytes, d.stream->get());
+  else
+    *err = cudaMalloc(&p, bytes);
+  return *err == cudaSuccess ? p : nullptr;
+}
+
+void* CudaBackend::allocate(int index, std::size_t bytes) {
+  auto& d = *devices_[static_cast<std::size_t>(index)];
+  auto oom = [&](std::size_t in_use, const std::string& extra) {
+    return OutOfMemory(detail::cat(where(index), ": out of memory: tried to allocate ",
+                                   bytes_str(bytes), "; ", bytes_str(in_use),
+                                   " in use of capacity ", bytes_str(d.capacity), " (peak ",
+                                   bytes_str(d.peak.load()), ")", extra));
+  };
+  // Our own accounting first, like the simulator: a request past the capacity fails before CUDA
+  // is asked.
+  std::size_t cur = d.in_use.load();
+  for (;;) {
+    if (bytes > d.capacity || cur > d.capacity - bytes) throw oom(cur, "");
+    if (d.in_use.compare_exchange_weak(cur, cur + bytes)) break;
+  }
+  std::size_t now = cur + bytes, old = d.peak.load();
+  while (now > old && !d.peak.compare_exchange_weak(old, now)) {
+  }
+  struct Unreserve {
+    LogicalDevice& d;
+    std::size_t bytes;
+    bool armed = true;
+    ~Unreserve() {
+      if (armed) d.in_use.fetch_sub(bytes);
+    }
+  } unreserve{d, bytes};
+
+  DeviceGuard g(d.physical);
+  const std::size_t request = bytes == 0 ? kZeroByteBlock : bytes;
+  cudaError_t err = cudaSuccess;
+  void* p = device_malloc(d, request, &err);
+  if (err == cudaErrorMemoryAllocation) {
+    // The pool may hold memory freed on other streams or not yet returned: let this stream's
+    // frees complete, give unused pool memory back to the driver, and try once more.
+    (void)cudaGetLastError();
+    DITTO_CUDA_CHECK(cudaStreamSynchronize(d.stream->get()), where(index));
+    if (physical_[static_cast<std::size_t>(d.physical)].memory_pools) {
+      cudaMemPool_t pool = nullptr;
+      if (cudaDeviceGetDefaultMemPool(&pool, d.physical) == cudaSuccess)
+        (void)cudaMemPoolTrimTo(pool, 0);
+      (void)cudaGetLastError();
+    }
+    p = device_malloc(d, request, &err);
+  }
+  if (err == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    std::size_t free_b = 0, total_b = 0;
+    std::string extra = "; CUDA: out of memory";
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+      extra += ", " + bytes_str(free_b) + " free on GPU " + std::to_string(d.physical);
+    (void)cudaGetLastError();
+    throw oom(d.in_use.load() - bytes, extra);
+  }
+  if (err != cudaSuccess)
+    throw_cuda_error(err, "cudaMallocAsync", __FILE__, __LINE__, where(index));
+  unreserve.armed = false;
+  return p;
+}
+
+void CudaBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
+  auto& d = *devices_[static_cast<std::size_t>(index)];
+  if (ptr) {
+    QuietDeviceGuard g(d.physical);
+    cudaError_t err = physical_[static_cast<std::size_t>(d.physical)].memory_pools
+                          ? cudaFreeAsync(ptr, d.stream->get())
+                          : cudaFree(ptr);
+    if (err != cudaSuccess) (void)cudaGetLastError();  // e.g. the context is already lost
+  }
+  d.in_use.fetch_sub(bytes);
+}
+
+std::unique_ptr<Stream> CudaBackend::create_stream(int index) {
+  return std::make_unique<CudaStream>(Device("cuda", index),
+                                      devices_[static_cast<std::size_t>(index)]->physical);
+}
+
+std::unique_ptr<Event> CudaBackend::create_event(int index) {
+  return std::make_unique<CudaEvent>(devices_[static_cast<std::size_t>(index)]->physical);
+}
+
+void CudaBackend::copy_from_host(Stream& s, void* dst, const void* src, std::size_t bytes) {
+  CudaStream& cs = as_cuda(s, "copy_from_host");
+  if (bytes == 0) return;
+  const std::string w = cuda::where(cs.device(), cs.physical_device());
+  DeviceGuard g(cs.physical_device());
+  DITTO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cs.get()), w);
+  DITTO_CUDA_CHECK(cudaStreamSynchronize(cs.get()), w);
+}
+
+void CudaBackend::copy_to_host(Stream& s, void* dst, const void* src, std::size_t bytes) {
+  CudaStream& cs = as_cuda(s, "copy_to_host");
+  if (bytes == 0) return;
+  const std::string w = cuda::where(cs.device(), cs.physical_device());
+  DeviceGuard g(cs.physical_device());
+  DITTO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cs.get()), w);
+  DITTO_CUDA_CHECK(cudaStreamSynchronize(cs.get()), w);
+}
+
+void CudaBackend::copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void* src,
+                          std::size_t src_pitch, std::size_t row_bytes, std::size_t rows) {
+  CudaStream& cs = as_cuda(s, "copy_2d");
+  if (rows == 0 || row_bytes == 0) return;
+  DeviceGuard g(cs.physical_device());
+  // cudaMemcpyDefault: the pointers say which GPU (UVA), so one call copies within a GPU, between
+  // GPUs (peer-to-peer where enabled) and from or to host memory.
+  if (rows == 1 || (dst_pitch == row_bytes && src_pitch == row_bytes)) {
+    DITTO_CUDA_CHECK(cudaMemcpyAsync(dst, src, rows * row_bytes, cudaMemcpyDefault, cs.get()),
+                     cuda::where(cs.device(), cs.physical_device()));
+    return;
+  }
+  const std::size_t max_pitch =
+      physical_[static_cast<std::size_t>(cs.physical_device())].max_pitch;
+  if (dst_pitch <= max_pitch && src_pitch <= max_pitch) {
+    DITTO_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows,
+                                       cudaMemcpyDefault, cs.get()),
+                     cuda::where(cs.device(), cs.physical_device()));
+    return;
+  }
+  // Pitches past cudaMemcpy2D's limit (memPitch, 2 GiB on current GPUs): one copy per row.
+  auto* dp = static_cast<char*>(dst);
+  auto* sp = static_cast<const char*>(src);
+  for (std::size_t r = 0; r < rows; ++r)
+    DITTO_CUDA_CHECK(cudaMemcpyAsync(dp + r * dst_pitch, sp + r * src_pitch, row_bytes,
+                                     cudaMemcpyDefault, cs.get()),
+                     cuda::where(cs.device(), cs.physical_device()));
+}
+
+cublasHandle_t CudaBackend::cublas(int index) {
+  auto& d = *devices_[static_cast<std::size_t>(index)];
+  std::lock_guard lk(d.cublas_mu);
+  if (!d.cublas) {
+    DeviceGuard g(d.physical);
+    cublasHandle_t h = nullptr;
+    DITTO_CUBLAS_CHECK(cublasCreate(&h), where(index));
+    // Plain FP32 (no TF32 tensor cores) unless a kernel asks otherwise.
+    if (cublasSetMathMode(h, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetStream(h, d.stream->get()) != CUBLAS_STATUS_SUCCESS) {
+      cublasDestroy(h);
+      throw BackendError(where(index) + ": cuBLAS handle setup failed");
+    }
+    d.cublas = h;
+  }
+  return d.cublas;
+}
+
+std::shared_ptr<CommunicatorImpl> CudaBackend::create_communicator(const std::vector<int>& devices,
+                                                                   const CommOptions& options) {
+  return make_cuda_communicator(*this, devices, options);
+}
+
+}  // namespace cuda
+}  // namespace ditto
