@@ -1,0 +1,514 @@
+// Cross-backend suite for the CUDA backend (DESIGN.md, "Tests"): memory and copies, every ops::
+// op in bitwise mode equal to the simulator bit for bit (fast mode within a tolerance), NCCL
+// collectives for 1, 2, 4 and 8 logical devices (oversubscribed on fewer GPUs) against the host,
+// and DataParallel training with the simulator's parameter bits. Without a usable GPU (or in a
+// build without the backend) every test reports SKIPPED with the reason.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "core/backend.h"
+#include "core/communicator.h"
+#include "core/data/data_loader.h"
+#include "core/data/dataset.h"
+#include "core/error.h"
+#include "core/micro_shards.h"
+#include "core/nn/loss.h"
+#include "core/nn/sequential.h"
+#include "core/ops.h"
+#include "core/optim/adam.h"
+#include "core/optim/sgd.h"
+#include "core/parallel/data_parallel.h"
+#include "core/random.h"
+
+namespace ditto {
+namespace {
+
+constexpr int kLogicalDevices = 8;
+
+class CudaTest : public ::testing::Test {
+ protected:
+  static std::string& skip_reason() {
+    static std::string reason;
+    return reason;
+  }
+  static void SetUpTestSuite() {
+    skip_reason().clear();
+    auto names = registered_backends();
+    if (std::find(names.begin(), names.end(), "cuda") == names.end()) {
+      skip_reason() = "ditto built without the CUDA backend";
+      return;
+    }
+    BackendOptions o;
+    o.device_count = kLogicalDevices;  // oversubscribes a machine with fewer GPUs
+    try {
+      init_backend("cuda", o);
+    } catch (const Error& e) {
+      skip_reason() = e.what();  // "no CUDA device: ..."
+      return;
+    }
+    init_backend("sim", o);  // the reference, with as many devices
+  }
+  void SetUp() override {
+    if (!skip_reason().empty()) GTEST_SKIP() << skip_reason();
+  }
+};
+
+// ---- helpers ----------------------------------------------------------------------------------
+
+Device cuda_dev(int i = 0) { return Device("cuda", i); }
+Device sim_dev(int i = 0) { return Device("sim", i); }
+
+/// n values in [-1, 1) scaled by 100, 1 or 0.01 by position, so the order of a sum shows in
+/// its bits.
+std::vector<float> mixed(std::int64_t n, std::uint64_t salt, bool magnitudes = true) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    float s = !magnitudes ? 1.0f : (i % 3 == 0 ? 100.0f : (i % 3 == 1 ? 1.0f : 0.01f));
+    v[i] = s * uniform(11, stream_id(kStreamSynthetic, 900 + salt), i, -1, 1);
+  }
+  return v;
+}
+
+std::vector<std::uint32_t> bits(const Tensor& t) {
+  std::vector<float> v = t.to_vector<float>();
+  std::vector<std::uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+template <typename E>
+void expect_error(const std::function<void()>& call, const std::string& part) {
+  try {
+    call();
+    ADD_FAILURE() << "expected an exception containing: " << part;
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "message: " << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type, message: " << e.what();
+  }
+}
+
+using Named = std::vector<std::pair<std::string, Tensor>>;
+
+/// Runs every ops:: op on device `d` with the same host inputs and returns the named results.
+/// `magnitudes`: mixed magnitudes (bitwise comparisons) or values in [-1, 1) (fast mode).
+Named run_ops(const Device& d, Determinism mode, bool magnitudes) {
+  Named out;
+  std::uint64_t salt = 0;
+  auto in = [&](const Shape& s) {
+    return Tensor::from_vector(mixed(shape_numel(s), ++salt, magnitudes), s, d);
+  };
+  auto name = [](auto... parts) { return detail::cat(parts...); };
+
+  // GEMM: odd shapes, all four transposes, alpha/beta with and without reading C.
+  struct G {
+    std::int64_t M, N, K;
+  };
+  for (G g : {G{1, 1, 1}, G{7, 13, 5}, G{33, 17, 65}, G{64, 48, 128}, G{130, 3, 257}}) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      Tensor a = in(ta ? Shape{g.K, g.M} : Shape{g.M, g.K});
+      Tensor b = in(tb ? Shape{g.N, g.K} : Shape{g.K, g.N});
+      Tensor c = in({g.M, g.N});
+      ops::gemm(a, b, c, ta, tb, 1.5f, -0.25f, mode);
+      out.emplace_back(name("gemm ", g.M, "x", g.N, "x", g.K, " ta=", ta, " tb=", tb), c);
+      out.emplace_back(name("matmul ", g.M, "x", g.N, "x", g.K, " ta=", ta, " tb=", tb),
+                       ops::matmul(a, b, ta, tb, mode));
+    }
+  }
+  const std::int64_t rows = 37, cols = 11;
+  Tensor x = in({rows, cols}), y = in({rows, cols});
+  Tensor bias = in({cols});
+  Tensor xb = x.clone();
+  ops::add_bias_(xb, bias);
+  out.emplace_back("add_bias_", xb);
+  for (float beta : {0.0f, 1.0f}) {
+    Tensor s = in({cols});
+    ops::sum_rows(x, s, beta, mode);
+    out.emplace_back(name("sum_rows beta=", beta), s);
+  }
+  Tensor r = ops::relu(x);
+  out.emplace_back("relu", r);
+  out.emplace_back("relu_backward", ops::relu_backward(r, y));
+  std::vector<std::int64_t> labels(rows);
+  for (std::int64_t i = 0; i < rows; ++i) labels[i] = (i * 7) % cols;
+  Tensor targets = Tensor::from_vector(labels, {rows}, d);
+  Tensor logits = x.clone();
+  ops::scale_(logits, 0.05f);  // moderate logits: exp must not overflow to inf everywhere
+  out.emplace_back("cross_entropy", ops::cross_entropy(logits, targets));
+  Tensor grad_loss = Tensor::full({}, 0.75f, d);
+  out.emplace_back("cross_entropy_backward",
+                   ops::cross_entropy_backward(logits, targets, grad_loss, 1.0f / rows));
+  out.emplace_back("mse", ops::mse(x, y));
+  out.emplace_back("mse_backward", ops::mse_backward(x, y, grad_loss, 1.0f / rows));
+  out.emplace_back("sum", ops::sum(x, 1.0f / rows, mode));
+  Tensor f = in({rows});
+  ops::fill_(f, -2.5f);
+  out.emplace_back("fill_", f);
+  Tensor ax = y.clone();
+  ops::axpy_(0.3f, x, ax);
+  out.emplace_back("axpy_", ax);
+  Tensor sc = y.clone();
+  ops::scale_(sc, -1.7f);
+  out.emplace_back("scale_", sc);
+  for (int n = 1; n <= 9; ++n) {
+    std::vector<Tensor> inputs;
+    for (int i = 0; i < n; ++i) inputs.push_back(in({rows, cols}));
+    Tensor s = Tensor::zeros({rows, cols}, DType::f32, d);
+    ops::sum_inputs(inputs, s, mode);
+    out.emplace_back(name("sum_inputs n=", n), s);
+  }
+  // Micro-sharded reductions (fixed order in both modes), uneven and empty shards.
+  for (std::int64_t shards : {1, 8, 64}) {
+    auto bounds = micro_shard_bounds(rows, shards);
+    Tensor dy = in({rows, 5});
+    for (bool acc : {false, true}) {
+      Tensor c = in({5, cols});
+      ops::gemm_tn_sharded(dy, x, c, bounds, acc);
+      out.emplace_back(name("gemm_tn_sharded K=", shards, " acc=", acc), c);
+      Tensor s = in({cols});
+      ops::sum_rows_sharded(x, s, bounds, acc);
+      out.emplace_back(name("sum_rows_sharded K=", shards, " acc=", acc), s);
+    }
+    out.emplace_back(name("sum_sharded K=", shards),
+                     ops::sum_sharded(x.view({rows * cols}).narrow(0, rows), bounds, 1.0f / rows));
+  }
+  // Optimizer steps, two in a row (the first initialises the momentum buffer).
+  for (bool nesterov : {false, true}) {
+    Tensor p = in({rows, cols}), buf = Tensor::zeros({rows, cols}, DType::f32, d);
+    for (int step = 0; step < 2; ++step)
+      ops::sgd_step_(p, y, buf, 0.1f, 0.9f, nesterov ? 0.0f : 0.1f, 0.01f, nesterov, step == 0);
+    out.emplace_back(name("sgd_step_ nesterov=", nesterov), p);
+    out.emplace_back(name("sgd_step_ momentum nesterov=", nesterov), buf);
+  }
+  for (bool amsgrad : {false, true}) {
+    Tensor p = in({rows, cols});
+    Tensor m = Tensor::zeros({rows, cols}, DType::f32, d), v = m.clone(), vmax = m.clone();
+    Tensor none;
+    for (int step = 1; step <= 2; ++step)
+      ops::adam_step_(p, step == 1 ? x : y, m, v, amsgrad ? vmax : none, 1e-3, 0.9, 0.999, 1e-8,
+                      0.01, 1 - std::pow(0.9, step), 1 - std::pow(0.999, step), amsgrad);
+    out.emplace_back(name("adam_step_ amsgrad=", amsgrad), p);
+    out.emplace_back(name("adam_step_ exp_avg_sq amsgrad=", amsgrad), v);
+  }
+  return out;
+}
+
+// ---- memory, copies, streams ------------------------------------------------------------------
+
+TEST_F(CudaTest, MemoryCopiesStreamsAndEvents) {
+  Backend& b = get_backend("cuda");
+  ASSERT_EQ(b.device_count(), kLogicalDevices);
+  EXPECT_FALSE(b.properties(0).name.empty());
+  EXPECT_GT(b.properties(0).total_memory, 0u);
+
+  // Host -> device -> device (another logical device, maybe another GPU) -> host.
+  std::vector<float> host = mixed(1000, 1);
+  Tensor a = Tensor::from_vector(host, {10, 100}, cuda_dev(0));
+  Tensor c = a.to(cuda_dev(kLogicalDevices - 1)).to(cuda_dev(1));
+  EXPECT_EQ(c.to_vector<float>(), host);
+  EXPECT_EQ(a.narrow(3, 4).to_vector<float>(),
+            std::vector<float>(host.begin() + 300, host.begin() + 700));
+
+  // Strided copy: rows 0..4 of a 5 x 7 block with pitches 9 (source) and 8 (destination).
+  const std::size_t f = sizeof(float);
+  std::vector<float> src(5 * 9);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<float>(i);
+  Stream& s = b.default_stream(0);
+  void* ds = b.allocate(0, src.size() * f);
+  void* dd = b.allocate(0, 5 * 8 * f);
+  b.copy_from_host(s, ds, src.data(), src.size() * f);
+  b.copy_2d(s, dd, 8 * f, ds, 9 * f, 7 * f, 5);
+  std::vector<float> got(5 * 8, -1.0f);
+  b.copy_to_host(s, got.data(), dd, got.size() * f);
+  for (int r = 0; r < 5; ++r)
+    for (int k = 0; k < 7; ++k) EXPECT_EQ(got[r * 8 + k], src[r * 9 + k]) << r << "," << k;
+
+  // Accounting, zero-byte allocations, out of memory.
+  MemoryStats m = b.memory_stats(0);
+  EXPECT_GE(m.in_use, (src.size() + 40) * f);
+  EXPECT_GE(m.peak, m.in_use);
+  void* z1 = b.allocate(0, 0);
+  void* z2 = b.allocate(0, 0);
+  EXPECT_NE(z1, nullptr);
+  EXPECT_NE(z1, z2);
+  EXPECT_EQ(b.memory_stats(0).in_use, m.in_use);
+  b.deallocate(0, z1, 0);
+  b.deallocate(0, z2, 0);
+  b.deallocate(0, ds, src.size() * f);
+  b.deallocate(0, dd, 5 * 8 * f);
+  EXPECT_EQ(b.memory_stats(0).in_use, m.in_use - (src.size() + 40) * f);
+  expect_error<OutOfMemory>([&] { b.allocate(0, m.capacity + 1); },
+                            "cuda:0 (GPU 0): out of memory: tried to allocate");
+
+  // Streams and events order work across devices.
+  auto s2 = b.create_stream(1);
+  auto ev = b.create_event(0);
+  EXPECT_TRUE(ev->query());  // never recorded
+  b.default_stream(0).record(*ev);
+  s2->wait(*ev);
+  ev->synchronize();
+  EXPECT_TRUE(ev->query());
+  s2->synchronize();
+
+  // Another backend's stream is refused by name.
+  std::vector<float> one(1);
+  expect_error<InvalidArgument>(
+      [&] { b.copy_to_host(get_backend("sim").default_stream(0), one.data(), a.data_ptr(), 4); },
+      "copy_to_host: expected a stream of the cuda backend");
+}
+
+// ---- ops: bitwise equal to the simulator, fast within a tolerance ------------------------------
+
+TEST_F(CudaTest, EveryOpInBitwiseModeEqualsTheSimulatorBitForBit) {
+  Named sim = run_ops(sim_dev(), Determinism::bitwise, true);
+  Named gpu = run_ops(cuda_dev(), Determinism::bitwise, true);
+  ASSERT_EQ(sim.size(), gpu.size());
+  for (std::size_t i = 0; i < sim.size(); ++i) {
+    auto a = bits(sim[i].second), b = bits(gpu[i].second);
+    ASSERT_EQ(a.size(), b.size()) << sim[i].first;
+    std::size_t differ = 0, first = 0;
+    for (std::size_t k = 0; k < a.size(); ++k)
+      if (a[k] != b[k] && differ++ == 0) first = k;
+    EXPECT_EQ(differ, 0u) << sim[i].first << ": " << differ << " of " << a.size()
+                          << " elements differ, first at " << first;
+  }
+}
+
+TEST_F(CudaTest, EveryOpInFastModeAgreesWithTheSimulatorWithinTolerance) {
+  Named sim = run_ops(sim_dev(), Determinism::fast, false);
+  Named gpu = run_ops(cuda_dev(), Determinism::fast, false);
+  ASSERT_EQ(sim.size(), gpu.size());
+  for (std::size_t i = 0; i < sim.size(); ++i) {
+    auto a = sim[i].second.to_vector<float>(), b = gpu[i].second.to_vector<float>();
+    ASSERT_EQ(a.size(), b.size()) << sim[i].first;
+    for (std::size_t k = 0; k < a.size(); ++k)
+      ASSERT_NEAR(a[k], b[k], 1e-4f * (1.0f + std::fabs(a[k])))
+          << sim[i].first << " element " << k;
+  }
+}
+
+// ---- collectives ------------------------------------------------------------------------------
+
+TEST_F(CudaTest, CollectivesOn1_2_4_8DevicesMatchTheHost) {
+  const std::int64_t count = 1001;
+  // Multiples of 0.5 with |x| <= 2.5: sums, products and averages over up to 8 ranks are exact,
+  // so the host reference does not depend on the order.
+  auto val = [](int r, std::int64_t i) {
+    int k = static_cast<int>((r * 7 + i * 3 + 1) % 10) - 5;
+    return static_cast<float>(k >= 0 ? k + 1 : k) * 0.5f;
+  };
+  auto input = [&](int r, std::int64_t n) {
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) v[i] = val(r, i % count);
+    return v;
+  };
+  for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
+    for (int n : {1, 2, 4, 8}) {
+      SCOPED_TRACE(detail::cat(determinism_name(mode), ", ", n, " ranks"));
+      CommOptions o;
+      o.determinism = mode;
+      auto comms = Communicator::init_all(devices("cuda", n), o);
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
+                          ReduceOp::avg}) {
+        SCOPED_TRACE(reduce_op_name(op));
+        std::vector<float> want(count);
+        for (std::int64_t i = 0; i < count; ++i) {
+          float acc = val(0, i);
+          for (int r = 1; r < n; ++r) {
+            float v = val(r, i);
+            acc = op == ReduceOp::prod  ? acc * v
+                  : op == ReduceOp::min ? std::min(acc, v)
+                  : op == ReduceOp::max ? std::max(acc, v)
+                                        : acc + v;
+          }
+          want[i] = op == ReduceOp::avg ? acc / n : acc;
+        }
+        std::vector<Tensor> send, recv, rs_send, rs_recv;
+        for (int r = 0; r < n; ++r) {
+          send.push_back(Tensor::from_vector(input(r, count), {count}, comms[r].device()));
+          recv.push_back(Tensor::zeros({count}, DType::f32, comms[r].device()));
+          rs_send.push_back(Tensor::from_vector(input(r, n * count), {n * count},
+                                                comms[r].device()));
+          rs_recv.push_back(Tensor::zeros({count}, DType::f32, comms[r].device()));
+        }
+        all_reduce(comms, send, recv, op);
+        reduce_scatter(comms, rs_send, rs_recv, op);
+        synchronize(comms);
+        for (int r = 0; r < n; ++r) {
+          ASSERT_EQ(recv[r].to_vector<float>(), want) << "all_reduce rank " << r;
+          ASSERT_EQ(rs_recv[r].to_vector<float>(), want) << "reduce_scatter rank " << r;
+        }
+      }
+      // broadcast from the last rank, all_gather, reduce to rank 0, barrier.
+      std::vector<Tensor> bc, ag_send, ag_recv, red_send, red_recv;
+      for (int r = 0; r < n; ++r) {
+        bc.push_back(Tensor::from_vector(input(r, count), {count}, comms[r].device()));
+        ag_send.push_back(Tensor::from_vector(input(r, count), {count}, comms[r].device()));
+        ag_recv.push_back(Tensor::zeros({n, count}, DType::f32, comms[r].device()));
+        red_send.push_back(Tensor::from_vector(input(r, count), {count}, comms[r].device()));
+        red_recv.push_back(Tensor::zeros({count}, DType::f32, comms[r].device()));
+      }
+      broadcast(comms, bc, n - 1);
+      all_gather(comms, ag_send, ag_recv);
+      reduce(comms, red_send, red_recv, ReduceOp::max, 0);
+      synchronize(comms);
+      std::vector<float> gathered;
+      for (int r = 0; r < n; ++r) {
+        auto v = input(r, count);
+        gathered.insert(gathered.end(), v.begin(), v.end());
+      }
+      std::vector<float> mx(count);
+      for (std::int64_t i = 0; i < count; ++i) {
+        mx[i] = val(0, i);
+        for (int r = 1; r < n; ++r) mx[i] = std::max(mx[i], val(r, i));
+      }
+      for (int r = 0; r < n; ++r) {
+        ASSERT_EQ(bc[r].to_vector<float>(), input(n - 1, count)) << "broadcast rank " << r;
+        ASSERT_EQ(ag_recv[r].to_vector<float>(), gathered) << "all_gather rank " << r;
+      }
+      ASSERT_EQ(red_recv[0].to_vector<float>(), mx) << "reduce";
+
+      // SPMD: one host thread per rank, as DDP drives NCCL: all_reduce, barrier, synchronize.
+      std::vector<Tensor> t;
+      for (int r = 0; r < n; ++r)
+        t.push_back(Tensor::from_vector(input(r, count), {count}, comms[r].device()));
+      std::vector<std::string> errors(n);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < n; ++r)
+        threads.emplace_back([&, r] {
+          try {
+            comms[r].all_reduce(t[r]);
+            comms[r].barrier();
+            comms[r].stream().synchronize();
+          } catch (const std::exception& e) {
+            errors[r] = e.what();
+          }
+        });
+      for (auto& th : threads) th.join();
+      for (int r = 0; r < n; ++r) {
+        ASSERT_EQ(errors[r], "") << "rank " << r;
+        auto got = t[r].to_vector<float>();
+        for (std::int64_t i = 0; i < count; ++i) {
+          float want = val(0, i);
+          for (int q = 1; q < n; ++q) want += val(q, i);
+          ASSERT_EQ(got[i], want) << "SPMD all_reduce rank " << r << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaTest, BitwiseAllReduceEqualsTheSimulatorsBits) {
+  const std::int64_t count = 4099;
+  for (int n : {2, 4, 8}) {
+    SCOPED_TRACE(detail::cat(n, " ranks"));
+    std::vector<std::vector<std::uint32_t>> result;
+    for (const char* backend : {"sim", "cuda"}) {
+      CommOptions o;
+      o.determinism = Determinism::bitwise;
+      auto comms = Communicator::init_all(devices(backend, n), o);
+      std::vector<Tensor> t;
+      for (int r = 0; r < n; ++r)
+        t.push_back(Tensor::from_vector(mixed(count, 100 + r), {count}, comms[r].device()));
+      all_reduce(comms, t);
+      synchronize(comms);
+      for (int r = 1; r < n; ++r) ASSERT_EQ(bits(t[r]), bits(t[0])) << backend << " rank " << r;
+      result.push_back(bits(t[0]));
+    }
+    EXPECT_EQ(result[0], result[1]);
+  }
+}
+
+// ---- DataParallel training --------------------------------------------------------------------
+
+/// Trains an MLP 12-32-16-5 for 2 epochs on synthetic data with DataParallel over `n` devices of
+/// `backend` in bitwise mode; returns the bits of every parameter.
+std::vector<std::uint32_t> train(const std::string& backend, int n, bool mse_adam) {
+  const std::int64_t rows = 200, feat = 12, classes = 5;
+  std::vector<float> xs(rows * feat);
+  std::vector<std::int64_t> ys(rows);
+  for (std::int64_t i = 0; i < rows; ++i) {
+    ys[i] = philox_u32(5, stream_id(kStreamSynthetic, 920), i) % classes;
+    for (std::int64_t j = 0; j < feat; ++j)
+      xs[i * feat + j] = uniform(5, stream_id(kStreamSynthetic, 921), i * feat + j, -1, 1) +
+                         (j == ys[i] ? 0.5f : 0.0f);
+  }
+  data::Dataset ds;
+  ds.features = Tensor::from_vector(xs, {rows, feat});
+  ds.labels = Tensor::from_vector(ys, {rows});
+  std::vector<Device> devs = devices(backend, n);
+  auto model = nn::mlp({feat, 32, 16, classes}, devs[0], 17);
+  parallel::DataParallelOptions o;
+  o.determinism = Determinism::bitwise;
+  parallel::DataParallel dp(*model, devs, o);
+  std::unique_ptr<nn::Loss> loss;
+  std::unique_ptr<optim::Optimizer> opt;
+  if (mse_adam) {
+    loss = std::make_unique<nn::MSELoss>();
+    optim::AdamOptions ao;
+    ao.lr = 0.01;
+    opt = std::make_unique<optim::Adam>(model->parameters(), ao);
+  } else {
+    loss = std::make_unique<nn::CrossEntropyLoss>();
+    optim::SGDOptions so;
+    so.lr = 0.05f;
+    so.momentum = 0.9f;
+    so.nesterov = true;
+    so.weight_decay = 0.001f;
+    opt = std::make_unique<optim::SGD>(model->parameters(), so);
+  }
+  loss->set_determinism(Determinism::bitwise);
+  data::DataLoader loader(ds, 48, /*shuffle=*/true, /*seed=*/3);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    loader.set_epoch(epoch);
+    for (data::Batch b : loader) {
+      Tensor out = dp.forward(b.x);
+      Tensor target;
+      if (mse_adam) {
+        std::vector<float> hot(b.y.numel() * classes, 0.0f);
+        auto y = b.y.to_vector<std::int64_t>();
+        for (std::size_t r = 0; r < y.size(); ++r) hot[r * classes + y[r]] = 1.0f;
+        target = Tensor::from_vector(hot, {b.y.numel(), classes}, out.device());
+      } else {
+        target = b.y.to(out.device());
+      }
+      loss->forward(out, target);
+      opt->zero_grad(true);
+      dp.backward(loss->backward());
+      opt->step();
+    }
+  }
+  std::vector<std::uint32_t> all;
+  for (nn::Parameter* p : model->parameters()) {
+    auto v = bits(p->data);
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+TEST_F(CudaTest, BitwiseDataParallelTrainingEqualsTheSimulatorsParameterBits) {
+  for (bool mse_adam : {false, true}) {
+    SCOPED_TRACE(mse_adam ? "mse + adam" : "cross-entropy + sgd");
+    std::vector<std::uint32_t> ref = train("sim", 1, mse_adam);
+    ASSERT_FALSE(ref.empty());
+    for (int n : {1, kLogicalDevices}) {
+      std::vector<std::uint32_t> got = train("cuda", n, mse_adam);
+      ASSERT_EQ(got.size(), ref.size());
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < ref.size(); ++i) differ += got[i] != ref[i];
+      EXPECT_EQ(differ, 0u) << n << " cuda devices: " << differ << " of " << ref.size()
+                            << " parameters differ from the simulator's";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ditto
