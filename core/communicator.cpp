@@ -1,9 +1,11 @@
 // Communicator: argument checks (once, in core) and dispatch of each collective to the backend's
 // CommunicatorImpl on the current stream of the rank's device; the single-controller free
 // functions validate every rank before enqueueing any, so a bad argument never leaves the other
-// ranks waiting for a partner that will not come.
+// ranks waiting for a partner that will not come, and issue their loop over the ranks as one
+// group (group_start / group_end, per thread).
 #include "core/communicator.h"
 
+#include <algorithm>
 #include <exception>
 #include <unordered_map>
 
@@ -152,6 +154,66 @@ std::vector<Communicator> Communicator::init_all(const std::vector<Device>& devi
   return comms;
 }
 
+// ---- groups (ncclGroupStart / ncclGroupEnd) ---------------------------------------------------
+
+namespace {
+
+// This thread's open group: nesting depth and the communicators told about it, in order.
+struct ThreadGroup {
+  int depth = 0;
+  std::vector<std::shared_ptr<CommunicatorImpl>> impls;
+};
+thread_local ThreadGroup t_group;
+
+// Ends the outermost group: group_end() on every communicator of the group, first error rethrown.
+void end_group_impls() {
+  std::vector<std::shared_ptr<CommunicatorImpl>> impls = std::move(t_group.impls);
+  t_group.impls.clear();
+  std::exception_ptr first;
+  for (auto& impl : impls) {
+    try {
+      impl->group_end();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+// Runs `issue` (per-rank calls) as one group of this thread.
+template <typename F>
+void grouped(F&& issue) {
+  group_start();
+  try {
+    issue();
+  } catch (...) {
+    try {
+      group_end();
+    } catch (...) {  // the first error is the one to report
+    }
+    throw;
+  }
+  group_end();
+}
+
+}  // namespace
+
+void group_start() { ++t_group.depth; }
+
+void group_end() {
+  DITTO_CHECK(t_group.depth > 0,
+              "group_end: expected a matching group_start() on this thread, got none open");
+  if (--t_group.depth > 0) return;
+  end_group_impls();
+}
+
+void Communicator::join_group() const {
+  if (t_group.depth == 0) return;
+  if (std::find(t_group.impls.begin(), t_group.impls.end(), impl_) != t_group.impls.end()) return;
+  impl_->group_start();
+  t_group.impls.push_back(impl_);
+}
+
 // ---- per-rank collectives ---------------------------------------------------------------------
 
 Stream& Communicator::stream() const { return current_stream(device()); }
@@ -162,6 +224,7 @@ void Communicator::check_tensor(const char* call, const char* arg, const Tensor&
 
 void Communicator::all_reduce(const Tensor& send, Tensor& recv, ReduceOp op) {
   check_all_reduce(*this, send, recv, op);
+  join_group();
   impl_->all_reduce(rank_, stream(), send.data_ptr(), recv.data_ptr(), send.numel(), send.dtype(),
                     op);
 }
@@ -171,12 +234,14 @@ void Communicator::all_reduce(Tensor& tensor, ReduceOp op) { all_reduce(tensor, 
 void Communicator::reduce(const Tensor& send, Tensor& recv, ReduceOp op, int root) {
   check_reduce(*this, send, recv, op, root);
   void* recv_ptr = rank_ == root ? recv.data_ptr() : nullptr;
+  join_group();
   impl_->reduce(rank_, stream(), send.data_ptr(), recv_ptr, send.numel(), send.dtype(), op, root);
 }
 
 void Communicator::broadcast(const Tensor& send, Tensor& recv, int root) {
   check_broadcast(*this, send, recv, root);
   const void* send_ptr = rank_ == root ? send.data_ptr() : nullptr;
+  join_group();
   impl_->broadcast(rank_, stream(), send_ptr, recv.data_ptr(), recv.numel(), recv.dtype(), root);
 }
 
@@ -184,17 +249,22 @@ void Communicator::broadcast(Tensor& tensor, int root) { broadcast(tensor, tenso
 
 void Communicator::all_gather(const Tensor& send, Tensor& recv) {
   check_all_gather(*this, send, recv);
+  join_group();
   impl_->all_gather(rank_, stream(), send.data_ptr(), recv.data_ptr(), send.numel(),
                     send.dtype());
 }
 
 void Communicator::reduce_scatter(const Tensor& send, Tensor& recv, ReduceOp op) {
   check_reduce_scatter(*this, send, recv, op);
+  join_group();
   impl_->reduce_scatter(rank_, stream(), send.data_ptr(), recv.data_ptr(), recv.numel(),
                         recv.dtype(), op);
 }
 
-void Communicator::barrier() { impl_->barrier(rank_, stream()); }
+void Communicator::barrier() {
+  join_group();
+  impl_->barrier(rank_, stream());
+}
 
 // ---- single-controller forms ------------------------------------------------------------------
 
@@ -225,7 +295,9 @@ void all_reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& sen
                 std::vector<Tensor>& recv, ReduceOp op) {
   check_group("all_reduce", comms, {{"send", send.size()}, {"recv", recv.size()}});
   for (std::size_t i = 0; i < comms.size(); ++i) check_all_reduce(comms[i], send[i], recv[i], op);
-  for (std::size_t i = 0; i < comms.size(); ++i) comms[i].all_reduce(send[i], recv[i], op);
+  grouped([&] {
+    for (std::size_t i = 0; i < comms.size(); ++i) comms[i].all_reduce(send[i], recv[i], op);
+  });
 }
 
 void all_reduce(std::vector<Communicator>& comms, std::vector<Tensor>& tensors, ReduceOp op) {
@@ -236,14 +308,18 @@ void broadcast(std::vector<Communicator>& comms, std::vector<Tensor>& tensors, i
   check_group("broadcast", comms, {{"tensors", tensors.size()}});
   for (std::size_t i = 0; i < comms.size(); ++i)
     check_broadcast(comms[i], tensors[i], tensors[i], root);
-  for (std::size_t i = 0; i < comms.size(); ++i) comms[i].broadcast(tensors[i], root);
+  grouped([&] {
+    for (std::size_t i = 0; i < comms.size(); ++i) comms[i].broadcast(tensors[i], root);
+  });
 }
 
 void all_gather(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
                 std::vector<Tensor>& recv) {
   check_group("all_gather", comms, {{"send", send.size()}, {"recv", recv.size()}});
   for (std::size_t i = 0; i < comms.size(); ++i) check_all_gather(comms[i], send[i], recv[i]);
-  for (std::size_t i = 0; i < comms.size(); ++i) comms[i].all_gather(send[i], recv[i]);
+  grouped([&] {
+    for (std::size_t i = 0; i < comms.size(); ++i) comms[i].all_gather(send[i], recv[i]);
+  });
 }
 
 void reduce_scatter(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
@@ -251,14 +327,19 @@ void reduce_scatter(std::vector<Communicator>& comms, const std::vector<Tensor>&
   check_group("reduce_scatter", comms, {{"send", send.size()}, {"recv", recv.size()}});
   for (std::size_t i = 0; i < comms.size(); ++i)
     check_reduce_scatter(comms[i], send[i], recv[i], op);
-  for (std::size_t i = 0; i < comms.size(); ++i) comms[i].reduce_scatter(send[i], recv[i], op);
+  grouped([&] {
+    for (std::size_t i = 0; i < comms.size(); ++i)
+      comms[i].reduce_scatter(send[i], recv[i], op);
+  });
 }
 
 void reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
             std::vector<Tensor>& recv, ReduceOp op, int root) {
   check_group("reduce", comms, {{"send", send.size()}, {"recv", recv.size()}});
   for (std::size_t i = 0; i < comms.size(); ++i) check_reduce(comms[i], send[i], recv[i], op, root);
-  for (std::size_t i = 0; i < comms.size(); ++i) comms[i].reduce(send[i], recv[i], op, root);
+  grouped([&] {
+    for (std::size_t i = 0; i < comms.size(); ++i) comms[i].reduce(send[i], recv[i], op, root);
+  });
 }
 
 void synchronize(std::vector<Communicator>& comms) {

@@ -6,13 +6,17 @@
 //  - single-controller: one host thread calls the collective on every rank's handle in turn (or
 //    the free functions below that take one tensor per rank), then synchronises;
 //  - SPMD: one host thread per rank, each calling the collective on its own handle (as DDP does).
+// As with NCCL, a backend may hold a per-rank call until every rank has called (cuda does, see
+// Note [CUDA collectives]), so one thread driving several ranks issues their calls as a group:
+// the single-controller forms do, or group_start() / group_end() around a loop over the handles.
 // All ranks must call the same collectives in the same order with matching op, count, dtype and
-// root; the simulator checks this and fails every rank with an error when they differ. A rank
+// root; the backends check this and fail every rank with an error when they differ. A rank
 // that never arrives makes the others fail with ditto::Timeout after CommOptions::timeout_ms.
 //
 // Errors: InvalidArgument (before enqueueing) for tensors on the wrong device, wrong dtype or
 // sizes, roots out of range; errors raised while running are rethrown by the stream's
-// synchronize().
+// synchronize() (sim), or by the call itself or group_end() (cuda, which matches the ranks'
+// calls on the host before enqueueing anything).
 #pragma once
 
 #include <cstdint>
@@ -55,6 +59,15 @@ class CommunicatorImpl {
   virtual void reduce_scatter(int rank, Stream& s, const void* send, void* recv,
                               std::int64_t count, DType dtype, ReduceOp op) = 0;
   virtual void barrier(int rank, Stream& s) = 0;
+
+  /// Group hooks (ncclGroupStart / ncclGroupEnd). Core calls group_start() before this thread's
+  /// first per-rank call inside a group (ditto::group_start(), and the single-controller forms
+  /// below, which group their loop over the ranks) and group_end() when the thread's outermost
+  /// group ends. A backend whose per-rank call blocks until every rank has arrived (cuda) must
+  /// not block between the two: it collects the calls and may block in group_end(), which
+  /// throws the first error of the grouped calls. Default: nothing (the simulator never blocks).
+  virtual void group_start() {}
+  virtual void group_end() {}
 };
 
 class Communicator {
@@ -98,6 +111,8 @@ class Communicator {
                std::shared_ptr<const std::vector<Device>> devices, int rank, CommOptions options)
       : impl_(std::move(impl)), devices_(std::move(devices)), rank_(rank), options_(options) {}
   void check_tensor(const char* call, const char* arg, const Tensor& t) const;
+  /// Inside a group of this thread: tells the backend (CommunicatorImpl::group_start) once.
+  void join_group() const;
 
   std::shared_ptr<CommunicatorImpl> impl_;
   std::shared_ptr<const std::vector<Device>> devices_;
@@ -105,10 +120,24 @@ class Communicator {
   CommOptions options_;
 };
 
-/// Single-controller forms: one tensor per rank, all from this thread; each rank's work is
-/// enqueued on its device's current stream. `comms` are one communicator's handles in rank order
-/// (as init_all returns them); sizes of the vectors must equal comms.size(). Every rank's
-/// arguments are checked before any rank's work is enqueued (InvalidArgument).
+/// ncclGroupStart: per-rank collectives this thread issues until the matching group_end() are
+/// collected and launched together, so one thread may drive several ranks through their handles
+/// (`for r: comms[r].all_reduce(...)`) on backends whose per-rank call otherwise waits for the
+/// other ranks (cuda; the simulator needs no group but accepts one). Groups nest; only the
+/// outermost group_end() launches. Inside a group, do not wait on the ranks' streams.
+void group_start();
+/// ncclGroupEnd: ends this thread's group; at the outermost level returns once every grouped
+/// collective is enqueued on its rank's stream (blocking until the other ranks of those
+/// collectives arrived, Timeout after CommOptions::timeout_ms) and rethrows the first error of
+/// the grouped calls (e.g. InvalidArgument for ranks whose calls do not match). Throws
+/// InvalidArgument without a matching group_start().
+void group_end();
+
+/// Single-controller forms: one tensor per rank, all from this thread, issued as one group
+/// (group_start / group_end); each rank's work is enqueued on its device's current stream.
+/// `comms` are one communicator's handles in rank order (as init_all returns them); sizes of the
+/// vectors must equal comms.size(). Every rank's arguments are checked before any rank's work is
+/// enqueued (InvalidArgument).
 void all_reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
                 std::vector<Tensor>& recv, ReduceOp op = ReduceOp::sum);
 void all_reduce(std::vector<Communicator>& comms, std::vector<Tensor>& tensors,

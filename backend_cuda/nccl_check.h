@@ -1,0 +1,27 @@
+// Error check for NCCL calls: a failing call becomes a ditto::BackendError naming the call,
+// file:line, NCCL's error string and last error message, and the device and rank (the twin of
+// DITTO_CUDA_CHECK in cuda_check.h).
+#pragma once
+
+#include <nccl.h>
+
+#include <string>
+
+#include "core/error.h"
+
+namespace ditto::cuda {
+
+[[noreturn]] void throw_nccl_error(ncclResult_t result, const char* call, const char* file,
+                                   int line, const std::string& where);
+
+}  // namespace ditto::cuda
+
+/// DITTO_NCCL_CHECK(ncclAllReduce(...), where): throws BackendError
+/// "cuda:1 (GPU 1), rank 1 of 4: ncclAllReduce(...) failed at file.cpp:12: unhandled cuda error
+/// (<NCCL's last error message>)".
+#define DITTO_NCCL_CHECK(call, where)                                                    \
+  do {                                                                                   \
+    ncclResult_t ditto_nccl_ = (call);                                                   \
+    if (ditto_nccl_ != ncclSuccess)                                                      \
+      ::ditto::cuda::throw_nccl_error(ditto_nccl_, #call, __FILE__, __LINE__, (where));  \
+  } while (0)
