@@ -1,0 +1,296 @@
+#!/usr/bin/env bash
+# gpu-check: builds the working tree with the CUDA backend on a machine with a GPU and no network,
+# runs the whole test suite (the cuda tests now run instead of skipping), compares ditto-train's
+# params_checksum between --backend sim and --backend cuda for 1 and 8 devices in bitwise mode,
+# compares fast-mode accuracy, runs the benchmarks, and writes OUT/results.md plus raw logs.
+# Every step runs under `timeout`; the whole script stays under 6 minutes (--budget).
+#
+#   tools/gpu-check.sh --deps DIR --out DIR [--arch 90] [--jobs N] [--build DIR] [--budget S]
+#                      [--epochs N] [--build-only]
+#
+#   --deps DIR    folder made by tools/pack-gpu-deps.sh (Eigen, Random123, CLI11 headers and their
+#                 CMake packages, GoogleTest sources; layout in that script)
+#   --out DIR     where results.md and logs/ go (created)
+#   --arch A      CMAKE_CUDA_ARCHITECTURES (default 90: H100/H200)
+#   --jobs N      build and test parallelism (default: all cores)
+#   --build DIR   build folder (default build-gpu-check in the repository)
+#   --budget S    seconds for the whole run (default 345)
+#   --epochs N    ditto-train epochs for the checksum and accuracy runs (default 20)
+#   --build-only  configure and build only, without a GPU (to check the build on a CPU machine)
+#
+# NCCL: found by cmake/FindNCCL.cmake (NCCL_ROOT, the CUDA toolkit, or the pip wheel
+# nvidia-nccl-cu13, whose folder this script passes as NCCL_ROOT). Exit status: 0 when every
+# check passed, 1 when one failed, 2 when the machine cannot run the check (no GPU, no nvcc...).
+set -uo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+deps="" out="" arch=90 jobs="$(nproc 2>/dev/null || echo 4)" build="$root/build-gpu-check"
+budget=345 epochs=20 build_only=0
+usage() { sed -n '8,19p' "$0" | sed 's/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --deps) deps="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --arch) arch="$2"; shift 2 ;;
+    --jobs) jobs="$2"; shift 2 ;;
+    --build) build="$2"; shift 2 ;;
+    --budget) budget="$2"; shift 2 ;;
+    --epochs) epochs="$2"; shift 2 ;;
+    --build-only) build_only=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "gpu-check: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+if [ -z "$deps" ] || [ -z "$out" ]; then
+  echo "gpu-check: --deps DIR and --out DIR are required" >&2
+  usage >&2
+  exit 2
+fi
+
+start=$(date +%s)
+mkdir -p "$out/logs" || { echo "gpu-check: cannot create $out/logs" >&2; exit 2; }
+out="$(cd "$out" && pwd)"
+results="$out/results.md"
+summary="$out/logs/summary.tsv"
+: >"$summary"
+failed=0
+
+elapsed() { echo $(( $(date +%s) - start )); }
+remaining() { echo $(( budget - $(elapsed) )); }
+
+# write_results [note]: results.md from what has run so far (rewritten after every step, so a
+# run cut short still leaves a readable file).
+write_results() {
+  {
+    echo "# ditto gpu-check"
+    echo
+    echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ), elapsed $(elapsed) s of a $budget s budget"
+    local dirty=""
+    git -C "$root" status --porcelain 2>/dev/null | grep -q . && dirty=" (with uncommitted changes)"
+    echo "- commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$dirty"
+    [ -f "$out/logs/gpu.txt" ] && sed 's/^/- gpu: /' "$out/logs/gpu.txt"
+    [ -f "$out/logs/tools.txt" ] && sed 's/^/- /' "$out/logs/tools.txt"
+    echo
+    echo "| step | status | seconds | detail |"
+    echo "|---|---|---|---|"
+    while IFS=$'\t' read -r name status secs detail; do
+      echo "| $name | $status | $secs | $detail |"
+    done <"$summary"
+    [ -f "$out/logs/checksums.md" ] && { echo; cat "$out/logs/checksums.md"; }
+    [ -f "$out/logs/accuracy.md" ] && { echo; cat "$out/logs/accuracy.md"; }
+    [ -f "$out/logs/bench.md" ] && { echo; cat "$out/logs/bench.md"; }
+    if [ $# -gt 0 ]; then echo; echo "$1"; fi
+    echo
+    echo "Raw logs: logs/ (one file per step)."
+  } >"$results"
+}
+
+record() {  # record NAME STATUS SECONDS DETAIL
+  printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$summary"
+  [ "$2" = "FAIL" ] && failed=1
+  write_results
+}
+
+# step NAME LIMIT_S CMD...: runs CMD under timeout (at most the time left), logs to
+# logs/NAME.log, records PASS / FAIL / TIMEOUT. Returns CMD's status.
+step() {
+  local name="$1" limit="$2"; shift 2
+  local left; left=$(( $(remaining) - 5 ))
+  [ "$limit" -gt "$left" ] && limit=$left
+  if [ "$limit" -le 0 ]; then
+    record "$name" "SKIPPED" 0 "no time left in the budget"
+    return 124
+  fi
+  local t0 rc; t0=$(date +%s)
+  echo "gpu-check: $name (limit ${limit}s)"
+  timeout --kill-after=5 "$limit" "$@" >"$out/logs/$name.log" 2>&1
+  rc=$?
+  local secs=$(( $(date +%s) - t0 ))
+  if [ $rc -eq 0 ]; then
+    record "$name" "PASS" "$secs" ""
+  elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    record "$name" "FAIL" "$secs" "timed out after ${limit}s"
+  else
+    local last; last="$(tail -n 1 "$out/logs/$name.log" | tr '|\t' '/ ' | cut -c1-160)"
+    record "$name" "FAIL" "$secs" "exit $rc; logs/$name.log ends: $last"
+  fi
+  return $rc
+}
+
+fatal() {  # the machine cannot run the check: say why in one line and in results.md
+  echo "gpu-check: error: $1" >&2
+  record "preflight" "FAIL" "$(elapsed)" "$1"
+  exit 2
+}
+
+# ---- preflight: GPU, tools, deps ---------------------------------------------------------------
+if [ $build_only -eq 0 ]; then
+  command -v nvidia-smi >/dev/null 2>&1 ||
+    fatal "no GPU: nvidia-smi not found (to only build, pass --build-only)"
+  if ! timeout 30 nvidia-smi --format=csv,noheader \
+      --query-gpu=index,name,memory.total,driver_version \
+      >"$out/logs/gpu.txt" 2>"$out/logs/nvidia-smi.err" || [ ! -s "$out/logs/gpu.txt" ]; then
+    fatal "no GPU: nvidia-smi failed: $(head -n 1 "$out/logs/nvidia-smi.err")"
+  fi
+fi
+nvcc_bin="${CUDACXX:-}"
+[ -z "$nvcc_bin" ] && nvcc_bin="$(command -v nvcc 2>/dev/null || true)"
+for c in /usr/local/cuda/bin/nvcc /usr/local/cuda-*/bin/nvcc; do
+  [ -z "$nvcc_bin" ] && [ -x "$c" ] && nvcc_bin="$c"
+done
+[ -n "$nvcc_bin" ] ||
+  fatal "no CUDA compiler: nvcc neither on PATH nor in /usr/local/cuda*/bin (set CUDACXX)"
+command -v cmake >/dev/null 2>&1 || fatal "cmake not found"
+[ -d "$deps" ] || fatal "--deps $deps: not a folder (make it with tools/pack-gpu-deps.sh)"
+deps="$(cd "$deps" && pwd)"
+for f in include/eigen3/Eigen/Core include/Random123/philox.h include/CLI/CLI.hpp \
+         src/googletest/CMakeLists.txt; do
+  [ -e "$deps/$f" ] || fatal "--deps $deps: missing $f (layout: tools/pack-gpu-deps.sh)"
+done
+
+# NCCL: an explicit NCCL_ROOT wins; else the pip wheel if Python has one; else FindNCCL's search
+# (the CUDA toolkit, system paths).
+nccl_root="${NCCL_ROOT:-}"
+if [ -z "$nccl_root" ] && command -v python3 >/dev/null 2>&1; then
+  nccl_root="$(timeout 30 python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' \
+                2>/dev/null || true)"
+fi
+nccl_args=()
+if [ -n "$nccl_root" ]; then
+  nccl_args=(-DNCCL_ROOT="$nccl_root")
+  export LD_LIBRARY_PATH="$nccl_root/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+{
+  echo "nvcc: $nvcc_bin ($("$nvcc_bin" --version 2>/dev/null | grep -o 'release [0-9.]*'))"
+  echo "cmake: $(cmake --version | head -n 1)"
+  echo "NCCL_ROOT: ${nccl_root:-(FindNCCL default search)}"
+  echo "deps: $deps; build: $build; arch: sm_$arch; jobs: $jobs"
+} >"$out/logs/tools.txt"
+gpu_line="build only, no GPU"
+[ -s "$out/logs/gpu.txt" ] && gpu_line="$(head -n 1 "$out/logs/gpu.txt")"
+record "preflight" "PASS" "$(elapsed)" "$gpu_line"
+
+# ---- build: GoogleTest from source, then ditto with DITTO_WITH_CUDA=ON --------------------------
+gtest_prefix="$build/_deps/gtest-install"
+step gtest 90 bash -c "cmake -S '$deps/src/googletest' -B '$build/_deps/gtest-build' \
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX='$gtest_prefix' -DBUILD_GMOCK=ON \
+    -DINSTALL_GTEST=ON && cmake --build '$build/_deps/gtest-build' -j '$jobs' \
+    && cmake --install '$build/_deps/gtest-build'" ||
+  { write_results "GoogleTest did not build: see logs/gtest.log."; exit 1; }
+
+step configure 60 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release \
+  -DDITTO_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+  -DCMAKE_PREFIX_PATH="$deps;$gtest_prefix" "${nccl_args[@]}" \
+  || { write_results "Configure failed: see logs/configure.log."; exit 1; }
+grep -E '^(Eigen3|CLI11|GTest)_DIR:|^(RANDOM123|NCCL)_INCLUDE_DIR:|^NCCL_LIBRARY:' \
+  "$build/CMakeCache.txt" >"$out/logs/found.txt" 2>/dev/null
+build_limit=240  # about 90 s with 16 cores; a --build-only run on a small machine may use it all
+[ $build_only -eq 1 ] && build_limit=$budget
+step build "$build_limit" cmake --build "$build" -j "$jobs" ||
+  { write_results "Build failed: see logs/build.log."; exit 1; }
+if [ $build_only -eq 1 ]; then
+  write_results "Build only (--build-only): nothing was run."
+  echo "gpu-check: build only: done in $(elapsed) s; $results"
+  exit $failed
+fi
+
+# ---- checksums: sim and cuda, 1 and 8 devices, bitwise -----------------------------------------
+train="$build/bin/ditto-train"
+final_field() { grep '^final:' "$1" 2>/dev/null | grep -o "$2=[^ ]*" | cut -d= -f2; }
+{
+  echo "## ditto-train params_checksum, bitwise, $epochs epochs (digits, MLP 64-128-10)"
+  echo
+  echo "| backend | devices | params_checksum | val_acc | train_time_s |"
+  echo "|---|---|---|---|---|"
+} >"$out/logs/checksums.md"
+sums=()
+for backend in sim cuda; do
+  for n in 1 8; do
+    name="train-bitwise-$backend-$n"
+    step "$name" 60 "$train" --backend "$backend" --devices "$n" --determinism bitwise \
+      --epochs "$epochs"
+    log="$out/logs/$name.log"
+    c="$(final_field "$log" params_checksum)"
+    sums+=("${c:-missing}")
+    echo "| $backend | $n | ${c:-missing} | $(final_field "$log" val_acc)" \
+         "| $(final_field "$log" train_time_s) |" >>"$out/logs/checksums.md"
+  done
+done
+uniq_sums="$(printf '%s\n' "${sums[@]}" | sort -u | wc -l)"
+if [ "$uniq_sums" -eq 1 ] && [ "${sums[0]}" != "missing" ]; then
+  echo -e "\nAll four checksums are equal." >>"$out/logs/checksums.md"
+  record "checksums-equal" "PASS" 0 "sim 1/8 and cuda 1/8: ${sums[0]}"
+else
+  echo -e "\nThe checksums differ." >>"$out/logs/checksums.md"
+  record "checksums-equal" "FAIL" 0 \
+    "sim1=${sums[0]} sim8=${sums[1]} cuda1=${sums[2]} cuda8=${sums[3]}"
+fi
+
+# ---- fast mode: the same accuracy -------------------------------------------------------------
+{
+  echo "## ditto-train fast mode, 8 devices, $epochs epochs"
+  echo
+  echo "| backend | val_acc | val_loss | train_time_s |"
+  echo "|---|---|---|---|"
+} >"$out/logs/accuracy.md"
+for backend in sim cuda; do
+  name="train-fast-$backend-8"
+  step "$name" 60 "$train" --backend "$backend" --devices 8 --determinism fast \
+    --epochs "$epochs"
+  log="$out/logs/$name.log"
+  echo "| $backend | $(final_field "$log" val_acc) | $(final_field "$log" val_loss)" \
+       "| $(final_field "$log" train_time_s) |" >>"$out/logs/accuracy.md"
+done
+acc_sim="$(final_field "$out/logs/train-fast-sim-8.log" val_acc)"
+acc_cuda="$(final_field "$out/logs/train-fast-cuda-8.log" val_acc)"
+if [ -n "$acc_sim" ] && [ -n "$acc_cuda" ] &&
+   awk -v a="$acc_sim" -v b="$acc_cuda" 'BEGIN { d = a - b; exit !(d <= 0.02 && d >= -0.02) }'
+then
+  record "fast-accuracy" "PASS" 0 "val_acc sim $acc_sim, cuda $acc_cuda (within 0.02)"
+else
+  record "fast-accuracy" "FAIL" 0 "val_acc sim ${acc_sim:-missing}, cuda ${acc_cuda:-missing}"
+fi
+
+# ---- the whole test suite ---------------------------------------------------------------------
+step ctest 150 ctest --test-dir "$build" -j "$jobs" --output-on-failure --timeout 120
+ctest_log="$out/logs/ctest.log"
+total_line="$(grep -E 'tests passed|tests failed' "$ctest_log" | tail -n 1)"
+cuda_tests="$(grep -cE 'Test +#[0-9]+: [^ ]*Cuda' "$ctest_log")"
+cuda_skipped="$(grep -cE 'Test +#[0-9]+: [^ ]*Cuda[^ ]* .*Skipped' "$ctest_log")"
+cuda_ok=FAIL
+[ "$cuda_tests" -gt 0 ] && [ "$cuda_skipped" -eq 0 ] && cuda_ok=PASS
+record "ctest-summary" "$cuda_ok" 0 \
+  "${total_line:-no summary}; cuda tests run: $cuda_tests, skipped: $cuda_skipped"
+
+# ---- benchmarks -------------------------------------------------------------------------------
+{
+  echo "## Benchmarks"
+  echo
+} >"$out/logs/bench.md"
+shopt -s nullglob
+benches=("$build"/bin/bench_cuda* "$build"/bin/bench_gpu*)
+for b in "$build"/bin/bench_*; do
+  case " ${benches[*]} " in *" $b "*) ;; *) benches+=("$b") ;; esac
+done
+for b in "${benches[@]}"; do
+  [ -x "$b" ] || continue
+  name="$(basename "$b")"
+  args=()
+  grep -qa -- '--quick' "$b" && args=(--quick)
+  step "$name" 120 "$b" "${args[@]}"
+  {
+    echo "### $name ${args[*]}"
+    echo
+    echo '```'
+    tail -n 40 "$out/logs/$name.log"
+    echo '```'
+    echo
+  } >>"$out/logs/bench.md"
+done
+[ ${#benches[@]} -eq 0 ] && echo "No bench binaries were built." >>"$out/logs/bench.md"
+
+verdict="Every check passed."
+[ $failed -eq 0 ] || verdict="Some checks FAILED: see the table."
+write_results "$verdict"
+echo "gpu-check: done in $(elapsed) s. $verdict $results"
+exit $failed
