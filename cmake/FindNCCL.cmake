@@ -82,7 +82,7 @@ endif()
 find_path(NCCL_INCLUDE_DIR NAMES nccl.h HINTS ${_nccl_inc_hints}
           DOC "Folder holding nccl.h")
 # libnccl.so.2 by full name: the pip wheel ships no unversioned libnccl.so symlink.
-find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 HINTS ${_nccl_lib_hints}
+find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 NAMES_PER_DIR HINTS ${_nccl_lib_hints}
              DOC "NCCL library (libnccl.so)")
 
 if(NCCL_INCLUDE_DIR AND EXISTS "${NCCL_INCLUDE_DIR}/nccl.h")
@@ -96,8 +96,16 @@ if(NCCL_INCLUDE_DIR AND EXISTS "${NCCL_INCLUDE_DIR}/nccl.h")
   endif()
 endif()
 
+# Hints given as exact paths are taken as they are by find_path/find_library: check they exist.
+set(_nccl_files_exist TRUE)
+if(NCCL_INCLUDE_DIR AND NOT EXISTS "${NCCL_INCLUDE_DIR}/nccl.h")
+  set(_nccl_files_exist FALSE)
+endif()
+if(NCCL_LIBRARY AND NOT EXISTS "${NCCL_LIBRARY}")
+  set(_nccl_files_exist FALSE)
+endif()
 find_package_handle_standard_args(NCCL
-  REQUIRED_VARS NCCL_LIBRARY NCCL_INCLUDE_DIR
+  REQUIRED_VARS NCCL_LIBRARY NCCL_INCLUDE_DIR _nccl_files_exist
   VERSION_VAR NCCL_VERSION)
 
 if(NCCL_FOUND)
@@ -118,3 +126,4 @@ unset(_nccl_lib_hints)
 unset(_nccl_wheel)
 unset(_nccl_rc)
 unset(_nccl_ver)
+unset(_nccl_files_exist)
