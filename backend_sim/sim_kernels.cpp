@@ -14,7 +14,6 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstring>
-#include <limits>
 #include <vector>
 
 #include "backend_sim/sim_backend.h"
@@ -77,20 +76,6 @@ void shard_tree(const Leaf& leaf, std::int64_t lo, std::int64_t hi, float* dst, 
   for (std::int64_t i = 0; i < len; ++i) dst[i] = cm::add(dst[i], right[i]);
 }
 
-// Row max, then the sum of exp(x - max) in ascending order.
-struct SoftmaxStats {
-  float max;
-  float sum;
-};
-
-SoftmaxStats softmax_stats(const float* x, std::int64_t classes) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (std::int64_t c = 0; c < classes; ++c) m = std::max(m, x[c]);
-  float s = 0.0f;
-  for (std::int64_t c = 0; c < classes; ++c) s = cm::sum_step(s, cm::exp(cm::sub(x[c], m)));
-  return {m, s};
-}
-
 class SimKernels final : public Kernels {
  public:
   void gemm(Stream& s, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
@@ -150,8 +135,7 @@ class SimKernels final : public Kernels {
   void relu(Stream& s, const float* x, float* y, std::int64_t n) override {
     if (n <= 0) return;
     as_sim(s, "relu").enqueue([=] {
-      // max(x, 0) with NaN propagated, as torch.relu does.
-      for (std::int64_t i = 0; i < n; ++i) y[i] = (x[i] > 0.0f || x[i] != x[i]) ? x[i] : 0.0f;
+      for (std::int64_t i = 0; i < n; ++i) y[i] = cm::relu(x[i]);
     });
   }
 
@@ -159,7 +143,7 @@ class SimKernels final : public Kernels {
                      std::int64_t n) override {
     if (n <= 0) return;
     as_sim(s, "relu_backward").enqueue([=] {
-      for (std::int64_t i = 0; i < n; ++i) gx[i] = y[i] > 0.0f ? gy[i] : 0.0f;
+      for (std::int64_t i = 0; i < n; ++i) gx[i] = cm::relu_grad(y[i], gy[i]);
     });
   }
 
@@ -169,7 +153,7 @@ class SimKernels final : public Kernels {
     as_sim(s, "cross_entropy").enqueue([=] {
       for (std::int64_t r = 0; r < rows; ++r) {
         const float* x = logits + r * classes;
-        const SoftmaxStats st = softmax_stats(x, classes);
+        const cm::SoftmaxStats st = cm::softmax_stats(x, classes);
         losses[r] = cm::cross_entropy_loss(st.max, st.sum, x[targets[r]]);
       }
     });
@@ -184,7 +168,7 @@ class SimKernels final : public Kernels {
       for (std::int64_t r = 0; r < rows; ++r) {
         const float* x = logits + r * classes;
         float* g = grad_logits + r * classes;
-        const SoftmaxStats st = softmax_stats(x, classes);
+        const cm::SoftmaxStats st = cm::softmax_stats(x, classes);
         for (std::int64_t c = 0; c < classes; ++c)
           g[c] = cm::cross_entropy_grad(factor, x[c], st.max, st.sum, c == targets[r]);
       }
@@ -195,14 +179,8 @@ class SimKernels final : public Kernels {
            float* losses) override {
     if (rows <= 0) return;
     as_sim(s, "mse").enqueue([=] {
-      for (std::int64_t r = 0; r < rows; ++r) {
-        float acc = 0.0f;
-        for (std::int64_t c = 0; c < cols; ++c) {
-          const float d = cm::sub(x[r * cols + c], t[r * cols + c]);
-          acc = cm::dot_step(d, d, acc);
-        }
-        losses[r] = acc;
-      }
+      for (std::int64_t r = 0; r < rows; ++r)
+        losses[r] = cm::squared_error_sum(x + r * cols, t + r * cols, cols);
     });
   }
 
@@ -210,8 +188,8 @@ class SimKernels final : public Kernels {
                     const float* grad_loss, float scale, float* gx) override {
     if (n <= 0) return;
     as_sim(s, "mse_backward").enqueue([=] {
-      const float factor = cm::mul(cm::mul(*grad_loss, scale), 2.0f);
-      for (std::int64_t i = 0; i < n; ++i) gx[i] = cm::mul(factor, cm::sub(x[i], t[i]));
+      const float factor = cm::mse_grad_factor(*grad_loss, scale);
+      for (std::int64_t i = 0; i < n; ++i) gx[i] = cm::mse_grad(factor, x[i], t[i]);
     });
   }
 

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 
 #include "core/portable_math.h"  // defines DITTO_HD
 
@@ -105,6 +106,44 @@ DITTO_HD inline float gemm_epilogue(float acc, float alpha, float beta, float c)
 
 /// y + alpha * x (two roundings).
 DITTO_HD inline float axpy(float alpha, float x, float y) { return add(y, mul(alpha, x)); }
+
+/// max(x, 0) with NaN propagated, as torch.relu does.
+DITTO_HD inline float relu(float x) { return (x > 0.0f || x != x) ? x : 0.0f; }
+
+/// Gradient of ReLU from its output y: gy where y > 0, else 0.
+DITTO_HD inline float relu_grad(float y, float gy) { return y > 0.0f ? gy : 0.0f; }
+
+/// Squared error of one sample: the ascending chain acc = fma(d, d, acc) from 0.0f over
+/// c = 0..n-1, d = x[c] - t[c].
+DITTO_HD inline float squared_error_sum(const float* x, const float* t, std::int64_t n) {
+  float acc = 0.0f;
+  for (std::int64_t c = 0; c < n; ++c) {
+    const float d = sub(x[c], t[c]);
+    acc = dot_step(d, d, acc);
+  }
+  return acc;
+}
+
+/// Factor of the MSE gradient, grad_loss * scale * 2, and one element of it: factor * (x - t).
+DITTO_HD inline float mse_grad_factor(float grad_loss, float scale) {
+  return mul(mul(grad_loss, scale), 2.0f);
+}
+DITTO_HD inline float mse_grad(float factor, float x, float t) { return mul(factor, sub(x, t)); }
+
+/// Row statistics of a softmax over n logits: the maximum (as std::max folds it from -inf in
+/// ascending order, so NaN entries are skipped) and the ascending sum of exp(x - max) from 0.0f.
+struct SoftmaxStats {
+  float max;
+  float sum;
+};
+
+DITTO_HD inline SoftmaxStats softmax_stats(const float* x, std::int64_t n) {
+  float m = -pmath::detail::infinity();
+  for (std::int64_t c = 0; c < n; ++c) m = (m < x[c]) ? x[c] : m;  // std::max(m, x[c])
+  float s = 0.0f;
+  for (std::int64_t c = 0; c < n; ++c) s = sum_step(s, exp(sub(x[c], m)));
+  return {m, s};
+}
 
 /// Cross-entropy of one sample from its row max `m`, sum of exp(x - m) `s` and target logit `xt`:
 /// log(s) - (xt - m).

@@ -1,0 +1,187 @@
+// CPU emulation of the few CUDA features backend_cuda/cuda_kernels.cu uses (tools/cuda_emu/run.sh):
+// each CUDA thread of a block runs on a pooled host thread, blocks one after another; __shared__
+// becomes a function static, __syncthreads a std::barrier, warp shuffles a per-warp barrier.
+// The CUDA runtime and cuBLAS calls and the backend classes are stubs (host memory is device memory).
+#pragma once
+#include <barrier>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/error.h"
+#include "core/stream.h"
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+struct emu_uint3 { unsigned x = 0, y = 0, z = 0; };
+inline thread_local emu_uint3 threadIdx, blockIdx;
+inline thread_local dim3 blockDim, gridDim;
+inline thread_local std::barrier<>* emu_bar = nullptr;
+inline void __syncthreads() { emu_bar->arrive_and_wait(); }
+// Warp shuffles: lanes meet at their warp's barrier around a slot array.
+struct EmuWarp {
+  explicit EmuWarp(unsigned lanes) : bar(lanes) {}
+  std::barrier<> bar;
+  float slot[32] = {};
+};
+inline thread_local EmuWarp* emu_warp = nullptr;
+inline thread_local unsigned emu_lane = 0;
+inline float __shfl_down_sync(unsigned, float v, int off) {
+  emu_warp->slot[emu_lane] = v;
+  emu_warp->bar.arrive_and_wait();
+  const float r = emu_lane + off < 32 ? emu_warp->slot[emu_lane + off] : v;
+  emu_warp->bar.arrive_and_wait();
+  return r;
+}
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+#define __grid_constant__
+#define __launch_bounds__(...)
+
+struct alignas(16) float4 { float x, y, z, w; };
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+
+using cudaError_t = int;
+constexpr int cudaSuccess = 0, cudaErrorNotSupported = 801;
+using cudaStream_t = void*;
+inline int emu_allocs = 0;
+inline cudaError_t cudaGetLastError() { return 0; }
+inline cudaError_t cudaMallocAsync(void** p, std::size_t n, cudaStream_t) { *p = std::malloc(n); ++emu_allocs; return 0; }
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { std::free(p); --emu_allocs; return 0; }
+inline cudaError_t cudaMalloc(void** p, std::size_t n) { *p = std::malloc(n); return 0; }
+inline cudaError_t cudaFree(void* p) { std::free(p); return 0; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return 0; }
+
+using cublasHandle_t = void*;
+using cublasStatus_t = int;
+constexpr int CUBLAS_STATUS_SUCCESS = 0;
+enum cublasOperation_t { CUBLAS_OP_N, CUBLAS_OP_T };
+enum { CUBLAS_POINTER_MODE_HOST, CUBLAS_DEFAULT_MATH };
+inline int cublasSetStream(cublasHandle_t, cudaStream_t) { return 0; }
+inline int cublasSetPointerMode(cublasHandle_t, int) { return 0; }
+inline int cublasSetMathMode(cublasHandle_t, int) { return 0; }
+inline int cublasSgemm_64(cublasHandle_t, cublasOperation_t, cublasOperation_t, std::int64_t,
+                          std::int64_t, std::int64_t, const float*, const float*, std::int64_t,
+                          const float*, std::int64_t, const float*, float*, std::int64_t) {
+  return 99;  // not emulated
+}
+
+#define DITTO_CUDA_CHECK(call, where) \
+  do { if ((call) != 0) throw std::runtime_error(std::string("cuda: ") + (where)); } while (0)
+#define DITTO_CUBLAS_CHECK(call, where) \
+  do { if ((call) != 0) throw std::runtime_error(std::string("cublas: ") + (where)); } while (0)
+
+namespace ditto::cuda {
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int) {}
+};
+class CudaStream final : public Stream {
+ public:
+  Device device() const override { return Device("cuda", 0); }
+  void synchronize() override {}
+  void record(Event&) override {}
+  void wait(const Event&) override {}
+  cudaStream_t get() const { return nullptr; }
+  int physical_device() const { return 0; }
+};
+inline CudaStream& as_cuda(Stream& s, const char*) { return static_cast<CudaStream&>(s); }
+class CudaBackend {
+ public:
+  cublasHandle_t cublas(int) { return nullptr; }
+};
+std::unique_ptr<Kernels> make_cuda_kernels(CudaBackend& backend);
+}  // namespace ditto::cuda
+
+inline long emu_threads_launched = 0;
+
+// Persistent workers, one per CUDA thread of the largest block seen; worker i runs thread i.
+class EmuPool {
+ public:
+  ~EmuPool() {
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      stop_ = true;
+      ++gen_;
+    }
+    cv_.notify_all();
+    for (auto& t : ws_) t.join();
+  }
+  void run(unsigned n, const std::function<void(unsigned)>& f) {
+    while (ws_.size() < n) {
+      const unsigned i = static_cast<unsigned>(ws_.size());
+      ws_.emplace_back([this, i, g = gen_] { work(i, g); });
+    }
+    std::unique_lock<std::mutex> l(mu_);
+    job_ = &f;
+    active_ = n;
+    remaining_ = n;
+    ++gen_;
+    cv_.notify_all();
+    done_.wait(l, [&] { return remaining_ == 0; });
+  }
+
+ private:
+  void work(unsigned i, unsigned seen) {  // seen: the generation before the worker existed
+    for (;;) {
+      const std::function<void(unsigned)>* job;
+      {
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return gen_ != seen; });
+        seen = gen_;
+        if (stop_) return;
+        if (i >= active_) continue;
+        job = job_;
+      }
+      (*job)(i);
+      std::lock_guard<std::mutex> g(mu_);
+      if (--remaining_ == 0) done_.notify_one();
+    }
+  }
+  std::vector<std::thread> ws_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_;
+  const std::function<void(unsigned)>* job_ = nullptr;
+  unsigned active_ = 0, remaining_ = 0, gen_ = 0;
+  bool stop_ = false;
+};
+inline EmuPool emu_pool;
+
+template <class... P, class... A>
+void emu_launch(void (*k)(P...), dim3 grid, dim3 block, A&&... args) {
+  for (unsigned by = 0; by < grid.y; ++by)
+    for (unsigned bx = 0; bx < grid.x; ++bx) {
+      const unsigned n = block.x * block.y;
+      std::barrier<> bar(n);
+      std::vector<std::unique_ptr<EmuWarp>> warps;
+      for (unsigned w = 0; w < n; w += 32) warps.push_back(std::make_unique<EmuWarp>(std::min(32u, n - w)));
+      const std::function<void(unsigned)> f = [&](unsigned i) {
+        emu_warp = warps[i / 32].get();
+        emu_lane = i % 32;
+        threadIdx = {i % block.x, i / block.x, 0};
+        blockIdx = {bx, by, 0};
+        blockDim = block;
+        gridDim = grid;
+        emu_bar = &bar;
+        k(args...);
+      };
+      emu_pool.run(n, f);
+      emu_threads_launched += n;
+    }
+}

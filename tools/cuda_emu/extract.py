@@ -1,0 +1,44 @@
+# Rewrites backend_cuda/cuda_kernels.cu into host C++ for the CPU emulator (tools/cuda_emu/run.sh):
+# CUDA includes -> emu.h, kernel<<<grid, block, smem, stream>>>(args) -> emu_launch(kernel, grid, block, args).
+# Usage: extract.py IN.cu OUT.cpp
+import re, sys
+src = open(sys.argv[1]).read()
+src = re.sub(r'#include <cublas_v2.h>\n#include <cuda_runtime.h>\n', '#include "emu.h"\n', src)
+for h in ['backend_cuda/cuda_backend.h', 'backend_cuda/cuda_check.h', 'backend_cuda/cuda_stream.h']:
+    src = src.replace('#include "%s"\n' % h, '')
+out = []; i = 0
+while True:
+    j = src.find('<<<', i)
+    if j < 0: out.append(src[i:]); break
+    # kernel name: scan back to start of expression (after whitespace/newline/'(' )
+    k = j
+    depth = 0
+    while k > 0:
+        c = src[k-1]
+        if c == '>': depth += 1
+        elif c == '<': depth -= 1
+        if depth == 0 and (c.isspace() or c in ';{}'):
+            break
+        k -= 1
+    name = src[k:j]
+    e = src.find('>>>', j)
+    cfg = src[j+3:e]
+    # parse args with paren matching
+    assert src[e+3] == '(' , src[e:e+20]
+    p = e+4; d = 1
+    while d:
+        if src[p] == '(': d += 1
+        elif src[p] == ')': d -= 1
+        p += 1
+    args = src[e+4:p-1]
+    parts = []; d = 0; cur = ''
+    for ch in cfg:
+        if ch in '([<': d += 1
+        if ch in ')]>': d -= 1
+        if ch == ',' and d == 0: parts.append(cur); cur = ''
+        else: cur += ch
+    parts.append(cur)
+    out.append(src[i:k])
+    out.append('emu_launch(%s, dim3(%s), dim3(%s), %s)' % (name, parts[0].strip(), parts[1].strip(), args))
+    i = p
+open(sys.argv[2], 'w').write(''.join(out))
