@@ -135,7 +135,11 @@ int run(const Args& a) {
   DITTO_CHECK(a.batch_size >= 1, "--batch-size: expected >= 1, got ", a.batch_size);
   DITTO_CHECK(a.val_fraction > 0 && a.val_fraction < 1, "--val-fraction: expected a value in (0, 1), got ",
               a.val_fraction);
-  DITTO_CHECK(a.sim_memory_gib > 0, "--sim-memory-gib: expected > 0, got ", a.sim_memory_gib);
+  // The byte count must fit in size_t: converting a larger (or infinite) double is undefined.
+  constexpr double kMaxSimMemoryGib = double(std::uint64_t(1) << 34);  // 2^34 GiB = 2^64 bytes
+  DITTO_CHECK(a.sim_memory_gib > 0 && a.sim_memory_gib < kMaxSimMemoryGib,
+              "--sim-memory-gib: expected a size in GiB > 0 and < 17179869184 (16 EiB), got ",
+              a.sim_memory_gib);
   std::vector<std::int64_t> hidden = parse_sizes(a.hidden);
   DITTO_CHECK(a.loss == "cross-entropy" || a.loss == "mse",
               "--loss: expected cross-entropy or mse, got '", a.loss, "'");
