@@ -2,7 +2,9 @@
 #include "core/tensor.h"
 
 #include <cstring>
+#include <limits>
 #include <sstream>
+#include <string>
 
 #include "core/backend.h"
 
@@ -16,18 +18,42 @@ std::string shape_str(const Shape& s) {
   return os.str();
 }
 
-std::int64_t shape_numel(const Shape& s) {
+namespace {
+constexpr std::int64_t kMaxInt64 = std::numeric_limits<std::int64_t>::max();
+
+// Product of non-negative sizes; false when it exceeds int64 (a size of 0 makes it 0, never an
+// overflow, whatever comes before it).
+bool checked_product(const Shape& s, std::int64_t& out) {
+  bool overflow = false;
   std::int64_t n = 1;
   for (auto d : s) {
-    DITTO_CHECK(d >= 0, "shape ", shape_str(s), ": sizes must be non-negative");
-    n *= d;
+    if (d == 0) {
+      out = 0;
+      return true;
+    }
+    if (!overflow) overflow = __builtin_mul_overflow(n, d, &n);
   }
+  out = n;
+  return !overflow;
+}
+}  // namespace
+
+std::int64_t shape_numel(const Shape& s) {
+  for (auto d : s) DITTO_CHECK(d >= 0, "shape ", shape_str(s), ": sizes must be non-negative");
+  std::int64_t n = 0;
+  DITTO_CHECK(checked_product(s, n), "shape ", shape_str(s), ": expected at most ", kMaxInt64,
+              " elements in all, but the sizes multiply past that");
   return n;
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, const Device& device) {
   Tensor t;
   t.numel_ = shape_numel(shape);
+  // nbytes() must not wrap around (a wrapped count would allocate a buffer far too small).
+  DITTO_CHECK(t.numel_ <= kMaxInt64 / static_cast<std::int64_t>(dtype_size(dtype)),
+              "Tensor::empty: shape ", shape_str(shape), " ", dtype_name(dtype),
+              ": expected at most ", kMaxInt64, " bytes, got ", t.numel_, " elements of ",
+              dtype_size(dtype), " bytes");
   t.shape_ = shape;
   t.dtype_ = dtype;
   t.buffer_ = std::make_shared<Buffer>(device, t.nbytes());
@@ -151,8 +177,11 @@ float Tensor::item() const {
 Tensor Tensor::narrow(std::int64_t start, std::int64_t length) const {
   DITTO_CHECK(defined() && dim() >= 1, "Tensor::narrow: expected a tensor with at least 1 dim, got ",
               str());
-  DITTO_CHECK(start >= 0 && length >= 0 && start + length <= shape_[0], "Tensor::narrow: rows [",
-              start, ", ", start + length, ") out of range for ", str());
+  std::int64_t end = 0;
+  const bool end_fits = !__builtin_add_overflow(start, length, &end);
+  DITTO_CHECK(start >= 0 && length >= 0 && end_fits && end <= shape_[0], "Tensor::narrow: rows [",
+              start, ", ", end_fits ? std::to_string(end) : detail::cat(start, " + ", length),
+              ") out of range for ", str());
   Tensor t = *this;
   std::int64_t row = shape_[0] == 0 ? 0 : numel_ / shape_[0];
   t.offset_ += static_cast<std::size_t>(start * row) * dtype_size(dtype_);
@@ -171,8 +200,15 @@ Tensor Tensor::view(const Shape& shape) const {
       infer = static_cast<std::int64_t>(i);
     } else {
       DITTO_CHECK(s[i] >= 0, "Tensor::view: invalid size in ", shape_str(shape));
-      known *= s[i];
     }
+  }
+  {
+    Shape given;
+    for (auto d : s)
+      if (d != -1) given.push_back(d);
+    DITTO_CHECK(checked_product(given, known), "Tensor::view: shape ", shape_str(shape),
+                ": expected at most ", kMaxInt64, " elements in all, but the sizes multiply past "
+                "that");
   }
   if (infer >= 0) {
     DITTO_CHECK(known > 0 && numel_ % known == 0, "Tensor::view: cannot view ", str(), " as ",

@@ -20,7 +20,8 @@ using Shape = std::vector<std::int64_t>;
 
 /// "[3, 4]".
 std::string shape_str(const Shape& s);
-/// Product of the sizes (1 for a 0-dim shape). Throws InvalidArgument for a negative size.
+/// Product of the sizes (1 for a 0-dim shape). Throws InvalidArgument for a negative size or a
+/// product past 2^63 - 1.
 std::int64_t shape_numel(const Shape& s);
 
 class Tensor {
@@ -28,7 +29,8 @@ class Tensor {
   /// An undefined tensor (defined() == false).
   Tensor() = default;
 
-  /// Uninitialised tensor. Throws InvalidArgument (negative size) or OutOfMemory.
+  /// Uninitialised tensor. Throws InvalidArgument (negative size, more than 2^63 - 1 elements or
+  /// bytes) or OutOfMemory.
   static Tensor empty(const Shape& shape, DType dtype, const Device& device);
   /// Tensor filled with zeros (f32 or i64).
   static Tensor zeros(const Shape& shape, DType dtype, const Device& device);

@@ -302,6 +302,32 @@ TEST_F(NNTest, LinearErrors) {
                  "Linear: expected in_features >= 1 and out_features >= 1, got in_features = 0");
 }
 
+// Regression (UBSan, ASan): in_features * out_features was multiplied unchecked, and the weights
+// were built in a host vector before the device was asked for memory, so a layer larger than the
+// device failed with the host's std::bad_alloc (under ASan: an abort) instead of OutOfMemory.
+TEST_F(NNTest, LinearTooLargeFailsOnTheDeviceWithoutHostAllocation) {
+  Backend& sim = get_backend("sim");
+  sim.default_stream(3).synchronize();
+  const std::size_t in_use_before = sim.memory_stats(3).in_use;
+  const std::int64_t big = std::int64_t(1) << 40;
+  expect_invalid([&] { nn::Linear(big, big, dev(3), 0); },
+                 "Linear: expected in_features * out_features <= 9223372036854775807, got "
+                 "in_features = 1099511627776, out_features = 1099511627776");
+  // 2^40 weights are 4 TiB: more than the device's 80 GiB.
+  const std::int64_t side = std::int64_t(1) << 20;
+  try {
+    nn::Linear(side, side, dev(3), 0);
+    FAIL() << "expected OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find("sim:3: out of memory: tried to allocate"),
+              std::string::npos)
+        << e.what();
+  }
+  // The failed layers left nothing allocated.
+  sim.default_stream(3).synchronize();
+  EXPECT_EQ(sim.memory_stats(3).in_use, in_use_before);
+}
+
 // ---- ReLU ------------------------------------------------------------------------------------
 
 TEST_F(NNTest, ReLUForwardAndBackward) {

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -239,6 +240,43 @@ TEST_F(SimBackendTest, TensorRoundTripsAndViews) {
                    "Tensor::to_vector: tensor is f32, asked for i64");
   EXPECT_THROW_MSG(Tensor::from_vector(v, {5, 3}, sim(7)), InvalidArgument,
                    "Tensor::from_vector: expected 15 values for shape [5, 3], got 12");
+}
+
+// Regression (UBSan): sizes were multiplied unchecked (signed overflow), a byte count past 2^64
+// wrapped to a buffer far too small for the tensor, and narrow's start + length could overflow.
+TEST_F(SimBackendTest, TensorSizesThatOverflowAreRejected) {
+  const std::int64_t big = std::int64_t(1) << 40;
+  EXPECT_THROW_MSG(Tensor::empty({big, big}, DType::f32, sim(0)), InvalidArgument,
+                   "shape [1099511627776, 1099511627776]: expected at most 9223372036854775807 "
+                   "elements in all, but the sizes multiply past that");
+  EXPECT_THROW_MSG(shape_numel({3, big, big, 1}), InvalidArgument,
+                   "shape [3, 1099511627776, 1099511627776, 1]: expected at most");
+  EXPECT_THROW_MSG(shape_numel({big, -1, big}), InvalidArgument,
+                   "shape [1099511627776, -1, 1099511627776]: sizes must be non-negative");
+  // 2^61 i64 elements: the count fits in int64, the 2^64 bytes do not.
+  EXPECT_THROW_MSG(Tensor::empty({std::int64_t(1) << 61}, DType::i64, Device::cpu()),
+                   InvalidArgument,
+                   "Tensor::empty: shape [2305843009213693952] i64: expected at most "
+                   "9223372036854775807 bytes, got 2305843009213693952 elements of 8 bytes");
+  EXPECT_THROW_MSG(Tensor::zeros({std::int64_t(1) << 62}, DType::f32, sim(0)), InvalidArgument,
+                   "Tensor::empty: shape [4611686018427387904] f32: expected at most");
+  // A size of 0 makes the product 0, whatever the other sizes.
+  EXPECT_EQ(shape_numel({big, big, 0}), 0);
+  EXPECT_EQ(Tensor::empty({big, big, 0}, DType::f32, sim(0)).numel(), 0);
+
+  Tensor t = Tensor::full({4, 3}, 1.0f, sim(0));
+  EXPECT_THROW_MSG(t.view({big, big, -1}), InvalidArgument,
+                   "Tensor::view: shape [1099511627776, 1099511627776, -1]: expected at most "
+                   "9223372036854775807 elements in all");
+  EXPECT_THROW_MSG(t.view({big, big}), InvalidArgument, "Tensor::view: shape [1099511627776, "
+                                                        "1099511627776]: expected at most");
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  EXPECT_THROW_MSG(t.narrow(2, max), InvalidArgument,
+                   "Tensor::narrow: rows [2, 2 + 9223372036854775807) out of range for [4, 3] f32 "
+                   "on sim:0");
+  EXPECT_THROW_MSG(t.narrow(max, 1), InvalidArgument,
+                   "Tensor::narrow: rows [9223372036854775807, 9223372036854775807 + 1) out of range");
+  EXPECT_EQ(t.narrow(1, 3).numel(), 9);
 }
 
 TEST_F(SimBackendTest, CopiesAcrossDevicesAndHost) {

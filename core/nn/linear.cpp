@@ -2,6 +2,7 @@
 #include "core/nn/linear.h"
 
 #include <cmath>
+#include <limits>
 
 #include "core/micro_shards.h"
 #include "core/ops.h"
@@ -17,21 +18,30 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, const Device
   DITTO_CHECK(in_features >= 1 && out_features >= 1, "Linear: expected in_features >= 1 and ",
               "out_features >= 1, got in_features = ", in_features,
               ", out_features = ", out_features);
+  DITTO_CHECK(in_features <= std::numeric_limits<std::int64_t>::max() / out_features,
+              "Linear: expected in_features * out_features <= ",
+              std::numeric_limits<std::int64_t>::max(), ", got in_features = ", in_features,
+              ", out_features = ", out_features);
   // torch.nn.Linear.reset_parameters: kaiming_uniform_(a=sqrt(5)) on the weight gives bound
   // gain * sqrt(3 / fan_in) with gain = sqrt(2 / (1 + 5)), i.e. 1 / sqrt(fan_in); the bias uses
   // 1 / sqrt(fan_in) directly.
   const float bound = static_cast<float>(1.0 / std::sqrt(static_cast<double>(in_features)));
   const std::uint64_t stream = stream_id(kStreamInit, layer_id);
-  const std::int64_t nw = in_features * out_features;
-  std::vector<float> w(static_cast<std::size_t>(nw)), b(static_cast<std::size_t>(out_features));
+  // Allocate on the device first: a layer too large for the device fails with its OutOfMemory
+  // before any host memory is spent on it.
+  weight_.data = Tensor::empty({out_features, in_features}, DType::f32, device);
+  bias_.data = Tensor::empty({out_features}, DType::f32, device);
+  const std::int64_t nw = weight_.data.numel();
+  Tensor w = Tensor::empty({out_features, in_features}, DType::f32, Device::cpu());
+  Tensor b = Tensor::empty({out_features}, DType::f32, Device::cpu());
+  float* wp = w.data<float>();
+  float* bp = b.data<float>();
   for (std::int64_t i = 0; i < nw; ++i)
-    w[static_cast<std::size_t>(i)] =
-        uniform(seed, stream, static_cast<std::uint64_t>(i), -bound, bound);
+    wp[i] = uniform(seed, stream, static_cast<std::uint64_t>(i), -bound, bound);
   for (std::int64_t j = 0; j < out_features; ++j)
-    b[static_cast<std::size_t>(j)] =
-        uniform(seed, stream, static_cast<std::uint64_t>(nw + j), -bound, bound);
-  weight_.data = Tensor::from_vector(w, {out_features, in_features}, device);
-  bias_.data = Tensor::from_vector(b, {out_features}, device);
+    bp[j] = uniform(seed, stream, static_cast<std::uint64_t>(nw + j), -bound, bound);
+  weight_.data.copy_(w);
+  bias_.data.copy_(b);
 }
 
 std::string Linear::str() const { return detail::cat("Linear(", in_, ", ", out_, ")"); }
