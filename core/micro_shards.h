@@ -29,6 +29,8 @@ namespace ditto {
 /// K used when nothing else is said (a layer run outside DataParallel, a loss): a power of two
 /// at least as large as any device count bitwise mode is meant to agree across.
 constexpr std::int64_t kDefaultMicroShards = 64;
+/// Largest K DataParallel accepts (each shard costs a partial result in the batch reductions).
+constexpr std::int64_t kMaxMicroShards = 65536;
 
 /// Bounds of K micro-shards of `rows` rows: entry i is floor(i * rows / K), i = 0..K (K + 1
 /// entries, first 0, last rows; shards are empty when rows < K). Throws InvalidArgument for

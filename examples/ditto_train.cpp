@@ -132,6 +132,7 @@ int run(const Args& a) {
   else if (a.header == "no") csv.header = data::CsvHeader::no;
   else DITTO_CHECK(a.header == "auto", "--header: expected auto, yes or no, got '", a.header, "'");
   DITTO_CHECK(a.epochs >= 0, "--epochs: expected >= 0, got ", a.epochs);
+  DITTO_CHECK(std::isfinite(a.lr) && a.lr > 0, "--lr: expected a finite value > 0, got ", a.lr);
   DITTO_CHECK(a.batch_size >= 1, "--batch-size: expected >= 1, got ", a.batch_size);
   DITTO_CHECK(a.val_fraction > 0 && a.val_fraction < 1, "--val-fraction: expected a value in (0, 1), got ",
               a.val_fraction);

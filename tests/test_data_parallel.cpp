@@ -290,6 +290,17 @@ TEST_F(DataParallelTest, ArgumentErrors) {
   auto m0 = nn::mlp({3, 4, 2}, Device("sim", 0), 5);
   parallel::DataParallel dp(*m0, devs(2));
   expect([&] { dp.forward(random_tensor({4, 5}, 1)); }, "expected [N, 3], got [2, 5]");
+  // Bitwise mode: micro_shards must be a power of two, at least the device count, and bounded
+  // (a huge K once made ditto-train allocate without limit).
+  parallel::DataParallelOptions o;
+  o.determinism = Determinism::bitwise;
+  o.micro_shards = std::int64_t(1) << 30;
+  expect([&] { parallel::DataParallel bad(*m0, devs(2), o); },
+         "micro_shards: expected a power of two in [1, 65536], got 1073741824");
+  o.micro_shards = 3;
+  expect([&] { parallel::DataParallel bad(*m0, devs(2), o); }, "got 3");
+  o.micro_shards = 2;
+  expect([&] { parallel::DataParallel bad(*m0, devs(4), o); }, "supports at most 2 devices");
 }
 
 }  // namespace

@@ -32,7 +32,9 @@ DataParallel::DataParallel(nn::Module& module, std::vector<Device> devices,
                 p->data.device().str());
   if (options_.determinism == Determinism::bitwise) {
     const std::int64_t k = options_.micro_shards;
-    DITTO_CHECK(k >= 1 && (k & (k - 1)) == 0, "DataParallel: micro_shards: expected a power of two, got ", k);
+    DITTO_CHECK(k >= 1 && k <= kMaxMicroShards && (k & (k - 1)) == 0,
+                "DataParallel: micro_shards: expected a power of two in [1, ", kMaxMicroShards,
+                "], got ", k);
     DITTO_CHECK(static_cast<std::int64_t>(devices_.size()) <= k, "DataParallel: bitwise mode with ",
                 k, " micro-shards supports at most ", k, " devices, got ", devices_.size(),
                 " (raise micro_shards)");
