@@ -29,37 +29,12 @@ namespace ditto::canonical {
 
 // ---- rounded primitives (Note [Rounded primitives]) -------------------------------------------
 
-DITTO_HD inline float mul(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
-DITTO_HD inline float add(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
-DITTO_HD inline float sub(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-
-DITTO_HD inline float div(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
+// The correctly rounded +, -, *, / and fma are portable_math.h's (one definition for both headers).
+using pmath::fma;
+using pmath::detail::add;
+using pmath::detail::div;
+using pmath::detail::mul;
+using pmath::detail::sub;
 
 /// Correctly rounded square root (IEEE 754 requires it, like + - * /).
 DITTO_HD inline float sqrt(float a) {
@@ -67,15 +42,6 @@ DITTO_HD inline float sqrt(float a) {
   return __fsqrt_rn(a);
 #else
   return std::sqrt(a);
-#endif
-}
-
-/// a * b + c with a single rounding.
-DITTO_HD inline float fma(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
 #endif
 }
 
