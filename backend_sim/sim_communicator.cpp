@@ -51,40 +51,17 @@
 #include <vector>
 
 #include "backend_sim/sim_backend.h"
+#include "core/collective_call.h"
 #include "core/error.h"
 
 namespace ditto::sim {
 namespace {
 
-enum class Kind : std::uint8_t { all_reduce, reduce, broadcast, all_gather, reduce_scatter, barrier };
-
-const char* kind_name(Kind k) {
-  switch (k) {
-    case Kind::all_reduce: return "all_reduce";
-    case Kind::reduce: return "reduce";
-    case Kind::broadcast: return "broadcast";
-    case Kind::all_gather: return "all_gather";
-    case Kind::reduce_scatter: return "reduce_scatter";
-    case Kind::barrier: return "barrier";
-  }
-  return "collective";
-}
-
-bool uses_op(Kind k) {
-  return k == Kind::all_reduce || k == Kind::reduce || k == Kind::reduce_scatter;
-}
-bool uses_root(Kind k) { return k == Kind::reduce || k == Kind::broadcast; }
-
-/// One rank's call, as published in its slot.
-struct Call {
-  Kind kind = Kind::barrier;
-  const void* send = nullptr;
-  void* recv = nullptr;
-  std::int64_t count = 0;
-  DType dtype = DType::f32;
-  ReduceOp op = ReduceOp::sum;
-  int root = 0;
-};
+using Kind = detail::CollectiveKind;
+using Call = detail::CollectiveCall;
+using detail::uses_op;
+using detail::uses_root;
+inline const char* kind_name(Kind k) { return detail::collective_name(k); }
 
 // ---- elementwise reduction ------------------------------------------------------------------
 
@@ -309,34 +286,7 @@ class SimCommunicator final : public CommunicatorImpl,
 
   // Empty when every rank's call matches rank 0's; else the error every rank throws.
   // Reads the slots: only between the two rendezvous of a call.
-  std::string find_mismatch(std::uint64_t seq) const {
-    const Call& c0 = slots_[0];
-    const std::string where =
-        detail::cat(" (collective #", seq,
-                    " on this communicator; every rank must call the same collectives in the same "
-                    "order with the same count, dtype, op and root)");
-    for (int q = 1; q < n_; ++q) {
-      const Call& c = slots_[static_cast<std::size_t>(q)];
-      const char* name = kind_name(c0.kind);
-      if (c.kind != c0.kind)
-        return detail::cat(name, ": rank ", q, " called ", kind_name(c.kind), ", rank 0 called ",
-                           name, where);
-      if (c.kind == Kind::barrier) continue;
-      if (c.count != c0.count)
-        return detail::cat(name, ": rank ", q, " called with count ", c.count,
-                           ", rank 0 with count ", c0.count, where);
-      if (c.dtype != c0.dtype)
-        return detail::cat(name, ": rank ", q, " called with dtype ", dtype_name(c.dtype),
-                           ", rank 0 with dtype ", dtype_name(c0.dtype), where);
-      if (uses_op(c.kind) && c.op != c0.op)
-        return detail::cat(name, ": rank ", q, " called with op ", reduce_op_name(c.op),
-                           ", rank 0 with op ", reduce_op_name(c0.op), where);
-      if (uses_root(c.kind) && c.root != c0.root)
-        return detail::cat(name, ": rank ", q, " called with root ", c.root,
-                           ", rank 0 with root ", c0.root, where);
-    }
-    return {};
-  }
+  std::string find_mismatch(std::uint64_t seq) const { return detail::find_call_mismatch(slots_, seq); }
 
   // Rank `rank`'s share of the data movement (Note [Sim collectives]).
   template <typename T>
