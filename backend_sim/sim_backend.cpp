@@ -1,6 +1,7 @@
 #include "backend_sim/sim_backend.h"
 
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <iomanip>
 #include <sstream>
@@ -44,8 +45,11 @@ SimBackend::SimBackend(const BackendOptions& options) {
     d->stream = std::make_unique<SimStream>(Device("sim", i));
     d->capacity = options.memory_capacity;
     devices_.push_back(std::move(d));
+    next_track_.push_back(std::make_unique<std::atomic<int>>(1));
   }
-  kernels_ = make_sim_kernels();
+  ClusterSpec cluster{device_profile("h100-sxm"), interconnect_profile("nvlink"), 1, count};
+  cost_ = std::make_shared<CostModel>(count, cluster);
+  kernels_ = make_sim_kernels(cost_);
 }
 
 SimBackend::~SimBackend() {
@@ -87,56 +91,95 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
     throw OutOfMemory(detail::cat("sim:", index, ": host out of memory allocating ",
                                   bytes_str(bytes)));
   }
+  {
+    std::lock_guard lk(owners_mu_);
+    owners_[reinterpret_cast<std::uintptr_t>(p)] = {bytes, index};
+  }
+  if (cost_->tracing()) {  // stream-ordered memory counter of the trace
+    CostModel* cm = cost_.get();
+    SimStream* s = d.stream.get();
+    s->enqueue([cm, s, bytes] { cm->on_memory(*s, static_cast<std::int64_t>(bytes)); });
+  }
   return p;
+}
+
+int SimBackend::owner_of(const void* p) const {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  std::lock_guard lk(owners_mu_);
+  auto it = owners_.upper_bound(a);
+  if (it == owners_.begin()) return -1;
+  --it;
+  return a < it->first + std::max<std::size_t>(it->second.first, 1) ? it->second.second : -1;
 }
 
 void SimBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
   auto* d = devices_[index].get();
+  auto forget = [this, ptr] {
+    std::lock_guard lk(owners_mu_);
+    owners_.erase(reinterpret_cast<std::uintptr_t>(ptr));
+  };
+  CostModel* cm = cost_->tracing() ? cost_.get() : nullptr;
   try {
-    d->stream->enqueue([d, ptr, bytes] {
+    d->stream->enqueue([d, ptr, bytes, forget, cm] {
+      forget();  // before free: the address may be handed out again right after
       std::free(ptr);
       d->in_use.fetch_sub(bytes);
+      if (cm) cm->on_memory(*d->stream, -static_cast<std::int64_t>(bytes));
     });
   } catch (...) {  // could not enqueue (out of host memory): free now
+    forget();
     std::free(ptr);
     d->in_use.fetch_sub(bytes);
   }
 }
 
 std::unique_ptr<Stream> SimBackend::create_stream(int index) {
-  return std::make_unique<SimStream>(Device("sim", index));
+  auto s = std::make_unique<SimStream>(Device("sim", index));
+  s->track = next_track_[static_cast<std::size_t>(index)]->fetch_add(1);
+  return s;
 }
 
 std::unique_ptr<Event> SimBackend::create_event(int) { return std::make_unique<SimEvent>(); }
 
 void SimBackend::copy_from_host(Stream& s, void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
-  as_sim(s, "copy_from_host").run_sync([=] { std::memcpy(dst, src, bytes); });
+  SimStream& ss = as_sim(s, "copy_from_host");
+  ss.run_sync([=, &ss, cm = cost_] {
+    std::memcpy(dst, src, bytes);
+    cm->on_host_copy(ss, "copy_h2d", bytes);
+  });
 }
 
 void SimBackend::copy_to_host(Stream& s, void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
-  as_sim(s, "copy_to_host").run_sync([=] { std::memcpy(dst, src, bytes); });
+  SimStream& ss = as_sim(s, "copy_to_host");
+  ss.run_sync([=, &ss, cm = cost_] {
+    std::memcpy(dst, src, bytes);
+    cm->on_host_copy(ss, "copy_d2h", bytes);
+  });
 }
 
 void SimBackend::copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void* src,
                          std::size_t src_pitch, std::size_t row_bytes, std::size_t rows) {
   if (rows == 0 || row_bytes == 0) return;
-  as_sim(s, "copy_2d").enqueue([=] {
+  SimStream& ss = as_sim(s, "copy_2d");
+  const int src_device = owner_of(src);
+  ss.enqueue([=, &ss, cm = cost_] {
     auto* dp = static_cast<char*>(dst);
     auto* sp = static_cast<const char*>(src);
     if (dst_pitch == row_bytes && src_pitch == row_bytes) {
       std::memmove(dp, sp, rows * row_bytes);
-      return;
+    } else {
+      for (std::size_t r = 0; r < rows; ++r)
+        std::memmove(dp + r * dst_pitch, sp + r * src_pitch, row_bytes);
     }
-    for (std::size_t r = 0; r < rows; ++r)
-      std::memmove(dp + r * dst_pitch, sp + r * src_pitch, row_bytes);
+    cm->on_device_copy(ss, src_device, rows * row_bytes);
   });
 }
 
 std::shared_ptr<CommunicatorImpl> SimBackend::create_communicator(const std::vector<int>& devices,
                                                                   const CommOptions& options) {
-  return make_sim_communicator(devices, options);
+  return make_sim_communicator(devices, options, cost_);
 }
 
 }  // namespace sim

@@ -4,9 +4,13 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <vector>
 
+#include "backend_sim/cost_model.h"
 #include "backend_sim/sim_stream.h"
 #include "core/backend.h"
 #include "core/communicator.h"
@@ -17,9 +21,10 @@ namespace ditto::sim {
 /// backend.
 SimStream& as_sim(Stream& s, const char* call);
 
-std::unique_ptr<Kernels> make_sim_kernels();
+std::unique_ptr<Kernels> make_sim_kernels(std::shared_ptr<CostModel> cost);
 std::shared_ptr<CommunicatorImpl> make_sim_communicator(const std::vector<int>& devices,
-                                                        const CommOptions& options);
+                                                        const CommOptions& options,
+                                                        std::shared_ptr<CostModel> cost);
 
 class SimBackend final : public Backend {
  public:
@@ -48,7 +53,15 @@ class SimBackend final : public Backend {
   std::shared_ptr<CommunicatorImpl> create_communicator(const std::vector<int>& devices,
                                                         const CommOptions& options) override;
 
+  /// The cost model (Note [Virtual time], cost_model.h). Its cluster defaults to one node of
+  /// H100 SXM GPUs on NVLink; configure it (and set_slowdown, set_tracing) before enqueueing
+  /// work.
+  CostModel& cost_model() { return *cost_; }
+
  private:
+  /// Device whose allocation holds `p`, or -1 (for the cost of copy_2d).
+  int owner_of(const void* p) const;
+
   struct VirtualDevice {
     std::unique_ptr<SimStream> stream;
     std::size_t capacity = 0;
@@ -56,7 +69,11 @@ class SimBackend final : public Backend {
     std::atomic<std::size_t> peak{0};
   };
   std::vector<std::unique_ptr<VirtualDevice>> devices_;
+  std::shared_ptr<CostModel> cost_;
   std::unique_ptr<Kernels> kernels_;
+  std::vector<std::unique_ptr<std::atomic<int>>> next_track_;  // per device: next stream index
+  mutable std::mutex owners_mu_;
+  std::map<std::uintptr_t, std::pair<std::size_t, int>> owners_;  // start -> (bytes, device)
 };
 
 }  // namespace ditto::sim

@@ -148,10 +148,13 @@ void reduce_range(const std::vector<const T*>& srcs, std::int64_t begin, std::in
 class SimCommunicator final : public CommunicatorImpl,
                               public std::enable_shared_from_this<SimCommunicator> {
  public:
-  SimCommunicator(std::vector<int> devices, const CommOptions& options)
+  SimCommunicator(std::vector<int> devices, const CommOptions& options,
+                  std::shared_ptr<CostModel> cost)
       : devices_(std::move(devices)),
         options_(options),
+        cost_(std::move(cost)),
         n_(static_cast<int>(devices_.size())),
+        arrive_(devices_.size(), 0),
         here_(devices_.size(), 0),
         in_flight_(devices_.size(), 0),
         seq_(devices_.size(), 0),
@@ -187,7 +190,7 @@ class SimCommunicator final : public CommunicatorImpl,
       std::lock_guard lk(mu_);
       throw_if_aborted(call.kind);
     }
-    ss.enqueue([self = shared_from_this(), rank, call] { self->run(rank, call); });
+    ss.enqueue([self = shared_from_this(), rank, call, &ss] { self->run(rank, call, ss); });
   }
 
   // Caller holds mu_.
@@ -206,7 +209,7 @@ class SimCommunicator final : public CommunicatorImpl,
   }
 
   // The task body of one rank (Note [Sim collectives]).
-  void run(int rank, const Call& call) {
+  void run(int rank, const Call& call, SimStream& stream) {
     std::uint64_t seq = 0;
     {
       std::lock_guard lk(mu_);
@@ -223,6 +226,7 @@ class SimCommunicator final : public CommunicatorImpl,
       }
       in_flight_[static_cast<std::size_t>(rank)] = 1;
       slots_[static_cast<std::size_t>(rank)] = call;
+      arrive_[static_cast<std::size_t>(rank)] = stream.virtual_now;
     }
     struct Done {
       SimCommunicator* self;
@@ -242,6 +246,7 @@ class SimCommunicator final : public CommunicatorImpl,
         work<float>(rank);
       else
         work<std::int64_t>(rank);
+      charge(call, stream);
     }
     rendezvous(rank, label);
     if (!mismatch.empty()) throw InvalidArgument(mismatch);
@@ -282,6 +287,17 @@ class SimCommunicator final : public CommunicatorImpl,
     // Another rank timed out (or misused the communicator) while this one waited.
     if (abort_timeout_) throw Timeout(abort_reason_);
     throw BackendError(abort_reason_);
+  }
+
+  // Virtual time (Note [Virtual time], cost_model.h): the collective starts when the last rank
+  // arrived and lasts the cost model's estimate. Reads arrive_: only between the two rendezvous.
+  void charge(const Call& call, SimStream& stream) {
+    const VTime start = *std::max_element(arrive_.begin(), arrive_.end());
+    double bytes = static_cast<double>(call.count) * static_cast<double>(dtype_size(call.dtype));
+    if (call.kind == Kind::all_gather || call.kind == Kind::reduce_scatter) bytes *= n_;
+    if (call.kind == Kind::barrier) bytes = 0;
+    const CollectiveEstimate est = collective_time(cost_->cluster(), call.kind, bytes, devices_);
+    cost_->on_collective(stream, kind_name(call.kind), start, est, bytes);
   }
 
   // Empty when every rank's call matches rank 0's; else the error every rank throws.
@@ -350,7 +366,9 @@ class SimCommunicator final : public CommunicatorImpl,
 
   const std::vector<int> devices_;
   const CommOptions options_;
+  const std::shared_ptr<CostModel> cost_;
   const int n_;
+  std::vector<VTime> arrive_;        // each rank's stream clock when its call started
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -368,8 +386,9 @@ class SimCommunicator final : public CommunicatorImpl,
 }  // namespace
 
 std::shared_ptr<CommunicatorImpl> make_sim_communicator(const std::vector<int>& devices,
-                                                        const CommOptions& options) {
-  return std::make_shared<SimCommunicator>(devices, options);
+                                                        const CommOptions& options,
+                                                        std::shared_ptr<CostModel> cost) {
+  return std::make_shared<SimCommunicator>(devices, options, std::move(cost));
 }
 
 }  // namespace ditto::sim

@@ -78,11 +78,13 @@ void shard_tree(const Leaf& leaf, std::int64_t lo, std::int64_t hi, float* dst, 
 
 class SimKernels final : public Kernels {
  public:
+  explicit SimKernels(std::shared_ptr<CostModel> cost) : cost_(std::move(cost)) {}
+
   void gemm(Stream& s, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
             float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
             float beta, float* C, std::int64_t ldc, Determinism mode) override {
     if (M <= 0 || N <= 0) return;
-    as_sim(s, "gemm").enqueue([=] {
+    launch(s, "gemm", KernelCost{2.0 * M * N * K, 4.0 * (M * K + K * N + (beta == 0.0f ? 1.0 : 2.0) * M * N), true}, [=] {
       if (mode == Determinism::bitwise)
         gemm_bitwise(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
       else
@@ -93,7 +95,7 @@ class SimKernels final : public Kernels {
   void add_bias(Stream& s, float* y, const float* bias, std::int64_t rows,
                 std::int64_t cols) override {
     if (rows <= 0 || cols <= 0) return;
-    as_sim(s, "add_bias").enqueue([=] {
+    launch(s, "add_bias", KernelCost{double(rows) * cols, 4.0 * (2.0 * rows * cols + cols)}, [=] {
       for (std::int64_t r = 0; r < rows; ++r) {
         float* yr = y + r * cols;
         for (std::int64_t c = 0; c < cols; ++c) yr[c] = cm::add(yr[c], bias[c]);
@@ -104,7 +106,7 @@ class SimKernels final : public Kernels {
   void sum_rows(Stream& s, const float* x, std::int64_t rows, std::int64_t cols, float beta,
                 float* out, Determinism mode) override {
     if (cols <= 0) return;
-    as_sim(s, "sum_rows").enqueue([=] {
+    launch(s, "sum_rows", KernelCost{double(rows) * cols, 4.0 * (double(rows) * cols + cols)}, [=] {
       if (mode == Determinism::fast) {
         Eigen::Map<const RowMat> xm(x, rows, cols);
         Eigen::Map<Eigen::RowVectorXf> o(out, cols);
@@ -134,7 +136,7 @@ class SimKernels final : public Kernels {
 
   void relu(Stream& s, const float* x, float* y, std::int64_t n) override {
     if (n <= 0) return;
-    as_sim(s, "relu").enqueue([=] {
+    launch(s, "relu", KernelCost{double(n), 8.0 * n}, [=] {
       for (std::int64_t i = 0; i < n; ++i) y[i] = cm::relu(x[i]);
     });
   }
@@ -142,7 +144,7 @@ class SimKernels final : public Kernels {
   void relu_backward(Stream& s, const float* y, const float* gy, float* gx,
                      std::int64_t n) override {
     if (n <= 0) return;
-    as_sim(s, "relu_backward").enqueue([=] {
+    launch(s, "relu_backward", KernelCost{double(n), 12.0 * n}, [=] {
       for (std::int64_t i = 0; i < n; ++i) gx[i] = cm::relu_grad(y[i], gy[i]);
     });
   }
@@ -150,7 +152,7 @@ class SimKernels final : public Kernels {
   void cross_entropy(Stream& s, const float* logits, const std::int64_t* targets,
                      std::int64_t rows, std::int64_t classes, float* losses) override {
     if (rows <= 0) return;
-    as_sim(s, "cross_entropy").enqueue([=] {
+    launch(s, "cross_entropy", KernelCost{4.0 * rows * classes, 4.0 * rows * classes + 12.0 * rows}, [=] {
       for (std::int64_t r = 0; r < rows; ++r) {
         const float* x = logits + r * classes;
         const cm::SoftmaxStats st = cm::softmax_stats(x, classes);
@@ -163,7 +165,7 @@ class SimKernels final : public Kernels {
                               std::int64_t rows, std::int64_t classes, const float* grad_loss,
                               float scale, float* grad_logits) override {
     if (rows <= 0 || classes <= 0) return;
-    as_sim(s, "cross_entropy_backward").enqueue([=] {
+    launch(s, "cross_entropy_backward", KernelCost{5.0 * rows * classes, 8.0 * rows * classes + 8.0 * rows + 4}, [=] {
       const float factor = cm::mul(*grad_loss, scale);
       for (std::int64_t r = 0; r < rows; ++r) {
         const float* x = logits + r * classes;
@@ -178,7 +180,7 @@ class SimKernels final : public Kernels {
   void mse(Stream& s, const float* x, const float* t, std::int64_t rows, std::int64_t cols,
            float* losses) override {
     if (rows <= 0) return;
-    as_sim(s, "mse").enqueue([=] {
+    launch(s, "mse", KernelCost{3.0 * rows * cols, 8.0 * rows * cols + 4.0 * rows}, [=] {
       for (std::int64_t r = 0; r < rows; ++r)
         losses[r] = cm::squared_error_sum(x + r * cols, t + r * cols, cols);
     });
@@ -187,7 +189,7 @@ class SimKernels final : public Kernels {
   void mse_backward(Stream& s, const float* x, const float* t, std::int64_t n,
                     const float* grad_loss, float scale, float* gx) override {
     if (n <= 0) return;
-    as_sim(s, "mse_backward").enqueue([=] {
+    launch(s, "mse_backward", KernelCost{4.0 * n, 12.0 * n + 4}, [=] {
       const float factor = cm::mse_grad_factor(*grad_loss, scale);
       for (std::int64_t i = 0; i < n; ++i) gx[i] = cm::mse_grad(factor, x[i], t[i]);
     });
@@ -195,7 +197,7 @@ class SimKernels final : public Kernels {
 
   void sum(Stream& s, const float* x, std::int64_t n, float scale, float* out,
            Determinism mode) override {
-    as_sim(s, "sum").enqueue([=] {
+    launch(s, "sum", KernelCost{double(n), 4.0 * n + 4}, [=] {
       float acc = 0.0f;
       if (mode == Determinism::fast) {
         if (n > 0) acc = ConstVecMap(x, n).sum();
@@ -208,19 +210,19 @@ class SimKernels final : public Kernels {
 
   void fill_f32(Stream& s, float* x, float value, std::int64_t n) override {
     if (n <= 0) return;
-    as_sim(s, "fill_f32").enqueue([=] { std::fill(x, x + n, value); });
+    launch(s, "fill_f32", KernelCost{0.0, 4.0 * n}, [=] { std::fill(x, x + n, value); });
   }
 
   void axpy(Stream& s, float alpha, const float* x, float* y, std::int64_t n) override {
     if (n <= 0) return;
-    as_sim(s, "axpy").enqueue([=] {
+    launch(s, "axpy", KernelCost{2.0 * n, 12.0 * n}, [=] {
       for (std::int64_t i = 0; i < n; ++i) y[i] = cm::axpy(alpha, x[i], y[i]);
     });
   }
 
   void scale(Stream& s, float alpha, float* x, std::int64_t n) override {
     if (n <= 0) return;
-    as_sim(s, "scale").enqueue([=] {
+    launch(s, "scale", KernelCost{double(n), 8.0 * n}, [=] {
       for (std::int64_t i = 0; i < n; ++i) x[i] = cm::mul(alpha, x[i]);
     });
   }
@@ -230,7 +232,7 @@ class SimKernels final : public Kernels {
     if (numel <= 0) return;
     // The pointer array belongs to the caller: keep a copy for the asynchronous task.
     std::vector<const float*> in(inputs, inputs + std::max(n_inputs, 0));
-    as_sim(s, "sum_inputs").enqueue([in = std::move(in), out, numel, mode] {
+    launch(s, "sum_inputs", KernelCost{double(std::max(n_inputs - 1, 0)) * numel, 4.0 * numel * (std::max(n_inputs, 0) + 1)}, [in = std::move(in), out, numel, mode] {
       const auto n = static_cast<std::int64_t>(in.size());
       if (n == 0) {
         std::fill(out, out + numel, 0.0f);
@@ -257,7 +259,7 @@ class SimKernels final : public Kernels {
                 float lr, float momentum, float dampening, float weight_decay, bool nesterov,
                 bool first_step) override {
     if (n <= 0) return;
-    as_sim(s, "sgd_step").enqueue([=] {
+    launch(s, "sgd_step", KernelCost{6.0 * n, (momentum_buf ? 20.0 : 12.0) * n}, [=] {
       for (std::int64_t i = 0; i < n; ++i)
         cm::sgd_update(param[i], grad[i], momentum_buf ? momentum_buf + i : nullptr, lr,
                        momentum, dampening, weight_decay, nesterov, first_step);
@@ -271,16 +273,16 @@ class SimKernels final : public Kernels {
                        const std::vector<std::int64_t>& bounds, float* C, std::int64_t ldc,
                        bool accumulate) override {
     if (M <= 0 || N <= 0) return;
-    as_sim(s, "gemm_tn_sharded").enqueue([=, bounds = bounds] {
+    launch(s, "gemm_tn_sharded", KernelCost{2.0 * M * N * bounds.back(), 4.0 * (double(bounds.back()) * (M + N) + (accumulate ? 2.0 : 1.0) * M * N), true}, [=, bounds = bounds] {
       gemm_tn_sharded_bitwise(M, N, A, lda, B, ldb, bounds, C, ldc, accumulate);
     });
   }
 
-  void sum_rows_sharded(Stream& s, const float* x, std::int64_t /*rows*/, std::int64_t cols,
+  void sum_rows_sharded(Stream& s, const float* x, std::int64_t rows, std::int64_t cols,
                         const std::vector<std::int64_t>& bounds, float* out,
                         bool accumulate) override {
     if (cols <= 0) return;
-    as_sim(s, "sum_rows_sharded").enqueue([=, bounds = bounds] {
+    launch(s, "sum_rows_sharded", KernelCost{double(rows) * cols, 4.0 * (double(rows) * cols + cols)}, [=, bounds = bounds] {
       const auto shards = static_cast<std::int64_t>(bounds.size()) - 1;
       std::vector<float> scratch(static_cast<std::size_t>((tree_depth(shards) + 1) * kBlock));
       for (std::int64_t c0 = 0; c0 < cols; c0 += kBlock) {
@@ -307,7 +309,7 @@ class SimKernels final : public Kernels {
 
   void sum_sharded(Stream& s, const float* x, const std::vector<std::int64_t>& bounds,
                    float scale, float* out) override {
-    as_sim(s, "sum_sharded").enqueue([=, bounds = bounds] {
+    launch(s, "sum_sharded", KernelCost{double(bounds.back()), 4.0 * bounds.back() + 4}, [=, bounds = bounds] {
       const auto shards = static_cast<std::int64_t>(bounds.size()) - 1;
       std::vector<float> scratch(static_cast<std::size_t>(tree_depth(shards) + 1));
       auto leaf = [&](std::int64_t sh, float* acc) {
@@ -329,16 +331,32 @@ class SimKernels final : public Kernels {
     if (n <= 0) return;
     const cm::AdamScalars k = cm::adam_scalars(lr, beta1, beta2, eps, weight_decay,
                                                bias_correction1, bias_correction2, amsgrad);
-    as_sim(s, "adam_step").enqueue([=] {
+    launch(s, "adam_step", KernelCost{16.0 * n, (amsgrad ? 36.0 : 28.0) * n}, [=] {
       for (std::int64_t i = 0; i < n; ++i)
         cm::adam_update(param[i], grad[i], exp_avg[i], exp_avg_sq[i],
                         k.amsgrad ? max_exp_avg_sq + i : nullptr, k);
     });
   }
+
+ private:
+  // Enqueue `work` on `s`; once it has run, the cost model advances the stream's virtual clock by
+  // the kernel's roofline time (Note [Virtual time], cost_model.h). The cost model only observes.
+  template <typename F>
+  void launch(Stream& s, const char* name, const KernelCost& cost, F&& work) {
+    SimStream& ss = as_sim(s, name);
+    ss.enqueue([&ss, cm = cost_, name, cost, work = std::forward<F>(work)]() mutable {
+      work();
+      cm->on_kernel(ss, name, cost);
+    });
+  }
+
+  std::shared_ptr<CostModel> cost_;
 };
 
 }  // namespace
 
-std::unique_ptr<Kernels> make_sim_kernels() { return std::make_unique<SimKernels>(); }
+std::unique_ptr<Kernels> make_sim_kernels(std::shared_ptr<CostModel> cost) {
+  return std::make_unique<SimKernels>(std::move(cost));
+}
 
 }  // namespace ditto::sim

@@ -1,20 +1,26 @@
 #include "backend_sim/sim_stream.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace ditto::sim {
 
-void EventState::complete(std::uint64_t gen) {
+void EventState::complete(std::uint64_t gen, std::int64_t vtime) {
   {
     std::lock_guard lk(mu);
     if (gen > completed) completed = gen;
+    vtimes[gen] = vtime;
+    while (vtimes.size() > 64) vtimes.erase(vtimes.begin());  // keep the recent generations
   }
   cv.notify_all();
 }
 
-void EventState::wait_for(std::uint64_t gen) {
+std::int64_t EventState::wait_for(std::uint64_t gen) {
   std::unique_lock lk(mu);
   cv.wait(lk, [&] { return completed >= gen; });
+  auto it = vtimes.lower_bound(gen);  // gen itself unless it was pruned
+  return it == vtimes.end() ? 0 : it->second;
 }
 
 void SimEvent::synchronize() {
@@ -122,7 +128,7 @@ void SimStream::record(Event& event) {
     std::lock_guard lk(st->mu);
     gen = ++st->recorded;
   }
-  enqueue([st, gen] { st->complete(gen); });
+  enqueue([this, st, gen] { st->complete(gen, virtual_now); });
 }
 
 void SimStream::wait(const Event& event) {
@@ -135,7 +141,7 @@ void SimStream::wait(const Event& event) {
     gen = st->recorded;
   }
   if (gen == 0) return;
-  enqueue([st, gen] { st->wait_for(gen); });
+  enqueue([this, st, gen] { virtual_now = std::max(virtual_now, st->wait_for(gen)); });
 }
 
 }  // namespace ditto::sim

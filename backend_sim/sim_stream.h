@@ -7,6 +7,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -21,9 +22,13 @@ struct EventState {
   std::condition_variable cv;
   std::uint64_t recorded = 0;   ///< generation of the last record() call
   std::uint64_t completed = 0;  ///< highest generation whose work finished
+  /// Virtual time (Note [Virtual time], cost_model.h) at which each recent generation was
+  /// reached on the recording stream, in picoseconds.
+  std::map<std::uint64_t, std::int64_t> vtimes;
 
-  void complete(std::uint64_t gen);
-  void wait_for(std::uint64_t gen);
+  void complete(std::uint64_t gen, std::int64_t vtime = 0);
+  /// Blocks until generation `gen` completed; returns its virtual time.
+  std::int64_t wait_for(std::uint64_t gen);
 };
 
 class SimEvent final : public Event {
@@ -43,6 +48,7 @@ class SimStream final : public Stream {
   ~SimStream() override;
 
   Device device() const override { return device_; }
+  int device_index() const { return device_.index; }
   void synchronize() override;
   void record(Event& event) override;
   void wait(const Event& event) override;
@@ -53,6 +59,12 @@ class SimStream final : public Stream {
 
   /// Enqueue `task` and block until it has run; rethrows the task's own exception.
   void run_sync(std::function<void()> task);
+
+  /// Virtual clock of this stream in picoseconds (Note [Virtual time], cost_model.h): read and
+  /// written only by this stream's tasks, in stream order.
+  std::int64_t virtual_now = 0;
+  /// Index of this stream among its device's streams (0: the default stream); its trace track.
+  int track = 0;
 
  private:
   void worker_loop();

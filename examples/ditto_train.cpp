@@ -4,9 +4,12 @@
 //
 //   build/bin/ditto-train                          # 4 simulated GPUs, digits, MLP 64-128-10
 //   build/bin/ditto-train --devices 1              # same model on one device
+//   build/bin/ditto-train --profile h100-sxm --devices 8   # + predicted step time on 8 H100s
+//   build/bin/ditto-train --predict-table          # cost model vs published NCCL figures
 //   build/bin/ditto-train --help
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
@@ -15,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "backend_sim/published.h"
+#include "backend_sim/sim_backend.h"
 #include "core/backend.h"
 #include "core/data/csv.h"
 #include "core/data/data_loader.h"
@@ -51,7 +56,63 @@ struct Args {
   bool lr_given = false;
   std::int64_t micro_shards = kDefaultMicroShards;
   double sim_memory_gib = 80.0;
+  bool sim_memory_given = false;
+  // Cost model (sim backend): backend_sim/cost_model.h.
+  std::string profile;             // empty: no prediction printed
+  std::string interconnect = "auto";
+  int nodes = 1;
+  std::string trace;
+  std::vector<std::string> stragglers;  // "DEVICE:FACTOR"
 };
+
+/// Sets up the simulator's cost model from --profile/--interconnect/--nodes/--straggler/--trace.
+void configure_cost_model(const Args& a, Backend& be, int total_devices) {
+  auto* sb = dynamic_cast<sim::SimBackend*>(&be);
+  if (!sb) {
+    DITTO_CHECK(a.profile.empty() && a.trace.empty() && a.stragglers.empty() && a.nodes == 1,
+                "--profile, --trace, --straggler and --nodes: expected the sim backend, got ",
+                be.name());
+    return;
+  }
+  sim::CostModel& cm = sb->cost_model();
+  sim::ClusterSpec c = cm.cluster();
+  if (!a.profile.empty()) c.device = sim::device_profile(a.profile);
+  std::string ic = a.interconnect;
+  if (ic == "auto") ic = sim::default_interconnect(c.device.key);
+  c.interconnect = sim::interconnect_profile(ic);
+  c.nodes = a.nodes;
+  c.devices_per_node = total_devices / a.nodes;
+  cm.configure(c);
+  for (const std::string& s : a.stragglers) {
+    const auto colon = s.find(':');
+    int dev = -1;
+    double factor = 0;
+    bool ok = colon != std::string::npos;
+    try {
+      std::size_t u1 = 0, u2 = 0;
+      if (ok) {
+        dev = std::stoi(s.substr(0, colon), &u1);
+        factor = std::stod(s.substr(colon + 1), &u2);
+        ok = u1 == colon && u2 == s.size() - colon - 1;
+      }
+    } catch (...) {
+      ok = false;
+    }
+    DITTO_CHECK(ok, "--straggler: expected DEVICE:FACTOR such as 3:2.5, got '", s, "'");
+    cm.set_slowdown(dev, factor);
+  }
+  if (!a.trace.empty()) cm.set_tracing(true);
+}
+
+void sync_all(Backend& be, int n) {
+  for (int d = 0; d < n; ++d) be.default_stream(d).synchronize();
+}
+
+std::string mib(std::size_t b) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / 1048576.0);
+  return buf;
+}
 
 /// The loss's target for a batch: the labels themselves (cross-entropy) or their one-hot
 /// encoding as f32 [N, C] (MSE), on `device`.
@@ -138,6 +199,10 @@ int run(const Args& a) {
               a.val_fraction);
   // The byte count must fit in size_t: converting a larger (or infinite) double is undefined.
   constexpr double kMaxSimMemoryGib = double(std::uint64_t(1) << 34);  // 2^34 GiB = 2^64 bytes
+  DITTO_CHECK(a.nodes >= 1 && a.nodes <= 4096, "--nodes: expected 1..4096, got ", a.nodes);
+  DITTO_CHECK(static_cast<long long>(a.devices) * a.nodes <= 65536,
+              "--devices x --nodes: expected at most 65536 devices in all, got ", a.devices,
+              " x ", a.nodes);
   DITTO_CHECK(a.sim_memory_gib > 0 && a.sim_memory_gib < kMaxSimMemoryGib,
               "--sim-memory-gib: expected a size in GiB > 0 and < 17179869184 (16 EiB), got ",
               a.sim_memory_gib);
@@ -153,11 +218,16 @@ int run(const Args& a) {
   std::string backend = resolve_backend_name(a.backend, &why);
   if (a.backend == "auto" && backend != "cuda")
     std::printf("ditto-train: --backend auto: using the simulator (%s)\n", why.c_str());
+  const int n_dev = a.devices * a.nodes;  // --devices per node
   BackendOptions bopts;
-  bopts.device_count = a.devices;
+  bopts.device_count = n_dev;
   bopts.memory_capacity = static_cast<std::size_t>(a.sim_memory_gib * double(1ull << 30));
+  if (!a.profile.empty() && !a.sim_memory_given)  // the profile's memory is the capacity
+    bopts.memory_capacity = static_cast<std::size_t>(sim::device_profile(a.profile).memory_bytes);
   Backend& be = init_backend(backend, bopts);
-  std::vector<Device> devs = ditto::devices(be.name(), a.devices);
+  configure_cost_model(a, be, n_dev);
+  auto* simb = dynamic_cast<sim::SimBackend*>(&be);
+  std::vector<Device> devs = ditto::devices(be.name(), n_dev);
 
   data::Dataset all = data::read_csv(a.data, csv);
   data::Split split = data::train_val_split(all, a.val_fraction, a.seed);
@@ -197,7 +267,7 @@ int run(const Args& a) {
   std::printf("ditto-train: backend=%s devices=%d determinism=%s model=%s params=%" PRId64
               " data=%s rows=%" PRId64 " (train %" PRId64 ", val %" PRId64 ") batch=%" PRId64
               " epochs=%d loss=%s optimizer=%s lr=%g momentum=%g seed=%" PRIu64 "\n",
-              be.name().c_str(), a.devices, determinism_name(mode), arch.c_str(),
+              be.name().c_str(), n_dev, determinism_name(mode), arch.c_str(),
               model->num_parameters(), a.data.c_str(), all.size(), train.size(), val.size(),
               a.batch_size, a.epochs, a.loss.c_str(), a.optimizer.c_str(), lr,
               a.optimizer == "sgd" ? a.momentum : 0.0f, a.seed);
@@ -205,9 +275,18 @@ int run(const Args& a) {
 
   data::DataLoader loader(train, a.batch_size, /*shuffle=*/true, a.seed, /*drop_last=*/false);
   double train_time = 0, train_loss = 0;
+  std::int64_t steps = 0, samples = 0;
+  sim::VTime vtrain = 0;  // virtual time of the training loops (cost model)
+  std::uint64_t vflops = 0;
+  std::vector<sim::VTime> vcomm(static_cast<std::size_t>(n_dev), 0);
   Eval ev{};
   for (int epoch = 1; epoch <= a.epochs; ++epoch) {
     loader.set_epoch(epoch - 1);
+    sim::CostTotals before;
+    if (simb) {
+      sync_all(be, n_dev);
+      before = simb->cost_model().totals();
+    }
     auto t0 = std::chrono::steady_clock::now();
     double loss_sum = 0;
     std::int64_t seen = 0;
@@ -219,8 +298,17 @@ int run(const Args& a) {
       opt->step();
       loss_sum += static_cast<double>(loss.item()) * b.x.size(0);
       seen += b.x.size(0);
+      ++steps;
     }
+    if (simb) sync_all(be, n_dev);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    samples += seen;
+    if (simb) {
+      sim::CostTotals after = simb->cost_model().totals();
+      vtrain += after.now - before.now;
+      vflops += after.gemm_flops - before.gemm_flops;
+      for (int d = 0; d < n_dev; ++d) vcomm[d] += after.comm[d] - before.comm[d];
+    }
     train_time += dt;
     train_loss = seen ? loss_sum / seen : 0.0;
     ev = evaluate(dp, *criterion, mse, val, 512);
@@ -231,8 +319,34 @@ int run(const Args& a) {
   if (a.epochs == 0) ev = evaluate(dp, *criterion, mse, val, 512);
   std::printf("final: backend=%s devices=%d determinism=%s epochs=%d train_loss=%.6f "
               "val_loss=%.6f val_acc=%.4f train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
-              be.name().c_str(), a.devices, determinism_name(mode), a.epochs, train_loss, ev.loss,
+              be.name().c_str(), n_dev, determinism_name(mode), a.epochs, train_loss, ev.loss,
               ev.acc, train_time, params_checksum(*model));
+  if (simb && !a.profile.empty() && steps > 0) {
+    const sim::ClusterSpec& c = simb->cost_model().cluster();
+    const double vt = sim::to_seconds(vtrain);
+    sim::VTime comm_max = *std::max_element(vcomm.begin(), vcomm.end());
+    std::printf("predicted: %d x %s (%d node%s, %s) step_time=%.4f ms samples/s=%.0f "
+                "comm_share=%.1f%% mfu=%.3g%% (virtual time; FP32 peak %.1f TFLOP/s per GPU)\n"
+                "measured:  CPU simulator step_time=%.4f ms samples/s=%.0f (wall clock)\n",
+                n_dev, c.device.name.c_str(), a.nodes, a.nodes > 1 ? "s" : "",
+                c.interconnect.key.c_str(), vt / steps * 1e3, vt > 0 ? samples / vt : 0.0,
+                vt > 0 ? 100.0 * sim::to_seconds(comm_max) / vt : 0.0,
+                vt > 0 ? 100.0 * static_cast<double>(vflops) / (vt * n_dev * c.device.fp32_flops)
+                       : 0.0,
+                c.device.fp32_flops / 1e12, train_time / steps * 1e3,
+                train_time > 0 ? samples / train_time : 0.0);
+  }
+  if (simb) sync_all(be, n_dev);
+  for (int d = 0; d < n_dev; ++d) {
+    MemoryStats m = be.memory_stats(d);
+    std::printf("memory: %s live=%s peak=%s capacity=%s\n", devs[d].str().c_str(),
+                mib(m.in_use).c_str(), mib(m.peak).c_str(), mib(m.capacity).c_str());
+  }
+  if (simb && !a.trace.empty()) {
+    simb->cost_model().write_trace(a.trace);
+    std::printf("trace: wrote %s (Chrome trace JSON; open in https://ui.perfetto.dev)\n",
+                a.trace.c_str());
+  }
   return 0;
 }
 
@@ -274,8 +388,27 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sim-memory-gib", a.sim_memory_gib, "memory capacity of each simulated device")
       ->capture_default_str();
+  app.add_option("--profile", a.profile,
+                 "sim: device profile for the cost model and memory capacity (h100-sxm, h200, "
+                 "a100-sxm-80gb, rtx4070-laptop, or a .json file); prints the predicted step");
+  app.add_option("--interconnect", a.interconnect,
+                 "sim: links between GPUs: auto, nvlink, nvlink3, pcie5, pcie4")
+      ->capture_default_str();
+  app.add_option("--nodes", a.nodes, "sim: nodes of --devices GPUs each (InfiniBand between)")
+      ->capture_default_str();
+  app.add_option("--trace", a.trace, "sim: write a Chrome trace JSON (Perfetto) to this file");
+  app.add_option("--straggler", a.stragglers,
+                 "sim: DEVICE:FACTOR, that device's kernels take FACTOR times longer (repeatable)");
+  bool table = false;
+  app.add_flag("--predict-table", table,
+               "print the cost model's all_reduce figures next to published ones, then exit");
   CLI11_PARSE(app, argc, argv);
   a.lr_given = app.count("--lr") > 0;
+  a.sim_memory_given = app.count("--sim-memory-gib") > 0;
+  if (table) {
+    std::fputs(sim::format_published_table(sim::published_comparisons()).c_str(), stdout);
+    return 0;
+  }
   try {
     return run(a);
   } catch (const ditto::Error& e) {

@@ -1,0 +1,223 @@
+// The cost model's formulas (roofline kernels, alpha-beta collectives) and its per-device
+// bookkeeping. Note [Virtual time] and Note [Collective model] are in cost_model.h.
+#include "backend_sim/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "backend_sim/sim_stream.h"
+#include "backend_sim/trace.h"
+#include "core/error.h"
+
+namespace ditto::sim {
+
+using Kind = detail::CollectiveKind;
+
+double kernel_seconds(const DeviceProfile& device, const KernelCost& cost) {
+  const double compute = cost.flops / device.fp32_flops;
+  const double memory = cost.bytes / device.memory_bandwidth;
+  return device.launch_latency + std::max(compute, memory);
+}
+
+const char* algo_name(CollectiveAlgo a) {
+  switch (a) {
+    case CollectiveAlgo::local: return "local";
+    case CollectiveAlgo::ring: return "ring";
+    case CollectiveAlgo::tree: return "tree";
+    case CollectiveAlgo::nvls: return "nvls";
+    case CollectiveAlgo::hierarchical: return "hierarchical";
+  }
+  return "?";
+}
+
+double busbw_factor(Kind kind, int n) {
+  if (n <= 1) return 1.0;
+  switch (kind) {
+    case Kind::all_reduce: return 2.0 * (n - 1) / n;
+    case Kind::all_gather:
+    case Kind::reduce_scatter: return static_cast<double>(n - 1) / n;
+    default: return 1.0;
+  }
+}
+
+CollectiveEstimate collective_time(const ClusterSpec& cluster, Kind kind, double bytes,
+                                   const std::vector<int>& devices,
+                                   std::optional<CollectiveAlgo> force) {
+  const int n = static_cast<int>(devices.size());
+  const DeviceProfile& dev = cluster.device;
+  const InterconnectProfile& ic = cluster.interconnect;
+  if (n <= 1) {
+    DITTO_CHECK(!force || *force == CollectiveAlgo::local, "collective_time: algorithm ",
+                algo_name(*force), " needs more than one rank");
+    return {dev.launch_latency + 2.0 * bytes / dev.memory_bandwidth, CollectiveAlgo::local};
+  }
+  std::map<int, int> per_node;
+  for (int d : devices) ++per_node[cluster.node_of(d)];
+  const int m = static_cast<int>(per_node.size());
+  int g = 0;
+  for (const auto& [node, count] : per_node) g = std::max(g, count);
+
+  const double a = ic.base_latency, h = ic.hop_latency, hn = ic.net_hop_latency;
+  const double B = ic.link_bandwidth;
+  const double net = static_cast<double>(std::min(ic.nics_per_node, g)) * ic.nic_bandwidth;
+  const double b_ring = m > 1 ? std::min(B, net) : B;
+  // Latency of `steps` ring steps of which `inter` cross nodes.
+  auto steps_lat = [&](int steps, int inter) { return (steps - inter) * h + inter * hn; };
+  const double S = bytes;
+
+  switch (kind) {
+    case Kind::all_gather:
+    case Kind::reduce_scatter:
+      return {a + steps_lat(n - 1, m - 1) + (n - 1.0) / n * S / b_ring, CollectiveAlgo::ring};
+    case Kind::broadcast:
+    case Kind::reduce:
+      return {a + steps_lat(n - 1, m - 1) + S / b_ring, CollectiveAlgo::ring};
+    case Kind::all_reduce:
+    case Kind::barrier: break;
+  }
+
+  std::vector<CollectiveEstimate> cands;
+  cands.push_back({a + steps_lat(2 * (n - 1), 2 * (m - 1)) + 2.0 * (n - 1) / n * S / b_ring,
+                   CollectiveAlgo::ring});
+  const int log2m = m > 1 ? static_cast<int>(std::ceil(std::log2(static_cast<double>(m)))) : 0;
+  cands.push_back({a + 2.0 * ((g - 1) * h + log2m * hn) + 2.0 * S / b_ring, CollectiveAlgo::tree});
+  const bool nvls = ic.nvls_efficiency > 0;
+  if (nvls && m == 1)
+    cands.push_back({a + 2 * h + (n + 1.0) / n * S / (B * ic.nvls_efficiency),
+                     CollectiveAlgo::nvls});
+  if (m > 1 && g > 1) {
+    const double intra = nvls ? 2 * h + (g + 1.0) / g * S / (B * ic.nvls_efficiency)
+                              : 2.0 * (g - 1) * h + 2.0 * (g - 1) / g * S / B;
+    const double inter = 2.0 * (m - 1) * hn + 2.0 * (m - 1) / m * (S / g) / ic.nic_bandwidth;
+    cands.push_back({a + intra + inter, CollectiveAlgo::hierarchical});
+  }
+  if (force) {
+    for (const auto& c : cands)
+      if (c.algo == *force) return c;
+    throw InvalidArgument(detail::cat("collective_time: algorithm ", algo_name(*force),
+                                      " does not apply to ", n, " ranks on ", m, " node(s) of ",
+                                      ic.key));
+  }
+  return *std::min_element(cands.begin(), cands.end(),
+                           [](const auto& x, const auto& y) { return x.seconds < y.seconds; });
+}
+
+// ---- CostModel ------------------------------------------------------------------------------
+
+CostModel::CostModel(int device_count, ClusterSpec cluster) : cluster_(std::move(cluster)) {
+  devices_.reserve(static_cast<std::size_t>(device_count));
+  for (int i = 0; i < device_count; ++i) devices_.push_back(std::make_unique<PerDevice>());
+  trace_ = std::make_unique<TraceRecorder>();
+}
+
+CostModel::~CostModel() = default;
+
+void CostModel::configure(const ClusterSpec& cluster) {
+  DITTO_CHECK(cluster.nodes >= 1 && cluster.devices_per_node >= 1,
+              "CostModel::configure: expected nodes >= 1 and devices_per_node >= 1, got ",
+              cluster.nodes, " and ", cluster.devices_per_node);
+  cluster_ = cluster;
+}
+
+void CostModel::set_slowdown(int device, double factor) {
+  DITTO_CHECK(device >= 0 && device < device_count(), "set_slowdown: device: expected 0..",
+              device_count() - 1, ", got ", device);
+  DITTO_CHECK(std::isfinite(factor) && factor > 0,
+              "set_slowdown: factor: expected a finite value > 0, got ", factor);
+  devices_[static_cast<std::size_t>(device)]->slowdown = factor;
+}
+
+double CostModel::slowdown(int device) const {
+  return devices_[static_cast<std::size_t>(device)]->slowdown;
+}
+
+void CostModel::set_tracing(bool on) { tracing_.store(on, std::memory_order_relaxed); }
+
+void CostModel::write_trace(const std::string& path) const {
+  DITTO_CHECK(tracing(), "write_trace: tracing is off (enable it before the run with "
+                         "set_tracing(true))");
+  trace_->write_chrome_json(path, cluster_.device.name, device_count());
+}
+
+namespace {
+void atomic_max(std::atomic<VTime>& a, VTime v) {
+  VTime old = a.load(std::memory_order_relaxed);
+  while (v > old && !a.compare_exchange_weak(old, v, std::memory_order_relaxed)) {
+  }
+}
+}  // namespace
+
+void CostModel::finish(SimStream& stream, int device, VTime start, VTime end, const char* name,
+                       const char* cat, std::atomic<VTime>* busy) {
+  stream.virtual_now = end;
+  PerDevice& pd = *devices_[static_cast<std::size_t>(device)];
+  if (busy) busy->fetch_add(end - start, std::memory_order_relaxed);
+  atomic_max(pd.end, end);
+  if (tracing()) trace_->add({device, stream.track, name, cat, start, end - start, false, 0});
+}
+
+void CostModel::on_kernel(SimStream& stream, const char* name, const KernelCost& cost) {
+  const int d = stream.device_index();
+  PerDevice& pd = *devices_[static_cast<std::size_t>(d)];
+  const VTime start = stream.virtual_now;
+  const VTime end = start + to_vtime(kernel_seconds(cluster_.device, cost) * pd.slowdown);
+  if (cost.gemm) gemm_flops_.fetch_add(static_cast<std::uint64_t>(cost.flops));
+  finish(stream, d, start, end, name, "kernel", &pd.compute);
+}
+
+void CostModel::on_host_copy(SimStream& stream, const char* name, std::size_t bytes) {
+  const int d = stream.device_index();
+  const DeviceProfile& dev = cluster_.device;
+  const VTime start = stream.virtual_now;
+  const VTime end =
+      start + to_vtime(dev.host_latency + static_cast<double>(bytes) / dev.host_bandwidth);
+  finish(stream, d, start, end, name, "copy", &devices_[static_cast<std::size_t>(d)]->host_copy);
+}
+
+void CostModel::on_device_copy(SimStream& stream, int src, std::size_t bytes) {
+  const int d = stream.device_index();
+  PerDevice& pd = *devices_[static_cast<std::size_t>(d)];
+  const double b = static_cast<double>(bytes);
+  const VTime start = stream.virtual_now;
+  if (src < 0 || src == d) {  // inside one device: read + write at memory bandwidth
+    const double s = cluster_.device.launch_latency + 2.0 * b / cluster_.device.memory_bandwidth;
+    finish(stream, d, start, start + to_vtime(s * pd.slowdown), "copy_d2d", "copy", &pd.compute);
+    return;
+  }
+  const InterconnectProfile& ic = cluster_.interconnect;
+  const bool same_node = cluster_.node_of(src) == cluster_.node_of(d);
+  const double s = same_node ? ic.hop_latency + b / ic.link_bandwidth
+                             : ic.net_hop_latency + b / ic.nic_bandwidth;
+  finish(stream, d, start, start + to_vtime(s), same_node ? "copy_peer" : "copy_net", "comm",
+         &pd.comm);
+}
+
+void CostModel::on_collective(SimStream& stream, const char* name, VTime start,
+                              const CollectiveEstimate& estimate, double) {
+  const int d = stream.device_index();
+  finish(stream, d, start, start + to_vtime(estimate.seconds), name, "comm",
+         &devices_[static_cast<std::size_t>(d)]->comm);
+}
+
+void CostModel::on_memory(SimStream& stream, std::int64_t delta_bytes) {
+  const int d = stream.device_index();
+  const std::int64_t now =
+      devices_[static_cast<std::size_t>(d)]->mem.fetch_add(delta_bytes) + delta_bytes;
+  if (tracing()) trace_->add({d, 0, "memory", "memory", stream.virtual_now, 0, true, now});
+}
+
+CostTotals CostModel::totals() const {
+  CostTotals t;
+  for (const auto& p : devices_) {
+    t.end.push_back(p->end.load());
+    t.compute.push_back(p->compute.load());
+    t.comm.push_back(p->comm.load());
+    t.host_copy.push_back(p->host_copy.load());
+    t.now = std::max(t.now, t.end.back());
+  }
+  t.gemm_flops = gemm_flops_.load();
+  return t;
+}
+
+}  // namespace ditto::sim

@@ -1,0 +1,168 @@
+// Built-in device and interconnect profiles, each figure with its public source, and the JSON
+// loader for user profiles.
+#include "backend_sim/profiles.h"
+
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace ditto::sim {
+
+namespace {
+constexpr double kT = 1e12;   // TFLOP/s
+constexpr double kG = 1e9;    // GB/s
+constexpr double kUs = 1e-6;  // microseconds
+constexpr double kGiB = 1073741824.0;
+
+// Kernel launch latency: the time a small kernel occupies a stream when kernels are launched
+// back to back from the host (launch overhead + execution + drain), about 3 us on recent
+// GPUs and drivers: NVIDIA Developer Blog, "Getting Started with CUDA Graphs" (2019), measured
+// per-kernel times of a few microseconds for tiny kernels launched on a stream.
+constexpr double kLaunch = 3.0 * kUs;
+// One small host <-> device cudaMemcpy: about 10 us (approximate; driver call + DMA setup).
+constexpr double kHostCopy = 10.0 * kUs;
+}  // namespace
+
+const std::vector<DeviceProfile>& builtin_device_profiles() {
+  static const std::vector<DeviceProfile> profiles = {
+      // NVIDIA H100 Tensor Core GPU data sheet (H100 SXM column): FP32 67 TFLOPS; TF32 tensor
+      // 989 TFLOPS and BF16 1,979 TFLOPS *with sparsity* (dense = half); 80 GB HBM3 at
+      // 3.35 TB/s; PCIe Gen5 x16 (128 GB/s both directions = 64 GB/s each way).
+      {"h100-sxm", "NVIDIA H100 SXM5 80GB", 67 * kT, 494.5 * kT, 989.5 * kT, 80 * kGiB,
+       3350 * kG, kLaunch, 64 * kG, kHostCopy,
+       "NVIDIA H100 Tensor Core GPU data sheet (SXM); dense = sparse/2"},
+      // NVIDIA H200 Tensor Core GPU data sheet (H200 SXM): FP32 67 TFLOPS; TF32 989 and BF16
+      // 1,979 TFLOPS with sparsity; 141 GB HBM3e at 4.8 TB/s; PCIe Gen5 x16.
+      {"h200", "NVIDIA H200 SXM 141GB", 67 * kT, 494.5 * kT, 989.5 * kT, 141e9, 4800 * kG,
+       kLaunch, 64 * kG, kHostCopy, "NVIDIA H200 Tensor Core GPU data sheet (SXM); dense = sparse/2"},
+      // NVIDIA A100 Tensor Core GPU data sheet (A100 80GB SXM): FP32 19.5 TFLOPS; TF32 156 and
+      // BF16 312 TFLOPS dense (312 / 624 with sparsity); 80 GB HBM2e at 2,039 GB/s; PCIe Gen4
+      // x16 (64 GB/s both directions).
+      {"a100-sxm-80gb", "NVIDIA A100 SXM4 80GB", 19.5 * kT, 156 * kT, 312 * kT, 80 * kGiB,
+       2039 * kG, kLaunch, 32 * kG, kHostCopy, "NVIDIA A100 Tensor Core GPU data sheet (80GB SXM)"},
+      // NVIDIA GeForce RTX 4070 Laptop GPU (specifications page): 4,608 CUDA cores, boost clock
+      // up to 2,175 MHz, 8 GB GDDR6 on a 128-bit bus (16 Gbps: 256 GB/s), PCIe 4.0 x8.
+      // FP32 = 4608 * 2 FLOP * 2.175 GHz = 20.0 TFLOPS. NVIDIA Ada Lovelace architecture
+      // whitepaper (GeForce RTX 4090 table): TF32 tensor rate = FP32 rate, BF16 with FP32
+      // accumulate = 2x FP32 rate on GeForce Ada parts.
+      {"rtx4070-laptop", "NVIDIA GeForce RTX 4070 Laptop GPU 8GB", 20.04 * kT, 20.04 * kT,
+       40.09 * kT, 8 * kGiB, 256 * kG, kLaunch, 16 * kG, kHostCopy,
+       "NVIDIA RTX 4070 Laptop specifications; Ada Lovelace whitepaper (rate ratios)"},
+  };
+  return profiles;
+}
+
+const std::vector<InterconnectProfile>& builtin_interconnects() {
+  // Shared sources:
+  //  [NCCL-topo]   NVIDIA/nccl src/graph/topo.h: NCCL's model of usable link bandwidth:
+  //                SM90_NVLINK_BW 20.6 GB/s per NVLink 4 link, SM80_NVLINK_BW 20.0 per NVLink 3
+  //                link, PCI_BW 12 GB/s for PCIe Gen3 x16 (x2 per generation), NET_BW 12 GB/s
+  //                per 100 Gb/s, INTEL_P2P_OVERHEAD(bw) = bw * 6/5 for GPU-to-GPU traffic
+  //                through the CPU's PCIe root complex.
+  //  [NCCL-tuning] NVIDIA/nccl src/graph/tuning.cc: baseLat Ring/LL 6.6 us; hwLat (one ring
+  //                step, LL protocol) NVLink 0.6 us, PCI 1.0 us, network 2.7 us;
+  //                nvlsEfficiency 0.85 on Hopper.
+  //  [IB-NDR]      NVIDIA ConnectX-7 / Quantum-2 NDR InfiniBand: 400 Gb/s per port; HGX H100/H200
+  //                systems (DGX H100 user guide) have one 400 Gb/s NIC per GPU, 8 per node.
+  static const std::vector<InterconnectProfile> ics = {
+      // HGX H100 / H200: each GPU has 18 NVLink 4 links to the NVSwitches, 900 GB/s both
+      // directions (450 GB/s each way; H100/H200 data sheets); NCCL models 18 x 20.6 GB/s.
+      {"nvlink", "NVLink 4 + NVSwitch (HGX H100/H200), NVLS; InfiniBand NDR between nodes",
+       18 * 20.6 * kG, 450 * kG, 0.6 * kUs, 6.6 * kUs, 0.85, 48 * kG, 8, 2.7 * kUs,
+       "H100/H200 data sheets (900 GB/s NVLink); NCCL topo.h/tuning.cc; NDR 400 Gb/s per GPU"},
+      // HGX A100: 12 NVLink 3 links per GPU, 600 GB/s both directions (A100 data sheet); no
+      // NVLS on Ampere.
+      {"nvlink3", "NVLink 3 + NVSwitch (HGX A100); InfiniBand NDR between nodes", 12 * 20.0 * kG,
+       300 * kG, 0.6 * kUs, 6.6 * kUs, 0.0, 48 * kG, 8, 2.7 * kUs,
+       "A100 data sheet (600 GB/s NVLink); NCCL topo.h/tuning.cc"},
+      // PCIe Gen5 x16: 32 GT/s x 16 lanes = 64 GB/s each way (PCI-SIG); NCCL: 4 x 12 GB/s = 48,
+      // / 1.2 for peer traffic through the CPU = 40 GB/s.
+      {"pcie5", "PCIe Gen5 x16 (no NVLink); InfiniBand NDR between nodes", 40 * kG, 64 * kG,
+       1.0 * kUs, 6.6 * kUs, 0.0, 48 * kG, 8, 2.7 * kUs,
+       "PCI-SIG Gen5 (64 GB/s per direction); NCCL topo.h PCI_BW, INTEL_P2P_OVERHEAD"},
+      // PCIe Gen4 x16: 32 GB/s each way; NCCL: 2 x 12 = 24 GB/s, / 1.2 = 20 GB/s.
+      {"pcie4", "PCIe Gen4 x16 (no NVLink); InfiniBand NDR between nodes", 20 * kG, 32 * kG,
+       1.0 * kUs, 6.6 * kUs, 0.0, 48 * kG, 8, 2.7 * kUs,
+       "PCI-SIG Gen4 (32 GB/s per direction); NCCL topo.h PCI_BW, INTEL_P2P_OVERHEAD"},
+  };
+  return ics;
+}
+
+namespace {
+
+std::string known_keys_devices() {
+  std::string s;
+  for (const auto& p : builtin_device_profiles()) s += (s.empty() ? "" : ", ") + p.key;
+  return s;
+}
+
+double positive_field(const nlohmann::json& j, const std::string& file, const char* field,
+                      bool required, double fallback) {
+  if (!j.contains(field)) {
+    DITTO_CHECK(!required, "device_profile: ", file, ": missing field '", field, "'");
+    return fallback;
+  }
+  const auto& v = j.at(field);
+  DITTO_CHECK(v.is_number(), "device_profile: ", file, ": field '", field,
+              "': expected a number, got ", v.dump());
+  double d = v.get<double>();
+  DITTO_CHECK(std::isfinite(d) && d > 0, "device_profile: ", file, ": field '", field,
+              "': expected a finite value > 0, got ", v.dump());
+  return d;
+}
+
+DeviceProfile load_json_profile(const std::string& path) {
+  std::ifstream in(path);
+  DITTO_CHECK(in.good(), "device_profile: cannot open profile file '", path, "'");
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    throw InvalidArgument(detail::cat("device_profile: ", path, ": malformed JSON: ", e.what()));
+  }
+  DITTO_CHECK(j.is_object(), "device_profile: ", path, ": expected a JSON object, got ",
+              j.type_name());
+  DeviceProfile p;
+  p.key = j.value("key", path);
+  p.name = j.value("name", p.key);
+  p.fp32_flops = positive_field(j, path, "fp32_tflops", true, 0) * kT;
+  p.tf32_flops = positive_field(j, path, "tf32_tflops", false, p.fp32_flops / kT) * kT;
+  p.bf16_flops = positive_field(j, path, "bf16_tflops", false, p.tf32_flops / kT) * kT;
+  p.memory_bytes = positive_field(j, path, "memory_gib", true, 0) * kGiB;
+  p.memory_bandwidth = positive_field(j, path, "memory_bandwidth_gbps", true, 0) * kG;
+  p.launch_latency = positive_field(j, path, "launch_latency_us", false, kLaunch / kUs) * kUs;
+  p.host_bandwidth = positive_field(j, path, "host_bandwidth_gbps", false, 32) * kG;
+  p.host_latency = positive_field(j, path, "host_latency_us", false, kHostCopy / kUs) * kUs;
+  p.source = j.value("source", "user profile " + path);
+  return p;
+}
+
+}  // namespace
+
+DeviceProfile device_profile(const std::string& key) {
+  for (const auto& p : builtin_device_profiles())
+    if (p.key == key) return p;
+  if (key.size() > 5 && key.compare(key.size() - 5, 5, ".json") == 0) return load_json_profile(key);
+  throw InvalidArgument(detail::cat("device_profile: unknown profile '", key, "': expected one of ",
+                                    known_keys_devices(), " or a .json file"));
+}
+
+std::string default_interconnect(const std::string& device_key) {
+  if (device_key == "h100-sxm" || device_key == "h200") return "nvlink";
+  if (device_key == "a100-sxm-80gb") return "nvlink3";
+  return "pcie4";
+}
+
+InterconnectProfile interconnect_profile(const std::string& key) {
+  std::string known;
+  for (const auto& p : builtin_interconnects()) {
+    if (p.key == key) return p;
+    known += (known.empty() ? "" : ", ") + p.key;
+  }
+  throw InvalidArgument(detail::cat("interconnect_profile: unknown interconnect '", key,
+                                    "': expected one of ", known));
+}
+
+}  // namespace ditto::sim

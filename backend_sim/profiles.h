@@ -1,0 +1,80 @@
+// Device and interconnect profiles of the simulator's cost model (backend_sim/cost_model.h): the
+// public figures of a GPU (peak FLOP/s per dtype, memory size and bandwidth, kernel launch
+// latency) and of the links between GPUs (NVLink switch, PCIe, InfiniBand between nodes). Built-in
+// profiles carry their sources in profiles.cpp; more can be loaded from a JSON file.
+//
+// Units everywhere: FLOP/s, bytes, bytes/s, seconds (SI: 1 GB/s = 1e9 bytes/s).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ditto::sim {
+
+/// One GPU model. Peak figures are dense (no 2:4 sparsity) at boost clock, as data sheets give.
+struct DeviceProfile {
+  std::string key;                ///< command-line name, e.g. "h100-sxm"
+  std::string name;               ///< e.g. "NVIDIA H100 SXM5 80GB"
+  double fp32_flops = 0;          ///< FP32 on CUDA cores (what ditto's kernels use: no TF32)
+  double tf32_flops = 0;          ///< TF32 on tensor cores
+  double bf16_flops = 0;          ///< BF16 on tensor cores (FP32 accumulate)
+  double memory_bytes = 0;        ///< device memory (the simulator's capacity per device)
+  double memory_bandwidth = 0;    ///< HBM / GDDR bandwidth
+  double launch_latency = 0;      ///< time one small kernel occupies a stream (launch + drain)
+  double host_bandwidth = 0;      ///< host <-> device copies (PCIe), per direction
+  double host_latency = 0;        ///< fixed cost of one host <-> device copy
+  std::string source;             ///< where the figures come from
+};
+
+/// The links between the GPUs of one node, and the network between nodes.
+struct InterconnectProfile {
+  std::string key;                ///< "nvlink", "pcie4", "pcie5"
+  std::string name;
+  /// Per-GPU bandwidth per direction that NCCL's ring reaches (the busbw ceiling of a ring).
+  double link_bandwidth = 0;
+  double link_peak_bandwidth = 0; ///< the data-sheet figure per direction, for reference
+  double hop_latency = 0;         ///< one step of a ring or tree inside a node
+  double base_latency = 0;        ///< fixed cost of one collective (kernel launch, sync)
+  /// NVLink SHARP (NVLS): the NVSwitch reduces in the switch; 0 when absent.
+  double nvls_efficiency = 0;
+  // Between nodes (used when a communicator spans more than one node).
+  double nic_bandwidth = 0;       ///< per NIC per direction, achievable
+  int nics_per_node = 0;          ///< one NIC per GPU on HGX systems
+  double net_hop_latency = 0;     ///< one step across the network
+  std::string source;
+};
+
+/// The simulated cluster: `nodes` nodes of `devices_per_node` GPUs of one model.
+struct ClusterSpec {
+  DeviceProfile device;
+  InterconnectProfile interconnect;
+  int nodes = 1;
+  int devices_per_node = 8;
+
+  int node_of(int device) const { return devices_per_node > 0 ? device / devices_per_node : 0; }
+};
+
+/// Built-in device profiles: "h100-sxm", "h200", "a100-sxm-80gb", "rtx4070-laptop".
+const std::vector<DeviceProfile>& builtin_device_profiles();
+/// Built-in interconnects: "nvlink" (HGX NVSwitch, NVLink 4, NVLS; InfiniBand NDR between
+/// nodes), "pcie5", "pcie4" (no NVLink; same network between nodes).
+const std::vector<InterconnectProfile>& builtin_interconnects();
+
+/// The device profile named `key`: a built-in key, or the path of a JSON file (any name ending
+/// in ".json") whose object holds the DeviceProfile fields by name, e.g.
+///   {"key": "tiny", "name": "tiny GPU", "fp32_tflops": 10, "memory_gib": 0.0625,
+///    "memory_bandwidth_gbps": 500, "launch_latency_us": 3}
+/// (optional: tf32_tflops, bf16_tflops, host_bandwidth_gbps, host_latency_us, source; GB/s and
+/// TFLOP/s in SI units, memory in GiB). Throws InvalidArgument naming the key or the file and
+/// field for an unknown key, an unreadable file, malformed JSON or a missing or non-positive
+/// field.
+DeviceProfile device_profile(const std::string& key);
+
+/// The interconnect a device profile normally comes with: "nvlink" for h100-sxm and h200,
+/// "nvlink3" for a100-sxm-80gb, "pcie4" otherwise (laptops, JSON profiles).
+std::string default_interconnect(const std::string& device_key);
+
+/// The interconnect named `key` (built-in). Throws InvalidArgument listing the known keys.
+InterconnectProfile interconnect_profile(const std::string& key);
+
+}  // namespace ditto::sim

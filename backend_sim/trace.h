@@ -1,0 +1,45 @@
+// TraceRecorder: the simulator's timeline in Chrome trace JSON (the Trace Event Format that
+// Perfetto and chrome://tracing open): one process per virtual device, one thread (track) per
+// stream, complete events ("ph": "X") with virtual-time timestamps in microseconds, and a memory
+// counter track ("ph": "C") per device. Fed by the cost model (backend_sim/cost_model.h).
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ditto::sim {
+
+struct TraceEvent {
+  int device = 0;
+  int track = 0;              ///< stream index on its device (0: default stream)
+  const char* name = "";      ///< a string literal (kernel, copy or collective name)
+  const char* cat = "";       ///< "kernel", "copy", "comm"
+  std::int64_t start = 0;     ///< picoseconds
+  std::int64_t dur = 0;       ///< picoseconds; counters: 0
+  bool counter = false;       ///< memory counter sample: `value` bytes in use
+  std::int64_t value = 0;
+};
+
+class TraceRecorder {
+ public:
+  /// Keeps at most `max_events`; later events are counted as dropped (the file says how many).
+  explicit TraceRecorder(std::size_t max_events = 4000000) : max_events_(max_events) {}
+
+  void add(const TraceEvent& e);
+
+  /// Writes the trace to `path` via `path + ".tmp"` and a rename, so a reader never sees a
+  /// half-written file. `device_label` names the device model in each process name. Throws
+  /// BackendError naming the path when it cannot be written.
+  void write_chrome_json(const std::string& path, const std::string& device_label,
+                         int device_count) const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<TraceEvent> events_;
+  std::size_t max_events_;
+  std::size_t dropped_ = 0;
+};
+
+}  // namespace ditto::sim
