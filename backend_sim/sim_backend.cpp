@@ -120,11 +120,13 @@ void SimBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
   };
   CostModel* cm = cost_->tracing() ? cost_.get() : nullptr;
   try {
-    d->stream->enqueue([d, ptr, bytes, forget, cm] {
+    // The stream by pointer: while ~SimBackend drains it, d->stream is already null.
+    SimStream* s = d->stream.get();
+    s->enqueue([d, s, ptr, bytes, forget, cm] {
       forget();  // before free: the address may be handed out again right after
       std::free(ptr);
       d->in_use.fetch_sub(bytes);
-      if (cm) cm->on_memory(*d->stream, -static_cast<std::int64_t>(bytes));
+      if (cm) cm->on_memory(*s, -static_cast<std::int64_t>(bytes));
     });
   } catch (...) {  // could not enqueue (out of host memory): free now
     forget();

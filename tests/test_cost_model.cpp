@@ -1,0 +1,528 @@
+// The simulator's cost model (backend_sim/cost_model.h): roofline kernels against hand
+// computation, event/overlap semantics of virtual time, alpha-beta collectives against their
+// formulas, the table of published NCCL figures, the Chrome trace, out-of-memory on a small
+// profile, per-device peak memory under DataParallel, and a straggler. Virtual times are exact
+// integers (picoseconds) computed from the model, never wall-clock timings.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend_sim/cost_model.h"
+#include "backend_sim/profiles.h"
+#include "backend_sim/published.h"
+#include "backend_sim/sim_backend.h"
+#include "core/backend.h"
+#include "core/communicator.h"
+#include "core/error.h"
+#include "core/nn/loss.h"
+#include "core/nn/sequential.h"
+#include "core/optim/sgd.h"
+#include "core/parallel/data_parallel.h"
+#include "core/tensor.h"
+
+using namespace ditto;
+using sim::CollectiveAlgo;
+using Kind = detail::CollectiveKind;
+
+namespace {
+
+sim::SimBackend& fresh_sim(int devices, std::size_t capacity = std::size_t(80) << 30) {
+  BackendOptions o;
+  o.device_count = devices;
+  o.memory_capacity = capacity;
+  return dynamic_cast<sim::SimBackend&>(init_backend("sim", o));
+}
+
+void sync_all(Backend& be) {
+  for (int d = 0; d < be.device_count(); ++d) be.default_stream(d).synchronize();
+}
+
+std::vector<int> iota(int n) {
+  std::vector<int> v;
+  for (int i = 0; i < n; ++i) v.push_back(i);
+  return v;
+}
+
+sim::ClusterSpec h100(int nodes = 1, int per_node = 8, const std::string& ic = "nvlink") {
+  return {sim::device_profile("h100-sxm"), sim::interconnect_profile(ic), nodes, per_node};
+}
+
+std::string temp_path(const std::string& name) {
+  return (::testing::TempDir().empty() ? std::string("/tmp/") : ::testing::TempDir()) + name;
+}
+
+// One DataParallel SGD step of an MLP on `n` devices with a fixed batch; returns nothing (the
+// cost model and memory counters are what the tests read).
+struct TinyTrainer {
+  std::unique_ptr<nn::Sequential> model;
+  std::unique_ptr<parallel::DataParallel> dp;
+  nn::CrossEntropyLoss loss;
+  std::unique_ptr<optim::SGD> opt;
+  Tensor x, y;
+
+  TinyTrainer(const std::vector<std::int64_t>& sizes, int n, std::int64_t batch) {
+    std::vector<Device> devs = devices("sim", n);
+    model = nn::mlp(sizes, devs[0], 1);
+    model->set_input_requires_grad(false);
+    dp = std::make_unique<parallel::DataParallel>(*model, devs);
+    optim::SGDOptions so;
+    so.lr = 0.01f;
+    so.momentum = 0.9f;
+    opt = std::make_unique<optim::SGD>(model->parameters(), so);
+    std::vector<float> xv(static_cast<std::size_t>(batch * sizes.front()));
+    for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
+    std::vector<std::int64_t> yv(static_cast<std::size_t>(batch));
+    for (std::size_t i = 0; i < yv.size(); ++i) yv[i] = static_cast<std::int64_t>(i) % sizes.back();
+    x = Tensor::from_vector(xv, {batch, sizes.front()}, Device());
+    y = Tensor::from_vector(yv, {batch}, Device());
+  }
+  void step() {
+    Tensor out = dp->forward(x);
+    Tensor l = loss.forward(out, y.to(out.device()));
+    opt->zero_grad(true);
+    dp->backward(loss.backward());
+    opt->step();
+    (void)l.item();
+  }
+};
+
+}  // namespace
+
+// ---- roofline ---------------------------------------------------------------------------------
+
+TEST(CostModelRoofline, GemmTimesMatchHandComputation) {
+  const sim::DeviceProfile h = sim::device_profile("h100-sxm");
+  ASSERT_DOUBLE_EQ(h.fp32_flops, 67e12);
+  ASSERT_DOUBLE_EQ(h.memory_bandwidth, 3.35e12);
+  ASSERT_DOUBLE_EQ(h.launch_latency, 3e-6);
+  // 4096^3 GEMM: 2*4096^3 = 137438953472 FLOP / 67e12 = 2.0513 ms (compute bound; its
+  // 3*4096^2*4 = 201 MB take 60 us).
+  sim::KernelCost big{2.0 * 4096 * 4096 * 4096, 4.0 * 3 * 4096 * 4096, true};
+  EXPECT_NEAR(sim::kernel_seconds(h, big), 3e-6 + 137438953472.0 / 67e12, 1e-12);
+  EXPECT_NEAR(sim::kernel_seconds(h, big), 2.0543277e-3, 1e-9);
+  // Outer product 4096 x 4096 x 1: 33.5 MFLOP (0.5 us) but 4*(2*4096 + 4096^2) = 67.14 MB to
+  // write: memory bound, 20.04 us.
+  sim::KernelCost outer{2.0 * 4096 * 4096, 4.0 * (2 * 4096 + 4096.0 * 4096), true};
+  EXPECT_NEAR(sim::kernel_seconds(h, outer), 3e-6 + 67141632.0 / 3.35e12, 1e-12);
+  EXPECT_NEAR(sim::kernel_seconds(h, outer), 23.0423e-6, 1e-9);
+}
+
+TEST(CostModelRoofline, SimGemmAdvancesItsStreamByTheRoofline) {
+  sim::SimBackend& be = fresh_sim(1);
+  const std::int64_t M = 64, N = 32, K = 16;
+  Tensor a = Tensor::zeros({M, K}, DType::f32, Device("sim", 0));
+  Tensor b = Tensor::zeros({K, N}, DType::f32, Device("sim", 0));
+  Tensor c = Tensor::zeros({M, N}, DType::f32, Device("sim", 0));
+  sync_all(be);
+  const sim::CostTotals t0 = be.cost_model().totals();
+  be.kernels().gemm(be.default_stream(0), false, false, M, N, K, 1.0f, a.data<float>(), K,
+                    b.data<float>(), N, 0.0f, c.data<float>(), N, Determinism::bitwise);
+  sync_all(be);
+  const sim::CostTotals t1 = be.cost_model().totals();
+  // 65536 FLOP (0.98 ns) vs 4*(64*16 + 16*32 + 64*32) = 14336 bytes (4.28 ns): memory bound.
+  const double expect = 3e-6 + 14336.0 / 3.35e12;
+  EXPECT_EQ(t1.compute[0] - t0.compute[0], sim::to_vtime(expect));
+  EXPECT_EQ(t1.end[0] - t0.end[0], sim::to_vtime(expect));
+  EXPECT_EQ(t1.gemm_flops - t0.gemm_flops, 2u * M * N * K);
+}
+
+// ---- streams and events -------------------------------------------------------------------------
+
+// A communication stream that runs beside the compute stream costs max(compute, comm), the same
+// work on one stream costs the sum (Note [Virtual time]).
+TEST(CostModelStreams, CommStreamOverlapsComputeAsMaxNotSum) {
+  for (bool overlap : {true, false}) {
+    SCOPED_TRACE(overlap ? "comm on its own stream" : "comm on the compute stream");
+    sim::SimBackend& be = fresh_sim(2);
+    const std::int64_t M = 512, K = 512, n = 1 << 20;
+    std::vector<Tensor> as, cs, grads;
+    for (int d = 0; d < 2; ++d) {
+      as.push_back(Tensor::zeros({M, K}, DType::f32, Device("sim", d)));
+      cs.push_back(Tensor::zeros({M, K}, DType::f32, Device("sim", d)));
+      grads.push_back(Tensor::zeros({n}, DType::f32, Device("sim", d)));
+    }
+    auto comms = Communicator::init_all(devices("sim", 2));
+    sync_all(be);
+    const sim::CostTotals t0 = be.cost_model().totals();
+    ASSERT_EQ(t0.end[0], t0.end[1]);  // same setup work on both devices
+
+    std::vector<std::unique_ptr<Stream>> comm_streams;
+    for (int d = 0; d < 2; ++d) {
+      Stream& compute = be.default_stream(d);
+      auto ready = be.create_event(d);
+      compute.record(*ready);  // the gradient is ready
+      if (overlap) {
+        comm_streams.push_back(be.create_stream(d));
+        comm_streams.back()->wait(*ready);
+      }
+    }
+    {
+      std::vector<std::unique_ptr<StreamGuard>> guards;
+      if (overlap)
+        for (auto& s : comm_streams) guards.push_back(std::make_unique<StreamGuard>(*s));
+      all_reduce(comms, grads);
+    }
+    for (int d = 0; d < 2; ++d)
+      be.kernels().gemm(be.default_stream(d), false, false, M, K, K, 1.0f, as[d].data<float>(),
+                        K, as[d].data<float>(), K, 0.0f, cs[d].data<float>(), K,
+                        Determinism::fast);
+    if (overlap)
+      for (int d = 0; d < 2; ++d) {
+        auto done = be.create_event(d);
+        comm_streams[d]->record(*done);
+        be.default_stream(d).wait(*done);
+      }
+    sync_all(be);
+    for (auto& s : comm_streams) s->synchronize();
+    const sim::CostTotals t1 = be.cost_model().totals();
+
+    const double gemm = sim::kernel_seconds(
+        be.cost_model().cluster().device,
+        {2.0 * M * K * K, 4.0 * (3.0 * M * K), true});
+    const sim::CollectiveEstimate ar =
+        sim::collective_time(be.cost_model().cluster(), Kind::all_reduce, 4.0 * n, {0, 1});
+    const sim::VTime expect = overlap ? std::max(sim::to_vtime(gemm), sim::to_vtime(ar.seconds))
+                                      : sim::to_vtime(gemm) + sim::to_vtime(ar.seconds);
+    for (int d = 0; d < 2; ++d) {
+      EXPECT_EQ(t1.end[d] - t0.end[d], expect) << "device " << d;
+      EXPECT_EQ(t1.comm[d] - t0.comm[d], sim::to_vtime(ar.seconds));
+    }
+    // The two parts are of similar size, so overlap visibly saves time.
+    EXPECT_GT(std::min(gemm, ar.seconds) / std::max(gemm, ar.seconds), 0.2);
+  }
+}
+
+// ---- collectives --------------------------------------------------------------------------------
+
+TEST(CostModelCollectives, AllReduceAlgorithmsMatchTheirAlphaBetaFormulas) {
+  const sim::ClusterSpec c = h100();
+  const double S = 1073741824.0, a = 6.6e-6, h = 0.6e-6, B = 18 * 20.6e9;
+  auto t = [&](CollectiveAlgo algo) {
+    return sim::collective_time(c, Kind::all_reduce, S, iota(8), algo).seconds;
+  };
+  EXPECT_NEAR(t(CollectiveAlgo::ring), a + 14 * h + 14.0 / 8 * S / B, 1e-12);
+  EXPECT_NEAR(t(CollectiveAlgo::tree), a + 2 * 7 * h + 2 * S / B, 1e-12);
+  EXPECT_NEAR(t(CollectiveAlgo::nvls), a + 2 * h + 9.0 / 8 * S / (B * 0.85), 1e-12);
+  // NCCL's choice at 1 GiB on NVSwitch is NVLS; on PCIe (no NVLS) the ring.
+  auto best = sim::collective_time(c, Kind::all_reduce, S, iota(8));
+  EXPECT_EQ(best.algo, CollectiveAlgo::nvls);
+  EXPECT_DOUBLE_EQ(best.seconds, t(CollectiveAlgo::nvls));
+  EXPECT_EQ(sim::collective_time(h100(1, 8, "pcie5"), Kind::all_reduce, S, iota(8)).algo,
+            CollectiveAlgo::ring);
+  EXPECT_THROW(sim::collective_time(h100(1, 8, "pcie5"), Kind::all_reduce, S, iota(8),
+                                    CollectiveAlgo::nvls),
+               InvalidArgument);
+
+  // Other collectives: ring forms.
+  const double Sg = 8 * 1048576.0;  // gathered buffer of all_gather / reduce_scatter
+  EXPECT_NEAR(sim::collective_time(c, Kind::all_gather, Sg, iota(8)).seconds,
+              a + 7 * h + 7.0 / 8 * Sg / B, 1e-12);
+  EXPECT_NEAR(sim::collective_time(c, Kind::reduce_scatter, Sg, iota(8)).seconds,
+              a + 7 * h + 7.0 / 8 * Sg / B, 1e-12);
+  EXPECT_NEAR(sim::collective_time(c, Kind::broadcast, S, iota(8)).seconds, a + 7 * h + S / B,
+              1e-12);
+
+  // 2 nodes x 8: the ring's bandwidth is min(NVLink, 8 NICs x 48 GB/s) and 2 of its 30 steps
+  // cross the network (2.7 us); hierarchical = NVLS inside + all_reduce of S/8 over the NICs.
+  const sim::ClusterSpec c2 = h100(2, 8);
+  const double hn = 2.7e-6, nic = 48e9;
+  EXPECT_NEAR(sim::collective_time(c2, Kind::all_reduce, S, iota(16), CollectiveAlgo::ring).seconds,
+              a + 28 * h + 2 * hn + 30.0 / 16 * S / std::min(B, 8 * nic), 1e-12);
+  EXPECT_NEAR(sim::collective_time(c2, Kind::all_reduce, S, iota(16),
+                                   CollectiveAlgo::hierarchical).seconds,
+              a + (2 * h + 9.0 / 8 * S / (B * 0.85)) + (2 * hn + 1.0 * (S / 8) / nic), 1e-12);
+  // One rank: a local copy at memory bandwidth.
+  EXPECT_EQ(sim::collective_time(c, Kind::all_reduce, S, {3}).algo, CollectiveAlgo::local);
+  // Busbw factors of nccl-tests.
+  EXPECT_DOUBLE_EQ(sim::busbw_factor(Kind::all_reduce, 8), 1.75);
+  EXPECT_DOUBLE_EQ(sim::busbw_factor(Kind::all_gather, 8), 0.875);
+  EXPECT_DOUBLE_EQ(sim::busbw_factor(Kind::broadcast, 8), 1.0);
+}
+
+// A collective starts when its last rank arrives: a rank delayed by compute delays everyone.
+TEST(CostModelCollectives, SimAllReduceStartsAtTheLastArrivalAndCostsTheEstimate) {
+  sim::SimBackend& be = fresh_sim(4);
+  const std::int64_t n = 1 << 16;
+  std::vector<Tensor> t;
+  for (int d = 0; d < 4; ++d) t.push_back(Tensor::zeros({n}, DType::f32, Device("sim", d)));
+  std::vector<Tensor> big;  // on every device, so that the setup costs the same everywhere
+  for (int d = 0; d < 4; ++d) big.push_back(Tensor::zeros({256, 256}, DType::f32, Device("sim", d)));
+  auto comms = Communicator::init_all(devices("sim", 4));
+  sync_all(be);
+  const sim::CostTotals t0 = be.cost_model().totals();
+  for (int d = 1; d < 4; ++d) ASSERT_EQ(t0.end[d], t0.end[0]);
+  // Rank 2 computes first.
+  Tensor out = Tensor::empty({256, 256}, DType::f32, Device("sim", 2));
+  be.kernels().gemm(be.default_stream(2), false, false, 256, 256, 256, 1.0f, big[2].data<float>(),
+                    256, big[2].data<float>(), 256, 0.0f, out.data<float>(), 256,
+                    Determinism::fast);
+  all_reduce(comms, t);
+  sync_all(be);
+  const sim::CostTotals t1 = be.cost_model().totals();
+  const sim::VTime gemm = sim::to_vtime(sim::kernel_seconds(
+      be.cost_model().cluster().device, {2.0 * 256 * 256 * 256, 4.0 * 3 * 256 * 256, true}));
+  const sim::VTime ar = sim::to_vtime(
+      sim::collective_time(be.cost_model().cluster(), Kind::all_reduce, 4.0 * n, iota(4))
+          .seconds);
+  for (int d = 0; d < 4; ++d) {
+    EXPECT_EQ(t1.end[d] - t0.end[d], gemm + ar) << "device " << d;
+    EXPECT_EQ(t1.comm[d] - t0.comm[d], ar);
+  }
+}
+
+// ---- published figures ------------------------------------------------------------------------
+
+// The model's formulas against external measurements (nccl-tests busbw), not a timing.
+TEST(CostModelPublished, EachPublishedFigureIsReproducedWithin15Percent) {
+  const auto rows = sim::published_comparisons();
+  ASSERT_GE(rows.size(), 6u);
+  int with_figure = 0;
+  for (const auto& r : rows) {
+    SCOPED_TRACE(r.what);
+    if (r.published > 0) {
+      ++with_figure;
+      EXPECT_GT(r.ratio(), 0.85);
+      EXPECT_LT(r.ratio(), 1.15);
+    } else {  // small-message latency: "a few microseconds"
+      EXPECT_EQ(r.unit, "us");
+      EXPECT_GT(r.predicted, 1.0);
+      EXPECT_LT(r.predicted, 20.0);
+    }
+    EXPECT_FALSE(r.source.empty());
+  }
+  EXPECT_GE(with_figure, 6);
+  const std::string text = sim::format_published_table(rows);
+  EXPECT_NE(text.find("370.7 GB/s"), std::string::npos) << text;
+}
+
+// ---- profiles -----------------------------------------------------------------------------------
+
+TEST(CostModelProfiles, BuiltinsAndJsonProfilesAndTheirErrors) {
+  EXPECT_DOUBLE_EQ(sim::device_profile("h200").memory_bandwidth, 4.8e12);
+  EXPECT_DOUBLE_EQ(sim::device_profile("a100-sxm-80gb").fp32_flops, 19.5e12);
+  EXPECT_DOUBLE_EQ(sim::device_profile("rtx4070-laptop").memory_bytes, 8.0 * 1073741824.0);
+  EXPECT_DOUBLE_EQ(sim::interconnect_profile("nvlink").link_bandwidth, 370.8e9);
+  for (const auto& p : sim::builtin_device_profiles()) EXPECT_FALSE(p.source.empty()) << p.key;
+  for (const auto& p : sim::builtin_interconnects()) EXPECT_FALSE(p.source.empty()) << p.key;
+  try {
+    sim::device_profile("h300");
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown profile 'h300'"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("h100-sxm"), std::string::npos);
+  }
+  EXPECT_THROW(sim::interconnect_profile("nvlink9"), InvalidArgument);
+
+  const std::string path = temp_path("ditto_cost_profile.json");
+  {
+    std::ofstream f(path);
+    f << R"({"key": "tiny", "name": "tiny GPU", "fp32_tflops": 2, "memory_gib": 0.5,
+             "memory_bandwidth_gbps": 100, "launch_latency_us": 4})";
+  }
+  const sim::DeviceProfile p = sim::device_profile(path);
+  EXPECT_EQ(p.name, "tiny GPU");
+  EXPECT_DOUBLE_EQ(p.fp32_flops, 2e12);
+  EXPECT_DOUBLE_EQ(p.memory_bytes, 536870912.0);
+  EXPECT_DOUBLE_EQ(p.launch_latency, 4e-6);
+  {
+    std::ofstream f(path);
+    f << R"({"key": "bad", "fp32_tflops": 2, "memory_bandwidth_gbps": 100})";
+  }
+  try {
+    sim::device_profile(path);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("missing field 'memory_gib'"), std::string::npos)
+        << e.what();
+  }
+  {
+    std::ofstream f(path);
+    f << R"({"fp32_tflops": -1, "memory_gib": 1, "memory_bandwidth_gbps": 100})";
+  }
+  EXPECT_THROW(sim::device_profile(path), InvalidArgument);
+  {
+    std::ofstream f(path);
+    f << "{ not json";
+  }
+  EXPECT_THROW(sim::device_profile(path), InvalidArgument);
+  std::remove(path.c_str());
+}
+
+// ---- trace --------------------------------------------------------------------------------------
+
+TEST(CostModelTrace, TwoStepFourDeviceRunWritesChromeTraceWithExpectedTracks) {
+  sim::SimBackend& be = fresh_sim(4);
+  be.cost_model().set_tracing(true);
+  TinyTrainer tr({16, 32, 4}, 4, 32);
+  for (int step = 0; step < 2; ++step) tr.step();
+  // And one all_reduce on a communication stream of each device (track 1).
+  std::vector<std::unique_ptr<Stream>> cs;
+  std::vector<Tensor> g;
+  for (int d = 0; d < 4; ++d) {
+    cs.push_back(be.create_stream(d));
+    g.push_back(Tensor::zeros({1000}, DType::f32, Device("sim", d)));
+    auto ready = be.create_event(d);
+    be.default_stream(d).record(*ready);
+    cs[d]->wait(*ready);
+  }
+  auto comms = Communicator::init_all(devices("sim", 4));
+  {
+    std::vector<std::unique_ptr<StreamGuard>> guards;
+    for (auto& s : cs) guards.push_back(std::make_unique<StreamGuard>(*s));
+    all_reduce(comms, g);
+  }
+  for (auto& s : cs) s->synchronize();
+  sync_all(be);
+
+  const std::string path = temp_path("ditto_cost_trace.json");
+  be.cost_model().write_trace(path);
+  std::ifstream f(path);
+  ASSERT_TRUE(f.good());
+  const nlohmann::json j = nlohmann::json::parse(f);  // throws if not valid JSON
+  EXPECT_FALSE(std::ifstream(path + ".tmp").good()) << "temporary file left behind";
+  ASSERT_TRUE(j.contains("traceEvents"));
+  std::set<int> processes;
+  std::set<std::pair<int, int>> named_tracks, used_tracks;
+  std::map<int, int> memory_samples;
+  std::map<std::pair<int, int>, double> last_end;
+  std::set<std::string> names;
+  for (const auto& e : j["traceEvents"]) {
+    const std::string ph = e.at("ph");
+    const int pid = e.at("pid");
+    if (ph == "M" && e.at("name") == "process_name") {
+      processes.insert(pid);
+      EXPECT_NE(e["args"]["name"].get<std::string>().find("H100"), std::string::npos);
+    } else if (ph == "M" && e.at("name") == "thread_name") {
+      named_tracks.insert({pid, e.at("tid").get<int>()});
+    } else if (ph == "X") {
+      const int tid = e.at("tid");
+      used_tracks.insert({pid, tid});
+      const double ts = e.at("ts"), dur = e.at("dur");
+      EXPECT_GE(dur, 0.0);
+      // Events of one stream follow each other without overlapping (virtual time).
+      auto [it, fresh] = last_end.insert({{pid, tid}, 0.0});
+      EXPECT_GE(ts, it->second - 1e-6) << e.dump();
+      it->second = ts + dur;
+      names.insert(e.at("name"));
+      if (e.at("name") == "all_reduce") {
+        EXPECT_EQ(tid, 1) << "collective on the comm stream";
+      }
+    } else if (ph == "C") {
+      EXPECT_EQ(e.at("name"), "memory");
+      EXPECT_TRUE(e["args"].contains("in_use_MiB"));
+      ++memory_samples[pid];
+    }
+  }
+  EXPECT_EQ(processes, (std::set<int>{0, 1, 2, 3}));
+  for (int d = 0; d < 4; ++d) {
+    EXPECT_TRUE(named_tracks.count({d, 0})) << "default stream of device " << d;
+    EXPECT_TRUE(named_tracks.count({d, 1})) << "comm stream of device " << d;
+    EXPECT_GT(memory_samples[d], 0) << "memory counter of device " << d;
+  }
+  EXPECT_EQ(named_tracks, used_tracks);
+  for (const char* n : {"gemm", "relu", "sgd_step", "copy_peer", "copy_h2d", "all_reduce"})
+    EXPECT_TRUE(names.count(n)) << n;
+  std::remove(path.c_str());
+}
+
+TEST(CostModelTrace, WriteTraceWithoutTracingOrToABadPathFailsCleanly) {
+  sim::SimBackend& be = fresh_sim(1);
+  EXPECT_THROW(be.cost_model().write_trace(temp_path("never.json")), InvalidArgument);
+  be.cost_model().set_tracing(true);
+  EXPECT_THROW(be.cost_model().write_trace("/nonexistent-dir/x/trace.json"), BackendError);
+}
+
+// ---- memory -------------------------------------------------------------------------------------
+
+// A model that fits but whose training step does not fails at the first step with a CUDA-like
+// message naming device, request, in use and capacity.
+TEST(CostModelMemory, TooLargeModelOnASmallProfileFailsAtTheFirstStep) {
+  const std::string path = temp_path("ditto_cost_small.json");
+  {
+    std::ofstream f(path);
+    f << R"j({"key": "small", "name": "small GPU (8 MiB)", "fp32_tflops": 10,
+             "memory_gib": 0.0078125, "memory_bandwidth_gbps": 300})j";
+  }
+  const sim::DeviceProfile p = sim::device_profile(path);
+  std::remove(path.c_str());
+  ASSERT_EQ(p.memory_bytes, 8388608.0);
+  sim::SimBackend& be = fresh_sim(2, static_cast<std::size_t>(p.memory_bytes));
+  be.cost_model().configure({p, sim::interconnect_profile("pcie4"), 1, 2});
+  // 64-1024-1024-10: 1,126,410 parameters = 4.5 MB: the model fits in 8 MiB, its gradients
+  // beside it do not.
+  std::unique_ptr<TinyTrainer> tr;
+  const std::vector<std::int64_t> sizes{64, 1024, 1024, 10};
+  ASSERT_NO_THROW(tr = std::make_unique<TinyTrainer>(sizes, 2, 8));
+  EXPECT_EQ(tr->model->num_parameters(), 1126410);
+  int steps = 0;
+  try {
+    tr->step();
+    ++steps;
+    FAIL() << "the first step fit";
+  } catch (const OutOfMemory& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(steps, 0);
+    EXPECT_NE(m.find("sim:"), std::string::npos) << m;
+    EXPECT_NE(m.find("out of memory: tried to allocate "), std::string::npos) << m;
+    EXPECT_NE(m.find(" in use of capacity 8388608 bytes"), std::string::npos) << m;
+  }
+  tr.reset();
+  sync_all(be);
+}
+
+// DataParallel gathers outputs and reduces gradients onto device 0, which also holds the
+// module: its peak exceeds the other devices' by at least two copies of the parameters (the peaks
+// themselves vary a little from run to run: frees are stream-ordered, allocations are not).
+TEST(CostModelMemory, DataParallelPeakIsHigherOnDeviceZero) {
+  sim::SimBackend& be = fresh_sim(4);
+  TinyTrainer tr({64, 256, 10}, 4, 64);
+  const std::size_t param_bytes = static_cast<std::size_t>(tr.model->num_parameters()) * 4;
+  tr.step();
+  tr.step();
+  sync_all(be);
+  const MemoryStats m0 = be.memory_stats(0);
+  for (int d = 1; d < 4; ++d) {
+    const MemoryStats m = be.memory_stats(d);
+    EXPECT_GE(m0.peak, m.peak + 2 * param_bytes)
+        << "device 0 peak " << m0.peak << ", device " << d << " peak " << m.peak;
+  }
+}
+
+// ---- straggler ----------------------------------------------------------------------------------
+
+TEST(CostModelStraggler, SlowDeviceMakesThePredictedStepSlowerByItsFactorOnCompute) {
+  sim::CostTotals base, slow;
+  sim::VTime step_base = 0, step_slow = 0;
+  for (double factor : {1.0, 4.0}) {
+    sim::SimBackend& be = fresh_sim(4);
+    if (factor != 1.0) be.cost_model().set_slowdown(3, factor);
+    TinyTrainer tr({64, 512, 512, 10}, 4, 256);
+    tr.step();  // warm-up: first-step allocations
+    sync_all(be);
+    const sim::CostTotals t0 = be.cost_model().totals();
+    tr.step();
+    sync_all(be);
+    sim::CostTotals t1 = be.cost_model().totals();
+    for (int d = 0; d < 4; ++d) t1.compute[d] -= t0.compute[d];
+    (factor == 1.0 ? base : slow) = t1;
+    (factor == 1.0 ? step_base : step_slow) = t1.now - t0.now;
+  }
+  // Device 3's kernels take 4x as long (up to rounding of each kernel to a picosecond).
+  EXPECT_NEAR(static_cast<double>(slow.compute[3]) / base.compute[3], 4.0, 1e-6);
+  EXPECT_EQ(slow.compute[1], base.compute[1]);
+  // The step waits for the straggler: longer by at least the straggler's extra compute of its
+  // forward + backward, which is all before device 0 can finish the step.
+  std::printf("straggler x4: step %.3f us -> %.3f us\n", step_base / 1e6, step_slow / 1e6);
+  EXPECT_GT(static_cast<double>(step_slow) / step_base, 1.5)
+      << "base " << step_base << " ps, straggler " << step_slow << " ps";
+  EXPECT_LE(step_slow - step_base, 3 * base.compute[3]);
+  EXPECT_THROW(fresh_sim(2).cost_model().set_slowdown(2, 2.0), InvalidArgument);
+  EXPECT_THROW(fresh_sim(2).cost_model().set_slowdown(0, 0.0), InvalidArgument);
+}
