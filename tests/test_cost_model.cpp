@@ -133,6 +133,28 @@ TEST(CostModelRoofline, SimGemmAdvancesItsStreamByTheRoofline) {
   EXPECT_EQ(t1.gemm_flops - t0.gemm_flops, 2u * M * N * K);
 }
 
+// Virtual time depends on the order of work per stream and on dependencies, never on thread
+// scheduling: the same run gives the same totals, to the picosecond.
+TEST(CostModelStreams, VirtualTimesAreTheSameInEveryRun) {
+  std::vector<sim::CostTotals> runs;
+  for (int run = 0; run < 3; ++run) {
+    sim::SimBackend& be = fresh_sim(4);
+    TinyTrainer tr({32, 64, 10}, 4, 64);
+    tr.step();
+    tr.step();
+    sync_all(be);
+    runs.push_back(be.cost_model().totals());
+  }
+  for (int run = 1; run < 3; ++run) {
+    EXPECT_EQ(runs[run].end, runs[0].end);
+    EXPECT_EQ(runs[run].compute, runs[0].compute);
+    EXPECT_EQ(runs[run].comm, runs[0].comm);
+    EXPECT_EQ(runs[run].host_copy, runs[0].host_copy);
+    EXPECT_EQ(runs[run].gemm_flops, runs[0].gemm_flops);
+  }
+  EXPECT_GT(runs[0].now, 0);
+}
+
 // ---- streams and events -------------------------------------------------------------------------
 
 // A communication stream that runs beside the compute stream costs max(compute, comm), the same
