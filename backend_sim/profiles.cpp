@@ -125,17 +125,24 @@ DeviceProfile load_json_profile(const std::string& path) {
   DITTO_CHECK(j.is_object(), "device_profile: ", path, ": expected a JSON object, got ",
               j.type_name());
   DeviceProfile p;
-  p.key = j.value("key", path);
-  p.name = j.value("name", p.key);
-  p.fp32_flops = positive_field(j, path, "fp32_tflops", true, 0) * kT;
-  p.tf32_flops = positive_field(j, path, "tf32_tflops", false, p.fp32_flops / kT) * kT;
-  p.bf16_flops = positive_field(j, path, "bf16_tflops", false, p.tf32_flops / kT) * kT;
-  p.memory_bytes = positive_field(j, path, "memory_gib", true, 0) * kGiB;
-  p.memory_bandwidth = positive_field(j, path, "memory_bandwidth_gbps", true, 0) * kG;
-  p.launch_latency = positive_field(j, path, "launch_latency_us", false, kLaunch / kUs) * kUs;
-  p.host_bandwidth = positive_field(j, path, "host_bandwidth_gbps", false, 32) * kG;
-  p.host_latency = positive_field(j, path, "host_latency_us", false, kHostCopy / kUs) * kUs;
-  p.source = j.value("source", "user profile " + path);
+  try {
+    p.key = j.value("key", path);
+    p.name = j.value("name", p.key);
+    p.fp32_flops = positive_field(j, path, "fp32_tflops", true, 0) * kT;
+    p.tf32_flops = positive_field(j, path, "tf32_tflops", false, p.fp32_flops / kT) * kT;
+    p.bf16_flops = positive_field(j, path, "bf16_tflops", false, p.tf32_flops / kT) * kT;
+    p.memory_bytes = positive_field(j, path, "memory_gib", true, 0) * kGiB;
+    p.memory_bandwidth = positive_field(j, path, "memory_bandwidth_gbps", true, 0) * kG;
+    p.launch_latency = positive_field(j, path, "launch_latency_us", false, kLaunch / kUs) * kUs;
+    p.host_bandwidth = positive_field(j, path, "host_bandwidth_gbps", false, 32) * kG;
+    p.host_latency = positive_field(j, path, "host_latency_us", false, kHostCopy / kUs) * kUs;
+    p.source = j.value("source", "user profile " + path);
+  } catch (const nlohmann::json::exception& e) {  // e.g. "key": 3 (not a string)
+    throw InvalidArgument(detail::cat("device_profile: ", path, ": ", e.what()));
+  }
+  // The capacity becomes a size_t byte count: keep it well inside (2^34 GiB = 2^64 bytes).
+  DITTO_CHECK(p.memory_bytes < 1e18, "device_profile: ", path,
+              ": field 'memory_gib': expected less than 1e9 GiB, got ", p.memory_bytes / kGiB);
   return p;
 }
 

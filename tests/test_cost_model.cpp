@@ -374,6 +374,23 @@ TEST(CostModelProfiles, BuiltinsAndJsonProfilesAndTheirErrors) {
     f << "{ not json";
   }
   EXPECT_THROW(sim::device_profile(path), InvalidArgument);
+  {
+    std::ofstream f(path);  // a key that is not a string: nlohmann's type error, as ditto's
+    f << R"({"key": 3, "fp32_tflops": 1, "memory_gib": 1, "memory_bandwidth_gbps": 100})";
+  }
+  EXPECT_THROW(sim::device_profile(path), InvalidArgument);
+  {
+    std::ofstream f(path);  // a capacity whose byte count does not fit in size_t
+    f << R"({"fp32_tflops": 1, "memory_gib": 1e12, "memory_bandwidth_gbps": 100})";
+  }
+  try {
+    sim::device_profile(path);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'memory_gib': expected less than 1e9 GiB"),
+              std::string::npos)
+        << e.what();
+  }
   std::remove(path.c_str());
 }
 
