@@ -11,11 +11,13 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/backend.h"
+#include "core/checkpoint.h"
 #include "core/data/csv.h"
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
@@ -51,6 +53,8 @@ struct Args {
   bool lr_given = false;
   std::int64_t micro_shards = kDefaultMicroShards;
   double sim_memory_gib = 80.0;
+  std::string checkpoint, resume;     // checkpoint directories (core/checkpoint.h)
+  std::int64_t checkpoint_every = 0;  // optimizer steps between checkpoints (0: at the end only)
 };
 
 /// The loss's target for a batch: the labels themselves (cross-entropy) or their one-hot
@@ -146,6 +150,9 @@ int run(const Args& a) {
               "--loss: expected cross-entropy or mse, got '", a.loss, "'");
   DITTO_CHECK(a.optimizer == "sgd" || a.optimizer == "adam",
               "--optimizer: expected sgd or adam, got '", a.optimizer, "'");
+  DITTO_CHECK(a.checkpoint_every >= 0 && (a.checkpoint_every == 0 || !a.checkpoint.empty()),
+              "--checkpoint-every: expected >= 0, with --checkpoint DIR, got ", a.checkpoint_every,
+              a.checkpoint.empty() ? " without --checkpoint" : "");
   const bool mse = a.loss == "mse";
   const float lr = a.lr_given ? a.lr : (a.optimizer == "adam" ? 0.001f : a.lr);
 
@@ -194,6 +201,23 @@ int run(const Args& a) {
 
   std::string arch;
   for (std::size_t i = 0; i < sizes.size(); ++i) arch += (i ? "-" : "") + std::to_string(sizes[i]);
+  TrainerState ts;  // the run's position: saved by --checkpoint, restored by --resume
+  ts.seed = a.seed;
+  ts.config = {{"model", arch}, {"optimizer", a.optimizer}, {"loss", a.loss},
+               {"batch_size", std::to_string(a.batch_size)}, {"seed", std::to_string(a.seed)},
+               {"train_rows", std::to_string(train.size())}, {"val_fraction", std::to_string(a.val_fraction)},
+               {"determinism", determinism_name(mode)}, {"micro_shards", std::to_string(a.micro_shards)},
+               {"devices", std::to_string(a.devices)}};
+  if (!a.resume.empty()) {  // bitwise results do not depend on the device count
+    ts = resume_checkpoint(a.resume, *model, *opt, ts.config,
+                           mode == Determinism::bitwise ? std::set<std::string>{"devices"}
+                                                        : std::set<std::string>{}, std::cerr);
+    std::printf("ditto-train: resumed from %s at step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64 ")\n",
+                a.resume.c_str(), ts.step, ts.epoch + 1, ts.batch);
+    DITTO_CHECK(ts.epoch <= a.epochs, "--resume: the checkpoint is past the end of epoch ", ts.epoch,
+                ", expected --epochs >= ", ts.epoch, ", got ", a.epochs);
+  }
+  std::int64_t saved_step = a.resume.empty() ? -1 : ts.step;
   std::printf("ditto-train: backend=%s devices=%d determinism=%s model=%s params=%" PRId64
               " data=%s rows=%" PRId64 " (train %" PRId64 ", val %" PRId64 ") batch=%" PRId64
               " epochs=%d loss=%s optimizer=%s lr=%g momentum=%g seed=%" PRIu64 "\n",
@@ -206,12 +230,13 @@ int run(const Args& a) {
   data::DataLoader loader(train, a.batch_size, /*shuffle=*/true, a.seed, /*drop_last=*/false);
   double train_time = 0, train_loss = 0;
   Eval ev{};
-  for (int epoch = 1; epoch <= a.epochs; ++epoch) {
-    loader.set_epoch(epoch - 1);
+  for (int epoch = static_cast<int>(ts.epoch) + 1; epoch <= a.epochs; ++epoch) {
+    loader.set_epoch(epoch - 1, ts.batch);
     auto t0 = std::chrono::steady_clock::now();
-    double loss_sum = 0;
-    std::int64_t seen = 0;
-    for (data::Batch b : loader) {
+    double loss_sum = ts.epoch_loss_sum;
+    std::int64_t seen = ts.epoch_samples;
+    for (std::int64_t i = ts.batch; i < loader.size(); ++i) {
+      data::Batch b = loader.batch(i);
       Tensor out = dp.forward(b.x);
       Tensor loss = criterion->forward(out, make_target(b.y, classes, mse, out.device()));
       opt->zero_grad(true);
@@ -219,7 +244,13 @@ int run(const Args& a) {
       opt->step();
       loss_sum += static_cast<double>(loss.item()) * b.x.size(0);
       seen += b.x.size(0);
+      const bool last = i + 1 == loader.size();  // position after this step, for a checkpoint
+      ts = {ts.step + 1, last ? epoch : epoch - 1, last ? 0 : i + 1, a.seed, last ? 0 : loss_sum,
+            last ? 0 : seen, ts.config};
+      if (a.checkpoint_every > 0 && ts.step % a.checkpoint_every == 0)
+        saved_step = (save_checkpoint(a.checkpoint, *model, *opt, ts), ts.step);
     }
+    ts.batch = 0;
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     train_time += dt;
     train_loss = seen ? loss_sum / seen : 0.0;
@@ -229,6 +260,7 @@ int run(const Args& a) {
     std::fflush(stdout);
   }
   if (a.epochs == 0) ev = evaluate(dp, *criterion, mse, val, 512);
+  if (!a.checkpoint.empty() && ts.step != saved_step) save_checkpoint(a.checkpoint, *model, *opt, ts);
   std::printf("final: backend=%s devices=%d determinism=%s epochs=%d train_loss=%.6f "
               "val_loss=%.6f val_acc=%.4f train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
               be.name().c_str(), a.devices, determinism_name(mode), a.epochs, train_loss, ev.loss,
@@ -274,6 +306,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--sim-memory-gib", a.sim_memory_gib, "memory capacity of each simulated device")
       ->capture_default_str();
+  app.add_option("--checkpoint", a.checkpoint, "directory to save checkpoints in (and at the end)");
+  app.add_option("--checkpoint-every", a.checkpoint_every, "optimizer steps between checkpoints");
+  app.add_option("--resume", a.resume, "resume from the newest usable checkpoint in this directory");
   CLI11_PARSE(app, argc, argv);
   a.lr_given = app.count("--lr") > 0;
   try {
