@@ -188,7 +188,7 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
     if (begin > end || end > buffer_size)
       bad(source, ::ditto::detail::cat(where, ": data_offsets: expected begin <= end <= ",
                                        buffer_size, " (the buffer size), got [", begin, ", ", end,
-                                       "]"));
+                                       "]", end > buffer_size ? " (truncated file?)" : ""));
     if (numel > std::numeric_limits<std::uint64_t>::max() / esize || end - begin != numel * esize)
       bad(source, ::ditto::detail::cat(where, ": data_offsets: [", begin, ", ", end, "] hold ",
                                        end - begin, " bytes, but shape ", sh.dump(), " x ", dt,
