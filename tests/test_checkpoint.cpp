@@ -364,7 +364,13 @@ TEST_P(ResumeEqualsUninterrupted, SameParameterBits) {
 INSTANTIATE_TEST_SUITE_P(Checkpoint, ResumeEqualsUninterrupted,
                          ::testing::Combine(::testing::Values(Opt::sgd_momentum, Opt::sgd_nesterov,
                                                               Opt::adam, Opt::adam_amsgrad),
-                                            ::testing::Values(6, 9)));
+                                            ::testing::Values(6, 9)),
+                         [](const auto& info) {
+                           const char* names[] = {"SgdMomentum", "SgdNesterov", "Adam",
+                                                  "AdamAmsgrad"};
+                           return std::string(names[int(std::get<0>(info.param))]) +
+                                  (std::get<1>(info.param) == 6 ? "_EpochBoundary" : "_MidEpoch");
+                         });
 
 TEST_F(CheckpointTest, OptimizerStateRoundTripsExactly) {
   for (Opt k : {Opt::sgd_momentum, Opt::adam_amsgrad}) {
