@@ -4,6 +4,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -180,7 +181,7 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model,
   DITTO_CHECK(state.step >= 0 && state.epoch >= 0 && state.batch >= 0 && state.epoch_samples >= 0,
               call, ": state: expected non-negative step, epoch, batch and epoch_samples, got ",
               state.step, ", ", state.epoch, ", ", state.batch, ", ", state.epoch_samples);
-  static int saves = 0;
+  static std::atomic<int> saves{0};
   const bool crash = ++saves == kill_at_save();
 
   std::error_code ec;

@@ -52,6 +52,21 @@ struct TrainerState {
   /// Settings of the run ("model" -> "64-128-10", "optimizer" -> "sgd", "batch_size" -> "64",
   /// ...): resume_checkpoint refuses a checkpoint whose config differs (except `may_differ` keys).
   std::map<std::string, std::string> config;
+
+  /// Record one optimizer step on batch `batch` of epoch `epoch`: step + 1 and the position of
+  /// the next batch, with the epoch's running sums so far; after the epoch's last batch (of
+  /// `batches_per_epoch`), batch 0 of the next epoch with the sums reset to 0.
+  void advance(std::int64_t batches_per_epoch, double loss_sum, std::int64_t samples) {
+    ++step;
+    if (++batch >= batches_per_epoch) {
+      ++epoch;
+      batch = 0;
+      loss_sum = 0;
+      samples = 0;
+    }
+    epoch_loss_sum = loss_sum;
+    epoch_samples = samples;
+  }
 };
 
 /// A checkpoint as read from disk, verified.

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -205,17 +206,19 @@ int run(const Args& a) {
   ts.seed = a.seed;
   ts.config = {{"model", arch}, {"optimizer", a.optimizer}, {"loss", a.loss},
                {"batch_size", std::to_string(a.batch_size)}, {"seed", std::to_string(a.seed)},
-               {"train_rows", std::to_string(train.size())}, {"val_fraction", std::to_string(a.val_fraction)},
-               {"determinism", determinism_name(mode)}, {"micro_shards", std::to_string(a.micro_shards)},
+               {"train_rows", std::to_string(train.size())},
+               {"val_fraction", std::to_string(a.val_fraction)},
+               {"determinism", determinism_name(mode)},
+               {"micro_shards", std::to_string(a.micro_shards)},
                {"devices", std::to_string(a.devices)}};
   if (!a.resume.empty()) {  // bitwise results do not depend on the device count
-    ts = resume_checkpoint(a.resume, *model, *opt, ts.config,
-                           mode == Determinism::bitwise ? std::set<std::string>{"devices"}
-                                                        : std::set<std::string>{}, std::cerr);
-    std::printf("ditto-train: resumed from %s at step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64 ")\n",
-                a.resume.c_str(), ts.step, ts.epoch + 1, ts.batch);
-    DITTO_CHECK(ts.epoch <= a.epochs, "--resume: the checkpoint is past the end of epoch ", ts.epoch,
-                ", expected --epochs >= ", ts.epoch, ", got ", a.epochs);
+    std::set<std::string> may_differ;
+    if (mode == Determinism::bitwise) may_differ.insert("devices");
+    ts = resume_checkpoint(a.resume, *model, *opt, ts.config, may_differ, std::cerr);
+    std::printf("ditto-train: resumed from %s at step %" PRId64 " (epoch %" PRId64
+                ", batch %" PRId64 ")\n", a.resume.c_str(), ts.step, ts.epoch + 1, ts.batch);
+    DITTO_CHECK(ts.epoch <= a.epochs, "--resume: the checkpoint is past the end of epoch ",
+                ts.epoch, ", expected --epochs >= ", ts.epoch, ", got ", a.epochs);
   }
   std::int64_t saved_step = a.resume.empty() ? -1 : ts.step;
   std::printf("ditto-train: backend=%s devices=%d determinism=%s model=%s params=%" PRId64
@@ -244,13 +247,12 @@ int run(const Args& a) {
       opt->step();
       loss_sum += static_cast<double>(loss.item()) * b.x.size(0);
       seen += b.x.size(0);
-      const bool last = i + 1 == loader.size();  // position after this step, for a checkpoint
-      ts = {ts.step + 1, last ? epoch : epoch - 1, last ? 0 : i + 1, a.seed, last ? 0 : loss_sum,
-            last ? 0 : seen, ts.config};
-      if (a.checkpoint_every > 0 && ts.step % a.checkpoint_every == 0)
-        saved_step = (save_checkpoint(a.checkpoint, *model, *opt, ts), ts.step);
+      ts.advance(loader.size(), loss_sum, seen);  // the position after this step
+      if (a.checkpoint_every > 0 && ts.step % a.checkpoint_every == 0) {
+        save_checkpoint(a.checkpoint, *model, *opt, ts);
+        saved_step = ts.step;
+      }
     }
-    ts.batch = 0;
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     train_time += dt;
     train_loss = seen ? loss_sum / seen : 0.0;
@@ -260,7 +262,8 @@ int run(const Args& a) {
     std::fflush(stdout);
   }
   if (a.epochs == 0) ev = evaluate(dp, *criterion, mse, val, 512);
-  if (!a.checkpoint.empty() && ts.step != saved_step) save_checkpoint(a.checkpoint, *model, *opt, ts);
+  if (!a.checkpoint.empty() && ts.step != saved_step)
+    save_checkpoint(a.checkpoint, *model, *opt, ts);
   std::printf("final: backend=%s devices=%d determinism=%s epochs=%d train_loss=%.6f "
               "val_loss=%.6f val_acc=%.4f train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
               be.name().c_str(), a.devices, determinism_name(mode), a.epochs, train_loss, ev.loss,

@@ -325,16 +325,12 @@ std::vector<unsigned char> train(const RunSpec& r) {
       opt->zero_grad(true);
       model->backward(loss.backward());
       opt->step();
-      const bool last = i + 1 == loader.size();
-      ts.step += 1;
-      ts.epoch = last ? e + 1 : e;
-      ts.batch = last ? 0 : i + 1;
+      ts.advance(loader.size(), 0, 0);
       if (ts.step == r.stop_at) {
         save_checkpoint(r.dir, *model, *opt, ts);
         return {};
       }
     }
-    ts.batch = 0;
   }
   std::vector<unsigned char> out;
   for (nn::Parameter* p : model->parameters()) {
@@ -360,17 +356,18 @@ TEST_P(ResumeEqualsUninterrupted, SameParameterBits) {
   EXPECT_NE(train({.opt = opt, .dir = dir, .params_only = true}), whole);
 }
 
+std::string resume_case_name(const ::testing::TestParamInfo<std::tuple<Opt, int>>& info) {
+  static const char* const names[] = {"SgdMomentum", "SgdNesterov", "Adam", "AdamAmsgrad"};
+  return std::string(names[static_cast<int>(std::get<0>(info.param))]) +
+         (std::get<1>(info.param) == 6 ? "_EpochBoundary" : "_MidEpoch");
+}
+
 // 6 steps: the end of epoch 1; 9: mid-epoch 2 (its batch 3 of 6).
 INSTANTIATE_TEST_SUITE_P(Checkpoint, ResumeEqualsUninterrupted,
                          ::testing::Combine(::testing::Values(Opt::sgd_momentum, Opt::sgd_nesterov,
                                                               Opt::adam, Opt::adam_amsgrad),
                                             ::testing::Values(6, 9)),
-                         [](const auto& info) {
-                           const char* names[] = {"SgdMomentum", "SgdNesterov", "Adam",
-                                                  "AdamAmsgrad"};
-                           return std::string(names[int(std::get<0>(info.param))]) +
-                                  (std::get<1>(info.param) == 6 ? "_EpochBoundary" : "_MidEpoch");
-                         });
+                         resume_case_name);
 
 TEST_F(CheckpointTest, OptimizerStateRoundTripsExactly) {
   for (Opt k : {Opt::sgd_momentum, Opt::adam_amsgrad}) {
@@ -599,6 +596,23 @@ TEST_F(CheckpointTest, SaveRefusesBadArguments) {
   std::ofstream(dir + "/file") << "x";
   expect_throw<Error>([&] { save_checkpoint(dir + "/file/sub", *model, *opt, {}); },
                       {"save_checkpoint: cannot create directory '" + dir + "/file/sub'"});
+}
+
+TEST(TrainerStateTest, AdvanceMovesToTheNextBatchAndEpoch) {
+  TrainerState ts;
+  ts.advance(3, 1.5, 8);
+  EXPECT_EQ(ts.step, 1);
+  EXPECT_EQ(ts.epoch, 0);
+  EXPECT_EQ(ts.batch, 1);
+  EXPECT_EQ(ts.epoch_loss_sum, 1.5);
+  EXPECT_EQ(ts.epoch_samples, 8);
+  ts.advance(3, 2.5, 16);
+  ts.advance(3, 3.5, 20);  // the epoch's last batch
+  EXPECT_EQ(ts.step, 3);
+  EXPECT_EQ(ts.epoch, 1);
+  EXPECT_EQ(ts.batch, 0);
+  EXPECT_EQ(ts.epoch_loss_sum, 0.0);
+  EXPECT_EQ(ts.epoch_samples, 0);
 }
 
 TEST(DataLoaderResume, StartBatchContinuesTheSameShuffle) {
