@@ -219,6 +219,34 @@ TEST(Safetensors, EachMalformedFileRefusedNamingTheProblem) {
             (Shape{0, 3}));
 }
 
+// No input makes the parser crash or throw anything but ParseError: every truncation of a valid
+// file is refused, every single-byte change of its header is parsed or refused.
+TEST(Safetensors, EveryTruncationRefusedEveryHeaderByteFlipParsedOrRefused) {
+  const std::string good = io::safetensors_serialize(
+      {{"w", Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {2, 2})},
+       {"i", Tensor::from_vector(std::vector<std::int64_t>{5}, {})}},
+      {{"k", "v"}});
+  for (std::size_t n = 0; n < good.size(); ++n) {
+    SCOPED_TRACE(n);
+    EXPECT_THROW(io::safetensors_parse(std::string_view(good).substr(0, n), "f"), ParseError);
+  }
+  std::uint64_t header = 0;
+  for (int b = 0; b < 8; ++b) header |= std::uint64_t(static_cast<unsigned char>(good[b])) << (8 * b);
+  int refused = 0;
+  for (std::size_t at = 0; at < 8 + header; ++at) {
+    for (unsigned char flip : {0x01, 0x20, 0x80}) {
+      std::string bad = good;
+      bad[at] = static_cast<char>(bad[at] ^ flip);
+      try {
+        io::safetensors_parse(bad, "f");
+      } catch (const ParseError&) {
+        ++refused;
+      }
+    }
+  }
+  EXPECT_GT(refused, static_cast<int>(header));  // most changes break the header
+}
+
 TEST(Safetensors, LoadNamesTheFile) {
   const std::string dir = fresh_dir("load");
   expect_throw<ParseError>([&] { io::load_safetensors(dir + "/none.safetensors"); },
