@@ -311,7 +311,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--checkpoint", a.checkpoint, "directory to save checkpoints in (and at the end)");
   app.add_option("--checkpoint-every", a.checkpoint_every, "optimizer steps between checkpoints");
-  app.add_option("--resume", a.resume, "resume from the newest usable checkpoint in this directory");
+  app.add_option("--resume", a.resume, "resume from the newest usable checkpoint in DIR");
   CLI11_PARSE(app, argc, argv);
   a.lr_given = app.count("--lr") > 0;
   try {

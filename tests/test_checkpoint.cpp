@@ -231,7 +231,8 @@ TEST(Safetensors, EveryTruncationRefusedEveryHeaderByteFlipParsedOrRefused) {
     EXPECT_THROW(io::safetensors_parse(std::string_view(good).substr(0, n), "f"), ParseError);
   }
   std::uint64_t header = 0;
-  for (int b = 0; b < 8; ++b) header |= std::uint64_t(static_cast<unsigned char>(good[b])) << (8 * b);
+  for (int b = 0; b < 8; ++b)
+    header |= std::uint64_t(static_cast<unsigned char>(good[b])) << (8 * b);
   int refused = 0;
   for (std::size_t at = 0; at < 8 + header; ++at) {
     for (unsigned char flip : {0x01, 0x20, 0x80}) {

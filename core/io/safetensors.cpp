@@ -163,7 +163,8 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
                       "(expected F32 or I64)");
     // shape
     const json& sh = v["shape"];
-    if (!sh.is_array()) bad(source, where + ": shape: expected an array of sizes, got " + sh.dump());
+    if (!sh.is_array())
+      bad(source, where + ": shape: expected an array of sizes, got " + sh.dump());
     Shape shape;
     std::uint64_t numel = 1;
     bool overflow = false;

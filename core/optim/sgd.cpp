@@ -106,8 +106,9 @@ void Optimizer::check_state(const OptimizerState& state, const char* call, const
     ok = ok && pos < name.size() && name[pos] == '.';
     const std::string key = ok ? name.substr(pos + 1) : std::string();
     ok = ok && std::find(keys.begin(), keys.end(), key) != keys.end();
-    DITTO_CHECK(ok, call, ": state: unexpected tensor '", name, "' (expected state.<i>.<key> with i < ",
-                params_.size(), " and key one of the ", type, "'s)");
+    DITTO_CHECK(ok, call, ": state: unexpected tensor '", name,
+                "' (expected state.<i>.<key> with i < ", params_.size(), " and key one of the ",
+                type, "'s)");
     DITTO_CHECK(seen.insert(name).second, call, ": state: tensor '", name,
                 "' appears more than once");
     DITTO_CHECK(t.defined(), call, ": state: tensor '", name, "' is undefined");
