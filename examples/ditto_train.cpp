@@ -14,6 +14,8 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "backend_sim/published.h"
 #include "backend_sim/sim_backend.h"
 #include "core/backend.h"
+#include "core/checkpoint.h"
 #include "core/data/csv.h"
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
@@ -63,6 +66,8 @@ struct Args {
   int nodes = 1;
   std::string trace;
   std::vector<std::string> stragglers;  // "DEVICE:FACTOR"
+  std::string checkpoint, resume;     // checkpoint directories (core/checkpoint.h)
+  std::int64_t checkpoint_every = 0;  // optimizer steps between checkpoints (0: at the end only)
 };
 
 /// Sets up the simulator's cost model from --profile/--interconnect/--nodes/--straggler/--trace.
@@ -211,6 +216,9 @@ int run(const Args& a) {
               "--loss: expected cross-entropy or mse, got '", a.loss, "'");
   DITTO_CHECK(a.optimizer == "sgd" || a.optimizer == "adam",
               "--optimizer: expected sgd or adam, got '", a.optimizer, "'");
+  DITTO_CHECK(a.checkpoint_every >= 0 && (a.checkpoint_every == 0 || !a.checkpoint.empty()),
+              "--checkpoint-every: expected >= 0, with --checkpoint DIR, got ", a.checkpoint_every,
+              a.checkpoint.empty() ? " without --checkpoint" : "");
   const bool mse = a.loss == "mse";
   const float lr = a.lr_given ? a.lr : (a.optimizer == "adam" ? 0.001f : a.lr);
 
@@ -264,6 +272,25 @@ int run(const Args& a) {
 
   std::string arch;
   for (std::size_t i = 0; i < sizes.size(); ++i) arch += (i ? "-" : "") + std::to_string(sizes[i]);
+  TrainerState ts;  // the run's position: saved by --checkpoint, restored by --resume
+  ts.seed = a.seed;
+  ts.config = {{"model", arch}, {"optimizer", a.optimizer}, {"loss", a.loss},
+               {"batch_size", std::to_string(a.batch_size)}, {"seed", std::to_string(a.seed)},
+               {"train_rows", std::to_string(train.size())},
+               {"val_fraction", std::to_string(a.val_fraction)},
+               {"determinism", determinism_name(mode)},
+               {"micro_shards", std::to_string(a.micro_shards)},
+               {"devices", std::to_string(a.devices)}};
+  if (!a.resume.empty()) {  // bitwise results do not depend on the device count
+    std::set<std::string> may_differ;
+    if (mode == Determinism::bitwise) may_differ.insert("devices");
+    ts = resume_checkpoint(a.resume, *model, *opt, ts.config, may_differ, std::cerr);
+    std::printf("ditto-train: resumed from %s at step %" PRId64 " (epoch %" PRId64
+                ", batch %" PRId64 ")\n", a.resume.c_str(), ts.step, ts.epoch + 1, ts.batch);
+    DITTO_CHECK(ts.epoch <= a.epochs, "--resume: the checkpoint is past the end of epoch ",
+                ts.epoch, ", expected --epochs >= ", ts.epoch, ", got ", a.epochs);
+  }
+  std::int64_t saved_step = a.resume.empty() ? -1 : ts.step;
   std::printf("ditto-train: backend=%s devices=%d determinism=%s model=%s params=%" PRId64
               " data=%s rows=%" PRId64 " (train %" PRId64 ", val %" PRId64 ") batch=%" PRId64
               " epochs=%d loss=%s optimizer=%s lr=%g momentum=%g seed=%" PRIu64 "\n",
@@ -280,17 +307,18 @@ int run(const Args& a) {
   std::uint64_t vflops = 0;
   std::vector<sim::VTime> vcomm(static_cast<std::size_t>(n_dev), 0);
   Eval ev{};
-  for (int epoch = 1; epoch <= a.epochs; ++epoch) {
-    loader.set_epoch(epoch - 1);
+  for (int epoch = static_cast<int>(ts.epoch) + 1; epoch <= a.epochs; ++epoch) {
+    loader.set_epoch(epoch - 1, ts.batch);
     sim::CostTotals before;
     if (simb) {
       sync_all(be, n_dev);
       before = simb->cost_model().totals();
     }
     auto t0 = std::chrono::steady_clock::now();
-    double loss_sum = 0;
-    std::int64_t seen = 0;
-    for (data::Batch b : loader) {
+    double loss_sum = ts.epoch_loss_sum;
+    std::int64_t seen = ts.epoch_samples;
+    for (std::int64_t i = ts.batch; i < loader.size(); ++i) {
+      data::Batch b = loader.batch(i);
       Tensor out = dp.forward(b.x);
       Tensor loss = criterion->forward(out, make_target(b.y, classes, mse, out.device()));
       opt->zero_grad(true);
@@ -299,6 +327,11 @@ int run(const Args& a) {
       loss_sum += static_cast<double>(loss.item()) * b.x.size(0);
       seen += b.x.size(0);
       ++steps;
+      ts.advance(loader.size(), loss_sum, seen);  // the position after this step
+      if (a.checkpoint_every > 0 && ts.step % a.checkpoint_every == 0) {
+        save_checkpoint(a.checkpoint, *model, *opt, ts);
+        saved_step = ts.step;
+      }
     }
     if (simb) sync_all(be, n_dev);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -317,6 +350,8 @@ int run(const Args& a) {
     std::fflush(stdout);
   }
   if (a.epochs == 0) ev = evaluate(dp, *criterion, mse, val, 512);
+  if (!a.checkpoint.empty() && ts.step != saved_step)
+    save_checkpoint(a.checkpoint, *model, *opt, ts);
   std::printf("final: backend=%s devices=%d determinism=%s epochs=%d train_loss=%.6f "
               "val_loss=%.6f val_acc=%.4f train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
               be.name().c_str(), n_dev, determinism_name(mode), a.epochs, train_loss, ev.loss,
@@ -402,6 +437,9 @@ int main(int argc, char** argv) {
   bool table = false;
   app.add_flag("--predict-table", table,
                "print the cost model's all_reduce figures next to published ones, then exit");
+  app.add_option("--checkpoint", a.checkpoint, "directory to save checkpoints in (and at the end)");
+  app.add_option("--checkpoint-every", a.checkpoint_every, "optimizer steps between checkpoints");
+  app.add_option("--resume", a.resume, "resume from the newest usable checkpoint in DIR");
   CLI11_PARSE(app, argc, argv);
   a.lr_given = app.count("--lr") > 0;
   a.sim_memory_given = app.count("--sim-memory-gib") > 0;

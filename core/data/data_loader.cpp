@@ -44,9 +44,13 @@ std::int64_t DataLoader::size() const {
   return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
 }
 
-void DataLoader::set_epoch(std::int64_t epoch) {
+void DataLoader::set_epoch(std::int64_t epoch, std::int64_t start_batch) {
   DITTO_CHECK(epoch >= 0, "data::DataLoader::set_epoch: epoch: expected >= 0, got ", epoch);
+  DITTO_CHECK(start_batch >= 0 && start_batch <= size(),
+              "data::DataLoader::set_epoch: start_batch: expected a batch in [0, ", size(),
+              "] (batches per epoch), got ", start_batch);
   epoch_ = epoch;
+  start_batch_ = start_batch;
   const std::int64_t n = dataset_.size();
   if (shuffle_) {
     order_ = permutation(n, seed_, stream_id(kStreamShuffle, static_cast<std::uint64_t>(epoch)));

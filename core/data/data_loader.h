@@ -31,10 +31,15 @@ class DataLoader {
   std::int64_t batch_size() const { return batch_size_; }
   const Dataset& dataset() const { return dataset_; }
 
-  /// Select the epoch whose order the following batches use (default 0). Throws
-  /// InvalidArgument for epoch < 0.
-  void set_epoch(std::int64_t epoch);
+  /// Select the epoch whose order the following batches use (default 0), and the batch its
+  /// iteration starts at: begin() is batch start_batch, so that a run resumed from a checkpoint
+  /// taken after batch k - 1 continues with batch k of the same shuffle (like
+  /// torchdata's StatefulDataLoader). Throws InvalidArgument for epoch < 0 or start_batch outside
+  /// [0, size()].
+  void set_epoch(std::int64_t epoch, std::int64_t start_batch = 0);
   std::int64_t epoch() const { return epoch_; }
+  /// The batch the current epoch's iteration starts at (set_epoch's start_batch).
+  std::int64_t start_batch() const { return start_batch_; }
   /// Sample order of the current epoch (indices into the data set).
   const std::vector<std::int64_t>& order() const { return order_; }
 
@@ -62,8 +67,8 @@ class DataLoader {
     const DataLoader* loader_;
     std::int64_t i_;
   };
-  /// Iterate the current epoch's batches: for (const Batch& b : loader) ...
-  Iterator begin() const { return Iterator(this, 0); }
+  /// Iterate the current epoch's batches from start_batch(): for (const Batch& b : loader) ...
+  Iterator begin() const { return Iterator(this, start_batch_); }
   Iterator end() const { return Iterator(this, size()); }
 
  private:
@@ -73,6 +78,7 @@ class DataLoader {
   std::uint64_t seed_;
   bool drop_last_;
   std::int64_t epoch_ = 0;
+  std::int64_t start_batch_ = 0;
   std::vector<std::int64_t> order_;
 };
 

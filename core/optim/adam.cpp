@@ -2,6 +2,9 @@
 // step through ops::adam_step_ (Kernels::adam_step).
 #include "core/optim/adam.h"
 
+#include <map>
+#include <string>
+
 #include "core/error.h"
 #include "core/ops.h"
 
@@ -23,6 +26,77 @@ Adam::Adam(std::vector<nn::Parameter*> params, AdamOptions options)
               "optim::Adam: weight_decay: Invalid weight_decay value: ", o.weight_decay,
               " (expected >= 0)");
   state_.resize(params_.size());
+}
+
+namespace {
+std::map<std::string, std::string> adam_options(const AdamOptions& o, std::size_t n) {
+  return {{"lr", exact_str(o.lr)},
+          {"beta1", exact_str(o.beta1)},
+          {"beta2", exact_str(o.beta2)},
+          {"eps", exact_str(o.eps)},
+          {"weight_decay", exact_str(o.weight_decay)},
+          {"amsgrad", o.amsgrad ? "true" : "false"},
+          {"num_params", std::to_string(n)}};
+}
+}  // namespace
+
+OptimizerState Adam::state_dict() const {
+  OptimizerState s{"Adam", adam_options(options_, params_.size()), {}};
+  for (std::size_t i = 0; i < state_.size(); ++i) {
+    const State& st = state_[i];
+    if (st.step == 0) continue;
+    const std::string prefix = "state." + std::to_string(i) + ".";
+    Tensor step = Tensor::empty({}, DType::i64, Device::cpu());
+    *step.data<std::int64_t>() = st.step;
+    s.tensors.emplace_back(prefix + "step", step);
+    s.tensors.emplace_back(prefix + "exp_avg", st.exp_avg.to(Device::cpu()).clone());
+    s.tensors.emplace_back(prefix + "exp_avg_sq", st.exp_avg_sq.to(Device::cpu()).clone());
+    if (options_.amsgrad)
+      s.tensors.emplace_back(prefix + "max_exp_avg_sq",
+                             st.max_exp_avg_sq.to(Device::cpu()).clone());
+  }
+  return s;
+}
+
+void Adam::load_state_dict(const OptimizerState& state) {
+  const char* call = "optim::Adam::load_state_dict";
+  std::vector<std::string> keys{"step", "exp_avg", "exp_avg_sq"};
+  if (options_.amsgrad) keys.push_back("max_exp_avg_sq");
+  check_state(state, call, "Adam", adam_options(options_, params_.size()), keys);
+  std::vector<std::map<std::string, const Tensor*>> per(params_.size());
+  for (const auto& [name, t] : state.tensors) {
+    auto [i, key] = split_state_name(name);
+    per[i][key] = &t;
+  }
+  // A parameter has either all of its state or none of it, and a step count >= 1.
+  for (std::size_t i = 0; i < per.size(); ++i) {
+    if (per[i].empty()) continue;
+    for (const std::string& k : keys)
+      DITTO_CHECK(per[i].count(k), call, ": state: parameter ", i, " has some state but no '",
+                  "state.", i, ".", k, "'");
+    const std::int64_t step = *per[i]["step"]->data<std::int64_t>();
+    DITTO_CHECK(step >= 1, call, ": state: 'state.", i, ".step': expected >= 1, got ", step);
+  }
+  std::vector<State> loaded(params_.size());
+  for (std::size_t i = 0; i < per.size(); ++i) {
+    if (per[i].empty()) continue;
+    State& st = loaded[i];
+    const Device& dev = params_[i]->data.device();
+    auto to_dev = [&](const char* k) {
+      Tensor t = Tensor::empty(params_[i]->data.shape(), DType::f32, dev);
+      t.copy_(*per[i][k]);
+      return t;
+    };
+    st.step = *per[i]["step"]->data<std::int64_t>();
+    for (std::int64_t s = 0; s < st.step; ++s) {  // as step() forms them: no pow
+      st.beta1_power *= options_.beta1;
+      st.beta2_power *= options_.beta2;
+    }
+    st.exp_avg = to_dev("exp_avg");
+    st.exp_avg_sq = to_dev("exp_avg_sq");
+    if (options_.amsgrad) st.max_exp_avg_sq = to_dev("max_exp_avg_sq");
+  }
+  state_ = std::move(loaded);
 }
 
 void Adam::step() {

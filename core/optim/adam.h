@@ -38,6 +38,12 @@ class Adam : public Optimizer {
   Adam(std::vector<nn::Parameter*> params, AdamOptions options = {});
 
   void step() override;
+  /// Per parameter with a step: "state.<i>.step" (0-dim i64; PyTorch keeps a 0-dim f32),
+  /// "state.<i>.exp_avg", "state.<i>.exp_avg_sq" and with amsgrad "state.<i>.max_exp_avg_sq";
+  /// options lr, beta1, beta2, eps, weight_decay, amsgrad. Loading recomputes beta^step by the
+  /// same repeated multiplication, so the next step has the same bits.
+  OptimizerState state_dict() const override;
+  void load_state_dict(const OptimizerState& state) override;
 
   const AdamOptions& options() const { return options_; }
 

@@ -1,12 +1,30 @@
 // optim::Optimizer: the interface every optimizer implements (torch.optim.Optimizer): a fixed list
-// of parameters, step() and zero_grad().
+// of parameters, step(), zero_grad(), and state_dict() / load_state_dict() for checkpoints.
 #pragma once
 
+#include <map>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "core/nn/module.h"
 
 namespace ditto::optim {
+
+/// An optimizer's state (torch.optim.Optimizer.state_dict(), flattened so that it fits a
+/// safetensors file): per-parameter state tensors named "state.<i>.<key>" with i the parameter's
+/// index in parameters() and key PyTorch's ("momentum_buffer"; "step", "exp_avg", "exp_avg_sq",
+/// "max_exp_avg_sq"), as host tensors; and the hyper-parameters (PyTorch's param_groups[0]) as
+/// exact decimal strings ("lr" -> "0.05").
+struct OptimizerState {
+  std::string type;                                     ///< "SGD", "Adam"
+  std::map<std::string, std::string> options;           ///< hyper-parameters and "num_params"
+  std::vector<std::pair<std::string, Tensor>> tensors;  ///< host tensors
+};
+
+/// A float or double as the shortest decimal string that reads back to the same value.
+std::string exact_str(double v);
+std::string exact_str(float v);
 
 class Optimizer {
  public:
@@ -27,7 +45,28 @@ class Optimizer {
 
   const std::vector<nn::Parameter*>& parameters() const { return params_; }
 
+  /// Copy of the state and hyper-parameters (blocks: state tensors are copied to the host).
+  /// Parameters without state (no step yet) have no entries. Mirrors state_dict().
+  virtual OptimizerState state_dict() const = 0;
+  /// Restore state from state_dict()'s result, onto each parameter's device, so that the next
+  /// step() gives exactly the bits it would have given in the run that saved it. Unlike PyTorch,
+  /// which overwrites the hyper-parameters with the saved ones, these must match: throws
+  /// InvalidArgument naming the first difference (another optimizer type, another number of
+  /// parameters, an option such as lr, a tensor of another shape or dtype than its parameter, a
+  /// missing or unexpected tensor), before changing anything.
+  virtual void load_state_dict(const OptimizerState& state) = 0;
+
  protected:
+  /// The checks of load_state_dict shared by every optimizer: type, options (own_options
+  /// must equal state.options), and for each tensor a name "state.<i>.<key>" with i in range and
+  /// key in `keys`, no name twice, dtype and shape: i64 0-dim for "step", else f32 with the
+  /// parameter's shape. `call` names the caller.
+  void check_state(const OptimizerState& state, const char* call, const std::string& type,
+                   const std::map<std::string, std::string>& own_options,
+                   const std::vector<std::string>& keys) const;
+  /// Parse "state.<i>.<key>" (no checks; check_state has run).
+  static std::pair<std::size_t, std::string> split_state_name(const std::string& name);
+
   std::vector<nn::Parameter*> params_;
 };
 

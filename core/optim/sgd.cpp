@@ -1,8 +1,12 @@
 // optim::Optimizer basics and optim::SGD's step through ops::sgd_step_ (Kernels::sgd_step).
 #include "core/optim/sgd.h"
 
+#include <cstdio>
 #include <cstring>
 #include <set>
+
+#include <algorithm>
+#include <cctype>
 
 #include "core/backend.h"
 #include "core/ops.h"
@@ -57,6 +61,69 @@ Optimizer::Optimizer(std::vector<nn::Parameter*> params, const char* call)
   }
 }
 
+std::string exact_str(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+std::string exact_str(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+  return buf;
+}
+
+std::pair<std::size_t, std::string> Optimizer::split_state_name(const std::string& name) {
+  const std::size_t dot = name.find('.', 6);  // after "state."
+  return {static_cast<std::size_t>(std::stoull(name.substr(6, dot - 6))), name.substr(dot + 1)};
+}
+
+void Optimizer::check_state(const OptimizerState& state, const char* call, const std::string& type,
+                            const std::map<std::string, std::string>& own_options,
+                            const std::vector<std::string>& keys) const {
+  DITTO_CHECK(state.type == type, call, ": state: expected the state of a ", type,
+              " optimizer, got one of ", state.type.empty() ? "(none)" : state.type);
+  for (const auto& [key, value] : own_options) {
+    auto it = state.options.find(key);
+    DITTO_CHECK(it != state.options.end(), call, ": state: option ", key, " is missing (this ",
+                type, " has ", key, "=", value, ")");
+    DITTO_CHECK(it->second == value, call, ": state: option ", key, " differs: saved ", key, "=",
+                it->second, ", this ", type, " has ", key, "=", value);
+  }
+  for (const auto& [key, value] : state.options)
+    DITTO_CHECK(own_options.count(key), call, ": state: unexpected option ", key, "=", value);
+  std::set<std::string> seen;
+  for (const auto& [name, t] : state.tensors) {
+    // "state.<i>.<key>" with i a decimal index in range and key one of `keys`.
+    std::size_t i = 0, pos = 6;
+    bool ok = name.compare(0, 6, "state.") == 0 && name.size() > 6 &&
+              std::isdigit(static_cast<unsigned char>(name[6]));
+    while (ok && pos < name.size() && std::isdigit(static_cast<unsigned char>(name[pos]))) {
+      i = i * 10 + static_cast<std::size_t>(name[pos] - '0');
+      ok = i < params_.size();
+      ++pos;
+    }
+    ok = ok && pos < name.size() && name[pos] == '.';
+    const std::string key = ok ? name.substr(pos + 1) : std::string();
+    ok = ok && std::find(keys.begin(), keys.end(), key) != keys.end();
+    DITTO_CHECK(ok, call, ": state: unexpected tensor '", name,
+                "' (expected state.<i>.<key> with i < ", params_.size(), " and key one of the ",
+                type, "'s)");
+    DITTO_CHECK(seen.insert(name).second, call, ": state: tensor '", name,
+                "' appears more than once");
+    DITTO_CHECK(t.defined(), call, ": state: tensor '", name, "' is undefined");
+    const nn::Parameter& p = *params_[i];
+    if (key == "step") {
+      DITTO_CHECK(t.dtype() == DType::i64 && t.dim() == 0, call, ": state: tensor '", name,
+                  "': expected a 0-dim i64 step count, got ", t.str());
+    } else {
+      DITTO_CHECK(t.dtype() == DType::f32 && t.shape() == p.data.shape(), call,
+                  ": state: tensor '", name, "': expected ", shape_str(p.data.shape()),
+                  " f32 (the shape of parameter ", i, " '", p.name, "'), got ", t.str());
+    }
+  }
+}
+
 void Optimizer::zero_grad(bool set_to_none) {
   for (nn::Parameter* p : params_) {
     if (!p->grad.defined()) continue;
@@ -88,6 +155,38 @@ SGD::SGD(std::vector<nn::Parameter*> params, SGDOptions options)
               "optim::SGD: nesterov: Nesterov momentum requires a momentum and zero dampening ",
               "(got momentum ", options.momentum, ", dampening ", options.dampening, ")");
   buffers_.resize(params_.size());
+}
+
+namespace {
+std::map<std::string, std::string> sgd_options(const SGDOptions& o, std::size_t n) {
+  return {{"lr", exact_str(o.lr)},
+          {"momentum", exact_str(o.momentum)},
+          {"dampening", exact_str(o.dampening)},
+          {"weight_decay", exact_str(o.weight_decay)},
+          {"nesterov", o.nesterov ? "true" : "false"},
+          {"num_params", std::to_string(n)}};
+}
+}  // namespace
+
+OptimizerState SGD::state_dict() const {
+  OptimizerState s{"SGD", sgd_options(options_, params_.size()), {}};
+  for (std::size_t i = 0; i < buffers_.size(); ++i)
+    if (buffers_[i].defined())
+      s.tensors.emplace_back("state." + std::to_string(i) + ".momentum_buffer",
+                             buffers_[i].to(Device::cpu()).clone());
+  return s;
+}
+
+void SGD::load_state_dict(const OptimizerState& state) {
+  check_state(state, "optim::SGD::load_state_dict", "SGD", sgd_options(options_, params_.size()),
+              {"momentum_buffer"});
+  std::vector<Tensor> buffers(params_.size());
+  for (const auto& [name, t] : state.tensors) {
+    const std::size_t i = split_state_name(name).first;
+    buffers[i] = Tensor::empty(t.shape(), DType::f32, params_[i]->data.device());
+    buffers[i].copy_(t);
+  }
+  buffers_ = std::move(buffers);
 }
 
 void SGD::step() {

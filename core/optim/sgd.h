@@ -28,6 +28,10 @@ class SGD : public Optimizer {
   SGD(std::vector<nn::Parameter*> params, SGDOptions options);
 
   void step() override;
+  /// "state.<i>.momentum_buffer" for each parameter with a buffer; options lr, momentum,
+  /// dampening, weight_decay, nesterov.
+  OptimizerState state_dict() const override;
+  void load_state_dict(const OptimizerState& state) override;
 
   const SGDOptions& options() const { return options_; }
   /// Momentum buffer of parameter i (undefined before its first step or when momentum == 0).

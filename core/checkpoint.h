@@ -1,0 +1,108 @@
+// Checkpoints: a training run's model parameters, optimizer state and position, written so that a
+// crash at any moment leaves a usable checkpoint, and read back so that the resumed run computes
+// the same bits as one that never stopped (in bitwise mode).
+//
+// Note [Checkpoint layout]
+// A checkpoint directory DIR holds one sub-directory per saved step and a pointer to the newest:
+//   DIR/step-00000046/model.safetensors      parameters by name ("0.weight", "0.bias", ... as
+//                                            torch.nn.Sequential's state_dict names them), F32
+//   DIR/step-00000046/optimizer.safetensors  optimizer state (optim::OptimizerState: "state.<i>.
+//                                            momentum_buffer", "state.<i>.exp_avg", ...); its
+//                                            type and hyper-parameters in __metadata__
+//   DIR/step-00000046/trainer.json           TrainerState: step, epoch, batch, seed and Philox
+//                                            stream of the shuffle, config that must match
+//   DIR/latest                               "step-00000046\n"
+// Both safetensors files carry in __metadata__ "ditto.step" and "ditto.crc32", the zlib CRC-32 of
+// their tensor bytes (the buffer after the header); trainer.json carries the CRC-32 of its own
+// content. A checkpoint is written into DIR/step-N.tmp/ (each file by io::write_file_atomic:
+// temporary file, fsync, rename, fsync of the directory), the directory is then renamed to
+// DIR/step-N and DIR fsynced, and only then is DIR/latest replaced (atomically as well). So a
+// crash at any point leaves DIR/latest naming a complete checkpoint, and DIR/step-N either
+// complete or absent. The `keep` newest complete checkpoints are kept (default 2: the one being
+// written can never be the only one), older ones and stray step-*.tmp directories are removed.
+//
+// Reading verifies every file (safetensors structure, CRC-32, steps that agree); a damaged,
+// truncated or missing file makes the checkpoint unusable (ParseError naming the file).
+// resume_checkpoint tries DIR/latest's checkpoint, then the others from the newest down, saying
+// on stderr which one it skips and why.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/nn/module.h"
+#include "core/optim/optimizer.h"
+
+namespace ditto {
+
+/// Where a training run stands, and the settings it must be resumed with.
+struct TrainerState {
+  std::int64_t step = 0;   ///< optimizer steps taken so far
+  std::int64_t epoch = 0;  ///< epoch of the next batch (0-based; DataLoader::set_epoch)
+  std::int64_t batch = 0;  ///< next batch of that epoch (DataLoader::set_epoch's start_batch)
+  std::uint64_t seed = 0;  ///< the run's seed: the Philox key of initialisation, split, shuffle
+  /// Sums over the batches of the epoch in progress (for the loss it reports at its end).
+  double epoch_loss_sum = 0;
+  std::int64_t epoch_samples = 0;
+  /// Settings of the run ("model" -> "64-128-10", "optimizer" -> "sgd", "batch_size" -> "64",
+  /// ...): resume_checkpoint refuses a checkpoint whose config differs (except `may_differ` keys).
+  std::map<std::string, std::string> config;
+
+  /// Record one optimizer step on batch `batch` of epoch `epoch`: step + 1 and the position of
+  /// the next batch, with the epoch's running sums so far; after the epoch's last batch (of
+  /// `batches_per_epoch`), batch 0 of the next epoch with the sums reset to 0.
+  void advance(std::int64_t batches_per_epoch, double loss_sum, std::int64_t samples) {
+    ++step;
+    if (++batch >= batches_per_epoch) {
+      ++epoch;
+      batch = 0;
+      loss_sum = 0;
+      samples = 0;
+    }
+    epoch_loss_sum = loss_sum;
+    epoch_samples = samples;
+  }
+};
+
+/// A checkpoint as read from disk, verified.
+struct Checkpoint {
+  std::string path;                                     ///< DIR/step-N
+  TrainerState state;
+  std::vector<std::pair<std::string, Tensor>> params;  ///< host tensors, model.safetensors
+  optim::OptimizerState optimizer;
+};
+
+/// Write a checkpoint of `model`'s parameters, `opt`'s state and `state` into DIR (created if
+/// missing) (Note [Checkpoint layout]); blocks until it is on disk. Keeps the `keep` newest
+/// checkpoints (>= 1). Returns the checkpoint's path (DIR/step-N, N = state.step). Throws
+/// InvalidArgument for keep < 1 or a negative step/epoch/batch, ditto::Error for a failed file
+/// operation (naming the file; the previous checkpoints stay as they were).
+std::string save_checkpoint(const std::string& dir, nn::Module& model,
+                            const optim::Optimizer& opt, const TrainerState& state, int keep = 2);
+
+/// Read and verify the checkpoint in `path` (DIR/step-N). Throws ParseError naming the file and
+/// the problem for a missing, truncated or damaged file (CRC-32 mismatch, malformed safetensors
+/// or JSON, files of different steps).
+Checkpoint read_checkpoint(const std::string& path);
+
+/// The newest usable checkpoint in DIR: DIR/latest's first, then the other step-N from the
+/// newest down; each one skipped is reported on `log` with the reason. Throws ditto::Error when
+/// DIR holds no usable checkpoint (with each one's reason).
+Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log);
+
+/// Resume from DIR: read_latest_checkpoint, then check that its config equals `config` (keys in
+/// `may_differ` excepted) and that its parameters have the model's names and shapes, then load
+/// the parameters into `model` (onto their devices) and the state into `opt`
+/// (Optimizer::load_state_dict). Returns the saved TrainerState. Throws InvalidArgument naming
+/// the first setting, parameter or optimizer option that differs, before changing anything;
+/// and what read_latest_checkpoint throws.
+TrainerState resume_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer& opt,
+                               const std::map<std::string, std::string>& config,
+                               const std::set<std::string>& may_differ, std::ostream& log);
+
+}  // namespace ditto

@@ -1,0 +1,248 @@
+// io::safetensors: serializer and validating parser (Note [safetensors layout] in
+// core/io/safetensors.h), on nlohmann-json.
+#include "core/io/safetensors.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/io/file.h"
+
+namespace ditto::io {
+
+static_assert(std::endian::native == std::endian::little,
+              "safetensors stores little-endian data; ditto writes host memory as is");
+
+namespace {
+
+// The reference implementation refuses larger headers (safetensors' MAX_HEADER_SIZE).
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+
+// Element size of every dtype of the format that has whole-byte elements; 0 for unknown.
+std::size_t known_dtype_size(const std::string& d) {
+  static const std::map<std::string, std::size_t> sizes = {
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"F8_E8M0", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},     {"U32", 4},
+      {"F32", 4},  {"F64", 8}, {"I64", 8}, {"U64", 8},     {"C64", 8}};
+  auto it = sizes.find(d);
+  return it == sizes.end() ? 0 : it->second;
+}
+
+[[noreturn]] void bad(const std::string& source, const std::string& what) {
+  throw ParseError(::ditto::detail::cat(source, ": ", what));
+}
+
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  std::uint64_t begin, end;
+};
+
+}  // namespace
+
+const Tensor* SafetensorsData::find(const std::string& name) const {
+  for (const auto& [n, t] : tensors)
+    if (n == name) return &t;
+  return nullptr;
+}
+
+const char* safetensors_dtype(DType t) { return t == DType::f32 ? "F32" : "I64"; }
+
+std::string safetensors_serialize(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                  const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<Tensor> host;
+  host.reserve(tensors.size());
+  std::set<std::string> names;
+  std::uint64_t offset = 0;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto& [name, t] = tensors[i];
+    DITTO_CHECK(!name.empty(), "io::safetensors_serialize: tensors[", i,
+                "]: expected a non-empty name");
+    DITTO_CHECK(name != "__metadata__", "io::safetensors_serialize: tensors[", i,
+                "]: the name '__metadata__' is reserved for the metadata");
+    DITTO_CHECK(names.insert(name).second, "io::safetensors_serialize: tensors[", i, "] ('", name,
+                "'): the name appears more than once");
+    DITTO_CHECK(t.defined(), "io::safetensors_serialize: tensors[", i, "] ('", name,
+                "'): expected a defined tensor");
+    host.push_back(t.device().is_cpu() ? t : t.to(Device::cpu()));
+    const std::uint64_t end = offset + t.nbytes();
+    header[name] = {{"dtype", safetensors_dtype(t.dtype())},
+                    {"shape", t.shape()},
+                    {"data_offsets", {offset, end}}};
+    offset = end;
+  }
+  std::string json = header.dump();  // compact; non-ASCII names stay UTF-8
+  json.append((8 - json.size() % 8) % 8, ' ');
+  std::string out;
+  out.reserve(8 + json.size() + offset);
+  const std::uint64_t n = json.size();
+  for (int b = 0; b < 8; ++b) out.push_back(static_cast<char>((n >> (8 * b)) & 0xff));
+  out += json;
+  for (const Tensor& t : host)
+    if (t.nbytes() > 0) out.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
+  return out;
+}
+
+SafetensorsData safetensors_parse(std::string_view bytes, const std::string& source) {
+  using nlohmann::json;
+  if (bytes.size() < 8)
+    bad(source, ::ditto::detail::cat("file too short: ", bytes.size(),
+                                     " bytes, expected at least 8 (the header length)"));
+  std::uint64_t n = 0;
+  for (int b = 0; b < 8; ++b) n |= std::uint64_t(static_cast<unsigned char>(bytes[b])) << (8 * b);
+  if (n > bytes.size() - 8)
+    bad(source, ::ditto::detail::cat("header length: ", n, " bytes, but only ", bytes.size() - 8,
+                                     " bytes follow it (truncated file?)"));
+  if (n > kMaxHeaderBytes)
+    bad(source, ::ditto::detail::cat("header length: ", n, " bytes, expected at most ",
+                                     kMaxHeaderBytes));
+  const std::string_view text = bytes.substr(8, n);
+  if (text.empty() || text[0] != '{')
+    bad(source, "header: expected a JSON object starting with '{'");
+  const std::uint64_t buffer_size = bytes.size() - 8 - n;
+  const char* buffer = bytes.data() + 8 + n;
+
+  // Repeated keys: JSON allows them, safetensors does not (which one would count?).
+  std::vector<std::set<std::string>> open_objects;
+  std::string repeated;
+  json header = json::parse(
+      text.begin(), text.end(),
+      [&](int /*depth*/, json::parse_event_t ev, json& parsed) {
+        if (ev == json::parse_event_t::object_start) open_objects.emplace_back();
+        else if (ev == json::parse_event_t::object_end && !open_objects.empty())
+          open_objects.pop_back();
+        else if (ev == json::parse_event_t::key && !open_objects.empty() && repeated.empty() &&
+                 !open_objects.back().insert(parsed.get<std::string>()).second)
+          repeated = parsed.get<std::string>();
+        return true;
+      },
+      /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object())
+    bad(source, "header: not a well-formed JSON object (or not UTF-8)");
+  if (!repeated.empty()) bad(source, "header: key '" + repeated + "' appears more than once");
+
+  SafetensorsData out;
+  std::vector<Entry> entries;
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) bad(source, "__metadata__: expected an object of strings");
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string())
+          bad(source, "__metadata__: key '" + m.key() + "': expected a string value, got " +
+                          m.value().dump());
+        out.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string where = "tensor '" + name + "'";
+    if (!v.is_object()) bad(source, where + ": expected an object {dtype, shape, data_offsets}");
+    for (auto f = v.begin(); f != v.end(); ++f)
+      if (f.key() != "dtype" && f.key() != "shape" && f.key() != "data_offsets")
+        bad(source, where + ": unexpected field '" + f.key() +
+                        "' (expected dtype, shape, data_offsets)");
+    for (const char* field : {"dtype", "shape", "data_offsets"})
+      if (!v.contains(field)) bad(source, where + ": missing field '" + field + "'");
+    // dtype
+    if (!v["dtype"].is_string()) bad(source, where + ": dtype: expected a string such as \"F32\"");
+    const std::string dt = v["dtype"].get<std::string>();
+    const std::size_t esize = known_dtype_size(dt);
+    if (esize == 0) bad(source, where + ": dtype: unknown dtype '" + dt + "'");
+    if (dt != "F32" && dt != "I64")
+      bad(source, where + ": dtype: " + dt + " is a safetensors dtype ditto cannot hold " +
+                      "(expected F32 or I64)");
+    // shape
+    const json& sh = v["shape"];
+    if (!sh.is_array())
+      bad(source, where + ": shape: expected an array of sizes, got " + sh.dump());
+    Shape shape;
+    std::uint64_t numel = 1;
+    bool overflow = false;
+    for (const json& s : sh) {
+      if (!s.is_number_unsigned())
+        bad(source, where + ": shape: expected non-negative integer sizes, got " + sh.dump());
+      const std::uint64_t d = s.get<std::uint64_t>();
+      if (d > std::uint64_t(std::numeric_limits<std::int64_t>::max())) overflow = true;
+      else if (d != 0 && numel > std::uint64_t(std::numeric_limits<std::int64_t>::max()) / d)
+        overflow = true;
+      else numel *= d;
+      shape.push_back(static_cast<std::int64_t>(d));
+    }
+    if (overflow) bad(source, where + ": shape: " + sh.dump() + " has more than 2^63 - 1 elements");
+    // data_offsets
+    const json& off = v["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+        !off[1].is_number_unsigned())
+      bad(source, where + ": data_offsets: expected [begin, end] (non-negative integers), got " +
+                      off.dump());
+    const std::uint64_t begin = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
+    if (begin > end || end > buffer_size)
+      bad(source, ::ditto::detail::cat(where, ": data_offsets: expected begin <= end <= ",
+                                       buffer_size, " (the buffer size), got [", begin, ", ", end,
+                                       "]", end > buffer_size ? " (truncated file?)" : ""));
+    if (numel > std::numeric_limits<std::uint64_t>::max() / esize || end - begin != numel * esize)
+      bad(source, ::ditto::detail::cat(where, ": data_offsets: [", begin, ", ", end, "] hold ",
+                                       end - begin, " bytes, but shape ", sh.dump(), " x ", dt,
+                                       " needs ", numel, " x ", esize, " bytes"));
+    entries.push_back({name, dt == "F32" ? DType::f32 : DType::i64, std::move(shape), begin, end});
+  }
+
+  // The tensors must tile the buffer: sorted by offset, each starts where the previous ended.
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::uint64_t at = 0;
+  const Entry* prev = nullptr;
+  for (const Entry& e : entries) {
+    if (e.begin < at)
+      bad(source, ::ditto::detail::cat("tensor '", e.name, "': data_offsets: [", e.begin, ", ",
+                                       e.end, "] overlap tensor '", prev->name, "' ending at ",
+                                       at));
+    if (e.begin > at)
+      bad(source, ::ditto::detail::cat("tensor '", e.name, "': data_offsets: begin ", e.begin,
+                                       " leaves a gap in the buffer after byte ", at));
+    at = e.end;
+    prev = &e;
+  }
+  if (at != buffer_size)
+    bad(source, ::ditto::detail::cat("buffer: the tensors cover ", at, " bytes, but the buffer "
+                                     "after the header has ", buffer_size, " bytes"));
+
+  out.tensors.reserve(entries.size());
+  for (const Entry& e : entries) {
+    Tensor t = Tensor::empty(e.shape, e.dtype, Device::cpu());
+    if (e.end > e.begin) std::memcpy(t.data_ptr(), buffer + e.begin, e.end - e.begin);
+    out.tensors.emplace_back(e.name, std::move(t));
+  }
+  return out;
+}
+
+void save_safetensors(const std::string& path,
+                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  write_file_atomic(path, safetensors_serialize(tensors, metadata));
+}
+
+SafetensorsData load_safetensors(const std::string& path) {
+  std::string bytes;
+  try {
+    bytes = read_file(path);
+  } catch (const ParseError&) {
+    throw;
+  } catch (const Error& e) {
+    throw ParseError(e.what());
+  }
+  return safetensors_parse(bytes, path);
+}
+
+}  // namespace ditto::io

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# ditto-train checkpoints end to end (registered in tests/CMakeLists.txt):
+#   1. --epochs 2 --checkpoint A, then --resume A --epochs 4: the checksum of an uninterrupted
+#      --epochs 4 run;
+#   2. a run SIGKILLed while writing its 5th checkpoint (DITTO_TEST_KILL_IN_CHECKPOINT, Note [Crash
+#      test] in core/checkpoint.cpp) leaves the 4th (mid-epoch, step 28) as latest and no
+#      step-35; resuming from it gives the same checksum again;
+#   3. a truncated newest checkpoint: --resume says on stderr that it falls back to the previous
+#      one (step 21), and still gets the same checksum;
+#   4. --resume with another --hidden or --optimizer: a clear error naming what differs.
+# Usage: ditto_train_checkpoint.sh PATH/TO/ditto-train WORK_DIR
+set -u
+train=$1
+work=$2
+rm -rf "$work"
+mkdir -p "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+checksum() { grep -o 'params_checksum=[0-9a-f]*' | cut -d= -f2; }
+
+U=$("$train" --epochs 4 | checksum)
+[ -n "$U" ] || fail "no checksum from the uninterrupted run"
+echo "uninterrupted --epochs 4: $U"
+
+"$train" --epochs 2 --checkpoint "$work/a" > /dev/null || fail "--epochs 2 --checkpoint"
+R=$("$train" --resume "$work/a" --epochs 4 | checksum)
+echo "--epochs 2, then --resume --epochs 4: $R"
+[ "$R" = "$U" ] || fail "resumed $R != uninterrupted $U"
+
+# 23 batches per epoch; checkpoints at steps 7, 14, 21, 28; killed while writing step 35's.
+DITTO_TEST_KILL_IN_CHECKPOINT=5 "$train" --epochs 4 --checkpoint "$work/b" --checkpoint-every 7 \
+  > /dev/null 2>&1
+rc=$?
+[ "$rc" -eq 137 ] || fail "expected the run to die of SIGKILL (exit 137), got $rc"
+[ "$(cat "$work/b/latest")" = "step-00000028" ] || fail "latest: $(cat "$work/b/latest")"
+[ ! -e "$work/b/step-00000035" ] || fail "a partial step-00000035 exists under its final name"
+[ -f "$work/b/step-00000021/model.safetensors" ] || fail "the previous checkpoint was not kept"
+K=$("$train" --resume "$work/b" --epochs 4 | checksum)
+echo "killed while writing step 35, resumed from step 28: $K"
+[ "$K" = "$U" ] || fail "resumed after SIGKILL $K != uninterrupted $U"
+
+truncate -s -1 "$work/b/step-00000028/model.safetensors"
+F=$("$train" --resume "$work/b" --epochs 4 2> "$work/stderr" | checksum)
+grep -q "step-00000028' is unusable: .*model.safetensors" "$work/stderr" || fail "$(cat "$work/stderr")"
+grep -q "falling back to '$work/b/step-00000021'" "$work/stderr" || fail "$(cat "$work/stderr")"
+echo "step 28 truncated, fell back to step 21: $F"
+[ "$F" = "$U" ] || fail "after the fall-back $F != uninterrupted $U"
+
+out=$("$train" --resume "$work/a" --epochs 4 --hidden 64 2>&1)
+echo "$out" | grep -q "error: resume: checkpoint '.*' was saved with model=64-128-10, this run has model=64-64-10" \
+  || fail "--hidden 64: $out"
+out=$("$train" --resume "$work/a" --epochs 4 --optimizer adam 2>&1)
+echo "$out" | grep -q "error: resume: checkpoint '.*' was saved with optimizer=sgd, this run has optimizer=adam" \
+  || fail "--optimizer adam: $out"
+out=$("$train" --resume "$work/a" --epochs 4 --lr 0.1 2>&1)
+echo "$out" | grep -q "option lr differs: saved lr=0.0500000007, this SGD has lr=0.100000001" \
+  || fail "--lr 0.1: $out"
+echo "PASS"

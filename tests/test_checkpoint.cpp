@@ -1,0 +1,670 @@
+// Checkpoints (core/checkpoint.h) and the safetensors format (core/io/safetensors.h): round trips,
+// every malformed file refused with a ParseError naming the problem, damaged and truncated
+// checkpoints refused with a fall-back to the previous one, a crash in the middle of a write
+// leaving the previous checkpoint usable, and resumed training equal bit for bit to training
+// that never stopped (SGD with momentum and Adam; at an epoch boundary and mid-epoch).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/backend.h"
+#include "core/checkpoint.h"
+#include "core/data/data_loader.h"
+#include "core/data/dataset.h"
+#include "core/io/file.h"
+#include "core/io/safetensors.h"
+#include "core/nn/loss.h"
+#include "core/nn/sequential.h"
+#include "core/optim/adam.h"
+#include "core/optim/sgd.h"
+#include "core/random.h"
+
+namespace ditto {
+namespace {
+
+namespace fs = std::filesystem;
+
+template <typename Exc, typename F>
+void expect_throw(F&& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an exception containing: " << parts.front();
+  } catch (const Exc& e) {
+    for (const std::string& part : parts)
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
+          << "'" << part << "' not in: " << e.what();
+  }
+}
+
+std::string fresh_dir(const std::string& name) {
+  const fs::path p = fs::path(::testing::TempDir()) /
+                     ("ditto_ckpt_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+// A safetensors file from a raw header text and buffer (no padding unless given).
+std::string raw_file(const std::string& header, const std::string& buffer) {
+  std::string out;
+  const std::uint64_t n = header.size();
+  for (int b = 0; b < 8; ++b) out.push_back(static_cast<char>((n >> (8 * b)) & 0xff));
+  return out + header + buffer;
+}
+
+std::vector<unsigned char> bytes_of(const Tensor& t) {
+  Tensor h = t.to(Device::cpu());
+  const auto* p = static_cast<const unsigned char*>(h.data_ptr());
+  return {p, p + h.nbytes()};
+}
+
+// ---- safetensors ----------------------------------------------------------------------------
+
+TEST(Safetensors, RoundTripF32I64ScalarsAndEmpty) {
+  Tensor w = Tensor::from_vector(std::vector<float>{1.5f, -2.0f, 0.0f, 3.25f, 1e-30f, -0.0f},
+                                 {2, 3});
+  Tensor idx = Tensor::from_vector(std::vector<std::int64_t>{-1, 0, 1LL << 40}, {3});
+  Tensor scalar = Tensor::from_vector(std::vector<float>{7.5f}, {});
+  Tensor iscalar = Tensor::from_vector(std::vector<std::int64_t>{-9}, {});
+  Tensor empty = Tensor::empty({0, 4}, DType::f32, Device::cpu());
+  std::vector<std::pair<std::string, Tensor>> in{
+      {"w", w}, {"idx", idx}, {"scalar", scalar}, {"iscalar", iscalar}, {"empty", empty}};
+  std::string bytes = io::safetensors_serialize(in, {{"k", "v"}, {"ü", "é"}});
+
+  // Layout: u64 little-endian header length, a multiple of 8, JSON padded with spaces.
+  std::uint64_t n = 0;
+  for (int b = 0; b < 8; ++b) n |= std::uint64_t(static_cast<unsigned char>(bytes[b])) << (8 * b);
+  EXPECT_EQ(n % 8, 0u);
+  EXPECT_EQ(bytes[8], '{');
+  EXPECT_EQ(bytes.size(), 8 + n + 24 + 24 + 4 + 8 + 0);
+  const std::string header = bytes.substr(8, n);
+  EXPECT_NE(header.find(R"("w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]})"),
+            std::string::npos) << header;
+  EXPECT_NE(header.find(R"("idx":{"dtype":"I64","shape":[3],"data_offsets":[24,48]})"),
+            std::string::npos) << header;
+  EXPECT_NE(header.find(R"("scalar":{"dtype":"F32","shape":[],"data_offsets":[48,52]})"),
+            std::string::npos) << header;
+  EXPECT_NE(header.find(R"("empty":{"dtype":"F32","shape":[0,4],"data_offsets":[60,60]})"),
+            std::string::npos) << header;
+  // The first tensor's bytes right after the header, little-endian f32 1.5 = 0x3fc00000.
+  EXPECT_EQ(static_cast<unsigned char>(bytes[8 + n + 2]), 0xc0);
+  EXPECT_EQ(static_cast<unsigned char>(bytes[8 + n + 3]), 0x3f);
+
+  io::SafetensorsData d = io::safetensors_parse(bytes, "mem");
+  ASSERT_EQ(d.tensors.size(), 5u);
+  for (const auto& [name, t] : in) {
+    const Tensor* got = d.find(name);
+    ASSERT_NE(got, nullptr) << name;
+    EXPECT_EQ(got->shape(), t.shape()) << name;
+    EXPECT_EQ(got->dtype(), t.dtype()) << name;
+    EXPECT_EQ(bytes_of(*got), bytes_of(t)) << name;
+  }
+  EXPECT_EQ(d.find("nope"), nullptr);
+  EXPECT_EQ(d.metadata, (std::map<std::string, std::string>{{"k", "v"}, {"ü", "é"}}));
+
+  // Through a file, from device tensors.
+  BackendOptions o;
+  o.device_count = 4;
+  init_backend("sim", o);
+  const std::string path = fresh_dir("st") + "/t.safetensors";
+  io::save_safetensors(path, {{"a", w.to(Device("sim", 1))}});
+  io::SafetensorsData f = io::load_safetensors(path);
+  EXPECT_EQ(bytes_of(*f.find("a")), bytes_of(w));
+  EXPECT_TRUE(f.metadata.empty());
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+}
+
+// Written by Python's safetensors.numpy.save_file (tools/safetensors_interop.py --write-fixture).
+TEST(Safetensors, ReadsFileWrittenByPythonSafetensors) {
+  io::SafetensorsData d =
+      io::load_safetensors(std::string(DITTO_TEST_DATA_DIR) + "/python_written.safetensors");
+  ASSERT_EQ(d.tensors.size(), 5u);
+  EXPECT_EQ(d.find("w")->shape(), (Shape{2, 3}));
+  EXPECT_EQ(d.find("w")->to_vector<float>(),
+            (std::vector<float>{-0.5f, -0.25f, 0.0f, 0.25f, 0.5f, 0.75f}));  // arange(6)/4 - 0.5
+  EXPECT_EQ(d.find("idx")->to_vector<std::int64_t>(),
+            (std::vector<std::int64_t>{-2, -1, 0, 1, 2}));
+  EXPECT_EQ(d.find("scalar")->dim(), 0);
+  EXPECT_EQ(d.find("scalar")->item(), 3.5f);
+  EXPECT_EQ(d.find("iscalar")->to_vector<std::int64_t>(), (std::vector<std::int64_t>{-7}));
+  EXPECT_EQ(d.find("empty")->shape(), (Shape{0, 4}));
+  EXPECT_EQ(d.metadata.at("source"), "python safetensors");
+  EXPECT_EQ(d.metadata.at("note"), "é ünïcode");
+}
+
+struct Malformed {
+  const char* what;
+  std::string bytes;
+  std::vector<std::string> message;
+};
+
+TEST(Safetensors, EachMalformedFileRefusedNamingTheProblem) {
+  const std::string b8(8, '\0'), b12(12, '\0');
+  auto one = [](const std::string& fields) { return "{\"t\":{" + fields + "}}"; };
+  std::string too_long = raw_file(one(R"("dtype":"F32","shape":[2],"data_offsets":[0,8])"), b8);
+  too_long[0] = static_cast<char>(0xff);  // header length 255 + the rest: past the end
+  std::string truncated = raw_file(one(R"("dtype":"F32","shape":[2],"data_offsets":[0,8])"), b8);
+  truncated.resize(truncated.size() - 3);
+  const std::vector<Malformed> cases = {
+      {"too short", std::string(5, '\0'), {"f.st: file too short: 5 bytes"}},
+      {"header past end", too_long, {"f.st: header length: ", "truncated"}},
+      {"truncated buffer", truncated,
+       {"f.st: tensor 't': data_offsets: expected begin <= end <= 5"}},
+      {"not json", raw_file("{\"t\": [1, 2", ""), {"f.st: header: not a well-formed JSON"}},
+      {"not an object", raw_file("[1, 2]  ", ""), {"header: expected a JSON object"}},
+      {"trailing garbage", raw_file("{} x", ""), {"header: not a well-formed JSON"}},
+      {"bad utf-8", raw_file("{\"\xff\":1}", ""), {"not a well-formed JSON object (or not UTF-8)"}},
+      {"repeated key",
+       raw_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                R"("t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", b8),
+       {"key 't' appears more than once"}},
+      {"repeated field",
+       raw_file(one(R"("dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8])"), b8),
+       {"key 'dtype' appears more than once"}},
+      {"entry not object", raw_file(R"({"t":[1]})", ""), {"tensor 't': expected an object"}},
+      {"missing offsets", raw_file(one(R"("dtype":"F32","shape":[2])"), b8),
+       {"tensor 't': missing field 'data_offsets'"}},
+      {"unexpected field",
+       raw_file(one(R"("dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1)"), b8),
+       {"tensor 't': unexpected field 'x'"}},
+      {"unknown dtype", raw_file(one(R"("dtype":"F33","shape":[2],"data_offsets":[0,8])"), b8),
+       {"tensor 't': dtype: unknown dtype 'F33'"}},
+      {"dtype not string", raw_file(one(R"("dtype":4,"shape":[2],"data_offsets":[0,8])"), b8),
+       {"tensor 't': dtype: expected a string"}},
+      {"dtype ditto lacks", raw_file(one(R"("dtype":"F16","shape":[4],"data_offsets":[0,8])"), b8),
+       {"tensor 't': dtype: F16 is a safetensors dtype ditto cannot hold"}},
+      {"negative size", raw_file(one(R"("dtype":"F32","shape":[-2],"data_offsets":[0,8])"), b8),
+       {"tensor 't': shape: expected non-negative integer sizes, got [-2]"}},
+      {"fractional size", raw_file(one(R"("dtype":"F32","shape":[2.0],"data_offsets":[0,8])"), b8),
+       {"tensor 't': shape: expected non-negative integer sizes"}},
+      {"huge shape",
+       raw_file(one(R"("dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8])"), b8),
+       {"tensor 't': shape: ", "more than 2^63 - 1 elements"}},
+      {"offsets not pair", raw_file(one(R"("dtype":"F32","shape":[2],"data_offsets":[0])"), b8),
+       {"tensor 't': data_offsets: expected [begin, end]"}},
+      {"offsets out of buffer",
+       raw_file(one(R"("dtype":"F32","shape":[2],"data_offsets":[0,16])"), b8),
+       {"tensor 't': data_offsets: expected begin <= end <= 8 (the buffer size), got [0, 16]"}},
+      {"begin after end", raw_file(one(R"("dtype":"F32","shape":[0],"data_offsets":[8,4])"), b8),
+       {"got [8, 4]"}},
+      {"size mismatch", raw_file(one(R"("dtype":"F32","shape":[3],"data_offsets":[0,8])"), b8),
+       {"tensor 't': data_offsets: [0, 8] hold 8 bytes, but shape [3] x F32 needs 3 x 4 bytes"}},
+      {"overlap",
+       raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", b12),
+       {"tensor 'b': data_offsets: [4, 12] overlap tensor 'a'"}},
+      {"gap",
+       raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", b12),
+       {"tensor 'b': data_offsets: begin 8 leaves a gap in the buffer after byte 4"}},
+      {"buffer not covered", raw_file(one(R"("dtype":"F32","shape":[1],"data_offsets":[0,4])"), b8),
+       {"buffer: the tensors cover 4 bytes, but the buffer after the header has 8 bytes"}},
+      {"metadata not strings", raw_file(R"({"__metadata__":{"a":1}})", ""),
+       {"__metadata__: key 'a': expected a string value, got 1"}},
+      {"metadata not object", raw_file(R"({"__metadata__":[]})", ""),
+       {"__metadata__: expected an object of strings"}},
+  };
+  for (const Malformed& c : cases) {
+    SCOPED_TRACE(c.what);
+    expect_throw<ParseError>([&] { io::safetensors_parse(c.bytes, "f.st"); }, c.message);
+  }
+  // Valid edge cases: header padded with spaces, no tensors, an empty tensor.
+  EXPECT_TRUE(io::safetensors_parse(raw_file("{}      ", ""), "f").tensors.empty());
+  EXPECT_EQ(io::safetensors_parse(
+                raw_file(one(R"("dtype":"I64","shape":[0,3],"data_offsets":[0,0])"), ""), "f")
+                .tensors.at(0).second.shape(),
+            (Shape{0, 3}));
+}
+
+// No input makes the parser crash or throw anything but ParseError: every truncation of a valid
+// file is refused, every single-byte change of its header is parsed or refused.
+TEST(Safetensors, EveryTruncationRefusedEveryHeaderByteFlipParsedOrRefused) {
+  const std::string good = io::safetensors_serialize(
+      {{"w", Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {2, 2})},
+       {"i", Tensor::from_vector(std::vector<std::int64_t>{5}, {})}},
+      {{"k", "v"}});
+  for (std::size_t n = 0; n < good.size(); ++n) {
+    SCOPED_TRACE(n);
+    EXPECT_THROW(io::safetensors_parse(std::string_view(good).substr(0, n), "f"), ParseError);
+  }
+  std::uint64_t header = 0;
+  for (int b = 0; b < 8; ++b)
+    header |= std::uint64_t(static_cast<unsigned char>(good[b])) << (8 * b);
+  int refused = 0;
+  for (std::size_t at = 0; at < 8 + header; ++at) {
+    for (unsigned char flip : {0x01, 0x20, 0x80}) {
+      std::string bad = good;
+      bad[at] = static_cast<char>(bad[at] ^ flip);
+      try {
+        io::safetensors_parse(bad, "f");
+      } catch (const ParseError&) {
+        ++refused;
+      }
+    }
+  }
+  EXPECT_GT(refused, static_cast<int>(header));  // most changes break the header
+}
+
+TEST(Safetensors, LoadNamesTheFile) {
+  const std::string dir = fresh_dir("load");
+  expect_throw<ParseError>([&] { io::load_safetensors(dir + "/none.safetensors"); },
+                           {"cannot open '" + dir + "/none.safetensors'"});
+  std::ofstream(dir + "/bad.safetensors") << "xyz";
+  expect_throw<ParseError>([&] { io::load_safetensors(dir + "/bad.safetensors"); },
+                           {dir + "/bad.safetensors: file too short: 3 bytes"});
+}
+
+TEST(Safetensors, SerializeRefusesBadNames) {
+  Tensor t = Tensor::from_vector(std::vector<float>{1}, {1});
+  expect_throw<InvalidArgument>([&] { io::safetensors_serialize({{"a", t}, {"a", t}}); },
+                                {"tensors[1] ('a'): the name appears more than once"});
+  expect_throw<InvalidArgument>([&] { io::safetensors_serialize({{"__metadata__", t}}); },
+                                {"'__metadata__' is reserved"});
+  expect_throw<InvalidArgument>([&] { io::safetensors_serialize({{"", t}}); },
+                                {"tensors[0]: expected a non-empty name"});
+  expect_throw<InvalidArgument>([&] { io::safetensors_serialize({{"u", Tensor()}}); },
+                                {"tensors[0] ('u'): expected a defined tensor"});
+}
+
+// ---- checkpoints --------------------------------------------------------------------------
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    BackendOptions o;
+    o.device_count = 4;
+    init_backend("sim", o);
+  }
+  void TearDown() override { io::set_write_hook_for_testing({}); }
+  static Device dev(int i = 0) { return Device("sim", i); }
+};
+
+enum class Opt { sgd_momentum, sgd_nesterov, adam, adam_amsgrad };
+
+std::unique_ptr<optim::Optimizer> make_opt(Opt k, nn::Module& m) {
+  if (k == Opt::adam || k == Opt::adam_amsgrad) {
+    optim::AdamOptions o;
+    o.lr = 0.01;
+    o.weight_decay = 0.001;
+    o.amsgrad = k == Opt::adam_amsgrad;
+    return std::make_unique<optim::Adam>(m.parameters(), o);
+  }
+  optim::SGDOptions o;
+  o.lr = 0.05f;
+  o.momentum = 0.9f;
+  o.weight_decay = 0.001f;
+  o.nesterov = k == Opt::sgd_nesterov;
+  return std::make_unique<optim::SGD>(m.parameters(), o);
+}
+
+data::Dataset synthetic(std::int64_t n, std::int64_t f, std::int64_t classes) {
+  std::vector<float> x(static_cast<std::size_t>(n * f));
+  std::vector<std::int64_t> y(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    y[i] = philox_u32(9, stream_id(kStreamSynthetic, 30), i) % classes;
+    for (std::int64_t j = 0; j < f; ++j)
+      x[i * f + j] = uniform(9, stream_id(kStreamSynthetic, 31), i * f + j, -1, 1) +
+                     (j == y[i] ? 1.0f : 0.0f);
+  }
+  data::Dataset d;
+  d.features = Tensor::from_vector(x, {n, f});
+  d.labels = Tensor::from_vector(y, {n});
+  return d;
+}
+
+// A small training run: MLP 6-10-3 on 45 samples, batch 8 (6 batches per epoch, the last one of
+// 5), 3 epochs, bitwise. It stops after `stop_at` steps (-1: never) with a checkpoint in `dir`,
+// or starts from `dir`'s checkpoint when `resume`. Returns every parameter's bytes.
+struct RunSpec {
+  Opt opt = Opt::sgd_momentum;
+  std::int64_t stop_at = -1;
+  std::string dir = {};
+  bool resume = false;
+  bool params_only = false;  // resume the parameters and position, not the optimizer state
+};
+
+std::vector<unsigned char> train(const RunSpec& r) {
+  data::Dataset ds = synthetic(45, 6, 3);
+  auto model = nn::mlp({6, 10, 3}, Device("sim", 0), 11);
+  model->set_determinism(Determinism::bitwise);
+  nn::CrossEntropyLoss loss;
+  loss.set_determinism(Determinism::bitwise);
+  auto opt = make_opt(r.opt, *model);
+  data::DataLoader loader(ds, 8, /*shuffle=*/true, /*seed=*/4);
+  TrainerState ts;
+  ts.seed = 4;
+  ts.config = {{"model", "1"}};
+  std::ostringstream log;
+  if (r.resume) ts = resume_checkpoint(r.dir, *model, *opt, ts.config, {}, log);
+  if (r.params_only) {
+    Checkpoint c = read_latest_checkpoint(r.dir, log);
+    for (std::size_t i = 0; i < c.params.size(); ++i)
+      model->parameters()[i]->data.copy_(c.params[i].second);
+    ts = c.state;
+  }
+  for (std::int64_t e = ts.epoch; e < 3; ++e) {
+    loader.set_epoch(e, ts.batch);
+    for (std::int64_t i = ts.batch; i < loader.size(); ++i) {
+      data::Batch b = loader.batch(i);
+      Tensor out = model->forward(b.x.to(Device("sim", 0)));
+      loss.forward(out, b.y.to(out.device()));
+      opt->zero_grad(true);
+      model->backward(loss.backward());
+      opt->step();
+      ts.advance(loader.size(), 0, 0);
+      if (ts.step == r.stop_at) {
+        save_checkpoint(r.dir, *model, *opt, ts);
+        return {};
+      }
+    }
+  }
+  std::vector<unsigned char> out;
+  for (nn::Parameter* p : model->parameters()) {
+    auto b = bytes_of(p->data);
+    out.insert(out.end(), b.begin(), b.end());
+  }
+  return out;
+}
+
+class ResumeEqualsUninterrupted : public CheckpointTest,
+                                  public ::testing::WithParamInterface<std::tuple<Opt, int>> {};
+
+TEST_P(ResumeEqualsUninterrupted, SameParameterBits) {
+  const auto [opt, stop_at] = GetParam();
+  const std::vector<unsigned char> whole = train({.opt = opt});
+  ASSERT_FALSE(whole.empty());
+  const std::string dir = fresh_dir("resume" + std::to_string(int(opt)) + "_" +
+                                    std::to_string(stop_at));
+  train({.opt = opt, .stop_at = stop_at, .dir = dir});
+  const std::vector<unsigned char> resumed = train({.opt = opt, .dir = dir, .resume = true});
+  EXPECT_EQ(resumed, whole);
+  // The comparison can fail: without the optimizer's state the bits differ.
+  EXPECT_NE(train({.opt = opt, .dir = dir, .params_only = true}), whole);
+}
+
+std::string resume_case_name(const ::testing::TestParamInfo<std::tuple<Opt, int>>& info) {
+  static const char* const names[] = {"SgdMomentum", "SgdNesterov", "Adam", "AdamAmsgrad"};
+  return std::string(names[static_cast<int>(std::get<0>(info.param))]) +
+         (std::get<1>(info.param) == 6 ? "_EpochBoundary" : "_MidEpoch");
+}
+
+// 6 steps: the end of epoch 1; 9: mid-epoch 2 (its batch 3 of 6).
+INSTANTIATE_TEST_SUITE_P(Checkpoint, ResumeEqualsUninterrupted,
+                         ::testing::Combine(::testing::Values(Opt::sgd_momentum, Opt::sgd_nesterov,
+                                                              Opt::adam, Opt::adam_amsgrad),
+                                            ::testing::Values(6, 9)),
+                         resume_case_name);
+
+TEST_F(CheckpointTest, OptimizerStateRoundTripsExactly) {
+  for (Opt k : {Opt::sgd_momentum, Opt::adam_amsgrad}) {
+    auto model = nn::mlp({3, 4, 2}, dev(1), 2);
+    auto opt = make_opt(k, *model);
+    EXPECT_TRUE(opt->state_dict().tensors.empty());  // no step yet, no state
+    for (int s = 0; s < 3; ++s) {
+      for (nn::Parameter* p : model->parameters())
+        p->grad = Tensor::full(p->data.shape(), 0.25f * (s + 1), dev(1));
+      opt->step();
+    }
+    optim::OptimizerState st = opt->state_dict();
+    EXPECT_EQ(st.tensors.size(), k == Opt::adam_amsgrad ? 4u * 4u : 4u);
+    auto model2 = nn::mlp({3, 4, 2}, dev(1), 2);
+    auto opt2 = make_opt(k, *model2);
+    opt2->load_state_dict(st);
+    optim::OptimizerState st2 = opt2->state_dict();
+    ASSERT_EQ(st2.tensors.size(), st.tensors.size());
+    for (std::size_t i = 0; i < st.tensors.size(); ++i) {
+      EXPECT_EQ(st2.tensors[i].first, st.tensors[i].first);
+      EXPECT_EQ(bytes_of(st2.tensors[i].second), bytes_of(st.tensors[i].second));
+    }
+    EXPECT_EQ(st2.options, st.options);
+    if (k == Opt::adam_amsgrad) {
+      EXPECT_EQ(static_cast<optim::Adam&>(*opt2).step_count(0), 3);
+      EXPECT_EQ(st.options.at("lr"), "0.01");
+    } else {
+      EXPECT_EQ(st.tensors[0].first, "state.0.momentum_buffer");
+      EXPECT_EQ(st.options.at("momentum"), "0.899999976");  // 0.9f, exactly
+    }
+  }
+}
+
+TEST_F(CheckpointTest, OptimizerLoadRefusesMismatches) {
+  auto model = nn::mlp({3, 4, 2}, dev(0), 2);
+  optim::SGD sgd(model->parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  for (nn::Parameter* p : model->parameters()) p->grad = Tensor::full(p->data.shape(), 1, dev(0));
+  sgd.step();
+  optim::OptimizerState st = sgd.state_dict();
+  optim::Adam adam(model->parameters());
+  expect_throw<InvalidArgument>([&] { adam.load_state_dict(st); },
+                                {"optim::Adam::load_state_dict: state: expected the state of a "
+                                 "Adam optimizer, got one of SGD"});
+  optim::SGD other_lr(model->parameters(), {.lr = 0.2f, .momentum = 0.9f});
+  expect_throw<InvalidArgument>([&] { other_lr.load_state_dict(st); },
+                                {"option lr differs: saved lr=0.100000001, this SGD has "
+                                 "lr=0.200000003"});
+  optim::SGD same(model->parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  optim::OptimizerState bad = st;
+  bad.tensors[0].second = Tensor::zeros({5}, DType::f32, Device::cpu());
+  expect_throw<InvalidArgument>([&] { same.load_state_dict(bad); },
+                                {"tensor 'state.0.momentum_buffer': expected [4, 3] f32 "
+                                 "(the shape of parameter 0 '0.weight'), got [5] f32"});
+  bad = st;
+  bad.tensors[0].first = "state.7.momentum_buffer";
+  expect_throw<InvalidArgument>([&] { same.load_state_dict(bad); },
+                                {"unexpected tensor 'state.7.momentum_buffer'"});
+  bad = st;
+  bad.tensors[0].first = "state.0.exp_avg";
+  expect_throw<InvalidArgument>([&] { same.load_state_dict(bad); },
+                                {"unexpected tensor 'state.0.exp_avg'"});
+  EXPECT_FALSE(same.momentum_buffer(0).defined());  // refused: nothing changed
+}
+
+// A checkpoint directory with two checkpoints (steps 6 and 9) of the SGD run.
+std::string two_checkpoints(const std::string& name) {
+  const std::string dir = fresh_dir(name);
+  train({.stop_at = 6, .dir = dir});
+  train({.stop_at = 9, .dir = dir});
+  return dir;
+}
+
+void flip_byte(const std::string& path, std::int64_t from_end) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(from_end, std::ios::end);
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x01);
+  f.seekp(from_end, std::ios::end);
+  f.write(&c, 1);
+}
+
+TEST_F(CheckpointTest, LayoutAndKeepLastTwo) {
+  const std::string dir = fresh_dir("keep");
+  train({.stop_at = 3, .dir = dir});
+  train({.stop_at = 6, .dir = dir});
+  train({.stop_at = 9, .dir = dir});
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-00000006", "step-00000009"}));
+  EXPECT_EQ(io::read_file(dir + "/latest"), "step-00000009\n");
+  Checkpoint c = read_checkpoint(dir + "/step-00000009");
+  EXPECT_EQ(c.state.step, 9);
+  EXPECT_EQ(c.state.epoch, 1);
+  EXPECT_EQ(c.state.batch, 3);
+  EXPECT_EQ(c.state.seed, 4u);
+  EXPECT_EQ(c.optimizer.type, "SGD");
+  ASSERT_EQ(c.params.size(), 4u);
+  EXPECT_EQ(c.params[0].first, "0.weight");
+  EXPECT_EQ(c.params[0].second.shape(), (Shape{10, 6}));
+  EXPECT_EQ(c.params[3].first, "2.bias");
+  io::SafetensorsData m = io::load_safetensors(dir + "/step-00000009/model.safetensors");
+  EXPECT_EQ(m.metadata.at("ditto.step"), "9");
+  EXPECT_EQ(m.metadata.at("ditto.crc32").size(), 8u);
+}
+
+TEST_F(CheckpointTest, FlippedByteRefusedWithChecksumMismatch) {
+  const std::string dir = two_checkpoints("flip");
+  const std::string model = dir + "/step-00000009/model.safetensors";
+  flip_byte(model, -1);  // the last byte of the last tensor
+  expect_throw<ParseError>([&] { read_checkpoint(dir + "/step-00000009"); },
+                           {model + ": checksum mismatch: the tensor data has CRC-32 ",
+                            "(damaged file)"});
+  const std::string trainer = dir + "/step-00000006/trainer.json";
+  std::string text = io::read_file(trainer);
+  text.replace(text.find("\"step\": 6"), 9, "\"step\": 7");
+  std::ofstream(trainer, std::ios::trunc) << text;
+  expect_throw<ParseError>([&] { read_checkpoint(dir + "/step-00000006"); },
+                           {trainer + ": checksum mismatch"});
+}
+
+TEST_F(CheckpointTest, TruncatedFileRefused) {
+  const std::string dir = two_checkpoints("trunc");
+  const std::string opt = dir + "/step-00000009/optimizer.safetensors";
+  fs::resize_file(opt, fs::file_size(opt) - 10);
+  expect_throw<ParseError>([&] { read_checkpoint(dir + "/step-00000009"); }, {opt + ": "});
+  fs::resize_file(opt, 4);
+  expect_throw<ParseError>([&] { read_checkpoint(dir + "/step-00000009"); },
+                           {opt + ": file too short: 4 bytes"});
+  fs::remove(dir + "/step-00000006/model.safetensors");
+  expect_throw<ParseError>([&] { read_checkpoint(dir + "/step-00000006"); },
+                           {"model.safetensors: missing (an incomplete checkpoint)"});
+}
+
+TEST_F(CheckpointTest, DamagedLatestFallsBackToPreviousThenFailsClearly) {
+  const std::string dir = two_checkpoints("fallback");
+  flip_byte(dir + "/step-00000009/model.safetensors", -5);
+  std::ostringstream log;
+  Checkpoint c = read_latest_checkpoint(dir, log);
+  EXPECT_EQ(c.state.step, 6);
+  EXPECT_NE(log.str().find("checkpoint '" + dir + "/step-00000009' is unusable: "),
+            std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("checksum mismatch"), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("falling back to '" + dir + "/step-00000006'"), std::string::npos)
+      << log.str();
+  // Resuming from the previous checkpoint still gives the uninterrupted run's bits.
+  EXPECT_EQ(train({.dir = dir, .resume = true}), train({}));
+
+  fs::resize_file(dir + "/step-00000006/optimizer.safetensors", 100);
+  std::ostringstream log2;
+  expect_throw<Error>([&] { read_latest_checkpoint(dir, log2); },
+                      {"resume: no usable checkpoint in '" + dir + "':", "step-00000009",
+                       "step-00000006"});
+  expect_throw<Error>([&] { read_latest_checkpoint(dir + "/nope", log2); },
+                      {"resume: checkpoint directory '" + dir + "/nope' does not exist"});
+}
+
+TEST_F(CheckpointTest, CrashInTheMiddleOfAWriteLeavesThePreviousCheckpoint) {
+  const std::string dir = fresh_dir("crash");
+  train({.stop_at = 6, .dir = dir});
+  // The next checkpoint dies halfway through its model file (as SIGKILL would stop it; the
+  // ditto-train test in tests/CMakeLists.txt really kills the process).
+  int calls = 0;
+  io::set_write_hook_for_testing([&](const std::string& path, std::size_t written,
+                                     std::size_t total) {
+    ++calls;
+    EXPECT_LT(written, total);
+    if (path.find("model.safetensors") != std::string::npos) throw std::runtime_error("crash");
+  });
+  EXPECT_THROW(train({.stop_at = 9, .dir = dir}), std::runtime_error);
+  io::set_write_hook_for_testing({});
+  EXPECT_EQ(calls, 1);
+  EXPECT_FALSE(fs::exists(dir + "/step-00000009"));  // no partial checkpoint under a final name
+  EXPECT_FALSE(fs::exists(dir + "/step-00000009.tmp/model.safetensors"));
+  EXPECT_EQ(io::read_file(dir + "/latest"), "step-00000006\n");
+  std::ostringstream log;
+  EXPECT_EQ(read_latest_checkpoint(dir, log).state.step, 6);
+  EXPECT_EQ(log.str(), "");
+  EXPECT_EQ(train({.dir = dir, .resume = true}), train({}));
+  // The next save replaces the stray temporary directory.
+  train({.stop_at = 9, .dir = dir});
+  EXPECT_TRUE(fs::exists(dir + "/step-00000009/model.safetensors"));
+  EXPECT_FALSE(fs::exists(dir + "/step-00000009.tmp"));
+}
+
+TEST_F(CheckpointTest, ResumeRefusesAnotherModelOrOptimizerBeforeChangingAnything) {
+  const std::string dir = two_checkpoints("mismatch");
+  auto model = nn::mlp({6, 12, 3}, dev(0), 11);
+  auto opt = make_opt(Opt::sgd_momentum, *model);
+  const auto before = bytes_of(model->parameters()[0]->data);
+  std::ostringstream log;
+  expect_throw<InvalidArgument>(
+      [&] { resume_checkpoint(dir, *model, *opt, {{"model", "1"}}, {}, log); },
+      {"resume: ", "model.safetensors: parameter '0.weight': expected [12, 6] f32 (the model's), "
+                   "got [10, 6] f32"});
+  expect_throw<InvalidArgument>(
+      [&] { resume_checkpoint(dir, *model, *opt, {{"model", "6-12-3"}}, {}, log); },
+      {"resume: checkpoint '" + dir + "/step-00000009' was saved with model=1, this run has "
+       "model=6-12-3"});
+  auto model2 = nn::mlp({6, 10, 3}, dev(0), 11);
+  auto adam = make_opt(Opt::adam, *model2);
+  const auto before2 = bytes_of(model2->parameters()[0]->data);
+  expect_throw<InvalidArgument>(
+      [&] { resume_checkpoint(dir, *model2, *adam, {{"model", "1"}}, {}, log); },
+      {"expected the state of a Adam optimizer, got one of SGD"});
+  EXPECT_EQ(bytes_of(model->parameters()[0]->data), before);
+  EXPECT_EQ(bytes_of(model2->parameters()[0]->data), before2);
+  // A key the checkpoint has but this run does not, and one allowed to differ.
+  expect_throw<InvalidArgument>([&] { resume_checkpoint(dir, *model2, *adam, {}, {}, log); },
+                                {"was saved with model=1, a setting this run does not have"});
+  auto sgd = make_opt(Opt::sgd_momentum, *model2);
+  EXPECT_EQ(resume_checkpoint(dir, *model2, *sgd, {{"model", "2"}}, {"model"}, log).step, 9);
+}
+
+TEST_F(CheckpointTest, SaveRefusesBadArguments) {
+  auto model = nn::mlp({2, 2}, dev(0), 1);
+  auto opt = make_opt(Opt::sgd_momentum, *model);
+  const std::string dir = fresh_dir("args");
+  expect_throw<InvalidArgument>([&] { save_checkpoint(dir, *model, *opt, {}, 0); },
+                                {"save_checkpoint: keep: expected >= 1, got 0"});
+  TrainerState ts;
+  ts.batch = -1;
+  expect_throw<InvalidArgument>([&] { save_checkpoint(dir, *model, *opt, ts); },
+                                {"save_checkpoint: state: expected non-negative"});
+  std::ofstream(dir + "/file") << "x";
+  expect_throw<Error>([&] { save_checkpoint(dir + "/file/sub", *model, *opt, {}); },
+                      {"save_checkpoint: cannot create directory '" + dir + "/file/sub'"});
+}
+
+TEST(TrainerStateTest, AdvanceMovesToTheNextBatchAndEpoch) {
+  TrainerState ts;
+  ts.advance(3, 1.5, 8);
+  EXPECT_EQ(ts.step, 1);
+  EXPECT_EQ(ts.epoch, 0);
+  EXPECT_EQ(ts.batch, 1);
+  EXPECT_EQ(ts.epoch_loss_sum, 1.5);
+  EXPECT_EQ(ts.epoch_samples, 8);
+  ts.advance(3, 2.5, 16);
+  ts.advance(3, 3.5, 20);  // the epoch's last batch
+  EXPECT_EQ(ts.step, 3);
+  EXPECT_EQ(ts.epoch, 1);
+  EXPECT_EQ(ts.batch, 0);
+  EXPECT_EQ(ts.epoch_loss_sum, 0.0);
+  EXPECT_EQ(ts.epoch_samples, 0);
+}
+
+TEST(DataLoaderResume, StartBatchContinuesTheSameShuffle) {
+  data::Dataset ds = synthetic(45, 6, 3);
+  data::DataLoader a(ds, 8, true, 4), b(ds, 8, true, 4);
+  a.set_epoch(2);
+  b.set_epoch(2, 4);
+  EXPECT_EQ(b.start_batch(), 4);
+  std::vector<std::vector<float>> from_a, from_b;
+  std::int64_t i = 0;
+  for (data::Batch x : a)
+    if (i++ >= 4) from_a.push_back(x.x.to_vector<float>());
+  for (data::Batch x : b) from_b.push_back(x.x.to_vector<float>());
+  EXPECT_EQ(from_b.size(), 2u);
+  EXPECT_EQ(from_b, from_a);
+  b.set_epoch(3);
+  EXPECT_EQ(b.start_batch(), 0);
+  b.set_epoch(3, 6);  // past the last batch: an empty rest of the epoch
+  EXPECT_TRUE(b.begin() == b.end());
+  expect_throw<InvalidArgument>([&] { b.set_epoch(3, 7); },
+                                {"data::DataLoader::set_epoch: start_batch: expected a batch in "
+                                 "[0, 6] (batches per epoch), got 7"});
+}
+
+}  // namespace
+}  // namespace ditto
