@@ -372,4 +372,26 @@ std::shared_ptr<CommunicatorImpl> make_sim_communicator(const std::vector<int>& 
   return std::make_shared<SimCommunicator>(devices, options);
 }
 
+namespace {
+template <typename T>
+void reduce_over_ranks_t(const std::vector<const void*>& srcs, void* out, std::int64_t count,
+                         ReduceOp op, Determinism mode) {
+  std::vector<const T*> typed;
+  typed.reserve(srcs.size());
+  for (const void* p : srcs) typed.push_back(static_cast<const T*>(p));
+  T* dst = static_cast<T*>(out);
+  reduce_range<T>(typed, 0, count, op, mode, [&](std::int64_t off, const T* b, std::int64_t len) {
+    std::memcpy(dst + off, b, static_cast<std::size_t>(len) * sizeof(T));
+  });
+}
+}  // namespace
+
+void reduce_over_ranks(const std::vector<const void*>& srcs, void* out, std::int64_t count,
+                       DType dtype, ReduceOp op, Determinism mode) {
+  if (dtype == DType::f32)
+    reduce_over_ranks_t<float>(srcs, out, count, op, mode);
+  else
+    reduce_over_ranks_t<std::int64_t>(srcs, out, count, op, mode);
+}
+
 }  // namespace ditto::sim

@@ -77,6 +77,27 @@ class Communicator {
   static std::vector<Communicator> init_all(const std::vector<Device>& devices,
                                             const CommOptions& options = {});
 
+  /// This process's handle of a communicator whose ranks are the processes of the job, one rank
+  /// per process (ncclCommInitRank; the processes come from mpirun, core/distributed.h).
+  /// Collective: every process calls it, with its own rank and local device, in the same order
+  /// as its other init_rank calls. `local_device` is this rank's device, a device of this process
+  /// (sim: e.g. its one virtual device sim:0); world_size must be dist::world_size() and rank
+  /// dist::rank(). Data moves over MPI (sim; Note [Sim collectives over MPI]) or over NCCL with
+  /// the unique id sent by MPI (cuda). Collectives, call matching, timeouts and abort behave as
+  /// with init_all; the single-controller forms (one thread for all ranks) do not apply.
+  /// devices() has world_size entries: devices()[rank()] == device() is the local device, the
+  /// others name the device each other rank uses in its own process, for messages only (not
+  /// addressable here; they may print alike, e.g. every rank's "sim:0").
+  /// Throws BackendError when dist::init() was not called (or MPI support is not built) or the
+  /// backend has no multi-process transport; InvalidArgument for a cpu or out-of-range device,
+  /// or a world_size / rank other than the process group's; Timeout when a process does not join
+  /// within options.timeout_ms.
+  static Communicator init_rank(const Device& local_device, int world_size, int rank,
+                                const CommOptions& options = {});
+
+  /// True for a handle from init_rank (the other ranks are other processes).
+  bool multiprocess() const { return multiprocess_; }
+
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(devices_->size()); }
   const Device& device() const { return (*devices_)[static_cast<std::size_t>(rank_)]; }
@@ -118,6 +139,7 @@ class Communicator {
   std::shared_ptr<const std::vector<Device>> devices_;
   int rank_ = 0;
   CommOptions options_;
+  bool multiprocess_ = false;
 };
 
 /// ncclGroupStart: per-rank collectives this thread issues until the matching group_end() are
