@@ -252,6 +252,8 @@ void Communicator::join_group() const {
 
 Stream& Communicator::stream() const { return current_stream(device()); }
 
+void Communicator::abort(const std::string& reason) const noexcept { impl_->abort(rank_, reason); }
+
 void Communicator::check_tensor(const char* call, const char* arg, const Tensor& t) const {
   check_tensor_impl(*this, call, arg, t);
 }

@@ -68,6 +68,16 @@ class CommunicatorImpl {
   /// throws the first error of the grouped calls. Default: nothing (the simulator never blocks).
   virtual void group_start() {}
   virtual void group_end() {}
+
+  /// ncclCommAbort on behalf of `rank`, which failed for `reason`: the communicator is marked
+  /// failed, so the ranks waiting in a collective for `rank`, and every later call, fail at once
+  /// (BackendError naming the collective, then "rank <rank> failed: <reason>") instead of at the
+  /// timeout. The first abort's reason is kept. Must not throw. Default: nothing (the other ranks
+  /// then fail by timeout).
+  virtual void abort(int rank, const std::string& reason) noexcept {
+    (void)rank;
+    (void)reason;
+  }
 };
 
 class Communicator {
@@ -126,6 +136,14 @@ class Communicator {
 
   /// The stream collectives of this rank are enqueued on (current stream of device()).
   Stream& stream() const;
+
+  /// ncclCommAbort, called by this rank when it fails (e.g. throws mid-step, as
+  /// DistributedDataParallel does for its rank): every rank's collective that waits for this
+  /// rank, is queued, or is called later fails at once with BackendError
+  /// "<collective> (collective #n on this communicator): rank <rank()> failed: <reason>" rather
+  /// than a Timeout after CommOptions::timeout_ms. The communicator stays failed (make a new one
+  /// to go on). The first abort's reason is kept; never throws.
+  void abort(const std::string& reason) const noexcept;
 
  private:
   Communicator(std::shared_ptr<CommunicatorImpl> impl,

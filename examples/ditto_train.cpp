@@ -4,6 +4,7 @@
 //
 //   build/bin/ditto-train                          # 4 simulated GPUs, digits, MLP 64-128-10
 //   build/bin/ditto-train --devices 1              # same model on one device
+//   build/bin/ditto-train --trainer ddp            # DistributedDataParallel, a thread per rank
 //   build/bin/ditto-train --help
 #include <CLI/CLI.hpp>
 
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/backend.h"
@@ -26,6 +28,7 @@
 #include "core/optim/adam.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
+#include "core/parallel/distributed_data_parallel.h"
 
 using namespace ditto;
 
@@ -51,6 +54,8 @@ struct Args {
   bool lr_given = false;
   std::int64_t micro_shards = kDefaultMicroShards;
   double sim_memory_gib = 80.0;
+  std::string trainer = "dp";
+  double bucket_cap_mb = 25.0;
 };
 
 /// The loss's target for a batch: the labels themselves (cross-entropy) or their one-hot
@@ -101,7 +106,9 @@ struct Eval {
   double loss = 0, acc = 0;
 };
 
-Eval evaluate(parallel::DataParallel& dp, nn::Loss& criterion, bool mse,
+/// `dp`: DataParallel, or OnDevice (one replica).
+template <typename Model>
+Eval evaluate(Model& dp, nn::Loss& criterion, bool mse,
               const data::Dataset& ds, std::int64_t batch_size) {
   data::DataLoader loader(ds, batch_size, /*shuffle=*/false);
   double loss_sum = 0;
@@ -122,6 +129,133 @@ Eval evaluate(parallel::DataParallel& dp, nn::Loss& criterion, bool mse,
     seen += b.x.size(0);
   }
   return {seen ? loss_sum / seen : 0.0, seen ? static_cast<double>(correct) / seen : 0.0};
+}
+
+/// A module fed on its device (evaluation of a DDP replica).
+struct OnDevice {
+  nn::Module& module;
+  Device device;
+  Tensor forward(const Tensor& x) { return module.forward(x.to(device)); }
+};
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const Args& a, nn::Module& m, float lr) {
+  if (a.optimizer == "adam") {
+    optim::AdamOptions ao;
+    ao.lr = lr;
+    ao.weight_decay = a.weight_decay;
+    return std::make_unique<optim::Adam>(m.parameters(), ao);
+  }
+  optim::SGDOptions so;
+  so.lr = lr;
+  so.momentum = a.momentum;
+  so.weight_decay = a.weight_decay;
+  return std::make_unique<optim::SGD>(m.parameters(), so);
+}
+
+struct RankResult {
+  double train_loss = 0, train_time = 0;
+  Eval ev;
+  std::uint64_t checksum = 0;
+};
+
+/// --trainer ddp: the training loop of one rank (one host thread each). Its own replica (same
+/// seed; DDP broadcasts rank 0's parameters anyway), its own optimizer and the same shuffled
+/// DataLoader as every rank; it takes rows local_rows() of each global batch, the loss divides by
+/// the global batch (Note [DDP loss scaling]), so in bitwise mode the parameters equal
+/// DataParallel's bit for bit. Rank 0 evaluates and prints the epoch lines.
+RankResult train_rank(const Args& a, Communicator comm, const std::vector<std::int64_t>& sizes,
+                      const data::Dataset& train, const data::Dataset& val, float lr) {
+  const Device dev = comm.device();
+  const Determinism mode = comm.options().determinism;
+  const bool mse = a.loss == "mse", lead = comm.rank() == 0;
+  const std::int64_t classes = sizes.back();
+  auto model = nn::mlp(sizes, dev, a.seed);
+  model->set_input_requires_grad(false);
+  parallel::DistributedDataParallelOptions o;
+  o.bucket_cap_mb = a.bucket_cap_mb;
+  o.micro_shards = a.micro_shards;
+  o.average_gradients = false;
+  parallel::DistributedDataParallel ddp(*model, comm, o);
+  std::unique_ptr<nn::Loss> criterion, eval_criterion;
+  if (mse) criterion = std::make_unique<nn::MSELoss>();
+  else criterion = std::make_unique<nn::CrossEntropyLoss>();
+  eval_criterion = criterion->clone();
+  criterion->set_determinism(mode);
+  eval_criterion->set_determinism(mode);
+  auto opt = make_optimizer(a, *model, lr);
+  data::DataLoader loader(train, a.batch_size, /*shuffle=*/true, a.seed, /*drop_last=*/false);
+  RankResult res;
+  OnDevice replica{*model, dev};
+  for (int epoch = 1; epoch <= a.epochs; ++epoch) {
+    loader.set_epoch(epoch - 1);
+    auto t0 = std::chrono::steady_clock::now();
+    double loss_sum = 0;
+    std::int64_t seen = 0;
+    for (data::Batch b : loader) {
+      const std::int64_t n = b.x.size(0);
+      const auto [lo, hi] = ddp.local_rows(n);
+      criterion->set_global_batch(n);
+      Tensor out = ddp.forward({b.x.narrow(lo, hi - lo)}, n);
+      Tensor loss = criterion->forward(out, make_target(b.y.narrow(lo, hi - lo), classes, mse, dev));
+      opt->zero_grad(true);
+      ddp.backward(criterion->backward());
+      opt->step();
+      loss_sum += static_cast<double>(loss.item()) * n;  // this rank's share of the batch's loss
+      seen += n;
+    }
+    Tensor total = Tensor::from_vector(std::vector<float>{static_cast<float>(loss_sum)}, {1}, dev);
+    comm.all_reduce(total);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    res.train_time += dt;
+    res.train_loss = seen ? static_cast<double>(total.item()) / seen : 0.0;
+    if (!lead) continue;
+    res.ev = evaluate(replica, *eval_criterion, mse, val, 512);
+    std::printf("epoch %3d  train_loss=%.4f  val_loss=%.4f  val_acc=%.4f  samples/s=%.0f\n", epoch,
+                res.train_loss, res.ev.loss, res.ev.acc, dt > 0 ? seen / dt : 0.0);
+    std::fflush(stdout);
+  }
+  if (lead && a.epochs == 0) res.ev = evaluate(replica, *eval_criterion, mse, val, 512);
+  // Every rank must end with the same parameters.
+  res.checksum = params_checksum(*model);
+  Tensor mine = Tensor::from_vector(std::vector<std::int64_t>{static_cast<std::int64_t>(res.checksum)}, {1}, dev);
+  Tensor all = Tensor::empty({comm.size()}, DType::i64, dev);
+  comm.all_gather(mine, all);
+  std::vector<std::int64_t> sums = all.to_vector<std::int64_t>();
+  for (int r = 1; r < comm.size(); ++r)
+    DITTO_CHECK(sums[static_cast<std::size_t>(r)] == sums[0], "--trainer ddp: rank ", r,
+                " ended with params_checksum ", std::hex, sums[static_cast<std::size_t>(r)],
+                ", rank 0 with ", sums[0], " (the replicas diverged)");
+  return res;
+}
+
+/// --trainer ddp: one host thread per rank, ranks = the devices; prints like the dp trainer.
+int run_ddp(const Args& a, Determinism mode, Backend& be, const std::vector<Device>& devs,
+            const std::vector<std::int64_t>& sizes, const data::Dataset& train,
+            const data::Dataset& val, float lr) {
+  CommOptions co;
+  co.determinism = mode;
+  std::vector<Communicator> comms = Communicator::init_all(devs, co);
+  std::vector<RankResult> results(devs.size());
+  std::vector<std::exception_ptr> errors(devs.size());
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < devs.size(); ++r)
+    threads.emplace_back([&, r] {
+      try {
+        results[r] = train_rank(a, comms[r], sizes, train, val, lr);
+      } catch (const std::exception& e) {
+        comms[r].abort(e.what());  // the other ranks fail now, naming this rank
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  const RankResult& res = results[0];
+  std::printf("final: backend=%s devices=%d determinism=%s trainer=ddp epochs=%d train_loss=%.6f "
+              "val_loss=%.6f val_acc=%.4f train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
+              be.name().c_str(), a.devices, determinism_name(mode), a.epochs, res.train_loss,
+              res.ev.loss, res.ev.acc, res.train_time, res.checksum);
+  return 0;
 }
 
 int run(const Args& a) {
@@ -168,6 +302,18 @@ int run(const Args& a) {
   std::vector<std::int64_t> sizes{all.num_features()};
   sizes.insert(sizes.end(), hidden.begin(), hidden.end());
   sizes.push_back(classes);
+  DITTO_CHECK(a.trainer == "dp" || a.trainer == "ddp", "--trainer: expected dp or ddp, got '",
+              a.trainer, "'");
+  DITTO_CHECK(a.bucket_cap_mb > 0 && std::isfinite(a.bucket_cap_mb),
+              "--bucket-cap-mb: expected a finite size in MiB > 0, got ", a.bucket_cap_mb);
+  if (a.trainer == "ddp") {
+    std::printf("ditto-train: trainer=ddp backend=%s ranks=%d (threads) determinism=%s data=%s "
+                "batch=%" PRId64 " epochs=%d bucket_cap_mb=%g\n",
+                be.name().c_str(), a.devices, determinism_name(mode), a.data.c_str(),
+                a.batch_size, a.epochs, a.bucket_cap_mb);
+    std::fflush(stdout);
+    return run_ddp(a, mode, be, devs, sizes, train, val, lr);
+  }
   auto model = nn::mlp(sizes, devs[0], a.seed);
   model->set_input_requires_grad(false);
   parallel::DataParallelOptions dpo;
@@ -273,6 +419,12 @@ int main(int argc, char** argv) {
                  "bitwise (same bits for any power-of-two device count) or fast")
       ->capture_default_str();
   app.add_option("--sim-memory-gib", a.sim_memory_gib, "memory capacity of each simulated device")
+      ->capture_default_str();
+  app.add_option("--trainer", a.trainer,
+                 "dp (DataParallel, one controller thread) or ddp (DistributedDataParallel, a "
+                 "thread per rank)")
+      ->capture_default_str();
+  app.add_option("--bucket-cap-mb", a.bucket_cap_mb, "ddp: gradient bucket size cap in MiB")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   a.lr_given = app.count("--lr") > 0;
