@@ -85,6 +85,7 @@ class SimMpiCommunicator final : public CommunicatorImpl,
     submit(s, {Kind::reduce_scatter, send, recv, count, dtype, op, 0});
   }
   void barrier(int, Stream& s) override { submit(s, {}); }
+  void abort(int, const std::string& reason) noexcept override { link_.abort_by_rank(reason); }
 
  private:
   void submit(Stream& s, const CollectiveCall& call) {

@@ -11,13 +11,16 @@
 // --oversubscribe runs several ranks per core). Each collective starts with the exchange of the
 // ranks' calls (kind, count, dtype, op, root and ordinal, point to point, so a timeout can name the
 // ranks whose call never arrived); after a timeout the link is aborted, like the in-process
-// simulator's communicator: every later call throws BackendError at once. Requests still pending
+// simulator's communicator: every later call throws BackendError at once. A rank that fails
+// (Communicator::abort) sends the others an abort notice in place of its next call, so that they
+// fail at once naming it. Requests still pending
 // then cannot be cancelled (nonblocking collectives) and may still write their buffers, so the
 // link keeps those buffers alive and never frees its MPI communicator; the job should end.
 #pragma once
 
 #include <mpi.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -88,6 +91,13 @@ class MpiLink {
   void wait(std::vector<MPI_Request>& reqs, CollectiveKind kind, std::uint64_t seq,
             std::shared_ptr<void> keep = {});
 
+  /// Communicator::abort on behalf of this rank (ncclCommAbort): marks the link failed and sends
+  /// every other rank an abort notice in place of its next call, so that a rank waiting for this
+  /// one in a collective's call exchange fails at once with BackendError "<collective> (collective
+  /// #n ...): rank <r> failed: <reason>" (the reason cut to 255 bytes), not at the timeout. The
+  /// first reason is kept; never throws.
+  void abort_by_rank(const std::string& reason) noexcept;
+
   /// "all_reduce (collective #3 on this communicator)".
   static std::string label(CollectiveKind kind, std::uint64_t seq);
   /// "rank 2 of 4 (MPI)" for error messages.
@@ -101,11 +111,12 @@ class MpiLink {
   int rank_ = 0;
   int size_ = 1;
   std::string where_;
-  std::uint64_t seq_ = 0;
+  std::atomic<std::uint64_t> seq_{0};
 
   mutable std::mutex mu_;
   bool aborted_ = false;
   bool abort_timeout_ = false;
+  bool abort_by_rank_ = false;  ///< a rank failed (abort_by_rank here or elsewhere)
   std::string abort_reason_;
   std::vector<std::shared_ptr<void>> orphans_;  ///< buffers of requests left pending by an abort
 };

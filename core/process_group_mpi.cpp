@@ -55,12 +55,15 @@ MPI_Datatype mpi_type(DType dtype) { return dtype == DType::f32 ? MPI_FLOAT : MP
 
 namespace {
 
-// One rank's call as sent to the others (trivially copyable; MPI_BYTE).
+// One rank's call as sent to the others (trivially copyable; MPI_BYTE), or its abort notice
+// (kind == kAbortKind, with the reason).
 struct WireCall {
   std::uint64_t seq;
   std::int64_t count;
   std::int32_t kind, dtype, op, root;
+  char reason[256];
 };
+constexpr std::int32_t kAbortKind = 255;
 
 constexpr int kCallTag = 1;
 
@@ -119,7 +122,7 @@ std::vector<CollectiveCall> MpiLink::start(const CollectiveCall& call, std::uint
   // Buffers live on the heap: after a timeout, pending requests may still use them.
   auto mine = std::make_shared<WireCall>(WireCall{seq, call.count, static_cast<int>(call.kind),
                                                   static_cast<int>(call.dtype),
-                                                  static_cast<int>(call.op), call.root});
+                                                  static_cast<int>(call.op), call.root, {}});
   auto theirs = std::make_shared<std::vector<WireCall>>(static_cast<std::size_t>(size_));
   std::vector<MPI_Request> recvs(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
   std::vector<MPI_Request> sends(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
@@ -133,7 +136,55 @@ std::vector<CollectiveCall> MpiLink::start(const CollectiveCall& call, std::uint
                     where_);
   }
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
-  if (!wait_until(recvs, deadline, where_)) {
+  // Wait for every call, but stop at the first abort notice.
+  auto notice = [&]() -> int {
+    for (int q = 0; q < size_; ++q)
+      if (q != rank_ && recvs[static_cast<std::size_t>(q)] == MPI_REQUEST_NULL &&
+          (*theirs)[static_cast<std::size_t>(q)].kind == kAbortKind)
+        return q;
+    return -1;
+  };
+  bool arrived = false;
+  int failed = -1;
+  for (;;) {
+    arrived = wait_until(recvs, std::min(deadline, Clock::now() + std::chrono::milliseconds(20)),
+                         where_);
+    failed = notice();
+    if (arrived || failed >= 0 || Clock::now() >= deadline) break;
+    std::lock_guard lk(mu_);
+    if (aborted_) break;  // this rank failed meanwhile (abort_by_rank from another thread)
+  }
+  if (!arrived && failed < 0) {
+    std::unique_lock lk(mu_);
+    if (aborted_) {
+      std::string reason = abort_reason_;
+      orphans_.push_back(mine);
+      orphans_.push_back(theirs);
+      lk.unlock();
+      for (MPI_Request& r : recvs)
+        if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
+      throw BackendError(cat(lbl, ": ", reason));
+    }
+  }
+  if (failed >= 0) {
+    const WireCall& w = (*theirs)[static_cast<std::size_t>(failed)];
+    std::string reason = cat("rank ", failed, " failed: ",
+                             std::string(w.reason, strnlen(w.reason, sizeof w.reason)));
+    for (MPI_Request& r : recvs)
+      if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
+    {
+      std::lock_guard lk(mu_);
+      orphans_.push_back(mine);
+      orphans_.push_back(theirs);
+      if (!aborted_) {
+        aborted_ = true;
+        abort_by_rank_ = true;
+        abort_reason_ = reason;
+      }
+    }
+    throw BackendError(cat(lbl, ": ", reason));
+  }
+  if (!arrived) {
     std::vector<int> missing;
     for (int q = 0; q < size_; ++q)
       if (recvs[static_cast<std::size_t>(q)] != MPI_REQUEST_NULL) missing.push_back(q);
@@ -175,6 +226,34 @@ std::vector<CollectiveCall> MpiLink::start(const CollectiveCall& call, std::uint
   std::string mismatch = find_call_mismatch(calls, seq);
   if (!mismatch.empty()) throw InvalidArgument(mismatch);
   return calls;
+}
+
+void MpiLink::abort_by_rank(const std::string& reason) noexcept {
+  try {
+    std::lock_guard lk(mu_);
+    if (aborted_) return;  // the first reason stays
+    aborted_ = true;
+    abort_by_rank_ = true;
+    abort_reason_ = cat("rank ", rank_, " failed: ", reason);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized || size_ == 1) return;
+    auto notice = std::make_shared<WireCall>();
+    std::memset(notice.get(), 0, sizeof(WireCall));
+    notice->seq = seq_.load() + 1;
+    notice->kind = kAbortKind;
+    std::strncpy(notice->reason, reason.c_str(), sizeof notice->reason - 1);
+    orphans_.push_back(notice);  // the sends complete whenever the others receive
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_) continue;
+      MPI_Request req = MPI_REQUEST_NULL;
+      if (MPI_Isend(notice.get(), sizeof(WireCall), MPI_BYTE, q, kCallTag, comm_, &req) ==
+          MPI_SUCCESS)
+        MPI_Request_free(&req);
+    }
+  } catch (...) {  // allocation failure: the flag is what matters
+    aborted_ = true;
+  }
 }
 
 void MpiLink::wait(std::vector<MPI_Request>& reqs, CollectiveKind kind, std::uint64_t seq,

@@ -5,6 +5,7 @@
 //   build/bin/ditto-train                          # 4 simulated GPUs, digits, MLP 64-128-10
 //   build/bin/ditto-train --devices 1              # same model on one device
 //   build/bin/ditto-train --trainer ddp            # DistributedDataParallel, a thread per rank
+//   mpirun -np 4 build/bin/ditto-train --trainer ddp   # the same, one rank per process (MPI)
 //   build/bin/ditto-train --help
 #include <CLI/CLI.hpp>
 
@@ -12,6 +13,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -21,6 +23,7 @@
 #include "core/data/csv.h"
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
+#include "core/distributed.h"
 #include "core/error.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
@@ -52,6 +55,8 @@ struct Args {
   std::string loss = "cross-entropy";
   std::string optimizer = "sgd";
   bool lr_given = false;
+  bool devices_given = false;
+  bool trainer_given = false;
   std::int64_t micro_shards = kDefaultMicroShards;
   double sim_memory_gib = 80.0;
   std::string trainer = "dp";
@@ -228,6 +233,34 @@ RankResult train_rank(const Args& a, Communicator comm, const std::vector<std::i
   return res;
 }
 
+void print_ddp_final(const Args& a, Determinism mode, const Backend& be, const RankResult& res) {
+  std::printf("final: backend=%s devices=%d determinism=%s trainer=ddp epochs=%d train_loss=%.6f "
+              "val_loss=%.6f val_acc=%.4f train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
+              be.name().c_str(), a.devices, determinism_name(mode), a.epochs, res.train_loss,
+              res.ev.loss, res.ev.acc, res.train_time, res.checksum);
+}
+
+/// --trainer ddp under mpirun: this process is rank dist::rank() of dist::world_size(), on its
+/// one device `dev`; the communicator spans the processes (Communicator::init_rank). Rank 0
+/// prints.
+int run_ddp_process(const Args& a, Determinism mode, Backend& be, const Device& dev,
+                    const std::vector<std::int64_t>& sizes, const data::Dataset& train,
+                    const data::Dataset& val, float lr) {
+  CommOptions co;
+  co.determinism = mode;
+  Communicator comm = Communicator::init_rank(dev, dist::world_size(), dist::rank(), co);
+  RankResult res;
+  try {
+    res = train_rank(a, comm, sizes, train, val, lr);
+  } catch (const std::exception& e) {
+    comm.abort(e.what());  // the other processes fail now, naming this rank
+    throw;
+  }
+  comm.stream().synchronize();
+  if (comm.rank() == 0) print_ddp_final(a, mode, be, res);
+  return 0;
+}
+
 /// --trainer ddp: one host thread per rank, ranks = the devices; prints like the dp trainer.
 int run_ddp(const Args& a, Determinism mode, Backend& be, const std::vector<Device>& devs,
             const std::vector<std::int64_t>& sizes, const data::Dataset& train,
@@ -250,15 +283,11 @@ int run_ddp(const Args& a, Determinism mode, Backend& be, const std::vector<Devi
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
-  const RankResult& res = results[0];
-  std::printf("final: backend=%s devices=%d determinism=%s trainer=ddp epochs=%d train_loss=%.6f "
-              "val_loss=%.6f val_acc=%.4f train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
-              be.name().c_str(), a.devices, determinism_name(mode), a.epochs, res.train_loss,
-              res.ev.loss, res.ev.acc, res.train_time, res.checksum);
+  print_ddp_final(a, mode, be, results[0]);
   return 0;
 }
 
-int run(const Args& a) {
+int run(Args a) {
   Determinism mode = parse_determinism(a.determinism);
   data::CsvOptions csv;
   csv.label_column = a.label_column;
@@ -283,15 +312,41 @@ int run(const Args& a) {
   const bool mse = a.loss == "mse";
   const float lr = a.lr_given ? a.lr : (a.optimizer == "adam" ? 0.001f : a.lr);
 
+  DITTO_CHECK(a.trainer == "dp" || a.trainer == "ddp", "--trainer: expected dp or ddp, got '",
+              a.trainer, "'");
+  // Under mpirun (dist::init in main): one rank per process, the ranks = the processes.
+  const bool processes = dist::is_initialized();
+  const bool lead = dist::rank() == 0;
+  if (processes) {
+    if (!a.trainer_given) a.trainer = "ddp";
+    DITTO_CHECK(a.trainer == "ddp", "--trainer: under mpirun each process is one rank, which "
+                "needs --trainer ddp (DataParallel drives every device from one process), got '",
+                a.trainer, "'");
+    DITTO_CHECK(!a.devices_given || a.devices == dist::world_size(), "--devices: under mpirun "
+                "the ranks are the ", dist::world_size(), " processes: expected ",
+                dist::world_size(), " or no --devices, got ", a.devices);
+    a.devices = dist::world_size();
+  }
+
   std::string why;
   std::string backend = resolve_backend_name(a.backend, &why);
-  if (a.backend == "auto" && backend != "cuda")
+  if (a.backend == "auto" && backend != "cuda" && lead)
     std::printf("ditto-train: --backend auto: using the simulator (%s)\n", why.c_str());
   BackendOptions bopts;
-  bopts.device_count = a.devices;
+  // Under mpirun a sim process holds only its rank's virtual device; a cuda process sees every
+  // GPU of its node and takes the one of its local rank.
+  if (!processes) bopts.device_count = a.devices;
+  else if (backend != "cuda") bopts.device_count = 1;
   bopts.memory_capacity = static_cast<std::size_t>(a.sim_memory_gib * double(1ull << 30));
   Backend& be = init_backend(backend, bopts);
-  std::vector<Device> devs = ditto::devices(be.name(), a.devices);
+  std::vector<Device> devs;
+  if (!processes) {
+    devs = ditto::devices(be.name(), a.devices);
+  } else {
+    int local = dist::rank();
+    if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) local = std::atoi(v);
+    devs = {Device(be.name(), local % be.device_count())};
+  }
 
   data::Dataset all = data::read_csv(a.data, csv);
   data::Split split = data::train_val_split(all, a.val_fraction, a.seed);
@@ -302,16 +357,18 @@ int run(const Args& a) {
   std::vector<std::int64_t> sizes{all.num_features()};
   sizes.insert(sizes.end(), hidden.begin(), hidden.end());
   sizes.push_back(classes);
-  DITTO_CHECK(a.trainer == "dp" || a.trainer == "ddp", "--trainer: expected dp or ddp, got '",
-              a.trainer, "'");
   DITTO_CHECK(a.bucket_cap_mb > 0 && std::isfinite(a.bucket_cap_mb),
               "--bucket-cap-mb: expected a finite size in MiB > 0, got ", a.bucket_cap_mb);
   if (a.trainer == "ddp") {
-    std::printf("ditto-train: trainer=ddp backend=%s ranks=%d (threads) determinism=%s data=%s "
-                "batch=%" PRId64 " epochs=%d bucket_cap_mb=%g\n",
-                be.name().c_str(), a.devices, determinism_name(mode), a.data.c_str(),
-                a.batch_size, a.epochs, a.bucket_cap_mb);
-    std::fflush(stdout);
+    if (lead) {
+      std::printf("ditto-train: trainer=ddp backend=%s ranks=%d (%s) determinism=%s data=%s "
+                  "batch=%" PRId64 " epochs=%d bucket_cap_mb=%g\n",
+                  be.name().c_str(), a.devices, processes ? "processes" : "threads",
+                  determinism_name(mode), a.data.c_str(), a.batch_size, a.epochs,
+                  a.bucket_cap_mb);
+      std::fflush(stdout);
+    }
+    if (processes) return run_ddp_process(a, mode, be, devs[0], sizes, train, val, lr);
     return run_ddp(a, mode, be, devs, sizes, train, val, lr);
   }
   auto model = nn::mlp(sizes, devs[0], a.seed);
@@ -422,19 +479,26 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--trainer", a.trainer,
                  "dp (DataParallel, one controller thread) or ddp (DistributedDataParallel, a "
-                 "thread per rank)")
+                 "thread per rank; under mpirun a process per rank, the default there)")
       ->capture_default_str();
   app.add_option("--bucket-cap-mb", a.bucket_cap_mb, "ddp: gradient bucket size cap in MiB")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   a.lr_given = app.count("--lr") > 0;
+  a.devices_given = app.count("--devices") > 0;
+  a.trainer_given = app.count("--trainer") > 0;
+  int rc = 1;
   try {
-    return run(a);
-  } catch (const ditto::Error& e) {
-    std::fprintf(stderr, "ditto-train: error: %s\n", e.what());
-    return 1;
+    // Started by mpirun: this process is one rank (--trainer ddp), the job's processes the ranks.
+    if (dist::launched_by_mpirun()) dist::init(&argc, &argv);
+    rc = run(a);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ditto-train: error: %s\n", e.what());
-    return 1;
+    if (dist::is_initialized())
+      std::fprintf(stderr, "ditto-train: error: rank %d: %s\n", dist::rank(), e.what());
+    else
+      std::fprintf(stderr, "ditto-train: error: %s\n", e.what());
+    rc = 1;
   }
+  dist::finalize();  // after every communicator is gone (they live in run)
+  return rc;
 }

@@ -348,6 +348,27 @@ TEST(MpiErrors, RankThatNeverArrivesTimesOutTheOthers) {
   }
 }
 
+TEST(MpiErrors, RankThatAbortsFailsTheOthersAtOnceNamingIt) {
+  if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
+  // A long timeout: only the abort notice can end the others' wait within the test's time.
+  Communicator c = Communicator::init_rank(kLocal, world(), me(), opts(Determinism::bitwise));
+  const int failing = world() - 1;
+  Tensor t = Tensor::zeros({16}, DType::f32, kLocal);
+  c.all_reduce(t);  // collective #1 completes on every rank
+  c.stream().synchronize();
+  if (me() == failing) {
+    c.abort("boom in the training loop");
+    expect_error<BackendError>([&] { c.all_reduce(t); },
+                               "all_reduce: communicator aborted by an earlier error: rank " +
+                                   std::to_string(failing) + " failed: boom in the training loop");
+  } else {
+    c.all_reduce(t);
+    expect_error<BackendError>([&] { c.stream().synchronize(); },
+                               "all_reduce (collective #2 on this communicator): rank " +
+                                   std::to_string(failing) + " failed: boom in the training loop");
+  }
+}
+
 TEST(MpiErrors, InitRankChecksItsArguments) {
   expect_error<InvalidArgument>([] { Communicator::init_rank(kLocal, world() + 1, me()); },
                                 "Communicator::init_rank: world_size: expected " +
