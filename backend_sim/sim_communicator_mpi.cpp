@@ -9,7 +9,8 @@
 //      simulator's mismatch error, thrown by every rank; Timeout naming the ranks whose call did
 //      not come, Note [Timeouts over MPI]);
 //   2. moves the data with nonblocking MPI calls, polled until done or the deadline:
-//      fast (MPI's own reductions; avg = sum / N, as ncclAvg):
+//      fast (MPI's own reductions, in MPI's order and with its NaN handling for min and max;
+//      avg = sum / N, as ncclAvg):
 //        all_reduce MPI_Iallreduce, reduce MPI_Ireduce, reduce_scatter MPI_Ireduce_scatter_block;
 //      bitwise (MPI only moves data; the adds are ditto's, in the canonical tree over rank index,
 //      so the bits are those of the in-process simulator, reduce_over_ranks):

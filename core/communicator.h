@@ -5,7 +5,8 @@
 // Two ways to drive it:
 //  - single-controller: one host thread calls the collective on every rank's handle in turn (or
 //    the free functions below that take one tensor per rank), then synchronises;
-//  - SPMD: one host thread per rank, each calling the collective on its own handle (as DDP does).
+//  - SPMD: one host thread per rank, each calling the collective on its own handle (as DDP does);
+//    the ranks may also be processes under mpirun, one handle each (init_rank, ncclCommInitRank).
 // As with NCCL, a backend may hold a per-rank call until every rank has called (cuda does, see
 // Note [CUDA collectives]), so one thread driving several ranks issues their calls as a group:
 // the single-controller forms do, or group_start() / group_end() around a loop over the handles.
