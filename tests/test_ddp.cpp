@@ -598,6 +598,38 @@ TEST_F(DdpTest, RankMissingConstructionTimesOutNamingIt) {
   expect_peers_fail<Timeout>(errors, 1, {"all_gather", "waiting for rank 1"});
 }
 
+TEST_F(DdpTest, CommunicatorAbortFailsWaitingAndLaterCallsNamingRankAndCollective) {
+  CommOptions co;
+  co.timeout_ms = 60000;  // the abort, not the timeout, must end the wait
+  auto comms = Communicator::init_all(devices("sim", 2), co);
+  Tensor t0 = Tensor::full({16}, 1.0f, comms[0].device());
+  comms[0].all_reduce(t0);  // rank 0 waits for rank 1 on its stream
+  comms[1].abort("disk full");
+  comms[1].abort("second reason is ignored");
+  try {
+    comms[0].stream().synchronize();
+    FAIL() << "expected BackendError";
+  } catch (const BackendError& e) {
+    // "all_reduce (collective #1 ...): rank 1 failed: disk full" when the abort came while rank
+    // 0's task waited, "all_reduce: communicator aborted by an earlier error: rank 1 failed: ..."
+    // when it came before the task ran.
+    const std::string w = e.what();
+    EXPECT_EQ(w.rfind("all_reduce", 0), 0u) << w;
+    EXPECT_NE(w.find("rank 1 failed: disk full"), std::string::npos) << w;
+    EXPECT_EQ(w.find("second reason"), std::string::npos) << w;
+  }
+  Tensor t1 = Tensor::full({16}, 1.0f, comms[1].device());
+  try {
+    comms[1].broadcast(t1, 0);
+    FAIL() << "expected BackendError";
+  } catch (const BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("broadcast: communicator aborted by an earlier error: "
+                                         "rank 1 failed: disk full"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // ---- the trainer's use: digits, 2 epochs, DataParallel against DDP -------------------------------
 
 std::uint64_t checksum(nn::Module& m) {

@@ -212,6 +212,7 @@ void DistributedDataParallel::build_buckets() {
     buckets_.push_back(std::move(bucket));
   }
   ready_.assign(params_.size(), 0);
+  for (std::size_t i = 0; i < params_.size(); ++i) index_of_[params_[i]] = i;
 }
 
 // ---- forward -----------------------------------------------------------------------------------
@@ -296,16 +297,14 @@ Tensor DistributedDataParallel::backward(const Tensor& grad_output) {
 
 void DistributedDataParallel::on_grad_ready(nn::Parameter& p) {
   if (!in_backward_) return;
-  // Parameters are few; a linear scan keeps the hook free of extra state.
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    if (params_[i] != &p) continue;
-    if (ready_[i]) return;
-    ready_[i] = 1;
-    Bucket& b = *buckets_[bucket_of_[i]];
-    --b.pending;
-    if (b.pending == 0 && sync_ && options_.overlap) launch_ready_buckets();
-    return;
-  }
+  auto it = index_of_.find(&p);
+  if (it == index_of_.end()) return;  // not a parameter of the wrapped module
+  const std::size_t i = it->second;
+  if (ready_[i]) return;
+  ready_[i] = 1;
+  Bucket& b = *buckets_[bucket_of_[i]];
+  --b.pending;
+  if (b.pending == 0 && sync_ && options_.overlap) launch_ready_buckets();
 }
 
 void DistributedDataParallel::launch_ready_buckets() {

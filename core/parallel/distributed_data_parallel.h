@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -76,7 +77,8 @@ struct DistributedDataParallelOptions {
 
 class DistributedDataParallel {
  public:
-  /// Wrap `module` (not owned; must outlive this object) for the rank of `comm`. Every rank must
+  /// Wrap `module` (not owned; must outlive this object; one DDP per module, as its grad-ready
+  /// hook is the module's one hook) for the rank of `comm`. Every rank must
   /// construct its DDP at the same point (the constructor runs collectives). Reduction order
   /// (fast / bitwise) is comm.options().determinism; it is set on the module. Throws
   /// InvalidArgument for bad options, a parameter not on comm.device() or not f32, or when the
@@ -177,6 +179,7 @@ class DistributedDataParallel {
   std::vector<nn::Parameter*> params_;
   std::vector<std::vector<std::size_t>> bucket_params_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
+  std::unordered_map<const nn::Parameter*, std::size_t> index_of_;  // -> index in params_
   std::vector<std::size_t> bucket_of_;     // parameter index -> bucket
   std::vector<char> ready_;                // parameter ready in this backward
   std::unique_ptr<Stream> comm_stream_;
