@@ -215,6 +215,7 @@ class CudaCommunicator final : public CommunicatorImpl {
 
   void group_start() override;
   void group_end() override;
+  void abort(int rank, const std::string& reason) noexcept override;
 
  private:
   enum class Transport : std::uint8_t { nccl, in_gpu };
@@ -272,6 +273,7 @@ class CudaCommunicator final : public CommunicatorImpl {
   std::map<std::thread::id, std::vector<Pending>> groups_;     ///< threads inside a group
   bool aborted_ = false;
   bool abort_timeout_ = false;
+  bool abort_by_rank_ = false;  // the abort came from a rank's Communicator::abort
   std::string abort_reason_;
 };
 
@@ -457,9 +459,22 @@ void CudaCommunicator::await_locked(std::unique_lock<std::mutex>& lk, Collective
   }
   if (c.state == Collective::State::enqueued) return;
   if (c.state == Collective::State::failed) std::rethrow_exception(c.error);
-  // Aborted (another rank timed out, or an enqueue failed) while this one waited.
+  // Aborted (another rank timed out or failed, or an enqueue failed) while this one waited.
   if (abort_timeout_) throw Timeout(abort_reason_);
+  if (abort_by_rank_) throw BackendError(detail::cat(label(kind, c.seq), ": ", abort_reason_));
   throw BackendError(abort_reason_);
+}
+
+void CudaCommunicator::abort(int rank, const std::string& reason) noexcept {
+  try {
+    std::lock_guard lk(mu_);
+    if (aborted_) return;  // the first reason stays
+    abort_locked(detail::cat("rank ", rank, " failed: ", reason), false);
+    abort_by_rank_ = true;
+  } catch (...) {  // allocation failure of the message: the flag is what matters
+    aborted_ = true;
+    cv_.notify_all();
+  }
 }
 
 void CudaCommunicator::group_start() {

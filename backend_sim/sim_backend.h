@@ -26,6 +26,14 @@ std::shared_ptr<CommunicatorImpl> make_sim_communicator(const std::vector<int>& 
                                                         const CommOptions& options,
                                                         std::shared_ptr<CostModel> cost);
 
+/// out[i] = op over q of srcs[q][i] for i in [0, count), f32 or i64, exactly as the simulator's
+/// communicator reduces across ranks (Note [Sim collectives]): the canonical tree over q in
+/// bitwise mode, left to right in fast mode; avg divides the sum by srcs.size(). `out` may be one
+/// of the sources. Used by the communicator over MPI (sim_communicator_mpi.cpp) so that its
+/// results are the in-process ones, bit for bit.
+void reduce_over_ranks(const std::vector<const void*>& srcs, void* out, std::int64_t count,
+                       DType dtype, ReduceOp op, Determinism mode);
+
 class SimBackend final : public Backend {
  public:
   explicit SimBackend(const BackendOptions& options);

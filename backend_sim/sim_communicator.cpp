@@ -33,7 +33,9 @@
 // A rank waiting in a rendezvous longer than CommOptions::timeout_ms throws ditto::Timeout naming
 // the collective, its ordinal on this communicator and the ranks that never arrived; the
 // communicator is then aborted: ranks still waiting fail with the same error, queued tasks fail
-// when they run, and every later call throws BackendError at once (like ncclCommAbort). A mismatch
+// when they run, and every later call throws BackendError at once (like ncclCommAbort). A rank
+// that fails calls Communicator::abort: the same, with "rank R failed: <reason>" as the reason
+// (ranks waiting in a rendezvous name their collective before it). A mismatch
 // does not abort: all ranks fail that one call together and stay in step.
 //
 // Like NCCL, a single host thread must enqueue the call on every rank before it blocks on any of
@@ -182,6 +184,18 @@ class SimCommunicator final : public CommunicatorImpl,
   }
   void barrier(int rank, Stream& s) override { submit(rank, s, {}); }
 
+  void abort(int rank, const std::string& reason) noexcept override {
+    try {
+      std::lock_guard lk(mu_);
+      if (aborted_) return;  // the first reason stays
+      abort_locked(detail::cat("rank ", rank, " failed: ", reason), false);
+      abort_by_rank_ = true;
+    } catch (...) {  // allocation failure of the message: the flag is what matters
+      aborted_ = true;
+      cv_.notify_all();
+    }
+  }
+
  private:
   // Throws at once when aborted; otherwise enqueues the rank's task.
   void submit(int rank, Stream& s, const Call& call) {
@@ -284,8 +298,10 @@ class SimCommunicator final : public CommunicatorImpl,
       }
     }
     if (generation_ != gen) return;
-    // Another rank timed out (or misused the communicator) while this one waited.
+    // Another rank timed out (or misused the communicator, or failed and called abort) while
+    // this one waited.
     if (abort_timeout_) throw Timeout(abort_reason_);
+    if (abort_by_rank_) throw BackendError(detail::cat(label, ": ", abort_reason_));
     throw BackendError(abort_reason_);
   }
 
@@ -380,6 +396,7 @@ class SimCommunicator final : public CommunicatorImpl,
   std::vector<Call> slots_;          // each rank's current call
   bool aborted_ = false;
   bool abort_timeout_ = false;       // the abort came from a timeout (waiters throw Timeout)
+  bool abort_by_rank_ = false;       // the abort came from a rank's abort() (Communicator::abort)
   std::string abort_reason_;
 };
 
@@ -389,6 +406,28 @@ std::shared_ptr<CommunicatorImpl> make_sim_communicator(const std::vector<int>& 
                                                         const CommOptions& options,
                                                         std::shared_ptr<CostModel> cost) {
   return std::make_shared<SimCommunicator>(devices, options, std::move(cost));
+}
+
+namespace {
+template <typename T>
+void reduce_over_ranks_t(const std::vector<const void*>& srcs, void* out, std::int64_t count,
+                         ReduceOp op, Determinism mode) {
+  std::vector<const T*> typed;
+  typed.reserve(srcs.size());
+  for (const void* p : srcs) typed.push_back(static_cast<const T*>(p));
+  T* dst = static_cast<T*>(out);
+  reduce_range<T>(typed, 0, count, op, mode, [&](std::int64_t off, const T* b, std::int64_t len) {
+    std::memcpy(dst + off, b, static_cast<std::size_t>(len) * sizeof(T));
+  });
+}
+}  // namespace
+
+void reduce_over_ranks(const std::vector<const void*>& srcs, void* out, std::int64_t count,
+                       DType dtype, ReduceOp op, Determinism mode) {
+  if (dtype == DType::f32)
+    reduce_over_ranks_t<float>(srcs, out, count, op, mode);
+  else
+    reduce_over_ranks_t<std::int64_t>(srcs, out, count, op, mode);
 }
 
 }  // namespace ditto::sim

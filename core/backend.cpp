@@ -140,6 +140,18 @@ StreamGuard::StreamGuard(Stream& stream) : device_(stream.device()) {
   (*t_current)[device_] = &stream;
 }
 
-StreamGuard::~StreamGuard() { (*t_current)[device_] = previous_; }
+StreamGuard::~StreamGuard() {
+  if (previous_) {
+    (*t_current)[device_] = previous_;
+    return;
+  }
+  // The outermost guard of this device on this thread: drop the entry, and the map with the last
+  // one, so a thread that ends (a DDP rank's) leaves nothing behind.
+  t_current->erase(device_);
+  if (t_current->empty()) {
+    delete t_current;
+    t_current = nullptr;
+  }
+}
 
 }  // namespace ditto

@@ -10,7 +10,9 @@
 #include <unordered_map>
 
 #include "core/backend.h"
+#include "core/distributed.h"
 #include "core/error.h"
+#include "core/process_group.h"
 
 namespace ditto {
 
@@ -154,6 +156,38 @@ std::vector<Communicator> Communicator::init_all(const std::vector<Device>& devi
   return comms;
 }
 
+Communicator Communicator::init_rank(const Device& local_device, int world_size, int rank,
+                                     const CommOptions& options) {
+  detail::ProcessGroup* group = detail::process_group();
+  DITTO_CHECK_T(BackendError, group != nullptr,
+                "Communicator::init_rank: no process group: call dist::init() first (in a program "
+                "started by mpirun; core/distributed.h)",
+                dist::available() ? "" : "; this build of ditto has no MPI support");
+  DITTO_CHECK(world_size == group->size(), "Communicator::init_rank: world_size: expected ",
+              group->size(), " (dist::world_size(), the processes of the job), got ", world_size);
+  DITTO_CHECK(rank == group->rank(), "Communicator::init_rank: rank: expected ", group->rank(),
+              " (dist::rank(), this process's rank), got ", rank);
+  DITTO_CHECK(!local_device.is_cpu(), "Communicator::init_rank: local_device: expected a device "
+              "of a GPU backend (sim, cuda), got cpu (the host has no communicators)");
+  DITTO_CHECK(options.timeout_ms > 0,
+              "Communicator::init_rank: options.timeout_ms: expected a positive number of "
+              "milliseconds, got ",
+              options.timeout_ms);
+  Backend& backend = get_backend(local_device.type);
+  DITTO_CHECK(local_device.index >= 0 && local_device.index < backend.device_count(),
+              "Communicator::init_rank: local_device: ", local_device.str(),
+              " is out of range (backend ", local_device.type, " has ", backend.device_count(),
+              " devices)");
+  std::vector<Device> devices;
+  std::shared_ptr<CommunicatorImpl> impl =
+      group->create_communicator(backend, local_device.index, options, devices);
+  DITTO_ASSERT(impl && static_cast<int>(devices.size()) == world_size);
+  Communicator c(impl, std::make_shared<const std::vector<Device>>(std::move(devices)), rank,
+                 options);
+  c.multiprocess_ = true;
+  return c;
+}
+
 // ---- groups (ncclGroupStart / ncclGroupEnd) ---------------------------------------------------
 
 namespace {
@@ -218,6 +252,8 @@ void Communicator::join_group() const {
 
 Stream& Communicator::stream() const { return current_stream(device()); }
 
+void Communicator::abort(const std::string& reason) const noexcept { impl_->abort(rank_, reason); }
+
 void Communicator::check_tensor(const char* call, const char* arg, const Tensor& t) const {
   check_tensor_impl(*this, call, arg, t);
 }
@@ -275,6 +311,10 @@ void check_group(const char* call, const std::vector<Communicator>& comms,
                  std::initializer_list<std::pair<const char*, std::size_t>> vectors) {
   DITTO_CHECK(!comms.empty(), call, ": comms: expected the handles of Communicator::init_all, got "
               "an empty list");
+  DITTO_CHECK(!comms[0].multiprocess() || comms[0].size() == 1, call,
+              ": comms: expected the handles of Communicator::init_all, got a handle of "
+              "Communicator::init_rank (its other ranks are other processes: call the per-rank "
+              "method on it instead)");
   DITTO_CHECK(static_cast<int>(comms.size()) == comms[0].size(), call, ": comms: expected ",
               comms[0].size(), " handles (one per rank), got ", comms.size());
   for (std::size_t i = 0; i < comms.size(); ++i) {

@@ -5,7 +5,8 @@
 // Two ways to drive it:
 //  - single-controller: one host thread calls the collective on every rank's handle in turn (or
 //    the free functions below that take one tensor per rank), then synchronises;
-//  - SPMD: one host thread per rank, each calling the collective on its own handle (as DDP does).
+//  - SPMD: one host thread per rank, each calling the collective on its own handle (as DDP does);
+//    the ranks may also be processes under mpirun, one handle each (init_rank, ncclCommInitRank).
 // As with NCCL, a backend may hold a per-rank call until every rank has called (cuda does, see
 // Note [CUDA collectives]), so one thread driving several ranks issues their calls as a group:
 // the single-controller forms do, or group_start() / group_end() around a loop over the handles.
@@ -68,6 +69,16 @@ class CommunicatorImpl {
   /// throws the first error of the grouped calls. Default: nothing (the simulator never blocks).
   virtual void group_start() {}
   virtual void group_end() {}
+
+  /// ncclCommAbort on behalf of `rank`, which failed for `reason`: the communicator is marked
+  /// failed, so the ranks waiting in a collective for `rank`, and every later call, fail at once
+  /// (BackendError naming the collective, then "rank <rank> failed: <reason>") instead of at the
+  /// timeout. The first abort's reason is kept. Must not throw. Default: nothing (the other ranks
+  /// then fail by timeout).
+  virtual void abort(int rank, const std::string& reason) noexcept {
+    (void)rank;
+    (void)reason;
+  }
 };
 
 class Communicator {
@@ -76,6 +87,27 @@ class Communicator {
   /// distinct, of one non-cpu backend, and in range. Throws InvalidArgument otherwise.
   static std::vector<Communicator> init_all(const std::vector<Device>& devices,
                                             const CommOptions& options = {});
+
+  /// This process's handle of a communicator whose ranks are the processes of the job, one rank
+  /// per process (ncclCommInitRank; the processes come from mpirun, core/distributed.h).
+  /// Collective: every process calls it, with its own rank and local device, in the same order
+  /// as its other init_rank calls. `local_device` is this rank's device, a device of this process
+  /// (sim: e.g. its one virtual device sim:0); world_size must be dist::world_size() and rank
+  /// dist::rank(). Data moves over MPI (sim; Note [Sim collectives over MPI]) or over NCCL with
+  /// the unique id sent by MPI (cuda). Collectives, call matching, timeouts and abort behave as
+  /// with init_all; the single-controller forms (one thread for all ranks) do not apply.
+  /// devices() has world_size entries: devices()[rank()] == device() is the local device, the
+  /// others name the device each other rank uses in its own process, for messages only (not
+  /// addressable here; they may print alike, e.g. every rank's "sim:0").
+  /// Throws BackendError when dist::init() was not called (or MPI support is not built) or the
+  /// backend has no multi-process transport; InvalidArgument for a cpu or out-of-range device,
+  /// or a world_size / rank other than the process group's; Timeout when a process does not join
+  /// within options.timeout_ms.
+  static Communicator init_rank(const Device& local_device, int world_size, int rank,
+                                const CommOptions& options = {});
+
+  /// True for a handle from init_rank (the other ranks are other processes).
+  bool multiprocess() const { return multiprocess_; }
 
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(devices_->size()); }
@@ -106,6 +138,14 @@ class Communicator {
   /// The stream collectives of this rank are enqueued on (current stream of device()).
   Stream& stream() const;
 
+  /// ncclCommAbort, called by this rank when it fails (e.g. throws mid-step, as
+  /// DistributedDataParallel does for its rank): every rank's collective that waits for this
+  /// rank, is queued, or is called later fails at once with BackendError
+  /// "<collective> (collective #n on this communicator): rank <rank()> failed: <reason>" rather
+  /// than a Timeout after CommOptions::timeout_ms. The communicator stays failed (make a new one
+  /// to go on). The first abort's reason is kept; never throws.
+  void abort(const std::string& reason) const noexcept;
+
  private:
   Communicator(std::shared_ptr<CommunicatorImpl> impl,
                std::shared_ptr<const std::vector<Device>> devices, int rank, CommOptions options)
@@ -118,6 +158,7 @@ class Communicator {
   std::shared_ptr<const std::vector<Device>> devices_;
   int rank_ = 0;
   CommOptions options_;
+  bool multiprocess_ = false;
 };
 
 /// ncclGroupStart: per-rank collectives this thread issues until the matching group_end() are

@@ -6,6 +6,8 @@
 //   build/bin/ditto-train --devices 1              # same model on one device
 //   build/bin/ditto-train --profile h100-sxm --devices 8   # + predicted step time on 8 H100s
 //   build/bin/ditto-train --predict-table          # cost model vs published NCCL figures
+//   build/bin/ditto-train --trainer ddp            # DistributedDataParallel, a thread per rank
+//   mpirun -np 4 build/bin/ditto-train --trainer ddp   # the same, one rank per process (MPI)
 //   build/bin/ditto-train --help
 #include <CLI/CLI.hpp>
 
@@ -16,8 +18,10 @@
 #include <cstdio>
 #include <iostream>
 #include <set>
+#include <cstdlib>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend_sim/published.h"
@@ -27,6 +31,7 @@
 #include "core/data/csv.h"
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
+#include "core/distributed.h"
 #include "core/error.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
@@ -34,6 +39,7 @@
 #include "core/optim/adam.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
+#include "core/parallel/distributed_data_parallel.h"
 
 using namespace ditto;
 
@@ -57,6 +63,8 @@ struct Args {
   std::string loss = "cross-entropy";
   std::string optimizer = "sgd";
   bool lr_given = false;
+  bool devices_given = false;
+  bool trainer_given = false;
   std::int64_t micro_shards = kDefaultMicroShards;
   double sim_memory_gib = 80.0;
   bool sim_memory_given = false;
@@ -68,6 +76,8 @@ struct Args {
   std::vector<std::string> stragglers;  // "DEVICE:FACTOR"
   std::string checkpoint, resume;     // checkpoint directories (core/checkpoint.h)
   std::int64_t checkpoint_every = 0;  // optimizer steps between checkpoints (0: at the end only)
+  std::string trainer = "dp";
+  double bucket_cap_mb = 25.0;
 };
 
 /// Sets up the simulator's cost model from --profile/--interconnect/--nodes/--straggler/--trace.
@@ -167,7 +177,9 @@ struct Eval {
   double loss = 0, acc = 0;
 };
 
-Eval evaluate(parallel::DataParallel& dp, nn::Loss& criterion, bool mse,
+/// `dp`: DataParallel, or OnDevice (one replica).
+template <typename Model>
+Eval evaluate(Model& dp, nn::Loss& criterion, bool mse,
               const data::Dataset& ds, std::int64_t batch_size) {
   data::DataLoader loader(ds, batch_size, /*shuffle=*/false);
   double loss_sum = 0;
@@ -190,7 +202,158 @@ Eval evaluate(parallel::DataParallel& dp, nn::Loss& criterion, bool mse,
   return {seen ? loss_sum / seen : 0.0, seen ? static_cast<double>(correct) / seen : 0.0};
 }
 
-int run(const Args& a) {
+/// A module fed on its device (evaluation of a DDP replica).
+struct OnDevice {
+  nn::Module& module;
+  Device device;
+  Tensor forward(const Tensor& x) { return module.forward(x.to(device)); }
+};
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const Args& a, nn::Module& m, float lr) {
+  if (a.optimizer == "adam") {
+    optim::AdamOptions ao;
+    ao.lr = lr;
+    ao.weight_decay = a.weight_decay;
+    return std::make_unique<optim::Adam>(m.parameters(), ao);
+  }
+  optim::SGDOptions so;
+  so.lr = lr;
+  so.momentum = a.momentum;
+  so.weight_decay = a.weight_decay;
+  return std::make_unique<optim::SGD>(m.parameters(), so);
+}
+
+struct RankResult {
+  double train_loss = 0, train_time = 0;
+  Eval ev;
+  std::uint64_t checksum = 0;
+};
+
+/// --trainer ddp: the training loop of one rank (one host thread each). Its own replica (same
+/// seed; DDP broadcasts rank 0's parameters anyway), its own optimizer and the same shuffled
+/// DataLoader as every rank; it takes rows local_rows() of each global batch, the loss divides by
+/// the global batch (Note [DDP loss scaling]), so in bitwise mode the parameters equal
+/// DataParallel's bit for bit. Rank 0 evaluates and prints the epoch lines.
+RankResult train_rank(const Args& a, Communicator comm, const std::vector<std::int64_t>& sizes,
+                      const data::Dataset& train, const data::Dataset& val, float lr) {
+  const Device dev = comm.device();
+  const Determinism mode = comm.options().determinism;
+  const bool mse = a.loss == "mse", lead = comm.rank() == 0;
+  const std::int64_t classes = sizes.back();
+  auto model = nn::mlp(sizes, dev, a.seed);
+  model->set_input_requires_grad(false);
+  parallel::DistributedDataParallelOptions o;
+  o.bucket_cap_mb = a.bucket_cap_mb;
+  o.micro_shards = a.micro_shards;
+  o.average_gradients = false;
+  parallel::DistributedDataParallel ddp(*model, comm, o);
+  std::unique_ptr<nn::Loss> criterion, eval_criterion;
+  if (mse) criterion = std::make_unique<nn::MSELoss>();
+  else criterion = std::make_unique<nn::CrossEntropyLoss>();
+  eval_criterion = criterion->clone();
+  criterion->set_determinism(mode);
+  eval_criterion->set_determinism(mode);
+  auto opt = make_optimizer(a, *model, lr);
+  data::DataLoader loader(train, a.batch_size, /*shuffle=*/true, a.seed, /*drop_last=*/false);
+  RankResult res;
+  OnDevice replica{*model, dev};
+  for (int epoch = 1; epoch <= a.epochs; ++epoch) {
+    loader.set_epoch(epoch - 1);
+    auto t0 = std::chrono::steady_clock::now();
+    double loss_sum = 0;
+    std::int64_t seen = 0;
+    for (data::Batch b : loader) {
+      const std::int64_t n = b.x.size(0);
+      const auto [lo, hi] = ddp.local_rows(n);
+      criterion->set_global_batch(n);
+      Tensor out = ddp.forward({b.x.narrow(lo, hi - lo)}, n);
+      Tensor loss = criterion->forward(out, make_target(b.y.narrow(lo, hi - lo), classes, mse, dev));
+      opt->zero_grad(true);
+      ddp.backward(criterion->backward());
+      opt->step();
+      loss_sum += static_cast<double>(loss.item()) * n;  // this rank's share of the batch's loss
+      seen += n;
+    }
+    Tensor total = Tensor::from_vector(std::vector<float>{static_cast<float>(loss_sum)}, {1}, dev);
+    comm.all_reduce(total);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    res.train_time += dt;
+    res.train_loss = seen ? static_cast<double>(total.item()) / seen : 0.0;
+    if (!lead) continue;
+    res.ev = evaluate(replica, *eval_criterion, mse, val, 512);
+    std::printf("epoch %3d  train_loss=%.4f  val_loss=%.4f  val_acc=%.4f  samples/s=%.0f\n", epoch,
+                res.train_loss, res.ev.loss, res.ev.acc, dt > 0 ? seen / dt : 0.0);
+    std::fflush(stdout);
+  }
+  if (lead && a.epochs == 0) res.ev = evaluate(replica, *eval_criterion, mse, val, 512);
+  // Every rank must end with the same parameters.
+  res.checksum = params_checksum(*model);
+  Tensor mine = Tensor::from_vector(std::vector<std::int64_t>{static_cast<std::int64_t>(res.checksum)}, {1}, dev);
+  Tensor all = Tensor::empty({comm.size()}, DType::i64, dev);
+  comm.all_gather(mine, all);
+  std::vector<std::int64_t> sums = all.to_vector<std::int64_t>();
+  for (int r = 1; r < comm.size(); ++r)
+    DITTO_CHECK(sums[static_cast<std::size_t>(r)] == sums[0], "--trainer ddp: rank ", r,
+                " ended with params_checksum ", std::hex, sums[static_cast<std::size_t>(r)],
+                ", rank 0 with ", sums[0], " (the replicas diverged)");
+  return res;
+}
+
+void print_ddp_final(const Args& a, Determinism mode, const Backend& be, const RankResult& res) {
+  std::printf("final: backend=%s devices=%d determinism=%s trainer=ddp epochs=%d train_loss=%.6f "
+              "val_loss=%.6f val_acc=%.4f train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
+              be.name().c_str(), a.devices, determinism_name(mode), a.epochs, res.train_loss,
+              res.ev.loss, res.ev.acc, res.train_time, res.checksum);
+}
+
+/// --trainer ddp under mpirun: this process is rank dist::rank() of dist::world_size(), on its
+/// one device `dev`; the communicator spans the processes (Communicator::init_rank). Rank 0
+/// prints.
+int run_ddp_process(const Args& a, Determinism mode, Backend& be, const Device& dev,
+                    const std::vector<std::int64_t>& sizes, const data::Dataset& train,
+                    const data::Dataset& val, float lr) {
+  CommOptions co;
+  co.determinism = mode;
+  Communicator comm = Communicator::init_rank(dev, dist::world_size(), dist::rank(), co);
+  RankResult res;
+  try {
+    res = train_rank(a, comm, sizes, train, val, lr);
+  } catch (const std::exception& e) {
+    comm.abort(e.what());  // the other processes fail now, naming this rank
+    throw;
+  }
+  comm.stream().synchronize();
+  if (comm.rank() == 0) print_ddp_final(a, mode, be, res);
+  return 0;
+}
+
+/// --trainer ddp: one host thread per rank, ranks = the devices; prints like the dp trainer.
+int run_ddp(const Args& a, Determinism mode, Backend& be, const std::vector<Device>& devs,
+            const std::vector<std::int64_t>& sizes, const data::Dataset& train,
+            const data::Dataset& val, float lr) {
+  CommOptions co;
+  co.determinism = mode;
+  std::vector<Communicator> comms = Communicator::init_all(devs, co);
+  std::vector<RankResult> results(devs.size());
+  std::vector<std::exception_ptr> errors(devs.size());
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < devs.size(); ++r)
+    threads.emplace_back([&, r] {
+      try {
+        results[r] = train_rank(a, comms[r], sizes, train, val, lr);
+      } catch (const std::exception& e) {
+        comms[r].abort(e.what());  // the other ranks fail now, naming this rank
+        errors[r] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  print_ddp_final(a, mode, be, results[0]);
+  return 0;
+}
+
+int run(Args a) {
   Determinism mode = parse_determinism(a.determinism);
   data::CsvOptions csv;
   csv.label_column = a.label_column;
@@ -222,20 +385,49 @@ int run(const Args& a) {
   const bool mse = a.loss == "mse";
   const float lr = a.lr_given ? a.lr : (a.optimizer == "adam" ? 0.001f : a.lr);
 
+  DITTO_CHECK(a.trainer == "dp" || a.trainer == "ddp", "--trainer: expected dp or ddp, got '",
+              a.trainer, "'");
+  // Under mpirun (dist::init in main): one rank per process, the ranks = the processes.
+  const bool processes = dist::is_initialized();
+  const bool lead = dist::rank() == 0;
+  if (processes) {
+    if (!a.trainer_given) a.trainer = "ddp";
+    DITTO_CHECK(a.trainer == "ddp", "--trainer: under mpirun each process is one rank, which "
+                "needs --trainer ddp (DataParallel drives every device from one process), got '",
+                a.trainer, "'");
+    DITTO_CHECK(!a.devices_given || a.devices == dist::world_size(), "--devices: under mpirun "
+                "the ranks are the ", dist::world_size(), " processes: expected ",
+                dist::world_size(), " or no --devices, got ", a.devices);
+    a.devices = dist::world_size();
+  }
+
   std::string why;
   std::string backend = resolve_backend_name(a.backend, &why);
-  if (a.backend == "auto" && backend != "cuda")
+  if (a.backend == "auto" && backend != "cuda" && lead)
     std::printf("ditto-train: --backend auto: using the simulator (%s)\n", why.c_str());
   const int n_dev = a.devices * a.nodes;  // --devices per node
   BackendOptions bopts;
-  bopts.device_count = n_dev;
+  // Under mpirun a sim process holds only its rank's virtual device; a cuda process sees every
+  // GPU of its node and takes the one of its local rank.
+  if (!processes) bopts.device_count = n_dev;
+  else if (backend != "cuda") bopts.device_count = 1;
   bopts.memory_capacity = static_cast<std::size_t>(a.sim_memory_gib * double(1ull << 30));
   if (!a.profile.empty() && !a.sim_memory_given)  // the profile's memory is the capacity
     bopts.memory_capacity = static_cast<std::size_t>(sim::device_profile(a.profile).memory_bytes);
   Backend& be = init_backend(backend, bopts);
-  configure_cost_model(a, be, n_dev);
+  std::vector<Device> devs;
+  if (!processes) {
+    devs = ditto::devices(be.name(), n_dev);
+  } else {
+    int local = dist::rank();
+    if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) local = std::atoi(v);
+    devs = {Device(be.name(), local % be.device_count())};
+  }
+  DITTO_CHECK(!processes || (a.profile.empty() && a.trace.empty() && a.stragglers.empty() && a.nodes == 1),
+              "--profile, --trace, --straggler and --nodes: expected a single-process run, got mpirun "
+              "with ", dist::world_size(), " processes (the cost model sees one process's devices)");
+  configure_cost_model(a, be, static_cast<int>(devs.size()));
   auto* simb = dynamic_cast<sim::SimBackend*>(&be);
-  std::vector<Device> devs = ditto::devices(be.name(), n_dev);
 
   data::Dataset all = data::read_csv(a.data, csv);
   data::Split split = data::train_val_split(all, a.val_fraction, a.seed);
@@ -246,6 +438,24 @@ int run(const Args& a) {
   std::vector<std::int64_t> sizes{all.num_features()};
   sizes.insert(sizes.end(), hidden.begin(), hidden.end());
   sizes.push_back(classes);
+  DITTO_CHECK(a.bucket_cap_mb > 0 && std::isfinite(a.bucket_cap_mb),
+              "--bucket-cap-mb: expected a finite size in MiB > 0, got ", a.bucket_cap_mb);
+  if (a.trainer == "ddp") {
+    DITTO_CHECK(a.checkpoint.empty() && a.resume.empty() && a.profile.empty() && a.trace.empty() &&
+                    a.nodes == 1,
+                "--trainer ddp: --checkpoint, --resume, --profile, --trace and --nodes are not "
+                "wired into the ddp trainer yet: expected --trainer dp for them");
+    if (lead) {
+      std::printf("ditto-train: trainer=ddp backend=%s ranks=%d (%s) determinism=%s data=%s "
+                  "batch=%" PRId64 " epochs=%d bucket_cap_mb=%g\n",
+                  be.name().c_str(), a.devices, processes ? "processes" : "threads",
+                  determinism_name(mode), a.data.c_str(), a.batch_size, a.epochs,
+                  a.bucket_cap_mb);
+      std::fflush(stdout);
+    }
+    if (processes) return run_ddp_process(a, mode, be, devs[0], sizes, train, val, lr);
+    return run_ddp(a, mode, be, devs, sizes, train, val, lr);
+  }
   auto model = nn::mlp(sizes, devs[0], a.seed);
   model->set_input_requires_grad(false);
   parallel::DataParallelOptions dpo;
@@ -440,20 +650,33 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint", a.checkpoint, "directory to save checkpoints in (and at the end)");
   app.add_option("--checkpoint-every", a.checkpoint_every, "optimizer steps between checkpoints");
   app.add_option("--resume", a.resume, "resume from the newest usable checkpoint in DIR");
+  app.add_option("--trainer", a.trainer,
+                 "dp (DataParallel, one controller thread) or ddp (DistributedDataParallel, a "
+                 "thread per rank; under mpirun a process per rank, the default there)")
+      ->capture_default_str();
+  app.add_option("--bucket-cap-mb", a.bucket_cap_mb, "ddp: gradient bucket size cap in MiB")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   a.lr_given = app.count("--lr") > 0;
   a.sim_memory_given = app.count("--sim-memory-gib") > 0;
+  a.devices_given = app.count("--devices") > 0;
+  a.trainer_given = app.count("--trainer") > 0;
   if (table) {
     std::fputs(sim::format_published_table(sim::published_comparisons()).c_str(), stdout);
     return 0;
   }
+  int rc = 1;
   try {
-    return run(a);
-  } catch (const ditto::Error& e) {
-    std::fprintf(stderr, "ditto-train: error: %s\n", e.what());
-    return 1;
+    // Started by mpirun: this process is one rank (--trainer ddp), the job's processes the ranks.
+    if (dist::launched_by_mpirun()) dist::init(&argc, &argv);
+    rc = run(a);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "ditto-train: error: %s\n", e.what());
-    return 1;
+    if (dist::is_initialized())
+      std::fprintf(stderr, "ditto-train: error: rank %d: %s\n", dist::rank(), e.what());
+    else
+      std::fprintf(stderr, "ditto-train: error: %s\n", e.what());
+    rc = 1;
   }
+  dist::finalize();  // after every communicator is gone (they live in run)
+  return rc;
 }

@@ -34,6 +34,19 @@ Tensor mean_of(const Tensor& per_sample, float scale, Determinism mode) {
 
 }  // namespace
 
+void Loss::set_global_batch(std::int64_t rows) {
+  DITTO_CHECK(rows >= 0, "Loss::set_global_batch: rows: expected >= 0 (0: the input's rows), got ",
+              rows);
+  global_batch_ = rows;
+}
+
+std::int64_t Loss::mean_rows(std::int64_t input_rows, const char* call) const {
+  if (global_batch_ == 0) return input_rows;
+  DITTO_CHECK(input_rows <= global_batch_, call, ": input: expected at most ", global_batch_,
+              " samples (the global batch set by set_global_batch), got ", input_rows);
+  return global_batch_;
+}
+
 // An undefined grad_loss means 1 in every loss's backward(grad_loss).
 Tensor Loss::backward() { return backward(Tensor()); }
 
@@ -54,15 +67,18 @@ Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
     t = target.view({input.size(0), -1});
   }
   Tensor per_sample = ops::mse(x, t);
+  // Elements the mean divides by: all of them, or global_batch() samples of this size.
+  const std::int64_t per_row = x.dim() == 1 ? 1 : x.size(1);
+  denominator_ = mean_rows(x.size(0), "MSELoss.forward") * per_row;
   input_ = x;
   target_ = t;
-  return mean_of(per_sample, 1.0f / static_cast<float>(input.numel()), determinism_);
+  return mean_of(per_sample, 1.0f / static_cast<float>(denominator_), determinism_);
 }
 
 Tensor MSELoss::backward(const Tensor& grad_loss) {
   DITTO_CHECK(input_.defined(), "MSELoss.backward: called before forward");
   Tensor g = grad_or_one(grad_loss, input_.device(), "MSELoss.backward");
-  return ops::mse_backward(input_, target_, g, 1.0f / static_cast<float>(input_.numel()));
+  return ops::mse_backward(input_, target_, g, 1.0f / static_cast<float>(denominator_));
 }
 
 Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
@@ -83,15 +99,16 @@ Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(std::string("CrossEntropyLoss.forward: ") + e.what());
   }
+  denominator_ = mean_rows(input.size(0), "CrossEntropyLoss.forward");
   input_ = input;
   target_ = target;
-  return mean_of(per_sample, 1.0f / static_cast<float>(input.size(0)), determinism_);
+  return mean_of(per_sample, 1.0f / static_cast<float>(denominator_), determinism_);
 }
 
 Tensor CrossEntropyLoss::backward(const Tensor& grad_loss) {
   DITTO_CHECK(input_.defined(), "CrossEntropyLoss.backward: called before forward");
   Tensor g = grad_or_one(grad_loss, input_.device(), "CrossEntropyLoss.backward");
-  return ops::cross_entropy_backward(input_, target_, g, 1.0f / static_cast<float>(input_.size(0)));
+  return ops::cross_entropy_backward(input_, target_, g, 1.0f / static_cast<float>(denominator_));
 }
 
 }  // namespace ditto::nn

@@ -24,8 +24,23 @@ class Loss {
   void set_determinism(Determinism d) { determinism_ = d; }
   Determinism determinism() const { return determinism_; }
 
+  /// Take the 'mean' over a global batch of `rows` samples of which each forward sees a part
+  /// (one rank's rows under DistributedDataParallel, Note [DDP loss scaling] in
+  /// core/parallel/distributed_data_parallel.h): forward and backward divide by `rows` (times
+  /// the elements per sample for MSELoss) instead of by the input's rows, so the ranks' losses
+  /// and gradients add up to those of the global batch. 0 (the default): the input's own rows.
+  /// Throws InvalidArgument for rows < 0; forward throws InvalidArgument when the input has more
+  /// samples than `rows`.
+  void set_global_batch(std::int64_t rows);
+  std::int64_t global_batch() const { return global_batch_; }
+
  protected:
+  /// Samples the mean divides by for an input of `input_rows` samples (global_batch() or
+  /// input_rows); `call` names the forward for the error.
+  std::int64_t mean_rows(std::int64_t input_rows, const char* call) const;
+
   Determinism determinism_ = Determinism::fast;
+  std::int64_t global_batch_ = 0;
 };
 
 /// torch.nn.MSELoss(reduction='mean'): mean over all elements of (input - target)^2.
@@ -39,6 +54,7 @@ class MSELoss : public Loss {
 
  private:
   Tensor input_, target_;
+  std::int64_t denominator_ = 1;  // elements the last forward's mean divided by
 };
 
 /// torch.nn.CrossEntropyLoss(reduction='mean'): logits [N, C] f32, targets [N] i64 class indices
@@ -53,6 +69,7 @@ class CrossEntropyLoss : public Loss {
 
  private:
   Tensor input_, target_;
+  std::int64_t denominator_ = 1;  // samples the last forward's mean divided by
 };
 
 }  // namespace ditto::nn

@@ -6,6 +6,7 @@
 // respect to its first input, or an undefined Tensor when input_requires_grad() is false.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -69,6 +70,17 @@ class Module {
   virtual void set_micro_shards(std::vector<std::int64_t> bounds) { micro_shards_ = std::move(bounds); }
   const std::vector<std::int64_t>& micro_shards() const { return micro_shards_; }
 
+  /// Called during backward with a parameter whose gradient for this backward is final (torch's
+  /// Tensor.register_post_accumulate_grad_hook; DistributedDataParallel starts a bucket's
+  /// all_reduce once all of the bucket's parameters were reported). Containers report each
+  /// child's parameters right after that child's backward (Sequential; WithLoss passes the hook to
+  /// its model); a leaf layer reports nothing: whoever calls its backward treats all its
+  /// parameters as ready when backward returns. The hook runs on the thread calling backward,
+  /// after the child's kernels are enqueued on the current stream (not finished). An empty
+  /// function removes it. Not copied by clone().
+  using GradReadyHook = std::function<void(Parameter&)>;
+  virtual void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
+
   /// Set every parameter's grad to zero (allocating where undefined).
   void zero_grad();
   /// Move every parameter (and grad) to `device`.
@@ -82,6 +94,7 @@ class Module {
   bool input_requires_grad_ = true;
   Determinism determinism_ = Determinism::fast;
   std::vector<std::int64_t> micro_shards_;
+  GradReadyHook grad_ready_hook_;
 };
 
 /// Copy the settings (input_requires_grad, determinism, micro-shards) of `from` to `to` (for

@@ -40,7 +40,11 @@ Tensor Sequential::forward(const Tensor& input) {
 Tensor Sequential::backward(const Tensor& grad_output) {
   DITTO_CHECK(!children_.empty(), "Sequential.backward: the container is empty");
   Tensor g = grad_output;
-  for (auto it = children_.rbegin(); it != children_.rend(); ++it) g = (*it)->backward(g);
+  for (auto it = children_.rbegin(); it != children_.rend(); ++it) {
+    g = (*it)->backward(g);
+    if (grad_ready_hook_)
+      for (Parameter* p : (*it)->parameters()) grad_ready_hook_(*p);
+  }
   return g;
 }
 

@@ -29,7 +29,8 @@ class Sequential : public Module {
   /// Applies the children in order. Throws InvalidArgument when empty.
   using Module::forward;
   Tensor forward(const Tensor& input) override;
-  /// Backward through the children in reverse order.
+  /// Backward through the children in reverse order; after each child's backward, its parameters
+  /// go to the grad-ready hook (set_grad_ready_hook), if one is set.
   Tensor backward(const Tensor& grad_output) override;
 
   /// The children's parameters, in order.

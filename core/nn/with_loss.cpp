@@ -37,6 +37,8 @@ void WithLoss::set_input_requires_grad(bool v) {
   model_->set_input_requires_grad(v);
 }
 
+void WithLoss::set_grad_ready_hook(GradReadyHook hook) { model_->set_grad_ready_hook(std::move(hook)); }
+
 void WithLoss::set_micro_shards(std::vector<std::int64_t> bounds) {
   model_->set_micro_shards(bounds);
   micro_shards_ = std::move(bounds);

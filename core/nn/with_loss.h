@@ -36,6 +36,8 @@ class WithLoss : public Module {
   /// Passed to the model and the loss.
   void set_determinism(Determinism d) override;
   /// Passed to the model.
+  void set_grad_ready_hook(GradReadyHook hook) override;
+  /// Passed to the model.
   void set_micro_shards(std::vector<std::int64_t> bounds) override;
 
   Module& model() { return *model_; }

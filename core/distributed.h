@@ -1,0 +1,51 @@
+// ditto::dist: the processes of a job started by mpirun (torch.distributed's process group, with
+// MPI as its launcher and bootstrap). One rank per process: each process holds its rank's device
+// and creates its rank's Communicator handle with Communicator::init_rank (ncclCommInitRank).
+//
+//   int main(int argc, char** argv) {
+//     ditto::dist::init(&argc, &argv);                       // MPI_Init_thread
+//     ditto::init_backend("sim", {.device_count = 1});         // this rank's virtual device
+//     auto comm = ditto::Communicator::init_rank(ditto::Device("sim", 0),
+//                                                ditto::dist::world_size(), ditto::dist::rank());
+//     ... comm.all_reduce(t); ...
+//     ditto::dist::finalize();                                 // MPI_Finalize
+//   }
+//   $ mpirun -np 4 ./program
+//
+// MPI support is optional (CMake DITTO_WITH_MPI); without it available() is false, init() throws
+// BackendError saying so, and the rest behaves as a world of one process. Nothing here includes
+// <mpi.h>.
+#pragma once
+
+namespace ditto::dist {
+
+/// True when this library was built with MPI support (DITTO_WITH_MPI).
+bool available();
+
+/// True when this process was started by mpirun / mpiexec (Open MPI's OMPI_COMM_WORLD_SIZE, or
+/// PMIX_RANK / PMI_SIZE of a PMI launcher are set). Does not need MPI support.
+bool launched_by_mpirun();
+
+/// MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE): joins the job's processes. Collective: every
+/// process of the job calls it. argc/argv may be null. Throws BackendError when MPI support is not
+/// built, when MPI gives less than MPI_THREAD_MULTIPLE (the ranks' stream workers call MPI
+/// concurrently), or when called after finalize(). A second call is a no-op; MPI initialized
+/// earlier by the program is adopted (and then left for the program to finalize). Also works
+/// outside mpirun (a world of one process).
+void init(int* argc = nullptr, char*** argv = nullptr);
+
+/// True between init() and finalize().
+bool is_initialized();
+
+/// Number of processes (MPI_Comm_size of MPI_COMM_WORLD); 1 when not initialized.
+int world_size();
+
+/// This process's rank in [0, world_size()) (MPI_Comm_rank); 0 when not initialized.
+int rank();
+
+/// MPI_Finalize. Collective. Communicators created by Communicator::init_rank must be destroyed
+/// (and their streams synchronized) before; later calls on one throw BackendError. No-op when
+/// not initialized. MPI cannot be initialized again in the same process.
+void finalize();
+
+}  // namespace ditto::dist

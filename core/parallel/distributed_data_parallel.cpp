@@ -1,0 +1,418 @@
+// DistributedDataParallel: parameter check and broadcast, gradient buckets all-reduced on a
+// communication stream as backward produces them, no_sync, Join for uneven inputs, abort on
+// failure (see the header's notes).
+#include "core/parallel/distributed_data_parallel.h"
+
+#include <algorithm>
+#include <exception>
+#include <functional>
+#include <unordered_map>
+
+#include "core/backend.h"
+#include "core/error.h"
+#include "core/micro_shards.h"
+#include "core/ops.h"
+
+namespace ditto::parallel {
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// Per-parameter signature exchanged at construction: dtype, number of dims, the first kSigDims
+// sizes (0 past the last) and a hash of the whole shape.
+constexpr std::size_t kSigDims = 5;
+constexpr std::size_t kSigLen = 3 + kSigDims;
+
+std::vector<std::int64_t> signature(const Tensor& t) {
+  std::vector<std::int64_t> s(kSigLen, 0);
+  s[0] = static_cast<std::int64_t>(t.dtype());
+  s[1] = t.dim();
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::size_t d = 0; d < t.shape().size(); ++d) {
+    if (d < kSigDims) s[2 + d] = t.shape()[d];
+    h = (h ^ static_cast<std::uint64_t>(t.shape()[d])) * 1099511628211ull;
+  }
+  s[kSigLen - 1] = static_cast<std::int64_t>(h);
+  return s;
+}
+
+std::string signature_str(const std::int64_t* s) {
+  std::string out = "[";
+  for (std::int64_t d = 0; d < s[1]; ++d) {
+    if (d) out += ", ";
+    if (d == static_cast<std::int64_t>(kSigDims)) {
+      out += "...";
+      break;
+    }
+    out += std::to_string(s[2 + d]);
+  }
+  return out + "] " + dtype_name(static_cast<DType>(s[0]));
+}
+
+std::string message_of(const std::exception& e) { return e.what(); }
+
+}  // namespace
+
+struct DistributedDataParallel::Bucket {
+  std::vector<std::size_t> params;       // indices into params_
+  std::vector<std::int64_t> offsets;     // element offset of each parameter in `flat`
+  std::int64_t numel = 0;
+  Tensor flat;                           // f32 [numel] on the rank's device
+  std::size_t pending = 0;               // parameters not yet ready in this backward
+  bool launched = false;
+};
+
+DistributedDataParallel::DistributedDataParallel(nn::Module& module, Communicator comm,
+                                                 DistributedDataParallelOptions options)
+    : module_(module),
+      comm_(std::move(comm)),
+      options_(options),
+      mode_(comm_.options().determinism),
+      uncaught_at_construction_(std::uncaught_exceptions()) {
+  try {
+    DITTO_CHECK(options_.bucket_cap_mb > 0, "DistributedDataParallel: bucket_cap_mb: expected > 0, got ",
+                options_.bucket_cap_mb);
+    DITTO_CHECK(options_.first_bucket_cap_mb > 0,
+                "DistributedDataParallel: first_bucket_cap_mb: expected > 0, got ",
+                options_.first_bucket_cap_mb);
+    const std::int64_t k = options_.micro_shards;
+    DITTO_CHECK(k >= 1 && k <= kMaxMicroShards && (k & (k - 1)) == 0,
+                "DistributedDataParallel: micro_shards: expected a power of two in [1, ",
+                kMaxMicroShards, "], got ", k);
+    DITTO_CHECK(comm_.size() <= k, "DistributedDataParallel: micro_shards: expected at least the "
+                "world size ", comm_.size(), ", got ", k, " (raise micro_shards)");
+    params_ = module_.parameters();
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const nn::Parameter& p = *params_[i];
+      DITTO_CHECK(p.data.defined() && p.data.device() == comm_.device(),
+                  "DistributedDataParallel: rank ", comm_.rank(), ": parameter ", i, " ('", p.name,
+                  "'): expected a tensor on ", comm_.device().str(), " (the communicator's device "
+                  "of this rank), got ", p.data.defined() ? p.data.str() : std::string("undefined"));
+      DITTO_CHECK(p.data.dtype() == DType::f32, "DistributedDataParallel: rank ", comm_.rank(),
+                  ": parameter ", i, " ('", p.name, "'): expected dtype f32, got ", p.data.str());
+    }
+    Backend& be = comm_.device().backend();
+    comm_stream_ = be.create_stream(comm_.device().index);
+    grads_done_ = be.create_event(comm_.device().index);
+    comm_done_ = be.create_event(comm_.device().index);
+    module_.set_determinism(mode_);
+    check_parameters();
+    if (options_.broadcast_parameters) broadcast_from(0);
+    build_buckets();
+    module_.set_grad_ready_hook([this](nn::Parameter& p) { on_grad_ready(p); });
+  } catch (const std::exception& e) {
+    comm_.abort(message_of(e));
+    throw;
+  }
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  module_.set_grad_ready_hook({});
+  if (std::uncaught_exceptions() > uncaught_at_construction_)
+    comm_.abort("its training loop threw (DistributedDataParallel destroyed while the exception "
+                "unwound the rank's stack)");
+  try {
+    if (comm_stream_) comm_stream_->synchronize();  // no work may outlive the buckets
+  } catch (...) {  // already reported (or the run is failing anyway)
+  }
+}
+
+void DistributedDataParallel::abort(const std::string& reason) const noexcept {
+  comm_.abort(reason);
+}
+
+void DistributedDataParallel::fail(const char* call) {
+  // Called inside a catch block: report this rank's error to the others, then rethrow it.
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    comm_.abort(detail::cat("DistributedDataParallel.", call, ": ", e.what()));
+    throw;
+  }
+}
+
+// ---- construction ------------------------------------------------------------------------------
+
+void DistributedDataParallel::check_parameters() {
+  const Device dev = comm_.device();
+  const int n = comm_.size();
+  StreamGuard guard(*comm_stream_);
+  // Parameter counts first (the signatures' all_gather needs one length on every rank).
+  Tensor count = Tensor::from_vector(std::vector<std::int64_t>{static_cast<std::int64_t>(params_.size())}, {1}, dev);
+  Tensor counts = Tensor::empty({n}, DType::i64, dev);
+  comm_.all_gather(count, counts);
+  std::vector<std::int64_t> c = counts.to_vector<std::int64_t>();
+  for (int r = 1; r < n; ++r)
+    DITTO_CHECK(c[static_cast<std::size_t>(r)] == c[0],
+                "DistributedDataParallel: the ranks' modules differ: rank 0 has ", c[0],
+                " parameters but rank ", r, " has ", c[static_cast<std::size_t>(r)]);
+  if (params_.empty()) return;
+  std::vector<std::int64_t> sig;
+  sig.reserve(params_.size() * kSigLen);
+  for (nn::Parameter* p : params_) {
+    std::vector<std::int64_t> s = signature(p->data);
+    sig.insert(sig.end(), s.begin(), s.end());
+  }
+  const auto len = static_cast<std::int64_t>(sig.size());
+  Tensor mine = Tensor::from_vector(sig, {len}, dev);
+  Tensor all = Tensor::empty({n * len}, DType::i64, dev);
+  comm_.all_gather(mine, all);
+  std::vector<std::int64_t> a = all.to_vector<std::int64_t>();
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    for (int r = 1; r < n; ++r) {
+      const std::int64_t* s0 = a.data() + i * kSigLen;
+      const std::int64_t* sr = a.data() + static_cast<std::size_t>(r) * sig.size() + i * kSigLen;
+      DITTO_CHECK(std::equal(s0, s0 + kSigLen, sr),
+                  "DistributedDataParallel: the ranks' parameters differ: parameter ", i, " ('",
+                  params_[i]->name, "' on rank ", comm_.rank(), ") is ", signature_str(s0),
+                  " on rank 0 but ", signature_str(sr), " on rank ", r);
+    }
+}
+
+void DistributedDataParallel::broadcast_from(int root) {
+  Stream& compute = current_stream(comm_.device());
+  compute.record(*grads_done_);
+  comm_stream_->wait(*grads_done_);
+  {
+    StreamGuard guard(*comm_stream_);
+    for (nn::Parameter* p : params_) comm_.broadcast(p->data, root);
+  }
+  comm_stream_->synchronize();
+}
+
+void DistributedDataParallel::build_buckets() {
+  // Reverse parameter order (backward produces the last layer's gradients first), a bucket closed
+  // once it reaches its cap (torch's compute_bucket_assignment_by_size: the first cap is
+  // first_bucket_cap_mb, the later ones bucket_cap_mb).
+  const auto first_cap = static_cast<std::int64_t>(options_.first_bucket_cap_mb * kMiB);
+  const auto cap = static_cast<std::int64_t>(options_.bucket_cap_mb * kMiB);
+  bucket_of_.assign(params_.size(), 0);
+  std::vector<std::size_t> current;
+  std::int64_t bytes = 0;
+  for (std::size_t j = params_.size(); j-- > 0;) {
+    current.push_back(j);
+    bytes += static_cast<std::int64_t>(params_[j]->data.nbytes());
+    if (bytes >= (bucket_params_.empty() ? first_cap : cap)) {
+      bucket_params_.push_back(std::move(current));
+      current.clear();
+      bytes = 0;
+    }
+  }
+  if (!current.empty()) bucket_params_.push_back(std::move(current));
+  for (std::size_t b = 0; b < bucket_params_.size(); ++b) {
+    auto bucket = std::make_unique<Bucket>();
+    bucket->params = bucket_params_[b];
+    for (std::size_t j : bucket->params) {
+      bucket_of_[j] = b;
+      bucket->offsets.push_back(bucket->numel);
+      bucket->numel += params_[j]->data.numel();
+    }
+    bucket->flat = Tensor::empty({bucket->numel}, DType::f32, comm_.device());
+    buckets_.push_back(std::move(bucket));
+  }
+  ready_.assign(params_.size(), 0);
+  for (std::size_t i = 0; i < params_.size(); ++i) index_of_[params_[i]] = i;
+}
+
+// ---- forward -----------------------------------------------------------------------------------
+
+std::pair<std::int64_t, std::int64_t> DistributedDataParallel::local_rows(
+    std::int64_t global_batch) const {
+  DITTO_CHECK(global_batch >= 0, "DistributedDataParallel.local_rows: global_batch: expected >= 0, got ",
+              global_batch);
+  const std::int64_t k = options_.micro_shards, d = comm_.size(), r = comm_.rank();
+  // Row floor(i * B / K) starts micro-shard i (micro_shard_bounds); this rank holds shards
+  // [r * K / D, (r + 1) * K / D).
+  const std::int64_t first = r * k / d, last = (r + 1) * k / d;
+  const std::vector<std::int64_t> bounds = micro_shard_bounds(global_batch, k);
+  return {bounds[static_cast<std::size_t>(first)], bounds[static_cast<std::size_t>(last)]};
+}
+
+Tensor DistributedDataParallel::forward(const Tensor& input) {
+  return forward(std::vector<Tensor>{input});
+}
+
+Tensor DistributedDataParallel::forward(const std::vector<Tensor>& inputs) {
+  try {
+    if (join_enabled_) exchange_join_flags(sync_ ? 2 : 1, nullptr);
+    if (mode_ == Determinism::bitwise) module_.set_micro_shards({});
+    std::vector<Tensor> moved;
+    moved.reserve(inputs.size());
+    for (const Tensor& t : inputs) moved.push_back(t.defined() ? t.to(comm_.device()) : t);
+    return module_.forward(moved);
+  } catch (...) {
+    fail("forward");
+  }
+}
+
+Tensor DistributedDataParallel::forward(const std::vector<Tensor>& inputs,
+                                        std::int64_t global_batch) {
+  try {
+    const auto [lo, hi] = local_rows(global_batch);
+    for (std::size_t j = 0; j < inputs.size(); ++j)
+      DITTO_CHECK(inputs[j].defined() && inputs[j].dim() >= 1 && inputs[j].size(0) == hi - lo,
+                  "DistributedDataParallel.forward: inputs[", j, "]: expected the ", hi - lo,
+                  " rows [", lo, ", ", hi, ") of the global batch of ", global_batch,
+                  " that rank ", comm_.rank(), " of ", comm_.size(), " takes (local_rows), got ",
+                  inputs[j].defined() ? inputs[j].str() : std::string("an undefined tensor"));
+    if (join_enabled_) exchange_join_flags(sync_ ? 2 : 1, nullptr);
+    if (mode_ == Determinism::bitwise) {
+      const std::int64_t k = options_.micro_shards, d = comm_.size(), r = comm_.rank();
+      module_.set_micro_shards(
+          local_bounds(micro_shard_bounds(global_batch, k), r * k / d, (r + 1) * k / d));
+    }
+    std::vector<Tensor> moved;
+    moved.reserve(inputs.size());
+    for (const Tensor& t : inputs) moved.push_back(t.to(comm_.device()));
+    return module_.forward(moved);
+  } catch (...) {
+    fail("forward");
+  }
+}
+
+// ---- backward ----------------------------------------------------------------------------------
+
+Tensor DistributedDataParallel::backward(const Tensor& grad_output) {
+  try {
+    std::fill(ready_.begin(), ready_.end(), 0);
+    for (auto& b : buckets_) {
+      b->pending = b->params.size();
+      b->launched = false;
+    }
+    next_bucket_ = 0;
+    buckets_overlapped_ = 0;
+    in_backward_ = true;
+    Tensor g = grad_output.defined() ? grad_output.to(comm_.device()) : grad_output;
+    Tensor grad_input = module_.backward(g);
+    in_backward_ = false;
+    buckets_overlapped_ = next_bucket_;
+    finish_backward();
+    return grad_input;
+  } catch (...) {
+    in_backward_ = false;
+    fail("backward");
+  }
+}
+
+void DistributedDataParallel::on_grad_ready(nn::Parameter& p) {
+  if (!in_backward_) return;
+  auto it = index_of_.find(&p);
+  if (it == index_of_.end()) return;  // not a parameter of the wrapped module
+  const std::size_t i = it->second;
+  if (ready_[i]) return;
+  ready_[i] = 1;
+  Bucket& b = *buckets_[bucket_of_[i]];
+  --b.pending;
+  if (b.pending == 0 && sync_ && options_.overlap) launch_ready_buckets();
+}
+
+void DistributedDataParallel::launch_ready_buckets() {
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_]->pending == 0)
+    launch(next_bucket_++);
+}
+
+void DistributedDataParallel::launch(std::size_t index) {
+  Bucket& b = *buckets_[index];
+  // The gradients were produced on this thread's current stream: the communication stream waits
+  // for them, then copies them into the bucket, all-reduces it and copies the result back.
+  Stream& compute = current_stream(comm_.device());
+  compute.record(*grads_done_);
+  comm_stream_->wait(*grads_done_);
+  StreamGuard guard(*comm_stream_);
+  for (std::size_t k = 0; k < b.params.size(); ++k) {
+    nn::Parameter& p = *params_[b.params[k]];
+    if (!p.grad.defined())  // a parameter this backward did not reach: its gradient is zero
+      p.grad = Tensor::zeros(p.data.shape(), DType::f32, comm_.device());
+    b.flat.narrow(b.offsets[k], p.data.numel()).copy_(p.grad.view({p.data.numel()}));
+  }
+  comm_.all_reduce(b.flat, ReduceOp::sum);
+  if (options_.average_gradients && comm_.size() > 1)
+    ops::scale_(b.flat, 1.0f / static_cast<float>(comm_.size()));
+  for (std::size_t k = 0; k < b.params.size(); ++k) {
+    nn::Parameter& p = *params_[b.params[k]];
+    Tensor g = p.grad.view({p.data.numel()});
+    g.copy_(b.flat.narrow(b.offsets[k], p.data.numel()));
+  }
+  b.launched = true;
+}
+
+void DistributedDataParallel::finish_backward() {
+  if (sync_) {
+    // Parameters the hook did not report (a module without the hook, or overlap disabled) are
+    // ready now; the remaining buckets go in index order.
+    for (auto& b : buckets_) b->pending = 0;
+    launch_ready_buckets();
+  }
+  comm_stream_->record(*comm_done_);
+  current_stream(comm_.device()).wait(*comm_done_);
+  comm_stream_->synchronize();  // rethrows the collectives' errors (Timeout, a failed peer)
+}
+
+// ---- join (uneven inputs) ------------------------------------------------------------------------
+
+bool DistributedDataParallel::exchange_join_flags(int my_flag, std::vector<std::int64_t>* out) {
+  const int n = comm_.size();
+  std::vector<std::int64_t> v(static_cast<std::size_t>(n), 0);
+  v[static_cast<std::size_t>(comm_.rank())] = my_flag;
+  std::vector<std::int64_t> flags;
+  {
+    StreamGuard guard(*comm_stream_);
+    Tensor t = Tensor::from_vector(v, {n}, comm_.device());
+    comm_.all_reduce(t, ReduceOp::sum);
+    flags = t.to_vector<std::int64_t>();  // blocks; rethrows the all_reduce's error
+  }
+  bool any_sync = false, any_no_sync = false;
+  for (int r = 0; r < n; ++r) {
+    any_sync = any_sync || flags[static_cast<std::size_t>(r)] == 2;
+    any_no_sync = any_no_sync || flags[static_cast<std::size_t>(r)] == 1;
+  }
+  if (any_sync || any_no_sync) {
+    last_active_.clear();
+    for (int r = 0; r < n; ++r)
+      if (flags[static_cast<std::size_t>(r)] != 0) last_active_.push_back(r);
+  }
+  if (any_sync && any_no_sync) {
+    std::string in_no_sync;
+    for (int r = 0; r < n; ++r)
+      if (flags[static_cast<std::size_t>(r)] == 1)
+        in_no_sync += (in_no_sync.empty() ? "" : ", ") + std::to_string(r);
+    throw InvalidArgument(detail::cat(
+        "DistributedDataParallel.forward: the ranks disagree on gradient sync in this step: "
+        "rank(s) ", in_no_sync, " are inside no_sync() and others are not (every rank must use "
+        "no_sync() in the same steps)"));
+  }
+  if (out) *out = std::move(flags);
+  return any_sync;
+}
+
+void DistributedDataParallel::shadow_all_reduces() {
+  StreamGuard guard(*comm_stream_);
+  for (auto& b : buckets_) {
+    ops::fill_(b->flat, 0.0f);
+    comm_.all_reduce(b->flat, ReduceOp::sum);
+  }
+  comm_stream_->synchronize();
+}
+
+std::int64_t DistributedDataParallel::join() {
+  DITTO_CHECK(join_enabled_, "DistributedDataParallel.join: call enable_join() on every rank "
+                             "before training (the ranks' forwards must announce themselves)");
+  try {
+    std::int64_t shadowed = 0;
+    for (;;) {
+      std::vector<std::int64_t> flags;
+      const bool sync = exchange_join_flags(0, &flags);
+      if (std::all_of(flags.begin(), flags.end(), [](std::int64_t f) { return f == 0; })) break;
+      ++shadowed;
+      if (sync) shadow_all_reduces();
+    }
+    // Every rank has joined; the last to join holds the parameters of the final step.
+    if (!last_active_.empty()) broadcast_from(last_active_.back());
+    return shadowed;
+  } catch (...) {
+    fail("join");
+  }
+}
+
+}  // namespace ditto::parallel

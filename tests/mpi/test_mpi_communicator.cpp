@@ -1,0 +1,435 @@
+// Tests of the communicator with one rank per process (Communicator::init_rank, core/distributed.h)
+// on the simulator over MPI. Run by ctest under `mpirun -np N` for N = 1, 2, 4, 8 (tests/
+// CMakeLists.txt); every process runs every test as its rank, and only rank 0 prints. Checks:
+// every collective and op in both determinism modes against host values from rank-dependent
+// inputs; bitwise all_reduce, reduce and reduce_scatter equal bit for bit to the in-process
+// simulator's (Communicator::init_all over N virtual devices of this process); call mismatches;
+// a rank that never arrives (Timeout naming it); argument errors of init_rank.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/communicator.h"
+#include "core/distributed.h"
+
+namespace ditto {
+namespace {
+
+int world() { return dist::world_size(); }
+int me() { return dist::rank(); }
+const Device kLocal("sim", 0);
+
+CommOptions opts(Determinism d, std::int64_t timeout_ms = 60000) {
+  CommOptions o;
+  o.determinism = d;
+  o.timeout_ms = timeout_ms;
+  return o;
+}
+
+template <typename E>
+void expect_error(const std::function<void()>& call, const std::string& part) {
+  try {
+    call();
+    ADD_FAILURE() << "expected an exception containing: " << part;
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
+        << "message: " << e.what() << "\nexpected to contain: " << part;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type, message: " << e.what();
+  }
+}
+
+// Small non-zero multiples of 0.5: sums and products over up to 8 ranks are exact in f32, so the
+// host reference does not depend on the order of the reduction (fast mode may use any).
+float input_f32(int r, std::int64_t i) {
+  int k = static_cast<int>((r * 7 + i * 3 + 1) % 10) - 5;
+  if (k >= 0) ++k;
+  return static_cast<float>(k) * 0.5f;
+}
+std::int64_t input_i64(int r, std::int64_t i) {
+  return static_cast<std::int64_t>(input_f32(r, i) * 2.0f) +
+         (i % 3 == 0 ? (static_cast<std::int64_t>(r + 1) << 33) : 0);
+}
+template <typename T>
+std::vector<T> inputs(int r, std::int64_t n, std::int64_t offset = 0) {
+  std::vector<T> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<T, float>)
+      v[i] = input_f32(r, offset + i);
+    else
+      v[i] = input_i64(r, offset + i);
+  }
+  return v;
+}
+template <typename T>
+T combine(T a, T b, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg: return a + b;
+    case ReduceOp::prod: return a * b;
+    case ReduceOp::min: return std::min(a, b);
+    case ReduceOp::max: return std::max(a, b);
+  }
+  return a;
+}
+// op over ranks of inputs(r, n, offset), left to right (exact for these inputs).
+template <typename T>
+std::vector<T> host_reduce(int n_ranks, std::int64_t n, ReduceOp op, std::int64_t offset = 0) {
+  std::vector<T> acc = inputs<T>(0, n, offset);
+  for (int r = 1; r < n_ranks; ++r) {
+    std::vector<T> x = inputs<T>(r, n, offset);
+    for (std::int64_t i = 0; i < n; ++i) acc[i] = combine(acc[i], x[i], op);
+  }
+  if constexpr (std::is_same_v<T, float>)
+    if (op == ReduceOp::avg)
+      for (auto& v : acc) v = v / static_cast<float>(n_ranks);
+  return acc;
+}
+
+template <typename T>
+Tensor on_device(const std::vector<T>& v) {
+  return Tensor::from_vector(v, {static_cast<std::int64_t>(v.size())}, kLocal);
+}
+
+// ---- every collective against host values -------------------------------------------------------
+
+class MpiCollectives : public ::testing::TestWithParam<Determinism> {};
+
+TEST_P(MpiCollectives, DescribesItsRanks) {
+  Communicator c = Communicator::init_rank(kLocal, world(), me(), opts(GetParam()));
+  EXPECT_TRUE(c.multiprocess());
+  EXPECT_EQ(c.rank(), me());
+  EXPECT_EQ(c.size(), world());
+  ASSERT_EQ(static_cast<int>(c.devices().size()), world());
+  EXPECT_EQ(c.device(), kLocal);
+  for (const Device& d : c.devices()) EXPECT_EQ(d, kLocal);  // every process's sim:0
+}
+
+TEST_P(MpiCollectives, AllReduceEveryOpAndCount) {
+  Communicator c = Communicator::init_rank(kLocal, world(), me(), opts(GetParam()));
+  for (std::int64_t n : {0, 1, 7, 1000, 4099}) {
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
+                        ReduceOp::avg}) {
+      Tensor send = on_device(inputs<float>(me(), n));
+      Tensor recv = Tensor::zeros({n}, DType::f32, kLocal);
+      c.all_reduce(send, recv, op);
+      EXPECT_EQ(recv.to_vector<float>(), host_reduce<float>(world(), n, op))
+          << "count " << n << " op " << reduce_op_name(op);
+      EXPECT_EQ(send.to_vector<float>(), inputs<float>(me(), n));  // send untouched
+      c.all_reduce(send, op);  // in place
+      EXPECT_EQ(send.to_vector<float>(), host_reduce<float>(world(), n, op))
+          << "in place, count " << n << " op " << reduce_op_name(op);
+    }
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::min, ReduceOp::max}) {
+      Tensor t = on_device(inputs<std::int64_t>(me(), n));
+      c.all_reduce(t, op);
+      EXPECT_EQ(t.to_vector<std::int64_t>(), host_reduce<std::int64_t>(world(), n, op))
+          << "i64 count " << n << " op " << reduce_op_name(op);
+    }
+  }
+}
+
+TEST_P(MpiCollectives, ReduceToEveryRoot) {
+  Communicator c = Communicator::init_rank(kLocal, world(), me(), opts(GetParam()));
+  const std::int64_t n = 1003;
+  for (int root = 0; root < world(); ++root) {
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::max, ReduceOp::avg}) {
+      Tensor send = on_device(inputs<float>(me(), n));
+      Tensor recv = Tensor::full({n}, -7.0f, kLocal);
+      c.reduce(send, recv, op, root);
+      std::vector<float> got = recv.to_vector<float>();
+      if (me() == root)
+        EXPECT_EQ(got, host_reduce<float>(world(), n, op)) << "root " << root;
+      else
+        EXPECT_EQ(got, std::vector<float>(n, -7.0f)) << "recv off the root must stay untouched";
+    }
+    Tensor t = on_device(inputs<float>(me(), n));  // in place on the root
+    c.reduce(t, t, ReduceOp::sum, root);
+    if (me() == root) {
+      EXPECT_EQ(t.to_vector<float>(), host_reduce<float>(world(), n, ReduceOp::sum));
+    }
+  }
+}
+
+TEST_P(MpiCollectives, BroadcastFromEveryRoot) {
+  Communicator c = Communicator::init_rank(kLocal, world(), me(), opts(GetParam()));
+  for (std::int64_t n : {1, 1000}) {
+    for (int root = 0; root < world(); ++root) {
+      Tensor send = on_device(inputs<float>(me(), n));
+      Tensor recv = Tensor::zeros({n}, DType::f32, kLocal);
+      c.broadcast(send, recv, root);
+      EXPECT_EQ(recv.to_vector<float>(), inputs<float>(root, n)) << "root " << root;
+      Tensor t = on_device(inputs<std::int64_t>(me(), n));
+      c.broadcast(t, root);
+      EXPECT_EQ(t.to_vector<std::int64_t>(), inputs<std::int64_t>(root, n)) << "root " << root;
+    }
+  }
+}
+
+TEST_P(MpiCollectives, AllGatherOutOfPlaceAndInPlace) {
+  Communicator c = Communicator::init_rank(kLocal, world(), me(), opts(GetParam()));
+  const std::int64_t n = 333;
+  std::vector<float> expected;
+  for (int q = 0; q < world(); ++q) {
+    std::vector<float> x = inputs<float>(q, n);
+    expected.insert(expected.end(), x.begin(), x.end());
+  }
+  Tensor send = on_device(inputs<float>(me(), n));
+  Tensor recv = Tensor::zeros({world() * n}, DType::f32, kLocal);
+  c.all_gather(send, recv);
+  EXPECT_EQ(recv.to_vector<float>(), expected);
+  // In place: send is this rank's block of recv.
+  Tensor whole = Tensor::zeros({world() * n}, DType::f32, kLocal);
+  Tensor block = whole.narrow(me() * n, n);
+  block.copy_(send);
+  c.all_gather(block, whole);
+  EXPECT_EQ(whole.to_vector<float>(), expected);
+}
+
+TEST_P(MpiCollectives, ReduceScatterEveryOp) {
+  Communicator c = Communicator::init_rank(kLocal, world(), me(), opts(GetParam()));
+  for (std::int64_t n : {1, 250, 1001}) {
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::avg}) {
+      Tensor send = on_device(inputs<float>(me(), world() * n));
+      Tensor recv = Tensor::zeros({n}, DType::f32, kLocal);
+      c.reduce_scatter(send, recv, op);
+      EXPECT_EQ(recv.to_vector<float>(), host_reduce<float>(world(), n, op, me() * n))
+          << "count " << n << " op " << reduce_op_name(op);
+      // In place: recv is this rank's block of send.
+      Tensor block = send.narrow(me() * n, n);
+      c.reduce_scatter(send, block, op);
+      EXPECT_EQ(block.to_vector<float>(), host_reduce<float>(world(), n, op, me() * n))
+          << "in place, count " << n << " op " << reduce_op_name(op);
+    }
+  }
+}
+
+TEST_P(MpiCollectives, BarrierThenMoreWork) {
+  Communicator c = Communicator::init_rank(kLocal, world(), me(), opts(GetParam()));
+  for (int i = 0; i < 5; ++i) c.barrier();
+  Tensor t = on_device(inputs<float>(me(), 10));
+  c.all_reduce(t);
+  EXPECT_EQ(t.to_vector<float>(), host_reduce<float>(world(), 10, ReduceOp::sum));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, MpiCollectives,
+                         ::testing::Values(Determinism::bitwise, Determinism::fast),
+                         [](const auto& info) { return std::string(determinism_name(info.param)); });
+
+// ---- bitwise: the in-process simulator's bits ---------------------------------------------------
+
+// Values with mixed signs and exponents: their sum depends on the order of the adds.
+std::vector<float> rough_inputs(int r, std::int64_t n) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  std::uint32_t s = 0x9e3779b9u * static_cast<std::uint32_t>(r + 1);
+  for (std::int64_t i = 0; i < n; ++i) {
+    s = s * 1664525u + 1013904223u;
+    const float mant = static_cast<float>(s >> 8) / 16777216.0f - 0.5f;
+    v[i] = std::ldexp(mant, static_cast<int>((s >> 4) % 24) - 12);
+  }
+  return v;
+}
+
+// The in-process simulator's bitwise result of `run` over world() virtual devices of this
+// process, for every rank's rough inputs.
+std::vector<std::vector<float>> in_process(
+    std::int64_t send_n, std::int64_t recv_n,
+    const std::function<void(std::vector<Communicator>&, std::vector<Tensor>&,
+                             std::vector<Tensor>&)>& run) {
+  std::vector<Communicator> comms =
+      Communicator::init_all(devices("sim", world()), opts(Determinism::bitwise));
+  std::vector<Tensor> send, recv;
+  for (int q = 0; q < world(); ++q) {
+    send.push_back(Tensor::from_vector(rough_inputs(q, send_n), {send_n}, Device("sim", q)));
+    recv.push_back(Tensor::zeros({recv_n}, DType::f32, Device("sim", q)));
+  }
+  run(comms, send, recv);
+  std::vector<std::vector<float>> out;
+  for (int q = 0; q < world(); ++q) out.push_back(recv[q].to_vector<float>());
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(MpiBitwise, AllReduceEqualsInProcessSimulatorBitForBit) {
+  const std::int64_t n = 5003;  // not a multiple of the world size
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::prod}) {
+    auto ref = in_process(n, n, [&](auto& comms, auto& send, auto& recv) {
+      all_reduce(comms, send, recv, op);
+    });
+    Communicator c = Communicator::init_rank(kLocal, world(), me(), opts(Determinism::bitwise));
+    Tensor t = on_device(rough_inputs(me(), n));
+    c.all_reduce(t, op);
+    std::vector<float> got = t.to_vector<float>();
+    EXPECT_TRUE(same_bits(got, ref[me()])) << "op " << reduce_op_name(op);
+    if (world() >= 3 && op == ReduceOp::sum) {
+      // The test can tell orders apart: plain left-to-right sums differ somewhere.
+      std::vector<float> seq = rough_inputs(0, n);
+      for (int q = 1; q < world(); ++q) {
+        std::vector<float> x = rough_inputs(q, n);
+        for (std::int64_t i = 0; i < n; ++i) seq[i] = seq[i] + x[i];
+      }
+      EXPECT_FALSE(same_bits(got, seq));
+    }
+  }
+}
+
+TEST(MpiBitwise, ReduceAndReduceScatterEqualInProcessSimulator) {
+  const std::int64_t n = 777;
+  const int root = world() - 1;
+  auto ref = in_process(n, n, [&](auto& comms, auto& send, auto& recv) {
+    reduce(comms, send, recv, ReduceOp::sum, root);
+  });
+  Communicator c = Communicator::init_rank(kLocal, world(), me(), opts(Determinism::bitwise));
+  Tensor send = on_device(rough_inputs(me(), n));
+  Tensor recv = Tensor::zeros({n}, DType::f32, kLocal);
+  c.reduce(send, recv, ReduceOp::sum, root);
+  if (me() == root) {
+    EXPECT_TRUE(same_bits(recv.to_vector<float>(), ref[root]));
+  }
+
+  auto ref_rs = in_process(world() * n, n, [&](auto& comms, auto& s, auto& r) {
+    reduce_scatter(comms, s, r, ReduceOp::sum);
+  });
+  Tensor big = on_device(rough_inputs(me(), world() * n));
+  c.reduce_scatter(big, recv, ReduceOp::sum);
+  EXPECT_TRUE(same_bits(recv.to_vector<float>(), ref_rs[me()]));
+}
+
+// ---- errors ---------------------------------------------------------------------------------
+
+TEST(MpiErrors, MismatchedCountsFailEveryRankThenTheCommunicatorGoesOn) {
+  if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
+  Communicator c = Communicator::init_rank(kLocal, world(), me(), opts(Determinism::bitwise));
+  const int odd = world() - 1;
+  Tensor t = Tensor::zeros({me() == odd ? 10 : 12}, DType::f32, kLocal);
+  c.all_reduce(t);
+  expect_error<InvalidArgument>([&] { c.stream().synchronize(); },
+                                "all_reduce: rank " + std::to_string(odd) +
+                                    " called with count 10, rank 0 with count 12 (collective #1");
+  Tensor root_probe = Tensor::zeros({4}, DType::f32, kLocal);
+  c.broadcast(root_probe, me() == odd ? 1 : 0);
+  expect_error<InvalidArgument>([&] { c.stream().synchronize(); },
+                                "broadcast: rank " + std::to_string(odd) +
+                                    " called with root 1, rank 0 with root 0 (collective #2");
+  if (me() == odd)
+    c.barrier();
+  else
+    c.all_reduce(root_probe);
+  expect_error<InvalidArgument>([&] { c.stream().synchronize(); },
+                                "all_reduce: rank " + std::to_string(odd) + " called barrier");
+  // Still in step: a matching call works.
+  Tensor ok = on_device(inputs<float>(me(), 9));
+  c.all_reduce(ok);
+  EXPECT_EQ(ok.to_vector<float>(), host_reduce<float>(world(), 9, ReduceOp::sum));
+}
+
+TEST(MpiErrors, RankThatNeverArrivesTimesOutTheOthers) {
+  if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
+  Communicator c = Communicator::init_rank(kLocal, world(), me(), opts(Determinism::fast, 300));
+  const int absent = world() - 1;
+  if (me() != absent) {
+    Tensor t = Tensor::zeros({16}, DType::f32, kLocal);
+    c.all_reduce(t);
+    expect_error<Timeout>([&] { c.stream().synchronize(); },
+                          "all_reduce (collective #1 on this communicator): timed out after 300 "
+                          "ms waiting for rank " + std::to_string(absent));
+    // Aborted: later calls fail at once.
+    expect_error<BackendError>([&] { c.all_reduce(t); },
+                               "all_reduce: communicator aborted by an earlier error");
+  }
+}
+
+TEST(MpiErrors, RankThatAbortsFailsTheOthersAtOnceNamingIt) {
+  if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
+  // A long timeout: only the abort notice can end the others' wait within the test's time.
+  Communicator c = Communicator::init_rank(kLocal, world(), me(), opts(Determinism::bitwise));
+  const int failing = world() - 1;
+  Tensor t = Tensor::zeros({16}, DType::f32, kLocal);
+  c.all_reduce(t);  // collective #1 completes on every rank
+  c.stream().synchronize();
+  if (me() == failing) {
+    c.abort("boom in the training loop");
+    expect_error<BackendError>([&] { c.all_reduce(t); },
+                               "all_reduce: communicator aborted by an earlier error: rank " +
+                                   std::to_string(failing) + " failed: boom in the training loop");
+  } else {
+    c.all_reduce(t);
+    expect_error<BackendError>([&] { c.stream().synchronize(); },
+                               "all_reduce (collective #2 on this communicator): rank " +
+                                   std::to_string(failing) + " failed: boom in the training loop");
+  }
+}
+
+TEST(MpiErrors, InitRankChecksItsArguments) {
+  expect_error<InvalidArgument>([] { Communicator::init_rank(kLocal, world() + 1, me()); },
+                                "Communicator::init_rank: world_size: expected " +
+                                    std::to_string(world()));
+  expect_error<InvalidArgument>(
+      [] { Communicator::init_rank(kLocal, world(), (me() + 1) % (world() + 1)); },
+      "Communicator::init_rank: rank: expected " + std::to_string(me()));
+  expect_error<InvalidArgument>([] { Communicator::init_rank(Device::cpu(), world(), me()); },
+                                "local_device: expected a device of a GPU backend");
+  expect_error<InvalidArgument>(
+      [] { Communicator::init_rank(Device("sim", 1000), world(), me()); }, "out of range");
+}
+
+TEST(MpiErrors, SingleControllerFormsRefuseAProcessHandle) {
+  if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
+  std::vector<Communicator> comms{
+      Communicator::init_rank(kLocal, world(), me(), opts(Determinism::bitwise))};
+  std::vector<Tensor> t{Tensor::zeros({4}, DType::f32, kLocal)};
+  expect_error<InvalidArgument>([&] { all_reduce(comms, t); },
+                                "got a handle of Communicator::init_rank");
+}
+
+}  // namespace
+}  // namespace ditto
+
+namespace {
+// Ranks other than 0 print only their failures, each line marked with the rank.
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  // (UnitTest::current_test_info() would deadlock here: gtest holds its lock while reporting.)
+  void OnTestStart(const ::testing::TestInfo& info) override {
+    test_ = std::string(info.test_suite_name()) + "." + info.name();
+  }
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s: %s:%d: %s\n", rank_, test_.c_str(),
+                 r.file_name() ? r.file_name() : "?", r.line_number(), r.message());
+  }
+
+ private:
+  int rank_;
+  std::string test_;
+};
+}  // namespace
+
+// Every process runs the suite as its rank; rank 0 prints the usual report, the others only their
+// failures (the exit code of each process reports its own failures to mpirun).
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ditto::dist::init(&argc, &argv);
+  ditto::BackendOptions o;
+  o.device_count = ditto::dist::world_size();  // sim:0 is this rank's; all for the in-process reference
+  o.memory_capacity = std::size_t(1) << 30;
+  ditto::init_backend("sim", o);
+  if (ditto::dist::rank() != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new RankFailurePrinter(ditto::dist::rank()));
+  }
+  int rc = RUN_ALL_TESTS();
+  ditto::dist::finalize();
+  return rc;
+}

@@ -1,0 +1,727 @@
+// parallel::DistributedDataParallel with one host thread per rank: parameter checks and the
+// broadcast from rank 0; bitwise equality with DataParallel for world sizes 1, 2, 4, 8 and any
+// bucket size or overlap; fast mode against one device; no_sync accumulation; Join with uneven
+// inputs; and the failures of a rank (throws mid-step, never reaches a collective), which must
+// end every other rank with an error naming the rank and the collective.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/communicator.h"
+#include "core/data/csv.h"
+#include "core/data/data_loader.h"
+#include "core/data/dataset.h"
+#include "core/micro_shards.h"
+#include "core/nn/loss.h"
+#include "core/nn/sequential.h"
+#include "core/ops.h"
+#include "core/optim/sgd.h"
+#include "core/parallel/data_parallel.h"
+#include "core/parallel/distributed_data_parallel.h"
+#include "core/random.h"
+
+namespace ditto {
+namespace {
+
+using parallel::DistributedDataParallel;
+using parallel::DistributedDataParallelOptions;
+
+class DdpTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    BackendOptions o;
+    o.device_count = 8;
+    init_backend("sim", o);
+  }
+};
+
+/// Runs fn(rank, comm) on one thread per rank of a new communicator over sim:0..world-1 and
+/// returns each rank's exception (null where it returned).
+std::vector<std::exception_ptr> run_ranks(int world, const CommOptions& co,
+                                          const std::function<void(int, Communicator&)>& fn) {
+  std::vector<Communicator> comms = Communicator::init_all(devices("sim", world), co);
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        fn(r, comms[static_cast<std::size_t>(r)]);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+/// Rethrows the first rank's error (so a test shows what went wrong).
+void expect_no_errors(const std::vector<std::exception_ptr>& errors) {
+  for (std::size_t r = 0; r < errors.size(); ++r)
+    if (errors[r]) {
+      try {
+        std::rethrow_exception(errors[r]);
+      } catch (const std::exception& e) {
+        FAIL() << "rank " << r << " threw: " << e.what();
+      }
+    }
+}
+
+std::string what_of(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  }
+  return "";
+}
+
+Tensor random_x(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
+  std::vector<float> v(static_cast<std::size_t>(rows * cols));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = uniform(seed, stream_id(kStreamSynthetic, 21), i, -1, 1);
+  return Tensor::from_vector(v, {rows, cols});
+}
+
+Tensor random_y(std::int64_t rows, std::int64_t classes, std::uint64_t seed) {
+  std::vector<std::int64_t> v(static_cast<std::size_t>(rows));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = philox_u32(seed, stream_id(kStreamSynthetic, 22), i) % classes;
+  return Tensor::from_vector(v, {rows});
+}
+
+/// Rows [lo, hi) of a host tensor, as a host tensor.
+Tensor rows_of(const Tensor& t, std::int64_t lo, std::int64_t hi) {
+  return t.narrow(lo, hi - lo).clone();
+}
+
+std::vector<std::vector<float>> params_of(nn::Module& m) {
+  std::vector<std::vector<float>> out;
+  for (nn::Parameter* p : m.parameters()) out.push_back(p->data.to_vector<float>());
+  return out;
+}
+
+std::vector<std::vector<float>> grads_of(nn::Module& m) {
+  std::vector<std::vector<float>> out;
+  for (nn::Parameter* p : m.parameters()) out.push_back(p->grad.to_vector<float>());
+  return out;
+}
+
+bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].size() != b[i].size() ||
+        std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
+      return false;
+  return true;
+}
+
+double max_abs_diff(const std::vector<std::vector<float>>& a,
+                    const std::vector<std::vector<float>>& b) {
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    for (std::size_t j = 0; j < a[i].size(); ++j)
+      m = std::max(m, std::abs(static_cast<double>(a[i][j]) - b[i][j]));
+  return m;
+}
+
+const std::vector<std::int64_t> kSizes{12, 24, 16, 5};
+constexpr std::int64_t kBatch = 37;  // not a multiple of the micro-shards nor of the ranks
+constexpr int kSteps = 3;
+
+/// Parameters after kSteps SGD steps of DataParallel (bitwise) over `devices` devices.
+std::vector<std::vector<float>> train_dp(int n_devices) {
+  auto devs = devices("sim", n_devices);
+  auto model = nn::mlp(kSizes, devs[0], 7);
+  model->set_input_requires_grad(false);
+  parallel::DataParallelOptions o;
+  o.determinism = Determinism::bitwise;
+  parallel::DataParallel dp(*model, devs, o);
+  nn::CrossEntropyLoss ce;
+  ce.set_determinism(Determinism::bitwise);
+  optim::SGDOptions so;
+  so.lr = 0.1f;
+  so.momentum = 0.9f;
+  optim::SGD opt(model->parameters(), so);
+  for (int s = 0; s < kSteps; ++s) {
+    Tensor out = dp.forward(random_x(kBatch, kSizes[0], 100 + s));
+    ce.forward(out, random_y(kBatch, kSizes.back(), 100 + s).to(out.device()));
+    opt.zero_grad(true);
+    dp.backward(ce.backward());
+    opt.step();
+  }
+  return params_of(*model);
+}
+
+/// The same training with DDP over `world` ranks (threads); returns every rank's parameters.
+std::vector<std::vector<std::vector<float>>> train_ddp(int world, DistributedDataParallelOptions o) {
+  CommOptions co;
+  co.determinism = Determinism::bitwise;
+  co.timeout_ms = 20000;
+  o.average_gradients = false;  // Note [DDP loss scaling]
+  std::vector<std::vector<std::vector<float>>> result(static_cast<std::size_t>(world));
+  auto errors = run_ranks(world, co, [&](int r, Communicator& comm) {
+    auto model = nn::mlp(kSizes, comm.device(), 7);
+    model->set_input_requires_grad(false);
+    DistributedDataParallel ddp(*model, comm, o);
+    nn::CrossEntropyLoss ce;
+    ce.set_determinism(Determinism::bitwise);
+    ce.set_global_batch(kBatch);
+    optim::SGDOptions so;
+    so.lr = 0.1f;
+    so.momentum = 0.9f;
+    optim::SGD opt(model->parameters(), so);
+    for (int s = 0; s < kSteps; ++s) {
+      auto [lo, hi] = ddp.local_rows(kBatch);
+      Tensor out = ddp.forward({rows_of(random_x(kBatch, kSizes[0], 100 + s), lo, hi)}, kBatch);
+      ce.forward(out, rows_of(random_y(kBatch, kSizes.back(), 100 + s), lo, hi).to(out.device()));
+      opt.zero_grad(true);
+      ddp.backward(ce.backward());
+      opt.step();
+    }
+    result[static_cast<std::size_t>(r)] = params_of(*model);
+  });
+  expect_no_errors(errors);
+  return result;
+}
+
+// ---- construction ------------------------------------------------------------------------------
+
+TEST_F(DdpTest, ParameterShapeMismatchNamesFirstRankAndParameterOnEveryRank) {
+  CommOptions co;
+  co.timeout_ms = 20000;
+  auto errors = run_ranks(4, co, [](int r, Communicator& comm) {
+    // Rank 2 has a different hidden size: parameter 0 ('0.weight') is the first that differs.
+    auto model = nn::mlp({8, r == 2 ? 6 : 4, 3}, comm.device(), 1);
+    DistributedDataParallel ddp(*model, comm);
+  });
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(errors[static_cast<std::size_t>(r)]) << "rank " << r;
+    try {
+      std::rethrow_exception(errors[static_cast<std::size_t>(r)]);
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("parameter 0 ('0.weight'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("[4, 8] f32 on rank 0 but [6, 8] f32 on rank 2"),
+                std::string::npos)
+          << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank " << r << ": expected InvalidArgument, got " << e.what();
+    }
+  }
+}
+
+TEST_F(DdpTest, ParameterCountMismatchIsReported) {
+  CommOptions co;
+  co.timeout_ms = 20000;
+  auto errors = run_ranks(2, co, [](int r, Communicator& comm) {
+    auto model = r == 0 ? nn::mlp({8, 4, 3}, comm.device(), 1) : nn::mlp({8, 3}, comm.device(), 1);
+    DistributedDataParallel ddp(*model, comm);
+  });
+  for (auto& e : errors) {
+    ASSERT_TRUE(e);
+    EXPECT_NE(what_of(e).find("rank 0 has 4 parameters but rank 1 has 2"), std::string::npos)
+        << what_of(e);
+  }
+}
+
+TEST_F(DdpTest, ParametersBroadcastFromRank0) {
+  CommOptions co;
+  co.timeout_ms = 20000;
+  std::vector<std::vector<std::vector<float>>> after(4);
+  auto expected = params_of(*nn::mlp({6, 5, 3}, Device("sim", 0), 0));
+  auto errors = run_ranks(4, co, [&](int r, Communicator& comm) {
+    auto model = nn::mlp({6, 5, 3}, comm.device(), static_cast<std::uint64_t>(r));  // differ
+    DistributedDataParallel ddp(*model, comm);
+    after[static_cast<std::size_t>(r)] = params_of(*model);
+  });
+  expect_no_errors(errors);
+  EXPECT_FALSE(same_bits(expected, params_of(*nn::mlp({6, 5, 3}, Device("sim", 0), 1))));
+  for (int r = 0; r < 4; ++r) EXPECT_TRUE(same_bits(after[static_cast<std::size_t>(r)], expected)) << r;
+}
+
+TEST_F(DdpTest, BucketsFollowTorchAssignment) {
+  CommOptions co;
+  std::vector<std::vector<std::size_t>> small, large;
+  auto errors = run_ranks(1, co, [&](int, Communicator& comm) {
+    auto model = nn::mlp({64, 128, 10}, comm.device(), 0);  // 32 KiB, 512 B, 5 KiB, 40 B
+    DistributedDataParallelOptions o;
+    o.bucket_cap_mb = 1.0 / 1024;  // 1 KiB
+    o.first_bucket_cap_mb = 1.0 / 1024;
+    small = DistributedDataParallel(*model, comm, o).bucket_indices();
+    large = DistributedDataParallel(*model, comm).bucket_indices();
+  });
+  expect_no_errors(errors);
+  // Reverse order; a bucket closes once it reaches its cap.
+  EXPECT_EQ(small, (std::vector<std::vector<std::size_t>>{{3, 2}, {1, 0}}));
+  EXPECT_EQ(large, (std::vector<std::vector<std::size_t>>{{3, 2, 1, 0}}));
+}
+
+TEST_F(DdpTest, BucketsStartDuringBackwardOnlyWithOverlap) {
+  CommOptions co;
+  co.timeout_ms = 20000;
+  std::vector<std::size_t> overlapped(4), buckets(4);
+  auto errors = run_ranks(2, co, [&](int r, Communicator& comm) {
+    for (bool overlap : {true, false}) {
+      auto model = nn::mlp({64, 128, 10}, comm.device(), 0);
+      model->set_input_requires_grad(false);
+      DistributedDataParallelOptions o;
+      o.bucket_cap_mb = 1.0 / 1024;
+      o.first_bucket_cap_mb = 1.0 / 1024;
+      o.overlap = overlap;
+      DistributedDataParallel ddp(*model, comm, o);
+      nn::CrossEntropyLoss ce;
+      Tensor out = ddp.forward(random_x(4, 64, 1));
+      ce.forward(out, random_y(4, 10, 1).to(out.device()));
+      ddp.backward(ce.backward());
+      const std::size_t i = static_cast<std::size_t>(r * 2 + (overlap ? 0 : 1));
+      overlapped[i] = ddp.buckets_overlapped();
+      buckets[i] = ddp.bucket_indices().size();
+    }
+  });
+  expect_no_errors(errors);
+  EXPECT_EQ(buckets, (std::vector<std::size_t>{2, 2, 2, 2}));
+  EXPECT_EQ(overlapped, (std::vector<std::size_t>{2, 0, 2, 0}));
+}
+
+TEST_F(DdpTest, BadOptionsAreRefused) {
+  CommOptions co;
+  auto errors = run_ranks(2, co, [&](int, Communicator& comm) {
+    auto model = nn::mlp({4, 3}, comm.device(), 0);
+    DistributedDataParallelOptions o;
+    o.micro_shards = 1;  // fewer than the ranks
+    DistributedDataParallel ddp(*model, comm, o);
+  });
+  for (auto& e : errors) {
+    ASSERT_TRUE(e);
+    EXPECT_NE(what_of(e).find("micro_shards: expected at least the world size 2, got 1"),
+              std::string::npos)
+        << what_of(e);
+  }
+}
+
+// ---- bitwise -----------------------------------------------------------------------------------
+
+TEST_F(DdpTest, BitwiseEqualsDataParallelForAnyWorldSizeBucketSizeAndOverlap) {
+  const auto dp = train_dp(4);
+  ASSERT_TRUE(same_bits(dp, train_dp(1)));
+  for (int world : {1, 2, 4, 8})
+    for (double cap_mb : {1.0 / 1024, 1.0, 25.0}) {
+      DistributedDataParallelOptions o;
+      o.bucket_cap_mb = cap_mb;
+      o.first_bucket_cap_mb = std::min(cap_mb, 1.0);
+      auto ranks = train_ddp(world, o);
+      for (int r = 0; r < world; ++r)
+        EXPECT_TRUE(same_bits(ranks[static_cast<std::size_t>(r)], dp))
+            << "world " << world << " cap " << cap_mb << " MiB rank " << r;
+    }
+  DistributedDataParallelOptions no_overlap;
+  no_overlap.overlap = false;
+  EXPECT_TRUE(same_bits(train_ddp(4, no_overlap)[0], dp));
+}
+
+TEST_F(DdpTest, LocalRowsFollowMicroShards) {
+  CommOptions co;
+  std::vector<std::pair<std::int64_t, std::int64_t>> rows(4);
+  auto errors = run_ranks(4, co, [&](int r, Communicator& comm) {
+    auto model = nn::mlp({4, 3}, comm.device(), 0);
+    DistributedDataParallelOptions o;
+    o.micro_shards = 8;
+    DistributedDataParallel ddp(*model, comm, o);
+    rows[static_cast<std::size_t>(r)] = ddp.local_rows(10);
+  });
+  expect_no_errors(errors);
+  // Micro-shard bounds of 10 rows over K = 8: 0 1 2 3 5 6 7 8 10; two shards per rank.
+  EXPECT_EQ(rows, (std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 2}, {2, 5}, {5, 7}, {7, 10}}));
+}
+
+// ---- fast mode ---------------------------------------------------------------------------------
+
+/// Gradients of one forward/backward of the whole batch on one device (loss: mean over it).
+std::vector<std::vector<float>> single_device_grads(const Tensor& x, const Tensor& y) {
+  auto model = nn::mlp(kSizes, Device("sim", 0), 7);
+  model->set_input_requires_grad(false);
+  nn::CrossEntropyLoss ce;
+  ce.forward(model->forward(x.to(Device("sim", 0))), y.to(Device("sim", 0)));
+  model->backward(ce.backward());
+  return grads_of(*model);
+}
+
+TEST_F(DdpTest, FastModeAveragedGradientsMatchOneDeviceWithinTolerance) {
+  const std::int64_t batch = 40;  // 10 rows per rank: local means average to the global mean
+  Tensor x = random_x(batch, kSizes[0], 5), y = random_y(batch, kSizes.back(), 5);
+  const auto expected = single_device_grads(x, y);
+  CommOptions co;
+  co.timeout_ms = 20000;
+  std::vector<std::vector<std::vector<float>>> grads(4);
+  auto errors = run_ranks(4, co, [&](int r, Communicator& comm) {
+    auto model = nn::mlp(kSizes, comm.device(), 7);
+    model->set_input_requires_grad(false);
+    DistributedDataParallelOptions o;
+    o.bucket_cap_mb = 1.0 / 1024;
+    DistributedDataParallel ddp(*model, comm, o);
+    nn::CrossEntropyLoss ce;
+    Tensor out = ddp.forward(rows_of(x, r * 10, r * 10 + 10));
+    ce.forward(out, rows_of(y, r * 10, r * 10 + 10).to(out.device()));
+    ddp.backward(ce.backward());
+    grads[static_cast<std::size_t>(r)] = grads_of(*model);
+  });
+  expect_no_errors(errors);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_TRUE(same_bits(grads[static_cast<std::size_t>(r)], grads[0])) << r;
+    EXPECT_LT(max_abs_diff(grads[static_cast<std::size_t>(r)], expected), 1e-5) << r;
+  }
+  // The averaged gradient is not any single rank's local gradient.
+  auto local0 = single_device_grads(rows_of(x, 0, 10), rows_of(y, 0, 10));
+  EXPECT_GT(max_abs_diff(grads[0], local0), 1e-3);
+}
+
+TEST_F(DdpTest, NoSyncAccumulatesAndNextSyncIncludesIt) {
+  // Two micro-batches per rank: the first under no_sync, the second synchronised. The result
+  // equals one backward of the whole batch (loss: mean over the global batch of both).
+  const std::int64_t batch = 48;
+  Tensor x = random_x(batch, kSizes[0], 6), y = random_y(batch, kSizes.back(), 6);
+  const auto expected = single_device_grads(x, y);
+  CommOptions co;
+  co.timeout_ms = 20000;
+  std::vector<std::vector<std::vector<float>>> after_no_sync(2), grads(2);
+  auto errors = run_ranks(2, co, [&](int r, Communicator& comm) {
+    auto model = nn::mlp(kSizes, comm.device(), 7);
+    model->set_input_requires_grad(false);
+    DistributedDataParallelOptions o;
+    o.average_gradients = false;
+    DistributedDataParallel ddp(*model, comm, o);
+    nn::CrossEntropyLoss ce;
+    ce.set_global_batch(batch);
+    // Rank r's micro-batches: rows [24r, 24r + 12) and [24r + 12, 24r + 24).
+    for (int m = 0; m < 2; ++m) {
+      const std::int64_t lo = 24 * r + 12 * m;
+      auto step = [&] {
+        Tensor out = ddp.forward(rows_of(x, lo, lo + 12));
+        ce.forward(out, rows_of(y, lo, lo + 12).to(out.device()));
+        ddp.backward(ce.backward());
+      };
+      if (m == 0) {
+        auto guard = ddp.no_sync();
+        step();
+        after_no_sync[static_cast<std::size_t>(r)] = grads_of(*model);
+      } else {
+        step();
+      }
+    }
+    grads[static_cast<std::size_t>(r)] = grads_of(*model);
+  });
+  expect_no_errors(errors);
+  // Under no_sync each rank kept its own gradient.
+  EXPECT_GT(max_abs_diff(after_no_sync[0], after_no_sync[1]), 1e-4);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_TRUE(same_bits(grads[static_cast<std::size_t>(r)], grads[0]));
+    EXPECT_LT(max_abs_diff(grads[static_cast<std::size_t>(r)], expected), 1e-5) << r;
+  }
+}
+
+// ---- join (uneven inputs) ------------------------------------------------------------------------
+
+TEST_F(DdpTest, JoinWithUnevenInputsDoesNotHangAndAveragesActiveRanks) {
+  // Rank r has r + 1 batches of 8 rows (world 4). Step s: the active ranks (r >= s) contribute;
+  // the joined ranks contribute zeros; the sum is divided by the world size (torch's default).
+  const int world = 4;
+  const std::int64_t rows = 8;
+  auto batch_x = [&](int r, int s) { return random_x(rows, kSizes[0], 1000 + 10 * r + s); };
+  auto batch_y = [&](int r, int s) { return random_y(rows, kSizes.back(), 1000 + 10 * r + s); };
+  // Reference on one device: grads summed over the active ranks' batches, / world, SGD step.
+  auto ref = nn::mlp(kSizes, Device("sim", 0), 7);
+  ref->set_input_requires_grad(false);
+  optim::SGDOptions so;
+  so.lr = 0.2f;
+  optim::SGD ref_opt(ref->parameters(), so);
+  for (int s = 0; s < world; ++s) {
+    ref_opt.zero_grad(true);
+    for (int r = s; r < world; ++r) {
+      nn::CrossEntropyLoss ce;
+      ce.forward(ref->forward(batch_x(r, s).to(Device("sim", 0))), batch_y(r, s).to(Device("sim", 0)));
+      ref->backward(ce.backward());
+    }
+    for (nn::Parameter* p : ref->parameters()) ops::scale_(p->grad, 1.0f / world);
+    ref_opt.step();
+  }
+  const auto expected = params_of(*ref);
+
+  CommOptions co;
+  co.timeout_ms = 20000;
+  std::vector<std::vector<std::vector<float>>> after(world);
+  std::vector<std::int64_t> shadowed(world);
+  auto errors = run_ranks(world, co, [&](int r, Communicator& comm) {
+    auto model = nn::mlp(kSizes, comm.device(), 7);
+    model->set_input_requires_grad(false);
+    DistributedDataParallelOptions o;
+    o.bucket_cap_mb = 1.0 / 1024;
+    DistributedDataParallel ddp(*model, comm, o);
+    ddp.enable_join();
+    optim::SGD opt(model->parameters(), so);
+    for (int s = 0; s <= r; ++s) {
+      nn::CrossEntropyLoss ce;
+      Tensor out = ddp.forward(batch_x(r, s));
+      ce.forward(out, batch_y(r, s).to(out.device()));
+      opt.zero_grad(true);
+      ddp.backward(ce.backward());
+      opt.step();
+    }
+    shadowed[static_cast<std::size_t>(r)] = ddp.join();
+    after[static_cast<std::size_t>(r)] = params_of(*model);
+  });
+  expect_no_errors(errors);
+  EXPECT_EQ(shadowed, (std::vector<std::int64_t>{3, 2, 1, 0}));
+  for (int r = 0; r < world; ++r) {
+    EXPECT_TRUE(same_bits(after[static_cast<std::size_t>(r)], after[3])) << r;
+    EXPECT_LT(max_abs_diff(after[static_cast<std::size_t>(r)], expected), 1e-5) << r;
+  }
+}
+
+TEST_F(DdpTest, JoinWithoutEnableJoinIsRefused) {
+  CommOptions co;
+  auto errors = run_ranks(1, co, [&](int, Communicator& comm) {
+    auto model = nn::mlp({4, 3}, comm.device(), 0);
+    DistributedDataParallel ddp(*model, comm);
+    ddp.join();
+  });
+  ASSERT_TRUE(errors[0]);
+  EXPECT_NE(what_of(errors[0]).find("call enable_join() on every rank"), std::string::npos);
+}
+
+TEST_F(DdpTest, RanksDisagreeingOnNoSyncFailTogether) {
+  CommOptions co;
+  co.timeout_ms = 20000;
+  auto errors = run_ranks(2, co, [&](int r, Communicator& comm) {
+    auto model = nn::mlp({4, 3}, comm.device(), 0);
+    DistributedDataParallel ddp(*model, comm);
+    ddp.enable_join();
+    if (r == 1) {
+      auto guard = ddp.no_sync();
+      ddp.forward(random_x(2, 4, 0));
+    } else {
+      ddp.forward(random_x(2, 4, 0));
+    }
+  });
+  for (auto& e : errors) {
+    ASSERT_TRUE(e);
+    EXPECT_NE(what_of(e).find("rank(s) 1 are inside no_sync()"), std::string::npos) << what_of(e);
+  }
+}
+
+// ---- failures ----------------------------------------------------------------------------------
+
+/// One training step of a small model under DDP; rank `bad` misbehaves via `misbehave`.
+std::vector<std::exception_ptr> step_with_failure(int world, std::int64_t timeout_ms, int bad,
+                                                  const std::function<void(DistributedDataParallel&)>& misbehave) {
+  CommOptions co;
+  co.timeout_ms = timeout_ms;
+  return run_ranks(world, co, [&](int r, Communicator& comm) {
+    auto model = nn::mlp(kSizes, comm.device(), 7);
+    DistributedDataParallel ddp(*model, comm);
+    if (r == bad) {
+      misbehave(ddp);
+      return;
+    }
+    nn::CrossEntropyLoss ce;
+    Tensor out = ddp.forward(random_x(8, kSizes[0], 3));
+    ce.forward(out, random_y(8, kSizes.back(), 3).to(out.device()));
+    ddp.backward(ce.backward());
+  });
+}
+
+template <typename E>
+void expect_peers_fail(const std::vector<std::exception_ptr>& errors, int bad,
+                       const std::vector<std::string>& parts) {
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    if (static_cast<int>(r) == bad) continue;
+    ASSERT_TRUE(errors[r]) << "rank " << r << " did not fail";
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const E& e) {
+      for (const std::string& p : parts)
+        EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
+            << "rank " << r << ": '" << p << "' not in: " << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank " << r << ": unexpected error type: " << e.what();
+    }
+  }
+}
+
+TEST_F(DdpTest, RankThrowingInForwardAbortsPeersWithItsError) {
+  // A long timeout: the peers must fail through the abort (BackendError), not a Timeout.
+  auto errors = step_with_failure(4, 60000, 2, [](DistributedDataParallel& ddp) {
+    ddp.forward(random_x(8, 3, 0));  // wrong feature count: Linear throws
+  });
+  ASSERT_TRUE(errors[2]);
+  EXPECT_NE(what_of(errors[2]).find("Linear"), std::string::npos) << what_of(errors[2]);
+  expect_peers_fail<BackendError>(errors, 2,
+                                  {"all_reduce", "rank 2 failed: DistributedDataParallel.forward"});
+}
+
+TEST_F(DdpTest, RankThrowingOutsideDdpAbortsPeersWhenItsDdpUnwinds) {
+  auto errors = step_with_failure(3, 60000, 1, [](DistributedDataParallel& ddp) {
+    ddp.forward(random_x(8, kSizes[0], 3));
+    throw std::runtime_error("data loader broke");  // the training loop's own error
+  });
+  ASSERT_TRUE(errors[1]);
+  expect_peers_fail<BackendError>(errors, 1, {"all_reduce", "rank 1 failed", "unwound"});
+}
+
+TEST_F(DdpTest, RankReportingItsOwnFailureNamesIt) {
+  auto errors = step_with_failure(2, 60000, 0, [](DistributedDataParallel& ddp) {
+    ddp.abort("out of data on rank 0's disk");
+  });
+  expect_peers_fail<BackendError>(errors, 0, {"all_reduce", "rank 0 failed: out of data"});
+}
+
+TEST_F(DdpTest, RankNeverReachingTheAllReduceTimesOutNamingIt) {
+  auto errors = step_with_failure(4, 300, 3, [](DistributedDataParallel& ddp) {
+    ddp.forward(random_x(8, kSizes[0], 3));  // then returns without backward, no error
+  });
+  EXPECT_FALSE(errors[3]);
+  expect_peers_fail<Timeout>(errors, 3, {"all_reduce", "waiting for rank 3"});
+}
+
+TEST_F(DdpTest, RankMissingConstructionTimesOutNamingIt) {
+  CommOptions co;
+  co.timeout_ms = 300;
+  auto errors = run_ranks(2, co, [&](int r, Communicator& comm) {
+    if (r == 1) return;
+    auto model = nn::mlp({4, 3}, comm.device(), 0);
+    DistributedDataParallel ddp(*model, comm);
+  });
+  expect_peers_fail<Timeout>(errors, 1, {"all_gather", "waiting for rank 1"});
+}
+
+TEST_F(DdpTest, CommunicatorAbortFailsWaitingAndLaterCallsNamingRankAndCollective) {
+  CommOptions co;
+  co.timeout_ms = 60000;  // the abort, not the timeout, must end the wait
+  auto comms = Communicator::init_all(devices("sim", 2), co);
+  Tensor t0 = Tensor::full({16}, 1.0f, comms[0].device());
+  comms[0].all_reduce(t0);  // rank 0 waits for rank 1 on its stream
+  comms[1].abort("disk full");
+  comms[1].abort("second reason is ignored");
+  try {
+    comms[0].stream().synchronize();
+    FAIL() << "expected BackendError";
+  } catch (const BackendError& e) {
+    // "all_reduce (collective #1 ...): rank 1 failed: disk full" when the abort came while rank
+    // 0's task waited, "all_reduce: communicator aborted by an earlier error: rank 1 failed: ..."
+    // when it came before the task ran.
+    const std::string w = e.what();
+    EXPECT_EQ(w.rfind("all_reduce", 0), 0u) << w;
+    EXPECT_NE(w.find("rank 1 failed: disk full"), std::string::npos) << w;
+    EXPECT_EQ(w.find("second reason"), std::string::npos) << w;
+  }
+  Tensor t1 = Tensor::full({16}, 1.0f, comms[1].device());
+  try {
+    comms[1].broadcast(t1, 0);
+    FAIL() << "expected BackendError";
+  } catch (const BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("broadcast: communicator aborted by an earlier error: "
+                                         "rank 1 failed: disk full"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// ---- the trainer's use: digits, 2 epochs, DataParallel against DDP -------------------------------
+
+std::uint64_t checksum(nn::Module& m) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (nn::Parameter* p : m.parameters()) {
+    std::vector<float> v = p->data.to_vector<float>();
+    const auto* b = reinterpret_cast<const unsigned char*>(v.data());
+    for (std::size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
+struct Digits {
+  data::Dataset train;
+  std::int64_t features = 0, classes = 0;
+};
+
+Digits load_digits() {
+  data::Dataset all = data::read_csv(DITTO_DIGITS_CSV, {});
+  data::Split split = data::train_val_split(all, 0.2, 0);
+  data::Standardizer st = data::Standardizer::fit(split.train);
+  return {st.apply(split.train), all.num_features(), data::num_classes(all)};
+}
+
+TEST_F(DdpTest, DigitsTwoEpochsDdpEqualsDataParallel) {
+  const Digits d = load_digits();
+  const std::vector<std::int64_t> sizes{d.features, 32, d.classes};
+  const int epochs = 2;
+  // DataParallel over 4 devices.
+  std::uint64_t dp_sum = 0;
+  {
+    auto devs = devices("sim", 4);
+    auto model = nn::mlp(sizes, devs[0], 0);
+    model->set_input_requires_grad(false);
+    parallel::DataParallelOptions o;
+    o.determinism = Determinism::bitwise;
+    parallel::DataParallel dp(*model, devs, o);
+    nn::CrossEntropyLoss ce;
+    ce.set_determinism(Determinism::bitwise);
+    optim::SGDOptions so;
+    so.lr = 0.05f;
+    so.momentum = 0.9f;
+    optim::SGD opt(model->parameters(), so);
+    data::DataLoader loader(d.train, 64, true, 0);
+    for (int e = 0; e < epochs; ++e) {
+      loader.set_epoch(e);
+      for (data::Batch b : loader) {
+        Tensor out = dp.forward(b.x);
+        ce.forward(out, b.y.to(out.device()));
+        opt.zero_grad(true);
+        dp.backward(ce.backward());
+        opt.step();
+      }
+    }
+    dp_sum = checksum(*model);
+  }
+  CommOptions co;
+  co.determinism = Determinism::bitwise;
+  co.timeout_ms = 20000;
+  std::vector<std::uint64_t> sums(2);
+  auto errors = run_ranks(2, co, [&](int r, Communicator& comm) {
+    auto model = nn::mlp(sizes, comm.device(), 0);
+    model->set_input_requires_grad(false);
+    DistributedDataParallelOptions o;
+    o.average_gradients = false;
+    DistributedDataParallel ddp(*model, comm, o);
+    nn::CrossEntropyLoss ce;
+    ce.set_determinism(Determinism::bitwise);
+    optim::SGDOptions so;
+    so.lr = 0.05f;
+    so.momentum = 0.9f;
+    optim::SGD opt(model->parameters(), so);
+    data::DataLoader loader(d.train, 64, true, 0);
+    for (int e = 0; e < epochs; ++e) {
+      loader.set_epoch(e);
+      for (data::Batch b : loader) {
+        const std::int64_t n = b.x.size(0);
+        auto [lo, hi] = ddp.local_rows(n);
+        ce.set_global_batch(n);
+        Tensor out = ddp.forward({b.x.narrow(lo, hi - lo), }, n);
+        ce.forward(out, b.y.narrow(lo, hi - lo).to(out.device()));
+        opt.zero_grad(true);
+        ddp.backward(ce.backward());
+        opt.step();
+      }
+    }
+    sums[static_cast<std::size_t>(r)] = checksum(*model);
+  });
+  expect_no_errors(errors);
+  EXPECT_EQ(sums[0], dp_sum);
+  EXPECT_EQ(sums[1], dp_sum);
+}
+
+}  // namespace
+}  // namespace ditto

@@ -1,0 +1,48 @@
+// Tests of ditto::dist (core/distributed.h) and Communicator::init_rank in a plain process (not
+// started by mpirun, no dist::init): the world of one process, and clear errors. The multi-process
+// behaviour is tested under mpirun by tests/mpi/test_mpi_communicator.cpp.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/backend.h"
+#include "core/communicator.h"
+#include "core/distributed.h"
+
+namespace ditto {
+namespace {
+
+TEST(Distributed, WithoutInitIsAWorldOfOneProcess) {
+  EXPECT_FALSE(dist::is_initialized());
+  EXPECT_EQ(dist::world_size(), 1);
+  EXPECT_EQ(dist::rank(), 0);
+  dist::finalize();  // no-op when not initialized
+  EXPECT_FALSE(dist::is_initialized());
+}
+
+TEST(Distributed, InitRankWithoutInitSaysToCallIt) {
+  try {
+    Communicator::init_rank(Device("sim", 0), 1, 0);
+    ADD_FAILURE() << "expected BackendError";
+  } catch (const BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("Communicator::init_rank: no process group: call "
+                                         "dist::init() first"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Distributed, InitWithoutMpiSupportSaysSo) {
+  if (dist::available()) GTEST_SKIP() << "MPI support is built (tested under mpirun)";
+  try {
+    dist::init();
+    ADD_FAILURE() << "expected BackendError";
+  } catch (const BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("dist::init: this build of ditto has no MPI support"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ditto
