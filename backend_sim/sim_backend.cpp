@@ -41,7 +41,7 @@ SimBackend::SimBackend(const BackendOptions& options) {
   devices_.reserve(static_cast<std::size_t>(count));
   for (int i = 0; i < count; ++i) {
     auto d = std::make_unique<VirtualDevice>();
-    d->stream = std::make_unique<SimStream>(Device("sim", i));
+    d->stream = std::make_unique<SimStream>(Device("sim", i), d->health);
     d->capacity = options.memory_capacity;
     devices_.push_back(std::move(d));
   }
@@ -49,7 +49,7 @@ SimBackend::SimBackend(const BackendOptions& options) {
 }
 
 SimBackend::~SimBackend() {
-  for (auto& d : devices_) d->stream.reset();  // drain and join every worker first
+  for (auto& d : devices_) d->stream.reset();  // let every queue drain first
 }
 
 DeviceProperties SimBackend::properties(int index) const {
@@ -68,6 +68,18 @@ void SimBackend::reset_peak_memory(int index) {
 
 void* SimBackend::allocate(int index, std::size_t bytes) {
   auto& d = *devices_[index];
+  if (d.health->failed.load()) throw BackendError(d.health->failure());
+  const std::int64_t ordinal = d.allocations.fetch_add(1);
+  {
+    std::lock_guard lk(faults_mu_);
+    for (const Fault& f : faults_.faults)
+      if (f.kind == Fault::Kind::fail_alloc && f.device == index && f.after == ordinal)
+        throw OutOfMemory(detail::cat("sim:", index, ": out of memory: tried to allocate ",
+                                      bytes_str(bytes), "; ", bytes_str(d.in_use.load()),
+                                      " in use of capacity ", bytes_str(d.capacity),
+                                      " (injected fault ", f.spec, ": allocation #", ordinal + 1,
+                                      " on this device fails)"));
+  }
   std::size_t cur = d.in_use.load();
   for (;;) {
     if (bytes > d.capacity || cur > d.capacity - bytes)
@@ -93,7 +105,7 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
 void SimBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
   auto* d = devices_[index].get();
   try {
-    d->stream->enqueue([d, ptr, bytes] {
+    d->stream->enqueue_internal([d, ptr, bytes] {  // frees even on a failed device
       std::free(ptr);
       d->in_use.fetch_sub(bytes);
     });
@@ -104,7 +116,7 @@ void SimBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
 }
 
 std::unique_ptr<Stream> SimBackend::create_stream(int index) {
-  return std::make_unique<SimStream>(Device("sim", index));
+  return std::make_unique<SimStream>(Device("sim", index), devices_[index]->health);
 }
 
 std::unique_ptr<Event> SimBackend::create_event(int) { return std::make_unique<SimEvent>(); }
@@ -136,7 +148,33 @@ void SimBackend::copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void
 
 std::shared_ptr<CommunicatorImpl> SimBackend::create_communicator(const std::vector<int>& devices,
                                                                   const CommOptions& options) {
-  return make_sim_communicator(devices, options);
+  std::lock_guard lk(faults_mu_);
+  return make_sim_communicator(devices, options, faults_);
+}
+
+void SimBackend::begin_step(std::int64_t step) {
+  std::lock_guard lk(faults_mu_);
+  for (const Fault& f : faults_.faults)
+    if (f.kind == Fault::Kind::fail_device && f.step <= step)
+      devices_[static_cast<std::size_t>(f.device)]->health->fail(
+          detail::cat("sim:", f.device, ": device failed (injected fault ", f.spec, ", at step ",
+                      step, ")"));
+}
+
+void SimBackend::set_faults(const FaultConfig& faults) {
+  for (const Fault& f : faults.faults)
+    DITTO_CHECK(f.kind == Fault::Kind::skip_collective || (f.device >= 0 && f.device < device_count()),
+                "SimBackend::set_faults: fault '", f.spec, "': device ", f.device,
+                " out of range: expected 0..", device_count() - 1);
+  DITTO_CHECK(!faults.comm_timeout_ms || *faults.comm_timeout_ms > 0,
+              "SimBackend::set_faults: comm_timeout_ms: expected a positive number of ms, got ",
+              faults.comm_timeout_ms.value_or(0));
+  std::lock_guard lk(faults_mu_);
+  faults_ = faults;
+  for (auto& d : devices_) {
+    d->health->reset();
+    d->allocations.store(0);
+  }
 }
 
 }  // namespace sim

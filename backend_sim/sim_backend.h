@@ -1,12 +1,15 @@
 // SimBackend: N virtual GPUs on the CPU. Each virtual device has its own memory (host memory with a
-// capacity and live/peak byte counts), a default stream run by its own worker thread, Eigen
-// kernels (sim_kernels.cpp) and shared-memory collectives (sim_communicator.cpp).
+// capacity and live/peak byte counts), a default stream (run on the simulator's bounded thread
+// pool, Note [Sim executor]), Eigen kernels (sim_kernels.cpp), shared-memory collectives
+// (sim_communicator.cpp) and injectable faults (sim_faults.h).
 #pragma once
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <vector>
 
+#include "backend_sim/sim_faults.h"
 #include "backend_sim/sim_stream.h"
 #include "core/backend.h"
 #include "core/communicator.h"
@@ -18,8 +21,10 @@ namespace ditto::sim {
 SimStream& as_sim(Stream& s, const char* call);
 
 std::unique_ptr<Kernels> make_sim_kernels();
+/// `faults`: the backend's skip-collective faults and timeout override (sim_faults.h).
 std::shared_ptr<CommunicatorImpl> make_sim_communicator(const std::vector<int>& devices,
-                                                        const CommOptions& options);
+                                                        const CommOptions& options,
+                                                        const FaultConfig& faults = {});
 
 class SimBackend final : public Backend {
  public:
@@ -48,15 +53,28 @@ class SimBackend final : public Backend {
   std::shared_ptr<CommunicatorImpl> create_communicator(const std::vector<int>& devices,
                                                         const CommOptions& options) override;
 
+  /// Fails the devices whose `fail:` fault has step <= `step` (sim_faults.h).
+  void begin_step(std::int64_t step) override;
+
+  /// Replaces the injected faults (sim_faults.h): every device becomes healthy again and the
+  /// allocation counts restart from zero; communicators created afterwards see the new
+  /// skip-collective faults and timeout. Throws InvalidArgument naming the spec when a device
+  /// is out of range or comm_timeout_ms is not positive.
+  void set_faults(const FaultConfig& faults);
+
  private:
   struct VirtualDevice {
     std::unique_ptr<SimStream> stream;
+    std::shared_ptr<DeviceHealth> health = std::make_shared<DeviceHealth>();
+    std::atomic<std::int64_t> allocations{0};  ///< allocate() calls since set_faults
     std::size_t capacity = 0;
     std::atomic<std::size_t> in_use{0};
     std::atomic<std::size_t> peak{0};
   };
   std::vector<std::unique_ptr<VirtualDevice>> devices_;
   std::unique_ptr<Kernels> kernels_;
+  mutable std::mutex faults_mu_;
+  FaultConfig faults_;
 };
 
 }  // namespace ditto::sim

@@ -1,15 +1,67 @@
 #include "backend_sim/sim_stream.h"
 
+#include "backend_sim/sim_executor.h"
 #include "core/error.h"
 
 namespace ditto::sim {
 
-void EventState::complete(std::uint64_t gen) {
+namespace {
+// Tasks one stream runs before it lets the pool's other streams have the thread.
+constexpr int kDrainBudget = 64;
+
+// The error of a stream on device `who` that waited on an event completed on a failed device.
+std::exception_ptr poison_error(const std::string& who, const std::string& poison) {
+  if (poison.empty()) return nullptr;
+  return std::make_exception_ptr(BackendError(
+      who + ": stream waited on an event recorded on a failed device: " + poison));
+}
+}  // namespace
+
+// ---- DeviceHealth ---------------------------------------------------------------------------
+
+void DeviceHealth::fail(const std::string& why) {
+  std::lock_guard lk(mu_);
+  if (failed.load()) return;
+  reason = why;
+  failed.store(true);
+}
+
+void DeviceHealth::reset() {
+  std::lock_guard lk(mu_);
+  failed.store(false);
+  reason.clear();
+}
+
+std::string DeviceHealth::failure() const {
+  if (!failed.load()) return {};
+  std::lock_guard lk(mu_);
+  return reason;
+}
+
+// ---- events ---------------------------------------------------------------------------------
+
+void EventState::complete(std::uint64_t gen, std::string failure) {
+  std::vector<Waiter> ready;
+  std::string poisoned;
   {
     std::lock_guard lk(mu);
-    if (gen > completed) completed = gen;
+    if (gen > completed) {
+      completed = gen;
+      poison = std::move(failure);
+    }
+    for (std::size_t i = 0; i < waiters.size();) {
+      if (waiters[i].gen <= completed) {
+        ready.push_back(waiters[i]);
+        waiters[i] = waiters.back();
+        waiters.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    poisoned = poison;
   }
   cv.notify_all();
+  for (auto& w : ready) w.resume(poison_error(w.who, poisoned));
 }
 
 void EventState::wait_for(std::uint64_t gen) {
@@ -31,49 +83,105 @@ bool SimEvent::query() {
   return state_->completed >= state_->recorded;
 }
 
+// ---- the stream -----------------------------------------------------------------------------
+
+void Resume::operator()(std::exception_ptr error) const { s_->resume(std::move(error)); }
+
 SimStream::~SimStream() {
-  {
-    std::lock_guard lk(mu_);
-    stop_ = true;
-  }
-  cv_work_.notify_all();
-  if (worker_.joinable()) worker_.join();
-}
-
-void SimStream::enqueue(std::function<void()> task) {
-  {
-    std::lock_guard lk(mu_);
-    queue_.push_back(std::move(task));
-    if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
-  }
-  cv_work_.notify_one();
-}
-
-void SimStream::worker_loop() {
   std::unique_lock lk(mu_);
-  for (;;) {
-    cv_work_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stop requested and drained
-    auto task = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
-    lk.unlock();
-    try {
-      task();
-    } catch (...) {
-      std::lock_guard elk(mu_);
-      if (!error_) error_ = std::current_exception();
+  cv_idle_.wait(lk, [&] { return state_ == State::idle; });
+}
+
+void SimStream::push(Task task) {
+  std::lock_guard lk(mu_);
+  queue_.push_back(std::move(task));
+  if (state_ == State::idle) {
+    state_ = State::scheduled;
+    Executor::instance().post([this] { drain(); });
+  }
+}
+
+void SimStream::enqueue(std::function<void()> task) { push({std::move(task), nullptr, true}); }
+
+void SimStream::enqueue_internal(std::function<void()> task) {
+  push({std::move(task), nullptr, false});
+}
+
+void SimStream::enqueue_parked(std::function<void(Resume)> start) {
+  push({nullptr, std::move(start), false});
+}
+
+// Runs the queue on a pool thread until it is empty, a task parks the stream, or the budget is
+// spent (then the stream goes to the back of the pool's queue).
+void SimStream::drain() {
+  std::unique_lock lk(mu_);
+  for (int budget = kDrainBudget;; --budget) {
+    if (queue_.empty()) {
+      state_ = State::idle;
+      cv_idle_.notify_all();
+      return;
     }
-    task = nullptr;  // release captures before reporting idle
+    if (budget == 0) {  // stays scheduled
+      Executor::instance().post([this] { drain(); });
+      return;
+    }
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    if (task.start) {
+      starting_ = true;
+      resumed_early_ = false;
+      lk.unlock();
+      std::exception_ptr err;
+      try {
+        task.start(Resume(this));
+      } catch (...) {
+        err = std::current_exception();
+      }
+      task = {};
+      lk.lock();
+      starting_ = false;
+      if (err) {
+        keep_error_locked(std::move(err));
+        continue;
+      }
+      if (resumed_early_) continue;
+      state_ = State::parked;  // resume() puts the stream back on the pool
+      return;
+    }
+    lk.unlock();
+    std::exception_ptr err;
+    try {
+      if (task.checked && health_ && health_->failed.load())
+        throw BackendError(health_->failure());
+      task.run();
+    } catch (...) {
+      err = std::current_exception();
+    }
+    task = {};  // release captures before reporting idle
     lk.lock();
-    busy_ = false;
-    if (queue_.empty()) cv_idle_.notify_all();
+    if (err) keep_error_locked(std::move(err));
+  }
+}
+
+void SimStream::resume(std::exception_ptr error) {
+  std::lock_guard lk(mu_);
+  if (error) keep_error_locked(std::move(error));
+  if (starting_) {  // still inside start() on the draining thread: it carries on
+    resumed_early_ = true;
+    return;
+  }
+  if (queue_.empty()) {
+    state_ = State::idle;
+    cv_idle_.notify_all();
+  } else {
+    state_ = State::scheduled;
+    Executor::instance().post([this] { drain(); });
   }
 }
 
 void SimStream::synchronize() {
   std::unique_lock lk(mu_);
-  cv_idle_.wait(lk, [&] { return queue_.empty() && !busy_; });
+  cv_idle_.wait(lk, [&] { return state_ == State::idle; });
   if (error_) {
     auto e = error_;
     error_ = nullptr;
@@ -89,18 +197,21 @@ void SimStream::run_sync(std::function<void()> task) {
     std::exception_ptr error;
   };
   auto done = std::make_shared<Done>();
-  enqueue([task = std::move(task), done] {
-    try {
-      task();
-    } catch (...) {
-      done->error = std::current_exception();
-    }
-    {
-      std::lock_guard lk(done->mu);
-      done->done = true;
-    }
-    done->cv.notify_all();
-  });
+  const DeviceHealth* health = health_.get();
+  push({[task = std::move(task), done, health] {
+          try {
+            if (health && health->failed.load()) throw BackendError(health->failure());
+            task();
+          } catch (...) {
+            done->error = std::current_exception();
+          }
+          {
+            std::lock_guard lk(done->mu);
+            done->done = true;
+          }
+          done->cv.notify_all();
+        },
+        nullptr, false});
   std::unique_lock lk(done->mu);
   done->cv.wait(lk, [&] { return done->done; });
   if (done->error) std::rethrow_exception(done->error);
@@ -122,7 +233,10 @@ void SimStream::record(Event& event) {
     std::lock_guard lk(st->mu);
     gen = ++st->recorded;
   }
-  enqueue([st, gen] { st->complete(gen); });
+  // Internal: the event completes even on a failed device (waiters must never hang), carrying
+  // the failure to them.
+  const DeviceHealth* health = health_.get();
+  enqueue_internal([st, gen, health] { st->complete(gen, health ? health->failure() : ""); });
 }
 
 void SimStream::wait(const Event& event) {
@@ -135,7 +249,19 @@ void SimStream::wait(const Event& event) {
     gen = st->recorded;
   }
   if (gen == 0) return;
-  enqueue([st, gen] { st->wait_for(gen); });
+  const std::string who = device_.str();
+  enqueue_parked([st, gen, who](Resume resume) {
+    std::exception_ptr error;
+    {
+      std::lock_guard lk(st->mu);
+      if (st->completed < gen) {  // park until complete() resumes us
+        st->waiters.push_back({gen, resume, who});
+        return;
+      }
+      error = poison_error(who, st->poison);
+    }
+    resume(error);
+  });
 }
 
 }  // namespace ditto::sim

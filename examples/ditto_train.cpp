@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_sim/sim_backend.h"
 #include "core/backend.h"
 #include "core/data/csv.h"
 #include "core/data/data_loader.h"
@@ -51,6 +52,8 @@ struct Args {
   bool lr_given = false;
   std::int64_t micro_shards = kDefaultMicroShards;
   double sim_memory_gib = 80.0;
+  std::vector<std::string> faults;      // --fault SPEC (backend_sim/sim_faults.h)
+  std::int64_t comm_timeout_ms = 0;     // 0: the communicators' own timeout
 };
 
 /// The loss's target for a batch: the labels themselves (cross-entropy) or their one-hot
@@ -157,6 +160,16 @@ int run(const Args& a) {
   bopts.device_count = a.devices;
   bopts.memory_capacity = static_cast<std::size_t>(a.sim_memory_gib * double(1ull << 30));
   Backend& be = init_backend(backend, bopts);
+  if (!a.faults.empty() || a.comm_timeout_ms != 0) {
+    auto* sim_be = dynamic_cast<sim::SimBackend*>(&be);
+    DITTO_CHECK(sim_be, "--fault/--comm-timeout-ms: expected --backend sim, got ", be.name());
+    DITTO_CHECK(a.comm_timeout_ms >= 0, "--comm-timeout-ms: expected > 0, got ",
+                a.comm_timeout_ms);
+    sim::FaultConfig fc;
+    for (const std::string& f : a.faults) fc.faults.push_back(sim::parse_fault(f, "--fault"));
+    if (a.comm_timeout_ms > 0) fc.comm_timeout_ms = a.comm_timeout_ms;
+    sim_be->set_faults(fc);
+  }
   std::vector<Device> devs = ditto::devices(be.name(), a.devices);
 
   data::Dataset all = data::read_csv(a.data, csv);
@@ -205,6 +218,7 @@ int run(const Args& a) {
 
   data::DataLoader loader(train, a.batch_size, /*shuffle=*/true, a.seed, /*drop_last=*/false);
   double train_time = 0, train_loss = 0;
+  std::int64_t step = 0;
   Eval ev{};
   for (int epoch = 1; epoch <= a.epochs; ++epoch) {
     loader.set_epoch(epoch - 1);
@@ -212,6 +226,7 @@ int run(const Args& a) {
     double loss_sum = 0;
     std::int64_t seen = 0;
     for (data::Batch b : loader) {
+      be.begin_step(step++);
       Tensor out = dp.forward(b.x);
       Tensor loss = criterion->forward(out, make_target(b.y, classes, mse, out.device()));
       opt->zero_grad(true);
@@ -273,6 +288,12 @@ int main(int argc, char** argv) {
                  "bitwise (same bits for any power-of-two device count) or fast")
       ->capture_default_str();
   app.add_option("--sim-memory-gib", a.sim_memory_gib, "memory capacity of each simulated device")
+      ->capture_default_str();
+  app.add_option("--fault", a.faults,
+                 "sim: inject a fault (repeatable): fail:device=D,step=S | "
+                 "alloc:device=D,after=N | skip-collective:rank=R,index=K");
+  app.add_option("--comm-timeout-ms", a.comm_timeout_ms,
+                 "sim: timeout of every communicator in ms (0: their own)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   a.lr_given = app.count("--lr") > 0;
