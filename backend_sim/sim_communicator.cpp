@@ -315,9 +315,9 @@ class SimCommunicator final : public CommunicatorImpl,
                          : std::min(n_, Executor::instance().threads());
     work->pending.store(jobs);
     for (int j = 1; j < jobs; ++j)
-      Executor::instance().post([self = shared_from_this(), work, j, jobs] {
-        self->run_job(work, j, jobs);
-      });
+      Executor::instance().post(
+          [self = shared_from_this(), work, j, jobs] { self->run_job(work, j, jobs); },
+          static_cast<std::uint64_t>(j));
     run_job(work, 0, jobs);
   }
 

@@ -1,6 +1,9 @@
 #include "backend_sim/sim_executor.h"
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
+#include <vector>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
@@ -27,22 +30,58 @@ int pool_size() {
 }  // namespace
 
 // ---- Executor -------------------------------------------------------------------------------
+//
+// One queue per thread: a job posted with home h goes to queue h % T, so each stream (homed at
+// creation, round-robin) is normally run by one thread, with no lock shared by all threads: for a
+// few devices this is a thread per stream, as before the pool. A thread whose queue is empty
+// steals from the others; while jobs are queued somewhere it sleeps at most kStealPoll between
+// tries, so a thread held by a long (user) task delays the streams homed on it only that long.
+
+namespace {
+constexpr auto kStealPoll = std::chrono::milliseconds(1);
+}  // namespace
 
 struct Executor::Impl {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::function<void()>> jobs;
+  struct Worker {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::function<void()>> jobs;
+  };
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::atomic<std::int64_t> queued{0};  // jobs in all queues
 
-  void loop() {
-    std::unique_lock lk(mu);
-    for (;;) {
-      cv.wait(lk, [&] { return !jobs.empty(); });
-      std::function<void()> job = std::move(jobs.front());
-      jobs.pop_front();
-      lk.unlock();
-      job();
-      job = nullptr;  // release captures outside the lock
+  bool pop(Worker& w, std::function<void()>& job, bool wait_lock) {
+    std::unique_lock lk(w.mu, std::defer_lock);
+    if (wait_lock)
       lk.lock();
+    else if (!lk.try_lock())
+      return false;
+    if (w.jobs.empty()) return false;
+    job = std::move(w.jobs.front());
+    w.jobs.pop_front();
+    queued.fetch_sub(1);
+    return true;
+  }
+
+  void loop(std::size_t k) {
+    Worker& me = *workers[k];
+    const std::size_t t = workers.size();
+    std::function<void()> job;
+    for (;;) {
+      bool got = pop(me, job, true);
+      for (std::size_t i = 1; !got && i < t && queued.load() > 0; ++i)
+        got = pop(*workers[(k + i) % t], job, false);  // steal
+      if (got) {
+        job();
+        job = nullptr;  // release captures outside any lock
+        continue;
+      }
+      std::unique_lock lk(me.mu);
+      if (!me.jobs.empty()) continue;
+      if (queued.load() > 0)
+        me.cv.wait_for(lk, kStealPoll);
+      else
+        me.cv.wait(lk, [&] { return !me.jobs.empty() || queued.load() > 0; });
     }
   }
 };
@@ -53,15 +92,24 @@ Executor& Executor::instance() {
 }
 
 Executor::Executor() : impl_(new Impl), threads_(pool_size()) {
-  for (int i = 0; i < threads_; ++i) std::thread([impl = impl_] { impl->loop(); }).detach();
+  for (int i = 0; i < threads_; ++i) impl_->workers.push_back(std::make_unique<Impl::Worker>());
+  for (int i = 0; i < threads_; ++i)
+    std::thread([impl = impl_, i] { impl->loop(static_cast<std::size_t>(i)); }).detach();
 }
 
-void Executor::post(std::function<void()> job) {
+void Executor::post(std::function<void()> job, std::uint64_t home) {
+  Impl::Worker& w = *impl_->workers[home % impl_->workers.size()];
   {
-    std::lock_guard lk(impl_->mu);
-    impl_->jobs.push_back(std::move(job));
+    std::lock_guard lk(w.mu);
+    w.jobs.push_back(std::move(job));
+    impl_->queued.fetch_add(1);
   }
-  impl_->cv.notify_one();
+  w.cv.notify_one();
+}
+
+std::uint64_t Executor::next_home() {
+  static std::atomic<std::uint64_t> next{0};
+  return next.fetch_add(1);
 }
 
 // ---- Watchdog -------------------------------------------------------------------------------

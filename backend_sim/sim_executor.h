@@ -25,9 +25,13 @@ class Executor {
  public:
   static Executor& instance();
 
-  /// Run `job` on a pool thread, after jobs posted before it (FIFO); returns at once. `job` must
-  /// not throw (callers catch) and must not block waiting for other posted jobs.
-  void post(std::function<void()> job);
+  /// Run `job` on a pool thread, preferably thread `home` % threads() (after the jobs posted there
+  /// before it); returns at once. `job` must not throw (callers catch) and must not block waiting
+  /// for other posted jobs.
+  void post(std::function<void()> job, std::uint64_t home);
+
+  /// A home for a new stream: round-robin over the threads.
+  static std::uint64_t next_home();
 
   /// Number of pool threads.
   int threads() const { return threads_; }

@@ -10,10 +10,10 @@ namespace {
 constexpr int kDrainBudget = 64;
 
 // The error of a stream on device `who` that waited on an event completed on a failed device.
-std::exception_ptr poison_error(const std::string& who, const std::string& poison) {
+std::exception_ptr poison_error(const Device& who, const std::string& poison) {
   if (poison.empty()) return nullptr;
   return std::make_exception_ptr(BackendError(
-      who + ": stream waited on an event recorded on a failed device: " + poison));
+      who.str() + ": stream waited on an event recorded on a failed device: " + poison));
 }
 }  // namespace
 
@@ -93,12 +93,17 @@ SimStream::~SimStream() {
 }
 
 void SimStream::push(Task task) {
-  std::lock_guard lk(mu_);
-  queue_.push_back(std::move(task));
-  if (state_ == State::idle) {
+  {
+    std::lock_guard lk(mu_);
+    queue_.push_back(std::move(task));
+    if (state_ != State::idle) return;  // the pool runs it after what is queued
     state_ = State::scheduled;
-    Executor::instance().post([this] { drain(); });
   }
+  post_drain();
+}
+
+void SimStream::post_drain() {
+  Executor::instance().post([this] { drain(); }, home_);
 }
 
 void SimStream::enqueue(std::function<void()> task) { push({std::move(task), nullptr, true}); }
@@ -122,7 +127,8 @@ void SimStream::drain() {
       return;
     }
     if (budget == 0) {  // stays scheduled
-      Executor::instance().post([this] { drain(); });
+      lk.unlock();
+      post_drain();
       return;
     }
     Task task = std::move(queue_.front());
@@ -164,19 +170,21 @@ void SimStream::drain() {
 }
 
 void SimStream::resume(std::exception_ptr error) {
-  std::lock_guard lk(mu_);
-  if (error) keep_error_locked(std::move(error));
-  if (starting_) {  // still inside start() on the draining thread: it carries on
-    resumed_early_ = true;
-    return;
-  }
-  if (queue_.empty()) {
-    state_ = State::idle;
-    cv_idle_.notify_all();
-  } else {
+  {
+    std::lock_guard lk(mu_);
+    if (error) keep_error_locked(std::move(error));
+    if (starting_) {  // still inside start() on the draining thread: it carries on
+      resumed_early_ = true;
+      return;
+    }
+    if (queue_.empty()) {
+      state_ = State::idle;
+      cv_idle_.notify_all();
+      return;
+    }
     state_ = State::scheduled;
-    Executor::instance().post([this] { drain(); });
   }
+  post_drain();
 }
 
 void SimStream::synchronize() {
@@ -249,8 +257,7 @@ void SimStream::wait(const Event& event) {
     gen = st->recorded;
   }
   if (gen == 0) return;
-  const std::string who = device_.str();
-  enqueue_parked([st, gen, who](Resume resume) {
+  enqueue_parked([st, gen, who = device_](Resume resume) {
     std::exception_ptr error;
     {
       std::lock_guard lk(st->mu);

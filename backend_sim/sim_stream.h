@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend_sim/sim_executor.h"
 #include "core/stream.h"
 
 namespace ditto::sim {
@@ -63,7 +64,7 @@ struct EventState {
   struct Waiter {
     std::uint64_t gen;  ///< wakes when completed >= gen
     Resume resume;
-    std::string who;    ///< the waiting stream's device, for the poison message
+    Device who;         ///< the waiting stream's device, for the poison message
   };
   std::vector<Waiter> waiters;  ///< parked streams
 
@@ -86,7 +87,7 @@ class SimStream final : public Stream {
  public:
   /// `health`: the device's fault state (may be null: never fails).
   explicit SimStream(Device device, std::shared_ptr<DeviceHealth> health = nullptr)
-      : device_(std::move(device)), health_(std::move(health)) {}
+      : device_(std::move(device)), health_(std::move(health)), home_(Executor::next_home()) {}
   /// Waits for every queued task (including parked ones) to finish.
   ~SimStream() override;
 
@@ -127,6 +128,7 @@ class SimStream final : public Stream {
     bool checked = true;                 // plain: fail instead of running on a failed device
   };
   void push(Task task);
+  void post_drain();
   void drain();  // runs on a pool thread
   void resume(std::exception_ptr error);
   void keep_error_locked(std::exception_ptr e) {
@@ -135,6 +137,7 @@ class SimStream final : public Stream {
 
   Device device_;
   std::shared_ptr<DeviceHealth> health_;
+  const std::uint64_t home_;  // the pool thread that normally runs this stream
   std::mutex mu_;
   std::condition_variable cv_idle_;
   std::deque<Task> queue_;

@@ -1,7 +1,7 @@
 // parallel_apply on a small persistent pool of host threads (created on first use and kept), so a
 // training step does not pay for thread creation twice per step. One thread per replica up to
-// kMaxThreads; past that (e.g. 1024 simulated devices) the threads take replicas in index order
-// until none is left, so the thread count stays bounded.
+// max_threads(); past that (e.g. 1024 simulated devices) thread k of T runs replicas k, k + T,
+// k + 2T, ..., so the thread count stays bounded.
 #include "core/parallel/parallel_apply.h"
 
 #include <algorithm>
@@ -33,9 +33,9 @@ int max_threads() {
   return n;
 }
 
-/// Workers that each run one job at a time. run(n, fn) runs fn(0..n-1) on the caller and up to
-/// max_threads() - 1 workers, each taking the next index until none is left, and returns when all
-/// have finished. One run at a time (callers are serialised).
+/// Workers that each run one job at a time. run(n, fn) runs fn(0..n-1) on the caller (thread 0)
+/// and T - 1 = min(n, max_threads()) - 1 workers, thread k running indices k, k + T, ..., and
+/// returns when all have finished. One run at a time (callers are serialised).
 class Pool {
  public:
   static Pool& instance() {
@@ -46,7 +46,6 @@ class Pool {
   void run(int n, const std::function<void(int)>& fn) {
     std::lock_guard run_lock(run_mu_);
     const int helpers = std::min(n, max_threads()) - 1;
-    next_.store(0);
     {
       std::lock_guard lk(mu_);
       while (static_cast<int>(workers_.size()) < helpers) {
@@ -61,7 +60,7 @@ class Pool {
       ++generation_;
     }
     cv_work_.notify_all();
-    take(fn, n);
+    take(fn, 0, n, helpers + 1);
     std::unique_lock lk(mu_);
     cv_done_.wait(lk, [&] { return pending_ == 0; });
     job_ = nullptr;
@@ -76,17 +75,17 @@ class Pool {
       seen = generation_;
       if (id >= active_) continue;  // this run needs fewer workers
       const std::function<void(int)>* job = job_;
-      const int n = count_;
+      const int n = count_, stride = active_;
       lk.unlock();
-      take(*job, n);
+      take(*job, id, n, stride);
       lk.lock();
       if (--pending_ == 0) cv_done_.notify_all();
     }
   }
 
-  // Runs the next untaken index until none is left; fn catches everything (see parallel_apply).
-  void take(const std::function<void(int)>& fn, int n) {
-    for (int i = next_.fetch_add(1); i < n; i = next_.fetch_add(1)) fn(i);
+  // Thread `first` of `stride`: fn catches everything (see parallel_apply).
+  static void take(const std::function<void(int)>& fn, int first, int n, int stride) {
+    for (int i = first; i < n; i += stride) fn(i);
   }
 
   std::mutex run_mu_;
@@ -95,7 +94,6 @@ class Pool {
   std::vector<std::thread> workers_;
   const std::function<void(int)>* job_ = nullptr;
   int count_ = 0;               // indices of the current run
-  std::atomic<int> next_{0};    // next index to take
   int active_ = 0;
   int pending_ = 0;
   std::uint64_t generation_ = 0;
@@ -127,13 +125,13 @@ void parallel_apply(const std::vector<Device>& devices, const char* what,
   if (n == 1) {
     run(0);
   } else if (t_in_pool) {
-    std::atomic<int> next{0};
-    auto take = [&] {
-      for (int i = next.fetch_add(1); i < n; i = next.fetch_add(1)) marked(i);
+    const int stride = std::min(n, max_threads());
+    auto take = [&](int first) {
+      for (int i = first; i < n; i += stride) marked(i);
     };
     std::vector<std::thread> threads;
-    for (int i = 1; i < std::min(n, max_threads()); ++i) threads.emplace_back(take);
-    take();
+    for (int k = 1; k < stride; ++k) threads.emplace_back(take, k);
+    take(0);
     for (auto& t : threads) t.join();
   } else {
     Pool::instance().run(n, marked);
