@@ -72,13 +72,17 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
   const std::int64_t ordinal = d.allocations.fetch_add(1);
   {
     std::lock_guard lk(faults_mu_);
-    for (const Fault& f : faults_.faults)
-      if (f.kind == Fault::Kind::fail_alloc && f.device == index && f.after == ordinal)
-        throw OutOfMemory(detail::cat("sim:", index, ": out of memory: tried to allocate ",
+    const auto& faults = faults_->config.faults;
+    for (std::size_t i = 0; i < faults.size(); ++i) {
+      const Fault& f = faults[i];
+      if (f.kind != Fault::Kind::fail_alloc || f.device != index || f.after != ordinal) continue;
+      faults_->fired[i].store(true);
+      throw OutOfMemory(detail::cat("sim:", index, ": out of memory: tried to allocate ",
                                       bytes_str(bytes), "; ", bytes_str(d.in_use.load()),
                                       " in use of capacity ", bytes_str(d.capacity),
                                       " (injected fault ", f.spec, ": allocation #", ordinal + 1,
                                       " on this device fails)"));
+    }
   }
   std::size_t cur = d.in_use.load();
   for (;;) {
@@ -154,11 +158,22 @@ std::shared_ptr<CommunicatorImpl> SimBackend::create_communicator(const std::vec
 
 void SimBackend::begin_step(std::int64_t step) {
   std::lock_guard lk(faults_mu_);
-  for (const Fault& f : faults_.faults)
-    if (f.kind == Fault::Kind::fail_device && f.step <= step)
-      devices_[static_cast<std::size_t>(f.device)]->health->fail(
-          detail::cat("sim:", f.device, ": device failed (injected fault ", f.spec, ", at step ",
-                      step, ")"));
+  const auto& faults = faults_->config.faults;
+  for (std::size_t i = 0; i < faults.size(); ++i) {
+    const Fault& f = faults[i];
+    if (f.kind != Fault::Kind::fail_device || f.step > step) continue;
+    faults_->fired[i].store(true);
+    devices_[static_cast<std::size_t>(f.device)]->health->fail(detail::cat(
+        "sim:", f.device, ": device failed (injected fault ", f.spec, ", at step ", step, ")"));
+  }
+}
+
+std::vector<std::string> SimBackend::unfired_faults() const {
+  std::lock_guard lk(faults_mu_);
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < faults_->config.faults.size(); ++i)
+    if (!faults_->fired[i].load()) out.push_back(faults_->config.faults[i].spec);
+  return out;
 }
 
 void SimBackend::set_faults(const FaultConfig& faults) {
@@ -170,7 +185,7 @@ void SimBackend::set_faults(const FaultConfig& faults) {
               "SimBackend::set_faults: comm_timeout_ms: expected a positive number of ms, got ",
               faults.comm_timeout_ms.value_or(0));
   std::lock_guard lk(faults_mu_);
-  faults_ = faults;
+  faults_ = std::make_shared<FaultState>(faults);
   for (auto& d : devices_) {
     d->health->reset();
     d->allocations.store(0);

@@ -21,10 +21,11 @@ namespace ditto::sim {
 SimStream& as_sim(Stream& s, const char* call);
 
 std::unique_ptr<Kernels> make_sim_kernels();
-/// `faults`: the backend's skip-collective faults and timeout override (sim_faults.h).
-std::shared_ptr<CommunicatorImpl> make_sim_communicator(const std::vector<int>& devices,
-                                                        const CommOptions& options,
-                                                        const FaultConfig& faults = {});
+/// `faults` (may be null): the backend's skip-collective faults and timeout override
+/// (sim_faults.h).
+std::shared_ptr<CommunicatorImpl> make_sim_communicator(
+    const std::vector<int>& devices, const CommOptions& options,
+    std::shared_ptr<FaultState> faults = nullptr);
 
 class SimBackend final : public Backend {
  public:
@@ -62,6 +63,10 @@ class SimBackend final : public Backend {
   /// is out of range or comm_timeout_ms is not positive.
   void set_faults(const FaultConfig& faults);
 
+  /// The specs of the faults set by set_faults() that have not taken effect yet (e.g. a
+  /// skip-collective fault in a run that issues no communicator collective).
+  std::vector<std::string> unfired_faults() const;
+
  private:
   struct VirtualDevice {
     std::unique_ptr<SimStream> stream;
@@ -74,7 +79,7 @@ class SimBackend final : public Backend {
   std::vector<std::unique_ptr<VirtualDevice>> devices_;
   std::unique_ptr<Kernels> kernels_;
   mutable std::mutex faults_mu_;
-  FaultConfig faults_;
+  std::shared_ptr<FaultState> faults_ = std::make_shared<FaultState>(FaultConfig{});
 };
 
 }  // namespace ditto::sim

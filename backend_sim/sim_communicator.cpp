@@ -155,18 +155,19 @@ void reduce_range(const std::vector<const T*>& srcs, std::int64_t begin, std::in
 class SimCommunicator final : public CommunicatorImpl,
                               public std::enable_shared_from_this<SimCommunicator> {
  public:
-  SimCommunicator(std::vector<int> devices, const CommOptions& options, const FaultConfig& faults)
+  SimCommunicator(std::vector<int> devices, const CommOptions& options,
+                  std::shared_ptr<FaultState> faults)
       : devices_(std::move(devices)),
         options_(options),
         n_(static_cast<int>(devices_.size())),
-        timeout_ms_(faults.comm_timeout_ms.value_or(options.timeout_ms)),
+        timeout_ms_(faults ? faults->config.comm_timeout_ms.value_or(options.timeout_ms)
+                           : options.timeout_ms),
+        faults_(std::move(faults)),
         here_(devices_.size(), 0),
         in_flight_(devices_.size(), 0),
         seq_(devices_.size(), 0),
         slots_(devices_.size()),
         waiters_(devices_.size()) {
-    for (const Fault& f : faults.faults)
-      if (f.kind == Fault::Kind::skip_collective && f.rank < n_) skips_.push_back(f);
   }
 
   void all_reduce(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
@@ -246,8 +247,16 @@ class SimCommunicator final : public CommunicatorImpl,
   }
 
   bool skipped(int rank, std::uint64_t seq) const {
-    for (const Fault& f : skips_)
-      if (f.rank == rank && static_cast<std::uint64_t>(f.index) + 1 == seq) return true;
+    if (!faults_) return false;
+    const auto& faults = faults_->config.faults;
+    for (std::size_t i = 0; i < faults.size(); ++i) {
+      const Fault& f = faults[i];
+      if (f.kind == Fault::Kind::skip_collective && f.rank == rank &&
+          static_cast<std::uint64_t>(f.index) + 1 == seq) {
+        faults_->fired[i].store(true);
+        return true;
+      }
+    }
     return false;
   }
 
@@ -445,7 +454,7 @@ class SimCommunicator final : public CommunicatorImpl,
   const CommOptions options_;
   const int n_;
   const std::int64_t timeout_ms_;   // options_.timeout_ms, or the fault config's override
-  std::vector<Fault> skips_;        // injected skip-collective faults
+  const std::shared_ptr<FaultState> faults_;  // injected faults (may be null)
 
   std::mutex mu_;
   std::uint64_t generation_ = 0;     // collectives whose ranks have all arrived
@@ -466,8 +475,8 @@ class SimCommunicator final : public CommunicatorImpl,
 
 std::shared_ptr<CommunicatorImpl> make_sim_communicator(const std::vector<int>& devices,
                                                         const CommOptions& options,
-                                                        const FaultConfig& faults) {
-  return std::make_shared<SimCommunicator>(devices, options, faults);
+                                                        std::shared_ptr<FaultState> faults) {
+  return std::make_shared<SimCommunicator>(devices, options, std::move(faults));
 }
 
 }  // namespace ditto::sim

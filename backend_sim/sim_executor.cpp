@@ -33,9 +33,11 @@ int pool_size() {
 //
 // One queue per thread: a job posted with home h goes to queue h % T, so each stream (homed at
 // creation, round-robin) is normally run by one thread, with no lock shared by all threads: for a
-// few devices this is a thread per stream, as before the pool. A thread whose queue is empty
-// steals from the others; while jobs are queued somewhere it sleeps at most kStealPoll between
-// tries, so a thread held by a long (user) task delays the streams homed on it only that long.
+// few devices this is a thread per stream, as before the pool. Jobs queued behind a thread that
+// is held by a long task (a user's task that blocks) are stolen: while any job is queued, one
+// idle thread polls every kStealPoll and takes jobs that waited that long; the others sleep.
+// Stealing only after a poll leaves short waits to the home thread (no migration, no extra
+// wake-ups for the many tiny kernels of a small model).
 
 namespace {
 constexpr auto kStealPoll = std::chrono::milliseconds(1);
@@ -46,9 +48,13 @@ struct Executor::Impl {
     std::mutex mu;
     std::condition_variable cv;
     std::deque<std::function<void()>> jobs;
+    bool sleeping = false;  // in the untimed wait
+    bool wake = false;      // asked to poll for others' jobs
+    std::atomic<bool> busy{false};
   };
   std::vector<std::unique_ptr<Worker>> workers;
   std::atomic<std::int64_t> queued{0};  // jobs in all queues
+  std::atomic<int> pollers{0};          // threads polling for jobs to steal
 
   bool pop(Worker& w, std::function<void()>& job, bool wait_lock) {
     std::unique_lock lk(w.mu, std::defer_lock);
@@ -67,21 +73,52 @@ struct Executor::Impl {
     Worker& me = *workers[k];
     const std::size_t t = workers.size();
     std::function<void()> job;
+    bool polled = false;  // waited kStealPoll with jobs queued elsewhere
     for (;;) {
       bool got = pop(me, job, true);
-      for (std::size_t i = 1; !got && i < t && queued.load() > 0; ++i)
+      for (std::size_t i = 1; !got && polled && i < t; ++i)
         got = pop(*workers[(k + i) % t], job, false);  // steal
       if (got) {
+        if (polled) pollers.fetch_sub(1);
+        polled = false;
+        me.busy.store(true);
         job();
         job = nullptr;  // release captures outside any lock
+        me.busy.store(false);
         continue;
       }
       std::unique_lock lk(me.mu);
       if (!me.jobs.empty()) continue;
-      if (queued.load() > 0)
+      if (queued.load() > 0 && (polled || pollers.load() == 0)) {
+        if (!polled) pollers.fetch_add(1);
+        polled = true;
         me.cv.wait_for(lk, kStealPoll);
-      else
-        me.cv.wait(lk, [&] { return !me.jobs.empty() || queued.load() > 0; });
+        continue;
+      }
+      if (polled) pollers.fetch_sub(1);
+      polled = false;
+      me.sleeping = true;
+      me.cv.wait(lk, [&] { return !me.jobs.empty() || me.wake; });
+      me.sleeping = me.wake = false;
+      if (me.jobs.empty()) {  // woken to poll: steal what is still queued after kStealPoll
+        pollers.fetch_add(1);
+        polled = true;
+        me.cv.wait_for(lk, kStealPoll);
+      }
+    }
+  }
+
+  // A job went to a busy thread: make sure some idle thread polls for it.
+  void wake_a_poller(std::size_t except) {
+    if (pollers.load() > 0) return;
+    for (std::size_t i = 0; i < workers.size(); ++i) {
+      if (i == except) continue;
+      Worker& w = *workers[i];
+      std::lock_guard lk(w.mu);
+      if (!w.sleeping || w.wake) continue;
+      w.wake = true;
+      w.cv.notify_one();
+      return;
     }
   }
 };
@@ -98,13 +135,15 @@ Executor::Executor() : impl_(new Impl), threads_(pool_size()) {
 }
 
 void Executor::post(std::function<void()> job, std::uint64_t home) {
-  Impl::Worker& w = *impl_->workers[home % impl_->workers.size()];
+  const std::size_t k = home % impl_->workers.size();
+  Impl::Worker& w = *impl_->workers[k];
   {
     std::lock_guard lk(w.mu);
     w.jobs.push_back(std::move(job));
     impl_->queued.fetch_add(1);
   }
   w.cv.notify_one();
+  if (w.busy.load()) impl_->wake_a_poller(k);
 }
 
 std::uint64_t Executor::next_home() {

@@ -17,7 +17,9 @@
 //                                   and the collective after the communicator's timeout.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +42,14 @@ struct FaultConfig {
   /// When set: the timeout (ms, > 0) of every communicator created afterwards on the backend,
   /// instead of its CommOptions::timeout_ms (so a skipped collective fails fast).
   std::optional<std::int64_t> comm_timeout_ms;
+};
+
+/// The faults of one set_faults() call and which of them have fired, shared by the backend and
+/// the communicators created while it was current.
+struct FaultState {
+  explicit FaultState(FaultConfig c) : config(std::move(c)), fired(config.faults.size()) {}
+  const FaultConfig config;
+  std::vector<std::atomic<bool>> fired;  ///< fired[i]: config.faults[i] took effect
 };
 
 /// Parses one spec (syntax above). Throws InvalidArgument naming `flag` (e.g. "--fault"), the

@@ -244,6 +244,11 @@ int run(const Args& a) {
     std::fflush(stdout);
   }
   if (a.epochs == 0) ev = evaluate(dp, *criterion, mse, val, 512);
+  if (auto* sim_be = dynamic_cast<sim::SimBackend*>(&be))
+    for (const std::string& f : sim_be->unfired_faults())
+      std::printf("ditto-train: note: --fault %s never took effect (no such step, allocation or "
+                  "communicator collective in this run; DataParallel issues no collectives)\n",
+                  f.c_str());
   std::printf("final: backend=%s devices=%d determinism=%s epochs=%d train_loss=%.6f "
               "val_loss=%.6f val_acc=%.4f train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
               be.name().c_str(), a.devices, determinism_name(mode), a.epochs, train_loss, ev.loss,

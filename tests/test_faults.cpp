@@ -211,6 +211,18 @@ TEST(FaultAlloc, TheChosenAllocationFailsLikeCudaOutOfMemoryAndOnlyIt) {
   EXPECT_EQ(b.memory_stats(1).in_use, 0u);
 }
 
+TEST(FaultAlloc, UnfiredFaultsAreReported) {
+  sim::SimBackend& b = sim_with_faults({"alloc:device=0,after=0", "fail:device=1,step=2",
+                                        "skip-collective:rank=0,index=0"});
+  EXPECT_EQ(b.unfired_faults().size(), 3u);
+  EXPECT_THROW(b.allocate(0, 8), OutOfMemory);
+  b.begin_step(1);
+  EXPECT_EQ(b.unfired_faults(),
+            (std::vector<std::string>{"fail:device=1,step=2", "skip-collective:rank=0,index=0"}));
+  b.begin_step(2);
+  EXPECT_EQ(b.unfired_faults(), std::vector<std::string>{"skip-collective:rank=0,index=0"});
+}
+
 // ---- a rank that never joins a collective ---------------------------------------------------
 
 TEST(FaultSkipCollective, OtherRanksTimeOutNamingTheRankAndTheCollective) {
