@@ -239,11 +239,11 @@ class SimCommunicator final : public CommunicatorImpl,
       }
     parked_ = arrived_ = 0;
     std::fill(here_.begin(), here_.end(), 0);
-    const std::exception_ptr error = timeout
-                                         ? std::make_exception_ptr(Timeout(abort_reason_))
-                                         : std::make_exception_ptr(BackendError(abort_reason_));
+    const std::string why = abort_reason_;
     lk.unlock();
-    for (const Resume& r : parked) r(error);
+    // One exception object per rank: each stream rethrows its own (no object shared by threads).
+    for (const Resume& r : parked)
+      r(timeout ? error_ptr<Timeout>(why) : error_ptr<BackendError>(why));
   }
 
   bool skipped(int rank, std::uint64_t seq) const {
@@ -376,9 +376,24 @@ class SimCommunicator final : public CommunicatorImpl,
       std::lock_guard lk(mu_);
       std::fill(in_flight_.begin(), in_flight_.end(), 0);
     }
-    std::exception_ptr error = work.error;
-    if (!work.mismatch.empty()) error = std::make_exception_ptr(InvalidArgument(work.mismatch));
-    for (const Resume& r : work.resumes) r(error);
+    std::string failed;  // a job's error (host out of memory), rethrown by every rank
+    if (work.error) {
+      try {
+        std::rethrow_exception(work.error);
+      } catch (const std::exception& e) {
+        failed = e.what();
+      } catch (...) {
+        failed = "unknown exception";
+      }
+    }
+    for (const Resume& r : work.resumes) {  // one exception object per rank
+      if (!work.mismatch.empty())
+        r(error_ptr<InvalidArgument>(work.mismatch));
+      else if (work.error)
+        r(error_ptr<BackendError>(failed));
+      else
+        r();
+    }
   }
 
   // Shares [lo, hi) of the data movement of one collective (Note [Sim collectives], step 3).

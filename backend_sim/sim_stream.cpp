@@ -12,8 +12,8 @@ constexpr int kDrainBudget = 64;
 // The error of a stream on device `who` that waited on an event completed on a failed device.
 std::exception_ptr poison_error(const Device& who, const std::string& poison) {
   if (poison.empty()) return nullptr;
-  return std::make_exception_ptr(BackendError(
-      who.str() + ": stream waited on an event recorded on a failed device: " + poison));
+  return error_ptr<BackendError>(
+      who.str() + ": stream waited on an event recorded on a failed device: " + poison);
 }
 }  // namespace
 

@@ -23,6 +23,17 @@ namespace ditto::sim {
 
 class SimStream;
 
+/// An exception_ptr holding a new E(what), built in place: no copy of the exception (whose
+/// reference-counted message another thread may be reading) is left to die on this thread.
+template <typename E>
+std::exception_ptr error_ptr(const std::string& what) {
+  try {
+    throw E(what);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
 /// Health of one virtual device, shared by its streams (fault injection, sim_faults.h). Once
 /// failed, a device stays failed: its kernels, copies and collectives throw BackendError.
 struct DeviceHealth {
