@@ -37,10 +37,11 @@ int pool_size() {
 // is held by a long task (a user's task that blocks) are stolen: while any job is queued, one
 // idle thread polls every kStealPoll and takes jobs that waited that long; the others sleep.
 // Stealing only after a poll leaves short waits to the home thread (no migration, no extra
-// wake-ups for the many tiny kernels of a small model).
+// wake-ups for the many tiny kernels of a small model): with a 1 ms poll, 4 devices trained
+// about 15% slower than with no stealing; at 20 ms the difference is lost in the noise.
 
 namespace {
-constexpr auto kStealPoll = std::chrono::milliseconds(1);
+constexpr auto kStealPoll = std::chrono::milliseconds(20);
 }  // namespace
 
 struct Executor::Impl {
