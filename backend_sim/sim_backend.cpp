@@ -42,7 +42,7 @@ SimBackend::SimBackend(const BackendOptions& options) {
   devices_.reserve(static_cast<std::size_t>(count));
   for (int i = 0; i < count; ++i) {
     auto d = std::make_unique<VirtualDevice>();
-    d->stream = std::make_unique<SimStream>(Device("sim", i));
+    d->stream = std::make_unique<SimStream>(Device("sim", i), d->health);
     d->capacity = options.memory_capacity;
     devices_.push_back(std::move(d));
     next_track_.push_back(std::make_unique<std::atomic<int>>(1));
@@ -53,7 +53,7 @@ SimBackend::SimBackend(const BackendOptions& options) {
 }
 
 SimBackend::~SimBackend() {
-  for (auto& d : devices_) d->stream.reset();  // drain and join every worker first
+  for (auto& d : devices_) d->stream.reset();  // let every queue drain first
 }
 
 DeviceProperties SimBackend::properties(int index) const {
@@ -72,6 +72,22 @@ void SimBackend::reset_peak_memory(int index) {
 
 void* SimBackend::allocate(int index, std::size_t bytes) {
   auto& d = *devices_[index];
+  if (d.health->failed.load()) throw BackendError(d.health->failure());
+  const std::int64_t ordinal = d.allocations.fetch_add(1);
+  {
+    std::lock_guard lk(faults_mu_);
+    const auto& faults = faults_->config.faults;
+    for (std::size_t i = 0; i < faults.size(); ++i) {
+      const Fault& f = faults[i];
+      if (f.kind != Fault::Kind::fail_alloc || f.device != index || f.after != ordinal) continue;
+      faults_->fired[i].store(true);
+      throw OutOfMemory(detail::cat("sim:", index, ": out of memory: tried to allocate ",
+                                      bytes_str(bytes), "; ", bytes_str(d.in_use.load()),
+                                      " in use of capacity ", bytes_str(d.capacity),
+                                      " (injected fault ", f.spec, ": allocation #", ordinal + 1,
+                                      " on this device fails)"));
+    }
+  }
   std::size_t cur = d.in_use.load();
   for (;;) {
     if (bytes > d.capacity || cur > d.capacity - bytes)
@@ -98,7 +114,7 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
   if (cost_->tracing()) {  // stream-ordered memory counter of the trace
     CostModel* cm = cost_.get();
     SimStream* s = d.stream.get();
-    s->enqueue([cm, s, bytes] { cm->on_memory(*s, static_cast<std::int64_t>(bytes)); });
+    s->enqueue_internal([cm, s, bytes] { cm->on_memory(*s, static_cast<std::int64_t>(bytes)); });
   }
   return p;
 }
@@ -122,7 +138,7 @@ void SimBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
   try {
     // The stream by pointer: while ~SimBackend drains it, d->stream is already null.
     SimStream* s = d->stream.get();
-    s->enqueue([d, s, ptr, bytes, forget, cm] {
+    s->enqueue_internal([d, s, ptr, bytes, forget, cm] {  // frees even on a failed device
       forget();  // before free: the address may be handed out again right after
       std::free(ptr);
       d->in_use.fetch_sub(bytes);
@@ -136,7 +152,7 @@ void SimBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
 }
 
 std::unique_ptr<Stream> SimBackend::create_stream(int index) {
-  auto s = std::make_unique<SimStream>(Device("sim", index));
+  auto s = std::make_unique<SimStream>(Device("sim", index), devices_[index]->health);
   s->track = next_track_[static_cast<std::size_t>(index)]->fetch_add(1);
   return s;
 }
@@ -181,7 +197,44 @@ void SimBackend::copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void
 
 std::shared_ptr<CommunicatorImpl> SimBackend::create_communicator(const std::vector<int>& devices,
                                                                   const CommOptions& options) {
-  return make_sim_communicator(devices, options, cost_);
+  std::lock_guard lk(faults_mu_);
+  return make_sim_communicator(devices, options, cost_, faults_);
+}
+
+void SimBackend::begin_step(std::int64_t step) {
+  std::lock_guard lk(faults_mu_);
+  const auto& faults = faults_->config.faults;
+  for (std::size_t i = 0; i < faults.size(); ++i) {
+    const Fault& f = faults[i];
+    if (f.kind != Fault::Kind::fail_device || f.step > step) continue;
+    faults_->fired[i].store(true);
+    devices_[static_cast<std::size_t>(f.device)]->health->fail(detail::cat(
+        "sim:", f.device, ": device failed (injected fault ", f.spec, ", at step ", step, ")"));
+  }
+}
+
+std::vector<std::string> SimBackend::unfired_faults() const {
+  std::lock_guard lk(faults_mu_);
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < faults_->config.faults.size(); ++i)
+    if (!faults_->fired[i].load()) out.push_back(faults_->config.faults[i].spec);
+  return out;
+}
+
+void SimBackend::set_faults(const FaultConfig& faults) {
+  for (const Fault& f : faults.faults)
+    DITTO_CHECK(f.kind == Fault::Kind::skip_collective || (f.device >= 0 && f.device < device_count()),
+                "SimBackend::set_faults: fault '", f.spec, "': device ", f.device,
+                " out of range: expected 0..", device_count() - 1);
+  DITTO_CHECK(!faults.comm_timeout_ms || *faults.comm_timeout_ms > 0,
+              "SimBackend::set_faults: comm_timeout_ms: expected a positive number of ms, got ",
+              faults.comm_timeout_ms.value_or(0));
+  std::lock_guard lk(faults_mu_);
+  faults_ = std::make_shared<FaultState>(faults);
+  for (auto& d : devices_) {
+    d->health->reset();
+    d->allocations.store(0);
+  }
 }
 
 }  // namespace sim

@@ -1,6 +1,7 @@
 // SimBackend: N virtual GPUs on the CPU. Each virtual device has its own memory (host memory with a
-// capacity and live/peak byte counts), a default stream run by its own worker thread, Eigen
-// kernels (sim_kernels.cpp) and shared-memory collectives (sim_communicator.cpp).
+// capacity and live/peak byte counts), a default stream (run on the simulator's bounded thread
+// pool, Note [Sim executor]), Eigen kernels (sim_kernels.cpp), shared-memory collectives
+// (sim_communicator.cpp) and injectable faults (sim_faults.h).
 #pragma once
 
 #include <atomic>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "backend_sim/cost_model.h"
+#include "backend_sim/sim_faults.h"
 #include "backend_sim/sim_stream.h"
 #include "core/backend.h"
 #include "core/communicator.h"
@@ -22,9 +24,12 @@ namespace ditto::sim {
 SimStream& as_sim(Stream& s, const char* call);
 
 std::unique_ptr<Kernels> make_sim_kernels(std::shared_ptr<CostModel> cost);
-std::shared_ptr<CommunicatorImpl> make_sim_communicator(const std::vector<int>& devices,
-                                                        const CommOptions& options,
-                                                        std::shared_ptr<CostModel> cost);
+/// `cost`: the backend's cost model (virtual time of the collectives, Note [Virtual time]).
+/// `faults` (may be null): the backend's skip-collective faults and timeout override
+/// (sim_faults.h).
+std::shared_ptr<CommunicatorImpl> make_sim_communicator(
+    const std::vector<int>& devices, const CommOptions& options, std::shared_ptr<CostModel> cost,
+    std::shared_ptr<FaultState> faults = nullptr);
 
 /// out[i] = op over q of srcs[q][i] for i in [0, count), f32 or i64, exactly as the simulator's
 /// communicator reduces across ranks (Note [Sim collectives]): the canonical tree over q in
@@ -66,12 +71,27 @@ class SimBackend final : public Backend {
   /// work.
   CostModel& cost_model() { return *cost_; }
 
+  /// Fails the devices whose `fail:` fault has step <= `step` (sim_faults.h).
+  void begin_step(std::int64_t step) override;
+
+  /// Replaces the injected faults (sim_faults.h): every device becomes healthy again and the
+  /// allocation counts restart from zero; communicators created afterwards see the new
+  /// skip-collective faults and timeout. Throws InvalidArgument naming the spec when a device
+  /// is out of range or comm_timeout_ms is not positive.
+  void set_faults(const FaultConfig& faults);
+
+  /// The specs of the faults set by set_faults() that have not taken effect yet (e.g. a
+  /// skip-collective fault in a run that issues no communicator collective).
+  std::vector<std::string> unfired_faults() const;
+
  private:
   /// Device whose allocation holds `p`, or -1 (for the cost of copy_2d).
   int owner_of(const void* p) const;
 
   struct VirtualDevice {
     std::unique_ptr<SimStream> stream;
+    std::shared_ptr<DeviceHealth> health = std::make_shared<DeviceHealth>();
+    std::atomic<std::int64_t> allocations{0};  ///< allocate() calls since set_faults
     std::size_t capacity = 0;
     std::atomic<std::size_t> in_use{0};
     std::atomic<std::size_t> peak{0};
@@ -82,6 +102,8 @@ class SimBackend final : public Backend {
   std::vector<std::unique_ptr<std::atomic<int>>> next_track_;  // per device: next stream index
   mutable std::mutex owners_mu_;
   std::map<std::uintptr_t, std::pair<std::size_t, int>> owners_;  // start -> (bytes, device)
+  mutable std::mutex faults_mu_;
+  std::shared_ptr<FaultState> faults_ = std::make_shared<FaultState>(FaultConfig{});
 };
 
 }  // namespace ditto::sim

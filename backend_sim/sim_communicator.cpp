@@ -3,40 +3,50 @@
 //
 // Note [Sim collectives]
 // Every virtual device's memory is host memory of this process, so a collective needs no
-// transport: each rank reads and writes the other ranks' buffers directly, once all of them have
-// arrived. Each rank's call enqueues ONE task on the given stream; the task
-//   1. publishes the call (kind, pointers, count, dtype, op, root) in the rank's slot of the
-//      shared state and enters a rendezvous (a reusable generation barrier: mutex + condvar);
-//   2. after the rendezvous, checks that every rank called the same collective with the same
-//      count, dtype, op and root (all ranks run the same check and throw the same
-//      InvalidArgument when they differ, e.g. "all_reduce: rank 2 called with count 10, rank 0
-//      with count 12 ...");
-//   3. does its share of the data work, split so that every byte moves about once and the ranks
-//      work in parallel:
-//        all_reduce      rank r reduces element slice r (ceil(count / N) elements) across all
+// transport: the ranks' buffers are read and written directly once all of them have arrived. No
+// thread ever blocks waiting for the other ranks (Note [Sim executor] in sim_executor.h). Each
+// rank's call enqueues ONE parking task on the given stream; when the stream reaches it:
+//   1. the rank publishes its call (kind, pointers, count, dtype, op, root) in its slot of the
+//      shared state and parks its stream (no thread held). The first rank to arrive arms a
+//      deadline on the Watchdog;
+//   2. the LAST rank to arrive disarms it and checks that every rank called the same collective
+//      with the same count, dtype, op and root (a mismatch fails every rank with the same
+//      InvalidArgument, e.g. "all_reduce: rank 2 called with count 10, rank 0 with count 12 ...",
+//      and nothing is written);
+//   3. it then splits the data work into per-rank shares, run as jobs on the pool (its own thread
+//      takes the first), so that every byte moves about once and the ranks work in parallel:
+//        all_reduce      share r reduces element slice r (ceil(count / N) elements) across all
 //                        ranks' send buffers into a small local block, then writes the block into
 //                        every rank's recv at slice r;
 //        reduce          the same, writing only the root's recv;
-//        broadcast       rank r copies slice r of the root's send into every recv;
-//        all_gather      rank r copies its send into every recv at offset r * count;
-//        reduce_scatter  rank r reduces block r across all ranks' send into its own recv;
+//        broadcast       share r copies slice r of the root's send into every recv;
+//        all_gather      share r copies rank r's send into every recv at offset r * count;
+//        reduce_scatter  share r reduces block r across all ranks' send into rank r's recv;
 //        barrier         nothing;
-//      Only rank r touches slice (or block) r of any buffer, so in-place calls (send == recv, or
+//      Only share r touches slice (or block) r of any buffer, so in-place calls (send == recv, or
 //      send inside recv for all_gather / recv inside send for reduce_scatter) are race-free: the
 //      reduction of a slice is finished in the local block before it is written back;
-//   4. enters a second rendezvous, so that no rank returns (and lets its stream reuse or free its
-//      buffers, or publish its next call) while other ranks still read or write them.
+//   4. the job that finishes last resumes every rank's stream, so that no rank goes on (and lets
+//      its stream reuse or free its buffers, or publish its next call) while shares still read or
+//      write them.
+// Virtual time (Note [Virtual time], cost_model.h): each rank's stream clock is read when it
+// arrives; the last rank to arrive (step 2, while every other stream is parked) starts the
+// collective at the latest arrival and moves every rank's clock to that start plus the cost
+// model's estimate, before anything is resumed. A mismatched call costs nothing.
 // The element reduction over ranks follows the canonical tree over rank index in
 // Determinism::bitwise (Note [Canonical tree], done on blocks of elements) and runs left to right
 // in fast mode. avg is sum followed by a division by N (ncclAvg); i64 arithmetic wraps.
 //
-// A rank waiting in a rendezvous longer than CommOptions::timeout_ms throws ditto::Timeout naming
-// the collective, its ordinal on this communicator and the ranks that never arrived; the
-// communicator is then aborted: ranks still waiting fail with the same error, queued tasks fail
-// when they run, and every later call throws BackendError at once (like ncclCommAbort). A rank
-// that fails calls Communicator::abort: the same, with "rank R failed: <reason>" as the reason
-// (ranks waiting in a rendezvous name their collective before it). A mismatch
-// does not abort: all ranks fail that one call together and stay in step.
+// When the deadline (CommOptions::timeout_ms after the first arrival) passes before the last rank
+// arrives, every waiting rank fails with ditto::Timeout naming the collective, its ordinal on this
+// communicator and the ranks that never arrived; the communicator is then aborted: queued tasks
+// fail when they run, and every later call throws BackendError at once (like ncclCommAbort). A
+// rank whose device failed (fault injection, sim_faults.h) aborts it at once instead, and the
+// others fail with a BackendError naming that rank, "<collective>: rank R failed: <reason>",
+// the message parked ranks get when a rank's trainer calls Communicator::abort(reason) (DDP does
+// when a rank's step throws); later calls throw "<collective>: communicator aborted by an earlier
+// error: " and the reason. A mismatch does not abort: all ranks fail that one call together and
+// stay in step.
 //
 // Like NCCL, a single host thread must enqueue the call on every rank before it blocks on any of
 // them (e.g. a blocking host copy on a rank's stream), or the ranks wait for each other until the
@@ -44,15 +54,17 @@
 // order the streams); a second collective starting on a rank whose previous one is still running
 // aborts the communicator with an error that says so.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "backend_sim/sim_backend.h"
+#include "backend_sim/sim_executor.h"
 #include "core/collective_call.h"
 #include "core/error.h"
 
@@ -151,16 +163,23 @@ class SimCommunicator final : public CommunicatorImpl,
                               public std::enable_shared_from_this<SimCommunicator> {
  public:
   SimCommunicator(std::vector<int> devices, const CommOptions& options,
-                  std::shared_ptr<CostModel> cost)
+                  std::shared_ptr<CostModel> cost, std::shared_ptr<FaultState> faults)
       : devices_(std::move(devices)),
         options_(options),
         cost_(std::move(cost)),
         n_(static_cast<int>(devices_.size())),
-        arrive_(devices_.size(), 0),
+        timeout_ms_(faults ? faults->config.comm_timeout_ms.value_or(options.timeout_ms)
+                           : options.timeout_ms),
+        faults_(std::move(faults)),
         here_(devices_.size(), 0),
         in_flight_(devices_.size(), 0),
         seq_(devices_.size(), 0),
-        slots_(devices_.size()) {}
+        slots_(devices_.size()),
+        arrive_(devices_.size(), 0),
+        streams_(devices_.size(), nullptr),
+        labels_(devices_.size()),
+        waiters_(devices_.size()) {
+  }
 
   void all_reduce(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
                   DType dtype, ReduceOp op) override {
@@ -186,25 +205,37 @@ class SimCommunicator final : public CommunicatorImpl,
 
   void abort(int rank, const std::string& reason) noexcept override {
     try {
-      std::lock_guard lk(mu_);
+      std::unique_lock lk(mu_);
       if (aborted_) return;  // the first reason stays
-      abort_locked(detail::cat("rank ", rank, " failed: ", reason), false);
-      abort_by_rank_ = true;
+      abort_locked(lk, detail::cat("rank ", rank, " failed: ", reason), false, true);
     } catch (...) {  // allocation failure of the message: the flag is what matters
+      std::lock_guard lk(mu_);
       aborted_ = true;
-      cv_.notify_all();
     }
   }
 
  private:
-  // Throws at once when aborted; otherwise enqueues the rank's task.
+  // One collective whose ranks have all arrived: the calls, the shares still running, and the
+  // streams to resume when they are done (Note [Sim collectives], steps 3 and 4).
+  struct Work {
+    std::vector<Call> calls;
+    std::vector<Resume> resumes;
+    std::string mismatch;           // non-empty: every rank fails with it, nothing runs
+    std::atomic<int> pending{0};    // jobs still running
+    std::mutex mu;
+    std::exception_ptr error;       // first error of a job (host out of memory)
+  };
+
+  // Throws at once when aborted; otherwise enqueues the rank's parking task.
   void submit(int rank, Stream& s, const Call& call) {
     SimStream& ss = as_sim(s, kind_name(call.kind));
     {
       std::lock_guard lk(mu_);
       throw_if_aborted(call.kind);
     }
-    ss.enqueue([self = shared_from_this(), rank, call, &ss] { self->run(rank, call, ss); });
+    ss.enqueue_parked([self = shared_from_this(), rank, call, &ss](Resume r) {
+      self->arrive(rank, call, ss, r);
+    });
   }
 
   // Caller holds mu_.
@@ -214,169 +245,265 @@ class SimCommunicator final : public CommunicatorImpl,
                                      abort_reason_));
   }
 
-  // Caller holds mu_.
-  void abort_locked(std::string reason, bool timeout) {
+  // Aborts with `reason` and resumes every parked rank with it (Timeout when `timeout`, else
+  // BackendError; `by_rank`: a rank failed, and each parked rank's message starts with its own
+  // collective, "<label>: rank R failed: ..."). Called with `lk` held; returns with it released.
+  void abort_locked(std::unique_lock<std::mutex>& lk, std::string reason, bool timeout,
+                    bool by_rank) {
     aborted_ = true;
-    abort_timeout_ = timeout;
     abort_reason_ = std::move(reason);
-    cv_.notify_all();
+    if (timer_) Watchdog::instance().cancel(*timer_);
+    timer_.reset();
+    std::vector<std::pair<Resume, std::string>> parked;
+    for (std::size_t q = 0; q < waiters_.size(); ++q)
+      if (waiters_[q]) {
+        parked.emplace_back(*waiters_[q],
+                            by_rank ? detail::cat(labels_[q], ": ", abort_reason_) : abort_reason_);
+        waiters_[q].reset();
+        in_flight_[q] = 0;
+      }
+    parked_ = arrived_ = 0;
+    std::fill(here_.begin(), here_.end(), 0);
+    lk.unlock();
+    // One exception object per rank: each stream rethrows its own (no object shared by threads).
+    for (const auto& [r, why] : parked)
+      r(timeout ? error_ptr<Timeout>(why) : error_ptr<BackendError>(why));
   }
 
-  // The task body of one rank (Note [Sim collectives]).
-  void run(int rank, const Call& call, SimStream& stream) {
-    std::uint64_t seq = 0;
-    {
-      std::lock_guard lk(mu_);
-      throw_if_aborted(call.kind);
-      seq = ++seq_[static_cast<std::size_t>(rank)];
-      if (in_flight_[static_cast<std::size_t>(rank)]) {
-        abort_locked(detail::cat(kind_name(call.kind), " (collective #", seq,
-                                 " on this communicator): rank ", rank,
-                                 " started a collective while its previous one was still running "
-                                 "(on another stream); a rank's collectives must run one at a "
-                                 "time"),
-                     false);
-        throw BackendError(abort_reason_);
+  bool skipped(int rank, std::uint64_t seq) const {
+    if (!faults_) return false;
+    const auto& faults = faults_->config.faults;
+    for (std::size_t i = 0; i < faults.size(); ++i) {
+      const Fault& f = faults[i];
+      if (f.kind == Fault::Kind::skip_collective && f.rank == rank &&
+          static_cast<std::uint64_t>(f.index) + 1 == seq) {
+        faults_->fired[i].store(true);
+        return true;
       }
-      in_flight_[static_cast<std::size_t>(rank)] = 1;
-      slots_[static_cast<std::size_t>(rank)] = call;
-      arrive_[static_cast<std::size_t>(rank)] = stream.virtual_now;
     }
-    struct Done {
-      SimCommunicator* self;
-      int rank;
-      ~Done() {
-        std::lock_guard lk(self->mu_);
-        self->in_flight_[static_cast<std::size_t>(rank)] = 0;
-      }
-    } done{this, rank};
+    return false;
+  }
 
+  // The parking task of one rank, on a pool thread (Note [Sim collectives], steps 1 and 2).
+  void arrive(int rank, const Call& call, SimStream& stream, Resume resume) {
+    const DeviceHealth* health = stream.health();
+    std::unique_lock lk(mu_);
+    throw_if_aborted(call.kind);
+    const auto r = static_cast<std::size_t>(rank);
+    const std::uint64_t seq = ++seq_[r];
     const std::string label =
         detail::cat(kind_name(call.kind), " (collective #", seq, " on this communicator)");
-    rendezvous(rank, label);
-    std::string mismatch = find_mismatch(seq);
-    if (mismatch.empty()) {
-      if (call.dtype == DType::f32)
-        work<float>(rank);
-      else
-        work<std::int64_t>(rank);
-      charge(call, stream);
+    if (in_flight_[r]) {
+      std::string why = detail::cat(label, ": rank ", rank,
+                                    " started a collective while its previous one was still "
+                                    "running (on another stream); a rank's collectives must run "
+                                    "one at a time");
+      abort_locked(lk, why, false, false);
+      throw BackendError(why);
     }
-    rendezvous(rank, label);
-    if (!mismatch.empty()) throw InvalidArgument(mismatch);
-  }
-
-  // Reusable generation barrier with a timeout; names the ranks that never arrived.
-  void rendezvous(int rank, const std::string& label) {
-    std::unique_lock lk(mu_);
-    throw_if_aborted(slots_[static_cast<std::size_t>(rank)].kind);
-    const std::uint64_t gen = generation_;
-    here_[static_cast<std::size_t>(rank)] = 1;
-    if (++arrived_ == n_) {
-      arrived_ = 0;
-      std::fill(here_.begin(), here_.end(), 0);
-      ++generation_;
-      cv_.notify_all();
+    if (health && health->failed.load()) {
+      // The message parked peers get when this rank's trainer aborts (Communicator::abort).
+      const std::string fault = health->failure();
+      abort_locked(lk, detail::cat(label, ": rank ", rank, " failed: ", fault), false, false);
+      throw BackendError(fault);
+    }
+    in_flight_[r] = 1;
+    waiters_[r] = resume;
+    labels_[r] = label;
+    ++parked_;
+    const bool skip = skipped(rank, seq);  // injected fault: parked, but never arrives
+    if (!skip) {
+      slots_[r] = call;
+      arrive_[r] = stream.virtual_now;
+      streams_[r] = &stream;
+      here_[r] = 1;
+      ++arrived_;
+    }
+    if (skip || arrived_ < n_) {
+      if (!timer_) arm_timeout(label);  // the first rank to park starts the clock
       return;
     }
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms);
-    while (generation_ == gen && !aborted_) {
-      if (cv_.wait_until(lk, deadline) == std::cv_status::timeout && generation_ == gen &&
-          !aborted_) {
-        std::vector<int> missing;
-        for (int q = 0; q < n_; ++q)
-          if (!here_[static_cast<std::size_t>(q)]) missing.push_back(q);
-        std::string who = missing.size() == 1 ? "rank " : "ranks ";
-        for (std::size_t i = 0; i < missing.size(); ++i)
-          who += (i ? ", " : "") + std::to_string(missing[i]);
-        abort_locked(detail::cat(label, ": timed out after ", options_.timeout_ms,
-                                 " ms waiting for ", who, " (communicator of ", n_,
-                                 " ranks; it is now aborted)"),
-                     true);
-        throw Timeout(abort_reason_);
-      }
+
+    // Last to arrive: run the collective.
+    if (timer_) Watchdog::instance().cancel(*timer_);
+    timer_.reset();
+    auto work = std::make_shared<Work>();
+    work->calls = slots_;
+    work->mismatch = detail::find_call_mismatch(slots_, seq);
+    work->resumes.reserve(waiters_.size());
+    for (auto& w : waiters_) {
+      work->resumes.push_back(*w);
+      w.reset();
     }
-    if (generation_ != gen) return;
-    // Another rank timed out (or misused the communicator, or failed and called abort) while
-    // this one waited.
-    if (abort_timeout_) throw Timeout(abort_reason_);
-    if (abort_by_rank_) throw BackendError(detail::cat(label, ": ", abort_reason_));
-    throw BackendError(abort_reason_);
+    if (work->mismatch.empty()) charge(slots_[0]);
+    parked_ = arrived_ = 0;
+    std::fill(here_.begin(), here_.end(), 0);
+    ++generation_;
+    lk.unlock();
+    if (!work->mismatch.empty()) {
+      finish(*work);
+      return;
+    }
+    // Shares: one job per pool thread (fewer for small payloads, where posting costs more than
+    // the copy). Each job runs a contiguous range of shares.
+    const Call& c = work->calls[0];
+    const std::int64_t bytes = c.count * static_cast<std::int64_t>(dtype_size(c.dtype)) * n_;
+    const int jobs = bytes < (std::int64_t(1) << 16)
+                         ? 1
+                         : std::min(n_, Executor::instance().threads());
+    work->pending.store(jobs);
+    for (int j = 1; j < jobs; ++j)
+      Executor::instance().post(
+          [self = shared_from_this(), work, j, jobs] { self->run_job(work, j, jobs); },
+          static_cast<std::uint64_t>(j));
+    run_job(work, 0, jobs);
+  }
+
+  void arm_timeout(const std::string& label) {
+    pending_label_ = label;
+    const std::uint64_t gen = generation_;
+    // The callback holds the communicator: parked ranks do not, and must still time out when
+    // every handle is gone.
+    timer_ = Watchdog::instance().schedule(
+        Watchdog::Clock::now() + std::chrono::milliseconds(timeout_ms_),
+        [self = shared_from_this(), gen] { self->on_timeout(gen); });
+  }
+
+  void on_timeout(std::uint64_t gen) {
+    std::unique_lock lk(mu_);
+    if (aborted_ || generation_ != gen || parked_ == 0) return;  // completed meanwhile
+    timer_.reset();
+    std::vector<int> missing;
+    for (int q = 0; q < n_; ++q)
+      if (!here_[static_cast<std::size_t>(q)]) missing.push_back(q);
+    std::string who = missing.size() == 1 ? "rank " : "ranks ";
+    for (std::size_t i = 0; i < missing.size(); ++i)
+      who += (i ? ", " : "") + std::to_string(missing[i]);
+    abort_locked(lk,
+          detail::cat(pending_label_, ": timed out after ", timeout_ms_, " ms waiting for ", who,
+                      " (communicator of ", n_, " ranks; it is now aborted)"),
+          true, false);
   }
 
   // Virtual time (Note [Virtual time], cost_model.h): the collective starts when the last rank
-  // arrived and lasts the cost model's estimate. Reads arrive_: only between the two rendezvous.
-  void charge(const Call& call, SimStream& stream) {
+  // arrived and lasts the cost model's estimate; every rank's stream clock moves to its end.
+  // Called by the last rank to arrive, with mu_ held, while every other rank's stream is parked.
+  void charge(const Call& call) {
+    if (!cost_) return;
     const VTime start = *std::max_element(arrive_.begin(), arrive_.end());
     double bytes = static_cast<double>(call.count) * static_cast<double>(dtype_size(call.dtype));
     if (call.kind == Kind::all_gather || call.kind == Kind::reduce_scatter) bytes *= n_;
     if (call.kind == Kind::barrier) bytes = 0;
     const CollectiveEstimate est = collective_time(cost_->cluster(), call.kind, bytes, devices_);
-    cost_->on_collective(stream, kind_name(call.kind), start, est, bytes);
+    for (SimStream* s : streams_) cost_->on_collective(*s, kind_name(call.kind), start, est, bytes);
   }
 
-  // Empty when every rank's call matches rank 0's; else the error every rank throws.
-  // Reads the slots: only between the two rendezvous of a call.
-  std::string find_mismatch(std::uint64_t seq) const { return detail::find_call_mismatch(slots_, seq); }
+  void run_job(const std::shared_ptr<Work>& work, int job, int jobs) {
+    try {
+      const std::int64_t lo = std::int64_t(job) * n_ / jobs, hi = std::int64_t(job + 1) * n_ / jobs;
+      if (work->calls[0].dtype == DType::f32)
+        shares<float>(work->calls, lo, hi);
+      else
+        shares<std::int64_t>(work->calls, lo, hi);
+    } catch (...) {
+      std::lock_guard lk(work->mu);
+      if (!work->error) work->error = std::current_exception();
+    }
+    if (work->pending.fetch_sub(1) == 1) finish(*work);
+  }
 
-  // Rank `rank`'s share of the data movement (Note [Sim collectives]).
+  // Step 4: the ranks may go on.
+  void finish(Work& work) {
+    {
+      std::lock_guard lk(mu_);
+      std::fill(in_flight_.begin(), in_flight_.end(), 0);
+    }
+    std::string failed;  // a job's error (host out of memory), rethrown by every rank
+    if (work.error) {
+      try {
+        std::rethrow_exception(work.error);
+      } catch (const std::exception& e) {
+        failed = e.what();
+      } catch (...) {
+        failed = "unknown exception";
+      }
+    }
+    for (const Resume& r : work.resumes) {  // one exception object per rank
+      if (!work.mismatch.empty())
+        r(error_ptr<InvalidArgument>(work.mismatch));
+      else if (work.error)
+        r(error_ptr<BackendError>(failed));
+      else
+        r();
+    }
+  }
+
+  // Shares [lo, hi) of the data movement of one collective (Note [Sim collectives], step 3).
   template <typename T>
-  void work(int rank) {
-    const Call& c = slots_[static_cast<std::size_t>(rank)];
+  void shares(const std::vector<Call>& calls, std::int64_t lo_share, std::int64_t hi_share) {
+    const Call& c = calls[0];
     const std::int64_t count = c.count;
     const auto n = static_cast<std::int64_t>(n_);
     const std::size_t elem = sizeof(T);
     std::vector<const T*> sends(static_cast<std::size_t>(n));
     std::vector<T*> recvs(static_cast<std::size_t>(n));
     for (std::int64_t q = 0; q < n; ++q) {
-      sends[q] = static_cast<const T*>(slots_[q].send);
-      recvs[q] = static_cast<T*>(slots_[q].recv);
+      sends[q] = static_cast<const T*>(calls[q].send);
+      recvs[q] = static_cast<T*>(calls[q].recv);
     }
     const Determinism mode = options_.determinism;
     // Element slice r of [0, count) when the work is split N ways.
     const std::int64_t per = (count + n - 1) / n;
-    const std::int64_t lo = std::min(count, rank * per), hi = std::min(count, lo + per);
-
-    switch (c.kind) {
-      case Kind::all_reduce:
-        reduce_range<T>(sends, lo, hi, c.op, mode, [&](std::int64_t off, const T* b, std::int64_t len) {
-          for (std::int64_t q = 0; q < n; ++q) std::memcpy(recvs[q] + off, b, len * elem);
-        });
-        break;
-      case Kind::reduce: {
-        T* dst = recvs[c.root];
-        reduce_range<T>(sends, lo, hi, c.op, mode, [&](std::int64_t off, const T* b, std::int64_t len) {
-          std::memcpy(dst + off, b, len * elem);
-        });
-        break;
+    std::vector<const T*> blocks;
+    for (std::int64_t rank = lo_share; rank < hi_share; ++rank) {
+      const std::int64_t lo = std::min(count, rank * per), hi = std::min(count, lo + per);
+      switch (c.kind) {
+        case Kind::all_reduce:
+          if (hi > lo)
+            reduce_range<T>(sends, lo, hi, c.op, mode,
+                            [&](std::int64_t off, const T* b, std::int64_t len) {
+                              for (std::int64_t q = 0; q < n; ++q)
+                                std::memcpy(recvs[q] + off, b, len * elem);
+                            });
+          break;
+        case Kind::reduce: {
+          T* dst = recvs[c.root];
+          if (hi > lo)
+            reduce_range<T>(sends, lo, hi, c.op, mode,
+                            [&](std::int64_t off, const T* b, std::int64_t len) {
+                              std::memcpy(dst + off, b, len * elem);
+                            });
+          break;
+        }
+        case Kind::broadcast: {
+          const T* src = sends[c.root];
+          if (hi > lo)
+            for (std::int64_t q = 0; q < n; ++q)
+              if (recvs[q] != src) std::memcpy(recvs[q] + lo, src + lo, (hi - lo) * elem);
+          break;
+        }
+        case Kind::all_gather: {
+          const T* src = sends[rank];
+          if (count > 0)
+            for (std::int64_t q = 0; q < n; ++q) {
+              T* dst = recvs[q] + rank * count;
+              if (dst != src) std::memcpy(dst, src, count * elem);
+            }
+          break;
+        }
+        case Kind::reduce_scatter: {
+          if (count == 0) break;
+          blocks.resize(static_cast<std::size_t>(n));
+          for (std::int64_t q = 0; q < n; ++q) blocks[q] = sends[q] + rank * count;
+          T* dst = recvs[rank];
+          reduce_range<T>(blocks, 0, count, c.op, mode,
+                          [&](std::int64_t off, const T* b, std::int64_t len) {
+                            std::memcpy(dst + off, b, len * elem);
+                          });
+          break;
+        }
+        case Kind::barrier: break;
       }
-      case Kind::broadcast: {
-        const T* src = sends[c.root];
-        if (hi > lo)
-          for (std::int64_t q = 0; q < n; ++q)
-            if (recvs[q] != src) std::memcpy(recvs[q] + lo, src + lo, (hi - lo) * elem);
-        break;
-      }
-      case Kind::all_gather: {
-        const T* src = sends[rank];
-        if (count > 0)
-          for (std::int64_t q = 0; q < n; ++q) {
-            T* dst = recvs[q] + rank * count;
-            if (dst != src) std::memcpy(dst, src, count * elem);
-          }
-        break;
-      }
-      case Kind::reduce_scatter: {
-        std::vector<const T*> blocks(static_cast<std::size_t>(n));
-        for (std::int64_t q = 0; q < n; ++q) blocks[q] = sends[q] + rank * count;
-        T* dst = recvs[rank];
-        reduce_range<T>(blocks, 0, count, c.op, mode, [&](std::int64_t off, const T* b, std::int64_t len) {
-          std::memcpy(dst + off, b, len * elem);
-        });
-        break;
-      }
-      case Kind::barrier: break;
     }
   }
 
@@ -384,19 +511,24 @@ class SimCommunicator final : public CommunicatorImpl,
   const CommOptions options_;
   const std::shared_ptr<CostModel> cost_;
   const int n_;
-  std::vector<VTime> arrive_;        // each rank's stream clock when its call started
+  const std::int64_t timeout_ms_;   // options_.timeout_ms, or the fault config's override
+  const std::shared_ptr<FaultState> faults_;  // injected faults (may be null)
 
   std::mutex mu_;
-  std::condition_variable cv_;
-  std::uint64_t generation_ = 0;     // completed rendezvous
+  std::uint64_t generation_ = 0;     // collectives whose ranks have all arrived
   int arrived_ = 0;                  // ranks in the current rendezvous
+  int parked_ = 0;                   // ... plus ranks parked without arriving (skip fault)
   std::vector<char> here_;           // here_[r]: rank r is in the current rendezvous
-  std::vector<char> in_flight_;      // in_flight_[r]: rank r's collective is running
+  std::vector<char> in_flight_;      // in_flight_[r]: rank r's collective has not finished
   std::vector<std::uint64_t> seq_;   // collectives started per rank
   std::vector<Call> slots_;          // each rank's current call
+  std::vector<VTime> arrive_;        // each rank's stream clock when it arrived
+  std::vector<SimStream*> streams_;  // each rank's stream in the current rendezvous
+  std::vector<std::string> labels_;  // each parked rank's collective, for abort messages
+  std::vector<std::optional<Resume>> waiters_;  // parked ranks of the current rendezvous
+  std::optional<std::uint64_t> timer_;          // Watchdog id of the current deadline
+  std::string pending_label_;        // the current rendezvous, for the timeout message
   bool aborted_ = false;
-  bool abort_timeout_ = false;       // the abort came from a timeout (waiters throw Timeout)
-  bool abort_by_rank_ = false;       // the abort came from a rank's abort() (Communicator::abort)
   std::string abort_reason_;
 };
 
@@ -404,8 +536,9 @@ class SimCommunicator final : public CommunicatorImpl,
 
 std::shared_ptr<CommunicatorImpl> make_sim_communicator(const std::vector<int>& devices,
                                                         const CommOptions& options,
-                                                        std::shared_ptr<CostModel> cost) {
-  return std::make_shared<SimCommunicator>(devices, options, std::move(cost));
+                                                        std::shared_ptr<CostModel> cost,
+                                                        std::shared_ptr<FaultState> faults) {
+  return std::make_shared<SimCommunicator>(devices, options, std::move(cost), std::move(faults));
 }
 
 namespace {

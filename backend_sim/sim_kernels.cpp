@@ -1,5 +1,5 @@
 // The simulator's kernels (ditto::Kernels): each call enqueues its work on the virtual device's
-// stream and returns at once; the work runs on that device's worker thread. Core has validated
+// stream and returns at once; the work runs on a thread of the simulator's pool. Core has validated
 // every argument (shapes, devices, target ranges), so these trust their inputs.
 //
 // Bitwise mode follows core/canonical_math.h (Note [Canonical GEMM], Note [Rounded primitives])

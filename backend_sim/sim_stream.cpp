@@ -2,23 +2,79 @@
 
 #include <algorithm>
 
+#include "backend_sim/sim_executor.h"
 #include "core/error.h"
 
 namespace ditto::sim {
 
-void EventState::complete(std::uint64_t gen, std::int64_t vtime) {
+namespace {
+// Tasks one stream runs before it lets the pool's other streams have the thread.
+constexpr int kDrainBudget = 64;
+
+// The error of a stream on device `who` that waited on an event completed on a failed device.
+std::exception_ptr poison_error(const Device& who, const std::string& poison) {
+  if (poison.empty()) return nullptr;
+  return error_ptr<BackendError>(
+      who.str() + ": stream waited on an event recorded on a failed device: " + poison);
+}
+}  // namespace
+
+// ---- DeviceHealth ---------------------------------------------------------------------------
+
+void DeviceHealth::fail(const std::string& why) {
+  std::lock_guard lk(mu_);
+  if (failed.load()) return;
+  reason = why;
+  failed.store(true);
+}
+
+void DeviceHealth::reset() {
+  std::lock_guard lk(mu_);
+  failed.store(false);
+  reason.clear();
+}
+
+std::string DeviceHealth::failure() const {
+  if (!failed.load()) return {};
+  std::lock_guard lk(mu_);
+  return reason;
+}
+
+// ---- events ---------------------------------------------------------------------------------
+
+void EventState::complete(std::uint64_t gen, std::int64_t vtime, std::string failure) {
+  std::vector<Waiter> ready;
+  std::string poisoned;
   {
     std::lock_guard lk(mu);
-    if (gen > completed) completed = gen;
+    if (gen > completed) {
+      completed = gen;
+      poison = std::move(failure);
+    }
     vtimes[gen] = vtime;
     while (vtimes.size() > 64) vtimes.erase(vtimes.begin());  // keep the recent generations
+    for (std::size_t i = 0; i < waiters.size();) {
+      if (waiters[i].gen <= completed) {
+        ready.push_back(waiters[i]);
+        waiters[i] = waiters.back();
+        waiters.pop_back();
+      } else {
+        ++i;
+      }
+    }
+    poisoned = poison;
   }
   cv.notify_all();
+  for (auto& w : ready) w.resume(poison_error(w.who, poisoned));
 }
 
 std::int64_t EventState::wait_for(std::uint64_t gen) {
   std::unique_lock lk(mu);
   cv.wait(lk, [&] { return completed >= gen; });
+  return vtime_locked(gen);
+}
+
+std::int64_t EventState::vtime_locked(std::uint64_t gen) const {
   auto it = vtimes.lower_bound(gen);  // gen itself unless it was pruned
   return it == vtimes.end() ? 0 : it->second;
 }
@@ -37,49 +93,113 @@ bool SimEvent::query() {
   return state_->completed >= state_->recorded;
 }
 
+// ---- the stream -----------------------------------------------------------------------------
+
+void Resume::operator()(std::exception_ptr error) const { s_->resume(std::move(error)); }
+
 SimStream::~SimStream() {
-  {
-    std::lock_guard lk(mu_);
-    stop_ = true;
-  }
-  cv_work_.notify_all();
-  if (worker_.joinable()) worker_.join();
+  std::unique_lock lk(mu_);
+  cv_idle_.wait(lk, [&] { return state_ == State::idle; });
 }
 
-void SimStream::enqueue(std::function<void()> task) {
+void SimStream::push(Task task) {
   {
     std::lock_guard lk(mu_);
     queue_.push_back(std::move(task));
-    if (!worker_.joinable()) worker_ = std::thread([this] { worker_loop(); });
+    if (state_ != State::idle) return;  // the pool runs it after what is queued
+    state_ = State::scheduled;
   }
-  cv_work_.notify_one();
+  post_drain();
 }
 
-void SimStream::worker_loop() {
+void SimStream::post_drain() {
+  Executor::instance().post([this] { drain(); }, home_);
+}
+
+void SimStream::enqueue(std::function<void()> task) { push({std::move(task), nullptr, true}); }
+
+void SimStream::enqueue_internal(std::function<void()> task) {
+  push({std::move(task), nullptr, false});
+}
+
+void SimStream::enqueue_parked(std::function<void(Resume)> start) {
+  push({nullptr, std::move(start), false});
+}
+
+// Runs the queue on a pool thread until it is empty, a task parks the stream, or the budget is
+// spent (then the stream goes to the back of the pool's queue).
+void SimStream::drain() {
   std::unique_lock lk(mu_);
-  for (;;) {
-    cv_work_.wait(lk, [&] { return stop_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stop requested and drained
-    auto task = std::move(queue_.front());
-    queue_.pop_front();
-    busy_ = true;
-    lk.unlock();
-    try {
-      task();
-    } catch (...) {
-      std::lock_guard elk(mu_);
-      if (!error_) error_ = std::current_exception();
+  for (int budget = kDrainBudget;; --budget) {
+    if (queue_.empty()) {
+      state_ = State::idle;
+      cv_idle_.notify_all();
+      return;
     }
-    task = nullptr;  // release captures before reporting idle
+    if (budget == 0) {  // stays scheduled
+      lk.unlock();
+      post_drain();
+      return;
+    }
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    if (task.start) {
+      starting_ = true;
+      resumed_early_ = false;
+      lk.unlock();
+      std::exception_ptr err;
+      try {
+        task.start(Resume(this));
+      } catch (...) {
+        err = std::current_exception();
+      }
+      task = {};
+      lk.lock();
+      starting_ = false;
+      if (err) {
+        keep_error_locked(std::move(err));
+        continue;
+      }
+      if (resumed_early_) continue;
+      state_ = State::parked;  // resume() puts the stream back on the pool
+      return;
+    }
+    lk.unlock();
+    std::exception_ptr err;
+    try {
+      if (task.checked && health_ && health_->failed.load())
+        throw BackendError(health_->failure());
+      task.run();
+    } catch (...) {
+      err = std::current_exception();
+    }
+    task = {};  // release captures before reporting idle
     lk.lock();
-    busy_ = false;
-    if (queue_.empty()) cv_idle_.notify_all();
+    if (err) keep_error_locked(std::move(err));
   }
+}
+
+void SimStream::resume(std::exception_ptr error) {
+  {
+    std::lock_guard lk(mu_);
+    if (error) keep_error_locked(std::move(error));
+    if (starting_) {  // still inside start() on the draining thread: it carries on
+      resumed_early_ = true;
+      return;
+    }
+    if (queue_.empty()) {
+      state_ = State::idle;
+      cv_idle_.notify_all();
+      return;
+    }
+    state_ = State::scheduled;
+  }
+  post_drain();
 }
 
 void SimStream::synchronize() {
   std::unique_lock lk(mu_);
-  cv_idle_.wait(lk, [&] { return queue_.empty() && !busy_; });
+  cv_idle_.wait(lk, [&] { return state_ == State::idle; });
   if (error_) {
     auto e = error_;
     error_ = nullptr;
@@ -95,18 +215,21 @@ void SimStream::run_sync(std::function<void()> task) {
     std::exception_ptr error;
   };
   auto done = std::make_shared<Done>();
-  enqueue([task = std::move(task), done] {
-    try {
-      task();
-    } catch (...) {
-      done->error = std::current_exception();
-    }
-    {
-      std::lock_guard lk(done->mu);
-      done->done = true;
-    }
-    done->cv.notify_all();
-  });
+  const DeviceHealth* health = health_.get();
+  push({[task = std::move(task), done, health] {
+          try {
+            if (health && health->failed.load()) throw BackendError(health->failure());
+            task();
+          } catch (...) {
+            done->error = std::current_exception();
+          }
+          {
+            std::lock_guard lk(done->mu);
+            done->done = true;
+          }
+          done->cv.notify_all();
+        },
+        nullptr, false});
   std::unique_lock lk(done->mu);
   done->cv.wait(lk, [&] { return done->done; });
   if (done->error) std::rethrow_exception(done->error);
@@ -128,7 +251,12 @@ void SimStream::record(Event& event) {
     std::lock_guard lk(st->mu);
     gen = ++st->recorded;
   }
-  enqueue([this, st, gen] { st->complete(gen, virtual_now); });
+  // Internal: the event completes even on a failed device (waiters must never hang), carrying
+  // the failure to them.
+  const DeviceHealth* health = health_.get();
+  enqueue_internal([this, st, gen, health] {
+    st->complete(gen, virtual_now, health ? health->failure() : "");
+  });
 }
 
 void SimStream::wait(const Event& event) {
@@ -141,7 +269,23 @@ void SimStream::wait(const Event& event) {
     gen = st->recorded;
   }
   if (gen == 0) return;
-  enqueue([this, st, gen] { virtual_now = std::max(virtual_now, st->wait_for(gen)); });
+  enqueue_parked([st, gen, who = device_](Resume resume) {
+    std::exception_ptr error;
+    {
+      std::lock_guard lk(st->mu);
+      if (st->completed < gen) {  // park until complete() resumes us
+        st->waiters.push_back({gen, resume, who});
+        return;
+      }
+      error = poison_error(who, st->poison);
+    }
+    resume(error);
+  });
+  // Once resumed (in stream order): the stream's clock moves up to the event's.
+  enqueue_internal([this, st, gen] {
+    std::lock_guard lk(st->mu);
+    virtual_now = std::max(virtual_now, st->vtime_locked(gen));
+  });
 }
 
 }  // namespace ditto::sim

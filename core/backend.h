@@ -198,6 +198,11 @@ class Backend {
   /// the per-rank Communicator handles wrap. Devices are validated by core.
   virtual std::shared_ptr<CommunicatorImpl> create_communicator(const std::vector<int>& devices,
                                                                 const CommOptions& options) = 0;
+
+  /// A trainer tells the backend that training step `step` (0-based, counted over the whole run)
+  /// begins, before enqueueing any of its work. Default: nothing; the simulator fires the faults
+  /// injected for that step (backend_sim/sim_faults.h).
+  virtual void begin_step(std::int64_t /*step*/) {}
 };
 
 /// Factory registered under a name.

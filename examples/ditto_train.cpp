@@ -78,6 +78,8 @@ struct Args {
   std::int64_t checkpoint_every = 0;  // optimizer steps between checkpoints (0: at the end only)
   std::string trainer = "dp";
   double bucket_cap_mb = 25.0;
+  std::vector<std::string> faults;      // --fault SPEC (backend_sim/sim_faults.h)
+  std::int64_t comm_timeout_ms = 0;     // 0: the communicators' own timeout
 };
 
 /// Sets up the simulator's cost model from --profile/--interconnect/--nodes/--straggler/--trace.
@@ -428,6 +430,15 @@ int run(Args a) {
               "with ", dist::world_size(), " processes (the cost model sees one process's devices)");
   configure_cost_model(a, be, static_cast<int>(devs.size()));
   auto* simb = dynamic_cast<sim::SimBackend*>(&be);
+  if (!a.faults.empty() || a.comm_timeout_ms != 0) {
+    DITTO_CHECK(simb, "--fault/--comm-timeout-ms: expected --backend sim, got ", be.name());
+    DITTO_CHECK(a.comm_timeout_ms >= 0, "--comm-timeout-ms: expected > 0, got ",
+                a.comm_timeout_ms);
+    sim::FaultConfig fc;
+    for (const std::string& f : a.faults) fc.faults.push_back(sim::parse_fault(f, "--fault"));
+    if (a.comm_timeout_ms > 0) fc.comm_timeout_ms = a.comm_timeout_ms;
+    simb->set_faults(fc);
+  }
 
   data::Dataset all = data::read_csv(a.data, csv);
   data::Split split = data::train_val_split(all, a.val_fraction, a.seed);
@@ -529,6 +540,7 @@ int run(Args a) {
     std::int64_t seen = ts.epoch_samples;
     for (std::int64_t i = ts.batch; i < loader.size(); ++i) {
       data::Batch b = loader.batch(i);
+      be.begin_step(ts.step);  // counted over the whole run, resumed runs included
       Tensor out = dp.forward(b.x);
       Tensor loss = criterion->forward(out, make_target(b.y, classes, mse, out.device()));
       opt->zero_grad(true);
@@ -562,6 +574,11 @@ int run(Args a) {
   if (a.epochs == 0) ev = evaluate(dp, *criterion, mse, val, 512);
   if (!a.checkpoint.empty() && ts.step != saved_step)
     save_checkpoint(a.checkpoint, *model, *opt, ts);
+  if (auto* sim_be = dynamic_cast<sim::SimBackend*>(&be))
+    for (const std::string& f : sim_be->unfired_faults())
+      std::printf("ditto-train: note: --fault %s never took effect (no such step, allocation or "
+                  "communicator collective in this run; DataParallel issues no collectives)\n",
+                  f.c_str());
   std::printf("final: backend=%s devices=%d determinism=%s epochs=%d train_loss=%.6f "
               "val_loss=%.6f val_acc=%.4f train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
               be.name().c_str(), n_dev, determinism_name(mode), a.epochs, train_loss, ev.loss,
@@ -655,6 +672,12 @@ int main(int argc, char** argv) {
                  "thread per rank; under mpirun a process per rank, the default there)")
       ->capture_default_str();
   app.add_option("--bucket-cap-mb", a.bucket_cap_mb, "ddp: gradient bucket size cap in MiB")
+      ->capture_default_str();
+  app.add_option("--fault", a.faults,
+                 "sim: inject a fault (repeatable): fail:device=D,step=S | "
+                 "alloc:device=D,after=N | skip-collective:rank=R,index=K");
+  app.add_option("--comm-timeout-ms", a.comm_timeout_ms,
+                 "sim: timeout of every communicator in ms (0: their own)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   a.lr_given = app.count("--lr") > 0;

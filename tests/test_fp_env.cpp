@@ -166,7 +166,7 @@ TEST_F(FpEnvSim, NoFlushToZeroInStreamWorkers) {
     sim::as_sim(current_stream(Device("sim", d)), "test").run_sync([&] { st = read_fp_state(); });
     expect_ieee_state(st, "the worker of sim:" + std::to_string(d));
   }
-  // A stream created later gets a worker thread of its own.
+  // A stream created later (homed on another pool thread) too.
   std::unique_ptr<Stream> extra = backend.create_stream(3);
   FpState st;
   sim::as_sim(*extra, "test").run_sync([&] { st = read_fp_state(); });

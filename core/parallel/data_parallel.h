@@ -3,7 +3,7 @@
 // Each forward: scatter the inputs along `dim` over the devices (torch.chunk sizes, so a batch
 // smaller than the device count uses fewer devices), replicate the module onto those devices
 // (parameters broadcast from devices[0] with broadcast_coalesced), run the replicas in parallel
-// (parallel_apply, one host thread each), and gather their outputs on the output device.
+// (parallel_apply, on a bounded set of host threads), and gather their outputs on the output device.
 // backward(grad_output) is the explicit reverse pass: scatter grad_output back to the replicas
 // (gather's backward), run their backward in parallel, and reduce the replicas' parameter
 // gradients onto the module's parameters on devices[0] (reduce_add_coalesced, accumulating into

@@ -1,7 +1,11 @@
-// parallel_apply on a small persistent pool of host threads (one per extra replica, created on
-// first use and kept), so a training step does not pay for thread creation twice per step.
+// parallel_apply on a small persistent pool of host threads (created on first use and kept), so a
+// training step does not pay for thread creation twice per step. One thread per replica up to
+// max_threads(); past that (e.g. 1024 simulated devices) thread k of T runs replicas k, k + T,
+// k + 2T, ..., so the thread count stays bounded.
 #include "core/parallel/parallel_apply.h"
 
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -23,8 +27,15 @@ std::string message_of(const std::exception_ptr& e) {
   }
 }
 
-/// Workers that each run one job at a time. run(n, fn) runs fn(0) on the caller and fn(1..n-1) on
-/// workers, and returns when all have finished. One run at a time (callers are serialised).
+/// Most host threads one parallel_apply uses (the caller included).
+int max_threads() {
+  static const int n = std::max(16, static_cast<int>(std::thread::hardware_concurrency()));
+  return n;
+}
+
+/// Workers that each run one job at a time. run(n, fn) runs fn(0..n-1) on the caller (thread 0)
+/// and T - 1 = min(n, max_threads()) - 1 workers, thread k running indices k, k + T, ..., and
+/// returns when all have finished. One run at a time (callers are serialised).
 class Pool {
  public:
   static Pool& instance() {
@@ -34,20 +45,22 @@ class Pool {
 
   void run(int n, const std::function<void(int)>& fn) {
     std::lock_guard run_lock(run_mu_);
+    const int helpers = std::min(n, max_threads()) - 1;
     {
       std::lock_guard lk(mu_);
-      while (static_cast<int>(workers_.size()) < n - 1) {
+      while (static_cast<int>(workers_.size()) < helpers) {
         const int id = static_cast<int>(workers_.size()) + 1;
         workers_.emplace_back([this, id] { loop(id); });
         workers_.back().detach();
       }
       job_ = &fn;
-      active_ = n;
-      pending_ = n - 1;
+      count_ = n;
+      active_ = helpers + 1;
+      pending_ = helpers;
       ++generation_;
     }
     cv_work_.notify_all();
-    fn(0);
+    take(fn, 0, n, helpers + 1);
     std::unique_lock lk(mu_);
     cv_done_.wait(lk, [&] { return pending_ == 0; });
     job_ = nullptr;
@@ -62,11 +75,17 @@ class Pool {
       seen = generation_;
       if (id >= active_) continue;  // this run needs fewer workers
       const std::function<void(int)>* job = job_;
+      const int n = count_, stride = active_;
       lk.unlock();
-      (*job)(id);  // fn catches everything (see parallel_apply)
+      take(*job, id, n, stride);
       lk.lock();
       if (--pending_ == 0) cv_done_.notify_all();
     }
+  }
+
+  // Thread `first` of `stride`: fn catches everything (see parallel_apply).
+  static void take(const std::function<void(int)>& fn, int first, int n, int stride) {
+    for (int i = first; i < n; i += stride) fn(i);
   }
 
   std::mutex run_mu_;
@@ -74,6 +93,7 @@ class Pool {
   std::condition_variable cv_work_, cv_done_;
   std::vector<std::thread> workers_;
   const std::function<void(int)>* job_ = nullptr;
+  int count_ = 0;               // indices of the current run
   int active_ = 0;
   int pending_ = 0;
   std::uint64_t generation_ = 0;
@@ -105,9 +125,13 @@ void parallel_apply(const std::vector<Device>& devices, const char* what,
   if (n == 1) {
     run(0);
   } else if (t_in_pool) {
+    const int stride = std::min(n, max_threads());
+    auto take = [&](int first) {
+      for (int i = first; i < n; i += stride) marked(i);
+    };
     std::vector<std::thread> threads;
-    for (int i = 1; i < n; ++i) threads.emplace_back(marked, i);
-    marked(0);
+    for (int k = 1; k < stride; ++k) threads.emplace_back(take, k);
+    take(0);
     for (auto& t : threads) t.join();
   } else {
     Pool::instance().run(n, marked);
@@ -123,6 +147,8 @@ void parallel_apply(const std::vector<Device>& devices, const char* what,
       throw OutOfMemory(msg);
     } catch (const Timeout&) {
       throw Timeout(msg);
+    } catch (const BackendError&) {
+      throw BackendError(msg);
     } catch (const InvalidArgument&) {
       throw InvalidArgument(msg);
     } catch (...) {

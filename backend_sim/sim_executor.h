@@ -1,0 +1,66 @@
+// The simulator's shared threads: one bounded pool that runs every virtual device's stream work,
+// and one watchdog thread that fires deadlines (collective timeouts).
+//
+// Note [Sim executor]
+// A virtual device does not own an OS thread: each SimStream is a serial queue that, while it has
+// work, is scheduled on the process-wide Executor (a fixed pool, by default
+// max(4, std::thread::hardware_concurrency()) threads; DITTO_SIM_THREADS=N overrides). So 1024
+// virtual devices need no more threads than 4, and memory grows with queued work, not with
+// devices. The rule that makes a fixed pool safe: nothing a pool thread runs ever blocks waiting
+// for another stream. A stream waiting for an event, or a rank's part of a collective waiting for
+// the other ranks, is *parked* (SimStream::enqueue_parked): it holds no thread and is put back on
+// the pool by whoever completes its dependency. Only a task written by a user (enqueue) can
+// block a pool thread, and then only that thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+
+namespace ditto::sim {
+
+/// The process-wide bounded pool that runs stream work (Note [Sim executor]). Created on first
+/// use and never destroyed (its threads are detached, so work may outlive static destructors).
+class Executor {
+ public:
+  static Executor& instance();
+
+  /// Run `job` on a pool thread, preferably thread `home` % threads() (after the jobs posted there
+  /// before it); returns at once. `job` must not throw (callers catch) and must not block waiting
+  /// for other posted jobs.
+  void post(std::function<void()> job, std::uint64_t home);
+
+  /// A home for a new stream: round-robin over the threads.
+  static std::uint64_t next_home();
+
+  /// Number of pool threads.
+  int threads() const { return threads_; }
+
+ private:
+  Executor();
+  struct Impl;
+  Impl* impl_;
+  int threads_ = 0;
+};
+
+/// One thread that calls functions at deadlines (collective timeouts). Process-wide, never
+/// destroyed. Callbacks run on the watchdog thread, without its lock held, one at a time: they
+/// must be short and must not block.
+class Watchdog {
+ public:
+  using Clock = std::chrono::steady_clock;
+  static Watchdog& instance();
+
+  /// Call `fn` at `deadline` unless cancelled first; returns an id for cancel().
+  std::uint64_t schedule(Clock::time_point deadline, std::function<void()> fn);
+  /// Forget the call with `id` if it has not started (a callback already running still runs: it
+  /// must check that it is still wanted).
+  void cancel(std::uint64_t id);
+
+ private:
+  Watchdog();
+  struct Impl;
+  Impl* impl_;
+};
+
+}  // namespace ditto::sim

@@ -1,0 +1,263 @@
+// Fault injection on the simulator (backend_sim/sim_faults.h): each fault ends in its error, of
+// the right type and naming the device or rank and the injected fault, never in a hang: a device
+// that fails at a step (its kernels, copies, allocations and collectives; streams waiting on its
+// events; a DataParallel step), a failing allocation, a rank that never joins a collective (with
+// the backend's timeout override), and the spec parser's errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend_sim/sim_backend.h"
+#include "backend_sim/sim_faults.h"
+#include "core/backend.h"
+#include "core/communicator.h"
+#include "core/error.h"
+#include "core/nn/loss.h"
+#include "core/nn/sequential.h"
+#include "core/ops.h"
+#include "core/optim/sgd.h"
+#include "core/parallel/data_parallel.h"
+#include "core/tensor.h"
+
+namespace ditto {
+namespace {
+
+template <typename E>
+void expect_error(const std::function<void()>& call, const std::string& part) {
+  try {
+    call();
+    ADD_FAILURE() << "expected an exception containing: " << part;
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
+        << "message: " << e.what() << "\nexpected to contain: " << part;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type, message: " << e.what()
+                  << "\nexpected to contain: " << part;
+  }
+}
+
+Device sim(int i) { return Device("sim", i); }
+
+// A fresh 4-device simulator with `specs` injected; returns it.
+sim::SimBackend& sim_with_faults(const std::vector<std::string>& specs,
+                                 std::optional<std::int64_t> comm_timeout_ms = std::nullopt) {
+  BackendOptions o;
+  o.device_count = 4;
+  o.memory_capacity = std::size_t(1) << 28;
+  auto& b = dynamic_cast<sim::SimBackend&>(init_backend("sim", o));
+  sim::FaultConfig fc;
+  for (const auto& s : specs) fc.faults.push_back(sim::parse_fault(s));
+  fc.comm_timeout_ms = comm_timeout_ms;
+  b.set_faults(fc);
+  return b;
+}
+
+// ---- the spec parser ------------------------------------------------------------------------
+
+TEST(FaultSpec, ParsesEachKind) {
+  sim::Fault f = sim::parse_fault("fail:device=2,step=5");
+  EXPECT_EQ(f.kind, sim::Fault::Kind::fail_device);
+  EXPECT_EQ(f.device, 2);
+  EXPECT_EQ(f.step, 5);
+  EXPECT_EQ(f.spec, "fail:device=2,step=5");
+  f = sim::parse_fault("alloc:after=3,device=1");  // any order
+  EXPECT_EQ(f.kind, sim::Fault::Kind::fail_alloc);
+  EXPECT_EQ(f.device, 1);
+  EXPECT_EQ(f.after, 3);
+  f = sim::parse_fault("skip-collective:rank=3,index=7");
+  EXPECT_EQ(f.kind, sim::Fault::Kind::skip_collective);
+  EXPECT_EQ(f.rank, 3);
+  EXPECT_EQ(f.index, 7);
+}
+
+TEST(FaultSpec, BadSpecsNameTheFlagAndTheBadPart) {
+  auto bad = [](const std::string& spec, const std::string& part) {
+    expect_error<InvalidArgument>([&] { sim::parse_fault(spec, "--fault"); },
+                                  "--fault '" + spec + "': " + part);
+  };
+  bad("boom:device=1", "expected a fault kind fail, alloc or skip-collective before ':', got 'boom'");
+  bad("fail", "expected fail:device=N,step=N, got no ':'");
+  bad("fail:device=x,step=5", "device: expected an integer >= 0 and < 65536, got 'x'");
+  bad("fail:device=-1,step=5", "device: expected an integer >= 0 and < 65536, got '-1'");
+  bad("fail:device=1,step=", "step: expected an integer >= 0, got ''");
+  bad("fail:device=1", "missing step= (expected fail:device=N,step=N)");
+  bad("alloc:device=1,step=3", "unknown key 'step' (alloc takes device and after)");
+  bad("skip-collective:rank=1,rank=2", "rank given twice");
+  bad("skip-collective:rank=1,index", "expected key=value, got 'index'");
+}
+
+TEST(FaultSpec, SetFaultsRejectsDevicesOutOfRange) {
+  BackendOptions o;
+  o.device_count = 4;
+  auto& b = dynamic_cast<sim::SimBackend&>(init_backend("sim", o));
+  sim::FaultConfig fc;
+  fc.faults.push_back(sim::parse_fault("fail:device=4,step=0"));
+  expect_error<InvalidArgument>([&] { b.set_faults(fc); },
+                                "fault 'fail:device=4,step=0': device 4 out of range: expected 0..3");
+  fc.faults.clear();
+  fc.comm_timeout_ms = 0;
+  expect_error<InvalidArgument>([&] { b.set_faults(fc); }, "comm_timeout_ms: expected a positive");
+}
+
+// ---- a device that fails at step k ----------------------------------------------------------
+
+TEST(FaultDevice, FailsAtItsStepAndEveryUseOfItThrows) {
+  sim::SimBackend& b = sim_with_faults({"fail:device=2,step=3"});
+  Tensor t = Tensor::full({4}, 1.5f, sim(2));
+  b.begin_step(0);
+  b.begin_step(2);
+  ops::scale_(t, 2.0f);
+  EXPECT_EQ(t.to_vector<float>(), std::vector<float>(4, 3.0f));  // still healthy at step 2
+
+  b.begin_step(3);
+  const std::string what = "sim:2: device failed (injected fault fail:device=2,step=3, at step 3)";
+  ops::scale_(t, 2.0f);  // a kernel: fails on the stream
+  expect_error<BackendError>([&] { b.default_stream(2).synchronize(); }, what);
+  expect_error<BackendError>([&] { t.to_vector<float>(); }, what);        // a host copy
+  expect_error<BackendError>([&] { Tensor::empty({4}, DType::f32, sim(2)); }, what);  // alloc
+  auto side = b.create_stream(2);  // every stream of the device
+  sim::as_sim(*side, "test").enqueue([] {});
+  expect_error<BackendError>([&] { side->synchronize(); }, what);
+
+  // A copy to a healthy device reads nothing of the failed one: the destination's stream fails.
+  Tensor moved = t.to(sim(0));
+  expect_error<BackendError>([&] { moved.to_vector<float>(); },
+                             "sim:0: stream waited on an event recorded on a failed device: " + what);
+  // Other devices are untouched.
+  Tensor ok = Tensor::full({2}, 4.0f, sim(1));
+  EXPECT_EQ(ok.to_vector<float>(), std::vector<float>(2, 4.0f));
+  // set_faults makes every device healthy again.
+  b.set_faults({});
+  Tensor again = Tensor::full({2}, 1.0f, sim(2));
+  EXPECT_EQ(again.to_vector<float>(), std::vector<float>(2, 1.0f));
+}
+
+TEST(FaultDevice, CollectiveWithAFailedRankFailsEveryRankNamingItWithoutWaitingForTheTimeout) {
+  sim::SimBackend& b = sim_with_faults({"fail:device=2,step=1"});
+  CommOptions opts;
+  opts.timeout_ms = 600000;  // a rank that waited for the timeout would hang the test
+  auto comms = Communicator::init_all(devices("sim", 4), opts);
+  std::vector<Tensor> t;
+  for (int r = 0; r < 4; ++r) t.push_back(Tensor::full({8}, 1.0f, sim(r)));
+  all_reduce(comms, t);
+  synchronize(comms);
+  EXPECT_EQ(t[3].to_vector<float>(), std::vector<float>(8, 4.0f));
+
+  b.begin_step(1);
+  // Rank 2 last, so that every call is enqueued before its task can abort the communicator (a
+  // call made after that throws at once).
+  for (int r : {0, 1, 3, 2}) comms[r].all_reduce(t[r]);
+  expect_error<BackendError>([&] { comms[2].stream().synchronize(); },
+                             "sim:2: device failed (injected fault fail:device=2,step=1");
+  for (int r : {0, 1, 3})
+    expect_error<BackendError>([&] { comms[r].stream().synchronize(); },
+                               "all_reduce (collective #2 on this communicator): rank 2 failed: "
+                               "sim:2: device failed");
+  // Aborted: later calls fail at once.
+  expect_error<BackendError>([&] { comms[0].barrier(); }, "communicator aborted");
+  EXPECT_EQ(t[0].to_vector<float>(), std::vector<float>(8, 4.0f));  // not written
+}
+
+TEST(FaultDevice, DataParallelStepFailsWithABackendErrorNamingTheDevice) {
+  sim::SimBackend& b = sim_with_faults({"fail:device=2,step=1"});
+  auto model = nn::mlp({6, 8, 3}, sim(0), 3);
+  model->set_input_requires_grad(false);
+  parallel::DataParallelOptions dpo;
+  dpo.determinism = Determinism::bitwise;
+  dpo.micro_shards = 4;
+  parallel::DataParallel dp(*model, devices("sim", 4), dpo);
+  nn::CrossEntropyLoss loss;
+  loss.set_determinism(Determinism::bitwise);
+  optim::SGD opt(model->parameters(), {.lr = 0.1f});
+  std::vector<float> xs(16 * 6);
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 7) * 0.25f - 0.5f;
+  std::vector<std::int64_t> ys(16);
+  for (std::size_t i = 0; i < ys.size(); ++i) ys[i] = static_cast<std::int64_t>(i % 3);
+  Tensor x = Tensor::from_vector(xs, {16, 6}), y = Tensor::from_vector(ys, {16});
+  auto step = [&](std::int64_t k) {
+    b.begin_step(k);
+    Tensor out = dp.forward(x);
+    Tensor l = loss.forward(out, y.to(out.device()));
+    opt.zero_grad(true);
+    dp.backward(loss.backward());
+    opt.step();
+    return l.item();
+  };
+  EXPECT_TRUE(std::isfinite(step(0)));
+  expect_error<BackendError>([&] { step(1); }, "sim:2: device failed (injected fault "
+                                               "fail:device=2,step=1, at step 1)");
+}
+
+// ---- a failing allocation -------------------------------------------------------------------
+
+TEST(FaultAlloc, TheChosenAllocationFailsLikeCudaOutOfMemoryAndOnlyIt) {
+  sim::SimBackend& b = sim_with_faults({"alloc:device=1,after=3"});
+  std::vector<void*> p;
+  for (int i = 0; i < 3; ++i) p.push_back(b.allocate(1, 256));
+  void* other = b.allocate(0, 256);  // another device's count is its own
+  expect_error<OutOfMemory>([&] { b.allocate(1, 1000); },
+                            "sim:1: out of memory: tried to allocate 1000 bytes; 768 bytes in use "
+                            "of capacity 268435456 bytes (256.00 MiB) (injected fault "
+                            "alloc:device=1,after=3: allocation #4 on this device fails)");
+  EXPECT_EQ(b.memory_stats(1).in_use, 768u);  // the failed request left nothing behind
+  p.push_back(b.allocate(1, 256));           // the 5th succeeds
+  for (void* q : p) b.deallocate(1, q, 256);
+  b.deallocate(0, other, 256);
+  b.default_stream(1).synchronize();
+  EXPECT_EQ(b.memory_stats(1).in_use, 0u);
+}
+
+TEST(FaultAlloc, UnfiredFaultsAreReported) {
+  sim::SimBackend& b = sim_with_faults({"alloc:device=0,after=0", "fail:device=1,step=2",
+                                        "skip-collective:rank=0,index=0"});
+  EXPECT_EQ(b.unfired_faults().size(), 3u);
+  EXPECT_THROW(b.allocate(0, 8), OutOfMemory);
+  b.begin_step(1);
+  EXPECT_EQ(b.unfired_faults(),
+            (std::vector<std::string>{"fail:device=1,step=2", "skip-collective:rank=0,index=0"}));
+  b.begin_step(2);
+  EXPECT_EQ(b.unfired_faults(), std::vector<std::string>{"skip-collective:rank=0,index=0"});
+}
+
+// ---- a rank that never joins a collective ---------------------------------------------------
+
+TEST(FaultSkipCollective, OtherRanksTimeOutNamingTheRankAndTheCollective) {
+  sim_with_faults({"skip-collective:rank=3,index=1"}, 300);
+  auto comms = Communicator::init_all(devices("sim", 4));  // own timeout: 300 s, overridden
+  std::vector<Tensor> t;
+  for (int r = 0; r < 4; ++r) t.push_back(Tensor::full({5}, float(r), sim(r)));
+  all_reduce(comms, t);  // collective #1 (index 0) completes
+  synchronize(comms);
+  EXPECT_EQ(t[3].to_vector<float>(), std::vector<float>(5, 6.0f));
+  all_reduce(comms, t);  // #2: rank 3 never joins
+  const std::string what =
+      "all_reduce (collective #2 on this communicator): timed out after 300 ms waiting for rank 3 "
+      "(communicator of 4 ranks; it is now aborted)";
+  for (int r = 0; r < 4; ++r)
+    expect_error<Timeout>([&] { comms[r].stream().synchronize(); }, what);
+  expect_error<BackendError>([&] { comms[1].all_reduce(t[1]); },
+                             "communicator aborted by an earlier error: " + what);
+}
+
+TEST(FaultSkipCollective, AbandonedRendezvousStillTimesOutWhenEveryHandleIsGone) {
+  BackendOptions o;
+  o.device_count = 2;
+  init_backend("sim", o);
+  auto side = get_backend("sim").create_stream(0);
+  Tensor t = Tensor::full({3}, 1.0f, sim(0));
+  {
+    CommOptions opts;
+    opts.timeout_ms = 200;
+    auto comms = Communicator::init_all(devices("sim", 2), opts);
+    StreamGuard g(*side);
+    comms[0].all_reduce(t);  // rank 1 never calls; then every handle dies
+  }
+  expect_error<Timeout>([&] { side->synchronize(); }, "timed out after 200 ms waiting for rank 1");
+}
+
+}  // namespace
+}  // namespace ditto
