@@ -15,8 +15,11 @@
 #include <chrono>
 #include <cinttypes>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <iostream>
+#include <mutex>
 #include <set>
 #include <cstdlib>
 #include <sstream>
@@ -225,71 +228,292 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const Args& a, nn::Module& m, f
   return std::make_unique<optim::SGD>(m.parameters(), so);
 }
 
+/// The model, optimizer and loss of one trainer (dp: the model DataParallel replicates; ddp: one
+/// rank's replica), on `device`. The same seed everywhere: every replica starts equal.
+struct Setup {
+  std::unique_ptr<nn::Sequential> model;
+  std::unique_ptr<optim::Optimizer> opt;
+  std::unique_ptr<nn::Loss> criterion;
+};
+
+Setup make_setup(const Args& a, const std::vector<std::int64_t>& sizes, const Device& device,
+                 Determinism mode, float lr) {
+  Setup s;
+  s.model = nn::mlp(sizes, device, a.seed);
+  s.model->set_input_requires_grad(false);
+  if (a.loss == "mse") s.criterion = std::make_unique<nn::MSELoss>();
+  else s.criterion = std::make_unique<nn::CrossEntropyLoss>();
+  s.criterion->set_determinism(mode);
+  s.opt = make_optimizer(a, *s.model, lr);
+  return s;
+}
+
+std::string arch_name(const std::vector<std::int64_t>& sizes) {
+  std::string arch;
+  for (std::size_t i = 0; i < sizes.size(); ++i) arch += (i ? "-" : "") + std::to_string(sizes[i]);
+  return arch;
+}
+
+/// The run's position at its start (step 0), with the settings a checkpoint must agree on.
+TrainerState initial_state(const Args& a, const std::vector<std::int64_t>& sizes,
+                           const data::Dataset& train, Determinism mode) {
+  TrainerState ts;  // the run's position: saved by --checkpoint, restored by --resume
+  ts.seed = a.seed;
+  ts.config = {{"model", arch_name(sizes)}, {"optimizer", a.optimizer}, {"loss", a.loss},
+               {"batch_size", std::to_string(a.batch_size)}, {"seed", std::to_string(a.seed)},
+               {"train_rows", std::to_string(train.size())},
+               {"val_fraction", std::to_string(a.val_fraction)},
+               {"determinism", determinism_name(mode)},
+               {"micro_shards", std::to_string(a.micro_shards)},
+               {"devices", std::to_string(a.devices)}};
+  return ts;
+}
+
+/// --resume: loads the newest usable checkpoint of a.resume into `s` and returns its position.
+/// `lead`: this caller reports (skipped checkpoints on stderr, the "resumed from" line); the other
+/// ddp ranks load the same checkpoint quietly.
+TrainerState resume_from(const Args& a, Setup& s, const TrainerState& fresh, Determinism mode,
+                         bool lead) {
+  std::set<std::string> may_differ;  // bitwise results do not depend on the device count
+  if (mode == Determinism::bitwise) may_differ.insert("devices");
+  std::ostringstream quiet;
+  TrainerState ts = resume_checkpoint(a.resume, *s.model, *s.opt, fresh.config, may_differ,
+                                      lead ? static_cast<std::ostream&>(std::cerr) : quiet);
+  if (lead)
+    std::printf("ditto-train: resumed from %s at step %" PRId64 " (epoch %" PRId64
+                ", batch %" PRId64 ")\n", a.resume.c_str(), ts.step, ts.epoch + 1, ts.batch);
+  DITTO_CHECK(ts.epoch <= a.epochs, "--resume: the checkpoint is past the end of epoch ",
+              ts.epoch, ", expected --epochs >= ", ts.epoch, ", got ", a.epochs);
+  return ts;
+}
+
+void print_epoch(int epoch, double train_loss, const Eval& ev, std::int64_t seen, double dt) {
+  std::printf("epoch %3d  train_loss=%.4f  val_loss=%.4f  val_acc=%.4f  samples/s=%.0f\n", epoch,
+              train_loss, ev.loss, ev.acc, dt > 0 ? seen / dt : 0.0);
+  std::fflush(stdout);
+}
+
+/// The virtual time of the training loops (cost model, sim backend; evaluation excluded) and
+/// what the `predicted:`/`measured:` lines divide it by. Inert on other backends.
+struct CostMeter {
+  sim::SimBackend* simb = nullptr;
+  int n_dev = 0;
+  sim::CostTotals before;
+  sim::VTime vtrain = 0;
+  std::uint64_t vflops = 0;
+  std::vector<sim::VTime> vcomm;
+  std::int64_t steps = 0, samples = 0;
+
+  CostMeter(Backend& be, int devices)
+      : simb(dynamic_cast<sim::SimBackend*>(&be)), n_dev(devices),
+        vcomm(static_cast<std::size_t>(devices), 0) {}
+
+  /// Every device idle, at the start of an epoch's training loop.
+  void epoch_begin(Backend& be) {
+    if (!simb) return;
+    sync_all(be, n_dev);
+    before = simb->cost_model().totals();
+  }
+  /// The epoch ran `steps` optimizer steps over `seen` samples; waits for every device.
+  void epoch_end(Backend& be, std::int64_t epoch_steps, std::int64_t seen) {
+    steps += epoch_steps;
+    samples += seen;
+    if (!simb) return;
+    sync_all(be, n_dev);
+    sim::CostTotals after = simb->cost_model().totals();
+    vtrain += after.now - before.now;
+    vflops += after.gemm_flops - before.gemm_flops;
+    for (int d = 0; d < n_dev; ++d) vcomm[d] += after.comm[d] - before.comm[d];
+  }
+};
+
+/// Before the final line: the --fault specs that never fired.
+void note_unfired_faults(Backend& be, bool ddp) {
+  if (auto* sim_be = dynamic_cast<sim::SimBackend*>(&be))
+    for (const std::string& f : sim_be->unfired_faults())
+      std::printf("ditto-train: note: --fault %s never took effect (no such step, allocation or "
+                  "communicator collective in this run%s)\n",
+                  f.c_str(), ddp ? "" : "; DataParallel issues no collectives");
+}
+
+void print_final(const Backend& be, int n_dev, Determinism mode, bool ddp, int epochs,
+                 double train_loss, const Eval& ev, double train_time, std::uint64_t checksum) {
+  std::printf("final: backend=%s devices=%d determinism=%s%s epochs=%d train_loss=%.6f "
+              "val_loss=%.6f val_acc=%.4f train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
+              be.name().c_str(), n_dev, determinism_name(mode), ddp ? " trainer=ddp" : "", epochs,
+              train_loss, ev.loss, ev.acc, train_time, checksum);
+}
+
+/// After the final line (single-process runs): the cost model's prediction (--profile), every
+/// device's memory, the trace (--trace).
+void print_epilogue(const Args& a, Backend& be, const std::vector<Device>& devs,
+                    const CostMeter& m, double train_time) {
+  const int n_dev = static_cast<int>(devs.size());
+  sim::SimBackend* simb = m.simb;
+  if (simb && !a.profile.empty() && m.steps > 0) {
+    const sim::ClusterSpec& c = simb->cost_model().cluster();
+    const double vt = sim::to_seconds(m.vtrain);
+    sim::VTime comm_max = *std::max_element(m.vcomm.begin(), m.vcomm.end());
+    std::printf("predicted: %d x %s (%d node%s, %s) step_time=%.4f ms samples/s=%.0f "
+                "comm_share=%.1f%% mfu=%.3g%% (virtual time; FP32 peak %.1f TFLOP/s per GPU)\n"
+                "measured:  CPU simulator step_time=%.4f ms samples/s=%.0f (wall clock)\n",
+                n_dev, c.device.name.c_str(), a.nodes, a.nodes > 1 ? "s" : "",
+                c.interconnect.key.c_str(), vt / m.steps * 1e3, vt > 0 ? m.samples / vt : 0.0,
+                vt > 0 ? 100.0 * sim::to_seconds(comm_max) / vt : 0.0,
+                vt > 0 ? 100.0 * static_cast<double>(m.vflops) / (vt * n_dev * c.device.fp32_flops)
+                       : 0.0,
+                c.device.fp32_flops / 1e12, train_time / m.steps * 1e3,
+                train_time > 0 ? m.samples / train_time : 0.0);
+  }
+  if (simb) sync_all(be, n_dev);
+  for (int d = 0; d < n_dev; ++d) {
+    MemoryStats mem = be.memory_stats(d);
+    std::printf("memory: %s live=%s peak=%s capacity=%s\n", devs[d].str().c_str(),
+                mib(mem.in_use).c_str(), mib(mem.peak).c_str(), mib(mem.capacity).c_str());
+  }
+  if (simb && !a.trace.empty()) {
+    simb->cost_model().write_trace(a.trace);
+    std::printf("trace: wrote %s (Chrome trace JSON; open in https://ui.perfetto.dev)\n",
+                a.trace.c_str());
+  }
+}
+
+/// The rank threads of one --trainer ddp run meet at each epoch's start and end, so that the cost
+/// model's totals are read while every rank is between epochs (the dp trainer's CostMeter). A
+/// rank that fails calls abort(): the others throw instead of waiting for it.
+class EpochSync {
+ public:
+  EpochSync(int ranks, CostMeter& meter, Backend& be) : ranks_(ranks), meter_(meter), be_(be) {}
+
+  void epoch_begin() { arrive([this] { meter_.epoch_begin(be_); }); }
+  void epoch_end(std::int64_t steps, std::int64_t seen) {
+    arrive([&] { meter_.epoch_end(be_, steps, seen); });  // the same counts on every rank
+  }
+  void abort(int rank, const std::string& why) {
+    {
+      std::lock_guard lk(mu_);
+      if (failure_.empty()) failure_ = detail::cat("rank ", rank, " failed: ", why);
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  // Waits for every rank; the last to arrive runs `last` first.
+  void arrive(const std::function<void()>& last) {
+    std::unique_lock lk(mu_);
+    if (!failure_.empty()) throw BackendError(detail::cat("ditto-train: ", failure_));
+    const std::uint64_t gen = generation_;
+    if (++arrived_ == ranks_) {
+      try {
+        last();
+      } catch (const std::exception& e) {
+        failure_ = detail::cat("the epoch's cost snapshot failed: ", e.what());
+        cv_.notify_all();
+        throw;
+      }
+      arrived_ = 0;
+      ++generation_;
+      cv_.notify_all();
+      return;
+    }
+    cv_.wait(lk, [&] { return generation_ != gen || !failure_.empty(); });
+    if (generation_ == gen) throw BackendError(detail::cat("ditto-train: ", failure_));
+  }
+
+  const int ranks_;
+  CostMeter& meter_;
+  Backend& be_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int arrived_ = 0;
+  std::uint64_t generation_ = 0;
+  std::string failure_;  // non-empty: a rank failed
+};
+
 struct RankResult {
   double train_loss = 0, train_time = 0;
   Eval ev;
   std::uint64_t checksum = 0;
 };
 
-/// --trainer ddp: the training loop of one rank (one host thread each). Its own replica (same
-/// seed; DDP broadcasts rank 0's parameters anyway), its own optimizer and the same shuffled
-/// DataLoader as every rank; it takes rows local_rows() of each global batch, the loss divides by
-/// the global batch (Note [DDP loss scaling]), so in bitwise mode the parameters equal
-/// DataParallel's bit for bit. Rank 0 evaluates and prints the epoch lines.
-RankResult train_rank(const Args& a, Communicator comm, const std::vector<std::int64_t>& sizes,
-                      const data::Dataset& train, const data::Dataset& val, float lr) {
+/// --trainer ddp: the training loop of one rank (one host thread, or one process under mpirun).
+/// Its own replica (same seed; DDP broadcasts rank 0's parameters anyway), its own optimizer and
+/// the same shuffled DataLoader as every rank; it takes rows local_rows() of each global batch, the
+/// loss divides by the global batch (Note [DDP loss scaling]), so in bitwise mode the parameters
+/// equal DataParallel's bit for bit. Every rank resumes from the same --resume checkpoint (before
+/// DDP's first broadcast, so no rank still reads it when rank 0 saves the next one); rank 0 saves
+/// the checkpoints, evaluates and prints the epoch lines. `sync`: the rank threads' epoch
+/// barrier (null under mpirun).
+RankResult train_rank(const Args& a, Backend& be, Communicator comm,
+                      const std::vector<std::int64_t>& sizes, const data::Dataset& train,
+                      const data::Dataset& val, float lr, EpochSync* sync) {
   const Device dev = comm.device();
   const Determinism mode = comm.options().determinism;
   const bool mse = a.loss == "mse", lead = comm.rank() == 0;
   const std::int64_t classes = sizes.back();
-  auto model = nn::mlp(sizes, dev, a.seed);
-  model->set_input_requires_grad(false);
+  Setup s = make_setup(a, sizes, dev, mode, lr);
+  std::unique_ptr<nn::Loss> eval_criterion = s.criterion->clone();
+  eval_criterion->set_determinism(mode);
+  TrainerState ts = initial_state(a, sizes, train, mode);
+  if (!a.resume.empty()) ts = resume_from(a, s, ts, mode, lead);
+  std::int64_t saved_step = a.resume.empty() ? -1 : ts.step;
   parallel::DistributedDataParallelOptions o;
   o.bucket_cap_mb = a.bucket_cap_mb;
   o.micro_shards = a.micro_shards;
   o.average_gradients = false;
-  parallel::DistributedDataParallel ddp(*model, comm, o);
-  std::unique_ptr<nn::Loss> criterion, eval_criterion;
-  if (mse) criterion = std::make_unique<nn::MSELoss>();
-  else criterion = std::make_unique<nn::CrossEntropyLoss>();
-  eval_criterion = criterion->clone();
-  criterion->set_determinism(mode);
-  eval_criterion->set_determinism(mode);
-  auto opt = make_optimizer(a, *model, lr);
+  parallel::DistributedDataParallel ddp(*s.model, comm, o);
+  // A checkpoint holds the epoch's loss sum over every rank: rank 0 starts from it on resume.
+  auto checkpoint = [&](double loss_sum) {
+    TrainerState saved = ts;
+    if (ts.batch != 0) {  // mid-epoch: sum the ranks' shares (every rank takes part)
+      Tensor t = Tensor::from_vector(std::vector<float>{static_cast<float>(loss_sum)}, {1}, dev);
+      comm.all_reduce(t);
+      saved.epoch_loss_sum = t.item();
+    }
+    if (lead) save_checkpoint(a.checkpoint, *s.model, *s.opt, saved);
+    saved_step = ts.step;
+  };
   data::DataLoader loader(train, a.batch_size, /*shuffle=*/true, a.seed, /*drop_last=*/false);
   RankResult res;
-  OnDevice replica{*model, dev};
-  for (int epoch = 1; epoch <= a.epochs; ++epoch) {
-    loader.set_epoch(epoch - 1);
+  OnDevice replica{*s.model, dev};
+  for (int epoch = static_cast<int>(ts.epoch) + 1; epoch <= a.epochs; ++epoch) {
+    loader.set_epoch(epoch - 1, ts.batch);
+    if (sync) sync->epoch_begin();
     auto t0 = std::chrono::steady_clock::now();
-    double loss_sum = 0;
-    std::int64_t seen = 0;
-    for (data::Batch b : loader) {
+    double loss_sum = lead ? ts.epoch_loss_sum : 0.0;  // this rank's share of the epoch's loss
+    std::int64_t seen = ts.epoch_samples, steps = 0;
+    for (std::int64_t i = ts.batch; i < loader.size(); ++i) {
+      data::Batch b = loader.batch(i);
+      be.begin_step(ts.step);  // counted over the whole run, resumed runs included
       const std::int64_t n = b.x.size(0);
       const auto [lo, hi] = ddp.local_rows(n);
-      criterion->set_global_batch(n);
+      s.criterion->set_global_batch(n);
       Tensor out = ddp.forward({b.x.narrow(lo, hi - lo)}, n);
-      Tensor loss = criterion->forward(out, make_target(b.y.narrow(lo, hi - lo), classes, mse, dev));
-      opt->zero_grad(true);
-      ddp.backward(criterion->backward());
-      opt->step();
-      loss_sum += static_cast<double>(loss.item()) * n;  // this rank's share of the batch's loss
+      Tensor loss =
+          s.criterion->forward(out, make_target(b.y.narrow(lo, hi - lo), classes, mse, dev));
+      s.opt->zero_grad(true);
+      ddp.backward(s.criterion->backward());
+      s.opt->step();
+      loss_sum += static_cast<double>(loss.item()) * n;
       seen += n;
+      ++steps;
+      ts.advance(loader.size(), loss_sum, seen);  // the position after this step
+      if (a.checkpoint_every > 0 && ts.step % a.checkpoint_every == 0) checkpoint(loss_sum);
     }
     Tensor total = Tensor::from_vector(std::vector<float>{static_cast<float>(loss_sum)}, {1}, dev);
     comm.all_reduce(total);
+    res.train_loss = seen ? static_cast<double>(total.item()) / seen : 0.0;
+    if (sync) sync->epoch_end(steps, seen);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     res.train_time += dt;
-    res.train_loss = seen ? static_cast<double>(total.item()) / seen : 0.0;
     if (!lead) continue;
     res.ev = evaluate(replica, *eval_criterion, mse, val, 512);
-    std::printf("epoch %3d  train_loss=%.4f  val_loss=%.4f  val_acc=%.4f  samples/s=%.0f\n", epoch,
-                res.train_loss, res.ev.loss, res.ev.acc, dt > 0 ? seen / dt : 0.0);
-    std::fflush(stdout);
+    print_epoch(epoch, res.train_loss, res.ev, seen, dt);
   }
   if (lead && a.epochs == 0) res.ev = evaluate(replica, *eval_criterion, mse, val, 512);
+  if (!a.checkpoint.empty() && ts.step != saved_step) checkpoint(0.0);
   // Every rank must end with the same parameters.
-  res.checksum = params_checksum(*model);
+  res.checksum = params_checksum(*s.model);
   Tensor mine = Tensor::from_vector(std::vector<std::int64_t>{static_cast<std::int64_t>(res.checksum)}, {1}, dev);
   Tensor all = Tensor::empty({comm.size()}, DType::i64, dev);
   comm.all_gather(mine, all);
@@ -299,13 +523,6 @@ RankResult train_rank(const Args& a, Communicator comm, const std::vector<std::i
                 " ended with params_checksum ", std::hex, sums[static_cast<std::size_t>(r)],
                 ", rank 0 with ", sums[0], " (the replicas diverged)");
   return res;
-}
-
-void print_ddp_final(const Args& a, Determinism mode, const Backend& be, const RankResult& res) {
-  std::printf("final: backend=%s devices=%d determinism=%s trainer=ddp epochs=%d train_loss=%.6f "
-              "val_loss=%.6f val_acc=%.4f train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
-              be.name().c_str(), a.devices, determinism_name(mode), a.epochs, res.train_loss,
-              res.ev.loss, res.ev.acc, res.train_time, res.checksum);
 }
 
 /// --trainer ddp under mpirun: this process is rank dist::rank() of dist::world_size(), on its
@@ -319,39 +536,56 @@ int run_ddp_process(const Args& a, Determinism mode, Backend& be, const Device& 
   Communicator comm = Communicator::init_rank(dev, dist::world_size(), dist::rank(), co);
   RankResult res;
   try {
-    res = train_rank(a, comm, sizes, train, val, lr);
+    res = train_rank(a, be, comm, sizes, train, val, lr, nullptr);
   } catch (const std::exception& e) {
     comm.abort(e.what());  // the other processes fail now, naming this rank
     throw;
   }
   comm.stream().synchronize();
-  if (comm.rank() == 0) print_ddp_final(a, mode, be, res);
+  if (comm.rank() == 0) {
+    note_unfired_faults(be, true);
+    print_final(be, comm.size(), mode, true, a.epochs, res.train_loss, res.ev, res.train_time,
+                res.checksum);
+  }
   return 0;
 }
 
-/// --trainer ddp: one host thread per rank, ranks = the devices; prints like the dp trainer.
+/// --trainer ddp: one host thread per rank, ranks = the devices; prints like the dp trainer
+/// (epoch lines, final line, prediction, memory, trace). The first rank to fail aborts the
+/// communicator and the epoch barrier, so the others fail at once naming it; its error is the
+/// one thrown.
 int run_ddp(const Args& a, Determinism mode, Backend& be, const std::vector<Device>& devs,
             const std::vector<std::int64_t>& sizes, const data::Dataset& train,
             const data::Dataset& val, float lr) {
   CommOptions co;
   co.determinism = mode;
   std::vector<Communicator> comms = Communicator::init_all(devs, co);
+  const int n = static_cast<int>(devs.size());
+  CostMeter meter(be, n);
+  EpochSync sync(n, meter, be);
   std::vector<RankResult> results(devs.size());
-  std::vector<std::exception_ptr> errors(devs.size());
+  std::mutex errors_mu;
+  std::vector<std::exception_ptr> errors;  // in the order the ranks failed
   std::vector<std::thread> threads;
-  for (std::size_t r = 0; r < devs.size(); ++r)
+  for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
       try {
-        results[r] = train_rank(a, comms[r], sizes, train, val, lr);
+        results[r] = train_rank(a, be, comms[r], sizes, train, val, lr, &sync);
       } catch (const std::exception& e) {
+        {
+          std::lock_guard lk(errors_mu);
+          errors.push_back(std::current_exception());
+        }
         comms[r].abort(e.what());  // the other ranks fail now, naming this rank
-        errors[r] = std::current_exception();
+        sync.abort(r, e.what());
       }
     });
   for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-  print_ddp_final(a, mode, be, results[0]);
+  if (!errors.empty()) std::rethrow_exception(errors.front());
+  const RankResult& res = results[0];
+  note_unfired_faults(be, true);
+  print_final(be, n, mode, true, a.epochs, res.train_loss, res.ev, res.train_time, res.checksum);
+  print_epilogue(a, be, devs, meter, res.train_time);
   return 0;
 }
 
@@ -452,14 +686,10 @@ int run(Args a) {
   DITTO_CHECK(a.bucket_cap_mb > 0 && std::isfinite(a.bucket_cap_mb),
               "--bucket-cap-mb: expected a finite size in MiB > 0, got ", a.bucket_cap_mb);
   if (a.trainer == "ddp") {
-    DITTO_CHECK(a.checkpoint.empty() && a.resume.empty() && a.profile.empty() && a.trace.empty() &&
-                    a.nodes == 1,
-                "--trainer ddp: --checkpoint, --resume, --profile, --trace and --nodes are not "
-                "wired into the ddp trainer yet: expected --trainer dp for them");
     if (lead) {
       std::printf("ditto-train: trainer=ddp backend=%s ranks=%d (%s) determinism=%s data=%s "
                   "batch=%" PRId64 " epochs=%d bucket_cap_mb=%g\n",
-                  be.name().c_str(), a.devices, processes ? "processes" : "threads",
+                  be.name().c_str(), n_dev, processes ? "processes" : "threads",
                   determinism_name(mode), a.data.c_str(), a.batch_size, a.epochs,
                   a.bucket_cap_mb);
       std::fflush(stdout);
@@ -467,148 +697,66 @@ int run(Args a) {
     if (processes) return run_ddp_process(a, mode, be, devs[0], sizes, train, val, lr);
     return run_ddp(a, mode, be, devs, sizes, train, val, lr);
   }
-  auto model = nn::mlp(sizes, devs[0], a.seed);
-  model->set_input_requires_grad(false);
+  Setup s = make_setup(a, sizes, devs[0], mode, lr);
+  nn::Sequential& model = *s.model;
   parallel::DataParallelOptions dpo;
   dpo.determinism = mode;
   dpo.micro_shards = a.micro_shards;
-  parallel::DataParallel dp(*model, devs, dpo);
-  std::unique_ptr<nn::Loss> criterion;
-  if (mse) criterion = std::make_unique<nn::MSELoss>();
-  else criterion = std::make_unique<nn::CrossEntropyLoss>();
-  criterion->set_determinism(mode);
-  std::unique_ptr<optim::Optimizer> opt;
-  if (a.optimizer == "adam") {
-    optim::AdamOptions ao;
-    ao.lr = lr;
-    ao.weight_decay = a.weight_decay;
-    opt = std::make_unique<optim::Adam>(model->parameters(), ao);
-  } else {
-    optim::SGDOptions so;
-    so.lr = lr;
-    so.momentum = a.momentum;
-    so.weight_decay = a.weight_decay;
-    opt = std::make_unique<optim::SGD>(model->parameters(), so);
-  }
+  parallel::DataParallel dp(model, devs, dpo);
 
-  std::string arch;
-  for (std::size_t i = 0; i < sizes.size(); ++i) arch += (i ? "-" : "") + std::to_string(sizes[i]);
-  TrainerState ts;  // the run's position: saved by --checkpoint, restored by --resume
-  ts.seed = a.seed;
-  ts.config = {{"model", arch}, {"optimizer", a.optimizer}, {"loss", a.loss},
-               {"batch_size", std::to_string(a.batch_size)}, {"seed", std::to_string(a.seed)},
-               {"train_rows", std::to_string(train.size())},
-               {"val_fraction", std::to_string(a.val_fraction)},
-               {"determinism", determinism_name(mode)},
-               {"micro_shards", std::to_string(a.micro_shards)},
-               {"devices", std::to_string(a.devices)}};
-  if (!a.resume.empty()) {  // bitwise results do not depend on the device count
-    std::set<std::string> may_differ;
-    if (mode == Determinism::bitwise) may_differ.insert("devices");
-    ts = resume_checkpoint(a.resume, *model, *opt, ts.config, may_differ, std::cerr);
-    std::printf("ditto-train: resumed from %s at step %" PRId64 " (epoch %" PRId64
-                ", batch %" PRId64 ")\n", a.resume.c_str(), ts.step, ts.epoch + 1, ts.batch);
-    DITTO_CHECK(ts.epoch <= a.epochs, "--resume: the checkpoint is past the end of epoch ",
-                ts.epoch, ", expected --epochs >= ", ts.epoch, ", got ", a.epochs);
-  }
+  TrainerState ts = initial_state(a, sizes, train, mode);
+  if (!a.resume.empty()) ts = resume_from(a, s, ts, mode, true);
   std::int64_t saved_step = a.resume.empty() ? -1 : ts.step;
   std::printf("ditto-train: backend=%s devices=%d determinism=%s model=%s params=%" PRId64
               " data=%s rows=%" PRId64 " (train %" PRId64 ", val %" PRId64 ") batch=%" PRId64
               " epochs=%d loss=%s optimizer=%s lr=%g momentum=%g seed=%" PRIu64 "\n",
-              be.name().c_str(), n_dev, determinism_name(mode), arch.c_str(),
-              model->num_parameters(), a.data.c_str(), all.size(), train.size(), val.size(),
+              be.name().c_str(), n_dev, determinism_name(mode), arch_name(sizes).c_str(),
+              model.num_parameters(), a.data.c_str(), all.size(), train.size(), val.size(),
               a.batch_size, a.epochs, a.loss.c_str(), a.optimizer.c_str(), lr,
               a.optimizer == "sgd" ? a.momentum : 0.0f, a.seed);
   std::fflush(stdout);
 
   data::DataLoader loader(train, a.batch_size, /*shuffle=*/true, a.seed, /*drop_last=*/false);
   double train_time = 0, train_loss = 0;
-  std::int64_t steps = 0, samples = 0;
-  sim::VTime vtrain = 0;  // virtual time of the training loops (cost model)
-  std::uint64_t vflops = 0;
-  std::vector<sim::VTime> vcomm(static_cast<std::size_t>(n_dev), 0);
+  CostMeter meter(be, n_dev);
   Eval ev{};
   for (int epoch = static_cast<int>(ts.epoch) + 1; epoch <= a.epochs; ++epoch) {
     loader.set_epoch(epoch - 1, ts.batch);
-    sim::CostTotals before;
-    if (simb) {
-      sync_all(be, n_dev);
-      before = simb->cost_model().totals();
-    }
+    meter.epoch_begin(be);
     auto t0 = std::chrono::steady_clock::now();
     double loss_sum = ts.epoch_loss_sum;
-    std::int64_t seen = ts.epoch_samples;
+    std::int64_t seen = ts.epoch_samples, steps = 0;
     for (std::int64_t i = ts.batch; i < loader.size(); ++i) {
       data::Batch b = loader.batch(i);
       be.begin_step(ts.step);  // counted over the whole run, resumed runs included
       Tensor out = dp.forward(b.x);
-      Tensor loss = criterion->forward(out, make_target(b.y, classes, mse, out.device()));
-      opt->zero_grad(true);
-      dp.backward(criterion->backward());
-      opt->step();
+      Tensor loss = s.criterion->forward(out, make_target(b.y, classes, mse, out.device()));
+      s.opt->zero_grad(true);
+      dp.backward(s.criterion->backward());
+      s.opt->step();
       loss_sum += static_cast<double>(loss.item()) * b.x.size(0);
       seen += b.x.size(0);
       ++steps;
       ts.advance(loader.size(), loss_sum, seen);  // the position after this step
       if (a.checkpoint_every > 0 && ts.step % a.checkpoint_every == 0) {
-        save_checkpoint(a.checkpoint, *model, *opt, ts);
+        save_checkpoint(a.checkpoint, model, *s.opt, ts);
         saved_step = ts.step;
       }
     }
-    if (simb) sync_all(be, n_dev);
+    meter.epoch_end(be, steps, seen);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    samples += seen;
-    if (simb) {
-      sim::CostTotals after = simb->cost_model().totals();
-      vtrain += after.now - before.now;
-      vflops += after.gemm_flops - before.gemm_flops;
-      for (int d = 0; d < n_dev; ++d) vcomm[d] += after.comm[d] - before.comm[d];
-    }
     train_time += dt;
     train_loss = seen ? loss_sum / seen : 0.0;
-    ev = evaluate(dp, *criterion, mse, val, 512);
-    std::printf("epoch %3d  train_loss=%.4f  val_loss=%.4f  val_acc=%.4f  samples/s=%.0f\n", epoch,
-                train_loss, ev.loss, ev.acc, dt > 0 ? seen / dt : 0.0);
-    std::fflush(stdout);
+    ev = evaluate(dp, *s.criterion, mse, val, 512);
+    print_epoch(epoch, train_loss, ev, seen, dt);
   }
-  if (a.epochs == 0) ev = evaluate(dp, *criterion, mse, val, 512);
+  if (a.epochs == 0) ev = evaluate(dp, *s.criterion, mse, val, 512);
   if (!a.checkpoint.empty() && ts.step != saved_step)
-    save_checkpoint(a.checkpoint, *model, *opt, ts);
-  if (auto* sim_be = dynamic_cast<sim::SimBackend*>(&be))
-    for (const std::string& f : sim_be->unfired_faults())
-      std::printf("ditto-train: note: --fault %s never took effect (no such step, allocation or "
-                  "communicator collective in this run; DataParallel issues no collectives)\n",
-                  f.c_str());
-  std::printf("final: backend=%s devices=%d determinism=%s epochs=%d train_loss=%.6f "
-              "val_loss=%.6f val_acc=%.4f train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
-              be.name().c_str(), n_dev, determinism_name(mode), a.epochs, train_loss, ev.loss,
-              ev.acc, train_time, params_checksum(*model));
-  if (simb && !a.profile.empty() && steps > 0) {
-    const sim::ClusterSpec& c = simb->cost_model().cluster();
-    const double vt = sim::to_seconds(vtrain);
-    sim::VTime comm_max = *std::max_element(vcomm.begin(), vcomm.end());
-    std::printf("predicted: %d x %s (%d node%s, %s) step_time=%.4f ms samples/s=%.0f "
-                "comm_share=%.1f%% mfu=%.3g%% (virtual time; FP32 peak %.1f TFLOP/s per GPU)\n"
-                "measured:  CPU simulator step_time=%.4f ms samples/s=%.0f (wall clock)\n",
-                n_dev, c.device.name.c_str(), a.nodes, a.nodes > 1 ? "s" : "",
-                c.interconnect.key.c_str(), vt / steps * 1e3, vt > 0 ? samples / vt : 0.0,
-                vt > 0 ? 100.0 * sim::to_seconds(comm_max) / vt : 0.0,
-                vt > 0 ? 100.0 * static_cast<double>(vflops) / (vt * n_dev * c.device.fp32_flops)
-                       : 0.0,
-                c.device.fp32_flops / 1e12, train_time / steps * 1e3,
-                train_time > 0 ? samples / train_time : 0.0);
-  }
-  if (simb) sync_all(be, n_dev);
-  for (int d = 0; d < n_dev; ++d) {
-    MemoryStats m = be.memory_stats(d);
-    std::printf("memory: %s live=%s peak=%s capacity=%s\n", devs[d].str().c_str(),
-                mib(m.in_use).c_str(), mib(m.peak).c_str(), mib(m.capacity).c_str());
-  }
-  if (simb && !a.trace.empty()) {
-    simb->cost_model().write_trace(a.trace);
-    std::printf("trace: wrote %s (Chrome trace JSON; open in https://ui.perfetto.dev)\n",
-                a.trace.c_str());
-  }
+    save_checkpoint(a.checkpoint, model, *s.opt, ts);
+  note_unfired_faults(be, false);
+  print_final(be, n_dev, mode, false, a.epochs, train_loss, ev, train_time,
+              params_checksum(model));
+  print_epilogue(a, be, devs, meter, train_time);
   return 0;
 }
 
