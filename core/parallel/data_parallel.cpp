@@ -191,9 +191,22 @@ Tensor DataParallel::forward(const std::vector<Tensor>& inputs) {
   }
   const int n = static_cast<int>(chunks.size());
   std::vector<Device> devs(devices_.begin(), devices_.begin() + n);
+  // Host inputs split along dim 0 are copied by each replica's own thread inside parallel_apply:
+  // a host-to-device copy blocks until the device's stream has run it, so the n copies overlap
+  // instead of waiting one after another (the same rows land on the same devices as
+  // comm::scatter would put them). Other inputs are scattered here.
   std::vector<std::vector<Tensor>> per_replica(static_cast<std::size_t>(n));
-  for (const Tensor& t : inputs) {
-    std::vector<Tensor> parts = comm::scatter(t, devs, chunks, dim);
+  std::vector<std::int64_t> starts(static_cast<std::size_t>(n), 0);
+  for (int i = 1; i < n; ++i)
+    starts[static_cast<std::size_t>(i)] = starts[static_cast<std::size_t>(i - 1)] + chunks[static_cast<std::size_t>(i - 1)];
+  std::vector<bool> copy_in_replica(inputs.size(), false);
+  for (std::size_t j = 0; j < inputs.size(); ++j) {
+    copy_in_replica[j] = dim == 0 && inputs[j].device().is_cpu();
+    if (copy_in_replica[j]) {
+      for (int i = 0; i < n; ++i) per_replica[static_cast<std::size_t>(i)].push_back(Tensor());
+      continue;
+    }
+    std::vector<Tensor> parts = comm::scatter(inputs[j], devs, chunks, dim);
     for (int i = 0; i < n; ++i) per_replica[static_cast<std::size_t>(i)].push_back(parts[static_cast<std::size_t>(i)]);
   }
   replicate(n);
@@ -202,8 +215,10 @@ Tensor DataParallel::forward(const std::vector<Tensor>& inputs) {
       replicas_[static_cast<std::size_t>(i)]->set_micro_shards(local_shards[static_cast<std::size_t>(i)]);
   std::vector<Tensor> outputs(static_cast<std::size_t>(n));
   parallel_apply(devs, "forward", [&](int i) {
-    outputs[static_cast<std::size_t>(i)] =
-        replicas_[static_cast<std::size_t>(i)]->forward(per_replica[static_cast<std::size_t>(i)]);
+    const auto r = static_cast<std::size_t>(i);
+    for (std::size_t j = 0; j < inputs.size(); ++j)
+      if (copy_in_replica[j]) per_replica[r][j] = inputs[j].narrow(starts[r], chunks[r]).to(devs[r]);
+    outputs[r] = replicas_[r]->forward(per_replica[r]);
   });
   replica_output_shapes_.clear();
   for (const Tensor& o : outputs) replica_output_shapes_.push_back(o.shape());
