@@ -267,26 +267,32 @@ CollResult run_collective(std::vector<Communicator>& comms, const std::vector<De
   synchronize(comms);
   issue();
   synchronize(comms);
+  // Expected values in closed form (init_value(q, i) = q + 1 + i % 13; small integers, exact).
+  const auto tri = static_cast<float>(n * (n + 1) / 2);
+  auto sum_at = [&](std::int64_t i) { return tri + static_cast<float>(n * (i % 13)); };
   CollResult res;
   for (int r = 0; r < n; ++r) {
     if (op == Op::reduce && r != root) continue;
-    std::vector<float> got = recv[r].to_vector<float>();
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      const auto ii = static_cast<std::int64_t>(i);
-      float want = 0;
-      switch (op) {
-        case Op::all_reduce:
-        case Op::reduce:
-          for (int q = 0; q < n; ++q) want += init_value(q, ii);
-          break;
-        case Op::broadcast: want = init_value(root, ii); break;
-        case Op::all_gather: want = init_value(static_cast<int>(ii / count), ii % count); break;
-        case Op::reduce_scatter:
-          for (int q = 0; q < n; ++q) want += init_value(q, r * count + ii);
-          break;
-      }
-      if (got[i] != want) ++res.wrong;
+    const std::vector<float> got = recv[r].to_vector<float>();
+    const auto len = static_cast<std::int64_t>(got.size());
+    std::int64_t wrong = 0;
+    switch (op) {
+      case Op::all_reduce:
+      case Op::reduce:
+        for (std::int64_t i = 0; i < len; ++i) wrong += got[i] != sum_at(i);
+        break;
+      case Op::broadcast:
+        for (std::int64_t i = 0; i < len; ++i) wrong += got[i] != init_value(root, i);
+        break;
+      case Op::all_gather:
+        for (std::int64_t i = 0; i < len; ++i)
+          wrong += got[i] != init_value(static_cast<int>(i / count), i % count);
+        break;
+      case Op::reduce_scatter:
+        for (std::int64_t i = 0; i < len; ++i) wrong += got[i] != sum_at(r * count + i);
+        break;
     }
+    res.wrong += wrong;
   }
   // Timed calls: warm-up, then as many calls as fit in cfg.seconds (estimated from the checked
   // call), enqueued back to back and synchronised once, as nccl-tests does.
