@@ -51,16 +51,27 @@ Tensor DataParallel::forward(const Tensor& input) { return forward(std::vector<T
 // Note [Persistent replica buffers]
 // torch.nn.DataParallel replicates the module with broadcast_coalesced and reduces the gradients
 // with reduce_add_coalesced, which pack the tensors of each bucket (consecutive parameters up to
-// buffer_size bytes) into fresh flat buffers on every step. Here each bucket keeps its buffers
-// from step to step: the packed parameters on every device, each replica's packed gradients on
-// its device, and their staging copies on devices[0]. The copies and the reduction are the same
-// (the replicas' gradients summed by ops::sum_inputs in device order, as reduce_add does), so the
-// values are the same bits; what goes is allocating and first touching about 3 model-sized
-// buffers per device per step (page faults were ~20% of a 4-device step of a 7 MB MLP). The
-// gradient sums still land in a fresh tensor each step (the module's grads are views of it, as
-// before), and the streams order every reuse of a buffer after the work that read it (Tensor
-// copies between devices wait for both streams). Buckets are rebuilt when the parameters'
-// shapes change; a parameter that is not f32 sends replicate and backward to the comm:: path.
+// buffer_size bytes) into fresh flat buffers on every step and move them with NCCL's broadcast and
+// reduce. Here each bucket keeps its flat buffers from step to step (the packed parameters and
+// each replica's packed gradients on every device), and they move with a Communicator over the
+// replicas' devices: broadcast from devices[0], reduce onto devices[0]. The reduction is the one
+// reduce_add does (sum over the replicas in device order: in bitwise mode the canonical tree over
+// rank index, Note [Canonical tree]; left to right in fast mode), so the values are the same bits;
+// what goes is allocating and first touching about 3 model-sized buffers per device per step
+// (page faults were ~20% of a 4-device step of a 7 MB MLP) and the staging copies onto
+// devices[0] (the simulator's reduce reads every rank's buffer in place, all ranks in parallel).
+// The gradient sums land in a fresh tensor each step (the module's grads are views of it, as
+// before). Buckets are rebuilt when the parameters' shapes change; a parameter that is not f32
+// sends replicate and backward to the comm:: path.
+std::vector<Communicator>& DataParallel::comms(int n) {
+  auto it = comms_.find(n);
+  if (it != comms_.end()) return it->second;
+  CommOptions o;
+  o.determinism = options_.determinism;
+  std::vector<Device> devs(devices_.begin(), devices_.begin() + n);
+  return comms_.emplace(n, Communicator::init_all(devs, o)).first->second;
+}
+
 bool DataParallel::ensure_buckets(const std::vector<nn::Parameter*>& params) {
   std::vector<Shape> shapes;
   shapes.reserve(params.size());
@@ -89,8 +100,6 @@ bool DataParallel::ensure_buckets(const std::vector<nn::Parameter*>& params) {
     for (std::size_t d = 0; d < n_dev; ++d) {
       bk.param_flat.push_back(Tensor::empty({bk.numel}, DType::f32, devices_[d]));
       bk.grad_flat.push_back(Tensor::empty({bk.numel}, DType::f32, devices_[d]));
-      bk.grad_stage.push_back(d == 0 ? Tensor()
-                                     : Tensor::empty({bk.numel}, DType::f32, devices_[0]));
     }
   }
   replica_views_.assign(n_dev, std::vector<Tensor>(params.size()));
@@ -121,7 +130,10 @@ void DataParallel::replicate(int n) {
         detail::copy_block(bk.param_flat[0], off, t.nbytes(), t, 0, t.nbytes(), t.nbytes(), 1);
         off += t.nbytes();
       }
-      for (int d = 1; d < n; ++d) bk.param_flat[static_cast<std::size_t>(d)].copy_(bk.param_flat[0]);
+      if (n > 1) {
+        std::vector<Tensor> flats(bk.param_flat.begin(), bk.param_flat.begin() + n);
+        broadcast(comms(n), flats, 0);
+      }
     }
     for (int d = 1; d < n; ++d) copies[static_cast<std::size_t>(d)] = replica_views_[static_cast<std::size_t>(d)];
   } else if (!data.empty()) {
@@ -264,7 +276,6 @@ Tensor DataParallel::backward(const Tensor& grad_output) {
   if (!params.empty() && ensure_buckets(params)) {  // Note [Persistent replica buffers]
     std::vector<Tensor> sums(params.size());
     for (Bucket& bk : buckets_) {
-      std::vector<Tensor> in;
       for (int i = 0; i < n; ++i) {
         const auto d = static_cast<std::size_t>(i);
         std::vector<nn::Parameter*> rp = replicas_[d]->parameters();
@@ -281,11 +292,12 @@ Tensor DataParallel::backward(const Tensor& grad_output) {
           }
           off += numel;
         }
-        if (i > 0) bk.grad_stage[d].copy_(bk.grad_flat[d]);
-        in.push_back(i == 0 ? bk.grad_flat[0] : bk.grad_stage[d]);
       }
       Tensor out = Tensor::empty({bk.numel}, DType::f32, devices_[0]);
-      ops::sum_inputs(in, out, options_.determinism);
+      std::vector<Tensor> send(bk.grad_flat.begin(), bk.grad_flat.begin() + n);
+      std::vector<Tensor> recv(static_cast<std::size_t>(n));  // ignored off the root
+      recv[0] = out;
+      reduce(comms(n), send, recv, ReduceOp::sum, 0);
       for (std::size_t k : bk.params) {
         const std::int64_t off = param_slot_[k].second;
         sums[k] = out.narrow(off, params[k]->data.numel()).view(params[k]->data.shape());

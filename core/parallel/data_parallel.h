@@ -15,9 +15,12 @@
 // DataParallelOptions::determinism).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
+
+#include "core/communicator.h"
 
 #include "core/determinism.h"
 #include "core/nn/module.h"
@@ -86,8 +89,10 @@ class DataParallel {
     std::int64_t numel = 0;
     std::vector<Tensor> param_flat;   ///< [d]: packed parameters on devices_[d]
     std::vector<Tensor> grad_flat;    ///< [d]: packed gradients of replica d on devices_[d]
-    std::vector<Tensor> grad_stage;   ///< [d], d >= 1: copy of grad_flat[d] on devices_[0]
   };
+  /// Communicator over devices_[0, n) (made on first use), for the buckets' broadcast and reduce.
+  std::vector<Communicator>& comms(int n);
+  std::map<int, std::vector<Communicator>> comms_;
   std::vector<Bucket> buckets_;
   std::vector<Shape> bucket_shapes_;               ///< parameter shapes the buckets were built for
   std::vector<std::vector<Tensor>> replica_views_;  ///< [d][k]: parameter k's view in param_flat
