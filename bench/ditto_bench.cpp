@@ -569,6 +569,7 @@ int main(int argc, char** argv) try {
   std::printf("# ditto-bench: done in %.1f s\n", seconds_since(t_start));
   return rc;
 } catch (const std::exception& e) {
-  std::fprintf(stderr, "ditto-bench: %s\n", e.what());
+  const std::string what = e.what();
+  std::fprintf(stderr, "%s%s\n", what.rfind("ditto-bench", 0) == 0 ? "" : "ditto-bench: ", what.c_str());
   return 2;
 }
