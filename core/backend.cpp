@@ -1,6 +1,8 @@
 // Backend registry and per-thread current streams.
 #include "core/backend.h"
 
+#include <array>
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -27,6 +29,24 @@ Registry& registry() {
   }();
   return *r;
 }
+
+// Note [Backend lookup cache]
+// Every device operation looks its backend up by name (Device::backend()). Through the registry
+// that is a global mutex, a map lookup and a shared_ptr copy (two atomic updates of one shared
+// counter), which the replica threads of a DataParallel step and the simulator's stream workers
+// contend on. get_backend() (the reference form) first looks in a small per-thread cache of
+// (name, instance) valid for one registry generation; the generation changes whenever an
+// instance is created or replaced, so a stale entry is never used. The reference it returns is
+// as valid as before (the registry still holds the instance until init_backend replaces it).
+std::atomic<std::uint64_t> g_generation{1};
+
+struct CachedBackend {
+  std::uint64_t generation = 0;
+  std::string name;
+  Backend* backend = nullptr;
+};
+thread_local std::array<CachedBackend, 4> t_backend_cache;
+thread_local std::size_t t_backend_cache_next = 0;
 
 BackendFactory* find_factory(Registry& r, const std::string& name) {
   for (auto& [n, f] : r.factories)
@@ -91,6 +111,7 @@ Backend& init_backend(const std::string& name_in, const BackendOptions& options)
   auto inst = (*f)(options);
   DITTO_ASSERT(inst);
   r.instances[name] = inst;
+  g_generation.fetch_add(1, std::memory_order_acq_rel);  // Note [Backend lookup cache]
   return *inst;
 }
 
@@ -105,10 +126,22 @@ std::shared_ptr<Backend> get_backend_ptr(const std::string& name_in) {
   auto inst = (*f)(BackendOptions{});
   DITTO_ASSERT(inst);
   r.instances[name] = inst;
+  g_generation.fetch_add(1, std::memory_order_acq_rel);  // Note [Backend lookup cache]
   return inst;
 }
 
-Backend& get_backend(const std::string& name) { return *get_backend_ptr(name); }
+Backend& get_backend(const std::string& name) {
+  if (name == "auto") return *get_backend_ptr(name);
+  const std::uint64_t gen = g_generation.load(std::memory_order_acquire);
+  for (const CachedBackend& c : t_backend_cache)
+    if (c.generation == gen && c.name == name) return *c.backend;
+  std::shared_ptr<Backend> b = get_backend_ptr(name);
+  CachedBackend& slot = t_backend_cache[t_backend_cache_next++ % t_backend_cache.size()];
+  slot.generation = gen;  // read before the lookup: an instance made since has a newer one
+  slot.name = name;
+  slot.backend = b.get();
+  return *b;
+}
 
 std::vector<Device> devices(const std::string& backend, int n) {
   Backend& b = get_backend(backend);

@@ -328,12 +328,12 @@ struct CostMeter {
 };
 
 /// Before the final line: the --fault specs that never fired.
-void note_unfired_faults(Backend& be, bool ddp) {
+void note_unfired_faults(Backend& be) {
   if (auto* sim_be = dynamic_cast<sim::SimBackend*>(&be))
     for (const std::string& f : sim_be->unfired_faults())
       std::printf("ditto-train: note: --fault %s never took effect (no such step, allocation or "
-                  "communicator collective in this run%s)\n",
-                  f.c_str(), ddp ? "" : "; DataParallel issues no collectives");
+                  "communicator collective in this run)\n",
+                  f.c_str());
 }
 
 void print_final(const Backend& be, int n_dev, Determinism mode, bool ddp, int epochs,
@@ -543,7 +543,7 @@ int run_ddp_process(const Args& a, Determinism mode, Backend& be, const Device& 
   }
   comm.stream().synchronize();
   if (comm.rank() == 0) {
-    note_unfired_faults(be, true);
+    note_unfired_faults(be);
     print_final(be, comm.size(), mode, true, a.epochs, res.train_loss, res.ev, res.train_time,
                 res.checksum);
   }
@@ -583,7 +583,7 @@ int run_ddp(const Args& a, Determinism mode, Backend& be, const std::vector<Devi
   for (auto& t : threads) t.join();
   if (!errors.empty()) std::rethrow_exception(errors.front());
   const RankResult& res = results[0];
-  note_unfired_faults(be, true);
+  note_unfired_faults(be);
   print_final(be, n, mode, true, a.epochs, res.train_loss, res.ev, res.train_time, res.checksum);
   print_epilogue(a, be, devs, meter, res.train_time);
   return 0;
@@ -753,7 +753,7 @@ int run(Args a) {
   if (a.epochs == 0) ev = evaluate(dp, *s.criterion, mse, val, 512);
   if (!a.checkpoint.empty() && ts.step != saved_step)
     save_checkpoint(a.checkpoint, model, *s.opt, ts);
-  note_unfired_faults(be, false);
+  note_unfired_faults(be);
   print_final(be, n_dev, mode, false, a.epochs, train_loss, ev, train_time,
               params_checksum(model));
   print_epilogue(a, be, devs, meter, train_time);

@@ -15,9 +15,12 @@
 // DataParallelOptions::determinism).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
+
+#include "core/communicator.h"
 
 #include "core/determinism.h"
 #include "core/nn/module.h"
@@ -76,6 +79,24 @@ class DataParallel {
 
  private:
   void replicate(int n);
+  /// Builds (or keeps) the persistent buckets for `params`; false when they cannot be used (a
+  /// parameter that is not f32), then replicate/backward take the comm:: path.
+  bool ensure_buckets(const std::vector<nn::Parameter*>& params);
+
+  /// Note [Persistent replica buffers] (data_parallel.cpp): one bucket of consecutive parameters.
+  struct Bucket {
+    std::vector<std::size_t> params;  ///< indices into module().parameters()
+    std::int64_t numel = 0;
+    std::vector<Tensor> param_flat;   ///< [d]: packed parameters on devices_[d]
+    std::vector<Tensor> grad_flat;    ///< [d]: packed gradients of replica d on devices_[d]
+  };
+  /// Communicator over devices_[0, n) (made on first use), for the buckets' broadcast and reduce.
+  std::vector<Communicator>& comms(int n);
+  std::map<int, std::vector<Communicator>> comms_;
+  std::vector<Bucket> buckets_;
+  std::vector<Shape> bucket_shapes_;               ///< parameter shapes the buckets were built for
+  std::vector<std::vector<Tensor>> replica_views_;  ///< [d][k]: parameter k's view in param_flat
+  std::vector<std::pair<std::size_t, std::int64_t>> param_slot_;  ///< [k]: (bucket, offset)
 
   nn::Module& module_;
   std::vector<Device> devices_;

@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# ditto against PyTorch (Gloo, DDP, single process), OpenMPI and the STREAM copy bandwidth, in one
+# run on one machine; prints one table of ratios and writes CSVs and a PNG plot.
+#
+#   bench/compare.sh [--quick] [--out DIR] [--build DIR] [--ranks 2,4,8] [--max-bytes BYTES]
+#
+#   --quick        sizes up to 16 MiB, shorter timings (a smoke run of the whole pipeline)
+#   --out DIR      results: DIR/raw/*.csv, DIR/table.md, DIR/perf.png, DIR/log.txt
+#                  (default bench/results)
+#   --build DIR    ditto build folder (default build; configured if missing)
+#   --ranks LIST   rank counts (default 2,4,8)
+#   --max-bytes B  largest collective size (default 67108864 = 64 MiB; sizes from 4 KiB, x4);
+#                  268435456 (256 MiB) runs the issue's whole range but takes ~2x longer
+#                  (Gloo's 8-rank all_gather of 256 MiB alone takes minutes on 2 cores)
+#
+# Installs what it needs (tools/setup.sh, then python3-torch, libopenblas0-openmp, openmpi-bin,
+# libopenmpi-dev, python3-matplotlib via apt-get, through sudo when not root). Never part of CI.
+# Traps handled here:
+#  - Debian's torch is importable only by /usr/bin/python3 (another python3 may come first on
+#    PATH), so every Python step runs /usr/bin/python3 explicitly;
+#  - without libopenblas0-openmp torch falls back to the reference BLAS (~30x slower);
+#  - OpenBLAS picks its kernels from CPUID; on virtual CPUs that report a generic model it may
+#    choose "Prescott" (SSE3, ~4x slower here); then OPENBLAS_CORETYPE is set from the CPU flags
+#    (SKYLAKEX with AVX-512, HASWELL with AVX2), and the table's header says so;
+#  - OpenMP's spinning waits: torch's single process is measured with the default policy and with
+#    OMP_WAIT_POLICY=PASSIVE, and the better is the anchor (on a loaded machine spinning is ~4x
+#    slower);
+#  - torch's thread count is set explicitly (all cores for the single process, cores / ranks for
+#    DDP, 1 per Gloo rank for collectives).
+set -euo pipefail
+t_start=$(date +%s)
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=$ROOT/bench/results
+BUILD=$ROOT/build
+RANKS=2,4,8
+MAX_BYTES=$((64 << 20))
+MIN_BYTES=4096
+FACTOR=4
+COLL_SECONDS=0.03
+MAX_ITERS=10
+TRAIN_SECONDS=1.0
+QUICK=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --quick) QUICK=1; MAX_BYTES=$((16 << 20)); COLL_SECONDS=0.02; TRAIN_SECONDS=0.3 ;;
+    --out) OUT=$(realpath -m "$2"); shift ;;
+    --build) BUILD=$(realpath -m "$2"); shift ;;
+    --ranks) RANKS=$2; shift ;;
+    --max-bytes) MAX_BYTES=$2; shift ;;
+    -h|--help) sed -n "2,30p" "$0"; exit 0 ;;
+    *) echo "compare.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+PY=/usr/bin/python3
+RAW=$OUT/raw
+mkdir -p "$OUT"
+rm -rf "$RAW"
+mkdir -p "$RAW"
+LOG=$OUT/log.txt
+: > "$LOG"
+say() { echo "$@" | tee -a "$LOG"; }
+step() { say ""; say "== $* ($(( $(date +%s) - t_start )) s)"; }
+
+# ---- 1. install -------------------------------------------------------------------------------
+step "install"
+"$ROOT/tools/setup.sh"
+need=()
+for p in python3-torch libopenblas0-openmp openmpi-bin libopenmpi-dev python3-matplotlib; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  say "installing ${need[*]}"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+$PY -c 'import torch' || { echo "compare.sh: /usr/bin/python3 cannot import torch" >&2; exit 1; }
+blas_core=$(OPENBLAS_VERBOSE=2 $PY -c 'import torch; torch.ones(64,64) @ torch.ones(64,64)' 2>&1 |
+            sed -n 's/^Core: //p' | head -1)
+blas_note="OpenBLAS core: ${blas_core:-unknown} (detected)"
+if [ -z "${OPENBLAS_CORETYPE:-}" ] && [ "${blas_core:-}" = "Prescott" ]; then
+  if grep -qw avx512f /proc/cpuinfo; then export OPENBLAS_CORETYPE=SKYLAKEX
+  elif grep -qw avx2 /proc/cpuinfo; then export OPENBLAS_CORETYPE=HASWELL
+  fi
+  [ -n "${OPENBLAS_CORETYPE:-}" ] && blas_note="OpenBLAS core: Prescott detected on a virtual CPU; OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE set from /proc/cpuinfo"
+fi
+say "$blas_note"
+blas_lib=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo unknown)
+say "libblas.so.3 -> $blas_lib"
+case "$blas_lib" in *openblas*) ;; *) say "WARNING: torch is not on OpenBLAS: its figures are meaningless";; esac
+
+# ---- 2. build ---------------------------------------------------------------------------------
+step "build ditto-bench"
+if [ ! -f "$BUILD/CMakeCache.txt" ]; then
+  cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >> "$LOG" 2>&1
+fi
+cmake --build "$BUILD" -j"$(nproc)" --target ditto-bench >> "$LOG" 2>&1
+mpicc -O2 -o "$OUT/mpi_bench" "$ROOT/bench/mpi_bench.c"
+
+cores=$(nproc)
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+say "machine: $cores cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load average before: $load_before"
+
+# ---- 3. ditto ---------------------------------------------------------------------------------
+step "ditto-bench (STREAM copy, collectives, trainer)"
+"$BUILD/bin/ditto-bench" --csv-dir "$RAW" all --backend auto --ranks "$RANKS" \
+  --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" --step-factor "$FACTOR" \
+  --coll-seconds "$COLL_SECONDS" --max-iters "$MAX_ITERS" --train-seconds "$TRAIN_SECONDS" 2>&1 | tee -a "$LOG"
+
+# ---- 4. OpenMPI -------------------------------------------------------------------------------
+step "OpenMPI (MPI_Allreduce, MPI_Bcast, MPI_Allgather)"
+for n in ${RANKS//,/ }; do
+  mpirun --allow-run-as-root --oversubscribe -np "$n" "$OUT/mpi_bench" "$MIN_BYTES" "$MAX_BYTES" \
+    "$FACTOR" "$COLL_SECONDS" "$MAX_ITERS" "$RAW/mpi_collectives.csv" 2>&1 | tee -a "$LOG"
+done
+
+# ---- 5. PyTorch -------------------------------------------------------------------------------
+step "PyTorch Gloo collectives (one process per rank)"
+$PY "$ROOT/bench/torch_bench.py" collectives --ranks "$RANKS" --min-bytes "$MIN_BYTES" \
+  --max-bytes "$MAX_BYTES" --step-factor "$FACTOR" --seconds "$COLL_SECONDS" --max-iters "$MAX_ITERS" \
+  --csv "$RAW/gloo_collectives.csv" 2>&1 | tee -a "$LOG"
+step "PyTorch training (single process, all cores; DDP with Gloo, 4 ranks)"
+# The single process runs twice, with OpenMP's default (spinning) wait policy and with PASSIVE:
+# on a loaded machine spinning threads that lose their core make torch several times slower; the
+# table takes the better of the two for torch.
+$PY "$ROOT/bench/torch_bench.py" train --part single --seconds "$TRAIN_SECONDS" \
+  --csv "$RAW/torch_train.csv" 2>&1 | tee -a "$LOG"
+OMP_WAIT_POLICY=PASSIVE $PY "$ROOT/bench/torch_bench.py" train --part single \
+  --seconds "$TRAIN_SECONDS" --csv "$RAW/torch_train.csv" 2>&1 | tee -a "$LOG"
+$PY "$ROOT/bench/torch_bench.py" train --part ddp --seconds "$TRAIN_SECONDS" \
+  --csv "$RAW/torch_train.csv" 2>&1 | tee -a "$LOG"
+
+# ---- 6. report --------------------------------------------------------------------------------
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+total=$(( $(date +%s) - t_start ))
+step "table"
+note="$cores cores; load average before $load_before, after $load_after; $blas_note; torch threads: $cores (single process), $((cores / 4 > 0 ? cores / 4 : 1)) per DDP rank, 1 per Gloo rank"
+$PY "$ROOT/bench/report.py" "$RAW" --table "$OUT/table.md" --png "$OUT/perf.png" \
+  --note "$note" 2>&1 | tee -a "$LOG"
+say ""
+say "compare.sh: CSVs in $RAW, table in $OUT/table.md, plot $OUT/perf.png, log $LOG"
+say "compare.sh: total time $(( $(date +%s) - t_start )) s (benchmarks $total s)"

@@ -1,0 +1,575 @@
+// ditto-bench: collectives (nccl-tests style), a STREAM-style copy probe and a trainer benchmark,
+// in one binary, with optional CSV output.
+//
+//   build/bin/ditto-bench [all|collectives|stream|trainer] [options]   (--help lists the options)
+//
+// collectives  all_reduce, all_gather, reduce_scatter, broadcast, reduce over 2, 4, 8 ranks for
+//              sizes 4 KiB .. 256 MiB, out-of-place and in-place, on the simulator (and on CUDA
+//              when --backend cuda or auto finds a GPU). Columns as nccl-tests prints them:
+//              time (us per call), algbw = size / time, busbw = algbw * factor, #wrong (elements
+//              that differ from the expected result after one checked call). Sizes follow
+//              nccl-tests: for all_gather `size` is the gathered (receive) buffer, for
+//              reduce_scatter the send buffer, else the buffer. busbw factors (nccl-tests'
+//              doc/PERFORMANCE.md): all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n,
+//              broadcast and reduce 1.
+//              One extra column, memGB/s, is the memory traffic an in-memory collective cannot
+//              avoid divided by time: all_reduce reads N buffers of S bytes and writes N, so
+//              2*N*S / t (the goal in issue 7 compares it with the STREAM copy bandwidth).
+// stream       STREAM copy (a[i] = b[i], f64) on all cores, arrays of max(64 MiB, 4 x LLC) (STREAM's
+//              rule: 4x the last-level cache), best of 5; bandwidth counts read + write bytes
+//              (STREAM's convention).
+// trainer      samples/s of parallel::DataParallel + SGD(momentum 0.9) with cross-entropy for the
+//              seed model 10-5-2 (batch 32) and an MLP 784-1024-1024-10 (batch 256), synthetic
+//              data on the host, 1 and 4 simulated devices, fast and bitwise. The median of 3
+//              timed runs of >= --seconds each. DistributedDataParallel is not measured here yet
+//              (it lands on branch ddp); add a trainer kind to run_trainer() when it is merged.
+//
+// Each figure is wall-clock on whatever else the machine runs: compare ratios from one run.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "core/backend.h"
+#include "core/communicator.h"
+#include "core/nn/loss.h"
+#include "core/nn/sequential.h"
+#include "core/optim/sgd.h"
+#include "core/parallel/data_parallel.h"
+#include "core/random.h"
+
+using namespace ditto;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// ---- CSV ------------------------------------------------------------------------------------
+
+/// Appends rows to `path` (header written when the file is new or empty); no file when empty.
+class Csv {
+ public:
+  Csv(const std::string& path, const std::string& header) {
+    if (path.empty()) return;
+    std::ifstream probe(path);
+    const bool fresh = !probe.good() || probe.peek() == std::ifstream::traits_type::eof();
+    out_.open(path, std::ios::app);
+    if (!out_) throw Error("ditto-bench: cannot open " + path + " for writing");
+    if (fresh) out_ << header << '\n';
+  }
+  template <typename... A>
+  void row(const A&... a) {
+    if (!out_.is_open()) return;
+    std::ostringstream s;
+    bool first = true;
+    ((s << (first ? "" : ",") << a, first = false), ...);
+    out_ << s.str() << '\n';
+    out_.flush();
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+// ---- STREAM copy ----------------------------------------------------------------------------
+
+struct StreamResult {
+  int threads = 0;
+  std::size_t bytes_per_array = 0;
+  double copy_gbps = 0;  // 1e9 bytes/s, read + write
+};
+
+std::size_t default_stream_bytes() {
+  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+  std::size_t b = std::max<std::size_t>(std::size_t(64) << 20, 4 * static_cast<std::size_t>(std::max(0L, llc)));
+  return std::min<std::size_t>(b, std::size_t(2) << 30);
+}
+
+StreamResult run_stream(int threads, std::size_t bytes, int reps) {
+  const std::size_t n = bytes / sizeof(double);
+  std::unique_ptr<double[]> a(new double[n]), b(new double[n]);
+  auto split = [&](int t) {
+    return std::pair<std::size_t, std::size_t>(n * t / threads, n * (t + 1) / threads);
+  };
+  auto parallel = [&](const std::function<void(std::size_t, std::size_t)>& fn) {
+    std::vector<std::thread> ts;
+    for (int t = 1; t < threads; ++t) ts.emplace_back([&, t] { auto [lo, hi] = split(t); fn(lo, hi); });
+    auto [lo, hi] = split(0);
+    fn(lo, hi);
+    for (auto& t : ts) t.join();
+  };
+  // First touch by the thread that later copies the range (NUMA placement, as STREAM does).
+  parallel([&](std::size_t lo, std::size_t hi) {
+    for (std::size_t i = lo; i < hi; ++i) { a[i] = 1.0; b[i] = 2.0; }
+  });
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = Clock::now();
+    parallel([&](std::size_t lo, std::size_t hi) {
+      double* __restrict__ dst = a.get();
+      const double* __restrict__ src = b.get();
+      for (std::size_t i = lo; i < hi; ++i) dst[i] = src[i];
+    });
+    best = std::min(best, seconds_since(t0));
+  }
+  if (a[n / 2] != 2.0) throw Error("ditto-bench stream: copy check failed");
+  return {threads, bytes, 2.0 * static_cast<double>(n * sizeof(double)) / best / 1e9};
+}
+
+// ---- collectives ----------------------------------------------------------------------------
+
+enum class Op { all_reduce, all_gather, reduce_scatter, broadcast, reduce };
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::all_reduce: return "all_reduce";
+    case Op::all_gather: return "all_gather";
+    case Op::reduce_scatter: return "reduce_scatter";
+    case Op::broadcast: return "broadcast";
+    case Op::reduce: return "reduce";
+  }
+  return "?";
+}
+Op parse_op(const std::string& s) {
+  for (Op op : {Op::all_reduce, Op::all_gather, Op::reduce_scatter, Op::broadcast, Op::reduce})
+    if (s == op_name(op)) return op;
+  throw InvalidArgument("ditto-bench: --ops: expected all_reduce, all_gather, reduce_scatter, "
+                        "broadcast or reduce, got '" + s + "'");
+}
+double bus_factor(Op op, int n) {
+  switch (op) {
+    case Op::all_reduce: return 2.0 * (n - 1) / n;
+    case Op::all_gather:
+    case Op::reduce_scatter: return static_cast<double>(n - 1) / n;
+    default: return 1.0;
+  }
+}
+/// Bytes an in-memory implementation must read plus write per call (size S as nccl-tests counts
+/// it): all_reduce reads N*S (every rank's buffer), writes N*S; reduce reads N*S, writes S;
+/// broadcast reads S, writes N*S (out of place; (N-1)*S in place); all_gather reads S (all sends
+/// together), writes N*S (every rank's receive buffer); reduce_scatter reads N*S (every send),
+/// writes S (all receive blocks together).
+double min_traffic(Op op, int n, double s) {
+  switch (op) {
+    case Op::all_reduce: return 2.0 * n * s;
+    case Op::reduce: return (n + 1.0) * s;
+    case Op::broadcast:
+    case Op::all_gather:
+    case Op::reduce_scatter: return (n + 1.0) * s;
+  }
+  return s;
+}
+
+float init_value(int rank, std::int64_t i) { return static_cast<float>(rank + 1 + (i % 13)); }
+
+struct CollResult {
+  double time_us = 0, algbw = 0, busbw = 0, memgbps = 0;
+  std::int64_t wrong = 0;
+  int iters = 0;
+};
+
+struct CollConfig {
+  std::string backend = "sim";
+  std::vector<std::string> ops = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"};
+  std::vector<int> ranks = {2, 4, 8};
+  std::string min_bytes = "4K", max_bytes = "256M";
+  int step_factor = 2;
+  std::string place = "both";  // out, in, both
+  std::string determinism = "fast";
+  double seconds = 0.05;  // timed budget per size and placement
+  int max_iters = 20;
+  int warmup = 1;
+};
+
+std::size_t parse_bytes(const std::string& s, const char* opt) {
+  std::size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (...) {
+    throw InvalidArgument(std::string("ditto-bench: ") + opt + ": expected a size like 4K, 16M or 1G, got '" + s + "'");
+  }
+  std::string unit = s.substr(pos);
+  double m = 1;
+  if (unit == "K" || unit == "KiB") m = 1024;
+  else if (unit == "M" || unit == "MiB") m = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB") m = 1024.0 * 1024 * 1024;
+  else if (!unit.empty() && unit != "B")
+    throw InvalidArgument(std::string("ditto-bench: ") + opt + ": unknown unit in '" + s + "' (use B, K, M, G)");
+  DITTO_CHECK(v > 0, "ditto-bench: ", opt, ": expected a positive size, got '", s, "'");
+  return static_cast<std::size_t>(v * m);
+}
+
+/// One collective at one size: buffers, one checked call, timed calls. `bytes` as nccl-tests.
+CollResult run_collective(std::vector<Communicator>& comms, const std::vector<Device>& devs, Op op,
+                          bool in_place, std::size_t bytes, const CollConfig& cfg) {
+  const int n = static_cast<int>(devs.size());
+  // count: elements per rank of the op's "count" argument (nccl-tests' recvcount / sendcount).
+  std::int64_t total = static_cast<std::int64_t>(bytes / sizeof(float));
+  if (op == Op::all_gather || op == Op::reduce_scatter) total = total / n * n;
+  const std::int64_t count = (op == Op::all_gather || op == Op::reduce_scatter) ? total / n : total;
+  const int root = 0;
+  std::vector<Tensor> send(n), recv(n);
+  for (int r = 0; r < n; ++r) {
+    const Device& d = devs[static_cast<std::size_t>(r)];
+    switch (op) {
+      case Op::all_reduce:
+      case Op::reduce:
+      case Op::broadcast:
+        send[r] = Tensor::empty({count}, DType::f32, d);
+        recv[r] = in_place ? send[r] : Tensor::empty({count}, DType::f32, d);
+        break;
+      case Op::all_gather:
+        recv[r] = Tensor::empty({total}, DType::f32, d);
+        send[r] = in_place ? recv[r].narrow(r * count, count) : Tensor::empty({count}, DType::f32, d);
+        break;
+      case Op::reduce_scatter:
+        send[r] = Tensor::empty({total}, DType::f32, d);
+        recv[r] = in_place ? send[r].narrow(r * count, count) : Tensor::empty({count}, DType::f32, d);
+        break;
+    }
+  }
+  auto fill = [&] {
+    for (int r = 0; r < n; ++r) {
+      std::vector<float> v(static_cast<std::size_t>(send[r].numel()));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = init_value(r, static_cast<std::int64_t>(i));
+      send[r].copy_(Tensor::from_vector(v, send[r].shape()));
+    }
+  };
+  auto issue = [&] {
+    switch (op) {
+      case Op::all_reduce: all_reduce(comms, send, recv); break;
+      case Op::reduce: reduce(comms, send, recv, ReduceOp::sum, root); break;
+      case Op::broadcast:
+        if (in_place) broadcast(comms, send, root);
+        else for (int r = 0; r < n; ++r) comms[static_cast<std::size_t>(r)].broadcast(send[r], recv[r], root);
+        break;
+      case Op::all_gather: all_gather(comms, send, recv); break;
+      case Op::reduce_scatter: reduce_scatter(comms, send, recv); break;
+    }
+  };
+  // Checked call.
+  fill();
+  synchronize(comms);
+  issue();
+  synchronize(comms);
+  // Expected values in closed form (init_value(q, i) = q + 1 + i % 13; small integers, exact).
+  const auto tri = static_cast<float>(n * (n + 1) / 2);
+  auto sum_at = [&](std::int64_t i) { return tri + static_cast<float>(n * (i % 13)); };
+  CollResult res;
+  for (int r = 0; r < n; ++r) {
+    if (op == Op::reduce && r != root) continue;
+    const std::vector<float> got = recv[r].to_vector<float>();
+    const auto len = static_cast<std::int64_t>(got.size());
+    std::int64_t wrong = 0;
+    switch (op) {
+      case Op::all_reduce:
+      case Op::reduce:
+        for (std::int64_t i = 0; i < len; ++i) wrong += got[i] != sum_at(i);
+        break;
+      case Op::broadcast:
+        for (std::int64_t i = 0; i < len; ++i) wrong += got[i] != init_value(root, i);
+        break;
+      case Op::all_gather:
+        for (std::int64_t i = 0; i < len; ++i)
+          wrong += got[i] != init_value(static_cast<int>(i / count), i % count);
+        break;
+      case Op::reduce_scatter:
+        for (std::int64_t i = 0; i < len; ++i) wrong += got[i] != sum_at(r * count + i);
+        break;
+    }
+    res.wrong += wrong;
+  }
+  // Timed calls: warm-up, then as many calls as fit in cfg.seconds (estimated from the checked
+  // call), enqueued back to back and synchronised once, as nccl-tests does.
+  auto t0 = Clock::now();
+  for (int w = 0; w < cfg.warmup; ++w) issue();
+  synchronize(comms);
+  const double one = std::max(1e-7, seconds_since(t0) / std::max(1, cfg.warmup));
+  const int iters = std::clamp(static_cast<int>(cfg.seconds / one), 1, cfg.max_iters);
+  t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) issue();
+  synchronize(comms);
+  const double t = seconds_since(t0) / iters;
+  res.iters = iters;
+  res.time_us = t * 1e6;
+  res.algbw = static_cast<double>(bytes) / t / 1e9;
+  res.busbw = res.algbw * bus_factor(op, n);
+  res.memgbps = min_traffic(op, n, static_cast<double>(bytes)) / t / 1e9;
+  return res;
+}
+
+std::vector<std::size_t> size_list(const CollConfig& cfg) {
+  const std::size_t lo = parse_bytes(cfg.min_bytes, "--min-bytes"), hi = parse_bytes(cfg.max_bytes, "--max-bytes");
+  DITTO_CHECK(lo <= hi, "ditto-bench: --min-bytes ", cfg.min_bytes, " exceeds --max-bytes ", cfg.max_bytes);
+  DITTO_CHECK(cfg.step_factor >= 2, "ditto-bench: --step-factor: expected >= 2, got ", cfg.step_factor);
+  std::vector<std::size_t> out;
+  for (std::size_t s = lo; s <= hi; s *= static_cast<std::size_t>(cfg.step_factor)) out.push_back(s);
+  return out;
+}
+
+int run_collectives(const CollConfig& cfg, Csv& csv) {
+  std::vector<std::string> backends;
+  if (cfg.backend == "auto") {
+    backends.push_back("sim");
+    std::string why;
+    if (resolve_backend_name("auto", &why) == "cuda") backends.push_back("cuda");
+    else std::printf("# cuda collectives skipped: %s\n", why.c_str());
+  } else {
+    backends.push_back(cfg.backend);
+  }
+  DITTO_CHECK(cfg.place == "in" || cfg.place == "out" || cfg.place == "both",
+              "ditto-bench: --place: expected in, out or both, got '", cfg.place, "'");
+  DITTO_CHECK(cfg.determinism == "fast" || cfg.determinism == "bitwise",
+              "ditto-bench: --determinism: expected fast or bitwise, got '", cfg.determinism, "'");
+  std::vector<Op> ops;
+  for (const auto& s : cfg.ops) ops.push_back(parse_op(s));
+  const std::vector<std::size_t> sizes = size_list(cfg);
+  std::int64_t total_wrong = 0;
+  for (const std::string& be : backends) {
+    const int max_ranks = *std::max_element(cfg.ranks.begin(), cfg.ranks.end());
+    BackendOptions bo;
+    bo.device_count = max_ranks;
+    init_backend(be, bo);
+    for (int n : cfg.ranks) {
+      DITTO_CHECK(n >= 1, "ditto-bench: --ranks: expected positive counts, got ", n);
+      std::vector<Device> devs = devices(be, n);
+      CommOptions co;
+      co.determinism = cfg.determinism == "bitwise" ? Determinism::bitwise : Determinism::fast;
+      std::vector<Communicator> comms = Communicator::init_all(devs, co);
+      for (Op op : ops) {
+        std::printf("#\n# %s  backend=%s ranks=%d determinism=%s dtype=float redop=sum root=0\n#\n",
+                    op_name(op), be.c_str(), n, cfg.determinism.c_str());
+        std::printf("# %12s %12s %10s %8s %8s %8s %6s %8s %10s %8s %8s %8s %6s %8s\n", "", "",
+                    "out-of-place", "", "", "", "", "", "in-place", "", "", "", "", "");
+        std::printf("# %12s %12s %10s %8s %8s %8s %6s %8s %10s %8s %8s %8s %6s\n", "size", "count",
+                    "time", "algbw", "busbw", "memGB/s", "#wrong", "", "time", "algbw", "busbw", "memGB/s", "#wrong");
+        std::printf("# %12s %12s %10s %8s %8s %8s %6s %8s %10s %8s %8s %8s %6s\n", "(B)", "(elements)",
+                    "(us)", "(GB/s)", "(GB/s)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "");
+        for (std::size_t bytes : sizes) {
+          if (bytes < n * sizeof(float) && (op == Op::all_gather || op == Op::reduce_scatter)) continue;
+          std::string line;
+          char buf[256];
+          const std::int64_t elems = static_cast<std::int64_t>(bytes / sizeof(float));
+          std::snprintf(buf, sizeof buf, "  %12zu %12lld", bytes, static_cast<long long>(elems));
+          line += buf;
+          for (bool in_place : {false, true}) {
+            if ((in_place && cfg.place == "out") || (!in_place && cfg.place == "in")) {
+              std::snprintf(buf, sizeof buf, " %10s %8s %8s %8s %6s %8s", "-", "-", "-", "-", "-", "");
+              line += buf;
+              continue;
+            }
+            CollResult r = run_collective(comms, devs, op, in_place, bytes, cfg);
+            total_wrong += r.wrong;
+            std::snprintf(buf, sizeof buf, " %10.1f %8.2f %8.2f %8.2f %6lld %8s", r.time_us, r.algbw,
+                          r.busbw, r.memgbps, static_cast<long long>(r.wrong), "");
+            line += buf;
+            csv.row(be, op_name(op), n, in_place ? "in" : "out", cfg.determinism, bytes, elems,
+                    r.iters, r.time_us, r.algbw, r.busbw, r.memgbps, r.wrong);
+          }
+          std::printf("%s\n", line.c_str());
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong),
+              total_wrong ? "FAILED" : "OK");
+  return total_wrong ? 1 : 0;
+}
+
+// ---- trainer --------------------------------------------------------------------------------
+
+struct TrainerConfig {
+  std::vector<std::string> models = {"10-5-2", "784-1024-1024-10"};
+  std::vector<int> devices_list = {1, 4};
+  std::vector<std::string> modes = {"fast", "bitwise"};
+  double seconds = 1.0;
+  int reps = 3;
+};
+
+std::vector<std::int64_t> parse_model(const std::string& s) {
+  std::vector<std::int64_t> out;
+  std::stringstream ss(s);
+  std::string part;
+  while (std::getline(ss, part, '-')) {
+    try {
+      out.push_back(std::stoll(part));
+    } catch (...) {
+      throw InvalidArgument("ditto-bench: --models: expected layer sizes like 784-1024-10, got '" + s + "'");
+    }
+  }
+  DITTO_CHECK(out.size() >= 2, "ditto-bench: --models: expected at least two sizes, got '", s, "'");
+  return out;
+}
+
+/// The batch the issue fixes for a model: 32 for the seed's 10-5-2, else 256.
+std::int64_t default_batch(const std::vector<std::int64_t>& sizes) { return sizes.front() <= 64 ? 32 : 256; }
+
+double trainer_samples_per_s(const std::vector<std::int64_t>& sizes, std::int64_t batch, int n_dev,
+                             Determinism mode, double seconds, int reps) {
+  std::vector<Device> devs = devices("sim", n_dev);
+  auto model = nn::mlp(sizes, devs[0], 0);
+  parallel::DataParallelOptions o;
+  o.determinism = mode;
+  parallel::DataParallel dp(*model, devs, o);
+  nn::CrossEntropyLoss loss;
+  loss.set_determinism(mode);
+  optim::SGD opt(model->parameters(), {.lr = 0.01f, .momentum = 0.9f});
+  std::vector<float> xv(static_cast<std::size_t>(batch * sizes.front()));
+  for (std::size_t i = 0; i < xv.size(); ++i)
+    xv[i] = uniform(1, stream_id(kStreamSynthetic, 91), i, -1, 1);
+  Tensor x = Tensor::from_vector(xv, {batch, sizes.front()});
+  std::vector<std::int64_t> yv(static_cast<std::size_t>(batch));
+  for (std::size_t i = 0; i < yv.size(); ++i) yv[i] = static_cast<std::int64_t>(i) % sizes.back();
+  Tensor y = Tensor::from_vector(yv, {batch});
+  auto step = [&] {
+    Tensor out = dp.forward(x);
+    Tensor l = loss.forward(out, y.to(out.device()));
+    opt.zero_grad(true);
+    dp.backward(loss.backward());
+    opt.step();
+    (void)l.item();  // a trainer reads the loss every step (and this synchronises)
+  };
+  auto t0 = Clock::now();
+  step();  // warm-up (allocations, replicas, worker threads)
+  const double one = std::max(1e-6, seconds_since(t0));
+  const int steps = std::max(2, static_cast<int>(seconds / one));
+  std::vector<double> rates;
+  for (int r = 0; r < reps; ++r) {
+    t0 = Clock::now();
+    for (int i = 0; i < steps; ++i) step();
+    rates.push_back(static_cast<double>(batch) * steps / seconds_since(t0));
+  }
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
+void run_trainer(const TrainerConfig& cfg, Csv& csv) {
+  int max_dev = *std::max_element(cfg.devices_list.begin(), cfg.devices_list.end());
+  BackendOptions bo;
+  bo.device_count = std::max(max_dev, 1);
+  init_backend("sim", bo);
+  std::printf("#\n# trainer: DataParallel + SGD(lr 0.01, momentum 0.9) + cross-entropy, synthetic data, "
+              "sim backend, median of %d runs of >= %.2f s\n#\n", cfg.reps, cfg.seconds);
+  std::printf("# %-18s %6s %8s %9s %12s %10s\n", "model", "batch", "devices", "mode", "samples/s", "steps/s");
+  for (const std::string& m : cfg.models) {
+    std::vector<std::int64_t> sizes = parse_model(m);
+    const std::int64_t batch = default_batch(sizes);
+    for (int d : cfg.devices_list) {
+      for (const std::string& mode : cfg.modes) {
+        DITTO_CHECK(mode == "fast" || mode == "bitwise",
+                    "ditto-bench: --modes: expected fast or bitwise, got '", mode, "'");
+        const double sps = trainer_samples_per_s(
+            sizes, batch, d, mode == "bitwise" ? Determinism::bitwise : Determinism::fast,
+            cfg.seconds, cfg.reps);
+        std::printf("  %-18s %6lld %8d %9s %12.1f %10.2f\n", m.c_str(), static_cast<long long>(batch), d,
+                    mode.c_str(), sps, sps / static_cast<double>(batch));
+        std::fflush(stdout);
+        csv.row(m, batch, d, mode, "DataParallel", sps, sps / static_cast<double>(batch));
+      }
+    }
+  }
+}
+
+std::string csv_path(const std::string& dir, const char* name) {
+  return dir.empty() ? std::string() : dir + "/" + name;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  CLI::App app{"ditto-bench: collectives (nccl-tests style), STREAM copy probe, trainer samples/s"};
+  std::string csv_dir;
+  app.add_option("--csv-dir", csv_dir,
+                 "Append results to DIR/collectives.csv, DIR/stream.csv, DIR/trainer.csv");
+  bool quick = false;
+  app.add_flag("--quick", quick, "Smaller sweep (sizes up to 16M, shorter timings) for a smoke run");
+  app.require_subcommand(0, 1);
+
+  CollConfig cc;
+  auto add_coll = [&](CLI::App* sc) {
+    sc->add_option("--backend", cc.backend, "sim, cuda, or auto (sim, plus cuda when a GPU is usable)");
+    sc->add_option("--ops", cc.ops, "Collectives to run")->delimiter(',');
+    sc->add_option("--ranks", cc.ranks, "Rank counts")->delimiter(',');
+    sc->add_option("--min-bytes", cc.min_bytes, "Smallest size (nccl-tests -b)");
+    sc->add_option("--max-bytes", cc.max_bytes, "Largest size (nccl-tests -e)");
+    sc->add_option("--step-factor", cc.step_factor, "Size multiplier (nccl-tests -f)");
+    sc->add_option("--place", cc.place, "out, in or both (out-of-place and in-place)");
+    sc->add_option("--determinism", cc.determinism, "fast or bitwise communicators");
+    sc->add_option("--coll-seconds", cc.seconds, "Timed seconds per size and placement");
+    sc->add_option("--max-iters", cc.max_iters, "Most timed calls per size (nccl-tests -n)");
+  };
+  StreamResult sr;
+  int stream_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::string stream_bytes;
+  auto add_stream = [&](CLI::App* sc) {
+    sc->add_option("--stream-threads", stream_threads, "Threads of the copy probe (default: all cores)");
+    sc->add_option("--stream-bytes", stream_bytes, "Bytes per array (default max(64M, 4 x LLC))");
+  };
+  TrainerConfig tc;
+  auto add_trainer = [&](CLI::App* sc) {
+    sc->add_option("--models", tc.models, "Models as layer sizes (batch 32 for 10-5-2, else 256)")->delimiter(',');
+    sc->add_option("--devices", tc.devices_list, "Device counts")->delimiter(',');
+    sc->add_option("--modes", tc.modes, "fast, bitwise")->delimiter(',');
+    sc->add_option("--train-seconds", tc.seconds, "Seconds per timed run");
+  };
+  CLI::App* all = app.add_subcommand("all", "stream, collectives and trainer (the default)");
+  CLI::App* coll = app.add_subcommand("collectives", "nccl-tests-style collectives sweep");
+  CLI::App* strm = app.add_subcommand("stream", "STREAM copy bandwidth on all cores");
+  CLI::App* trn = app.add_subcommand("trainer", "DataParallel samples/s");
+  add_coll(all); add_stream(all); add_trainer(all);
+  add_coll(coll);
+  add_stream(strm);
+  add_trainer(trn);
+  CLI11_PARSE(app, argc, argv);
+
+  const bool do_all = app.get_subcommands().empty() || all->parsed();
+  if (quick) {
+    if (cc.max_bytes == "256M") cc.max_bytes = "16M";
+    cc.seconds = 0.02;
+    tc.seconds = 0.3;
+  }
+  const auto t_start = Clock::now();
+  std::printf("# ditto-bench: %u hardware threads\n", std::thread::hardware_concurrency());
+  int rc = 0;
+  if (do_all || strm->parsed()) {
+    Csv csv(csv_path(csv_dir, "stream.csv"), "threads,bytes_per_array,copy_GBps");
+    const std::size_t b = stream_bytes.empty() ? default_stream_bytes() : parse_bytes(stream_bytes, "--stream-bytes");
+    DITTO_CHECK(stream_threads >= 1, "ditto-bench: --stream-threads: expected >= 1, got ", stream_threads);
+    sr = run_stream(stream_threads, b, 5);
+    std::printf("# stream copy: threads=%d bytes_per_array=%zu copy=%.2f GB/s (read+write, best of 5)\n",
+                sr.threads, sr.bytes_per_array, sr.copy_gbps);
+    csv.row(sr.threads, sr.bytes_per_array, sr.copy_gbps);
+  }
+  if (do_all || coll->parsed()) {
+    Csv csv(csv_path(csv_dir, "collectives.csv"),
+            "backend,op,ranks,place,determinism,bytes,count,iters,time_us,algbw_GBps,busbw_GBps,"
+            "mem_GBps,wrong");
+    rc |= run_collectives(cc, csv);
+  }
+  if (do_all || trn->parsed()) {
+    Csv csv(csv_path(csv_dir, "trainer.csv"), "model,batch,devices,determinism,trainer,samples_per_s,steps_per_s");
+    run_trainer(tc, csv);
+  }
+  std::printf("# ditto-bench: done in %.1f s\n", seconds_since(t_start));
+  return rc;
+} catch (const std::exception& e) {
+  const std::string what = e.what();
+  std::fprintf(stderr, "%s%s\n", what.rfind("ditto-bench", 0) == 0 ? "" : "ditto-bench: ", what.c_str());
+  return 2;
+}

@@ -1,0 +1,232 @@
+#!/usr/bin/python3
+"""Table of ratios and the busbw plot from the CSVs bench/compare.sh writes.
+
+  report.py RAW_DIR [--table table.md] [--png perf.png] [--plot-ranks 4]
+
+RAW_DIR holds ditto-bench's collectives.csv, stream.csv, trainer.csv and the anchors'
+gloo_collectives.csv, mpi_collectives.csv, torch_train.csv. Prints ONE table: the goals of
+issue 7 first (each a ratio measured in the same run, with its goal and met / MISSED), then
+ditto's busbw against Gloo and OpenMPI for each collective, rank count and a few sizes.
+The plot: busbw against size for ditto, Gloo and MPI (one panel per collective, --plot-ranks
+ranks), with the memory-bandwidth ceiling from the STREAM copy probe drawn.
+"""
+import argparse
+import csv
+import os
+import sys
+
+
+def read(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def fmt_size(b):
+    b = int(b)
+    for unit, m in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if b >= m and b % m == 0:
+            return f"{b // m} {unit}"
+    return f"{b} B"
+
+
+# Bytes an in-memory collective must read + write per call, per byte of nccl-tests' size S
+# (as ditto-bench's memGB/s column): all_reduce 2N; broadcast, all_gather (N + 1).
+def traffic_per_byte(op, n):
+    return 2.0 * n if op == "all_reduce" else n + 1.0
+
+
+def bus_factor(op, n):
+    return {"all_reduce": 2.0 * (n - 1) / n, "all_gather": (n - 1) / n,
+            "reduce_scatter": (n - 1) / n}.get(op, 1.0)
+
+
+def ceiling_busbw(op, n, stream_gbps):
+    """busbw an in-memory collective reaches when its unavoidable traffic runs at STREAM copy."""
+    return stream_gbps * bus_factor(op, n) / traffic_per_byte(op, n)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("raw")
+    p.add_argument("--table")
+    p.add_argument("--png")
+    p.add_argument("--plot-ranks", type=int, default=4)
+    p.add_argument("--note", default="")
+    a = p.parse_args()
+
+    coll = read(os.path.join(a.raw, "collectives.csv"))
+    stream = read(os.path.join(a.raw, "stream.csv"))
+    trainer = read(os.path.join(a.raw, "trainer.csv"))
+    gloo = read(os.path.join(a.raw, "gloo_collectives.csv"))
+    mpi = read(os.path.join(a.raw, "mpi_collectives.csv"))
+    torch_train = read(os.path.join(a.raw, "torch_train.csv"))
+    stream_gbps = max((float(r["copy_GBps"]) for r in stream), default=None)
+
+    def ditto_row(op, ranks, nbytes, place, backend="sim", det="fast"):
+        for r in coll:
+            if (r["backend"] == backend and r["op"] == op and int(r["ranks"]) == ranks
+                    and int(r["bytes"]) == nbytes and r["place"] == place
+                    and r["determinism"] == det):
+                return r
+        return None
+
+    def anchor_row(rows, op, ranks, nbytes):
+        for r in rows:
+            if r["op"] == op and int(r["ranks"]) == ranks and int(r["bytes"]) == nbytes:
+                return r
+        return None
+
+    def train_rate(model, devices, det, trainer_kind="DataParallel", col="samples_per_s"):
+        for r in trainer:
+            if (r["model"] == model and int(r["devices"]) == devices
+                    and r["determinism"] == det and r["trainer"] == trainer_kind):
+                return float(r[col])
+        return None
+
+    def torch_rate(model, prefix, col="samples_per_s"):
+        """The best of torch's rows for model whose trainer starts with prefix (compare.sh runs
+        the single process twice: OpenMP's default spinning wait policy and PASSIVE)."""
+        best = (None, "")
+        for r in torch_train:
+            if r["model"] == model and r["trainer"].startswith(prefix):
+                if best[0] is None or float(r[col]) > best[0]:
+                    best = (float(r[col]), r["trainer"])
+        return best
+
+    rows = []  # (benchmark, ditto, anchor, ratio, goal, verdict)
+
+    def add(name, dv, av, unit, goal=None, note=""):
+        if dv is None or av is None or av == 0:
+            rows.append((name, "n/a" if dv is None else f"{dv:.2f} {unit}",
+                         "n/a" if av is None else f"{av:.2f} {unit}", "n/a",
+                         f">= {goal:.2f}" if goal else "", "not measured" if goal else note))
+            return
+        ratio = dv / av
+        verdict = ("met" if ratio >= goal else "MISSED") if goal else note
+        rows.append((name, f"{dv:,.2f} {unit}", f"{av:,.2f} {unit}", f"{ratio:.2f}",
+                     f">= {goal:.2f}" if goal else "", verdict))
+
+    mib16 = 16 << 20
+    ar = ditto_row("all_reduce", 4, mib16, "out")
+    ar_in = ditto_row("all_reduce", 4, mib16, "in")
+    add("G1 all_reduce 4 ranks 16 MiB (out-of-place): 2NS/t vs STREAM copy",
+        float(ar["mem_GBps"]) if ar else None, stream_gbps, "GB/s", 0.70)
+    add("   same, in-place: 2NS/t vs STREAM copy",
+        float(ar_in["mem_GBps"]) if ar_in else None, stream_gbps, "GB/s", None, "(info)")
+    m = anchor_row(mpi, "all_reduce", 4, mib16)
+    add("   all_reduce 4 ranks 16 MiB busbw vs OpenMPI (issue: ~2.5x)",
+        float(ar["busbw_GBps"]) if ar else None, float(m["busbw_GBps"]) if m else None, "GB/s",
+        None, "(info)")
+    g = anchor_row(gloo, "all_reduce", 4, mib16)
+    add("   all_reduce 4 ranks 16 MiB busbw (in-place) vs Gloo (issue: ~6x)",
+        float(ar_in["busbw_GBps"]) if ar_in else None, float(g["busbw_GBps"]) if g else None,
+        "GB/s", None, "(info)")
+    big = "784-1024-1024-10"
+    fast4 = train_rate(big, 4, "fast")
+    t1, t1name = torch_rate(big, "torch threads")
+    add(f"G2 MLP {big} b256 fast, 4 sim devices vs torch 1 process ({t1name})",
+        fast4, t1, "smp/s", 1.0)
+    tddp, tddpname = torch_rate(big, "torch DDP")
+    add(f"G3 MLP {big} b256 fast, 4 sim devices vs torch DDP ({tddpname}, 4 ranks)",
+        fast4, tddp, "smp/s", 2.5)
+    s4 = train_rate("10-5-2", 4, "fast", col="steps_per_s")
+    ts, tsname = torch_rate("10-5-2", "torch threads", col="steps_per_s")
+    add(f"G4 seed 10-5-2 b32 fast, 4 sim devices vs torch 1 process: steps/s", s4, ts,
+        "steps/s", 1.0)
+    s4b = train_rate("10-5-2", 4, "bitwise", col="steps_per_s")
+    add(f"   seed 10-5-2 b32 bitwise, 4 sim devices vs torch 1 process: steps/s", s4b, ts,
+        "steps/s", None, "(info)")
+    add(f"G5 MLP {big} b256, 4 sim devices: bitwise vs fast", train_rate(big, 4, "bitwise"),
+        fast4, "smp/s", 0.5)
+    add(f"   MLP {big} b256, 1 sim device: bitwise vs fast", train_rate(big, 1, "bitwise"),
+        train_rate(big, 1, "fast"), "smp/s", None, "(info)")
+    add(f"   MLP {big} b256 fast, 1 sim device vs torch 1 process",
+        train_rate(big, 1, "fast"), t1, "smp/s", None, "(info)")
+
+    # busbw ratios for every collective the anchors run
+    sizes = sorted({int(r["bytes"]) for r in coll})
+    show = [s for s in sizes if s in (64 << 10, 1 << 20, 16 << 20, 256 << 20)] or sizes[-3:]
+    for op in ("all_reduce", "broadcast", "all_gather"):
+        for ranks in sorted({int(r["ranks"]) for r in coll}):
+            for s in show:
+                for name, rows_a in (("OpenMPI", mpi), ("Gloo", gloo)):
+                    ar_ = anchor_row(rows_a, op, ranks, s)
+                    if not ar_:
+                        continue
+                    d = ditto_row(op, ranks, s, ar_["place"])
+                    add(f"   {op} {ranks} ranks {fmt_size(s)} busbw ({ar_['place']}-of-place"
+                        .replace("in-of-place", "in-place") + f") vs {name}",
+                        float(d["busbw_GBps"]) if d else None, float(ar_["busbw_GBps"]),
+                        "GB/s", None, "")
+
+    head = ("benchmark", "ditto", "anchor", "ratio", "goal", "")
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    lines = []
+    if a.note:
+        lines.append(a.note)
+    lines.append("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths)) + " |")
+    lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in rows:
+        lines.append("| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |")
+    text = "\n".join(lines)
+    print(text)
+    if a.table:
+        with open(a.table, "w") as f:
+            f.write(text + "\n")
+
+    if a.png:
+        plot(a.png, coll, gloo, mpi, stream_gbps, a.plot_ranks)
+
+
+def plot(path, coll, gloo, mpi, stream_gbps, ranks):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("report.py: matplotlib missing (apt-get install python3-matplotlib); no plot",
+              file=sys.stderr)
+        return
+    ops = ("all_reduce", "broadcast", "all_gather")
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), sharey=True)
+    for ax, op in zip(axes, ops):
+        def series(rows, place=None, backend=None):
+            pts = sorted((int(r["bytes"]), float(r["busbw_GBps"])) for r in rows
+                         if r["op"] == op and int(r["ranks"]) == ranks
+                         and (place is None or r["place"] == place)
+                         and (backend is None or r["backend"] == backend)
+                         and r.get("determinism", "fast") in ("fast", "-"))
+            return [p[0] for p in pts], [p[1] for p in pts]
+        for place, style in (("out", "-o"), ("in", "--o")):
+            x, y = series(coll, place, "sim")
+            if x:
+                ax.plot(x, y, style, color="C0", label=f"ditto sim ({place}-of-place)"
+                        .replace("in-of-place", "in-place"), markersize=3)
+        x, y = series(gloo)
+        if x:
+            ax.plot(x, y, "-s", color="C1", label="PyTorch Gloo", markersize=3)
+        x, y = series(mpi)
+        if x:
+            ax.plot(x, y, "-^", color="C2", label="OpenMPI", markersize=3)
+        if stream_gbps:
+            c = ceiling_busbw(op, ranks, stream_gbps)
+            ax.axhline(c, color="k", linestyle=":",
+                       label=f"STREAM copy ceiling ({c:.2f} GB/s busbw)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{op}, {ranks} ranks")
+        ax.set_xlabel("size (bytes)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("busbw (GB/s, nccl-tests)")
+    fig.suptitle("ditto simulator vs PyTorch Gloo vs OpenMPI, one machine; ceiling: busbw when "
+                 "the unavoidable memory traffic runs at STREAM copy speed", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"report.py: wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
