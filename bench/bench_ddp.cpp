@@ -225,7 +225,10 @@ void run_predictions() {
               "overlap_ms", "serial_ms", "ratio", "compute_ms", "comm_ms", "bound");
   for (const Case& k : cases) {
     std::string name;
-    for (std::int64_t s : k.sizes) name += (name.empty() ? "" : "-") + std::to_string(s);
+    for (std::int64_t s : k.sizes) {
+      if (!name.empty()) name += '-';
+      name += std::to_string(s);
+    }
     if (name.size() > 22) name = std::to_string(k.sizes.front()) + "-" + std::to_string(k.sizes[1]) + "x" +
                                  std::to_string(k.sizes.size() - 2) + "-" + std::to_string(k.sizes.back());
     for (const char* ic : {"nvlink", "pcie4"}) {
