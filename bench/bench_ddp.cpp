@@ -213,8 +213,8 @@ void run_predictions() {
     std::vector<std::int64_t> sizes;
     std::int64_t batch;
   };
-  // The MLP; a wide one (two 64 MiB weight buckets); a deeper one (8 weight layers of
-  // 16 MiB), where every bucket but the last has backward compute left to hide behind.
+  // The MLP; a wide one (two 64 MiB weight buckets); a deeper one (7 weight layers of
+  // 16 MiB, then the output), where every bucket but the last has backward left to hide behind.
   const std::vector<Case> cases{{{784, 1024, 1024, 10}, 256},
                                 {{4096, 4096, 4096, 10}, 1024},
                                 {{2048, 2048, 2048, 2048, 2048, 2048, 2048, 2048, 10}, 1024}};
