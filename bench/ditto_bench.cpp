@@ -456,8 +456,9 @@ double trainer_samples_per_s(const std::vector<std::int64_t>& sizes, std::int64_
     opt.step();
     (void)l.item();  // a trainer reads the loss every step (and this synchronises)
   };
-  auto t0 = Clock::now();
   step();  // warm-up (allocations, replicas, worker threads)
+  auto t0 = Clock::now();
+  step();  // timed: sets the step count
   const double one = std::max(1e-6, seconds_since(t0));
   const int steps = std::max(2, static_cast<int>(seconds / one));
   std::vector<double> rates;
@@ -480,15 +481,18 @@ double trainer_samples_per_s_ddp(const std::vector<std::int64_t>& sizes, std::in
   CommOptions co;
   co.determinism = mode;
   std::vector<Communicator> comms = Communicator::init_all(devices("sim", n_dev), co);
-  // Barrier phases: 0 after the warm-up (sets the step count), then start / end of each run.
+  // Barrier phases: 0 after the warm-up step, 1 after one timed step (sets the step count), then
+  // the start (even) and end (odd) of each timed run.
   int phase = 0, steps = 2;
-  Clock::time_point t0 = Clock::now(), t_run;
+  Clock::time_point t0, t_run;
   std::vector<double> rates;
   rates.reserve(static_cast<std::size_t>(reps));
   auto on_phase = [&]() noexcept {
     if (phase == 0) {
+      t0 = Clock::now();
+    } else if (phase == 1) {
       steps = std::max(2, static_cast<int>(seconds / std::max(1e-6, seconds_since(t0))));
-    } else if (phase % 2 == 1) {
+    } else if (phase % 2 == 0) {
       t_run = Clock::now();
     } else {
       rates.push_back(static_cast<double>(batch) * steps / seconds_since(t_run));
@@ -521,7 +525,9 @@ double trainer_samples_per_s_ddp(const std::vector<std::int64_t>& sizes, std::in
           opt.step();
           (void)l.item();  // this rank's loss, every step (and this synchronises)
         };
-        step();  // warm-up
+        step();  // warm-up (allocations, worker threads)
+        sync_point.arrive_and_wait();
+        step();  // timed: sets the step count
         sync_point.arrive_and_wait();
         for (int rep = 0; rep < reps; ++rep) {
           sync_point.arrive_and_wait();
