@@ -18,14 +18,17 @@
 // stream       STREAM copy (a[i] = b[i], f64) on all cores, arrays of max(64 MiB, 4 x LLC) (STREAM's
 //              rule: 4x the last-level cache), best of 5; bandwidth counts read + write bytes
 //              (STREAM's convention).
-// trainer      samples/s of parallel::DataParallel + SGD(momentum 0.9) with cross-entropy for the
-//              seed model 10-5-2 (batch 32) and an MLP 784-1024-1024-10 (batch 256), synthetic
-//              data on the host, 1 and 4 simulated devices, fast and bitwise. The median of 3
-//              timed runs of >= --seconds each. DistributedDataParallel is not measured here yet
-//              (it lands on branch ddp); add a trainer kind to run_trainer() when it is merged.
+// trainer      samples/s of SGD(momentum 0.9) with cross-entropy for the seed model 10-5-2 (batch
+//              32) and an MLP 784-1024-1024-10 (batch 256), synthetic data on the host, 1 and 4
+//              simulated devices, fast and bitwise, for both trainers (--trainers): dp =
+//              parallel::DataParallel (one controller thread), ddp =
+//              parallel::DistributedDataParallel (a host thread per rank, Communicator::init_all,
+//              as `ditto-train --trainer ddp`). Every step reads the loss (item()), as a training
+//              loop does. The median of 3 timed runs of >= --seconds each.
 //
 // Each figure is wall-clock on whatever else the machine runs: compare ratios from one run.
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -47,6 +50,7 @@
 #include "core/nn/sequential.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
+#include "core/parallel/distributed_data_parallel.h"
 #include "core/random.h"
 
 using namespace ditto;
@@ -398,6 +402,7 @@ struct TrainerConfig {
   std::vector<std::string> models = {"10-5-2", "784-1024-1024-10"};
   std::vector<int> devices_list = {1, 4};
   std::vector<std::string> modes = {"fast", "bitwise"};
+  std::vector<std::string> trainers = {"dp", "ddp"};
   double seconds = 1.0;
   int reps = 3;
 };
@@ -420,6 +425,17 @@ std::vector<std::int64_t> parse_model(const std::string& s) {
 /// The batch the issue fixes for a model: 32 for the seed's 10-5-2, else 256.
 std::int64_t default_batch(const std::vector<std::int64_t>& sizes) { return sizes.front() <= 64 ? 32 : 256; }
 
+/// Synthetic batch on the host: x uniform in [-1, 1), y = row index mod classes.
+std::pair<Tensor, Tensor> synthetic_batch(const std::vector<std::int64_t>& sizes, std::int64_t batch) {
+  std::vector<float> xv(static_cast<std::size_t>(batch * sizes.front()));
+  for (std::size_t i = 0; i < xv.size(); ++i)
+    xv[i] = uniform(1, stream_id(kStreamSynthetic, 91), i, -1, 1);
+  std::vector<std::int64_t> yv(static_cast<std::size_t>(batch));
+  for (std::size_t i = 0; i < yv.size(); ++i) yv[i] = static_cast<std::int64_t>(i) % sizes.back();
+  return {Tensor::from_vector(xv, {batch, sizes.front()}), Tensor::from_vector(yv, {batch})};
+}
+
+/// DataParallel samples/s.
 double trainer_samples_per_s(const std::vector<std::int64_t>& sizes, std::int64_t batch, int n_dev,
                              Determinism mode, double seconds, int reps) {
   std::vector<Device> devs = devices("sim", n_dev);
@@ -430,13 +446,8 @@ double trainer_samples_per_s(const std::vector<std::int64_t>& sizes, std::int64_
   nn::CrossEntropyLoss loss;
   loss.set_determinism(mode);
   optim::SGD opt(model->parameters(), {.lr = 0.01f, .momentum = 0.9f});
-  std::vector<float> xv(static_cast<std::size_t>(batch * sizes.front()));
-  for (std::size_t i = 0; i < xv.size(); ++i)
-    xv[i] = uniform(1, stream_id(kStreamSynthetic, 91), i, -1, 1);
-  Tensor x = Tensor::from_vector(xv, {batch, sizes.front()});
-  std::vector<std::int64_t> yv(static_cast<std::size_t>(batch));
-  for (std::size_t i = 0; i < yv.size(); ++i) yv[i] = static_cast<std::int64_t>(i) % sizes.back();
-  Tensor y = Tensor::from_vector(yv, {batch});
+  const auto xy = synthetic_batch(sizes, batch);
+  const Tensor &x = xy.first, &y = xy.second;
   auto step = [&] {
     Tensor out = dp.forward(x);
     Tensor l = loss.forward(out, y.to(out.device()));
@@ -445,8 +456,9 @@ double trainer_samples_per_s(const std::vector<std::int64_t>& sizes, std::int64_
     opt.step();
     (void)l.item();  // a trainer reads the loss every step (and this synchronises)
   };
-  auto t0 = Clock::now();
   step();  // warm-up (allocations, replicas, worker threads)
+  auto t0 = Clock::now();
+  step();  // timed: sets the step count
   const double one = std::max(1e-6, seconds_since(t0));
   const int steps = std::max(2, static_cast<int>(seconds / one));
   std::vector<double> rates;
@@ -459,14 +471,94 @@ double trainer_samples_per_s(const std::vector<std::int64_t>& sizes, std::int64_
   return rates[rates.size() / 2];
 }
 
+/// DistributedDataParallel samples/s: a host thread per rank, each running its own loop on its
+/// rows of the global batch (local_rows), as `ditto-train --trainer ddp` does. The ranks agree
+/// on the step count and the clock through a barrier.
+double trainer_samples_per_s_ddp(const std::vector<std::int64_t>& sizes, std::int64_t batch,
+                                 int n_dev, Determinism mode, double seconds, int reps) {
+  const auto xy = synthetic_batch(sizes, batch);
+  const Tensor &x = xy.first, &y = xy.second;
+  CommOptions co;
+  co.determinism = mode;
+  std::vector<Communicator> comms = Communicator::init_all(devices("sim", n_dev), co);
+  // Barrier phases: 0 after the warm-up step, 1 after one timed step (sets the step count), then
+  // the start (even) and end (odd) of each timed run.
+  int phase = 0, steps = 2;
+  Clock::time_point t0, t_run;
+  std::vector<double> rates;
+  rates.reserve(static_cast<std::size_t>(reps));
+  auto on_phase = [&]() noexcept {
+    if (phase == 0) {
+      t0 = Clock::now();
+    } else if (phase == 1) {
+      steps = std::max(2, static_cast<int>(seconds / std::max(1e-6, seconds_since(t0))));
+    } else if (phase % 2 == 0) {
+      t_run = Clock::now();
+    } else {
+      rates.push_back(static_cast<double>(batch) * steps / seconds_since(t_run));
+    }
+    ++phase;
+  };
+  std::barrier sync_point(n_dev, on_phase);
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n_dev));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n_dev; ++r)
+    threads.emplace_back([&, r] {
+      Communicator& comm = comms[static_cast<std::size_t>(r)];
+      try {
+        auto model = nn::mlp(sizes, comm.device(), 0);
+        model->set_input_requires_grad(false);
+        parallel::DistributedDataParallelOptions o;
+        o.average_gradients = false;  // the loss divides by the global batch (bitwise = dp's bits)
+        parallel::DistributedDataParallel ddp(*model, comm, o);
+        nn::CrossEntropyLoss loss;
+        loss.set_determinism(mode);
+        loss.set_global_batch(batch);
+        optim::SGD opt(model->parameters(), {.lr = 0.01f, .momentum = 0.9f});
+        const auto [lo, hi] = ddp.local_rows(batch);
+        const Tensor xr = x.narrow(lo, hi - lo), yr = y.narrow(lo, hi - lo);
+        auto step = [&] {
+          Tensor out = ddp.forward({xr}, batch);
+          Tensor l = loss.forward(out, yr.to(out.device()));
+          opt.zero_grad(true);
+          ddp.backward(loss.backward());
+          opt.step();
+          (void)l.item();  // this rank's loss, every step (and this synchronises)
+        };
+        step();  // warm-up (allocations, worker threads)
+        sync_point.arrive_and_wait();
+        step();  // timed: sets the step count
+        sync_point.arrive_and_wait();
+        for (int rep = 0; rep < reps; ++rep) {
+          sync_point.arrive_and_wait();
+          for (int i = 0; i < steps; ++i) step();
+          sync_point.arrive_and_wait();
+        }
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+        comm.abort("ditto-bench trainer ddp: rank " + std::to_string(r) + " failed");
+        sync_point.arrive_and_drop();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
+}
+
 void run_trainer(const TrainerConfig& cfg, Csv& csv) {
   int max_dev = *std::max_element(cfg.devices_list.begin(), cfg.devices_list.end());
   BackendOptions bo;
   bo.device_count = std::max(max_dev, 1);
   init_backend("sim", bo);
-  std::printf("#\n# trainer: DataParallel + SGD(lr 0.01, momentum 0.9) + cross-entropy, synthetic data, "
-              "sim backend, median of %d runs of >= %.2f s\n#\n", cfg.reps, cfg.seconds);
-  std::printf("# %-18s %6s %8s %9s %12s %10s\n", "model", "batch", "devices", "mode", "samples/s", "steps/s");
+  std::printf("#\n# trainer: dp = DataParallel, ddp = DistributedDataParallel (a thread per rank); "
+              "SGD(lr 0.01, momentum 0.9) + cross-entropy, synthetic data, sim backend, median of %d "
+              "runs of >= %.2f s\n#\n", cfg.reps, cfg.seconds);
+  std::printf("# %-18s %6s %8s %9s %8s %12s %10s\n", "model", "batch", "devices", "mode", "trainer",
+              "samples/s", "steps/s");
+  for (const std::string& t : cfg.trainers)
+    DITTO_CHECK(t == "dp" || t == "ddp", "ditto-bench: --trainers: expected dp or ddp, got '", t, "'");
   for (const std::string& m : cfg.models) {
     std::vector<std::int64_t> sizes = parse_model(m);
     const std::int64_t batch = default_batch(sizes);
@@ -474,13 +566,16 @@ void run_trainer(const TrainerConfig& cfg, Csv& csv) {
       for (const std::string& mode : cfg.modes) {
         DITTO_CHECK(mode == "fast" || mode == "bitwise",
                     "ditto-bench: --modes: expected fast or bitwise, got '", mode, "'");
-        const double sps = trainer_samples_per_s(
-            sizes, batch, d, mode == "bitwise" ? Determinism::bitwise : Determinism::fast,
-            cfg.seconds, cfg.reps);
-        std::printf("  %-18s %6lld %8d %9s %12.1f %10.2f\n", m.c_str(), static_cast<long long>(batch), d,
-                    mode.c_str(), sps, sps / static_cast<double>(batch));
-        std::fflush(stdout);
-        csv.row(m, batch, d, mode, "DataParallel", sps, sps / static_cast<double>(batch));
+        const Determinism det = mode == "bitwise" ? Determinism::bitwise : Determinism::fast;
+        for (const std::string& t : cfg.trainers) {
+          const double sps = t == "dp" ? trainer_samples_per_s(sizes, batch, d, det, cfg.seconds, cfg.reps)
+                                       : trainer_samples_per_s_ddp(sizes, batch, d, det, cfg.seconds, cfg.reps);
+          const char* trainer = t == "dp" ? "DataParallel" : "DDP";
+          std::printf("  %-18s %6lld %8d %9s %8s %12.1f %10.2f\n", m.c_str(), static_cast<long long>(batch),
+                      d, mode.c_str(), t.c_str(), sps, sps / static_cast<double>(batch));
+          std::fflush(stdout);
+          csv.row(m, batch, d, mode, trainer, sps, sps / static_cast<double>(batch));
+        }
       }
     }
   }
@@ -526,12 +621,13 @@ int main(int argc, char** argv) try {
     sc->add_option("--models", tc.models, "Models as layer sizes (batch 32 for 10-5-2, else 256)")->delimiter(',');
     sc->add_option("--devices", tc.devices_list, "Device counts")->delimiter(',');
     sc->add_option("--modes", tc.modes, "fast, bitwise")->delimiter(',');
+    sc->add_option("--trainers", tc.trainers, "dp (DataParallel), ddp (DistributedDataParallel)")->delimiter(',');
     sc->add_option("--train-seconds", tc.seconds, "Seconds per timed run");
   };
   CLI::App* all = app.add_subcommand("all", "stream, collectives and trainer (the default)");
   CLI::App* coll = app.add_subcommand("collectives", "nccl-tests-style collectives sweep");
   CLI::App* strm = app.add_subcommand("stream", "STREAM copy bandwidth on all cores");
-  CLI::App* trn = app.add_subcommand("trainer", "DataParallel samples/s");
+  CLI::App* trn = app.add_subcommand("trainer", "DataParallel and DDP samples/s");
   add_coll(all); add_stream(all); add_trainer(all);
   add_coll(coll);
   add_stream(strm);

@@ -424,6 +424,48 @@ TEST_F(DdpTest, NoSyncAccumulatesAndNextSyncIncludesIt) {
   }
 }
 
+TEST_F(DdpTest, GradsAreBucketViewsAndAccumulateAcrossSynchronisedSteps) {
+  // Note [DDP grads as bucket views]: after a synchronised backward the grads of one bucket lie
+  // back to back in its buffer. Two synchronised backwards without zero_grad accumulate in place
+  // (the second packs nothing): averaged over 2 ranks, A1 + A2 with Ai the global mean gradient
+  // of batch i, as torch's DDP gives.
+  const std::int64_t batch = 24;
+  Tensor x1 = random_x(batch, kSizes[0], 11), y1 = random_y(batch, kSizes.back(), 11);
+  Tensor x2 = random_x(batch, kSizes[0], 12), y2 = random_y(batch, kSizes.back(), 12);
+  auto expected = single_device_grads(x1, y1);
+  const auto second = single_device_grads(x2, y2);
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    for (std::size_t j = 0; j < expected[i].size(); ++j) expected[i][j] += second[i][j];
+  CommOptions co;
+  co.timeout_ms = 20000;
+  std::vector<std::vector<std::vector<float>>> grads(2);
+  std::vector<int> contiguous(2, 0);
+  auto errors = run_ranks(2, co, [&](int r, Communicator& comm) {
+    auto model = nn::mlp(kSizes, comm.device(), 7);
+    model->set_input_requires_grad(false);
+    DistributedDataParallel ddp(*model, comm, {});  // default caps: one bucket of every parameter
+    nn::CrossEntropyLoss ce;
+    for (const auto& [x, y] : {std::pair{x1, y1}, std::pair{x2, y2}}) {
+      Tensor out = ddp.forward(rows_of(x, 12 * r, 12 * r + 12));
+      ce.forward(out, rows_of(y, 12 * r, 12 * r + 12).to(out.device()));
+      ddp.backward(ce.backward());
+      const std::vector<std::size_t>& b = ddp.bucket_indices()[0];
+      std::vector<nn::Parameter*> ps = model->parameters();
+      bool ok = b.size() >= 2;
+      for (std::size_t k = 1; k < b.size(); ++k)
+        ok = ok && ps[b[k]]->grad.data<float>() ==
+                       ps[b[k - 1]]->grad.data<float>() + ps[b[k - 1]]->data.numel();
+      contiguous[static_cast<std::size_t>(r)] += ok ? 1 : 0;
+    }
+    grads[static_cast<std::size_t>(r)] = grads_of(*model);
+  });
+  expect_no_errors(errors);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(contiguous[static_cast<std::size_t>(r)], 2) << r;
+    EXPECT_LT(max_abs_diff(grads[static_cast<std::size_t>(r)], expected), 1e-5) << r;
+  }
+}
+
 // ---- join (uneven inputs) ------------------------------------------------------------------------
 
 TEST_F(DdpTest, JoinWithUnevenInputsDoesNotHangAndAveragesActiveRanks) {

@@ -61,6 +61,9 @@ struct DistributedDataParallel::Bucket {
   Tensor flat;                           // f32 [numel] on the rank's device
   std::size_t pending = 0;               // parameters not yet ready in this backward
   bool launched = false;
+  // The grads packed by launch(), kept alive until the communication stream has read them
+  // (freeing them on the host would let the compute stream reuse their memory first).
+  std::vector<Tensor> packed;
 };
 
 DistributedDataParallel::DistributedDataParallel(nn::Module& module, Communicator comm,
@@ -324,15 +327,23 @@ void DistributedDataParallel::launch(std::size_t index) {
     nn::Parameter& p = *params_[b.params[k]];
     if (!p.grad.defined())  // a parameter this backward did not reach: its gradient is zero
       p.grad = Tensor::zeros(p.data.shape(), DType::f32, comm_.device());
-    b.flat.narrow(b.offsets[k], p.data.numel()).copy_(p.grad.view({p.data.numel()}));
+    Tensor slot = b.flat.narrow(b.offsets[k], p.data.numel());
+    // Grads left as views of this slot by the last step (not zeroed with set_to_none, or in
+    // no_sync) were accumulated in place: nothing to pack.
+    if (p.grad.data_ptr() != slot.data_ptr()) slot.copy_(p.grad.view({p.data.numel()}));
   }
   comm_.all_reduce(b.flat, ReduceOp::sum);
   if (options_.average_gradients && comm_.size() > 1)
     ops::scale_(b.flat, 1.0f / static_cast<float>(comm_.size()));
+  // Note [DDP grads as bucket views]: each grad becomes a view of its slot of the reduced bucket
+  // (torch's gradient_as_bucket_view=True) instead of a copy back into the grad's own memory,
+  // saving one gradient-sized copy per step. The values (and bits) are the same; the bucket is
+  // overwritten by the next synchronised backward, so a grad kept across a backward that does
+  // not accumulate into it (zero_grad(set_to_none) drops it) must be cloned by its holder.
   for (std::size_t k = 0; k < b.params.size(); ++k) {
     nn::Parameter& p = *params_[b.params[k]];
-    Tensor g = p.grad.view({p.data.numel()});
-    g.copy_(b.flat.narrow(b.offsets[k], p.data.numel()));
+    b.packed.push_back(std::move(p.grad));
+    p.grad = b.flat.narrow(b.offsets[k], p.data.numel()).view(p.data.shape());
   }
   b.launched = true;
 }
@@ -347,6 +358,7 @@ void DistributedDataParallel::finish_backward() {
   comm_stream_->record(*comm_done_);
   current_stream(comm_.device()).wait(*comm_done_);
   comm_stream_->synchronize();  // rethrows the collectives' errors (Timeout, a failed peer)
+  for (auto& b : buckets_) b->packed.clear();
 }
 
 // ---- join (uneven inputs) ------------------------------------------------------------------------
@@ -387,7 +399,19 @@ bool DistributedDataParallel::exchange_join_flags(int my_flag, std::vector<std::
 }
 
 void DistributedDataParallel::shadow_all_reduces() {
+  // This rank's grads may be views of the buckets (Note [DDP grads as bucket views]): give them
+  // their own memory before the buckets carry the other ranks' sums, after the compute stream's
+  // work that reads them (the last optimizer step).
+  Stream& compute = current_stream(comm_.device());
+  compute.record(*grads_done_);
+  comm_stream_->wait(*grads_done_);
   StreamGuard guard(*comm_stream_);
+  for (auto& b : buckets_)
+    for (std::size_t k = 0; k < b->params.size(); ++k) {
+      nn::Parameter& p = *params_[b->params[k]];
+      if (p.grad.defined() && p.grad.data_ptr() == b->flat.narrow(b->offsets[k], 1).data_ptr())
+        p.grad = p.grad.clone();
+    }
   for (auto& b : buckets_) {
     ops::fill_(b->flat, 0.0f);
     comm_.all_reduce(b->flat, ReduceOp::sum);

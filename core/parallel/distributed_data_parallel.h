@@ -109,7 +109,9 @@ class DistributedDataParallel {
   /// (unless inside no_sync()). Accumulates into the parameters' grads like the module's own
   /// backward; with sync the grads then hold the sum over ranks (or the average, per
   /// average_gradients) of everything accumulated since they were last zeroed. Returns the
-  /// module's input gradient. Throws what the module and the communicator throw (Timeout,
+  /// module's input gradient. After a synchronised backward each parameter's grad is a view of
+  /// its slot in its bucket (torch's gradient_as_bucket_view=True), overwritten by the next
+  /// synchronised backward: clone a grad to keep it. Throws what the module and the communicator throw (Timeout,
   /// BackendError naming the failed rank and the collective), after aborting the communicator
   /// for its own errors.
   Tensor backward(const Tensor& grad_output = Tensor());
