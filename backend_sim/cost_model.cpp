@@ -123,8 +123,9 @@ void CostModel::configure(const ClusterSpec& cluster) {
 void CostModel::set_slowdown(int device, double factor) {
   DITTO_CHECK(device >= 0 && device < device_count(), "set_slowdown: device: expected 0..",
               device_count() - 1, ", got ", device);
-  DITTO_CHECK(std::isfinite(factor) && factor > 0,
-              "set_slowdown: factor: expected a finite value > 0, got ", factor);
+  DITTO_CHECK(std::isfinite(factor) && factor >= kMinSlowdown && factor <= kMaxSlowdown,
+              "set_slowdown: factor: expected ", kMinSlowdown, " <= factor <= ", kMaxSlowdown,
+              ", got ", factor);
   devices_[static_cast<std::size_t>(device)]->slowdown = factor;
 }
 
@@ -146,13 +147,19 @@ void atomic_max(std::atomic<VTime>& a, VTime v) {
   while (v > old && !a.compare_exchange_weak(old, v, std::memory_order_relaxed)) {
   }
 }
+// a += v (v >= 0), saturating at kVTimeMax like every virtual-time sum.
+void atomic_add_sat(std::atomic<VTime>& a, VTime v) {
+  VTime old = a.load(std::memory_order_relaxed);
+  while (!a.compare_exchange_weak(old, vtime_add(old, v), std::memory_order_relaxed)) {
+  }
+}
 }  // namespace
 
 void CostModel::finish(SimStream& stream, int device, VTime start, VTime end, const char* name,
                        const char* cat, std::atomic<VTime>* busy) {
   stream.virtual_now = end;
   PerDevice& pd = *devices_[static_cast<std::size_t>(device)];
-  if (busy) busy->fetch_add(end - start, std::memory_order_relaxed);
+  if (busy) atomic_add_sat(*busy, end - start);
   atomic_max(pd.end, end);
   if (tracing()) trace_->add({device, stream.track, name, cat, start, end - start, false, 0});
 }
@@ -161,7 +168,7 @@ void CostModel::on_kernel(SimStream& stream, const char* name, const KernelCost&
   const int d = stream.device_index();
   PerDevice& pd = *devices_[static_cast<std::size_t>(d)];
   const VTime start = stream.virtual_now;
-  const VTime end = start + to_vtime(kernel_seconds(cluster_.device, cost) * pd.slowdown);
+  const VTime end = vtime_add(start, to_vtime(kernel_seconds(cluster_.device, cost) * pd.slowdown));
   if (cost.gemm) gemm_flops_.fetch_add(static_cast<std::uint64_t>(cost.flops));
   finish(stream, d, start, end, name, "kernel", &pd.compute);
 }
@@ -171,7 +178,7 @@ void CostModel::on_host_copy(SimStream& stream, const char* name, std::size_t by
   const DeviceProfile& dev = cluster_.device;
   const VTime start = stream.virtual_now;
   const VTime end =
-      start + to_vtime(dev.host_latency + static_cast<double>(bytes) / dev.host_bandwidth);
+      vtime_add(start, to_vtime(dev.host_latency + static_cast<double>(bytes) / dev.host_bandwidth));
   finish(stream, d, start, end, name, "copy", &devices_[static_cast<std::size_t>(d)]->host_copy);
 }
 
@@ -182,21 +189,21 @@ void CostModel::on_device_copy(SimStream& stream, int src, std::size_t bytes) {
   const VTime start = stream.virtual_now;
   if (src < 0 || src == d) {  // inside one device: read + write at memory bandwidth
     const double s = cluster_.device.launch_latency + 2.0 * b / cluster_.device.memory_bandwidth;
-    finish(stream, d, start, start + to_vtime(s * pd.slowdown), "copy_d2d", "copy", &pd.compute);
+    finish(stream, d, start, vtime_add(start, to_vtime(s * pd.slowdown)), "copy_d2d", "copy", &pd.compute);
     return;
   }
   const InterconnectProfile& ic = cluster_.interconnect;
   const bool same_node = cluster_.node_of(src) == cluster_.node_of(d);
   const double s = same_node ? ic.hop_latency + b / ic.link_bandwidth
                              : ic.net_hop_latency + b / ic.nic_bandwidth;
-  finish(stream, d, start, start + to_vtime(s), same_node ? "copy_peer" : "copy_net", "comm",
+  finish(stream, d, start, vtime_add(start, to_vtime(s)), same_node ? "copy_peer" : "copy_net", "comm",
          &pd.comm);
 }
 
 void CostModel::on_collective(SimStream& stream, const char* name, VTime start,
                               const CollectiveEstimate& estimate, double) {
   const int d = stream.device_index();
-  finish(stream, d, start, start + to_vtime(estimate.seconds), name, "comm",
+  finish(stream, d, start, vtime_add(start, to_vtime(estimate.seconds)), name, "comm",
          &devices_[static_cast<std::size_t>(d)]->comm);
 }
 

@@ -44,6 +44,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -58,12 +59,21 @@ namespace ditto::sim {
 class SimStream;
 class TraceRecorder;
 
-/// Virtual time in picoseconds.
+/// Virtual time in picoseconds. It saturates at kVTimeMax (about 106 days) instead of wrapping:
+/// a duration past it (an absurd profile or slowdown) reads as kVTimeMax, never as a negative
+/// or small time.
 using VTime = std::int64_t;
 constexpr double kPicosPerSecond = 1e12;
+constexpr VTime kVTimeMax = std::numeric_limits<VTime>::max();
+/// `seconds` (>= 0) rounded to picoseconds; negative -> 0, NaN or past kVTimeMax -> kVTimeMax.
 inline VTime to_vtime(double seconds) {
-  return static_cast<VTime>(seconds * kPicosPerSecond + 0.5);
+  const double ps = seconds * kPicosPerSecond + 0.5;
+  if (!(ps < 9223372036854775808.0)) return kVTimeMax;  // 2^63; also NaN and inf
+  if (ps < 1.0) return 0;
+  return static_cast<VTime>(ps);
 }
+/// a + b for a, b >= 0, saturating at kVTimeMax.
+inline VTime vtime_add(VTime a, VTime b) { return a > kVTimeMax - b ? kVTimeMax : a + b; }
 inline double to_seconds(VTime t) { return static_cast<double>(t) / kPicosPerSecond; }
 
 /// What one kernel does: floating-point operations and bytes moved to or from device memory.
@@ -119,8 +129,10 @@ class CostModel {
   const ClusterSpec& cluster() const { return cluster_; }
 
   /// Straggler: every kernel on `device` takes `factor` times its modelled time (factor >= 1
-  /// slows it down; any finite value > 0 is accepted). Throws InvalidArgument for a device out of
-  /// range or a factor that is not finite and > 0.
+  /// slows it down; kMinSlowdown <= factor <= kMaxSlowdown). Throws InvalidArgument for a device
+  /// out of range or a factor outside that range (or not finite).
+  static constexpr double kMinSlowdown = 1e-3;
+  static constexpr double kMaxSlowdown = 1e3;
   void set_slowdown(int device, double factor);
   double slowdown(int device) const;
 
