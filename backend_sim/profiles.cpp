@@ -98,8 +98,10 @@ std::string known_keys_devices() {
   return s;
 }
 
-double positive_field(const nlohmann::json& j, const std::string& file, const char* field,
-                      bool required, double fallback) {
+// A number field of a JSON profile, in [lo, hi] (its unit's plausible range: a value far outside
+// it is a typo or a unit mistake and would make every prediction absurd).
+double ranged_field(const nlohmann::json& j, const std::string& file, const char* field,
+                    bool required, double fallback, double lo, double hi) {
   if (!j.contains(field)) {
     DITTO_CHECK(!required, "device_profile: ", file, ": missing field '", field, "'");
     return fallback;
@@ -108,10 +110,16 @@ double positive_field(const nlohmann::json& j, const std::string& file, const ch
   DITTO_CHECK(v.is_number(), "device_profile: ", file, ": field '", field,
               "': expected a number, got ", v.dump());
   double d = v.get<double>();
-  DITTO_CHECK(std::isfinite(d) && d > 0, "device_profile: ", file, ": field '", field,
-              "': expected a finite value > 0, got ", v.dump());
+  DITTO_CHECK(std::isfinite(d) && d >= lo && d <= hi, "device_profile: ", file, ": field '",
+              field, "': expected ", lo, " <= value <= ", hi, ", got ", v.dump());
   return d;
 }
+
+// Plausible ranges of the JSON fields, in the fields' units.
+constexpr double kMinTflops = 1e-3, kMaxTflops = 1e5;          // TFLOP/s
+constexpr double kMinGBps = 1e-3, kMaxGBps = 1e6;              // GB/s
+constexpr double kMinGiB = 1.0 / 1024, kMaxGiB = 1e5;          // GiB
+constexpr double kMinLatencyUs = 0, kMaxLatencyUs = 1e6;       // microseconds
 
 DeviceProfile load_json_profile(const std::string& path) {
   std::ifstream in(path);
@@ -128,21 +136,25 @@ DeviceProfile load_json_profile(const std::string& path) {
   try {
     p.key = j.value("key", path);
     p.name = j.value("name", p.key);
-    p.fp32_flops = positive_field(j, path, "fp32_tflops", true, 0) * kT;
-    p.tf32_flops = positive_field(j, path, "tf32_tflops", false, p.fp32_flops / kT) * kT;
-    p.bf16_flops = positive_field(j, path, "bf16_tflops", false, p.tf32_flops / kT) * kT;
-    p.memory_bytes = positive_field(j, path, "memory_gib", true, 0) * kGiB;
-    p.memory_bandwidth = positive_field(j, path, "memory_bandwidth_gbps", true, 0) * kG;
-    p.launch_latency = positive_field(j, path, "launch_latency_us", false, kLaunch / kUs) * kUs;
-    p.host_bandwidth = positive_field(j, path, "host_bandwidth_gbps", false, 32) * kG;
-    p.host_latency = positive_field(j, path, "host_latency_us", false, kHostCopy / kUs) * kUs;
+    p.fp32_flops =
+        ranged_field(j, path, "fp32_tflops", true, 0, kMinTflops, kMaxTflops) * kT;
+    p.tf32_flops = ranged_field(j, path, "tf32_tflops", false, p.fp32_flops / kT, kMinTflops,
+                                kMaxTflops) * kT;
+    p.bf16_flops = ranged_field(j, path, "bf16_tflops", false, p.tf32_flops / kT, kMinTflops,
+                                kMaxTflops) * kT;
+    p.memory_bytes = ranged_field(j, path, "memory_gib", true, 0, kMinGiB, kMaxGiB) * kGiB;
+    p.memory_bandwidth =
+        ranged_field(j, path, "memory_bandwidth_gbps", true, 0, kMinGBps, kMaxGBps) * kG;
+    p.launch_latency = ranged_field(j, path, "launch_latency_us", false, kLaunch / kUs,
+                                    kMinLatencyUs, kMaxLatencyUs) * kUs;
+    p.host_bandwidth =
+        ranged_field(j, path, "host_bandwidth_gbps", false, 32, kMinGBps, kMaxGBps) * kG;
+    p.host_latency = ranged_field(j, path, "host_latency_us", false, kHostCopy / kUs,
+                                  kMinLatencyUs, kMaxLatencyUs) * kUs;
     p.source = j.value("source", "user profile " + path);
   } catch (const nlohmann::json::exception& e) {  // e.g. "key": 3 (not a string)
     throw InvalidArgument(detail::cat("device_profile: ", path, ": ", e.what()));
   }
-  // The capacity becomes a size_t byte count: keep it well inside (2^34 GiB = 2^64 bytes).
-  DITTO_CHECK(p.memory_bytes < 1e18, "device_profile: ", path,
-              ": field 'memory_gib': expected less than 1e9 GiB, got ", p.memory_bytes / kGiB);
   return p;
 }
 

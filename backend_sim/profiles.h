@@ -66,8 +66,9 @@ const std::vector<InterconnectProfile>& builtin_interconnects();
 ///    "memory_bandwidth_gbps": 500, "launch_latency_us": 3}
 /// (optional: tf32_tflops, bf16_tflops, host_bandwidth_gbps, host_latency_us, source; GB/s and
 /// TFLOP/s in SI units, memory in GiB). Throws InvalidArgument naming the key or the file and
-/// field for an unknown key, an unreadable file, malformed JSON or a missing or non-positive
-/// field.
+/// field for an unknown key, an unreadable file, malformed JSON, or a missing field or one
+/// outside its plausible range: TFLOP/s in [1e-3, 1e5], GB/s in [1e-3, 1e6], memory_gib in
+/// [1/1024, 1e5], latencies (us) in [0, 1e6].
 DeviceProfile device_profile(const std::string& key);
 
 /// The interconnect a device profile normally comes with: "nvlink" for h100-sxm and h200,

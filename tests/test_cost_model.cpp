@@ -18,6 +18,7 @@
 #include "backend_sim/profiles.h"
 #include "backend_sim/published.h"
 #include "backend_sim/sim_backend.h"
+#include "backend_sim/sim_stream.h"
 #include "core/backend.h"
 #include "core/communicator.h"
 #include "core/error.h"
@@ -387,10 +388,55 @@ TEST(CostModelProfiles, BuiltinsAndJsonProfilesAndTheirErrors) {
     sim::device_profile(path);
     FAIL() << "no error";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("'memory_gib': expected less than 1e9 GiB"),
+    EXPECT_NE(std::string(e.what()).find("field 'memory_gib': expected 0.000976562 <= value <= "
+                                         "100000, got "),
               std::string::npos)
         << e.what();
   }
+  std::remove(path.c_str());
+}
+
+// Every number of a JSON profile is bounded to a plausible range for its unit: an absurd but
+// positive value (fp32_tflops 1e-300 made mfu 5.75e+299 %; memory_gib 1e-12 failed later as
+// "memory_capacity must be positive" without naming the file) is refused naming file and field.
+TEST(CostModelProfiles, JsonFieldsOutsideTheirPlausibleRangeAreRefusedNamingFileAndField) {
+  const std::string path = temp_path("ditto_cost_range.json");
+  auto write = [&](const std::string& field, const std::string& value) {
+    nlohmann::json j = {{"fp32_tflops", 10}, {"memory_gib", 1}, {"memory_bandwidth_gbps", 500}};
+    j[field] = nlohmann::json::parse(value);
+    std::ofstream f(path);
+    f << j.dump();
+  };
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"fp32_tflops", "1e-300"},         {"fp32_tflops", "1e6"},
+      {"tf32_tflops", "1e-9"},           {"bf16_tflops", "2e5"},
+      {"memory_gib", "1e-12"},           {"memory_gib", "1e6"},
+      {"memory_bandwidth_gbps", "1e-4"}, {"memory_bandwidth_gbps", "1e7"},
+      {"host_bandwidth_gbps", "1e-300"}, {"launch_latency_us", "-1"},
+      {"launch_latency_us", "1e7"},      {"host_latency_us", "1e300"}};
+  for (const auto& [field, value] : bad) {
+    write(field, value);
+    try {
+      sim::device_profile(path);
+      ADD_FAILURE() << field << "=" << value << " accepted";
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("device_profile: " + path + ": field '" + field + "': expected "),
+                std::string::npos)
+          << what;
+      EXPECT_NE(what.find(" <= value <= "), std::string::npos) << what;
+    }
+  }
+  // The bounds themselves are accepted.
+  for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
+           {"fp32_tflops", "0.001"}, {"fp32_tflops", "100000"}, {"memory_gib", "0.0009765625"},
+           {"memory_bandwidth_gbps", "1000000"}, {"launch_latency_us", "0"},
+           {"host_latency_us", "1000000"}}) {
+    write(field, value);
+    EXPECT_NO_THROW(sim::device_profile(path)) << field << "=" << value;
+  }
+  write("fp32_tflops", "0.001");
+  EXPECT_DOUBLE_EQ(sim::device_profile(path).fp32_flops, 1e9);
   std::remove(path.c_str());
 }
 
@@ -564,4 +610,56 @@ TEST(CostModelStraggler, SlowDeviceMakesThePredictedStepSlowerByItsFactorOnCompu
   EXPECT_LE(step_slow - step_base, 3 * base.compute[3]);
   EXPECT_THROW(fresh_sim(2).cost_model().set_slowdown(2, 2.0), InvalidArgument);
   EXPECT_THROW(fresh_sim(2).cost_model().set_slowdown(0, 0.0), InvalidArgument);
+}
+
+// A straggler factor is bounded: --straggler 3:1e15 used to wrap the picosecond clock into a
+// normal-looking step time (and negative trace timestamps).
+TEST(CostModelStraggler, SlowdownOutsideItsRangeIsRefusedNamingTheFactor) {
+  sim::SimBackend& be = fresh_sim(2);
+  for (double f : std::vector<double>{1e6, 1e15, 1e-4, 0.0, -2.0, INFINITY, NAN}) {
+    try {
+      be.cost_model().set_slowdown(1, f);
+      ADD_FAILURE() << "factor " << f << " accepted";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(
+                    "set_slowdown: factor: expected 0.001 <= factor <= 1000, got "),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_DOUBLE_EQ(be.cost_model().slowdown(1), 1.0);  // unchanged by the refused values
+  be.cost_model().set_slowdown(1, 1e3);
+  EXPECT_DOUBLE_EQ(be.cost_model().slowdown(1), 1e3);
+  be.cost_model().set_slowdown(1, 1e-3);
+  EXPECT_DOUBLE_EQ(be.cost_model().slowdown(1), 1e-3);
+}
+
+// ---- virtual time ---------------------------------------------------------------------------
+
+TEST(CostModelVirtualTime, ConversionAndSumsSaturateInsteadOfWrapping) {
+  EXPECT_EQ(sim::to_vtime(1.5e-12), 2);  // rounded to the picosecond
+  EXPECT_EQ(sim::to_vtime(0.25), 250000000000);
+  EXPECT_EQ(sim::to_vtime(-1.0), 0);
+  EXPECT_EQ(sim::to_vtime(1e7), sim::kVTimeMax);  // 1e19 ps > 2^63 - 1
+  EXPECT_EQ(sim::to_vtime(1e15), sim::kVTimeMax);
+  EXPECT_EQ(sim::to_vtime(INFINITY), sim::kVTimeMax);
+  EXPECT_EQ(sim::to_vtime(NAN), sim::kVTimeMax);
+  EXPECT_EQ(sim::vtime_add(3, 4), 7);
+  EXPECT_EQ(sim::vtime_add(sim::kVTimeMax - 5, 10), sim::kVTimeMax);
+  EXPECT_EQ(sim::vtime_add(sim::kVTimeMax, sim::kVTimeMax), sim::kVTimeMax);
+
+  // Kernels whose modelled time is past the clock's range: the stream's clock and the device's
+  // busy time stop at kVTimeMax (they wrapped to negative values before).
+  sim::SimBackend& be = fresh_sim(1);
+  sync_all(be);
+  auto& stream = dynamic_cast<sim::SimStream&>(be.default_stream(0));
+  sim::KernelCost huge;
+  huge.flops = 1e30;  // 1.5e16 s on an H100
+  be.cost_model().on_kernel(stream, "huge", huge);
+  be.cost_model().on_kernel(stream, "huge", huge);
+  const sim::CostTotals t = be.cost_model().totals();
+  EXPECT_EQ(stream.virtual_now, sim::kVTimeMax);
+  EXPECT_EQ(t.end[0], sim::kVTimeMax);
+  EXPECT_EQ(t.compute[0], sim::kVTimeMax);
+  EXPECT_EQ(t.now, sim::kVTimeMax);
 }
