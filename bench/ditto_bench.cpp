@@ -199,6 +199,10 @@ struct CollConfig {
   int warmup = 1;
 };
 
+// Largest buffer a size option may ask for: the sweep allocates a few buffers of this size per
+// rank in host memory (the simulator's devices), so larger ones only exhaust the machine's memory.
+constexpr double kMaxBufferBytes = 4.0 * 1024 * 1024 * 1024;
+
 std::size_t parse_bytes(const std::string& s, const char* opt) {
   std::size_t pos = 0;
   double v = 0;
@@ -215,6 +219,8 @@ std::size_t parse_bytes(const std::string& s, const char* opt) {
   else if (!unit.empty() && unit != "B")
     throw InvalidArgument(std::string("ditto-bench: ") + opt + ": unknown unit in '" + s + "' (use B, K, M, G)");
   DITTO_CHECK(v > 0, "ditto-bench: ", opt, ": expected a positive size, got '", s, "'");
+  DITTO_CHECK(v * m <= kMaxBufferBytes, "ditto-bench: ", opt,
+              ": expected a size <= 4G (one buffer per rank in host memory), got '", s, "'");
   return static_cast<std::size_t>(v * m);
 }
 
@@ -304,7 +310,9 @@ CollResult run_collective(std::vector<Communicator>& comms, const std::vector<De
   for (int w = 0; w < cfg.warmup; ++w) issue();
   synchronize(comms);
   const double one = std::max(1e-7, seconds_since(t0) / std::max(1, cfg.warmup));
-  const int iters = std::clamp(static_cast<int>(cfg.seconds / one), 1, cfg.max_iters);
+  // In double: seconds / one can exceed INT_MAX (max_iters >= 1: check_coll_config).
+  const int iters = static_cast<int>(
+      std::clamp(std::floor(cfg.seconds / one), 1.0, static_cast<double>(cfg.max_iters)));
   t0 = Clock::now();
   for (int i = 0; i < iters; ++i) issue();
   synchronize(comms);
@@ -315,6 +323,18 @@ CollResult run_collective(std::vector<Communicator>& comms, const std::vector<De
   res.busbw = res.algbw * bus_factor(op, n);
   res.memgbps = min_traffic(op, n, static_cast<double>(bytes)) / t / 1e9;
   return res;
+}
+
+// The longest a --coll-seconds / --train-seconds budget may be (one hour per timed run).
+constexpr double kMaxSeconds = 3600;
+
+/// Refuse settings that would time nothing (--max-iters 0 gave time inf) or overflow the
+/// iteration count (--coll-seconds 1e300).
+void check_coll_config(const CollConfig& cfg) {
+  DITTO_CHECK(cfg.max_iters >= 1, "ditto-bench: --max-iters: expected >= 1, got ", cfg.max_iters);
+  DITTO_CHECK(std::isfinite(cfg.seconds) && cfg.seconds > 0 && cfg.seconds <= kMaxSeconds,
+              "ditto-bench: --coll-seconds: expected a value > 0 and <= ", kMaxSeconds, ", got ",
+              cfg.seconds);
 }
 
 std::vector<std::size_t> size_list(const CollConfig& cfg) {
@@ -640,6 +660,15 @@ int main(int argc, char** argv) try {
     cc.seconds = 0.02;
     tc.seconds = 0.3;
   }
+  // Every option is checked before any work, so a bad value costs no sweep.
+  if (do_all || coll->parsed()) {
+    check_coll_config(cc);
+    size_list(cc);
+  }
+  if (do_all || trn->parsed())
+    DITTO_CHECK(std::isfinite(tc.seconds) && tc.seconds > 0 && tc.seconds <= kMaxSeconds,
+                "ditto-bench: --train-seconds: expected a value > 0 and <= ", kMaxSeconds,
+                ", got ", tc.seconds);
   const auto t_start = Clock::now();
   std::printf("# ditto-bench: %u hardware threads\n", std::thread::hardware_concurrency());
   int rc = 0;
@@ -662,10 +691,14 @@ int main(int argc, char** argv) try {
     Csv csv(csv_path(csv_dir, "trainer.csv"), "model,batch,devices,determinism,trainer,samples_per_s,steps_per_s");
     run_trainer(tc, csv);
   }
-  std::printf("# ditto-bench: done in %.1f s\n", seconds_since(t_start));
+  std::printf("# ditto-bench: done in %.2f s\n", seconds_since(t_start));
   return rc;
 } catch (const std::exception& e) {
   const std::string what = e.what();
-  std::fprintf(stderr, "%s%s\n", what.rfind("ditto-bench", 0) == 0 ? "" : "ditto-bench: ", what.c_str());
-  return 2;
+  // "ditto-bench: error: <option>: expected ..., got ...", as ditto-train's errors.
+  const std::string prefix = "ditto-bench: ";
+  std::fflush(stdout);
+  std::fprintf(stderr, "ditto-bench: error: %s\n",
+               what.rfind(prefix, 0) == 0 ? what.c_str() + prefix.size() : what.c_str());
+  return 1;
 }

@@ -97,15 +97,27 @@ io::SafetensorsData read_tensors(const std::string& path, std::int64_t step) {
                            "' (not a file of a ditto checkpoint)"));
     return it->second;
   };
-  const std::string crc = hex32(tensors_crc(d.tensors));
-  if (get("ditto.crc32") != crc)
-    throw ParseError(cat(path, ": checksum mismatch: the tensor data has CRC-32 ", crc,
-                         ", the file records ", get("ditto.crc32"), " (damaged file)"));
+  get("ditto.crc32");  // missing: not a checkpoint's file
+  verify_checkpoint_crc(path, d);
   if (get("ditto.step") != std::to_string(step))
     throw ParseError(cat(path, ": __metadata__: ditto.step: expected ", step,
                          " (trainer.json's step), got ", get("ditto.step")));
   return d;
 }
+
+}  // namespace
+
+bool verify_checkpoint_crc(const std::string& path, const io::SafetensorsData& d) {
+  auto it = d.metadata.find("ditto.crc32");
+  if (it == d.metadata.end()) return false;
+  const std::string crc = hex32(tensors_crc(d.tensors));
+  if (it->second != crc)
+    throw ParseError(cat(path, ": checksum mismatch: the tensor data has CRC-32 ", crc,
+                         ", the file records ", it->second, " (damaged file)"));
+  return true;
+}
+
+namespace {
 
 nlohmann::json state_to_json(const TrainerState& s) {
   nlohmann::json j;

@@ -35,6 +35,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/io/safetensors.h"
 #include "core/nn/module.h"
 #include "core/optim/optimizer.h"
 
@@ -89,6 +90,12 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model,
 /// the problem for a missing, truncated or damaged file (CRC-32 mismatch, malformed safetensors
 /// or JSON, files of different steps).
 Checkpoint read_checkpoint(const std::string& path);
+
+/// Verify `d`, a safetensors file read from `path`, against the CRC-32 of its tensor bytes that a
+/// checkpoint records in __metadata__ "ditto.crc32" (what read_checkpoint checks for each file).
+/// Returns false when the metadata records no "ditto.crc32" (not a file of a ditto checkpoint),
+/// true when the CRC matches; throws ParseError naming `path` and both CRCs when it does not.
+bool verify_checkpoint_crc(const std::string& path, const io::SafetensorsData& d);
 
 /// The newest usable checkpoint in DIR: DIR/latest's first, then the other step-N from the
 /// newest down; each one skipped is reported on `log` with the reason. Throws ditto::Error when

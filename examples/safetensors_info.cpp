@@ -3,22 +3,40 @@
 //
 //   build/bin/safetensors-info ckpt/step-00000046/model.safetensors
 //   build/bin/safetensors-info --all file.safetensors     # every value
+//
+// On a file of a ditto checkpoint (its metadata records "ditto.crc32"), the tensor bytes are
+// checked against that CRC-32 as read_checkpoint does: a mismatch prints a warning on stderr and
+// the exit status is 1.
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <string>
 
+#include "core/checkpoint.h"
 #include "core/error.h"
 #include "core/io/safetensors.h"
 
+namespace {
+constexpr const char* kUsage =
+    "usage: safetensors-info [--all] FILE.safetensors\n"
+    "  print each tensor's name, dtype, shape and first values (--all: every value) and the\n"
+    "  metadata; on a ditto checkpoint's file, also check the CRC-32 it records\n";
+}  // namespace
+
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
   bool all = argc == 3 && std::strcmp(argv[1], "--all") == 0;
   if (argc != 2 && !all) {
-    std::fprintf(stderr, "usage: safetensors-info [--all] FILE.safetensors\n");
+    std::fputs(kUsage, stderr);
     return 2;
   }
+  const std::string path = argv[argc - 1];
   try {
-    ditto::io::SafetensorsData d = ditto::io::load_safetensors(argv[argc - 1]);
+    ditto::io::SafetensorsData d = ditto::io::load_safetensors(path);
     for (const auto& [k, v] : d.metadata) std::printf("metadata %s=%s\n", k.c_str(), v.c_str());
     for (const auto& [name, t] : d.tensors) {
       std::printf("tensor %s %s %s:", name.c_str(), ditto::io::safetensors_dtype(t.dtype()),
@@ -30,8 +48,16 @@ int main(int argc, char** argv) {
       }
       std::printf("%s\n", n < t.numel() ? " ..." : "");
     }
+    try {
+      ditto::verify_checkpoint_crc(path, d);
+    } catch (const ditto::ParseError& e) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "safetensors-info: warning: %s\n", e.what());
+      return 1;
+    }
     return 0;
   } catch (const ditto::Error& e) {
+    std::fflush(stdout);
     std::fprintf(stderr, "safetensors-info: error: %s\n", e.what());
     return 1;
   }
