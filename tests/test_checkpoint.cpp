@@ -372,6 +372,31 @@ std::vector<unsigned char> train(const RunSpec& r) {
 class ResumeEqualsUninterrupted : public CheckpointTest,
                                   public ::testing::WithParamInterface<std::tuple<Opt, int>> {};
 
+// verify_checkpoint_crc (also used by safetensors-info): true for a checkpoint's file as written,
+// false for a file without "ditto.crc32", ParseError naming the file when the data changed.
+TEST(Checkpoint, VerifyCrcAcceptsAWrittenFileRefusesAChangedOneIgnoresOtherFiles) {
+  BackendOptions o;
+  o.device_count = 1;
+  init_backend("sim", o);
+  auto model = nn::mlp({3, 4, 2}, Device("sim", 0), 2);
+  auto opt = make_opt(Opt::sgd_momentum, *model);
+  TrainerState ts;
+  ts.step = 3;
+  const std::string ck = save_checkpoint(fresh_dir("crc"), *model, *opt, ts);
+  const std::string path = ck + "/model.safetensors";
+  io::SafetensorsData d = io::load_safetensors(path);
+  EXPECT_TRUE(verify_checkpoint_crc(path, d));
+
+  float* w = d.tensors.front().second.data<float>();
+  w[0] += 1.0f;
+  expect_throw<ParseError>([&] { verify_checkpoint_crc(path, d); },
+                           {path + ": checksum mismatch: the tensor data has CRC-32 ",
+                            ", the file records " + d.metadata.at("ditto.crc32") +
+                                " (damaged file)"});
+  d.metadata.erase("ditto.crc32");
+  EXPECT_FALSE(verify_checkpoint_crc(path, d));
+}
+
 TEST_P(ResumeEqualsUninterrupted, SameParameterBits) {
   const auto [opt, stop_at] = GetParam();
   const std::vector<unsigned char> whole = train({.opt = opt});
