@@ -226,8 +226,16 @@ void SimBackend::set_faults(const FaultConfig& faults) {
     DITTO_CHECK(f.kind == Fault::Kind::skip_collective || (f.device >= 0 && f.device < device_count()),
                 "SimBackend::set_faults: fault '", f.spec, "': device ", f.device,
                 " out of range: expected 0..", device_count() - 1);
-  DITTO_CHECK(!faults.comm_timeout_ms || *faults.comm_timeout_ms > 0,
-              "SimBackend::set_faults: comm_timeout_ms: expected a positive number of ms, got ",
+  // A communicator's ranks are distinct devices: a larger rank is in no communicator, never fires.
+  for (const Fault& f : faults.faults)
+    DITTO_CHECK(f.kind != Fault::Kind::skip_collective || (f.rank >= 0 && f.rank < device_count()),
+                "SimBackend::set_faults: fault '", f.spec, "': rank ", f.rank,
+                " out of range: expected 0..", device_count() - 1,
+                " (a communicator has at most one rank per device)");
+  DITTO_CHECK(!faults.comm_timeout_ms ||
+                  (*faults.comm_timeout_ms > 0 && *faults.comm_timeout_ms <= kMaxCommTimeoutMs),
+              "SimBackend::set_faults: comm_timeout_ms: expected a positive number of ms <= ",
+              kMaxCommTimeoutMs, " (2^31, about 24.9 days), got ",
               faults.comm_timeout_ms.value_or(0));
   std::lock_guard lk(faults_mu_);
   faults_ = std::make_shared<FaultState>(faults);

@@ -77,7 +77,8 @@ class SimBackend final : public Backend {
   /// Replaces the injected faults (sim_faults.h): every device becomes healthy again and the
   /// allocation counts restart from zero; communicators created afterwards see the new
   /// skip-collective faults and timeout. Throws InvalidArgument naming the spec when a device
-  /// is out of range or comm_timeout_ms is not positive.
+  /// or a skip-collective rank is out of range (0..device_count()-1), or comm_timeout_ms is not
+  /// in 1..kMaxCommTimeoutMs.
   void set_faults(const FaultConfig& faults);
 
   /// The specs of the faults set by set_faults() that have not taken effect yet (e.g. a

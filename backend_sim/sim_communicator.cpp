@@ -441,7 +441,7 @@ class SimCommunicator final : public CommunicatorImpl,
     // The callback holds the communicator: parked ranks do not, and must still time out when
     // every handle is gone.
     timer_ = Watchdog::instance().schedule(
-        Watchdog::Clock::now() + std::chrono::milliseconds(timeout_ms_),
+        detail::comm_deadline<Watchdog::Clock>(timeout_ms_),
         [self = shared_from_this(), gen] { self->on_timeout(gen); });
   }
 

@@ -120,9 +120,9 @@ std::vector<Communicator> Communicator::init_all(const std::vector<Device>& devi
                                                  const CommOptions& options) {
   DITTO_CHECK(!devices.empty(),
               "Communicator::init_all: devices: expected at least one device, got an empty list");
-  DITTO_CHECK(options.timeout_ms > 0,
+  DITTO_CHECK(options.timeout_ms > 0 && options.timeout_ms <= kMaxCommTimeoutMs,
               "Communicator::init_all: options.timeout_ms: expected a positive number of "
-              "milliseconds, got ",
+              "milliseconds <= ", kMaxCommTimeoutMs, " (2^31, about 24.9 days), got ",
               options.timeout_ms);
   const std::string& type = devices[0].type;
   std::unordered_map<Device, std::size_t> seen;
@@ -169,9 +169,9 @@ Communicator Communicator::init_rank(const Device& local_device, int world_size,
               " (dist::rank(), this process's rank), got ", rank);
   DITTO_CHECK(!local_device.is_cpu(), "Communicator::init_rank: local_device: expected a device "
               "of a GPU backend (sim, cuda), got cpu (the host has no communicators)");
-  DITTO_CHECK(options.timeout_ms > 0,
+  DITTO_CHECK(options.timeout_ms > 0 && options.timeout_ms <= kMaxCommTimeoutMs,
               "Communicator::init_rank: options.timeout_ms: expected a positive number of "
-              "milliseconds, got ",
+              "milliseconds <= ", kMaxCommTimeoutMs, " (2^31, about 24.9 days), got ",
               options.timeout_ms);
   Backend& backend = get_backend(local_device.type);
   DITTO_CHECK(local_device.index >= 0 && local_device.index < backend.device_count(),

@@ -20,6 +20,8 @@
 // calls on the host before enqueueing anything).
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -36,10 +38,26 @@ enum class ReduceOp : std::uint8_t { sum, prod, min, max, avg };
 /// "sum", "prod", ...
 const char* reduce_op_name(ReduceOp op);
 
+/// The longest CommOptions::timeout_ms (and sim fault-config timeout) accepted: 2^31 ms, about
+/// 24.9 days. Larger values are refused with InvalidArgument (now + timeout would overflow the
+/// clock's nanoseconds and time out at once).
+inline constexpr std::int64_t kMaxCommTimeoutMs = std::int64_t(1) << 31;
+
 struct CommOptions {
   Determinism determinism = Determinism::fast;
-  std::int64_t timeout_ms = 300000;  ///< a rank waiting longer than this for the others fails
+  /// A rank waiting longer than this (ms, 1..kMaxCommTimeoutMs) for the others fails.
+  std::int64_t timeout_ms = 300000;
 };
+
+namespace detail {
+/// Clock::now() + timeout_ms, with timeout_ms clamped to 0..kMaxCommTimeoutMs so the sum cannot
+/// overflow (the deadline of a collective; validated values never reach the clamp).
+template <typename Clock>
+typename Clock::time_point comm_deadline(std::int64_t timeout_ms) {
+  const std::int64_t ms = timeout_ms < 0 ? 0 : std::min(timeout_ms, kMaxCommTimeoutMs);
+  return Clock::now() + std::chrono::milliseconds(ms);
+}
+}  // namespace detail
 
 /// Backend-side shared state of one communicator (all ranks). Core validates arguments; the
 /// backend implements the data movement. Each method is the call for one rank, enqueued on

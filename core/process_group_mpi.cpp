@@ -135,7 +135,7 @@ std::vector<CollectiveCall> MpiLink::start(const CollectiveCall& call, std::uint
                               &sends[static_cast<std::size_t>(q)]),
                     where_);
   }
-  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+  const Clock::time_point deadline = detail::comm_deadline<Clock>(options_.timeout_ms);
   // Wait for every call, but stop at the first abort notice.
   auto notice = [&]() -> int {
     for (int q = 0; q < size_; ++q)
@@ -258,7 +258,7 @@ void MpiLink::abort_by_rank(const std::string& reason) noexcept {
 
 void MpiLink::wait(std::vector<MPI_Request>& reqs, CollectiveKind kind, std::uint64_t seq,
                    std::shared_ptr<void> keep) {
-  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(options_.timeout_ms);
+  const Clock::time_point deadline = detail::comm_deadline<Clock>(options_.timeout_ms);
   if (wait_until(reqs, deadline, where_)) return;
   std::string reason =
       cat(label(kind, seq), ": timed out after ", options_.timeout_ms,
@@ -317,7 +317,7 @@ class MpiProcessGroup final : public detail::ProcessGroup {
     const std::string where = detail::cat("Communicator::init_rank (rank ", rank_, " of ", size_,
                                           ", ", backend.name(), ":", index, ")");
     const Clock::time_point deadline =
-        Clock::now() + std::chrono::milliseconds(options.timeout_ms);
+        detail::comm_deadline<Clock>(options.timeout_ms);
     auto timed_out = [&](const char* step) {
       return Timeout(detail::cat(where, ": timed out after ", options.timeout_ms,
                                  " ms waiting for the other processes to call init_rank (", step,

@@ -21,11 +21,17 @@
 #include <iostream>
 #include <mutex>
 #include <set>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <sstream>
+#include <tuple>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <unistd.h>
 
 #include "backend_sim/published.h"
 #include "backend_sim/sim_backend.h"
@@ -83,6 +89,7 @@ struct Args {
   double bucket_cap_mb = 25.0;
   std::vector<std::string> faults;      // --fault SPEC (backend_sim/sim_faults.h)
   std::int64_t comm_timeout_ms = 0;     // 0: the communicators' own timeout
+  std::set<std::string> given;          // the string options given on the command line
 };
 
 /// Sets up the simulator's cost model from --profile/--interconnect/--nodes/--straggler/--trace.
@@ -124,6 +131,30 @@ void configure_cost_model(const Args& a, Backend& be, int total_devices) {
   if (!a.trace.empty()) cm.set_tracing(true);
 }
 
+/// --checkpoint DIR is created (rank 0 saves; `lead`) and --trace FILE's directory must exist and
+/// be writable, at startup, so that a long run is not lost when it ends.
+void check_output_paths(const Args& a, bool lead) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!a.checkpoint.empty() && lead) {
+    fs::create_directories(a.checkpoint, ec);
+    DITTO_CHECK(!ec, "--checkpoint: cannot create directory '", a.checkpoint, "': ", ec.message());
+    DITTO_CHECK(::access(a.checkpoint.c_str(), W_OK | X_OK) == 0, "--checkpoint: expected a "
+                "writable directory, got '", a.checkpoint, "': ", std::strerror(errno));
+  }
+  if (!a.trace.empty()) {
+    DITTO_CHECK(!fs::is_directory(a.trace, ec), "--trace: expected a file name, got '", a.trace,
+                "', a directory");
+    fs::path dir = fs::path(a.trace).parent_path();
+    if (dir.empty()) dir = ".";
+    DITTO_CHECK(fs::is_directory(dir, ec), "--trace: expected a file in an existing directory, "
+                "got '", a.trace, "' (no directory '", dir.string(), "')");
+    DITTO_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, "--trace: expected a file in a "
+                "writable directory, got '", a.trace, "': '", dir.string(), "': ",
+                std::strerror(errno));
+  }
+}
+
 void sync_all(Backend& be, int n) {
   for (int d = 0; d < n; ++d) be.default_stream(d).synchronize();
 }
@@ -144,12 +175,17 @@ Tensor make_target(const Tensor& labels, std::int64_t classes, bool mse, const D
   return Tensor::from_vector(onehot, {static_cast<std::int64_t>(y.size()), classes}, device);
 }
 
+/// --hidden: "" is no hidden layer; otherwise every comma-separated item must be a size.
 std::vector<std::int64_t> parse_sizes(const std::string& text) {
   std::vector<std::int64_t> out;
+  if (text.empty()) return out;
+  DITTO_CHECK(text.back() != ',', "--hidden: expected comma-separated positive sizes such as 128 "
+              "or 256,128 ('' for no hidden layer), got '", text, "' (an empty item)");
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
+    DITTO_CHECK(!item.empty(), "--hidden: expected comma-separated positive sizes such as 128 or "
+                "256,128 ('' for no hidden layer), got '", text, "' (an empty item)");
     std::size_t used = 0;
     long long v = 0;
     try {
@@ -550,10 +586,41 @@ int run_ddp_process(const Args& a, Determinism mode, Backend& be, const Device& 
   return 0;
 }
 
+/// Whether rank `r`'s error `what` was caused by another rank's failure: the communicator's
+/// "<collective>: rank <q> failed: ..." or "communicator aborted by an earlier error: ...", or the
+/// epoch barrier's "ditto-train: rank <q> failed: ...", with q != r.
+bool caused_by_another_rank(const std::string& what, int r) {
+  if (what.find("communicator aborted by an earlier error") != std::string::npos) return true;
+  for (std::size_t pos = what.find("rank "); pos != std::string::npos;
+       pos = what.find("rank ", pos + 1)) {
+    std::size_t end = pos + 5;
+    while (end < what.size() && what[end] >= '0' && what[end] <= '9') ++end;
+    if (end == pos + 5 || what.compare(end, 9, " failed: ") != 0) continue;
+    if (std::stoll(what.substr(pos + 5, end - pos - 5)) != r) return true;
+  }
+  return false;
+}
+
+/// The error to report of the (rank, error) pairs of a failed ddp run (in the order the ranks
+/// failed): the first one a rank raised on its own, not one caused by another rank's abort
+/// (which may arrive first: the aborting rank still unwinds), else the first.
+std::exception_ptr root_error(const std::vector<std::pair<int, std::exception_ptr>>& errors) {
+  for (const auto& [r, e] : errors) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+      if (!caused_by_another_rank(x.what(), r)) return e;
+    } catch (...) {
+      return e;
+    }
+  }
+  return errors.front().second;
+}
+
 /// --trainer ddp: one host thread per rank, ranks = the devices; prints like the dp trainer
 /// (epoch lines, final line, prediction, memory, trace). The first rank to fail aborts the
 /// communicator and the epoch barrier, so the others fail at once naming it; its error is the
-/// one thrown.
+/// one thrown (root_error), whichever rank's error arrives first.
 int run_ddp(const Args& a, Determinism mode, Backend& be, const std::vector<Device>& devs,
             const std::vector<std::int64_t>& sizes, const data::Dataset& train,
             const data::Dataset& val, float lr) {
@@ -565,7 +632,7 @@ int run_ddp(const Args& a, Determinism mode, Backend& be, const std::vector<Devi
   EpochSync sync(n, meter, be);
   std::vector<RankResult> results(devs.size());
   std::mutex errors_mu;
-  std::vector<std::exception_ptr> errors;  // in the order the ranks failed
+  std::vector<std::pair<int, std::exception_ptr>> errors;  // (rank, error), in the order they failed
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
@@ -574,14 +641,14 @@ int run_ddp(const Args& a, Determinism mode, Backend& be, const std::vector<Devi
       } catch (const std::exception& e) {
         {
           std::lock_guard lk(errors_mu);
-          errors.push_back(std::current_exception());
+          errors.emplace_back(r, std::current_exception());
         }
         comms[r].abort(e.what());  // the other ranks fail now, naming this rank
         sync.abort(r, e.what());
       }
     });
   for (auto& t : threads) t.join();
-  if (!errors.empty()) std::rethrow_exception(errors.front());
+  if (!errors.empty()) std::rethrow_exception(root_error(errors));
   const RankResult& res = results[0];
   note_unfired_faults(be);
   print_final(be, n, mode, true, a.epochs, res.train_loss, res.ev, res.train_time, res.checksum);
@@ -611,6 +678,17 @@ int run(Args a) {
               "--sim-memory-gib: expected a size in GiB > 0 and < 17179869184 (16 EiB), got ",
               a.sim_memory_gib);
   std::vector<std::int64_t> hidden = parse_sizes(a.hidden);
+  // An empty path would silently mean "not given".
+  for (const auto& [opt, value, what] :
+       {std::tuple{"--checkpoint", &a.checkpoint, "a directory"},
+        std::tuple{"--resume", &a.resume, "a checkpoint directory"},
+        std::tuple{"--trace", &a.trace, "a file name"},
+        std::tuple{"--profile", &a.profile, "a profile name or .json file"}})
+    DITTO_CHECK(!a.given.count(opt) || !value->empty(), opt, ": expected ", what,
+                ", got an empty string");
+  DITTO_CHECK(a.comm_timeout_ms >= 0 && a.comm_timeout_ms <= kMaxCommTimeoutMs,
+              "--comm-timeout-ms: expected 0 (the communicators' own) to ", kMaxCommTimeoutMs,
+              " ms (2^31, about 24.9 days), got ", a.comm_timeout_ms);
   DITTO_CHECK(a.loss == "cross-entropy" || a.loss == "mse",
               "--loss: expected cross-entropy or mse, got '", a.loss, "'");
   DITTO_CHECK(a.optimizer == "sgd" || a.optimizer == "adam",
@@ -662,17 +740,21 @@ int run(Args a) {
   DITTO_CHECK(!processes || (a.profile.empty() && a.trace.empty() && a.stragglers.empty() && a.nodes == 1),
               "--profile, --trace, --straggler and --nodes: expected a single-process run, got mpirun "
               "with ", dist::world_size(), " processes (the cost model sees one process's devices)");
+  DITTO_CHECK(!processes || a.faults.empty(),
+              "--fault: expected a single-process run, got mpirun with ", dist::world_size(),
+              " processes (each process holds one device, so fault devices and ranks would not "
+              "match the job's)");
   configure_cost_model(a, be, static_cast<int>(devs.size()));
   auto* simb = dynamic_cast<sim::SimBackend*>(&be);
   if (!a.faults.empty() || a.comm_timeout_ms != 0) {
     DITTO_CHECK(simb, "--fault/--comm-timeout-ms: expected --backend sim, got ", be.name());
-    DITTO_CHECK(a.comm_timeout_ms >= 0, "--comm-timeout-ms: expected > 0, got ",
-                a.comm_timeout_ms);
     sim::FaultConfig fc;
     for (const std::string& f : a.faults) fc.faults.push_back(sim::parse_fault(f, "--fault"));
     if (a.comm_timeout_ms > 0) fc.comm_timeout_ms = a.comm_timeout_ms;
     simb->set_faults(fc);
   }
+
+  check_output_paths(a, lead);  // before training: a bad path must not cost the run
 
   data::Dataset all = data::read_csv(a.data, csv);
   data::Split split = data::train_val_split(all, a.val_fraction, a.seed);
@@ -775,7 +857,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--header", a.header, "first row is a header: auto, yes or no")
       ->capture_default_str();
-  app.add_option("--hidden", a.hidden, "hidden layer sizes, comma-separated (e.g. 256,128)")
+  app.add_option("--hidden", a.hidden,
+                 "hidden layer sizes, comma-separated (e.g. 256,128; '' for no hidden layer)")
       ->capture_default_str();
   app.add_option("--epochs", a.epochs, "training epochs")->capture_default_str();
   app.add_option("--batch-size", a.batch_size, "global batch size (split over the devices)")
@@ -825,13 +908,15 @@ int main(int argc, char** argv) {
                  "sim: inject a fault (repeatable): fail:device=D,step=S | "
                  "alloc:device=D,after=N | skip-collective:rank=R,index=K");
   app.add_option("--comm-timeout-ms", a.comm_timeout_ms,
-                 "sim: timeout of every communicator in ms (0: their own)")
+                 "sim: timeout of every communicator in ms (0: their own; at most 2^31)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   a.lr_given = app.count("--lr") > 0;
   a.sim_memory_given = app.count("--sim-memory-gib") > 0;
   a.devices_given = app.count("--devices") > 0;
   a.trainer_given = app.count("--trainer") > 0;
+  for (const char* opt : {"--checkpoint", "--resume", "--trace", "--profile"})
+    if (app.count(opt) > 0) a.given.insert(opt);
   if (table) {
     std::fputs(sim::format_published_table(sim::published_comparisons()).c_str(), stdout);
     return 0;

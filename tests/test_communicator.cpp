@@ -5,6 +5,8 @@
 // against the host canonical tree, call mismatches, timeouts, aborts and argument errors.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -611,6 +613,16 @@ TEST_F(CommunicatorTest, InitAllRejectsBadDeviceLists) {
   bad.timeout_ms = 0;
   expect_error<InvalidArgument>([&] { Communicator::init_all(devices("sim", 2), bad); },
                                 "options.timeout_ms: expected a positive number");
+  // now + a huge timeout overflowed the clock: the collective timed out at once.
+  bad.timeout_ms = std::numeric_limits<std::int64_t>::max();
+  expect_error<InvalidArgument>([&] { Communicator::init_all(devices("sim", 2), bad); },
+                                "Communicator::init_all: options.timeout_ms: expected a positive "
+                                "number of milliseconds <= 2147483648 (2^31, about 24.9 days), got "
+                                "9223372036854775807");
+  bad.timeout_ms = kMaxCommTimeoutMs + 1;
+  EXPECT_THROW(Communicator::init_all(devices("sim", 2), bad), InvalidArgument);
+  bad.timeout_ms = kMaxCommTimeoutMs;
+  EXPECT_EQ(Communicator::init_all(devices("sim", 2), bad).size(), 2u);
   // Any subset of devices in any order works: rank i on devices[i].
   auto comms = Communicator::init_all({Device("sim", 5), Device("sim", 2)});
   EXPECT_EQ(comms[0].device(), Device("sim", 5));
@@ -692,6 +704,19 @@ TEST(ReduceOpName, Names) {
   EXPECT_STREQ(reduce_op_name(ReduceOp::min), "min");
   EXPECT_STREQ(reduce_op_name(ReduceOp::max), "max");
   EXPECT_STREQ(reduce_op_name(ReduceOp::avg), "avg");
+}
+
+// The deadline of a collective saturates instead of overflowing (a past deadline: instant timeout).
+TEST(CommunicatorInit, DeadlineSaturatesAtTheLongestTimeout) {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point before = Clock::now();
+  const Clock::time_point d =
+      detail::comm_deadline<Clock>(std::numeric_limits<std::int64_t>::max());
+  EXPECT_GE(d, before + std::chrono::milliseconds(kMaxCommTimeoutMs));
+  const Clock::time_point after = Clock::now();
+  EXPECT_LE(d, after + std::chrono::milliseconds(kMaxCommTimeoutMs));
+  const Clock::time_point past = detail::comm_deadline<Clock>(-5);
+  EXPECT_LE(past, Clock::now());
 }
 
 }  // namespace

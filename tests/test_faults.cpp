@@ -5,6 +5,8 @@
 // the backend's timeout override), and the spec parser's errors.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cmath>
 #include <functional>
 #include <optional>
@@ -101,6 +103,22 @@ TEST(FaultSpec, SetFaultsRejectsDevicesOutOfRange) {
   fc.faults.clear();
   fc.comm_timeout_ms = 0;
   expect_error<InvalidArgument>([&] { b.set_faults(fc); }, "comm_timeout_ms: expected a positive");
+  fc.comm_timeout_ms = std::numeric_limits<std::int64_t>::max();  // now + it overflowed
+  expect_error<InvalidArgument>([&] { b.set_faults(fc); },
+                                "SimBackend::set_faults: comm_timeout_ms: expected a positive number "
+                                "of ms <= 2147483648 (2^31, about 24.9 days), got "
+                                "9223372036854775807");
+  fc.comm_timeout_ms = kMaxCommTimeoutMs;
+  EXPECT_NO_THROW(b.set_faults(fc));
+  // A rank no communicator of 4 devices has: the fault could never fire.
+  fc.comm_timeout_ms.reset();
+  fc.faults.push_back(sim::parse_fault("skip-collective:rank=9,index=0"));
+  expect_error<InvalidArgument>([&] { b.set_faults(fc); },
+                                "SimBackend::set_faults: fault 'skip-collective:rank=9,index=0': "
+                                "rank 9 out of range: expected 0..3");
+  fc.faults = {sim::parse_fault("skip-collective:rank=3,index=0")};
+  EXPECT_NO_THROW(b.set_faults(fc));
+  b.set_faults({});
 }
 
 // ---- a device that fails at step k ----------------------------------------------------------

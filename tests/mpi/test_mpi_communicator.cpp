@@ -7,6 +7,8 @@
 // a rank that never arrives (Timeout naming it); argument errors of init_rank.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -305,6 +307,18 @@ TEST(MpiBitwise, ReduceAndReduceScatterEqualInProcessSimulator) {
 }
 
 // ---- errors ---------------------------------------------------------------------------------
+
+// A timeout past 2^31 ms is refused on every rank (now + it overflowed: an instant timeout);
+// checked before any message, so no rank waits for another.
+TEST(MpiErrors, InitRankRefusesATimeoutPastTheLongest) {
+  expect_error<InvalidArgument>(
+      [] {
+        Communicator::init_rank(kLocal, world(), me(),
+                                opts(Determinism::fast, std::numeric_limits<std::int64_t>::max()));
+      },
+      "Communicator::init_rank: options.timeout_ms: expected a positive number of milliseconds "
+      "<= 2147483648 (2^31, about 24.9 days), got 9223372036854775807");
+}
 
 TEST(MpiErrors, MismatchedCountsFailEveryRankThenTheCommunicatorGoesOn) {
   if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
