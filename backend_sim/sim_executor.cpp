@@ -170,8 +170,11 @@ struct Watchdog::Impl {
         continue;
       }
       auto first = due.begin();
-      if (Clock::now() < first->first.first) {
-        cv.wait_until(lk, first->first.first);
+      // A copy: wait_until reads its deadline again after waking, and cancel() may have erased
+      // this entry while the lock was released (a reference into the map would dangle).
+      const Clock::time_point deadline = first->first.first;
+      if (Clock::now() < deadline) {
+        cv.wait_until(lk, deadline);
         continue;
       }
       std::function<void()> fn = std::move(first->second);

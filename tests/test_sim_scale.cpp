@@ -200,3 +200,24 @@ TEST_F(SimScaleTest, StreamsParkedOnEventsHoldNoPoolThread) {
 
 }  // namespace
 }  // namespace ditto
+
+// Regression: the watchdog waited on a reference to its earliest deadline, which lives in the
+// map entry that cancel() erases while the watchdog sleeps; wait_until reads that deadline again
+// when it wakes (a heap-use-after-free that AddressSanitizer reported in 28 DataParallel, DDP and
+// cost-model tests, where every collective schedules and cancels a timeout). Cancel the entry the
+// watchdog is sleeping on, then check that a later deadline still fires. Under ASan this test
+// failed before the fix.
+TEST(SimWatchdog, CancellingTheDeadlineItSleepsOnIsSafeAndLaterDeadlinesStillFire) {
+  using Clock = std::chrono::steady_clock;
+  ditto::sim::Watchdog& w = ditto::sim::Watchdog::instance();
+  for (int round = 0; round < 20; ++round) {
+    const std::uint64_t far = w.schedule(Clock::now() + std::chrono::hours(1), [] {});
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // the watchdog sleeps on `far`
+    w.cancel(far);
+    std::atomic<bool> fired{false};
+    w.schedule(Clock::now() + std::chrono::milliseconds(1), [&fired] { fired = true; });
+    const auto give_up = Clock::now() + std::chrono::seconds(10);
+    while (!fired && Clock::now() < give_up) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    ASSERT_TRUE(fired) << "round " << round << ": a deadline scheduled after a cancel never fired";
+  }
+}
