@@ -1,6 +1,7 @@
 #include "backend_sim/sim_stream.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "backend_sim/sim_executor.h"
 #include "core/error.h"
@@ -232,7 +233,13 @@ void SimStream::run_sync(std::function<void()> task) {
         nullptr, false});
   std::unique_lock lk(done->mu);
   done->cv.wait(lk, [&] { return done->done; });
-  if (done->error) std::rethrow_exception(done->error);
+  // Take the exception out of `done`: the worker destroys its copy of `done` (the task) later,
+  // and must not be the one to release the exception this thread is throwing (TSan saw the
+  // exception's destructor on the worker race with the caller's what()).
+  if (std::exception_ptr e = std::exchange(done->error, nullptr)) {
+    lk.unlock();
+    std::rethrow_exception(e);
+  }
   // Like cudaMemcpy, report an error left by earlier work on this stream.
   std::exception_ptr earlier;
   {
