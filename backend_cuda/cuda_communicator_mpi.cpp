@@ -39,19 +39,6 @@ using detail::CollectiveCall;
 using Kind = detail::CollectiveKind;
 using detail::mpi::MpiLink;
 
-ncclDataType_t nccl_type(DType t) { return t == DType::f32 ? ncclFloat32 : ncclInt64; }
-
-ncclRedOp_t nccl_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum: return ncclSum;
-    case ReduceOp::prod: return ncclProd;
-    case ReduceOp::min: return ncclMin;
-    case ReduceOp::max: return ncclMax;
-    case ReduceOp::avg: return ncclAvg;
-  }
-  return ncclSum;
-}
-
 const void* at(const void* p, std::int64_t off, std::size_t elem) {
   return static_cast<const char*>(p) + static_cast<std::size_t>(off) * elem;
 }

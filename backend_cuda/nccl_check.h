@@ -1,4 +1,4 @@
-// Error check for NCCL calls: a failing call becomes a ditto::BackendError naming the call,
+// NCCL helpers: ditto's dtypes and ops in NCCL's names, and the error check for NCCL calls: a failing call becomes a ditto::BackendError naming the call,
 // file:line, NCCL's error string and last error message, and the device and rank (the twin of
 // DITTO_CUDA_CHECK in cuda_check.h).
 #pragma once
@@ -7,9 +7,26 @@
 
 #include <string>
 
+#include "core/communicator.h"
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace ditto::cuda {
+
+/// NCCL's data type for a ditto dtype (f32 or i64, the dtypes collectives accept).
+inline ncclDataType_t nccl_type(DType t) { return t == DType::f32 ? ncclFloat32 : ncclInt64; }
+
+/// NCCL's reduction for a ditto ReduceOp (ncclAvg needs NCCL >= 2.10).
+inline ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::prod: return ncclProd;
+    case ReduceOp::min: return ncclMin;
+    case ReduceOp::max: return ncclMax;
+    case ReduceOp::avg: return ncclAvg;
+  }
+  return ncclSum;
+}
 
 [[noreturn]] void throw_nccl_error(ncclResult_t result, const char* call, const char* file,
                                    int line, const std::string& where);
