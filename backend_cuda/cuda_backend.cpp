@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "backend_cuda/cuda_check.h"
-#include "core/error.h"
+#include "core/runtime/error.h"
 
 namespace ditto {
 

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "backend_cuda/cuda_stream.h"
-#include "core/backend.h"
-#include "core/communicator.h"
+#include "core/runtime/backend.h"
+#include "core/comm/communicator.h"
 
 namespace ditto::cuda {
 

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "core/error.h"
+#include "core/runtime/error.h"
 
 namespace ditto::cuda {
 

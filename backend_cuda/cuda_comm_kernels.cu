@@ -5,7 +5,7 @@
 // collectives] in cuda_communicator.cpp).
 //
 // The per-element arithmetic is the simulator's (sim_communicator.cpp: combine, tree_reduce, avg
-// as a division by N) written with the rounded primitives of core/canonical_math.h, so the bits
+// as a division by N) written with the rounded primitives of core/numerics/canonical_math.h, so the bits
 // equal the simulator's in both determinism modes. For up to 8 sources the tree is unrolled at
 // compile time; above, it is evaluated with a small stack (tree_runtime). 16-byte aligned buffers
 // are processed four floats (two i64) per thread and load.
@@ -14,8 +14,8 @@
 #include <type_traits>
 
 #include "backend_cuda/cuda_comm_kernels.h"
-#include "core/canonical_math.h"
-#include "core/determinism.h"
+#include "core/numerics/canonical_math.h"
+#include "core/numerics/determinism.h"
 
 namespace ditto::cuda {
 namespace {
@@ -25,7 +25,7 @@ constexpr int kMaxBlocks = 1024;  // grid-stride beyond; several ranks' kernels 
 // Entries of tree_runtime's stack: at most popcount(q + 1) + 1 <= 11 for q < kCommMaxPointers.
 constexpr int kStackDepth = 12;
 
-/// tree_mid (core/determinism.h) for compile-time trees; the static_asserts tie them together.
+/// tree_mid (core/numerics/determinism.h) for compile-time trees; the static_asserts tie them together.
 __host__ __device__ constexpr int ct_tree_mid(int lo, int hi) {
   int n = hi - lo, p = 1;
   while (p * 2 < n) p *= 2;

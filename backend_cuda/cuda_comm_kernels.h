@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/communicator.h"
+#include "core/comm/communicator.h"
 
 namespace ditto::cuda {
 

@@ -92,8 +92,8 @@
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_comm_kernels.h"
 #include "backend_cuda/nccl_check.h"
-#include "core/collective_call.h"
-#include "core/error.h"
+#include "core/internal/collective_call.h"
+#include "core/runtime/error.h"
 
 namespace ditto::cuda {
 

@@ -30,7 +30,7 @@
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_comm_kernels.h"
 #include "backend_cuda/nccl_check.h"
-#include "core/mpi_transport.h"
+#include "core/internal/mpi_transport.h"
 
 namespace ditto::cuda {
 namespace {
@@ -300,9 +300,12 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
 
 }  // namespace
 
-std::shared_ptr<CommunicatorImpl> make_cuda_mpi_communicator(MPI_Comm comm, Backend& backend,
-                                                             int device,
+/// The CUDA communicator of one rank per process, NCCL with the unique id sent by MPI: the
+/// ProcessCommunicatorFactory registered with "cuda".
+std::shared_ptr<CommunicatorImpl> make_cuda_mpi_communicator(detail::ProcessLink& link,
+                                                             Backend& backend, int device,
                                                              const CommOptions& options) {
+  MPI_Comm comm = link.comm;
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
   DITTO_CHECK_T(BackendError, cuda != nullptr, "Communicator::init_rank: backend ", backend.name(),
                 " is not the CUDA backend");

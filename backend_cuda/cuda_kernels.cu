@@ -5,7 +5,7 @@
 //
 // Bitwise kernels perform exactly the simulator's operations (backend_sim/sim_kernels.cpp,
 // sim_gemm.cpp): their per-element arithmetic comes from the same DITTO_HD functions
-// (core/canonical_math.h) and the order of their reductions from core/canonical_tree.h, which
+// (core/numerics/canonical_math.h) and the order of their reductions from core/numerics/canonical_tree.h, which
 // the host tests check against the simulator (tests/test_canonical_tree.cpp).
 //
 // Note [CUDA canonical GEMM]
@@ -31,9 +31,9 @@
 #include "backend_cuda/cuda_backend.h"
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_stream.h"
-#include "core/canonical_math.h"
-#include "core/canonical_tree.h"
-#include "core/determinism.h"
+#include "core/numerics/canonical_math.h"
+#include "core/numerics/canonical_tree.h"
+#include "core/numerics/determinism.h"
 
 namespace ditto::cuda {
 

@@ -3,7 +3,7 @@
 #include "backend_cuda/cuda_stream.h"
 
 #include "backend_cuda/cuda_check.h"
-#include "core/error.h"
+#include "core/runtime/error.h"
 
 namespace ditto::cuda {
 

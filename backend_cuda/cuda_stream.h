@@ -8,7 +8,7 @@
 #include <atomic>
 #include <string>
 
-#include "core/stream.h"
+#include "core/runtime/stream.h"
 
 namespace ditto::cuda {
 

@@ -7,9 +7,9 @@
 
 #include <string>
 
-#include "core/communicator.h"
-#include "core/dtype.h"
-#include "core/error.h"
+#include "core/comm/communicator.h"
+#include "core/runtime/dtype.h"
+#include "core/runtime/error.h"
 
 namespace ditto::cuda {
 

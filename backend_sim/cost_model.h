@@ -52,7 +52,7 @@
 #include <vector>
 
 #include "backend_sim/profiles.h"
-#include "core/collective_call.h"
+#include "core/internal/collective_call.h"
 
 namespace ditto::sim {
 

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/error.h"
+#include "core/runtime/error.h"
 
 namespace ditto::sim {
 

@@ -6,7 +6,7 @@
 #include <iomanip>
 #include <sstream>
 
-#include "core/error.h"
+#include "core/runtime/error.h"
 
 namespace ditto {
 

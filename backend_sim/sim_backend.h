@@ -14,8 +14,8 @@
 #include "backend_sim/cost_model.h"
 #include "backend_sim/sim_faults.h"
 #include "backend_sim/sim_stream.h"
-#include "core/backend.h"
-#include "core/communicator.h"
+#include "core/runtime/backend.h"
+#include "core/comm/communicator.h"
 
 namespace ditto::sim {
 

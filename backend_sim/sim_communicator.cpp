@@ -69,8 +69,8 @@
 
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_executor.h"
-#include "core/collective_call.h"
-#include "core/error.h"
+#include "core/internal/collective_call.h"
+#include "core/runtime/error.h"
 
 namespace ditto::sim {
 namespace {

@@ -33,7 +33,7 @@
 #include <cstring>
 
 #include "backend_sim/sim_backend.h"
-#include "core/mpi_transport.h"
+#include "core/internal/mpi_transport.h"
 
 namespace ditto::sim {
 namespace {
@@ -278,9 +278,10 @@ class SimMpiCommunicator final : public CommunicatorImpl,
 
 }  // namespace
 
-std::shared_ptr<CommunicatorImpl> make_sim_mpi_communicator(MPI_Comm comm,
-                                                            const CommOptions& options) {
-  return std::make_shared<SimMpiCommunicator>(comm, options);
+/// The simulator's communicator over MPI: its ProcessCommunicatorFactory (registered with "sim").
+std::shared_ptr<CommunicatorImpl> make_sim_mpi_communicator(detail::ProcessLink& link, Backend&,
+                                                            int, const CommOptions& options) {
+  return std::make_shared<SimMpiCommunicator>(link.comm, options);
 }
 
 }  // namespace ditto::sim

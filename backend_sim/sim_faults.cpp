@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <map>
 
-#include "core/error.h"
+#include "core/runtime/error.h"
 
 namespace ditto::sim {
 

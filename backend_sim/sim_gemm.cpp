@@ -18,7 +18,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "core/canonical_math.h"
+#include "core/numerics/canonical_math.h"
 
 namespace ditto::sim {
 
@@ -113,7 +113,7 @@ void sharded_micro_tile(const float* ap, const float* bp, const std::vector<std:
     micro_tile(ap + k0 * kMr, bp + k0 * kNr, bounds[static_cast<std::size_t>(lo) + 1] - k0, out);
     return;
   }
-  std::int64_t p = 1;  // tree_mid (core/determinism.h), spelled here to keep this file core-free
+  std::int64_t p = 1;  // tree_mid (core/numerics/determinism.h), spelled here to keep this file core-free
   while (p * 2 < hi - lo) p *= 2;
   sharded_micro_tile(ap, bp, bounds, lo, lo + p, out, scratch, level + 1);
   float(&right)[kMr][kNr] = scratch[level].v;

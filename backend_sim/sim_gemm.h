@@ -9,7 +9,7 @@
 namespace ditto::sim {
 
 /// C[M,N] = alpha * op(A) @ op(B) + beta * C (row-major; lda/ldb/ldc row strides in elements of
-/// the matrices as stored). Bitwise: Note [Canonical GEMM] (core/canonical_math.h), vectorised
+/// the matrices as stored). Bitwise: Note [Canonical GEMM] (core/numerics/canonical_math.h), vectorised
 /// across output elements, the k chain never split. M, N > 0; K may be 0.
 void gemm_bitwise(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
                   float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,

@@ -2,8 +2,8 @@
 // stream and returns at once; the work runs on a thread of the simulator's pool. Core has validated
 // every argument (shapes, devices, target ranges), so these trust their inputs.
 //
-// Bitwise mode follows core/canonical_math.h (Note [Canonical GEMM], Note [Rounded primitives])
-// and core/determinism.h (Note [Canonical tree]); fast mode uses Eigen or any order.
+// Bitwise mode follows core/numerics/canonical_math.h (Note [Canonical GEMM], Note [Rounded primitives])
+// and core/numerics/determinism.h (Note [Canonical tree]); fast mode uses Eigen or any order.
 // Kernels that take no Determinism argument have one fixed order, used in both modes.
 // GCC 12 reports false (maybe-)uninitialized warnings inside Eigen's AVX-512 packet code
 // (_mm512_undefined_ps); they are raised after inlining, so only a file-wide pragma silences them.
@@ -18,8 +18,8 @@
 
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_gemm.h"
-#include "core/canonical_math.h"
-#include "core/determinism.h"
+#include "core/numerics/canonical_math.h"
+#include "core/numerics/determinism.h"
 
 namespace ditto::sim {
 
@@ -296,7 +296,7 @@ class SimKernels final : public Kernels {
     });
   }
 
-  // ---- micro-sharded batch reductions (Note [Micro-shards] in core/micro_shards.h) -------------
+  // ---- micro-sharded batch reductions (Note [Micro-shards] in core/numerics/micro_shards.h) -------------
 
   void gemm_tn_sharded(Stream& s, std::int64_t M, std::int64_t N, const float* A,
                        std::int64_t lda, const float* B, std::int64_t ldb,

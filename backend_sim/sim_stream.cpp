@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "backend_sim/sim_executor.h"
-#include "core/error.h"
+#include "core/runtime/error.h"
 
 namespace ditto::sim {
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "backend_sim/sim_executor.h"
-#include "core/stream.h"
+#include "core/runtime/stream.h"
 
 namespace ditto::sim {
 

@@ -9,7 +9,7 @@
 #include <tuple>
 #include <utility>
 
-#include "core/error.h"
+#include "core/runtime/error.h"
 
 namespace ditto::sim {
 

@@ -16,13 +16,13 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
+#include "core/runtime/backend.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
-#include "core/ops.h"
+#include "core/runtime/ops.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
-#include "core/random.h"
+#include "core/numerics/random.h"
 
 using namespace ditto;
 using Clock = std::chrono::steady_clock;

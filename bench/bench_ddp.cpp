@@ -27,14 +27,14 @@
 #include <thread>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/communicator.h"
+#include "core/runtime/backend.h"
+#include "core/comm/communicator.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
-#include "core/random.h"
+#include "core/numerics/random.h"
 #include "backend_sim/sim_backend.h"
 
 using namespace ditto;

@@ -44,14 +44,14 @@
 
 #include <CLI/CLI.hpp>
 
-#include "core/backend.h"
-#include "core/communicator.h"
+#include "core/runtime/backend.h"
+#include "core/comm/communicator.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
-#include "core/random.h"
+#include "core/numerics/random.h"
 
 using namespace ditto;
 using Clock = std::chrono::steady_clock;

@@ -13,13 +13,13 @@
 #include <cstdlib>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/comm.h"
-#include "core/error.h"
+#include "core/runtime/backend.h"
+#include "core/comm/comm.h"
+#include "core/runtime/error.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
 #include "core/optim/sgd.h"
-#include "core/random.h"
+#include "core/numerics/random.h"
 
 using namespace ditto;
 

@@ -7,15 +7,15 @@
 #include <cstdlib>
 #include <vector>
 
-#include "core/backend.h"
+#include "core/runtime/backend.h"
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
-#include "core/error.h"
+#include "core/runtime/error.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
-#include "core/random.h"
+#include "core/numerics/random.h"
 
 using namespace ditto;
 

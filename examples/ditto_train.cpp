@@ -35,16 +35,16 @@
 
 #include "backend_sim/published.h"
 #include "backend_sim/sim_backend.h"
-#include "core/backend.h"
-#include "core/checkpoint.h"
+#include "core/runtime/backend.h"
+#include "core/io/checkpoint.h"
 #include "core/data/csv.h"
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
-#include "core/distributed.h"
-#include "core/error.h"
+#include "core/dist/distributed.h"
+#include "core/runtime/error.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
-#include "core/micro_shards.h"
+#include "core/numerics/micro_shards.h"
 #include "core/optim/adam.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
@@ -83,7 +83,7 @@ struct Args {
   int nodes = 1;
   std::string trace;
   std::vector<std::string> stragglers;  // "DEVICE:FACTOR"
-  std::string checkpoint, resume;     // checkpoint directories (core/checkpoint.h)
+  std::string checkpoint, resume;     // checkpoint directories (core/io/checkpoint.h)
   std::int64_t checkpoint_every = 0;  // optimizer steps between checkpoints (0: at the end only)
   std::string trainer = "dp";
   double bucket_cap_mb = 25.0;

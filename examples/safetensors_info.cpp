@@ -12,8 +12,8 @@
 #include <cstring>
 #include <string>
 
-#include "core/checkpoint.h"
-#include "core/error.h"
+#include "core/io/checkpoint.h"
+#include "core/runtime/error.h"
 #include "core/io/safetensors.h"
 
 namespace {

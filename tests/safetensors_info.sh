@@ -3,7 +3,7 @@
 #   1. --help prints the usage and exits 0 (it used to open a file called --help);
 #   2. on a checkpoint's model.safetensors written by ditto-train: the tensors, exit 0, no warning;
 #   3. the same file with 4 bytes of tensor data changed: a warning naming the file and both
-#      CRC-32s (core/checkpoint.h, verify_checkpoint_crc), exit 1.
+#      CRC-32s (core/io/checkpoint.h, verify_checkpoint_crc), exit 1.
 # Usage: safetensors_info.sh PATH/TO/safetensors-info PATH/TO/ditto-train WORK_DIR
 set -u
 info=$1

@@ -1,4 +1,4 @@
-// get_backend()'s per-thread cache (Note [Backend lookup cache] in core/backend.cpp): after
+// get_backend()'s per-thread cache (Note [Backend lookup cache] in core/runtime/backend.cpp): after
 // init_backend() replaces an instance, every thread (also one that looked the old instance up
 // just before) gets the new one, and Device::backend() follows.
 #include <gtest/gtest.h>
@@ -6,8 +6,8 @@
 #include <atomic>
 #include <thread>
 
-#include "core/backend.h"
-#include "core/error.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/error.h"
 
 namespace ditto {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "core/backend.h"
+#include "core/runtime/backend.h"
 #include "core/data/csv.h"
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
@@ -14,7 +14,7 @@
 #include "core/optim/adam.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
-#include "core/random.h"
+#include "core/numerics/random.h"
 
 namespace ditto {
 namespace {

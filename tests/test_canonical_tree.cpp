@@ -1,6 +1,6 @@
 // The order of operations of the CUDA bitwise kernels, checked on the host (no GPU needed):
-// canonical::TreeStack (Note [Streaming canonical tree], core/canonical_tree.h) against the
-// recursive canonical tree of core/determinism.h, canonical::ShardTiles' walk over micro-shards,
+// canonical::TreeStack (Note [Streaming canonical tree], core/numerics/canonical_tree.h) against the
+// recursive canonical tree of core/numerics/determinism.h, canonical::ShardTiles' walk over micro-shards,
 // and host mirrors of the per-element loops of backend_cuda/cuda_kernels.cu (the tiled GEMM with
 // its -0/+0 padding, gemm_tn_sharded, sum_rows_sharded, sum_sharded) against the simulator's
 // kernels, bit for bit.
@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/canonical_math.h"
-#include "core/canonical_tree.h"
-#include "core/determinism.h"
-#include "core/micro_shards.h"
-#include "core/ops.h"
-#include "core/tensor.h"
+#include "core/runtime/backend.h"
+#include "core/numerics/canonical_math.h"
+#include "core/numerics/canonical_tree.h"
+#include "core/numerics/determinism.h"
+#include "core/numerics/micro_shards.h"
+#include "core/runtime/ops.h"
+#include "core/runtime/tensor.h"
 
 namespace ditto {
 namespace {

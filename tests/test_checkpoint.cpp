@@ -1,4 +1,4 @@
-// Checkpoints (core/checkpoint.h) and the safetensors format (core/io/safetensors.h): round trips,
+// Checkpoints (core/io/checkpoint.h) and the safetensors format (core/io/safetensors.h): round trips,
 // every malformed file refused with a ParseError naming the problem, damaged and truncated
 // checkpoints refused with a fall-back to the previous one, a crash in the middle of a write
 // leaving the previous checkpoint usable, and resumed training equal bit for bit to training
@@ -10,8 +10,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/backend.h"
-#include "core/checkpoint.h"
+#include "core/runtime/backend.h"
+#include "core/io/checkpoint.h"
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
 #include "core/io/file.h"
@@ -20,7 +20,7 @@
 #include "core/nn/sequential.h"
 #include "core/optim/adam.h"
 #include "core/optim/sgd.h"
-#include "core/random.h"
+#include "core/numerics/random.h"
 
 namespace ditto {
 namespace {

@@ -12,9 +12,9 @@
 #include <limits>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/communicator.h"
-#include "core/determinism.h"
+#include "core/runtime/backend.h"
+#include "core/comm/communicator.h"
+#include "core/numerics/determinism.h"
 
 namespace ditto {
 namespace {

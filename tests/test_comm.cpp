@@ -1,4 +1,4 @@
-// Tests of ditto::comm (core/comm.h), the torch.cuda.comm helpers, on the simulator: broadcast,
+// Tests of ditto::comm (core/comm/comm.h), the torch.cuda.comm helpers, on the simulator: broadcast,
 // broadcast_coalesced, reduce_add (+ host destination, + bitwise tree), reduce_add_coalesced,
 // scatter (torch.chunk splits, chunk_sizes, any dim), gather (any dim, host, 0-dim), and the
 // argument errors, against values computed on the host.
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/comm.h"
+#include "core/runtime/backend.h"
+#include "core/comm/comm.h"
 
 namespace ditto {
 namespace {

@@ -1,4 +1,4 @@
-// Tests of Communicator (core/communicator.h) on the simulator: every collective and op for
+// Tests of Communicator (core/comm/communicator.h) on the simulator: every collective and op for
 // 1, 2, 3, 4 and 8 ranks, counts 0, 1, 7, 1000 and 1003, in place and out of place, driven by the
 // single-controller free functions, by one thread looping over the handles, and SPMD (one thread
 // per rank); expected values from a host loop over rank-dependent inputs. Then bitwise mode
@@ -17,8 +17,8 @@
 #include <tuple>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/communicator.h"
+#include "core/runtime/backend.h"
+#include "core/comm/communicator.h"
 
 namespace ditto {
 namespace {

@@ -13,7 +13,7 @@
 #include "core/data/csv.h"
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
-#include "core/random.h"
+#include "core/numerics/random.h"
 
 namespace ditto {
 namespace {

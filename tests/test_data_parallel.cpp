@@ -10,7 +10,7 @@
 #include <set>
 #include <cmath>
 
-#include "core/backend.h"
+#include "core/runtime/backend.h"
 #include "core/nn/linear.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
@@ -18,7 +18,7 @@
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/parallel_apply.h"
-#include "core/random.h"
+#include "core/numerics/random.h"
 
 namespace ditto {
 namespace {

@@ -9,12 +9,12 @@
 #include <cstring>
 #include <vector>
 
-#include "core/backend.h"
+#include "core/runtime/backend.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
-#include "core/random.h"
+#include "core/numerics/random.h"
 
 namespace ditto {
 namespace {

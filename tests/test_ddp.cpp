@@ -12,19 +12,19 @@
 #include <thread>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/communicator.h"
+#include "core/runtime/backend.h"
+#include "core/comm/communicator.h"
 #include "core/data/csv.h"
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
-#include "core/micro_shards.h"
+#include "core/numerics/micro_shards.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
-#include "core/ops.h"
+#include "core/runtime/ops.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
-#include "core/random.h"
+#include "core/numerics/random.h"
 
 namespace ditto {
 namespace {

@@ -1,13 +1,13 @@
-// Tests of ditto::dist (core/distributed.h) and Communicator::init_rank in a plain process (not
+// Tests of ditto::dist (core/dist/distributed.h) and Communicator::init_rank in a plain process (not
 // started by mpirun, no dist::init): the world of one process, and clear errors. The multi-process
 // behaviour is tested under mpirun by tests/mpi/test_mpi_communicator.cpp.
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "core/backend.h"
-#include "core/communicator.h"
-#include "core/distributed.h"
+#include "core/runtime/backend.h"
+#include "core/comm/communicator.h"
+#include "core/dist/distributed.h"
 
 namespace ditto {
 namespace {

@@ -15,15 +15,15 @@
 
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_faults.h"
-#include "core/backend.h"
-#include "core/communicator.h"
-#include "core/error.h"
+#include "core/runtime/backend.h"
+#include "core/comm/communicator.h"
+#include "core/runtime/error.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
-#include "core/ops.h"
+#include "core/runtime/ops.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
-#include "core/tensor.h"
+#include "core/runtime/tensor.h"
 
 namespace ditto {
 namespace {

@@ -20,10 +20,10 @@
 #endif
 
 #include "backend_sim/sim_backend.h"
-#include "core/backend.h"
-#include "core/ops.h"
-#include "core/portable_math.h"
-#include "core/tensor.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/ops.h"
+#include "core/numerics/portable_math.h"
+#include "core/runtime/tensor.h"
 
 namespace ditto {
 namespace {

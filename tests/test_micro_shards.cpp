@@ -1,4 +1,4 @@
-// Micro-sharded batch reductions of bitwise mode (Note [Micro-shards], core/micro_shards.h):
+// Micro-sharded batch reductions of bitwise mode (Note [Micro-shards], core/numerics/micro_shards.h):
 // micro_shard_bounds / local_bounds, ops::gemm_tn_sharded, ops::sum_rows_sharded and
 // ops::sum_sharded against a host scalar reference of their exact definition (shard counts 1, 2,
 // 3, 8, 64; empty and uneven shards; accumulate on and off), the property they exist for (the
@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/determinism.h"
-#include "core/micro_shards.h"
-#include "core/ops.h"
-#include "core/tensor.h"
+#include "core/runtime/backend.h"
+#include "core/numerics/determinism.h"
+#include "core/numerics/micro_shards.h"
+#include "core/runtime/ops.h"
+#include "core/runtime/tensor.h"
 
 namespace ditto {
 namespace {

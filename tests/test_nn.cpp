@@ -6,14 +6,14 @@
 #include <cmath>
 #include <functional>
 
-#include "core/backend.h"
-#include "core/micro_shards.h"
+#include "core/runtime/backend.h"
+#include "core/numerics/micro_shards.h"
 #include "core/nn/linear.h"
 #include "core/nn/loss.h"
 #include "core/nn/relu.h"
 #include "core/nn/sequential.h"
 #include "core/nn/with_loss.h"
-#include "core/random.h"
+#include "core/numerics/random.h"
 
 namespace ditto {
 namespace {

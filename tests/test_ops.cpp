@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/ops.h"
-#include "core/tensor.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/ops.h"
+#include "core/runtime/tensor.h"
 
 namespace ditto {
 namespace {

@@ -5,7 +5,7 @@
 #include <bit>
 #include <cmath>
 
-#include "core/backend.h"
+#include "core/runtime/backend.h"
 #include "core/optim/adam.h"
 #include "core/optim/sgd.h"
 

@@ -1,4 +1,4 @@
-// Tests of core/portable_math.h (DESIGN rule 4): accuracy of pmath::exp, log, expm1, log1p, tanh
+// Tests of core/numerics/portable_math.h (DESIGN rule 4): accuracy of pmath::exp, log, expm1, log1p, tanh
 // and sigmoid against long double libm (ulp distance on the float bit patterns) over a dense sweep
 // of the float range and at the edge values, and bit-identical results whether a function is
 // inlined into a loop or called through a function pointer.
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "core/portable_math.h"
+#include "core/numerics/portable_math.h"
 
 namespace ditto {
 namespace {

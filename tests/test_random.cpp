@@ -8,8 +8,8 @@
 #include <numeric>
 #include <set>
 
-#include "core/error.h"
-#include "core/random.h"
+#include "core/runtime/error.h"
+#include "core/numerics/random.h"
 
 namespace ditto {
 namespace {

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "backend_sim/sim_backend.h"
-#include "core/backend.h"
-#include "core/error.h"
-#include "core/tensor.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/error.h"
+#include "core/runtime/tensor.h"
 
 namespace ditto {
 namespace {

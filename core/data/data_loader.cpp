@@ -4,7 +4,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "core/random.h"
+#include "core/numerics/random.h"
 
 namespace ditto::data {
 

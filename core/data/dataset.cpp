@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "core/random.h"
+#include "core/numerics/random.h"
 
 namespace ditto::data {
 

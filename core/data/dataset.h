@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/tensor.h"
+#include "core/runtime/tensor.h"
 
 namespace ditto::data {
 

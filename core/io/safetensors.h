@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
+#include "core/runtime/tensor.h"
 
 namespace ditto::io {
 

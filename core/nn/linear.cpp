@@ -4,9 +4,9 @@
 #include <cmath>
 #include <limits>
 
-#include "core/micro_shards.h"
-#include "core/ops.h"
-#include "core/random.h"
+#include "core/numerics/micro_shards.h"
+#include "core/runtime/ops.h"
+#include "core/numerics/random.h"
 
 namespace ditto::nn {
 

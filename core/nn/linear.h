@@ -1,5 +1,5 @@
 // nn::Linear: y = x W^T + b (torch.nn.Linear), with PyTorch's default initialisation drawn from
-// Philox so that it is identical on every backend (Note [Random streams] in core/random.h).
+// Philox so that it is identical on every backend (Note [Random streams] in core/numerics/random.h).
 #pragma once
 
 #include <cstdint>

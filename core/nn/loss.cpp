@@ -3,8 +3,8 @@
 // loss's determinism mode.
 #include "core/nn/loss.h"
 
-#include "core/micro_shards.h"
-#include "core/ops.h"
+#include "core/numerics/micro_shards.h"
+#include "core/runtime/ops.h"
 
 namespace ditto::nn {
 

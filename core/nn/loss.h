@@ -6,8 +6,8 @@
 
 #include <cstdint>
 
-#include "core/determinism.h"
-#include "core/tensor.h"
+#include "core/numerics/determinism.h"
+#include "core/runtime/tensor.h"
 
 namespace ditto::nn {
 

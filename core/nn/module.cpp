@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "core/ops.h"
+#include "core/runtime/ops.h"
 
 namespace ditto::nn {
 

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "core/determinism.h"
-#include "core/tensor.h"
+#include "core/numerics/determinism.h"
+#include "core/runtime/tensor.h"
 
 namespace ditto::nn {
 
@@ -62,7 +62,7 @@ class Module {
   Determinism determinism() const { return determinism_; }
 
   /// Micro-shard boundaries of the next forward's batch (Note [Micro-shards] in
-  /// core/micro_shards.h): S+1 ascending row offsets from 0 to the batch size. In bitwise mode
+  /// core/numerics/micro_shards.h): S+1 ascending row offsets from 0 to the batch size. In bitwise mode
   /// the batch reductions of backward (weight and bias gradients) sum rows in order inside each
   /// micro-shard and combine the shards with the canonical tree. Empty (the default) means
   /// kDefaultMicroShards shards over the whole batch. DataParallel sets each replica's local

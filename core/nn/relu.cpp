@@ -1,7 +1,7 @@
 // nn::ReLU forward and backward through ops::relu / ops::relu_backward.
 #include "core/nn/relu.h"
 
-#include "core/ops.h"
+#include "core/runtime/ops.h"
 
 namespace ditto::nn {
 

@@ -50,7 +50,7 @@ class Sequential : public Module {
 
 /// Multi-layer perceptron: Linear(sizes[0], sizes[1]), ReLU, Linear(sizes[1], sizes[2]), ReLU,
 /// ..., Linear(sizes[n-2], sizes[n-1]) on `device`; the k-th Linear (k = 0, 1, ...) draws its
-/// initial values with layer_id k (Note [Random streams] in core/random.h). Parameters are named
+/// initial values with layer_id k (Note [Random streams] in core/numerics/random.h). Parameters are named
 /// "0.weight", "0.bias", "2.weight", ... The first layer does not compute an input gradient
 /// (input_requires_grad false). Throws InvalidArgument unless sizes has >= 2 entries, all >= 1.
 std::unique_ptr<Sequential> mlp(const std::vector<std::int64_t>& sizes, const Device& device,

@@ -5,8 +5,8 @@
 #include <map>
 #include <string>
 
-#include "core/error.h"
-#include "core/ops.h"
+#include "core/runtime/error.h"
+#include "core/runtime/ops.h"
 
 namespace ditto::optim {
 

@@ -1,6 +1,6 @@
 // optim::Adam: torch.optim.Adam (Kingma & Ba, with the optional AMSGrad variant; L2 weight decay
 // added to the gradient, not AdamW's decoupled decay; maximize = false), step for step and in
-// PyTorch's per-element operation order (Note [Adam step] in core/canonical_math.h).
+// PyTorch's per-element operation order (Note [Adam step] in core/numerics/canonical_math.h).
 #pragma once
 
 #include <cstdint>

@@ -8,12 +8,12 @@
 #include <algorithm>
 #include <cctype>
 
-#include "core/backend.h"
-#include "core/ops.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/ops.h"
 
 namespace ditto::ops {
 
-// Declared in core/ops.h with the other validated ops; defined here, beside its only caller, so
+// Declared in core/runtime/ops.h with the other validated ops; defined here, beside its only caller, so
 // that ops.cpp (kernels' argument checks) and the optimizer could be written in parallel. It may
 // move to ops.cpp.
 void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, float lr, float momentum,

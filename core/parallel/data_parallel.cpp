@@ -3,10 +3,10 @@
 
 #include <set>
 
-#include "core/comm.h"
-#include "core/error.h"
-#include "core/micro_shards.h"
-#include "core/ops.h"
+#include "core/comm/comm.h"
+#include "core/runtime/error.h"
+#include "core/numerics/micro_shards.h"
+#include "core/runtime/ops.h"
 #include "core/parallel/parallel_apply.h"
 
 namespace ditto::parallel {

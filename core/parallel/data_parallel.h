@@ -20,9 +20,9 @@
 #include <optional>
 #include <vector>
 
-#include "core/communicator.h"
+#include "core/comm/communicator.h"
 
-#include "core/determinism.h"
+#include "core/numerics/determinism.h"
 #include "core/nn/module.h"
 
 namespace ditto::parallel {

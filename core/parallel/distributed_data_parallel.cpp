@@ -8,10 +8,10 @@
 #include <functional>
 #include <unordered_map>
 
-#include "core/backend.h"
-#include "core/error.h"
-#include "core/micro_shards.h"
-#include "core/ops.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/error.h"
+#include "core/numerics/micro_shards.h"
+#include "core/runtime/ops.h"
 
 namespace ditto::parallel {
 

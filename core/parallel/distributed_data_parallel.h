@@ -26,7 +26,7 @@
 // rank's gradients are then exactly its rows' terms of DataParallel's gradient, and DDP sums
 // them (average_gradients = false). Each rank takes the rows of the micro-shards DataParallel
 // would give device `rank` (local_rows()), whose weight and bias gradients are the subtree of the
-// canonical micro-shard tree over those shards (Note [Micro-shards], core/micro_shards.h); the
+// canonical micro-shard tree over those shards (Note [Micro-shards], core/numerics/micro_shards.h); the
 // bitwise all_reduce combines the ranks with the canonical tree over rank index, the nodes above
 // them. The all_reduce is element-wise, so a fused bucket gives the same bits as a per-tensor
 // all_reduce, whatever the bucket size or overlap. The result equals DataParallel's bits for the
@@ -48,7 +48,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/communicator.h"
+#include "core/comm/communicator.h"
 #include "core/nn/module.h"
 
 namespace ditto::parallel {

@@ -11,7 +11,7 @@
 #include <mutex>
 #include <thread>
 
-#include "core/error.h"
+#include "core/runtime/error.h"
 
 namespace ditto::parallel {
 

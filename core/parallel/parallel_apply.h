@@ -8,7 +8,7 @@
 #include <functional>
 #include <vector>
 
-#include "core/device.h"
+#include "core/runtime/device.h"
 
 namespace ditto::parallel {
 

@@ -1,4 +1,4 @@
-// Tests of the communicator with one rank per process (Communicator::init_rank, core/distributed.h)
+// Tests of the communicator with one rank per process (Communicator::init_rank, core/dist/distributed.h)
 // on the simulator over MPI. Run by ctest under `mpirun -np N` for N = 1, 2, 4, 8 (tests/
 // CMakeLists.txt); every process runs every test as its rank, and only rank 0 prints. Checks:
 // every collective and op in both determinism modes against host values from rank-dependent
@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/communicator.h"
-#include "core/distributed.h"
+#include "core/runtime/backend.h"
+#include "core/comm/communicator.h"
+#include "core/dist/distributed.h"
 
 namespace ditto {
 namespace {

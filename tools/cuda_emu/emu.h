@@ -16,9 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/backend.h"
-#include "core/error.h"
-#include "core/stream.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/error.h"
+#include "core/runtime/stream.h"
 
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "emu.h"
-#include "core/backend.h"
-#include "core/determinism.h"
-#include "core/micro_shards.h"
+#include "core/runtime/backend.h"
+#include "core/numerics/determinism.h"
+#include "core/numerics/micro_shards.h"
 
 using namespace ditto;
 using V = std::vector<float>;

@@ -1,0 +1,61 @@
+// ditto::comm: the helpers of torch.cuda.comm, with the same names and semantics, on any backend.
+//
+// Each result is ordered on the current streams of the devices involved (no host blocking unless
+// a host tensor is involved). Devices given as Device values; the host (Device::cpu()) is allowed
+// where noted. Errors: InvalidArgument naming the function, the argument, what was expected and
+// what came (empty device lists, repeated devices, devices out of range, shape/dtype mismatches,
+// chunk sizes of the wrong count or sum).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/numerics/determinism.h"
+#include "core/runtime/tensor.h"
+
+namespace ditto::comm {
+
+/// torch.cuda.comm.broadcast: one copy of `tensor` per device, in the order of `devices`; the
+/// entry for the tensor's own device is `tensor` itself (shared storage), as in PyTorch.
+std::vector<Tensor> broadcast(const Tensor& tensor, const std::vector<Device>& devices);
+
+/// torch.cuda.comm.broadcast_coalesced: broadcast several tensors, packed into flat buffers of
+/// at most `buffer_size` bytes (a larger tensor travels alone). All tensors must be on
+/// devices[0]. Returns result[d][i] = tensors[i] on devices[d] (devices[0]'s are the inputs).
+std::vector<std::vector<Tensor>> broadcast_coalesced(const std::vector<Tensor>& tensors,
+                                                     const std::vector<Device>& devices,
+                                                     std::size_t buffer_size = 10485760);
+
+/// torch.cuda.comm.reduce_add: elementwise sum of `inputs` (one per device, same shape and
+/// dtype f32) placed on `destination` (default: the first input's device; the host is allowed).
+/// bitwise: canonical tree over the input index (Note [Canonical tree]).
+Tensor reduce_add(const std::vector<Tensor>& inputs, std::optional<Device> destination = {},
+                  Determinism mode = Determinism::fast);
+
+/// torch.cuda.comm.reduce_add_coalesced: inputs[d] is device d's list of tensors (same count,
+/// shapes and dtypes on every device); returns the sums on `destination`, flattening into
+/// buffers of at most `buffer_size` bytes.
+std::vector<Tensor> reduce_add_coalesced(const std::vector<std::vector<Tensor>>& inputs,
+                                         std::optional<Device> destination = {},
+                                         std::size_t buffer_size = 10485760,
+                                         Determinism mode = Determinism::fast);
+
+/// torch.cuda.comm.scatter: split `tensor` along `dim` and place chunk i on devices[i].
+/// Without chunk_sizes it splits like torch.chunk: chunks of ceil(size / n), so fewer chunks than
+/// devices can come back (and the result is shorter). With chunk_sizes: one entry per device,
+/// each >= 0, adding up to the size along dim (zero-size chunks are returned as empty tensors).
+std::vector<Tensor> scatter(const Tensor& tensor, const std::vector<Device>& devices,
+                            const std::optional<std::vector<std::int64_t>>& chunk_sizes = {},
+                            std::int64_t dim = 0);
+
+/// torch.cuda.comm.gather: concatenate `tensors` along `dim` onto `destination` (default: the
+/// first tensor's device; the host is allowed). All other dimensions and dtypes must match.
+/// 0-dim tensors gathered along dim 0 become a vector with one entry each (PyTorch warns).
+Tensor gather(const std::vector<Tensor>& tensors, std::int64_t dim = 0,
+              std::optional<Device> destination = {});
+
+/// The chunk sizes torch.chunk would give for `size` over `n` parts (may be fewer than n).
+std::vector<std::int64_t> chunk_sizes(std::int64_t size, std::int64_t n);
+
+}  // namespace ditto::comm

@@ -1,0 +1,397 @@
+// Communicator: argument checks (once, in core) and dispatch of each collective to the backend's
+// CommunicatorImpl on the current stream of the rank's device; the single-controller free
+// functions validate every rank before enqueueing any, so a bad argument never leaves the other
+// ranks waiting for a partner that will not come, and issue their loop over the ranks as one
+// group (group_start / group_end, per thread).
+#include "core/comm/communicator.h"
+
+#include <algorithm>
+#include <exception>
+#include <unordered_map>
+
+#include "core/runtime/backend.h"
+#include "core/dist/distributed.h"
+#include "core/runtime/error.h"
+#include "core/internal/process_group.h"
+
+namespace ditto {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::prod: return "prod";
+    case ReduceOp::min: return "min";
+    case ReduceOp::max: return "max";
+    case ReduceOp::avg: return "avg";
+  }
+  return "unknown";
+}
+
+namespace {
+
+std::string rank_str(const Communicator& c) {
+  return detail::cat(c.device().str(), " (rank ", c.rank(), " of ", c.size(), ")");
+}
+
+// Defined, on this rank's device, f32 or i64.
+void check_tensor_impl(const Communicator& c, const char* call, const char* arg, const Tensor& t) {
+  DITTO_CHECK(t.defined(), "Communicator::", call, ": ", arg, ": expected a tensor on ",
+              rank_str(c), ", got an undefined tensor");
+  DITTO_CHECK(t.device() == c.device(), "Communicator::", call, ": ", arg,
+              ": expected a tensor on ", rank_str(c), ", got ", t.str());
+  DITTO_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::i64, "Communicator::", call, ": ",
+              arg, ": expected dtype f32 or i64, got ", t.str());
+}
+
+void check_op(const char* call, DType dtype, ReduceOp op) {
+  DITTO_CHECK(static_cast<unsigned>(op) <= static_cast<unsigned>(ReduceOp::avg), "Communicator::",
+              call, ": op: expected sum, prod, min, max or avg, got ", static_cast<unsigned>(op));
+  DITTO_CHECK(dtype != DType::i64 || op != ReduceOp::avg, "Communicator::", call,
+              ": op: avg is not supported for i64 tensors (use sum, prod, min or max)");
+}
+
+void check_same_dtype(const char* call, const Tensor& send, const Tensor& recv) {
+  DITTO_CHECK(send.dtype() == recv.dtype(), "Communicator::", call,
+              ": recv: expected dtype ", dtype_name(send.dtype()), " (like send), got ",
+              recv.str());
+}
+
+void check_root(const Communicator& c, const char* call, int root) {
+  DITTO_CHECK(root >= 0 && root < c.size(), "Communicator::", call, ": root: expected a rank in [0, ",
+              c.size(), "), got ", root);
+}
+
+void check_all_reduce(const Communicator& c, const Tensor& send, const Tensor& recv, ReduceOp op) {
+  check_tensor_impl(c, "all_reduce", "send", send);
+  check_tensor_impl(c, "all_reduce", "recv", recv);
+  check_same_dtype("all_reduce", send, recv);
+  DITTO_CHECK(recv.numel() == send.numel(), "Communicator::all_reduce: recv: expected ",
+              send.numel(), " elements (like send ", send.str(), "), got ", recv.str());
+  check_op("all_reduce", send.dtype(), op);
+}
+
+void check_reduce(const Communicator& c, const Tensor& send, const Tensor& recv, ReduceOp op,
+                  int root) {
+  check_root(c, "reduce", root);
+  check_tensor_impl(c, "reduce", "send", send);
+  check_op("reduce", send.dtype(), op);
+  if (c.rank() != root) return;  // recv is ignored off root
+  check_tensor_impl(c, "reduce", "recv", recv);
+  check_same_dtype("reduce", send, recv);
+  DITTO_CHECK(recv.numel() == send.numel(), "Communicator::reduce: recv: expected ", send.numel(),
+              " elements on the root (like send ", send.str(), "), got ", recv.str());
+}
+
+void check_broadcast(const Communicator& c, const Tensor& send, const Tensor& recv, int root) {
+  check_root(c, "broadcast", root);
+  check_tensor_impl(c, "broadcast", "recv", recv);
+  if (c.rank() != root) return;  // send is ignored off root
+  check_tensor_impl(c, "broadcast", "send", send);
+  check_same_dtype("broadcast", send, recv);
+  DITTO_CHECK(recv.numel() == send.numel(), "Communicator::broadcast: recv: expected ",
+              send.numel(), " elements (like the root's send ", send.str(), "), got ", recv.str());
+}
+
+void check_all_gather(const Communicator& c, const Tensor& send, const Tensor& recv) {
+  check_tensor_impl(c, "all_gather", "send", send);
+  check_tensor_impl(c, "all_gather", "recv", recv);
+  check_same_dtype("all_gather", send, recv);
+  DITTO_CHECK(recv.numel() == c.size() * send.numel(), "Communicator::all_gather: recv: expected ",
+              c.size() * send.numel(), " elements (size ", c.size(), " x send's ", send.numel(),
+              "), got ", recv.str());
+}
+
+void check_reduce_scatter(const Communicator& c, const Tensor& send, const Tensor& recv,
+                          ReduceOp op) {
+  check_tensor_impl(c, "reduce_scatter", "send", send);
+  check_tensor_impl(c, "reduce_scatter", "recv", recv);
+  check_same_dtype("reduce_scatter", send, recv);
+  DITTO_CHECK(send.numel() == c.size() * recv.numel(),
+              "Communicator::reduce_scatter: send: expected ", c.size() * recv.numel(),
+              " elements (size ", c.size(), " x recv's ", recv.numel(), "), got ", send.str());
+  check_op("reduce_scatter", send.dtype(), op);
+}
+
+}  // namespace
+
+// ---- init -----------------------------------------------------------------------------------
+
+std::vector<Communicator> Communicator::init_all(const std::vector<Device>& devices,
+                                                 const CommOptions& options) {
+  DITTO_CHECK(!devices.empty(),
+              "Communicator::init_all: devices: expected at least one device, got an empty list");
+  DITTO_CHECK(options.timeout_ms > 0 && options.timeout_ms <= kMaxCommTimeoutMs,
+              "Communicator::init_all: options.timeout_ms: expected a positive number of "
+              "milliseconds <= ", kMaxCommTimeoutMs, " (2^31, about 24.9 days), got ",
+              options.timeout_ms);
+  const std::string& type = devices[0].type;
+  std::unordered_map<Device, std::size_t> seen;
+  std::vector<int> indices;
+  indices.reserve(devices.size());
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    const Device& d = devices[i];
+    DITTO_CHECK(!d.is_cpu(), "Communicator::init_all: devices[", i,
+                "]: expected a device of a GPU backend (sim, cuda), got cpu (the host has no "
+                "communicators)");
+    DITTO_CHECK(d.type == type, "Communicator::init_all: devices[", i,
+                "]: expected a device of backend ", type, " (like devices[0]), got ", d.str());
+    auto [it, fresh] = seen.emplace(d, i);
+    DITTO_CHECK(fresh, "Communicator::init_all: devices: expected distinct devices, got ", d.str(),
+                " twice (at positions ", it->second, " and ", i, ")");
+    indices.push_back(d.index);
+  }
+  Backend& backend = get_backend(type);
+  for (std::size_t i = 0; i < devices.size(); ++i)
+    DITTO_CHECK(devices[i].index >= 0 && devices[i].index < backend.device_count(),
+                "Communicator::init_all: devices[", i, "]: ", devices[i].str(),
+                " is out of range (backend ", type, " has ", backend.device_count(), " devices)");
+
+  std::shared_ptr<CommunicatorImpl> impl = backend.create_communicator(indices, options);
+  DITTO_ASSERT(impl);
+  auto shared_devices = std::make_shared<const std::vector<Device>>(devices);
+  std::vector<Communicator> comms;
+  comms.reserve(devices.size());
+  for (std::size_t r = 0; r < devices.size(); ++r)
+    comms.push_back(Communicator(impl, shared_devices, static_cast<int>(r), options));
+  return comms;
+}
+
+Communicator Communicator::init_rank(const Device& local_device, int world_size, int rank,
+                                     const CommOptions& options) {
+  detail::ProcessGroup* group = detail::process_group();
+  DITTO_CHECK_T(BackendError, group != nullptr,
+                "Communicator::init_rank: no process group: call dist::init() first (in a program "
+                "started by mpirun; core/dist/distributed.h)",
+                dist::available() ? "" : "; this build of ditto has no MPI support");
+  DITTO_CHECK(world_size == group->size(), "Communicator::init_rank: world_size: expected ",
+              group->size(), " (dist::world_size(), the processes of the job), got ", world_size);
+  DITTO_CHECK(rank == group->rank(), "Communicator::init_rank: rank: expected ", group->rank(),
+              " (dist::rank(), this process's rank), got ", rank);
+  DITTO_CHECK(!local_device.is_cpu(), "Communicator::init_rank: local_device: expected a device "
+              "of a GPU backend (sim, cuda), got cpu (the host has no communicators)");
+  DITTO_CHECK(options.timeout_ms > 0 && options.timeout_ms <= kMaxCommTimeoutMs,
+              "Communicator::init_rank: options.timeout_ms: expected a positive number of "
+              "milliseconds <= ", kMaxCommTimeoutMs, " (2^31, about 24.9 days), got ",
+              options.timeout_ms);
+  Backend& backend = get_backend(local_device.type);
+  DITTO_CHECK(local_device.index >= 0 && local_device.index < backend.device_count(),
+              "Communicator::init_rank: local_device: ", local_device.str(),
+              " is out of range (backend ", local_device.type, " has ", backend.device_count(),
+              " devices)");
+  std::vector<Device> devices;
+  std::shared_ptr<CommunicatorImpl> impl =
+      group->create_communicator(backend, local_device.index, options, devices);
+  DITTO_ASSERT(impl && static_cast<int>(devices.size()) == world_size);
+  Communicator c(impl, std::make_shared<const std::vector<Device>>(std::move(devices)), rank,
+                 options);
+  c.multiprocess_ = true;
+  return c;
+}
+
+// ---- groups (ncclGroupStart / ncclGroupEnd) ---------------------------------------------------
+
+namespace {
+
+// This thread's open group: nesting depth and the communicators told about it, in order.
+struct ThreadGroup {
+  int depth = 0;
+  std::vector<std::shared_ptr<CommunicatorImpl>> impls;
+};
+thread_local ThreadGroup t_group;
+
+// Ends the outermost group: group_end() on every communicator of the group, first error rethrown.
+void end_group_impls() {
+  std::vector<std::shared_ptr<CommunicatorImpl>> impls = std::move(t_group.impls);
+  t_group.impls.clear();
+  std::exception_ptr first;
+  for (auto& impl : impls) {
+    try {
+      impl->group_end();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+// Runs `issue` (per-rank calls) as one group of this thread.
+template <typename F>
+void grouped(F&& issue) {
+  group_start();
+  try {
+    issue();
+  } catch (...) {
+    try {
+      group_end();
+    } catch (...) {  // the first error is the one to report
+    }
+    throw;
+  }
+  group_end();
+}
+
+}  // namespace
+
+void group_start() { ++t_group.depth; }
+
+void group_end() {
+  DITTO_CHECK(t_group.depth > 0,
+              "group_end: expected a matching group_start() on this thread, got none open");
+  if (--t_group.depth > 0) return;
+  end_group_impls();
+}
+
+void Communicator::join_group() const {
+  if (t_group.depth == 0) return;
+  if (std::find(t_group.impls.begin(), t_group.impls.end(), impl_) != t_group.impls.end()) return;
+  impl_->group_start();
+  t_group.impls.push_back(impl_);
+}
+
+// ---- per-rank collectives ---------------------------------------------------------------------
+
+Stream& Communicator::stream() const { return current_stream(device()); }
+
+void Communicator::abort(const std::string& reason) const noexcept { impl_->abort(rank_, reason); }
+
+void Communicator::check_tensor(const char* call, const char* arg, const Tensor& t) const {
+  check_tensor_impl(*this, call, arg, t);
+}
+
+void Communicator::all_reduce(const Tensor& send, Tensor& recv, ReduceOp op) {
+  check_all_reduce(*this, send, recv, op);
+  join_group();
+  impl_->all_reduce(rank_, stream(), send.data_ptr(), recv.data_ptr(), send.numel(), send.dtype(),
+                    op);
+}
+
+void Communicator::all_reduce(Tensor& tensor, ReduceOp op) { all_reduce(tensor, tensor, op); }
+
+void Communicator::reduce(const Tensor& send, Tensor& recv, ReduceOp op, int root) {
+  check_reduce(*this, send, recv, op, root);
+  void* recv_ptr = rank_ == root ? recv.data_ptr() : nullptr;
+  join_group();
+  impl_->reduce(rank_, stream(), send.data_ptr(), recv_ptr, send.numel(), send.dtype(), op, root);
+}
+
+void Communicator::broadcast(const Tensor& send, Tensor& recv, int root) {
+  check_broadcast(*this, send, recv, root);
+  const void* send_ptr = rank_ == root ? send.data_ptr() : nullptr;
+  join_group();
+  impl_->broadcast(rank_, stream(), send_ptr, recv.data_ptr(), recv.numel(), recv.dtype(), root);
+}
+
+void Communicator::broadcast(Tensor& tensor, int root) { broadcast(tensor, tensor, root); }
+
+void Communicator::all_gather(const Tensor& send, Tensor& recv) {
+  check_all_gather(*this, send, recv);
+  join_group();
+  impl_->all_gather(rank_, stream(), send.data_ptr(), recv.data_ptr(), send.numel(),
+                    send.dtype());
+}
+
+void Communicator::reduce_scatter(const Tensor& send, Tensor& recv, ReduceOp op) {
+  check_reduce_scatter(*this, send, recv, op);
+  join_group();
+  impl_->reduce_scatter(rank_, stream(), send.data_ptr(), recv.data_ptr(), recv.numel(),
+                        recv.dtype(), op);
+}
+
+void Communicator::barrier() {
+  join_group();
+  impl_->barrier(rank_, stream());
+}
+
+// ---- single-controller forms ------------------------------------------------------------------
+
+namespace {
+
+// comms must be one communicator's handles in rank order; each vector one entry per rank.
+void check_group(const char* call, const std::vector<Communicator>& comms,
+                 std::initializer_list<std::pair<const char*, std::size_t>> vectors) {
+  DITTO_CHECK(!comms.empty(), call, ": comms: expected the handles of Communicator::init_all, got "
+              "an empty list");
+  DITTO_CHECK(!comms[0].multiprocess() || comms[0].size() == 1, call,
+              ": comms: expected the handles of Communicator::init_all, got a handle of "
+              "Communicator::init_rank (its other ranks are other processes: call the per-rank "
+              "method on it instead)");
+  DITTO_CHECK(static_cast<int>(comms.size()) == comms[0].size(), call, ": comms: expected ",
+              comms[0].size(), " handles (one per rank), got ", comms.size());
+  for (std::size_t i = 0; i < comms.size(); ++i) {
+    DITTO_CHECK(&comms[i].devices() == &comms[0].devices(), call, ": comms[", i,
+                "]: expected a handle of the same communicator as comms[0]");
+    DITTO_CHECK(comms[i].rank() == static_cast<int>(i), call, ": comms[", i,
+                "]: expected the handle of rank ", i, " (handles in rank order), got rank ",
+                comms[i].rank());
+  }
+  for (const auto& [name, n] : vectors)
+    DITTO_CHECK(n == comms.size(), call, ": ", name, ": expected ", comms.size(),
+                " tensors (one per rank), got ", n);
+}
+
+}  // namespace
+
+void all_reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+                std::vector<Tensor>& recv, ReduceOp op) {
+  check_group("all_reduce", comms, {{"send", send.size()}, {"recv", recv.size()}});
+  for (std::size_t i = 0; i < comms.size(); ++i) check_all_reduce(comms[i], send[i], recv[i], op);
+  grouped([&] {
+    for (std::size_t i = 0; i < comms.size(); ++i) comms[i].all_reduce(send[i], recv[i], op);
+  });
+}
+
+void all_reduce(std::vector<Communicator>& comms, std::vector<Tensor>& tensors, ReduceOp op) {
+  all_reduce(comms, tensors, tensors, op);
+}
+
+void broadcast(std::vector<Communicator>& comms, std::vector<Tensor>& tensors, int root) {
+  check_group("broadcast", comms, {{"tensors", tensors.size()}});
+  for (std::size_t i = 0; i < comms.size(); ++i)
+    check_broadcast(comms[i], tensors[i], tensors[i], root);
+  grouped([&] {
+    for (std::size_t i = 0; i < comms.size(); ++i) comms[i].broadcast(tensors[i], root);
+  });
+}
+
+void all_gather(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+                std::vector<Tensor>& recv) {
+  check_group("all_gather", comms, {{"send", send.size()}, {"recv", recv.size()}});
+  for (std::size_t i = 0; i < comms.size(); ++i) check_all_gather(comms[i], send[i], recv[i]);
+  grouped([&] {
+    for (std::size_t i = 0; i < comms.size(); ++i) comms[i].all_gather(send[i], recv[i]);
+  });
+}
+
+void reduce_scatter(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+                    std::vector<Tensor>& recv, ReduceOp op) {
+  check_group("reduce_scatter", comms, {{"send", send.size()}, {"recv", recv.size()}});
+  for (std::size_t i = 0; i < comms.size(); ++i)
+    check_reduce_scatter(comms[i], send[i], recv[i], op);
+  grouped([&] {
+    for (std::size_t i = 0; i < comms.size(); ++i)
+      comms[i].reduce_scatter(send[i], recv[i], op);
+  });
+}
+
+void reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+            std::vector<Tensor>& recv, ReduceOp op, int root) {
+  check_group("reduce", comms, {{"send", send.size()}, {"recv", recv.size()}});
+  for (std::size_t i = 0; i < comms.size(); ++i) check_reduce(comms[i], send[i], recv[i], op, root);
+  grouped([&] {
+    for (std::size_t i = 0; i < comms.size(); ++i) comms[i].reduce(send[i], recv[i], op, root);
+  });
+}
+
+void synchronize(std::vector<Communicator>& comms) {
+  std::exception_ptr first;
+  for (auto& c : comms) {
+    try {
+      c.stream().synchronize();
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace ditto

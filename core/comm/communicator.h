@@ -1,0 +1,214 @@
+// Communicator: a group of ranks, one device each, with NCCL's collectives.
+//
+// Like NCCL, each rank has its own handle (Communicator::init_all mirrors ncclCommInitAll) and
+// every collective is enqueued on the current stream of the rank's device and returns at once.
+// Two ways to drive it:
+//  - single-controller: one host thread calls the collective on every rank's handle in turn (or
+//    the free functions below that take one tensor per rank), then synchronises;
+//  - SPMD: one host thread per rank, each calling the collective on its own handle (as DDP does);
+//    the ranks may also be processes under mpirun, one handle each (init_rank, ncclCommInitRank).
+// As with NCCL, a backend may hold a per-rank call until every rank has called (cuda does, see
+// Note [CUDA collectives]), so one thread driving several ranks issues their calls as a group:
+// the single-controller forms do, or group_start() / group_end() around a loop over the handles.
+// All ranks must call the same collectives in the same order with matching op, count, dtype and
+// root; the backends check this and fail every rank with an error when they differ. A rank
+// that never arrives makes the others fail with ditto::Timeout after CommOptions::timeout_ms.
+//
+// Errors: InvalidArgument (before enqueueing) for tensors on the wrong device, wrong dtype or
+// sizes, roots out of range; errors raised while running are rethrown by the stream's
+// synchronize() (sim), or by the call itself or group_end() (cuda, which matches the ranks'
+// calls on the host before enqueueing anything).
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/numerics/determinism.h"
+#include "core/runtime/stream.h"
+#include "core/runtime/tensor.h"
+
+namespace ditto {
+
+enum class ReduceOp : std::uint8_t { sum, prod, min, max, avg };
+
+/// "sum", "prod", ...
+const char* reduce_op_name(ReduceOp op);
+
+/// The longest CommOptions::timeout_ms (and sim fault-config timeout) accepted: 2^31 ms, about
+/// 24.9 days. Larger values are refused with InvalidArgument (now + timeout would overflow the
+/// clock's nanoseconds and time out at once).
+inline constexpr std::int64_t kMaxCommTimeoutMs = std::int64_t(1) << 31;
+
+struct CommOptions {
+  Determinism determinism = Determinism::fast;
+  /// A rank waiting longer than this (ms, 1..kMaxCommTimeoutMs) for the others fails.
+  std::int64_t timeout_ms = 300000;
+};
+
+namespace detail {
+/// Clock::now() + timeout_ms, with timeout_ms clamped to 0..kMaxCommTimeoutMs so the sum cannot
+/// overflow (the deadline of a collective; validated values never reach the clamp).
+template <typename Clock>
+typename Clock::time_point comm_deadline(std::int64_t timeout_ms) {
+  const std::int64_t ms = timeout_ms < 0 ? 0 : std::min(timeout_ms, kMaxCommTimeoutMs);
+  return Clock::now() + std::chrono::milliseconds(ms);
+}
+}  // namespace detail
+
+/// Backend-side shared state of one communicator (all ranks). Core validates arguments; the
+/// backend implements the data movement. Each method is the call for one rank, enqueued on
+/// `stream` (a stream of that rank's device).
+class CommunicatorImpl {
+ public:
+  virtual ~CommunicatorImpl() = default;
+  virtual void all_reduce(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
+                          DType dtype, ReduceOp op) = 0;
+  virtual void reduce(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
+                      DType dtype, ReduceOp op, int root) = 0;
+  virtual void broadcast(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
+                         DType dtype, int root) = 0;
+  /// recv holds size() * count elements; rank r's send lands at r * count.
+  virtual void all_gather(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
+                          DType dtype) = 0;
+  /// send holds size() * count elements; rank r receives the reduction of block r.
+  virtual void reduce_scatter(int rank, Stream& s, const void* send, void* recv,
+                              std::int64_t count, DType dtype, ReduceOp op) = 0;
+  virtual void barrier(int rank, Stream& s) = 0;
+
+  /// Group hooks (ncclGroupStart / ncclGroupEnd). Core calls group_start() before this thread's
+  /// first per-rank call inside a group (ditto::group_start(), and the single-controller forms
+  /// below, which group their loop over the ranks) and group_end() when the thread's outermost
+  /// group ends. A backend whose per-rank call blocks until every rank has arrived (cuda) must
+  /// not block between the two: it collects the calls and may block in group_end(), which
+  /// throws the first error of the grouped calls. Default: nothing (the simulator never blocks).
+  virtual void group_start() {}
+  virtual void group_end() {}
+
+  /// ncclCommAbort on behalf of `rank`, which failed for `reason`: the communicator is marked
+  /// failed, so the ranks waiting in a collective for `rank`, and every later call, fail at once
+  /// (BackendError naming the collective, then "rank <rank> failed: <reason>") instead of at the
+  /// timeout. The first abort's reason is kept. Must not throw. Default: nothing (the other ranks
+  /// then fail by timeout).
+  virtual void abort(int rank, const std::string& reason) noexcept {
+    (void)rank;
+    (void)reason;
+  }
+};
+
+class Communicator {
+ public:
+  /// One handle per device, rank i on devices[i] (ncclCommInitAll). Devices must be non-empty,
+  /// distinct, of one non-cpu backend, and in range. Throws InvalidArgument otherwise.
+  static std::vector<Communicator> init_all(const std::vector<Device>& devices,
+                                            const CommOptions& options = {});
+
+  /// This process's handle of a communicator whose ranks are the processes of the job, one rank
+  /// per process (ncclCommInitRank; the processes come from mpirun, core/dist/distributed.h).
+  /// Collective: every process calls it, with its own rank and local device, in the same order
+  /// as its other init_rank calls. `local_device` is this rank's device, a device of this process
+  /// (sim: e.g. its one virtual device sim:0); world_size must be dist::world_size() and rank
+  /// dist::rank(). Data moves over MPI (sim; Note [Sim collectives over MPI]) or over NCCL with
+  /// the unique id sent by MPI (cuda). Collectives, call matching, timeouts and abort behave as
+  /// with init_all; the single-controller forms (one thread for all ranks) do not apply.
+  /// devices() has world_size entries: devices()[rank()] == device() is the local device, the
+  /// others name the device each other rank uses in its own process, for messages only (not
+  /// addressable here; they may print alike, e.g. every rank's "sim:0").
+  /// Throws BackendError when dist::init() was not called (or MPI support is not built) or the
+  /// backend has no multi-process transport; InvalidArgument for a cpu or out-of-range device,
+  /// or a world_size / rank other than the process group's; Timeout when a process does not join
+  /// within options.timeout_ms.
+  static Communicator init_rank(const Device& local_device, int world_size, int rank,
+                                const CommOptions& options = {});
+
+  /// True for a handle from init_rank (the other ranks are other processes).
+  bool multiprocess() const { return multiprocess_; }
+
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(devices_->size()); }
+  const Device& device() const { return (*devices_)[static_cast<std::size_t>(rank_)]; }
+  const std::vector<Device>& devices() const { return *devices_; }
+  const CommOptions& options() const { return options_; }
+
+  /// ncclAllReduce: recv = op over ranks of send (same shape, f32 or i64; recv may be send).
+  void all_reduce(const Tensor& send, Tensor& recv, ReduceOp op = ReduceOp::sum);
+  /// In-place form: tensor = op over ranks of tensor.
+  void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::sum);
+  /// ncclReduce: on `root`, recv = op over ranks of send; recv is ignored (may be undefined) on
+  /// other ranks.
+  void reduce(const Tensor& send, Tensor& recv, ReduceOp op, int root);
+  /// ncclBroadcast: recv = root's send on every rank (send ignored off root; may be undefined).
+  void broadcast(const Tensor& send, Tensor& recv, int root);
+  /// In-place broadcast of `tensor` from root.
+  void broadcast(Tensor& tensor, int root);
+  /// ncclAllGather: recv ([size * n] elements, e.g. shape [size, ...] or [size * d0, ...]) gets
+  /// every rank's send (n elements) in rank order.
+  void all_gather(const Tensor& send, Tensor& recv);
+  /// ncclReduceScatter: send has size * n elements; recv (n elements) = op over ranks of block
+  /// rank() of send.
+  void reduce_scatter(const Tensor& send, Tensor& recv, ReduceOp op = ReduceOp::sum);
+  /// Returns (on the stream) once every rank has reached the barrier.
+  void barrier();
+
+  /// The stream collectives of this rank are enqueued on (current stream of device()).
+  Stream& stream() const;
+
+  /// ncclCommAbort, called by this rank when it fails (e.g. throws mid-step, as
+  /// DistributedDataParallel does for its rank): every rank's collective that waits for this
+  /// rank, is queued, or is called later fails at once with BackendError
+  /// "<collective> (collective #n on this communicator): rank <rank()> failed: <reason>" rather
+  /// than a Timeout after CommOptions::timeout_ms. The communicator stays failed (make a new one
+  /// to go on). The first abort's reason is kept; never throws.
+  void abort(const std::string& reason) const noexcept;
+
+ private:
+  Communicator(std::shared_ptr<CommunicatorImpl> impl,
+               std::shared_ptr<const std::vector<Device>> devices, int rank, CommOptions options)
+      : impl_(std::move(impl)), devices_(std::move(devices)), rank_(rank), options_(options) {}
+  void check_tensor(const char* call, const char* arg, const Tensor& t) const;
+  /// Inside a group of this thread: tells the backend (CommunicatorImpl::group_start) once.
+  void join_group() const;
+
+  std::shared_ptr<CommunicatorImpl> impl_;
+  std::shared_ptr<const std::vector<Device>> devices_;
+  int rank_ = 0;
+  CommOptions options_;
+  bool multiprocess_ = false;
+};
+
+/// ncclGroupStart: per-rank collectives this thread issues until the matching group_end() are
+/// collected and launched together, so one thread may drive several ranks through their handles
+/// (`for r: comms[r].all_reduce(...)`) on backends whose per-rank call otherwise waits for the
+/// other ranks (cuda; the simulator needs no group but accepts one). Groups nest; only the
+/// outermost group_end() launches. Inside a group, do not wait on the ranks' streams.
+void group_start();
+/// ncclGroupEnd: ends this thread's group; at the outermost level returns once every grouped
+/// collective is enqueued on its rank's stream (blocking until the other ranks of those
+/// collectives arrived, Timeout after CommOptions::timeout_ms) and rethrows the first error of
+/// the grouped calls (e.g. InvalidArgument for ranks whose calls do not match). Throws
+/// InvalidArgument without a matching group_start().
+void group_end();
+
+/// Single-controller forms: one tensor per rank, all from this thread, issued as one group
+/// (group_start / group_end); each rank's work is enqueued on its device's current stream.
+/// `comms` are one communicator's handles in rank order (as init_all returns them); sizes of the
+/// vectors must equal comms.size(). Every rank's arguments are checked before any rank's work is
+/// enqueued (InvalidArgument).
+void all_reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+                std::vector<Tensor>& recv, ReduceOp op = ReduceOp::sum);
+void all_reduce(std::vector<Communicator>& comms, std::vector<Tensor>& tensors,
+                ReduceOp op = ReduceOp::sum);
+void broadcast(std::vector<Communicator>& comms, std::vector<Tensor>& tensors, int root);
+void all_gather(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+                std::vector<Tensor>& recv);
+void reduce_scatter(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+                    std::vector<Tensor>& recv, ReduceOp op = ReduceOp::sum);
+void reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+            std::vector<Tensor>& recv, ReduceOp op, int root);
+/// Synchronise every rank's stream (rethrows the first error).
+void synchronize(std::vector<Communicator>& comms);
+
+}  // namespace ditto

@@ -1,0 +1,84 @@
+// ditto::dist: the process group's life cycle (init, finalize) over the built-in transport
+// (core/internal/process_group.h); MPI itself lives in the *_mpi.cpp files.
+#include "core/dist/distributed.h"
+
+#include <cstdlib>
+#include <mutex>
+
+#include "core/runtime/error.h"
+#include "core/internal/process_group.h"
+
+namespace ditto::dist {
+namespace {
+
+struct State {
+  std::mutex mu;
+  std::unique_ptr<detail::ProcessGroup> group;
+  bool finalized = false;
+};
+
+State& state() {
+  static State* s = new State();  // never destroyed: communicators may outlive static dtors
+  return *s;
+}
+
+}  // namespace
+
+bool available() { return detail::builtin_process_group() != nullptr; }
+
+bool launched_by_mpirun() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE", "PMI_RANK"})
+    if (const char* v = std::getenv(var); v && *v) return true;
+  return false;
+}
+
+void init(int* argc, char*** argv) {
+  State& s = state();
+  std::lock_guard lk(s.mu);
+  if (s.group) return;
+  DITTO_CHECK_T(BackendError, !s.finalized,
+                "dist::init: MPI was already finalized in this process (dist::finalize); it "
+                "cannot be initialized again");
+  detail::ProcessGroupFactory factory = detail::builtin_process_group();
+  DITTO_CHECK_T(BackendError, factory != nullptr,
+                "dist::init: this build of ditto has no MPI support (configure with "
+                "-DDITTO_WITH_MPI=ON and an MPI installed, e.g. Debian's libopenmpi-dev)");
+  s.group = factory(argc, argv);
+}
+
+bool is_initialized() {
+  State& s = state();
+  std::lock_guard lk(s.mu);
+  return s.group != nullptr;
+}
+
+int world_size() {
+  State& s = state();
+  std::lock_guard lk(s.mu);
+  return s.group ? s.group->size() : 1;
+}
+
+int rank() {
+  State& s = state();
+  std::lock_guard lk(s.mu);
+  return s.group ? s.group->rank() : 0;
+}
+
+void finalize() {
+  State& s = state();
+  std::lock_guard lk(s.mu);
+  if (!s.group) return;
+  s.group->finalize();
+  s.group.reset();
+  s.finalized = true;
+}
+
+}  // namespace ditto::dist
+
+namespace ditto::detail {
+ProcessGroup* process_group() {
+  dist::State& s = dist::state();
+  std::lock_guard lk(s.mu);
+  return s.group.get();
+}
+}  // namespace ditto::detail

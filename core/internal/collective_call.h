@@ -1,0 +1,88 @@
+// Internal, for backends: one rank's collective call as a communicator records it, and the check
+// that every rank of a collective made the same call (same collective, count, dtype, op, root).
+// The simulator and the CUDA backend share it, so a mismatch reads the same on both.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/runtime/dtype.h"
+#include "core/runtime/error.h"
+
+namespace ditto::detail {
+
+enum class CollectiveKind : std::uint8_t {
+  all_reduce,
+  reduce,
+  broadcast,
+  all_gather,
+  reduce_scatter,
+  barrier
+};
+
+inline const char* collective_name(CollectiveKind k) {
+  switch (k) {
+    case CollectiveKind::all_reduce: return "all_reduce";
+    case CollectiveKind::reduce: return "reduce";
+    case CollectiveKind::broadcast: return "broadcast";
+    case CollectiveKind::all_gather: return "all_gather";
+    case CollectiveKind::reduce_scatter: return "reduce_scatter";
+    case CollectiveKind::barrier: return "barrier";
+  }
+  return "collective";
+}
+
+inline bool uses_op(CollectiveKind k) {
+  return k == CollectiveKind::all_reduce || k == CollectiveKind::reduce ||
+         k == CollectiveKind::reduce_scatter;
+}
+inline bool uses_root(CollectiveKind k) {
+  return k == CollectiveKind::reduce || k == CollectiveKind::broadcast;
+}
+
+/// One rank's call, as published to the other ranks. Backends may derive to add their own fields.
+struct CollectiveCall {
+  CollectiveKind kind = CollectiveKind::barrier;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  std::int64_t count = 0;
+  DType dtype = DType::f32;
+  ReduceOp op = ReduceOp::sum;
+  int root = 0;
+};
+
+/// Empty when every rank's call matches rank 0's; else the error message every rank throws.
+/// `calls[r]` is rank r's call of collective #seq; CallT is CollectiveCall or derives from it.
+template <typename CallT>
+std::string find_call_mismatch(const std::vector<CallT>& calls, std::uint64_t seq) {
+  const CollectiveCall& c0 = calls[0];
+  const std::string where =
+      cat(" (collective #", seq,
+          " on this communicator; every rank must call the same collectives in the same order "
+          "with the same count, dtype, op and root)");
+  const char* name = collective_name(c0.kind);
+  for (std::size_t q = 1; q < calls.size(); ++q) {
+    const CollectiveCall& c = calls[q];
+    if (c.kind != c0.kind)
+      return cat(name, ": rank ", q, " called ", collective_name(c.kind), ", rank 0 called ", name,
+                 where);
+    if (c.kind == CollectiveKind::barrier) continue;
+    if (c.count != c0.count)
+      return cat(name, ": rank ", q, " called with count ", c.count, ", rank 0 with count ",
+                 c0.count, where);
+    if (c.dtype != c0.dtype)
+      return cat(name, ": rank ", q, " called with dtype ", dtype_name(c.dtype),
+                 ", rank 0 with dtype ", dtype_name(c0.dtype), where);
+    if (uses_op(c.kind) && c.op != c0.op)
+      return cat(name, ": rank ", q, " called with op ", reduce_op_name(c.op), ", rank 0 with op ",
+                 reduce_op_name(c0.op), where);
+    if (uses_root(c.kind) && c.root != c0.root)
+      return cat(name, ": rank ", q, " called with root ", c.root, ", rank 0 with root ", c0.root,
+                 where);
+  }
+  return {};
+}
+
+}  // namespace ditto::detail

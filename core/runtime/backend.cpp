@@ -1,0 +1,202 @@
+// Backend registry and per-thread current streams.
+#include "core/runtime/backend.h"
+
+#include <array>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "core/internal/backend_init.h"
+#include "core/runtime/error.h"
+
+namespace ditto {
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::vector<std::pair<std::string, BackendFactory>> factories;
+  std::map<std::string, detail::ProcessCommunicatorFactory> process_factories;
+  std::map<std::string, std::shared_ptr<Backend>> instances;
+};
+
+Registry& registry() {
+  static Registry* r = [] {
+    auto* reg = new Registry();  // never destroyed: backends may be used from static dtors
+    detail::register_builtin_backends([reg](const std::string& n, BackendFactory f,
+                                            detail::ProcessCommunicatorFactory pf) {
+      reg->factories.emplace_back(n, std::move(f));
+      if (pf) reg->process_factories[n] = std::move(pf);
+    });
+    return reg;
+  }();
+  return *r;
+}
+
+// Note [Backend lookup cache]
+// Every device operation looks its backend up by name (Device::backend()). Through the registry
+// that is a global mutex, a map lookup and a shared_ptr copy (two atomic updates of one shared
+// counter), which the replica threads of a DataParallel step and the simulator's stream workers
+// contend on. get_backend() (the reference form) first looks in a small per-thread cache of
+// (name, instance) valid for one registry generation; the generation changes whenever an
+// instance is created or replaced, so a stale entry is never used. The reference it returns is
+// as valid as before (the registry still holds the instance until init_backend replaces it).
+std::atomic<std::uint64_t> g_generation{1};
+
+struct CachedBackend {
+  std::uint64_t generation = 0;
+  std::string name;
+  Backend* backend = nullptr;
+};
+thread_local std::array<CachedBackend, 4> t_backend_cache;
+thread_local std::size_t t_backend_cache_next = 0;
+
+BackendFactory* find_factory(Registry& r, const std::string& name) {
+  for (auto& [n, f] : r.factories)
+    if (n == name) return &f;
+  return nullptr;
+}
+
+std::string known_names(Registry& r) {
+  std::string s;
+  for (auto& [n, f] : r.factories) s += (s.empty() ? "" : ", ") + n;
+  return s + ", auto";
+}
+
+}  // namespace
+
+void register_backend(const std::string& name, BackendFactory factory) {
+  Registry& r = registry();
+  std::lock_guard lk(r.mu);
+  for (auto& [n, f] : r.factories)
+    if (n == name) {
+      f = std::move(factory);
+      return;
+    }
+  r.factories.emplace_back(name, std::move(factory));
+}
+
+detail::ProcessCommunicatorFactory detail::process_communicator_factory(const std::string& name) {
+  Registry& r = registry();
+  std::lock_guard lk(r.mu);
+  DITTO_CHECK(find_factory(r, name) != nullptr, "process_communicator_factory: name: expected one of ",
+              known_names(r), ", got '", name, "'");
+  auto it = r.process_factories.find(name);
+  return it == r.process_factories.end() ? detail::ProcessCommunicatorFactory{} : it->second;
+}
+
+std::vector<std::string> registered_backends() {
+  Registry& r = registry();
+  std::lock_guard lk(r.mu);
+  std::vector<std::string> names;
+  for (auto& [n, f] : r.factories) names.push_back(n);
+  return names;
+}
+
+std::string resolve_backend_name(const std::string& name, std::string* reason) {
+  if (name != "auto") return name;
+  Registry& r = registry();
+  BackendFactory* cuda = nullptr;
+  {
+    std::lock_guard lk(r.mu);
+    cuda = find_factory(r, "cuda");
+    if (!cuda) {
+      if (reason) *reason = "ditto was built without the CUDA backend";
+      return "sim";
+    }
+  }
+  try {
+    get_backend("cuda");
+    return "cuda";
+  } catch (const Error& e) {
+    if (reason) *reason = e.what();
+    return "sim";
+  }
+}
+
+Backend& init_backend(const std::string& name_in, const BackendOptions& options) {
+  std::string name = resolve_backend_name(name_in);
+  Registry& r = registry();
+  std::lock_guard lk(r.mu);
+  BackendFactory* f = find_factory(r, name);
+  DITTO_CHECK(f, "init_backend: unknown backend '", name, "' (known: ", known_names(r), ")");
+  auto inst = (*f)(options);
+  DITTO_ASSERT(inst);
+  r.instances[name] = inst;
+  g_generation.fetch_add(1, std::memory_order_acq_rel);  // Note [Backend lookup cache]
+  return *inst;
+}
+
+std::shared_ptr<Backend> get_backend_ptr(const std::string& name_in) {
+  std::string name = name_in == "auto" ? resolve_backend_name(name_in) : name_in;
+  Registry& r = registry();
+  std::lock_guard lk(r.mu);
+  auto it = r.instances.find(name);
+  if (it != r.instances.end()) return it->second;
+  BackendFactory* f = find_factory(r, name);
+  DITTO_CHECK(f, "get_backend: unknown backend '", name, "' (known: ", known_names(r), ")");
+  auto inst = (*f)(BackendOptions{});
+  DITTO_ASSERT(inst);
+  r.instances[name] = inst;
+  g_generation.fetch_add(1, std::memory_order_acq_rel);  // Note [Backend lookup cache]
+  return inst;
+}
+
+Backend& get_backend(const std::string& name) {
+  if (name == "auto") return *get_backend_ptr(name);
+  const std::uint64_t gen = g_generation.load(std::memory_order_acquire);
+  for (const CachedBackend& c : t_backend_cache)
+    if (c.generation == gen && c.name == name) return *c.backend;
+  std::shared_ptr<Backend> b = get_backend_ptr(name);
+  CachedBackend& slot = t_backend_cache[t_backend_cache_next++ % t_backend_cache.size()];
+  slot.generation = gen;  // read before the lookup: an instance made since has a newer one
+  slot.name = name;
+  slot.backend = b.get();
+  return *b;
+}
+
+std::vector<Device> devices(const std::string& backend, int n) {
+  Backend& b = get_backend(backend);
+  DITTO_CHECK(n >= 1 && n <= b.device_count(), "devices: expected a count in [1, ",
+              b.device_count(), "] for backend ", b.name(), ", got ", n);
+  std::vector<Device> out;
+  for (int i = 0; i < n; ++i) out.emplace_back(b.name(), i);
+  return out;
+}
+
+// ---- current streams -------------------------------------------------------------------------
+
+namespace {
+thread_local std::unordered_map<Device, Stream*>* t_current = nullptr;
+}
+
+Stream& current_stream(const Device& device) {
+  if (t_current) {
+    auto it = t_current->find(device);
+    if (it != t_current->end() && it->second) return *it->second;
+  }
+  return device.backend().default_stream(device.index);
+}
+
+StreamGuard::StreamGuard(Stream& stream) : device_(stream.device()) {
+  if (!t_current) t_current = new std::unordered_map<Device, Stream*>();  // per thread, tiny
+  auto it = t_current->find(device_);
+  previous_ = it == t_current->end() ? nullptr : it->second;
+  (*t_current)[device_] = &stream;
+}
+
+StreamGuard::~StreamGuard() {
+  if (previous_) {
+    (*t_current)[device_] = previous_;
+    return;
+  }
+  // The outermost guard of this device on this thread: drop the entry, and the map with the last
+  // one, so a thread that ends (a DDP rank's) leaves nothing behind.
+  t_current->erase(device_);
+  if (t_current->empty()) {
+    delete t_current;
+    t_current = nullptr;
+  }
+}
+
+}  // namespace ditto

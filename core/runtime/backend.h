@@ -1,0 +1,236 @@
+// Backend: owns a set of devices of one kind, their memory, streams, kernels and communicators.
+// Backends are chosen by name at run time through a small registry ("cpu", "sim", "cuda", and
+// "auto" = cuda where a GPU is present, else sim), so no caller needs #ifdef CUDA.
+//
+// Object model (after ggml-backend): registry -> backend -> device -> stream / buffer.
+// Core validates every argument before it reaches a backend: backends trust their inputs. All
+// pointers handed to kernels are device pointers of `stream.device()` unless a comment says
+// otherwise; all kernels are asynchronous with respect to the host.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/numerics/determinism.h"
+#include "core/runtime/device.h"
+#include "core/runtime/stream.h"
+
+namespace ditto {
+
+class CommunicatorImpl;
+struct CommOptions;
+
+struct DeviceProperties {
+  std::string name;               ///< e.g. "simulated GPU", "NVIDIA H200"
+  std::size_t total_memory = 0;   ///< bytes
+};
+
+struct MemoryStats {
+  std::size_t in_use = 0;    ///< bytes currently allocated
+  std::size_t peak = 0;      ///< high-water mark of in_use since start or reset_peak
+  std::size_t capacity = 0;  ///< bytes the device may hold
+};
+
+/// Options for creating a backend instance. Fields a backend does not use are ignored.
+struct BackendOptions {
+  /// Number of devices. Unset: the backend's default (sim: 8 virtual devices; cuda: one per
+  /// visible GPU). cuda: more than the physical GPUs oversubscribes them (logical device i runs
+  /// on GPU i % physical).
+  std::optional<int> device_count;
+  std::size_t memory_capacity = std::size_t(80) << 30;    ///< sim: bytes per device (80 GiB)
+};
+
+/// Pointwise/loss/optimizer kernels. Shapes are row-major; sizes are element counts.
+class Kernels {
+ public:
+  virtual ~Kernels() = default;
+
+  /// C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major; op(A) is [M,K], op(B) is [K,N].
+  /// lda/ldb/ldc are row strides in elements of A, B, C as stored. beta == 0 ignores C's contents.
+  /// In bitwise mode each element is one fma chain over k = 0..K-1 in ascending order from zero,
+  /// then alpha and beta are applied (Note [Canonical GEMM] in the backend).
+  virtual void gemm(Stream& s, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N,
+                    std::int64_t K, float alpha, const float* A, std::int64_t lda, const float* B,
+                    std::int64_t ldb, float beta, float* C, std::int64_t ldc, Determinism mode) = 0;
+
+  /// y[r, c] += bias[c] for a [rows, cols] y.
+  virtual void add_bias(Stream& s, float* y, const float* bias, std::int64_t rows,
+                        std::int64_t cols) = 0;
+
+  /// out[c] = beta * out[c] + sum_r x[r, c] for a [rows, cols] x (bias gradient). In bitwise mode
+  /// the rows are summed in ascending order.
+  virtual void sum_rows(Stream& s, const float* x, std::int64_t rows, std::int64_t cols,
+                        float beta, float* out, Determinism mode) = 0;
+
+  /// y = max(x, 0), n elements (y may alias x).
+  virtual void relu(Stream& s, const float* x, float* y, std::int64_t n) = 0;
+  /// gx = gy where y > 0 else 0 (y is the ReLU output), n elements.
+  virtual void relu_backward(Stream& s, const float* y, const float* gy, float* gx,
+                             std::int64_t n) = 0;
+
+  /// Softmax cross-entropy over `rows` samples of `classes` logits with i64 targets (already
+  /// validated to lie in [0, classes)). Writes per-sample losses to `losses` [rows].
+  virtual void cross_entropy(Stream& s, const float* logits, const std::int64_t* targets,
+                             std::int64_t rows, std::int64_t classes, float* losses) = 0;
+  /// grad_logits[r, c] = (*grad_loss) * scale * (softmax(logits[r])[c] - [c == targets[r]]).
+  /// `grad_loss` is a device pointer to one float.
+  virtual void cross_entropy_backward(Stream& s, const float* logits, const std::int64_t* targets,
+                                      std::int64_t rows, std::int64_t classes,
+                                      const float* grad_loss, float scale,
+                                      float* grad_logits) = 0;
+
+  /// Per-sample squared error summed over `cols`: losses[r] = sum_c (x[r,c]-t[r,c])^2.
+  virtual void mse(Stream& s, const float* x, const float* t, std::int64_t rows,
+                   std::int64_t cols, float* losses) = 0;
+  /// gx = (*grad_loss) * scale * 2 * (x - t), n elements; `grad_loss` a device pointer.
+  virtual void mse_backward(Stream& s, const float* x, const float* t, std::int64_t n,
+                            const float* grad_loss, float scale, float* gx) = 0;
+
+  /// *out = scale * sum_i x[i] over n elements. In bitwise mode x is summed in ascending order.
+  virtual void sum(Stream& s, const float* x, std::int64_t n, float scale, float* out,
+                   Determinism mode) = 0;
+
+  /// x[i] = value for n elements of `elem_size` bytes (4 or 8; value converted to the type).
+  virtual void fill_f32(Stream& s, float* x, float value, std::int64_t n) = 0;
+  /// y = alpha * x + y (n elements).
+  virtual void axpy(Stream& s, float alpha, const float* x, float* y, std::int64_t n) = 0;
+  /// x = alpha * x (n elements).
+  virtual void scale(Stream& s, float alpha, float* x, std::int64_t n) = 0;
+
+  /// out = reduce(inputs[0..n_inputs)) elementwise over `numel` floats; all pointers on the
+  /// stream's device; out may alias inputs[0]. bitwise: canonical tree over input index
+  /// (Note [Canonical tree]); fast: any order.
+  virtual void sum_inputs(Stream& s, const float* const* inputs, int n_inputs, float* out,
+                          std::int64_t numel, Determinism mode) = 0;
+
+  /// torch.optim.SGD step for one parameter of n elements. momentum_buf may be null when
+  /// momentum == 0; `first_step` initialises the buffer to the gradient as PyTorch does.
+  virtual void sgd_step(Stream& s, float* param, const float* grad, float* momentum_buf,
+                        std::int64_t n, float lr, float momentum, float dampening,
+                        float weight_decay, bool nesterov, bool first_step) = 0;
+
+  // ---- micro-sharded batch reductions of bitwise mode (Note [Micro-shards], core/numerics/micro_shards.h)
+  // `bounds` holds S + 1 non-decreasing row offsets, bounds[0] == 0 and bounds[S] == rows
+  // (validated by core); shard s is rows [bounds[s], bounds[s+1]) and may be empty. Each shard's
+  // partial result is one ascending chain from 0.0f (an empty shard gives +0.0f); the S partials
+  // are combined with the canonical tree over s (Note [Canonical tree]). These kernels have one
+  // fixed order, used in both determinism modes. Implementations copy `bounds` (the caller's
+  // vector may die before the work runs).
+
+  /// C[M,N] = (accumulate ? C + T : T), one plain add, with T = canonical tree over shards s of
+  /// P_s[i,j] = fma chain over rows r of shard s ascending of A[r,i] * B[r,j]. A is [rows, M]
+  /// (row stride lda), B is [rows, N] (row stride ldb), C is [M, N] (row stride ldc); C does not
+  /// alias A or B. The weight gradient dW = dY^T X of a Linear layer. M, N > 0.
+  virtual void gemm_tn_sharded(Stream& s, std::int64_t M, std::int64_t N, const float* A,
+                               std::int64_t lda, const float* B, std::int64_t ldb,
+                               const std::vector<std::int64_t>& bounds, float* C, std::int64_t ldc,
+                               bool accumulate) = 0;
+
+  /// out[c] = (accumulate ? out[c] + T[c] : T[c]) for a contiguous [rows, cols] x, T = canonical
+  /// tree over shards of the ascending in-shard sums acc = acc + x[r, c] from 0.0f (the bias
+  /// gradient). cols > 0; out does not alias x.
+  virtual void sum_rows_sharded(Stream& s, const float* x, std::int64_t rows, std::int64_t cols,
+                                const std::vector<std::int64_t>& bounds, float* out,
+                                bool accumulate) = 0;
+
+  /// *out = scale * T, T = canonical tree over shards of ascending in-shard sums of x[i] from
+  /// 0.0f (the mean loss over a batch: scale = 1 / B). `out` is a device pointer to one float.
+  virtual void sum_sharded(Stream& s, const float* x, const std::vector<std::int64_t>& bounds,
+                           float scale, float* out) = 0;
+
+  /// torch.optim.Adam step (not AdamW; maximize = false) for one parameter of n elements, in
+  /// the operation order of PyTorch's single-tensor path (Note [Adam step] in
+  /// core/numerics/canonical_math.h). exp_avg, exp_avg_sq (and max_exp_avg_sq when amsgrad; null
+  /// otherwise) are updated in place. Hyper-parameters come as doubles, as Python floats do in
+  /// PyTorch; bias_correction1/2 = 1 - beta^step are computed by the caller in double.
+  virtual void adam_step(Stream& s, float* param, const float* grad, float* exp_avg,
+                         float* exp_avg_sq, float* max_exp_avg_sq, std::int64_t n, double lr,
+                         double beta1, double beta2, double eps, double weight_decay,
+                         double bias_correction1, double bias_correction2, bool amsgrad) = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  /// Registry name: "cpu", "sim", "cuda".
+  virtual std::string name() const = 0;
+  virtual int device_count() const = 0;
+  virtual DeviceProperties properties(int index) const = 0;
+  virtual MemoryStats memory_stats(int index) const = 0;
+  virtual void reset_peak_memory(int index) = 0;
+
+  /// Allocate `bytes` on device `index` (stream-ordered on its default stream). Zero bytes gives
+  /// a unique non-null pointer. Throws OutOfMemory naming device, request, in use and capacity.
+  virtual void* allocate(int index, std::size_t bytes) = 0;
+  /// Free memory from allocate(), ordered after all work enqueued so far on the device's default
+  /// stream. Never throws.
+  virtual void deallocate(int index, void* ptr, std::size_t bytes) noexcept = 0;
+
+  /// The device's default stream; lives as long as the backend.
+  virtual Stream& default_stream(int index) = 0;
+  /// A new stream on the device (for communication or overlap).
+  virtual std::unique_ptr<Stream> create_stream(int index) = 0;
+  virtual std::unique_ptr<Event> create_event(int index) = 0;
+
+  /// Copy host -> device on `s`; blocks until done (the host buffer may be reused on return).
+  virtual void copy_from_host(Stream& s, void* dst, const void* src, std::size_t bytes) = 0;
+  /// Copy device -> host on `s`; blocks until done.
+  virtual void copy_to_host(Stream& s, void* dst, const void* src, std::size_t bytes) = 0;
+  /// Copy between devices of this backend (or within one), enqueued on `s`, which belongs to the
+  /// destination device; the caller has already ordered `s` after the source's pending work.
+  /// Strided form: `rows` rows of `row_bytes`, strides in bytes (cudaMemcpy2DAsync).
+  virtual void copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void* src,
+                       std::size_t src_pitch, std::size_t row_bytes, std::size_t rows) = 0;
+
+  /// The kernels of this backend. Throws InvalidArgument for backends that run none ("cpu").
+  virtual Kernels& kernels() = 0;
+
+  /// Create one communicator per device in `devices` (ncclCommInitAll); returns the shared state
+  /// the per-rank Communicator handles wrap. Devices are validated by core.
+  virtual std::shared_ptr<CommunicatorImpl> create_communicator(const std::vector<int>& devices,
+                                                                const CommOptions& options) = 0;
+
+  /// A trainer tells the backend that training step `step` (0-based, counted over the whole run)
+  /// begins, before enqueueing any of its work. Default: nothing; the simulator fires the faults
+  /// injected for that step (backend_sim/sim_faults.h).
+  virtual void begin_step(std::int64_t /*step*/) {}
+};
+
+/// Factory registered under a name.
+using BackendFactory = std::function<std::shared_ptr<Backend>(const BackendOptions&)>;
+
+/// Register a backend factory (done by each backend at library start-up).
+void register_backend(const std::string& name, BackendFactory factory);
+
+/// Names of registered backends, in registration order ("cpu", "sim", then "cuda" if built).
+std::vector<std::string> registered_backends();
+
+/// (Re)create the process-wide instance of backend `name` with `options`. Tensors on a previous
+/// instance keep it alive until they die. "auto" resolves to "cuda" when a CUDA device is usable,
+/// else "sim". Returns the instance. Throws InvalidArgument for an unknown name, BackendError when
+/// the backend cannot start (e.g. "no CUDA device: <reason>").
+Backend& init_backend(const std::string& name, const BackendOptions& options = {});
+
+/// The process-wide instance of backend `name`, created with default options on first use.
+Backend& get_backend(const std::string& name);
+
+/// Same, as a shared_ptr (Buffers hold one so memory outlives a re-init).
+std::shared_ptr<Backend> get_backend_ptr(const std::string& name);
+
+/// Resolve "auto" (and pass other names through): "cuda" if usable, else "sim". If `reason` is
+/// given and cuda was not usable, it receives why.
+std::string resolve_backend_name(const std::string& name, std::string* reason = nullptr);
+
+/// Devices `backend:0` .. `backend:n-1`; throws InvalidArgument when n exceeds the device count.
+std::vector<Device> devices(const std::string& backend, int n);
+
+}  // namespace ditto

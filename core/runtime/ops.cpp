@@ -1,0 +1,377 @@
+// Tensor-level ops: argument checks in one place (NCCL's argcheck pattern), then one call into the
+// backend's kernels on the current stream of the tensors' device. Backends trust what gets here.
+#include "core/runtime/ops.h"
+
+#include <vector>
+
+#include "core/runtime/backend.h"
+#include "core/runtime/error.h"
+#include "core/numerics/micro_shards.h"
+
+namespace ditto::ops {
+
+namespace {
+
+Kernels& kernels_of(const Tensor& t) { return t.device().backend().kernels(); }
+Stream& stream_of(const Tensor& t) { return current_stream(t.device()); }
+
+/// `t` is defined, lives on a device (not the host) and has dtype `dt`.
+void check_tensor(const char* op, const char* arg, const Tensor& t, DType dt = DType::f32) {
+  DITTO_CHECK(t.defined(), op, ": ", arg, ": expected a defined tensor, got an undefined tensor");
+  DITTO_CHECK(!t.device().is_cpu(), op, ": ", arg,
+              ": expected a tensor on a device (sim or cuda), got ", t.str(),
+              " (move it with .to(device) first)");
+  DITTO_CHECK(t.dtype() == dt, op, ": ", arg, ": expected dtype ", dtype_name(dt), ", got ",
+              t.str());
+}
+
+/// `t` is on `device`, the device of the op's first tensor argument `ref`.
+void check_device(const char* op, const char* arg, const Tensor& t, const Device& device,
+                  const char* ref) {
+  DITTO_CHECK(t.device() == device, op, ": ", arg, ": expected a tensor on ", device.str(),
+              " (the device of ", ref, "), got ", t.str());
+}
+
+void check_dims(const char* op, const char* arg, const Tensor& t, std::int64_t dims,
+                const char* what) {
+  DITTO_CHECK(t.dim() == dims, op, ": ", arg, ": expected a ", dims, "-dim tensor ", what,
+              ", got ", t.str());
+}
+
+/// True when the byte ranges of two views of one buffer overlap.
+bool overlaps(const Tensor& x, const Tensor& y) {
+  if (x.buffer() != y.buffer() || x.nbytes() == 0 || y.nbytes() == 0) return false;
+  std::size_t x0 = x.offset_bytes(), x1 = x0 + x.nbytes();
+  std::size_t y0 = y.offset_bytes(), y1 = y0 + y.nbytes();
+  return x0 < y1 && y0 < x1;
+}
+
+void check_no_overlap(const char* op, const char* out_arg, const Tensor& out, const char* in_arg,
+                      const Tensor& in) {
+  DITTO_CHECK(!overlaps(out, in), op, ": ", out_arg, ": must not share memory with ", in_arg,
+              " (got ", out.str(), " overlapping ", in.str(), ")");
+}
+
+/// Row stride of a contiguous 2-dim tensor; at least 1 so backends never see a zero stride.
+std::int64_t row_stride(const Tensor& t) { return t.size(1) > 0 ? t.size(1) : 1; }
+
+struct GemmDims {
+  std::int64_t M, N, K;
+};
+
+/// Checks a and b of op(a) @ op(b) and returns M, N, K.
+GemmDims check_matmul_operands(const char* op, const Tensor& a, const Tensor& b, bool trans_a,
+                               bool trans_b) {
+  check_tensor(op, "a", a);
+  check_tensor(op, "b", b);
+  check_device(op, "b", b, a.device(), "a");
+  check_dims(op, "a", a, 2, trans_a ? "[K, M] (trans_a)" : "[M, K]");
+  check_dims(op, "b", b, 2, trans_b ? "[N, K] (trans_b)" : "[K, N]");
+  GemmDims d{};
+  d.M = trans_a ? a.size(1) : a.size(0);
+  d.K = trans_a ? a.size(0) : a.size(1);
+  d.N = trans_b ? b.size(0) : b.size(1);
+  const std::int64_t bk = trans_b ? b.size(1) : b.size(0);
+  DITTO_CHECK(bk == d.K, op, ": b: expected ", trans_b ? "[N, K] = " : "[K, N] = ",
+              shape_str(trans_b ? Shape{d.N, d.K} : Shape{d.K, d.N}), " for a of ",
+              shape_str(a.shape()), trans_a ? " (trans_a)" : "", ", got ", b.str());
+  return d;
+}
+
+void launch_gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b,
+                 const GemmDims& d, float alpha, float beta, Determinism mode) {
+  if (d.M == 0 || d.N == 0) return;
+  kernels_of(c).gemm(stream_of(c), trans_a, trans_b, d.M, d.N, d.K, alpha, a.data<float>(),
+                     row_stride(a), b.data<float>(), row_stride(b), beta, c.data<float>(),
+                     row_stride(c), mode);
+}
+
+/// Checks a one-element f32 gradient-of-loss tensor on `device`.
+void check_grad_loss(const char* op, const Tensor& g, const Device& device, const char* ref) {
+  check_tensor(op, "grad_loss", g);
+  check_device(op, "grad_loss", g, device, ref);
+  DITTO_CHECK(g.numel() == 1, op, ": grad_loss: expected a one-element (0-dim) f32 tensor, got ",
+              g.str());
+}
+
+/// Checks logits [N, C] f32 and targets [N] i64 on one device, and (on the host) that every
+/// target lies in [0, C).
+void check_cross_entropy_args(const char* op, const Tensor& logits, const Tensor& targets) {
+  check_tensor(op, "logits", logits);
+  check_dims(op, "logits", logits, 2, "[N, C]");
+  check_tensor(op, "targets", targets, DType::i64);
+  check_device(op, "targets", targets, logits.device(), "logits");
+  const std::int64_t n = logits.size(0), classes = logits.size(1);
+  DITTO_CHECK(targets.shape() == Shape{n}, op, ": targets: expected [N] = [", n,
+              "] for logits of ", shape_str(logits.shape()), ", got ", targets.str());
+  const std::vector<std::int64_t> t = targets.to_vector<std::int64_t>();
+  for (std::size_t i = 0; i < t.size(); ++i)
+    DITTO_CHECK(t[i] >= 0 && t[i] < classes, op, ": targets[", i, "] = ", t[i],
+                " out of range [0, ", classes, ")");
+}
+
+/// Checks input/target of an MSE op (same shape, 1 or 2 dims); returns {rows, cols}.
+std::pair<std::int64_t, std::int64_t> check_mse_args(const char* op, const Tensor& input,
+                                                     const Tensor& target) {
+  check_tensor(op, "input", input);
+  check_tensor(op, "target", target);
+  check_device(op, "target", target, input.device(), "input");
+  DITTO_CHECK(input.dim() == 1 || input.dim() == 2, op,
+              ": input: expected a 1-dim [N] or 2-dim [N, F] tensor, got ", input.str());
+  DITTO_CHECK(target.shape() == input.shape(), op, ": target: expected ",
+              shape_str(input.shape()), " (the shape of input), got ", target.str());
+  return {input.size(0), input.dim() == 2 ? input.size(1) : 1};
+}
+
+}  // namespace
+
+void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b, float alpha,
+          float beta, Determinism mode) {
+  constexpr const char* op = "ops::gemm";
+  const GemmDims d = check_matmul_operands(op, a, b, trans_a, trans_b);
+  check_tensor(op, "c", c);
+  check_device(op, "c", c, a.device(), "a");
+  DITTO_CHECK(c.shape() == (Shape{d.M, d.N}), op, ": c: expected [M, N] = ",
+              shape_str({d.M, d.N}), " for a of ", shape_str(a.shape()), " and b of ",
+              shape_str(b.shape()), ", got ", c.str());
+  check_no_overlap(op, "c", c, "a", a);
+  check_no_overlap(op, "c", c, "b", b);
+  launch_gemm(a, b, c, trans_a, trans_b, d, alpha, beta, mode);
+}
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, Determinism mode) {
+  const GemmDims d = check_matmul_operands("ops::matmul", a, b, trans_a, trans_b);
+  Tensor c = Tensor::empty({d.M, d.N}, DType::f32, a.device());
+  launch_gemm(a, b, c, trans_a, trans_b, d, 1.0f, 0.0f, mode);
+  return c;
+}
+
+void add_bias_(Tensor& y, const Tensor& bias) {
+  constexpr const char* op = "ops::add_bias_";
+  check_tensor(op, "y", y);
+  check_dims(op, "y", y, 2, "[rows, cols]");
+  check_tensor(op, "bias", bias);
+  check_device(op, "bias", bias, y.device(), "y");
+  DITTO_CHECK(bias.shape() == Shape{y.size(1)}, op, ": bias: expected [cols] = [", y.size(1),
+              "] for y of ", shape_str(y.shape()), ", got ", bias.str());
+  check_no_overlap(op, "y", y, "bias", bias);
+  if (y.numel() == 0) return;
+  kernels_of(y).add_bias(stream_of(y), y.data<float>(), bias.data<float>(), y.size(0), y.size(1));
+}
+
+void sum_rows(const Tensor& x, Tensor& out, float beta, Determinism mode) {
+  constexpr const char* op = "ops::sum_rows";
+  check_tensor(op, "x", x);
+  check_dims(op, "x", x, 2, "[rows, cols]");
+  check_tensor(op, "out", out);
+  check_device(op, "out", out, x.device(), "x");
+  DITTO_CHECK(out.shape() == Shape{x.size(1)}, op, ": out: expected [cols] = [", x.size(1),
+              "] for x of ", shape_str(x.shape()), ", got ", out.str());
+  check_no_overlap(op, "out", out, "x", x);
+  if (out.numel() == 0) return;  // rows == 0 still sets out = beta * out
+  kernels_of(x).sum_rows(stream_of(x), x.data<float>(), x.size(0), x.size(1), beta,
+                         out.data<float>(), mode);
+}
+
+Tensor relu(const Tensor& x) {
+  check_tensor("ops::relu", "x", x);
+  Tensor y = Tensor::empty(x.shape(), DType::f32, x.device());
+  if (x.numel() > 0)
+    kernels_of(x).relu(stream_of(x), x.data<float>(), y.data<float>(), x.numel());
+  return y;
+}
+
+Tensor relu_backward(const Tensor& y, const Tensor& grad_y) {
+  constexpr const char* op = "ops::relu_backward";
+  check_tensor(op, "y", y);
+  check_tensor(op, "grad_y", grad_y);
+  check_device(op, "grad_y", grad_y, y.device(), "y");
+  DITTO_CHECK(grad_y.shape() == y.shape(), op, ": grad_y: expected ", shape_str(y.shape()),
+              " (the shape of y), got ", grad_y.str());
+  Tensor gx = Tensor::empty(y.shape(), DType::f32, y.device());
+  if (y.numel() > 0)
+    kernels_of(y).relu_backward(stream_of(y), y.data<float>(), grad_y.data<float>(),
+                                gx.data<float>(), y.numel());
+  return gx;
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
+  check_cross_entropy_args("ops::cross_entropy", logits, targets);
+  const std::int64_t n = logits.size(0);
+  Tensor losses = Tensor::empty({n}, DType::f32, logits.device());
+  if (n > 0)
+    kernels_of(logits).cross_entropy(stream_of(logits), logits.data<float>(),
+                                     targets.data<std::int64_t>(), n, logits.size(1),
+                                     losses.data<float>());
+  return losses;
+}
+
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                              const Tensor& grad_loss, float scale) {
+  constexpr const char* op = "ops::cross_entropy_backward";
+  check_cross_entropy_args(op, logits, targets);
+  check_grad_loss(op, grad_loss, logits.device(), "logits");
+  Tensor grad = Tensor::empty(logits.shape(), DType::f32, logits.device());
+  if (grad.numel() > 0)
+    kernels_of(logits).cross_entropy_backward(
+        stream_of(logits), logits.data<float>(), targets.data<std::int64_t>(), logits.size(0),
+        logits.size(1), grad_loss.data<float>(), scale, grad.data<float>());
+  return grad;
+}
+
+Tensor mse(const Tensor& input, const Tensor& target) {
+  const auto [rows, cols] = check_mse_args("ops::mse", input, target);
+  Tensor losses = Tensor::empty({rows}, DType::f32, input.device());
+  if (rows > 0)  // cols == 0 gives zero losses
+    kernels_of(input).mse(stream_of(input), input.data<float>(), target.data<float>(), rows, cols,
+                          losses.data<float>());
+  return losses;
+}
+
+Tensor mse_backward(const Tensor& input, const Tensor& target, const Tensor& grad_loss,
+                    float scale) {
+  constexpr const char* op = "ops::mse_backward";
+  check_mse_args(op, input, target);
+  check_grad_loss(op, grad_loss, input.device(), "input");
+  Tensor grad = Tensor::empty(input.shape(), DType::f32, input.device());
+  if (grad.numel() > 0)
+    kernels_of(input).mse_backward(stream_of(input), input.data<float>(), target.data<float>(),
+                                   input.numel(), grad_loss.data<float>(), scale,
+                                   grad.data<float>());
+  return grad;
+}
+
+Tensor sum(const Tensor& x, float scale, Determinism mode) {
+  check_tensor("ops::sum", "x", x);
+  Tensor out = Tensor::empty({}, DType::f32, x.device());
+  // Launched for an empty x too: the sum of nothing is 0.
+  kernels_of(x).sum(stream_of(x), x.data<float>(), x.numel(), scale, out.data<float>(), mode);
+  return out;
+}
+
+void fill_(Tensor& x, float value) {
+  check_tensor("ops::fill_", "x", x);
+  if (x.numel() > 0) kernels_of(x).fill_f32(stream_of(x), x.data<float>(), value, x.numel());
+}
+
+void axpy_(float alpha, const Tensor& x, Tensor& y) {
+  constexpr const char* op = "ops::axpy_";
+  check_tensor(op, "x", x);
+  check_tensor(op, "y", y);
+  check_device(op, "y", y, x.device(), "x");
+  DITTO_CHECK(y.shape() == x.shape(), op, ": y: expected ", shape_str(x.shape()),
+              " (the shape of x), got ", y.str());
+  if (x.numel() > 0)
+    kernels_of(y).axpy(stream_of(y), alpha, x.data<float>(), y.data<float>(), y.numel());
+}
+
+void scale_(Tensor& x, float alpha) {
+  check_tensor("ops::scale_", "x", x);
+  if (x.numel() > 0) kernels_of(x).scale(stream_of(x), alpha, x.data<float>(), x.numel());
+}
+
+void sum_inputs(const std::vector<Tensor>& inputs, Tensor& out, Determinism mode) {
+  constexpr const char* op = "ops::sum_inputs";
+  check_tensor(op, "out", out);
+  DITTO_CHECK(!inputs.empty(), op, ": inputs: expected at least one tensor, got none");
+  std::vector<const float*> ptrs;
+  ptrs.reserve(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    const std::string arg = detail::cat("inputs[", i, "]");
+    check_tensor(op, arg.c_str(), t);
+    check_device(op, arg.c_str(), t, out.device(), "out");
+    DITTO_CHECK(t.shape() == out.shape(), op, ": ", arg, ": expected ", shape_str(out.shape()),
+                " (the shape of out), got ", t.str());
+    // out may be inputs[0] itself; no other overlap is allowed.
+    const bool same_view = i == 0 && t.buffer() == out.buffer() &&
+                           t.offset_bytes() == out.offset_bytes();
+    if (!same_view) check_no_overlap(op, "out", out, arg.c_str(), t);
+    ptrs.push_back(t.data<float>());
+  }
+  if (out.numel() == 0) return;
+  kernels_of(out).sum_inputs(stream_of(out), ptrs.data(), static_cast<int>(ptrs.size()),
+                             out.data<float>(), out.numel(), mode);
+}
+
+// ---- micro-sharded batch reductions ------------------------------------------------------------
+
+void gemm_tn_sharded(const Tensor& a, const Tensor& b, Tensor& c,
+                     const std::vector<std::int64_t>& bounds, bool accumulate) {
+  constexpr const char* op = "ops::gemm_tn_sharded";
+  check_tensor(op, "a", a);
+  check_dims(op, "a", a, 2, "[rows, M]");
+  check_tensor(op, "b", b);
+  check_device(op, "b", b, a.device(), "a");
+  check_dims(op, "b", b, 2, "[rows, N]");
+  const std::int64_t rows = a.size(0), M = a.size(1), N = b.size(1);
+  DITTO_CHECK(b.size(0) == rows, op, ": b: expected [rows, N] with rows = ", rows,
+              " (the rows of a of ", shape_str(a.shape()), "), got ", b.str());
+  check_tensor(op, "c", c);
+  check_device(op, "c", c, a.device(), "a");
+  DITTO_CHECK(c.shape() == (Shape{M, N}), op, ": c: expected [M, N] = ", shape_str({M, N}),
+              " for a of ", shape_str(a.shape()), " and b of ", shape_str(b.shape()), ", got ",
+              c.str());
+  check_no_overlap(op, "c", c, "a", a);
+  check_no_overlap(op, "c", c, "b", b);
+  check_shard_bounds(op, bounds, rows);
+  if (M == 0 || N == 0) return;
+  kernels_of(c).gemm_tn_sharded(stream_of(c), M, N, a.data<float>(), row_stride(a),
+                                b.data<float>(), row_stride(b), bounds, c.data<float>(),
+                                row_stride(c), accumulate);
+}
+
+void sum_rows_sharded(const Tensor& x, Tensor& out, const std::vector<std::int64_t>& bounds,
+                      bool accumulate) {
+  constexpr const char* op = "ops::sum_rows_sharded";
+  check_tensor(op, "x", x);
+  check_dims(op, "x", x, 2, "[rows, cols]");
+  check_tensor(op, "out", out);
+  check_device(op, "out", out, x.device(), "x");
+  DITTO_CHECK(out.shape() == Shape{x.size(1)}, op, ": out: expected [cols] = [", x.size(1),
+              "] for x of ", shape_str(x.shape()), ", got ", out.str());
+  check_no_overlap(op, "out", out, "x", x);
+  check_shard_bounds(op, bounds, x.size(0));
+  if (out.numel() == 0) return;
+  kernels_of(x).sum_rows_sharded(stream_of(x), x.data<float>(), x.size(0), x.size(1), bounds,
+                                 out.data<float>(), accumulate);
+}
+
+Tensor sum_sharded(const Tensor& x, const std::vector<std::int64_t>& bounds, float scale) {
+  constexpr const char* op = "ops::sum_sharded";
+  check_tensor(op, "x", x);
+  check_dims(op, "x", x, 1, "[n]");
+  check_shard_bounds(op, bounds, x.size(0));
+  Tensor out = Tensor::empty({}, DType::f32, x.device());
+  // Launched for an empty x too: the sum of nothing is +0.
+  kernels_of(x).sum_sharded(stream_of(x), x.data<float>(), bounds, scale, out.data<float>());
+  return out;
+}
+
+// ---- Adam ---------------------------------------------------------------------------------------
+
+void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                Tensor& max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
+                double weight_decay, double bias_correction1, double bias_correction2,
+                bool amsgrad) {
+  constexpr const char* op = "ops::adam_step_";
+  check_tensor(op, "param", param);
+  auto check_like_param = [&](const char* arg, const Tensor& t) {
+    check_tensor(op, arg, t);
+    check_device(op, arg, t, param.device(), "param");
+    DITTO_CHECK(t.shape() == param.shape(), op, ": ", arg, ": expected ",
+                shape_str(param.shape()), " (the shape of param), got ", t.str());
+  };
+  check_like_param("grad", grad);
+  check_like_param("exp_avg", exp_avg);
+  check_like_param("exp_avg_sq", exp_avg_sq);
+  if (amsgrad) check_like_param("max_exp_avg_sq", max_exp_avg_sq);
+  if (param.numel() == 0) return;
+  kernels_of(param).adam_step(stream_of(param), param.data<float>(), grad.data<float>(),
+                              exp_avg.data<float>(), exp_avg_sq.data<float>(),
+                              amsgrad ? max_exp_avg_sq.data<float>() : nullptr, param.numel(),
+                              lr, beta1, beta2, eps, weight_decay, bias_correction1,
+                              bias_correction2, amsgrad);
+}
+
+}  // namespace ditto::ops

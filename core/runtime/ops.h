@@ -1,0 +1,101 @@
+// Tensor-level ops: validate once (device, dtype, shape), then dispatch to the backend's kernels on
+// the current stream of the tensors' device. All ops are asynchronous unless they return a host
+// value. Every tensor argument must be defined, on the same non-cpu device, and f32 unless said.
+// Errors: InvalidArgument naming the op, the argument, what was expected and what came.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/numerics/determinism.h"
+#include "core/numerics/micro_shards.h"
+#include "core/runtime/tensor.h"
+
+namespace ditto::ops {
+
+/// c = alpha * op(a) @ op(b) + beta * c. a: [M,K] (or [K,M] if trans_a), b: [K,N] (or [N,K] if
+/// trans_b), c: [M,N]. Mirrors cublasSgemm / torch.addmm.
+void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b, float alpha,
+          float beta, Determinism mode);
+
+/// New [M,N] tensor op(a) @ op(b).
+Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, Determinism mode);
+
+/// y[r, c] += bias[c]; y: [rows, cols], bias: [cols].
+void add_bias_(Tensor& y, const Tensor& bias);
+
+/// out[c] = beta * out[c] + sum_r x[r, c]; x: [rows, cols], out: [cols].
+void sum_rows(const Tensor& x, Tensor& out, float beta, Determinism mode);
+
+/// ReLU (new tensor) and its gradient given the ReLU output y.
+Tensor relu(const Tensor& x);
+Tensor relu_backward(const Tensor& y, const Tensor& grad_y);
+
+/// Per-sample softmax cross-entropy: logits [N, C] f32, targets [N] i64 in [0, C) (checked on
+/// the host: InvalidArgument names the sample and the value). Returns losses [N].
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+/// grad_logits = grad_loss * scale * (softmax(logits) - onehot(targets)); grad_loss 0-dim f32.
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                              const Tensor& grad_loss, float scale);
+
+/// Per-sample squared error summed over features: input/target [N, F] -> [N]. A 1-dim input [N]
+/// is treated as [N, 1].
+Tensor mse(const Tensor& input, const Tensor& target);
+/// grad_input = grad_loss * scale * 2 * (input - target).
+Tensor mse_backward(const Tensor& input, const Tensor& target, const Tensor& grad_loss,
+                    float scale);
+
+/// 0-dim tensor scale * sum(x).
+Tensor sum(const Tensor& x, float scale, Determinism mode);
+
+/// x = value (f32).
+void fill_(Tensor& x, float value);
+/// y += alpha * x (same shape).
+void axpy_(float alpha, const Tensor& x, Tensor& y);
+/// x *= alpha.
+void scale_(Tensor& x, float alpha);
+
+/// out = sum of inputs (all on out's device, same shape as out). bitwise: canonical tree over the
+/// input index; fast: any order.
+void sum_inputs(const std::vector<Tensor>& inputs, Tensor& out, Determinism mode);
+
+/// One torch.optim.SGD update of `param` in place (Kernels::sgd_step): grad and momentum_buf have
+/// param's shape and device; momentum_buf may be undefined when momentum == 0; with first_step
+/// the buffer is initialised to the (weight-decayed) gradient, as PyTorch does. Options are
+/// validated by optim::SGD.
+void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, float lr, float momentum,
+               float dampening, float weight_decay, bool nesterov, bool first_step);
+
+// ---- micro-sharded batch reductions (Note [Micro-shards], core/numerics/micro_shards.h) -----------------
+// `bounds` are S + 1 row offsets (micro_shard_bounds or local_bounds): at least 2 entries,
+// bounds[0] == 0, non-decreasing, last == the number of rows; InvalidArgument otherwise. Shards
+// are reduced in ascending row order from 0.0f, their partials combined with the canonical tree
+// over the shard index, in both determinism modes (Kernels::gemm_tn_sharded and siblings).
+
+/// c = (accumulate ? c + T : T), T = a^T @ b reduced over micro-shards of the rows: a [rows, M],
+/// b [rows, N], c [M, N], all f32 on one device; c must not overlap a or b. The weight gradient
+/// dW = dY^T X of a Linear layer in bitwise mode (torch: torch.addmm(c, a.t(), b)).
+void gemm_tn_sharded(const Tensor& a, const Tensor& b, Tensor& c,
+                     const std::vector<std::int64_t>& bounds, bool accumulate);
+
+/// out = (accumulate ? out + T : T), T[c] = sum over rows of x[r, c] reduced over micro-shards;
+/// x [rows, cols], out [cols] (the bias gradient; torch: x.sum(0)). out must not overlap x.
+void sum_rows_sharded(const Tensor& x, Tensor& out, const std::vector<std::int64_t>& bounds,
+                      bool accumulate);
+
+/// New 0-dim tensor scale * sum(x) reduced over micro-shards; x is 1-dim [n] (a mean loss with
+/// scale = 1 / batch size).
+Tensor sum_sharded(const Tensor& x, const std::vector<std::int64_t>& bounds, float scale);
+
+// ---- Adam ---------------------------------------------------------------------------------------
+
+/// One torch.optim.Adam update of `param` in place (Kernels::adam_step, Note [Adam step] in
+/// core/numerics/canonical_math.h): grad, exp_avg, exp_avg_sq (and max_exp_avg_sq when amsgrad; it may be
+/// undefined otherwise) have param's shape and device, f32. bias_correction1/2 = 1 - beta^step
+/// in double. Options are validated by optim::Adam; tensors here (InvalidArgument).
+void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
+                Tensor& max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
+                double weight_decay, double bias_correction1, double bias_correction2,
+                bool amsgrad);
+
+}  // namespace ditto::ops

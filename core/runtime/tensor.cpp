@@ -1,0 +1,312 @@
+// Tensor construction, views and copies between any two devices.
+#include "core/runtime/tensor.h"
+
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "core/runtime/backend.h"
+
+namespace ditto {
+
+std::string shape_str(const Shape& s) {
+  std::ostringstream os;
+  os << "[";
+  for (std::size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << "]";
+  return os.str();
+}
+
+namespace {
+constexpr std::int64_t kMaxInt64 = std::numeric_limits<std::int64_t>::max();
+
+// Product of non-negative sizes; false when it exceeds int64 (a size of 0 makes it 0, never an
+// overflow, whatever comes before it).
+bool checked_product(const Shape& s, std::int64_t& out) {
+  bool overflow = false;
+  std::int64_t n = 1;
+  for (auto d : s) {
+    if (d == 0) {
+      out = 0;
+      return true;
+    }
+    if (!overflow) overflow = __builtin_mul_overflow(n, d, &n);
+  }
+  out = n;
+  return !overflow;
+}
+}  // namespace
+
+std::int64_t shape_numel(const Shape& s) {
+  for (auto d : s) DITTO_CHECK(d >= 0, "shape ", shape_str(s), ": sizes must be non-negative");
+  std::int64_t n = 0;
+  DITTO_CHECK(checked_product(s, n), "shape ", shape_str(s), ": expected at most ", kMaxInt64,
+              " elements in all, but the sizes multiply past that");
+  return n;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, const Device& device) {
+  Tensor t;
+  t.numel_ = shape_numel(shape);
+  // nbytes() must not wrap around (a wrapped count would allocate a buffer far too small).
+  DITTO_CHECK(t.numel_ <= kMaxInt64 / static_cast<std::int64_t>(dtype_size(dtype)),
+              "Tensor::empty: shape ", shape_str(shape), " ", dtype_name(dtype),
+              ": expected at most ", kMaxInt64, " bytes, got ", t.numel_, " elements of ",
+              dtype_size(dtype), " bytes");
+  t.shape_ = shape;
+  t.dtype_ = dtype;
+  t.buffer_ = std::make_shared<Buffer>(device, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, const Device& device) {
+  Tensor t = empty(shape, dtype, device);
+  if (t.numel_ == 0) return t;
+  if (device.is_cpu()) {
+    std::memset(t.data_ptr(), 0, t.nbytes());
+  } else if (dtype == DType::f32) {
+    device.backend().kernels().fill_f32(current_stream(device), t.data<float>(), 0.0f, t.numel_);
+  } else {
+    std::vector<std::int64_t> z(static_cast<std::size_t>(t.numel_), 0);
+    device.backend().copy_from_host(current_stream(device), t.data_ptr(), z.data(), t.nbytes());
+  }
+  return t;
+}
+
+Tensor Tensor::full(const Shape& shape, float value, const Device& device) {
+  Tensor t = empty(shape, DType::f32, device);
+  if (t.numel_ == 0) return t;
+  if (device.is_cpu()) {
+    float* p = t.data<float>();
+    for (std::int64_t i = 0; i < t.numel_; ++i) p[i] = value;
+  } else {
+    device.backend().kernels().fill_f32(current_stream(device), t.data<float>(), value, t.numel_);
+  }
+  return t;
+}
+
+namespace {
+template <typename T>
+Tensor from_host_values(const std::vector<T>& values, const Shape& shape, const Device& device) {
+  std::int64_t n = shape_numel(shape);
+  DITTO_CHECK(static_cast<std::int64_t>(values.size()) == n, "Tensor::from_vector: expected ", n,
+              " values for shape ", shape_str(shape), ", got ", values.size());
+  Tensor t = Tensor::empty(shape, dtype_of<T>(), device);
+  if (n == 0) return t;
+  if (device.is_cpu())
+    std::memcpy(t.data_ptr(), values.data(), t.nbytes());
+  else
+    device.backend().copy_from_host(current_stream(device), t.data_ptr(), values.data(),
+                                    t.nbytes());
+  return t;
+}
+}  // namespace
+
+Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape,
+                           const Device& device) {
+  return from_host_values(values, shape, device);
+}
+Tensor Tensor::from_vector(const std::vector<std::int64_t>& values, const Shape& shape,
+                           const Device& device) {
+  return from_host_values(values, shape, device);
+}
+
+std::int64_t Tensor::size(std::int64_t d) const {
+  std::int64_t nd = dim();
+  DITTO_CHECK(d >= -nd && d < nd, "Tensor::size: dim ", d, " out of range for a ", nd,
+              "-dim tensor");
+  return shape_[static_cast<std::size_t>(d < 0 ? d + nd : d)];
+}
+
+const Device& Tensor::device() const {
+  static const Device cpu = Device::cpu();
+  return buffer_ ? buffer_->device() : cpu;
+}
+
+void* Tensor::data_ptr() const {
+  DITTO_CHECK(defined(), "Tensor::data_ptr: tensor is undefined");
+  return static_cast<char*>(buffer_->data()) + offset_;
+}
+
+Tensor Tensor::to(const Device& device) const {
+  DITTO_CHECK(defined(), "Tensor::to: tensor is undefined");
+  if (device == this->device()) return *this;
+  Tensor t = empty(shape_, dtype_, device);
+  t.copy_(*this);
+  return t;
+}
+
+Tensor Tensor::clone() const {
+  DITTO_CHECK(defined(), "Tensor::clone: tensor is undefined");
+  Tensor t = empty(shape_, dtype_, device());
+  t.copy_(*this);
+  return t;
+}
+
+void Tensor::copy_(const Tensor& src) {
+  DITTO_CHECK(defined() && src.defined(), "Tensor::copy_: both tensors must be defined");
+  DITTO_CHECK(src.shape_ == shape_ && src.dtype_ == dtype_, "Tensor::copy_: expected src ",
+              shape_str(shape_), " ", dtype_name(dtype_), ", got ", src.str());
+  if (numel_ == 0) return;
+  detail::copy_block(*this, 0, nbytes(), src, 0, src.nbytes(), nbytes(), 1);
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector() const {
+  DITTO_CHECK(defined(), "Tensor::to_vector: tensor is undefined");
+  DITTO_CHECK(dtype_of<T>() == dtype_, "Tensor::to_vector: tensor is ", dtype_name(dtype_),
+              ", asked for ", dtype_name(dtype_of<T>()));
+  std::vector<T> out(static_cast<std::size_t>(numel_));
+  if (numel_ == 0) return out;
+  if (device().is_cpu())
+    std::memcpy(out.data(), data_ptr(), nbytes());
+  else
+    device().backend().copy_to_host(current_stream(device()), out.data(), data_ptr(), nbytes());
+  return out;
+}
+template std::vector<float> Tensor::to_vector<float>() const;
+template std::vector<std::int64_t> Tensor::to_vector<std::int64_t>() const;
+
+float Tensor::item() const {
+  DITTO_CHECK(defined() && numel_ == 1 && dtype_ == DType::f32,
+              "Tensor::item: expected a one-element f32 tensor, got ", str());
+  return to_vector<float>()[0];
+}
+
+Tensor Tensor::narrow(std::int64_t start, std::int64_t length) const {
+  DITTO_CHECK(defined() && dim() >= 1, "Tensor::narrow: expected a tensor with at least 1 dim, got ",
+              str());
+  std::int64_t end = 0;
+  const bool end_fits = !__builtin_add_overflow(start, length, &end);
+  DITTO_CHECK(start >= 0 && length >= 0 && end_fits && end <= shape_[0], "Tensor::narrow: rows [",
+              start, ", ", end_fits ? std::to_string(end) : detail::cat(start, " + ", length),
+              ") out of range for ", str());
+  Tensor t = *this;
+  std::int64_t row = shape_[0] == 0 ? 0 : numel_ / shape_[0];
+  t.offset_ += static_cast<std::size_t>(start * row) * dtype_size(dtype_);
+  t.shape_[0] = length;
+  t.numel_ = row * length;
+  return t;
+}
+
+Tensor Tensor::view(const Shape& shape) const {
+  DITTO_CHECK(defined(), "Tensor::view: tensor is undefined");
+  Shape s = shape;
+  std::int64_t known = 1, infer = -1;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == -1) {
+      DITTO_CHECK(infer < 0, "Tensor::view: only one size may be -1, got ", shape_str(shape));
+      infer = static_cast<std::int64_t>(i);
+    } else {
+      DITTO_CHECK(s[i] >= 0, "Tensor::view: invalid size in ", shape_str(shape));
+    }
+  }
+  {
+    Shape given;
+    for (auto d : s)
+      if (d != -1) given.push_back(d);
+    DITTO_CHECK(checked_product(given, known), "Tensor::view: shape ", shape_str(shape),
+                ": expected at most ", kMaxInt64, " elements in all, but the sizes multiply past "
+                "that");
+  }
+  if (infer >= 0) {
+    DITTO_CHECK(known > 0 && numel_ % known == 0, "Tensor::view: cannot view ", str(), " as ",
+                shape_str(shape));
+    s[static_cast<std::size_t>(infer)] = numel_ / known;
+    known *= s[static_cast<std::size_t>(infer)];
+  }
+  DITTO_CHECK(known == numel_, "Tensor::view: shape ", shape_str(shape), " has ", known,
+              " elements, tensor ", str(), " has ", numel_);
+  Tensor t = *this;
+  t.shape_ = s;
+  return t;
+}
+
+std::string Tensor::str() const {
+  if (!defined()) return "undefined tensor";
+  return shape_str(shape_) + " " + dtype_name(dtype_) + " on " + device().str();
+}
+
+namespace detail {
+
+void copy_block(const Tensor& dst, std::size_t dst_off, std::size_t dst_pitch, const Tensor& src,
+                std::size_t src_off, std::size_t src_pitch, std::size_t row_bytes,
+                std::size_t rows) {
+  if (rows == 0 || row_bytes == 0) return;
+  const Device& dd = dst.device();
+  const Device& sd = src.device();
+  char* dp = static_cast<char*>(dst.data_ptr()) + dst_off;
+  const char* sp = static_cast<const char*>(src.data_ptr()) + src_off;
+  const bool dense = dst_pitch == row_bytes && src_pitch == row_bytes;
+
+  if (dd.is_cpu() && sd.is_cpu()) {
+    for (std::size_t r = 0; r < rows; ++r)
+      std::memmove(dp + r * dst_pitch, sp + r * src_pitch, row_bytes);
+    return;
+  }
+  if (sd.is_cpu()) {  // host -> device
+    Backend& b = dd.backend();
+    Stream& s = current_stream(dd);
+    if (dense) {
+      b.copy_from_host(s, dp, sp, rows * row_bytes);
+      return;
+    }
+    Buffer staging(dd, rows * row_bytes);
+    std::vector<char> packed(rows * row_bytes);
+    for (std::size_t r = 0; r < rows; ++r)
+      std::memcpy(packed.data() + r * row_bytes, sp + r * src_pitch, row_bytes);
+    b.copy_from_host(s, staging.data(), packed.data(), packed.size());
+    b.copy_2d(s, dp, dst_pitch, staging.data(), row_bytes, row_bytes, rows);
+    return;
+  }
+  if (dd.is_cpu()) {  // device -> host
+    Backend& b = sd.backend();
+    Stream& s = current_stream(sd);
+    if (dense) {
+      b.copy_to_host(s, dp, sp, rows * row_bytes);
+      return;
+    }
+    Buffer staging(sd, rows * row_bytes);
+    b.copy_2d(s, staging.data(), row_bytes, sp, src_pitch, row_bytes, rows);
+    std::vector<char> packed(rows * row_bytes);
+    b.copy_to_host(s, packed.data(), staging.data(), packed.size());
+    for (std::size_t r = 0; r < rows; ++r)
+      std::memcpy(dp + r * dst_pitch, packed.data() + r * row_bytes, row_bytes);
+    return;
+  }
+  if (dd.type != sd.type) {  // across backends: through the host
+    std::vector<char> packed(rows * row_bytes);
+    Backend& sb = sd.backend();
+    Stream& ss = current_stream(sd);
+    Buffer s_staging(sd, rows * row_bytes);
+    sb.copy_2d(ss, s_staging.data(), row_bytes, sp, src_pitch, row_bytes, rows);
+    sb.copy_to_host(ss, packed.data(), s_staging.data(), packed.size());
+    Backend& db = dd.backend();
+    Stream& ds = current_stream(dd);
+    Buffer d_staging(dd, rows * row_bytes);
+    db.copy_from_host(ds, d_staging.data(), packed.data(), packed.size());
+    db.copy_2d(ds, dp, dst_pitch, d_staging.data(), row_bytes, row_bytes, rows);
+    return;
+  }
+  // Same backend, device -> device: order after both devices' pending work, copy on the
+  // destination's stream, and make the source's stream wait for the copy (so the source is not
+  // overwritten or freed while it is read).
+  Backend& b = dd.backend();
+  Stream& ds = current_stream(dd);
+  if (dd == sd) {
+    b.copy_2d(ds, dp, dst_pitch, sp, src_pitch, row_bytes, rows);
+    return;
+  }
+  Stream& ss = current_stream(sd);
+  auto before = b.create_event(sd.index);
+  ss.record(*before);
+  ds.wait(*before);
+  b.copy_2d(ds, dp, dst_pitch, sp, src_pitch, row_bytes, rows);
+  auto after = b.create_event(dd.index);
+  ds.record(*after);
+  ss.wait(*after);
+}
+
+}  // namespace detail
+}  // namespace ditto
