@@ -1,6 +1,7 @@
 // CudaBackend (cuda_backend.h): logical devices over the visible GPUs, stream-ordered memory with
 // capacity and peak accounting, host<->device and peer copies, streams, events and cuBLAS handles.
-// Kernels live in cuda_kernels.cu, communicators in cuda_communicator.cpp.
+// Kernels live in cuda_kernels.cu and cuda_gemm.cu, communicators in cuda_communicator.cpp (and
+// cuda_communicator_mpi.cpp, with cuda_nccl.cpp and cuda_bitwise.cpp beside them).
 #include "backend_cuda/cuda_backend.h"
 
 #include <cstdint>
@@ -184,16 +185,25 @@ void CudaBackend::reset_peak_memory(int index) {
   d.peak.store(d.in_use.load());
 }
 
-void* CudaBackend::device_malloc(LogicalDevice& d, std::size_t bytes, cudaError_t* err) {
+void* CudaBackend::device_malloc(LogicalDevice& d, std::size_t bytes, cudaStream_t stream,
+                                 cudaError_t* err) {
   void* p = nullptr;
   if (physical_[static_cast<std::size_t>(d.physical)].memory_pools)
-    *err = cudaMallocAsync(&p, bytes, d.stream->get());
+    *err = cudaMallocAsync(&p, bytes, stream);
   else
     *err = cudaMalloc(&p, bytes);
   return *err == cudaSuccess ? p : nullptr;
 }
 
 void* CudaBackend::allocate(int index, std::size_t bytes) {
+  return allocate_on(index, bytes, devices_[static_cast<std::size_t>(index)]->stream->get());
+}
+
+void CudaBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
+  deallocate_on(index, ptr, bytes, devices_[static_cast<std::size_t>(index)]->stream->get());
+}
+
+void* CudaBackend::allocate_on(int index, std::size_t bytes, cudaStream_t stream) {
   auto& d = *devices_[static_cast<std::size_t>(index)];
   auto oom = [&](std::size_t in_use, const std::string& extra) {
     return OutOfMemory(detail::cat(where(index), ": out of memory: tried to allocate ",
@@ -223,19 +233,19 @@ void* CudaBackend::allocate(int index, std::size_t bytes) {
   DeviceGuard g(d.physical);
   const std::size_t request = bytes == 0 ? kZeroByteBlock : bytes;
   cudaError_t err = cudaSuccess;
-  void* p = device_malloc(d, request, &err);
+  void* p = device_malloc(d, request, stream, &err);
   if (err == cudaErrorMemoryAllocation) {
     // The pool may hold memory freed on other streams or not yet returned: let this stream's
     // frees complete, give unused pool memory back to the driver, and try once more.
     (void)cudaGetLastError();
-    DITTO_CUDA_CHECK(cudaStreamSynchronize(d.stream->get()), where(index));
+    DITTO_CUDA_CHECK(cudaStreamSynchronize(stream), where(index));
     if (physical_[static_cast<std::size_t>(d.physical)].memory_pools) {
       cudaMemPool_t pool = nullptr;
       if (cudaDeviceGetDefaultMemPool(&pool, d.physical) == cudaSuccess)
         (void)cudaMemPoolTrimTo(pool, 0);
       (void)cudaGetLastError();
     }
-    p = device_malloc(d, request, &err);
+    p = device_malloc(d, request, stream, &err);
   }
   if (err == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
@@ -252,12 +262,13 @@ void* CudaBackend::allocate(int index, std::size_t bytes) {
   return p;
 }
 
-void CudaBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
+void CudaBackend::deallocate_on(int index, void* ptr, std::size_t bytes,
+                                cudaStream_t stream) noexcept {
   auto& d = *devices_[static_cast<std::size_t>(index)];
   if (ptr) {
     QuietDeviceGuard g(d.physical);
     cudaError_t err = physical_[static_cast<std::size_t>(d.physical)].memory_pools
-                          ? cudaFreeAsync(ptr, d.stream->get())
+                          ? cudaFreeAsync(ptr, stream)
                           : cudaFree(ptr);
     if (err != cudaSuccess) (void)cudaGetLastError();  // e.g. the context is already lost
   }

@@ -45,6 +45,11 @@ class CudaBackend final : public Backend {
 
   void* allocate(int index, std::size_t bytes) override;
   void deallocate(int index, void* ptr, std::size_t bytes) noexcept override;
+  /// allocate() / deallocate() ordered on `stream` (a stream of logical device `index`) instead
+  /// of the device's default stream: scratch memory of work on another stream (the bitwise
+  /// collectives' blocks), counted by memory_stats like any allocation.
+  void* allocate_on(int index, std::size_t bytes, cudaStream_t stream);
+  void deallocate_on(int index, void* ptr, std::size_t bytes, cudaStream_t stream) noexcept;
 
   Stream& default_stream(int index) override { return *devices_[index]->stream; }
   std::unique_ptr<Stream> create_stream(int index) override;
@@ -86,7 +91,7 @@ class CudaBackend final : public Backend {
     std::size_t max_pitch = 0;    ///< cudaDeviceProp::memPitch (cudaMemcpy2D's limit)
     bool memory_pools = false;    ///< cudaMallocAsync supported (else cudaMalloc / cudaFree)
   };
-  void* device_malloc(LogicalDevice& d, std::size_t bytes, cudaError_t* err);
+  void* device_malloc(LogicalDevice& d, std::size_t bytes, cudaStream_t stream, cudaError_t* err);
   int physical_count_ = 0;
   std::vector<PhysicalDevice> physical_;
   std::vector<std::unique_ptr<LogicalDevice>> devices_;

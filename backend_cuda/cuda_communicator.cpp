@@ -4,11 +4,12 @@
 // simulator (backend_sim/sim_communicator.cpp).
 //
 // Note [CUDA collectives]
-// Rendezvous. Every per-rank call publishes (kind, pointers, count, dtype, op, root, the rank's
-// stream) in the slot of its rank for collective #k (the rank's k-th call) and nothing is enqueued
-// until every rank of #k has arrived; the caller that completes #k checks that the calls match
-// (same kind, count, dtype, op, root; else every rank fails #k with the same InvalidArgument, as
-// in the simulator, and the communicator stays usable) and then enqueues the whole collective, on
+// Rendezvous (Note [Rendezvous], core/internal/rendezvous.h). Every per-rank call publishes (kind,
+// pointers, count, dtype, op, root, the rank's stream) in the slot of its rank for collective #k
+// (the rank's k-th call) and nothing is enqueued until every rank of #k has arrived; the caller
+// that completes #k checks that the calls match (same kind, count, dtype, op, root; else every
+// rank fails #k with the same InvalidArgument, as in the simulator, and the communicator stays
+// usable) and then enqueues the whole collective, on
 // every rank's stream, from its own thread, under the communicator's mutex (so collectives are
 // enqueued in order). A call returns once its collective is enqueued: stream order then holds
 // for whatever the caller enqueues next. Hence:
@@ -20,7 +21,8 @@
 //    the group's collectives are enqueued and rethrows their first error. One thread calling the
 //    handles one by one outside a group waits in the first call for ranks it will never issue,
 //    and fails with the timeout.
-//  - A rank that does not arrive within CommOptions::timeout_ms makes the waiting callers throw
+//  - A rank that does not arrive within CommOptions::timeout_ms of the first rank's call to #k
+//    makes the waiting callers throw
 //    ditto::Timeout naming the collective, its ordinal and the missing ranks; the communicator is
 //    then aborted (every later call throws BackendError at once), as in the simulator. Since
 //    nothing is enqueued before all ranks are there, no GPU ever waits for a missing peer: no
@@ -37,21 +39,10 @@
 //    issues every rank's NCCL call inside one ncclGroupStart/End, on the ranks' streams.
 //      fast:    ncclAllReduce / ncclReduce / ncclBroadcast / ncclAllGather / ncclReduceScatter
 //               with NCCL's own reductions (ncclAvg for avg); barrier = a 1-element all-reduce.
-//      bitwise: NCCL only moves data; ditto's kernel (cuda_comm_kernels.cu) adds in the canonical
-//               tree over rank index, element by element, which is exactly the simulator's
-//               bitwise reduction (Note [Sim collectives]), so the bits agree. Per rank the
-//               traffic stays a ring's, (N-1)/N of the buffer each way per phase:
-//        all_reduce      split the count into N blocks (q * per, per = ceil(count / N) rounded
-//                        up to 64 elements); (1) all-to-all: rank r sends block q of its send to
-//                        rank q (ncclSend/ncclRecv in a group) into a scratch [N, per]; (2) rank
-//                        r tree-reduces the N copies of block r (its own straight from send) into
-//                        block r of its recv; (3) ncclAllGather in place (or, when the blocks are
-//                        uneven, send/recv of the reduced blocks) fills the rest of every recv;
-//        reduce_scatter  (1) and (2) with blocks of `count` (rank r's recv is block r's result);
-//        reduce          (1), (2) into scratch, then every rank sends its block to the root;
-//        broadcast, all_gather, barrier: as in fast mode (no arithmetic).
-//      avg is the tree sum divided by N (as the simulator and ncclAvg); min, max and prod use the
-//      same tree with their op.
+//      bitwise: NCCL only moves data and ditto's kernel adds in the canonical tree: the block
+//               algorithm of Note [CUDA bitwise collectives] (cuda_bitwise.cpp) over
+//               NcclTransport (cuda_nccl.h), driving every rank from the completing caller;
+//               broadcast, all_gather, barrier: as in fast mode (no arithmetic).
 //  - in-GPU, when any two ranks share a physical GPU (oversubscription, e.g. 8 ranks on 1 GPU),
 //    or for a single rank: every rank lives in this process and reaches the others' memory
 //    directly (one GPU, or peer access between GPUs, which the backend enables). The completing
@@ -89,50 +80,27 @@
 #include <vector>
 
 #include "backend_cuda/cuda_backend.h"
+#include "backend_cuda/cuda_bitwise.h"
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_comm_kernels.h"
-#include "backend_cuda/nccl_check.h"
+#include "backend_cuda/cuda_nccl.h"
 #include "core/internal/collective_call.h"
+#include "core/internal/rendezvous.h"
 #include "core/runtime/error.h"
 
 namespace ditto::cuda {
-
-void throw_nccl_error(ncclResult_t result, const char* call, const char* file, int line,
-                      const std::string& where) {
-  std::string f = file ? file : "?";
-  std::size_t at = f.rfind("backend_cuda/");
-  if (at != std::string::npos) f = f.substr(at);
-  const char* last = ncclGetLastError(nullptr);
-  std::string msg = detail::cat(where, ": ", call, " failed at ", f, ":", line, ": ",
-                                ncclGetErrorString(result));
-  if (last && *last) msg += detail::cat(" (", last, ")");
-  throw BackendError(msg);
-}
-
 namespace {
 
 using Kind = detail::CollectiveKind;
+using Cause = detail::AbortState::Cause;
 using detail::uses_op;
-using detail::uses_root;
 inline const char* kind_name(Kind k) { return detail::collective_name(k); }
 
 /// One rank's call, as published in its slot, with the stream it was made on.
 struct Call : detail::CollectiveCall {
   cudaStream_t stream = nullptr;  ///< the rank's stream (of the rank's device)
 };
-
-/// Collective #seq while its ranks arrive, and its outcome.
-struct Collective {
-  Collective(int n, std::uint64_t ordinal)
-      : calls(static_cast<std::size_t>(n)), here(static_cast<std::size_t>(n), 0), seq(ordinal) {}
-  enum class State : std::uint8_t { waiting, enqueued, failed };
-  std::vector<Call> calls;
-  std::vector<char> here;  ///< here[r]: rank r has called
-  int arrived = 0;
-  std::uint64_t seq;
-  State state = State::waiting;
-  std::exception_ptr error;  ///< when failed: what every rank throws
-};
+using Round = detail::Rendezvous<Call>::Round;
 
 /// Element offset `off` of a buffer of `elem`-byte elements.
 const void* at(const void* p, std::int64_t off, std::size_t elem) {
@@ -142,34 +110,6 @@ void* at(void* p, std::int64_t off, std::size_t elem) {
   return static_cast<char*>(p) + static_cast<std::size_t>(off) * elem;
 }
 
-/// Block length of element slices: ceil(count / n) rounded up to 64 elements, so that every
-/// slice of an aligned buffer stays 16-byte aligned (the kernel's vector path).
-std::int64_t slice_length(std::int64_t count, int n) {
-  const std::int64_t per = (count + n - 1) / n;
-  return (per + 63) / 64 * 64;
-}
-
-/// ncclGroupStart now, ncclGroupEnd in end() (or, without throwing, when unwinding).
-class NcclGroup {
- public:
-  explicit NcclGroup(const std::string& where) : where_(where) {
-    DITTO_NCCL_CHECK(ncclGroupStart(), where_);
-  }
-  ~NcclGroup() {
-    if (open_) (void)ncclGroupEnd();
-  }
-  NcclGroup(const NcclGroup&) = delete;
-  NcclGroup& operator=(const NcclGroup&) = delete;
-  void end() {
-    open_ = false;
-    DITTO_NCCL_CHECK(ncclGroupEnd(), where_);
-  }
-
- private:
-  std::string where_;
-  bool open_ = true;
-};
-
 class CudaCommunicator final : public CommunicatorImpl {
  public:
   CudaCommunicator(CudaBackend& backend, const std::vector<int>& devices,
@@ -178,28 +118,7 @@ class CudaCommunicator final : public CommunicatorImpl {
   CudaCommunicator(const CudaCommunicator&) = delete;
   CudaCommunicator& operator=(const CudaCommunicator&) = delete;
 
-  void all_reduce(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
-                  DType dtype, ReduceOp op) override {
-    submit(rank, s, {Kind::all_reduce, send, recv, count, dtype, op, 0});
-  }
-  void reduce(int rank, Stream& s, const void* send, void* recv, std::int64_t count, DType dtype,
-              ReduceOp op, int root) override {
-    submit(rank, s, {Kind::reduce, send, recv, count, dtype, op, root});
-  }
-  void broadcast(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
-                 DType dtype, int root) override {
-    submit(rank, s, {Kind::broadcast, send, recv, count, dtype, ReduceOp::sum, root});
-  }
-  void all_gather(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
-                  DType dtype) override {
-    submit(rank, s, {Kind::all_gather, send, recv, count, dtype, ReduceOp::sum, 0});
-  }
-  void reduce_scatter(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
-                      DType dtype, ReduceOp op) override {
-    submit(rank, s, {Kind::reduce_scatter, send, recv, count, dtype, op, 0});
-  }
-  void barrier(int rank, Stream& s) override { submit(rank, s, {}); }
-
+  void enqueue(int rank, Stream& s, const detail::CollectiveCall& call) override;
   void group_start() override;
   void group_end() override;
   void abort(int rank, const std::string& reason) noexcept override;
@@ -220,33 +139,26 @@ class CudaCommunicator final : public CommunicatorImpl {
 
   /// A grouped call of this thread whose outcome group_end() waits for.
   struct Pending {
-    std::shared_ptr<Collective> collective;
+    std::shared_ptr<Round> round;
     int rank;
   };
 
   // ---- rendezvous (Note [CUDA collectives]) -----------------------------------------------------
-  void submit(int rank, Stream& s, Call call);
-  void resolve_locked(Collective& c);
-  void await_locked(std::unique_lock<std::mutex>& lk, Collective& c, int rank,
-                    std::chrono::steady_clock::time_point deadline, bool grouped);
-  std::string find_mismatch(const Collective& c) const;
-  void throw_if_aborted_locked(Kind kind) const;
-  void abort_locked(std::string reason, bool timeout);
-  static std::string label(Kind kind, std::uint64_t seq) {
-    return detail::cat(kind_name(kind), " (collective #", seq, " on this communicator)");
-  }
+  void resolve_locked(Round& round);
+  void await_locked(std::unique_lock<std::mutex>& lk, Round& round, int rank, bool grouped);
+  void abort_locked(Cause cause, std::string reason);
 
   // ---- enqueueing (caller holds mu_) -----------------------------------------------------------
-  void enqueue(const Collective& c);
+  void run(const Round& round);
   void after_previous(int r, cudaStream_t s);
   void mark_end(int r, cudaStream_t s);
-  void in_gpu_join(const Collective& c);
-  void in_gpu_share(const Collective& c, int r);
-  void nccl_native(const Collective& c);
-  void nccl_bitwise(const Collective& c);
+  void in_gpu_join(const Round& round);
+  void in_gpu_share(const Round& round, int r);
+  void nccl_bitwise(const Round& round);
 
   void release() noexcept;
 
+  CudaBackend& backend_;
   const CommOptions options_;
   const int n_;
   Transport transport_ = Transport::in_gpu;
@@ -255,23 +167,19 @@ class CudaCommunicator final : public CommunicatorImpl {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<std::uint64_t> seq_;  ///< calls published per rank
-  std::map<std::uint64_t, std::shared_ptr<Collective>> open_;  ///< collectives not yet complete
-  std::map<std::thread::id, std::vector<Pending>> groups_;     ///< threads inside a group
-  bool aborted_ = false;
-  bool abort_timeout_ = false;
-  bool abort_by_rank_ = false;  // the abort came from a rank's Communicator::abort
-  std::string abort_reason_;
+  detail::Rendezvous<Call> rv_;  ///< matching, deadlines, abort state (guarded by mu_)
+  std::map<std::thread::id, std::vector<Pending>> groups_;  ///< threads inside a group
 };
 
 // ---- construction -------------------------------------------------------------------------------
 
 CudaCommunicator::CudaCommunicator(CudaBackend& backend, const std::vector<int>& devices,
                                    const CommOptions& options)
-    : options_(options),
+    : backend_(backend),
+      options_(options),
       n_(static_cast<int>(devices.size())),
       ranks_(devices.size()),
-      seq_(devices.size(), 0) {
+      rv_(n_, options.timeout_ms) {
   try {
     std::vector<int> physical(devices.size());
     for (int r = 0; r < n_; ++r) {
@@ -340,7 +248,7 @@ void CudaCommunicator::release() noexcept {
   bool any_nccl = false;
   for (const Rank& k : ranks_) any_nccl = any_nccl || k.nccl;
   if (any_nccl) {
-    if (aborted_) {
+    if (rv_.abort_state().aborted()) {
       for (Rank& k : ranks_)
         if (k.nccl) (void)ncclCommAbort(k.nccl);
     } else {  // waits for the communicator's pending work, as nccl-tests does for one thread
@@ -361,107 +269,82 @@ void CudaCommunicator::release() noexcept {
   (void)cudaGetLastError();  // nothing here may leave an error for the next unrelated call
 }
 
+
 // ---- rendezvous ---------------------------------------------------------------------------------
 
-void CudaCommunicator::throw_if_aborted_locked(Kind kind) const {
-  if (aborted_)
-    throw BackendError(detail::cat(kind_name(kind), ": communicator aborted by an earlier error: ",
-                                   abort_reason_));
-}
-
-void CudaCommunicator::abort_locked(std::string reason, bool timeout) {
-  aborted_ = true;
-  abort_timeout_ = timeout;
-  abort_reason_ = std::move(reason);
+void CudaCommunicator::abort_locked(Cause cause, std::string reason) {
+  rv_.abort_state().abort(cause, std::move(reason));
   cv_.notify_all();
 }
 
-void CudaCommunicator::submit(int rank, Stream& s, Call call) {
-  call.stream = as_cuda(s, kind_name(call.kind)).get();
+void CudaCommunicator::enqueue(int rank, Stream& s, const detail::CollectiveCall& call) {
+  Call c{call, as_cuda(s, kind_name(call.kind)).get()};
   std::unique_lock lk(mu_);
-  throw_if_aborted_locked(call.kind);
-  const auto me = std::this_thread::get_id();
-  const std::uint64_t seq = ++seq_[static_cast<std::size_t>(rank)];
-  std::shared_ptr<Collective>& slot = open_[seq];
-  if (!slot) slot = std::make_shared<Collective>(n_, seq);
-  std::shared_ptr<Collective> c = slot;
-  c->calls[static_cast<std::size_t>(rank)] = call;
-  c->here[static_cast<std::size_t>(rank)] = 1;
-  if (++c->arrived == n_) {
-    open_.erase(seq);
-    resolve_locked(*c);
-  }
-  auto group = groups_.find(me);
+  rv_.abort_state().throw_if_aborted(call.kind);
+  std::shared_ptr<Round> round = rv_.enter(rank);
+  if (rv_.arrive(*round, rank, c)) resolve_locked(*round);
+  auto group = groups_.find(std::this_thread::get_id());
   if (group != groups_.end()) {
-    group->second.push_back({c, rank});
+    group->second.push_back({round, rank});
     return;
   }
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms);
-  await_locked(lk, *c, rank, deadline, false);
+  await_locked(lk, *round, rank, false);
 }
 
-void CudaCommunicator::resolve_locked(Collective& c) {
-  std::string mismatch = find_mismatch(c);
+void CudaCommunicator::resolve_locked(Round& round) {
+  std::string mismatch = rv_.mismatch(round);
   if (!mismatch.empty()) {
-    c.state = Collective::State::failed;
-    c.error = std::make_exception_ptr(InvalidArgument(mismatch));
+    round.state = Round::State::failed;
+    round.error = std::make_exception_ptr(InvalidArgument(mismatch));
   } else {
     try {
-      enqueue(c);
-      c.state = Collective::State::enqueued;
+      run(round);
+      round.state = Round::State::done;
     } catch (const std::exception& e) {
       // Part of the collective may be on the ranks' streams: abort (like ncclCommAbort).
-      std::string reason = detail::cat(label(c.calls[0].kind, c.seq), ": ", e.what());
-      c.state = Collective::State::failed;
-      c.error = std::current_exception();
-      abort_locked(std::move(reason), false);
+      std::string reason =
+          detail::cat(detail::collective_label(round.calls[0].kind, round.seq), ": ", e.what());
+      round.state = Round::State::failed;
+      round.error = std::current_exception();
+      abort_locked(Cause::error, std::move(reason));
     }
   }
   cv_.notify_all();
 }
 
-void CudaCommunicator::await_locked(std::unique_lock<std::mutex>& lk, Collective& c, int rank,
-                                    std::chrono::steady_clock::time_point deadline, bool grouped) {
-  const Kind kind = c.calls[static_cast<std::size_t>(rank)].kind;
-  while (c.state == Collective::State::waiting && !aborted_) {
-    if (cv_.wait_until(lk, deadline) == std::cv_status::timeout &&
-        c.state == Collective::State::waiting && !aborted_) {
-      std::vector<int> missing;
-      for (int q = 0; q < n_; ++q)
-        if (!c.here[static_cast<std::size_t>(q)]) missing.push_back(q);
-      std::string who = missing.size() == 1 ? "rank " : "ranks ";
-      for (std::size_t i = 0; i < missing.size(); ++i)
-        who += (i ? ", " : "") + std::to_string(missing[i]);
-      std::string msg = detail::cat(label(kind, c.seq), ": timed out after ", options_.timeout_ms,
-                                    " ms waiting for ", who, " (communicator of ", n_,
-                                    " ranks; it is now aborted)");
+// Waits until round's collective is enqueued, failed, or the communicator aborted; at the
+// round's deadline (Note [Rendezvous]) aborts with Timeout.
+void CudaCommunicator::await_locked(std::unique_lock<std::mutex>& lk, Round& round, int rank,
+                                    bool grouped) {
+  const Kind kind = round.calls[static_cast<std::size_t>(rank)].kind;
+  const detail::AbortState& state = rv_.abort_state();
+  while (round.state == Round::State::waiting && !state.aborted()) {
+    if (cv_.wait_until(lk, round.deadline) == std::cv_status::timeout &&
+        round.state == Round::State::waiting && !state.aborted()) {
+      std::string msg = rv_.timeout_reason(round, kind);
       if (!grouped)
         msg += "; on cuda a call waits until every rank has called, so one thread driving "
                "several ranks must call them inside group_start()/group_end() or use the "
                "single-controller forms";
-      abort_locked(msg, true);
+      abort_locked(Cause::timeout, msg);
       throw Timeout(msg);
     }
   }
-  if (c.state == Collective::State::enqueued) return;
-  if (c.state == Collective::State::failed) std::rethrow_exception(c.error);
+  if (round.state == Round::State::done) return;
+  if (round.state == Round::State::failed) std::rethrow_exception(round.error);
   // Aborted (another rank timed out or failed, or an enqueue failed) while this one waited.
-  if (abort_timeout_) throw Timeout(abort_reason_);
-  if (abort_by_rank_) throw BackendError(detail::cat(label(kind, c.seq), ": ", abort_reason_));
-  throw BackendError(abort_reason_);
+  std::rethrow_exception(state.error_for(detail::collective_label(kind, round.seq)));
 }
 
 void CudaCommunicator::abort(int rank, const std::string& reason) noexcept {
+  std::lock_guard lk(mu_);
+  if (rv_.abort_state().aborted()) return;  // the first reason stays
   try {
-    std::lock_guard lk(mu_);
-    if (aborted_) return;  // the first reason stays
-    abort_locked(detail::cat("rank ", rank, " failed: ", reason), false);
-    abort_by_rank_ = true;
+    rv_.abort_state().rank_failed(rank, reason);
   } catch (...) {  // allocation failure of the message: the flag is what matters
-    aborted_ = true;
-    cv_.notify_all();
+    rv_.abort_state().mark();
   }
+  cv_.notify_all();
 }
 
 void CudaCommunicator::group_start() {
@@ -475,12 +358,10 @@ void CudaCommunicator::group_end() {
   if (it == groups_.end()) return;
   std::vector<Pending> pending = std::move(it->second);
   groups_.erase(it);
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms);
   std::exception_ptr first;
   for (Pending& p : pending) {
     try {
-      await_locked(lk, *p.collective, p.rank, deadline, true);
+      await_locked(lk, *p.round, p.rank, true);
     } catch (...) {
       if (!first) first = std::current_exception();
     }
@@ -488,39 +369,41 @@ void CudaCommunicator::group_end() {
   if (first) std::rethrow_exception(first);
 }
 
-// Empty when every rank's call matches rank 0's; else the error every rank throws (the
-// simulator's wording).
-std::string CudaCommunicator::find_mismatch(const Collective& col) const {
-  return detail::find_call_mismatch(col.calls, col.seq);
-}
-
 // ---- enqueueing ---------------------------------------------------------------------------------
 
-void CudaCommunicator::enqueue(const Collective& c) {
+void CudaCommunicator::run(const Round& round) {
   for (int r = 0; r < n_; ++r) {
     DeviceGuard g(ranks_[static_cast<std::size_t>(r)].physical);
-    after_previous(r, c.calls[static_cast<std::size_t>(r)].stream);
+    after_previous(r, round.calls[static_cast<std::size_t>(r)].stream);
   }
-  const Call& c0 = c.calls[0];
+  const Call& c0 = round.calls[0];
   if (transport_ == Transport::in_gpu) {
     if (c0.kind == Kind::barrier) {
-      in_gpu_join(c);
+      in_gpu_join(round);
     } else if (c0.count > 0) {  // no data, no work
-      in_gpu_join(c);
+      in_gpu_join(round);
       for (int r = 0; r < n_; ++r) {
         DeviceGuard g(ranks_[static_cast<std::size_t>(r)].physical);
-        in_gpu_share(c, r);
+        in_gpu_share(round, r);
       }
-      in_gpu_join(c);
+      in_gpu_join(round);
     }
+  } else if (c0.kind != Kind::barrier && c0.count == 0) {
+    // no data, no work
   } else if (options_.determinism == Determinism::bitwise && uses_op(c0.kind)) {
-    nccl_bitwise(c);
-  } else {
-    nccl_native(c);
+    nccl_bitwise(round);
+  } else {  // NCCL's own collectives, one group over all ranks
+    NcclGroup group(ranks_[0].where);
+    for (int r = 0; r < n_; ++r) {
+      const Rank& k = ranks_[static_cast<std::size_t>(r)];
+      const Call& c = round.calls[static_cast<std::size_t>(r)];
+      nccl_native(c, k.nccl, c.stream, k.barrier_buf, k.where);
+    }
+    group.end();
   }
   for (int r = 0; r < n_; ++r) {
     DeviceGuard g(ranks_[static_cast<std::size_t>(r)].physical);
-    mark_end(r, c.calls[static_cast<std::size_t>(r)].stream);
+    mark_end(r, round.calls[static_cast<std::size_t>(r)].stream);
   }
 }
 
@@ -540,7 +423,7 @@ void CudaCommunicator::mark_end(int r, cudaStream_t s) {
 
 // Every rank's stream waits for every other's current end, through rank 0's stream (2N waits
 // instead of N^2).
-void CudaCommunicator::in_gpu_join(const Collective& c) {
+void CudaCommunicator::in_gpu_join(const Round& c) {
   if (n_ == 1) return;
   auto stream = [&](int r) { return c.calls[static_cast<std::size_t>(r)].stream; };
   for (int r = 1; r < n_; ++r) {
@@ -564,7 +447,7 @@ void CudaCommunicator::in_gpu_join(const Collective& c) {
 }
 
 // Rank r's share of an in-GPU collective (Note [CUDA collectives]), on r's stream.
-void CudaCommunicator::in_gpu_share(const Collective& col, int r) {
+void CudaCommunicator::in_gpu_share(const Round& col, int r) {
   const Call& c0 = col.calls[0];
   const std::size_t elem = dtype_size(c0.dtype);
   const std::int64_t count = c0.count;
@@ -612,181 +495,19 @@ void CudaCommunicator::in_gpu_share(const Collective& col, int r) {
 }
 
 // NCCL's own collectives, one group over all ranks (fast mode; data movement in bitwise mode).
-void CudaCommunicator::nccl_native(const Collective& col) {
-  const Call& c0 = col.calls[0];
-  if (c0.kind != Kind::barrier && c0.count == 0) return;
-  const auto count = static_cast<std::size_t>(c0.count);
-  const ncclDataType_t type = nccl_type(c0.dtype);
-  NcclGroup group(ranks_[0].where);
+
+// Bitwise all_reduce, reduce and reduce_scatter: the block algorithm (Note [CUDA bitwise
+// collectives]) with every rank driven from here.
+void CudaCommunicator::nccl_bitwise(const Round& round) {
+  std::vector<NcclTransport::Rank> local;
   for (int r = 0; r < n_; ++r) {
-    const Call& c = col.calls[static_cast<std::size_t>(r)];
     const Rank& k = ranks_[static_cast<std::size_t>(r)];
-    switch (c0.kind) {
-      case Kind::all_reduce:
-        DITTO_NCCL_CHECK(ncclAllReduce(c.send, c.recv, count, type, nccl_op(c.op), k.nccl,
-                                       c.stream),
-                         k.where);
-        break;
-      case Kind::reduce:  // recv is unused (and null) off the root
-        DITTO_NCCL_CHECK(ncclReduce(c.send, c.recv ? c.recv : const_cast<void*>(c.send), count,
-                                    type, nccl_op(c.op), c.root, k.nccl, c.stream),
-                         k.where);
-        break;
-      case Kind::broadcast:  // send is unused (and null) off the root
-        DITTO_NCCL_CHECK(ncclBroadcast(c.send ? c.send : c.recv, c.recv, count, type, c.root,
-                                       k.nccl, c.stream),
-                         k.where);
-        break;
-      case Kind::all_gather:
-        DITTO_NCCL_CHECK(ncclAllGather(c.send, c.recv, count, type, k.nccl, c.stream), k.where);
-        break;
-      case Kind::reduce_scatter:
-        DITTO_NCCL_CHECK(ncclReduceScatter(c.send, c.recv, count, type, nccl_op(c.op), k.nccl,
-                                           c.stream),
-                         k.where);
-        break;
-      case Kind::barrier:
-        DITTO_NCCL_CHECK(ncclAllReduce(k.barrier_buf, k.barrier_buf, 1, ncclFloat32, ncclSum,
-                                       k.nccl, c.stream),
-                         k.where);
-        break;
-    }
+    const Call& c = round.calls[static_cast<std::size_t>(r)];
+    local.push_back({r, k.device, k.physical, k.nccl, c.stream, c.send, c.recv, &k.where});
   }
-  group.end();
-}
-
-// Bitwise all_reduce, reduce and reduce_scatter over NCCL: NCCL moves the blocks, ditto's kernel
-// adds them in the canonical tree (Note [CUDA collectives]).
-void CudaCommunicator::nccl_bitwise(const Collective& col) {
-  const Call& c0 = col.calls[0];
-  const Kind kind = c0.kind;
-  const std::int64_t count = c0.count;
-  if (count == 0) return;
-  const std::size_t elem = dtype_size(c0.dtype);
-  const ncclDataType_t type = nccl_type(c0.dtype);
-  const int root = c0.root;
-  // Block q is elements [q * per, q * per + len(q)) of the buffer being reduced.
-  const bool scatter = kind == Kind::reduce_scatter;
-  const std::int64_t per = scatter ? count : slice_length(count, n_);
-  auto len = [&](int q) -> std::int64_t {
-    return scatter ? count : std::max<std::int64_t>(0, std::min(per, count - q * per));
-  };
-  auto call = [&](int q) -> const Call& { return col.calls[static_cast<std::size_t>(q)]; };
-  auto rank = [&](int q) -> Rank& { return ranks_[static_cast<std::size_t>(q)]; };
-
-  // Scratch [N, per] per rank: row q receives rank q's copy of this rank's block. Stream-ordered
-  // memory, freed on the same stream after the last use (also when enqueueing fails midway);
-  // then the caller's current device is restored.
-  int caller_device = 0;
-  DITTO_CUDA_CHECK(cudaGetDevice(&caller_device), ranks_[0].where);
-  struct Restore {
-    int device;
-    ~Restore() {
-      if (cudaSetDevice(device) != cudaSuccess) (void)cudaGetLastError();
-    }
-  } restore{caller_device};
-  std::vector<void*> scratch(static_cast<std::size_t>(n_), nullptr);
-  struct Free {
-    const std::vector<Rank>& ranks;
-    const Collective& col;
-    const std::vector<void*>& scratch;
-    ~Free() {
-      for (std::size_t r = 0; r < scratch.size(); ++r) {
-        if (!scratch[r]) continue;
-        if (cudaSetDevice(ranks[r].physical) != cudaSuccess ||
-            cudaFreeAsync(scratch[r], col.calls[r].stream) != cudaSuccess)
-          (void)cudaGetLastError();
-      }
-    }
-  } free_scratch{ranks_, col, scratch};  // destroyed before `restore`
-  const std::size_t scratch_bytes = static_cast<std::size_t>(n_ * per) * elem;
-  for (int r = 0; r < n_; ++r) {
-    DeviceGuard g(rank(r).physical);
-    DITTO_CUDA_CHECK(cudaMallocAsync(&scratch[static_cast<std::size_t>(r)], scratch_bytes,
-                                     call(r).stream),
-                     rank(r).where);
-  }
-
-  // (1) all-to-all: rank r sends its block q to rank q and receives its block r from rank q.
-  {
-    NcclGroup group(rank(0).where);
-    for (int r = 0; r < n_; ++r) {
-      const Call& c = call(r);
-      const Rank& k = rank(r);
-      for (int q = 0; q < n_; ++q) {
-        if (q == r) continue;
-        if (len(q) > 0)
-          DITTO_NCCL_CHECK(ncclSend(at(c.send, q * per, elem), static_cast<std::size_t>(len(q)),
-                                    type, q, k.nccl, c.stream),
-                           k.where);
-        if (len(r) > 0)
-          DITTO_NCCL_CHECK(ncclRecv(at(scratch[r], q * per, elem),
-                                    static_cast<std::size_t>(len(r)), type, q, k.nccl, c.stream),
-                           k.where);
-      }
-    }
-    group.end();
-  }
-
-  // (2) rank r reduces the N copies of its block (its own straight from send).
-  for (int r = 0; r < n_; ++r) {
-    if (len(r) == 0) continue;
-    const Call& c = call(r);
-    std::vector<const void*> srcs;
-    for (int q = 0; q < n_; ++q)
-      srcs.push_back(q == r ? at(c.send, r * per, elem) : at(scratch[r], q * per, elem));
-    void* dst = nullptr;
-    if (kind == Kind::all_reduce)
-      dst = at(c.recv, r * per, elem);
-    else if (kind == Kind::reduce_scatter)
-      dst = c.recv;
-    else  // reduce: the root's recv, else the unused row r of the scratch
-      dst = r == root ? at(c.recv, r * per, elem) : at(scratch[r], r * per, elem);
-    DeviceGuard g(rank(r).physical);
-    DITTO_CUDA_CHECK(launch_comm_reduce(c.stream, srcs, {dst}, len(r), c0.dtype, c0.op),
-                     rank(r).where);
-  }
-
-  // (3) distribute the reduced blocks.
-  if (kind == Kind::all_reduce) {
-    NcclGroup group(rank(0).where);
-    if (per * n_ == count) {  // even blocks: NCCL's in-place all-gather
-      for (int r = 0; r < n_; ++r)
-        DITTO_NCCL_CHECK(ncclAllGather(at(call(r).recv, r * per, elem), call(r).recv,
-                                       static_cast<std::size_t>(per), type, rank(r).nccl,
-                                       call(r).stream),
-                         rank(r).where);
-    } else {
-      for (int r = 0; r < n_; ++r)
-        for (int q = 0; q < n_; ++q) {
-          if (q == r) continue;
-          if (len(r) > 0)
-            DITTO_NCCL_CHECK(ncclSend(at(call(r).recv, r * per, elem),
-                                      static_cast<std::size_t>(len(r)), type, q, rank(r).nccl,
-                                      call(r).stream),
-                             rank(r).where);
-          if (len(q) > 0)
-            DITTO_NCCL_CHECK(ncclRecv(at(call(r).recv, q * per, elem),
-                                      static_cast<std::size_t>(len(q)), type, q, rank(r).nccl,
-                                      call(r).stream),
-                             rank(r).where);
-        }
-    }
-    group.end();
-  } else if (kind == Kind::reduce) {
-    NcclGroup group(rank(0).where);
-    for (int q = 0; q < n_; ++q) {
-      if (q == root || len(q) == 0) continue;
-      DITTO_NCCL_CHECK(ncclSend(at(scratch[q], q * per, elem), static_cast<std::size_t>(len(q)),
-                                type, root, rank(q).nccl, call(q).stream),
-                       rank(q).where);
-      DITTO_NCCL_CHECK(ncclRecv(at(call(root).recv, q * per, elem),
-                                static_cast<std::size_t>(len(q)), type, q, rank(root).nccl,
-                                call(root).stream),
-                       rank(root).where);
-    }
-    group.end();
-  }
+  NcclTransport transport(backend_, n_, std::move(local), round.calls[0].dtype,
+                          round.calls[0].op);
+  bitwise_collective(transport, round.calls[0], n_);
 }
 
 }  // namespace

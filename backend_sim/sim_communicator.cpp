@@ -70,6 +70,7 @@
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_executor.h"
 #include "core/internal/collective_call.h"
+#include "core/internal/rendezvous.h"
 #include "core/runtime/error.h"
 
 namespace ditto::sim {
@@ -235,6 +236,16 @@ inline void store_fence(bool stream) {
 
 // ---- the communicator -----------------------------------------------------------------------
 
+// One rank's call as its round holds it: the call, the rank's stream and its clock at arrival.
+struct SimCall : Call {
+  SimCall() = default;
+  SimCall(const Call& c, SimStream* s, VTime t) : Call(c), stream(s), arrival(t) {}
+  SimStream* stream = nullptr;
+  VTime arrival{};
+};
+
+using Cause = detail::AbortState::Cause;
+
 class SimCommunicator final : public CommunicatorImpl,
                               public std::enable_shared_from_this<SimCommunicator> {
  public:
@@ -244,57 +255,43 @@ class SimCommunicator final : public CommunicatorImpl,
         options_(options),
         cost_(std::move(cost)),
         n_(static_cast<int>(devices_.size())),
-        timeout_ms_(faults ? faults->config.comm_timeout_ms.value_or(options.timeout_ms)
-                           : options.timeout_ms),
         faults_(std::move(faults)),
-        here_(devices_.size(), 0),
+        rv_(n_, faults_ ? faults_->config.comm_timeout_ms.value_or(options.timeout_ms)
+                        : options.timeout_ms),
         in_flight_(devices_.size(), 0),
-        seq_(devices_.size(), 0),
-        slots_(devices_.size()),
-        arrive_(devices_.size(), 0),
-        streams_(devices_.size(), nullptr),
         labels_(devices_.size()),
-        waiters_(devices_.size()) {
-  }
+        waiters_(devices_.size()) {}
 
-  void all_reduce(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
-                  DType dtype, ReduceOp op) override {
-    submit(rank, s, {Kind::all_reduce, send, recv, count, dtype, op, 0});
+  // Throws at once when aborted; otherwise enqueues the rank's parking task.
+  void enqueue(int rank, Stream& s, const Call& call) override {
+    SimStream& ss = as_sim(s, kind_name(call.kind));
+    {
+      std::lock_guard lk(mu_);
+      rv_.abort_state().throw_if_aborted(call.kind);
+    }
+    ss.enqueue_parked([self = shared_from_this(), rank, call, &ss](Resume r) {
+      self->arrive(rank, call, ss, r);
+    });
   }
-  void reduce(int rank, Stream& s, const void* send, void* recv, std::int64_t count, DType dtype,
-              ReduceOp op, int root) override {
-    submit(rank, s, {Kind::reduce, send, recv, count, dtype, op, root});
-  }
-  void broadcast(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
-                 DType dtype, int root) override {
-    submit(rank, s, {Kind::broadcast, send, recv, count, dtype, ReduceOp::sum, root});
-  }
-  void all_gather(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
-                  DType dtype) override {
-    submit(rank, s, {Kind::all_gather, send, recv, count, dtype, ReduceOp::sum, 0});
-  }
-  void reduce_scatter(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
-                      DType dtype, ReduceOp op) override {
-    submit(rank, s, {Kind::reduce_scatter, send, recv, count, dtype, op, 0});
-  }
-  void barrier(int rank, Stream& s) override { submit(rank, s, {}); }
 
   void abort(int rank, const std::string& reason) noexcept override {
+    std::unique_lock lk(mu_);
+    if (rv_.abort_state().aborted()) return;  // the first reason stays
     try {
-      std::unique_lock lk(mu_);
-      if (aborted_) return;  // the first reason stays
-      abort_locked(lk, detail::cat("rank ", rank, " failed: ", reason), false, true);
+      rv_.abort_state().rank_failed(rank, reason);
     } catch (...) {  // allocation failure of the message: the flag is what matters
-      std::lock_guard lk(mu_);
-      aborted_ = true;
+      rv_.abort_state().mark();
     }
+    release_parked(lk);
   }
 
  private:
+  using Round = detail::Rendezvous<SimCall>::Round;
+
   // One collective whose ranks have all arrived: the calls, the shares still running, and the
   // streams to resume when they are done (Note [Sim collectives], steps 3 and 4).
   struct Work {
-    std::vector<Call> calls;
+    std::vector<SimCall> calls;
     std::vector<Resume> resumes;
     std::string mismatch;           // non-empty: every rank fails with it, nothing runs
     std::atomic<int> pending{0};    // jobs still running
@@ -302,48 +299,28 @@ class SimCommunicator final : public CommunicatorImpl,
     std::exception_ptr error;       // first error of a job (host out of memory)
   };
 
-  // Throws at once when aborted; otherwise enqueues the rank's parking task.
-  void submit(int rank, Stream& s, const Call& call) {
-    SimStream& ss = as_sim(s, kind_name(call.kind));
-    {
-      std::lock_guard lk(mu_);
-      throw_if_aborted(call.kind);
-    }
-    ss.enqueue_parked([self = shared_from_this(), rank, call, &ss](Resume r) {
-      self->arrive(rank, call, ss, r);
-    });
+  // Aborts with `reason` (the first reason stays) and resumes every parked rank with the error
+  // AbortState::error_for gives its collective. Called with `lk` held; returns with it released.
+  void abort_locked(std::unique_lock<std::mutex>& lk, Cause cause, std::string reason,
+                    int failed_rank = -1) {
+    rv_.abort_state().abort(cause, std::move(reason), failed_rank);
+    release_parked(lk);
   }
 
-  // Caller holds mu_.
-  void throw_if_aborted(Kind kind) const {
-    if (aborted_)
-      throw BackendError(detail::cat(kind_name(kind), ": communicator aborted by an earlier error: ",
-                                     abort_reason_));
-  }
-
-  // Aborts with `reason` and resumes every parked rank with it (Timeout when `timeout`, else
-  // BackendError; `by_rank`: a rank failed, and each parked rank's message starts with its own
-  // collective, "<label>: rank R failed: ..."). Called with `lk` held; returns with it released.
-  void abort_locked(std::unique_lock<std::mutex>& lk, std::string reason, bool timeout,
-                    bool by_rank) {
-    aborted_ = true;
-    abort_reason_ = std::move(reason);
+  void release_parked(std::unique_lock<std::mutex>& lk) {
     if (timer_) Watchdog::instance().cancel(*timer_);
     timer_.reset();
-    std::vector<std::pair<Resume, std::string>> parked;
+    std::vector<std::pair<Resume, std::exception_ptr>> parked;
     for (std::size_t q = 0; q < waiters_.size(); ++q)
       if (waiters_[q]) {
-        parked.emplace_back(*waiters_[q],
-                            by_rank ? detail::cat(labels_[q], ": ", abort_reason_) : abort_reason_);
+        // One exception object per rank: each stream rethrows its own (none shared by threads).
+        parked.emplace_back(*waiters_[q], rv_.abort_state().error_for(labels_[q]));
         waiters_[q].reset();
         in_flight_[q] = 0;
       }
-    parked_ = arrived_ = 0;
-    std::fill(here_.begin(), here_.end(), 0);
+    rv_.close_all();
     lk.unlock();
-    // One exception object per rank: each stream rethrows its own (no object shared by threads).
-    for (const auto& [r, why] : parked)
-      r(timeout ? error_ptr<Timeout>(why) : error_ptr<BackendError>(why));
+    for (const auto& [r, error] : parked) r(error);
   }
 
   bool skipped(int rank, std::uint64_t seq) const {
@@ -364,39 +341,32 @@ class SimCommunicator final : public CommunicatorImpl,
   void arrive(int rank, const Call& call, SimStream& stream, Resume resume) {
     const DeviceHealth* health = stream.health();
     std::unique_lock lk(mu_);
-    throw_if_aborted(call.kind);
+    rv_.abort_state().throw_if_aborted(call.kind);
     const auto r = static_cast<std::size_t>(rank);
-    const std::uint64_t seq = ++seq_[r];
-    const std::string label =
-        detail::cat(kind_name(call.kind), " (collective #", seq, " on this communicator)");
+    const std::shared_ptr<Round> round = rv_.enter(rank);
+    const std::string label = detail::collective_label(call.kind, round->seq);
     if (in_flight_[r]) {
       std::string why = detail::cat(label, ": rank ", rank,
                                     " started a collective while its previous one was still "
                                     "running (on another stream); a rank's collectives must run "
                                     "one at a time");
-      abort_locked(lk, why, false, false);
+      abort_locked(lk, Cause::error, why);
       throw BackendError(why);
     }
     if (health && health->failed.load()) {
       // The message parked peers get when this rank's trainer aborts (Communicator::abort).
       const std::string fault = health->failure();
-      abort_locked(lk, detail::cat(label, ": rank ", rank, " failed: ", fault), false, false);
+      abort_locked(lk, Cause::error, detail::cat(label, ": rank ", rank, " failed: ", fault),
+                   rank);
       throw BackendError(fault);
     }
     in_flight_[r] = 1;
     waiters_[r] = resume;
     labels_[r] = label;
-    ++parked_;
-    const bool skip = skipped(rank, seq);  // injected fault: parked, but never arrives
-    if (!skip) {
-      slots_[r] = call;
-      arrive_[r] = stream.virtual_now;
-      streams_[r] = &stream;
-      here_[r] = 1;
-      ++arrived_;
-    }
-    if (skip || arrived_ < n_) {
-      if (!timer_) arm_timeout(label);  // the first rank to park starts the clock
+    // Injected fault: parked, but never arrives.
+    if (skipped(rank, round->seq) ||
+        !rv_.arrive(*round, rank, SimCall(call, &stream, stream.virtual_now))) {
+      if (!timer_) arm_timeout(*round, call.kind);  // the first rank to park starts the clock
       return;
     }
 
@@ -404,17 +374,14 @@ class SimCommunicator final : public CommunicatorImpl,
     if (timer_) Watchdog::instance().cancel(*timer_);
     timer_.reset();
     auto work = std::make_shared<Work>();
-    work->calls = slots_;
-    work->mismatch = detail::find_call_mismatch(slots_, seq);
+    work->calls = std::move(round->calls);
+    work->mismatch = detail::find_call_mismatch(work->calls, round->seq);
     work->resumes.reserve(waiters_.size());
     for (auto& w : waiters_) {
       work->resumes.push_back(*w);
       w.reset();
     }
-    if (work->mismatch.empty()) charge(slots_[0]);
-    parked_ = arrived_ = 0;
-    std::fill(here_.begin(), here_.end(), 0);
-    ++generation_;
+    if (work->mismatch.empty()) charge(work->calls);
     lk.unlock();
     if (!work->mismatch.empty()) {
       finish(*work);
@@ -435,43 +402,37 @@ class SimCommunicator final : public CommunicatorImpl,
     run_job(work, 0, jobs);
   }
 
-  void arm_timeout(const std::string& label) {
-    pending_label_ = label;
-    const std::uint64_t gen = generation_;
+  // The deadline of the open round (Note [Rendezvous]), on the Watchdog.
+  void arm_timeout(const Round& round, Kind kind) {
+    pending_kind_ = kind;
     // The callback holds the communicator: parked ranks do not, and must still time out when
     // every handle is gone.
     timer_ = Watchdog::instance().schedule(
-        detail::comm_deadline<Watchdog::Clock>(timeout_ms_),
-        [self = shared_from_this(), gen] { self->on_timeout(gen); });
+        round.deadline, [self = shared_from_this(), seq = round.seq] { self->on_timeout(seq); });
   }
 
-  void on_timeout(std::uint64_t gen) {
+  void on_timeout(std::uint64_t seq) {
     std::unique_lock lk(mu_);
-    if (aborted_ || generation_ != gen || parked_ == 0) return;  // completed meanwhile
+    if (rv_.abort_state().aborted() || !rv_.is_open(seq)) return;  // completed meanwhile
     timer_.reset();
-    std::vector<int> missing;
-    for (int q = 0; q < n_; ++q)
-      if (!here_[static_cast<std::size_t>(q)]) missing.push_back(q);
-    std::string who = missing.size() == 1 ? "rank " : "ranks ";
-    for (std::size_t i = 0; i < missing.size(); ++i)
-      who += (i ? ", " : "") + std::to_string(missing[i]);
-    abort_locked(lk,
-          detail::cat(pending_label_, ": timed out after ", timeout_ms_, " ms waiting for ", who,
-                      " (communicator of ", n_, " ranks; it is now aborted)"),
-          true, false);
+    std::string why = rv_.timeout_reason(*rv_.open().at(seq), pending_kind_);
+    abort_locked(lk, Cause::timeout, std::move(why));
   }
 
   // Virtual time (Note [Virtual time], cost_model.h): the collective starts when the last rank
   // arrived and lasts the cost model's estimate; every rank's stream clock moves to its end.
   // Called by the last rank to arrive, with mu_ held, while every other rank's stream is parked.
-  void charge(const Call& call) {
+  void charge(const std::vector<SimCall>& calls) {
     if (!cost_) return;
-    const VTime start = *std::max_element(arrive_.begin(), arrive_.end());
+    VTime start = calls[0].arrival;
+    for (const SimCall& c : calls) start = std::max(start, c.arrival);
+    const Call& call = calls[0];
     double bytes = static_cast<double>(call.count) * static_cast<double>(dtype_size(call.dtype));
     if (call.kind == Kind::all_gather || call.kind == Kind::reduce_scatter) bytes *= n_;
     if (call.kind == Kind::barrier) bytes = 0;
     const CollectiveEstimate est = collective_time(cost_->cluster(), call.kind, bytes, devices_);
-    for (SimStream* s : streams_) cost_->on_collective(*s, kind_name(call.kind), start, est, bytes);
+    for (const SimCall& c : calls)
+      cost_->on_collective(*c.stream, kind_name(call.kind), start, est, bytes);
   }
 
   void run_job(const std::shared_ptr<Work>& work, int job, int jobs) {
@@ -516,7 +477,7 @@ class SimCommunicator final : public CommunicatorImpl,
 
   // Shares [lo, hi) of the data movement of one collective (Note [Sim collectives], step 3).
   template <typename T>
-  void shares(const std::vector<Call>& calls, std::int64_t lo_share, std::int64_t hi_share) {
+  void shares(const std::vector<SimCall>& calls, std::int64_t lo_share, std::int64_t hi_share) {
     const Call& c = calls[0];
     const std::int64_t count = c.count;
     const auto n = static_cast<std::int64_t>(n_);
@@ -614,25 +575,17 @@ class SimCommunicator final : public CommunicatorImpl,
   const CommOptions options_;
   const std::shared_ptr<CostModel> cost_;
   const int n_;
-  const std::int64_t timeout_ms_;   // options_.timeout_ms, or the fault config's override
   const std::shared_ptr<FaultState> faults_;  // injected faults (may be null)
 
-  std::mutex mu_;
-  std::uint64_t generation_ = 0;     // collectives whose ranks have all arrived
-  int arrived_ = 0;                  // ranks in the current rendezvous
-  int parked_ = 0;                   // ... plus ranks parked without arriving (skip fault)
-  std::vector<char> here_;           // here_[r]: rank r is in the current rendezvous
+  std::mutex mu_;                    // guards everything below
+  // Matching, deadline and abort state; its timeout is options_.timeout_ms or the fault config's
+  // override. At most one round is open at a time: every rank that arrived is parked.
+  detail::Rendezvous<SimCall> rv_;
   std::vector<char> in_flight_;      // in_flight_[r]: rank r's collective has not finished
-  std::vector<std::uint64_t> seq_;   // collectives started per rank
-  std::vector<Call> slots_;          // each rank's current call
-  std::vector<VTime> arrive_;        // each rank's stream clock when it arrived
-  std::vector<SimStream*> streams_;  // each rank's stream in the current rendezvous
   std::vector<std::string> labels_;  // each parked rank's collective, for abort messages
-  std::vector<std::optional<Resume>> waiters_;  // parked ranks of the current rendezvous
-  std::optional<std::uint64_t> timer_;          // Watchdog id of the current deadline
-  std::string pending_label_;        // the current rendezvous, for the timeout message
-  bool aborted_ = false;
-  std::string abort_reason_;
+  std::vector<std::optional<Resume>> waiters_;  // parked ranks of the open round
+  std::optional<std::uint64_t> timer_;          // Watchdog id of the open round's deadline
+  Kind pending_kind_ = Kind::barrier;           // the first parked call's, for the timeout
 };
 
 }  // namespace

@@ -65,36 +65,14 @@ class SimMpiCommunicator final : public CommunicatorImpl,
   SimMpiCommunicator(MPI_Comm comm, const CommOptions& options)
       : link_(comm, options, "sim communicator") {}
 
-  void all_reduce(int, Stream& s, const void* send, void* recv, std::int64_t count, DType dtype,
-                  ReduceOp op) override {
-    submit(s, {Kind::all_reduce, send, recv, count, dtype, op, 0});
-  }
-  void reduce(int, Stream& s, const void* send, void* recv, std::int64_t count, DType dtype,
-              ReduceOp op, int root) override {
-    submit(s, {Kind::reduce, send, recv, count, dtype, op, root});
-  }
-  void broadcast(int, Stream& s, const void* send, void* recv, std::int64_t count, DType dtype,
-                 int root) override {
-    submit(s, {Kind::broadcast, send, recv, count, dtype, ReduceOp::sum, root});
-  }
-  void all_gather(int, Stream& s, const void* send, void* recv, std::int64_t count,
-                  DType dtype) override {
-    submit(s, {Kind::all_gather, send, recv, count, dtype, ReduceOp::sum, 0});
-  }
-  void reduce_scatter(int, Stream& s, const void* send, void* recv, std::int64_t count,
-                      DType dtype, ReduceOp op) override {
-    submit(s, {Kind::reduce_scatter, send, recv, count, dtype, op, 0});
-  }
-  void barrier(int, Stream& s) override { submit(s, {}); }
-  void abort(int, const std::string& reason) noexcept override { link_.abort_by_rank(reason); }
-
- private:
-  void submit(Stream& s, const CollectiveCall& call) {
+  void enqueue(int, Stream& s, const CollectiveCall& call) override {
     SimStream& ss = as_sim(s, detail::collective_name(call.kind));
     link_.throw_if_aborted(call.kind);
     ss.enqueue([self = shared_from_this(), call] { self->run(call); });
   }
+  void abort(int, const std::string& reason) noexcept override { link_.abort_by_rank(reason); }
 
+ private:
   // The task body (Note [Sim collectives over MPI]).
   void run(const CollectiveCall& call) {
     if (in_flight_.exchange(true))

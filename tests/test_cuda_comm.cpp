@@ -488,6 +488,52 @@ TEST_F(CudaCommTest, BitwiseCollectivesEqualTheSimulatorBitForBit) {
   }
 }
 
+// ---- memory ---------------------------------------------------------------------------------------
+
+// The GPU logical device `index` runs on, as the backend's errors name it ("cuda:1 (GPU 1): out of
+// memory ..."): the tests see no CUDA API.
+int physical_gpu(int index) {
+  Backend& b = get_backend("cuda");
+  try {
+    void* p = b.allocate(index, b.memory_stats(index).capacity + 1);
+    b.deallocate(index, p, b.memory_stats(index).capacity + 1);
+  } catch (const OutOfMemory& e) {
+    const std::string m = e.what();
+    const std::size_t at = m.find("(GPU ");
+    if (at != std::string::npos) return std::stoi(m.substr(at + 5));
+  }
+  return -1;
+}
+
+TEST_F(CudaCommTest, BitwiseNcclScratchIsCountedByTheDevicesMemoryStats) {
+  if (physical_gpu(0) == physical_gpu(1))
+    GTEST_SKIP() << "needs two GPUs: ranks sharing a GPU use the in-GPU transport, which has no "
+                    "scratch";
+  Backend& b = get_backend("cuda");
+  CommOptions o;
+  o.determinism = Determinism::bitwise;
+  auto comms = Communicator::init_all(devices("cuda", 2), o);
+  const std::int64_t count = std::int64_t(1) << 20;  // two even blocks of 2^19 floats
+  std::vector<Tensor> t;
+  for (int r = 0; r < 2; ++r) t.push_back(make(inputs<float>(r, count), comms[r].device()));
+  synchronize(comms);
+  std::size_t before[2];
+  for (int r = 0; r < 2; ++r) {
+    b.reset_peak_memory(r);
+    before[r] = b.memory_stats(r).in_use;
+  }
+  ditto::all_reduce(comms, t);
+  synchronize(comms);
+  // Each rank's scratch of [2 ranks, 2^19] floats (Note [CUDA bitwise collectives]) went through
+  // the backend's allocator: the peak saw it, and it was given back.
+  const std::size_t scratch = 2 * (std::size_t(1) << 19) * sizeof(float);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_GE(b.memory_stats(r).peak, before[r] + scratch) << "rank " << r;
+    EXPECT_EQ(b.memory_stats(r).in_use, before[r]) << "rank " << r;
+  }
+  EXPECT_EQ(t[1].to_vector<float>()[5], inputs<float>(0, count)[5] + inputs<float>(1, count)[5]);
+}
+
 // ---- errors -------------------------------------------------------------------------------------
 
 TEST_F(CudaCommTest, MismatchedCallsFailEveryRankAndTheCommunicatorStaysUsable) {

@@ -12,6 +12,7 @@
 #include "core/runtime/backend.h"
 #include "core/dist/distributed.h"
 #include "core/runtime/error.h"
+#include "core/internal/collective_call.h"
 #include "core/internal/process_group.h"
 
 namespace ditto {
@@ -28,6 +29,8 @@ const char* reduce_op_name(ReduceOp op) {
 }
 
 namespace {
+
+using Kind = detail::CollectiveKind;
 
 std::string rank_str(const Communicator& c) {
   return detail::cat(c.device().str(), " (rank ", c.rank(), " of ", c.size(), ")");
@@ -258,11 +261,15 @@ void Communicator::check_tensor(const char* call, const char* arg, const Tensor&
   check_tensor_impl(*this, call, arg, t);
 }
 
+// Every per-rank collective ends here: one call record, one backend entry point.
+void Communicator::submit(const detail::CollectiveCall& call) {
+  join_group();
+  impl_->enqueue(rank_, stream(), call);
+}
+
 void Communicator::all_reduce(const Tensor& send, Tensor& recv, ReduceOp op) {
   check_all_reduce(*this, send, recv, op);
-  join_group();
-  impl_->all_reduce(rank_, stream(), send.data_ptr(), recv.data_ptr(), send.numel(), send.dtype(),
-                    op);
+  submit({Kind::all_reduce, send.data_ptr(), recv.data_ptr(), send.numel(), send.dtype(), op, 0});
 }
 
 void Communicator::all_reduce(Tensor& tensor, ReduceOp op) { all_reduce(tensor, tensor, op); }
@@ -270,37 +277,31 @@ void Communicator::all_reduce(Tensor& tensor, ReduceOp op) { all_reduce(tensor, 
 void Communicator::reduce(const Tensor& send, Tensor& recv, ReduceOp op, int root) {
   check_reduce(*this, send, recv, op, root);
   void* recv_ptr = rank_ == root ? recv.data_ptr() : nullptr;
-  join_group();
-  impl_->reduce(rank_, stream(), send.data_ptr(), recv_ptr, send.numel(), send.dtype(), op, root);
+  submit({Kind::reduce, send.data_ptr(), recv_ptr, send.numel(), send.dtype(), op, root});
 }
 
 void Communicator::broadcast(const Tensor& send, Tensor& recv, int root) {
   check_broadcast(*this, send, recv, root);
   const void* send_ptr = rank_ == root ? send.data_ptr() : nullptr;
-  join_group();
-  impl_->broadcast(rank_, stream(), send_ptr, recv.data_ptr(), recv.numel(), recv.dtype(), root);
+  submit({Kind::broadcast, send_ptr, recv.data_ptr(), recv.numel(), recv.dtype(), ReduceOp::sum,
+          root});
 }
 
 void Communicator::broadcast(Tensor& tensor, int root) { broadcast(tensor, tensor, root); }
 
 void Communicator::all_gather(const Tensor& send, Tensor& recv) {
   check_all_gather(*this, send, recv);
-  join_group();
-  impl_->all_gather(rank_, stream(), send.data_ptr(), recv.data_ptr(), send.numel(),
-                    send.dtype());
+  submit({Kind::all_gather, send.data_ptr(), recv.data_ptr(), send.numel(), send.dtype(),
+          ReduceOp::sum, 0});
 }
 
 void Communicator::reduce_scatter(const Tensor& send, Tensor& recv, ReduceOp op) {
   check_reduce_scatter(*this, send, recv, op);
-  join_group();
-  impl_->reduce_scatter(rank_, stream(), send.data_ptr(), recv.data_ptr(), recv.numel(),
-                        recv.dtype(), op);
+  submit({Kind::reduce_scatter, send.data_ptr(), recv.data_ptr(), recv.numel(), recv.dtype(), op,
+          0});
 }
 
-void Communicator::barrier() {
-  join_group();
-  impl_->barrier(rank_, stream());
-}
+void Communicator::barrier() { submit({}); }
 
 // ---- single-controller forms ------------------------------------------------------------------
 

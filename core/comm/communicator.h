@@ -59,25 +59,26 @@ typename Clock::time_point comm_deadline(std::int64_t timeout_ms) {
 }
 }  // namespace detail
 
-/// Backend-side shared state of one communicator (all ranks). Core validates arguments; the
-/// backend implements the data movement. Each method is the call for one rank, enqueued on
-/// `stream` (a stream of that rank's device).
+namespace detail {
+struct CollectiveCall;  // core/internal/collective_call.h (internal: backends only)
+}
+
+/// Backend-side shared state of one communicator (all ranks). Core validates arguments and
+/// records each call as a detail::CollectiveCall (kind, pointers, count, dtype, op, root); the
+/// backend implements the data movement behind ONE entry point, so a new collective is an enum
+/// value, its validation in core and a case in each backend's executor (as NCCL funnels every
+/// public call into one ncclInfo and one enqueue path).
 class CommunicatorImpl {
  public:
   virtual ~CommunicatorImpl() = default;
-  virtual void all_reduce(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
-                          DType dtype, ReduceOp op) = 0;
-  virtual void reduce(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
-                      DType dtype, ReduceOp op, int root) = 0;
-  virtual void broadcast(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
-                         DType dtype, int root) = 0;
-  /// recv holds size() * count elements; rank r's send lands at r * count.
-  virtual void all_gather(int rank, Stream& s, const void* send, void* recv, std::int64_t count,
-                          DType dtype) = 0;
-  /// send holds size() * count elements; rank r receives the reduction of block r.
-  virtual void reduce_scatter(int rank, Stream& s, const void* send, void* recv,
-                              std::int64_t count, DType dtype, ReduceOp op) = 0;
-  virtual void barrier(int rank, Stream& s) = 0;
+
+  /// Rank `rank`'s call of the next collective, enqueued on `stream` (a stream of that rank's
+  /// device). Arguments are valid (core checked them); for all_gather recv holds size() * count
+  /// elements (rank r's send lands at r * count), for reduce_scatter send does (rank r receives
+  /// the reduction of block r); recv is null off the root for reduce, send off the root for
+  /// broadcast. The ranks' calls are matched by their ordinal on this communicator
+  /// (core/internal/rendezvous.h).
+  virtual void enqueue(int rank, Stream& stream, const detail::CollectiveCall& call) = 0;
 
   /// Group hooks (ncclGroupStart / ncclGroupEnd). Core calls group_start() before this thread's
   /// first per-rank call inside a group (ditto::group_start(), and the single-controller forms
@@ -171,6 +172,8 @@ class Communicator {
   void check_tensor(const char* call, const char* arg, const Tensor& t) const;
   /// Inside a group of this thread: tells the backend (CommunicatorImpl::group_start) once.
   void join_group() const;
+  /// Joins the thread's group, then hands the call to the backend (CommunicatorImpl::enqueue).
+  void submit(const detail::CollectiveCall& call);
 
   std::shared_ptr<CommunicatorImpl> impl_;
   std::shared_ptr<const std::vector<Device>> devices_;

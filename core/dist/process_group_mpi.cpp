@@ -68,12 +68,6 @@ constexpr std::int32_t kAbortKind = 255;
 
 constexpr int kCallTag = 1;
 
-std::string ranks_str(const std::vector<int>& ranks) {
-  std::string who = ranks.size() == 1 ? "rank " : "ranks ";
-  for (std::size_t i = 0; i < ranks.size(); ++i) who += (i ? ", " : "") + std::to_string(ranks[i]);
-  return who;
-}
-
 }  // namespace
 
 MpiLink::MpiLink(MPI_Comm comm, const CommOptions& options, std::string what)
@@ -87,25 +81,22 @@ MpiLink::~MpiLink() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   // An aborted link may have requests pending on comm_ (Note [Timeouts over MPI]): leave it.
-  if (!finalized && !aborted_ && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
-}
-
-std::string MpiLink::label(CollectiveKind kind, std::uint64_t seq) {
-  return cat(collective_name(kind), " (collective #", seq, " on this communicator)");
+  if (!finalized && !abort_.aborted() && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
 }
 
 void MpiLink::throw_if_aborted(CollectiveKind kind) const {
   std::lock_guard lk(mu_);
-  if (!aborted_) return;
-  throw BackendError(
-      cat(collective_name(kind), ": communicator aborted by an earlier error: ", abort_reason_));
+  abort_.throw_if_aborted(kind);
+}
+
+bool MpiLink::aborted() const {
+  std::lock_guard lk(mu_);
+  return abort_.aborted();
 }
 
 void MpiLink::abort(std::string reason, bool timeout) {
   std::lock_guard lk(mu_);
-  aborted_ = true;
-  abort_timeout_ = timeout;
-  abort_reason_ = std::move(reason);
+  abort_.abort(timeout ? Cause::timeout : Cause::error, std::move(reason));
 }
 
 std::vector<CollectiveCall> MpiLink::start(const CollectiveCall& call, std::uint64_t& seq) {
@@ -153,18 +144,18 @@ std::vector<CollectiveCall> MpiLink::start(const CollectiveCall& call, std::uint
     failed = notice();
     if (arrived || failed >= 0 || Clock::now() >= deadline) break;
     std::lock_guard lk(mu_);
-    if (aborted_) break;  // this rank failed meanwhile (abort_by_rank from another thread)
+    if (abort_.aborted()) break;  // this rank failed meanwhile (abort_by_rank, another thread)
   }
   if (!arrived && failed < 0) {
     std::unique_lock lk(mu_);
-    if (aborted_) {
-      std::string reason = abort_reason_;
+    if (abort_.aborted()) {
+      std::exception_ptr error = abort_.error_for(lbl);
       orphans_.push_back(mine);
       orphans_.push_back(theirs);
       lk.unlock();
       for (MPI_Request& r : recvs)
         if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
-      throw BackendError(cat(lbl, ": ", reason));
+      std::rethrow_exception(error);
     }
   }
   if (failed >= 0) {
@@ -177,21 +168,16 @@ std::vector<CollectiveCall> MpiLink::start(const CollectiveCall& call, std::uint
       std::lock_guard lk(mu_);
       orphans_.push_back(mine);
       orphans_.push_back(theirs);
-      if (!aborted_) {
-        aborted_ = true;
-        abort_by_rank_ = true;
-        abort_reason_ = reason;
-      }
+      abort_.abort(Cause::peer, reason, failed);
     }
-    throw BackendError(cat(lbl, ": ", reason));
+    std::rethrow_exception(peer_failure(cat(lbl, ": ", reason), failed));
   }
   if (!arrived) {
     std::vector<int> missing;
     for (int q = 0; q < size_; ++q)
       if (recvs[static_cast<std::size_t>(q)] != MPI_REQUEST_NULL) missing.push_back(q);
-    std::string reason = cat(lbl, ": timed out after ", options_.timeout_ms, " ms waiting for ",
-                             ranks_str(missing), " (communicator of ", size_,
-                             " ranks in MPI processes; it is now aborted)");
+    std::string reason =
+        timeout_reason(lbl, options_.timeout_ms, missing, size_, " in MPI processes");
     for (MPI_Request& r : recvs)
       if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
     {
@@ -232,10 +218,7 @@ std::vector<CollectiveCall> MpiLink::start(const CollectiveCall& call, std::uint
 void MpiLink::abort_by_rank(const std::string& reason) noexcept {
   try {
     std::lock_guard lk(mu_);
-    if (aborted_) return;  // the first reason stays
-    aborted_ = true;
-    abort_by_rank_ = true;
-    abort_reason_ = cat("rank ", rank_, " failed: ", reason);
+    if (!abort_.rank_failed(rank_, reason)) return;  // the first reason stays
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized || size_ == 1) return;
@@ -253,7 +236,7 @@ void MpiLink::abort_by_rank(const std::string& reason) noexcept {
         MPI_Request_free(&req);
     }
   } catch (...) {  // allocation failure: the flag is what matters
-    aborted_ = true;
+    abort_.mark();
   }
 }
 

@@ -30,6 +30,7 @@
 
 #include "core/runtime/backend.h"
 #include "core/internal/collective_call.h"
+#include "core/internal/rendezvous.h"
 #include "core/comm/communicator.h"
 #include "core/runtime/error.h"
 
@@ -76,6 +77,8 @@ class MpiLink {
 
   /// Throws BackendError "<kind>: communicator aborted by an earlier error: ..." once aborted.
   void throw_if_aborted(CollectiveKind kind) const;
+  /// Whether the link was aborted (a timeout, a failed rank, Communicator::abort).
+  bool aborted() const;
 
   /// Starts this rank's next collective: sends `call` to every other rank and receives theirs
   /// (Note [Timeouts over MPI]). Returns every rank's call in rank order (pointers are this
@@ -99,12 +102,15 @@ class MpiLink {
   void abort_by_rank(const std::string& reason) noexcept;
 
   /// "all_reduce (collective #3 on this communicator)".
-  static std::string label(CollectiveKind kind, std::uint64_t seq);
+  static std::string label(CollectiveKind kind, std::uint64_t seq) {
+    return collective_label(kind, seq);
+  }
   /// "rank 2 of 4 (MPI)" for error messages.
   const std::string& where() const { return where_; }
 
  private:
   void abort(std::string reason, bool timeout);
+  using Cause = AbortState::Cause;
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   CommOptions options_;
@@ -114,10 +120,7 @@ class MpiLink {
   std::atomic<std::uint64_t> seq_{0};
 
   mutable std::mutex mu_;
-  bool aborted_ = false;
-  bool abort_timeout_ = false;
-  bool abort_by_rank_ = false;  ///< a rank failed (abort_by_rank here or elsewhere)
-  std::string abort_reason_;
+  AbortState abort_;  ///< Note [Rendezvous]
   std::vector<std::shared_ptr<void>> orphans_;  ///< buffers of requests left pending by an abort
 };
 

@@ -1,9 +1,11 @@
-# Rewrites backend_cuda/cuda_kernels.cu into host C++ for the CPU emulator (tools/cuda_emu/run.sh):
+# Rewrites one of the CUDA backend's kernel files (backend_cuda/cuda_kernels.cu, cuda_gemm.cu,
+# cuda_kernels_common.cuh) into host C++ for the CPU emulator (tools/cuda_emu/run.sh):
 # CUDA includes -> emu.h, kernel<<<grid, block, smem, stream>>>(args) -> emu_launch(kernel, grid, block, args).
 # Usage: extract.py IN.cu OUT.cpp
 import re, sys
 src = open(sys.argv[1]).read()
 src = re.sub(r'#include <cublas_v2.h>\n#include <cuda_runtime.h>\n', '#include "emu.h"\n', src)
+src = re.sub(r'#include <cuda_runtime.h>\n', '#include "emu.h"\n', src)
 for h in ['backend_cuda/cuda_backend.h', 'backend_cuda/cuda_check.h', 'backend_cuda/cuda_stream.h']:
     src = src.replace('#include "%s"\n' % h, '')
 out = []; i = 0

@@ -1,0 +1,158 @@
+// Internal: what the CUDA backend's kernel files (cuda_kernels.cu, cuda_gemm.cu) share: launch
+// configuration, how a reduction's result lands (Out), the GEMM's tile constants and arguments,
+// the Launch scope of a call and stream-ordered scratch memory (DeviceTemp). Included only by
+// .cu files (and, rewritten, by the CPU emulator, tools/cuda_emu).
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend_cuda/cuda_backend.h"
+#include "backend_cuda/cuda_check.h"
+#include "backend_cuda/cuda_stream.h"
+#include "core/numerics/canonical_math.h"
+#include "core/numerics/canonical_tree.h"
+#include "core/numerics/determinism.h"
+
+namespace ditto::cuda::kern {
+
+namespace cm = canonical;
+using i64 = std::int64_t;
+
+// ---- launch configuration ----------------------------------------------------------------------
+
+constexpr int kThreads = 256;        // block size of the simple kernels
+constexpr i64 kMaxBlocks = 16384;    // grid-stride kernels never launch more blocks than this
+
+inline int blocks_for(i64 n, int threads = kThreads) {
+  return static_cast<int>(std::clamp<i64>((n + threads - 1) / threads, 1, kMaxBlocks));
+}
+
+__device__ __forceinline__ i64 global_thread() {
+  return static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ i64 grid_threads() { return static_cast<i64>(gridDim.x) * blockDim.x; }
+
+// How a reduction's result T lands in its destination d.
+enum class Out : int {
+  store,       // d = T
+  accumulate,  // d = d + T (one add)
+  scale,       // d = scale * T
+};
+
+__device__ __forceinline__ float finish(Out out, float t, float d, float scale) {
+  if (out == Out::accumulate) return cm::add(d, t);
+  if (out == Out::scale) return cm::mul(scale, t);
+  return t;
+}
+
+// ---- GEMM tiles (Note [CUDA canonical GEMM], cuda_gemm.cu) ----------------------------------------
+
+constexpr int kBM = 128;            // rows of C per block
+constexpr int kBN = 128;            // columns of C per block
+constexpr int kBK = 8;              // rows of k per shared-memory tile
+constexpr int kPad = 4;             // shared-memory row padding (no bank conflicts on stores)
+constexpr int kGemmThreads = 256;   // 16 x 16 threads, 8 x 8 accumulators each
+constexpr int kLoads = kBM * kBK / kGemmThreads;  // elements of A (and of B) each thread stages
+constexpr int kShardCap = 64;       // shards per launch of the sharded kernels
+constexpr int kShardDepth = cm::tree_stack_depth(kShardCap);
+static_assert(kBM == kBN && kLoads == 4, "the tile loaders assume a square 128 x 128 x 8 tile");
+
+// Row offsets of up to kShardCap shards (absolute rows of the operands), a kernel parameter.
+struct ShardBounds {
+  i64 b[kShardCap + 1];
+};
+
+// canonical::ShardTiles' view of ShardBounds in the parameter space (__grid_constant__).
+struct BoundsRef {
+  const i64* b;
+  DITTO_HD i64 operator[](int i) const { return b[i]; }
+};
+
+struct GemmArgs {
+  i64 M, N;
+  const float* A;
+  i64 lda;
+  const float* B;
+  i64 ldb;
+  float* C;
+  i64 ldc;
+  float alpha, beta;  // plain GEMM: canonical::gemm_epilogue
+  Out out;            // sharded GEMM: store or accumulate
+};
+
+// ---- host side -------------------------------------------------------------------------------
+
+// The stream a call runs on, with its GPU made current for the scope.
+class Launch {
+ public:
+  Launch(Stream& s, const char* name)
+      : stream_(as_cuda(s, name)), guard_(stream_.physical_device()), name_(name) {}
+
+  cudaStream_t get() const { return stream_.get(); }
+  /// "cuda:3 (GPU 0) gemm": how errors name the call.
+  std::string where() const {
+    return stream_.device().str() + " (GPU " + std::to_string(stream_.physical_device()) + ") " +
+           name_;
+  }
+  /// Throws BackendError when the last launch failed.
+  void check() const { DITTO_CUDA_CHECK(cudaGetLastError(), where()); }
+
+ private:
+  CudaStream& stream_;
+  DeviceGuard guard_;
+  const char* name_;
+};
+
+// Stream-ordered scratch memory (cudaMallocAsync / cudaFreeAsync on the launch's stream), for
+// the intermediate nodes of the host-side trees. Devices without memory pools fall back to
+// cudaMalloc and a synchronised cudaFree.
+class DeviceTemp {
+ public:
+  DeviceTemp(const Launch& l, i64 floats) : stream_(l.get()) {
+    const std::size_t bytes = static_cast<std::size_t>(std::max<i64>(floats, 1)) * sizeof(float);
+    cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&ptr_), bytes, stream_);
+    if (err == cudaErrorNotSupported) {
+      (void)cudaGetLastError();
+      pooled_ = false;
+      err = cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes);
+    }
+    DITTO_CUDA_CHECK(err, l.where() + " scratch");
+  }
+  ~DeviceTemp() {
+    if (pooled_) {
+      (void)cudaFreeAsync(ptr_, stream_);
+    } else {
+      (void)cudaStreamSynchronize(stream_);
+      (void)cudaFree(ptr_);
+    }
+  }
+  DeviceTemp(const DeviceTemp&) = delete;
+  DeviceTemp& operator=(const DeviceTemp&) = delete;
+  float* get() const { return ptr_; }
+
+ private:
+  cudaStream_t stream_;
+  float* ptr_ = nullptr;
+  bool pooled_ = true;
+};
+
+inline ShardBounds shard_bounds(const std::vector<i64>& bounds, i64 lo, i64 hi) {
+  ShardBounds sb{};
+  for (i64 i = lo; i <= hi; ++i) sb.b[i - lo] = bounds[static_cast<std::size_t>(i)];
+  return sb;
+}
+
+/// C = gemm_epilogue(chain over k = 0..K-1, alpha, beta, C) with op(A), op(B) by trans_a,
+/// trans_b: ditto's canonical GEMM (cuda_gemm.cu), on the launch's stream.
+void launch_gemm(const Launch& l, bool trans_a, bool trans_b, const GemmArgs& g, i64 K);
+/// The sharded dW = dY^T X of `shards` (<= kShardCap) shards of rows `sb` into g.C with g.out.
+void launch_gemm_sharded(const Launch& l, const GemmArgs& g, const ShardBounds& sb, int shards);
+
+}  // namespace ditto::cuda::kern

@@ -1,0 +1,152 @@
+// NCCL pieces shared by the CUDA communicators (cuda_nccl.h): the NCCL error check, scoped
+// groups, one rank's native call, and the bitwise block algorithm's NCCL transport.
+#include "backend_cuda/cuda_nccl.h"
+
+#include <utility>
+
+#include "backend_cuda/cuda_check.h"
+#include "backend_cuda/cuda_comm_kernels.h"
+#include "core/runtime/error.h"
+
+namespace ditto::cuda {
+
+void throw_nccl_error(ncclResult_t result, const char* call, const char* file, int line,
+                      const std::string& where) {
+  std::string f = file ? file : "?";
+  std::size_t at = f.rfind("backend_cuda/");
+  if (at != std::string::npos) f = f.substr(at);
+  const char* last = ncclGetLastError(nullptr);
+  std::string msg = detail::cat(where, ": ", call, " failed at ", f, ":", line, ": ",
+                                ncclGetErrorString(result));
+  if (last && *last) msg += detail::cat(" (", last, ")");
+  throw BackendError(msg);
+}
+
+NcclGroup::NcclGroup(std::string where) : where_(std::move(where)) {
+  DITTO_NCCL_CHECK(ncclGroupStart(), where_);
+}
+
+NcclGroup::~NcclGroup() {
+  if (open_) (void)ncclGroupEnd();
+}
+
+void NcclGroup::end() {
+  open_ = false;
+  DITTO_NCCL_CHECK(ncclGroupEnd(), where_);
+}
+
+void nccl_native(const detail::CollectiveCall& c, ncclComm_t comm, cudaStream_t stream,
+                 float* barrier_buf, const std::string& where) {
+  using Kind = detail::CollectiveKind;
+  const auto count = static_cast<std::size_t>(c.count);
+  const ncclDataType_t type = nccl_type(c.dtype);
+  switch (c.kind) {
+    case Kind::all_reduce:
+      DITTO_NCCL_CHECK(ncclAllReduce(c.send, c.recv, count, type, nccl_op(c.op), comm, stream),
+                       where);
+      break;
+    case Kind::reduce:  // recv is unused (and null) off the root
+      DITTO_NCCL_CHECK(ncclReduce(c.send, c.recv ? c.recv : const_cast<void*>(c.send), count, type,
+                                  nccl_op(c.op), c.root, comm, stream),
+                       where);
+      break;
+    case Kind::broadcast:  // send is unused (and null) off the root
+      DITTO_NCCL_CHECK(
+          ncclBroadcast(c.send ? c.send : c.recv, c.recv, count, type, c.root, comm, stream),
+          where);
+      break;
+    case Kind::all_gather:
+      DITTO_NCCL_CHECK(ncclAllGather(c.send, c.recv, count, type, comm, stream), where);
+      break;
+    case Kind::reduce_scatter:
+      DITTO_NCCL_CHECK(
+          ncclReduceScatter(c.send, c.recv, count, type, nccl_op(c.op), comm, stream), where);
+      break;
+    case Kind::barrier:
+      DITTO_NCCL_CHECK(
+          ncclAllReduce(barrier_buf, barrier_buf, 1, ncclFloat32, ncclSum, comm, stream), where);
+      break;
+  }
+}
+
+// ---- NcclTransport ------------------------------------------------------------------------------
+
+NcclTransport::NcclTransport(CudaBackend& backend, int n, std::vector<Rank> ranks, DType dtype,
+                             ReduceOp op)
+    : backend_(backend),
+      ranks_(std::move(ranks)),
+      index_(static_cast<std::size_t>(n), -1),
+      scratch_(ranks_.size(), nullptr),
+      dtype_(dtype),
+      op_(op),
+      elem_(dtype_size(dtype)) {
+  for (std::size_t i = 0; i < ranks_.size(); ++i)
+    index_[static_cast<std::size_t>(ranks_[i].rank)] = static_cast<int>(i);
+}
+
+NcclTransport::~NcclTransport() {
+  group_.reset();  // a phase cut short by an error: ncclGroupEnd first
+  // Stream-ordered frees, after everything the collective enqueued on the ranks' streams.
+  for (std::size_t i = 0; i < ranks_.size(); ++i)
+    if (scratch_[i])
+      backend_.deallocate_on(ranks_[i].device, scratch_[i], scratch_bytes_, ranks_[i].stream);
+}
+
+void NcclTransport::reserve_scratch(std::int64_t elems) {
+  scratch_bytes_ = static_cast<std::size_t>(elems) * elem_;
+  for (std::size_t i = 0; i < ranks_.size(); ++i)
+    scratch_[i] = backend_.allocate_on(ranks_[i].device, scratch_bytes_, ranks_[i].stream);
+}
+
+void NcclTransport::begin_phase() { group_.emplace(*ranks_[0].where); }
+
+void NcclTransport::end_phase() {
+  group_->end();
+  group_.reset();
+}
+
+void* NcclTransport::ptr(const BlockRef& b) const {
+  const Rank& k = rank(b.rank);
+  const auto off = static_cast<std::size_t>(b.offset) * elem_;
+  switch (b.buffer) {
+    case Buffer::send: return static_cast<char*>(const_cast<void*>(k.send)) + off;
+    case Buffer::recv: return static_cast<char*>(k.recv) + off;
+    case Buffer::scratch:
+      return static_cast<char*>(scratch_[static_cast<std::size_t>(index_[b.rank])]) + off;
+  }
+  return nullptr;
+}
+
+void NcclTransport::copy(const BlockRef& from, const BlockRef& to, std::int64_t len) {
+  const ncclDataType_t type = nccl_type(dtype_);
+  const auto n = static_cast<std::size_t>(len);
+  if (local(from.rank)) {
+    const Rank& k = rank(from.rank);
+    DITTO_NCCL_CHECK(ncclSend(ptr(from), n, type, to.rank, k.comm, k.stream), *k.where);
+  }
+  if (local(to.rank)) {
+    const Rank& k = rank(to.rank);
+    DITTO_NCCL_CHECK(ncclRecv(ptr(to), n, type, from.rank, k.comm, k.stream), *k.where);
+  }
+}
+
+void NcclTransport::all_gather_recv(int r, std::int64_t per) {
+  const Rank& k = rank(r);
+  DITTO_NCCL_CHECK(ncclAllGather(ptr({r, Buffer::recv, r * per}), k.recv,
+                                 static_cast<std::size_t>(per), nccl_type(dtype_), k.comm,
+                                 k.stream),
+                   *k.where);
+}
+
+void NcclTransport::reduce(int r, const std::vector<BlockRef>& srcs, const BlockRef& dst,
+                           std::int64_t len) {
+  const Rank& k = rank(r);
+  std::vector<const void*> src_ptrs;
+  src_ptrs.reserve(srcs.size());
+  for (const BlockRef& b : srcs) src_ptrs.push_back(ptr(b));
+  DeviceGuard g(k.physical);
+  DITTO_CUDA_CHECK(launch_comm_reduce(k.stream, src_ptrs, {ptr(dst)}, len, dtype_, op_),
+                   *k.where);
+}
+
+}  // namespace ditto::cuda

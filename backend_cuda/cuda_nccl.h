@@ -1,0 +1,88 @@
+// Internal: what both NCCL communicators (in-process, cuda_communicator.cpp; one rank per
+// process, cuda_communicator_mpi.cpp) share: a scoped NCCL group, one rank's native NCCL call of
+// a collective, and NcclTransport, the BlockTransport of the bitwise block algorithm over NCCL
+// (cuda_bitwise.h) for the ranks this process drives.
+#pragma once
+
+#include <nccl.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "backend_cuda/cuda_backend.h"
+#include "backend_cuda/cuda_bitwise.h"
+#include "backend_cuda/nccl_check.h"
+#include "core/internal/collective_call.h"
+
+namespace ditto::cuda {
+
+/// ncclGroupStart now, ncclGroupEnd in end() (or, without throwing, when unwinding).
+class NcclGroup {
+ public:
+  explicit NcclGroup(std::string where);
+  ~NcclGroup();
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+  void end();
+
+ private:
+  std::string where_;
+  bool open_ = true;
+};
+
+/// One rank's NCCL call of `c` on `stream`: ncclAllReduce / ncclReduce / ncclBroadcast /
+/// ncclAllGather / ncclReduceScatter with NCCL's own reductions (ncclAvg for avg); barrier = a
+/// one-element all-reduce of `barrier_buf` (one float on the rank's GPU). A process driving
+/// several ranks issues their calls inside one NcclGroup.
+void nccl_native(const detail::CollectiveCall& c, ncclComm_t comm, cudaStream_t stream,
+                 float* barrier_buf, const std::string& where);
+
+/// The bitwise block algorithm's transport over NCCL, for one collective: send/recv for copies,
+/// ncclAllGather for all_gather_recv, launch_comm_reduce for reduce; scratch from the backend's
+/// allocator (allocate_on the rank's stream: memory_stats counts it), freed on that stream when
+/// the transport is destroyed, after the collective's last use.
+class NcclTransport final : public BlockTransport {
+ public:
+  /// A rank this process drives, with its call.
+  struct Rank {
+    int rank = 0;           ///< in the communicator
+    int device = 0;         ///< logical device (the backend's index)
+    int physical = 0;       ///< its GPU
+    ncclComm_t comm = nullptr;
+    cudaStream_t stream = nullptr;
+    const void* send = nullptr;
+    void* recv = nullptr;
+    const std::string* where = nullptr;  ///< how errors name the rank
+  };
+
+  NcclTransport(CudaBackend& backend, int n, std::vector<Rank> ranks, DType dtype, ReduceOp op);
+  ~NcclTransport() override;
+  NcclTransport(const NcclTransport&) = delete;
+  NcclTransport& operator=(const NcclTransport&) = delete;
+
+  bool local(int rank) const override { return index_[static_cast<std::size_t>(rank)] >= 0; }
+  void reserve_scratch(std::int64_t elems) override;
+  void begin_phase() override;
+  void end_phase() override;
+  void copy(const BlockRef& from, const BlockRef& to, std::int64_t len) override;
+  void all_gather_recv(int rank, std::int64_t per) override;
+  void reduce(int rank, const std::vector<BlockRef>& srcs, const BlockRef& dst,
+              std::int64_t len) override;
+
+ private:
+  const Rank& rank(int r) const { return ranks_[static_cast<std::size_t>(index_[r])]; }
+  void* ptr(const BlockRef& b) const;
+
+  CudaBackend& backend_;
+  std::vector<Rank> ranks_;
+  std::vector<int> index_;       ///< index_[r]: rank r's entry in ranks_, -1 when not local
+  std::vector<void*> scratch_;   ///< per entry of ranks_
+  std::size_t scratch_bytes_ = 0;
+  const DType dtype_;
+  const ReduceOp op_;
+  const std::size_t elem_;
+  std::optional<NcclGroup> group_;  ///< the open phase
+};
+
+}  // namespace ditto::cuda

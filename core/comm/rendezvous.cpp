@@ -1,0 +1,59 @@
+// The shared rendezvous of the communicators (Note [Rendezvous], core/internal/rendezvous.h):
+// the messages of timeouts, aborts and failed ranks, and the abort state.
+#include "core/internal/rendezvous.h"
+
+#include "core/runtime/error.h"
+
+namespace ditto::detail {
+
+std::string collective_label(CollectiveKind kind, std::uint64_t seq) {
+  return cat(collective_name(kind), " (collective #", seq, " on this communicator)");
+}
+
+std::string ranks_str(const std::vector<int>& ranks) {
+  std::string who = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size(); ++i) who += (i ? ", " : "") + std::to_string(ranks[i]);
+  return who;
+}
+
+std::string timeout_reason(const std::string& label, std::int64_t timeout_ms,
+                           const std::vector<int>& missing, int n, const char* in) {
+  return cat(label, ": timed out after ", timeout_ms, " ms waiting for ", ranks_str(missing),
+             " (communicator of ", n, " ranks", in, "; it is now aborted)");
+}
+
+std::exception_ptr peer_failure(const std::string& message, int failed_rank) {
+  (void)failed_rank;  // carried by the error's type once there is one for it
+  return std::make_exception_ptr(BackendError(message));
+}
+
+bool AbortState::abort(Cause cause, std::string reason, int failed_rank) noexcept {
+  if (aborted_) return false;  // the first reason stays
+  aborted_ = true;
+  cause_ = cause;
+  failed_rank_ = failed_rank;
+  reason_ = std::move(reason);
+  return true;
+}
+
+bool AbortState::rank_failed(int rank, const std::string& reason) {
+  if (aborted_) return false;
+  return abort(Cause::peer, cat("rank ", rank, " failed: ", reason), rank);
+}
+
+void AbortState::throw_if_aborted(CollectiveKind kind) const {
+  if (!aborted_) return;
+  std::string msg =
+      cat(collective_name(kind), ": communicator aborted by an earlier error: ", reason_);
+  if (failed_rank_ >= 0) std::rethrow_exception(peer_failure(msg, failed_rank_));
+  throw BackendError(msg);
+}
+
+std::exception_ptr AbortState::error_for(const std::string& label) const {
+  if (cause_ == Cause::timeout) return std::make_exception_ptr(Timeout(reason_));
+  std::string msg = cause_ == Cause::peer ? cat(label, ": ", reason_) : reason_;
+  if (failed_rank_ >= 0) return peer_failure(msg, failed_rank_);
+  return std::make_exception_ptr(BackendError(msg));
+}
+
+}  // namespace ditto::detail
