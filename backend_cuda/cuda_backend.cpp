@@ -284,22 +284,24 @@ std::unique_ptr<Event> CudaBackend::create_event(int index) {
   return std::make_unique<CudaEvent>(devices_[static_cast<std::size_t>(index)]->physical);
 }
 
-void CudaBackend::copy_from_host(Stream& s, void* dst, const void* src, std::size_t bytes) {
-  CudaStream& cs = as_cuda(s, "copy_from_host");
+namespace {
+// A host copy on `s` that returns once done (copy_from_host, copy_to_host).
+void copy_blocking(Stream& s, void* dst, const void* src, std::size_t bytes, const char* call) {
+  CudaStream& cs = as_cuda(s, call);
   if (bytes == 0) return;
   const std::string w = cuda::where(cs.device(), cs.physical_device());
   DeviceGuard g(cs.physical_device());
   DITTO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cs.get()), w);
   DITTO_CUDA_CHECK(cudaStreamSynchronize(cs.get()), w);
 }
+}  // namespace
+
+void CudaBackend::copy_from_host(Stream& s, void* dst, const void* src, std::size_t bytes) {
+  copy_blocking(s, dst, src, bytes, "copy_from_host");
+}
 
 void CudaBackend::copy_to_host(Stream& s, void* dst, const void* src, std::size_t bytes) {
-  CudaStream& cs = as_cuda(s, "copy_to_host");
-  if (bytes == 0) return;
-  const std::string w = cuda::where(cs.device(), cs.physical_device());
-  DeviceGuard g(cs.physical_device());
-  DITTO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cs.get()), w);
-  DITTO_CUDA_CHECK(cudaStreamSynchronize(cs.get()), w);
+  copy_blocking(s, dst, src, bytes, "copy_to_host");
 }
 
 void CudaBackend::copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void* src,

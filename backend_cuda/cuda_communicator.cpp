@@ -338,13 +338,7 @@ void CudaCommunicator::await_locked(std::unique_lock<std::mutex>& lk, Round& rou
 
 void CudaCommunicator::abort(int rank, const std::string& reason) noexcept {
   std::lock_guard lk(mu_);
-  if (rv_.abort_state().aborted()) return;  // the first reason stays
-  try {
-    rv_.abort_state().rank_failed(rank, reason);
-  } catch (...) {  // allocation failure of the message: the flag is what matters
-    rv_.abort_state().mark();
-  }
-  cv_.notify_all();
+  if (rv_.abort_state().rank_failed(rank, reason)) cv_.notify_all();  // else the first stays
 }
 
 void CudaCommunicator::group_start() {

@@ -52,7 +52,7 @@ __device__ __forceinline__ float finish(Out out, float t, float d, float scale) 
   return t;
 }
 
-// ---- GEMM tiles (Note [CUDA canonical GEMM], cuda_gemm.cu) ----------------------------------------
+// ---- GEMM tiles (Note [CUDA canonical GEMM], cuda_gemm.cu) ------------------------------------
 
 constexpr int kBM = 128;            // rows of C per block
 constexpr int kBN = 128;            // columns of C per block

@@ -37,10 +37,12 @@
 // Determinism::bitwise (Note [Canonical tree], done on blocks of elements) and runs left to right
 // in fast mode. avg is sum followed by a division by N (ncclAvg); i64 arithmetic wraps.
 //
-// When the deadline (CommOptions::timeout_ms after the first arrival) passes before the last rank
-// arrives, every waiting rank fails with ditto::Timeout naming the collective, its ordinal on this
-// communicator and the ranks that never arrived; the communicator is then aborted: queued tasks
-// fail when they run, and every later call throws BackendError at once (like ncclCommAbort). A
+// Matching, the deadline and the abort state are the shared rendezvous's (Note [Rendezvous],
+// core/internal/rendezvous.h), so the messages read as on every backend. When the deadline
+// (CommOptions::timeout_ms after the first arrival) passes before the last rank arrives, every
+// waiting rank fails with ditto::Timeout naming the collective, its ordinal on this communicator
+// and the ranks that never arrived; the communicator is then aborted: queued tasks fail when
+// they run, and every later call throws BackendError at once (like ncclCommAbort). A
 // rank whose device failed (fault injection, sim_faults.h) aborts it at once instead, and the
 // others fail with a BackendError naming that rank, "<collective>: rank R failed: <reason>",
 // the message parked ranks get when a rank's trainer calls Communicator::abort(reason) (DDP does
@@ -276,13 +278,7 @@ class SimCommunicator final : public CommunicatorImpl,
 
   void abort(int rank, const std::string& reason) noexcept override {
     std::unique_lock lk(mu_);
-    if (rv_.abort_state().aborted()) return;  // the first reason stays
-    try {
-      rv_.abort_state().rank_failed(rank, reason);
-    } catch (...) {  // allocation failure of the message: the flag is what matters
-      rv_.abort_state().mark();
-    }
-    release_parked(lk);
+    if (rv_.abort_state().rank_failed(rank, reason)) release_parked(lk);  // else the first stays
   }
 
  private:

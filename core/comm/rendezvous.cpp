@@ -36,9 +36,14 @@ bool AbortState::abort(Cause cause, std::string reason, int failed_rank) noexcep
   return true;
 }
 
-bool AbortState::rank_failed(int rank, const std::string& reason) {
+bool AbortState::rank_failed(int rank, const std::string& reason) noexcept {
   if (aborted_) return false;
-  return abort(Cause::peer, cat("rank ", rank, " failed: ", reason), rank);
+  try {
+    return abort(Cause::peer, cat("rank ", rank, " failed: ", reason), rank);
+  } catch (...) {  // allocation failure of the message
+    aborted_ = true;
+    return true;
+  }
 }
 
 void AbortState::throw_if_aborted(CollectiveKind kind) const {

@@ -235,8 +235,7 @@ void MpiLink::abort_by_rank(const std::string& reason) noexcept {
           MPI_SUCCESS)
         MPI_Request_free(&req);
     }
-  } catch (...) {  // allocation failure: the flag is what matters
-    abort_.mark();
+  } catch (...) {  // allocation failure of the notice: the flag is already set
   }
 }
 

@@ -66,10 +66,10 @@ class AbortState {
   /// Aborts with `reason`; false (nothing changes) when already aborted. `failed_rank` (>= 0)
   /// when a rank's failure caused it (the reason then names that rank).
   bool abort(Cause cause, std::string reason, int failed_rank = -1) noexcept;
-  /// Communicator::abort on behalf of `rank`: abort(peer, "rank <rank> failed: <reason>", rank).
-  bool rank_failed(int rank, const std::string& reason);
-  /// Sets only the flag (when building a reason failed: the flag is what matters).
-  void mark() noexcept { aborted_ = true; }
+  /// Communicator::abort on behalf of `rank`: abort(peer, "rank <rank> failed: <reason>", rank);
+  /// false when already aborted. Never throws: when the message cannot be built, only the flag
+  /// is set (the flag is what matters).
+  bool rank_failed(int rank, const std::string& reason) noexcept;
 
   /// Throws, once aborted, BackendError "<kind>: communicator aborted by an earlier error:
   /// <reason>" (a peer failure when a rank failed).
