@@ -226,6 +226,32 @@ else
     "sim1=${sums[0]} sim8=${sums[1]} cuda1=${sums[2]} cuda8=${sums[3]}"
 fi
 
+# ---- two GPUs or more: the NCCL transports -----------------------------------------------------
+# Ranks on GPUs of their own talk over NCCL (bitwise: the block algorithm of Note [CUDA bitwise
+# collectives] over NcclTransport): in one process with one device per GPU, and one rank per
+# process under mpirun. On one GPU every communicator above used the in-GPU transport.
+ngpu="$(grep -c . "$out/logs/gpu.txt" 2>/dev/null || echo 0)"
+if [ "$ngpu" -ge 2 ]; then
+  runs=("train-bitwise-cuda-nccl-$ngpu:$train --backend cuda --devices $ngpu")
+  if command -v mpirun >/dev/null 2>&1 && [ -x "$build/bin/ditto_mpi_tests" ]; then
+    runs+=("train-bitwise-cuda-mpi-2:mpirun --allow-run-as-root --oversubscribe -np 2 $train --backend cuda")
+  fi
+  for run in "${runs[@]}"; do
+    name="${run%%:*}"
+    # shellcheck disable=SC2086  # the command line is split on purpose
+    step "$name" 60 ${run#*:} --determinism bitwise --epochs "$epochs"
+    c="$(final_field "$out/logs/$name.log" params_checksum | head -n 1)"
+    if [ -n "$c" ] && [ "$c" = "${sums[0]}" ]; then
+      record "$name-checksum" "PASS" 0 "$c, as sim"
+    else
+      record "$name-checksum" "FAIL" 0 "${c:-missing}; sim ${sums[0]}"
+    fi
+  done
+else
+  record "nccl-transports" "SKIPPED" 0 \
+    "one GPU: the NCCL paths need two (ranks sharing a GPU use the in-GPU transport)"
+fi
+
 # ---- fast mode: the same accuracy -------------------------------------------------------------
 {
   echo "## ditto-train fast mode, 8 devices, $epochs epochs"
@@ -256,7 +282,10 @@ step ctest 150 ctest --test-dir "$build" -j "$jobs" --output-on-failure --timeou
 ctest_log="$out/logs/ctest.log"
 total_line="$(grep -E 'tests passed|tests failed' "$ctest_log" | tail -n 1)"
 cuda_tests="$(grep -cE 'Test +#[0-9]+: [^ ]*Cuda' "$ctest_log")"
-cuda_skipped="$(grep -cE 'Test +#[0-9]+: [^ ]*Cuda[^ ]* .*Skipped' "$ctest_log")"
+# Tests of the NCCL transports skip on one GPU (they need two): not held against a 1-GPU run.
+multi_gpu_tests='BitwiseNccl'
+cuda_skipped="$(grep -E 'Test +#[0-9]+: [^ ]*Cuda[^ ]* .*Skipped' "$ctest_log" |
+  { if [ "$ngpu" -ge 2 ]; then cat; else grep -vE "$multi_gpu_tests"; fi; } | grep -c .)"
 cuda_ok=FAIL
 [ "$cuda_tests" -gt 0 ] && [ "$cuda_skipped" -eq 0 ] && cuda_ok=PASS
 record "ctest-summary" "$cuda_ok" 0 \
