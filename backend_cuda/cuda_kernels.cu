@@ -326,7 +326,7 @@ class CudaKernels final : public Kernels {
             const float* A, i64 lda, const float* B, i64 ldb, float beta, float* C, i64 ldc,
             Determinism mode) override {
     if (M <= 0 || N <= 0) return;
-    Launch l(s, "gemm");
+    Launch l(backend_, s, "gemm");
     // cuBLAS (column-major) computes C^T = op(B)^T op(A)^T: a row-major [r, c] matrix with row
     // stride ld is the column-major [c, r] with leading dimension ld.
     const bool cublas_ok = mode == Determinism::fast && K > 0 &&
@@ -348,7 +348,7 @@ class CudaKernels final : public Kernels {
 
   void add_bias(Stream& s, float* y, const float* bias, i64 rows, i64 cols) override {
     if (rows <= 0 || cols <= 0) return;
-    Launch l(s, "add_bias");
+    Launch l(backend_, s, "add_bias");
     const int bx = std::min(blocks_for(cols), 64);
     const auto by = static_cast<unsigned>(std::min<i64>(rows, std::max<i64>(1, kMaxBlocks / bx)));
     add_bias_kernel<<<dim3(static_cast<unsigned>(bx), by), kThreads, 0, l.get()>>>(y, bias, rows,
@@ -359,7 +359,7 @@ class CudaKernels final : public Kernels {
   void sum_rows(Stream& s, const float* x, i64 rows, i64 cols, float beta, float* out,
                 Determinism mode) override {
     if (cols <= 0) return;
-    Launch l(s, "sum_rows");
+    Launch l(backend_, s, "sum_rows");
     if (mode == Determinism::bitwise) {
       sum_rows_bitwise_kernel<<<blocks_for(cols), kThreads, 0, l.get()>>>(x, rows, cols, beta, out);
     } else {
@@ -371,14 +371,14 @@ class CudaKernels final : public Kernels {
 
   void relu(Stream& s, const float* x, float* y, i64 n) override {
     if (n <= 0) return;
-    Launch l(s, "relu");
+    Launch l(backend_, s, "relu");
     relu_kernel<<<blocks_for(n), kThreads, 0, l.get()>>>(x, y, n);
     l.check();
   }
 
   void relu_backward(Stream& s, const float* y, const float* gy, float* gx, i64 n) override {
     if (n <= 0) return;
-    Launch l(s, "relu_backward");
+    Launch l(backend_, s, "relu_backward");
     relu_backward_kernel<<<blocks_for(n), kThreads, 0, l.get()>>>(y, gy, gx, n);
     l.check();
   }
@@ -386,7 +386,7 @@ class CudaKernels final : public Kernels {
   void cross_entropy(Stream& s, const float* logits, const i64* targets, i64 rows, i64 classes,
                      float* losses) override {
     if (rows <= 0) return;
-    Launch l(s, "cross_entropy");
+    Launch l(backend_, s, "cross_entropy");
     cross_entropy_kernel<<<blocks_for(rows, 128), 128, 0, l.get()>>>(logits, targets, rows,
                                                                       classes, losses);
     l.check();
@@ -396,7 +396,7 @@ class CudaKernels final : public Kernels {
                               i64 classes, const float* grad_loss, float scale,
                               float* grad_logits) override {
     if (rows <= 0 || classes <= 0) return;
-    Launch l(s, "cross_entropy_backward");
+    Launch l(backend_, s, "cross_entropy_backward");
     cross_entropy_backward_kernel<<<blocks_for(rows, 128), 128, 0, l.get()>>>(
         logits, targets, rows, classes, grad_loss, scale, grad_logits);
     l.check();
@@ -404,7 +404,7 @@ class CudaKernels final : public Kernels {
 
   void mse(Stream& s, const float* x, const float* t, i64 rows, i64 cols, float* losses) override {
     if (rows <= 0) return;
-    Launch l(s, "mse");
+    Launch l(backend_, s, "mse");
     mse_kernel<<<blocks_for(rows, 128), 128, 0, l.get()>>>(x, t, rows, cols, losses);
     l.check();
   }
@@ -412,13 +412,13 @@ class CudaKernels final : public Kernels {
   void mse_backward(Stream& s, const float* x, const float* t, i64 n, const float* grad_loss,
                     float scale, float* gx) override {
     if (n <= 0) return;
-    Launch l(s, "mse_backward");
+    Launch l(backend_, s, "mse_backward");
     mse_backward_kernel<<<blocks_for(n), kThreads, 0, l.get()>>>(x, t, n, grad_loss, scale, gx);
     l.check();
   }
 
   void sum(Stream& s, const float* x, i64 n, float scale, float* out, Determinism mode) override {
-    Launch l(s, "sum");
+    Launch l(backend_, s, "sum");
     if (mode == Determinism::bitwise)
       sum_bitwise_kernel<<<1, 1, 0, l.get()>>>(x, std::max<i64>(n, 0), scale, out);
     else
@@ -428,21 +428,21 @@ class CudaKernels final : public Kernels {
 
   void fill_f32(Stream& s, float* x, float value, i64 n) override {
     if (n <= 0) return;
-    Launch l(s, "fill_f32");
+    Launch l(backend_, s, "fill_f32");
     fill_kernel<<<blocks_for(n), kThreads, 0, l.get()>>>(x, value, n);
     l.check();
   }
 
   void axpy(Stream& s, float alpha, const float* x, float* y, i64 n) override {
     if (n <= 0) return;
-    Launch l(s, "axpy");
+    Launch l(backend_, s, "axpy");
     axpy_kernel<<<blocks_for(n), kThreads, 0, l.get()>>>(alpha, x, y, n);
     l.check();
   }
 
   void scale(Stream& s, float alpha, float* x, i64 n) override {
     if (n <= 0) return;
-    Launch l(s, "scale");
+    Launch l(backend_, s, "scale");
     scale_kernel<<<blocks_for(n), kThreads, 0, l.get()>>>(alpha, x, n);
     l.check();
   }
@@ -451,7 +451,7 @@ class CudaKernels final : public Kernels {
   void sum_inputs(Stream& s, const float* const* inputs, int n_inputs, float* out, i64 numel,
                   Determinism /*mode*/) override {
     if (numel <= 0) return;
-    Launch l(s, "sum_inputs");
+    Launch l(backend_, s, "sum_inputs");
     if (n_inputs <= 0) {
       fill_kernel<<<blocks_for(numel), kThreads, 0, l.get()>>>(out, 0.0f, numel);
       l.check();
@@ -464,7 +464,7 @@ class CudaKernels final : public Kernels {
                 float momentum, float dampening, float weight_decay, bool nesterov,
                 bool first_step) override {
     if (n <= 0) return;
-    Launch l(s, "sgd_step");
+    Launch l(backend_, s, "sgd_step");
     sgd_kernel<<<blocks_for(n), kThreads, 0, l.get()>>>(param, grad, momentum_buf, n, lr, momentum,
                                                         dampening, weight_decay, nesterov,
                                                         first_step);
@@ -475,7 +475,7 @@ class CudaKernels final : public Kernels {
                        const std::vector<i64>& bounds, float* C, i64 ldc,
                        bool accumulate) override {
     if (M <= 0 || N <= 0) return;
-    Launch l(s, "gemm_tn_sharded");
+    Launch l(backend_, s, "gemm_tn_sharded");
     const auto shards = static_cast<i64>(bounds.size()) - 1;
     auto leaf = [&](i64 lo, i64 hi, float* d, i64 ld, Out mode, float /*scale*/) {
       const GemmArgs g{M, N, A, lda, B, ldb, d, ld, 1.0f, 0.0f, mode};
@@ -487,7 +487,7 @@ class CudaKernels final : public Kernels {
   void sum_rows_sharded(Stream& s, const float* x, i64 /*rows*/, i64 cols,
                         const std::vector<i64>& bounds, float* out, bool accumulate) override {
     if (cols <= 0) return;
-    Launch l(s, "sum_rows_sharded");
+    Launch l(backend_, s, "sum_rows_sharded");
     const auto shards = static_cast<i64>(bounds.size()) - 1;
     auto leaf = [&](i64 lo, i64 hi, float* d, i64 /*ld*/, Out mode, float scale) {
       sum_rows_sharded_kernel<<<blocks_for(cols), kThreads, 0, l.get()>>>(
@@ -500,7 +500,7 @@ class CudaKernels final : public Kernels {
 
   void sum_sharded(Stream& s, const float* x, const std::vector<i64>& bounds, float scale,
                    float* out) override {
-    Launch l(s, "sum_sharded");
+    Launch l(backend_, s, "sum_sharded");
     const auto shards = static_cast<i64>(bounds.size()) - 1;
     auto leaf = [&](i64 lo, i64 hi, float* d, i64 /*ld*/, Out mode, float sc) {
       sum_sharded_kernel<<<1, kShardCap, 0, l.get()>>>(x, shard_bounds(bounds, lo, hi),
@@ -515,7 +515,7 @@ class CudaKernels final : public Kernels {
                  double weight_decay, double bias_correction1, double bias_correction2,
                  bool amsgrad) override {
     if (n <= 0) return;
-    Launch l(s, "adam_step");
+    Launch l(backend_, s, "adam_step");
     const cm::AdamScalars k = cm::adam_scalars(lr, beta1, beta2, eps, weight_decay,
                                                bias_correction1, bias_correction2, amsgrad);
     adam_kernel<<<blocks_for(n), kThreads, 0, l.get()>>>(param, grad, exp_avg, exp_avg_sq,

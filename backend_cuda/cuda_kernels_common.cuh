@@ -1,6 +1,6 @@
 // Internal: what the CUDA backend's kernel files (cuda_kernels.cu, cuda_gemm.cu) share: launch
 // configuration, how a reduction's result lands (Out), the GEMM's tile constants and arguments,
-// the Launch scope of a call and stream-ordered scratch memory (DeviceTemp). Included only by
+// the Launch scope of a call and stream-ordered scratch memory from the backend (DeviceTemp). Included only by
 // .cu files (and, rewritten, by the CPU emulator, tools/cuda_emu).
 #pragma once
 
@@ -92,10 +92,14 @@ struct GemmArgs {
 // The stream a call runs on, with its GPU made current for the scope.
 class Launch {
  public:
-  Launch(Stream& s, const char* name)
-      : stream_(as_cuda(s, name)), guard_(stream_.physical_device()), name_(name) {}
+  Launch(CudaBackend& backend, Stream& s, const char* name)
+      : backend_(backend), stream_(as_cuda(s, name)), guard_(stream_.physical_device()),
+        name_(name) {}
 
   cudaStream_t get() const { return stream_.get(); }
+  CudaBackend& backend() const { return backend_; }
+  /// The logical device (the backend's index) of the stream.
+  int device() const { return stream_.device().index; }
   /// "cuda:3 (GPU 0) gemm": how errors name the call.
   std::string where() const {
     return stream_.device().str() + " (GPU " + std::to_string(stream_.physical_device()) + ") " +
@@ -105,42 +109,34 @@ class Launch {
   void check() const { DITTO_CUDA_CHECK(cudaGetLastError(), where()); }
 
  private:
+  CudaBackend& backend_;
   CudaStream& stream_;
   DeviceGuard guard_;
   const char* name_;
 };
 
-// Stream-ordered scratch memory (cudaMallocAsync / cudaFreeAsync on the launch's stream), for
-// the intermediate nodes of the host-side trees. Devices without memory pools fall back to
-// cudaMalloc and a synchronised cudaFree.
+// Scratch memory for the intermediate nodes of the host-side trees, from the backend's allocator
+// ordered on the launch's stream (CudaBackend::allocate_on: memory_stats counts it, a request
+// past the capacity is OutOfMemory), freed on that stream after the nodes' last use.
 class DeviceTemp {
  public:
-  DeviceTemp(const Launch& l, i64 floats) : stream_(l.get()) {
-    const std::size_t bytes = static_cast<std::size_t>(std::max<i64>(floats, 1)) * sizeof(float);
-    cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&ptr_), bytes, stream_);
-    if (err == cudaErrorNotSupported) {
-      (void)cudaGetLastError();
-      pooled_ = false;
-      err = cudaMalloc(reinterpret_cast<void**>(&ptr_), bytes);
-    }
-    DITTO_CUDA_CHECK(err, l.where() + " scratch");
-  }
-  ~DeviceTemp() {
-    if (pooled_) {
-      (void)cudaFreeAsync(ptr_, stream_);
-    } else {
-      (void)cudaStreamSynchronize(stream_);
-      (void)cudaFree(ptr_);
-    }
-  }
+  DeviceTemp(const Launch& l, i64 floats)
+      : backend_(l.backend()),
+        device_(l.device()),
+        stream_(l.get()),
+        bytes_(static_cast<std::size_t>(std::max<i64>(floats, 1)) * sizeof(float)),
+        ptr_(static_cast<float*>(backend_.allocate_on(device_, bytes_, stream_))) {}
+  ~DeviceTemp() { backend_.deallocate_on(device_, ptr_, bytes_, stream_); }
   DeviceTemp(const DeviceTemp&) = delete;
   DeviceTemp& operator=(const DeviceTemp&) = delete;
   float* get() const { return ptr_; }
 
  private:
-  cudaStream_t stream_;
-  float* ptr_ = nullptr;
-  bool pooled_ = true;
+  CudaBackend& backend_;
+  const int device_;
+  const cudaStream_t stream_;
+  const std::size_t bytes_;
+  float* const ptr_;
 };
 
 inline ShardBounds shard_bounds(const std::vector<i64>& bounds, i64 lo, i64 hi) {

@@ -265,6 +265,43 @@ TEST_F(CudaTest, MemoryCopiesStreamsAndEvents) {
       "copy_to_host: expected a stream of the cuda backend");
 }
 
+TEST_F(CudaTest, KernelScratchIsCountedByTheDevicesMemoryStats) {
+  // sum_inputs over more inputs than one launch takes (8) keeps the right subtree of the
+  // canonical tree in scratch memory (Note [Canonical tree]): it comes from the backend's
+  // allocator, so the device's peak sees it, and it is given back.
+  Backend& b = get_backend("cuda");
+  const std::int64_t numel = 1 << 18;
+  std::vector<Tensor> in;
+  for (int k = 0; k < 9; ++k)
+    in.push_back(Tensor::from_vector(mixed(numel, 40 + k), {numel}, cuda_dev(0)));
+  Tensor out = Tensor::from_vector(std::vector<float>(numel, 0.0f), {numel}, cuda_dev(0));
+  std::vector<const float*> ptrs;
+  for (const Tensor& t : in) ptrs.push_back(static_cast<const float*>(t.data_ptr()));
+  Stream& s = b.default_stream(0);
+  s.synchronize();
+  b.reset_peak_memory(0);
+  const std::size_t before = b.memory_stats(0).in_use;
+  b.kernels().sum_inputs(s, ptrs.data(), 9, static_cast<float*>(out.data_ptr()), numel,
+                         Determinism::bitwise);
+  s.synchronize();
+  // The split of 9 inputs is 8 + 1: one scratch of numel floats for the right subtree.
+  EXPECT_GE(b.memory_stats(0).peak, before + static_cast<std::size_t>(numel) * sizeof(float));
+  EXPECT_EQ(b.memory_stats(0).in_use, before);
+  // And the sum is the simulator's, bit for bit.
+  Backend& sim = get_backend("sim");
+  std::vector<Tensor> sim_in;
+  std::vector<const float*> sim_ptrs;
+  for (const Tensor& t : in) {
+    sim_in.push_back(t.to(sim_dev(0)));
+    sim_ptrs.push_back(static_cast<const float*>(sim_in.back().data_ptr()));
+  }
+  Tensor want = Tensor::from_vector(std::vector<float>(numel, 0.0f), {numel}, sim_dev(0));
+  sim.kernels().sum_inputs(sim.default_stream(0), sim_ptrs.data(), 9,
+                           static_cast<float*>(want.data_ptr()), numel, Determinism::bitwise);
+  sim.default_stream(0).synchronize();
+  EXPECT_EQ(out.to_vector<float>(), want.to_vector<float>());
+}
+
 // ---- ops: bitwise equal to the simulator, fast within a tolerance ------------------------------
 
 TEST_F(CudaTest, EveryOpInBitwiseModeEqualsTheSimulatorBitForBit) {

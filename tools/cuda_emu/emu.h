@@ -105,6 +105,12 @@ inline CudaStream& as_cuda(Stream& s, const char*) { return static_cast<CudaStre
 class CudaBackend {
  public:
   cublasHandle_t cublas(int) { return nullptr; }
+  void* allocate_on(int, std::size_t bytes, cudaStream_t s) {
+    void* p = nullptr;
+    cudaMallocAsync(&p, bytes, s);
+    return p;
+  }
+  void deallocate_on(int, void* p, std::size_t, cudaStream_t s) noexcept { cudaFreeAsync(p, s); }
 };
 std::unique_ptr<Kernels> make_cuda_kernels(CudaBackend& backend);
 }  // namespace ditto::cuda
