@@ -64,6 +64,18 @@ int rank() {
   return s.group ? s.group->rank() : 0;
 }
 
+int local_rank() {
+  State& s = state();
+  std::lock_guard lk(s.mu);
+  return s.group ? s.group->local_rank() : 0;
+}
+
+int local_size() {
+  State& s = state();
+  std::lock_guard lk(s.mu);
+  return s.group ? s.group->local_size() : 1;
+}
+
 void finalize() {
   State& s = state();
   std::lock_guard lk(s.mu);
