@@ -14,31 +14,19 @@
 #include "core/nn/sequential.h"
 #include "core/nn/with_loss.h"
 #include "core/numerics/random.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
 
+using namespace ditto::test;
+
 using Vec = std::vector<double>;
 
-class NNTest : public ::testing::Test {
+class NNTest : public SimSuite<16> {
  protected:
-  static void SetUpTestSuite() {
-    BackendOptions o;
-    o.device_count = 16;
-    init_backend("sim", o);
-  }
   static Device dev(int i = 0) { return Device("sim", i); }
 };
-
-template <typename F>
-void expect_invalid(F&& f, const std::string& part) {
-  try {
-    f();
-    FAIL() << "expected InvalidArgument containing: " << part;
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
 
 // Deterministic test values in [lo, hi) (Philox, synthetic stream `sub`).
 std::vector<float> values(std::int64_t n, std::uint64_t sub, float lo = -1.0f, float hi = 1.0f) {

@@ -13,49 +13,17 @@
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
 
-#define EXPECT_THROW_MSG(stmt, Exc, part)                                                    \
-  do {                                                                                       \
-    try {                                                                                    \
-      stmt;                                                                                  \
-      ADD_FAILURE() << "expected " #Exc " from: " #stmt;                                     \
-    } catch (const Exc& e) {                                                                 \
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)                        \
-          << "message: " << e.what() << "\nexpected to contain: " << (part);               \
-    } catch (const std::exception& e) {                                                      \
-      ADD_FAILURE() << "wrong exception type from " #stmt ": " << e.what();                 \
-    }                                                                                        \
-  } while (0)
+using namespace ditto::test;
 
 Device sim(int i) { return Device("sim", i); }
 
-std::vector<float> random_values(std::size_t n, std::uint32_t seed, float lo = -1.0f,
-                                 float hi = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
-
 Tensor on_sim(const std::vector<float>& v, const Shape& shape, int device = 0) {
   return Tensor::from_vector(v, shape, sim(device));
-}
-
-::testing::AssertionResult bits_equal(const std::vector<float>& got,
-                                      const std::vector<float>& want) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(want[i]))
-      return ::testing::AssertionFailure()
-             << "first difference at " << i << ": " << got[i] << " (0x" << std::hex
-             << std::bit_cast<std::uint32_t>(got[i]) << ") vs " << want[i] << " (0x"
-             << std::bit_cast<std::uint32_t>(want[i]) << ")";
-  return ::testing::AssertionSuccess();
 }
 
 void expect_near_all(const std::vector<float>& got, const std::vector<double>& want,
@@ -75,14 +43,7 @@ class OpsTest : public ::testing::TestWithParam<Determinism> {
   Determinism mode() const { return GetParam(); }
 };
 
-class Sim16 : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    BackendOptions o;
-    o.device_count = 16;
-    init_backend("sim", o);
-  }
-};
+using Sim16 = SimSuite<16>;
 using OpsBitwise = Sim16;
 using OpsKernels = Sim16;
 using OpsErrors = Sim16;
