@@ -35,33 +35,8 @@ using namespace ditto::test;
 
 constexpr int kLogicalDevices = 8;
 
-class CudaTest : public ::testing::Test {
- protected:
-  static std::string& skip_reason() {
-    static std::string reason;
-    return reason;
-  }
-  static void SetUpTestSuite() {
-    skip_reason().clear();
-    auto names = registered_backends();
-    if (std::find(names.begin(), names.end(), "cuda") == names.end()) {
-      skip_reason() = "ditto built without the CUDA backend";
-      return;
-    }
-    BackendOptions o;
-    o.device_count = kLogicalDevices;  // oversubscribes a machine with fewer GPUs
-    try {
-      init_backend("cuda", o);
-    } catch (const Error& e) {
-      skip_reason() = e.what();  // "no CUDA device: ..."
-      return;
-    }
-    init_backend("sim", o);  // the reference, with as many devices
-  }
-  void SetUp() override {
-    if (!skip_reason().empty()) GTEST_SKIP() << skip_reason();
-  }
-};
+// cuda and the simulator (the reference) with kLogicalDevices devices each.
+using CudaTest = CudaSuite<kLogicalDevices>;
 
 // ---- helpers ----------------------------------------------------------------------------------
 

@@ -31,24 +31,7 @@ using namespace ditto::test;
 
 constexpr int kDevices = 8;
 
-class CudaCommTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    skip_reason_.clear();
-    try {
-      BackendOptions o;
-      o.device_count = kDevices;
-      init_backend("cuda", o);
-    } catch (const std::exception& e) {
-      skip_reason_ = e.what();
-    }
-  }
-  void SetUp() override {
-    if (!skip_reason_.empty()) GTEST_SKIP() << "cuda backend unavailable: " << skip_reason_;
-  }
-  static std::string skip_reason_;
-};
-std::string CudaCommTest::skip_reason_;
+using CudaCommTest = CudaSuite<kDevices>;
 
 // ---- inputs and the host reference --------------------------------------------------------------
 

@@ -78,24 +78,54 @@ class SimSuite : public ::testing::Test {
   static void SetUpTestSuite() { init_sim(Devices, Capacity); }
 };
 
-/// Empty when backend `name` is registered and starts (get_backend) with at least `min_devices`
-/// devices (re-initialised with that many when it has fewer: cuda oversubscribes its GPUs);
-/// else why not ("ditto built without the cuda backend", "no CUDA device: ..."), for GTEST_SKIP.
+/// Starts backend `name` with exactly `devices` devices (init_backend; cuda oversubscribes a
+/// machine with fewer GPUs). Empty, or why it cannot, for GTEST_SKIP: "ditto built without the
+/// cuda backend", "cuda backend unavailable: no CUDA device: ...".
+inline std::string start_backend(const std::string& name, int devices) {
+  const std::vector<std::string> names = registered_backends();
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    return "ditto built without the " + name + " backend";
+  try {
+    BackendOptions o;
+    o.device_count = devices;
+    init_backend(name, o);
+  } catch (const std::exception& e) {
+    return name + " backend unavailable: " + e.what();
+  }
+  return "";
+}
+
+/// Empty when backend `name` is running (get_backend) with at least `min_devices` devices, after
+/// restarting it with that many when it has fewer; else why not, as start_backend says.
 inline std::string backend_unavailable(const std::string& name, int min_devices = 1) {
   const std::vector<std::string> names = registered_backends();
   if (std::find(names.begin(), names.end(), name) == names.end())
     return "ditto built without the " + name + " backend";
   try {
-    if (get_backend(name).device_count() < min_devices) {
-      BackendOptions o;
-      o.device_count = min_devices;
-      init_backend(name, o);
-    }
-  } catch (const Error& e) {
+    if (get_backend(name).device_count() >= min_devices) return "";
+  } catch (const std::exception& e) {
     return name + " backend unavailable: " + e.what();
   }
-  return "";
+  return start_backend(name, min_devices);
 }
+
+/// A fixture whose suite starts the cuda backend with Devices logical devices and the simulator,
+/// its reference, with as many; where cuda cannot start, every test skips saying why.
+template <int Devices>
+class CudaSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    skip_reason() = start_backend("cuda", Devices);
+    if (skip_reason().empty()) init_sim(Devices);
+  }
+  void SetUp() override {
+    if (!skip_reason().empty()) GTEST_SKIP() << skip_reason();
+  }
+  static std::string& skip_reason() {
+    static std::string reason;
+    return reason;
+  }
+};
 
 // ---- bits of floats -----------------------------------------------------------------------------
 
