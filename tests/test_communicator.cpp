@@ -126,14 +126,21 @@ class CollectiveTest : public CommunicatorTest, public ::testing::WithParamInter
   Drive how_ = Drive::group;
   std::vector<Communicator> comms_;
 
+  // Each rank's inputs of count_ elements, and its receive buffer: the send buffer itself in
+  // place, else count_ sentinels.
   template <typename T>
-  void all_reduce(ReduceOp op) {
-    SCOPED_TRACE(detail::cat("all_reduce ", reduce_op_name(op), " ", dtype_name(dtype_for<T>())));
-    std::vector<Tensor> send, recv;
+  void make_send_recv(std::vector<Tensor>& send, std::vector<Tensor>& recv) {
     for (int r = 0; r < n_; ++r) {
       send.push_back(make(inputs<T>(r, count_), comms_[r].device()));
       recv.push_back(in_place_ ? send[r] : make(sentinel<T>(count_), comms_[r].device()));
     }
+  }
+
+  template <typename T>
+  void all_reduce(ReduceOp op) {
+    SCOPED_TRACE(detail::cat("all_reduce ", reduce_op_name(op), " ", dtype_name(dtype_for<T>())));
+    std::vector<Tensor> send, recv;
+    make_send_recv<T>(send, recv);
     drive(
         comms_, how_,
         [&] {
@@ -162,10 +169,7 @@ class CollectiveTest : public CommunicatorTest, public ::testing::WithParamInter
     SCOPED_TRACE(detail::cat("reduce ", reduce_op_name(op), " ", dtype_name(dtype_for<T>())));
     const int root = static_cast<int>((count_ + 1) % n_);
     std::vector<Tensor> send, recv;
-    for (int r = 0; r < n_; ++r) {
-      send.push_back(make(inputs<T>(r, count_), comms_[r].device()));
-      recv.push_back(in_place_ ? send[r] : make(sentinel<T>(count_), comms_[r].device()));
-    }
+    make_send_recv<T>(send, recv);
     drive(
         comms_, how_, [&] { ditto::reduce(comms_, send, recv, op, root); },
         [&](int r) { comms_[r].reduce(send[r], recv[r], op, root); });
@@ -208,10 +212,7 @@ class CollectiveTest : public CommunicatorTest, public ::testing::WithParamInter
     SCOPED_TRACE(detail::cat("broadcast ", dtype_name(dtype_for<T>())));
     const int root = static_cast<int>(count_ % n_);
     std::vector<Tensor> send, recv;
-    for (int r = 0; r < n_; ++r) {
-      send.push_back(make(inputs<T>(r, count_), comms_[r].device()));
-      recv.push_back(in_place_ ? send[r] : make(sentinel<T>(count_), comms_[r].device()));
-    }
+    make_send_recv<T>(send, recv);
     drive(
         comms_, how_,
         [&] {
