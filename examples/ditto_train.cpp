@@ -733,8 +733,7 @@ int run(Args a) {
   if (!processes) {
     devs = ditto::devices(be.name(), n_dev);
   } else {
-    int local = dist::rank();
-    if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) local = std::atoi(v);
+    int local = dist::local_rank();
     devs = {Device(be.name(), local % be.device_count())};
   }
   DITTO_CHECK(!processes || (a.profile.empty() && a.trace.empty() && a.stragglers.empty() && a.nodes == 1),

@@ -9,13 +9,7 @@
 #      one (step 21), and still gets the same checksum;
 #   4. --resume with another --hidden or --optimizer: a clear error naming what differs.
 # Usage: ditto_train_checkpoint.sh PATH/TO/ditto-train WORK_DIR
-set -u
-train=$1
-work=$2
-rm -rf "$work"
-mkdir -p "$work"
-fail() { echo "FAIL: $*"; exit 1; }
-checksum() { grep -o 'params_checksum=[0-9a-f]*' | cut -d= -f2; }
+source "$(dirname "$0")/ditto_train_common.sh"  # train, work, fail, checksum
 
 U=$("$train" --epochs 4 | checksum)
 [ -n "$U" ] || fail "no checksum from the uninterrupted run"

@@ -7,13 +7,7 @@
 #      the checkpoint) and the checksum are those of the uninterrupted ddp run;
 #   3. --trainer dp resumes from ddp's checkpoint A, and ddp from dp's checkpoint C.
 # Usage: ditto_train_ddp_checkpoint.sh PATH/TO/ditto-train WORK_DIR
-set -u
-train=$1
-work=$2
-rm -rf "$work"
-mkdir -p "$work"
-fail() { echo "FAIL: $*"; exit 1; }
-checksum() { grep -o 'params_checksum=[0-9a-f]*' | cut -d= -f2; }
+source "$(dirname "$0")/ditto_train_common.sh"  # train, work, fail, checksum
 
 U=$("$train" --trainer dp --epochs 4 | checksum)
 [ -n "$U" ] || fail "no checksum from the uninterrupted dp run"

@@ -15,9 +15,12 @@
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/numerics/random.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
+
+using namespace ditto::test;
 
 class BitwiseTrainerTest : public ::testing::Test {
  protected:
@@ -212,12 +215,7 @@ TEST_F(BitwiseTrainerTest, DigitsTwoEpochsSameBitsFor1And4Devices) {
         opt.step();
       }
     }
-    std::vector<float> all_params;
-    for (auto* p : model->parameters()) {
-      auto v = p->data.to_vector<float>();
-      all_params.insert(all_params.end(), v.begin(), v.end());
-    }
-    return all_params;
+    return parameter_values(*model);
   };
   std::vector<float> a = run(1), b = run(4);
   ASSERT_EQ(a.size(), b.size());

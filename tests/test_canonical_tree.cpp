@@ -21,28 +21,17 @@
 #include "core/numerics/micro_shards.h"
 #include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
+
+using namespace ditto::test;
 
 namespace cm = canonical;
 using Bounds = std::vector<std::int64_t>;
 
 constexpr int kTile = 8;  // rows per k-tile, as kBK in cuda_kernels.cu
-
-std::uint32_t bits(float x) { return std::bit_cast<std::uint32_t>(x); }
-
-::testing::AssertionResult bits_equal(const std::vector<float>& got,
-                                      const std::vector<float>& want) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (bits(got[i]) != bits(want[i]))
-      return ::testing::AssertionFailure()
-             << "first difference at " << i << ": " << got[i] << " (0x" << std::hex
-             << bits(got[i]) << ") vs " << want[i] << " (0x" << bits(want[i]) << ")";
-  return ::testing::AssertionSuccess();
-}
 
 // Mixed magnitudes (1e-4 .. 1e4, both signs) and a few signed zeros, so that order shows.
 std::vector<float> mixed_values(std::size_t n, std::uint32_t seed) {

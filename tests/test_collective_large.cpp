@@ -15,47 +15,24 @@
 #include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
 #include "core/numerics/determinism.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
 
-class CollectiveLargeTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    BackendOptions o;
-    o.device_count = 8;
-    o.memory_capacity = std::size_t(1) << 30;
-    init_backend("sim", o);
-  }
-};
+using namespace ditto::test;
 
-std::uint32_t bits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
+using CollectiveLargeTest = SimSuite<8, std::size_t(1) << 30>;
 
 // Values of widely different magnitudes: a different reduction order changes the bits.
-float mixed(int r, std::int64_t i) {
-  std::uint32_t h = static_cast<std::uint32_t>(r * 2654435761u + i * 40503u + 777u);
-  h ^= h >> 13;
-  h *= 0x5bd1e995u;
-  h ^= h >> 15;
-  const int e = static_cast<int>(h % 40) - 12;
-  const float m = 1.0f + static_cast<float>((h >> 8) % 1000) / 1000.0f;
-  return ((h >> 20) & 1 ? -1.0f : 1.0f) * std::ldexp(m, e);
-}
+float mixed(int r, std::int64_t i) { return mixed_rank_value(r, i, 777u); }
 // What a receive buffer holds before the call (no input takes this value).
 float stale(int, std::int64_t) { return -7.25f; }
 // Small multiples of 0.5: sums over up to 8 ranks are exact in any order.
 float exact(int r, std::int64_t i) { return static_cast<float>((r * 5 + i * 3) % 11 - 5) * 0.5f; }
 
 float mixed_cached(int r, std::int64_t i);
-float host_tree(int lo, int hi, std::int64_t i) {
-  if (hi - lo == 1) return mixed_cached(lo, i);
-  const int mid = static_cast<int>(tree_mid(lo, hi));
-  return host_tree(lo, mid, i) + host_tree(mid, hi, i);
-}
+float host_tree(int lo, int hi, std::int64_t i) { return test::host_tree(lo, hi, i, mixed_cached); }
 
 // A 1-dim f32 tensor of `count` elements that starts `skew` elements into its buffer (a view of
 // a larger tensor), filled with f(r, i).

@@ -12,32 +12,14 @@
 
 #include "core/runtime/backend.h"
 #include "core/comm/comm.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
 
-class CommTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    BackendOptions o;
-    o.device_count = 16;
-    o.memory_capacity = std::size_t(1) << 30;
-    init_backend("sim", o);
-  }
-};
+using namespace ditto::test;
 
-template <typename E>
-void expect_error(const std::function<void()>& call, const std::string& part) {
-  try {
-    call();
-    ADD_FAILURE() << "expected an exception containing: " << part;
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << part;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type, message: " << e.what();
-  }
-}
+using CommTest = SimSuite<16, std::size_t(1) << 30>;
 
 Device sim(int i) { return Device("sim", i); }
 
@@ -49,12 +31,6 @@ std::vector<float> iota(std::int64_t n, float start = 0.0f, float step = 1.0f) {
 
 bool shares_storage(const Tensor& a, const Tensor& b) {
   return a.buffer() == b.buffer() && a.offset_bytes() == b.offset_bytes();
-}
-
-std::uint32_t bits(float x) {
-  std::uint32_t b;
-  std::memcpy(&b, &x, 4);
-  return b;
 }
 
 // ---- broadcast --------------------------------------------------------------------------------
@@ -178,20 +154,8 @@ TEST_F(CommTest, ReduceAddSumsOntoTheDestination) {
 }
 
 // Mixed magnitudes: a left-to-right sum over inputs differs from the canonical tree.
-float mixed(int r, std::int64_t i) {
-  std::uint32_t h = static_cast<std::uint32_t>(r * 2654435761u + i * 40503u + 977u);
-  h ^= h >> 13;
-  h *= 0x5bd1e995u;
-  h ^= h >> 15;
-  const int e = static_cast<int>(h % 40) - 12;
-  const float m = 1.0f + static_cast<float>((h >> 8) % 1000) / 1000.0f;
-  return ((h >> 20) & 1 ? -1.0f : 1.0f) * std::ldexp(m, e);
-}
-float host_tree(int lo, int hi, std::int64_t i) {
-  if (hi - lo == 1) return mixed(lo, i);
-  const int mid = static_cast<int>(tree_mid(lo, hi));
-  return host_tree(lo, mid, i) + host_tree(mid, hi, i);
-}
+float mixed(int r, std::int64_t i) { return mixed_rank_value(r, i, 977u); }
+float host_tree(int lo, int hi, std::int64_t i) { return test::host_tree(lo, hi, i, mixed); }
 
 TEST_F(CommTest, ReduceAddBitwiseFollowsTheCanonicalTree) {
   const std::int64_t numel = 500;
@@ -212,7 +176,9 @@ TEST_F(CommTest, ReduceAddBitwiseFollowsTheCanonicalTree) {
       differ += bits(left) != bits(host_tree(0, n, i));
     }
     // Up to 3 inputs the tree is the left-to-right sum; from 4 on the inputs must differ.
-    if (n >= 4) ASSERT_GT(differ, 10) << "inputs do not tell the tree from a left-to-right sum";
+    if (n >= 4) {
+      ASSERT_GT(differ, 10) << "inputs do not tell the tree from a left-to-right sum";
+    }
     auto got = comm::reduce_add(in, sim(3), Determinism::bitwise).to_vector<float>();
     auto got_host = comm::reduce_add(in, Device::cpu(), Determinism::bitwise).to_vector<float>();
     auto co = comm::reduce_add_coalesced(lists, sim(1), 1000, Determinism::bitwise);

@@ -19,60 +19,25 @@
 
 #include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
 
-class CommunicatorTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    BackendOptions o;
-    o.device_count = 16;
-    o.memory_capacity = std::size_t(1) << 30;
-    init_backend("sim", o);
-  }
-};
+using namespace ditto::test;
 
-// Runs `call` and expects an exception of type E whose message contains `part`.
-template <typename E>
-void expect_error(const std::function<void()>& call, const std::string& part) {
-  try {
-    call();
-    ADD_FAILURE() << "expected an exception containing: " << part;
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << part;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type, message: " << e.what();
-  }
-}
+using CommunicatorTest = SimSuite<16, std::size_t(1) << 30>;
 
 // ---- rank-dependent inputs and the host reference ---------------------------------------------
 
-// Small non-zero multiples of 0.5 (|x| <= 2.5): sums and products of up to 8 ranks are exact in
-// f32, so the reference does not depend on the order of the reduction.
-float input_f32(int r, std::int64_t i) {
-  int k = static_cast<int>((r * 7 + i * 3 + 1) % 10) - 5;  // -5..4
-  if (k >= 0) ++k;                                          // -5..-1, 1..5
-  return static_cast<float>(k) * 0.5f;
-}
-// Like input_f32 (times two) plus a large term on every third element to use 64 bits.
-std::int64_t input_i64(int r, std::int64_t i) {
-  std::int64_t v = static_cast<std::int64_t>(input_f32(r, i) * 2.0f);
-  return v + (i % 3 == 0 ? (static_cast<std::int64_t>(r + 1) << 33) : 0);
-}
+// Rank-dependent inputs exact under any order of reduction (exact_f32, exact_i64).
 template <typename T>
 T input(int r, std::int64_t i) {
-  if constexpr (std::is_same_v<T, float>)
-    return input_f32(r, i);
-  else
-    return input_i64(r, i);
+  return exact_inputs<T>(r, 1, i)[0];
 }
 template <typename T>
 std::vector<T> inputs(int r, std::int64_t count, std::int64_t offset = 0) {
-  std::vector<T> v(static_cast<std::size_t>(count));
-  for (std::int64_t i = 0; i < count; ++i) v[i] = input<T>(r, offset + i);
-  return v;
+  return exact_inputs<T>(r, count, offset);
 }
 
 template <typename T>
@@ -161,14 +126,21 @@ class CollectiveTest : public CommunicatorTest, public ::testing::WithParamInter
   Drive how_ = Drive::group;
   std::vector<Communicator> comms_;
 
+  // Each rank's inputs of count_ elements, and its receive buffer: the send buffer itself in
+  // place, else count_ sentinels.
   template <typename T>
-  void all_reduce(ReduceOp op) {
-    SCOPED_TRACE(detail::cat("all_reduce ", reduce_op_name(op), " ", dtype_name(dtype_for<T>())));
-    std::vector<Tensor> send, recv;
+  void make_send_recv(std::vector<Tensor>& send, std::vector<Tensor>& recv) {
     for (int r = 0; r < n_; ++r) {
       send.push_back(make(inputs<T>(r, count_), comms_[r].device()));
       recv.push_back(in_place_ ? send[r] : make(sentinel<T>(count_), comms_[r].device()));
     }
+  }
+
+  template <typename T>
+  void all_reduce(ReduceOp op) {
+    SCOPED_TRACE(detail::cat("all_reduce ", reduce_op_name(op), " ", dtype_name(dtype_for<T>())));
+    std::vector<Tensor> send, recv;
+    make_send_recv<T>(send, recv);
     drive(
         comms_, how_,
         [&] {
@@ -197,10 +169,7 @@ class CollectiveTest : public CommunicatorTest, public ::testing::WithParamInter
     SCOPED_TRACE(detail::cat("reduce ", reduce_op_name(op), " ", dtype_name(dtype_for<T>())));
     const int root = static_cast<int>((count_ + 1) % n_);
     std::vector<Tensor> send, recv;
-    for (int r = 0; r < n_; ++r) {
-      send.push_back(make(inputs<T>(r, count_), comms_[r].device()));
-      recv.push_back(in_place_ ? send[r] : make(sentinel<T>(count_), comms_[r].device()));
-    }
+    make_send_recv<T>(send, recv);
     drive(
         comms_, how_, [&] { ditto::reduce(comms_, send, recv, op, root); },
         [&](int r) { comms_[r].reduce(send[r], recv[r], op, root); });
@@ -243,10 +212,7 @@ class CollectiveTest : public CommunicatorTest, public ::testing::WithParamInter
     SCOPED_TRACE(detail::cat("broadcast ", dtype_name(dtype_for<T>())));
     const int root = static_cast<int>(count_ % n_);
     std::vector<Tensor> send, recv;
-    for (int r = 0; r < n_; ++r) {
-      send.push_back(make(inputs<T>(r, count_), comms_[r].device()));
-      recv.push_back(in_place_ ? send[r] : make(sentinel<T>(count_), comms_[r].device()));
-    }
+    make_send_recv<T>(send, recv);
     drive(
         comms_, how_,
         [&] {
@@ -372,27 +338,9 @@ TEST_F(CommunicatorTest, AllGatherIntoMatrixAndManyCallsInARow) {
 // ---- bitwise mode -------------------------------------------------------------------------------
 
 // Mixed magnitudes: a left-to-right sum over ranks differs from the canonical tree.
-float mixed(int r, std::int64_t i) {
-  std::uint32_t h = static_cast<std::uint32_t>(r * 2654435761u + i * 40503u + 12345u);
-  h ^= h >> 13;
-  h *= 0x5bd1e995u;
-  h ^= h >> 15;
-  const int e = static_cast<int>(h % 40) - 12;
-  const float m = 1.0f + static_cast<float>((h >> 8) % 1000) / 1000.0f;
-  return ((h >> 20) & 1 ? -1.0f : 1.0f) * std::ldexp(m, e);
-}
+float mixed(int r, std::int64_t i) { return mixed_rank_value(r, i, 12345u); }
 
-float host_tree(int lo, int hi, std::int64_t i) {
-  if (hi - lo == 1) return mixed(lo, i);
-  const int mid = static_cast<int>(tree_mid(lo, hi));
-  return host_tree(lo, mid, i) + host_tree(mid, hi, i);
-}
-
-std::uint32_t bits(float x) {
-  std::uint32_t b;
-  std::memcpy(&b, &x, 4);
-  return b;
-}
+float host_tree(int lo, int hi, std::int64_t i) { return test::host_tree(lo, hi, i, mixed); }
 
 TEST_F(CommunicatorTest, BitwiseReductionsFollowTheCanonicalTree) {
   const std::int64_t count = 1003;
@@ -409,7 +357,9 @@ TEST_F(CommunicatorTest, BitwiseReductionsFollowTheCanonicalTree) {
     }
     // For 1..3 ranks the canonical tree is the left-to-right sum; from 4 on the inputs must tell
     // them apart, or the bit-for-bit checks below would prove nothing.
-    if (n >= 4) ASSERT_GT(differ, 10) << "inputs do not tell the tree from a left-to-right sum";
+    if (n >= 4) {
+      ASSERT_GT(differ, 10) << "inputs do not tell the tree from a left-to-right sum";
+    }
 
     CommOptions opts;
     opts.determinism = Determinism::bitwise;

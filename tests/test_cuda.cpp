@@ -1,8 +1,9 @@
-// Cross-backend suite for the CUDA backend (DESIGN.md, "Tests"): memory and copies, every ops::
-// op in bitwise mode equal to the simulator bit for bit (fast mode within a tolerance), NCCL
+// Cross-backend suite for the CUDA backend (DESIGN.md, "Tests"): memory and copies, NCCL
 // collectives for 1, 2, 4 and 8 logical devices (oversubscribed on fewer GPUs) against the host,
 // and DataParallel training with the simulator's parameter bits. Without a usable GPU (or in a
-// build without the backend) every test reports SKIPPED with the reason.
+// build without the backend) every test reports SKIPPED with the reason. Every op against the
+// simulator (bit for bit in bitwise mode, within tolerance in fast mode) is in the backend-ops
+// table, tests/test_backend_ops.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,7 +19,6 @@
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
 #include "core/runtime/error.h"
-#include "core/numerics/micro_shards.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
 #include "core/runtime/ops.h"
@@ -26,44 +26,21 @@
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/numerics/random.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
 
+using namespace ditto::test;
+
 constexpr int kLogicalDevices = 8;
 
-class CudaTest : public ::testing::Test {
- protected:
-  static std::string& skip_reason() {
-    static std::string reason;
-    return reason;
-  }
-  static void SetUpTestSuite() {
-    skip_reason().clear();
-    auto names = registered_backends();
-    if (std::find(names.begin(), names.end(), "cuda") == names.end()) {
-      skip_reason() = "ditto built without the CUDA backend";
-      return;
-    }
-    BackendOptions o;
-    o.device_count = kLogicalDevices;  // oversubscribes a machine with fewer GPUs
-    try {
-      init_backend("cuda", o);
-    } catch (const Error& e) {
-      skip_reason() = e.what();  // "no CUDA device: ..."
-      return;
-    }
-    init_backend("sim", o);  // the reference, with as many devices
-  }
-  void SetUp() override {
-    if (!skip_reason().empty()) GTEST_SKIP() << skip_reason();
-  }
-};
+// cuda and the simulator (the reference) with kLogicalDevices devices each.
+using CudaTest = CudaSuite<kLogicalDevices>;
 
 // ---- helpers ----------------------------------------------------------------------------------
 
 Device cuda_dev(int i = 0) { return Device("cuda", i); }
-Device sim_dev(int i = 0) { return Device("sim", i); }
 
 /// n values in [-1, 1) scaled by 100, 1 or 0.01 by position, so the order of a sum shows in
 /// its bits.
@@ -74,131 +51,6 @@ std::vector<float> mixed(std::int64_t n, std::uint64_t salt, bool magnitudes = t
     v[i] = s * uniform(11, stream_id(kStreamSynthetic, 900 + salt), i, -1, 1);
   }
   return v;
-}
-
-std::vector<std::uint32_t> bits(const Tensor& t) {
-  std::vector<float> v = t.to_vector<float>();
-  std::vector<std::uint32_t> b(v.size());
-  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
-  return b;
-}
-
-template <typename E>
-void expect_error(const std::function<void()>& call, const std::string& part) {
-  try {
-    call();
-    ADD_FAILURE() << "expected an exception containing: " << part;
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << "message: " << e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type, message: " << e.what();
-  }
-}
-
-using Named = std::vector<std::pair<std::string, Tensor>>;
-
-/// Runs every ops:: op on device `d` with the same host inputs and returns the named results.
-/// `magnitudes`: mixed magnitudes (bitwise comparisons) or values in [-1, 1) (fast mode).
-Named run_ops(const Device& d, Determinism mode, bool magnitudes) {
-  Named out;
-  std::uint64_t salt = 0;
-  auto in = [&](const Shape& s) {
-    return Tensor::from_vector(mixed(shape_numel(s), ++salt, magnitudes), s, d);
-  };
-  auto name = [](auto... parts) { return detail::cat(parts...); };
-
-  // GEMM: odd shapes, all four transposes, alpha/beta with and without reading C.
-  struct G {
-    std::int64_t M, N, K;
-  };
-  for (G g : {G{1, 1, 1}, G{7, 13, 5}, G{33, 17, 65}, G{64, 48, 128}, G{130, 3, 257}}) {
-    for (int t = 0; t < 4; ++t) {
-      const bool ta = t & 1, tb = t & 2;
-      Tensor a = in(ta ? Shape{g.K, g.M} : Shape{g.M, g.K});
-      Tensor b = in(tb ? Shape{g.N, g.K} : Shape{g.K, g.N});
-      Tensor c = in({g.M, g.N});
-      ops::gemm(a, b, c, ta, tb, 1.5f, -0.25f, mode);
-      out.emplace_back(name("gemm ", g.M, "x", g.N, "x", g.K, " ta=", ta, " tb=", tb), c);
-      out.emplace_back(name("matmul ", g.M, "x", g.N, "x", g.K, " ta=", ta, " tb=", tb),
-                       ops::matmul(a, b, ta, tb, mode));
-    }
-  }
-  const std::int64_t rows = 37, cols = 11;
-  Tensor x = in({rows, cols}), y = in({rows, cols});
-  Tensor bias = in({cols});
-  Tensor xb = x.clone();
-  ops::add_bias_(xb, bias);
-  out.emplace_back("add_bias_", xb);
-  for (float beta : {0.0f, 1.0f}) {
-    Tensor s = in({cols});
-    ops::sum_rows(x, s, beta, mode);
-    out.emplace_back(name("sum_rows beta=", beta), s);
-  }
-  Tensor r = ops::relu(x);
-  out.emplace_back("relu", r);
-  out.emplace_back("relu_backward", ops::relu_backward(r, y));
-  std::vector<std::int64_t> labels(rows);
-  for (std::int64_t i = 0; i < rows; ++i) labels[i] = (i * 7) % cols;
-  Tensor targets = Tensor::from_vector(labels, {rows}, d);
-  Tensor logits = x.clone();
-  ops::scale_(logits, 0.05f);  // moderate logits: exp must not overflow to inf everywhere
-  out.emplace_back("cross_entropy", ops::cross_entropy(logits, targets));
-  Tensor grad_loss = Tensor::full({}, 0.75f, d);
-  out.emplace_back("cross_entropy_backward",
-                   ops::cross_entropy_backward(logits, targets, grad_loss, 1.0f / rows));
-  out.emplace_back("mse", ops::mse(x, y));
-  out.emplace_back("mse_backward", ops::mse_backward(x, y, grad_loss, 1.0f / rows));
-  out.emplace_back("sum", ops::sum(x, 1.0f / rows, mode));
-  Tensor f = in({rows});
-  ops::fill_(f, -2.5f);
-  out.emplace_back("fill_", f);
-  Tensor ax = y.clone();
-  ops::axpy_(0.3f, x, ax);
-  out.emplace_back("axpy_", ax);
-  Tensor sc = y.clone();
-  ops::scale_(sc, -1.7f);
-  out.emplace_back("scale_", sc);
-  for (int n = 1; n <= 9; ++n) {
-    std::vector<Tensor> inputs;
-    for (int i = 0; i < n; ++i) inputs.push_back(in({rows, cols}));
-    Tensor s = Tensor::zeros({rows, cols}, DType::f32, d);
-    ops::sum_inputs(inputs, s, mode);
-    out.emplace_back(name("sum_inputs n=", n), s);
-  }
-  // Micro-sharded reductions (fixed order in both modes), uneven and empty shards.
-  for (std::int64_t shards : {1, 8, 64}) {
-    auto bounds = micro_shard_bounds(rows, shards);
-    Tensor dy = in({rows, 5});
-    for (bool acc : {false, true}) {
-      Tensor c = in({5, cols});
-      ops::gemm_tn_sharded(dy, x, c, bounds, acc);
-      out.emplace_back(name("gemm_tn_sharded K=", shards, " acc=", acc), c);
-      Tensor s = in({cols});
-      ops::sum_rows_sharded(x, s, bounds, acc);
-      out.emplace_back(name("sum_rows_sharded K=", shards, " acc=", acc), s);
-    }
-    out.emplace_back(name("sum_sharded K=", shards),
-                     ops::sum_sharded(x.view({rows * cols}).narrow(0, rows), bounds, 1.0f / rows));
-  }
-  // Optimizer steps, two in a row (the first initialises the momentum buffer).
-  for (bool nesterov : {false, true}) {
-    Tensor p = in({rows, cols}), buf = Tensor::zeros({rows, cols}, DType::f32, d);
-    for (int step = 0; step < 2; ++step)
-      ops::sgd_step_(p, y, buf, 0.1f, 0.9f, nesterov ? 0.0f : 0.1f, 0.01f, nesterov, step == 0);
-    out.emplace_back(name("sgd_step_ nesterov=", nesterov), p);
-    out.emplace_back(name("sgd_step_ momentum nesterov=", nesterov), buf);
-  }
-  for (bool amsgrad : {false, true}) {
-    Tensor p = in({rows, cols});
-    Tensor m = Tensor::zeros({rows, cols}, DType::f32, d), v = m.clone(), vmax = m.clone();
-    Tensor none;
-    for (int step = 1; step <= 2; ++step)
-      ops::adam_step_(p, step == 1 ? x : y, m, v, amsgrad ? vmax : none, 1e-3, 0.9, 0.999, 1e-8,
-                      0.01, 1 - std::pow(0.9, step), 1 - std::pow(0.999, step), amsgrad);
-    out.emplace_back(name("adam_step_ amsgrad=", amsgrad), p);
-    out.emplace_back(name("adam_step_ exp_avg_sq amsgrad=", amsgrad), v);
-  }
-  return out;
 }
 
 // ---- memory, copies, streams ------------------------------------------------------------------
@@ -300,36 +152,6 @@ TEST_F(CudaTest, KernelScratchIsCountedByTheDevicesMemoryStats) {
                            static_cast<float*>(want.data_ptr()), numel, Determinism::bitwise);
   sim.default_stream(0).synchronize();
   EXPECT_EQ(out.to_vector<float>(), want.to_vector<float>());
-}
-
-// ---- ops: bitwise equal to the simulator, fast within a tolerance ------------------------------
-
-TEST_F(CudaTest, EveryOpInBitwiseModeEqualsTheSimulatorBitForBit) {
-  Named sim = run_ops(sim_dev(), Determinism::bitwise, true);
-  Named gpu = run_ops(cuda_dev(), Determinism::bitwise, true);
-  ASSERT_EQ(sim.size(), gpu.size());
-  for (std::size_t i = 0; i < sim.size(); ++i) {
-    auto a = bits(sim[i].second), b = bits(gpu[i].second);
-    ASSERT_EQ(a.size(), b.size()) << sim[i].first;
-    std::size_t differ = 0, first = 0;
-    for (std::size_t k = 0; k < a.size(); ++k)
-      if (a[k] != b[k] && differ++ == 0) first = k;
-    EXPECT_EQ(differ, 0u) << sim[i].first << ": " << differ << " of " << a.size()
-                          << " elements differ, first at " << first;
-  }
-}
-
-TEST_F(CudaTest, EveryOpInFastModeAgreesWithTheSimulatorWithinTolerance) {
-  Named sim = run_ops(sim_dev(), Determinism::fast, false);
-  Named gpu = run_ops(cuda_dev(), Determinism::fast, false);
-  ASSERT_EQ(sim.size(), gpu.size());
-  for (std::size_t i = 0; i < sim.size(); ++i) {
-    auto a = sim[i].second.to_vector<float>(), b = gpu[i].second.to_vector<float>();
-    ASSERT_EQ(a.size(), b.size()) << sim[i].first;
-    for (std::size_t k = 0; k < a.size(); ++k)
-      ASSERT_NEAR(a[k], b[k], 1e-4f * (1.0f + std::fabs(a[k])))
-          << sim[i].first << " element " << k;
-  }
 }
 
 // ---- collectives ------------------------------------------------------------------------------
@@ -524,10 +346,7 @@ std::vector<std::uint32_t> train(const std::string& backend, int n, bool mse_ada
     }
   }
   std::vector<std::uint32_t> all;
-  for (nn::Parameter* p : model->parameters()) {
-    auto v = bits(p->data);
-    all.insert(all.end(), v.begin(), v.end());
-  }
+  for (float x : parameter_values(*model)) all.push_back(bits(x));
   return all;
 }
 

@@ -22,67 +22,22 @@
 #include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
 #include "core/numerics/determinism.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
 
+using namespace ditto::test;
+
 constexpr int kDevices = 8;
 
-class CudaCommTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    skip_reason_.clear();
-    try {
-      BackendOptions o;
-      o.device_count = kDevices;
-      init_backend("cuda", o);
-    } catch (const std::exception& e) {
-      skip_reason_ = e.what();
-    }
-  }
-  void SetUp() override {
-    if (!skip_reason_.empty()) GTEST_SKIP() << "cuda backend unavailable: " << skip_reason_;
-  }
-  static std::string skip_reason_;
-};
-std::string CudaCommTest::skip_reason_;
-
-template <typename E>
-void expect_error(const std::function<void()>& call, const std::string& part) {
-  try {
-    call();
-    ADD_FAILURE() << "expected an exception containing: " << part;
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << part;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type, message: " << e.what();
-  }
-}
+using CudaCommTest = CudaSuite<kDevices>;
 
 // ---- inputs and the host reference --------------------------------------------------------------
 
-// Multiples of 0.5 in [-2.5, 2.5] without 0: sums and products over up to 8 ranks are exact in
-// f32, so the expected value does not depend on the order of the reduction.
-float exact_f32(int r, std::int64_t i) {
-  int k = static_cast<int>((r * 7 + i * 3 + 1) % 10) - 5;
-  if (k >= 0) ++k;
-  return static_cast<float>(k) * 0.5f;
-}
-std::int64_t exact_i64(int r, std::int64_t i) {
-  return static_cast<std::int64_t>(exact_f32(r, i) * 2.0f) +
-         (i % 3 == 0 ? (static_cast<std::int64_t>(r + 1) << 33) : 0);
-}
 template <typename T>
 std::vector<T> inputs(int r, std::int64_t count, std::int64_t offset = 0) {
-  std::vector<T> v(static_cast<std::size_t>(count));
-  for (std::int64_t i = 0; i < count; ++i) {
-    if constexpr (std::is_same_v<T, float>)
-      v[i] = exact_f32(r, offset + i);
-    else
-      v[i] = exact_i64(r, offset + i);
-  }
-  return v;
+  return exact_inputs<T>(r, count, offset);
 }
 
 // Floats with all mantissa bits in use (an LCG): their sums round, so only the canonical order

@@ -14,9 +14,12 @@
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
 #include "core/numerics/random.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
+
+using namespace ditto::test;
 
 namespace fs = std::filesystem;
 using data::CsvHeader;
@@ -42,16 +45,6 @@ class DataTest : public ::testing::Test {
   static fs::path dir_;
 };
 fs::path DataTest::dir_;
-
-template <typename Exc, typename F>
-void expect_error(F&& f, const std::string& part) {
-  try {
-    f();
-    FAIL() << "expected an exception containing: " << part;
-  } catch (const Exc& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
 
 // A data set whose label is the row index (so rows can be traced through splits and batches).
 Dataset indexed(std::int64_t n, std::int64_t f = 2) {

@@ -19,17 +19,15 @@
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/parallel_apply.h"
 #include "core/numerics/random.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
 
-class DataParallelTest : public ::testing::Test {
+using namespace ditto::test;
+
+class DataParallelTest : public SimSuite<16> {
  protected:
-  static void SetUpTestSuite() {
-    BackendOptions o;
-    o.device_count = 16;
-    init_backend("sim", o);
-  }
   static std::vector<Device> devs(int n) { return devices("sim", n); }
 };
 
@@ -216,12 +214,7 @@ std::vector<float> train(int n, int steps, std::int64_t batch) {
     dp.backward(loss.backward());
     opt.step();
   }
-  std::vector<float> all;
-  for (auto* p : model->parameters()) {
-    auto v = p->data.to_vector<float>();
-    all.insert(all.end(), v.begin(), v.end());
-  }
-  return all;
+  return parameter_values(*model);
 }
 
 TEST_F(DataParallelTest, OneAndFourDevicesGiveTheSameParametersWithinTolerance) {
@@ -272,14 +265,7 @@ TEST_F(DataParallelTest, InputGradientIsGatheredOnTheInputDevice) {
 
 TEST_F(DataParallelTest, ArgumentErrors) {
   auto model = nn::mlp({3, 4, 2}, Device("sim", 1), 5);
-  auto expect = [](auto&& f, const std::string& part) {
-    try {
-      f();
-      FAIL() << "expected InvalidArgument containing " << part;
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-    }
-  };
+  const auto& expect = test::expect_invalid;
   expect([&] { parallel::DataParallel dp(*model, {}); }, "empty list");
   expect([&] { parallel::DataParallel dp(*model, {Device("sim", 1), Device("sim", 1)}); },
          "sim:1 is repeated");
@@ -301,6 +287,23 @@ TEST_F(DataParallelTest, ArgumentErrors) {
   expect([&] { parallel::DataParallel bad(*m0, devs(2), o); }, "got 3");
   o.micro_shards = 2;
   expect([&] { parallel::DataParallel bad(*m0, devs(4), o); }, "supports at most 2 devices");
+}
+
+// A parameter that is not f32 is refused by the constructor, naming it, as DDP refuses it. It used
+// to be accepted, and then sent replicate and backward down a path that could only throw.
+TEST_F(DataParallelTest, ParameterThatIsNotF32IsRejectedNamingIt) {
+  auto model = nn::mlp({3, 4, 2}, Device("sim", 0), 5);
+  nn::Parameter* bias = model->parameters()[1];
+  bias->data = Tensor::zeros(bias->data.shape(), DType::i64, Device("sim", 0));
+  test::expect_invalid([&] { parallel::DataParallel dp(*model, devs(2)); },
+                       "DataParallel: parameter 1 ('0.bias'): expected dtype f32, got ");
+  // One made i64 after construction is refused at the next forward that replicates the module.
+  auto m = nn::mlp({3, 4, 2}, Device("sim", 0), 5);
+  parallel::DataParallel dp(*m, devs(2));
+  nn::Parameter* w = m->parameters()[2];
+  w->data = Tensor::zeros(w->data.shape(), DType::i64, Device("sim", 0));
+  test::expect_invalid([&] { dp.forward(random_tensor({4, 3}, 1)); },
+                       "DataParallel: parameter 2 ('2.weight'): expected dtype f32, got ");
 }
 
 }  // namespace

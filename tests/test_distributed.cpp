@@ -16,6 +16,8 @@ TEST(Distributed, WithoutInitIsAWorldOfOneProcess) {
   EXPECT_FALSE(dist::is_initialized());
   EXPECT_EQ(dist::world_size(), 1);
   EXPECT_EQ(dist::rank(), 0);
+  EXPECT_EQ(dist::local_rank(), 0);
+  EXPECT_EQ(dist::local_size(), 1);
   dist::finalize();  // no-op when not initialized
   EXPECT_FALSE(dist::is_initialized());
 }

@@ -24,23 +24,12 @@
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/runtime/tensor.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
 
-template <typename E>
-void expect_error(const std::function<void()>& call, const std::string& part) {
-  try {
-    call();
-    ADD_FAILURE() << "expected an exception containing: " << part;
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << part;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type, message: " << e.what()
-                  << "\nexpected to contain: " << part;
-  }
-}
+using namespace ditto::test;
 
 Device sim(int i) { return Device("sim", i); }
 

@@ -24,15 +24,12 @@
 #include "core/runtime/ops.h"
 #include "core/numerics/portable_math.h"
 #include "core/runtime/tensor.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
 
-std::uint32_t bits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
+using namespace ditto::test;
 
 // ---- contraction --------------------------------------------------------------------------------
 

@@ -19,56 +19,16 @@
 #include "core/numerics/micro_shards.h"
 #include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
 
-#define EXPECT_THROW_MSG(stmt, Exc, part)                                    \
-  do {                                                                       \
-    try {                                                                    \
-      stmt;                                                                  \
-      ADD_FAILURE() << "expected " #Exc " from: " #stmt;                     \
-    } catch (const Exc& e) {                                                 \
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)         \
-          << "message: " << e.what() << "\nexpected to contain: " << (part); \
-    } catch (const std::exception& e) {                                      \
-      ADD_FAILURE() << "wrong exception type from " #stmt ": " << e.what();  \
-    }                                                                        \
-  } while (0)
+using namespace ditto::test;
 
 using Bounds = std::vector<std::int64_t>;
 
 Device sim(int i) { return Device("sim", i); }
-
-// Values of mixed magnitudes (1e-4 .. 1e4, both signs), so that summation order shows in the
-// bits.
-std::vector<float> mixed_values(std::size_t n, std::uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> exp10(-4, 4);
-  std::vector<float> v(n);
-  for (float& x : v) x = mant(gen) * std::pow(10.0f, static_cast<float>(exp10(gen)));
-  return v;
-}
-
-::testing::AssertionResult bits_equal(const std::vector<float>& got,
-                                      const std::vector<float>& want) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(want[i]))
-      return ::testing::AssertionFailure()
-             << "first difference at " << i << ": " << got[i] << " (0x" << std::hex
-             << std::bit_cast<std::uint32_t>(got[i]) << ") vs " << want[i] << " (0x"
-             << std::bit_cast<std::uint32_t>(want[i]) << ")";
-  return ::testing::AssertionSuccess();
-}
-
-bool any_bits_differ(const std::vector<float>& a, const std::vector<float>& b) {
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i])) return true;
-  return false;
-}
 
 // ---- host reference of the exact definition --------------------------------------------------
 

@@ -14,31 +14,19 @@
 #include "core/nn/sequential.h"
 #include "core/nn/with_loss.h"
 #include "core/numerics/random.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
 
+using namespace ditto::test;
+
 using Vec = std::vector<double>;
 
-class NNTest : public ::testing::Test {
+class NNTest : public SimSuite<16> {
  protected:
-  static void SetUpTestSuite() {
-    BackendOptions o;
-    o.device_count = 16;
-    init_backend("sim", o);
-  }
   static Device dev(int i = 0) { return Device("sim", i); }
 };
-
-template <typename F>
-void expect_invalid(F&& f, const std::string& part) {
-  try {
-    f();
-    FAIL() << "expected InvalidArgument containing: " << part;
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
 
 // Deterministic test values in [lo, hi) (Philox, synthetic stream `sub`).
 std::vector<float> values(std::int64_t n, std::uint64_t sub, float lo = -1.0f, float hi = 1.0f) {
@@ -401,6 +389,18 @@ TEST_F(NNTest, SequentialCloneSharesDataWithFreshGrads) {
   EXPECT_EQ(net->device(), dev());
 }
 
+// The gradients of a 2-layer MLP's parameters and of its input x against central differences of
+// the host loss f.
+void expect_mlp_grads(nn::Module& net, HostMlp& h, const Tensor& gx, Vec& x,
+                      const std::function<double()>& f) {
+  auto ps = net.parameters();
+  expect_grad("0.weight", host(ps[0]->grad), h.W[0], f);
+  expect_grad("0.bias", host(ps[1]->grad), h.b[0], f);
+  expect_grad("2.weight", host(ps[2]->grad), h.W[1], f);
+  expect_grad("2.bias", host(ps[3]->grad), h.b[1], f);
+  expect_grad("input", host(gx), x, f);
+}
+
 TEST_F(NNTest, MlpWithMSELossGradientsMatchFiniteDifferences) {
   const std::int64_t n = 5;
   const std::vector<std::int64_t> sizes = {4, 6, 3};
@@ -416,12 +416,7 @@ TEST_F(NNTest, MlpWithMSELossGradientsMatchFiniteDifferences) {
   Vec x = to_double(xv), t = to_double(tv);
   auto f = [&] { return host_mse(h.forward(x, n), t); };
   EXPECT_NEAR(loss.item(), f(), 1e-6);
-  auto ps = net->parameters();
-  expect_grad("0.weight", host(ps[0]->grad), h.W[0], f);
-  expect_grad("0.bias", host(ps[1]->grad), h.b[0], f);
-  expect_grad("2.weight", host(ps[2]->grad), h.W[1], f);
-  expect_grad("2.bias", host(ps[3]->grad), h.b[1], f);
-  expect_grad("input", host(gx), x, f);
+  expect_mlp_grads(*net, h, gx, x, f);
 }
 
 TEST_F(NNTest, MlpWithCrossEntropyGradientsMatchFiniteDifferences) {
@@ -439,12 +434,7 @@ TEST_F(NNTest, MlpWithCrossEntropyGradientsMatchFiniteDifferences) {
   Vec x = to_double(xv);
   auto f = [&] { return host_cross_entropy(h.forward(x, n), tv, c); };
   EXPECT_NEAR(loss.item(), f(), 1e-6);
-  auto ps = net->parameters();
-  expect_grad("0.weight", host(ps[0]->grad), h.W[0], f);
-  expect_grad("0.bias", host(ps[1]->grad), h.b[0], f);
-  expect_grad("2.weight", host(ps[2]->grad), h.W[1], f);
-  expect_grad("2.bias", host(ps[3]->grad), h.b[1], f);
-  expect_grad("input", host(gx), x, f);
+  expect_mlp_grads(*net, h, gx, x, f);
 }
 
 // ---- losses ----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -13,49 +14,17 @@
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
 
-#define EXPECT_THROW_MSG(stmt, Exc, part)                                                    \
-  do {                                                                                       \
-    try {                                                                                    \
-      stmt;                                                                                  \
-      ADD_FAILURE() << "expected " #Exc " from: " #stmt;                                     \
-    } catch (const Exc& e) {                                                                 \
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)                        \
-          << "message: " << e.what() << "\nexpected to contain: " << (part);               \
-    } catch (const std::exception& e) {                                                      \
-      ADD_FAILURE() << "wrong exception type from " #stmt ": " << e.what();                 \
-    }                                                                                        \
-  } while (0)
+using namespace ditto::test;
 
 Device sim(int i) { return Device("sim", i); }
 
-std::vector<float> random_values(std::size_t n, std::uint32_t seed, float lo = -1.0f,
-                                 float hi = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
-
 Tensor on_sim(const std::vector<float>& v, const Shape& shape, int device = 0) {
   return Tensor::from_vector(v, shape, sim(device));
-}
-
-::testing::AssertionResult bits_equal(const std::vector<float>& got,
-                                      const std::vector<float>& want) {
-  if (got.size() != want.size())
-    return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
-  for (std::size_t i = 0; i < got.size(); ++i)
-    if (std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(want[i]))
-      return ::testing::AssertionFailure()
-             << "first difference at " << i << ": " << got[i] << " (0x" << std::hex
-             << std::bit_cast<std::uint32_t>(got[i]) << ") vs " << want[i] << " (0x"
-             << std::bit_cast<std::uint32_t>(want[i]) << ")";
-  return ::testing::AssertionSuccess();
 }
 
 void expect_near_all(const std::vector<float>& got, const std::vector<double>& want,
@@ -75,14 +44,7 @@ class OpsTest : public ::testing::TestWithParam<Determinism> {
   Determinism mode() const { return GetParam(); }
 };
 
-class Sim16 : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    BackendOptions o;
-    o.device_count = 16;
-    init_backend("sim", o);
-  }
-};
+using Sim16 = SimSuite<16>;
 using OpsBitwise = Sim16;
 using OpsKernels = Sim16;
 using OpsErrors = Sim16;
@@ -119,8 +81,11 @@ GemmInputs make_gemm_inputs(const GemmCase& g, bool ta, bool tb, std::uint32_t s
   return in;
 }
 
-TEST_P(OpsTest, GemmMatchesDoubleReferenceAllTransposes) {
-  std::uint32_t seed = 10;
+// Calls f for every shape of kGemmShapes, transpose and (alpha, beta) of kAlphaBeta, with fresh
+// inputs (seeds from `seed` on) and a trace naming the case.
+void for_each_gemm_case(std::uint32_t seed,
+                        const std::function<void(const GemmCase&, bool, bool, float, float,
+                                                 const GemmInputs&)>& f) {
   for (const auto& g : kGemmShapes)
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb)
@@ -128,57 +93,56 @@ TEST_P(OpsTest, GemmMatchesDoubleReferenceAllTransposes) {
           SCOPED_TRACE(::testing::Message() << "M=" << g.M << " N=" << g.N << " K=" << g.K
                                             << " ta=" << ta << " tb=" << tb << " alpha="
                                             << alpha << " beta=" << beta);
-          GemmInputs in = make_gemm_inputs(g, ta, tb, seed += 3);
-          Tensor a = on_sim(in.a, in.a_shape), b = on_sim(in.b, in.b_shape);
-          Tensor c = on_sim(in.c, {g.M, g.N});
-          ops::gemm(a, b, c, ta, tb, alpha, beta, mode());
-          std::vector<float> got = c.to_vector<float>();
-          for (std::int64_t i = 0; i < g.M; ++i)
-            for (std::int64_t j = 0; j < g.N; ++j) {
-              double acc = 0, mag = 0;
-              for (std::int64_t k = 0; k < g.K; ++k) {
-                double p = double(in.op_a(i, k, g, ta)) * in.op_b(k, j, g, tb);
-                acc += p;
-                mag += std::fabs(p);
-              }
-              double cij = in.c[i * g.N + j];
-              double want = alpha * acc + beta * cij;
-              double tol = 4.0 * (g.K + 2) * 1.2e-7 * (std::fabs(alpha) * mag +
-                                                       std::fabs(beta * cij)) + 1e-30;
-              ASSERT_NEAR(got[i * g.N + j], want, tol) << "at (" << i << ", " << j << ")";
-            }
+          f(g, ta, tb, alpha, beta, make_gemm_inputs(g, ta, tb, seed += 3));
         }
 }
 
-TEST_F(OpsBitwise, GemmEqualsScalarFmaChainBitForBit) {
-  std::uint32_t seed = 100;
-  for (const auto& g : kGemmShapes)
-    for (int ta = 0; ta < 2; ++ta)
-      for (int tb = 0; tb < 2; ++tb)
-        for (auto [alpha, beta] : kAlphaBeta) {
-          SCOPED_TRACE(::testing::Message() << "M=" << g.M << " N=" << g.N << " K=" << g.K
-                                            << " ta=" << ta << " tb=" << tb << " alpha="
-                                            << alpha << " beta=" << beta);
-          GemmInputs in = make_gemm_inputs(g, ta, tb, seed += 3);
-          Tensor a = on_sim(in.a, in.a_shape, 2), b = on_sim(in.b, in.b_shape, 2);
-          Tensor c = on_sim(in.c, {g.M, g.N}, 2);
-          ops::gemm(a, b, c, ta, tb, alpha, beta, Determinism::bitwise);
-          std::vector<float> want(in.c.size());
-          for (std::int64_t i = 0; i < g.M; ++i)
-            for (std::int64_t j = 0; j < g.N; ++j) {
-              float acc = 0.0f;
-              for (std::int64_t k = 0; k < g.K; ++k)
-                acc = std::fma(in.op_a(i, k, g, ta), in.op_b(k, j, g, tb), acc);
-              float cij = in.c[i * g.N + j];
-              float r;
-              if (beta == 0.0f)
-                r = alpha == 1.0f ? acc : alpha * acc;
-              else
-                r = std::fma(beta, cij, alpha * acc);
-              want[i * g.N + j] = r;
-            }
-          EXPECT_TRUE(bits_equal(c.to_vector<float>(), want));
+TEST_P(OpsTest, GemmMatchesDoubleReferenceAllTransposes) {
+  for_each_gemm_case(10, [&](const GemmCase& g, bool ta, bool tb, float alpha, float beta,
+                             const GemmInputs& in) {
+    Tensor a = on_sim(in.a, in.a_shape), b = on_sim(in.b, in.b_shape);
+    Tensor c = on_sim(in.c, {g.M, g.N});
+    ops::gemm(a, b, c, ta, tb, alpha, beta, mode());
+    std::vector<float> got = c.to_vector<float>();
+    for (std::int64_t i = 0; i < g.M; ++i)
+      for (std::int64_t j = 0; j < g.N; ++j) {
+        double acc = 0, mag = 0;
+        for (std::int64_t k = 0; k < g.K; ++k) {
+          double p = double(in.op_a(i, k, g, ta)) * in.op_b(k, j, g, tb);
+          acc += p;
+          mag += std::fabs(p);
         }
+        double cij = in.c[i * g.N + j];
+        double want = alpha * acc + beta * cij;
+        double tol = 4.0 * (g.K + 2) * 1.2e-7 * (std::fabs(alpha) * mag +
+                                                 std::fabs(beta * cij)) + 1e-30;
+        ASSERT_NEAR(got[i * g.N + j], want, tol) << "at (" << i << ", " << j << ")";
+      }
+  });
+}
+
+TEST_F(OpsBitwise, GemmEqualsScalarFmaChainBitForBit) {
+  for_each_gemm_case(100, [&](const GemmCase& g, bool ta, bool tb, float alpha, float beta,
+                              const GemmInputs& in) {
+    Tensor a = on_sim(in.a, in.a_shape, 2), b = on_sim(in.b, in.b_shape, 2);
+    Tensor c = on_sim(in.c, {g.M, g.N}, 2);
+    ops::gemm(a, b, c, ta, tb, alpha, beta, Determinism::bitwise);
+    std::vector<float> want(in.c.size());
+    for (std::int64_t i = 0; i < g.M; ++i)
+      for (std::int64_t j = 0; j < g.N; ++j) {
+        float acc = 0.0f;
+        for (std::int64_t k = 0; k < g.K; ++k)
+          acc = std::fma(in.op_a(i, k, g, ta), in.op_b(k, j, g, tb), acc);
+        float cij = in.c[i * g.N + j];
+        float r;
+        if (beta == 0.0f)
+          r = alpha == 1.0f ? acc : alpha * acc;
+        else
+          r = std::fma(beta, cij, alpha * acc);
+        want[i * g.N + j] = r;
+      }
+    EXPECT_TRUE(bits_equal(c.to_vector<float>(), want));
+  });
 }
 
 // Blocking over rows and columns must not change any bit: every row of a 37-row product equals

@@ -8,17 +8,15 @@
 #include "core/runtime/backend.h"
 #include "core/optim/adam.h"
 #include "core/optim/sgd.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
 
-class SGDTest : public ::testing::Test {
+using namespace ditto::test;
+
+class SGDTest : public SimSuite<16> {
  protected:
-  static void SetUpTestSuite() {
-    BackendOptions o;
-    o.device_count = 16;
-    init_backend("sim", o);
-  }
   static Device dev(int i = 0) { return Device("sim", i); }
   static nn::Parameter param(const std::string& name, std::vector<float> data,
                              const Device& d = dev()) {
@@ -26,16 +24,6 @@ class SGDTest : public ::testing::Test {
     return {name, Tensor::from_vector(data, {n}, d), {}};
   }
 };
-
-template <typename F>
-void expect_invalid(F&& f, const std::string& part) {
-  try {
-    f();
-    FAIL() << "expected InvalidArgument containing: " << part;
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-  }
-}
 
 // torch.optim.SGD for one element with the same float operations (the build has
 // -ffp-contract=off, so no fma sneaks in).

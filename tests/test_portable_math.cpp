@@ -14,15 +14,12 @@
 #include <vector>
 
 #include "core/numerics/portable_math.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
 
-std::uint32_t bits(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
+using namespace ditto::test;
 
 float from_bits(std::uint32_t u) {
   float x;

@@ -15,34 +15,18 @@
 #include "core/runtime/backend.h"
 #include "core/runtime/error.h"
 #include "core/runtime/tensor.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
 
-#define EXPECT_THROW_MSG(stmt, Exc, part)                                                    \
-  do {                                                                                       \
-    try {                                                                                    \
-      stmt;                                                                                  \
-      ADD_FAILURE() << "expected " #Exc " from: " #stmt;                                     \
-    } catch (const Exc& e) {                                                                 \
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)                        \
-          << "message: " << e.what() << "\nexpected to contain: " << (part);               \
-    } catch (const std::exception& e) {                                                      \
-      ADD_FAILURE() << "wrong exception type from " #stmt ": " << e.what();                 \
-    }                                                                                        \
-  } while (0)
+using namespace ditto::test;
 
 Device sim(int i) { return Device("sim", i); }
 
-void init_sim16() {
-  BackendOptions o;
-  o.device_count = 16;
-  init_backend("sim", o);
-}
-
 class SimBackendTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { init_sim16(); }
+  static void SetUpTestSuite() { init_sim(16); }
 };
 
 // Spin until `flag` is set or `timeout` passes; true when set.
@@ -100,7 +84,7 @@ TEST(SimBackendMemory, OutOfMemoryNamesDeviceRequestUseAndCapacity) {
   }
   EXPECT_THROW_MSG(Tensor::empty({2000}, DType::f32, sim(0)), OutOfMemory, "sim:0: out of memory");
   EXPECT_THROW_MSG(Tensor::empty({1}, DType::f32, sim(2)), InvalidArgument, "sim:2");
-  init_sim16();  // leave the default instance for the next tests
+  init_sim(16);  // leave the default instance for the next tests
   EXPECT_EQ(get_backend("sim").device_count(), 16);
 }
 
@@ -184,6 +168,19 @@ TEST_F(SimBackendTest, AsSimRejectsOtherStreams) {
 }
 
 // ---- Device ---------------------------------------------------------------------------------
+
+// dtype_size and dtype_name switch over every DType; a value outside the enumeration (a corrupt
+// byte) throws instead of passing for i64, as the ternaries they replaced did.
+TEST(DType, SizeAndNameOfEveryDTypeAndAnErrorForAnyOtherValue) {
+  static_assert(dtype_size(DType::f32) == 4 && dtype_size(DType::i64) == 8);
+  EXPECT_STREQ(dtype_name(DType::f32), "f32");
+  EXPECT_STREQ(dtype_name(DType::i64), "i64");
+  const auto bad = static_cast<DType>(7);
+  EXPECT_THROW_MSG(dtype_size(bad), InternalError,
+                   "dtype_size: unknown DType value 7 (expected f32 or i64)");
+  EXPECT_THROW_MSG(dtype_name(bad), InternalError,
+                   "dtype_name: unknown DType value 7 (expected f32 or i64)");
+}
 
 TEST(DeviceParse, GoodInputs) {
   Device d = Device::parse("sim:3");

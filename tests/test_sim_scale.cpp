@@ -23,9 +23,12 @@
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/runtime/tensor.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
+
+using namespace ditto::test;
 
 constexpr int kDevices = 1024;
 
@@ -142,12 +145,7 @@ std::vector<float> train_bitwise(int n, int steps) {
     dp.backward(loss.backward());
     opt.step();
   }
-  std::vector<float> all;
-  for (auto* p : model->parameters()) {
-    auto v = p->data.to_vector<float>();
-    all.insert(all.end(), v.begin(), v.end());
-  }
-  return all;
+  return parameter_values(*model);
 }
 
 TEST_F(SimScaleTest, DataParallelOn1024DevicesGivesTheBitsOfOneDevice) {

@@ -281,10 +281,11 @@ fi
 step ctest 150 ctest --test-dir "$build" -j "$jobs" --output-on-failure --timeout 120
 ctest_log="$out/logs/ctest.log"
 total_line="$(grep -E 'tests passed|tests failed' "$ctest_log" | tail -n 1)"
-cuda_tests="$(grep -cE 'Test +#[0-9]+: [^ ]*Cuda' "$ctest_log")"
+# CUDA tests: the Cuda* suites and the backend-ops table's cuda instances (..._cuda_bitwise/fast).
+cuda_tests="$(grep -cE 'Test +#[0-9]+: [^ ]*(Cuda|_cuda_)' "$ctest_log")"
 # Tests of the NCCL transports skip on one GPU (they need two): not held against a 1-GPU run.
 multi_gpu_tests='BitwiseNccl'
-cuda_skipped="$(grep -E 'Test +#[0-9]+: [^ ]*Cuda[^ ]* .*Skipped' "$ctest_log" |
+cuda_skipped="$(grep -E 'Test +#[0-9]+: [^ ]*(Cuda|_cuda_)[^ ]* .*Skipped' "$ctest_log" |
   { if [ "$ngpu" -ge 2 ]; then cat; else grep -vE "$multi_gpu_tests"; fi; } | grep -c .)"
 cuda_ok=FAIL
 [ "$cuda_tests" -gt 0 ] && [ "$cuda_skipped" -eq 0 ] && cuda_ok=PASS

@@ -52,17 +52,19 @@ bool is_initialized() {
   return s.group != nullptr;
 }
 
-int world_size() {
+namespace {
+// The live process group's answer to `get`, or `otherwise` when not initialized.
+int group_or(int (detail::ProcessGroup::*get)() const, int otherwise) {
   State& s = state();
   std::lock_guard lk(s.mu);
-  return s.group ? s.group->size() : 1;
+  return s.group ? (s.group.get()->*get)() : otherwise;
 }
+}  // namespace
 
-int rank() {
-  State& s = state();
-  std::lock_guard lk(s.mu);
-  return s.group ? s.group->rank() : 0;
-}
+int world_size() { return group_or(&detail::ProcessGroup::size, 1); }
+int rank() { return group_or(&detail::ProcessGroup::rank, 0); }
+int local_rank() { return group_or(&detail::ProcessGroup::local_rank, 0); }
+int local_size() { return group_or(&detail::ProcessGroup::local_size, 1); }
 
 void finalize() {
   State& s = state();

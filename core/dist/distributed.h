@@ -43,6 +43,17 @@ int world_size();
 /// This process's rank in [0, world_size()) (MPI_Comm_rank); 0 when not initialized.
 int rank();
 
+/// This process's rank among the processes of the job on its node, in [0, local_size()): the
+/// rank in the MPI_COMM_TYPE_SHARED split of MPI_COMM_WORLD (MPI_Comm_split_type), ordered by
+/// rank(). torch.distributed's LOCAL_RANK, from MPI itself rather than a launcher's environment
+/// variable (Open MPI's OMPI_COMM_WORLD_LOCAL_RANK), so any MPI gives it. The index of the GPU
+/// of its node that a process takes. 0 when not initialized.
+int local_rank();
+
+/// Number of processes of the job on this node (the size of that split); 1 when not
+/// initialized.
+int local_size();
+
 /// MPI_Finalize. Collective. Communicators created by Communicator::init_rank must be destroyed
 /// (and their streams synchronized) before; later calls on one throw BackendError. No-op when
 /// not initialized. MPI cannot be initialized again in the same process.

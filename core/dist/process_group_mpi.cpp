@@ -289,10 +289,23 @@ class MpiProcessGroup final : public detail::ProcessGroup {
     DITTO_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "dist::init");
     DITTO_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "dist::init");
     DITTO_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size_), "dist::init");
+    // The processes that share this node's memory (torch.distributed's LOCAL_RANK without the
+    // launcher's environment variable): ordered by world rank.
+    MPI_Comm node = MPI_COMM_NULL;
+    DITTO_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_,
+                                        MPI_INFO_NULL, &node),
+                    "dist::init");
+    const int rank_rc = MPI_Comm_rank(node, &local_rank_);
+    const int size_rc = MPI_Comm_size(node, &local_size_);
+    MPI_Comm_free(&node);
+    DITTO_MPI_CHECK(rank_rc, "dist::init");
+    DITTO_MPI_CHECK(size_rc, "dist::init");
   }
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_size() const override { return local_size_; }
 
   std::shared_ptr<CommunicatorImpl> create_communicator(Backend& backend, int index,
                                                         const CommOptions& options,
@@ -376,6 +389,8 @@ class MpiProcessGroup final : public detail::ProcessGroup {
  private:
   int rank_ = 0;
   int size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
   bool owns_ = false;
 };
 

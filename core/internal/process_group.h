@@ -19,6 +19,10 @@ class ProcessGroup {
   virtual ~ProcessGroup() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  /// This process's rank among the processes of its node, and their number (the
+  /// MPI_COMM_TYPE_SHARED split of MPI_COMM_WORLD).
+  virtual int local_rank() const = 0;
+  virtual int local_size() const = 0;
 
   /// ncclCommInitRank over every process: the shared state of this process's rank of a new
   /// communicator, on device `index` of `backend` (validated by core). Collective: every process

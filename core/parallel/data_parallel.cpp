@@ -26,10 +26,16 @@ DataParallel::DataParallel(nn::Module& module, std::vector<Device> devices,
     DITTO_CHECK(seen.insert(d).second, "DataParallel: devices[", i, "]: device ", d.str(),
                 " is repeated");
   }
-  for (nn::Parameter* p : module_.parameters())
+  const std::vector<nn::Parameter*> params = module_.parameters();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const nn::Parameter* p = params[i];
     DITTO_CHECK(p->data.device() == devices_[0], "DataParallel: module must have its parameters on ",
                 devices_[0].str(), " (devices[0]) but parameter '", p->name, "' is on ",
                 p->data.device().str());
+    // The replica buckets and the kernels of the reverse pass are f32 (as DDP's).
+    DITTO_CHECK(p->data.dtype() == DType::f32, "DataParallel: parameter ", i, " ('", p->name,
+                "'): expected dtype f32, got ", p->data.str());
+  }
   if (options_.determinism == Determinism::bitwise) {
     const std::int64_t k = options_.micro_shards;
     DITTO_CHECK(k >= 1 && k <= kMaxMicroShards && (k & (k - 1)) == 0,
@@ -61,8 +67,8 @@ Tensor DataParallel::forward(const Tensor& input) { return forward(std::vector<T
 // (page faults were ~20% of a 4-device step of a 7 MB MLP) and the staging copies onto
 // devices[0] (the simulator's reduce reads every rank's buffer in place, all ranks in parallel).
 // The gradient sums land in a fresh tensor each step (the module's grads are views of it, as
-// before). Buckets are rebuilt when the parameters' shapes change; a parameter that is not f32
-// sends replicate and backward to the comm:: path.
+// before). Buckets are rebuilt when the parameters' shapes change. Parameters are f32 (checked by
+// the constructor, and again here for a parameter replaced since).
 std::vector<Communicator>& DataParallel::comms(int n) {
   auto it = comms_.find(n);
   if (it != comms_.end()) return it->second;
@@ -72,14 +78,15 @@ std::vector<Communicator>& DataParallel::comms(int n) {
   return comms_.emplace(n, Communicator::init_all(devs, o)).first->second;
 }
 
-bool DataParallel::ensure_buckets(const std::vector<nn::Parameter*>& params) {
+void DataParallel::ensure_buckets(const std::vector<nn::Parameter*>& params) {
   std::vector<Shape> shapes;
   shapes.reserve(params.size());
-  for (nn::Parameter* p : params) {
-    if (p->data.dtype() != DType::f32) return false;
-    shapes.push_back(p->data.shape());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    DITTO_CHECK(params[i]->data.dtype() == DType::f32, "DataParallel: parameter ", i, " ('",
+                params[i]->name, "'): expected dtype f32, got ", params[i]->data.str());
+    shapes.push_back(params[i]->data.shape());
   }
-  if (!buckets_.empty() && shapes == bucket_shapes_) return true;
+  if (!buckets_.empty() && shapes == bucket_shapes_) return;
   buckets_.clear();
   param_slot_.assign(params.size(), {0, 0});
   const std::size_t n_dev = devices_.size();
@@ -110,7 +117,6 @@ bool DataParallel::ensure_buckets(const std::vector<nn::Parameter*>& params) {
           buckets_[b].param_flat[d].narrow(off, params[k]->data.numel()).view(shapes[k]);
     }
   bucket_shapes_ = std::move(shapes);
-  return true;
 }
 
 void DataParallel::replicate(int n) {
@@ -119,9 +125,9 @@ void DataParallel::replicate(int n) {
   std::vector<Tensor> data;
   data.reserve(params.size());
   for (nn::Parameter* p : params) data.push_back(p->data);
-  std::vector<Device> devs(devices_.begin(), devices_.begin() + n);
   std::vector<std::vector<Tensor>> copies;
-  if (!data.empty() && ensure_buckets(params)) {  // Note [Persistent replica buffers]
+  if (!data.empty()) {  // Note [Persistent replica buffers]
+    ensure_buckets(params);
     copies.assign(static_cast<std::size_t>(n), data);  // replica 0 shares the module's tensors
     for (Bucket& bk : buckets_) {
       std::size_t off = 0;
@@ -136,8 +142,6 @@ void DataParallel::replicate(int n) {
       }
     }
     for (int d = 1; d < n; ++d) copies[static_cast<std::size_t>(d)] = replica_views_[static_cast<std::size_t>(d)];
-  } else if (!data.empty()) {
-    copies = comm::broadcast_coalesced(data, devs, options_.buffer_size);
   }
   for (int i = 0; i < n; ++i) {
     auto& r = replicas_[static_cast<std::size_t>(i)];
@@ -273,7 +277,8 @@ Tensor DataParallel::backward(const Tensor& grad_output) {
 
   // Reduce the replicas' gradients onto devices[0] and accumulate into the module's grads.
   std::vector<nn::Parameter*> params = module_.parameters();
-  if (!params.empty() && ensure_buckets(params)) {  // Note [Persistent replica buffers]
+  if (!params.empty()) {  // Note [Persistent replica buffers]
+    ensure_buckets(params);
     std::vector<Tensor> sums(params.size());
     for (Bucket& bk : buckets_) {
       for (int i = 0; i < n; ++i) {
@@ -303,25 +308,6 @@ Tensor DataParallel::backward(const Tensor& grad_output) {
         sums[k] = out.narrow(off, params[k]->data.numel()).view(params[k]->data.shape());
       }
     }
-    for (std::size_t k = 0; k < params.size(); ++k) {
-      if (!params[k]->grad.defined())
-        params[k]->grad = sums[k];
-      else
-        ops::axpy_(1.0f, sums[k], params[k]->grad);
-    }
-  } else if (!params.empty()) {
-    std::vector<std::vector<Tensor>> per_replica(static_cast<std::size_t>(n));
-    for (int i = 0; i < n; ++i) {
-      std::vector<nn::Parameter*> rp = replicas_[static_cast<std::size_t>(i)]->parameters();
-      for (std::size_t k = 0; k < rp.size(); ++k) {
-        if (!rp[k]->grad.defined())  // a parameter the replica did not use
-          rp[k]->grad = Tensor::zeros(rp[k]->data.shape(), rp[k]->data.dtype(), devs[static_cast<std::size_t>(i)]);
-        per_replica[static_cast<std::size_t>(i)].push_back(rp[k]->grad);
-      }
-    }
-    std::vector<Tensor> sums = comm::reduce_add_coalesced(per_replica, devices_[0],
-                                                          options_.buffer_size,
-                                                          options_.determinism);
     for (std::size_t k = 0; k < params.size(); ++k) {
       if (!params[k]->grad.defined())
         params[k]->grad = sums[k];

@@ -47,7 +47,8 @@ class DataParallel {
  public:
   /// Wrap `module` (not owned; must outlive this object) for `devices` (non-empty, distinct, one
   /// non-cpu backend). Throws InvalidArgument when the list is bad or a parameter of the module is
-  /// not on devices[0] (naming the parameter and its device).
+  /// not on devices[0] or not f32 (naming the parameter and its device or dtype), as
+  /// DistributedDataParallel does.
   DataParallel(nn::Module& module, std::vector<Device> devices, DataParallelOptions options = {});
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
@@ -79,9 +80,9 @@ class DataParallel {
 
  private:
   void replicate(int n);
-  /// Builds (or keeps) the persistent buckets for `params`; false when they cannot be used (a
-  /// parameter that is not f32), then replicate/backward take the comm:: path.
-  bool ensure_buckets(const std::vector<nn::Parameter*>& params);
+  /// Builds (or keeps) the persistent buckets for `params` (f32; InvalidArgument naming a
+  /// parameter that is not).
+  void ensure_buckets(const std::vector<nn::Parameter*>& params);
 
   /// Note [Persistent replica buffers] (data_parallel.cpp): one bucket of consecutive parameters.
   struct Bucket {

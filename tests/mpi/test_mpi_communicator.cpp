@@ -19,9 +19,12 @@
 #include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
 #include "core/dist/distributed.h"
+#include "../test_util.h"
 
 namespace ditto {
 namespace {
+
+using namespace ditto::test;
 
 int world() { return dist::world_size(); }
 int me() { return dist::rank(); }
@@ -34,40 +37,10 @@ CommOptions opts(Determinism d, std::int64_t timeout_ms = 60000) {
   return o;
 }
 
-template <typename E>
-void expect_error(const std::function<void()>& call, const std::string& part) {
-  try {
-    call();
-    ADD_FAILURE() << "expected an exception containing: " << part;
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-        << "message: " << e.what() << "\nexpected to contain: " << part;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type, message: " << e.what();
-  }
-}
-
-// Small non-zero multiples of 0.5: sums and products over up to 8 ranks are exact in f32, so the
-// host reference does not depend on the order of the reduction (fast mode may use any).
-float input_f32(int r, std::int64_t i) {
-  int k = static_cast<int>((r * 7 + i * 3 + 1) % 10) - 5;
-  if (k >= 0) ++k;
-  return static_cast<float>(k) * 0.5f;
-}
-std::int64_t input_i64(int r, std::int64_t i) {
-  return static_cast<std::int64_t>(input_f32(r, i) * 2.0f) +
-         (i % 3 == 0 ? (static_cast<std::int64_t>(r + 1) << 33) : 0);
-}
+// Rank-dependent inputs exact under any order of reduction (exact_f32, exact_i64).
 template <typename T>
 std::vector<T> inputs(int r, std::int64_t n, std::int64_t offset = 0) {
-  std::vector<T> v(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) {
-    if constexpr (std::is_same_v<T, float>)
-      v[i] = input_f32(r, offset + i);
-    else
-      v[i] = input_i64(r, offset + i);
-  }
-  return v;
+  return exact_inputs<T>(r, n, offset);
 }
 template <typename T>
 T combine(T a, T b, ReduceOp op) {
@@ -259,6 +232,14 @@ std::vector<std::vector<float>> in_process(
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// ctest starts every process on this one machine: the MPI_COMM_TYPE_SHARED split of the world is
+// the world, so each process's node-local rank is its rank (ditto-train picks its GPU by it).
+TEST(MpiDist, LocalRankAndSizeOnOneNodeAreTheWorlds) {
+  EXPECT_EQ(dist::local_rank(), dist::rank());
+  EXPECT_EQ(dist::local_size(), dist::world_size());
+  EXPECT_GE(dist::local_size(), 1);
 }
 
 TEST(MpiBitwise, AllReduceEqualsInProcessSimulatorBitForBit) {

@@ -1,0 +1,247 @@
+// Shared fixtures of the test suite (tests/*.cpp, tests/mpi/*.cpp): error expectations, the
+// simulator fixture, bit-level float comparisons, the exact rank-dependent inputs of the
+// collective tests, seeded random values, and the check that a backend can start (or the reason
+// it cannot, for GTEST_SKIP). Everything is in ditto::test; a test file says
+// `using namespace ditto::test;` inside its own namespace.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/nn/module.h"
+#include "core/numerics/determinism.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/error.h"
+#include "core/runtime/tensor.h"
+
+/// Expects `stmt` to throw `Exc` whose message contains `part` (a statement, for calls that
+/// return void or need no lambda).
+#define EXPECT_THROW_MSG(stmt, Exc, part)                                    \
+  do {                                                                       \
+    try {                                                                    \
+      stmt;                                                                  \
+      ADD_FAILURE() << "expected " #Exc " from: " #stmt;                     \
+    } catch (const Exc& e) {                                                 \
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)         \
+          << "message: " << e.what() << "\nexpected to contain: " << (part); \
+    } catch (const std::exception& e) {                                      \
+      ADD_FAILURE() << "wrong exception type from " #stmt ": " << e.what();  \
+    }                                                                        \
+  } while (0)
+
+namespace ditto::test {
+
+/// Runs `call` and expects an exception of type E whose message contains `part`; any other
+/// exception, or none, is a failure that shows the message.
+template <typename E>
+void expect_error(const std::function<void()>& call, const std::string& part) {
+  try {
+    call();
+    ADD_FAILURE() << "expected an exception containing: " << part;
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
+        << "message: " << e.what() << "\nexpected to contain: " << part;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type, message: " << e.what()
+                  << "\nexpected to contain: " << part;
+  }
+}
+
+/// expect_error<InvalidArgument>.
+inline void expect_invalid(const std::function<void()>& call, const std::string& part) {
+  expect_error<InvalidArgument>(call, part);
+}
+
+/// (Re)starts the process-wide simulator with `devices` virtual devices of `capacity` bytes.
+inline Backend& init_sim(int devices, std::size_t capacity = BackendOptions{}.memory_capacity) {
+  BackendOptions o;
+  o.device_count = devices;
+  o.memory_capacity = capacity;
+  return init_backend("sim", o);
+}
+
+/// A fixture whose suite starts the simulator with Devices devices of Capacity bytes each:
+///   using CommTest = test::SimSuite<16, std::size_t(1) << 30>;
+template <int Devices, std::size_t Capacity = BackendOptions{}.memory_capacity>
+class SimSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { init_sim(Devices, Capacity); }
+};
+
+/// Starts backend `name` with exactly `devices` devices (init_backend; cuda oversubscribes a
+/// machine with fewer GPUs). Empty, or why it cannot, for GTEST_SKIP: "ditto built without the
+/// cuda backend", "cuda backend unavailable: no CUDA device: ...".
+inline std::string start_backend(const std::string& name, int devices) {
+  const std::vector<std::string> names = registered_backends();
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    return "ditto built without the " + name + " backend";
+  try {
+    BackendOptions o;
+    o.device_count = devices;
+    init_backend(name, o);
+  } catch (const std::exception& e) {
+    return name + " backend unavailable: " + e.what();
+  }
+  return "";
+}
+
+/// Empty when backend `name` is running (get_backend) with at least `min_devices` devices, after
+/// restarting it with that many when it has fewer; else why not, as start_backend says.
+inline std::string backend_unavailable(const std::string& name, int min_devices = 1) {
+  const std::vector<std::string> names = registered_backends();
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    return "ditto built without the " + name + " backend";
+  try {
+    if (get_backend(name).device_count() >= min_devices) return "";
+  } catch (const std::exception& e) {
+    return name + " backend unavailable: " + e.what();
+  }
+  return start_backend(name, min_devices);
+}
+
+/// A fixture whose suite starts the cuda backend with Devices logical devices and the simulator,
+/// its reference, with as many; where cuda cannot start, every test skips saying why.
+template <int Devices>
+class CudaSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    skip_reason() = start_backend("cuda", Devices);
+    if (skip_reason().empty()) init_sim(Devices);
+  }
+  void SetUp() override {
+    if (!skip_reason().empty()) GTEST_SKIP() << skip_reason();
+  }
+  static std::string& skip_reason() {
+    static std::string reason;
+    return reason;
+  }
+};
+
+// ---- bits of floats -----------------------------------------------------------------------------
+
+inline std::uint32_t bits(float x) { return std::bit_cast<std::uint32_t>(x); }
+
+/// The bit patterns of an f32 tensor's elements.
+inline std::vector<std::uint32_t> bits(const Tensor& t) {
+  std::vector<std::uint32_t> b;
+  for (float x : t.to_vector<float>()) b.push_back(bits(x));
+  return b;
+}
+
+/// Success when `got` and `want` have the same size and the same bits; else the first
+/// difference (index, both values and their bits) and how many elements differ.
+inline ::testing::AssertionResult bits_equal(const std::vector<float>& got,
+                                             const std::vector<float>& want) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
+  std::size_t differ = 0, first = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (bits(got[i]) != bits(want[i]) && differ++ == 0) first = i;
+  if (differ == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << differ << " of " << got.size() << " elements differ; first at " << first << ": "
+         << got[first] << " (0x" << std::hex << bits(got[first]) << ") vs " << want[first]
+         << " (0x" << bits(want[first]) << ")" << std::dec;
+}
+
+/// True when some element of a and b (same size) differs in its bits.
+inline bool any_bits_differ(const std::vector<float>& a, const std::vector<float>& b) {
+  return !bits_equal(a, b);
+}
+
+/// Every parameter's values of `module`, in parameters() order, on the host (what a bitwise
+/// comparison of two trainings compares).
+inline std::vector<float> parameter_values(nn::Module& module) {
+  std::vector<float> all;
+  for (nn::Parameter* p : module.parameters()) {
+    const std::vector<float> v = p->data.to_vector<float>();
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+// ---- seeded values ------------------------------------------------------------------------------
+
+/// n values uniform in [lo, hi) from std::mt19937(seed).
+inline std::vector<float> random_values(std::size_t n, std::uint32_t seed, float lo = -1.0f,
+                                        float hi = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+/// n values of mixed magnitudes (1e-4 .. 1e4, both signs) from std::mt19937(seed), so that the
+/// order of a sum shows in its bits.
+inline std::vector<float> mixed_values(std::size_t n, std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> exp10(-4, 4);
+  std::vector<float> v(n);
+  for (float& x : v) x = mant(gen) * std::pow(10.0f, static_cast<float>(exp10(gen)));
+  return v;
+}
+
+/// A value of rank r, element i of widely different magnitudes (2^-12 .. 2^28, both signs) from a
+/// hash salted by `salt`: a sum over ranks in another order than the canonical tree differs in
+/// its bits.
+inline float mixed_rank_value(int r, std::int64_t i, std::uint32_t salt) {
+  std::uint32_t h = static_cast<std::uint32_t>(r * 2654435761u + i * 40503u + salt);
+  h ^= h >> 13;
+  h *= 0x5bd1e995u;
+  h ^= h >> 15;
+  const int e = static_cast<int>(h % 40) - 12;
+  const float m = 1.0f + static_cast<float>((h >> 8) % 1000) / 1000.0f;
+  return ((h >> 20) & 1 ? -1.0f : 1.0f) * std::ldexp(m, e);
+}
+
+/// The canonical tree (Note [Canonical tree]) over ranks [lo, hi) of value(r, i), in f32.
+inline float host_tree(int lo, int hi, std::int64_t i,
+                       const std::function<float(int, std::int64_t)>& value) {
+  if (hi - lo == 1) return value(lo, i);
+  const int mid = static_cast<int>(tree_mid(lo, hi));
+  return host_tree(lo, mid, i, value) + host_tree(mid, hi, i, value);
+}
+
+// ---- exact rank-dependent inputs of the collective tests ----------------------------------------
+
+/// Small non-zero multiples of 0.5 (|x| <= 2.5) for rank r, element i: sums, products and
+/// averages over up to 8 ranks are exact in f32, so a host reference does not depend on the
+/// order of the reduction (fast mode may use any).
+inline float exact_f32(int r, std::int64_t i) {
+  int k = static_cast<int>((r * 7 + i * 3 + 1) % 10) - 5;  // -5..4
+  if (k >= 0) ++k;                                          // -5..-1, 1..5
+  return static_cast<float>(k) * 0.5f;
+}
+
+/// exact_f32 times two plus a large term on every third element, to use all 64 bits.
+inline std::int64_t exact_i64(int r, std::int64_t i) {
+  return static_cast<std::int64_t>(exact_f32(r, i) * 2.0f) +
+         (i % 3 == 0 ? (static_cast<std::int64_t>(r + 1) << 33) : 0);
+}
+
+/// exact_f32 or exact_i64 of rank r for elements [offset, offset + count).
+template <typename T>
+std::vector<T> exact_inputs(int r, std::int64_t count, std::int64_t offset = 0) {
+  std::vector<T> v(static_cast<std::size_t>(count));
+  for (std::int64_t i = 0; i < count; ++i) {
+    if constexpr (std::is_same_v<T, float>)
+      v[static_cast<std::size_t>(i)] = exact_f32(r, offset + i);
+    else
+      v[static_cast<std::size_t>(i)] = exact_i64(r, offset + i);
+  }
+  return v;
+}
+
+}  // namespace ditto::test
