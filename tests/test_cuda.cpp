@@ -41,6 +41,7 @@ using CudaTest = CudaSuite<kLogicalDevices>;
 // ---- helpers ----------------------------------------------------------------------------------
 
 Device cuda_dev(int i = 0) { return Device("cuda", i); }
+Device sim_dev(int i = 0) { return Device("sim", i); }
 
 /// n values in [-1, 1) scaled by 100, 1 or 0.01 by position, so the order of a sum shows in
 /// its bits.
