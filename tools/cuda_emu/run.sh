@@ -8,21 +8,16 @@
 # operation order; not performance, not cuBLAS (fast-mode gemm), not real-GPU rounding of
 # intrinsics (those are IEEE operations on both sides).
 #
-# Usage: tools/cuda_emu/run.sh [BUILD_DIR]   (default build-emu; a simulator-only build,
-#        -DDITTO_WITH_CUDA=OFF, whose lib/libditto.a is linked for the simulator). About a minute.
+# The build is CMake's (tools/cuda_emu/CMakeLists.txt, target cuda_emu_test, ctest
+# CudaEmu.Kernels); this script builds that target in BUILD_DIR and runs it. About a minute.
+# Usage: tools/cuda_emu/run.sh [BUILD_DIR]   (default build-emu: configured here when it has no
+#        CMakeCache.txt, simulator-only; any existing build folder of the project works too).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build-emu}
-if [[ ! -f $build/lib/libditto.a ]]; then
-  cmake -S "$root" -B "$build" -DDITTO_WITH_CUDA=OFF -DDITTO_BUILD_TESTS=OFF \
-        -DDITTO_BUILD_EXAMPLES=OFF -DDITTO_BUILD_BENCH=OFF > /dev/null
-  cmake --build "$build" -j2 --target ditto > /dev/null
+if [[ ! -f $build/CMakeCache.txt ]]; then
+  cmake -S "$root" -B "$build" -DDITTO_WITH_CUDA=OFF -DDITTO_BUILD_EXAMPLES=OFF \
+        -DDITTO_BUILD_BENCH=OFF > /dev/null
 fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-python3 "$root/tools/cuda_emu/extract.py" "$root/backend_cuda/cuda_kernels.cu" "$work/kernels_emu.cpp"
-{ echo '#include "kernels_emu.cpp"'; cat "$root/tools/cuda_emu/test_emu.cpp"; } > "$work/all.cpp"
-"${CXX:-g++}" -std=c++20 -O2 -ffp-contract=off -Wno-unknown-pragmas -Wno-stringop-overread -I"$root" \
-  -I"$root/tools/cuda_emu" -I"$work" "$work/all.cpp" -o "$work/emu_test" "$build/lib/libditto.a" \
-  -lpthread
-"$work/emu_test"
+cmake --build "$build" -j2 --target cuda_emu_test > /dev/null
+"$build/bin/cuda_emu_test"
