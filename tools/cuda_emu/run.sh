@@ -9,7 +9,8 @@
 # intrinsics (those are IEEE operations on both sides).
 #
 # The build is CMake's (tools/cuda_emu/CMakeLists.txt, target cuda_emu_test, ctest
-# CudaEmu.Kernels); this script builds that target in BUILD_DIR and runs it. About a minute.
+# CudaEmu.Kernels); this script builds that target in BUILD_DIR and runs it (about 3 minutes on
+# 2 cores).
 # Usage: tools/cuda_emu/run.sh [BUILD_DIR]   (default build-emu: configured here when it has no
 #        CMakeCache.txt, simulator-only; any existing build folder of the project works too).
 set -euo pipefail
