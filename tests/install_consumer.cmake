@@ -50,7 +50,8 @@ message(STATUS "installed ${n_headers} public headers into ${prefix}")
 # 2. The installed ditto-train, default run: data from the prefix, the usual checksum.
 run("installed ditto-train" COMMAND ${prefix}/bin/ditto-train)
 if(NOT out MATCHES "data=${prefix}/share/ditto/digits.csv ")
-  message(FATAL_ERROR "FAIL: installed ditto-train did not read ${prefix}/share/ditto/digits.csv:\n${out}")
+  message(FATAL_ERROR "FAIL: installed ditto-train did not read "
+                      "${prefix}/share/ditto/digits.csv:\n${out}")
 endif()
 if(NOT out MATCHES "params_checksum=${checksum}")
   message(FATAL_ERROR "FAIL: installed ditto-train: expected params_checksum=${checksum}:\n${out}")

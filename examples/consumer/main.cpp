@@ -22,7 +22,7 @@ int main() {
     init_backend("sim", opts);
     std::vector<Device> devs = devices("sim", kDevices);
 
-    // Rank r holds (r + 1) * (i % 7) at element i: the sum over ranks is 10 * (i % 7), exact in f32.
+    // Rank r holds (r + 1) * (i % 7) at element i: the sum over ranks, 10 * (i % 7), is exact.
     std::vector<Tensor> t;
     for (int r = 0; r < kDevices; ++r) {
       std::vector<float> v(kCount);
