@@ -12,7 +12,7 @@
 
 namespace ditto::sim {
 
-using Kind = detail::CollectiveKind;
+using Kind = CollectiveKind;
 
 double kernel_seconds(const DeviceProfile& device, const KernelCost& cost) {
   const double compute = cost.flops / device.fp32_flops;

@@ -52,7 +52,7 @@
 #include <vector>
 
 #include "backend_sim/profiles.h"
-#include "core/internal/collective_call.h"
+#include "core/comm/collective_kind.h"
 
 namespace ditto::sim {
 
@@ -101,12 +101,12 @@ struct CollectiveEstimate {
 /// device indices; their nodes come from `cluster`) moving `bytes` per rank (see the note for
 /// all_gather / reduce_scatter). `force` restricts all_reduce to one algorithm (nvls and
 /// hierarchical when applicable; otherwise InvalidArgument). One device: a local copy.
-CollectiveEstimate collective_time(const ClusterSpec& cluster, detail::CollectiveKind kind,
+CollectiveEstimate collective_time(const ClusterSpec& cluster, CollectiveKind kind,
                                    double bytes, const std::vector<int>& devices,
                                    std::optional<CollectiveAlgo> force = std::nullopt);
 
 /// nccl-tests' bus-bandwidth factor of `kind` over n ranks (busbw = algbw * factor).
-double busbw_factor(detail::CollectiveKind kind, int n);
+double busbw_factor(CollectiveKind kind, int n);
 
 /// Totals of the cost model since its creation or reset (read when the streams are idle).
 struct CostTotals {

@@ -10,7 +10,7 @@ namespace ditto::sim {
 
 namespace {
 
-using Kind = detail::CollectiveKind;
+using Kind = CollectiveKind;
 
 constexpr double kLarge = 8.0 * 1073741824.0;  // 8 GiB: nccl-tests' plateau ("-e 8G")
 

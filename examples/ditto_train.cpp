@@ -49,6 +49,7 @@
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
+#include "examples/bundled_data.h"
 
 using namespace ditto;
 
@@ -57,7 +58,7 @@ namespace {
 struct Args {
   std::string backend = "sim";
   int devices = 4;
-  std::string data = DITTO_DEFAULT_DATA;
+  std::string data = ditto_examples::bundled_data_path("digits.csv");
   std::int64_t label_column = -1;
   std::string header = "auto";
   std::string hidden = "128";

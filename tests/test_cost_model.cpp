@@ -30,7 +30,7 @@
 
 using namespace ditto;
 using sim::CollectiveAlgo;
-using Kind = detail::CollectiveKind;
+using Kind = CollectiveKind;
 
 namespace {
 

@@ -7,32 +7,16 @@
 #include <string>
 #include <vector>
 
+#include "core/comm/collective_kind.h"
 #include "core/comm/communicator.h"
 #include "core/runtime/dtype.h"
 #include "core/runtime/error.h"
 
 namespace ditto::detail {
 
-enum class CollectiveKind : std::uint8_t {
-  all_reduce,
-  reduce,
-  broadcast,
-  all_gather,
-  reduce_scatter,
-  barrier
-};
-
-inline const char* collective_name(CollectiveKind k) {
-  switch (k) {
-    case CollectiveKind::all_reduce: return "all_reduce";
-    case CollectiveKind::reduce: return "reduce";
-    case CollectiveKind::broadcast: return "broadcast";
-    case CollectiveKind::all_gather: return "all_gather";
-    case CollectiveKind::reduce_scatter: return "reduce_scatter";
-    case CollectiveKind::barrier: return "barrier";
-  }
-  return "collective";
-}
+// The kinds are public (core/comm/collective_kind.h): the cost model names them too.
+using ditto::CollectiveKind;
+using ditto::collective_name;
 
 inline bool uses_op(CollectiveKind k) {
   return k == CollectiveKind::all_reduce || k == CollectiveKind::reduce ||

@@ -1,4 +1,4 @@
-// CPU emulation of the few CUDA features backend_cuda/cuda_kernels.cu uses (tools/cuda_emu/run.sh):
+// CPU emulation of the few CUDA features backend_cuda/cuda_kernels.cu uses (ctest CudaEmu.Kernels):
 // each CUDA thread of a block runs on a pooled host thread, blocks one after another; __shared__
 // becomes a function static, __syncthreads a std::barrier, warp shuffles a per-warp barrier.
 // The CUDA runtime and cuBLAS calls and the backend classes are stubs (host memory is device memory).
@@ -87,7 +87,7 @@ inline int cublasSgemm_64(cublasHandle_t, cublasOperation_t, cublasOperation_t, 
 #define DITTO_CUBLAS_CHECK(call, where) \
   do { if ((call) != 0) throw std::runtime_error(std::string("cublas: ") + (where)); } while (0)
 
-namespace ditto::cuda {
+namespace ditto::cuda_emu {  // not ditto::cuda: see extract.py
 class DeviceGuard {
  public:
   explicit DeviceGuard(int) {}
@@ -113,7 +113,7 @@ class CudaBackend {
   void deallocate_on(int, void* p, std::size_t, cudaStream_t s) noexcept { cudaFreeAsync(p, s); }
 };
 std::unique_ptr<Kernels> make_cuda_kernels(CudaBackend& backend);
-}  // namespace ditto::cuda
+}  // namespace ditto::cuda_emu
 
 inline long emu_threads_launched = 0;
 

@@ -1,9 +1,13 @@
-# Rewrites one of the CUDA backend's kernel files (backend_cuda/cuda_kernels.cu, cuda_gemm.cu,
-# cuda_kernels_common.cuh) into host C++ for the CPU emulator (tools/cuda_emu/run.sh):
-# CUDA includes -> emu.h, kernel<<<grid, block, smem, stream>>>(args) -> emu_launch(kernel, grid, block, args).
+# Rewrites a kernel file of backend_cuda/ (cuda_kernels.cu, cuda_gemm.cu, cuda_kernels_common.cuh)
+# into host C++ for the CPU emulator (tools/cuda_emu/CMakeLists.txt runs it at build time): CUDA
+# includes -> emu.h, kernel<<<grid, block, smem, stream>>>(args) -> emu_launch(kernel, grid, block,
+# args), and namespace ditto::cuda -> ditto::cuda_emu, so the emulated kernels and emu.h's stubs
+# never share a symbol with the real CUDA backend that a CUDA build links into the same program.
 # Usage: extract.py IN.cu OUT.cpp
 import re, sys
 src = open(sys.argv[1]).read()
+src = re.sub(r'\bnamespace ditto::cuda\b', 'namespace ditto::cuda_emu', src)
+src = re.sub(r'(?<![\w:])(ditto::)?cuda::', lambda m: (m.group(1) or '') + 'cuda_emu::', src)
 src = re.sub(r'#include <cublas_v2.h>\n#include <cuda_runtime.h>\n', '#include "emu.h"\n', src)
 src = re.sub(r'#include <cuda_runtime.h>\n', '#include "emu.h"\n', src)
 for h in ['backend_cuda/cuda_backend.h', 'backend_cuda/cuda_check.h', 'backend_cuda/cuda_stream.h']:

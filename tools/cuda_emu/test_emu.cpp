@@ -46,7 +46,7 @@ void check(const char* what, const V& a, const V& b, const std::string& ctx) {
 Kernels* simk;
 Stream* sims;
 std::unique_ptr<Kernels> cudak;
-cuda::CudaStream cudas;
+cuda_emu::CudaStream cudas;
 
 // Run f(kernels, stream, V& state...) on copies of the state for both backends, compare all.
 template <class F>
@@ -75,8 +75,8 @@ int main() {
   Backend& sim = init_backend("sim", o);
   simk = &sim.kernels();
   sims = &sim.default_stream(0);
-  cuda::CudaBackend cb;
-  cudak = cuda::make_cuda_kernels(cb);
+  cuda_emu::CudaBackend cb;
+  cudak = cuda_emu::make_cuda_kernels(cb);
   unsigned seed = 1;
 
   // ---- GEMM bitwise

@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Checks the layering rules of Note [Layering] (CMakeLists.txt) on the source tree, one rule per
+ctest (Layering.<Check>):
+
+  CoreIncludesNoBackend      core/ includes nothing from backend_sim/ or backend_cuda/
+  BackendsIndependent        backend_sim/ and backend_cuda/ never include each other
+  InstalledHeadersArePublic  every "..." include of an installed header is itself installed (so
+                             none includes core/internal/ or a backend-internal header); the
+                             installed list is the build's public_headers.txt (Note [Public
+                             headers], cmake/ditto_install.cmake)
+  NoCudaMacroInCore          no DITTO_WITH_CUDA under core/ (the registry knows what was built)
+  NoBackendDynamicCast       no dynamic_cast to sim:: or cuda:: outside that backend's folder
+                             (callers use the backend's extension lookup)
+
+The include roots (Note [Layering]) already stop a library from compiling against what it may not
+see; this also covers headers that no target compiles, and tests/, examples/, bench/ and tools/.
+
+Usage: check_layering.py ROOT CHECK [--public-headers FILE]
+       check_layering.py --self-test   (each check fails on a tree that breaks its rule)
+Prints "PASS <check>" or one "FAIL <check>: file:line: ..." per violation (exit status 1).
+"""
+import os
+import re
+import sys
+import tempfile
+
+SOURCE_EXT = ('.h', '.hpp', '.cpp', '.cc', '.cu', '.cuh', '.in')
+TREES = ('core', 'backend_sim', 'backend_cuda', 'examples', 'tests', 'bench', 'tools')
+INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"')
+CAST = re.compile(r'dynamic_cast\s*<\s*(?:const\s+)?(?:::)?(?:ditto::)?(sim|cuda)::')
+BACKEND_DIR = {'sim': 'backend_sim', 'cuda': 'backend_cuda'}
+
+
+def sources(root, top):
+    base = os.path.join(root, top)
+    for d, dirs, files in os.walk(base):
+        dirs.sort()
+        for f in sorted(files):
+            if f.endswith(SOURCE_EXT):
+                yield os.path.relpath(os.path.join(d, f), root)
+
+
+def lines(root, rel):
+    with open(os.path.join(root, rel), encoding='utf-8', errors='replace') as f:
+        for n, line in enumerate(f, 1):
+            yield n, line
+
+
+def includes(root, rel):
+    for n, line in lines(root, rel):
+        m = INCLUDE.match(line)
+        if m:
+            yield n, m.group(1)
+
+
+def check_core_includes_no_backend(root, _):
+    return ['%s:%d: includes %s' % (f, n, inc) for f in sources(root, 'core')
+            for n, inc in includes(root, f) if inc.startswith(('backend_sim/', 'backend_cuda/'))]
+
+
+def check_backends_independent(root, _):
+    out = []
+    for mine, other in (('backend_sim', 'backend_cuda/'), ('backend_cuda', 'backend_sim/')):
+        out += ['%s:%d: includes %s' % (f, n, inc) for f in sources(root, mine)
+                for n, inc in includes(root, f) if inc.startswith(other)]
+    return out
+
+
+def check_installed_headers_are_public(root, public):
+    if public is None:
+        return ['--public-headers FILE is required for this check']
+    out = []
+    for h in sorted(public):
+        if not os.path.isfile(os.path.join(root, h)):
+            out.append('%s: listed as installed but not in the source tree' % h)
+            continue
+        for n, inc in includes(root, h):
+            if inc not in public:
+                why = 'internal' if inc.startswith('core/internal/') else 'not installed'
+                out.append('%s:%d: installed header includes %s (%s)' % (h, n, inc, why))
+    return out
+
+
+def check_no_cuda_macro_in_core(root, _):
+    return ['%s:%d: mentions DITTO_WITH_CUDA' % (f, n) for f in sources(root, 'core')
+            for n, line in lines(root, f) if 'DITTO_WITH_CUDA' in line]
+
+
+# Passes only once the trainer branch (issue 11, item 3: extension lookup on Backend) has replaced
+# the casts in examples/ditto_train.cpp, bench/bench_ddp.cpp and tests/.
+def check_no_backend_dynamic_cast(root, _):
+    out = []
+    for top in TREES:
+        for f in sources(root, top):
+            for n, line in lines(root, f):
+                for m in CAST.finditer(line):
+                    if top != BACKEND_DIR[m.group(1)]:
+                        out.append('%s:%d: dynamic_cast to %s:: outside %s/' %
+                                   (f, n, m.group(1), BACKEND_DIR[m.group(1)]))
+    return out
+
+
+CHECKS = {
+    'CoreIncludesNoBackend': check_core_includes_no_backend,
+    'BackendsIndependent': check_backends_independent,
+    'InstalledHeadersArePublic': check_installed_headers_are_public,
+    'NoCudaMacroInCore': check_no_cuda_macro_in_core,
+    'NoBackendDynamicCast': check_no_backend_dynamic_cast,
+}
+
+
+def run(root, name, public):
+    problems = CHECKS[name](root, public)
+    for p in problems:
+        print('FAIL %s: %s' % (name, p))
+    if not problems:
+        print('PASS %s' % name)
+    return not problems
+
+
+def self_test():
+    """A clean tree passes every check; each broken tree fails exactly the check it breaks."""
+    files_ok = {
+        'core/runtime/tensor.h': '#pragma once\n#include "core/runtime/dtype.h"\n',
+        'core/runtime/dtype.h': '#pragma once\n',
+        'core/internal/backend_init.h': '#pragma once\n',
+        'core/runtime/backend.cpp': '#include "core/internal/backend_init.h"\n',
+        'backend_sim/sim_backend.h': '#pragma once\n#include "core/runtime/tensor.h"\n',
+        'backend_sim/sim_gemm.h': '#pragma once\n',
+        'backend_sim/sim_backend.cpp': '#include "backend_sim/sim_gemm.h"\n'
+                                       'auto* p = dynamic_cast<sim::SimBackend*>(b);\n',
+        'backend_cuda/cuda_backend.cpp': '#include "core/runtime/tensor.h"\n',
+        'examples/demo.cpp': '#include "backend_sim/sim_backend.h"\n',
+    }
+    public = {'core/runtime/tensor.h', 'core/runtime/dtype.h', 'backend_sim/sim_backend.h'}
+    breaks = {
+        'CoreIncludesNoBackend': ('core/runtime/ops.cpp', '#include "backend_sim/sim_backend.h"\n'),
+        'BackendsIndependent': ('backend_cuda/x.cpp', '#include "backend_sim/sim_gemm.h"\n'),
+        'InstalledHeadersArePublic': ('core/runtime/tensor.h',
+                                      '#pragma once\n#include "core/internal/backend_init.h"\n'),
+        'NoCudaMacroInCore': ('core/runtime/backend.cpp', '#ifdef DITTO_WITH_CUDA\n#endif\n'),
+        'NoBackendDynamicCast': ('tests/test_x.cpp',
+                                 'auto& s = dynamic_cast<const ditto::cuda::CudaStream&>(x);\n'),
+    }
+    ok = True
+    for broken in [None] + sorted(breaks):
+        with tempfile.TemporaryDirectory() as root:
+            files = dict(files_ok)
+            if broken:
+                path, text = breaks[broken]
+                files[path] = text
+            for path, text in files.items():
+                os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
+                with open(os.path.join(root, path), 'w') as f:
+                    f.write(text)
+            for name, check in CHECKS.items():
+                failed = bool(check(root, public))
+                if failed != (name == broken):
+                    ok = False
+                    print('FAIL self-test: %s on a tree breaking %s: %s' %
+                          (name, broken or 'nothing', 'failed' if failed else 'passed'))
+    if ok:
+        print('PASS self-test: %d checks, each fails only on the tree that breaks it' % len(CHECKS))
+    return ok
+
+
+def main(argv):
+    if argv[1:] == ['--self-test']:
+        return 0 if self_test() else 1
+    if len(argv) not in (3, 5) or argv[2] not in CHECKS or (len(argv) == 5 and
+                                                            argv[3] != '--public-headers'):
+        sys.stderr.write(__doc__)
+        return 2
+    public = None
+    if len(argv) == 5:
+        with open(argv[4]) as f:
+            public = {line.strip() for line in f if line.strip()}
+    return 0 if run(argv[1], argv[2], public) else 1
+
+
+if __name__ == '__main__':
+    sys.exit(main(sys.argv))
