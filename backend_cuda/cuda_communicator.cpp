@@ -261,6 +261,7 @@ class CudaCommunicator final : public CommunicatorImpl {
   bool aborted_ = false;
   bool abort_timeout_ = false;
   bool abort_by_rank_ = false;  // the abort came from a rank's Communicator::abort
+  int failed_rank_ = -1;        // that rank (PeerFailure), or -1
   std::string abort_reason_;
 };
 
@@ -365,8 +366,8 @@ void CudaCommunicator::release() noexcept {
 
 void CudaCommunicator::throw_if_aborted_locked(Kind kind) const {
   if (aborted_)
-    throw BackendError(detail::cat(kind_name(kind), ": communicator aborted by an earlier error: ",
-                                   abort_reason_));
+    throw PeerFailure(detail::cat(kind_name(kind), ": communicator aborted by an earlier error: ",
+                                  abort_reason_), failed_rank_);
 }
 
 void CudaCommunicator::abort_locked(std::string reason, bool timeout) {
@@ -448,7 +449,8 @@ void CudaCommunicator::await_locked(std::unique_lock<std::mutex>& lk, Collective
   if (c.state == Collective::State::failed) std::rethrow_exception(c.error);
   // Aborted (another rank timed out or failed, or an enqueue failed) while this one waited.
   if (abort_timeout_) throw Timeout(abort_reason_);
-  if (abort_by_rank_) throw BackendError(detail::cat(label(kind, c.seq), ": ", abort_reason_));
+  if (abort_by_rank_)
+    throw PeerFailure(detail::cat(label(kind, c.seq), ": ", abort_reason_), failed_rank_);
   throw BackendError(abort_reason_);
 }
 
@@ -458,6 +460,7 @@ void CudaCommunicator::abort(int rank, const std::string& reason) noexcept {
     if (aborted_) return;  // the first reason stays
     abort_locked(detail::cat("rank ", rank, " failed: ", reason), false);
     abort_by_rank_ = true;
+    failed_rank_ = rank;
   } catch (...) {  // allocation failure of the message: the flag is what matters
     aborted_ = true;
     cv_.notify_all();

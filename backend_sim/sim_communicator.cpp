@@ -283,6 +283,7 @@ class SimCommunicator final : public CommunicatorImpl,
     try {
       std::unique_lock lk(mu_);
       if (aborted_) return;  // the first reason stays
+      failed_rank_ = rank;
       abort_locked(lk, detail::cat("rank ", rank, " failed: ", reason), false, true);
     } catch (...) {  // allocation failure of the message: the flag is what matters
       std::lock_guard lk(mu_);
@@ -317,8 +318,8 @@ class SimCommunicator final : public CommunicatorImpl,
   // Caller holds mu_.
   void throw_if_aborted(Kind kind) const {
     if (aborted_)
-      throw BackendError(detail::cat(kind_name(kind), ": communicator aborted by an earlier error: ",
-                                     abort_reason_));
+      throw PeerFailure(detail::cat(kind_name(kind), ": communicator aborted by an earlier error: ",
+                                    abort_reason_), failed_rank_);
   }
 
   // Aborts with `reason` and resumes every parked rank with it (Timeout when `timeout`, else
@@ -343,7 +344,9 @@ class SimCommunicator final : public CommunicatorImpl,
     lk.unlock();
     // One exception object per rank: each stream rethrows its own (no object shared by threads).
     for (const auto& [r, why] : parked)
-      r(timeout ? error_ptr<Timeout>(why) : error_ptr<BackendError>(why));
+      r(timeout ? error_ptr<Timeout>(why)
+                : failed_rank_ >= 0 ? error_ptr<PeerFailure>(why, failed_rank_)
+                                    : error_ptr<BackendError>(why));
   }
 
   bool skipped(int rank, std::uint64_t seq) const {
@@ -380,6 +383,7 @@ class SimCommunicator final : public CommunicatorImpl,
     if (health && health->failed.load()) {
       // The message parked peers get when this rank's trainer aborts (Communicator::abort).
       const std::string fault = health->failure();
+      failed_rank_ = rank;
       abort_locked(lk, detail::cat(label, ": rank ", rank, " failed: ", fault), false, false);
       throw BackendError(fault);
     }
@@ -632,6 +636,7 @@ class SimCommunicator final : public CommunicatorImpl,
   std::optional<std::uint64_t> timer_;          // Watchdog id of the current deadline
   std::string pending_label_;        // the current rendezvous, for the timeout message
   bool aborted_ = false;
+  int failed_rank_ = -1;             // the rank whose failure aborted it (PeerFailure), or -1
   std::string abort_reason_;
 };
 

@@ -38,7 +38,7 @@ sim::SimBackend& fresh_sim(int devices, std::size_t capacity = std::size_t(80) <
   BackendOptions o;
   o.device_count = devices;
   o.memory_capacity = capacity;
-  return dynamic_cast<sim::SimBackend&>(init_backend("sim", o));
+  return *init_backend("sim", o).extension<sim::SimBackend>();
 }
 
 void sync_all(Backend& be) {
@@ -652,7 +652,7 @@ TEST(CostModelVirtualTime, ConversionAndSumsSaturateInsteadOfWrapping) {
   // busy time stop at kVTimeMax (they wrapped to negative values before).
   sim::SimBackend& be = fresh_sim(1);
   sync_all(be);
-  auto& stream = dynamic_cast<sim::SimStream&>(be.default_stream(0));
+  sim::SimStream& stream = sim::as_sim(be.default_stream(0), "test");
   sim::KernelCost huge;
   huge.flops = 1e30;  // 1.5e16 s on an H100
   be.cost_model().on_kernel(stream, "huge", huge);

@@ -50,7 +50,7 @@ sim::SimBackend& sim_with_faults(const std::vector<std::string>& specs,
   BackendOptions o;
   o.device_count = 4;
   o.memory_capacity = std::size_t(1) << 28;
-  auto& b = dynamic_cast<sim::SimBackend&>(init_backend("sim", o));
+  auto& b = *init_backend("sim", o).extension<sim::SimBackend>();
   sim::FaultConfig fc;
   for (const auto& s : specs) fc.faults.push_back(sim::parse_fault(s));
   fc.comm_timeout_ms = comm_timeout_ms;
@@ -95,7 +95,7 @@ TEST(FaultSpec, BadSpecsNameTheFlagAndTheBadPart) {
 TEST(FaultSpec, SetFaultsRejectsDevicesOutOfRange) {
   BackendOptions o;
   o.device_count = 4;
-  auto& b = dynamic_cast<sim::SimBackend&>(init_backend("sim", o));
+  auto& b = *init_backend("sim", o).extension<sim::SimBackend>();
   sim::FaultConfig fc;
   fc.faults.push_back(sim::parse_fault("fail:device=4,step=0"));
   expect_error<InvalidArgument>([&] { b.set_faults(fc); },

@@ -97,8 +97,9 @@ std::string MpiLink::label(CollectiveKind kind, std::uint64_t seq) {
 void MpiLink::throw_if_aborted(CollectiveKind kind) const {
   std::lock_guard lk(mu_);
   if (!aborted_) return;
-  throw BackendError(
-      cat(collective_name(kind), ": communicator aborted by an earlier error: ", abort_reason_));
+  throw PeerFailure(
+      cat(collective_name(kind), ": communicator aborted by an earlier error: ", abort_reason_),
+      failed_rank_);
 }
 
 void MpiLink::abort(std::string reason, bool timeout) {
@@ -159,11 +160,13 @@ std::vector<CollectiveCall> MpiLink::start(const CollectiveCall& call, std::uint
     std::unique_lock lk(mu_);
     if (aborted_) {
       std::string reason = abort_reason_;
+      const int failed_rank = failed_rank_;
       orphans_.push_back(mine);
       orphans_.push_back(theirs);
       lk.unlock();
       for (MPI_Request& r : recvs)
         if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
+      if (failed_rank >= 0) throw PeerFailure(cat(lbl, ": ", reason), failed_rank);
       throw BackendError(cat(lbl, ": ", reason));
     }
   }
@@ -180,10 +183,11 @@ std::vector<CollectiveCall> MpiLink::start(const CollectiveCall& call, std::uint
       if (!aborted_) {
         aborted_ = true;
         abort_by_rank_ = true;
+        failed_rank_ = failed;
         abort_reason_ = reason;
       }
     }
-    throw BackendError(cat(lbl, ": ", reason));
+    throw PeerFailure(cat(lbl, ": ", reason), failed);
   }
   if (!arrived) {
     std::vector<int> missing;
@@ -235,6 +239,7 @@ void MpiLink::abort_by_rank(const std::string& reason) noexcept {
     if (aborted_) return;  // the first reason stays
     aborted_ = true;
     abort_by_rank_ = true;
+    failed_rank_ = rank_;
     abort_reason_ = cat("rank ", rank_, " failed: ", reason);
     int finalized = 0;
     MPI_Finalized(&finalized);

@@ -117,6 +117,7 @@ class MpiLink {
   bool aborted_ = false;
   bool abort_timeout_ = false;
   bool abort_by_rank_ = false;  ///< a rank failed (abort_by_rank here or elsewhere)
+  int failed_rank_ = -1;        ///< that rank (PeerFailure), or -1
   std::string abort_reason_;
   std::vector<std::shared_ptr<void>> orphans_;  ///< buffers of requests left pending by an abort
 };

@@ -1,0 +1,43 @@
+// CsvDataSource (data_source.h).
+#include "core/train/data_source.h"
+
+#include "core/runtime/error.h"
+
+namespace ditto::train {
+
+CsvDataSource::CsvDataSource(const std::string& path, const data::CsvOptions& csv,
+                             double val_fraction, std::uint64_t seed)
+    : CsvDataSource(data::read_csv(path, csv), val_fraction, seed) {}
+
+CsvDataSource::CsvDataSource(data::Dataset all, double val_fraction, std::uint64_t seed)
+    : val_fraction_(val_fraction), seed_(seed) {
+  DITTO_CHECK(val_fraction > 0 && val_fraction < 1,
+              "CsvDataSource: val_fraction: expected a value in (0, 1), got ", val_fraction);
+  data::Split split = data::train_val_split(all, val_fraction, seed);
+  data::Standardizer stdz = data::Standardizer::fit(split.train);
+  train_ = stdz.apply(split.train);
+  val_ = stdz.apply(split.val);
+  rows_ = all.size();
+  classes_ = data::num_classes(all);
+}
+
+std::int64_t CsvDataSource::batches_per_epoch(std::int64_t batch_size) const {
+  DITTO_CHECK(batch_size >= 1, "CsvDataSource: batch_size: expected >= 1, got ", batch_size);
+  return (train_.size() + batch_size - 1) / batch_size;
+}
+
+data::Batch CsvDataSource::batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) {
+  std::lock_guard lk(mu_);
+  if (!loader_ || loader_->batch_size() != batch_size)
+    loader_ = std::make_unique<data::DataLoader>(train_, batch_size, /*shuffle=*/true, seed_,
+                                                 /*drop_last=*/false);
+  if (loader_->epoch() != epoch) loader_->set_epoch(epoch);
+  return loader_->batch(i);
+}
+
+std::map<std::string, std::string> CsvDataSource::checkpoint_config() const {
+  return {{"train_rows", std::to_string(train_.size())},
+          {"val_fraction", std::to_string(val_fraction_)}};
+}
+
+}  // namespace ditto::train

@@ -1,0 +1,30 @@
+# ctest helper: examples/train_minimal (the README's "Train from C++" program) must succeed and
+# print the params_checksum ditto-train prints for the same settings (--epochs 5, its other
+# defaults), and a val_acc above 0.9 (0.9471 when measured).
+#   cmake -DMINIMAL=path/to/train_minimal -DTRAIN=path/to/ditto-train -P compare_train_minimal.cmake
+foreach(prog MINIMAL TRAIN)
+  set(args "")
+  if(prog STREQUAL "TRAIN")
+    set(args --epochs 5)
+  endif()
+  execute_process(COMMAND ${${prog}} ${args} OUTPUT_VARIABLE out ERROR_VARIABLE err
+                  RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "FAIL: ${${prog}} exited with ${rc}: ${out}${err}")
+  endif()
+  string(REGEX MATCH "params_checksum=([0-9a-f]+)" found "${out}")
+  if(NOT found)
+    message(FATAL_ERROR "FAIL: ${${prog}}: no params_checksum in: ${out}")
+  endif()
+  set(sum_${prog} ${CMAKE_MATCH_1})
+  if(prog STREQUAL "MINIMAL")
+    string(REGEX MATCH "final: .*val_acc=([0-9.]+)" found "${out}")
+    if(NOT found OR CMAKE_MATCH_1 LESS 0.9)
+      message(FATAL_ERROR "FAIL: train_minimal: expected val_acc > 0.9 on its final line, got: ${out}")
+    endif()
+  endif()
+endforeach()
+if(NOT sum_MINIMAL STREQUAL sum_TRAIN)
+  message(FATAL_ERROR "FAIL: train_minimal params_checksum=${sum_MINIMAL}, ditto-train ${sum_TRAIN}")
+endif()
+message(STATUS "PASS: params_checksum=${sum_MINIMAL} from both")
