@@ -5,6 +5,18 @@
 
 namespace ditto::train {
 
+namespace {
+// The loader of `batch_size` over `ds` at `epoch` (re-made when the batch size changes).
+data::DataLoader& loader_at(std::unique_ptr<data::DataLoader>& loader, const data::Dataset& ds,
+                            std::int64_t epoch, std::int64_t batch_size, bool shuffle,
+                            std::uint64_t seed) {
+  if (!loader || loader->batch_size() != batch_size)
+    loader = std::make_unique<data::DataLoader>(ds, batch_size, shuffle, seed, false);
+  if (loader->epoch() != epoch) loader->set_epoch(epoch);
+  return *loader;
+}
+}  // namespace
+
 CsvDataSource::CsvDataSource(const std::string& path, const data::CsvOptions& csv,
                              double val_fraction, std::uint64_t seed)
     : CsvDataSource(data::read_csv(path, csv), val_fraction, seed) {}
@@ -28,16 +40,36 @@ std::int64_t CsvDataSource::batches_per_epoch(std::int64_t batch_size) const {
 
 data::Batch CsvDataSource::batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) {
   std::lock_guard lk(mu_);
-  if (!loader_ || loader_->batch_size() != batch_size)
-    loader_ = std::make_unique<data::DataLoader>(train_, batch_size, /*shuffle=*/true, seed_,
-                                                 /*drop_last=*/false);
-  if (loader_->epoch() != epoch) loader_->set_epoch(epoch);
-  return loader_->batch(i);
+  return loader_at(loader_, train_, epoch, batch_size, /*shuffle=*/true, seed_).batch(i);
 }
 
 std::map<std::string, std::string> CsvDataSource::checkpoint_config() const {
   return {{"train_rows", std::to_string(train_.size())},
           {"val_fraction", std::to_string(val_fraction_)}};
+}
+
+
+DatasetSource::DatasetSource(data::Dataset train, data::Dataset eval, std::uint64_t seed,
+                             bool shuffle, std::int64_t outputs)
+    : train_(std::move(train)), eval_(std::move(eval)), seed_(seed), shuffle_(shuffle),
+      outputs_(outputs) {
+  data::check_dataset(train_, "DatasetSource: train");
+  if (eval_.size() > 0) data::check_dataset(eval_, "DatasetSource: eval");
+  if (outputs_ == 0) outputs_ = data::num_classes(train_);
+}
+
+std::int64_t DatasetSource::batches_per_epoch(std::int64_t batch_size) const {
+  DITTO_CHECK(batch_size >= 1, "DatasetSource: batch_size: expected >= 1, got ", batch_size);
+  return (train_.size() + batch_size - 1) / batch_size;
+}
+
+data::Batch DatasetSource::batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) {
+  std::lock_guard lk(mu_);
+  return loader_at(loader_, train_, epoch, batch_size, shuffle_, seed_).batch(i);
+}
+
+std::map<std::string, std::string> DatasetSource::checkpoint_config() const {
+  return {{"train_rows", std::to_string(train_.size())}};
 }
 
 }  // namespace ditto::train

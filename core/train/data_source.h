@@ -69,4 +69,31 @@ class CsvDataSource final : public DataSource {
   std::unique_ptr<data::DataLoader> loader_;  // of the last batch size asked for
 };
 
+/// Given data sets as they are (no split, no standardisation): batches of `train` in a
+/// data::DataLoader's order (shuffled with `seed` per epoch, or in order), `eval` as the
+/// evaluation set (may be empty: no evaluation). For tests and programs that build their data.
+class DatasetSource final : public DataSource {
+ public:
+  /// `outputs`: what the model must produce per row (the default MLP's last size); 0: the
+  /// number of classes of train's labels. Throws InvalidArgument for a malformed data set.
+  DatasetSource(data::Dataset train, data::Dataset eval = {}, std::uint64_t seed = 0,
+                bool shuffle = true, std::int64_t outputs = 0);
+
+  std::int64_t batches_per_epoch(std::int64_t batch_size) const override;
+  data::Batch batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) override;
+  const data::Dataset& eval_set() const override { return eval_; }
+  std::int64_t train_size() const override { return train_.size(); }
+  std::int64_t num_inputs() const override { return train_.num_features(); }
+  std::int64_t num_outputs() const override { return outputs_; }
+  std::map<std::string, std::string> checkpoint_config() const override;
+
+ private:
+  data::Dataset train_, eval_;
+  std::uint64_t seed_;
+  bool shuffle_;
+  std::int64_t outputs_;
+  std::mutex mu_;
+  std::unique_ptr<data::DataLoader> loader_;
+};
+
 }  // namespace ditto::train

@@ -291,16 +291,19 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     res.train_time_s += dt;
     if (!rep.lead()) continue;
-    res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
+    if (data_->eval_set().size() > 0)
+      res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
     if (callbacks_.on_epoch)
       callbacks_.on_epoch({epoch, ts.step, res.train_loss, res.eval.loss, res.eval.accuracy, seen,
                            dt, dt > 0 ? seen / dt : 0.0});
   }
-  if (rep.lead() && c.epochs == 0) res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
+  if (rep.lead() && c.epochs == 0 && data_->eval_set().size() > 0)
+    res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
   if (!c.checkpoint_dir.empty() && ts.step != saved_step)
     checkpoint(rep.lead() ? ts.epoch_loss_sum : 0.0);
   res.params_checksum = rep.checked_checksum();
   res.steps = ts.step;
+  if (rep.lead() && callbacks_.on_finish) callbacks_.on_finish(rep);
   return res;
 }
 

@@ -6,7 +6,8 @@
 // device's memory. ditto-train is options -> TrainerConfig -> Trainer.
 //
 //   ditto::train::TrainerConfig cfg;            // MLP 64-128-10, SGD, 4 sim devices, bitwise
-//   auto data = std::make_shared<ditto::train::CsvDataSource>("digits.csv", ditto::data::CsvOptions{}, 0.2, 0);
+//   auto data = std::make_shared<ditto::train::CsvDataSource>("digits.csv",
+//                                                             ditto::data::CsvOptions{}, 0.2, 0);
 //   ditto::train::FitResult r = ditto::train::Trainer(cfg, data).fit();
 //   std::printf("%016llx\n", (unsigned long long)r.params_checksum);
 #pragma once
@@ -32,6 +33,8 @@ class DistributedDataParallel;
 
 namespace ditto::train {
 
+class Replica;
+
 /// What fit() reports as it goes; each is called on rank 0 only (the process of rank 0 under
 /// mpirun), from the thread that runs it. Unset ones are skipped.
 struct TrainerCallbacks {
@@ -39,6 +42,8 @@ struct TrainerCallbacks {
   /// After loading checkpoint `dir` (the position it holds).
   std::function<void(const std::string& dir, const TrainerState&)> on_resume;
   std::function<void(const EpochMetrics&)> on_epoch;  ///< after each epoch's evaluation
+  /// At the end, with rank 0's trained replica (its model and optimizer), before it is freed.
+  std::function<void(Replica&)> on_finish;
 };
 
 /// FNV-1a (64-bit) over the bytes of every f32 parameter of `m`, in parameters() order: two runs
