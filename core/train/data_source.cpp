@@ -68,6 +68,18 @@ data::Batch DatasetSource::batch(std::int64_t epoch, std::int64_t i, std::int64_
   return loader_at(loader_, train_, epoch, batch_size, shuffle_, seed_).batch(i);
 }
 
+FunctionSource::FunctionSource(std::int64_t batches_per_epoch, std::int64_t inputs,
+                               std::int64_t outputs, MakeBatch make, data::Dataset eval)
+    : batches_(batches_per_epoch), inputs_(inputs), outputs_(outputs), make_(std::move(make)),
+      eval_(std::move(eval)) {
+  DITTO_CHECK(batches_ >= 1 && make_, "FunctionSource: expected batches_per_epoch >= 1 and a "
+              "function, got ", batches_, make_ ? "" : " and no function");
+}
+
+data::Batch FunctionSource::batch(std::int64_t epoch, std::int64_t i, std::int64_t) {
+  return make_(epoch, i);
+}
+
 std::map<std::string, std::string> DatasetSource::checkpoint_config() const {
   return {{"train_rows", std::to_string(train_.size())}};
 }

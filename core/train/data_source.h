@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -94,6 +95,30 @@ class DatasetSource final : public DataSource {
   std::int64_t outputs_;
   std::mutex mu_;
   std::unique_ptr<data::DataLoader> loader_;
+};
+
+/// Batches made by a function of (epoch, i): synthetic data for tests and benches, whose batch
+/// i of an epoch need not come from one data set. `inputs`/`outputs` size the default MLP.
+/// `make` is called from every rank thread (ddp): it must be safe to call concurrently.
+class FunctionSource final : public DataSource {
+ public:
+  using MakeBatch = std::function<data::Batch(std::int64_t epoch, std::int64_t i)>;
+  FunctionSource(std::int64_t batches_per_epoch, std::int64_t inputs, std::int64_t outputs,
+                 MakeBatch make, data::Dataset eval = {});
+
+  std::int64_t batches_per_epoch(std::int64_t) const override { return batches_; }
+  /// make(epoch, i); the batch size is the function's.
+  data::Batch batch(std::int64_t epoch, std::int64_t i, std::int64_t) override;
+  const data::Dataset& eval_set() const override { return eval_; }
+  std::int64_t train_size() const override { return 0; }
+  std::int64_t num_inputs() const override { return inputs_; }
+  std::int64_t num_outputs() const override { return outputs_; }
+  std::map<std::string, std::string> checkpoint_config() const override { return {}; }
+
+ private:
+  std::int64_t batches_, inputs_, outputs_;
+  MakeBatch make_;
+  data::Dataset eval_;
 };
 
 }  // namespace ditto::train

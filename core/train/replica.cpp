@@ -13,15 +13,22 @@
 
 namespace ditto::train {
 
-std::uint64_t params_checksum(nn::Module& m) {
-  std::uint64_t h = 1469598103934665603ull;
+std::vector<float> flat_parameters(nn::Module& m) {
+  std::vector<float> all;
   for (nn::Parameter* p : m.parameters()) {
     std::vector<float> v = p->data.to_vector<float>();
-    const auto* b = reinterpret_cast<const unsigned char*>(v.data());
-    for (std::size_t i = 0; i < v.size() * sizeof(float); ++i) {
-      h ^= b[i];
-      h *= 1099511628211ull;
-    }
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+std::uint64_t params_checksum(nn::Module& m) {
+  const std::vector<float> v = flat_parameters(m);
+  const auto* b = reinterpret_cast<const unsigned char*>(v.data());
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::size_t i = 0; i < v.size() * sizeof(float); ++i) {
+    h ^= b[i];
+    h *= 1099511628211ull;
   }
   return h;
 }

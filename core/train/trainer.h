@@ -50,6 +50,9 @@ struct TrainerCallbacks {
 /// compare with one number (ditto-train's params_checksum).
 std::uint64_t params_checksum(nn::Module& m);
 
+/// Every f32 parameter of `m`, in parameters() order, concatenated on the host (blocks).
+std::vector<float> flat_parameters(nn::Module& m);
+
 /// One replica of a run: the model, optimizer and loss, built from the config's factories (the
 /// same seed everywhere: replicas start equal) and, after begin(), wrapped in DataParallel over
 /// every device (dp) or DistributedDataParallel on one rank (ddp). step() and evaluate() are the
