@@ -263,7 +263,8 @@ int main(int argc, char** argv) {
   bool table = false;
   app.add_flag("--predict-table", table,
                "print the cost model's all_reduce figures next to published ones, then exit");
-  app.add_option("--checkpoint", c.checkpoint_dir, "directory to save checkpoints in (and at the end)");
+  app.add_option("--checkpoint", c.checkpoint_dir,
+                 "directory to save checkpoints in (and at the end)");
   app.add_option("--checkpoint-every", c.checkpoint_every, "optimizer steps between checkpoints");
   app.add_option("--resume", c.resume_dir, "resume from the newest usable checkpoint in DIR");
   app.add_option("--trainer", a.trainer,

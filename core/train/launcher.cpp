@@ -16,7 +16,7 @@ int local_rank() {
 }
 
 void RankBarrier::throw_failure() const {
-  throw PeerFailure(detail::cat("ditto-train: ", failure_), failed_rank_);
+  throw PeerFailure(detail::cat("rank barrier: ", failure_), failed_rank_);
 }
 
 void RankBarrier::arrive(const std::function<void()>& last) {
