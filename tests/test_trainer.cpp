@@ -192,6 +192,25 @@ TEST(Trainer, DdpRunWithAFailedDeviceReportsThatDevice) {
   }
 }
 
+TEST(BackendExtension, TheSimulatorAnswersWithItsCostModelAndFaultsTheHostBackendWithNone) {
+  BackendOptions o;
+  o.device_count = 2;
+  Backend& sim = init_backend("sim", o);
+  auto* cm = sim.extension<CostModelExtension>();
+  ASSERT_NE(cm, nullptr);
+  EXPECT_NE(sim.extension<FaultExtension>(), nullptr);
+  EXPECT_EQ(sim.extension("ditto.no_such_extension"), nullptr);
+  EXPECT_EQ(cm->device_name(), "NVIDIA H100 SXM5 80GB");  // the simulator's default cluster
+  cm->configure({"h200", "auto", 1, 2});
+  EXPECT_EQ(cm->device_name(), "NVIDIA H200 SXM 141GB");
+  EXPECT_EQ(cm->peak_flops(), 67e12);
+  EXPECT_EQ(cm->profile_memory_bytes("h200"), std::size_t(141e9));
+  EXPECT_THROW(cm->profile_memory_bytes("h300"), InvalidArgument);
+  Backend& cpu = get_backend("cpu");
+  EXPECT_EQ(cpu.extension<CostModelExtension>(), nullptr);
+  EXPECT_EQ(cpu.extension<FaultExtension>(), nullptr);
+}
+
 TEST(Trainer, BadConfigNamesTheField) {
   auto expect_invalid = [](TrainerConfig c, const std::string& part) {
     try {
