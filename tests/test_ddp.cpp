@@ -33,14 +33,17 @@ namespace {
 using parallel::DistributedDataParallel;
 using parallel::DistributedDataParallelOptions;
 
+/// The 8 simulated devices the tests use (again after a Trainer, which starts the backend with
+/// the devices its run asks for).
+void start_sim() {
+  BackendOptions o;
+  o.device_count = 8;
+  init_backend("sim", o);
+}
+
 class DdpTest : public ::testing::Test {
  protected:
-  // Per test: the Trainer (core/train) starts the backend with the devices each run asks for.
-  void SetUp() override {
-    BackendOptions o;
-    o.device_count = 8;
-    init_backend("sim", o);
-  }
+  void SetUp() override { start_sim(); }
 };
 
 /// Runs fn(rank, comm) on one thread per rank of a new communicator over sim:0..world-1 and
@@ -136,28 +139,26 @@ const std::vector<std::int64_t> kSizes{12, 24, 16, 5};
 constexpr std::int64_t kBatch = 37;  // not a multiple of the micro-shards nor of the ranks
 constexpr int kSteps = 3;
 
-/// Parameters after kSteps SGD steps of DataParallel (bitwise) over `devices` devices.
+/// Parameters after kSteps SGD steps of DataParallel (bitwise) over `devices` devices: the
+/// library Trainer, batch s made of random_x/random_y with seed 100 + s.
 std::vector<std::vector<float>> train_dp(int n_devices) {
-  auto devs = devices("sim", n_devices);
-  auto model = nn::mlp(kSizes, devs[0], 7);
-  model->set_input_requires_grad(false);
-  parallel::DataParallelOptions o;
-  o.determinism = Determinism::bitwise;
-  parallel::DataParallel dp(*model, devs, o);
-  nn::CrossEntropyLoss ce;
-  ce.set_determinism(Determinism::bitwise);
-  optim::SGDOptions so;
-  so.lr = 0.1f;
-  so.momentum = 0.9f;
-  optim::SGD opt(model->parameters(), so);
-  for (int s = 0; s < kSteps; ++s) {
-    Tensor out = dp.forward(random_x(kBatch, kSizes[0], 100 + s));
-    ce.forward(out, random_y(kBatch, kSizes.back(), 100 + s).to(out.device()));
-    opt.zero_grad(true);
-    dp.backward(ce.backward());
-    opt.step();
-  }
-  return params_of(*model);
+  train::TrainerConfig c;
+  c.devices = n_devices;
+  c.epochs = 1;
+  c.hidden = {kSizes[1], kSizes[2]};
+  c.seed = 7;
+  c.lr = 0.1f;
+  auto data = std::make_shared<train::FunctionSource>(
+      kSteps, kSizes[0], kSizes.back(), [](std::int64_t, std::int64_t s) {
+        return data::Batch{random_x(kBatch, kSizes[0], 100 + s),
+                           random_y(kBatch, kSizes.back(), 100 + s)};
+      });
+  std::vector<std::vector<float>> params;
+  train::TrainerCallbacks cb;
+  cb.on_finish = [&](train::Replica& r) { params = params_of(r.model()); };
+  train::Trainer(c, data, cb).fit();
+  start_sim();
+  return params;
 }
 
 /// The same training with DDP over `world` ranks (threads); returns every rank's parameters.
