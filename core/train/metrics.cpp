@@ -1,4 +1,4 @@
-// JsonLinesWriter (metrics.h) and the names of TrainerConfig's enums (trainer_config.h).
+// JsonLinesWriter (metrics.h).
 #include "core/train/metrics.h"
 
 #include <cinttypes>
@@ -8,14 +8,6 @@
 #include "core/runtime/error.h"
 
 namespace ditto::train {
-
-const char* trainer_kind_name(TrainerKind k) { return k == TrainerKind::ddp ? "ddp" : "dp"; }
-
-TrainerKind parse_trainer_kind(const std::string& text, const std::string& field) {
-  if (text == "dp") return TrainerKind::dp;
-  DITTO_CHECK(text == "ddp", field, ": expected dp or ddp, got '", text, "'");
-  return TrainerKind::ddp;
-}
 
 JsonLinesWriter::JsonLinesWriter(const std::string& path) : path_(path), out_(path) {
   DITTO_CHECK(out_.good(), "JsonLinesWriter: cannot open '", path, "' for writing");

@@ -1,4 +1,4 @@
-// TrainerConfig's helpers and its validation (trainer_config.h, trainer.h).
+// TrainerConfig's helpers, the names of TrainerKind, and the config's validation.
 #include <cmath>
 
 #include "core/comm/communicator.h"
@@ -6,6 +6,14 @@
 #include "core/train/trainer_config.h"
 
 namespace ditto::train {
+
+const char* trainer_kind_name(TrainerKind k) { return k == TrainerKind::ddp ? "ddp" : "dp"; }
+
+TrainerKind parse_trainer_kind(const std::string& text, const std::string& field) {
+  if (text == "dp") return TrainerKind::dp;
+  DITTO_CHECK(text == "ddp", field, ": expected dp or ddp, got '", text, "'");
+  return TrainerKind::ddp;
+}
 
 std::string TrainerConfig::name_of(const std::string& field) const {
   auto it = field_names.find(field);
