@@ -1,4 +1,5 @@
 #include "backend_sim/sim_backend.h"
+#include "backend_sim/sim_extensions.h"
 
 #include <cstdlib>
 #include <algorithm>
@@ -50,6 +51,15 @@ SimBackend::SimBackend(const BackendOptions& options) {
   ClusterSpec cluster{device_profile("h100-sxm"), interconnect_profile("nvlink"), 1, count};
   cost_ = std::make_shared<CostModel>(count, cluster);
   kernels_ = make_sim_kernels(cost_);
+  cost_extension_ = make_cost_model_extension(*cost_);
+  fault_extension_ = make_fault_extension(*this);
+}
+
+void* SimBackend::extension(std::string_view name) {
+  if (name == CostModelExtension::kExtensionName) return cost_extension_.get();
+  if (name == FaultExtension::kExtensionName) return fault_extension_.get();
+  if (name == kExtensionName) return this;
+  return nullptr;
 }
 
 SimBackend::~SimBackend() {

@@ -15,6 +15,7 @@
 #include "backend_sim/sim_faults.h"
 #include "backend_sim/sim_stream.h"
 #include "core/runtime/backend.h"
+#include "core/runtime/extensions.h"
 #include "core/comm/communicator.h"
 
 namespace ditto::sim {
@@ -41,6 +42,10 @@ void reduce_over_ranks(const std::vector<const void*>& srcs, void* out, std::int
 
 class SimBackend final : public Backend {
  public:
+  /// Backend::extension<SimBackend>() gives the simulator itself (tests and tools of the
+  /// simulator; other callers use the interfaces of core/runtime/extensions.h).
+  static constexpr std::string_view kExtensionName = "ditto.sim.backend";
+
   explicit SimBackend(const BackendOptions& options);
   ~SimBackend() override;
 
@@ -85,6 +90,10 @@ class SimBackend final : public Backend {
   /// skip-collective fault in a run that issues no communicator collective).
   std::vector<std::string> unfired_faults() const;
 
+  /// CostModelExtension, FaultExtension (core/runtime/extensions.h) and kExtensionName.
+  void* extension(std::string_view name) override;
+  using Backend::extension;
+
  private:
   /// Device whose allocation holds `p`, or -1 (for the cost of copy_2d).
   int owner_of(const void* p) const;
@@ -105,6 +114,8 @@ class SimBackend final : public Backend {
   std::map<std::uintptr_t, std::pair<std::size_t, int>> owners_;  // start -> (bytes, device)
   mutable std::mutex faults_mu_;
   std::shared_ptr<FaultState> faults_ = std::make_shared<FaultState>(FaultConfig{});
+  std::unique_ptr<CostModelExtension> cost_extension_;
+  std::unique_ptr<FaultExtension> fault_extension_;
 };
 
 }  // namespace ditto::sim

@@ -24,12 +24,12 @@ namespace ditto::sim {
 
 class SimStream;
 
-/// An exception_ptr holding a new E(what), built in place: no copy of the exception (whose
+/// An exception_ptr holding a new E(what, more...), built in place: no copy of the exception (whose
 /// reference-counted message another thread may be reading) is left to die on this thread.
-template <typename E>
-std::exception_ptr error_ptr(const std::string& what) {
+template <typename E, typename... More>
+std::exception_ptr error_ptr(const std::string& what, const More&... more) {
   try {
-    throw E(what);
+    throw E(what, more...);
   } catch (...) {
     return std::current_exception();
   }

@@ -147,7 +147,7 @@ Prediction predict_ddp(const std::vector<std::int64_t>& sizes, std::int64_t batc
                        int steps) {
   BackendOptions bo;
   bo.device_count = ranks;
-  auto* sb = dynamic_cast<sim::SimBackend*>(&init_backend("sim", bo));
+  auto* sb = init_backend("sim", bo).extension<sim::SimBackend>();
   sim::ClusterSpec c = sb->cost_model().cluster();
   c.device = sim::device_profile(device);
   c.interconnect = sim::interconnect_profile(interconnect);

@@ -15,6 +15,7 @@
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/numerics/random.h"
+#include "core/train/trainer.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -24,7 +25,8 @@ using namespace ditto::test;
 
 class BitwiseTrainerTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  // Per test: the Trainer (core/train) starts the backend with the devices each run asks for.
+  void SetUp() override {
     BackendOptions o;
     o.device_count = 64;
     init_backend("sim", o);
@@ -62,59 +64,49 @@ data::Dataset synthetic(std::int64_t n) {
   return d;
 }
 
-Tensor one_hot(const Tensor& labels, std::int64_t classes, const Device& dev) {
-  auto y = labels.to_vector<std::int64_t>();
-  std::vector<float> v(y.size() * classes, 0.0f);
-  for (std::size_t r = 0; r < y.size(); ++r) v[r * classes + y[r]] = 1.0f;
-  return Tensor::from_vector(v, {static_cast<std::int64_t>(y.size()), classes}, dev);
-}
-
-/// Trains an MLP 12-32-16-5 with DataParallel over `n_dev` devices; returns every parameter's
-/// bits, concatenated.
-std::vector<std::uint32_t> train(int n_dev, const TrainSetup& s) {
-  data::Dataset ds = synthetic(s.rows);
-  std::vector<Device> devs = devices("sim", n_dev);
-  auto model = nn::mlp({12, 32, 16, 5}, devs[0], 17);
-  parallel::DataParallelOptions o;
-  o.determinism = s.mode;
-  parallel::DataParallel dp(*model, devs, o);
-  std::unique_ptr<nn::Loss> loss;
-  if (s.loss == LossKind::mse) loss = std::make_unique<nn::MSELoss>();
-  else loss = std::make_unique<nn::CrossEntropyLoss>();
-  loss->set_determinism(s.mode);
-  std::unique_ptr<optim::Optimizer> opt;
-  if (s.opt == OptKind::adam) {
-    optim::AdamOptions ao;
-    ao.lr = 0.01;
-    ao.weight_decay = 0.001;
-    opt = std::make_unique<optim::Adam>(model->parameters(), ao);
-  } else {
-    optim::SGDOptions so;
-    so.lr = 0.05f;
-    so.momentum = 0.9f;
-    so.weight_decay = 0.001f;
-    so.nesterov = true;
-    opt = std::make_unique<optim::SGD>(model->parameters(), so);
-  }
-  data::DataLoader loader(ds, s.batch, /*shuffle=*/true, /*seed=*/3);
-  for (int e = 0; e < s.epochs; ++e) {
-    loader.set_epoch(e);
-    for (data::Batch b : loader) {
-      Tensor out = dp.forward(b.x);
-      Tensor target = s.loss == LossKind::mse ? one_hot(b.y, 5, out.device()) : b.y.to(out.device());
-      loss->forward(out, target);
-      opt->zero_grad(true);
-      dp.backward(loss->backward());
-      opt->step();
-    }
-  }
+/// Every parameter's bits, concatenated.
+std::vector<std::uint32_t> param_bits(nn::Module& m) {
   std::vector<std::uint32_t> bits;
-  for (nn::Parameter* p : model->parameters()) {
+  for (nn::Parameter* p : m.parameters()) {
     auto v = p->data.to_vector<float>();
     std::size_t old = bits.size();
     bits.resize(old + v.size());
     std::memcpy(bits.data() + old, v.data(), v.size() * sizeof(float));
   }
+  return bits;
+}
+
+/// Trains an MLP 12-32-16-5 with DataParallel over `n_dev` devices (the library Trainer);
+/// returns every parameter's bits, concatenated.
+std::vector<std::uint32_t> train(int n_dev, const TrainSetup& s) {
+  train::TrainerConfig c;
+  c.devices = n_dev;
+  c.epochs = s.epochs;
+  c.batch_size = s.batch;
+  c.determinism = s.mode;
+  c.loss = s.loss == LossKind::mse ? "mse" : "cross-entropy";  // mse: on one-hot targets
+  c.make_model = [](const Device& d) { return nn::mlp({12, 32, 16, 5}, d, 17); };
+  c.make_optimizer = [&s](std::vector<nn::Parameter*> params,
+                          float) -> std::unique_ptr<optim::Optimizer> {
+    if (s.opt == OptKind::adam) {
+      optim::AdamOptions ao;
+      ao.lr = 0.01;
+      ao.weight_decay = 0.001;
+      return std::make_unique<optim::Adam>(params, ao);
+    }
+    optim::SGDOptions so;
+    so.lr = 0.05f;
+    so.momentum = 0.9f;
+    so.weight_decay = 0.001f;
+    so.nesterov = true;
+    return std::make_unique<optim::SGD>(params, so);
+  };
+  auto data = std::make_shared<train::DatasetSource>(synthetic(s.rows), data::Dataset{},
+                                                     /*seed=*/3);
+  std::vector<std::uint32_t> bits;
+  train::TrainerCallbacks cb;
+  cb.on_finish = [&](train::Replica& r) { bits = param_bits(r.model()); };
+  train::Trainer(c, data, cb).fit();
   return bits;
 }
 
@@ -191,35 +183,21 @@ TEST_F(BitwiseTrainerTest, FastModeDiffersAcrossDeviceCountsOnTheseInputs) {
 }
 
 TEST_F(BitwiseTrainerTest, DigitsTwoEpochsSameBitsFor1And4Devices) {
-  data::Dataset all = data::read_csv(DITTO_DIGITS_CSV);
-  data::Split split = data::train_val_split(all, 0.2, 0);
-  data::Standardizer st = data::Standardizer::fit(split.train);
-  data::Dataset train_set = st.apply(split.train);
   auto run = [&](int n_dev) {
-    std::vector<Device> devs = devices("sim", n_dev);
-    auto model = nn::mlp({64, 128, 10}, devs[0], 0);
-    parallel::DataParallelOptions o;
-    o.determinism = Determinism::bitwise;
-    parallel::DataParallel dp(*model, devs, o);
-    nn::CrossEntropyLoss loss;
-    loss.set_determinism(Determinism::bitwise);
-    optim::SGD opt(model->parameters(), {.lr = 0.05f, .momentum = 0.9f});
-    data::DataLoader loader(train_set, 64, true, 0);
-    for (int e = 0; e < 2; ++e) {
-      loader.set_epoch(e);
-      for (data::Batch b : loader) {
-        Tensor out = dp.forward(b.x);
-        loss.forward(out, b.y.to(out.device()));
-        opt.zero_grad(true);
-        dp.backward(loss.backward());
-        opt.step();
-      }
-    }
-    return parameter_values(*model);
+    train::TrainerConfig c;  // MLP 64-128-10, SGD lr 0.05 momentum 0.9, batch 64, seed 0
+    c.devices = n_dev;
+    c.epochs = 2;
+    auto digits = std::make_shared<train::CsvDataSource>(DITTO_DIGITS_CSV, data::CsvOptions{},
+                                                         0.2, 0);
+    std::vector<std::uint32_t> bits;
+    train::TrainerCallbacks cb;
+    cb.on_finish = [&](train::Replica& r) { bits = param_bits(r.model()); };
+    train::Trainer(c, digits, cb).fit();
+    return bits;
   };
-  std::vector<float> a = run(1), b = run(4);
-  ASSERT_EQ(a.size(), b.size());
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+  std::vector<std::uint32_t> a = run(1), b = run(4);
+  ASSERT_EQ(a.size(), 64u * 128 + 128 + 128 * 10 + 10);
+  EXPECT_EQ(count_differences(a, b), 0u);
 }
 
 }  // namespace

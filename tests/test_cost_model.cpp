@@ -27,6 +27,7 @@
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/runtime/tensor.h"
+#include "core/train/trainer.h"
 
 using namespace ditto;
 using sim::CollectiveAlgo;
@@ -38,7 +39,7 @@ sim::SimBackend& fresh_sim(int devices, std::size_t capacity = std::size_t(80) <
   BackendOptions o;
   o.device_count = devices;
   o.memory_capacity = capacity;
-  return dynamic_cast<sim::SimBackend&>(init_backend("sim", o));
+  return *init_backend("sim", o).extension<sim::SimBackend>();
 }
 
 void sync_all(Backend& be) {
@@ -59,39 +60,29 @@ std::string temp_path(const std::string& name) {
   return (::testing::TempDir().empty() ? std::string("/tmp/") : ::testing::TempDir()) + name;
 }
 
-// One DataParallel SGD step of an MLP on `n` devices with a fixed batch; returns nothing (the
-// cost model and memory counters are what the tests read).
+// One DataParallel SGD step (fast mode) of an MLP on `n` devices with a fixed batch: the library
+// Trainer's Replica, stepped by hand; the cost model and memory counters are what tests read.
 struct TinyTrainer {
-  std::unique_ptr<nn::Sequential> model;
-  std::unique_ptr<parallel::DataParallel> dp;
-  nn::CrossEntropyLoss loss;
-  std::unique_ptr<optim::SGD> opt;
-  Tensor x, y;
+  train::TrainerConfig cfg;
+  data::Batch batch;
+  std::unique_ptr<train::FunctionSource> data;
+  std::unique_ptr<train::Replica> rep;
 
-  TinyTrainer(const std::vector<std::int64_t>& sizes, int n, std::int64_t batch) {
-    std::vector<Device> devs = devices("sim", n);
-    model = nn::mlp(sizes, devs[0], 1);
-    model->set_input_requires_grad(false);
-    dp = std::make_unique<parallel::DataParallel>(*model, devs);
-    optim::SGDOptions so;
-    so.lr = 0.01f;
-    so.momentum = 0.9f;
-    opt = std::make_unique<optim::SGD>(model->parameters(), so);
-    std::vector<float> xv(static_cast<std::size_t>(batch * sizes.front()));
+  TinyTrainer(const std::vector<std::int64_t>& sizes, int n, std::int64_t rows) {
+    std::vector<float> xv(static_cast<std::size_t>(rows * sizes.front()));
     for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
-    std::vector<std::int64_t> yv(static_cast<std::size_t>(batch));
+    std::vector<std::int64_t> yv(static_cast<std::size_t>(rows));
     for (std::size_t i = 0; i < yv.size(); ++i) yv[i] = static_cast<std::int64_t>(i) % sizes.back();
-    x = Tensor::from_vector(xv, {batch, sizes.front()}, Device());
-    y = Tensor::from_vector(yv, {batch}, Device());
+    batch = {Tensor::from_vector(xv, {rows, sizes.front()}, Device()),
+             Tensor::from_vector(yv, {rows}, Device())};
+    cfg.determinism = Determinism::fast;
+    cfg.lr = 0.01f;
+    cfg.make_model = [sizes](const Device& d) { return nn::mlp(sizes, d, 1); };
+    data = std::make_unique<train::FunctionSource>(
+        1, sizes.front(), sizes.back(), [this](std::int64_t, std::int64_t) { return batch; });
+    rep = std::make_unique<train::Replica>(cfg, *data, devices("sim", n));
   }
-  void step() {
-    Tensor out = dp->forward(x);
-    Tensor l = loss.forward(out, y.to(out.device()));
-    opt->zero_grad(true);
-    dp->backward(loss.backward());
-    opt->step();
-    (void)l.item();
-  }
+  void step() { (void)rep->step(batch); }
 };
 
 }  // namespace
@@ -545,7 +536,7 @@ TEST(CostModelMemory, TooLargeModelOnASmallProfileFailsAtTheFirstStep) {
   std::unique_ptr<TinyTrainer> tr;
   const std::vector<std::int64_t> sizes{64, 1024, 1024, 10};
   ASSERT_NO_THROW(tr = std::make_unique<TinyTrainer>(sizes, 2, 8));
-  EXPECT_EQ(tr->model->num_parameters(), 1126410);
+  EXPECT_EQ(tr->rep->model().num_parameters(), 1126410);
   int steps = 0;
   try {
     tr->step();
@@ -568,7 +559,7 @@ TEST(CostModelMemory, TooLargeModelOnASmallProfileFailsAtTheFirstStep) {
 TEST(CostModelMemory, DataParallelPeakIsHigherOnDeviceZero) {
   sim::SimBackend& be = fresh_sim(4);
   TinyTrainer tr({64, 256, 10}, 4, 64);
-  const std::size_t param_bytes = static_cast<std::size_t>(tr.model->num_parameters()) * 4;
+  const std::size_t param_bytes = static_cast<std::size_t>(tr.rep->model().num_parameters()) * 4;
   tr.step();
   tr.step();
   sync_all(be);
@@ -652,7 +643,7 @@ TEST(CostModelVirtualTime, ConversionAndSumsSaturateInsteadOfWrapping) {
   // busy time stop at kVTimeMax (they wrapped to negative values before).
   sim::SimBackend& be = fresh_sim(1);
   sync_all(be);
-  auto& stream = dynamic_cast<sim::SimStream&>(be.default_stream(0));
+  sim::SimStream& stream = sim::as_sim(be.default_stream(0), "test");
   sim::KernelCost huge;
   huge.flops = 1e30;  // 1.5e16 s on an H100
   be.cost_model().on_kernel(stream, "huge", huge);

@@ -19,6 +19,7 @@
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/parallel_apply.h"
 #include "core/numerics/random.h"
+#include "core/train/trainer.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -28,6 +29,8 @@ using namespace ditto::test;
 
 class DataParallelTest : public SimSuite<16> {
  protected:
+  // Per test: the Trainer (core/train) starts the backend with the devices each run asks for.
+  void SetUp() override { init_sim(16); }
   static std::vector<Device> devs(int n) { return devices("sim", n); }
 };
 
@@ -198,23 +201,25 @@ TEST_F(DataParallelTest, ParallelApplyReportsFirstFailingReplica) {
   EXPECT_EQ(ran.load(), 3);
 }
 
-/// Trains `steps` SGD steps of an MLP on `n` devices and returns the flattened parameters.
+/// Trains `steps` SGD steps of an MLP on `n` devices (fast mode, the library Trainer) and
+/// returns the flattened parameters.
 std::vector<float> train(int n, int steps, std::int64_t batch) {
-  auto model = nn::mlp({6, 16, 4}, Device("sim", 0), 21);
-  model->set_input_requires_grad(false);
-  parallel::DataParallel dp(*model, devices("sim", n));
-  nn::CrossEntropyLoss loss;
-  optim::SGD opt(model->parameters(), {.lr = 0.1f, .momentum = 0.9f});
-  for (int s = 0; s < steps; ++s) {
-    Tensor x = random_tensor({batch, 6}, 100 + s);
-    Tensor y = labels(batch, 4, 200 + s);
-    Tensor out = dp.forward(x);
-    loss.forward(out, y.to(out.device()));
-    opt.zero_grad(true);
-    dp.backward(loss.backward());
-    opt.step();
-  }
-  return parameter_values(*model);
+  train::TrainerConfig c;
+  c.devices = n;
+  c.epochs = steps > 0 ? 1 : 0;
+  c.determinism = Determinism::fast;
+  c.hidden = {16};
+  c.seed = 21;
+  c.lr = 0.1f;
+  auto data = std::make_shared<train::FunctionSource>(
+      std::max(steps, 1), 6, 4, [batch](std::int64_t, std::int64_t s) {
+        return data::Batch{random_tensor({batch, 6}, 100 + s), labels(batch, 4, 200 + s)};
+      });
+  std::vector<float> all;
+  train::TrainerCallbacks cb;
+  cb.on_finish = [&](train::Replica& r) { all = train::flat_parameters(r.model()); };
+  train::Trainer(c, data, cb).fit();
+  return all;
 }
 
 TEST_F(DataParallelTest, OneAndFourDevicesGiveTheSameParametersWithinTolerance) {

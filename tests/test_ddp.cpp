@@ -23,6 +23,7 @@
 #include "core/runtime/ops.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
+#include "core/train/trainer.h"
 #include "core/parallel/distributed_data_parallel.h"
 #include "core/numerics/random.h"
 
@@ -32,13 +33,17 @@ namespace {
 using parallel::DistributedDataParallel;
 using parallel::DistributedDataParallelOptions;
 
+/// The 8 simulated devices the tests use (again after a Trainer, which starts the backend with
+/// the devices its run asks for).
+void start_sim() {
+  BackendOptions o;
+  o.device_count = 8;
+  init_backend("sim", o);
+}
+
 class DdpTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    BackendOptions o;
-    o.device_count = 8;
-    init_backend("sim", o);
-  }
+  void SetUp() override { start_sim(); }
 };
 
 /// Runs fn(rank, comm) on one thread per rank of a new communicator over sim:0..world-1 and
@@ -134,28 +139,26 @@ const std::vector<std::int64_t> kSizes{12, 24, 16, 5};
 constexpr std::int64_t kBatch = 37;  // not a multiple of the micro-shards nor of the ranks
 constexpr int kSteps = 3;
 
-/// Parameters after kSteps SGD steps of DataParallel (bitwise) over `devices` devices.
+/// Parameters after kSteps SGD steps of DataParallel (bitwise) over `devices` devices: the
+/// library Trainer, batch s made of random_x/random_y with seed 100 + s.
 std::vector<std::vector<float>> train_dp(int n_devices) {
-  auto devs = devices("sim", n_devices);
-  auto model = nn::mlp(kSizes, devs[0], 7);
-  model->set_input_requires_grad(false);
-  parallel::DataParallelOptions o;
-  o.determinism = Determinism::bitwise;
-  parallel::DataParallel dp(*model, devs, o);
-  nn::CrossEntropyLoss ce;
-  ce.set_determinism(Determinism::bitwise);
-  optim::SGDOptions so;
-  so.lr = 0.1f;
-  so.momentum = 0.9f;
-  optim::SGD opt(model->parameters(), so);
-  for (int s = 0; s < kSteps; ++s) {
-    Tensor out = dp.forward(random_x(kBatch, kSizes[0], 100 + s));
-    ce.forward(out, random_y(kBatch, kSizes.back(), 100 + s).to(out.device()));
-    opt.zero_grad(true);
-    dp.backward(ce.backward());
-    opt.step();
-  }
-  return params_of(*model);
+  train::TrainerConfig c;
+  c.devices = n_devices;
+  c.epochs = 1;
+  c.hidden = {kSizes[1], kSizes[2]};
+  c.seed = 7;
+  c.lr = 0.1f;
+  auto data = std::make_shared<train::FunctionSource>(
+      kSteps, kSizes[0], kSizes.back(), [](std::int64_t, std::int64_t s) {
+        return data::Batch{random_x(kBatch, kSizes[0], 100 + s),
+                           random_y(kBatch, kSizes.back(), 100 + s)};
+      });
+  std::vector<std::vector<float>> params;
+  train::TrainerCallbacks cb;
+  cb.on_finish = [&](train::Replica& r) { params = params_of(r.model()); };
+  train::Trainer(c, data, cb).fit();
+  start_sim();
+  return params;
 }
 
 /// The same training with DDP over `world` ranks (threads); returns every rank's parameters.
@@ -650,8 +653,9 @@ TEST_F(DdpTest, CommunicatorAbortFailsWaitingAndLaterCallsNamingRankAndCollectiv
   comms[1].abort("second reason is ignored");
   try {
     comms[0].stream().synchronize();
-    FAIL() << "expected BackendError";
-  } catch (const BackendError& e) {
+    FAIL() << "expected PeerFailure";
+  } catch (const PeerFailure& e) {
+    EXPECT_EQ(e.failed_rank(), 1);  // typed: the launcher finds the root error by this field
     // "all_reduce (collective #1 ...): rank 1 failed: disk full" when the abort came while rank
     // 0's task waited, "all_reduce: communicator aborted by an earlier error: rank 1 failed: ..."
     // when it came before the task ran.
@@ -663,8 +667,9 @@ TEST_F(DdpTest, CommunicatorAbortFailsWaitingAndLaterCallsNamingRankAndCollectiv
   Tensor t1 = Tensor::full({16}, 1.0f, comms[1].device());
   try {
     comms[1].broadcast(t1, 0);
-    FAIL() << "expected BackendError";
-  } catch (const BackendError& e) {
+    FAIL() << "expected PeerFailure";
+  } catch (const PeerFailure& e) {
+    EXPECT_EQ(e.failed_rank(), 1);
     EXPECT_NE(std::string(e.what()).find("broadcast: communicator aborted by an earlier error: "
                                          "rank 1 failed: disk full"),
               std::string::npos)
@@ -674,95 +679,22 @@ TEST_F(DdpTest, CommunicatorAbortFailsWaitingAndLaterCallsNamingRankAndCollectiv
 
 // ---- the trainer's use: digits, 2 epochs, DataParallel against DDP -------------------------------
 
-std::uint64_t checksum(nn::Module& m) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (nn::Parameter* p : m.parameters()) {
-    std::vector<float> v = p->data.to_vector<float>();
-    const auto* b = reinterpret_cast<const unsigned char*>(v.data());
-    for (std::size_t i = 0; i < v.size() * sizeof(float); ++i) h = (h ^ b[i]) * 1099511628211ull;
-  }
-  return h;
-}
-
-struct Digits {
-  data::Dataset train;
-  std::int64_t features = 0, classes = 0;
-};
-
-Digits load_digits() {
-  data::Dataset all = data::read_csv(DITTO_DIGITS_CSV, {});
-  data::Split split = data::train_val_split(all, 0.2, 0);
-  data::Standardizer st = data::Standardizer::fit(split.train);
-  return {st.apply(split.train), all.num_features(), data::num_classes(all)};
-}
-
 TEST_F(DdpTest, DigitsTwoEpochsDdpEqualsDataParallel) {
-  const Digits d = load_digits();
-  const std::vector<std::int64_t> sizes{d.features, 32, d.classes};
-  const int epochs = 2;
-  // DataParallel over 4 devices.
-  std::uint64_t dp_sum = 0;
-  {
-    auto devs = devices("sim", 4);
-    auto model = nn::mlp(sizes, devs[0], 0);
-    model->set_input_requires_grad(false);
-    parallel::DataParallelOptions o;
-    o.determinism = Determinism::bitwise;
-    parallel::DataParallel dp(*model, devs, o);
-    nn::CrossEntropyLoss ce;
-    ce.set_determinism(Determinism::bitwise);
-    optim::SGDOptions so;
-    so.lr = 0.05f;
-    so.momentum = 0.9f;
-    optim::SGD opt(model->parameters(), so);
-    data::DataLoader loader(d.train, 64, true, 0);
-    for (int e = 0; e < epochs; ++e) {
-      loader.set_epoch(e);
-      for (data::Batch b : loader) {
-        Tensor out = dp.forward(b.x);
-        ce.forward(out, b.y.to(out.device()));
-        opt.zero_grad(true);
-        dp.backward(ce.backward());
-        opt.step();
-      }
-    }
-    dp_sum = checksum(*model);
-  }
-  CommOptions co;
-  co.determinism = Determinism::bitwise;
-  co.timeout_ms = 20000;
-  std::vector<std::uint64_t> sums(2);
-  auto errors = run_ranks(2, co, [&](int r, Communicator& comm) {
-    auto model = nn::mlp(sizes, comm.device(), 0);
-    model->set_input_requires_grad(false);
-    DistributedDataParallelOptions o;
-    o.average_gradients = false;
-    DistributedDataParallel ddp(*model, comm, o);
-    nn::CrossEntropyLoss ce;
-    ce.set_determinism(Determinism::bitwise);
-    optim::SGDOptions so;
-    so.lr = 0.05f;
-    so.momentum = 0.9f;
-    optim::SGD opt(model->parameters(), so);
-    data::DataLoader loader(d.train, 64, true, 0);
-    for (int e = 0; e < epochs; ++e) {
-      loader.set_epoch(e);
-      for (data::Batch b : loader) {
-        const std::int64_t n = b.x.size(0);
-        auto [lo, hi] = ddp.local_rows(n);
-        ce.set_global_batch(n);
-        Tensor out = ddp.forward({b.x.narrow(lo, hi - lo), }, n);
-        ce.forward(out, b.y.narrow(lo, hi - lo).to(out.device()));
-        opt.zero_grad(true);
-        ddp.backward(ce.backward());
-        opt.step();
-      }
-    }
-    sums[static_cast<std::size_t>(r)] = checksum(*model);
-  });
-  expect_no_errors(errors);
-  EXPECT_EQ(sums[0], dp_sum);
-  EXPECT_EQ(sums[1], dp_sum);
+  // The library Trainer: DataParallel over 4 devices and DDP over 2 rank threads, MLP 64-32-10,
+  // SGD lr 0.05 momentum 0.9, batch 64, bitwise; the Trainer checks that the DDP ranks agree.
+  auto run = [](train::TrainerKind kind, int devices) {
+    train::TrainerConfig c;
+    c.trainer = kind;
+    c.devices = devices;
+    c.epochs = 2;
+    c.hidden = {32};
+    auto digits = std::make_shared<train::CsvDataSource>(DITTO_DIGITS_CSV, data::CsvOptions{},
+                                                         0.2, 0);
+    return train::Trainer(c, digits).fit().params_checksum;
+  };
+  const std::uint64_t dp_sum = run(train::TrainerKind::dp, 4);
+  EXPECT_EQ(run(train::TrainerKind::ddp, 2), dp_sum);
+  EXPECT_EQ(run(train::TrainerKind::ddp, 4), dp_sum);
 }
 
 }  // namespace

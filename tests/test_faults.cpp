@@ -24,6 +24,7 @@
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/runtime/tensor.h"
+#include "core/train/trainer.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -39,7 +40,7 @@ sim::SimBackend& sim_with_faults(const std::vector<std::string>& specs,
   BackendOptions o;
   o.device_count = 4;
   o.memory_capacity = std::size_t(1) << 28;
-  auto& b = dynamic_cast<sim::SimBackend&>(init_backend("sim", o));
+  auto& b = *init_backend("sim", o).extension<sim::SimBackend>();
   sim::FaultConfig fc;
   for (const auto& s : specs) fc.faults.push_back(sim::parse_fault(s));
   fc.comm_timeout_ms = comm_timeout_ms;
@@ -84,7 +85,7 @@ TEST(FaultSpec, BadSpecsNameTheFlagAndTheBadPart) {
 TEST(FaultSpec, SetFaultsRejectsDevicesOutOfRange) {
   BackendOptions o;
   o.device_count = 4;
-  auto& b = dynamic_cast<sim::SimBackend&>(init_backend("sim", o));
+  auto& b = *init_backend("sim", o).extension<sim::SimBackend>();
   sim::FaultConfig fc;
   fc.faults.push_back(sim::parse_fault("fail:device=4,step=0"));
   expect_error<InvalidArgument>([&] { b.set_faults(fc); },
@@ -171,28 +172,23 @@ TEST(FaultDevice, CollectiveWithAFailedRankFailsEveryRankNamingItWithoutWaitingF
 
 TEST(FaultDevice, DataParallelStepFailsWithABackendErrorNamingTheDevice) {
   sim::SimBackend& b = sim_with_faults({"fail:device=2,step=1"});
-  auto model = nn::mlp({6, 8, 3}, sim(0), 3);
-  model->set_input_requires_grad(false);
-  parallel::DataParallelOptions dpo;
-  dpo.determinism = Determinism::bitwise;
-  dpo.micro_shards = 4;
-  parallel::DataParallel dp(*model, devices("sim", 4), dpo);
-  nn::CrossEntropyLoss loss;
-  loss.set_determinism(Determinism::bitwise);
-  optim::SGD opt(model->parameters(), {.lr = 0.1f});
   std::vector<float> xs(16 * 6);
   for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = static_cast<float>(i % 7) * 0.25f - 0.5f;
   std::vector<std::int64_t> ys(16);
   for (std::size_t i = 0; i < ys.size(); ++i) ys[i] = static_cast<std::int64_t>(i % 3);
-  Tensor x = Tensor::from_vector(xs, {16, 6}), y = Tensor::from_vector(ys, {16});
+  data::Batch batch{Tensor::from_vector(xs, {16, 6}), Tensor::from_vector(ys, {16})};
+  // The library Trainer's step (a Replica: DataParallel over 4 devices, bitwise, SGD lr 0.1).
+  train::TrainerConfig cfg;
+  cfg.micro_shards = 4;
+  cfg.lr = 0.1f;
+  cfg.momentum = 0;
+  cfg.hidden = {8};
+  cfg.seed = 3;
+  train::FunctionSource data(1, 6, 3, [&](std::int64_t, std::int64_t) { return batch; });
+  train::Replica rep(cfg, data, devices("sim", 4));
   auto step = [&](std::int64_t k) {
     b.begin_step(k);
-    Tensor out = dp.forward(x);
-    Tensor l = loss.forward(out, y.to(out.device()));
-    opt.zero_grad(true);
-    dp.backward(loss.backward());
-    opt.step();
-    return l.item();
+    return rep.step(batch);
   };
   EXPECT_TRUE(std::isfinite(step(0)));
   expect_error<BackendError>([&] { step(1); }, "sim:2: device failed (injected fault "

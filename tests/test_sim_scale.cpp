@@ -23,6 +23,7 @@
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/runtime/tensor.h"
+#include "core/train/trainer.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -34,7 +35,8 @@ constexpr int kDevices = 1024;
 
 class SimScaleTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  // Per test: the Trainer (core/train) starts the backend with the devices each run asks for.
+  void SetUp() override {
     BackendOptions o;
     o.device_count = kDevices;
     o.memory_capacity = std::size_t(16) << 20;
@@ -122,30 +124,29 @@ TEST_F(SimScaleTest, ThreadCountStaysBoundedWith1024BusyDevices) {
 
 // Flattened parameters after `steps` bitwise SGD steps of a small MLP on the first `n` devices.
 std::vector<float> train_bitwise(int n, int steps) {
-  auto model = nn::mlp({6, 8, 3}, Device("sim", 0), 17);
-  model->set_input_requires_grad(false);
-  parallel::DataParallelOptions dpo;
-  dpo.determinism = Determinism::bitwise;
-  dpo.micro_shards = kDevices;
-  parallel::DataParallel dp(*model, devices("sim", n), dpo);
-  nn::CrossEntropyLoss loss;
-  loss.set_determinism(Determinism::bitwise);
-  optim::SGD opt(model->parameters(), {.lr = 0.1f, .momentum = 0.9f});
+  train::TrainerConfig c;  // the library Trainer: DataParallel, bitwise
+  c.devices = n;
+  c.epochs = steps > 0 ? 1 : 0;
+  c.micro_shards = kDevices;
+  c.hidden = {8};
+  c.seed = 17;
+  c.lr = 0.1f;
   const std::int64_t batch = 2048;  // two samples per device
-  for (int s = 0; s < steps; ++s) {
-    std::vector<float> xs(static_cast<std::size_t>(batch * 6));
-    for (std::size_t i = 0; i < xs.size(); ++i)
-      xs[i] = static_cast<float>((i * 7 + static_cast<std::size_t>(s) * 3) % 13) * 0.125f - 0.75f;
-    std::vector<std::int64_t> ys(static_cast<std::size_t>(batch));
-    for (std::size_t i = 0; i < ys.size(); ++i) ys[i] = static_cast<std::int64_t>((i + s) % 3);
-    Tensor x = Tensor::from_vector(xs, {batch, 6}), y = Tensor::from_vector(ys, {batch});
-    Tensor out = dp.forward(x);
-    loss.forward(out, y.to(out.device()));
-    opt.zero_grad(true);
-    dp.backward(loss.backward());
-    opt.step();
-  }
-  return parameter_values(*model);
+  auto data = std::make_shared<train::FunctionSource>(
+      std::max(steps, 1), 6, 3, [](std::int64_t, std::int64_t s) {
+        std::vector<float> xs(static_cast<std::size_t>(batch * 6));
+        for (std::size_t i = 0; i < xs.size(); ++i)
+          xs[i] = static_cast<float>((i * 7 + static_cast<std::size_t>(s) * 3) % 13) * 0.125f -
+                  0.75f;
+        std::vector<std::int64_t> ys(static_cast<std::size_t>(batch));
+        for (std::size_t i = 0; i < ys.size(); ++i) ys[i] = static_cast<std::int64_t>((i + s) % 3);
+        return data::Batch{Tensor::from_vector(xs, {batch, 6}), Tensor::from_vector(ys, {batch})};
+      });
+  std::vector<float> all;
+  train::TrainerCallbacks cb;
+  cb.on_finish = [&](train::Replica& r) { all = train::flat_parameters(r.model()); };
+  train::Trainer(c, data, cb).fit();
+  return all;
 }
 
 TEST_F(SimScaleTest, DataParallelOn1024DevicesGivesTheBitsOfOneDevice) {

@@ -23,8 +23,7 @@ std::string timeout_reason(const std::string& label, std::int64_t timeout_ms,
 }
 
 std::exception_ptr peer_failure(const std::string& message, int failed_rank) {
-  (void)failed_rank;  // carried by the error's type once there is one for it
-  return std::make_exception_ptr(BackendError(message));
+  return std::make_exception_ptr(PeerFailure(message, failed_rank));
 }
 
 bool AbortState::abort(Cause cause, std::string reason, int failed_rank) noexcept {
@@ -50,8 +49,9 @@ void AbortState::throw_if_aborted(CollectiveKind kind) const {
   if (!aborted_) return;
   std::string msg =
       cat(collective_name(kind), ": communicator aborted by an earlier error: ", reason_);
-  if (failed_rank_ >= 0) std::rethrow_exception(peer_failure(msg, failed_rank_));
-  throw BackendError(msg);
+  // Caused by an earlier error, on this rank or another: a PeerFailure either way (failed_rank
+  // -1 when no rank is known), so that a launcher looking for the root error passes over it.
+  std::rethrow_exception(peer_failure(msg, failed_rank_));
 }
 
 std::exception_ptr AbortState::error_for(const std::string& label) const {

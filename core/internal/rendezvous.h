@@ -71,8 +71,8 @@ class AbortState {
   /// is set (the flag is what matters).
   bool rank_failed(int rank, const std::string& reason) noexcept;
 
-  /// Throws, once aborted, BackendError "<kind>: communicator aborted by an earlier error:
-  /// <reason>" (a peer failure when a rank failed).
+  /// Throws, once aborted, PeerFailure "<kind>: communicator aborted by an earlier error:
+  /// <reason>" (core/runtime/error.h; failed_rank() is the rank that failed, or -1).
   void throw_if_aborted(CollectiveKind kind) const;
   /// What a rank that waited in collective `label` throws now that the communicator is aborted:
   /// Timeout(reason) after a timeout; "<label>: <reason>" when a rank failed (peer_failure);

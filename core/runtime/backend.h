@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/numerics/determinism.h"
@@ -203,6 +204,19 @@ class Backend {
   /// begins, before enqueueing any of its work. Default: nothing; the simulator fires the faults
   /// injected for that step (backend_sim/sim_faults.h).
   virtual void begin_step(std::int64_t /*step*/) {}
+
+  /// Backend-specific extras, looked up by name (after ggml's get_proc_address): the object
+  /// implementing the interface named `name` (e.g. CostModelExtension::kExtensionName,
+  /// core/runtime/extensions.h), or nullptr when this backend has none. The object lives as long
+  /// as the backend. Default: none.
+  virtual void* extension(std::string_view /*name*/) { return nullptr; }
+
+  /// Typed form: `be.extension<CostModelExtension>()` is the backend's T (named
+  /// T::kExtensionName), or nullptr. Callers never dynamic_cast to a backend's class.
+  template <class T>
+  T* extension() {
+    return static_cast<T*>(extension(T::kExtensionName));
+  }
 };
 
 /// Factory registered under a name.

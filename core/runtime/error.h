@@ -37,6 +37,23 @@ class BackendError : public Error {
   using Error::Error;
 };
 
+/// A collective or barrier failed because another rank failed (Communicator::abort, a failed
+/// device, an MPI peer's abort notice): the message names that rank ("<collective>: rank R
+/// failed: <reason>", or "<collective>: communicator aborted by an earlier error: ..."), and
+/// failed_rank() holds R, or -1 when the communicator does not know which rank caused the abort.
+/// A launcher of ranks reports the error of a rank that is not a PeerFailure caused by another
+/// rank (the root error), never the echoes (core/train/launcher.h).
+class PeerFailure : public BackendError {
+ public:
+  PeerFailure(const std::string& what, int failed_rank)
+      : BackendError(what), failed_rank_(failed_rank) {}
+  /// The rank that failed first (0-based), or -1 when unknown.
+  int failed_rank() const noexcept { return failed_rank_; }
+
+ private:
+  int failed_rank_;
+};
+
 /// A collective or wait did not complete in time; the message names the ranks that never arrived.
 class Timeout : public Error {
  public:

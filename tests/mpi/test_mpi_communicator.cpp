@@ -19,6 +19,7 @@
 #include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
 #include "core/dist/distributed.h"
+#include "core/runtime/error.h"
 #include "../test_util.h"
 
 namespace ditto {
@@ -353,14 +354,21 @@ TEST(MpiErrors, RankThatAbortsFailsTheOthersAtOnceNamingIt) {
   c.stream().synchronize();
   if (me() == failing) {
     c.abort("boom in the training loop");
-    expect_error<BackendError>([&] { c.all_reduce(t); },
-                               "all_reduce: communicator aborted by an earlier error: rank " +
-                                   std::to_string(failing) + " failed: boom in the training loop");
+    expect_error<PeerFailure>([&] { c.all_reduce(t); },
+                              "all_reduce: communicator aborted by an earlier error: rank " +
+                                  std::to_string(failing) + " failed: boom in the training loop");
   } else {
     c.all_reduce(t);
-    expect_error<BackendError>([&] { c.stream().synchronize(); },
-                               "all_reduce (collective #2 on this communicator): rank " +
-                                   std::to_string(failing) + " failed: boom in the training loop");
+    expect_error<PeerFailure>([&] { c.stream().synchronize(); },
+                              "all_reduce (collective #2 on this communicator): rank " +
+                                  std::to_string(failing) + " failed: boom in the training loop");
+  }
+  // Typed (core/train/launcher.h finds the root error by it): the failed rank as a field.
+  try {
+    c.all_reduce(t);
+    ADD_FAILURE() << "expected PeerFailure";
+  } catch (const PeerFailure& e) {
+    EXPECT_EQ(e.failed_rank(), failing) << e.what();
   }
 }
 

@@ -1,0 +1,78 @@
+// Interfaces of backend extras that callers reach through Backend::extension<T>() instead of a
+// dynamic_cast to a backend's class (ggml's get_proc_address): the simulator's cost model and
+// its fault injection (backend_sim/ implements both; other backends return nullptr). Core code
+// (the Trainer, core/train/) uses them without including any backend header.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace ditto {
+
+/// The simulated cluster a cost model predicts for (backend_sim/profiles.h, cost_model.h).
+struct CostClusterOptions {
+  std::string profile;                ///< device profile key or .json file; "": keep the current
+  std::string interconnect = "auto";  ///< auto (the profile's default), nvlink, pcie5, ...
+  int nodes = 1;                      ///< nodes of devices_per_node devices each
+  int devices_per_node = 1;
+};
+
+/// Totals of the cost model since its creation (read while every stream is idle). Virtual
+/// times in integer picoseconds, so differences are exact.
+struct CostSnapshot {
+  std::int64_t now_ps = 0;             ///< latest virtual end time over all devices
+  std::uint64_t gemm_flops = 0;        ///< FLOPs of matrix products, all devices
+  std::vector<std::int64_t> comm_ps;   ///< per device: collectives and device-to-device copies
+};
+
+/// A backend's cost model (the simulator's virtual time, Note [Virtual time] in
+/// backend_sim/cost_model.h). Configure it before enqueueing work.
+class CostModelExtension {
+ public:
+  static constexpr std::string_view kExtensionName = "ditto.cost_model";
+  virtual ~CostModelExtension() = default;
+
+  /// Sets the cluster. Throws InvalidArgument for an unknown profile or interconnect.
+  virtual void configure(const CostClusterOptions& cluster) = 0;
+  /// Device `device`'s kernels take `factor` times longer (a straggler). Throws InvalidArgument
+  /// for a device out of range or a factor not finite and > 0.
+  virtual void set_slowdown(int device, double factor) = 0;
+  /// Records every kernel, copy and collective for write_trace.
+  virtual void set_tracing(bool on) = 0;
+  /// Writes the recorded events as Chrome trace JSON (Perfetto). Throws on an unwritable path.
+  virtual void write_trace(const std::string& path) const = 0;
+  virtual CostSnapshot totals() const = 0;
+  /// The configured cluster: device name ("NVIDIA H100 SXM5 80GB"), interconnect key, nodes.
+  virtual std::string device_name() const = 0;
+  virtual std::string interconnect_name() const = 0;
+  virtual int nodes() const = 0;
+  /// FP32 peak FLOP/s of one device of the cluster.
+  virtual double peak_flops() const = 0;
+  /// Memory (bytes) of the device profile `profile`, without configuring anything (the
+  /// capacity a run on that profile should have). Throws InvalidArgument for an unknown one.
+  virtual std::size_t profile_memory_bytes(const std::string& profile) const = 0;
+};
+
+/// A backend's fault injection (backend_sim/sim_faults.h: fail:device=D,step=S,
+/// alloc:device=D,after=N, skip-collective:rank=R,index=K).
+class FaultExtension {
+ public:
+  static constexpr std::string_view kExtensionName = "ditto.faults";
+  virtual ~FaultExtension() = default;
+
+  /// Replaces the injected faults with `specs` and, when set, the timeout (ms) of every
+  /// communicator created afterwards. Throws InvalidArgument naming `flag`, the spec and the bad
+  /// part; or the timeout when not in 1..2^31 ms.
+  virtual void set_faults(const std::vector<std::string>& specs,
+                          std::optional<std::int64_t> comm_timeout_ms,
+                          const std::string& flag = "--fault") = 0;
+  /// The specs set that have not taken effect yet.
+  virtual std::vector<std::string> unfired_faults() const = 0;
+};
+
+}  // namespace ditto

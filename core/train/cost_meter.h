@@ -1,0 +1,43 @@
+// CostMeter: the virtual time of a run's training loops, from the backend's cost model
+// (CostModelExtension, core/runtime/extensions.h; evaluation excluded), and the prediction it
+// gives at the end. Inert on a backend without a cost model.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/runtime/backend.h"
+#include "core/runtime/extensions.h"
+#include "core/train/metrics.h"
+
+namespace ditto::train {
+
+class CostMeter {
+ public:
+  /// Meters devices 0..devices-1 of `be`.
+  CostMeter(Backend& be, int devices);
+
+  /// Every device idle, at the start of an epoch's training loop (waits for them).
+  void epoch_begin();
+  /// The epoch ran `steps` optimizer steps over `samples` rows; waits for every device.
+  void epoch_end(std::int64_t steps, std::int64_t samples);
+
+  /// The prediction of the loops metered so far, with `train_time_s` of wall clock and `nodes`
+  /// of the cluster; none without a cost model or a step.
+  std::optional<CostPrediction> prediction(double train_time_s) const;
+  CostModelExtension* cost_model() const { return cost_; }
+
+ private:
+  void sync() const;
+  Backend& be_;
+  CostModelExtension* cost_;
+  int devices_;
+  CostSnapshot before_;
+  std::int64_t vtrain_ps_ = 0;
+  std::uint64_t vflops_ = 0;
+  std::vector<std::int64_t> vcomm_ps_;
+  std::int64_t steps_ = 0, samples_ = 0;
+};
+
+}  // namespace ditto::train

@@ -1,0 +1,87 @@
+// CsvDataSource (data_source.h).
+#include "core/train/data_source.h"
+
+#include "core/runtime/error.h"
+
+namespace ditto::train {
+
+namespace {
+// The loader of `batch_size` over `ds` at `epoch` (re-made when the batch size changes).
+data::DataLoader& loader_at(std::unique_ptr<data::DataLoader>& loader, const data::Dataset& ds,
+                            std::int64_t epoch, std::int64_t batch_size, bool shuffle,
+                            std::uint64_t seed) {
+  if (!loader || loader->batch_size() != batch_size)
+    loader = std::make_unique<data::DataLoader>(ds, batch_size, shuffle, seed, false);
+  if (loader->epoch() != epoch) loader->set_epoch(epoch);
+  return *loader;
+}
+}  // namespace
+
+CsvDataSource::CsvDataSource(const std::string& path, const data::CsvOptions& csv,
+                             double val_fraction, std::uint64_t seed)
+    : CsvDataSource(data::read_csv(path, csv), val_fraction, seed) {}
+
+CsvDataSource::CsvDataSource(data::Dataset all, double val_fraction, std::uint64_t seed)
+    : val_fraction_(val_fraction), seed_(seed) {
+  DITTO_CHECK(val_fraction > 0 && val_fraction < 1,
+              "CsvDataSource: val_fraction: expected a value in (0, 1), got ", val_fraction);
+  data::Split split = data::train_val_split(all, val_fraction, seed);
+  data::Standardizer stdz = data::Standardizer::fit(split.train);
+  train_ = stdz.apply(split.train);
+  val_ = stdz.apply(split.val);
+  rows_ = all.size();
+  classes_ = data::num_classes(all);
+}
+
+std::int64_t CsvDataSource::batches_per_epoch(std::int64_t batch_size) const {
+  DITTO_CHECK(batch_size >= 1, "CsvDataSource: batch_size: expected >= 1, got ", batch_size);
+  return (train_.size() + batch_size - 1) / batch_size;
+}
+
+data::Batch CsvDataSource::batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) {
+  std::lock_guard lk(mu_);
+  return loader_at(loader_, train_, epoch, batch_size, /*shuffle=*/true, seed_).batch(i);
+}
+
+std::map<std::string, std::string> CsvDataSource::checkpoint_config() const {
+  return {{"train_rows", std::to_string(train_.size())},
+          {"val_fraction", std::to_string(val_fraction_)}};
+}
+
+
+DatasetSource::DatasetSource(data::Dataset train, data::Dataset eval, std::uint64_t seed,
+                             bool shuffle, std::int64_t outputs)
+    : train_(std::move(train)), eval_(std::move(eval)), seed_(seed), shuffle_(shuffle),
+      outputs_(outputs) {
+  data::check_dataset(train_, "DatasetSource: train");
+  if (eval_.size() > 0) data::check_dataset(eval_, "DatasetSource: eval");
+  if (outputs_ == 0) outputs_ = data::num_classes(train_);
+}
+
+std::int64_t DatasetSource::batches_per_epoch(std::int64_t batch_size) const {
+  DITTO_CHECK(batch_size >= 1, "DatasetSource: batch_size: expected >= 1, got ", batch_size);
+  return (train_.size() + batch_size - 1) / batch_size;
+}
+
+data::Batch DatasetSource::batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) {
+  std::lock_guard lk(mu_);
+  return loader_at(loader_, train_, epoch, batch_size, shuffle_, seed_).batch(i);
+}
+
+FunctionSource::FunctionSource(std::int64_t batches_per_epoch, std::int64_t inputs,
+                               std::int64_t outputs, MakeBatch make, data::Dataset eval)
+    : batches_(batches_per_epoch), inputs_(inputs), outputs_(outputs), make_(std::move(make)),
+      eval_(std::move(eval)) {
+  DITTO_CHECK(batches_ >= 1 && make_, "FunctionSource: expected batches_per_epoch >= 1 and a "
+              "function, got ", batches_, make_ ? "" : " and no function");
+}
+
+data::Batch FunctionSource::batch(std::int64_t epoch, std::int64_t i, std::int64_t) {
+  return make_(epoch, i);
+}
+
+std::map<std::string, std::string> DatasetSource::checkpoint_config() const {
+  return {{"train_rows", std::to_string(train_.size())}};
+}
+
+}  // namespace ditto::train

@@ -1,0 +1,124 @@
+// DataSource: what a Trainer reads. Batches of a global batch size for step i of an epoch (the
+// same on every rank: DDP ranks take their rows of each global batch), an evaluation set, and the
+// settings a checkpoint must agree on. CsvDataSource: rows of a CSV file (core/data), split into
+// train and validation sets and standardised; token windows (a GPT) come as another source.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/data/csv.h"
+#include "core/data/data_loader.h"
+#include "core/data/dataset.h"
+
+namespace ditto::train {
+
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+
+  /// Optimizer steps per epoch at global batch `batch_size` (>= 1).
+  virtual std::int64_t batches_per_epoch(std::int64_t batch_size) const = 0;
+  /// Batch `i` (0-based, < batches_per_epoch) of epoch `epoch` (0-based): x and y as host
+  /// tensors (data::Batch). The same (epoch, i) gives the same batch on every rank and run.
+  /// Rank threads call it concurrently.
+  virtual data::Batch batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) = 0;
+  /// The evaluation set (in a fixed order).
+  virtual const data::Dataset& eval_set() const = 0;
+  /// Rows of the training set (samples per epoch).
+  virtual std::int64_t train_size() const = 0;
+  /// Inputs per row and outputs the model must produce (the default MLP's first and last sizes).
+  virtual std::int64_t num_inputs() const = 0;
+  virtual std::int64_t num_outputs() const = 0;
+  /// Settings a checkpoint records and a resume must match ("train_rows", ...).
+  virtual std::map<std::string, std::string> checkpoint_config() const = 0;
+};
+
+/// The rows of a CSV file (data::read_csv): a seeded train/validation split
+/// (data::train_val_split), standardised with the training rows' mean and deviation, batches in
+/// the shuffled order of a data::DataLoader seeded with `seed` (epoch e: its permutation e).
+class CsvDataSource final : public DataSource {
+ public:
+  /// Throws what read_csv throws, and InvalidArgument for val_fraction outside (0, 1).
+  CsvDataSource(const std::string& path, const data::CsvOptions& csv, double val_fraction,
+                std::uint64_t seed);
+  /// From an already-read data set (the rows of `all`).
+  CsvDataSource(data::Dataset all, double val_fraction, std::uint64_t seed);
+
+  std::int64_t batches_per_epoch(std::int64_t batch_size) const override;
+  data::Batch batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) override;
+  const data::Dataset& eval_set() const override { return val_; }
+  std::int64_t train_size() const override { return train_.size(); }
+  std::int64_t num_inputs() const override { return train_.num_features(); }
+  std::int64_t num_outputs() const override { return classes_; }
+  std::map<std::string, std::string> checkpoint_config() const override;
+
+  /// Rows of the whole file.
+  std::int64_t rows() const { return rows_; }
+  const data::Dataset& train_set() const { return train_; }
+
+ private:
+  data::Dataset train_, val_;
+  std::int64_t rows_ = 0, classes_ = 0;
+  double val_fraction_;
+  std::uint64_t seed_;
+  std::mutex mu_;                             // rank threads share the loader
+  std::unique_ptr<data::DataLoader> loader_;  // of the last batch size asked for
+};
+
+/// Given data sets as they are (no split, no standardisation): batches of `train` in a
+/// data::DataLoader's order (shuffled with `seed` per epoch, or in order), `eval` as the
+/// evaluation set (may be empty: no evaluation). For tests and programs that build their data.
+class DatasetSource final : public DataSource {
+ public:
+  /// `outputs`: what the model must produce per row (the default MLP's last size); 0: the
+  /// number of classes of train's labels. Throws InvalidArgument for a malformed data set.
+  DatasetSource(data::Dataset train, data::Dataset eval = {}, std::uint64_t seed = 0,
+                bool shuffle = true, std::int64_t outputs = 0);
+
+  std::int64_t batches_per_epoch(std::int64_t batch_size) const override;
+  data::Batch batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) override;
+  const data::Dataset& eval_set() const override { return eval_; }
+  std::int64_t train_size() const override { return train_.size(); }
+  std::int64_t num_inputs() const override { return train_.num_features(); }
+  std::int64_t num_outputs() const override { return outputs_; }
+  std::map<std::string, std::string> checkpoint_config() const override;
+
+ private:
+  data::Dataset train_, eval_;
+  std::uint64_t seed_;
+  bool shuffle_;
+  std::int64_t outputs_;
+  std::mutex mu_;
+  std::unique_ptr<data::DataLoader> loader_;
+};
+
+/// Batches made by a function of (epoch, i): synthetic data for tests and benches, whose batch
+/// i of an epoch need not come from one data set. `inputs`/`outputs` size the default MLP.
+/// `make` is called from every rank thread (ddp): it must be safe to call concurrently.
+class FunctionSource final : public DataSource {
+ public:
+  using MakeBatch = std::function<data::Batch(std::int64_t epoch, std::int64_t i)>;
+  FunctionSource(std::int64_t batches_per_epoch, std::int64_t inputs, std::int64_t outputs,
+                 MakeBatch make, data::Dataset eval = {});
+
+  std::int64_t batches_per_epoch(std::int64_t) const override { return batches_; }
+  /// make(epoch, i); the batch size is the function's.
+  data::Batch batch(std::int64_t epoch, std::int64_t i, std::int64_t) override;
+  const data::Dataset& eval_set() const override { return eval_; }
+  std::int64_t train_size() const override { return 0; }
+  std::int64_t num_inputs() const override { return inputs_; }
+  std::int64_t num_outputs() const override { return outputs_; }
+  std::map<std::string, std::string> checkpoint_config() const override { return {}; }
+
+ private:
+  std::int64_t batches_, inputs_, outputs_;
+  MakeBatch make_;
+  data::Dataset eval_;
+};
+
+}  // namespace ditto::train

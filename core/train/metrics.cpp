@@ -1,0 +1,57 @@
+// JsonLinesWriter (metrics.h).
+#include "core/train/metrics.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "core/runtime/error.h"
+
+namespace ditto::train {
+
+JsonLinesWriter::JsonLinesWriter(const std::string& path) : path_(path), out_(path) {
+  DITTO_CHECK(out_.good(), "JsonLinesWriter: cannot open '", path, "' for writing");
+}
+
+void JsonLinesWriter::write(const EpochMetrics& m) {
+  nlohmann::json j = {{"event", "epoch"},          {"epoch", m.epoch},
+                      {"step", m.step},            {"train_loss", m.train_loss},
+                      {"val_loss", m.val_loss},    {"val_acc", m.val_acc},
+                      {"samples", m.samples},      {"epoch_time_s", m.epoch_time_s},
+                      {"samples_per_s", m.samples_per_s}};
+  out_ << j.dump() << '\n' << std::flush;
+  DITTO_CHECK_T(Error, out_.good(), "JsonLinesWriter: cannot write '", path_, "'");
+}
+
+void JsonLinesWriter::write(const FitResult& r) {
+  char sum[32];
+  std::snprintf(sum, sizeof sum, "%016" PRIx64, r.params_checksum);
+  nlohmann::json j = {{"event", "final"},
+                      {"backend", r.backend},
+                      {"devices", r.devices},
+                      {"determinism", determinism_name(r.determinism)},
+                      {"trainer", trainer_kind_name(r.trainer)},
+                      {"epochs", r.epochs},
+                      {"steps", r.steps},
+                      {"train_loss", r.train_loss},
+                      {"val_loss", r.eval.loss},
+                      {"val_acc", r.eval.accuracy},
+                      {"train_time_s", r.train_time_s},
+                      {"params_checksum", sum}};
+  if (r.prediction)
+    j["predicted"] = {{"step_time_s", r.prediction->step_time_s},
+                      {"samples_per_s", r.prediction->samples_per_s},
+                      {"comm_share", r.prediction->comm_share},
+                      {"mfu", r.prediction->mfu}};
+  for (const DeviceMemory& d : r.memory)
+    j["memory"].push_back({{"device", d.device}, {"in_use", d.stats.in_use},
+                           {"peak", d.stats.peak}, {"capacity", d.stats.capacity}});
+  out_ << j.dump() << '\n' << std::flush;
+  DITTO_CHECK_T(Error, out_.good(), "JsonLinesWriter: cannot write '", path_, "'");
+}
+
+std::function<void(const EpochMetrics&)> JsonLinesWriter::epoch_callback() {
+  return [this](const EpochMetrics& m) { write(m); };
+}
+
+}  // namespace ditto::train

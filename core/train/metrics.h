@@ -1,0 +1,97 @@
+// What a Trainer reports: the run as it starts (RunInfo), each epoch (EpochMetrics), and the end
+// (FitResult: losses, accuracy, the parameter checksum, the cost model's prediction, memory per
+// device). JsonLinesWriter writes them as JSON lines (one object per line, "event" naming which).
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/numerics/determinism.h"
+#include "core/runtime/backend.h"
+#include "core/train/trainer_config.h"
+
+namespace ditto::train {
+
+struct Evaluation {
+  double loss = 0;      ///< mean loss per row
+  double accuracy = 0;  ///< fraction of rows whose largest output is the label
+};
+
+/// The run as fit() starts it.
+struct RunInfo {
+  std::string backend;
+  int devices = 0;            ///< devices (dp) or ranks (ddp)
+  Determinism determinism = Determinism::bitwise;
+  TrainerKind trainer = TrainerKind::dp;
+  bool processes = false;     ///< ddp ranks are MPI processes (else threads)
+  std::string model;          ///< model name ("64-128-10")
+  std::int64_t params = 0;    ///< parameters of the model (dp; 0 for ddp, reported before build)
+  float lr = 0;
+};
+
+/// One epoch, after its evaluation.
+struct EpochMetrics {
+  int epoch = 0;              ///< 1-based
+  std::int64_t step = 0;      ///< optimizer steps so far, over the whole run
+  double train_loss = 0;      ///< mean training loss over the epoch's rows
+  double val_loss = 0, val_acc = 0;
+  std::int64_t samples = 0;   ///< rows trained on this epoch
+  double epoch_time_s = 0;    ///< wall clock of the epoch's training (evaluation excluded)
+  double samples_per_s = 0;
+};
+
+/// The cost model's prediction of the training loops (virtual time, evaluation excluded) and
+/// what the CPU simulator measured.
+struct CostPrediction {
+  int devices = 0, nodes = 1;
+  std::string device_name, interconnect;
+  double step_time_s = 0, samples_per_s = 0;
+  double comm_share = 0;      ///< slowest device's communication time / total (0..1)
+  double mfu = 0;             ///< GEMM FLOPs / (time x devices x peak) (0..1)
+  double peak_flops = 0;      ///< FP32 FLOP/s per device
+  double measured_step_time_s = 0, measured_samples_per_s = 0;  ///< wall clock
+};
+
+struct DeviceMemory {
+  std::string device;  ///< "sim:0"
+  MemoryStats stats;
+};
+
+struct FitResult {
+  bool lead = true;           ///< this is rank 0's result (the others carry only the checksum)
+  std::string backend;
+  int devices = 0;
+  Determinism determinism = Determinism::bitwise;
+  TrainerKind trainer = TrainerKind::dp;
+  int epochs = 0;
+  std::int64_t steps = 0;     ///< optimizer steps of the whole run
+  double train_loss = 0;      ///< last epoch's
+  Evaluation eval;            ///< after the last epoch
+  double train_time_s = 0;    ///< wall clock of this run's training loops
+  std::uint64_t params_checksum = 0;  ///< params_checksum(model), equal on every rank
+  std::optional<CostPrediction> prediction;  ///< with a cost model profile and steps > 0
+  std::vector<DeviceMemory> memory;          ///< single-process runs: every device
+  std::vector<std::string> unfired_faults;   ///< fault specs that never took effect
+  std::string trace;          ///< the trace file written, or ""
+};
+
+/// JSON lines: {"event":"epoch",...} per epoch and {"event":"final",...} (fields as named in the
+/// structs; the checksum as 16 hex digits). Throws InvalidArgument when `path` cannot be opened.
+class JsonLinesWriter {
+ public:
+  explicit JsonLinesWriter(const std::string& path);
+  void write(const EpochMetrics& m);
+  void write(const FitResult& r);
+  /// A TrainerCallbacks::on_epoch that writes to this writer (which must outlive it).
+  std::function<void(const EpochMetrics&)> epoch_callback();
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace ditto::train

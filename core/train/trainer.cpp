@@ -1,0 +1,310 @@
+// Trainer (trainer.h): the run's setup (backend, devices, the simulator's extensions, output
+// paths), the epoch loop shared by DataParallel and DDP, checkpoints and the final metrics.
+#include "core/train/trainer.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <set>
+#include <sstream>
+
+#include "core/dist/distributed.h"
+#include "core/runtime/error.h"
+#include "core/runtime/extensions.h"
+#include "core/train/cost_meter.h"
+#include "core/train/launcher.h"
+
+namespace ditto::train {
+
+void validate(const TrainerConfig& c);  // trainer_config.cpp
+
+/// The started run: its backend and devices, and how ranks meet between epochs.
+struct Trainer::Run {
+  Backend* be = nullptr;
+  std::vector<Device> devs;  // dp and ddp threads: every device; mpirun: this process's one
+  bool processes = false;    // ddp ranks are MPI processes
+  int n_dev = 0;             // devices (ranks) of the whole run
+  CostMeter* meter = nullptr;
+  RankBarrier* barrier = nullptr;  // ddp threads
+
+  void epoch_begin() const {
+    if (barrier) barrier->arrive([this] { if (meter) meter->epoch_begin(); });
+    else if (meter) meter->epoch_begin();
+  }
+  void epoch_end(std::int64_t steps, std::int64_t samples) const {
+    // The same counts on every rank: the last one to arrive records them.
+    if (barrier) barrier->arrive([&] { if (meter) meter->epoch_end(steps, samples); });
+    else if (meter) meter->epoch_end(steps, samples);
+  }
+};
+
+namespace {
+
+std::string model_name(const TrainerConfig& c, const DataSource& data) {
+  if (!c.model_name.empty() || c.make_model) return c.model_name;
+  std::ostringstream arch;
+  arch << data.num_inputs();
+  for (std::int64_t h : c.hidden) arch << '-' << h;
+  arch << '-' << data.num_outputs();
+  return arch.str();
+}
+
+/// The cost model's cluster, stragglers and tracing; without one, none of them may be set.
+void configure_cost_model(const TrainerConfig& c, Backend& be, int total_devices) {
+  auto* cm = be.extension<CostModelExtension>();
+  const bool wanted = !c.profile.empty() || !c.trace.empty() || !c.stragglers.empty() ||
+                      c.nodes != 1;
+  if (!cm) {
+    DITTO_CHECK(!wanted, c.name_of("profile"), ", ", c.name_of("trace"), ", ",
+                c.name_of("stragglers"), " and ", c.name_of("nodes"),
+                ": expected the sim backend, got ", be.name());
+    return;
+  }
+  cm->configure({c.profile, c.interconnect, c.nodes, total_devices / c.nodes});
+  for (const auto& [device, factor] : c.stragglers) cm->set_slowdown(device, factor);
+  if (!c.trace.empty()) cm->set_tracing(true);
+}
+
+/// The checkpoint directory is created (by rank 0: `lead`) and the trace file's directory must
+/// exist and be writable, at startup, so that a long run is not lost when it ends.
+void check_output_paths(const TrainerConfig& c, bool lead) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string& ck = c.checkpoint_dir;
+  if (!ck.empty() && lead) {
+    fs::create_directories(ck, ec);
+    DITTO_CHECK(!ec, c.name_of("checkpoint_dir"), ": cannot create directory '", ck, "': ",
+                ec.message());
+    DITTO_CHECK(::access(ck.c_str(), W_OK | X_OK) == 0, c.name_of("checkpoint_dir"),
+                ": expected a writable directory, got '", ck, "': ", std::strerror(errno));
+  }
+  if (c.trace.empty()) return;
+  const std::string t = c.name_of("trace");
+  DITTO_CHECK(!fs::is_directory(c.trace, ec), t, ": expected a file name, got '", c.trace,
+              "', a directory");
+  fs::path dir = fs::path(c.trace).parent_path();
+  if (dir.empty()) dir = ".";
+  DITTO_CHECK(fs::is_directory(dir, ec), t, ": expected a file in an existing directory, got '",
+              c.trace, "' (no directory '", dir.string(), "')");
+  DITTO_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, t, ": expected a file in a writable "
+              "directory, got '", c.trace, "': '", dir.string(), "': ", std::strerror(errno));
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainerConfig config, std::shared_ptr<DataSource> data,
+                 TrainerCallbacks callbacks)
+    : config_(std::move(config)), data_(std::move(data)), callbacks_(std::move(callbacks)) {
+  DITTO_CHECK(data_ != nullptr, "Trainer: data: expected a data source, got null");
+  validate(config_);
+}
+
+Trainer::~Trainer() = default;
+
+TrainerState Trainer::initial_state() const {
+  const TrainerConfig& c = config_;
+  TrainerState ts;  // the run's position: saved by checkpoints, restored by a resume
+  ts.seed = c.seed;
+  const int devices = dist::is_initialized() ? dist::world_size() : c.devices;
+  ts.config = {{"model", model_name(c, *data_)}, {"optimizer", c.optimizer}, {"loss", c.loss},
+               {"batch_size", std::to_string(c.batch_size)}, {"seed", std::to_string(c.seed)},
+               {"determinism", determinism_name(c.determinism)},
+               {"micro_shards", std::to_string(c.micro_shards)},
+               {"devices", std::to_string(devices)}};
+  for (const auto& [k, v] : data_->checkpoint_config()) ts.config[k] = v;
+  return ts;
+}
+
+TrainerState Trainer::resume(Replica& rep, const TrainerState& fresh, bool lead) {
+  std::set<std::string> may_differ;  // bitwise results do not depend on the device count
+  if (config_.determinism == Determinism::bitwise) may_differ.insert("devices");
+  std::ostringstream quiet;  // the other ranks load the same checkpoint quietly
+  std::ostream& log = !lead ? quiet : config_.log ? *config_.log : std::cerr;
+  TrainerState ts = resume_checkpoint(config_.resume_dir, rep.model(), rep.optimizer(),
+                                      fresh.config, may_differ, log);
+  if (lead && callbacks_.on_resume) callbacks_.on_resume(config_.resume_dir, ts);
+  DITTO_CHECK(ts.epoch <= config_.epochs, config_.name_of("resume_dir"),
+              ": the checkpoint is past the end of epoch ", ts.epoch, ", expected ",
+              config_.name_of("epochs"), " >= ", ts.epoch, ", got ", config_.epochs);
+  return ts;
+}
+
+FitResult Trainer::fit() {
+  const TrainerConfig& c = config_;
+  Run run;
+  // Under mpirun (dist::init): one rank per process, the ranks = the processes.
+  run.processes = dist::is_initialized();
+  DITTO_CHECK(!run.processes || c.trainer == TrainerKind::ddp, c.name_of("trainer"),
+              ": under mpirun each process is one rank, which needs ddp (DataParallel drives "
+              "every device from one process), got '", trainer_kind_name(c.trainer), "'");
+  run.n_dev = run.processes ? dist::world_size() : c.devices * c.nodes;
+  const std::string name = resolve_backend_name(c.backend);
+  BackendOptions bopts;
+  // Under mpirun a sim process holds only its rank's virtual device; a cuda process sees every
+  // GPU of its node and takes the one of its local rank.
+  if (!run.processes) bopts.device_count = run.n_dev;
+  else if (name != "cuda") bopts.device_count = 1;
+  if (c.memory_capacity) bopts.memory_capacity = *c.memory_capacity;
+  run.be = &init_backend(name, bopts);
+  if (!c.profile.empty() && !c.memory_capacity)
+    if (auto* cm = run.be->extension<CostModelExtension>()) {  // the profile's memory
+      bopts.memory_capacity = cm->profile_memory_bytes(c.profile);
+      run.be = &init_backend(name, bopts);
+    }
+  Backend& be = *run.be;
+  if (!run.processes) run.devs = ditto::devices(be.name(), run.n_dev);
+  else run.devs = {Device(be.name(), dist::local_rank() % be.device_count())};
+  DITTO_CHECK(!run.processes || (c.profile.empty() && c.trace.empty() && c.stragglers.empty() &&
+                                 c.nodes == 1),
+              c.name_of("profile"), ", ", c.name_of("trace"), ", ", c.name_of("stragglers"),
+              " and ", c.name_of("nodes"), ": expected a single-process run, got mpirun with ",
+              dist::world_size(), " processes (the cost model sees one process's devices)");
+  DITTO_CHECK(!run.processes || c.faults.empty(), c.name_of("faults"),
+              ": expected a single-process run, got mpirun with ", dist::world_size(),
+              " processes (each process holds one device, so fault devices and ranks would not "
+              "match the job's)");
+  configure_cost_model(c, be, static_cast<int>(run.devs.size()));
+  if (!c.faults.empty() || c.comm_timeout_ms != 0) {
+    auto* fx = be.extension<FaultExtension>();
+    DITTO_CHECK(fx, c.name_of("faults"), "/", c.name_of("comm_timeout_ms"),
+                ": expected the sim backend, got ", be.name());
+    fx->set_faults(c.faults, c.comm_timeout_ms > 0 ? std::optional(c.comm_timeout_ms)
+                                                   : std::nullopt,
+                   c.name_of("faults"));
+  }
+  check_output_paths(c, dist::rank() == 0);  // before training: a bad path must not cost the run
+
+  return c.trainer == TrainerKind::ddp ? fit_ddp(run) : fit_dp(run);
+}
+
+void Trainer::finish(Run& run, FitResult& res) {
+  const TrainerConfig& c = config_;
+  Backend& be = *run.be;
+  res.backend = be.name();
+  res.devices = run.n_dev;
+  res.determinism = c.determinism;
+  res.trainer = c.trainer;
+  res.epochs = c.epochs;
+  res.lead = dist::rank() == 0;
+  if (!res.lead) return;
+  if (auto* fx = be.extension<FaultExtension>()) res.unfired_faults = fx->unfired_faults();
+  if (run.processes) return;
+  if (!c.profile.empty() && run.meter) res.prediction = run.meter->prediction(res.train_time_s);
+  // Memory while the run's replicas (dp) or communicators (ddp) are still alive.
+  for (int d = 0; d < static_cast<int>(run.devs.size()); ++d) be.default_stream(d).synchronize();
+  for (int d = 0; d < static_cast<int>(run.devs.size()); ++d)
+    res.memory.push_back({run.devs[static_cast<std::size_t>(d)].str(), be.memory_stats(d)});
+  auto* cm = be.extension<CostModelExtension>();
+  if (cm && !c.trace.empty()) {
+    cm->write_trace(c.trace);
+    res.trace = c.trace;
+  }
+}
+
+FitResult Trainer::fit_dp(Run& run) {
+  Replica rep(config_, *data_, run.devs);
+  TrainerState ts = initial_state();
+  if (!config_.resume_dir.empty()) ts = resume(rep, ts, true);
+  if (callbacks_.on_start)
+    callbacks_.on_start({run.be->name(), run.n_dev, config_.determinism, TrainerKind::dp, false,
+                         model_name(config_, *data_), rep.model().num_parameters(),
+                         config_.effective_lr()});
+  CostMeter meter(*run.be, run.n_dev);
+  run.meter = &meter;
+  FitResult res = train_replica(run, rep, ts);
+  state_ = ts;
+  finish(run, res);
+  return res;
+}
+
+FitResult Trainer::fit_ddp(Run& run) {
+  if (callbacks_.on_start && dist::rank() == 0)
+    callbacks_.on_start({run.be->name(), run.n_dev, config_.determinism, TrainerKind::ddp,
+                         run.processes, model_name(config_, *data_), 0,
+                         config_.effective_lr()});
+  CommOptions co;
+  co.determinism = config_.determinism;
+  std::unique_ptr<CostMeter> meter;
+  std::unique_ptr<RankBarrier> barrier;
+  if (!run.processes) {  // the rank threads meet at each epoch's start and end
+    meter = std::make_unique<CostMeter>(*run.be, run.n_dev);
+    barrier = std::make_unique<RankBarrier>(run.n_dev);
+  }
+  run.meter = meter.get();
+  run.barrier = barrier.get();
+  std::vector<FitResult> results(run.devs.size());
+  // Each rank: its own replica (same seed; DDP broadcasts rank 0's parameters anyway) and
+  // optimizer. Every rank resumes from the same checkpoint before DDP's first broadcast, so no
+  // rank still reads it when rank 0 saves the next one; rank 0 saves, evaluates and reports.
+  FitResult res;
+  auto body = [&](Communicator& comm) {
+    Replica rep(config_, *data_, comm);
+    TrainerState ts = initial_state();
+    if (!config_.resume_dir.empty()) ts = resume(rep, ts, rep.lead());
+    FitResult r = train_replica(run, rep, ts);
+    comm.stream().synchronize();
+    if (rep.lead()) state_ = ts;
+    results[run.processes ? 0 : static_cast<std::size_t>(comm.rank())] = std::move(r);
+  };
+  launch_ranks(run.devs, co, run.barrier, body, [&] {  // the communicators still alive
+    res = results[0];
+    finish(run, res);
+  });
+  return res;
+}
+
+FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
+  const TrainerConfig& c = config_;
+  rep.begin();
+  const std::int64_t batches = data_->batches_per_epoch(c.batch_size);
+  std::int64_t saved_step = c.resume_dir.empty() ? -1 : ts.step;
+  // A checkpoint holds the epoch's loss sum over every rank (rank 0 starts from it on resume).
+  auto checkpoint = [&](double loss_sum) {
+    TrainerState saved = ts;
+    if (ts.batch != 0) saved.epoch_loss_sum = rep.sum_over_ranks(loss_sum);  // every rank
+    if (rep.lead()) save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), saved);
+    saved_step = ts.step;
+  };
+  FitResult res;
+  for (int epoch = static_cast<int>(ts.epoch) + 1; epoch <= c.epochs; ++epoch) {
+    run.epoch_begin();
+    const auto t0 = std::chrono::steady_clock::now();
+    double loss_sum = rep.lead() ? ts.epoch_loss_sum : 0.0;  // this rank's share
+    std::int64_t seen = ts.epoch_samples, steps = 0;
+    for (std::int64_t i = ts.batch; i < batches; ++i) {
+      data::Batch b = data_->batch(epoch - 1, i, c.batch_size);
+      run.be->begin_step(ts.step);  // counted over the whole run, resumed runs included
+      loss_sum += rep.step(b);
+      seen += b.x.size(0);
+      ++steps;
+      ts.advance(batches, loss_sum, seen);  // the position after this step
+      if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0) checkpoint(loss_sum);
+    }
+    const double total = rep.sum_over_ranks(loss_sum);
+    res.train_loss = seen ? total / seen : 0.0;
+    run.epoch_end(steps, seen);
+    const double dt =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    res.train_time_s += dt;
+    if (!rep.lead()) continue;
+    if (data_->eval_set().size() > 0)
+      res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
+    if (callbacks_.on_epoch)
+      callbacks_.on_epoch({epoch, ts.step, res.train_loss, res.eval.loss, res.eval.accuracy, seen,
+                           dt, dt > 0 ? seen / dt : 0.0});
+  }
+  if (rep.lead() && c.epochs == 0 && data_->eval_set().size() > 0)
+    res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
+  if (!c.checkpoint_dir.empty() && ts.step != saved_step)
+    checkpoint(rep.lead() ? ts.epoch_loss_sum : 0.0);
+  res.params_checksum = rep.checked_checksum();
+  res.steps = ts.step;
+  if (rep.lead() && callbacks_.on_finish) callbacks_.on_finish(rep);
+  return res;
+}
+
+}  // namespace ditto::train

@@ -1,0 +1,139 @@
+// Trainer: ditto's training loop, one for DataParallel and DistributedDataParallel alike (ranks as
+// threads, or as MPI processes under mpirun: core/train/launcher.h). fit() runs the epochs over a
+// DataSource, reports each epoch through callbacks (TrainerCallbacks; a JSON-lines writer is in
+// core/train/metrics.h), saves and resumes checkpoints (core/io/checkpoint.h), and returns the
+// final metrics: losses, accuracy, the parameter checksum, the cost model's prediction and every
+// device's memory. ditto-train is options -> TrainerConfig -> Trainer.
+//
+//   ditto::train::TrainerConfig cfg;            // MLP 64-128-10, SGD, 4 sim devices, bitwise
+//   auto data = std::make_shared<ditto::train::CsvDataSource>("digits.csv",
+//                                                             ditto::data::CsvOptions{}, 0.2, 0);
+//   ditto::train::FitResult r = ditto::train::Trainer(cfg, data).fit();
+//   std::printf("%016llx\n", (unsigned long long)r.params_checksum);
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/io/checkpoint.h"
+#include "core/runtime/backend.h"
+#include "core/train/data_source.h"
+#include "core/train/metrics.h"
+#include "core/train/trainer_config.h"
+
+namespace ditto::parallel {
+class DataParallel;
+class DistributedDataParallel;
+}  // namespace ditto::parallel
+
+namespace ditto::train {
+
+class Replica;
+
+/// What fit() reports as it goes; each is called on rank 0 only (the process of rank 0 under
+/// mpirun), from the thread that runs it. Unset ones are skipped.
+struct TrainerCallbacks {
+  std::function<void(const RunInfo&)> on_start;  ///< dp: after a resume; ddp: before the ranks
+  /// After loading checkpoint `dir` (the position it holds).
+  std::function<void(const std::string& dir, const TrainerState&)> on_resume;
+  std::function<void(const EpochMetrics&)> on_epoch;  ///< after each epoch's evaluation
+  /// At the end, with rank 0's trained replica (its model and optimizer), before it is freed.
+  std::function<void(Replica&)> on_finish;
+};
+
+/// FNV-1a (64-bit) over the bytes of every f32 parameter of `m`, in parameters() order: two runs
+/// compare with one number (ditto-train's params_checksum).
+std::uint64_t params_checksum(nn::Module& m);
+
+/// Every f32 parameter of `m`, in parameters() order, concatenated on the host (blocks).
+std::vector<float> flat_parameters(nn::Module& m);
+
+/// One replica of a run: the model, optimizer and loss, built from the config's factories (the
+/// same seed everywhere: replicas start equal) and, after begin(), wrapped in DataParallel over
+/// every device (dp) or DistributedDataParallel on one rank (ddp). step() and evaluate() are the
+/// loop's two operations; a custom loop may call them directly.
+class Replica {
+ public:
+  /// dp: DataParallel over `devices` (the model on devices[0]).
+  Replica(const TrainerConfig& config, const DataSource& data, std::vector<Device> devices);
+  /// ddp: the rank `comm.rank()` of `comm`, on comm.device(). The loss divides by the global
+  /// batch (Note [DDP loss scaling]), so the bits equal DataParallel's in bitwise mode.
+  Replica(const TrainerConfig& config, const DataSource& data, Communicator comm);
+  ~Replica();
+  Replica(const Replica&) = delete;
+  Replica& operator=(const Replica&) = delete;
+
+  /// Wraps the model (ddp: broadcasts rank 0's parameters). Call after loading a checkpoint
+  /// into model() and before the first step; step() calls it when not yet done.
+  void begin();
+  /// One optimizer step on global batch `b` (host tensors; a ddp rank takes its rows). Returns
+  /// this replica's share of the batch's summed loss (mean loss x rows; dp: the whole batch).
+  double step(const data::Batch& b);
+  /// Mean loss and accuracy (argmax of the outputs against y's labels) over `ds`, in batches of
+  /// `batch_size`, no gradients.
+  Evaluation evaluate(const data::Dataset& ds, std::int64_t batch_size);
+  /// Sum of `v` over the ranks (ddp: an all_reduce in f32, as a checkpoint stores it); dp: v.
+  double sum_over_ranks(double v);
+  /// Throws InvalidArgument when the ranks' parameters differ (ddp), naming the ranks.
+  std::uint64_t checked_checksum();
+
+  nn::Module& model() { return *model_; }
+  optim::Optimizer& optimizer() { return *opt_; }
+  bool lead() const { return !comm_ || comm_->rank() == 0; }
+  Communicator* communicator() { return comm_ ? &*comm_ : nullptr; }
+
+ private:
+  void build(const TrainerConfig& config, const DataSource& data, const Device& device);
+  Tensor target(const Tensor& y, std::int64_t outputs, const Device& device) const;
+
+  const TrainerConfig& config_;
+  std::vector<Device> devices_;
+  std::optional<Communicator> comm_;
+  std::unique_ptr<nn::Module> model_;
+  std::unique_ptr<optim::Optimizer> opt_;
+  std::unique_ptr<nn::Loss> criterion_, eval_criterion_;
+  std::unique_ptr<parallel::DataParallel> dp_;
+  std::unique_ptr<parallel::DistributedDataParallel> ddp_;
+};
+
+class Trainer {
+ public:
+  /// Validates `config` (InvalidArgument naming the field: config.name_of), nothing else yet.
+  Trainer(TrainerConfig config, std::shared_ptr<DataSource> data, TrainerCallbacks callbacks = {});
+  ~Trainer();
+
+  /// Runs the whole job: starts the backend (init_backend with the config's devices and memory),
+  /// sets up the simulator's cost model and faults (Backend::extension), checks the output paths,
+  /// resumes, trains config.epochs epochs (checkpointing), evaluates and returns the final
+  /// metrics (rank 0's; under mpirun every process returns its own, lead set on rank 0). A rank's
+  /// failure aborts the others; the error thrown is the root one (launcher.h). Throws
+  /// InvalidArgument for settings the backend or run cannot take, and what training throws.
+  FitResult fit();
+
+  const TrainerConfig& config() const { return config_; }
+  /// The run's position after fit() (or the resumed one).
+  const TrainerState& state() const { return state_; }
+
+ private:
+  struct Run;
+  FitResult fit_dp(Run& run);
+  FitResult fit_ddp(Run& run);
+  /// The epoch loop of one replica; returns rank 0's metrics of the last epoch.
+  FitResult train_replica(Run& run, Replica& rep, TrainerState& ts);
+  /// The final metrics beyond the loop's: unfired faults, prediction, memory, trace.
+  void finish(Run& run, FitResult& res);
+  TrainerState initial_state() const;
+  TrainerState resume(Replica& rep, const TrainerState& fresh, bool lead);
+
+  TrainerConfig config_;
+  std::shared_ptr<DataSource> data_;
+  TrainerCallbacks callbacks_;
+  TrainerState state_;
+};
+
+}  // namespace ditto::train

@@ -1,0 +1,61 @@
+// TrainerConfig's helpers, the names of TrainerKind, and the config's validation.
+#include <cmath>
+
+#include "core/comm/communicator.h"
+#include "core/runtime/error.h"
+#include "core/train/trainer_config.h"
+
+namespace ditto::train {
+
+const char* trainer_kind_name(TrainerKind k) { return k == TrainerKind::ddp ? "ddp" : "dp"; }
+
+TrainerKind parse_trainer_kind(const std::string& text, const std::string& field) {
+  if (text == "dp") return TrainerKind::dp;
+  DITTO_CHECK(text == "ddp", field, ": expected dp or ddp, got '", text, "'");
+  return TrainerKind::ddp;
+}
+
+std::string TrainerConfig::name_of(const std::string& field) const {
+  auto it = field_names.find(field);
+  return it != field_names.end() ? it->second : "TrainerConfig::" + field;
+}
+
+float TrainerConfig::effective_lr() const {
+  if (lr) return *lr;
+  return optimizer == "adam" ? 0.001f : 0.05f;
+}
+
+/// Every check of a config that needs no backend or data (Trainer's constructor).
+void validate(const TrainerConfig& c) {
+  auto n = [&](const char* field) { return c.name_of(field); };
+  DITTO_CHECK(c.epochs >= 0, n("epochs"), ": expected >= 0, got ", c.epochs);
+  DITTO_CHECK(!c.lr || (std::isfinite(*c.lr) && *c.lr > 0), n("lr"),
+              ": expected a finite value > 0, got ", c.lr.value_or(0));
+  DITTO_CHECK(c.batch_size >= 1, n("batch_size"), ": expected >= 1, got ", c.batch_size);
+  DITTO_CHECK(c.eval_batch_size >= 1, n("eval_batch_size"), ": expected >= 1, got ",
+              c.eval_batch_size);
+  DITTO_CHECK(c.devices >= 1, n("devices"), ": expected >= 1, got ", c.devices);
+  DITTO_CHECK(c.nodes >= 1 && c.nodes <= 4096, n("nodes"), ": expected 1..4096, got ", c.nodes);
+  DITTO_CHECK(static_cast<long long>(c.devices) * c.nodes <= 65536, n("devices"), " x ",
+              n("nodes"), ": expected at most 65536 devices in all, got ", c.devices, " x ",
+              c.nodes);
+  DITTO_CHECK(!c.memory_capacity || *c.memory_capacity > 0, n("memory_capacity"),
+              ": expected bytes > 0, got 0");
+  DITTO_CHECK(c.comm_timeout_ms >= 0 && c.comm_timeout_ms <= kMaxCommTimeoutMs,
+              n("comm_timeout_ms"), ": expected 0 (the communicators' own) to ",
+              kMaxCommTimeoutMs, " ms (2^31, about 24.9 days), got ", c.comm_timeout_ms);
+  DITTO_CHECK(c.make_loss || c.loss == "cross-entropy" || c.loss == "mse", n("loss"),
+              ": expected cross-entropy or mse, got '", c.loss, "'");
+  DITTO_CHECK(c.make_optimizer || c.optimizer == "sgd" || c.optimizer == "adam",
+              n("optimizer"), ": expected sgd or adam, got '", c.optimizer, "'");
+  DITTO_CHECK(c.checkpoint_every >= 0 && (c.checkpoint_every == 0 || !c.checkpoint_dir.empty()),
+              n("checkpoint_every"), ": expected >= 0, with ", n("checkpoint_dir"), " DIR, got ",
+              c.checkpoint_every, c.checkpoint_dir.empty() ? " without " : "",
+              c.checkpoint_dir.empty() ? n("checkpoint_dir") : "");
+  DITTO_CHECK(c.bucket_cap_mb > 0 && std::isfinite(c.bucket_cap_mb), n("bucket_cap_mb"),
+              ": expected a finite size in MiB > 0, got ", c.bucket_cap_mb);
+  for (const auto& h : c.hidden)
+    DITTO_CHECK(h > 0, n("hidden"), ": expected positive sizes, got ", h);
+}
+
+}  // namespace ditto::train

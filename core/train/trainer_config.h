@@ -1,0 +1,102 @@
+// TrainerConfig: everything one training run is set up with (what ditto-train's options map to).
+// The model, optimizer, loss and target encoding are built through factories, defaulting to the
+// MLP / SGD or Adam / cross-entropy or MSE of ditto-train, so another model (a GPT over token
+// windows) plugs in without a new loop. Trainer (core/train/trainer.h) validates it once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/nn/loss.h"
+#include "core/nn/module.h"
+#include "core/numerics/determinism.h"
+#include "core/numerics/micro_shards.h"
+#include "core/optim/optimizer.h"
+#include "core/runtime/device.h"
+#include "core/runtime/tensor.h"
+
+namespace ditto::train {
+
+/// dp: torch.nn.DataParallel (one controller thread drives every device); ddp:
+/// DistributedDataParallel (a thread per rank, or under mpirun a process per rank).
+enum class TrainerKind : std::uint8_t { dp, ddp };
+const char* trainer_kind_name(TrainerKind k);
+/// "dp" or "ddp"; throws InvalidArgument naming `field` otherwise.
+TrainerKind parse_trainer_kind(const std::string& text, const std::string& field = "trainer");
+
+/// A model on `device` (every rank calls it with the same config: replicas start equal).
+using ModelFactory = std::function<std::unique_ptr<nn::Module>(const Device& device)>;
+/// An optimizer over `params` with learning rate `lr`.
+using OptimizerFactory =
+    std::function<std::unique_ptr<optim::Optimizer>(std::vector<nn::Parameter*> params, float lr)>;
+using LossFactory = std::function<std::unique_ptr<nn::Loss>()>;
+/// The loss's target for a batch's y (host tensor) given the model's `outputs` per row, on
+/// `device` (default: the labels for cross-entropy, their one-hot f32 [N, outputs] for MSE).
+using TargetFactory =
+    std::function<Tensor(const Tensor& y, std::int64_t outputs, const Device& device)>;
+
+struct TrainerConfig {
+  // ---- backend and devices
+  std::string backend = "sim";  ///< a registered backend, or "auto"
+  int devices = 4;              ///< devices (ranks) per node; under mpirun: ignored (the processes)
+  int nodes = 1;                ///< sim cost model: nodes of `devices` each (all simulated here)
+  /// Bytes per simulated device; unset: the --profile's memory when a profile is set, else the
+  /// backend's default (80 GiB).
+  std::optional<std::size_t> memory_capacity;
+
+  // ---- model, optimizer, loss
+  std::vector<std::int64_t> hidden{128};  ///< default model: MLP features-hidden...-outputs
+  ModelFactory make_model;                ///< unset: that MLP, seeded with `seed`
+  std::string model_name;                 ///< checkpoint "model" setting; "": the MLP's sizes
+  std::string optimizer = "sgd";          ///< sgd | adam (when make_optimizer is unset)
+  std::optional<float> lr;                ///< unset: 0.05 for sgd, 0.001 for adam
+  float momentum = 0.9f;                  ///< sgd
+  float weight_decay = 0.0f;
+  OptimizerFactory make_optimizer;
+  std::string loss = "cross-entropy";     ///< cross-entropy | mse (when make_loss is unset)
+  LossFactory make_loss;
+  TargetFactory make_target;
+
+  // ---- the loop
+  std::int64_t batch_size = 64;       ///< global batch (split over the devices)
+  int epochs = 20;
+  std::uint64_t seed = 0;             ///< initialisation and shuffling
+  Determinism determinism = Determinism::bitwise;
+  std::int64_t micro_shards = kDefaultMicroShards;
+  TrainerKind trainer = TrainerKind::dp;
+  double bucket_cap_mb = 25.0;        ///< ddp
+  std::int64_t eval_batch_size = 512;
+
+  // ---- checkpoints (core/io/checkpoint.h)
+  std::string checkpoint_dir;         ///< "": none; else saved at the end (and every N steps)
+  std::int64_t checkpoint_every = 0;  ///< optimizer steps between checkpoints; 0: at the end only
+  std::string resume_dir;             ///< "": fresh start
+
+  // ---- simulator extras (Backend::extension, core/runtime/extensions.h)
+  std::string profile;                 ///< cost model device profile; "": no prediction
+  std::string interconnect = "auto";
+  std::vector<std::pair<int, double>> stragglers;  ///< (device, slowdown factor)
+  std::string trace;                   ///< Chrome trace file written at the end; "": none
+  std::vector<std::string> faults;     ///< fault specs (backend_sim/sim_faults.h)
+  std::int64_t comm_timeout_ms = 0;    ///< 0: the communicators' own timeout
+
+  /// How errors name a field: {"batch_size", "--batch-size"} for a command line; a field not
+  /// listed is named "TrainerConfig::<field>".
+  std::map<std::string, std::string> field_names;
+  /// Where skipped checkpoints are reported on resume (rank 0 only); null: std::cerr.
+  std::ostream* log = nullptr;
+
+  /// The name errors use for `field`.
+  std::string name_of(const std::string& field) const;
+  /// The learning rate in effect (lr, or the optimizer's default).
+  float effective_lr() const;
+};
+
+}  // namespace ditto::train

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# ditto-train --metrics-jsonl FILE (registered in tests/CMakeLists.txt): one JSON line per epoch
+# with the values of the epoch lines, and a final line with the final line's checksum.
+# Usage: ditto_train_metrics_jsonl.sh PATH/TO/ditto-train WORK_DIR
+set -u
+train=$1 work=$2
+fail() { echo "FAIL: $*"; exit 1; }
+rm -rf "$work" && mkdir -p "$work"
+out=$("$train" --epochs 2 --devices 2 --metrics-jsonl "$work/m.jsonl") || fail "exit status $?: $out"
+[ "$(grep -c '"event":"epoch"' "$work/m.jsonl")" = 2 ] || fail "expected 2 epoch lines: $(cat "$work/m.jsonl")"
+acc=$(echo "$out" | grep '^epoch   2' | grep -o 'val_acc=[0-9.]*' | cut -d= -f2)
+json_acc=$(grep '"epoch":2,' "$work/m.jsonl" | grep -o '"val_acc":[0-9.e-]*' | cut -d: -f2)
+[ -n "$acc" ] && [ "$(printf '%.4f' "$json_acc")" = "$acc" ] ||
+  fail "epoch 2: val_acc=$acc printed, $json_acc in: $(cat "$work/m.jsonl")"
+sum=$(echo "$out" | grep -o 'params_checksum=[0-9a-f]*' | cut -d= -f2)
+grep '"event":"final"' "$work/m.jsonl" | grep -q "\"params_checksum\":\"$sum\"" || fail "final checksum $sum not in: $(cat "$work/m.jsonl")"
+"$train" --epochs 0 --metrics-jsonl "$work/no/such/dir/m.jsonl" 2>"$work/err" && fail "expected an error for an unwritable file"
+grep -q "ditto-train: error: JsonLinesWriter: cannot open '.*m.jsonl' for writing" "$work/err" || fail "$(cat "$work/err")"
+rm -rf "$work"
+echo PASS

@@ -1,0 +1,22 @@
+# ctest helper: the program shown in README.md's "Train from C++" section is
+# examples/train_minimal.cpp as built and tested (TrainMinimal.SameChecksumAsDittoTrain).
+#   cmake -DREADME=README.md -DSOURCE=examples/train_minimal.cpp -P readme_train_minimal.cmake
+file(READ ${README} readme)
+file(READ ${SOURCE} source)
+string(FIND "${readme}" "## Train from C++" at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "FAIL: no section '## Train from C++' in ${README}")
+endif()
+string(SUBSTRING "${readme}" ${at} -1 section)
+string(FIND "${section}" "```cpp\n" open)
+string(FIND "${section}" "\n```\n" close)
+if(open EQUAL -1 OR close EQUAL -1 OR close LESS open)
+  message(FATAL_ERROR "FAIL: no ```cpp block in README's 'Train from C++'")
+endif()
+math(EXPR begin "${open} + 7")
+math(EXPR length "${close} + 1 - ${begin}")
+string(SUBSTRING "${section}" ${begin} ${length} shown)
+if(NOT shown STREQUAL source)
+  message(FATAL_ERROR "FAIL: README's 'Train from C++' differs from ${SOURCE}")
+endif()
+message(STATUS "PASS: README shows ${SOURCE}")

@@ -1,0 +1,242 @@
+// The library Trainer (core/train/): DataParallel and DDP give the same bits in bitwise mode for
+// 1, 2 and 4 devices (and ditto-train's default checksum); a resumed run equals an uninterrupted
+// one; the metrics callback sees every epoch with the values fit() returns; the JSON lines; a
+// failed rank reaches the others as a PeerFailure carrying its rank, and the launcher reports the
+// root error; a bad config names its field.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/runtime/backend.h"
+#include "core/runtime/error.h"
+#include "core/runtime/extensions.h"
+#include "core/runtime/tensor.h"
+#include "core/train/launcher.h"
+#include "core/train/trainer.h"
+
+namespace ditto::train {
+namespace {
+
+std::shared_ptr<CsvDataSource> digits(std::uint64_t seed = 0) {
+  return std::make_shared<CsvDataSource>(DITTO_DIGITS_CSV, data::CsvOptions{}, 0.2, seed);
+}
+
+TrainerConfig small(int devices, TrainerKind kind, int epochs = 2) {
+  TrainerConfig c;
+  c.devices = devices;
+  c.trainer = kind;
+  c.epochs = epochs;
+  return c;
+}
+
+std::filesystem::path scratch(const std::string& name) {
+  auto p = std::filesystem::temp_directory_path() /
+           ("ditto_test_trainer_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(p);
+  return p;
+}
+
+TEST(Trainer, DefaultRunGivesDittoTrainsChecksum) {
+  TrainerConfig c;  // ditto-train's defaults: 4 sim devices, dp, 20 epochs, bitwise
+  FitResult r = Trainer(c, digits()).fit();
+  EXPECT_EQ(r.params_checksum, 0xeda947d0bde4cbf6ull);
+  EXPECT_EQ(r.steps, 20 * 23);  // 1437 training rows in batches of 64
+  EXPECT_GT(r.eval.accuracy, 0.9);
+}
+
+TEST(Trainer, DataParallelAndDdpGiveTheSameBitsForOneTwoAndFourDevices) {
+  std::vector<std::uint64_t> sums;
+  for (int n : {1, 2, 4})
+    for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp}) {
+      FitResult r = Trainer(small(n, k), digits()).fit();
+      EXPECT_EQ(r.devices, n);
+      EXPECT_EQ(r.trainer, k);
+      sums.push_back(r.params_checksum);
+    }
+  for (std::size_t i = 1; i < sums.size(); ++i) EXPECT_EQ(sums[i], sums[0]) << "run " << i;
+  // ... and not a constant: another seed gives other bits.
+  TrainerConfig other = small(2, TrainerKind::dp);
+  other.seed = 1;
+  EXPECT_NE(Trainer(other, digits(1)).fit().params_checksum, sums[0]);
+}
+
+TEST(Trainer, ResumeMidEpochEqualsAnUninterruptedRun) {
+  for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp}) {
+    const std::uint64_t whole = Trainer(small(4, k, 3), digits()).fit().params_checksum;
+    const auto dir = scratch(std::string("resume_") + trainer_kind_name(k));
+    // The first run dies when step 30 begins (mid-epoch 2), after the checkpoint of step 30.
+    TrainerConfig first = small(4, k, 3);
+    first.checkpoint_dir = dir.string();
+    first.checkpoint_every = 10;
+    first.faults = {"fail:device=1,step=30"};
+    EXPECT_THROW(Trainer(first, digits()).fit(), BackendError);
+    TrainerConfig second = small(2, k, 3);  // bitwise: the device count may differ
+    second.resume_dir = dir.string();
+    std::int64_t resumed_at = -1;
+    TrainerCallbacks cb;
+    cb.on_resume = [&](const std::string&, const TrainerState& ts) { resumed_at = ts.step; };
+    Trainer t(second, digits(), cb);
+    EXPECT_EQ(t.fit().params_checksum, whole) << trainer_kind_name(k);
+    EXPECT_EQ(resumed_at, 30);
+    EXPECT_EQ(t.state().step, 3 * 23);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+TEST(Trainer, MetricsCallbackSeesEachEpochOnceWithTheValuesFitReturns) {
+  const auto path = scratch("metrics.jsonl");
+  for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp}) {
+    std::vector<EpochMetrics> seen;
+    JsonLinesWriter jsonl(path.string());
+    TrainerCallbacks cb;
+    cb.on_epoch = [&](const EpochMetrics& m) {
+      seen.push_back(m);
+      jsonl.write(m);
+    };
+    FitResult r = Trainer(small(2, k, 3), digits(), cb).fit();
+    jsonl.write(r);
+    ASSERT_EQ(seen.size(), 3u);
+    for (int e = 0; e < 3; ++e) {
+      EXPECT_EQ(seen[e].epoch, e + 1);
+      EXPECT_EQ(seen[e].step, (e + 1) * 23);
+      EXPECT_EQ(seen[e].samples, 1437);
+    }
+    EXPECT_LT(seen[2].train_loss, seen[0].train_loss);
+    EXPECT_EQ(seen[2].train_loss, r.train_loss);
+    EXPECT_EQ(seen[2].val_loss, r.eval.loss);
+    EXPECT_EQ(seen[2].val_acc, r.eval.accuracy);
+    // The JSON lines hold the same values.
+    std::ifstream in(path);
+    std::vector<nlohmann::json> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+    ASSERT_EQ(lines.size(), 4u);
+    EXPECT_EQ(lines[1]["event"], "epoch");
+    EXPECT_EQ(lines[1]["epoch"], 2);
+    EXPECT_EQ(lines[1]["train_loss"].get<double>(), seen[1].train_loss);
+    EXPECT_EQ(lines[3]["event"], "final");
+    EXPECT_EQ(lines[3]["val_acc"].get<double>(), r.eval.accuracy);
+    char hex[32];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(r.params_checksum));
+    EXPECT_EQ(lines[3]["params_checksum"], hex);
+  }
+  std::filesystem::remove_all(path);
+}
+
+TEST(Trainer, CostPredictionAndMemoryWithAProfile) {
+  TrainerConfig c = small(2, TrainerKind::dp, 1);
+  c.profile = "h100-sxm";
+  FitResult r = Trainer(c, digits()).fit();
+  ASSERT_TRUE(r.prediction.has_value());
+  EXPECT_EQ(r.prediction->device_name, "NVIDIA H100 SXM5 80GB");
+  EXPECT_GT(r.prediction->step_time_s, 0);
+  EXPECT_GT(r.prediction->comm_share, 0);
+  ASSERT_EQ(r.memory.size(), 2u);
+  EXPECT_EQ(r.memory[1].device, "sim:1");
+  EXPECT_EQ(r.memory[1].stats.capacity, std::size_t(80) << 30);  // the profile's 80 GiB
+}
+
+TEST(Trainer, PeerFailureCarriesTheFailedRankAndTheRootErrorIsThatRanksOwn) {
+  BackendOptions o;
+  o.device_count = 4;
+  Backend& be = init_backend("sim", o);
+  auto* faults = be.extension<FaultExtension>();
+  ASSERT_NE(faults, nullptr);
+  faults->set_faults({"fail:device=2,step=0"}, std::nullopt);
+  std::mutex mu;
+  std::vector<int> failed_ranks;  // what every other rank's PeerFailure says
+  try {
+    launch_ranks(devices("sim", 4), CommOptions{}, nullptr, [&](Communicator& comm) {
+      be.begin_step(0);
+      try {
+        Tensor t = Tensor::full({8}, 1.0f, comm.device());
+        comm.all_reduce(t);
+        (void)t.to_vector<float>();
+      } catch (const PeerFailure& p) {
+        std::lock_guard lk(mu);
+        failed_ranks.push_back(p.failed_rank());
+        throw;
+      } catch (const std::exception& e) {
+        if (comm.rank() != 2) ADD_FAILURE() << "rank " << comm.rank() << ": " << e.what();
+        throw;
+      }
+    });
+    ADD_FAILURE() << "expected the failed device's error";
+  } catch (const PeerFailure& p) {
+    ADD_FAILURE() << "the root error is rank 2's own, got a PeerFailure: " << p.what();
+  } catch (const BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("sim:2: device failed"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(failed_ranks, (std::vector<int>{2, 2, 2}));
+}
+
+TEST(Trainer, DdpRunWithAFailedDeviceReportsThatDevice) {
+  TrainerConfig c = small(4, TrainerKind::ddp, 1);
+  c.faults = {"fail:device=2,step=3"};
+  try {
+    Trainer(c, digits()).fit();
+    ADD_FAILURE() << "expected a BackendError";
+  } catch (const PeerFailure& p) {
+    ADD_FAILURE() << "expected rank 2's own error, got " << p.what();
+  } catch (const BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("sim:2: device failed (injected fault "
+                                         "fail:device=2,step=3"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(BackendExtension, TheSimulatorAnswersWithItsCostModelAndFaultsTheHostBackendWithNone) {
+  BackendOptions o;
+  o.device_count = 2;
+  Backend& sim = init_backend("sim", o);
+  auto* cm = sim.extension<CostModelExtension>();
+  ASSERT_NE(cm, nullptr);
+  EXPECT_NE(sim.extension<FaultExtension>(), nullptr);
+  EXPECT_EQ(sim.extension("ditto.no_such_extension"), nullptr);
+  EXPECT_EQ(cm->device_name(), "NVIDIA H100 SXM5 80GB");  // the simulator's default cluster
+  cm->configure({"h200", "auto", 1, 2});
+  EXPECT_EQ(cm->device_name(), "NVIDIA H200 SXM 141GB");
+  EXPECT_EQ(cm->peak_flops(), 67e12);
+  EXPECT_EQ(cm->profile_memory_bytes("h200"), std::size_t(141e9));
+  EXPECT_THROW(cm->profile_memory_bytes("h300"), InvalidArgument);
+  Backend& cpu = get_backend("cpu");
+  EXPECT_EQ(cpu.extension<CostModelExtension>(), nullptr);
+  EXPECT_EQ(cpu.extension<FaultExtension>(), nullptr);
+}
+
+TEST(Trainer, BadConfigNamesTheField) {
+  auto expect_invalid = [](TrainerConfig c, const std::string& part) {
+    try {
+      Trainer t(c, digits());
+      ADD_FAILURE() << "expected InvalidArgument: " << part;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  TrainerConfig c;
+  c.batch_size = 0;
+  expect_invalid(c, "TrainerConfig::batch_size: expected >= 1, got 0");
+  c.field_names["batch_size"] = "--batch-size";
+  expect_invalid(c, "--batch-size: expected >= 1, got 0");
+  c = TrainerConfig{};
+  c.optimizer = "lion";
+  expect_invalid(c, "TrainerConfig::optimizer: expected sgd or adam, got 'lion'");
+  c = TrainerConfig{};
+  c.checkpoint_every = 5;
+  expect_invalid(c, "TrainerConfig::checkpoint_every: expected >= 0, with "
+                    "TrainerConfig::checkpoint_dir DIR, got 5 without");
+  c = TrainerConfig{};
+  c.bucket_cap_mb = -1;
+  expect_invalid(c, "TrainerConfig::bucket_cap_mb: expected a finite size in MiB > 0, got -1");
+  EXPECT_THROW(parse_trainer_kind("fsdp"), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace ditto::train
