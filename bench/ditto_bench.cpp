@@ -12,19 +12,15 @@
 //              reduce_scatter the send buffer, else the buffer. busbw factors (nccl-tests'
 //              doc/PERFORMANCE.md): all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n,
 //              broadcast and reduce 1.
-//              One extra column, memGB/s, is the memory traffic an in-memory collective cannot
-//              avoid divided by time: all_reduce reads N buffers of S bytes and writes N, so
-//              2*N*S / t (the goal in issue 7 compares it with the STREAM copy bandwidth).
+//              memGB/s: the memory traffic an in-memory collective cannot avoid / time (all_reduce:
+//              2*N*S / t), to compare with the STREAM copy bandwidth.
 // stream       STREAM copy (a[i] = b[i], f64) on all cores, arrays of max(64 MiB, 4 x LLC) (STREAM's
-//              rule: 4x the last-level cache), best of 5; bandwidth counts read + write bytes
-//              (STREAM's convention).
+//              rule), best of 5; bandwidth counts read + write bytes (STREAM's convention).
 // trainer      samples/s of SGD(momentum 0.9) with cross-entropy for the seed model 10-5-2 (batch
-//              32) and an MLP 784-1024-1024-10 (batch 256), synthetic data on the host, 1 and 4
-//              simulated devices, fast and bitwise, for both trainers (--trainers): dp =
-//              parallel::DataParallel (one controller thread), ddp =
-//              parallel::DistributedDataParallel (a host thread per rank, Communicator::init_all,
-//              as `ditto-train --trainer ddp`). Every step reads the loss (item()), as a training
-//              loop does. The median of 3 timed runs of >= --seconds each.
+//              32) and an MLP 784-1024-1024-10 (batch 256), synthetic host data, 1 and 4 simulated
+//              devices, fast and bitwise, for both trainers (--trainers): dp = DataParallel, ddp =
+//              DistributedDataParallel with a host thread per rank (as `ditto-train --trainer
+//              ddp`). Every step reads the loss (item()). The median of 3 timed runs of >= --seconds.
 //
 // Each figure is wall-clock on whatever else the machine runs: compare ratios from one run.
 #include <algorithm>

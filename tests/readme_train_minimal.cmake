@@ -1,22 +1,25 @@
-# ctest helper: the program shown in README.md's "Train from C++" section is
-# examples/train_minimal.cpp as built and tested (TrainMinimal.SameChecksumAsDittoTrain).
-#   cmake -DREADME=README.md -DSOURCE=examples/train_minimal.cpp -P readme_train_minimal.cmake
+# ctest helper: the program shown in a section of README.md (SECTION, default "Train from C++") is
+# SOURCE as built and tested (TrainMinimal.SameChecksumAsDittoTrain, ApiTour.Runs).
+#   cmake -DREADME=README.md -DSOURCE=examples/train_minimal.cpp [-DSECTION=...] -P readme_train_minimal.cmake
+if(NOT SECTION)
+  set(SECTION "Train from C++")
+endif()
 file(READ ${README} readme)
 file(READ ${SOURCE} source)
-string(FIND "${readme}" "## Train from C++" at)
+string(FIND "${readme}" "## ${SECTION}" at)
 if(at EQUAL -1)
-  message(FATAL_ERROR "FAIL: no section '## Train from C++' in ${README}")
+  message(FATAL_ERROR "FAIL: no section '## ${SECTION}' in ${README}")
 endif()
 string(SUBSTRING "${readme}" ${at} -1 section)
 string(FIND "${section}" "```cpp\n" open)
 string(FIND "${section}" "\n```\n" close)
 if(open EQUAL -1 OR close EQUAL -1 OR close LESS open)
-  message(FATAL_ERROR "FAIL: no ```cpp block in README's 'Train from C++'")
+  message(FATAL_ERROR "FAIL: no ```cpp block in README's '${SECTION}'")
 endif()
 math(EXPR begin "${open} + 7")
 math(EXPR length "${close} + 1 - ${begin}")
 string(SUBSTRING "${section}" ${begin} ${length} shown)
 if(NOT shown STREQUAL source)
-  message(FATAL_ERROR "FAIL: README's 'Train from C++' differs from ${SOURCE}")
+  message(FATAL_ERROR "FAIL: README's '${SECTION}' differs from ${SOURCE}")
 endif()
 message(STATUS "PASS: README shows ${SOURCE}")

@@ -26,6 +26,7 @@
 #include "core/train/trainer.h"
 #include "core/parallel/distributed_data_parallel.h"
 #include "core/numerics/random.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
@@ -35,11 +36,7 @@ using parallel::DistributedDataParallelOptions;
 
 /// The 8 simulated devices the tests use (again after a Trainer, which starts the backend with
 /// the devices its run asks for).
-void start_sim() {
-  BackendOptions o;
-  o.device_count = 8;
-  init_backend("sim", o);
-}
+void start_sim() { test::init_sim(8); }
 
 class DdpTest : public ::testing::Test {
  protected:
