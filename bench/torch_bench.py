@@ -110,6 +110,22 @@ def coll_worker(rank, world, port, sizes, ops, seconds, max_iters, out_q):
         out_q.put(rows)
 
 
+def run_ranks(ctx, worker, world, what, args):
+    """Runs worker(rank, world, port, *args, queue) in `world` processes of ctx, returns the one
+    result put on the queue (by rank 0), and exits naming `what` if a rank process fails."""
+    q = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=worker, args=(r, world, port, *args, q)) for r in range(world)]
+    for p in procs:
+        p.start()
+    result = q.get()
+    for p in procs:
+        p.join()
+        if p.exitcode != 0:
+            sys.exit(f"torch_bench: {what} rank process failed with exit code {p.exitcode}")
+    return result
+
+
 def cmd_collectives(a):
     sizes = []
     s = a.min_bytes
@@ -118,18 +134,8 @@ def cmd_collectives(a):
         s *= a.step_factor
     ctx = mp.get_context("spawn")
     for world in a.ranks:
-        q = ctx.Queue()
-        port = free_port()
-        procs = [ctx.Process(target=coll_worker,
-                             args=(r, world, port, sizes, a.ops, a.seconds, a.max_iters, q))
-                 for r in range(world)]
-        for p in procs:
-            p.start()
-        rows = q.get()
-        for p in procs:
-            p.join()
-            if p.exitcode != 0:
-                sys.exit(f"torch_bench: gloo rank process failed with exit code {p.exitcode}")
+        rows = run_ranks(ctx, coll_worker, world, "gloo",
+                         (sizes, a.ops, a.seconds, a.max_iters))
         append_rows(a.csv, COLL_HEADER, rows)
 
 
@@ -238,18 +244,7 @@ def cmd_train(a):
     sizes = [int(v) for v in name.split("-")]
     threads = max(1, cores // world)
     ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=ddp_worker,
-                         args=(r, world, port, sizes, batch, threads, a.seconds, q))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    sps = q.get()
-    for p in procs:
-        p.join()
-        if p.exitcode != 0:
-            sys.exit(f"torch_bench: DDP rank process failed with exit code {p.exitcode}")
+    sps = run_ranks(ctx, ddp_worker, world, "DDP", (sizes, batch, threads, a.seconds))
     rows.append([name, batch, world, "-", f"torch DDP gloo threads/rank={threads}", sps * batch,
                  sps])
     print(f"  torch DDP gloo {world} ranks  {name:18s} batch {batch:4d}: {sps * batch:10.1f} "
