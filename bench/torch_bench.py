@@ -148,7 +148,8 @@ def mlp(sizes):
     return torch.nn.Sequential(*layers)
 
 
-def train_rate(model, x, y, seconds, reps=3):
+def sgd_step_fn(model, x, y):
+    """One training step of `model` on (x, y): SGD lr 0.01 momentum 0.9, cross-entropy."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -159,6 +160,11 @@ def train_rate(model, x, y, seconds, reps=3):
         opt.step()
         return loss.item()  # a trainer reads the loss every step
 
+    return step
+
+
+def train_rate(model, x, y, seconds, reps=3):
+    step = sgd_step_fn(model, x, y)
     t0 = time.perf_counter()
     step()
     one = time.perf_counter() - t0
@@ -183,16 +189,7 @@ def ddp_worker(rank, world, port, sizes, batch, threads, seconds, out_q):
     x = torch.rand(batch // world, sizes[0], generator=g) * 2 - 1
     y = torch.arange(batch // world) % sizes[-1]
     # every rank runs the same number of steps: rank 0's estimate, broadcast
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss.item()
-
+    step = sgd_step_fn(model, x, y)
     dist.barrier()
     t0 = time.perf_counter()
     step()
