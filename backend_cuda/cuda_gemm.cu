@@ -42,6 +42,13 @@ __device__ __forceinline__ void b_coord(int e, int& k, int& n) {
   }
 }
 
+// Element e of a thread's loads: (m, k) in the A tile and (kb, n) in the B tile.
+template <bool TA, bool TB>
+__device__ __forceinline__ void tile_coords(int e, int& m, int& k, int& kb, int& n) {
+  a_coord<TA>(e, m, k);
+  b_coord<TB>(e, kb, n);
+}
+
 // Stage rows [k0, k1) of the block's A and B tiles into registers; outside the matrices or past
 // k1, A reads -0.0f and B +0.0f (Note [CUDA canonical GEMM]).
 template <bool TA, bool TB>
@@ -49,10 +56,8 @@ __device__ __forceinline__ void load_tile(const GemmArgs& g, i64 m0, i64 n0, i64
                                           int tid, float (&ra)[kLoads], float (&rb)[kLoads]) {
 #pragma unroll
   for (int l = 0; l < kLoads; ++l) {
-    const int e = tid + l * kGemmThreads;
     int m, k, n, kb;
-    a_coord<TA>(e, m, k);
-    b_coord<TB>(e, kb, n);
+    tile_coords<TA, TB>(tid + l * kGemmThreads, m, k, kb, n);
     const i64 gm = m0 + m, gka = k0 + k, gn = n0 + n, gkb = k0 + kb;
     float a = -0.0f, b = 0.0f;
     if (gm < g.M && gka < k1) a = TA ? g.A[gka * g.lda + gm] : g.A[gm * g.lda + gka];
@@ -68,10 +73,8 @@ __device__ __forceinline__ void store_tile(float (*as)[kBM + kPad], float (*bs)[
                                            const float (&rb)[kLoads]) {
 #pragma unroll
   for (int l = 0; l < kLoads; ++l) {
-    const int e = tid + l * kGemmThreads;
     int m, k, n, kb;
-    a_coord<TA>(e, m, k);
-    b_coord<TB>(e, kb, n);
+    tile_coords<TA, TB>(tid + l * kGemmThreads, m, k, kb, n);
     as[k][m] = ra[l];
     bs[kb][n] = rb[l];
   }

@@ -8,13 +8,7 @@
 // the time of Eigen's GEMM on AVX-512 for square sizes 64..512.
 #include "backend_sim/sim_gemm.h"
 
-// GCC 12 reports false (maybe-)uninitialized warnings inside Eigen's AVX-512 packet code
-// (_mm512_undefined_ps); they are raised after inlining, so only a file-wide pragma silences them.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <Eigen/Core>
+#include "backend_sim/sim_eigen.h"  // first: its pragma must precede Eigen
 #include <algorithm>
 #include <vector>
 
@@ -175,7 +169,6 @@ void gemm_tn_sharded_bitwise(std::int64_t M, std::int64_t N, const float* A, std
 
 namespace {
 
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ColMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::ColMajor>;
 using Stride = Eigen::OuterStride<>;
 using CMap = Eigen::Map<RowMat, 0, Stride>;

@@ -5,13 +5,7 @@
 // Bitwise mode follows core/numerics/canonical_math.h (Note [Canonical GEMM], Note [Rounded primitives])
 // and core/numerics/determinism.h (Note [Canonical tree]); fast mode uses Eigen or any order.
 // Kernels that take no Determinism argument have one fixed order, used in both modes.
-// GCC 12 reports false (maybe-)uninitialized warnings inside Eigen's AVX-512 packet code
-// (_mm512_undefined_ps); they are raised after inlining, so only a file-wide pragma silences them.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#endif
-#include <Eigen/Core>
+#include "backend_sim/sim_eigen.h"  // first: its pragma must precede Eigen
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -27,7 +21,6 @@ namespace {
 
 namespace cm = canonical;
 
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using VecMap = Eigen::Map<Eigen::VectorXf>;
 using ConstVecMap = Eigen::Map<const Eigen::VectorXf>;
 

@@ -110,6 +110,22 @@ def coll_worker(rank, world, port, sizes, ops, seconds, max_iters, out_q):
         out_q.put(rows)
 
 
+def run_ranks(ctx, worker, world, what, args):
+    """Runs worker(rank, world, port, *args, queue) in `world` processes of ctx, returns the one
+    result put on the queue (by rank 0), and exits naming `what` if a rank process fails."""
+    q = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=worker, args=(r, world, port, *args, q)) for r in range(world)]
+    for p in procs:
+        p.start()
+    result = q.get()
+    for p in procs:
+        p.join()
+        if p.exitcode != 0:
+            sys.exit(f"torch_bench: {what} rank process failed with exit code {p.exitcode}")
+    return result
+
+
 def cmd_collectives(a):
     sizes = []
     s = a.min_bytes
@@ -118,18 +134,8 @@ def cmd_collectives(a):
         s *= a.step_factor
     ctx = mp.get_context("spawn")
     for world in a.ranks:
-        q = ctx.Queue()
-        port = free_port()
-        procs = [ctx.Process(target=coll_worker,
-                             args=(r, world, port, sizes, a.ops, a.seconds, a.max_iters, q))
-                 for r in range(world)]
-        for p in procs:
-            p.start()
-        rows = q.get()
-        for p in procs:
-            p.join()
-            if p.exitcode != 0:
-                sys.exit(f"torch_bench: gloo rank process failed with exit code {p.exitcode}")
+        rows = run_ranks(ctx, coll_worker, world, "gloo",
+                         (sizes, a.ops, a.seconds, a.max_iters))
         append_rows(a.csv, COLL_HEADER, rows)
 
 
@@ -142,7 +148,8 @@ def mlp(sizes):
     return torch.nn.Sequential(*layers)
 
 
-def train_rate(model, x, y, seconds, reps=3):
+def sgd_step_fn(model, x, y):
+    """One training step of `model` on (x, y): SGD lr 0.01 momentum 0.9, cross-entropy."""
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -153,6 +160,11 @@ def train_rate(model, x, y, seconds, reps=3):
         opt.step()
         return loss.item()  # a trainer reads the loss every step
 
+    return step
+
+
+def train_rate(model, x, y, seconds, reps=3):
+    step = sgd_step_fn(model, x, y)
     t0 = time.perf_counter()
     step()
     one = time.perf_counter() - t0
@@ -177,16 +189,7 @@ def ddp_worker(rank, world, port, sizes, batch, threads, seconds, out_q):
     x = torch.rand(batch // world, sizes[0], generator=g) * 2 - 1
     y = torch.arange(batch // world) % sizes[-1]
     # every rank runs the same number of steps: rank 0's estimate, broadcast
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(x), y)
-        loss.backward()
-        opt.step()
-        return loss.item()
-
+    step = sgd_step_fn(model, x, y)
     dist.barrier()
     t0 = time.perf_counter()
     step()
@@ -238,18 +241,7 @@ def cmd_train(a):
     sizes = [int(v) for v in name.split("-")]
     threads = max(1, cores // world)
     ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=ddp_worker,
-                         args=(r, world, port, sizes, batch, threads, a.seconds, q))
-             for r in range(world)]
-    for p in procs:
-        p.start()
-    sps = q.get()
-    for p in procs:
-        p.join()
-        if p.exitcode != 0:
-            sys.exit(f"torch_bench: DDP rank process failed with exit code {p.exitcode}")
+    sps = run_ranks(ctx, ddp_worker, world, "DDP", (sizes, batch, threads, a.seconds))
     rows.append([name, batch, world, "-", f"torch DDP gloo threads/rank={threads}", sps * batch,
                  sps])
     print(f"  torch DDP gloo {world} ranks  {name:18s} batch {batch:4d}: {sps * batch:10.1f} "

@@ -20,15 +20,13 @@
 #include "core/nn/sequential.h"
 #include "core/optim/sgd.h"
 #include "core/numerics/random.h"
+#include "examples/demo_devices.h"
 
 using namespace ditto;
 
 int main(int argc, char** argv) try {
-  const int n_dev = argc > 1 ? std::atoi(argv[1]) : 4;
-  BackendOptions bo;
-  bo.device_count = n_dev;
-  init_backend("sim", bo);
-  std::vector<Device> devs = devices("sim", n_dev);
+  const std::vector<Device> devs = ditto_examples::demo_sim_devices(argc, argv);
+  const int n_dev = static_cast<int>(devs.size());
 
   auto model = nn::mlp({10, 20, 1}, devs[0], /*seed=*/1);
   model->set_input_requires_grad(false);

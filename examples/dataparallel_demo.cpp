@@ -16,15 +16,12 @@
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/numerics/random.h"
+#include "examples/demo_devices.h"
 
 using namespace ditto;
 
 int main(int argc, char** argv) try {
-  const int n_dev = argc > 1 ? std::atoi(argv[1]) : 4;
-  BackendOptions bo;
-  bo.device_count = n_dev;
-  init_backend("sim", bo);
-  std::vector<Device> devs = devices("sim", n_dev);
+  const std::vector<Device> devs = ditto_examples::demo_sim_devices(argc, argv);
 
   // Two Gaussian-ish blobs: class 1 is shifted by +0.8 in every feature.
   const std::int64_t n = 1000, f = 10;

@@ -216,48 +216,37 @@ int main(int argc, char** argv) {
                    {"bucket_cap_mb", "--bucket-cap-mb"}, {"hidden", "--hidden"}};
   float lr = 0.05f;
   CLI::App app{"ditto-train: data-parallel MLP training on simulated or real GPUs"};
-  app.add_option("--backend", a.backend, "sim, cuda or auto (cuda when a GPU is usable)")
-      ->capture_default_str();
-  app.add_option("--devices", c.devices, "number of devices (data-parallel replicas)")
-      ->capture_default_str();
-  app.add_option("--data", a.data, "CSV file: numeric features, integer class label")
-      ->capture_default_str();
-  app.add_option("--label-column", a.label_column, "label column (negative counts from the end)")
-      ->capture_default_str();
-  app.add_option("--header", a.header, "first row is a header: auto, yes or no")
-      ->capture_default_str();
-  app.add_option("--hidden", a.hidden,
-                 "hidden layer sizes, comma-separated (e.g. 256,128; '' for no hidden layer)")
-      ->capture_default_str();
-  app.add_option("--epochs", c.epochs, "training epochs")->capture_default_str();
-  app.add_option("--batch-size", c.batch_size, "global batch size (split over the devices)")
-      ->capture_default_str();
+  // An option whose --help shows its default.
+  auto with_default = [&app](const char* name, auto& value, const char* help) {
+    return app.add_option(name, value, help)->capture_default_str();
+  };
+  with_default("--backend", a.backend, "sim, cuda or auto (cuda when a GPU is usable)");
+  with_default("--devices", c.devices, "number of devices (data-parallel replicas)");
+  with_default("--data", a.data, "CSV file: numeric features, integer class label");
+  with_default("--label-column", a.label_column, "label column (negative counts from the end)");
+  with_default("--header", a.header, "first row is a header: auto, yes or no");
+  with_default("--hidden", a.hidden,
+               "hidden layer sizes, comma-separated (e.g. 256,128; '' for no hidden layer)");
+  with_default("--epochs", c.epochs, "training epochs");
+  with_default("--batch-size", c.batch_size, "global batch size (split over the devices)");
   app.add_option("--lr", lr, "learning rate (default 0.05 for sgd, 0.001 for adam)");
-  app.add_option("--momentum", c.momentum, "SGD momentum")->capture_default_str();
-  app.add_option("--loss", c.loss, "cross-entropy or mse (on one-hot targets)")
-      ->capture_default_str();
-  app.add_option("--optimizer", c.optimizer, "sgd or adam")->capture_default_str();
-  app.add_option("--micro-shards", c.micro_shards,
-                 "micro-shards K of a batch in bitwise mode (power of two >= devices)")
-      ->capture_default_str();
-  app.add_option("--weight-decay", c.weight_decay, "SGD weight decay")->capture_default_str();
-  app.add_option("--seed", c.seed, "seed for initialisation, split and shuffling")
-      ->capture_default_str();
-  app.add_option("--val-fraction", a.val_fraction, "fraction of rows held out for validation")
-      ->capture_default_str();
-  app.add_option("--determinism", a.determinism,
-                 "bitwise (same bits for any power-of-two device count) or fast")
-      ->capture_default_str();
-  app.add_option("--sim-memory-gib", a.sim_memory_gib, "memory capacity of each simulated device")
-      ->capture_default_str();
+  with_default("--momentum", c.momentum, "SGD momentum");
+  with_default("--loss", c.loss, "cross-entropy or mse (on one-hot targets)");
+  with_default("--optimizer", c.optimizer, "sgd or adam");
+  with_default("--micro-shards", c.micro_shards,
+               "micro-shards K of a batch in bitwise mode (power of two >= devices)");
+  with_default("--weight-decay", c.weight_decay, "SGD weight decay");
+  with_default("--seed", c.seed, "seed for initialisation, split and shuffling");
+  with_default("--val-fraction", a.val_fraction, "fraction of rows held out for validation");
+  with_default("--determinism", a.determinism,
+               "bitwise (same bits for any power-of-two device count) or fast");
+  with_default("--sim-memory-gib", a.sim_memory_gib, "memory capacity of each simulated device");
   app.add_option("--profile", c.profile,
                  "sim: device profile for the cost model and memory capacity (h100-sxm, h200, "
                  "a100-sxm-80gb, rtx4070-laptop, or a .json file); prints the predicted step");
-  app.add_option("--interconnect", c.interconnect,
-                 "sim: links between GPUs: auto, nvlink, nvlink3, pcie5, pcie4")
-      ->capture_default_str();
-  app.add_option("--nodes", c.nodes, "sim: nodes of --devices GPUs each (InfiniBand between)")
-      ->capture_default_str();
+  with_default("--interconnect", c.interconnect,
+               "sim: links between GPUs: auto, nvlink, nvlink3, pcie5, pcie4");
+  with_default("--nodes", c.nodes, "sim: nodes of --devices GPUs each (InfiniBand between)");
   app.add_option("--trace", c.trace, "sim: write a Chrome trace JSON (Perfetto) to this file");
   app.add_option("--straggler", a.stragglers,
                  "sim: DEVICE:FACTOR, that device's kernels take FACTOR times longer (repeatable)");
@@ -268,18 +257,15 @@ int main(int argc, char** argv) {
                  "directory to save checkpoints in (and at the end)");
   app.add_option("--checkpoint-every", c.checkpoint_every, "optimizer steps between checkpoints");
   app.add_option("--resume", c.resume_dir, "resume from the newest usable checkpoint in DIR");
-  app.add_option("--trainer", a.trainer,
-                 "dp (DataParallel, one controller thread) or ddp (DistributedDataParallel, a "
-                 "thread per rank; under mpirun a process per rank, the default there)")
-      ->capture_default_str();
-  app.add_option("--bucket-cap-mb", c.bucket_cap_mb, "ddp: gradient bucket size cap in MiB")
-      ->capture_default_str();
+  with_default("--trainer", a.trainer,
+               "dp (DataParallel, one controller thread) or ddp (DistributedDataParallel, a "
+               "thread per rank; under mpirun a process per rank, the default there)");
+  with_default("--bucket-cap-mb", c.bucket_cap_mb, "ddp: gradient bucket size cap in MiB");
   app.add_option("--fault", c.faults,
                  "sim: inject a fault (repeatable): fail:device=D,step=S | "
                  "alloc:device=D,after=N | skip-collective:rank=R,index=K");
-  app.add_option("--comm-timeout-ms", c.comm_timeout_ms,
-                 "sim: timeout of every communicator in ms (0: their own; at most 2^31)")
-      ->capture_default_str();
+  with_default("--comm-timeout-ms", c.comm_timeout_ms,
+               "sim: timeout of every communicator in ms (0: their own; at most 2^31)");
   app.add_option("--metrics-jsonl", a.jsonl,
                  "write each epoch's metrics and the final ones as JSON lines to this file");
   CLI11_PARSE(app, argc, argv);

@@ -21,6 +21,7 @@
 #include "core/optim/adam.h"
 #include "core/optim/sgd.h"
 #include "core/numerics/random.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
@@ -301,18 +302,7 @@ std::unique_ptr<optim::Optimizer> make_opt(Opt k, nn::Module& m) {
 }
 
 data::Dataset synthetic(std::int64_t n, std::int64_t f, std::int64_t classes) {
-  std::vector<float> x(static_cast<std::size_t>(n * f));
-  std::vector<std::int64_t> y(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) {
-    y[i] = philox_u32(9, stream_id(kStreamSynthetic, 30), i) % classes;
-    for (std::int64_t j = 0; j < f; ++j)
-      x[i * f + j] = uniform(9, stream_id(kStreamSynthetic, 31), i * f + j, -1, 1) +
-                     (j == y[i] ? 1.0f : 0.0f);
-  }
-  data::Dataset d;
-  d.features = Tensor::from_vector(x, {n, f});
-  d.labels = Tensor::from_vector(y, {n});
-  return d;
+  return test::synthetic_classes(n, f, classes, /*seed=*/9, /*sub=*/30, /*shift=*/1.0f);
 }
 
 // A small training run: MLP 6-10-3 on 45 samples, batch 8 (6 batches per epoch, the last one of

@@ -293,17 +293,8 @@ TEST_F(CudaTest, BitwiseAllReduceEqualsTheSimulatorsBits) {
 /// `backend` in bitwise mode; returns the bits of every parameter.
 std::vector<std::uint32_t> train(const std::string& backend, int n, bool mse_adam) {
   const std::int64_t rows = 200, feat = 12, classes = 5;
-  std::vector<float> xs(rows * feat);
-  std::vector<std::int64_t> ys(rows);
-  for (std::int64_t i = 0; i < rows; ++i) {
-    ys[i] = philox_u32(5, stream_id(kStreamSynthetic, 920), i) % classes;
-    for (std::int64_t j = 0; j < feat; ++j)
-      xs[i * feat + j] = uniform(5, stream_id(kStreamSynthetic, 921), i * feat + j, -1, 1) +
-                         (j == ys[i] ? 0.5f : 0.0f);
-  }
-  data::Dataset ds;
-  ds.features = Tensor::from_vector(xs, {rows, feat});
-  ds.labels = Tensor::from_vector(ys, {rows});
+  data::Dataset ds =
+      test::synthetic_classes(rows, feat, classes, /*seed=*/5, /*sub=*/920, /*shift=*/0.5f);
   std::vector<Device> devs = devices(backend, n);
   auto model = nn::mlp({feat, 32, 16, classes}, devs[0], 17);
   parallel::DataParallelOptions o;

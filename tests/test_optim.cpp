@@ -200,10 +200,15 @@ TEST_F(SGDTest, GradOfWrongShapeIsRejected) {
 // source and ATen's CPU kernels: grad.add(param, alpha=wd) is an fma (ufunc::add's vectorised
 // body), exp_avg.lerp_(grad, w) an fma on the small- or large-weight side, the rest separate
 // float operations. Python floats (double) are rounded to float where they meet a tensor.
-struct RefAdam {
+// The state of a reference Adam for one element: options, step count, moments in T.
+template <typename T>
+struct RefAdamState {
   optim::AdamOptions o;
   int step = 0;
-  float m = 0, v = 0, vmax = 0;
+  T m = 0, v = 0, vmax = 0;
+};
+
+struct RefAdam : RefAdamState<float> {
   float update(float p, float g) {
     ++step;
     double bc1 = 1.0, bc2 = 1.0;
@@ -223,10 +228,7 @@ struct RefAdam {
 };
 
 // The same algorithm in double, to check the float result is Adam and not just self-consistent.
-struct RefAdamDouble {
-  optim::AdamOptions o;
-  int step = 0;
-  double m = 0, v = 0, vmax = 0;
+struct RefAdamDouble : RefAdamState<double> {
   double update(double p, double g) {
     ++step;
     g += o.weight_decay * p;
@@ -270,8 +272,8 @@ TEST_F(SGDTest, AdamMatchesTorchAlgorithmBitForBit) {
     const auto n = static_cast<std::int64_t>(init.size());
     auto p = param("w", init, dev(5));
     optim::Adam adam({&p}, o);
-    std::vector<RefAdam> ref(init.size(), RefAdam{o});
-    std::vector<RefAdamDouble> ref64(init.size(), RefAdamDouble{o});
+    std::vector<RefAdam> ref(init.size(), RefAdam{{o}});
+    std::vector<RefAdamDouble> ref64(init.size(), RefAdamDouble{{o}});
     std::vector<float> expect = init;
     std::vector<double> expect64(init.begin(), init.end());
     for (int s = 0; s < 6; ++s) {

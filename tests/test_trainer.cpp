@@ -20,6 +20,7 @@
 #include "core/runtime/tensor.h"
 #include "core/train/launcher.h"
 #include "core/train/trainer.h"
+#include "test_util.h"
 
 namespace ditto::train {
 namespace {
@@ -143,15 +144,13 @@ TEST(Trainer, CostPredictionAndMemoryWithAProfile) {
 }
 
 TEST(Trainer, PeerFailureCarriesTheFailedRankAndTheRootErrorIsThatRanksOwn) {
-  BackendOptions o;
-  o.device_count = 4;
-  Backend& be = init_backend("sim", o);
+  Backend& be = test::init_sim(4);
   auto* faults = be.extension<FaultExtension>();
   ASSERT_NE(faults, nullptr);
   faults->set_faults({"fail:device=2,step=0"}, std::nullopt);
   std::mutex mu;
   std::vector<int> failed_ranks;  // what every other rank's PeerFailure says
-  try {
+  test::expect_own_backend_error([&] {
     launch_ranks(devices("sim", 4), CommOptions{}, nullptr, [&](Communicator& comm) {
       be.begin_step(0);
       try {
@@ -167,35 +166,19 @@ TEST(Trainer, PeerFailureCarriesTheFailedRankAndTheRootErrorIsThatRanksOwn) {
         throw;
       }
     });
-    ADD_FAILURE() << "expected the failed device's error";
-  } catch (const PeerFailure& p) {
-    ADD_FAILURE() << "the root error is rank 2's own, got a PeerFailure: " << p.what();
-  } catch (const BackendError& e) {
-    EXPECT_NE(std::string(e.what()).find("sim:2: device failed"), std::string::npos) << e.what();
-  }
+  }, "sim:2: device failed");
   EXPECT_EQ(failed_ranks, (std::vector<int>{2, 2, 2}));
 }
 
 TEST(Trainer, DdpRunWithAFailedDeviceReportsThatDevice) {
   TrainerConfig c = small(4, TrainerKind::ddp, 1);
   c.faults = {"fail:device=2,step=3"};
-  try {
-    Trainer(c, digits()).fit();
-    ADD_FAILURE() << "expected a BackendError";
-  } catch (const PeerFailure& p) {
-    ADD_FAILURE() << "expected rank 2's own error, got " << p.what();
-  } catch (const BackendError& e) {
-    EXPECT_NE(std::string(e.what()).find("sim:2: device failed (injected fault "
-                                         "fail:device=2,step=3"),
-              std::string::npos)
-        << e.what();
-  }
+  test::expect_own_backend_error([&] { Trainer(c, digits()).fit(); },
+                                 "sim:2: device failed (injected fault fail:device=2,step=3");
 }
 
 TEST(BackendExtension, TheSimulatorAnswersWithItsCostModelAndFaultsTheHostBackendWithNone) {
-  BackendOptions o;
-  o.device_count = 2;
-  Backend& sim = init_backend("sim", o);
+  Backend& sim = test::init_sim(2);
   auto* cm = sim.extension<CostModelExtension>();
   ASSERT_NE(cm, nullptr);
   EXPECT_NE(sim.extension<FaultExtension>(), nullptr);

@@ -14,12 +14,15 @@
 #include <exception>
 #include <functional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "core/data/dataset.h"
 #include "core/nn/module.h"
 #include "core/numerics/determinism.h"
+#include "core/numerics/random.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/error.h"
 #include "core/runtime/tensor.h"
@@ -55,6 +58,21 @@ void expect_error(const std::function<void()>& call, const std::string& part) {
     ADD_FAILURE() << "wrong exception type, message: " << e.what()
                   << "\nexpected to contain: " << part;
   }
+}
+
+/// Runs `call` and expects a failed rank's own BackendError, whose message contains `part`: a
+/// PeerFailure (another rank's failure seen by this one), any other exception, or none, fails.
+inline void expect_own_backend_error(const std::function<void()>& call, const std::string& part) {
+  expect_error<BackendError>(
+      [&] {
+        try {
+          call();
+        } catch (const PeerFailure& p) {  // a BackendError too: made a wrong type here
+          throw std::runtime_error(std::string("expected a rank's own error, got a PeerFailure: ") +
+                                   p.what());
+        }
+      },
+      part);
 }
 
 /// expect_error<InvalidArgument>.
@@ -157,6 +175,25 @@ inline ::testing::AssertionResult bits_equal(const std::vector<float>& got,
 /// True when some element of a and b (same size) differs in its bits.
 inline bool any_bits_differ(const std::vector<float>& a, const std::vector<float>& b) {
   return !bits_equal(a, b);
+}
+
+/// Synthetic classification data on the host: n samples of f features, labels [n] i64 in
+/// [0, classes) from philox_u32(seed, stream_id(kStreamSynthetic, sub), i), features [n, f] f32
+/// uniform in [-1, 1) from stream sub + 1, plus `shift` on feature j == label (so it is learnable).
+inline data::Dataset synthetic_classes(std::int64_t n, std::int64_t f, std::int64_t classes,
+                                       std::uint64_t seed, std::uint64_t sub, float shift) {
+  std::vector<float> x(static_cast<std::size_t>(n * f));
+  std::vector<std::int64_t> y(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    y[i] = philox_u32(seed, stream_id(kStreamSynthetic, sub), i) % classes;
+    for (std::int64_t j = 0; j < f; ++j)
+      x[i * f + j] = uniform(seed, stream_id(kStreamSynthetic, sub + 1), i * f + j, -1, 1) +
+                     (j == y[i] ? shift : 0.0f);
+  }
+  data::Dataset d;
+  d.features = Tensor::from_vector(x, {n, f});
+  d.labels = Tensor::from_vector(y, {n});
+  return d;
 }
 
 /// Every parameter's values of `module`, in parameters() order, on the host (what a bitwise

@@ -47,6 +47,19 @@ std::int64_t Loss::mean_rows(std::int64_t input_rows, const char* call) const {
   return global_batch_;
 }
 
+Tensor Loss::save_and_mean(const Tensor& per_sample, const Tensor& input, const Tensor& target,
+                           std::int64_t denominator) {
+  denominator_ = denominator;
+  input_ = input;
+  target_ = target;
+  return mean_of(per_sample, mean_scale(), determinism_);
+}
+
+Tensor Loss::grad_loss_for(const Tensor& grad_loss, const char* call) const {
+  DITTO_CHECK(input_.defined(), call, ": called before forward");
+  return grad_or_one(grad_loss, input_.device(), call);
+}
+
 // An undefined grad_loss means 1 in every loss's backward(grad_loss).
 Tensor Loss::backward() { return backward(Tensor()); }
 
@@ -69,16 +82,12 @@ Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
   Tensor per_sample = ops::mse(x, t);
   // Elements the mean divides by: all of them, or global_batch() samples of this size.
   const std::int64_t per_row = x.dim() == 1 ? 1 : x.size(1);
-  denominator_ = mean_rows(x.size(0), "MSELoss.forward") * per_row;
-  input_ = x;
-  target_ = t;
-  return mean_of(per_sample, 1.0f / static_cast<float>(denominator_), determinism_);
+  return save_and_mean(per_sample, x, t, mean_rows(x.size(0), "MSELoss.forward") * per_row);
 }
 
 Tensor MSELoss::backward(const Tensor& grad_loss) {
-  DITTO_CHECK(input_.defined(), "MSELoss.backward: called before forward");
-  Tensor g = grad_or_one(grad_loss, input_.device(), "MSELoss.backward");
-  return ops::mse_backward(input_, target_, g, 1.0f / static_cast<float>(denominator_));
+  return ops::mse_backward(input_, target_, grad_loss_for(grad_loss, "MSELoss.backward"),
+                           mean_scale());
 }
 
 Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
@@ -99,16 +108,14 @@ Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(std::string("CrossEntropyLoss.forward: ") + e.what());
   }
-  denominator_ = mean_rows(input.size(0), "CrossEntropyLoss.forward");
-  input_ = input;
-  target_ = target;
-  return mean_of(per_sample, 1.0f / static_cast<float>(denominator_), determinism_);
+  return save_and_mean(per_sample, input, target,
+                       mean_rows(input.size(0), "CrossEntropyLoss.forward"));
 }
 
 Tensor CrossEntropyLoss::backward(const Tensor& grad_loss) {
-  DITTO_CHECK(input_.defined(), "CrossEntropyLoss.backward: called before forward");
-  Tensor g = grad_or_one(grad_loss, input_.device(), "CrossEntropyLoss.backward");
-  return ops::cross_entropy_backward(input_, target_, g, 1.0f / static_cast<float>(denominator_));
+  return ops::cross_entropy_backward(input_, target_,
+                                     grad_loss_for(grad_loss, "CrossEntropyLoss.backward"),
+                                     mean_scale());
 }
 
 }  // namespace ditto::nn

@@ -38,9 +38,21 @@ class Loss {
   /// Samples the mean divides by for an input of `input_rows` samples (global_batch() or
   /// input_rows); `call` names the forward for the error.
   std::int64_t mean_rows(std::int64_t input_rows, const char* call) const;
+  /// The end of a forward: keeps `input` and `target` for backward and returns the mean of the
+  /// per-sample losses, their sum divided by `denominator`, in determinism() mode.
+  Tensor save_and_mean(const Tensor& per_sample, const Tensor& input, const Tensor& target,
+                       std::int64_t denominator);
+  /// The start of a backward: d(final)/d(loss), grad_loss or 1 when undefined, on the device of
+  /// the last forward's input. Throws InvalidArgument before any forward or for a grad_loss
+  /// that is not one f32 element there; `call` names the backward.
+  Tensor grad_loss_for(const Tensor& grad_loss, const char* call) const;
+  /// 1 / the denominator of the last forward's mean: the scale of the input's gradient.
+  float mean_scale() const { return 1.0f / static_cast<float>(denominator_); }
 
   Determinism determinism_ = Determinism::fast;
   std::int64_t global_batch_ = 0;
+  Tensor input_, target_;         // the last forward's, as the ops saw them
+  std::int64_t denominator_ = 1;  // what the last forward's mean divided by
 };
 
 /// torch.nn.MSELoss(reduction='mean'): mean over all elements of (input - target)^2.
@@ -51,10 +63,6 @@ class MSELoss : public Loss {
   Tensor backward(const Tensor& grad_loss) override;
   using Loss::backward;
   std::unique_ptr<Loss> clone() const override { return std::make_unique<MSELoss>(); }
-
- private:
-  Tensor input_, target_;
-  std::int64_t denominator_ = 1;  // elements the last forward's mean divided by
 };
 
 /// torch.nn.CrossEntropyLoss(reduction='mean'): logits [N, C] f32, targets [N] i64 class indices
@@ -66,10 +74,6 @@ class CrossEntropyLoss : public Loss {
   Tensor backward(const Tensor& grad_loss) override;
   using Loss::backward;
   std::unique_ptr<Loss> clone() const override { return std::make_unique<CrossEntropyLoss>(); }
-
- private:
-  Tensor input_, target_;
-  std::int64_t denominator_ = 1;  // samples the last forward's mean divided by
 };
 
 }  // namespace ditto::nn

@@ -52,6 +52,44 @@ void check_no_overlap(const char* op, const char* out_arg, const Tensor& out, co
               " (got ", out.str(), " overlapping ", in.str(), ")");
 }
 
+/// `t` is an f32 tensor on the device of `ref` (argument `ref_arg`) with ref's shape.
+void check_like(const char* op, const char* arg, const Tensor& t, const char* ref_arg,
+                const Tensor& ref) {
+  check_tensor(op, arg, t);
+  check_device(op, arg, t, ref.device(), ref_arg);
+  DITTO_CHECK(t.shape() == ref.shape(), op, ": ", arg, ": expected ", shape_str(ref.shape()),
+              " (the shape of ", ref_arg, "), got ", t.str());
+}
+
+/// `m` is a 2-dim f32 [rows, cols] tensor and `v` an f32 [cols] on m's device, the two not
+/// sharing memory (checked with the written one, `v` when `v_written`, as the output).
+void check_matrix_and_cols(const char* op, const char* m_arg, const Tensor& m, const char* v_arg,
+                           const Tensor& v, bool v_written) {
+  check_tensor(op, m_arg, m);
+  check_dims(op, m_arg, m, 2, "[rows, cols]");
+  check_tensor(op, v_arg, v);
+  check_device(op, v_arg, v, m.device(), m_arg);
+  DITTO_CHECK(v.shape() == Shape{m.size(1)}, op, ": ", v_arg, ": expected [cols] = [", m.size(1),
+              "] for ", m_arg, " of ", shape_str(m.shape()), ", got ", v.str());
+  if (v_written)
+    check_no_overlap(op, v_arg, v, m_arg, m);
+  else
+    check_no_overlap(op, m_arg, m, v_arg, v);
+}
+
+/// `c` is the f32 [M, N] output of a product of `a` and `b`, on a's device, sharing no memory
+/// with either.
+void check_product_out(const char* op, const Tensor& c, const Tensor& a, const Tensor& b,
+                       std::int64_t M, std::int64_t N) {
+  check_tensor(op, "c", c);
+  check_device(op, "c", c, a.device(), "a");
+  DITTO_CHECK(c.shape() == (Shape{M, N}), op, ": c: expected [M, N] = ", shape_str({M, N}),
+              " for a of ", shape_str(a.shape()), " and b of ", shape_str(b.shape()), ", got ",
+              c.str());
+  check_no_overlap(op, "c", c, "a", a);
+  check_no_overlap(op, "c", c, "b", b);
+}
+
 /// Row stride of a contiguous 2-dim tensor; at least 1 so backends never see a zero stride.
 std::int64_t row_stride(const Tensor& t) { return t.size(1) > 0 ? t.size(1) : 1; }
 
@@ -129,13 +167,7 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_
           float beta, Determinism mode) {
   constexpr const char* op = "ops::gemm";
   const GemmDims d = check_matmul_operands(op, a, b, trans_a, trans_b);
-  check_tensor(op, "c", c);
-  check_device(op, "c", c, a.device(), "a");
-  DITTO_CHECK(c.shape() == (Shape{d.M, d.N}), op, ": c: expected [M, N] = ",
-              shape_str({d.M, d.N}), " for a of ", shape_str(a.shape()), " and b of ",
-              shape_str(b.shape()), ", got ", c.str());
-  check_no_overlap(op, "c", c, "a", a);
-  check_no_overlap(op, "c", c, "b", b);
+  check_product_out(op, c, a, b, d.M, d.N);
   launch_gemm(a, b, c, trans_a, trans_b, d, alpha, beta, mode);
 }
 
@@ -147,27 +179,14 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, Dete
 }
 
 void add_bias_(Tensor& y, const Tensor& bias) {
-  constexpr const char* op = "ops::add_bias_";
-  check_tensor(op, "y", y);
-  check_dims(op, "y", y, 2, "[rows, cols]");
-  check_tensor(op, "bias", bias);
-  check_device(op, "bias", bias, y.device(), "y");
-  DITTO_CHECK(bias.shape() == Shape{y.size(1)}, op, ": bias: expected [cols] = [", y.size(1),
-              "] for y of ", shape_str(y.shape()), ", got ", bias.str());
-  check_no_overlap(op, "y", y, "bias", bias);
+  check_matrix_and_cols("ops::add_bias_", "y", y, "bias", bias, /*v_written=*/false);
   if (y.numel() == 0) return;
   kernels_of(y).add_bias(stream_of(y), y.data<float>(), bias.data<float>(), y.size(0), y.size(1));
 }
 
 void sum_rows(const Tensor& x, Tensor& out, float beta, Determinism mode) {
   constexpr const char* op = "ops::sum_rows";
-  check_tensor(op, "x", x);
-  check_dims(op, "x", x, 2, "[rows, cols]");
-  check_tensor(op, "out", out);
-  check_device(op, "out", out, x.device(), "x");
-  DITTO_CHECK(out.shape() == Shape{x.size(1)}, op, ": out: expected [cols] = [", x.size(1),
-              "] for x of ", shape_str(x.shape()), ", got ", out.str());
-  check_no_overlap(op, "out", out, "x", x);
+  check_matrix_and_cols(op, "x", x, "out", out, /*v_written=*/true);
   if (out.numel() == 0) return;  // rows == 0 still sets out = beta * out
   kernels_of(x).sum_rows(stream_of(x), x.data<float>(), x.size(0), x.size(1), beta,
                          out.data<float>(), mode);
@@ -184,10 +203,7 @@ Tensor relu(const Tensor& x) {
 Tensor relu_backward(const Tensor& y, const Tensor& grad_y) {
   constexpr const char* op = "ops::relu_backward";
   check_tensor(op, "y", y);
-  check_tensor(op, "grad_y", grad_y);
-  check_device(op, "grad_y", grad_y, y.device(), "y");
-  DITTO_CHECK(grad_y.shape() == y.shape(), op, ": grad_y: expected ", shape_str(y.shape()),
-              " (the shape of y), got ", grad_y.str());
+  check_like(op, "grad_y", grad_y, "y", y);
   Tensor gx = Tensor::empty(y.shape(), DType::f32, y.device());
   if (y.numel() > 0)
     kernels_of(y).relu_backward(stream_of(y), y.data<float>(), grad_y.data<float>(),
@@ -257,10 +273,7 @@ void fill_(Tensor& x, float value) {
 void axpy_(float alpha, const Tensor& x, Tensor& y) {
   constexpr const char* op = "ops::axpy_";
   check_tensor(op, "x", x);
-  check_tensor(op, "y", y);
-  check_device(op, "y", y, x.device(), "x");
-  DITTO_CHECK(y.shape() == x.shape(), op, ": y: expected ", shape_str(x.shape()),
-              " (the shape of x), got ", y.str());
+  check_like(op, "y", y, "x", x);
   if (x.numel() > 0)
     kernels_of(y).axpy(stream_of(y), alpha, x.data<float>(), y.data<float>(), y.numel());
 }
@@ -279,10 +292,7 @@ void sum_inputs(const std::vector<Tensor>& inputs, Tensor& out, Determinism mode
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     const std::string arg = detail::cat("inputs[", i, "]");
-    check_tensor(op, arg.c_str(), t);
-    check_device(op, arg.c_str(), t, out.device(), "out");
-    DITTO_CHECK(t.shape() == out.shape(), op, ": ", arg, ": expected ", shape_str(out.shape()),
-                " (the shape of out), got ", t.str());
+    check_like(op, arg.c_str(), t, "out", out);
     // out may be inputs[0] itself; no other overlap is allowed.
     const bool same_view = i == 0 && t.buffer() == out.buffer() &&
                            t.offset_bytes() == out.offset_bytes();
@@ -307,13 +317,7 @@ void gemm_tn_sharded(const Tensor& a, const Tensor& b, Tensor& c,
   const std::int64_t rows = a.size(0), M = a.size(1), N = b.size(1);
   DITTO_CHECK(b.size(0) == rows, op, ": b: expected [rows, N] with rows = ", rows,
               " (the rows of a of ", shape_str(a.shape()), "), got ", b.str());
-  check_tensor(op, "c", c);
-  check_device(op, "c", c, a.device(), "a");
-  DITTO_CHECK(c.shape() == (Shape{M, N}), op, ": c: expected [M, N] = ", shape_str({M, N}),
-              " for a of ", shape_str(a.shape()), " and b of ", shape_str(b.shape()), ", got ",
-              c.str());
-  check_no_overlap(op, "c", c, "a", a);
-  check_no_overlap(op, "c", c, "b", b);
+  check_product_out(op, c, a, b, M, N);
   check_shard_bounds(op, bounds, rows);
   if (M == 0 || N == 0) return;
   kernels_of(c).gemm_tn_sharded(stream_of(c), M, N, a.data<float>(), row_stride(a),
@@ -324,13 +328,7 @@ void gemm_tn_sharded(const Tensor& a, const Tensor& b, Tensor& c,
 void sum_rows_sharded(const Tensor& x, Tensor& out, const std::vector<std::int64_t>& bounds,
                       bool accumulate) {
   constexpr const char* op = "ops::sum_rows_sharded";
-  check_tensor(op, "x", x);
-  check_dims(op, "x", x, 2, "[rows, cols]");
-  check_tensor(op, "out", out);
-  check_device(op, "out", out, x.device(), "x");
-  DITTO_CHECK(out.shape() == Shape{x.size(1)}, op, ": out: expected [cols] = [", x.size(1),
-              "] for x of ", shape_str(x.shape()), ", got ", out.str());
-  check_no_overlap(op, "out", out, "x", x);
+  check_matrix_and_cols(op, "x", x, "out", out, /*v_written=*/true);
   check_shard_bounds(op, bounds, x.size(0));
   if (out.numel() == 0) return;
   kernels_of(x).sum_rows_sharded(stream_of(x), x.data<float>(), x.size(0), x.size(1), bounds,
@@ -357,10 +355,7 @@ void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
   constexpr const char* op = "ops::adam_step_";
   check_tensor(op, "param", param);
   auto check_like_param = [&](const char* arg, const Tensor& t) {
-    check_tensor(op, arg, t);
-    check_device(op, arg, t, param.device(), "param");
-    DITTO_CHECK(t.shape() == param.shape(), op, ": ", arg, ": expected ",
-                shape_str(param.shape()), " (the shape of param), got ", t.str());
+    check_like(op, arg, t, "param", param);
   };
   check_like_param("grad", grad);
   check_like_param("exp_avg", exp_avg);
