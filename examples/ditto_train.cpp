@@ -165,7 +165,11 @@ int run(Args a) {
 
   auto data = std::make_shared<train::CsvDataSource>(a.data, csv, a.val_fraction, c.seed);
   std::unique_ptr<train::JsonLinesWriter> jsonl;
-  if (!a.jsonl.empty() && lead) jsonl = std::make_unique<train::JsonLinesWriter>(a.jsonl);
+  if (!a.jsonl.empty() && lead) try {
+      jsonl = std::make_unique<train::JsonLinesWriter>(a.jsonl);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(detail::cat("--metrics-jsonl: ", e.what()));
+    }
   train::TrainerCallbacks cb;
   cb.on_resume = [](const std::string& dir, const TrainerState& ts) {
     std::printf("ditto-train: resumed from %s at step %" PRId64 " (epoch %" PRId64

@@ -1,8 +1,10 @@
 // JsonLinesWriter (metrics.h).
 #include "core/train/metrics.h"
 
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "core/runtime/error.h"
@@ -10,7 +12,8 @@
 namespace ditto::train {
 
 JsonLinesWriter::JsonLinesWriter(const std::string& path) : path_(path), out_(path) {
-  DITTO_CHECK(out_.good(), "JsonLinesWriter: cannot open '", path, "' for writing");
+  DITTO_CHECK(out_.good(), "JsonLinesWriter: path: cannot open '", path, "' for writing: ",
+              std::strerror(errno));
 }
 
 void JsonLinesWriter::write(const EpochMetrics& m) {
