@@ -143,7 +143,8 @@ int run(Args a) {
        {std::tuple{"--checkpoint", &c.checkpoint_dir, "a directory"},
         std::tuple{"--resume", &c.resume_dir, "a checkpoint directory"},
         std::tuple{"--trace", &c.trace, "a file name"},
-        std::tuple{"--profile", &c.profile, "a profile name or .json file"}})
+        std::tuple{"--profile", &c.profile, "a profile name or .json file"},
+        std::tuple{"--metrics-jsonl", &a.jsonl, "a file name"}})
     DITTO_CHECK(!a.given.count(opt) || !value->empty(), opt, ": expected ", what,
                 ", got an empty string");
   for (const std::string& s : a.stragglers) c.stragglers.push_back(parse_straggler(s));
@@ -164,18 +165,22 @@ int run(Args a) {
     std::printf("ditto-train: --backend auto: using the simulator (%s)\n", why.c_str());
 
   auto data = std::make_shared<train::CsvDataSource>(a.data, csv, a.val_fraction, c.seed);
+  // Opened when the run starts (after every check), so a refused run leaves FILE untouched.
   std::unique_ptr<train::JsonLinesWriter> jsonl;
-  if (!a.jsonl.empty() && lead) try {
-      jsonl = std::make_unique<train::JsonLinesWriter>(a.jsonl);
-    } catch (const InvalidArgument& e) {
-      throw InvalidArgument(detail::cat("--metrics-jsonl: ", e.what()));
-    }
+  auto open_jsonl = [&] {
+    if (!a.jsonl.empty() && lead) try {
+        jsonl = std::make_unique<train::JsonLinesWriter>(a.jsonl);
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(detail::cat("--metrics-jsonl: ", e.what()));
+      }
+  };
   train::TrainerCallbacks cb;
   cb.on_resume = [](const std::string& dir, const TrainerState& ts) {
     std::printf("ditto-train: resumed from %s at step %" PRId64 " (epoch %" PRId64
                 ", batch %" PRId64 ")\n", dir.c_str(), ts.step, ts.epoch + 1, ts.batch);
   };
   cb.on_start = [&](const train::RunInfo& r) {
+    open_jsonl();
     if (r.trainer == train::TrainerKind::ddp)
       std::printf("ditto-train: trainer=ddp backend=%s ranks=%d (%s) determinism=%s data=%s "
                   "batch=%" PRId64 " epochs=%d bucket_cap_mb=%g\n", r.backend.c_str(),
@@ -274,7 +279,7 @@ int main(int argc, char** argv) {
                  "write each epoch's metrics and the final ones as JSON lines to this file");
   CLI11_PARSE(app, argc, argv);
   for (const char* opt : {"--checkpoint", "--resume", "--trace", "--profile", "--devices",
-                          "--trainer", "--sim-memory-gib"})
+                          "--trainer", "--sim-memory-gib", "--metrics-jsonl"})
     if (app.count(opt) > 0) a.given.insert(opt);
   if (app.count("--lr") > 0) c.lr = lr;
   if (table) {

@@ -52,6 +52,22 @@ TEST(Trainer, DefaultRunGivesDittoTrainsChecksum) {
   EXPECT_GT(r.eval.accuracy, 0.9);
 }
 
+TEST(Trainer, ASecondFitWhileOneRunsIsRefusedAndTheFirstCompletes) {
+  // A second fit() during the first would restart the backend under it (a newcomer's two
+  // threads hung or crashed): refused, and the first run still ends with its own checksum.
+  TrainerConfig c = small(2, TrainerKind::dp, 1);
+  bool refused = false;
+  TrainerCallbacks cb;
+  cb.on_start = [&](const RunInfo&) {
+    test::expect_invalid([&] { Trainer(small(2, TrainerKind::ddp, 1), digits()).fit(); },
+                         "Trainer::fit: another fit() is running in this process");
+    refused = true;
+  };
+  FitResult first = Trainer(c, digits(), cb).fit();
+  EXPECT_TRUE(refused);
+  EXPECT_EQ(first.params_checksum, Trainer(c, digits()).fit().params_checksum);  // and again
+}
+
 TEST(Trainer, DataParallelAndDdpGiveTheSameBitsForOneTwoAndFourDevices) {
   std::vector<std::uint64_t> sums;
   for (int n : {1, 2, 4})

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -134,6 +135,14 @@ TrainerState Trainer::resume(Replica& rep, const TrainerState& fresh, bool lead)
 }
 
 FitResult Trainer::fit() {
+  // fit() restarts the process-wide backend (init_backend): a second run at the same time would
+  // pull the devices from under the first one.
+  static std::atomic<bool> running{false};
+  DITTO_CHECK(!running.exchange(true), "Trainer::fit: another fit() is running in this process "
+              "(it owns the process-wide backend): expected one fit() at a time");
+  struct Done {
+    ~Done() { running = false; }
+  } done;
   const TrainerConfig& c = config_;
   Run run;
   // Under mpirun (dist::init): one rank per process, the ranks = the processes.

@@ -111,8 +111,10 @@ class Trainer {
   /// sets up the simulator's cost model and faults (Backend::extension), checks the output paths,
   /// resumes, trains config.epochs epochs (checkpointing), evaluates and returns the final
   /// metrics (rank 0's; under mpirun every process returns its own, lead set on rank 0). A rank's
-  /// failure aborts the others; the error thrown is the root one (launcher.h). Throws
-  /// InvalidArgument for settings the backend or run cannot take, and what training throws.
+  /// failure aborts the others; the error thrown is the root one (launcher.h). One fit() at a
+  /// time per process (it restarts the process-wide backend): a second one while another runs
+  /// throws InvalidArgument. Throws InvalidArgument for settings the backend or run cannot take,
+  /// and what training throws.
   FitResult fit();
 
   const TrainerConfig& config() const { return config_; }
