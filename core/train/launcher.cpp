@@ -1,7 +1,6 @@
 // launch_ranks, RankBarrier and root_error (launcher.h).
 #include "core/train/launcher.h"
 
-#include <cstdlib>
 #include <thread>
 
 #include "core/dist/distributed.h"
