@@ -54,6 +54,9 @@ void copy_settings(const Module& from, Module& to) {
   to.set_determinism(from.determinism());
   to.set_input_requires_grad(from.input_requires_grad());
   to.set_micro_shards(from.micro_shards());
+  to.set_training(from.training());
+  to.set_step(from.step());
+  to.set_first_row(from.first_row());
 }
 
 }  // namespace ditto::nn

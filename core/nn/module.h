@@ -70,6 +70,21 @@ class Module {
   virtual void set_micro_shards(std::vector<std::int64_t> bounds) { micro_shards_ = std::move(bounds); }
   const std::vector<std::int64_t>& micro_shards() const { return micro_shards_; }
 
+  /// torch's Module.train() / eval(): training mode turns Dropout on (default true).
+  /// Containers pass it on; DataParallel and DDP copy it to their replicas at each forward.
+  virtual void set_training(bool v) { training_ = v; }
+  bool training() const { return training_; }
+
+  /// The optimizer step the next forward belongs to, and the row of the global batch that this
+  /// module's first input row is (Note [Dropout masks] in core/numerics/gpt_math.h: a mask is
+  /// keyed by seed, step and the logical element index, so any device count draws the same
+  /// one). The Trainer sets the step; DataParallel and DistributedDataParallel set each replica's
+  /// first row (0 on one device) and copy the step. Containers pass both on.
+  virtual void set_step(std::int64_t step) { step_ = step; }
+  std::int64_t step() const { return step_; }
+  virtual void set_first_row(std::int64_t row) { first_row_ = row; }
+  std::int64_t first_row() const { return first_row_; }
+
   /// Called during backward with a parameter whose gradient for this backward is final (torch's
   /// Tensor.register_post_accumulate_grad_hook; DistributedDataParallel starts a bucket's
   /// all_reduce once all of the bucket's parameters were reported). Containers report each
@@ -94,11 +109,13 @@ class Module {
   bool input_requires_grad_ = true;
   Determinism determinism_ = Determinism::fast;
   std::vector<std::int64_t> micro_shards_;
+  bool training_ = true;
+  std::int64_t step_ = 0, first_row_ = 0;
   GradReadyHook grad_ready_hook_;
 };
 
-/// Copy the settings (input_requires_grad, determinism, micro-shards) of `from` to `to` (for
-/// clone()).
+/// Copy the settings (input_requires_grad, determinism, micro-shards, training, step, first row)
+/// of `from` to `to` (for clone()).
 void copy_settings(const Module& from, Module& to);
 
 }  // namespace ditto::nn

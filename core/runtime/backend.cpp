@@ -5,12 +5,62 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <string>
 #include <unordered_map>
 
 #include "core/internal/backend_init.h"
 #include "core/runtime/error.h"
 
 namespace ditto {
+
+// Default transformer kernels: a backend that does not implement one says so.
+namespace {
+[[noreturn]] void no_kernel(const char* name) {
+  throw InvalidArgument(std::string("Kernels::") + name + ": this backend has no kernel " + name);
+}
+}  // namespace
+
+void Kernels::embedding_forward(Stream&, const std::int64_t*, const float*, const float*,
+                                std::int64_t, std::int64_t, std::int64_t, float*) {
+  no_kernel("embedding_forward");
+}
+void Kernels::embedding_backward(Stream&, const std::int64_t*, const float*, std::int64_t,
+                                 std::int64_t, std::int64_t, const std::vector<std::int64_t>&,
+                                 float*, bool) {
+  no_kernel("embedding_backward");
+}
+void Kernels::layernorm_forward(Stream&, const float*, const float*, const float*, std::int64_t,
+                                std::int64_t, float, float*, float*, float*) {
+  no_kernel("layernorm_forward");
+}
+void Kernels::layernorm_backward(Stream&, const float*, const float*, const float*, const float*,
+                                 const float*, std::int64_t, std::int64_t, float*, float*) {
+  no_kernel("layernorm_backward");
+}
+void Kernels::gelu_forward(Stream&, const float*, float*, std::int64_t) { no_kernel("gelu_forward"); }
+void Kernels::gelu_backward(Stream&, const float*, const float*, float*, std::int64_t) {
+  no_kernel("gelu_backward");
+}
+void Kernels::attention_forward(Stream&, const float*, std::int64_t, std::int64_t, std::int64_t,
+                                std::int64_t, float*, float*) {
+  no_kernel("attention_forward");
+}
+void Kernels::attention_backward(Stream&, const float*, const float*, const float*, std::int64_t,
+                                 std::int64_t, std::int64_t, std::int64_t, float*, float*) {
+  no_kernel("attention_backward");
+}
+void Kernels::dropout_forward(Stream&, const float*, float*, std::int64_t, float, std::uint64_t,
+                              std::uint64_t, std::uint64_t) {
+  no_kernel("dropout_forward");
+}
+void Kernels::dropout_backward(Stream&, const float*, float*, std::int64_t, float, std::uint64_t,
+                               std::uint64_t, std::uint64_t) {
+  no_kernel("dropout_backward");
+}
+void Kernels::sum_squares(Stream&, const float*, std::int64_t, float*, Determinism) {
+  no_kernel("sum_squares");
+}
+
 namespace {
 
 struct Registry {

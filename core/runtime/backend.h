@@ -153,6 +153,72 @@ class Kernels {
                          float* exp_avg_sq, float* max_exp_avg_sq, std::int64_t n, double lr,
                          double beta1, double beta2, double eps, double weight_decay,
                          double bias_correction1, double bias_correction2, bool amsgrad) = 0;
+
+  // ---- transformer kernels (the GPT of core/nn/gpt.h; Note [GPT kernels] in
+  // core/numerics/gpt_math.h gives every kernel's exact operation order, shared by the simulator
+  // and CUDA). All f32 and contiguous, token ids i64 (validated by core: in range). Kernels with
+  // a `mode` use Eigen/cuBLAS-style any-order arithmetic in fast mode and the canonical order in
+  // bitwise mode; the others have one fixed order in both modes. Defaults throw InvalidArgument
+  // ("this backend has no kernel <name>").
+
+  /// out[r, c] = wte[idx[r], c] + wpe[r % T, c] for the N = B * T token rows of a [B, T] batch
+  /// (wpe may be null: no position term). wte [V, C], wpe [>= T, C], out [N, C].
+  virtual void embedding_forward(Stream& s, const std::int64_t* idx, const float* wte,
+                                 const float* wpe, std::int64_t N, std::int64_t T,
+                                 std::int64_t C, float* out);
+  /// grad_wte[v, :] = (accumulate ? grad_wte[v, :] + G[v, :] : G[v, :]) for all V rows, G = the
+  /// canonical tree over micro-shards (bounds over the N token rows, Note [Micro-shards]) of each
+  /// shard's ascending sum from 0.0f of dy[r, :] over its rows r with idx[r] == v. dy [N, C],
+  /// grad_wte [V, C]. (Fast mode passes bounds {0, N}: one ordered scatter-add.)
+  virtual void embedding_backward(Stream& s, const std::int64_t* idx, const float* dy,
+                                  std::int64_t N, std::int64_t C, std::int64_t V,
+                                  const std::vector<std::int64_t>& bounds, float* grad_wte,
+                                  bool accumulate);
+  /// torch.nn.functional.layer_norm over the last dim of a [N, C] x: per row mean = sum(x) / C,
+  /// var = sum((x - mean)^2) / C (biased), rstd = 1 / sqrt(var + eps), y = (x - mean) * rstd * w
+  /// (+ b; b may be null). Writes y [N, C], mean [N], rstd [N] (kept for backward).
+  virtual void layernorm_forward(Stream& s, const float* x, const float* w, const float* b,
+                                 std::int64_t N, std::int64_t C, float eps, float* y,
+                                 float* mean, float* rstd);
+  /// LayerNorm backward without the parameter reductions: with xhat = (x - mean) * rstd and
+  /// g = dy * w, dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)) and dy_xhat = dy * xhat
+  /// (whose row sum is grad_w; grad_b is the row sum of dy). All [N, C] except mean, rstd [N].
+  virtual void layernorm_backward(Stream& s, const float* dy, const float* x, const float* w,
+                                  const float* mean, const float* rstd, std::int64_t N,
+                                  std::int64_t C, float* dx, float* dy_xhat);
+  /// GELU, tanh form (torch.nn.functional.gelu(x, approximate='tanh')):
+  /// y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), tanh the portable one. n elements.
+  virtual void gelu_forward(Stream& s, const float* x, float* y, std::int64_t n);
+  /// gx = gy * d gelu(x) / dx (x the forward's input), n elements.
+  virtual void gelu_backward(Stream& s, const float* x, const float* gy, float* gx,
+                             std::int64_t n);
+  /// Causal self-attention after nanoGPT's c_attn: qkv [B, T, 3C] holds q, k, v (each [B, T, nh,
+  /// hd], hd = C / nh, in that order along the last dim); per batch b, head h and query t:
+  /// att[b, h, t, u] = softmax over u <= t of (q_t . k_u) * scale (0 for u > t), scale =
+  /// float(1 / sqrt(double(hd))), softmax with the portable exp after subtracting the row max;
+  /// y[b, t, h*hd + i] = sum_{u <= t} att[b, h, t, u] v_u[i]. y [B, T, C], att [B, nh, T, T].
+  virtual void attention_forward(Stream& s, const float* qkv, std::int64_t B, std::int64_t T,
+                                 std::int64_t C, std::int64_t nh, float* y, float* att);
+  /// Backward of attention_forward given dy [B, T, C], the forward's qkv and att: writes dqkv
+  /// [B, T, 3C] (not accumulated). scratch: B * nh * T * T floats of the caller's (d pre-softmax).
+  virtual void attention_backward(Stream& s, const float* dy, const float* qkv, const float* att,
+                                  std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
+                                  float* dqkv, float* scratch);
+  /// Inverted dropout (torch.nn.functional.dropout, training): element i is kept when
+  /// philox uniform01(seed, stream, index_base + i) >= p (Note [Dropout masks]); y[i] = x[i] *
+  /// scale if kept else 0, scale = 1 / (1 - p) in float. 0 <= p < 1. y may alias x.
+  virtual void dropout_forward(Stream& s, const float* x, float* y, std::int64_t n, float p,
+                               std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base);
+  /// gx[i] = gy[i] * scale if element i was kept else 0 (the same mask, recomputed).
+  virtual void dropout_backward(Stream& s, const float* gy, float* gx, std::int64_t n, float p,
+                                std::uint64_t seed, std::uint64_t stream,
+                                std::uint64_t index_base);
+  /// *out = sum_i x[i]^2 over n elements (a gradient norm's square). bitwise: x in blocks of
+  /// kSquaresBlock (gpt_math.h) elements, each an ascending chain acc = fma(x, x, acc) from
+  /// 0.0f, the blocks combined by the canonical tree over the block index; fast: any order.
+  /// `out` is a device pointer to one float.
+  virtual void sum_squares(Stream& s, const float* x, std::int64_t n, float* out,
+                           Determinism mode);
 };
 
 class Backend {

@@ -98,4 +98,52 @@ void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
                 double weight_decay, double bias_correction1, double bias_correction2,
                 bool amsgrad);
 
+// ---- transformer ops (core/nn/gpt.h; Kernels::embedding_forward and siblings) -------------------
+// Shapes: a batch of B sequences of T tokens, width C, vocabulary V, nh heads. Leading dims of
+// activations may be [B, T] or flattened [B * T]; `bounds` are micro-shard bounds over those
+// N = B * T token rows (a layer scales its sample bounds by T). InvalidArgument names the op, the
+// argument, what was expected and what came.
+
+/// New [B, T, C] = wte[idx] + wpe[0..T) (torch: wte(idx) + wpe(arange(T))); idx [B, T] i64 with
+/// every id in [0, V) (checked on the host: the first bad one is named), wte [V, C], wpe [P, C]
+/// with P >= T, or undefined (no position term).
+Tensor embedding(const Tensor& idx, const Tensor& wte, const Tensor& wpe);
+/// grad_wte (+)= the scatter-add of dy [B, T, C] (or [N, C]) rows by idx, reduced over `bounds`
+/// (Kernels::embedding_backward). grad_wte [V, C] on dy's device; accumulate: add to it.
+void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& grad_wte,
+                        const std::vector<std::int64_t>& bounds, bool accumulate);
+
+/// LayerNorm over the last dim (torch.nn.functional.layer_norm(x, [C], w, b, eps)): x [..., C],
+/// w [C], b [C] or undefined. Returns y (x's shape); mean and rstd ([rows]) are set for backward.
+Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& mean,
+                 Tensor& rstd);
+/// Returns dx (x's shape) and sets dy_xhat (x's shape; its row sum is grad_w).
+Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                          const Tensor& rstd, Tensor& dy_xhat);
+
+/// GELU, tanh form (torch.nn.functional.gelu(x, approximate='tanh')), new tensor; and its
+/// gradient given the forward's input x.
+Tensor gelu(const Tensor& x);
+Tensor gelu_backward(const Tensor& x, const Tensor& grad_y);
+
+/// Causal self-attention (Kernels::attention_forward): qkv [B, T, 3C] -> y [B, T, C]; att
+/// [B, nh, T, T] is set for backward. C % nh == 0.
+Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& att);
+/// dqkv [B, T, 3C] from dy [B, T, C] and the forward's qkv and att.
+Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att,
+                          std::int64_t n_head);
+
+/// Inverted dropout with the mask of (seed, stream, index_base + i) (Kernels::dropout_forward);
+/// p in [0, 1). New tensor; p == 0 returns x itself.
+Tensor dropout(const Tensor& x, float p, std::uint64_t seed, std::uint64_t stream,
+               std::uint64_t index_base);
+Tensor dropout_backward(const Tensor& grad_y, float p, std::uint64_t seed, std::uint64_t stream,
+                        std::uint64_t index_base);
+
+/// New tensor a + b (same shape, f32; residual connections).
+Tensor add(const Tensor& a, const Tensor& b);
+
+/// New 0-dim tensor: sum of x's squared elements (Kernels::sum_squares).
+Tensor sum_squares(const Tensor& x, Determinism mode);
+
 }  // namespace ditto::ops
