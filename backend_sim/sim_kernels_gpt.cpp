@@ -32,16 +32,28 @@ void transpose_head(const float* src, std::int64_t stride, std::int64_t col, std
 }
 
 // acc[u] = chain over i ascending of fma(a[i], kt[i * T + u], acc[u]) from 0.0f for u <= t: the
-// dot products a . k_u of gpt::dot_chain, all u at once (vectorised across u).
+// dot products a . k_u of gpt::dot_chain, all u at once: blocks of kDotBlock keys held in
+// registers across the whole chain (vectorised across u), the rest one key column at a time.
+constexpr std::int64_t kDotBlock = 32;
+
 void dots_transposed(const float* a, const float* kt, std::int64_t t, std::int64_t T,
                      std::int64_t hd, float* acc) {
-  const std::int64_t n = t + 1;
-  for (std::int64_t u = 0; u < n; ++u) acc[u] = 0.0f;
+  const std::int64_t n = t + 1, full = n - n % kDotBlock;
+  for (std::int64_t u0 = 0; u0 < full; u0 += kDotBlock) {
+    float blk[kDotBlock] = {};
+    for (std::int64_t i = 0; i < hd; ++i) {
+      const float ai = a[i];
+      const float* __restrict k = kt + i * T + u0;
+      for (std::int64_t j = 0; j < kDotBlock; ++j) blk[j] = fma(ai, k[j], blk[j]);
+    }
+    for (std::int64_t j = 0; j < kDotBlock; ++j) acc[u0 + j] = blk[j];
+  }
+  for (std::int64_t u = full; u < n; ++u) acc[u] = 0.0f;
   for (std::int64_t i = 0; i < hd; ++i) {
     const float ai = a[i];
     const float* __restrict k = kt + i * T;
     float* __restrict o = acc;
-    for (std::int64_t u = 0; u < n; ++u) o[u] = fma(ai, k[u], o[u]);
+    for (std::int64_t u = full; u < n; ++u) o[u] = fma(ai, k[u], o[u]);
   }
 }
 

@@ -6,9 +6,11 @@
 // philox.h equals random.cpp.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "core/numerics/canonical_math.h"
 #include "core/numerics/determinism.h"
 #include "core/numerics/gpt_math.h"
 #include "core/numerics/micro_shards.h"
@@ -103,6 +105,33 @@ TEST_F(GptBits, AttentionEqualsGptMathReference) {
   EXPECT_TRUE(bits_equal(tatt.to_vector<float>(), att));
   const Tensor tdq = ops::attention_backward(upload(dy, {B, T, C}), tqkv, tatt, nh);
   EXPECT_TRUE(bits_equal(tdq.to_vector<float>(), dqkv));
+}
+
+// causal_softmax_row takes exp_nonpositive where it equals canonical::exp and canonical::exp
+// elsewhere: the same bits as the plain loop of Note [GPT kernels], at the range's edge too.
+TEST(GptMath, CausalSoftmaxRowIsThePlainSoftmax) {
+  const float inf = INFINITY, nan = NAN;
+  const std::vector<std::vector<float>> rows = {
+      {0.0f, -1.0f, 3.5f, -80.0f, -86.0f, -86.5f, -100.0f, -200.0f, -inf, 2.0f},
+      {-inf, 5.0f, 5.0f - 86.0f, 5.0f - 85.99f, 5.0f - 86.01f, 5.0f - 103.9f, 5.0f - 104.1f},
+      {1.0f, nan, 2.0f},
+      {inf, 1.0f},
+      {-inf, -inf},
+      {0.25f}};
+  for (const std::vector<float>& s : rows) {
+    const auto n = static_cast<std::int64_t>(s.size());
+    std::vector<float> want(n + 2, 0.0f), got(s);
+    float m = -inf, sum = 0.0f;
+    for (float x : s) m = m < x ? x : m;
+    for (std::int64_t u = 0; u < n; ++u) sum = sum + (want[u] = canonical::exp(s[u] - m));
+    for (std::int64_t u = 0; u < n; ++u) want[u] = want[u] / sum;
+    got.resize(n + 2, 5.0f);
+    gpt::causal_softmax_row(got.data(), n - 1, n + 2);
+    EXPECT_TRUE(bits_equal(got, want)) << "row of " << n;
+  }
+  for (float x = -86.0f; x <= 0.0f; x += 0.37f)
+    ASSERT_EQ(bits(gpt::exp_nonpositive(x)), bits(canonical::exp(x))) << x;
+  EXPECT_EQ(bits(gpt::exp_nonpositive(gpt::kExpFastMin)), bits(canonical::exp(gpt::kExpFastMin)));
 }
 
 TEST_F(GptBits, LayerNormAndGeluEqualGptMathReference) {
