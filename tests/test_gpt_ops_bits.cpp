@@ -70,10 +70,12 @@ TEST(GptPhilox, EqualsRandomCpp) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(a[i], b[i]);
 }
 
-// The simulator's attention interleaves the chains of gpt_math.h (keys transposed per head);
-// the bits must be those of the reference functions, run here on the host.
-TEST_F(GptBits, AttentionEqualsGptMathReference) {
-  const std::int64_t B = 2, T = 7, C = 12, nh = 3, hd = C / nh;
+// The simulator's attention interleaves the chains of gpt_math.h (keys transposed per head,
+// blocks of 32 keys, head widths 32 and 64 held in registers); the bits must be those of the
+// reference functions, run here on the host.
+void expect_attention_is_gpt_math(std::int64_t B, std::int64_t T, std::int64_t C,
+                                  std::int64_t nh) {
+  const std::int64_t hd = C / nh;
   std::vector<float> qkv = mixed_values(B * T * 3 * C, 30);
   for (float& x : qkv) x *= 1e-3f;  // |scores| moderate: every exp contributes
   const std::vector<float> dy = mixed_values(B * T * C, 31);
@@ -101,10 +103,17 @@ TEST_F(GptBits, AttentionEqualsGptMathReference) {
   const Tensor tqkv = upload(qkv, {B, T, 3 * C});
   Tensor tatt;
   const Tensor ty = ops::attention(tqkv, nh, tatt);
+  SCOPED_TRACE(::testing::Message() << B << "x" << T << "x" << C << " heads " << nh);
   EXPECT_TRUE(bits_equal(ty.to_vector<float>(), y));
   EXPECT_TRUE(bits_equal(tatt.to_vector<float>(), att));
   const Tensor tdq = ops::attention_backward(upload(dy, {B, T, C}), tqkv, tatt, nh);
   EXPECT_TRUE(bits_equal(tdq.to_vector<float>(), dqkv));
+}
+
+TEST_F(GptBits, AttentionEqualsGptMathReference) {
+  expect_attention_is_gpt_math(2, 7, 12, 3);   // hd 4
+  expect_attention_is_gpt_math(1, 40, 64, 2);  // hd 32, a full block of 32 keys and a tail
+  expect_attention_is_gpt_math(2, 33, 64, 1);  // hd 64
 }
 
 // causal_softmax_row takes exp_nonpositive where it equals canonical::exp and canonical::exp
