@@ -20,10 +20,12 @@
 #include "core/nn/with_loss.h"
 #include "core/optim/adam.h"
 #include "core/optim/adamw.h"
+#include "core/optim/clip.h"
 #include "core/optim/lr_schedule.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
+#include "core/numerics/random.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -223,8 +225,9 @@ struct TorchAdamW {
   }
 };
 
-nn::Parameter param_on(const std::string& name, const std::vector<float>& v, const Shape& shape) {
-  return {name, Tensor::from_vector(v, shape, Device("sim", 0)), Tensor()};
+nn::Parameter param_on(const std::string& name, const std::vector<float>& v, const Shape& shape,
+                       const Device& device = Device("sim", 0)) {
+  return {name, Tensor::from_vector(v, shape, device), Tensor()};
 }
 
 /// Gradient of step s for a parameter of n elements (both signs, changing sizes).
@@ -439,6 +442,81 @@ TEST(GptSchedule, NanoGptLrAtKnownIterations) {
   expect_invalid([] { optim::nanogpt_lr(0, 1e-3, 10, 5, 1e-4); },
                  "lr_decay_iters: expected >= warmup_iters (10), got 5");
   expect_invalid([] { optim::nanogpt_lr(0, std::nan(""), 10, 100, 1e-4); }, "learning_rate: expected a finite value >= 0");
+}
+
+
+// ---- clip_grad_norm_ -------------------------------------------------------------------------------
+
+TEST_F(GptOptimTest, ClipGradNormMatchesTheClosedForm) {
+  for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
+    SCOPED_TRACE(mode == Determinism::bitwise ? "bitwise" : "fast");
+    auto a = param_on("a", {0, 0}, {2});
+    auto w = param_on("w", {0, 0, 0, 0}, {2, 2}, Device("sim", 1));
+    auto none = param_on("none", {1}, {1});  // no grad: skipped
+    // (9 + 16 + 4 + 64 + 64) / 256^2 = 157 / 65536, all exact: total = sqrt(157) / 256, small
+    // enough that torch's + 1e-6 changes coef's bits.
+    const float u = 1.0f / 256;
+    const std::vector<float> ga{3 * u, 4 * u}, gw{-2 * u, 8 * u, 0, 8 * u};
+    auto set = [&] {
+      a.grad = Tensor::from_vector(ga, {2}, Device("sim", 0));
+      w.grad = Tensor::from_vector(gw, {2, 2}, Device("sim", 1));  // another device
+    };
+    const std::vector<nn::Parameter*> ps{&a, &none, &w};
+    const float total = std::sqrt(157.0f) / 256;
+    // Below the norm: returned, grads untouched.
+    set();
+    EXPECT_EQ(optim::clip_grad_norm_(ps, 0.05, mode), total);
+    EXPECT_TRUE(bits_equal(a.grad.to_vector<float>(), ga));
+    EXPECT_TRUE(bits_equal(w.grad.to_vector<float>(), gw));
+    EXPECT_FALSE(none.grad.defined());
+    // Above: every grad times max_norm / (total + 1e-6), in float as torch.
+    set();
+    EXPECT_EQ(optim::clip_grad_norm_(ps, 0.01, mode), total);
+    const float coef = 0.01f / (total + 1e-6f);
+    ASSERT_NE(bits(coef), bits(0.01f / total));
+    std::vector<float> wa = ga, ww = gw;
+    for (float& x : wa) x *= coef;
+    for (float& x : ww) x *= coef;
+    EXPECT_TRUE(bits_equal(a.grad.to_vector<float>(), wa));
+    EXPECT_TRUE(bits_equal(w.grad.to_vector<float>(), ww));
+    // The clipped norm is max_norm * total / (total + 1e-6), to float roundings.
+    EXPECT_NEAR(optim::clip_grad_norm_(ps, 100.0, mode), 0.01 * total / (total + 1e-6), 1e-9);
+  }
+  auto p = param_on("p", {1}, {1});
+  EXPECT_EQ(optim::clip_grad_norm_({&p}, 1.0), 0.0f);  // no grads at all
+  expect_invalid([&] { optim::clip_grad_norm_({&p}, 0.0); },
+                 "optim::clip_grad_norm_: max_norm: expected a finite value > 0, got 0");
+  p.grad = Tensor::zeros({2}, DType::f32, Device("sim", 0));
+  expect_invalid([&] { optim::clip_grad_norm_({&p}, 1.0); }, "params[0] ('p'): grad: expected [1] f32");
+}
+
+TEST_F(GptOptimTest, ClipGradNormGivesTheSameBitsOnEveryDdpRank) {
+  constexpr std::int64_t kBatch = 16, kIn = 5, kOut = 3;
+  std::vector<float> xs(kBatch * kIn), ys(kBatch * kOut);
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = uniform(3, stream_id(kStreamSynthetic, 40), i, -1, 1);
+  for (std::size_t i = 0; i < ys.size(); ++i) ys[i] = uniform(3, stream_id(kStreamSynthetic, 41), i, -1, 1);
+  const Tensor x = Tensor::from_vector(xs, {kBatch, kIn}), y = Tensor::from_vector(ys, {kBatch, kOut});
+  std::vector<float> norms(4);
+  std::vector<std::vector<float>> grads(4);
+  on_ranks(4, Determinism::bitwise, [&](int r, Communicator& comm) {
+    nn::WithLoss model(nn::mlp({kIn, 16, kOut}, comm.device(), 5), std::make_unique<nn::MSELoss>());
+    model.loss().set_global_batch(kBatch);
+    parallel::DistributedDataParallelOptions o;
+    o.average_gradients = false;  // Note [DDP loss scaling]
+    parallel::DistributedDataParallel ddp(model, comm, o);
+    const auto [lo, hi] = ddp.local_rows(kBatch);
+    ddp.forward({x.narrow(lo, hi - lo), y.narrow(lo, hi - lo)}, kBatch);
+    ddp.backward();
+    const auto rank = static_cast<std::size_t>(r);
+    norms[rank] = optim::clip_grad_norm_(model.parameters(), 0.05, Determinism::bitwise);
+    for (nn::Parameter* p : model.parameters())
+      for (float g : p->grad.to_vector<float>()) grads[rank].push_back(g);
+  });
+  EXPECT_GT(norms[0], 0.05f);  // it clipped
+  for (std::size_t r = 1; r < 4; ++r) {
+    EXPECT_EQ(bits(norms[r]), bits(norms[0])) << "rank " << r;
+    EXPECT_TRUE(bits_equal(grads[r], grads[0])) << "rank " << r;
+  }
 }
 
 }  // namespace
