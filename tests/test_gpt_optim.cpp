@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cmath>
 #include <functional>
 #include <future>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
+#include "core/io/checkpoint.h"
 #include "core/runtime/backend.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
@@ -251,6 +253,13 @@ TEST_F(GptOptimTest, AdamWGroupsAsNanoGPT) {
   EXPECT_EQ(opt.weight_decay(0), 0.1);
   EXPECT_EQ(opt.weight_decay(1), 0.0);
   EXPECT_EQ(opt.weight_decay(2), 0.0);
+  // One explicit group: torch's AdamW(list, weight_decay=0.3) decays every parameter.
+  const std::vector<nn::Parameter*> all{&b, &w};
+  optim::AdamW torch_like({{all, 0.3}}, {});
+  EXPECT_EQ(torch_like.parameters()[0], &b);
+  EXPECT_EQ(torch_like.weight_decay(0), 0.3);
+  EXPECT_EQ(torch_like.weight_decay(1), 0.3);
+  EXPECT_EQ(torch_like.state_dict().options.at("num_groups"), "1");
   expect_invalid([&] { optim::AdamW({&w}, {.beta2 = 1.0}); },
                  "optim::AdamW: beta2: Invalid beta parameter at index 1: 1");
   expect_invalid([&] { optim::AdamW(std::vector<optim::AdamWGroup>{{{&w}, -1.0}}); },
@@ -404,6 +413,37 @@ TEST_F(GptOptimTest, AdamWStateDictRoundTripGivesTheSameNextStep) {
   bad_lr.options["lr"] = "fast";
   expect_invalid([&] { opt2.load_state_dict(bad_lr); }, "option lr: expected a finite number >= 0, got 'fast'");
   EXPECT_EQ(opt2.lr(), 0.01);
+}
+
+TEST_F(GptOptimTest, AdamWStateSurvivesACheckpointFile) {
+  // The options (param_groups.<g>.*) go through the checkpoint's safetensors metadata.
+  auto net = nn::mlp({3, 4, 2}, Device("sim", 0), 9);
+  auto net2 = nn::mlp({3, 4, 2}, Device("sim", 0), 10);
+  const optim::AdamWOptions o{.lr = 0.02, .beta2 = 0.99, .weight_decay = 0.1};
+  optim::AdamW opt(net->parameters(), o), opt2(net2->parameters(), o);
+  auto step = [](nn::Module& m, optim::AdamW& a, int s) {
+    for (nn::Parameter* p : m.parameters()) {
+      std::vector<float> g = grad_of(s, static_cast<std::size_t>(p->data.numel()), 0.1f);
+      p->grad = Tensor::from_vector(g, p->data.shape(), p->data.device());
+    }
+    a.step();
+  };
+  step(*net, opt, 0);
+  TrainerState ts;
+  ts.step = 1;
+  const std::string dir = ::testing::TempDir() + "gpt_optim_adamw_ckpt";
+  const std::string path = save_checkpoint(dir, *net, opt, ts);
+  Checkpoint c = read_checkpoint(path);
+  EXPECT_EQ(c.optimizer.type, "AdamW");
+  EXPECT_EQ(c.optimizer.options.at("param_groups.0.num_params"), "2");  // the two weights
+  for (std::size_t i = 0; i < c.params.size(); ++i) net2->parameters()[i]->data.copy_(c.params[i].second);
+  opt2.load_state_dict(c.optimizer);
+  step(*net, opt, 1);
+  step(*net2, opt2, 1);
+  for (std::size_t i = 0; i < net->parameters().size(); ++i)
+    EXPECT_TRUE(bits_equal(net2->parameters()[i]->data.to_vector<float>(),
+                           net->parameters()[i]->data.to_vector<float>())) << "parameter " << i;
+  std::filesystem::remove_all(dir);
 }
 
 // ---- the learning-rate schedule --------------------------------------------------------------------
