@@ -6,8 +6,8 @@
 // dropout, so when attn_dropout is active (training, p > 0) the layer runs the kernel for att
 // (the softmax; its y is discarded) and computes the rest here, on the host, in one fixed order
 // that no device count or backend changes (so bitwise mode holds):
-//   a[t, u]  = keep(t, u) ? att[t, u] * s : 0,  s = 1 / (1 - p) in float, keep as
-//              Kernels::dropout_forward: uniform01(seed, stream, index_base + flat index) >= p
+//   a[t, u]  = keep(t, u) ? att[t, u] * s : 0,  s = 1 / (1 - p) in float, keep = gpt::dropout_keep
+//              (seed, stream, index_base + flat index, p), s = gpt::dropout_scale(p)
 //   y[t, i]  = sum over u = 0..t ascending of fma(a[t, u], v[u, i], acc) from 0
 // backward, per (b, h), with hd = C / nh and scale = float(1 / sqrt(double(hd))):
 //   da[t, u] = keep ? (sum_i dy[t, i] v[u, i]) * s : 0     (fma chain over i ascending)
@@ -22,8 +22,7 @@
 #include <vector>
 
 #include "core/nn/attention.h"
-#include "core/numerics/canonical_math.h"
-#include "core/numerics/random.h"
+#include "core/numerics/gpt_math.h"
 
 namespace ditto::nn {
 
@@ -51,7 +50,7 @@ AttnDims dims_of(const char* who, const Tensor& qkv, const Tensor& att, std::int
 std::vector<unsigned char> keep_mask(std::size_t n, float p, std::uint64_t seed,
                                      std::uint64_t stream, std::uint64_t index_base) {
   std::vector<unsigned char> keep(n);
-  for (std::size_t i = 0; i < n; ++i) keep[i] = uniform01(seed, stream, index_base + i) >= p;
+  for (std::size_t i = 0; i < n; ++i) keep[i] = gpt::dropout_keep(seed, stream, index_base + i, p);
   return keep;
 }
 
@@ -70,7 +69,7 @@ Tensor attention_dropout_forward(const Tensor& qkv, const Tensor& att, std::int6
                                  std::uint64_t index_base) {
   const AttnDims d = dims_of("nn::attention_dropout_forward", qkv, att, n_head);
   const std::vector<float> x = qkv.to_vector<float>(), at = att.to_vector<float>();
-  const float s = c::div(1.0f, c::sub(1.0f, p));
+  const float s = gpt::dropout_scale(p);
   const std::vector<float> a = dropped(at, keep_mask(at.size(), p, seed, stream, index_base), s);
   std::vector<float> y(static_cast<std::size_t>(d.B * d.T * d.C));
   const std::int64_t C3 = 3 * d.C;
@@ -97,10 +96,10 @@ Tensor attention_dropout_backward(const Tensor& dy, const Tensor& qkv, const Ten
               ", got ", dy.defined() ? dy.str() : "undefined");
   const std::vector<float> x = qkv.to_vector<float>(), g = dy.to_vector<float>();
   const std::vector<float> at = att.to_vector<float>();
-  const float s = c::div(1.0f, c::sub(1.0f, p));
+  const float s = gpt::dropout_scale(p);
   const std::vector<unsigned char> keep = keep_mask(at.size(), p, seed, stream, index_base);
   const std::vector<float> a = dropped(at, keep, s);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d.hd)));
+  const float scale = gpt::attention_scale(d.hd);
   const std::int64_t C3 = 3 * d.C, T = d.T;
   std::vector<float> dx(x.size(), 0.0f), dz(static_cast<std::size_t>(T * T), 0.0f);
   // Element i of head h's q (part 0), k (1) or v (2) at position t of sample b.

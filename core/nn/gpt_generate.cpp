@@ -12,9 +12,6 @@ namespace ditto::nn {
 
 namespace {
 
-// Note [Random streams]: the kind of generate()'s sampling draws (core/numerics/gpt_math.h).
-constexpr std::uint64_t kSampleStreamKind = 6;
-
 // Restores a module's training mode and micro-shards when generate() returns or throws.
 class EvalScope {
  public:
@@ -74,7 +71,7 @@ std::vector<std::int64_t> GPT::generate(std::vector<std::int64_t> prompt,
               "GPT.generate: temperature: expected a finite value > 0, got ", temperature);
   EvalScope eval(*this);
   const std::int64_t V = cfg_.vocab_size;
-  const std::uint64_t stream = stream_id(kSampleStreamKind, 0);
+  const std::uint64_t stream = stream_id(kStreamSample, 0);
   for (std::int64_t n = 0; n < max_new_tokens; ++n) {
     const auto len = static_cast<std::int64_t>(prompt.size());
     const std::int64_t t = std::min(len, cfg_.block_size);

@@ -13,9 +13,6 @@ namespace ditto::nn {
 
 namespace {
 
-// Note [Dropout masks] (core/numerics/gpt_math.h): the stream kind of dropout masks.
-constexpr std::uint64_t kDropoutStreamKind = 5;
-
 // Samples of a [B, ...] activation and its rows per sample (T for [B, T, C]).
 std::int64_t rows_per_sample(const Shape& shape) {
   std::int64_t r = 1;
@@ -28,7 +25,7 @@ std::int64_t rows_per_sample(const Shape& shape) {
 std::uint64_t dropout_stream(std::int64_t step, std::uint64_t site) {
   DITTO_CHECK(step >= 0 && step < (std::int64_t(1) << 40), "nn::dropout_stream: step: expected in [0, 2^40), got ", step);
   DITTO_CHECK(site < 256, "nn::dropout_stream: site: expected < 256, got ", site);
-  return stream_id(kDropoutStreamKind, static_cast<std::uint64_t>(step) << 8 | site);
+  return stream_id(kStreamDropout, static_cast<std::uint64_t>(step) << 8 | site);
 }
 
 std::uint64_t dropout_index_base(std::int64_t first_row, std::int64_t elements_per_row) {
