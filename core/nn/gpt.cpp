@@ -79,6 +79,7 @@ std::unique_ptr<Module> Block::clone() const {
 
 GPT::GPT(const GPTConfig& cfg, const Device& device, std::uint64_t seed) : cfg_(cfg), seed_(seed) {
   check_config(cfg);
+  input_requires_grad_ = false;
   wte_ = std::make_unique<Embedding>(cfg.vocab_size, cfg.n_embd, device, seed, kWteLayerId,
                                      kGptInitStd);
   wpe_ = std::make_unique<Embedding>(cfg.block_size, cfg.n_embd, device, seed, kWpeLayerId,

@@ -90,6 +90,8 @@ class GPT : public Container {
   /// grad_logits [B, T, vocab_size] (d loss / d logits, e.g. CrossEntropyLoss's backward):
   /// accumulates every parameter's grad; returns an undefined tensor (ids have no gradient).
   Tensor backward(const Tensor& grad_logits) override;
+  /// Token ids have no gradient: input_requires_grad() is always false (a true is ignored).
+  void set_input_requires_grad(bool) override { input_requires_grad_ = false; }
   /// nanoGPT's state_dict names and order (Note [GPT]); lm_head.weight is wte, not listed.
   std::vector<Parameter*> parameters() override;
   /// Same structure and settings, parameters sharing this one's data.
@@ -115,7 +117,9 @@ class GPT : public Container {
   std::vector<Module*> children() override;
 
  private:
-  GPT(const GPTConfig& cfg, std::uint64_t seed) : cfg_(cfg), seed_(seed) {}  // for clone
+  GPT(const GPTConfig& cfg, std::uint64_t seed) : cfg_(cfg), seed_(seed) {  // for clone
+    input_requires_grad_ = false;
+  }
   void name_children();
   void wte_grad(const Tensor& dlogits, const Tensor& demb);
 

@@ -38,6 +38,7 @@ std::uint64_t dropout_index_base(std::int64_t first_row, std::int64_t elements_p
 Embedding::Embedding(std::int64_t num_embeddings, std::int64_t embedding_dim, const Device& device,
                      std::uint64_t seed, std::uint64_t layer_id, float init_std)
     : v_(num_embeddings), c_(embedding_dim) {
+  input_requires_grad_ = false;
   DITTO_CHECK(num_embeddings >= 1 && embedding_dim >= 1,
               "Embedding: expected num_embeddings >= 1 and embedding_dim >= 1, got ",
               num_embeddings, " and ", embedding_dim);
