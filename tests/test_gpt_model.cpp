@@ -6,12 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <future>
 #include <utility>
 
 #include "core/nn/gpt.h"
+#include "core/comm/communicator.h"
 #include "core/nn/loss.h"
+#include "core/nn/with_loss.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
+#include "core/parallel/distributed_data_parallel.h"
 #include "gpt_test_util.h"
 #include "test_util.h"
 
@@ -119,42 +123,96 @@ TEST_F(GptModel, WholeModelGradientsMatchFiniteDifferences) {
   }
 }
 
-// 3 SGD steps of the tiny GPT in bitwise mode through DataParallel over D devices, batches of
-// B sequences; returns every parameter's values.
-std::vector<float> train_dp(int devices, float dropout, int B = 8) {
+nn::GPTConfig dp_config(float dropout) {
   nn::GPTConfig c;
   c.block_size = 6, c.vocab_size = 11, c.n_layer = 2, c.n_head = 2, c.n_embd = 8;
   c.dropout = dropout, c.bias = true;
-  nn::GPT m(c, Device("sim", 0), 7);
+  return c;
+}
+
+// Step `step`'s batch: B windows of 7 seeded tokens, x [B, 6] the first 6, y [B, 6] the last.
+std::pair<Tensor, Tensor> batch_of(std::int64_t step, int B) {
+  const std::vector<std::int64_t> tok = seeded_ids(B * 7, 11, 200 + static_cast<std::uint64_t>(step));
+  std::vector<std::int64_t> x, y;
+  for (int r = 0; r < B; ++r)
+    for (int t = 0; t < 6; ++t) x.push_back(tok[r * 7 + t]), y.push_back(tok[r * 7 + t + 1]);
+  return {Tensor::from_vector(x, {B, 6}), Tensor::from_vector(y, {B, 6})};
+}
+
+optim::SGDOptions sgd_options() {
+  optim::SGDOptions so;
+  so.lr = 0.5f;
+  return so;
+}
+
+// 3 SGD steps of the tiny GPT in bitwise mode through DataParallel over D devices, batches of
+// B sequences; returns every parameter's values.
+std::vector<float> train_dp(int devices, float dropout, int B = 8) {
+  nn::GPT m(dp_config(dropout), Device("sim", 0), 7);
   m.set_determinism(Determinism::bitwise);
   parallel::DataParallelOptions o;
   o.determinism = Determinism::bitwise;
   parallel::DataParallel dp(m, ditto::devices("sim", devices), o);
-  optim::SGDOptions so;
-  so.lr = 0.5f;
-  optim::SGD sgd(m.parameters(), so);
+  optim::SGD sgd(m.parameters(), sgd_options());
   nn::CrossEntropyLoss ce;
   ce.set_determinism(Determinism::bitwise);
   for (std::int64_t step = 0; step < 3; ++step) {
     m.set_step(step);
     sgd.zero_grad();
-    const std::vector<std::int64_t> tok = seeded_ids(B * 7, 11, 200 + step);
-    std::vector<std::int64_t> x, y;
-    for (int r = 0; r < B; ++r)
-      for (int t = 0; t < 6; ++t) x.push_back(tok[r * 7 + t]), y.push_back(tok[r * 7 + t + 1]);
-    const Tensor logits = dp.forward(Tensor::from_vector(x, {B, 6}));
-    ce.forward(logits, Tensor::from_vector(y, {B, 6}, logits.device()));
+    const auto [x, y] = batch_of(step, B);
+    const Tensor logits = dp.forward(x);
+    ce.forward(logits, y.to(logits.device()));
     dp.backward(ce.backward());
     sgd.step();
   }
   return parameter_values(m);
 }
 
-TEST_F(GptModel, SameBitsOverOneTwoFourEightDevicesInBitwiseMode) {
+// The same training with DistributedDataParallel over `world` ranks (one thread each), the loss
+// a mean over the global batch (set_global_batch, summed gradients); every rank's parameters.
+std::vector<std::vector<float>> train_ddp(int world, float dropout, int B = 8) {
+  CommOptions co;
+  co.determinism = Determinism::bitwise;
+  std::vector<Communicator> comms = Communicator::init_all(ditto::devices("sim", world), co);
+  std::vector<std::vector<float>> out(static_cast<std::size_t>(world));
+  auto rank = [&](int r) {
+    Communicator& comm = comms[static_cast<std::size_t>(r)];
+    auto gpt = std::make_unique<nn::GPT>(dp_config(dropout), comm.device(), 7);
+    nn::GPT& m = *gpt;
+    auto ce = std::make_unique<nn::CrossEntropyLoss>();
+    ce->set_global_batch(B);
+    nn::WithLoss model(std::move(gpt), std::move(ce));
+    parallel::DistributedDataParallelOptions o;
+    o.average_gradients = false;
+    parallel::DistributedDataParallel ddp(model, comm, o);
+    optim::SGD sgd(m.parameters(), sgd_options());
+    for (std::int64_t step = 0; step < 3; ++step) {
+      m.set_step(step);
+      sgd.zero_grad();
+      const auto [x, y] = batch_of(step, B);
+      const auto [a, b] = ddp.local_rows(B);
+      ddp.forward({x.narrow(a, b - a), y.narrow(a, b - a)}, B);
+      ddp.backward();
+      sgd.step();
+    }
+    out[static_cast<std::size_t>(r)] = parameter_values(m);
+  };
+  std::vector<std::future<void>> done;
+  for (int r = 0; r < world; ++r) done.push_back(std::async(std::launch::async, rank, r));
+  for (auto& f : done) f.get();
+  return out;
+}
+
+TEST_F(GptModel, SameBitsOverDevicesAndRanksInBitwiseMode) {
   for (float p : {0.0f, 0.1f}) {
     const std::vector<float> one = train_dp(1, p);
     for (int d : {2, 4, 8}) EXPECT_TRUE(bits_equal(train_dp(d, p), one)) << d << " devices, dropout " << p;
   }
+  // DistributedDataParallel over 2 and 4 ranks: the same bits on every rank.
+  const std::vector<float> dp1 = train_dp(1, 0.1f);
+  for (int world : {2, 4})
+    for (const std::vector<float>& r : train_ddp(world, 0.1f))
+      EXPECT_TRUE(bits_equal(r, dp1)) << "DDP over " << world << " ranks";
   // A batch smaller than the device count: some replicas hold no rows.
   EXPECT_TRUE(bits_equal(train_dp(8, 0.1f, 3), train_dp(1, 0.1f, 3)));
   // The steps did something, and dropout changed it.
