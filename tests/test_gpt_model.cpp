@@ -5,6 +5,7 @@
 // generate() reproducible for a seed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <future>
 #include <utility>
@@ -222,6 +223,36 @@ TEST_F(GptModel, SameBitsOverDevicesAndRanksInBitwiseMode) {
   EXPECT_TRUE(any_bits_differ(train_dp(1, 0.1f), train_dp(1, 0.0f)));
 }
 
+TEST_F(GptModel, FastDataParallelAgreesWithOneDeviceAndEveryGradIsReportedOnce) {
+  // fast mode (torch.chunk split, any-order kernels): within rounding of one device.
+  nn::GPT a(dp_config(0.0f), dev(), 2), b(dp_config(0.0f), dev(), 2);
+  parallel::DataParallel dp(b, ditto::devices("sim", 4));
+  const auto [x, y] = batch_of(0, 6);
+  std::vector<std::string> reported;
+  a.set_grad_ready_hook([&](nn::Parameter& p) { reported.push_back(p.name); });
+  for (std::pair<nn::GPT*, bool> run : {std::pair{&a, false}, std::pair{&b, true}}) {
+    run.first->zero_grad();
+    nn::CrossEntropyLoss ce;
+    const Tensor logits = run.second ? dp.forward(x) : run.first->forward(x);
+    ce.forward(logits, y.to(logits.device()));
+    if (run.second) dp.backward(ce.backward()); else run.first->backward(ce.backward());
+  }
+  const std::vector<nn::Parameter*> pa = a.parameters(), pb = b.parameters();
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    const std::vector<float> ga = pa[i]->grad.to_vector<float>(), gb = pb[i]->grad.to_vector<float>();
+    for (std::size_t k = 0; k < ga.size(); ++k) ASSERT_NEAR(ga[k], gb[k], 1e-6) << pa[i]->name;
+  }
+  // DDP's hook: each parameter once, after its layer's backward (ln_f first, wte last).
+  std::vector<std::string> names;
+  for (nn::Parameter* p : pa) names.push_back(p->name);
+  ASSERT_EQ(reported.size(), names.size());
+  EXPECT_EQ(reported.front(), "transformer.ln_f.weight");
+  EXPECT_EQ(reported.back(), "transformer.wte.weight");
+  std::sort(reported.begin(), reported.end());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(reported, names);
+}
+
 TEST_F(GptModel, RowSliceWithItsFirstRowDrawsTheWholeBatchsMasks) {
   nn::GPT m(tiny(0.3f, false), dev(), 5);
   m.set_determinism(Determinism::bitwise);
@@ -284,6 +315,8 @@ TEST_F(GptModel, BadInputsAreRefusedByName) {
   expect_invalid([&] { m.forward(ids(1, 7, 11, 1)); }, "expected 1 <= T <= block_size = 6");
   expect_invalid([&] { m.forward(Tensor::zeros({2, 3}, DType::f32, dev())); }, "idx: expected [B, T] i64");
   expect_invalid([&] { m.backward(Tensor::zeros({1, 1, 11}, DType::f32, dev())); }, "called before forward");
+  expect_invalid([&] { m.forward(Tensor::from_vector(std::vector<std::int64_t>{1, 11}, {1, 2})); },
+                 "GPT.forward: ops::embedding: idx[0, 1] = 11 out of range [0, 11)");
 }
 
 }  // namespace
