@@ -35,14 +35,12 @@ struct AttnDims {
 };
 
 AttnDims dims_of(const char* who, const Tensor& qkv, const Tensor& att, std::int64_t nh) {
-  DITTO_CHECK(qkv.defined() && qkv.dim() == 3 && qkv.size(2) % 3 == 0 &&
-                  qkv.dtype() == DType::f32,
+  DITTO_CHECK(qkv.defined() && qkv.dim() == 3 && qkv.size(2) % 3 == 0 && qkv.dtype() == DType::f32,
               who, ": qkv: expected [B, T, 3C] f32, got ", qkv.defined() ? qkv.str() : "undefined");
   const AttnDims d{qkv.size(0), qkv.size(1), qkv.size(2) / 3, nh, 0};
   DITTO_CHECK(nh >= 1 && d.C % nh == 0, who, ": n_head: expected a divisor of ", d.C, ", got ", nh);
-  DITTO_CHECK(att.defined() && att.shape() == (Shape{d.B, nh, d.T, d.T}), who,
-              ": att: expected ", shape_str({d.B, nh, d.T, d.T}), ", got ",
-              att.defined() ? att.str() : "undefined");
+  DITTO_CHECK(att.defined() && att.shape() == (Shape{d.B, nh, d.T, d.T}), who, ": att: expected ",
+              shape_str({d.B, nh, d.T, d.T}), ", got ", att.defined() ? att.str() : "undefined");
   return {d.B, d.T, d.C, nh, d.C / nh};
 }
 
@@ -58,8 +56,8 @@ void dropped_row(const float* att_row, std::size_t row, std::int64_t t, float p,
 
 }  // namespace
 
-Tensor attention_dropout_forward(const Tensor& qkv, const Tensor& att, std::int64_t n_head,
-                                 float p, std::uint64_t seed, std::uint64_t stream,
+Tensor attention_dropout_forward(const Tensor& qkv, const Tensor& att, std::int64_t n_head, float p,
+                                 std::uint64_t seed, std::uint64_t stream,
                                  std::uint64_t index_base) {
   const AttnDims d = dims_of("nn::attention_dropout_forward", qkv, att, n_head);
   const std::vector<float> x = qkv.to_vector<float>(), at = att.to_vector<float>();
@@ -88,8 +86,8 @@ Tensor attention_dropout_backward(const Tensor& dy, const Tensor& qkv, const Ten
                                   std::uint64_t stream, std::uint64_t index_base) {
   const AttnDims d = dims_of("nn::attention_dropout_backward", qkv, att, n_head);
   DITTO_CHECK(dy.defined() && dy.shape() == (Shape{d.B, d.T, d.C}),
-              "nn::attention_dropout_backward: dy: expected ", shape_str({d.B, d.T, d.C}),
-              ", got ", dy.defined() ? dy.str() : "undefined");
+              "nn::attention_dropout_backward: dy: expected ", shape_str({d.B, d.T, d.C}), ", got ",
+              dy.defined() ? dy.str() : "undefined");
   const std::vector<float> x = qkv.to_vector<float>(), g = dy.to_vector<float>();
   const std::vector<float> at = att.to_vector<float>();
   const float s = gpt::dropout_scale(p);
@@ -112,7 +110,8 @@ Tensor attention_dropout_backward(const Tensor& dy, const Tensor& qkv, const Ten
           const float* vu = &x[qkv_at(b, u, 2, h)];
           float acc = 0.0f;
           for (std::int64_t i = 0; i < hd; ++i) acc = c::fma(gt[i], vu[i], acc);
-          const bool kept = gpt::dropout_keep(seed, stream, index_base + row + static_cast<std::size_t>(u), p);
+          const bool kept =
+              gpt::dropout_keep(seed, stream, index_base + row + static_cast<std::size_t>(u), p);
           da[u] = kept ? c::mul(acc, s) : 0.0f;
           dot = c::fma(at[row + static_cast<std::size_t>(u)], da[u], dot);
         }

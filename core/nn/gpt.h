@@ -109,9 +109,8 @@ class GPT : public Container {
   /// training mode and micro-shards are restored afterwards; the saved state of the last forward
   /// is not (call forward again before backward). Throws InvalidArgument for an empty prompt,
   /// a bad id, max_new_tokens < 0 or a temperature that is not finite and > 0.
-  std::vector<std::int64_t> generate(std::vector<std::int64_t> prompt,
-                                     std::int64_t max_new_tokens, float temperature,
-                                     std::int64_t top_k, std::uint64_t seed);
+  std::vector<std::int64_t> generate(std::vector<std::int64_t> prompt, std::int64_t max_new_tokens,
+                                     float temperature, std::int64_t top_k, std::uint64_t seed);
 
  protected:
   std::vector<Module*> children() override;
