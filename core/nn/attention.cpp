@@ -47,12 +47,6 @@ std::vector<Module*> CausalSelfAttention::children() {
   return {c_attn_.get(), attn_dropout_.get(), c_proj_.get(), resid_dropout_.get()};
 }
 
-std::vector<Parameter*> CausalSelfAttention::parameters() {
-  std::vector<Parameter*> out = c_attn_->parameters();
-  for (Parameter* p : c_proj_->parameters()) out.push_back(p);
-  return out;
-}
-
 Tensor CausalSelfAttention::forward(const Tensor& x) {
   check_btc("CausalSelfAttention", x, c_attn_->in_features());
   qkv_ = c_attn_->forward(x);
@@ -111,12 +105,6 @@ GPTMLP::GPTMLP(const GPTConfig& cfg, std::int64_t layer, const Device& device, s
 
 std::vector<Module*> GPTMLP::children() {
   return {c_fc_.get(), gelu_.get(), c_proj_.get(), dropout_.get()};
-}
-
-std::vector<Parameter*> GPTMLP::parameters() {
-  std::vector<Parameter*> out = c_fc_->parameters();
-  for (Parameter* p : c_proj_->parameters()) out.push_back(p);
-  return out;
 }
 
 Tensor GPTMLP::forward(const Tensor& x) {

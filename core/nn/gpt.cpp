@@ -49,13 +49,6 @@ std::vector<Module*> Block::children() {
   return {ln_1_.get(), attn_.get(), ln_2_.get(), mlp_.get()};
 }
 
-std::vector<Parameter*> Block::parameters() {
-  std::vector<Parameter*> out;
-  for (Module* c : children())
-    for (Parameter* p : c->parameters()) out.push_back(p);
-  return out;
-}
-
 Tensor Block::forward(const Tensor& x) {
   Tensor x1 = ops::add(x, attn_->forward(ln_1_->forward(x)));
   return ops::add(x1, mlp_->forward(ln_2_->forward(x1)));
@@ -105,13 +98,6 @@ std::vector<Module*> GPT::children() {
   std::vector<Module*> out{wte_.get(), wpe_.get(), drop_.get()};
   for (auto& b : h_) out.push_back(b.get());
   out.push_back(ln_f_.get());
-  return out;
-}
-
-std::vector<Parameter*> GPT::parameters() {
-  std::vector<Parameter*> out;
-  for (Module* c : children())
-    for (Parameter* p : c->parameters()) out.push_back(p);
   return out;
 }
 
