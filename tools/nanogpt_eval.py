@@ -10,7 +10,8 @@ evaluation windows ditto uses, to compare with the val loss ditto-train printed 
   --checkpoint CKPT a ditto-train --model gpt checkpoint directory (CKPT/latest names the step
                     directory) or one step directory of it
   --data FILE       the text ditto trained on (data/shakespeare.txt)
-  --eval-iters N    evaluation batches (default: the checkpoint's eval_iters)
+  --eval-iters N    evaluation batches (default 20, ditto-train's --eval-iters default; give the
+                    run's value: the checkpoint does not record it)
   --split S         val (default) or train
 
 nanoGPT's MLP uses nn.GELU(), the exact erf form; ditto's GELU is the tanh approximation (torch's
@@ -20,16 +21,19 @@ uses its "slow attention" (masked softmax; it prints a WARNING saying so); its c
 (transformer.h.N.attn.bias) are not parameters and keep the values nanoGPT gives them.
 lm_head.weight is transformer.wte.weight (tied), as in nanoGPT.
 
-The windows: TEXT_SOURCE below mirrors ditto's train::TextDataSource (core/train/text_source.h):
+The windows mirror ditto's train::TextDataSource (Note [Text batches], core/train/text_source.h):
 vocabulary = sorted distinct bytes, train = the first int(n * 0.9) tokens, val the rest; evaluation
-batch k of a split has B windows, window j starting at
-philox_u64(seed, stream_id(eval stream, k), j) % (len(split) - T) with x = tokens[i:i+T] and
-y = tokens[i+1:i+T+1]. The loss of a split is the mean over its eval_iters batches of
-F.cross_entropy over the batch's B*T tokens (nanoGPT's estimate_loss).
+batch k of split p (0 train, 1 val) has B windows, window j at offset
+philox_u64(seed, stream_id(kStreamEvalBatch = 8, p << 32 | k), j) % (len(split) - T) in the split,
+x = tokens[i:i+T], y = tokens[i+1:i+T+1]. The loss of a split is the mean over its eval_iters
+batches of F.cross_entropy over the batch's B*T tokens (nanoGPT's estimate_loss). The checkpoint's
+trainer.json gives the seed, batch_size, block_size, n_head (in "model": "gpt(n_layer=..,
+n_head=.., ...)") and the vocabulary (checked against --data's).
 """
 import argparse
 import json
 import os
+import re
 import sys
 
 import numpy as np
@@ -79,7 +83,8 @@ def self_test():
 
 
 # ---- ditto's text source -----------------------------------------------------------------------
-TEXT_SOURCE = dict(train_fraction=0.9, eval_stream_kind={"train": 8, "val": 9})
+K_STREAM_EVAL_BATCH = 8
+SPLIT_ID = {"train": 0, "val": 1}
 
 
 def split_tokens(path, vocab=None):
@@ -93,12 +98,12 @@ def split_tokens(path, vocab=None):
     lut = np.zeros(256, dtype=np.int64)
     lut[list(chars)] = np.arange(len(chars))
     tokens = lut[np.frombuffer(data, dtype=np.uint8)]
-    n = int(len(data) * TEXT_SOURCE["train_fraction"])
+    n = int(len(data) * 0.9)
     return tokens[:n], tokens[n:], chars
 
 
 def eval_batch(tokens, seed, split, k, B, T):
-    stream = stream_id(TEXT_SOURCE["eval_stream_kind"][split], k)
+    stream = stream_id(K_STREAM_EVAL_BATCH, SPLIT_ID[split] << 32 | k)
     starts = [philox_u64(seed, stream, j) % (len(tokens) - T) for j in range(B)]
     x = np.stack([tokens[i:i + T] for i in starts])
     y = np.stack([tokens[i + 1:i + 1 + T] for i in starts])
@@ -141,9 +146,14 @@ def main():
                      f"config '{key}'")
         return config[key]
 
-    n_head, B, T = int(setting("n_head")), int(setting("batch_size")), int(setting("block_size"))
+    model_name = setting("model")
+    match = re.search(r"n_head=(\d+)", model_name)
+    if not match:
+        sys.exit(f"nanogpt_eval: {a.checkpoint}: model '{model_name}' is not ditto's GPT")
+    n_head, B, T = int(match.group(1)), int(setting("batch_size")), int(setting("block_size"))
     seed = int(setting("seed"))
-    eval_iters = a.eval_iters or int(setting("eval_iters"))
+    eval_iters = a.eval_iters or 20
+    vocab = bytes.fromhex(config["vocab"]) if "vocab" in config else None
     cfg = ref.config_from_params(tensors, n_head)
     torch.set_num_threads(os.cpu_count() or 1)
     model = nanogpt.GPT(nanogpt.GPTConfig(**{k: cfg[k] for k in (
@@ -159,6 +169,10 @@ def main():
             sys.exit(f"nanogpt_eval: {model_file}: {k}: shape {tuple(v.shape)}, nanoGPT's "
                      f"{tuple(sd[k].shape)}")
         sd[k] = torch.from_numpy(v.copy())
+    if "lm_head.weight" in tensors and not np.array_equal(tensors["lm_head.weight"],
+                                                          tensors["transformer.wte.weight"]):
+        sys.exit(f"nanogpt_eval: {model_file}: lm_head.weight differs from transformer.wte.weight "
+                 f"(nanoGPT ties them)")
     sd["lm_head.weight"] = sd["transformer.wte.weight"]
     params = {n for n, _ in model.named_parameters()} | {"lm_head.weight"}
     not_given = sorted(params - set(tensors) - {"lm_head.weight"})
@@ -166,7 +180,7 @@ def main():
         sys.exit(f"nanogpt_eval: {model_file}: parameters missing: {not_given}")
     model.load_state_dict(sd, strict=True)
     model.eval()
-    train_tokens, val_tokens, _ = split_tokens(a.data)
+    train_tokens, val_tokens, _ = split_tokens(a.data, vocab)
     tokens = val_tokens if a.split == "val" else train_tokens
     losses = torch.zeros(eval_iters)
     with torch.no_grad():
