@@ -100,17 +100,35 @@ double max_abs(const std::vector<float>& v) {
 
 using Case = std::tuple<const char*, Determinism>;
 
-class GptReference : public SimSuite<1>, public ::testing::WithParamInterface<Case> {};
+class GptReference : public SimSuite<1>, public ::testing::WithParamInterface<Case> {
+ protected:
+  /// The fixture of the case's variant, nn::GPT with its parameters on a sim device and the loss,
+  /// both in the case's mode.
+  void SetUp() override {
+    mode_ = std::get<1>(GetParam());
+    ref_ = load_reference(std::get<0>(GetParam()));
+    dev_ = devices("sim", 1)[0];
+    gpt_ = load_gpt(ref_, dev_, mode_);
+    ce_.set_determinism(mode_);
+  }
+  /// Forward of batch `it`: the logits, and the loss in `loss`.
+  Tensor forward(std::int64_t it, float& loss) {
+    Tensor logits = gpt_->forward(ref_.batch("x", it).to(dev_));
+    loss = ce_.forward(logits, ref_.batch("y", it).to(dev_)).item();
+    return logits;
+  }
+
+  Determinism mode_ = Determinism::fast;
+  Reference ref_;
+  Device dev_;
+  std::unique_ptr<nn::GPT> gpt_;
+  nn::CrossEntropyLoss ce_;
+};
 
 TEST_P(GptReference, Step0LogitsAndLoss) {
-  const auto [variant, mode] = GetParam();
-  const Reference r = load_reference(variant);
-  const Device dev = devices("sim", 1)[0];
-  auto gpt = load_gpt(r, dev, mode);
-  nn::CrossEntropyLoss ce;
-  ce.set_determinism(mode);
-  const Tensor logits = gpt->forward(r.batch("x", 0).to(dev));
-  const float loss = ce.forward(logits, r.batch("y", 0).to(dev)).item();
+  const Reference& r = ref_;
+  float loss = 0;
+  const Tensor logits = forward(0, loss);
   const std::vector<float> got = logits.to_vector<float>();
   const std::vector<float> want = r.tensor("logits0").to_vector<float>();
   ASSERT_EQ(logits.shape(), r.tensor("logits0").shape());
@@ -124,12 +142,8 @@ TEST_P(GptReference, Step0LogitsAndLoss) {
 }
 
 TEST_P(GptReference, TenAdamWStepsAsNanoGPT) {
-  const auto [variant, mode] = GetParam();
-  const Reference r = load_reference(variant);
-  const Device dev = devices("sim", 1)[0];
-  auto gpt = load_gpt(r, dev, mode);
-  nn::CrossEntropyLoss ce;
-  ce.set_determinism(mode);
+  const Reference& r = ref_;
+  nn::GPT& gpt = *gpt_;
   const Json& R = r.recipe;
   optim::AdamWOptions o;
   o.lr = R.at("learning_rate");
@@ -137,22 +151,22 @@ TEST_P(GptReference, TenAdamWStepsAsNanoGPT) {
   o.beta2 = R.at("beta2");
   o.eps = R.at("eps");
   o.weight_decay = R.at("weight_decay");
-  optim::AdamW opt(gpt->parameters(), o);  // nanoGPT's groups: decay iff dim >= 2
+  optim::AdamW opt(gpt.parameters(), o);  // nanoGPT's groups: decay iff dim >= 2
   const std::vector<float> want = r.tensor("losses").to_vector<float>();
   ASSERT_EQ(static_cast<std::int64_t>(want.size()), r.steps);
   for (std::int64_t it = 0; it < r.steps; ++it) {
     opt.set_lr(optim::nanogpt_lr(it, R.at("learning_rate"), R.at("warmup_iters"),
                                  R.at("lr_decay_iters"), R.at("min_lr")));
-    gpt->set_step(it);
-    const Tensor logits = gpt->forward(r.batch("x", it).to(dev));
-    const float loss = ce.forward(logits, r.batch("y", it).to(dev)).item();
+    gpt.set_step(it);
+    float loss = 0;
+    forward(it, loss);
     EXPECT_NEAR(loss, want[static_cast<std::size_t>(it)], 1e-4) << "step " << it;
     opt.zero_grad(true);
-    gpt->backward(ce.backward());
-    optim::clip_grad_norm_(gpt->parameters(), R.at("grad_clip"), mode);
+    gpt.backward(ce_.backward());
+    optim::clip_grad_norm_(gpt.parameters(), R.at("grad_clip"), mode_);
     opt.step();
   }
-  for (nn::Parameter* p : gpt->parameters()) {
+  for (nn::Parameter* p : gpt.parameters()) {
     const std::vector<float> got = p->data.to_vector<float>();
     const std::vector<float> fin = r.tensor("final." + p->name).to_vector<float>();
     const std::vector<float> init = r.tensor(p->name).to_vector<float>();
