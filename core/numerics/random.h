@@ -20,6 +20,10 @@
 //   kStreamSplit     (3): data::train_val_split's permutation; sub = 0.
 //   kStreamSynthetic (4): synthetic data sets in tests, examples and benchmarks; sub = free for the
 //                         caller (e.g. 0 features, 1 labels).
+//   kStreamDropout   (5): dropout masks; sub = step << 8 | site (Note [Dropout masks] in
+//                         core/numerics/gpt_math.h); index = the element's index in the global batch.
+//   kStreamSample    (6): nn::GPT::generate's sampling; sub = 0, index = the generated token's index.
+//   kStreamBatch     (7): train::TextDataSource's batch windows; sub = step, index = window j.
 // Kind 0 is left for callers' ad-hoc use; add new kinds here, never reuse one.
 #pragma once
 
@@ -32,6 +36,9 @@ constexpr std::uint64_t kStreamInit = 1;
 constexpr std::uint64_t kStreamShuffle = 2;
 constexpr std::uint64_t kStreamSplit = 3;
 constexpr std::uint64_t kStreamSynthetic = 4;
+constexpr std::uint64_t kStreamDropout = 5;
+constexpr std::uint64_t kStreamSample = 6;
+constexpr std::uint64_t kStreamBatch = 7;
 
 /// The stream id for `kind` (one of the kStream* constants) and `sub` (< 2^48; higher bits are
 /// dropped) (Note [Random streams]).
