@@ -1,7 +1,7 @@
 // ditto-bench: collectives (nccl-tests style), a STREAM-style copy probe and a trainer benchmark,
 // in one binary, with optional CSV output.
 //
-//   build/bin/ditto-bench [all|collectives|stream|trainer] [options]   (--help lists them)
+//   build/bin/ditto-bench [all|collectives|stream|trainer|gpt] [options]   (--help lists them)
 //
 // collectives  all_reduce, all_gather, reduce_scatter, broadcast, reduce over 2, 4, 8 ranks for
 //              sizes 4 KiB .. 256 MiB, out-of-place and in-place, on the simulator (and on CUDA
@@ -21,6 +21,7 @@
 //              devices, fast and bitwise, for both trainers (--trainers): dp = DataParallel, ddp =
 //              DistributedDataParallel with a host thread per rank (as `ditto-train --trainer
 //              ddp`). Every step reads the loss (item()). The median of 3 timed runs of >= --seconds.
+// gpt          tokens/s of nanoGPT's CPU configuration (bench_gpt.h); not part of `all`.
 //
 // Each figure is wall-clock on whatever else the machine runs: compare ratios from one run.
 #include <algorithm>
@@ -39,6 +40,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/bench_common.h"
+#include "bench/bench_gpt.h"
 #include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
 #include "core/nn/loss.h"
@@ -523,7 +525,7 @@ int main(int argc, char** argv) try {
   CLI::App app{"ditto-bench: collectives (nccl-tests style), STREAM copy probe, trainer samples/s"};
   std::string csv_dir;
   app.add_option("--csv-dir", csv_dir,
-                 "Append results to DIR/collectives.csv, stream.csv, trainer.csv");
+                 "Append results to DIR/collectives.csv, stream.csv, trainer.csv, gpt.csv");
   bool quick = false;
   app.add_flag("--quick", quick, "Smaller sweep (sizes up to 16M, shorter timings) for a smoke run");
   app.require_subcommand(0, 1);
@@ -560,6 +562,9 @@ int main(int argc, char** argv) try {
   CLI::App* coll = app.add_subcommand("collectives", "nccl-tests-style collectives sweep");
   CLI::App* strm = app.add_subcommand("stream", "STREAM copy bandwidth on all cores");
   CLI::App* trn = app.add_subcommand("trainer", "DataParallel and DDP samples/s");
+  bench::GptBenchConfig gc;
+  CLI::App* gpt = app.add_subcommand("gpt", "GPT tokens/s (nanoGPT's CPU config), dp and ddp");
+  bench::add_gpt_options(gpt, gc);
   add_coll(all); add_stream(all); add_trainer(all);
   add_coll(coll);
   add_stream(strm);
@@ -570,13 +575,14 @@ int main(int argc, char** argv) try {
   if (quick) {
     if (cc.max_bytes == "256M") cc.max_bytes = "16M";
     cc.seconds = 0.02;
-    tc.seconds = 0.3;
+    tc.seconds = gc.seconds = 0.3;
   }
   // Every option is checked before any work, so a bad value costs no sweep.
   if (do_all || coll->parsed()) {
     check_coll_config(cc);
     size_list(cc);
   }
+  if (gpt->parsed()) bench::check_gpt_config(gc);
   if (do_all || trn->parsed())
     DITTO_CHECK(std::isfinite(tc.seconds) && tc.seconds > 0 && tc.seconds <= kMaxSeconds,
                 "ditto-bench: --train-seconds: expected a value > 0 and <= ", kMaxSeconds,
@@ -603,6 +609,7 @@ int main(int argc, char** argv) try {
     Csv csv(csv_path(csv_dir, "trainer.csv"), "model,batch,devices,determinism,trainer,samples_per_s,steps_per_s");
     run_trainer(tc, csv);
   }
+  if (gpt->parsed()) bench::run_gpt(gc, csv_path(csv_dir, "gpt.csv"));
   std::printf("# ditto-bench: done in %.2f s\n", seconds_since(t_start));
   return rc;
 } catch (const std::exception& e) {
