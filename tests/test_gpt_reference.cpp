@@ -24,6 +24,7 @@
 #include "core/nn/gpt.h"
 #include "core/nn/loss.h"
 #include "core/optim/adamw.h"
+#include "core/optim/clip.h"
 #include "core/optim/lr_schedule.h"
 #include "tests/test_util.h"
 
@@ -97,23 +98,6 @@ double max_abs(const std::vector<float>& v) {
   return m;
 }
 
-// TEMPORARY until gpt-optim's clip.h lands: torch.nn.utils.clip_grad_norm_ on the host.
-void clip_host(const std::vector<nn::Parameter*>& params, double max_norm) {
-  float total = 0;
-  for (nn::Parameter* p : params) {
-    double s = 0;
-    for (float g : p->grad.to_vector<float>()) s += double(g) * g;
-    total += static_cast<float>(s);
-  }
-  const float coef = static_cast<float>(max_norm) / (std::sqrt(total) + 1e-6f);
-  if (coef >= 1) return;
-  for (nn::Parameter* p : params) {
-    std::vector<float> g = p->grad.to_vector<float>();
-    for (float& v : g) v *= coef;
-    p->grad.copy_(Tensor::from_vector(g, p->grad.shape()));
-  }
-}
-
 using Case = std::tuple<const char*, Determinism>;
 
 class GptReference : public SimSuite<1>, public ::testing::WithParamInterface<Case> {
@@ -179,7 +163,7 @@ TEST_P(GptReference, TenAdamWStepsAsNanoGPT) {
     EXPECT_NEAR(loss, want[static_cast<std::size_t>(it)], 1e-4) << "step " << it;
     opt.zero_grad(true);
     gpt.backward(ce_.backward());
-    clip_host(gpt.parameters(), R.at("grad_clip"));
+    optim::clip_grad_norm_(gpt.parameters(), R.at("grad_clip"), mode_);
     opt.step();
   }
   for (nn::Parameter* p : gpt.parameters()) {
