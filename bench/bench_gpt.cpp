@@ -69,6 +69,7 @@ void train_step(const std::function<Tensor()>& forward, const std::function<void
 double dp_steps_per_s(const GptBenchConfig& c, int n_dev, Determinism mode) {
   std::vector<Device> devs = devices("sim", n_dev);
   nn::GPT gpt(model_config(c), devs[0], 0);
+  gpt.set_input_requires_grad(false);  // token ids: no input gradient to gather
   parallel::DataParallelOptions o;
   o.determinism = mode;
   parallel::DataParallel dp(gpt, devs, o);
