@@ -45,6 +45,21 @@ void dots_transposed(const float* a, const float* kt, std::int64_t t, std::int64
   }
 }
 
+// For each batch b and head h: the head's slice at column `col` + h*hd of qkv [B, T, 3C]
+// transposed into `slice` ([hd, T]), then f(b, h, base) with base = qkv's rows of batch b.
+template <typename F>
+void for_each_head(const float* qkv, std::int64_t B, std::int64_t T, std::int64_t C,
+                   std::int64_t nh, std::int64_t col, std::vector<float>& slice, F&& f) {
+  const std::int64_t hd = C / nh;
+  slice.resize(static_cast<std::size_t>(hd * T));
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < nh; ++h) {
+      const float* base = qkv + b * T * 3 * C;
+      transpose_head(base, 3 * C, col + h * hd, T, hd, slice.data());
+      f(b, h, base);
+    }
+}
+
 // The canonical tree (Note [Canonical tree]) over the shards [lo, hi) of one vocabulary row's
 // scatter-add, skipping shards without its rows (exact: Note [GPT kernels], embedding_backward).
 // rows[first, last) are the batch rows with that id, ascending; dst gets C floats; scratch
@@ -166,23 +181,20 @@ void attention_forward(const float* qkv, std::int64_t B, std::int64_t T, std::in
                        std::int64_t nh, float* y, float* att) {
   const std::int64_t hd = C / nh, W = 3 * C;
   const float scale = gpt::attention_scale(hd);
-  std::vector<float> kt(static_cast<std::size_t>(hd * T));
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t h = 0; h < nh; ++h) {
-      const float* base = qkv + b * T * W;
-      transpose_head(base, W, C + h * hd, T, hd, kt.data());
-      for (std::int64_t t = 0; t < T; ++t) {
-        float* row = att + ((b * nh + h) * T + t) * T;
-        dots_transposed(base + t * W + h * hd, kt.data(), t, T, hd, row);
-        for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(row[u], scale);
-        gpt::causal_softmax_row(row, t, T);
-        gpt::weighted_rows(row, t, base + 2 * C + h * hd, W, hd, y + (b * T + t) * C + h * hd);
-      }
+  std::vector<float> kt;
+  for_each_head(qkv, B, T, C, nh, C, kt, [&](std::int64_t b, std::int64_t h, const float* base) {
+    for (std::int64_t t = 0; t < T; ++t) {
+      float* row = att + ((b * nh + h) * T + t) * T;
+      dots_transposed(base + t * W + h * hd, kt.data(), t, T, hd, row);
+      for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(row[u], scale);
+      gpt::causal_softmax_row(row, t, T);
+      gpt::weighted_rows(row, t, base + 2 * C + h * hd, W, hd, y + (b * T + t) * C + h * hd);
     }
+  });
 }
 
 namespace {
-// Multiply-adds of the T (T + 1) / 2 (query, key) pairs of one head, per pair.
+// The (query t, key u <= t) pairs of all batches and heads: T (T + 1) / 2 per head.
 double causal_pairs(std::int64_t B, std::int64_t T, std::int64_t nh) {
   return double(B) * nh * T * (T + 1) / 2.0;
 }
@@ -201,27 +213,25 @@ void attention_backward(const float* dy, const float* qkv, const float* att, std
                         float* scratch) {
   const std::int64_t hd = C / nh, W = 3 * C;
   const float scale = gpt::attention_scale(hd);
-  std::vector<float> vt(static_cast<std::size_t>(hd * T));
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t h = 0; h < nh; ++h) {
-      const float* base = qkv + b * T * W;
-      const std::int64_t head = (b * nh + h) * T * T;
-      transpose_head(base, W, 2 * C + h * hd, T, hd, vt.data());
-      // Pass 1, per query t: dpre[t, :] and dq_t (gpt::attention_query_backward).
-      for (std::int64_t t = 0; t < T; ++t) {
-        float* row = scratch + head + t * T;
-        dots_transposed(dy + (b * T + t) * C + h * hd, vt.data(), t, T, hd, row);
-        gpt::causal_softmax_row_backward(att + head + t * T, row, t, T);
-        float* dq = dqkv + (b * T + t) * W + h * hd;
-        gpt::weighted_rows(row, t, base + C + h * hd, W, hd, dq);
-        for (std::int64_t i = 0; i < hd; ++i) dq[i] = mul(dq[i], scale);
-      }
-      // Pass 2, per key u: dk_u and dv_u over the queries t >= u.
-      for (std::int64_t u = 0; u < T; ++u) {
-        float* dk = dqkv + (b * T + u) * W + C + h * hd;
-        gpt::attention_key_backward(dy, qkv, att, scratch, T, C, nh, b, u, h, dk, dk + C);
-      }
+  std::vector<float> vt;
+  for_each_head(qkv, B, T, C, nh, 2 * C, vt, [&](std::int64_t b, std::int64_t h,
+                                                 const float* base) {
+    const std::int64_t head = (b * nh + h) * T * T;
+    // Pass 1, per query t: dpre[t, :] and dq_t (gpt::attention_query_backward).
+    for (std::int64_t t = 0; t < T; ++t) {
+      float* row = scratch + head + t * T;
+      dots_transposed(dy + (b * T + t) * C + h * hd, vt.data(), t, T, hd, row);
+      gpt::causal_softmax_row_backward(att + head + t * T, row, t, T);
+      float* dq = dqkv + (b * T + t) * W + h * hd;
+      gpt::weighted_rows(row, t, base + C + h * hd, W, hd, dq);
+      for (std::int64_t i = 0; i < hd; ++i) dq[i] = mul(dq[i], scale);
     }
+    // Pass 2, per key u: dk_u and dv_u over the queries t >= u.
+    for (std::int64_t u = 0; u < T; ++u) {
+      float* dk = dqkv + (b * T + u) * W + C + h * hd;
+      gpt::attention_key_backward(dy, qkv, att, scratch, T, C, nh, b, u, h, dk, dk + C);
+    }
+  });
 }
 
 KernelCost attention_backward_cost(std::int64_t B, std::int64_t T, std::int64_t C,

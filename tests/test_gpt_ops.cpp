@@ -48,9 +48,9 @@ double max_abs(const Vec& v) {
 }
 
 /// A gradient computed in float against finite differences of the double reference: within
-/// 1e-4 relative plus 1e-5 of the largest entry (a wrong formula is off by far more).
+/// 1e-5 relative plus 1e-6 of the largest entry (a wrong formula is off by far more).
 ::testing::AssertionResult grad_close(const Vec& got, const Vec& fd) {
-  return all_close(got, fd, 1e-4, 1e-5 * max_abs(fd) + 1e-7);
+  return all_close(got, fd, 1e-5, 1e-6 * max_abs(fd) + 1e-7);
 }
 
 // ---- embedding ----------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -17,6 +18,10 @@
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
 #include "core/nn/with_loss.h"
+#include "core/optim/adam.h"
+#include "core/optim/adamw.h"
+#include "core/optim/lr_schedule.h"
+#include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
 #include "test_util.h"
@@ -197,6 +202,243 @@ TEST_F(GptOptimTest, DdpSetsTheRankFirstRowFromTheGlobalBatch) {
       EXPECT_EQ(s[r].step, 11);
     }
   }
+}
+
+
+// ---- AdamW ---------------------------------------------------------------------------------------
+
+/// torch.optim.AdamW's update of one element written out in double (the hand computation):
+/// p *= 1 - lr * wd, then Adam's moments and bias-corrected step at step t.
+struct TorchAdamW {
+  double beta1, beta2, eps, wd;
+  int t = 0;
+  double m = 0, v = 0;
+  double update(double p, double g, double lr) {
+    ++t;
+    p *= 1 - lr * wd;
+    m = beta1 * m + (1 - beta1) * g;
+    v = beta2 * v + (1 - beta2) * g * g;
+    const double bc1 = 1 - std::pow(beta1, t), bc2 = 1 - std::pow(beta2, t);
+    return p - lr / bc1 * m / (std::sqrt(v) / std::sqrt(bc2) + eps);
+  }
+};
+
+nn::Parameter param_on(const std::string& name, const std::vector<float>& v, const Shape& shape) {
+  return {name, Tensor::from_vector(v, shape, Device("sim", 0)), Tensor()};
+}
+
+/// Gradient of step s for a parameter of n elements (both signs, changing sizes).
+std::vector<float> grad_of(int s, std::size_t n, float scale) {
+  std::vector<float> g(n);
+  for (std::size_t i = 0; i < n; ++i)
+    g[i] = scale * (static_cast<float>(i) - 1.5f) * (s % 2 ? -0.5f : 1.0f) * static_cast<float>(s + 1);
+  return g;
+}
+
+TEST_F(GptOptimTest, AdamWGroupsAsNanoGPT) {
+  auto b = param_on("b", {1, 2, 3}, {3});
+  auto w = param_on("w", {1, 2, 3, 4, 5, 6}, {2, 3});
+  auto ln = param_on("ln", {1}, {1});
+  optim::AdamW opt({&b, &w, &ln}, {.weight_decay = 0.1});
+  // decay group {w} first, then {b, ln}: torch's state indices.
+  ASSERT_EQ(opt.parameters().size(), 3u);
+  EXPECT_EQ(opt.parameters()[0], &w);
+  EXPECT_EQ(opt.parameters()[1], &b);
+  EXPECT_EQ(opt.parameters()[2], &ln);
+  EXPECT_EQ(opt.weight_decay(0), 0.1);
+  EXPECT_EQ(opt.weight_decay(1), 0.0);
+  EXPECT_EQ(opt.weight_decay(2), 0.0);
+  expect_invalid([&] { optim::AdamW({&w}, {.beta2 = 1.0}); },
+                 "optim::AdamW: beta2: Invalid beta parameter at index 1: 1");
+  expect_invalid([&] { optim::AdamW(std::vector<optim::AdamWGroup>{{{&w}, -1.0}}); },
+                 "groups[0].weight_decay: Invalid weight_decay value: -1");
+  expect_invalid([&] { opt.set_lr(-0.5); }, "Invalid learning rate: -0.5");
+}
+
+TEST_F(GptOptimTest, SetLrThroughTheOptimizerInterface) {
+  auto p = param_on("p", {1, 2}, {2});
+  optim::SGD sgd({&p}, {.lr = 0.1f});
+  optim::Adam adam({&p});
+  optim::AdamW adamw({&p});
+  for (optim::Optimizer* o : std::vector<optim::Optimizer*>{&sgd, &adam, &adamw}) {
+    o->set_lr(0.25);
+    EXPECT_EQ(o->lr(), 0.25);
+    expect_invalid([&] { o->set_lr(std::nan("")); }, "Invalid learning rate: nan");
+  }
+  sgd.set_lr(0.1);
+  EXPECT_EQ(sgd.lr(), static_cast<double>(0.1f));  // SGD keeps a float
+  // The new rate is the one the next step uses: SGD p -= lr * g.
+  p.grad = Tensor::from_vector(std::vector<float>{1, 1}, {2}, Device("sim", 0));
+  sgd.set_lr(0.5);
+  sgd.step();
+  EXPECT_EQ(p.data.to_vector<float>(), (std::vector<float>{0.5f, 1.5f}));
+}
+
+TEST_F(GptOptimTest, AdamWMatchesTorchFormulaWithDecayOnlyOn2dAndSetLr) {
+  const optim::AdamWOptions o{.lr = 0.1, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.5};
+  const std::vector<float> w0{0.5f, -1.25f, 3.0f, 0.25f, 2.0f, -0.75f}, b0{1.5f, -2.0f, 0.125f};
+  auto w = param_on("w", w0, {2, 3});
+  auto b = param_on("b", b0, {3});
+  optim::AdamW opt({&w, &b}, o);
+  std::vector<TorchAdamW> rw(w0.size(), {o.beta1, o.beta2, o.eps, o.weight_decay});
+  std::vector<TorchAdamW> rb(b0.size(), {o.beta1, o.beta2, o.eps, 0.0});
+  std::vector<double> ew(w0.begin(), w0.end()), eb(b0.begin(), b0.end());
+  const double lrs[] = {0.1, 0.1, 0.05, 0.02};  // set_lr between steps, as a schedule does
+  for (int s = 0; s < 4; ++s) {
+    if (lrs[s] != opt.lr()) opt.set_lr(lrs[s]);
+    EXPECT_EQ(opt.lr(), lrs[s]);
+    const std::vector<float> gw = grad_of(s, w0.size(), 1.0f), gb = grad_of(s, b0.size(), 0.3f);
+    w.grad = Tensor::from_vector(gw, {2, 3}, Device("sim", 0));
+    b.grad = Tensor::from_vector(gb, {3}, Device("sim", 0));
+    opt.step();
+    for (std::size_t i = 0; i < w0.size(); ++i) ew[i] = rw[i].update(ew[i], gw[i], lrs[s]);
+    for (std::size_t i = 0; i < b0.size(); ++i) eb[i] = rb[i].update(eb[i], gb[i], lrs[s]);
+    const std::vector<float> gotw = w.data.to_vector<float>(), gotb = b.data.to_vector<float>();
+    // f32 against the double formula: a few ulps; a wrong order of decay and update, decay on
+    // the bias, L2 decay or a stale lr are off by 1e-3 or more.
+    for (std::size_t i = 0; i < w0.size(); ++i)
+      EXPECT_NEAR(gotw[i], ew[i], 2e-6 * (1 + std::fabs(ew[i]))) << "w step " << s << " [" << i << "]";
+    for (std::size_t i = 0; i < b0.size(); ++i)
+      EXPECT_NEAR(gotb[i], eb[i], 2e-6 * (1 + std::fabs(eb[i]))) << "b step " << s << " [" << i << "]";
+    EXPECT_EQ(opt.step_count(0), s + 1);
+  }
+}
+
+TEST_F(GptOptimTest, AdamWIsTheDecayThenAdamBitForBit) {
+  // Bits: the decay is the float product float(1 - lr * wd) * p (a zero first gradient moves
+  // nothing else), and the rest is torch.optim.Adam without decay (test_optim checks Adam's
+  // bits against torch's per-element operations).
+  const double lr = 0.03, wd = 0.1;
+  const std::vector<float> w0{0.5f, -1.25f, 3.0f, 0.1f}, b0{1.5f, -2.0f};
+  auto w = param_on("w", w0, {2, 2});
+  auto b = param_on("b", b0, {2});
+  optim::AdamW opt({&w, &b}, {.lr = lr, .beta2 = 0.99, .weight_decay = wd});
+  w.grad = Tensor::zeros({2, 2}, DType::f32, Device("sim", 0));
+  b.grad = Tensor::zeros({2}, DType::f32, Device("sim", 0));
+  opt.step();
+  std::vector<float> want_w = w0;
+  const auto factor = static_cast<float>(1.0 - lr * wd);
+  for (float& x : want_w) x *= factor;
+  EXPECT_TRUE(bits_equal(w.data.to_vector<float>(), want_w));
+  EXPECT_TRUE(bits_equal(b.data.to_vector<float>(), b0));  // 1-D: no decay
+  // Steps 2..4 against Adam(weight_decay 0) on the same values, decayed by hand for w.
+  auto aw = param_on("aw", want_w, {2, 2});
+  auto ab = param_on("ab", b0, {2});
+  optim::Adam adam({&aw, &ab}, {.lr = lr, .beta2 = 0.99});
+  aw.grad = w.grad;
+  ab.grad = b.grad;
+  adam.step();  // the same zero first step: moments and step count as opt's
+  for (int s = 1; s < 4; ++s) {
+    const std::vector<float> gw = grad_of(s, 4, 1.0f), gb = grad_of(s, 2, 2.0f);
+    for (nn::Parameter* p : {&w, &aw}) p->grad = Tensor::from_vector(gw, {2, 2}, Device("sim", 0));
+    for (nn::Parameter* p : {&b, &ab}) p->grad = Tensor::from_vector(gb, {2}, Device("sim", 0));
+    std::vector<float> decayed = aw.data.to_vector<float>();
+    for (float& x : decayed) x *= factor;
+    aw.data.copy_(Tensor::from_vector(decayed, {2, 2}, Device::cpu()));
+    opt.step();
+    adam.step();
+    EXPECT_TRUE(bits_equal(w.data.to_vector<float>(), aw.data.to_vector<float>())) << "step " << s;
+    EXPECT_TRUE(bits_equal(b.data.to_vector<float>(), ab.data.to_vector<float>())) << "step " << s;
+  }
+}
+
+TEST_F(GptOptimTest, AdamWStateDictRoundTripGivesTheSameNextStep) {
+  const optim::AdamWOptions o{.lr = 0.01, .beta2 = 0.99, .weight_decay = 0.1};
+  const std::vector<float> w0{0.5f, -1.25f, 3.0f, 0.1f, 2.0f, -0.5f}, b0{1.5f, -2.0f, 0.5f};
+  auto w = param_on("w", w0, {3, 2});
+  auto b = param_on("b", b0, {3});
+  optim::AdamW opt({&w, &b}, o);
+  auto set_grads = [](int s, nn::Parameter& pw, nn::Parameter& pb) {
+    pw.grad = Tensor::from_vector(grad_of(s, 6, 1.0f), {3, 2}, Device("sim", 0));
+    pb.grad = Tensor::from_vector(grad_of(s, 3, 0.5f), {3}, Device("sim", 0));
+  };
+  for (int s = 0; s < 2; ++s) {
+    set_grads(s, w, b);
+    opt.step();
+  }
+  const optim::OptimizerState st = opt.state_dict();
+  EXPECT_EQ(st.type, "AdamW");
+  EXPECT_EQ(st.options.at("lr"), "0.01");
+  EXPECT_EQ(st.options.at("beta2"), "0.98999999999999999");
+  EXPECT_EQ(st.options.at("param_groups.0.weight_decay"), "0.10000000000000001");
+  EXPECT_EQ(st.options.at("param_groups.1.weight_decay"), "0");
+  EXPECT_EQ(st.options.at("param_groups.1.num_params"), "1");
+  std::vector<std::string> names;
+  for (const auto& [name, t] : st.tensors) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"state.0.step", "state.0.exp_avg", "state.0.exp_avg_sq",
+                                             "state.1.step", "state.1.exp_avg", "state.1.exp_avg_sq"}));
+
+  // A fresh optimizer over copies of the parameters, made with another lr: the load takes the
+  // saved lr (as torch does) and the next step has the same bits.
+  auto w2 = param_on("w", w.data.to_vector<float>(), {3, 2});
+  auto b2 = param_on("b", b.data.to_vector<float>(), {3});
+  optim::AdamWOptions other = o;
+  other.lr = 0.5;
+  optim::AdamW opt2({&w2, &b2}, other);
+  opt2.load_state_dict(st);
+  EXPECT_EQ(opt2.lr(), 0.01);
+  EXPECT_EQ(opt2.step_count(0), 2);
+  set_grads(2, w, b);
+  set_grads(2, w2, b2);
+  opt.step();
+  opt2.step();
+  EXPECT_TRUE(bits_equal(w2.data.to_vector<float>(), w.data.to_vector<float>()));
+  EXPECT_TRUE(bits_equal(b2.data.to_vector<float>(), b.data.to_vector<float>()));
+  EXPECT_TRUE(bits_equal(opt2.exp_avg_sq(0).to_vector<float>(), opt.exp_avg_sq(0).to_vector<float>()));
+
+  // Other betas or decays are refused, naming the option, and change nothing.
+  optim::AdamWOptions beta = o;
+  beta.beta2 = 0.95;
+  optim::AdamW opt3({&w2, &b2}, beta);
+  expect_invalid([&] { opt3.load_state_dict(st); },
+                 "optim::AdamW::load_state_dict: state: option beta2 differs: saved beta2=0.98999999999999999");
+  EXPECT_EQ(opt3.step_count(0), 0);
+  optim::AdamWOptions decay = o;
+  decay.weight_decay = 0.2;
+  optim::AdamW opt4({&w2, &b2}, decay);
+  expect_invalid([&] { opt4.load_state_dict(st); }, "option param_groups.0.weight_decay differs");
+  optim::OptimizerState bad_lr = st;
+  bad_lr.options["lr"] = "fast";
+  expect_invalid([&] { opt2.load_state_dict(bad_lr); }, "option lr: expected a finite number >= 0, got 'fast'");
+  EXPECT_EQ(opt2.lr(), 0.01);
+}
+
+// ---- the learning-rate schedule --------------------------------------------------------------------
+
+/// nanoGPT train.py get_lr, as written there.
+double get_lr(std::int64_t it, double learning_rate, std::int64_t warmup_iters,
+              std::int64_t lr_decay_iters, double min_lr) {
+  if (it < warmup_iters) return learning_rate * (it + 1) / (warmup_iters + 1);
+  if (it > lr_decay_iters) return min_lr;
+  const double decay_ratio = double(it - warmup_iters) / double(lr_decay_iters - warmup_iters);
+  const double coeff = 0.5 * (1.0 + std::cos(3.141592653589793 * decay_ratio));
+  return min_lr + coeff * (learning_rate - min_lr);
+}
+
+TEST(GptSchedule, NanoGptLrAtKnownIterations) {
+  // config/train_shakespeare_char.py: 1e-3, warmup 100, decay to 1e-4 over 5000 iterations.
+  const optim::NanoGPTSchedule sched{.learning_rate = 1e-3, .warmup_iters = 100,
+                                     .lr_decay_iters = 5000, .min_lr = 1e-4};
+  for (std::int64_t it : {0, 1, 50, 99, 100, 101, 2550, 4999, 5000, 5001, 9000}) {
+    SCOPED_TRACE(it);
+    EXPECT_EQ(sched(it), get_lr(it, 1e-3, 100, 5000, 1e-4));
+    EXPECT_EQ(optim::nanogpt_lr(it, 1e-3, 100, 5000, 1e-4), sched(it));
+  }
+  EXPECT_DOUBLE_EQ(sched(0), 1e-3 / 101);             // the first warmup step
+  EXPECT_DOUBLE_EQ(sched(99), 1e-3 * 100 / 101);      // the last one
+  EXPECT_DOUBLE_EQ(sched(100), 1e-3);                 // the top of the cosine
+  EXPECT_DOUBLE_EQ(sched(2550), (1e-3 + 1e-4) / 2);   // its middle
+  EXPECT_EQ(sched(5000), 1e-4);                       // its end: coeff = 0 exactly
+  EXPECT_EQ(sched(5001), 1e-4);
+  EXPECT_EQ(sched(1000000), 1e-4);
+  const optim::NanoGPTSchedule constant{.learning_rate = 3e-4, .decay_lr = false};
+  EXPECT_EQ(constant(0), 3e-4);
+  EXPECT_EQ(constant(123456), 3e-4);
+  EXPECT_EQ(optim::nanogpt_lr(7, 1e-3, 7, 7, 1e-4), 1e-4);  // an empty decay: min_lr from warmup on
+  expect_invalid([] { optim::nanogpt_lr(-1, 1e-3, 10, 100, 1e-4); }, "it: expected >= 0, got -1");
+  expect_invalid([] { optim::nanogpt_lr(0, 1e-3, 10, 5, 1e-4); },
+                 "lr_decay_iters: expected >= warmup_iters (10), got 5");
+  expect_invalid([] { optim::nanogpt_lr(0, std::nan(""), 10, 100, 1e-4); }, "learning_rate: expected a finite value >= 0");
 }
 
 }  // namespace
