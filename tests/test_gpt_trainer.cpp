@@ -1,10 +1,13 @@
 // The GPT's data and loop (core/train/text_source.h, the Trainer's iteration mode): the text
 // source's vocabulary, split and windows (Note [Text batches]); its errors; the iteration mode's
 // evaluations, JSON lines, checkpoints (with an alias) and resume, on the MLP and on a tiny GPT
-// with one checksum for 1, 2 and 4 devices under dp and ddp.
+// (AdamW, nanoGPT's schedule, clipping; dropout too) with one checksum for 1, 2 and 4 devices
+// under dp and ddp, also resumed mid-run.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -14,6 +17,9 @@
 
 #include "core/io/checkpoint.h"
 #include "core/io/safetensors.h"
+#include "core/nn/gpt.h"
+#include "core/optim/adamw.h"
+#include "core/optim/lr_schedule.h"
 #include "core/numerics/random.h"
 #include "core/train/text_source.h"
 #include "core/train/trainer.h"
@@ -275,6 +281,83 @@ TEST(Checkpoint, AnAliasIsWrittenAsACopyAndDroppedOnRead) {
                        "save_checkpoint: aliases: 'head.weight' names '9.weight', expected a "
                        "parameter of the model");
   std::filesystem::remove_all(dir);
+}
+
+// ---- a tiny GPT through the Trainer: nanoGPT's recipe (AdamW, warm-up + cosine, clipping)
+
+std::shared_ptr<TextDataSource> shakespeare(std::int64_t block_size) {
+  return std::make_shared<TextDataSource>(DITTO_SHAKESPEARE_TXT, block_size, 0);
+}
+
+TrainerConfig tiny_gpt(int devices, TrainerKind kind, float dropout = 0.0f) {
+  nn::GPTConfig m;
+  m.block_size = 16;
+  m.vocab_size = 78;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.n_embd = 16;
+  m.dropout = dropout;
+  TrainerConfig c;
+  c.devices = devices;
+  c.trainer = kind;
+  c.make_model = [m](const Device& d) { return std::make_unique<nn::GPT>(m, d, 0); };
+  c.model_name = "tiny-gpt";
+  c.optimizer = "adamw";
+  c.make_optimizer = [](std::vector<nn::Parameter*> params, float lr) {
+    optim::AdamWOptions o;
+    o.lr = lr;
+    o.beta2 = 0.99;
+    o.weight_decay = 0.1;
+    return std::make_unique<optim::AdamW>(std::move(params), o);
+  };
+  c.lr = 1e-2f;
+  c.lr_schedule = [](std::int64_t it) { return optim::nanogpt_lr(it, 1e-2, 2, 8, 1e-3); };
+  c.grad_clip = 1.0;
+  c.batch_size = 8;
+  c.max_iters = 8;
+  c.eval_interval = 4;
+  c.eval_iters = 2;
+  c.checkpoint_aliases = {{"lm_head.weight", "transformer.wte.weight"}};
+  return c;
+}
+
+TEST(TrainerGpt, OneChecksumForOneTwoAndFourDevicesDpAndDdpAndResumeMidRun) {
+  auto text = shakespeare(16);
+  ASSERT_EQ(text->vocab_size(), 78);
+  std::vector<EvalMetrics> evals;
+  TrainerCallbacks cb;
+  cb.on_eval = [&](const EvalMetrics& m) { evals.push_back(m); };
+  const FitResult first = Trainer(tiny_gpt(1, TrainerKind::dp), text, cb).fit();
+  ASSERT_EQ(evals.size(), 3u);
+  EXPECT_NEAR(evals[0].val_loss, std::log(78.0), 0.1);  // a fresh model: about uniform
+  EXPECT_LT(evals[2].train_loss, evals[0].train_loss - 0.3);  // and it learns
+  EXPECT_EQ(evals[1].tokens, 4 * 8 * 16);
+  EXPECT_EQ(evals[1].lr, optim::nanogpt_lr(3, 1e-2, 2, 8, 1e-3));
+  for (auto [n, k] : {std::pair{2, TrainerKind::dp}, {4, TrainerKind::dp}, {1, TrainerKind::ddp},
+                      {2, TrainerKind::ddp}, {4, TrainerKind::ddp}})
+    EXPECT_EQ(Trainer(tiny_gpt(n, k), text).fit().params_checksum, first.params_checksum)
+        << n << " devices, " << trainer_kind_name(k);
+  // Resumed from the checkpoint of step 4 (the run died at step 6) on another device count.
+  const auto dir = scratch("gpt_resume");
+  TrainerConfig dying = tiny_gpt(4, TrainerKind::ddp);
+  dying.checkpoint_dir = dir.string();
+  dying.checkpoint_every = 4;
+  dying.faults = {"fail:device=2,step=6"};
+  EXPECT_THROW(Trainer(dying, text).fit(), BackendError);
+  io::SafetensorsData d = io::load_safetensors((dir / "step-00000004/model.safetensors").string());
+  std::vector<std::string> names;
+  for (const auto& [name, t] : d.tensors) names.push_back(name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "lm_head.weight"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "transformer.h.1.attn.c_attn.weight"),
+            names.end());
+  TrainerConfig resumed = tiny_gpt(2, TrainerKind::dp);
+  resumed.resume_dir = dir.string();
+  EXPECT_EQ(Trainer(resumed, text).fit().params_checksum, first.params_checksum);
+  std::filesystem::remove_all(dir);
+  // Dropout: other bits, the same for 1 and 4 devices.
+  const std::uint64_t drop1 = Trainer(tiny_gpt(1, TrainerKind::dp, 0.1f), text).fit().params_checksum;
+  EXPECT_NE(drop1, first.params_checksum);
+  EXPECT_EQ(Trainer(tiny_gpt(4, TrainerKind::ddp, 0.1f), text).fit().params_checksum, drop1);
 }
 
 }  // namespace

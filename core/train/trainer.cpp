@@ -102,9 +102,7 @@ void check_output_paths(const TrainerConfig& c, bool lead) {
 void Trainer::begin_step(Run& run, Replica& rep, std::int64_t step) const {
   run.be->begin_step(step);
   rep.model().set_step(step);
-#if __has_include("core/optim/lr_schedule.h")  // TEMP until gpt-optim is merged
   if (config_.lr_schedule) rep.optimizer().set_lr(config_.lr_schedule(step));
-#endif
 }
 
 Trainer::Trainer(TrainerConfig config, std::shared_ptr<DataSource> data,
