@@ -11,12 +11,16 @@
 //  - the parameters after ten steps: ||ditto - torch|| <= 1e-3 x ||torch - initial|| for every
 //    parameter (torch's float32 vs float64: 4e-5). The losses alone miss a wrong weight decay or
 //    eps (a 4e-5 change of the losses); this catches them (4e-3, 7e-2).
+// With DITTO_GPT_REFERENCE_OUT=DIR set, the ten-step test also writes ditto's parameters to
+// DIR/gpt_ref_<variant>_<mode>.safetensors ("ditto.step" = 10) for
+// `tools/gpt_reference.py compare --checkpoint FILE --fixture tests/data/gpt_ref_<variant>.safetensors`.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -165,6 +169,13 @@ TEST_P(GptReference, TenAdamWStepsAsNanoGPT) {
     gpt.backward(ce_.backward());
     optim::clip_grad_norm_(gpt.parameters(), R.at("grad_clip"), mode_);
     opt.step();
+  }
+  if (const char* out = std::getenv("DITTO_GPT_REFERENCE_OUT")) {
+    std::vector<std::pair<std::string, Tensor>> params;
+    for (nn::Parameter* p : gpt.parameters()) params.emplace_back(p->name, p->data);
+    io::save_safetensors(std::string(out) + "/gpt_ref_" + std::get<0>(GetParam()) + "_" +
+                             (mode_ == Determinism::bitwise ? "bitwise" : "fast") + ".safetensors",
+                         params, {{"ditto.step", std::to_string(r.steps)}});
   }
   for (nn::Parameter* p : gpt.parameters()) {
     const std::vector<float> got = p->data.to_vector<float>();

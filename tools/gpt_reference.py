@@ -7,7 +7,7 @@ Run with Debian's /usr/bin/python3 (python3-torch is installed for it only). Nee
 numpy; safetensors files are read and written by the small codec below (Hugging Face's
 `safetensors` package is not needed; tools/safetensors_interop.py checks ditto against that one).
 
-  gpt_reference.py make-fixture [--text data/shakespeare.txt] [--out tests/data]
+  gpt_reference.py make-fixture [--text examples/data/shakespeare.txt] [--out tests/data]
       Writes tests/data/gpt_ref_nobias.safetensors and gpt_ref_bias.safetensors: a tiny GPT
       (FIXTURE_CONFIG), its torch-initialised parameters with nanoGPT's state_dict names, ten
       batches of text windows, the step-0 logits and loss, the losses of ten AdamW steps with
@@ -412,10 +412,7 @@ def main():
     sub = p.add_subparsers(dest="cmd", required=True)
     root = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     m = sub.add_parser("make-fixture")
-    default_text = os.path.join(root, "data", "shakespeare.txt")
-    if not os.path.exists(default_text):
-        default_text = "/work/shared/data/shakespeare.txt"
-    m.add_argument("--text", default=default_text)
+    m.add_argument("--text", default=os.path.join(root, "examples", "data", "shakespeare.txt"))
     m.add_argument("--out", default=os.path.join(root, "tests", "data"))
     c = sub.add_parser("compare")
     c.add_argument("--checkpoint", required=True)
