@@ -164,9 +164,10 @@ def main():
     # GPT (issue 12): tokens/s against torch's better wait policy; the speed goal is elsewhere
     tg = max(torch_gpt, key=lambda r: float(r["tokens_per_s"]), default=None)
     for r in gpt:
+        short = "dp" if r["trainer"] == "DataParallel" else "ddp"
         add(f"   GPT {r['model']} b{r['batch']} T{r['block_size']} {r['determinism']}, "
-            f"{r['devices']} sim device(s), {r['trainer']} vs torch 1 process"
-            + (f" ({tg['trainer']})" if tg else ""),
+            f"{r['devices']} sim dev {short} vs torch 1 process"
+            + (f" ({tg['trainer'].replace('torch ', '')})" if tg else ""),
             float(r["tokens_per_s"]), float(tg["tokens_per_s"]) if tg else None, "tok/s", None,
             "(info)")
 
