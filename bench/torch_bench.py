@@ -171,7 +171,12 @@ def sgd_step_fn(model, x, y):
 
 
 def train_rate(model, x, y, seconds, reps=3):
-    step = sgd_step_fn(model, x, y)
+    return step_rate(sgd_step_fn(model, x, y), seconds, reps)
+
+
+def step_rate(step, seconds, reps=3):
+    """Median steps/s of `step` over `reps` runs of about `seconds` (one timed call first sets
+    the step count)."""
     t0 = time.perf_counter()
     step()
     one = time.perf_counter() - t0
@@ -288,17 +293,8 @@ def cmd_gpt(a):
         opt.step()
         return loss.item()
 
-    step()
-    t0 = time.perf_counter()
-    step()
-    steps = max(2, int(a.seconds / max(time.perf_counter() - t0, 1e-6)))
-    rates = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            step()
-        rates.append(steps / (time.perf_counter() - t0))
-    sps = statistics.median(rates)
+    step()  # warm-up
+    sps = step_rate(step, a.seconds)
     policy = os.environ.get("OMP_WAIT_POLICY", "default")
     name = "gpt-{n_layer}l-{n_head}h-{n_embd}".format(**cfg)
     print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, BLAS: {blas_name()}")
