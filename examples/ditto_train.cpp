@@ -109,11 +109,13 @@ void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) 
     std::snprintf(loop, sizeof loop, "iters=%" PRId64, r.steps);
   else
     std::snprintf(loop, sizeof loop, "epochs=%d", r.epochs);
+  char acc[32] = "";  // the GPT's evaluation is its loss only
+  if (tokens_per_sample == 0) std::snprintf(acc, sizeof acc, " val_acc=%.4f", r.eval.accuracy);
   std::printf("final: backend=%s devices=%d determinism=%s%s %s train_loss=%.6f "
-              "val_loss=%.6f val_acc=%.4f train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
+              "val_loss=%.6f%s train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
               r.backend.c_str(), r.devices, determinism_name(r.determinism),
               r.trainer == train::TrainerKind::ddp ? " trainer=ddp" : "", loop, r.train_loss,
-              r.eval.loss, r.eval.accuracy, r.train_time_s, r.params_checksum);
+              r.eval.loss, acc, r.train_time_s, r.params_checksum);
   if (const auto& p = r.prediction) {
     char tokens[64] = "", measured[64] = "";
     if (tokens_per_sample > 0) {

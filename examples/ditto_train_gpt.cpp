@@ -196,7 +196,9 @@ void print_gpt_start(const train::RunInfo& r, const GptOptions& g, const train::
   m.n_head = g.n_head;
   m.n_embd = g.n_embd;
   m.bias = g.bias;
-  const std::int64_t params = gpt_params(m);
+  // The model's own count (dp builds it before the start); ddp reports before building: the
+  // count of nanoGPT's layout (the CLI test checks that both agree).
+  const std::int64_t params = r.params > 0 ? r.params : gpt_params(m);
   std::printf("ditto-train: model=gpt n_layer=%" PRId64 " n_head=%" PRId64 " n_embd=%" PRId64
               " block_size=%" PRId64 " vocab_size=%" PRId64 " bias=%s dropout=%g params=%" PRId64
               " (%.2fM without wpe) backend=%s devices=%d trainer=%s%s determinism=%s\n",
