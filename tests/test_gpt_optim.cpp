@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cmath>
 #include <functional>
 #include <future>
@@ -14,16 +15,19 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
+#include "core/io/checkpoint.h"
 #include "core/runtime/backend.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
 #include "core/nn/with_loss.h"
 #include "core/optim/adam.h"
 #include "core/optim/adamw.h"
+#include "core/optim/clip.h"
 #include "core/optim/lr_schedule.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
+#include "core/numerics/random.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -223,8 +227,9 @@ struct TorchAdamW {
   }
 };
 
-nn::Parameter param_on(const std::string& name, const std::vector<float>& v, const Shape& shape) {
-  return {name, Tensor::from_vector(v, shape, Device("sim", 0)), Tensor()};
+nn::Parameter param_on(const std::string& name, const std::vector<float>& v, const Shape& shape,
+                       const Device& device = Device("sim", 0)) {
+  return {name, Tensor::from_vector(v, shape, device), Tensor()};
 }
 
 /// Gradient of step s for a parameter of n elements (both signs, changing sizes).
@@ -248,6 +253,13 @@ TEST_F(GptOptimTest, AdamWGroupsAsNanoGPT) {
   EXPECT_EQ(opt.weight_decay(0), 0.1);
   EXPECT_EQ(opt.weight_decay(1), 0.0);
   EXPECT_EQ(opt.weight_decay(2), 0.0);
+  // One explicit group: torch's AdamW(list, weight_decay=0.3) decays every parameter.
+  const std::vector<nn::Parameter*> all{&b, &w};
+  optim::AdamW torch_like({{all, 0.3}}, {});
+  EXPECT_EQ(torch_like.parameters()[0], &b);
+  EXPECT_EQ(torch_like.weight_decay(0), 0.3);
+  EXPECT_EQ(torch_like.weight_decay(1), 0.3);
+  EXPECT_EQ(torch_like.state_dict().options.at("num_groups"), "1");
   expect_invalid([&] { optim::AdamW({&w}, {.beta2 = 1.0}); },
                  "optim::AdamW: beta2: Invalid beta parameter at index 1: 1");
   expect_invalid([&] { optim::AdamW(std::vector<optim::AdamWGroup>{{{&w}, -1.0}}); },
@@ -403,6 +415,37 @@ TEST_F(GptOptimTest, AdamWStateDictRoundTripGivesTheSameNextStep) {
   EXPECT_EQ(opt2.lr(), 0.01);
 }
 
+TEST_F(GptOptimTest, AdamWStateSurvivesACheckpointFile) {
+  // The options (param_groups.<g>.*) go through the checkpoint's safetensors metadata.
+  auto net = nn::mlp({3, 4, 2}, Device("sim", 0), 9);
+  auto net2 = nn::mlp({3, 4, 2}, Device("sim", 0), 10);
+  const optim::AdamWOptions o{.lr = 0.02, .beta2 = 0.99, .weight_decay = 0.1};
+  optim::AdamW opt(net->parameters(), o), opt2(net2->parameters(), o);
+  auto step = [](nn::Module& m, optim::AdamW& a, int s) {
+    for (nn::Parameter* p : m.parameters()) {
+      std::vector<float> g = grad_of(s, static_cast<std::size_t>(p->data.numel()), 0.1f);
+      p->grad = Tensor::from_vector(g, p->data.shape(), p->data.device());
+    }
+    a.step();
+  };
+  step(*net, opt, 0);
+  TrainerState ts;
+  ts.step = 1;
+  const std::string dir = ::testing::TempDir() + "gpt_optim_adamw_ckpt";
+  const std::string path = save_checkpoint(dir, *net, opt, ts);
+  Checkpoint c = read_checkpoint(path);
+  EXPECT_EQ(c.optimizer.type, "AdamW");
+  EXPECT_EQ(c.optimizer.options.at("param_groups.0.num_params"), "2");  // the two weights
+  for (std::size_t i = 0; i < c.params.size(); ++i) net2->parameters()[i]->data.copy_(c.params[i].second);
+  opt2.load_state_dict(c.optimizer);
+  step(*net, opt, 1);
+  step(*net2, opt2, 1);
+  for (std::size_t i = 0; i < net->parameters().size(); ++i)
+    EXPECT_TRUE(bits_equal(net2->parameters()[i]->data.to_vector<float>(),
+                           net->parameters()[i]->data.to_vector<float>())) << "parameter " << i;
+  std::filesystem::remove_all(dir);
+}
+
 // ---- the learning-rate schedule --------------------------------------------------------------------
 
 /// nanoGPT train.py get_lr, as written there.
@@ -439,6 +482,81 @@ TEST(GptSchedule, NanoGptLrAtKnownIterations) {
   expect_invalid([] { optim::nanogpt_lr(0, 1e-3, 10, 5, 1e-4); },
                  "lr_decay_iters: expected >= warmup_iters (10), got 5");
   expect_invalid([] { optim::nanogpt_lr(0, std::nan(""), 10, 100, 1e-4); }, "learning_rate: expected a finite value >= 0");
+}
+
+
+// ---- clip_grad_norm_ -------------------------------------------------------------------------------
+
+TEST_F(GptOptimTest, ClipGradNormMatchesTheClosedForm) {
+  for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
+    SCOPED_TRACE(mode == Determinism::bitwise ? "bitwise" : "fast");
+    auto a = param_on("a", {0, 0}, {2});
+    auto w = param_on("w", {0, 0, 0, 0}, {2, 2}, Device("sim", 1));
+    auto none = param_on("none", {1}, {1});  // no grad: skipped
+    // (9 + 16 + 4 + 64 + 64) / 256^2 = 157 / 65536, all exact: total = sqrt(157) / 256, small
+    // enough that torch's + 1e-6 changes coef's bits.
+    const float u = 1.0f / 256;
+    const std::vector<float> ga{3 * u, 4 * u}, gw{-2 * u, 8 * u, 0, 8 * u};
+    auto set = [&] {
+      a.grad = Tensor::from_vector(ga, {2}, Device("sim", 0));
+      w.grad = Tensor::from_vector(gw, {2, 2}, Device("sim", 1));  // another device
+    };
+    const std::vector<nn::Parameter*> ps{&a, &none, &w};
+    const float total = std::sqrt(157.0f) / 256;
+    // Below the norm: returned, grads untouched.
+    set();
+    EXPECT_EQ(optim::clip_grad_norm_(ps, 0.05, mode), total);
+    EXPECT_TRUE(bits_equal(a.grad.to_vector<float>(), ga));
+    EXPECT_TRUE(bits_equal(w.grad.to_vector<float>(), gw));
+    EXPECT_FALSE(none.grad.defined());
+    // Above: every grad times max_norm / (total + 1e-6), in float as torch.
+    set();
+    EXPECT_EQ(optim::clip_grad_norm_(ps, 0.01, mode), total);
+    const float coef = 0.01f / (total + 1e-6f);
+    ASSERT_NE(bits(coef), bits(0.01f / total));
+    std::vector<float> wa = ga, ww = gw;
+    for (float& x : wa) x *= coef;
+    for (float& x : ww) x *= coef;
+    EXPECT_TRUE(bits_equal(a.grad.to_vector<float>(), wa));
+    EXPECT_TRUE(bits_equal(w.grad.to_vector<float>(), ww));
+    // The clipped norm is max_norm * total / (total + 1e-6), to float roundings.
+    EXPECT_NEAR(optim::clip_grad_norm_(ps, 100.0, mode), 0.01 * total / (total + 1e-6), 1e-9);
+  }
+  auto p = param_on("p", {1}, {1});
+  EXPECT_EQ(optim::clip_grad_norm_({&p}, 1.0), 0.0f);  // no grads at all
+  expect_invalid([&] { optim::clip_grad_norm_({&p}, 0.0); },
+                 "optim::clip_grad_norm_: max_norm: expected a finite value > 0, got 0");
+  p.grad = Tensor::zeros({2}, DType::f32, Device("sim", 0));
+  expect_invalid([&] { optim::clip_grad_norm_({&p}, 1.0); }, "params[0] ('p'): grad: expected [1] f32");
+}
+
+TEST_F(GptOptimTest, ClipGradNormGivesTheSameBitsOnEveryDdpRank) {
+  constexpr std::int64_t kBatch = 16, kIn = 5, kOut = 3;
+  std::vector<float> xs(kBatch * kIn), ys(kBatch * kOut);
+  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = uniform(3, stream_id(kStreamSynthetic, 40), i, -1, 1);
+  for (std::size_t i = 0; i < ys.size(); ++i) ys[i] = uniform(3, stream_id(kStreamSynthetic, 41), i, -1, 1);
+  const Tensor x = Tensor::from_vector(xs, {kBatch, kIn}), y = Tensor::from_vector(ys, {kBatch, kOut});
+  std::vector<float> norms(4);
+  std::vector<std::vector<float>> grads(4);
+  on_ranks(4, Determinism::bitwise, [&](int r, Communicator& comm) {
+    nn::WithLoss model(nn::mlp({kIn, 16, kOut}, comm.device(), 5), std::make_unique<nn::MSELoss>());
+    model.loss().set_global_batch(kBatch);
+    parallel::DistributedDataParallelOptions o;
+    o.average_gradients = false;  // Note [DDP loss scaling]
+    parallel::DistributedDataParallel ddp(model, comm, o);
+    const auto [lo, hi] = ddp.local_rows(kBatch);
+    ddp.forward({x.narrow(lo, hi - lo), y.narrow(lo, hi - lo)}, kBatch);
+    ddp.backward();
+    const auto rank = static_cast<std::size_t>(r);
+    norms[rank] = optim::clip_grad_norm_(model.parameters(), 0.05, Determinism::bitwise);
+    for (nn::Parameter* p : model.parameters())
+      for (float g : p->grad.to_vector<float>()) grads[rank].push_back(g);
+  });
+  EXPECT_GT(norms[0], 0.05f);  // it clipped
+  for (std::size_t r = 1; r < 4; ++r) {
+    EXPECT_EQ(bits(norms[r]), bits(norms[0])) << "rank " << r;
+    EXPECT_TRUE(bits_equal(grads[r], grads[0])) << "rank " << r;
+  }
 }
 
 }  // namespace
