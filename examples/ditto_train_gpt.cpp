@@ -130,7 +130,7 @@ std::shared_ptr<train::TextDataSource> configure_gpt(const GptOptions& g,
                                                      train::TrainerConfig& c) {
   for (const std::string& opt : mlp_only_options())
     DITTO_CHECK(!given.count(opt), opt, ": expected --model mlp (the GPT's options are nanoGPT's: "
-                "--max-iters, not --epochs; AdamW, cross-entropy), got --model gpt");
+                "--max-iters, not --epochs, with AdamW and cross-entropy), got --model gpt");
   const double lr = given.count("--lr") ? static_cast<double>(*c.lr) : g.learning_rate;
   const double wd = given.count("--weight-decay") ? c.weight_decay : g.weight_decay;
   if (!given.count("--batch-size")) c.batch_size = g.batch_size;
