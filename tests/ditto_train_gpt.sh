@@ -3,7 +3,8 @@
 # bundled shakespeare.txt (10 iterations), bitwise mode:
 #   1. one params_checksum and one generated sample for --devices 1, 2, 4 x --trainer dp, ddp
 #      (and one parameter count: ddp prints nanoGPT's formula, dp the model's own count);
-#      evaluations at steps 0, 5 and 10, each with train and val loss (tokens/s and ETA after 0);
+#      evaluations at steps 0, 5 and 10, each with train and val loss (tokens/s and ETA after 0),
+#      also as JSON lines (--metrics-jsonl);
 #   2. a run that dies at step 7 resumes from its checkpoint of step 4 (on 2 devices, ddp) to the
 #      uninterrupted checksum; the checkpoint has nanoGPT's names, lm_head.weight and the
 #      vocabulary; a resume on another text (another vocabulary) is refused naming the setting;
@@ -15,8 +16,11 @@ tiny=(--model gpt --n-layer 2 --n-head 2 --n-embd 16 --block-size 16 --batch-siz
       --sample 64)
 sample() { sed -n '/^sample (/,/^final: /p' | sed '1d;$d'; }
 
-U=$("$train" "${tiny[@]}" --devices 1 | tee "$work/u.out" | checksum)
+U=$("$train" "${tiny[@]}" --devices 1 --metrics-jsonl "$work/m.jsonl" | tee "$work/u.out" | checksum)
 [ -n "$U" ] || fail "no checksum: $(cat "$work/u.out")"
+[ "$(grep -c '"event":"eval"' "$work/m.jsonl")" = 3 ] || fail "expected 3 eval lines: $(cat "$work/m.jsonl")"
+grep '"event":"final"' "$work/m.jsonl" | grep -q "\"max_iters\":10,.*\"params_checksum\":\"$U\"" ||
+  fail "final line: $(cat "$work/m.jsonl")"
 grep -q '^step 0: train loss [0-9.]*, val loss [0-9.]* (lr ' "$work/u.out" || fail "no step 0 line: $(cat "$work/u.out")"
 grep -Eq '^step 5: train loss [0-9.]+, val loss [0-9.]+ \(lr [0-9.e+-]+, [0-9]+ tokens/s, ETA [0-9]+:[0-9]{2}:[0-9]{2}\)$' "$work/u.out" ||
   fail "no step 5 line with tokens/s and ETA: $(cat "$work/u.out")"
