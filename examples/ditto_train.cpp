@@ -209,9 +209,12 @@ int run(Args a) {
       }
   };
   train::TrainerCallbacks cb;
-  cb.on_resume = [](const std::string& dir, const TrainerState& ts) {
-    std::printf("ditto-train: resumed from %s at step %" PRId64 " (epoch %" PRId64
-                ", batch %" PRId64 ")\n", dir.c_str(), ts.step, ts.epoch + 1, ts.batch);
+  cb.on_resume = [gpt](const std::string& dir, const TrainerState& ts) {
+    if (gpt)  // iteration mode: the step is the whole position
+      std::printf("ditto-train: resumed from %s at step %" PRId64 "\n", dir.c_str(), ts.step);
+    else
+      std::printf("ditto-train: resumed from %s at step %" PRId64 " (epoch %" PRId64
+                  ", batch %" PRId64 ")\n", dir.c_str(), ts.step, ts.epoch + 1, ts.batch);
   };
   cb.on_start = [&](const train::RunInfo& r) {
     open_jsonl();
