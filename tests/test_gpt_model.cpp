@@ -5,13 +5,18 @@
 // generate() reproducible for a seed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <future>
 #include <utility>
 
+#include "core/comm/communicator.h"
 #include "core/nn/gpt.h"
 #include "core/nn/loss.h"
+#include "core/nn/with_loss.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
+#include "core/parallel/distributed_data_parallel.h"
 #include "gpt_test_util.h"
 #include "test_util.h"
 
@@ -92,7 +97,8 @@ TEST_F(GptModel, WholeModelGradientsMatchFiniteDifferences) {
     for (nn::Parameter* q : m.parameters()) {  // away from the init's special point
       const bool ln_w = q->data.dim() == 1 && q->name.find("weight") != std::string::npos;
       q->data.copy_(Tensor::from_vector(
-          seeded(q->data.numel(), sub++, ln_w ? 0.7f : -0.4f, ln_w ? 1.3f : 0.4f), q->data.shape()));
+          seeded(q->data.numel(), sub++, ln_w ? 0.7f : -0.4f, ln_w ? 1.3f : 0.4f),
+          q->data.shape()));
     }
     m.set_step(2);
     gradcheck(m, ids(2, 5, 11, 1), p > 0 ? "GPT(dropout 0.1, bias)" : "GPT(no bias)");
@@ -119,47 +125,139 @@ TEST_F(GptModel, WholeModelGradientsMatchFiniteDifferences) {
   }
 }
 
-// 3 SGD steps of the tiny GPT with dropout 0.1 in bitwise mode through DataParallel over D
-// devices; returns every parameter's values.
-std::vector<float> train_dp(int devices, float dropout) {
+nn::GPTConfig dp_config(float dropout) {
   nn::GPTConfig c;
   c.block_size = 6, c.vocab_size = 11, c.n_layer = 2, c.n_head = 2, c.n_embd = 8;
   c.dropout = dropout, c.bias = true;
-  nn::GPT m(c, Device("sim", 0), 7);
+  return c;
+}
+
+// Step `step`'s batch: B windows of 7 seeded tokens, x [B, 6] the first 6, y [B, 6] the last.
+std::pair<Tensor, Tensor> batch_of(std::int64_t step, int B) {
+  const std::vector<std::int64_t> tok =
+      seeded_ids(B * 7, 11, 200 + static_cast<std::uint64_t>(step));
+  std::vector<std::int64_t> x, y;
+  for (int r = 0; r < B; ++r)
+    for (int t = 0; t < 6; ++t) x.push_back(tok[r * 7 + t]), y.push_back(tok[r * 7 + t + 1]);
+  return {Tensor::from_vector(x, {B, 6}), Tensor::from_vector(y, {B, 6})};
+}
+
+optim::SGDOptions sgd_options() {
+  optim::SGDOptions so;
+  so.lr = 0.5f;
+  return so;
+}
+
+// 3 SGD steps of the tiny GPT in bitwise mode through DataParallel over D devices, batches of
+// B sequences; returns every parameter's values.
+std::vector<float> train_dp(int devices, float dropout, int B = 8) {
+  nn::GPT m(dp_config(dropout), Device("sim", 0), 7);
   m.set_determinism(Determinism::bitwise);
   parallel::DataParallelOptions o;
   o.determinism = Determinism::bitwise;
   parallel::DataParallel dp(m, ditto::devices("sim", devices), o);
-  optim::SGDOptions so;
-  so.lr = 0.5f;
-  optim::SGD sgd(m.parameters(), so);
+  optim::SGD sgd(m.parameters(), sgd_options());
   nn::CrossEntropyLoss ce;
   ce.set_determinism(Determinism::bitwise);
   for (std::int64_t step = 0; step < 3; ++step) {
     m.set_step(step);
     sgd.zero_grad();
-    const std::vector<std::int64_t> tok = seeded_ids(8 * 7, 11, 200 + step);
-    std::vector<std::int64_t> x, y;
-    for (int r = 0; r < 8; ++r)
-      for (int t = 0; t < 6; ++t) x.push_back(tok[r * 7 + t]), y.push_back(tok[r * 7 + t + 1]);
-    const Tensor logits = dp.forward(Tensor::from_vector(x, {8, 6}));
-    ce.forward(logits, Tensor::from_vector(y, {8, 6}, logits.device()));
+    const auto [x, y] = batch_of(step, B);
+    const Tensor logits = dp.forward(x);
+    ce.forward(logits, y.to(logits.device()));
     dp.backward(ce.backward());
     sgd.step();
   }
   return parameter_values(m);
 }
 
-TEST_F(GptModel, SameBitsOverOneTwoFourEightDevicesInBitwiseMode) {
+// The same training with DistributedDataParallel over `world` ranks (one thread each), the loss
+// a mean over the global batch (set_global_batch, summed gradients); every rank's parameters.
+std::vector<std::vector<float>> train_ddp(int world, float dropout, int B = 8) {
+  CommOptions co;
+  co.determinism = Determinism::bitwise;
+  std::vector<Communicator> comms = Communicator::init_all(ditto::devices("sim", world), co);
+  std::vector<std::vector<float>> out(static_cast<std::size_t>(world));
+  auto rank = [&](int r) {
+    Communicator& comm = comms[static_cast<std::size_t>(r)];
+    auto gpt = std::make_unique<nn::GPT>(dp_config(dropout), comm.device(), 7);
+    nn::GPT& m = *gpt;
+    auto ce = std::make_unique<nn::CrossEntropyLoss>();
+    ce->set_global_batch(B);
+    nn::WithLoss model(std::move(gpt), std::move(ce));
+    parallel::DistributedDataParallelOptions o;
+    o.average_gradients = false;
+    parallel::DistributedDataParallel ddp(model, comm, o);
+    optim::SGD sgd(m.parameters(), sgd_options());
+    for (std::int64_t step = 0; step < 3; ++step) {
+      m.set_step(step);
+      sgd.zero_grad();
+      const auto [x, y] = batch_of(step, B);
+      const auto [a, b] = ddp.local_rows(B);
+      ddp.forward({x.narrow(a, b - a), y.narrow(a, b - a)}, B);
+      ddp.backward();
+      sgd.step();
+    }
+    out[static_cast<std::size_t>(r)] = parameter_values(m);
+  };
+  std::vector<std::future<void>> done;
+  for (int r = 0; r < world; ++r) done.push_back(std::async(std::launch::async, rank, r));
+  for (auto& f : done) f.get();
+  return out;
+}
+
+TEST_F(GptModel, SameBitsOverDevicesAndRanksInBitwiseMode) {
   for (float p : {0.0f, 0.1f}) {
     const std::vector<float> one = train_dp(1, p);
-    for (int d : {2, 4, 8}) EXPECT_TRUE(bits_equal(train_dp(d, p), one)) << d << " devices, dropout " << p;
+    for (int d : {2, 4, 8})
+      EXPECT_TRUE(bits_equal(train_dp(d, p), one)) << d << " devices, dropout " << p;
   }
+  // DistributedDataParallel over 2 and 4 ranks: the same bits on every rank.
+  const std::vector<float> dp1 = train_dp(1, 0.1f);
+  for (int world : {2, 4})
+    for (const std::vector<float>& r : train_ddp(world, 0.1f))
+      EXPECT_TRUE(bits_equal(r, dp1)) << "DDP over " << world << " ranks";
+  // A batch smaller than the device count: some replicas hold no rows.
+  EXPECT_TRUE(bits_equal(train_dp(8, 0.1f, 3), train_dp(1, 0.1f, 3)));
   // The steps did something, and dropout changed it.
   nn::GPTConfig c = tiny(0.0f, true);
   nn::GPT init(c, dev(), 7);
   EXPECT_TRUE(any_bits_differ(train_dp(1, 0.0f), parameter_values(init)));
   EXPECT_TRUE(any_bits_differ(train_dp(1, 0.1f), train_dp(1, 0.0f)));
+}
+
+TEST_F(GptModel, FastDataParallelAgreesWithOneDeviceAndEveryGradIsReportedOnce) {
+  // fast mode (torch.chunk split, any-order kernels): within rounding of one device.
+  nn::GPT a(dp_config(0.0f), dev(), 2), b(dp_config(0.0f), dev(), 2);
+  parallel::DataParallel dp(b, ditto::devices("sim", 4));
+  const auto [x, y] = batch_of(0, 6);
+  std::vector<std::string> reported;
+  a.set_grad_ready_hook([&](nn::Parameter& p) { reported.push_back(p.name); });
+  for (std::pair<nn::GPT*, bool> run : {std::pair{&a, false}, std::pair{&b, true}}) {
+    run.first->zero_grad();
+    nn::CrossEntropyLoss ce;
+    const Tensor logits = run.second ? dp.forward(x) : run.first->forward(x);
+    ce.forward(logits, y.to(logits.device()));
+    if (run.second)
+      dp.backward(ce.backward());
+    else
+      run.first->backward(ce.backward());
+  }
+  const std::vector<nn::Parameter*> pa = a.parameters(), pb = b.parameters();
+  for (std::size_t i = 0; i < pa.size(); ++i) {
+    const std::vector<float> ga = pa[i]->grad.to_vector<float>(),
+                             gb = pb[i]->grad.to_vector<float>();
+    for (std::size_t k = 0; k < ga.size(); ++k) ASSERT_NEAR(ga[k], gb[k], 1e-6) << pa[i]->name;
+  }
+  // DDP's hook: each parameter once, after its layer's backward (ln_f first, wte last).
+  std::vector<std::string> names;
+  for (nn::Parameter* p : pa) names.push_back(p->name);
+  ASSERT_EQ(reported.size(), names.size());
+  EXPECT_EQ(reported.front(), "transformer.ln_f.weight");
+  EXPECT_EQ(reported.back(), "transformer.wte.weight");
+  std::sort(reported.begin(), reported.end());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(reported, names);
 }
 
 TEST_F(GptModel, RowSliceWithItsFirstRowDrawsTheWholeBatchsMasks) {
@@ -207,23 +305,40 @@ TEST_F(GptModel, GenerateIsReproducibleForASeed) {
   const std::vector<std::int64_t> g = m.generate(longp, 1, 1.0f, 1, 0);
   m.set_training(false);
   const std::vector<float> l =
-      m.forward(Tensor::from_vector(std::vector<std::int64_t>(longp.end() - 6, longp.end()), {1, 6}))
+      m.forward(
+           Tensor::from_vector(std::vector<std::int64_t>(longp.end() - 6, longp.end()), {1, 6}))
           .to_vector<float>();
   const auto best = std::max_element(l.end() - 11, l.end()) - (l.end() - 11);
   EXPECT_EQ(g.back(), best);
   expect_invalid([&] { m.generate({}, 1, 1.0f, 0, 0); }, "prompt: expected at least one token");
-  expect_invalid([&] { m.generate({11}, 1, 1.0f, 0, 0); }, "prompt[0]: expected a token id in [0, 11), got 11");
-  expect_invalid([&] { m.generate({1}, 1, 0.0f, 0, 0); }, "temperature: expected a finite value > 0");
+  expect_invalid([&] { m.generate({11}, 1, 1.0f, 0, 0); },
+                 "prompt[0]: expected a token id in [0, 11), got 11");
+  expect_invalid([&] { m.generate({1}, 1, 0.0f, 0, 0); },
+                 "temperature: expected a finite value > 0");
 }
 
 TEST_F(GptModel, BadInputsAreRefusedByName) {
   nn::GPTConfig c = tiny(0.0f, false);
   c.n_embd = 9;
-  expect_invalid([&] { nn::GPT(c, dev(), 1); }, "n_embd: expected a positive multiple of n_head = 2, got 9");
+  expect_invalid([&] { nn::GPT(c, dev(), 1); },
+                 "n_embd: expected a positive multiple of n_head = 2, got 9");
   nn::GPT m(tiny(0.0f, false), dev(), 1);
   expect_invalid([&] { m.forward(ids(1, 7, 11, 1)); }, "expected 1 <= T <= block_size = 6");
-  expect_invalid([&] { m.forward(Tensor::zeros({2, 3}, DType::f32, dev())); }, "idx: expected [B, T] i64");
-  expect_invalid([&] { m.backward(Tensor::zeros({1, 1, 11}, DType::f32, dev())); }, "called before forward");
+  expect_invalid(
+      [&] {
+        m.forward(Tensor::zeros({2, 3}, DType::f32, dev()));
+      },
+      "idx: expected [B, T] i64");
+  expect_invalid(
+      [&] {
+        m.backward(Tensor::zeros({1, 1, 11}, DType::f32, dev()));
+      },
+      "called before forward");
+  expect_invalid(
+      [&] {
+        m.forward(Tensor::from_vector(std::vector<std::int64_t>{1, 11}, {1, 2}));
+      },
+      "GPT.forward: ops::embedding: idx[0, 1] = 11 out of range [0, 11)");
 }
 
 }  // namespace

@@ -35,56 +35,50 @@ struct AttnDims {
 };
 
 AttnDims dims_of(const char* who, const Tensor& qkv, const Tensor& att, std::int64_t nh) {
-  DITTO_CHECK(qkv.defined() && qkv.dim() == 3 && qkv.size(2) % 3 == 0 &&
-                  qkv.dtype() == DType::f32,
+  DITTO_CHECK(qkv.defined() && qkv.dim() == 3 && qkv.size(2) % 3 == 0 && qkv.dtype() == DType::f32,
               who, ": qkv: expected [B, T, 3C] f32, got ", qkv.defined() ? qkv.str() : "undefined");
   const AttnDims d{qkv.size(0), qkv.size(1), qkv.size(2) / 3, nh, 0};
   DITTO_CHECK(nh >= 1 && d.C % nh == 0, who, ": n_head: expected a divisor of ", d.C, ", got ", nh);
-  DITTO_CHECK(att.defined() && att.shape() == (Shape{d.B, nh, d.T, d.T}), who,
-              ": att: expected ", shape_str({d.B, nh, d.T, d.T}), ", got ",
-              att.defined() ? att.str() : "undefined");
+  DITTO_CHECK(att.defined() && att.shape() == (Shape{d.B, nh, d.T, d.T}), who, ": att: expected ",
+              shape_str({d.B, nh, d.T, d.T}), ", got ", att.defined() ? att.str() : "undefined");
   return {d.B, d.T, d.C, nh, d.C / nh};
 }
 
-// The dropout mask of att (1: kept), as Kernels::dropout_forward draws it.
-std::vector<unsigned char> keep_mask(std::size_t n, float p, std::uint64_t seed,
-                                     std::uint64_t stream, std::uint64_t index_base) {
-  std::vector<unsigned char> keep(n);
-  for (std::size_t i = 0; i < n; ++i) keep[i] = gpt::dropout_keep(seed, stream, index_base + i, p);
-  return keep;
-}
-
-// The dropped, scaled attention weights a (zeros where dropped, and where att is: u > t).
-std::vector<float> dropped(const std::vector<float>& att, const std::vector<unsigned char>& keep,
-                           float s) {
-  std::vector<float> a(att.size());
-  for (std::size_t i = 0; i < att.size(); ++i) a[i] = keep[i] ? c::mul(att[i], s) : 0.0f;
-  return a;
+// Row t of the dropped, scaled attention weights of one (sample, head): a[u] for u <= t, from
+// att's row at flat index `row` (the mask index is index_base + row + u).
+void dropped_row(const float* att_row, std::size_t row, std::int64_t t, float p, float s,
+                 std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base, float* a) {
+  for (std::int64_t u = 0; u <= t; ++u)
+    a[u] = gpt::dropout_keep(seed, stream, index_base + row + static_cast<std::size_t>(u), p)
+               ? c::mul(att_row[u], s)
+               : 0.0f;
 }
 
 }  // namespace
 
-Tensor attention_dropout_forward(const Tensor& qkv, const Tensor& att, std::int64_t n_head,
-                                 float p, std::uint64_t seed, std::uint64_t stream,
+Tensor attention_dropout_forward(const Tensor& qkv, const Tensor& att, std::int64_t n_head, float p,
+                                 std::uint64_t seed, std::uint64_t stream,
                                  std::uint64_t index_base) {
   const AttnDims d = dims_of("nn::attention_dropout_forward", qkv, att, n_head);
   const std::vector<float> x = qkv.to_vector<float>(), at = att.to_vector<float>();
   const float s = gpt::dropout_scale(p);
-  const std::vector<float> a = dropped(at, keep_mask(at.size(), p, seed, stream, index_base), s);
-  std::vector<float> y(static_cast<std::size_t>(d.B * d.T * d.C));
-  const std::int64_t C3 = 3 * d.C;
+  const std::int64_t C3 = 3 * d.C, T = d.T;
+  std::vector<float> y(static_cast<std::size_t>(d.B * T * d.C), 0.0f);
+  std::vector<float> a(static_cast<std::size_t>(T));
   for (std::int64_t b = 0; b < d.B; ++b)
     for (std::int64_t h = 0; h < d.nh; ++h)
-      for (std::int64_t t = 0; t < d.T; ++t) {
-        const float* ar = &a[static_cast<std::size_t>(((b * d.nh + h) * d.T + t) * d.T)];
-        for (std::int64_t i = 0; i < d.hd; ++i) {
-          float acc = 0.0f;
-          for (std::int64_t u = 0; u <= t; ++u)
-            acc = c::fma(ar[u], x[static_cast<std::size_t>((b * d.T + u) * C3 + 2 * d.C + h * d.hd + i)], acc);
-          y[static_cast<std::size_t>((b * d.T + t) * d.C + h * d.hd + i)] = acc;
+      for (std::int64_t t = 0; t < T; ++t) {
+        const auto row = static_cast<std::size_t>(((b * d.nh + h) * T + t) * T);
+        dropped_row(&at[row], row, t, p, s, seed, stream, index_base, a.data());
+        // y[t, i]: the fma chain over u ascending from 0, one chain per i (the loop over i
+        // inside only interleaves independent chains).
+        float* yt = &y[static_cast<std::size_t>((b * T + t) * d.C + h * d.hd)];
+        for (std::int64_t u = 0; u <= t; ++u) {
+          const float* vu = &x[static_cast<std::size_t>((b * T + u) * C3 + 2 * d.C + h * d.hd)];
+          for (std::int64_t i = 0; i < d.hd; ++i) yt[i] = c::fma(a[u], vu[i], yt[i]);
         }
       }
-  return Tensor::from_vector(y, {d.B, d.T, d.C}, qkv.device());
+  return Tensor::from_vector(y, {d.B, T, d.C}, qkv.device());
 }
 
 Tensor attention_dropout_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att,
@@ -92,61 +86,51 @@ Tensor attention_dropout_backward(const Tensor& dy, const Tensor& qkv, const Ten
                                   std::uint64_t stream, std::uint64_t index_base) {
   const AttnDims d = dims_of("nn::attention_dropout_backward", qkv, att, n_head);
   DITTO_CHECK(dy.defined() && dy.shape() == (Shape{d.B, d.T, d.C}),
-              "nn::attention_dropout_backward: dy: expected ", shape_str({d.B, d.T, d.C}),
-              ", got ", dy.defined() ? dy.str() : "undefined");
+              "nn::attention_dropout_backward: dy: expected ", shape_str({d.B, d.T, d.C}), ", got ",
+              dy.defined() ? dy.str() : "undefined");
   const std::vector<float> x = qkv.to_vector<float>(), g = dy.to_vector<float>();
   const std::vector<float> at = att.to_vector<float>();
   const float s = gpt::dropout_scale(p);
-  const std::vector<unsigned char> keep = keep_mask(at.size(), p, seed, stream, index_base);
-  const std::vector<float> a = dropped(at, keep, s);
   const float scale = gpt::attention_scale(d.hd);
-  const std::int64_t C3 = 3 * d.C, T = d.T;
-  std::vector<float> dx(x.size(), 0.0f), dz(static_cast<std::size_t>(T * T), 0.0f);
-  // Element i of head h's q (part 0), k (1) or v (2) at position t of sample b.
-  auto at_qkv = [&](std::int64_t b, std::int64_t t, int part, std::int64_t h, std::int64_t i) {
-    return static_cast<std::size_t>((b * T + t) * C3 + part * d.C + h * d.hd + i);
-  };
-  auto at_dy = [&](std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t i) {
-    return static_cast<std::size_t>((b * T + t) * d.C + h * d.hd + i);
+  const std::int64_t C3 = 3 * d.C, T = d.T, hd = d.hd;
+  std::vector<float> dx(x.size(), 0.0f), a(static_cast<std::size_t>(T)),
+      da(static_cast<std::size_t>(T)), dz(static_cast<std::size_t>(T));
+  // Head h's q (part 0), k (1) or v (2) of position t of sample b, and of dx alike.
+  auto qkv_at = [&](std::int64_t b, std::int64_t t, int part, std::int64_t h) {
+    return static_cast<std::size_t>((b * T + t) * C3 + part * d.C + h * hd);
   };
   for (std::int64_t b = 0; b < d.B; ++b)
-    for (std::int64_t h = 0; h < d.nh; ++h) {
-      const std::size_t base = static_cast<std::size_t>((b * d.nh + h) * T * T);
-      for (std::int64_t t = 0; t < T; ++t) {  // dz row t
+    for (std::int64_t h = 0; h < d.nh; ++h)
+      for (std::int64_t t = 0; t < T; ++t) {  // query t: its row of dz, then its terms
+        const auto row = static_cast<std::size_t>(((b * d.nh + h) * T + t) * T);
+        dropped_row(&at[row], row, t, p, s, seed, stream, index_base, a.data());
+        const float* gt = &g[static_cast<std::size_t>((b * T + t) * d.C + h * hd)];
         float dot = 0.0f;
-        std::vector<float> da(static_cast<std::size_t>(t + 1));
         for (std::int64_t u = 0; u <= t; ++u) {
+          const float* vu = &x[qkv_at(b, u, 2, h)];
           float acc = 0.0f;
-          for (std::int64_t i = 0; i < d.hd; ++i)
-            acc = c::fma(g[at_dy(b, t, h, i)], x[at_qkv(b, u, 2, h, i)], acc);
-          const std::size_t k = base + static_cast<std::size_t>(t * T + u);
-          da[static_cast<std::size_t>(u)] = keep[k] ? c::mul(acc, s) : 0.0f;
-          dot = c::fma(at[k], da[static_cast<std::size_t>(u)], dot);
+          for (std::int64_t i = 0; i < hd; ++i) acc = c::fma(gt[i], vu[i], acc);
+          const bool kept =
+              gpt::dropout_keep(seed, stream, index_base + row + static_cast<std::size_t>(u), p);
+          da[u] = kept ? c::mul(acc, s) : 0.0f;
+          dot = c::fma(at[row + static_cast<std::size_t>(u)], da[u], dot);
         }
+        for (std::int64_t u = 0; u <= t; ++u)
+          dz[u] = c::mul(c::mul(at[row + static_cast<std::size_t>(u)], c::sub(da[u], dot)), scale);
+        // dq[t] over u ascending; dk[u] and dv[u] over t ascending (this loop's order).
+        float* dqt = &dx[qkv_at(b, t, 0, h)];
+        const float* qt = &x[qkv_at(b, t, 0, h)];
         for (std::int64_t u = 0; u <= t; ++u) {
-          const std::size_t k = base + static_cast<std::size_t>(t * T + u);
-          dz[static_cast<std::size_t>(t * T + u)] =
-              c::mul(c::mul(at[k], c::sub(da[static_cast<std::size_t>(u)], dot)), scale);
-        }
-      }
-      for (std::int64_t i = 0; i < d.hd; ++i) {
-        for (std::int64_t t = 0; t < T; ++t) {  // dq
-          float acc = 0.0f;
-          for (std::int64_t u = 0; u <= t; ++u)
-            acc = c::fma(dz[static_cast<std::size_t>(t * T + u)], x[at_qkv(b, u, 1, h, i)], acc);
-          dx[at_qkv(b, t, 0, h, i)] = acc;
-        }
-        for (std::int64_t u = 0; u < T; ++u) {  // dk, dv
-          float acck = 0.0f, accv = 0.0f;
-          for (std::int64_t t = u; t < T; ++t) {
-            acck = c::fma(dz[static_cast<std::size_t>(t * T + u)], x[at_qkv(b, t, 0, h, i)], acck);
-            accv = c::fma(a[base + static_cast<std::size_t>(t * T + u)], g[at_dy(b, t, h, i)], accv);
+          const float* ku = &x[qkv_at(b, u, 1, h)];
+          float* dku = &dx[qkv_at(b, u, 1, h)];
+          float* dvu = &dx[qkv_at(b, u, 2, h)];
+          for (std::int64_t i = 0; i < hd; ++i) {
+            dqt[i] = c::fma(dz[u], ku[i], dqt[i]);
+            dku[i] = c::fma(dz[u], qt[i], dku[i]);
+            dvu[i] = c::fma(a[u], gt[i], dvu[i]);
           }
-          dx[at_qkv(b, u, 1, h, i)] = acck;
-          dx[at_qkv(b, u, 2, h, i)] = accv;
         }
       }
-    }
   return Tensor::from_vector(dx, {d.B, T, 3 * d.C}, qkv.device());
 }
 

@@ -90,6 +90,8 @@ class GPT : public Container {
   /// grad_logits [B, T, vocab_size] (d loss / d logits, e.g. CrossEntropyLoss's backward):
   /// accumulates every parameter's grad; returns an undefined tensor (ids have no gradient).
   Tensor backward(const Tensor& grad_logits) override;
+  /// Token ids have no gradient: input_requires_grad() is always false (a true is ignored).
+  void set_input_requires_grad(bool) override { input_requires_grad_ = false; }
   /// nanoGPT's state_dict names and order (Note [GPT]); lm_head.weight is wte, not listed.
   std::vector<Parameter*> parameters() override;
   /// Same structure and settings, parameters sharing this one's data.
@@ -107,15 +109,16 @@ class GPT : public Container {
   /// training mode and micro-shards are restored afterwards; the saved state of the last forward
   /// is not (call forward again before backward). Throws InvalidArgument for an empty prompt,
   /// a bad id, max_new_tokens < 0 or a temperature that is not finite and > 0.
-  std::vector<std::int64_t> generate(std::vector<std::int64_t> prompt,
-                                     std::int64_t max_new_tokens, float temperature,
-                                     std::int64_t top_k, std::uint64_t seed);
+  std::vector<std::int64_t> generate(std::vector<std::int64_t> prompt, std::int64_t max_new_tokens,
+                                     float temperature, std::int64_t top_k, std::uint64_t seed);
 
  protected:
   std::vector<Module*> children() override;
 
  private:
-  GPT(const GPTConfig& cfg, std::uint64_t seed) : cfg_(cfg), seed_(seed) {}  // for clone
+  GPT(const GPTConfig& cfg, std::uint64_t seed) : cfg_(cfg), seed_(seed) {  // for clone
+    input_requires_grad_ = false;
+  }
   void name_children();
   void wte_grad(const Tensor& dlogits, const Tensor& demb);
 

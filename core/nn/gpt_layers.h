@@ -34,13 +34,15 @@ class Embedding : public Module {
   Tensor backward(const Tensor& grad_output) override;
   std::vector<Parameter*> parameters() override { return {&weight_}; }
   std::unique_ptr<Module> clone() const override;
+  /// Token ids have no gradient: input_requires_grad() is always false (a true is ignored).
+  void set_input_requires_grad(bool) override { input_requires_grad_ = false; }
 
   std::int64_t num_embeddings() const { return v_; }
   std::int64_t embedding_dim() const { return c_; }
   Parameter& weight() { return weight_; }
 
  private:
-  Embedding(std::int64_t v, std::int64_t c) : v_(v), c_(c) {}
+  Embedding(std::int64_t v, std::int64_t c) : v_(v), c_(c) { input_requires_grad_ = false; }
   std::int64_t v_ = 0, c_ = 0;
   Parameter weight_{"weight", {}, {}};
   Tensor idx_;
