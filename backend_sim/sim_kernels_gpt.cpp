@@ -32,17 +32,68 @@ void transpose_head(const float* src, std::int64_t stride, std::int64_t col, std
 }
 
 // acc[u] = chain over i ascending of fma(a[i], kt[i * T + u], acc[u]) from 0.0f for u <= t: the
-// dot products a . k_u of gpt::dot_chain, all u at once (vectorised across u).
+// dot products a . k_u of gpt::dot_chain, all u at once: blocks of kDotBlock keys held in
+// registers across the whole chain (vectorised across u), the rest one key column at a time.
+constexpr std::int64_t kDotBlock = 32;
+
 void dots_transposed(const float* a, const float* kt, std::int64_t t, std::int64_t T,
                      std::int64_t hd, float* acc) {
-  const std::int64_t n = t + 1;
-  for (std::int64_t u = 0; u < n; ++u) acc[u] = 0.0f;
+  const std::int64_t n = t + 1, full = n - n % kDotBlock;
+  for (std::int64_t u0 = 0; u0 < full; u0 += kDotBlock) {
+    float blk[kDotBlock] = {};
+    for (std::int64_t i = 0; i < hd; ++i) {
+      const float ai = a[i];
+      const float* __restrict k = kt + i * T + u0;
+      for (std::int64_t j = 0; j < kDotBlock; ++j) blk[j] = fma(ai, k[j], blk[j]);
+    }
+    for (std::int64_t j = 0; j < kDotBlock; ++j) acc[u0 + j] = blk[j];
+  }
+  for (std::int64_t u = full; u < n; ++u) acc[u] = 0.0f;
   for (std::int64_t i = 0; i < hd; ++i) {
     const float ai = a[i];
     const float* __restrict k = kt + i * T;
     float* __restrict o = acc;
-    for (std::int64_t u = 0; u < n; ++u) o[u] = fma(ai, k[u], o[u]);
+    for (std::int64_t u = full; u < n; ++u) o[u] = fma(ai, k[u], o[u]);
   }
+}
+
+// gpt::weighted_rows and gpt::attention_key_backward with the head width a constant, so that
+// the hd accumulators stay in registers across the chain (the same operations in the same
+// order); other widths take gpt_math.h's functions themselves.
+template <int HD>
+void weighted_rows_hd(const float* w, std::int64_t t, const float* rows, std::int64_t stride,
+                      float* out) {
+  float acc[HD] = {};
+  for (std::int64_t u = 0; u <= t; ++u) {
+    const float* __restrict r = rows + u * stride;
+    const float a = w[u];
+    for (int i = 0; i < HD; ++i) acc[i] = fma(a, r[i], acc[i]);
+  }
+  std::memcpy(out, acc, sizeof acc);
+}
+
+void weighted_rows(const float* w, std::int64_t t, const float* rows, std::int64_t stride,
+                   std::int64_t hd, float* out) {
+  if (hd == 32) return weighted_rows_hd<32>(w, t, rows, stride, out);
+  if (hd == 64) return weighted_rows_hd<64>(w, t, rows, stride, out);
+  gpt::weighted_rows(w, t, rows, stride, hd, out);
+}
+
+// dk_u = scale * chain_t fma(dpre[t, u], q_t), dv_u = chain_t fma(att[t, u], dy_t), t >= u.
+template <int HD>
+void key_backward_hd(const float* q0, std::int64_t q_stride, const float* g0,
+                     std::int64_t g_stride, const float* att_col, const float* dpre_col,
+                     std::int64_t T, std::int64_t u, float scale, float* dk, float* dv) {
+  float ak[HD] = {}, av[HD] = {};
+  for (std::int64_t t = u; t < T; ++t) {
+    const float* __restrict q = q0 + t * q_stride;
+    const float* __restrict g = g0 + t * g_stride;
+    const float d = dpre_col[t * T], a = att_col[t * T];
+    for (int i = 0; i < HD; ++i) ak[i] = fma(d, q[i], ak[i]);
+    for (int i = 0; i < HD; ++i) av[i] = fma(a, g[i], av[i]);
+  }
+  for (int i = 0; i < HD; ++i) dk[i] = mul(ak[i], scale);
+  std::memcpy(dv, av, sizeof av);
 }
 
 // For each batch b and head h: the head's slice at column `col` + h*hd of qkv [B, T, 3C]
@@ -188,7 +239,7 @@ void attention_forward(const float* qkv, std::int64_t B, std::int64_t T, std::in
       dots_transposed(base + t * W + h * hd, kt.data(), t, T, hd, row);
       for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(row[u], scale);
       gpt::causal_softmax_row(row, t, T);
-      gpt::weighted_rows(row, t, base + 2 * C + h * hd, W, hd, y + (b * T + t) * C + h * hd);
+      weighted_rows(row, t, base + 2 * C + h * hd, W, hd, y + (b * T + t) * C + h * hd);
     }
   });
 }
@@ -223,13 +274,22 @@ void attention_backward(const float* dy, const float* qkv, const float* att, std
       dots_transposed(dy + (b * T + t) * C + h * hd, vt.data(), t, T, hd, row);
       gpt::causal_softmax_row_backward(att + head + t * T, row, t, T);
       float* dq = dqkv + (b * T + t) * W + h * hd;
-      gpt::weighted_rows(row, t, base + C + h * hd, W, hd, dq);
+      weighted_rows(row, t, base + C + h * hd, W, hd, dq);
       for (std::int64_t i = 0; i < hd; ++i) dq[i] = mul(dq[i], scale);
     }
     // Pass 2, per key u: dk_u and dv_u over the queries t >= u.
     for (std::int64_t u = 0; u < T; ++u) {
       float* dk = dqkv + (b * T + u) * W + C + h * hd;
-      gpt::attention_key_backward(dy, qkv, att, scratch, T, C, nh, b, u, h, dk, dk + C);
+      const float* q0 = base + h * hd;
+      const float* g0 = dy + b * T * C + h * hd;
+      if (hd == 32)
+        key_backward_hd<32>(q0, W, g0, C, att + head + u, scratch + head + u, T, u, scale, dk,
+                            dk + C);
+      else if (hd == 64)
+        key_backward_hd<64>(q0, W, g0, C, att + head + u, scratch + head + u, T, u, scale, dk,
+                            dk + C);
+      else
+        gpt::attention_key_backward(dy, qkv, att, scratch, T, C, nh, b, u, h, dk, dk + C);
     }
   });
 }
