@@ -109,11 +109,13 @@ void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) 
     std::snprintf(loop, sizeof loop, "iters=%" PRId64, r.steps);
   else
     std::snprintf(loop, sizeof loop, "epochs=%d", r.epochs);
+  char acc[32] = "";  // the GPT's evaluation is its loss only
+  if (tokens_per_sample == 0) std::snprintf(acc, sizeof acc, " val_acc=%.4f", r.eval.accuracy);
   std::printf("final: backend=%s devices=%d determinism=%s%s %s train_loss=%.6f "
-              "val_loss=%.6f val_acc=%.4f train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
+              "val_loss=%.6f%s train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
               r.backend.c_str(), r.devices, determinism_name(r.determinism),
               r.trainer == train::TrainerKind::ddp ? " trainer=ddp" : "", loop, r.train_loss,
-              r.eval.loss, r.eval.accuracy, r.train_time_s, r.params_checksum);
+              r.eval.loss, acc, r.train_time_s, r.params_checksum);
   if (const auto& p = r.prediction) {
     char tokens[64] = "", measured[64] = "";
     if (tokens_per_sample > 0) {
@@ -207,9 +209,12 @@ int run(Args a) {
       }
   };
   train::TrainerCallbacks cb;
-  cb.on_resume = [](const std::string& dir, const TrainerState& ts) {
-    std::printf("ditto-train: resumed from %s at step %" PRId64 " (epoch %" PRId64
-                ", batch %" PRId64 ")\n", dir.c_str(), ts.step, ts.epoch + 1, ts.batch);
+  cb.on_resume = [gpt](const std::string& dir, const TrainerState& ts) {
+    if (gpt)  // iteration mode: the step is the whole position
+      std::printf("ditto-train: resumed from %s at step %" PRId64 "\n", dir.c_str(), ts.step);
+    else
+      std::printf("ditto-train: resumed from %s at step %" PRId64 " (epoch %" PRId64
+                  ", batch %" PRId64 ")\n", dir.c_str(), ts.step, ts.epoch + 1, ts.batch);
   };
   cb.on_start = [&](const train::RunInfo& r) {
     open_jsonl();

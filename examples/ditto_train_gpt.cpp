@@ -130,7 +130,7 @@ std::shared_ptr<train::TextDataSource> configure_gpt(const GptOptions& g,
                                                      train::TrainerConfig& c) {
   for (const std::string& opt : mlp_only_options())
     DITTO_CHECK(!given.count(opt), opt, ": expected --model mlp (the GPT's options are nanoGPT's: "
-                "--max-iters, not --epochs; AdamW, cross-entropy), got --model gpt");
+                "--max-iters, not --epochs, with AdamW and cross-entropy), got --model gpt");
   const double lr = given.count("--lr") ? static_cast<double>(*c.lr) : g.learning_rate;
   const double wd = given.count("--weight-decay") ? c.weight_decay : g.weight_decay;
   if (!given.count("--batch-size")) c.batch_size = g.batch_size;
@@ -196,7 +196,9 @@ void print_gpt_start(const train::RunInfo& r, const GptOptions& g, const train::
   m.n_head = g.n_head;
   m.n_embd = g.n_embd;
   m.bias = g.bias;
-  const std::int64_t params = gpt_params(m);
+  // The model's own count (dp builds it before the start); ddp reports before building: the
+  // count of nanoGPT's layout (the CLI test checks that both agree).
+  const std::int64_t params = r.params > 0 ? r.params : gpt_params(m);
   std::printf("ditto-train: model=gpt n_layer=%" PRId64 " n_head=%" PRId64 " n_embd=%" PRId64
               " block_size=%" PRId64 " vocab_size=%" PRId64 " bias=%s dropout=%g params=%" PRId64
               " (%.2fM without wpe) backend=%s devices=%d trainer=%s%s determinism=%s\n",

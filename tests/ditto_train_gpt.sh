@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # ditto-train --model gpt end to end (registered in tests/CMakeLists.txt), on a tiny GPT over the
 # bundled shakespeare.txt (10 iterations), bitwise mode:
-#   1. one params_checksum and one generated sample for --devices 1, 2, 4 x --trainer dp, ddp;
-#      evaluations at steps 0, 5 and 10, each with train and val loss (tokens/s and ETA after 0);
+#   1. one params_checksum and one generated sample for --devices 1, 2, 4 x --trainer dp, ddp
+#      (and one parameter count: ddp prints nanoGPT's formula, dp the model's own count);
+#      evaluations at steps 0, 5 and 10, each with train and val loss (tokens/s and ETA after 0),
+#      also as JSON lines (--metrics-jsonl);
 #   2. a run that dies at step 7 resumes from its checkpoint of step 4 (on 2 devices, ddp) to the
 #      uninterrupted checksum; the checkpoint has nanoGPT's names, lm_head.weight and the
-#      vocabulary; a resume on another text is refused naming the setting;
+#      vocabulary; a resume on another text (another vocabulary) is refused naming the setting;
 #   3. --dropout 0.1: one checksum for 1 and 4 devices.
 # Usage: ditto_train_gpt.sh PATH/TO/ditto-train WORK_DIR
 source "$(dirname "$0")/ditto_train_common.sh"  # train, work, fail, checksum
@@ -14,8 +16,11 @@ tiny=(--model gpt --n-layer 2 --n-head 2 --n-embd 16 --block-size 16 --batch-siz
       --sample 64)
 sample() { sed -n '/^sample (/,/^final: /p' | sed '1d;$d'; }
 
-U=$("$train" "${tiny[@]}" --devices 1 | tee "$work/u.out" | checksum)
+U=$("$train" "${tiny[@]}" --devices 1 --metrics-jsonl "$work/m.jsonl" | tee "$work/u.out" | checksum)
 [ -n "$U" ] || fail "no checksum: $(cat "$work/u.out")"
+[ "$(grep -c '"event":"eval"' "$work/m.jsonl")" = 3 ] || fail "expected 3 eval lines: $(cat "$work/m.jsonl")"
+grep '"event":"final"' "$work/m.jsonl" | grep -q "\"max_iters\":10,.*\"params_checksum\":\"$U\"" ||
+  fail "final line: $(cat "$work/m.jsonl")"
 grep -q '^step 0: train loss [0-9.]*, val loss [0-9.]* (lr ' "$work/u.out" || fail "no step 0 line: $(cat "$work/u.out")"
 grep -Eq '^step 5: train loss [0-9.]+, val loss [0-9.]+ \(lr [0-9.e+-]+, [0-9]+ tokens/s, ETA [0-9]+:[0-9]{2}:[0-9]{2}\)$' "$work/u.out" ||
   fail "no step 5 line with tokens/s and ETA: $(cat "$work/u.out")"
@@ -23,9 +28,11 @@ grep -q '^step 10: ' "$work/u.out" || fail "no step 10 line"
 grep -q 'final: .* iters=10 ' "$work/u.out" || fail "no final line with iters=10"
 S=$(sample < "$work/u.out")
 [ "${#S}" -ge 60 ] || fail "sample too short: '$S'"
+P=$(grep -o ' params=[0-9]*' "$work/u.out")  # the model's count (dp)
 for n in 1 2 4; do
   for t in dp ddp; do
     out=$("$train" "${tiny[@]}" --devices $n --trainer $t) || fail "--devices $n --trainer $t: $out"
+    [ "$(echo "$out" | grep -o ' params=[0-9]*')" = "$P" ] || fail "--trainer $t: not$P: $out"
     [ "$(echo "$out" | checksum)" = "$U" ] || fail "--devices $n --trainer $t: $(echo "$out" | checksum) != $U"
     [ "$(echo "$out" | sample)" = "$S" ] || fail "--devices $n --trainer $t: another sample"
   done
@@ -48,7 +55,7 @@ echo "resumed from step 4: $R"
 head -c 200000 "$(dirname "$0")/../examples/data/shakespeare.txt" > "$work/other.txt"
 "$train" "${tiny[@]}" --data "$work/other.txt" --resume "$work/a" > /dev/null 2> "$work/err" &&
   fail "resumed on another text"
-grep -q "ditto-train: error: resume: checkpoint '.*' was saved with text_bytes=1134682, this run has text_bytes=200000" "$work/err" ||
+grep -q "ditto-train: error: resume: checkpoint '.*' was saved with model=gpt(.*vocab_size=78.*), this run has model=gpt(.*vocab_size=66" "$work/err" ||
   fail "$(cat "$work/err")"
 
 D1=$("$train" "${tiny[@]}" --dropout 0.1 --devices 1 | checksum)

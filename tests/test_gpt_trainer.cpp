@@ -354,10 +354,16 @@ TEST(TrainerGpt, OneChecksumForOneTwoAndFourDevicesDpAndDdpAndResumeMidRun) {
   resumed.resume_dir = dir.string();
   EXPECT_EQ(Trainer(resumed, text).fit().params_checksum, first.params_checksum);
   std::filesystem::remove_all(dir);
-  // Dropout: other bits, the same for 1 and 4 devices.
+  // Dropout: other bits, the same for 1 and 4 devices; and so for a clipping that bites (the
+  // tiny model's gradient norm stays below 1.0).
   const std::uint64_t drop1 = Trainer(tiny_gpt(1, TrainerKind::dp, 0.1f), text).fit().params_checksum;
   EXPECT_NE(drop1, first.params_checksum);
   EXPECT_EQ(Trainer(tiny_gpt(4, TrainerKind::ddp, 0.1f), text).fit().params_checksum, drop1);
+  TrainerConfig clip1 = tiny_gpt(1, TrainerKind::dp), clip4 = tiny_gpt(4, TrainerKind::ddp);
+  clip1.grad_clip = clip4.grad_clip = 0.05;
+  const std::uint64_t clipped = Trainer(clip1, text).fit().params_checksum;
+  EXPECT_NE(clipped, first.params_checksum);
+  EXPECT_EQ(Trainer(clip4, text).fit().params_checksum, clipped);
 }
 
 }  // namespace

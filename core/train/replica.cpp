@@ -5,10 +5,7 @@
 #include "core/data/data_loader.h"
 #include "core/nn/sequential.h"
 #include "core/optim/adam.h"
-#if __has_include("core/optim/clip.h")  // TEMP until gpt-optim is merged
 #include "core/optim/clip.h"
-#define DITTO_TMP_HAVE_CLIP 1
-#endif
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
@@ -127,10 +124,8 @@ double Replica::step(const data::Batch& b) {
     ddp_->backward(criterion_->backward());
   }
   // Between backward and step, on the reduced gradients (the same on every rank).
-#ifdef DITTO_TMP_HAVE_CLIP
   if (config_.grad_clip > 0)
     optim::clip_grad_norm_(model_->parameters(), config_.grad_clip, config_.determinism);
-#endif
   opt_->step();
   return static_cast<double>(loss.item()) * n;
 }
