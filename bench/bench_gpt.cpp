@@ -69,7 +69,6 @@ void train_step(const std::function<Tensor()>& forward, const std::function<void
 double dp_steps_per_s(const GptBenchConfig& c, int n_dev, Determinism mode) {
   std::vector<Device> devs = devices("sim", n_dev);
   nn::GPT gpt(model_config(c), devs[0], 0);
-  gpt.set_input_requires_grad(false);  // token ids: no input gradient to gather
   parallel::DataParallelOptions o;
   o.determinism = mode;
   parallel::DataParallel dp(gpt, devs, o);
@@ -91,7 +90,6 @@ double ddp_steps_per_s(const GptBenchConfig& c, int n_dev, Determinism mode) {
   std::vector<Communicator> comms = Communicator::init_all(devices("sim", n_dev), co);
   auto body = [&](Communicator& comm, const std::function<void(const std::function<void()>&)>& timed) {
     nn::GPT gpt(model_config(c), comm.device(), 0);
-    gpt.set_input_requires_grad(false);
     parallel::DistributedDataParallelOptions o;
     o.average_gradients = false;  // the loss divides by the global batch (bitwise = dp's bits)
     parallel::DistributedDataParallel ddp(gpt, comm, o);
