@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # ditto against PyTorch (Gloo, DDP, single process), OpenMPI and the STREAM copy bandwidth, in one
-# run on one machine; prints one table of ratios and writes CSVs and a PNG plot.
+# run on one machine; prints one table of ratios and writes CSVs and a PNG plot. The GPT rows:
+# `ditto-bench gpt` (1 and 4 sim devices, fast and bitwise, dp and ddp) against
+# `torch_bench.py gpt` (one process, all cores), same model (nanoGPT's CPU config) and batch.
 #
 #   bench/compare.sh [--quick] [--out DIR] [--build DIR] [--ranks 2,4,8] [--max-bytes BYTES]
 #
@@ -108,6 +110,9 @@ step "ditto-bench (STREAM copy, collectives, trainer)"
   --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" --step-factor "$FACTOR" \
   --coll-seconds "$COLL_SECONDS" --max-iters "$MAX_ITERS" --train-seconds "$TRAIN_SECONDS" 2>&1 | tee -a "$LOG"
 
+step "ditto-bench gpt (nanoGPT's CPU config: tokens/s)"
+"$BUILD/bin/ditto-bench" --csv-dir "$RAW" gpt --train-seconds "$TRAIN_SECONDS" 2>&1 | tee -a "$LOG"
+
 # ---- 4. OpenMPI -------------------------------------------------------------------------------
 step "OpenMPI (MPI_Allreduce, MPI_Bcast, MPI_Allgather)"
 for n in ${RANKS//,/ }; do
@@ -130,6 +135,12 @@ OMP_WAIT_POLICY=PASSIVE $PY "$ROOT/bench/torch_bench.py" train --part single \
   --seconds "$TRAIN_SECONDS" --csv "$RAW/torch_train.csv" 2>&1 | tee -a "$LOG"
 $PY "$ROOT/bench/torch_bench.py" train --part ddp --seconds "$TRAIN_SECONDS" \
   --csv "$RAW/torch_train.csv" 2>&1 | tee -a "$LOG"
+step "PyTorch GPT training (single process, all cores; nanoGPT's CPU config)"
+# Both wait policies again (see above); report.py takes the better.
+$PY "$ROOT/bench/torch_bench.py" gpt --seconds "$TRAIN_SECONDS" --csv "$RAW/torch_gpt.csv" 2>&1 |
+  tee -a "$LOG"
+OMP_WAIT_POLICY=PASSIVE $PY "$ROOT/bench/torch_bench.py" gpt --seconds "$TRAIN_SECONDS" \
+  --csv "$RAW/torch_gpt.csv" 2>&1 | tee -a "$LOG"
 
 # ---- 6. report --------------------------------------------------------------------------------
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -1,7 +1,7 @@
 // ditto-bench: collectives (nccl-tests style), a STREAM-style copy probe and a trainer benchmark,
 // in one binary, with optional CSV output.
 //
-//   build/bin/ditto-bench [all|collectives|stream|trainer] [options]   (--help lists the options)
+//   build/bin/ditto-bench [all|collectives|stream|trainer|gpt] [options]   (--help lists them)
 //
 // collectives  all_reduce, all_gather, reduce_scatter, broadcast, reduce over 2, 4, 8 ranks for
 //              sizes 4 KiB .. 256 MiB, out-of-place and in-place, on the simulator (and on CUDA
@@ -21,15 +21,14 @@
 //              devices, fast and bitwise, for both trainers (--trainers): dp = DataParallel, ddp =
 //              DistributedDataParallel with a host thread per rank (as `ditto-train --trainer
 //              ddp`). Every step reads the loss (item()). The median of 3 timed runs of >= --seconds.
+// gpt          tokens/s of nanoGPT's CPU configuration (bench_gpt.h); not part of `all`.
 //
 // Each figure is wall-clock on whatever else the machine runs: compare ratios from one run.
 #include <algorithm>
-#include <barrier>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <sstream>
@@ -40,6 +39,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/bench_common.h"
+#include "bench/bench_gpt.h"
 #include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
 #include "core/nn/loss.h"
@@ -50,40 +51,11 @@
 #include "core/numerics/random.h"
 
 using namespace ditto;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::Csv;
+using bench::seconds_since;
 
 namespace {
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-// ---- CSV ------------------------------------------------------------------------------------
-
-/// Appends rows to `path` (header written when the file is new or empty); no file when empty.
-class Csv {
- public:
-  Csv(const std::string& path, const std::string& header) {
-    if (path.empty()) return;
-    std::ifstream probe(path);
-    const bool fresh = !probe.good() || probe.peek() == std::ifstream::traits_type::eof();
-    out_.open(path, std::ios::app);
-    if (!out_) throw Error("ditto-bench: cannot open " + path + " for writing");
-    if (fresh) out_ << header << '\n';
-  }
-  template <typename... A>
-  void row(const A&... a) {
-    if (!out_.is_open()) return;
-    std::ostringstream s;
-    bool first = true;
-    ((s << (first ? "" : ",") << a, first = false), ...);
-    out_ << s.str() << '\n';
-    out_.flush();
-  }
-
- private:
-  std::ofstream out_;
-};
 
 // ---- STREAM copy ----------------------------------------------------------------------------
 
@@ -472,19 +444,7 @@ double trainer_samples_per_s(const std::vector<std::int64_t>& sizes, std::int64_
     opt.step();
     (void)l.item();  // a trainer reads the loss every step (and this synchronises)
   };
-  step();  // warm-up (allocations, replicas, worker threads)
-  auto t0 = Clock::now();
-  step();  // timed: sets the step count
-  const double one = std::max(1e-6, seconds_since(t0));
-  const int steps = std::max(2, static_cast<int>(seconds / one));
-  std::vector<double> rates;
-  for (int r = 0; r < reps; ++r) {
-    t0 = Clock::now();
-    for (int i = 0; i < steps; ++i) step();
-    rates.push_back(static_cast<double>(batch) * steps / seconds_since(t0));
-  }
-  std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
+  return static_cast<double>(batch) * bench::steps_per_s(step, seconds, reps);
 }
 
 /// DistributedDataParallel samples/s: a host thread per rank, each running its own loop on its
@@ -497,70 +457,28 @@ double trainer_samples_per_s_ddp(const std::vector<std::int64_t>& sizes, std::in
   CommOptions co;
   co.determinism = mode;
   std::vector<Communicator> comms = Communicator::init_all(devices("sim", n_dev), co);
-  // Barrier phases: 0 after the warm-up step, 1 after one timed step (sets the step count), then
-  // the start (even) and end (odd) of each timed run.
-  int phase = 0, steps = 2;
-  Clock::time_point t0, t_run;
-  std::vector<double> rates;
-  rates.reserve(static_cast<std::size_t>(reps));
-  auto on_phase = [&]() noexcept {
-    if (phase == 0) {
-      t0 = Clock::now();
-    } else if (phase == 1) {
-      steps = std::max(2, static_cast<int>(seconds / std::max(1e-6, seconds_since(t0))));
-    } else if (phase % 2 == 0) {
-      t_run = Clock::now();
-    } else {
-      rates.push_back(static_cast<double>(batch) * steps / seconds_since(t_run));
-    }
-    ++phase;
-  };
-  std::barrier sync_point(n_dev, on_phase);
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n_dev));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n_dev; ++r)
-    threads.emplace_back([&, r] {
-      Communicator& comm = comms[static_cast<std::size_t>(r)];
-      try {
-        auto model = nn::mlp(sizes, comm.device(), 0);
-        model->set_input_requires_grad(false);
-        parallel::DistributedDataParallelOptions o;
-        o.average_gradients = false;  // the loss divides by the global batch (bitwise = dp's bits)
-        parallel::DistributedDataParallel ddp(*model, comm, o);
-        nn::CrossEntropyLoss loss;
-        loss.set_determinism(mode);
-        loss.set_global_batch(batch);
-        optim::SGD opt(model->parameters(), {.lr = 0.01f, .momentum = 0.9f});
-        const auto [lo, hi] = ddp.local_rows(batch);
-        const Tensor xr = x.narrow(lo, hi - lo), yr = y.narrow(lo, hi - lo);
-        auto step = [&] {
-          Tensor out = ddp.forward({xr}, batch);
-          Tensor l = loss.forward(out, yr.to(out.device()));
-          opt.zero_grad(true);
-          ddp.backward(loss.backward());
-          opt.step();
-          (void)l.item();  // this rank's loss, every step (and this synchronises)
-        };
-        step();  // warm-up (allocations, worker threads)
-        sync_point.arrive_and_wait();
-        step();  // timed: sets the step count
-        sync_point.arrive_and_wait();
-        for (int rep = 0; rep < reps; ++rep) {
-          sync_point.arrive_and_wait();
-          for (int i = 0; i < steps; ++i) step();
-          sync_point.arrive_and_wait();
-        }
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-        comm.abort("ditto-bench trainer ddp: rank " + std::to_string(r) + " failed");
-        sync_point.arrive_and_drop();
-      }
+  auto body = [&](Communicator& comm, const std::function<void(const std::function<void()>&)>& timed) {
+    auto model = nn::mlp(sizes, comm.device(), 0);
+    model->set_input_requires_grad(false);
+    parallel::DistributedDataParallelOptions o;
+    o.average_gradients = false;  // the loss divides by the global batch (bitwise = dp's bits)
+    parallel::DistributedDataParallel ddp(*model, comm, o);
+    nn::CrossEntropyLoss loss;
+    loss.set_determinism(mode);
+    loss.set_global_batch(batch);
+    optim::SGD opt(model->parameters(), {.lr = 0.01f, .momentum = 0.9f});
+    const auto [lo, hi] = ddp.local_rows(batch);
+    const Tensor xr = x.narrow(lo, hi - lo), yr = y.narrow(lo, hi - lo);
+    timed([&] {
+      Tensor out = ddp.forward({xr}, batch);
+      Tensor l = loss.forward(out, yr.to(out.device()));
+      opt.zero_grad(true);
+      ddp.backward(loss.backward());
+      opt.step();
+      (void)l.item();  // this rank's loss, every step (and this synchronises)
     });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-  std::sort(rates.begin(), rates.end());
-  return rates[rates.size() / 2];
+  };
+  return static_cast<double>(batch) * bench::steps_per_s_ranks(comms, body, seconds, reps);
 }
 
 void run_trainer(const TrainerConfig& cfg, Csv& csv) {
@@ -607,7 +525,7 @@ int main(int argc, char** argv) try {
   CLI::App app{"ditto-bench: collectives (nccl-tests style), STREAM copy probe, trainer samples/s"};
   std::string csv_dir;
   app.add_option("--csv-dir", csv_dir,
-                 "Append results to DIR/collectives.csv, DIR/stream.csv, DIR/trainer.csv");
+                 "Append results to DIR/collectives.csv, stream.csv, trainer.csv, gpt.csv");
   bool quick = false;
   app.add_flag("--quick", quick, "Smaller sweep (sizes up to 16M, shorter timings) for a smoke run");
   app.require_subcommand(0, 1);
@@ -644,6 +562,9 @@ int main(int argc, char** argv) try {
   CLI::App* coll = app.add_subcommand("collectives", "nccl-tests-style collectives sweep");
   CLI::App* strm = app.add_subcommand("stream", "STREAM copy bandwidth on all cores");
   CLI::App* trn = app.add_subcommand("trainer", "DataParallel and DDP samples/s");
+  bench::GptBenchConfig gc;
+  CLI::App* gpt = app.add_subcommand("gpt", "GPT tokens/s (nanoGPT's CPU config), dp and ddp");
+  bench::add_gpt_options(gpt, gc);
   add_coll(all); add_stream(all); add_trainer(all);
   add_coll(coll);
   add_stream(strm);
@@ -654,13 +575,14 @@ int main(int argc, char** argv) try {
   if (quick) {
     if (cc.max_bytes == "256M") cc.max_bytes = "16M";
     cc.seconds = 0.02;
-    tc.seconds = 0.3;
+    tc.seconds = gc.seconds = 0.3;
   }
   // Every option is checked before any work, so a bad value costs no sweep.
   if (do_all || coll->parsed()) {
     check_coll_config(cc);
     size_list(cc);
   }
+  if (gpt->parsed()) bench::check_gpt_config(gc);
   if (do_all || trn->parsed())
     DITTO_CHECK(std::isfinite(tc.seconds) && tc.seconds > 0 && tc.seconds <= kMaxSeconds,
                 "ditto-bench: --train-seconds: expected a value > 0 and <= ", kMaxSeconds,
@@ -687,6 +609,7 @@ int main(int argc, char** argv) try {
     Csv csv(csv_path(csv_dir, "trainer.csv"), "model,batch,devices,determinism,trainer,samples_per_s,steps_per_s");
     run_trainer(tc, csv);
   }
+  if (gpt->parsed()) bench::run_gpt(gc, csv_path(csv_dir, "gpt.csv"));
   std::printf("# ditto-bench: done in %.2f s\n", seconds_since(t_start));
   return rc;
 } catch (const std::exception& e) {

@@ -3,8 +3,8 @@
 
   report.py RAW_DIR [--table table.md] [--png perf.png] [--plot-ranks 4]
 
-RAW_DIR holds ditto-bench's collectives.csv, stream.csv, trainer.csv and the anchors'
-gloo_collectives.csv, mpi_collectives.csv, torch_train.csv. Prints ONE table: the goals of
+RAW_DIR holds ditto-bench's collectives.csv, stream.csv, trainer.csv, gpt.csv and the anchors'
+gloo_collectives.csv, mpi_collectives.csv, torch_train.csv, torch_gpt.csv. Prints ONE table: the goals of
 issue 7 first (each a ratio measured in the same run, with its goal and met / MISSED), then
 ditto's busbw against Gloo and OpenMPI for each collective, rank count and a few sizes.
 The plot: busbw against size for ditto, Gloo and MPI (one panel per collective, --plot-ranks
@@ -62,6 +62,8 @@ def main():
     gloo = read(os.path.join(a.raw, "gloo_collectives.csv"))
     mpi = read(os.path.join(a.raw, "mpi_collectives.csv"))
     torch_train = read(os.path.join(a.raw, "torch_train.csv"))
+    gpt = read(os.path.join(a.raw, "gpt.csv"))
+    torch_gpt = read(os.path.join(a.raw, "torch_gpt.csv"))
     stream_gbps = max((float(r["copy_GBps"]) for r in stream), default=None)
 
     def ditto_row(op, ranks, nbytes, place, backend="sim", det="fast"):
@@ -158,6 +160,16 @@ def main():
         train_rate(big, 1, "fast"), "smp/s", None, "(info)")
     add(f"   MLP {big} b256 fast, 1 sim device vs torch 1 process",
         train_rate(big, 1, "fast"), t1, "smp/s", None, "(info)")
+
+    # GPT (issue 12): tokens/s against torch's better wait policy; the speed goal is elsewhere
+    tg = max(torch_gpt, key=lambda r: float(r["tokens_per_s"]), default=None)
+    for r in gpt:
+        short = "dp" if r["trainer"] == "DataParallel" else "ddp"
+        add(f"   GPT {r['model']} b{r['batch']} T{r['block_size']} {r['determinism']}, "
+            f"{r['devices']} sim dev {short} vs torch 1 process"
+            + (f" ({tg['trainer'].replace('torch ', '')})" if tg else ""),
+            float(r["tokens_per_s"]), float(tg["tokens_per_s"]) if tg else None, "tok/s", None,
+            "(info)")
 
     # busbw ratios for every collective the anchors run
     sizes = sorted({int(r["bytes"]) for r in coll})

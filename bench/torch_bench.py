@@ -13,6 +13,13 @@ Run with Debian's /usr/bin/python3 (python3-torch is installed for it only).
       and the 784-1024-1024-10 MLP (batch 256): SGD(lr 0.01, momentum 0.9), cross-entropy,
       synthetic data; median of 3 runs; and DistributedDataParallel with Gloo over 4 processes
       (global batch 256, 64 per rank, threads = cores / 4, at least 1) on the large MLP.
+  torch_bench.py gpt --csv FILE [--seconds 2]
+      single-process training (all cores) of nanoGPT's CPU configuration (n_layer 4, n_head 4,
+      n_embd 128, block_size 64, batch 12, vocab 65, bias False, dropout 0), the model of
+      tools/gpt_reference.py (nanoGPT's architecture, GELU tanh, tied head), as `ditto-bench gpt`
+      runs it: one step = forward + cross-entropy, backward, clip_grad_norm_(1.0), AdamW(lr 1e-3,
+      betas (0.9, 0.99), wd 0.1 on 2-D params), loss.item(); random tokens; tokens/s = B*T*steps/s,
+      median of 3 runs.
 """
 import argparse
 import csv
@@ -164,7 +171,12 @@ def sgd_step_fn(model, x, y):
 
 
 def train_rate(model, x, y, seconds, reps=3):
-    step = sgd_step_fn(model, x, y)
+    return step_rate(sgd_step_fn(model, x, y), seconds, reps)
+
+
+def step_rate(step, seconds, reps=3):
+    """Median steps/s of `step` over `reps` runs of about `seconds` (one timed call first sets
+    the step count)."""
     t0 = time.perf_counter()
     step()
     one = time.perf_counter() - t0
@@ -249,6 +261,50 @@ def cmd_train(a):
     append_rows(a.csv, TRAIN_HEADER, rows)
 
 
+GPT_HEADER = ["model", "batch", "block_size", "devices", "determinism", "trainer", "tokens_per_s",
+              "steps_per_s"]
+GPT_BENCH = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, vocab_size=65, bias=False,
+                 dropout=0.0)
+GPT_BATCH = 12
+
+
+def cmd_gpt(a):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+    import gpt_reference as ref
+    cores = os.cpu_count() or 1
+    torch.set_num_threads(cores)
+    cfg, B, T = GPT_BENCH, GPT_BATCH, GPT_BENCH["block_size"]
+    P = ref.init_params(cfg, 0)
+    for t in P.values():
+        t.requires_grad_(True)
+    params = list(P.values())
+    opt = torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+                            lr=1e-3, betas=(0.9, 0.99))
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(cfg["vocab_size"], (B, T), generator=g)
+    y = torch.randint(cfg["vocab_size"], (B, T), generator=g)
+
+    def step():
+        loss = ref.loss_of(ref.forward(P, cfg, x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        return loss.item()
+
+    step()  # warm-up
+    sps = step_rate(step, a.seconds)
+    policy = os.environ.get("OMP_WAIT_POLICY", "default")
+    name = "gpt-{n_layer}l-{n_head}h-{n_embd}".format(**cfg)
+    print(f"# torch {torch.__version__}, {torch.get_num_threads()} threads, BLAS: {blas_name()}")
+    print(f"  torch single process (OMP_WAIT_POLICY={policy}) {name} batch {B} block {T}: "
+          f"{sps * B * T:10.1f} tokens/s ({sps:.2f} steps/s)", flush=True)
+    append_rows(a.csv, GPT_HEADER, [[name, B, T, 1, "-",
+                                     f"torch threads={cores} OMP_WAIT_POLICY={policy}",
+                                     sps * B * T, sps]])
+
+
 def blas_name():
     cfg = torch.__config__.show()
     for key in ("BLAS_INFO=", "LAPACK_INFO="):
@@ -276,11 +332,16 @@ def main():
     t.add_argument("--part", choices=("all", "single", "ddp"), default="all",
                    help="single: single-process runs only; ddp: the DDP run only")
     t.add_argument("--csv", required=True)
+    g = sub.add_parser("gpt")
+    g.add_argument("--seconds", type=float, default=2.0)
+    g.add_argument("--csv", required=True)
     a = p.parse_args()
     if a.cmd == "collectives":
         a.ranks = [int(v) for v in a.ranks.split(",")]
         a.ops = a.ops.split(",")
         cmd_collectives(a)
+    elif a.cmd == "gpt":
+        cmd_gpt(a)
     else:
         cmd_train(a)
 

@@ -58,9 +58,10 @@ foreach(tool ditto-train ditto-bench safetensors-info)
     install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT ditto_tools)
   endif()
 endforeach()
-# ditto-train's default --data: found at run time next to the installed program
+# ditto-train's default --data (digits.csv; shakespeare.txt for --model gpt): found at run time next to the installed program
 # (examples/bundled_data.h), so the installed tree works without the build or source folder.
 install(FILES ${PROJECT_SOURCE_DIR}/examples/data/digits.csv
+              ${PROJECT_SOURCE_DIR}/examples/data/shakespeare.txt
               ${PROJECT_SOURCE_DIR}/examples/data/SOURCES.md
         DESTINATION ${CMAKE_INSTALL_DATADIR}/ditto COMPONENT ditto_tools)
 

@@ -11,7 +11,9 @@
 //   build/bin/ditto-train --trainer ddp            # DistributedDataParallel, a thread per rank
 //   mpirun -np 4 build/bin/ditto-train --trainer ddp   # the same, one rank per process (MPI)
 //   build/bin/ditto-train --metrics-jsonl m.jsonl  # + one JSON line per epoch and at the end
+//   build/bin/ditto-train --model gpt              # nanoGPT's Shakespeare character model
 //   build/bin/ditto-train --help
+// The GPT's options and output are in ditto_train_gpt.cpp.
 #include <CLI/CLI.hpp>
 
 #include <cinttypes>
@@ -28,6 +30,7 @@
 #include "core/runtime/error.h"
 #include "core/train/trainer.h"
 #include "examples/bundled_data.h"
+#include "examples/ditto_train_gpt.h"
 
 using namespace ditto;
 
@@ -35,12 +38,13 @@ namespace {
 
 struct Args {
   std::string backend = "sim", data = ditto_examples::bundled_data_path("digits.csv"), header = "auto", hidden = "128";
-  std::string determinism = "bitwise", trainer = "dp", jsonl;
+  std::string determinism = "bitwise", trainer = "dp", jsonl, model = "mlp";
   std::int64_t label_column = -1;
   double val_fraction = 0.2, sim_memory_gib = 80.0;
   std::vector<std::string> stragglers;  // "DEVICE:FACTOR"
   std::set<std::string> given;          // the options given on the command line
   train::TrainerConfig cfg;
+  ditto_train::GptOptions gpt;
 };
 
 /// --hidden: "" is no hidden layer; otherwise every comma-separated item must be a size.
@@ -94,23 +98,39 @@ std::string mib(std::size_t b) {
   return buf;
 }
 
-void print_final(const train::FitResult& r) {
+/// The final lines; `tokens_per_sample` > 0 (the GPT's block_size): iterations instead of
+/// epochs, and the prediction's tokens/s too.
+void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) {
   for (const std::string& f : r.unfired_faults)
     std::printf("ditto-train: note: --fault %s never took effect (no such step, allocation or "
                 "communicator collective in this run)\n", f.c_str());
-  std::printf("final: backend=%s devices=%d determinism=%s%s epochs=%d train_loss=%.6f "
-              "val_loss=%.6f val_acc=%.4f train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
+  char loop[64];
+  if (tokens_per_sample > 0)
+    std::snprintf(loop, sizeof loop, "iters=%" PRId64, r.steps);
+  else
+    std::snprintf(loop, sizeof loop, "epochs=%d", r.epochs);
+  char acc[32] = "";  // the GPT's evaluation is its loss only
+  if (tokens_per_sample == 0) std::snprintf(acc, sizeof acc, " val_acc=%.4f", r.eval.accuracy);
+  std::printf("final: backend=%s devices=%d determinism=%s%s %s train_loss=%.6f "
+              "val_loss=%.6f%s train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
               r.backend.c_str(), r.devices, determinism_name(r.determinism),
-              r.trainer == train::TrainerKind::ddp ? " trainer=ddp" : "", r.epochs, r.train_loss,
-              r.eval.loss, r.eval.accuracy, r.train_time_s, r.params_checksum);
-  if (const auto& p = r.prediction)
-    std::printf("predicted: %d x %s (%d node%s, %s) step_time=%.4f ms samples/s=%.0f "
+              r.trainer == train::TrainerKind::ddp ? " trainer=ddp" : "", loop, r.train_loss,
+              r.eval.loss, acc, r.train_time_s, r.params_checksum);
+  if (const auto& p = r.prediction) {
+    char tokens[64] = "", measured[64] = "";
+    if (tokens_per_sample > 0) {
+      const double t = static_cast<double>(tokens_per_sample);
+      std::snprintf(tokens, sizeof tokens, " tokens/s=%.0f", p->samples_per_s * t);
+      std::snprintf(measured, sizeof measured, " tokens/s=%.0f", p->measured_samples_per_s * t);
+    }
+    std::printf("predicted: %d x %s (%d node%s, %s) step_time=%.4f ms samples/s=%.0f%s "
                 "comm_share=%.1f%% mfu=%.3g%% (virtual time; FP32 peak %.1f TFLOP/s per GPU)\n"
-                "measured:  CPU simulator step_time=%.4f ms samples/s=%.0f (wall clock)\n",
+                "measured:  CPU simulator step_time=%.4f ms samples/s=%.0f%s (wall clock)\n",
                 p->devices, p->device_name.c_str(), p->nodes, p->nodes > 1 ? "s" : "",
-                p->interconnect.c_str(), p->step_time_s * 1e3, p->samples_per_s,
+                p->interconnect.c_str(), p->step_time_s * 1e3, p->samples_per_s, tokens,
                 100.0 * p->comm_share, 100.0 * p->mfu, p->peak_flops / 1e12,
-                p->measured_step_time_s * 1e3, p->measured_samples_per_s);
+                p->measured_step_time_s * 1e3, p->measured_samples_per_s, measured);
+  }
   for (const train::DeviceMemory& m : r.memory)
     std::printf("memory: %s live=%s peak=%s capacity=%s\n", m.device.c_str(),
                 mib(m.stats.in_use).c_str(), mib(m.stats.peak).c_str(),
@@ -123,6 +143,12 @@ void print_final(const train::FitResult& r) {
 int run(Args a) {
   train::TrainerConfig& c = a.cfg;
   c.determinism = parse_determinism(a.determinism);
+  DITTO_CHECK(a.model == "mlp" || a.model == "gpt", "--model: expected mlp or gpt, got '", a.model,
+              "'");
+  const bool gpt = a.model == "gpt";
+  if (!gpt)
+    for (const std::string& opt : ditto_train::gpt_only_options())
+      DITTO_CHECK(!a.given.count(opt), opt, ": expected --model gpt, got --model mlp");
   data::CsvOptions csv;
   csv.label_column = a.label_column;
   if (a.header == "yes") csv.header = data::CsvHeader::yes;
@@ -164,7 +190,15 @@ int run(Args a) {
   if (a.backend == "auto" && c.backend != "cuda" && lead)
     std::printf("ditto-train: --backend auto: using the simulator (%s)\n", why.c_str());
 
-  auto data = std::make_shared<train::CsvDataSource>(a.data, csv, a.val_fraction, c.seed);
+  std::shared_ptr<train::CsvDataSource> rows;
+  std::shared_ptr<train::TextDataSource> text;
+  std::shared_ptr<train::DataSource> data;
+  if (gpt) {
+    if (!a.given.count("--data")) a.data = ditto_examples::bundled_data_path("shakespeare.txt");
+    data = text = ditto_train::configure_gpt(a.gpt, a.given, a.data, c);
+  } else {
+    data = rows = std::make_shared<train::CsvDataSource>(a.data, csv, a.val_fraction, c.seed);
+  }
   // Opened when the run starts (after every check), so a refused run leaves FILE untouched.
   std::unique_ptr<train::JsonLinesWriter> jsonl;
   auto open_jsonl = [&] {
@@ -175,13 +209,18 @@ int run(Args a) {
       }
   };
   train::TrainerCallbacks cb;
-  cb.on_resume = [](const std::string& dir, const TrainerState& ts) {
-    std::printf("ditto-train: resumed from %s at step %" PRId64 " (epoch %" PRId64
-                ", batch %" PRId64 ")\n", dir.c_str(), ts.step, ts.epoch + 1, ts.batch);
+  cb.on_resume = [gpt](const std::string& dir, const TrainerState& ts) {
+    if (gpt)  // iteration mode: the step is the whole position
+      std::printf("ditto-train: resumed from %s at step %" PRId64 "\n", dir.c_str(), ts.step);
+    else
+      std::printf("ditto-train: resumed from %s at step %" PRId64 " (epoch %" PRId64
+                  ", batch %" PRId64 ")\n", dir.c_str(), ts.step, ts.epoch + 1, ts.batch);
   };
   cb.on_start = [&](const train::RunInfo& r) {
     open_jsonl();
-    if (r.trainer == train::TrainerKind::ddp)
+    if (gpt)
+      ditto_train::print_gpt_start(r, a.gpt, c, *text);
+    else if (r.trainer == train::TrainerKind::ddp)
       std::printf("ditto-train: trainer=ddp backend=%s ranks=%d (%s) determinism=%s data=%s "
                   "batch=%" PRId64 " epochs=%d bucket_cap_mb=%g\n", r.backend.c_str(),
                   r.devices, r.processes ? "processes" : "threads",
@@ -192,8 +231,8 @@ int run(Args a) {
                   " data=%s rows=%" PRId64 " (train %" PRId64 ", val %" PRId64 ") batch=%" PRId64
                   " epochs=%d loss=%s optimizer=%s lr=%g momentum=%g seed=%" PRIu64 "\n",
                   r.backend.c_str(), r.devices, determinism_name(r.determinism),
-                  r.model.c_str(), r.params, a.data.c_str(), data->rows(), data->train_size(),
-                  data->eval_set().size(), c.batch_size, c.epochs, c.loss.c_str(),
+                  r.model.c_str(), r.params, a.data.c_str(), rows->rows(), rows->train_size(),
+                  rows->eval_set().size(), c.batch_size, c.epochs, c.loss.c_str(),
                   c.optimizer.c_str(), r.lr, c.optimizer == "sgd" ? c.momentum : 0.0f, c.seed);
     std::fflush(stdout);
   };
@@ -203,9 +242,21 @@ int run(Args a) {
     std::fflush(stdout);
     if (jsonl) jsonl->write(m);
   };
+  cb.on_eval = [&](const train::EvalMetrics& m) {
+    ditto_train::print_gpt_eval(m);
+    if (jsonl) jsonl->write(m);
+  };
+  if (gpt)
+    cb.on_finish = [&](train::Replica& rep) {
+      const std::string sample = ditto_train::gpt_sample(rep, a.gpt, *text, c.seed);
+      if (!sample.empty())
+        std::printf("sample (%zu characters, temperature %g, top_k %" PRId64 ", seed %" PRIu64
+                    "):\n%s\n", sample.size(), a.gpt.temperature, a.gpt.top_k, c.seed,
+                    sample.c_str());
+    };
   train::FitResult r = train::Trainer(c, data, cb).fit();
   if (!r.lead) return 0;
-  print_final(r);
+  print_final(r, gpt ? a.gpt.block_size : 0);
   if (jsonl) jsonl->write(r);
   return 0;
 }
@@ -224,27 +275,35 @@ int main(int argc, char** argv) {
                    {"comm_timeout_ms", "--comm-timeout-ms"}, {"trainer", "--trainer"},
                    {"bucket_cap_mb", "--bucket-cap-mb"}, {"hidden", "--hidden"}};
   float lr = 0.05f;
-  CLI::App app{"ditto-train: data-parallel MLP training on simulated or real GPUs"};
+  CLI::App app{"ditto-train: data-parallel training (an MLP on CSV rows, or nanoGPT's character "
+               "GPT with --model gpt) on simulated or real GPUs"};
   // An option whose --help shows its default.
   auto with_default = [&app](const char* name, auto& value, const char* help) {
     return app.add_option(name, value, help)->capture_default_str();
   };
+  with_default("--model", a.model,
+               "mlp (on --data CSV rows) or gpt (nanoGPT's character model on --data text, "
+               "default the bundled shakespeare.txt; its options below)");
   with_default("--backend", a.backend, "sim, cuda or auto (cuda when a GPU is usable)");
   with_default("--devices", c.devices, "number of devices (data-parallel replicas)");
-  with_default("--data", a.data, "CSV file: numeric features, integer class label");
+  with_default("--data", a.data, "CSV file: numeric features, integer class label (--model gpt: "
+               "a text file, default the bundled shakespeare.txt)");
   with_default("--label-column", a.label_column, "label column (negative counts from the end)");
   with_default("--header", a.header, "first row is a header: auto, yes or no");
   with_default("--hidden", a.hidden,
                "hidden layer sizes, comma-separated (e.g. 256,128; '' for no hidden layer)");
   with_default("--epochs", c.epochs, "training epochs");
-  with_default("--batch-size", c.batch_size, "global batch size (split over the devices)");
-  app.add_option("--lr", lr, "learning rate (default 0.05 for sgd, 0.001 for adam)");
+  with_default("--batch-size", c.batch_size,
+               "global batch size (split over the devices; --model gpt: default 12)");
+  app.add_option("--lr", lr, "learning rate (default 0.05 for sgd, 0.001 for adam; --model gpt: "
+                             "the peak of the schedule, default 0.001)");
   with_default("--momentum", c.momentum, "SGD momentum");
   with_default("--loss", c.loss, "cross-entropy or mse (on one-hot targets)");
   with_default("--optimizer", c.optimizer, "sgd or adam");
   with_default("--micro-shards", c.micro_shards,
                "micro-shards K of a batch in bitwise mode (power of two >= devices)");
-  with_default("--weight-decay", c.weight_decay, "SGD weight decay");
+  with_default("--weight-decay", c.weight_decay,
+               "SGD weight decay (--model gpt: AdamW's, on the 2-D weights, default 0.1)");
   with_default("--seed", c.seed, "seed for initialisation, split and shuffling");
   with_default("--val-fraction", a.val_fraction, "fraction of rows held out for validation");
   with_default("--determinism", a.determinism,
@@ -277,9 +336,14 @@ int main(int argc, char** argv) {
                "sim: timeout of every communicator in ms (0: their own; at most 2^31)");
   app.add_option("--metrics-jsonl", a.jsonl,
                  "write each epoch's metrics and the final ones as JSON lines to this file");
+  ditto_train::add_gpt_options(app, a.gpt);
   CLI11_PARSE(app, argc, argv);
-  for (const char* opt : {"--checkpoint", "--resume", "--trace", "--profile", "--devices",
-                          "--trainer", "--sim-memory-gib", "--metrics-jsonl"})
+  std::set<std::string> named{"--checkpoint", "--resume", "--trace", "--profile", "--devices",
+                              "--trainer", "--sim-memory-gib", "--metrics-jsonl", "--data",
+                              "--batch-size", "--lr", "--weight-decay"};
+  named.insert(ditto_train::gpt_only_options().begin(), ditto_train::gpt_only_options().end());
+  named.insert(ditto_train::mlp_only_options().begin(), ditto_train::mlp_only_options().end());
+  for (const std::string& opt : named)
     if (app.count(opt) > 0) a.given.insert(opt);
   if (app.count("--lr") > 0) c.lr = lr;
   if (table) {

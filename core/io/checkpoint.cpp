@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -187,9 +188,28 @@ int kill_at_save() {
 }  // namespace
 
 std::string save_checkpoint(const std::string& dir, nn::Module& model,
-                            const optim::Optimizer& opt, const TrainerState& state, int keep) {
+                            const optim::Optimizer& opt, const TrainerState& state, int keep,
+                            const ParamAliases& aliases) {
   const char* call = "save_checkpoint";
   DITTO_CHECK(keep >= 1, call, ": keep: expected >= 1, got ", keep);
+  std::vector<std::pair<std::string, Tensor>> params;
+  for (nn::Parameter* p : model.parameters()) params.emplace_back(p->name, p->data);
+  std::string alias_list;  // "alias=name,..." (Note [Checkpoint layout])
+  const std::size_t n_params = params.size();
+  for (const auto& [alias, of] : aliases) {
+    auto named = [&](const std::string& n) {
+      return std::find_if(params.begin(), params.begin() + static_cast<std::ptrdiff_t>(n_params),
+                          [&](const auto& e) { return e.first == n; });
+    };
+    auto it = named(of);
+    DITTO_CHECK(it != params.begin() + static_cast<std::ptrdiff_t>(n_params), call,
+                ": aliases: '", alias, "' names '", of, "', expected a parameter of the model");
+    DITTO_CHECK(named(alias) == params.begin() + static_cast<std::ptrdiff_t>(n_params) &&
+                    alias.find_first_of("=,") == std::string::npos,
+                call, ": aliases: expected a new name without '=' or ',', got '", alias, "'");
+    params.emplace_back(alias, it->second);
+    alias_list += (alias_list.empty() ? "" : ",") + alias + "=" + of;
+  }
   DITTO_CHECK(state.step >= 0 && state.epoch >= 0 && state.batch >= 0 && state.epoch_samples >= 0,
               call, ": state: expected non-negative step, epoch, batch and epoch_samples, got ",
               state.step, ", ", state.epoch, ", ", state.batch, ", ", state.epoch_samples);
@@ -205,13 +225,13 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model,
   if (!fs::create_directory(tmp_path, ec) || ec)
     throw Error(cat(call, ": cannot create directory '", tmp_path, "': ", ec.message()));
 
-  std::vector<std::pair<std::string, Tensor>> params;
-  for (nn::Parameter* p : model.parameters()) params.emplace_back(p->name, p->data);
   if (crash)
     io::set_write_hook_for_testing([](const std::string&, std::size_t, std::size_t) {
       std::raise(SIGKILL);
     });
-  write_tensors(tmp_path + "/" + kModelFile, std::move(params), {}, state.step);
+  std::map<std::string, std::string> model_meta;
+  if (!alias_list.empty()) model_meta["ditto.aliases"] = alias_list;
+  write_tensors(tmp_path + "/" + kModelFile, std::move(params), model_meta, state.step);
   optim::OptimizerState os = opt.state_dict();
   std::map<std::string, std::string> meta{{"optimizer.type", os.type}};
   for (const auto& [k, v] : os.options) meta["optimizer." + k] = v;
@@ -246,6 +266,41 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model,
   return final_path;
 }
 
+namespace {
+
+// Remove the aliases listed in `meta` ("ditto.aliases") from `params`, each checked to hold its
+// parameter's bits (Note [Checkpoint layout]).
+void drop_aliases(const std::string& path, const std::map<std::string, std::string>& meta,
+                  std::vector<std::pair<std::string, Tensor>>& params) {
+  auto it = meta.find("ditto.aliases");
+  if (it == meta.end()) return;
+  std::size_t pos = 0;
+  const std::string& list = it->second;
+  while (pos < list.size()) {
+    std::size_t end = list.find(',', pos);
+    if (end == std::string::npos) end = list.size();
+    const std::string item = list.substr(pos, end - pos);
+    pos = end + 1;
+    const std::size_t eq = item.find('=');
+    if (eq == std::string::npos)
+      throw ParseError(cat(path, ": __metadata__: ditto.aliases: expected alias=name, got '",
+                           item, "'"));
+    const std::string alias = item.substr(0, eq), of = item.substr(eq + 1);
+    auto find = [&](const std::string& n) {
+      return std::find_if(params.begin(), params.end(), [&](const auto& e) { return e.first == n; });
+    };
+    auto a = find(alias), p = find(of);
+    if (a == params.end() || p == params.end() || a->second.shape() != p->second.shape() ||
+        a->second.dtype() != p->second.dtype() || a->second.nbytes() != p->second.nbytes() ||
+        std::memcmp(a->second.data_ptr(), p->second.data_ptr(), a->second.nbytes()) != 0)
+      throw ParseError(cat(path, ": alias '", alias, "' of '", of,
+                           "': expected both tensors, with the same bits (damaged file)"));
+    params.erase(a);
+  }
+}
+
+}  // namespace
+
 Checkpoint read_checkpoint(const std::string& path) {
   const std::string tpath = path + "/" + kTrainerFile;
   std::string text;
@@ -269,8 +324,10 @@ Checkpoint read_checkpoint(const std::string& path) {
   Checkpoint c;
   c.path = path;
   c.state = state_from_json(j, tpath);
-  io::SafetensorsData model = read_tensors(path + "/" + kModelFile, c.state.step);
+  const std::string mpath = path + "/" + kModelFile;
+  io::SafetensorsData model = read_tensors(mpath, c.state.step);
   c.params = std::move(model.tensors);
+  drop_aliases(mpath, model.metadata, c.params);
   const std::string opath = path + "/" + kOptimizerFile;
   io::SafetensorsData opt = read_tensors(opath, c.state.step);
   for (const auto& [k, v] : opt.metadata) {

@@ -12,6 +12,11 @@
 //   DIR/step-00000046/trainer.json           TrainerState: step, epoch, batch, seed and Philox
 //                                            stream of the shuffle, config that must match
 //   DIR/latest                               "step-00000046\n"
+// model.safetensors may also hold aliases, copies of a parameter under a second name (nanoGPT's
+// tied head "lm_head.weight" = "transformer.wte.weight", so that torch's strict load_state_dict
+// finds both keys; safetensors has no shared tensors, so the alias is a copy): __metadata__
+// "ditto.aliases" lists them as "alias=name,alias=name"; read_checkpoint checks that each one
+// has its parameter's bits and drops it.
 // Both safetensors files carry in __metadata__ "ditto.step" and "ditto.crc32", the zlib CRC-32 of
 // their tensor bytes (the buffer after the header); trainer.json carries the CRC-32 of its own
 // content. A checkpoint is written into DIR/step-N.tmp/ (each file by io::write_file_atomic:
@@ -78,17 +83,22 @@ struct Checkpoint {
   optim::OptimizerState optimizer;
 };
 
+/// {alias, parameter name} pairs: extra names of parameters in model.safetensors.
+using ParamAliases = std::vector<std::pair<std::string, std::string>>;
+
 /// Write a checkpoint of `model`'s parameters, `opt`'s state and `state` into DIR (created if
 /// missing) (Note [Checkpoint layout]); blocks until it is on disk. Keeps the `keep` newest
-/// checkpoints (>= 1). Returns the checkpoint's path (DIR/step-N, N = state.step). Throws
-/// InvalidArgument for keep < 1 or a negative step/epoch/batch, ditto::Error for a failed file
-/// operation (naming the file; the previous checkpoints stay as they were).
+/// checkpoints (>= 1). `aliases`: more names for parameters, each written as a copy. Returns the
+/// checkpoint's path (DIR/step-N, N = state.step). Throws InvalidArgument for keep < 1, a
+/// negative step/epoch/batch, or an alias that names no parameter or is a parameter's name;
+/// ditto::Error for a failed file operation (naming the file; the previous checkpoints stay).
 std::string save_checkpoint(const std::string& dir, nn::Module& model,
-                            const optim::Optimizer& opt, const TrainerState& state, int keep = 2);
+                            const optim::Optimizer& opt, const TrainerState& state, int keep = 2,
+                            const ParamAliases& aliases = {});
 
 /// Read and verify the checkpoint in `path` (DIR/step-N). Throws ParseError naming the file and
 /// the problem for a missing, truncated or damaged file (CRC-32 mismatch, malformed safetensors
-/// or JSON, files of different steps).
+/// or JSON, files of different steps, an alias whose bits differ from its parameter's).
 Checkpoint read_checkpoint(const std::string& path);
 
 /// Verify `d`, a safetensors file read from `path`, against the CRC-32 of its tensor bytes that a

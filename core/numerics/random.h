@@ -24,6 +24,8 @@
 //                         core/numerics/gpt_math.h); index = the element's index in the global batch.
 //   kStreamSample    (6): nn::GPT::generate's sampling; sub = 0, index = the generated token's index.
 //   kStreamBatch     (7): train::TextDataSource's batch windows; sub = step, index = window j.
+//   kStreamEvalBatch (8): train::TextDataSource's evaluation windows; sub = split << 32 | batch
+//                         (split 0 train, 1 val), index = window j (Note [Text batches]).
 // Kind 0 is left for callers' ad-hoc use; add new kinds here, never reuse one.
 #pragma once
 
@@ -39,6 +41,7 @@ constexpr std::uint64_t kStreamSynthetic = 4;
 constexpr std::uint64_t kStreamDropout = 5;
 constexpr std::uint64_t kStreamSample = 6;
 constexpr std::uint64_t kStreamBatch = 7;
+constexpr std::uint64_t kStreamEvalBatch = 8;
 
 /// The stream id for `kind` (one of the kStream* constants) and `sub` (< 2^48; higher bits are
 /// dropped) (Note [Random streams]).

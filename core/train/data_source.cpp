@@ -17,6 +17,21 @@ data::DataLoader& loader_at(std::unique_ptr<data::DataLoader>& loader, const dat
 }
 }  // namespace
 
+data::Batch DataSource::step_batch(std::int64_t step, std::int64_t batch_size) {
+  DITTO_CHECK(step >= 0, "DataSource::step_batch: step: expected >= 0, got ", step);
+  const std::int64_t b = batches_per_epoch(batch_size);
+  return batch(step / b, step % b, batch_size);
+}
+
+data::Batch DataSource::eval_batch(EvalSplit split, std::int64_t k, std::int64_t batch_size) {
+  DITTO_CHECK(k >= 0, "DataSource::eval_batch: k: expected >= 0, got ", k);
+  if (split == EvalSplit::train) return batch(0, k % batches_per_epoch(batch_size), batch_size);
+  DITTO_CHECK(eval_set().size() > 0, "DataSource::eval_batch: expected a data source with an "
+              "evaluation set, got an empty one");
+  data::DataLoader loader(eval_set(), batch_size, /*shuffle=*/false);
+  return loader.batch(k % loader.size());
+}
+
 CsvDataSource::CsvDataSource(const std::string& path, const data::CsvOptions& csv,
                              double val_fraction, std::uint64_t seed)
     : CsvDataSource(data::read_csv(path, csv), val_fraction, seed) {}

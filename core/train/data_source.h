@@ -17,6 +17,9 @@
 
 namespace ditto::train {
 
+/// The split an iteration-mode evaluation reads (nanoGPT's estimate_loss: 'train' and 'val').
+enum class EvalSplit : std::uint8_t { train, val };
+
 class DataSource {
  public:
   virtual ~DataSource() = default;
@@ -36,6 +39,15 @@ class DataSource {
   virtual std::int64_t num_outputs() const = 0;
   /// Settings a checkpoint records and a resume must match ("train_rows", ...).
   virtual std::map<std::string, std::string> checkpoint_config() const = 0;
+
+  /// Iteration mode (TrainerConfig::max_iters > 0): the global batch of optimizer step `step`
+  /// (0-based over the whole run). Default: batch(step / B, step % B, batch_size) with B =
+  /// batches_per_epoch(batch_size). Rank threads call it concurrently.
+  virtual data::Batch step_batch(std::int64_t step, std::int64_t batch_size);
+  /// Iteration mode's evaluation: batch `k` (0 <= k < TrainerConfig::eval_iters) of `split`, the
+  /// same batch at every evaluation. Default: val: batch k modulo their number of eval_set() in
+  /// order (InvalidArgument when eval_set() is empty); train: batch(0, k % B, batch_size).
+  virtual data::Batch eval_batch(EvalSplit split, std::int64_t k, std::int64_t batch_size);
 };
 
 /// The rows of a CSV file (data::read_csv): a seeded train/validation split

@@ -26,6 +26,22 @@ void JsonLinesWriter::write(const EpochMetrics& m) {
   DITTO_CHECK_T(Error, out_.good(), "JsonLinesWriter: cannot write '", path_, "'");
 }
 
+void JsonLinesWriter::write(const EvalMetrics& m) {
+  nlohmann::json j = {{"event", "eval"},
+                      {"step", m.step},
+                      {"max_iters", m.max_iters},
+                      {"train_loss", m.train_loss},
+                      {"val_loss", m.val_loss},
+                      {"lr", m.lr},
+                      {"tokens", m.tokens},
+                      {"interval_time_s", m.interval_time_s},
+                      {"tokens_per_s", m.tokens_per_s},
+                      {"elapsed_s", m.elapsed_s},
+                      {"eta_s", m.eta_s}};
+  out_ << j.dump() << '\n' << std::flush;
+  DITTO_CHECK_T(Error, out_.good(), "JsonLinesWriter: cannot write '", path_, "'");
+}
+
 void JsonLinesWriter::write(const FitResult& r) {
   char sum[32];
   std::snprintf(sum, sizeof sum, "%016" PRIx64, r.params_checksum);
@@ -35,6 +51,7 @@ void JsonLinesWriter::write(const FitResult& r) {
                       {"determinism", determinism_name(r.determinism)},
                       {"trainer", trainer_kind_name(r.trainer)},
                       {"epochs", r.epochs},
+                      {"max_iters", r.max_iters},
                       {"steps", r.steps},
                       {"train_loss", r.train_loss},
                       {"val_loss", r.eval.loss},
@@ -55,6 +72,10 @@ void JsonLinesWriter::write(const FitResult& r) {
 
 std::function<void(const EpochMetrics&)> JsonLinesWriter::epoch_callback() {
   return [this](const EpochMetrics& m) { write(m); };
+}
+
+std::function<void(const EvalMetrics&)> JsonLinesWriter::eval_callback() {
+  return [this](const EvalMetrics& m) { write(m); };
 }
 
 }  // namespace ditto::train

@@ -44,6 +44,20 @@ struct EpochMetrics {
   double samples_per_s = 0;
 };
 
+/// One evaluation of iteration mode (TrainerConfig::max_iters; nanoGPT's "step N: train loss X,
+/// val loss Y"), with the training speed since the previous one.
+struct EvalMetrics {
+  std::int64_t step = 0;       ///< optimizer steps so far (0: before the first)
+  std::int64_t max_iters = 0;
+  double train_loss = 0, val_loss = 0;  ///< mean loss over eval_iters fixed batches of each split
+  double lr = 0;               ///< learning rate of the last step taken (of step 0 at step 0)
+  std::int64_t tokens = 0;     ///< targets trained on since the previous evaluation (B x T a step)
+  double interval_time_s = 0;  ///< wall clock of that training (evaluations excluded)
+  double tokens_per_s = 0;     ///< tokens / interval_time_s (0 at step 0)
+  double elapsed_s = 0;        ///< this run's training wall clock so far
+  double eta_s = 0;            ///< remaining steps x this run's mean step time so far
+};
+
 /// The cost model's prediction of the training loops (virtual time, evaluation excluded) and
 /// what the CPU simulator measured.
 struct CostPrediction {
@@ -68,9 +82,10 @@ struct FitResult {
   Determinism determinism = Determinism::bitwise;
   TrainerKind trainer = TrainerKind::dp;
   int epochs = 0;
+  std::int64_t max_iters = 0;  ///< iteration mode (TrainerConfig::max_iters), else 0
   std::int64_t steps = 0;     ///< optimizer steps of the whole run
-  double train_loss = 0;      ///< last epoch's
-  Evaluation eval;            ///< after the last epoch
+  double train_loss = 0;      ///< last epoch's (iteration mode: the last evaluation's)
+  Evaluation eval;            ///< after the last epoch (iteration mode: val loss, accuracy 0)
   double train_time_s = 0;    ///< wall clock of this run's training loops
   std::uint64_t params_checksum = 0;  ///< params_checksum(model), equal on every rank
   std::optional<CostPrediction> prediction;  ///< with a cost model profile and steps > 0
@@ -79,15 +94,19 @@ struct FitResult {
   std::string trace;          ///< the trace file written, or ""
 };
 
-/// JSON lines: {"event":"epoch",...} per epoch and {"event":"final",...} (fields as named in the
-/// structs; the checksum as 16 hex digits). Throws InvalidArgument when `path` cannot be opened.
+/// JSON lines: {"event":"epoch",...} per epoch, {"event":"eval",...} per evaluation of iteration
+/// mode and {"event":"final",...} (fields as named in the structs; the checksum as 16 hex
+/// digits). Throws InvalidArgument when `path` cannot be opened.
 class JsonLinesWriter {
  public:
   explicit JsonLinesWriter(const std::string& path);
   void write(const EpochMetrics& m);
+  void write(const EvalMetrics& m);
   void write(const FitResult& r);
   /// A TrainerCallbacks::on_epoch that writes to this writer (which must outlive it).
   std::function<void(const EpochMetrics&)> epoch_callback();
+  /// A TrainerCallbacks::on_eval that writes to this writer.
+  std::function<void(const EvalMetrics&)> eval_callback();
 
  private:
   std::string path_;

@@ -5,6 +5,7 @@
 #include "core/data/data_loader.h"
 #include "core/nn/sequential.h"
 #include "core/optim/adam.h"
+#include "core/optim/clip.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
@@ -122,8 +123,29 @@ double Replica::step(const data::Batch& b) {
     opt_->zero_grad(true);
     ddp_->backward(criterion_->backward());
   }
+  // Between backward and step, on the reduced gradients (the same on every rank).
+  if (config_.grad_clip > 0)
+    optim::clip_grad_norm_(model_->parameters(), config_.grad_clip, config_.determinism);
   opt_->step();
   return static_cast<double>(loss.item()) * n;
+}
+
+double Replica::eval_loss(DataSource& data, EvalSplit split, std::int64_t iters,
+                          std::int64_t batch_size) {
+  struct EvalMode {  // torch's model.eval() ... model.train(), also when a forward throws
+    nn::Module& m;
+    explicit EvalMode(nn::Module& mod) : m(mod) { m.set_training(false); }
+    ~EvalMode() { m.set_training(true); }
+  } mode(*model_);
+  nn::Loss& criterion = dp_ ? *criterion_ : *eval_criterion_;
+  double sum = 0;
+  for (std::int64_t k = 0; k < iters; ++k) {
+    data::Batch b = data.eval_batch(split, k, batch_size);
+    Tensor out = dp_ ? dp_->forward(b.x) : model_->forward(b.x.to(devices_[0]));
+    Tensor y = target(b.y, out.size(out.dim() - 1), out.device());
+    sum += static_cast<double>(criterion.forward(out, y).item());
+  }
+  return iters > 0 ? sum / static_cast<double>(iters) : 0.0;
 }
 
 Evaluation Replica::evaluate(const data::Dataset& ds, std::int64_t batch_size) {

@@ -97,6 +97,14 @@ void check_output_paths(const TrainerConfig& c, bool lead) {
 
 }  // namespace
 
+/// Before optimizer step `step` (counted over the whole run, resumed runs included): the
+/// backend's step (faults, trace), the model's (dropout masks) and the schedule's learning rate.
+void Trainer::begin_step(Run& run, Replica& rep, std::int64_t step) const {
+  run.be->begin_step(step);
+  rep.model().set_step(step);
+  if (config_.lr_schedule) rep.optimizer().set_lr(config_.lr_schedule(step));
+}
+
 Trainer::Trainer(TrainerConfig config, std::shared_ptr<DataSource> data,
                  TrainerCallbacks callbacks)
     : config_(std::move(config)), data_(std::move(data)), callbacks_(std::move(callbacks)) {
@@ -117,6 +125,8 @@ TrainerState Trainer::initial_state() const {
                {"micro_shards", std::to_string(c.micro_shards)},
                {"devices", std::to_string(devices)}};
   for (const auto& [k, v] : data_->checkpoint_config()) ts.config[k] = v;
+  for (const auto& [k, v] : c.checkpoint_settings) ts.config[k] = v;
+  if (c.max_iters > 0) ts.config["loop"] = "iterations";  // epoch mode records none (as before)
   return ts;
 }
 
@@ -128,6 +138,12 @@ TrainerState Trainer::resume(Replica& rep, const TrainerState& fresh, bool lead)
   TrainerState ts = resume_checkpoint(config_.resume_dir, rep.model(), rep.optimizer(),
                                       fresh.config, may_differ, log);
   if (lead && callbacks_.on_resume) callbacks_.on_resume(config_.resume_dir, ts);
+  if (config_.max_iters > 0) {
+    DITTO_CHECK(ts.step <= config_.max_iters, config_.name_of("resume_dir"),
+                ": the checkpoint is past step ", ts.step, ", expected ",
+                config_.name_of("max_iters"), " >= ", ts.step, ", got ", config_.max_iters);
+    return ts;
+  }
   DITTO_CHECK(ts.epoch <= config_.epochs, config_.name_of("resume_dir"),
               ": the checkpoint is past the end of epoch ", ts.epoch, ", expected ",
               config_.name_of("epochs"), " >= ", ts.epoch, ", got ", config_.epochs);
@@ -197,7 +213,8 @@ void Trainer::finish(Run& run, FitResult& res) {
   res.devices = run.n_dev;
   res.determinism = c.determinism;
   res.trainer = c.trainer;
-  res.epochs = c.epochs;
+  res.epochs = c.max_iters > 0 ? 0 : c.epochs;
+  res.max_iters = c.max_iters;
   res.lead = dist::rank() == 0;
   if (!res.lead) return;
   if (auto* fx = be.extension<FaultExtension>()) res.unfired_faults = fx->unfired_faults();
@@ -224,7 +241,8 @@ FitResult Trainer::fit_dp(Run& run) {
                          config_.effective_lr()});
   CostMeter meter(*run.be, run.n_dev);
   run.meter = &meter;
-  FitResult res = train_replica(run, rep, ts);
+  FitResult res = config_.max_iters > 0 ? train_iterations(run, rep, ts)
+                                         : train_replica(run, rep, ts);
   state_ = ts;
   finish(run, res);
   return res;
@@ -254,7 +272,8 @@ FitResult Trainer::fit_ddp(Run& run) {
     Replica rep(config_, *data_, comm);
     TrainerState ts = initial_state();
     if (!config_.resume_dir.empty()) ts = resume(rep, ts, rep.lead());
-    FitResult r = train_replica(run, rep, ts);
+    FitResult r = config_.max_iters > 0 ? train_iterations(run, rep, ts)
+                                        : train_replica(run, rep, ts);
     comm.stream().synchronize();
     if (rep.lead()) state_ = ts;
     results[run.processes ? 0 : static_cast<std::size_t>(comm.rank())] = std::move(r);
@@ -275,7 +294,9 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
   auto checkpoint = [&](double loss_sum) {
     TrainerState saved = ts;
     if (ts.batch != 0) saved.epoch_loss_sum = rep.sum_over_ranks(loss_sum);  // every rank
-    if (rep.lead()) save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), saved);
+    if (rep.lead())
+      save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), saved, 2,
+                      c.checkpoint_aliases);
     saved_step = ts.step;
   };
   FitResult res;
@@ -286,7 +307,7 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     std::int64_t seen = ts.epoch_samples, steps = 0;
     for (std::int64_t i = ts.batch; i < batches; ++i) {
       data::Batch b = data_->batch(epoch - 1, i, c.batch_size);
-      run.be->begin_step(ts.step);  // counted over the whole run, resumed runs included
+      begin_step(run, rep, ts.step);
       loss_sum += rep.step(b);
       seen += b.x.size(0);
       ++steps;
@@ -310,6 +331,80 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
   if (!c.checkpoint_dir.empty() && ts.step != saved_step)
     checkpoint(rep.lead() ? ts.epoch_loss_sum : 0.0);
+  res.params_checksum = rep.checked_checksum();
+  res.steps = ts.step;
+  if (rep.lead() && callbacks_.on_finish) callbacks_.on_finish(rep);
+  return res;
+}
+
+FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
+  const TrainerConfig& c = config_;
+  rep.begin();
+  std::int64_t saved_step = c.resume_dir.empty() ? -1 : ts.step;
+  auto checkpoint = [&] {
+    if (rep.lead())
+      save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), ts, 2,
+                      c.checkpoint_aliases);
+    saved_step = ts.step;
+  };
+  auto eval_due = [&](std::int64_t s) {
+    return c.eval_iters > 0 && ((c.eval_interval > 0 && s % c.eval_interval == 0) ||
+                                s == c.max_iters);
+  };
+  FitResult res;
+  const std::int64_t first = ts.step;  // of this run (a resumed one starts later)
+  std::int64_t interval_tokens = 0;
+  double interval_s = 0;
+  double lr = c.lr_schedule ? c.lr_schedule(std::max<std::int64_t>(ts.step - 1, 0))
+                            : c.effective_lr();
+  for (;;) {
+    if (rep.lead() && eval_due(ts.step)) {
+      EvalMetrics m;
+      m.step = ts.step;
+      m.max_iters = c.max_iters;
+      m.train_loss = rep.eval_loss(*data_, EvalSplit::train, c.eval_iters, c.batch_size);
+      m.val_loss = rep.eval_loss(*data_, EvalSplit::val, c.eval_iters, c.batch_size);
+      m.lr = lr;
+      m.tokens = interval_tokens;
+      m.interval_time_s = interval_s;
+      m.tokens_per_s = interval_s > 0 ? static_cast<double>(interval_tokens) / interval_s : 0.0;
+      m.elapsed_s = res.train_time_s;
+      const std::int64_t done = ts.step - first;
+      m.eta_s = done > 0 ? res.train_time_s / static_cast<double>(done) *
+                               static_cast<double>(c.max_iters - ts.step)
+                         : 0.0;
+      res.train_loss = m.train_loss;
+      res.eval.loss = m.val_loss;
+      interval_tokens = 0;
+      interval_s = 0;
+      if (callbacks_.on_eval) callbacks_.on_eval(m);
+    }
+    if (ts.step >= c.max_iters) break;
+    // Train up to the next evaluation (or the end); the meter and the clock skip evaluations.
+    std::int64_t next = c.max_iters;
+    if (c.eval_interval > 0)
+      next = std::min(next, (ts.step / c.eval_interval + 1) * c.eval_interval);
+    run.epoch_begin();
+    const auto t0 = std::chrono::steady_clock::now();
+    std::int64_t steps = 0, samples = 0, tokens = 0;
+    for (; ts.step < next; ++steps) {
+      data::Batch b = data_->step_batch(ts.step, c.batch_size);
+      begin_step(run, rep, ts.step);
+      if (c.lr_schedule) lr = c.lr_schedule(ts.step);
+      rep.step(b);
+      samples += b.x.size(0);
+      tokens += b.y.numel();
+      ++ts.step;
+      if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0) checkpoint();
+    }
+    run.epoch_end(steps, samples);
+    const double dt =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    res.train_time_s += dt;
+    interval_s += dt;
+    interval_tokens += tokens;
+  }
+  if (!c.checkpoint_dir.empty() && ts.step != saved_step) checkpoint();
   res.params_checksum = rep.checked_checksum();
   res.steps = ts.step;
   if (rep.lead() && callbacks_.on_finish) callbacks_.on_finish(rep);

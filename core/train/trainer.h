@@ -1,6 +1,7 @@
 // Trainer: ditto's training loop, one for DataParallel and DistributedDataParallel alike (ranks as
 // threads, or as MPI processes under mpirun: core/train/launcher.h). fit() runs the epochs over a
-// DataSource, reports each epoch through callbacks (TrainerCallbacks; a JSON-lines writer is in
+// DataSource (or, with TrainerConfig::max_iters, that many optimizer steps with an evaluation
+// every eval_interval steps, as nanoGPT's train.py), reports each epoch through callbacks (TrainerCallbacks; a JSON-lines writer is in
 // core/train/metrics.h), saves and resumes checkpoints (core/io/checkpoint.h), and returns the
 // final metrics: losses, accuracy, the parameter checksum, the cost model's prediction and every
 // device's memory. ditto-train is options -> TrainerConfig -> Trainer.
@@ -42,6 +43,7 @@ struct TrainerCallbacks {
   /// After loading checkpoint `dir` (the position it holds).
   std::function<void(const std::string& dir, const TrainerState&)> on_resume;
   std::function<void(const EpochMetrics&)> on_epoch;  ///< after each epoch's evaluation
+  std::function<void(const EvalMetrics&)> on_eval;    ///< iteration mode: each evaluation
   /// At the end, with rank 0's trained replica (its model and optimizer), before it is freed.
   std::function<void(Replica&)> on_finish;
 };
@@ -71,9 +73,15 @@ class Replica {
   /// Wraps the model (ddp: broadcasts rank 0's parameters). Call after loading a checkpoint
   /// into model() and before the first step; step() calls it when not yet done.
   void begin();
-  /// One optimizer step on global batch `b` (host tensors; a ddp rank takes its rows). Returns
+  /// One optimizer step on global batch `b` (host tensors; a ddp rank takes its rows), with the
+  /// gradients clipped to config.grad_clip (optim::clip_grad_norm_) when it is > 0. Returns
   /// this replica's share of the batch's summed loss (mean loss x rows; dp: the whole batch).
   double step(const data::Batch& b);
+  /// Iteration mode's evaluation (nanoGPT's estimate_loss): the mean over k < iters of the loss
+  /// of data.eval_batch(split, k, batch_size), the model in eval mode (set_training(false),
+  /// restored after), no gradients. Under ddp the rank evaluates alone on its device.
+  double eval_loss(DataSource& data, EvalSplit split, std::int64_t iters,
+                   std::int64_t batch_size);
   /// Mean loss and accuracy (argmax of the outputs against y's labels) over `ds`, in batches of
   /// `batch_size`, no gradients.
   Evaluation evaluate(const data::Dataset& ds, std::int64_t batch_size);
@@ -127,8 +135,11 @@ class Trainer {
   FitResult fit_ddp(Run& run);
   /// The epoch loop of one replica; returns rank 0's metrics of the last epoch.
   FitResult train_replica(Run& run, Replica& rep, TrainerState& ts);
+  /// The iteration loop (config.max_iters > 0) of one replica; rank 0's last evaluation.
+  FitResult train_iterations(Run& run, Replica& rep, TrainerState& ts);
   /// The final metrics beyond the loop's: unfired faults, prediction, memory, trace.
   void finish(Run& run, FitResult& res);
+  void begin_step(Run& run, Replica& rep, std::int64_t step) const;
   TrainerState initial_state() const;
   TrainerState resume(Replica& rep, const TrainerState& fresh, bool lead);
 

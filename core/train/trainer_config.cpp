@@ -54,6 +54,14 @@ void validate(const TrainerConfig& c) {
               c.checkpoint_dir.empty() ? n("checkpoint_dir") : "");
   DITTO_CHECK(c.bucket_cap_mb > 0 && std::isfinite(c.bucket_cap_mb), n("bucket_cap_mb"),
               ": expected a finite size in MiB > 0, got ", c.bucket_cap_mb);
+  DITTO_CHECK(c.max_iters >= 0, n("max_iters"), ": expected >= 0 (0: epoch mode), got ",
+              c.max_iters);
+  DITTO_CHECK(c.eval_interval >= 0, n("eval_interval"), ": expected >= 0 (0: at the end only), "
+              "got ", c.eval_interval);
+  DITTO_CHECK(c.eval_iters >= 0, n("eval_iters"), ": expected >= 0 (0: no evaluation), got ",
+              c.eval_iters);
+  DITTO_CHECK(std::isfinite(c.grad_clip) && c.grad_clip >= 0, n("grad_clip"),
+              ": expected a finite max_norm >= 0 (0: no clipping), got ", c.grad_clip);
   for (const auto& h : c.hidden)
     DITTO_CHECK(h > 0, n("hidden"), ": expected positive sizes, got ", h);
 }

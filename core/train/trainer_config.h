@@ -74,10 +74,32 @@ struct TrainerConfig {
   double bucket_cap_mb = 25.0;        ///< ddp
   std::int64_t eval_batch_size = 512;
 
+  // ---- iteration mode (nanoGPT's train.py loop): max_iters > 0 trains max_iters optimizer steps
+  // on DataSource::step_batch(step) instead of `epochs` epochs, and evaluates the mean loss of
+  // eval_iters fixed batches of each split (DataSource::eval_batch, batch_size rows each) with
+  // the model in eval mode (set_training(false)) at step 0, every eval_interval steps and at the
+  // end (TrainerCallbacks::on_eval). The model's step (Module::set_step) is the global step.
+  std::int64_t max_iters = 0;       ///< 0: epoch mode
+  std::int64_t eval_interval = 0;   ///< steps between evaluations; 0: at the end only
+  std::int64_t eval_iters = 0;      ///< batches per split per evaluation; 0: no evaluation
+  /// Learning rate of step `it` (0-based), set with Optimizer::set_lr before that step (both
+  /// modes); unset: the optimizer's own, constant (e.g. optim/lr_schedule.h's nanoGPT schedule).
+  std::function<double(std::int64_t it)> lr_schedule;
+  /// torch.nn.utils.clip_grad_norm_'s max_norm, applied between backward and the optimizer step
+  /// (optim::clip_grad_norm_, both modes); 0: no clipping.
+  double grad_clip = 0.0;
+
   // ---- checkpoints (core/io/checkpoint.h)
   std::string checkpoint_dir;         ///< "": none; else saved at the end (and every N steps)
   std::int64_t checkpoint_every = 0;  ///< optimizer steps between checkpoints; 0: at the end only
   std::string resume_dir;             ///< "": fresh start
+  /// More settings a checkpoint records and a resume must match (a GPT's config, the schedule),
+  /// beside the Trainer's own ("model", "optimizer", "batch_size", ...) and the data source's.
+  std::map<std::string, std::string> checkpoint_settings;
+  /// Extra names of parameters in model.safetensors: {alias, parameter name}, each written as a
+  /// copy of the parameter (safetensors has no shared tensors), e.g. {"lm_head.weight",
+  /// "transformer.wte.weight"} for nanoGPT's tied head (save_checkpoint's aliases).
+  std::vector<std::pair<std::string, std::string>> checkpoint_aliases;
 
   // ---- simulator extras (Backend::extension, core/runtime/extensions.h)
   std::string profile;                 ///< cost model device profile; "": no prediction

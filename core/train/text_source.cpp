@@ -1,0 +1,126 @@
+// TextDataSource (text_source.h; Note [Text batches]).
+#include "core/train/text_source.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/io/file.h"
+#include "core/numerics/random.h"
+#include "core/runtime/error.h"
+
+namespace ditto::train {
+
+TextDataSource::TextDataSource(const std::string& path, std::int64_t block_size,
+                               std::uint64_t seed)
+    : TextDataSource(io::read_file(path), block_size, seed, path) {}
+
+TextDataSource::TextDataSource(std::string text, std::int64_t block_size, std::uint64_t seed,
+                               const std::string& name)
+    : name_(name), block_size_(block_size), seed_(seed) {
+  const char* call = "TextDataSource";
+  DITTO_CHECK(block_size >= 1, call, ": block_size: expected >= 1, got ", block_size);
+  std::array<bool, 256> seen{};
+  fnv_ = 1469598103934665603ull;
+  for (char ch : text) {
+    const auto b = static_cast<unsigned char>(ch);
+    seen[b] = true;
+    fnv_ = (fnv_ ^ b) * 1099511628211ull;
+  }
+  stoi_.fill(-1);
+  for (int b = 0; b < 256; ++b)
+    if (seen[static_cast<std::size_t>(b)]) {
+      stoi_[static_cast<std::size_t>(b)] = static_cast<int>(itos_.size());
+      itos_.push_back(static_cast<unsigned char>(b));
+    }
+  tokens_.resize(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i)
+    tokens_[i] = static_cast<unsigned char>(stoi_[static_cast<unsigned char>(text[i])]);
+  // prepare.py: train_data = data[:int(n*0.9)] (a double product, truncated).
+  n_train_ = static_cast<std::size_t>(static_cast<double>(text.size()) * 0.9);
+  const std::size_t n_val = tokens_.size() - n_train_, T = static_cast<std::size_t>(block_size);
+  DITTO_CHECK(n_train_ > T && n_val > T, call, ": '", name, "': expected a text whose training "
+              "(first 90%) and validation (last 10%) splits are longer than block_size = ",
+              block_size, " tokens, got ", text.size(), " bytes (", n_train_, " + ", n_val,
+              " tokens)");
+}
+
+std::int64_t TextDataSource::batches_per_epoch(std::int64_t batch_size) const {
+  DITTO_CHECK(batch_size >= 1, "TextDataSource: batch_size: expected >= 1, got ", batch_size);
+  const std::int64_t per_batch = batch_size * block_size_;
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(n_train_) / per_batch);
+}
+
+data::Batch TextDataSource::batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) {
+  return step_batch(epoch * batches_per_epoch(batch_size) + i, batch_size);
+}
+
+data::Batch TextDataSource::windows(std::size_t begin, std::size_t len, std::uint64_t stream,
+                                    std::int64_t batch_size) const {
+  DITTO_CHECK(batch_size >= 1, "TextDataSource: batch_size: expected >= 1, got ", batch_size);
+  const std::int64_t T = block_size_;
+  const std::uint64_t starts = len - static_cast<std::size_t>(T);  // > 0 (constructor)
+  std::vector<std::int64_t> x(static_cast<std::size_t>(batch_size * T)), y(x.size());
+  for (std::int64_t j = 0; j < batch_size; ++j) {
+    const std::size_t i =
+        begin + static_cast<std::size_t>(philox_u64(seed_, stream, static_cast<std::uint64_t>(j)) %
+                                         starts);
+    for (std::int64_t t = 0; t < T; ++t) {
+      x[static_cast<std::size_t>(j * T + t)] = tokens_[i + static_cast<std::size_t>(t)];
+      y[static_cast<std::size_t>(j * T + t)] = tokens_[i + static_cast<std::size_t>(t) + 1];
+    }
+  }
+  return {Tensor::from_vector(x, {batch_size, T}, Device::cpu()),
+          Tensor::from_vector(y, {batch_size, T}, Device::cpu())};
+}
+
+data::Batch TextDataSource::step_batch(std::int64_t step, std::int64_t batch_size) {
+  DITTO_CHECK(step >= 0, "TextDataSource::step_batch: step: expected >= 0, got ", step);
+  return windows(0, n_train_, stream_id(kStreamBatch, static_cast<std::uint64_t>(step)),
+                 batch_size);
+}
+
+data::Batch TextDataSource::eval_batch(EvalSplit split, std::int64_t k, std::int64_t batch_size) {
+  DITTO_CHECK(k >= 0, "TextDataSource::eval_batch: k: expected >= 0, got ", k);
+  const std::uint64_t p = split == EvalSplit::train ? 0 : 1;
+  const std::uint64_t stream = stream_id(kStreamEvalBatch, p << 32 | static_cast<std::uint64_t>(k));
+  if (split == EvalSplit::train) return windows(0, n_train_, stream, batch_size);
+  return windows(n_train_, tokens_.size() - n_train_, stream, batch_size);
+}
+
+std::map<std::string, std::string> TextDataSource::checkpoint_config() const {
+  std::string vocab;
+  char hex[24];
+  for (unsigned char b : itos_) {
+    std::snprintf(hex, sizeof hex, "%02x", b);
+    vocab += hex;
+  }
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv_));
+  return {{"text_bytes", std::to_string(tokens_.size())}, {"text_fnv1a", hex},
+          {"vocab", vocab}, {"block_size", std::to_string(block_size_)}};
+}
+
+std::vector<std::int64_t> TextDataSource::encode(const std::string& text) const {
+  std::vector<std::int64_t> out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const int t = stoi_[static_cast<unsigned char>(text[i])];
+    DITTO_CHECK(t >= 0, "TextDataSource::encode: byte ", i, " (0x", std::hex,
+                static_cast<int>(static_cast<unsigned char>(text[i])), std::dec,
+                ") is not in the vocabulary of '", name_, "'");
+    out.push_back(t);
+  }
+  return out;
+}
+
+std::string TextDataSource::decode(const std::vector<std::int64_t>& tokens) const {
+  std::string out;
+  out.reserve(tokens.size());
+  for (std::int64_t t : tokens) {
+    DITTO_CHECK(t >= 0 && t < vocab_size(), "TextDataSource::decode: token: expected 0..",
+                vocab_size() - 1, ", got ", t);
+    out.push_back(static_cast<char>(itos_[static_cast<std::size_t>(t)]));
+  }
+  return out;
+}
+
+}  // namespace ditto::train

@@ -1,0 +1,90 @@
+// TextDataSource: a text file as character tokens for a GPT, as nanoGPT's shakespeare_char
+// (data/shakespeare_char/prepare.py and train.py's get_batch), with batches drawn by Philox so the
+// global batch of a step is the same for any device count (DDP ranks take their rows of it).
+//
+// Note [Text batches]
+// The vocabulary is the sorted distinct bytes of the file (prepare.py: chars = sorted(set(data)),
+// stoi / itos); token = the byte's rank in it. With n = the file's bytes, the first int(n * 0.9)
+// tokens are the training split and the rest the validation split (train = data[:int(n*0.9)]).
+// The batch of optimizer step s has B windows of T + 1 tokens (T = block_size): window j starts
+// at i = philox_u64(seed, stream_id(kStreamBatch, s), j) % (len(train) - T) (torch.randint(
+// len(data) - block_size) in get_batch), x[j] = train[i, i + T), y[j] = train[i + 1, i + T + 1),
+// x and y [B, T] i64 host tensors. Window j depends only on (seed, s, j): the batch is the same
+// for 1, 2, 4 or 8 devices, and a rank holding rows [a, b) holds windows a..b-1.
+// Evaluation (nanoGPT's estimate_loss, on fixed windows instead of fresh random ones): batch k
+// (0 <= k < eval_iters) of split p (0 train, 1 val) has its window j at
+// philox_u64(seed, stream_id(kStreamEvalBatch, p << 32 | k), j) % (len(split) - T): the same
+// windows at every evaluation, so two evaluations compare the model, not the windows.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/numerics/random.h"  // kStreamBatch, kStreamEvalBatch
+#include "core/train/data_source.h"
+
+namespace ditto::train {
+
+class TextDataSource final : public DataSource {
+ public:
+  /// The bytes of the file `path`, windows of `block_size` tokens, drawn with `seed`. Throws
+  /// what io::read_file throws (naming the file), and InvalidArgument for block_size < 1 or a
+  /// text whose splits are not longer than block_size tokens (naming the file and the sizes).
+  TextDataSource(const std::string& path, std::int64_t block_size, std::uint64_t seed);
+  /// From text already in memory; `name` is what errors call it.
+  TextDataSource(std::string text, std::int64_t block_size, std::uint64_t seed,
+                 const std::string& name);
+
+  /// Training tokens / (batch_size x block_size): an "epoch" of tokens (epoch mode only).
+  std::int64_t batches_per_epoch(std::int64_t batch_size) const override;
+  /// step_batch(epoch * batches_per_epoch + i, batch_size).
+  data::Batch batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) override;
+  /// The training windows of step `step` (Note [Text batches]).
+  data::Batch step_batch(std::int64_t step, std::int64_t batch_size) override;
+  /// Fixed evaluation windows, batch k of the split (Note [Text batches]).
+  data::Batch eval_batch(EvalSplit split, std::int64_t k, std::int64_t batch_size) override;
+  /// Empty: the text is evaluated by eval_batch (TrainerConfig::max_iters).
+  const data::Dataset& eval_set() const override { return empty_; }
+  std::int64_t train_size() const override { return static_cast<std::int64_t>(n_train_); }
+  /// block_size (tokens per row) and vocab_size (logits per token).
+  std::int64_t num_inputs() const override { return block_size_; }
+  std::int64_t num_outputs() const override { return vocab_size(); }
+  /// "text_bytes", "text_fnv1a" (FNV-1a 64 of the bytes, hex), "vocab" (the vocabulary's bytes
+  /// in hex, in token order), "block_size": a resume refuses another text or vocabulary.
+  std::map<std::string, std::string> checkpoint_config() const override;
+
+  std::int64_t vocab_size() const { return static_cast<std::int64_t>(itos_.size()); }
+  std::int64_t block_size() const { return block_size_; }
+  /// The vocabulary: byte of token t (itos).
+  const std::vector<unsigned char>& itos() const { return itos_; }
+  /// Tokens of `text` (stoi); throws InvalidArgument naming the first byte not in the vocabulary.
+  std::vector<std::int64_t> encode(const std::string& text) const;
+  /// The text of `tokens` (itos); throws InvalidArgument for a token outside [0, vocab_size).
+  std::string decode(const std::vector<std::int64_t>& tokens) const;
+  /// Tokens of the training and validation splits.
+  std::int64_t train_tokens() const { return static_cast<std::int64_t>(n_train_); }
+  std::int64_t val_tokens() const { return static_cast<std::int64_t>(tokens_.size() - n_train_); }
+  /// Total bytes of the text.
+  std::int64_t size() const { return static_cast<std::int64_t>(tokens_.size()); }
+  /// The text's name (its path).
+  const std::string& name() const { return name_; }
+
+ private:
+  data::Batch windows(std::size_t begin, std::size_t len, std::uint64_t stream,
+                      std::int64_t batch_size) const;
+
+  std::string name_;
+  std::int64_t block_size_;
+  std::uint64_t seed_;
+  std::vector<unsigned char> tokens_;  // the whole text as token ids
+  std::size_t n_train_ = 0;
+  std::vector<unsigned char> itos_;
+  std::array<int, 256> stoi_{};       // -1: not in the vocabulary
+  std::uint64_t fnv_ = 0;
+  data::Dataset empty_;
+};
+
+}  // namespace ditto::train

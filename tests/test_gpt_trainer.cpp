@@ -1,0 +1,370 @@
+// The GPT's data and loop (core/train/text_source.h, the Trainer's iteration mode): the text
+// source's vocabulary, split and windows (Note [Text batches]); its errors; the iteration mode's
+// evaluations, JSON lines, checkpoints (with an alias) and resume, on the MLP and on a tiny GPT
+// (AdamW, nanoGPT's schedule, clipping; dropout too) with one checksum for 1, 2 and 4 devices
+// under dp and ddp, also resumed mid-run.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/io/checkpoint.h"
+#include "core/io/safetensors.h"
+#include "core/nn/gpt.h"
+#include "core/optim/adamw.h"
+#include "core/optim/lr_schedule.h"
+#include "core/numerics/random.h"
+#include "core/train/text_source.h"
+#include "core/train/trainer.h"
+#include "test_util.h"
+
+namespace ditto::train {
+namespace {
+
+std::filesystem::path scratch(const std::string& name) {
+  auto p = std::filesystem::temp_directory_path() /
+           ("ditto_test_gpt_trainer_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(p);
+  return p;
+}
+
+// 1000 bytes: a varied training part and a validation part of other letters.
+std::string small_text() {
+  std::string t;
+  for (int i = 0; t.size() < 900; ++i) t += "to be, or not to be" [i % 19];
+  while (t.size() < 1000) t += "XYZ"[t.size() % 3];
+  return t;
+}
+
+TEST(TextDataSource, VocabularyIsTheSortedDistinctBytesAndTheSplitIsNinetyTen) {
+  TextDataSource s(small_text(), 8, 0, "small");
+  const std::string chars(s.itos().begin(), s.itos().end());
+  EXPECT_EQ(chars, " ,XYZbenort");  // sorted(set(data))
+  EXPECT_EQ(s.vocab_size(), 11);
+  EXPECT_EQ(s.train_tokens(), 900);  // int(1000 * 0.9)
+  EXPECT_EQ(s.val_tokens(), 100);
+  EXPECT_EQ(s.encode("be, X"), (std::vector<std::int64_t>{5, 6, 1, 0, 2}));
+  EXPECT_EQ(s.decode({10, 8, 7}), "ton");
+  // int(n * 0.9) in doubles, as prepare.py: the bundled file's split.
+  TextDataSource b(std::string(1134681, 'a') + "b", 64, 0, "big");  // 1,134,682 bytes
+  EXPECT_EQ(b.train_tokens(), 1021213);
+  EXPECT_EQ(b.val_tokens(), 113469);
+  const auto cfg = s.checkpoint_config();
+  EXPECT_EQ(cfg.at("vocab"), "202c58595a62656e6f7274");
+  EXPECT_EQ(cfg.at("text_bytes"), "1000");
+  EXPECT_EQ(cfg.at("block_size"), "8");
+  EXPECT_NE(cfg.at("text_fnv1a"), TextDataSource(small_text() + "t", 8, 0, "x")
+                                      .checkpoint_config().at("text_fnv1a"));
+}
+
+TEST(TextDataSource, StepWindowsArePhiloxDrawsOfTheTrainingSplit) {
+  const std::string text = small_text();
+  const std::int64_t T = 8, B = 6;
+  TextDataSource s(text, T, 42, "small");
+  const std::vector<std::int64_t> tokens = s.encode(text);
+  for (std::int64_t step : {0, 1, 37}) {
+    data::Batch b = s.step_batch(step, B);
+    ASSERT_EQ(b.x.shape(), (Shape{B, T}));
+    ASSERT_EQ(b.y.shape(), (Shape{B, T}));
+    const auto x = b.x.to_vector<std::int64_t>(), y = b.y.to_vector<std::int64_t>();
+    for (std::int64_t j = 0; j < B; ++j) {
+      const std::uint64_t i =
+          philox_u64(42, stream_id(kStreamBatch, static_cast<std::uint64_t>(step)),
+                     static_cast<std::uint64_t>(j)) % (900 - T);
+      for (std::int64_t t = 0; t < T; ++t) {
+        EXPECT_EQ(x[static_cast<std::size_t>(j * T + t)], tokens[i + t]) << step << " " << j;
+        EXPECT_EQ(y[static_cast<std::size_t>(j * T + t)], tokens[i + t + 1]) << step << " " << j;
+      }
+    }
+  }
+  // Different steps draw different windows; another seed others again.
+  EXPECT_NE(s.step_batch(0, B).x.to_vector<std::int64_t>(),
+            s.step_batch(1, B).x.to_vector<std::int64_t>());
+  TextDataSource other(text, T, 43, "small");
+  EXPECT_NE(other.step_batch(0, B).x.to_vector<std::int64_t>(),
+            s.step_batch(0, B).x.to_vector<std::int64_t>());
+}
+
+TEST(TextDataSource, WindowJDependsOnlyOnTheStepSoAnyDeviceCountSeesTheSameBatch) {
+  // A rank holding rows [a, b) of the global batch holds windows a..b-1: the first rows of a
+  // batch of 8 are the batch of 4, and so on, and a second source (another process) agrees.
+  TextDataSource s(small_text(), 8, 7, "small"), again(small_text(), 8, 7, "small");
+  const auto all = s.step_batch(5, 8).x.to_vector<std::int64_t>();
+  for (std::int64_t rows : {1, 2, 4}) {
+    const auto part = again.step_batch(5, rows).x.to_vector<std::int64_t>();
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), all.begin())) << rows;
+  }
+}
+
+TEST(TextDataSource, EvaluationWindowsAreFixedAndComeFromTheirSplit) {
+  TextDataSource s(small_text(), 8, 0, "small");
+  const std::int64_t X = s.encode("X")[0], Z = s.encode("Z")[0];
+  for (std::int64_t k : {0, 3}) {
+    const auto val = s.eval_batch(EvalSplit::val, k, 5).x.to_vector<std::int64_t>();
+    for (std::int64_t t : val) EXPECT_TRUE(t >= X && t <= Z) << t;  // the val part: X, Y, Z
+    const auto train = s.eval_batch(EvalSplit::train, k, 5).x.to_vector<std::int64_t>();
+    for (std::int64_t t : train) EXPECT_TRUE(t < X || t > Z) << t;
+    EXPECT_EQ(s.eval_batch(EvalSplit::val, k, 5).y.to_vector<std::int64_t>(),
+              s.eval_batch(EvalSplit::val, k, 5).y.to_vector<std::int64_t>());
+  }
+  EXPECT_NE(s.eval_batch(EvalSplit::train, 0, 5).x.to_vector<std::int64_t>(),
+            s.step_batch(0, 5).x.to_vector<std::int64_t>());  // their own stream
+  EXPECT_NE(s.eval_batch(EvalSplit::val, 0, 5).x.to_vector<std::int64_t>(),
+            s.eval_batch(EvalSplit::val, 1, 5).x.to_vector<std::int64_t>());
+}
+
+TEST(TextDataSource, BadInputsAreRefusedNamingTheProblem) {
+  test::expect_invalid([] { TextDataSource(small_text(), 0, 0, "t"); },
+                       "TextDataSource: block_size: expected >= 1, got 0");
+  test::expect_invalid([] { TextDataSource(std::string(100, 'a'), 10, 0, "short.txt"); },
+                       "TextDataSource: 'short.txt': expected a text whose training (first 90%) "
+                       "and validation (last 10%) splits are longer than block_size = 10 tokens, "
+                       "got 100 bytes (90 + 10 tokens)");
+  test::expect_error<Error>([] { TextDataSource("/no/such/file.txt", 8, 0); },
+                            "/no/such/file.txt");
+  TextDataSource s(small_text(), 8, 0, "small");
+  test::expect_invalid([&] { s.encode("q"); }, "TextDataSource::encode: byte 0 (0x71) is not in "
+                                               "the vocabulary of 'small'");
+  test::expect_invalid([&] { s.decode({11}); },
+                       "TextDataSource::decode: token: expected 0..10, got 11");
+}
+
+// ---- the Trainer's iteration mode, on the MLP (digits)
+
+std::shared_ptr<CsvDataSource> digits() {
+  return std::make_shared<CsvDataSource>(DITTO_DIGITS_CSV, data::CsvOptions{}, 0.2, 0);
+}
+
+TrainerConfig iters(int devices, TrainerKind kind, std::int64_t max_iters = 12) {
+  TrainerConfig c;
+  c.devices = devices;
+  c.trainer = kind;
+  c.max_iters = max_iters;
+  c.eval_interval = 5;
+  c.eval_iters = 2;
+  return c;
+}
+
+TrainerConfig small_epochs(TrainerKind kind) {
+  TrainerConfig c;
+  c.devices = 2;
+  c.trainer = kind;
+  c.epochs = 1;
+  return c;
+}
+
+TEST(TrainerIterations, EvaluatesAtZeroEveryIntervalAndTheEndWithTheValuesFitReturns) {
+  std::vector<EvalMetrics> evals;
+  TrainerCallbacks cb;
+  cb.on_eval = [&](const EvalMetrics& m) { evals.push_back(m); };
+  const auto path = scratch("jsonl");
+  JsonLinesWriter jsonl(path.string());
+  auto write = jsonl.eval_callback();
+  cb.on_eval = [&](const EvalMetrics& m) {
+    evals.push_back(m);
+    write(m);
+  };
+  FitResult r = Trainer(iters(2, TrainerKind::dp), digits(), cb).fit();
+  ASSERT_EQ(evals.size(), 4u);
+  const std::int64_t at[] = {0, 5, 10, 12};
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(evals[i].step, at[i]);
+    EXPECT_EQ(evals[i].max_iters, 12);
+    EXPECT_GT(evals[i].val_loss, 0);
+  }
+  EXPECT_EQ(evals[0].tokens, 0);
+  EXPECT_EQ(evals[1].tokens, 5 * 64);  // targets since the last evaluation: 5 steps of 64 rows
+  EXPECT_EQ(evals[3].tokens, 2 * 64);
+  EXPECT_EQ(evals[3].eta_s, 0);
+  EXPECT_LT(evals[3].val_loss, evals[0].val_loss);  // it learns
+  EXPECT_EQ(r.steps, 12);
+  EXPECT_EQ(r.max_iters, 12);
+  EXPECT_EQ(r.train_loss, evals[3].train_loss);
+  EXPECT_EQ(r.eval.loss, evals[3].val_loss);
+  std::ifstream in(path);
+  std::string line;
+  std::vector<nlohmann::json> lines;
+  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[1]["event"], "eval");
+  EXPECT_EQ(lines[1]["step"], 5);
+  EXPECT_EQ(lines[1]["val_loss"].get<double>(), evals[1].val_loss);
+  std::filesystem::remove(path);
+}
+
+TEST(TrainerIterations, OneChecksumForOneTwoAndFourDevicesAndResumeMidRun) {
+  std::vector<std::uint64_t> sums;
+  for (int n : {1, 2, 4})
+    for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp})
+      sums.push_back(Trainer(iters(n, k), digits()).fit().params_checksum);
+  for (std::size_t i = 1; i < sums.size(); ++i) EXPECT_EQ(sums[i], sums[0]) << "run " << i;
+  // Not the epoch loop's bits: 12 steps of epoch 0's batches 0..11.
+  TrainerConfig epochs;
+  epochs.epochs = 1;
+  EXPECT_NE(Trainer(epochs, digits()).fit().params_checksum, sums[0]);
+  for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp}) {
+    const auto dir = scratch(std::string("resume_") + trainer_kind_name(k));
+    TrainerConfig first = iters(4, k);
+    first.checkpoint_dir = dir.string();
+    first.checkpoint_every = 4;
+    first.faults = {"fail:device=1,step=9"};  // dies after the checkpoint of step 8
+    EXPECT_THROW(Trainer(first, digits()).fit(), BackendError);
+    TrainerConfig second = iters(2, k);
+    second.resume_dir = dir.string();
+    std::int64_t resumed_at = -1;
+    TrainerCallbacks cb;
+    cb.on_resume = [&](const std::string&, const TrainerState& ts) { resumed_at = ts.step; };
+    Trainer t(second, digits(), cb);
+    EXPECT_EQ(t.fit().params_checksum, sums[0]) << trainer_kind_name(k);
+    EXPECT_EQ(resumed_at, 8);
+    EXPECT_EQ(t.state().step, 12);
+    // Past the checkpoint: refused, naming the field.
+    TrainerConfig shorter = iters(2, k, 6);
+    shorter.resume_dir = dir.string();
+    test::expect_invalid([&] { Trainer(shorter, digits()).fit(); },
+                         "TrainerConfig::resume_dir: the checkpoint is past step 8, expected "
+                         "TrainerConfig::max_iters >= 8, got 6");
+    // An epoch-mode run does not take an iteration-mode checkpoint.
+    TrainerConfig epoch_mode = small_epochs(k);
+    epoch_mode.resume_dir = dir.string();
+    test::expect_invalid([&] { Trainer(epoch_mode, digits()).fit(); },
+                         "was saved with loop=iterations, a setting this run does not have");
+    std::filesystem::remove_all(dir);
+  }
+}
+
+TEST(TrainerIterations, BadSettingsNameTheField) {
+  TrainerConfig c = iters(1, TrainerKind::dp);
+  c.max_iters = -1;
+  test::expect_invalid([&] { Trainer(c, digits()); },
+                       "TrainerConfig::max_iters: expected >= 0 (0: epoch mode), got -1");
+  c = iters(1, TrainerKind::dp);
+  c.grad_clip = -1;
+  test::expect_invalid([&] { Trainer(c, digits()); }, "TrainerConfig::grad_clip: expected a "
+                                                      "finite max_norm >= 0 (0: no clipping)");
+  c = iters(1, TrainerKind::dp);
+  c.eval_iters = -2;
+  test::expect_invalid([&] { Trainer(c, digits()); }, "TrainerConfig::eval_iters: expected >= 0");
+}
+
+TEST(Checkpoint, AnAliasIsWrittenAsACopyAndDroppedOnRead) {
+  const auto dir = scratch("alias");
+  TrainerConfig c = iters(1, TrainerKind::dp, 2);
+  c.checkpoint_dir = dir.string();
+  c.checkpoint_aliases = {{"head.weight", "0.weight"}};
+  const std::uint64_t sum = Trainer(c, digits()).fit().params_checksum;
+  io::SafetensorsData d = io::load_safetensors((dir / "step-00000002/model.safetensors").string());
+  ASSERT_EQ(d.tensors.size(), 5u);  // 0.weight 0.bias 2.weight 2.bias + the alias
+  EXPECT_EQ(d.metadata.at("ditto.aliases"), "head.weight=0.weight");
+  const Tensor* w = nullptr;
+  const Tensor* alias = nullptr;
+  for (const auto& [name, t] : d.tensors) {
+    if (name == "0.weight") w = &t;
+    if (name == "head.weight") alias = &t;
+  }
+  ASSERT_TRUE(w && alias);
+  EXPECT_EQ(w->to_vector<float>(), alias->to_vector<float>());
+  Checkpoint ck = read_checkpoint((dir / "step-00000002").string());
+  EXPECT_EQ(ck.params.size(), 4u);
+  TrainerConfig resumed = iters(1, TrainerKind::dp, 2);
+  resumed.resume_dir = dir.string();
+  EXPECT_EQ(Trainer(resumed, digits()).fit().params_checksum, sum);
+  c.checkpoint_aliases = {{"head.weight", "9.weight"}};
+  test::expect_invalid([&] { Trainer(c, digits()).fit(); },
+                       "save_checkpoint: aliases: 'head.weight' names '9.weight', expected a "
+                       "parameter of the model");
+  std::filesystem::remove_all(dir);
+}
+
+// ---- a tiny GPT through the Trainer: nanoGPT's recipe (AdamW, warm-up + cosine, clipping)
+
+std::shared_ptr<TextDataSource> shakespeare(std::int64_t block_size) {
+  return std::make_shared<TextDataSource>(DITTO_SHAKESPEARE_TXT, block_size, 0);
+}
+
+TrainerConfig tiny_gpt(int devices, TrainerKind kind, float dropout = 0.0f) {
+  nn::GPTConfig m;
+  m.block_size = 16;
+  m.vocab_size = 78;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.n_embd = 16;
+  m.dropout = dropout;
+  TrainerConfig c;
+  c.devices = devices;
+  c.trainer = kind;
+  c.make_model = [m](const Device& d) { return std::make_unique<nn::GPT>(m, d, 0); };
+  c.model_name = "tiny-gpt";
+  c.optimizer = "adamw";
+  c.make_optimizer = [](std::vector<nn::Parameter*> params, float lr) {
+    optim::AdamWOptions o;
+    o.lr = lr;
+    o.beta2 = 0.99;
+    o.weight_decay = 0.1;
+    return std::make_unique<optim::AdamW>(std::move(params), o);
+  };
+  c.lr = 1e-2f;
+  c.lr_schedule = [](std::int64_t it) { return optim::nanogpt_lr(it, 1e-2, 2, 8, 1e-3); };
+  c.grad_clip = 1.0;
+  c.batch_size = 8;
+  c.max_iters = 8;
+  c.eval_interval = 4;
+  c.eval_iters = 2;
+  c.checkpoint_aliases = {{"lm_head.weight", "transformer.wte.weight"}};
+  return c;
+}
+
+TEST(TrainerGpt, OneChecksumForOneTwoAndFourDevicesDpAndDdpAndResumeMidRun) {
+  auto text = shakespeare(16);
+  ASSERT_EQ(text->vocab_size(), 78);
+  std::vector<EvalMetrics> evals;
+  TrainerCallbacks cb;
+  cb.on_eval = [&](const EvalMetrics& m) { evals.push_back(m); };
+  const FitResult first = Trainer(tiny_gpt(1, TrainerKind::dp), text, cb).fit();
+  ASSERT_EQ(evals.size(), 3u);
+  EXPECT_NEAR(evals[0].val_loss, std::log(78.0), 0.1);  // a fresh model: about uniform
+  EXPECT_LT(evals[2].train_loss, evals[0].train_loss - 0.3);  // and it learns
+  EXPECT_EQ(evals[1].tokens, 4 * 8 * 16);
+  EXPECT_EQ(evals[1].lr, optim::nanogpt_lr(3, 1e-2, 2, 8, 1e-3));
+  for (auto [n, k] : {std::pair{2, TrainerKind::dp}, {4, TrainerKind::dp}, {1, TrainerKind::ddp},
+                      {2, TrainerKind::ddp}, {4, TrainerKind::ddp}})
+    EXPECT_EQ(Trainer(tiny_gpt(n, k), text).fit().params_checksum, first.params_checksum)
+        << n << " devices, " << trainer_kind_name(k);
+  // Resumed from the checkpoint of step 4 (the run died at step 6) on another device count.
+  const auto dir = scratch("gpt_resume");
+  TrainerConfig dying = tiny_gpt(4, TrainerKind::ddp);
+  dying.checkpoint_dir = dir.string();
+  dying.checkpoint_every = 4;
+  dying.faults = {"fail:device=2,step=6"};
+  EXPECT_THROW(Trainer(dying, text).fit(), BackendError);
+  io::SafetensorsData d = io::load_safetensors((dir / "step-00000004/model.safetensors").string());
+  std::vector<std::string> names;
+  for (const auto& [name, t] : d.tensors) names.push_back(name);
+  EXPECT_NE(std::find(names.begin(), names.end(), "lm_head.weight"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "transformer.h.1.attn.c_attn.weight"),
+            names.end());
+  TrainerConfig resumed = tiny_gpt(2, TrainerKind::dp);
+  resumed.resume_dir = dir.string();
+  EXPECT_EQ(Trainer(resumed, text).fit().params_checksum, first.params_checksum);
+  std::filesystem::remove_all(dir);
+  // Dropout: other bits, the same for 1 and 4 devices; and so for a clipping that bites (the
+  // tiny model's gradient norm stays below 1.0).
+  const std::uint64_t drop1 = Trainer(tiny_gpt(1, TrainerKind::dp, 0.1f), text).fit().params_checksum;
+  EXPECT_NE(drop1, first.params_checksum);
+  EXPECT_EQ(Trainer(tiny_gpt(4, TrainerKind::ddp, 0.1f), text).fit().params_checksum, drop1);
+  TrainerConfig clip1 = tiny_gpt(1, TrainerKind::dp), clip4 = tiny_gpt(4, TrainerKind::ddp);
+  clip1.grad_clip = clip4.grad_clip = 0.05;
+  const std::uint64_t clipped = Trainer(clip1, text).fit().params_checksum;
+  EXPECT_NE(clipped, first.params_checksum);
+  EXPECT_EQ(Trainer(clip4, text).fit().params_checksum, clipped);
+}
+
+}  // namespace
+}  // namespace ditto::train
