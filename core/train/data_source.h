@@ -1,7 +1,8 @@
 // DataSource: what a Trainer reads. Batches of a global batch size for step i of an epoch (the
 // same on every rank: DDP ranks take their rows of each global batch), an evaluation set, and the
 // settings a checkpoint must agree on. CsvDataSource: rows of a CSV file (core/data), split into
-// train and validation sets and standardised; token windows (a GPT) come as another source.
+// train and validation sets and standardised; token windows for a GPT are TextDataSource
+// (core/train/text_source.h), which also draws the batches of an iteration-mode run by step.
 #pragma once
 
 #include <cstdint>

@@ -355,8 +355,9 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   const std::int64_t first = ts.step;  // of this run (a resumed one starts later)
   std::int64_t interval_tokens = 0;
   double interval_s = 0;
+  // The learning rate of the last step taken (of step 0 before it), as evaluations report it.
   double lr = c.lr_schedule ? c.lr_schedule(std::max<std::int64_t>(ts.step - 1, 0))
-                            : c.effective_lr();
+                            : rep.optimizer().lr();
   for (;;) {
     if (rep.lead() && eval_due(ts.step)) {
       EvalMetrics m;
@@ -390,7 +391,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
     for (; ts.step < next; ++steps) {
       data::Batch b = data_->step_batch(ts.step, c.batch_size);
       begin_step(run, rep, ts.step);
-      if (c.lr_schedule) lr = c.lr_schedule(ts.step);
+      lr = rep.optimizer().lr();
       rep.step(b);
       samples += b.x.size(0);
       tokens += b.y.numel();

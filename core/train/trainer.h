@@ -1,7 +1,8 @@
 // Trainer: ditto's training loop, one for DataParallel and DistributedDataParallel alike (ranks as
 // threads, or as MPI processes under mpirun: core/train/launcher.h). fit() runs the epochs over a
 // DataSource (or, with TrainerConfig::max_iters, that many optimizer steps with an evaluation
-// every eval_interval steps, as nanoGPT's train.py), reports each epoch through callbacks (TrainerCallbacks; a JSON-lines writer is in
+// every eval_interval steps, as nanoGPT's train.py), reports each epoch or evaluation through
+// callbacks (TrainerCallbacks; a JSON-lines writer is in
 // core/train/metrics.h), saves and resumes checkpoints (core/io/checkpoint.h), and returns the
 // final metrics: losses, accuracy, the parameter checksum, the cost model's prediction and every
 // device's memory. ditto-train is options -> TrainerConfig -> Trainer.
@@ -139,6 +140,7 @@ class Trainer {
   FitResult train_iterations(Run& run, Replica& rep, TrainerState& ts);
   /// The final metrics beyond the loop's: unfired faults, prediction, memory, trace.
   void finish(Run& run, FitResult& res);
+  /// Before optimizer step `step`: the backend's, the model's step and the schedule's lr.
   void begin_step(Run& run, Replica& rep, std::int64_t step) const;
   TrainerState initial_state() const;
   TrainerState resume(Replica& rep, const TrainerState& fresh, bool lead);
