@@ -184,6 +184,43 @@ DITTO_HD inline const float* row_at(const float* base, std::int64_t T, std::int6
   return base + (b * T + t) * width;
 }
 
+/// The softmax of one causal row in place: row[0..t] holds the scaled scores s_u on entry and
+/// att[u] on return; row[t+1..T) is set to 0. Order: Note [GPT kernels].
+DITTO_HD inline void causal_softmax_row(float* row, std::int64_t t, std::int64_t T) {
+  float m = -pmath::detail::infinity();
+  for (std::int64_t u = 0; u <= t; ++u) m = (m < row[u]) ? row[u] : m;  // std::max(m, s_u)
+  float sum = 0.0f;
+  for (std::int64_t u = 0; u <= t; ++u) {
+    const float e = canonical::exp(sub(row[u], m));
+    row[u] = e;
+    sum = add(sum, e);
+  }
+  for (std::int64_t u = 0; u <= t; ++u) row[u] = div(row[u], sum);
+  for (std::int64_t u = t + 1; u < T; ++u) row[u] = 0.0f;
+}
+
+/// out[i] = chain over u = 0..t ascending of fma(w[u], rows[u * stride + i], acc) from 0.0f, for
+/// i < hd: y = att @ v (rows = the v slices) and dq = dpre @ k (rows = the k slices).
+DITTO_HD inline void weighted_rows(const float* w, std::int64_t t, const float* rows,
+                                   std::int64_t stride, std::int64_t hd, float* out) {
+  for (std::int64_t i = 0; i < hd; ++i) out[i] = 0.0f;
+  for (std::int64_t u = 0; u <= t; ++u) {
+    const float* r = rows + u * stride;
+    const float a = w[u];
+    for (std::int64_t i = 0; i < hd; ++i) out[i] = fma(a, r[i], out[i]);
+  }
+}
+
+/// The softmax backward of one causal row in place: row[0..t] holds dp_u = dy_t . v_u on entry
+/// and dpre[u] = att[u] * (dp_u - sum_w att[w] dp_w) on return; row[t+1..T) is set to 0.
+DITTO_HD inline void causal_softmax_row_backward(const float* att_row, float* row, std::int64_t t,
+                                                 std::int64_t T) {
+  float pd = 0.0f;
+  for (std::int64_t u = 0; u <= t; ++u) pd = fma(att_row[u], row[u], pd);
+  for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(att_row[u], sub(row[u], pd));
+  for (std::int64_t u = t + 1; u < T; ++u) row[u] = 0.0f;
+}
+
 /// One query (b, t) of head h (Note [GPT kernels]): att_row[0..T) (the row att[b, h, t, :],
 /// 0 for u > t) and y_out[0..hd) (the slice y[b, t, h*hd : (h+1)*hd)). qkv [B, T, 3C].
 DITTO_HD inline void attention_query(const float* qkv, std::int64_t T, std::int64_t C,
@@ -192,27 +229,10 @@ DITTO_HD inline void attention_query(const float* qkv, std::int64_t T, std::int6
   const std::int64_t hd = C / nh;
   const float scale = attention_scale(hd);
   const float* q = row_at(qkv, T, 3 * C, b, t) + h * hd;
-  float m = -pmath::detail::infinity();
-  for (std::int64_t u = 0; u <= t; ++u) {
-    const float* k = row_at(qkv, T, 3 * C, b, u) + C + h * hd;
-    const float s = mul(dot_chain(q, k, hd), scale);
-    att_row[u] = s;
-    m = (m < s) ? s : m;  // std::max(m, s)
-  }
-  float sum = 0.0f;
-  for (std::int64_t u = 0; u <= t; ++u) {
-    const float e = canonical::exp(sub(att_row[u], m));
-    att_row[u] = e;
-    sum = add(sum, e);
-  }
-  for (std::int64_t u = 0; u <= t; ++u) att_row[u] = div(att_row[u], sum);
-  for (std::int64_t u = t + 1; u < T; ++u) att_row[u] = 0.0f;
-  for (std::int64_t i = 0; i < hd; ++i) y_out[i] = 0.0f;
-  for (std::int64_t u = 0; u <= t; ++u) {
-    const float* v = row_at(qkv, T, 3 * C, b, u) + 2 * C + h * hd;
-    const float a = att_row[u];
-    for (std::int64_t i = 0; i < hd; ++i) y_out[i] = fma(a, v[i], y_out[i]);
-  }
+  const float* k0 = row_at(qkv, T, 3 * C, b, 0) + C + h * hd;
+  for (std::int64_t u = 0; u <= t; ++u) att_row[u] = mul(dot_chain(q, k0 + u * 3 * C, hd), scale);
+  causal_softmax_row(att_row, t, T);
+  weighted_rows(att_row, t, k0 + C, 3 * C, hd, y_out);
 }
 
 /// First backward pass, one query (b, t) of head h: dpre_row[0..T) (the row dpre[b, h, t, :] of
@@ -226,21 +246,10 @@ DITTO_HD inline void attention_query_backward(const float* dy, const float* qkv,
   const std::int64_t hd = C / nh;
   const float scale = attention_scale(hd);
   const float* g = row_at(dy, T, C, b, t) + h * hd;
-  float pd = 0.0f;
-  for (std::int64_t u = 0; u <= t; ++u) {
-    const float* v = row_at(qkv, T, 3 * C, b, u) + 2 * C + h * hd;
-    const float dp = dot_chain(g, v, hd);
-    dpre_row[u] = dp;
-    pd = fma(att_row[u], dp, pd);
-  }
-  for (std::int64_t u = 0; u <= t; ++u) dpre_row[u] = mul(att_row[u], sub(dpre_row[u], pd));
-  for (std::int64_t u = t + 1; u < T; ++u) dpre_row[u] = 0.0f;
-  for (std::int64_t i = 0; i < hd; ++i) dq_out[i] = 0.0f;
-  for (std::int64_t u = 0; u <= t; ++u) {
-    const float* k = row_at(qkv, T, 3 * C, b, u) + C + h * hd;
-    const float d = dpre_row[u];
-    for (std::int64_t i = 0; i < hd; ++i) dq_out[i] = fma(d, k[i], dq_out[i]);
-  }
+  const float* k0 = row_at(qkv, T, 3 * C, b, 0) + C + h * hd;
+  for (std::int64_t u = 0; u <= t; ++u) dpre_row[u] = dot_chain(g, k0 + C + u * 3 * C, hd);
+  causal_softmax_row_backward(att_row, dpre_row, t, T);
+  weighted_rows(dpre_row, t, k0, 3 * C, hd, dq_out);
   for (std::int64_t i = 0; i < hd; ++i) dq_out[i] = mul(dq_out[i], scale);
 }
 
@@ -283,7 +292,7 @@ DITTO_HD inline float dropout_apply(bool kept, float x, float scale) {
   return kept ? mul(x, scale) : 0.0f;
 }
 
-// ---- sum of squares ------------------------------------------------------------------------------
+// ---- sum of squares -----------------------------------------------------------------------------
 
 /// Number of kSquaresBlock blocks of n elements (the leaves of sum_squares' tree); 0 for n == 0.
 DITTO_HD inline std::int64_t squares_blocks(std::int64_t n) {

@@ -7,59 +7,13 @@
 #include "core/runtime/backend.h"
 #include "core/runtime/error.h"
 #include "core/numerics/micro_shards.h"
+#include "core/internal/ops_check.h"
 
 namespace ditto::ops {
 
 namespace {
 
-Kernels& kernels_of(const Tensor& t) { return t.device().backend().kernels(); }
-Stream& stream_of(const Tensor& t) { return current_stream(t.device()); }
-
-/// `t` is defined, lives on a device (not the host) and has dtype `dt`.
-void check_tensor(const char* op, const char* arg, const Tensor& t, DType dt = DType::f32) {
-  DITTO_CHECK(t.defined(), op, ": ", arg, ": expected a defined tensor, got an undefined tensor");
-  DITTO_CHECK(!t.device().is_cpu(), op, ": ", arg,
-              ": expected a tensor on a device (sim or cuda), got ", t.str(),
-              " (move it with .to(device) first)");
-  DITTO_CHECK(t.dtype() == dt, op, ": ", arg, ": expected dtype ", dtype_name(dt), ", got ",
-              t.str());
-}
-
-/// `t` is on `device`, the device of the op's first tensor argument `ref`.
-void check_device(const char* op, const char* arg, const Tensor& t, const Device& device,
-                  const char* ref) {
-  DITTO_CHECK(t.device() == device, op, ": ", arg, ": expected a tensor on ", device.str(),
-              " (the device of ", ref, "), got ", t.str());
-}
-
-void check_dims(const char* op, const char* arg, const Tensor& t, std::int64_t dims,
-                const char* what) {
-  DITTO_CHECK(t.dim() == dims, op, ": ", arg, ": expected a ", dims, "-dim tensor ", what,
-              ", got ", t.str());
-}
-
-/// True when the byte ranges of two views of one buffer overlap.
-bool overlaps(const Tensor& x, const Tensor& y) {
-  if (x.buffer() != y.buffer() || x.nbytes() == 0 || y.nbytes() == 0) return false;
-  std::size_t x0 = x.offset_bytes(), x1 = x0 + x.nbytes();
-  std::size_t y0 = y.offset_bytes(), y1 = y0 + y.nbytes();
-  return x0 < y1 && y0 < x1;
-}
-
-void check_no_overlap(const char* op, const char* out_arg, const Tensor& out, const char* in_arg,
-                      const Tensor& in) {
-  DITTO_CHECK(!overlaps(out, in), op, ": ", out_arg, ": must not share memory with ", in_arg,
-              " (got ", out.str(), " overlapping ", in.str(), ")");
-}
-
-/// `t` is an f32 tensor on the device of `ref` (argument `ref_arg`) with ref's shape.
-void check_like(const char* op, const char* arg, const Tensor& t, const char* ref_arg,
-                const Tensor& ref) {
-  check_tensor(op, arg, t);
-  check_device(op, arg, t, ref.device(), ref_arg);
-  DITTO_CHECK(t.shape() == ref.shape(), op, ": ", arg, ": expected ", shape_str(ref.shape()),
-              " (the shape of ", ref_arg, "), got ", t.str());
-}
+using namespace internal;  // the argument checks (ops_check.h)
 
 /// `m` is a 2-dim f32 [rows, cols] tensor and `v` an f32 [cols] on m's device, the two not
 /// sharing memory (checked with the written one, `v` when `v_written`, as the output).

@@ -1,0 +1,64 @@
+// Internal: the argument checks shared by the ops:: translation units (core/runtime/ops.cpp,
+// ops_gpt.cpp); never installed. Each throws InvalidArgument naming the op, the argument, what
+// was expected and what came (NCCL's argcheck pattern).
+#pragma once
+
+#include <cstddef>
+
+#include "core/runtime/backend.h"
+#include "core/runtime/error.h"
+#include "core/runtime/tensor.h"
+
+namespace ditto::ops::internal {
+
+inline Kernels& kernels_of(const Tensor& t) { return t.device().backend().kernels(); }
+inline Stream& stream_of(const Tensor& t) { return current_stream(t.device()); }
+
+/// `t` is defined, lives on a device (not the host) and has dtype `dt`.
+inline void check_tensor(const char* op, const char* arg, const Tensor& t,
+                         DType dt = DType::f32) {
+  DITTO_CHECK(t.defined(), op, ": ", arg, ": expected a defined tensor, got an undefined tensor");
+  DITTO_CHECK(!t.device().is_cpu(), op, ": ", arg,
+              ": expected a tensor on a device (sim or cuda), got ", t.str(),
+              " (move it with .to(device) first)");
+  DITTO_CHECK(t.dtype() == dt, op, ": ", arg, ": expected dtype ", dtype_name(dt), ", got ",
+              t.str());
+}
+
+/// `t` is on `device`, the device of the op's first tensor argument `ref`.
+inline void check_device(const char* op, const char* arg, const Tensor& t,
+                         const Device& device, const char* ref) {
+  DITTO_CHECK(t.device() == device, op, ": ", arg, ": expected a tensor on ", device.str(),
+              " (the device of ", ref, "), got ", t.str());
+}
+
+inline void check_dims(const char* op, const char* arg, const Tensor& t, std::int64_t dims,
+                       const char* what) {
+  DITTO_CHECK(t.dim() == dims, op, ": ", arg, ": expected a ", dims, "-dim tensor ", what,
+              ", got ", t.str());
+}
+
+/// True when the byte ranges of two views of one buffer overlap.
+inline bool overlaps(const Tensor& x, const Tensor& y) {
+  if (x.buffer() != y.buffer() || x.nbytes() == 0 || y.nbytes() == 0) return false;
+  std::size_t x0 = x.offset_bytes(), x1 = x0 + x.nbytes();
+  std::size_t y0 = y.offset_bytes(), y1 = y0 + y.nbytes();
+  return x0 < y1 && y0 < x1;
+}
+
+inline void check_no_overlap(const char* op, const char* out_arg, const Tensor& out,
+                             const char* in_arg, const Tensor& in) {
+  DITTO_CHECK(!overlaps(out, in), op, ": ", out_arg, ": must not share memory with ", in_arg,
+              " (got ", out.str(), " overlapping ", in.str(), ")");
+}
+
+/// `t` is an f32 tensor on the device of `ref` (argument `ref_arg`) with ref's shape.
+inline void check_like(const char* op, const char* arg, const Tensor& t, const char* ref_arg,
+                       const Tensor& ref) {
+  check_tensor(op, arg, t);
+  check_device(op, arg, t, ref.device(), ref_arg);
+  DITTO_CHECK(t.shape() == ref.shape(), op, ": ", arg, ": expected ", shape_str(ref.shape()),
+              " (the shape of ", ref_arg, "), got ", t.str());
+}
+
+}  // namespace ditto::ops::internal

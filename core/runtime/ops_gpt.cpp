@@ -1,0 +1,266 @@
+// The transformer ops of core/runtime/ops.h (embedding .. sum_squares): argument checks, then one
+// call into the backend's kernels (Kernels::embedding_forward and siblings; their operation
+// order is Note [GPT kernels] in core/numerics/gpt_math.h).
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/internal/ops_check.h"
+#include "core/numerics/micro_shards.h"
+#include "core/runtime/ops.h"
+
+namespace ditto::ops {
+
+namespace {
+
+using namespace internal;  // the argument checks (ops_check.h)
+
+/// On the host: every id of the i64 tensor `idx` lies in [0, V); the first bad one is named
+/// with its position (as [b, t] for a 2-dim idx).
+void check_ids(const char* op, const Tensor& idx, std::int64_t V, const char* v_arg) {
+  const std::vector<std::int64_t> ids = idx.to_vector<std::int64_t>();
+  const std::int64_t T = idx.dim() == 2 ? idx.size(1) : 0;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] >= 0 && ids[i] < V) continue;
+    const auto n = static_cast<std::int64_t>(i);
+    const std::string where = T > 0 ? detail::cat(n / T, ", ", n % T) : detail::cat(n);
+    throw InvalidArgument(detail::cat(op, ": idx[", where, "] = ", ids[i], " out of range [0, ",
+                                      V, ") (the rows of ", v_arg, ")"));
+  }
+}
+
+/// idx is an i64 [B, T] batch of token ids (or flat [N] when `flat_ok`).
+void check_idx(const char* op, const Tensor& idx, bool flat_ok) {
+  check_tensor(op, "idx", idx, DType::i64);
+  DITTO_CHECK(idx.dim() == 2 || (flat_ok && idx.dim() == 1), op, ": idx: expected ",
+              flat_ok ? "a 2-dim [B, T] or 1-dim [N]" : "a 2-dim [B, T]",
+              " tensor of token ids, got ", idx.str());
+}
+
+/// `t` is an f32 on `ref`'s device whose shape is `expected`.
+void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& expected,
+                 const char* what, const Tensor& ref, const char* ref_arg) {
+  check_tensor(op, arg, t);
+  check_device(op, arg, t, ref.device(), ref_arg);
+  DITTO_CHECK(t.shape() == expected, op, ": ", arg, ": expected ", what, " = ",
+              shape_str(expected), ", got ", t.str());
+}
+
+/// A drop probability: 0 <= p < 1.
+void check_p(const char* op, float p) {
+  DITTO_CHECK(p >= 0.0f && p < 1.0f, op, ": p: expected a drop probability in [0, 1), got ", p);
+}
+
+/// Rows of x [..., C]: the product of the leading dims (1 for a 1-dim x).
+std::int64_t leading_rows(const Tensor& x) {
+  std::int64_t rows = 1;
+  for (std::int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  return rows;
+}
+
+/// qkv [B, T, 3C] and n_head; returns C.
+std::int64_t check_qkv(const char* op, const Tensor& qkv, std::int64_t n_head) {
+  check_tensor(op, "qkv", qkv);
+  check_dims(op, "qkv", qkv, 3, "[B, T, 3C]");
+  const std::int64_t w = qkv.size(2);
+  DITTO_CHECK(w % 3 == 0, op, ": qkv: expected [B, T, 3C] (the last dim a multiple of 3), got ",
+              qkv.str());
+  const std::int64_t C = w / 3;
+  DITTO_CHECK(n_head >= 1, op, ": n_head: expected n_head >= 1, got ", n_head);
+  DITTO_CHECK(C % n_head == 0, op, ": n_head: expected a divisor of C = ", C, " (qkv of ",
+              shape_str(qkv.shape()), "), got ", n_head);
+  return C;
+}
+
+}  // namespace
+
+Tensor embedding(const Tensor& idx, const Tensor& wte, const Tensor& wpe) {
+  constexpr const char* op = "ops::embedding";
+  check_idx(op, idx, /*flat_ok=*/false);
+  check_tensor(op, "wte", wte);
+  check_device(op, "wte", wte, idx.device(), "idx");
+  check_dims(op, "wte", wte, 2, "[V, C]");
+  const std::int64_t B = idx.size(0), T = idx.size(1), V = wte.size(0), C = wte.size(1);
+  if (wpe.defined()) {
+    check_tensor(op, "wpe", wpe);
+    check_device(op, "wpe", wpe, idx.device(), "idx");
+    DITTO_CHECK(wpe.dim() == 2 && wpe.size(1) == C && wpe.size(0) >= T, op,
+                ": wpe: expected [P, C] with C = ", C, " (the width of wte) and P >= T = ", T,
+                " (the length of idx), got ", wpe.str());
+  }
+  check_ids(op, idx, V, "wte");
+  Tensor out = Tensor::empty({B, T, C}, DType::f32, idx.device());
+  if (out.numel() == 0) return out;
+  kernels_of(idx).embedding_forward(stream_of(idx), idx.data<std::int64_t>(), wte.data<float>(),
+                                    wpe.defined() ? wpe.data<float>() : nullptr, B * T, T, C,
+                                    out.data<float>());
+  return out;
+}
+
+void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& grad_wte,
+                        const std::vector<std::int64_t>& bounds, bool accumulate) {
+  constexpr const char* op = "ops::embedding_backward";
+  check_idx(op, idx, /*flat_ok=*/true);
+  check_tensor(op, "dy", dy);
+  check_device(op, "dy", dy, idx.device(), "idx");
+  const std::int64_t N = idx.numel();
+  Shape with_c = idx.shape();
+  with_c.push_back(dy.dim() > 0 ? dy.size(dy.dim() - 1) : 0);
+  DITTO_CHECK(dy.shape() == with_c, op, ": dy: expected idx's shape ", shape_str(idx.shape()),
+              " plus a channel dim ([B, T, C] or [N, C]), got ", dy.str());
+  const std::int64_t C = dy.size(dy.dim() - 1);
+  check_tensor(op, "grad_wte", grad_wte);
+  check_device(op, "grad_wte", grad_wte, idx.device(), "idx");
+  DITTO_CHECK(grad_wte.dim() == 2 && grad_wte.size(1) == C, op,
+              ": grad_wte: expected [V, C] with C = ", C, " (the width of dy), got ",
+              grad_wte.str());
+  check_no_overlap(op, "grad_wte", grad_wte, "dy", dy);
+  check_shard_bounds(op, bounds, N);
+  const std::int64_t V = grad_wte.size(0);
+  check_ids(op, idx, V, "grad_wte");
+  if (grad_wte.numel() == 0) return;
+  kernels_of(idx).embedding_backward(stream_of(idx), idx.data<std::int64_t>(), dy.data<float>(),
+                                     N, C, V, bounds, grad_wte.data<float>(), accumulate);
+}
+
+Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& mean,
+                 Tensor& rstd) {
+  constexpr const char* op = "ops::layernorm";
+  check_tensor(op, "x", x);
+  DITTO_CHECK(x.dim() >= 1, op, ": x: expected a tensor [..., C] of at least 1 dim, got ",
+              x.str());
+  const std::int64_t C = x.size(x.dim() - 1), N = leading_rows(x);
+  check_shape(op, "w", w, {C}, "[C]", x, "x");
+  if (b.defined()) check_shape(op, "b", b, {C}, "[C]", x, "x");
+  DITTO_CHECK(std::isfinite(eps) && eps >= 0.0f, op, ": eps: expected a finite eps >= 0, got ",
+              eps);
+  Tensor y = Tensor::empty(x.shape(), DType::f32, x.device());
+  mean = Tensor::empty({N}, DType::f32, x.device());
+  rstd = Tensor::empty({N}, DType::f32, x.device());
+  if (N == 0 || C == 0) return y;
+  kernels_of(x).layernorm_forward(stream_of(x), x.data<float>(), w.data<float>(),
+                                  b.defined() ? b.data<float>() : nullptr, N, C, eps,
+                                  y.data<float>(), mean.data<float>(), rstd.data<float>());
+  return y;
+}
+
+Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                          const Tensor& rstd, Tensor& dy_xhat) {
+  constexpr const char* op = "ops::layernorm_backward";
+  check_tensor(op, "dy", dy);
+  DITTO_CHECK(dy.dim() >= 1, op, ": dy: expected a tensor [..., C] of at least 1 dim, got ",
+              dy.str());
+  check_like(op, "x", x, "dy", dy);
+  const std::int64_t C = x.size(x.dim() - 1), N = leading_rows(x);
+  check_shape(op, "w", w, {C}, "[C]", dy, "dy");
+  check_shape(op, "mean", mean, {N}, "[rows]", dy, "dy");
+  check_shape(op, "rstd", rstd, {N}, "[rows]", dy, "dy");
+  Tensor dx = Tensor::empty(x.shape(), DType::f32, x.device());
+  dy_xhat = Tensor::empty(x.shape(), DType::f32, x.device());
+  if (N == 0 || C == 0) return dx;
+  kernels_of(x).layernorm_backward(stream_of(x), dy.data<float>(), x.data<float>(),
+                                   w.data<float>(), mean.data<float>(), rstd.data<float>(), N, C,
+                                   dx.data<float>(), dy_xhat.data<float>());
+  return dx;
+}
+
+Tensor gelu(const Tensor& x) {
+  check_tensor("ops::gelu", "x", x);
+  Tensor y = Tensor::empty(x.shape(), DType::f32, x.device());
+  if (x.numel() > 0)
+    kernels_of(x).gelu_forward(stream_of(x), x.data<float>(), y.data<float>(), x.numel());
+  return y;
+}
+
+Tensor gelu_backward(const Tensor& x, const Tensor& grad_y) {
+  constexpr const char* op = "ops::gelu_backward";
+  check_tensor(op, "x", x);
+  check_like(op, "grad_y", grad_y, "x", x);
+  Tensor gx = Tensor::empty(x.shape(), DType::f32, x.device());
+  if (x.numel() > 0)
+    kernels_of(x).gelu_backward(stream_of(x), x.data<float>(), grad_y.data<float>(),
+                                gx.data<float>(), x.numel());
+  return gx;
+}
+
+Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& att) {
+  constexpr const char* op = "ops::attention";
+  const std::int64_t C = check_qkv(op, qkv, n_head);
+  const std::int64_t B = qkv.size(0), T = qkv.size(1);
+  Tensor y = Tensor::empty({B, T, C}, DType::f32, qkv.device());
+  att = Tensor::empty({B, n_head, T, T}, DType::f32, qkv.device());
+  if (y.numel() == 0) return y;
+  kernels_of(qkv).attention_forward(stream_of(qkv), qkv.data<float>(), B, T, C, n_head,
+                                    y.data<float>(), att.data<float>());
+  return y;
+}
+
+Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att,
+                          std::int64_t n_head) {
+  constexpr const char* op = "ops::attention_backward";
+  const std::int64_t C = check_qkv(op, qkv, n_head);
+  const std::int64_t B = qkv.size(0), T = qkv.size(1);
+  check_shape(op, "dy", dy, {B, T, C}, "[B, T, C]", qkv, "qkv");
+  check_shape(op, "att", att, {B, n_head, T, T}, "[B, n_head, T, T]", qkv, "qkv");
+  Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32, qkv.device());
+  if (dy.numel() == 0) return dqkv;
+  Tensor scratch = Tensor::empty({B * n_head * T * T}, DType::f32, qkv.device());
+  Stream& s = stream_of(qkv);
+  kernels_of(qkv).attention_backward(s, dy.data<float>(), qkv.data<float>(), att.data<float>(),
+                                     B, T, C, n_head, dqkv.data<float>(), scratch.data<float>());
+  // scratch is freed ordered after the device's default stream (Buffer); on another stream the
+  // kernel must finish first.
+  if (&s != &qkv.device().backend().default_stream(qkv.device().index)) s.synchronize();
+  return dqkv;
+}
+
+Tensor dropout(const Tensor& x, float p, std::uint64_t seed, std::uint64_t stream,
+               std::uint64_t index_base) {
+  constexpr const char* op = "ops::dropout";
+  check_tensor(op, "x", x);
+  check_p(op, p);
+  if (p == 0.0f) return x;
+  Tensor y = Tensor::empty(x.shape(), DType::f32, x.device());
+  if (x.numel() > 0)
+    kernels_of(x).dropout_forward(stream_of(x), x.data<float>(), y.data<float>(), x.numel(), p,
+                                  seed, stream, index_base);
+  return y;
+}
+
+Tensor dropout_backward(const Tensor& grad_y, float p, std::uint64_t seed, std::uint64_t stream,
+                        std::uint64_t index_base) {
+  constexpr const char* op = "ops::dropout_backward";
+  check_tensor(op, "grad_y", grad_y);
+  check_p(op, p);
+  if (p == 0.0f) return grad_y;
+  Tensor gx = Tensor::empty(grad_y.shape(), DType::f32, grad_y.device());
+  if (grad_y.numel() > 0)
+    kernels_of(grad_y).dropout_backward(stream_of(grad_y), grad_y.data<float>(),
+                                        gx.data<float>(), grad_y.numel(), p, seed, stream,
+                                        index_base);
+  return gx;
+}
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  constexpr const char* op = "ops::add";
+  check_tensor(op, "a", a);
+  check_like(op, "b", b, "a", a);
+  Tensor out = Tensor::empty(a.shape(), DType::f32, a.device());
+  if (out.numel() == 0) return out;
+  // The canonical tree over two inputs is one add per element (in both modes).
+  const float* in[2] = {a.data<float>(), b.data<float>()};
+  kernels_of(a).sum_inputs(stream_of(a), in, 2, out.data<float>(), out.numel(),
+                           Determinism::bitwise);
+  return out;
+}
+
+Tensor sum_squares(const Tensor& x, Determinism mode) {
+  check_tensor("ops::sum_squares", "x", x);
+  Tensor out = Tensor::empty({}, DType::f32, x.device());
+  // Launched for an empty x too: the sum of nothing is +0.
+  kernels_of(x).sum_squares(stream_of(x), x.data<float>(), x.numel(), out.data<float>(), mode);
+  return out;
+}
+
+}  // namespace ditto::ops
