@@ -25,7 +25,10 @@ V uniform_v(std::size_t n, unsigned seed, float r = 2.0f) {
 
 std::string dims(std::initializer_list<i64> d) {
   std::string s;
-  for (i64 x : d) s += (s.empty() ? "" : "x") + std::to_string(x);
+  for (i64 x : d) {
+    if (!s.empty()) s += 'x';
+    s += std::to_string(x);
+  }
   return s;
 }
 
