@@ -12,6 +12,7 @@
 
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_gemm.h"
+#include "backend_sim/sim_kernels_gpt.h"
 #include "core/numerics/canonical_math.h"
 #include "core/numerics/determinism.h"
 
@@ -20,6 +21,7 @@ namespace ditto::sim {
 namespace {
 
 namespace cm = canonical;
+namespace gk = gpt_kernels;
 
 using VecMap = Eigen::Map<Eigen::VectorXf>;
 using ConstVecMap = Eigen::Map<const Eigen::VectorXf>;
@@ -359,6 +361,89 @@ class SimKernels final : public Kernels {
         cm::adam_update(param[i], grad[i], exp_avg[i], exp_avg_sq[i],
                         k.amsgrad ? max_exp_avg_sq + i : nullptr, k);
     });
+  }
+
+  // ---- transformer kernels (sim_kernels_gpt.cpp; Note [GPT kernels] in core/numerics/gpt_math.h)
+
+  void embedding_forward(Stream& s, const std::int64_t* idx, const float* wte, const float* wpe,
+                         std::int64_t N, std::int64_t T, std::int64_t C, float* out) override {
+    if (N <= 0 || C <= 0) return;
+    launch(s, "embedding_forward", gk::embedding_forward_cost(N, C, wpe != nullptr),
+           [=] { gk::embedding_forward(idx, wte, wpe, N, T, C, out); });
+  }
+
+  void embedding_backward(Stream& s, const std::int64_t* idx, const float* dy, std::int64_t N,
+                          std::int64_t C, std::int64_t V, const std::vector<std::int64_t>& bounds,
+                          float* grad_wte, bool accumulate) override {
+    if (V <= 0 || C <= 0) return;
+    launch(s, "embedding_backward", gk::embedding_backward_cost(N, C, V, accumulate),
+           [=, bounds = bounds] {
+             gk::embedding_backward(idx, dy, N, C, V, bounds, grad_wte, accumulate);
+           });
+  }
+
+  void layernorm_forward(Stream& s, const float* x, const float* w, const float* b,
+                         std::int64_t N, std::int64_t C, float eps, float* y, float* mean,
+                         float* rstd) override {
+    if (N <= 0 || C <= 0) return;
+    launch(s, "layernorm_forward", gk::layernorm_forward_cost(N, C),
+           [=] { gk::layernorm_forward(x, w, b, N, C, eps, y, mean, rstd); });
+  }
+
+  void layernorm_backward(Stream& s, const float* dy, const float* x, const float* w,
+                          const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
+                          float* dx, float* dy_xhat) override {
+    if (N <= 0 || C <= 0) return;
+    launch(s, "layernorm_backward", gk::layernorm_backward_cost(N, C),
+           [=] { gk::layernorm_backward(dy, x, w, mean, rstd, N, C, dx, dy_xhat); });
+  }
+
+  void gelu_forward(Stream& s, const float* x, float* y, std::int64_t n) override {
+    if (n <= 0) return;
+    launch(s, "gelu_forward", gk::gelu_cost(n, false), [=] { gk::gelu_forward(x, y, n); });
+  }
+
+  void gelu_backward(Stream& s, const float* x, const float* gy, float* gx,
+                     std::int64_t n) override {
+    if (n <= 0) return;
+    launch(s, "gelu_backward", gk::gelu_cost(n, true), [=] { gk::gelu_backward(x, gy, gx, n); });
+  }
+
+  void attention_forward(Stream& s, const float* qkv, std::int64_t B, std::int64_t T,
+                         std::int64_t C, std::int64_t nh, float* y, float* att) override {
+    if (B <= 0 || T <= 0 || C <= 0) return;
+    launch(s, "attention_forward", gk::attention_forward_cost(B, T, C, nh),
+           [=] { gk::attention_forward(qkv, B, T, C, nh, y, att); });
+  }
+
+  void attention_backward(Stream& s, const float* dy, const float* qkv, const float* att,
+                          std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
+                          float* dqkv, float* scratch) override {
+    if (B <= 0 || T <= 0 || C <= 0) return;
+    launch(s, "attention_backward", gk::attention_backward_cost(B, T, C, nh),
+           [=] { gk::attention_backward(dy, qkv, att, B, T, C, nh, dqkv, scratch); });
+  }
+
+  void dropout_forward(Stream& s, const float* x, float* y, std::int64_t n, float p,
+                       std::uint64_t seed, std::uint64_t stream,
+                       std::uint64_t index_base) override {
+    if (n <= 0) return;
+    launch(s, "dropout_forward", gk::dropout_cost(n),
+           [=] { gk::dropout(x, y, n, p, seed, stream, index_base); });
+  }
+
+  void dropout_backward(Stream& s, const float* gy, float* gx, std::int64_t n, float p,
+                        std::uint64_t seed, std::uint64_t stream,
+                        std::uint64_t index_base) override {
+    if (n <= 0) return;
+    launch(s, "dropout_backward", gk::dropout_cost(n),
+           [=] { gk::dropout(gy, gx, n, p, seed, stream, index_base); });
+  }
+
+  void sum_squares(Stream& s, const float* x, std::int64_t n, float* out,
+                   Determinism mode) override {
+    launch(s, "sum_squares", gk::sum_squares_cost(n),
+           [=] { *out = gk::sum_squares(x, n, mode); });
   }
 
  private:

@@ -128,8 +128,8 @@ Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, T
                  Tensor& rstd) {
   constexpr const char* op = "ops::layernorm";
   check_tensor(op, "x", x);
-  DITTO_CHECK(x.dim() >= 1, op, ": x: expected a tensor [..., C] of at least 1 dim, got ",
-              x.str());
+  DITTO_CHECK(x.dim() >= 1 && x.size(x.dim() - 1) > 0, op,
+              ": x: expected a tensor [..., C] of at least 1 dim with C >= 1, got ", x.str());
   const std::int64_t C = x.size(x.dim() - 1), N = leading_rows(x);
   check_shape(op, "w", w, {C}, "[C]", x, "x");
   if (b.defined()) check_shape(op, "b", b, {C}, "[C]", x, "x");
@@ -138,7 +138,7 @@ Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, T
   Tensor y = Tensor::empty(x.shape(), DType::f32, x.device());
   mean = Tensor::empty({N}, DType::f32, x.device());
   rstd = Tensor::empty({N}, DType::f32, x.device());
-  if (N == 0 || C == 0) return y;
+  if (N == 0) return y;
   kernels_of(x).layernorm_forward(stream_of(x), x.data<float>(), w.data<float>(),
                                   b.defined() ? b.data<float>() : nullptr, N, C, eps,
                                   y.data<float>(), mean.data<float>(), rstd.data<float>());
@@ -149,8 +149,8 @@ Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, co
                           const Tensor& rstd, Tensor& dy_xhat) {
   constexpr const char* op = "ops::layernorm_backward";
   check_tensor(op, "dy", dy);
-  DITTO_CHECK(dy.dim() >= 1, op, ": dy: expected a tensor [..., C] of at least 1 dim, got ",
-              dy.str());
+  DITTO_CHECK(dy.dim() >= 1 && dy.size(dy.dim() - 1) > 0, op,
+              ": dy: expected a tensor [..., C] of at least 1 dim with C >= 1, got ", dy.str());
   check_like(op, "x", x, "dy", dy);
   const std::int64_t C = x.size(x.dim() - 1), N = leading_rows(x);
   check_shape(op, "w", w, {C}, "[C]", dy, "dy");
@@ -158,7 +158,7 @@ Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, co
   check_shape(op, "rstd", rstd, {N}, "[rows]", dy, "dy");
   Tensor dx = Tensor::empty(x.shape(), DType::f32, x.device());
   dy_xhat = Tensor::empty(x.shape(), DType::f32, x.device());
-  if (N == 0 || C == 0) return dx;
+  if (N == 0) return dx;
   kernels_of(x).layernorm_backward(stream_of(x), dy.data<float>(), x.data<float>(),
                                    w.data<float>(), mean.data<float>(), rstd.data<float>(), N, C,
                                    dx.data<float>(), dy_xhat.data<float>());

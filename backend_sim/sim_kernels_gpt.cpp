@@ -1,0 +1,277 @@
+// The simulator's transformer kernels (sim_kernels_gpt.h): Note [GPT kernels] in
+// core/numerics/gpt_math.h, evaluated on the host. Where a loop differs from gpt_math.h's
+// reference functions it only interleaves independent chains (each keeps its order), which
+// tests/test_gpt_ops.cpp checks bit for bit against those functions.
+#include "backend_sim/sim_eigen.h"  // first: its pragma must precede Eigen
+#include "backend_sim/sim_kernels_gpt.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/numerics/canonical_tree.h"
+#include "core/numerics/gpt_math.h"
+#include "core/numerics/philox.h"
+
+namespace ditto::sim::gpt_kernels {
+
+namespace {
+
+using gpt::add;
+using gpt::fma;
+using gpt::mul;
+
+// Copies the hd-wide column slice at `col` of T rows of stride `stride` into a transposed
+// [hd, T] block: dst[i * T + u] = src[u * stride + col + i].
+void transpose_head(const float* src, std::int64_t stride, std::int64_t col, std::int64_t T,
+                    std::int64_t hd, float* dst) {
+  for (std::int64_t u = 0; u < T; ++u) {
+    const float* r = src + u * stride + col;
+    for (std::int64_t i = 0; i < hd; ++i) dst[i * T + u] = r[i];
+  }
+}
+
+// acc[u] = chain over i ascending of fma(a[i], kt[i * T + u], acc[u]) from 0.0f for u <= t: the
+// dot products a . k_u of gpt::dot_chain, all u at once (vectorised across u).
+void dots_transposed(const float* a, const float* kt, std::int64_t t, std::int64_t T,
+                     std::int64_t hd, float* acc) {
+  const std::int64_t n = t + 1;
+  for (std::int64_t u = 0; u < n; ++u) acc[u] = 0.0f;
+  for (std::int64_t i = 0; i < hd; ++i) {
+    const float ai = a[i];
+    const float* __restrict k = kt + i * T;
+    float* __restrict o = acc;
+    for (std::int64_t u = 0; u < n; ++u) o[u] = fma(ai, k[u], o[u]);
+  }
+}
+
+// The canonical tree (Note [Canonical tree]) over the shards [lo, hi) of one vocabulary row's
+// scatter-add, skipping shards without its rows (exact: Note [GPT kernels], embedding_backward).
+// rows[first, last) are the batch rows with that id, ascending; dst gets C floats; scratch
+// holds C floats per tree level below. Returns false (dst untouched) when no row lies in [lo, hi).
+bool vocab_tree(const float* dy, std::int64_t C, const std::vector<std::int64_t>& bounds,
+                const std::int64_t* first, const std::int64_t* last, std::int64_t lo,
+                std::int64_t hi, float* dst, float* scratch) {
+  if (first == last) return false;
+  if (hi - lo == 1) {
+    for (std::int64_t c = 0; c < C; ++c) dst[c] = 0.0f;
+    for (const std::int64_t* r = first; r != last; ++r) {
+      const float* g = dy + *r * C;
+      for (std::int64_t c = 0; c < C; ++c) dst[c] = add(dst[c], g[c]);
+    }
+    return true;
+  }
+  const std::int64_t mid = tree_mid(lo, hi);
+  const std::int64_t* split =
+      std::lower_bound(first, last, bounds[static_cast<std::size_t>(mid)]);
+  const bool left = vocab_tree(dy, C, bounds, first, split, lo, mid, dst, scratch);
+  const bool right = vocab_tree(dy, C, bounds, split, last, mid, hi, scratch, scratch + C);
+  if (left && right)
+    for (std::int64_t c = 0; c < C; ++c) dst[c] = add(dst[c], scratch[c]);
+  else if (right)
+    std::memcpy(dst, scratch, static_cast<std::size_t>(C) * sizeof(float));
+  return true;
+}
+
+}  // namespace
+
+// ---- embedding ----------------------------------------------------------------------------------
+
+void embedding_forward(const std::int64_t* idx, const float* wte, const float* wpe,
+                       std::int64_t N, std::int64_t T, std::int64_t C, float* out) {
+  for (std::int64_t r = 0; r < N; ++r)
+    gpt::embedding_row(wte + idx[r] * C, wpe != nullptr ? wpe + (r % T) * C : nullptr, C,
+                       out + r * C);
+}
+
+KernelCost embedding_forward_cost(std::int64_t N, std::int64_t C, bool wpe) {
+  return KernelCost{wpe ? double(N) * C : 0.0, 4.0 * N * C * (wpe ? 3.0 : 2.0) + 8.0 * N};
+}
+
+void embedding_backward(const std::int64_t* idx, const float* dy, std::int64_t N, std::int64_t C,
+                        std::int64_t V, const std::vector<std::int64_t>& bounds, float* grad_wte,
+                        bool accumulate) {
+  // Rows grouped by id, ascending within each id (a counting sort).
+  std::vector<std::int64_t> start(static_cast<std::size_t>(V) + 1, 0), rows(
+      static_cast<std::size_t>(N));
+  for (std::int64_t r = 0; r < N; ++r) ++start[static_cast<std::size_t>(idx[r]) + 1];
+  for (std::int64_t v = 0; v < V; ++v)
+    start[static_cast<std::size_t>(v) + 1] += start[static_cast<std::size_t>(v)];
+  std::vector<std::int64_t> fill(start.begin(), start.end() - 1);
+  for (std::int64_t r = 0; r < N; ++r) rows[static_cast<std::size_t>(fill[idx[r]]++)] = r;
+  const auto shards = static_cast<std::int64_t>(bounds.size()) - 1;
+  int depth = 0;
+  for (std::int64_t p = 1; p < shards; p *= 2) ++depth;
+  std::vector<float> work(static_cast<std::size_t>((depth + 1) * C));  // G, then a level each
+  for (std::int64_t v = 0; v < V; ++v) {
+    const std::int64_t* first = rows.data() + start[static_cast<std::size_t>(v)];
+    const std::int64_t* last = rows.data() + start[static_cast<std::size_t>(v) + 1];
+    float* g = grad_wte + v * C;
+    float* G = work.data();
+    if (!vocab_tree(dy, C, bounds, first, last, 0, shards, G, G + C))
+      std::fill(G, G + C, 0.0f);
+    if (accumulate)
+      for (std::int64_t c = 0; c < C; ++c) g[c] = add(g[c], G[c]);
+    else
+      std::memcpy(g, G, static_cast<std::size_t>(C) * sizeof(float));
+  }
+}
+
+KernelCost embedding_backward_cost(std::int64_t N, std::int64_t C, std::int64_t V,
+                                   bool accumulate) {
+  return KernelCost{double(N) * C + (accumulate ? double(V) * C : 0.0),
+                    4.0 * N * C + 8.0 * N + 4.0 * V * C * (accumulate ? 2.0 : 1.0)};
+}
+
+// ---- LayerNorm and GELU -------------------------------------------------------------------------
+
+void layernorm_forward(const float* x, const float* w, const float* b, std::int64_t N,
+                       std::int64_t C, float eps, float* y, float* mean, float* rstd) {
+  for (std::int64_t r = 0; r < N; ++r)
+    gpt::layernorm_row(x + r * C, w, b, C, eps, y + r * C, mean + r, rstd + r);
+}
+
+KernelCost layernorm_forward_cost(std::int64_t N, std::int64_t C) {
+  return KernelCost{8.0 * N * C, 4.0 * (2.0 * N * C + 3.0 * C + 2.0 * N)};
+}
+
+void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean,
+                        const float* rstd, std::int64_t N, std::int64_t C, float* dx,
+                        float* dy_xhat) {
+  for (std::int64_t r = 0; r < N; ++r)
+    gpt::layernorm_row_backward(dy + r * C, x + r * C, w, mean[r], rstd[r], C, dx + r * C,
+                                dy_xhat + r * C);
+}
+
+KernelCost layernorm_backward_cost(std::int64_t N, std::int64_t C) {
+  return KernelCost{14.0 * N * C, 4.0 * (4.0 * N * C + C + 2.0 * N)};
+}
+
+void gelu_forward(const float* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = gpt::gelu(x[i]);
+}
+
+void gelu_backward(const float* x, const float* gy, float* gx, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) gx[i] = gpt::gelu_grad(x[i], gy[i]);
+}
+
+KernelCost gelu_cost(std::int64_t n, bool backward) {
+  // The portable tanh is about 20 flops (expm1 and a division).
+  return KernelCost{(backward ? 35.0 : 26.0) * n, (backward ? 12.0 : 8.0) * n};
+}
+
+// ---- causal self-attention ----------------------------------------------------------------------
+
+void attention_forward(const float* qkv, std::int64_t B, std::int64_t T, std::int64_t C,
+                       std::int64_t nh, float* y, float* att) {
+  const std::int64_t hd = C / nh, W = 3 * C;
+  const float scale = gpt::attention_scale(hd);
+  std::vector<float> kt(static_cast<std::size_t>(hd * T));
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < nh; ++h) {
+      const float* base = qkv + b * T * W;
+      transpose_head(base, W, C + h * hd, T, hd, kt.data());
+      for (std::int64_t t = 0; t < T; ++t) {
+        float* row = att + ((b * nh + h) * T + t) * T;
+        dots_transposed(base + t * W + h * hd, kt.data(), t, T, hd, row);
+        for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(row[u], scale);
+        gpt::causal_softmax_row(row, t, T);
+        gpt::weighted_rows(row, t, base + 2 * C + h * hd, W, hd, y + (b * T + t) * C + h * hd);
+      }
+    }
+}
+
+namespace {
+// Multiply-adds of the T (T + 1) / 2 (query, key) pairs of one head, per pair.
+double causal_pairs(std::int64_t B, std::int64_t T, std::int64_t nh) {
+  return double(B) * nh * T * (T + 1) / 2.0;
+}
+}  // namespace
+
+KernelCost attention_forward_cost(std::int64_t B, std::int64_t T, std::int64_t C,
+                                  std::int64_t nh) {
+  const double hd = double(C) / nh;
+  // Per pair: q.k (2 hd), scale, exp (~20), sum, divide, att @ v (2 hd).
+  return KernelCost{causal_pairs(B, T, nh) * (4.0 * hd + 24.0),
+                    4.0 * (double(B) * T * 4.0 * C + double(B) * nh * T * T)};
+}
+
+void attention_backward(const float* dy, const float* qkv, const float* att, std::int64_t B,
+                        std::int64_t T, std::int64_t C, std::int64_t nh, float* dqkv,
+                        float* scratch) {
+  const std::int64_t hd = C / nh, W = 3 * C;
+  const float scale = gpt::attention_scale(hd);
+  std::vector<float> vt(static_cast<std::size_t>(hd * T));
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < nh; ++h) {
+      const float* base = qkv + b * T * W;
+      const std::int64_t head = (b * nh + h) * T * T;
+      transpose_head(base, W, 2 * C + h * hd, T, hd, vt.data());
+      // Pass 1, per query t: dpre[t, :] and dq_t (gpt::attention_query_backward).
+      for (std::int64_t t = 0; t < T; ++t) {
+        float* row = scratch + head + t * T;
+        dots_transposed(dy + (b * T + t) * C + h * hd, vt.data(), t, T, hd, row);
+        gpt::causal_softmax_row_backward(att + head + t * T, row, t, T);
+        float* dq = dqkv + (b * T + t) * W + h * hd;
+        gpt::weighted_rows(row, t, base + C + h * hd, W, hd, dq);
+        for (std::int64_t i = 0; i < hd; ++i) dq[i] = mul(dq[i], scale);
+      }
+      // Pass 2, per key u: dk_u and dv_u over the queries t >= u.
+      for (std::int64_t u = 0; u < T; ++u) {
+        float* dk = dqkv + (b * T + u) * W + C + h * hd;
+        gpt::attention_key_backward(dy, qkv, att, scratch, T, C, nh, b, u, h, dk, dk + C);
+      }
+    }
+}
+
+KernelCost attention_backward_cost(std::int64_t B, std::int64_t T, std::int64_t C,
+                                   std::int64_t nh) {
+  const double hd = double(C) / nh;
+  // Per pair: dy.v, dpre @ k, dk and dv updates (2 hd each), the softmax backward (~4).
+  return KernelCost{causal_pairs(B, T, nh) * (8.0 * hd + 4.0),
+                    4.0 * (double(B) * T * 7.0 * C + 4.0 * double(B) * nh * T * T)};
+}
+
+// ---- dropout ------------------------------------------------------------------------------------
+
+void dropout(const float* x, float* y, std::int64_t n, float p, std::uint64_t seed,
+             std::uint64_t stream, std::uint64_t index_base) {
+  const float scale = gpt::dropout_scale(p);
+  std::uint32_t words[4];
+  std::uint64_t block = ~std::uint64_t(0);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint64_t index = index_base + static_cast<std::uint64_t>(i);
+    if ((index >> 2) != block) {  // one Philox block per 4 consecutive indices
+      block = index >> 2;
+      philox::block_at(seed, stream, block, words);
+    }
+    const bool kept = philox::to_uniform01(words[index & 3]) >= p;
+    y[i] = gpt::dropout_apply(kept, x[i], scale);
+  }
+}
+
+KernelCost dropout_cost(std::int64_t n) {
+  // Philox: 10 rounds of 2 multiplies and ~4 integer operations per 4 elements.
+  return KernelCost{17.0 * n, 8.0 * n};
+}
+
+// ---- sum of squares -----------------------------------------------------------------------------
+
+float sum_squares(const float* x, std::int64_t n, Determinism mode) {
+  if (n <= 0) return 0.0f;
+  if (mode == Determinism::fast) return Eigen::Map<const Eigen::VectorXf>(x, n).squaredNorm();
+  canonical::TreeStack<1, 64> tree;
+  const std::int64_t blocks = gpt::squares_blocks(n);
+  for (std::int64_t k = 0; k < blocks; ++k) {
+    const std::int64_t lo = k * gpt::kSquaresBlock;
+    float leaf[1] = {gpt::squares_chain(x + lo, std::min(gpt::kSquaresBlock, n - lo))};
+    tree.push(k, leaf);
+  }
+  float root[1];
+  tree.result(root);
+  return root[0];
+}
+
+KernelCost sum_squares_cost(std::int64_t n) { return KernelCost{2.0 * n, 4.0 * n + 4}; }
+
+}  // namespace ditto::sim::gpt_kernels

@@ -1,0 +1,58 @@
+// The simulator's transformer kernels (Kernels::embedding_forward .. sum_squares): the work each
+// runs once its stream reaches it, and its KernelCost for the cost model. SimKernels
+// (sim_kernels.cpp) enqueues them. Every function follows Note [GPT kernels]
+// (core/numerics/gpt_math.h) to the bit; the loops are arranged for speed (keys transposed per
+// head so that independent chains vectorise) without changing any chain.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend_sim/cost_model.h"
+#include "core/numerics/determinism.h"
+
+namespace ditto::sim::gpt_kernels {
+
+void embedding_forward(const std::int64_t* idx, const float* wte, const float* wpe,
+                       std::int64_t N, std::int64_t T, std::int64_t C, float* out);
+KernelCost embedding_forward_cost(std::int64_t N, std::int64_t C, bool wpe);
+
+void embedding_backward(const std::int64_t* idx, const float* dy, std::int64_t N, std::int64_t C,
+                        std::int64_t V, const std::vector<std::int64_t>& bounds, float* grad_wte,
+                        bool accumulate);
+KernelCost embedding_backward_cost(std::int64_t N, std::int64_t C, std::int64_t V,
+                                   bool accumulate);
+
+void layernorm_forward(const float* x, const float* w, const float* b, std::int64_t N,
+                       std::int64_t C, float eps, float* y, float* mean, float* rstd);
+KernelCost layernorm_forward_cost(std::int64_t N, std::int64_t C);
+
+void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean,
+                        const float* rstd, std::int64_t N, std::int64_t C, float* dx,
+                        float* dy_xhat);
+KernelCost layernorm_backward_cost(std::int64_t N, std::int64_t C);
+
+void gelu_forward(const float* x, float* y, std::int64_t n);
+void gelu_backward(const float* x, const float* gy, float* gx, std::int64_t n);
+KernelCost gelu_cost(std::int64_t n, bool backward);
+
+void attention_forward(const float* qkv, std::int64_t B, std::int64_t T, std::int64_t C,
+                       std::int64_t nh, float* y, float* att);
+KernelCost attention_forward_cost(std::int64_t B, std::int64_t T, std::int64_t C,
+                                  std::int64_t nh);
+
+void attention_backward(const float* dy, const float* qkv, const float* att, std::int64_t B,
+                        std::int64_t T, std::int64_t C, std::int64_t nh, float* dqkv,
+                        float* scratch);
+KernelCost attention_backward_cost(std::int64_t B, std::int64_t T, std::int64_t C,
+                                   std::int64_t nh);
+
+/// Forward and backward alike: y[i] = kept(index_base + i) ? x[i] * scale : 0.
+void dropout(const float* x, float* y, std::int64_t n, float p, std::uint64_t seed,
+             std::uint64_t stream, std::uint64_t index_base);
+KernelCost dropout_cost(std::int64_t n);
+
+float sum_squares(const float* x, std::int64_t n, Determinism mode);
+KernelCost sum_squares_cost(std::int64_t n);
+
+}  // namespace ditto::sim::gpt_kernels
