@@ -132,7 +132,8 @@ constexpr int kSquaresThreads = 256;
 __global__ void squares_blocks_kernel(const float* x, i64 n, i64 blocks, float* partial) {
   for (i64 j = global_thread(); j < blocks; j += grid_threads()) {
     const i64 lo = j * gpt::kSquaresBlock;
-    partial[j] = gpt::squares_chain(x + lo, n - lo < gpt::kSquaresBlock ? n - lo : gpt::kSquaresBlock);
+    const i64 len = n - lo < gpt::kSquaresBlock ? n - lo : gpt::kSquaresBlock;
+    partial[j] = gpt::squares_chain(x + lo, len);
   }
 }
 
@@ -166,7 +167,7 @@ __global__ void __launch_bounds__(kSquaresThreads) squares_fast_kernel(const flo
 
 }  // namespace
 
-// ---- CudaGptKernels ------------------------------------------------------------------------------
+// ---- CudaGptKernels ----------------------------------------------------------------------------
 
 void CudaGptKernels::embedding_forward(Stream& s, const i64* idx, const float* wte,
                                        const float* wpe, i64 N, i64 T, i64 C, float* out) {
