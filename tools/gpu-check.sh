@@ -271,15 +271,18 @@ for backend in sim cuda; do
   echo "| $backend | $(final_field "$log" val_acc) | $(final_field "$log" val_loss)" \
        "| $(final_field "$log" train_time_s) |" >>"$out/logs/accuracy.md"
 done
-acc_sim="$(final_field "$out/logs/train-fast-sim-8.log" val_acc)"
-acc_cuda="$(final_field "$out/logs/train-fast-cuda-8.log" val_acc)"
-if [ -n "$acc_sim" ] && [ -n "$acc_cuda" ] &&
-   awk -v a="$acc_sim" -v b="$acc_cuda" 'BEGIN { d = a - b; exit !(d <= 0.02 && d >= -0.02) }'
-then
-  record "fast-accuracy" "PASS" 0 "val_acc sim $acc_sim, cuda $acc_cuda (within 0.02)"
-else
-  record "fast-accuracy" "FAIL" 0 "val_acc sim ${acc_sim:-missing}, cuda ${acc_cuda:-missing}"
-fi
+# within NAME WHAT SIM CUDA TOL: PASS when both values are there and |SIM - CUDA| <= TOL.
+within() {
+  if [ -n "$3" ] && [ -n "$4" ] &&
+     awk -v a="$3" -v b="$4" -v t="$5" 'BEGIN { d = a - b; exit !(d <= t && d >= -t) }'
+  then
+    record "$1" "PASS" 0 "$2 sim $3, cuda $4 (within $5)"
+  else
+    record "$1" "FAIL" 0 "$2 sim ${3:-missing}, cuda ${4:-missing}"
+  fi
+}
+within fast-accuracy val_acc "$(final_field "$out/logs/train-fast-sim-8.log" val_acc)" \
+  "$(final_field "$out/logs/train-fast-cuda-8.log" val_acc)" 0.02
 
 # ---- the GPT: bitwise sim = cuda for 1 and 4 devices (also with dropout), fast-mode loss ---------
 # A small nanoGPT configuration on the bundled text (ditto-train --model gpt) with a short
@@ -319,7 +322,8 @@ gpt_equal() {
     detail="$detail $r=$(gpt_sum "$out/logs/$r.log")/${k:-missing}"
   done
   if [ "$(printf '%s\n' "${all[@]}" | sort -u | wc -l)" -eq 1 ] && [ "${all[0]}" != missing ]; then
-    record "$name" "PASS" 0 "params_checksum $(gpt_sum "$out/logs/$1.log"), same losses and sample for$(printf ' %s' "$@")"
+    record "$name" "PASS" 0 \
+      "params_checksum $(gpt_sum "$out/logs/$1.log"), same losses and sample:$(printf ' %s' "$@")"
   else
     record "$name" "FAIL" 0 "checksum/key differ:$detail"
   fi
@@ -333,15 +337,8 @@ gpt_run gpt-dropout-sim-1 sim 1 bitwise 0.1
 gpt_run gpt-dropout-cuda-4 cuda 4 bitwise 0.1
 gpt_equal gpt-dropout-equal gpt-dropout-sim-1 gpt-dropout-cuda-4
 for backend in sim cuda; do gpt_run "gpt-fast-$backend-4" "$backend" 4 fast 0; done
-loss_sim="$(gpt_val "$out/logs/gpt-fast-sim-4.log")"
-loss_cuda="$(gpt_val "$out/logs/gpt-fast-cuda-4.log")"
-if [ -n "$loss_sim" ] && [ -n "$loss_cuda" ] &&
-   awk -v a="$loss_sim" -v b="$loss_cuda" 'BEGIN { d = a - b; exit !(d <= 0.01 && d >= -0.01) }'
-then
-  record "gpt-fast-loss" "PASS" 0 "val loss sim $loss_sim, cuda $loss_cuda (within 0.01)"
-else
-  record "gpt-fast-loss" "FAIL" 0 "val loss sim ${loss_sim:-missing}, cuda ${loss_cuda:-missing}"
-fi
+within gpt-fast-loss "val loss" "$(gpt_val "$out/logs/gpt-fast-sim-4.log")" \
+  "$(gpt_val "$out/logs/gpt-fast-cuda-4.log")" 0.01
 
 # ---- the whole test suite ---------------------------------------------------------------------
 step ctest 150 ctest --test-dir "$build" -j "$jobs" --output-on-failure --timeout 120
