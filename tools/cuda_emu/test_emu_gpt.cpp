@@ -111,7 +111,8 @@ void check_gelu(unsigned& seed) {
 
 void check_attention(unsigned& seed) {
   for (auto [B, T, C, nh] : std::vector<std::array<i64, 4>>{
-           {1, 1, 4, 1}, {2, 5, 8, 2}, {3, 17, 12, 3}, {2, 33, 16, 4}, {1, 8, 6, 6}}) {
+           {1, 1, 4, 1}, {2, 5, 8, 2}, {3, 17, 12, 3}, {2, 33, 16, 4}, {1, 8, 6, 6},
+           {1, 40, 64, 2}, {2, 9, 128, 2}}) {  // head widths 32 and 64: the simulator's fast paths
     const std::string ctx = dims({B, T, C, nh});
     V qkv = uniform_v(B * T * 3 * C, seed++), y = mixed(B * T * C, seed++),
       att = mixed(B * nh * T * T, seed++);
