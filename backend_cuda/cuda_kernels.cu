@@ -8,8 +8,9 @@
 // (core/numerics/canonical_math.h) and the order of their reductions from core/numerics/canonical_tree.h, which
 // the host tests check against the simulator (tests/test_canonical_tree.cpp).
 //
-// The canonical GEMM is in cuda_gemm.cu (Note [CUDA canonical GEMM]); the launch helpers both
-// files share in cuda_kernels_common.cuh.
+// The canonical GEMM is in cuda_gemm.cu (Note [CUDA canonical GEMM]), the transformer's kernels
+// in cuda_gpt.cu (CudaGptKernels, the base of CudaKernels); the launch helpers they share in
+// cuda_kernels_common.cuh.
 #include "backend_cuda/cuda_kernels_common.cuh"
 
 namespace ditto::cuda {
@@ -98,17 +99,10 @@ constexpr int kSumThreads = 1024;
 // Fast sum: one block, strided partial sums, then a tree over the block (any order).
 __global__ void __launch_bounds__(kSumThreads) sum_fast_kernel(const float* x, i64 n, float scale,
                                                                float* out) {
-  __shared__ float warp_sums[kSumThreads / 32];
   float acc = 0.0f;
   for (i64 i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
-  for (int off = 16; off > 0; off /= 2) acc += __shfl_down_sync(0xffffffffu, acc, off);
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    acc = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.0f;
-    for (int off = 16; off > 0; off /= 2) acc += __shfl_down_sync(0xffffffffu, acc, off);
-    if (threadIdx.x == 0) *out = scale * acc;
-  }
+  acc = block_sum_any_order(acc);
+  if (threadIdx.x == 0) *out = scale * acc;
 }
 
 // Bitwise sum_rows: one thread per column, rows ascending from 0.0f.
@@ -216,29 +210,9 @@ __global__ void sum_sharded_kernel(const float* x, const __grid_constant__ Shard
     leaf[s] = acc;
   }
   __syncthreads();
-  if (s == 0) {
-    cm::TreeStack<1, kShardDepth> tree;
-    float v[1];
-    for (int l = 0; l < shards; ++l) {
-      v[0] = leaf[l];
-      tree.push(l, v);
-    }
-    tree.result(v);
-    *out = finish(mode, v[0], mode == Out::accumulate ? *out : 0.0f, scale);
-  }
-}
-
-// d[r, c] = out(d, left + right) for [rows, cols] d (row stride ld) and contiguous left/right:
-// one node of the host-side canonical tree (shard_tree, sum_inputs_tree).
-__global__ void combine_kernel(i64 rows, i64 cols, const float* left, const float* right,
-                               float* d, i64 ld, Out mode, float scale) {
-  const i64 n = rows * cols;
-  for (i64 i = global_thread(); i < n; i += grid_threads()) {
-    const i64 r = i / cols, c = i % cols;
-    float* di = d + r * ld + c;
-    const float t = cm::add(left[i], right[i]);
-    *di = finish(mode, t, mode == Out::accumulate ? *di : 0.0f, scale);
-  }
+  if (s == 0)
+    *out = finish(mode, tree_over<kShardDepth>(leaf, shards), mode == Out::accumulate ? *out : 0.0f,
+                  scale);
 }
 
 // ---- optimizers ------------------------------------------------------------------------------
@@ -259,25 +233,6 @@ __global__ void adam_kernel(float* param, const float* grad, float* exp_avg, flo
 }
 
 // ---- host side -------------------------------------------------------------------------------
-// The canonical tree over shards [lo, hi) of `bounds` into the [rows, cols] destination d (row
-// stride ld), finished with `mode`: one launch (leaf(lo, hi, d, ld, mode, scale)) for at most
-// kShardCap shards, else the split of Note [Canonical tree] with both halves in scratch memory
-// and one combine_kernel.
-template <class Leaf>
-void shard_tree(const Launch& l, i64 lo, i64 hi, i64 rows, i64 cols, float* d, i64 ld, Out mode,
-                float scale, const Leaf& leaf) {
-  if (hi - lo <= kShardCap) {
-    leaf(lo, hi, d, ld, mode, scale);
-    return;
-  }
-  const i64 mid = tree_mid(lo, hi);
-  DeviceTemp left(l, rows * cols), right(l, rows * cols);
-  shard_tree(l, lo, mid, rows, cols, left.get(), cols, Out::store, 1.0f, leaf);
-  shard_tree(l, mid, hi, rows, cols, right.get(), cols, Out::store, 1.0f, leaf);
-  combine_kernel<<<blocks_for(rows * cols), kThreads, 0, l.get()>>>(
-      rows, cols, left.get(), right.get(), d, ld, mode, scale);
-  l.check();
-}
 
 template <int N>
 void launch_sum_inputs(const Launch& l, const float* const* inputs, float* out, i64 numel) {
@@ -318,9 +273,10 @@ void sum_inputs_tree(const Launch& l, const float* const* inputs, int n, float* 
   launch_sum_inputs<2>(l, pair, out, numel);
 }
 
-class CudaKernels final : public Kernels {
+// The GPT's entries come from CudaGptKernels (cuda_gpt.cu), which holds backend_.
+class CudaKernels final : public CudaGptKernels {
  public:
-  explicit CudaKernels(CudaBackend& backend) : backend_(backend) {}
+  explicit CudaKernels(CudaBackend& backend) : CudaGptKernels(backend) {}
 
   void gemm(Stream& s, bool trans_a, bool trans_b, i64 M, i64 N, i64 K, float alpha,
             const float* A, i64 lda, const float* B, i64 ldb, float beta, float* C, i64 ldc,
@@ -522,12 +478,37 @@ class CudaKernels final : public Kernels {
                                                          max_exp_avg_sq, n, k);
     l.check();
   }
-
- private:
-  CudaBackend& backend_;
 };
 
 }  // namespace
+
+namespace kern {
+
+// d[r, c] = out(d, left + right) for [rows, cols] d (row stride ld) and contiguous left/right:
+// one node of the host-side canonical tree (shard_tree, sum_inputs_tree).
+namespace {
+
+__global__ void combine_kernel(i64 rows, i64 cols, const float* left, const float* right,
+                               float* d, i64 ld, Out mode, float scale) {
+  const i64 n = rows * cols;
+  for (i64 i = global_thread(); i < n; i += grid_threads()) {
+    const i64 r = i / cols, c = i % cols;
+    float* di = d + r * ld + c;
+    const float t = cm::add(left[i], right[i]);
+    *di = finish(mode, t, mode == Out::accumulate ? *di : 0.0f, scale);
+  }
+}
+
+}  // namespace
+
+void launch_combine(const Launch& l, i64 rows, i64 cols, const float* left, const float* right,
+                    float* d, i64 ld, Out mode, float scale) {
+  combine_kernel<<<blocks_for(rows * cols), kThreads, 0, l.get()>>>(rows, cols, left, right, d,
+                                                                     ld, mode, scale);
+  l.check();
+}
+
+}  // namespace kern
 
 std::unique_ptr<Kernels> make_cuda_kernels(CudaBackend& backend) {
   return std::make_unique<CudaKernels>(backend);

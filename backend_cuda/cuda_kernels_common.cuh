@@ -1,7 +1,9 @@
-// Internal: what the CUDA backend's kernel files (cuda_kernels.cu, cuda_gemm.cu) share: launch
-// configuration, how a reduction's result lands (Out), the GEMM's tile constants and arguments,
-// the Launch scope of a call and stream-ordered scratch memory from the backend (DeviceTemp). Included only by
-// .cu files (and, rewritten, by the CPU emulator, tools/cuda_emu).
+// Internal: what the CUDA backend's kernel files (cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu)
+// share: launch configuration, how a reduction's result lands (Out), the GEMM's tile constants
+// and arguments, the Launch scope of a call, stream-ordered scratch memory from the backend
+// (DeviceTemp), the host recursion of the canonical tree over shards (shard_tree) and the class of
+// the transformer kernels (CudaGptKernels). Included only by .cu files (and, rewritten, by the CPU
+// emulator, tools/cuda_emu).
 #pragma once
 
 #include <cublas_v2.h>
@@ -38,6 +40,35 @@ __device__ __forceinline__ i64 global_thread() {
   return static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 __device__ __forceinline__ i64 grid_threads() { return static_cast<i64>(gridDim.x) * blockDim.x; }
+
+// Fast-mode block reduction (any order): the sum of every thread's `acc` over a block of
+// blockDim.x threads (a multiple of 32, at most 1024) of one dimension, valid in thread 0. Every
+// thread of the block calls it.
+__device__ __forceinline__ float block_sum_any_order(float acc) {
+  __shared__ float warp_sums[32];
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_down_sync(0xffffffffu, acc, off);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    acc = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.0f;
+    for (int off = 16; off > 0; off /= 2) acc += __shfl_down_sync(0xffffffffu, acc, off);
+  }
+  return acc;
+}
+
+// The canonical tree (Note [Canonical tree]) over leaves[0..n), n >= 1, in one thread, streamed
+// through a canonical::TreeStack of Depth >= tree_stack_depth(n) entries.
+template <int Depth>
+__device__ __forceinline__ float tree_over(const float* leaves, i64 n) {
+  cm::TreeStack<1, Depth> tree;
+  float v[1];
+  for (i64 l = 0; l < n; ++l) {
+    v[0] = leaves[l];
+    tree.push(l, v);
+  }
+  tree.result(v);
+  return v[0];
+}
 
 // How a reduction's result T lands in its destination d.
 enum class Out : int {
@@ -145,10 +176,69 @@ inline ShardBounds shard_bounds(const std::vector<i64>& bounds, i64 lo, i64 hi) 
   return sb;
 }
 
+/// d[r, c] = out(d, left + right) for a [rows, cols] d (row stride ld) and contiguous left/right:
+/// one node of the host-side canonical tree (shard_tree), on the launch's stream.
+void launch_combine(const Launch& l, i64 rows, i64 cols, const float* left, const float* right,
+                    float* d, i64 ld, Out mode, float scale);
+
+/// The canonical tree over shards [lo, hi) of a reduction into the [rows, cols] destination d
+/// (row stride ld), finished with `mode`: one launch (leaf(lo, hi, d, ld, mode, scale)) for at
+/// most kShardCap shards, else the split of Note [Canonical tree] with both halves in scratch
+/// memory and one launch_combine.
+template <class Leaf>
+void shard_tree(const Launch& l, i64 lo, i64 hi, i64 rows, i64 cols, float* d, i64 ld, Out mode,
+                float scale, const Leaf& leaf) {
+  if (hi - lo <= kShardCap) {
+    leaf(lo, hi, d, ld, mode, scale);
+    return;
+  }
+  const i64 mid = tree_mid(lo, hi);
+  DeviceTemp left(l, rows * cols), right(l, rows * cols);
+  shard_tree(l, lo, mid, rows, cols, left.get(), cols, Out::store, 1.0f, leaf);
+  shard_tree(l, mid, hi, rows, cols, right.get(), cols, Out::store, 1.0f, leaf);
+  launch_combine(l, rows, cols, left.get(), right.get(), d, ld, mode, scale);
+}
+
 /// C = gemm_epilogue(chain over k = 0..K-1, alpha, beta, C) with op(A), op(B) by trans_a,
 /// trans_b: ditto's canonical GEMM (cuda_gemm.cu), on the launch's stream.
 void launch_gemm(const Launch& l, bool trans_a, bool trans_b, const GemmArgs& g, i64 K);
 /// The sharded dW = dY^T X of `shards` (<= kShardCap) shards of rows `sb` into g.C with g.out.
 void launch_gemm_sharded(const Launch& l, const GemmArgs& g, const ShardBounds& sb, int shards);
+
+
+// ---- the transformer kernels (cuda_gpt.cu) ---------------------------------------------------
+
+/// The Kernels entries of the GPT (embedding, LayerNorm, GELU, attention, dropout, sum of
+/// squares), defined in cuda_gpt.cu with the operation order of core/numerics/gpt_math.h; the
+/// CudaKernels of cuda_kernels.cu derives from it and adds the rest.
+class CudaGptKernels : public Kernels {
+ public:
+  explicit CudaGptKernels(CudaBackend& backend) : backend_(backend) {}
+
+  void embedding_forward(Stream& s, const i64* idx, const float* wte, const float* wpe, i64 N,
+                         i64 T, i64 C, float* out) override;
+  void embedding_backward(Stream& s, const i64* idx, const float* dy, i64 N, i64 C, i64 V,
+                          const std::vector<i64>& bounds, float* grad_wte,
+                          bool accumulate) override;
+  void layernorm_forward(Stream& s, const float* x, const float* w, const float* b, i64 N, i64 C,
+                         float eps, float* y, float* mean, float* rstd) override;
+  void layernorm_backward(Stream& s, const float* dy, const float* x, const float* w,
+                          const float* mean, const float* rstd, i64 N, i64 C, float* dx,
+                          float* dy_xhat) override;
+  void gelu_forward(Stream& s, const float* x, float* y, i64 n) override;
+  void gelu_backward(Stream& s, const float* x, const float* gy, float* gx, i64 n) override;
+  void attention_forward(Stream& s, const float* qkv, i64 B, i64 T, i64 C, i64 nh, float* y,
+                         float* att) override;
+  void attention_backward(Stream& s, const float* dy, const float* qkv, const float* att, i64 B,
+                          i64 T, i64 C, i64 nh, float* dqkv, float* scratch) override;
+  void dropout_forward(Stream& s, const float* x, float* y, i64 n, float p, std::uint64_t seed,
+                       std::uint64_t stream, std::uint64_t index_base) override;
+  void dropout_backward(Stream& s, const float* gy, float* gx, i64 n, float p, std::uint64_t seed,
+                        std::uint64_t stream, std::uint64_t index_base) override;
+  void sum_squares(Stream& s, const float* x, i64 n, float* out, Determinism mode) override;
+
+ protected:
+  CudaBackend& backend_;
+};
 
 }  // namespace ditto::cuda::kern

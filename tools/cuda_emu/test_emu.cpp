@@ -1,73 +1,8 @@
 // Runs every bitwise/fixed-order Kernels method on the simulator and on the CPU-emulated CUDA
-// kernels (cuda_kernels.cu through emu.h) with identical inputs and compares the bits.
-#include <algorithm>
-#include <bit>
-#include <cmath>
-#include <cstdio>
-#include <cstring>
-#include <random>
-#include <vector>
-
-#include "emu.h"
-#include "core/runtime/backend.h"
-#include "core/numerics/determinism.h"
+// kernels (cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu through emu.h) with identical inputs and
+// compares the bits; the transformer kernels' cases are in test_emu_gpt.cpp.
+#include "emu_check.h"
 #include "core/numerics/micro_shards.h"
-
-using namespace ditto;
-using V = std::vector<float>;
-using i64 = std::int64_t;
-
-static int failures = 0, checks = 0;
-
-V mixed(std::size_t n, unsigned seed, bool zeros = true) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> e10(-4, 4), pick(0, 15);
-  V v(n);
-  for (float& x : v) {
-    int p = zeros ? pick(gen) : 5;
-    x = p == 0 ? 0.0f : p == 1 ? -0.0f : mant(gen) * std::pow(10.0f, float(e10(gen)));
-  }
-  return v;
-}
-
-void check(const char* what, const V& a, const V& b, const std::string& ctx) {
-  ++checks;
-  if (a.size() != b.size()) { ++failures; std::printf("FAIL %s %s size\n", what, ctx.c_str()); return; }
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i])) {
-      ++failures;
-      std::printf("FAIL %s %s at %zu: sim %g (%08x) cuda %g (%08x)\n", what, ctx.c_str(), i, a[i],
-                  std::bit_cast<std::uint32_t>(a[i]), b[i], std::bit_cast<std::uint32_t>(b[i]));
-      return;
-    }
-}
-
-Kernels* simk;
-Stream* sims;
-std::unique_ptr<Kernels> cudak;
-cuda_emu::CudaStream cudas;
-
-// Run f(kernels, stream, V& state...) on copies of the state for both backends, compare all.
-template <class F>
-void both(const char* what, const std::string& ctx, std::vector<V> state, F f) {
-  std::vector<V> s1 = state, s2 = state;
-  f(*simk, *sims, s1);
-  sims->synchronize();
-  f(*cudak, cudas, s2);
-  for (std::size_t i = 0; i < s1.size(); ++i) check(what, s1[i], s2[i], ctx + " buf" + std::to_string(i));
-}
-
-using Bounds = std::vector<i64>;
-Bounds random_bounds(i64 rows, i64 S, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::uniform_int_distribution<i64> cut(0, rows);
-  Bounds b(S + 1, 0);
-  b.back() = rows;
-  for (i64 i = 1; i < S; ++i) b[i] = cut(gen);
-  std::sort(b.begin(), b.end());
-  return b;
-}
 
 int main() {
   BackendOptions o;
@@ -228,6 +163,7 @@ int main() {
           break;
         }
     }
+  check_gpt_kernels(seed);
   std::printf("%d checks, %d failures, %ld emulated threads, leaked temps %d\n", checks, failures,
               emu_threads_launched, emu_allocs);
   return failures != 0;

@@ -1,0 +1,85 @@
+// What the emulator's checks share (test_emu.cpp, test_emu_gpt.cpp): inputs with zeros, signed
+// zeros and a wide range of magnitudes, the bitwise comparison, and `both`, which runs one call
+// on the simulator and on the CPU-emulated CUDA kernels with identical inputs and compares every
+// buffer bit for bit.
+#pragma once
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "emu.h"
+#include "core/runtime/backend.h"
+#include "core/numerics/determinism.h"
+
+using namespace ditto;
+using V = std::vector<float>;
+using i64 = std::int64_t;
+
+inline int failures = 0, checks = 0;
+
+inline V mixed(std::size_t n, unsigned seed, bool zeros = true) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> e10(-4, 4), pick(0, 15);
+  V v(n);
+  for (float& x : v) {
+    int p = zeros ? pick(gen) : 5;
+    x = p == 0 ? 0.0f : p == 1 ? -0.0f : mant(gen) * std::pow(10.0f, float(e10(gen)));
+  }
+  return v;
+}
+
+inline void check(const char* what, const V& a, const V& b, const std::string& ctx) {
+  ++checks;
+  if (a.size() != b.size()) { ++failures; std::printf("FAIL %s %s size\n", what, ctx.c_str()); return; }
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i])) {
+      ++failures;
+      std::printf("FAIL %s %s at %zu: sim %g (%08x) cuda %g (%08x)\n", what, ctx.c_str(), i, a[i],
+                  std::bit_cast<std::uint32_t>(a[i]), b[i], std::bit_cast<std::uint32_t>(b[i]));
+      return;
+    }
+}
+
+inline Kernels* simk;
+inline Stream* sims;
+inline std::unique_ptr<Kernels> cudak;
+inline cuda_emu::CudaStream cudas;
+
+// Run f(kernels, stream, V& state...) on copies of the state for both backends, compare all.
+template <class F>
+void both(const char* what, const std::string& ctx, std::vector<V> state, F f) {
+  std::vector<V> s1 = state, s2 = state;
+  try {
+    f(*simk, *sims, s1);
+    sims->synchronize();
+    f(*cudak, cudas, s2);
+  } catch (const std::exception& e) {  // e.g. a kernel one backend lacks
+    ++checks;
+    ++failures;
+    std::printf("FAIL %s %s: %s\n", what, ctx.c_str(), e.what());
+    return;
+  }
+  for (std::size_t i = 0; i < s1.size(); ++i) check(what, s1[i], s2[i], ctx + " buf" + std::to_string(i));
+}
+
+using Bounds = std::vector<i64>;
+inline Bounds random_bounds(i64 rows, i64 S, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<i64> cut(0, rows);
+  Bounds b(S + 1, 0);
+  b.back() = rows;
+  for (i64 i = 1; i < S; ++i) b[i] = cut(gen);
+  std::sort(b.begin(), b.end());
+  return b;
+}
+
+/// The transformer kernels' checks (test_emu_gpt.cpp); `seed` advances with every input drawn.
+void check_gpt_kernels(unsigned& seed);
+

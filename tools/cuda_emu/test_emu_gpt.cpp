@@ -1,0 +1,199 @@
+// The transformer kernels (backend_cuda/cuda_gpt.cu through emu.h) against the simulator's, bit
+// for bit (sum_squares' fast mode within a tolerance): embedding forward/backward over micro-shard
+// bounds (1 to 200 shards, empty ones, vocabulary rows absent from the batch), LayerNorm with
+// and without bias, GELU, causal attention forward and backward over several (B, T, C, n_head),
+// dropout at several p and index bases (also in place), the sum of squares around kSquaresBlock.
+// Sizes are small: every CUDA thread is a host thread here.
+#include <array>
+#include <initializer_list>
+
+#include "core/numerics/gpt_math.h"
+#include "core/numerics/micro_shards.h"
+#include "core/numerics/random.h"
+#include "emu_check.h"
+
+namespace {
+
+// Uniform in [-r, r) (attention scores and LayerNorm inputs of a trained model's magnitude).
+V uniform_v(std::size_t n, unsigned seed, float r = 2.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-r, r);
+  V v(n);
+  for (float& x : v) x = u(gen);
+  return v;
+}
+
+std::string dims(std::initializer_list<i64> d) {
+  std::string s;
+  for (i64 x : d) {
+    if (!s.empty()) s += 'x';
+    s += std::to_string(x);
+  }
+  return s;
+}
+
+void check_embedding(unsigned& seed) {
+  for (auto [B, T, V_, C] : std::vector<std::array<i64, 4>>{{1, 1, 1, 1}, {3, 5, 11, 7}, {4, 16, 65, 33}}) {
+    const i64 N = B * T, P = T + 2;
+    std::mt19937 gen(seed++);
+    std::vector<i64> idx(N);
+    for (auto& t : idx) t = std::uniform_int_distribution<i64>(0, V_ - 1)(gen);
+    V wte = mixed(V_ * C, seed++), wpe = mixed(P * C, seed++), out = mixed(N * C, seed++);
+    for (bool pos : {true, false})
+      both("embedding_forward", dims({B, T, V_, C}) + (pos ? " wpe" : " no wpe"), {wte, wpe, out},
+           [&](Kernels& k, Stream& s, std::vector<V>& b) {
+             k.embedding_forward(s, idx.data(), b[0].data(), pos ? b[1].data() : nullptr, N, T, C,
+                                 b[2].data());
+           });
+  }
+  // Backward: ids from [0, V - 2) so the last two vocabulary rows are absent; dy with signed zeros.
+  for (i64 N : {1, 37, 130}) {
+    const i64 V_ = 9, C = 5;
+    std::mt19937 gen(seed++);
+    std::vector<i64> idx(N);
+    for (auto& t : idx) t = std::uniform_int_distribution<i64>(0, V_ - 3)(gen);
+    std::vector<Bounds> bs;
+    for (i64 S : {1, 2, 3, 8, 64, 65, 100, 200}) {
+      bs.push_back(micro_shard_bounds(N, S));
+      if (S > 1) bs.push_back(random_bounds(N, S, seed++));
+    }
+    for (const Bounds& bounds : bs)
+      for (bool acc : {false, true}) {
+        V dy = mixed(N * C, seed++), g = mixed(V_ * C, seed++);
+        both("embedding_backward", "N " + std::to_string(N) + " S " + std::to_string(bounds.size() - 1) +
+                                       " acc " + std::to_string(acc), {dy, g},
+             [&](Kernels& k, Stream& s, std::vector<V>& b) {
+               k.embedding_backward(s, idx.data(), b[0].data(), N, C, V_, bounds, b[1].data(), acc);
+             });
+      }
+  }
+}
+
+void check_layernorm(unsigned& seed) {
+  for (auto [N, C] : std::vector<std::pair<i64, i64>>{{1, 1}, {5, 7}, {130, 64}, {3, 300}}) {
+    V x = uniform_v(N * C, seed++, 3.0f), w = uniform_v(C, seed++), bias = uniform_v(C, seed++);
+    if (N * C > 7) { x[3] = 0.0f; x[5] = -0.0f; }
+    V y = mixed(N * C, seed++), mean = mixed(N, seed++), rstd = mixed(N, seed++);
+    for (bool has_b : {true, false})
+      both("layernorm_forward", dims({N, C}) + (has_b ? " bias" : " no bias"), {x, w, bias, y, mean, rstd},
+           [&](Kernels& k, Stream& s, std::vector<V>& b) {
+             k.layernorm_forward(s, b[0].data(), b[1].data(), has_b ? b[2].data() : nullptr, N, C,
+                                 1e-5f, b[3].data(), b[4].data(), b[5].data());
+           });
+    // Backward from the simulator's forward statistics.
+    simk->layernorm_forward(*sims, x.data(), w.data(), bias.data(), N, C, 1e-5f, y.data(),
+                            mean.data(), rstd.data());
+    sims->synchronize();
+    V dy = uniform_v(N * C, seed++), dx = mixed(N * C, seed++), dyx = mixed(N * C, seed++);
+    both("layernorm_backward", dims({N, C}), {dy, x, w, mean, rstd, dx, dyx},
+         [&](Kernels& k, Stream& s, std::vector<V>& b) {
+           k.layernorm_backward(s, b[0].data(), b[1].data(), b[2].data(), b[3].data(), b[4].data(),
+                                N, C, b[5].data(), b[6].data());
+         });
+  }
+}
+
+void check_gelu(unsigned& seed) {
+  for (i64 n : {1, 1000, 5000}) {
+    V x = mixed(n, seed++), gy = mixed(n, seed++), y = mixed(n, seed++);
+    V xs = uniform_v(n, seed++, 6.0f);  // where tanh is not saturated
+    for (const V* in : {&x, &xs}) {
+      const std::string ctx = "n " + std::to_string(n) + (in == &x ? " mixed" : " [-6, 6)");
+      both("gelu_forward", ctx, {*in, y}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+        k.gelu_forward(s, b[0].data(), b[1].data(), n);
+      });
+      both("gelu_backward", ctx, {*in, gy, y}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+        k.gelu_backward(s, b[0].data(), b[1].data(), b[2].data(), n);
+      });
+    }
+  }
+}
+
+void check_attention(unsigned& seed) {
+  for (auto [B, T, C, nh] : std::vector<std::array<i64, 4>>{
+           {1, 1, 4, 1}, {2, 5, 8, 2}, {3, 17, 12, 3}, {2, 33, 16, 4}, {1, 8, 6, 6},
+           {1, 40, 64, 2}, {2, 9, 128, 2}}) {  // head widths 32 and 64: the simulator's fast paths
+    const std::string ctx = dims({B, T, C, nh});
+    V qkv = uniform_v(B * T * 3 * C, seed++), y = mixed(B * T * C, seed++),
+      att = mixed(B * nh * T * T, seed++);
+    both("attention_forward", ctx, {qkv, y, att}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+      k.attention_forward(s, b[0].data(), B, T, C, nh, b[1].data(), b[2].data());
+    });
+    simk->attention_forward(*sims, qkv.data(), B, T, C, nh, y.data(), att.data());
+    sims->synchronize();
+    V dy = uniform_v(B * T * C, seed++), dqkv = mixed(B * T * 3 * C, seed++),
+      scratch = mixed(B * nh * T * T, seed++);
+    both("attention_backward", ctx, {dy, qkv, att, dqkv, scratch},
+         [&](Kernels& k, Stream& s, std::vector<V>& b) {
+           k.attention_backward(s, b[0].data(), b[1].data(), b[2].data(), B, T, C, nh,
+                                b[3].data(), b[4].data());
+         });
+  }
+}
+
+void check_dropout(unsigned& seed) {
+  const std::uint64_t stream = stream_id(kStreamDropout, (std::uint64_t(3) << 8) | 2);
+  for (i64 n : {1, 1001, 5000})
+    for (float p : {0.0f, 0.1f, 0.5f, 0.9f})
+      for (std::uint64_t base : {std::uint64_t(0), std::uint64_t(12345), (std::uint64_t(1) << 33) + 7}) {
+        const std::string ctx = "n " + std::to_string(n) + " p " + std::to_string(p) + " base " +
+                                std::to_string(base);
+        V x = mixed(n, seed++), y = mixed(n, seed++);
+        both("dropout_forward", ctx, {x, y}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+          k.dropout_forward(s, b[0].data(), b[1].data(), n, p, 1337, stream, base);
+        });
+        both("dropout_forward in place", ctx, {x}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+          k.dropout_forward(s, b[0].data(), b[0].data(), n, p, 1337, stream, base);
+        });
+        both("dropout_backward", ctx, {x, y}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+          k.dropout_backward(s, b[0].data(), b[1].data(), n, p, 42, stream + 1, base);
+        });
+      }
+  // The mask itself: element i kept iff philox uniform01 >= p (a wrong index base or stream
+  // would agree between two wrong backends only by accident, so check one against random.h).
+  const i64 n = 4096;
+  V ones(n, 1.0f), y(n, 0.0f);
+  cudak->dropout_forward(cudas, ones.data(), y.data(), n, 0.25f, 7, stream, 100);
+  int wrong = 0;
+  for (i64 i = 0; i < n; ++i)
+    wrong += (y[i] != 0.0f) != (uniform01(7, stream, 100 + std::uint64_t(i)) >= 0.25f);
+  ++checks;
+  if (wrong != 0) {
+    ++failures;
+    std::printf("FAIL dropout mask vs uniform01: %d of %ld elements differ\n", wrong, long(n));
+  }
+}
+
+void check_sum_squares(unsigned& seed) {
+  const i64 blk = gpt::kSquaresBlock;
+  for (i64 n : {i64(0), i64(1), blk - 1, blk, blk + 1, 3 * blk + 5, 65 * blk + 3}) {
+    V x = mixed(std::max<i64>(n, 1), seed++), out = {7.0f};
+    both("sum_squares", "n " + std::to_string(n), {x, out}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+      k.sum_squares(s, b[0].data(), n, b[1].data(), Determinism::bitwise);
+    });
+    V xf = uniform_v(std::max<i64>(n, 1), seed++), o1 = {7.0f}, o2 = {7.0f};
+    simk->sum_squares(*sims, xf.data(), n, o1.data(), Determinism::fast);
+    sims->synchronize();
+    cudak->sum_squares(cudas, xf.data(), n, o2.data(), Determinism::fast);
+    ++checks;
+    if (!(std::fabs(o1[0] - o2[0]) <= 1e-4f * (1 + std::fabs(o1[0])))) {
+      ++failures;
+      std::printf("FAIL sum_squares fast n %ld: %g vs %g\n", long(n), o1[0], o2[0]);
+    }
+  }
+}
+
+}  // namespace
+
+void check_gpt_kernels(unsigned& seed) {
+  for (auto* part : {check_embedding, check_layernorm, check_gelu, check_attention, check_dropout,
+                     check_sum_squares}) {
+    try {
+      part(seed);
+    } catch (const std::exception& e) {  // a call outside `both` (the simulator's forward) threw
+      ++checks;
+      ++failures;
+      std::printf("FAIL gpt kernels: %s\n", e.what());
+    }
+  }
+}
