@@ -109,25 +109,33 @@ void check_gelu(unsigned& seed) {
   }
 }
 
+// Causal attention without dropout and with attn_dropout at p 0.1 and 0.5 (index bases 0 and
+// one past 2^32, the mask of a replica's slice).
 void check_attention(unsigned& seed) {
+  const std::uint64_t stream = stream_id(kStreamDropout, (std::uint64_t(2) << 8) | 1);
   for (auto [B, T, C, nh] : std::vector<std::array<i64, 4>>{
-           {1, 1, 4, 1}, {2, 5, 8, 2}, {3, 17, 12, 3}, {2, 33, 16, 4}, {1, 8, 6, 6}}) {
-    const std::string ctx = dims({B, T, C, nh});
-    V qkv = uniform_v(B * T * 3 * C, seed++), y = mixed(B * T * C, seed++),
-      att = mixed(B * nh * T * T, seed++);
-    both("attention_forward", ctx, {qkv, y, att}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
-      k.attention_forward(s, b[0].data(), B, T, C, nh, b[1].data(), b[2].data());
-    });
-    simk->attention_forward(*sims, qkv.data(), B, T, C, nh, y.data(), att.data());
-    sims->synchronize();
-    V dy = uniform_v(B * T * C, seed++), dqkv = mixed(B * T * 3 * C, seed++),
-      scratch = mixed(B * nh * T * T, seed++);
-    both("attention_backward", ctx, {dy, qkv, att, dqkv, scratch},
-         [&](Kernels& k, Stream& s, std::vector<V>& b) {
-           k.attention_backward(s, b[0].data(), b[1].data(), b[2].data(), B, T, C, nh,
-                                b[3].data(), b[4].data());
-         });
-  }
+           {1, 1, 4, 1}, {2, 5, 8, 2}, {3, 17, 12, 3}, {2, 33, 16, 4}, {1, 8, 6, 6}})
+    for (auto [p, base] : std::vector<std::pair<float, std::uint64_t>>{
+             {0.0f, 0}, {0.1f, 0}, {0.5f, (std::uint64_t(1) << 32) + 3}}) {
+      const std::string ctx = dims({B, T, C, nh}) + " p " + std::to_string(p) + " base " +
+                              std::to_string(base);
+      V qkv = uniform_v(B * T * 3 * C, seed++), y = mixed(B * T * C, seed++),
+        att = mixed(B * nh * T * T, seed++);
+      both("attention_forward", ctx, {qkv, y, att}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+        k.attention_forward(s, b[0].data(), B, T, C, nh, b[1].data(), b[2].data(), p, 1337,
+                            stream, base);
+      });
+      simk->attention_forward(*sims, qkv.data(), B, T, C, nh, y.data(), att.data(), p, 1337,
+                              stream, base);
+      sims->synchronize();
+      V dy = uniform_v(B * T * C, seed++), dqkv = mixed(B * T * 3 * C, seed++),
+        scratch = mixed(B * nh * T * T, seed++);
+      both("attention_backward", ctx, {dy, qkv, att, dqkv, scratch},
+           [&](Kernels& k, Stream& s, std::vector<V>& b) {
+             k.attention_backward(s, b[0].data(), b[1].data(), b[2].data(), B, T, C, nh,
+                                  b[3].data(), b[4].data(), p, 1337, stream, base);
+           });
+    }
 }
 
 void check_dropout(unsigned& seed) {
