@@ -4,17 +4,19 @@
 #include <cmath>
 #include <limits>
 
-#include "core/numerics/micro_shards.h"
-#include "core/runtime/ops.h"
+#include "core/nn/init.h"
+#include "core/nn/token_bounds.h"
 #include "core/numerics/random.h"
+#include "core/runtime/ops.h"
 
 namespace ditto::nn {
 
-Linear::Linear(std::int64_t in, std::int64_t out) : in_(in), out_(out) {}
+Linear::Linear(std::int64_t in, std::int64_t out, bool bias)
+    : in_(in), out_(out), has_bias_(bias) {}
 
 Linear::Linear(std::int64_t in_features, std::int64_t out_features, const Device& device,
-               std::uint64_t seed, std::uint64_t layer_id)
-    : in_(in_features), out_(out_features) {
+               std::uint64_t seed, std::uint64_t layer_id, LinearOptions options)
+    : in_(in_features), out_(out_features), has_bias_(options.bias) {
   DITTO_CHECK(in_features >= 1 && out_features >= 1, "Linear: expected in_features >= 1 and ",
               "out_features >= 1, got in_features = ", in_features,
               ", out_features = ", out_features);
@@ -22,90 +24,113 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, const Device
               "Linear: expected in_features * out_features <= ",
               std::numeric_limits<std::int64_t>::max(), ", got in_features = ", in_features,
               ", out_features = ", out_features);
+  DITTO_CHECK(std::isfinite(options.init_std) && options.init_std >= 0.0f,
+              "Linear: init_std: expected a finite value >= 0 (0: torch's default init), got ",
+              options.init_std);
+  const std::uint64_t stream = stream_id(kStreamInit, layer_id);
+  if (options.init_std > 0.0f) {  // nanoGPT's _init_weights
+    weight_.data = normal_tensor({out_features, in_features}, device, seed, stream,
+                                 options.init_std);
+    if (has_bias_) bias_.data = Tensor::full({out_features}, 0.0f, device);
+    return;
+  }
   // torch.nn.Linear.reset_parameters: kaiming_uniform_(a=sqrt(5)) on the weight gives bound
   // gain * sqrt(3 / fan_in) with gain = sqrt(2 / (1 + 5)), i.e. 1 / sqrt(fan_in); the bias uses
   // 1 / sqrt(fan_in) directly.
   const float bound = static_cast<float>(1.0 / std::sqrt(static_cast<double>(in_features)));
-  const std::uint64_t stream = stream_id(kStreamInit, layer_id);
   // Allocate on the device first: a layer too large for the device fails with its OutOfMemory
   // before any host memory is spent on it.
   weight_.data = Tensor::empty({out_features, in_features}, DType::f32, device);
-  bias_.data = Tensor::empty({out_features}, DType::f32, device);
+  if (has_bias_) bias_.data = Tensor::empty({out_features}, DType::f32, device);
   const std::int64_t nw = weight_.data.numel();
   Tensor w = Tensor::empty({out_features, in_features}, DType::f32, Device::cpu());
-  Tensor b = Tensor::empty({out_features}, DType::f32, Device::cpu());
   float* wp = w.data<float>();
-  float* bp = b.data<float>();
   for (std::int64_t i = 0; i < nw; ++i)
     wp[i] = uniform(seed, stream, static_cast<std::uint64_t>(i), -bound, bound);
+  weight_.data.copy_(w);
+  if (!has_bias_) return;
+  Tensor b = Tensor::empty({out_features}, DType::f32, Device::cpu());
+  float* bp = b.data<float>();
   for (std::int64_t j = 0; j < out_features; ++j)
     bp[j] = uniform(seed, stream, static_cast<std::uint64_t>(nw + j), -bound, bound);
-  weight_.data.copy_(w);
   bias_.data.copy_(b);
 }
 
-std::string Linear::str() const { return detail::cat("Linear(", in_, ", ", out_, ")"); }
+std::string Linear::str() const {
+  return detail::cat("Linear(", in_, ", ", out_, has_bias_ ? "" : ", bias=False", ")");
+}
+
+std::vector<Parameter*> Linear::parameters() {
+  if (!has_bias_) return {&weight_};
+  return {&weight_, &bias_};
+}
+
+Parameter& Linear::bias() {
+  DITTO_CHECK(has_bias_, str(), ".bias: the layer has no bias (constructed with bias = false)");
+  return bias_;
+}
 
 Tensor Linear::forward(const Tensor& input) {
   DITTO_CHECK(input.defined(), str(), ".forward: input: expected a defined tensor");
-  DITTO_CHECK(input.dim() == 2 && input.size(1) == in_, str(), ".forward: input: expected [N, ",
-              in_, "], got ", input.str());
+  DITTO_CHECK(input.dim() >= 2 && input.size(-1) == in_, str(),
+              ".forward: input: expected [N, ", in_, "], got ", input.str(),
+              input.dim() > 2 ? " (or [N, ..., in]: leading dims are flattened)" : "");
   DITTO_CHECK(input.dtype() == DType::f32, str(), ".forward: input: expected dtype f32, got ",
               input.str());
   const Device& dev = weight_.data.device();
   DITTO_CHECK(input.device() == dev, str(), ".forward: input: expected a tensor on ", dev.str(),
               " (the layer's device), got ", input.str());
-  // y[N, out] = x[N, in] @ W[out, in]^T, then + b.
-  Tensor y = ops::matmul(input, weight_.data, false, true, determinism_);
-  ops::add_bias_(y, bias_.data);
-  input_ = input;
-  return y;
+  input_shape_ = input.shape();
+  input_ = input.dim() == 2 ? input : input.view({-1, in_});
+  // y[rows, out] = x[rows, in] @ W[out, in]^T, then + b.
+  Tensor y = ops::matmul(input_, weight_.data, false, true, determinism_);
+  if (has_bias_) ops::add_bias_(y, bias_.data);
+  if (input.dim() == 2) return y;
+  Shape out_shape = input_shape_;
+  out_shape.back() = out_;
+  return y.view(out_shape);
 }
 
 Tensor Linear::backward(const Tensor& grad_output) {
   DITTO_CHECK(input_.defined(), str(), ".backward: called before forward");
-  const std::int64_t n = input_.size(0);
-  DITTO_CHECK(grad_output.defined() && grad_output.dim() == 2 && grad_output.size(0) == n &&
-                  grad_output.size(1) == out_ && grad_output.dtype() == DType::f32,
-              str(), ".backward: grad_output: expected [", n, ", ", out_, "] f32, got ",
-              grad_output.defined() ? grad_output.str() : std::string("an undefined tensor"));
+  Shape out_shape = input_shape_;
+  out_shape.back() = out_;
+  DITTO_CHECK(grad_output.defined() && grad_output.shape() == out_shape &&
+                  grad_output.dtype() == DType::f32,
+              str(), ".backward: grad_output: expected ", shape_str(out_shape), " f32, got ",
+              describe(grad_output));
   DITTO_CHECK(grad_output.device() == input_.device(), str(),
               ".backward: grad_output: expected a tensor on ", input_.device().str(), ", got ",
               grad_output.str());
+  const std::int64_t rows = input_.size(0);
+  const Tensor gy = grad_output.dim() == 2 ? grad_output : grad_output.view({rows, out_});
   if (determinism_ == Determinism::bitwise) {
     // Note [Micro-shards]: rows summed in order inside each micro-shard, shards combined by the
     // canonical tree, so the result does not depend on how many devices share the batch.
+    const std::int64_t samples = input_shape_[0];
     const std::vector<std::int64_t> bounds =
-        micro_shards_.empty() ? micro_shard_bounds(n, kDefaultMicroShards) : micro_shards_;
-    DITTO_CHECK(bounds.back() == n, str(), ".backward: micro-shards cover ", bounds.back(),
-                " rows, the batch has ", n, " (set_micro_shards before forward)");
-    const bool acc_w = weight_.grad.defined(), acc_b = bias_.grad.defined();
-    if (!acc_w) weight_.grad = Tensor::empty({out_, in_}, DType::f32, grad_output.device());
-    if (!acc_b) bias_.grad = Tensor::empty({out_}, DType::f32, grad_output.device());
-    ops::gemm_tn_sharded(grad_output, input_, weight_.grad, bounds, acc_w);
-    ops::sum_rows_sharded(grad_output, bias_.grad, bounds, acc_b);
-    if (!input_requires_grad_) return Tensor();
-    return ops::matmul(grad_output, weight_.data, false, false, determinism_);
-  }
-  // grad_W[out, in] (+)= gy[N, out]^T @ x[N, in]
-  if (weight_.grad.defined())
-    ops::gemm(grad_output, input_, weight_.grad, true, false, 1.0f, 1.0f, determinism_);
-  else
-    weight_.grad = ops::matmul(grad_output, input_, true, false, determinism_);
-  // grad_b[out] (+)= sum over rows of gy
-  if (bias_.grad.defined()) {
-    ops::sum_rows(grad_output, bias_.grad, 1.0f, determinism_);
+        token_bounds(*this, str(), samples, samples == 0 ? 1 : rows / samples);
+    const bool acc_w = weight_.grad.defined();
+    if (!acc_w) weight_.grad = Tensor::empty({out_, in_}, DType::f32, gy.device());
+    ops::gemm_tn_sharded(gy, input_, weight_.grad, bounds, acc_w);
+    if (has_bias_) add_row_sums(gy, bias_, determinism_, bounds);
   } else {
-    bias_.grad = Tensor::zeros({out_}, DType::f32, grad_output.device());
-    ops::sum_rows(grad_output, bias_.grad, 0.0f, determinism_);
+    // grad_W[out, in] (+)= gy[rows, out]^T @ x[rows, in]
+    if (weight_.grad.defined())
+      ops::gemm(gy, input_, weight_.grad, true, false, 1.0f, 1.0f, determinism_);
+    else
+      weight_.grad = ops::matmul(gy, input_, true, false, determinism_);
+    // grad_b[out] (+)= sum over rows of gy
+    if (has_bias_) add_row_sums(gy, bias_, determinism_, {});
   }
   if (!input_requires_grad_) return Tensor();
-  // grad_x[N, in] = gy[N, out] @ W[out, in]
-  return ops::matmul(grad_output, weight_.data, false, false, determinism_);
+  // grad_x[rows, in] = gy[rows, out] @ W[out, in]
+  Tensor gx = ops::matmul(gy, weight_.data, false, false, determinism_);
+  return input_shape_.size() == 2 ? gx : gx.view(input_shape_);
 }
 
 std::unique_ptr<Module> Linear::clone() const {
-  std::unique_ptr<Linear> m(new Linear(in_, out_));
+  std::unique_ptr<Linear> m(new Linear(in_, out_, has_bias_));
   m->weight_.data = weight_.data;
   m->bias_.data = bias_.data;
   copy_settings(*this, *m);

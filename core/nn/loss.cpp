@@ -26,10 +26,15 @@ Tensor grad_or_one(const Tensor& grad_loss, const Device& device, const char* ca
 
 // scale * sum of per-sample losses; in bitwise mode over the canonical micro-shard tree of the
 // batch (Note [Micro-shards]), so a loss computed per rank (DDP) composes like the gradients.
-Tensor mean_of(const Tensor& per_sample, float scale, Determinism mode) {
+// `rows_per_sample` > 1: per_sample holds that many consecutive rows per sample (tokens of a
+// [B, T] batch), and the shards cut between samples.
+Tensor mean_of(const Tensor& per_sample, float scale, Determinism mode,
+               std::int64_t rows_per_sample) {
   if (mode != Determinism::bitwise) return ops::sum(per_sample, scale, mode);
-  return ops::sum_sharded(per_sample, micro_shard_bounds(per_sample.size(0), kDefaultMicroShards),
-                          scale);
+  std::vector<std::int64_t> bounds =
+      micro_shard_bounds(per_sample.size(0) / rows_per_sample, kDefaultMicroShards);
+  for (std::int64_t& b : bounds) b *= rows_per_sample;
+  return ops::sum_sharded(per_sample, bounds, scale);
 }
 
 }  // namespace
@@ -48,11 +53,11 @@ std::int64_t Loss::mean_rows(std::int64_t input_rows, const char* call) const {
 }
 
 Tensor Loss::save_and_mean(const Tensor& per_sample, const Tensor& input, const Tensor& target,
-                           std::int64_t denominator) {
+                           std::int64_t denominator, std::int64_t rows_per_sample) {
   denominator_ = denominator;
   input_ = input;
   target_ = target;
-  return mean_of(per_sample, mean_scale(), determinism_);
+  return mean_of(per_sample, mean_scale(), determinism_, rows_per_sample);
 }
 
 Tensor Loss::grad_loss_for(const Tensor& grad_loss, const char* call) const {
@@ -91,31 +96,41 @@ Tensor MSELoss::backward(const Tensor& grad_loss) {
 }
 
 Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
-  DITTO_CHECK(input.defined() && input.dim() == 2 && input.dtype() == DType::f32,
-              "CrossEntropyLoss.forward: input: expected logits [N, C] f32, got ", describe(input));
-  DITTO_CHECK(target.defined() && target.dim() == 1 && target.size(0) == input.size(0) &&
-                  target.dtype() == DType::i64 && target.device() == input.device(),
-              "CrossEntropyLoss.forward: target: expected [", input.size(0), "] i64 on ",
+  DITTO_CHECK(input.defined() && (input.dim() == 2 || input.dim() == 3) &&
+                  input.dtype() == DType::f32,
+              "CrossEntropyLoss.forward: input: expected logits [N, C] f32, got ",
+              describe(input), " (or [B, T, C] logits with [B, T] targets)");
+  Shape want(input.shape().begin(), input.shape().end() - 1);
+  DITTO_CHECK(target.defined() && target.shape() == want && target.dtype() == DType::i64 &&
+                  target.device() == input.device(),
+              "CrossEntropyLoss.forward: target: expected ", shape_str(want), " i64 on ",
               input.device().str(), " (class indices, one per row of input), got ",
               describe(target));
-  DITTO_CHECK(input.size(1) >= 1,
+  DITTO_CHECK(input.size(-1) >= 1,
               "CrossEntropyLoss.forward: input: expected at least 1 class, "
               "got ",
               input.str());
+  // [B, T, C] logits: the mean over all B * T tokens (nanoGPT's F.cross_entropy of the
+  // flattened logits); the samples are the B sequences.
+  input_shape_ = input.shape();
+  const std::int64_t tokens = input.dim() == 3 ? input.size(1) : 1;
+  const Tensor x = input.dim() == 3 ? input.view({-1, input.size(2)}) : input;
+  const Tensor t = target.dim() == 2 ? target.view({-1}) : target;
   Tensor per_sample;
   try {
-    per_sample = ops::cross_entropy(input, target);  // checks targets in [0, C) on the host
+    per_sample = ops::cross_entropy(x, t);  // checks targets in [0, C) on the host
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(std::string("CrossEntropyLoss.forward: ") + e.what());
   }
-  return save_and_mean(per_sample, input, target,
-                       mean_rows(input.size(0), "CrossEntropyLoss.forward"));
+  return save_and_mean(per_sample, x, t,
+                       mean_rows(input.size(0), "CrossEntropyLoss.forward") * tokens, tokens);
 }
 
 Tensor CrossEntropyLoss::backward(const Tensor& grad_loss) {
-  return ops::cross_entropy_backward(input_, target_,
-                                     grad_loss_for(grad_loss, "CrossEntropyLoss.backward"),
-                                     mean_scale());
+  Tensor g = ops::cross_entropy_backward(input_, target_,
+                                         grad_loss_for(grad_loss, "CrossEntropyLoss.backward"),
+                                         mean_scale());
+  return g.shape() == input_shape_ ? g : g.view(input_shape_);
 }
 
 }  // namespace ditto::nn

@@ -40,8 +40,10 @@ class Loss {
   std::int64_t mean_rows(std::int64_t input_rows, const char* call) const;
   /// The end of a forward: keeps `input` and `target` for backward and returns the mean of the
   /// per-sample losses, their sum divided by `denominator`, in determinism() mode.
+  /// per_sample may hold `rows_per_sample` consecutive rows per sample (the tokens of a [B, T]
+  /// batch): in bitwise mode the micro-shards then cut between samples.
   Tensor save_and_mean(const Tensor& per_sample, const Tensor& input, const Tensor& target,
-                       std::int64_t denominator);
+                       std::int64_t denominator, std::int64_t rows_per_sample = 1);
   /// The start of a backward: d(final)/d(loss), grad_loss or 1 when undefined, on the device of
   /// the last forward's input. Throws InvalidArgument before any forward or for a grad_loss
   /// that is not one f32 element there; `call` names the backward.
@@ -66,14 +68,20 @@ class MSELoss : public Loss {
 };
 
 /// torch.nn.CrossEntropyLoss(reduction='mean'): logits [N, C] f32, targets [N] i64 class indices
-/// in [0, C). Errors: InvalidArgument for shapes, dtypes, devices, or a target out of range
-/// (naming the sample index and the value).
+/// in [0, C); or logits [B, T, C] with targets [B, T] (a language model's, as nanoGPT's
+/// F.cross_entropy(logits.view(-1, C), targets.view(-1))): the mean over the B * T tokens;
+/// set_global_batch counts samples (sequences), the denominator is then samples * T; backward
+/// returns the logits' shape. Errors: InvalidArgument for shapes, dtypes, devices, or a target
+/// out of range (naming the row index and the value).
 class CrossEntropyLoss : public Loss {
  public:
   Tensor forward(const Tensor& input, const Tensor& target) override;
   Tensor backward(const Tensor& grad_loss) override;
   using Loss::backward;
   std::unique_ptr<Loss> clone() const override { return std::make_unique<CrossEntropyLoss>(); }
+
+ private:
+  Shape input_shape_;  // the last forward's logits shape
 };
 
 }  // namespace ditto::nn

@@ -19,6 +19,9 @@ Sequential& Sequential::add(std::unique_ptr<Module> child) {
   for (Parameter* p : child->parameters()) p->name = prefix + p->name;
   child->set_determinism(determinism_);
   child->set_micro_shards(micro_shards_);
+  child->set_training(training_);
+  child->set_step(step_);
+  child->set_first_row(first_row_);
   child->set_input_requires_grad(children_.empty() ? input_requires_grad_ : true);
   children_.push_back(std::move(child));
   return *this;
@@ -75,6 +78,21 @@ void Sequential::set_micro_shards(std::vector<std::int64_t> bounds) {
 void Sequential::set_determinism(Determinism d) {
   determinism_ = d;
   for (auto& c : children_) c->set_determinism(d);
+}
+
+void Sequential::set_training(bool v) {
+  training_ = v;
+  for (auto& c : children_) c->set_training(v);
+}
+
+void Sequential::set_step(std::int64_t step) {
+  step_ = step;
+  for (auto& c : children_) c->set_step(step);
+}
+
+void Sequential::set_first_row(std::int64_t row) {
+  first_row_ = row;
+  for (auto& c : children_) c->set_first_row(row);
 }
 
 std::unique_ptr<Sequential> mlp(const std::vector<std::int64_t>& sizes, const Device& device,

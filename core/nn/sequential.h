@@ -20,7 +20,8 @@ class Sequential : public Module {
   /// Append a child (takes ownership). Its parameters are renamed "<index>.<name>" like
   /// PyTorch's state_dict keys ("0.weight", "2.bias"; nested: "1.0.weight"), so add children to
   /// an inner Sequential before adding it to an outer one. The child gets this container's
-  /// determinism, and input_requires_grad() if it is the first child (true otherwise).
+  /// determinism, micro-shards, training, step and first row, and input_requires_grad() if it
+  /// is the first child (true otherwise).
   /// Throws InvalidArgument for a null child or one taking more than one input.
   Sequential& add(std::unique_ptr<Module> child);
   std::size_t size() const { return children_.size(); }
@@ -43,6 +44,9 @@ class Sequential : public Module {
   /// Passed to every child.
   void set_determinism(Determinism d) override;
   void set_micro_shards(std::vector<std::int64_t> bounds) override;
+  void set_training(bool v) override;
+  void set_step(std::int64_t step) override;
+  void set_first_row(std::int64_t row) override;
 
  private:
   std::vector<std::unique_ptr<Module>> children_;

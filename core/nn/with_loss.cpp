@@ -11,6 +11,9 @@ WithLoss::WithLoss(std::unique_ptr<Module> model, std::unique_ptr<Loss> loss)
               "got ", model_->name(), " taking ", model_->num_inputs());
   input_requires_grad_ = model_->input_requires_grad();
   determinism_ = model_->determinism();
+  training_ = model_->training();
+  step_ = model_->step();
+  first_row_ = model_->first_row();
   loss_->set_determinism(determinism_);
 }
 
@@ -42,6 +45,21 @@ void WithLoss::set_grad_ready_hook(GradReadyHook hook) { model_->set_grad_ready_
 void WithLoss::set_micro_shards(std::vector<std::int64_t> bounds) {
   model_->set_micro_shards(bounds);
   micro_shards_ = std::move(bounds);
+}
+
+void WithLoss::set_training(bool v) {
+  training_ = v;
+  model_->set_training(v);
+}
+
+void WithLoss::set_step(std::int64_t step) {
+  step_ = step;
+  model_->set_step(step);
+}
+
+void WithLoss::set_first_row(std::int64_t row) {
+  first_row_ = row;
+  model_->set_first_row(row);
 }
 
 void WithLoss::set_determinism(Determinism d) {

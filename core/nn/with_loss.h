@@ -39,6 +39,10 @@ class WithLoss : public Module {
   void set_grad_ready_hook(GradReadyHook hook) override;
   /// Passed to the model.
   void set_micro_shards(std::vector<std::int64_t> bounds) override;
+  /// Passed to the model (training, step and first row start as the model's).
+  void set_training(bool v) override;
+  void set_step(std::int64_t step) override;
+  void set_first_row(std::int64_t row) override;
 
   Module& model() { return *model_; }
   Loss& loss() { return *loss_; }

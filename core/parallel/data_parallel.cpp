@@ -148,6 +148,8 @@ void DataParallel::replicate(int n) {
     if (!r) r = module_.clone();
     r->set_input_requires_grad(module_.input_requires_grad());
     r->set_determinism(options_.determinism);
+    r->set_training(module_.training());  // module.train() / eval() since the last forward
+    r->set_step(module_.step());
     std::vector<nn::Parameter*> rp = r->parameters();
     DITTO_ASSERT(rp.size() == params.size());
     for (std::size_t k = 0; k < rp.size(); ++k) {
@@ -181,6 +183,7 @@ Tensor DataParallel::forward(const std::vector<Tensor>& inputs) {
     std::vector<Tensor> moved;
     for (const Tensor& t : inputs) moved.push_back(t.to(devices_[0]));
     if (bitwise) module_.set_micro_shards(shard_bounds);
+    module_.set_first_row(0);  // the whole batch (Note [Dropout masks])
     Tensor out = module_.forward(moved);
     last_chunks_ = {batch};
     last_output_shape_ = out.shape();
@@ -226,9 +229,11 @@ Tensor DataParallel::forward(const std::vector<Tensor>& inputs) {
     for (int i = 0; i < n; ++i) per_replica[static_cast<std::size_t>(i)].push_back(parts[static_cast<std::size_t>(i)]);
   }
   replicate(n);
-  if (bitwise)
-    for (int i = 0; i < n; ++i)
-      replicas_[static_cast<std::size_t>(i)]->set_micro_shards(local_shards[static_cast<std::size_t>(i)]);
+  for (int i = 0; i < n; ++i) {
+    nn::Module& r = *replicas_[static_cast<std::size_t>(i)];
+    if (bitwise) r.set_micro_shards(local_shards[static_cast<std::size_t>(i)]);
+    r.set_first_row(starts[static_cast<std::size_t>(i)]);  // its rows' place in the global batch
+  }
   std::vector<Tensor> outputs(static_cast<std::size_t>(n));
   parallel_apply(devs, "forward", [&](int i) {
     const auto r = static_cast<std::size_t>(i);

@@ -10,6 +10,12 @@
 // existing grads like autograd). The optimizer then steps the module on devices[0]; the next
 // forward replicates the updated parameters.
 //
+// Replicas are persistent clones of the module (made at the first forward that needs them,
+// parameters rebound to the broadcast copies at every forward). Each forward copies the module's
+// training() and step() to them (torch's replicate copies module.training) and sets each one's
+// first_row() to the global row of its first input row (0, b0, b0 + b1, ... for chunk sizes b_i;
+// the module itself gets 0 on one device), which keys its dropout masks (Note [Dropout masks]).
+//
 // With one device the module is called directly (as PyTorch does). The module's parameters must
 // be on devices[0]. In bitwise mode the split follows micro-shard boundaries (see
 // DataParallelOptions::determinism).

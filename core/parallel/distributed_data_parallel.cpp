@@ -265,6 +265,7 @@ Tensor DistributedDataParallel::forward(const std::vector<Tensor>& inputs,
       module_.set_micro_shards(
           local_bounds(micro_shard_bounds(global_batch, k), r * k / d, (r + 1) * k / d));
     }
+    module_.set_first_row(lo);  // Note [Dropout masks]: this rank's rows of the global batch
     std::vector<Tensor> moved;
     moved.reserve(inputs.size());
     for (const Tensor& t : inputs) moved.push_back(t.to(comm_.device()));

@@ -102,7 +102,10 @@ class DistributedDataParallel {
   Tensor forward(const std::vector<Tensor>& inputs);
   /// Forward on this rank's part of a global batch of `global_batch` rows: inputs hold exactly
   /// the rows local_rows(global_batch) names (InvalidArgument otherwise); the module reduces its
-  /// gradients over those rows' micro-shards (Note [DDP loss scaling]).
+  /// gradients over those rows' micro-shards (Note [DDP loss scaling]) and its first_row() is set
+  /// to local_rows(global_batch).first (Note [Dropout masks]), in both determinism modes. The
+  /// forwards without global_batch leave first_row() as the caller set it. training() and step()
+  /// are the module's own (DDP holds no replica).
   Tensor forward(const std::vector<Tensor>& inputs, std::int64_t global_batch);
 
   /// Backward of the last forward (grad_output on any device), then the gradient all_reduce

@@ -1,0 +1,135 @@
+// nn::Block and nn::GPT: nanoGPT's transformer (karpathy/nanoGPT model.py) with explicit forward
+// and backward: token and position embeddings, pre-LayerNorm blocks of causal self-attention and
+// MLP with residual connections, a final LayerNorm and a linear head tied to the token embedding.
+//
+// Note [GPT]
+// Structure, parameter names and order are nanoGPT's (its state_dict without lm_head.weight,
+// which is transformer.wte.weight itself):
+//   transformer.wte.weight [V, C], transformer.wpe.weight [block_size, C], then per block l:
+//   transformer.h.l.ln_1.weight [C] (.bias), .attn.c_attn.weight [3C, C] (.bias [3C]),
+//   .attn.c_proj.weight [C, C] (.bias), .ln_2.weight (.bias), .mlp.c_fc.weight [4C, C]
+//   (.bias [4C]), .mlp.c_proj.weight [C, 4C] (.bias), and transformer.ln_f.weight (.bias);
+//   the biases only with bias = true.
+// GELU is the tanh form (GPT-2's and llm.c's; nanoGPT's nn.GELU() is the erf form, within 1e-3).
+//
+// Initialisation (nanoGPT's _init_weights): Linear and Embedding weights normal(0, 0.02),
+// c_proj weights normal(0, 0.02 / sqrt(2 n_layer)), biases 0, LayerNorm weight 1 and bias 0.
+// Every normal is drawn on the host from Philox (Note [Normal init] in core/nn/init.h) under the
+// GPT's seed and stream_id(kStreamInit, layer id), the layer ids being
+//   wte 0, wpe 1, block l: attn.c_attn 2 + 4l, attn.c_proj 3 + 4l, mlp.c_fc 4 + 4l,
+//   mlp.c_proj 5 + 4l                                   (gpt_layer_id in gpt_config.h)
+//
+// Dropout sites (Note [Dropout masks] in core/numerics/gpt_math.h: the mask of a site is
+// keyed by the GPT's seed, stream_id(kStreamDropout, step << 8 | site) and the logical element
+// index in the global batch, first_row * elements per sample + i):
+//   site 0: transformer.drop, on the embeddings x = wte[idx] + wpe [B, T, C]
+//   block l: 1 + 3l attn.attn_dropout on att [B, nh, T, T] (Note [Attention dropout]),
+//            2 + 3l attn.resid_dropout on c_proj's output [B, T, C],
+//            3 + 3l mlp.dropout on the MLP's output [B, T, C]     (gpt_dropout_site)
+// so sites fit in 8 bits for n_layer <= 85. Dropout is active in training mode (set_training)
+// with cfg.dropout > 0; the Trainer sets step(), DataParallel / DDP each replica's first_row().
+//
+// Bitwise mode: every batch reduction (Linear, LayerNorm and embedding gradients) is reduced over
+// the micro-shards of the B samples (bounds scaled by T, core/nn/token_bounds.h), so 1, 2, 4, 8
+// devices give the same bits. transformer.wte.weight gets two contributions, the head's dW =
+// dlogits^T x and the embedding's scatter-add; in bitwise mode they are added per micro-shard
+// (head then embedding) and the shards combined by the canonical tree, so the tied gradient is
+// one micro-shard reduction like every other. This holds log2(shards) + 2 temporaries [V, C].
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/nn/attention.h"
+#include "core/nn/container.h"
+#include "core/nn/gpt_config.h"
+#include "core/nn/gpt_layers.h"
+
+namespace ditto::nn {
+
+/// nanoGPT's Block: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)).
+class Block : public Container {
+ public:
+  Block(const GPTConfig& cfg, std::int64_t layer, const Device& device, std::uint64_t seed);
+  std::string name() const override { return "Block"; }
+  /// x [B, T, C] f32 -> [B, T, C].
+  using Module::forward;
+  Tensor forward(const Tensor& x) override;
+  Tensor backward(const Tensor& grad_output) override;
+  /// ln_1.*, attn.*, ln_2.*, mlp.* (names relative to the block).
+  std::vector<Parameter*> parameters() override;
+  std::unique_ptr<Module> clone() const override;
+
+ protected:
+  std::vector<Module*> children() override;
+
+ private:
+  Block() = default;
+  void name_children();
+  std::unique_ptr<LayerNorm> ln_1_, ln_2_;
+  std::unique_ptr<CausalSelfAttention> attn_;
+  std::unique_ptr<GPTMLP> mlp_;
+};
+
+/// nanoGPT's GPT (Note [GPT]).
+class GPT : public Container {
+ public:
+  /// Parameters on `device`, initialised from `seed` as nanoGPT's _init_weights (Note [GPT]);
+  /// the seed also keys the dropout masks. Throws InvalidArgument for a bad config
+  /// (check_config).
+  GPT(const GPTConfig& cfg, const Device& device, std::uint64_t seed);
+  std::string name() const override { return "GPT"; }
+
+  /// idx [B, T] i64 token ids in [0, vocab_size), 1 <= T <= block_size, on any device (copied to
+  /// the model's) -> logits [B, T, vocab_size] f32 on the model's device (nanoGPT's forward
+  /// with targets: the head on every position). Throws InvalidArgument for a wrong shape or
+  /// dtype, T > block_size, or an id out of range (naming it).
+  using Module::forward;
+  Tensor forward(const Tensor& idx) override;
+  /// grad_logits [B, T, vocab_size] (d loss / d logits, e.g. CrossEntropyLoss's backward):
+  /// accumulates every parameter's grad; returns an undefined tensor (ids have no gradient).
+  Tensor backward(const Tensor& grad_logits) override;
+  /// Token ids have no gradient: input_requires_grad() is always false (a true is ignored).
+  void set_input_requires_grad(bool) override { input_requires_grad_ = false; }
+  /// nanoGPT's state_dict names and order (Note [GPT]); lm_head.weight is wte, not listed.
+  std::vector<Parameter*> parameters() override;
+  /// Same structure and settings, parameters sharing this one's data.
+  std::unique_ptr<Module> clone() const override;
+  const GPTConfig& config() const { return cfg_; }
+  std::uint64_t seed() const { return seed_; }
+
+  /// nanoGPT's generate(): appends max_new_tokens tokens to `prompt` (non-empty, ids in [0, V))
+  /// and returns the whole sequence. Each new token: run the model in eval mode on the last
+  /// block_size tokens (B = 1), take the last position's logits / temperature, keep the top_k
+  /// largest (top_k <= 0 or >= V: all; ties at the k-th value are kept as torch.topk's
+  /// threshold does), softmax with the portable exp on the host (max subtracted, sum ascending),
+  /// and sample token n (0-based among the new ones) as the first index whose running sum of
+  /// probabilities exceeds u = uniform01(seed, stream_id(kStreamSample, 0), n). The model's
+  /// training mode and micro-shards are restored afterwards; the saved state of the last forward
+  /// is not (call forward again before backward). Throws InvalidArgument for an empty prompt,
+  /// a bad id, max_new_tokens < 0 or a temperature that is not finite and > 0.
+  std::vector<std::int64_t> generate(std::vector<std::int64_t> prompt,
+                                     std::int64_t max_new_tokens, float temperature,
+                                     std::int64_t top_k, std::uint64_t seed);
+
+ protected:
+  std::vector<Module*> children() override;
+
+ private:
+  GPT(const GPTConfig& cfg, std::uint64_t seed) : cfg_(cfg), seed_(seed) {  // for clone
+    input_requires_grad_ = false;
+  }
+  void name_children();
+  void wte_grad(const Tensor& dlogits, const Tensor& demb);
+
+  GPTConfig cfg_;
+  std::uint64_t seed_ = 0;
+  std::unique_ptr<Embedding> wte_, wpe_;
+  std::unique_ptr<Dropout> drop_;
+  std::vector<std::unique_ptr<Block>> h_;
+  std::unique_ptr<LayerNorm> ln_f_;
+  Tensor idx_, xf_, dlogits_;  // the last forward's ids [B, T], ln_f output [B*T, C]
+};
+
+}  // namespace ditto::nn

@@ -1,0 +1,205 @@
+// nn::Embedding, nn::LayerNorm, nn::GELU and nn::Dropout: forward and backward over the
+// transformer ops (core/runtime/ops.h).
+#include "core/nn/gpt_layers.h"
+
+#include <cmath>
+
+#include "core/nn/init.h"
+#include "core/nn/token_bounds.h"
+#include "core/numerics/random.h"
+#include "core/runtime/ops.h"
+
+namespace ditto::nn {
+
+namespace {
+
+// Samples of a [B, ...] activation and its rows per sample (T for [B, T, C]).
+std::int64_t rows_per_sample(const Shape& shape) {
+  std::int64_t r = 1;
+  for (std::size_t d = 1; d + 1 < shape.size(); ++d) r *= shape[d];
+  return r;
+}
+
+}  // namespace
+
+std::uint64_t dropout_stream(std::int64_t step, std::uint64_t site) {
+  DITTO_CHECK(step >= 0 && step < (std::int64_t(1) << 40), "nn::dropout_stream: step: expected in [0, 2^40), got ", step);
+  DITTO_CHECK(site < 256, "nn::dropout_stream: site: expected < 256, got ", site);
+  return stream_id(kStreamDropout, static_cast<std::uint64_t>(step) << 8 | site);
+}
+
+std::uint64_t dropout_index_base(std::int64_t first_row, std::int64_t elements_per_row) {
+  DITTO_CHECK(first_row >= 0, "nn::dropout_index_base: first_row: expected >= 0, got ", first_row);
+  return static_cast<std::uint64_t>(first_row) * static_cast<std::uint64_t>(elements_per_row);
+}
+
+// ---- Embedding -----------------------------------------------------------------------------
+
+Embedding::Embedding(std::int64_t num_embeddings, std::int64_t embedding_dim, const Device& device,
+                     std::uint64_t seed, std::uint64_t layer_id, float init_std)
+    : v_(num_embeddings), c_(embedding_dim) {
+  input_requires_grad_ = false;
+  DITTO_CHECK(num_embeddings >= 1 && embedding_dim >= 1,
+              "Embedding: expected num_embeddings >= 1 and embedding_dim >= 1, got ",
+              num_embeddings, " and ", embedding_dim);
+  DITTO_CHECK(std::isfinite(init_std) && init_std >= 0.0f,
+              "Embedding: init_std: expected a finite value >= 0, got ", init_std);
+  weight_.data = normal_tensor({v_, c_}, device, seed, stream_id(kStreamInit, layer_id), init_std);
+}
+
+std::string Embedding::str() const { return detail::cat("Embedding(", v_, ", ", c_, ")"); }
+
+Tensor Embedding::forward(const Tensor& idx) {
+  DITTO_CHECK(idx.defined() && idx.dtype() == DType::i64 && (idx.dim() == 1 || idx.dim() == 2),
+              str(), ".forward: idx: expected [B, T] or [N] i64 token ids, got ", describe(idx));
+  Tensor y;
+  try {
+    y = ops::embedding(idx, weight_.data, Tensor());
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(str() + ".forward: " + e.what());
+  }
+  idx_ = idx;
+  return y;
+}
+
+Tensor Embedding::backward(const Tensor& grad_output) {
+  DITTO_CHECK(idx_.defined(), str(), ".backward: called before forward");
+  Shape want = idx_.shape();
+  want.push_back(c_);
+  DITTO_CHECK(grad_output.defined() && grad_output.shape() == want &&
+                  grad_output.dtype() == DType::f32,
+              str(), ".backward: grad_output: expected ", shape_str(want), " f32, got ",
+              describe(grad_output));
+  const std::int64_t n = idx_.numel(), samples = idx_.size(0);
+  const std::vector<std::int64_t> bounds =
+      determinism_ == Determinism::bitwise
+          ? token_bounds(*this, str(), samples, samples == 0 ? 1 : n / samples)
+          : std::vector<std::int64_t>{0, n};
+  const bool acc = weight_.grad.defined();
+  if (!acc) weight_.grad = Tensor::empty({v_, c_}, DType::f32, grad_output.device());
+  ops::embedding_backward(idx_.view({n}), grad_output.view({n, c_}), weight_.grad, bounds, acc);
+  return Tensor();
+}
+
+std::unique_ptr<Module> Embedding::clone() const {
+  std::unique_ptr<Embedding> m(new Embedding(v_, c_));
+  m->weight_.data = weight_.data;
+  copy_settings(*this, *m);
+  return m;
+}
+
+// ---- LayerNorm -----------------------------------------------------------------------------
+
+LayerNorm::LayerNorm(std::int64_t normalized_shape, const Device& device, bool bias, float eps)
+    : c_(normalized_shape), has_bias_(bias), eps_(eps) {
+  DITTO_CHECK(normalized_shape >= 1, "LayerNorm: normalized_shape: expected >= 1, got ",
+              normalized_shape);
+  DITTO_CHECK(std::isfinite(eps) && eps > 0.0f, "LayerNorm: eps: expected > 0, got ", eps);
+  weight_.data = Tensor::full({c_}, 1.0f, device);
+  if (has_bias_) bias_.data = Tensor::full({c_}, 0.0f, device);
+}
+
+std::string LayerNorm::str() const {
+  return detail::cat("LayerNorm(", c_, has_bias_ ? "" : ", bias=False", ")");
+}
+
+std::vector<Parameter*> LayerNorm::parameters() {
+  if (!has_bias_) return {&weight_};
+  return {&weight_, &bias_};
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  DITTO_CHECK(x.defined() && x.dim() >= 2 && x.size(-1) == c_ && x.dtype() == DType::f32, str(),
+              ".forward: input: expected [N, ..., ", c_, "] f32, got ", describe(x));
+  DITTO_CHECK(x.device() == weight_.data.device(), str(), ".forward: input: expected a tensor on ",
+              weight_.data.device().str(), " (the layer's device), got ", x.str());
+  shape_ = x.shape();
+  x_ = x.view({-1, c_});
+  Tensor y = ops::layernorm(x_, weight_.data, has_bias_ ? bias_.data : Tensor(), eps_, mean_, rstd_);
+  return y.view(shape_);
+}
+
+Tensor LayerNorm::backward(const Tensor& grad_output) {
+  DITTO_CHECK(x_.defined(), str(), ".backward: called before forward");
+  DITTO_CHECK(grad_output.defined() && grad_output.shape() == shape_ &&
+                  grad_output.dtype() == DType::f32,
+              str(), ".backward: grad_output: expected ", shape_str(shape_), " f32, got ",
+              describe(grad_output));
+  const Tensor dy = grad_output.view({-1, c_});
+  Tensor dy_xhat;
+  Tensor dx = ops::layernorm_backward(dy, x_, weight_.data, mean_, rstd_, dy_xhat);
+  const std::vector<std::int64_t> bounds =
+      determinism_ == Determinism::bitwise
+          ? token_bounds(*this, str(), shape_[0], rows_per_sample(shape_))
+          : std::vector<std::int64_t>{};
+  add_row_sums(dy_xhat, weight_, determinism_, bounds);
+  if (has_bias_) add_row_sums(dy, bias_, determinism_, bounds);
+  return dx.view(shape_);
+}
+
+std::unique_ptr<Module> LayerNorm::clone() const {
+  std::unique_ptr<LayerNorm> m(new LayerNorm(c_, has_bias_, eps_));
+  m->weight_.data = weight_.data;
+  m->bias_.data = bias_.data;
+  copy_settings(*this, *m);
+  return m;
+}
+
+// ---- GELU ----------------------------------------------------------------------------------
+
+Tensor GELU::forward(const Tensor& x) {
+  DITTO_CHECK(x.defined() && x.dtype() == DType::f32,
+              "GELU.forward: input: expected an f32 tensor, got ", describe(x));
+  x_ = x;
+  return ops::gelu(x);
+}
+
+Tensor GELU::backward(const Tensor& grad_output) {
+  DITTO_CHECK(x_.defined(), "GELU.backward: called before forward");
+  DITTO_CHECK(grad_output.defined() && grad_output.shape() == x_.shape(),
+              "GELU.backward: grad_output: expected ", shape_str(x_.shape()),
+              " f32 (the input's shape), got ", describe(grad_output));
+  return ops::gelu_backward(x_, grad_output);
+}
+
+std::unique_ptr<Module> GELU::clone() const {
+  auto m = std::make_unique<GELU>();
+  copy_settings(*this, *m);
+  return m;
+}
+
+// ---- Dropout -------------------------------------------------------------------------------
+
+Dropout::Dropout(float p, std::uint64_t site, std::uint64_t seed) : p_(p), site_(site), seed_(seed) {
+  DITTO_CHECK(p >= 0.0f && p < 1.0f, "Dropout: p: expected in [0, 1), got ", p);
+  DITTO_CHECK(site < 256, "Dropout: site: expected < 256 (Note [Dropout masks]), got ", site);
+}
+
+Tensor Dropout::forward(const Tensor& x) {
+  DITTO_CHECK(x.defined() && x.dtype() == DType::f32 && x.dim() >= 1,
+              "Dropout.forward: input: expected an f32 tensor [B, ...], got ", describe(x));
+  shape_ = x.shape();
+  has_forward_ = true;
+  applied_ = active() && x.numel() > 0;
+  if (!applied_) return x;
+  stream_ = dropout_stream(step_, site_);
+  index_base_ = dropout_index_base(first_row_, x.numel() / x.size(0));
+  return ops::dropout(x, p_, seed_, stream_, index_base_);
+}
+
+Tensor Dropout::backward(const Tensor& grad_output) {
+  DITTO_CHECK(has_forward_, "Dropout.backward: called before forward");
+  DITTO_CHECK(grad_output.defined() && grad_output.shape() == shape_,
+              "Dropout.backward: grad_output: expected ", shape_str(shape_),
+              " f32 (the input's shape), got ", describe(grad_output));
+  if (!applied_) return grad_output;
+  return ops::dropout_backward(grad_output, p_, seed_, stream_, index_base_);
+}
+
+std::unique_ptr<Module> Dropout::clone() const {
+  auto m = std::make_unique<Dropout>(p_, site_, seed_);
+  copy_settings(*this, *m);
+  return m;
+}
+
+}  // namespace ditto::nn

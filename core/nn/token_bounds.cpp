@@ -1,0 +1,39 @@
+// token_bounds: a module's sample micro-shard bounds scaled to token rows.
+#include "core/nn/token_bounds.h"
+
+#include "core/numerics/micro_shards.h"
+#include "core/runtime/ops.h"
+
+namespace ditto::nn {
+
+std::vector<std::int64_t> token_bounds(const Module& m, const std::string& who,
+                                       std::int64_t samples, std::int64_t per_sample) {
+  std::vector<std::int64_t> bounds = m.micro_shards().empty()
+                                         ? micro_shard_bounds(samples, kDefaultMicroShards)
+                                         : m.micro_shards();
+  DITTO_CHECK(bounds.back() == samples, who, ".backward: micro-shards cover ", bounds.back(),
+              " rows, the batch has ", samples, " (set_micro_shards before forward)");
+  if (per_sample != 1)
+    for (std::int64_t& b : bounds) b *= per_sample;
+  return bounds;
+}
+
+void add_row_sums(const Tensor& x, Parameter& p, Determinism mode,
+                  const std::vector<std::int64_t>& bounds) {
+  const bool acc = p.grad.defined();
+  if (mode == Determinism::bitwise) {
+    if (!acc) p.grad = Tensor::empty(p.data.shape(), DType::f32, x.device());
+    Tensor out = p.grad.dim() == 1 ? p.grad : p.grad.view({-1});
+    ops::sum_rows_sharded(x, out, bounds, acc);
+    return;
+  }
+  if (!acc) p.grad = Tensor::zeros(p.data.shape(), DType::f32, x.device());
+  Tensor out = p.grad.dim() == 1 ? p.grad : p.grad.view({-1});
+  ops::sum_rows(x, out, acc ? 1.0f : 0.0f, mode);
+}
+
+std::string describe(const Tensor& t) {
+  return t.defined() ? t.str() : std::string("an undefined tensor");
+}
+
+}  // namespace ditto::nn

@@ -1,0 +1,204 @@
+// The GPT's layers (core/nn/gpt_layers.h, attention.h, linear.h, init.h, loss.h): gradients
+// against central finite differences (method and tolerances: tests/gpt_test_util.h), nanoGPT's
+// normal init against an independent double-precision polar method, Linear on [B, T, C] and
+// without bias, CrossEntropyLoss on [B, T, V], dropout masks keyed by the global row.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/nn/attention.h"
+#include "core/nn/gpt.h"
+#include "core/nn/gpt_layers.h"
+#include "core/nn/init.h"
+#include "core/nn/linear.h"
+#include "core/nn/loss.h"
+#include "core/runtime/ops.h"
+#include "core/numerics/random.h"
+#include "gpt_test_util.h"
+#include "test_util.h"
+
+namespace ditto {
+namespace {
+
+using namespace ditto::test;
+
+class GptLayers : public SimSuite<8> {
+ protected:
+  static Device dev() { return Device("sim", 0); }
+  static Tensor act(const Shape& s, std::uint64_t sub, float lo = -1.0f, float hi = 1.0f) {
+    return Tensor::from_vector(seeded(shape_numel(s), sub, lo, hi), s, dev());
+  }
+  // Every parameter replaced by seeded values (weights [-0.5, 0.5), 1-D parameters around 1 for
+  // LayerNorm weights): the check runs away from the special point of the init (zero biases, unit
+  // LayerNorm weights, near-zero attention logits).
+  static void randomize(nn::Module& m, std::uint64_t sub) {
+    for (nn::Parameter* p : m.parameters()) {
+      const bool ln_weight = p->name.find("ln") != std::string::npos &&
+                             p->name.find("weight") != std::string::npos;
+      const float lo = ln_weight ? 0.7f : -0.5f, hi = ln_weight ? 1.3f : 0.5f;
+      p->data.copy_(Tensor::from_vector(seeded(p->data.numel(), sub++, lo, hi), p->data.shape()));
+    }
+  }
+  static nn::GPTConfig tiny(float dropout, bool bias) {
+    nn::GPTConfig c;
+    c.block_size = 6, c.vocab_size = 11, c.n_layer = 2, c.n_head = 2, c.n_embd = 8;
+    c.dropout = dropout, c.bias = bias;
+    return c;
+  }
+};
+
+TEST_F(GptLayers, NormalInitIsThePolarMethodOfNoteNormalInit) {
+  // An independent double-precision polar method with libm over the same Philox draws.
+  const std::uint64_t stream = stream_id(kStreamInit, 3);
+  const std::int64_t n = 4000;
+  double sum = 0, sq = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    double want = 0;
+    for (std::uint64_t a = 0;; ++a) {
+      const std::uint64_t k = 2 * (a * n + static_cast<std::uint64_t>(i));
+      const double x = 2.0 * uniform01(5, stream, k) - 1.0, y = 2.0 * uniform01(5, stream, k + 1) - 1.0;
+      const double s = x * x + y * y;
+      if (s > 0 && s < 1) {
+        want = 0.5 * x * std::sqrt(-2.0 * std::log(s) / s);
+        break;
+      }
+    }
+    const float got = nn::normal_sample(5, stream, i, n, 0.5f);
+    ASSERT_NEAR(got, want, 1e-6 * (1.0 + std::abs(want))) << "element " << i;
+    sum += got, sq += double(got) * got;
+  }
+  EXPECT_NEAR(sum / n, 0.0, 4 * 0.5 / std::sqrt(double(n)));           // mean 0
+  EXPECT_NEAR(std::sqrt(sq / n), 0.5, 0.05);                             // std 0.5
+  expect_invalid([] { nn::normal_sample(1, 2, 5, 5, 1.0f); }, "index: expected in [0, 5), got 5");
+}
+
+TEST_F(GptLayers, LinearOnTokensEqualsLinearOnFlattenedRowsAndHasNoBiasOnRequest) {
+  for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
+    nn::Linear a(8, 5, dev(), 3, 1), b(8, 5, dev(), 3, 1);
+    a.set_determinism(mode), b.set_determinism(mode);
+    const Tensor x = act({3, 4, 8}, 1), gy = act({3, 4, 5}, 2);
+    const Tensor y3 = a.forward(x), y2 = b.forward(x.view({12, 8}));
+    ASSERT_EQ(y3.shape(), (Shape{3, 4, 5}));
+    EXPECT_TRUE(bits_equal(y3.to_vector<float>(), y2.to_vector<float>()));
+    const Tensor g3 = a.backward(gy), g2 = b.backward(gy.view({12, 5}));
+    ASSERT_EQ(g3.shape(), (Shape{3, 4, 8}));
+    EXPECT_TRUE(bits_equal(g3.to_vector<float>(), g2.to_vector<float>()));
+    if (mode == Determinism::fast) {  // bitwise: shards over 3 samples vs 12 rows differ
+      EXPECT_TRUE(bits_equal(a.weight().grad.to_vector<float>(), b.weight().grad.to_vector<float>()));
+      EXPECT_TRUE(bits_equal(a.bias().grad.to_vector<float>(), b.bias().grad.to_vector<float>()));
+    }
+  }
+  nn::LinearOptions o;
+  o.bias = false, o.init_std = 0.02f;
+  nn::Linear c(16, 32, dev(), 3, 2, o);
+  ASSERT_EQ(c.parameters().size(), 1u);
+  EXPECT_EQ(c.str(), "Linear(16, 32, bias=False)");
+  expect_invalid([&] { c.bias(); }, "has no bias");
+  const std::vector<float> w = c.weight().data.to_vector<float>();
+  const std::uint64_t stream = stream_id(kStreamInit, 2);
+  for (std::int64_t i : {0, 7, 511})
+    EXPECT_EQ(bits(w[static_cast<std::size_t>(i)]), bits(nn::normal_sample(3, stream, i, 512, 0.02f)));
+  gradcheck(c, act({2, 3, 16}, 3), "Linear without bias on [B, T, C]");
+  nn::Linear d(6, 4, dev(), 1, 0);
+  gradcheck(d, act({2, 3, 6}, 4), "Linear on [B, T, C]");
+}
+
+TEST_F(GptLayers, LayerNormGeluEmbeddingDropoutGradients) {
+  for (bool bias : {true, false}) {
+    nn::LayerNorm ln(8, dev(), bias);
+    randomize(ln, 10);
+    ASSERT_EQ(ln.parameters().size(), bias ? 2u : 1u);
+    gradcheck(ln, act({2, 3, 8}, 5, -2.0f, 2.0f), bias ? "LayerNorm" : "LayerNorm(bias=False)");
+  }
+  nn::GELU gelu;
+  gradcheck(gelu, act({2, 3, 8}, 6, -3.0f, 3.0f), "GELU");
+  nn::Embedding emb(7, 5, dev(), 1, 0);
+  gradcheck(emb, Tensor::from_vector(seeded_ids(12, 7, 7), {3, 4}), "Embedding");
+  nn::Dropout drop(0.3f, 4, 9);
+  gradcheck(drop, act({2, 3, 8}, 8), "Dropout(0.3)");
+}
+
+TEST_F(GptLayers, DropoutMaskIsKeyedByStepSiteAndGlobalRow) {
+  nn::Dropout drop(0.5f, 3, 9);
+  drop.set_step(2);
+  const Tensor x = Tensor::full({4, 6}, 1.0f, dev());
+  const std::vector<float> all = drop.forward(x).to_vector<float>();
+  int kept = 0;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    const bool keep = uniform01(9, nn::dropout_stream(2, 3), i) >= 0.5f;
+    EXPECT_EQ(all[i], keep ? 2.0f : 0.0f) << i;
+    kept += keep;
+  }
+  EXPECT_GT(kept, 4);
+  EXPECT_LT(kept, 20);
+  // Rows [2, 4) on their own draw the same mask when told their first row...
+  drop.set_first_row(2);
+  const std::vector<float> tail = drop.forward(x.narrow(2, 2)).to_vector<float>();
+  EXPECT_TRUE(bits_equal(tail, std::vector<float>(all.begin() + 12, all.end())));
+  // ...and another one at another step or site, or in eval mode none.
+  drop.set_first_row(0);
+  drop.set_step(3);
+  EXPECT_TRUE(any_bits_differ(drop.forward(x).to_vector<float>(), all));
+  drop.set_training(false);
+  EXPECT_TRUE(bits_equal(drop.forward(x).to_vector<float>(), std::vector<float>(24, 1.0f)));
+  expect_invalid([] { nn::Dropout(1.0f, 0, 0); }, "p: expected in [0, 1), got 1");
+}
+
+TEST_F(GptLayers, AttentionMlpAndBlockGradients) {
+  for (float p : {0.0f, 0.2f}) {
+    const nn::GPTConfig cfg = tiny(p, true);
+    const std::string tag = p > 0 ? " with dropout 0.2" : "";
+    nn::CausalSelfAttention attn(cfg, 1, dev(), 4);
+    randomize(attn, 20);
+    attn.set_step(5);
+    gradcheck(attn, act({2, 5, 8}, 9), "CausalSelfAttention" + tag);
+    nn::GPTMLP mlp(cfg, 1, dev(), 4);
+    randomize(mlp, 30);
+    gradcheck(mlp, act({2, 5, 8}, 10), "MLP" + tag);
+    nn::Block block(cfg, 0, dev(), 4);
+    randomize(block, 40);
+    gradcheck(block, act({2, 5, 8}, 11), "Block" + tag);
+  }
+}
+
+TEST_F(GptLayers, AttentionDropoutAgreesWithTheKernelWhenNothingIsDropped) {
+  // p tiny: every element kept with scale 1, so the host path must equal the kernel's att @ v
+  // (up to the kernels' own order: within 1e-6).
+  const Tensor qkv = act({2, 5, 24}, 12);
+  Tensor att;
+  const Tensor y = ops::attention(qkv, 2, att);
+  const Tensor yd = nn::attention_dropout_forward(qkv, att, 2, 1e-9f, 1, 2, 0);
+  const std::vector<float> a = y.to_vector<float>(), b = yd.to_vector<float>();
+  for (std::size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6) << i;
+  const Tensor dy = act({2, 5, 8}, 13);
+  const std::vector<float> g1 = ops::attention_backward(dy, qkv, att, 2).to_vector<float>();
+  const std::vector<float> g2 =
+      nn::attention_dropout_backward(dy, qkv, att, 2, 1e-9f, 1, 2, 0).to_vector<float>();
+  for (std::size_t i = 0; i < g1.size(); ++i) ASSERT_NEAR(g1[i], g2[i], 1e-5) << i;
+}
+
+TEST_F(GptLayers, CrossEntropyOverTokensIsTheMeanOverBTimesT) {
+  for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
+    const Tensor logits = act({3, 4, 6}, 14, -2.0f, 2.0f);
+    const Tensor targets = Tensor::from_vector(seeded_ids(12, 6, 15), {3, 4}, dev());
+    nn::CrossEntropyLoss a, b;
+    a.set_determinism(mode), b.set_determinism(mode);
+    const float la = a.forward(logits, targets).item();
+    const float lb = b.forward(logits.view({12, 6}), targets.view({12})).item();
+    EXPECT_NEAR(la, lb, 1e-6);
+    const Tensor ga = a.backward(), gb = b.backward();
+    ASSERT_EQ(ga.shape(), (Shape{3, 4, 6}));
+    EXPECT_TRUE(bits_equal(ga.to_vector<float>(), gb.to_vector<float>()));
+    // set_global_batch counts sequences: 6 samples of 4 tokens halve the loss of 3.
+    nn::CrossEntropyLoss c;
+    c.set_determinism(mode);
+    c.set_global_batch(6);
+    EXPECT_NEAR(c.forward(logits, targets).item(), la / 2, 1e-6);
+  }
+  nn::CrossEntropyLoss d;
+  expect_invalid([&] { d.forward(act({3, 4, 6}, 1), Tensor::zeros({3, 5}, DType::i64, dev())); },
+                 "target: expected [3, 4] i64");
+}
+
+}  // namespace
+}  // namespace ditto
