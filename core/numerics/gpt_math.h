@@ -44,10 +44,11 @@
 //                       dpre[u] = mul(mul(att[u], sub(da_u, pd)), scale) (the score scale
 //                       applied per element here, so dq[i] = chain_u fma(dpre[u], k_u[i]) and
 //                       dk[i] = chain_t fma(dpre[t, u], q_t[i]) are not scaled after the chain);
-//                       dv[i] = chain_t fma(a[t, u], dy_t[i]). This is the order of nn's former
-//                       host path (Note [Attention dropout] of core/nn/attention_dropout.cpp,
-//                       removed), so a GPT's bits with dropout did not change when the layer moved
-//                       to the kernels. p == 0 is exactly the order above (no mask is drawn).
+//                       dv[i] = chain_t fma(a[t, u], dy_t[i]). This is the order of the host
+//                       path nn::CausalSelfAttention used before these kernels took the key
+//                       (core/nn/attention_dropout.cpp, removed), so a GPT's bits with dropout
+//                       did not change. p == 0 draws no mask and is the order of the two entries
+//                       above (score scale after the dq and dk chains).
 //   dropout             kept = uniform01(seed, stream, index) >= p (Note [Dropout masks]); y =
 //                       kept ? mul(x, scale) : 0 with scale = div(1, sub(1, p))
 //   sum_squares         bitwise: blocks of kSquaresBlock elements, each chain fma(x, x, acc);
@@ -175,6 +176,22 @@ DITTO_HD inline float gelu_grad(float x, float gy) {
   return mul(gy, add(left, right));
 }
 
+// ---- dropout (Note [Dropout masks]) -------------------------------------------------------------
+
+/// True when element `index` of the mask of (seed, stream) is kept at drop probability p.
+DITTO_HD inline bool dropout_keep(std::uint64_t seed, std::uint64_t stream, std::uint64_t index,
+                                  float p) {
+  return philox::uniform01(seed, stream, index) >= p;
+}
+
+/// The scale of kept elements, 1 / (1 - p) in float.
+DITTO_HD inline float dropout_scale(float p) { return div(1.0f, sub(1.0f, p)); }
+
+/// One element of inverted dropout (forward and backward alike): kept ? x * scale : 0.
+DITTO_HD inline float dropout_apply(bool kept, float x, float scale) {
+  return kept ? mul(x, scale) : 0.0f;
+}
+
 // ---- causal self-attention ----------------------------------------------------------------------
 
 /// float(1 / sqrt(double(hd))): the score scale of a head of hd channels (Note [GPT kernels]).
@@ -233,10 +250,12 @@ struct AttentionDropout {
   std::uint64_t seed = 0, stream = 0, index_base = 0;
   DITTO_HD bool active() const { return p > 0.0f; }
   /// a = keep ? mul(x, s) : 0 for the element of flat index `index` of att [B, nh, T, T].
-  DITTO_HD float apply(std::uint64_t index, float x, float s) const {
-    return kept(index) ? mul(x, s) : 0.0f;
+  DITTO_HD bool kept(std::uint64_t index) const {
+    return dropout_keep(seed, stream, index_base + index, p);
   }
-  DITTO_HD bool kept(std::uint64_t index) const;
+  DITTO_HD float apply(std::uint64_t index, float x, float s) const {
+    return dropout_apply(kept(index), x, s);
+  }
 };
 
 /// The flat index of att[b, h, t, 0] in [B, nh, T, T] (dropout mask indices are it + u).
@@ -357,26 +376,6 @@ DITTO_HD inline void attention_key_backward(const float* dy, const float* qkv, c
   if (drop.active()) return;
   const float scale = attention_scale(C / nh);
   for (std::int64_t i = 0; i < C / nh; ++i) dk_out[i] = mul(dk_out[i], scale);
-}
-
-// ---- dropout (Note [Dropout masks]) -------------------------------------------------------------
-
-/// True when element `index` of the mask of (seed, stream) is kept at drop probability p.
-DITTO_HD inline bool dropout_keep(std::uint64_t seed, std::uint64_t stream, std::uint64_t index,
-                                  float p) {
-  return philox::uniform01(seed, stream, index) >= p;
-}
-
-/// The scale of kept elements, 1 / (1 - p) in float.
-DITTO_HD inline float dropout_scale(float p) { return div(1.0f, sub(1.0f, p)); }
-
-DITTO_HD inline bool AttentionDropout::kept(std::uint64_t index) const {
-  return dropout_keep(seed, stream, index_base + index, p);
-}
-
-/// One element of inverted dropout (forward and backward alike): kept ? x * scale : 0.
-DITTO_HD inline float dropout_apply(bool kept, float x, float scale) {
-  return kept ? mul(x, scale) : 0.0f;
 }
 
 // ---- sum of squares -----------------------------------------------------------------------------
