@@ -137,41 +137,36 @@ constexpr int kSquaresThreads = 256;
 __global__ void squares_blocks_kernel(const float* x, i64 n, i64 blocks, float* partial) {
   for (i64 j = global_thread(); j < blocks; j += grid_threads()) {
     const i64 lo = j * gpt::kSquaresBlock;
-    partial[j] = gpt::squares_chain(x + lo, n - lo < gpt::kSquaresBlock ? n - lo : gpt::kSquaresBlock);
+    const i64 len = n - lo < gpt::kSquaresBlock ? n - lo : gpt::kSquaresBlock;
+    partial[j] = gpt::squares_chain(x + lo, len);
   }
 }
 
 // *out = canonical tree over partial[0..blocks), blocks >= 1 (one thread).
 __global__ void squares_tree_kernel(const float* partial, i64 blocks, float* out) {
-  cm::TreeStack<1, kSquaresDepth> tree;
-  float v[1];
-  for (i64 j = 0; j < blocks; ++j) {
-    v[0] = partial[j];
-    tree.push(j, v);
-  }
-  tree.result(v);
-  *out = v[0];
+  *out = tree_over<kSquaresDepth>(partial, blocks);
 }
 
 // Fast: one block, strided fma partials, a tree over the block (any order).
 __global__ void __launch_bounds__(kSquaresThreads) squares_fast_kernel(const float* x, i64 n,
                                                                        float* out) {
-  __shared__ float warp_sums[kSquaresThreads / 32];
   float acc = 0.0f;
   for (i64 i = threadIdx.x; i < n; i += blockDim.x) acc = cm::fma(x[i], x[i], acc);
-  for (int off = 16; off > 0; off /= 2) acc += __shfl_down_sync(0xffffffffu, acc, off);
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    acc = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.0f;
-    for (int off = 16; off > 0; off /= 2) acc += __shfl_down_sync(0xffffffffu, acc, off);
-    if (threadIdx.x == 0) *out = acc;
-  }
+  acc = block_sum_any_order(acc);
+  if (threadIdx.x == 0) *out = acc;
+}
+
+// One launch of dropout_kernel (forward: x -> y; backward: gy -> gx, the same mask).
+void launch_dropout(const Launch& l, const float* in, float* out, i64 n, float p,
+                    std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base) {
+  dropout_kernel<<<blocks_for(n), kThreads, 0, l.get()>>>(in, out, n, p, gpt::dropout_scale(p),
+                                                          seed, stream, index_base);
+  l.check();
 }
 
 }  // namespace
 
-// ---- CudaGptKernels ------------------------------------------------------------------------------
+// ---- CudaGptKernels ----------------------------------------------------------------------------
 
 void CudaGptKernels::embedding_forward(Stream& s, const i64* idx, const float* wte,
                                        const float* wpe, i64 N, i64 T, i64 C, float* out) {
@@ -261,20 +256,14 @@ void CudaGptKernels::dropout_forward(Stream& s, const float* x, float* y, i64 n,
                                      std::uint64_t seed, std::uint64_t stream,
                                      std::uint64_t index_base) {
   if (n <= 0) return;
-  Launch l(backend_, s, "dropout_forward");
-  dropout_kernel<<<blocks_for(n), kThreads, 0, l.get()>>>(x, y, n, p, gpt::dropout_scale(p), seed,
-                                                          stream, index_base);
-  l.check();
+  launch_dropout(Launch(backend_, s, "dropout_forward"), x, y, n, p, seed, stream, index_base);
 }
 
 void CudaGptKernels::dropout_backward(Stream& s, const float* gy, float* gx, i64 n, float p,
                                       std::uint64_t seed, std::uint64_t stream,
                                       std::uint64_t index_base) {
   if (n <= 0) return;
-  Launch l(backend_, s, "dropout_backward");
-  dropout_kernel<<<blocks_for(n), kThreads, 0, l.get()>>>(gy, gx, n, p, gpt::dropout_scale(p),
-                                                          seed, stream, index_base);
-  l.check();
+  launch_dropout(Launch(backend_, s, "dropout_backward"), gy, gx, n, p, seed, stream, index_base);
 }
 
 void CudaGptKernels::sum_squares(Stream& s, const float* x, i64 n, float* out, Determinism mode) {

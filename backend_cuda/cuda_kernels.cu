@@ -8,8 +8,9 @@
 // (core/numerics/canonical_math.h) and the order of their reductions from core/numerics/canonical_tree.h, which
 // the host tests check against the simulator (tests/test_canonical_tree.cpp).
 //
-// The canonical GEMM is in cuda_gemm.cu (Note [CUDA canonical GEMM]); the launch helpers both
-// files share in cuda_kernels_common.cuh.
+// The canonical GEMM is in cuda_gemm.cu (Note [CUDA canonical GEMM]), the transformer's kernels
+// in cuda_gpt.cu (CudaGptKernels, the base of CudaKernels); the launch helpers they share in
+// cuda_kernels_common.cuh.
 #include "backend_cuda/cuda_kernels_common.cuh"
 
 namespace ditto::cuda {
@@ -98,17 +99,10 @@ constexpr int kSumThreads = 1024;
 // Fast sum: one block, strided partial sums, then a tree over the block (any order).
 __global__ void __launch_bounds__(kSumThreads) sum_fast_kernel(const float* x, i64 n, float scale,
                                                                float* out) {
-  __shared__ float warp_sums[kSumThreads / 32];
   float acc = 0.0f;
   for (i64 i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
-  for (int off = 16; off > 0; off /= 2) acc += __shfl_down_sync(0xffffffffu, acc, off);
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    acc = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.0f;
-    for (int off = 16; off > 0; off /= 2) acc += __shfl_down_sync(0xffffffffu, acc, off);
-    if (threadIdx.x == 0) *out = scale * acc;
-  }
+  acc = block_sum_any_order(acc);
+  if (threadIdx.x == 0) *out = scale * acc;
 }
 
 // Bitwise sum_rows: one thread per column, rows ascending from 0.0f.
@@ -216,16 +210,9 @@ __global__ void sum_sharded_kernel(const float* x, const __grid_constant__ Shard
     leaf[s] = acc;
   }
   __syncthreads();
-  if (s == 0) {
-    cm::TreeStack<1, kShardDepth> tree;
-    float v[1];
-    for (int l = 0; l < shards; ++l) {
-      v[0] = leaf[l];
-      tree.push(l, v);
-    }
-    tree.result(v);
-    *out = finish(mode, v[0], mode == Out::accumulate ? *out : 0.0f, scale);
-  }
+  if (s == 0)
+    *out = finish(mode, tree_over<kShardDepth>(leaf, shards), mode == Out::accumulate ? *out : 0.0f,
+                  scale);
 }
 
 // ---- optimizers ------------------------------------------------------------------------------

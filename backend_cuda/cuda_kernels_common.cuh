@@ -1,7 +1,9 @@
-// Internal: what the CUDA backend's kernel files (cuda_kernels.cu, cuda_gemm.cu) share: launch
-// configuration, how a reduction's result lands (Out), the GEMM's tile constants and arguments,
-// the Launch scope of a call and stream-ordered scratch memory from the backend (DeviceTemp). Included only by
-// .cu files (and, rewritten, by the CPU emulator, tools/cuda_emu).
+// Internal: what the CUDA backend's kernel files (cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu)
+// share: launch configuration, how a reduction's result lands (Out), the GEMM's tile constants
+// and arguments, the Launch scope of a call, stream-ordered scratch memory from the backend
+// (DeviceTemp), the host recursion of the canonical tree over shards (shard_tree) and the class of
+// the transformer kernels (CudaGptKernels). Included only by .cu files (and, rewritten, by the CPU
+// emulator, tools/cuda_emu).
 #pragma once
 
 #include <cublas_v2.h>
@@ -38,6 +40,35 @@ __device__ __forceinline__ i64 global_thread() {
   return static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 __device__ __forceinline__ i64 grid_threads() { return static_cast<i64>(gridDim.x) * blockDim.x; }
+
+// Fast-mode block reduction (any order): the sum of every thread's `acc` over a block of
+// blockDim.x threads (a multiple of 32, at most 1024) of one dimension, valid in thread 0. Every
+// thread of the block calls it.
+__device__ __forceinline__ float block_sum_any_order(float acc) {
+  __shared__ float warp_sums[32];
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_down_sync(0xffffffffu, acc, off);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = acc;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    acc = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.0f;
+    for (int off = 16; off > 0; off /= 2) acc += __shfl_down_sync(0xffffffffu, acc, off);
+  }
+  return acc;
+}
+
+// The canonical tree (Note [Canonical tree]) over leaves[0..n), n >= 1, in one thread, streamed
+// through a canonical::TreeStack of Depth >= tree_stack_depth(n) entries.
+template <int Depth>
+__device__ __forceinline__ float tree_over(const float* leaves, i64 n) {
+  cm::TreeStack<1, Depth> tree;
+  float v[1];
+  for (i64 l = 0; l < n; ++l) {
+    v[0] = leaves[l];
+    tree.push(l, v);
+  }
+  tree.result(v);
+  return v[0];
+}
 
 // How a reduction's result T lands in its destination d.
 enum class Out : int {

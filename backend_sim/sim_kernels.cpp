@@ -432,17 +432,13 @@ class SimKernels final : public Kernels {
   void dropout_forward(Stream& s, const float* x, float* y, std::int64_t n, float p,
                        std::uint64_t seed, std::uint64_t stream,
                        std::uint64_t index_base) override {
-    if (n <= 0) return;
-    launch(s, "dropout_forward", gk::dropout_cost(n),
-           [=] { gk::dropout(x, y, n, p, seed, stream, index_base); });
+    launch_dropout(s, "dropout_forward", x, y, n, p, seed, stream, index_base);
   }
 
   void dropout_backward(Stream& s, const float* gy, float* gx, std::int64_t n, float p,
                         std::uint64_t seed, std::uint64_t stream,
                         std::uint64_t index_base) override {
-    if (n <= 0) return;
-    launch(s, "dropout_backward", gk::dropout_cost(n),
-           [=] { gk::dropout(gy, gx, n, p, seed, stream, index_base); });
+    launch_dropout(s, "dropout_backward", gy, gx, n, p, seed, stream, index_base);
   }
 
   void sum_squares(Stream& s, const float* x, std::int64_t n, float* out,
@@ -452,6 +448,13 @@ class SimKernels final : public Kernels {
   }
 
  private:
+  // Dropout forward and backward: the same mask, recomputed (Note [Dropout masks]).
+  void launch_dropout(Stream& s, const char* name, const float* x, float* y, std::int64_t n,
+                      float p, std::uint64_t seed, std::uint64_t stream, std::uint64_t base) {
+    if (n <= 0) return;
+    launch(s, name, gk::dropout_cost(n), [=] { gk::dropout(x, y, n, p, seed, stream, base); });
+  }
+
   // Enqueue `work` on `s`; once it has run, the cost model advances the stream's virtual clock by
   // the kernel's roofline time (Note [Virtual time], cost_model.h). The cost model only observes.
   template <typename F>

@@ -32,17 +32,90 @@ void transpose_head(const float* src, std::int64_t stride, std::int64_t col, std
 }
 
 // acc[u] = chain over i ascending of fma(a[i], kt[i * T + u], acc[u]) from 0.0f for u <= t: the
-// dot products a . k_u of gpt::dot_chain, all u at once (vectorised across u).
+// dot products a . k_u of gpt::dot_chain, all u at once: blocks of kDotBlock keys held in
+// registers across the whole chain (vectorised across u), the rest one key column at a time.
+constexpr std::int64_t kDotBlock = 32;
+
 void dots_transposed(const float* a, const float* kt, std::int64_t t, std::int64_t T,
                      std::int64_t hd, float* acc) {
-  const std::int64_t n = t + 1;
-  for (std::int64_t u = 0; u < n; ++u) acc[u] = 0.0f;
+  const std::int64_t n = t + 1, full = n - n % kDotBlock;
+  for (std::int64_t u0 = 0; u0 < full; u0 += kDotBlock) {
+    float blk[kDotBlock] = {};
+    for (std::int64_t i = 0; i < hd; ++i) {
+      const float ai = a[i];
+      const float* __restrict k = kt + i * T + u0;
+      for (std::int64_t j = 0; j < kDotBlock; ++j) blk[j] = fma(ai, k[j], blk[j]);
+    }
+    for (std::int64_t j = 0; j < kDotBlock; ++j) acc[u0 + j] = blk[j];
+  }
+  for (std::int64_t u = full; u < n; ++u) acc[u] = 0.0f;
   for (std::int64_t i = 0; i < hd; ++i) {
     const float ai = a[i];
     const float* __restrict k = kt + i * T;
     float* __restrict o = acc;
-    for (std::int64_t u = 0; u < n; ++u) o[u] = fma(ai, k[u], o[u]);
+    for (std::int64_t u = full; u < n; ++u) o[u] = fma(ai, k[u], o[u]);
   }
+}
+
+// gpt::weighted_rows and gpt::attention_key_backward with the head width a constant, so that
+// the hd accumulators stay in registers across the chain (the same operations in the same
+// order); other widths take gpt_math.h's functions themselves.
+template <int HD>
+void weighted_rows_hd(const float* w, std::int64_t t, const float* rows, std::int64_t stride,
+                      float* out) {
+  float acc[HD] = {};
+  for (std::int64_t u = 0; u <= t; ++u) {
+    const float* __restrict r = rows + u * stride;
+    const float a = w[u];
+    for (int i = 0; i < HD; ++i) acc[i] = fma(a, r[i], acc[i]);
+  }
+  std::memcpy(out, acc, sizeof acc);
+}
+
+void weighted_rows(const float* w, std::int64_t t, const float* rows, std::int64_t stride,
+                   std::int64_t hd, float* out) {
+  if (hd == 32) return weighted_rows_hd<32>(w, t, rows, stride, out);
+  if (hd == 64) return weighted_rows_hd<64>(w, t, rows, stride, out);
+  gpt::weighted_rows(w, t, rows, stride, hd, out);
+}
+
+// dk_u = scale * chain_t fma(dpre[t, u], q_t), dv_u = chain_t fma(att[t, u], dy_t), t >= u;
+// with `scaled` false dk_u is the chain itself (attention with dropout: att_col then holds the
+// dropped weights, gpt::attention_key_chains).
+template <int HD>
+void key_backward_hd(const float* q0, std::int64_t q_stride, const float* g0,
+                     std::int64_t g_stride, const float* att_col, const float* dpre_col,
+                     std::int64_t T, std::int64_t u, float scale, float* dk, float* dv,
+                     bool scaled = true) {
+  float ak[HD] = {}, av[HD] = {};
+  for (std::int64_t t = u; t < T; ++t) {
+    const float* __restrict q = q0 + t * q_stride;
+    const float* __restrict g = g0 + t * g_stride;
+    const float d = dpre_col[t * T], a = att_col[t * T];
+    for (int i = 0; i < HD; ++i) ak[i] = fma(d, q[i], ak[i]);
+    for (int i = 0; i < HD; ++i) av[i] = fma(a, g[i], av[i]);
+  }
+  if (scaled) {
+    for (int i = 0; i < HD; ++i) dk[i] = mul(ak[i], scale);
+  } else {
+    std::memcpy(dk, ak, sizeof ak);
+  }
+  std::memcpy(dv, av, sizeof av);
+}
+
+// For each batch b and head h: the head's slice at column `col` + h*hd of qkv [B, T, 3C]
+// transposed into `slice` ([hd, T]), then f(b, h, base) with base = qkv's rows of batch b.
+template <typename F>
+void for_each_head(const float* qkv, std::int64_t B, std::int64_t T, std::int64_t C,
+                   std::int64_t nh, std::int64_t col, std::vector<float>& slice, F&& f) {
+  const std::int64_t hd = C / nh;
+  slice.resize(static_cast<std::size_t>(hd * T));
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < nh; ++h) {
+      const float* base = qkv + b * T * 3 * C;
+      transpose_head(base, 3 * C, col + h * hd, T, hd, slice.data());
+      f(b, h, base);
+    }
 }
 
 // The canonical tree (Note [Canonical tree]) over the shards [lo, hi) of one vocabulary row's
@@ -178,29 +251,26 @@ void attention_forward(const float* qkv, std::int64_t B, std::int64_t T, std::in
                        std::int64_t nh, float* y, float* att, const gpt::AttentionDropout& drop) {
   const std::int64_t hd = C / nh, W = 3 * C;
   const float scale = gpt::attention_scale(hd);
-  std::vector<float> kt(static_cast<std::size_t>(hd * T));
+  std::vector<float> kt;
   std::vector<float> a(drop.active() ? static_cast<std::size_t>(T) : 0);  // one dropped row
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t h = 0; h < nh; ++h) {
-      const float* base = qkv + b * T * W;
-      transpose_head(base, W, C + h * hd, T, hd, kt.data());
-      for (std::int64_t t = 0; t < T; ++t) {
-        float* row = att + ((b * nh + h) * T + t) * T;
-        dots_transposed(base + t * W + h * hd, kt.data(), t, T, hd, row);
-        for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(row[u], scale);
-        gpt::causal_softmax_row(row, t, T);
-        const float* w = row;
-        if (drop.active()) {  // a = dropout(att row): gpt::weighted_rows_dropped's weights
-          dropped_row(row, t, gpt::attention_row_index(nh, T, b, h, t), drop, a.data());
-          w = a.data();
-        }
-        gpt::weighted_rows(w, t, base + 2 * C + h * hd, W, hd, y + (b * T + t) * C + h * hd);
+  for_each_head(qkv, B, T, C, nh, C, kt, [&](std::int64_t b, std::int64_t h, const float* base) {
+    for (std::int64_t t = 0; t < T; ++t) {
+      float* row = att + ((b * nh + h) * T + t) * T;
+      dots_transposed(base + t * W + h * hd, kt.data(), t, T, hd, row);
+      for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(row[u], scale);
+      gpt::causal_softmax_row(row, t, T);
+      const float* w = row;
+      if (drop.active()) {  // a = dropout(att row): gpt::weighted_rows_dropped's weights
+        dropped_row(row, t, gpt::attention_row_index(nh, T, b, h, t), drop, a.data());
+        w = a.data();
       }
+      weighted_rows(w, t, base + 2 * C + h * hd, W, hd, y + (b * T + t) * C + h * hd);
     }
+  });
 }
 
 namespace {
-// Multiply-adds of the T (T + 1) / 2 (query, key) pairs of one head, per pair.
+// The (query t, key u <= t) pairs of all batches and heads: T (T + 1) / 2 per head.
 double causal_pairs(std::int64_t B, std::int64_t T, std::int64_t nh) {
   return double(B) * nh * T * (T + 1) / 2.0;
 }
@@ -209,8 +279,8 @@ double causal_pairs(std::int64_t B, std::int64_t T, std::int64_t nh) {
 KernelCost attention_forward_cost(std::int64_t B, std::int64_t T, std::int64_t C,
                                   std::int64_t nh, bool dropout) {
   const double hd = double(C) / nh;
-  // Per pair: q.k (2 hd), scale, exp (~20), sum, divide, att @ v (2 hd); with dropout a Philox
-  // quarter block (dropout_cost) and the scale.
+  // Per pair: q.k (2 hd), scale, exp (~20), sum, divide, att @ v (2 hd); with dropout a mask
+  // element and its scaling.
   const double mask = dropout ? kMaskFlops + 1.0 : 0.0;
   return KernelCost{causal_pairs(B, T, nh) * (4.0 * hd + 24.0 + mask),
                     4.0 * (double(B) * T * 4.0 * C + double(B) * nh * T * T)};
@@ -225,28 +295,33 @@ void attention_backward_dropped(const float* dy, const float* qkv, const float* 
                                 float* dqkv, float* scratch, const gpt::AttentionDropout& drop) {
   const std::int64_t hd = C / nh, W = 3 * C;
   const float scale = gpt::attention_scale(hd);
-  std::vector<float> vt(static_cast<std::size_t>(hd * T)),
-      a(static_cast<std::size_t>(B * nh * T * T));
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t h = 0; h < nh; ++h) {
-      const float* base = qkv + b * T * W;
-      const std::int64_t head = (b * nh + h) * T * T;
-      transpose_head(base, W, 2 * C + h * hd, T, hd, vt.data());
-      for (std::int64_t t = 0; t < T; ++t) {  // pass 1: gpt::attention_query_backward
-        const std::uint64_t index = gpt::attention_row_index(nh, T, b, h, t);
-        float* row = scratch + head + t * T;
-        dots_transposed(dy + (b * T + t) * C + h * hd, vt.data(), t, T, hd, row);
-        dropped_row(row, t, index, drop, row);  // da = keep ? dp * s : 0
-        gpt::causal_softmax_row_backward(att + head + t * T, row, t, T);
-        for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(row[u], scale);
-        gpt::weighted_rows(row, t, base + C + h * hd, W, hd, dqkv + (b * T + t) * W + h * hd);
-        dropped_row(att + head + t * T, t, index, drop, a.data() + head + t * T);
-      }
-      for (std::int64_t u = 0; u < T; ++u) {  // pass 2: dk_u and dv_u over the queries t >= u
-        float* dk = dqkv + (b * T + u) * W + C + h * hd;
-        gpt::attention_key_chains(dy, qkv, a.data(), scratch, T, C, nh, b, u, h, dk, dk + C);
-      }
+  std::vector<float> vt, a(static_cast<std::size_t>(B * nh * T * T));
+  for_each_head(qkv, B, T, C, nh, 2 * C, vt, [&](std::int64_t b, std::int64_t h,
+                                                 const float* base) {
+    const std::int64_t head = (b * nh + h) * T * T;
+    for (std::int64_t t = 0; t < T; ++t) {  // pass 1: gpt::attention_query_backward
+      const std::uint64_t index = gpt::attention_row_index(nh, T, b, h, t);
+      float* row = scratch + head + t * T;
+      dots_transposed(dy + (b * T + t) * C + h * hd, vt.data(), t, T, hd, row);
+      dropped_row(row, t, index, drop, row);  // da = keep ? dp * s : 0
+      gpt::causal_softmax_row_backward(att + head + t * T, row, t, T);
+      for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(row[u], scale);
+      weighted_rows(row, t, base + C + h * hd, W, hd, dqkv + (b * T + t) * W + h * hd);
+      dropped_row(att + head + t * T, t, index, drop, a.data() + head + t * T);
     }
+    for (std::int64_t u = 0; u < T; ++u) {  // pass 2: dk_u and dv_u over the queries t >= u
+      float* dk = dqkv + (b * T + u) * W + C + h * hd;
+      const float* q0 = base + h * hd;
+      const float* g0 = dy + b * T * C + h * hd;
+      const float* w = a.data() + head + u;
+      if (hd == 32)
+        key_backward_hd<32>(q0, W, g0, C, w, scratch + head + u, T, u, scale, dk, dk + C, false);
+      else if (hd == 64)
+        key_backward_hd<64>(q0, W, g0, C, w, scratch + head + u, T, u, scale, dk, dk + C, false);
+      else
+        gpt::attention_key_chains(dy, qkv, a.data(), scratch, T, C, nh, b, u, h, dk, dk + C);
+    }
+  });
 }
 }  // namespace
 
@@ -259,27 +334,34 @@ void attention_backward(const float* dy, const float* qkv, const float* att, std
   }
   const std::int64_t hd = C / nh, W = 3 * C;
   const float scale = gpt::attention_scale(hd);
-  std::vector<float> vt(static_cast<std::size_t>(hd * T));
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t h = 0; h < nh; ++h) {
-      const float* base = qkv + b * T * W;
-      const std::int64_t head = (b * nh + h) * T * T;
-      transpose_head(base, W, 2 * C + h * hd, T, hd, vt.data());
-      // Pass 1, per query t: dpre[t, :] and dq_t (gpt::attention_query_backward).
-      for (std::int64_t t = 0; t < T; ++t) {
-        float* row = scratch + head + t * T;
-        dots_transposed(dy + (b * T + t) * C + h * hd, vt.data(), t, T, hd, row);
-        gpt::causal_softmax_row_backward(att + head + t * T, row, t, T);
-        float* dq = dqkv + (b * T + t) * W + h * hd;
-        gpt::weighted_rows(row, t, base + C + h * hd, W, hd, dq);
-        for (std::int64_t i = 0; i < hd; ++i) dq[i] = mul(dq[i], scale);
-      }
-      // Pass 2, per key u: dk_u and dv_u over the queries t >= u.
-      for (std::int64_t u = 0; u < T; ++u) {
-        float* dk = dqkv + (b * T + u) * W + C + h * hd;
-        gpt::attention_key_backward(dy, qkv, att, scratch, T, C, nh, b, u, h, dk, dk + C);
-      }
+  std::vector<float> vt;
+  for_each_head(qkv, B, T, C, nh, 2 * C, vt, [&](std::int64_t b, std::int64_t h,
+                                                 const float* base) {
+    const std::int64_t head = (b * nh + h) * T * T;
+    // Pass 1, per query t: dpre[t, :] and dq_t (gpt::attention_query_backward).
+    for (std::int64_t t = 0; t < T; ++t) {
+      float* row = scratch + head + t * T;
+      dots_transposed(dy + (b * T + t) * C + h * hd, vt.data(), t, T, hd, row);
+      gpt::causal_softmax_row_backward(att + head + t * T, row, t, T);
+      float* dq = dqkv + (b * T + t) * W + h * hd;
+      weighted_rows(row, t, base + C + h * hd, W, hd, dq);
+      for (std::int64_t i = 0; i < hd; ++i) dq[i] = mul(dq[i], scale);
     }
+    // Pass 2, per key u: dk_u and dv_u over the queries t >= u.
+    for (std::int64_t u = 0; u < T; ++u) {
+      float* dk = dqkv + (b * T + u) * W + C + h * hd;
+      const float* q0 = base + h * hd;
+      const float* g0 = dy + b * T * C + h * hd;
+      if (hd == 32)
+        key_backward_hd<32>(q0, W, g0, C, att + head + u, scratch + head + u, T, u, scale, dk,
+                            dk + C);
+      else if (hd == 64)
+        key_backward_hd<64>(q0, W, g0, C, att + head + u, scratch + head + u, T, u, scale, dk,
+                            dk + C);
+      else
+        gpt::attention_key_backward(dy, qkv, att, scratch, T, C, nh, b, u, h, dk, dk + C);
+    }
+  });
 }
 
 KernelCost attention_backward_cost(std::int64_t B, std::int64_t T, std::int64_t C,

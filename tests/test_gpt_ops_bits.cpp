@@ -6,9 +6,11 @@
 // philox.h equals random.cpp.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
+#include "core/numerics/canonical_math.h"
 #include "core/numerics/determinism.h"
 #include "core/numerics/gpt_math.h"
 #include "core/numerics/micro_shards.h"
@@ -68,10 +70,12 @@ TEST(GptPhilox, EqualsRandomCpp) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(a[i], b[i]);
 }
 
-// The simulator's attention interleaves the chains of gpt_math.h (keys transposed per head);
-// the bits must be those of the reference functions, run here on the host.
-TEST_F(GptBits, AttentionEqualsGptMathReference) {
-  const std::int64_t B = 2, T = 7, C = 12, nh = 3, hd = C / nh;
+// The simulator's attention interleaves the chains of gpt_math.h (keys transposed per head,
+// blocks of 32 keys, head widths 32 and 64 held in registers); the bits must be those of the
+// reference functions, run here on the host.
+void expect_attention_is_gpt_math(std::int64_t B, std::int64_t T, std::int64_t C,
+                                  std::int64_t nh) {
+  const std::int64_t hd = C / nh;
   std::vector<float> qkv = mixed_values(B * T * 3 * C, 30);
   for (float& x : qkv) x *= 1e-3f;  // |scores| moderate: every exp contributes
   const std::vector<float> dy = mixed_values(B * T * C, 31);
@@ -99,10 +103,44 @@ TEST_F(GptBits, AttentionEqualsGptMathReference) {
   const Tensor tqkv = upload(qkv, {B, T, 3 * C});
   Tensor tatt;
   const Tensor ty = ops::attention(tqkv, nh, tatt);
+  SCOPED_TRACE(::testing::Message() << B << "x" << T << "x" << C << " heads " << nh);
   EXPECT_TRUE(bits_equal(ty.to_vector<float>(), y));
   EXPECT_TRUE(bits_equal(tatt.to_vector<float>(), att));
   const Tensor tdq = ops::attention_backward(upload(dy, {B, T, C}), tqkv, tatt, nh);
   EXPECT_TRUE(bits_equal(tdq.to_vector<float>(), dqkv));
+}
+
+TEST_F(GptBits, AttentionEqualsGptMathReference) {
+  expect_attention_is_gpt_math(2, 7, 12, 3);   // hd 4
+  expect_attention_is_gpt_math(1, 40, 64, 2);  // hd 32, a full block of 32 keys and a tail
+  expect_attention_is_gpt_math(2, 33, 64, 1);  // hd 64
+}
+
+// causal_softmax_row takes exp_nonpositive where it equals canonical::exp and canonical::exp
+// elsewhere: the same bits as the plain loop of Note [GPT kernels], at the range's edge too.
+TEST(GptMath, CausalSoftmaxRowIsThePlainSoftmax) {
+  const float inf = INFINITY, nan = NAN;
+  const std::vector<std::vector<float>> rows = {
+      {0.0f, -1.0f, 3.5f, -80.0f, -86.0f, -86.5f, -100.0f, -200.0f, -inf, 2.0f},
+      {-inf, 5.0f, 5.0f - 86.0f, 5.0f - 85.99f, 5.0f - 86.01f, 5.0f - 103.9f, 5.0f - 104.1f},
+      {1.0f, nan, 2.0f},
+      {inf, 1.0f},
+      {-inf, -inf},
+      {0.25f}};
+  for (const std::vector<float>& s : rows) {
+    const auto n = static_cast<std::int64_t>(s.size());
+    std::vector<float> want(n + 2, 0.0f), got(s);
+    float m = -inf, sum = 0.0f;
+    for (float x : s) m = m < x ? x : m;
+    for (std::int64_t u = 0; u < n; ++u) sum = sum + (want[u] = canonical::exp(s[u] - m));
+    for (std::int64_t u = 0; u < n; ++u) want[u] = want[u] / sum;
+    got.resize(n + 2, 5.0f);
+    gpt::causal_softmax_row(got.data(), n - 1, n + 2);
+    EXPECT_TRUE(bits_equal(got, want)) << "row of " << n;
+  }
+  for (float x = -86.0f; x <= 0.0f; x += 0.37f)
+    ASSERT_EQ(bits(gpt::exp_nonpositive(x)), bits(canonical::exp(x))) << x;
+  EXPECT_EQ(bits(gpt::exp_nonpositive(gpt::kExpFastMin)), bits(canonical::exp(gpt::kExpFastMin)));
 }
 
 TEST_F(GptBits, LayerNormAndGeluEqualGptMathReference) {

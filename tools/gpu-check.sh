@@ -3,8 +3,9 @@
 # runs the whole test suite (the cuda tests now run instead of skipping), compares ditto-train's
 # params_checksum between --backend sim and --backend cuda for 1 and 8 devices in bitwise mode,
 # compares fast-mode accuracy, trains the GPT (ditto-train --model gpt) on both backends (1 and 4
-# devices, bitwise, also with dropout: one params_checksum; fast mode: the same validation loss
-# within 0.01), runs the benchmarks, and writes OUT/results.md plus raw logs.
+# devices, bitwise, also with dropout: one params_checksum, the same losses and sample; fast
+# mode: the same validation loss within 0.01), runs the benchmarks, and writes OUT/results.md
+# plus raw logs.
 # Every step runs under `timeout`; the whole script stays under 6 minutes (--budget).
 #
 #   tools/gpu-check.sh --deps DIR --out DIR [--arch 90] [--jobs N] [--build DIR] [--budget S]
@@ -28,7 +29,7 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 deps="" out="" arch=90 jobs="$(nproc 2>/dev/null || echo 4)" build="$root/build-gpu-check"
 budget=345 epochs=20 build_only=0
-usage() { sed -n '10,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '11,22p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --deps) deps="$2"; shift 2 ;;
@@ -270,68 +271,74 @@ for backend in sim cuda; do
   echo "| $backend | $(final_field "$log" val_acc) | $(final_field "$log" val_loss)" \
        "| $(final_field "$log" train_time_s) |" >>"$out/logs/accuracy.md"
 done
-acc_sim="$(final_field "$out/logs/train-fast-sim-8.log" val_acc)"
-acc_cuda="$(final_field "$out/logs/train-fast-cuda-8.log" val_acc)"
-if [ -n "$acc_sim" ] && [ -n "$acc_cuda" ] &&
-   awk -v a="$acc_sim" -v b="$acc_cuda" 'BEGIN { d = a - b; exit !(d <= 0.02 && d >= -0.02) }'
-then
-  record "fast-accuracy" "PASS" 0 "val_acc sim $acc_sim, cuda $acc_cuda (within 0.02)"
-else
-  record "fast-accuracy" "FAIL" 0 "val_acc sim ${acc_sim:-missing}, cuda ${acc_cuda:-missing}"
-fi
+# within NAME WHAT SIM CUDA TOL: PASS when both values are there and |SIM - CUDA| <= TOL.
+within() {
+  if [ -n "$3" ] && [ -n "$4" ] &&
+     awk -v a="$3" -v b="$4" -v t="$5" 'BEGIN { d = a - b; exit !(d <= t && d >= -t) }'
+  then
+    record "$1" "PASS" 0 "$2 sim $3, cuda $4 (within $5)"
+  else
+    record "$1" "FAIL" 0 "$2 sim ${3:-missing}, cuda ${4:-missing}"
+  fi
+}
+within fast-accuracy val_acc "$(final_field "$out/logs/train-fast-sim-8.log" val_acc)" \
+  "$(final_field "$out/logs/train-fast-cuda-8.log" val_acc)" 0.02
 
 # ---- the GPT: bitwise sim = cuda for 1 and 4 devices (also with dropout), fast-mode loss ---------
-# A small nanoGPT configuration on the bundled text (ditto-train --model gpt): short enough for
-# the budget, with every transformer kernel of backend_cuda/cuda_gpt.cu on the training path.
+# A small nanoGPT configuration on the bundled text (ditto-train --model gpt) with a short
+# warm-up, so 20 steps move the loss: every transformer kernel of backend_cuda/cuda_gpt.cu is on
+# the training path, the sample at the end runs generate(). Bitwise runs must agree on
+# params_checksum, on every logged loss and on the sampled text (compared as one key).
 gpt_args=(--model gpt --n-layer 2 --n-head 2 --n-embd 64 --block-size 32 --batch-size 8
-          --max-iters 20 --eval-interval 10 --eval-iters 2)
+          --max-iters 20 --eval-interval 10 --eval-iters 2 --warmup-iters 2 --lr-decay-iters 20
+          --sample 100)
 gpt_sum() { grep -o 'params_checksum=[0-9a-f]*' "$1" 2>/dev/null | tail -n 1 | cut -d= -f2; }
 gpt_val() { grep -o 'val loss [0-9.]*' "$1" 2>/dev/null | tail -n 1 | awk '{print $3}'; }
+gpt_key() {  # checksum, losses and sample of a run's log, hashed; empty without a checksum
+  [ -n "$(gpt_sum "$1")" ] || return 0
+  { gpt_sum "$1"; grep -o '^step [0-9]*: train loss [0-9.]*, val loss [0-9.]*' "$1"
+    sed -n '/^sample (/,/^final:/p' "$1" | grep -v '^final:'; } | md5sum | cut -c1-12
+}
 {
   echo "## ditto-train --model gpt (${gpt_args[*]:2})"
   echo
-  echo "| run | backend | devices | determinism | dropout | params_checksum | val loss |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| run | backend | devices | determinism | dropout | params_checksum | val loss | key |"
+  echo "|---|---|---|---|---|---|---|---|"
 } >"$out/logs/gpt.md"
 # gpt_run NAME BACKEND DEVICES DETERMINISM DROPOUT: one run, its row in gpt.md.
 gpt_run() {
-  step "$1" 60 "$train" "${gpt_args[@]}" --backend "$2" --devices "$3" --determinism "$4" \
+  step "$1" 45 "$train" "${gpt_args[@]}" --backend "$2" --devices "$3" --determinism "$4" \
     --dropout "$5"
-  echo "| $1 | $2 | $3 | $4 | $5 | $(gpt_sum "$out/logs/$1.log") | $(gpt_val "$out/logs/$1.log") |" \
+  local log="$out/logs/$1.log"
+  echo "| $1 | $2 | $3 | $4 | $5 | $(gpt_sum "$log") | $(gpt_val "$log") | $(gpt_key "$log") |" \
     >>"$out/logs/gpt.md"
 }
-# gpt_equal NAME RUN...: PASS when the runs' checksums are one value.
+# gpt_equal NAME RUN...: PASS when the runs have one key (checksum, losses, sample).
 gpt_equal() {
-  local name="$1" r c all=() detail=""; shift
+  local name="$1" r k all=() detail=""; shift
   for r in "$@"; do
-    c="$(gpt_sum "$out/logs/$r.log")"
-    all+=("${c:-missing}")
-    detail="$detail $r=${c:-missing}"
+    k="$(gpt_key "$out/logs/$r.log")"
+    all+=("${k:-missing}")
+    detail="$detail $r=$(gpt_sum "$out/logs/$r.log")/${k:-missing}"
   done
   if [ "$(printf '%s\n' "${all[@]}" | sort -u | wc -l)" -eq 1 ] && [ "${all[0]}" != missing ]; then
-    record "$name" "PASS" 0 "${all[0]} for$(printf ' %s' "$@")"
+    record "$name" "PASS" 0 \
+      "params_checksum $(gpt_sum "$out/logs/$1.log"), same losses and sample:$(printf ' %s' "$@")"
   else
-    record "$name" "FAIL" 0 "checksums differ:$detail"
+    record "$name" "FAIL" 0 "checksum/key differ:$detail"
   fi
 }
 for backend in sim cuda; do
   for n in 1 4; do gpt_run "gpt-bitwise-$backend-$n" "$backend" "$n" bitwise 0; done
 done
-gpt_equal gpt-checksums-equal gpt-bitwise-sim-1 gpt-bitwise-sim-4 gpt-bitwise-cuda-1 \
+gpt_equal gpt-bitwise-equal gpt-bitwise-sim-1 gpt-bitwise-sim-4 gpt-bitwise-cuda-1 \
   gpt-bitwise-cuda-4
 gpt_run gpt-dropout-sim-1 sim 1 bitwise 0.1
 gpt_run gpt-dropout-cuda-4 cuda 4 bitwise 0.1
-gpt_equal gpt-dropout-checksums-equal gpt-dropout-sim-1 gpt-dropout-cuda-4
+gpt_equal gpt-dropout-equal gpt-dropout-sim-1 gpt-dropout-cuda-4
 for backend in sim cuda; do gpt_run "gpt-fast-$backend-4" "$backend" 4 fast 0; done
-loss_sim="$(gpt_val "$out/logs/gpt-fast-sim-4.log")"
-loss_cuda="$(gpt_val "$out/logs/gpt-fast-cuda-4.log")"
-if [ -n "$loss_sim" ] && [ -n "$loss_cuda" ] &&
-   awk -v a="$loss_sim" -v b="$loss_cuda" 'BEGIN { d = a - b; exit !(d <= 0.01 && d >= -0.01) }'
-then
-  record "gpt-fast-loss" "PASS" 0 "val loss sim $loss_sim, cuda $loss_cuda (within 0.01)"
-else
-  record "gpt-fast-loss" "FAIL" 0 "val loss sim ${loss_sim:-missing}, cuda ${loss_cuda:-missing}"
-fi
+within gpt-fast-loss "val loss" "$(gpt_val "$out/logs/gpt-fast-sim-4.log")" \
+  "$(gpt_val "$out/logs/gpt-fast-cuda-4.log")" 0.01
 
 # ---- the whole test suite ---------------------------------------------------------------------
 step ctest 150 ctest --test-dir "$build" -j "$jobs" --output-on-failure --timeout 120

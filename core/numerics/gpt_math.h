@@ -216,25 +216,45 @@ DITTO_HD inline const float* row_at(const float* base, std::int64_t T, std::int6
   return base + (b * T + t) * width;
 }
 
+/// Lower end of exp_nonpositive's range: exp(x) = 2^k (1 + r + v) with k >= -124 there, so
+/// pmath::exp scales by one exact power of two (no denormal path).
+inline constexpr float kExpFastMin = -86.0f;
+
+/// canonical::exp(x) for x in [kExpFastMin, 0] (the same operations, without the range and NaN
+/// branches of pmath::exp, so that a loop of it vectorises); unspecified outside.
+DITTO_HD inline float exp_nonpositive(float x) {
+  const pmath::detail::ExpReduced e = pmath::detail::exp_reduce(x);
+  return mul(pmath::detail::one_plus(e.r, e.v), pmath::detail::pow2(e.k));
+}
+
 /// The softmax of one causal row in place: row[0..t] holds the scaled scores s_u on entry and
 /// att[u] on return; row[t+1..T) is set to 0. Order: Note [GPT kernels].
 DITTO_HD inline void causal_softmax_row(float* row, std::int64_t t, std::int64_t T) {
   float m = -pmath::detail::infinity();
   for (std::int64_t u = 0; u <= t; ++u) m = (m < row[u]) ? row[u] : m;  // std::max(m, s_u)
-  float sum = 0.0f;
+  // row[u] = canonical::exp(s_u - m), in three loops that vectorise on the host: x <= 0 here
+  // (or NaN), and where x >= kExpFastMin exp_nonpositive(x) is canonical::exp(x); the others
+  // (very negative, NaN) are left negative or NaN by the second loop and taken by the third.
+  for (std::int64_t u = 0; u <= t; ++u) row[u] = sub(row[u], m);
   for (std::int64_t u = 0; u <= t; ++u) {
-    const float e = canonical::exp(sub(row[u], m));
-    row[u] = e;
-    sum = add(sum, e);
+    const float x = row[u];
+    const bool fast = x >= kExpFastMin && x <= 0.0f;
+    const float e = exp_nonpositive(fast ? x : 0.0f);
+    row[u] = fast ? e : x;  // e >= exp(kExpFastMin) > 0
   }
+  for (std::int64_t u = 0; u <= t; ++u)
+    if (!(row[u] > 0.0f)) row[u] = canonical::exp(row[u]);
+  float sum = 0.0f;
+  for (std::int64_t u = 0; u <= t; ++u) sum = add(sum, row[u]);
   for (std::int64_t u = 0; u <= t; ++u) row[u] = div(row[u], sum);
   for (std::int64_t u = t + 1; u < T; ++u) row[u] = 0.0f;
 }
 
 /// out[i] = chain over u = 0..t ascending of fma(w[u], rows[u * stride + i], acc) from 0.0f, for
 /// i < hd: y = att @ v (rows = the v slices) and dq = dpre @ k (rows = the k slices).
-DITTO_HD inline void weighted_rows(const float* w, std::int64_t t, const float* rows,
-                                   std::int64_t stride, std::int64_t hd, float* out) {
+DITTO_HD inline void weighted_rows(const float* __restrict__ w, std::int64_t t,
+                                   const float* __restrict__ rows, std::int64_t stride,
+                                   std::int64_t hd, float* __restrict__ out) {
   for (std::int64_t i = 0; i < hd; ++i) out[i] = 0.0f;
   for (std::int64_t u = 0; u <= t; ++u) {
     const float* r = rows + u * stride;
@@ -342,10 +362,13 @@ DITTO_HD inline void attention_query_backward(const float* dy, const float* qkv,
 /// q_t[i]) and dv_out[i] = chain_t fma(w[t, u], dy_t[i]) over t = u..T-1 ascending, where w is
 /// att, dropped by `drop` when drop.active() (pass an inactive drop with w already dropped to
 /// get the same bits). dpre and w [B, nh, T, T].
-DITTO_HD inline void attention_key_chains(const float* dy, const float* qkv, const float* w,
-                                          const float* dpre, std::int64_t T, std::int64_t C,
-                                          std::int64_t nh, std::int64_t b, std::int64_t u,
-                                          std::int64_t h, float* dk_out, float* dv_out,
+DITTO_HD inline void attention_key_chains(const float* __restrict__ dy,
+                                          const float* __restrict__ qkv,
+                                          const float* __restrict__ w,
+                                          const float* __restrict__ dpre, std::int64_t T,
+                                          std::int64_t C, std::int64_t nh, std::int64_t b,
+                                          std::int64_t u, std::int64_t h,
+                                          float* __restrict__ dk_out, float* __restrict__ dv_out,
                                           const AttentionDropout& drop = {}) {
   const std::int64_t hd = C / nh;
   const std::int64_t head = (b * nh + h) * T * T;

@@ -4,18 +4,12 @@
 // (which go through Random123 on the host): the same rounds and constants (Random123's
 // philox.h: multipliers 0xD2511F53, 0xCD9E8D57, Weyl key bumps 0x9E3779B9, 0xBB67AE85) and the
 // same counter layout (Note [Philox layout] in random.h). tests/test_gpt_ops.cpp checks the
-// equality on many (seed, stream, index). Header-only, no dependency.
+// equality on many (seed, stream, index). Header-only.
 #pragma once
 
 #include <cstdint>
 
-#ifndef DITTO_HD
-#if defined(__CUDACC__)
-#define DITTO_HD __host__ __device__
-#else
-#define DITTO_HD
-#endif
-#endif
+#include "core/numerics/portable_math.h"  // defines DITTO_HD
 
 namespace ditto::philox {
 
@@ -37,12 +31,10 @@ DITTO_HD inline void block(const std::uint32_t counter[4], const std::uint32_t k
     }
     const std::uint64_t p0 = static_cast<std::uint64_t>(kM0) * c0;
     const std::uint64_t p1 = static_cast<std::uint64_t>(kM1) * c2;
-    const std::uint32_t hi0 = static_cast<std::uint32_t>(p0 >> 32), lo0 = static_cast<std::uint32_t>(p0);
-    const std::uint32_t hi1 = static_cast<std::uint32_t>(p1 >> 32), lo1 = static_cast<std::uint32_t>(p1);
-    c0 = hi1 ^ c1 ^ k0;
-    c1 = lo1;
-    c2 = hi0 ^ c3 ^ k1;
-    c3 = lo0;
+    c0 = static_cast<std::uint32_t>(p1 >> 32) ^ c1 ^ k0;  // hi1 ^ c1 ^ k0
+    c1 = static_cast<std::uint32_t>(p1);                 // lo1
+    c2 = static_cast<std::uint32_t>(p0 >> 32) ^ c3 ^ k1;  // hi0 ^ c3 ^ k1
+    c3 = static_cast<std::uint32_t>(p0);                 // lo0
   }
   out[0] = c0;
   out[1] = c1;

@@ -221,31 +221,37 @@ Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att
   return dqkv;
 }
 
-Tensor dropout(const Tensor& x, float p, std::uint64_t seed, std::uint64_t stream,
-               std::uint64_t index_base) {
-  constexpr const char* op = "ops::dropout";
-  check_tensor(op, "x", x);
+namespace {
+
+// Kernels::dropout_forward or dropout_backward (the same mask and arithmetic) on x.
+Tensor run_dropout(const char* op, const char* arg, const Tensor& x, float p, std::uint64_t seed,
+                   std::uint64_t stream, std::uint64_t index_base, bool forward) {
+  check_tensor(op, arg, x);
   check_p(op, p);
   if (p == 0.0f) return x;
   Tensor y = Tensor::empty(x.shape(), DType::f32, x.device());
-  if (x.numel() > 0)
-    kernels_of(x).dropout_forward(stream_of(x), x.data<float>(), y.data<float>(), x.numel(), p,
-                                  seed, stream, index_base);
+  if (x.numel() == 0) return y;
+  Kernels& k = kernels_of(x);
+  if (forward)
+    k.dropout_forward(stream_of(x), x.data<float>(), y.data<float>(), x.numel(), p, seed, stream,
+                      index_base);
+  else
+    k.dropout_backward(stream_of(x), x.data<float>(), y.data<float>(), x.numel(), p, seed,
+                       stream, index_base);
   return y;
+}
+
+}  // namespace
+
+Tensor dropout(const Tensor& x, float p, std::uint64_t seed, std::uint64_t stream,
+               std::uint64_t index_base) {
+  return run_dropout("ops::dropout", "x", x, p, seed, stream, index_base, true);
 }
 
 Tensor dropout_backward(const Tensor& grad_y, float p, std::uint64_t seed, std::uint64_t stream,
                         std::uint64_t index_base) {
-  constexpr const char* op = "ops::dropout_backward";
-  check_tensor(op, "grad_y", grad_y);
-  check_p(op, p);
-  if (p == 0.0f) return grad_y;
-  Tensor gx = Tensor::empty(grad_y.shape(), DType::f32, grad_y.device());
-  if (grad_y.numel() > 0)
-    kernels_of(grad_y).dropout_backward(stream_of(grad_y), grad_y.data<float>(),
-                                        gx.data<float>(), grad_y.numel(), p, seed, stream,
-                                        index_base);
-  return gx;
+  return run_dropout("ops::dropout_backward", "grad_y", grad_y, p, seed, stream, index_base,
+                     false);
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {
