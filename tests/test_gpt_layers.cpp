@@ -12,8 +12,8 @@
 #include "core/nn/init.h"
 #include "core/nn/linear.h"
 #include "core/nn/loss.h"
-#include "core/runtime/ops.h"
 #include "core/numerics/random.h"
+#include "core/runtime/ops.h"
 #include "gpt_test_util.h"
 #include "test_util.h"
 
@@ -33,8 +33,8 @@ class GptLayers : public SimSuite<8> {
   // LayerNorm weights, near-zero attention logits).
   static void randomize(nn::Module& m, std::uint64_t sub) {
     for (nn::Parameter* p : m.parameters()) {
-      const bool ln_weight = p->name.find("ln") != std::string::npos &&
-                             p->name.find("weight") != std::string::npos;
+      const bool ln_weight =
+          p->name.find("ln") != std::string::npos && p->name.find("weight") != std::string::npos;
       const float lo = ln_weight ? 0.7f : -0.5f, hi = ln_weight ? 1.3f : 0.5f;
       p->data.copy_(Tensor::from_vector(seeded(p->data.numel(), sub++, lo, hi), p->data.shape()));
     }
@@ -56,7 +56,8 @@ TEST_F(GptLayers, NormalInitIsThePolarMethodOfNoteNormalInit) {
     double want = 0;
     for (std::uint64_t a = 0;; ++a) {
       const std::uint64_t k = 2 * (a * n + static_cast<std::uint64_t>(i));
-      const double x = 2.0 * uniform01(5, stream, k) - 1.0, y = 2.0 * uniform01(5, stream, k + 1) - 1.0;
+      const double x = 2.0 * uniform01(5, stream, k) - 1.0,
+                   y = 2.0 * uniform01(5, stream, k + 1) - 1.0;
       const double s = x * x + y * y;
       if (s > 0 && s < 1) {
         want = 0.5 * x * std::sqrt(-2.0 * std::log(s) / s);
@@ -67,8 +68,8 @@ TEST_F(GptLayers, NormalInitIsThePolarMethodOfNoteNormalInit) {
     ASSERT_NEAR(got, want, 1e-6 * (1.0 + std::abs(want))) << "element " << i;
     sum += got, sq += double(got) * got;
   }
-  EXPECT_NEAR(sum / n, 0.0, 4 * 0.5 / std::sqrt(double(n)));           // mean 0
-  EXPECT_NEAR(std::sqrt(sq / n), 0.5, 0.05);                             // std 0.5
+  EXPECT_NEAR(sum / n, 0.0, 4 * 0.5 / std::sqrt(double(n)));  // mean 0
+  EXPECT_NEAR(std::sqrt(sq / n), 0.5, 0.05);                  // std 0.5
   expect_invalid([] { nn::normal_sample(1, 2, 5, 5, 1.0f); }, "index: expected in [0, 5), got 5");
 }
 
@@ -84,7 +85,8 @@ TEST_F(GptLayers, LinearOnTokensEqualsLinearOnFlattenedRowsAndHasNoBiasOnRequest
     ASSERT_EQ(g3.shape(), (Shape{3, 4, 8}));
     EXPECT_TRUE(bits_equal(g3.to_vector<float>(), g2.to_vector<float>()));
     if (mode == Determinism::fast) {  // bitwise: shards over 3 samples vs 12 rows differ
-      EXPECT_TRUE(bits_equal(a.weight().grad.to_vector<float>(), b.weight().grad.to_vector<float>()));
+      EXPECT_TRUE(
+          bits_equal(a.weight().grad.to_vector<float>(), b.weight().grad.to_vector<float>()));
       EXPECT_TRUE(bits_equal(a.bias().grad.to_vector<float>(), b.bias().grad.to_vector<float>()));
     }
   }
@@ -97,7 +99,8 @@ TEST_F(GptLayers, LinearOnTokensEqualsLinearOnFlattenedRowsAndHasNoBiasOnRequest
   const std::vector<float> w = c.weight().data.to_vector<float>();
   const std::uint64_t stream = stream_id(kStreamInit, 2);
   for (std::int64_t i : {0, 7, 511})
-    EXPECT_EQ(bits(w[static_cast<std::size_t>(i)]), bits(nn::normal_sample(3, stream, i, 512, 0.02f)));
+    EXPECT_EQ(bits(w[static_cast<std::size_t>(i)]),
+              bits(nn::normal_sample(3, stream, i, 512, 0.02f)));
   gradcheck(c, act({2, 3, 16}, 3), "Linear without bias on [B, T, C]");
   nn::Linear d(6, 4, dev(), 1, 0);
   gradcheck(d, act({2, 3, 6}, 4), "Linear on [B, T, C]");
@@ -196,8 +199,11 @@ TEST_F(GptLayers, CrossEntropyOverTokensIsTheMeanOverBTimesT) {
     EXPECT_NEAR(c.forward(logits, targets).item(), la / 2, 1e-6);
   }
   nn::CrossEntropyLoss d;
-  expect_invalid([&] { d.forward(act({3, 4, 6}, 1), Tensor::zeros({3, 5}, DType::i64, dev())); },
-                 "target: expected [3, 4] i64");
+  expect_invalid(
+      [&] {
+        d.forward(act({3, 4, 6}, 1), Tensor::zeros({3, 5}, DType::i64, dev()));
+      },
+      "target: expected [3, 4] i64");
 }
 
 }  // namespace

@@ -10,8 +10,8 @@
 #include <future>
 #include <utility>
 
-#include "core/nn/gpt.h"
 #include "core/comm/communicator.h"
+#include "core/nn/gpt.h"
 #include "core/nn/loss.h"
 #include "core/nn/with_loss.h"
 #include "core/optim/sgd.h"
@@ -97,7 +97,8 @@ TEST_F(GptModel, WholeModelGradientsMatchFiniteDifferences) {
     for (nn::Parameter* q : m.parameters()) {  // away from the init's special point
       const bool ln_w = q->data.dim() == 1 && q->name.find("weight") != std::string::npos;
       q->data.copy_(Tensor::from_vector(
-          seeded(q->data.numel(), sub++, ln_w ? 0.7f : -0.4f, ln_w ? 1.3f : 0.4f), q->data.shape()));
+          seeded(q->data.numel(), sub++, ln_w ? 0.7f : -0.4f, ln_w ? 1.3f : 0.4f),
+          q->data.shape()));
     }
     m.set_step(2);
     gradcheck(m, ids(2, 5, 11, 1), p > 0 ? "GPT(dropout 0.1, bias)" : "GPT(no bias)");
@@ -133,7 +134,8 @@ nn::GPTConfig dp_config(float dropout) {
 
 // Step `step`'s batch: B windows of 7 seeded tokens, x [B, 6] the first 6, y [B, 6] the last.
 std::pair<Tensor, Tensor> batch_of(std::int64_t step, int B) {
-  const std::vector<std::int64_t> tok = seeded_ids(B * 7, 11, 200 + static_cast<std::uint64_t>(step));
+  const std::vector<std::int64_t> tok =
+      seeded_ids(B * 7, 11, 200 + static_cast<std::uint64_t>(step));
   std::vector<std::int64_t> x, y;
   for (int r = 0; r < B; ++r)
     for (int t = 0; t < 6; ++t) x.push_back(tok[r * 7 + t]), y.push_back(tok[r * 7 + t + 1]);
@@ -207,7 +209,8 @@ std::vector<std::vector<float>> train_ddp(int world, float dropout, int B = 8) {
 TEST_F(GptModel, SameBitsOverDevicesAndRanksInBitwiseMode) {
   for (float p : {0.0f, 0.1f}) {
     const std::vector<float> one = train_dp(1, p);
-    for (int d : {2, 4, 8}) EXPECT_TRUE(bits_equal(train_dp(d, p), one)) << d << " devices, dropout " << p;
+    for (int d : {2, 4, 8})
+      EXPECT_TRUE(bits_equal(train_dp(d, p), one)) << d << " devices, dropout " << p;
   }
   // DistributedDataParallel over 2 and 4 ranks: the same bits on every rank.
   const std::vector<float> dp1 = train_dp(1, 0.1f);
@@ -235,11 +238,15 @@ TEST_F(GptModel, FastDataParallelAgreesWithOneDeviceAndEveryGradIsReportedOnce) 
     nn::CrossEntropyLoss ce;
     const Tensor logits = run.second ? dp.forward(x) : run.first->forward(x);
     ce.forward(logits, y.to(logits.device()));
-    if (run.second) dp.backward(ce.backward()); else run.first->backward(ce.backward());
+    if (run.second)
+      dp.backward(ce.backward());
+    else
+      run.first->backward(ce.backward());
   }
   const std::vector<nn::Parameter*> pa = a.parameters(), pb = b.parameters();
   for (std::size_t i = 0; i < pa.size(); ++i) {
-    const std::vector<float> ga = pa[i]->grad.to_vector<float>(), gb = pb[i]->grad.to_vector<float>();
+    const std::vector<float> ga = pa[i]->grad.to_vector<float>(),
+                             gb = pb[i]->grad.to_vector<float>();
     for (std::size_t k = 0; k < ga.size(); ++k) ASSERT_NEAR(ga[k], gb[k], 1e-6) << pa[i]->name;
   }
   // DDP's hook: each parameter once, after its layer's backward (ln_f first, wte last).
@@ -298,25 +305,40 @@ TEST_F(GptModel, GenerateIsReproducibleForASeed) {
   const std::vector<std::int64_t> g = m.generate(longp, 1, 1.0f, 1, 0);
   m.set_training(false);
   const std::vector<float> l =
-      m.forward(Tensor::from_vector(std::vector<std::int64_t>(longp.end() - 6, longp.end()), {1, 6}))
+      m.forward(
+           Tensor::from_vector(std::vector<std::int64_t>(longp.end() - 6, longp.end()), {1, 6}))
           .to_vector<float>();
   const auto best = std::max_element(l.end() - 11, l.end()) - (l.end() - 11);
   EXPECT_EQ(g.back(), best);
   expect_invalid([&] { m.generate({}, 1, 1.0f, 0, 0); }, "prompt: expected at least one token");
-  expect_invalid([&] { m.generate({11}, 1, 1.0f, 0, 0); }, "prompt[0]: expected a token id in [0, 11), got 11");
-  expect_invalid([&] { m.generate({1}, 1, 0.0f, 0, 0); }, "temperature: expected a finite value > 0");
+  expect_invalid([&] { m.generate({11}, 1, 1.0f, 0, 0); },
+                 "prompt[0]: expected a token id in [0, 11), got 11");
+  expect_invalid([&] { m.generate({1}, 1, 0.0f, 0, 0); },
+                 "temperature: expected a finite value > 0");
 }
 
 TEST_F(GptModel, BadInputsAreRefusedByName) {
   nn::GPTConfig c = tiny(0.0f, false);
   c.n_embd = 9;
-  expect_invalid([&] { nn::GPT(c, dev(), 1); }, "n_embd: expected a positive multiple of n_head = 2, got 9");
+  expect_invalid([&] { nn::GPT(c, dev(), 1); },
+                 "n_embd: expected a positive multiple of n_head = 2, got 9");
   nn::GPT m(tiny(0.0f, false), dev(), 1);
   expect_invalid([&] { m.forward(ids(1, 7, 11, 1)); }, "expected 1 <= T <= block_size = 6");
-  expect_invalid([&] { m.forward(Tensor::zeros({2, 3}, DType::f32, dev())); }, "idx: expected [B, T] i64");
-  expect_invalid([&] { m.backward(Tensor::zeros({1, 1, 11}, DType::f32, dev())); }, "called before forward");
-  expect_invalid([&] { m.forward(Tensor::from_vector(std::vector<std::int64_t>{1, 11}, {1, 2})); },
-                 "GPT.forward: ops::embedding: idx[0, 1] = 11 out of range [0, 11)");
+  expect_invalid(
+      [&] {
+        m.forward(Tensor::zeros({2, 3}, DType::f32, dev()));
+      },
+      "idx: expected [B, T] i64");
+  expect_invalid(
+      [&] {
+        m.backward(Tensor::zeros({1, 1, 11}, DType::f32, dev()));
+      },
+      "called before forward");
+  expect_invalid(
+      [&] {
+        m.forward(Tensor::from_vector(std::vector<std::int64_t>{1, 11}, {1, 2}));
+      },
+      "GPT.forward: ops::embedding: idx[0, 1] = 11 out of range [0, 11)");
 }
 
 }  // namespace

@@ -29,28 +29,22 @@ CausalSelfAttention::CausalSelfAttention(const GPTConfig& cfg, std::int64_t laye
     : n_head_(cfg.n_head) {
   check_config(cfg);
   const std::int64_t c = cfg.n_embd;
-  c_attn_ = std::make_unique<Linear>(c, 3 * c, device, seed,
-                                     gpt_layer_id(layer, BlockLinear::c_attn),
-                                     gpt_linear(cfg, kGptInitStd));
-  c_proj_ = std::make_unique<Linear>(c, c, device, seed,
-                                     gpt_layer_id(layer, BlockLinear::attn_c_proj),
-                                     gpt_linear(cfg, gpt_c_proj_std(cfg.n_layer)));
-  attn_dropout_ = std::make_unique<Dropout>(cfg.dropout,
-                                            gpt_dropout_site(layer, BlockDropout::attn), seed);
-  resid_dropout_ = std::make_unique<Dropout>(cfg.dropout,
-                                             gpt_dropout_site(layer, BlockDropout::resid), seed);
+  c_attn_ =
+      std::make_unique<Linear>(c, 3 * c, device, seed, gpt_layer_id(layer, BlockLinear::c_attn),
+                               gpt_linear(cfg, kGptInitStd));
+  c_proj_ =
+      std::make_unique<Linear>(c, c, device, seed, gpt_layer_id(layer, BlockLinear::attn_c_proj),
+                               gpt_linear(cfg, gpt_c_proj_std(cfg.n_layer)));
+  attn_dropout_ =
+      std::make_unique<Dropout>(cfg.dropout, gpt_dropout_site(layer, BlockDropout::attn), seed);
+  resid_dropout_ =
+      std::make_unique<Dropout>(cfg.dropout, gpt_dropout_site(layer, BlockDropout::resid), seed);
   prefix_names(*c_attn_, "c_attn");
   prefix_names(*c_proj_, "c_proj");
 }
 
 std::vector<Module*> CausalSelfAttention::children() {
   return {c_attn_.get(), attn_dropout_.get(), c_proj_.get(), resid_dropout_.get()};
-}
-
-std::vector<Parameter*> CausalSelfAttention::parameters() {
-  std::vector<Parameter*> out = c_attn_->parameters();
-  for (Parameter* p : c_proj_->parameters()) out.push_back(p);
-  return out;
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
@@ -92,30 +86,23 @@ std::unique_ptr<Module> CausalSelfAttention::clone() const {
 
 // ---- MLP -------------------------------------------------------------------------------------
 
-GPTMLP::GPTMLP(const GPTConfig& cfg, std::int64_t layer, const Device& device,
-               std::uint64_t seed) {
+GPTMLP::GPTMLP(const GPTConfig& cfg, std::int64_t layer, const Device& device, std::uint64_t seed) {
   check_config(cfg);
   const std::int64_t c = cfg.n_embd;
   c_fc_ = std::make_unique<Linear>(c, 4 * c, device, seed, gpt_layer_id(layer, BlockLinear::c_fc),
                                    gpt_linear(cfg, kGptInitStd));
-  c_proj_ = std::make_unique<Linear>(4 * c, c, device, seed,
-                                     gpt_layer_id(layer, BlockLinear::mlp_c_proj),
-                                     gpt_linear(cfg, gpt_c_proj_std(cfg.n_layer)));
+  c_proj_ =
+      std::make_unique<Linear>(4 * c, c, device, seed, gpt_layer_id(layer, BlockLinear::mlp_c_proj),
+                               gpt_linear(cfg, gpt_c_proj_std(cfg.n_layer)));
   gelu_ = std::make_unique<GELU>();
-  dropout_ = std::make_unique<Dropout>(cfg.dropout, gpt_dropout_site(layer, BlockDropout::mlp),
-                                       seed);
+  dropout_ =
+      std::make_unique<Dropout>(cfg.dropout, gpt_dropout_site(layer, BlockDropout::mlp), seed);
   prefix_names(*c_fc_, "c_fc");
   prefix_names(*c_proj_, "c_proj");
 }
 
 std::vector<Module*> GPTMLP::children() {
   return {c_fc_.get(), gelu_.get(), c_proj_.get(), dropout_.get()};
-}
-
-std::vector<Parameter*> GPTMLP::parameters() {
-  std::vector<Parameter*> out = c_fc_->parameters();
-  for (Parameter* p : c_proj_->parameters()) out.push_back(p);
-  return out;
 }
 
 Tensor GPTMLP::forward(const Tensor& x) {

@@ -28,7 +28,6 @@ class CausalSelfAttention : public Container {
   using Module::forward;
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad_output) override;
-  std::vector<Parameter*> parameters() override;
   std::unique_ptr<Module> clone() const override;
 
  protected:
@@ -53,7 +52,6 @@ class GPTMLP : public Container {
   using Module::forward;
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad_output) override;
-  std::vector<Parameter*> parameters() override;
   std::unique_ptr<Module> clone() const override;
 
  protected:

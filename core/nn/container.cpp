@@ -28,6 +28,13 @@ void Container::set_first_row(std::int64_t row) {
   for (Module* c : children()) c->set_first_row(row);
 }
 
+std::vector<Parameter*> Container::parameters() {
+  std::vector<Parameter*> out;
+  for (Module* c : children())
+    for (Parameter* p : c->parameters()) out.push_back(p);
+  return out;
+}
+
 void Container::prefix_names(Module& child, const std::string& prefix) {
   for (Parameter* p : child.parameters()) p->name = prefix + "." + p->name;
 }

@@ -20,9 +20,12 @@ class Container : public Module {
   void set_training(bool v) override;
   void set_step(std::int64_t step) override;
   void set_first_row(std::int64_t row) override;
+  /// The children's parameters, in children() order.
+  std::vector<Parameter*> parameters() override;
 
  protected:
-  /// The child modules, in a fixed order (valid while this module lives).
+  /// The child modules, in a fixed order (valid while this module lives): their parameters'
+  /// order too.
   virtual std::vector<Module*> children() = 0;
   /// Parameters of `children()` in order, each name prefixed by `prefix` + "." (at construction).
   static void prefix_names(Module& child, const std::string& prefix);

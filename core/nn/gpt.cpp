@@ -45,13 +45,8 @@ void Block::name_children() {
   prefix_names(*mlp_, "mlp");
 }
 
-std::vector<Module*> Block::children() { return {ln_1_.get(), attn_.get(), ln_2_.get(), mlp_.get()}; }
-
-std::vector<Parameter*> Block::parameters() {
-  std::vector<Parameter*> out;
-  for (Module* c : children())
-    for (Parameter* p : c->parameters()) out.push_back(p);
-  return out;
+std::vector<Module*> Block::children() {
+  return {ln_1_.get(), attn_.get(), ln_2_.get(), mlp_.get()};
 }
 
 Tensor Block::forward(const Tensor& x) {
@@ -94,7 +89,8 @@ GPT::GPT(const GPTConfig& cfg, const Device& device, std::uint64_t seed) : cfg_(
 void GPT::name_children() {
   prefix_names(*wte_, "transformer.wte");
   prefix_names(*wpe_, "transformer.wpe");
-  for (std::size_t l = 0; l < h_.size(); ++l) prefix_names(*h_[l], "transformer.h." + std::to_string(l));
+  for (std::size_t l = 0; l < h_.size(); ++l)
+    prefix_names(*h_[l], "transformer.h." + std::to_string(l));
   prefix_names(*ln_f_, "transformer.ln_f");
 }
 
@@ -102,13 +98,6 @@ std::vector<Module*> GPT::children() {
   std::vector<Module*> out{wte_.get(), wpe_.get(), drop_.get()};
   for (auto& b : h_) out.push_back(b.get());
   out.push_back(ln_f_.get());
-  return out;
-}
-
-std::vector<Parameter*> GPT::parameters() {
-  std::vector<Parameter*> out;
-  for (Module* c : children())
-    for (Parameter* p : c->parameters()) out.push_back(p);
   return out;
 }
 
@@ -128,8 +117,9 @@ Tensor GPT::forward(const Tensor& idx) {
   DITTO_CHECK(idx.defined() && idx.dim() == 2 && idx.dtype() == DType::i64,
               "GPT.forward: idx: expected [B, T] i64 token ids, got ", describe(idx));
   const std::int64_t B = idx.size(0), T = idx.size(1), C = cfg_.n_embd;
-  DITTO_CHECK(T >= 1 && T <= cfg_.block_size, "GPT.forward: idx: expected 1 <= T <= block_size = ",
-              cfg_.block_size, ", got ", idx.str());
+  DITTO_CHECK(T >= 1 && T <= cfg_.block_size,
+              "GPT.forward: idx: expected 1 <= T <= block_size = ", cfg_.block_size, ", got ",
+              idx.str());
   const Tensor ids = idx.to(wte_->weight().data.device());
   Tensor x;
   try {

@@ -57,8 +57,6 @@ class Block : public Container {
   using Module::forward;
   Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad_output) override;
-  /// ln_1.*, attn.*, ln_2.*, mlp.* (names relative to the block).
-  std::vector<Parameter*> parameters() override;
   std::unique_ptr<Module> clone() const override;
 
  protected:
@@ -92,8 +90,7 @@ class GPT : public Container {
   Tensor backward(const Tensor& grad_logits) override;
   /// Token ids have no gradient: input_requires_grad() is always false (a true is ignored).
   void set_input_requires_grad(bool) override { input_requires_grad_ = false; }
-  /// nanoGPT's state_dict names and order (Note [GPT]); lm_head.weight is wte, not listed.
-  std::vector<Parameter*> parameters() override;
+  // parameters(): nanoGPT's state_dict names and order (Note [GPT]); lm_head.weight is wte.
   /// Same structure and settings, parameters sharing this one's data.
   std::unique_ptr<Module> clone() const override;
   const GPTConfig& config() const { return cfg_; }
@@ -109,9 +106,8 @@ class GPT : public Container {
   /// training mode and micro-shards are restored afterwards; the saved state of the last forward
   /// is not (call forward again before backward). Throws InvalidArgument for an empty prompt,
   /// a bad id, max_new_tokens < 0 or a temperature that is not finite and > 0.
-  std::vector<std::int64_t> generate(std::vector<std::int64_t> prompt,
-                                     std::int64_t max_new_tokens, float temperature,
-                                     std::int64_t top_k, std::uint64_t seed);
+  std::vector<std::int64_t> generate(std::vector<std::int64_t> prompt, std::int64_t max_new_tokens,
+                                     float temperature, std::int64_t top_k, std::uint64_t seed);
 
  protected:
   std::vector<Module*> children() override;

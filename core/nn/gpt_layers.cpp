@@ -23,7 +23,8 @@ std::int64_t rows_per_sample(const Shape& shape) {
 }  // namespace
 
 std::uint64_t dropout_stream(std::int64_t step, std::uint64_t site) {
-  DITTO_CHECK(step >= 0 && step < (std::int64_t(1) << 40), "nn::dropout_stream: step: expected in [0, 2^40), got ", step);
+  DITTO_CHECK(step >= 0 && step < (std::int64_t(1) << 40),
+              "nn::dropout_stream: step: expected in [0, 2^40), got ", step);
   DITTO_CHECK(site < 256, "nn::dropout_stream: site: expected < 256, got ", site);
   return stream_id(kStreamDropout, static_cast<std::uint64_t>(step) << 8 | site);
 }
@@ -66,10 +67,10 @@ Tensor Embedding::backward(const Tensor& grad_output) {
   DITTO_CHECK(idx_.defined(), str(), ".backward: called before forward");
   Shape want = idx_.shape();
   want.push_back(c_);
-  DITTO_CHECK(grad_output.defined() && grad_output.shape() == want &&
-                  grad_output.dtype() == DType::f32,
-              str(), ".backward: grad_output: expected ", shape_str(want), " f32, got ",
-              describe(grad_output));
+  DITTO_CHECK(
+      grad_output.defined() && grad_output.shape() == want && grad_output.dtype() == DType::f32,
+      str(), ".backward: grad_output: expected ", shape_str(want), " f32, got ",
+      describe(grad_output));
   const std::int64_t n = idx_.numel(), samples = idx_.size(0);
   const std::vector<std::int64_t> bounds =
       determinism_ == Determinism::bitwise
@@ -115,16 +116,17 @@ Tensor LayerNorm::forward(const Tensor& x) {
               weight_.data.device().str(), " (the layer's device), got ", x.str());
   shape_ = x.shape();
   x_ = x.view({-1, c_});
-  Tensor y = ops::layernorm(x_, weight_.data, has_bias_ ? bias_.data : Tensor(), eps_, mean_, rstd_);
+  Tensor y =
+      ops::layernorm(x_, weight_.data, has_bias_ ? bias_.data : Tensor(), eps_, mean_, rstd_);
   return y.view(shape_);
 }
 
 Tensor LayerNorm::backward(const Tensor& grad_output) {
   DITTO_CHECK(x_.defined(), str(), ".backward: called before forward");
-  DITTO_CHECK(grad_output.defined() && grad_output.shape() == shape_ &&
-                  grad_output.dtype() == DType::f32,
-              str(), ".backward: grad_output: expected ", shape_str(shape_), " f32, got ",
-              describe(grad_output));
+  DITTO_CHECK(
+      grad_output.defined() && grad_output.shape() == shape_ && grad_output.dtype() == DType::f32,
+      str(), ".backward: grad_output: expected ", shape_str(shape_), " f32, got ",
+      describe(grad_output));
   const Tensor dy = grad_output.view({-1, c_});
   Tensor dy_xhat;
   Tensor dx = ops::layernorm_backward(dy, x_, weight_.data, mean_, rstd_, dy_xhat);
@@ -170,7 +172,8 @@ std::unique_ptr<Module> GELU::clone() const {
 
 // ---- Dropout -------------------------------------------------------------------------------
 
-Dropout::Dropout(float p, std::uint64_t site, std::uint64_t seed) : p_(p), site_(site), seed_(seed) {
+Dropout::Dropout(float p, std::uint64_t site, std::uint64_t seed)
+    : p_(p), site_(site), seed_(seed) {
   DITTO_CHECK(p >= 0.0f && p < 1.0f, "Dropout: p: expected in [0, 1), got ", p);
   DITTO_CHECK(site < 256, "Dropout: site: expected < 256 (Note [Dropout masks]), got ", site);
 }

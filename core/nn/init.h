@@ -7,10 +7,10 @@
 // core/numerics/random.h), with the Marsaglia polar method written in float with the portable
 // log (core/numerics/portable_math.h) and the correctly rounded sqrt, so no libm result enters.
 // Element i of an n-element tensor under (seed, stream), attempt a = 0, 1, ...:
-//   u1 = uniform01(seed, stream, 2 * (a * n + i)),  u2 = uniform01(seed, stream, 2 * (a * n + i) + 1)
+//   k = 2 * (a * n + i),  u1 = uniform01(seed, stream, k),  u2 = uniform01(seed, stream, k + 1)
 //   x = 2 u1 - 1,  y = 2 u2 - 1  (both exact),  s = x*x + y*y  (two products, one add)
 //   accepted when 0 < s < 1 (probability pi/4), then
-//   value = std * (x * sqrt((-2 * log(s)) / s))      (each operation rounded once, in this order)
+//   value = std * (x * sqrt((-2 * log(s)) / s))     (each operation rounded once, in this order)
 // Only x's normal of the pair is used, so every element is drawn independently of the others
 // and of n's other elements' attempts. Attempt a covers indices [2an, 2(a+1)n) of the stream.
 #pragma once

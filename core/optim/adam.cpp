@@ -10,26 +10,27 @@
 
 namespace ditto::optim {
 
+void check_adam_options(const char* call, double lr, double beta1, double beta2, double eps,
+                        double weight_decay) {
+  // Messages follow torch.optim.Adam's; written so that NaN fails every check.
+  DITTO_CHECK(lr >= 0.0, call, ": lr: Invalid learning rate: ", lr, " (expected >= 0)");
+  DITTO_CHECK(eps >= 0.0, call, ": eps: Invalid epsilon value: ", eps, " (expected >= 0)");
+  DITTO_CHECK(beta1 >= 0.0 && beta1 < 1.0, call, ": beta1: Invalid beta parameter at index 0: ",
+              beta1, " (expected 0 <= beta1 < 1)");
+  DITTO_CHECK(beta2 >= 0.0 && beta2 < 1.0, call, ": beta2: Invalid beta parameter at index 1: ",
+              beta2, " (expected 0 <= beta2 < 1)");
+  DITTO_CHECK(weight_decay >= 0.0, call, ": weight_decay: Invalid weight_decay value: ",
+              weight_decay, " (expected >= 0)");
+}
+
 Adam::Adam(std::vector<nn::Parameter*> params, AdamOptions options)
     : Optimizer(std::move(params), "optim::Adam"), options_(options) {
-  // Messages follow torch.optim.Adam's; written so that NaN fails every check.
-  const AdamOptions& o = options;
-  DITTO_CHECK(o.lr >= 0.0, "optim::Adam: lr: Invalid learning rate: ", o.lr, " (expected >= 0)");
-  DITTO_CHECK(o.eps >= 0.0, "optim::Adam: eps: Invalid epsilon value: ", o.eps, " (expected >= 0)");
-  DITTO_CHECK(o.beta1 >= 0.0 && o.beta1 < 1.0,
-              "optim::Adam: beta1: Invalid beta parameter at index 0: ", o.beta1,
-              " (expected 0 <= beta1 < 1)");
-  DITTO_CHECK(o.beta2 >= 0.0 && o.beta2 < 1.0,
-              "optim::Adam: beta2: Invalid beta parameter at index 1: ", o.beta2,
-              " (expected 0 <= beta2 < 1)");
-  DITTO_CHECK(o.weight_decay >= 0.0,
-              "optim::Adam: weight_decay: Invalid weight_decay value: ", o.weight_decay,
-              " (expected >= 0)");
+  check_adam_options("optim::Adam", options.lr, options.beta1, options.beta2, options.eps,
+                     options.weight_decay);
   state_.resize(params_.size());
 }
 
-namespace {
-std::map<std::string, std::string> adam_options(const AdamOptions& o, std::size_t n) {
+std::map<std::string, std::string> adam_option_strings(const AdamOptions& o, std::size_t n) {
   return {{"lr", exact_str(o.lr)},
           {"beta1", exact_str(o.beta1)},
           {"beta2", exact_str(o.beta2)},
@@ -38,10 +39,14 @@ std::map<std::string, std::string> adam_options(const AdamOptions& o, std::size_
           {"amsgrad", o.amsgrad ? "true" : "false"},
           {"num_params", std::to_string(n)}};
 }
-}  // namespace
+
+void Adam::set_lr(double lr) {
+  check_lr(lr, "optim::Adam::set_lr");
+  options_.lr = lr;
+}
 
 OptimizerState Adam::state_dict() const {
-  OptimizerState s{"Adam", adam_options(options_, params_.size()), {}};
+  OptimizerState s{"Adam", adam_option_strings(options_, params_.size()), {}};
   for (std::size_t i = 0; i < state_.size(); ++i) {
     const State& st = state_[i];
     if (st.step == 0) continue;
@@ -62,7 +67,7 @@ void Adam::load_state_dict(const OptimizerState& state) {
   const char* call = "optim::Adam::load_state_dict";
   std::vector<std::string> keys{"step", "exp_avg", "exp_avg_sq"};
   if (options_.amsgrad) keys.push_back("max_exp_avg_sq");
-  check_state(state, call, "Adam", adam_options(options_, params_.size()), keys);
+  check_state(state, call, "Adam", adam_option_strings(options_, params_.size()), keys);
   std::vector<std::map<std::string, const Tensor*>> per(params_.size());
   for (const auto& [name, t] : state.tensors) {
     auto [i, key] = split_state_name(name);

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "core/optim/optimizer.h"
@@ -22,6 +24,16 @@ struct AdamOptions {
   bool amsgrad = false;
 };
 
+/// Adam's (and AdamW's) hyper-parameter checks with torch's messages ("<call>: beta1: Invalid
+/// beta parameter at index 0: 1.5 (expected 0 <= beta1 < 1)"): InvalidArgument for lr, eps or
+/// weight_decay < 0, a beta outside [0, 1), or any NaN.
+void check_adam_options(const char* call, double lr, double beta1, double beta2, double eps,
+                        double weight_decay);
+
+/// The options of Adam::state_dict() for `o` over num_params parameters (exact decimal strings).
+std::map<std::string, std::string> adam_option_strings(const AdamOptions& o,
+                                                       std::size_t num_params);
+
 class Adam : public Optimizer {
  public:
   /// Per parameter p with gradient g, at its step t = 1, 2, ... (torch.optim.Adam):
@@ -38,6 +50,8 @@ class Adam : public Optimizer {
   Adam(std::vector<nn::Parameter*> params, AdamOptions options = {});
 
   void step() override;
+  void set_lr(double lr) override;
+  double lr() const override { return options_.lr; }
   /// Per parameter with a step: "state.<i>.step" (0-dim i64; PyTorch keeps a 0-dim f32),
   /// "state.<i>.exp_avg", "state.<i>.exp_avg_sq" and with amsgrad "state.<i>.max_exp_avg_sq";
   /// options lr, beta1, beta2, eps, weight_decay, amsgrad. Loading recomputes beta^step by the

@@ -17,7 +17,7 @@ namespace ditto::optim {
 /// "max_exp_avg_sq"), as host tensors; and the hyper-parameters (PyTorch's param_groups[0]) as
 /// exact decimal strings ("lr" -> "0.05").
 struct OptimizerState {
-  std::string type;                                     ///< "SGD", "Adam"
+  std::string type;                                     ///< "SGD", "Adam", "AdamW"
   std::map<std::string, std::string> options;           ///< hyper-parameters and "num_params"
   std::vector<std::pair<std::string, Tensor>> tensors;  ///< host tensors
 };
@@ -45,6 +45,12 @@ class Optimizer {
 
   const std::vector<nn::Parameter*>& parameters() const { return params_; }
 
+  /// The learning rate of the next step() (torch: param_groups[g]['lr'], which schedules such
+  /// as nanoGPT's get_lr set before each step; every group here shares one). Throws
+  /// InvalidArgument for lr < 0 or NaN ("Invalid learning rate"). SGD keeps it as a float.
+  virtual void set_lr(double lr) = 0;
+  virtual double lr() const = 0;
+
   /// Copy of the state and hyper-parameters (blocks: state tensors are copied to the host).
   /// Parameters without state (no step yet) have no entries. Mirrors state_dict().
   virtual OptimizerState state_dict() const = 0;
@@ -66,6 +72,8 @@ class Optimizer {
                    const std::vector<std::string>& keys) const;
   /// Parse "state.<i>.<key>" (no checks; check_state has run).
   static std::pair<std::size_t, std::string> split_state_name(const std::string& name);
+  /// set_lr's check: InvalidArgument "<call>: lr: Invalid learning rate: ..." unless lr >= 0.
+  static void check_lr(double lr, const char* call);
 
   std::vector<nn::Parameter*> params_;
 };

@@ -78,6 +78,15 @@ std::pair<std::size_t, std::string> Optimizer::split_state_name(const std::strin
   return {static_cast<std::size_t>(std::stoull(name.substr(6, dot - 6))), name.substr(dot + 1)};
 }
 
+void Optimizer::check_lr(double lr, const char* call) {
+  DITTO_CHECK(lr >= 0.0, call, ": lr: Invalid learning rate: ", lr, " (expected >= 0)");
+}
+
+void SGD::set_lr(double lr) {
+  check_lr(lr, "optim::SGD::set_lr");
+  options_.lr = static_cast<float>(lr);
+}
+
 void Optimizer::check_state(const OptimizerState& state, const char* call, const std::string& type,
                             const std::map<std::string, std::string>& own_options,
                             const std::vector<std::string>& keys) const {

@@ -28,6 +28,9 @@ class SGD : public Optimizer {
   SGD(std::vector<nn::Parameter*> params, SGDOptions options);
 
   void step() override;
+  /// lr rounded to float (SGDOptions::lr).
+  void set_lr(double lr) override;
+  double lr() const override { return options_.lr; }
   /// "state.<i>.momentum_buffer" for each parameter with a buffer; options lr, momentum,
   /// dampening, weight_decay, nesterov.
   OptimizerState state_dict() const override;

@@ -1,0 +1,28 @@
+// optim::clip_grad_norm_: torch.nn.utils.clip_grad_norm_ (norm_type 2), between backward and the
+// optimizer step (nanoGPT's grad_clip).
+#pragma once
+
+#include <vector>
+
+#include "core/nn/module.h"
+#include "core/numerics/determinism.h"
+
+namespace ditto::optim {
+
+/// Scales the gradients of `params` so that their joint 2-norm is at most max_norm, and returns
+/// the norm before clipping (torch.nn.utils.clip_grad_norm_(params, max_norm), which returns it
+/// as a 0-dim tensor). Parameters whose grad is undefined are skipped (an empty set gives 0).
+///   total = sqrt(s_0 + s_1 + ...)   s_k = ops::sum_squares(grad_k, mode), summed in float on the
+///                                   host in parameter order, then a float sqrt
+///   coef  = float(max_norm) / (total + 1e-6f)
+///   grads *= coef unless coef >= 1  (torch multiplies by clamp(coef, max=1), so a non-finite
+///                                   norm turns every grad into NaN or 0 there as here)
+/// In bitwise mode each sum of squares is canonical (Note [GPT kernels], kSquaresBlock), so the
+/// result depends on the gradients' values only: ranks holding the same (all-reduced) gradients
+/// get the same bits on any device. Blocks (the sums are read on the host). Throws
+/// InvalidArgument when max_norm is not finite and > 0, or a grad is not f32 of its parameter's
+/// shape on its device (naming it).
+float clip_grad_norm_(const std::vector<nn::Parameter*>& params, double max_norm,
+                      Determinism mode = Determinism::fast);
+
+}  // namespace ditto::optim
