@@ -1,9 +1,9 @@
-// Attention with dropout on the weights (nanoGPT's attn_dropout; ops::attention / attention_backward
-// with p > 0, Note [GPT kernels] in core/numerics/gpt_math.h) on the simulator: the kernels equal
-// a plain host reference written here in the Note's order bit for bit, and gpt_math.h's row
-// functions (which the CUDA kernels call); forward and backward against a double reference with
-// the same mask (finite differences); the mask of rows [a, b) with index_base = a * nh*T*T is the
-// slice of the whole batch's; p == 0 draws no mask; bad p is refused.
+// Attention with dropout on the weights (nanoGPT's attn_dropout; ops::attention /
+// attention_backward with p > 0, Note [GPT kernels] in core/numerics/gpt_math.h) on the simulator:
+// the kernels equal a plain host reference written here in the Note's order bit for bit, and
+// gpt_math.h's row functions (which the CUDA kernels call); forward and backward against a double
+// reference with the same mask (finite differences); the mask of rows [a, b) with index_base = a *
+// nh*T*T is the slice of the whole batch's; p == 0 draws no mask; bad p is refused.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -19,8 +19,8 @@ namespace ditto {
 namespace {
 
 using namespace ditto::test;
-using gpt_ref::Vec;
 using gpt_ref::to_double;
+using gpt_ref::Vec;
 
 using GptAttnDropout = SimSuite<8>;
 
@@ -93,7 +93,8 @@ void host_reference(const Dims& d, const Key& k, const std::vector<float>& x,
       for (std::int64_t i = 0; i < d.hd(); ++i)
         for (std::int64_t t = 0; t < d.T; ++t) {
           float q = 0.0f, kk = 0.0f, v = 0.0f;
-          for (std::int64_t u = 0; u <= t; ++u) q = c::fma(dz[d.att(b, h, t, u)], x[d.qkv(b, u, 1, h, i)], q);
+          for (std::int64_t u = 0; u <= t; ++u)
+            q = c::fma(dz[d.att(b, h, t, u)], x[d.qkv(b, u, 1, h, i)], q);
           for (std::int64_t w = t; w < d.T; ++w) {  // t as the key
             kk = c::fma(dz[d.att(b, h, w, t)], x[d.qkv(b, w, 0, h, i)], kk);
             v = c::fma(a[d.att(b, h, w, t)], g[d.y(b, w, h, i)], v);
@@ -126,8 +127,8 @@ void gpt_math_rows(const Dims& d, const Key& k, const std::vector<float>& x,
                                       b, t, h, &dpre[d.att(b, h, t, 0)], &dx[d.qkv(b, t, 0, h, 0)],
                                       drop);
       for (std::int64_t u = 0; u < d.T; ++u)
-        gpt::attention_key_backward(g.data(), x.data(), att.data(), dpre.data(), d.T, d.C, d.nh,
-                                    b, u, h, &dx[d.qkv(b, u, 1, h, 0)], &dx[d.qkv(b, u, 2, h, 0)],
+        gpt::attention_key_backward(g.data(), x.data(), att.data(), dpre.data(), d.T, d.C, d.nh, b,
+                                    u, h, &dx[d.qkv(b, u, 1, h, 0)], &dx[d.qkv(b, u, 2, h, 0)],
                                     drop);
     }
 }
@@ -144,8 +145,8 @@ TEST_F(GptAttnDropout, KernelsEqualTheHostReferenceAndGptMath) {
       Tensor att, att0;
       const Tensor y = ops::attention(tqkv, d.nh, att, k.p, k.seed, k.stream, k.index_base);
       const Tensor y0 = ops::attention(tqkv, d.nh, att0);
-      const Tensor dqkv = ops::attention_backward(upload(dy, {d.B, d.T, d.C}), tqkv, att, d.nh,
-                                                  k.p, k.seed, k.stream, k.index_base);
+      const Tensor dqkv = ops::attention_backward(upload(dy, {d.B, d.T, d.C}), tqkv, att, d.nh, k.p,
+                                                  k.seed, k.stream, k.index_base);
       // att is the un-dropped softmax: the bits of the call without dropout.
       EXPECT_TRUE(bits_equal(att.to_vector<float>(), att0.to_vector<float>()));
       std::vector<float> y_ref, dx_ref, y_rows, att_rows, dx_rows;
@@ -173,7 +174,8 @@ Vec dropped_attention(const Vec& x, const Dims& d, const std::vector<unsigned ch
       for (std::int64_t t = 0; t < d.T; ++t)
         for (std::int64_t u = 0; u <= t; ++u) {
           const double a = keep[d.att(b, h, t, u)] ? att[d.att(b, h, t, u)] / (1 - p) : 0.0;
-          for (std::int64_t i = 0; i < d.hd(); ++i) y[d.y(b, t, h, i)] += a * x[d.qkv(b, u, 2, h, i)];
+          for (std::int64_t i = 0; i < d.hd(); ++i)
+            y[d.y(b, t, h, i)] += a * x[d.qkv(b, u, 2, h, i)];
         }
   return y;
 }
@@ -213,18 +215,21 @@ TEST_F(GptAttnDropout, RowSliceWithItsIndexBaseIsTheSlice) {
   const std::vector<float> dy = random_values(d.B * d.T * d.C, 45);
   const Tensor tqkv = upload(qkv, {d.B, d.T, 3 * d.C});
   Tensor att;
-  const std::vector<float> y = ops::attention(tqkv, d.nh, att, k.p, k.seed, k.stream, 0).to_vector<float>();
-  const std::vector<float> dx =
-      ops::attention_backward(upload(dy, {d.B, d.T, d.C}), tqkv, att, d.nh, k.p, k.seed, k.stream, 0)
-          .to_vector<float>();
+  const std::vector<float> y =
+      ops::attention(tqkv, d.nh, att, k.p, k.seed, k.stream, 0).to_vector<float>();
+  const std::vector<float> dx = ops::attention_backward(upload(dy, {d.B, d.T, d.C}), tqkv, att,
+                                                        d.nh, k.p, k.seed, k.stream, 0)
+                                    .to_vector<float>();
   for (auto [a, b] : {std::pair<std::int64_t, std::int64_t>{1, 3}, {3, 4}, {0, 2}}) {
-    const std::size_t qw = static_cast<std::size_t>(d.T * 3 * d.C), yw = static_cast<std::size_t>(d.T * d.C);
+    const std::size_t qw = static_cast<std::size_t>(d.T * 3 * d.C),
+                      yw = static_cast<std::size_t>(d.T * d.C);
     const std::vector<float> sq(qkv.begin() + a * qw, qkv.begin() + b * qw);
     const std::vector<float> sdy(dy.begin() + a * yw, dy.begin() + b * yw);
     const std::uint64_t base = static_cast<std::uint64_t>(a * per_row);
     const Tensor tq = upload(sq, {b - a, d.T, 3 * d.C});
     Tensor satt;
-    const std::vector<float> sy = ops::attention(tq, d.nh, satt, k.p, k.seed, k.stream, base).to_vector<float>();
+    const std::vector<float> sy =
+        ops::attention(tq, d.nh, satt, k.p, k.seed, k.stream, base).to_vector<float>();
     const std::vector<float> sdx = ops::attention_backward(upload(sdy, {b - a, d.T, d.C}), tq, satt,
                                                            d.nh, k.p, k.seed, k.stream, base)
                                        .to_vector<float>();
@@ -234,7 +239,8 @@ TEST_F(GptAttnDropout, RowSliceWithItsIndexBaseIsTheSlice) {
         << "rows " << a << ".." << b;
     // Without the base the replica would draw the first rows' mask: different bits.
     Tensor watt;
-    const std::vector<float> wy = ops::attention(tq, d.nh, watt, k.p, k.seed, k.stream, 0).to_vector<float>();
+    const std::vector<float> wy =
+        ops::attention(tq, d.nh, watt, k.p, k.seed, k.stream, 0).to_vector<float>();
     if (a > 0) {
       EXPECT_FALSE(bits_equal(wy, sy)) << "rows " << a << ".." << b;
     }
@@ -250,9 +256,9 @@ TEST_F(GptAttnDropout, ZeroPDrawsNoMaskAndBadPIsRefused) {
   const Tensor y0 = ops::attention(tqkv, d.nh, att0);
   const Tensor y1 = ops::attention(tqkv, d.nh, att1, 0.0f, 123, 456, 789);
   EXPECT_TRUE(bits_equal(y0.to_vector<float>(), y1.to_vector<float>()));
-  EXPECT_TRUE(bits_equal(ops::attention_backward(tdy, tqkv, att0, d.nh).to_vector<float>(),
-                         ops::attention_backward(tdy, tqkv, att0, d.nh, 0.0f, 123, 456, 789)
-                             .to_vector<float>()));
+  EXPECT_TRUE(bits_equal(
+      ops::attention_backward(tdy, tqkv, att0, d.nh).to_vector<float>(),
+      ops::attention_backward(tdy, tqkv, att0, d.nh, 0.0f, 123, 456, 789).to_vector<float>()));
   for (float p : {1.0f, -0.1f, 1.5f}) {
     expect_invalid([&] { ops::attention(tqkv, d.nh, att1, p, 1, 2, 3); },
                    "ops::attention: p: expected a drop probability in [0, 1)");

@@ -2,7 +2,8 @@
 // for bit (sum_squares' fast mode within a tolerance): embedding forward/backward over micro-shard
 // bounds (1 to 200 shards, empty ones, vocabulary rows absent from the batch), LayerNorm with
 // and without bias, GELU, causal attention forward and backward over several (B, T, C, n_head)
-// without and with attn_dropout, dropout at several p and index bases (also in place), the sum of squares around kSquaresBlock.
+// without and with attn_dropout, dropout at several p and index bases (also in place), the sum
+// of squares around kSquaresBlock.
 // Sizes are small: every CUDA thread is a host thread here.
 #include <array>
 #include <initializer_list>
