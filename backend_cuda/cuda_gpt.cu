@@ -80,36 +80,41 @@ __global__ void gelu_backward_kernel(const float* x, const float* gy, float* gx,
 
 // ---- causal self-attention ---------------------------------------------------------------------
 // Thread i over B * nh * T: b = i / (nh T), h = (i / T) % nh, t (or u) = i % T, so the row
-// att[b, h, t, :] is row i of att.
+// att[b, h, t, :] is row i of att. `drop` is the attention dropout's key (inactive: p == 0, no
+// mask drawn); each thread draws its elements' mask with gpt::AttentionDropout (Philox per
+// element, Note [GPT kernels]).
 
 __global__ void attention_forward_kernel(const float* qkv, i64 B, i64 T, i64 C, i64 nh, float* y,
-                                         float* att) {
+                                         float* att, gpt::AttentionDropout drop) {
   const i64 hd = C / nh;
   for (i64 i = global_thread(); i < B * nh * T; i += grid_threads()) {
     const i64 b = i / (nh * T), h = (i / T) % nh, t = i % T;
-    gpt::attention_query(qkv, T, C, nh, b, t, h, y + (b * T + t) * C + h * hd, att + i * T);
+    gpt::attention_query(qkv, T, C, nh, b, t, h, y + (b * T + t) * C + h * hd, att + i * T,
+                         drop);
   }
 }
 
 __global__ void attention_query_backward_kernel(const float* dy, const float* qkv,
                                                 const float* att, i64 B, i64 T, i64 C, i64 nh,
-                                                float* dqkv, float* dpre) {
+                                                float* dqkv, float* dpre,
+                                                gpt::AttentionDropout drop) {
   const i64 hd = C / nh;
   for (i64 i = global_thread(); i < B * nh * T; i += grid_threads()) {
     const i64 b = i / (nh * T), h = (i / T) % nh, t = i % T;
     gpt::attention_query_backward(dy, qkv, att + i * T, T, C, nh, b, t, h, dpre + i * T,
-                                  dqkv + (b * T + t) * 3 * C + h * hd);
+                                  dqkv + (b * T + t) * 3 * C + h * hd, drop);
   }
 }
 
 __global__ void attention_key_backward_kernel(const float* dy, const float* qkv, const float* att,
                                               const float* dpre, i64 B, i64 T, i64 C, i64 nh,
-                                              float* dqkv) {
+                                              float* dqkv, gpt::AttentionDropout drop) {
   const i64 hd = C / nh;
   for (i64 i = global_thread(); i < B * nh * T; i += grid_threads()) {
     const i64 b = i / (nh * T), h = (i / T) % nh, u = i % T;
     float* row = dqkv + (b * T + u) * 3 * C + h * hd;
-    gpt::attention_key_backward(dy, qkv, att, dpre, T, C, nh, b, u, h, row + C, row + 2 * C);
+    gpt::attention_key_backward(dy, qkv, att, dpre, T, C, nh, b, u, h, row + C, row + 2 * C,
+                                drop);
   }
 }
 
@@ -221,25 +226,29 @@ void CudaGptKernels::gelu_backward(Stream& s, const float* x, const float* gy, f
 }
 
 void CudaGptKernels::attention_forward(Stream& s, const float* qkv, i64 B, i64 T, i64 C, i64 nh,
-                                       float* y, float* att) {
+                                       float* y, float* att, float p, std::uint64_t seed,
+                                       std::uint64_t stream, std::uint64_t index_base) {
   if (B <= 0 || T <= 0 || nh <= 0) return;
   Launch l(backend_, s, "attention_forward");
+  const gpt::AttentionDropout drop{p, seed, stream, index_base};
   attention_forward_kernel<<<blocks_for(B * nh * T, 128), 128, 0, l.get()>>>(qkv, B, T, C, nh, y,
-                                                                              att);
+                                                                              att, drop);
   l.check();
 }
 
 void CudaGptKernels::attention_backward(Stream& s, const float* dy, const float* qkv,
                                         const float* att, i64 B, i64 T, i64 C, i64 nh,
-                                        float* dqkv, float* scratch) {
+                                        float* dqkv, float* scratch, float p, std::uint64_t seed,
+                                        std::uint64_t stream, std::uint64_t index_base) {
   if (B <= 0 || T <= 0 || nh <= 0) return;
   Launch l(backend_, s, "attention_backward");
+  const gpt::AttentionDropout drop{p, seed, stream, index_base};
   const int blocks = blocks_for(B * nh * T, 128);
   attention_query_backward_kernel<<<blocks, 128, 0, l.get()>>>(dy, qkv, att, B, T, C, nh, dqkv,
-                                                               scratch);
+                                                               scratch, drop);
   l.check();
   attention_key_backward_kernel<<<blocks, 128, 0, l.get()>>>(dy, qkv, att, scratch, B, T, C, nh,
-                                                             dqkv);
+                                                             dqkv, drop);
   l.check();
 }
 

@@ -228,9 +228,12 @@ class CudaGptKernels : public Kernels {
   void gelu_forward(Stream& s, const float* x, float* y, i64 n) override;
   void gelu_backward(Stream& s, const float* x, const float* gy, float* gx, i64 n) override;
   void attention_forward(Stream& s, const float* qkv, i64 B, i64 T, i64 C, i64 nh, float* y,
-                         float* att) override;
+                         float* att, float p, std::uint64_t seed, std::uint64_t stream,
+                         std::uint64_t index_base) override;
   void attention_backward(Stream& s, const float* dy, const float* qkv, const float* att, i64 B,
-                          i64 T, i64 C, i64 nh, float* dqkv, float* scratch) override;
+                          i64 T, i64 C, i64 nh, float* dqkv, float* scratch, float p,
+                          std::uint64_t seed, std::uint64_t stream,
+                          std::uint64_t index_base) override;
   void dropout_forward(Stream& s, const float* x, float* y, i64 n, float p, std::uint64_t seed,
                        std::uint64_t stream, std::uint64_t index_base) override;
   void dropout_backward(Stream& s, const float* gy, float* gx, i64 n, float p, std::uint64_t seed,

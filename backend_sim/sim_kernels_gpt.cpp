@@ -79,11 +79,14 @@ void weighted_rows(const float* w, std::int64_t t, const float* rows, std::int64
   gpt::weighted_rows(w, t, rows, stride, hd, out);
 }
 
-// dk_u = scale * chain_t fma(dpre[t, u], q_t), dv_u = chain_t fma(att[t, u], dy_t), t >= u.
+// dk_u = scale * chain_t fma(dpre[t, u], q_t), dv_u = chain_t fma(att[t, u], dy_t), t >= u;
+// with `scaled` false dk_u is the chain itself (attention with dropout: att_col then holds the
+// dropped weights, gpt::attention_key_chains).
 template <int HD>
 void key_backward_hd(const float* q0, std::int64_t q_stride, const float* g0,
                      std::int64_t g_stride, const float* att_col, const float* dpre_col,
-                     std::int64_t T, std::int64_t u, float scale, float* dk, float* dv) {
+                     std::int64_t T, std::int64_t u, float scale, float* dk, float* dv,
+                     bool scaled = true) {
   float ak[HD] = {}, av[HD] = {};
   for (std::int64_t t = u; t < T; ++t) {
     const float* __restrict q = q0 + t * q_stride;
@@ -92,7 +95,11 @@ void key_backward_hd(const float* q0, std::int64_t q_stride, const float* g0,
     for (int i = 0; i < HD; ++i) ak[i] = fma(d, q[i], ak[i]);
     for (int i = 0; i < HD; ++i) av[i] = fma(a, g[i], av[i]);
   }
-  for (int i = 0; i < HD; ++i) dk[i] = mul(ak[i], scale);
+  if (scaled) {
+    for (int i = 0; i < HD; ++i) dk[i] = mul(ak[i], scale);
+  } else {
+    std::memcpy(dk, ak, sizeof ak);
+  }
   std::memcpy(dv, av, sizeof av);
 }
 
@@ -137,6 +144,18 @@ bool vocab_tree(const float* dy, std::int64_t C, const std::vector<std::int64_t>
   else if (right)
     std::memcpy(dst, scratch, static_cast<std::size_t>(C) * sizeof(float));
   return true;
+}
+
+// Flops of one dropout mask element: Philox's 10 rounds of 2 multiplies and ~4 integer
+// operations per 4 elements (as dropout_cost), and the comparison.
+constexpr double kMaskFlops = 17.0;
+
+// a[u] = drop.apply(row_index + u, x[u], s) for u <= t, one Philox block per 4 consecutive
+// indices (dropout below: the same bits as gpt::AttentionDropout::apply element by element). a
+// may alias x.
+void dropped_row(const float* x, std::int64_t t, std::uint64_t row_index,
+                 const gpt::AttentionDropout& drop, float* a) {
+  dropout(x, a, t + 1, drop.p, drop.seed, drop.stream, drop.index_base + row_index);
 }
 
 }  // namespace
@@ -229,17 +248,23 @@ KernelCost gelu_cost(std::int64_t n, bool backward) {
 // ---- causal self-attention ----------------------------------------------------------------------
 
 void attention_forward(const float* qkv, std::int64_t B, std::int64_t T, std::int64_t C,
-                       std::int64_t nh, float* y, float* att) {
+                       std::int64_t nh, float* y, float* att, const gpt::AttentionDropout& drop) {
   const std::int64_t hd = C / nh, W = 3 * C;
   const float scale = gpt::attention_scale(hd);
   std::vector<float> kt;
+  std::vector<float> a(drop.active() ? static_cast<std::size_t>(T) : 0);  // one dropped row
   for_each_head(qkv, B, T, C, nh, C, kt, [&](std::int64_t b, std::int64_t h, const float* base) {
     for (std::int64_t t = 0; t < T; ++t) {
       float* row = att + ((b * nh + h) * T + t) * T;
       dots_transposed(base + t * W + h * hd, kt.data(), t, T, hd, row);
       for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(row[u], scale);
       gpt::causal_softmax_row(row, t, T);
-      weighted_rows(row, t, base + 2 * C + h * hd, W, hd, y + (b * T + t) * C + h * hd);
+      const float* w = row;
+      if (drop.active()) {  // a = dropout(att row): gpt::weighted_rows_dropped's weights
+        dropped_row(row, t, gpt::attention_row_index(nh, T, b, h, t), drop, a.data());
+        w = a.data();
+      }
+      weighted_rows(w, t, base + 2 * C + h * hd, W, hd, y + (b * T + t) * C + h * hd);
     }
   });
 }
@@ -252,16 +277,61 @@ double causal_pairs(std::int64_t B, std::int64_t T, std::int64_t nh) {
 }  // namespace
 
 KernelCost attention_forward_cost(std::int64_t B, std::int64_t T, std::int64_t C,
-                                  std::int64_t nh) {
+                                  std::int64_t nh, bool dropout) {
   const double hd = double(C) / nh;
-  // Per pair: q.k (2 hd), scale, exp (~20), sum, divide, att @ v (2 hd).
-  return KernelCost{causal_pairs(B, T, nh) * (4.0 * hd + 24.0),
+  // Per pair: q.k (2 hd), scale, exp (~20), sum, divide, att @ v (2 hd); with dropout a mask
+  // element and its scaling.
+  const double mask = dropout ? kMaskFlops + 1.0 : 0.0;
+  return KernelCost{causal_pairs(B, T, nh) * (4.0 * hd + 24.0 + mask),
                     4.0 * (double(B) * T * 4.0 * C + double(B) * nh * T * T)};
 }
 
+namespace {
+// attention_backward with dropout (Note [GPT kernels], attention with dropout). Pass 1 also
+// keeps each row's dropped weights a for pass 2's dv (gpt::attention_key_chains with them and
+// no mask gives gpt::attention_key_backward's bits).
+void attention_backward_dropped(const float* dy, const float* qkv, const float* att,
+                                std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
+                                float* dqkv, float* scratch, const gpt::AttentionDropout& drop) {
+  const std::int64_t hd = C / nh, W = 3 * C;
+  const float scale = gpt::attention_scale(hd);
+  std::vector<float> vt, a(static_cast<std::size_t>(B * nh * T * T));
+  for_each_head(qkv, B, T, C, nh, 2 * C, vt, [&](std::int64_t b, std::int64_t h,
+                                                 const float* base) {
+    const std::int64_t head = (b * nh + h) * T * T;
+    for (std::int64_t t = 0; t < T; ++t) {  // pass 1: gpt::attention_query_backward
+      const std::uint64_t index = gpt::attention_row_index(nh, T, b, h, t);
+      float* row = scratch + head + t * T;
+      dots_transposed(dy + (b * T + t) * C + h * hd, vt.data(), t, T, hd, row);
+      dropped_row(row, t, index, drop, row);  // da = keep ? dp * s : 0
+      gpt::causal_softmax_row_backward(att + head + t * T, row, t, T);
+      for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(row[u], scale);
+      weighted_rows(row, t, base + C + h * hd, W, hd, dqkv + (b * T + t) * W + h * hd);
+      dropped_row(att + head + t * T, t, index, drop, a.data() + head + t * T);
+    }
+    for (std::int64_t u = 0; u < T; ++u) {  // pass 2: dk_u and dv_u over the queries t >= u
+      float* dk = dqkv + (b * T + u) * W + C + h * hd;
+      const float* q0 = base + h * hd;
+      const float* g0 = dy + b * T * C + h * hd;
+      const float* w = a.data() + head + u;
+      if (hd == 32)
+        key_backward_hd<32>(q0, W, g0, C, w, scratch + head + u, T, u, scale, dk, dk + C, false);
+      else if (hd == 64)
+        key_backward_hd<64>(q0, W, g0, C, w, scratch + head + u, T, u, scale, dk, dk + C, false);
+      else
+        gpt::attention_key_chains(dy, qkv, a.data(), scratch, T, C, nh, b, u, h, dk, dk + C);
+    }
+  });
+}
+}  // namespace
+
 void attention_backward(const float* dy, const float* qkv, const float* att, std::int64_t B,
                         std::int64_t T, std::int64_t C, std::int64_t nh, float* dqkv,
-                        float* scratch) {
+                        float* scratch, const gpt::AttentionDropout& drop) {
+  if (drop.active()) {
+    attention_backward_dropped(dy, qkv, att, B, T, C, nh, dqkv, scratch, drop);
+    return;
+  }
   const std::int64_t hd = C / nh, W = 3 * C;
   const float scale = gpt::attention_scale(hd);
   std::vector<float> vt;
@@ -295,10 +365,12 @@ void attention_backward(const float* dy, const float* qkv, const float* att, std
 }
 
 KernelCost attention_backward_cost(std::int64_t B, std::int64_t T, std::int64_t C,
-                                   std::int64_t nh) {
+                                   std::int64_t nh, bool dropout) {
   const double hd = double(C) / nh;
-  // Per pair: dy.v, dpre @ k, dk and dv updates (2 hd each), the softmax backward (~4).
-  return KernelCost{causal_pairs(B, T, nh) * (8.0 * hd + 4.0),
+  // Per pair: dy.v, dpre @ k, dk and dv updates (2 hd each), the softmax backward (~4); with
+  // dropout the mask twice (dp and the weights of dv), two scalings and the score scale.
+  const double mask = dropout ? 2.0 * kMaskFlops + 3.0 : 0.0;
+  return KernelCost{causal_pairs(B, T, nh) * (8.0 * hd + 4.0 + mask),
                     4.0 * (double(B) * T * 7.0 * C + 4.0 * double(B) * nh * T * T)};
 }
 

@@ -10,6 +10,7 @@
 
 #include "backend_sim/cost_model.h"
 #include "core/numerics/determinism.h"
+#include "core/numerics/gpt_math.h"
 
 namespace ditto::sim::gpt_kernels {
 
@@ -36,16 +37,17 @@ void gelu_forward(const float* x, float* y, std::int64_t n);
 void gelu_backward(const float* x, const float* gy, float* gx, std::int64_t n);
 KernelCost gelu_cost(std::int64_t n, bool backward);
 
+/// Kernels::attention_forward with the dropout key `drop` (inactive: no mask drawn).
 void attention_forward(const float* qkv, std::int64_t B, std::int64_t T, std::int64_t C,
-                       std::int64_t nh, float* y, float* att);
+                       std::int64_t nh, float* y, float* att, const gpt::AttentionDropout& drop);
 KernelCost attention_forward_cost(std::int64_t B, std::int64_t T, std::int64_t C,
-                                  std::int64_t nh);
+                                  std::int64_t nh, bool dropout);
 
 void attention_backward(const float* dy, const float* qkv, const float* att, std::int64_t B,
                         std::int64_t T, std::int64_t C, std::int64_t nh, float* dqkv,
-                        float* scratch);
+                        float* scratch, const gpt::AttentionDropout& drop);
 KernelCost attention_backward_cost(std::int64_t B, std::int64_t T, std::int64_t C,
-                                   std::int64_t nh);
+                                   std::int64_t nh, bool dropout);
 
 /// Forward and backward alike: y[i] = kept(index_base + i) ? x[i] * scale : 0.
 void dropout(const float* x, float* y, std::int64_t n, float p, std::uint64_t seed,

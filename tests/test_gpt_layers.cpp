@@ -164,19 +164,19 @@ TEST_F(GptLayers, AttentionMlpAndBlockGradients) {
   }
 }
 
-TEST_F(GptLayers, AttentionDropoutAgreesWithTheKernelWhenNothingIsDropped) {
-  // p tiny: every element kept with scale 1, so the host path must equal the kernel's att @ v
-  // (up to the kernels' own order: within 1e-6).
+TEST_F(GptLayers, AttentionDropoutAgreesWithNoDropoutWhenNothingIsDropped) {
+  // p tiny: every element kept with scale 1, so the kernel with dropout must equal the one
+  // without (up to where the score scale is applied: within 1e-6).
   const Tensor qkv = act({2, 5, 24}, 12);
-  Tensor att;
+  Tensor att, att_d;
   const Tensor y = ops::attention(qkv, 2, att);
-  const Tensor yd = nn::attention_dropout_forward(qkv, att, 2, 1e-9f, 1, 2, 0);
+  const Tensor yd = ops::attention(qkv, 2, att_d, 1e-9f, 1, 2, 0);
   const std::vector<float> a = y.to_vector<float>(), b = yd.to_vector<float>();
   for (std::size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-6) << i;
   const Tensor dy = act({2, 5, 8}, 13);
   const std::vector<float> g1 = ops::attention_backward(dy, qkv, att, 2).to_vector<float>();
   const std::vector<float> g2 =
-      nn::attention_dropout_backward(dy, qkv, att, 2, 1e-9f, 1, 2, 0).to_vector<float>();
+      ops::attention_backward(dy, qkv, att, 2, 1e-9f, 1, 2, 0).to_vector<float>();
   for (std::size_t i = 0; i < g1.size(); ++i) ASSERT_NEAR(g1[i], g2[i], 1e-5) << i;
 }
 

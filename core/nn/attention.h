@@ -39,7 +39,7 @@ class CausalSelfAttention : public Container {
   std::unique_ptr<Linear> c_attn_, c_proj_;
   std::unique_ptr<Dropout> attn_dropout_, resid_dropout_;
   Tensor qkv_, att_;
-  bool att_dropped_ = false;                     // the last forward applied attn_dropout
+  float att_p_ = 0.0f;                           // the last forward's attn_dropout p (0: none)
   std::uint64_t att_stream_ = 0, att_base_ = 0;  // and its mask key
 };
 
@@ -63,17 +63,5 @@ class GPTMLP : public Container {
   std::unique_ptr<GELU> gelu_;
   std::unique_ptr<Dropout> dropout_;
 };
-
-/// Attention with dropout on att (the kernels of ops::attention have no dropout, Note
-/// [Attention dropout] in attention_dropout.cpp): y [B, T, C] = (mask(att) * scale) v with the
-/// mask of (seed, stream, index_base + flat index into att), from the forward's qkv [B, T, 3C]
-/// and att [B, nh, T, T]; and the backward dqkv [B, T, 3C] from dy [B, T, C]. Computed on the
-/// host in one fixed order (identical for any device count and backend).
-Tensor attention_dropout_forward(const Tensor& qkv, const Tensor& att, std::int64_t n_head, float p,
-                                 std::uint64_t seed, std::uint64_t stream,
-                                 std::uint64_t index_base);
-Tensor attention_dropout_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att,
-                                  std::int64_t n_head, float p, std::uint64_t seed,
-                                  std::uint64_t stream, std::uint64_t index_base);
 
 }  // namespace ditto::nn

@@ -23,7 +23,7 @@
 // keyed by the GPT's seed, stream_id(kStreamDropout, step << 8 | site) and the logical element
 // index in the global batch, first_row * elements per sample + i):
 //   site 0: transformer.drop, on the embeddings x = wte[idx] + wpe [B, T, C]
-//   block l: 1 + 3l attn.attn_dropout on att [B, nh, T, T] (Note [Attention dropout]),
+//   block l: 1 + 3l attn.attn_dropout on att [B, nh, T, T] (in the attention kernel),
 //            2 + 3l attn.resid_dropout on c_proj's output [B, T, C],
 //            3 + 3l mlp.dropout on the MLP's output [B, T, C]     (gpt_dropout_site)
 // so sites fit in 8 bits for n_layer <= 85. Dropout is active in training mode (set_training)

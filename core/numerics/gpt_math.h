@@ -33,6 +33,22 @@
 //                       above; dq[i] = mul(chain_u fma(dpre[u], k_u[i]) over u <= t, scale)
 //   attention_key_backward  per (b, h, u): dk[i] = mul(chain_t fma(dpre[t, u], q_t[i]), scale)
 //                       and dv[i] = chain_t fma(att[t, u], dy_t[i]), t = u..T-1 ascending
+//   attention with dropout (p > 0, nanoGPT's attn_dropout between the softmax and att @ v):
+//                       keep[t, u] = dropout_keep(seed, stream, index_base + ((b nh + h) T + t) T
+//                       + u, p) (the flat index into att [B, nh, T, T]; Note [Dropout masks]),
+//                       s = dropout_scale(p), a[t, u] = keep ? mul(att[t, u], s) : 0. att keeps
+//                       the un-dropped softmax. Forward: y[i] = chain_u fma(a[u], v_u[i]) over
+//                       u = 0..t (dropped terms stay in the chain as fma(0, v, acc)). Backward:
+//                       dp_u = chain_i fma(dy[i], v_u[i]); da_u = keep ? mul(dp_u, s) : 0 (s
+//                       multiplies the finished dot product); pd = chain_u fma(att[u], da_u);
+//                       dpre[u] = mul(mul(att[u], sub(da_u, pd)), scale) (the score scale
+//                       applied per element here, so dq[i] = chain_u fma(dpre[u], k_u[i]) and
+//                       dk[i] = chain_t fma(dpre[t, u], q_t[i]) are not scaled after the chain);
+//                       dv[i] = chain_t fma(a[t, u], dy_t[i]). This is the order of the host
+//                       path nn::CausalSelfAttention used before these kernels took the key
+//                       (core/nn/attention_dropout.cpp, removed), so a GPT's bits with dropout
+//                       did not change. p == 0 draws no mask and is the order of the two entries
+//                       above (score scale after the dq and dk chains).
 //   dropout             kept = uniform01(seed, stream, index) >= p (Note [Dropout masks]); y =
 //                       kept ? mul(x, scale) : 0 with scale = div(1, sub(1, p))
 //   sum_squares         bitwise: blocks of kSquaresBlock elements, each chain fma(x, x, acc);
@@ -160,6 +176,22 @@ DITTO_HD inline float gelu_grad(float x, float gy) {
   return mul(gy, add(left, right));
 }
 
+// ---- dropout (Note [Dropout masks]) -------------------------------------------------------------
+
+/// True when element `index` of the mask of (seed, stream) is kept at drop probability p.
+DITTO_HD inline bool dropout_keep(std::uint64_t seed, std::uint64_t stream, std::uint64_t index,
+                                  float p) {
+  return philox::uniform01(seed, stream, index) >= p;
+}
+
+/// The scale of kept elements, 1 / (1 - p) in float.
+DITTO_HD inline float dropout_scale(float p) { return div(1.0f, sub(1.0f, p)); }
+
+/// One element of inverted dropout (forward and backward alike): kept ? x * scale : 0.
+DITTO_HD inline float dropout_apply(bool kept, float x, float scale) {
+  return kept ? mul(x, scale) : 0.0f;
+}
+
 // ---- causal self-attention ----------------------------------------------------------------------
 
 /// float(1 / sqrt(double(hd))): the score scale of a head of hd channels (Note [GPT kernels]).
@@ -231,6 +263,27 @@ DITTO_HD inline void weighted_rows(const float* __restrict__ w, std::int64_t t,
   }
 }
 
+/// The key of an attention dropout mask (Kernels::attention_forward's p, seed, stream and
+/// index_base): p == 0 means no dropout (Note [GPT kernels], attention with dropout).
+struct AttentionDropout {
+  float p = 0.0f;
+  std::uint64_t seed = 0, stream = 0, index_base = 0;
+  DITTO_HD bool active() const { return p > 0.0f; }
+  /// a = keep ? mul(x, s) : 0 for the element of flat index `index` of att [B, nh, T, T].
+  DITTO_HD bool kept(std::uint64_t index) const {
+    return dropout_keep(seed, stream, index_base + index, p);
+  }
+  DITTO_HD float apply(std::uint64_t index, float x, float s) const {
+    return dropout_apply(kept(index), x, s);
+  }
+};
+
+/// The flat index of att[b, h, t, 0] in [B, nh, T, T] (dropout mask indices are it + u).
+DITTO_HD inline std::uint64_t attention_row_index(std::int64_t nh, std::int64_t T, std::int64_t b,
+                                                  std::int64_t h, std::int64_t t) {
+  return static_cast<std::uint64_t>(((b * nh + h) * T + t) * T);
+}
+
 /// The softmax backward of one causal row in place: row[0..t] holds dp_u = dy_t . v_u on entry
 /// and dpre[u] = att[u] * (dp_u - sum_w att[w] dp_w) on return; row[t+1..T) is set to 0.
 DITTO_HD inline void causal_softmax_row_backward(const float* att_row, float* row, std::int64_t t,
@@ -241,79 +294,111 @@ DITTO_HD inline void causal_softmax_row_backward(const float* att_row, float* ro
   for (std::int64_t u = t + 1; u < T; ++u) row[u] = 0.0f;
 }
 
+/// weighted_rows with the dropped weights a[u] = drop.apply(row_index + u, w[u], s) (Note [GPT
+/// kernels], attention with dropout): y = dropout(att) @ v of one query.
+DITTO_HD inline void weighted_rows_dropped(const float* w, std::int64_t t, const float* rows,
+                                           std::int64_t stride, std::int64_t hd,
+                                           const AttentionDropout& drop,
+                                           std::uint64_t row_index, float* out) {
+  const float s = dropout_scale(drop.p);
+  for (std::int64_t i = 0; i < hd; ++i) out[i] = 0.0f;
+  for (std::int64_t u = 0; u <= t; ++u) {
+    const float* r = rows + u * stride;
+    const float a = drop.apply(row_index + static_cast<std::uint64_t>(u), w[u], s);
+    for (std::int64_t i = 0; i < hd; ++i) out[i] = fma(a, r[i], out[i]);
+  }
+}
+
 /// One query (b, t) of head h (Note [GPT kernels]): att_row[0..T) (the row att[b, h, t, :],
-/// 0 for u > t) and y_out[0..hd) (the slice y[b, t, h*hd : (h+1)*hd)). qkv [B, T, 3C].
+/// 0 for u > t; never dropped) and y_out[0..hd) (the slice y[b, t, h*hd : (h+1)*hd)), with
+/// dropout on the weights when drop.active(). qkv [B, T, 3C].
 DITTO_HD inline void attention_query(const float* qkv, std::int64_t T, std::int64_t C,
                                      std::int64_t nh, std::int64_t b, std::int64_t t,
-                                     std::int64_t h, float* y_out, float* att_row) {
+                                     std::int64_t h, float* y_out, float* att_row,
+                                     const AttentionDropout& drop = {}) {
   const std::int64_t hd = C / nh;
   const float scale = attention_scale(hd);
   const float* q = row_at(qkv, T, 3 * C, b, t) + h * hd;
   const float* k0 = row_at(qkv, T, 3 * C, b, 0) + C + h * hd;
   for (std::int64_t u = 0; u <= t; ++u) att_row[u] = mul(dot_chain(q, k0 + u * 3 * C, hd), scale);
   causal_softmax_row(att_row, t, T);
-  weighted_rows(att_row, t, k0 + C, 3 * C, hd, y_out);
+  if (drop.active())
+    weighted_rows_dropped(att_row, t, k0 + C, 3 * C, hd, drop, attention_row_index(nh, T, b, h, t),
+                          y_out);
+  else
+    weighted_rows(att_row, t, k0 + C, 3 * C, hd, y_out);
 }
 
 /// First backward pass, one query (b, t) of head h: dpre_row[0..T) (the row dpre[b, h, t, :] of
 /// the gradient before the softmax, 0 for u > t) and dq_out[0..hd) (the slice of dqkv[b, t, :]
-/// at h*hd). dy [B, T, C], att_row = att[b, h, t, :].
+/// at h*hd). dy [B, T, C], att_row = att[b, h, t, :]. With drop.active() dp is dropped first
+/// and dpre carries the score scale (Note [GPT kernels], attention with dropout).
 DITTO_HD inline void attention_query_backward(const float* dy, const float* qkv,
                                               const float* att_row, std::int64_t T,
                                               std::int64_t C, std::int64_t nh, std::int64_t b,
                                               std::int64_t t, std::int64_t h, float* dpre_row,
-                                              float* dq_out) {
+                                              float* dq_out, const AttentionDropout& drop = {}) {
   const std::int64_t hd = C / nh;
   const float scale = attention_scale(hd);
   const float* g = row_at(dy, T, C, b, t) + h * hd;
   const float* k0 = row_at(qkv, T, 3 * C, b, 0) + C + h * hd;
   for (std::int64_t u = 0; u <= t; ++u) dpre_row[u] = dot_chain(g, k0 + C + u * 3 * C, hd);
+  if (drop.active()) {
+    const float s = dropout_scale(drop.p);
+    const std::uint64_t row = attention_row_index(nh, T, b, h, t);
+    for (std::int64_t u = 0; u <= t; ++u)
+      dpre_row[u] = drop.apply(row + static_cast<std::uint64_t>(u), dpre_row[u], s);
+    causal_softmax_row_backward(att_row, dpre_row, t, T);
+    for (std::int64_t u = 0; u <= t; ++u) dpre_row[u] = mul(dpre_row[u], scale);
+    weighted_rows(dpre_row, t, k0, 3 * C, hd, dq_out);
+    return;
+  }
   causal_softmax_row_backward(att_row, dpre_row, t, T);
   weighted_rows(dpre_row, t, k0, 3 * C, hd, dq_out);
   for (std::int64_t i = 0; i < hd; ++i) dq_out[i] = mul(dq_out[i], scale);
 }
 
-/// Second backward pass, one key u of head h in batch b (after every query's first pass):
-/// dk_out[0..hd) and dv_out[0..hd) (the slices of dqkv[b, u, :] at C + h*hd and 2C + h*hd),
-/// summed over the queries t = u..T-1 ascending. att and dpre [B, nh, T, T].
-DITTO_HD inline void attention_key_backward(const float* __restrict__ dy,
-                                            const float* __restrict__ qkv,
-                                            const float* __restrict__ att,
-                                            const float* __restrict__ dpre, std::int64_t T,
-                                            std::int64_t C, std::int64_t nh, std::int64_t b,
-                                            std::int64_t u, std::int64_t h,
-                                            float* __restrict__ dk_out,
-                                            float* __restrict__ dv_out) {
+/// The chains of the second backward pass, unscaled: dk_out[i] = chain_t fma(dpre[t, u],
+/// q_t[i]) and dv_out[i] = chain_t fma(w[t, u], dy_t[i]) over t = u..T-1 ascending, where w is
+/// att, dropped by `drop` when drop.active() (pass an inactive drop with w already dropped to
+/// get the same bits). dpre and w [B, nh, T, T].
+DITTO_HD inline void attention_key_chains(const float* __restrict__ dy,
+                                          const float* __restrict__ qkv,
+                                          const float* __restrict__ w,
+                                          const float* __restrict__ dpre, std::int64_t T,
+                                          std::int64_t C, std::int64_t nh, std::int64_t b,
+                                          std::int64_t u, std::int64_t h,
+                                          float* __restrict__ dk_out, float* __restrict__ dv_out,
+                                          const AttentionDropout& drop = {}) {
   const std::int64_t hd = C / nh;
-  const float scale = attention_scale(hd);
   const std::int64_t head = (b * nh + h) * T * T;
+  const float s = drop.active() ? dropout_scale(drop.p) : 1.0f;
   for (std::int64_t i = 0; i < hd; ++i) dk_out[i] = 0.0f;
   for (std::int64_t i = 0; i < hd; ++i) dv_out[i] = 0.0f;
   for (std::int64_t t = u; t < T; ++t) {
     const float* q = row_at(qkv, T, 3 * C, b, t) + h * hd;
     const float* g = row_at(dy, T, C, b, t) + h * hd;
-    const float d = dpre[head + t * T + u];
-    const float a = att[head + t * T + u];
+    const std::int64_t k = head + t * T + u;
+    const float d = dpre[k];
+    const float a = drop.active() ? drop.apply(static_cast<std::uint64_t>(k), w[k], s) : w[k];
     for (std::int64_t i = 0; i < hd; ++i) dk_out[i] = fma(d, q[i], dk_out[i]);
     for (std::int64_t i = 0; i < hd; ++i) dv_out[i] = fma(a, g[i], dv_out[i]);
   }
-  for (std::int64_t i = 0; i < hd; ++i) dk_out[i] = mul(dk_out[i], scale);
 }
 
-// ---- dropout (Note [Dropout masks]) -------------------------------------------------------------
-
-/// True when element `index` of the mask of (seed, stream) is kept at drop probability p.
-DITTO_HD inline bool dropout_keep(std::uint64_t seed, std::uint64_t stream, std::uint64_t index,
-                                  float p) {
-  return philox::uniform01(seed, stream, index) >= p;
-}
-
-/// The scale of kept elements, 1 / (1 - p) in float.
-DITTO_HD inline float dropout_scale(float p) { return div(1.0f, sub(1.0f, p)); }
-
-/// One element of inverted dropout (forward and backward alike): kept ? x * scale : 0.
-DITTO_HD inline float dropout_apply(bool kept, float x, float scale) {
-  return kept ? mul(x, scale) : 0.0f;
+/// Second backward pass, one key u of head h in batch b (after every query's first pass):
+/// dk_out[0..hd) and dv_out[0..hd) (the slices of dqkv[b, u, :] at C + h*hd and 2C + h*hd),
+/// summed over the queries t = u..T-1 ascending. att and dpre [B, nh, T, T]; drop as the
+/// forward's (dv sums the dropped weights; dpre already carries the scale then).
+DITTO_HD inline void attention_key_backward(const float* dy, const float* qkv, const float* att,
+                                            const float* dpre, std::int64_t T, std::int64_t C,
+                                            std::int64_t nh, std::int64_t b, std::int64_t u,
+                                            std::int64_t h, float* dk_out, float* dv_out,
+                                            const AttentionDropout& drop = {}) {
+  attention_key_chains(dy, qkv, att, dpre, T, C, nh, b, u, h, dk_out, dv_out, drop);
+  if (drop.active()) return;
+  const float scale = attention_scale(C / nh);
+  for (std::int64_t i = 0; i < C / nh; ++i) dk_out[i] = mul(dk_out[i], scale);
 }
 
 // ---- sum of squares -----------------------------------------------------------------------------

@@ -127,11 +127,16 @@ Tensor gelu(const Tensor& x);
 Tensor gelu_backward(const Tensor& x, const Tensor& grad_y);
 
 /// Causal self-attention (Kernels::attention_forward): qkv [B, T, 3C] -> y [B, T, C]; att
-/// [B, nh, T, T] is set for backward. C % nh == 0.
-Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& att);
-/// dqkv [B, T, 3C] from dy [B, T, C] and the forward's qkv and att.
+/// [B, nh, T, T] (the un-dropped softmax) is set for backward. C % nh == 0. With p > 0 the
+/// weights are dropped before att @ v (nanoGPT's attn_dropout) with the mask of (seed, stream,
+/// index_base + flat index into att) (Note [Dropout masks]: index_base = first_row * nh*T*T);
+/// p in [0, 1), else InvalidArgument.
+Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& att, float p = 0.0f,
+                 std::uint64_t seed = 0, std::uint64_t stream = 0, std::uint64_t index_base = 0);
+/// dqkv [B, T, 3C] from dy [B, T, C], the forward's qkv and att, and its dropout key.
 Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att,
-                          std::int64_t n_head);
+                          std::int64_t n_head, float p = 0.0f, std::uint64_t seed = 0,
+                          std::uint64_t stream = 0, std::uint64_t index_base = 0);
 
 /// Inverted dropout with the mask of (seed, stream, index_base + i) (Kernels::dropout_forward);
 /// p in [0, 1). New tensor; p == 0 returns x itself.

@@ -184,22 +184,27 @@ Tensor gelu_backward(const Tensor& x, const Tensor& grad_y) {
   return gx;
 }
 
-Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& att) {
+Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& att, float p,
+                 std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base) {
   constexpr const char* op = "ops::attention";
   const std::int64_t C = check_qkv(op, qkv, n_head);
+  check_p(op, p);
   const std::int64_t B = qkv.size(0), T = qkv.size(1);
   Tensor y = Tensor::empty({B, T, C}, DType::f32, qkv.device());
   att = Tensor::empty({B, n_head, T, T}, DType::f32, qkv.device());
   if (y.numel() == 0) return y;
   kernels_of(qkv).attention_forward(stream_of(qkv), qkv.data<float>(), B, T, C, n_head,
-                                    y.data<float>(), att.data<float>());
+                                    y.data<float>(), att.data<float>(), p, seed, stream,
+                                    index_base);
   return y;
 }
 
 Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att,
-                          std::int64_t n_head) {
+                          std::int64_t n_head, float p, std::uint64_t seed, std::uint64_t stream,
+                          std::uint64_t index_base) {
   constexpr const char* op = "ops::attention_backward";
   const std::int64_t C = check_qkv(op, qkv, n_head);
+  check_p(op, p);
   const std::int64_t B = qkv.size(0), T = qkv.size(1);
   check_shape(op, "dy", dy, {B, T, C}, "[B, T, C]", qkv, "qkv");
   check_shape(op, "att", att, {B, n_head, T, T}, "[B, n_head, T, T]", qkv, "qkv");
@@ -208,7 +213,8 @@ Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att
   Tensor scratch = Tensor::empty({B * n_head * T * T}, DType::f32, qkv.device());
   Stream& s = stream_of(qkv);
   kernels_of(qkv).attention_backward(s, dy.data<float>(), qkv.data<float>(), att.data<float>(),
-                                     B, T, C, n_head, dqkv.data<float>(), scratch.data<float>());
+                                     B, T, C, n_head, dqkv.data<float>(), scratch.data<float>(),
+                                     p, seed, stream, index_base);
   // scratch is freed ordered after the device's default stream (Buffer); on another stream the
   // kernel must finish first.
   if (&s != &qkv.device().backend().default_stream(qkv.device().index)) s.synchronize();

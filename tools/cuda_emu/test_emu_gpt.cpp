@@ -1,8 +1,9 @@
 // The transformer kernels (backend_cuda/cuda_gpt.cu through emu.h) against the simulator's, bit
 // for bit (sum_squares' fast mode within a tolerance): embedding forward/backward over micro-shard
 // bounds (1 to 200 shards, empty ones, vocabulary rows absent from the batch), LayerNorm with
-// and without bias, GELU, causal attention forward and backward over several (B, T, C, n_head),
-// dropout at several p and index bases (also in place), the sum of squares around kSquaresBlock.
+// and without bias, GELU, causal attention forward and backward over several (B, T, C, n_head)
+// without and with attn_dropout, dropout at several p and index bases (also in place), the sum
+// of squares around kSquaresBlock.
 // Sizes are small: every CUDA thread is a host thread here.
 #include <array>
 #include <initializer_list>
@@ -109,26 +110,34 @@ void check_gelu(unsigned& seed) {
   }
 }
 
+// Causal attention without dropout and with attn_dropout at p 0.1 and 0.5 (index bases 0 and
+// one past 2^32, the mask of a replica's slice).
 void check_attention(unsigned& seed) {
+  const std::uint64_t stream = stream_id(kStreamDropout, (std::uint64_t(2) << 8) | 1);
   for (auto [B, T, C, nh] : std::vector<std::array<i64, 4>>{
            {1, 1, 4, 1}, {2, 5, 8, 2}, {3, 17, 12, 3}, {2, 33, 16, 4}, {1, 8, 6, 6},
-           {1, 40, 64, 2}, {2, 9, 128, 2}}) {  // head widths 32 and 64: the simulator's fast paths
-    const std::string ctx = dims({B, T, C, nh});
-    V qkv = uniform_v(B * T * 3 * C, seed++), y = mixed(B * T * C, seed++),
-      att = mixed(B * nh * T * T, seed++);
-    both("attention_forward", ctx, {qkv, y, att}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
-      k.attention_forward(s, b[0].data(), B, T, C, nh, b[1].data(), b[2].data());
-    });
-    simk->attention_forward(*sims, qkv.data(), B, T, C, nh, y.data(), att.data());
-    sims->synchronize();
-    V dy = uniform_v(B * T * C, seed++), dqkv = mixed(B * T * 3 * C, seed++),
-      scratch = mixed(B * nh * T * T, seed++);
-    both("attention_backward", ctx, {dy, qkv, att, dqkv, scratch},
-         [&](Kernels& k, Stream& s, std::vector<V>& b) {
-           k.attention_backward(s, b[0].data(), b[1].data(), b[2].data(), B, T, C, nh,
-                                b[3].data(), b[4].data());
-         });
-  }
+           {1, 40, 64, 2}, {2, 9, 128, 2}})  // head widths 32 and 64: the simulator's fast paths
+    for (auto [p, base] : std::vector<std::pair<float, std::uint64_t>>{
+             {0.0f, 0}, {0.1f, 0}, {0.5f, (std::uint64_t(1) << 32) + 3}}) {
+      const std::string ctx = dims({B, T, C, nh}) + " p " + std::to_string(p) + " base " +
+                              std::to_string(base);
+      V qkv = uniform_v(B * T * 3 * C, seed++), y = mixed(B * T * C, seed++),
+        att = mixed(B * nh * T * T, seed++);
+      both("attention_forward", ctx, {qkv, y, att}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+        k.attention_forward(s, b[0].data(), B, T, C, nh, b[1].data(), b[2].data(), p, 1337,
+                            stream, base);
+      });
+      simk->attention_forward(*sims, qkv.data(), B, T, C, nh, y.data(), att.data(), p, 1337,
+                              stream, base);
+      sims->synchronize();
+      V dy = uniform_v(B * T * C, seed++), dqkv = mixed(B * T * 3 * C, seed++),
+        scratch = mixed(B * nh * T * T, seed++);
+      both("attention_backward", ctx, {dy, qkv, att, dqkv, scratch},
+           [&](Kernels& k, Stream& s, std::vector<V>& b) {
+             k.attention_backward(s, b[0].data(), b[1].data(), b[2].data(), B, T, C, nh,
+                                  b[3].data(), b[4].data(), p, 1337, stream, base);
+           });
+    }
 }
 
 void check_dropout(unsigned& seed) {
