@@ -15,6 +15,7 @@
 #include "core/nn/loss.h"
 #include "core/nn/with_loss.h"
 #include "core/optim/sgd.h"
+#include "core/runtime/ops.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
 #include "gpt_test_util.h"
@@ -299,6 +300,14 @@ TEST_F(GptModel, GenerateIsReproducibleForASeed) {
   EXPECT_EQ(m.generate(prompt, 12, 0.8f, 5, 42), a);
   EXPECT_NE(m.generate(prompt, 12, 0.8f, 5, 43), a);
   EXPECT_TRUE(m.training());  // restored
+  {  // a diverged model: refused (it sampled the last vocabulary entry every time), mode restored
+    nn::GPT bad(tiny(0.0f, false), dev(), 11);
+    nn::Parameter& w = *bad.parameters().back();
+    ops::fill_(w.data, NAN);
+    expect_invalid([&] { bad.generate(prompt, 3, 0.8f, 5, 42); },
+                 "GPT.generate: the logits of new token 0 are not numbers");
+    EXPECT_TRUE(bad.training());
+  }
   // top_k = 1 is greedy: the argmax of the last position's logits (eval mode), with the
   // context cropped to block_size (prompt of 8 > 6).
   const std::vector<std::int64_t> longp{1, 2, 3, 4, 5, 6, 7, 8};

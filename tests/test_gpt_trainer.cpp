@@ -134,6 +134,13 @@ TEST(TextDataSource, BadInputsAreRefusedNamingTheProblem) {
                                                "the vocabulary of 'small'");
   test::expect_invalid([&] { s.decode({11}); },
                        "TextDataSource::decode: token: expected 0..10, got 11");
+  // 2^60 x 8 wrapped to 0 tokens and the window loop wrote past an empty vector (SIGSEGV).
+  const std::int64_t huge = std::int64_t(1) << 60;
+  test::expect_invalid([&] { s.step_batch(0, huge); },
+                       "TextDataSource: batch_size: expected batch_size x block_size <= 2^31 "
+                       "tokens (block_size = 8: batch_size <= 268435456), got 1152921504606846976");
+  test::expect_invalid([&] { s.batches_per_epoch(huge); }, "batch_size <= 268435456");
+  EXPECT_EQ(s.step_batch(0, 3).x.size(0), 3);
 }
 
 // ---- the Trainer's iteration mode, on the MLP (digits)

@@ -78,6 +78,12 @@ std::vector<std::int64_t> GPT::generate(std::vector<std::int64_t> prompt,
     const std::vector<std::int64_t> ctx(prompt.end() - t, prompt.end());
     const Tensor logits = forward(Tensor::from_vector(ctx, {1, t}));
     std::vector<float> last = logits.view({t, V}).narrow(t - 1, 1).to_vector<float>();
+    // torch.multinomial refuses such probabilities; sampling from NaN would silently pick the
+    // last vocabulary entry every time (a diverged run printed "}}}}...").
+    for (std::size_t v = 0; v < last.size(); ++v)
+      DITTO_CHECK(!std::isnan(last[v]), "GPT.generate: the logits of new token ", n,
+                  " are not numbers (logit ", v, " is NaN): the model's parameters are not "
+                  "finite (did training diverge?)");
     for (float& l : last) l = canonical::div(l, temperature);
     if (top_k > 0 && top_k < V) {
       std::vector<float> sorted = last;

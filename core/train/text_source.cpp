@@ -44,8 +44,21 @@ TextDataSource::TextDataSource(std::string text, std::int64_t block_size, std::u
               " tokens)");
 }
 
-std::int64_t TextDataSource::batches_per_epoch(std::int64_t batch_size) const {
+namespace {
+// A batch's B x T token windows are built on the host (two i64 tensors): refuse sizes whose
+// product overflows or would not fit any machine, before allocating (a batch_size of 2^60 used to
+// wrap B x T to 0 and write past an empty vector).
+constexpr std::int64_t kMaxBatchTokens = std::int64_t(1) << 31;
+void check_batch_size(std::int64_t batch_size, std::int64_t T) {
   DITTO_CHECK(batch_size >= 1, "TextDataSource: batch_size: expected >= 1, got ", batch_size);
+  DITTO_CHECK(batch_size <= kMaxBatchTokens / T, "TextDataSource: batch_size: expected batch_size x "
+              "block_size <= 2^31 tokens (block_size = ", T, ": batch_size <= ",
+              kMaxBatchTokens / T, "), got ", batch_size);
+}
+}  // namespace
+
+std::int64_t TextDataSource::batches_per_epoch(std::int64_t batch_size) const {
+  check_batch_size(batch_size, block_size_);
   const std::int64_t per_batch = batch_size * block_size_;
   return std::max<std::int64_t>(1, static_cast<std::int64_t>(n_train_) / per_batch);
 }
@@ -56,7 +69,7 @@ data::Batch TextDataSource::batch(std::int64_t epoch, std::int64_t i, std::int64
 
 data::Batch TextDataSource::windows(std::size_t begin, std::size_t len, std::uint64_t stream,
                                     std::int64_t batch_size) const {
-  DITTO_CHECK(batch_size >= 1, "TextDataSource: batch_size: expected >= 1, got ", batch_size);
+  check_batch_size(batch_size, block_size_);
   const std::int64_t T = block_size_;
   const std::uint64_t starts = len - static_cast<std::size_t>(T);  // > 0 (constructor)
   std::vector<std::int64_t> x(static_cast<std::size_t>(batch_size * T)), y(x.size());
