@@ -161,10 +161,10 @@ Tensor GPT::backward(const Tensor& grad_logits) {
   if (!wpe.grad.defined()) wpe.grad = Tensor::zeros(wpe.data.shape(), DType::f32, demb.device());
   Tensor wpe_rows = wpe.grad.narrow(0, T).view({T * C});
   const Tensor demb_samples = demb.view({B, T * C});
-  if (determinism_ == Determinism::bitwise)
-    ops::sum_rows_sharded(demb_samples, wpe_rows, token_bounds(*this, "GPT", B, 1), true);
-  else
-    ops::sum_rows(demb_samples, wpe_rows, 1.0f, determinism_);
+  row_sums_into(demb_samples, wpe_rows, determinism_,
+                determinism_ == Determinism::bitwise ? token_bounds(*this, "GPT", B, 1)
+                                                     : std::vector<std::int64_t>{},
+                /*accumulate=*/true);
   report(*wpe_);
   wte_grad(g, demb.view({B * T, C}));
   report(*wte_);

@@ -18,18 +18,23 @@ std::vector<std::int64_t> token_bounds(const Module& m, const std::string& who,
   return bounds;
 }
 
+void row_sums_into(const Tensor& x, Tensor& out, Determinism mode,
+                   const std::vector<std::int64_t>& bounds, bool accumulate) {
+  if (mode == Determinism::bitwise)
+    ops::sum_rows_sharded(x, out, bounds, accumulate);
+  else
+    ops::sum_rows(x, out, accumulate ? 1.0f : 0.0f, mode);
+}
+
 void add_row_sums(const Tensor& x, Parameter& p, Determinism mode,
                   const std::vector<std::int64_t>& bounds) {
   const bool acc = p.grad.defined();
-  if (mode == Determinism::bitwise) {
-    if (!acc) p.grad = Tensor::empty(p.data.shape(), DType::f32, x.device());
-    Tensor out = p.grad.dim() == 1 ? p.grad : p.grad.view({-1});
-    ops::sum_rows_sharded(x, out, bounds, acc);
-    return;
-  }
-  if (!acc) p.grad = Tensor::zeros(p.data.shape(), DType::f32, x.device());
+  if (!acc)
+    p.grad = mode == Determinism::bitwise
+                 ? Tensor::empty(p.data.shape(), DType::f32, x.device())
+                 : Tensor::zeros(p.data.shape(), DType::f32, x.device());
   Tensor out = p.grad.dim() == 1 ? p.grad : p.grad.view({-1});
-  ops::sum_rows(x, out, acc ? 1.0f : 0.0f, mode);
+  row_sums_into(x, out, mode, bounds, acc);
 }
 
 std::string describe(const Tensor& t) {

@@ -21,6 +21,12 @@ namespace ditto::nn {
 std::vector<std::int64_t> token_bounds(const Module& m, const std::string& who,
                                        std::int64_t samples, std::int64_t per_sample);
 
+/// out (+)= the column sums of x [rows, cols] (out: cols elements, contiguous; accumulate: add
+/// to it). bitwise: ops::sum_rows_sharded over `bounds` (row offsets); fast: ops::sum_rows
+/// (bounds unused). The one place that picks the batch reduction for a column sum.
+void row_sums_into(const Tensor& x, Tensor& out, Determinism mode,
+                   const std::vector<std::int64_t>& bounds, bool accumulate);
+
 /// p.grad (+)= the column sums of x [rows, cols] (cols == p.data.numel()): allocated on first
 /// use, accumulated after. bitwise: ops::sum_rows_sharded over `bounds` (token rows); fast:
 /// ops::sum_rows (bounds unused). A bias or LayerNorm parameter's gradient.
