@@ -33,9 +33,24 @@
 
 namespace ditto {
 
-enum class ReduceOp : std::uint8_t { sum, prod, min, max, avg };
+/// NCCL's reduction ops (ncclSum, ncclProd, ncclMin, ncclMax, ncclAvg) and the pre-multiplied sum
+/// of ncclRedOpCreatePreMulSum. premul_sum carries a per-rank scalar, so it is passed as a
+/// PreMulSum value (the overloads below), never as a bare ReduceOp (refused with InvalidArgument).
+/// The arithmetic of every op on every dtype, and the bitwise rule for f16 / bf16 / fp8 (the
+/// canonical tree accumulates in f32 and rounds once): Note [Reductions over ranks] in
+/// core/numerics/reduce_math.h. Values match rmath::Op.
+enum class ReduceOp : std::uint8_t { sum, prod, min, max, avg, premul_sum };
 
-/// "sum", "prod", ...
+/// ncclRedOpCreatePreMulSum with a host-immediate scalar (ncclScalarHostImmediate): the result is
+/// sum over ranks r of scalar_r * x_r, each rank passing its own scalar (they may differ, e.g.
+/// 1 / world_size for DDP's gradient averaging or per-rank weights). Floating dtypes multiply in
+/// the accumulator (f32 for f32 / f16 / bf16 / fp8, f64 for f64); integer dtypes need an integral
+/// scalar representable in the dtype (else InvalidArgument) and multiply with wrap-around.
+struct PreMulSum {
+  double scalar = 1.0;
+};
+
+/// "sum", "prod", ..., "premul_sum".
 const char* reduce_op_name(ReduceOp op);
 
 /// The longest CommOptions::timeout_ms (and sim fault-config timeout) accepted: 2^31 ms, about
@@ -134,13 +149,20 @@ class Communicator {
   const std::vector<Device>& devices() const { return *devices_; }
   const CommOptions& options() const { return options_; }
 
-  /// ncclAllReduce: recv = op over ranks of send (same shape, f32 or i64; recv may be send).
+  // Every collective takes tensors of any DType (core/runtime/dtype.h) and every op on every
+  // dtype (NCCL refuses none of them; avg on integers truncates, Note [Reductions over ranks]).
+  // send and recv of one call have the same dtype; all ranks pass the same dtype and count.
+
+  /// ncclAllReduce: recv = op over ranks of send (same numel and dtype; recv may be send).
   void all_reduce(const Tensor& send, Tensor& recv, ReduceOp op = ReduceOp::sum);
   /// In-place form: tensor = op over ranks of tensor.
   void all_reduce(Tensor& tensor, ReduceOp op = ReduceOp::sum);
+  /// all_reduce with ncclRedOpCreatePreMulSum(scalar): recv = sum over ranks of scalar_r * send_r.
+  void all_reduce(const Tensor& send, Tensor& recv, PreMulSum op);
   /// ncclReduce: on `root`, recv = op over ranks of send; recv is ignored (may be undefined) on
   /// other ranks.
   void reduce(const Tensor& send, Tensor& recv, ReduceOp op, int root);
+  void reduce(const Tensor& send, Tensor& recv, PreMulSum op, int root);
   /// ncclBroadcast: recv = root's send on every rank (send ignored off root; may be undefined).
   void broadcast(const Tensor& send, Tensor& recv, int root);
   /// In-place broadcast of `tensor` from root.
@@ -151,8 +173,50 @@ class Communicator {
   /// ncclReduceScatter: send has size * n elements; recv (n elements) = op over ranks of block
   /// rank() of send.
   void reduce_scatter(const Tensor& send, Tensor& recv, ReduceOp op = ReduceOp::sum);
+  void reduce_scatter(const Tensor& send, Tensor& recv, PreMulSum op);
   /// Returns (on the stream) once every rank has reached the barrier.
   void barrier();
+
+  /// ncclAlltoAll (torch.distributed.all_to_all_single with equal splits): send and recv hold
+  /// size() * n elements; block q (elements [q * n, (q + 1) * n)) of send goes to rank q, where
+  /// it lands in block rank() of recv. recv must not overlap send (NCCL has no in-place form).
+  void all_to_all(const Tensor& send, Tensor& recv);
+  /// MPI_Alltoallv (torch's all_to_all_single with input/output split sizes): rank() sends
+  /// send_counts[q] elements starting at element send_displs[q] of send to rank q, and receives
+  /// recv_counts[q] elements from rank q at element recv_displs[q] of recv. Each vector has size()
+  /// entries, counts >= 0, every block inside its tensor; rank r's send_counts[q] must equal
+  /// rank q's recv_counts[r] (checked across ranks when they meet: every rank fails with an
+  /// InvalidArgument naming both ranks and the two counts). Blocks of recv must not overlap each
+  /// other or send.
+  void all_to_all_v(const Tensor& send, const std::vector<std::int64_t>& send_counts,
+                    const std::vector<std::int64_t>& send_displs, Tensor& recv,
+                    const std::vector<std::int64_t>& recv_counts,
+                    const std::vector<std::int64_t>& recv_displs);
+  /// all_to_all_v with packed blocks: displacements are the exclusive prefix sums of the counts
+  /// (torch's split sizes), and send / recv must hold exactly the sums of the counts.
+  void all_to_all_v(const Tensor& send, const std::vector<std::int64_t>& send_counts,
+                    Tensor& recv, const std::vector<std::int64_t>& recv_counts);
+  /// ncclGather (torch.distributed.gather): the root's recv (size() * n elements) gets every
+  /// rank's send (n elements) in rank order; recv is ignored (may be undefined) off the root.
+  void gather(const Tensor& send, Tensor& recv, int root);
+  /// ncclScatter (torch.distributed.scatter): rank q's recv (n elements) gets block q of the
+  /// root's send (size() * n elements); send is ignored (may be undefined) off the root.
+  void scatter(const Tensor& send, Tensor& recv, int root);
+
+  /// ncclSend: sends `tensor` (all its elements) to rank `peer` (0 <= peer < size(); itself
+  /// allowed), matched with peer's recv from rank() of the same position: the k-th send from a
+  /// to b pairs with the k-th recv on b from a, and they must have the same dtype and count (else
+  /// both fail with an InvalidArgument naming the two ranks, the counts and dtypes). A send whose
+  /// recv is not posted within CommOptions::timeout_ms fails with ditto::Timeout naming both
+  /// ranks (and so does the recv of a send that never comes). Point-to-point calls do not take
+  /// part in the ordinal matching of collectives. Several sends and recvs between group_start()
+  /// and group_end() run together (a ring exchange, all_to_all by hand, a pipeline stage's
+  /// forward and backward), as with ncclGroupStart / ncclGroupEnd; outside a group each call is
+  /// its own group. On backends whose calls wait for their peers (cuda), one thread driving
+  /// several ranks must group them.
+  void send(const Tensor& tensor, int peer);
+  /// ncclRecv: receives into `tensor` from rank `peer` (see send()).
+  void recv(Tensor& tensor, int peer);
 
   /// The stream collectives of this rank are enqueued on (current stream of device()).
   Stream& stream() const;
@@ -211,6 +275,22 @@ void reduce_scatter(std::vector<Communicator>& comms, const std::vector<Tensor>&
                     std::vector<Tensor>& recv, ReduceOp op = ReduceOp::sum);
 void reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
             std::vector<Tensor>& recv, ReduceOp op, int root);
+/// premul_sum forms: scalars[r] is rank r's scalar (comms.size() entries).
+void all_reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+                std::vector<Tensor>& recv, const std::vector<PreMulSum>& ops);
+void reduce_scatter(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+                    std::vector<Tensor>& recv, const std::vector<PreMulSum>& ops);
+void all_to_all(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+                std::vector<Tensor>& recv);
+/// send_counts[r] / recv_counts[r]: rank r's count vectors (packed blocks, as the per-rank form).
+void all_to_all_v(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+                  const std::vector<std::vector<std::int64_t>>& send_counts,
+                  std::vector<Tensor>& recv,
+                  const std::vector<std::vector<std::int64_t>>& recv_counts);
+void gather(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+            std::vector<Tensor>& recv, int root);
+void scatter(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+             std::vector<Tensor>& recv, int root);
 /// Synchronise every rank's stream (rethrows the first error).
 void synchronize(std::vector<Communicator>& comms);
 

@@ -23,7 +23,12 @@ inline bool uses_op(CollectiveKind k) {
          k == CollectiveKind::reduce_scatter;
 }
 inline bool uses_root(CollectiveKind k) {
-  return k == CollectiveKind::reduce || k == CollectiveKind::broadcast;
+  return k == CollectiveKind::reduce || k == CollectiveKind::broadcast ||
+         k == CollectiveKind::gather || k == CollectiveKind::scatter;
+}
+/// send / recv: point-to-point, matched per pair of ranks, not by the collective ordinal.
+inline bool is_p2p(CollectiveKind k) {
+  return k == CollectiveKind::send || k == CollectiveKind::recv;
 }
 
 /// One rank's call, as published to the other ranks. Backends may derive to add their own fields.
@@ -34,7 +39,14 @@ struct CollectiveCall {
   std::int64_t count = 0;
   DType dtype = DType::f32;
   ReduceOp op = ReduceOp::sum;
-  int root = 0;
+  int root = 0;  ///< reduce, broadcast, gather, scatter
+  /// premul_sum: this rank's scalar (ranks may differ; not matched).
+  double scalar = 1.0;
+  /// send / recv: the other rank.
+  int peer = 0;
+  /// all_to_all_v: size() entries each, in elements (count is unused: 0). Matched across ranks
+  /// as send_counts[q] of rank r == recv_counts[r] of rank q.
+  std::vector<std::int64_t> send_counts, send_displs, recv_counts, recv_displs;
 };
 
 /// Empty when every rank's call matches rank 0's; else the error message every rank throws.

@@ -62,6 +62,18 @@ void Kernels::dropout_backward(Stream&, const float*, float*, std::int64_t, floa
 void Kernels::sum_squares(Stream&, const float*, std::int64_t, float*, Determinism) {
   no_kernel("sum_squares");
 }
+void Kernels::cast(Stream&, const void*, DType, void*, DType, std::int64_t) { no_kernel("cast"); }
+void Kernels::fill_bits(Stream&, void*, std::size_t, std::uint64_t, std::int64_t) {
+  no_kernel("fill_bits");
+}
+void Kernels::add_any(Stream&, DType, const void*, const void*, void*, std::int64_t) {
+  no_kernel("add_any");
+}
+void Kernels::scale_any(Stream&, DType, void*, double, std::int64_t) { no_kernel("scale_any"); }
+void Kernels::reduce_inputs(Stream&, DType, const void* const*, int, void*, std::int64_t, int,
+                            Determinism) {
+  no_kernel("reduce_inputs");
+}
 
 namespace {
 

@@ -19,6 +19,7 @@
 
 #include "core/numerics/determinism.h"
 #include "core/runtime/device.h"
+#include "core/runtime/dtype.h"
 #include "core/runtime/stream.h"
 
 namespace ditto {
@@ -228,6 +229,31 @@ class Kernels {
   /// `out` is a device pointer to one float.
   virtual void sum_squares(Stream& s, const float* x, std::int64_t n, float* out,
                            Determinism mode);
+
+  // ---- dtype-generic kernels (any DType; Note [Small float conversions] in
+  // core/numerics/float_formats.h and Note [Reductions over ranks] in core/numerics/reduce_math.h
+  // give the arithmetic, shared by every backend). Defaults throw BackendError (not supported).
+
+  /// y[i] = convert<to>(x[i]) for n elements (x and y do not overlap unless from == to).
+  virtual void cast(Stream& s, const void* x, DType from, void* y, DType to, std::int64_t n);
+  /// x[i] = the element whose bytes are the low elem_size bytes of `bits` (little endian),
+  /// n elements of elem_size (1, 2, 4 or 8) bytes: fill with any dtype's value, converted on the
+  /// host (ops::fill_).
+  virtual void fill_bits(Stream& s, void* x, std::size_t elem_size, std::uint64_t bits,
+                         std::int64_t n);
+  /// out[i] = a[i] + b[i] in dtype t (floats: in Acc, rounded once; integers wrap). out may
+  /// alias a or b.
+  virtual void add_any(Stream& s, DType t, const void* a, const void* b, void* out,
+                       std::int64_t n);
+  /// x[i] = x[i] * alpha in dtype t (floats: in Acc with alpha converted to Acc, rounded once;
+  /// integers: alpha is integral (core checked), converted to t, wrapping multiply).
+  virtual void scale_any(Stream& s, DType t, void* x, double alpha, std::int64_t n);
+  /// out = reduce of inputs[0..n_inputs) elementwise over numel elements of dtype t with `op`
+  /// (any ReduceOp value but premul_sum, as rmath::Op; avg divides by n_inputs), all on the
+  /// stream's device; out may alias inputs[0]. bitwise: the canonical tree over input index;
+  /// fast: any order (Note [Reductions over ranks]). torch.cuda.comm.reduce_add on any dtype.
+  virtual void reduce_inputs(Stream& s, DType t, const void* const* inputs, int n_inputs,
+                             void* out, std::int64_t numel, int op, Determinism mode);
 };
 
 class Backend {
