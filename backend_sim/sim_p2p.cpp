@@ -243,7 +243,7 @@ void SimP2P::resume_done(const std::vector<std::shared_ptr<Batch>>& done) {
       est.seconds = to_seconds(b->end - b->begin);
       cost_->on_collective(*b->stream, b->trace_name(), b->begin, est, b->bytes);
     }
-    (*b->resume)(b->error);
+    (*b->resume)(std::exchange(b->error, nullptr));  // the stream holds the only reference
   }
 }
 
