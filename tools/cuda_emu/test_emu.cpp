@@ -164,6 +164,7 @@ int main() {
         }
     }
   check_gpt_kernels(seed);
+  check_dtype_kernels(seed);
   std::printf("%d checks, %d failures, %ld emulated threads, leaked temps %d\n", checks, failures,
               emu_threads_launched, emu_allocs);
   return failures != 0;
