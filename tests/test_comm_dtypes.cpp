@@ -25,13 +25,6 @@ using CommDtypes = SimSuite<8>;
 Device sim(int i) { return Device("sim", i); }
 
 using Bytes = std::vector<std::uint8_t>;
-Bytes bytes_of(const Tensor& t) {
-  Tensor h = t.to(Device::cpu());
-  Bytes b(h.nbytes());
-  if (!b.empty()) std::memcpy(b.data(), h.data_ptr(), b.size());
-  return b;
-}
-
 // A [rows, 3] host tensor of dtype t with distinct values per seed (negative ones, and the
 // dtype's extremes for integers so that sums wrap).
 Tensor values(DType t, std::int64_t rows, int seed) {
@@ -58,16 +51,16 @@ TEST_F(CommDtypes, BroadcastScatterGatherMoveEveryDtypesBytes) {
     const Tensor src = h.to(sim(2));
     for (const Tensor& c : comm::broadcast(src, {sim(0), sim(2), sim(5)})) {
       EXPECT_EQ(c.dtype(), t);
-      EXPECT_EQ(bytes_of(c), bytes_of(h));
+      EXPECT_EQ(tensor_bytes(c), tensor_bytes(h));
     }
     const auto parts = comm::scatter(src, {sim(1), sim(3), sim(4)}, std::vector<std::int64_t>{1, 3, 2});
     ASSERT_EQ(parts.size(), 3u);
     EXPECT_EQ(parts[1].device(), sim(3));
-    EXPECT_EQ(bytes_of(parts[1]), bytes_of(h.narrow(1, 3)));
-    EXPECT_EQ(bytes_of(comm::gather(parts, 0, Device::cpu())), bytes_of(h));
+    EXPECT_EQ(tensor_bytes(parts[1]), tensor_bytes(h.narrow(1, 3)));
+    EXPECT_EQ(tensor_bytes(comm::gather(parts, 0, Device::cpu())), tensor_bytes(h));
     // Along dim 1 (strided copies).
     const auto cols = comm::scatter(src, {sim(0), sim(6)}, std::vector<std::int64_t>{2, 1}, 1);
-    EXPECT_EQ(bytes_of(comm::gather(cols, 1, sim(7))), bytes_of(h));
+    EXPECT_EQ(tensor_bytes(comm::gather(cols, 1, sim(7))), tensor_bytes(h));
   }
 }
 
@@ -87,7 +80,7 @@ TEST_F(CommDtypes, BroadcastCoalescedWithMixedDtypesPacksOneDtypePerBuffer) {
       SCOPED_TRACE(std::to_string(d) + " " + std::to_string(i));
       EXPECT_EQ(out[d][i].dtype(), in[i].dtype());
       EXPECT_EQ(out[d][i].shape(), in[i].shape());
-      EXPECT_EQ(bytes_of(out[d][i]), bytes_of(host[i]));
+      EXPECT_EQ(tensor_bytes(out[d][i]), tensor_bytes(host[i]));
     }
   // The two bf16 tensors travel in one flat bf16 buffer: the views share storage on sim:1.
   EXPECT_EQ(out[1][4].buffer(), out[1][12].buffer());
@@ -126,12 +119,12 @@ TEST_F(CommDtypes, ReduceAddSumsEveryDtypeOntoTheDestination) {
         hs.push_back(values(t, 4, r));
         in.push_back(hs.back().to(sim(r)));
       }
-      const Bytes want = bytes_of(reference_sum(hs));
+      const Bytes want = tensor_bytes(reference_sum(hs));
       Tensor out = comm::reduce_add(in, sim(4), mode);
       EXPECT_EQ(out.dtype(), t);
       EXPECT_EQ(out.device(), sim(4));
-      EXPECT_EQ(bytes_of(out), want);
-      EXPECT_EQ(bytes_of(comm::reduce_add(in, Device::cpu(), mode)), want);
+      EXPECT_EQ(tensor_bytes(out), want);
+      EXPECT_EQ(tensor_bytes(comm::reduce_add(in, Device::cpu(), mode)), want);
       // Coalesced, mixed with an f32 and an i8 list entry.
       std::vector<std::vector<Tensor>> lists;
       std::vector<Tensor> f32s, i8s;
@@ -142,9 +135,9 @@ TEST_F(CommDtypes, ReduceAddSumsEveryDtypeOntoTheDestination) {
       }
       const auto sums = comm::reduce_add_coalesced(lists, sim(0), 1 << 20, mode);
       ASSERT_EQ(sums.size(), 3u);
-      EXPECT_EQ(bytes_of(sums[0]), want);
-      EXPECT_EQ(bytes_of(sums[1]), bytes_of(reference_sum(f32s)));
-      EXPECT_EQ(bytes_of(sums[2]), bytes_of(reference_sum(i8s)));
+      EXPECT_EQ(tensor_bytes(sums[0]), want);
+      EXPECT_EQ(tensor_bytes(sums[1]), tensor_bytes(reference_sum(f32s)));
+      EXPECT_EQ(tensor_bytes(sums[2]), tensor_bytes(reference_sum(i8s)));
     }
   std::vector<Tensor> mixed = {Tensor::zeros({2}, DType::bf16, sim(0)),
                                Tensor::zeros({2}, DType::f16, sim(1))};

@@ -23,14 +23,6 @@ using DtypeTest = test::SimSuite<4>;
 
 using Bytes = std::vector<std::uint8_t>;
 
-// The bytes of a tensor (any device, any dtype).
-Bytes bytes_of(const Tensor& t) {
-  Tensor h = t.to(Device::cpu());
-  Bytes b(h.nbytes());
-  if (!b.empty()) std::memcpy(b.data(), h.data_ptr(), b.size());
-  return b;
-}
-
 // Doubles with the conversions' hard cases (ties, subnormals, overflow, signed zeros, inf, NaN,
 // integer extremes) and some random magnitudes.
 std::vector<double> hard_values() {
@@ -66,7 +58,7 @@ TEST_F(DtypeTest, ZerosAndFullEveryDtypeOnHostAndDevice) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " on " + d.str());
       Tensor z = Tensor::zeros({3, 5}, t, d);
       EXPECT_EQ(z.dtype(), t);
-      EXPECT_EQ(bytes_of(z), Bytes(15 * dtype_size(t), 0));
+      EXPECT_EQ(tensor_bytes(z), Bytes(15 * dtype_size(t), 0));
       Tensor f = Tensor::full({7}, -2.75, t, d);
       Bytes want;
       visit_dtype(t, [&](auto tag) {
@@ -77,7 +69,7 @@ TEST_F(DtypeTest, ZerosAndFullEveryDtypeOnHostAndDevice) {
           want.insert(want.end(), p, p + sizeof(T));
         }
       });
-      EXPECT_EQ(bytes_of(f), want);
+      EXPECT_EQ(tensor_bytes(f), want);
     }
   // Real values: -2.75 truncates to -2 (i8), wraps nothing, saturates 300 to 255 (u8).
   EXPECT_EQ(Tensor::full({2}, -2.75, DType::i8, Device("sim", 0)).to_vector<std::int8_t>(),
@@ -132,20 +124,20 @@ TEST_F(DtypeTest, CopiesBetweenAnyTwoDevicesKeepTheBytes) {
   const std::vector<Device> devs = {Device::cpu(), Device("sim", 0), Device("sim", 3)};
   for (DType t : kAllDTypes) {
     const Tensor h = host_tensor(t, v);
-    const Bytes want = bytes_of(h);
+    const Bytes want = tensor_bytes(h);
     for (const Device& a : devs)
       for (const Device& b : devs) {
         SCOPED_TRACE(std::string(dtype_name(t)) + " " + a.str() + " -> " + b.str());
         Tensor src = h.to(a);
         Tensor dst = src.to(b);
         EXPECT_EQ(dst.dtype(), t);
-        EXPECT_EQ(bytes_of(dst), want);
+        EXPECT_EQ(tensor_bytes(dst), want);
         Tensor into = Tensor::zeros({static_cast<std::int64_t>(v.size())}, t, b);
         into.copy_(src);
-        EXPECT_EQ(bytes_of(into), want);
+        EXPECT_EQ(tensor_bytes(into), want);
         // A narrowed view travels as its own bytes.
         Tensor part = src.narrow(3, 5).to(b);
-        EXPECT_EQ(bytes_of(part), Bytes(want.begin() + 3 * dtype_size(t),
+        EXPECT_EQ(tensor_bytes(part), Bytes(want.begin() + 3 * dtype_size(t),
                                         want.begin() + 8 * dtype_size(t)));
       }
   }
@@ -175,10 +167,10 @@ TEST_F(DtypeTest, ToDtypeEqualsConvertOnTheHostForEveryPair) {
       Tensor on_host = h.to(to), on_dev = dev.to(to), cast = ops::cast(dev, to);
       EXPECT_EQ(on_dev.device(), Device("sim", 1));
       EXPECT_EQ(on_dev.dtype(), to);
-      EXPECT_EQ(bytes_of(on_host), want);
-      EXPECT_EQ(bytes_of(on_dev), want);
-      EXPECT_EQ(bytes_of(cast), want);
-      EXPECT_EQ(bytes_of(dev.to(Device("sim", 2), to)), want);
+      EXPECT_EQ(tensor_bytes(on_host), want);
+      EXPECT_EQ(tensor_bytes(on_dev), want);
+      EXPECT_EQ(tensor_bytes(cast), want);
+      EXPECT_EQ(tensor_bytes(dev.to(Device("sim", 2), to)), want);
       if (from == to) EXPECT_EQ(on_dev.data_ptr(), dev.data_ptr());  // torch: .to(same) is self
     }
   }
@@ -200,12 +192,12 @@ TEST_F(DtypeTest, FillAddScaleOnEveryDtype) {
     SCOPED_TRACE(dtype_name(t));
     Tensor x = Tensor::zeros({5}, t, d);
     ops::fill_(x, 3.0);
-    EXPECT_EQ(bytes_of(x), bytes_of(Tensor::full({5}, 3.0, t, Device::cpu())));
+    EXPECT_EQ(tensor_bytes(x), tensor_bytes(Tensor::full({5}, 3.0, t, Device::cpu())));
     Tensor y = ops::add_any(x, x);
-    EXPECT_EQ(bytes_of(y), bytes_of(Tensor::full({5}, 6.0, t, Device::cpu())));
+    EXPECT_EQ(tensor_bytes(y), tensor_bytes(Tensor::full({5}, 6.0, t, Device::cpu())));
     const double alpha = is_signed(t) ? -2.0 : 2.0;  // unsigned: alpha must be representable
     ops::scale_any_(y, alpha);
-    EXPECT_EQ(bytes_of(y), bytes_of(Tensor::full({5}, 6.0 * alpha, t, Device::cpu())));
+    EXPECT_EQ(tensor_bytes(y), tensor_bytes(Tensor::full({5}, 6.0 * alpha, t, Device::cpu())));
   }
   // f16: 2048 + 1 rounds to even (2048), computed in f32 and rounded once.
   Tensor a = Tensor::full({1}, 2048.0, DType::f16, d), b = Tensor::full({1}, 1.0, DType::f16, d);

@@ -32,13 +32,6 @@ std::string fresh_dir(const std::string& name) {
   return p.string();
 }
 
-std::vector<std::uint8_t> bytes_of(const Tensor& t) {
-  Tensor h = t.to(Device::cpu());
-  std::vector<std::uint8_t> b(h.nbytes());
-  if (!b.empty()) std::memcpy(b.data(), h.data_ptr(), b.size());
-  return b;
-}
-
 // [2, k] of dtype t with varied bit patterns (every byte differs).
 Tensor patterned(DType t, std::int64_t k, unsigned seed) {
   Tensor h = Tensor::empty({2, k}, t, Device::cpu());
@@ -65,7 +58,7 @@ TEST_F(DtypeIo, SafetensorsRoundTripEveryDtype) {
     EXPECT_EQ(d.tensors[i].first, ts[i].first);
     EXPECT_EQ(d.tensors[i].second.dtype(), ts[i].second.dtype());
     EXPECT_EQ(d.tensors[i].second.shape(), (Shape{2, 3}));
-    EXPECT_EQ(bytes_of(d.tensors[i].second), bytes_of(ts[i].second)) << ts[i].first;
+    EXPECT_EQ(tensor_bytes(d.tensors[i].second), tensor_bytes(ts[i].second)) << ts[i].first;
   }
   for (DType t : kAllDTypes) {
     DType back = DType::f32;
@@ -120,7 +113,7 @@ TEST_F(DtypeIo, CheckpointKeepsEveryParametersDtypeAndBytes) {
   for (std::size_t i = 0; i < c.params.size(); ++i) {
     EXPECT_EQ(c.params[i].first, saved.parameters()[i]->name);
     EXPECT_EQ(c.params[i].second.dtype(), kAllDTypes[i]);
-    EXPECT_EQ(bytes_of(c.params[i].second), bytes_of(saved.parameters()[i]->data));
+    EXPECT_EQ(tensor_bytes(c.params[i].second), tensor_bytes(saved.parameters()[i]->data));
   }
   std::vector<nn::Parameter*> f32r = {restored.parameters()[0]};
   optim::SGD opt2(f32r, optim::SGDOptions{});
@@ -128,7 +121,7 @@ TEST_F(DtypeIo, CheckpointKeepsEveryParametersDtypeAndBytes) {
   resume_checkpoint(dir, restored, opt2, {}, {}, log);
   for (std::size_t i = 0; i < kNumDTypes; ++i) {
     EXPECT_EQ(restored.parameters()[i]->data.dtype(), kAllDTypes[i]);
-    EXPECT_EQ(bytes_of(restored.parameters()[i]->data), bytes_of(saved.parameters()[i]->data))
+    EXPECT_EQ(tensor_bytes(restored.parameters()[i]->data), tensor_bytes(saved.parameters()[i]->data))
         << restored.parameters()[i]->name;
   }
 }

@@ -14,20 +14,7 @@
 
 namespace ditto::ops {
 
-namespace {
-
 using namespace internal;  // the argument checks (ops_check.h)
-
-/// `t` has ref's dtype, device and shape (any dtype).
-void check_like_any(const char* op, const char* arg, const Tensor& t, const char* ref_arg,
-                    const Tensor& ref) {
-  check_tensor(op, arg, t, ref.dtype());
-  check_device(op, arg, t, ref.device(), ref_arg);
-  DITTO_CHECK(t.shape() == ref.shape(), op, ": ", arg, ": expected ", shape_str(ref.shape()),
-              " (the shape of ", ref_arg, "), got ", t.str());
-}
-
-}  // namespace
 
 void fill_(Tensor& x, double value) {
   constexpr const char* op = "ops::fill_";
@@ -87,21 +74,9 @@ void reduce_inputs(const std::vector<Tensor>& inputs, Tensor& out, int red_op, D
   check_tensor(op, "out", out, out.dtype());
   DITTO_CHECK(red_op >= 0 && red_op <= 4, op,
               ": op: expected sum, prod, min, max or avg (0..4), got ", red_op);
-  DITTO_CHECK(!inputs.empty(), op, ": inputs: expected at least one tensor, got none");
   DITTO_CHECK(inputs.size() <= static_cast<std::size_t>(std::numeric_limits<int>::max()), op,
               ": inputs: expected at most 2^31 - 1 tensors, got ", inputs.size());
-  std::vector<const void*> ptrs;
-  ptrs.reserve(inputs.size());
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor& t = inputs[i];
-    const std::string arg = detail::cat("inputs[", i, "]");
-    check_like_any(op, arg.c_str(), t, "out", out);
-    // out may be inputs[0] itself; no other overlap is allowed.
-    const bool same_view = i == 0 && t.buffer() == out.buffer() &&
-                           t.offset_bytes() == out.offset_bytes();
-    if (!same_view) check_no_overlap(op, "out", out, arg.c_str(), t);
-    ptrs.push_back(t.data_ptr());
-  }
+  const std::vector<const void*> ptrs = check_reduce_inputs(op, inputs, out);
   if (out.numel() == 0) return;
   kernels_of(out).reduce_inputs(stream_of(out), out.dtype(), ptrs.data(),
                                 static_cast<int>(ptrs.size()), out.data_ptr(), out.numel(), red_op,
