@@ -353,7 +353,7 @@ void check_fp8_exhaustive(const Fp8Spec& f) {
   std::vector<T> codes(256);
   for (unsigned c = 0; c < 256; ++c) codes[c].bits = static_cast<std::uint8_t>(c);
   const std::vector<float> back =
-      Tensor::from_vector(codes, {256}, Device("sim", 1)).to(DType::f32).to_vector<float>();
+      Tensor::from_vector(codes, {256}, Device("sim", 1)).to(DType::f32).template to_vector<float>();
   for (unsigned c = 0; c < 256; ++c) {
     const double v = fp8_decode(f, c);
     if (std::isnan(v))
