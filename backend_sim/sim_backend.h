@@ -13,7 +13,6 @@
 
 #include "backend_sim/cost_model.h"
 #include "backend_sim/sim_faults.h"
-#include "backend_sim/sim_reduce.h"  // reduce_over_ranks (used by the MPI communicator)
 #include "backend_sim/sim_stream.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/extensions.h"

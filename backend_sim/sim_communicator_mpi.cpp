@@ -33,6 +33,7 @@
 #include <cstring>
 
 #include "backend_sim/sim_backend.h"
+#include "backend_sim/sim_reduce.h"
 #include "core/internal/mpi_transport.h"
 
 namespace ditto::sim {
