@@ -17,22 +17,14 @@
 #include "core/runtime/backend.h"
 #include "core/runtime/error.h"
 #include "../test_util.h"
+#include "mpi_test_util.h"
 
 namespace ditto {
 namespace {
 
 using namespace ditto::test;
 
-int world() { return dist::world_size(); }
-int me() { return dist::rank(); }
-const Device kLocal("sim", 0);
-
-CommOptions opts(Determinism d, std::int64_t timeout_ms = 60000) {
-  CommOptions o;
-  o.determinism = d;
-  o.timeout_ms = timeout_ms;
-  return o;
-}
+using namespace ditto::test::mpi;
 
 /// A tensor of any host type on `d` (through a host tensor: a byte copy).
 template <typename T>
