@@ -4,11 +4,13 @@
 # `ditto-bench gpt` (1 and 4 sim devices, fast and bitwise, dp and ddp) against
 # `torch_bench.py gpt` (one process, all cores), same model (nanoGPT's CPU config) and batch.
 #
-#   bench/compare.sh [--quick] [--only-new] [--out DIR] [--build DIR] [--ranks 2,4,8]
-#                    [--max-bytes BYTES]
+#   bench/compare.sh [--quick] [--only-new] [--no-install] [--out DIR] [--build DIR]
+#                    [--ranks 2,4,8] [--max-bytes BYTES]
 #
 #   --quick        sizes up to 16 MiB, shorter timings (a smoke run of the whole pipeline)
 #   --only-new     only issue 13's rows (below): skips STREAM, the older collectives, trainers, GPT
+#   --no-install   installs nothing (tools/setup.sh and apt-get skipped); a missing package then
+#                  fails its step (python3-matplotlib: no plot)
 #   --out DIR      results: DIR/raw/*.csv, DIR/table.md, DIR/perf.png, DIR/log.txt
 #                  (default bench/results)
 #   --build DIR    ditto build folder (default build; configured if missing)
@@ -50,17 +52,19 @@ MAX_ITERS=10
 TRAIN_SECONDS=1.0
 QUICK=0
 ONLY_NEW=0
+NO_INSTALL=0
 NEW_RANKS=4,8
 NEW_MIN_BYTES=65536
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1; MAX_BYTES=$((16 << 20)); COLL_SECONDS=0.02; TRAIN_SECONDS=0.3 ;;
     --only-new) ONLY_NEW=1 ;;
+    --no-install) NO_INSTALL=1 ;;
     --out) OUT=$(realpath -m "$2"); shift ;;
     --build) BUILD=$(realpath -m "$2"); shift ;;
     --ranks) RANKS=$2; shift ;;
     --max-bytes) MAX_BYTES=$2; shift ;;
-    -h|--help) sed -n "2,37p" "$0"; exit 0 ;;
+    -h|--help) sed -n "2,39p" "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -77,12 +81,14 @@ step() { say ""; say "== $* ($(( $(date +%s) - t_start )) s)"; }
 
 # ---- 1. install -------------------------------------------------------------------------------
 step "install"
-"$ROOT/tools/setup.sh"
+[ "$NO_INSTALL" = 0 ] && "$ROOT/tools/setup.sh"
 need=()
 for p in python3-torch libopenblas0-openmp openmpi-bin libopenmpi-dev python3-matplotlib; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
-if [ ${#need[@]} -gt 0 ]; then
+if [ ${#need[@]} -gt 0 ] && [ "$NO_INSTALL" = 1 ]; then
+  say "not installed (--no-install): ${need[*]}"
+elif [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   say "installing ${need[*]}"
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
