@@ -193,8 +193,10 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 total=$(( $(date +%s) - t_start ))
 step "table"
 note="$cores cores; load average before $load_before, after $load_after; $blas_note; torch threads: $cores (single process), $((cores / 4 > 0 ? cores / 4 : 1)) per DDP rank, 1 per Gloo rank"
+only_new_flag=()
+[ "$ONLY_NEW" = 1 ] && only_new_flag=(--only-new)
 $PY "$ROOT/bench/report.py" "$RAW" --table "$OUT/table.md" --png "$OUT/perf.png" \
-  --note "$note" 2>&1 | tee -a "$LOG"
+  --note "$note" "${only_new_flag[@]}" 2>&1 | tee -a "$LOG"
 say ""
 say "compare.sh: CSVs in $RAW, table in $OUT/table.md, plot $OUT/perf.png, log $LOG"
 say "compare.sh: total time $(( $(date +%s) - t_start )) s (benchmarks $total s)"

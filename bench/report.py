@@ -59,6 +59,8 @@ def main():
     p.add_argument("--png")
     p.add_argument("--plot-ranks", type=int, default=4)
     p.add_argument("--note", default="")
+    p.add_argument("--only-new", action="store_true",
+                   help="only the busbw rows and issue 13's (compare.sh --only-new ran no trainer)")
     a = p.parse_args()
 
     coll = read(os.path.join(a.raw, "collectives.csv"))
@@ -175,6 +177,9 @@ def main():
             + (f" ({tg['trainer'].replace('torch ', '')})" if tg else ""),
             float(r["tokens_per_s"]), float(tg["tokens_per_s"]) if tg else None, "tok/s", None,
             "(info)")
+
+    if a.only_new:  # the goals and training rows above had nothing to measure
+        del rows[:]
 
     # busbw ratios for every collective the anchors run
     sizes = sorted({int(r["bytes"]) for r in coll})
