@@ -7,8 +7,10 @@
 // results are compared bit for bit with the in-process simulator over world() virtual devices.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -363,6 +365,25 @@ TEST(MpiSendRecv, SendWithoutRecvTimesOutNamingBothRanks) {
     expect_error<BackendError>([&] { c.send(three, 1); },
                                "communicator aborted by an earlier error");
   }
+}
+
+// A rank that aborts (another thread of its process, as DDP's failing rank does) ends its own
+// waiting recv at once, naming the call and the reason.
+TEST(MpiSendRecv, AbortEndsAWaitingRecvAtOnce) {
+  if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
+  Communicator c = Communicator::init_rank(kLocal, world(), me(), opts(Determinism::fast));
+  if (me() != 0) return;  // rank 1 never sends
+  Tensor t = make(std::vector<float>(4));
+  c.recv(t, 1);
+  std::thread killer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    c.abort("boom in rank 0");
+  });
+  // (the 60 s timeout would say "did not post the matching send" instead)
+  expect_error<PeerFailure>([&] { c.stream().synchronize(); },
+                            "recv (point-to-point #1 from rank 1 to rank 0): rank 0 failed: boom "
+                            "in rank 0");
+  killer.join();
 }
 
 TEST(MpiSendRecv, PeerOutOfRange) {
