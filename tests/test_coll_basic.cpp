@@ -376,6 +376,12 @@ TEST(CollCost, NewKindsFollowTheirAlphaBetaFormulas) {
   EXPECT_NEAR(sim::collective_time(c, CollectiveKind::send, S, {2, 5}).seconds, a + h + S / B,
               1e-12);
   EXPECT_DOUBLE_EQ(sim::busbw_factor(CollectiveKind::send, 2), 1.0);
+  // To itself: a copy inside the device (read + write at memory bandwidth).
+  const sim::CollectiveEstimate self = sim::collective_time(c, CollectiveKind::send, S, {3, 3});
+  EXPECT_EQ(self.algo, sim::CollectiveAlgo::local);
+  EXPECT_DOUBLE_EQ(self.seconds,
+                   sim::collective_time(c, CollectiveKind::send, S, {3}).seconds);
+  EXPECT_NEAR(self.seconds, c.device.launch_latency + 2 * S / c.device.memory_bandwidth, 1e-15);
   // Across nodes a send pays the network's latency and NIC bandwidth.
   const sim::ClusterSpec c2{c.device, c.interconnect, 2, 8};
   EXPECT_NEAR(sim::collective_time(c2, CollectiveKind::recv, S, {0, 9}).seconds,
