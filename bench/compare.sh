@@ -4,9 +4,13 @@
 # `ditto-bench gpt` (1 and 4 sim devices, fast and bitwise, dp and ddp) against
 # `torch_bench.py gpt` (one process, all cores), same model (nanoGPT's CPU config) and batch.
 #
-#   bench/compare.sh [--quick] [--out DIR] [--build DIR] [--ranks 2,4,8] [--max-bytes BYTES]
+#   bench/compare.sh [--quick] [--only-new] [--no-install] [--out DIR] [--build DIR]
+#                    [--ranks 2,4,8] [--max-bytes BYTES]
 #
 #   --quick        sizes up to 16 MiB, shorter timings (a smoke run of the whole pipeline)
+#   --only-new     only issue 13's rows (below): skips STREAM, the older collectives, trainers, GPT
+#   --no-install   installs nothing (tools/setup.sh and apt-get skipped); a missing package then
+#                  fails its step (python3-matplotlib: no plot)
 #   --out DIR      results: DIR/raw/*.csv, DIR/table.md, DIR/perf.png, DIR/log.txt
 #                  (default bench/results)
 #   --build DIR    ditto build folder (default build; configured if missing)
@@ -14,6 +18,11 @@
 #   --max-bytes B  largest collective size (default 67108864 = 64 MiB; sizes from 4 KiB, x4);
 #                  268435456 (256 MiB) runs the issue's whole range but takes ~2x longer
 #                  (Gloo's 8-rank all_gather of 256 MiB alone takes minutes on 2 cores)
+#
+# Issue 13's rows (every run; --only-new runs only them): all_to_all busbw at 4 and 8 ranks from
+# 64 KiB to --max-bytes against OpenMPI's MPI_Alltoall (mpi_bench) and Gloo's all_to_all_single;
+# bf16 against f32 all_reduce at the same byte count (ditto only); sendrecv (ring), gather and
+# scatter (ditto only; nccl-tests' busbw factors).
 #
 # Installs what it needs (tools/setup.sh, then python3-torch, libopenblas0-openmp, openmpi-bin,
 # libopenmpi-dev, python3-matplotlib via apt-get, through sudo when not root). Never part of CI.
@@ -42,14 +51,20 @@ COLL_SECONDS=0.03
 MAX_ITERS=10
 TRAIN_SECONDS=1.0
 QUICK=0
+ONLY_NEW=0
+NO_INSTALL=0
+NEW_RANKS=4,8
+NEW_MIN_BYTES=65536
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=1; MAX_BYTES=$((16 << 20)); COLL_SECONDS=0.02; TRAIN_SECONDS=0.3 ;;
+    --only-new) ONLY_NEW=1 ;;
+    --no-install) NO_INSTALL=1 ;;
     --out) OUT=$(realpath -m "$2"); shift ;;
     --build) BUILD=$(realpath -m "$2"); shift ;;
     --ranks) RANKS=$2; shift ;;
     --max-bytes) MAX_BYTES=$2; shift ;;
-    -h|--help) sed -n "2,30p" "$0"; exit 0 ;;
+    -h|--help) sed -n "2,39p" "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -66,12 +81,14 @@ step() { say ""; say "== $* ($(( $(date +%s) - t_start )) s)"; }
 
 # ---- 1. install -------------------------------------------------------------------------------
 step "install"
-"$ROOT/tools/setup.sh"
+[ "$NO_INSTALL" = 0 ] && "$ROOT/tools/setup.sh"
 need=()
 for p in python3-torch libopenblas0-openmp openmpi-bin libopenmpi-dev python3-matplotlib; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
-if [ ${#need[@]} -gt 0 ]; then
+if [ ${#need[@]} -gt 0 ] && [ "$NO_INSTALL" = 1 ]; then
+  say "not installed (--no-install): ${need[*]}"
+elif [ ${#need[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
   say "installing ${need[*]}"
   $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
@@ -105,6 +122,7 @@ load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 say "machine: $cores cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load average before: $load_before"
 
 # ---- 3. ditto ---------------------------------------------------------------------------------
+if [ "$ONLY_NEW" = 0 ]; then
 step "ditto-bench (STREAM copy, collectives, trainer)"
 "$BUILD/bin/ditto-bench" --csv-dir "$RAW" all --backend auto --ranks "$RANKS" \
   --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" --step-factor "$FACTOR" \
@@ -112,19 +130,45 @@ step "ditto-bench (STREAM copy, collectives, trainer)"
 
 step "ditto-bench gpt (nanoGPT's CPU config: tokens/s)"
 "$BUILD/bin/ditto-bench" --csv-dir "$RAW" gpt --train-seconds "$TRAIN_SECONDS" 2>&1 | tee -a "$LOG"
+fi
+
+step "ditto-bench collectives (issue 13: all_to_all, sendrecv, gather, scatter; bf16 vs f32 all_reduce)"
+"$BUILD/bin/ditto-bench" --csv-dir "$RAW" collectives --backend auto --ranks "$NEW_RANKS" \
+  --ops all_to_all,sendrecv,gather,scatter --place out --min-bytes "$NEW_MIN_BYTES" \
+  --max-bytes "$MAX_BYTES" --step-factor "$FACTOR" --coll-seconds "$COLL_SECONDS" \
+  --max-iters "$MAX_ITERS" 2>&1 | tee -a "$LOG"
+"$BUILD/bin/ditto-bench" --csv-dir "$RAW" collectives --backend auto --ranks "$NEW_RANKS" \
+  --ops all_reduce -d bfloat16,float --place out --min-bytes "$NEW_MIN_BYTES" \
+  --max-bytes "$MAX_BYTES" --step-factor "$FACTOR" --coll-seconds "$COLL_SECONDS" \
+  --max-iters "$MAX_ITERS" 2>&1 | tee -a "$LOG"
 
 # ---- 4. OpenMPI -------------------------------------------------------------------------------
+if [ "$ONLY_NEW" = 0 ]; then
 step "OpenMPI (MPI_Allreduce, MPI_Bcast, MPI_Allgather)"
 for n in ${RANKS//,/ }; do
   mpirun --allow-run-as-root --oversubscribe -np "$n" "$OUT/mpi_bench" "$MIN_BYTES" "$MAX_BYTES" \
     "$FACTOR" "$COLL_SECONDS" "$MAX_ITERS" "$RAW/mpi_collectives.csv" 2>&1 | tee -a "$LOG"
 done
+fi
+step "OpenMPI (MPI_Alltoall)"
+for n in ${NEW_RANKS//,/ }; do
+  mpirun --allow-run-as-root --oversubscribe -np "$n" "$OUT/mpi_bench" "$NEW_MIN_BYTES" "$MAX_BYTES" \
+    "$FACTOR" "$COLL_SECONDS" "$MAX_ITERS" "$RAW/mpi_collectives.csv" all_to_all 2>&1 | tee -a "$LOG"
+done
 
 # ---- 5. PyTorch -------------------------------------------------------------------------------
+if [ "$ONLY_NEW" = 0 ]; then
 step "PyTorch Gloo collectives (one process per rank)"
 $PY "$ROOT/bench/torch_bench.py" collectives --ranks "$RANKS" --min-bytes "$MIN_BYTES" \
   --max-bytes "$MAX_BYTES" --step-factor "$FACTOR" --seconds "$COLL_SECONDS" --max-iters "$MAX_ITERS" \
   --csv "$RAW/gloo_collectives.csv" 2>&1 | tee -a "$LOG"
+fi
+step "PyTorch Gloo all_to_all_single (one process per rank)"
+$PY "$ROOT/bench/torch_bench.py" collectives --ranks "$NEW_RANKS" --ops all_to_all \
+  --min-bytes "$NEW_MIN_BYTES" --max-bytes "$MAX_BYTES" --step-factor "$FACTOR" \
+  --seconds "$COLL_SECONDS" --max-iters "$MAX_ITERS" --csv "$RAW/gloo_collectives.csv" 2>&1 |
+  tee -a "$LOG"
+if [ "$ONLY_NEW" = 0 ]; then
 step "PyTorch training (single process, all cores; DDP with Gloo, 4 ranks)"
 # The single process runs twice, with OpenMP's default (spinning) wait policy and with PASSIVE:
 # on a loaded machine spinning threads that lose their core make torch several times slower; the
@@ -142,13 +186,17 @@ $PY "$ROOT/bench/torch_bench.py" gpt --seconds "$TRAIN_SECONDS" --csv "$RAW/torc
 OMP_WAIT_POLICY=PASSIVE $PY "$ROOT/bench/torch_bench.py" gpt --seconds "$TRAIN_SECONDS" \
   --csv "$RAW/torch_gpt.csv" 2>&1 | tee -a "$LOG"
 
+fi
+
 # ---- 6. report --------------------------------------------------------------------------------
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 total=$(( $(date +%s) - t_start ))
 step "table"
 note="$cores cores; load average before $load_before, after $load_after; $blas_note; torch threads: $cores (single process), $((cores / 4 > 0 ? cores / 4 : 1)) per DDP rank, 1 per Gloo rank"
+only_new_flag=()
+[ "$ONLY_NEW" = 1 ] && only_new_flag=(--only-new)
 $PY "$ROOT/bench/report.py" "$RAW" --table "$OUT/table.md" --png "$OUT/perf.png" \
-  --note "$note" 2>&1 | tee -a "$LOG"
+  --note "$note" "${only_new_flag[@]}" 2>&1 | tee -a "$LOG"
 say ""
 say "compare.sh: CSVs in $RAW, table in $OUT/table.md, plot $OUT/perf.png, log $LOG"
 say "compare.sh: total time $(( $(date +%s) - t_start )) s (benchmarks $total s)"

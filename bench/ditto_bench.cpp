@@ -3,15 +3,14 @@
 //
 //   build/bin/ditto-bench [all|collectives|stream|trainer|gpt] [options]   (--help lists them)
 //
-// collectives  all_reduce, all_gather, reduce_scatter, broadcast, reduce over 2, 4, 8 ranks for
-//              sizes 4 KiB .. 256 MiB, out-of-place and in-place, on the simulator (and on CUDA
-//              when --backend cuda or auto finds a GPU). Columns as nccl-tests prints them:
-//              time (us per call), algbw = size / time, busbw = algbw * factor, #wrong (elements
-//              that differ from the expected result after one checked call). Sizes follow
-//              nccl-tests: for all_gather `size` is the gathered (receive) buffer, for
-//              reduce_scatter the send buffer, else the buffer. busbw factors (nccl-tests'
-//              doc/PERFORMANCE.md): all_reduce 2(n-1)/n, all_gather and reduce_scatter (n-1)/n,
-//              broadcast and reduce 1.
+// collectives  all_reduce, all_gather, reduce_scatter, broadcast, reduce (and on request
+//              all_to_all, sendrecv, gather, scatter: --ops) over 2, 4, 8 ranks for sizes
+//              4 KiB .. 256 MiB, out-of-place and in-place, in any dtype (-d/--dtype, nccl-tests'
+//              names; default float), on the simulator (and on CUDA when --backend cuda or auto
+//              finds a GPU). Columns as nccl-tests prints them: time (us per call), algbw = size /
+//              time, busbw = algbw * factor, #wrong (elements that differ from the expected result
+//              after one checked call). Sizes and busbw factors follow nccl-tests'
+//              doc/PERFORMANCE.md (bench/bench_collectives.h lists them).
 //              memGB/s: the memory traffic an in-memory collective cannot avoid / time (all_reduce:
 //              2*N*S / t), to compare with the STREAM copy bandwidth.
 // stream       STREAM copy (a[i] = b[i], f64) on all cores, arrays of max(64 MiB, 4 x LLC) (STREAM's
@@ -39,6 +38,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench/bench_collectives.h"
 #include "bench/bench_common.h"
 #include "bench/bench_gpt.h"
 #include "core/runtime/backend.h"
@@ -52,6 +52,9 @@
 
 using namespace ditto;
 using bench::Clock;
+using bench::CollConfig;
+using bench::kMaxSeconds;
+using bench::parse_bytes;
 using bench::Csv;
 using bench::seconds_since;
 
@@ -101,287 +104,6 @@ StreamResult run_stream(int threads, std::size_t bytes, int reps) {
   }
   if (a[n / 2] != 2.0) throw Error("ditto-bench stream: copy check failed");
   return {threads, bytes, 2.0 * static_cast<double>(n * sizeof(double)) / best / 1e9};
-}
-
-// ---- collectives ----------------------------------------------------------------------------
-
-enum class Op { all_reduce, all_gather, reduce_scatter, broadcast, reduce };
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::all_reduce: return "all_reduce";
-    case Op::all_gather: return "all_gather";
-    case Op::reduce_scatter: return "reduce_scatter";
-    case Op::broadcast: return "broadcast";
-    case Op::reduce: return "reduce";
-  }
-  return "?";
-}
-Op parse_op(const std::string& s) {
-  for (Op op : {Op::all_reduce, Op::all_gather, Op::reduce_scatter, Op::broadcast, Op::reduce})
-    if (s == op_name(op)) return op;
-  throw InvalidArgument("ditto-bench: --ops: expected all_reduce, all_gather, reduce_scatter, "
-                        "broadcast or reduce, got '" + s + "'");
-}
-double bus_factor(Op op, int n) {
-  switch (op) {
-    case Op::all_reduce: return 2.0 * (n - 1) / n;
-    case Op::all_gather:
-    case Op::reduce_scatter: return static_cast<double>(n - 1) / n;
-    default: return 1.0;
-  }
-}
-/// Bytes an in-memory implementation must read plus write per call (size S as nccl-tests counts
-/// it): all_reduce reads N*S (every rank's buffer), writes N*S; reduce reads N*S, writes S;
-/// broadcast reads S, writes N*S (out of place; (N-1)*S in place); all_gather reads S (all sends
-/// together), writes N*S (every rank's receive buffer); reduce_scatter reads N*S (every send),
-/// writes S (all receive blocks together).
-double min_traffic(Op op, int n, double s) {
-  switch (op) {
-    case Op::all_reduce: return 2.0 * n * s;
-    case Op::reduce: return (n + 1.0) * s;
-    case Op::broadcast:
-    case Op::all_gather:
-    case Op::reduce_scatter: return (n + 1.0) * s;
-  }
-  return s;
-}
-
-float init_value(int rank, std::int64_t i) { return static_cast<float>(rank + 1 + (i % 13)); }
-
-struct CollResult {
-  double time_us = 0, algbw = 0, busbw = 0, memgbps = 0;
-  std::int64_t wrong = 0;
-  int iters = 0;
-};
-
-struct CollConfig {
-  std::string backend = "sim";
-  std::vector<std::string> ops = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"};
-  std::vector<int> ranks = {2, 4, 8};
-  std::string min_bytes = "4K", max_bytes = "256M";
-  int step_factor = 2;
-  std::string place = "both";  // out, in, both
-  std::string determinism = "fast";
-  double seconds = 0.05;  // timed budget per size and placement
-  int max_iters = 20;
-  int warmup = 1;
-};
-
-// Largest buffer a size option may ask for: the sweep allocates a few buffers of this size per
-// rank in host memory (the simulator's devices), so larger ones only exhaust the machine's memory.
-constexpr double kMaxBufferBytes = 4.0 * 1024 * 1024 * 1024;
-
-std::size_t parse_bytes(const std::string& s, const char* opt) {
-  std::size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &pos);
-  } catch (...) {
-    throw InvalidArgument(std::string("ditto-bench: ") + opt + ": expected a size like 4K, 16M or 1G, got '" + s + "'");
-  }
-  std::string unit = s.substr(pos);
-  double m = 1;
-  if (unit == "K" || unit == "KiB") m = 1024;
-  else if (unit == "M" || unit == "MiB") m = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB") m = 1024.0 * 1024 * 1024;
-  else if (!unit.empty() && unit != "B")
-    throw InvalidArgument(std::string("ditto-bench: ") + opt + ": unknown unit in '" + s + "' (use B, K, M, G)");
-  DITTO_CHECK(v > 0, "ditto-bench: ", opt, ": expected a positive size, got '", s, "'");
-  DITTO_CHECK(v * m <= kMaxBufferBytes, "ditto-bench: ", opt,
-              ": expected a size <= 4G (one buffer per rank in host memory), got '", s, "'");
-  return static_cast<std::size_t>(v * m);
-}
-
-/// One collective at one size: buffers, one checked call, timed calls. `bytes` as nccl-tests.
-CollResult run_collective(std::vector<Communicator>& comms, const std::vector<Device>& devs, Op op,
-                          bool in_place, std::size_t bytes, const CollConfig& cfg) {
-  const int n = static_cast<int>(devs.size());
-  // count: elements per rank of the op's "count" argument (nccl-tests' recvcount / sendcount).
-  std::int64_t total = static_cast<std::int64_t>(bytes / sizeof(float));
-  if (op == Op::all_gather || op == Op::reduce_scatter) total = total / n * n;
-  const std::int64_t count = (op == Op::all_gather || op == Op::reduce_scatter) ? total / n : total;
-  const int root = 0;
-  std::vector<Tensor> send(n), recv(n);
-  for (int r = 0; r < n; ++r) {
-    const Device& d = devs[static_cast<std::size_t>(r)];
-    switch (op) {
-      case Op::all_reduce:
-      case Op::reduce:
-      case Op::broadcast:
-        send[r] = Tensor::empty({count}, DType::f32, d);
-        recv[r] = in_place ? send[r] : Tensor::empty({count}, DType::f32, d);
-        break;
-      case Op::all_gather:
-        recv[r] = Tensor::empty({total}, DType::f32, d);
-        send[r] = in_place ? recv[r].narrow(r * count, count) : Tensor::empty({count}, DType::f32, d);
-        break;
-      case Op::reduce_scatter:
-        send[r] = Tensor::empty({total}, DType::f32, d);
-        recv[r] = in_place ? send[r].narrow(r * count, count) : Tensor::empty({count}, DType::f32, d);
-        break;
-    }
-  }
-  auto fill = [&] {
-    for (int r = 0; r < n; ++r) {
-      std::vector<float> v(static_cast<std::size_t>(send[r].numel()));
-      for (std::size_t i = 0; i < v.size(); ++i) v[i] = init_value(r, static_cast<std::int64_t>(i));
-      send[r].copy_(Tensor::from_vector(v, send[r].shape()));
-    }
-  };
-  auto issue = [&] {
-    switch (op) {
-      case Op::all_reduce: all_reduce(comms, send, recv); break;
-      case Op::reduce: reduce(comms, send, recv, ReduceOp::sum, root); break;
-      case Op::broadcast:
-        if (in_place) broadcast(comms, send, root);
-        else for (int r = 0; r < n; ++r) comms[static_cast<std::size_t>(r)].broadcast(send[r], recv[r], root);
-        break;
-      case Op::all_gather: all_gather(comms, send, recv); break;
-      case Op::reduce_scatter: reduce_scatter(comms, send, recv); break;
-    }
-  };
-  // Checked call.
-  fill();
-  synchronize(comms);
-  issue();
-  synchronize(comms);
-  // Expected values in closed form (init_value(q, i) = q + 1 + i % 13; small integers, exact).
-  const auto tri = static_cast<float>(n * (n + 1) / 2);
-  auto sum_at = [&](std::int64_t i) { return tri + static_cast<float>(n * (i % 13)); };
-  CollResult res;
-  for (int r = 0; r < n; ++r) {
-    if (op == Op::reduce && r != root) continue;
-    const std::vector<float> got = recv[r].to_vector<float>();
-    const auto len = static_cast<std::int64_t>(got.size());
-    std::int64_t wrong = 0;
-    switch (op) {
-      case Op::all_reduce:
-      case Op::reduce:
-        for (std::int64_t i = 0; i < len; ++i) wrong += got[i] != sum_at(i);
-        break;
-      case Op::broadcast:
-        for (std::int64_t i = 0; i < len; ++i) wrong += got[i] != init_value(root, i);
-        break;
-      case Op::all_gather:
-        for (std::int64_t i = 0; i < len; ++i)
-          wrong += got[i] != init_value(static_cast<int>(i / count), i % count);
-        break;
-      case Op::reduce_scatter:
-        for (std::int64_t i = 0; i < len; ++i) wrong += got[i] != sum_at(r * count + i);
-        break;
-    }
-    res.wrong += wrong;
-  }
-  // Timed calls: warm-up, then as many calls as fit in cfg.seconds (estimated from the checked
-  // call), enqueued back to back and synchronised once, as nccl-tests does.
-  auto t0 = Clock::now();
-  for (int w = 0; w < cfg.warmup; ++w) issue();
-  synchronize(comms);
-  const double one = std::max(1e-7, seconds_since(t0) / std::max(1, cfg.warmup));
-  // In double: seconds / one can exceed INT_MAX (max_iters >= 1: check_coll_config).
-  const int iters = static_cast<int>(
-      std::clamp(std::floor(cfg.seconds / one), 1.0, static_cast<double>(cfg.max_iters)));
-  t0 = Clock::now();
-  for (int i = 0; i < iters; ++i) issue();
-  synchronize(comms);
-  const double t = seconds_since(t0) / iters;
-  res.iters = iters;
-  res.time_us = t * 1e6;
-  res.algbw = static_cast<double>(bytes) / t / 1e9;
-  res.busbw = res.algbw * bus_factor(op, n);
-  res.memgbps = min_traffic(op, n, static_cast<double>(bytes)) / t / 1e9;
-  return res;
-}
-
-// The longest a --coll-seconds / --train-seconds budget may be (one hour per timed run).
-constexpr double kMaxSeconds = 3600;
-
-/// Refuse settings that would time nothing (--max-iters 0 gave time inf) or overflow the
-/// iteration count (--coll-seconds 1e300).
-void check_coll_config(const CollConfig& cfg) {
-  DITTO_CHECK(cfg.max_iters >= 1, "ditto-bench: --max-iters: expected >= 1, got ", cfg.max_iters);
-  DITTO_CHECK(std::isfinite(cfg.seconds) && cfg.seconds > 0 && cfg.seconds <= kMaxSeconds,
-              "ditto-bench: --coll-seconds: expected a value > 0 and <= ", kMaxSeconds, ", got ",
-              cfg.seconds);
-}
-
-std::vector<std::size_t> size_list(const CollConfig& cfg) {
-  const std::size_t lo = parse_bytes(cfg.min_bytes, "--min-bytes"), hi = parse_bytes(cfg.max_bytes, "--max-bytes");
-  DITTO_CHECK(lo <= hi, "ditto-bench: --min-bytes ", cfg.min_bytes, " exceeds --max-bytes ", cfg.max_bytes);
-  DITTO_CHECK(cfg.step_factor >= 2, "ditto-bench: --step-factor: expected >= 2, got ", cfg.step_factor);
-  std::vector<std::size_t> out;
-  for (std::size_t s = lo; s <= hi; s *= static_cast<std::size_t>(cfg.step_factor)) out.push_back(s);
-  return out;
-}
-
-int run_collectives(const CollConfig& cfg, Csv& csv) {
-  std::vector<std::string> backends;
-  if (cfg.backend == "auto") {
-    backends.push_back("sim");
-    std::string why;
-    if (resolve_backend_name("auto", &why) == "cuda") backends.push_back("cuda");
-    else std::printf("# cuda collectives skipped: %s\n", why.c_str());
-  } else {
-    backends.push_back(cfg.backend);
-  }
-  DITTO_CHECK(cfg.place == "in" || cfg.place == "out" || cfg.place == "both",
-              "ditto-bench: --place: expected in, out or both, got '", cfg.place, "'");
-  DITTO_CHECK(cfg.determinism == "fast" || cfg.determinism == "bitwise",
-              "ditto-bench: --determinism: expected fast or bitwise, got '", cfg.determinism, "'");
-  std::vector<Op> ops;
-  for (const auto& s : cfg.ops) ops.push_back(parse_op(s));
-  const std::vector<std::size_t> sizes = size_list(cfg);
-  std::int64_t total_wrong = 0;
-  for (const std::string& be : backends) {
-    const int max_ranks = *std::max_element(cfg.ranks.begin(), cfg.ranks.end());
-    BackendOptions bo;
-    bo.device_count = max_ranks;
-    init_backend(be, bo);
-    for (int n : cfg.ranks) {
-      DITTO_CHECK(n >= 1, "ditto-bench: --ranks: expected positive counts, got ", n);
-      std::vector<Device> devs = devices(be, n);
-      CommOptions co;
-      co.determinism = cfg.determinism == "bitwise" ? Determinism::bitwise : Determinism::fast;
-      std::vector<Communicator> comms = Communicator::init_all(devs, co);
-      for (Op op : ops) {
-        std::printf("#\n# %s  backend=%s ranks=%d determinism=%s dtype=float redop=sum root=0\n#\n",
-                    op_name(op), be.c_str(), n, cfg.determinism.c_str());
-        std::printf("# %12s %12s %10s %8s %8s %8s %6s %8s %10s %8s %8s %8s %6s %8s\n", "", "",
-                    "out-of-place", "", "", "", "", "", "in-place", "", "", "", "", "");
-        std::printf("# %12s %12s %10s %8s %8s %8s %6s %8s %10s %8s %8s %8s %6s\n", "size", "count",
-                    "time", "algbw", "busbw", "memGB/s", "#wrong", "", "time", "algbw", "busbw", "memGB/s", "#wrong");
-        std::printf("# %12s %12s %10s %8s %8s %8s %6s %8s %10s %8s %8s %8s %6s\n", "(B)", "(elements)",
-                    "(us)", "(GB/s)", "(GB/s)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "");
-        for (std::size_t bytes : sizes) {
-          if (bytes < n * sizeof(float) && (op == Op::all_gather || op == Op::reduce_scatter)) continue;
-          std::string line;
-          char buf[256];
-          const std::int64_t elems = static_cast<std::int64_t>(bytes / sizeof(float));
-          std::snprintf(buf, sizeof buf, "  %12zu %12lld", bytes, static_cast<long long>(elems));
-          line += buf;
-          for (bool in_place : {false, true}) {
-            if ((in_place && cfg.place == "out") || (!in_place && cfg.place == "in")) {
-              std::snprintf(buf, sizeof buf, " %10s %8s %8s %8s %6s %8s", "-", "-", "-", "-", "-", "");
-              line += buf;
-              continue;
-            }
-            CollResult r = run_collective(comms, devs, op, in_place, bytes, cfg);
-            total_wrong += r.wrong;
-            std::snprintf(buf, sizeof buf, " %10.1f %8.2f %8.2f %8.2f %6lld %8s", r.time_us, r.algbw,
-                          r.busbw, r.memgbps, static_cast<long long>(r.wrong), "");
-            line += buf;
-            csv.row(be, op_name(op), n, in_place ? "in" : "out", cfg.determinism, bytes, elems,
-                    r.iters, r.time_us, r.algbw, r.busbw, r.memgbps, r.wrong);
-          }
-          std::printf("%s\n", line.c_str());
-          std::fflush(stdout);
-        }
-      }
-    }
-  }
-  std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong),
-              total_wrong ? "FAILED" : "OK");
-  return total_wrong ? 1 : 0;
 }
 
 // ---- trainer --------------------------------------------------------------------------------
@@ -533,7 +255,13 @@ int main(int argc, char** argv) try {
   CollConfig cc;
   auto add_coll = [&](CLI::App* sc) {
     sc->add_option("--backend", cc.backend, "sim, cuda, or auto (sim, plus cuda when a GPU is usable)");
-    sc->add_option("--ops", cc.ops, "Collectives to run")->delimiter(',');
+    sc->add_option("--ops", cc.ops,
+                   "Collectives to run: all_reduce, all_gather, reduce_scatter, broadcast, reduce, "
+                   "all_to_all (alltoall), sendrecv, gather, scatter")->delimiter(',');
+    sc->add_option("-d,--dtype", cc.dtypes,
+                   "Element types (nccl-tests -d): float, half, bfloat16, double, int8, uint8, "
+                   "int32, uint32, int64, uint64, f8e4m3, f8e5m2, ditto's names (f32, bf16, ...), "
+                   "or all")->delimiter(',');
     sc->add_option("--ranks", cc.ranks, "Rank counts")->delimiter(',');
     sc->add_option("--min-bytes", cc.min_bytes, "Smallest size (nccl-tests -b)");
     sc->add_option("--max-bytes", cc.max_bytes, "Largest size (nccl-tests -e)");
@@ -579,8 +307,7 @@ int main(int argc, char** argv) try {
   }
   // Every option is checked before any work, so a bad value costs no sweep.
   if (do_all || coll->parsed()) {
-    check_coll_config(cc);
-    size_list(cc);
+    bench::check_coll_config(cc);
   }
   if (gpt->parsed()) bench::check_gpt_config(gc);
   if (do_all || trn->parsed())
@@ -600,10 +327,8 @@ int main(int argc, char** argv) try {
     csv.row(sr.threads, sr.bytes_per_array, sr.copy_gbps);
   }
   if (do_all || coll->parsed()) {
-    Csv csv(csv_path(csv_dir, "collectives.csv"),
-            "backend,op,ranks,place,determinism,bytes,count,iters,time_us,algbw_GBps,busbw_GBps,"
-            "mem_GBps,wrong");
-    rc |= run_collectives(cc, csv);
+    Csv csv(csv_path(csv_dir, "collectives.csv"), bench::kCollCsvHeader);
+    rc |= bench::run_collectives(cc, csv);
   }
   if (do_all || trn->parsed()) {
     Csv csv(csv_path(csv_dir, "trainer.csv"), "model,batch,devices,determinism,trainer,samples_per_s,steps_per_s");

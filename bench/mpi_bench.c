@@ -1,9 +1,13 @@
-/* mpi_bench: OpenMPI anchor for bench/compare.sh (MPI_Allreduce, MPI_Bcast, MPI_Allgather on
- * float buffers), with ditto-bench's sizes and nccl-tests' time / algbw / busbw.
+/* mpi_bench: OpenMPI anchor for bench/compare.sh (MPI_Allreduce, MPI_Bcast, MPI_Allgather,
+ * MPI_Alltoall on float buffers), with ditto-bench's sizes and nccl-tests' time / algbw / busbw.
  *
  *   mpicc -O2 -o mpi_bench bench/mpi_bench.c
  *   mpirun --allow-run-as-root --oversubscribe -np 4 ./mpi_bench MIN_BYTES MAX_BYTES FACTOR \
- *          SECONDS MAX_ITERS CSV_FILE
+ *          SECONDS MAX_ITERS CSV_FILE [OPS]
+ *
+ * OPS: a comma list of all_reduce, broadcast, all_gather, all_to_all (default the first three).
+ * all_to_all's size is each rank's whole send buffer (nccl-tests' alltoall), busbw factor
+ * (n-1)/n.
  *
  * Each size: one checked call (#wrong counts elements that differ from the expected result), one
  * warm-up call that sets the iteration count (rank 0's estimate, broadcast), then the timed calls
@@ -26,9 +30,10 @@ int main(int argc, char** argv) {
   int rank = 0, n = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
-  if (argc != 7) {
+  if (argc != 7 && argc != 8) {
     if (rank == 0)
-      fprintf(stderr, "usage: mpi_bench MIN_BYTES MAX_BYTES FACTOR SECONDS MAX_ITERS CSV_FILE\n");
+      fprintf(stderr,
+              "usage: mpi_bench MIN_BYTES MAX_BYTES FACTOR SECONDS MAX_ITERS CSV_FILE [OPS]\n");
     MPI_Finalize();
     return 2;
   }
@@ -58,34 +63,51 @@ int main(int argc, char** argv) {
       fprintf(csv, "backend,op,ranks,place,determinism,bytes,count,iters,time_us,algbw_GBps,"
                    "busbw_GBps,mem_GBps,wrong\n");
   }
-  const char* ops[3] = {"all_reduce", "broadcast", "all_gather"};
-  for (int o = 0; o < 3; ++o) {
+  const char* ops[4] = {"all_reduce", "broadcast", "all_gather", "all_to_all"};
+  const char* wanted = argc == 8 ? argv[7] : "all_reduce,broadcast,all_gather";
+  for (int o = 0; o < 4; ++o) {
+    /* o runs when its name is an entry of the comma list `wanted` */
+    const size_t len = strlen(ops[o]);
+    int run = 0;
+    for (const char* p = wanted; *p;) {
+      const char* end = strchr(p, ',');
+      const size_t l = end ? (size_t)(end - p) : strlen(p);
+      if (l == len && strncmp(p, ops[o], len) == 0) run = 1;
+      p += l + (end ? 1 : 0);
+    }
+    if (!run) continue;
     for (long long bytes = min_b; bytes <= max_b; bytes *= factor) {
       long long total = bytes / 4;
-      if (o == 2) total = total / n * n;
+      if (o >= 2) total = total / n * n;
       if (total == 0) continue;
-      const long long count = o == 2 ? total / n : total;
-      float* send = malloc((size_t)count * sizeof(float));
+      /* elements per rank-block (all_gather: the send; all_to_all: one destination's block) */
+      const long long count = o >= 2 ? total / n : total;
+      const long long send_n = o == 3 ? total : count;
+      float* send = malloc((size_t)send_n * sizeof(float));
       float* recv = malloc((size_t)total * sizeof(float));
       check_alloc(send);
       check_alloc(recv);
-      for (long long i = 0; i < count; ++i) send[i] = (float)(rank + 1 + i % 13);
+      for (long long i = 0; i < send_n; ++i) send[i] = (float)(rank + 1 + i % 13);
       long long wrong = 0;
 #define CALL()                                                                                \
   do {                                                                                        \
     if (o == 0) MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);    \
     else if (o == 1) MPI_Bcast(send, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);               \
-    else MPI_Allgather(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD); \
+    else if (o == 2)                                                                          \
+      MPI_Allgather(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD); \
+    else MPI_Alltoall(send, (int)count, MPI_FLOAT, recv, (int)count, MPI_FLOAT, MPI_COMM_WORLD); \
   } while (0)
       CALL();
-      for (long long i = 0; i < (o == 2 ? total : count); ++i) {
+      for (long long i = 0; i < (o >= 2 ? total : count); ++i) {
         float want = 0;
         if (o == 0)
           for (int q = 0; q < n; ++q) want += (float)(q + 1 + i % 13);
         else if (o == 1)
           want = (float)(1 + i % 13);
-        else
+        else if (o == 2)
           want = (float)(i / count + 1 + (i % count) % 13);
+        else /* block q of recv: block `rank` of rank q's send */
+          want = (float)(i / count + 1 + (rank * count + i % count) % 13);
         float got = o == 1 ? send[i] : recv[i];
         if (got != want) ++wrong;
       }
@@ -108,6 +130,7 @@ int main(int argc, char** argv) {
       if (rank == 0) {
         const double algbw = (double)bytes / t / 1e9;
         const double bus = o == 0 ? 2.0 * (n - 1) / n : (o == 1 ? 1.0 : (double)(n - 1) / n);
+        /* CSV `count`: elements of the size (nccl-tests' count column) */
         fprintf(csv, "mpi,%s,%d,%s,-,%lld,%lld,%d,%.3f,%.4f,%.4f,,%lld\n", ops[o], n,
                 o == 1 ? "in" : "out", bytes, total, iters, t * 1e6, algbw, algbw * bus, wrong_all);
         fflush(csv);

@@ -32,14 +32,19 @@ def fmt_size(b):
 
 
 # Bytes an in-memory collective must read + write per call, per byte of nccl-tests' size S
-# (as ditto-bench's memGB/s column): all_reduce 2N; broadcast, all_gather (N + 1).
+# (as ditto-bench's memGB/s column): all_reduce, all_to_all, sendrecv 2N; gather, scatter 2;
+# broadcast, all_gather, reduce_scatter, reduce (N + 1).
 def traffic_per_byte(op, n):
-    return 2.0 * n if op == "all_reduce" else n + 1.0
+    if op in ("all_reduce", "all_to_all", "sendrecv"):
+        return 2.0 * n
+    return 2.0 if op in ("gather", "scatter") else n + 1.0
 
 
 def bus_factor(op, n):
+    """nccl-tests' busbw factors (doc/PERFORMANCE.md)."""
     return {"all_reduce": 2.0 * (n - 1) / n, "all_gather": (n - 1) / n,
-            "reduce_scatter": (n - 1) / n}.get(op, 1.0)
+            "reduce_scatter": (n - 1) / n, "all_to_all": (n - 1) / n,
+            "gather": (n - 1) / n, "scatter": (n - 1) / n}.get(op, 1.0)
 
 
 def ceiling_busbw(op, n, stream_gbps):
@@ -54,6 +59,8 @@ def main():
     p.add_argument("--png")
     p.add_argument("--plot-ranks", type=int, default=4)
     p.add_argument("--note", default="")
+    p.add_argument("--only-new", action="store_true",
+                   help="only the busbw rows and issue 13's (compare.sh --only-new ran no trainer)")
     a = p.parse_args()
 
     coll = read(os.path.join(a.raw, "collectives.csv"))
@@ -66,11 +73,11 @@ def main():
     torch_gpt = read(os.path.join(a.raw, "torch_gpt.csv"))
     stream_gbps = max((float(r["copy_GBps"]) for r in stream), default=None)
 
-    def ditto_row(op, ranks, nbytes, place, backend="sim", det="fast"):
+    def ditto_row(op, ranks, nbytes, place, backend="sim", det="fast", dtype="f32"):
         for r in coll:
             if (r["backend"] == backend and r["op"] == op and int(r["ranks"]) == ranks
                     and int(r["bytes"]) == nbytes and r["place"] == place
-                    and r["determinism"] == det):
+                    and r["determinism"] == det and (r.get("dtype") or "f32") == dtype):
                 return r
         return None
 
@@ -171,10 +178,14 @@ def main():
             float(r["tokens_per_s"]), float(tg["tokens_per_s"]) if tg else None, "tok/s", None,
             "(info)")
 
+    if a.only_new:  # the goals and training rows above had nothing to measure
+        del rows[:]
+
     # busbw ratios for every collective the anchors run
     sizes = sorted({int(r["bytes"]) for r in coll})
-    show = [s for s in sizes if s in (64 << 10, 1 << 20, 16 << 20, 256 << 20)] or sizes[-3:]
-    for op in ("all_reduce", "broadcast", "all_gather"):
+    show = [s for s in sizes if s in (64 << 10, 1 << 20, 16 << 20, 64 << 20, 256 << 20)] \
+        or sizes[-3:]
+    for op in ("all_reduce", "broadcast", "all_gather", "all_to_all"):
         for ranks in sorted({int(r["ranks"]) for r in coll}):
             for s in show:
                 for name, rows_a in (("OpenMPI", mpi), ("Gloo", gloo)):
@@ -186,6 +197,24 @@ def main():
                         .replace("in-of-place", "in-place") + f") vs {name}",
                         float(d["busbw_GBps"]) if d else None, float(ar_["busbw_GBps"]),
                         "GB/s", None, "")
+
+    # issue 13: bf16 against f32 all_reduce at the same byte count (half the elements), and the
+    # collectives without an anchor here (sendrecv, gather, scatter: ditto's busbw only)
+    for ranks in sorted({int(r["ranks"]) for r in coll if r.get("dtype") == "bf16"}):
+        for s in show:
+            bf = ditto_row("all_reduce", ranks, s, "out", dtype="bf16")
+            f32 = ditto_row("all_reduce", ranks, s, "out")
+            if bf or f32:
+                add(f"   all_reduce {ranks} ranks {fmt_size(s)} busbw (out-of-place): bf16 vs f32, "
+                    "same bytes", float(bf["busbw_GBps"]) if bf else None,
+                    float(f32["busbw_GBps"]) if f32 else None, "GB/s", None, "(info)")
+    for op in ("sendrecv", "gather", "scatter"):
+        for ranks in sorted({int(r["ranks"]) for r in coll if r["op"] == op}):
+            for s in show:
+                d = ditto_row(op, ranks, s, "out")
+                if d:
+                    add(f"   {op} {ranks} ranks {fmt_size(s)} busbw (out-of-place)",
+                        float(d["busbw_GBps"]), None, "GB/s", None, "(ditto only)")
 
     head = ("benchmark", "ditto", "anchor", "ratio", "goal", "")
     widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
@@ -215,15 +244,16 @@ def plot(path, coll, gloo, mpi, stream_gbps, ranks):
         print("report.py: matplotlib missing (apt-get install python3-matplotlib); no plot",
               file=sys.stderr)
         return
-    ops = ("all_reduce", "broadcast", "all_gather")
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.6), sharey=True)
+    ops = ("all_reduce", "broadcast", "all_gather", "all_to_all")
+    fig, axes = plt.subplots(1, 4, figsize=(20, 4.6), sharey=True)
     for ax, op in zip(axes, ops):
         def series(rows, place=None, backend=None):
             pts = sorted((int(r["bytes"]), float(r["busbw_GBps"])) for r in rows
                          if r["op"] == op and int(r["ranks"]) == ranks
                          and (place is None or r["place"] == place)
                          and (backend is None or r["backend"] == backend)
-                         and r.get("determinism", "fast") in ("fast", "-"))
+                         and r.get("determinism", "fast") in ("fast", "-")
+                         and (r.get("dtype") or "f32") == "f32")
             return [p[0] for p in pts], [p[1] for p in pts]
         for place, style in (("out", "-o"), ("in", "--o")):
             x, y = series(coll, place, "sim")

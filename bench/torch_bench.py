@@ -5,9 +5,10 @@ Run with Debian's /usr/bin/python3 (python3-torch is installed for it only).
 
   torch_bench.py collectives --ranks 2,4,8 --min-bytes 4096 --max-bytes 268435456 --csv FILE
       torch.distributed with the Gloo backend, one process per rank (torch.multiprocessing),
-      all_reduce, broadcast, all_gather of float32 tensors; time per call as nccl-tests measures it
-      (calls back to back, then a barrier), algbw and busbw with nccl-tests' factors. Sizes as
-      nccl-tests: all_gather's size is the gathered buffer.
+      all_reduce, broadcast, all_gather (and with --ops all_to_all: all_to_all_single with equal
+      splits) of float32 tensors; time per call as nccl-tests measures it (calls back to back,
+      then a barrier), algbw and busbw with nccl-tests' factors. Sizes as nccl-tests:
+      all_gather's size is the gathered buffer, all_to_all's each rank's whole send buffer.
   torch_bench.py train [--part all|single|ddp] --csv FILE
       single-process training (torch.set_num_threads = all cores) of the 10-5-2 MLP (batch 32)
       and the 784-1024-1024-10 MLP (batch 256): SGD(lr 0.01, momentum 0.9), cross-entropy,
@@ -50,7 +51,7 @@ def append_rows(path, header, rows):
 
 
 BUS = {"all_reduce": lambda n: 2.0 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-       "broadcast": lambda n: 1.0}
+       "broadcast": lambda n: 1.0, "all_to_all": lambda n: (n - 1) / n}
 COLL_HEADER = ["backend", "op", "ranks", "place", "determinism", "bytes", "count", "iters",
                "time_us", "algbw_GBps", "busbw_GBps", "mem_GBps", "wrong"]
 
@@ -72,6 +73,14 @@ def coll_worker(rank, world, port, sizes, ops, seconds, max_iters, out_q):
                 send = torch.full((count,), float(rank + 1))
                 outs = [torch.empty(count) for _ in range(world)]
                 call = lambda: dist.all_gather(outs, send)
+            elif op == "all_to_all":
+                total = total // world * world
+                if total == 0:
+                    continue
+                count = total // world
+                send = torch.arange(total, dtype=torch.float32) % 13 + float(rank + 1)
+                out = torch.empty(total)
+                call = lambda: dist.all_to_all_single(out, send)
             elif op == "all_reduce":
                 send = torch.full((total,), float(rank + 1))
                 call = lambda: dist.all_reduce(send)
@@ -86,6 +95,10 @@ def coll_worker(rank, world, port, sizes, ops, seconds, max_iters, out_q):
                 wrong = int((send != float(world * (world + 1) // 2)).sum())
             elif op == "broadcast":
                 wrong = int((send != 1.0).sum())
+            elif op == "all_to_all":
+                idx = torch.arange(total)
+                want = ((rank * count + idx % count) % 13 + idx // count + 1).float()
+                wrong = int((out != want).sum())
             else:
                 wrong = sum(int((outs[q] != float(q + 1)).sum()) for q in range(world))
             # warm-up estimates the call time; rank 0 decides the iteration count
@@ -106,7 +119,8 @@ def coll_worker(rank, world, port, sizes, ops, seconds, max_iters, out_q):
             dist.all_reduce(wrong_t)
             if rank == 0:
                 algbw = nbytes / t / 1e9
-                rows.append(["gloo", op, world, "out" if op == "all_gather" else "in", "-",
+                rows.append(["gloo", op, world,
+                             "out" if op in ("all_gather", "all_to_all") else "in", "-",
                              nbytes, total, iters, t * 1e6, algbw, algbw * BUS[op](world), "",
                              int(wrong_t.item())])
                 print(f"  gloo {op:10s} ranks={world} {nbytes:>11d} B {t*1e6:11.1f} us "

@@ -55,8 +55,26 @@ using Clock = std::chrono::steady_clock;
 bool wait_until(std::vector<MPI_Request>& reqs, Clock::time_point deadline,
                 const std::string& where);
 
-/// MPI datatype of a ditto dtype (f32: MPI_FLOAT, i64: MPI_INT64_T).
+/// MPI datatype that moves elements of a ditto dtype: the MPI type of the same C type where MPI has
+/// one (f32 MPI_FLOAT, f64 MPI_DOUBLE, i64 MPI_INT64_T, u8 MPI_UINT8_T, ...), else an unsigned
+/// integer of the same size (f16 / bf16 MPI_UINT16_T, fp8 MPI_UINT8_T: moved, never reduced).
 MPI_Datatype mpi_type(DType dtype);
+
+/// True when MPI's own reductions (MPI_SUM, MPI_PROD, MPI_MIN, MPI_MAX on mpi_type(dtype)) compute
+/// this dtype's values: f32, f64 and the integers (not f16 / bf16 / fp8, which MPI has no type for).
+bool mpi_reduces(DType dtype);
+
+/// One send or recv of a rank's batch of point-to-point calls (Communicator::send / recv issued
+/// between group_start and group_end, or alone), as MpiLink::match_p2p matches it.
+struct P2POp {
+  CollectiveKind kind = CollectiveKind::send;  ///< send or recv
+  int peer = 0;
+  std::int64_t count = 0;
+  DType dtype = DType::f32;
+  void* data = nullptr;  ///< this rank's buffer (read by a send, written by a recv)
+  std::uint64_t seq = 0;  ///< set by match_p2p: the position k on its pair (Note [Point-to-point matching])
+  std::string mismatch;   ///< set by match_p2p: empty when the partner agrees on count and dtype
+};
 
 /// The MPI side of one multi-process communicator (one rank per process): owns a duplicate of
 /// MPI_COMM_WORLD (so its messages never meet another communicator's) and the ordinal of the
@@ -94,6 +112,21 @@ class MpiLink {
   void wait(std::vector<MPI_Request>& reqs, CollectiveKind kind, std::uint64_t seq,
             std::shared_ptr<void> keep = {});
 
+  /// Matches a batch of this rank's point-to-point calls with their peers' (Note [Point-to-point
+  /// matching] in core/internal/p2p_match.h, Note [Point-to-point over MPI] in
+  /// core/dist/process_group_mpi.cpp): gives each op its position k on its ordered pair, sends
+  /// each peer a header (k, count, dtype) and receives the peer's, and sets each op's `mismatch`
+  /// (p2p_mismatch's text, the same on both sides) when they differ. Throws BackendError when
+  /// aborted (also while waiting, when another thread aborts this rank); Timeout
+  /// (p2p_timeout_reason, naming both ranks) when a peer's header does not come within the
+  /// timeout, and aborts the link.
+  void match_p2p(std::vector<P2POp>& ops);
+
+  /// Moves the data of the matched ops of a batch (those with an empty `mismatch`) with
+  /// MPI_Isend / MPI_Irecv, every op of the batch at once (a ring of sends and recvs completes).
+  /// `keep` as for wait(). Timeout (and abort) when the data does not move within the timeout.
+  void move_p2p(const std::vector<P2POp>& ops, std::shared_ptr<void> keep = {});
+
   /// Communicator::abort on behalf of this rank (ncclCommAbort): marks the link failed and sends
   /// every other rank an abort notice in place of its next call, so that a rank waiting for this
   /// one in a collective's call exchange fails at once with BackendError "<collective> (collective
@@ -111,6 +144,13 @@ class MpiLink {
  private:
   void abort(std::string reason, bool timeout);
   using Cause = AbortState::Cause;
+  /// wait_until, also ending when this link is aborted meanwhile (returns false, aborted set).
+  bool wait_or_abort(std::vector<MPI_Request>& reqs, Clock::time_point deadline, bool& aborted);
+  /// The aborted link's error for `label`, keeping `keep` alive for pending requests.
+  [[noreturn]] void throw_aborted(const std::string& label, std::shared_ptr<void> keep);
+  /// all_to_all_v: every rank's send_counts and recv_counts into `calls` (an MPI_Iallgather)
+  /// when every rank called all_to_all_v, so find_call_mismatch can cross-check them.
+  void exchange_counts(std::vector<CollectiveCall>& calls, std::uint64_t seq);
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   CommOptions options_;
@@ -118,6 +158,8 @@ class MpiLink {
   int size_ = 1;
   std::string where_;
   std::atomic<std::uint64_t> seq_{0};
+  /// Point-to-point positions so far: sends to rank q, recvs from rank q (the stream's thread).
+  std::vector<std::uint64_t> sends_to_, recvs_from_;
 
   mutable std::mutex mu_;
   AbortState abort_;  ///< Note [Rendezvous]

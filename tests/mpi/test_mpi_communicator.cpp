@@ -21,22 +21,14 @@
 #include "core/dist/distributed.h"
 #include "core/runtime/error.h"
 #include "../test_util.h"
+#include "mpi_test_util.h"
 
 namespace ditto {
 namespace {
 
 using namespace ditto::test;
 
-int world() { return dist::world_size(); }
-int me() { return dist::rank(); }
-const Device kLocal("sim", 0);
-
-CommOptions opts(Determinism d, std::int64_t timeout_ms = 60000) {
-  CommOptions o;
-  o.determinism = d;
-  o.timeout_ms = timeout_ms;
-  return o;
-}
+using namespace ditto::test::mpi;
 
 // Rank-dependent inputs exact under any order of reduction (exact_f32, exact_i64).
 template <typename T>
@@ -47,7 +39,8 @@ template <typename T>
 T combine(T a, T b, ReduceOp op) {
   switch (op) {
     case ReduceOp::sum:
-    case ReduceOp::avg: return a + b;
+    case ReduceOp::avg:
+    case ReduceOp::premul_sum: return a + b;  // premul_sum: scalars 1 (test_mpi_dtypes.cpp)
     case ReduceOp::prod: return a * b;
     case ReduceOp::min: return std::min(a, b);
     case ReduceOp::max: return std::max(a, b);
