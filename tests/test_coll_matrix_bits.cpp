@@ -68,15 +68,14 @@ std::string first_difference(DType t, const Bits& got, const Bits& want) {
   return "same bits";
 }
 
-/// Leaf j of element i: a big value of a few exact magnitudes (+-1, +-1.5 times 2^big) or a small
-/// one (+-[1, 2) times 2^small). The bigs cancel in some orders and not in others, and the smalls
+/// Leaf j of element i: a big value (+-2^big) or a small one (+-[1, 2) times 2^small). The bigs cancel in some orders and not in others, and the smalls
 /// are below half an f32 ulp of the bigs, so the order of the f32 accumulation shows after the
 /// rounding to f16 / bf16.
 std::uint64_t order_sensitive_leaf(DType t, int j, std::int64_t i) {
   const std::uint64_t h = ref::hash(71, static_cast<std::uint64_t>(t), j, i);
   const int big = t == DType::f16 ? 12 : 100, small = t == DType::f16 ? -12 : 60;
   const double sign = (h >> 3) & 1 ? -1.0 : 1.0;
-  if (h & 1) return ref::round_to(t, sign * ((h >> 5) & 1 ? 1.5 : 1.0) * std::ldexp(1.0, big));
+  if (h & 1) return ref::round_to(t, sign * std::ldexp(1.0, big));
   const double m = 1.0 + static_cast<double>((h >> 8) & 0x3ff) / 1024.0;
   return ref::round_to(t, sign * std::ldexp(m, small + static_cast<int>((h >> 20) % 3)));
 }
@@ -240,7 +239,7 @@ TEST_P(HalfBitwise, LeftToRightDiffers) {
   std::printf("[matrix] %s: left-to-right differs from the bitwise all_reduce in %zu (per-step "
               "rounding) and %zu (f32, one rounding) of %lld elements\n",
               dtype_name(t), per_step, once, static_cast<long long>(kCount));
-  EXPECT_GT(per_step, static_cast<std::size_t>(kCount / 8));
+  EXPECT_GT(per_step, static_cast<std::size_t>(kCount / 16));
   EXPECT_GT(once, static_cast<std::size_t>(kCount / 16));
   // The reference itself is not left to right either (so the bits checks above can fail).
   EXPECT_GT(differing(left_to_right(t, L, false), reference_sum(t, L)),

@@ -256,7 +256,7 @@ inline double fast_tolerance(DType t, Op op, const std::vector<std::uint64_t>& l
   }
   const int e = std::max(std::ilogb(std::max(std::fabs(result), 1e-300)), in.emin);
   const double ulp = std::ldexp(1.0, e - in.mant);
-  return 2.0 * n * (eps_t + eps_acc) * scale + ulp;
+  return n * (eps_t + eps_acc) * scale + ulp;
 }
 
 // ---- deterministic inputs -----------------------------------------------------------------------
@@ -284,10 +284,27 @@ inline void exp_range(DType t, int& lo, int& hi) {
   }
 }
 
+/// Every third element of the sum-like inputs: +-2^big or +-[1, 2) x 2^(small + 0..2), the smalls
+/// below half an f32 ulp of a big, so the bigs cancel in some orders of the f32 accumulation and
+/// absorb the smalls in others, and the order shows after the rounding to the dtype (8 bigs of
+/// one sign stay finite). e4m3 has none: its whole range (2^-9 .. 448, 4 significant bits) adds
+/// up exactly in f32, in any order.
+inline bool order_sensitive(DType t, int& big, int& small) {
+  switch (t) {
+    case DType::f64: big = 60, small = -2; return true;
+    case DType::f32: big = 40, small = 10; return true;
+    case DType::bf16: big = 100, small = 60; return true;
+    case DType::f16: big = 12, small = -12; return true;
+    case DType::f8_e5m2: big = 12, small = -16; return true;
+    default: return false;
+  }
+}
+
 /// Rank r's element i of the matrix's reduction inputs for (t, op), as bits:
 ///  - integers: the full range of the type (sums, products and premul_sum wrap; avg of negative
 ///    wrapped sums truncates toward zero);
-///  - floats, sum / avg / premul_sum: +-m * 2^e over a wide exponent range, a few exact +0;
+///  - floats, sum / avg / premul_sum: +-m * 2^e over a wide exponent range, a few exact +0, and
+///    every third element order-sensitive (order_sensitive);
 ///    prod: +-[0.5, 2) (8 ranks stay in range of every dtype);
 ///  - floats, min / max: the same plus NaN on one rank of every fifth element and -inf (inf-less
 ///    e4m3: its largest negative) on one rank of every seventh. No -0 anywhere (min / max of +0
@@ -308,6 +325,11 @@ inline std::uint64_t input(DType t, Op op, int r, std::int64_t i, std::uint64_t 
   const double m = 1.0 + static_cast<double>((h >> 8) & 0xffff) / 65536.0;
   if (op == Op::prod) return round_to(t, sign * m * ((h >> 41) & 1 ? 0.5 : 1.0));
   if (i % 9 == 4 && r == 0) return round_to(t, 0.0);
+  int big = 0, small = 0;
+  if (i % 3 == 1 && order_sensitive(t, big, small)) {  // bigs that cancel or not, by the order
+    if ((h >> 42) & 1) return round_to(t, sign * std::ldexp(1.0, big));
+    return round_to(t, sign * std::ldexp(m, small + static_cast<int>((h >> 24) % 3)));
+  }
   int lo = 0, hi = 0;
   exp_range(t, lo, hi);
   const int e = lo + static_cast<int>((h >> 24) % static_cast<std::uint64_t>(hi - lo + 1));
