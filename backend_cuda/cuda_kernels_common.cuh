@@ -1,9 +1,10 @@
-// Internal: what the CUDA backend's kernel files (cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu)
-// share: launch configuration, how a reduction's result lands (Out), the GEMM's tile constants
-// and arguments, the Launch scope of a call, stream-ordered scratch memory from the backend
-// (DeviceTemp), the host recursion of the canonical tree over shards (shard_tree) and the class of
-// the transformer kernels (CudaGptKernels). Included only by .cu files (and, rewritten, by the CPU
-// emulator, tools/cuda_emu).
+// Internal: what the CUDA backend's kernel files (cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu,
+// cuda_dtype.cu) share: launch configuration, how a reduction's result lands (Out), the GEMM's
+// tile constants and arguments, the Launch scope of a call, stream-ordered scratch memory from
+// the backend (DeviceTemp), the host recursion of the canonical tree over shards (shard_tree) and
+// the classes of the dtype-generic kernels (CudaDtypeKernels) and the transformer kernels
+// (CudaGptKernels). Included only by .cu files (and, rewritten, by the CPU emulator,
+// tools/cuda_emu).
 #pragma once
 
 #include <cublas_v2.h>
@@ -206,14 +207,36 @@ void launch_gemm(const Launch& l, bool trans_a, bool trans_b, const GemmArgs& g,
 void launch_gemm_sharded(const Launch& l, const GemmArgs& g, const ShardBounds& sb, int shards);
 
 
+// ---- the dtype-generic kernels (cuda_dtype.cu) ------------------------------------------------
+
+/// The Kernels entries on any DType (cast, fill_bits, add_any, scale_any, reduce_inputs), defined
+/// in cuda_dtype.cu with the per-element functions the simulator uses (dtype_math.h,
+/// reduce_math.h); it holds backend_ for the classes derived from it (CudaGptKernels,
+/// CudaKernels).
+class CudaDtypeKernels : public Kernels {
+ public:
+  explicit CudaDtypeKernels(CudaBackend& backend) : backend_(backend) {}
+
+  void cast(Stream& s, const void* x, DType from, void* y, DType to, i64 n) override;
+  void fill_bits(Stream& s, void* x, std::size_t elem_size, std::uint64_t bits,
+                 i64 n) override;
+  void add_any(Stream& s, DType t, const void* a, const void* b, void* out, i64 n) override;
+  void scale_any(Stream& s, DType t, void* x, double alpha, i64 n) override;
+  void reduce_inputs(Stream& s, DType t, const void* const* inputs, int n_inputs, void* out,
+                     i64 numel, int op, Determinism mode) override;
+
+ protected:
+  CudaBackend& backend_;
+};
+
 // ---- the transformer kernels (cuda_gpt.cu) ---------------------------------------------------
 
 /// The Kernels entries of the GPT (embedding, LayerNorm, GELU, attention, dropout, sum of
 /// squares), defined in cuda_gpt.cu with the operation order of core/numerics/gpt_math.h; the
 /// CudaKernels of cuda_kernels.cu derives from it and adds the rest.
-class CudaGptKernels : public Kernels {
+class CudaGptKernels : public CudaDtypeKernels {
  public:
-  explicit CudaGptKernels(CudaBackend& backend) : backend_(backend) {}
+  explicit CudaGptKernels(CudaBackend& backend) : CudaDtypeKernels(backend) {}
 
   void embedding_forward(Stream& s, const i64* idx, const float* wte, const float* wpe, i64 N,
                          i64 T, i64 C, float* out) override;
@@ -239,9 +262,6 @@ class CudaGptKernels : public Kernels {
   void dropout_backward(Stream& s, const float* gy, float* gx, i64 n, float p, std::uint64_t seed,
                         std::uint64_t stream, std::uint64_t index_base) override;
   void sum_squares(Stream& s, const float* x, i64 n, float* out, Determinism mode) override;
-
- protected:
-  CudaBackend& backend_;
 };
 
 }  // namespace ditto::cuda::kern

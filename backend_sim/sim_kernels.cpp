@@ -12,6 +12,7 @@
 
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_gemm.h"
+#include "backend_sim/sim_kernels_dtype.h"
 #include "backend_sim/sim_kernels_gpt.h"
 #include "core/numerics/canonical_math.h"
 #include "core/numerics/determinism.h"
@@ -22,6 +23,7 @@ namespace {
 
 namespace cm = canonical;
 namespace gk = gpt_kernels;
+namespace dk = dtype_kernels;
 
 using VecMap = Eigen::Map<Eigen::VectorXf>;
 using ConstVecMap = Eigen::Map<const Eigen::VectorXf>;
@@ -449,6 +451,36 @@ class SimKernels final : public Kernels {
 
  private:
   // Dropout forward and backward: the same mask, recomputed (Note [Dropout masks]).
+  // ---- dtype-generic kernels (sim_kernels_dtype.h) ----
+
+  void cast(Stream& s, const void* x, DType from, void* y, DType to, std::int64_t n) override {
+    if (n <= 0) return;
+    launch(s, "cast", dk::cast_cost(from, to, n), [=] { dk::cast(x, from, y, to, n); });
+  }
+  void fill_bits(Stream& s, void* x, std::size_t elem_size, std::uint64_t bits,
+                 std::int64_t n) override {
+    if (n <= 0) return;
+    launch(s, "fill_bits", dk::fill_bits_cost(elem_size, n),
+           [=] { dk::fill_bits(x, elem_size, bits, n); });
+  }
+  void add_any(Stream& s, DType t, const void* a, const void* b, void* out,
+               std::int64_t n) override {
+    if (n <= 0) return;
+    launch(s, "add_any", dk::elementwise_cost(t, n, 2), [=] { dk::add_any(t, a, b, out, n); });
+  }
+  void scale_any(Stream& s, DType t, void* x, double alpha, std::int64_t n) override {
+    if (n <= 0) return;
+    launch(s, "scale_any", dk::elementwise_cost(t, n, 1), [=] { dk::scale_any(t, x, alpha, n); });
+  }
+  void reduce_inputs(Stream& s, DType t, const void* const* inputs, int n_inputs, void* out,
+                     std::int64_t numel, int op, Determinism mode) override {
+    if (numel <= 0 || n_inputs <= 0) return;
+    // The pointer array belongs to the caller: keep a copy for the asynchronous task.
+    std::vector<const void*> in(inputs, inputs + n_inputs);
+    launch(s, "reduce_inputs", dk::reduce_inputs_cost(t, n_inputs, numel),
+           [=, in = std::move(in)] { dk::reduce_inputs(t, in, out, numel, op, mode); });
+  }
+
   void launch_dropout(Stream& s, const char* name, const float* x, float* y, std::int64_t n,
                       float p, std::uint64_t seed, std::uint64_t stream, std::uint64_t base) {
     if (n <= 0) return;

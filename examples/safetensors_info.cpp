@@ -8,6 +8,7 @@
 // checked against that CRC-32 as read_checkpoint does: a mismatch prints a warning on stderr and
 // the exit status is 1.
 #include <cinttypes>
+#include <type_traits>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -21,6 +22,24 @@ constexpr const char* kUsage =
     "usage: safetensors-info [--all] FILE.safetensors\n"
     "  print each tensor's name, dtype, shape and first values (--all: every value) and the\n"
     "  metadata; on a ditto checkpoint's file, also check the CRC-32 it records\n";
+}  // namespace
+
+namespace {
+// Element i of a host tensor: floats as %.9g (their exact f32/f64 value), integers as integers.
+void print_value(const ditto::Tensor& t, std::int64_t i) {
+  ditto::visit_dtype(t.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T v = static_cast<const T*>(t.data_ptr())[i];
+    if constexpr (std::is_same_v<T, double>)
+      std::printf(" %.17g", v);
+    else if constexpr (std::is_same_v<T, float> || ditto::is_small_float_v<T>)
+      std::printf(" %.9g", double(ditto::convert<float>(v)));
+    else if constexpr (std::is_signed_v<T>)
+      std::printf(" %" PRId64, static_cast<std::int64_t>(v));
+    else
+      std::printf(" %" PRIu64, static_cast<std::uint64_t>(v));
+  });
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -43,8 +62,7 @@ int main(int argc, char** argv) {
                   ditto::shape_str(t.shape()).c_str());
       const std::int64_t n = all ? t.numel() : std::min<std::int64_t>(t.numel(), 6);
       for (std::int64_t i = 0; i < n; ++i) {
-        if (t.dtype() == ditto::DType::f32) std::printf(" %.9g", double(t.data<float>()[i]));
-        else std::printf(" %" PRId64, t.data<std::int64_t>()[i]);
+        print_value(t, i);
       }
       std::printf("%s\n", n < t.numel() ? " ..." : "");
     }

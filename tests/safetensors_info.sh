@@ -3,8 +3,10 @@
 #   1. --help prints the usage and exits 0 (it used to open a file called --help);
 #   2. on a checkpoint's model.safetensors written by ditto-train: the tensors, exit 0, no warning;
 #   3. the same file with 4 bytes of tensor data changed: a warning naming the file and both
-#      CRC-32s (core/io/checkpoint.h, verify_checkpoint_crc), exit 1.
-# Usage: safetensors_info.sh PATH/TO/safetensors-info PATH/TO/ditto-train WORK_DIR
+#      CRC-32s (core/io/checkpoint.h, verify_checkpoint_crc), exit 1;
+#   4. (with DTYPE_FILE, tests/data/dtype_ref.safetensors) tensors of other dtypes print with
+#      their safetensors names and values (BF16, F16, F64, I8, U8, I32).
+# Usage: safetensors_info.sh PATH/TO/safetensors-info PATH/TO/ditto-train WORK_DIR [DTYPE_FILE]
 set -u
 info=$1
 train=$2
@@ -37,4 +39,18 @@ rc=$?
 echo "$out" | grep -q "^safetensors-info: warning: $file: checksum mismatch: the tensor data has CRC-32 [0-9a-f]\{8\}, the file records [0-9a-f]\{8\} (damaged file)$" \
   || fail "damaged file: no warning: $out"
 echo "$out" | grep -q '^tensor ' || fail "damaged file: the tensors are no longer printed: $out"
+
+if [ $# -ge 4 ]; then
+  out=$("$info" "$4" 2>&1)
+  rc=$?
+  [ "$rc" -eq 0 ] || fail "dtype file: expected exit 0, got $rc: $out"
+  for want in '^tensor f32_to_bf16 BF16 \[[0-9]*\]: 0 -0 1 -1 inf -inf' \
+              '^tensor f32_to_f16 F16 \[[0-9]*\]: 0 -0 1 -1 inf -inf' \
+              '^tensor f64_in F64 \[[0-9]*\]: 0 -0 1 -1 inf -inf' \
+              '^tensor i8_in I8 \[256\]: -128 -127 -126 -125 -124 -123 \.\.\.$' \
+              '^tensor u8_in U8 \[256\]: 0 1 2 3 4 5 \.\.\.$' \
+              '^tensor i32_in I32 \[[0-9]*\]: -\?[0-9]'; do
+    echo "$out" | grep -q "$want" || fail "dtype file: no line matching $want: $out"
+  done
+fi
 echo PASS

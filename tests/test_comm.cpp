@@ -202,7 +202,7 @@ TEST_F(CommTest, ReduceAddRejectsBadInputs) {
       "comm::reduce_add: inputs[1]: expected shape [4] (like inputs[0]), got [5] f32 on sim:1");
   expect_error<InvalidArgument>(
       [&] { comm::reduce_add({in[0], Tensor::zeros({4}, DType::i64, sim(1))}); },
-      "comm::reduce_add: inputs[1]: expected dtype f32, got [4] i64 on sim:1");
+      "comm::reduce_add: inputs[1]: expected dtype f32 (like inputs[0]), got [4] i64 on sim:1");
   expect_error<InvalidArgument>([&] { comm::reduce_add({in[0], in[1].to(Device::cpu())}); },
                                 "comm::reduce_add: inputs[1]: expected a tensor on a device of a "
                                 "GPU backend, got [4] f32 on cpu");

@@ -11,6 +11,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <random>
@@ -170,6 +171,14 @@ inline ::testing::AssertionResult bits_equal(const std::vector<float>& got,
          << differ << " of " << got.size() << " elements differ; first at " << first << ": "
          << got[first] << " (0x" << std::hex << bits(got[first]) << ") vs " << want[first]
          << " (0x" << bits(want[first]) << ")" << std::dec;
+}
+
+/// The bytes of a tensor of any dtype on any device (copied to the host; blocks).
+inline std::vector<std::uint8_t> tensor_bytes(const Tensor& t) {
+  Tensor h = t.to(Device::cpu());
+  std::vector<std::uint8_t> b(h.nbytes());
+  if (!b.empty()) std::memcpy(b.data(), h.data_ptr(), b.size());
+  return b;
 }
 
 /// True when some element of a and b (same size) differs in its bits.

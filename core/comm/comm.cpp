@@ -1,6 +1,7 @@
 // ditto::comm: torch.cuda.comm's helpers (broadcast, broadcast_coalesced, reduce_add,
-// reduce_add_coalesced, scatter, gather) built on Tensor copies (detail::copy_block) and the
-// backend's sum_inputs kernel (ops::sum_inputs), so they work on every backend.
+// reduce_add_coalesced, scatter, gather) built on Tensor copies (detail::copy_block, bytes: every
+// dtype) and the backend's reduction kernels (ops::sum_inputs for f32, ops::reduce_inputs for the
+// other dtypes), so they work on every backend and dtype.
 #include "core/comm/comm.h"
 
 #include <map>
@@ -158,8 +159,9 @@ Tensor reduce_add(const std::vector<Tensor>& inputs, std::optional<Device> desti
     DITTO_CHECK(t.defined(), "comm::reduce_add: inputs[", i, "]: expected a defined tensor");
     DITTO_CHECK(!t.device().is_cpu(), "comm::reduce_add: inputs[", i,
                 "]: expected a tensor on a device of a GPU backend, got ", t.str());
-    DITTO_CHECK(t.dtype() == DType::f32, "comm::reduce_add: inputs[", i,
-                "]: expected dtype f32, got ", t.str());
+    DITTO_CHECK(t.dtype() == inputs[0].dtype(), "comm::reduce_add: inputs[", i,
+                "]: expected dtype ", dtype_name(inputs[0].dtype()), " (like inputs[0]), got ",
+                t.str());
     DITTO_CHECK(t.shape() == inputs[0].shape(), "comm::reduce_add: inputs[", i,
                 "]: expected shape ", shape_str(inputs[0].shape()), " (like inputs[0]), got ",
                 t.str());
@@ -168,12 +170,17 @@ Tensor reduce_add(const std::vector<Tensor>& inputs, std::optional<Device> desti
   check_device("reduce_add", "destination", dest, true);
   // The host cannot run kernels: sum on the first input's device, then copy to the host.
   const Device where = dest.is_cpu() ? inputs[0].device() : dest;
-  Tensor out = Tensor::empty(inputs[0].shape(), DType::f32, where);
+  Tensor out = Tensor::empty(inputs[0].shape(), inputs[0].dtype(), where);
   if (out.numel() > 0) {
     std::vector<Tensor> local;
     local.reserve(inputs.size());
     for (const Tensor& t : inputs) local.push_back(t.to(where));
-    ops::sum_inputs(local, out, mode);
+    // f32 keeps the sum_inputs kernel (its bits and speed); every other dtype reduces with
+    // Note [Reductions over ranks] (Acc, the canonical tree in bitwise mode, one rounding).
+    if (out.dtype() == DType::f32)
+      ops::sum_inputs(local, out, mode);
+    else
+      ops::reduce_inputs(local, out, /*sum*/ 0, mode);
   }
   return dest.is_cpu() ? out.to(dest) : out;
 }
@@ -192,8 +199,9 @@ std::vector<Tensor> reduce_add_coalesced(const std::vector<std::vector<Tensor>>&
       const Tensor& t = inputs[d][i];
       DITTO_CHECK(t.defined(), "comm::reduce_add_coalesced: inputs[", d, "][", i,
                   "]: expected a defined tensor");
-      DITTO_CHECK(t.dtype() == DType::f32, "comm::reduce_add_coalesced: inputs[", d, "][", i,
-                  "]: expected dtype f32, got ", t.str());
+      DITTO_CHECK(t.dtype() == first[i].dtype(), "comm::reduce_add_coalesced: inputs[", d, "][",
+                  i, "]: expected dtype ", dtype_name(first[i].dtype()), " (like inputs[0][", i,
+                  "]), got ", t.str());
       DITTO_CHECK(t.shape() == first[i].shape(), "comm::reduce_add_coalesced: inputs[", d, "][",
                   i, "]: expected shape ", shape_str(first[i].shape()), " (like inputs[0][", i,
                   "]), got ", t.str());

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
+#include <vector>
 
 #include "core/runtime/backend.h"
 #include "core/runtime/error.h"
@@ -59,6 +61,37 @@ inline void check_like(const char* op, const char* arg, const Tensor& t, const c
   check_device(op, arg, t, ref.device(), ref_arg);
   DITTO_CHECK(t.shape() == ref.shape(), op, ": ", arg, ": expected ", shape_str(ref.shape()),
               " (the shape of ", ref_arg, "), got ", t.str());
+}
+
+/// `t` has ref's dtype (any dtype), device and shape.
+inline void check_like_any(const char* op, const char* arg, const Tensor& t, const char* ref_arg,
+                           const Tensor& ref) {
+  check_tensor(op, arg, t, ref.dtype());
+  check_device(op, arg, t, ref.device(), ref_arg);
+  DITTO_CHECK(t.shape() == ref.shape(), op, ": ", arg, ": expected ", shape_str(ref.shape()),
+              " (the shape of ", ref_arg, "), got ", t.str());
+}
+
+/// The inputs of a reduction into `out` (already checked): at least one, each like out (dtype,
+/// device, shape), none sharing memory with out except inputs[0] being out itself. Returns their
+/// data pointers.
+inline std::vector<const void*> check_reduce_inputs(const char* op,
+                                                    const std::vector<Tensor>& inputs,
+                                                    const Tensor& out) {
+  DITTO_CHECK(!inputs.empty(), op, ": inputs: expected at least one tensor, got none");
+  std::vector<const void*> ptrs;
+  ptrs.reserve(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    const std::string arg = detail::cat("inputs[", i, "]");
+    check_like_any(op, arg.c_str(), t, "out", out);
+    // out may be inputs[0] itself; no other overlap is allowed.
+    const bool same_view = i == 0 && t.buffer() == out.buffer() &&
+                           t.offset_bytes() == out.offset_bytes();
+    if (!same_view) check_no_overlap(op, "out", out, arg.c_str(), t);
+    ptrs.push_back(t.data_ptr());
+  }
+  return ptrs;
 }
 
 }  // namespace ditto::ops::internal

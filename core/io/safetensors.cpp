@@ -53,7 +53,32 @@ const Tensor* SafetensorsData::find(const std::string& name) const {
   return nullptr;
 }
 
-const char* safetensors_dtype(DType t) { return t == DType::f32 ? "F32" : "I64"; }
+const char* safetensors_dtype(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::i64: return "I64";
+    case DType::f64: return "F64";
+    case DType::f16: return "F16";
+    case DType::bf16: return "BF16";
+    case DType::i8: return "I8";
+    case DType::u8: return "U8";
+    case DType::i32: return "I32";
+    case DType::u32: return "U32";
+    case DType::u64: return "U64";
+    case DType::f8_e4m3: return "F8_E4M3";
+    case DType::f8_e5m2: return "F8_E5M2";
+  }
+  ::ditto::detail::unknown_dtype("safetensors_dtype", t);
+}
+
+bool dtype_from_safetensors(const std::string& name, DType& out) {
+  for (DType t : kAllDTypes)
+    if (name == safetensors_dtype(t)) {
+      out = t;
+      return true;
+    }
+  return false;
+}
 
 std::string safetensors_serialize(const std::vector<std::pair<std::string, Tensor>>& tensors,
                                   const std::map<std::string, std::string>& metadata) {
@@ -158,9 +183,11 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
     const std::string dt = v["dtype"].get<std::string>();
     const std::size_t esize = known_dtype_size(dt);
     if (esize == 0) bad(source, where + ": dtype: unknown dtype '" + dt + "'");
-    if (dt != "F32" && dt != "I64")
+    DType dtype = DType::f32;
+    if (!dtype_from_safetensors(dt, dtype))
       bad(source, where + ": dtype: " + dt + " is a safetensors dtype ditto cannot hold " +
-                      "(expected F32 or I64)");
+                      "(expected one of F32, I64, F64, F16, BF16, I8, U8, I32, U32, U64, " +
+                      "F8_E4M3, F8_E5M2)");
     // shape
     const json& sh = v["shape"];
     if (!sh.is_array())
@@ -194,7 +221,7 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
       bad(source, ::ditto::detail::cat(where, ": data_offsets: [", begin, ", ", end, "] hold ",
                                        end - begin, " bytes, but shape ", sh.dump(), " x ", dt,
                                        " needs ", numel, " x ", esize, " bytes"));
-    entries.push_back({name, dt == "F32" ? DType::f32 : DType::i64, std::move(shape), begin, end});
+    entries.push_back({name, dtype, std::move(shape), begin, end});
   }
 
   // The tensors must tile the buffer: sorted by offset, each starts where the previous ended.

@@ -14,8 +14,10 @@
 //   bytes [8 + N, end)  the byte buffer: each tensor's elements, row-major, little-endian, at
 //                       [begin, end) relative to the start of the buffer; the tensors cover the
 //                       buffer exactly, without gaps or overlaps.
-// ditto holds F32 and I64 tensors; the reader knows every dtype of the format (for the size
-// checks) and refuses the others with a ParseError naming the tensor and the dtype. A 0-dim tensor
+// ditto holds F32, I64, F64, F16, BF16, I8, U8, I32, U32, U64, F8_E4M3 and F8_E5M2 tensors (the
+// names of the format, as safetensors.torch maps torch.float32 ... torch.float8_e5m2); the reader
+// knows every dtype of the format (for the size checks) and refuses the others (BOOL, I16, U16,
+// F8_E8M0, C64) with a ParseError naming the tensor and the dtype. A 0-dim tensor
 // has "shape": [] and one element; a tensor with a 0 size has begin == end.
 #pragma once
 
@@ -38,8 +40,10 @@ struct SafetensorsData {
   const Tensor* find(const std::string& name) const;
 };
 
-/// "F32" / "I64": the safetensors name of a ditto dtype.
+/// "F32", "I64", "BF16", ...: the safetensors name of a ditto dtype (the table of dtype.h).
 const char* safetensors_dtype(DType t);
+/// The ditto dtype of a safetensors dtype name into `out`; false for a name ditto cannot hold.
+bool dtype_from_safetensors(const std::string& name, DType& out);
 
 /// The bytes of a safetensors file holding `tensors` (any device; copied to the host, blocks) in
 /// the given order, and `metadata` (omitted when empty). Throws InvalidArgument for an empty or

@@ -240,19 +240,9 @@ void scale_(Tensor& x, float alpha) {
 void sum_inputs(const std::vector<Tensor>& inputs, Tensor& out, Determinism mode) {
   constexpr const char* op = "ops::sum_inputs";
   check_tensor(op, "out", out);
-  DITTO_CHECK(!inputs.empty(), op, ": inputs: expected at least one tensor, got none");
   std::vector<const float*> ptrs;
-  ptrs.reserve(inputs.size());
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor& t = inputs[i];
-    const std::string arg = detail::cat("inputs[", i, "]");
-    check_like(op, arg.c_str(), t, "out", out);
-    // out may be inputs[0] itself; no other overlap is allowed.
-    const bool same_view = i == 0 && t.buffer() == out.buffer() &&
-                           t.offset_bytes() == out.offset_bytes();
-    if (!same_view) check_no_overlap(op, "out", out, arg.c_str(), t);
-    ptrs.push_back(t.data<float>());
-  }
+  for (const void* p : check_reduce_inputs(op, inputs, out))
+    ptrs.push_back(static_cast<const float*>(p));
   if (out.numel() == 0) return;
   kernels_of(out).sum_inputs(stream_of(out), ptrs.data(), static_cast<int>(ptrs.size()),
                              out.data<float>(), out.numel(), mode);

@@ -151,4 +151,27 @@ Tensor add(const Tensor& a, const Tensor& b);
 /// New 0-dim tensor: sum of x's squared elements (Kernels::sum_squares).
 Tensor sum_squares(const Tensor& x, Determinism mode);
 
+// ---- any dtype (ops_dtype.cpp; Kernels::cast, fill_bits, add_any, scale_any, reduce_inputs) ----
+// These take tensors of any DType (all of one dtype where several are given, unless said);
+// arithmetic per Note [Reductions over ranks] (core/numerics/reduce_math.h): floats compute in
+// Acc (f32 for f16/bf16/fp8, f64 for f64) and round once, integers wrap.
+
+/// x = value converted once on the host with convert<T> (torch's Tensor.fill_); any dtype. For
+/// f32 this is fill_(x, float(value)).
+void fill_(Tensor& x, double value);
+/// New tensor: x converted elementwise to `dtype` (torch's x.to(dtype); Note [Small float
+/// conversions]); x itself when the dtype is already `dtype`.
+Tensor cast(const Tensor& x, DType dtype);
+/// New tensor a + b (same shape, dtype and device, any dtype; torch.add). For f32 the bits of
+/// add(a, b) above.
+Tensor add_any(const Tensor& a, const Tensor& b);
+/// x *= alpha in x's dtype (torch's Tensor.mul_(alpha)). Integer dtypes: alpha must be an
+/// integer value (InvalidArgument otherwise), applied as a wrapping multiply in the dtype.
+void scale_any_(Tensor& x, double alpha);
+/// out = op over inputs elementwise (torch.cuda.comm.reduce_add for sum; Kernels::reduce_inputs):
+/// inputs all on out's device with out's shape and dtype; out may be inputs[0] itself, no other
+/// overlap. `op` is a ReduceOp value other than premul_sum (as int: 0 sum, 1 prod, 2 min, 3 max,
+/// 4 avg); avg divides by inputs.size(). bitwise: the canonical tree over the input index.
+void reduce_inputs(const std::vector<Tensor>& inputs, Tensor& out, int op, Determinism mode);
+
 }  // namespace ditto::ops

@@ -68,8 +68,36 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, const Device& device) {
   } else if (dtype == DType::f32) {
     device.backend().kernels().fill_f32(current_stream(device), t.data<float>(), 0.0f, t.numel_);
   } else {
-    std::vector<std::int64_t> z(static_cast<std::size_t>(t.numel_), 0);
-    device.backend().copy_from_host(current_stream(device), t.data_ptr(), z.data(), t.nbytes());
+    device.backend().kernels().fill_bits(current_stream(device), t.data_ptr(), dtype_size(dtype),
+                                         0, t.numel_);
+  }
+  return t;
+}
+
+namespace detail {
+std::uint64_t element_bits(double value, DType t) {
+  return visit_dtype(t, [&](auto tag) {
+    using T = decltype(tag);
+    const T v = convert<T>(value);
+    std::uint64_t bits = 0;
+    std::memcpy(&bits, &v, sizeof(T));
+    return bits;
+  });
+}
+}  // namespace detail
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, const Device& device) {
+  if (dtype == DType::f32) return full(shape, static_cast<float>(value), device);
+  Tensor t = empty(shape, dtype, device);
+  if (t.numel_ == 0) return t;
+  const std::uint64_t bits = detail::element_bits(value, dtype);
+  const std::size_t size = dtype_size(dtype);
+  if (device.is_cpu()) {
+    char* p = static_cast<char*>(t.data_ptr());
+    for (std::int64_t i = 0; i < t.numel_; ++i) std::memcpy(p + i * size, &bits, size);
+  } else {
+    device.backend().kernels().fill_bits(current_stream(device), t.data_ptr(), size, bits,
+                                         t.numel_);
   }
   return t;
 }
@@ -103,6 +131,11 @@ Tensor from_host_values(const std::vector<T>& values, const Shape& shape, const 
 }
 }  // namespace
 
+template <typename T>
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape,
+                           const Device& device) {
+  return from_host_values(values, shape, device);
+}
 Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape,
                            const Device& device) {
   return from_host_values(values, shape, device);
@@ -165,8 +198,56 @@ std::vector<T> Tensor::to_vector() const {
     device().backend().copy_to_host(current_stream(device()), out.data(), data_ptr(), nbytes());
   return out;
 }
-template std::vector<float> Tensor::to_vector<float>() const;
-template std::vector<std::int64_t> Tensor::to_vector<std::int64_t>() const;
+
+// Every host type of the DType table (dtype.h).
+#define DITTO_TENSOR_HOST_TYPE(T)                                                         \
+  template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&, const Device&); \
+  template std::vector<T> Tensor::to_vector<T>() const;
+DITTO_TENSOR_HOST_TYPE(float)
+DITTO_TENSOR_HOST_TYPE(std::int64_t)
+DITTO_TENSOR_HOST_TYPE(double)
+DITTO_TENSOR_HOST_TYPE(float16)
+DITTO_TENSOR_HOST_TYPE(bfloat16)
+DITTO_TENSOR_HOST_TYPE(std::int8_t)
+DITTO_TENSOR_HOST_TYPE(std::uint8_t)
+DITTO_TENSOR_HOST_TYPE(std::int32_t)
+DITTO_TENSOR_HOST_TYPE(std::uint32_t)
+DITTO_TENSOR_HOST_TYPE(std::uint64_t)
+DITTO_TENSOR_HOST_TYPE(float8_e4m3)
+DITTO_TENSOR_HOST_TYPE(float8_e5m2)
+#undef DITTO_TENSOR_HOST_TYPE
+
+namespace detail {
+void cast_on_host(const void* x, DType from, void* y, DType to, std::int64_t n) {
+  visit_dtype(from, [&](auto from_tag) {
+    using From = decltype(from_tag);
+    visit_dtype(to, [&](auto to_tag) {
+      using To = decltype(to_tag);
+      const From* src = static_cast<const From*>(x);
+      To* dst = static_cast<To*>(y);
+      for (std::int64_t i = 0; i < n; ++i) dst[i] = convert<To>(src[i]);
+    });
+  });
+}
+}  // namespace detail
+
+Tensor Tensor::to(DType dtype) const {
+  DITTO_CHECK(defined(), "Tensor::to: tensor is undefined");
+  if (dtype == dtype_) return *this;
+  Tensor t = empty(shape_, dtype, device());
+  if (numel_ == 0) return t;
+  if (device().is_cpu())
+    detail::cast_on_host(data_ptr(), dtype_, t.data_ptr(), dtype, numel_);
+  else
+    device().backend().kernels().cast(current_stream(device()), data_ptr(), dtype_, t.data_ptr(),
+                                      dtype, numel_);
+  return t;
+}
+
+Tensor Tensor::to(const Device& device, DType dtype) const {
+  DITTO_CHECK(defined(), "Tensor::to: tensor is undefined");
+  return to(dtype).to(device);
+}
 
 float Tensor::item() const {
   DITTO_CHECK(defined() && numel_ == 1 && dtype_ == DType::f32,

@@ -1,8 +1,11 @@
 // Tensor: shape, dtype, device and a contiguous view into a shared Buffer.
 //
-// v0 tensors are always contiguous and row-major: f32 data and i64 class labels. Copies between
-// any two devices (host included) go through copy_() / to(); device<->device copies are ordered
-// after pending work on both devices' current streams, like PyTorch's cross-device copy_.
+// Tensors are always contiguous and row-major, of any DType (core/runtime/dtype.h: f32, i64, f64,
+// f16, bf16, i8, u8, i32, u32, u64, f8_e4m3, f8_e5m2). Copies between any two devices (host
+// included) go through copy_() / to(); they move bytes, so every dtype travels unchanged;
+// device<->device copies are ordered after pending work on both devices' current streams, like
+// PyTorch's cross-device copy_. Conversion between dtypes: to(DType) (torch's .to(dtype)), with
+// the elementwise convert<To> of core/numerics/float_formats.h (Note [Small float conversions]).
 #pragma once
 
 #include <cstdint>
@@ -32,11 +35,20 @@ class Tensor {
   /// Uninitialised tensor. Throws InvalidArgument (negative size, more than 2^63 - 1 elements or
   /// bytes) or OutOfMemory.
   static Tensor empty(const Shape& shape, DType dtype, const Device& device);
-  /// Tensor filled with zeros (f32 or i64).
+  /// Tensor filled with zeros (any dtype: all-zero bytes, which is +0 for every float type).
   static Tensor zeros(const Shape& shape, DType dtype, const Device& device);
   /// f32 tensor filled with `value`.
   static Tensor full(const Shape& shape, float value, const Device& device);
-  /// Copy of host data into a new tensor on `device`. values.size() must equal the shape's numel.
+  /// Tensor of `dtype` filled with `value` converted once on the host with convert<T> (torch.full
+  /// with a dtype; float -> int truncates, saturates, NaN -> 0; RNE to the small floats).
+  static Tensor full(const Shape& shape, double value, DType dtype, const Device& device);
+  /// Copy of host data into a new tensor on `device`, its dtype that of T (float, double,
+  /// std::int64_t, std::int32_t, std::int8_t, std::uint8_t, std::uint32_t, std::uint64_t,
+  /// float16, bfloat16, float8_e4m3, float8_e5m2). values.size() must equal the shape's numel
+  /// (InvalidArgument otherwise).
+  template <typename T>
+  static Tensor from_vector(const std::vector<T>& values, const Shape& shape,
+                            const Device& device = Device::cpu());
   static Tensor from_vector(const std::vector<float>& values, const Shape& shape,
                             const Device& device = Device::cpu());
   static Tensor from_vector(const std::vector<std::int64_t>& values, const Shape& shape,
@@ -64,15 +76,30 @@ class Tensor {
 
   /// Copy to `device`; returns *this (sharing storage) when already there, like Tensor.to().
   Tensor to(const Device& device) const;
+  /// torch's .to(dtype): *this (sharing storage) when dtype() == dtype, else a new tensor on the
+  /// same device with every element converted by convert<To> (Note [Small float conversions]);
+  /// on a device through Kernels::cast (ops::cast), on the host directly.
+  Tensor to(DType dtype) const;
+  /// .to(device, dtype): converted where the source lives, then copied (*this when nothing
+  /// changes).
+  Tensor to(const Device& device, DType dtype) const;
   /// A new tensor with the same contents on the same device.
   Tensor clone() const;
   /// Copy `src` (same shape and dtype, any device) into this tensor.
   void copy_(const Tensor& src);
-  /// Host copy of the contents (blocks). T must match dtype().
+  /// Host copy of the contents (blocks). T must match dtype() (InvalidArgument otherwise; use
+  /// to(dtype) first to convert). Instantiated for every host type of from_vector.
   template <typename T>
   std::vector<T> to_vector() const;
   /// Value of a one-element f32 tensor (blocks).
   float item() const;
+  /// Value of a one-element tensor of dtype_of<T>() (blocks); InvalidArgument otherwise.
+  template <typename T>
+  T item() const {
+    DITTO_CHECK(defined() && numel_ == 1 && dtype_ == dtype_of<T>(), "Tensor::item: expected a "
+                "one-element ", dtype_name(dtype_of<T>()), " tensor, got ", str());
+    return to_vector<T>()[0];
+  }
 
   /// View of rows [start, start + length) along dim 0 (shares storage).
   Tensor narrow(std::int64_t start, std::int64_t length) const;
@@ -102,6 +129,12 @@ namespace detail {
 void copy_block(const Tensor& dst, std::size_t dst_off, std::size_t dst_pitch, const Tensor& src,
                 std::size_t src_off, std::size_t src_pitch, std::size_t row_bytes,
                 std::size_t rows);
+/// y[i] = convert<to>(x[i]) for n host elements (Note [Small float conversions]): Tensor::to on
+/// the host and the simulator's cast kernel. x and y do not overlap unless from == to.
+void cast_on_host(const void* x, DType from, void* y, DType to, std::int64_t n);
+/// The bytes of convert<T>(value) for T the host type of `t`, in the low dtype_size(t) bytes
+/// (little endian): what Kernels::fill_bits writes for Tensor::full and ops::fill_.
+std::uint64_t element_bits(double value, DType t);
 }  // namespace detail
 
 }  // namespace ditto

@@ -1,10 +1,12 @@
 // Runs every bitwise/fixed-order Kernels method on the simulator and on the CPU-emulated CUDA
-// kernels (cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu through emu.h) with identical inputs and
-// compares the bits; the transformer kernels' cases are in test_emu_gpt.cpp.
+// kernels (cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu, cuda_dtype.cu through emu.h) with
+// identical inputs and compares the bits; the transformer kernels' cases are in test_emu_gpt.cpp,
+// the dtype-generic kernels' in test_emu_dtype.cpp.
 #include "emu_check.h"
 #include "core/numerics/micro_shards.h"
 
-int main() {
+// `cuda_emu_test dtype` runs only the dtype-generic kernels' checks (test_emu_dtype.cpp).
+int main(int argc, char** argv) {
   BackendOptions o;
   o.device_count = 2;
   Backend& sim = init_backend("sim", o);
@@ -13,6 +15,12 @@ int main() {
   cuda_emu::CudaBackend cb;
   cudak = cuda_emu::make_cuda_kernels(cb);
   unsigned seed = 1;
+  if (argc > 1 && std::string(argv[1]) == "dtype") {
+    check_dtype_kernels(seed);
+    std::printf("%d checks, %d failures, %ld emulated threads, leaked temps %d\n", checks,
+                failures, emu_threads_launched, emu_allocs);
+    return failures != 0;
+  }
 
   // ---- GEMM bitwise
   struct G { i64 M, N, K; float alpha, beta; int pad; int coff; };
@@ -164,6 +172,7 @@ int main() {
         }
     }
   check_gpt_kernels(seed);
+  check_dtype_kernels(seed);
   std::printf("%d checks, %d failures, %ld emulated threads, leaked temps %d\n", checks, failures,
               emu_threads_launched, emu_allocs);
   return failures != 0;
