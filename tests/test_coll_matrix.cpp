@@ -32,23 +32,11 @@ using namespace ditto::test;
 using ref::Op;
 using Bits = std::vector<std::uint64_t>;
 
-// ---- tensors from and to raw element bits -------------------------------------------------------
+// ---- element bits -------------------------------------------------------
 
-Tensor make(DType t, const Bits& v, const Device& d) {
-  Tensor h = Tensor::empty({static_cast<std::int64_t>(v.size())}, t, Device::cpu());
-  const std::size_t w = dtype_size(t);
-  auto* p = static_cast<unsigned char*>(v.empty() ? nullptr : h.data_ptr());
-  for (std::size_t i = 0; i < v.size(); ++i) std::memcpy(p + i * w, &v[i], w);  // little endian
-  return h.to(d);
-}
-Bits read(const Tensor& t) {
-  const Tensor h = t.to(Device::cpu());
-  const std::size_t w = dtype_size(t.dtype());
-  Bits v(static_cast<std::size_t>(t.numel()), 0);
-  const auto* p = static_cast<const unsigned char*>(v.empty() ? nullptr : h.data_ptr());
-  for (std::size_t i = 0; i < v.size(); ++i) std::memcpy(&v[i], p + i * w, w);
-  return v;
-}
+using ref::make;
+using ref::read;
+
 Bits sentinel(DType t, std::int64_t n) {
   return Bits(static_cast<std::size_t>(n), 0xa5a5a5a5a5a5a5a5ull & ref::mask(t));
 }
@@ -528,19 +516,7 @@ std::string run_case(const Case& c, std::vector<Communicator>& comms, bool& brok
     if (c.form == Form::single) {
       p.single();
     } else {
-      std::vector<std::exception_ptr> errors(static_cast<std::size_t>(c.n));
-      std::vector<std::thread> threads;
-      for (int r = 0; r < c.n; ++r)
-        threads.emplace_back([&, r] {
-          try {
-            p.rank(r);
-          } catch (...) {
-            errors[r] = std::current_exception();
-          }
-        });
-      for (auto& t : threads) t.join();
-      for (auto& e : errors)
-        if (e) std::rethrow_exception(e);
+      run_threads(c.n, p.rank);
     }
     synchronize(comms);
   } catch (const std::exception& e) {
@@ -551,7 +527,6 @@ std::string run_case(const Case& c, std::vector<Communicator>& comms, bool& brok
   for (std::size_t i = 0; i < p.checks.size(); ++i) {
     const std::string d = compare(c.dt, p.checks[i]);
     if (!d.empty()) {
-      // checks come per rank in order; name the rank by counting its checks
       out += detail::cat(out.empty() ? "" : "; ", d);
       if (out.size() > 600) break;
     }

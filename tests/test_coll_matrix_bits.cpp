@@ -34,21 +34,6 @@ using Bits = std::vector<std::uint64_t>;
 constexpr int kLeaves = 8;
 constexpr std::int64_t kCount = 512;
 
-Tensor make_bits(DType t, const Bits& v, const Device& d) {
-  Tensor h = Tensor::empty({static_cast<std::int64_t>(v.size())}, t, Device::cpu());
-  const std::size_t w = dtype_size(t);
-  for (std::size_t i = 0; i < v.size(); ++i)
-    std::memcpy(static_cast<unsigned char*>(h.data_ptr()) + i * w, &v[i], w);
-  return h.to(d);
-}
-Bits read_bits(const Tensor& t) {
-  const Tensor h = t.to(Device::cpu());
-  const std::size_t w = dtype_size(t.dtype());
-  Bits v(static_cast<std::size_t>(t.numel()), 0);
-  for (std::size_t i = 0; i < v.size(); ++i)
-    std::memcpy(&v[i], static_cast<const unsigned char*>(h.data_ptr()) + i * w, w);
-  return v;
-}
 std::vector<float> values_f32(DType t, const Bits& v) {
   std::vector<float> f;
   for (auto b : v) f.push_back(static_cast<float>(ref::value(t, b)));
@@ -125,6 +110,23 @@ class HalfBitwise : public ::testing::TestWithParam<DType> {
   }
 };
 
+/// The bitwise sum all_reduce over held.size() ranks of held[r] (the simulator's): every rank's
+/// result.
+std::vector<Bits> all_reduce_bits(DType t, const std::vector<Bits>& held) {
+  CommOptions o;
+  o.determinism = Determinism::bitwise;
+  o.timeout_ms = 20000;
+  const int n = static_cast<int>(held.size());
+  auto comms = Communicator::init_all(devices("sim", n), o);
+  std::vector<Tensor> x;
+  for (int r = 0; r < n; ++r) x.push_back(ref::make(t, held[r], comms[r].device()));
+  all_reduce(comms, x);
+  synchronize(comms);
+  std::vector<Bits> out;
+  for (const Tensor& v : x) out.push_back(ref::read(v));
+  return out;
+}
+
 TEST_P(HalfBitwise, SameBitsForAnyPowerOfTwoSplit) {
   const DType t = GetParam();
   const std::vector<Bits> L = leaves_of(t, order_sensitive_leaf);
@@ -132,13 +134,9 @@ TEST_P(HalfBitwise, SameBitsForAnyPowerOfTwoSplit) {
 
   // 8 ranks x 1 leaf: the dtype's own all_reduce.
   {
-    auto comms = Communicator::init_all(devices("sim", kLeaves), bitwise());
-    std::vector<Tensor> x;
-    for (int r = 0; r < kLeaves; ++r) x.push_back(make_bits(t, L[r], comms[r].device()));
-    all_reduce(comms, x);
-    synchronize(comms);
+    const std::vector<Bits> results = all_reduce_bits(t, L);
     for (int r = 0; r < kLeaves; ++r) {
-      const Bits got = read_bits(x[r]);
+      const Bits& got = results[r];
       EXPECT_EQ(got, want) << dtype_name(t) << " all_reduce, 8 ranks, rank " << r << ": "
                            << first_difference(t, got, want);
     }
@@ -146,10 +144,10 @@ TEST_P(HalfBitwise, SameBitsForAnyPowerOfTwoSplit) {
   // 1 device x 8 inputs: torch.cuda.comm.reduce_add on the dtype.
   {
     std::vector<Tensor> in;
-    for (int j = 0; j < kLeaves; ++j) in.push_back(make_bits(t, L[j], Device("sim", j)));
+    for (int j = 0; j < kLeaves; ++j) in.push_back(ref::make(t, L[j], Device("sim", j)));
     try {
       const Bits got =
-          read_bits(comm::reduce_add(in, Device("sim", 0), Determinism::bitwise));
+          ref::read(comm::reduce_add(in, Device("sim", 0), Determinism::bitwise));
       EXPECT_EQ(got, want) << dtype_name(t) << " reduce_add of 8 inputs: "
                            << first_difference(t, got, want);
     } catch (const std::exception& e) {
@@ -209,13 +207,9 @@ TEST_P(HalfBitwise, SameBitsForAnySplitOfExactPartials) {
         held[r][i] = ref::round_to(t, v);
         ASSERT_EQ(ref::value(t, held[r][i]), v) << "partial not exact (test data)";
       }
-    auto comms = Communicator::init_all(devices("sim", n), bitwise());
-    std::vector<Tensor> x;
-    for (int r = 0; r < n; ++r) x.push_back(make_bits(t, held[r], comms[r].device()));
-    all_reduce(comms, x);
-    synchronize(comms);
+    const std::vector<Bits> results = all_reduce_bits(t, held);
     for (int r = 0; r < n; ++r) {
-      const Bits got = read_bits(x[r]);
+      const Bits& got = results[r];
       EXPECT_EQ(got, want) << dtype_name(t) << " all_reduce over " << n << " ranks of "
                            << per << "-leaf partials, rank " << r << ": "
                            << first_difference(t, got, want);
@@ -228,12 +222,7 @@ TEST_P(HalfBitwise, SameBitsForAnySplitOfExactPartials) {
 TEST_P(HalfBitwise, LeftToRightDiffers) {
   const DType t = GetParam();
   const std::vector<Bits> L = leaves_of(t, order_sensitive_leaf);
-  auto comms = Communicator::init_all(devices("sim", kLeaves), bitwise());
-  std::vector<Tensor> x;
-  for (int r = 0; r < kLeaves; ++r) x.push_back(make_bits(t, L[r], comms[r].device()));
-  all_reduce(comms, x);
-  synchronize(comms);
-  const Bits got = read_bits(x[0]);
+  const Bits got = all_reduce_bits(t, L)[0];
   const std::size_t per_step = differing(left_to_right(t, L, true), got);
   const std::size_t once = differing(left_to_right(t, L, false), got);
   std::printf("[matrix] %s: left-to-right differs from the bitwise all_reduce in %zu (per-step "
@@ -273,12 +262,12 @@ TEST(CollMatrixIntegers, ExactInAnyOrder) {
             Bits in(count);
             for (std::int64_t i = 0; i < count; ++i)
               in[i] = ref::input(t, op, reversed ? n - 1 - r : r, i);
-            x.push_back(make_bits(t, in, comms[r].device()));
+            x.push_back(ref::make(t, in, comms[r].device()));
           }
           try {
             all_reduce(comms, x, static_cast<ReduceOp>(static_cast<int>(op)));
             synchronize(comms);
-            results.push_back(read_bits(x[0]));
+            results.push_back(ref::read(x[0]));
           } catch (const std::exception& e) {
             ADD_FAILURE() << dtype_name(t) << " " << ref::op_name(op) << " threw: " << e.what();
             results.push_back({});

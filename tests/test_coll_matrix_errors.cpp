@@ -148,26 +148,31 @@ TEST_F(CollMatrixErrors, AllToAllVCountsThatDoNotFitOneRanksTensors) {
   synchronize(comms);
 }
 
-TEST_F(CollMatrixErrors, RecvWithNoSendTimesOutNamingBothRanks) {
+/// Rank `rank` of n posts one send to (or recv from) `peer` that nobody matches: its stream fails
+/// with a Timeout containing `part` (timeout 200 ms).
+void expect_unmatched_p2p_times_out(int n, bool is_send, int rank, int peer, DType t,
+                                    const std::string& part) {
   CommOptions o;
   o.timeout_ms = 200;
-  auto comms = Communicator::init_all(devices("sim", 2), o);
-  Tensor x = zeros(DType::f16, 7, comms[1].device());
-  comms[1].recv(x, 0);
-  expect_error<Timeout>([&] { comms[1].stream().synchronize(); },
-                        "recv (point-to-point #1 from rank 0 to rank 1): rank 0 did not post the "
-                        "matching send to rank 1 within 200 ms");
+  auto comms = Communicator::init_all(devices("sim", n), o);
+  Tensor x = zeros(t, 7, comms[rank].device());
+  if (is_send)
+    comms[rank].send(x, peer);
+  else
+    comms[rank].recv(x, peer);
+  expect_error<Timeout>([&] { comms[rank].stream().synchronize(); }, part);
+}
+
+TEST_F(CollMatrixErrors, RecvWithNoSendTimesOutNamingBothRanks) {
+  expect_unmatched_p2p_times_out(2, false, 1, 0, DType::f16,
+                                 "recv (point-to-point #1 from rank 0 to rank 1): rank 0 did not "
+                                 "post the matching send to rank 1 within 200 ms");
 }
 
 TEST_F(CollMatrixErrors, SendWithNoRecvTimesOutNamingBothRanks) {
-  CommOptions o;
-  o.timeout_ms = 200;
-  auto comms = Communicator::init_all(devices("sim", 3), o);
-  Tensor x = zeros(DType::u8, 7, comms[2].device());
-  comms[2].send(x, 0);
-  expect_error<Timeout>([&] { comms[2].stream().synchronize(); },
-                        "send (point-to-point #1 from rank 2 to rank 0): rank 0 did not post the "
-                        "matching recv from rank 2 within 200 ms");
+  expect_unmatched_p2p_times_out(3, true, 2, 0, DType::u8,
+                                 "send (point-to-point #1 from rank 2 to rank 0): rank 0 did not "
+                                 "post the matching recv from rank 2 within 200 ms");
 }
 
 TEST_F(CollMatrixErrors, SendRecvCountOrDtypeMismatchFailsBothSides) {

@@ -12,8 +12,8 @@
 //    the rank's scalar first, the canonical tree over rank index (split at the largest power of
 //    two below the count), then avg's division (truncating toward zero for integers) and ONE
 //    rounding to the dtype.
-// Also the deterministic inputs of every (dtype, op, rank, element) and the per-dtype tolerance of
-// fast mode.
+// Also the deterministic inputs of every (dtype, op, rank, element), the per-dtype tolerance of
+// fast mode, and tensors from and to element bits.
 #pragma once
 
 #include <bit>
@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "core/runtime/dtype.h"
+#include "core/runtime/tensor.h"
 
 namespace ditto::test::ref {
 
@@ -360,6 +361,26 @@ inline std::string show(DType t, std::uint64_t b) {
   else
     std::snprintf(buf, sizeof buf, "%llu", static_cast<unsigned long long>(b & mask(t)));
   return buf;
+}
+
+// ---- tensors from and to element bits -----------------------------------------------------------
+
+/// A 1-d tensor of dtype t on d holding v's elements (the low dtype_size bytes of each).
+inline Tensor make(DType t, const std::vector<std::uint64_t>& v, const Device& d) {
+  Tensor h = Tensor::empty({static_cast<std::int64_t>(v.size())}, t, Device::cpu());
+  const std::size_t w = dtype_size(t);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    std::memcpy(static_cast<unsigned char*>(h.data_ptr()) + i * w, &v[i], w);  // little endian
+  return h.to(d);
+}
+/// The elements of t (any device; blocks) as bits.
+inline std::vector<std::uint64_t> read(const Tensor& t) {
+  const Tensor h = t.to(Device::cpu());
+  const std::size_t w = dtype_size(t.dtype());
+  std::vector<std::uint64_t> v(static_cast<std::size_t>(t.numel()), 0);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    std::memcpy(&v[i], static_cast<const unsigned char*>(h.data_ptr()) + i * w, w);
+  return v;
 }
 
 }  // namespace ditto::test::ref
