@@ -1,10 +1,12 @@
 // The simulator's reduction over ranks for every dtype and op (sim_reduce.h), on blocks of
-// kReduceBlock elements through reduce_math.h's Acc / load_scaled / combine / finish.
+// kReduceBlock elements through reduce_math.h's Acc / load_scaled / combine / finish (for the
+// small floats with the bit-identical fast conversions of sim_small_float.h).
 #include "backend_sim/sim_reduce.h"
 
 #include <algorithm>
 #include <cstring>
 
+#include "backend_sim/sim_small_float.h"
 #include "core/numerics/reduce_math.h"
 #include "core/runtime/error.h"
 
@@ -62,7 +64,13 @@ class Reducer {
     if constexpr (std::is_same_v<A, T>) {
       if (op_ != Op::premul_sum) return s;
     }
-    if (op_ == Op::premul_sum) {
+    if constexpr (is_small_float_v<T>) {  // rmath::load_scaled with the fast conversion
+      to_f32_block(s, buf, len);
+      if (op_ == Op::premul_sum) {
+        const A scalar = scalars_[static_cast<std::size_t>(q)];
+        for (std::int64_t i = 0; i < len; ++i) buf[i] = buf[i] * scalar;
+      }
+    } else if (op_ == Op::premul_sum) {
       const A scalar = scalars_[static_cast<std::size_t>(q)];
       for (std::int64_t i = 0; i < len; ++i) buf[i] = rmath::load_scaled(s[i], op_, scalar);
     } else {
@@ -123,8 +131,15 @@ class Reducer {
         emit(off, out, len);
         continue;
       }
-      for (std::int64_t i = 0; i < len; ++i)
-        finished[static_cast<std::size_t>(i)] = rmath::finish<T>(out[i], op_, static_cast<int>(n));
+      if constexpr (is_small_float_v<T>) {  // rmath::finish with the fast conversion
+        if (op_ == Op::avg)
+          for (std::int64_t i = 0; i < len; ++i)
+            out[i] = rmath::finish<float>(out[i], op_, static_cast<int>(n));
+        from_f32_block(out, finished.data(), len);
+      } else {
+        for (std::int64_t i = 0; i < len; ++i)
+          finished[static_cast<std::size_t>(i)] = rmath::finish<T>(out[i], op_, static_cast<int>(n));
+      }
       emit(off, finished.data(), len);
     }
   }
