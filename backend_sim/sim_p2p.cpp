@@ -23,6 +23,7 @@ struct SimP2P::Batch {
   bool started = false;
   std::optional<Resume> resume;
   VTime arrival = 0;        // the stream's clock when it started
+  VTime begin = kVTimeMax;  // earliest start of its transfers
   VTime end = 0;            // latest end of its transfers
   double bytes = 0;         // bytes it sends and receives
   std::vector<P2PPair> pairs;
@@ -54,15 +55,11 @@ struct SimP2P::Copy {
 namespace {
 
 // One point-to-point message of `bytes` from device `src` to device `dst` (global indices), in
-// seconds: over the link between them (NVLink / PCIe inside a node, the NIC across nodes), or a
-// copy at memory bandwidth inside one device (a send to oneself).
+// seconds: the cost model's send (Note [Collective model]: one message over the link between
+// the two devices), or a local copy for a send to oneself.
 double message_seconds(const ClusterSpec& cluster, double bytes, int src, int dst) {
-  if (src == dst)
-    return cluster.device.launch_latency + 2.0 * bytes / cluster.device.memory_bandwidth;
-  const InterconnectProfile& ic = cluster.interconnect;
-  if (cluster.node_of(src) == cluster.node_of(dst))
-    return ic.base_latency + ic.hop_latency + bytes / ic.link_bandwidth;
-  return ic.base_latency + ic.net_hop_latency + bytes / ic.nic_bandwidth;
+  const std::vector<int> devices = src == dst ? std::vector<int>{src} : std::vector<int>{src, dst};
+  return collective_time(cluster, Kind::send, bytes, devices).seconds;
 }
 
 }  // namespace
@@ -226,8 +223,10 @@ void SimP2P::copy_and_finish(std::vector<Copy>& copies,
         const VTime start = std::max(s.arrival, r.arrival);
         const VTime end = vtime_add(
             start, to_vtime(message_seconds(cost_->cluster(), bytes, devices_[src], devices_[dst])));
-        s.end = std::max(s.end, end);
-        r.end = std::max(r.end, end);
+        for (Batch* b : {&s, &r}) {
+          b->begin = std::min(b->begin, start);
+          b->end = std::max(b->end, end);
+        }
       }
       call_done_locked(c.send.batch, c.send.index, nullptr, done);
       call_done_locked(c.recv.batch, c.recv.index, nullptr, done);
@@ -239,12 +238,12 @@ void SimP2P::copy_and_finish(std::vector<Copy>& copies,
 void SimP2P::resume_done(const std::vector<std::shared_ptr<Batch>>& done) {
   for (const auto& b : done) {
     // The batch's stream is parked (or runs this very start()): its clock is ours to move.
-    if (cost_ && !b->error) {
+    if (cost_ && !b->error && b->begin <= b->end) {
       CollectiveEstimate est;
-      est.seconds = to_seconds(b->end - b->arrival);
-      cost_->on_collective(*b->stream, b->trace_name(), b->arrival, est, b->bytes);
+      est.seconds = to_seconds(b->end - b->begin);
+      cost_->on_collective(*b->stream, b->trace_name(), b->begin, est, b->bytes);
     }
-    (*b->resume)(b->error);
+    (*b->resume)(std::exchange(b->error, nullptr));  // the stream holds the only reference
   }
 }
 

@@ -33,9 +33,10 @@
 // sides stay parked until it has), so no buffer is freed under a copy.
 // Virtual time (Note [Virtual time], cost_model.h): a pair's transfer starts when the later of
 // its two batches started (their stream clocks at arrival) and lasts one point-to-point message
-// over the link between the two devices; the transfers of one batch overlap (NCCL runs them on
-// separate channels), and the batch's stream clock ends at its latest transfer's end. A
-// mismatched or failed batch costs nothing.
+// over the link between the two devices (collective_time's send: a + h + S / B; a local copy
+// for a send to oneself); the transfers of one batch overlap (NCCL runs them on separate
+// channels): the batch is busy from its first transfer's start to its last one's end, where its
+// stream clock then stands. A mismatched or failed batch costs nothing.
 #pragma once
 
 #include <chrono>

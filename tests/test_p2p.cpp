@@ -75,6 +75,21 @@ void ring(std::vector<Communicator>& comms, std::int64_t count, bool thread_per_
   synchronize(comms);
 }
 
+// Synchronises every rank, each expected to throw the same Timeout; returns its message.
+std::string same_timeout_on_every_rank(std::vector<Communicator>& comms) {
+  std::string first;
+  for (std::size_t r = 0; r < comms.size(); ++r) {
+    try {
+      comms[r].stream().synchronize();
+      ADD_FAILURE() << "rank " << r << ": expected a Timeout";
+    } catch (const Timeout& e) {
+      if (first.empty()) first = e.what();
+      EXPECT_EQ(first, e.what()) << "rank " << r;
+    }
+  }
+  return first;
+}
+
 TEST_F(P2PTest, RingInOneGroupFromOneThread) {
   for (int n = 2; n <= 8; ++n) {
     auto comms = comms_of(n);
@@ -254,16 +269,7 @@ TEST_F(P2PTest, RecvWithoutSendTimesOutAndFailsTheOtherWaiters) {
   const std::string from0 = "recv (point-to-point #1 from rank 0 to rank 1): rank 0 did not post "
                             "the matching send to rank 1 within 200 ms";
   // The first deadline to pass aborts the communicator; both ranks throw that one Timeout.
-  std::string first;
-  for (int r = 0; r < 2; ++r) {
-    try {
-      comms[r].stream().synchronize();
-      ADD_FAILURE() << "rank " << r << ": expected a Timeout";
-    } catch (const Timeout& e) {
-      if (first.empty()) first = e.what();
-      EXPECT_EQ(first, e.what());
-    }
-  }
+  const std::string first = same_timeout_on_every_rank(comms);
   EXPECT_TRUE(first == from1 || first == from0) << first;
 }
 
@@ -306,16 +312,7 @@ TEST_F(P2PTest, ACollectiveTimeoutFailsParkedPointToPoint) {
   comms[0].recv(r, 1);  // never matched
   comms[1].barrier();   // rank 0 never comes
   // Whichever deadline passes first aborts the communicator: both ranks throw its Timeout.
-  std::string first;
-  for (int q = 0; q < 2; ++q) {
-    try {
-      comms[q].stream().synchronize();
-      ADD_FAILURE() << "rank " << q << ": expected a Timeout";
-    } catch (const Timeout& e) {
-      if (first.empty()) first = e.what();
-      EXPECT_EQ(first, e.what());
-    }
-  }
+  const std::string first = same_timeout_on_every_rank(comms);
   EXPECT_TRUE(first.find("barrier (collective #1 on this communicator): timed out after 200 ms "
                          "waiting for rank 0") != std::string::npos ||
               first.find("recv (point-to-point #1 from rank 1 to rank 0): rank 1 did not post "
@@ -343,6 +340,36 @@ TEST_F(P2PTest, VirtualTimeOfAMessageIsTheLinkTime) {
   EXPECT_EQ(t1.comm[0] - t0.comm[0], sim::to_vtime(sim::to_seconds(sim::to_vtime(expect))));
   EXPECT_EQ(t1.comm[1] - t0.comm[1], t1.comm[0] - t0.comm[0]);
   EXPECT_GT(t1.comm[0], t0.comm[0]);
+}
+
+}  // namespace
+}  // namespace ditto
+
+namespace ditto {
+namespace {
+
+// A fresh simulator (the suite above keeps its own): device 1 fails at step 1.
+TEST(P2PFaults, AFailedDeviceFailsItsBatchAndThePeerAtOnce) {
+  BackendOptions o;
+  o.device_count = 3;
+  auto& be = *init_backend("sim", o).extension<sim::SimBackend>();
+  sim::FaultConfig fc;
+  fc.faults.push_back(sim::parse_fault("fail:device=1,step=1"));
+  be.set_faults(fc);
+  auto comms = Communicator::init_all({Device("sim", 0), Device("sim", 1), Device("sim", 2)});
+  Tensor r = Tensor::zeros({4}, DType::f32, Device("sim", 0));
+  Tensor s = Tensor::zeros({4}, DType::f32, Device("sim", 1));
+  synchronize(comms);
+  comms[0].recv(r, 1);
+  be.begin_step(1);
+  comms[1].send(s, 0);
+  test::expect_own_backend_error([&] { comms[1].stream().synchronize(); },
+                                 "sim:1: device failed (injected fault fail:device=1,step=1");
+  // Parked, or started after the abort: either way it names the failed call and rank.
+  test::expect_error<PeerFailure>([&] { comms[0].stream().synchronize(); },
+                                  "send (point-to-point #1 from rank 1 to rank 0): rank 1 failed: "
+                                  "sim:1: device failed");
+  be.set_faults({});
 }
 
 }  // namespace
