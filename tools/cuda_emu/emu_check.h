@@ -1,7 +1,7 @@
-// What the emulator's checks share (test_emu.cpp, test_emu_gpt.cpp): inputs with zeros, signed
-// zeros and a wide range of magnitudes, the bitwise comparison, and `both`, which runs one call
-// on the simulator and on the CPU-emulated CUDA kernels with identical inputs and compares every
-// buffer bit for bit.
+// What the emulator's checks share (test_emu.cpp, test_emu_gpt.cpp, test_emu_dtype.cpp): inputs
+// with zeros, signed zeros and a wide range of magnitudes, the bitwise comparison, and `both`,
+// which runs one call on the simulator and on the CPU-emulated CUDA kernels with identical inputs
+// and compares every buffer bit for bit.
 #pragma once
 #include <algorithm>
 #include <bit>
@@ -52,10 +52,24 @@ inline Stream* sims;
 inline std::unique_ptr<Kernels> cudak;
 inline cuda_emu::CudaStream cudas;
 
-// Run f(kernels, stream, V& state...) on copies of the state for both backends, compare all.
-template <class F>
-void both(const char* what, const std::string& ctx, std::vector<V> state, F f) {
-  std::vector<V> s1 = state, s2 = state;
+// Byte buffers (the dtype-generic kernels, test_emu_dtype.cpp): equal bytes.
+inline void check(const char* what, const std::vector<std::uint8_t>& a,
+                  const std::vector<std::uint8_t>& b, const std::string& ctx) {
+  ++checks;
+  if (a.size() != b.size() || std::memcmp(a.data(), b.data(), a.size()) != 0) {
+    ++failures;
+    std::size_t i = 0;
+    while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+    std::printf("FAIL %s %s: first differing byte %zu (sim %02x cuda %02x)\n", what, ctx.c_str(),
+                i, i < a.size() ? a[i] : 0, i < b.size() ? b[i] : 0);
+  }
+}
+
+// Run f(kernels, stream, Buf& state...) on copies of the state for both backends, compare all
+// (Buf: V of floats, or bytes).
+template <class Buf = V, class F>
+void both(const char* what, const std::string& ctx, std::vector<Buf> state, F f) {
+  std::vector<Buf> s1 = state, s2 = state;
   try {
     f(*simk, *sims, s1);
     sims->synchronize();
