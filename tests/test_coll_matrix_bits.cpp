@@ -11,6 +11,8 @@
 //  - LeftToRightDiffers: on the same inputs a left-to-right sum (rounding to the dtype per step,
 //    as a ring that rounds per hop does; and also in f32 rounding once) gives other bits for
 //    many elements: the tests above can fail;
+//  - EverySmallFloatCodeThroughEveryOp: every f16 / bf16 / fp8 code reduced with itself and with
+//    its mirror over 2 ranks, every op, both modes (conversions at every boundary);
 //  - IntegersAreExactInAnyOrder: for every integer dtype and op, fast == bitwise and a permutation
 //    of the ranks' data gives the same bits.
 #include <gtest/gtest.h>
@@ -239,6 +241,59 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, HalfBitwise, ::testing::Values(DType::f16, DTyp
                          [](const ::testing::TestParamInfo<DType>& info) {
                            return std::string(dtype_name(info.param));
                          });
+
+// Every code of the small float types through a 2-rank reduction, for every op: rank 0 holds
+// code i, rank 1 code i again (doubling: ties, overflow to inf / NaN, subnormals) or the code
+// 2^bits - 1 - i (opposite signs, NaN and inf against finite values, inf - inf). With two ranks
+// every order is the same, so both modes must give the reference's bits; a NaN may be any NaN
+// (which operand's payload an IEEE add keeps is the hardware's), and in fast mode min / max of +0
+// and -0 may be either zero.
+TEST(CollMatrixCodes, EverySmallFloatCodeThroughEveryOp) {
+  init_sim(8);
+  for (DType t : {DType::f16, DType::bf16, DType::f8_e4m3, DType::f8_e5m2}) {
+    const std::int64_t codes = std::int64_t(1) << ref::info(t).bits;
+    for (bool mirrored : {false, true}) {
+      std::vector<Bits> in(2, Bits(static_cast<std::size_t>(codes)));
+      for (std::int64_t i = 0; i < codes; ++i) {
+        in[0][i] = static_cast<std::uint64_t>(i);
+        in[1][i] = static_cast<std::uint64_t>(mirrored ? codes - 1 - i : i);
+      }
+      for (Determinism mode : {Determinism::bitwise, Determinism::fast}) {
+        CommOptions o;
+        o.determinism = mode;
+        auto comms = Communicator::init_all(devices("sim", 2), o);
+        for (ref::Op op : ref::kAllOps) {
+          const std::vector<double> scalars = {ref::scalar(t, 0), ref::scalar(t, 1)};
+          std::vector<Tensor> x = {ref::make(t, in[0], comms[0].device()),
+                                   ref::make(t, in[1], comms[1].device())};
+          std::vector<Tensor> y = {Tensor::empty({codes}, t, comms[0].device()),
+                                   Tensor::empty({codes}, t, comms[1].device())};
+          if (op == ref::Op::premul_sum)
+            all_reduce(comms, x, y, {PreMulSum{scalars[0]}, PreMulSum{scalars[1]}});
+          else
+            all_reduce(comms, x, y, static_cast<ReduceOp>(static_cast<int>(op)));
+          synchronize(comms);
+          const Bits got = ref::read(y[1]);
+          std::size_t bad = 0;
+          std::string first;
+          for (std::int64_t i = 0; i < codes; ++i) {
+            const std::uint64_t want = ref::reduce(t, op, {in[0][i], in[1][i]}, scalars);
+            const double g = ref::value(t, got[i]), w = ref::value(t, want);
+            const bool ok = got[i] == want || (std::isnan(g) && std::isnan(w)) ||
+                            (mode == Determinism::fast && g == 0 && w == 0 &&
+                             (op == ref::Op::min || op == ref::Op::max));
+            if (!ok && bad++ == 0)
+              first = detail::cat("code ", i, " and ", in[1][i], ": got ", ref::show(t, got[i]),
+                                  " expected ", ref::show(t, want));
+          }
+          EXPECT_EQ(bad, 0u) << dtype_name(t) << " " << ref::op_name(op) << " "
+                             << determinism_name(mode) << (mirrored ? " mirrored" : " doubled")
+                             << ": " << bad << " of " << codes << " differ; first " << first;
+        }
+      }
+    }
+  }
+}
 
 // Integers wrap, and wrapping addition and multiplication are associative and commutative:
 // every order gives the same bits, so fast == bitwise, and the ranks' data permuted (rank r
