@@ -5,7 +5,7 @@
 // reason where there is no GPU), against the independent host reference of
 // tests/test_coll_matrix_ref.h. bitwise: the reference's bits; fast: the reference's bits for
 // integers, min / max and copies, within ref::fast_tolerance for floating sums, products, avg and
-// premul_sum. Each test prints how many cases it ran ("[matrix] sim all_reduce: 1152 cases").
+// premul_sum. Each test prints how many cases it ran ("[matrix] sim all_reduce: 2304 cases").
 // Variants (in place or not, the root, undefined tensors off the root, explicit all_to_all_v
 // displacements with gaps, two messages per ring pair) rotate with the case number.
 #include <gtest/gtest.h>
