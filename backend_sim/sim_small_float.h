@@ -12,7 +12,9 @@
 //   fp8 -> f32    a table of the 256 codes decoded by float_formats.h; f32 -> fp8 is
 //                 float_formats.h itself.
 // tests/test_coll_convert.cpp checks every code of every small format, and f32 -> small on
-// every 2^32 / 65537-th bit pattern plus each boundary's neighbourhood, against float_formats.h.
+// every 4093rd f32 bit pattern plus each boundary's neighbourhood, against float_formats.h; f32 ->
+// f16 and f32 -> bf16 were also checked once on all 2^32 patterns (0 mismatches, scalar and
+// block forms).
 #pragma once
 
 #include <array>
