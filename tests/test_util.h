@@ -17,6 +17,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -179,6 +180,24 @@ inline std::vector<std::uint8_t> tensor_bytes(const Tensor& t) {
   std::vector<std::uint8_t> b(h.nbytes());
   if (!b.empty()) std::memcpy(b.data(), h.data_ptr(), b.size());
   return b;
+}
+
+/// Runs f(0) .. f(n - 1) on one std::thread each (SPMD: a thread per rank), joins them all, then
+/// rethrows the lowest rank's exception, if any.
+inline void run_threads(int n, const std::function<void(int)>& f) {
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        f(r);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 /// True when some element of a and b (same size) differs in its bits.
