@@ -1,5 +1,6 @@
 // CudaCommunicator: ditto's collectives (all_reduce, reduce, broadcast, all_gather,
-// reduce_scatter, barrier) on CUDA devices, over NCCL where every rank has a GPU of its own and
+// reduce_scatter, all_to_all, all_to_all_v, gather, scatter, barrier; every dtype and op) and
+// point-to-point calls (cuda_communicator_p2p.cpp) on CUDA devices, over NCCL where every rank has a GPU of its own and
 // over an in-GPU transport where ranks share a GPU; call matching, timeouts and abort as in the
 // simulator (backend_sim/sim_communicator.cpp).
 //
@@ -38,8 +39,18 @@
 //    GPU): one ncclComm per rank from ncclCommInitAll over the ranks' GPUs; the completing caller
 //    issues every rank's NCCL call inside one ncclGroupStart/End, on the ranks' streams.
 //      fast:    ncclAllReduce / ncclReduce / ncclBroadcast / ncclAllGather / ncclReduceScatter
-//               with NCCL's own reductions (ncclAvg for avg); barrier = a 1-element all-reduce.
-//      bitwise: NCCL only moves data and ditto's kernel adds in the canonical tree: the block
+//               with NCCL's own reductions (ncclAvg for avg, ncclRedOpCreatePreMulSum for
+//               premul_sum), ncclAlltoAll, ncclGather, ncclScatter, all_to_all_v as ncclSend /
+//               ncclRecv per peer; barrier = a 1-element all-reduce. NCCL reduces in the element
+//               type and rounds at every hop (a ring adds one rank per step, so f16 / bf16 / fp8
+//               round to the type at each step); its ncclAvg on floats is PreMulSum by 1/N in the
+//               type (for f16, 1/N itself rounded to half) and on integers FuncSumPostDiv (the
+//               wrapped sum, then C's truncating division by N: ditto's rule, Note [Reductions
+//               over ranks]); its PreMulSum multiplies in the type (half2 for f16). So fast
+//               f16 / bf16 / fp8 results differ from bitwise ones (and from the simulator's fast
+//               mode, which accumulates in f32); integer results are exact in both modes.
+//      bitwise: NCCL only moves data and ditto's kernel reduces (reduce_math.h: Acc, the
+//               canonical tree, one rounding; each rank's premul_sum scalar): the block
 //               algorithm of Note [CUDA bitwise collectives] (cuda_bitwise.cpp) over
 //               NcclTransport (cuda_nccl.h), driving every rank from the completing caller;
 //               broadcast, all_gather, barrier: as in fast mode (no arithmetic).
@@ -59,6 +70,9 @@
 //             in-place calls are race-free;
 //      join again: no rank goes on (and reuses its buffers) before every kernel that reads or
 //             writes them has finished.
+//      all_to_all, all_to_all_v, gather and scatter are copies in the same frame: rank r's
+//      kernel copies what rank r sends (scatter: what it receives), so again every element of a
+//      recv is written by one kernel.
 //    Every byte is read once and written once per destination: the copy-bandwidth bound. A
 //    barrier is one join; a collective of count 0 enqueues nothing.
 //
