@@ -12,9 +12,9 @@
 // reduce_math.h writes plain a * s + b, so this file is compiled with --fmad=false
 // (CMakeLists.txt, Note [CUDA floating-point flags]): nvcc may not fuse a premul_sum product and
 // the following add into an fma that the host never does.
-// For up to 8 sources the tree is unrolled at compile time (1, 2, 4, 8 sources; others use the
-// run-time tree, same order); above, it is evaluated with a small stack (tree_runtime). 16-byte
-// aligned buffers are processed 16 bytes per thread and load (4 f32, 8 f16, 16 i8, ...).
+// On 16-byte aligned buffers (16 bytes per thread and load: 4 f32, 8 f16, 16 i8, ...) the tree of
+// 1, 2, 4 or 8 sources is unrolled at compile time; other counts, and misaligned buffers (one
+// element per load), evaluate the same tree with a small stack (tree_runtime).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -233,22 +233,26 @@ cudaError_t launch(cudaStream_t stream, const std::vector<const void*>& srcs,
   return cudaGetLastError();
 }
 
+/// The launch for n sources. The 16-byte vector path unrolls the tree at compile time for 1, 2, 4
+/// and 8 sources; other counts, more than 8 pointers and the misaligned path (W == 1, rare) use
+/// the run-time tree (same order). Kept this small because every variant is compiled for all 12
+/// dtypes (nvcc time).
 template <typename T, int W>
 cudaError_t dispatch(cudaStream_t stream, const std::vector<const void*>& srcs,
                      const std::vector<void*>& dsts, std::int64_t len, ReduceOp op,
                      const double* scalars) {
   const std::size_t n = srcs.size(), most = std::max(srcs.size(), dsts.size());
-  if (most <= 8) {
+  if (most > 8) return launch<T, W, kCommMaxPointers, 0>(stream, srcs, dsts, len, op, scalars);
+  if constexpr (W > 1) {
     switch (n) {
       case 1: return launch<T, W, 8, 1>(stream, srcs, dsts, len, op, scalars);
       case 2: return launch<T, W, 8, 2>(stream, srcs, dsts, len, op, scalars);
       case 4: return launch<T, W, 8, 4>(stream, srcs, dsts, len, op, scalars);
       case 8: return launch<T, W, 8, 8>(stream, srcs, dsts, len, op, scalars);
-      default: return launch<T, W, 8, 0>(stream, srcs, dsts, len, op, scalars);
+      default: break;
     }
   }
-  return n == 1 ? launch<T, W, kCommMaxPointers, 1>(stream, srcs, dsts, len, op, scalars)
-                : launch<T, W, kCommMaxPointers, 0>(stream, srcs, dsts, len, op, scalars);
+  return launch<T, W, 8, 0>(stream, srcs, dsts, len, op, scalars);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
