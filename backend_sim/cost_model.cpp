@@ -27,6 +27,7 @@ const char* algo_name(CollectiveAlgo a) {
     case CollectiveAlgo::tree: return "tree";
     case CollectiveAlgo::nvls: return "nvls";
     case CollectiveAlgo::hierarchical: return "hierarchical";
+    case CollectiveAlgo::p2p: return "p2p";
   }
   return "?";
 }
@@ -36,7 +37,11 @@ double busbw_factor(Kind kind, int n) {
   switch (kind) {
     case Kind::all_reduce: return 2.0 * (n - 1) / n;
     case Kind::all_gather:
-    case Kind::reduce_scatter: return static_cast<double>(n - 1) / n;
+    case Kind::reduce_scatter:
+    case Kind::all_to_all:
+    case Kind::all_to_all_v:
+    case Kind::gather:
+    case Kind::scatter: return static_cast<double>(n - 1) / n;
     default: return 1.0;
   }
 }
@@ -73,6 +78,14 @@ CollectiveEstimate collective_time(const ClusterSpec& cluster, Kind kind, double
     case Kind::broadcast:
     case Kind::reduce:
       return {a + steps_lat(n - 1, m - 1) + S / b_ring, CollectiveAlgo::ring};
+    case Kind::all_to_all:
+    case Kind::all_to_all_v:
+    case Kind::gather:
+    case Kind::scatter:
+      return {a + steps_lat(n - 1, m - 1) + (n - 1.0) / n * S / b_ring, CollectiveAlgo::p2p};
+    case Kind::send:
+    case Kind::recv:
+      return {a + (m > 1 ? hn : h) + S / b_ring, CollectiveAlgo::p2p};
     case Kind::all_reduce:
     case Kind::barrier: break;
   }

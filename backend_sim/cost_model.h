@@ -35,10 +35,17 @@
 //                        (phases added, not pipelined: a conservative estimate)
 //   reduce_scatter / all_gather   a + (n-1) h + (n-1)/n * S / B
 //   broadcast / reduce            a + (n-1) h + S / B   (pipelined chain)
+//   all_to_all(_v), gather, scatter   a + (n-1) h + (n-1)/n * S / B   (p2p: each rank's n-1
+//                        peers, one after the other on its link, as NCCL's alltoall; S is the
+//                        full per-rank buffer of all_to_all, the root's buffer of gather /
+//                        scatter, the most any rank sends or receives in all_to_all_v)
+//   send / recv          a + h + S / B   (one message of S bytes between two ranks; h is the
+//                        network's latency when they are on different nodes)
 // Across nodes a ring's B is min(B_link, NICs per node * NIC bandwidth) and its steps that cross
 // nodes cost the network's latency. all_reduce takes the fastest candidate, as NCCL's tuner
 // does; nccl-tests' busbw = algbw * factor (2(n-1)/n for all_reduce, (n-1)/n for
-// all_gather / reduce_scatter, 1 otherwise), so a ring's busbw tends to B at large S.
+// all_gather / reduce_scatter / alltoall / gather / scatter, 1 otherwise), so a ring's busbw
+// tends to B at large S.
 #pragma once
 
 #include <atomic>
@@ -89,7 +96,8 @@ struct KernelCost {
 /// determinism modes: no TF32.)
 double kernel_seconds(const DeviceProfile& device, const KernelCost& cost);
 
-enum class CollectiveAlgo : std::uint8_t { local, ring, tree, nvls, hierarchical };
+/// p2p: direct transfers between pairs of ranks (all_to_all, gather, scatter, send / recv).
+enum class CollectiveAlgo : std::uint8_t { local, ring, tree, nvls, hierarchical, p2p };
 const char* algo_name(CollectiveAlgo a);
 
 struct CollectiveEstimate {
@@ -99,8 +107,9 @@ struct CollectiveEstimate {
 
 /// Alpha-beta estimate (Note [Collective model]) of one collective over `devices` (global
 /// device indices; their nodes come from `cluster`) moving `bytes` per rank (see the note for
-/// all_gather / reduce_scatter). `force` restricts all_reduce to one algorithm (nvls and
-/// hierarchical when applicable; otherwise InvalidArgument). One device: a local copy.
+/// the other kinds). `force` restricts all_reduce to one algorithm (nvls and hierarchical when
+/// applicable; otherwise InvalidArgument). One device: a local copy. send / recv: `devices` are
+/// the two ranks' devices, source first ({d} for a send to itself: a local copy).
 CollectiveEstimate collective_time(const ClusterSpec& cluster, CollectiveKind kind,
                                    double bytes, const std::vector<int>& devices,
                                    std::optional<CollectiveAlgo> force = std::nullopt);

@@ -13,6 +13,7 @@
 
 #include "backend_sim/cost_model.h"
 #include "backend_sim/sim_faults.h"
+#include "backend_sim/sim_reduce.h"  // reduce_over_ranks (used by the MPI communicator)
 #include "backend_sim/sim_stream.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/extensions.h"
@@ -31,14 +32,6 @@ std::unique_ptr<Kernels> make_sim_kernels(std::shared_ptr<CostModel> cost);
 std::shared_ptr<CommunicatorImpl> make_sim_communicator(
     const std::vector<int>& devices, const CommOptions& options, std::shared_ptr<CostModel> cost,
     std::shared_ptr<FaultState> faults = nullptr);
-
-/// out[i] = op over q of srcs[q][i] for i in [0, count), f32 or i64, exactly as the simulator's
-/// communicator reduces across ranks (Note [Sim collectives]): the canonical tree over q in
-/// bitwise mode, left to right in fast mode; avg divides the sum by srcs.size(). `out` may be one
-/// of the sources. Used by the communicator over MPI (sim_communicator_mpi.cpp) so that its
-/// results are the in-process ones, bit for bit.
-void reduce_over_ranks(const std::vector<const void*>& srcs, void* out, std::int64_t count,
-                       DType dtype, ReduceOp op, Determinism mode);
 
 class SimBackend final : public Backend {
  public:

@@ -1,5 +1,6 @@
 // The simulator's collectives: shared-memory all_reduce, reduce, broadcast, all_gather,
-// reduce_scatter and barrier across virtual devices, with call matching, timeouts and abort.
+// reduce_scatter, all_to_all, all_to_all_v, gather, scatter and barrier across virtual devices,
+// on every dtype and op, with call matching, timeouts and abort.
 //
 // Note [Sim collectives]
 // Every virtual device's memory is host memory of this process, so a collective needs no
@@ -22,6 +23,10 @@
 //        broadcast       share r copies slice r of the root's send into every recv;
 //        all_gather      share r copies rank r's send into every recv at offset r * count;
 //        reduce_scatter  share r reduces block r across all ranks' send into rank r's recv;
+//        all_to_all      share r copies rank r's send block q into rank q's recv at block r;
+//        all_to_all_v    the same with each rank's counts and displacements;
+//        gather          share r copies rank r's send into the root's recv at offset r * count;
+//        scatter         share r copies block r of the root's send into rank r's recv;
 //        barrier         nothing;
 //      Only share r touches slice (or block) r of any buffer, so in-place calls (send == recv, or
 //      send inside recv for all_gather / recv inside send for reduce_scatter) are race-free: the
@@ -33,9 +38,12 @@
 // arrives; the last rank to arrive (step 2, while every other stream is parked) starts the
 // collective at the latest arrival and moves every rank's clock to that start plus the cost
 // model's estimate, before anything is resumed. A mismatched call costs nothing.
-// The element reduction over ranks follows the canonical tree over rank index in
-// Determinism::bitwise (Note [Canonical tree], done on blocks of elements) and runs left to right
-// in fast mode. avg is sum followed by a division by N (ncclAvg); i64 arithmetic wraps.
+// The element reduction over ranks (sim_reduce.h, Note [Reductions over ranks] in
+// core/numerics/reduce_math.h) follows the canonical tree over rank index in Determinism::bitwise
+// (Note [Canonical tree], done on blocks of elements) and runs left to right in fast mode, in the
+// accumulator of the dtype, rounded once; premul_sum scales each rank's values by its own scalar.
+// Point-to-point calls (send / recv) are not collectives: enqueue() hands them to their own
+// matching (sim_p2p.h).
 //
 // Matching, the deadline and the abort state are the shared rendezvous's (Note [Rendezvous],
 // core/internal/rendezvous.h), so the messages read as on every backend. When the deadline
@@ -71,6 +79,7 @@
 
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_executor.h"
+#include "backend_sim/sim_reduce.h"
 #include "core/internal/collective_call.h"
 #include "core/internal/rendezvous.h"
 #include "core/runtime/error.h"
@@ -83,100 +92,6 @@ using Call = detail::CollectiveCall;
 using detail::uses_op;
 using detail::uses_root;
 inline const char* kind_name(Kind k) { return detail::collective_name(k); }
-
-// ---- elementwise reduction ------------------------------------------------------------------
-
-constexpr std::int64_t kBlock = 1024;  // elements reduced per step into the local block
-
-template <typename T>
-T combine(T a, T b, ReduceOp op) {
-  if constexpr (std::is_same_v<T, float>) {
-    switch (op) {
-      case ReduceOp::sum:
-      case ReduceOp::avg: return a + b;
-      case ReduceOp::prod: return a * b;
-      case ReduceOp::min: return (b < a || b != b) ? b : a;  // NaN propagates
-      case ReduceOp::max: return (b > a || b != b) ? b : a;
-    }
-  } else {  // i64: wrap around like two's complement hardware instead of signed overflow
-    auto ua = static_cast<std::uint64_t>(a), ub = static_cast<std::uint64_t>(b);
-    switch (op) {
-      case ReduceOp::sum:
-      case ReduceOp::avg: return static_cast<T>(ua + ub);
-      case ReduceOp::prod: return static_cast<T>(ua * ub);
-      case ReduceOp::min: return std::min(a, b);
-      case ReduceOp::max: return std::max(a, b);
-    }
-  }
-  return a;
-}
-
-// One loop per op (the op chosen once per block, not per element), so the compiler vectorises
-// each: the per-element switch kept the loop scalar. Same arithmetic per element as combine().
-// out may alias a (out == a is how the blocks accumulate); b never aliases out.
-template <typename T, ReduceOp Op>
-void combine_loop(T* out, const T* a, const T* __restrict__ b, std::int64_t len) {
-  for (std::int64_t i = 0; i < len; ++i) out[i] = combine(a[i], b[i], Op);
-}
-
-template <typename T>
-void combine_into(T* out, const T* a, const T* b, std::int64_t len, ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-    case ReduceOp::avg: return combine_loop<T, ReduceOp::sum>(out, a, b, len);
-    case ReduceOp::prod: return combine_loop<T, ReduceOp::prod>(out, a, b, len);
-    case ReduceOp::min: return combine_loop<T, ReduceOp::min>(out, a, b, len);
-    case ReduceOp::max: return combine_loop<T, ReduceOp::max>(out, a, b, len);
-  }
-}
-
-/// out[0..len) = op over srcs[lo..hi) of srcs[q][off..off+len), canonical tree over q.
-/// scratch holds kBlock elements per tree level below this one.
-template <typename T>
-void tree_reduce(const std::vector<const T*>& srcs, std::int64_t lo, std::int64_t hi,
-                 std::int64_t off, std::int64_t len, ReduceOp op, T* out, T* scratch) {
-  if (hi - lo == 1) {
-    std::memcpy(out, srcs[lo] + off, static_cast<std::size_t>(len) * sizeof(T));
-    return;
-  }
-  if (hi - lo == 2) {
-    combine_into(out, srcs[lo] + off, srcs[lo + 1] + off, len, op);
-    return;
-  }
-  std::int64_t mid = tree_mid(lo, hi);
-  tree_reduce(srcs, lo, mid, off, len, op, out, scratch + kBlock);
-  tree_reduce(srcs, mid, hi, off, len, op, scratch, scratch + kBlock);
-  combine_into(out, out, scratch, len, op);
-}
-
-/// Reduces elements [begin, end) of every source (all ranks) and hands each finished block of at
-/// most kBlock elements to `emit(offset, block, length)`.
-template <typename T, typename Emit>
-void reduce_range(const std::vector<const T*>& srcs, std::int64_t begin, std::int64_t end,
-                  ReduceOp op, Determinism mode, Emit&& emit) {
-  const auto n = static_cast<std::int64_t>(srcs.size());
-  int depth = 1;
-  while ((std::int64_t(1) << (depth - 1)) < n) ++depth;
-  std::vector<T> block(static_cast<std::size_t>(kBlock));
-  std::vector<T> scratch(static_cast<std::size_t>(kBlock * depth));
-  for (std::int64_t off = begin; off < end; off += kBlock) {
-    std::int64_t len = std::min(kBlock, end - off);
-    T* out = block.data();
-    if (mode == Determinism::bitwise) {
-      tree_reduce(srcs, 0, n, off, len, op, out, scratch.data());
-    } else if (n == 1) {
-      std::memcpy(out, srcs[0] + off, static_cast<std::size_t>(len) * sizeof(T));
-    } else {  // left to right
-      combine_into(out, srcs[0] + off, srcs[1] + off, len, op);
-      for (std::int64_t q = 2; q < n; ++q) combine_into(out, out, srcs[q] + off, len, op);
-    }
-    if constexpr (std::is_same_v<T, float>) {
-      if (op == ReduceOp::avg)
-        for (std::int64_t i = 0; i < len; ++i) out[i] = out[i] / static_cast<float>(n);
-    }
-    emit(off, static_cast<const T*>(out), len);
-  }
-}
 
 // ---- stores of finished blocks ----------------------------------------------------------------
 
@@ -386,8 +301,10 @@ class SimCommunicator final : public CommunicatorImpl,
     // Shares: one job per pool thread (fewer for small payloads, where posting costs more than
     // the copy). Each job runs a contiguous range of shares.
     const Call& c = work->calls[0];
-    const std::int64_t bytes = c.count * static_cast<std::int64_t>(dtype_size(c.dtype)) * n_;
-    const int jobs = bytes < (std::int64_t(1) << 16)
+    const std::int64_t payload = (c.kind == Kind::all_to_all_v ? written_elements(work->calls)
+                                                                : c.count * n_) *
+                                 static_cast<std::int64_t>(dtype_size(c.dtype));
+    const int jobs = payload < (std::int64_t(1) << 16)
                          ? 1
                          : std::min(n_, Executor::instance().threads());
     work->pending.store(jobs);
@@ -423,21 +340,44 @@ class SimCommunicator final : public CommunicatorImpl,
     VTime start = calls[0].arrival;
     for (const SimCall& c : calls) start = std::max(start, c.arrival);
     const Call& call = calls[0];
-    double bytes = static_cast<double>(call.count) * static_cast<double>(dtype_size(call.dtype));
-    if (call.kind == Kind::all_gather || call.kind == Kind::reduce_scatter) bytes *= n_;
-    if (call.kind == Kind::barrier) bytes = 0;
+    const double bytes = collective_bytes(calls);
     const CollectiveEstimate est = collective_time(cost_->cluster(), call.kind, bytes, devices_);
     for (const SimCall& c : calls)
       cost_->on_collective(*c.stream, kind_name(call.kind), start, est, bytes);
   }
 
+  // The bytes per rank the cost model is given (Note [Collective model], cost_model.h): the
+  // buffer for all_reduce / reduce / broadcast, the full buffer of all_gather / reduce_scatter /
+  // all_to_all, the root's buffer for gather / scatter, and for all_to_all_v the largest amount
+  // any rank sends or receives.
+  double collective_bytes(const std::vector<SimCall>& calls) const {
+    const Call& c = calls[0];
+    const auto elem = static_cast<double>(dtype_size(c.dtype));
+    switch (c.kind) {
+      case Kind::barrier: return 0;
+      case Kind::all_gather:
+      case Kind::reduce_scatter:
+      case Kind::all_to_all:
+      case Kind::gather:
+      case Kind::scatter: return static_cast<double>(c.count) * n_ * elem;
+      case Kind::all_to_all_v: {
+        std::int64_t most = 0;
+        for (const SimCall& call : calls) {
+          std::int64_t sent = 0, received = 0;
+          for (std::int64_t k : call.send_counts) sent += k;
+          for (std::int64_t k : call.recv_counts) received += k;
+          most = std::max({most, sent, received});
+        }
+        return static_cast<double>(most) * elem;
+      }
+      default: return static_cast<double>(c.count) * elem;
+    }
+  }
+
   void run_job(const std::shared_ptr<Work>& work, int job, int jobs) {
     try {
       const std::int64_t lo = std::int64_t(job) * n_ / jobs, hi = std::int64_t(job + 1) * n_ / jobs;
-      if (work->calls[0].dtype == DType::f32)
-        shares<float>(work->calls, lo, hi);
-      else
-        shares<std::int64_t>(work->calls, lo, hi);
+      shares(work->calls, lo, hi);
     } catch (...) {
       std::lock_guard lk(work->mu);
       if (!work->error) work->error = std::current_exception();
@@ -471,100 +411,122 @@ class SimCommunicator final : public CommunicatorImpl,
     }
   }
 
-  // Shares [lo, hi) of the data movement of one collective (Note [Sim collectives], step 3).
-  template <typename T>
+  // Shares [lo, hi) of the data movement of one collective (Note [Sim collectives], step 3), on
+  // bytes: only the reductions look at the dtype (sim_reduce.h).
   void shares(const std::vector<SimCall>& calls, std::int64_t lo_share, std::int64_t hi_share) {
     const Call& c = calls[0];
     const std::int64_t count = c.count;
     const auto n = static_cast<std::int64_t>(n_);
-    const std::size_t elem = sizeof(T);
-    std::vector<const T*> sends(static_cast<std::size_t>(n));
-    std::vector<T*> recvs(static_cast<std::size_t>(n));
+    const std::size_t elem = dtype_size(c.dtype);
+    std::vector<const char*> sends(static_cast<std::size_t>(n));
+    std::vector<char*> recvs(static_cast<std::size_t>(n));
+    std::vector<double> scalars;  // premul_sum: each rank's own scalar
     for (std::int64_t q = 0; q < n; ++q) {
-      sends[q] = static_cast<const T*>(calls[q].send);
-      recvs[q] = static_cast<T*>(calls[q].recv);
+      sends[q] = static_cast<const char*>(calls[q].send);
+      recvs[q] = static_cast<char*>(calls[q].recv);
+      if (c.op == ReduceOp::premul_sum) scalars.push_back(calls[q].scalar);
     }
+    const double* scalar_ptr = scalars.empty() ? nullptr : scalars.data();
     const Determinism mode = options_.determinism;
-    // Destination elements written by the whole call (all ranks) past kStreamBytes: stream them.
-    auto big = [&](std::int64_t elems) {
-      return static_cast<std::size_t>(elems) * elem >= kStreamBytes;
+    auto at = [elem](std::int64_t elems) { return static_cast<std::size_t>(elems) * elem; };
+    // Note [Streaming stores]: destination bytes written by the whole call (all ranks) past
+    // kStreamBytes are streamed; in place the destination lines were just read: keep them.
+    bool stream = at(written_elements(calls)) >= kStreamBytes;
+    switch (c.kind) {
+      case Kind::all_reduce: stream = stream && sends[0] != recvs[0]; break;
+      case Kind::reduce: stream = stream && sends[c.root] != recvs[c.root]; break;
+      // reduce_scatter in place: each recv is its rank's block of its send (rank 0's: at offset 0).
+      case Kind::reduce_scatter: stream = stream && sends[0] != recvs[0]; break;
+      default: break;
+    }
+    // Reduces elements [lo, hi) of `srcs` (one buffer per rank) into dst(q) for each q of dsts.
+    auto reduce_into = [&](const std::vector<const void*>& srcs, std::int64_t lo, std::int64_t hi,
+                           std::int64_t first_dst, std::int64_t end_dst, auto dst_of) {
+      reduce_range(srcs, lo, hi, c.dtype, c.op, mode, scalar_ptr,
+                   [&](std::int64_t off, const void* b, std::int64_t len) {
+                     for (std::int64_t q = first_dst; q < end_dst; ++q)
+                       store_block(dst_of(q) + at(off), b, at(len), stream);
+                   });
     };
+    // A copy of `elems` elements; nothing when in place.
+    auto copy = [&](char* dst, const char* src, std::int64_t elems) {
+      if (dst != src && elems > 0) store_block(dst, src, at(elems), stream);
+    };
+    std::vector<const void*> all_sends(sends.begin(), sends.end());
     // Element slice r of [0, count) when the work is split N ways.
     const std::int64_t per = (count + n - 1) / n;
-    // Note [Streaming stores]; in place the destination lines were just read: keep them.
-    bool stream = false;
-    switch (c.kind) {
-      case Kind::all_reduce: stream = sends[0] != recvs[0] && big(count * n); break;
-      case Kind::reduce: stream = sends[c.root] != recvs[c.root] && big(count); break;
-      case Kind::broadcast: stream = big(count * n); break;
-      case Kind::all_gather: stream = big(count * n * n); break;
-      // reduce_scatter in place: each recv is its rank's block of its send (rank 0's: at offset 0).
-      case Kind::reduce_scatter: stream = sends[0] != recvs[0] && big(count * n); break;
-      case Kind::barrier: break;
-    }
-    std::vector<const T*> blocks;
     for (std::int64_t rank = lo_share; rank < hi_share; ++rank) {
       const std::int64_t lo = std::min(count, rank * per), hi = std::min(count, lo + per);
       switch (c.kind) {
         case Kind::all_reduce:
-          if (hi > lo)
-            reduce_range<T>(sends, lo, hi, c.op, mode,
-                            [&](std::int64_t off, const T* b, std::int64_t len) {
-                              for (std::int64_t q = 0; q < n; ++q)
-                                store_block(recvs[q] + off, b,
-                                            static_cast<std::size_t>(len) * elem, stream);
-                            });
+          reduce_into(all_sends, lo, hi, 0, n, [&](std::int64_t q) { return recvs[q]; });
           break;
-        case Kind::reduce: {
-          T* dst = recvs[c.root];
-          if (hi > lo)
-            reduce_range<T>(sends, lo, hi, c.op, mode,
-                            [&](std::int64_t off, const T* b, std::int64_t len) {
-                              store_block(dst + off, b, static_cast<std::size_t>(len) * elem,
-                                          stream);
-                            });
+        case Kind::reduce:
+          reduce_into(all_sends, lo, hi, c.root, c.root + 1,
+                      [&](std::int64_t q) { return recvs[q]; });
           break;
-        }
         case Kind::broadcast: {
           // Block by block, each block of the root's slice into every recv while it is in cache.
-          const T* src = sends[c.root];
-          for (std::int64_t off = lo; off < hi; off += kCopyBlock) {
-            const std::int64_t len = std::min(kCopyBlock, hi - off);
+          const char* src = sends[c.root];
+          for (std::int64_t off = lo; off < hi; off += kCopyBlock)
             for (std::int64_t q = 0; q < n; ++q)
-              if (recvs[q] != src)
-                store_block(recvs[q] + off, src + off, static_cast<std::size_t>(len) * elem,
-                            stream);
-          }
+              copy(recvs[q] + at(off), src + at(off), std::min(kCopyBlock, hi - off));
           break;
         }
-        case Kind::all_gather: {
-          const T* src = sends[rank];
-          for (std::int64_t off = 0; off < count; off += kCopyBlock) {
-            const std::int64_t len = std::min(kCopyBlock, count - off);
-            for (std::int64_t q = 0; q < n; ++q) {
-              T* dst = recvs[q] + rank * count;
-              if (dst != src)
-                store_block(dst + off, src + off, static_cast<std::size_t>(len) * elem, stream);
-            }
-          }
+        case Kind::all_gather:
+          for (std::int64_t off = 0; off < count; off += kCopyBlock)
+            for (std::int64_t q = 0; q < n; ++q)
+              copy(recvs[q] + at(rank * count + off), sends[rank] + at(off),
+                   std::min(kCopyBlock, count - off));
           break;
-        }
         case Kind::reduce_scatter: {
-          if (count == 0) break;
-          blocks.resize(static_cast<std::size_t>(n));
-          for (std::int64_t q = 0; q < n; ++q) blocks[q] = sends[q] + rank * count;
-          T* dst = recvs[rank];
-          reduce_range<T>(blocks, 0, count, c.op, mode,
-                          [&](std::int64_t off, const T* b, std::int64_t len) {
-                            store_block(dst + off, b, static_cast<std::size_t>(len) * elem,
-                                        stream);
-                          });
+          std::vector<const void*> blocks(static_cast<std::size_t>(n));
+          for (std::int64_t q = 0; q < n; ++q) blocks[q] = sends[q] + at(rank * count);
+          reduce_into(blocks, 0, count, rank, rank + 1, [&](std::int64_t q) { return recvs[q]; });
           break;
         }
-        case Kind::barrier: break;
+        // Share r moves what rank r sends: its block q into rank q's recv at block r.
+        case Kind::all_to_all:
+          for (std::int64_t q = 0; q < n; ++q)
+            copy(recvs[q] + at(rank * count), sends[rank] + at(q * count), count);
+          break;
+        case Kind::all_to_all_v: {
+          const Call& from = calls[rank];
+          for (std::int64_t q = 0; q < n; ++q)
+            copy(recvs[q] + at(calls[q].recv_displs[rank]), sends[rank] + at(from.send_displs[q]),
+                 from.send_counts[q]);
+          break;
+        }
+        case Kind::gather:
+          copy(recvs[c.root] + at(rank * count), sends[rank], count);
+          break;
+        case Kind::scatter:
+          copy(recvs[rank], sends[c.root] + at(rank * count), count);
+          break;
+        case Kind::barrier:
+        case Kind::send:  // point-to-point calls do not come here (enqueue routes them)
+        case Kind::recv: break;
       }
     }
     store_fence(stream);  // before run_job counts this job done (Note [Streaming stores])
+  }
+
+  // Elements written into the destinations by the whole call, all ranks together.
+  std::int64_t written_elements(const std::vector<SimCall>& calls) const {
+    const Call& c = calls[0];
+    const auto n = static_cast<std::int64_t>(n_);
+    switch (c.kind) {
+      case Kind::reduce: return c.count;
+      case Kind::all_gather:
+      case Kind::all_to_all: return c.count * n * n;
+      case Kind::all_to_all_v: {
+        std::int64_t total = 0;
+        for (const SimCall& call : calls)
+          for (std::int64_t k : call.send_counts) total += k;
+        return total;
+      }
+      default: return c.count * n;
+    }
   }
 
   const std::vector<int> devices_;
@@ -591,28 +553,6 @@ std::shared_ptr<CommunicatorImpl> make_sim_communicator(const std::vector<int>& 
                                                         std::shared_ptr<CostModel> cost,
                                                         std::shared_ptr<FaultState> faults) {
   return std::make_shared<SimCommunicator>(devices, options, std::move(cost), std::move(faults));
-}
-
-namespace {
-template <typename T>
-void reduce_over_ranks_t(const std::vector<const void*>& srcs, void* out, std::int64_t count,
-                         ReduceOp op, Determinism mode) {
-  std::vector<const T*> typed;
-  typed.reserve(srcs.size());
-  for (const void* p : srcs) typed.push_back(static_cast<const T*>(p));
-  T* dst = static_cast<T*>(out);
-  reduce_range<T>(typed, 0, count, op, mode, [&](std::int64_t off, const T* b, std::int64_t len) {
-    std::memcpy(dst + off, b, static_cast<std::size_t>(len) * sizeof(T));
-  });
-}
-}  // namespace
-
-void reduce_over_ranks(const std::vector<const void*>& srcs, void* out, std::int64_t count,
-                       DType dtype, ReduceOp op, Determinism mode) {
-  if (dtype == DType::f32)
-    reduce_over_ranks_t<float>(srcs, out, count, op, mode);
-  else
-    reduce_over_ranks_t<std::int64_t>(srcs, out, count, op, mode);
 }
 
 }  // namespace ditto::sim

@@ -604,8 +604,9 @@ TEST_F(CommunicatorTest, CollectivesRejectBadTensorsBeforeEnqueueing) {
                                 "Communicator::all_reduce: recv: expected 6 elements");
   expect_error<InvalidArgument>([&] { comms[0].all_reduce(a0, l0); },
                                 "Communicator::all_reduce: recv: expected dtype f32 (like send)");
-  expect_error<InvalidArgument>([&] { comms[0].all_reduce(l0, ReduceOp::avg); },
-                                "Communicator::all_reduce: op: avg is not supported for i64");
+  expect_error<InvalidArgument>([&] { comms[0].all_reduce(l0, ReduceOp::premul_sum); },
+                                "Communicator::all_reduce: op: premul_sum needs its scalar: pass "
+                                "PreMulSum{scalar}");
   expect_error<InvalidArgument>([&] { comms[0].reduce(a0, a0, ReduceOp::sum, 2); },
                                 "Communicator::reduce: root: expected a rank in [0, 2), got 2");
   expect_error<InvalidArgument>([&] { comms[0].broadcast(a0, -1); },

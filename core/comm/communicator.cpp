@@ -6,13 +6,17 @@
 #include "core/comm/communicator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <exception>
+#include <limits>
+#include <type_traits>
 #include <unordered_map>
 
 #include "core/runtime/backend.h"
 #include "core/dist/distributed.h"
 #include "core/runtime/error.h"
 #include "core/internal/collective_call.h"
+#include "core/internal/comm_checks.h"
 #include "core/internal/process_group.h"
 
 namespace ditto {
@@ -24,33 +28,22 @@ const char* reduce_op_name(ReduceOp op) {
     case ReduceOp::min: return "min";
     case ReduceOp::max: return "max";
     case ReduceOp::avg: return "avg";
+    case ReduceOp::premul_sum: return "premul_sum";
   }
   return "unknown";
 }
 
-namespace {
-
-using Kind = detail::CollectiveKind;
+namespace detail {
 
 std::string rank_str(const Communicator& c) {
-  return detail::cat(c.device().str(), " (rank ", c.rank(), " of ", c.size(), ")");
+  return cat(c.device().str(), " (rank ", c.rank(), " of ", c.size(), ")");
 }
 
-// Defined, on this rank's device, f32 or i64.
-void check_tensor_impl(const Communicator& c, const char* call, const char* arg, const Tensor& t) {
+void check_comm_tensor(const Communicator& c, const char* call, const char* arg, const Tensor& t) {
   DITTO_CHECK(t.defined(), "Communicator::", call, ": ", arg, ": expected a tensor on ",
               rank_str(c), ", got an undefined tensor");
   DITTO_CHECK(t.device() == c.device(), "Communicator::", call, ": ", arg,
               ": expected a tensor on ", rank_str(c), ", got ", t.str());
-  DITTO_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::i64, "Communicator::", call, ": ",
-              arg, ": expected dtype f32 or i64, got ", t.str());
-}
-
-void check_op(const char* call, DType dtype, ReduceOp op) {
-  DITTO_CHECK(static_cast<unsigned>(op) <= static_cast<unsigned>(ReduceOp::avg), "Communicator::",
-              call, ": op: expected sum, prod, min, max or avg, got ", static_cast<unsigned>(op));
-  DITTO_CHECK(dtype != DType::i64 || op != ReduceOp::avg, "Communicator::", call,
-              ": op: avg is not supported for i64 tensors (use sum, prod, min or max)");
 }
 
 void check_same_dtype(const char* call, const Tensor& send, const Tensor& recv) {
@@ -60,26 +53,90 @@ void check_same_dtype(const char* call, const Tensor& send, const Tensor& recv) 
 }
 
 void check_root(const Communicator& c, const char* call, int root) {
-  DITTO_CHECK(root >= 0 && root < c.size(), "Communicator::", call, ": root: expected a rank in [0, ",
-              c.size(), "), got ", root);
+  DITTO_CHECK(root >= 0 && root < c.size(), "Communicator::", call,
+              ": root: expected a rank in [0, ", c.size(), "), got ", root);
 }
 
-void check_all_reduce(const Communicator& c, const Tensor& send, const Tensor& recv, ReduceOp op) {
-  check_tensor_impl(c, "all_reduce", "send", send);
-  check_tensor_impl(c, "all_reduce", "recv", recv);
+void check_op(const char* call, DType dtype, ReduceOp op, const double* scalar) {
+  DITTO_CHECK(static_cast<unsigned>(op) <= static_cast<unsigned>(ReduceOp::premul_sum),
+              "Communicator::", call, ": op: expected sum, prod, min, max, avg or premul_sum, got ",
+              static_cast<unsigned>(op));
+  DITTO_CHECK(op != ReduceOp::premul_sum || scalar != nullptr, "Communicator::", call,
+              ": op: premul_sum needs its scalar: pass PreMulSum{scalar}");
+  if (scalar == nullptr || !is_integral(dtype)) return;
+  // Integer dtypes multiply in the dtype: the scalar must be one of its values.
+  visit_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_integral_v<T>) {
+      using L = std::numeric_limits<T>;
+      const double lo = L::is_signed ? -std::ldexp(1.0, L::digits) : 0.0;
+      const double end = std::ldexp(1.0, L::digits);  // max() + 1, exact
+      const double s = *scalar;
+      DITTO_CHECK(std::trunc(s) == s && s >= lo && s < end, "Communicator::", call,
+                  ": op: PreMulSum scalar for dtype ", dtype_name(dtype),
+                  ": expected an integer in [", +L::min(), ", ", +L::max(), "], got ", s);
+    }
+  });
+}
+
+void check_group(const char* call, const std::vector<Communicator>& comms,
+                 std::initializer_list<std::pair<const char*, std::size_t>> vectors,
+                 const char* what) {
+  DITTO_CHECK(!comms.empty(), call, ": comms: expected the handles of Communicator::init_all, got "
+              "an empty list");
+  DITTO_CHECK(!comms[0].multiprocess() || comms[0].size() == 1, call,
+              ": comms: expected the handles of Communicator::init_all, got a handle of "
+              "Communicator::init_rank (its other ranks are other processes: call the per-rank "
+              "method on it instead)");
+  DITTO_CHECK(static_cast<int>(comms.size()) == comms[0].size(), call, ": comms: expected ",
+              comms[0].size(), " handles (one per rank), got ", comms.size());
+  for (std::size_t i = 0; i < comms.size(); ++i) {
+    DITTO_CHECK(&comms[i].devices() == &comms[0].devices(), call, ": comms[", i,
+                "]: expected a handle of the same communicator as comms[0]");
+    DITTO_CHECK(comms[i].rank() == static_cast<int>(i), call, ": comms[", i,
+                "]: expected the handle of rank ", i, " (handles in rank order), got rank ",
+                comms[i].rank());
+  }
+  for (const auto& [name, n] : vectors)
+    DITTO_CHECK(n == comms.size(), call, ": ", name, ": expected ", comms.size(), " ", what,
+                " (one per rank), got ", n);
+}
+
+bool ranges_overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
+  if (a_bytes == 0 || b_bytes == 0) return false;
+  const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+  return x < y + b_bytes && y < x + a_bytes;
+}
+
+}  // namespace detail
+
+namespace {
+
+using Kind = detail::CollectiveKind;
+using detail::check_op;
+using detail::check_root;
+using detail::check_same_dtype;
+using detail::call_record;
+using detail::check_comm_tensor;
+
+// The checks of the collectives of this file; `scalar` is the PreMulSum overloads' (else null).
+void check_all_reduce(const Communicator& c, const Tensor& send, const Tensor& recv, ReduceOp op,
+                      const double* scalar = nullptr) {
+  check_comm_tensor(c, "all_reduce", "send", send);
+  check_comm_tensor(c, "all_reduce", "recv", recv);
   check_same_dtype("all_reduce", send, recv);
   DITTO_CHECK(recv.numel() == send.numel(), "Communicator::all_reduce: recv: expected ",
               send.numel(), " elements (like send ", send.str(), "), got ", recv.str());
-  check_op("all_reduce", send.dtype(), op);
+  check_op("all_reduce", send.dtype(), op, scalar);
 }
 
 void check_reduce(const Communicator& c, const Tensor& send, const Tensor& recv, ReduceOp op,
-                  int root) {
+                  int root, const double* scalar = nullptr) {
   check_root(c, "reduce", root);
-  check_tensor_impl(c, "reduce", "send", send);
-  check_op("reduce", send.dtype(), op);
+  check_comm_tensor(c, "reduce", "send", send);
+  check_op("reduce", send.dtype(), op, scalar);
   if (c.rank() != root) return;  // recv is ignored off root
-  check_tensor_impl(c, "reduce", "recv", recv);
+  check_comm_tensor(c, "reduce", "recv", recv);
   check_same_dtype("reduce", send, recv);
   DITTO_CHECK(recv.numel() == send.numel(), "Communicator::reduce: recv: expected ", send.numel(),
               " elements on the root (like send ", send.str(), "), got ", recv.str());
@@ -87,17 +144,17 @@ void check_reduce(const Communicator& c, const Tensor& send, const Tensor& recv,
 
 void check_broadcast(const Communicator& c, const Tensor& send, const Tensor& recv, int root) {
   check_root(c, "broadcast", root);
-  check_tensor_impl(c, "broadcast", "recv", recv);
+  check_comm_tensor(c, "broadcast", "recv", recv);
   if (c.rank() != root) return;  // send is ignored off root
-  check_tensor_impl(c, "broadcast", "send", send);
+  check_comm_tensor(c, "broadcast", "send", send);
   check_same_dtype("broadcast", send, recv);
   DITTO_CHECK(recv.numel() == send.numel(), "Communicator::broadcast: recv: expected ",
               send.numel(), " elements (like the root's send ", send.str(), "), got ", recv.str());
 }
 
 void check_all_gather(const Communicator& c, const Tensor& send, const Tensor& recv) {
-  check_tensor_impl(c, "all_gather", "send", send);
-  check_tensor_impl(c, "all_gather", "recv", recv);
+  check_comm_tensor(c, "all_gather", "send", send);
+  check_comm_tensor(c, "all_gather", "recv", recv);
   check_same_dtype("all_gather", send, recv);
   DITTO_CHECK(recv.numel() == c.size() * send.numel(), "Communicator::all_gather: recv: expected ",
               c.size() * send.numel(), " elements (size ", c.size(), " x send's ", send.numel(),
@@ -105,14 +162,14 @@ void check_all_gather(const Communicator& c, const Tensor& send, const Tensor& r
 }
 
 void check_reduce_scatter(const Communicator& c, const Tensor& send, const Tensor& recv,
-                          ReduceOp op) {
-  check_tensor_impl(c, "reduce_scatter", "send", send);
-  check_tensor_impl(c, "reduce_scatter", "recv", recv);
+                          ReduceOp op, const double* scalar = nullptr) {
+  check_comm_tensor(c, "reduce_scatter", "send", send);
+  check_comm_tensor(c, "reduce_scatter", "recv", recv);
   check_same_dtype("reduce_scatter", send, recv);
   DITTO_CHECK(send.numel() == c.size() * recv.numel(),
               "Communicator::reduce_scatter: send: expected ", c.size() * recv.numel(),
               " elements (size ", c.size(), " x recv's ", recv.numel(), "), got ", send.str());
-  check_op("reduce_scatter", send.dtype(), op);
+  check_op("reduce_scatter", send.dtype(), op, scalar);
 }
 
 }  // namespace
@@ -217,22 +274,6 @@ void end_group_impls() {
   if (first) std::rethrow_exception(first);
 }
 
-// Runs `issue` (per-rank calls) as one group of this thread.
-template <typename F>
-void grouped(F&& issue) {
-  group_start();
-  try {
-    issue();
-  } catch (...) {
-    try {
-      group_end();
-    } catch (...) {  // the first error is the one to report
-    }
-    throw;
-  }
-  group_end();
-}
-
 }  // namespace
 
 void group_start() { ++t_group.depth; }
@@ -258,7 +299,7 @@ Stream& Communicator::stream() const { return current_stream(device()); }
 void Communicator::abort(const std::string& reason) const noexcept { impl_->abort(rank_, reason); }
 
 void Communicator::check_tensor(const char* call, const char* arg, const Tensor& t) const {
-  check_tensor_impl(*this, call, arg, t);
+  check_comm_tensor(*this, call, arg, t);
 }
 
 // Every per-rank collective ends here: one call record, one backend entry point.
@@ -269,7 +310,8 @@ void Communicator::submit(const detail::CollectiveCall& call) {
 
 void Communicator::all_reduce(const Tensor& send, Tensor& recv, ReduceOp op) {
   check_all_reduce(*this, send, recv, op);
-  submit({Kind::all_reduce, send.data_ptr(), recv.data_ptr(), send.numel(), send.dtype(), op, 0});
+  submit(call_record(Kind::all_reduce, send.data_ptr(), recv.data_ptr(), send.numel(),
+                     send.dtype(), op));
 }
 
 void Communicator::all_reduce(Tensor& tensor, ReduceOp op) { all_reduce(tensor, tensor, op); }
@@ -277,60 +319,59 @@ void Communicator::all_reduce(Tensor& tensor, ReduceOp op) { all_reduce(tensor, 
 void Communicator::reduce(const Tensor& send, Tensor& recv, ReduceOp op, int root) {
   check_reduce(*this, send, recv, op, root);
   void* recv_ptr = rank_ == root ? recv.data_ptr() : nullptr;
-  submit({Kind::reduce, send.data_ptr(), recv_ptr, send.numel(), send.dtype(), op, root});
+  submit(call_record(Kind::reduce, send.data_ptr(), recv_ptr, send.numel(), send.dtype(), op,
+                     root));
 }
 
 void Communicator::broadcast(const Tensor& send, Tensor& recv, int root) {
   check_broadcast(*this, send, recv, root);
   const void* send_ptr = rank_ == root ? send.data_ptr() : nullptr;
-  submit({Kind::broadcast, send_ptr, recv.data_ptr(), recv.numel(), recv.dtype(), ReduceOp::sum,
-          root});
+  submit(call_record(Kind::broadcast, send_ptr, recv.data_ptr(), recv.numel(), recv.dtype(),
+                     ReduceOp::sum, root));
 }
 
 void Communicator::broadcast(Tensor& tensor, int root) { broadcast(tensor, tensor, root); }
 
 void Communicator::all_gather(const Tensor& send, Tensor& recv) {
   check_all_gather(*this, send, recv);
-  submit({Kind::all_gather, send.data_ptr(), recv.data_ptr(), send.numel(), send.dtype(),
-          ReduceOp::sum, 0});
+  submit(call_record(Kind::all_gather, send.data_ptr(), recv.data_ptr(), send.numel(),
+                     send.dtype()));
 }
 
 void Communicator::reduce_scatter(const Tensor& send, Tensor& recv, ReduceOp op) {
   check_reduce_scatter(*this, send, recv, op);
-  submit({Kind::reduce_scatter, send.data_ptr(), recv.data_ptr(), recv.numel(), recv.dtype(), op,
-          0});
+  submit(call_record(Kind::reduce_scatter, send.data_ptr(), recv.data_ptr(), recv.numel(),
+                     recv.dtype(), op));
 }
 
 void Communicator::barrier() { submit({}); }
 
-// ---- single-controller forms ------------------------------------------------------------------
+// ---- premul_sum (ncclRedOpCreatePreMulSum) ----------------------------------------------------
 
-namespace {
 
-// comms must be one communicator's handles in rank order; each vector one entry per rank.
-void check_group(const char* call, const std::vector<Communicator>& comms,
-                 std::initializer_list<std::pair<const char*, std::size_t>> vectors) {
-  DITTO_CHECK(!comms.empty(), call, ": comms: expected the handles of Communicator::init_all, got "
-              "an empty list");
-  DITTO_CHECK(!comms[0].multiprocess() || comms[0].size() == 1, call,
-              ": comms: expected the handles of Communicator::init_all, got a handle of "
-              "Communicator::init_rank (its other ranks are other processes: call the per-rank "
-              "method on it instead)");
-  DITTO_CHECK(static_cast<int>(comms.size()) == comms[0].size(), call, ": comms: expected ",
-              comms[0].size(), " handles (one per rank), got ", comms.size());
-  for (std::size_t i = 0; i < comms.size(); ++i) {
-    DITTO_CHECK(&comms[i].devices() == &comms[0].devices(), call, ": comms[", i,
-                "]: expected a handle of the same communicator as comms[0]");
-    DITTO_CHECK(comms[i].rank() == static_cast<int>(i), call, ": comms[", i,
-                "]: expected the handle of rank ", i, " (handles in rank order), got rank ",
-                comms[i].rank());
-  }
-  for (const auto& [name, n] : vectors)
-    DITTO_CHECK(n == comms.size(), call, ": ", name, ": expected ", comms.size(),
-                " tensors (one per rank), got ", n);
+void Communicator::all_reduce(const Tensor& send, Tensor& recv, PreMulSum op) {
+  check_all_reduce(*this, send, recv, ReduceOp::premul_sum, &op.scalar);
+  submit(call_record(Kind::all_reduce, send.data_ptr(), recv.data_ptr(), send.numel(),
+                     send.dtype(), ReduceOp::premul_sum, 0, op.scalar));
 }
 
-}  // namespace
+void Communicator::reduce(const Tensor& send, Tensor& recv, PreMulSum op, int root) {
+  check_reduce(*this, send, recv, ReduceOp::premul_sum, root, &op.scalar);
+  void* recv_ptr = rank_ == root ? recv.data_ptr() : nullptr;
+  submit(call_record(Kind::reduce, send.data_ptr(), recv_ptr, send.numel(), send.dtype(),
+                     ReduceOp::premul_sum, root, op.scalar));
+}
+
+void Communicator::reduce_scatter(const Tensor& send, Tensor& recv, PreMulSum op) {
+  check_reduce_scatter(*this, send, recv, ReduceOp::premul_sum, &op.scalar);
+  submit(call_record(Kind::reduce_scatter, send.data_ptr(), recv.data_ptr(), recv.numel(),
+                     recv.dtype(), ReduceOp::premul_sum, 0, op.scalar));
+}
+
+// ---- single-controller forms ------------------------------------------------------------------
+
+using detail::check_group;
+using detail::grouped;
 
 void all_reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
                 std::vector<Tensor>& recv, ReduceOp op) {
@@ -380,6 +421,29 @@ void reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
   for (std::size_t i = 0; i < comms.size(); ++i) check_reduce(comms[i], send[i], recv[i], op, root);
   grouped([&] {
     for (std::size_t i = 0; i < comms.size(); ++i) comms[i].reduce(send[i], recv[i], op, root);
+  });
+}
+
+void all_reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+                std::vector<Tensor>& recv, const std::vector<PreMulSum>& ops) {
+  check_group("all_reduce", comms, {{"send", send.size()}, {"recv", recv.size()}});
+  check_group("all_reduce", comms, {{"ops", ops.size()}}, "PreMulSum values");
+  for (std::size_t i = 0; i < comms.size(); ++i)
+    check_all_reduce(comms[i], send[i], recv[i], ReduceOp::premul_sum, &ops[i].scalar);
+  grouped([&] {
+    for (std::size_t i = 0; i < comms.size(); ++i) comms[i].all_reduce(send[i], recv[i], ops[i]);
+  });
+}
+
+void reduce_scatter(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+                    std::vector<Tensor>& recv, const std::vector<PreMulSum>& ops) {
+  check_group("reduce_scatter", comms, {{"send", send.size()}, {"recv", recv.size()}});
+  check_group("reduce_scatter", comms, {{"ops", ops.size()}}, "PreMulSum values");
+  for (std::size_t i = 0; i < comms.size(); ++i)
+    check_reduce_scatter(comms[i], send[i], recv[i], ReduceOp::premul_sum, &ops[i].scalar);
+  grouped([&] {
+    for (std::size_t i = 0; i < comms.size(); ++i)
+      comms[i].reduce_scatter(send[i], recv[i], ops[i]);
   });
 }
 

@@ -49,7 +49,8 @@ struct CollectiveCall {
   std::vector<std::int64_t> send_counts, send_displs, recv_counts, recv_displs;
 };
 
-/// Empty when every rank's call matches rank 0's; else the error message every rank throws.
+/// Empty when every rank's call matches rank 0's (and, for all_to_all_v, every rank's
+/// send_counts[q] is rank q's recv_counts[r]); else the error message every rank throws.
 /// `calls[r]` is rank r's call of collective #seq; CallT is CollectiveCall or derives from it.
 template <typename CallT>
 std::string find_call_mismatch(const std::vector<CallT>& calls, std::uint64_t seq) {
@@ -77,6 +78,24 @@ std::string find_call_mismatch(const std::vector<CallT>& calls, std::uint64_t se
     if (uses_root(c.kind) && c.root != c0.root)
       return cat(name, ": rank ", q, " called with root ", c.root, ", rank 0 with root ", c0.root,
                  where);
+  }
+  if (c0.kind == CollectiveKind::all_to_all_v) {
+    // What rank r sends to rank q must be what q expects from r.
+    const std::size_t n = calls.size();
+    for (std::size_t r = 0; r < n; ++r) {
+      const CollectiveCall& c = calls[r];
+      if (c.send_counts.size() != n || c.recv_counts.size() != n)
+        return cat(name, ": rank ", r, " called with ", c.send_counts.size(), " send_counts and ",
+                   c.recv_counts.size(), " recv_counts for ", n, " ranks", where);
+    }
+    for (std::size_t r = 0; r < n; ++r)
+      for (std::size_t q = 0; q < n; ++q) {
+        const std::int64_t sent = calls[r].send_counts[q], expected = calls[q].recv_counts[r];
+        if (sent != expected)
+          return cat(name, ": rank ", r, " sends ", sent, " elements to rank ", q, " (send_counts[",
+                     q, "]), but rank ", q, " expects ", expected, " from rank ", r,
+                     " (recv_counts[", r, "])", where);
+      }
   }
   return {};
 }

@@ -1,0 +1,74 @@
+// Internal to core/comm: the argument checks every Communicator method shares (NCCL's argcheck),
+// defined in communicator.cpp and used by the collectives of communicator_exchange.cpp, and the
+// one way a single-controller form issues its loop over the ranks (as one group).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/internal/collective_call.h"
+
+namespace ditto::detail {
+
+/// The record of one rank's call (the all_to_all_v vectors and the peer are set afterwards).
+inline CollectiveCall call_record(CollectiveKind kind, const void* send, void* recv,
+                                  std::int64_t count, DType dtype, ReduceOp op = ReduceOp::sum,
+                                  int root = 0, double scalar = 1.0) {
+  CollectiveCall c;
+  c.kind = kind;
+  c.send = send;
+  c.recv = recv;
+  c.count = count;
+  c.dtype = dtype;
+  c.op = op;
+  c.root = root;
+  c.scalar = scalar;
+  return c;
+}
+
+/// "sim:0 (rank 0 of 2)".
+std::string rank_str(const Communicator& c);
+
+/// `t` (argument `arg` of Communicator::<call>) is defined and on c's device; any dtype.
+void check_comm_tensor(const Communicator& c, const char* call, const char* arg, const Tensor& t);
+/// recv has send's dtype.
+void check_same_dtype(const char* call, const Tensor& send, const Tensor& recv);
+/// 0 <= root < c.size().
+void check_root(const Communicator& c, const char* call, int root);
+/// A reduction op: one of the enumerators; premul_sum only with its scalar (`scalar` non-null,
+/// from a PreMulSum overload), which for an integer dtype must be an integer the dtype holds.
+void check_op(const char* call, DType dtype, ReduceOp op, const double* scalar);
+
+/// `comms` are one communicator's init_all handles in rank order; each named vector has one
+/// entry per rank (`what` names the entries in the message, e.g. "tensors").
+void check_group(const char* call, const std::vector<Communicator>& comms,
+                 std::initializer_list<std::pair<const char*, std::size_t>> vectors,
+                 const char* what = "tensors");
+
+/// Whether the byte ranges [a, a + a_bytes) and [b, b + b_bytes) share a byte (empty ranges
+/// share none).
+bool ranges_overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes);
+
+/// Runs `issue` (per-rank calls) as one group of this thread (group_start / group_end); when
+/// `issue` throws, the group is still ended and the first error is the one rethrown.
+template <typename F>
+void grouped(F&& issue) {
+  group_start();
+  try {
+    issue();
+  } catch (...) {
+    try {
+      group_end();
+    } catch (...) {  // the first error is the one to report
+    }
+    throw;
+  }
+  group_end();
+}
+
+}  // namespace ditto::detail

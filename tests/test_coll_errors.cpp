@@ -1,0 +1,247 @@
+// Argument errors of the collectives of issue 13, each a test: mismatched dtype or count between
+// ranks (every rank fails, the communicator stays usable), all_to_all_v counts that do not add
+// up (across ranks and within one rank), blocks out of bounds or overlapping, roots and peers
+// out of range, a bare premul_sum, integer PreMulSum scalars the dtype cannot hold.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/tensor.h"
+#include "test_util.h"
+
+namespace ditto {
+namespace {
+
+using namespace ditto::test;
+
+using CollErrors = SimSuite<8>;
+
+Tensor make(std::int64_t n, DType dtype, const Device& d) { return Tensor::empty({n}, dtype, d); }
+
+std::vector<Tensor> per_rank(const std::vector<Communicator>& comms, std::int64_t n, DType dtype) {
+  std::vector<Tensor> t;
+  for (const auto& c : comms) t.push_back(make(n, dtype, c.device()));
+  return t;
+}
+
+// Every rank's stream rethrows `message` (InvalidArgument) from the mismatched call.
+void expect_every_rank_fails(std::vector<Communicator>& comms, const std::string& message) {
+  for (auto& c : comms) expect_error<InvalidArgument>([&] { c.stream().synchronize(); }, message);
+}
+
+TEST_F(CollErrors, AllToAllWithADifferentDtypeOnOneRankFailsEveryRank) {
+  auto comms = Communicator::init_all(devices("sim", 3));
+  auto send = per_rank(comms, 6, DType::f32), recv = per_rank(comms, 6, DType::f32);
+  Tensor s1 = make(6, DType::bf16, comms[1].device()), r1 = make(6, DType::bf16, comms[1].device());
+  comms[0].all_to_all(send[0], recv[0]);
+  comms[1].all_to_all(s1, r1);
+  comms[2].all_to_all(send[2], recv[2]);
+  expect_every_rank_fails(comms,
+                          "all_to_all: rank 1 called with dtype bf16, rank 0 with dtype f32 "
+                          "(collective #1 on this communicator");
+  // Still usable.
+  all_to_all(comms, send, recv);
+  EXPECT_NO_THROW(synchronize(comms));
+}
+
+TEST_F(CollErrors, GatherWithADifferentCountOnOneRankFailsEveryRank) {
+  auto comms = Communicator::init_all(devices("sim", 2));
+  Tensor s0 = make(4, DType::i8, comms[0].device()), r0 = make(8, DType::i8, comms[0].device());
+  Tensor s1 = make(3, DType::i8, comms[1].device()), none;
+  comms[0].gather(s0, r0, 0);
+  comms[1].gather(s1, none, 0);
+  expect_every_rank_fails(comms, "gather: rank 1 called with count 3, rank 0 with count 4");
+}
+
+TEST_F(CollErrors, ScatterWithDifferentRootsFailsEveryRank) {
+  auto comms = Communicator::init_all(devices("sim", 2));
+  Tensor s0 = make(4, DType::u8, comms[0].device()), r0 = make(2, DType::u8, comms[0].device());
+  Tensor s1 = make(4, DType::u8, comms[1].device()), r1 = make(2, DType::u8, comms[1].device());
+  comms[0].scatter(s0, r0, 0);
+  comms[1].scatter(s1, r1, 1);
+  expect_every_rank_fails(comms, "scatter: rank 1 called with root 1, rank 0 with root 0");
+}
+
+TEST_F(CollErrors, AllToAllVCountsThatDoNotAddUpAcrossRanksFailEveryRankNamingBoth) {
+  auto comms = Communicator::init_all(devices("sim", 2));
+  Tensor s0 = make(3, DType::f32, comms[0].device()), r0 = make(3, DType::f32, comms[0].device());
+  Tensor s1 = make(4, DType::f32, comms[1].device()), r1 = make(2, DType::f32, comms[1].device());
+  // Rank 0 sends 2 to rank 1, which expects 1 from rank 0.
+  comms[0].all_to_all_v(s0, {1, 2}, r0, {1, 2});
+  comms[1].all_to_all_v(s1, {2, 2}, r1, {1, 1});
+  expect_every_rank_fails(comms,
+                          "all_to_all_v: rank 0 sends 2 elements to rank 1 (send_counts[1]), but "
+                          "rank 1 expects 1 from rank 0 (recv_counts[0]) (collective #1 on this "
+                          "communicator");
+}
+
+TEST_F(CollErrors, AllToAllVPackedCountsMustAddUpToTheTensor) {
+  auto comms = Communicator::init_all(devices("sim", 2));
+  Tensor s = make(5, DType::f32, comms[0].device()), r = make(4, DType::f32, comms[0].device());
+  expect_invalid(
+      [&] {
+        comms[0].all_to_all_v(s, {2, 2}, r, {2, 2});
+      },
+      "Communicator::all_to_all_v: send_counts: expected counts that add up to the 5 "
+      "elements of send [5] f32 on sim:0 (packed blocks), got a sum of 4");
+  expect_invalid(
+      [&] {
+        comms[0].all_to_all_v(s, {2, 3}, r, {2, 3});
+      },
+      "Communicator::all_to_all_v: recv_counts: expected counts that add up to the 4 "
+      "elements of recv");
+  expect_invalid(
+      [&] {
+        comms[0].all_to_all_v(s, {6, -1}, r, {2, 2});
+      },
+      "Communicator::all_to_all_v: send_counts[1]: expected a count >= 0, got -1");
+  expect_invalid(
+      [&] {
+        comms[0].all_to_all_v(s, {5}, r, {2, 2});
+      },
+      "Communicator::all_to_all_v: send_counts: expected 2 entries (one per rank), got 1");
+  // The single-controller form checks every rank first.
+  std::vector<Tensor> send = per_rank(comms, 4, DType::f32), recv = per_rank(comms, 4, DType::f32);
+  expect_invalid(
+      [&] {
+        all_to_all_v(comms, send, {{2, 2}, {2, 2}}, recv, {{2, 2}, {1, 2}});
+      },
+      "Communicator::all_to_all_v: recv_counts: expected counts that add up to the 4 "
+      "elements of recv [4] f32 on sim:1");
+}
+
+TEST_F(CollErrors, AllToAllVBlocksMustBeInsideTheirTensorsAndNotOverlap) {
+  auto comms = Communicator::init_all(devices("sim", 2));
+  Tensor s = make(4, DType::i32, comms[0].device()), r = make(6, DType::i32, comms[0].device());
+  expect_invalid(
+      [&] {
+        comms[0].all_to_all_v(s, {2, 2}, {0, 3}, r, {2, 2}, {0, 2});
+      },
+      "Communicator::all_to_all_v: send_displs[1], send_counts[1]: expected a block "
+      "inside send [4] i32 on sim:0, got 2 elements at element 3");
+  expect_invalid(
+      [&] {
+        comms[0].all_to_all_v(s, {2, 2}, {0, -2}, r, {2, 2}, {0, 2});
+      },
+      "Communicator::all_to_all_v: send_displs[1]: expected a displacement >= 0, got -2");
+  expect_invalid(
+      [&] {
+        comms[0].all_to_all_v(s, {2, 2}, {0, 2}, r, {3, 2}, {0, 2});
+      },
+      "Communicator::all_to_all_v: recv_displs: the blocks from rank 0 ([0, 3)) and "
+      "rank 1 ([2, 4)) overlap in recv");
+  // A recv block inside send.
+  Tensor both = make(8, DType::i32, comms[0].device());
+  expect_invalid(
+      [&] {
+        Tensor recv_view = both.narrow(2, 6);
+        comms[0].all_to_all_v(both.narrow(0, 4), {2, 2}, {0, 2}, recv_view, {2, 2}, {0, 4});
+      },
+      "Communicator::all_to_all_v: recv: the block from rank 0 (elements [0, 2) of [6] i32 on "
+      "sim:0) overlaps send [4] i32 on sim:0");
+}
+
+TEST_F(CollErrors, AllToAllNeedsEqualBlocksAndNoInPlace) {
+  auto comms = Communicator::init_all(devices("sim", 4));
+  Tensor a = make(6, DType::f16, comms[0].device()), b = make(6, DType::f16, comms[0].device());
+  expect_invalid([&] { comms[0].all_to_all(a, b); },
+                 "Communicator::all_to_all: send: expected a number of elements divisible by the "
+                 "size 4 (one equal block per rank), got [6] f16 on sim:0");
+  Tensor c = make(8, DType::f16, comms[0].device()), d = make(4, DType::f16, comms[0].device());
+  expect_invalid([&] { comms[0].all_to_all(c, d); },
+                 "Communicator::all_to_all: recv: expected 8 elements (like send [8] f16 on "
+                 "sim:0), got [4] f16 on sim:0");
+  expect_invalid([&] { comms[0].all_to_all(c, c); },
+                 "Communicator::all_to_all: recv: expected a tensor that does not overlap send");
+  Tensor e = make(8, DType::bf16, comms[0].device());
+  expect_invalid([&] { comms[0].all_to_all(c, e); },
+                 "Communicator::all_to_all: recv: expected dtype f16 (like send), got [8] bf16");
+}
+
+TEST_F(CollErrors, RootOutOfRangeIsRefusedBeforeEnqueueing) {
+  auto comms = Communicator::init_all(devices("sim", 3));
+  Tensor s = make(2, DType::f64, comms[0].device()), r = make(6, DType::f64, comms[0].device());
+  expect_invalid([&] { comms[0].gather(s, r, 3); },
+                 "Communicator::gather: root: expected a rank in [0, 3), got 3");
+  expect_invalid([&] { comms[0].scatter(r, s, -1); },
+                 "Communicator::scatter: root: expected a rank in [0, 3), got -1");
+  std::vector<Tensor> send = per_rank(comms, 2, DType::f64), recv = per_rank(comms, 6, DType::f64);
+  expect_invalid([&] { gather(comms, send, recv, 7); },
+                 "Communicator::gather: root: expected a rank in [0, 3), got 7");
+  // Sizes on the root.
+  Tensor small = make(5, DType::f64, comms[0].device());
+  expect_invalid([&] { comms[0].gather(s, small, 0); },
+                 "Communicator::gather: recv: expected 6 elements on the root (size 3 x send's 2)");
+  expect_invalid(
+      [&] { comms[0].scatter(small, s, 0); },
+      "Communicator::scatter: send: expected 6 elements on the root (size 3 x recv's 2)");
+  // The root's small buffer inside the big one, but not at its own block.
+  expect_invalid([&] { comms[0].gather(r.narrow(2, 2), r, 0); },
+                 "Communicator::gather: recv: expected a tensor that does not overlap send or "
+                 "holds it in place as its block 0");
+}
+
+TEST_F(CollErrors, PeerOutOfRangeIsRefused) {
+  auto comms = Communicator::init_all(devices("sim", 2));
+  Tensor t = make(3, DType::bf16, comms[0].device());
+  expect_invalid([&] { comms[0].send(t, 2); },
+                 "Communicator::send: peer: expected a rank in [0, 2), got 2");
+  expect_invalid([&] { comms[0].recv(t, -1); },
+                 "Communicator::recv: peer: expected a rank in [0, 2), got -1");
+  Tensor elsewhere = make(3, DType::bf16, comms[1].device());
+  expect_invalid([&] { comms[0].send(elsewhere, 1); },
+                 "Communicator::send: tensor: expected a tensor on sim:0 (rank 0 of 2)");
+}
+
+TEST_F(CollErrors, BarePremulSumIsRefused) {
+  auto comms = Communicator::init_all(devices("sim", 2));
+  Tensor a = make(4, DType::f32, comms[0].device()), b = make(2, DType::f32, comms[0].device());
+  const std::string why = ": op: premul_sum needs its scalar: pass PreMulSum{scalar}";
+  expect_invalid([&] { comms[0].all_reduce(a, ReduceOp::premul_sum); },
+                 "Communicator::all_reduce" + why);
+  expect_invalid([&] { comms[0].reduce(a, a, ReduceOp::premul_sum, 0); },
+                 "Communicator::reduce" + why);
+  expect_invalid([&] { comms[0].reduce_scatter(a, b, ReduceOp::premul_sum); },
+                 "Communicator::reduce_scatter" + why);
+  std::vector<Tensor> t = per_rank(comms, 4, DType::f32);
+  expect_invalid([&] { all_reduce(comms, t, ReduceOp::premul_sum); },
+                 "Communicator::all_reduce" + why);
+  expect_invalid([&] { comms[0].all_reduce(a, static_cast<ReduceOp>(9)); },
+                 "Communicator::all_reduce: op: expected sum, prod, min, max, avg or premul_sum, "
+                 "got 9");
+}
+
+TEST_F(CollErrors, IntegerPreMulSumScalarMustBeAnIntegerTheDtypeHolds) {
+  auto comms = Communicator::init_all(devices("sim", 2));
+  Tensor i = make(4, DType::i32, comms[0].device()), u = make(4, DType::u8, comms[0].device());
+  expect_invalid([&] { comms[0].all_reduce(i, i, PreMulSum{0.5}); },
+                 "Communicator::all_reduce: op: PreMulSum scalar for dtype i32: expected an "
+                 "integer in [-2147483648, 2147483647], got 0.5");
+  expect_invalid([&] { comms[0].all_reduce(u, u, PreMulSum{256}); },
+                 "Communicator::all_reduce: op: PreMulSum scalar for dtype u8: expected an integer "
+                 "in [0, 255], got 256");
+  expect_invalid([&] { comms[0].reduce(u, u, PreMulSum{-1}, 0); },
+                 "PreMulSum scalar for dtype u8: expected an integer in [0, 255], got -1");
+  Tensor l = make(4, DType::i64, comms[0].device());
+  expect_invalid([&] { comms[0].all_reduce(l, l, PreMulSum{9223372036854775808.0}); },
+                 "PreMulSum scalar for dtype i64: expected an integer in [-9223372036854775808, "
+                 "9223372036854775807]");
+  // The vector form checks every rank's scalar, and the count of scalars.
+  std::vector<Tensor> t = per_rank(comms, 4, DType::i32);
+  expect_invalid([&] { all_reduce(comms, t, t, {PreMulSum{2}, PreMulSum{1.5}}); }, "got 1.5");
+  expect_invalid([&] { all_reduce(comms, t, t, {PreMulSum{2}}); },
+                 "all_reduce: ops: expected 2 PreMulSum values (one per rank), got 1");
+  // Floating dtypes take any scalar.
+  Tensor f = make(4, DType::bf16, comms[0].device());
+  std::vector<Tensor> fs = per_rank(comms, 4, DType::bf16);
+  EXPECT_NO_THROW(all_reduce(comms, fs, fs, {PreMulSum{0.1}, PreMulSum{-3.5}}));
+  EXPECT_NO_THROW(synchronize(comms));
+  (void)f;
+}
+
+}  // namespace
+}  // namespace ditto
