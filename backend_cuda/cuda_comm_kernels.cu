@@ -37,7 +37,8 @@ static_assert(static_cast<int>(rmath::Op::premul_sum) == static_cast<int>(Reduce
               static_cast<int>(rmath::Op::avg) == static_cast<int>(ReduceOp::avg) &&
               static_cast<int>(rmath::Op::min) == static_cast<int>(ReduceOp::min));
 
-/// tree_mid (core/numerics/determinism.h) for compile-time trees; the static_asserts tie them together.
+/// tree_mid (core/numerics/determinism.h) for compile-time trees; the static_asserts tie them
+/// together.
 __host__ __device__ constexpr int ct_tree_mid(int lo, int hi) {
   int n = hi - lo, p = 1;
   while (p * 2 < n) p *= 2;

@@ -1,7 +1,7 @@
 // CudaCommunicator: ditto's collectives (all_reduce, reduce, broadcast, all_gather,
 // reduce_scatter, all_to_all, all_to_all_v, gather, scatter, barrier; every dtype and op) and
-// point-to-point calls (cuda_communicator_p2p.cpp) on CUDA devices, over NCCL where every rank has a GPU of its own and
-// over an in-GPU transport where ranks share a GPU; call matching, timeouts and abort as in the
+// point-to-point calls (cuda_communicator_p2p.cpp) on CUDA devices, over NCCL where every rank
+// has a GPU of its own and over an in-GPU transport where ranks share a GPU; call matching, timeouts and abort as in the
 // simulator (backend_sim/sim_communicator.cpp).
 //
 // Note [CUDA collectives]
