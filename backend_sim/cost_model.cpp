@@ -49,7 +49,10 @@ double busbw_factor(Kind kind, int n) {
 CollectiveEstimate collective_time(const ClusterSpec& cluster, Kind kind, double bytes,
                                    const std::vector<int>& devices,
                                    std::optional<CollectiveAlgo> force) {
-  const int n = static_cast<int>(devices.size());
+  // A send to itself is a copy inside the device, whether it names the device once or twice.
+  const bool self_p2p = (kind == Kind::send || kind == Kind::recv) && devices.size() == 2 &&
+                        devices[0] == devices[1];
+  const int n = self_p2p ? 1 : static_cast<int>(devices.size());
   const DeviceProfile& dev = cluster.device;
   const InterconnectProfile& ic = cluster.interconnect;
   if (n <= 1) {

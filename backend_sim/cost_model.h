@@ -109,7 +109,7 @@ struct CollectiveEstimate {
 /// device indices; their nodes come from `cluster`) moving `bytes` per rank (see the note for
 /// the other kinds). `force` restricts all_reduce to one algorithm (nvls and hierarchical when
 /// applicable; otherwise InvalidArgument). One device: a local copy. send / recv: `devices` are
-/// the two ranks' devices, source first ({d} for a send to itself: a local copy).
+/// the two ranks' devices, source first ({d} or {d, d} for a send to itself: a local copy).
 CollectiveEstimate collective_time(const ClusterSpec& cluster, CollectiveKind kind,
                                    double bytes, const std::vector<int>& devices,
                                    std::optional<CollectiveAlgo> force = std::nullopt);

@@ -79,6 +79,7 @@
 
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_executor.h"
+#include "backend_sim/sim_p2p.h"
 #include "backend_sim/sim_reduce.h"
 #include "core/internal/collective_call.h"
 #include "core/internal/rendezvous.h"
@@ -177,7 +178,8 @@ class SimCommunicator final : public CommunicatorImpl,
                         : options.timeout_ms),
         in_flight_(devices_.size(), 0),
         labels_(devices_.size()),
-        waiters_(devices_.size()) {}
+        waiters_(devices_.size()),
+        p2p_(std::make_shared<SimP2P>(devices_, rv_.timeout_ms(), cost_)) {}
 
   // Throws at once when aborted; otherwise enqueues the rank's parking task.
   void enqueue(int rank, Stream& s, const Call& call) override {
@@ -186,10 +188,20 @@ class SimCommunicator final : public CommunicatorImpl,
       std::lock_guard lk(mu_);
       rv_.abort_state().throw_if_aborted(call.kind);
     }
+    if (detail::is_p2p(call.kind)) {  // send / recv: Note [Sim point-to-point], sim_p2p.h
+      p2p_->enqueue(rank, ss, call, [self = shared_from_this()](Cause c, std::string why, int f) {
+        std::unique_lock lk(self->mu_);
+        self->abort_locked(lk, c, std::move(why), f);
+      });
+      return;
+    }
     ss.enqueue_parked([self = shared_from_this(), rank, call, &ss](Resume r) {
       self->arrive(rank, call, ss, r);
     });
   }
+
+  void group_start() override { p2p_->group_start(); }
+  void group_end() override { p2p_->group_end(); }
 
   void abort(int rank, const std::string& reason) noexcept override {
     std::unique_lock lk(mu_);
@@ -230,8 +242,10 @@ class SimCommunicator final : public CommunicatorImpl,
         in_flight_[q] = 0;
       }
     rv_.close_all();
+    const detail::AbortState state = rv_.abort_state();
     lk.unlock();
     for (const auto& [r, error] : parked) r(error);
+    p2p_->abort(state);  // its parked batches fail too
   }
 
   bool skipped(int rank, std::uint64_t seq) const {
@@ -544,6 +558,7 @@ class SimCommunicator final : public CommunicatorImpl,
   std::vector<std::optional<Resume>> waiters_;  // parked ranks of the open round
   std::optional<std::uint64_t> timer_;          // Watchdog id of the open round's deadline
   Kind pending_kind_ = Kind::barrier;           // the first parked call's, for the timeout
+  const std::shared_ptr<SimP2P> p2p_;           // send / recv (its own lock; aborted from here)
 };
 
 }  // namespace

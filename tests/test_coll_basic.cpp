@@ -196,80 +196,78 @@ TEST_F(CollBasic, AllToAllVWithDisplacementsLeavesTheGapsAlone) {
 // ---- gather / scatter
 // -------------------------------------------------------------------------------
 
-TEST_F(CollBasic, GatherCollectsEveryRankOnTheRootInRankOrder) {
+// Runs `check(n, root, in_place, spmd)` for every rooted case: 1, 3 and 4 ranks, the first and
+// last root, in and out of place, single controller and SPMD.
+void for_each_rooted_case(const std::function<void(int, int, bool, bool)>& check) {
   for (int n : {1, 3, 4})
     for (int root : {0, n - 1})
       for (bool in_place : {false, true})
         for (bool spmd : {false, true}) {
           SCOPED_TRACE(detail::cat(n, " ranks, root ", root, in_place ? " in place" : "",
                                    spmd ? " spmd" : " group"));
-          const DType dtype = DType::f16;
-          const std::int64_t k = 6;
-          auto comms = Communicator::init_all(devices("sim", n));
-          std::vector<Tensor> send(n), recv(n);
-          recv[root] =
-              from_bytes(std::vector<unsigned char>(n * k * 2, 0), dtype, comms[root].device());
-          for (int r = 0; r < n; ++r) {
-            const auto b = rank_bytes(r, 0, k, dtype);
-            if (in_place && r == root) {  // the root's send is its block of recv
-              send[r] = recv[r].narrow(r * k, k);
-              send[r].copy_(from_bytes(b, dtype, comms[r].device()));
-            } else {
-              send[r] = from_bytes(b, dtype, comms[r].device());
-            }
-          }
-          if (spmd)
-            run_ranks(comms, true, [&](int r) { comms[r].gather(send[r], recv[r], root); });
-          else {
-            gather(comms, send, recv, root);
-            synchronize(comms);
-          }
-          std::vector<unsigned char> expected;
-          for (int q = 0; q < n; ++q) {
-            const auto b = rank_bytes(q, 0, k, dtype);
-            expected.insert(expected.end(), b.begin(), b.end());
-          }
-          EXPECT_EQ(bytes_of(recv[root]), expected);
+          check(n, root, in_place, spmd);
         }
 }
 
+TEST_F(CollBasic, GatherCollectsEveryRankOnTheRootInRankOrder) {
+  for_each_rooted_case([](int n, int root, bool in_place, bool spmd) {
+    const DType dtype = DType::f16;
+    const std::int64_t k = 6;
+    auto comms = Communicator::init_all(devices("sim", n));
+    std::vector<Tensor> send(n), recv(n);
+    recv[root] = from_bytes(std::vector<unsigned char>(n * k * 2, 0), dtype, comms[root].device());
+    std::vector<unsigned char> expected;  // every rank's send, in rank order
+    for (int r = 0; r < n; ++r) {
+      const auto b = rank_bytes(r, 0, k, dtype);
+      expected.insert(expected.end(), b.begin(), b.end());
+      if (in_place && r == root) {  // the root's send is its block of recv
+        send[r] = recv[r].narrow(r * k, k);
+        send[r].copy_(from_bytes(b, dtype, comms[r].device()));
+      } else {
+        send[r] = from_bytes(b, dtype, comms[r].device());
+      }
+    }
+    if (spmd) {
+      run_ranks(comms, true, [&](int r) { comms[r].gather(send[r], recv[r], root); });
+    } else {
+      gather(comms, send, recv, root);
+      synchronize(comms);
+    }
+    EXPECT_EQ(bytes_of(recv[root]), expected);
+  });
+}
+
 TEST_F(CollBasic, ScatterSendsBlockQOfTheRootToRankQ) {
-  for (int n : {1, 3, 4})
-    for (int root : {0, n - 1})
-      for (bool in_place : {false, true})
-        for (bool spmd : {false, true}) {
-          SCOPED_TRACE(detail::cat(n, " ranks, root ", root, in_place ? " in place" : "",
-                                   spmd ? " spmd" : " group"));
-          const DType dtype = DType::u32;
-          const std::int64_t k = 5;
-          auto comms = Communicator::init_all(devices("sim", n));
-          std::vector<Tensor> send(n), recv(n);
-          send[root] = from_bytes(rank_bytes(root, 0, n * k, dtype), dtype, comms[root].device());
-          for (int r = 0; r < n; ++r)
-            recv[r] = in_place && r == root ? send[r].narrow(r * k, k)
-                                            : from_bytes(std::vector<unsigned char>(k * 4, 0),
-                                                         dtype, comms[r].device());
-          if (spmd)
-            run_ranks(comms, true, [&](int r) { comms[r].scatter(send[r], recv[r], root); });
-          else {
-            scatter(comms, send, recv, root);
-            synchronize(comms);
-          }
-          for (int r = 0; r < n; ++r)
-            EXPECT_EQ(bytes_of(recv[r]), rank_bytes(root, r * k, k, dtype)) << "rank " << r;
-        }
+  for_each_rooted_case([](int n, int root, bool in_place, bool spmd) {
+    const DType dtype = DType::u32;
+    const std::int64_t k = 5;
+    auto comms = Communicator::init_all(devices("sim", n));
+    std::vector<Tensor> send(n), recv(n);
+    send[root] = from_bytes(rank_bytes(root, 0, n * k, dtype), dtype, comms[root].device());
+    for (int r = 0; r < n; ++r)
+      recv[r] = in_place && r == root
+                    ? send[r].narrow(r * k, k)
+                    : from_bytes(std::vector<unsigned char>(k * 4, 0), dtype, comms[r].device());
+    if (spmd) {
+      run_ranks(comms, true, [&](int r) { comms[r].scatter(send[r], recv[r], root); });
+    } else {
+      scatter(comms, send, recv, root);
+      synchronize(comms);
+    }
+    for (int r = 0; r < n; ++r)
+      EXPECT_EQ(bytes_of(recv[r]), rank_bytes(root, r * k, k, dtype)) << "rank " << r;
+  });
 }
 
 // ---- premul_sum and integer avg
 // ---------------------------------------------------------------------
 
 TEST_F(CollBasic, PreMulSumScalesEachRanksValuesByItsOwnScalar) {
-  auto comms = Communicator::init_all(devices("sim", 3));
   const std::vector<PreMulSum> ops = {{0.5}, {0.25}, {2.0}};
   for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
     CommOptions o;
     o.determinism = mode;
-    comms = Communicator::init_all(devices("sim", 3), o);
+    auto comms = Communicator::init_all(devices("sim", 3), o);
     // f32: 0.5 * 4 + 0.25 * 8 + 2 * 1 = 6 (exact), element-wise.
     std::vector<Tensor> send, recv;
     for (int r = 0; r < 3; ++r) {
@@ -378,6 +376,12 @@ TEST(CollCost, NewKindsFollowTheirAlphaBetaFormulas) {
   EXPECT_NEAR(sim::collective_time(c, CollectiveKind::send, S, {2, 5}).seconds, a + h + S / B,
               1e-12);
   EXPECT_DOUBLE_EQ(sim::busbw_factor(CollectiveKind::send, 2), 1.0);
+  // To itself: a copy inside the device (read + write at memory bandwidth).
+  const sim::CollectiveEstimate self = sim::collective_time(c, CollectiveKind::send, S, {3, 3});
+  EXPECT_EQ(self.algo, sim::CollectiveAlgo::local);
+  EXPECT_DOUBLE_EQ(self.seconds,
+                   sim::collective_time(c, CollectiveKind::send, S, {3}).seconds);
+  EXPECT_NEAR(self.seconds, c.device.launch_latency + 2 * S / c.device.memory_bandwidth, 1e-15);
   // Across nodes a send pays the network's latency and NIC bandwidth.
   const sim::ClusterSpec c2{c.device, c.interconnect, 2, 8};
   EXPECT_NEAR(sim::collective_time(c2, CollectiveKind::recv, S, {0, 9}).seconds,

@@ -91,8 +91,14 @@ class CommunicatorImpl {
   /// device). Arguments are valid (core checked them); for all_gather recv holds size() * count
   /// elements (rank r's send lands at r * count), for reduce_scatter send does (rank r receives
   /// the reduction of block r); recv is null off the root for reduce, send off the root for
-  /// broadcast. The ranks' calls are matched by their ordinal on this communicator
-  /// (core/internal/rendezvous.h).
+  /// broadcast. all_to_all: send and recv hold size() * count elements (block q of send goes to
+  /// rank q, block r of recv comes from rank r); all_to_all_v: count is 0 and the call's
+  /// send/recv counts and displacements give the blocks; gather: the root's recv holds
+  /// size() * count (null off the root); scatter: the root's send does (null off the root).
+  /// op premul_sum comes with each rank's call.scalar. The ranks' calls are matched by their
+  /// ordinal on this communicator (core/internal/rendezvous.h), except send / recv
+  /// (detail::is_p2p, with call.peer), which are matched per pair of ranks by position
+  /// (core/internal/p2p_match.h).
   virtual void enqueue(int rank, Stream& stream, const detail::CollectiveCall& call) = 0;
 
   /// Group hooks (ncclGroupStart / ncclGroupEnd). Core calls group_start() before this thread's

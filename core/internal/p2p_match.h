@@ -147,6 +147,14 @@ class P2PMatcher {
     return out;
   }
 
+  /// The position the next `kind` call of pair `p` will get (for messages about a call that
+  /// fails before it is posted, e.g. on a failed device).
+  std::uint64_t next_seq(CollectiveKind kind, P2PPair p) const {
+    auto it = pairs_.find(key(p));
+    if (it == pairs_.end()) return 1;
+    return (kind == CollectiveKind::send ? it->second.sends : it->second.recvs) + 1;
+  }
+
   /// Number of posted calls waiting for their partner.
   std::size_t waiting() const { return waiting_; }
 

@@ -1,0 +1,376 @@
+// Communicator::send / recv on the simulator (Note [Sim point-to-point], backend_sim/sim_p2p.h):
+// ring exchanges in one group driven by one thread and by a thread per rank, several messages
+// to one peer in order, a send to oneself, every dtype's bytes, count / dtype mismatches,
+// timeouts naming both ranks, peers out of range, aborts, and virtual time.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend_sim/sim_backend.h"
+#include "core/comm/communicator.h"
+#include "core/runtime/backend.h"
+#include "test_util.h"
+
+namespace ditto {
+namespace {
+
+using namespace ditto::test;
+
+using P2PTest = SimSuite<8>;
+
+std::vector<Device> sim_devices(int n) {
+  std::vector<Device> d;
+  for (int i = 0; i < n; ++i) d.emplace_back("sim", i);
+  return d;
+}
+
+std::vector<Communicator> comms_of(int n, std::int64_t timeout_ms = 300000) {
+  CommOptions o;
+  o.timeout_ms = timeout_ms;
+  return Communicator::init_all(sim_devices(n), o);
+}
+
+// A value only rank r's element i has: the ring tests see who sent what.
+float tag(int r, std::int64_t i) { return static_cast<float>(1000 * r + i); }
+
+std::vector<float> tags(int r, std::int64_t count) {
+  std::vector<float> v;
+  for (std::int64_t i = 0; i < count; ++i) v.push_back(tag(r, i));
+  return v;
+}
+
+// Each rank r sends `count` elements to r + 1 and receives from r - 1 (mod n) in one group:
+// one thread for every rank, or a thread per rank. recv[r] then holds rank r - 1's tags.
+void ring(std::vector<Communicator>& comms, std::int64_t count, bool thread_per_rank,
+          std::vector<Tensor>& recv) {
+  const int n = static_cast<int>(comms.size());
+  std::vector<Tensor> send;
+  recv.clear();
+  for (int r = 0; r < n; ++r) {
+    send.push_back(Tensor::from_vector(tags(r, count), {count}, Device("sim", r)));
+    recv.push_back(Tensor::zeros({count}, DType::f32, Device("sim", r)));
+  }
+  auto issue = [&](int r) {
+    comms[r].send(send[r], (r + 1) % n);
+    comms[r].recv(recv[r], (r + n - 1) % n);
+  };
+  if (!thread_per_rank) {
+    group_start();
+    for (int r = 0; r < n; ++r) issue(r);
+    group_end();
+  } else {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        group_start();
+        issue(r);
+        group_end();
+      });
+    for (auto& t : threads) t.join();
+  }
+  synchronize(comms);
+}
+
+// Synchronises every rank, each expected to throw the same Timeout; returns its message.
+std::string same_timeout_on_every_rank(std::vector<Communicator>& comms) {
+  std::string first;
+  for (std::size_t r = 0; r < comms.size(); ++r) {
+    try {
+      comms[r].stream().synchronize();
+      ADD_FAILURE() << "rank " << r << ": expected a Timeout";
+    } catch (const Timeout& e) {
+      if (first.empty()) first = e.what();
+      EXPECT_EQ(first, e.what()) << "rank " << r;
+    }
+  }
+  return first;
+}
+
+TEST_F(P2PTest, RingInOneGroupFromOneThread) {
+  for (int n = 2; n <= 8; ++n) {
+    auto comms = comms_of(n);
+    std::vector<Tensor> recv;
+    ring(comms, 37, false, recv);
+    for (int r = 0; r < n; ++r)
+      EXPECT_EQ(recv[r].to_vector<float>(), tags((r + n - 1) % n, 37)) << n << " ranks, rank " << r;
+  }
+}
+
+TEST_F(P2PTest, RingInOneGroupWithAThreadPerRank) {
+  for (int n : {2, 3, 8}) {
+    auto comms = comms_of(n);
+    std::vector<Tensor> recv;
+    for (int round = 0; round < 3; ++round) {  // positions go on counting per pair
+      ring(comms, 64, true, recv);
+      for (int r = 0; r < n; ++r)
+        EXPECT_EQ(recv[r].to_vector<float>(), tags((r + n - 1) % n, 64))
+            << n << " ranks, rank " << r << ", round " << round;
+    }
+  }
+}
+
+TEST_F(P2PTest, SeveralSendsToOnePeerArriveInOrderWithoutAGroup) {
+  auto comms = comms_of(3);
+  // Ungrouped: rank 0's sends block its stream one after the other until rank 2 posts the
+  // recvs; no cycle, so it completes. Sizes differ: the k-th send meets the k-th recv.
+  std::vector<Tensor> send, recv;
+  for (int k = 0; k < 4; ++k) {
+    send.push_back(Tensor::from_vector(tags(k, k + 1), {k + 1}, Device("sim", 0)));
+    recv.push_back(Tensor::zeros({k + 1}, DType::f32, Device("sim", 2)));
+  }
+  for (int k = 0; k < 4; ++k) comms[0].send(send[k], 2);
+  for (int k = 0; k < 4; ++k) comms[2].recv(recv[k], 0);
+  synchronize(comms);
+  for (int k = 0; k < 4; ++k) EXPECT_EQ(recv[k].to_vector<float>(), tags(k, k + 1)) << k;
+}
+
+TEST_F(P2PTest, PingPongWithoutAGroup) {
+  auto comms = comms_of(2);
+  Tensor a = Tensor::from_vector(tags(0, 5), {5}, Device("sim", 0));
+  Tensor b = Tensor::zeros({5}, DType::f32, Device("sim", 1));
+  Tensor back = Tensor::zeros({5}, DType::f32, Device("sim", 0));
+  comms[0].send(a, 1);
+  comms[0].recv(back, 1);
+  comms[1].recv(b, 0);
+  comms[1].send(b, 0);
+  synchronize(comms);
+  EXPECT_EQ(back.to_vector<float>(), tags(0, 5));
+}
+
+TEST_F(P2PTest, SendToItselfInAGroup) {
+  auto comms = comms_of(2);
+  Tensor a = Tensor::from_vector(tags(1, 9), {9}, Device("sim", 1));
+  Tensor b = Tensor::zeros({3, 3}, DType::f32, Device("sim", 1));
+  group_start();
+  comms[1].send(a, 1);
+  comms[1].recv(b, 1);
+  group_end();
+  synchronize(comms);
+  EXPECT_EQ(b.to_vector<float>(), tags(1, 9));
+}
+
+TEST_F(P2PTest, SendToItselfWithoutAGroupWaitsForItsOwnRecv) {
+  // Two batches in order on one stream: the send waits for a recv queued behind it (as NCCL).
+  auto comms = comms_of(1, 200);
+  Tensor a = Tensor::zeros({2}, DType::f32, Device("sim", 0));
+  comms[0].send(a, 0);
+  comms[0].recv(a, 0);
+  expect_error<Timeout>([&] { comms[0].stream().synchronize(); },
+                        "send (point-to-point #1 from rank 0 to rank 0): rank 0 did not post the "
+                        "matching recv from rank 0 within 200 ms");
+}
+
+TEST_F(P2PTest, PointToPointDoesNotCountAsACollective) {
+  auto comms = comms_of(2);
+  // Rank 0 makes three p2p calls, rank 1 one; then both all_reduce: the collectives still meet.
+  Tensor x = Tensor::from_vector(tags(0, 4), {4}, Device("sim", 0));
+  Tensor y = Tensor::zeros({4}, DType::f32, Device("sim", 1));
+  Tensor z = Tensor::zeros({4}, DType::f32, Device("sim", 0));
+  group_start();
+  comms[0].send(x, 0);
+  comms[0].recv(z, 0);
+  comms[0].send(x, 1);
+  group_end();
+  comms[1].recv(y, 0);
+  std::vector<Tensor> t = {Tensor::full({2}, 1.0f, Device("sim", 0)),
+                           Tensor::full({2}, 2.0f, Device("sim", 1))};
+  all_reduce(comms, t);
+  synchronize(comms);
+  EXPECT_EQ(y.to_vector<float>(), tags(0, 4));
+  EXPECT_EQ(z.to_vector<float>(), tags(0, 4));
+  EXPECT_EQ(t[1].to_vector<float>(), (std::vector<float>{3.0f, 3.0f}));
+}
+
+TEST_F(P2PTest, EveryDtypeMovesItsBytesExactly) {
+  auto comms = comms_of(2);
+  for (DType dt : kAllDTypes) {
+    const std::int64_t count = 37;
+    Tensor s = Tensor::empty({count}, dt, Device("sim", 0));
+    Tensor r = Tensor::empty({count}, dt, Device("sim", 1));
+    synchronize(comms);
+    // Simulator memory is host memory: every byte value, NaN and subnormal patterns included.
+    const std::size_t bytes = s.nbytes();
+    std::vector<unsigned char> pattern(bytes), zero(bytes, 0);
+    for (std::size_t i = 0; i < bytes; ++i) pattern[i] = static_cast<unsigned char>(i * 7 + 255);
+    std::memcpy(s.data_ptr(), pattern.data(), bytes);
+    std::memcpy(r.data_ptr(), zero.data(), bytes);
+    group_start();
+    comms[0].send(s, 1);
+    comms[1].recv(r, 0);
+    group_end();
+    synchronize(comms);
+    EXPECT_EQ(std::memcmp(r.data_ptr(), pattern.data(), bytes), 0) << dtype_name(dt);
+  }
+}
+
+TEST_F(P2PTest, CountMismatchFailsBothSidesAndTheCommunicatorGoesOn) {
+  auto comms = comms_of(2);
+  Tensor s = Tensor::zeros({12}, DType::f32, Device("sim", 0));
+  Tensor r = Tensor::zeros({10}, DType::f32, Device("sim", 1));
+  comms[0].send(s, 1);
+  comms[1].recv(r, 0);
+  const std::string msg =
+      "send/recv: rank 0 sends 12 elements of f32 to rank 1, but rank 1 receives 10 elements of "
+      "f32 from rank 0 (point-to-point #1 from rank 0 to rank 1; a send and its recv must have "
+      "the same count and dtype)";
+  expect_invalid([&] { comms[0].stream().synchronize(); }, msg);
+  expect_invalid([&] { comms[1].stream().synchronize(); }, msg);
+  // Position 2 of the pair matches again.
+  Tensor s2 = Tensor::from_vector(tags(0, 3), {3}, Device("sim", 0));
+  Tensor r2 = Tensor::zeros({3}, DType::f32, Device("sim", 1));
+  comms[1].recv(r2, 0);
+  comms[0].send(s2, 1);
+  synchronize(comms);
+  EXPECT_EQ(r2.to_vector<float>(), tags(0, 3));
+}
+
+TEST_F(P2PTest, DtypeMismatchFailsBothSides) {
+  auto comms = comms_of(3);
+  Tensor s = Tensor::zeros({4}, DType::i64, Device("sim", 2));
+  Tensor r = Tensor::zeros({4}, DType::f32, Device("sim", 0));
+  group_start();
+  comms[2].send(s, 0);
+  comms[0].recv(r, 2);
+  group_end();
+  const std::string msg =
+      "send/recv: rank 2 sends 4 elements of i64 to rank 0, but rank 0 receives 4 elements of f32 "
+      "from rank 2 (point-to-point #1 from rank 2 to rank 0;";
+  expect_invalid([&] { comms[2].stream().synchronize(); }, msg);
+  expect_invalid([&] { comms[0].stream().synchronize(); }, msg);
+}
+
+TEST_F(P2PTest, SendWithoutRecvTimesOutNamingBothRanks) {
+  auto comms = comms_of(3, 200);
+  Tensor s = Tensor::zeros({4}, DType::f32, Device("sim", 1));
+  comms[1].send(s, 2);
+  expect_error<Timeout>([&] { comms[1].stream().synchronize(); },
+                        "send (point-to-point #1 from rank 1 to rank 2): rank 2 did not post the "
+                        "matching recv from rank 1 within 200 ms");
+  // The communicator is aborted, like after a collective's timeout.
+  expect_error<BackendError>([&] { comms[0].barrier(); },
+                             "barrier: communicator aborted by an earlier error: send "
+                             "(point-to-point #1 from rank 1 to rank 2)");
+  Tensor r = Tensor::zeros({4}, DType::f32, Device("sim", 2));
+  expect_error<BackendError>([&] { comms[2].recv(r, 1); }, "recv: communicator aborted");
+}
+
+TEST_F(P2PTest, RecvWithoutSendTimesOutAndFailsTheOtherWaiters) {
+  auto comms = comms_of(2, 200);
+  Tensor r0 = Tensor::zeros({4}, DType::f32, Device("sim", 0));
+  Tensor r1 = Tensor::zeros({4}, DType::f32, Device("sim", 1));
+  comms[0].recv(r0, 1);
+  comms[1].recv(r1, 0);  // both wait: a cycle of recvs
+  const std::string from1 = "recv (point-to-point #1 from rank 1 to rank 0): rank 1 did not post "
+                            "the matching send to rank 0 within 200 ms";
+  const std::string from0 = "recv (point-to-point #1 from rank 0 to rank 1): rank 0 did not post "
+                            "the matching send to rank 1 within 200 ms";
+  // The first deadline to pass aborts the communicator; both ranks throw that one Timeout.
+  const std::string first = same_timeout_on_every_rank(comms);
+  EXPECT_TRUE(first == from1 || first == from0) << first;
+}
+
+TEST_F(P2PTest, PeerOutOfRange) {
+  auto comms = comms_of(2);
+  Tensor t = Tensor::zeros({4}, DType::f32, Device("sim", 0));
+  expect_invalid([&] { comms[0].send(t, 2); },
+                 "Communicator::send: peer: expected a rank in [0, 2), got 2");
+  expect_invalid([&] { comms[0].recv(t, -1); },
+                 "Communicator::recv: peer: expected a rank in [0, 2), got -1");
+  Tensor elsewhere = Tensor::zeros({4}, DType::f32, Device("sim", 1));
+  expect_invalid([&] { comms[0].send(elsewhere, 1); }, "Communicator::send: tensor: expected a "
+                                                      "tensor on sim:0");
+}
+
+TEST_F(P2PTest, AbortOfAFailedRankFailsParkedBatchesAtOnce) {
+  auto comms = comms_of(3);  // the default timeout (5 minutes): an abort must not wait for it
+  Tensor r = Tensor::zeros({4}, DType::f32, Device("sim", 0));
+  Tensor q = Tensor::zeros({4}, DType::f32, Device("sim", 0));
+  Tensor s = Tensor::zeros({4}, DType::f32, Device("sim", 2));
+  group_start();
+  comms[0].recv(r, 1);
+  comms[0].recv(q, 2);
+  group_end();
+  comms[2].send(s, 0);
+  // Rank 2's send is done once rank 0's batch has posted its calls: it is parked, waiting for 1.
+  comms[2].stream().synchronize();
+  comms[1].abort("step 3 threw");
+  expect_error<PeerFailure>([&] { comms[0].stream().synchronize(); },
+                            "recv (point-to-point #1 from rank 1 to rank 0): rank 1 failed: step 3 "
+                            "threw");
+  expect_error<PeerFailure>([&] { comms[0].send(r, 2); },
+                            "send: communicator aborted by an earlier error: rank 1 failed: step 3 "
+                            "threw");
+}
+
+TEST_F(P2PTest, ACollectiveTimeoutFailsParkedPointToPoint) {
+  auto comms = comms_of(2, 200);
+  Tensor r = Tensor::zeros({4}, DType::f32, Device("sim", 0));
+  comms[0].recv(r, 1);  // never matched
+  comms[1].barrier();   // rank 0 never comes
+  // Whichever deadline passes first aborts the communicator: both ranks throw its Timeout.
+  const std::string first = same_timeout_on_every_rank(comms);
+  EXPECT_TRUE(first.find("barrier (collective #1 on this communicator): timed out after 200 ms "
+                         "waiting for rank 0") != std::string::npos ||
+              first.find("recv (point-to-point #1 from rank 1 to rank 0): rank 1 did not post "
+                         "the matching send") != std::string::npos)
+      << first;
+}
+
+TEST_F(P2PTest, VirtualTimeOfAMessageIsTheLinkTime) {
+  auto& be = *get_backend("sim").extension<sim::SimBackend>();
+  auto comms = comms_of(2);
+  const std::int64_t count = 1 << 18;  // 1 MiB of f32
+  Tensor s = Tensor::zeros({count}, DType::f32, Device("sim", 0));
+  Tensor r = Tensor::zeros({count}, DType::f32, Device("sim", 1));
+  synchronize(comms);
+  const sim::CostTotals t0 = be.cost_model().totals();
+  group_start();
+  comms[0].send(s, 1);
+  comms[1].recv(r, 0);
+  group_end();
+  synchronize(comms);
+  const sim::CostTotals t1 = be.cost_model().totals();
+  const auto& ic = be.cost_model().cluster().interconnect;
+  const double expect = ic.base_latency + ic.hop_latency + 4.0 * count / ic.link_bandwidth;
+  // Both start at the later arrival and end together, one message later.
+  EXPECT_EQ(t1.comm[0] - t0.comm[0], sim::to_vtime(sim::to_seconds(sim::to_vtime(expect))));
+  EXPECT_EQ(t1.comm[1] - t0.comm[1], t1.comm[0] - t0.comm[0]);
+  EXPECT_GT(t1.comm[0], t0.comm[0]);
+}
+
+}  // namespace
+}  // namespace ditto
+
+namespace ditto {
+namespace {
+
+// A fresh simulator (the suite above keeps its own): device 1 fails at step 1.
+TEST(P2PFaults, AFailedDeviceFailsItsBatchAndThePeerAtOnce) {
+  BackendOptions o;
+  o.device_count = 3;
+  auto& be = *init_backend("sim", o).extension<sim::SimBackend>();
+  sim::FaultConfig fc;
+  fc.faults.push_back(sim::parse_fault("fail:device=1,step=1"));
+  be.set_faults(fc);
+  auto comms = Communicator::init_all({Device("sim", 0), Device("sim", 1), Device("sim", 2)});
+  Tensor r = Tensor::zeros({4}, DType::f32, Device("sim", 0));
+  Tensor s = Tensor::zeros({4}, DType::f32, Device("sim", 1));
+  synchronize(comms);
+  comms[0].recv(r, 1);
+  be.begin_step(1);
+  comms[1].send(s, 0);
+  test::expect_own_backend_error([&] { comms[1].stream().synchronize(); },
+                                 "sim:1: device failed (injected fault fail:device=1,step=1");
+  // Parked, or started after the abort: either way it names the failed call and rank.
+  test::expect_error<PeerFailure>([&] { comms[0].stream().synchronize(); },
+                                  "send (point-to-point #1 from rank 1 to rank 0): rank 1 failed: "
+                                  "sim:1: device failed");
+  be.set_faults({});
+}
+
+}  // namespace
+}  // namespace ditto
