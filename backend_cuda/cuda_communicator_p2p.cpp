@@ -21,10 +21,12 @@
 // Posting: outside a group a call is posted at once and returns when its pair is enqueued; inside
 // group_start()/group_end() the calls are posted together at group_end, which returns when all
 // are enqueued (after the group's collectives). So one thread driving several ranks must group
-// its sends and recvs (as with NCCL); SPMD threads need not. A call whose partner is not posted
-// within CommOptions::timeout_ms fails with ditto::Timeout (p2p_timeout_reason: both ranks named)
-// and aborts the communicator; an abort (a failed rank, another timeout) fails the waiting calls
-// at once, naming the cause.
+// its sends and recvs (as with NCCL), and so must SPMD threads whose calls form a cycle (a ring in
+// which every rank sends first times out without a group, where NCCL would hang; with a group, or
+// with even ranks sending first and odd ranks receiving first, it completes). A call whose
+// partner is not posted within CommOptions::timeout_ms fails with ditto::Timeout
+// (p2p_timeout_reason: both ranks named) and aborts the communicator; an abort (a failed rank,
+// another timeout) fails the waiting calls at once, naming the cause.
 #include <chrono>
 #include <exception>
 #include <memory>
