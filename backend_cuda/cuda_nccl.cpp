@@ -85,6 +85,7 @@ NcclRedOp nccl_native(const detail::CollectiveCall& c, ncclComm_t comm, cudaStre
     case Kind::reduce_scatter:
       DITTO_NCCL_CHECK(ncclReduceScatter(send, recv, count, type, op.get(), comm, stream), where);
       break;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
     case Kind::all_to_all:
       DITTO_NCCL_CHECK(ncclAlltoAll(send, recv, count, type, comm, stream), where);
       break;
@@ -96,6 +97,30 @@ NcclRedOp nccl_native(const detail::CollectiveCall& c, ncclComm_t comm, cudaStre
       DITTO_NCCL_CHECK(ncclScatter(send ? send : recv, recv, count, type, c.root, comm, stream),
                        where);
       break;
+#else  // NCCL before 2.28 has no ncclAlltoAll / ncclGather / ncclScatter: ncclSend / ncclRecv
+    case Kind::all_to_all:
+    case Kind::gather:
+    case Kind::scatter: {
+      int n = 0, me = 0;
+      DITTO_NCCL_CHECK(ncclCommCount(comm, &n), where);
+      DITTO_NCCL_CHECK(ncclCommUserRank(comm, &me), where);
+      const std::size_t block = count * elem;
+      for (int q = 0; q < n; ++q) {
+        const auto qb = static_cast<std::size_t>(q) * block;
+        if (c.kind == Kind::all_to_all || (c.kind == Kind::scatter && me == c.root))
+          DITTO_NCCL_CHECK(ncclSend(static_cast<char*>(send) + qb, count, type, q, comm, stream),
+                           where);
+        if (c.kind == Kind::gather && q == c.root)
+          DITTO_NCCL_CHECK(ncclSend(send, count, type, q, comm, stream), where);
+        if (c.kind == Kind::all_to_all || (c.kind == Kind::gather && me == c.root))
+          DITTO_NCCL_CHECK(ncclRecv(static_cast<char*>(recv) + qb, count, type, q, comm, stream),
+                           where);
+        if (c.kind == Kind::scatter && q == c.root)
+          DITTO_NCCL_CHECK(ncclRecv(recv, count, type, q, comm, stream), where);
+      }
+      break;
+    }
+#endif
     case Kind::all_to_all_v:  // MPI_Alltoallv: one send and one recv per peer with data
       for (std::size_t q = 0; q < c.send_counts.size(); ++q) {
         const int peer = static_cast<int>(q);

@@ -53,7 +53,7 @@ class NcclRedOp {
 /// One rank's NCCL call of `c` on `stream`: ncclAllReduce / ncclReduce / ncclBroadcast /
 /// ncclAllGather / ncclReduceScatter with NCCL's own reductions (ncclAvg for avg, a PreMulSum op
 /// for premul_sum: returned, keep it until the group ends), ncclAlltoAll, ncclGather,
-/// ncclScatter, all_to_all_v as one ncclSend / ncclRecv per peer with a non-zero count, send /
+/// ncclScatter (NCCL 2.28+; before, the same as ncclSend / ncclRecv per peer), all_to_all_v as one ncclSend / ncclRecv per peer with a non-zero count, send /
 /// recv as ncclSend / ncclRecv; barrier = a one-element all-reduce of `barrier_buf` (one float on
 /// the rank's GPU). The caller opens an NcclGroup around the calls of one collective (every
 /// rank's, where a process drives several; all_to_all_v's sends and receives need it even for
