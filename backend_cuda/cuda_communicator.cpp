@@ -49,6 +49,11 @@
 //               over ranks]); its PreMulSum multiplies in the type (half2 for f16). So fast
 //               f16 / bf16 / fp8 results differ from bitwise ones (and from the simulator's fast
 //               mode, which accumulates in f32); integer results are exact in both modes.
+//               (NCCL's source: hostToDevRedOp in src/enqueue.cc maps ncclAvg to
+//               ncclDevSumPostDiv with nRanks for the integer types and to ncclDevPreMulSum with
+//               1.0/nRanks converted to the type, __float2half for f16, for the floats;
+//               src/device/reduce_kernel.h: FuncSumPostDiv's postOp is T(x/n), and
+//               FuncPreMulSum<half> holds its scalar as half2 on sm_53+.)
 //      bitwise: NCCL only moves data and ditto's kernel reduces (reduce_math.h: Acc, the
 //               canonical tree, one rounding; each rank's premul_sum scalar): the block
 //               algorithm of Note [CUDA bitwise collectives] (cuda_bitwise.cpp) over
