@@ -17,18 +17,19 @@ namespace ditto::cuda {
 /// communicator).
 inline constexpr int kCommMaxPointers = 1024;
 
-/// Enqueues on `stream` (of the current device):
-///   for i in [0, len):  v = op over q of srcs[q][i]   (canonical tree over q, Note [Canonical
-///                                                      tree]; one source is copied as is)
-///                       v = v / srcs.size()          (op avg, f32 only, as ncclAvg)
-///                       dsts[d][i] = v               for every d
-/// dtype f32 or i64 (i64 arithmetic wraps); the element combine is the simulator's (NaN
-/// propagates through min and max). Pointers may lie on any GPU the current device can access
+/// Enqueues on `stream` (of the current device), with Acc, load_scaled, combine and finish of
+/// core/numerics/reduce_math.h (Note [Reductions over ranks]):
+///   for i in [0, len):  a = op over q of load_scaled(srcs[q][i], scalars[q])  (in Acc<dtype>, the
+///                                                  canonical tree over q, Note [Canonical tree])
+///                       dsts[d][i] = finish(a)    (avg divides by srcs.size(); one rounding)
+/// for every d. One source with op sum, prod, min or max is a copy of the bits. Any dtype;
+/// `scalars` (srcs.size() entries, each rank's premul_sum scalar; null: all 1) is read on the
+/// host and used only for premul_sum. Pointers may lie on any GPU the current device can access
 /// (peer access). A destination may be a source at the same element (in place): each element is
 /// read and written by one thread. 1 <= srcs.size(), dsts.size() <= kCommMaxPointers.
 /// Returns the launch status (nothing is launched when len or dsts is empty).
 cudaError_t launch_comm_reduce(cudaStream_t stream, const std::vector<const void*>& srcs,
                                const std::vector<void*>& dsts, std::int64_t len, DType dtype,
-                               ReduceOp op);
+                               ReduceOp op, const double* scalars = nullptr);
 
 }  // namespace ditto::cuda

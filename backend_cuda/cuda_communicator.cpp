@@ -1,6 +1,7 @@
 // CudaCommunicator: ditto's collectives (all_reduce, reduce, broadcast, all_gather,
-// reduce_scatter, barrier) on CUDA devices, over NCCL where every rank has a GPU of its own and
-// over an in-GPU transport where ranks share a GPU; call matching, timeouts and abort as in the
+// reduce_scatter, all_to_all, all_to_all_v, gather, scatter, barrier; every dtype and op) and
+// point-to-point calls (cuda_communicator_p2p.cpp) on CUDA devices, over NCCL where every rank
+// has a GPU of its own and over an in-GPU transport where ranks share a GPU; call matching, timeouts and abort as in the
 // simulator (backend_sim/sim_communicator.cpp).
 //
 // Note [CUDA collectives]
@@ -38,8 +39,23 @@
 //    GPU): one ncclComm per rank from ncclCommInitAll over the ranks' GPUs; the completing caller
 //    issues every rank's NCCL call inside one ncclGroupStart/End, on the ranks' streams.
 //      fast:    ncclAllReduce / ncclReduce / ncclBroadcast / ncclAllGather / ncclReduceScatter
-//               with NCCL's own reductions (ncclAvg for avg); barrier = a 1-element all-reduce.
-//      bitwise: NCCL only moves data and ditto's kernel adds in the canonical tree: the block
+//               with NCCL's own reductions (ncclAvg for avg, ncclRedOpCreatePreMulSum for
+//               premul_sum), ncclAlltoAll, ncclGather, ncclScatter, all_to_all_v as ncclSend /
+//               ncclRecv per peer; barrier = a 1-element all-reduce. NCCL reduces in the element
+//               type and rounds at every hop (a ring adds one rank per step, so f16 / bf16 / fp8
+//               round to the type at each step); its ncclAvg on floats is PreMulSum by 1/N in the
+//               type (for f16, 1/N itself rounded to half) and on integers FuncSumPostDiv (the
+//               wrapped sum, then C's truncating division by N: ditto's rule, Note [Reductions
+//               over ranks]); its PreMulSum multiplies in the type (half2 for f16). So fast
+//               f16 / bf16 / fp8 results differ from bitwise ones (and from the simulator's fast
+//               mode, which accumulates in f32); integer results are exact in both modes.
+//               (NCCL's source: hostToDevRedOp in src/enqueue.cc maps ncclAvg to
+//               ncclDevSumPostDiv with nRanks for the integer types and to ncclDevPreMulSum with
+//               1.0/nRanks converted to the type, __float2half for f16, for the floats;
+//               src/device/reduce_kernel.h: FuncSumPostDiv's postOp is T(x/n), and
+//               FuncPreMulSum<half> holds its scalar as half2 on sm_53+.)
+//      bitwise: NCCL only moves data and ditto's kernel reduces (reduce_math.h: Acc, the
+//               canonical tree, one rounding; each rank's premul_sum scalar): the block
 //               algorithm of Note [CUDA bitwise collectives] (cuda_bitwise.cpp) over
 //               NcclTransport (cuda_nccl.h), driving every rank from the completing caller;
 //               broadcast, all_gather, barrier: as in fast mode (no arithmetic).
@@ -59,6 +75,9 @@
 //             in-place calls are race-free;
 //      join again: no rank goes on (and reuses its buffers) before every kernel that reads or
 //             writes them has finished.
+//      all_to_all, all_to_all_v, gather and scatter are copies in the same frame: rank r's
+//      kernel copies what rank r sends (scatter: what it receives), so again every element of a
+//      recv is written by one kernel.
 //    Every byte is read once and written once per destination: the copy-bandwidth bound. A
 //    barrier is one join; a collective of count 0 enqueues nothing.
 //
@@ -83,93 +102,19 @@
 #include "backend_cuda/cuda_bitwise.h"
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_comm_kernels.h"
+#include "backend_cuda/cuda_communicator.h"
 #include "backend_cuda/cuda_nccl.h"
 #include "core/internal/collective_call.h"
 #include "core/internal/rendezvous.h"
 #include "core/runtime/error.h"
 
 namespace ditto::cuda {
-namespace {
 
-using Kind = detail::CollectiveKind;
 using Cause = detail::AbortState::Cause;
 using detail::uses_op;
+namespace {
 inline const char* kind_name(Kind k) { return detail::collective_name(k); }
-
-/// One rank's call, as published in its slot, with the stream it was made on.
-struct Call : detail::CollectiveCall {
-  cudaStream_t stream = nullptr;  ///< the rank's stream (of the rank's device)
-};
-using Round = detail::Rendezvous<Call>::Round;
-
-/// Element offset `off` of a buffer of `elem`-byte elements.
-const void* at(const void* p, std::int64_t off, std::size_t elem) {
-  return static_cast<const char*>(p) + static_cast<std::size_t>(off) * elem;
-}
-void* at(void* p, std::int64_t off, std::size_t elem) {
-  return static_cast<char*>(p) + static_cast<std::size_t>(off) * elem;
-}
-
-class CudaCommunicator final : public CommunicatorImpl {
- public:
-  CudaCommunicator(CudaBackend& backend, const std::vector<int>& devices,
-                   const CommOptions& options);
-  ~CudaCommunicator() override { release(); }
-  CudaCommunicator(const CudaCommunicator&) = delete;
-  CudaCommunicator& operator=(const CudaCommunicator&) = delete;
-
-  void enqueue(int rank, Stream& s, const detail::CollectiveCall& call) override;
-  void group_start() override;
-  void group_end() override;
-  void abort(int rank, const std::string& reason) noexcept override;
-
- private:
-  enum class Transport : std::uint8_t { nccl, in_gpu };
-
-  struct Rank {
-    int device = 0;    ///< logical device (cuda:device)
-    int physical = 0;  ///< its GPU
-    std::string where;  ///< "cuda:3 (GPU 0), rank 3 of 8" for error messages
-    ncclComm_t nccl = nullptr;
-    cudaEvent_t ready = nullptr;  ///< in-GPU joins: the rank's stream reached the join
-    cudaEvent_t last = nullptr;   ///< end of the rank's latest collective
-    cudaStream_t last_stream = nullptr;  ///< where `last` was recorded (null: no collective yet)
-    float* barrier_buf = nullptr;  ///< NCCL barrier: one float on the rank's GPU
-  };
-
-  /// A grouped call of this thread whose outcome group_end() waits for.
-  struct Pending {
-    std::shared_ptr<Round> round;
-    int rank;
-  };
-
-  // ---- rendezvous (Note [CUDA collectives]) -----------------------------------------------------
-  void resolve_locked(Round& round);
-  void await_locked(std::unique_lock<std::mutex>& lk, Round& round, int rank, bool grouped);
-  void abort_locked(Cause cause, std::string reason);
-
-  // ---- enqueueing (caller holds mu_) -----------------------------------------------------------
-  void run(const Round& round);
-  void after_previous(int r, cudaStream_t s);
-  void mark_end(int r, cudaStream_t s);
-  void in_gpu_join(const Round& round);
-  void in_gpu_share(const Round& round, int r);
-  void nccl_bitwise(const Round& round);
-
-  void release() noexcept;
-
-  CudaBackend& backend_;
-  const CommOptions options_;
-  const int n_;
-  Transport transport_ = Transport::in_gpu;
-  std::vector<Rank> ranks_;
-  cudaEvent_t gate_ = nullptr;  ///< in-GPU joins: on rank 0's GPU
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  detail::Rendezvous<Call> rv_;  ///< matching, deadlines, abort state (guarded by mu_)
-  std::map<std::thread::id, std::vector<Pending>> groups_;  ///< threads inside a group
-};
+}  // namespace
 
 // ---- construction -------------------------------------------------------------------------------
 
@@ -179,7 +124,8 @@ CudaCommunicator::CudaCommunicator(CudaBackend& backend, const std::vector<int>&
       options_(options),
       n_(static_cast<int>(devices.size())),
       ranks_(devices.size()),
-      rv_(n_, options.timeout_ms) {
+      rv_(n_, options.timeout_ms),
+      p2p_(n_) {
   try {
     std::vector<int> physical(devices.size());
     for (int r = 0; r < n_; ++r) {
@@ -281,11 +227,20 @@ void CudaCommunicator::enqueue(int rank, Stream& s, const detail::CollectiveCall
   Call c{call, as_cuda(s, kind_name(call.kind)).get()};
   std::unique_lock lk(mu_);
   rv_.abort_state().throw_if_aborted(call.kind);
+  auto group = groups_.find(std::this_thread::get_id());
+  if (detail::is_p2p(call.kind)) {  // Note [CUDA point-to-point]
+    if (group != groups_.end()) {
+      group->second.p2p.emplace_back(rank, std::move(c));
+      return;
+    }
+    std::shared_ptr<P2PTicket> t = post_p2p_locked(rank, c);
+    await_p2p_locked(lk, *t, false);
+    return;
+  }
   std::shared_ptr<Round> round = rv_.enter(rank);
   if (rv_.arrive(*round, rank, c)) resolve_locked(*round);
-  auto group = groups_.find(std::this_thread::get_id());
   if (group != groups_.end()) {
-    group->second.push_back({round, rank});
+    group->second.pending.push_back({round, rank});
     return;
   }
   await_locked(lk, *round, rank, false);
@@ -350,12 +305,30 @@ void CudaCommunicator::group_end() {
   std::unique_lock lk(mu_);
   auto it = groups_.find(std::this_thread::get_id());
   if (it == groups_.end()) return;
-  std::vector<Pending> pending = std::move(it->second);
+  Group group = std::move(it->second);
   groups_.erase(it);
   std::exception_ptr first;
-  for (Pending& p : pending) {
+  // The group's sends and recvs are posted together (so a ring in one group matches), then
+  // everything the group issued is waited for.
+  std::vector<std::shared_ptr<P2PTicket>> tickets;
+  for (auto& [rank, c] : group.p2p) {
+    try {
+      rv_.abort_state().throw_if_aborted(c.kind);
+      tickets.push_back(post_p2p_locked(rank, c));
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  for (Pending& p : group.pending) {
     try {
       await_locked(lk, *p.round, p.rank, true);
+    } catch (...) {
+      if (!first) first = std::current_exception();
+    }
+  }
+  for (auto& t : tickets) {
+    try {
+      await_p2p_locked(lk, *t, true);
     } catch (...) {
       if (!first) first = std::current_exception();
     }
@@ -371,10 +344,13 @@ void CudaCommunicator::run(const Round& round) {
     after_previous(r, round.calls[static_cast<std::size_t>(r)].stream);
   }
   const Call& c0 = round.calls[0];
+  // all_to_all_v has count 0 (its counts are per peer); every other collective of count 0 moves
+  // no data: no work.
+  const bool work = c0.kind == Kind::all_to_all_v || c0.count > 0;
   if (transport_ == Transport::in_gpu) {
     if (c0.kind == Kind::barrier) {
       in_gpu_join(round);
-    } else if (c0.count > 0) {  // no data, no work
+    } else if (work) {
       in_gpu_join(round);
       for (int r = 0; r < n_; ++r) {
         DeviceGuard g(ranks_[static_cast<std::size_t>(r)].physical);
@@ -382,16 +358,17 @@ void CudaCommunicator::run(const Round& round) {
       }
       in_gpu_join(round);
     }
-  } else if (c0.kind != Kind::barrier && c0.count == 0) {
+  } else if (c0.kind != Kind::barrier && !work) {
     // no data, no work
   } else if (options_.determinism == Determinism::bitwise && uses_op(c0.kind)) {
     nccl_bitwise(round);
   } else {  // NCCL's own collectives, one group over all ranks
+    std::vector<NcclRedOp> ops;  // premul_sum ops: destroyed after the group's end
     NcclGroup group(ranks_[0].where);
     for (int r = 0; r < n_; ++r) {
       const Rank& k = ranks_[static_cast<std::size_t>(r)];
       const Call& c = round.calls[static_cast<std::size_t>(r)];
-      nccl_native(c, k.nccl, c.stream, k.barrier_buf, k.where);
+      ops.push_back(nccl_native(c, k.nccl, c.stream, k.barrier_buf, k.where));
     }
     group.end();
   }
@@ -446,8 +423,17 @@ void CudaCommunicator::in_gpu_share(const Round& col, int r) {
   const std::size_t elem = dtype_size(c0.dtype);
   const std::int64_t count = c0.count;
   auto call = [&](int q) -> const Call& { return col.calls[static_cast<std::size_t>(q)]; };
+  const Rank& k = ranks_[static_cast<std::size_t>(r)];
+  const cudaStream_t stream = call(r).stream;
+  // A copy of len elements (the comm kernel with one source); onto itself it is no work.
+  auto copy = [&](const void* from, void* to, std::int64_t len) {
+    if (from == to || len == 0) return;
+    DITTO_CUDA_CHECK(launch_comm_reduce(stream, {from}, {to}, len, c0.dtype, ReduceOp::sum),
+                     k.where);
+  };
   std::vector<const void*> srcs;
   std::vector<void*> dsts;
+  std::vector<double> scalars;  // premul_sum: every source rank's scalar
   std::int64_t len = count;
   ReduceOp op = ReduceOp::sum;  // no arithmetic with one source
   switch (c0.kind) {
@@ -457,7 +443,10 @@ void CudaCommunicator::in_gpu_share(const Round& col, int r) {
       break;
     case Kind::reduce_scatter:  // block r of every send into rank r's recv
       op = c0.op;
-      for (int q = 0; q < n_; ++q) srcs.push_back(at(call(q).send, r * count, elem));
+      for (int q = 0; q < n_; ++q) {
+        srcs.push_back(at(call(q).send, r * count, elem));
+        scalars.push_back(call(q).scalar);
+      }
       dsts.push_back(call(r).recv);
       break;
     case Kind::all_reduce:
@@ -472,7 +461,10 @@ void CudaCommunicator::in_gpu_share(const Round& col, int r) {
         for (int q = 0; q < n_; ++q) dsts.push_back(at(call(q).recv, lo, elem));
       } else {
         op = c0.op;
-        for (int q = 0; q < n_; ++q) srcs.push_back(at(call(q).send, lo, elem));
+        for (int q = 0; q < n_; ++q) {
+          srcs.push_back(at(call(q).send, lo, elem));
+          scalars.push_back(call(q).scalar);
+        }
         if (c0.kind == Kind::all_reduce)
           for (int q = 0; q < n_; ++q) dsts.push_back(at(call(q).recv, lo, elem));
         else
@@ -480,12 +472,34 @@ void CudaCommunicator::in_gpu_share(const Round& col, int r) {
       }
       break;
     }
-    case Kind::barrier: return;
+    // Pure data movement: rank r copies what it sends (or, for scatter, what it receives).
+    case Kind::all_to_all:  // block q of r's send into block r of q's recv
+      for (int q = 0; q < n_; ++q) copy(at(call(r).send, q * count, elem),
+                                        at(call(q).recv, r * count, elem), count);
+      return;
+    case Kind::all_to_all_v:  // send_counts[q] of r's send to q, where q expects them from r
+      for (int q = 0; q < n_; ++q) {
+        const auto qi = static_cast<std::size_t>(q), ri = static_cast<std::size_t>(r);
+        copy(at(call(r).send, call(r).send_displs[qi], elem),
+             at(call(q).recv, call(q).recv_displs[ri], elem), call(r).send_counts[qi]);
+      }
+      return;
+    case Kind::gather:  // r's send into block r of the root's recv
+      copy(call(r).send, at(call(c0.root).recv, r * count, elem), count);
+      return;
+    case Kind::scatter:  // block r of the root's send into r's recv
+      copy(at(call(c0.root).send, r * count, elem), call(r).recv, count);
+      return;
+    case Kind::barrier:
+    case Kind::send:
+    case Kind::recv:  // point-to-point never reaches a round (run_p2p)
+      return;
   }
   if (srcs.size() == 1)  // a copy onto itself is no work (in-place broadcast, all_gather)
     dsts.erase(std::remove(dsts.begin(), dsts.end(), srcs[0]), dsts.end());
-  const Rank& k = ranks_[static_cast<std::size_t>(r)];
-  DITTO_CUDA_CHECK(launch_comm_reduce(call(r).stream, srcs, dsts, len, c0.dtype, op), k.where);
+  DITTO_CUDA_CHECK(launch_comm_reduce(stream, srcs, dsts, len, c0.dtype, op,
+                                      scalars.empty() ? nullptr : scalars.data()),
+                   k.where);
 }
 
 // NCCL's own collectives, one group over all ranks (fast mode; data movement in bitwise mode).
@@ -499,12 +513,12 @@ void CudaCommunicator::nccl_bitwise(const Round& round) {
     const Call& c = round.calls[static_cast<std::size_t>(r)];
     local.push_back({r, k.device, k.physical, k.nccl, c.stream, c.send, c.recv, &k.where});
   }
+  std::vector<double> scalars;
+  for (const Call& c : round.calls) scalars.push_back(c.scalar);
   NcclTransport transport(backend_, n_, std::move(local), round.calls[0].dtype,
-                          round.calls[0].op);
+                          round.calls[0].op, std::move(scalars));
   bitwise_collective(transport, round.calls[0], n_);
 }
-
-}  // namespace
 
 std::shared_ptr<CommunicatorImpl> make_cuda_communicator(CudaBackend& backend,
                                                          const std::vector<int>& devices,

@@ -14,14 +14,30 @@
 //            the block algorithm of Note [CUDA bitwise collectives] (cuda_bitwise.cpp) over
 //            NcclTransport (cuda_nccl.h), as the in-process NCCL path, with this process driving
 //            only its own rank. Same bits as the simulator's.
-// One rank per process: a thread drives only its own rank, so group_start()/group_end() need do
-// nothing (the calls inside a group run as they come). A rank's collectives run one at a time
-// (a later one on another stream waits for the previous one's end event).
+// One rank per process: a thread drives only its own rank, so collectives inside a group run as
+// they come. A rank's collectives run one at a time (a later one on another stream waits for the
+// previous one's end event). premul_sum: the bitwise kernel multiplies every rank's block by
+// that rank's scalar, taken from the calls MpiLink::start exchanged (the wire call carries it);
+// NCCL's PreMulSum op (fast mode) needs only this rank's. all_to_all_v: ncclSend / ncclRecv per
+// peer in one group; its cross-rank count check is MpiLink::start's (find_call_mismatch on the
+// exchanged calls).
+//
+// Point-to-point (send / recv) are not collectives: no call exchange, no ordinal. Outside a group
+// a call is one ncclSend / ncclRecv on the caller's stream; between group_start() and
+// group_end() the thread's sends and recvs are collected and issued at group_end in one
+// ncclGroupStart/End (so a ring in one group cannot deadlock). Unlike the in-process
+// communicators (Note [CUDA point-to-point]) their count and dtype are NOT checked against the
+// peer's and a missing partner is not timed out: as with raw NCCL, a send whose recv never comes
+// leaves the stream waiting (ncclCommAbort through Communicator::abort frees it). A checked
+// version would exchange a header per call over MPI first.
 #include <nccl.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "backend_cuda/cuda_backend.h"
@@ -82,21 +98,35 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
   void enqueue(int, Stream& s, const CollectiveCall& call) override {
     const cudaStream_t stream = as_cuda(s, detail::collective_name(call.kind)).get();
     std::lock_guard lk(mu_);  // this rank's collectives one at a time
+    link_.throw_if_aborted(call.kind);
+    if (detail::is_p2p(call.kind)) {
+      auto group = groups_.find(std::this_thread::get_id());
+      if (group != groups_.end())
+        group->second.push_back({call, stream});
+      else
+        run_p2p({{call, stream}});
+      return;
+    }
     std::uint64_t seq = 0;
-    link_.start(call, seq);  // blocks until every rank called; throws on mismatch, timeout, abort
-    if (call.kind != Kind::barrier && call.count == 0) return;
+    std::vector<CollectiveCall> calls = link_.start(call, seq);  // blocks until every rank
+    // called; throws on mismatch, timeout, abort
+    if (call.kind != Kind::barrier && call.kind != Kind::all_to_all_v && call.count == 0) return;
     try {
       DeviceGuard g(physical_);
       if (last_stream_ && last_stream_ != stream)
         DITTO_CUDA_CHECK(cudaStreamWaitEvent(stream, last_, 0), where_);
       if (link_.options().determinism == Determinism::bitwise && detail::uses_op(call.kind)) {
+        std::vector<double> scalars;
+        for (const CollectiveCall& c : calls) scalars.push_back(c.scalar);
         NcclTransport t(backend_, link_.size(),
                         {{link_.rank(), device_, physical_, nccl_, stream, call.send, call.recv,
                           &where_}},
-                        call.dtype, call.op);
+                        call.dtype, call.op, std::move(scalars));
         bitwise_collective(t, call, link_.size());
-      } else {
-        nccl_native(call, nccl_, stream, barrier_buf_, where_);
+      } else {  // a group: all_to_all_v is several ncclSend / ncclRecv
+        NcclGroup group(where_);
+        NcclRedOp op = nccl_native(call, nccl_, stream, barrier_buf_, where_);
+        group.end();
       }
       DITTO_CUDA_CHECK(cudaEventRecord(last_, stream), where_);
       last_stream_ = stream;
@@ -109,7 +139,57 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
 
   void abort(int, const std::string& reason) noexcept override { link_.abort_by_rank(reason); }
 
+  void group_start() override {
+    std::lock_guard lk(mu_);
+    groups_[std::this_thread::get_id()];  // present while the thread is in a group
+  }
+  void group_end() override {
+    std::vector<P2P> batch;
+    std::lock_guard lk(mu_);
+    auto it = groups_.find(std::this_thread::get_id());
+    if (it == groups_.end()) return;
+    batch = std::move(it->second);
+    groups_.erase(it);
+    link_.throw_if_aborted(detail::CollectiveKind::send);
+    if (!batch.empty()) run_p2p(batch);
+  }
+
  private:
+  /// A send or recv, with the stream it was issued on.
+  struct P2P {
+    CollectiveCall call;
+    cudaStream_t stream = nullptr;
+  };
+
+  /// The ncclSend / ncclRecv of `batch` in one group; each stream first waits for this rank's
+  /// previous collective or transfer, and the last stream's end is the new "previous".
+  void run_p2p(const std::vector<P2P>& batch) {
+    try {
+      DeviceGuard g(physical_);
+      for (const P2P& p : batch)
+        if (last_stream_ && last_stream_ != p.stream)
+          DITTO_CUDA_CHECK(cudaStreamWaitEvent(p.stream, last_, 0), where_);
+      NcclGroup group(where_);
+      for (const P2P& p : batch)
+        if (p.call.count > 0) (void)nccl_native(p.call, nccl_, p.stream, barrier_buf_, where_);
+      group.end();
+      // Later work on another stream waits for every stream of the batch: join them into the
+      // last one.
+      const cudaStream_t end = batch.back().stream;
+      for (const P2P& p : batch)
+        if (p.stream != end) {
+          DITTO_CUDA_CHECK(cudaEventRecord(last_, p.stream), where_);
+          DITTO_CUDA_CHECK(cudaStreamWaitEvent(end, last_, 0), where_);
+        }
+      DITTO_CUDA_CHECK(cudaEventRecord(last_, end), where_);
+      last_stream_ = end;
+    } catch (const std::exception& e) {
+      link_.abort_by_rank(detail::cat("send/recv: ", e.what()));
+      throw;
+    }
+  }
+
+
   void release() noexcept {
     if (nccl_) {
       DeviceGuard g(physical_);
@@ -134,6 +214,7 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
   cudaEvent_t last_ = nullptr;           ///< end of this rank's latest collective
   cudaStream_t last_stream_ = nullptr;   ///< where last_ was recorded
   float* barrier_buf_ = nullptr;
+  std::map<std::thread::id, std::vector<P2P>> groups_;  ///< threads inside a group
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_comm_kernels.h"
+#include "core/numerics/float_formats.h"
 #include "core/runtime/error.h"
 
 namespace ditto::cuda {
@@ -35,50 +36,131 @@ void NcclGroup::end() {
   DITTO_NCCL_CHECK(ncclGroupEnd(), where_);
 }
 
-void nccl_native(const detail::CollectiveCall& c, ncclComm_t comm, cudaStream_t stream,
-                 float* barrier_buf, const std::string& where) {
+NcclRedOp::NcclRedOp(ReduceOp op, double scalar, DType dtype, ncclComm_t comm,
+                     const std::string& where)
+    : op_(nccl_op(op)) {
+  if (op != ReduceOp::premul_sum) return;
+  visit_dtype(dtype, [&](auto x) {
+    using T = decltype(x);
+    T value = convert<T>(scalar);  // integers: core checked it is integral and representable
+    DITTO_NCCL_CHECK(ncclRedOpCreatePreMulSum(&op_, &value, nccl_type(dtype),
+                                              ncclScalarHostImmediate, comm),
+                     where);
+  });
+  comm_ = comm;
+}
+
+NcclRedOp::NcclRedOp(NcclRedOp&& o) noexcept : op_(o.op_), comm_(o.comm_) { o.comm_ = nullptr; }
+
+NcclRedOp::~NcclRedOp() {
+  if (comm_) (void)ncclRedOpDestroy(op_, comm_);
+}
+
+NcclRedOp nccl_native(const detail::CollectiveCall& c, ncclComm_t comm, cudaStream_t stream,
+                      float* barrier_buf, const std::string& where) {
   using Kind = detail::CollectiveKind;
   const auto count = static_cast<std::size_t>(c.count);
   const ncclDataType_t type = nccl_type(c.dtype);
+  const std::size_t elem = dtype_size(c.dtype);
+  NcclRedOp op(detail::uses_op(c.kind) ? c.op : ReduceOp::sum, c.scalar, c.dtype, comm, where);
+  // Buffers NCCL ignores off the root are null there; NCCL's argument checks get a valid one.
+  void* send = const_cast<void*>(c.send);
+  void* recv = c.recv;
   switch (c.kind) {
     case Kind::all_reduce:
-      DITTO_NCCL_CHECK(ncclAllReduce(c.send, c.recv, count, type, nccl_op(c.op), comm, stream),
-                       where);
+      DITTO_NCCL_CHECK(ncclAllReduce(send, recv, count, type, op.get(), comm, stream), where);
       break;
     case Kind::reduce:  // recv is unused (and null) off the root
-      DITTO_NCCL_CHECK(ncclReduce(c.send, c.recv ? c.recv : const_cast<void*>(c.send), count, type,
-                                  nccl_op(c.op), c.root, comm, stream),
+      DITTO_NCCL_CHECK(ncclReduce(send, recv ? recv : send, count, type, op.get(), c.root, comm,
+                                  stream),
                        where);
       break;
     case Kind::broadcast:  // send is unused (and null) off the root
-      DITTO_NCCL_CHECK(
-          ncclBroadcast(c.send ? c.send : c.recv, c.recv, count, type, c.root, comm, stream),
-          where);
+      DITTO_NCCL_CHECK(ncclBroadcast(send ? send : recv, recv, count, type, c.root, comm, stream),
+                       where);
       break;
     case Kind::all_gather:
-      DITTO_NCCL_CHECK(ncclAllGather(c.send, c.recv, count, type, comm, stream), where);
+      DITTO_NCCL_CHECK(ncclAllGather(send, recv, count, type, comm, stream), where);
       break;
     case Kind::reduce_scatter:
-      DITTO_NCCL_CHECK(
-          ncclReduceScatter(c.send, c.recv, count, type, nccl_op(c.op), comm, stream), where);
+      DITTO_NCCL_CHECK(ncclReduceScatter(send, recv, count, type, op.get(), comm, stream), where);
+      break;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+    case Kind::all_to_all:
+      DITTO_NCCL_CHECK(ncclAlltoAll(send, recv, count, type, comm, stream), where);
+      break;
+    case Kind::gather:  // recv is unused (and null) off the root
+      DITTO_NCCL_CHECK(ncclGather(send, recv ? recv : send, count, type, c.root, comm, stream),
+                       where);
+      break;
+    case Kind::scatter:  // send is unused (and null) off the root
+      DITTO_NCCL_CHECK(ncclScatter(send ? send : recv, recv, count, type, c.root, comm, stream),
+                       where);
+      break;
+#else  // NCCL before 2.28 has no ncclAlltoAll / ncclGather / ncclScatter: ncclSend / ncclRecv
+    case Kind::all_to_all:
+    case Kind::gather:
+    case Kind::scatter: {
+      int n = 0, me = 0;
+      DITTO_NCCL_CHECK(ncclCommCount(comm, &n), where);
+      DITTO_NCCL_CHECK(ncclCommUserRank(comm, &me), where);
+      const std::size_t block = count * elem;
+      for (int q = 0; q < n; ++q) {
+        const auto qb = static_cast<std::size_t>(q) * block;
+        if (c.kind == Kind::all_to_all || (c.kind == Kind::scatter && me == c.root))
+          DITTO_NCCL_CHECK(ncclSend(static_cast<char*>(send) + qb, count, type, q, comm, stream),
+                           where);
+        if (c.kind == Kind::gather && q == c.root)
+          DITTO_NCCL_CHECK(ncclSend(send, count, type, q, comm, stream), where);
+        if (c.kind == Kind::all_to_all || (c.kind == Kind::gather && me == c.root))
+          DITTO_NCCL_CHECK(ncclRecv(static_cast<char*>(recv) + qb, count, type, q, comm, stream),
+                           where);
+        if (c.kind == Kind::scatter && q == c.root)
+          DITTO_NCCL_CHECK(ncclRecv(recv, count, type, q, comm, stream), where);
+      }
+      break;
+    }
+#endif
+    case Kind::all_to_all_v:  // MPI_Alltoallv: one send and one recv per peer with data
+      for (std::size_t q = 0; q < c.send_counts.size(); ++q) {
+        const int peer = static_cast<int>(q);
+        if (c.send_counts[q] > 0)
+          DITTO_NCCL_CHECK(ncclSend(static_cast<char*>(send) + c.send_displs[q] * elem,
+                                    static_cast<std::size_t>(c.send_counts[q]), type, peer, comm,
+                                    stream),
+                           where);
+        if (c.recv_counts[q] > 0)
+          DITTO_NCCL_CHECK(ncclRecv(static_cast<char*>(recv) + c.recv_displs[q] * elem,
+                                    static_cast<std::size_t>(c.recv_counts[q]), type, peer, comm,
+                                    stream),
+                           where);
+      }
+      break;
+    case Kind::send:
+      DITTO_NCCL_CHECK(ncclSend(send, count, type, c.peer, comm, stream), where);
+      break;
+    case Kind::recv:
+      DITTO_NCCL_CHECK(ncclRecv(recv, count, type, c.peer, comm, stream), where);
       break;
     case Kind::barrier:
       DITTO_NCCL_CHECK(
           ncclAllReduce(barrier_buf, barrier_buf, 1, ncclFloat32, ncclSum, comm, stream), where);
       break;
   }
+  return op;
 }
 
 // ---- NcclTransport ------------------------------------------------------------------------------
 
 NcclTransport::NcclTransport(CudaBackend& backend, int n, std::vector<Rank> ranks, DType dtype,
-                             ReduceOp op)
+                             ReduceOp op, std::vector<double> scalars)
     : backend_(backend),
       ranks_(std::move(ranks)),
       index_(static_cast<std::size_t>(n), -1),
       scratch_(ranks_.size(), nullptr),
       dtype_(dtype),
       op_(op),
+      scalars_(std::move(scalars)),
       elem_(dtype_size(dtype)) {
   for (std::size_t i = 0; i < ranks_.size(); ++i)
     index_[static_cast<std::size_t>(ranks_[i].rank)] = static_cast<int>(i);
@@ -145,7 +227,8 @@ void NcclTransport::reduce(int r, const std::vector<BlockRef>& srcs, const Block
   src_ptrs.reserve(srcs.size());
   for (const BlockRef& b : srcs) src_ptrs.push_back(ptr(b));
   DeviceGuard g(k.physical);
-  DITTO_CUDA_CHECK(launch_comm_reduce(k.stream, src_ptrs, {ptr(dst)}, len, dtype_, op_),
+  DITTO_CUDA_CHECK(launch_comm_reduce(k.stream, src_ptrs, {ptr(dst)}, len, dtype_, op_,
+                                      scalars_.empty() ? nullptr : scalars_.data()),
                    *k.where);
 }
 

@@ -31,15 +31,40 @@ class NcclGroup {
   bool open_ = true;
 };
 
+/// The NCCL reduction of one call on one communicator: NCCL's built-in op, or for premul_sum one
+/// made by ncclRedOpCreatePreMulSum with the rank's scalar converted to the call's dtype
+/// (convert<T>, host-immediate: NCCL reads it before returning), destroyed (ncclRedOpDestroy)
+/// when this is: keep it until after the ncclGroupEnd of the call's group.
+class NcclRedOp {
+ public:
+  NcclRedOp() = default;
+  NcclRedOp(ReduceOp op, double scalar, DType dtype, ncclComm_t comm, const std::string& where);
+  ~NcclRedOp();
+  NcclRedOp(NcclRedOp&& o) noexcept;
+  NcclRedOp& operator=(NcclRedOp&&) = delete;
+  NcclRedOp(const NcclRedOp&) = delete;
+  ncclRedOp_t get() const { return op_; }
+
+ private:
+  ncclRedOp_t op_ = ncclSum;
+  ncclComm_t comm_ = nullptr;  ///< set when op_ was created here (premul_sum)
+};
+
 /// One rank's NCCL call of `c` on `stream`: ncclAllReduce / ncclReduce / ncclBroadcast /
-/// ncclAllGather / ncclReduceScatter with NCCL's own reductions (ncclAvg for avg); barrier = a
-/// one-element all-reduce of `barrier_buf` (one float on the rank's GPU). A process driving
-/// several ranks issues their calls inside one NcclGroup.
-void nccl_native(const detail::CollectiveCall& c, ncclComm_t comm, cudaStream_t stream,
-                 float* barrier_buf, const std::string& where);
+/// ncclAllGather / ncclReduceScatter with NCCL's own reductions (ncclAvg for avg, a PreMulSum op
+/// for premul_sum: returned, keep it until the group ends), ncclAlltoAll, ncclGather,
+/// ncclScatter (NCCL 2.28+; before, the same as ncclSend / ncclRecv per peer), all_to_all_v as one ncclSend / ncclRecv per peer with a non-zero count, send /
+/// recv as ncclSend / ncclRecv; barrier = a one-element all-reduce of `barrier_buf` (one float on
+/// the rank's GPU). The caller opens an NcclGroup around the calls of one collective (every
+/// rank's, where a process drives several; all_to_all_v's sends and receives need it even for
+/// one rank).
+[[nodiscard]] NcclRedOp nccl_native(const detail::CollectiveCall& c, ncclComm_t comm,
+                                    cudaStream_t stream, float* barrier_buf,
+                                    const std::string& where);
 
 /// The bitwise block algorithm's transport over NCCL, for one collective: send/recv for copies,
-/// ncclAllGather for all_gather_recv, launch_comm_reduce for reduce; scratch from the backend's
+/// ncclAllGather for all_gather_recv, launch_comm_reduce for reduce (with every source rank's
+/// premul_sum scalar); scratch from the backend's
 /// allocator (allocate_on the rank's stream: memory_stats counts it), freed on that stream when
 /// the transport is destroyed, after the collective's last use.
 class NcclTransport final : public BlockTransport {
@@ -56,7 +81,9 @@ class NcclTransport final : public BlockTransport {
     const std::string* where = nullptr;  ///< how errors name the rank
   };
 
-  NcclTransport(CudaBackend& backend, int n, std::vector<Rank> ranks, DType dtype, ReduceOp op);
+  /// `scalars`: premul_sum's scalar of every rank of the communicator (n entries), else empty.
+  NcclTransport(CudaBackend& backend, int n, std::vector<Rank> ranks, DType dtype, ReduceOp op,
+                std::vector<double> scalars = {});
   ~NcclTransport() override;
   NcclTransport(const NcclTransport&) = delete;
   NcclTransport& operator=(const NcclTransport&) = delete;
@@ -81,6 +108,7 @@ class NcclTransport final : public BlockTransport {
   std::size_t scratch_bytes_ = 0;
   const DType dtype_;
   const ReduceOp op_;
+  const std::vector<double> scalars_;  ///< per rank, for premul_sum
   const std::size_t elem_;
   std::optional<NcclGroup> group_;  ///< the open phase
 };

@@ -1,4 +1,5 @@
-// NCCL helpers: ditto's dtypes and ops in NCCL's names, and the error check for NCCL calls: a failing call becomes a ditto::BackendError naming the call,
+// NCCL helpers: ditto's dtypes and ops in NCCL's names, and the error check for NCCL calls: a
+// failing call becomes a ditto::BackendError naming the call,
 // file:line, NCCL's error string and last error message, and the device and rank (the twin of
 // DITTO_CUDA_CHECK in cuda_check.h).
 #pragma once
@@ -13,10 +14,29 @@
 
 namespace ditto::cuda {
 
-/// NCCL's data type for a ditto dtype (f32 or i64, the dtypes collectives accept).
-inline ncclDataType_t nccl_type(DType t) { return t == DType::f32 ? ncclFloat32 : ncclInt64; }
+/// NCCL's data type for a ditto dtype: every DType has one (ncclFloat8e4m3 / ncclFloat8e5m2 since
+/// NCCL 2.24; this build needs 2.28, nccl.h's ncclNumTypes = 12).
+inline ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f32: return ncclFloat32;
+    case DType::i64: return ncclInt64;
+    case DType::f64: return ncclFloat64;
+    case DType::f16: return ncclFloat16;
+    case DType::bf16: return ncclBfloat16;
+    case DType::i8: return ncclInt8;
+    case DType::u8: return ncclUint8;
+    case DType::i32: return ncclInt32;
+    case DType::u32: return ncclUint32;
+    case DType::u64: return ncclUint64;
+    case DType::f8_e4m3: return ncclFloat8e4m3;
+    case DType::f8_e5m2: return ncclFloat8e5m2;
+  }
+  return ncclFloat32;
+}
 
-/// NCCL's reduction for a ditto ReduceOp (ncclAvg needs NCCL >= 2.10).
+/// NCCL's built-in reduction for a ditto ReduceOp (ncclAvg needs NCCL >= 2.10). premul_sum has no
+/// built-in: it is made per communicator and call by NcclRedOp (cuda_nccl.h); here it maps to
+/// ncclSum only so that the switch is total.
 inline ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::sum: return ncclSum;
@@ -24,6 +44,7 @@ inline ncclRedOp_t nccl_op(ReduceOp op) {
     case ReduceOp::min: return ncclMin;
     case ReduceOp::max: return ncclMax;
     case ReduceOp::avg: return ncclAvg;
+    case ReduceOp::premul_sum: return ncclSum;
   }
   return ncclSum;
 }

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # gpu-check: builds the working tree with the CUDA backend on a machine with a GPU and no network,
-# runs the whole test suite (the cuda tests now run instead of skipping), compares ditto-train's
+# runs the cuda tests of every dtype, op and collective (issue 13: bf16 all_reduce, all_to_all,
+# the send/recv ring; a skip fails), runs the whole test suite (the cuda tests now run instead of
+# skipping), compares ditto-train's
 # params_checksum between --backend sim and --backend cuda for 1 and 8 devices in bitwise mode,
 # compares fast-mode accuracy, trains the GPT (ditto-train --model gpt) on both backends (1 and 4
 # devices, bitwise, also with dropout: one params_checksum, the same losses and sample; fast
@@ -29,7 +31,7 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 deps="" out="" arch=90 jobs="$(nproc 2>/dev/null || echo 4)" build="$root/build-gpu-check"
 budget=345 epochs=20 build_only=0
-usage() { sed -n '11,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '13,24p' "$0" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --deps) deps="$2"; shift 2 ;;
@@ -339,6 +341,41 @@ gpt_equal gpt-dropout-equal gpt-dropout-sim-1 gpt-dropout-cuda-4
 for backend in sim cuda; do gpt_run "gpt-fast-$backend-4" "$backend" 4 fast 0; done
 within gpt-fast-loss "val loss" "$(gpt_val "$out/logs/gpt-fast-sim-4.log")" \
   "$(gpt_val "$out/logs/gpt-fast-cuda-4.log")" 0.01
+
+# ---- issue 13: every dtype and op, the new collectives, send / recv -----------------------------
+# The cuda tests of every dtype x op (bitwise = the simulator, bit for bit), all_to_all(_v),
+# gather, scatter and the send/recv ring (tests/test_cuda_comm_dtypes.cpp; the collective matrix's
+# cuda cases where built), run on their own first so that a skip or a failure shows here by name
+# (ctest below runs them again among the rest). A skip counts as a failure: this machine has a
+# GPU.
+tests_bin="$build/bin/ditto_tests"
+if [ -x "$tests_bin" ]; then
+  step cuda-dtypes-collectives 90 bash -c "'$tests_bin' \
+      --gtest_filter='CudaCommDtypes.*:*Matrix*Cuda*:*Matrix*cuda*' --gtest_brief=1 \
+      > '$out/logs/cuda-dtypes-gtest.txt' 2>&1; rc=\$?; cat '$out/logs/cuda-dtypes-gtest.txt'; \
+      if grep -q '\[  SKIPPED \]' '$out/logs/cuda-dtypes-gtest.txt'; then \
+        echo 'cuda tests skipped on a GPU machine'; exit 1; fi; exit \$rc"
+fi
+# bf16 all_reduce, all_to_all and the send/recv ring through ditto-bench (nccl-tests' names), when
+# this ditto-bench has them.
+if [ -x "$build/bin/ditto-bench" ]; then
+  for spec in "all_reduce:bfloat16" "alltoall:float" "sendrecv:float"; do
+    op="${spec%%:*}" dt="${spec#*:}"
+    if ! grep -qa -- "$op" "$build/bin/ditto-bench"; then
+      record "ditto-bench-$op-$dt" "SKIPPED" 0 "this ditto-bench has no $op"
+      continue
+    fi
+    for det in fast bitwise; do
+      step "ditto-bench-$op-$dt-$det" 60 "$build/bin/ditto-bench" collectives --backend cuda \
+        --ops "$op" --dtype "$dt" --ranks 8 --min-bytes 1M --max-bytes 64M --step-factor 8 \
+        --coll-seconds 0.1 --determinism "$det"
+    done
+  done
+fi
+# The reduce kernel of the collectives against the host rule on the CPU (no GPU needed; also in
+# ctest as CudaEmu.CommKernels).
+[ -x "$build/bin/cuda_emu_comm_test" ] &&
+  step cuda-emu-comm-kernels 60 "$build/bin/cuda_emu_comm_test"
 
 # ---- the whole test suite ---------------------------------------------------------------------
 step ctest 150 ctest --test-dir "$build" -j "$jobs" --output-on-failure --timeout 120

@@ -1,4 +1,5 @@
-// CPU emulation of the few CUDA features backend_cuda/cuda_kernels.cu uses (ctest CudaEmu.Kernels):
+// CPU emulation of the few CUDA features backend_cuda/cuda_kernels.cu and cuda_comm_kernels.cu use
+// (ctest CudaEmu.Kernels, CudaEmu.CommKernels):
 // each CUDA thread of a block runs on a pooled host thread, blocks one after another; __shared__
 // becomes a function static, __syncthreads a std::barrier, warp shuffles a per-warp barrier.
 // The CUDA runtime and cuBLAS calls and the backend classes are stubs (host memory is device memory).
@@ -56,9 +57,11 @@ inline float __shfl_down_sync(unsigned, float v, int off) {
 
 struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
+struct alignas(16) uint4 { unsigned x, y, z, w; };
+inline int __ffs(int x) { return __builtin_ffs(x); }
 
 using cudaError_t = int;
-constexpr int cudaSuccess = 0, cudaErrorNotSupported = 801;
+constexpr int cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorNotSupported = 801;
 using cudaStream_t = void*;
 inline int emu_allocs = 0;
 inline cudaError_t cudaGetLastError() { return 0; }
