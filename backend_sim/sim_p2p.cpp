@@ -221,8 +221,9 @@ void SimP2P::copy_and_finish(std::vector<Copy>& copies,
             static_cast<double>(c.send.count) * static_cast<double>(dtype_size(c.send.dtype));
         const auto src = static_cast<std::size_t>(s.rank), dst = static_cast<std::size_t>(r.rank);
         const VTime start = std::max(s.arrival, r.arrival);
-        const VTime end = vtime_add(
-            start, to_vtime(message_seconds(cost_->cluster(), bytes, devices_[src], devices_[dst])));
+        const double seconds =
+            message_seconds(cost_->cluster(), bytes, devices_[src], devices_[dst]);
+        const VTime end = vtime_add(start, to_vtime(seconds));
         for (Batch* b : {&s, &r}) {
           b->begin = std::min(b->begin, start);
           b->end = std::max(b->end, end);
