@@ -10,6 +10,7 @@
 
 #include "core/comm/communicator.h"
 #include "core/runtime/backend.h"
+#include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
 #include "test_util.h"
 
@@ -160,6 +161,43 @@ TEST_F(CollErrors, AllToAllNeedsEqualBlocksAndNoInPlace) {
   Tensor e = make(8, DType::bf16, comms[0].device());
   expect_invalid([&] { comms[0].all_to_all(c, e); },
                  "Communicator::all_to_all: recv: expected dtype f16 (like send), got [8] bf16");
+}
+
+// A recv that partly overlaps send is refused; the same buffer, NCCL's in-place layouts and
+// disjoint buffers are accepted. Before, all_reduce of [1, 2, 3] on 3 ranks with recv = send
+// shifted by one element returned [3, 9, 27] (slices read values written by another slice).
+TEST_F(CollErrors, PartlyOverlappingSendAndRecvAreRefusedInPlaceLayoutsAccepted) {
+  auto comms = Communicator::init_all(devices("sim", 2));
+  Tensor buf = make(16, DType::f32, comms[1].device());
+  Tensor send = buf.narrow(0, 4), shifted = buf.narrow(1, 4), apart = buf.narrow(8, 4);
+  const char* msg = "recv: expected a tensor that does not overlap send, or NCCL's in-place layout";
+  expect_invalid([&] { comms[1].all_reduce(send, shifted); },
+                 std::string("Communicator::all_reduce: ") + msg + " (recv is send, rank 1)");
+  expect_invalid([&] { comms[1].reduce(send, shifted, ReduceOp::sum, 1); },
+                 std::string("Communicator::reduce: ") + msg);
+  expect_invalid([&] { comms[1].broadcast(send, shifted, 1); },
+                 std::string("Communicator::broadcast: ") + msg);
+  // all_gather: send must be block rank() (= 1) of recv, not block 0.
+  Tensor gathered = buf.narrow(0, 8);
+  expect_invalid([&] { comms[1].all_gather(buf.narrow(0, 4), gathered); },
+                 std::string("Communicator::all_gather: ") + msg +
+                     " (send is block rank() of recv, rank 1)");
+  Tensor block0 = buf.narrow(0, 4);
+  expect_invalid([&] { comms[1].reduce_scatter(gathered, block0); },
+                 std::string("Communicator::reduce_scatter: ") + msg +
+                     " (recv is block rank() of send, rank 1)");
+  // Accepted: the real in-place layouts and disjoint buffers, on both ranks (then run them).
+  std::vector<Tensor> b0{make(8, DType::f32, comms[0].device()), buf.narrow(0, 8)};
+  for (auto& t : b0) ops::fill_(t, 1.0);
+  std::vector<Tensor> g_send{b0[0].narrow(0, 4), b0[1].narrow(4, 4)}, g_recv{b0[0], b0[1]};
+  EXPECT_NO_THROW(all_gather(comms, g_send, g_recv));
+  std::vector<Tensor> r_send{b0[0], b0[1]}, r_recv{b0[0].narrow(0, 4), b0[1].narrow(4, 4)};
+  EXPECT_NO_THROW(reduce_scatter(comms, r_send, r_recv));
+  std::vector<Tensor> a_send{b0[0].narrow(0, 4), send}, a_recv{b0[0].narrow(4, 4), apart};
+  EXPECT_NO_THROW(all_reduce(comms, a_send, a_recv));
+  EXPECT_NO_THROW(synchronize(comms));
+  // 2 (rank 0: its reduce_scatter block) + 1 (rank 1: untouched by the reduce_scatter).
+  EXPECT_EQ(a_recv[1].to_vector<float>(), std::vector<float>(4, 3.0f));
 }
 
 TEST_F(CollErrors, RootOutOfRangeIsRefusedBeforeEnqueueing) {

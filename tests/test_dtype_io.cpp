@@ -79,6 +79,46 @@ TEST_F(DtypeIo, SafetensorsRoundTripEveryDtype) {
                    "F8_E5M2)");
 }
 
+// Found by a newcomer: a metadata value nested 100,000 deep crashed the parser's error message
+// (recursive dump(), SIGSEGV) and a long one made a message of hundreds of kilobytes; a shape
+// nested likewise too. Now the message names the value's kind and size.
+TEST_F(DtypeIo, DeeplyNestedHeaderValuesGiveAShortParseError) {
+  auto file_of = [](const std::string& header) {
+    std::string file(8, '\0');
+    const std::uint64_t n = header.size();
+    std::memcpy(file.data(), &n, 8);
+    return file + header;
+  };
+  const int depth = 100000;
+  const std::string nested = std::string(depth, '[') + std::string(depth, ']');
+  try {
+    io::safetensors_parse(file_of(R"({"__metadata__":{"k":)" + nested + "}}"), "m.safetensors");
+    ADD_FAILURE() << "expected a ParseError";
+  } catch (const ParseError& e) {
+    EXPECT_LT(std::string(e.what()).size(), 300u);
+    EXPECT_NE(std::string(e.what()).find("key 'k': expected a string value, got an array of 1 "
+                                         "elements"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW_MSG(io::safetensors_parse(
+                       file_of(R"({"t":{"dtype":"F32","shape":[)" + nested +
+                               R"(],"data_offsets":[0,0]}})"),
+                       "s.safetensors"),
+                   ParseError, "shape: expected non-negative integer sizes, got an array of 1 elements");
+}
+
+// Invalid UTF-8 in a name or metadata made nlohmann's type_error escape (std::terminate for a
+// caller that catches ditto::Error); now an InvalidArgument.
+TEST_F(DtypeIo, InvalidUtf8NamesAreAnInvalidArgument) {
+  Tensor t = Tensor::zeros({2}, DType::bf16, Device::cpu());
+  EXPECT_THROW_MSG(io::safetensors_serialize({{"a\xff", t}}, {}), InvalidArgument,
+                   "io::safetensors_serialize: tensors / metadata: expected names, keys and values "
+                   "in valid UTF-8");
+  EXPECT_THROW_MSG(io::safetensors_serialize({{"a", t}}, {{"k", "\xc3"}}), InvalidArgument,
+                   "valid UTF-8");
+}
+
 // A module whose parameters are one tensor of each dtype (a mixed-precision model's state).
 class EveryDtype final : public nn::Module {
  public:

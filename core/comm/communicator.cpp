@@ -119,6 +119,28 @@ using detail::check_same_dtype;
 using detail::call_record;
 using detail::check_comm_tensor;
 
+// send and recv either disjoint or in NCCL's in-place layout: recv's element `offset` is send's
+// first (offset 0: the same buffer; all_gather: send is block rank() of recv) or, with
+// recv_in_send, send's element `offset` is recv's first (reduce_scatter). A partial overlap made
+// the simulator's slices read values another slice had already written (a wrong result, no
+// error; found by a newcomer).
+void check_in_place_or_disjoint(const Communicator& c, const char* call, const Tensor& send,
+                                const Tensor& recv, std::int64_t offset, bool recv_in_send) {
+  if (!detail::ranges_overlap(send.data_ptr(), send.nbytes(), recv.data_ptr(), recv.nbytes()))
+    return;
+  const std::size_t off = static_cast<std::size_t>(offset) * dtype_size(send.dtype());
+  const char* in_place = recv_in_send ? static_cast<const char*>(send.data_ptr()) + off
+                                      : static_cast<const char*>(recv.data_ptr()) + off;
+  const void* other = recv_in_send ? recv.data_ptr() : send.data_ptr();
+  DITTO_CHECK(in_place == other, "Communicator::", call, ": recv: expected a tensor that does not "
+              "overlap send, or NCCL's in-place layout (",
+              offset == 0 ? "recv is send"
+                          : (recv_in_send ? "recv is block rank() of send"
+                                          : "send is block rank() of recv"),
+              ", rank ", c.rank(), "), got recv ", recv.str(), " partly overlapping send ",
+              send.str());
+}
+
 // The checks of the collectives of this file; `scalar` is the PreMulSum overloads' (else null).
 void check_all_reduce(const Communicator& c, const Tensor& send, const Tensor& recv, ReduceOp op,
                       const double* scalar = nullptr) {
@@ -127,6 +149,7 @@ void check_all_reduce(const Communicator& c, const Tensor& send, const Tensor& r
   check_same_dtype("all_reduce", send, recv);
   DITTO_CHECK(recv.numel() == send.numel(), "Communicator::all_reduce: recv: expected ",
               send.numel(), " elements (like send ", send.str(), "), got ", recv.str());
+  check_in_place_or_disjoint(c, "all_reduce", send, recv, 0, false);
   check_op("all_reduce", send.dtype(), op, scalar);
 }
 
@@ -140,6 +163,7 @@ void check_reduce(const Communicator& c, const Tensor& send, const Tensor& recv,
   check_same_dtype("reduce", send, recv);
   DITTO_CHECK(recv.numel() == send.numel(), "Communicator::reduce: recv: expected ", send.numel(),
               " elements on the root (like send ", send.str(), "), got ", recv.str());
+  check_in_place_or_disjoint(c, "reduce", send, recv, 0, false);
 }
 
 void check_broadcast(const Communicator& c, const Tensor& send, const Tensor& recv, int root) {
@@ -150,6 +174,7 @@ void check_broadcast(const Communicator& c, const Tensor& send, const Tensor& re
   check_same_dtype("broadcast", send, recv);
   DITTO_CHECK(recv.numel() == send.numel(), "Communicator::broadcast: recv: expected ",
               send.numel(), " elements (like the root's send ", send.str(), "), got ", recv.str());
+  check_in_place_or_disjoint(c, "broadcast", send, recv, 0, false);
 }
 
 void check_all_gather(const Communicator& c, const Tensor& send, const Tensor& recv) {
@@ -159,6 +184,7 @@ void check_all_gather(const Communicator& c, const Tensor& send, const Tensor& r
   DITTO_CHECK(recv.numel() == c.size() * send.numel(), "Communicator::all_gather: recv: expected ",
               c.size() * send.numel(), " elements (size ", c.size(), " x send's ", send.numel(),
               "), got ", recv.str());
+  check_in_place_or_disjoint(c, "all_gather", send, recv, c.rank() * send.numel(), false);
 }
 
 void check_reduce_scatter(const Communicator& c, const Tensor& send, const Tensor& recv,
@@ -169,6 +195,7 @@ void check_reduce_scatter(const Communicator& c, const Tensor& send, const Tenso
   DITTO_CHECK(send.numel() == c.size() * recv.numel(),
               "Communicator::reduce_scatter: send: expected ", c.size() * recv.numel(),
               " elements (size ", c.size(), " x recv's ", recv.numel(), "), got ", send.str());
+  check_in_place_or_disjoint(c, "reduce_scatter", send, recv, c.rank() * recv.numel(), true);
   check_op("reduce_scatter", send.dtype(), op, scalar);
 }
 

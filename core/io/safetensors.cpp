@@ -105,7 +105,16 @@ std::string safetensors_serialize(const std::vector<std::pair<std::string, Tenso
                     {"data_offsets", {offset, end}}};
     offset = end;
   }
-  std::string json = header.dump();  // compact; non-ASCII names stay UTF-8
+  std::string json;
+  try {
+    json = header.dump();  // compact; non-ASCII names stay UTF-8
+  } catch (const nlohmann::json::type_error& e) {
+    // Invalid UTF-8 in a tensor name or a metadata key or value (JSON text must be UTF-8): a
+    // ditto error, not nlohmann's exception escaping to a caller that catches ditto::Error.
+    throw InvalidArgument(::ditto::detail::cat(
+        "io::safetensors_serialize: tensors / metadata: expected names, keys and values in valid "
+        "UTF-8 (the safetensors header is JSON), got invalid UTF-8 (", e.what(), ")"));
+  }
   json.append((8 - json.size() % 8) % 8, ' ');
   std::string out;
   out.reserve(8 + json.size() + offset);
@@ -116,6 +125,27 @@ std::string safetensors_serialize(const std::vector<std::pair<std::string, Tenso
     if (t.nbytes() > 0) out.append(static_cast<const char*>(t.data_ptr()), t.nbytes());
   return out;
 }
+
+namespace {
+// A JSON value for an error message: scalars as written (cut at 80 characters), arrays and
+// objects by kind and size. dump() of a value nested 100,000 deep recursed until the stack
+// overflowed (safetensors-info crashed with SIGSEGV instead of a ParseError; a newcomer found it),
+// and a long value made a message of hundreds of kilobytes.
+std::string brief(const nlohmann::json& v) {
+  if (v.is_array()) return ::ditto::detail::cat("an array of ", v.size(), " elements");
+  if (v.is_object()) return ::ditto::detail::cat("an object with ", v.size(), " keys");
+  std::string s = v.dump();
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+// brief() for a shape: its sizes when it is a flat array of numbers, else brief().
+std::string brief_shape(const nlohmann::json& sh) {
+  if (!sh.is_array() || sh.size() > 16) return brief(sh);
+  for (const auto& d : sh)
+    if (!d.is_number()) return brief(sh);
+  return sh.dump();
+}
+}  // namespace
 
 SafetensorsData safetensors_parse(std::string_view bytes, const std::string& source) {
   using nlohmann::json;
@@ -165,7 +195,7 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
       for (auto m = v.begin(); m != v.end(); ++m) {
         if (!m.value().is_string())
           bad(source, "__metadata__: key '" + m.key() + "': expected a string value, got " +
-                          m.value().dump());
+                          brief(m.value()));
         out.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
@@ -191,13 +221,13 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
     // shape
     const json& sh = v["shape"];
     if (!sh.is_array())
-      bad(source, where + ": shape: expected an array of sizes, got " + sh.dump());
+      bad(source, where + ": shape: expected an array of sizes, got " + brief(sh));
     Shape shape;
     std::uint64_t numel = 1;
     bool overflow = false;
     for (const json& s : sh) {
       if (!s.is_number_unsigned())
-        bad(source, where + ": shape: expected non-negative integer sizes, got " + sh.dump());
+        bad(source, where + ": shape: expected non-negative integer sizes, got " + brief_shape(sh));
       const std::uint64_t d = s.get<std::uint64_t>();
       if (d > std::uint64_t(std::numeric_limits<std::int64_t>::max())) overflow = true;
       else if (d != 0 && numel > std::uint64_t(std::numeric_limits<std::int64_t>::max()) / d)
@@ -205,13 +235,13 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
       else numel *= d;
       shape.push_back(static_cast<std::int64_t>(d));
     }
-    if (overflow) bad(source, where + ": shape: " + sh.dump() + " has more than 2^63 - 1 elements");
+    if (overflow) bad(source, where + ": shape: " + brief_shape(sh) + " has more than 2^63 - 1 elements");
     // data_offsets
     const json& off = v["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
         !off[1].is_number_unsigned())
       bad(source, where + ": data_offsets: expected [begin, end] (non-negative integers), got " +
-                      off.dump());
+                      brief(off));
     const std::uint64_t begin = off[0].get<std::uint64_t>(), end = off[1].get<std::uint64_t>();
     if (begin > end || end > buffer_size)
       bad(source, ::ditto::detail::cat(where, ": data_offsets: expected begin <= end <= ",
