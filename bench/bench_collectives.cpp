@@ -392,8 +392,18 @@ int run_collectives(const CollConfig& cfg, Csv& csv) {
         for (DType dtype : dtypes) {
           print_header(op, be, n, cfg.determinism, dtype);
           const std::size_t elt = dtype_size(dtype);
-          for (std::size_t bytes : sizes) {
-            if (bytes < elt * (blocked(op) ? static_cast<std::size_t>(n) : 1)) continue;
+          for (std::size_t asked : sizes) {
+            // The size that moves, as nccl-tests prints it: whole elements, and for the blocked
+            // ops (one block per rank) a multiple of the rank count; bandwidths are of this size.
+            // (ditto-bench printed the asked size and divided by it; a newcomer noticed.)
+            const Layout fit = layout(op, n, asked, dtype);
+            const std::size_t bytes =
+                static_cast<std::size_t>(blocked(op) ? fit.block * n : fit.send_n) * elt;
+            if (bytes == 0) {
+              std::printf("# %12zu B: skipped (less than one %s element%s)\n", asked,
+                          dtype_name(dtype), blocked(op) ? " per rank" : "");
+              continue;
+            }
             std::string line;
             char buf[256];
             const auto elems = static_cast<std::int64_t>(bytes / elt);

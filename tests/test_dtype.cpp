@@ -11,6 +11,8 @@
 #include <limits>
 #include <vector>
 
+#include "core/comm/comm.h"
+#include "core/comm/communicator.h"
 #include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
 #include "test_util.h"
@@ -50,6 +52,30 @@ Tensor host_tensor(DType t, const std::vector<double>& v) {
     for (std::size_t i = 0; i < v.size(); ++i) p[i] = convert<T>(v[i]);
   });
   return h;
+}
+
+// Found by a newcomer: enum values outside their enumeration were an InternalError from
+// dtype_size (DType(12)) or silently accepted (Determinism(7)); fill_(u8, 3.0f) picked the
+// f32-only overload and refused the tensor.
+TEST_F(DtypeTest, EnumValuesOutsideTheirEnumerationAreInvalidArguments) {
+  const auto bad = static_cast<DType>(12);
+  EXPECT_THROW_MSG(Tensor::zeros({2}, bad, Device::cpu()), InvalidArgument,
+                   "Tensor::empty: dtype: expected one of f32, i64, f64, f16, bf16, i8, u8, i32, "
+                   "u32, u64, f8_e4m3, f8_e5m2, got DType value 12");
+  Tensor x = Tensor::zeros({2}, DType::f32, Device("sim", 0));
+  EXPECT_THROW_MSG(ops::cast(x, bad), InvalidArgument, "ops::cast: dtype: expected one of f32");
+  EXPECT_THROW_MSG(x.to(bad), InvalidArgument, "Tensor::to: dtype: expected one of f32");
+  CommOptions o;
+  o.determinism = static_cast<Determinism>(7);
+  EXPECT_THROW_MSG(Communicator::init_all({Device("sim", 0)}, o), InvalidArgument,
+                   "Communicator::init_all: options.determinism: expected Determinism::fast or "
+                   "Determinism::bitwise, got value 7");
+  EXPECT_THROW_MSG(comm::reduce_add({x}, {}, static_cast<Determinism>(9)), InvalidArgument,
+                   "comm::reduce_add: mode: expected Determinism::fast or Determinism::bitwise, "
+                   "got value 9");
+  Tensor u = Tensor::zeros({3}, DType::u8, Device("sim", 0));
+  ops::fill_(u, 3.0f);
+  EXPECT_EQ(u.to_vector<std::uint8_t>(), (std::vector<std::uint8_t>{3, 3, 3}));
 }
 
 TEST_F(DtypeTest, ZerosAndFullEveryDtypeOnHostAndDevice) {

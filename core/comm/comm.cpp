@@ -154,6 +154,8 @@ Tensor reduce_add(const std::vector<Tensor>& inputs, std::optional<Device> desti
                   Determinism mode) {
   DITTO_CHECK(!inputs.empty(), "comm::reduce_add: inputs: expected at least one tensor, got an "
               "empty list");
+  DITTO_CHECK(is_valid_determinism(mode), "comm::reduce_add: mode: expected Determinism::fast or "
+              "Determinism::bitwise, got value ", static_cast<int>(mode));
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     DITTO_CHECK(t.defined(), "comm::reduce_add: inputs[", i, "]: expected a defined tensor");
@@ -190,6 +192,8 @@ std::vector<Tensor> reduce_add_coalesced(const std::vector<std::vector<Tensor>>&
                                          std::size_t buffer_size, Determinism mode) {
   DITTO_CHECK(!inputs.empty(), "comm::reduce_add_coalesced: inputs: expected one list of tensors "
               "per device, got an empty list");
+  DITTO_CHECK(is_valid_determinism(mode), "comm::reduce_add_coalesced: mode: expected "
+              "Determinism::fast or Determinism::bitwise, got value ", static_cast<int>(mode));
   const std::vector<Tensor>& first = inputs[0];
   for (std::size_t d = 0; d < inputs.size(); ++d) {
     DITTO_CHECK(inputs[d].size() == first.size(), "comm::reduce_add_coalesced: inputs[", d,

@@ -211,6 +211,9 @@ std::vector<Communicator> Communicator::init_all(const std::vector<Device>& devi
               "Communicator::init_all: options.timeout_ms: expected a positive number of "
               "milliseconds <= ", kMaxCommTimeoutMs, " (2^31, about 24.9 days), got ",
               options.timeout_ms);
+  DITTO_CHECK(is_valid_determinism(options.determinism), "Communicator::init_all: "
+              "options.determinism: expected Determinism::fast or Determinism::bitwise, got value ",
+              static_cast<int>(options.determinism));
   const std::string& type = devices[0].type;
   std::unordered_map<Device, std::size_t> seen;
   std::vector<int> indices;
@@ -260,6 +263,9 @@ Communicator Communicator::init_rank(const Device& local_device, int world_size,
               "Communicator::init_rank: options.timeout_ms: expected a positive number of "
               "milliseconds <= ", kMaxCommTimeoutMs, " (2^31, about 24.9 days), got ",
               options.timeout_ms);
+  DITTO_CHECK(is_valid_determinism(options.determinism), "Communicator::init_rank: "
+              "options.determinism: expected Determinism::fast or Determinism::bitwise, got value ",
+              static_cast<int>(options.determinism));
   Backend& backend = get_backend(local_device.type);
   DITTO_CHECK(local_device.index >= 0 && local_device.index < backend.device_count(),
               "Communicator::init_rank: local_device: ", local_device.str(),

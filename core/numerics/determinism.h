@@ -20,6 +20,11 @@ enum class Determinism : std::uint8_t {
   fast,     ///< each backend's fastest path; agrees with bitwise within a tolerance
 };
 
+/// Whether `d` is one of the enumerators (a Determinism cast from a bad int is not).
+constexpr bool is_valid_determinism(Determinism d) {
+  return d == Determinism::bitwise || d == Determinism::fast;
+}
+
 constexpr const char* determinism_name(Determinism d) {
   return d == Determinism::bitwise ? "bitwise" : "fast";
 }

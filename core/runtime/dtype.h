@@ -89,6 +89,9 @@ constexpr const char* dtype_name(DType t) {
   detail::unknown_dtype("dtype_name", t);
 }
 
+/// Whether `t` is one of the enumerators (a DType cast from a corrupt byte or a bad int is not).
+constexpr bool is_valid_dtype(DType t) { return static_cast<unsigned>(t) < kNumDTypes; }
+
 /// f32, f64, f16, bf16, f8_e4m3, f8_e5m2.
 constexpr bool is_floating(DType t) {
   return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16 ||

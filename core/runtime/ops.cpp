@@ -220,6 +220,9 @@ Tensor sum(const Tensor& x, float scale, Determinism mode) {
 }
 
 void fill_(Tensor& x, float value) {
+  // fill_(u8_tensor, 3.0f) picks this overload: fill any other dtype through the generic one
+  // instead of refusing it (a trap a newcomer fell into; f32 keeps its own kernel and bits).
+  if (x.defined() && x.dtype() != DType::f32) return fill_(x, static_cast<double>(value));
   check_tensor("ops::fill_", "x", x);
   if (x.numel() > 0) kernels_of(x).fill_f32(stream_of(x), x.data<float>(), value, x.numel());
 }

@@ -30,6 +30,8 @@ Tensor cast(const Tensor& x, DType dtype) {
   constexpr const char* op = "ops::cast";
   DITTO_CHECK(x.defined(), op, ": x: expected a defined tensor, got an undefined tensor");
   check_tensor(op, "x", x, x.dtype());
+  DITTO_CHECK(is_valid_dtype(dtype), op, ": dtype: expected one of f32, i64, f64, f16, bf16, i8, "
+              "u8, i32, u32, u64, f8_e4m3, f8_e5m2, got DType value ", static_cast<int>(dtype));
   return x.to(dtype);
 }
 

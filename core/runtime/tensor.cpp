@@ -47,6 +47,11 @@ std::int64_t shape_numel(const Shape& s) {
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, const Device& device) {
+  // A value outside the enumeration is the caller's error (InvalidArgument naming the call), not
+  // an InternalError from dtype_size (a newcomer passed DType(12)).
+  DITTO_CHECK(is_valid_dtype(dtype), "Tensor::empty: dtype: expected one of f32, i64, f64, f16, "
+              "bf16, i8, u8, i32, u32, u64, f8_e4m3, f8_e5m2, got DType value ",
+              static_cast<int>(dtype));
   Tensor t;
   t.numel_ = shape_numel(shape);
   // nbytes() must not wrap around (a wrapped count would allocate a buffer far too small).
@@ -233,6 +238,9 @@ void cast_on_host(const void* x, DType from, void* y, DType to, std::int64_t n) 
 
 Tensor Tensor::to(DType dtype) const {
   DITTO_CHECK(defined(), "Tensor::to: tensor is undefined");
+  DITTO_CHECK(is_valid_dtype(dtype), "Tensor::to: dtype: expected one of f32, i64, f64, f16, "
+              "bf16, i8, u8, i32, u32, u64, f8_e4m3, f8_e5m2, got DType value ",
+              static_cast<int>(dtype));
   if (dtype == dtype_) return *this;
   Tensor t = empty(shape_, dtype, device());
   if (numel_ == 0) return t;
