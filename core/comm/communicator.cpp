@@ -108,6 +108,13 @@ bool ranges_overlap(const void* a, std::size_t a_bytes, const void* b, std::size
   return x < y + b_bytes && y < x + a_bytes;
 }
 
+bool disjoint_or_block(const Tensor& whole, const Tensor& part, std::int64_t block) {
+  const std::size_t off =
+      static_cast<std::size_t>(block * part.numel()) * dtype_size(whole.dtype());
+  return static_cast<const char*>(whole.data_ptr()) + off == part.data_ptr() ||
+         !ranges_overlap(whole.data_ptr(), whole.nbytes(), part.data_ptr(), part.nbytes());
+}
+
 }  // namespace detail
 
 namespace {
@@ -119,24 +126,19 @@ using detail::check_same_dtype;
 using detail::call_record;
 using detail::check_comm_tensor;
 
-// send and recv either disjoint or in NCCL's in-place layout: recv's element `offset` is send's
-// first (offset 0: the same buffer; all_gather: send is block rank() of recv) or, with
-// recv_in_send, send's element `offset` is recv's first (reduce_scatter). A partial overlap made
-// the simulator's slices read values another slice had already written (a wrong result, no
-// error; found by a newcomer).
+// send and recv either disjoint or in NCCL's in-place layout: send is block `block` of recv
+// (block 0: the same buffer; all_gather: block rank()) or, with recv_in_send, recv is block
+// `block` of send (reduce_scatter). A partial overlap made the simulator's slices read values
+// another slice had already written (a wrong result, no error; found by a newcomer).
 void check_in_place_or_disjoint(const Communicator& c, const char* call, const Tensor& send,
-                                const Tensor& recv, std::int64_t offset, bool recv_in_send) {
-  if (!detail::ranges_overlap(send.data_ptr(), send.nbytes(), recv.data_ptr(), recv.nbytes()))
-    return;
-  const std::size_t off = static_cast<std::size_t>(offset) * dtype_size(send.dtype());
-  const char* in_place = recv_in_send ? static_cast<const char*>(send.data_ptr()) + off
-                                      : static_cast<const char*>(recv.data_ptr()) + off;
-  const void* other = recv_in_send ? recv.data_ptr() : send.data_ptr();
-  DITTO_CHECK(in_place == other, "Communicator::", call, ": recv: expected a tensor that does not "
+                                const Tensor& recv, std::int64_t block, bool recv_in_send) {
+  const bool ok = recv_in_send ? detail::disjoint_or_block(send, recv, block)
+                               : detail::disjoint_or_block(recv, send, block);
+  DITTO_CHECK(ok, "Communicator::", call, ": recv: expected a tensor that does not "
               "overlap send, or NCCL's in-place layout (",
-              offset == 0 ? "recv is send"
-                          : (recv_in_send ? "recv is block rank() of send"
-                                          : "send is block rank() of recv"),
+              block == 0
+                  ? "recv is send"
+                  : (recv_in_send ? "recv is block rank() of send" : "send is block rank() of recv"),
               ", rank ", c.rank(), "), got recv ", recv.str(), " partly overlapping send ",
               send.str());
 }
@@ -184,7 +186,7 @@ void check_all_gather(const Communicator& c, const Tensor& send, const Tensor& r
   DITTO_CHECK(recv.numel() == c.size() * send.numel(), "Communicator::all_gather: recv: expected ",
               c.size() * send.numel(), " elements (size ", c.size(), " x send's ", send.numel(),
               "), got ", recv.str());
-  check_in_place_or_disjoint(c, "all_gather", send, recv, c.rank() * send.numel(), false);
+  check_in_place_or_disjoint(c, "all_gather", send, recv, c.rank(), false);
 }
 
 void check_reduce_scatter(const Communicator& c, const Tensor& send, const Tensor& recv,
@@ -195,7 +197,7 @@ void check_reduce_scatter(const Communicator& c, const Tensor& send, const Tenso
   DITTO_CHECK(send.numel() == c.size() * recv.numel(),
               "Communicator::reduce_scatter: send: expected ", c.size() * recv.numel(),
               " elements (size ", c.size(), " x recv's ", recv.numel(), "), got ", send.str());
-  check_in_place_or_disjoint(c, "reduce_scatter", send, recv, c.rank() * recv.numel(), true);
+  check_in_place_or_disjoint(c, "reduce_scatter", send, recv, c.rank(), true);
   check_op("reduce_scatter", send.dtype(), op, scalar);
 }
 

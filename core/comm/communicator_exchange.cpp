@@ -138,9 +138,7 @@ std::vector<std::int64_t> packed_displs(const Communicator& c, const char* side,
 // block `rank` of whole (as ncclGather and ncclScatter allow).
 void check_root_block(const char* call, const char* whole_arg, const Tensor& whole,
                       const char* part_arg, const Tensor& part, int rank) {
-  const char* own = element_ptr(whole, static_cast<std::int64_t>(rank) * part.numel());
-  DITTO_CHECK(own == part.data_ptr() ||
-                  !ranges_overlap(whole.data_ptr(), whole.nbytes(), part.data_ptr(), part.nbytes()),
+  DITTO_CHECK(detail::disjoint_or_block(whole, part, rank),
               "Communicator::", call, ": ", whole_arg, ": expected a tensor that does not overlap ",
               part_arg, " or holds it in place as its block ", rank, " (the root's), got ",
               whole.str(), " overlapping ", part_arg, " ", part.str());

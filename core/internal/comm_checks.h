@@ -54,6 +54,11 @@ void check_group(const char* call, const std::vector<Communicator>& comms,
 /// share none).
 bool ranges_overlap(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes);
 
+/// Whether `part` shares no byte with `whole`, or is exactly its block `block` (its elements
+/// [block * part.numel(), (block + 1) * part.numel())): NCCL's in-place layouts (block 0 of a
+/// same-sized buffer is the buffer itself). The overlap rule of every collective's check.
+bool disjoint_or_block(const Tensor& whole, const Tensor& part, std::int64_t block);
+
 /// Runs `issue` (per-rank calls) as one group of this thread (group_start / group_end); when
 /// `issue` throws, the group is still ended and the first error is the one rethrown.
 template <typename F>
