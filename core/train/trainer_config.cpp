@@ -62,6 +62,13 @@ void validate(const TrainerConfig& c) {
               c.eval_iters);
   DITTO_CHECK(std::isfinite(c.grad_clip) && c.grad_clip >= 0, n("grad_clip"),
               ": expected a finite max_norm >= 0 (0: no clipping), got ", c.grad_clip);
+  DITTO_CHECK(c.dtype == DType::f32 || c.dtype == DType::bf16 || c.dtype == DType::f16,
+              n("dtype"), ": expected f32, bf16 or f16, got ",
+              is_valid_dtype(c.dtype) ? dtype_name(c.dtype) : "an invalid DType");
+  DITTO_CHECK(c.zero_stage == 0 || c.zero_stage == 1, n("zero_stage"),
+              ": expected 0 (none) or 1 (optimizer state sharded), got ", c.zero_stage);
+  DITTO_CHECK(c.grad_accum_steps >= 1, n("grad_accum_steps"), ": expected >= 1, got ",
+              c.grad_accum_steps);
   for (const auto& h : c.hidden)
     DITTO_CHECK(h > 0, n("hidden"), ": expected positive sizes, got ", h);
 }

@@ -89,6 +89,25 @@ struct TrainerConfig {
   /// (optim::clip_grad_norm_, both modes); 0: no clipping.
   double grad_clip = 0.0;
 
+  // ---- GPT-2 scale (mixed precision, ZeRO-1, gradient accumulation, dry run)
+  /// Storage dtype of the parameters, activations and gradients: f32, bf16 or f16. bf16 / f16
+  /// are mixed precision as llm.c and torch.autocast: every kernel computes in f32 and rounds its
+  /// outputs once to `dtype` (Note [Mixed precision], core/runtime/mixed_precision.h); the
+  /// optimizer keeps f32 master weights and f32 state; DDP all-reduces the gradients in `dtype`;
+  /// f16 adds dynamic loss scaling (grad_scaler, torch.cuda.amp.GradScaler).
+  DType dtype = DType::f32;
+  /// ZeRO stage (llm.c's -z, torch's ZeroRedundancyOptimizer): 0 none; 1 every rank keeps 1/N of
+  /// the optimizer state (f32 master weights and moments): gradients reduce_scatter, each rank
+  /// updates its shard, parameters all_gather. ddp only.
+  int zero_stage = 0;
+  /// Micro-steps per optimizer step (nanoGPT's gradient_accumulation_steps): each rank runs its
+  /// share of the global batch in grad_accum_steps forward/backward passes, DDP's no_sync on all
+  /// but the last. batch_size stays the global batch of one optimizer step.
+  std::int64_t grad_accum_steps = 1;
+  /// Simulator only: run every step through the cost model and the memory accounting without
+  /// executing kernels and without host memory for tensor data (loss values are then 0).
+  bool dry_run = false;
+
   // ---- checkpoints (core/io/checkpoint.h)
   std::string checkpoint_dir;         ///< "": none; else saved at the end (and every N steps)
   std::int64_t checkpoint_every = 0;  ///< optimizer steps between checkpoints; 0: at the end only
