@@ -38,7 +38,7 @@ namespace {
 
 struct Args {
   std::string backend = "sim", data = ditto_examples::bundled_data_path("digits.csv"), header = "auto", hidden = "128";
-  std::string determinism = "bitwise", trainer = "dp", jsonl, model = "mlp";
+  std::string determinism = "bitwise", trainer = "dp", jsonl, model = "mlp", dtype = "f32";
   std::int64_t label_column = -1;
   double val_fraction = 0.2, sim_memory_gib = 80.0;
   std::vector<std::string> stragglers;  // "DEVICE:FACTOR"
@@ -111,11 +111,16 @@ void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) 
     std::snprintf(loop, sizeof loop, "epochs=%d", r.epochs);
   char acc[32] = "";  // the GPT's evaluation is its loss only
   if (tokens_per_sample == 0) std::snprintf(acc, sizeof acc, " val_acc=%.4f", r.eval.accuracy);
-  std::printf("final: backend=%s devices=%d determinism=%s%s %s train_loss=%.6f "
+  std::string dtype;  // f32 runs print the line they always printed
+  if (r.dtype != DType::f32) dtype = std::string(" dtype=") + dtype_name(r.dtype);
+  std::printf("final: backend=%s devices=%d determinism=%s%s%s %s train_loss=%.6f "
               "val_loss=%.6f%s train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
-              r.backend.c_str(), r.devices, determinism_name(r.determinism),
+              r.backend.c_str(), r.devices, determinism_name(r.determinism), dtype.c_str(),
               r.trainer == train::TrainerKind::ddp ? " trainer=ddp" : "", loop, r.train_loss,
               r.eval.loss, acc, r.train_time_s, r.params_checksum);
+  if (r.loss_scale)
+    std::printf("grad_scaler: scale=%g skipped_steps=%" PRId64 " (f16 dynamic loss scaling)\n",
+                static_cast<double>(*r.loss_scale), r.skipped_steps);
   if (const auto& p = r.prediction) {
     char tokens[64] = "", measured[64] = "";
     if (tokens_per_sample > 0) {
@@ -143,6 +148,9 @@ void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) 
 int run(Args a) {
   train::TrainerConfig& c = a.cfg;
   c.determinism = parse_determinism(a.determinism);
+  DITTO_CHECK(a.dtype == "f32" || a.dtype == "bf16" || a.dtype == "f16",
+              "--dtype: expected f32, bf16 or f16, got '", a.dtype, "'");
+  c.dtype = a.dtype == "bf16" ? DType::bf16 : a.dtype == "f16" ? DType::f16 : DType::f32;
   DITTO_CHECK(a.model == "mlp" || a.model == "gpt", "--model: expected mlp or gpt, got '", a.model,
               "'");
   const bool gpt = a.model == "gpt";
@@ -273,7 +281,8 @@ int main(int argc, char** argv) {
                    {"trace", "--trace"}, {"profile", "--profile"},
                    {"stragglers", "--straggler"}, {"faults", "--fault"},
                    {"comm_timeout_ms", "--comm-timeout-ms"}, {"trainer", "--trainer"},
-                   {"bucket_cap_mb", "--bucket-cap-mb"}, {"hidden", "--hidden"}};
+                   {"bucket_cap_mb", "--bucket-cap-mb"}, {"hidden", "--hidden"},
+                   {"dtype", "--dtype"}};
   float lr = 0.05f;
   CLI::App app{"ditto-train: data-parallel training (an MLP on CSV rows, or nanoGPT's character "
                "GPT with --model gpt) on simulated or real GPUs"};
@@ -308,6 +317,10 @@ int main(int argc, char** argv) {
   with_default("--val-fraction", a.val_fraction, "fraction of rows held out for validation");
   with_default("--determinism", a.determinism,
                "bitwise (same bits for any power-of-two device count) or fast");
+  with_default("--dtype", a.dtype,
+               "f32, or mixed precision bf16 / f16: parameters, activations and gradients "
+               "stored in that dtype, f32 master weights and optimizer state (f16 adds dynamic "
+               "loss scaling, as torch's GradScaler)");
   with_default("--sim-memory-gib", a.sim_memory_gib, "memory capacity of each simulated device");
   app.add_option("--profile", c.profile,
                  "sim: device profile for the cost model and memory capacity (h100-sxm, h200, "

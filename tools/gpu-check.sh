@@ -5,7 +5,8 @@
 # skipping), compares ditto-train's
 # params_checksum between --backend sim and --backend cuda for 1 and 8 devices in bitwise mode,
 # compares fast-mode accuracy, trains the GPT (ditto-train --model gpt) on both backends (1 and 4
-# devices, bitwise, also with dropout: one params_checksum, the same losses and sample; fast
+# devices, bitwise, also with dropout, and in bf16 (--dtype bf16, 1 and 2 devices): one
+# params_checksum, the same losses and sample; fast
 # mode: the same validation loss within 0.01), runs the benchmarks, and writes OUT/results.md
 # plus raw logs.
 # Every step runs under `timeout`; the whole script stays under 6 minutes (--budget).
@@ -307,13 +308,14 @@ gpt_key() {  # checksum, losses and sample of a run's log, hashed; empty without
   echo "| run | backend | devices | determinism | dropout | params_checksum | val loss | key |"
   echo "|---|---|---|---|---|---|---|---|"
 } >"$out/logs/gpt.md"
-# gpt_run NAME BACKEND DEVICES DETERMINISM DROPOUT: one run, its row in gpt.md.
+# gpt_run NAME BACKEND DEVICES DETERMINISM DROPOUT [MORE OPTIONS]: one run, its row in gpt.md.
 gpt_run() {
-  step "$1" 45 "$train" "${gpt_args[@]}" --backend "$2" --devices "$3" --determinism "$4" \
-    --dropout "$5"
-  local log="$out/logs/$1.log"
-  echo "| $1 | $2 | $3 | $4 | $5 | $(gpt_sum "$log") | $(gpt_val "$log") | $(gpt_key "$log") |" \
-    >>"$out/logs/gpt.md"
+  local name="$1" be="$2" n="$3" det="$4" drop="$5"; shift 5
+  step "$name" 45 "$train" "${gpt_args[@]}" --backend "$be" --devices "$n" --determinism "$det" \
+    --dropout "$drop" "$@"
+  local log="$out/logs/$name.log"
+  echo "| $name${*:+ ($*)} | $be | $n | $det | $drop | $(gpt_sum "$log") | $(gpt_val "$log") |" \
+       "$(gpt_key "$log") |" >>"$out/logs/gpt.md"
 }
 # gpt_equal NAME RUN...: PASS when the runs have one key (checksum, losses, sample).
 gpt_equal() {
@@ -338,6 +340,14 @@ gpt_equal gpt-bitwise-equal gpt-bitwise-sim-1 gpt-bitwise-sim-4 gpt-bitwise-cuda
 gpt_run gpt-dropout-sim-1 sim 1 bitwise 0.1
 gpt_run gpt-dropout-cuda-4 cuda 4 bitwise 0.1
 gpt_equal gpt-dropout-equal gpt-dropout-sim-1 gpt-dropout-cuda-4
+# Issue 14: the GPT in bf16 mixed precision (bf16 parameters and activations, f32 master
+# weights; --dtype bf16), bitwise: cuda's bf16 kernels (f32 arithmetic, one rounding per output,
+# Note [Mixed precision]) give the simulator's checksum, losses and sample, on 1 and 2 devices
+# (2 ranks share the GPU where there is one).
+for backend in sim cuda; do
+  for n in 1 2; do gpt_run "gpt-bf16-$backend-$n" "$backend" "$n" bitwise 0 --dtype bf16; done
+done
+gpt_equal gpt-bf16-equal gpt-bf16-sim-1 gpt-bf16-sim-2 gpt-bf16-cuda-1 gpt-bf16-cuda-2
 for backend in sim cuda; do gpt_run "gpt-fast-$backend-4" "$backend" 4 fast 0; done
 within gpt-fast-loss "val loss" "$(gpt_val "$out/logs/gpt-fast-sim-4.log")" \
   "$(gpt_val "$out/logs/gpt-fast-cuda-4.log")" 0.01

@@ -31,6 +31,9 @@ class Optimizer {
   /// Throws InvalidArgument for an empty list, a null or repeated parameter, or a parameter
   /// whose data is undefined or not f32 (naming the parameter). `call` names the optimizer.
   Optimizer(std::vector<nn::Parameter*> params, const char* call);
+  /// The same checks, with data of any dtype in `dtypes` accepted (a wrapper such as
+  /// MasterWeights over bf16 / f16 parameters).
+  Optimizer(std::vector<nn::Parameter*> params, const char* call, std::vector<DType> dtypes);
   virtual ~Optimizer() = default;
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;

@@ -45,6 +45,10 @@ void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, float lr
 namespace ditto::optim {
 
 Optimizer::Optimizer(std::vector<nn::Parameter*> params, const char* call)
+    : Optimizer(std::move(params), call, std::vector<DType>{DType::f32}) {}
+
+Optimizer::Optimizer(std::vector<nn::Parameter*> params, const char* call,
+                     std::vector<DType> dtypes)
     : params_(std::move(params)) {
   DITTO_CHECK(!params_.empty(), call,
               ": params: expected at least one parameter, got an empty "
@@ -55,9 +59,12 @@ Optimizer::Optimizer(std::vector<nn::Parameter*> params, const char* call)
     DITTO_CHECK(p != nullptr, call, ": params[", i, "]: expected a parameter, got null");
     DITTO_CHECK(seen.insert(p).second, call, ": params[", i, "] ('", p->name,
                 "'): the parameter appears more than once");
-    DITTO_CHECK(p->data.defined() && p->data.dtype() == DType::f32, call, ": params[", i, "] ('",
-                p->name, "'): expected defined f32 data, got ",
-                p->data.defined() ? p->data.str() : std::string("an undefined tensor"));
+    std::string want;
+    for (DType d : dtypes) want += std::string(want.empty() ? "" : " or ") + dtype_name(d);
+    DITTO_CHECK(p->data.defined() &&
+                    std::find(dtypes.begin(), dtypes.end(), p->data.dtype()) != dtypes.end(),
+                call, ": params[", i, "] ('", p->name, "'): expected defined ", want,
+                " data, got ", p->data.defined() ? p->data.str() : std::string("an undefined tensor"));
   }
 }
 

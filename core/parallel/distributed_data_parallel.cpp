@@ -54,11 +54,23 @@ std::string message_of(const std::exception& e) { return e.what(); }
 
 }  // namespace
 
+DType DistributedDataParallel::grad_dtype_of(const nn::Parameter& p) const {
+  // Note [DDP gradient dtype]: the grad dtype rule (shared design decision 3 of issue 14): fast
+  // mode reduces the parameter's own dtype (llm.c's bf16 all_reduce); bitwise mode f32, where
+  // the micro-shard, rank and accumulation trees round nowhere.
+  return mode_ == Determinism::bitwise ? DType::f32 : p.data.dtype();
+}
+
+namespace {
+
+}  // namespace
+
 struct DistributedDataParallel::Bucket {
   std::vector<std::size_t> params;       // indices into params_
   std::vector<std::int64_t> offsets;     // element offset of each parameter in `flat`
   std::int64_t numel = 0;
-  Tensor flat;                           // f32 [numel] on the rank's device
+  DType dtype = DType::f32;              // the grads' dtype (Note [DDP gradient dtype])
+  Tensor flat;                           // dtype [numel] on the rank's device
   std::size_t pending = 0;               // parameters not yet ready in this backward
   bool launched = false;
   // The grads packed by launch(), kept alive until the communication stream has read them
@@ -92,8 +104,10 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, Communicato
                   "DistributedDataParallel: rank ", comm_.rank(), ": parameter ", i, " ('", p.name,
                   "'): expected a tensor on ", comm_.device().str(), " (the communicator's device "
                   "of this rank), got ", p.data.defined() ? p.data.str() : std::string("undefined"));
-      DITTO_CHECK(p.data.dtype() == DType::f32, "DistributedDataParallel: rank ", comm_.rank(),
-                  ": parameter ", i, " ('", p.name, "'): expected dtype f32, got ", p.data.str());
+      const DType d = p.data.dtype();
+      DITTO_CHECK(d == DType::f32 || d == DType::bf16 || d == DType::f16,
+                  "DistributedDataParallel: rank ", comm_.rank(), ": parameter ", i, " ('", p.name,
+                  "'): expected dtype f32, bf16 or f16, got ", p.data.str());
     }
     Backend& be = comm_.device().backend();
     comm_stream_ = be.create_stream(comm_.device().index);
@@ -133,6 +147,12 @@ void DistributedDataParallel::fail(const char* call) {
     comm_.abort(detail::cat("DistributedDataParallel.", call, ": ", e.what()));
     throw;
   }
+}
+
+DType DistributedDataParallel::bucket_dtype(std::size_t b) const {
+  DITTO_CHECK(b < buckets_.size(), "DistributedDataParallel.bucket_dtype: b: expected < ",
+              buckets_.size(), ", got ", b);
+  return buckets_[b]->dtype;
 }
 
 // ---- construction ------------------------------------------------------------------------------
@@ -188,30 +208,47 @@ void DistributedDataParallel::build_buckets() {
   // Reverse parameter order (backward produces the last layer's gradients first), a bucket closed
   // once it reaches its cap (torch's compute_bucket_assignment_by_size: the first cap is
   // first_bucket_cap_mb, the later ones bucket_cap_mb).
+  // Grads of another dtype go to their own open bucket (torch's compute_bucket_assignment_by_size
+  // keys its buckets by dtype); the open buckets left at the end follow in the order their dtype
+  // first came. One dtype (every f32 model): the single sequence of buckets as before.
   const auto first_cap = static_cast<std::int64_t>(options_.first_bucket_cap_mb * kMiB);
   const auto cap = static_cast<std::int64_t>(options_.bucket_cap_mb * kMiB);
   bucket_of_.assign(params_.size(), 0);
-  std::vector<std::size_t> current;
-  std::int64_t bytes = 0;
+  struct Open {
+    DType dtype;
+    std::vector<std::size_t> params;
+    std::int64_t bytes = 0;
+  };
+  std::vector<Open> open;  // one per dtype, in first-seen order
+  std::vector<DType> dtypes;  // per bucket
   for (std::size_t j = params_.size(); j-- > 0;) {
-    current.push_back(j);
-    bytes += static_cast<std::int64_t>(params_[j]->data.nbytes());
-    if (bytes >= (bucket_params_.empty() ? first_cap : cap)) {
-      bucket_params_.push_back(std::move(current));
-      current.clear();
-      bytes = 0;
+    const DType d = grad_dtype_of(*params_[j]);
+    auto it = std::find_if(open.begin(), open.end(), [&](const Open& o) { return o.dtype == d; });
+    if (it == open.end()) it = open.insert(open.end(), Open{d, {}, 0});
+    it->params.push_back(j);
+    it->bytes += params_[j]->data.numel() * static_cast<std::int64_t>(dtype_size(d));
+    if (it->bytes >= (bucket_params_.empty() ? first_cap : cap)) {
+      bucket_params_.push_back(std::move(it->params));
+      dtypes.push_back(d);
+      it->params.clear();
+      it->bytes = 0;
     }
   }
-  if (!current.empty()) bucket_params_.push_back(std::move(current));
+  for (Open& o : open)
+    if (!o.params.empty()) {
+      bucket_params_.push_back(std::move(o.params));
+      dtypes.push_back(o.dtype);
+    }
   for (std::size_t b = 0; b < bucket_params_.size(); ++b) {
     auto bucket = std::make_unique<Bucket>();
     bucket->params = bucket_params_[b];
+    bucket->dtype = dtypes[b];
     for (std::size_t j : bucket->params) {
       bucket_of_[j] = b;
       bucket->offsets.push_back(bucket->numel);
       bucket->numel += params_[j]->data.numel();
     }
-    bucket->flat = Tensor::empty({bucket->numel}, DType::f32, comm_.device());
+    bucket->flat = Tensor::empty({bucket->numel}, bucket->dtype, comm_.device());
     buckets_.push_back(std::move(bucket));
   }
   ready_.assign(params_.size(), 0);
@@ -327,15 +364,25 @@ void DistributedDataParallel::launch(std::size_t index) {
   for (std::size_t k = 0; k < b.params.size(); ++k) {
     nn::Parameter& p = *params_[b.params[k]];
     if (!p.grad.defined())  // a parameter this backward did not reach: its gradient is zero
-      p.grad = Tensor::zeros(p.data.shape(), DType::f32, comm_.device());
+      p.grad = Tensor::zeros(p.data.shape(), b.dtype, comm_.device());
     Tensor slot = b.flat.narrow(b.offsets[k], p.data.numel());
     // Grads left as views of this slot by the last step (not zeroed with set_to_none, or in
-    // no_sync) were accumulated in place: nothing to pack.
-    if (p.grad.data_ptr() != slot.data_ptr()) slot.copy_(p.grad.view({p.data.numel()}));
+    // no_sync) were accumulated in place: nothing to pack. A grad of another dtype than the
+    // rule's (a module that allocated its own) is converted into the slot.
+    if (p.grad.data_ptr() != slot.data_ptr()) {
+      Tensor g = p.grad.view({p.data.numel()});
+      if (g.dtype() != b.dtype) {
+        g = ops::cast(g, b.dtype);
+        b.packed.push_back(g);  // alive until the communication stream has read it
+      }
+      slot.copy_(g);
+    }
   }
   comm_.all_reduce(b.flat, ReduceOp::sum);
-  if (options_.average_gradients && comm_.size() > 1)
-    ops::scale_(b.flat, 1.0f / static_cast<float>(comm_.size()));
+  if (options_.average_gradients && comm_.size() > 1) {
+    if (b.dtype == DType::f32) ops::scale_(b.flat, 1.0f / static_cast<float>(comm_.size()));
+    else ops::scale_any_(b.flat, 1.0 / static_cast<double>(comm_.size()));
+  }
   // Note [DDP grads as bucket views]: each grad becomes a view of its slot of the reduced bucket
   // (torch's gradient_as_bucket_view=True) instead of a copy back into the grad's own memory,
   // saving one gradient-sized copy per step. The values (and bits) are the same; the bucket is
@@ -414,7 +461,7 @@ void DistributedDataParallel::shadow_all_reduces() {
         p.grad = p.grad.clone();
     }
   for (auto& b : buckets_) {
-    ops::fill_(b->flat, 0.0f);
+    ops::fill_(b->flat, 0.0);
     comm_.all_reduce(b->flat, ReduceOp::sum);
   }
   comm_stream_->synchronize();

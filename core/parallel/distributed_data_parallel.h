@@ -32,6 +32,18 @@
 // all_reduce, whatever the bucket size or overlap. The result equals DataParallel's bits for the
 // same seed, batch and micro_shards, for any power-of-two world size <= micro_shards.
 //
+// Note [DDP gradient dtype]
+// Parameters may be f32, bf16 or f16 (mixed precision, Note [Mixed precision]). A bucket holds
+// gradients of one dtype, all-reduced in that dtype: the grad dtype rule of issue 14 (the one
+// nn::grad_dtype states): fast mode reduces in the parameter's dtype (llm.c's bf16 gradients and
+// bf16 all_reduce: half the bytes of f32), bitwise mode in f32 (a bf16 sum rounded at each
+// device's subtree would depend on the device count; f32 keeps Note [DDP loss scaling] exact).
+// A model with several gradient dtypes gets separate buckets per dtype, as torch's
+// compute_bucket_assignment_by_size keys its buckets by dtype; bucket sizes count the
+// gradient's bytes. A grad a module allocated in another dtype is converted into its bucket slot
+// (and, after the synchronised backward, is a view of that slot, in the bucket's dtype). f32
+// models get exactly the buckets, bytes and bits they had before.
+//
 // Failure behaviour: a rank that fails inside a DDP call (forward, backward, join) calls
 // Communicator::abort with its error before rethrowing, so the other ranks' collectives fail at
 // once with "rank R failed: ..." (BackendError) instead of waiting for the timeout; a rank that
@@ -81,7 +93,8 @@ class DistributedDataParallel {
   /// hook is the module's one hook) for the rank of `comm`. Every rank must
   /// construct its DDP at the same point (the constructor runs collectives). Reduction order
   /// (fast / bitwise) is comm.options().determinism; it is set on the module. Throws
-  /// InvalidArgument for bad options, a parameter not on comm.device() or not f32, or when the
+  /// InvalidArgument for bad options, a parameter not on comm.device() or not f32 / bf16 / f16
+  /// (Note [DDP gradient dtype]), or when the
   /// ranks' parameters differ ("... parameter 1 ('0.bias') is [128] f32 on rank 0 but [64] f32 on
   /// rank 2"), the same error on every rank.
   DistributedDataParallel(nn::Module& module, Communicator comm,
@@ -162,6 +175,10 @@ class DistributedDataParallel {
   std::size_t buckets_overlapped() const { return buckets_overlapped_; }
   /// The buckets: indices into module().parameters(), bucket 0 first (reduced first).
   const std::vector<std::vector<std::size_t>>& bucket_indices() const { return bucket_params_; }
+  /// The dtype bucket b all-reduces in (Note [DDP gradient dtype]).
+  DType bucket_dtype(std::size_t b) const;
+  /// The dtype DDP reduces parameter `p`'s gradient in: f32 in bitwise mode, p's own in fast.
+  DType grad_dtype_of(const nn::Parameter& p) const;
 
  private:
   struct Bucket;

@@ -58,6 +58,11 @@ void JsonLinesWriter::write(const FitResult& r) {
                       {"val_acc", r.eval.accuracy},
                       {"train_time_s", r.train_time_s},
                       {"params_checksum", sum}};
+  if (r.dtype != DType::f32) j["dtype"] = dtype_name(r.dtype);
+  if (r.loss_scale) {
+    j["loss_scale"] = *r.loss_scale;
+    j["skipped_steps"] = r.skipped_steps;
+  }
   if (r.prediction)
     j["predicted"] = {{"step_time_s", r.prediction->step_time_s},
                       {"samples_per_s", r.prediction->samples_per_s},

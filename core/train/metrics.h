@@ -88,6 +88,10 @@ struct FitResult {
   Evaluation eval;            ///< after the last epoch (iteration mode: val loss, accuracy 0)
   double train_time_s = 0;    ///< wall clock of this run's training loops
   std::uint64_t params_checksum = 0;  ///< params_checksum(model), equal on every rank
+  DType dtype = DType::f32;   ///< TrainerConfig::dtype (the parameters' storage)
+  /// f16 with a GradScaler: its scale at the end and the steps it skipped (inf / NaN grads).
+  std::optional<float> loss_scale;
+  std::int64_t skipped_steps = 0;
   std::optional<CostPrediction> prediction;  ///< with a cost model profile and steps > 0
   std::vector<DeviceMemory> memory;          ///< single-process runs: every device
   std::vector<std::string> unfired_faults;   ///< fault specs that never took effect

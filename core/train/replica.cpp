@@ -6,6 +6,8 @@
 #include "core/nn/sequential.h"
 #include "core/optim/adam.h"
 #include "core/optim/clip.h"
+#include "core/optim/grad_scaler.h"
+#include "core/optim/master_weights.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
@@ -14,22 +16,37 @@
 
 namespace ditto::train {
 
+namespace {
+// The model's parameters in `dtype` (c14-mp's Module::to(DType) replaces this on merge).
+void to_dtype(nn::Module& m, DType dtype) {
+  for (nn::Parameter* p : m.parameters()) {
+    p->data = p->data.to(dtype);
+    p->grad = Tensor();
+  }
+}
+}  // namespace
+
 std::vector<float> flat_parameters(nn::Module& m) {
   std::vector<float> all;
   for (nn::Parameter* p : m.parameters()) {
-    std::vector<float> v = p->data.to_vector<float>();
+    const Tensor& d = p->data;
+    std::vector<float> v = (d.dtype() == DType::f32 ? d : d.to(DType::f32)).to_vector<float>();
     all.insert(all.end(), v.begin(), v.end());
   }
   return all;
 }
 
 std::uint64_t params_checksum(nn::Module& m) {
-  const std::vector<float> v = flat_parameters(m);
-  const auto* b = reinterpret_cast<const unsigned char*>(v.data());
+  // FNV-1a over each parameter's bytes in its own dtype (an f32 model: the bytes of
+  // flat_parameters, so f32 checksums are those of every run before mixed precision).
   std::uint64_t h = 1469598103934665603ull;
-  for (std::size_t i = 0; i < v.size() * sizeof(float); ++i) {
-    h ^= b[i];
-    h *= 1099511628211ull;
+  for (nn::Parameter* p : m.parameters()) {
+    const Tensor host = p->data.to(Device::cpu());
+    const auto* b = static_cast<const unsigned char*>(host.data_ptr());
+    for (std::size_t i = 0; i < host.nbytes(); ++i) {
+      h ^= b[i];
+      h *= 1099511628211ull;
+    }
   }
   return h;
 }
@@ -64,27 +81,66 @@ void Replica::build(const TrainerConfig& c, const DataSource& data, const Device
   }
   DITTO_CHECK(model_ != nullptr, c.name_of("make_model"), ": returned no model");
   model_->set_input_requires_grad(false);
+  if (c.dtype != DType::f32) to_dtype(*model_, c.dtype);  // Note [Mixed precision]
   if (c.make_loss) criterion_ = c.make_loss();
   else if (c.loss == "mse") criterion_ = std::make_unique<nn::MSELoss>();
   else criterion_ = std::make_unique<nn::CrossEntropyLoss>();
   DITTO_CHECK(criterion_ != nullptr, c.name_of("make_loss"), ": returned no loss");
   criterion_->set_determinism(c.determinism);
   const float lr = c.effective_lr();
-  if (c.make_optimizer) {
-    opt_ = c.make_optimizer(model_->parameters(), lr);
-  } else if (c.optimizer == "adam") {
-    optim::AdamOptions ao;
-    ao.lr = lr;
-    ao.weight_decay = c.weight_decay;
-    opt_ = std::make_unique<optim::Adam>(model_->parameters(), ao);
-  } else {
+  auto make = [&](std::vector<nn::Parameter*> params) -> std::unique_ptr<optim::Optimizer> {
+    if (c.make_optimizer) return c.make_optimizer(std::move(params), lr);
+    if (c.optimizer == "adam") {
+      optim::AdamOptions ao;
+      ao.lr = lr;
+      ao.weight_decay = c.weight_decay;
+      return std::make_unique<optim::Adam>(std::move(params), ao);
+    }
     optim::SGDOptions so;
     so.lr = lr;
     so.momentum = c.momentum;
     so.weight_decay = c.weight_decay;
-    opt_ = std::make_unique<optim::SGD>(model_->parameters(), so);
+    return std::make_unique<optim::SGD>(std::move(params), so);
+  };
+  if (c.dtype == DType::f32) {
+    opt_ = make(model_->parameters());
+    DITTO_CHECK(opt_ != nullptr, c.name_of("make_optimizer"), ": returned no optimizer");
+    return;
   }
-  DITTO_CHECK(opt_ != nullptr, c.name_of("make_optimizer"), ": returned no optimizer");
+  // Mixed precision: the optimizer runs on f32 masters (Note [Master weights]); f16 scales the
+  // loss (Note [GradScaler]; bf16 has f32's range and needs none, as in torch).
+  auto mw = std::make_unique<optim::MasterWeights>(
+      model_->parameters(), [&](std::vector<nn::Parameter*> masters) {
+        auto inner = make(std::move(masters));
+        DITTO_CHECK(inner != nullptr, c.name_of("make_optimizer"), ": returned no optimizer");
+        return inner;
+      });
+  master_ = mw.get();
+  opt_ = std::move(mw);
+  if (c.dtype == DType::f16 && c.grad_scaler.enabled) {
+    scaler_ = std::make_unique<optim::GradScaler>(c.grad_scaler);
+    master_->attach_grad_scaler(scaler_.get());
+  }
+}
+
+Tensor Replica::loss_grad(const Device& device) const {
+  return scaler_ ? scaler_->loss_grad(device) : Tensor();
+}
+
+void Replica::optimizer_step() {
+  // Between backward and step, on the reduced gradients (the same on every rank): [f16: unscale
+  // and the inf / NaN check], clip, the step (skipped on inf / NaN), [the scale's update].
+  std::vector<nn::Parameter*> params = model_->parameters();
+  if (master_) {
+    master_->load_master_grads();
+    params = master_->master_parameters();
+  }
+  const bool found_inf = scaler_ && scaler_->unscale_(params, config_.determinism);
+  if (!found_inf) {
+    if (config_.grad_clip > 0) optim::clip_grad_norm_(params, config_.grad_clip, config_.determinism);
+    opt_->step();
+  }
+  if (scaler_) scaler_->update();
 }
 
 void Replica::begin() {
@@ -114,19 +170,16 @@ double Replica::step(const data::Batch& b) {
     out = dp_->forward(b.x);
     loss = criterion_->forward(out, target(b.y, out.size(1), out.device()));
     opt_->zero_grad(true);
-    dp_->backward(criterion_->backward());
+    dp_->backward(criterion_->backward(loss_grad(out.device())));
   } else {
     const auto [lo, hi] = ddp_->local_rows(n);
     criterion_->set_global_batch(n);
     out = ddp_->forward({b.x.narrow(lo, hi - lo)}, n);
     loss = criterion_->forward(out, target(b.y.narrow(lo, hi - lo), out.size(1), devices_[0]));
     opt_->zero_grad(true);
-    ddp_->backward(criterion_->backward());
+    ddp_->backward(criterion_->backward(loss_grad(devices_[0])));
   }
-  // Between backward and step, on the reduced gradients (the same on every rank).
-  if (config_.grad_clip > 0)
-    optim::clip_grad_norm_(model_->parameters(), config_.grad_clip, config_.determinism);
-  opt_->step();
+  optimizer_step();
   return static_cast<double>(loss.item()) * n;
 }
 

@@ -127,6 +127,7 @@ TrainerState Trainer::initial_state() const {
   for (const auto& [k, v] : data_->checkpoint_config()) ts.config[k] = v;
   for (const auto& [k, v] : c.checkpoint_settings) ts.config[k] = v;
   if (c.max_iters > 0) ts.config["loop"] = "iterations";  // epoch mode records none (as before)
+  if (c.dtype != DType::f32) ts.config["dtype"] = dtype_name(c.dtype);  // f32 records none
   return ts;
 }
 
@@ -212,6 +213,7 @@ void Trainer::finish(Run& run, FitResult& res) {
   res.backend = be.name();
   res.devices = run.n_dev;
   res.determinism = c.determinism;
+  res.dtype = c.dtype;
   res.trainer = c.trainer;
   res.epochs = c.max_iters > 0 ? 0 : c.epochs;
   res.max_iters = c.max_iters;
@@ -332,6 +334,10 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
   if (!c.checkpoint_dir.empty() && ts.step != saved_step)
     checkpoint(rep.lead() ? ts.epoch_loss_sum : 0.0);
   res.params_checksum = rep.checked_checksum();
+  if (const optim::GradScaler* s = rep.grad_scaler()) {
+    res.loss_scale = s->scale();
+    res.skipped_steps = s->skipped_steps();
+  }
   res.steps = ts.step;
   if (rep.lead() && callbacks_.on_finish) callbacks_.on_finish(rep);
   return res;
@@ -407,6 +413,10 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   }
   if (!c.checkpoint_dir.empty() && ts.step != saved_step) checkpoint();
   res.params_checksum = rep.checked_checksum();
+  if (const optim::GradScaler* s = rep.grad_scaler()) {
+    res.loss_scale = s->scale();
+    res.skipped_steps = s->skipped_steps();
+  }
   res.steps = ts.step;
   if (rep.lead() && callbacks_.on_finish) callbacks_.on_finish(rep);
   return res;

@@ -28,6 +28,11 @@
 #include "core/train/metrics.h"
 #include "core/train/trainer_config.h"
 
+namespace ditto::optim {
+class GradScaler;
+class MasterWeights;
+}  // namespace ditto::optim
+
 namespace ditto::parallel {
 class DataParallel;
 class DistributedDataParallel;
@@ -49,11 +54,14 @@ struct TrainerCallbacks {
   std::function<void(Replica&)> on_finish;
 };
 
-/// FNV-1a (64-bit) over the bytes of every f32 parameter of `m`, in parameters() order: two runs
-/// compare with one number (ditto-train's params_checksum).
+/// FNV-1a (64-bit) over the raw bytes of every parameter of `m` in its own dtype (f32: 4 bytes an
+/// element, bf16 / f16: 2), in parameters() order: two runs compare with one number
+/// (ditto-train's params_checksum). For an f32 model these are the bytes of flat_parameters, so
+/// the checksum of every f32 run is unchanged by mixed precision. Blocks.
 std::uint64_t params_checksum(nn::Module& m);
 
-/// Every f32 parameter of `m`, in parameters() order, concatenated on the host (blocks).
+/// Every parameter of `m` converted to f32 (exact for bf16 / f16), in parameters() order,
+/// concatenated on the host (blocks).
 std::vector<float> flat_parameters(nn::Module& m);
 
 /// One replica of a run: the model, optimizer and loss, built from the config's factories (the
@@ -92,19 +100,29 @@ class Replica {
   std::uint64_t checked_checksum();
 
   nn::Module& model() { return *model_; }
+  /// The optimizer; with TrainerConfig::dtype bf16 / f16 an optim::MasterWeights over the
+  /// factory's optimizer (Note [Master weights]).
   optim::Optimizer& optimizer() { return *opt_; }
+  /// The f16 run's loss scaler (TrainerConfig::grad_scaler), else null.
+  optim::GradScaler* grad_scaler() { return scaler_.get(); }
   bool lead() const { return !comm_ || comm_->rank() == 0; }
   Communicator* communicator() { return comm_ ? &*comm_ : nullptr; }
 
  private:
   void build(const TrainerConfig& config, const DataSource& data, const Device& device);
   Tensor target(const Tensor& y, std::int64_t outputs, const Device& device) const;
+  /// d(final)/d(loss) for Loss::backward: the GradScaler's scale (f16), else undefined (1).
+  Tensor loss_grad(const Device& device) const;
+  /// After backward: [master grads, unscale / inf check], clip, step, [scale update].
+  void optimizer_step();
 
   const TrainerConfig& config_;
   std::vector<Device> devices_;
   std::optional<Communicator> comm_;
   std::unique_ptr<nn::Module> model_;
   std::unique_ptr<optim::Optimizer> opt_;
+  optim::MasterWeights* master_ = nullptr;  // opt_ itself when dtype is bf16 / f16
+  std::unique_ptr<optim::GradScaler> scaler_;
   std::unique_ptr<nn::Loss> criterion_, eval_criterion_;
   std::unique_ptr<parallel::DataParallel> dp_;
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;

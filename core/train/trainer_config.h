@@ -18,6 +18,7 @@
 #include "core/nn/module.h"
 #include "core/numerics/determinism.h"
 #include "core/numerics/micro_shards.h"
+#include "core/optim/grad_scaler.h"
 #include "core/optim/optimizer.h"
 #include "core/runtime/device.h"
 #include "core/runtime/tensor.h"
@@ -96,6 +97,10 @@ struct TrainerConfig {
   /// optimizer keeps f32 master weights and f32 state; DDP all-reduces the gradients in `dtype`;
   /// f16 adds dynamic loss scaling (grad_scaler, torch.cuda.amp.GradScaler).
   DType dtype = DType::f32;
+  /// dtype f16 only: dynamic loss scaling (torch.amp.GradScaler's options and defaults: 2^16,
+  /// growth 2 after 2000 clean steps, backoff 0.5; enabled = false turns it off). bf16 and f32
+  /// use none (bf16 has f32's exponent range, as torch's autocast bf16 needs no scaler).
+  optim::GradScalerOptions grad_scaler;
   /// ZeRO stage (llm.c's -z, torch's ZeroRedundancyOptimizer): 0 none; 1 every rank keeps 1/N of
   /// the optimizer state (f32 master weights and moments): gradients reduce_scatter, each rank
   /// updates its shard, parameters all_gather. ddp only.

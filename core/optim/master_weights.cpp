@@ -1,0 +1,149 @@
+// optim::MasterWeights: f32 masters made from the model's parameters, grads upcast, the inner
+// step, masters rounded back, and the masters in the state dict (Note [Master weights]).
+#include "core/optim/master_weights.h"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "core/runtime/error.h"
+#include "core/runtime/ops.h"
+
+namespace ditto::optim {
+
+namespace {
+constexpr const char* kMasterPrefix = "master.";
+constexpr const char* kScalerPrefix = "grad_scaler.";
+}
+
+MasterWeights::MasterWeights(std::vector<nn::Parameter*> params,
+                             const InnerOptimizerFactory& make_inner)
+    : Optimizer(std::move(params), "optim::MasterWeights", {DType::f32, DType::bf16, DType::f16}) {
+  const char* call = "optim::MasterWeights";
+  DITTO_CHECK(static_cast<bool>(make_inner), call, ": make_inner: expected a factory, got none");
+  for (nn::Parameter* p : params_) {
+    auto m = std::make_unique<nn::Parameter>();
+    m->name = p->name;
+    // f32: the parameter's own data (no copy); bf16 / f16: the exact upcast.
+    m->data = p->data.dtype() == DType::f32 ? p->data : ops::cast(p->data, DType::f32);
+    master_ptrs_.push_back(m.get());
+    masters_.push_back(std::move(m));
+  }
+  inner_ = make_inner(master_ptrs_);
+  DITTO_CHECK(inner_ != nullptr, call, ": make_inner: returned no optimizer");
+  DITTO_CHECK(inner_->parameters() == master_ptrs_ ||
+                  [&] {  // the same set (AdamW's groups may reorder them)
+                    if (inner_->parameters().size() != master_ptrs_.size()) return false;
+                    for (nn::Parameter* q : inner_->parameters())
+                      if (std::find(master_ptrs_.begin(), master_ptrs_.end(), q) ==
+                          master_ptrs_.end())
+                        return false;
+                    return true;
+                  }(),
+              call, ": make_inner: expected an optimizer over the ", master_ptrs_.size(),
+              " master parameters it was given, got one over ", inner_->parameters().size(),
+              " other parameters");
+}
+
+void MasterWeights::load_master_grads() {
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const nn::Parameter& p = *params_[i];
+    nn::Parameter& m = *masters_[i];
+    if (!p.grad.defined()) {
+      m.grad = Tensor();
+      continue;
+    }
+    DITTO_CHECK(p.grad.shape() == p.data.shape() && p.grad.device() == p.data.device() &&
+                    is_floating(p.grad.dtype()),
+                "optim::MasterWeights::load_master_grads: params[", i, "] ('", p.name,
+                "'): grad: expected ", shape_str(p.data.shape()), " of a float dtype on ",
+                p.data.device().str(), ", got ", p.grad.str());
+    m.grad = p.grad.dtype() == DType::f32 ? p.grad : ops::cast(p.grad, DType::f32);
+  }
+  grads_loaded_ = true;
+}
+
+void MasterWeights::step() {
+  if (!grads_loaded_) load_master_grads();
+  grads_loaded_ = false;
+  inner_->step();
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    nn::Parameter& p = *params_[i];
+    const nn::Parameter& m = *masters_[i];
+    if (!m.grad.defined() || p.data.dtype() == DType::f32) continue;  // f32: updated in place
+    Tensor rounded = ops::cast(m.data, p.data.dtype());
+    p.data.copy_(rounded);
+  }
+}
+
+OptimizerState MasterWeights::state_dict() const {
+  OptimizerState s = inner_->state_dict();
+  s.options["master_weights"] = "f32";
+  if (scaler_)
+    for (const auto& [key, value] : scaler_->state_dict()) s.options[kScalerPrefix + key] = value;
+  for (std::size_t i = 0; i < masters_.size(); ++i)
+    s.tensors.emplace_back(kMasterPrefix + std::to_string(i),
+                           masters_[i]->data.to(Device::cpu()).clone());
+  return s;
+}
+
+void MasterWeights::load_state_dict(const OptimizerState& state) {
+  const char* call = "optim::MasterWeights::load_state_dict";
+  auto mw = state.options.find("master_weights");
+  DITTO_CHECK(mw != state.options.end() && mw->second == "f32", call,
+              ": state: saved without master weights (option master_weights=f32 missing; a run "
+              "in f32 keeps none): cannot resume a mixed-precision run from it");
+  OptimizerState inner = state;
+  inner.options.erase("master_weights");
+  inner.tensors.clear();
+  std::map<std::string, std::string> scaler_state;
+  const std::string sp = kScalerPrefix;
+  for (auto it = inner.options.begin(); it != inner.options.end();) {
+    if (it->first.compare(0, sp.size(), sp) == 0) {
+      scaler_state[it->first.substr(sp.size())] = it->second;
+      it = inner.options.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  DITTO_CHECK(!scaler_ || !scaler_state.empty(), call,
+              ": state: saved without a GradScaler's state (grad_scaler.* options), this run "
+              "scales its loss (f16)");
+  DITTO_CHECK(scaler_ || scaler_state.empty(), call,
+              ": state: saved with a GradScaler's state (an f16 run), this run has none");
+  if (scaler_) {  // checks before changing: a copy loads first
+    GradScaler check(scaler_->options());
+    check.load_state_dict(scaler_state);
+  }
+  std::vector<const Tensor*> found(masters_.size(), nullptr);
+  const std::string prefix = kMasterPrefix;
+  for (const auto& [name, t] : state.tensors) {
+    if (name.compare(0, prefix.size(), prefix) != 0) {
+      inner.tensors.emplace_back(name, t);
+      continue;
+    }
+    const std::string idx = name.substr(prefix.size());
+    std::size_t i = 0;
+    bool ok = !idx.empty() && idx.size() < 10;
+    for (char c : idx) ok = ok && c >= '0' && c <= '9';
+    if (ok) i = std::stoul(idx);
+    DITTO_CHECK(ok && i < masters_.size(), call, ": state: unexpected tensor '", name,
+                "' (expected master.<i> with i < ", masters_.size(), ")");
+    DITTO_CHECK(found[i] == nullptr, call, ": state: tensor '", name, "' appears more than once");
+    const nn::Parameter& p = *params_[i];
+    DITTO_CHECK(t.defined() && t.dtype() == DType::f32 && t.shape() == p.data.shape(), call,
+                ": state: tensor '", name, "': expected ", shape_str(p.data.shape()),
+                " f32 (the master of parameter ", i, " '", p.name, "'), got ",
+                t.defined() ? t.str() : std::string("an undefined tensor"));
+    found[i] = &t;
+  }
+  for (std::size_t i = 0; i < found.size(); ++i)
+    DITTO_CHECK(found[i] != nullptr, call, ": state: tensor 'master.", i, "' (the master of '",
+                params_[i]->name, "') is missing");
+  inner_->load_state_dict(inner);  // checks before it changes anything
+  if (scaler_) scaler_->load_state_dict(scaler_state);
+  for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i]->data.copy_(*found[i]);
+  grads_loaded_ = false;
+}
+
+}  // namespace ditto::optim
