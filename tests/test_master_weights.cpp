@@ -174,6 +174,34 @@ TEST_F(MasterWeightsTest, StateDictResumesBitExactly) {
             bits(ma.master_parameters()[0]->data.to_vector<float>()));
 }
 
+TEST_F(MasterWeightsTest, AnAttachedGradScalerTravelsInTheState) {
+  auto make = [](std::vector<nn::Parameter*> ps) {
+    return std::make_unique<optim::Adam>(std::move(ps), optim::AdamOptions{});
+  };
+  nn::Parameter a = param("w", {1, 2}, {2}, DType::f16);
+  optim::MasterWeights ma({&a}, make);
+  optim::GradScaler sa;
+  ma.attach_grad_scaler(&sa);
+  a.grad = Tensor::from_vector(std::vector<float>{1.0f, 65504.0f * 2}, {2}, dev()).to(DType::f16);
+  ma.load_master_grads();
+  EXPECT_TRUE(sa.unscale_(ma.master_parameters()));  // f16 inf
+  sa.update();
+  const optim::OptimizerState s = ma.state_dict();
+  EXPECT_EQ(s.options.at("grad_scaler.scale"), "32768");
+  nn::Parameter b = param("w", {1, 2}, {2}, DType::f16);
+  optim::MasterWeights mb({&b}, make);
+  optim::GradScaler sb;
+  mb.attach_grad_scaler(&sb);
+  mb.load_state_dict(s);
+  EXPECT_EQ(sb.scale(), 32768.0f);
+  EXPECT_EQ(sb.skipped_steps(), 1);
+  optim::MasterWeights mc({&b}, make);  // no scaler: an f16 run's state is refused
+  expect_error<InvalidArgument>([&] { mc.load_state_dict(s); },
+                                "saved with a GradScaler's state (an f16 run), this run has none");
+  expect_error<InvalidArgument>([&] { mb.load_state_dict(mc.state_dict()); },
+                                "saved without a GradScaler's state");
+}
+
 TEST_F(MasterWeightsTest, StateDictErrors) {
   auto make = [](std::vector<nn::Parameter*> ps) {
     return std::make_unique<optim::Adam>(std::move(ps), optim::AdamOptions{});
