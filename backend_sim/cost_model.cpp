@@ -15,9 +15,19 @@ namespace ditto::sim {
 using Kind = CollectiveKind;
 
 double kernel_seconds(const DeviceProfile& device, const KernelCost& cost) {
-  const double compute = cost.flops / device.fp32_flops;
+  const double compute =
+      cost.flops / (cost.tensor_core && device.bf16_flops > 0 ? device.bf16_flops
+                                                              : device.fp32_flops);
   const double memory = cost.bytes / device.memory_bandwidth;
   return device.launch_latency + std::max(compute, memory);
+}
+
+KernelCost native_cost(const KernelCost& f32, DType storage) {
+  if (storage != DType::bf16 && storage != DType::f16) return f32;
+  KernelCost c = f32;
+  c.bytes = f32.bytes * static_cast<double>(dtype_size(storage)) / 4.0;
+  c.tensor_core = f32.gemm;
+  return c;
 }
 
 const char* algo_name(CollectiveAlgo a) {

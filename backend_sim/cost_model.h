@@ -60,6 +60,7 @@
 
 #include "backend_sim/profiles.h"
 #include "core/comm/collective_kind.h"
+#include "core/runtime/dtype.h"
 
 namespace ditto::sim {
 
@@ -84,17 +85,25 @@ inline VTime vtime_add(VTime a, VTime b) { return a > kVTimeMax - b ? kVTimeMax 
 inline double to_seconds(VTime t) { return static_cast<double>(t) / kPicosPerSecond; }
 
 /// What one kernel does: floating-point operations and bytes moved to or from device memory.
-/// `gemm` marks matrix products, counted as model FLOPs (MFU).
+/// `gemm` marks matrix products, counted as model FLOPs (MFU). `tensor_core` marks a matrix
+/// product over bf16 / f16 storage, priced at the profile's bf16_flops (tensor cores, f32
+/// accumulate; f16 at the same figure) instead of fp32_flops (Note [Mixed precision]).
 struct KernelCost {
   double flops = 0;
   double bytes = 0;
   bool gemm = false;
+  bool tensor_core = false;
 };
 
-/// Roofline time of one kernel on `device`: launch latency + max(flops / FP32 peak,
-/// bytes / memory bandwidth), in seconds. (ditto's kernels run FP32 on CUDA cores in both
-/// determinism modes: no TF32.)
+/// Roofline time of one kernel on `device`: launch latency + max(flops / peak,
+/// bytes / memory bandwidth), in seconds; the peak is fp32_flops (ditto's f32 kernels run on
+/// CUDA cores in both determinism modes: no TF32), bf16_flops for a tensor_core kernel.
 double kernel_seconds(const DeviceProfile& device, const KernelCost& cost);
+
+/// The cost of the native kernel over `storage` tensors whose f32 kernel costs `f32` (Note
+/// [Mixed precision]): for bf16 / f16, bytes scaled by dtype_size(storage) / 4 and a gemm marked
+/// tensor_core; `f32` itself for any other storage dtype.
+KernelCost native_cost(const KernelCost& f32, DType storage);
 
 /// p2p: direct transfers between pairs of ranks (all_to_all, gather, scatter, send / recv).
 enum class CollectiveAlgo : std::uint8_t { local, ring, tree, nvls, hierarchical, p2p };

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/runtime/error.h"
+#include "core/runtime/mixed_precision.h"
 
 namespace ditto {
 
@@ -83,6 +84,20 @@ void SimBackend::reset_peak_memory(int index) {
 void* SimBackend::allocate(int index, std::size_t bytes) {
   auto& d = *devices_[index];
   if (d.health->failed.load()) throw BackendError(d.health->failure());
+  // Note [Mixed precision]: the f32 scratch of an op over bf16 / f16 tensors (allocated inside
+  // its StorageDTypeScope or ConversionScope) holds host memory for the data but is charged to
+  // nothing: a native bf16 kernel would not hold it.
+  if (in_conversion_scope() || current_storage_dtype() != DType::f32) {
+    std::size_t rounded = (bytes + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    if (!p)
+      throw OutOfMemory(detail::cat("sim:", index, ": host out of memory allocating ",
+                                    bytes_str(bytes), " (f32 scratch of a bf16 / f16 op)"));
+    std::lock_guard lk(owners_mu_);
+    owners_[reinterpret_cast<std::uintptr_t>(p)] = {bytes, index};
+    uncharged_.insert(reinterpret_cast<std::uintptr_t>(p));
+    return p;
+  }
   const std::int64_t ordinal = d.allocations.fetch_add(1);
   {
     std::lock_guard lk(faults_mu_);
@@ -144,7 +159,15 @@ void SimBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
     std::lock_guard lk(owners_mu_);
     owners_.erase(reinterpret_cast<std::uintptr_t>(ptr));
   };
-  CostModel* cm = cost_->tracing() ? cost_.get() : nullptr;
+  bool uncharged = false;
+  {
+    // An uncharged allocation (marked by allocate) gives back nothing; its address stays owned
+    // until the free below runs, so no other allocation can take it before.
+    std::lock_guard lk(owners_mu_);
+    uncharged = uncharged_.erase(reinterpret_cast<std::uintptr_t>(ptr)) > 0;
+  }
+  if (uncharged) bytes = 0;
+  CostModel* cm = cost_->tracing() && !uncharged ? cost_.get() : nullptr;
   try {
     // The stream by pointer: while ~SimBackend drains it, d->stream is already null.
     SimStream* s = d->stream.get();

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -104,6 +105,10 @@ class SimBackend final : public Backend {
   std::vector<std::unique_ptr<std::atomic<int>>> next_track_;  // per device: next stream index
   mutable std::mutex owners_mu_;
   std::map<std::uintptr_t, std::pair<std::size_t, int>> owners_;  // start -> (bytes, device)
+  // Starts of the live allocations not charged to their device: the f32 scratch of an op over
+  // bf16 / f16 tensors (Note [Mixed precision], core/runtime/mixed_precision.h), marked when
+  // allocated so that their free is not subtracted either. Guarded by owners_mu_.
+  std::set<std::uintptr_t> uncharged_;
   mutable std::mutex faults_mu_;
   std::shared_ptr<FaultState> faults_ = std::make_shared<FaultState>(FaultConfig{});
   std::unique_ptr<CostModelExtension> cost_extension_;

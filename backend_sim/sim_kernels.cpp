@@ -16,6 +16,7 @@
 #include "backend_sim/sim_kernels_gpt.h"
 #include "core/numerics/canonical_math.h"
 #include "core/numerics/determinism.h"
+#include "core/runtime/mixed_precision.h"
 
 namespace ditto::sim {
 
@@ -489,10 +490,19 @@ class SimKernels final : public Kernels {
 
   // Enqueue `work` on `s`; once it has run, the cost model advances the stream's virtual clock by
   // the kernel's roofline time (Note [Virtual time], cost_model.h). The cost model only observes.
+  // Note [Mixed precision] (core/runtime/mixed_precision.h): a kernel enqueued inside a
+  // ConversionScope (the f32 scratch's casts) costs nothing and leaves no trace event; one
+  // enqueued inside a StorageDTypeScope of bf16 / f16 is priced as the native kernel over that
+  // dtype (native_cost).
   template <typename F>
   void launch(Stream& s, const char* name, const KernelCost& cost, F&& work) {
     SimStream& ss = as_sim(s, name);
-    ss.enqueue([&ss, cm = cost_, name, cost, work = std::forward<F>(work)]() mutable {
+    if (in_conversion_scope()) {
+      ss.enqueue([work = std::forward<F>(work)]() mutable { work(); });
+      return;
+    }
+    ss.enqueue([&ss, cm = cost_, name, cost = native_cost(cost, current_storage_dtype()),
+                work = std::forward<F>(work)]() mutable {
       work();
       cm->on_kernel(ss, name, cost);
     });

@@ -294,21 +294,21 @@ TEST_F(DataParallelTest, ArgumentErrors) {
   expect([&] { parallel::DataParallel bad(*m0, devs(4), o); }, "supports at most 2 devices");
 }
 
-// A parameter that is not f32 is refused by the constructor, naming it, as DDP refuses it. It used
+// A parameter that is not f32, bf16 or f16 is refused by the constructor, naming it, as DDP refuses it. It used
 // to be accepted, and then sent replicate and backward down a path that could only throw.
 TEST_F(DataParallelTest, ParameterThatIsNotF32IsRejectedNamingIt) {
   auto model = nn::mlp({3, 4, 2}, Device("sim", 0), 5);
   nn::Parameter* bias = model->parameters()[1];
   bias->data = Tensor::zeros(bias->data.shape(), DType::i64, Device("sim", 0));
   test::expect_invalid([&] { parallel::DataParallel dp(*model, devs(2)); },
-                       "DataParallel: parameter 1 ('0.bias'): expected dtype f32, got ");
+                       "DataParallel: parameter 1 ('0.bias'): expected dtype f32, bf16 or f16, got ");
   // One made i64 after construction is refused at the next forward that replicates the module.
   auto m = nn::mlp({3, 4, 2}, Device("sim", 0), 5);
   parallel::DataParallel dp(*m, devs(2));
   nn::Parameter* w = m->parameters()[2];
   w->data = Tensor::zeros(w->data.shape(), DType::i64, Device("sim", 0));
   test::expect_invalid([&] { dp.forward(random_tensor({4, 3}, 1)); },
-                       "DataParallel: parameter 2 ('2.weight'): expected dtype f32, got ");
+                       "DataParallel: parameter 2 ('2.weight'): expected dtype f32, bf16 or f16, got ");
 }
 
 }  // namespace

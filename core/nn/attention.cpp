@@ -16,8 +16,8 @@ LinearOptions gpt_linear(const GPTConfig& cfg, float std) {
 }
 
 void check_btc(const char* who, const Tensor& x, std::int64_t c) {
-  DITTO_CHECK(x.defined() && x.dim() == 3 && x.size(2) == c && x.dtype() == DType::f32, who,
-              ".forward: input: expected [B, T, ", c, "] f32, got ", describe(x));
+  DITTO_CHECK(x.defined() && x.dim() == 3 && x.size(2) == c && is_float_storage(x.dtype()), who,
+              ".forward: input: expected [B, T, ", c, "] f32 (or bf16 / f16), got ", describe(x));
 }
 
 }  // namespace

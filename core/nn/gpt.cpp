@@ -140,8 +140,8 @@ Tensor GPT::backward(const Tensor& grad_logits) {
   DITTO_CHECK(idx_.defined(), "GPT.backward: called before forward");
   const std::int64_t B = idx_.size(0), T = idx_.size(1), C = cfg_.n_embd, V = cfg_.vocab_size;
   DITTO_CHECK(grad_logits.defined() && grad_logits.shape() == (Shape{B, T, V}) &&
-                  grad_logits.dtype() == DType::f32 && grad_logits.device() == idx_.device(),
-              "GPT.backward: grad_logits: expected ", shape_str({B, T, V}), " f32 on ",
+                  is_float_storage(grad_logits.dtype()) && grad_logits.device() == idx_.device(),
+              "GPT.backward: grad_logits: expected ", shape_str({B, T, V}), " f32 (or bf16 / f16) on ",
               idx_.device().str(), " (the logits' shape and device), got ", describe(grad_logits));
   auto report = [&](Module& m) {
     if (grad_ready_hook_)
@@ -158,7 +158,9 @@ Tensor GPT::backward(const Tensor& grad_logits) {
   const Tensor demb = drop_->backward(dx);
   // wpe: the sum over samples of each position's gradient (rows T.. of wpe get none).
   Parameter& wpe = wpe_->weight();
-  if (!wpe.grad.defined()) wpe.grad = Tensor::zeros(wpe.data.shape(), DType::f32, demb.device());
+  if (!wpe.grad.defined())
+    wpe.grad = Tensor::zeros(wpe.data.shape(), grad_dtype(wpe.data.dtype(), determinism_),
+                             demb.device());
   Tensor wpe_rows = wpe.grad.narrow(0, T).view({T * C});
   const Tensor demb_samples = demb.view({B, T * C});
   row_sums_into(demb_samples, wpe_rows, determinism_,
@@ -178,10 +180,10 @@ void GPT::wte_grad(const Tensor& g, const Tensor& demb) {
   const std::int64_t N = g.size(0), V = cfg_.vocab_size, C = cfg_.n_embd;
   const Tensor ids = idx_.view({N});
   if (determinism_ != Determinism::bitwise) {
-    if (wte.grad.defined())
-      ops::gemm(g, xf_, wte.grad, true, false, 1.0f, 1.0f, determinism_);
-    else
-      wte.grad = ops::matmul(g, xf_, true, false, determinism_);
+    const bool acc = wte.grad.defined();
+    if (!acc)
+      wte.grad = Tensor::empty({V, C}, grad_dtype(wte.data.dtype(), determinism_), g.device());
+    ops::gemm(g, xf_, wte.grad, true, false, 1.0f, acc ? 1.0f : 0.0f, determinism_);
     ops::embedding_backward(ids, demb, wte.grad, {0, N}, true);
     return;
   }
@@ -191,7 +193,7 @@ void GPT::wte_grad(const Tensor& g, const Tensor& demb) {
   std::vector<std::pair<Tensor, std::int64_t>> stack;
   for (std::size_t s = 0; s + 1 < bounds.size(); ++s) {
     const std::int64_t lo = bounds[s], n = bounds[s + 1] - lo;
-    Tensor part = Tensor::empty({V, C}, DType::f32, g.device());
+    Tensor part = Tensor::empty({V, C}, grad_dtype(wte.data.dtype(), determinism_), g.device());
     if (n == 0) {
       ops::fill_(part, 0.0f);
     } else {

@@ -68,8 +68,8 @@ Tensor Embedding::backward(const Tensor& grad_output) {
   Shape want = idx_.shape();
   want.push_back(c_);
   DITTO_CHECK(
-      grad_output.defined() && grad_output.shape() == want && grad_output.dtype() == DType::f32,
-      str(), ".backward: grad_output: expected ", shape_str(want), " f32, got ",
+      grad_output.defined() && grad_output.shape() == want && is_float_storage(grad_output.dtype()),
+      str(), ".backward: grad_output: expected ", shape_str(want), " f32 (or bf16 / f16), got ",
       describe(grad_output));
   const std::int64_t n = idx_.numel(), samples = idx_.size(0);
   const std::vector<std::int64_t> bounds =
@@ -77,7 +77,9 @@ Tensor Embedding::backward(const Tensor& grad_output) {
           ? token_bounds(*this, str(), samples, samples == 0 ? 1 : n / samples)
           : std::vector<std::int64_t>{0, n};
   const bool acc = weight_.grad.defined();
-  if (!acc) weight_.grad = Tensor::empty({v_, c_}, DType::f32, grad_output.device());
+  if (!acc)
+    weight_.grad = Tensor::empty({v_, c_}, grad_dtype(weight_.data.dtype(), determinism_),
+                                 grad_output.device());
   ops::embedding_backward(idx_.view({n}), grad_output.view({n, c_}), weight_.grad, bounds, acc);
   return Tensor();
 }
@@ -110,8 +112,8 @@ std::vector<Parameter*> LayerNorm::parameters() {
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
-  DITTO_CHECK(x.defined() && x.dim() >= 2 && x.size(-1) == c_ && x.dtype() == DType::f32, str(),
-              ".forward: input: expected [N, ..., ", c_, "] f32, got ", describe(x));
+  DITTO_CHECK(x.defined() && x.dim() >= 2 && x.size(-1) == c_ && is_float_storage(x.dtype()), str(),
+              ".forward: input: expected [N, ..., ", c_, "] f32 (or bf16 / f16), got ", describe(x));
   DITTO_CHECK(x.device() == weight_.data.device(), str(), ".forward: input: expected a tensor on ",
               weight_.data.device().str(), " (the layer's device), got ", x.str());
   shape_ = x.shape();
@@ -124,8 +126,8 @@ Tensor LayerNorm::forward(const Tensor& x) {
 Tensor LayerNorm::backward(const Tensor& grad_output) {
   DITTO_CHECK(x_.defined(), str(), ".backward: called before forward");
   DITTO_CHECK(
-      grad_output.defined() && grad_output.shape() == shape_ && grad_output.dtype() == DType::f32,
-      str(), ".backward: grad_output: expected ", shape_str(shape_), " f32, got ",
+      grad_output.defined() && grad_output.shape() == shape_ && is_float_storage(grad_output.dtype()),
+      str(), ".backward: grad_output: expected ", shape_str(shape_), " f32 (or bf16 / f16), got ",
       describe(grad_output));
   const Tensor dy = grad_output.view({-1, c_});
   Tensor dy_xhat;
@@ -150,8 +152,8 @@ std::unique_ptr<Module> LayerNorm::clone() const {
 // ---- GELU ----------------------------------------------------------------------------------
 
 Tensor GELU::forward(const Tensor& x) {
-  DITTO_CHECK(x.defined() && x.dtype() == DType::f32,
-              "GELU.forward: input: expected an f32 tensor, got ", describe(x));
+  DITTO_CHECK(x.defined() && is_float_storage(x.dtype()),
+              "GELU.forward: input: expected an f32 (or bf16 / f16) tensor, got ", describe(x));
   x_ = x;
   return ops::gelu(x);
 }
@@ -179,8 +181,8 @@ Dropout::Dropout(float p, std::uint64_t site, std::uint64_t seed)
 }
 
 Tensor Dropout::forward(const Tensor& x) {
-  DITTO_CHECK(x.defined() && x.dtype() == DType::f32 && x.dim() >= 1,
-              "Dropout.forward: input: expected an f32 tensor [B, ...], got ", describe(x));
+  DITTO_CHECK(x.defined() && is_float_storage(x.dtype()) && x.dim() >= 1,
+              "Dropout.forward: input: expected an f32 (or bf16 / f16) tensor [B, ...], got ", describe(x));
   shape_ = x.shape();
   has_forward_ = true;
   applied_ = active() && x.numel() > 0;

@@ -75,8 +75,8 @@ Tensor Linear::forward(const Tensor& input) {
   DITTO_CHECK(input.dim() >= 2 && input.size(-1) == in_, str(),
               ".forward: input: expected [N, ", in_, "], got ", input.str(),
               input.dim() > 2 ? " (or [N, ..., in]: leading dims are flattened)" : "");
-  DITTO_CHECK(input.dtype() == DType::f32, str(), ".forward: input: expected dtype f32, got ",
-              input.str());
+  DITTO_CHECK(is_float_storage(input.dtype()), str(),
+              ".forward: input: expected dtype f32, bf16 or f16, got ", input.str());
   const Device& dev = weight_.data.device();
   DITTO_CHECK(input.device() == dev, str(), ".forward: input: expected a tensor on ", dev.str(),
               " (the layer's device), got ", input.str());
@@ -96,9 +96,9 @@ Tensor Linear::backward(const Tensor& grad_output) {
   Shape out_shape = input_shape_;
   out_shape.back() = out_;
   DITTO_CHECK(grad_output.defined() && grad_output.shape() == out_shape &&
-                  grad_output.dtype() == DType::f32,
-              str(), ".backward: grad_output: expected ", shape_str(out_shape), " f32, got ",
-              describe(grad_output));
+                  is_float_storage(grad_output.dtype()),
+              str(), ".backward: grad_output: expected ", shape_str(out_shape),
+              " f32 (or bf16 / f16), got ", describe(grad_output));
   DITTO_CHECK(grad_output.device() == input_.device(), str(),
               ".backward: grad_output: expected a tensor on ", input_.device().str(), ", got ",
               grad_output.str());
@@ -111,15 +111,18 @@ Tensor Linear::backward(const Tensor& grad_output) {
     const std::vector<std::int64_t> bounds =
         token_bounds(*this, str(), samples, samples == 0 ? 1 : rows / samples);
     const bool acc_w = weight_.grad.defined();
-    if (!acc_w) weight_.grad = Tensor::empty({out_, in_}, DType::f32, gy.device());
+    if (!acc_w)
+      weight_.grad = Tensor::empty({out_, in_}, grad_dtype(weight_.data.dtype(), determinism_),
+                                   gy.device());
     ops::gemm_tn_sharded(gy, input_, weight_.grad, bounds, acc_w);
     if (has_bias_) add_row_sums(gy, bias_, determinism_, bounds);
   } else {
     // grad_W[out, in] (+)= gy[rows, out]^T @ x[rows, in]
-    if (weight_.grad.defined())
-      ops::gemm(gy, input_, weight_.grad, true, false, 1.0f, 1.0f, determinism_);
-    else
-      weight_.grad = ops::matmul(gy, input_, true, false, determinism_);
+    const bool acc_w = weight_.grad.defined();
+    if (!acc_w)
+      weight_.grad = Tensor::empty({out_, in_}, grad_dtype(weight_.data.dtype(), determinism_),
+                                   gy.device());
+    ops::gemm(gy, input_, weight_.grad, true, false, 1.0f, acc_w ? 1.0f : 0.0f, determinism_);
     // grad_b[out] (+)= sum over rows of gy
     if (has_bias_) add_row_sums(gy, bias_, determinism_, {});
   }

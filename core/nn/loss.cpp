@@ -3,6 +3,8 @@
 // loss's determinism mode.
 #include "core/nn/loss.h"
 
+#include "core/nn/module.h"
+
 #include "core/numerics/micro_shards.h"
 #include "core/runtime/ops.h"
 
@@ -69,11 +71,11 @@ Tensor Loss::grad_loss_for(const Tensor& grad_loss, const char* call) const {
 Tensor Loss::backward() { return backward(Tensor()); }
 
 Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
-  DITTO_CHECK(input.defined() && input.dtype() == DType::f32,
-              "MSELoss.forward: input: expected an f32 tensor, got ", describe(input));
-  DITTO_CHECK(target.defined() && target.shape() == input.shape() && target.dtype() == DType::f32 &&
+  DITTO_CHECK(input.defined() && is_float_storage(input.dtype()),
+              "MSELoss.forward: input: expected an f32 (or bf16 / f16) tensor, got ", describe(input));
+  DITTO_CHECK(target.defined() && target.shape() == input.shape() && is_float_storage(target.dtype()) &&
                   target.device() == input.device(),
-              "MSELoss.forward: target: expected ", shape_str(input.shape()), " f32 on ",
+              "MSELoss.forward: target: expected ", shape_str(input.shape()), " f32 (or bf16 / f16) on ",
               input.device().str(), " (the input's shape and device), got ", describe(target));
   // ops::mse wants [N, F] (or [N]): view 0-dim as [1] and higher ranks as [N, -1].
   Tensor x = input, t = target;
@@ -97,8 +99,8 @@ Tensor MSELoss::backward(const Tensor& grad_loss) {
 
 Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
   DITTO_CHECK(input.defined() && (input.dim() == 2 || input.dim() == 3) &&
-                  input.dtype() == DType::f32,
-              "CrossEntropyLoss.forward: input: expected logits [N, C] f32, got ",
+                  is_float_storage(input.dtype()),
+              "CrossEntropyLoss.forward: input: expected logits [N, C] f32 (or bf16 / f16), got ",
               describe(input), " (or [B, T, C] logits with [B, T] targets)");
   Shape want(input.shape().begin(), input.shape().end() - 1);
   DITTO_CHECK(target.defined() && target.shape() == want && target.dtype() == DType::i64 &&

@@ -3,6 +3,7 @@
 #include "core/nn/module.h"
 
 #include <cstring>
+#include <string>
 
 #include "core/runtime/ops.h"
 
@@ -19,11 +20,21 @@ Tensor Module::forward(const std::vector<Tensor>& inputs) {
   return forward(inputs[0]);
 }
 
+DType grad_dtype(DType param, Determinism mode) {
+  DITTO_CHECK(param == DType::f32 || param == DType::bf16 || param == DType::f16,
+              "nn::grad_dtype: param: expected f32, bf16 or f16, got ",
+              is_valid_dtype(param) ? std::string(dtype_name(param))
+                                    : detail::cat("DType value ", static_cast<int>(param)));
+  return mode == Determinism::bitwise ? DType::f32 : param;
+}
+
 void Module::zero_grad() {
   for (Parameter* p : parameters()) {
     const Device& dev = p->data.device();
-    if (!p->grad.defined() || p->grad.shape() != p->data.shape() || p->grad.device() != dev) {
-      p->grad = Tensor::zeros(p->data.shape(), p->data.dtype(), dev);
+    const DType gd = grad_dtype(p->data.dtype(), determinism_);
+    if (!p->grad.defined() || p->grad.shape() != p->data.shape() || p->grad.device() != dev ||
+        p->grad.dtype() != gd) {
+      p->grad = Tensor::zeros(p->data.shape(), gd, dev);
     } else if (dev.is_cpu()) {
       if (p->grad.numel() > 0) std::memset(p->grad.data_ptr(), 0, p->grad.nbytes());
     } else {
@@ -36,6 +47,17 @@ void Module::to(const Device& device) {
   for (Parameter* p : parameters()) {
     p->data = p->data.to(device);
     if (p->grad.defined()) p->grad = p->grad.to(device);
+  }
+}
+
+void Module::to(DType dtype) {
+  DITTO_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16, name(),
+              ".to: dtype: expected f32, bf16 or f16, got ",
+              is_valid_dtype(dtype) ? std::string(dtype_name(dtype))
+                                    : detail::cat("DType value ", static_cast<int>(dtype)));
+  for (Parameter* p : parameters()) {
+    p->data = p->data.to(dtype);
+    p->grad = Tensor();
   }
 }
 

@@ -16,6 +16,20 @@
 
 namespace ditto::nn {
 
+/// The dtype of a parameter's gradient (Note [Mixed precision], core/runtime/mixed_precision.h):
+/// fast mode: the parameter's dtype (llm.c: bf16 gradients, bf16 all_reduce); bitwise mode: f32,
+/// whatever the parameter's dtype, because a bf16 gradient rounded at a device's subtree of the
+/// micro-shard tree would depend on the device count, while in f32 the micro-shard tree, the
+/// rank tree and the accumulation tree round nowhere (Note [Reductions over ranks]). f32
+/// parameters get f32 gradients in both modes. Every module allocating a grad uses it.
+/// `param` must be f32, bf16 or f16 (InvalidArgument naming it otherwise).
+DType grad_dtype(DType param, Determinism mode);
+
+/// f32, bf16 or f16: the dtypes a model's parameters and activations may have.
+constexpr bool is_float_storage(DType t) {
+  return t == DType::f32 || t == DType::bf16 || t == DType::f16;
+}
+
 /// A learnable tensor and its gradient (grad undefined until the first backward or zero_grad).
 struct Parameter {
   std::string name;  ///< e.g. "0.weight" within a Sequential
@@ -96,10 +110,17 @@ class Module {
   using GradReadyHook = std::function<void(Parameter&)>;
   virtual void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
 
-  /// Set every parameter's grad to zero (allocating where undefined).
+  /// Set every parameter's grad to zero (allocating where undefined, or where its shape, device or
+  /// dtype (grad_dtype of the parameter's dtype and this module's determinism) differs).
   void zero_grad();
   /// Move every parameter (and grad) to `device`.
   void to(const Device& device);
+  /// torch's Module.to(dtype): every parameter's data converted to `dtype` (f32, bf16 or f16;
+  /// round to nearest even, Tensor::to(DType)); the grads are dropped (undefined: the next
+  /// backward or zero_grad allocates them in grad_dtype). The model then runs in `dtype`
+  /// (activations in it; Note [Mixed precision]). InvalidArgument for another dtype. Parameters
+  /// sharing one tensor (a clone's) stop sharing it: convert a model before cloning it.
+  void to(DType dtype);
   /// Device of the first parameter (Device::cpu() for a module without parameters).
   Device device();
   /// Total number of parameter elements.

@@ -32,9 +32,9 @@ DataParallel::DataParallel(nn::Module& module, std::vector<Device> devices,
     DITTO_CHECK(p->data.device() == devices_[0], "DataParallel: module must have its parameters on ",
                 devices_[0].str(), " (devices[0]) but parameter '", p->name, "' is on ",
                 p->data.device().str());
-    // The replica buckets and the kernels of the reverse pass are f32 (as DDP's).
-    DITTO_CHECK(p->data.dtype() == DType::f32, "DataParallel: parameter ", i, " ('", p->name,
-                "'): expected dtype f32, got ", p->data.str());
+    // The replica buckets hold f32, bf16 or f16 parameters (Note [Mixed precision]).
+    DITTO_CHECK(nn::is_float_storage(p->data.dtype()), "DataParallel: parameter ", i, " ('",
+                p->name, "'): expected dtype f32, bf16 or f16, got ", p->data.str());
   }
   if (options_.determinism == Determinism::bitwise) {
     const std::int64_t k = options_.micro_shards;
@@ -67,8 +67,12 @@ Tensor DataParallel::forward(const Tensor& input) { return forward(std::vector<T
 // (page faults were ~20% of a 4-device step of a 7 MB MLP) and the staging copies onto
 // devices[0] (the simulator's reduce reads every rank's buffer in place, all ranks in parallel).
 // The gradient sums land in a fresh tensor each step (the module's grads are views of it, as
-// before). Buckets are rebuilt when the parameters' shapes change. Parameters are f32 (checked by
-// the constructor, and again here for a parameter replaced since).
+// before). Buckets are rebuilt when the parameters' shapes or dtypes change. Parameters are f32,
+// bf16 or f16 (checked by the constructor, and again here for a parameter replaced since); a
+// bucket holds parameters of one dtype (a new one starts where the dtype changes), its packed
+// parameters in that dtype and its packed gradients in nn::grad_dtype of it (bitwise: f32, so
+// the reduce over replicas rounds nowhere but once, Note [Reductions over ranks]; fast: the
+// parameters' dtype, llm.c's bf16 gradient reduction).
 std::vector<Communicator>& DataParallel::comms(int n) {
   auto it = comms_.find(n);
   if (it != comms_.end()) return it->second;
@@ -80,21 +84,26 @@ std::vector<Communicator>& DataParallel::comms(int n) {
 
 void DataParallel::ensure_buckets(const std::vector<nn::Parameter*>& params) {
   std::vector<Shape> shapes;
+  std::vector<DType> dtypes;
   shapes.reserve(params.size());
   for (std::size_t i = 0; i < params.size(); ++i) {
-    DITTO_CHECK(params[i]->data.dtype() == DType::f32, "DataParallel: parameter ", i, " ('",
-                params[i]->name, "'): expected dtype f32, got ", params[i]->data.str());
+    DITTO_CHECK(nn::is_float_storage(params[i]->data.dtype()), "DataParallel: parameter ", i,
+                " ('", params[i]->name, "'): expected dtype f32, bf16 or f16, got ",
+                params[i]->data.str());
     shapes.push_back(params[i]->data.shape());
+    dtypes.push_back(params[i]->data.dtype());
   }
-  if (!buckets_.empty() && shapes == bucket_shapes_) return;
+  if (!buckets_.empty() && shapes == bucket_shapes_ && dtypes == bucket_dtypes_) return;
   buckets_.clear();
   param_slot_.assign(params.size(), {0, 0});
   const std::size_t n_dev = devices_.size();
   std::size_t bytes = 0;
   for (std::size_t k = 0; k < params.size(); ++k) {
     const std::size_t b = params[k]->data.nbytes();
-    if (buckets_.empty() || (bytes + b > options_.buffer_size && !buckets_.back().params.empty())) {
+    if (buckets_.empty() || buckets_.back().dtype != dtypes[k] ||
+        (bytes + b > options_.buffer_size && !buckets_.back().params.empty())) {
       buckets_.emplace_back();
+      buckets_.back().dtype = dtypes[k];
       bytes = 0;
     }
     Bucket& bk = buckets_.back();
@@ -105,8 +114,9 @@ void DataParallel::ensure_buckets(const std::vector<nn::Parameter*>& params) {
   }
   for (Bucket& bk : buckets_) {
     for (std::size_t d = 0; d < n_dev; ++d) {
-      bk.param_flat.push_back(Tensor::empty({bk.numel}, DType::f32, devices_[d]));
-      bk.grad_flat.push_back(Tensor::empty({bk.numel}, DType::f32, devices_[d]));
+      bk.param_flat.push_back(Tensor::empty({bk.numel}, bk.dtype, devices_[d]));
+      bk.grad_flat.push_back(
+          Tensor::empty({bk.numel}, nn::grad_dtype(bk.dtype, options_.determinism), devices_[d]));
     }
   }
   replica_views_.assign(n_dev, std::vector<Tensor>(params.size()));
@@ -117,6 +127,7 @@ void DataParallel::ensure_buckets(const std::vector<nn::Parameter*>& params) {
           buckets_[b].param_flat[d].narrow(off, params[k]->data.numel()).view(shapes[k]);
     }
   bucket_shapes_ = std::move(shapes);
+  bucket_dtypes_ = std::move(dtypes);
 }
 
 void DataParallel::replicate(int n) {
@@ -290,11 +301,16 @@ Tensor DataParallel::backward(const Tensor& grad_output) {
         const auto d = static_cast<std::size_t>(i);
         std::vector<nn::Parameter*> rp = replicas_[d]->parameters();
         std::int64_t off = 0;
+        const DType gd = bk.grad_flat[d].dtype();
         for (std::size_t k : bk.params) {
           const Tensor& g = rp[k]->grad;
           const std::int64_t numel = params[k]->data.numel();
           if (g.defined()) {  // else a parameter the replica did not use: zeros
-            detail::copy_block(bk.grad_flat[d], static_cast<std::size_t>(off) * sizeof(float),
+            DITTO_CHECK(g.dtype() == gd, "DataParallel.backward: replica ", i, " parameter ", k,
+                        " ('", params[k]->name, "'): expected a ", dtype_name(gd),
+                        " gradient (nn::grad_dtype of its ", dtype_name(bk.dtype),
+                        " data), got ", g.str());
+            detail::copy_block(bk.grad_flat[d], static_cast<std::size_t>(off) * dtype_size(gd),
                                g.nbytes(), g, 0, g.nbytes(), g.nbytes(), 1);
           } else {
             Tensor z = bk.grad_flat[d].narrow(off, numel);
@@ -303,7 +319,7 @@ Tensor DataParallel::backward(const Tensor& grad_output) {
           off += numel;
         }
       }
-      Tensor out = Tensor::empty({bk.numel}, DType::f32, devices_[0]);
+      Tensor out = Tensor::empty({bk.numel}, bk.grad_flat[0].dtype(), devices_[0]);
       std::vector<Tensor> send(bk.grad_flat.begin(), bk.grad_flat.begin() + n);
       std::vector<Tensor> recv(static_cast<std::size_t>(n));  // ignored off the root
       recv[0] = out;

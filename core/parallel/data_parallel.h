@@ -53,8 +53,9 @@ class DataParallel {
  public:
   /// Wrap `module` (not owned; must outlive this object) for `devices` (non-empty, distinct, one
   /// non-cpu backend). Throws InvalidArgument when the list is bad or a parameter of the module is
-  /// not on devices[0] or not f32 (naming the parameter and its device or dtype), as
-  /// DistributedDataParallel does.
+  /// not on devices[0] or not f32, bf16 or f16 (naming the parameter and its device or dtype).
+  /// bf16 / f16 parameters replicate in their dtype; their gradients (nn::grad_dtype: f32 in
+  /// bitwise mode, the parameters' dtype in fast mode) reduce in the gradients' dtype.
   DataParallel(nn::Module& module, std::vector<Device> devices, DataParallelOptions options = {});
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
@@ -86,14 +87,15 @@ class DataParallel {
 
  private:
   void replicate(int n);
-  /// Builds (or keeps) the persistent buckets for `params` (f32; InvalidArgument naming a
-  /// parameter that is not).
+  /// Builds (or keeps) the persistent buckets for `params` (f32, bf16 or f16; InvalidArgument
+  /// naming a parameter that is not).
   void ensure_buckets(const std::vector<nn::Parameter*>& params);
 
   /// Note [Persistent replica buffers] (data_parallel.cpp): one bucket of consecutive parameters.
   struct Bucket {
     std::vector<std::size_t> params;  ///< indices into module().parameters()
     std::int64_t numel = 0;
+    DType dtype = DType::f32;         ///< of every parameter in the bucket
     std::vector<Tensor> param_flat;   ///< [d]: packed parameters on devices_[d]
     std::vector<Tensor> grad_flat;    ///< [d]: packed gradients of replica d on devices_[d]
   };
@@ -102,6 +104,7 @@ class DataParallel {
   std::map<int, std::vector<Communicator>> comms_;
   std::vector<Bucket> buckets_;
   std::vector<Shape> bucket_shapes_;               ///< parameter shapes the buckets were built for
+  std::vector<DType> bucket_dtypes_;               ///< and their dtypes
   std::vector<std::vector<Tensor>> replica_views_;  ///< [d][k]: parameter k's view in param_flat
   std::vector<std::pair<std::size_t, std::int64_t>> param_slot_;  ///< [k]: (bucket, offset)
 

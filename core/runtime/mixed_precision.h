@@ -1,21 +1,53 @@
 // Mixed precision: tensors stored in bf16 or f16, kernels computing in f32 (llm.c, torch.autocast).
 //
-// Note [Mixed precision]  (contract; the full rounding-point list is written with the kernels)
+// Note [Mixed precision]
 // A kernel over bf16 / f16 tensors loads each input element into f32 (exact), runs the f32
 // kernel's arithmetic (the same operation order as the f32 kernel, Note [GPT kernels], in both
-// determinism modes) and rounds each output element once to the storage dtype (round to nearest
-// even, core/numerics/float_formats.h). Scalars a kernel reduces to (a loss, a sum of squares,
-// LayerNorm's mean and rstd) stay f32. So a bf16 kernel gives the same bits on the simulator and
+// determinism modes) and rounds each output element once to its output dtype (round to nearest
+// even, core/numerics/float_formats.h). So a bf16 kernel gives the same bits on the simulator and
 // on CUDA whenever its f32 kernel does, and bitwise mode stays bitwise across device counts.
 //
-// The ops of core/runtime/ops.h implement this by converting through f32 scratch tensors inside a
-// StorageDTypeScope. The scope tells the backend what it would run natively:
+// Which dtype an output has (the rounding points):
+//   - an op writing into a tensor the caller passes (gemm's c, add_bias_'s y, axpy_'s y,
+//     scale_'s x, sum_rows(_sharded)'s out, gemm_tn_sharded's c, embedding_backward's grad_wte)
+//     rounds into that tensor's dtype: an f32 c (a weight gradient in bitwise mode) is written by
+//     the f32 kernel directly and is not rounded at all; a bf16 c with beta != 0 (or accumulate)
+//     is c + the product in f32, rounded once;
+//   - a new tensor has the storage dtype (the first bf16 / f16 among the op's tensors): matmul,
+//     relu(_backward), gelu(_backward), add, dropout(_backward), embedding, layernorm's y,
+//     layernorm_backward's dx and dy_xhat, attention's y and att (the softmax, stored rounded as
+//     llm.c stores it; backward reads the rounded att), attention_backward's dqkv; dlogits of
+//     cross_entropy_backward and grad_input of mse_backward in the logits' / input's dtype;
+//   - stays f32: per-sample losses (cross_entropy, mse), every scalar (sum, sum_sharded,
+//     sum_squares: a loss, a gradient norm's square), LayerNorm's mean and rstd;
+//   - parameter gradients: nn::grad_dtype (core/nn/module.h): bitwise mode f32, so the
+//     micro-shard tree, the rank tree and the accumulation tree round nowhere (Note [Reductions
+//     over ranks]) and the bits do not depend on the device count; fast mode the parameter's
+//     dtype (llm.c: bf16 gradients, bf16 all_reduce).
+// A chain of ops therefore rounds at every op boundary (a Linear: the matmul's output, then the
+// bias add's), as torch does for bf16 tensors outside autocast; a fused native kernel (cuBLASLt
+// with a bias epilogue) would round once. Mixing is allowed: a bf16 weight with an f32 input
+// computes in f32 and outputs bf16.
+//
+// The ops of core/runtime/ops.h implement this with one helper (core/internal/ops_mixed.h,
+// internal::MixedOp): inside a StorageDTypeScope of the storage dtype, each bf16 / f16 input is
+// converted to an f32 scratch tensor (ops::cast inside a ConversionScope), the op's f32 path runs
+// on the scratch, and each result is cast into its output (inside a ConversionScope). An
+// f32-only call takes exactly the op's f32 path (no extra kernel, the same bits and virtual
+// time). The scope tells the backend what it would run natively:
 //   - the simulator's cost model prices the kernels enqueued inside the scope as kernels over the
-//     storage dtype (bytes at its size, matrix products at the tensor-core peak of the profile),
-//     and the conversions themselves as free;
-//   - the simulator does not charge the f32 scratch to the device's memory (a native bf16 kernel
-//     would not hold it), so memory reports and OutOfMemory match a bf16 run on the real GPU.
-// The CUDA backend really converts (its memory and time include the scratch).
+//     storage dtype (bytes x dtype_size / 4, matrix products at the profile's bf16_flops: tensor
+//     cores, f16 at the same figure; sim::native_cost), and the conversions as free (no time, no
+//     trace event);
+//   - the simulator does not charge the f32 scratch (every allocation made inside the scope or a
+//     ConversionScope; marked at allocation, so its free is not subtracted either) to the
+//     device's memory (capacity, in_use, peak, the trace's counter): a native bf16 kernel would
+//     not hold it, so memory reports and OutOfMemory match a bf16 run on the real GPU. The
+//     outputs are allocated under an inner StorageDTypeScope(f32) and so are charged.
+// The CUDA backend really converts (its memory and time include the scratch): no new kernel, the
+// same Kernels::cast and f32 kernels as the simulator, hence the same bits.
+// StorageDTypeScope is for the ops' implementation: code around ops does not open one (an
+// allocation inside it would go uncharged).
 #pragma once
 
 #include "core/runtime/dtype.h"

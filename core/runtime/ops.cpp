@@ -8,6 +8,7 @@
 #include "core/runtime/error.h"
 #include "core/numerics/micro_shards.h"
 #include "core/internal/ops_check.h"
+#include "core/internal/ops_mixed.h"
 
 namespace ditto::ops {
 
@@ -120,12 +121,25 @@ std::pair<std::int64_t, std::int64_t> check_mse_args(const char* op, const Tenso
 void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b, float alpha,
           float beta, Determinism mode) {
   constexpr const char* op = "ops::gemm";
+  if (any_half({&a, &b, &c})) {  // Note [Mixed precision]
+    check_no_overlap(op, "c", c, "a", a);
+    check_no_overlap(op, "c", c, "b", b);
+    MixedOp m(op, {&a, &b, &c});
+    Tensor cf = m.in(c);
+    m.run([&] { gemm(m.in(a), m.in(b), cf, trans_a, trans_b, alpha, beta, mode); });
+    m.write_back(cf, c);
+    return;
+  }
   const GemmDims d = check_matmul_operands(op, a, b, trans_a, trans_b);
   check_product_out(op, c, a, b, d.M, d.N);
   launch_gemm(a, b, c, trans_a, trans_b, d, alpha, beta, mode);
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, Determinism mode) {
+  if (any_half({&a, &b})) {
+    MixedOp m("ops::matmul", {&a, &b});
+    return m.out(m.run([&] { return matmul(m.in(a), m.in(b), trans_a, trans_b, mode); }));
+  }
   const GemmDims d = check_matmul_operands("ops::matmul", a, b, trans_a, trans_b);
   Tensor c = Tensor::empty({d.M, d.N}, DType::f32, a.device());
   launch_gemm(a, b, c, trans_a, trans_b, d, 1.0f, 0.0f, mode);
@@ -133,6 +147,13 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, Dete
 }
 
 void add_bias_(Tensor& y, const Tensor& bias) {
+  if (any_half({&y, &bias})) {
+    MixedOp m("ops::add_bias_", {&y, &bias});
+    Tensor yf = m.in(y);
+    m.run([&] { add_bias_(yf, m.in(bias)); });
+    m.write_back(yf, y);
+    return;
+  }
   check_matrix_and_cols("ops::add_bias_", "y", y, "bias", bias, /*v_written=*/false);
   if (y.numel() == 0) return;
   kernels_of(y).add_bias(stream_of(y), y.data<float>(), bias.data<float>(), y.size(0), y.size(1));
@@ -140,6 +161,14 @@ void add_bias_(Tensor& y, const Tensor& bias) {
 
 void sum_rows(const Tensor& x, Tensor& out, float beta, Determinism mode) {
   constexpr const char* op = "ops::sum_rows";
+  if (any_half({&x, &out})) {
+    check_no_overlap(op, "out", out, "x", x);
+    MixedOp m(op, {&x, &out});
+    Tensor of = m.in(out);
+    m.run([&] { sum_rows(m.in(x), of, beta, mode); });
+    m.write_back(of, out);
+    return;
+  }
   check_matrix_and_cols(op, "x", x, "out", out, /*v_written=*/true);
   if (out.numel() == 0) return;  // rows == 0 still sets out = beta * out
   kernels_of(x).sum_rows(stream_of(x), x.data<float>(), x.size(0), x.size(1), beta,
@@ -147,6 +176,10 @@ void sum_rows(const Tensor& x, Tensor& out, float beta, Determinism mode) {
 }
 
 Tensor relu(const Tensor& x) {
+  if (any_half({&x})) {
+    MixedOp m("ops::relu", {&x});
+    return m.out(m.run([&] { return relu(m.in(x)); }));
+  }
   check_tensor("ops::relu", "x", x);
   Tensor y = Tensor::empty(x.shape(), DType::f32, x.device());
   if (x.numel() > 0)
@@ -156,6 +189,10 @@ Tensor relu(const Tensor& x) {
 
 Tensor relu_backward(const Tensor& y, const Tensor& grad_y) {
   constexpr const char* op = "ops::relu_backward";
+  if (any_half({&y, &grad_y})) {
+    MixedOp m(op, {&y, &grad_y});
+    return m.out(m.run([&] { return relu_backward(m.in(y), m.in(grad_y)); }));
+  }
   check_tensor(op, "y", y);
   check_like(op, "grad_y", grad_y, "y", y);
   Tensor gx = Tensor::empty(y.shape(), DType::f32, y.device());
@@ -166,6 +203,10 @@ Tensor relu_backward(const Tensor& y, const Tensor& grad_y) {
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
+  if (any_half({&logits})) {  // per-sample losses stay f32
+    MixedOp m("ops::cross_entropy", {&logits});
+    return m.out(m.run([&] { return cross_entropy(m.in(logits), targets); }), DType::f32);
+  }
   check_cross_entropy_args("ops::cross_entropy", logits, targets);
   const std::int64_t n = logits.size(0);
   Tensor losses = Tensor::empty({n}, DType::f32, logits.device());
@@ -179,6 +220,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                               const Tensor& grad_loss, float scale) {
   constexpr const char* op = "ops::cross_entropy_backward";
+  if (any_half({&logits, &grad_loss})) {  // dlogits in the logits' dtype
+    MixedOp m(op, {&logits, &grad_loss});
+    const DType out = is_half(logits) ? logits.dtype() : m.storage();
+    return m.out(m.run([&] {
+                   return cross_entropy_backward(m.in(logits), targets, m.in(grad_loss), scale);
+                 }),
+                 out);
+  }
   check_cross_entropy_args(op, logits, targets);
   check_grad_loss(op, grad_loss, logits.device(), "logits");
   Tensor grad = Tensor::empty(logits.shape(), DType::f32, logits.device());
@@ -190,6 +239,10 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets,
 }
 
 Tensor mse(const Tensor& input, const Tensor& target) {
+  if (any_half({&input, &target})) {  // per-sample losses stay f32
+    MixedOp m("ops::mse", {&input, &target});
+    return m.out(m.run([&] { return mse(m.in(input), m.in(target)); }), DType::f32);
+  }
   const auto [rows, cols] = check_mse_args("ops::mse", input, target);
   Tensor losses = Tensor::empty({rows}, DType::f32, input.device());
   if (rows > 0)  // cols == 0 gives zero losses
@@ -201,6 +254,14 @@ Tensor mse(const Tensor& input, const Tensor& target) {
 Tensor mse_backward(const Tensor& input, const Tensor& target, const Tensor& grad_loss,
                     float scale) {
   constexpr const char* op = "ops::mse_backward";
+  if (any_half({&input, &target, &grad_loss})) {  // grad_input in the input's dtype
+    MixedOp m(op, {&input, &target, &grad_loss});
+    const DType out = is_half(input) ? input.dtype() : m.storage();
+    return m.out(m.run([&] {
+                   return mse_backward(m.in(input), m.in(target), m.in(grad_loss), scale);
+                 }),
+                 out);
+  }
   check_mse_args(op, input, target);
   check_grad_loss(op, grad_loss, input.device(), "input");
   Tensor grad = Tensor::empty(input.shape(), DType::f32, input.device());
@@ -212,6 +273,10 @@ Tensor mse_backward(const Tensor& input, const Tensor& target, const Tensor& gra
 }
 
 Tensor sum(const Tensor& x, float scale, Determinism mode) {
+  if (any_half({&x})) {  // a scalar: stays f32
+    MixedOp m("ops::sum", {&x});
+    return m.out(m.run([&] { return sum(m.in(x), scale, mode); }), DType::f32);
+  }
   check_tensor("ops::sum", "x", x);
   Tensor out = Tensor::empty({}, DType::f32, x.device());
   // Launched for an empty x too: the sum of nothing is 0.
@@ -229,6 +294,13 @@ void fill_(Tensor& x, float value) {
 
 void axpy_(float alpha, const Tensor& x, Tensor& y) {
   constexpr const char* op = "ops::axpy_";
+  if (any_half({&x, &y})) {
+    MixedOp m(op, {&x, &y});
+    Tensor yf = m.in(y);
+    m.run([&] { axpy_(alpha, m.in(x), yf); });
+    m.write_back(yf, y);
+    return;
+  }
   check_tensor(op, "x", x);
   check_like(op, "y", y, "x", x);
   if (x.numel() > 0)
@@ -236,6 +308,13 @@ void axpy_(float alpha, const Tensor& x, Tensor& y) {
 }
 
 void scale_(Tensor& x, float alpha) {
+  if (any_half({&x})) {
+    MixedOp m("ops::scale_", {&x});
+    Tensor xf = m.in(x);
+    m.run([&] { scale_(xf, alpha); });
+    m.write_back(xf, x);
+    return;
+  }
   check_tensor("ops::scale_", "x", x);
   if (x.numel() > 0) kernels_of(x).scale(stream_of(x), alpha, x.data<float>(), x.numel());
 }
@@ -256,6 +335,15 @@ void sum_inputs(const std::vector<Tensor>& inputs, Tensor& out, Determinism mode
 void gemm_tn_sharded(const Tensor& a, const Tensor& b, Tensor& c,
                      const std::vector<std::int64_t>& bounds, bool accumulate) {
   constexpr const char* op = "ops::gemm_tn_sharded";
+  if (any_half({&a, &b, &c})) {  // c (a weight gradient) may stay f32: written directly
+    check_no_overlap(op, "c", c, "a", a);
+    check_no_overlap(op, "c", c, "b", b);
+    MixedOp m(op, {&a, &b, &c});
+    Tensor cf = m.in(c);
+    m.run([&] { gemm_tn_sharded(m.in(a), m.in(b), cf, bounds, accumulate); });
+    m.write_back(cf, c);
+    return;
+  }
   check_tensor(op, "a", a);
   check_dims(op, "a", a, 2, "[rows, M]");
   check_tensor(op, "b", b);
@@ -275,6 +363,14 @@ void gemm_tn_sharded(const Tensor& a, const Tensor& b, Tensor& c,
 void sum_rows_sharded(const Tensor& x, Tensor& out, const std::vector<std::int64_t>& bounds,
                       bool accumulate) {
   constexpr const char* op = "ops::sum_rows_sharded";
+  if (any_half({&x, &out})) {
+    check_no_overlap(op, "out", out, "x", x);
+    MixedOp m(op, {&x, &out});
+    Tensor of = m.in(out);
+    m.run([&] { sum_rows_sharded(m.in(x), of, bounds, accumulate); });
+    m.write_back(of, out);
+    return;
+  }
   check_matrix_and_cols(op, "x", x, "out", out, /*v_written=*/true);
   check_shard_bounds(op, bounds, x.size(0));
   if (out.numel() == 0) return;
@@ -284,6 +380,10 @@ void sum_rows_sharded(const Tensor& x, Tensor& out, const std::vector<std::int64
 
 Tensor sum_sharded(const Tensor& x, const std::vector<std::int64_t>& bounds, float scale) {
   constexpr const char* op = "ops::sum_sharded";
+  if (any_half({&x})) {  // a scalar: stays f32
+    MixedOp m(op, {&x});
+    return m.out(m.run([&] { return sum_sharded(m.in(x), bounds, scale); }), DType::f32);
+  }
   check_tensor(op, "x", x);
   check_dims(op, "x", x, 1, "[n]");
   check_shard_bounds(op, bounds, x.size(0));

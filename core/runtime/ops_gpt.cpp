@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/internal/ops_check.h"
+#include "core/internal/ops_mixed.h"
 #include "core/numerics/micro_shards.h"
 #include "core/runtime/ops.h"
 
@@ -77,6 +78,10 @@ std::int64_t check_qkv(const char* op, const Tensor& qkv, std::int64_t n_head) {
 
 Tensor embedding(const Tensor& idx, const Tensor& wte, const Tensor& wpe) {
   constexpr const char* op = "ops::embedding";
+  if (any_half({&wte, &wpe})) {  // Note [Mixed precision]
+    MixedOp m(op, {&wte, &wpe});
+    return m.out(m.run([&] { return embedding(idx, m.in(wte), m.in(wpe)); }));
+  }
   check_idx(op, idx, /*flat_ok=*/false);
   check_tensor(op, "wte", wte);
   check_device(op, "wte", wte, idx.device(), "idx");
@@ -101,6 +106,14 @@ Tensor embedding(const Tensor& idx, const Tensor& wte, const Tensor& wpe) {
 void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& grad_wte,
                         const std::vector<std::int64_t>& bounds, bool accumulate) {
   constexpr const char* op = "ops::embedding_backward";
+  if (any_half({&dy, &grad_wte})) {  // grad_wte may stay f32: written directly
+    check_no_overlap(op, "grad_wte", grad_wte, "dy", dy);
+    MixedOp m(op, {&dy, &grad_wte});
+    Tensor gf = m.in(grad_wte);
+    m.run([&] { embedding_backward(idx, m.in(dy), gf, bounds, accumulate); });
+    m.write_back(gf, grad_wte);
+    return;
+  }
   check_idx(op, idx, /*flat_ok=*/true);
   check_tensor(op, "dy", dy);
   check_device(op, "dy", dy, idx.device(), "idx");
@@ -127,6 +140,14 @@ void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& grad_wte,
 Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& mean,
                  Tensor& rstd) {
   constexpr const char* op = "ops::layernorm";
+  if (any_half({&x, &w, &b})) {  // y in the storage dtype; mean and rstd stay f32
+    MixedOp m(op, {&x, &w, &b});
+    Tensor mf, rf;
+    Tensor y = m.out(m.run([&] { return layernorm(m.in(x), m.in(w), m.in(b), eps, mf, rf); }));
+    mean = m.out(mf, DType::f32);
+    rstd = m.out(rf, DType::f32);
+    return y;
+  }
   check_tensor(op, "x", x);
   DITTO_CHECK(x.dim() >= 1 && x.size(x.dim() - 1) > 0, op,
               ": x: expected a tensor [..., C] of at least 1 dim with C >= 1, got ", x.str());
@@ -148,6 +169,15 @@ Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, T
 Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
                           const Tensor& rstd, Tensor& dy_xhat) {
   constexpr const char* op = "ops::layernorm_backward";
+  if (any_half({&dy, &x, &w, &mean, &rstd})) {  // dx and dy_xhat in the storage dtype
+    MixedOp m(op, {&dy, &x, &w, &mean, &rstd});
+    Tensor hf;
+    Tensor dx = m.out(m.run([&] {
+      return layernorm_backward(m.in(dy), m.in(x), m.in(w), m.in(mean), m.in(rstd), hf);
+    }));
+    dy_xhat = m.out(hf);
+    return dx;
+  }
   check_tensor(op, "dy", dy);
   DITTO_CHECK(dy.dim() >= 1 && dy.size(dy.dim() - 1) > 0, op,
               ": dy: expected a tensor [..., C] of at least 1 dim with C >= 1, got ", dy.str());
@@ -166,6 +196,10 @@ Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, co
 }
 
 Tensor gelu(const Tensor& x) {
+  if (any_half({&x})) {
+    MixedOp m("ops::gelu", {&x});
+    return m.out(m.run([&] { return gelu(m.in(x)); }));
+  }
   check_tensor("ops::gelu", "x", x);
   Tensor y = Tensor::empty(x.shape(), DType::f32, x.device());
   if (x.numel() > 0)
@@ -175,6 +209,10 @@ Tensor gelu(const Tensor& x) {
 
 Tensor gelu_backward(const Tensor& x, const Tensor& grad_y) {
   constexpr const char* op = "ops::gelu_backward";
+  if (any_half({&x, &grad_y})) {
+    MixedOp m(op, {&x, &grad_y});
+    return m.out(m.run([&] { return gelu_backward(m.in(x), m.in(grad_y)); }));
+  }
   check_tensor(op, "x", x);
   check_like(op, "grad_y", grad_y, "x", x);
   Tensor gx = Tensor::empty(x.shape(), DType::f32, x.device());
@@ -187,6 +225,15 @@ Tensor gelu_backward(const Tensor& x, const Tensor& grad_y) {
 Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& att, float p,
                  std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base) {
   constexpr const char* op = "ops::attention";
+  if (any_half({&qkv})) {  // y and att in the storage dtype
+    MixedOp m(op, {&qkv});
+    Tensor af;
+    Tensor y = m.out(m.run([&] {
+      return attention(m.in(qkv), n_head, af, p, seed, stream, index_base);
+    }));
+    att = m.out(af);
+    return y;
+  }
   const std::int64_t C = check_qkv(op, qkv, n_head);
   check_p(op, p);
   const std::int64_t B = qkv.size(0), T = qkv.size(1);
@@ -203,6 +250,13 @@ Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att
                           std::int64_t n_head, float p, std::uint64_t seed, std::uint64_t stream,
                           std::uint64_t index_base) {
   constexpr const char* op = "ops::attention_backward";
+  if (any_half({&dy, &qkv, &att})) {
+    MixedOp m(op, {&dy, &qkv, &att});
+    return m.out(m.run([&] {
+      return attention_backward(m.in(dy), m.in(qkv), m.in(att), n_head, p, seed, stream,
+                                index_base);
+    }));
+  }
   const std::int64_t C = check_qkv(op, qkv, n_head);
   check_p(op, p);
   const std::int64_t B = qkv.size(0), T = qkv.size(1);
@@ -226,6 +280,14 @@ namespace {
 // Kernels::dropout_forward or dropout_backward (the same mask and arithmetic) on x.
 Tensor run_dropout(const char* op, const char* arg, const Tensor& x, float p, std::uint64_t seed,
                    std::uint64_t stream, std::uint64_t index_base, bool forward) {
+  if (any_half({&x})) {
+    check_p(op, p);
+    if (p == 0.0f) return x;
+    MixedOp m(op, {&x});
+    return m.out(m.run([&] {
+      return run_dropout(op, arg, m.in(x), p, seed, stream, index_base, forward);
+    }));
+  }
   check_tensor(op, arg, x);
   check_p(op, p);
   if (p == 0.0f) return x;
@@ -256,6 +318,10 @@ Tensor dropout_backward(const Tensor& grad_y, float p, std::uint64_t seed, std::
 
 Tensor add(const Tensor& a, const Tensor& b) {
   constexpr const char* op = "ops::add";
+  if (any_half({&a, &b})) {
+    MixedOp m(op, {&a, &b});
+    return m.out(m.run([&] { return add(m.in(a), m.in(b)); }));
+  }
   check_tensor(op, "a", a);
   check_like(op, "b", b, "a", a);
   Tensor out = Tensor::empty(a.shape(), DType::f32, a.device());
@@ -268,6 +334,10 @@ Tensor add(const Tensor& a, const Tensor& b) {
 }
 
 Tensor sum_squares(const Tensor& x, Determinism mode) {
+  if (any_half({&x})) {  // a scalar: stays f32
+    MixedOp m("ops::sum_squares", {&x});
+    return m.out(m.run([&] { return sum_squares(m.in(x), mode); }), DType::f32);
+  }
   check_tensor("ops::sum_squares", "x", x);
   Tensor out = Tensor::empty({}, DType::f32, x.device());
   // Launched for an empty x too: the sum of nothing is +0.
