@@ -160,13 +160,14 @@ double Replica::step(const data::Batch& b) {
     }
     // Fresh grads for every micro-step's node of the tree (fold), else once per step.
     if (k == 0 || fold) opt_->zero_grad(true);
+    const Tensor dout = criterion_->backward();  // d(loss)/d(out); [f16: x the loss scale]
     if (dp_) {
-      dp_->backward(criterion_->backward());
+      dp_->backward(dout);
     } else if (sync_in_backward && last) {
-      ddp_->backward(criterion_->backward());
+      ddp_->backward(dout);
     } else {
       auto no_sync = ddp_->no_sync();
-      ddp_->backward(criterion_->backward());
+      ddp_->backward(dout);
     }
     if (fold) tree.push(params);
     if (!last) losses.push_back(loss);
