@@ -5,8 +5,12 @@
 // --grad-accum-steps, --micro-shards and --devices with the numbers.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <sstream>
 #include <memory>
 #include <vector>
 
@@ -16,6 +20,8 @@
 #include "core/optim/adamw.h"
 #include "core/optim/lr_schedule.h"
 #include "core/optim/sgd.h"
+#include "core/parallel/data_parallel.h"
+#include "core/parallel/distributed_data_parallel.h"
 #include "core/runtime/backend.h"
 #include "core/train/grad_accumulation.h"
 #include "core/train/text_source.h"
@@ -352,6 +358,60 @@ TEST(GradAccumTrainer, GptBitwiseAccumulationGivesTheBitsOfOneStepWithAndWithout
   EXPECT_NE(drop1, one.params_checksum);
   EXPECT_EQ(Trainer(tiny_gpt(1, TrainerKind::dp, 4, 0.1f), text).fit().params_checksum, drop1);
   EXPECT_EQ(Trainer(tiny_gpt(2, TrainerKind::ddp, 2, 0.1f), text).fit().params_checksum, drop1);
+}
+
+TEST(GradAccumTrainer, ACheckpointResumesWithAnotherK) {
+  // grad_accum_steps is no checkpoint setting (it does not change the bits): 1 epoch with K = 1,
+  // resumed for the second with K = 4 on 2 ddp ranks, ends as 2 epochs with K = 1.
+  auto data = mlp_data();
+  const FitRun two = fit(mlp(1, TrainerKind::dp, 1, Determinism::bitwise), data);
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("ditto_test_grad_accum_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  TrainerConfig first = mlp(1, TrainerKind::dp, 1, Determinism::bitwise);
+  first.epochs = 1;
+  first.checkpoint_dir = dir.string();
+  fit(first, data);
+  TrainerConfig rest = mlp(2, TrainerKind::ddp, 4, Determinism::bitwise);
+  rest.resume_dir = dir.string();
+  std::ostringstream log;
+  rest.log = &log;
+  EXPECT_EQ(fit(rest, data).checksum, two.checksum);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(GradAccumParallel, BlockForwardsRefuseBoundsThatDoNotFit) {
+  BackendOptions o;
+  o.device_count = 2;
+  init_backend("sim", o);
+  const std::vector<Device> devs = devices("sim", 2);
+  auto model = nn::mlp({3, 2}, devs[0], 1);
+  parallel::DataParallelOptions dpo;
+  dpo.determinism = Determinism::bitwise;
+  parallel::DataParallel dp(*model, devs, dpo);
+  const Tensor x = Tensor::zeros({4, 3}, DType::f32, Device::cpu());
+  test::expect_invalid([&] { dp.forward({x}, 0, {0, 4}); },
+                       "DataParallel.forward: shard_bounds: bitwise mode gives every device whole "
+                       "micro-shards: expected at least 2 shards (the devices), got 1");
+  test::expect_invalid([&] { dp.forward({x}, 0, {0, 1, 3}); },
+                       "DataParallel.forward: bounds: expected the last entry to equal rows = 4, "
+                       "got 3");
+  test::expect_invalid([&] { dp.forward({x}, -1, {0, 2, 4}); },
+                       "DataParallel.forward: first_row: expected >= 0, got -1");
+  // A valid block: the replicas' first rows are offset by first_row (Note [Dropout masks]).
+  EXPECT_EQ(dp.forward({x}, 8, {0, 1, 2, 3, 4}).shape(), (Shape{4, 2}));
+  // DDP (one rank): sync_gradients is refused with join (its shadows follow backward only).
+  CommOptions co;
+  co.determinism = Determinism::bitwise;
+  std::vector<Communicator> comms = Communicator::init_all({devs[0]}, co);
+  auto single = nn::mlp({3, 2}, devs[0], 1);
+  parallel::DistributedDataParallel ddp(*single, comms[0]);
+  test::expect_invalid([&] { ddp.forward({x}, 0, {0, 2, 5}); },
+                       "DistributedDataParallel.forward: bounds: expected the last entry to equal "
+                       "rows = 4, got 5");
+  ddp.enable_join();
+  test::expect_invalid([&] { ddp.sync_gradients(); },
+                       "DistributedDataParallel.sync_gradients: not available with enable_join()");
 }
 
 TEST(GradAccumTrainer, BadSettingsNameTheOptionsAndTheNumbers) {
