@@ -160,14 +160,13 @@ double Replica::step(const data::Batch& b) {
     }
     // Fresh grads for every micro-step's node of the tree (fold), else once per step.
     if (k == 0 || fold) opt_->zero_grad(true);
-    const Tensor dout = criterion_->backward();  // d(loss)/d(out); [f16: x the loss scale]
     if (dp_) {
-      dp_->backward(dout);
+      dp_->backward(criterion_->backward());
     } else if (sync_in_backward && last) {
-      ddp_->backward(dout);
+      ddp_->backward(criterion_->backward());
     } else {
       auto no_sync = ddp_->no_sync();
-      ddp_->backward(dout);
+      ddp_->backward(criterion_->backward());
     }
     if (fold) tree.push(params);
     if (!last) losses.push_back(loss);
