@@ -6,12 +6,13 @@
 #   2. f16: the same, and the GradScaler's line (scale and skipped steps) is printed;
 #   3. a bf16 run that dies at step 7 resumes from its checkpoint of step 4 (f32 master weights in
 #      optimizer.safetensors) to the uninterrupted checksum; an f32 run does not resume from it;
+#   (each run samples 16 characters: generation from bf16 / f16 logits)
 #   4. a bad --dtype ends the run at startup naming the option.
 # Usage: ditto_train_amp.sh PATH/TO/ditto-train WORK_DIR
 source "$(dirname "$0")/ditto_train_common.sh"  # train, work, fail, checksum
 tiny=(--model gpt --n-layer 2 --n-head 2 --n-embd 16 --block-size 16 --batch-size 8
       --max-iters 10 --eval-interval 5 --eval-iters 2 --warmup-iters 2 --lr-decay-iters 10
-      --sample 0)
+      --sample 16)
 
 F=$("$train" "${tiny[@]}" --devices 1 | checksum)
 [ -n "$F" ] || fail "no f32 checksum"
@@ -21,6 +22,7 @@ for dt in bf16 f16; do
   [ -n "$U" ] && [ "$U" != "$F" ] || fail "--dtype $dt: checksum '$U' (f32: $F)"
   echo "$out" | grep -q "^final: .* dtype=$dt " || fail "--dtype $dt: no dtype on the final line: $out"
   echo "$out" | grep -q '^step 10: train loss [0-9.]*, val loss [0-9.]*' || fail "--dtype $dt: no step 10: $out"
+  echo "$out" | grep -q '^sample (' || fail "--dtype $dt: no sample: $out"
   if [ $dt = f16 ]; then
     echo "$out" | grep -Eq '^grad_scaler: scale=[0-9.e+]+ skipped_steps=[0-9]+ ' || fail "no grad_scaler line: $out"
   else
