@@ -8,7 +8,8 @@
 #   2. a run that dies at step 7 resumes from its checkpoint of step 4 (on 2 devices, ddp) to the
 #      uninterrupted checksum; the checkpoint has nanoGPT's names, lm_head.weight and the
 #      vocabulary; a resume on another text (another vocabulary) is refused naming the setting;
-#   3. --dropout 0.1: one checksum for 1 and 4 devices.
+#   3. --dropout 0.1: one checksum for 1 and 4 devices;
+#   4. --grad-accum-steps 2 and 4: the checksum of 1 (dp and ddp).
 # Usage: ditto_train_gpt.sh PATH/TO/ditto-train WORK_DIR
 source "$(dirname "$0")/ditto_train_common.sh"  # train, work, fail, checksum
 tiny=(--model gpt --n-layer 2 --n-head 2 --n-embd 16 --block-size 16 --batch-size 8
@@ -38,6 +39,13 @@ for n in 1 2 4; do
   done
 done
 echo "one checksum $U and one sample for 1, 2, 4 devices x dp, ddp"
+# --grad-accum-steps K: K micro-steps of the batch, the same bits (Note [Gradient accumulation]).
+for run in "1 dp 4" "2 ddp 2" "4 ddp 4"; do
+  set -- $run
+  out=$("$train" "${tiny[@]}" --devices $1 --trainer $2 --grad-accum-steps $3) || fail "--grad-accum-steps $3: $out"
+  [ "$(echo "$out" | checksum)" = "$U" ] || fail "--devices $1 --trainer $2 --grad-accum-steps $3: $(echo "$out" | checksum) != $U"
+done
+echo "--grad-accum-steps 4, 2, 4 (1 dp, 2 ddp, 4 ddp devices): checksum $U"
 
 "$train" "${tiny[@]}" --devices 4 --checkpoint "$work/a" --checkpoint-every 4 \
   --fault fail:device=1,step=7 > "$work/a.out" 2>&1 && fail "the run with a failing device succeeded"

@@ -107,7 +107,10 @@ struct TrainerConfig {
   int zero_stage = 0;
   /// Micro-steps per optimizer step (nanoGPT's gradient_accumulation_steps): each rank runs its
   /// share of the global batch in grad_accum_steps forward/backward passes, DDP's no_sync on all
-  /// but the last. batch_size stays the global batch of one optimizer step.
+  /// but the last. batch_size stays the global batch of one optimizer step. Bitwise mode: a
+  /// power of two with micro_shards divisible by grad_accum_steps x devices, and the parameters
+  /// come out the same bits as with 1 (Note [Gradient accumulation],
+  /// core/train/grad_accumulation.h); fast mode: any value up to the smallest rank's rows.
   std::int64_t grad_accum_steps = 1;
   /// Simulator only: run every step through the cost model and the memory accounting without
   /// executing kernels and without host memory for tensor data (loss values are then 0).
