@@ -3,15 +3,18 @@
 # ditto_train_gpt.sh over the bundled shakespeare.txt (10 iterations), bitwise mode:
 #   1. bf16: one params_checksum for --devices 1, 2, 4, 8 x --trainer dp, ddp; it differs from the
 #      f32 run's (the parameters are stored in bf16: 2 bytes an element are hashed);
-#   2. f16: the same, and the GradScaler's line (scale and skipped steps) is printed;
+#   2. f16: the same, and the GradScaler's line (scale and skipped steps) is printed; both also
+#      with --grad-accum-steps 2 on 4 ddp ranks; fast mode bf16 (bf16 all_reduce) within 0.01 of
+#      f32's validation loss;
 #   3. a bf16 run that dies at step 7 resumes from its checkpoint of step 4 (f32 master weights in
 #      optimizer.safetensors) to the uninterrupted checksum; an f32 run does not resume from it;
+#   (each run samples 16 characters: generation from bf16 / f16 logits)
 #   4. a bad --dtype ends the run at startup naming the option.
 # Usage: ditto_train_amp.sh PATH/TO/ditto-train WORK_DIR
 source "$(dirname "$0")/ditto_train_common.sh"  # train, work, fail, checksum
 tiny=(--model gpt --n-layer 2 --n-head 2 --n-embd 16 --block-size 16 --batch-size 8
       --max-iters 10 --eval-interval 5 --eval-iters 2 --warmup-iters 2 --lr-decay-iters 10
-      --sample 0)
+      --sample 16)
 
 F=$("$train" "${tiny[@]}" --devices 1 | checksum)
 [ -n "$F" ] || fail "no f32 checksum"
@@ -21,6 +24,7 @@ for dt in bf16 f16; do
   [ -n "$U" ] && [ "$U" != "$F" ] || fail "--dtype $dt: checksum '$U' (f32: $F)"
   echo "$out" | grep -q "^final: .* dtype=$dt " || fail "--dtype $dt: no dtype on the final line: $out"
   echo "$out" | grep -q '^step 10: train loss [0-9.]*, val loss [0-9.]*' || fail "--dtype $dt: no step 10: $out"
+  echo "$out" | grep -q '^sample (' || fail "--dtype $dt: no sample: $out"
   if [ $dt = f16 ]; then
     echo "$out" | grep -Eq '^grad_scaler: scale=[0-9.e+]+ skipped_steps=[0-9]+ ' || fail "no grad_scaler line: $out"
   else
@@ -32,8 +36,16 @@ for dt in bf16 f16; do
       [ "$(echo "$out" | checksum)" = "$U" ] || fail "--dtype $dt --devices $n --trainer $t: $(echo "$out" | checksum) != $U"
     done
   done
-  echo "--dtype $dt: one checksum $U for 1, 2, 4, 8 devices x dp, ddp (f32: $F)"
+  out=$("$train" "${tiny[@]}" --dtype $dt --devices 4 --trainer ddp --grad-accum-steps 2) || fail "--grad-accum-steps 2: $out"
+  [ "$(echo "$out" | checksum)" = "$U" ] || fail "--dtype $dt --grad-accum-steps 2: $(echo "$out" | checksum) != $U"
+  echo "--dtype $dt: one checksum $U for 1, 2, 4, 8 devices x dp, ddp and 2 micro-steps (f32: $F)"
 done
+# Fast mode: DDP all-reduces bf16 gradients (Note [DDP gradient dtype]); the loss stays near f32's.
+vf=$("$train" "${tiny[@]}" --devices 2 --trainer ddp --determinism fast | grep -o 'val_loss=[0-9.]*' | cut -d= -f2)
+vb=$("$train" "${tiny[@]}" --dtype bf16 --devices 2 --trainer ddp --determinism fast | grep -o 'val_loss=[0-9.]*' | cut -d= -f2)
+awk -v a="$vf" -v b="$vb" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && b != "" && d < 0.01) }' ||
+  fail "fast bf16 val_loss $vb vs f32 $vf"
+echo "fast mode, 2 ddp ranks: val_loss f32 $vf, bf16 $vb"
 
 U=$("$train" "${tiny[@]}" --dtype bf16 --devices 1 | checksum)
 "$train" "${tiny[@]}" --dtype bf16 --devices 4 --trainer ddp --checkpoint "$work/a" \

@@ -7,10 +7,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "backend_sim/cost_model.h"
 #include "backend_sim/sim_backend.h"
+#include "core/nn/gpt.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
 #include "core/numerics/float_formats.h"
@@ -305,6 +308,206 @@ TEST_F(MixedPrecisionTest, SimChargesOnlyTheBf16OutputNotTheF32Scratch) {
   EXPECT_EQ(mean.dtype(), DType::f32);
   EXPECT_EQ(y.dtype(), DType::bf16);
   EXPECT_EQ(be.memory_stats(0).in_use - in0, y.nbytes() + mean.nbytes() + rstd.nbytes());
+}
+
+// ---- a bf16 GPT -----------------------------------------------------------------------------------
+
+nn::GPTConfig tiny_gpt(float dropout = 0.0f) {
+  nn::GPTConfig c;
+  c.block_size = 16;
+  c.vocab_size = 65;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_embd = 32;
+  c.dropout = dropout;
+  return c;
+}
+
+struct GptBatch {
+  Tensor idx, targets;
+};
+GptBatch gpt_batch(std::int64_t B, std::int64_t T, std::int64_t V) {
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(B * T)), tg(ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = philox_u32(5, stream_id(kStreamSynthetic, 40), i) % static_cast<std::uint32_t>(V);
+    tg[i] = philox_u32(5, stream_id(kStreamSynthetic, 41), i) % static_cast<std::uint32_t>(V);
+  }
+  return {Tensor::from_vector(ids, {B, T}), Tensor::from_vector(tg, {B, T})};
+}
+
+struct GptStep {
+  float loss = 0;
+  std::vector<std::vector<std::uint8_t>> grads;
+  std::vector<DType> grad_dtypes;
+  std::vector<float> logits;
+};
+
+/// One forward + backward of the tiny GPT (f32 Philox init, then cast to `dt`) with B = 8
+/// sequences of T = 16 tokens on `n` devices via DataParallel, the loss over the gathered
+/// logits as train::Replica computes it for dp.
+GptStep gpt_step(int n, Determinism mode, DType dt, float dropout = 0.0f,
+                 const std::string& backend = "sim") {
+  const nn::GPTConfig cfg = tiny_gpt(dropout);
+  nn::GPT model(cfg, Device(backend, 0), 1337);
+  if (dt != DType::f32) model.to(dt);
+  model.set_step(3);
+  parallel::DataParallelOptions o;
+  o.determinism = mode;
+  parallel::DataParallel dp(model, devices(backend, n), o);
+  const GptBatch b = gpt_batch(8, cfg.block_size, cfg.vocab_size);
+  nn::CrossEntropyLoss crit;
+  crit.set_determinism(mode);
+  const Tensor logits = dp.forward(b.idx);
+  EXPECT_EQ(logits.dtype(), dt);  // the GPT runs in its parameters' dtype
+  const Tensor loss = crit.forward(logits, b.targets.to(logits.device()));
+  EXPECT_EQ(loss.dtype(), DType::f32);
+  const Tensor dlogits = crit.backward();
+  EXPECT_EQ(dlogits.dtype(), dt);  // dlogits in the logits' dtype
+  dp.backward(dlogits);
+  GptStep r;
+  r.loss = loss.item();
+  r.logits = values(logits);
+  for (nn::Parameter* p : model.parameters()) {
+    EXPECT_TRUE(p->grad.defined()) << p->name;
+    r.grads.push_back(tensor_bytes(p->grad));
+    r.grad_dtypes.push_back(p->grad.dtype());
+  }
+  return r;
+}
+
+TEST_F(MixedPrecisionTest, Bf16GptBitwiseGivesTheSameGradientBytesAndLossOn1248Devices) {
+  for (float dropout : {0.0f, 0.1f}) {
+    const GptStep one = gpt_step(1, Determinism::bitwise, DType::bf16, dropout);
+    for (DType g : one.grad_dtypes) EXPECT_EQ(g, DType::f32);
+    EXPECT_NEAR(one.loss, std::log(65.0f), 0.3f);  // an untrained GPT: about ln(V)
+    for (int n : {2, 4, 8}) {
+      const GptStep r = gpt_step(n, Determinism::bitwise, DType::bf16, dropout);
+      EXPECT_EQ(r.loss, one.loss) << n << " devices, dropout " << dropout;
+      ASSERT_EQ(r.grads.size(), one.grads.size());
+      for (std::size_t k = 0; k < r.grads.size(); ++k)
+        EXPECT_EQ(r.grads[k], one.grads[k]) << "parameter " << k << ", " << n
+                                            << " devices, dropout " << dropout;
+    }
+  }
+}
+
+TEST_F(MixedPrecisionTest, F16GptBitwiseGivesTheSameGradientBytesOn1And4Devices) {
+  const GptStep one = gpt_step(1, Determinism::bitwise, DType::f16);
+  const GptStep four = gpt_step(4, Determinism::bitwise, DType::f16);
+  EXPECT_EQ(four.loss, one.loss);
+  EXPECT_EQ(four.grads, one.grads);
+}
+
+TEST_F(MixedPrecisionTest, Bf16GptFastModeHasBf16GradientsAndMatchesOneDeviceWithinTolerance) {
+  const GptStep one = gpt_step(1, Determinism::fast, DType::bf16);
+  for (DType g : one.grad_dtypes) EXPECT_EQ(g, DType::bf16);
+  const GptStep four = gpt_step(4, Determinism::fast, DType::bf16);
+  EXPECT_NEAR(four.loss, one.loss, 1e-3 * one.loss);
+}
+
+TEST_F(MixedPrecisionTest, Bf16GptLossAndLogitsAreTheF32GptsWithinBf16Tolerance) {
+  const GptStep f32 = gpt_step(1, Determinism::bitwise, DType::f32);
+  const GptStep bf = gpt_step(1, Determinism::bitwise, DType::bf16);
+  // bf16 keeps 8 significant bits (relative step 2^-8 = 0.4%); the rounding at every op boundary
+  // of 2 blocks adds up to a few of those on the logits (values of order 0.1 here).
+  ASSERT_EQ(bf.logits.size(), f32.logits.size());
+  double max_abs = 0, max_diff = 0;
+  for (std::size_t i = 0; i < f32.logits.size(); ++i) {
+    max_abs = std::max(max_abs, std::abs(double(f32.logits[i])));
+    max_diff = std::max(max_diff, std::abs(double(f32.logits[i]) - bf.logits[i]));
+  }
+  EXPECT_GT(max_abs, 0.05);
+  EXPECT_LT(max_diff, 0.05 * max_abs) << "max |f32 - bf16| " << max_diff << " of " << max_abs;
+  EXPECT_NEAR(bf.loss, f32.loss, 5e-3 * f32.loss);
+  EXPECT_NE(bf.loss, f32.loss);  // it did run in bf16
+}
+
+// ---- the PyTorch reference (tools/mp_reference.py) ------------------------------------------------
+
+Tensor bf16_from_bits(const nlohmann::json& j, const Shape& shape) {
+  std::vector<bfloat16> v;
+  for (const auto& e : j) {
+    bfloat16 h;
+    h.bits = e.get<std::uint16_t>();
+    v.push_back(h);
+  }
+  return Tensor::from_vector(v, shape, Device("sim", 0));
+}
+
+/// How many elements differ, and whether every difference is at most one bf16 ulp.
+std::pair<int, bool> bf16_ulps(const Tensor& got, const Tensor& want) {
+  const std::vector<bfloat16> g = got.to(Device::cpu()).to_vector<bfloat16>();
+  const std::vector<bfloat16> w = want.to(Device::cpu()).to_vector<bfloat16>();
+  int differ = 0;
+  bool within_one = true;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (g[i].bits == w[i].bits) continue;
+    ++differ;
+    // Same sign: adjacent bf16 values differ by one in their bit patterns.
+    const int d = std::abs(int(g[i].bits) - int(w[i].bits));
+    within_one = within_one && (g[i].bits >> 15) == (w[i].bits >> 15) && d == 1;
+  }
+  return {differ, within_one};
+}
+
+TEST_F(MixedPrecisionTest, MatchesTheTorchReference) {
+  std::ifstream in(std::string(DITTO_TEST_DATA_DIR) + "/mp_reference.json");
+  ASSERT_TRUE(in.good()) << "tests/data/mp_reference.json (tools/mp_reference.py)";
+  const nlohmann::json j = nlohmann::json::parse(in);
+  const std::int64_t N = j["N"], C = j["C"], H = j["H"];
+  const Tensor x = bf16_from_bits(j["x"], {N, C});
+  const Tensor w = bf16_from_bits(j["w"], {H, C});
+  const Tensor b = bf16_from_bits(j["b"], {H});
+  const Tensor targets =
+      Tensor::from_vector(j["targets"].get<std::vector<std::int64_t>>(), {N}, dev());
+  for (Determinism mode : {Determinism::bitwise, Determinism::fast}) {
+    // torch.matmul(x.float(), w.float().t()).bfloat16(): f32 accumulate, rounded once. Exact.
+    const Tensor mm = ops::matmul(x, w, false, true, mode);
+    EXPECT_EQ(tensor_bytes(mm), tensor_bytes(bf16_from_bits(j["mm"], {N, H})));
+    // (mm.float() + b.float()).bfloat16(): one f32 add, rounded once. Exact.
+    Tensor biased = mm.clone();
+    ops::add_bias_(biased, b);
+    const Tensor want_biased = bf16_from_bits(j["biased"], {N, H});
+    EXPECT_EQ(tensor_bytes(biased), tensor_bytes(want_biased));
+    // From torch's own bf16 inputs on: gelu and layer_norm may differ from torch's f32
+    // arithmetic in the last f32 bits (tanh, the variance's order), at most one bf16 ulp after.
+    const Tensor act = ops::gelu(want_biased);
+    const Tensor want_act = bf16_from_bits(j["act"], {N, H});
+    const auto [act_differ, act_one] = bf16_ulps(act, want_act);
+    EXPECT_TRUE(act_one);
+    EXPECT_LE(act_differ, 2) << "of " << N * H;
+    Tensor mean, rstd;
+    const Tensor normed = ops::layernorm(want_act, Tensor::full({H}, 1.0, DType::bf16, dev()),
+                                         Tensor(), 1e-5f, mean, rstd);
+    const Tensor want_normed = bf16_from_bits(j["normed"], {N, H});
+    const auto [ln_differ, ln_one] = bf16_ulps(normed, want_normed);
+    EXPECT_TRUE(ln_one);
+    EXPECT_LE(ln_differ, 3) << "of " << N * H;
+    // F.cross_entropy(normed.float(), targets): f32, and its gradient rounded to bf16.
+    const Tensor per_sample = ops::cross_entropy(want_normed, targets);
+    const float loss = ops::sum(per_sample, 1.0f / float(N), mode).item();
+    EXPECT_NEAR(loss, j["loss"].get<double>(), 1e-6 * j["loss"].get<double>());
+    const Tensor dl = ops::cross_entropy_backward(want_normed, targets,
+                                                  Tensor::full({}, 1.0f, dev()), 1.0f / float(N));
+    const auto [dl_differ, dl_one] = bf16_ulps(dl, bf16_from_bits(j["dlogits"], {N, H}));
+    EXPECT_TRUE(dl_one);
+    EXPECT_LE(dl_differ, 3) << "of " << N * H;
+  }
+}
+
+// ---- CUDA: the same bits (skips without a GPU) ----------------------------------------------------
+
+using MixedPrecisionCudaTest = CudaSuite<2>;
+
+// The wrapper goes through Kernels (cast + the f32 kernels), whose bitwise arithmetic the two
+// backends share: a bf16 GPT step gives the simulator's gradient bytes and loss on CUDA.
+TEST_F(MixedPrecisionCudaTest, Bf16GptBitwiseStepHasTheSimulatorsBits) {
+  for (int n : {1, 2}) {
+    const GptStep sim = gpt_step(n, Determinism::bitwise, DType::bf16, 0.1f, "sim");
+    const GptStep cuda = gpt_step(n, Determinism::bitwise, DType::bf16, 0.1f, "cuda");
+    EXPECT_EQ(cuda.loss, sim.loss) << n << " devices";
+    EXPECT_EQ(cuda.grads, sim.grads) << n << " devices";
+  }
 }
 
 }  // namespace

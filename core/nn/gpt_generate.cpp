@@ -77,7 +77,9 @@ std::vector<std::int64_t> GPT::generate(std::vector<std::int64_t> prompt,
     const std::int64_t t = std::min(len, cfg_.block_size);
     const std::vector<std::int64_t> ctx(prompt.end() - t, prompt.end());
     const Tensor logits = forward(Tensor::from_vector(ctx, {1, t}));
-    std::vector<float> last = logits.view({t, V}).narrow(t - 1, 1).to_vector<float>();
+    Tensor row = logits.view({t, V}).narrow(t - 1, 1);
+    if (row.dtype() != DType::f32) row = row.to(DType::f32);  // bf16 / f16 logits: exact upcast
+    std::vector<float> last = row.to_vector<float>();
     // torch.multinomial refuses such probabilities; sampling from NaN would silently pick the
     // last vocabulary entry every time (a diverged run printed "}}}}...").
     for (std::size_t v = 0; v < last.size(); ++v)

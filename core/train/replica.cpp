@@ -262,7 +262,8 @@ Evaluation Replica::evaluate(const data::Dataset& ds, std::int64_t batch_size) {
     Tensor logits = dp_ ? dp_->forward(b.x) : model_->forward(b.x.to(devices_[0]));
     Tensor y = target(b.y, logits.size(1), logits.device());
     loss_sum += static_cast<double>(criterion.forward(logits, y).item()) * b.x.size(0);
-    std::vector<float> l = logits.to_vector<float>();
+    std::vector<float> l =  // bf16 / f16 logits: exact upcast (argmax unchanged)
+        (logits.dtype() == DType::f32 ? logits : logits.to(DType::f32)).to_vector<float>();
     std::vector<std::int64_t> t = b.y.to_vector<std::int64_t>();
     const std::int64_t classes = logits.size(1);
     for (std::size_t r = 0; r < t.size(); ++r) {
