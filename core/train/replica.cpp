@@ -7,6 +7,7 @@
 #include "core/optim/adam.h"
 #include "core/optim/clip.h"
 #include "core/optim/sgd.h"
+#include "core/optim/zero.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
 #include "core/runtime/error.h"
@@ -70,19 +71,36 @@ void Replica::build(const TrainerConfig& c, const DataSource& data, const Device
   DITTO_CHECK(criterion_ != nullptr, c.name_of("make_loss"), ": returned no loss");
   criterion_->set_determinism(c.determinism);
   const float lr = c.effective_lr();
-  if (c.make_optimizer) {
-    opt_ = c.make_optimizer(model_->parameters(), lr);
-  } else if (c.optimizer == "adam") {
-    optim::AdamOptions ao;
-    ao.lr = lr;
-    ao.weight_decay = c.weight_decay;
-    opt_ = std::make_unique<optim::Adam>(model_->parameters(), ao);
+  OptimizerFactory factory = c.make_optimizer;
+  if (!factory)
+    factory = [&c](std::vector<nn::Parameter*> params,
+                   float rate) -> std::unique_ptr<optim::Optimizer> {
+      if (c.optimizer == "adam") {
+        optim::AdamOptions ao;
+        ao.lr = rate;
+        ao.weight_decay = c.weight_decay;
+        return std::make_unique<optim::Adam>(std::move(params), ao);
+      }
+      optim::SGDOptions so;
+      so.lr = rate;
+      so.momentum = c.momentum;
+      so.weight_decay = c.weight_decay;
+      return std::make_unique<optim::SGD>(std::move(params), so);
+    };
+  if (c.zero_stage == 1 && comm_) {
+    // ZeRO-1: the factory's optimizer updates this rank's shard; the clip runs inside.
+    optim::ZeroOptions zo;
+    zo.max_grad_norm = c.grad_clip;
+    zo.bucket_cap_mb = c.bucket_cap_mb;
+    auto inner = [&](std::vector<nn::Parameter*> params, float rate) {
+      auto o = factory(std::move(params), rate);
+      DITTO_CHECK(o != nullptr, c.name_of("make_optimizer"), ": returned no optimizer");
+      return o;
+    };
+    opt_ = std::make_unique<optim::ZeroRedundancyOptimizer>(model_->parameters(), *comm_, inner,
+                                                            lr, zo);
   } else {
-    optim::SGDOptions so;
-    so.lr = lr;
-    so.momentum = c.momentum;
-    so.weight_decay = c.weight_decay;
-    opt_ = std::make_unique<optim::SGD>(model_->parameters(), so);
+    opt_ = factory(model_->parameters(), lr);
   }
   DITTO_CHECK(opt_ != nullptr, c.name_of("make_optimizer"), ": returned no optimizer");
 }
@@ -121,10 +139,16 @@ double Replica::step(const data::Batch& b) {
     out = ddp_->forward({b.x.narrow(lo, hi - lo)}, n);
     loss = criterion_->forward(out, target(b.y.narrow(lo, hi - lo), out.size(1), devices_[0]));
     opt_->zero_grad(true);
-    ddp_->backward(criterion_->backward());
+    if (config_.zero_stage == 1) {  // the ZeRO optimizer's step reduce_scatters the grads
+      auto guard = ddp_->no_sync();
+      ddp_->backward(criterion_->backward());
+    } else {
+      ddp_->backward(criterion_->backward());
+    }
   }
-  // Between backward and step, on the reduced gradients (the same on every rank).
-  if (config_.grad_clip > 0)
+  // Between backward and step, on the reduced gradients (the same on every rank); ZeRO clips
+  // inside its step, on its shard (Note [ZeRO grad clip]).
+  if (config_.grad_clip > 0 && !(config_.zero_stage == 1 && comm_))
     optim::clip_grad_norm_(model_->parameters(), config_.grad_clip, config_.determinism);
   opt_->step();
   return static_cast<double>(loss.item()) * n;

@@ -223,7 +223,8 @@ void Trainer::finish(Run& run, FitResult& res) {
   // Memory while the run's replicas (dp) or communicators (ddp) are still alive.
   for (int d = 0; d < static_cast<int>(run.devs.size()); ++d) be.default_stream(d).synchronize();
   for (int d = 0; d < static_cast<int>(run.devs.size()); ++d)
-    res.memory.push_back({run.devs[static_cast<std::size_t>(d)].str(), be.memory_stats(d)});
+    res.memory.push_back({run.devs[static_cast<std::size_t>(d)].str(), be.memory_stats(d),
+                          d == 0 ? res.optimizer_state_bytes : 0});
   auto* cm = be.extension<CostModelExtension>();
   if (cm && !c.trace.empty()) {
     cm->write_trace(c.trace);
@@ -281,6 +282,8 @@ FitResult Trainer::fit_ddp(Run& run) {
   launch_ranks(run.devs, co, run.barrier, body, [&] {  // the communicators still alive
     res = results[0];
     finish(run, res);
+    for (std::size_t d = 0; d < res.memory.size() && d < results.size(); ++d)
+      res.memory[d].optimizer_state_bytes = results[d].optimizer_state_bytes;
   });
   return res;
 }
@@ -332,6 +335,7 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
   if (!c.checkpoint_dir.empty() && ts.step != saved_step)
     checkpoint(rep.lead() ? ts.epoch_loss_sum : 0.0);
   res.params_checksum = rep.checked_checksum();
+  res.optimizer_state_bytes = rep.optimizer().state_bytes();
   res.steps = ts.step;
   if (rep.lead() && callbacks_.on_finish) callbacks_.on_finish(rep);
   return res;
@@ -407,6 +411,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   }
   if (!c.checkpoint_dir.empty() && ts.step != saved_step) checkpoint();
   res.params_checksum = rep.checked_checksum();
+  res.optimizer_state_bytes = rep.optimizer().state_bytes();
   res.steps = ts.step;
   if (rep.lead() && callbacks_.on_finish) callbacks_.on_finish(rep);
   return res;
