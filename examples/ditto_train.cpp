@@ -234,6 +234,9 @@ int run(Args a) {
                   r.model.c_str(), r.params, a.data.c_str(), rows->rows(), rows->train_size(),
                   rows->eval_set().size(), c.batch_size, c.epochs, c.loss.c_str(),
                   c.optimizer.c_str(), r.lr, c.optimizer == "sgd" ? c.momentum : 0.0f, c.seed);
+    if (c.grad_accum_steps > 1)
+      std::printf("ditto-train: grad_accum_steps=%" PRId64 " (micro-steps per optimizer step of "
+                  "batch %" PRId64 ")\n", c.grad_accum_steps, c.batch_size);
     std::fflush(stdout);
   };
   cb.on_epoch = [&](const train::EpochMetrics& m) {
@@ -274,7 +277,8 @@ int main(int argc, char** argv) {
                    {"stragglers", "--straggler"}, {"faults", "--fault"},
                    {"comm_timeout_ms", "--comm-timeout-ms"}, {"trainer", "--trainer"},
                    {"bucket_cap_mb", "--bucket-cap-mb"}, {"hidden", "--hidden"},
-                   {"zero_stage", "--zero-stage"}};
+                   {"micro_shards", "--micro-shards"},
+                   {"grad_accum_steps", "--grad-accum-steps"}, {"zero_stage", "--zero-stage"}};
   float lr = 0.05f;
   CLI::App app{"ditto-train: data-parallel training (an MLP on CSV rows, or nanoGPT's character "
                "GPT with --model gpt) on simulated or real GPUs"};
@@ -303,6 +307,11 @@ int main(int argc, char** argv) {
   with_default("--optimizer", c.optimizer, "sgd or adam");
   with_default("--micro-shards", c.micro_shards,
                "micro-shards K of a batch in bitwise mode (power of two >= devices)");
+  with_default("--grad-accum-steps", c.grad_accum_steps,
+               "micro-steps per optimizer step (nanoGPT's gradient_accumulation_steps; ddp: "
+               "no_sync on all but the last): each takes a contiguous part of --batch-size; "
+               "bitwise: a power of two with micro-shards divisible by it x devices, the same "
+               "bits as 1");
   with_default("--weight-decay", c.weight_decay,
                "SGD weight decay (--model gpt: AdamW's, on the 2-D weights, default 0.1)");
   with_default("--seed", c.seed, "seed for initialisation, split and shuffling");

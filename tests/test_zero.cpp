@@ -363,6 +363,21 @@ TEST(ZeroTrainer, ZeroStage1GivesTheSameChecksumAsWithoutOn124Devices) {
   }
 }
 
+TEST(ZeroTrainer, WithGradAccumulationEqualsOneStepWithoutZero) {
+  // Plan rule 6: every micro-step's backward under no_sync, the ZeRO step reduce_scatters the
+  // folded grads: --grad-accum-steps K --zero-stage 1 equals one step of the batch without ZeRO.
+  train::TrainerConfig c = ddp_adam(1, 0);
+  c.grad_clip = 0.05;
+  const std::uint64_t want = train::Trainer(c, digits()).fit().params_checksum;
+  for (int n : {2, 4})
+    for (std::int64_t k : {2, 4}) {
+      c = ddp_adam(n, 1);
+      c.grad_clip = 0.05;
+      c.grad_accum_steps = k;
+      EXPECT_EQ(train::Trainer(c, digits()).fit().params_checksum, want) << n << " x " << k;
+    }
+}
+
 TEST(ZeroTrainer, OptimizerStateAndPeakMemoryPerDeviceDrop) {
   // The MLP 64-512-10 (38410 parameters: the slots' padding is small beside them) and chunks of
   // one block per rank (bucket_cap_mb), so ZeRO's own buffers are small beside the moments.

@@ -276,6 +276,34 @@ Tensor DistributedDataParallel::forward(const std::vector<Tensor>& inputs,
   }
 }
 
+Tensor DistributedDataParallel::forward(const std::vector<Tensor>& inputs, std::int64_t first_row,
+                                        const std::vector<std::int64_t>& shard_bounds) {
+  try {
+    DITTO_CHECK(!inputs.empty(), "DistributedDataParallel.forward: inputs: expected at least one "
+                "tensor");
+    DITTO_CHECK(first_row >= 0, "DistributedDataParallel.forward: first_row: expected >= 0, got ",
+                first_row);
+    for (std::size_t j = 0; j < inputs.size(); ++j)
+      DITTO_CHECK(inputs[j].defined() && inputs[j].dim() >= 1 &&
+                      inputs[j].size(0) == inputs[0].size(0),
+                  "DistributedDataParallel.forward: inputs[", j, "]: expected ",
+                  inputs[0].defined() && inputs[0].dim() >= 1 ? inputs[0].size(0) : 0,
+                  " rows (as inputs[0]), got ",
+                  inputs[j].defined() ? inputs[j].str() : std::string("an undefined tensor"));
+    if (mode_ == Determinism::bitwise)
+      check_shard_bounds("DistributedDataParallel.forward", shard_bounds, inputs[0].size(0));
+    if (join_enabled_) exchange_join_flags(sync_ ? 2 : 1, nullptr);
+    if (mode_ == Determinism::bitwise) module_.set_micro_shards(shard_bounds);
+    module_.set_first_row(first_row);  // Note [Dropout masks]
+    std::vector<Tensor> moved;
+    moved.reserve(inputs.size());
+    for (const Tensor& t : inputs) moved.push_back(t.to(comm_.device()));
+    return module_.forward(moved);
+  } catch (...) {
+    fail("forward");
+  }
+}
+
 // ---- backward ----------------------------------------------------------------------------------
 
 Tensor DistributedDataParallel::backward(const Tensor& grad_output) {
@@ -297,6 +325,27 @@ Tensor DistributedDataParallel::backward(const Tensor& grad_output) {
   } catch (...) {
     in_backward_ = false;
     fail("backward");
+  }
+}
+
+void DistributedDataParallel::sync_gradients() {
+  try {
+    DITTO_CHECK(!join_enabled_, "DistributedDataParallel.sync_gradients: not available with "
+                "enable_join() (the joined ranks shadow only the all_reduces of a backward)");
+    // As a synchronised backward's finish, without the overlap: every bucket, in index order.
+    for (auto& b : buckets_) {
+      b->pending = 0;
+      b->launched = false;
+    }
+    next_bucket_ = 0;
+    buckets_overlapped_ = 0;
+    launch_ready_buckets();
+    comm_stream_->record(*comm_done_);
+    current_stream(comm_.device()).wait(*comm_done_);
+    comm_stream_->synchronize();  // rethrows the collectives' errors
+    for (auto& b : buckets_) b->packed.clear();
+  } catch (...) {
+    fail("sync_gradients");
   }
 }
 

@@ -17,6 +17,7 @@
 #include "core/runtime/error.h"
 #include "core/runtime/extensions.h"
 #include "core/train/cost_meter.h"
+#include "core/train/grad_accumulation.h"
 #include "core/train/launcher.h"
 
 namespace ditto::train {
@@ -167,6 +168,7 @@ FitResult Trainer::fit() {
               ": under mpirun each process is one rank, which needs ddp (DataParallel drives "
               "every device from one process), got '", trainer_kind_name(c.trainer), "'");
   run.n_dev = run.processes ? dist::world_size() : c.devices * c.nodes;
+  check_grad_accumulation(c, run.n_dev);  // before the backend: a bad split costs nothing
   const std::string name = resolve_backend_name(c.backend);
   BackendOptions bopts;
   // Under mpirun a sim process holds only its rank's virtual device; a cuda process sees every
