@@ -7,9 +7,14 @@
 // without (MLP ddp Adam, with clip), the sim's peak memory drops, dp and checkpoints are refused.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <sstream>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -40,6 +45,7 @@ using optim::ZeroRedundancyOptimizer;
 void run_ranks(int world, Determinism mode, const std::function<void(int, Communicator&)>& fn) {
   CommOptions co;
   co.determinism = mode;
+  co.timeout_ms = 30000;  // a rank that throws ends the others in 30 s, not the default
   std::vector<Communicator> comms = Communicator::init_all(devices("sim", world), co);
   std::vector<std::string> errors(static_cast<std::size_t>(world));
   std::vector<std::thread> threads;
@@ -301,6 +307,58 @@ TEST_F(ZeroTest, SumSquaresBlocksAreTheLeavesOfSumSquares) {
   EXPECT_EQ(ops::sum_squares_blocks(Tensor::empty({0}, DType::f32, Device("sim", 0))).numel(), 0);
 }
 
+/// Each tensor's bytes by name.
+std::map<std::string, std::vector<std::uint8_t>> tensor_bytes(const optim::OptimizerState& s) {
+  std::map<std::string, std::vector<std::uint8_t>> m;
+  for (const auto& [name, t] : s.tensors) m[name] = test::tensor_bytes(t);
+  return m;
+}
+
+TEST_F(ZeroTest, ConsolidatedStateIsTheUnshardedStateAndLoadsBack) {
+  for (const InnerOptimizerFactory& f : {sgd_factory(), adam_factory(), adamw_factory()})
+    for (int n : {1, 2, 4, 8})
+      run_ranks(n, Determinism::bitwise, [&](int r, Communicator& comm) {
+        std::vector<nn::Parameter> a = make_params(kShapes, comm.device());
+        std::vector<nn::Parameter> b = make_params(kShapes, comm.device());
+        std::vector<nn::Parameter> c = make_params(kShapes, comm.device());
+        ZeroRedundancyOptimizer zero(ptrs(a), comm, f, 0.01f);
+        std::unique_ptr<optim::Optimizer> ref = f(ptrs(b), 0.01f);
+        for (int t = 0; t < 2; ++t) {
+          set_grads(a, r, t);
+          set_grads(b, r, t);
+          zero.step();
+          for (auto& p : b) comm.all_reduce(p.grad, ReduceOp::sum);
+          ref->step();
+        }
+        zero.consolidate_state_dict(0);
+        const optim::OptimizerState want = ref->state_dict();
+        if (r == 0) {
+          const optim::OptimizerState got = zero.state_dict();
+          EXPECT_EQ(got.type, want.type);
+          EXPECT_EQ(got.options, want.options);
+          EXPECT_EQ(tensor_bytes(got), tensor_bytes(want)) << n << " ranks";
+        } else {
+          test::expect_invalid([&] { zero.state_dict(); },
+                               "expected consolidate_state_dict(to) on every rank first");
+        }
+        // A new ZeRO loads the unsharded state (the parameters as the reference's): the next
+        // step gives the reference's bits.
+        for (std::size_t i = 0; i < c.size(); ++i) c[i].data.copy_(b[i].data);
+        ZeroRedundancyOptimizer loaded(ptrs(c), comm, f, 0.01f);
+        loaded.load_state_dict(want);
+        set_grads(c, r, 2);
+        set_grads(b, r, 2);
+        loaded.step();
+        for (auto& p : b) comm.all_reduce(p.grad, ReduceOp::sum);
+        ref->step();
+        EXPECT_TRUE(test::bits_equal(values(c), values(b))) << n << " ranks, rank " << r;
+        // A state of another optimizer type is refused as the unsharded optimizer refuses it.
+        optim::OptimizerState other = want;
+        other.type = "Other";
+        test::expect_invalid([&] { loaded.load_state_dict(other); }, "expected the state of a");
+      });
+}
+
 TEST_F(ZeroTest, BadArgumentsAreInvalidArguments) {
   run_ranks(2, Determinism::bitwise, [&](int r, Communicator& comm) {
     std::vector<nn::Parameter> a = make_params({{4, 3}}, comm.device());
@@ -325,7 +383,9 @@ TEST_F(ZeroTest, BadArgumentsAreInvalidArguments) {
                          "optim::ZeroRedundancyOptimizer: params[0] ('p0'): grad: expected [4, 3] "
                          "f32 on sim:" + std::to_string(r));
     test::expect_invalid([&] { zero.set_lr(-1); }, "Invalid learning rate");
-    test::expect_invalid([&] { zero.state_dict(); }, "cannot be consolidated yet");
+    test::expect_invalid([&] { zero.state_dict(); }, "expected consolidate_state_dict(to)");
+    test::expect_invalid([&] { zero.consolidate_state_dict(2); },
+                         "consolidate_state_dict: to: expected a rank in [0, 2), got 2");
   });
 }
 
@@ -410,15 +470,39 @@ TEST(ZeroTrainer, OptimizerStateAndPeakMemoryPerDeviceDrop) {
   }
 }
 
-TEST(ZeroTrainer, DpAndCheckpointsAreRefused) {
+TEST(ZeroTrainer, DpIsRefused) {
   train::TrainerConfig c = ddp_adam(2, 1);
   c.trainer = train::TrainerKind::dp;
   c.field_names = {{"zero_stage", "--zero-stage"}, {"trainer", "--trainer"}};
   test::expect_invalid([&] { train::Trainer(c, digits()); },
-                       "--zero-stage 1 needs --trainer ddp");
-  c = ddp_adam(2, 1);
-  c.checkpoint_dir = "/tmp/never";
-  test::expect_invalid([&] { train::Trainer(c, digits()); }, "TrainerConfig::zero_stage");
+                       "--zero-stage 1 needs --trainer ddp (ZeRO shards the optimizer over "
+                       "DDP's ranks), got dp");
+}
+
+std::string scratch(const std::string& name) {
+  auto p = std::filesystem::temp_directory_path() /
+           ("ditto_test_zero_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(p);
+  return p.string();
+}
+
+TEST(ZeroTrainer, CheckpointsMoveBetweenZeroAndPlainRuns) {
+  // The consolidated (unsharded) layout: a ZeRO run's checkpoint resumes without ZeRO on another
+  // device count, and a plain run's resumes with ZeRO, both ending in the uninterrupted bits.
+  const std::uint64_t want = train::Trainer(ddp_adam(2, 0), digits()).fit().params_checksum;
+  for (int first_zero : {1, 0}) {
+    const std::string dir = scratch("ck" + std::to_string(first_zero));
+    train::TrainerConfig a = ddp_adam(2, first_zero);
+    a.epochs = 1;
+    a.checkpoint_dir = dir;
+    train::Trainer(a, digits()).fit();
+    train::TrainerConfig b = ddp_adam(4, 1 - first_zero);
+    b.resume_dir = dir;
+    std::ostringstream log;
+    b.log = &log;
+    EXPECT_EQ(train::Trainer(b, digits()).fit().params_checksum, want) << first_zero;
+    std::filesystem::remove_all(dir);
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 
 #include "core/numerics/canonical_tree.h"
@@ -49,7 +50,10 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<nn::Parameter*> par
                                                  Communicator comm,
                                                  const InnerOptimizerFactory& make_inner,
                                                  float lr, ZeroOptions options)
-    : Optimizer(std::move(params), kCall), comm_(std::move(comm)), options_(options) {
+    : Optimizer(std::move(params), kCall),
+      comm_(std::move(comm)),
+      options_(options),
+      make_inner_(make_inner) {
   DITTO_CHECK(std::isfinite(options.max_grad_norm) && options.max_grad_norm >= 0.0, kCall,
               ": options.max_grad_norm: expected a finite value >= 0 (0: no clipping), got ",
               options.max_grad_norm);
@@ -150,18 +154,147 @@ void ZeroRedundancyOptimizer::set_lr(double lr) {
 
 std::size_t ZeroRedundancyOptimizer::state_bytes() const { return inner_->state_bytes(); }
 
-OptimizerState ZeroRedundancyOptimizer::state_dict() const {
-  throw InvalidArgument(
-      "optim::ZeroRedundancyOptimizer::state_dict: the optimizer state is sharded over the "
-      "ranks and cannot be consolidated yet: expected a run without ZeRO (zero_stage 0) for "
-      "checkpoints");
+std::unique_ptr<Optimizer> ZeroRedundancyOptimizer::unsharded() const {
+  std::unique_ptr<Optimizer> o = make_inner_(params_, static_cast<float>(inner_->lr()));
+  DITTO_CHECK(o != nullptr, kCall, ": make_inner: returned no optimizer");
+  o->set_lr(inner_->lr());
+  return o;
 }
 
-void ZeroRedundancyOptimizer::load_state_dict(const OptimizerState&) {
-  throw InvalidArgument(
-      "optim::ZeroRedundancyOptimizer::load_state_dict: the optimizer state is sharded over "
-      "the ranks and cannot be loaded from a checkpoint yet: expected a run without ZeRO "
-      "(zero_stage 0) to resume");
+std::vector<std::size_t> ZeroRedundancyOptimizer::inner_order() const {
+  std::map<const nn::Parameter*, std::size_t> index;
+  for (std::size_t j = 0; j < segments_.size(); ++j) index[&segments_[j]->p] = j;
+  std::vector<std::size_t> out;
+  for (const nn::Parameter* p : inner_->parameters()) out.push_back(index.at(p));
+  return out;
+}
+
+std::vector<std::size_t> ZeroRedundancyOptimizer::param_order(const Optimizer& o) const {
+  std::map<const nn::Parameter*, std::size_t> index;
+  for (std::size_t i = 0; i < params_.size(); ++i) index[params_[i]] = i;
+  std::vector<std::size_t> out;
+  for (const nn::Parameter* p : o.parameters()) out.push_back(index.at(p));
+  return out;
+}
+
+namespace {
+// The state keys consolidate_state_dict knows (SGD's, Adam's and AdamW's), in their
+// state_dict order; "step" is a 0-dim i64 count, the others f32 of the parameter's shape.
+const std::vector<std::string> kStateKeys{"step", "momentum_buffer", "exp_avg", "exp_avg_sq",
+                                          "max_exp_avg_sq"};
+}  // namespace
+
+void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
+  const char* call = "optim::ZeroRedundancyOptimizer::consolidate_state_dict";
+  DITTO_CHECK(to >= 0 && to < ranks_, call, ": to: expected a rank in [0, ", ranks_, "), got ",
+              to);
+  const OptimizerState mine = inner_->state_dict();
+  const std::size_t np = params_.size(), nk = kStateKeys.size();
+  // state.<j> indexes inner_->parameters() (AdamW orders them by group), not segments_.
+  const std::vector<std::size_t> seg_at = inner_order();
+  // Agreed over the ranks (max): which keys exist, which parameters have state, their steps.
+  std::vector<std::int64_t> flags(nk + 2 * np, 0);
+  std::vector<std::map<std::string, const Tensor*>> per(segments_.size());
+  for (const auto& [name, t] : mine.tensors) {
+    auto [j, key] = split_state_name(name);
+    const auto k = std::find(kStateKeys.begin(), kStateKeys.end(), key);
+    DITTO_CHECK(k != kStateKeys.end(), call, ": the inner optimizer's state key '", key,
+                "' is not one of SGD's, Adam's or AdamW's");
+    flags[static_cast<std::size_t>(k - kStateKeys.begin())] = 1;
+    const Segment& s = *segments_[seg_at[j]];
+    if (s.placeholder) continue;
+    per[seg_at[j]][key] = &t;
+    flags[nk + s.param] = 1;
+    if (key == "step") flags[nk + np + s.param] = *t.data<std::int64_t>();
+  }
+  Tensor agreed = Tensor::from_vector(flags, {static_cast<std::int64_t>(flags.size())},
+                                      comm_.device());
+  comm_.all_reduce(agreed, ReduceOp::max);
+  flags = agreed.to_vector<std::int64_t>();
+  // Each f32 key over the flat layout: this rank's shard, all_gathered.
+  std::map<std::string, std::vector<float>> gathered;
+  for (std::size_t k = 1; k < nk; ++k) {
+    if (!flags[k]) continue;
+    const std::string& key = kStateKeys[k];
+    std::vector<float> shard(static_cast<std::size_t>(shard_), 0.0f);
+    for (std::size_t j = 0; j < segments_.size(); ++j) {
+      auto it = per[j].find(key);
+      if (it == per[j].end()) continue;
+      const std::vector<float> v = it->second->to_vector<float>();
+      std::copy(v.begin(), v.end(), shard.begin() + segments_[j]->shard_off);
+    }
+    Tensor send = Tensor::from_vector(shard, {shard_}, comm_.device());
+    Tensor all = Tensor::empty({total_}, DType::f32, comm_.device());
+    comm_.all_gather(send, all);
+    if (rank_ == to) gathered[key] = all.to_vector<float>();
+  }
+  consolidated_.reset();
+  if (rank_ != to) return;
+  const std::unique_ptr<Optimizer> ref = unsharded();
+  const OptimizerState layout = ref->state_dict();  // type and options, no tensors
+  const std::vector<std::size_t> param_at = param_order(*ref);
+  auto out = std::make_unique<OptimizerState>(OptimizerState{layout.type, layout.options, {}});
+  for (std::size_t pos = 0; pos < np; ++pos) {
+    const std::size_t i = param_at[pos];  // state.<pos> is ref->parameters()[pos]
+    if (!flags[nk + i]) continue;
+    const std::string prefix = "state." + std::to_string(pos) + ".";
+    if (flags[0]) {
+      Tensor step = Tensor::empty({}, DType::i64, Device::cpu());
+      *step.data<std::int64_t>() = flags[nk + np + i];
+      out->tensors.emplace_back(prefix + "step", step);
+    }
+    const std::int64_t n = params_[i]->data.numel();
+    for (std::size_t k = 1; k < nk; ++k) {
+      if (!flags[k]) continue;
+      const std::vector<float>& all = gathered[kStateKeys[k]];
+      const auto first = all.begin() + offset_[i];
+      out->tensors.emplace_back(prefix + kStateKeys[k],
+                                Tensor::from_vector(std::vector<float>(first, first + n),
+                                                    params_[i]->data.shape(), Device::cpu()));
+    }
+  }
+  consolidated_ = std::move(out);
+}
+
+OptimizerState ZeroRedundancyOptimizer::state_dict() const {
+  DITTO_CHECK(consolidated_ != nullptr, "optim::ZeroRedundancyOptimizer::state_dict: the state "
+              "is sharded over the ranks: expected consolidate_state_dict(to) on every rank "
+              "first, and state_dict() on rank `to` (this is rank ", rank_, ")");
+  return *consolidated_;
+}
+
+void ZeroRedundancyOptimizer::load_state_dict(const OptimizerState& state) {
+  // The unsharded optimizer checks the state (and holds it for a moment), then this rank keeps
+  // the pieces of its segments.
+  std::unique_ptr<Optimizer> ref = unsharded();
+  ref->load_state_dict(state);
+  const OptimizerState full = ref->state_dict();
+  const std::vector<std::size_t> param_at = param_order(*ref);
+  ref.reset();
+  std::vector<std::size_t> pos_of(segments_.size());  // segment -> its state.<j> index
+  const std::vector<std::size_t> seg_at = inner_order();
+  for (std::size_t j = 0; j < seg_at.size(); ++j) pos_of[seg_at[j]] = j;
+  const OptimizerState own = inner_->state_dict();
+  OptimizerState seg{own.type, own.options, {}};
+  if (auto it = state.options.find("lr"); it != state.options.end()) seg.options["lr"] = it->second;
+  std::vector<std::vector<std::size_t>> segs_of(params_.size());
+  for (std::size_t j = 0; j < segments_.size(); ++j)
+    if (!segments_[j]->placeholder) segs_of[segments_[j]->param].push_back(j);
+  for (const auto& [name, t] : full.tensors) {
+    auto [pos, key] = split_state_name(name);
+    for (std::size_t j : segs_of[param_at[pos]]) {
+      const Segment& s = *segments_[j];
+      const std::string sname = "state." + std::to_string(pos_of[j]) + "." + key;
+      if (t.dim() == 0) {
+        seg.tensors.emplace_back(sname, t);
+      } else {
+        Tensor piece = flat(t).narrow(s.param_off, s.len);
+        seg.tensors.emplace_back(sname, s.p.data.dim() == 2 ? piece.view({1, s.len}) : piece);
+      }
+    }
+  }
+  inner_->load_state_dict(seg);
+  consolidated_.reset();
 }
 
 float ZeroRedundancyOptimizer::clip(Determinism mode, const std::vector<bool>& has_grad) {

@@ -46,7 +46,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/comm/communicator.h"
@@ -93,9 +95,20 @@ class ZeroRedundancyOptimizer : public Optimizer {
   void step() override;
   void set_lr(double lr) override;
   double lr() const override { return inner_->lr(); }
-  /// Not supported yet (torch: consolidate_state_dict on every rank, then state_dict on one):
-  /// throws InvalidArgument "ZeroRedundancyOptimizer::state_dict: ...".
+  /// torch's ZeroRedundancyOptimizer.consolidate_state_dict(to): every rank calls it
+  /// (collectives: one all_gather per state key over the flat layout, one all_reduce of the step
+  /// counts); rank `to` then holds the state in the unsharded optimizer's layout (the factory's
+  /// optimizer over all parameters: its type, options and "state.<i>.<key>" tensors of each
+  /// parameter's shape), which state_dict() returns, so a checkpoint of a ZeRO run loads into a
+  /// run without ZeRO and back. Throws InvalidArgument for `to` outside [0, ranks).
+  void consolidate_state_dict(int to = 0);
+  /// The state consolidate_state_dict() gathered (on its `to` rank; copied). Throws
+  /// InvalidArgument on any other rank or before consolidate_state_dict(), as torch does.
   OptimizerState state_dict() const override;
+  /// Takes the unsharded optimizer's state (a state_dict of the factory's optimizer over all
+  /// parameters, e.g. from a run without ZeRO or from consolidate_state_dict), checks it as that
+  /// optimizer would (InvalidArgument naming the first difference, before changing anything),
+  /// and keeps this rank's pieces. Every rank calls it with the same state; runs no collective.
   void load_state_dict(const OptimizerState& state) override;
 
   /// Bytes of optimizer state this rank holds: the inner optimizer's state tensors plus f32
@@ -122,8 +135,18 @@ class ZeroRedundancyOptimizer : public Optimizer {
   void refresh_segments();
   float clip(Determinism mode, const std::vector<bool>& has_grad);
 
+  /// The factory's optimizer over all parameters (no state until a step: cheap), for the
+  /// unsharded layout's type, options and checks.
+  std::unique_ptr<Optimizer> unsharded() const;
+  /// Position j of inner_->parameters() (its state.<j>) -> index into segments_.
+  std::vector<std::size_t> inner_order() const;
+  /// Position i of o.parameters() (an optimizer over params_) -> index into params_.
+  std::vector<std::size_t> param_order(const Optimizer& o) const;
+
   Communicator comm_;
   ZeroOptions options_;
+  InnerOptimizerFactory make_inner_;
+  std::unique_ptr<OptimizerState> consolidated_;  // on the `to` rank of consolidate_state_dict
   int ranks_ = 1, rank_ = 0;
   std::int64_t total_ = 0, shard_ = 0, chunk_ = 0, chunks_ = 0;
   std::vector<std::int64_t> offset_;                  // [param]: slot offset

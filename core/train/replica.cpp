@@ -95,7 +95,8 @@ void Replica::build(const TrainerConfig& c, const DataSource& data, const Device
     optim::ZeroOptions zo;
     zo.max_grad_norm = c.grad_clip;
     zo.bucket_cap_mb = c.bucket_cap_mb;
-    auto inner = [&](std::vector<nn::Parameter*> params, float rate) {
+    // Kept by ZeRO for the unsharded layout of checkpoints: holds the factory by value.
+    auto inner = [&c, factory](std::vector<nn::Parameter*> params, float rate) {
       auto o = factory(std::move(params), rate);
       DITTO_CHECK(o != nullptr, c.name_of("make_optimizer"), ": returned no optimizer");
       return o;
@@ -202,6 +203,11 @@ double Replica::step(const data::Batch& b) {
   losses.push_back(loss);
   for (const Tensor& l : losses) loss_sum += static_cast<double>(l.item()) * n;
   return loss_sum;
+}
+
+void Replica::prepare_checkpoint() {
+  if (auto* zero = dynamic_cast<optim::ZeroRedundancyOptimizer*>(opt_.get()))
+    zero->consolidate_state_dict(0);
 }
 
 bool Replica::optimizer_reduces_gradients() const {

@@ -299,6 +299,7 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
   auto checkpoint = [&](double loss_sum) {
     TrainerState saved = ts;
     if (ts.batch != 0) saved.epoch_loss_sum = rep.sum_over_ranks(loss_sum);  // every rank
+    rep.prepare_checkpoint();                                                // every rank
     if (rep.lead())
       save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), saved, 2,
                       c.checkpoint_aliases);
@@ -348,6 +349,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   rep.begin();
   std::int64_t saved_step = c.resume_dir.empty() ? -1 : ts.step;
   auto checkpoint = [&] {
+    rep.prepare_checkpoint();  // every rank
     if (rep.lead())
       save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), ts, 2,
                       c.checkpoint_aliases);

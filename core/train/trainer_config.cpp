@@ -70,10 +70,6 @@ void validate(const TrainerConfig& c) {
   DITTO_CHECK(c.zero_stage == 0 || c.trainer == TrainerKind::ddp, n("zero_stage"), " ",
               c.zero_stage, " needs ", n("trainer"), " ddp (ZeRO shards the optimizer over "
               "DDP's ranks), got ", trainer_kind_name(c.trainer));
-  DITTO_CHECK(c.zero_stage == 0 || (c.checkpoint_dir.empty() && c.resume_dir.empty()),
-              n("zero_stage"), " ", c.zero_stage, ": checkpoints of the sharded optimizer "
-              "state are not supported yet: expected no ", n("checkpoint_dir"), " and no ",
-              n("resume_dir"), ", got '", c.checkpoint_dir, "' and '", c.resume_dir, "'");
   DITTO_CHECK(c.grad_accum_steps >= 1, n("grad_accum_steps"), ": expected >= 1, got ",
               c.grad_accum_steps);
   for (const auto& h : c.hidden)
