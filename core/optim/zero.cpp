@@ -138,7 +138,8 @@ void ZeroRedundancyOptimizer::refresh_segments() {
     if (s->placeholder) continue;
     nn::Parameter& p = *params_[s->param];
     DITTO_CHECK(p.data.dtype() == DType::f32, kCall, ": params[", s->param, "] ('", p.name,
-                "'): expected f32 data, got ", p.data.str());
+                "'): expected f32 data (f32 masters of bf16 / f16 parameters inside ZeRO's shard are "
+                "not implemented yet), got ", p.data.str());
     const void* storage = p.data.data_ptr();
     if (s->bound == storage && s->p.data.defined()) continue;
     Tensor v = flat(p.data).narrow(s->param_off, s->len);
