@@ -27,9 +27,10 @@
 //   4. masters that are not the parameters (bf16 / f16) are rounded once into the parameters;
 //      an all_gather then gives every rank every shard's parameters.
 // The collectives go in chunks (ZeroOptions::bucket_cap_mb, DeepSpeed's reduce_bucket_size and
-// allgather_bucket_size) through one reused buffer, so the only full-model-sized memory is the
-// model's own parameters and grads; elementwise reductions make the chunking invisible in the
-// bits. A rank whose shard holds only padding steps one placeholder segment of one zero element
+// allgather_bucket_size) through one buffer of N chunks, which with the f32 shard lives only
+// during step(), so the only full-model-sized memory is the model's own parameters and grads
+// (DDP under no_sync allocates no buckets); elementwise reductions make the chunking invisible
+// in the bits. Checkpoints: consolidate_state_dict gathers the unsharded layout (torch's). A rank whose shard holds only padding steps one placeholder segment of one zero element
 // (its update keeps it zero), so the inner optimizer always has a parameter.
 //
 // Note [ZeRO grad clip]
