@@ -137,9 +137,9 @@ void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) 
                 p->measured_step_time_s * 1e3, p->measured_samples_per_s, measured);
   }
   for (const train::DeviceMemory& m : r.memory)
-    std::printf("memory: %s live=%s peak=%s capacity=%s\n", m.device.c_str(),
-                mib(m.stats.in_use).c_str(), mib(m.stats.peak).c_str(),
-                mib(m.stats.capacity).c_str());
+    std::printf("memory: %s live=%s peak=%s capacity=%s optimizer_state=%s\n",
+                m.device.c_str(), mib(m.stats.in_use).c_str(), mib(m.stats.peak).c_str(),
+                mib(m.stats.capacity).c_str(), mib(m.optimizer_state_bytes).c_str());
   if (!r.trace.empty())
     std::printf("trace: wrote %s (Chrome trace JSON; open in https://ui.perfetto.dev)\n",
                 r.trace.c_str());
@@ -286,7 +286,7 @@ int main(int argc, char** argv) {
                    {"comm_timeout_ms", "--comm-timeout-ms"}, {"trainer", "--trainer"},
                    {"bucket_cap_mb", "--bucket-cap-mb"}, {"hidden", "--hidden"},
                    {"dtype", "--dtype"}, {"micro_shards", "--micro-shards"},
-                   {"grad_accum_steps", "--grad-accum-steps"}};
+                   {"grad_accum_steps", "--grad-accum-steps"}, {"zero_stage", "--zero-stage"}};
   float lr = 0.05f;
   CLI::App app{"ditto-train: data-parallel training (an MLP on CSV rows, or nanoGPT's character "
                "GPT with --model gpt) on simulated or real GPUs"};
@@ -351,6 +351,9 @@ int main(int argc, char** argv) {
                "dp (DataParallel, one controller thread) or ddp (DistributedDataParallel, a "
                "thread per rank; under mpirun a process per rank, the default there)");
   with_default("--bucket-cap-mb", c.bucket_cap_mb, "ddp: gradient bucket size cap in MiB");
+  with_default("--zero-stage", c.zero_stage,
+               "ddp: 1 shards the optimizer state over the ranks (ZeRO-1, llm.c's -z 1; "
+               "gradients reduce_scatter, parameters all_gather), 0 none");
   app.add_option("--fault", c.faults,
                  "sim: inject a fault (repeatable): fail:device=D,step=S | "
                  "alloc:device=D,after=N | skip-collective:rank=R,index=K");

@@ -246,7 +246,8 @@ void DistributedDataParallel::build_buckets() {
       bucket->offsets.push_back(bucket->numel);
       bucket->numel += params_[j]->data.numel();
     }
-    bucket->flat = Tensor::empty({bucket->numel}, bucket->dtype, comm_.device());
+    // bucket->flat is allocated by its first all_reduce (launch): a DDP that never syncs (ZeRO's
+    // no_sync on every backward, core/optim/zero.h) holds no bucket memory.
     buckets_.push_back(std::move(bucket));
   }
   ready_.assign(params_.size(), 0);
@@ -408,6 +409,7 @@ void DistributedDataParallel::launch(std::size_t index) {
   compute.record(*grads_done_);
   comm_stream_->wait(*grads_done_);
   StreamGuard guard(*comm_stream_);
+  if (!b.flat.defined()) b.flat = Tensor::empty({b.numel}, b.dtype, comm_.device());
   for (std::size_t k = 0; k < b.params.size(); ++k) {
     nn::Parameter& p = *params_[b.params[k]];
     if (!p.grad.defined())  // a parameter this backward did not reach: its gradient is zero
@@ -504,10 +506,12 @@ void DistributedDataParallel::shadow_all_reduces() {
   for (auto& b : buckets_)
     for (std::size_t k = 0; k < b->params.size(); ++k) {
       nn::Parameter& p = *params_[b->params[k]];
-      if (p.grad.defined() && p.grad.data_ptr() == b->flat.narrow(b->offsets[k], 1).data_ptr())
+      if (p.grad.defined() && b->flat.defined() &&
+          p.grad.data_ptr() == b->flat.narrow(b->offsets[k], 1).data_ptr())
         p.grad = p.grad.clone();
     }
   for (auto& b : buckets_) {
+    if (!b->flat.defined()) b->flat = Tensor::empty({b->numel}, b->dtype, comm_.device());
     ops::fill_(b->flat, 0.0);
     comm_.all_reduce(b->flat, ReduceOp::sum);
   }

@@ -73,6 +73,9 @@ struct CostPrediction {
 struct DeviceMemory {
   std::string device;  ///< "sim:0"
   MemoryStats stats;
+  /// Bytes of optimizer state on this device (Optimizer::state_bytes: momentum buffers, Adam's
+  /// moments; with ZeRO-1 this rank's shard of them, about 1/N). dp: all on the first device.
+  std::size_t optimizer_state_bytes = 0;
 };
 
 struct FitResult {
@@ -92,6 +95,7 @@ struct FitResult {
   /// f16 with a GradScaler: its scale at the end and the steps it skipped (inf / NaN grads).
   std::optional<float> loss_scale;
   std::int64_t skipped_steps = 0;
+  std::size_t optimizer_state_bytes = 0;  ///< this rank's optimizer's (Optimizer::state_bytes)
   std::optional<CostPrediction> prediction;  ///< with a cost model profile and steps > 0
   std::vector<DeviceMemory> memory;          ///< single-process runs: every device
   std::vector<std::string> unfired_faults;   ///< fault specs that never took effect

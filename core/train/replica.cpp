@@ -9,6 +9,7 @@
 #include "core/optim/grad_scaler.h"
 #include "core/optim/master_weights.h"
 #include "core/optim/sgd.h"
+#include "core/optim/zero.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
 #include "core/runtime/error.h"
@@ -81,32 +82,51 @@ void Replica::build(const TrainerConfig& c, const DataSource& data, const Device
   DITTO_CHECK(criterion_ != nullptr, c.name_of("make_loss"), ": returned no loss");
   criterion_->set_determinism(c.determinism);
   const float lr = c.effective_lr();
-  auto make = [&](std::vector<nn::Parameter*> params) -> std::unique_ptr<optim::Optimizer> {
-    if (c.make_optimizer) return c.make_optimizer(std::move(params), lr);
-    if (c.optimizer == "adam") {
-      optim::AdamOptions ao;
-      ao.lr = lr;
-      ao.weight_decay = c.weight_decay;
-      return std::make_unique<optim::Adam>(std::move(params), ao);
-    }
-    optim::SGDOptions so;
-    so.lr = lr;
-    so.momentum = c.momentum;
-    so.weight_decay = c.weight_decay;
-    return std::make_unique<optim::SGD>(std::move(params), so);
+  OptimizerFactory factory = c.make_optimizer;
+  if (!factory)
+    factory = [&c](std::vector<nn::Parameter*> params,
+                   float rate) -> std::unique_ptr<optim::Optimizer> {
+      if (c.optimizer == "adam") {
+        optim::AdamOptions ao;
+        ao.lr = rate;
+        ao.weight_decay = c.weight_decay;
+        return std::make_unique<optim::Adam>(std::move(params), ao);
+      }
+      optim::SGDOptions so;
+      so.lr = rate;
+      so.momentum = c.momentum;
+      so.weight_decay = c.weight_decay;
+      return std::make_unique<optim::SGD>(std::move(params), so);
+    };
+  // Held by value: ZeRO keeps its factory for the unsharded layout of checkpoints.
+  auto make = [&c, factory, lr](std::vector<nn::Parameter*> params) {
+    auto o = factory(std::move(params), lr);
+    DITTO_CHECK(o != nullptr, c.name_of("make_optimizer"), ": returned no optimizer");
+    return o;
   };
+  if (c.zero_stage == 1 && comm_) {
+    // ZeRO-1: the factory's optimizer updates this rank's shard; the clip runs inside.
+    optim::ZeroOptions zo;
+    zo.max_grad_norm = c.grad_clip;
+    zo.bucket_cap_mb = c.bucket_cap_mb;
+    auto inner = [&c, factory](std::vector<nn::Parameter*> params, float rate) {
+      auto o = factory(std::move(params), rate);
+      DITTO_CHECK(o != nullptr, c.name_of("make_optimizer"), ": returned no optimizer");
+      return o;
+    };
+    opt_ = std::make_unique<optim::ZeroRedundancyOptimizer>(model_->parameters(), *comm_, inner,
+                                                            lr, zo);
+    return;
+  }
   if (c.dtype == DType::f32) {
     opt_ = make(model_->parameters());
-    DITTO_CHECK(opt_ != nullptr, c.name_of("make_optimizer"), ": returned no optimizer");
     return;
   }
   // Mixed precision: the optimizer runs on f32 masters (Note [Master weights]); f16 scales the
   // loss (Note [GradScaler]; bf16 has f32's range and needs none, as in torch).
   auto mw = std::make_unique<optim::MasterWeights>(
-      model_->parameters(), [&](std::vector<nn::Parameter*> masters) {
-        auto inner = make(std::move(masters));
-        DITTO_CHECK(inner != nullptr, c.name_of("make_optimizer"), ": returned no optimizer");
-        return inner;
+      model_->parameters(), [make](std::vector<nn::Parameter*> masters) {
+        return make(std::move(masters));
       });
   master_ = mw.get();
   opt_ = std::move(mw);
@@ -130,7 +150,8 @@ void Replica::optimizer_step() {
   }
   const bool found_inf = scaler_ && scaler_->unscale_(params, config_.determinism);
   if (!found_inf) {
-    if (config_.grad_clip > 0) optim::clip_grad_norm_(params, config_.grad_clip, config_.determinism);
+    if (config_.grad_clip > 0 && !optimizer_reduces_gradients())
+      optim::clip_grad_norm_(params, config_.grad_clip, config_.determinism);
     opt_->step();
   }
   if (scaler_) scaler_->update();
@@ -221,7 +242,7 @@ double Replica::step(const data::Batch& b) {
   if (fold) tree.finish(params);
   if (dp_ && steps > 1) criterion_->set_global_batch(0);  // evaluations take their own rows
   if (ddp_ && !sync_in_backward && !optimizer_reduces_gradients()) ddp_->sync_gradients();
-  optimizer_step();  // [unscale / inf check], clip, step, [scale update]
+  optimizer_step();  // [unscale / inf check], clip (ZeRO: inside its step), step, [scale update]
   // Each loss is its rows' share of the global batch's mean (dp with K = 1: the mean itself).
   double loss_sum = 0;
   losses.push_back(loss);
@@ -229,10 +250,15 @@ double Replica::step(const data::Batch& b) {
   return loss_sum;
 }
 
+void Replica::prepare_checkpoint() {
+  if (auto* zero = dynamic_cast<optim::ZeroRedundancyOptimizer*>(opt_.get()))
+    zero->consolidate_state_dict(0);
+}
+
 bool Replica::optimizer_reduces_gradients() const {
-  // ZeRO-1's optimizer reduce_scatters the gradients in its step (c14-zero: config_.zero_stage ==
-  // 1 once optim::ZeroRedundancyOptimizer is the optimizer); no other optimizer does.
-  return false;
+  // ZeRO-1's optimizer (optim::ZeroRedundancyOptimizer, ddp only) reduce_scatters the gradients
+  // and clips them in its step; no other optimizer does.
+  return config_.zero_stage == 1 && comm_.has_value();
 }
 
 double Replica::eval_loss(DataSource& data, EvalSplit split, std::int64_t iters,

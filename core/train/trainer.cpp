@@ -227,7 +227,8 @@ void Trainer::finish(Run& run, FitResult& res) {
   // Memory while the run's replicas (dp) or communicators (ddp) are still alive.
   for (int d = 0; d < static_cast<int>(run.devs.size()); ++d) be.default_stream(d).synchronize();
   for (int d = 0; d < static_cast<int>(run.devs.size()); ++d)
-    res.memory.push_back({run.devs[static_cast<std::size_t>(d)].str(), be.memory_stats(d)});
+    res.memory.push_back({run.devs[static_cast<std::size_t>(d)].str(), be.memory_stats(d),
+                          d == 0 ? res.optimizer_state_bytes : 0});
   auto* cm = be.extension<CostModelExtension>();
   if (cm && !c.trace.empty()) {
     cm->write_trace(c.trace);
@@ -285,6 +286,8 @@ FitResult Trainer::fit_ddp(Run& run) {
   launch_ranks(run.devs, co, run.barrier, body, [&] {  // the communicators still alive
     res = results[0];
     finish(run, res);
+    for (std::size_t d = 0; d < res.memory.size() && d < results.size(); ++d)
+      res.memory[d].optimizer_state_bytes = results[d].optimizer_state_bytes;
   });
   return res;
 }
@@ -298,6 +301,7 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
   auto checkpoint = [&](double loss_sum) {
     TrainerState saved = ts;
     if (ts.batch != 0) saved.epoch_loss_sum = rep.sum_over_ranks(loss_sum);  // every rank
+    rep.prepare_checkpoint();                                                // every rank
     if (rep.lead())
       save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), saved, 2,
                       c.checkpoint_aliases);
@@ -340,6 +344,7 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     res.loss_scale = s->scale();
     res.skipped_steps = s->skipped_steps();
   }
+  res.optimizer_state_bytes = rep.optimizer().state_bytes();
   res.steps = ts.step;
   if (rep.lead() && callbacks_.on_finish) callbacks_.on_finish(rep);
   return res;
@@ -350,6 +355,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   rep.begin();
   std::int64_t saved_step = c.resume_dir.empty() ? -1 : ts.step;
   auto checkpoint = [&] {
+    rep.prepare_checkpoint();  // every rank
     if (rep.lead())
       save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), ts, 2,
                       c.checkpoint_aliases);
@@ -419,6 +425,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
     res.loss_scale = s->scale();
     res.skipped_steps = s->skipped_steps();
   }
+  res.optimizer_state_bytes = rep.optimizer().state_bytes();
   res.steps = ts.step;
   if (rep.lead() && callbacks_.on_finish) callbacks_.on_finish(rep);
   return res;

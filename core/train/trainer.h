@@ -112,6 +112,10 @@ class Replica {
   optim::GradScaler* grad_scaler() { return scaler_.get(); }
   bool lead() const { return !comm_ || comm_->rank() == 0; }
   Communicator* communicator() { return comm_ ? &*comm_ : nullptr; }
+  /// Every rank, before the lead saves a checkpoint: ZeRO-1 gathers its sharded optimizer state
+  /// to rank 0 in the unsharded layout (ZeroRedundancyOptimizer::consolidate_state_dict);
+  /// nothing otherwise.
+  void prepare_checkpoint();
 
  private:
   void build(const TrainerConfig& config, const DataSource& data, const Device& device);
