@@ -449,6 +449,13 @@ class SimKernels final : public Kernels {
            [=] { *out = gk::sum_squares(x, n, mode); });
   }
 
+  void sum_squares_blocks(Stream& s, const float* x, std::int64_t n, float* out) override {
+    launch(s, "sum_squares_blocks", gk::sum_squares_cost(n), [=] {
+      for (std::int64_t j = 0, lo = 0; lo < n; ++j, lo += gpt::kSquaresBlock)
+        out[j] = gpt::squares_chain(x + lo, std::min(gpt::kSquaresBlock, n - lo));
+    });
+  }
+
  private:
   // Dropout forward and backward: the same mask, recomputed (Note [Dropout masks]).
   // ---- dtype-generic kernels (sim_kernels_dtype.h) ----

@@ -135,9 +135,9 @@ void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) 
                 p->measured_step_time_s * 1e3, p->measured_samples_per_s, measured);
   }
   for (const train::DeviceMemory& m : r.memory)
-    std::printf("memory: %s live=%s peak=%s capacity=%s\n", m.device.c_str(),
-                mib(m.stats.in_use).c_str(), mib(m.stats.peak).c_str(),
-                mib(m.stats.capacity).c_str());
+    std::printf("memory: %s live=%s peak=%s capacity=%s optimizer_state=%s\n",
+                m.device.c_str(), mib(m.stats.in_use).c_str(), mib(m.stats.peak).c_str(),
+                mib(m.stats.capacity).c_str(), mib(m.optimizer_state_bytes).c_str());
   if (!r.trace.empty())
     std::printf("trace: wrote %s (Chrome trace JSON; open in https://ui.perfetto.dev)\n",
                 r.trace.c_str());
@@ -253,6 +253,9 @@ int run(Args a) {
                   r.model.c_str(), r.params, a.data.c_str(), rows->rows(), rows->train_size(),
                   rows->eval_set().size(), c.batch_size, c.epochs, c.loss.c_str(),
                   c.optimizer.c_str(), r.lr, c.optimizer == "sgd" ? c.momentum : 0.0f, c.seed);
+    if (c.grad_accum_steps > 1)
+      std::printf("ditto-train: grad_accum_steps=%" PRId64 " (micro-steps per optimizer step of "
+                  "batch %" PRId64 ")\n", c.grad_accum_steps, c.batch_size);
     std::fflush(stdout);
   };
   cb.on_epoch = [&](const train::EpochMetrics& m) {
@@ -294,6 +297,8 @@ int main(int argc, char** argv) {
                    {"stragglers", "--straggler"}, {"faults", "--fault"},
                    {"comm_timeout_ms", "--comm-timeout-ms"}, {"trainer", "--trainer"},
                    {"bucket_cap_mb", "--bucket-cap-mb"}, {"hidden", "--hidden"},
+                   {"micro_shards", "--micro-shards"},
+                   {"grad_accum_steps", "--grad-accum-steps"}, {"zero_stage", "--zero-stage"},
                    {"dry_run", "--dry-run"}};
   float lr = 0.05f;
   CLI::App app{"ditto-train: data-parallel training (an MLP on CSV rows, or nanoGPT's character "
@@ -323,6 +328,11 @@ int main(int argc, char** argv) {
   with_default("--optimizer", c.optimizer, "sgd or adam");
   with_default("--micro-shards", c.micro_shards,
                "micro-shards K of a batch in bitwise mode (power of two >= devices)");
+  with_default("--grad-accum-steps", c.grad_accum_steps,
+               "micro-steps per optimizer step (nanoGPT's gradient_accumulation_steps; ddp: "
+               "no_sync on all but the last): each takes a contiguous part of --batch-size; "
+               "bitwise: a power of two with micro-shards divisible by it x devices, the same "
+               "bits as 1");
   with_default("--weight-decay", c.weight_decay,
                "SGD weight decay (--model gpt: AdamW's, on the 2-D weights, default 0.1)");
   with_default("--seed", c.seed, "seed for initialisation, split and shuffling");
@@ -355,6 +365,9 @@ int main(int argc, char** argv) {
                "dp (DataParallel, one controller thread) or ddp (DistributedDataParallel, a "
                "thread per rank; under mpirun a process per rank, the default there)");
   with_default("--bucket-cap-mb", c.bucket_cap_mb, "ddp: gradient bucket size cap in MiB");
+  with_default("--zero-stage", c.zero_stage,
+               "ddp: 1 shards the optimizer state over the ranks (ZeRO-1, llm.c's -z 1; "
+               "gradients reduce_scatter, parameters all_gather), 0 none");
   app.add_option("--fault", c.faults,
                  "sim: inject a fault (repeatable): fail:device=D,step=S | "
                  "alloc:device=D,after=N | skip-collective:rank=R,index=K");

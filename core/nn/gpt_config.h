@@ -67,7 +67,8 @@ GPTConfig gpt2_config(const std::string& model_type, const std::string& what = "
 // GPT-2 1.5B (gpt2-xl: N = 1,557,686,400, 48 layers, 25 heads, C 1600, T 1024), f32, 8 devices,
 // measured peaks: B = 1: 38.79 GiB, B = 2: 48.57, B = 3: 58.40, i.e. 29.0 GiB (= 20 N bytes)
 // + 9.8 GiB per sample (att 4.69 GiB of it). On 8 x A100 40GB (40 GiB each) --batch-size 16
-// (B = 2) needs 48.6 GiB: OutOfMemory; with ZeRO-1 9 N = 13.1 GiB + 19.6 = 32.7 GiB fits.
+// (B = 2) needs 48.6 GiB: OutOfMemory; with ZeRO-1 9 N = 13.1 GiB + 19.6 = 32.7 GiB fits
+// (measured: 32.97 GiB, optimizer state 1485.89 MiB = 8 N / 8 bytes).
 // In bf16 (activations about half) --batch-size 32 (B = 4): 18 N = 26.1 GiB + 19.6 = 45.7 GiB,
 // OutOfMemory; ZeRO-1: 5.5 N = 8.0 GiB + 19.6 = 27.6 GiB fits.
 

@@ -63,6 +63,14 @@ OptimizerState Adam::state_dict() const {
   return s;
 }
 
+std::size_t Adam::state_bytes() const {
+  std::size_t n = 0;
+  for (const State& st : state_)
+    for (const Tensor* t : {&st.exp_avg, &st.exp_avg_sq, &st.max_exp_avg_sq})
+      if (t->defined()) n += t->nbytes();
+  return n;
+}
+
 void Adam::load_state_dict(const OptimizerState& state) {
   const char* call = "optim::Adam::load_state_dict";
   std::vector<std::string> keys{"step", "exp_avg", "exp_avg_sq"};

@@ -58,6 +58,8 @@ class Adam : public Optimizer {
   /// same repeated multiplication, so the next step has the same bits.
   OptimizerState state_dict() const override;
   void load_state_dict(const OptimizerState& state) override;
+  /// exp_avg, exp_avg_sq (and max_exp_avg_sq) of every parameter with a step.
+  std::size_t state_bytes() const override;
 
   const AdamOptions& options() const { return options_; }
 

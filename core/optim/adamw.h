@@ -77,6 +77,8 @@ class AdamW : public Optimizer {
   /// torch's load_state_dict takes the saved param_groups' lr; a schedule sets it again before
   /// the next step). betas, eps, amsgrad and the groups (sizes and weight decays) must match.
   void load_state_dict(const OptimizerState& state) override;
+  /// Adam's moments (Adam::state_bytes).
+  std::size_t state_bytes() const override { return adam_.state_bytes(); }
 
   const AdamWOptions& options() const { return options_; }
   /// Weight decay of parameter i (its group's).

@@ -62,6 +62,11 @@ class Optimizer {
   /// missing or unexpected tensor), before changing anything.
   virtual void load_state_dict(const OptimizerState& state) = 0;
 
+  /// Bytes of optimizer state this optimizer holds on its devices (momentum buffers, moments;
+  /// ZeRO: this rank's shard of them), as a memory report counts it: no step counters, no
+  /// parameters. Default: the sizes of state_dict()'s tensors other than the 0-dim ones (blocks).
+  virtual std::size_t state_bytes() const;
+
  protected:
   /// The checks of load_state_dict shared by every optimizer: type, options (own_options
   /// must equal state.options), and for each tensor a name "state.<i>.<key>" with i in range and

@@ -133,6 +133,20 @@ void Optimizer::check_state(const OptimizerState& state, const char* call, const
   }
 }
 
+std::size_t Optimizer::state_bytes() const {
+  std::size_t n = 0;
+  for (const auto& [name, t] : state_dict().tensors)
+    if (t.dim() > 0) n += t.nbytes();
+  return n;
+}
+
+std::size_t SGD::state_bytes() const {
+  std::size_t n = 0;
+  for (const Tensor& b : buffers_)
+    if (b.defined()) n += b.nbytes();
+  return n;
+}
+
 void Optimizer::zero_grad(bool set_to_none) {
   for (nn::Parameter* p : params_) {
     if (!p->grad.defined()) continue;

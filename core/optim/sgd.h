@@ -35,6 +35,8 @@ class SGD : public Optimizer {
   /// dampening, weight_decay, nesterov.
   OptimizerState state_dict() const override;
   void load_state_dict(const OptimizerState& state) override;
+  /// The momentum buffers (none without momentum).
+  std::size_t state_bytes() const override;
 
   const SGDOptions& options() const { return options_; }
   /// Momentum buffer of parameter i (undefined before its first step or when momentum == 0).

@@ -160,6 +160,17 @@ void DataParallel::replicate(int n) {
 }
 
 Tensor DataParallel::forward(const std::vector<Tensor>& inputs) {
+  return forward_rows(inputs, 0, nullptr);
+}
+
+Tensor DataParallel::forward(const std::vector<Tensor>& inputs, std::int64_t first_row,
+                             const std::vector<std::int64_t>& shard_bounds) {
+  DITTO_CHECK(first_row >= 0, "DataParallel.forward: first_row: expected >= 0, got ", first_row);
+  return forward_rows(inputs, first_row, &shard_bounds);
+}
+
+Tensor DataParallel::forward_rows(const std::vector<Tensor>& inputs, std::int64_t first_row,
+                                  const std::vector<std::int64_t>* given_bounds) {
   DITTO_CHECK(!inputs.empty(), "DataParallel.forward: inputs: expected at least one tensor");
   const std::int64_t dim = options_.dim;
   for (std::size_t j = 0; j < inputs.size(); ++j) {
@@ -177,13 +188,21 @@ Tensor DataParallel::forward(const std::vector<Tensor>& inputs) {
 
   const bool bitwise = options_.determinism == Determinism::bitwise;
   std::vector<std::int64_t> shard_bounds;
-  if (bitwise) shard_bounds = micro_shard_bounds(batch, options_.micro_shards);
+  if (bitwise && given_bounds) {  // a block of a larger batch (Note [Gradient accumulation])
+    check_shard_bounds("DataParallel.forward", *given_bounds, batch);
+    DITTO_CHECK(given_bounds->size() - 1 >= devices_.size(), "DataParallel.forward: "
+                "shard_bounds: bitwise mode gives every device whole micro-shards: expected at "
+                "least ", devices_.size(), " shards (the devices), got ", given_bounds->size() - 1);
+    shard_bounds = *given_bounds;
+  } else if (bitwise) {
+    shard_bounds = micro_shard_bounds(batch, options_.micro_shards);
+  }
 
   if (devices_.size() == 1) {
     std::vector<Tensor> moved;
     for (const Tensor& t : inputs) moved.push_back(t.to(devices_[0]));
     if (bitwise) module_.set_micro_shards(shard_bounds);
-    module_.set_first_row(0);  // the whole batch (Note [Dropout masks])
+    module_.set_first_row(first_row);  // the whole batch (Note [Dropout masks])
     Tensor out = module_.forward(moved);
     last_chunks_ = {batch};
     last_output_shape_ = out.shape();
@@ -197,7 +216,7 @@ Tensor DataParallel::forward(const std::vector<Tensor>& inputs) {
   std::vector<std::vector<std::int64_t>> local_shards;
   const auto n_dev = static_cast<std::int64_t>(devices_.size());
   if (bitwise) {
-    const std::int64_t k = options_.micro_shards;
+    const auto k = static_cast<std::int64_t>(shard_bounds.size()) - 1;
     for (std::int64_t d = 0; d < n_dev; ++d) {
       const std::int64_t first = d * k / n_dev, last = (d + 1) * k / n_dev;
       chunks.push_back(shard_bounds[static_cast<std::size_t>(last)] -
@@ -232,7 +251,7 @@ Tensor DataParallel::forward(const std::vector<Tensor>& inputs) {
   for (int i = 0; i < n; ++i) {
     nn::Module& r = *replicas_[static_cast<std::size_t>(i)];
     if (bitwise) r.set_micro_shards(local_shards[static_cast<std::size_t>(i)]);
-    r.set_first_row(starts[static_cast<std::size_t>(i)]);  // its rows' place in the global batch
+    r.set_first_row(first_row + starts[static_cast<std::size_t>(i)]);  // its rows' global place
   }
   std::vector<Tensor> outputs(static_cast<std::size_t>(n));
   parallel_apply(devs, "forward", [&](int i) {

@@ -68,6 +68,17 @@ class DataParallel {
   /// tensors are gathered into a vector with one entry per replica (as PyTorch does, with a
   /// warning there).
   Tensor forward(const std::vector<Tensor>& inputs);
+  /// Forward of a block of a larger global batch (a micro-step of gradient accumulation, Note
+  /// [Gradient accumulation] in core/train/grad_accumulation.h): the inputs' rows are rows
+  /// [first_row, first_row + B) of the global batch, so the replicas' first_row() are offset by
+  /// it (Note [Dropout masks]); in bitwise mode `shard_bounds` are the micro-shard bounds of these
+  /// B rows (rebased to 0: local_bounds of the global ones, at least one shard per device) and
+  /// device d takes shards [d*S/D, (d+1)*S/D) of its S shards instead of micro_shards' split of
+  /// B; ignored in fast mode. forward(inputs) is forward(inputs, 0, micro_shard_bounds(B,
+  /// micro_shards)). Throws InvalidArgument for first_row < 0 or bad bounds (bitwise), and as
+  /// forward(inputs).
+  Tensor forward(const std::vector<Tensor>& inputs, std::int64_t first_row,
+                 const std::vector<std::int64_t>& shard_bounds);
 
   /// Reverse pass of the last forward. grad_output: shape of the gathered output, any device.
   /// Accumulates into the module's parameter grads on devices[0]. Returns the gradient of the
@@ -85,6 +96,8 @@ class DataParallel {
   const std::vector<std::int64_t>& last_chunk_sizes() const { return last_chunks_; }
 
  private:
+  Tensor forward_rows(const std::vector<Tensor>& inputs, std::int64_t first_row,
+                      const std::vector<std::int64_t>* shard_bounds);
   void replicate(int n);
   /// Builds (or keeps) the persistent buckets for `params` (f32; InvalidArgument naming a
   /// parameter that is not).

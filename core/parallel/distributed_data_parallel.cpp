@@ -211,7 +211,8 @@ void DistributedDataParallel::build_buckets() {
       bucket->offsets.push_back(bucket->numel);
       bucket->numel += params_[j]->data.numel();
     }
-    bucket->flat = Tensor::empty({bucket->numel}, DType::f32, comm_.device());
+    // bucket->flat is allocated by its first all_reduce (launch): a DDP that never syncs (ZeRO's
+    // no_sync on every backward, core/optim/zero.h) holds no bucket memory.
     buckets_.push_back(std::move(bucket));
   }
   ready_.assign(params_.size(), 0);
@@ -275,6 +276,34 @@ Tensor DistributedDataParallel::forward(const std::vector<Tensor>& inputs,
   }
 }
 
+Tensor DistributedDataParallel::forward(const std::vector<Tensor>& inputs, std::int64_t first_row,
+                                        const std::vector<std::int64_t>& shard_bounds) {
+  try {
+    DITTO_CHECK(!inputs.empty(), "DistributedDataParallel.forward: inputs: expected at least one "
+                "tensor");
+    DITTO_CHECK(first_row >= 0, "DistributedDataParallel.forward: first_row: expected >= 0, got ",
+                first_row);
+    for (std::size_t j = 0; j < inputs.size(); ++j)
+      DITTO_CHECK(inputs[j].defined() && inputs[j].dim() >= 1 &&
+                      inputs[j].size(0) == inputs[0].size(0),
+                  "DistributedDataParallel.forward: inputs[", j, "]: expected ",
+                  inputs[0].defined() && inputs[0].dim() >= 1 ? inputs[0].size(0) : 0,
+                  " rows (as inputs[0]), got ",
+                  inputs[j].defined() ? inputs[j].str() : std::string("an undefined tensor"));
+    if (mode_ == Determinism::bitwise)
+      check_shard_bounds("DistributedDataParallel.forward", shard_bounds, inputs[0].size(0));
+    if (join_enabled_) exchange_join_flags(sync_ ? 2 : 1, nullptr);
+    if (mode_ == Determinism::bitwise) module_.set_micro_shards(shard_bounds);
+    module_.set_first_row(first_row);  // Note [Dropout masks]
+    std::vector<Tensor> moved;
+    moved.reserve(inputs.size());
+    for (const Tensor& t : inputs) moved.push_back(t.to(comm_.device()));
+    return module_.forward(moved);
+  } catch (...) {
+    fail("forward");
+  }
+}
+
 // ---- backward ----------------------------------------------------------------------------------
 
 Tensor DistributedDataParallel::backward(const Tensor& grad_output) {
@@ -296,6 +325,27 @@ Tensor DistributedDataParallel::backward(const Tensor& grad_output) {
   } catch (...) {
     in_backward_ = false;
     fail("backward");
+  }
+}
+
+void DistributedDataParallel::sync_gradients() {
+  try {
+    DITTO_CHECK(!join_enabled_, "DistributedDataParallel.sync_gradients: not available with "
+                "enable_join() (the joined ranks shadow only the all_reduces of a backward)");
+    // As a synchronised backward's finish, without the overlap: every bucket, in index order.
+    for (auto& b : buckets_) {
+      b->pending = 0;
+      b->launched = false;
+    }
+    next_bucket_ = 0;
+    buckets_overlapped_ = 0;
+    launch_ready_buckets();
+    comm_stream_->record(*comm_done_);
+    current_stream(comm_.device()).wait(*comm_done_);
+    comm_stream_->synchronize();  // rethrows the collectives' errors
+    for (auto& b : buckets_) b->packed.clear();
+  } catch (...) {
+    fail("sync_gradients");
   }
 }
 
@@ -324,6 +374,7 @@ void DistributedDataParallel::launch(std::size_t index) {
   compute.record(*grads_done_);
   comm_stream_->wait(*grads_done_);
   StreamGuard guard(*comm_stream_);
+  if (!b.flat.defined()) b.flat = Tensor::empty({b.numel}, DType::f32, comm_.device());
   for (std::size_t k = 0; k < b.params.size(); ++k) {
     nn::Parameter& p = *params_[b.params[k]];
     if (!p.grad.defined())  // a parameter this backward did not reach: its gradient is zero
@@ -410,10 +461,12 @@ void DistributedDataParallel::shadow_all_reduces() {
   for (auto& b : buckets_)
     for (std::size_t k = 0; k < b->params.size(); ++k) {
       nn::Parameter& p = *params_[b->params[k]];
-      if (p.grad.defined() && p.grad.data_ptr() == b->flat.narrow(b->offsets[k], 1).data_ptr())
+      if (p.grad.defined() && b->flat.defined() &&
+          p.grad.data_ptr() == b->flat.narrow(b->offsets[k], 1).data_ptr())
         p.grad = p.grad.clone();
     }
   for (auto& b : buckets_) {
+    if (!b->flat.defined()) b->flat = Tensor::empty({b->numel}, DType::f32, comm_.device());
     ops::fill_(b->flat, 0.0f);
     comm_.all_reduce(b->flat, ReduceOp::sum);
   }

@@ -107,6 +107,15 @@ class DistributedDataParallel {
   /// forwards without global_batch leave first_row() as the caller set it. training() and step()
   /// are the module's own (DDP holds no replica).
   Tensor forward(const std::vector<Tensor>& inputs, std::int64_t global_batch);
+  /// Forward on rows [first_row, first_row + B) of the global batch (B = inputs[0].size(0), the
+  /// same for every input), e.g. one micro-step of gradient accumulation (Note [Gradient
+  /// accumulation], core/train/grad_accumulation.h): first_row() is set to first_row (Note
+  /// [Dropout masks]) and, in bitwise mode, the module reduces its gradients over `shard_bounds`
+  /// (those rows' micro-shard bounds rebased to 0; ignored in fast mode). Throws InvalidArgument
+  /// for first_row < 0, inputs of unequal rows or bad bounds (bitwise), after aborting the
+  /// communicator as every forward does.
+  Tensor forward(const std::vector<Tensor>& inputs, std::int64_t first_row,
+                 const std::vector<std::int64_t>& shard_bounds);
 
   /// Backward of the last forward (grad_output on any device), then the gradient all_reduce
   /// (unless inside no_sync()). Accumulates into the parameters' grads like the module's own
@@ -118,6 +127,16 @@ class DistributedDataParallel {
   /// BackendError naming the failed rank and the collective), after aborting the communicator
   /// for its own errors.
   Tensor backward(const Tensor& grad_output = Tensor());
+
+  /// All-reduce the parameters' current grads now, through the buckets, as a synchronised
+  /// backward does after the module's backward (the same bits: the all_reduce is elementwise),
+  /// without overlap; inside or outside no_sync(). The grads then hold the sum over ranks (or the
+  /// average, per average_gradients) and are views of the buckets, as after backward(). For
+  /// gradients prepared between backward and the all_reduce: bitwise gradient accumulation folds
+  /// the micro-steps' grads (every backward under no_sync), then calls this (Note [Gradient
+  /// accumulation]). Every rank must call it at the same point. Throws InvalidArgument with
+  /// enable_join(), and what the communicator throws (after aborting it).
+  void sync_gradients();
 
   /// RAII guard of DDP.no_sync(): backward()s while it lives only accumulate local gradients;
   /// the first synchronised backward after it all-reduces everything accumulated.

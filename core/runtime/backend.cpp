@@ -1,6 +1,7 @@
 // Backend registry and per-thread current streams.
 #include "core/runtime/backend.h"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <map>
@@ -9,6 +10,7 @@
 #include <unordered_map>
 
 #include "core/internal/backend_init.h"
+#include "core/numerics/gpt_math.h"
 #include "core/runtime/error.h"
 
 namespace ditto {
@@ -61,6 +63,10 @@ void Kernels::dropout_backward(Stream&, const float*, float*, std::int64_t, floa
 }
 void Kernels::sum_squares(Stream&, const float*, std::int64_t, float*, Determinism) {
   no_kernel("sum_squares");
+}
+void Kernels::sum_squares_blocks(Stream& s, const float* x, std::int64_t n, float* out) {
+  for (std::int64_t j = 0, lo = 0; lo < n; ++j, lo += gpt::kSquaresBlock)
+    sum_squares(s, x + lo, std::min(gpt::kSquaresBlock, n - lo), out + j, Determinism::bitwise);
 }
 void Kernels::cast(Stream&, const void*, DType, void*, DType, std::int64_t) { no_kernel("cast"); }
 void Kernels::fill_bits(Stream&, void*, std::size_t, std::uint64_t, std::int64_t) {

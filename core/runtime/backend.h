@@ -234,6 +234,13 @@ class Kernels {
   /// `out` is a device pointer to one float.
   virtual void sum_squares(Stream& s, const float* x, std::int64_t n, float* out,
                            Determinism mode);
+  /// out[j] = the bitwise chain of block j of x (the leaves of sum_squares' tree): acc =
+  /// fma(x[i], x[i], acc) from 0.0f over i in [j * kSquaresBlock, min(n, (j + 1) *
+  /// kSquaresBlock)), for j < squares_blocks(n) (gpt_math.h). ZeRO's sharded gradient clip
+  /// (core/optim/zero.h) combines the leaves of every rank with the canonical tree. `out` is a
+  /// device pointer to squares_blocks(n) floats. Default: one bitwise sum_squares per block (a
+  /// tree over one leaf is the leaf), so every backend has it; the simulator runs one kernel.
+  virtual void sum_squares_blocks(Stream& s, const float* x, std::int64_t n, float* out);
 
   // ---- dtype-generic kernels (any DType; Note [Small float conversions] in
   // core/numerics/float_formats.h and Note [Reductions over ranks] in core/numerics/reduce_math.h

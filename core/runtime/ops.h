@@ -150,6 +150,10 @@ Tensor add(const Tensor& a, const Tensor& b);
 
 /// New 0-dim tensor: sum of x's squared elements (Kernels::sum_squares).
 Tensor sum_squares(const Tensor& x, Determinism mode);
+/// New 1-dim f32 tensor [squares_blocks(n)] (n = x.numel(), gpt_math.h): element j is the
+/// bitwise chain of x's block j of kSquaresBlock elements, the leaves of sum_squares' bitwise
+/// tree (Kernels::sum_squares_blocks). x: f32 on a device (InvalidArgument otherwise).
+Tensor sum_squares_blocks(const Tensor& x);
 
 // ---- any dtype (ops_dtype.cpp; Kernels::cast, fill_bits, add_any, scale_any, reduce_inputs) ----
 // These take tensors of any DType (all of one dtype where several are given, unless said);

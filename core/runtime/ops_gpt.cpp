@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/internal/ops_check.h"
+#include "core/numerics/gpt_math.h"
 #include "core/numerics/micro_shards.h"
 #include "core/runtime/ops.h"
 
@@ -272,6 +273,14 @@ Tensor sum_squares(const Tensor& x, Determinism mode) {
   Tensor out = Tensor::empty({}, DType::f32, x.device());
   // Launched for an empty x too: the sum of nothing is +0.
   kernels_of(x).sum_squares(stream_of(x), x.data<float>(), x.numel(), out.data<float>(), mode);
+  return out;
+}
+
+Tensor sum_squares_blocks(const Tensor& x) {
+  check_tensor("ops::sum_squares_blocks", "x", x);
+  Tensor out = Tensor::empty({gpt::squares_blocks(x.numel())}, DType::f32, x.device());
+  if (out.numel() > 0)
+    kernels_of(x).sum_squares_blocks(stream_of(x), x.data<float>(), x.numel(), out.data<float>());
   return out;
 }
 

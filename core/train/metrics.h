@@ -76,6 +76,9 @@ struct CostPrediction {
 struct DeviceMemory {
   std::string device;  ///< "sim:0"
   MemoryStats stats;
+  /// Bytes of optimizer state on this device (Optimizer::state_bytes: momentum buffers, Adam's
+  /// moments; with ZeRO-1 this rank's shard of them, about 1/N). dp: all on the first device.
+  std::size_t optimizer_state_bytes = 0;
 };
 
 struct FitResult {
@@ -91,6 +94,7 @@ struct FitResult {
   Evaluation eval;            ///< after the last epoch (iteration mode: val loss, accuracy 0)
   double train_time_s = 0;    ///< wall clock of this run's training loops
   std::uint64_t params_checksum = 0;  ///< params_checksum(model), equal on every rank
+  std::size_t optimizer_state_bytes = 0;  ///< this rank's optimizer's (Optimizer::state_bytes)
   std::optional<CostPrediction> prediction;  ///< with a cost model profile and steps > 0
   std::vector<DeviceMemory> memory;          ///< single-process runs: every device
   std::vector<std::string> unfired_faults;   ///< fault specs that never took effect

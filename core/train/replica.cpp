@@ -7,10 +7,12 @@
 #include "core/optim/adam.h"
 #include "core/optim/clip.h"
 #include "core/optim/sgd.h"
+#include "core/optim/zero.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/error.h"
+#include "core/train/grad_accumulation.h"
 #include "core/train/trainer.h"
 
 namespace ditto::train {
@@ -43,10 +45,12 @@ Replica::Replica(const TrainerConfig& config, const DataSource& data, std::vecto
   o.determinism = config.determinism;
   o.micro_shards = config.micro_shards;
   dp_ = std::make_unique<parallel::DataParallel>(*model_, devices_, o);
+  check_grad_accumulation(config, static_cast<int>(devices_.size()));
 }
 
 Replica::Replica(const TrainerConfig& config, const DataSource& data, Communicator comm)
     : config_(config), devices_{comm.device()}, comm_(std::move(comm)) {
+  check_grad_accumulation(config, comm_->size());
   build(config, data, devices_[0]);
   eval_criterion_ = criterion_->clone();
   eval_criterion_->set_determinism(config.determinism);
@@ -71,19 +75,37 @@ void Replica::build(const TrainerConfig& c, const DataSource& data, const Device
   DITTO_CHECK(criterion_ != nullptr, c.name_of("make_loss"), ": returned no loss");
   criterion_->set_determinism(c.determinism);
   const float lr = c.effective_lr();
-  if (c.make_optimizer) {
-    opt_ = c.make_optimizer(model_->parameters(), lr);
-  } else if (c.optimizer == "adam") {
-    optim::AdamOptions ao;
-    ao.lr = lr;
-    ao.weight_decay = c.weight_decay;
-    opt_ = std::make_unique<optim::Adam>(model_->parameters(), ao);
+  OptimizerFactory factory = c.make_optimizer;
+  if (!factory)
+    factory = [&c](std::vector<nn::Parameter*> params,
+                   float rate) -> std::unique_ptr<optim::Optimizer> {
+      if (c.optimizer == "adam") {
+        optim::AdamOptions ao;
+        ao.lr = rate;
+        ao.weight_decay = c.weight_decay;
+        return std::make_unique<optim::Adam>(std::move(params), ao);
+      }
+      optim::SGDOptions so;
+      so.lr = rate;
+      so.momentum = c.momentum;
+      so.weight_decay = c.weight_decay;
+      return std::make_unique<optim::SGD>(std::move(params), so);
+    };
+  if (c.zero_stage == 1 && comm_) {
+    // ZeRO-1: the factory's optimizer updates this rank's shard; the clip runs inside.
+    optim::ZeroOptions zo;
+    zo.max_grad_norm = c.grad_clip;
+    zo.bucket_cap_mb = c.bucket_cap_mb;
+    // Kept by ZeRO for the unsharded layout of checkpoints: holds the factory by value.
+    auto inner = [&c, factory](std::vector<nn::Parameter*> params, float rate) {
+      auto o = factory(std::move(params), rate);
+      DITTO_CHECK(o != nullptr, c.name_of("make_optimizer"), ": returned no optimizer");
+      return o;
+    };
+    opt_ = std::make_unique<optim::ZeroRedundancyOptimizer>(model_->parameters(), *comm_, inner,
+                                                            lr, zo);
   } else {
-    optim::SGDOptions so;
-    so.lr = lr;
-    so.momentum = c.momentum;
-    so.weight_decay = c.weight_decay;
-    opt_ = std::make_unique<optim::SGD>(model_->parameters(), so);
+    opt_ = factory(model_->parameters(), lr);
   }
   DITTO_CHECK(opt_ != nullptr, c.name_of("make_optimizer"), ": returned no optimizer");
 }
@@ -107,28 +129,92 @@ Tensor Replica::target(const Tensor& y, std::int64_t outputs, const Device& devi
   return Tensor::from_vector(onehot, {static_cast<std::int64_t>(labels.size()), outputs}, device);
 }
 
+// The step of Note [Gradient accumulation] (core/train/grad_accumulation.h), plan rule 6:
+// K micro-steps of forward, loss and backward (DDP under no_sync except as below), in bitwise mode
+// with K > 1 each micro-step's grads folded with the canonical tree over micro-steps; then the
+// gradient all_reduce where it was not in a backward, clipping and the optimizer step. K = 1 is
+// the one-step loop as before (the same operations in the same order).
 double Replica::step(const data::Batch& b) {
   begin();
   const std::int64_t n = b.x.size(0);
-  Tensor out, loss;  // both alive until the optimizer step is done, as in a hand-written loop
-  if (dp_) {
-    out = dp_->forward(b.x);
-    loss = criterion_->forward(out, target(b.y, out.size(1), out.device()));
-    opt_->zero_grad(true);
-    dp_->backward(criterion_->backward());
-  } else {
-    const auto [lo, hi] = ddp_->local_rows(n);
-    criterion_->set_global_batch(n);
-    out = ddp_->forward({b.x.narrow(lo, hi - lo)}, n);
-    loss = criterion_->forward(out, target(b.y.narrow(lo, hi - lo), out.size(1), devices_[0]));
-    opt_->zero_grad(true);
-    ddp_->backward(criterion_->backward());
+  const std::int64_t steps = config_.grad_accum_steps;
+  const bool bitwise = config_.determinism == Determinism::bitwise;
+  const bool fold = bitwise && steps > 1;  // else the module accumulates into .grad
+  const int world = comm_ ? comm_->size() : 1;
+  if (steps > 1) check_micro_batch_rows(config_, world, n);
+  // ddp: a backward that all-reduces (DDP's own, overlapped) only where nothing comes between the
+  // last backward and the all_reduce: not with the fold, not when the optimizer reduces itself.
+  const bool sync_in_backward = ddp_ && !fold && !optimizer_reduces_gradients();
+  std::vector<nn::Parameter*> params;
+  if (fold) params = model_->parameters();
+  GradAccumulator tree;
+  Tensor out, loss;  // the last micro-step's: alive until the optimizer step is done, as in a
+                     // hand-written loop
+  std::vector<Tensor> losses;  // read after the step (reading one waits for its device)
+  for (std::int64_t k = 0; k < steps; ++k) {
+    const bool last = k + 1 == steps;
+    out = Tensor();
+    loss = Tensor();
+    if (dp_ && steps == 1) {
+      out = dp_->forward(b.x);
+      loss = criterion_->forward(out, target(b.y, out.size(1), out.device()));
+    } else if (dp_) {
+      const MicroBatch m = micro_batch(n, config_.micro_shards, 1, 0, steps, k,
+                                       config_.determinism);
+      criterion_->set_global_batch(n);
+      out = dp_->forward({b.x.narrow(m.first_row, m.rows())}, m.first_row, m.shard_bounds);
+      loss = criterion_->forward(
+          out, target(b.y.narrow(m.first_row, m.rows()), out.size(1), out.device()));
+    } else if (steps == 1) {
+      const auto [lo, hi] = ddp_->local_rows(n);
+      criterion_->set_global_batch(n);
+      out = ddp_->forward({b.x.narrow(lo, hi - lo)}, n);
+      loss = criterion_->forward(out, target(b.y.narrow(lo, hi - lo), out.size(1), devices_[0]));
+    } else {
+      const MicroBatch m = micro_batch(n, config_.micro_shards, world, comm_->rank(), steps, k,
+                                       config_.determinism);
+      criterion_->set_global_batch(n);
+      out = ddp_->forward({b.x.narrow(m.first_row, m.rows())}, m.first_row, m.shard_bounds);
+      loss = criterion_->forward(
+          out, target(b.y.narrow(m.first_row, m.rows()), out.size(1), devices_[0]));
+    }
+    // Fresh grads for every micro-step's node of the tree (fold), else once per step.
+    if (k == 0 || fold) opt_->zero_grad(true);
+    if (dp_) {
+      dp_->backward(criterion_->backward());
+    } else if (sync_in_backward && last) {
+      ddp_->backward(criterion_->backward());
+    } else {
+      auto no_sync = ddp_->no_sync();
+      ddp_->backward(criterion_->backward());
+    }
+    if (fold) tree.push(params);
+    if (!last) losses.push_back(loss);
   }
-  // Between backward and step, on the reduced gradients (the same on every rank).
-  if (config_.grad_clip > 0)
+  if (fold) tree.finish(params);
+  if (dp_ && steps > 1) criterion_->set_global_batch(0);  // evaluations take their own rows
+  if (ddp_ && !sync_in_backward && !optimizer_reduces_gradients()) ddp_->sync_gradients();
+  // Between backward and step, on the reduced gradients (the same on every rank); ZeRO clips
+  // inside its step, on its shard (Note [ZeRO grad clip]).
+  if (config_.grad_clip > 0 && !optimizer_reduces_gradients())
     optim::clip_grad_norm_(model_->parameters(), config_.grad_clip, config_.determinism);
   opt_->step();
-  return static_cast<double>(loss.item()) * n;
+  // Each loss is its rows' share of the global batch's mean (dp with K = 1: the mean itself).
+  double loss_sum = 0;
+  losses.push_back(loss);
+  for (const Tensor& l : losses) loss_sum += static_cast<double>(l.item()) * n;
+  return loss_sum;
+}
+
+void Replica::prepare_checkpoint() {
+  if (auto* zero = dynamic_cast<optim::ZeroRedundancyOptimizer*>(opt_.get()))
+    zero->consolidate_state_dict(0);
+}
+
+bool Replica::optimizer_reduces_gradients() const {
+  // ZeRO-1's optimizer (optim::ZeroRedundancyOptimizer, ddp only) reduce_scatters the gradients
+  // and clips them in its step; no other optimizer does.
+  return config_.zero_stage == 1 && comm_.has_value();
 }
 
 double Replica::eval_loss(DataSource& data, EvalSplit split, std::int64_t iters,

@@ -17,6 +17,7 @@
 #include "core/runtime/error.h"
 #include "core/runtime/extensions.h"
 #include "core/train/cost_meter.h"
+#include "core/train/grad_accumulation.h"
 #include "core/train/launcher.h"
 
 namespace ditto::train {
@@ -167,6 +168,7 @@ FitResult Trainer::fit() {
               ": under mpirun each process is one rank, which needs ddp (DataParallel drives "
               "every device from one process), got '", trainer_kind_name(c.trainer), "'");
   run.n_dev = run.processes ? dist::world_size() : c.devices * c.nodes;
+  check_grad_accumulation(c, run.n_dev);  // before the backend: a bad split costs nothing
   const std::string name = resolve_backend_name(c.backend);
   BackendOptions bopts;
   // Under mpirun a sim process holds only its rank's virtual device; a cuda process sees every
@@ -228,7 +230,8 @@ void Trainer::finish(Run& run, FitResult& res) {
   // Memory while the run's replicas (dp) or communicators (ddp) are still alive.
   for (int d = 0; d < static_cast<int>(run.devs.size()); ++d) be.default_stream(d).synchronize();
   for (int d = 0; d < static_cast<int>(run.devs.size()); ++d)
-    res.memory.push_back({run.devs[static_cast<std::size_t>(d)].str(), be.memory_stats(d)});
+    res.memory.push_back({run.devs[static_cast<std::size_t>(d)].str(), be.memory_stats(d),
+                          d == 0 ? res.optimizer_state_bytes : 0});
   auto* cm = be.extension<CostModelExtension>();
   if (cm && !c.trace.empty()) {
     cm->write_trace(c.trace);
@@ -286,6 +289,8 @@ FitResult Trainer::fit_ddp(Run& run) {
   launch_ranks(run.devs, co, run.barrier, body, [&] {  // the communicators still alive
     res = results[0];
     finish(run, res);
+    for (std::size_t d = 0; d < res.memory.size() && d < results.size(); ++d)
+      res.memory[d].optimizer_state_bytes = results[d].optimizer_state_bytes;
   });
   return res;
 }
@@ -299,6 +304,7 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
   auto checkpoint = [&](double loss_sum) {
     TrainerState saved = ts;
     if (ts.batch != 0) saved.epoch_loss_sum = rep.sum_over_ranks(loss_sum);  // every rank
+    rep.prepare_checkpoint();                                                // every rank
     if (rep.lead())
       save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), saved, 2,
                       c.checkpoint_aliases);
@@ -337,6 +343,7 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
   if (!c.checkpoint_dir.empty() && ts.step != saved_step)
     checkpoint(rep.lead() ? ts.epoch_loss_sum : 0.0);
   res.params_checksum = rep.checked_checksum();
+  res.optimizer_state_bytes = rep.optimizer().state_bytes();
   res.steps = ts.step;
   if (rep.lead() && callbacks_.on_finish) callbacks_.on_finish(rep);
   return res;
@@ -347,6 +354,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   rep.begin();
   std::int64_t saved_step = c.resume_dir.empty() ? -1 : ts.step;
   auto checkpoint = [&] {
+    rep.prepare_checkpoint();  // every rank
     if (rep.lead())
       save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), ts, 2,
                       c.checkpoint_aliases);
@@ -412,6 +420,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   }
   if (!c.checkpoint_dir.empty() && ts.step != saved_step) checkpoint();
   res.params_checksum = rep.checked_checksum();
+  res.optimizer_state_bytes = rep.optimizer().state_bytes();
   res.steps = ts.step;
   if (rep.lead() && callbacks_.on_finish) callbacks_.on_finish(rep);
   return res;

@@ -74,9 +74,14 @@ class Replica {
   /// Wraps the model (ddp: broadcasts rank 0's parameters). Call after loading a checkpoint
   /// into model() and before the first step; step() calls it when not yet done.
   void begin();
-  /// One optimizer step on global batch `b` (host tensors; a ddp rank takes its rows), with the
+  /// One optimizer step on global batch `b` (host tensors; a ddp rank takes its rows) in
+  /// config.grad_accum_steps micro-steps (Note [Gradient accumulation],
+  /// core/train/grad_accumulation.h: the same bits as one micro-step in bitwise mode), with the
   /// gradients clipped to config.grad_clip (optim::clip_grad_norm_) when it is > 0. Returns
-  /// this replica's share of the batch's summed loss (mean loss x rows; dp: the whole batch).
+  /// this replica's share of the batch's summed loss (mean loss x rows; dp: the whole batch;
+  /// with micro-steps the sum of theirs, equal to K = 1's up to rounding). Throws
+  /// InvalidArgument when the batch cannot be split in grad_accum_steps micro-steps (fast mode:
+  /// fewer rows than micro-steps on a replica; check_micro_batch_rows).
   double step(const data::Batch& b);
   /// Iteration mode's evaluation (nanoGPT's estimate_loss): the mean over k < iters of the loss
   /// of data.eval_batch(split, k, batch_size), the model in eval mode (set_training(false),
@@ -95,10 +100,17 @@ class Replica {
   optim::Optimizer& optimizer() { return *opt_; }
   bool lead() const { return !comm_ || comm_->rank() == 0; }
   Communicator* communicator() { return comm_ ? &*comm_ : nullptr; }
+  /// Every rank, before the lead saves a checkpoint: ZeRO-1 gathers its sharded optimizer state
+  /// to rank 0 in the unsharded layout (ZeroRedundancyOptimizer::consolidate_state_dict);
+  /// nothing otherwise.
+  void prepare_checkpoint();
 
  private:
   void build(const TrainerConfig& config, const DataSource& data, const Device& device);
   Tensor target(const Tensor& y, std::int64_t outputs, const Device& device) const;
+  /// Whether the optimizer's step reduces the gradients over the ranks itself (ZeRO-1's
+  /// reduce_scatter), so that every micro-step's backward runs under no_sync.
+  bool optimizer_reduces_gradients() const;
 
   const TrainerConfig& config_;
   std::vector<Device> devices_;

@@ -67,6 +67,9 @@ void validate(const TrainerConfig& c) {
               is_valid_dtype(c.dtype) ? dtype_name(c.dtype) : "an invalid DType");
   DITTO_CHECK(c.zero_stage == 0 || c.zero_stage == 1, n("zero_stage"),
               ": expected 0 (none) or 1 (optimizer state sharded), got ", c.zero_stage);
+  DITTO_CHECK(c.zero_stage == 0 || c.trainer == TrainerKind::ddp, n("zero_stage"), " ",
+              c.zero_stage, " needs ", n("trainer"), " ddp (ZeRO shards the optimizer over "
+              "DDP's ranks), got ", trainer_kind_name(c.trainer));
   DITTO_CHECK(c.grad_accum_steps >= 1, n("grad_accum_steps"), ": expected >= 1, got ",
               c.grad_accum_steps);
   for (const auto& h : c.hidden)

@@ -1,0 +1,433 @@
+// optim::ZeroRedundancyOptimizer (zero.h): the flat layout, the chunked reduce_scatter /
+// all_gather through one buffer, the sharded clip and the segment parameters of the inner
+// optimizer (Note [ZeRO flat shards], Note [ZeRO grad clip]).
+#include "core/optim/zero.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "core/numerics/canonical_tree.h"
+#include "core/numerics/gpt_math.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/error.h"
+#include "core/runtime/ops.h"
+
+namespace ditto::optim {
+
+namespace {
+
+constexpr const char* kCall = "optim::ZeroRedundancyOptimizer";
+constexpr std::int64_t kBlock = gpt::kSquaresBlock;
+
+std::int64_t round_up(std::int64_t n, std::int64_t m) { return (n + m - 1) / m * m; }
+
+/// `t` as a 1-dim view of all its elements.
+Tensor flat(const Tensor& t) { return t.view({t.numel()}); }
+
+}  // namespace
+
+/// One piece of parameter `param` inside this rank's shard: elements [param_off, param_off +
+/// len) of the parameter, at shard_off in the shard. `p` is what the inner optimizer steps.
+struct ZeroRedundancyOptimizer::Segment {
+  std::size_t param = 0;
+  std::int64_t param_off = 0, shard_off = 0, len = 0;
+  bool placeholder = false;    // a shard of padding only: one zero element
+  const void* bound = nullptr; // the parameter storage p.data views (f32), to notice a rebind
+  nn::Parameter p;
+};
+
+/// One piece of parameter `param` inside one rank's part of a chunk: elements [param_off,
+/// param_off + len) of the parameter, at buf_off in the collectives' buffer; rank = its owner.
+struct ZeroRedundancyOptimizer::Piece {
+  std::size_t param = 0;
+  int rank = 0;
+  std::int64_t param_off = 0, buf_off = 0, len = 0;
+};
+
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<nn::Parameter*> params,
+                                                 Communicator comm,
+                                                 const InnerOptimizerFactory& make_inner,
+                                                 float lr, ZeroOptions options)
+    : Optimizer(std::move(params), kCall),
+      comm_(std::move(comm)),
+      options_(options),
+      make_inner_(make_inner) {
+  DITTO_CHECK(std::isfinite(options.max_grad_norm) && options.max_grad_norm >= 0.0, kCall,
+              ": options.max_grad_norm: expected a finite value >= 0 (0: no clipping), got ",
+              options.max_grad_norm);
+  DITTO_CHECK(options.bucket_cap_mb > 0.0 && std::isfinite(options.bucket_cap_mb), kCall,
+              ": options.bucket_cap_mb: expected a finite size in MiB > 0, got ",
+              options.bucket_cap_mb);
+  DITTO_CHECK(make_inner != nullptr, kCall, ": make_inner: expected an optimizer factory, got "
+              "an empty function");
+  ranks_ = comm_.size();
+  rank_ = comm_.rank();
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    DITTO_CHECK(params_[i]->data.device() == comm_.device(), kCall, ": params[", i, "] ('",
+                params_[i]->name, "'): expected a parameter on ", comm_.device().str(),
+                " (the communicator's device of rank ", rank_, "), got ", params_[i]->data.str());
+
+  // The flat layout: block-aligned slots, the total a multiple of N blocks.
+  std::int64_t off = 0;
+  for (nn::Parameter* p : params_) {
+    offset_.push_back(off);
+    off += round_up(p->data.numel(), kBlock);
+  }
+  total_ = std::max(round_up(off, ranks_ * kBlock), ranks_ * kBlock);
+  shard_ = total_ / ranks_;
+  // Chunks: N parts of chunk_ elements (the widest element the buffer carries is 4 bytes).
+  const double cap_elems = options.bucket_cap_mb * 1024.0 * 1024.0 / 4.0 / ranks_;
+  chunk_ = static_cast<std::int64_t>(std::min<double>(cap_elems, static_cast<double>(shard_)));
+  chunk_ = std::max(chunk_ / kBlock * kBlock, kBlock);
+  chunks_ = (shard_ + chunk_ - 1) / chunk_;
+
+  // Every rank's pieces, chunk by chunk (for the buffer copies).
+  pieces_.resize(static_cast<std::size_t>(chunks_));
+  for (std::int64_t c = 0; c < chunks_; ++c) {
+    const std::int64_t len_c = std::min(chunk_, shard_ - c * chunk_);
+    for (int q = 0; q < ranks_; ++q) {
+      const std::int64_t lo = q * shard_ + c * chunk_, hi = lo + len_c;
+      for (std::size_t i = 0; i < params_.size(); ++i) {
+        const std::int64_t a = std::max(lo, offset_[i]);
+        const std::int64_t b = std::min(hi, offset_[i] + params_[i]->data.numel());
+        if (a >= b) continue;
+        pieces_[static_cast<std::size_t>(c)].push_back(
+            {i, q, a - offset_[i], q * len_c + (a - lo), b - a});
+      }
+    }
+  }
+
+  // This rank's segments and the inner optimizer over them.
+  const std::int64_t lo = rank_ * shard_, hi = lo + shard_;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const std::int64_t a = std::max(lo, offset_[i]);
+    const std::int64_t b = std::min(hi, offset_[i] + params_[i]->data.numel());
+    if (a >= b) continue;
+    auto s = std::make_unique<Segment>();
+    s->param = i;
+    s->param_off = a - offset_[i];
+    s->shard_off = a - lo;
+    s->len = b - a;
+    s->p.name = params_[i]->name + "[" + std::to_string(s->param_off) + ":" +
+                std::to_string(s->param_off + s->len) + "]";
+    segments_.push_back(std::move(s));
+  }
+  if (segments_.empty()) {  // only padding here: one zero element that stays zero
+    auto s = std::make_unique<Segment>();
+    s->placeholder = true;
+    s->len = 1;
+    s->p.name = "(zero padding)";
+    s->p.data = Tensor::zeros({1}, DType::f32, comm_.device());
+    segments_.push_back(std::move(s));
+  }
+  refresh_segments();
+  std::vector<nn::Parameter*> seg_params;
+  for (auto& s : segments_) seg_params.push_back(&s->p);
+  inner_ = make_inner(std::move(seg_params), lr);
+  DITTO_CHECK(inner_ != nullptr, kCall, ": make_inner: returned no optimizer");
+}
+
+ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() = default;
+
+void ZeroRedundancyOptimizer::refresh_segments() {
+  // f32 parameters: the segment's data is a view of the parameter itself, rebuilt when the
+  // parameter's storage changed (Module::to, a rebinding load).
+  for (auto& s : segments_) {
+    if (s->placeholder) continue;
+    nn::Parameter& p = *params_[s->param];
+    DITTO_CHECK(p.data.dtype() == DType::f32, kCall, ": params[", s->param, "] ('", p.name,
+                "'): expected f32 data (f32 masters of bf16 / f16 parameters inside ZeRO's shard are "
+                "not implemented yet), got ", p.data.str());
+    const void* storage = p.data.data_ptr();
+    if (s->bound == storage && s->p.data.defined()) continue;
+    Tensor v = flat(p.data).narrow(s->param_off, s->len);
+    s->p.data = p.data.dim() >= 2 ? v.view({1, s->len}) : v;
+    s->bound = storage;
+  }
+}
+
+void ZeroRedundancyOptimizer::set_lr(double lr) {
+  check_lr(lr, "optim::ZeroRedundancyOptimizer::set_lr");
+  inner_->set_lr(lr);
+}
+
+std::size_t ZeroRedundancyOptimizer::state_bytes() const { return inner_->state_bytes(); }
+
+std::unique_ptr<Optimizer> ZeroRedundancyOptimizer::unsharded() const {
+  std::unique_ptr<Optimizer> o = make_inner_(params_, static_cast<float>(inner_->lr()));
+  DITTO_CHECK(o != nullptr, kCall, ": make_inner: returned no optimizer");
+  o->set_lr(inner_->lr());
+  return o;
+}
+
+std::vector<std::size_t> ZeroRedundancyOptimizer::inner_order() const {
+  std::map<const nn::Parameter*, std::size_t> index;
+  for (std::size_t j = 0; j < segments_.size(); ++j) index[&segments_[j]->p] = j;
+  std::vector<std::size_t> out;
+  for (const nn::Parameter* p : inner_->parameters()) out.push_back(index.at(p));
+  return out;
+}
+
+std::vector<std::size_t> ZeroRedundancyOptimizer::param_order(const Optimizer& o) const {
+  std::map<const nn::Parameter*, std::size_t> index;
+  for (std::size_t i = 0; i < params_.size(); ++i) index[params_[i]] = i;
+  std::vector<std::size_t> out;
+  for (const nn::Parameter* p : o.parameters()) out.push_back(index.at(p));
+  return out;
+}
+
+namespace {
+// The state keys consolidate_state_dict knows (SGD's, Adam's and AdamW's), in their
+// state_dict order; "step" is a 0-dim i64 count, the others f32 of the parameter's shape.
+const std::vector<std::string> kStateKeys{"step", "momentum_buffer", "exp_avg", "exp_avg_sq",
+                                          "max_exp_avg_sq"};
+}  // namespace
+
+void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
+  const char* call = "optim::ZeroRedundancyOptimizer::consolidate_state_dict";
+  DITTO_CHECK(to >= 0 && to < ranks_, call, ": to: expected a rank in [0, ", ranks_, "), got ",
+              to);
+  const OptimizerState mine = inner_->state_dict();
+  const std::size_t np = params_.size(), nk = kStateKeys.size();
+  // state.<j> indexes inner_->parameters() (AdamW orders them by group), not segments_.
+  const std::vector<std::size_t> seg_at = inner_order();
+  // Agreed over the ranks (max): which keys exist, which parameters have state, their steps.
+  std::vector<std::int64_t> flags(nk + 2 * np, 0);
+  std::vector<std::map<std::string, const Tensor*>> per(segments_.size());
+  for (const auto& [name, t] : mine.tensors) {
+    auto [j, key] = split_state_name(name);
+    const auto k = std::find(kStateKeys.begin(), kStateKeys.end(), key);
+    DITTO_CHECK(k != kStateKeys.end(), call, ": the inner optimizer's state key '", key,
+                "' is not one of SGD's, Adam's or AdamW's");
+    flags[static_cast<std::size_t>(k - kStateKeys.begin())] = 1;
+    const Segment& s = *segments_[seg_at[j]];
+    if (s.placeholder) continue;
+    per[seg_at[j]][key] = &t;
+    flags[nk + s.param] = 1;
+    if (key == "step") flags[nk + np + s.param] = *t.data<std::int64_t>();
+  }
+  Tensor agreed = Tensor::from_vector(flags, {static_cast<std::int64_t>(flags.size())},
+                                      comm_.device());
+  comm_.all_reduce(agreed, ReduceOp::max);
+  flags = agreed.to_vector<std::int64_t>();
+  // Each f32 key over the flat layout: this rank's shard, all_gathered.
+  std::map<std::string, std::vector<float>> gathered;
+  for (std::size_t k = 1; k < nk; ++k) {
+    if (!flags[k]) continue;
+    const std::string& key = kStateKeys[k];
+    std::vector<float> shard(static_cast<std::size_t>(shard_), 0.0f);
+    for (std::size_t j = 0; j < segments_.size(); ++j) {
+      auto it = per[j].find(key);
+      if (it == per[j].end()) continue;
+      const std::vector<float> v = it->second->to_vector<float>();
+      std::copy(v.begin(), v.end(), shard.begin() + segments_[j]->shard_off);
+    }
+    Tensor send = Tensor::from_vector(shard, {shard_}, comm_.device());
+    Tensor all = Tensor::empty({total_}, DType::f32, comm_.device());
+    comm_.all_gather(send, all);
+    if (rank_ == to) gathered[key] = all.to_vector<float>();
+  }
+  consolidated_.reset();
+  if (rank_ != to) return;
+  const std::unique_ptr<Optimizer> ref = unsharded();
+  const OptimizerState layout = ref->state_dict();  // type and options, no tensors
+  const std::vector<std::size_t> param_at = param_order(*ref);
+  auto out = std::make_unique<OptimizerState>(OptimizerState{layout.type, layout.options, {}});
+  for (std::size_t pos = 0; pos < np; ++pos) {
+    const std::size_t i = param_at[pos];  // state.<pos> is ref->parameters()[pos]
+    if (!flags[nk + i]) continue;
+    const std::string prefix = "state." + std::to_string(pos) + ".";
+    if (flags[0]) {
+      Tensor step = Tensor::empty({}, DType::i64, Device::cpu());
+      *step.data<std::int64_t>() = flags[nk + np + i];
+      out->tensors.emplace_back(prefix + "step", step);
+    }
+    const std::int64_t n = params_[i]->data.numel();
+    for (std::size_t k = 1; k < nk; ++k) {
+      if (!flags[k]) continue;
+      const std::vector<float>& all = gathered[kStateKeys[k]];
+      const auto first = all.begin() + offset_[i];
+      out->tensors.emplace_back(prefix + kStateKeys[k],
+                                Tensor::from_vector(std::vector<float>(first, first + n),
+                                                    params_[i]->data.shape(), Device::cpu()));
+    }
+  }
+  consolidated_ = std::move(out);
+}
+
+OptimizerState ZeroRedundancyOptimizer::state_dict() const {
+  DITTO_CHECK(consolidated_ != nullptr, "optim::ZeroRedundancyOptimizer::state_dict: the state "
+              "is sharded over the ranks: expected consolidate_state_dict(to) on every rank "
+              "first, and state_dict() on rank `to` (this is rank ", rank_, ")");
+  return *consolidated_;
+}
+
+void ZeroRedundancyOptimizer::load_state_dict(const OptimizerState& state) {
+  // The unsharded optimizer checks the state (and holds it for a moment), then this rank keeps
+  // the pieces of its segments.
+  std::unique_ptr<Optimizer> ref = unsharded();
+  ref->load_state_dict(state);
+  const OptimizerState full = ref->state_dict();
+  const std::vector<std::size_t> param_at = param_order(*ref);
+  ref.reset();
+  std::vector<std::size_t> pos_of(segments_.size());  // segment -> its state.<j> index
+  const std::vector<std::size_t> seg_at = inner_order();
+  for (std::size_t j = 0; j < seg_at.size(); ++j) pos_of[seg_at[j]] = j;
+  const OptimizerState own = inner_->state_dict();
+  OptimizerState seg{own.type, own.options, {}};
+  if (auto it = state.options.find("lr"); it != state.options.end()) seg.options["lr"] = it->second;
+  std::vector<std::vector<std::size_t>> segs_of(params_.size());
+  for (std::size_t j = 0; j < segments_.size(); ++j)
+    if (!segments_[j]->placeholder) segs_of[segments_[j]->param].push_back(j);
+  for (const auto& [name, t] : full.tensors) {
+    auto [pos, key] = split_state_name(name);
+    for (std::size_t j : segs_of[param_at[pos]]) {
+      const Segment& s = *segments_[j];
+      const std::string sname = "state." + std::to_string(pos_of[j]) + "." + key;
+      if (t.dim() == 0) {
+        seg.tensors.emplace_back(sname, t);
+      } else {
+        Tensor piece = flat(t).narrow(s.param_off, s.len);
+        seg.tensors.emplace_back(sname, s.p.data.dim() == 2 ? piece.view({1, s.len}) : piece);
+      }
+    }
+  }
+  inner_->load_state_dict(seg);
+  consolidated_.reset();
+}
+
+float ZeroRedundancyOptimizer::clip(Determinism mode, const std::vector<bool>& has_grad) {
+  float total = 0.0f;
+  if (mode == Determinism::fast) {
+    Tensor s = ops::sum_squares(grad_shard_, mode);
+    comm_.all_reduce(s, ReduceOp::sum);
+    total = std::sqrt(s.item());
+  } else {
+    // Note [ZeRO grad clip]: every rank's block chains, then clip_grad_norm_'s sums.
+    Tensor mine = ops::sum_squares_blocks(grad_shard_);  // [S / kBlock]
+    Tensor all = Tensor::empty({ranks_ * mine.numel()}, DType::f32, comm_.device());
+    comm_.all_gather(mine, all);
+    const std::vector<float> leaves = all.to_vector<float>();
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (!has_grad[i]) continue;
+      const std::int64_t blocks = gpt::squares_blocks(params_[i]->data.numel());
+      float s = 0.0f;
+      if (blocks > 0) {
+        canonical::TreeStack<1, 64> tree;
+        const std::int64_t first = offset_[i] / kBlock;
+        for (std::int64_t k = 0; k < blocks; ++k) {
+          float leaf[1] = {leaves[static_cast<std::size_t>(first + k)]};
+          tree.push(k, leaf);
+        }
+        float root[1];
+        tree.result(root);
+        s = root[0];
+      }
+      total += s;
+    }
+    total = std::sqrt(total);
+  }
+  const float coef = static_cast<float>(options_.max_grad_norm) / (total + 1e-6f);
+  if (!(coef >= 1.0f)) ops::scale_(grad_shard_, coef);
+  return total;
+}
+
+void ZeroRedundancyOptimizer::step() {
+  // Checks first: a rejected step runs no collective and changes nothing.
+  std::vector<bool> has_grad(params_.size(), false);
+  DType grad_dtype = DType::f32;
+  bool any = false;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const nn::Parameter& p = *params_[i];
+    if (!p.grad.defined()) continue;
+    DITTO_CHECK(p.grad.shape() == p.data.shape() && p.grad.device() == p.data.device() &&
+                    (p.grad.dtype() == DType::f32 || p.grad.dtype() == p.data.dtype()) &&
+                    (!any || p.grad.dtype() == grad_dtype),
+                kCall, ": params[", i, "] ('", p.name, "'): grad: expected ",
+                shape_str(p.data.shape()), " ", any ? dtype_name(grad_dtype) : "f32", " on ",
+                p.data.device().str(), " (the parameter's shape and device, every grad of one "
+                "dtype), got ", p.grad.str());
+    grad_dtype = p.grad.dtype();
+    any = true;
+    has_grad[i] = true;
+  }
+  refresh_segments();
+  const Determinism mode = comm_.options().determinism;
+  // The shard and the collectives' buffer live during step() only (between steps a rank holds
+  // its parameters, grads and 1/N of the state, nothing else of ZeRO's).
+  grad_shard_ = Tensor::empty({shard_}, DType::f32, comm_.device());
+  buffer_ = Tensor::empty({ranks_ * chunk_}, grad_dtype, comm_.device());
+  struct Release {
+    Tensor& a;
+    Tensor& b;
+    ~Release() {
+      a = Tensor();
+      b = Tensor();
+    }
+  } release{grad_shard_, buffer_};
+
+  // 1. reduce_scatter, chunk by chunk: buffer = every rank's part of chunk c (padding zero).
+  for (std::int64_t c = 0; c < chunks_; ++c) {
+    const std::int64_t len_c = std::min(chunk_, shard_ - c * chunk_);
+    Tensor send = buffer_.narrow(0, ranks_ * len_c);
+    ops::fill_(send, 0.0);
+    for (const Piece& pc : pieces_[static_cast<std::size_t>(c)]) {
+      if (!has_grad[pc.param]) continue;
+      send.narrow(pc.buf_off, pc.len)
+          .copy_(flat(params_[pc.param]->grad).narrow(pc.param_off, pc.len));
+    }
+    Tensor dst = grad_shard_.narrow(c * chunk_, len_c);
+    if (grad_dtype == DType::f32) {
+      comm_.reduce_scatter(send, dst, ReduceOp::sum);
+    } else {  // reduced in the grad dtype (in place: NCCL's layout), then upcast exactly
+      Tensor mine = send.narrow(rank_ * len_c, len_c);
+      comm_.reduce_scatter(send, mine, ReduceOp::sum);
+      dst.copy_(ops::cast(mine, DType::f32));
+    }
+  }
+
+  // 2. the clip over the full reduced gradients.
+  if (options_.max_grad_norm > 0.0) last_norm_ = clip(mode, has_grad);
+
+  // 3. the shard's update.
+  for (auto& s : segments_) {
+    if (s->placeholder) {
+      s->p.grad = any ? Tensor::zeros({1}, DType::f32, comm_.device()) : Tensor();
+      continue;
+    }
+    if (!has_grad[s->param]) {
+      s->p.grad = Tensor();
+      continue;
+    }
+    Tensor g = grad_shard_.narrow(s->shard_off, s->len);
+    s->p.grad = s->p.data.dim() == 2 ? g.view({1, s->len}) : g;
+  }
+  inner_->step();
+  for (auto& s : segments_) s->p.grad = Tensor();  // no view of the shard outlives the step
+  grad_shard_ = Tensor();
+
+  // 4. all_gather of the parameters, chunk by chunk (f32: the segments updated them in place).
+  if (ranks_ == 1) return;
+  if (buffer_.dtype() != DType::f32)
+    buffer_ = Tensor::empty({ranks_ * chunk_}, DType::f32, comm_.device());
+  for (std::int64_t c = 0; c < chunks_; ++c) {
+    const std::int64_t len_c = std::min(chunk_, shard_ - c * chunk_);
+    Tensor recv = buffer_.narrow(0, ranks_ * len_c);
+    Tensor mine = recv.narrow(rank_ * len_c, len_c);  // in place: NCCL's all_gather layout
+    const auto& pieces = pieces_[static_cast<std::size_t>(c)];
+    for (const Piece& pc : pieces)
+      if (pc.rank == rank_ && has_grad[pc.param])
+        mine.narrow(pc.buf_off - rank_ * len_c, pc.len)
+            .copy_(flat(params_[pc.param]->data).narrow(pc.param_off, pc.len));
+    comm_.all_gather(mine, recv);
+    for (const Piece& pc : pieces)
+      if (pc.rank != rank_ && has_grad[pc.param]) {
+        Tensor dst = flat(params_[pc.param]->data).narrow(pc.param_off, pc.len);
+        dst.copy_(recv.narrow(pc.buf_off, pc.len));
+      }
+  }
+}
+
+}  // namespace ditto::optim

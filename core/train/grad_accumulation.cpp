@@ -1,0 +1,159 @@
+// Gradient accumulation (Note [Gradient accumulation] in grad_accumulation.h): micro-step rows,
+// the config checks and the canonical tree over micro-steps.
+#include "core/train/grad_accumulation.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/numerics/micro_shards.h"
+#include "core/runtime/error.h"
+#include "core/runtime/ops.h"
+#include "core/train/trainer_config.h"
+
+namespace ditto::train {
+
+namespace {
+
+bool is_power_of_two(std::int64_t v) { return v >= 1 && (v & (v - 1)) == 0; }
+
+/// Rows [lo, hi) of rank `rank` of `world` in a global batch (DistributedDataParallel::local_rows:
+/// the rows of its micro-shards).
+std::pair<std::int64_t, std::int64_t> rank_rows(const std::vector<std::int64_t>& bounds,
+                                                std::int64_t micro_shards, int world, int rank) {
+  const std::int64_t first = rank * micro_shards / world, last = (rank + 1) * micro_shards / world;
+  return {bounds[static_cast<std::size_t>(first)], bounds[static_cast<std::size_t>(last)]};
+}
+
+/// The smallest share of a batch of `rows` rows over the ranks that split it.
+std::int64_t smallest_share(std::int64_t rows, std::int64_t micro_shards, int world) {
+  const std::vector<std::int64_t> g = micro_shard_bounds(rows, micro_shards);
+  std::int64_t least = rows;
+  for (int r = 0; r < world; ++r) {
+    const auto [lo, hi] = rank_rows(g, micro_shards, world, r);
+    least = std::min(least, hi - lo);
+  }
+  return least;
+}
+
+}  // namespace
+
+MicroBatch micro_batch(std::int64_t global_rows, std::int64_t micro_shards, int world, int rank,
+                       std::int64_t steps, std::int64_t step, Determinism mode) {
+  DITTO_CHECK(global_rows >= 0, "micro_batch: global_rows: expected >= 0, got ", global_rows);
+  DITTO_CHECK(is_power_of_two(micro_shards), "micro_batch: micro_shards: expected a power of two, "
+              "got ", micro_shards);
+  DITTO_CHECK(world >= 1 && world <= micro_shards, "micro_batch: world: expected 1..micro_shards (",
+              micro_shards, "), got ", world);
+  DITTO_CHECK(rank >= 0 && rank < world, "micro_batch: rank: expected 0..", world - 1, ", got ",
+              rank);
+  DITTO_CHECK(steps >= 1, "micro_batch: steps: expected >= 1, got ", steps);
+  DITTO_CHECK(step >= 0 && step < steps, "micro_batch: step: expected 0..", steps - 1, ", got ",
+              step);
+  const std::vector<std::int64_t> g = micro_shard_bounds(global_rows, micro_shards);
+  MicroBatch m;
+  if (mode == Determinism::bitwise) {
+    DITTO_CHECK(micro_shards % (static_cast<std::int64_t>(world) * steps) == 0,
+                "micro_batch: bitwise mode needs micro_shards divisible by world x steps, got ",
+                micro_shards, " micro-shards, world ", world, ", steps ", steps);
+    const std::int64_t per = micro_shards / (world * steps);
+    const std::int64_t first = rank * (micro_shards / world) + step * per;
+    m.first_row = g[static_cast<std::size_t>(first)];
+    m.end_row = g[static_cast<std::size_t>(first + per)];
+    m.shard_bounds = local_bounds(g, first, first + per);
+    return m;
+  }
+  const auto [lo, hi] = rank_rows(g, micro_shards, world, rank);
+  const std::int64_t n = hi - lo;
+  // floor(step * n / steps) without overflow: n = q * steps + r.
+  auto cut = [&](std::int64_t s) { return s * (n / steps) + (s * (n % steps)) / steps; };
+  m.first_row = lo + cut(step);
+  m.end_row = lo + cut(step + 1);
+  return m;
+}
+
+void check_grad_accumulation(const TrainerConfig& c, int devices) {
+  const std::int64_t k = c.grad_accum_steps, m = c.micro_shards;
+  DITTO_CHECK(k >= 1, c.name_of("grad_accum_steps"), ": expected >= 1, got ", k);
+  if (k == 1) return;
+  if (c.determinism == Determinism::bitwise) {
+    DITTO_CHECK(is_power_of_two(k), c.name_of("grad_accum_steps"),
+                ": bitwise mode folds the micro-steps with the canonical tree over a power of two "
+                "of them (Note [Gradient accumulation]): expected a power of two, got ", k);
+    DITTO_CHECK(m % (k * devices) == 0, c.name_of("grad_accum_steps"), " x ",
+                c.name_of("devices"), ": bitwise mode gives every micro-step of every device whole "
+                "micro-shards: expected ", c.name_of("micro_shards"), " (", m, ") divisible by ",
+                c.name_of("grad_accum_steps"), " (", k, ") x ", c.name_of("devices"), " (",
+                devices, ") = ", k * devices, " (raise ", c.name_of("micro_shards"),
+                " or lower ", c.name_of("grad_accum_steps"), ")");
+    return;
+  }
+  check_micro_batch_rows(c, devices, c.batch_size);
+}
+
+void check_micro_batch_rows(const TrainerConfig& c, int devices, std::int64_t rows) {
+  const std::int64_t k = c.grad_accum_steps;
+  if (k == 1 || c.determinism == Determinism::bitwise) return;
+  const int world = c.trainer == TrainerKind::ddp ? devices : 1;
+  const std::int64_t least = smallest_share(rows, c.micro_shards, world);
+  const std::string share = world > 1 ? detail::cat("the smallest share of a batch of ", rows,
+                                                    " rows over ", world, " ranks")
+                                       : detail::cat("the rows of a batch of ", rows);
+  DITTO_CHECK(least >= k, c.name_of("grad_accum_steps"), ": every micro-step ",
+              world > 1 ? "of every rank " : "", "needs at least one row: expected at most ",
+              least, " (", share, "), got ", k, " (raise ", c.name_of("batch_size"), " or lower ",
+              c.name_of("grad_accum_steps"), ")");
+}
+
+void GradAccumulator::add_into(Entry& older, Entry& newer) {
+  for (std::size_t i = 0; i < older.grads.size(); ++i) {
+    Tensor& a = older.grads[i];
+    Tensor& b = newer.grads[i];
+    if (!b.defined()) continue;  // zeros
+    if (!a.defined()) {
+      a = std::move(b);
+      continue;
+    }
+    // The tree node: a = a + b, one add per element (Note [Gradient accumulation]).
+    ops::reduce_inputs({a, b}, a, /*sum=*/0, Determinism::bitwise);
+  }
+  older.size += newer.size;
+}
+
+void GradAccumulator::push(const std::vector<nn::Parameter*>& params) {
+  DITTO_CHECK(stack_.empty() || stack_.back().grads.size() == params.size(),
+              "GradAccumulator.push: params: expected ", stack_.empty() ? 0 : stack_.back().grads.size(),
+              " parameters (as the first push), got ", params.size());
+  Entry e;
+  e.size = 1;
+  e.grads.reserve(params.size());
+  for (nn::Parameter* p : params) {
+    e.grads.push_back(std::move(p->grad));
+    p->grad = Tensor();
+  }
+  stack_.push_back(std::move(e));
+  ++leaves_;
+  // Binary counter: merge the top two while they are complete subtrees of the same size.
+  while (stack_.size() >= 2 && stack_[stack_.size() - 2].size == stack_.back().size) {
+    add_into(stack_[stack_.size() - 2], stack_.back());
+    stack_.pop_back();
+  }
+}
+
+void GradAccumulator::finish(const std::vector<nn::Parameter*>& params) {
+  DITTO_CHECK(!stack_.empty(), "GradAccumulator.finish: nothing was pushed");
+  DITTO_CHECK(stack_.back().grads.size() == params.size(), "GradAccumulator.finish: params: "
+              "expected ", stack_.back().grads.size(), " parameters (as pushed), got ",
+              params.size());
+  // The rest of the canonical tree: fold from the top, v = entry + v (a power-of-two count of
+  // leaves leaves one entry).
+  while (stack_.size() >= 2) {
+    add_into(stack_[stack_.size() - 2], stack_.back());
+    stack_.pop_back();
+  }
+  for (std::size_t i = 0; i < params.size(); ++i)
+    params[i]->grad = std::move(stack_.back().grads[i]);
+  stack_.clear();
+  leaves_ = 0;
+}
+
+}  // namespace ditto::train
