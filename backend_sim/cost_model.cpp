@@ -15,10 +15,12 @@ namespace ditto::sim {
 using Kind = CollectiveKind;
 
 double kernel_seconds(const DeviceProfile& device, const KernelCost& cost) {
-  const double compute =
-      cost.flops / (cost.tensor_core && device.bf16_flops > 0 ? device.bf16_flops
-                                                              : device.fp32_flops);
-  const double memory = cost.bytes / device.memory_bandwidth;
+  // Note [Achieved efficiency] (profiles.h); tensor-core kernels (bf16 / f16 storage, Note
+  // [Mixed precision]) at the BF16 peak.
+  const double peak =
+      cost.tensor_core && device.bf16_flops > 0 ? device.bf16_flops : device.fp32_flops;
+  const double compute = cost.flops / (peak * (cost.gemm ? device.gemm_efficiency : 1.0));
+  const double memory = cost.bytes / (device.memory_bandwidth * device.memory_efficiency);
   return device.launch_latency + std::max(compute, memory);
 }
 

@@ -1,5 +1,7 @@
+#include <sys/mman.h>
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_extensions.h"
+#include "backend_sim/sim_dry_arena.h"
 
 #include <cstdlib>
 #include <algorithm>
@@ -46,11 +48,14 @@ SimBackend::SimBackend(const BackendOptions& options) {
     auto d = std::make_unique<VirtualDevice>();
     d->stream = std::make_unique<SimStream>(Device("sim", i), d->health);
     d->capacity = options.memory_capacity;
+    if (options.dry_run) d->arena = std::make_unique<DryArena>();
     devices_.push_back(std::move(d));
     next_track_.push_back(std::make_unique<std::atomic<int>>(1));
   }
   ClusterSpec cluster{device_profile("h100-sxm"), interconnect_profile("nvlink"), 1, count};
   cost_ = std::make_shared<CostModel>(count, cluster);
+  dry_run_ = options.dry_run;
+  cost_->set_dry_run(dry_run_);
   kernels_ = make_sim_kernels(cost_);
   cost_extension_ = make_cost_model_extension(*cost_);
   fault_extension_ = make_fault_extension(*this);
@@ -76,10 +81,20 @@ MemoryStats SimBackend::memory_stats(int index) const {
   return {d.in_use.load(), d.peak.load(), d.capacity};
 }
 
+std::size_t SimBackend::dry_reserved_bytes(int index) const {
+  const auto& a = devices_[static_cast<std::size_t>(index)]->arena;
+  return a ? a->reserved() : 0;
+}
+
 void SimBackend::reset_peak_memory(int index) {
   auto& d = *devices_[index];
   d.peak.store(d.in_use.load());
 }
+
+namespace {
+/// Length of the dry run's mapping for an uncharged scratch allocation of `bytes`.
+std::size_t scratch_length(std::size_t bytes) { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
+}  // namespace
 
 void* SimBackend::allocate(int index, std::size_t bytes) {
   auto& d = *devices_[index];
@@ -88,8 +103,15 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
   // its StorageDTypeScope or ConversionScope) holds host memory for the data but is charged to
   // nothing: a native bf16 kernel would not hold it.
   if (in_conversion_scope() || current_storage_dtype() != DType::f32) {
-    std::size_t rounded = (bytes + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    void* p = nullptr;
+    if (dry_run_) {  // Note [Dry run]: an address range that is never touched
+      p = mmap(nullptr, scratch_length(bytes), PROT_NONE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (p == MAP_FAILED) p = nullptr;
+    } else {
+      std::size_t rounded = (bytes + 63) / 64 * 64;
+      p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    }
     if (!p)
       throw OutOfMemory(detail::cat("sim:", index, ": host out of memory allocating ",
                                     bytes_str(bytes), " (f32 scratch of a bf16 / f16 op)"));
@@ -125,12 +147,28 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
   std::size_t now = cur + bytes, old = d.peak.load();
   while (now > old && !d.peak.compare_exchange_weak(old, now)) {
   }
-  std::size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  if (!p) {
-    d.in_use.fetch_sub(bytes);
-    throw OutOfMemory(detail::cat("sim:", index, ": host out of memory allocating ",
-                                  bytes_str(bytes)));
+  void* p = nullptr;
+  if (dry_run_) {
+    // Twice the capacity: live allocations never exceed it, so first fit always finds room
+    // short of pathological fragmentation (Note [Dry run]).
+    const std::size_t reserve = d.capacity > (std::size_t(1) << 61) ? std::size_t(1) << 62
+                                                                    : 2 * d.capacity + (1u << 20);
+    p = d.arena->allocate(bytes, reserve);
+    if (!p) {
+      d.in_use.fetch_sub(bytes);
+      throw OutOfMemory(detail::cat("sim:", index, ": dry run: no free address range of ",
+                                    bytes_str(bytes), " in the ", bytes_str(reserve),
+                                    " reserved for the device (", bytes_str(cur),
+                                    " in use of capacity ", bytes_str(d.capacity), ")"));
+    }
+  } else {
+    std::size_t rounded = (bytes + 63) / 64 * 64;
+    p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    if (!p) {
+      d.in_use.fetch_sub(bytes);
+      throw OutOfMemory(detail::cat("sim:", index, ": host out of memory allocating ",
+                                    bytes_str(bytes)));
+    }
   }
   {
     std::lock_guard lk(owners_mu_);
@@ -166,21 +204,27 @@ void SimBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
     std::lock_guard lk(owners_mu_);
     uncharged = uncharged_.erase(reinterpret_cast<std::uintptr_t>(ptr)) > 0;
   }
-  if (uncharged) bytes = 0;
   CostModel* cm = cost_->tracing() && !uncharged ? cost_.get() : nullptr;
+  // The device's counters drop now, in host order (Note [Memory accounting], sim_backend.h);
+  // the host memory is released in stream order, after the work that may still use it.
+  if (!uncharged) d->in_use.fetch_sub(bytes);
+  const bool dry = dry_run_;
+  auto release = [d, ptr, bytes, dry, uncharged] {
+    if (uncharged && dry) munmap(ptr, scratch_length(bytes));  // Note [Dry run]: never touched
+    else if (dry) d->arena->deallocate(ptr, bytes);
+    else std::free(ptr);
+  };
   try {
     // The stream by pointer: while ~SimBackend drains it, d->stream is already null.
     SimStream* s = d->stream.get();
-    s->enqueue_internal([d, s, ptr, bytes, forget, cm] {  // frees even on a failed device
+    s->enqueue_internal([s, bytes, forget, release, cm] {  // frees even on a failed device
       forget();  // before free: the address may be handed out again right after
-      std::free(ptr);
-      d->in_use.fetch_sub(bytes);
+      release();
       if (cm) cm->on_memory(*s, -static_cast<std::int64_t>(bytes));
     });
   } catch (...) {  // could not enqueue (out of host memory): free now
     forget();
-    std::free(ptr);
-    d->in_use.fetch_sub(bytes);
+    release();
   }
 }
 
@@ -195,8 +239,8 @@ std::unique_ptr<Event> SimBackend::create_event(int) { return std::make_unique<S
 void SimBackend::copy_from_host(Stream& s, void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   SimStream& ss = as_sim(s, "copy_from_host");
-  ss.run_sync([=, &ss, cm = cost_] {
-    std::memcpy(dst, src, bytes);
+  ss.run_sync([=, &ss, cm = cost_, dry = dry_run_] {
+    if (!dry) std::memcpy(dst, src, bytes);  // dry: nothing to write to (Note [Dry run])
     cm->on_host_copy(ss, "copy_h2d", bytes);
   });
 }
@@ -204,8 +248,9 @@ void SimBackend::copy_from_host(Stream& s, void* dst, const void* src, std::size
 void SimBackend::copy_to_host(Stream& s, void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   SimStream& ss = as_sim(s, "copy_to_host");
-  ss.run_sync([=, &ss, cm = cost_] {
-    std::memcpy(dst, src, bytes);
+  ss.run_sync([=, &ss, cm = cost_, dry = dry_run_] {
+    if (dry) std::memset(dst, 0, bytes);  // a dry device reads as zeros (Note [Dry run])
+    else std::memcpy(dst, src, bytes);
     cm->on_host_copy(ss, "copy_d2h", bytes);
   });
 }
@@ -215,7 +260,11 @@ void SimBackend::copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void
   if (rows == 0 || row_bytes == 0) return;
   SimStream& ss = as_sim(s, "copy_2d");
   const int src_device = owner_of(src);
-  ss.enqueue([=, &ss, cm = cost_] {
+  ss.enqueue([=, &ss, cm = cost_, dry = dry_run_] {
+    if (dry) {  // priced, not run (Note [Dry run])
+      cm->on_device_copy(ss, src_device, rows * row_bytes);
+      return;
+    }
     auto* dp = static_cast<char*>(dst);
     auto* sp = static_cast<const char*>(src);
     if (dst_pitch == row_bytes && src_pitch == row_bytes) {

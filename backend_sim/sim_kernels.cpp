@@ -500,17 +500,20 @@ class SimKernels final : public Kernels {
   // Note [Mixed precision] (core/runtime/mixed_precision.h): a kernel enqueued inside a
   // ConversionScope (the f32 scratch's casts) costs nothing and leaves no trace event; one
   // enqueued inside a StorageDTypeScope of bf16 / f16 is priced as the native kernel over that
-  // dtype (native_cost).
+  // dtype (native_cost). In a dry run `work` is skipped and only the price is paid (Note [Dry
+  // run], sim_backend.h).
   template <typename F>
   void launch(Stream& s, const char* name, const KernelCost& cost, F&& work) {
     SimStream& ss = as_sim(s, name);
     if (in_conversion_scope()) {
-      ss.enqueue([work = std::forward<F>(work)]() mutable { work(); });
+      ss.enqueue([cm = cost_, work = std::forward<F>(work)]() mutable {
+        if (!cm->dry_run()) work();
+      });
       return;
     }
     ss.enqueue([&ss, cm = cost_, name, cost = native_cost(cost, current_storage_dtype()),
                 work = std::forward<F>(work)]() mutable {
-      work();
+      if (!cm->dry_run()) work();
       cm->on_kernel(ss, name, cost);
     });
   }
