@@ -66,14 +66,23 @@ std::vector<PublishedComparison> published_comparisons() {
                            "row (NCCL 2.18.5)" + azure_url + "ND_A100_v4_results.md)"));
   rows.push_back(busbw_row("all_reduce busbw, 8x H100, PCIe Gen5 (no NVLink)",
                            cluster("h100-sxm", "pcie5", 1, 8), std::nullopt, 40, "35-45 (mid 40)",
-                           "Alaya NeW, \"NCCL-tests in practice\" reference table, "
-                           "all_reduce_perf busbw at large sizes "
+                           "Alaya NeW (GPU cloud), \"NCCL-tests in practice\", reference table "
+                           "of all_reduce_perf busbw at large sizes: \"8xH100 PCIe (no NVSwitch) | "
+                           "35-45 | PCIe Gen5 limited\" "
                            "(docs.alayanew.com/en/docs/tech-blog/2026-05-06-nccl-tests)"));
   rows.push_back(busbw_row(
       "all_reduce busbw, 2 nodes x 8 H100 SXM, NVLink + IB NDR 400G per GPU",
       cluster("h100-sxm", "nvlink", 2, 8), std::nullopt, 425, "400-450 (mid 425)",
-      "Saturn Cloud, \"Validating Multi-Node GPU Clusters with NCCL Tests\", expected busbw "
-      "for H100 SXM NVLink + IB NDR (saturncloud.io/blog/crusoe-nccl-cluster-validation)"));
+      "Saturn Cloud, \"Validating Multi-Node GPU Clusters with NCCL Tests\", expected "
+      "all_reduce_perf busbw for 8GB+ messages: \"H100 SXM | NVLink + IB NDR | 400-450 GB/s\" "
+      "(saturncloud.io/blog/crusoe-nccl-cluster-validation)"));
+  rows.push_back(busbw_row(
+      "all_reduce busbw, 4 nodes x 8 H100 SXM, NVLink + IB 400G per GPU",
+      cluster("h100-sxm", "nvlink", 4, 8), std::nullopt, 330.93, "330.93",
+      "AI @ Georgia Tech's benchmark of a 4-node Voltage Park H100 cluster (3.2 Tbps InfiniBand "
+      "per node), nccl-tests all_reduce_perf, NCCL 2.24.3, 8589934592 B out-of-place busbw "
+      "330.93 GB/s (github.com/ZiyanIshani/vpbenchmarking, "
+      "results/nccl/nccl_multinode/nccl_allreduce_20260224_225706.txt)"));
   {
     // nccl-tests prints busbw = algbw * 2(n-1)/n, so one call of S bytes took
     // S * 2(n-1)/n / busbw: 1024 B * 1.75 / 0.07 GB/s = 25.6 us (the 2K, 4K and 8K rows give
