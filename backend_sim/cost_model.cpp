@@ -15,8 +15,9 @@ namespace ditto::sim {
 using Kind = CollectiveKind;
 
 double kernel_seconds(const DeviceProfile& device, const KernelCost& cost) {
-  const double compute = cost.flops / device.fp32_flops;
-  const double memory = cost.bytes / device.memory_bandwidth;
+  // Note [Achieved efficiency] (profiles.h).
+  const double compute = cost.flops / (device.fp32_flops * (cost.gemm ? device.gemm_efficiency : 1.0));
+  const double memory = cost.bytes / (device.memory_bandwidth * device.memory_efficiency);
   return device.launch_latency + std::max(compute, memory);
 }
 

@@ -91,8 +91,9 @@ struct KernelCost {
   bool gemm = false;
 };
 
-/// Roofline time of one kernel on `device`: launch latency + max(flops / FP32 peak,
-/// bytes / memory bandwidth), in seconds. (ditto's kernels run FP32 on CUDA cores in both
+/// Roofline time of one kernel on `device`: launch latency + max(flops / (FP32 peak * e_f),
+/// bytes / (memory bandwidth * e_m)), in seconds, e_f and e_m the profile's achieved
+/// efficiencies (Note [Achieved efficiency], profiles.h; e_f only for gemm kernels). (ditto's kernels run FP32 on CUDA cores in both
 /// determinism modes: no TF32.)
 double kernel_seconds(const DeviceProfile& device, const KernelCost& cost);
 
@@ -145,6 +146,11 @@ class CostModel {
   void set_slowdown(int device, double factor);
   double slowdown(int device) const;
 
+  /// Dry run (Note [Dry run], sim_backend.h): the simulator's kernels, copies and collectives
+  /// are priced here as usual but skip their data work. Set once by SimBackend before any work.
+  void set_dry_run(bool on) { dry_run_ = on; }
+  bool dry_run() const { return dry_run_; }
+
   /// Record a Chrome trace (backend_sim/trace.h) from now on.
   void set_tracing(bool on);
   bool tracing() const { return tracing_.load(std::memory_order_relaxed); }
@@ -180,6 +186,7 @@ class CostModel {
   std::vector<std::unique_ptr<PerDevice>> devices_;
   std::atomic<std::uint64_t> gemm_flops_{0};
   std::atomic<bool> tracing_{false};
+  bool dry_run_ = false;
   std::unique_ptr<TraceRecorder> trace_;
 };
 

@@ -23,6 +23,9 @@ constexpr double kGiB = 1073741824.0;
 constexpr double kLaunch = 3.0 * kUs;
 // One small host <-> device cudaMemcpy: about 10 us (approximate; driver call + DMA setup).
 constexpr double kHostCopy = 10.0 * kUs;
+// Achieved efficiency (Note [Achieved efficiency], profiles.h): 1.0 = the data-sheet roofline,
+// a placeholder until values with primary sources are set (empty efficiency_source).
+constexpr double kEffPlaceholder = 1.0;
 }  // namespace
 
 const std::vector<DeviceProfile>& builtin_device_profiles() {
@@ -32,16 +35,24 @@ const std::vector<DeviceProfile>& builtin_device_profiles() {
       // 3.35 TB/s; PCIe Gen5 x16 (128 GB/s both directions = 64 GB/s each way).
       {"h100-sxm", "NVIDIA H100 SXM5 80GB", 67 * kT, 494.5 * kT, 989.5 * kT, 80 * kGiB,
        3350 * kG, kLaunch, 64 * kG, kHostCopy,
-       "NVIDIA H100 Tensor Core GPU data sheet (SXM); dense = sparse/2"},
+       "NVIDIA H100 Tensor Core GPU data sheet (SXM); dense = sparse/2",
+       kEffPlaceholder, kEffPlaceholder, ""},
       // NVIDIA H200 Tensor Core GPU data sheet (H200 SXM): FP32 67 TFLOPS; TF32 989 and BF16
       // 1,979 TFLOPS with sparsity; 141 GB HBM3e at 4.8 TB/s; PCIe Gen5 x16.
       {"h200", "NVIDIA H200 SXM 141GB", 67 * kT, 494.5 * kT, 989.5 * kT, 141e9, 4800 * kG,
-       kLaunch, 64 * kG, kHostCopy, "NVIDIA H200 Tensor Core GPU data sheet (SXM); dense = sparse/2"},
+       kLaunch, 64 * kG, kHostCopy, "NVIDIA H200 Tensor Core GPU data sheet (SXM); dense = sparse/2",
+       kEffPlaceholder, kEffPlaceholder, ""},
       // NVIDIA A100 Tensor Core GPU data sheet (A100 80GB SXM): FP32 19.5 TFLOPS; TF32 156 and
       // BF16 312 TFLOPS dense (312 / 624 with sparsity); 80 GB HBM2e at 2,039 GB/s; PCIe Gen4
       // x16 (64 GB/s both directions).
       {"a100-sxm-80gb", "NVIDIA A100 SXM4 80GB", 19.5 * kT, 156 * kT, 312 * kT, 80 * kGiB,
-       2039 * kG, kLaunch, 32 * kG, kHostCopy, "NVIDIA A100 Tensor Core GPU data sheet (80GB SXM)"},
+       2039 * kG, kLaunch, 32 * kG, kHostCopy, "NVIDIA A100 Tensor Core GPU data sheet (80GB SXM)",
+       kEffPlaceholder, kEffPlaceholder, ""},
+      // Same data sheet, A100 40GB SXM column: FP32 19.5, TF32 156, BF16 312 TFLOPS dense;
+      // 40 GB HBM2 at 1,555 GB/s; PCIe Gen4 x16.
+      {"a100-sxm-40gb", "NVIDIA A100 SXM4 40GB", 19.5 * kT, 156 * kT, 312 * kT, 40 * kGiB,
+       1555 * kG, kLaunch, 32 * kG, kHostCopy, "NVIDIA A100 Tensor Core GPU data sheet (40GB SXM)",
+       kEffPlaceholder, kEffPlaceholder, ""},
       // NVIDIA GeForce RTX 4070 Laptop GPU (specifications page): 4,608 CUDA cores, boost clock
       // up to 2,175 MHz, 8 GB GDDR6 on a 128-bit bus (16 Gbps: 256 GB/s), PCIe 4.0 x8.
       // FP32 = 4608 * 2 FLOP * 2.175 GHz = 20.0 TFLOPS. NVIDIA Ada Lovelace architecture
@@ -49,7 +60,8 @@ const std::vector<DeviceProfile>& builtin_device_profiles() {
       // accumulate = 2x FP32 rate on GeForce Ada parts.
       {"rtx4070-laptop", "NVIDIA GeForce RTX 4070 Laptop GPU 8GB", 20.04 * kT, 20.04 * kT,
        40.09 * kT, 8 * kGiB, 256 * kG, kLaunch, 16 * kG, kHostCopy,
-       "NVIDIA RTX 4070 Laptop specifications; Ada Lovelace whitepaper (rate ratios)"},
+       "NVIDIA RTX 4070 Laptop specifications; Ada Lovelace whitepaper (rate ratios)",
+       kEffPlaceholder, kEffPlaceholder, ""},
   };
   return profiles;
 }
@@ -120,6 +132,7 @@ constexpr double kMinTflops = 1e-3, kMaxTflops = 1e5;          // TFLOP/s
 constexpr double kMinGBps = 1e-3, kMaxGBps = 1e6;              // GB/s
 constexpr double kMinGiB = 1.0 / 1024, kMaxGiB = 1e5;          // GiB
 constexpr double kMinLatencyUs = 0, kMaxLatencyUs = 1e6;       // microseconds
+constexpr double kMinEfficiency = 1e-3;                        // fraction of a peak (max 1)
 
 DeviceProfile load_json_profile(const std::string& path) {
   std::ifstream in(path);
@@ -152,6 +165,10 @@ DeviceProfile load_json_profile(const std::string& path) {
     p.host_latency = ranged_field(j, path, "host_latency_us", false, kHostCopy / kUs,
                                   kMinLatencyUs, kMaxLatencyUs) * kUs;
     p.source = j.value("source", "user profile " + path);
+    p.gemm_efficiency = ranged_field(j, path, "gemm_efficiency", false, 1.0, kMinEfficiency, 1.0);
+    p.memory_efficiency =
+        ranged_field(j, path, "memory_efficiency", false, 1.0, kMinEfficiency, 1.0);
+    p.efficiency_source = j.value("efficiency_source", "");
   } catch (const nlohmann::json::exception& e) {  // e.g. "key": 3 (not a string)
     throw InvalidArgument(detail::cat("device_profile: ", path, ": ", e.what()));
   }
@@ -170,7 +187,7 @@ DeviceProfile device_profile(const std::string& key) {
 
 std::string default_interconnect(const std::string& device_key) {
   if (device_key == "h100-sxm" || device_key == "h200") return "nvlink";
-  if (device_key == "a100-sxm-80gb") return "nvlink3";
+  if (device_key == "a100-sxm-80gb" || device_key == "a100-sxm-40gb") return "nvlink3";
   return "pcie4";
 }
 

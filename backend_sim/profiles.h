@@ -24,7 +24,30 @@ struct DeviceProfile {
   double host_bandwidth = 0;      ///< host <-> device copies (PCIe), per direction
   double host_latency = 0;        ///< fixed cost of one host <-> device copy
   std::string source;             ///< where the figures come from
+  // Achieved efficiency (Note [Achieved efficiency]): the fraction of a data-sheet peak that
+  // real kernels reach. kernel_seconds (cost_model.h) divides by peak * efficiency.
+  /// Fraction of the FLOP/s peak (FP32, or tensor-core for bf16 / f16 products) that the matrix
+  /// products (KernelCost::gemm) of a training step reach, in (0, 1]. Other kernels' FLOPs are
+  /// priced at the peak (they are memory-bound).
+  double gemm_efficiency = 1.0;
+  /// Fraction of memory_bandwidth that memory-bound kernels reach, in (0, 1].
+  double memory_efficiency = 1.0;
+  /// Where the efficiencies come from ("" while they are the 1.0 placeholders).
+  std::string efficiency_source;
 };
+
+// Note [Achieved efficiency]
+// A roofline at data-sheet peaks predicts the fastest a kernel could run; real GPUs reach a
+// fraction of it: cuBLAS GEMMs of a GPT-2 training step reach well under the tensor-core peak,
+// and elementwise kernels reach part of the HBM bandwidth. Each device profile carries two
+// fractions, gemm_efficiency (matrix products' FLOP/s) and memory_efficiency (bytes/s), applied in
+// kernel_seconds:
+//   time = launch_latency + max(flops / (peak * e_f), bytes / (memory_bandwidth * e_m)),
+//   e_f = gemm_efficiency for KernelCost::gemm kernels, 1 otherwise; e_m = memory_efficiency.
+// The built-in profiles hold 1.0 (no derating: the data-sheet roofline, as before) until values
+// with primary sources are set (issue 14's validation); JSON profiles may set "gemm_efficiency"
+// and "memory_efficiency" (each in [0.001, 1]). Collectives are not derated here: their
+// interconnect profiles already hold the bandwidth NCCL reaches.
 
 /// The links between the GPUs of one node, and the network between nodes.
 struct InterconnectProfile {
@@ -54,7 +77,8 @@ struct ClusterSpec {
   int node_of(int device) const { return devices_per_node > 0 ? device / devices_per_node : 0; }
 };
 
-/// Built-in device profiles: "h100-sxm", "h200", "a100-sxm-80gb", "rtx4070-laptop".
+/// Built-in device profiles: "h100-sxm", "h200", "a100-sxm-80gb", "a100-sxm-40gb",
+/// "rtx4070-laptop".
 const std::vector<DeviceProfile>& builtin_device_profiles();
 /// Built-in interconnects: "nvlink" (HGX NVSwitch, NVLink 4, NVLS; InfiniBand NDR between
 /// nodes), "pcie5", "pcie4" (no NVLink; same network between nodes).
@@ -64,7 +88,8 @@ const std::vector<InterconnectProfile>& builtin_interconnects();
 /// in ".json") whose object holds the DeviceProfile fields by name, e.g.
 ///   {"key": "tiny", "name": "tiny GPU", "fp32_tflops": 10, "memory_gib": 0.0625,
 ///    "memory_bandwidth_gbps": 500, "launch_latency_us": 3}
-/// (optional: tf32_tflops, bf16_tflops, host_bandwidth_gbps, host_latency_us, source; GB/s and
+/// (optional: tf32_tflops, bf16_tflops, host_bandwidth_gbps, host_latency_us, source,
+/// gemm_efficiency, memory_efficiency (fractions in [0.001, 1], default 1), efficiency_source; GB/s and
 /// TFLOP/s in SI units, memory in GiB). Throws InvalidArgument naming the key or the file and
 /// field for an unknown key, an unreadable file, malformed JSON, or a missing field or one
 /// outside its plausible range: TFLOP/s in [1e-3, 1e5], GB/s in [1e-3, 1e6], memory_gib in
@@ -72,7 +97,7 @@ const std::vector<InterconnectProfile>& builtin_interconnects();
 DeviceProfile device_profile(const std::string& key);
 
 /// The interconnect a device profile normally comes with: "nvlink" for h100-sxm and h200,
-/// "nvlink3" for a100-sxm-80gb, "pcie4" otherwise (laptops, JSON profiles).
+/// "nvlink3" for a100-sxm-80gb and a100-sxm-40gb, "pcie4" otherwise (laptops, JSON profiles).
 std::string default_interconnect(const std::string& device_key);
 
 /// The interconnect named `key` (built-in). Throws InvalidArgument listing the known keys.

@@ -33,6 +33,10 @@ class SimCostModelExtension final : public CostModelExtension {
   std::string interconnect_name() const override { return cost_.cluster().interconnect.key; }
   int nodes() const override { return cost_.cluster().nodes; }
   double peak_flops() const override { return cost_.cluster().device.fp32_flops; }
+  double bf16_peak_flops() const override { return cost_.cluster().device.bf16_flops; }
+  std::pair<double, double> efficiencies() const override {
+    return {cost_.cluster().device.gemm_efficiency, cost_.cluster().device.memory_efficiency};
+  }
   std::size_t profile_memory_bytes(const std::string& profile) const override {
     return static_cast<std::size_t>(device_profile(profile).memory_bytes);
   }

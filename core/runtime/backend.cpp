@@ -178,6 +178,8 @@ std::string resolve_backend_name(const std::string& name, std::string* reason) {
   }
 }
 
+bool is_dry_run(const Device& device) { return !device.is_cpu() && device.backend().dry_run(); }
+
 Backend& init_backend(const std::string& name_in, const BackendOptions& options) {
   std::string name = resolve_backend_name(name_in);
   Registry& r = registry();
@@ -186,6 +188,8 @@ Backend& init_backend(const std::string& name_in, const BackendOptions& options)
   DITTO_CHECK(f, "init_backend: unknown backend '", name, "' (known: ", known_names(r), ")");
   auto inst = (*f)(options);
   DITTO_ASSERT(inst);
+  DITTO_CHECK(!options.dry_run || inst->dry_run(), "init_backend: BackendOptions::dry_run: "
+              "expected a backend that runs dry (sim), got '", name, "'");
   r.instances[name] = inst;
   g_generation.fetch_add(1, std::memory_order_acq_rel);  // Note [Backend lookup cache]
   return *inst;

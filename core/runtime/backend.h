@@ -45,6 +45,11 @@ struct BackendOptions {
   /// on GPU i % physical).
   std::optional<int> device_count;
   std::size_t memory_capacity = std::size_t(80) << 30;    ///< sim: bytes per device (80 GiB)
+  /// sim: a dry run (Note [Dry run], backend_sim/sim_backend.h): allocations are counted against
+  /// the capacity but hold no host memory, kernels, copies and collectives are priced by the cost
+  /// model but not run, device -> host copies give zeros. Other backends refuse it
+  /// (InvalidArgument from init_backend).
+  bool dry_run = false;
 };
 
 /// Pointwise/loss/optimizer kernels. Shapes are row-major; sizes are element counts.
@@ -269,6 +274,10 @@ class Backend {
   virtual DeviceProperties properties(int index) const = 0;
   virtual MemoryStats memory_stats(int index) const = 0;
   virtual void reset_peak_memory(int index) = 0;
+  /// Whether this backend runs dry (BackendOptions::dry_run): device memory holds no data and
+  /// reads back as zeros. Code that would draw host values only to copy them to a device (weight
+  /// initialisation) skips it when true. Default: false.
+  virtual bool dry_run() const { return false; }
 
   /// Allocate `bytes` on device `index` (stream-ordered on its default stream). Zero bytes gives
   /// a unique non-null pointer. Throws OutOfMemory naming device, request, in use and capacity.
@@ -344,6 +353,9 @@ std::shared_ptr<Backend> get_backend_ptr(const std::string& name);
 /// Resolve "auto" (and pass other names through): "cuda" if usable, else "sim". If `reason` is
 /// given and cuda was not usable, it receives why.
 std::string resolve_backend_name(const std::string& name, std::string* reason = nullptr);
+
+/// Whether `device` belongs to a backend that runs dry (Backend::dry_run; false for the host).
+bool is_dry_run(const Device& device);
 
 /// Devices `backend:0` .. `backend:n-1`; throws InvalidArgument when n exceeds the device count.
 std::vector<Device> devices(const std::string& backend, int n);

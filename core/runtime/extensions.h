@@ -53,6 +53,12 @@ class CostModelExtension {
   virtual int nodes() const = 0;
   /// FP32 peak FLOP/s of one device of the cluster.
   virtual double peak_flops() const = 0;
+  /// BF16 tensor-core peak FLOP/s (dense) of one device: what nanoGPT's estimate_mfu and llm.c
+  /// compare against. Default: peak_flops().
+  virtual double bf16_peak_flops() const { return peak_flops(); }
+  /// The device profile's achieved efficiencies (Note [Achieved efficiency],
+  /// backend_sim/profiles.h): {gemm_efficiency, memory_efficiency}. Default: {1, 1}.
+  virtual std::pair<double, double> efficiencies() const { return {1.0, 1.0}; }
   /// Memory (bytes) of the device profile `profile`, without configuring anything (the
   /// capacity a run on that profile should have). Throws InvalidArgument for an unknown one.
   virtual std::size_t profile_memory_bytes(const std::string& profile) const = 0;

@@ -2,6 +2,7 @@
 #include "core/train/cost_meter.h"
 
 #include <algorithm>
+#include <tuple>
 
 namespace ditto::train {
 
@@ -39,6 +40,8 @@ std::optional<CostPrediction> CostMeter::prediction(double train_time_s) const {
   p.device_name = cost_->device_name();
   p.interconnect = cost_->interconnect_name();
   p.peak_flops = cost_->peak_flops();
+  p.bf16_peak_flops = cost_->bf16_peak_flops();
+  std::tie(p.gemm_efficiency, p.memory_efficiency) = cost_->efficiencies();
   const double vt = static_cast<double>(vtrain_ps_) / 1e12;
   const std::int64_t comm_max = *std::max_element(vcomm_ps_.begin(), vcomm_ps_.end());
   p.step_time_s = vt / static_cast<double>(steps_);

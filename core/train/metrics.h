@@ -67,6 +67,9 @@ struct CostPrediction {
   double comm_share = 0;      ///< slowest device's communication time / total (0..1)
   double mfu = 0;             ///< GEMM FLOPs / (time x devices x peak) (0..1)
   double peak_flops = 0;      ///< FP32 FLOP/s per device
+  double bf16_peak_flops = 0; ///< BF16 tensor-core FLOP/s per device (dense)
+  /// The profile's achieved efficiencies (Note [Achieved efficiency], backend_sim/profiles.h).
+  double gemm_efficiency = 1, memory_efficiency = 1;
   double measured_step_time_s = 0, measured_samples_per_s = 0;  ///< wall clock
 };
 
