@@ -50,6 +50,8 @@ SimBackend::SimBackend(const BackendOptions& options) {
   }
   ClusterSpec cluster{device_profile("h100-sxm"), interconnect_profile("nvlink"), 1, count};
   cost_ = std::make_shared<CostModel>(count, cluster);
+  dry_run_ = options.dry_run;
+  cost_->set_dry_run(dry_run_);
   kernels_ = make_sim_kernels(cost_);
   cost_extension_ = make_cost_model_extension(*cost_);
   fault_extension_ = make_fault_extension(*this);
@@ -110,12 +112,28 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
   std::size_t now = cur + bytes, old = d.peak.load();
   while (now > old && !d.peak.compare_exchange_weak(old, now)) {
   }
-  std::size_t rounded = (bytes + 63) / 64 * 64;
-  void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-  if (!p) {
-    d.in_use.fetch_sub(bytes);
-    throw OutOfMemory(detail::cat("sim:", index, ": host out of memory allocating ",
-                                  bytes_str(bytes)));
+  void* p = nullptr;
+  if (dry_run_) {
+    // Twice the capacity: live allocations never exceed it, so first fit always finds room
+    // short of pathological fragmentation (Note [Dry run]).
+    const std::size_t reserve = d.capacity > (std::size_t(1) << 61) ? std::size_t(1) << 62
+                                                                    : 2 * d.capacity + (1u << 20);
+    p = d.arena.allocate(bytes, reserve);
+    if (!p) {
+      d.in_use.fetch_sub(bytes);
+      throw OutOfMemory(detail::cat("sim:", index, ": dry run: no free address range of ",
+                                    bytes_str(bytes), " in the ", bytes_str(reserve),
+                                    " reserved for the device (", bytes_str(cur),
+                                    " in use of capacity ", bytes_str(d.capacity), ")"));
+    }
+  } else {
+    std::size_t rounded = (bytes + 63) / 64 * 64;
+    p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    if (!p) {
+      d.in_use.fetch_sub(bytes);
+      throw OutOfMemory(detail::cat("sim:", index, ": host out of memory allocating ",
+                                    bytes_str(bytes)));
+    }
   }
   {
     std::lock_guard lk(owners_mu_);
@@ -145,19 +163,25 @@ void SimBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
     owners_.erase(reinterpret_cast<std::uintptr_t>(ptr));
   };
   CostModel* cm = cost_->tracing() ? cost_.get() : nullptr;
+  // The device's counters drop now, in host order (Note [Memory accounting], sim_backend.h);
+  // the host memory is released in stream order, after the work that may still use it.
+  d->in_use.fetch_sub(bytes);
+  const bool dry = dry_run_;
+  auto release = [d, ptr, bytes, dry] {
+    if (dry) d->arena.deallocate(ptr, bytes);
+    else std::free(ptr);
+  };
   try {
     // The stream by pointer: while ~SimBackend drains it, d->stream is already null.
     SimStream* s = d->stream.get();
-    s->enqueue_internal([d, s, ptr, bytes, forget, cm] {  // frees even on a failed device
+    s->enqueue_internal([s, bytes, forget, release, cm] {  // frees even on a failed device
       forget();  // before free: the address may be handed out again right after
-      std::free(ptr);
-      d->in_use.fetch_sub(bytes);
+      release();
       if (cm) cm->on_memory(*s, -static_cast<std::int64_t>(bytes));
     });
   } catch (...) {  // could not enqueue (out of host memory): free now
     forget();
-    std::free(ptr);
-    d->in_use.fetch_sub(bytes);
+    release();
   }
 }
 
@@ -172,8 +196,8 @@ std::unique_ptr<Event> SimBackend::create_event(int) { return std::make_unique<S
 void SimBackend::copy_from_host(Stream& s, void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   SimStream& ss = as_sim(s, "copy_from_host");
-  ss.run_sync([=, &ss, cm = cost_] {
-    std::memcpy(dst, src, bytes);
+  ss.run_sync([=, &ss, cm = cost_, dry = dry_run_] {
+    if (!dry) std::memcpy(dst, src, bytes);  // dry: nothing to write to (Note [Dry run])
     cm->on_host_copy(ss, "copy_h2d", bytes);
   });
 }
@@ -181,8 +205,9 @@ void SimBackend::copy_from_host(Stream& s, void* dst, const void* src, std::size
 void SimBackend::copy_to_host(Stream& s, void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   SimStream& ss = as_sim(s, "copy_to_host");
-  ss.run_sync([=, &ss, cm = cost_] {
-    std::memcpy(dst, src, bytes);
+  ss.run_sync([=, &ss, cm = cost_, dry = dry_run_] {
+    if (dry) std::memset(dst, 0, bytes);  // a dry device reads as zeros (Note [Dry run])
+    else std::memcpy(dst, src, bytes);
     cm->on_host_copy(ss, "copy_d2h", bytes);
   });
 }
@@ -192,7 +217,11 @@ void SimBackend::copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void
   if (rows == 0 || row_bytes == 0) return;
   SimStream& ss = as_sim(s, "copy_2d");
   const int src_device = owner_of(src);
-  ss.enqueue([=, &ss, cm = cost_] {
+  ss.enqueue([=, &ss, cm = cost_, dry = dry_run_] {
+    if (dry) {  // priced, not run (Note [Dry run])
+      cm->on_device_copy(ss, src_device, rows * row_bytes);
+      return;
+    }
     auto* dp = static_cast<char*>(dst);
     auto* sp = static_cast<const char*>(src);
     if (dst_pitch == row_bytes && src_pitch == row_bytes) {

@@ -2,6 +2,38 @@
 // capacity and live/peak byte counts), a default stream (run on the simulator's bounded thread
 // pool, Note [Sim executor]), Eigen kernels (sim_kernels.cpp), shared-memory collectives
 // (sim_communicator.cpp) and injectable faults (sim_faults.h).
+//
+// Note [Dry run]
+// BackendOptions::dry_run makes the simulator a pure cost model of the same work: a laptop
+// predicts a GPT-2 1.5B step on 8 GPUs without holding 8 x 40 GB (issue 14).
+//   allocate()     charges capacity, in-use and peak exactly as a real run (OutOfMemory at the
+//                  same request, with the same numbers) but hands out an address from the
+//                  device's DryArena (sim_dry_arena.h): reserved, never backed, faulting if
+//                  touched. No host memory per tensor.
+//   kernels        enqueued and priced as usual (launch in sim_kernels.cpp), work skipped;
+//   copies         copy_2d priced, not run; copy_from_host priced, nothing written;
+//                  copy_to_host priced and fills the host destination with zeros (so losses,
+//                  norms and checksums of a dry run read 0);
+//   collectives    rendezvous, timeouts, mismatch checks and pricing as usual, data not moved
+//                  (sim_communicator.cpp, sim_p2p.cpp).
+// The virtual clocks, the trace and the memory counters then match a real run of the same work
+// exactly (tests/test_dry_run.cpp), because the cost model never looks at data. What does
+// depend on data is not priced differently either: there is no data-dependent control flow in
+// ditto's kernels, except clip_grad_norm_'s choice to scale, which a dry run always prices
+// (core/optim/clip.cpp). Code outside the backend asks Backend::dry_run() (is_dry_run) to skip
+// work whose only purpose is data: drawing initial weights on the host (core/nn/init.h,
+// dry_upload), reading parameters back for the checksum. The MPI communicator does not run dry.
+//
+// Note [Memory accounting]
+// A device's in_use and peak (memory_stats, OutOfMemory) count the bytes of the allocations the
+// host holds: allocate() adds at once, deallocate() subtracts at once (host order), as
+// torch.cuda.memory_allocated() and max_memory_allocated() do under the caching allocator, whose
+// freed blocks the same stream may reuse right away. The host memory itself (or, dry, the
+// address range) is released in stream order, after the work enqueued before the free. So the
+// numbers depend only on the program's order of allocations and frees per device, never on how
+// fast the simulator's threads run: a dry run and a real run of the same work report the same
+// peak, byte for byte. (Until issue 14 the counters dropped in stream order, and a real run's
+// peak varied from run to run by a few KiB.) The trace's memory counter stays stream-ordered.
 #pragma once
 
 #include <atomic>
@@ -12,6 +44,7 @@
 #include <vector>
 
 #include "backend_sim/cost_model.h"
+#include "backend_sim/sim_dry_arena.h"
 #include "backend_sim/sim_faults.h"
 #include "backend_sim/sim_stream.h"
 #include "core/runtime/backend.h"
@@ -46,6 +79,11 @@ class SimBackend final : public Backend {
   DeviceProperties properties(int index) const override;
   MemoryStats memory_stats(int index) const override;
   void reset_peak_memory(int index) override;
+  /// BackendOptions::dry_run (Note [Dry run]).
+  bool dry_run() const override { return dry_run_; }
+  /// Bytes of address space reserved for dry-run allocations of device `index` (0 when not dry,
+  /// or before its first allocation): never backed by host memory.
+  std::size_t dry_reserved_bytes(int index) const { return devices_[index]->arena.reserved(); }
 
   void* allocate(int index, std::size_t bytes) override;
   void deallocate(int index, void* ptr, std::size_t bytes) noexcept override;
@@ -97,7 +135,9 @@ class SimBackend final : public Backend {
     std::size_t capacity = 0;
     std::atomic<std::size_t> in_use{0};
     std::atomic<std::size_t> peak{0};
+    DryArena arena;  ///< dry run: where the addresses come from
   };
+  bool dry_run_ = false;
   std::vector<std::unique_ptr<VirtualDevice>> devices_;
   std::shared_ptr<CostModel> cost_;
   std::unique_ptr<Kernels> kernels_;

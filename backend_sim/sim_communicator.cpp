@@ -308,7 +308,7 @@ class SimCommunicator final : public CommunicatorImpl,
     }
     if (work->mismatch.empty()) charge(work->calls);
     lk.unlock();
-    if (!work->mismatch.empty()) {
+    if (!work->mismatch.empty() || (cost_ && cost_->dry_run())) {  // dry: priced, not run
       finish(*work);
       return;
     }

@@ -489,11 +489,12 @@ class SimKernels final : public Kernels {
 
   // Enqueue `work` on `s`; once it has run, the cost model advances the stream's virtual clock by
   // the kernel's roofline time (Note [Virtual time], cost_model.h). The cost model only observes.
+  // In a dry run `work` is skipped and only the price is paid.
   template <typename F>
   void launch(Stream& s, const char* name, const KernelCost& cost, F&& work) {
     SimStream& ss = as_sim(s, name);
     ss.enqueue([&ss, cm = cost_, name, cost, work = std::forward<F>(work)]() mutable {
-      work();
+      if (!cm->dry_run()) work();  // Note [Dry run] (sim_backend.h): priced, not run
       cm->on_kernel(ss, name, cost);
     });
   }

@@ -207,9 +207,11 @@ void SimP2P::call_done_locked(const std::shared_ptr<Batch>& batch, std::size_t i
 // done, so the buffers stay put), then marks them done and resumes the batches that finished.
 void SimP2P::copy_and_finish(std::vector<Copy>& copies,
                              std::vector<std::shared_ptr<Batch>>& done) {
+  const bool dry = cost_ && cost_->dry_run();  // Note [Dry run] (sim_backend.h)
   for (const Copy& c : copies) {
     const std::size_t bytes = static_cast<std::size_t>(c.send.count) * dtype_size(c.send.dtype);
-    if (bytes > 0 && c.recv.recv != c.send.send) std::memmove(c.recv.recv, c.send.send, bytes);
+    if (!dry && bytes > 0 && c.recv.recv != c.send.send)
+      std::memmove(c.recv.recv, c.send.send, bytes);
   }
   if (!copies.empty()) {
     std::lock_guard lk(mu_);

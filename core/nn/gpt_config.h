@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace ditto::nn {
 
@@ -34,6 +36,25 @@ constexpr std::uint64_t gpt_dropout_site(std::int64_t layer, BlockDropout which)
 /// (0.02 / sqrt(2 * n_layer), in double then rounded to float).
 constexpr float kGptInitStd = 0.02f;
 float gpt_c_proj_std(std::int64_t n_layer);
+
+/// nanoGPT's GPT-2 model types (model.py GPT.from_pretrained's config_args): gpt2 (124M)
+/// 12 layers / 12 heads / 768 wide, gpt2-medium (350M) 24/16/1024, gpt2-large (774M) 36/20/1280,
+/// gpt2-xl (1558M) 48/25/1600; all with block_size 1024 and biases.
+struct GPT2Preset {
+  const char* model_type;
+  std::int64_t n_layer, n_head, n_embd;
+};
+const std::vector<GPT2Preset>& gpt2_presets();
+/// GPT-2's context, and its vocabulary of 50257 padded to a multiple of 64 as llm.c
+/// (train_gpt2.cu: Vp = 50304) and nanoGPT's train.py (vocab_size 50304, "for efficiency") do.
+constexpr std::int64_t kGpt2BlockSize = 1024, kGpt2PaddedVocab = 50304;
+/// The GPTConfig of `model_type` (block 1024, vocab 50304, bias true, dropout 0). Throws
+/// InvalidArgument naming `what` (e.g. "--preset") and the known names for another name.
+GPTConfig gpt2_config(const std::string& model_type, const std::string& what = "gpt2_config");
+/// Parameters of a GPT of `cfg`, the tied head counted once and wpe included (nanoGPT's
+/// get_num_params(non_embedding=False)): 12 L C^2 + 13 L C (with biases; 12 L C^2 + 4 L C
+/// without) + V C + T C + 2 C (ln_f; C without bias). nanoGPT prints it less T C (wpe).
+std::int64_t gpt_num_params(const GPTConfig& cfg);
 
 /// Throws InvalidArgument naming the field unless every size is >= 1, n_embd % n_head == 0,
 /// 0 <= dropout < 1 and n_layer <= 85 (the dropout sites must fit in 8 bits, Note [GPT]).

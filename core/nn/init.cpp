@@ -5,6 +5,7 @@
 
 #include "core/numerics/canonical_math.h"
 #include "core/numerics/random.h"
+#include "core/runtime/backend.h"
 
 namespace ditto::nn {
 
@@ -30,9 +31,21 @@ float normal_sample(std::uint64_t seed, std::uint64_t stream, std::int64_t index
   throw InternalError("nn::normal_sample: 200 rejected attempts in a row (broken Philox?)");
 }
 
+void dry_upload(const Tensor& dst) {
+  DITTO_CHECK(dst.defined() && is_dry_run(dst.device()), "nn::dry_upload: expected a tensor on a "
+              "dry device, got ", dst.defined() ? dst.str() : std::string("an undefined tensor"));
+  // src is never read on a dry device (Note [Dry run], backend_sim/sim_backend.h).
+  dst.device().backend().copy_from_host(current_stream(dst.device()), dst.data_ptr(),
+                                        dst.data_ptr(), dst.nbytes());
+}
+
 Tensor normal_tensor(const Shape& shape, const Device& device, std::uint64_t seed,
                      std::uint64_t stream, float std) {
   Tensor out = Tensor::empty(shape, DType::f32, device);
+  if (is_dry_run(device)) {  // no data to draw: price the upload only (Note [Dry run])
+    dry_upload(out);
+    return out;
+  }
   Tensor host = device.is_cpu() ? out : Tensor::empty(shape, DType::f32, Device::cpu());
   float* p = host.data<float>();
   const std::int64_t n = out.numel();

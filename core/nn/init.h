@@ -26,9 +26,17 @@ namespace ditto::nn {
 float normal_sample(std::uint64_t seed, std::uint64_t stream, std::int64_t index, std::int64_t n,
                     float std);
 
+/// Stands for a host -> device upload of `dst`'s bytes on a dry device (is_dry_run,
+/// core/runtime/backend.h; Note [Dry run] in backend_sim/sim_backend.h): the backend prices the
+/// copy (the same virtual time as a real upload) and writes nothing; no host buffer is needed.
+/// Initialisation that would fill a host tensor only to upload it calls this instead. Throws
+/// InvalidArgument when dst is undefined or not on a dry device.
+void dry_upload(const Tensor& dst);
+
 /// A new f32 tensor of `shape` on `device` with every element normal_sample(seed, stream, i,
 /// numel, std) (drawn on the host, then copied). The device memory is allocated first, so a
-/// tensor too large for the device fails with its OutOfMemory before host memory is spent.
+/// tensor too large for the device fails with its OutOfMemory before host memory is spent. On a
+/// dry device (is_dry_run) nothing is drawn: the upload is priced, no host memory is used.
 Tensor normal_tensor(const Shape& shape, const Device& device, std::uint64_t seed,
                      std::uint64_t stream, float std);
 

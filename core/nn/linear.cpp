@@ -7,6 +7,7 @@
 #include "core/nn/init.h"
 #include "core/nn/token_bounds.h"
 #include "core/numerics/random.h"
+#include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 
 namespace ditto::nn {
@@ -42,6 +43,11 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, const Device
   // before any host memory is spent on it.
   weight_.data = Tensor::empty({out_features, in_features}, DType::f32, device);
   if (has_bias_) bias_.data = Tensor::empty({out_features}, DType::f32, device);
+  if (is_dry_run(device)) {  // nothing to draw: price the uploads only (Note [Dry run])
+    dry_upload(weight_.data);
+    if (has_bias_) dry_upload(bias_.data);
+    return;
+  }
   const std::int64_t nw = weight_.data.numel();
   Tensor w = Tensor::empty({out_features, in_features}, DType::f32, Device::cpu());
   float* wp = w.data<float>();

@@ -174,6 +174,11 @@ FitResult Trainer::fit() {
   if (!run.processes) bopts.device_count = run.n_dev;
   else if (name != "cuda") bopts.device_count = 1;
   if (c.memory_capacity) bopts.memory_capacity = *c.memory_capacity;
+  // A dry run (Note [Dry run], backend_sim/sim_backend.h) prices the whole cluster in one process.
+  DITTO_CHECK(!c.dry_run || (name == "sim" && !run.processes), c.name_of("dry_run"),
+              ": expected the sim backend in one process, got backend '", name, "'",
+              run.processes ? " under mpirun" : "");
+  bopts.dry_run = c.dry_run;
   run.be = &init_backend(name, bopts);
   if (!c.profile.empty() && !c.memory_capacity)
     if (auto* cm = run.be->extension<CostModelExtension>()) {  // the profile's memory

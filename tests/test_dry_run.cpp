@@ -1,0 +1,309 @@
+// The simulator's dry run (Note [Dry run], backend_sim/sim_backend.h): the same work priced and
+// accounted as a real run, without running kernels or holding tensor data; the profiles'
+// achieved-efficiency fields (Note [Achieved efficiency], backend_sim/profiles.h).
+#include <gtest/gtest.h>
+
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "backend_sim/cost_model.h"
+#include "backend_sim/profiles.h"
+#include "backend_sim/sim_backend.h"
+#include "core/nn/gpt.h"
+#include "core/optim/adamw.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/error.h"
+#include "core/runtime/tensor.h"
+#include "core/train/synthetic_source.h"
+#include "core/train/trainer.h"
+
+using namespace ditto;
+
+namespace {
+
+sim::SimBackend& fresh_sim(int devices, bool dry, std::size_t capacity = std::size_t(80) << 30) {
+  BackendOptions o;
+  o.device_count = devices;
+  o.memory_capacity = capacity;
+  o.dry_run = dry;
+  return *init_backend("sim", o).extension<sim::SimBackend>();
+}
+
+void sync_all(Backend& be) {
+  for (int d = 0; d < be.device_count(); ++d) be.default_stream(d).synchronize();
+}
+
+long max_rss_kib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss;
+}
+
+}  // namespace
+
+// ---- the backend -----------------------------------------------------------------------------
+
+TEST(DryRunBackend, ReportsItselfAndReadsZeros) {
+  sim::SimBackend& be = fresh_sim(2, true);
+  EXPECT_TRUE(be.dry_run());
+  Tensor t = Tensor::from_vector(std::vector<float>{1.5f, -2.0f, 3.0f}, {3}, Device("sim", 1));
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{0.0f, 0.0f, 0.0f}));
+  EXPECT_FALSE(fresh_sim(1, false).dry_run());
+}
+
+// 8 devices x 40 GiB allocated, every byte charged, none held: the process grows by far less than
+// one device's worth (the arena is address space only).
+TEST(DryRunBackend, HoldsNoHostMemoryForTensors) {
+  const std::size_t gib = std::size_t(1) << 30;
+  sim::SimBackend& be = fresh_sim(8, true, 41 * gib);
+  const long before = max_rss_kib();
+  std::vector<Tensor> held;
+  for (int d = 0; d < 8; ++d)
+    for (int k = 0; k < 10; ++k)
+      held.push_back(Tensor::empty({std::int64_t(gib)}, DType::f32, Device("sim", d)));  // 4 GiB
+  sync_all(be);
+  for (int d = 0; d < 8; ++d) {
+    EXPECT_EQ(be.memory_stats(d).in_use, 40 * gib);
+    EXPECT_EQ(be.memory_stats(d).peak, 40 * gib);
+    EXPECT_GE(be.dry_reserved_bytes(d), 2 * 41 * gib);
+  }
+  EXPECT_LT(max_rss_kib() - before, 64 * 1024) << "KiB of resident memory grew";
+  // Live ranges are distinct: every pair of tensors is disjoint.
+  for (std::size_t i = 1; i < held.size(); ++i)
+    if (held[i].device() == held[i - 1].device())
+      EXPECT_NE(held[i].data<float>(), held[i - 1].data<float>());
+  held.clear();
+  sync_all(be);
+  for (int d = 0; d < 8; ++d) EXPECT_EQ(be.memory_stats(d).in_use, 0u);
+  // Freed ranges are reused: the same 10 tensors fit again (first fit over coalesced ranges).
+  for (int k = 0; k < 10; ++k)
+    held.push_back(Tensor::empty({std::int64_t(gib)}, DType::f32, Device("sim", 0)));
+  sync_all(be);
+  EXPECT_EQ(be.memory_stats(0).in_use, 40 * gib);
+}
+
+TEST(DryRunBackend, OutOfMemoryNamesDeviceRequestAndCapacity) {
+  const std::size_t mib = std::size_t(1) << 20;
+  fresh_sim(4, true, 100 * mib);
+  Tensor a = Tensor::empty({std::int64_t(20 * mib)}, DType::f32, Device("sim", 3));  // 80 MiB
+  try {
+    Tensor b = Tensor::empty({std::int64_t(8 * mib)}, DType::f32, Device("sim", 3));  // 32 MiB
+    FAIL() << "no OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("sim:3"), std::string::npos) << m;
+    EXPECT_NE(m.find("tried to allocate 33554432 bytes (32.00 MiB)"), std::string::npos) << m;
+    EXPECT_NE(m.find("83886080 bytes (80.00 MiB) in use"), std::string::npos) << m;
+    EXPECT_NE(m.find("capacity 104857600 bytes (100.00 MiB)"), std::string::npos) << m;
+  }
+}
+
+TEST(DryRunBackend, OnlyTheSimulatorRunsDry) {
+  BackendOptions o;
+  o.dry_run = true;
+  try {
+    init_backend("cpu", o);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("dry_run"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'cpu'"), std::string::npos) << e.what();
+  }
+}
+
+// ---- achieved efficiency ---------------------------------------------------------------------
+
+TEST(DryRunEfficiency, KernelSecondsDividesByPeakTimesEfficiency) {
+  sim::DeviceProfile h = sim::device_profile("h100-sxm");
+  EXPECT_DOUBLE_EQ(h.gemm_efficiency, 1.0);  // placeholders until sources set them
+  EXPECT_DOUBLE_EQ(h.memory_efficiency, 1.0);
+  h.gemm_efficiency = 0.5;
+  h.memory_efficiency = 0.8;
+  const sim::KernelCost big{2.0 * 4096 * 4096 * 4096, 4.0 * 3 * 4096 * 4096, true};
+  EXPECT_NEAR(sim::kernel_seconds(h, big), 3e-6 + 137438953472.0 / (67e12 * 0.5), 1e-12);
+  // Not a product: its FLOPs at the peak, its bytes at 80% of the bandwidth.
+  const sim::KernelCost elementwise{1e6, 4e8, false};
+  EXPECT_NEAR(sim::kernel_seconds(h, elementwise), 3e-6 + 4e8 / (3.35e12 * 0.8), 1e-12);
+  const sim::KernelCost flop_bound{1e12, 1.0, false};
+  EXPECT_NEAR(sim::kernel_seconds(h, flop_bound), 3e-6 + 1e12 / 67e12, 1e-12);
+}
+
+TEST(DryRunEfficiency, JsonProfileFields) {
+  const std::string path = ::testing::TempDir() + "ditto_dry_eff.json";
+  {
+    std::ofstream f(path);
+    f << R"({"key": "e", "fp32_tflops": 2, "memory_gib": 1, "memory_bandwidth_gbps": 100,
+             "gemm_efficiency": 0.6, "memory_efficiency": 0.9, "efficiency_source": "x"})";
+  }
+  const sim::DeviceProfile p = sim::device_profile(path);
+  EXPECT_DOUBLE_EQ(p.gemm_efficiency, 0.6);
+  EXPECT_DOUBLE_EQ(p.memory_efficiency, 0.9);
+  EXPECT_EQ(p.efficiency_source, "x");
+  {
+    std::ofstream f(path);
+    f << R"({"key": "e", "fp32_tflops": 2, "memory_gib": 1, "memory_bandwidth_gbps": 100,
+             "gemm_efficiency": 1.5})";
+  }
+  try {
+    sim::device_profile(path);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'gemm_efficiency'"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
+}
+
+TEST(DryRunEfficiency, A100FortyGigabyteProfile) {
+  const sim::DeviceProfile p = sim::device_profile("a100-sxm-40gb");
+  EXPECT_DOUBLE_EQ(p.memory_bytes, 40.0 * 1073741824.0);
+  EXPECT_DOUBLE_EQ(p.memory_bandwidth, 1555e9);
+  EXPECT_DOUBLE_EQ(p.bf16_flops, 312e12);
+  EXPECT_EQ(sim::default_interconnect("a100-sxm-40gb"), "nvlink3");
+}
+
+// ---- the GPT through the Trainer --------------------------------------------------------------
+
+namespace {
+
+using train::FitResult;
+using train::TrainerConfig;
+using train::TrainerKind;
+
+// A small GPT trained for `iters` steps with AdamW and clipping (max_norm tiny, so the real run
+// clips as the dry run prices: Note [Dry run]), predicted for H100s.
+TrainerConfig small_gpt(bool dry, TrainerKind kind, int devices, const nn::GPTConfig& m,
+                        std::int64_t batch = 8, std::int64_t iters = 2) {
+  TrainerConfig c;
+  c.devices = devices;
+  c.trainer = kind;
+  c.dry_run = dry;
+  c.profile = "h100-sxm";
+  c.determinism = Determinism::fast;
+  c.batch_size = batch;
+  c.max_iters = iters;
+  c.grad_clip = 1e-6;
+  c.optimizer = "adamw";
+  c.lr = 1e-3f;
+  c.make_model = [m](const Device& d) { return std::make_unique<nn::GPT>(m, d, 5); };
+  c.make_optimizer = [](std::vector<nn::Parameter*> params, float lr) {
+    optim::AdamWOptions o;
+    o.lr = lr;
+    o.weight_decay = 0.1;
+    return std::make_unique<optim::AdamW>(std::move(params), o);
+  };
+  return c;
+}
+
+nn::GPTConfig tiny_gpt() {
+  nn::GPTConfig m;
+  m.block_size = 16;
+  m.vocab_size = 40;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.n_embd = 32;
+  m.bias = true;
+  return m;
+}
+
+FitResult fit(const TrainerConfig& c, const nn::GPTConfig& m) {
+  return train::Trainer(c, std::make_shared<train::ZeroTokenSource>(m.block_size, m.vocab_size))
+      .fit();
+}
+
+}  // namespace
+
+// The same work priced twice, once run and once dry: the virtual step time, the communication
+// share and every device's peak and final memory agree exactly (integer picoseconds, bytes).
+// Two real runs agree too: memory is counted in host order (Note [Memory accounting],
+// backend_sim/sim_backend.h); counted in stream order, a real run's peak varied by a few KiB
+// from run to run (1029636 and 1029640 bytes on device 0 of two ddp runs).
+TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
+  const nn::GPTConfig m = tiny_gpt();
+  for (TrainerKind kind : {TrainerKind::ddp, TrainerKind::dp}) {
+    SCOPED_TRACE(train::trainer_kind_name(kind));
+    const FitResult real = fit(small_gpt(false, kind, 4, m), m);
+    const FitResult again = fit(small_gpt(false, kind, 4, m), m);
+    const FitResult dry = fit(small_gpt(true, kind, 4, m), m);
+    ASSERT_TRUE(real.prediction && dry.prediction);
+    EXPECT_GT(real.prediction->step_time_s, 0.0);
+    EXPECT_EQ(dry.prediction->step_time_s, real.prediction->step_time_s);
+    EXPECT_EQ(dry.prediction->samples_per_s, real.prediction->samples_per_s);
+    EXPECT_EQ(dry.prediction->comm_share, real.prediction->comm_share);
+    EXPECT_EQ(dry.prediction->mfu, real.prediction->mfu);
+    ASSERT_EQ(dry.memory.size(), 4u);
+    ASSERT_EQ(real.memory.size(), 4u);
+    for (std::size_t d = 0; d < 4; ++d) {
+      EXPECT_GT(real.memory[d].stats.peak, 0u);
+      EXPECT_EQ(dry.memory[d].stats.peak, real.memory[d].stats.peak) << "device " << d;
+      EXPECT_EQ(dry.memory[d].stats.in_use, real.memory[d].stats.in_use) << "device " << d;
+      EXPECT_EQ(again.memory[d].stats.peak, real.memory[d].stats.peak) << "device " << d;
+    }
+    EXPECT_NE(real.params_checksum, 0u);
+    EXPECT_EQ(dry.params_checksum, 0u);  // nothing to hash: the parameters hold no data
+  }
+}
+
+// The Trainer refuses a dry run on a backend that cannot price work without running it.
+TEST(DryRunTrainer, OnlyOnTheSimulator) {
+  const nn::GPTConfig m = tiny_gpt();
+  TrainerConfig c = small_gpt(true, TrainerKind::dp, 1, m);
+  c.backend = "cpu";
+  c.profile.clear();
+  c.field_names["dry_run"] = "--dry-run";
+  try {
+    fit(c, m);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--dry-run: expected the sim backend"),
+              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'cpu'"), std::string::npos) << e.what();
+  }
+}
+
+// nanoGPT's GPT-2 sizes at vocab 50304, built on a dry device (no host memory for the weights):
+// the model's own count equals the formula. gpt2: 124,475,904, llm.c's "num_parameters:
+// 124475904"; without wpe 123,689,472 (nanoGPT prints 123.65M at vocab 50257:
+// 123,689,472 - 47 x 768).
+TEST(DryRunTrainer, PresetParameterCounts) {
+  fresh_sim(1, true);
+  const std::vector<std::pair<std::string, std::int64_t>> expect = {
+      {"gpt2", 124475904}, {"gpt2-medium", 354871296}, {"gpt2-large", 774090240},
+      {"gpt2-xl", 1557686400}};
+  for (const auto& [name, count] : expect) {
+    const nn::GPTConfig m = nn::gpt2_config(name);
+    EXPECT_EQ(nn::gpt_num_params(m), count) << name;
+    const long before = max_rss_kib();
+    nn::GPT gpt(m, Device("sim", 0), 0);
+    EXPECT_EQ(gpt.num_parameters(), count) << name;
+    EXPECT_LT(max_rss_kib() - before, 64 * 1024) << name << ": KiB of resident memory grew";
+  }
+  EXPECT_EQ(nn::gpt_num_params(nn::gpt2_config("gpt2")) - 1024 * 768, 123689472);
+  EXPECT_EQ(123689472 - 47 * 768, 123653376);  // nanoGPT's "123.65M" at vocab 50257
+  try {
+    nn::gpt2_config("gpt3", "--preset");
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--preset: expected one of gpt2, gpt2-medium, "
+                                         "gpt2-large, gpt2-xl"), std::string::npos) << e.what();
+  }
+}
+
+// An 8 x 40 GB model trained dry: every device charged tens of GB, the process stays small.
+TEST(DryRunTrainer, Gpt2StepOnEightDevicesHoldsNoTensorData) {
+  nn::GPTConfig m = nn::gpt2_config("gpt2");
+  TrainerConfig c = small_gpt(true, TrainerKind::ddp, 8, m, 8, 1);
+  c.profile = "a100-sxm-40gb";
+  const long before = max_rss_kib();
+  const FitResult r = fit(c, m);
+  ASSERT_EQ(r.memory.size(), 8u);
+  for (const auto& d : r.memory) {
+    EXPECT_GT(d.stats.peak, std::size_t(2) << 30) << d.device;  // > 2 GiB charged each
+    EXPECT_EQ(d.stats.capacity, std::size_t(40) << 30) << d.device;
+  }
+  EXPECT_LT(max_rss_kib() - before, 256 * 1024) << "KiB of resident memory grew";
+  ASSERT_TRUE(r.prediction);
+  EXPECT_GT(r.prediction->step_time_s, 0.0);
+}
