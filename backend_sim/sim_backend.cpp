@@ -1,5 +1,6 @@
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_extensions.h"
+#include "backend_sim/sim_dry_arena.h"
 
 #include <cstdlib>
 #include <algorithm>
@@ -45,6 +46,7 @@ SimBackend::SimBackend(const BackendOptions& options) {
     auto d = std::make_unique<VirtualDevice>();
     d->stream = std::make_unique<SimStream>(Device("sim", i), d->health);
     d->capacity = options.memory_capacity;
+    if (options.dry_run) d->arena = std::make_unique<DryArena>();
     devices_.push_back(std::move(d));
     next_track_.push_back(std::make_unique<std::atomic<int>>(1));
   }
@@ -75,6 +77,11 @@ DeviceProperties SimBackend::properties(int index) const {
 MemoryStats SimBackend::memory_stats(int index) const {
   const auto& d = *devices_[index];
   return {d.in_use.load(), d.peak.load(), d.capacity};
+}
+
+std::size_t SimBackend::dry_reserved_bytes(int index) const {
+  const auto& a = devices_[static_cast<std::size_t>(index)]->arena;
+  return a ? a->reserved() : 0;
 }
 
 void SimBackend::reset_peak_memory(int index) {
@@ -118,7 +125,7 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
     // short of pathological fragmentation (Note [Dry run]).
     const std::size_t reserve = d.capacity > (std::size_t(1) << 61) ? std::size_t(1) << 62
                                                                     : 2 * d.capacity + (1u << 20);
-    p = d.arena.allocate(bytes, reserve);
+    p = d.arena->allocate(bytes, reserve);
     if (!p) {
       d.in_use.fetch_sub(bytes);
       throw OutOfMemory(detail::cat("sim:", index, ": dry run: no free address range of ",
@@ -168,7 +175,7 @@ void SimBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
   d->in_use.fetch_sub(bytes);
   const bool dry = dry_run_;
   auto release = [d, ptr, bytes, dry] {
-    if (dry) d->arena.deallocate(ptr, bytes);
+    if (dry) d->arena->deallocate(ptr, bytes);
     else std::free(ptr);
   };
   try {

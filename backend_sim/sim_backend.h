@@ -44,7 +44,6 @@
 #include <vector>
 
 #include "backend_sim/cost_model.h"
-#include "backend_sim/sim_dry_arena.h"
 #include "backend_sim/sim_faults.h"
 #include "backend_sim/sim_stream.h"
 #include "core/runtime/backend.h"
@@ -52,6 +51,8 @@
 #include "core/comm/communicator.h"
 
 namespace ditto::sim {
+
+class DryArena;  // sim_dry_arena.h (not installed: only sim_backend.cpp uses it)
 
 /// Stream of the simulator; throws InvalidArgument naming `call` when `s` belongs to another
 /// backend.
@@ -83,7 +84,7 @@ class SimBackend final : public Backend {
   bool dry_run() const override { return dry_run_; }
   /// Bytes of address space reserved for dry-run allocations of device `index` (0 when not dry,
   /// or before its first allocation): never backed by host memory.
-  std::size_t dry_reserved_bytes(int index) const { return devices_[index]->arena.reserved(); }
+  std::size_t dry_reserved_bytes(int index) const;
 
   void* allocate(int index, std::size_t bytes) override;
   void deallocate(int index, void* ptr, std::size_t bytes) noexcept override;
@@ -135,7 +136,7 @@ class SimBackend final : public Backend {
     std::size_t capacity = 0;
     std::atomic<std::size_t> in_use{0};
     std::atomic<std::size_t> peak{0};
-    DryArena arena;  ///< dry run: where the addresses come from
+    std::unique_ptr<DryArena> arena;  ///< dry run: where the addresses come from (else null)
   };
   bool dry_run_ = false;
   std::vector<std::unique_ptr<VirtualDevice>> devices_;

@@ -12,6 +12,8 @@
 //   mpirun -np 4 build/bin/ditto-train --trainer ddp   # the same, one rank per process (MPI)
 //   build/bin/ditto-train --metrics-jsonl m.jsonl  # + one JSON line per epoch and at the end
 //   build/bin/ditto-train --model gpt              # nanoGPT's Shakespeare character model
+//   build/bin/ditto-train --model gpt --preset gpt2 --dry-run --profile a100-sxm-80gb
+//       --devices 8 --trainer ddp --batch-size 128  # predict GPT-2 124M on 8 A100s, in seconds
 //   build/bin/ditto-train --help
 // The GPT's options and output are in ditto_train_gpt.cpp.
 #include <CLI/CLI.hpp>
@@ -152,6 +154,8 @@ void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) 
 
 int run(Args a, Capture* capture) {
   train::TrainerConfig& c = a.cfg;
+  // A dry run predicts a production run: fast mode (llm.c's, nanoGPT's) unless asked otherwise.
+  if (c.dry_run && !a.given.count("--determinism")) a.determinism = "fast";
   c.determinism = parse_determinism(a.determinism);
   DITTO_CHECK(a.model == "mlp" || a.model == "gpt", "--model: expected mlp or gpt, got '", a.model,
               "'");
@@ -199,13 +203,27 @@ int run(Args a, Capture* capture) {
   c.backend = resolve_backend_name(a.backend, &why);
   if (a.backend == "auto" && c.backend != "cuda" && lead)
     std::printf("ditto-train: --backend auto: using the simulator (%s)\n", why.c_str());
+  DITTO_CHECK(!c.dry_run || (c.backend == "sim" && !processes), "--dry-run: expected --backend "
+              "sim in one process (only the simulator prices work without running it), got "
+              "--backend ", c.backend, processes ? " under mpirun" : "");
+  DITTO_CHECK(!c.dry_run || !c.profile.empty(), "--dry-run: expected --profile (the GPU to "
+              "predict for, e.g. a100-sxm-80gb), got none");
 
   std::shared_ptr<train::CsvDataSource> rows;
-  std::shared_ptr<train::TextDataSource> text;
+  ditto_train::GptData text;
   std::shared_ptr<train::DataSource> data;
   if (gpt) {
     if (!a.given.count("--data")) a.data = ditto_examples::bundled_data_path("shakespeare.txt");
-    data = text = ditto_train::configure_gpt(a.gpt, a.given, a.data, c);
+    ditto_train::apply_preset(a.gpt, a.given);
+    if (c.dry_run) {  // a prediction: a few steps, no evaluation or sample unless asked for
+      if (!a.given.count("--max-iters")) a.gpt.max_iters = 2;
+      if (!a.given.count("--eval-iters")) a.gpt.eval_iters = 0;
+      if (!a.given.count("--sample")) a.gpt.sample = 0;
+      if (!a.given.count("--lr-decay-iters"))
+        a.gpt.lr_decay_iters = std::max(a.gpt.max_iters, a.gpt.warmup_iters + 1);
+    }
+    text = ditto_train::configure_gpt(a.gpt, a.given, a.data, c);
+    data = text.source;
   } else {
     data = rows = std::make_shared<train::CsvDataSource>(a.data, csv, a.val_fraction, c.seed);
   }
@@ -229,7 +247,7 @@ int run(Args a, Capture* capture) {
   cb.on_start = [&](const train::RunInfo& r) {
     open_jsonl();
     if (gpt)
-      ditto_train::print_gpt_start(r, a.gpt, c, *text);
+      ditto_train::print_gpt_start(r, a.gpt, c, text);
     else if (r.trainer == train::TrainerKind::ddp)
       std::printf("ditto-train: trainer=ddp backend=%s ranks=%d (%s) determinism=%s data=%s "
                   "batch=%" PRId64 " epochs=%d bucket_cap_mb=%g\n", r.backend.c_str(),
@@ -258,7 +276,7 @@ int run(Args a, Capture* capture) {
   };
   if (gpt)
     cb.on_finish = [&](train::Replica& rep) {
-      const std::string sample = ditto_train::gpt_sample(rep, a.gpt, *text, c.seed);
+      const std::string sample = ditto_train::gpt_sample(rep, a.gpt, text, c.seed);
       if (!sample.empty())
         std::printf("sample (%zu characters, temperature %g, top_k %" PRId64 ", seed %" PRIu64
                     "):\n%s\n", sample.size(), a.gpt.temperature, a.gpt.top_k, c.seed,
@@ -268,6 +286,7 @@ int run(Args a, Capture* capture) {
   if (capture) capture->result = r;
   if (!r.lead) return 0;
   print_final(r, gpt ? a.gpt.block_size : 0);
+  if (gpt) ditto_train::print_gpt_prediction(r, text, c);
   if (jsonl) jsonl->write(r);
   return 0;
 }
@@ -357,7 +376,8 @@ int cli_main(int argc, char** argv, Capture* capture) {
                    {"trace", "--trace"}, {"profile", "--profile"},
                    {"stragglers", "--straggler"}, {"faults", "--fault"},
                    {"comm_timeout_ms", "--comm-timeout-ms"}, {"trainer", "--trainer"},
-                   {"bucket_cap_mb", "--bucket-cap-mb"}, {"hidden", "--hidden"}};
+                   {"bucket_cap_mb", "--bucket-cap-mb"}, {"hidden", "--hidden"},
+                   {"dry_run", "--dry-run"}};
   float lr = 0.05f;
   CLI::App app{"ditto-train: data-parallel training (an MLP on CSV rows, or nanoGPT's character "
                "GPT with --model gpt) on simulated or real GPUs"};
@@ -395,7 +415,12 @@ int cli_main(int argc, char** argv, Capture* capture) {
   with_default("--sim-memory-gib", a.sim_memory_gib, "memory capacity of each simulated device");
   app.add_option("--profile", c.profile,
                  "sim: device profile for the cost model and memory capacity (h100-sxm, h200, "
-                 "a100-sxm-80gb, rtx4070-laptop, or a .json file); prints the predicted step");
+                 "a100-sxm-80gb, a100-sxm-40gb, rtx4070-laptop, or a .json file); prints the "
+                 "predicted step");
+  app.add_flag("--dry-run", c.dry_run,
+               "sim: price every kernel, copy and collective and account every allocation "
+               "without running them or holding tensor data (predicts a large model's step time "
+               "and memory in seconds; fast determinism unless --determinism is given)");
   with_default("--interconnect", c.interconnect,
                "sim: links between GPUs: auto, nvlink, nvlink3, pcie5, pcie4");
   with_default("--nodes", c.nodes, "sim: nodes of --devices GPUs each (InfiniBand between)");
@@ -434,7 +459,7 @@ int cli_main(int argc, char** argv, Capture* capture) {
   }
   std::set<std::string> named{"--checkpoint", "--resume", "--trace", "--profile", "--devices",
                               "--trainer", "--sim-memory-gib", "--metrics-jsonl", "--data",
-                              "--batch-size", "--lr", "--weight-decay"};
+                              "--batch-size", "--lr", "--weight-decay", "--determinism"};
   named.insert(ditto_train::gpt_only_options().begin(), ditto_train::gpt_only_options().end());
   named.insert(ditto_train::mlp_only_options().begin(), ditto_train::mlp_only_options().end());
   for (const std::string& opt : named)

@@ -2,6 +2,7 @@
 // of nanoGPT's recipe, and what the run prints.
 #include "examples/ditto_train_gpt.h"
 
+#include <algorithm>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include "core/optim/adamw.h"
 #include "core/optim/lr_schedule.h"
 #include "core/runtime/error.h"
+#include "core/train/synthetic_source.h"
 
 namespace ditto_train {
 
@@ -20,7 +22,8 @@ const std::set<std::string>& gpt_only_options() {
   static const std::set<std::string> names{
       "--n-layer", "--n-head", "--n-embd", "--block-size", "--max-iters", "--eval-interval",
       "--eval-iters", "--min-lr", "--warmup-iters", "--lr-decay-iters", "--grad-clip",
-      "--dropout", "--bias", "--beta1", "--beta2", "--sample", "--temperature", "--top-k"};
+      "--dropout", "--bias", "--beta1", "--beta2", "--sample", "--temperature", "--top-k",
+      "--preset", "--vocab-size"};
   return names;
 }
 
@@ -55,6 +58,24 @@ void add_gpt_options(CLI::App& app, GptOptions& g) {
   opt("--sample", g.sample, "characters to generate at the end (0: none)");
   opt("--temperature", g.temperature, "sampling temperature");
   opt("--top-k", g.top_k, "sample among the k likeliest characters (0: all)");
+  opt("--preset", g.preset,
+      "nanoGPT's GPT-2 size: gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl (block 1024, vocab "
+      "50304, biases; explicit --n-layer etc. win)");
+  opt("--vocab-size", g.vocab_size, "rows of wte (0: the text's vocabulary; --preset: 50304)");
+}
+
+void apply_preset(GptOptions& g, const std::set<std::string>& given) {
+  if (g.preset.empty()) return;
+  const nn::GPTConfig p = nn::gpt2_config(g.preset, "--preset");
+  auto set = [&](const char* opt, std::int64_t& field, std::int64_t v) {
+    if (!given.count(opt)) field = v;
+  };
+  set("--n-layer", g.n_layer, p.n_layer);
+  set("--n-head", g.n_head, p.n_head);
+  set("--n-embd", g.n_embd, p.n_embd);
+  set("--block-size", g.block_size, p.block_size);
+  set("--vocab-size", g.vocab_size, p.vocab_size);
+  if (!given.count("--bias")) g.bias = p.bias;  // GPT-2 has biases (from_pretrained: bias=True)
 }
 
 namespace {
@@ -107,14 +128,6 @@ std::string model_name(const nn::GPTConfig& m) {
   return s.str();
 }
 
-/// Parameters of nanoGPT's GPT (tied head counted once), as its get_num_params(False).
-std::int64_t gpt_params(const nn::GPTConfig& m) {
-  const std::int64_t C = m.n_embd, b = m.bias ? 1 : 0;
-  const std::int64_t block = 2 * C * (1 + b) + 3 * C * C + 3 * C * b + C * C + C * b +
-                             4 * C * C + 4 * C * b + 4 * C * C + C * b;
-  return m.vocab_size * C + m.block_size * C + m.n_layer * block + C * (1 + b);
-}
-
 std::string hms(double s) {
   const auto t = static_cast<long long>(s + 0.5);
   char buf[32];
@@ -124,7 +137,7 @@ std::string hms(double s) {
 
 }  // namespace
 
-std::shared_ptr<train::TextDataSource> configure_gpt(const GptOptions& g,
+GptData configure_gpt(const GptOptions& g,
                                                      const std::set<std::string>& given,
                                                      const std::string& data,
                                                      train::TrainerConfig& c) {
@@ -135,15 +148,23 @@ std::shared_ptr<train::TextDataSource> configure_gpt(const GptOptions& g,
   const double wd = given.count("--weight-decay") ? c.weight_decay : g.weight_decay;
   if (!given.count("--batch-size")) c.batch_size = g.batch_size;
   check_options(g, lr, wd);
-  std::shared_ptr<train::TextDataSource> text;
-  try {
-    text = std::make_shared<train::TextDataSource>(data, g.block_size, c.seed);
-  } catch (const Error& e) {
-    throw InvalidArgument(detail::cat("--data: ", e.what()));
+  at_least("--vocab-size", g.vocab_size, 0, " (0: the text's vocabulary)");
+  GptData out;
+  if (c.dry_run && !given.count("--data") && g.vocab_size > 0) {
+    out.source = std::make_shared<train::ZeroTokenSource>(g.block_size, g.vocab_size);
+  } else {
+    try {
+      out.source = out.text = std::make_shared<train::TextDataSource>(data, g.block_size, c.seed);
+    } catch (const Error& e) {
+      throw InvalidArgument(detail::cat("--data: ", e.what()));
+    }
+    DITTO_CHECK(g.vocab_size == 0 || g.vocab_size >= out.text->vocab_size(),
+                "--vocab-size: expected 0 or at least the text's vocabulary of ",
+                out.text->vocab_size(), " tokens, got ", g.vocab_size);
   }
   nn::GPTConfig m;
   m.block_size = g.block_size;
-  m.vocab_size = text->vocab_size();
+  m.vocab_size = g.vocab_size > 0 ? g.vocab_size : out.text->vocab_size();
   m.n_layer = g.n_layer;
   m.n_head = g.n_head;
   m.n_embd = g.n_embd;
@@ -184,21 +205,16 @@ std::shared_ptr<train::TextDataSource> configure_gpt(const GptOptions& g,
   c.field_names["eval_interval"] = "--eval-interval";
   c.field_names["eval_iters"] = "--eval-iters";
   c.field_names["grad_clip"] = "--grad-clip";
-  return text;
+  out.model = m;
+  return out;
 }
 
 void print_gpt_start(const train::RunInfo& r, const GptOptions& g, const train::TrainerConfig& c,
-                     const train::TextDataSource& data) {
-  nn::GPTConfig m;
-  m.block_size = g.block_size;
-  m.vocab_size = data.vocab_size();
-  m.n_layer = g.n_layer;
-  m.n_head = g.n_head;
-  m.n_embd = g.n_embd;
-  m.bias = g.bias;
+                     const GptData& data) {
+  const nn::GPTConfig& m = data.model;
   // The model's own count (dp builds it before the start); ddp reports before building: the
   // count of nanoGPT's layout (the CLI test checks that both agree).
-  const std::int64_t params = r.params > 0 ? r.params : gpt_params(m);
+  const std::int64_t params = r.params > 0 ? r.params : nn::gpt_num_params(m);
   std::printf("ditto-train: model=gpt n_layer=%" PRId64 " n_head=%" PRId64 " n_embd=%" PRId64
               " block_size=%" PRId64 " vocab_size=%" PRId64 " bias=%s dropout=%g params=%" PRId64
               " (%.2fM without wpe) backend=%s devices=%d trainer=%s%s determinism=%s\n",
@@ -207,12 +223,16 @@ void print_gpt_start(const train::RunInfo& r, const GptOptions& g, const train::
               static_cast<double>(params - m.block_size * m.n_embd) / 1e6, r.backend.c_str(),
               r.devices, train::trainer_kind_name(r.trainer),
               r.processes ? " (processes)" : "", determinism_name(r.determinism));
-  std::printf("ditto-train: data=%s bytes=%" PRId64 " (train %" PRId64 ", val %" PRId64
-              " tokens) batch_size=%" PRId64 " max_iters=%" PRId64 " lr=%g min_lr=%g "
+  if (data.text)
+    std::printf("ditto-train: data=%s bytes=%" PRId64 " (train %" PRId64 ", val %" PRId64
+                " tokens)", data.text->name().c_str(), data.text->size(),
+                data.text->train_tokens(), data.text->val_tokens());
+  else
+    std::printf("ditto-train: data=zeros (dry run: every token id 0, no file read)");
+  std::printf(" batch_size=%" PRId64 " max_iters=%" PRId64 " lr=%g min_lr=%g "
               "warmup_iters=%" PRId64 " lr_decay_iters=%" PRId64 " weight_decay=%g "
               "betas=(%g, %g) grad_clip=%g eval_interval=%" PRId64 " eval_iters=%" PRId64
               " seed=%" PRIu64 "\n",
-              data.name().c_str(), data.size(), data.train_tokens(), data.val_tokens(),
               c.batch_size, c.max_iters, static_cast<double>(*c.lr), g.min_lr, g.warmup_iters,
               g.lr_decay_iters, static_cast<double>(c.weight_decay), g.beta1, g.beta2,
               c.grad_clip, c.eval_interval, c.eval_iters, c.seed);
@@ -228,9 +248,10 @@ void print_gpt_eval(const train::EvalMetrics& m) {
   std::fflush(stdout);
 }
 
-std::string gpt_sample(train::Replica& rep, const GptOptions& g,
-                       const train::TextDataSource& data, std::uint64_t seed) {
-  if (g.sample == 0) return "";
+std::string gpt_sample(train::Replica& rep, const GptOptions& g, const GptData& gd,
+                       std::uint64_t seed) {
+  if (g.sample == 0 || !gd.text) return "";
+  const train::TextDataSource& data = *gd.text;
   auto* gpt = dynamic_cast<nn::GPT*>(&rep.model());
   DITTO_CHECK(gpt != nullptr, "--sample: expected the trained model to be an nn::GPT");
   const auto& itos = data.itos();
@@ -242,6 +263,50 @@ std::string gpt_sample(train::Replica& rep, const GptOptions& g,
   std::vector<std::int64_t> out = gpt->generate(prompt, g.sample,
                                                 static_cast<float>(g.temperature), top_k, seed);
   return data.decode(std::vector<std::int64_t>(out.begin() + 1, out.end()));
+}
+
+void print_gpt_prediction(const train::FitResult& r, const GptData& data,
+                          const train::TrainerConfig& c) {
+  if (!r.prediction) return;
+  const train::CostPrediction& p = *r.prediction;
+  const nn::GPTConfig& m = data.model;
+  // nanoGPT model.py estimate_mfu (the PaLM paper's formula, its appendix B): N =
+  // get_num_params() (non_embedding: without wpe), flops_per_token = 6N + 12 L H Q T with
+  // L = n_layer, H = n_head, Q = n_embd / n_head, T = block_size; achieved = flops_per_token x
+  // tokens/s, against the peak of every GPU of the run.
+  const double N = static_cast<double>(nn::gpt_num_params(m) - m.block_size * m.n_embd);
+  const double flops_per_token = 6.0 * N + 12.0 * static_cast<double>(m.n_layer) *
+                                               static_cast<double>(m.n_embd) *
+                                               static_cast<double>(m.block_size);
+  const double tokens_per_s = p.samples_per_s * static_cast<double>(m.block_size);
+  const double achieved = flops_per_token * tokens_per_s;
+  const double devices = static_cast<double>(p.devices);
+  if (c.dry_run)
+    std::printf("dry run: priced, not run: no kernel executed and no tensor data held "
+                "(Note [Dry run]); determinism=%s dtype=%s; GEMMs priced at %s peak x "
+                "gemm_efficiency %g, memory at bandwidth x memory_efficiency %g\n",
+                determinism_name(c.determinism), dtype_name(c.dtype),
+                c.dtype == DType::f32 ? "the FP32" : "the tensor-core", p.gemm_efficiency,
+                p.memory_efficiency);
+  std::printf("predicted GPT: %.0f tokens/s (%" PRId64 " tokens per step) step_time=%.2f ms "
+              "comm_share=%.1f%%; mfu=%.1f%% of BF16 peak %.0f TFLOP/s per GPU (%.1f%% of FP32 "
+              "peak %.1f) with nanoGPT's estimate_mfu: 6N + 12 L H Q T = %.4g FLOP/token, "
+              "N = %.0f parameters without wpe\n",
+              tokens_per_s, c.batch_size * m.block_size, p.step_time_s * 1e3,
+              100.0 * p.comm_share, 100.0 * achieved / (devices * p.bf16_peak_flops),
+              p.bf16_peak_flops / 1e12, 100.0 * achieved / (devices * p.peak_flops),
+              p.peak_flops / 1e12, flops_per_token, N);
+  std::size_t peak = 0, capacity = 0;
+  for (const train::DeviceMemory& d : r.memory) {
+    peak = std::max(peak, d.stats.peak);
+    capacity = d.stats.capacity;
+  }
+  if (!r.memory.empty())
+    std::printf("predicted GPT: peak memory %.2f GiB of %.2f GiB on the fullest device "
+                "(attention materialises att [B, n_head, T, T] per layer, as llm.c without "
+                "cuDNN)\n", static_cast<double>(peak) / 1073741824.0,
+                static_cast<double>(capacity) / 1073741824.0);
+  std::fflush(stdout);
 }
 
 }  // namespace ditto_train

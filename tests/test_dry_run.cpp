@@ -73,9 +73,11 @@ TEST(DryRunBackend, HoldsNoHostMemoryForTensors) {
   }
   EXPECT_LT(max_rss_kib() - before, 64 * 1024) << "KiB of resident memory grew";
   // Live ranges are distinct: every pair of tensors is disjoint.
-  for (std::size_t i = 1; i < held.size(); ++i)
-    if (held[i].device() == held[i - 1].device())
+  for (std::size_t i = 1; i < held.size(); ++i) {
+    if (held[i].device() == held[i - 1].device()) {
       EXPECT_NE(held[i].data<float>(), held[i - 1].data<float>());
+    }
+  }
   held.clear();
   sync_all(be);
   for (int d = 0; d < 8; ++d) EXPECT_EQ(be.memory_stats(d).in_use, 0u);

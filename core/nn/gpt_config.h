@@ -51,6 +51,26 @@ constexpr std::int64_t kGpt2BlockSize = 1024, kGpt2PaddedVocab = 50304;
 /// The GPTConfig of `model_type` (block 1024, vocab 50304, bias true, dropout 0). Throws
 /// InvalidArgument naming `what` (e.g. "--preset") and the known names for another name.
 GPTConfig gpt2_config(const std::string& model_type, const std::string& what = "gpt2_config");
+// Note [GPT-2 memory]
+// What one device of a data-parallel AdamW run holds (fast mode, DDP on D devices), measured by
+// the dry run (ditto-train --dry-run, memory: lines; Note [Dry run], backend_sim/sim_backend.h)
+// and checked against the arithmetic. N parameters (gpt_num_params), B samples per device:
+//   f32 today:  params 4 + grads 4 + DDP's gradient buckets 4 + AdamW exp_avg, exp_avg_sq 8
+//               = 20 bytes per parameter;
+//   bf16 (llm.c's mixed precision, issue 14's --dtype bf16): params 2 + grads 2 (fast mode:
+//               the param dtype) + buckets 2 + f32 master 4 + moments 8 = 18;
+//   ZeRO-1 (--zero-stage 1, no DDP buckets): f32 4 + 4 + 8 / D;  bf16 2 + 2 + 12 / D
+//               (D = 8: 9 and 5.5 bytes per parameter);
+//   activations: ditto's attention materialises att [B, n_head, T, T] per layer (as llm.c
+//               without cuDNN, unlike flash attention), kept for backward: 4 n_head T^2 bytes per
+//               sample per layer in f32, plus about 17 C floats per token per layer.
+// GPT-2 1.5B (gpt2-xl: N = 1,557,686,400, 48 layers, 25 heads, C 1600, T 1024), f32, 8 devices,
+// measured peaks: B = 1: 38.79 GiB, B = 2: 48.57, B = 3: 58.40, i.e. 29.0 GiB (= 20 N bytes)
+// + 9.8 GiB per sample (att 4.69 GiB of it). On 8 x A100 40GB (40 GiB each) --batch-size 16
+// (B = 2) needs 48.6 GiB: OutOfMemory; with ZeRO-1 9 N = 13.1 GiB + 19.6 = 32.7 GiB fits.
+// In bf16 (activations about half) --batch-size 32 (B = 4): 18 N = 26.1 GiB + 19.6 = 45.7 GiB,
+// OutOfMemory; ZeRO-1: 5.5 N = 8.0 GiB + 19.6 = 27.6 GiB fits.
+
 /// Parameters of a GPT of `cfg`, the tied head counted once and wpe included (nanoGPT's
 /// get_num_params(non_embedding=False)): 12 L C^2 + 13 L C (with biases; 12 L C^2 + 4 L C
 /// without) + V C + T C + 2 C (ln_f; C without bias). nanoGPT prints it less T C (wpe).
