@@ -24,8 +24,38 @@ constexpr double kLaunch = 3.0 * kUs;
 // One small host <-> device cudaMemcpy: about 10 us (approximate; driver call + DMA setup).
 constexpr double kHostCopy = 10.0 * kUs;
 // Achieved efficiency (Note [Achieved efficiency], profiles.h): 1.0 = the data-sheet roofline,
-// a placeholder until values with primary sources are set (empty efficiency_source).
+// the placeholder of a profile with no published measurement (empty efficiency_source).
 constexpr double kEffPlaceholder = 1.0;
+
+// The measured fractions (Note [Achieved efficiency]). They are micro-benchmark results
+// published by others, never fitted to a training run: backend_sim/published.h compares the
+// dry runs with llm.c's published step times, and fitting these to those would make that
+// comparison circular.
+//  [MAMF]  S. Bekman, "Machine Learning Engineering", compute/accelerator/README.md, "Maximum
+//          Achievable Matmul FLOPS comparison table", BF16 torch.matmul (no sparsity), the best
+//          shape of a search, mean of 100 iterations after 50 warm-up
+//          (github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md):
+//          "NVIDIA A100 SXM | 271.2 | 312 | 86.9% | 1024x10240x5120" and
+//          "NVIDIA H100 SXM | 794.5 | 989 | 80.3% | 2048x2048x13312". The best shape makes it an
+//          upper bound for a training step's GEMMs; for comparison Azure's cuBLASLt FP16 on
+//          A100-SXM4-80GB measured 228.0 TFLOPS at 4096^3 (73%) and 253.7 at 8192^3 (81%)
+//          ([Azure], GEMM CuBLASLt table; its Hopper tables are FP8 only).
+//  [Azure] Azure AI-benchmarking-guide, Azure_Results/ND_A100_v4_results.md,
+//          ND_H100_v5_results.md, ND_H200_v5_results.md, "HBM Bandwidth" table, Triad
+//          (github.com/Azure/AI-benchmarking-guide/tree/main/Azure_Results): A100-SXM4-80GB
+//          1.70 TB/s of 2.039 = 0.834, H100 80GB HBM3 2.97 of 3.35 = 0.887, H200 4.15 of 4.8 =
+//          0.865 (Copy: 1.61, 2.90, 4.01 TB/s).
+// The GEMM fraction is measured in BF16 on tensor cores; FP32 GEMMs (CUDA cores) take the same
+// fraction (a community run of torch.matmul FP32 4096^3 on an H100 80GB HBM3 reached 51.88 of
+// 67 TFLOPS, 77%: github.com/zzc0721/torch-performance-test-data/issues/79).
+constexpr double kA100Gemm = 271.2 / 312;   // [MAMF] 0.869
+constexpr double kH100Gemm = 794.5 / 989;   // [MAMF] 0.803
+constexpr double kA100Hbm = 1.70 / 2.039;   // [Azure] Triad 0.834
+constexpr double kH100Hbm = 2.97 / 3.35;    // [Azure] Triad 0.887
+constexpr double kH200Hbm = 4.15 / 4.8;     // [Azure] Triad 0.865
+const char* const kEffMamfAzure =
+    "GEMM: Bekman, ML Engineering, MAMF table (BF16 best shape); HBM: Azure "
+    "AI-benchmarking-guide ND results, STREAM Triad";
 }  // namespace
 
 const std::vector<DeviceProfile>& builtin_device_profiles() {
@@ -36,23 +66,29 @@ const std::vector<DeviceProfile>& builtin_device_profiles() {
       {"h100-sxm", "NVIDIA H100 SXM5 80GB", 67 * kT, 494.5 * kT, 989.5 * kT, 80 * kGiB,
        3350 * kG, kLaunch, 64 * kG, kHostCopy,
        "NVIDIA H100 Tensor Core GPU data sheet (SXM); dense = sparse/2",
-       kEffPlaceholder, kEffPlaceholder, ""},
+       kH100Gemm, kH100Hbm, kEffMamfAzure},
       // NVIDIA H200 Tensor Core GPU data sheet (H200 SXM): FP32 67 TFLOPS; TF32 989 and BF16
       // 1,979 TFLOPS with sparsity; 141 GB HBM3e at 4.8 TB/s; PCIe Gen5 x16.
       {"h200", "NVIDIA H200 SXM 141GB", 67 * kT, 494.5 * kT, 989.5 * kT, 141e9, 4800 * kG,
        kLaunch, 64 * kG, kHostCopy, "NVIDIA H200 Tensor Core GPU data sheet (SXM); dense = sparse/2",
-       kEffPlaceholder, kEffPlaceholder, ""},
+       // H200's tensor cores and peak are H100 SXM's (989 TFLOPS dense BF16 in both data
+       // sheets): H100's GEMM fraction; its own HBM3e Triad.
+       kH100Gemm, kH200Hbm, kEffMamfAzure},
       // NVIDIA A100 Tensor Core GPU data sheet (A100 80GB SXM): FP32 19.5 TFLOPS; TF32 156 and
       // BF16 312 TFLOPS dense (312 / 624 with sparsity); 80 GB HBM2e at 2,039 GB/s; PCIe Gen4
       // x16 (64 GB/s both directions).
       {"a100-sxm-80gb", "NVIDIA A100 SXM4 80GB", 19.5 * kT, 156 * kT, 312 * kT, 80 * kGiB,
        2039 * kG, kLaunch, 32 * kG, kHostCopy, "NVIDIA A100 Tensor Core GPU data sheet (80GB SXM)",
-       kEffPlaceholder, kEffPlaceholder, ""},
+       kA100Gemm, kA100Hbm, kEffMamfAzure},
       // Same data sheet, A100 40GB SXM column: FP32 19.5, TF32 156, BF16 312 TFLOPS dense;
       // 40 GB HBM2 at 1,555 GB/s; PCIe Gen4 x16.
       {"a100-sxm-40gb", "NVIDIA A100 SXM4 40GB", 19.5 * kT, 156 * kT, 312 * kT, 40 * kGiB,
        1555 * kG, kLaunch, 32 * kG, kHostCopy, "NVIDIA A100 Tensor Core GPU data sheet (40GB SXM)",
-       kEffPlaceholder, kEffPlaceholder, ""},
+       // The same GPU as the 80GB: its GEMM fraction; no published STREAM figure of the 40GB's
+       // HBM2 was found, so it takes the 80GB's Triad fraction (an assumption).
+       kA100Gemm, kA100Hbm,
+       "GEMM: Bekman, ML Engineering, MAMF table (A100 SXM, BF16); HBM: the 80GB's Azure Triad "
+       "fraction, assumed"},
       // NVIDIA GeForce RTX 4070 Laptop GPU (specifications page): 4,608 CUDA cores, boost clock
       // up to 2,175 MHz, 8 GB GDDR6 on a 128-bit bus (16 Gbps: 256 GB/s), PCIe 4.0 x8.
       // FP32 = 4608 * 2 FLOP * 2.175 GHz = 20.0 TFLOPS. NVIDIA Ada Lovelace architecture

@@ -44,9 +44,13 @@ struct DeviceProfile {
 // kernel_seconds:
 //   time = launch_latency + max(flops / (peak * e_f), bytes / (memory_bandwidth * e_m)),
 //   e_f = gemm_efficiency for KernelCost::gemm kernels, 1 otherwise; e_m = memory_efficiency.
-// The built-in profiles hold 1.0 (no derating: the data-sheet roofline, as before) until values
-// with primary sources are set (issue 14's validation); JSON profiles may set "gemm_efficiency"
-// and "memory_efficiency" (each in [0.001, 1]). Collectives are not derated here: their
+// The built-in A100 / H100 / H200 profiles hold published micro-benchmark fractions (profiles.cpp
+// cites each: GEMM from Bekman's Maximum Achievable Matmul FLOPS table, BF16: A100 SXM 0.869,
+// H100 SXM 0.803, H200 as H100; HBM from Azure's STREAM Triad runs: A100 80GB 0.834, H100 0.887,
+// H200 0.865), never fractions fitted to a training run (backend_sim/published.h compares dry
+// runs with published training runs; fitting to them would make that circular); the laptop
+// profile holds 1.0 (no published measurement). JSON profiles may set "gemm_efficiency" and
+// "memory_efficiency" (each in [0.001, 1]). Collectives are not derated here: their
 // interconnect profiles already hold the bandwidth NCCL reaches.
 
 /// The links between the GPUs of one node, and the network between nodes.

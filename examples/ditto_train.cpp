@@ -21,6 +21,8 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <fcntl.h>
+#include <unistd.h>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -48,6 +50,13 @@ struct Args {
   std::set<std::string> given;          // the options given on the command line
   train::TrainerConfig cfg;
   ditto_train::GptOptions gpt;
+};
+
+/// What a nested run (--predict-table's dry runs) hands back instead of printing: the result, or
+/// the error it stopped with.
+struct Capture {
+  train::FitResult result;
+  std::string error;
 };
 
 /// --hidden: "" is no hidden layer; otherwise every comma-separated item must be a size.
@@ -148,7 +157,7 @@ void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) 
                 r.trace.c_str());
 }
 
-int run(Args a) {
+int run(Args a, Capture* capture) {
   train::TrainerConfig& c = a.cfg;
   // A dry run predicts a production run: fast mode (llm.c's, nanoGPT's) unless asked otherwise.
   if (c.dry_run && !a.given.count("--determinism")) a.determinism = "fast";
@@ -285,6 +294,7 @@ int run(Args a) {
                     sample.c_str());
     };
   train::FitResult r = train::Trainer(c, data, cb).fit();
+  if (capture) capture->result = r;
   if (!r.lead) return 0;
   print_final(r, gpt ? a.gpt.block_size : 0);
   if (gpt) ditto_train::print_gpt_prediction(r, text, c);
@@ -294,7 +304,80 @@ int run(Args a) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int cli_main(int argc, char** argv, Capture* capture);
+
+/// stdout goes to /dev/null while this lives (a nested run's own lines stay out of the table).
+class QuietStdout {
+ public:
+  QuietStdout() {
+    std::fflush(stdout);
+    saved_ = ::dup(STDOUT_FILENO);
+    const int null = ::open("/dev/null", O_WRONLY);
+    if (saved_ >= 0 && null >= 0) ::dup2(null, STDOUT_FILENO);
+    if (null >= 0) ::close(null);
+  }
+  ~QuietStdout() {
+    std::fflush(stdout);
+    if (saved_ >= 0) {
+      ::dup2(saved_, STDOUT_FILENO);
+      ::close(saved_);
+    }
+  }
+  QuietStdout(const QuietStdout&) = delete;
+  QuietStdout& operator=(const QuietStdout&) = delete;
+
+ private:
+  int saved_ = -1;
+};
+
+/// --predict-table's second table: each published training run's dry run (sim::training_cases,
+/// Note [Published figures]) made as `ditto-train <its args>` in this process, its tokens/s
+/// (samples/s x the sequence length) and largest per-device peak memory.
+std::vector<sim::TrainingComparison> run_training_cases() {
+  std::vector<sim::TrainingComparison> rows;
+  for (const sim::TrainingCase& tc : sim::training_cases()) {
+    sim::TrainingComparison row;
+    row.c = tc;
+    std::vector<std::string> args{"ditto-train"};
+    args.insert(args.end(), tc.args.begin(), tc.args.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    Capture cap;
+    int rc = 1;
+    {
+      QuietStdout quiet;
+      rc = cli_main(static_cast<int>(args.size()), argv.data(), &cap);
+    }
+    if (rc != 0 && cap.error.empty()) cap.error = "exit status " + std::to_string(rc);
+    row.error = cap.error;
+    if (row.error.empty()) {
+      if (const auto& p = cap.result.prediction) {
+        row.predicted_step_s = p->step_time_s;
+        row.predicted = p->samples_per_s * static_cast<double>(tc.seq_len);
+      } else {
+        row.error = "the run made no prediction";
+      }
+      for (const train::DeviceMemory& m : cap.result.memory)
+        row.peak_memory_gib = std::max(row.peak_memory_gib,
+                                       static_cast<double>(m.stats.peak) / 1073741824.0);
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) { return cli_main(argc, argv, nullptr); }
+
+namespace {
+
+/// ditto-train's command line; `capture` (nested runs of --predict-table): the run's result or
+/// error is stored there instead of printed.
+int cli_main(int argc, char** argv, Capture* capture) {
   Args a;
   train::TrainerConfig& c = a.cfg;
   c.field_names = {{"epochs", "--epochs"}, {"lr", "--lr"}, {"batch_size", "--batch-size"},
@@ -368,7 +451,9 @@ int main(int argc, char** argv) {
                  "sim: DEVICE:FACTOR, that device's kernels take FACTOR times longer (repeatable)");
   bool table = false;
   app.add_flag("--predict-table", table,
-               "print the cost model's all_reduce figures next to published ones, then exit");
+               "print the cost model's all_reduce figures and dry runs of llm.c's GPT-2 runs next "
+               "to the published figures, then exit (status 1 if a row is outside its tolerance "
+               "and not a known gap)");
   app.add_option("--checkpoint", c.checkpoint_dir,
                  "directory to save checkpoints in (and at the end)");
   app.add_option("--checkpoint-every", c.checkpoint_every, "optimizer steps between checkpoints");
@@ -388,7 +473,15 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-jsonl", a.jsonl,
                  "write each epoch's metrics and the final ones as JSON lines to this file");
   ditto_train::add_gpt_options(app, a.gpt);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (capture && e.get_exit_code() != 0) {
+      capture->error = e.what();
+      return e.get_exit_code();
+    }
+    return app.exit(e);
+  }
   std::set<std::string> named{"--checkpoint", "--resume", "--trace", "--profile", "--devices",
                               "--trainer", "--sim-memory-gib", "--metrics-jsonl", "--data",
                               "--batch-size", "--lr", "--weight-decay", "--determinism"};
@@ -398,21 +491,38 @@ int main(int argc, char** argv) {
     if (app.count(opt) > 0) a.given.insert(opt);
   if (app.count("--lr") > 0) c.lr = lr;
   if (table) {
-    std::fputs(sim::format_published_table(sim::published_comparisons()).c_str(), stdout);
-    return 0;
+    // Exit status 1 when a row is outside its tolerance without being a known gap (Note
+    // [Published figures]): the ctest then fails instead of the table drifting silently.
+    const auto nccl = sim::published_comparisons();
+    std::fputs(sim::format_published_table(nccl).c_str(), stdout);
+    std::fputs("\n", stdout);
+    const auto training = run_training_cases();
+    std::fputs(sim::format_training_table(training).c_str(), stdout);
+    int unexplained = 0;
+    for (const auto& r : nccl) unexplained += !r.within_tolerance() && !r.known_gap;
+    for (const auto& r : training) unexplained += !r.within_tolerance() && !r.c.known_gap;
+    if (unexplained > 0)
+      std::fprintf(stderr, "ditto-train: --predict-table: %d row%s outside %s tolerance and not "
+                   "a known gap (marked FAIL)\n", unexplained, unexplained > 1 ? "s" : "",
+                   unexplained > 1 ? "their" : "its");
+    return unexplained > 0 ? 1 : 0;
   }
   int rc = 1;
   try {
     // Started by mpirun: this process is one rank (--trainer ddp), the job's processes the ranks.
     if (dist::launched_by_mpirun()) dist::init(&argc, &argv);
-    rc = run(std::move(a));
+    rc = run(std::move(a), capture);
   } catch (const std::exception& e) {
-    if (dist::is_initialized())
+    if (capture)
+      capture->error = e.what();
+    else if (dist::is_initialized())
       std::fprintf(stderr, "ditto-train: error: rank %d: %s\n", dist::rank(), e.what());
     else
       std::fprintf(stderr, "ditto-train: error: %s\n", e.what());
     rc = 1;
   }
-  dist::finalize();  // after every communicator is gone (they live in run)
+  if (!capture) dist::finalize();  // after every communicator is gone (they live in run)
   return rc;
 }
+
+}  // namespace

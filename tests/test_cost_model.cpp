@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -94,16 +95,25 @@ TEST(CostModelRoofline, GemmTimesMatchHandComputation) {
   ASSERT_DOUBLE_EQ(h.fp32_flops, 67e12);
   ASSERT_DOUBLE_EQ(h.memory_bandwidth, 3.35e12);
   ASSERT_DOUBLE_EQ(h.launch_latency, 3e-6);
-  // 4096^3 GEMM: 2*4096^3 = 137438953472 FLOP / 67e12 = 2.0513 ms (compute bound; its
-  // 3*4096^2*4 = 201 MB take 60 us).
+  // Note [Achieved efficiency]: GEMMs reach 794.5 / 989 of the peak (Bekman's MAMF table, H100
+  // SXM), memory-bound kernels 2.97 / 3.35 of the HBM bandwidth (Azure's Triad on H100).
+  ASSERT_DOUBLE_EQ(h.gemm_efficiency, 794.5 / 989);
+  ASSERT_DOUBLE_EQ(h.memory_efficiency, 2.97 / 3.35);
+  // 4096^3 GEMM: 2*4096^3 = 137438953472 FLOP / (67e12 * 0.8033) = 2.5535 ms (compute bound;
+  // its 3*4096^2*4 = 201 MB take 68 us).
   sim::KernelCost big{2.0 * 4096 * 4096 * 4096, 4.0 * 3 * 4096 * 4096, true};
-  EXPECT_NEAR(sim::kernel_seconds(h, big), 3e-6 + 137438953472.0 / 67e12, 1e-12);
-  EXPECT_NEAR(sim::kernel_seconds(h, big), 2.0543277e-3, 1e-9);
-  // Outer product 4096 x 4096 x 1: 33.5 MFLOP (0.5 us) but 4*(2*4096 + 4096^2) = 67.14 MB to
-  // write: memory bound, 20.04 us.
+  EXPECT_NEAR(sim::kernel_seconds(h, big), 3e-6 + 137438953472.0 / (67e12 * 794.5 / 989), 1e-12);
+  EXPECT_NEAR(sim::kernel_seconds(h, big), 2.5565092e-3, 1e-9);
+  // Outer product 4096 x 4096 x 1: 33.5 MFLOP (0.6 us) but 4*(2*4096 + 4096^2) = 67.14 MB to
+  // write at 2.97 TB/s: memory bound, 22.61 us.
   sim::KernelCost outer{2.0 * 4096 * 4096, 4.0 * (2 * 4096 + 4096.0 * 4096), true};
-  EXPECT_NEAR(sim::kernel_seconds(h, outer), 3e-6 + 67141632.0 / 3.35e12, 1e-12);
-  EXPECT_NEAR(sim::kernel_seconds(h, outer), 23.0423e-6, 1e-9);
+  EXPECT_NEAR(sim::kernel_seconds(h, outer), 3e-6 + 67141632.0 / 2.97e12, 1e-12);
+  EXPECT_NEAR(sim::kernel_seconds(h, outer), 25.6066e-6, 1e-9);
+  // The laptop profile has no published measurement: the data-sheet roofline.
+  EXPECT_DOUBLE_EQ(sim::device_profile("rtx4070-laptop").gemm_efficiency, 1.0);
+  EXPECT_TRUE(sim::device_profile("rtx4070-laptop").efficiency_source.empty());
+  for (const char* key : {"h100-sxm", "h200", "a100-sxm-80gb", "a100-sxm-40gb"})
+    EXPECT_FALSE(sim::device_profile(key).efficiency_source.empty()) << key;
 }
 
 TEST(CostModelRoofline, SimGemmAdvancesItsStreamByTheRoofline) {
@@ -118,8 +128,9 @@ TEST(CostModelRoofline, SimGemmAdvancesItsStreamByTheRoofline) {
                     b.data<float>(), N, 0.0f, c.data<float>(), N, Determinism::bitwise);
   sync_all(be);
   const sim::CostTotals t1 = be.cost_model().totals();
-  // 65536 FLOP (0.98 ns) vs 4*(64*16 + 16*32 + 64*32) = 14336 bytes (4.28 ns): memory bound.
-  const double expect = 3e-6 + 14336.0 / 3.35e12;
+  // 65536 FLOP (1.2 ns) vs 4*(64*16 + 16*32 + 64*32) = 14336 bytes (4.83 ns at the achieved
+  // 2.97 TB/s of the default profile, h100-sxm): memory bound.
+  const double expect = 3e-6 + 14336.0 / 2.97e12;
   EXPECT_EQ(t1.compute[0] - t0.compute[0], sim::to_vtime(expect));
   EXPECT_EQ(t1.end[0] - t0.end[0], sim::to_vtime(expect));
   EXPECT_EQ(t1.gemm_flops - t0.gemm_flops, 2u * M * N * K);
@@ -293,27 +304,65 @@ TEST(CostModelCollectives, SimAllReduceStartsAtTheLastArrivalAndCostsTheEstimate
 
 // ---- published figures ------------------------------------------------------------------------
 
-// The model's formulas against external measurements (nccl-tests busbw), not a timing.
-TEST(CostModelPublished, EachPublishedFigureIsReproducedWithin15Percent) {
+// The model's formulas against external measurements (nccl-tests busbw, Note [Published
+// figures]), not a timing: every row has a figure and a source; each is within its tolerance, or
+// is a known gap and still outside it (so a model change that closes the gap updates this test).
+TEST(CostModelPublished, EachPublishedFigureIsReproducedWithinItsToleranceOrIsAKnownGap) {
   const auto rows = sim::published_comparisons();
-  ASSERT_GE(rows.size(), 6u);
-  int with_figure = 0;
+  ASSERT_EQ(rows.size(), 8u);
+  int gaps = 0;
   for (const auto& r : rows) {
     SCOPED_TRACE(r.what);
-    if (r.published > 0) {
-      ++with_figure;
-      EXPECT_GT(r.ratio(), 0.85);
-      EXPECT_LT(r.ratio(), 1.15);
-    } else {  // small-message latency: "a few microseconds"
-      EXPECT_EQ(r.unit, "us");
-      EXPECT_GT(r.predicted, 1.0);
-      EXPECT_LT(r.predicted, 20.0);
+    EXPECT_GT(r.published, 0);
+    EXPECT_DOUBLE_EQ(r.tolerance, 0.15);
+    EXPECT_TRUE(std::regex_search(r.source, std::regex(R"(\([a-z0-9.-]+\.[a-z]+/)")))
+        << r.source;  // an address: "(host.tld/..."
+    EXPECT_EQ(r.source.find("ditto issue"), std::string::npos) << r.source;  // no private source
+    if (r.known_gap) {
+      ++gaps;
+      EXPECT_FALSE(r.within_tolerance()) << "ratio " << r.ratio() << ": the gap closed";
+    } else {
+      EXPECT_TRUE(r.within_tolerance()) << "ratio " << r.ratio();
     }
-    EXPECT_FALSE(r.source.empty());
   }
-  EXPECT_GE(with_figure, 6);
+  // The one known gap: small-message latency, 7.8 us predicted against 25.6 us published.
+  EXPECT_EQ(gaps, 1);
+  EXPECT_EQ(rows.back().unit, "us");
+  EXPECT_NEAR(rows.back().published, 25.6, 1e-9);
+  EXPECT_NEAR(rows.back().predicted, 7.8, 0.05);
   const std::string text = sim::format_published_table(rows);
   EXPECT_NE(text.find("370.7 GB/s"), std::string::npos) << text;
+  EXPECT_NE(text.find("0.305 GAP"), std::string::npos) << text;
+}
+
+// The training table's rows (Note [Published figures]): each published step time with its batch
+// in tokens, the dry run's arguments and a source; the table marks each row ok / GAP / FAIL.
+TEST(CostModelPublished, TrainingCasesCarryTheirFiguresAndFormat) {
+  const auto cases = sim::training_cases();
+  ASSERT_EQ(cases.size(), 3u);
+  EXPECT_NEAR(cases[0].published(), 524288 / 0.300, 1e-6);  // llm.c 124M, 8x A100: 1.75M tok/s
+  EXPECT_NEAR(cases[1].published(), 524288 / 0.140, 1e-6);  // 8x H100: 3.74M tok/s
+  EXPECT_NEAR(cases[2].published(), 1048576 / 2.80, 1e-6);  // 1558M, 8x H100: 374k tok/s
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.what);
+    EXPECT_NE(c.source.find("github.com/"), std::string::npos);
+    EXPECT_NE(sim::command_line(c).find("--dry-run"), std::string::npos);
+  }
+  std::vector<sim::TrainingComparison> rows(3);
+  for (int i = 0; i < 3; ++i) rows[i].c = cases[i];
+  rows[0].predicted = rows[0].c.published() * 1.1;  // within 20%
+  rows[0].peak_memory_gib = 40.5;
+  rows[1].predicted = rows[1].c.published() * 0.7;  // outside, not a known gap
+  rows[2].error = "sim:0: out of memory";
+  EXPECT_TRUE(rows[0].within_tolerance());
+  EXPECT_FALSE(rows[1].within_tolerance());
+  EXPECT_FALSE(rows[2].within_tolerance());
+  const std::string text = sim::format_training_table(rows);
+  EXPECT_NE(text.find("1.100 ok"), std::string::npos) << text;
+  EXPECT_NE(text.find("0.700 FAIL"), std::string::npos) << text;
+  EXPECT_NE(text.find("40.50 GiB"), std::string::npos) << text;
+  EXPECT_NE(text.find("error: sim:0: out of memory"), std::string::npos) << text;
+  EXPECT_NE(text.find("ditto-train --model gpt --preset gpt2 --dry-run"), std::string::npos);
 }
 
 // ---- profiles -----------------------------------------------------------------------------------
