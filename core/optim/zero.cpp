@@ -48,7 +48,7 @@ struct ZeroRedundancyOptimizer::Piece {
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<nn::Parameter*> params,
                                                  Communicator comm,
-                                                 const InnerOptimizerFactory& make_inner,
+                                                 const ZeroInnerFactory& make_inner,
                                                  float lr, ZeroOptions options)
     : Optimizer(std::move(params), kCall),
       comm_(std::move(comm)),

@@ -58,8 +58,9 @@
 namespace ditto::optim {
 
 /// Builds the optimizer that updates one rank's shard (the same signature as
-/// train::OptimizerFactory): an optimizer over `params` with learning rate `lr`.
-using InnerOptimizerFactory =
+/// train::OptimizerFactory): an optimizer over `params` with learning rate `lr`. (Not
+/// MasterWeights' InnerOptimizerFactory, which takes the masters only.)
+using ZeroInnerFactory =
     std::function<std::unique_ptr<Optimizer>(std::vector<nn::Parameter*> params, float lr)>;
 
 struct ZeroOptions {
@@ -81,7 +82,7 @@ class ZeroRedundancyOptimizer : public Optimizer {
   /// (naming the field), a factory that returns null, and what Optimizer's constructor and the
   /// factory throw. Runs no collective.
   ZeroRedundancyOptimizer(std::vector<nn::Parameter*> params, Communicator comm,
-                          const InnerOptimizerFactory& make_inner, float lr,
+                          const ZeroInnerFactory& make_inner, float lr,
                           ZeroOptions options = {});
   ~ZeroRedundancyOptimizer() override;
 
@@ -146,7 +147,7 @@ class ZeroRedundancyOptimizer : public Optimizer {
 
   Communicator comm_;
   ZeroOptions options_;
-  InnerOptimizerFactory make_inner_;
+  ZeroInnerFactory make_inner_;
   std::unique_ptr<OptimizerState> consolidated_;  // on the `to` rank of consolidate_state_dict
   int ranks_ = 1, rank_ = 0;
   std::int64_t total_ = 0, shard_ = 0, chunk_ = 0, chunks_ = 0;
