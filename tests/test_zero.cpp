@@ -36,7 +36,7 @@
 namespace ditto {
 namespace {
 
-using optim::InnerOptimizerFactory;
+using InnerOptimizerFactory = optim::ZeroInnerFactory;
 using optim::ZeroOptions;
 using optim::ZeroRedundancyOptimizer;
 

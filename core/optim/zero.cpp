@@ -10,6 +10,7 @@
 
 #include "core/numerics/canonical_tree.h"
 #include "core/numerics/gpt_math.h"
+#include "core/optim/grad_scaler.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/error.h"
 #include "core/runtime/ops.h"
@@ -35,6 +36,7 @@ struct ZeroRedundancyOptimizer::Segment {
   std::int64_t param_off = 0, shard_off = 0, len = 0;
   bool placeholder = false;    // a shard of padding only: one zero element
   const void* bound = nullptr; // the parameter storage p.data views (f32), to notice a rebind
+  bool master = false;         // p.data is this rank's f32 master of a bf16 / f16 piece
   nn::Parameter p;
 };
 
@@ -48,9 +50,9 @@ struct ZeroRedundancyOptimizer::Piece {
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<nn::Parameter*> params,
                                                  Communicator comm,
-                                                 const InnerOptimizerFactory& make_inner,
+                                                 const ZeroInnerFactory& make_inner,
                                                  float lr, ZeroOptions options)
-    : Optimizer(std::move(params), kCall),
+    : Optimizer(std::move(params), kCall, {DType::f32, DType::bf16, DType::f16}),
       comm_(std::move(comm)),
       options_(options),
       make_inner_(make_inner) {
@@ -64,10 +66,17 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<nn::Parameter*> par
               "an empty function");
   ranks_ = comm_.size();
   rank_ = comm_.rank();
-  for (std::size_t i = 0; i < params_.size(); ++i)
+  param_dtype_ = params_[0]->data.dtype();
+  for (std::size_t i = 0; i < params_.size(); ++i) {
     DITTO_CHECK(params_[i]->data.device() == comm_.device(), kCall, ": params[", i, "] ('",
                 params_[i]->name, "'): expected a parameter on ", comm_.device().str(),
                 " (the communicator's device of rank ", rank_, "), got ", params_[i]->data.str());
+    // One dtype: the all_gather moves the parameters' own bytes through one buffer.
+    DITTO_CHECK(params_[i]->data.dtype() == param_dtype_, kCall, ": params[", i, "] ('",
+                params_[i]->name, "'): expected ", dtype_name(param_dtype_),
+                " data (the dtype of params[0]; every parameter of one dtype), got ",
+                params_[i]->data.str());
+  }
 
   // The flat layout: block-aligned slots, the total a multiple of N blocks.
   std::int64_t off = 0;
@@ -134,12 +143,21 @@ ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() = default;
 void ZeroRedundancyOptimizer::refresh_segments() {
   // f32 parameters: the segment's data is a view of the parameter itself, rebuilt when the
   // parameter's storage changed (Module::to, a rebinding load).
+  // bf16 / f16 parameters: the segment's data is this rank's f32 master of the piece, made
+  // once (exact upcast, as MasterWeights makes its masters) and from then on the truth.
   for (auto& s : segments_) {
     if (s->placeholder) continue;
     nn::Parameter& p = *params_[s->param];
-    DITTO_CHECK(p.data.dtype() == DType::f32, kCall, ": params[", s->param, "] ('", p.name,
-                "'): expected f32 data (f32 masters of bf16 / f16 parameters inside ZeRO's shard are "
-                "not implemented yet), got ", p.data.str());
+    DITTO_CHECK(p.data.dtype() == param_dtype_, kCall, ": params[", s->param, "] ('", p.name,
+                "'): expected ", dtype_name(param_dtype_), " data (its dtype when the optimizer "
+                "was made), got ", p.data.str());
+    if (p.data.dtype() != DType::f32) {
+      if (s->master) continue;
+      Tensor m = ops::cast(flat(p.data).narrow(s->param_off, s->len), DType::f32);
+      s->p.data = p.data.dim() >= 2 ? m.view({1, s->len}) : m;
+      s->master = true;
+      continue;
+    }
     const void* storage = p.data.data_ptr();
     if (s->bound == storage && s->p.data.defined()) continue;
     Tensor v = flat(p.data).narrow(s->param_off, s->len);
@@ -153,10 +171,40 @@ void ZeroRedundancyOptimizer::set_lr(double lr) {
   inner_->set_lr(lr);
 }
 
-std::size_t ZeroRedundancyOptimizer::state_bytes() const { return inner_->state_bytes(); }
+std::size_t ZeroRedundancyOptimizer::state_bytes() const {
+  std::size_t masters = 0;
+  for (const auto& s : segments_)
+    if (s->master) masters += static_cast<std::size_t>(s->len) * sizeof(float);
+  return inner_->state_bytes() + masters;
+}
+
+void ZeroRedundancyOptimizer::attach_grad_scaler(GradScaler* scaler) {
+  scaler_ = scaler;
+  if (!scaler_) return;
+  // Each rank checks its shard only: found_inf is the max of the ranks' flags.
+  scaler_->set_found_inf_reducer([this](bool local) {
+    Tensor f = Tensor::from_vector(std::vector<float>{local ? 1.0f : 0.0f}, {1}, comm_.device());
+    comm_.all_reduce(f, ReduceOp::max);
+    return f.item() != 0.0f;
+  });
+}
+
+const std::vector<nn::Parameter*>& ZeroRedundancyOptimizer::layout_params() const {
+  if (param_dtype_ == DType::f32) return params_;
+  if (layout_ptrs_.empty()) {  // f32 stand-ins (host, no values) of the parameters' shapes
+    for (const nn::Parameter* p : params_) {
+      auto q = std::make_unique<nn::Parameter>();
+      q->name = p->name;
+      q->data = Tensor::empty(p->data.shape(), DType::f32, Device::cpu());
+      layout_ptrs_.push_back(q.get());
+      layout_.push_back(std::move(q));
+    }
+  }
+  return layout_ptrs_;
+}
 
 std::unique_ptr<Optimizer> ZeroRedundancyOptimizer::unsharded() const {
-  std::unique_ptr<Optimizer> o = make_inner_(params_, static_cast<float>(inner_->lr()));
+  std::unique_ptr<Optimizer> o = make_inner_(layout_params(), static_cast<float>(inner_->lr()));
   DITTO_CHECK(o != nullptr, kCall, ": make_inner: returned no optimizer");
   o->set_lr(inner_->lr());
   return o;
@@ -172,7 +220,8 @@ std::vector<std::size_t> ZeroRedundancyOptimizer::inner_order() const {
 
 std::vector<std::size_t> ZeroRedundancyOptimizer::param_order(const Optimizer& o) const {
   std::map<const nn::Parameter*, std::size_t> index;
-  for (std::size_t i = 0; i < params_.size(); ++i) index[params_[i]] = i;
+  const std::vector<nn::Parameter*>& layout = layout_params();
+  for (std::size_t i = 0; i < layout.size(); ++i) index[layout[i]] = i;
   std::vector<std::size_t> out;
   for (const nn::Parameter* p : o.parameters()) out.push_back(index.at(p));
   return out;
@@ -229,6 +278,20 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
     comm_.all_gather(send, all);
     if (rank_ == to) gathered[key] = all.to_vector<float>();
   }
+  // bf16 / f16: the f32 masters too (MasterWeights' "master.<i>"), gathered the same way.
+  std::vector<float> masters;
+  if (param_dtype_ != DType::f32) {
+    std::vector<float> shard(static_cast<std::size_t>(shard_), 0.0f);
+    for (const auto& sg : segments_) {
+      if (sg->placeholder) continue;
+      const std::vector<float> v = sg->p.data.to_vector<float>();
+      std::copy(v.begin(), v.end(), shard.begin() + sg->shard_off);
+    }
+    Tensor send = Tensor::from_vector(shard, {shard_}, comm_.device());
+    Tensor all = Tensor::empty({total_}, DType::f32, comm_.device());
+    comm_.all_gather(send, all);
+    if (rank_ == to) masters = all.to_vector<float>();
+  }
   consolidated_.reset();
   if (rank_ != to) return;
   const std::unique_ptr<Optimizer> ref = unsharded();
@@ -254,6 +317,19 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
                                                     params_[i]->data.shape(), Device::cpu()));
     }
   }
+  if (param_dtype_ != DType::f32) {  // MasterWeights' layout (Note [Master weights])
+    out->options["master_weights"] = "f32";
+    if (scaler_)
+      for (const auto& [key, value] : scaler_->state_dict())
+        out->options["grad_scaler." + key] = value;
+    for (std::size_t i = 0; i < np; ++i) {
+      const auto first = masters.begin() + offset_[i];
+      out->tensors.emplace_back(
+          "master." + std::to_string(i),
+          Tensor::from_vector(std::vector<float>(first, first + params_[i]->data.numel()),
+                              params_[i]->data.shape(), Device::cpu()));
+    }
+  }
   consolidated_ = std::move(out);
 }
 
@@ -266,9 +342,61 @@ OptimizerState ZeroRedundancyOptimizer::state_dict() const {
 
 void ZeroRedundancyOptimizer::load_state_dict(const OptimizerState& state) {
   // The unsharded optimizer checks the state (and holds it for a moment), then this rank keeps
-  // the pieces of its segments.
+  // the pieces of its segments. bf16 / f16: MasterWeights' layout, its masters split off first.
+  const char* call = "optim::ZeroRedundancyOptimizer::load_state_dict";
+  OptimizerState plain = state;
+  std::vector<const Tensor*> found(params_.size(), nullptr);
+  std::map<std::string, std::string> scaler_state;
+  if (param_dtype_ != DType::f32) {
+    auto mw = plain.options.find("master_weights");
+    DITTO_CHECK(mw != plain.options.end() && mw->second == "f32", call,
+                ": state: saved without master weights (option master_weights=f32 missing; a "
+                "run in f32 keeps none): cannot resume a mixed-precision run from it");
+    plain.options.erase(mw);
+    const std::string sp = "grad_scaler.";
+    for (auto it = plain.options.begin(); it != plain.options.end();) {
+      if (it->first.compare(0, sp.size(), sp) == 0) {
+        scaler_state[it->first.substr(sp.size())] = it->second;
+        it = plain.options.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    DITTO_CHECK((scaler_ != nullptr) == !scaler_state.empty(), call, ": state: saved ",
+                scaler_state.empty() ? "without" : "with", " a GradScaler's state (grad_scaler.* "
+                "options), this run ", scaler_ ? "scales its loss (f16)" : "has none");
+    if (scaler_) {  // checks before changing: a copy loads first
+      GradScaler check(scaler_->options());
+      check.load_state_dict(scaler_state);
+    }
+    plain.tensors.clear();
+    const std::string mp = "master.";
+    for (const auto& [name, t] : state.tensors) {
+      if (name.compare(0, mp.size(), mp) != 0) {
+        plain.tensors.emplace_back(name, t);
+        continue;
+      }
+      const std::string idx = name.substr(mp.size());
+      bool ok = !idx.empty() && idx.size() < 10;
+      for (char c : idx) ok = ok && c >= '0' && c <= '9';
+      const std::size_t i = ok ? std::stoul(idx) : 0;
+      DITTO_CHECK(ok && i < params_.size(), call, ": state: unexpected tensor '", name,
+                  "' (expected master.<i> with i < ", params_.size(), ")");
+      DITTO_CHECK(found[i] == nullptr, call, ": state: tensor '", name,
+                  "' appears more than once");
+      DITTO_CHECK(t.defined() && t.dtype() == DType::f32 && t.shape() == params_[i]->data.shape(),
+                  call, ": state: tensor '", name, "': expected ",
+                  shape_str(params_[i]->data.shape()), " f32 (the master of parameter ", i, " '",
+                  params_[i]->name, "'), got ",
+                  t.defined() ? t.str() : std::string("an undefined tensor"));
+      found[i] = &t;
+    }
+    for (std::size_t i = 0; i < found.size(); ++i)
+      DITTO_CHECK(found[i] != nullptr, call, ": state: tensor 'master.", i, "' (the master of '",
+                  params_[i]->name, "') is missing");
+  }
   std::unique_ptr<Optimizer> ref = unsharded();
-  ref->load_state_dict(state);
+  ref->load_state_dict(plain);
   const OptimizerState full = ref->state_dict();
   const std::vector<std::size_t> param_at = param_order(*ref);
   ref.reset();
@@ -295,6 +423,12 @@ void ZeroRedundancyOptimizer::load_state_dict(const OptimizerState& state) {
     }
   }
   inner_->load_state_dict(seg);
+  if (scaler_) scaler_->load_state_dict(scaler_state);
+  for (auto& sg : segments_) {
+    if (!sg->master) continue;
+    Tensor piece = flat(*found[sg->param]).narrow(sg->param_off, sg->len).to(comm_.device());
+    flat(sg->p.data).copy_(piece);
+  }
   consolidated_.reset();
 }
 
@@ -388,10 +522,7 @@ void ZeroRedundancyOptimizer::step() {
     }
   }
 
-  // 2. the clip over the full reduced gradients.
-  if (options_.max_grad_norm > 0.0) last_norm_ = clip(mode, has_grad);
-
-  // 3. the shard's update.
+  // 2. the segments' grads: views of the reduced shard.
   for (auto& s : segments_) {
     if (s->placeholder) {
       s->p.grad = any ? Tensor::zeros({1}, DType::f32, comm_.device()) : Tensor();
@@ -404,14 +535,37 @@ void ZeroRedundancyOptimizer::step() {
     Tensor g = grad_shard_.narrow(s->shard_off, s->len);
     s->p.grad = s->p.data.dim() == 2 ? g.view({1, s->len}) : g;
   }
+  struct ClearGrads {  // no view of the shard outlives the step
+    std::vector<std::unique_ptr<Segment>>& segs;
+    ~ClearGrads() {
+      for (auto& s : segs) s->p.grad = Tensor();
+    }
+  } clear_grads{segments_};
+
+  // 3. f16: the GradScaler's unscale_ and inf / NaN check on the shard (Note [ZeRO mixed
+  // precision]); every rank agrees (all_reduce max) and a skipped step changes no parameter.
+  if (scaler_) {
+    std::vector<nn::Parameter*> seg_params;
+    for (auto& s : segments_) seg_params.push_back(&s->p);
+    if (scaler_->unscale_(seg_params, mode)) return;
+  }
+
+  // 4. the clip over the full reduced gradients.
+  if (options_.max_grad_norm > 0.0) last_norm_ = clip(mode, has_grad);
+
+  // 5. the shard's update; bf16 / f16: each master rounded once (RNE) into its piece.
   inner_->step();
-  for (auto& s : segments_) s->p.grad = Tensor();  // no view of the shard outlives the step
+  for (auto& s : segments_) {
+    if (!s->master || !has_grad[s->param]) continue;
+    Tensor rounded = ops::cast(flat(s->p.data), param_dtype_);
+    flat(params_[s->param]->data).narrow(s->param_off, s->len).copy_(rounded);
+  }
   grad_shard_ = Tensor();
 
-  // 4. all_gather of the parameters, chunk by chunk (f32: the segments updated them in place).
+  // 6. all_gather of the parameters in their dtype, chunk by chunk.
   if (ranks_ == 1) return;
-  if (buffer_.dtype() != DType::f32)
-    buffer_ = Tensor::empty({ranks_ * chunk_}, DType::f32, comm_.device());
+  if (buffer_.dtype() != param_dtype_)
+    buffer_ = Tensor::empty({ranks_ * chunk_}, param_dtype_, comm_.device());
   for (std::int64_t c = 0; c < chunks_; ++c) {
     const std::int64_t len_c = std::min(chunk_, shard_ - c * chunk_);
     Tensor recv = buffer_.narrow(0, ranks_ * len_c);

@@ -57,9 +57,12 @@
 
 namespace ditto::optim {
 
+class GradScaler;
+
 /// Builds the optimizer that updates one rank's shard (the same signature as
-/// train::OptimizerFactory): an optimizer over `params` with learning rate `lr`.
-using InnerOptimizerFactory =
+/// train::OptimizerFactory): an optimizer over `params` with learning rate `lr`. (Not
+/// MasterWeights' InnerOptimizerFactory, which takes the masters only.)
+using ZeroInnerFactory =
     std::function<std::unique_ptr<Optimizer>(std::vector<nn::Parameter*> params, float lr)>;
 
 struct ZeroOptions {
@@ -81,7 +84,7 @@ class ZeroRedundancyOptimizer : public Optimizer {
   /// (naming the field), a factory that returns null, and what Optimizer's constructor and the
   /// factory throw. Runs no collective.
   ZeroRedundancyOptimizer(std::vector<nn::Parameter*> params, Communicator comm,
-                          const InnerOptimizerFactory& make_inner, float lr,
+                          const ZeroInnerFactory& make_inner, float lr,
                           ZeroOptions options = {});
   ~ZeroRedundancyOptimizer() override;
 
@@ -114,8 +117,17 @@ class ZeroRedundancyOptimizer : public Optimizer {
 
   /// Bytes of optimizer state this rank holds: the inner optimizer's state tensors plus f32
   /// masters that are not the parameters themselves (bf16 / f16), i.e. about 1/N of the
-  /// unsharded optimizer's. Blocks (reads the inner state_dict's sizes).
+  /// unsharded optimizer's (Adam / AdamW over bf16 parameters: 12 bytes per parameter / N).
+  /// Blocks (reads the inner state_dict's sizes).
   std::size_t state_bytes() const override;
+  /// f16 (torch.amp.GradScaler with ZeRO): step() unscales the reduced shard with `scaler`
+  /// (GradScaler::unscale_ on the segments; found_inf all_reduced with max over the ranks, so
+  /// every rank skips alike) before the clip, and skips the update and the all_gather on
+  /// inf / NaN; the caller calls scaler->update() after step(). Its state travels in
+  /// consolidate_state_dict / load_state_dict as "grad_scaler.<key>" options (as MasterWeights).
+  /// Not owned; null detaches. Sets the scaler's found_inf reducer (this optimizer must outlive
+  /// the scaler's use).
+  void attach_grad_scaler(GradScaler* scaler);
   /// The total 2-norm of the reduced gradients before clipping, of the last step() with
   /// max_grad_norm > 0 (clip_grad_norm_'s return value), else 0.
   float last_grad_norm() const { return last_norm_; }
@@ -141,12 +153,14 @@ class ZeroRedundancyOptimizer : public Optimizer {
   std::unique_ptr<Optimizer> unsharded() const;
   /// Position j of inner_->parameters() (its state.<j>) -> index into segments_.
   std::vector<std::size_t> inner_order() const;
-  /// Position i of o.parameters() (an optimizer over params_) -> index into params_.
+  /// What unsharded() is built over: params_ (f32), else f32 host stand-ins of their shapes.
+  const std::vector<nn::Parameter*>& layout_params() const;
+  /// Position i of o.parameters() (an optimizer over layout_params()) -> index into params_.
   std::vector<std::size_t> param_order(const Optimizer& o) const;
 
   Communicator comm_;
   ZeroOptions options_;
-  InnerOptimizerFactory make_inner_;
+  ZeroInnerFactory make_inner_;
   std::unique_ptr<OptimizerState> consolidated_;  // on the `to` rank of consolidate_state_dict
   int ranks_ = 1, rank_ = 0;
   std::int64_t total_ = 0, shard_ = 0, chunk_ = 0, chunks_ = 0;
@@ -157,6 +171,10 @@ class ZeroRedundancyOptimizer : public Optimizer {
   Tensor grad_shard_;  // [S] f32: the reduced shard (during step() only)
   Tensor buffer_;      // [N * chunk]: the collectives' buffer (during step() only)
   float last_norm_ = 0.0f;
+  DType param_dtype_ = DType::f32;
+  GradScaler* scaler_ = nullptr;
+  mutable std::vector<std::unique_ptr<nn::Parameter>> layout_;  // f32 stand-ins (bf16 / f16)
+  mutable std::vector<nn::Parameter*> layout_ptrs_;
 };
 
 }  // namespace ditto::optim

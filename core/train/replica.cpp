@@ -115,8 +115,15 @@ void Replica::build(const TrainerConfig& c, const DataSource& data, const Device
       DITTO_CHECK(o != nullptr, c.name_of("make_optimizer"), ": returned no optimizer");
       return o;
     };
-    opt_ = std::make_unique<optim::ZeroRedundancyOptimizer>(model_->parameters(), *comm_, inner,
-                                                            lr, zo);
+    auto zero = std::make_unique<optim::ZeroRedundancyOptimizer>(model_->parameters(), *comm_,
+                                                                 inner, lr, zo);
+    // bf16 / f16: the f32 masters live in ZeRO's shard (Note [ZeRO mixed precision]); f16's
+    // GradScaler unscales and checks the reduced shard inside ZeRO's step.
+    if (c.dtype == DType::f16 && c.grad_scaler.enabled) {
+      scaler_ = std::make_unique<optim::GradScaler>(c.grad_scaler);
+      zero->attach_grad_scaler(scaler_.get());
+    }
+    opt_ = std::move(zero);
     return;
   }
   if (c.dtype == DType::f32) {
@@ -144,6 +151,11 @@ Tensor Replica::loss_grad(const Device& device) const {
 void Replica::optimizer_step() {
   // Between backward and step, on the reduced gradients (the same on every rank): [f16: unscale
   // and the inf / NaN check], clip, the step (skipped on inf / NaN), [the scale's update].
+  if (optimizer_reduces_gradients()) {  // ZeRO: unscale, check, clip and step all inside
+    opt_->step();
+    if (scaler_) scaler_->update();
+    return;
+  }
   std::vector<nn::Parameter*> params = model_->parameters();
   if (master_) {
     master_->load_master_grads();
