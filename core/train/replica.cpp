@@ -22,8 +22,7 @@ namespace ditto::train {
 std::vector<float> flat_parameters(nn::Module& m) {
   std::vector<float> all;
   for (nn::Parameter* p : m.parameters()) {
-    const Tensor& d = p->data;
-    std::vector<float> v = (d.dtype() == DType::f32 ? d : d.to(DType::f32)).to_vector<float>();
+    std::vector<float> v = p->data.to(DType::f32).to_vector<float>();  // bf16 / f16: exact
     all.insert(all.end(), v.begin(), v.end());
   }
   return all;
@@ -100,48 +99,39 @@ void Replica::build(const TrainerConfig& c, const DataSource& data, const Device
       return std::make_unique<optim::SGD>(std::move(params), so);
     };
   // Held by value: ZeRO keeps its factory for the unsharded layout of checkpoints.
-  auto make = [&c, factory, lr](std::vector<nn::Parameter*> params) {
-    auto o = factory(std::move(params), lr);
+  auto checked = [&c, factory](std::vector<nn::Parameter*> params, float rate) {
+    auto o = factory(std::move(params), rate);
     DITTO_CHECK(o != nullptr, c.name_of("make_optimizer"), ": returned no optimizer");
     return o;
   };
+  // f16 scales the loss (Note [GradScaler]; bf16 has f32's range and needs none, as in torch).
+  if (c.dtype == DType::f16 && c.grad_scaler.enabled)
+    scaler_ = std::make_unique<optim::GradScaler>(c.grad_scaler);
   if (c.zero_stage == 1 && comm_) {
-    // ZeRO-1: the factory's optimizer updates this rank's shard; the clip runs inside.
+    // ZeRO-1: the factory's optimizer updates this rank's shard; the clip runs inside. bf16 /
+    // f16: the f32 masters live in ZeRO's shard (Note [ZeRO mixed precision]); f16's GradScaler
+    // unscales and checks the reduced shard inside ZeRO's step.
     optim::ZeroOptions zo;
     zo.max_grad_norm = c.grad_clip;
     zo.bucket_cap_mb = c.bucket_cap_mb;
-    auto inner = [&c, factory](std::vector<nn::Parameter*> params, float rate) {
-      auto o = factory(std::move(params), rate);
-      DITTO_CHECK(o != nullptr, c.name_of("make_optimizer"), ": returned no optimizer");
-      return o;
-    };
     auto zero = std::make_unique<optim::ZeroRedundancyOptimizer>(model_->parameters(), *comm_,
-                                                                 inner, lr, zo);
-    // bf16 / f16: the f32 masters live in ZeRO's shard (Note [ZeRO mixed precision]); f16's
-    // GradScaler unscales and checks the reduced shard inside ZeRO's step.
-    if (c.dtype == DType::f16 && c.grad_scaler.enabled) {
-      scaler_ = std::make_unique<optim::GradScaler>(c.grad_scaler);
-      zero->attach_grad_scaler(scaler_.get());
-    }
+                                                                 checked, lr, zo);
+    if (scaler_) zero->attach_grad_scaler(scaler_.get());
     opt_ = std::move(zero);
     return;
   }
   if (c.dtype == DType::f32) {
-    opt_ = make(model_->parameters());
+    opt_ = checked(model_->parameters(), lr);
     return;
   }
-  // Mixed precision: the optimizer runs on f32 masters (Note [Master weights]); f16 scales the
-  // loss (Note [GradScaler]; bf16 has f32's range and needs none, as in torch).
+  // Mixed precision: the optimizer runs on f32 masters (Note [Master weights]).
   auto mw = std::make_unique<optim::MasterWeights>(
-      model_->parameters(), [make](std::vector<nn::Parameter*> masters) {
-        return make(std::move(masters));
+      model_->parameters(), [checked, lr](std::vector<nn::Parameter*> masters) {
+        return checked(std::move(masters), lr);
       });
   master_ = mw.get();
   opt_ = std::move(mw);
-  if (c.dtype == DType::f16 && c.grad_scaler.enabled) {
-    scaler_ = std::make_unique<optim::GradScaler>(c.grad_scaler);
-    master_->attach_grad_scaler(scaler_.get());
-  }
+  if (scaler_) master_->attach_grad_scaler(scaler_.get());
 }
 
 Tensor Replica::loss_grad(const Device& device) const {
@@ -163,7 +153,7 @@ void Replica::optimizer_step() {
   }
   const bool found_inf = scaler_ && scaler_->unscale_(params, config_.determinism);
   if (!found_inf) {
-    if (config_.grad_clip > 0 && !optimizer_reduces_gradients())
+    if (config_.grad_clip > 0)
       optim::clip_grad_norm_(params, config_.grad_clip, config_.determinism);
     opt_->step();
   }
@@ -218,25 +208,20 @@ double Replica::step(const data::Batch& b) {
     if (dp_ && steps == 1) {
       out = dp_->forward(b.x);
       loss = criterion_->forward(out, target(b.y, out.size(1), out.device()));
-    } else if (dp_) {
-      const MicroBatch m = micro_batch(n, config_.micro_shards, 1, 0, steps, k,
-                                       config_.determinism);
-      criterion_->set_global_batch(n);
-      out = dp_->forward({b.x.narrow(m.first_row, m.rows())}, m.first_row, m.shard_bounds);
-      loss = criterion_->forward(
-          out, target(b.y.narrow(m.first_row, m.rows()), out.size(1), out.device()));
     } else if (steps == 1) {
       const auto [lo, hi] = ddp_->local_rows(n);
       criterion_->set_global_batch(n);
       out = ddp_->forward({b.x.narrow(lo, hi - lo)}, n);
       loss = criterion_->forward(out, target(b.y.narrow(lo, hi - lo), out.size(1), devices_[0]));
-    } else {
-      const MicroBatch m = micro_batch(n, config_.micro_shards, world, comm_->rank(), steps, k,
-                                       config_.determinism);
+    } else {  // a micro-step: dp's block k of the batch, or ddp's block k of this rank's rows
+      const MicroBatch m = micro_batch(n, config_.micro_shards, world, comm_ ? comm_->rank() : 0,
+                                       steps, k, config_.determinism);
       criterion_->set_global_batch(n);
-      out = ddp_->forward({b.x.narrow(m.first_row, m.rows())}, m.first_row, m.shard_bounds);
+      const std::vector<Tensor> x{b.x.narrow(m.first_row, m.rows())};
+      out = dp_ ? dp_->forward(x, m.first_row, m.shard_bounds)
+                : ddp_->forward(x, m.first_row, m.shard_bounds);
       loss = criterion_->forward(
-          out, target(b.y.narrow(m.first_row, m.rows()), out.size(1), devices_[0]));
+          out, target(b.y.narrow(m.first_row, m.rows()), out.size(1), out.device()));
     }
     // Fresh grads for every micro-step's node of the tree (fold), else once per step.
     if (k == 0 || fold) opt_->zero_grad(true);
@@ -301,8 +286,8 @@ Evaluation Replica::evaluate(const data::Dataset& ds, std::int64_t batch_size) {
     Tensor logits = dp_ ? dp_->forward(b.x) : model_->forward(b.x.to(devices_[0]));
     Tensor y = target(b.y, logits.size(1), logits.device());
     loss_sum += static_cast<double>(criterion.forward(logits, y).item()) * b.x.size(0);
-    std::vector<float> l =  // bf16 / f16 logits: exact upcast (argmax unchanged)
-        (logits.dtype() == DType::f32 ? logits : logits.to(DType::f32)).to_vector<float>();
+    // bf16 / f16 logits: exact upcast (argmax unchanged); f32: the tensor itself.
+    std::vector<float> l = logits.to(DType::f32).to_vector<float>();
     std::vector<std::int64_t> t = b.y.to_vector<std::int64_t>();
     const std::int64_t classes = logits.size(1);
     for (std::size_t r = 0; r < t.size(); ++r) {
