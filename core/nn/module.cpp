@@ -20,11 +20,17 @@ Tensor Module::forward(const std::vector<Tensor>& inputs) {
   return forward(inputs[0]);
 }
 
+namespace {
+/// A dtype's name, or "DType value N" for a value outside the enumeration.
+std::string dtype_description(DType t) {
+  return is_valid_dtype(t) ? std::string(dtype_name(t))
+                           : detail::cat("DType value ", static_cast<int>(t));
+}
+}  // namespace
+
 DType grad_dtype(DType param, Determinism mode) {
-  DITTO_CHECK(param == DType::f32 || param == DType::bf16 || param == DType::f16,
-              "nn::grad_dtype: param: expected f32, bf16 or f16, got ",
-              is_valid_dtype(param) ? std::string(dtype_name(param))
-                                    : detail::cat("DType value ", static_cast<int>(param)));
+  DITTO_CHECK(is_float_storage(param), "nn::grad_dtype: param: expected f32, bf16 or f16, got ",
+              dtype_description(param));
   return mode == Determinism::bitwise ? DType::f32 : param;
 }
 
@@ -51,10 +57,8 @@ void Module::to(const Device& device) {
 }
 
 void Module::to(DType dtype) {
-  DITTO_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16, name(),
-              ".to: dtype: expected f32, bf16 or f16, got ",
-              is_valid_dtype(dtype) ? std::string(dtype_name(dtype))
-                                    : detail::cat("DType value ", static_cast<int>(dtype)));
+  DITTO_CHECK(is_float_storage(dtype), name(), ".to: dtype: expected f32, bf16 or f16, got ",
+              dtype_description(dtype));
   for (Parameter* p : parameters()) {
     p->data = p->data.to(dtype);
     p->grad = Tensor();

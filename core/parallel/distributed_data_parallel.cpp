@@ -59,10 +59,6 @@ DType DistributedDataParallel::grad_dtype_of(const nn::Parameter& p) const {
   return nn::grad_dtype(p.data.dtype(), mode_);
 }
 
-namespace {
-
-}  // namespace
-
 struct DistributedDataParallel::Bucket {
   std::vector<std::size_t> params;       // indices into params_
   std::vector<std::int64_t> offsets;     // element offset of each parameter in `flat`
@@ -102,8 +98,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, Communicato
                   "DistributedDataParallel: rank ", comm_.rank(), ": parameter ", i, " ('", p.name,
                   "'): expected a tensor on ", comm_.device().str(), " (the communicator's device "
                   "of this rank), got ", p.data.defined() ? p.data.str() : std::string("undefined"));
-      const DType d = p.data.dtype();
-      DITTO_CHECK(d == DType::f32 || d == DType::bf16 || d == DType::f16,
+      DITTO_CHECK(nn::is_float_storage(p.data.dtype()),
                   "DistributedDataParallel: rank ", comm_.rank(), ": parameter ", i, " ('", p.name,
                   "'): expected dtype f32, bf16 or f16, got ", p.data.str());
     }
@@ -285,6 +280,18 @@ Tensor DistributedDataParallel::forward(const std::vector<Tensor>& inputs) {
   }
 }
 
+Tensor DistributedDataParallel::forward_rows(const std::vector<Tensor>& inputs,
+                                             std::int64_t first_row,
+                                             const std::vector<std::int64_t>& shard_bounds) {
+  if (join_enabled_) exchange_join_flags(sync_ ? 2 : 1, nullptr);
+  if (mode_ == Determinism::bitwise) module_.set_micro_shards(shard_bounds);
+  module_.set_first_row(first_row);  // Note [Dropout masks]
+  std::vector<Tensor> moved;
+  moved.reserve(inputs.size());
+  for (const Tensor& t : inputs) moved.push_back(t.to(comm_.device()));
+  return module_.forward(moved);
+}
+
 Tensor DistributedDataParallel::forward(const std::vector<Tensor>& inputs,
                                         std::int64_t global_batch) {
   try {
@@ -295,17 +302,12 @@ Tensor DistributedDataParallel::forward(const std::vector<Tensor>& inputs,
                   " rows [", lo, ", ", hi, ") of the global batch of ", global_batch,
                   " that rank ", comm_.rank(), " of ", comm_.size(), " takes (local_rows), got ",
                   inputs[j].defined() ? inputs[j].str() : std::string("an undefined tensor"));
-    if (join_enabled_) exchange_join_flags(sync_ ? 2 : 1, nullptr);
+    std::vector<std::int64_t> bounds;
     if (mode_ == Determinism::bitwise) {
       const std::int64_t k = options_.micro_shards, d = comm_.size(), r = comm_.rank();
-      module_.set_micro_shards(
-          local_bounds(micro_shard_bounds(global_batch, k), r * k / d, (r + 1) * k / d));
+      bounds = local_bounds(micro_shard_bounds(global_batch, k), r * k / d, (r + 1) * k / d);
     }
-    module_.set_first_row(lo);  // Note [Dropout masks]: this rank's rows of the global batch
-    std::vector<Tensor> moved;
-    moved.reserve(inputs.size());
-    for (const Tensor& t : inputs) moved.push_back(t.to(comm_.device()));
-    return module_.forward(moved);
+    return forward_rows(inputs, lo, bounds);  // lo: this rank's rows of the global batch
   } catch (...) {
     fail("forward");
   }
@@ -327,13 +329,7 @@ Tensor DistributedDataParallel::forward(const std::vector<Tensor>& inputs, std::
                   inputs[j].defined() ? inputs[j].str() : std::string("an undefined tensor"));
     if (mode_ == Determinism::bitwise)
       check_shard_bounds("DistributedDataParallel.forward", shard_bounds, inputs[0].size(0));
-    if (join_enabled_) exchange_join_flags(sync_ ? 2 : 1, nullptr);
-    if (mode_ == Determinism::bitwise) module_.set_micro_shards(shard_bounds);
-    module_.set_first_row(first_row);  // Note [Dropout masks]
-    std::vector<Tensor> moved;
-    moved.reserve(inputs.size());
-    for (const Tensor& t : inputs) moved.push_back(t.to(comm_.device()));
-    return module_.forward(moved);
+    return forward_rows(inputs, first_row, shard_bounds);
   } catch (...) {
     fail("forward");
   }

@@ -207,6 +207,10 @@ class DistributedDataParallel {
   /// Join protocol's per-step all_reduce; returns whether the active ranks sync this step.
   bool exchange_join_flags(int my_flag, std::vector<std::int64_t>* flags);
   void on_grad_ready(nn::Parameter& p);
+  /// The tail of every row-aware forward: the join flags, the micro-shard bounds (bitwise), the
+  /// first row, the inputs onto comm.device(), the module's forward. No checks, no try.
+  Tensor forward_rows(const std::vector<Tensor>& inputs, std::int64_t first_row,
+                      const std::vector<std::int64_t>& shard_bounds);
   void launch_ready_buckets();
   void launch(std::size_t b);
   void finish_backward();
