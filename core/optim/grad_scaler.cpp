@@ -175,4 +175,26 @@ void GradScaler::load_state_dict(const std::map<std::string, std::string>& state
   found_inf_ = false;
 }
 
+namespace {
+constexpr const char* kScalerPrefix = "grad_scaler.";
+}  // namespace
+
+void put_scaler_state(const GradScaler& scaler, std::map<std::string, std::string>& options) {
+  for (const auto& [key, value] : scaler.state_dict()) options[kScalerPrefix + key] = value;
+}
+
+std::map<std::string, std::string> take_scaler_state(std::map<std::string, std::string>& options) {
+  std::map<std::string, std::string> state;
+  const std::string sp = kScalerPrefix;
+  for (auto it = options.begin(); it != options.end();) {
+    if (it->first.compare(0, sp.size(), sp) == 0) {
+      state[it->first.substr(sp.size())] = it->second;
+      it = options.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return state;
+}
+
 }  // namespace ditto::optim

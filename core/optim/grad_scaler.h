@@ -111,6 +111,14 @@ class GradScaler {
   std::function<bool(bool)> reducer_;
 };
 
+/// A GradScaler's state inside an optimizer's state dict (MasterWeights and
+/// ZeroRedundancyOptimizer save it so): each state_dict() entry as the option
+/// "grad_scaler.<key>" of `options`.
+void put_scaler_state(const GradScaler& scaler, std::map<std::string, std::string>& options);
+/// The inverse: removes every "grad_scaler.*" option from `options` and returns them without
+/// the prefix (empty when the state dict holds no scaler's state).
+std::map<std::string, std::string> take_scaler_state(std::map<std::string, std::string>& options);
+
 /// Whether every element of `x` (f32, any device) is finite, exactly (Note [GradScaler]). Blocks.
 bool all_finite(const Tensor& x, Determinism mode = Determinism::fast);
 

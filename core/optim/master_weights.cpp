@@ -13,7 +13,6 @@ namespace ditto::optim {
 
 namespace {
 constexpr const char* kMasterPrefix = "master.";
-constexpr const char* kScalerPrefix = "grad_scaler.";
 }
 
 MasterWeights::MasterWeights(std::vector<nn::Parameter*> params,
@@ -79,8 +78,7 @@ void MasterWeights::step() {
 OptimizerState MasterWeights::state_dict() const {
   OptimizerState s = inner_->state_dict();
   s.options["master_weights"] = "f32";
-  if (scaler_)
-    for (const auto& [key, value] : scaler_->state_dict()) s.options[kScalerPrefix + key] = value;
+  if (scaler_) put_scaler_state(*scaler_, s.options);
   for (std::size_t i = 0; i < masters_.size(); ++i)
     s.tensors.emplace_back(kMasterPrefix + std::to_string(i),
                            masters_[i]->data.to(Device::cpu()).clone());
@@ -96,16 +94,7 @@ void MasterWeights::load_state_dict(const OptimizerState& state) {
   OptimizerState inner = state;
   inner.options.erase("master_weights");
   inner.tensors.clear();
-  std::map<std::string, std::string> scaler_state;
-  const std::string sp = kScalerPrefix;
-  for (auto it = inner.options.begin(); it != inner.options.end();) {
-    if (it->first.compare(0, sp.size(), sp) == 0) {
-      scaler_state[it->first.substr(sp.size())] = it->second;
-      it = inner.options.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  const std::map<std::string, std::string> scaler_state = take_scaler_state(inner.options);
   DITTO_CHECK(!scaler_ || !scaler_state.empty(), call,
               ": state: saved without a GradScaler's state (grad_scaler.* options), this run "
               "scales its loss (f16)");

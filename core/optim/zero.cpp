@@ -319,9 +319,7 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
   }
   if (param_dtype_ != DType::f32) {  // MasterWeights' layout (Note [Master weights])
     out->options["master_weights"] = "f32";
-    if (scaler_)
-      for (const auto& [key, value] : scaler_->state_dict())
-        out->options["grad_scaler." + key] = value;
+    if (scaler_) put_scaler_state(*scaler_, out->options);
     for (std::size_t i = 0; i < np; ++i) {
       const auto first = masters.begin() + offset_[i];
       out->tensors.emplace_back(
@@ -353,15 +351,7 @@ void ZeroRedundancyOptimizer::load_state_dict(const OptimizerState& state) {
                 ": state: saved without master weights (option master_weights=f32 missing; a "
                 "run in f32 keeps none): cannot resume a mixed-precision run from it");
     plain.options.erase(mw);
-    const std::string sp = "grad_scaler.";
-    for (auto it = plain.options.begin(); it != plain.options.end();) {
-      if (it->first.compare(0, sp.size(), sp) == 0) {
-        scaler_state[it->first.substr(sp.size())] = it->second;
-        it = plain.options.erase(it);
-      } else {
-        ++it;
-      }
-    }
+    scaler_state = take_scaler_state(plain.options);
     DITTO_CHECK((scaler_ != nullptr) == !scaler_state.empty(), call, ": state: saved ",
                 scaler_state.empty() ? "without" : "with", " a GradScaler's state (grad_scaler.* "
                 "options), this run ", scaler_ ? "scales its loss (f16)" : "has none");
