@@ -302,10 +302,6 @@ int run(Args a, Capture* capture) {
   return 0;
 }
 
-}  // namespace
-
-namespace {
-
 int cli_main(int argc, char** argv, Capture* capture);
 
 /// stdout goes to /dev/null while this lives (a nested run's own lines stay out of the table).
@@ -368,12 +364,6 @@ std::vector<sim::TrainingComparison> run_training_cases() {
   }
   return rows;
 }
-
-}  // namespace
-
-int main(int argc, char** argv) { return cli_main(argc, argv, nullptr); }
-
-namespace {
 
 /// ditto-train's command line; `capture` (nested runs of --predict-table): the run's result or
 /// error is stored there instead of printed.
@@ -526,3 +516,5 @@ int cli_main(int argc, char** argv, Capture* capture) {
 }
 
 }  // namespace
+
+int main(int argc, char** argv) { return cli_main(argc, argv, nullptr); }
