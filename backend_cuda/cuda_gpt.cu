@@ -79,41 +79,43 @@ __global__ void gelu_backward_kernel(const float* x, const float* gy, float* gx,
 }
 
 // ---- causal self-attention ---------------------------------------------------------------------
-// Thread i over B * nh * T: b = i / (nh T), h = (i / T) % nh, t (or u) = i % T, so the row
-// att[b, h, t, :] is row i of att. `drop` is the attention dropout's key (inactive: p == 0, no
-// mask drawn); each thread draws its elements' mask with gpt::AttentionDropout (Philox per
-// element, Note [GPT kernels]).
+// Thread i over B * nh * T: b = i / (nh T), h = (i / T) % nh, t (or u) = i % T, so query (or key)
+// i's softmax stats are stats[i] and its pd is pd[i]. att is never stored (Note [Attention
+// memory] in core/numerics/gpt_math.h): each thread recomputes the scores it needs. These are
+// reference kernels of the arithmetic (gpt_math.h's per-query bodies), not tuned ones. `drop` is
+// the attention dropout's key (inactive: p == 0, no mask drawn); each thread draws its elements'
+// mask with gpt::AttentionDropout (Philox per element, Note [GPT kernels]).
 
 __global__ void attention_forward_kernel(const float* qkv, i64 B, i64 T, i64 C, i64 nh, float* y,
-                                         float* att, gpt::AttentionDropout drop) {
+                                         gpt::SoftmaxStats* stats, gpt::AttentionDropout drop) {
   const i64 hd = C / nh;
   for (i64 i = global_thread(); i < B * nh * T; i += grid_threads()) {
     const i64 b = i / (nh * T), h = (i / T) % nh, t = i % T;
-    gpt::attention_query(qkv, T, C, nh, b, t, h, y + (b * T + t) * C + h * hd, att + i * T,
-                         drop);
+    stats[i] = gpt::attention_query(qkv, T, C, nh, b, t, h, y + (b * T + t) * C + h * hd, drop);
   }
 }
 
 __global__ void attention_query_backward_kernel(const float* dy, const float* qkv,
-                                                const float* att, i64 B, i64 T, i64 C, i64 nh,
-                                                float* dqkv, float* dpre,
+                                                const gpt::SoftmaxStats* stats, i64 B, i64 T,
+                                                i64 C, i64 nh, float* dqkv, float* pd,
                                                 gpt::AttentionDropout drop) {
   const i64 hd = C / nh;
   for (i64 i = global_thread(); i < B * nh * T; i += grid_threads()) {
     const i64 b = i / (nh * T), h = (i / T) % nh, t = i % T;
-    gpt::attention_query_backward(dy, qkv, att + i * T, T, C, nh, b, t, h, dpre + i * T,
-                                  dqkv + (b * T + t) * 3 * C + h * hd, drop);
+    pd[i] = gpt::attention_query_backward(dy, qkv, T, C, nh, b, t, h, stats[i],
+                                          dqkv + (b * T + t) * 3 * C + h * hd, drop);
   }
 }
 
-__global__ void attention_key_backward_kernel(const float* dy, const float* qkv, const float* att,
-                                              const float* dpre, i64 B, i64 T, i64 C, i64 nh,
-                                              float* dqkv, gpt::AttentionDropout drop) {
+__global__ void attention_key_backward_kernel(const float* dy, const float* qkv,
+                                              const gpt::SoftmaxStats* stats, const float* pd,
+                                              i64 B, i64 T, i64 C, i64 nh, float* dqkv,
+                                              gpt::AttentionDropout drop) {
   const i64 hd = C / nh;
   for (i64 i = global_thread(); i < B * nh * T; i += grid_threads()) {
     const i64 b = i / (nh * T), h = (i / T) % nh, u = i % T;
     float* row = dqkv + (b * T + u) * 3 * C + h * hd;
-    gpt::attention_key_backward(dy, qkv, att, dpre, T, C, nh, b, u, h, row + C, row + 2 * C,
+    gpt::attention_key_backward(dy, qkv, stats, pd, T, C, nh, b, u, h, row + C, row + 2 * C,
                                 drop);
   }
 }
@@ -226,28 +228,29 @@ void CudaGptKernels::gelu_backward(Stream& s, const float* x, const float* gy, f
 }
 
 void CudaGptKernels::attention_forward(Stream& s, const float* qkv, i64 B, i64 T, i64 C, i64 nh,
-                                       float* y, float* att, float p, std::uint64_t seed,
+                                       float* y, float* stats, float p, std::uint64_t seed,
                                        std::uint64_t stream, std::uint64_t index_base) {
   if (B <= 0 || T <= 0 || nh <= 0) return;
   Launch l(backend_, s, "attention_forward");
   const gpt::AttentionDropout drop{p, seed, stream, index_base};
-  attention_forward_kernel<<<blocks_for(B * nh * T, 128), 128, 0, l.get()>>>(qkv, B, T, C, nh, y,
-                                                                              att, drop);
+  attention_forward_kernel<<<blocks_for(B * nh * T, 128), 128, 0, l.get()>>>(
+      qkv, B, T, C, nh, y, reinterpret_cast<gpt::SoftmaxStats*>(stats), drop);
   l.check();
 }
 
 void CudaGptKernels::attention_backward(Stream& s, const float* dy, const float* qkv,
-                                        const float* att, i64 B, i64 T, i64 C, i64 nh,
+                                        const float* stats, i64 B, i64 T, i64 C, i64 nh,
                                         float* dqkv, float* scratch, float p, std::uint64_t seed,
                                         std::uint64_t stream, std::uint64_t index_base) {
   if (B <= 0 || T <= 0 || nh <= 0) return;
   Launch l(backend_, s, "attention_backward");
   const gpt::AttentionDropout drop{p, seed, stream, index_base};
   const int blocks = blocks_for(B * nh * T, 128);
-  attention_query_backward_kernel<<<blocks, 128, 0, l.get()>>>(dy, qkv, att, B, T, C, nh, dqkv,
+  const auto* st = reinterpret_cast<const gpt::SoftmaxStats*>(stats);
+  attention_query_backward_kernel<<<blocks, 128, 0, l.get()>>>(dy, qkv, st, B, T, C, nh, dqkv,
                                                                scratch, drop);
   l.check();
-  attention_key_backward_kernel<<<blocks, 128, 0, l.get()>>>(dy, qkv, att, scratch, B, T, C, nh,
+  attention_key_backward_kernel<<<blocks, 128, 0, l.get()>>>(dy, qkv, st, scratch, B, T, C, nh,
                                                              dqkv, drop);
   l.check();
 }

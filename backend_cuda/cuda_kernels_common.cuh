@@ -251,9 +251,9 @@ class CudaGptKernels : public CudaDtypeKernels {
   void gelu_forward(Stream& s, const float* x, float* y, i64 n) override;
   void gelu_backward(Stream& s, const float* x, const float* gy, float* gx, i64 n) override;
   void attention_forward(Stream& s, const float* qkv, i64 B, i64 T, i64 C, i64 nh, float* y,
-                         float* att, float p, std::uint64_t seed, std::uint64_t stream,
+                         float* stats, float p, std::uint64_t seed, std::uint64_t stream,
                          std::uint64_t index_base) override;
-  void attention_backward(Stream& s, const float* dy, const float* qkv, const float* att, i64 B,
+  void attention_backward(Stream& s, const float* dy, const float* qkv, const float* stats, i64 B,
                           i64 T, i64 C, i64 nh, float* dqkv, float* scratch, float p,
                           std::uint64_t seed, std::uint64_t stream,
                           std::uint64_t index_base) override;

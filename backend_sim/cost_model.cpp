@@ -17,9 +17,14 @@ using Kind = CollectiveKind;
 double kernel_seconds(const DeviceProfile& device, const KernelCost& cost) {
   // Note [Achieved efficiency] (profiles.h); tensor-core kernels (bf16 / f16 storage, Note
   // [Mixed precision]) at the BF16 peak.
-  const double peak =
-      cost.tensor_core && device.bf16_flops > 0 ? device.bf16_flops : device.fp32_flops;
-  const double compute = cost.flops / (peak * (cost.gemm ? device.gemm_efficiency : 1.0));
+  const bool tc = cost.tensor_core && device.bf16_flops > 0;
+  const double peak = tc ? device.bf16_flops : device.fp32_flops;
+  double compute = cost.flops / (peak * (cost.gemm ? device.gemm_efficiency : 1.0));
+  if (tc && !cost.gemm && cost.matmul_flops > 0) {  // a fused kernel: flash attention
+    const double mm = std::min(cost.matmul_flops, cost.flops);
+    compute = mm / (device.bf16_flops * device.gemm_efficiency) +
+              (cost.flops - mm) / device.fp32_flops;
+  }
   const double memory = cost.bytes / (device.memory_bandwidth * device.memory_efficiency);
   return device.launch_latency + std::max(compute, memory);
 }
@@ -28,7 +33,7 @@ KernelCost native_cost(const KernelCost& f32, DType storage) {
   if (storage != DType::bf16 && storage != DType::f16) return f32;
   KernelCost c = f32;
   c.bytes = f32.bytes * static_cast<double>(dtype_size(storage)) / 4.0;
-  c.tensor_core = f32.gemm;
+  c.tensor_core = f32.gemm || f32.matmul_flops > 0;
   return c;
 }
 

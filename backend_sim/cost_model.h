@@ -88,23 +88,29 @@ inline double to_seconds(VTime t) { return static_cast<double>(t) / kPicosPerSec
 /// `gemm` marks matrix products, counted as model FLOPs (MFU). `tensor_core` marks a matrix
 /// product over bf16 / f16 storage, priced at the profile's bf16_flops (tensor cores, f32
 /// accumulate; f16 at the same figure) instead of fp32_flops (Note [Mixed precision]).
+/// `matmul_flops` is the part of a fused non-gemm kernel's flops that are matrix products
+/// (attention's q k^T, att v and their backward products: Note [Attention memory] in
+/// core/numerics/gpt_math.h); a tensor_core kernel runs that part at bf16_flops x
+/// gemm_efficiency (flash attention on tensor cores) and the rest at fp32_flops.
 struct KernelCost {
   double flops = 0;
   double bytes = 0;
   bool gemm = false;
   bool tensor_core = false;
+  double matmul_flops = 0;
 };
 
 /// Roofline time of one kernel on `device`: launch latency + max(flops / (peak * e_f),
 /// bytes / (memory bandwidth * e_m)), in seconds; the peak is fp32_flops (ditto's f32 kernels run
 /// on CUDA cores in both determinism modes: no TF32), bf16_flops for a tensor_core kernel; e_f and
 /// e_m are the profile's achieved efficiencies (Note [Achieved efficiency], profiles.h; e_f only
-/// for gemm kernels).
+/// for gemm kernels). A tensor_core kernel with matmul_flops runs those at bf16_flops x e_f and
+/// the rest at fp32_flops (the two summed).
 double kernel_seconds(const DeviceProfile& device, const KernelCost& cost);
 
 /// The cost of the native kernel over `storage` tensors whose f32 kernel costs `f32` (Note
 /// [Mixed precision]): for bf16 / f16, bytes scaled by dtype_size(storage) / 4 and a gemm marked
-/// tensor_core; `f32` itself for any other storage dtype.
+/// tensor_core (and a kernel with matmul_flops); `f32` itself for any other storage dtype.
 KernelCost native_cost(const KernelCost& f32, DType storage);
 
 /// p2p: direct transfers between pairs of ranks (all_to_all, gather, scatter, send / recv).

@@ -189,6 +189,16 @@ std::vector<TrainingCase> training_cases() {
                "per-step time was 140ms. The total number of training tokens is 10.26B.\" "
                "(github.com/KellerJordan/modded-nanogpt/blob/master/records/track_1_short/"
                "2024-10-13_llmc/README.md)";
+    // The published figures themselves say llm.c runs GPT-2 124M at 59.9% MFU on A100 ([1]) and
+    // 40.4% on H100 (here, nanoGPT's 8.554e8 FLOP/token); the model keeps one GEMM efficiency
+    // per profile, from large square matmuls, and predicts 64% and 50%.
+    c.known_gap = true;
+    c.gap = "llm.c's own figures give 59.9% MFU on A100 ([1]) but 40.4% on H100 for this model "
+            "(524,288 tokens x 8.554e8 FLOP/token per 140 ms over 8 x 990 TFLOP/s); the cost "
+            "model has one GEMM efficiency per profile, from large square matmuls (H100 0.803 of "
+            "the BF16 peak), and no size dependence, so at C = 768 on H100 it predicts about 50% "
+            "MFU, about 1.2x the published speed; the A100 row, llm.c's reference run, is within "
+            "its tolerance";
     rows.push_back(std::move(c));
   }
   {

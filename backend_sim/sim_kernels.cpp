@@ -413,23 +413,23 @@ class SimKernels final : public Kernels {
   }
 
   void attention_forward(Stream& s, const float* qkv, std::int64_t B, std::int64_t T,
-                         std::int64_t C, std::int64_t nh, float* y, float* att, float p,
+                         std::int64_t C, std::int64_t nh, float* y, float* stats, float p,
                          std::uint64_t seed, std::uint64_t stream,
                          std::uint64_t index_base) override {
     if (B <= 0 || T <= 0 || C <= 0) return;
     const gpt::AttentionDropout drop{p, seed, stream, index_base};
     launch(s, "attention_forward", gk::attention_forward_cost(B, T, C, nh, drop.active()),
-           [=] { gk::attention_forward(qkv, B, T, C, nh, y, att, drop); });
+           [=] { gk::attention_forward(qkv, B, T, C, nh, y, stats, drop); });
   }
 
-  void attention_backward(Stream& s, const float* dy, const float* qkv, const float* att,
+  void attention_backward(Stream& s, const float* dy, const float* qkv, const float* stats,
                           std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
                           float* dqkv, float* scratch, float p, std::uint64_t seed,
                           std::uint64_t stream, std::uint64_t index_base) override {
     if (B <= 0 || T <= 0 || C <= 0) return;
     const gpt::AttentionDropout drop{p, seed, stream, index_base};
     launch(s, "attention_backward", gk::attention_backward_cost(B, T, C, nh, drop.active()),
-           [=] { gk::attention_backward(dy, qkv, att, B, T, C, nh, dqkv, scratch, drop); });
+           [=] { gk::attention_backward(dy, qkv, stats, B, T, C, nh, dqkv, scratch, drop); });
   }
 
   void dropout_forward(Stream& s, const float* x, float* y, std::int64_t n, float p,

@@ -79,28 +79,50 @@ void weighted_rows(const float* w, std::int64_t t, const float* rows, std::int64
   gpt::weighted_rows(w, t, rows, stride, hd, out);
 }
 
-// dk_u = scale * chain_t fma(dpre[t, u], q_t), dv_u = chain_t fma(att[t, u], dy_t), t >= u;
-// with `scaled` false dk_u is the chain itself (attention with dropout: att_col then holds the
-// dropped weights, gpt::attention_key_chains).
+// dk_u = scale * chain_t fma(dpre[t, u], q_t), dv_u = chain_t fma(att[t, u], dy_t), t >= u (the
+// chains of gpt::attention_key_backward over one head's rows of att and dpre held on the host,
+// [T, T] each); with `scaled` false dk_u is the chain itself (attention with dropout: att_col
+// then holds the dropped weights). HD > 0: the head width a constant; HD == 0: `hd` wide.
 template <int HD>
 void key_backward_hd(const float* q0, std::int64_t q_stride, const float* g0,
                      std::int64_t g_stride, const float* att_col, const float* dpre_col,
                      std::int64_t T, std::int64_t u, float scale, float* dk, float* dv,
-                     bool scaled = true) {
-  float ak[HD] = {}, av[HD] = {};
+                     bool scaled, std::int64_t hd = HD) {
+  constexpr int kMax = HD > 0 ? HD : 1;
+  float ak_fixed[kMax] = {}, av_fixed[kMax] = {};
+  std::vector<float> ak_any, av_any;
+  float* ak = ak_fixed;
+  float* av = av_fixed;
+  if constexpr (HD == 0) {
+    ak_any.assign(static_cast<std::size_t>(hd), 0.0f);
+    av_any.assign(static_cast<std::size_t>(hd), 0.0f);
+    ak = ak_any.data();
+    av = av_any.data();
+  }
+  const std::int64_t n = HD > 0 ? HD : hd;
   for (std::int64_t t = u; t < T; ++t) {
     const float* __restrict q = q0 + t * q_stride;
     const float* __restrict g = g0 + t * g_stride;
     const float d = dpre_col[t * T], a = att_col[t * T];
-    for (int i = 0; i < HD; ++i) ak[i] = fma(d, q[i], ak[i]);
-    for (int i = 0; i < HD; ++i) av[i] = fma(a, g[i], av[i]);
+    for (std::int64_t i = 0; i < n; ++i) ak[i] = fma(d, q[i], ak[i]);
+    for (std::int64_t i = 0; i < n; ++i) av[i] = fma(a, g[i], av[i]);
   }
-  if (scaled) {
-    for (int i = 0; i < HD; ++i) dk[i] = mul(ak[i], scale);
-  } else {
-    std::memcpy(dk, ak, sizeof ak);
-  }
-  std::memcpy(dv, av, sizeof av);
+  for (std::int64_t i = 0; i < n; ++i) dk[i] = scaled ? mul(ak[i], scale) : ak[i];
+  std::memcpy(dv, av, static_cast<std::size_t>(n) * sizeof(float));
+}
+
+void key_backward(std::int64_t hd, const float* q0, std::int64_t q_stride, const float* g0,
+                  std::int64_t g_stride, const float* att_col, const float* dpre_col,
+                  std::int64_t T, std::int64_t u, float scale, float* dk, float* dv,
+                  bool scaled) {
+  if (hd == 32)
+    return key_backward_hd<32>(q0, q_stride, g0, g_stride, att_col, dpre_col, T, u, scale, dk,
+                               dv, scaled);
+  if (hd == 64)
+    return key_backward_hd<64>(q0, q_stride, g0, g_stride, att_col, dpre_col, T, u, scale, dk,
+                               dv, scaled);
+  key_backward_hd<0>(q0, q_stride, g0, g_stride, att_col, dpre_col, T, u, scale, dk, dv, scaled,
+                     hd);
 }
 
 // For each batch b and head h: the head's slice at column `col` + h*hd of qkv [B, T, 3C]
@@ -248,20 +270,21 @@ KernelCost gelu_cost(std::int64_t n, bool backward) {
 // ---- causal self-attention ----------------------------------------------------------------------
 
 void attention_forward(const float* qkv, std::int64_t B, std::int64_t T, std::int64_t C,
-                       std::int64_t nh, float* y, float* att, const gpt::AttentionDropout& drop) {
+                       std::int64_t nh, float* y, float* stats,
+                       const gpt::AttentionDropout& drop) {
   const std::int64_t hd = C / nh, W = 3 * C;
   const float scale = gpt::attention_scale(hd);
-  std::vector<float> kt;
+  std::vector<float> kt, row(static_cast<std::size_t>(T));           // one row of att, on the host
   std::vector<float> a(drop.active() ? static_cast<std::size_t>(T) : 0);  // one dropped row
+  auto* st = reinterpret_cast<gpt::SoftmaxStats*>(stats);
   for_each_head(qkv, B, T, C, nh, C, kt, [&](std::int64_t b, std::int64_t h, const float* base) {
     for (std::int64_t t = 0; t < T; ++t) {
-      float* row = att + ((b * nh + h) * T + t) * T;
-      dots_transposed(base + t * W + h * hd, kt.data(), t, T, hd, row);
+      dots_transposed(base + t * W + h * hd, kt.data(), t, T, hd, row.data());
       for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(row[u], scale);
-      gpt::causal_softmax_row(row, t, T);
-      const float* w = row;
-      if (drop.active()) {  // a = dropout(att row): gpt::weighted_rows_dropped's weights
-        dropped_row(row, t, gpt::attention_row_index(nh, T, b, h, t), drop, a.data());
+      st[(b * nh + h) * T + t] = gpt::causal_softmax_row(row.data(), t, T);
+      const float* w = row.data();
+      if (drop.active()) {  // a = dropout(att row): gpt::attention_query's dropped weights
+        dropped_row(row.data(), t, gpt::attention_row_index(nh, T, b, h, t), drop, a.data());
         w = a.data();
       }
       weighted_rows(w, t, base + 2 * C + h * hd, W, hd, y + (b * T + t) * C + h * hd);
@@ -276,102 +299,82 @@ double causal_pairs(std::int64_t B, std::int64_t T, std::int64_t nh) {
 }
 }  // namespace
 
+// Priced as a fused flash-attention kernel (Note [Attention memory] in core/numerics/gpt_math.h):
+// reads qkv, writes y and the stats; no T^2 traffic. matmul_flops: q k^T and att v.
 KernelCost attention_forward_cost(std::int64_t B, std::int64_t T, std::int64_t C,
                                   std::int64_t nh, bool dropout) {
-  const double hd = double(C) / nh;
+  const double hd = double(C) / nh, pairs = causal_pairs(B, T, nh);
   // Per pair: q.k (2 hd), scale, exp (~20), sum, divide, att @ v (2 hd); with dropout a mask
   // element and its scaling.
   const double mask = dropout ? kMaskFlops + 1.0 : 0.0;
-  return KernelCost{causal_pairs(B, T, nh) * (4.0 * hd + 24.0 + mask),
-                    4.0 * (double(B) * T * 4.0 * C + double(B) * nh * T * T)};
+  KernelCost c{pairs * (4.0 * hd + 24.0 + mask),
+               4.0 * (double(B) * T * 4.0 * C + 2.0 * double(B) * nh * T)};
+  c.matmul_flops = pairs * 4.0 * hd;
+  return c;
 }
 
-namespace {
-// attention_backward with dropout (Note [GPT kernels], attention with dropout). Pass 1 also
-// keeps each row's dropped weights a for pass 2's dv (gpt::attention_key_chains with them and
-// no mask gives gpt::attention_key_backward's bits).
-void attention_backward_dropped(const float* dy, const float* qkv, const float* att,
-                                std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
-                                float* dqkv, float* scratch, const gpt::AttentionDropout& drop) {
-  const std::int64_t hd = C / nh, W = 3 * C;
-  const float scale = gpt::attention_scale(hd);
-  std::vector<float> vt, a(static_cast<std::size_t>(B * nh * T * T));
-  for_each_head(qkv, B, T, C, nh, 2 * C, vt, [&](std::int64_t b, std::int64_t h,
-                                                 const float* base) {
-    const std::int64_t head = (b * nh + h) * T * T;
-    for (std::int64_t t = 0; t < T; ++t) {  // pass 1: gpt::attention_query_backward
-      const std::uint64_t index = gpt::attention_row_index(nh, T, b, h, t);
-      float* row = scratch + head + t * T;
-      dots_transposed(dy + (b * T + t) * C + h * hd, vt.data(), t, T, hd, row);
-      dropped_row(row, t, index, drop, row);  // da = keep ? dp * s : 0
-      gpt::causal_softmax_row_backward(att + head + t * T, row, t, T);
-      for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(row[u], scale);
-      weighted_rows(row, t, base + C + h * hd, W, hd, dqkv + (b * T + t) * W + h * hd);
-      dropped_row(att + head + t * T, t, index, drop, a.data() + head + t * T);
-    }
-    for (std::int64_t u = 0; u < T; ++u) {  // pass 2: dk_u and dv_u over the queries t >= u
-      float* dk = dqkv + (b * T + u) * W + C + h * hd;
-      const float* q0 = base + h * hd;
-      const float* g0 = dy + b * T * C + h * hd;
-      const float* w = a.data() + head + u;
-      if (hd == 32)
-        key_backward_hd<32>(q0, W, g0, C, w, scratch + head + u, T, u, scale, dk, dk + C, false);
-      else if (hd == 64)
-        key_backward_hd<64>(q0, W, g0, C, w, scratch + head + u, T, u, scale, dk, dk + C, false);
-      else
-        gpt::attention_key_chains(dy, qkv, a.data(), scratch, T, C, nh, b, u, h, dk, dk + C);
-    }
-  });
-}
-}  // namespace
-
-void attention_backward(const float* dy, const float* qkv, const float* att, std::int64_t B,
+void attention_backward(const float* dy, const float* qkv, const float* stats, std::int64_t B,
                         std::int64_t T, std::int64_t C, std::int64_t nh, float* dqkv,
                         float* scratch, const gpt::AttentionDropout& drop) {
-  if (drop.active()) {
-    attention_backward_dropped(dy, qkv, att, B, T, C, nh, dqkv, scratch, drop);
-    return;
-  }
   const std::int64_t hd = C / nh, W = 3 * C;
   const float scale = gpt::attention_scale(hd);
-  std::vector<float> vt;
+  const std::size_t TT = static_cast<std::size_t>(T * T);
+  // One head's att and dpre (and dropped weights) on the host: the device holds only stats and
+  // pd (scratch, [B, nh, T]).
+  std::vector<float> vt, kt(static_cast<std::size_t>(hd * T)), att(TT), dpre(TT);
+  std::vector<float> a(drop.active() ? TT : 0);
+  const auto* st = reinterpret_cast<const gpt::SoftmaxStats*>(stats);
   for_each_head(qkv, B, T, C, nh, 2 * C, vt, [&](std::int64_t b, std::int64_t h,
                                                  const float* base) {
-    const std::int64_t head = (b * nh + h) * T * T;
-    // Pass 1, per query t: dpre[t, :] and dq_t (gpt::attention_query_backward).
+    transpose_head(base, W, C + h * hd, T, hd, kt.data());
+    const std::int64_t head = (b * nh + h) * T;
+    // att rows recomputed from the stats (gpt::causal_weights_row: the forward's bits).
     for (std::int64_t t = 0; t < T; ++t) {
-      float* row = scratch + head + t * T;
+      float* row = att.data() + t * T;
+      dots_transposed(base + t * W + h * hd, kt.data(), t, T, hd, row);
+      for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(row[u], scale);
+      gpt::causal_weights_row(row, t, T, st[head + t]);
+    }
+    // Pass 1, per query t: dpre[t, :], pd and dq_t (gpt::attention_query_backward).
+    for (std::int64_t t = 0; t < T; ++t) {
+      float* row = dpre.data() + t * T;
+      const float* att_row = att.data() + t * T;
+      const std::uint64_t index = gpt::attention_row_index(nh, T, b, h, t);
       dots_transposed(dy + (b * T + t) * C + h * hd, vt.data(), t, T, hd, row);
-      gpt::causal_softmax_row_backward(att + head + t * T, row, t, T);
+      if (drop.active()) dropped_row(row, t, index, drop, row);  // da = keep ? dp * s : 0
+      scratch[head + t] = gpt::causal_softmax_row_backward(att_row, row, t, T);
       float* dq = dqkv + (b * T + t) * W + h * hd;
-      weighted_rows(row, t, base + C + h * hd, W, hd, dq);
-      for (std::int64_t i = 0; i < hd; ++i) dq[i] = mul(dq[i], scale);
+      if (drop.active()) {
+        for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(row[u], scale);
+        weighted_rows(row, t, base + C + h * hd, W, hd, dq);
+        dropped_row(att_row, t, index, drop, a.data() + t * T);
+      } else {
+        weighted_rows(row, t, base + C + h * hd, W, hd, dq);
+        for (std::int64_t i = 0; i < hd; ++i) dq[i] = mul(dq[i], scale);
+      }
     }
     // Pass 2, per key u: dk_u and dv_u over the queries t >= u.
+    const float* w = drop.active() ? a.data() : att.data();
     for (std::int64_t u = 0; u < T; ++u) {
       float* dk = dqkv + (b * T + u) * W + C + h * hd;
-      const float* q0 = base + h * hd;
-      const float* g0 = dy + b * T * C + h * hd;
-      if (hd == 32)
-        key_backward_hd<32>(q0, W, g0, C, att + head + u, scratch + head + u, T, u, scale, dk,
-                            dk + C);
-      else if (hd == 64)
-        key_backward_hd<64>(q0, W, g0, C, att + head + u, scratch + head + u, T, u, scale, dk,
-                            dk + C);
-      else
-        gpt::attention_key_backward(dy, qkv, att, scratch, T, C, nh, b, u, h, dk, dk + C);
+      key_backward(hd, base + h * hd, W, dy + b * T * C + h * hd, C, w + u, dpre.data() + u, T,
+                   u, scale, dk, dk + C, !drop.active());
     }
   });
 }
 
+// A fused flash-attention backward (Note [Attention memory]): reads qkv, dy and the stats,
+// writes dqkv (and pd); per pair the score and weight recomputed (2 hd + ~22), dy.v, dpre @ k,
+// dk and dv updates (2 hd each) and the softmax backward (~4); with dropout the mask twice (dp
+// and the weights of dv), two scalings and the score scale.
 KernelCost attention_backward_cost(std::int64_t B, std::int64_t T, std::int64_t C,
                                    std::int64_t nh, bool dropout) {
-  const double hd = double(C) / nh;
-  // Per pair: dy.v, dpre @ k, dk and dv updates (2 hd each), the softmax backward (~4); with
-  // dropout the mask twice (dp and the weights of dv), two scalings and the score scale.
+  const double hd = double(C) / nh, pairs = causal_pairs(B, T, nh);
   const double mask = dropout ? 2.0 * kMaskFlops + 3.0 : 0.0;
-  return KernelCost{causal_pairs(B, T, nh) * (8.0 * hd + 4.0 + mask),
-                    4.0 * (double(B) * T * 7.0 * C + 4.0 * double(B) * nh * T * T)};
+  KernelCost c{pairs * (10.0 * hd + 26.0 + mask),
+               4.0 * (double(B) * T * 7.0 * C + 3.0 * double(B) * nh * T)};
+  c.matmul_flops = pairs * 10.0 * hd;
+  return c;
 }
 
 // ---- dropout ------------------------------------------------------------------------------------

@@ -37,13 +37,15 @@ void gelu_forward(const float* x, float* y, std::int64_t n);
 void gelu_backward(const float* x, const float* gy, float* gx, std::int64_t n);
 KernelCost gelu_cost(std::int64_t n, bool backward);
 
-/// Kernels::attention_forward with the dropout key `drop` (inactive: no mask drawn).
+/// Kernels::attention_forward with the dropout key `drop` (inactive: no mask drawn): y and the
+/// softmax stats [B, nh, T, 2] (Note [Attention memory] in core/numerics/gpt_math.h).
 void attention_forward(const float* qkv, std::int64_t B, std::int64_t T, std::int64_t C,
-                       std::int64_t nh, float* y, float* att, const gpt::AttentionDropout& drop);
+                       std::int64_t nh, float* y, float* stats, const gpt::AttentionDropout& drop);
 KernelCost attention_forward_cost(std::int64_t B, std::int64_t T, std::int64_t C,
                                   std::int64_t nh, bool dropout);
 
-void attention_backward(const float* dy, const float* qkv, const float* att, std::int64_t B,
+/// Kernels::attention_backward: dqkv from the forward's stats; scratch receives pd [B, nh, T].
+void attention_backward(const float* dy, const float* qkv, const float* stats, std::int64_t B,
                         std::int64_t T, std::int64_t C, std::int64_t nh, float* dqkv,
                         float* scratch, const gpt::AttentionDropout& drop);
 KernelCost attention_backward_cost(std::int64_t B, std::int64_t T, std::int64_t C,

@@ -303,8 +303,8 @@ void print_gpt_prediction(const train::FitResult& r, const GptData& data,
   }
   if (!r.memory.empty())
     std::printf("predicted GPT: peak memory %.2f GiB of %.2f GiB on the fullest device "
-                "(attention materialises att [B, n_head, T, T] per layer, as llm.c without "
-                "cuDNN)\n", static_cast<double>(peak) / 1073741824.0,
+                "(attention keeps softmax stats, not att [B, n_head, T, T], as flash attention "
+                "does)\n", static_cast<double>(peak) / 1073741824.0,
                 static_cast<double>(capacity) / 1073741824.0);
   std::fflush(stdout);
 }

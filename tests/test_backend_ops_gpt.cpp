@@ -131,10 +131,10 @@ void gelu_case(OpRun& r) {
 void attention_case(OpRun& r, std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh) {
   const std::int64_t hd = C / nh;
   const std::vector<float> qkv = scaled(r, B * T * 3 * C, 0.02f), dy = r.values(B * T * C);
-  Vec att;
-  const Vec y = gpt_ref::attention(gpt_ref::to_double(qkv), B, T, C, nh, &att);
-  // Bound: the scores' error hd u S (S their magnitude) moves att and y relatively by about
-  // twice that, the softmax sum and att @ v add T u each.
+  const Vec y = gpt_ref::attention(gpt_ref::to_double(qkv), B, T, C, nh);
+  const Vec st = gpt_ref::attention_stats(gpt_ref::to_double(qkv), B, T, C, nh);
+  // Bound: the scores' error hd u S (S their magnitude) moves the row max by that, att, y and the
+  // softmax normaliser relatively by about twice that; the sum and att @ v add T u each.
   double S = 0;
   for (std::int64_t i = 0; i < B * T; ++i)
     for (std::int64_t j = 0; j < B * T; ++j)
@@ -152,9 +152,12 @@ void attention_case(OpRun& r, std::int64_t B, std::int64_t T, std::int64_t C, st
   const Tensor tqkv = r.upload(qkv, {B, T, 3 * C});
   r.check("attention y", ops::attention(tqkv, nh, tatt), y, filled(y.size(), vmax * (1 + S)),
           rtol);
-  Vec att_scale;
-  for (double a : att) att_scale.push_back(a * (1 + S));
-  r.check("attention att", tatt, att, att_scale, rtol);
+  Vec st_scale;  // {m, sum}: m within (1 + S) absolute, sum relative
+  for (std::size_t i = 0; i < st.size(); i += 2) {
+    st_scale.push_back(1 + S);
+    st_scale.push_back(st[i + 1] * (1 + S));
+  }
+  r.check("attention stats", tatt, st, st_scale, rtol);
   const Vec dyd = gpt_ref::to_double(dy);
   const Vec fd = gpt_ref::finite_differences(
       [&](const Vec& v) { return gpt_ref::dot(dyd, gpt_ref::attention(v, B, T, C, nh)); },

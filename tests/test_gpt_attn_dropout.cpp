@@ -57,7 +57,7 @@ std::vector<unsigned char> mask_of(const Dims& d, const Key& k) {
   return keep;
 }
 
-// The Note's order written out plainly, from the kernel's own att (its softmax is checked
+// The Note's order written out plainly, from att recomputed from the kernel's stats (which are checked
 // against gpt_math.h below): y, and dqkv for dy.
 void host_reference(const Dims& d, const Key& k, const std::vector<float>& x,
                     const std::vector<float>& att, const std::vector<float>& g,
@@ -106,31 +106,61 @@ void host_reference(const Dims& d, const Key& k, const std::vector<float>& x,
     }
 }
 
-// gpt_math.h's row functions with the key (what the CUDA kernels run per thread).
+// att [B, nh, T, T] from the kernel's stats, written plainly in the Note's order: s_u = (chain
+// fma q.k) * scale, att = exp(s_u - m) / sum (Note [Attention memory]: the forward's bits).
+std::vector<float> att_from_stats(const Dims& d, const std::vector<float>& x,
+                                  const std::vector<float>& stats) {
+  const float scale = gpt::attention_scale(d.hd());
+  std::vector<float> att(static_cast<std::size_t>(d.B * d.nh * d.T * d.T), 0.0f);
+  for (std::int64_t b = 0; b < d.B; ++b)
+    for (std::int64_t h = 0; h < d.nh; ++h)
+      for (std::int64_t t = 0; t < d.T; ++t) {
+        const std::size_t r = static_cast<std::size_t>(((b * d.nh + h) * d.T + t) * 2);
+        for (std::int64_t u = 0; u <= t; ++u) {
+          float acc = 0.0f;
+          for (std::int64_t i = 0; i < d.hd(); ++i)
+            acc = c::fma(x[d.qkv(b, t, 0, h, i)], x[d.qkv(b, u, 1, h, i)], acc);
+          att[d.att(b, h, t, u)] =
+              c::div(c::exp(c::sub(c::mul(acc, scale), stats[r])), stats[r + 1]);
+        }
+      }
+  return att;
+}
+
+// gpt_math.h's per-query functions with the key (what the CUDA kernels run per thread): y, the
+// stats, dx.
 void gpt_math_rows(const Dims& d, const Key& k, const std::vector<float>& x,
-                   const std::vector<float>& g, std::vector<float>& y, std::vector<float>& att,
+                   const std::vector<float>& g, std::vector<float>& y, std::vector<float>& stats,
                    std::vector<float>& dx) {
   const gpt::AttentionDropout drop{k.p, k.seed, k.stream, k.index_base};
   y.assign(static_cast<std::size_t>(d.B * d.T * d.C), 0.0f);
-  att.assign(static_cast<std::size_t>(d.B * d.nh * d.T * d.T), 0.0f);
+  std::vector<gpt::SoftmaxStats> st(static_cast<std::size_t>(d.B * d.nh * d.T));
+  std::vector<float> pd(st.size());
   dx.assign(x.size(), 0.0f);
-  std::vector<float> dpre(att.size());
+  const auto at = [&](std::int64_t b, std::int64_t h, std::int64_t t) {
+    return static_cast<std::size_t>((b * d.nh + h) * d.T + t);
+  };
   for (std::int64_t b = 0; b < d.B; ++b)
     for (std::int64_t h = 0; h < d.nh; ++h)
       for (std::int64_t t = 0; t < d.T; ++t)
-        gpt::attention_query(x.data(), d.T, d.C, d.nh, b, t, h, &y[d.y(b, t, h, 0)],
-                             &att[d.att(b, h, t, 0)], drop);
+        st[at(b, h, t)] =
+            gpt::attention_query(x.data(), d.T, d.C, d.nh, b, t, h, &y[d.y(b, t, h, 0)], drop);
   for (std::int64_t b = 0; b < d.B; ++b)
     for (std::int64_t h = 0; h < d.nh; ++h) {
       for (std::int64_t t = 0; t < d.T; ++t)
-        gpt::attention_query_backward(g.data(), x.data(), &att[d.att(b, h, t, 0)], d.T, d.C, d.nh,
-                                      b, t, h, &dpre[d.att(b, h, t, 0)], &dx[d.qkv(b, t, 0, h, 0)],
-                                      drop);
+        pd[at(b, h, t)] = gpt::attention_query_backward(
+            g.data(), x.data(), d.T, d.C, d.nh, b, t, h, st[at(b, h, t)],
+            &dx[d.qkv(b, t, 0, h, 0)], drop);
       for (std::int64_t u = 0; u < d.T; ++u)
-        gpt::attention_key_backward(g.data(), x.data(), att.data(), dpre.data(), d.T, d.C, d.nh, b,
+        gpt::attention_key_backward(g.data(), x.data(), st.data(), pd.data(), d.T, d.C, d.nh, b,
                                     u, h, &dx[d.qkv(b, u, 1, h, 0)], &dx[d.qkv(b, u, 2, h, 0)],
                                     drop);
     }
+  stats.clear();
+  for (const gpt::SoftmaxStats& s : st) {
+    stats.push_back(s.m);
+    stats.push_back(s.sum);
+  }
 }
 
 TEST_F(GptAttnDropout, KernelsEqualTheHostReferenceAndGptMath) {
@@ -147,10 +177,11 @@ TEST_F(GptAttnDropout, KernelsEqualTheHostReferenceAndGptMath) {
       const Tensor y0 = ops::attention(tqkv, d.nh, att0);
       const Tensor dqkv = ops::attention_backward(upload(dy, {d.B, d.T, d.C}), tqkv, att, d.nh, k.p,
                                                   k.seed, k.stream, k.index_base);
-      // att is the un-dropped softmax: the bits of the call without dropout.
+      // The stats are of the un-dropped softmax: the bits of the call without dropout.
       EXPECT_TRUE(bits_equal(att.to_vector<float>(), att0.to_vector<float>()));
       std::vector<float> y_ref, dx_ref, y_rows, att_rows, dx_rows;
-      host_reference(d, k, qkv, att.to_vector<float>(), dy, y_ref, dx_ref);
+      host_reference(d, k, qkv, att_from_stats(d, qkv, att.to_vector<float>()), dy, y_ref,
+                     dx_ref);
       gpt_math_rows(d, k, qkv, dy, y_rows, att_rows, dx_rows);
       EXPECT_TRUE(bits_equal(y.to_vector<float>(), y_ref)) << "T " << d.T << " p " << k.p;
       EXPECT_TRUE(bits_equal(dqkv.to_vector<float>(), dx_ref)) << "T " << d.T << " p " << k.p;

@@ -71,41 +71,46 @@ TEST(GptPhilox, EqualsRandomCpp) {
 }
 
 // The simulator's attention interleaves the chains of gpt_math.h (keys transposed per head,
-// blocks of 32 keys, head widths 32 and 64 held in registers); the bits must be those of the
-// reference functions, run here on the host.
+// blocks of 32 keys, head widths 32 and 64 held in registers, one head's att rows held on the
+// host in backward); the bits (y, the stats, dqkv) must be those of the per-query reference
+// functions, which recompute every score, run here on the host.
 void expect_attention_is_gpt_math(std::int64_t B, std::int64_t T, std::int64_t C,
                                   std::int64_t nh) {
   const std::int64_t hd = C / nh;
   std::vector<float> qkv = mixed_values(B * T * 3 * C, 30);
   for (float& x : qkv) x *= 1e-3f;  // |scores| moderate: every exp contributes
   const std::vector<float> dy = mixed_values(B * T * C, 31);
-  std::vector<float> y(B * T * C), att(B * nh * T * T), dpre(B * nh * T * T), dqkv(B * T * 3 * C);
+  std::vector<float> y(B * T * C), stats, dqkv(B * T * 3 * C);
+  std::vector<gpt::SoftmaxStats> st(B * nh * T);
+  std::vector<float> pd(B * nh * T);
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t h = 0; h < nh; ++h)
-      for (std::int64_t t = 0; t < T; ++t) {
-        const std::int64_t row = ((b * nh + h) * T + t) * T;
-        gpt::attention_query(qkv.data(), T, C, nh, b, t, h, &y[(b * T + t) * C + h * hd],
-                             &att[row]);
-      }
+      for (std::int64_t t = 0; t < T; ++t)
+        st[(b * nh + h) * T + t] =
+            gpt::attention_query(qkv.data(), T, C, nh, b, t, h, &y[(b * T + t) * C + h * hd]);
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t h = 0; h < nh; ++h) {
       for (std::int64_t t = 0; t < T; ++t) {
-        const std::int64_t row = ((b * nh + h) * T + t) * T;
-        gpt::attention_query_backward(dy.data(), qkv.data(), &att[row], T, C, nh, b, t, h,
-                                      &dpre[row], &dqkv[(b * T + t) * 3 * C + h * hd]);
+        const std::int64_t i = (b * nh + h) * T + t;
+        pd[i] = gpt::attention_query_backward(dy.data(), qkv.data(), T, C, nh, b, t, h, st[i],
+                                              &dqkv[(b * T + t) * 3 * C + h * hd]);
       }
       for (std::int64_t u = 0; u < T; ++u) {
         float* dk = &dqkv[(b * T + u) * 3 * C + C + h * hd];
-        gpt::attention_key_backward(dy.data(), qkv.data(), att.data(), dpre.data(), T, C, nh, b,
-                                    u, h, dk, dk + C);
+        gpt::attention_key_backward(dy.data(), qkv.data(), st.data(), pd.data(), T, C, nh, b, u,
+                                    h, dk, dk + C);
       }
     }
+  for (const gpt::SoftmaxStats& s : st) {
+    stats.push_back(s.m);
+    stats.push_back(s.sum);
+  }
   const Tensor tqkv = upload(qkv, {B, T, 3 * C});
   Tensor tatt;
   const Tensor ty = ops::attention(tqkv, nh, tatt);
   SCOPED_TRACE(::testing::Message() << B << "x" << T << "x" << C << " heads " << nh);
   EXPECT_TRUE(bits_equal(ty.to_vector<float>(), y));
-  EXPECT_TRUE(bits_equal(tatt.to_vector<float>(), att));
+  EXPECT_TRUE(bits_equal(tatt.to_vector<float>(), stats));
   const Tensor tdq = ops::attention_backward(upload(dy, {B, T, C}), tqkv, tatt, nh);
   EXPECT_TRUE(bits_equal(tdq.to_vector<float>(), dqkv));
 }

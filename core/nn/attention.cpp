@@ -51,23 +51,23 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   check_btc("CausalSelfAttention", x, c_attn_->in_features());
   qkv_ = c_attn_->forward(x);
   // attn_dropout acts on att [B, nh, T, T] before att @ v, inside the attention kernel (Note
-  // [GPT kernels], attention with dropout); att_ keeps the un-dropped softmax for backward.
+  // [GPT kernels], attention with dropout); stats_ keeps the softmax statistics for backward.
   att_p_ = attn_dropout_->active() && x.numel() > 0 ? attn_dropout_->p() : 0.0f;
   att_stream_ = att_base_ = 0;
   if (att_p_ > 0.0f) {
     att_stream_ = dropout_stream(step_, attn_dropout_->site());
     att_base_ = dropout_index_base(first_row_, n_head_ * x.size(1) * x.size(1));
   }
-  const Tensor y = ops::attention(qkv_, n_head_, att_, att_p_, attn_dropout_->seed(), att_stream_,
-                                  att_base_);
+  const Tensor y = ops::attention(qkv_, n_head_, stats_, att_p_, attn_dropout_->seed(),
+                                  att_stream_, att_base_);
   return resid_dropout_->forward(c_proj_->forward(y));
 }
 
 Tensor CausalSelfAttention::backward(const Tensor& grad_output) {
   DITTO_CHECK(qkv_.defined(), "CausalSelfAttention.backward: called before forward");
   Tensor g = c_proj_->backward(resid_dropout_->backward(grad_output));
-  const Tensor dqkv = ops::attention_backward(g, qkv_, att_, n_head_, att_p_,
-                                             attn_dropout_->seed(), att_stream_, att_base_);
+  const Tensor dqkv = ops::attention_backward(g, qkv_, stats_, n_head_, att_p_,
+                                              attn_dropout_->seed(), att_stream_, att_base_);
   return c_attn_->backward(dqkv);
 }
 

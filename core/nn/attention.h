@@ -38,8 +38,8 @@ class CausalSelfAttention : public Container {
   std::int64_t n_head_ = 1;
   std::unique_ptr<Linear> c_attn_, c_proj_;
   std::unique_ptr<Dropout> attn_dropout_, resid_dropout_;
-  Tensor qkv_, att_;
-  float att_p_ = 0.0f;                           // the last forward's attn_dropout p (0: none)
+  Tensor qkv_, stats_;   // the forward's qkv and softmax stats [B, nh, T, 2] (f32)
+  float att_p_ = 0.0f;  // the last forward's attn_dropout p (0: none)
   std::uint64_t att_stream_ = 0, att_base_ = 0;  // and its mask key
 };
 

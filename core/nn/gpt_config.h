@@ -61,16 +61,20 @@ GPTConfig gpt2_config(const std::string& model_type, const std::string& what = "
 //               the param dtype) + buckets 2 + f32 master 4 + moments 8 = 18;
 //   ZeRO-1 (--zero-stage 1, no DDP buckets): f32 4 + 4 + 8 / D;  bf16 2 + 2 + 12 / D
 //               (D = 8: 9 and 5.5 bytes per parameter);
-//   activations: ditto's attention materialises att [B, n_head, T, T] per layer (as llm.c
-//               without cuDNN, unlike flash attention), kept for backward: 4 n_head T^2 bytes per
-//               sample per layer in f32, plus about 17 C floats per token per layer.
+//   activations: about 17.4 C floats per token per layer kept for backward (f32; about half in
+//               bf16); attention keeps only its softmax stats, 8 n_head bytes per token per
+//               layer, never att [B, n_head, T, T] (Note [Attention memory] in
+//               core/numerics/gpt_math.h; flash attention's memory).
 // GPT-2 1.5B (gpt2-xl: N = 1,557,686,400, 48 layers, 25 heads, C 1600, T 1024), f32, 8 devices,
-// measured peaks: B = 1: 38.79 GiB, B = 2: 48.57, B = 3: 58.40, i.e. 29.0 GiB (= 20 N bytes)
-// + 9.8 GiB per sample (att 4.69 GiB of it). On 8 x A100 40GB (40 GiB each) --batch-size 16
-// (B = 2) needs 48.6 GiB: OutOfMemory; with ZeRO-1 9 N = 13.1 GiB + 19.6 = 32.7 GiB fits
-// (measured: 32.97 GiB, optimizer state 1485.89 MiB = 8 N / 8 bytes).
-// In bf16 (activations about half) --batch-size 32 (B = 4): 18 N = 26.1 GiB + 19.6 = 45.7 GiB,
-// OutOfMemory; ZeRO-1: 5.5 N = 8.0 GiB + 19.6 = 27.6 GiB fits.
+// measured peaks: B = 1: 34.11 GiB, B = 2: 39.21 GiB, i.e. 29.01 GiB (= 20 N bytes) + 5.10 GiB
+// per sample (17.4 C floats x 1024 tokens x 48 layers). On 8 x A100 40GB (40 GiB each)
+// --batch-size 24 (B = 3) needs 29.01 + 3 x 5.10 = 44.3 GiB: OutOfMemory; with ZeRO-1
+// 9 N = 13.06 GiB + 15.30 = 28.36 GiB fits (measured: 28.51 GiB, optimizer state
+// 1485.89 MiB = 8 N / 8 bytes; the rest is the collectives' buffers). --batch-size 16 (B = 2)
+// fits without ZeRO (39.21 GiB of 40): before attention kept only its stats (att materialised,
+// 4.69 GiB more per sample) it did not.
+// In bf16 --batch-size 32 (B = 4): without ZeRO OutOfMemory (18 N = 26.1 GiB of state and the
+// f32 step's transients); ZeRO-1: 5.5 N = 7.98 GiB + activations fits (measured 18.69 GiB).
 
 /// Parameters of a GPT of `cfg`, the tied head counted once and wpe included (nanoGPT's
 /// get_num_params(non_embedding=False)): 12 L C^2 + 13 L C (with biases; 12 L C^2 + 4 L C

@@ -27,16 +27,21 @@
 //   attention_query     per (b, h, t): s_u = mul(chain_i fma(q[i], k_u[i]), scale) for u <= t;
 //                       m = max s_u (std::max fold from -inf); e_u = exp(sub(s_u, m)); sum =
 //                       chain add e_u; att[u] = div(e_u, sum), 0 for u > t; y[i] = chain_u
-//                       fma(att[u], v_u[i]) over u = 0..t
-//   attention_query_backward  per (b, h, t): dp_u = chain_i fma(dy[i], v_u[i]); pd = chain_u
-//                       fma(att[u], dp_u); dpre[u] = mul(att[u], sub(dp_u, pd)) for u <= t, 0
-//                       above; dq[i] = mul(chain_u fma(dpre[u], k_u[i]) over u <= t, scale)
-//   attention_key_backward  per (b, h, u): dk[i] = mul(chain_t fma(dpre[t, u], q_t[i]), scale)
-//                       and dv[i] = chain_t fma(att[t, u], dy_t[i]), t = u..T-1 ascending
+//                       fma(att[u], v_u[i]) over u = 0..t. att is not stored: the row's stats
+//                       {m, sum} are (Note [Attention memory])
+//   attention_query_backward  per (b, h, t): att[u] = div(exp(sub(s_u, m)), sum) recomputed
+//                       from the stored stats (the forward's bits); dp_u = chain_i fma(dy[i],
+//                       v_u[i]); pd = chain_u fma(att[u], dp_u); dpre[u] = mul(att[u], sub(dp_u,
+//                       pd)) for u <= t; dq[i] = mul(chain_u fma(dpre[u], k_u[i]) over u <= t,
+//                       scale); pd is kept per query for the second pass
+//   attention_key_backward  per (b, h, u): att[t, u], dp[t, u] and dpre[t, u] recomputed as above
+//                       (with the query's stats and pd); dk[i] = mul(chain_t fma(dpre[t, u],
+//                       q_t[i]), scale) and dv[i] = chain_t fma(att[t, u], dy_t[i]), t = u..T-1
+//                       ascending
 //   attention with dropout (p > 0, nanoGPT's attn_dropout between the softmax and att @ v):
 //                       keep[t, u] = dropout_keep(seed, stream, index_base + ((b nh + h) T + t) T
 //                       + u, p) (the flat index into att [B, nh, T, T]; Note [Dropout masks]),
-//                       s = dropout_scale(p), a[t, u] = keep ? mul(att[t, u], s) : 0. att keeps
+//                       s = dropout_scale(p), a[t, u] = keep ? mul(att[t, u], s) : 0. stats are
 //                       the un-dropped softmax. Forward: y[i] = chain_u fma(a[u], v_u[i]) over
 //                       u = 0..t (dropped terms stay in the chain as fma(0, v, acc)). Backward:
 //                       dp_u = chain_i fma(dy[i], v_u[i]); da_u = keep ? mul(dp_u, s) : 0 (s
@@ -57,7 +62,24 @@
 // `scale` of attention is float(1 / sqrt(double(hd))) (attention_scale), as PyTorch's
 // 1.0 / math.sqrt(k.size(-1)) becomes a float when it multiplies a float tensor. Layouts: qkv
 // [B, T, 3C] with q, k, v at columns [0, C), [C, 2C), [2C, 3C), head h at h*hd within each; att
-// and dpre [B, nh, T, T]; y and dy [B, T, C], dqkv as qkv.
+// and dpre (never stored whole) index as [B, nh, T, T]; stats [B, nh, T, 2] ({m, sum}); pd
+// [B, nh, T]; y and dy [B, T, C], dqkv as qkv.
+//
+// Note [Attention memory]
+// att [B, nh, T, T] is never stored on the device: the forward keeps each query's softmax
+// statistics {m, sum} (8 bytes) and the backward recomputes every weight from them,
+// div(exp(sub(s_u, m)), sum), which are exactly the forward's bits (the same operations on the
+// same inputs), so recomputation changes no result. This is flash attention's memory
+// (FlashAttention, Dao et al. 2022, section 3.1: the softmax normaliser kept, the attention
+// matrix recomputed in backward; llm.c with cuDNN), not its arithmetic: ditto's chains stay the
+// ascending ones above, where flash attention rescales blockwise partial sums. For GPT-2 124M at
+// B = 64, T = 1024 that is 12 x 64 x 12 x 1024 x 8 B = 72 MiB of stats for the 12 layers instead
+// of 12 x 1.5 GiB of att in bf16. The backward's only extra memory is pd, 4 B per query. The
+// simulator's cost model prices the kernels as a fused flash kernel: no T^2 traffic, the score
+// recomputation counted, and under bf16 / f16 storage its matrix products on tensor cores
+// (KernelCost::matmul_flops, Note [Mixed precision]). ditto's CUDA kernels are reference
+// kernels of this arithmetic (one thread per query or key, scores recomputed in each pass), not
+// tuned ones: on a GPU they are slower than the cost model says.
 //
 // Note [Dropout masks]
 // A dropout mask is a pure function of (seed, stream, element index), never of the device, the
@@ -227,14 +249,11 @@ DITTO_HD inline float exp_nonpositive(float x) {
   return mul(pmath::detail::one_plus(e.r, e.v), pmath::detail::pow2(e.k));
 }
 
-/// The softmax of one causal row in place: row[0..t] holds the scaled scores s_u on entry and
-/// att[u] on return; row[t+1..T) is set to 0. Order: Note [GPT kernels].
-DITTO_HD inline void causal_softmax_row(float* row, std::int64_t t, std::int64_t T) {
-  float m = -pmath::detail::infinity();
-  for (std::int64_t u = 0; u <= t; ++u) m = (m < row[u]) ? row[u] : m;  // std::max(m, s_u)
-  // row[u] = canonical::exp(s_u - m), in three loops that vectorise on the host: x <= 0 here
-  // (or NaN), and where x >= kExpFastMin exp_nonpositive(x) is canonical::exp(x); the others
-  // (very negative, NaN) are left negative or NaN by the second loop and taken by the third.
+/// row[u] = canonical::exp(sub(row[u], m)) for u <= t, in three loops that vectorise on the
+/// host: x <= 0 here (or NaN), and where x >= kExpFastMin exp_nonpositive(x) is
+/// canonical::exp(x); the others (very negative, NaN) are left negative or NaN by the second loop
+/// and taken by the third.
+DITTO_HD inline void exp_shifted_row(float* row, std::int64_t t, float m) {
   for (std::int64_t u = 0; u <= t; ++u) row[u] = sub(row[u], m);
   for (std::int64_t u = 0; u <= t; ++u) {
     const float x = row[u];
@@ -244,10 +263,43 @@ DITTO_HD inline void causal_softmax_row(float* row, std::int64_t t, std::int64_t
   }
   for (std::int64_t u = 0; u <= t; ++u)
     if (!(row[u] > 0.0f)) row[u] = canonical::exp(row[u]);
+}
+
+/// The statistics of one query's causal softmax (Note [GPT kernels], attention_query): the row
+/// max m of the scaled scores and sum = chain add exp(sub(s_u, m)). Kernels::attention_forward
+/// stores them as stats[(b nh + h) T + t] = {m, sum} ([B, nh, T, 2] floats) in place of att.
+struct SoftmaxStats {
+  float m;
+  float sum;
+};
+
+/// The softmax of one causal row in place: row[0..t] holds the scaled scores s_u on entry and
+/// att[u] on return; row[t+1..T) is set to 0. Returns the row's statistics. Order: Note [GPT
+/// kernels].
+DITTO_HD inline SoftmaxStats causal_softmax_row(float* row, std::int64_t t, std::int64_t T) {
+  float m = -pmath::detail::infinity();
+  for (std::int64_t u = 0; u <= t; ++u) m = (m < row[u]) ? row[u] : m;  // std::max(m, s_u)
+  exp_shifted_row(row, t, m);
   float sum = 0.0f;
   for (std::int64_t u = 0; u <= t; ++u) sum = add(sum, row[u]);
   for (std::int64_t u = 0; u <= t; ++u) row[u] = div(row[u], sum);
   for (std::int64_t u = t + 1; u < T; ++u) row[u] = 0.0f;
+  return SoftmaxStats{m, sum};
+}
+
+/// att[u] recomputed in place from the forward's statistics: row[0..t] holds the scaled scores
+/// on entry and div(exp(sub(s_u, st.m)), st.sum) on return (the bits causal_softmax_row gave the
+/// forward); row[t+1..T) is set to 0.
+DITTO_HD inline void causal_weights_row(float* row, std::int64_t t, std::int64_t T,
+                                        SoftmaxStats st) {
+  exp_shifted_row(row, t, st.m);
+  for (std::int64_t u = 0; u <= t; ++u) row[u] = div(row[u], st.sum);
+  for (std::int64_t u = t + 1; u < T; ++u) row[u] = 0.0f;
+}
+
+/// One attention weight recomputed from its scaled score and its row's statistics.
+DITTO_HD inline float softmax_weight(float s, SoftmaxStats st) {
+  return div(canonical::exp(sub(s, st.m)), st.sum);
 }
 
 /// out[i] = chain over u = 0..t ascending of fma(w[u], rows[u * stride + i], acc) from 0.0f, for
@@ -285,13 +337,15 @@ DITTO_HD inline std::uint64_t attention_row_index(std::int64_t nh, std::int64_t 
 }
 
 /// The softmax backward of one causal row in place: row[0..t] holds dp_u = dy_t . v_u on entry
-/// and dpre[u] = att[u] * (dp_u - sum_w att[w] dp_w) on return; row[t+1..T) is set to 0.
-DITTO_HD inline void causal_softmax_row_backward(const float* att_row, float* row, std::int64_t t,
-                                                 std::int64_t T) {
+/// and dpre[u] = att[u] * (dp_u - pd) on return, pd = chain_u fma(att[u], dp_u), which it
+/// returns; row[t+1..T) is set to 0.
+DITTO_HD inline float causal_softmax_row_backward(const float* att_row, float* row,
+                                                  std::int64_t t, std::int64_t T) {
   float pd = 0.0f;
   for (std::int64_t u = 0; u <= t; ++u) pd = fma(att_row[u], row[u], pd);
   for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(att_row[u], sub(row[u], pd));
   for (std::int64_t u = t + 1; u < T; ++u) row[u] = 0.0f;
+  return pd;
 }
 
 /// weighted_rows with the dropped weights a[u] = drop.apply(row_index + u, w[u], s) (Note [GPT
@@ -309,96 +363,134 @@ DITTO_HD inline void weighted_rows_dropped(const float* w, std::int64_t t, const
   }
 }
 
-/// One query (b, t) of head h (Note [GPT kernels]): att_row[0..T) (the row att[b, h, t, :],
-/// 0 for u > t; never dropped) and y_out[0..hd) (the slice y[b, t, h*hd : (h+1)*hd)), with
-/// dropout on the weights when drop.active(). qkv [B, T, 3C].
-DITTO_HD inline void attention_query(const float* qkv, std::int64_t T, std::int64_t C,
-                                     std::int64_t nh, std::int64_t b, std::int64_t t,
-                                     std::int64_t h, float* y_out, float* att_row,
-                                     const AttentionDropout& drop = {}) {
+// The reference functions below hold no row of att: they recompute each score (and weight) when
+// they need it, so they need O(1) memory per query (as flash attention does) and serve as the
+// CUDA kernels' per-thread bodies; the simulator's kernels hold one head's rows on the host and
+// must give the same bits (tests/test_gpt_ops_bits.cpp).
+
+/// The scaled score s_u = mul(q_t . k_u, scale) of query t and key u of head h in batch b.
+DITTO_HD inline float attention_score(const float* qkv, std::int64_t T, std::int64_t C,
+                                      std::int64_t nh, std::int64_t b, std::int64_t t,
+                                      std::int64_t u, std::int64_t h) {
   const std::int64_t hd = C / nh;
-  const float scale = attention_scale(hd);
   const float* q = row_at(qkv, T, 3 * C, b, t) + h * hd;
-  const float* k0 = row_at(qkv, T, 3 * C, b, 0) + C + h * hd;
-  for (std::int64_t u = 0; u <= t; ++u) att_row[u] = mul(dot_chain(q, k0 + u * 3 * C, hd), scale);
-  causal_softmax_row(att_row, t, T);
-  if (drop.active())
-    weighted_rows_dropped(att_row, t, k0 + C, 3 * C, hd, drop, attention_row_index(nh, T, b, h, t),
-                          y_out);
-  else
-    weighted_rows(att_row, t, k0 + C, 3 * C, hd, y_out);
+  const float* k = row_at(qkv, T, 3 * C, b, u) + C + h * hd;
+  return mul(dot_chain(q, k, hd), attention_scale(hd));
 }
 
-/// First backward pass, one query (b, t) of head h: dpre_row[0..T) (the row dpre[b, h, t, :] of
-/// the gradient before the softmax, 0 for u > t) and dq_out[0..hd) (the slice of dqkv[b, t, :]
-/// at h*hd). dy [B, T, C], att_row = att[b, h, t, :]. With drop.active() dp is dropped first
-/// and dpre carries the score scale (Note [GPT kernels], attention with dropout).
-DITTO_HD inline void attention_query_backward(const float* dy, const float* qkv,
-                                              const float* att_row, std::int64_t T,
-                                              std::int64_t C, std::int64_t nh, std::int64_t b,
-                                              std::int64_t t, std::int64_t h, float* dpre_row,
-                                              float* dq_out, const AttentionDropout& drop = {}) {
+/// One query (b, t) of head h (Note [GPT kernels]): y_out[0..hd) (the slice y[b, t, h*hd :
+/// (h+1)*hd)) and the row's softmax statistics (returned), with dropout on the weights when
+/// drop.active(). qkv [B, T, 3C]. Three passes over the keys (max, sum, att @ v), the score
+/// recomputed in each.
+DITTO_HD inline SoftmaxStats attention_query(const float* qkv, std::int64_t T, std::int64_t C,
+                                             std::int64_t nh, std::int64_t b, std::int64_t t,
+                                             std::int64_t h, float* y_out,
+                                             const AttentionDropout& drop = {}) {
+  const std::int64_t hd = C / nh;
+  float m = -pmath::detail::infinity();
+  for (std::int64_t u = 0; u <= t; ++u) {
+    const float s = attention_score(qkv, T, C, nh, b, t, u, h);
+    m = (m < s) ? s : m;
+  }
+  float sum = 0.0f;
+  for (std::int64_t u = 0; u <= t; ++u)
+    sum = add(sum, canonical::exp(sub(attention_score(qkv, T, C, nh, b, t, u, h), m)));
+  const SoftmaxStats st{m, sum};
+  const float ds = drop.active() ? dropout_scale(drop.p) : 1.0f;
+  const std::uint64_t row = attention_row_index(nh, T, b, h, t);
+  for (std::int64_t i = 0; i < hd; ++i) y_out[i] = 0.0f;
+  for (std::int64_t u = 0; u <= t; ++u) {
+    float a = softmax_weight(attention_score(qkv, T, C, nh, b, t, u, h), st);
+    if (drop.active()) a = drop.apply(row + static_cast<std::uint64_t>(u), a, ds);
+    const float* v = row_at(qkv, T, 3 * C, b, u) + 2 * C + h * hd;
+    for (std::int64_t i = 0; i < hd; ++i) y_out[i] = fma(a, v[i], y_out[i]);
+  }
+  return st;
+}
+
+/// The pieces of the softmax backward at (query t, key u) of head h (Note [GPT kernels]): the
+/// recomputed weight att, the undropped weight's dropped value a (= att without dropout) and
+/// da = the (dropped) dp = dy_t . v_u.
+struct AttentionPair {
+  float att, a, da;
+};
+
+DITTO_HD inline AttentionPair attention_pair(const float* dy, const float* qkv, std::int64_t T,
+                                             std::int64_t C, std::int64_t nh, std::int64_t b,
+                                             std::int64_t t, std::int64_t u, std::int64_t h,
+                                             SoftmaxStats st, const AttentionDropout& drop) {
+  const std::int64_t hd = C / nh;
+  const float att = softmax_weight(attention_score(qkv, T, C, nh, b, t, u, h), st);
+  const float dp =
+      dot_chain(row_at(dy, T, C, b, t) + h * hd, row_at(qkv, T, 3 * C, b, u) + 2 * C + h * hd, hd);
+  if (!drop.active()) return AttentionPair{att, att, dp};
+  const float ds = dropout_scale(drop.p);
+  const std::uint64_t index = attention_row_index(nh, T, b, h, t) + static_cast<std::uint64_t>(u);
+  const bool keep = drop.kept(index);
+  return AttentionPair{att, dropout_apply(keep, att, ds), dropout_apply(keep, dp, ds)};
+}
+
+/// dpre at one pair given the row's pd (Note [GPT kernels]): mul(att, sub(da, pd)), times the
+/// score scale with dropout (then the dq and dk chains are not scaled after).
+DITTO_HD inline float attention_dpre(const AttentionPair& p, float pd, float scale, bool dropped) {
+  const float d = mul(p.att, sub(p.da, pd));
+  return dropped ? mul(d, scale) : d;
+}
+
+/// First backward pass, one query (b, t) of head h: dq_out[0..hd) (the slice of dqkv[b, t, :] at
+/// h*hd); returns pd = chain_u fma(att[u], da_u), which the second pass needs per query
+/// (Kernels::attention_backward's scratch holds it, [B, nh, T]). dy [B, T, C], st the forward's
+/// statistics of the row. With drop.active() dp is dropped first and dpre carries the score
+/// scale (Note [GPT kernels], attention with dropout).
+DITTO_HD inline float attention_query_backward(const float* dy, const float* qkv, std::int64_t T,
+                                               std::int64_t C, std::int64_t nh, std::int64_t b,
+                                               std::int64_t t, std::int64_t h, SoftmaxStats st,
+                                               float* dq_out, const AttentionDropout& drop = {}) {
   const std::int64_t hd = C / nh;
   const float scale = attention_scale(hd);
-  const float* g = row_at(dy, T, C, b, t) + h * hd;
-  const float* k0 = row_at(qkv, T, 3 * C, b, 0) + C + h * hd;
-  for (std::int64_t u = 0; u <= t; ++u) dpre_row[u] = dot_chain(g, k0 + C + u * 3 * C, hd);
-  if (drop.active()) {
-    const float s = dropout_scale(drop.p);
-    const std::uint64_t row = attention_row_index(nh, T, b, h, t);
-    for (std::int64_t u = 0; u <= t; ++u)
-      dpre_row[u] = drop.apply(row + static_cast<std::uint64_t>(u), dpre_row[u], s);
-    causal_softmax_row_backward(att_row, dpre_row, t, T);
-    for (std::int64_t u = 0; u <= t; ++u) dpre_row[u] = mul(dpre_row[u], scale);
-    weighted_rows(dpre_row, t, k0, 3 * C, hd, dq_out);
-    return;
+  float pd = 0.0f;
+  for (std::int64_t u = 0; u <= t; ++u) {
+    const AttentionPair p = attention_pair(dy, qkv, T, C, nh, b, t, u, h, st, drop);
+    pd = fma(p.att, p.da, pd);
   }
-  causal_softmax_row_backward(att_row, dpre_row, t, T);
-  weighted_rows(dpre_row, t, k0, 3 * C, hd, dq_out);
-  for (std::int64_t i = 0; i < hd; ++i) dq_out[i] = mul(dq_out[i], scale);
-}
-
-/// The chains of the second backward pass, unscaled: dk_out[i] = chain_t fma(dpre[t, u],
-/// q_t[i]) and dv_out[i] = chain_t fma(w[t, u], dy_t[i]) over t = u..T-1 ascending, where w is
-/// att, dropped by `drop` when drop.active() (pass an inactive drop with w already dropped to
-/// get the same bits). dpre and w [B, nh, T, T].
-DITTO_HD inline void attention_key_chains(const float* __restrict__ dy,
-                                          const float* __restrict__ qkv,
-                                          const float* __restrict__ w,
-                                          const float* __restrict__ dpre, std::int64_t T,
-                                          std::int64_t C, std::int64_t nh, std::int64_t b,
-                                          std::int64_t u, std::int64_t h,
-                                          float* __restrict__ dk_out, float* __restrict__ dv_out,
-                                          const AttentionDropout& drop = {}) {
-  const std::int64_t hd = C / nh;
-  const std::int64_t head = (b * nh + h) * T * T;
-  const float s = drop.active() ? dropout_scale(drop.p) : 1.0f;
-  for (std::int64_t i = 0; i < hd; ++i) dk_out[i] = 0.0f;
-  for (std::int64_t i = 0; i < hd; ++i) dv_out[i] = 0.0f;
-  for (std::int64_t t = u; t < T; ++t) {
-    const float* q = row_at(qkv, T, 3 * C, b, t) + h * hd;
-    const float* g = row_at(dy, T, C, b, t) + h * hd;
-    const std::int64_t k = head + t * T + u;
-    const float d = dpre[k];
-    const float a = drop.active() ? drop.apply(static_cast<std::uint64_t>(k), w[k], s) : w[k];
-    for (std::int64_t i = 0; i < hd; ++i) dk_out[i] = fma(d, q[i], dk_out[i]);
-    for (std::int64_t i = 0; i < hd; ++i) dv_out[i] = fma(a, g[i], dv_out[i]);
+  for (std::int64_t i = 0; i < hd; ++i) dq_out[i] = 0.0f;
+  for (std::int64_t u = 0; u <= t; ++u) {
+    const AttentionPair p = attention_pair(dy, qkv, T, C, nh, b, t, u, h, st, drop);
+    const float d = attention_dpre(p, pd, scale, drop.active());
+    const float* k = row_at(qkv, T, 3 * C, b, u) + C + h * hd;
+    for (std::int64_t i = 0; i < hd; ++i) dq_out[i] = fma(d, k[i], dq_out[i]);
   }
+  if (!drop.active())
+    for (std::int64_t i = 0; i < hd; ++i) dq_out[i] = mul(dq_out[i], scale);
+  return pd;
 }
 
 /// Second backward pass, one key u of head h in batch b (after every query's first pass):
-/// dk_out[0..hd) and dv_out[0..hd) (the slices of dqkv[b, u, :] at C + h*hd and 2C + h*hd),
-/// summed over the queries t = u..T-1 ascending. att and dpre [B, nh, T, T]; drop as the
-/// forward's (dv sums the dropped weights; dpre already carries the scale then).
-DITTO_HD inline void attention_key_backward(const float* dy, const float* qkv, const float* att,
-                                            const float* dpre, std::int64_t T, std::int64_t C,
-                                            std::int64_t nh, std::int64_t b, std::int64_t u,
-                                            std::int64_t h, float* dk_out, float* dv_out,
+/// dk_out[0..hd) and dv_out[0..hd) (the slices of dqkv[b, u, :] at C + h*hd and 2C + h*hd):
+/// dk[i] = chain_t fma(dpre[t, u], q_t[i]) (scaled after without dropout), dv[i] = chain_t
+/// fma(a[t, u], dy_t[i]) over the queries t = u..T-1 ascending. stats [B, nh, T] and pd
+/// [B, nh, T] of the forward and the first pass; drop as the forward's.
+DITTO_HD inline void attention_key_backward(const float* dy, const float* qkv,
+                                            const SoftmaxStats* stats, const float* pd,
+                                            std::int64_t T, std::int64_t C, std::int64_t nh,
+                                            std::int64_t b, std::int64_t u, std::int64_t h,
+                                            float* dk_out, float* dv_out,
                                             const AttentionDropout& drop = {}) {
-  attention_key_chains(dy, qkv, att, dpre, T, C, nh, b, u, h, dk_out, dv_out, drop);
-  if (drop.active()) return;
-  const float scale = attention_scale(C / nh);
-  for (std::int64_t i = 0; i < C / nh; ++i) dk_out[i] = mul(dk_out[i], scale);
+  const std::int64_t hd = C / nh;
+  const float scale = attention_scale(hd);
+  const std::int64_t head = (b * nh + h) * T;
+  for (std::int64_t i = 0; i < hd; ++i) dk_out[i] = 0.0f;
+  for (std::int64_t i = 0; i < hd; ++i) dv_out[i] = 0.0f;
+  for (std::int64_t t = u; t < T; ++t) {
+    const AttentionPair p = attention_pair(dy, qkv, T, C, nh, b, t, u, h, stats[head + t], drop);
+    const float d = attention_dpre(p, pd[head + t], scale, drop.active());
+    const float* q = row_at(qkv, T, 3 * C, b, t) + h * hd;
+    const float* g = row_at(dy, T, C, b, t) + h * hd;
+    for (std::int64_t i = 0; i < hd; ++i) dk_out[i] = fma(d, q[i], dk_out[i]);
+    for (std::int64_t i = 0; i < hd; ++i) dv_out[i] = fma(p.a, g[i], dv_out[i]);
+  }
+  if (!drop.active())
+    for (std::int64_t i = 0; i < hd; ++i) dk_out[i] = mul(dk_out[i], scale);
 }
 
 // ---- sum of squares -----------------------------------------------------------------------------

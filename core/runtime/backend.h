@@ -202,23 +202,27 @@ class Kernels {
   /// hd], hd = C / nh, in that order along the last dim); per batch b, head h and query t:
   /// att[b, h, t, u] = softmax over u <= t of (q_t . k_u) * scale (0 for u > t), scale =
   /// float(1 / sqrt(double(hd))), softmax with the portable exp after subtracting the row max;
-  /// y[b, t, h*hd + i] = sum_{u <= t} a[b, h, t, u] v_u[i]. y [B, T, C], att [B, nh, T, T].
-  /// Dropout on the weights (nanoGPT's attn_dropout, 0 <= p < 1): a = att if p == 0 (no mask
-  /// drawn: the p == 0 bits and speed), else a = att * scale where element (b, h, t, u) is kept,
-  /// philox uniform01(seed, stream, index_base + ((b*nh + h)*T + t)*T + u) >= p, and 0 where not
-  /// (scale = 1 / (1 - p) in float, as dropout_forward). att holds the un-dropped softmax either
-  /// way. Operation order: Note [GPT kernels] in core/numerics/gpt_math.h.
+  /// y[b, t, h*hd + i] = sum_{u <= t} a[b, h, t, u] v_u[i]. y [B, T, C]. att is not written:
+  /// stats [B, nh, T, 2] receives each query's softmax statistics {m, sum} (row max, sum of
+  /// exp(s - m)), from which the backward recomputes att (Note [Attention memory] in
+  /// core/numerics/gpt_math.h; flash attention's memory). Dropout on the weights (nanoGPT's
+  /// attn_dropout, 0 <= p < 1): a = att if p == 0 (no mask drawn: the p == 0 bits and speed),
+  /// else a = att * scale where element (b, h, t, u) is kept, philox uniform01(seed, stream,
+  /// index_base + ((b*nh + h)*T + t)*T + u) >= p, and 0 where not (scale = 1 / (1 - p) in float,
+  /// as dropout_forward). stats are of the un-dropped softmax. Operation order: Note [GPT
+  /// kernels] in core/numerics/gpt_math.h.
   virtual void attention_forward(Stream& s, const float* qkv, std::int64_t B, std::int64_t T,
-                                 std::int64_t C, std::int64_t nh, float* y, float* att, float p,
-                                 std::uint64_t seed, std::uint64_t stream,
+                                 std::int64_t C, std::int64_t nh, float* y, float* stats,
+                                 float p, std::uint64_t seed, std::uint64_t stream,
                                  std::uint64_t index_base);
-  /// Backward of attention_forward given dy [B, T, C], the forward's qkv and att and the same
+  /// Backward of attention_forward given dy [B, T, C], the forward's qkv and stats and the same
   /// dropout key (the mask is recomputed): writes dqkv [B, T, 3C] (not accumulated). scratch:
-  /// B * nh * T * T floats of the caller's (d pre-softmax).
-  virtual void attention_backward(Stream& s, const float* dy, const float* qkv, const float* att,
-                                  std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
-                                  float* dqkv, float* scratch, float p, std::uint64_t seed,
-                                  std::uint64_t stream, std::uint64_t index_base);
+  /// B * nh * T floats of the caller's (each query's pd = sum_u att[u] dp[u], written).
+  virtual void attention_backward(Stream& s, const float* dy, const float* qkv,
+                                  const float* stats, std::int64_t B, std::int64_t T,
+                                  std::int64_t C, std::int64_t nh, float* dqkv, float* scratch,
+                                  float p, std::uint64_t seed, std::uint64_t stream,
+                                  std::uint64_t index_base);
   /// Inverted dropout (torch.nn.functional.dropout, training): element i is kept when
   /// philox uniform01(seed, stream, index_base + i) >= p (Note [Dropout masks]); y[i] = x[i] *
   /// scale if kept else 0, scale = 1 / (1 - p) in float. 0 <= p < 1. y may alias x.

@@ -15,11 +15,12 @@
 //     is c + the product in f32, rounded once;
 //   - a new tensor has the storage dtype (the first bf16 / f16 among the op's tensors): matmul,
 //     relu(_backward), gelu(_backward), add, dropout(_backward), embedding, layernorm's y,
-//     layernorm_backward's dx and dy_xhat, attention's y and att (the softmax, stored rounded as
-//     llm.c stores it; backward reads the rounded att), attention_backward's dqkv; dlogits of
+//     layernorm_backward's dx and dy_xhat, attention's y, attention_backward's dqkv; dlogits of
 //     cross_entropy_backward and grad_input of mse_backward in the logits' / input's dtype;
 //   - stays f32: per-sample losses (cross_entropy, mse), every scalar (sum, sum_sharded,
-//     sum_squares: a loss, a gradient norm's square), LayerNorm's mean and rstd;
+//     sum_squares: a loss, a gradient norm's square), LayerNorm's mean and rstd, attention's
+//     softmax stats (att itself is never stored: the backward recomputes it in f32 from the
+//     stats, unrounded, as flash attention keeps P in registers; Note [Attention memory]);
 //   - parameter gradients: nn::grad_dtype (core/nn/module.h): bitwise mode f32, so the
 //     micro-shard tree, the rank tree and the accumulation tree round nowhere (Note [Reductions
 //     over ranks]) and the bits do not depend on the device count; fast mode the parameter's

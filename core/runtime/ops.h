@@ -126,15 +126,19 @@ Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, co
 Tensor gelu(const Tensor& x);
 Tensor gelu_backward(const Tensor& x, const Tensor& grad_y);
 
-/// Causal self-attention (Kernels::attention_forward): qkv [B, T, 3C] -> y [B, T, C]; att
-/// [B, nh, T, T] (the un-dropped softmax) is set for backward. C % nh == 0. With p > 0 the
-/// weights are dropped before att @ v (nanoGPT's attn_dropout) with the mask of (seed, stream,
-/// index_base + flat index into att) (Note [Dropout masks]: index_base = first_row * nh*T*T);
-/// p in [0, 1), else InvalidArgument.
-Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& att, float p = 0.0f,
+/// Causal self-attention (Kernels::attention_forward; torch's
+/// scaled_dot_product_attention(q, k, v, is_causal=True) per head): qkv [B, T, 3C] -> y [B, T, C];
+/// stats [B, nh, T, 2] f32 (each query's softmax max and normaliser; att [B, nh, T, T] is never
+/// stored, the backward recomputes it: Note [Attention memory] in core/numerics/gpt_math.h) is set
+/// for backward. C % nh == 0. With p > 0 the weights are dropped before att @ v (nanoGPT's
+/// attn_dropout) with the mask of (seed, stream, index_base + flat index into att) (Note
+/// [Dropout masks]: index_base = first_row * nh*T*T); p in [0, 1), else InvalidArgument. y has
+/// qkv's dtype (f32, bf16 or f16); stats are f32 always.
+Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& stats, float p = 0.0f,
                  std::uint64_t seed = 0, std::uint64_t stream = 0, std::uint64_t index_base = 0);
-/// dqkv [B, T, 3C] from dy [B, T, C], the forward's qkv and att, and its dropout key.
-Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att,
+/// dqkv [B, T, 3C] from dy [B, T, C], the forward's qkv and stats (f32 [B, nh, T, 2], else
+/// InvalidArgument), and its dropout key.
+Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& stats,
                           std::int64_t n_head, float p = 0.0f, std::uint64_t seed = 0,
                           std::uint64_t stream = 0, std::uint64_t index_base = 0);
 

@@ -223,38 +223,38 @@ Tensor gelu_backward(const Tensor& x, const Tensor& grad_y) {
   return gx;
 }
 
-Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& att, float p,
+Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& stats, float p,
                  std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base) {
   constexpr const char* op = "ops::attention";
-  if (any_half({&qkv})) {  // y and att in the storage dtype
+  if (any_half({&qkv})) {  // y in the storage dtype; the softmax stats stay f32
     MixedOp m(op, {&qkv});
-    Tensor af;
+    Tensor sf;
     Tensor y = m.out(m.run([&] {
-      return attention(m.in(qkv), n_head, af, p, seed, stream, index_base);
+      return attention(m.in(qkv), n_head, sf, p, seed, stream, index_base);
     }));
-    att = m.out(af);
+    stats = m.out(sf, DType::f32);
     return y;
   }
   const std::int64_t C = check_qkv(op, qkv, n_head);
   check_p(op, p);
   const std::int64_t B = qkv.size(0), T = qkv.size(1);
   Tensor y = Tensor::empty({B, T, C}, DType::f32, qkv.device());
-  att = Tensor::empty({B, n_head, T, T}, DType::f32, qkv.device());
+  stats = Tensor::empty({B, n_head, T, 2}, DType::f32, qkv.device());
   if (y.numel() == 0) return y;
   kernels_of(qkv).attention_forward(stream_of(qkv), qkv.data<float>(), B, T, C, n_head,
-                                    y.data<float>(), att.data<float>(), p, seed, stream,
+                                    y.data<float>(), stats.data<float>(), p, seed, stream,
                                     index_base);
   return y;
 }
 
-Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att,
+Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& stats,
                           std::int64_t n_head, float p, std::uint64_t seed, std::uint64_t stream,
                           std::uint64_t index_base) {
   constexpr const char* op = "ops::attention_backward";
-  if (any_half({&dy, &qkv, &att})) {
-    MixedOp m(op, {&dy, &qkv, &att});
+  if (any_half({&dy, &qkv})) {
+    MixedOp m(op, {&dy, &qkv});
     return m.out(m.run([&] {
-      return attention_backward(m.in(dy), m.in(qkv), m.in(att), n_head, p, seed, stream,
+      return attention_backward(m.in(dy), m.in(qkv), stats, n_head, p, seed, stream,
                                 index_base);
     }));
   }
@@ -262,14 +262,14 @@ Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& att
   check_p(op, p);
   const std::int64_t B = qkv.size(0), T = qkv.size(1);
   check_shape(op, "dy", dy, {B, T, C}, "[B, T, C]", qkv, "qkv");
-  check_shape(op, "att", att, {B, n_head, T, T}, "[B, n_head, T, T]", qkv, "qkv");
+  check_shape(op, "stats", stats, {B, n_head, T, 2}, "[B, n_head, T, 2]", qkv, "qkv");
   Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32, qkv.device());
   if (dy.numel() == 0) return dqkv;
-  Tensor scratch = Tensor::empty({B * n_head * T * T}, DType::f32, qkv.device());
+  Tensor scratch = Tensor::empty({B * n_head * T}, DType::f32, qkv.device());
   Stream& s = stream_of(qkv);
-  kernels_of(qkv).attention_backward(s, dy.data<float>(), qkv.data<float>(), att.data<float>(),
-                                     B, T, C, n_head, dqkv.data<float>(), scratch.data<float>(),
-                                     p, seed, stream, index_base);
+  kernels_of(qkv).attention_backward(s, dy.data<float>(), qkv.data<float>(),
+                                     stats.data<float>(), B, T, C, n_head, dqkv.data<float>(),
+                                     scratch.data<float>(), p, seed, stream, index_base);
   // scratch is freed ordered after the device's default stream (Buffer); on another stream the
   // kernel must finish first.
   if (&s != &qkv.device().backend().default_stream(qkv.device().index)) s.synchronize();

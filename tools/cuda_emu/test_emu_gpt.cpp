@@ -122,17 +122,17 @@ void check_attention(unsigned& seed) {
       const std::string ctx = dims({B, T, C, nh}) + " p " + std::to_string(p) + " base " +
                               std::to_string(base);
       V qkv = uniform_v(B * T * 3 * C, seed++), y = mixed(B * T * C, seed++),
-        att = mixed(B * nh * T * T, seed++);
-      both("attention_forward", ctx, {qkv, y, att}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+        stats = mixed(B * nh * T * 2, seed++);
+      both("attention_forward", ctx, {qkv, y, stats}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
         k.attention_forward(s, b[0].data(), B, T, C, nh, b[1].data(), b[2].data(), p, 1337,
                             stream, base);
       });
-      simk->attention_forward(*sims, qkv.data(), B, T, C, nh, y.data(), att.data(), p, 1337,
+      simk->attention_forward(*sims, qkv.data(), B, T, C, nh, y.data(), stats.data(), p, 1337,
                               stream, base);
       sims->synchronize();
       V dy = uniform_v(B * T * C, seed++), dqkv = mixed(B * T * 3 * C, seed++),
-        scratch = mixed(B * nh * T * T, seed++);
-      both("attention_backward", ctx, {dy, qkv, att, dqkv, scratch},
+        scratch = mixed(B * nh * T, seed++);
+      both("attention_backward", ctx, {dy, qkv, stats, dqkv, scratch},
            [&](Kernels& k, Stream& s, std::vector<V>& b) {
              k.attention_backward(s, b[0].data(), b[1].data(), b[2].data(), B, T, C, nh,
                                   b[3].data(), b[4].data(), p, 1337, stream, base);
