@@ -140,13 +140,17 @@ void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) 
       std::snprintf(tokens, sizeof tokens, " tokens/s=%.0f", p->samples_per_s * t);
       std::snprintf(measured, sizeof measured, " tokens/s=%.0f", p->measured_samples_per_s * t);
     }
+    // MFU against the peak the run's matrix products are priced at: FP32 for f32, the BF16
+    // tensor-core peak for bf16 / f16 storage (Note [Mixed precision]).
+    const bool tc = r.dtype != DType::f32 && p->bf16_peak_flops > 0;
+    const double peak = tc ? p->bf16_peak_flops : p->peak_flops;
     std::printf("predicted: %d x %s (%d node%s, %s) step_time=%.4f ms samples/s=%.0f%s "
-                "comm_share=%.1f%% mfu=%.3g%% (virtual time; FP32 peak %.1f TFLOP/s per GPU)\n"
+                "comm_share=%.1f%% mfu=%.3g%% (virtual time; %s peak %.1f TFLOP/s per GPU)\n"
                 "measured:  CPU simulator step_time=%.4f ms samples/s=%.0f%s (wall clock)\n",
                 p->devices, p->device_name.c_str(), p->nodes, p->nodes > 1 ? "s" : "",
                 p->interconnect.c_str(), p->step_time_s * 1e3, p->samples_per_s, tokens,
-                100.0 * p->comm_share, 100.0 * p->mfu, p->peak_flops / 1e12,
-                p->measured_step_time_s * 1e3, p->measured_samples_per_s, measured);
+                100.0 * p->comm_share, 100.0 * p->mfu * p->peak_flops / peak, tc ? "BF16" : "FP32",
+                peak / 1e12, p->measured_step_time_s * 1e3, p->measured_samples_per_s, measured);
   }
   for (const train::DeviceMemory& m : r.memory)
     std::printf("memory: %s live=%s peak=%s capacity=%s optimizer_state=%s\n",

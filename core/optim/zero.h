@@ -43,6 +43,30 @@
 // canonical tree over that parameter's blocks and the sum in parameter order, exactly as
 // clip_grad_norm_ does: the same norm bits, the same coefficient, the same scaled gradients.
 // Fast mode: each rank's shard sum of squares, all_reduce (any order).
+//
+// Note [ZeRO mixed precision]
+// With bf16 / f16 parameters (Note [Mixed precision], core/runtime/mixed_precision.h) ZeRO takes
+// over optim::MasterWeights' role for the shard, and gives its bits:
+//   - masters: rank r holds f32 masters only of the pieces inside its shard, made once by the
+//     exact upcast of the parameter (as MasterWeights makes them) and from then on the truth; the
+//     inner optimizer steps them. Optimizer state per rank: (4 master + 8 AdamW moments) bytes x
+//     N_params / N = 12 / N bytes per parameter (state_bytes), where MasterWeights holds 12.
+//   - gradients: in bitwise mode the module's grads are f32 (nn::grad_dtype) and reduce_scatter
+//     in f32; in fast mode they have the parameter's dtype and reduce_scatter in it (llm.c's bf16
+//     reduce-scatter), each element rounded once after the rank sum (Note [Reductions over
+//     ranks]), then upcast exactly into the f32 shard. Either way the shard holds the bits DDP's
+//     all_reduce of the same grads would have given.
+//   - f16's GradScaler (attach_grad_scaler): the reduced, still scaled shard is unscaled and
+//     checked for inf / NaN on each rank; the ranks agree by an all_reduce (max) of the found
+//     flag, so when one rank's shard holds the inf every rank skips the step (no master, moment
+//     or parameter changes) and updates the scale the same way; torch's GradScaler semantics.
+//   - update: after the inner step each master is rounded once (round to nearest even) into its
+//     piece of the parameter; all_gather then copies the pieces in the parameter dtype (a copy:
+//     exact), so every rank holds the parameters MasterWeights would have produced.
+// Each piece's update is elementwise and its rounding happens once, so the bits do not depend on
+// N or on the shard boundaries (tests/test_zero_mixed.cpp). consolidate_state_dict writes
+// MasterWeights' layout (master.<i>, option master_weights=f32), so a checkpoint of a ZeRO run
+// loads into a run without ZeRO and back.
 #pragma once
 
 #include <cstdint>
