@@ -286,4 +286,14 @@ void CudaGptKernels::sum_squares(Stream& s, const float* x, i64 n, float* out, D
   l.check();
 }
 
+// ZeRO's leaves (Note [ZeRO grad clip]): out[j] = the chain over block j, one launch (the base
+// Kernels::sum_squares_blocks made a sum_squares per block).
+void CudaGptKernels::sum_squares_blocks(Stream& s, const float* x, i64 n, float* out) {
+  const i64 blocks = gpt::squares_blocks(std::max<i64>(n, 0));
+  if (blocks == 0) return;
+  Launch l(backend_, s, "sum_squares_blocks");
+  squares_blocks_kernel<<<blocks_for(blocks, 128), 128, 0, l.get()>>>(x, n, blocks, out);
+  l.check();
+}
+
 }  // namespace ditto::cuda::kern

@@ -262,6 +262,7 @@ class CudaGptKernels : public CudaDtypeKernels {
   void dropout_backward(Stream& s, const float* gy, float* gx, i64 n, float p, std::uint64_t seed,
                         std::uint64_t stream, std::uint64_t index_base) override;
   void sum_squares(Stream& s, const float* x, i64 n, float* out, Determinism mode) override;
+  void sum_squares_blocks(Stream& s, const float* x, i64 n, float* out) override;
 };
 
 }  // namespace ditto::cuda::kern

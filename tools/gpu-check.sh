@@ -5,8 +5,8 @@
 # skipping), compares ditto-train's
 # params_checksum between --backend sim and --backend cuda for 1 and 8 devices in bitwise mode,
 # compares fast-mode accuracy, trains the GPT (ditto-train --model gpt) on both backends (1 and 4
-# devices, bitwise, also with dropout, and in bf16 (--dtype bf16, 1 and 2 devices): one
-# params_checksum, the same losses and sample; fast
+# devices, bitwise, also with dropout, and in bf16 (--dtype bf16, 1 and 2 devices, and 2 ddp
+# ranks with ZeRO-1 and 2 micro-steps): one params_checksum, the same losses and sample; fast
 # mode: the same validation loss within 0.01), runs the benchmarks, and writes OUT/results.md
 # plus raw logs.
 # Every step runs under `timeout`; the whole script stays under 6 minutes (--budget).
@@ -348,6 +348,13 @@ for backend in sim cuda; do
   for n in 1 2; do gpt_run "gpt-bf16-$backend-$n" "$backend" "$n" bitwise 0 --dtype bf16; done
 done
 gpt_equal gpt-bf16-equal gpt-bf16-sim-1 gpt-bf16-sim-2 gpt-bf16-cuda-1 gpt-bf16-cuda-2
+# ZeRO-1 (each rank steps its shard's f32 masters; reduce_scatter, the sharded clip through
+# sum_squares_blocks, all_gather) and gradient accumulation (2 micro-steps under no_sync) on
+# cuda, bf16, bitwise: still the one-device checksum (Note [ZeRO mixed precision], Note
+# [Gradient accumulation]); attention recomputes att from its stats (Note [Attention memory]).
+gpt_run gpt-bf16-zero-cuda-2 cuda 2 bitwise 0 --dtype bf16 --trainer ddp --zero-stage 1 \
+  --grad-accum-steps 2
+gpt_equal gpt-bf16-zero-equal gpt-bf16-sim-1 gpt-bf16-zero-cuda-2
 for backend in sim cuda; do gpt_run "gpt-fast-$backend-4" "$backend" 4 fast 0; done
 within gpt-fast-loss "val loss" "$(gpt_val "$out/logs/gpt-fast-sim-4.log")" \
   "$(gpt_val "$out/logs/gpt-fast-cuda-4.log")" 0.01

@@ -3,7 +3,7 @@
 // bounds (1 to 200 shards, empty ones, vocabulary rows absent from the batch), LayerNorm with
 // and without bias, GELU, causal attention forward and backward over several (B, T, C, n_head)
 // without and with attn_dropout, dropout at several p and index bases (also in place), the sum
-// of squares around kSquaresBlock.
+// of squares and its per-block leaves (ZeRO's sum_squares_blocks) around kSquaresBlock.
 // Sizes are small: every CUDA thread is a host thread here.
 #include <array>
 #include <initializer_list>
@@ -192,11 +192,25 @@ void check_sum_squares(unsigned& seed) {
   }
 }
 
+// ZeRO's per-block leaves (Note [ZeRO grad clip]): one chain per kSquaresBlock block, out of
+// place, the elements past the last block untouched.
+void check_sum_squares_blocks(unsigned& seed) {
+  const i64 blk = gpt::kSquaresBlock;
+  for (i64 n : {i64(1), blk - 1, blk, blk + 1, 3 * blk + 5, 65 * blk}) {
+    const i64 blocks = gpt::squares_blocks(n);
+    V x = mixed(n, seed++), out = mixed(blocks + 1, seed++);
+    both("sum_squares_blocks", "n " + std::to_string(n), {x, out},
+         [&](Kernels& k, Stream& s, std::vector<V>& b) {
+           k.sum_squares_blocks(s, b[0].data(), n, b[1].data());
+         });
+  }
+}
+
 }  // namespace
 
 void check_gpt_kernels(unsigned& seed) {
   for (auto* part : {check_embedding, check_layernorm, check_gelu, check_attention, check_dropout,
-                     check_sum_squares}) {
+                     check_sum_squares, check_sum_squares_blocks}) {
     try {
       part(seed);
     } catch (const std::exception& e) {  // a call outside `both` (the simulator's forward) threw
