@@ -33,6 +33,7 @@
 #include "backend_sim/published.h"
 #include "core/dist/distributed.h"
 #include "core/runtime/error.h"
+#include "core/train/launcher.h"
 #include "core/train/trainer.h"
 #include "examples/bundled_data.h"
 #include "examples/ditto_train_gpt.h"
@@ -369,6 +370,27 @@ std::vector<sim::TrainingComparison> run_training_cases() {
   return rows;
 }
 
+/// The options every process of an mpirun job must agree on, as each gave them (its default when
+/// not given), in --help's order: every option but the output-only --metrics-jsonl (rank 0
+/// writes it) and --help. Checked (train::check_ranks_agree) before anything else of the run.
+train::RankSettings cli_settings(const CLI::App& app) {
+  train::RankSettings out;
+  for (const CLI::Option* opt : app.get_options()) {
+    const std::string name = opt->get_name();
+    if (name.rfind("--", 0) != 0 || name == "--help" || name == "--metrics-jsonl") continue;
+    std::string value;
+    if (opt->count() == 0) {
+      value = opt->get_default_str().empty() ? "(default)" : opt->get_default_str();
+    } else if (opt->get_expected_min() == 0 && opt->results().empty()) {
+      value = "true";  // a flag
+    } else {
+      for (const std::string& r : opt->results()) value += (value.empty() ? "" : " ") + r;
+    }
+    out.emplace_back(name, value);
+  }
+  return out;
+}
+
 /// ditto-train's command line; `capture` (nested runs of --predict-table): the run's result or
 /// error is stored there instead of printed.
 int cli_main(int argc, char** argv, Capture* capture) {
@@ -505,6 +527,12 @@ int cli_main(int argc, char** argv, Capture* capture) {
   try {
     // Started by mpirun: this process is one rank (--trainer ddp), the job's processes the ranks.
     if (dist::launched_by_mpirun()) dist::init(&argc, &argv);
+    // First (torchrun's rendezvous): processes given different options fail together, each
+    // naming the option, both values and both ranks, before any of them is acted on.
+    if (dist::is_initialized())
+      train::check_ranks_agree(cli_settings(app), c.comm_timeout_ms > 0
+                                                      ? c.comm_timeout_ms
+                                                      : CommOptions{}.timeout_ms);
     rc = run(std::move(a), capture);
   } catch (const std::exception& e) {
     if (capture)

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -184,6 +185,54 @@ TEST(Trainer, PeerFailureCarriesTheFailedRankAndTheRootErrorIsThatRanksOwn) {
     });
   }, "sim:2: device failed");
   EXPECT_EQ(failed_ranks, (std::vector<int>{2, 2, 2}));
+}
+
+// Issue 16 (4): the configuration check at the start of a run (torchrun's rendezvous).
+TEST(RankSettings, DisagreementNamesTheFirstDifferingSettingBothValuesAndBothRanks) {
+  const RankSettings a{{"--loss", "mse"}, {"--micro-shards", "8"}, {"--seed", "1"}};
+  RankSettings b = a, c = a;
+  b[1].second = "4";
+  c[2].second = "2";
+  EXPECT_EQ(settings_disagreement({a, a, a}), "");
+  EXPECT_EQ(settings_disagreement({}), "");
+  EXPECT_EQ(settings_disagreement({a, b}),
+            "ranks disagree on --micro-shards: rank 0 has 8, rank 1 has 4");
+  // The first rank (in rank order) that differs from rank 0, its first differing setting.
+  EXPECT_EQ(settings_disagreement({a, a, c, b}),
+            "ranks disagree on --seed: rank 0 has 1, rank 2 has 2");
+  const RankSettings shorter{{"--loss", "mse"}, {"--micro-shards", "8"}};
+  EXPECT_EQ(settings_disagreement({a, shorter}),
+            "ranks disagree on --seed: rank 0 has 1, rank 1 has (not set)");
+  EXPECT_EQ(settings_disagreement({shorter, a}),
+            "ranks disagree on --seed: rank 0 has (not set), rank 1 has 1");
+  const RankSettings swapped{a[1], a[0], a[2]};
+  EXPECT_EQ(settings_disagreement({a, swapped}),
+            "ranks disagree on the order of their settings: rank 0 has --loss at position 0, "
+            "rank 1 has --micro-shards");
+}
+
+TEST(RankSettings, ThreadRanksThatDisagreeFailBeforeAnyCommunicatorOrBody) {
+  test::init_sim(4);
+  std::atomic<int> bodies{0};
+  auto settings = [](int rank) {
+    return RankSettings{{"--loss", "cross-entropy"},
+                        {"--micro-shards", rank == 2 ? "4" : "8"}};
+  };
+  test::expect_error<InvalidArgument>(
+      [&] {
+        launch_ranks(devices("sim", 4), CommOptions{}, nullptr,
+                     [&](Communicator&) { ++bodies; }, {}, settings);
+      },
+      "ranks disagree on --micro-shards: rank 0 has 8, rank 2 has 4");
+  EXPECT_EQ(bodies.load(), 0);
+  // Agreeing ranks run as before.
+  launch_ranks(devices("sim", 4), CommOptions{}, nullptr, [&](Communicator&) { ++bodies; }, {},
+               [](int) { return RankSettings{{"--micro-shards", "8"}}; });
+  EXPECT_EQ(bodies.load(), 4);
+}
+
+TEST(RankSettings, OutsideMpirunTheProcessCheckIsANoOp) {
+  EXPECT_NO_THROW(check_ranks_agree({{"--micro-shards", "8"}}));
 }
 
 TEST(Trainer, DdpRunWithAFailedDeviceReportsThatDevice) {

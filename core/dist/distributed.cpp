@@ -66,6 +66,21 @@ int rank() { return group_or(&detail::ProcessGroup::rank, 0); }
 int local_rank() { return group_or(&detail::ProcessGroup::local_rank, 0); }
 int local_size() { return group_or(&detail::ProcessGroup::local_size, 1); }
 
+std::vector<std::string> all_gather_text(const std::string& text, std::int64_t timeout_ms) {
+  DITTO_CHECK(timeout_ms > 0, "dist::all_gather_text: timeout_ms: expected > 0, got ", timeout_ms);
+  constexpr std::size_t kMaxText = std::size_t(1) << 20;
+  DITTO_CHECK(text.size() <= kMaxText, "dist::all_gather_text: text: expected at most ", kMaxText,
+              " bytes, got ", text.size());
+  detail::ProcessGroup* group = nullptr;
+  {
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    group = s.group.get();
+  }
+  if (!group) return {text};
+  return group->all_gather_text(text, timeout_ms);
+}
+
 void finalize() {
   State& s = state();
   std::lock_guard lk(s.mu);

@@ -17,6 +17,10 @@
 // <mpi.h>.
 #pragma once
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
 namespace ditto::dist {
 
 /// True when this library was built with MPI support (DITTO_WITH_MPI).
@@ -53,6 +57,17 @@ int local_rank();
 /// Number of processes of the job on this node (the size of that split); 1 when not
 /// initialized.
 int local_size();
+
+/// Every process's `text`, in rank order (a rendezvous of settings before any communicator, as
+/// torchrun's): each process contributes a fixed-size record (a 64-bit hash of its text and the
+/// text's size) to one MPI_Iallgather over MPI_COMM_WORLD; only when the records differ do the
+/// texts themselves follow (MPI_Iallgatherv), so that the caller can name what differs. When every
+/// record agrees, each entry is `text`. Collective: every process calls it, at the same point, in
+/// the same order relative to other calls on MPI_COMM_WORLD (Communicator::init_rank). Nothing in
+/// it depends on a CommOptions setting, so processes that disagree on those meet safely. Not
+/// initialized: {text}. Throws Timeout when some process does not arrive within `timeout_ms`,
+/// InvalidArgument for a timeout_ms <= 0 or a text over 1 MiB.
+std::vector<std::string> all_gather_text(const std::string& text, std::int64_t timeout_ms);
 
 /// MPI_Finalize. Collective. Communicators created by Communicator::init_rank must be destroyed
 /// (and their streams synchronized) before; later calls on one throw BackendError. No-op when

@@ -560,13 +560,18 @@ class MpiProcessGroup final : public detail::ProcessGroup {
     DITTO_MPI_CHECK(MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN), where);
 
     // Every rank's device, to name them (and to refuse a mix of backends).
+    // And every rank's determinism: ranks of different modes move different messages (one
+    // rank's bitwise tree against another's fast ring crashed inside MPI), so they must not meet
+    // in one communicator.
     struct WireDevice {
       char type[16];
       std::int32_t index;
+      std::int32_t determinism;
     };
     WireDevice mine{};
     std::strncpy(mine.type, backend.name().c_str(), sizeof mine.type - 1);
     mine.index = index;
+    mine.determinism = static_cast<std::int32_t>(options.determinism);
     auto all = std::make_shared<std::vector<WireDevice>>(static_cast<std::size_t>(size_));
     DITTO_MPI_CHECK(MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all->data(), sizeof mine,
                                    MPI_BYTE, comm, reqs.data()),
@@ -586,6 +591,12 @@ class MpiProcessGroup final : public detail::ProcessGroup {
                   "Communicator::init_rank: local_device: rank ", q, " uses ",
                   devices[static_cast<std::size_t>(q)].str(), ", rank ", rank_, " uses ",
                   backend.name(), ":", index, " (every rank must use the same backend)");
+    for (int q = 0; q < size_; ++q) {
+      const auto d = static_cast<Determinism>((*all)[static_cast<std::size_t>(q)].determinism);
+      DITTO_CHECK(d == options.determinism, "Communicator::init_rank: options.determinism: rank ",
+                  q, " uses ", determinism_name(d), ", rank ", rank_, " uses ",
+                  determinism_name(options.determinism), " (every rank must use the same)");
+    }
 
     // The factories own comm from here (their MpiLink frees it, also when they throw).
     guard.armed = false;
@@ -598,6 +609,68 @@ class MpiProcessGroup final : public detail::ProcessGroup {
     detail::ProcessLink link{comm};
     std::shared_ptr<CommunicatorImpl> impl = make(link, backend, index, options);
     return impl;
+  }
+
+  // One fixed-size record per process first (nothing in it depends on the process's settings,
+  // so processes that disagree on them still meet here safely); the texts only when the records
+  // differ. Buffers on the heap and leaked after a timeout (Note [Timeouts over MPI]).
+  std::vector<std::string> all_gather_text(const std::string& text,
+                                           std::int64_t timeout_ms) override {
+    const std::string where =
+        detail::cat("dist::all_gather_text (rank ", rank_, " of ", size_, ", MPI)");
+    std::vector<std::string> out(static_cast<std::size_t>(size_), text);
+    if (size_ == 1) return out;
+    struct Record {
+      std::uint64_t magic, hash, size;
+    };
+    constexpr std::uint64_t kMagic = 0x646974746f636667ull;  // "dittocfg"
+    std::uint64_t hash = 0xcbf29ce484222325ull;               // FNV-1a
+    for (unsigned char ch : text) hash = (hash ^ ch) * 0x100000001b3ull;
+    const Clock::time_point deadline = detail::comm_deadline<Clock>(timeout_ms);
+    auto timed_out = [&](const char* step) {
+      return Timeout(detail::cat(where, ": timed out after ", timeout_ms,
+                                 " ms waiting for the other processes (", step, ")"));
+    };
+    auto mine = std::make_shared<Record>(Record{kMagic, hash, text.size()});
+    auto all = std::make_shared<std::vector<Record>>(static_cast<std::size_t>(size_));
+    std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
+    DITTO_MPI_CHECK(MPI_Iallgather(mine.get(), sizeof(Record), MPI_BYTE, all->data(),
+                                   sizeof(Record), MPI_BYTE, MPI_COMM_WORLD, reqs.data()),
+                    where);
+    if (!detail::mpi::wait_until(reqs, deadline, where)) {
+      new std::shared_ptr<Record>(mine);  // leaked on purpose: the request may still use them
+      new std::shared_ptr<std::vector<Record>>(all);
+      throw timed_out("the exchange of the settings' hashes");
+    }
+    bool same = true;
+    for (const Record& r : *all)
+      same = same && r.magic == kMagic && r.hash == hash && r.size == text.size();
+    if (same) return out;
+    std::vector<int> counts(static_cast<std::size_t>(size_)), displs(counts.size());
+    std::size_t total = 0;
+    for (std::size_t q = 0; q < counts.size(); ++q) {
+      const Record& r = (*all)[q];
+      DITTO_CHECK_T(BackendError, r.magic == kMagic && r.size <= (std::size_t(1) << 20), where,
+                    ": rank ", q, " sent a record of another exchange (a different program?)");
+      counts[q] = static_cast<int>(r.size);
+      displs[q] = static_cast<int>(total);
+      total += r.size;
+    }
+    auto texts = std::make_shared<std::string>(total, '\0');
+    auto send = std::make_shared<std::string>(text);
+    DITTO_MPI_CHECK(MPI_Iallgatherv(send->data(), static_cast<int>(send->size()), MPI_BYTE,
+                                    texts->data(), counts.data(), displs.data(), MPI_BYTE,
+                                    MPI_COMM_WORLD, reqs.data()),
+                    where);
+    if (!detail::mpi::wait_until(reqs, deadline, where)) {
+      new std::shared_ptr<std::string>(texts);  // leaked on purpose, as above
+      new std::shared_ptr<std::string>(send);
+      throw timed_out("the exchange of the settings");
+    }
+    for (std::size_t q = 0; q < counts.size(); ++q)
+      out[q] = texts->substr(static_cast<std::size_t>(displs[q]),
+                             static_cast<std::size_t>(counts[q]));
+    return out;
   }
 
   void finalize() override {

@@ -5,7 +5,9 @@
 // file CMake generates from cmake/builtin_backends.cpp.in, beside the backend list.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/runtime/backend.h"
@@ -32,6 +34,12 @@ class ProcessGroup {
   virtual std::shared_ptr<CommunicatorImpl> create_communicator(Backend& backend, int index,
                                                                 const CommOptions& options,
                                                                 std::vector<Device>& devices) = 0;
+
+  /// dist::all_gather_text: every process's `text`, in rank order, over MPI_COMM_WORLD itself
+  /// (no communicator needed). Collective. Throws Timeout naming the missing processes after
+  /// timeout_ms.
+  virtual std::vector<std::string> all_gather_text(const std::string& text,
+                                                   std::int64_t timeout_ms) = 0;
 
   /// MPI_Finalize.
   virtual void finalize() = 0;

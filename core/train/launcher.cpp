@@ -57,11 +57,93 @@ std::exception_ptr root_error(const std::vector<std::pair<int, std::exception_pt
   return errors.front().second;
 }
 
+std::string settings_disagreement(const std::vector<RankSettings>& per_rank) {
+  if (per_rank.empty()) return "";
+  const RankSettings& first = per_rank.front();
+  auto find = [](const RankSettings& s, const std::string& name) -> const std::string* {
+    for (const auto& [n, v] : s)
+      if (n == name) return &v;
+    return nullptr;
+  };
+  auto say = [](const std::string* v) { return v ? *v : std::string("(not set)"); };
+  for (std::size_t r = 1; r < per_rank.size(); ++r) {
+    const RankSettings& other = per_rank[r];
+    if (other == first) continue;
+    auto report = [&](const std::string& name) {
+      return detail::cat("ranks disagree on ", name, ": rank 0 has ", say(find(first, name)),
+                         ", rank ", r, " has ", say(find(other, name)));
+    };
+    for (const auto& [name, value] : first)
+      if (const std::string* v = find(other, name); !v || *v != value) return report(name);
+    for (const auto& [name, value] : other)
+      if (!find(first, name)) return report(name);
+    // The same pairs in another order (or a name twice): the first position that differs.
+    for (std::size_t i = 0; i < first.size() && i < other.size(); ++i)
+      if (first[i] != other[i])
+        return detail::cat("ranks disagree on the order of their settings: rank 0 has ",
+                           first[i].first, " at position ", i, ", rank ", r, " has ",
+                           other[i].first);
+    return detail::cat("ranks disagree on their settings: rank 0 has ", first.size(),
+                       ", rank ", r, " has ", other.size());
+  }
+  return "";
+}
+
+namespace {
+
+// RankSettings as one text: each name and value prefixed by its length (no escaping needed).
+std::string encode(const RankSettings& s) {
+  std::string out;
+  for (const auto& [n, v] : s) out += detail::cat(n.size(), ':', n, v.size(), ':', v);
+  return out;
+}
+
+RankSettings decode(const std::string& text) {
+  RankSettings out;
+  std::size_t at = 0;
+  auto field = [&](std::string& f) {
+    const std::size_t colon = text.find(':', at);
+    DITTO_CHECK_T(InternalError, colon != std::string::npos, "check_ranks_agree: a rank's "
+                  "settings are not in the expected encoding");
+    const std::size_t n = std::stoull(text.substr(at, colon - at));
+    DITTO_CHECK_T(InternalError, colon + 1 + n <= text.size(), "check_ranks_agree: a rank's "
+                  "settings are cut short");
+    f = text.substr(colon + 1, n);
+    at = colon + 1 + n;
+  };
+  while (at < text.size()) {
+    std::pair<std::string, std::string> p;
+    field(p.first);
+    field(p.second);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+}  // namespace
+
+void check_ranks_agree(const RankSettings& mine, std::int64_t timeout_ms) {
+  if (!dist::is_initialized() || dist::world_size() == 1) return;
+  const std::vector<std::string> texts = dist::all_gather_text(encode(mine), timeout_ms);
+  std::vector<RankSettings> all;
+  for (const std::string& t : texts) all.push_back(decode(t));
+  const std::string why = settings_disagreement(all);
+  if (!why.empty()) throw InvalidArgument(why);
+}
+
 void launch_ranks(const std::vector<Device>& devices, const CommOptions& options,
                   RankBarrier* barrier, const std::function<void(Communicator&)>& body,
-                  const std::function<void()>& after) {
+                  const std::function<void()>& after,
+                  const std::function<RankSettings(int rank)>& settings) {
   if (dist::is_initialized()) {
     DITTO_CHECK(!devices.empty(), "launch_ranks: devices: expected this process's device");
+    // Before the communicator: processes of different determinism must not meet in one.
+    RankSettings mine{{"CommOptions::determinism", determinism_name(options.determinism)}};
+    if (settings) {
+      const RankSettings s = settings(dist::rank());
+      mine.insert(mine.end(), s.begin(), s.end());
+    }
+    check_ranks_agree(mine, options.timeout_ms);
     Communicator comm =
         Communicator::init_rank(devices[0], dist::world_size(), dist::rank(), options);
     try {
@@ -72,6 +154,12 @@ void launch_ranks(const std::vector<Device>& devices, const CommOptions& options
     }
     if (after) after();
     return;
+  }
+  if (settings) {  // threads: every rank's settings at hand, checked before any communicator
+    std::vector<RankSettings> all;
+    for (int r = 0; r < static_cast<int>(devices.size()); ++r) all.push_back(settings(r));
+    const std::string why = settings_disagreement(all);
+    if (!why.empty()) throw InvalidArgument(why);
   }
   std::vector<Communicator> comms = Communicator::init_all(devices, options);
   std::mutex errors_mu;

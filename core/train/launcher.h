@@ -46,13 +46,40 @@ class RankBarrier {
 /// else the first.
 std::exception_ptr root_error(const std::vector<std::pair<int, std::exception_ptr>>& errors);
 
+/// Settings of one rank that must agree across ranks, in a canonical order: (name, value) pairs
+/// such as {"--micro-shards", "8"}, named as the user knows them (a command-line option).
+using RankSettings = std::vector<std::pair<std::string, std::string>>;
+
+/// The first disagreement among the ranks' settings (`per_rank[r]` is rank r's), "" when they all
+/// agree: "ranks disagree on NAME: rank 0 has A, rank R has B", for the first rank R (in rank
+/// order) that differs from rank 0 and the first name (in rank 0's order, then R's) on which they
+/// differ; a name one of them lacks has "(not set)".
+std::string settings_disagreement(const std::vector<RankSettings>& per_rank);
+
+/// The configuration check at a run's start, as torchrun's rendezvous: under mpirun
+/// (dist::is_initialized) every process contributes `mine` (dist::all_gather_text: one
+/// fixed-size record of its hash, the settings themselves only when the hashes differ), and
+/// every process throws the same InvalidArgument (settings_disagreement) on a mismatch. Call it
+/// before anything that depends on the settings (a communicator, a validation that could fail on
+/// one rank only). Collective under mpirun; outside it a no-op (the ranks are threads sharing
+/// one configuration: see launch_ranks' `settings`). Throws Timeout when a process does not
+/// arrive within `timeout_ms`.
+void check_ranks_agree(const RankSettings& mine,
+                       std::int64_t timeout_ms = CommOptions{}.timeout_ms);
+
 /// Runs `body(comm)` for every rank: under mpirun this process's rank (dist::rank() of
 /// dist::world_size(), on devices[0]: Communicator::init_rank); otherwise one thread per device of
 /// `devices` (Communicator::init_all). A rank whose body throws aborts its communicator (and
 /// `barrier`, when given); once every rank is done, the root error is rethrown. Otherwise
 /// `after` (when set) runs on the calling thread while the communicators are still alive.
+/// Before any communicator exists the ranks check that they agree (check_ranks_agree): on
+/// `settings(rank)` when given, and under mpirun also on options.determinism (named
+/// "CommOptions::determinism"; one process's CommOptions can differ from another's); a mismatch
+/// throws InvalidArgument naming the setting, both values and both ranks, on every rank, and no
+/// body runs.
 void launch_ranks(const std::vector<Device>& devices, const CommOptions& options,
                   RankBarrier* barrier, const std::function<void(Communicator&)>& body,
-                  const std::function<void()>& after = {});
+                  const std::function<void()>& after = {},
+                  const std::function<RankSettings(int rank)>& settings = {});
 
 }  // namespace ditto::train

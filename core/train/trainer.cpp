@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -96,6 +97,52 @@ void check_output_paths(const TrainerConfig& c, bool lead) {
               "directory, got '", c.trace, "': '", dir.string(), "': ", std::strerror(errno));
 }
 
+/// The settings every rank of a run must share (check_ranks_agree at fit()'s start): what the
+/// model, the data, the loop and the collectives depend on, named as the user knows them.
+RankSettings agreed_settings(const TrainerConfig& c, const DataSource& data) {
+  auto g = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return std::string(buf);
+  };
+  std::ostringstream hidden;
+  for (std::size_t i = 0; i < c.hidden.size(); ++i) hidden << (i ? "," : "") << c.hidden[i];
+  RankSettings s{{c.name_of("backend"), c.backend},
+                 {c.name_of("trainer"), trainer_kind_name(c.trainer)},
+                 {c.name_of("determinism"), determinism_name(c.determinism)},
+                 {c.name_of("dtype"), dtype_name(c.dtype)},
+                 {c.name_of("model_name"), c.model_name},
+                 {c.name_of("make_model"), c.make_model ? "set" : "unset"},
+                 {c.name_of("hidden"), hidden.str()},
+                 {"data inputs", std::to_string(data.num_inputs())},
+                 {"data outputs", std::to_string(data.num_outputs())},
+                 {c.name_of("optimizer"), c.optimizer},
+                 {c.name_of("lr"), g(c.effective_lr())},
+                 {c.name_of("momentum"), g(c.momentum)},
+                 {c.name_of("weight_decay"), g(c.weight_decay)},
+                 {c.name_of("loss"), c.loss},
+                 {c.name_of("batch_size"), std::to_string(c.batch_size)},
+                 {c.name_of("epochs"), std::to_string(c.epochs)},
+                 {c.name_of("max_iters"), std::to_string(c.max_iters)},
+                 {c.name_of("eval_interval"), std::to_string(c.eval_interval)},
+                 {c.name_of("eval_iters"), std::to_string(c.eval_iters)},
+                 {c.name_of("eval_batch_size"), std::to_string(c.eval_batch_size)},
+                 {c.name_of("seed"), std::to_string(c.seed)},
+                 {c.name_of("micro_shards"), std::to_string(c.micro_shards)},
+                 {c.name_of("bucket_cap_mb"), g(c.bucket_cap_mb)},
+                 {c.name_of("grad_clip"), g(c.grad_clip)},
+                 {c.name_of("zero_stage"), std::to_string(c.zero_stage)},
+                 {c.name_of("grad_accum_steps"), std::to_string(c.grad_accum_steps)},
+                 {c.name_of("dry_run"), c.dry_run ? "true" : "false"},
+                 {c.name_of("checkpoint_dir"), c.checkpoint_dir.empty() ? "unset" : "set"},
+                 {c.name_of("checkpoint_every"), std::to_string(c.checkpoint_every)},
+                 {c.name_of("resume_dir"), c.resume_dir},
+                 {c.name_of("comm_timeout_ms"), std::to_string(c.comm_timeout_ms)}};
+  for (const auto& [k, v] : data.checkpoint_config()) s.emplace_back("data " + k, v);
+  for (const auto& [k, v] : c.checkpoint_settings) s.emplace_back(k, v);
+  return s;
+}
+
 }  // namespace
 
 /// Before optimizer step `step` (counted over the whole run, resumed runs included): the
@@ -165,6 +212,12 @@ FitResult Trainer::fit() {
   Run run;
   // Under mpirun (dist::init): one rank per process, the ranks = the processes.
   run.processes = dist::is_initialized();
+  // First of all (torchrun's rendezvous): processes that disagree fail together, naming the
+  // setting, before a check that could fail on one of them only or a communicator they could
+  // not share.
+  if (run.processes)
+    check_ranks_agree(agreed_settings(c, *data_),
+                      c.comm_timeout_ms > 0 ? c.comm_timeout_ms : CommOptions{}.timeout_ms);
   DITTO_CHECK(!run.processes || c.trainer == TrainerKind::ddp, c.name_of("trainer"),
               ": under mpirun each process is one rank, which needs ddp (DataParallel drives "
               "every device from one process), got '", trainer_kind_name(c.trainer), "'");

@@ -9,6 +9,7 @@
 
 #include <limits>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include "core/comm/communicator.h"
 #include "core/dist/distributed.h"
 #include "core/runtime/error.h"
+#include "core/train/launcher.h"
 #include "../test_util.h"
 #include "mpi_test_util.h"
 
@@ -363,6 +365,50 @@ TEST(MpiErrors, RankThatAbortsFailsTheOthersAtOnceNamingIt) {
   } catch (const PeerFailure& e) {
     EXPECT_EQ(e.failed_rank(), failing) << e.what();
   }
+}
+
+// Issue 16 (3): processes of different determinism crashed inside Open MPI (one rank's bitwise
+// messages against another's fast ones); init_rank now refuses them on every rank.
+TEST(MpiErrors, InitRankRefusesRanksOfDifferentDeterminismOnEveryRank) {
+  if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int odd = world() - 1;
+  const std::string r = std::to_string(me()), o = std::to_string(odd);
+  expect_error<InvalidArgument>(
+      [&] {
+        Communicator::init_rank(kLocal, world(), me(),
+                                opts(me() == odd ? Determinism::fast : Determinism::bitwise));
+      },
+      "Communicator::init_rank: options.determinism: rank " +
+          (me() == odd ? "0 uses bitwise, rank " + o + " uses fast"
+                       : o + " uses fast, rank " + r + " uses bitwise") +
+          " (every rank must use the same)");
+}
+
+// Issue 16 (4): the configuration check of a run's start (train::check_ranks_agree) over
+// dist::all_gather_text.
+TEST(MpiDist, AllGatherTextGivesEveryProcessesTextInRankOrder) {
+  const std::vector<std::string> same = dist::all_gather_text("same", 20000);
+  EXPECT_EQ(same, std::vector<std::string>(static_cast<std::size_t>(world()), "same"));
+  const std::vector<std::string> texts =
+      dist::all_gather_text("rank " + std::string(static_cast<std::size_t>(me()), '*'), 20000);
+  ASSERT_EQ(texts.size(), static_cast<std::size_t>(world()));
+  for (int q = 0; q < world(); ++q)
+    EXPECT_EQ(texts[static_cast<std::size_t>(q)],
+              "rank " + std::string(static_cast<std::size_t>(q), '*'));
+}
+
+TEST(MpiDist, CheckRanksAgreeFailsEveryRankNamingTheSettingBothValuesAndRanks) {
+  EXPECT_NO_THROW(train::check_ranks_agree({{"--loss", "mse"}, {"--micro-shards", "8"}}, 20000));
+  if (world() < 2) return;
+  const int odd = world() - 1;
+  expect_error<InvalidArgument>(
+      [&] {
+        train::check_ranks_agree({{"--loss", "mse"}, {"--micro-shards", me() == odd ? "4" : "8"}},
+                                 20000);
+      },
+      "ranks disagree on --micro-shards: rank 0 has 8, rank " + std::to_string(odd) + " has 4");
+  // Still in step afterwards: the next exchange agrees.
+  EXPECT_NO_THROW(train::check_ranks_agree({{"--seed", "1"}}, 20000));
 }
 
 TEST(MpiErrors, InitRankChecksItsArguments) {
