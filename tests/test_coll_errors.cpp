@@ -4,6 +4,7 @@
 // out of range, a bare premul_sum, integer PreMulSum scalars the dtype cannot hold.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -221,6 +222,48 @@ TEST_F(CollErrors, RootOutOfRangeIsRefusedBeforeEnqueueing) {
   expect_invalid([&] { comms[0].gather(r.narrow(2, 2), r, 0); },
                  "Communicator::gather: recv: expected a tensor that does not overlap send or "
                  "holds it in place as its block 0");
+}
+
+// Issue 16 (9): a per-rank call refused for its root used to leave the other ranks waiting for
+// it until their timeout; now it aborts the communicator and they fail at once, naming it.
+TEST_F(CollErrors, RootOutOfRangeOnOneRankFailsTheOthersAtOnceNamingIt) {
+  CommOptions opts;
+  opts.timeout_ms = 20000;  // a peer that waited for the timeout would take 20 s
+  for (const char* call : {"broadcast", "reduce", "gather", "scatter"}) {
+    SCOPED_TRACE(call);
+    auto comms = Communicator::init_all(devices("sim", 3), opts);
+    std::vector<Tensor> s = per_rank(comms, 6, DType::f32), r = per_rank(comms, 6, DType::f32);
+    std::vector<Tensor> small = per_rank(comms, 2, DType::f32);
+    auto issue = [&](int rank, int root) {
+      const std::string c = call;
+      if (c == "broadcast") comms[rank].broadcast(s[rank], root);
+      else if (c == "reduce") comms[rank].reduce(s[rank], r[rank], ReduceOp::sum, root);
+      else if (c == "gather") comms[rank].gather(small[rank], r[rank], root);
+      else comms[rank].scatter(r[rank], small[rank], root);
+    };
+    issue(1, 0);
+    issue(2, 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    expect_invalid([&] { issue(0, 3); }, std::string("Communicator::") + call +
+                                             ": root: expected a rank in [0, 3), got 3");
+    for (int rank : {1, 2}) {
+      try {
+        comms[rank].stream().synchronize();
+        ADD_FAILURE() << "rank " << rank << ": expected PeerFailure";
+      } catch (const PeerFailure& e) {
+        EXPECT_EQ(e.failed_rank(), 0);
+        EXPECT_NE(std::string(e.what()).find(std::string("rank 0 failed: Communicator::") + call +
+                                             ": root: expected a rank in [0, 3), got 3"),
+                  std::string::npos)
+            << e.what();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << rank << ": expected PeerFailure, got " << e.what();
+      }
+    }
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(waited, 5.0) << "the other ranks waited for the refused call";
+  }
 }
 
 TEST_F(CollErrors, PeerOutOfRangeIsRefused) {

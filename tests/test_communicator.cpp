@@ -607,10 +607,16 @@ TEST_F(CommunicatorTest, CollectivesRejectBadTensorsBeforeEnqueueing) {
   expect_error<InvalidArgument>([&] { comms[0].all_reduce(l0, ReduceOp::premul_sum); },
                                 "Communicator::all_reduce: op: premul_sum needs its scalar: pass "
                                 "PreMulSum{scalar}");
-  expect_error<InvalidArgument>([&] { comms[0].reduce(a0, a0, ReduceOp::sum, 2); },
-                                "Communicator::reduce: root: expected a rank in [0, 2), got 2");
-  expect_error<InvalidArgument>([&] { comms[0].broadcast(a0, -1); },
-                                "Communicator::broadcast: root: expected a rank in [0, 2), got -1");
+  // A root out of range: the single-controller forms refuse it before enqueueing (the per-rank
+  // forms also abort the communicator, as the others would wait for the refused rank:
+  // CollErrors.RootOutOfRangeOnOneRankFailsTheOthersAtOnceNamingIt).
+  {
+    std::vector<Tensor> both = {a0, a1};
+    expect_error<InvalidArgument>([&] { reduce(comms, both, both, ReduceOp::sum, 2); },
+                                  "Communicator::reduce: root: expected a rank in [0, 2), got 2");
+    expect_error<InvalidArgument>([&] { broadcast(comms, both, -1); },
+                                  "Communicator::broadcast: root: expected a rank in [0, 2), got -1");
+  }
   expect_error<InvalidArgument>([&] { comms[0].broadcast(a0, b0, 0); },
                                 "Communicator::broadcast: recv: expected 6 elements");
   expect_error<InvalidArgument>([&] { comms[0].all_gather(a0, a0); },

@@ -57,6 +57,15 @@ void check_root(const Communicator& c, const char* call, int root) {
               ": root: expected a rank in [0, ", c.size(), "), got ", root);
 }
 
+void check_root_or_abort(const Communicator& c, const char* call, int root) {
+  try {
+    check_root(c, call, root);
+  } catch (const InvalidArgument& e) {
+    if (c.size() > 1) c.abort(e.what());
+    throw;
+  }
+}
+
 void check_op(const char* call, DType dtype, ReduceOp op, const double* scalar) {
   DITTO_CHECK(static_cast<unsigned>(op) <= static_cast<unsigned>(ReduceOp::premul_sum),
               "Communicator::", call, ": op: expected sum, prod, min, max, avg or premul_sum, got ",
@@ -352,6 +361,7 @@ void Communicator::all_reduce(const Tensor& send, Tensor& recv, ReduceOp op) {
 void Communicator::all_reduce(Tensor& tensor, ReduceOp op) { all_reduce(tensor, tensor, op); }
 
 void Communicator::reduce(const Tensor& send, Tensor& recv, ReduceOp op, int root) {
+  detail::check_root_or_abort(*this, "reduce", root);
   check_reduce(*this, send, recv, op, root);
   void* recv_ptr = rank_ == root ? recv.data_ptr() : nullptr;
   submit(call_record(Kind::reduce, send.data_ptr(), recv_ptr, send.numel(), send.dtype(), op,
@@ -359,6 +369,7 @@ void Communicator::reduce(const Tensor& send, Tensor& recv, ReduceOp op, int roo
 }
 
 void Communicator::broadcast(const Tensor& send, Tensor& recv, int root) {
+  detail::check_root_or_abort(*this, "broadcast", root);
   check_broadcast(*this, send, recv, root);
   const void* send_ptr = rank_ == root ? send.data_ptr() : nullptr;
   submit(call_record(Kind::broadcast, send_ptr, recv.data_ptr(), recv.numel(), recv.dtype(),
@@ -391,6 +402,7 @@ void Communicator::all_reduce(const Tensor& send, Tensor& recv, PreMulSum op) {
 }
 
 void Communicator::reduce(const Tensor& send, Tensor& recv, PreMulSum op, int root) {
+  detail::check_root_or_abort(*this, "reduce", root);
   check_reduce(*this, send, recv, ReduceOp::premul_sum, root, &op.scalar);
   void* recv_ptr = rank_ == root ? recv.data_ptr() : nullptr;
   submit(call_record(Kind::reduce, send.data_ptr(), recv_ptr, send.numel(), send.dtype(),

@@ -208,6 +208,7 @@ void Communicator::all_to_all_v(const Tensor& send, const std::vector<std::int64
 }
 
 void Communicator::gather(const Tensor& send, Tensor& recv, int root) {
+  detail::check_root_or_abort(*this, "gather", root);
   check_gather(*this, send, recv, root);
   void* recv_ptr = rank_ == root ? recv.data_ptr() : nullptr;
   submit(call_record(Kind::gather, send.data_ptr(), recv_ptr, send.numel(), send.dtype(),
@@ -215,6 +216,7 @@ void Communicator::gather(const Tensor& send, Tensor& recv, int root) {
 }
 
 void Communicator::scatter(const Tensor& send, Tensor& recv, int root) {
+  detail::check_root_or_abort(*this, "scatter", root);
   check_scatter(*this, send, recv, root);
   const void* send_ptr = rank_ == root ? send.data_ptr() : nullptr;
   submit(call_record(Kind::scatter, send_ptr, recv.data_ptr(), recv.numel(), recv.dtype(),

@@ -40,6 +40,11 @@ void check_comm_tensor(const Communicator& c, const char* call, const char* arg,
 void check_same_dtype(const char* call, const Tensor& send, const Tensor& recv);
 /// 0 <= root < c.size().
 void check_root(const Communicator& c, const char* call, int root);
+/// check_root of a per-rank call (Communicator::<call> on one rank's handle): a root out of range
+/// also aborts the communicator (Communicator::abort) before the InvalidArgument is thrown, since
+/// this rank's call never comes and the other ranks would wait for it until their timeout; they
+/// fail at once instead, naming this rank and the refusal.
+void check_root_or_abort(const Communicator& c, const char* call, int root);
 /// A reduction op: one of the enumerators; premul_sum only with its scalar (`scalar` non-null,
 /// from a PreMulSum overload), which for an integer dtype must be an integer the dtype holds.
 void check_op(const char* call, DType dtype, ReduceOp op, const double* scalar);

@@ -384,6 +384,38 @@ TEST(MpiErrors, InitRankRefusesRanksOfDifferentDeterminismOnEveryRank) {
           " (every rank must use the same)");
 }
 
+// Issue 16 (9): a root out of range on one rank failed only that rank; the others waited for its
+// call until their timeout. The refused rank now aborts the communicator.
+TEST(MpiErrors, RootOutOfRangeOnOneRankFailsTheOthersAtOnceNamingIt) {
+  if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
+  Communicator c =
+      Communicator::init_rank(kLocal, world(), me(), opts(Determinism::bitwise, 20000));
+  const int bad = world() - 1;
+  const std::string refusal = "Communicator::broadcast: root: expected a rank in [0, " +
+                              std::to_string(world()) + "), got " + std::to_string(world());
+  Tensor t = Tensor::zeros({4}, DType::f32, kLocal);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (me() == bad) {
+    expect_error<InvalidArgument>([&] { c.broadcast(t, world()); }, refusal);
+  } else {
+    c.broadcast(t, 0);
+    try {
+      c.stream().synchronize();
+      ADD_FAILURE() << "expected PeerFailure";
+    } catch (const PeerFailure& e) {
+      EXPECT_EQ(e.failed_rank(), bad) << e.what();
+      EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(bad) + " failed: " + refusal),
+                std::string::npos)
+          << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "expected PeerFailure, got " << e.what();
+    }
+  }
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(waited, 5.0) << "rank " << me() << " waited for the refused call";
+}
+
 // Issue 16 (4): the configuration check of a run's start (train::check_ranks_agree) over
 // dist::all_gather_text.
 TEST(MpiDist, AllGatherTextGivesEveryProcessesTextInRankOrder) {
