@@ -22,6 +22,7 @@
 #include "core/dist/distributed.h"
 #include "core/runtime/error.h"
 #include "core/train/launcher.h"
+#include "core/train/trainer.h"
 #include "../test_util.h"
 #include "mpi_test_util.h"
 
@@ -441,6 +442,33 @@ TEST(MpiDist, CheckRanksAgreeFailsEveryRankNamingTheSettingBothValuesAndRanks) {
       "ranks disagree on --micro-shards: rank 0 has 8, rank " + std::to_string(odd) + " has 4");
   // Still in step afterwards: the next exchange agrees.
   EXPECT_NO_THROW(train::check_ranks_agree({{"--seed", "1"}}, 20000));
+}
+
+// Trainer::fit under mpirun checks its TrainerConfig across the processes first (before this
+// micro_shards would make the ranks' bitwise sums differ, a run that ends with no error).
+TEST(MpiDist, TrainerFitRefusesProcessesOfDifferentSettingsBeforeTraining) {
+  if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int odd = world() - 1;
+  const std::int64_t n = 32, f = 4;
+  std::vector<float> x(static_cast<std::size_t>(n * f));
+  std::vector<std::int64_t> y(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n * f; ++i) x[static_cast<std::size_t>(i)] = float(i % 7) - 3.0f;
+  for (std::int64_t i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = i % 2;
+  data::Dataset d;
+  d.features = Tensor::from_vector(x, {n, f});
+  d.labels = Tensor::from_vector(y, {n});
+  train::TrainerConfig c;
+  c.trainer = train::TrainerKind::ddp;
+  c.hidden = {8};
+  c.epochs = 1;
+  c.batch_size = 8;
+  c.micro_shards = me() == odd ? 4 : 8;
+  c.field_names = {{"micro_shards", "--micro-shards"}};
+  c.log = nullptr;
+  train::Trainer t(c, std::make_shared<train::DatasetSource>(d));
+  expect_error<InvalidArgument>(
+      [&] { t.fit(); },
+      "ranks disagree on --micro-shards: rank 0 has 8, rank " + std::to_string(odd) + " has 4");
 }
 
 TEST(MpiErrors, InitRankChecksItsArguments) {
