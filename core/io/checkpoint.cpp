@@ -305,7 +305,7 @@ Checkpoint read_checkpoint(const std::string& path) {
   const std::string tpath = path + "/" + kTrainerFile;
   std::string text;
   try {
-    text = io::read_file(tpath);
+    text = io::read_file(tpath, io::kMaxJsonBytes, "read_checkpoint");
   } catch (const Error& e) {
     throw ParseError(cat(tpath, ": missing or unreadable (an incomplete checkpoint): ", e.what()));
   }
@@ -353,7 +353,7 @@ Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log) {
   // DIR/latest first (when it names one), then the newest down.
   std::string latest;
   try {
-    latest = io::read_file(dir + "/latest");
+    latest = io::read_file(dir + "/latest", 4096, "resume");
     while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
   } catch (const Error&) {
     latest.clear();

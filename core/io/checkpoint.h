@@ -27,7 +27,10 @@
 // written can never be the only one), older ones and stray step-*.tmp directories are removed.
 //
 // Reading verifies every file (safetensors structure, CRC-32, steps that agree); a damaged,
-// truncated or missing file makes the checkpoint unusable (ParseError naming the file).
+// truncated or missing file makes the checkpoint unusable (ParseError naming the file). Reads are
+// bounded (Note [Bounded reads] in core/io/file.h): every file must be a regular file,
+// trainer.json at most 16 MiB (io::kMaxJsonBytes), DIR/latest at most 4096 bytes, and each
+// safetensors file's size must match its header before its tensors are read.
 // resume_checkpoint tries DIR/latest's checkpoint, then the others from the newest down, saying
 // on stderr which one it skips and why.
 #pragma once
