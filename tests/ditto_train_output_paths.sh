@@ -4,7 +4,9 @@
 #   --trace LINK writes through the symbolic link (the link stays a link, its target gets the
 #   trace); --trace FIFO writes into the FIFO (it stays a FIFO; a FIFO stands in for /dev/null,
 #   which this test never writes, since a wrong rename as root would replace it); --data and
-#   safetensors-info refuse /dev/zero and a FIFO at once, naming the path and its type.
+#   safetensors-info refuse /dev/zero and a FIFO at once, naming the path and its type;
+#   --checkpoint DIR whose DIR/lock another process holds is refused before training, naming the
+#   lock and that process (lock_checkpoint_dir in core/io/checkpoint.h).
 # Usage: ditto_train_output_paths.sh PATH/TO/ditto-train PATH/TO/safetensors-info WORK_DIR
 set -u
 train=$1 info=$2 work=$3
@@ -50,5 +52,19 @@ expect_refused "io::load_safetensors: '/dev/zero' is a character device, expecte
   "$info" /dev/zero
 expect_refused "io::load_safetensors: '$work/data.fifo' is a FIFO, expected a regular file" \
   "$info" "$work/data.fifo"
+
+# --checkpoint DIR while another process holds DIR/lock (this shell, on fd 9, with pid 4242
+# written in it as a writer would): refused before any training; once released, a run succeeds.
+mkdir -p "$work/ck"
+echo 4242 > "$work/ck/lock"
+exec 9<>"$work/ck/lock"
+flock -n 9 || fail "cannot take the test's own lock"
+expect_refused "ditto-train: error: --checkpoint: checkpoint: checkpoint directory '$work/ck' is in use: its lock '$work/ck/lock' is held by process 4242" \
+  "$train" --epochs 1 --checkpoint "$work/ck"
+[ -z "$(ls "$work/ck" | grep step-)" ] || fail "the refused run wrote a checkpoint: $(ls "$work/ck")"
+grep -q '^epoch' "$work/out" && fail "the refused run trained: $(head -c 300 "$work/out")"
+exec 9<&-
+timeout 60 "$train" --epochs 1 --checkpoint "$work/ck" > "$work/out" 2>&1 || fail "exit $? after the lock was released: $(cat "$work/out")"
+[ -f "$work/ck/latest" ] || fail "no checkpoint after the lock was released"
 rm -rf "$work"
 echo PASS

@@ -3,7 +3,9 @@
 // read_checkpoint's trainer.json, JSON device profiles. Devices are never written: a FIFO stands
 // in for /dev/null (the tests run as root in CI, where a wrong rename would replace /dev/null).
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -209,6 +211,46 @@ TEST(FileIo, ReadCheckpointRefusesATrainerJsonOverSixteenMiB) {
   expect_error<ParseError>([&] { read_checkpoint(dir + "/step-00000001"); },
                            "read_checkpoint: '" + dir + "/step-00000001/trainer.json' has "
                            "16777217 bytes, more than the maximum of 16 MiB");
+  fs::remove_all(dir);
+}
+
+// A second process writing the same checkpoint directory is refused, naming the lock and the
+// process; the lock is released when that process ends.
+TEST(FileIo, CheckpointDirLockRefusesASecondProcessNamingIt) {
+  const std::string dir = fresh_dir("lock");
+  const std::string lock = dir + "/lock";
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(::pipe(to_parent), 0);
+  ASSERT_EQ(::pipe(to_child), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // only async-signal-safe calls: the parent may have threads
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT, 0644);
+    char pid[16];
+    int n = 0;
+    for (pid_t p = ::getpid(); p > 0; p /= 10) pid[n++] = static_cast<char>('0' + p % 10);
+    for (int i = 0; i < n / 2; ++i) std::swap(pid[i], pid[n - 1 - i]);
+    pid[n++] = '\n';
+    const bool ok = fd >= 0 && ::flock(fd, LOCK_EX) == 0 && ::write(fd, pid, n) == n;
+    char c = ok ? 'y' : 'n';
+    (void)!::write(to_parent[1], &c, 1);
+    (void)!::read(to_child[0], &c, 1);  // until the parent has tried
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(to_parent[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  expect_error<Error>([&] { lock_checkpoint_dir(dir); },
+                      "checkpoint: checkpoint directory '" + dir + "' is in use: its lock '" + lock +
+                          "' is held by process " + std::to_string(child) +
+                          " (another run writing the same directory)");
+  (void)!::write(to_child[1], &c, 1);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) ::close(fd);
+  lock_checkpoint_dir(dir);  // released with its process
+  lock_checkpoint_dir(dir);  // again in this process: a no-op
+  EXPECT_EQ(io::read_file(lock), std::to_string(::getpid()) + "\n");
   fs::remove_all(dir);
 }
 
