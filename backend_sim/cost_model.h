@@ -171,7 +171,7 @@ class CostModel {
   void set_tracing(bool on);
   bool tracing() const { return tracing_.load(std::memory_order_relaxed); }
   /// Write the trace recorded so far as Chrome trace JSON (Perfetto, chrome://tracing), to a
-  /// temporary file renamed onto `path`. Throws InvalidArgument when tracing was never enabled,
+  /// temporary file renamed onto `path` (TraceRecorder::write_chrome_json). Throws InvalidArgument when tracing was never enabled,
   /// BackendError when the file cannot be written.
   void write_trace(const std::string& path) const;
 

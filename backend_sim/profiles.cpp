@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "core/io/file.h"
 #include "core/runtime/error.h"
 
 namespace ditto::sim {
@@ -171,11 +172,15 @@ constexpr double kMinLatencyUs = 0, kMaxLatencyUs = 1e6;       // microseconds
 constexpr double kMinEfficiency = 1e-3;                        // fraction of a peak (max 1)
 
 DeviceProfile load_json_profile(const std::string& path) {
-  std::ifstream in(path);
-  DITTO_CHECK(in.good(), "device_profile: cannot open profile file '", path, "'");
+  std::string text;
+  try {
+    text = io::read_file(path, io::kMaxJsonBytes, "device_profile");  // Note [Bounded reads]
+  } catch (const Error& e) {
+    throw InvalidArgument(e.what());
+  }
   nlohmann::json j;
   try {
-    in >> j;
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw InvalidArgument(detail::cat("device_profile: ", path, ": malformed JSON: ", e.what()));
   }

@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
 #include <utility>
 
+#include "core/io/file.h"
 #include "core/runtime/error.h"
 
 namespace ditto::sim {
@@ -71,21 +71,12 @@ void TraceRecorder::write_chrome_json(const std::string& path, const std::string
                       {"device", device_label},
                       {"dropped_events", dropped}};
 
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    DITTO_CHECK_T(BackendError, f.good(), "write_trace: cannot open '", tmp, "' for writing");
-    f << out.dump();
-    f.flush();
-    if (!f.good()) {
-      f.close();
-      std::remove(tmp.c_str());
-      throw BackendError(detail::cat("write_trace: writing '", tmp, "' failed"));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw BackendError(detail::cat("write_trace: cannot rename '", tmp, "' to '", path, "'"));
+  // Through io::write_file_atomic (Note [Atomic write]): a symbolic link is written through,
+  // /dev/null or a FIFO straight to it, a directory or block device refused.
+  try {
+    io::write_file_atomic(path, out.dump());
+  } catch (const Error& e) {
+    throw BackendError(detail::cat("write_trace: ", e.what()));
   }
 }
 

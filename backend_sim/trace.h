@@ -29,9 +29,11 @@ class TraceRecorder {
 
   void add(const TraceEvent& e);
 
-  /// Writes the trace to `path` via `path + ".tmp"` and a rename, so a reader never sees a
-  /// half-written file. `device_label` names the device model in each process name. Throws
-  /// BackendError naming the path when it cannot be written.
+  /// Writes the trace to `path` by io::write_file_atomic (Note [Atomic write] in core/io/file.h:
+  /// a temporary file and a rename, so a reader never sees a half-written file; a symbolic link
+  /// written through, /dev/null or a FIFO written straight into). `device_label` names the device
+  /// model in each process name. Throws BackendError naming the path and the OS reason when it
+  /// cannot be written, or what it is when it is a directory, block device or socket.
   void write_chrome_json(const std::string& path, const std::string& device_label,
                          int device_count) const;
 

@@ -502,7 +502,7 @@ TEST_F(CheckpointTest, LayoutAndKeepLastTwo) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"latest", "step-00000006", "step-00000009"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"latest", "lock", "step-00000006", "step-00000009"}));
   EXPECT_EQ(io::read_file(dir + "/latest"), "step-00000009\n");
   Checkpoint c = read_checkpoint(dir + "/step-00000009");
   EXPECT_EQ(c.state.step, 9);

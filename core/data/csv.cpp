@@ -10,6 +10,9 @@
 #include <string_view>
 #include <vector>
 
+#include "core/io/file.h"
+#include "core/runtime/error.h"
+
 namespace ditto::data {
 
 namespace {
@@ -64,16 +67,14 @@ Dataset read_csv(const std::string& path, const CsvOptions& options) {
               "read_csv: delimiter: expected a character that cannot appear in a number, got '",
               delim, "'");
 
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    throw ParseError(detail::cat("read_csv: cannot open '", path,
-                                 "': ", err ? std::strerror(err) : "unknown error"));
+  std::string text;
+  try {
+    text = io::read_file(path, io::kMaxDataBytes, "read_csv");  // Note [Bounded reads]
+  } catch (const ParseError&) {
+    throw;
+  } catch (const Error& e) {
+    throw ParseError(e.what());
   }
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  const std::string text = buf.str();
-  if (in.bad()) throw ParseError(detail::cat("read_csv: error while reading '", path, "'"));
 
   std::vector<float> features;
   std::vector<std::int64_t> labels;

@@ -31,7 +31,9 @@ struct CsvOptions {
 /// line, when present, is skipped and may have any number of cells. Features keep their column
 /// order with the label column removed. Columns in messages are 1-based cell numbers.
 /// Throws ParseError for a file that cannot be opened ("read_csv: cannot open 'x.csv': No such
-/// file or directory"), an empty file or one with no data rows, a cell that is not a finite
+/// file or directory"), one that is not a regular file ("read_csv: '/dev/zero' is a character
+/// device, expected a regular file") or has more than 4 GiB (io::kMaxDataBytes; Note [Bounded
+/// reads] in core/io/file.h), an empty file or one with no data rows, a cell that is not a finite
 /// number ("x.csv:12:5: expected a number, got 'abc'"), ragged rows ("x.csv:3: expected 65
 /// columns (as on line 1), got 64"), or a class label that is not a non-negative integer;
 /// InvalidArgument for a label_column outside the file's columns or a delimiter that is a

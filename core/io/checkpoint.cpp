@@ -1,6 +1,10 @@
 // Checkpoints: save, verify, fall back, resume (Note [Checkpoint layout] in core/io/checkpoint.h).
 #include "core/io/checkpoint.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -10,6 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <mutex>
 #include <system_error>
 
 #include <nlohmann/json.hpp>
@@ -177,6 +183,17 @@ TrainerState state_from_json(const nlohmann::json& j, const std::string& path) {
 // Note [Crash test]: DITTO_TEST_KILL_IN_CHECKPOINT=n makes the n-th save_checkpoint of the
 // process SIGKILL itself halfway through writing model.safetensors, for the test that a run
 // killed while writing a checkpoint resumes from the previous one (tests/CMakeLists.txt).
+// The checkpoint directories this process holds the lock of (lock_checkpoint_dir), by canonical
+// path; the descriptors stay open until the process exits.
+std::mutex& locks_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, int>& held_locks() {
+  static std::map<std::string, int> held;
+  return held;
+}
+
 int kill_at_save() {
   static const int n = [] {
     const char* v = std::getenv("DITTO_TEST_KILL_IN_CHECKPOINT");
@@ -186,6 +203,49 @@ int kill_at_save() {
 }
 
 }  // namespace
+
+void lock_checkpoint_dir(const std::string& dir) {
+  const char* call = "checkpoint";
+  std::error_code ec;
+  const std::string key = fs::weakly_canonical(dir, ec).string();
+  const std::string path = dir + "/lock";
+  std::lock_guard lk(locks_mutex());
+  auto held = held_locks().find(ec ? dir : key);
+  if (held != held_locks().end()) {
+    // Still the same lock file (not one of a directory removed and made again)?
+    struct stat mine {}, now {};
+    if (::fstat(held->second, &mine) == 0 && ::stat(path.c_str(), &now) == 0 &&
+        mine.st_dev == now.st_dev && mine.st_ino == now.st_ino)
+      return;
+    ::close(held->second);
+    held_locks().erase(held);
+  }
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw Error(cat(call, ": cannot create the lock file '", path, "': ", std::strerror(errno)));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+    ::close(fd);
+    std::string pid(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    if (err != EWOULDBLOCK)
+      throw Error(cat(call, ": cannot lock '", path, "': ", std::strerror(err)));
+    throw Error(cat(call, ": checkpoint directory '", dir, "' is in use: its lock '", path,
+                    "' is held by ",
+                    pid.empty() ? std::string("another process") : "process " + pid,
+                    " (another run writing the same directory); give this run another "
+                    "directory, or wait until that one ends"));
+  }
+  const std::string me = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, me.data(), me.size(), 0) < 0) {
+    const int err = errno;
+    ::close(fd);
+    throw Error(cat(call, ": cannot write the lock file '", path, "': ", std::strerror(err)));
+  }
+  held_locks()[ec ? dir : key] = fd;  // held until the process exits
+}
 
 std::string save_checkpoint(const std::string& dir, nn::Module& model,
                             const optim::Optimizer& opt, const TrainerState& state, int keep,
@@ -219,6 +279,7 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model,
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw Error(cat(call, ": cannot create directory '", dir, "': ", ec.message()));
+  lock_checkpoint_dir(dir);
   const std::string name = step_name(state.step);
   const std::string final_path = dir + "/" + name, tmp_path = final_path + ".tmp";
   fs::remove_all(tmp_path, ec);  // a stray one from a crashed attempt
@@ -305,7 +366,7 @@ Checkpoint read_checkpoint(const std::string& path) {
   const std::string tpath = path + "/" + kTrainerFile;
   std::string text;
   try {
-    text = io::read_file(tpath);
+    text = io::read_file(tpath, io::kMaxJsonBytes, "read_checkpoint");
   } catch (const Error& e) {
     throw ParseError(cat(tpath, ": missing or unreadable (an incomplete checkpoint): ", e.what()));
   }
@@ -353,7 +414,7 @@ Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log) {
   // DIR/latest first (when it names one), then the newest down.
   std::string latest;
   try {
-    latest = io::read_file(dir + "/latest");
+    latest = io::read_file(dir + "/latest", 4096, "resume");
     while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
   } catch (const Error&) {
     latest.clear();

@@ -12,6 +12,8 @@
 //   DIR/step-00000046/trainer.json           TrainerState: step, epoch, batch, seed and Philox
 //                                            stream of the shuffle, config that must match
 //   DIR/latest                               "step-00000046\n"
+//   DIR/lock                                 the writer's process id; flock(2)-locked by the
+//                                            one process writing DIR (lock_checkpoint_dir)
 // model.safetensors may also hold aliases, copies of a parameter under a second name (nanoGPT's
 // tied head "lm_head.weight" = "transformer.wte.weight", so that torch's strict load_state_dict
 // finds both keys; safetensors has no shared tensors, so the alias is a copy): __metadata__
@@ -27,7 +29,10 @@
 // written can never be the only one), older ones and stray step-*.tmp directories are removed.
 //
 // Reading verifies every file (safetensors structure, CRC-32, steps that agree); a damaged,
-// truncated or missing file makes the checkpoint unusable (ParseError naming the file).
+// truncated or missing file makes the checkpoint unusable (ParseError naming the file). Reads are
+// bounded (Note [Bounded reads] in core/io/file.h): every file must be a regular file,
+// trainer.json at most 16 MiB (io::kMaxJsonBytes), DIR/latest at most 4096 bytes, and each
+// safetensors file's size must match its header before its tensors are read.
 // resume_checkpoint tries DIR/latest's checkpoint, then the others from the newest down, saying
 // on stderr which one it skips and why.
 #pragma once
@@ -106,6 +111,16 @@ Checkpoint read_checkpoint(const std::string& path);
 /// Returns false when the metadata records no "ditto.crc32" (not a file of a ditto checkpoint),
 /// true when the CRC matches; throws ParseError naming `path` and both CRCs when it does not.
 bool verify_checkpoint_crc(const std::string& path, const io::SafetensorsData& d);
+
+/// Make this process DIR's only writer: create DIR/lock and hold an exclusive flock(2) on it
+/// until the process exits (the kernel releases it, on SIGKILL too), with this process's id in
+/// it. save_checkpoint calls it; the Trainer calls it at start, so that a second run given the
+/// same directory fails before it trains rather than interleaving its checkpoints with the
+/// first's. Calling it again in the same process (another thread's run, a second Trainer) is a
+/// no-op. Throws ditto::Error naming DIR/lock and the other process's id when another process
+/// holds the lock ("checkpoint directory 'ck' is in use: its lock 'ck/lock' is held by process
+/// 1234 (another run writing the same directory)"), or the OS reason when it cannot be created.
+void lock_checkpoint_dir(const std::string& dir);
 
 /// The newest usable checkpoint in DIR: DIR/latest's first, then the other step-N from the
 /// newest down; each one skipped is reported on `log` with the reason. Throws ditto::Error when

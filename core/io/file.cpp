@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -49,30 +50,97 @@ std::string parent_dir(const std::string& path) {
 
 }  // namespace
 
-std::string read_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("io::read_file", "cannot open", path, errno);
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    fail("io::read_file", "cannot stat", path, err);
+const char* file_type_name(unsigned mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFIFO: return "a FIFO";
+    case S_IFSOCK: return "a socket";
+    case S_IFLNK: return "a symbolic link";
+    default: return "an unknown file type";
   }
-  std::string out;
-  out.reserve(static_cast<std::size_t>(st.st_size));
+}
+
+std::string size_name(std::uint64_t bytes) {
+  if (bytes != 0 && bytes % (std::uint64_t{1} << 30) == 0)
+    return detail::cat(bytes >> 30, " GiB");
+  if (bytes != 0 && bytes % (std::uint64_t{1} << 20) == 0)
+    return detail::cat(bytes >> 20, " MiB");
+  return detail::cat(bytes, " bytes");
+}
+
+InputFile::InputFile(const std::string& path, std::uint64_t max_bytes, const char* call)
+    : path_(path), call_(call), max_(max_bytes) {
+  // O_NONBLOCK: opening a FIFO without a writer (or a device) must not hang before it is refused.
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd_ < 0) fail(call, "cannot open", path, errno);
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    fail(call, "cannot stat", path, err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    throw Error(detail::cat(call, ": '", path, "' is ", file_type_name(st.st_mode),
+                            ", expected a regular file"));
+  }
+  size_ = static_cast<std::uint64_t>(st.st_size);
+  if (size_ > max_bytes) {
+    ::close(fd_);
+    throw Error(detail::cat(call, ": '", path, "' has ", size_, " bytes, more than the maximum of ",
+                            size_name(max_bytes)));
+  }
+  const int flags = ::fcntl(fd_, F_GETFL);
+  if (flags >= 0) ::fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK);
+}
+
+InputFile::~InputFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void InputFile::read(std::string& out, std::uint64_t n) {
   char chunk[1 << 16];
-  for (;;) {
-    ssize_t r = ::read(fd, chunk, sizeof chunk);
+  while (n > 0) {
+    const ssize_t r =
+        ::read(fd_, chunk, static_cast<std::size_t>(std::min<std::uint64_t>(n, sizeof chunk)));
     if (r < 0) {
       if (errno == EINTR) continue;
-      int err = errno;
-      ::close(fd);
-      fail("io::read_file", "error while reading", path, err);
+      fail(call_, "error while reading", path_, errno);
     }
-    if (r == 0) break;
+    if (r == 0)
+      throw Error(detail::cat(call_, ": '", path_, "' ended after ", at_, " bytes, expected ",
+                              at_ + n, " (did it shrink while being read?)"));
+    out.append(chunk, static_cast<std::size_t>(r));
+    at_ += static_cast<std::uint64_t>(r);
+    n -= static_cast<std::uint64_t>(r);
+  }
+}
+
+void InputFile::read_rest(std::string& out) {
+  if (size_ > at_) out.reserve(out.size() + static_cast<std::size_t>(size_ - at_));
+  char chunk[1 << 16];
+  for (;;) {
+    const ssize_t r = ::read(fd_, chunk, sizeof chunk);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      fail(call_, "error while reading", path_, errno);
+    }
+    if (r == 0) return;
+    at_ += static_cast<std::uint64_t>(r);
+    if (at_ > max_)
+      throw Error(detail::cat(call_, ": '", path_, "' has grown past the maximum of ",
+                              size_name(max_), " while being read"));
     out.append(chunk, static_cast<std::size_t>(r));
   }
-  ::close(fd);
+}
+
+std::string read_file(const std::string& path, std::uint64_t max_bytes, const char* call) {
+  InputFile in(path, max_bytes, call);
+  std::string out;
+  in.read_rest(out);
   return out;
 }
 
@@ -87,9 +155,51 @@ void fsync_dir(const std::string& dir) {
   ::close(fd);
 }
 
-void write_file_atomic(const std::string& path, std::string_view bytes) {
+namespace {
+
+// The file a chain of symbolic links `path` ends at (Note [Atomic write]): the final component
+// resolved, the directories as they are. Throws ditto::Error on a loop (more than 40 links).
+std::string resolve_links(const std::string& path, const char* call) {
+  std::string p = path;
+  for (int hops = 0; hops <= 40; ++hops) {
+    struct stat st {};
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p;
+    std::string target(static_cast<std::size_t>(st.st_size > 0 ? st.st_size : 255) + 1, '\0');
+    const ssize_t n = ::readlink(p.c_str(), target.data(), target.size());
+    if (n < 0) fail(call, "cannot read symbolic link", p, errno);
+    target.resize(static_cast<std::size_t>(n));
+    if (target.empty() || target[0] == '/') p = target;
+    else p = parent_dir(p) + "/" + target;
+  }
+  fail(call, "cannot resolve symbolic link", path, ELOOP);
+}
+
+// Write straight through to an existing character device or FIFO (no temporary, no rename).
+void write_through(const std::string& path, std::string_view bytes, const char* call) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0) fail(call, "cannot open", path, errno);
+  if (int err = write_all(fd, bytes.data(), bytes.size())) {
+    ::close(fd);
+    fail(call, "cannot write", path, err);
+  }
+  if (::close(fd) != 0) fail(call, "cannot close", path, errno);
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& given, std::string_view bytes) {
   const char* call = "io::write_file_atomic";
+  const std::string path = resolve_links(given, call);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) return write_through(path, bytes, call);
+    throw Error(detail::cat(call, ": cannot write '", given, "': ",
+                            path == given ? "it" : "'" + path + "'", " is ",
+                            file_type_name(st.st_mode),
+                            ", expected a regular file, a character device or a FIFO"));
+  }
   const std::string tmp = path + ".tmp";
+  ::unlink(tmp.c_str());  // a stray one from a crash; never written through if it is a link
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail(call, "cannot create", tmp, errno);
   // From here on, any failure removes the temporary file and leaves `path` as it was.
@@ -102,7 +212,7 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   if (int err = write_all(fd, bytes.data(), half)) abandon("cannot write", err);
   if (write_hook()) {
     try {
-      write_hook()(path, half, bytes.size());
+      write_hook()(given, half, bytes.size());
     } catch (...) {
       ::close(fd);
       ::unlink(tmp.c_str());

@@ -1,5 +1,5 @@
-// io: whole-file reads and crash-safe file writes (Note [Atomic write]), for checkpoints and any
-// other file ditto writes on a user's behalf.
+// io: whole-file reads with a size bound (Note [Bounded reads]) and crash-safe file writes (Note
+// [Atomic write]), for checkpoints and any other file ditto reads or writes on a user's behalf.
 //
 // Note [Atomic write]
 // write_file_atomic(path, bytes) writes `path` so that, whatever happens to the process (an
@@ -12,22 +12,93 @@
 // A crash between 1 and 3 leaves a stray "<path>.tmp" and the old `path` untouched; the next write
 // of `path` truncates the stray file. This is what torch.save does not do (it writes in place),
 // and what e.g. Orbax and DeepSpeed's checkpoint engines do.
+// What `path` is decides how it is written, so that it behaves like torch.save / open(path, "wb"),
+// which write through whatever the name refers to, and never replaces what is not a plain file:
+//   - missing or a regular file: steps 1-4 on `path`;
+//   - a symbolic link (to a link, ...): resolved to its final target first, and steps 1-4 done on
+//     the target ("<target>.tmp" next to it, renamed over it), so the link stays a link and now
+//     points at the new contents; a dangling link creates its target, as `echo > link` does;
+//   - a character device (/dev/null, /dev/stdout, a terminal) or a FIFO: written straight
+//     through, no temporary, no rename, no fsync (there is no old content to keep; a FIFO blocks
+//     until a reader opens it, as it would for any writer);
+//   - anything else (a directory, a block device, a socket): refused with a ditto::Error naming
+//     the path and what it is, and left untouched.
+//
+// Note [Bounded reads]
+// Every file ditto reads is read by read_file (or InputFile) with a maximum size, so that a wrong
+// name (`--data /dev/zero`, a FIFO, a 100 GB file) fails at once with a clear error rather than
+// filling memory. The file must be a regular file (symbolic links to one are followed), of at most
+// `max_bytes` bytes; otherwise ditto::Error names the path and its type, or its size and the
+// maximum. The maxima, each checked before anything is allocated:
+//   kMaxDataBytes        4 GiB   --data files: CSV (data::read_csv), text (train::TextDataSource)
+//   kMaxJsonBytes       16 MiB   JSON: trainer.json of a checkpoint, device profiles (--profile)
+//   kMaxSafetensorsHeaderBytes   100,000,000 bytes: a safetensors header (the reference
+//                                implementation's MAX_HEADER_SIZE); the file's size must equal
+//                                what the header's data_offsets describe before its tensor bytes
+//                                are read (io::load_safetensors).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
 
 namespace ditto::io {
 
-/// Whole contents of a file (blocks). Throws ditto::Error naming the file and the OS error
-/// ("io::read_file: cannot open 'x': No such file or directory").
-std::string read_file(const std::string& path);
+/// The maxima of Note [Bounded reads].
+inline constexpr std::uint64_t kMaxDataBytes = std::uint64_t{4} << 30;   // 4 GiB
+inline constexpr std::uint64_t kMaxJsonBytes = std::uint64_t{16} << 20;  // 16 MiB
+inline constexpr std::uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
 
-/// Replace `path` with `bytes` atomically (Note [Atomic write]). Blocks until the data and the
-/// rename are on disk (fsync). Throws ditto::Error naming the file, the step that failed and the
-/// OS error; on error the temporary file is removed and `path` is unchanged.
+/// "a regular file", "a directory", "a character device", "a block device", "a FIFO", "a
+/// socket", "a symbolic link" or "an unknown file type": what a stat(2) st_mode says.
+const char* file_type_name(unsigned mode);
+
+/// "4 GiB", "16 MiB", "100000000 bytes": a maximum of Note [Bounded reads] for messages.
+std::string size_name(std::uint64_t bytes);
+
+/// A regular file open for reading, of at most a maximum size (Note [Bounded reads]). Opening
+/// does not block on a FIFO or a device (it is refused before any read).
+class InputFile {
+ public:
+  /// Open `path`. `call` starts every message. Throws ditto::Error: "<call>: cannot open 'p':
+  /// <OS reason>", "<call>: 'p' is a character device, expected a regular file", "<call>: 'p' has
+  /// N bytes, more than the maximum of 4 GiB".
+  InputFile(const std::string& path, std::uint64_t max_bytes, const char* call);
+  ~InputFile();
+  InputFile(const InputFile&) = delete;
+  InputFile& operator=(const InputFile&) = delete;
+
+  /// The file's size when it was opened.
+  std::uint64_t size() const { return size_; }
+  /// Append the next `n` bytes to `out`. Throws ditto::Error naming the path and the OS reason,
+  /// or that the file ended early (it shrank while being read).
+  void read(std::string& out, std::uint64_t n);
+  /// Append the rest of the file to `out`, at most up to the maximum. Throws ditto::Error on a
+  /// read error or when the file has grown past the maximum.
+  void read_rest(std::string& out);
+
+ private:
+  std::string path_;
+  const char* call_;
+  std::uint64_t max_, size_ = 0, at_ = 0;
+  int fd_ = -1;
+};
+
+/// Whole contents of a regular file of at most `max_bytes` bytes (Note [Bounded reads]; blocks).
+/// Throws ditto::Error naming the file and the OS error ("io::read_file: cannot open 'x': No such
+/// file or directory"), what it is when it is not a regular file, or its size and the maximum.
+std::string read_file(const std::string& path, std::uint64_t max_bytes = kMaxDataBytes,
+                      const char* call = "io::read_file");
+
+/// Replace `path` with `bytes` atomically (Note [Atomic write]); a symbolic link is written
+/// through (its target replaced), a character device or FIFO written straight through. Blocks
+/// until the data and the rename are on disk (fsync). Throws ditto::Error naming the file, the
+/// step that failed and the OS error ("io::write_file_atomic: cannot write 'p.tmp': No space left
+/// on device"), or naming the path and what it is for a directory, block device or socket
+/// ("... 'd' is a directory, expected a regular file, a character device or a FIFO"); on error
+/// the temporary file is removed and `path` is unchanged.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
 /// fsync a directory (makes renames and creations in it durable). Throws ditto::Error.

@@ -22,7 +22,7 @@ static_assert(std::endian::native == std::endian::little,
 namespace {
 
 // The reference implementation refuses larger headers (safetensors' MAX_HEADER_SIZE).
-constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+constexpr std::uint64_t kMaxHeaderBytes = kMaxSafetensorsHeaderBytes;
 
 // Element size of every dtype of the format that has whole-byte elements; 0 for unknown.
 std::size_t known_dtype_size(const std::string& d) {
@@ -290,16 +290,66 @@ void save_safetensors(const std::string& path,
   write_file_atomic(path, safetensors_serialize(tensors, metadata));
 }
 
+namespace {
+
+// Where the tensors of a parsed header end in the buffer: the largest data_offsets end (0 for
+// none); -1 when the header is not a JSON object (safetensors_parse says what is wrong).
+std::int64_t buffer_end(std::string_view header) {
+  const nlohmann::json h = nlohmann::json::parse(header.begin(), header.end(), nullptr,
+                                                 /*allow_exceptions=*/false);
+  if (h.is_discarded() || !h.is_object()) return -1;
+  std::uint64_t end = 0;
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    if (it.key() == "__metadata__" || !it.value().is_object()) continue;
+    auto off = it.value().find("data_offsets");
+    if (off != it.value().end() && off->is_array() && off->size() == 2 &&
+        (*off)[1].is_number_unsigned())
+      end = std::max(end, (*off)[1].get<std::uint64_t>());
+  }
+  return end > std::uint64_t(std::numeric_limits<std::int64_t>::max())
+             ? std::numeric_limits<std::int64_t>::max()
+             : static_cast<std::int64_t>(end);
+}
+
+}  // namespace
+
 SafetensorsData load_safetensors(const std::string& path) {
-  std::string bytes;
+  // Note [Bounded reads]: a regular file; the header (at most kMaxSafetensorsHeaderBytes) is read
+  // first and the file's size checked against its data_offsets before the buffer is read.
   try {
-    bytes = read_file(path);
+    InputFile in(path, std::numeric_limits<std::uint64_t>::max(), "io::load_safetensors");
+    std::string bytes;
+    if (in.size() < 8) {
+      in.read_rest(bytes);
+      return safetensors_parse(bytes, path);  // "file too short"
+    }
+    in.read(bytes, 8);
+    std::uint64_t n = 0;
+    for (int b = 0; b < 8; ++b)
+      n |= std::uint64_t(static_cast<unsigned char>(bytes[static_cast<std::size_t>(b)])) << (8 * b);
+    if (n > kMaxHeaderBytes)
+      bad(path, ::ditto::detail::cat("header length: ", n, " bytes, expected at most ",
+                                     kMaxHeaderBytes));
+    if (n > in.size() - 8)
+      bad(path, ::ditto::detail::cat("header length: ", n, " bytes, but only ", in.size() - 8,
+                                     " bytes follow it (truncated file?)"));
+    in.read(bytes, n);
+    const std::int64_t end = buffer_end(std::string_view(bytes).substr(8));
+    if (end < 0) return safetensors_parse(bytes, path);  // the header's own error
+    const std::uint64_t buffer_size = in.size() - 8 - n;
+    if (static_cast<std::uint64_t>(end) != buffer_size)
+      bad(path, ::ditto::detail::cat("buffer: the header's data_offsets end at byte ", end,
+                                     ", but the buffer after the header has ", buffer_size,
+                                     " bytes", static_cast<std::uint64_t>(end) > buffer_size
+                                                   ? " (truncated file?)"
+                                                   : ""));
+    in.read(bytes, buffer_size);
+    return safetensors_parse(bytes, path);
   } catch (const ParseError&) {
     throw;
   } catch (const Error& e) {
     throw ParseError(e.what());
   }
-  return safetensors_parse(bytes, path);
 }
 
 }  // namespace ditto::io

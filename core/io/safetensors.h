@@ -67,7 +67,12 @@ void save_safetensors(const std::string& path,
                       const std::map<std::string, std::string>& metadata = {});
 
 /// Read and parse a safetensors file (like safetensors.torch.load_file plus its metadata).
-/// Throws ParseError for a file that cannot be read or is malformed (safetensors_parse).
+/// Bounded (Note [Bounded reads] in core/io/file.h): the file must be a regular file; its header
+/// (at most 100,000,000 bytes) is read first, and the file's size must match the end of the
+/// header's data_offsets before the tensor bytes are read. Throws ParseError for a file that
+/// cannot be read, is not a regular file ("io::load_safetensors: '/dev/zero' is a character
+/// device, expected a regular file"), has a size other than its header describes, or is
+/// malformed (safetensors_parse).
 SafetensorsData load_safetensors(const std::string& path);
 
 }  // namespace ditto::io

@@ -16,14 +16,21 @@ JsonLinesWriter::JsonLinesWriter(const std::string& path) : path_(path), out_(pa
               std::strerror(errno));
 }
 
+void JsonLinesWriter::put_line(const std::string& line) {
+  errno = 0;
+  out_ << line << '\n' << std::flush;
+  const int err = errno;
+  DITTO_CHECK_T(Error, out_.good(), "JsonLinesWriter: cannot write '", path_,
+                "': ", err ? std::strerror(err) : "unknown error");
+}
+
 void JsonLinesWriter::write(const EpochMetrics& m) {
   nlohmann::json j = {{"event", "epoch"},          {"epoch", m.epoch},
                       {"step", m.step},            {"train_loss", m.train_loss},
                       {"val_loss", m.val_loss},    {"val_acc", m.val_acc},
                       {"samples", m.samples},      {"epoch_time_s", m.epoch_time_s},
                       {"samples_per_s", m.samples_per_s}};
-  out_ << j.dump() << '\n' << std::flush;
-  DITTO_CHECK_T(Error, out_.good(), "JsonLinesWriter: cannot write '", path_, "'");
+  put_line(j.dump());
 }
 
 void JsonLinesWriter::write(const EvalMetrics& m) {
@@ -38,8 +45,7 @@ void JsonLinesWriter::write(const EvalMetrics& m) {
                       {"tokens_per_s", m.tokens_per_s},
                       {"elapsed_s", m.elapsed_s},
                       {"eta_s", m.eta_s}};
-  out_ << j.dump() << '\n' << std::flush;
-  DITTO_CHECK_T(Error, out_.good(), "JsonLinesWriter: cannot write '", path_, "'");
+  put_line(j.dump());
 }
 
 void JsonLinesWriter::write(const FitResult& r) {
@@ -71,8 +77,7 @@ void JsonLinesWriter::write(const FitResult& r) {
   for (const DeviceMemory& d : r.memory)
     j["memory"].push_back({{"device", d.device}, {"in_use", d.stats.in_use},
                            {"peak", d.stats.peak}, {"capacity", d.stats.capacity}});
-  out_ << j.dump() << '\n' << std::flush;
-  DITTO_CHECK_T(Error, out_.good(), "JsonLinesWriter: cannot write '", path_, "'");
+  put_line(j.dump());
 }
 
 std::function<void(const EpochMetrics&)> JsonLinesWriter::epoch_callback() {

@@ -107,7 +107,9 @@ struct FitResult {
 
 /// JSON lines: {"event":"epoch",...} per epoch, {"event":"eval",...} per evaluation of iteration
 /// mode and {"event":"final",...} (fields as named in the structs; the checksum as 16 hex
-/// digits). Throws InvalidArgument when `path` cannot be opened.
+/// digits). Throws InvalidArgument when `path` cannot be opened; each write throws ditto::Error
+/// naming the file and the OS reason when it fails ("JsonLinesWriter: cannot write '/dev/full':
+/// No space left on device").
 class JsonLinesWriter {
  public:
   explicit JsonLinesWriter(const std::string& path);
@@ -120,6 +122,7 @@ class JsonLinesWriter {
   std::function<void(const EvalMetrics&)> eval_callback();
 
  private:
+  void put_line(const std::string& line);  // the line and '\n', flushed; throws on error
   std::string path_;
   std::ofstream out_;
 };

@@ -12,7 +12,7 @@ namespace ditto::train {
 
 TextDataSource::TextDataSource(const std::string& path, std::int64_t block_size,
                                std::uint64_t seed)
-    : TextDataSource(io::read_file(path), block_size, seed, path) {}
+    : TextDataSource(io::read_file(path, io::kMaxDataBytes), block_size, seed, path) {}
 
 TextDataSource::TextDataSource(std::string text, std::int64_t block_size, std::uint64_t seed,
                                const std::string& name)

@@ -31,8 +31,10 @@ namespace ditto::train {
 class TextDataSource final : public DataSource {
  public:
   /// The bytes of the file `path`, windows of `block_size` tokens, drawn with `seed`. Throws
-  /// what io::read_file throws (naming the file), and InvalidArgument for block_size < 1 or a
-  /// text whose splits are not longer than block_size tokens (naming the file and the sizes).
+  /// what io::read_file throws (naming the file; ditto::Error for one that is not a regular file
+  /// or has more than 4 GiB, io::kMaxDataBytes: Note [Bounded reads]), and InvalidArgument for
+  /// block_size < 1 or a text whose splits are not longer than block_size tokens (naming the
+  /// file and the sizes).
   TextDataSource(const std::string& path, std::int64_t block_size, std::uint64_t seed);
   /// From text already in memory; `name` is what errors call it.
   TextDataSource(std::string text, std::int64_t block_size, std::uint64_t seed,

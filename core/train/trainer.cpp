@@ -72,8 +72,9 @@ void configure_cost_model(const TrainerConfig& c, Backend& be, int total_devices
   if (!c.trace.empty()) cm->set_tracing(true);
 }
 
-/// The checkpoint directory is created (by rank 0: `lead`) and the trace file's directory must
-/// exist and be writable, at startup, so that a long run is not lost when it ends.
+/// The checkpoint directory is created and locked (lock_checkpoint_dir; by rank 0: `lead`) and
+/// the trace file's directory must exist and be writable, at startup, so that a long run is not
+/// lost when it ends.
 void check_output_paths(const TrainerConfig& c, bool lead) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -84,6 +85,11 @@ void check_output_paths(const TrainerConfig& c, bool lead) {
                 ec.message());
     DITTO_CHECK(::access(ck.c_str(), W_OK | X_OK) == 0, c.name_of("checkpoint_dir"),
                 ": expected a writable directory, got '", ck, "': ", std::strerror(errno));
+    try {
+      lock_checkpoint_dir(ck);  // a second run on the same directory fails here, not mid-run
+    } catch (const Error& e) {
+      throw Error(detail::cat(c.name_of("checkpoint_dir"), ": ", e.what()));
+    }
   }
   if (c.trace.empty()) return;
   const std::string t = c.name_of("trace");

@@ -1,0 +1,258 @@
+// io::write_file_atomic on links, FIFOs and directories (Note [Atomic write]) and the bounded
+// readers of Note [Bounded reads] (core/io/file.h): read_file, read_csv, load_safetensors,
+// read_checkpoint's trainer.json, JSON device profiles. Devices are never written: a FIFO stands
+// in for /dev/null (the tests run as root in CI, where a wrong rename would replace /dev/null).
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "backend_sim/profiles.h"
+#include "core/data/csv.h"
+#include "core/io/checkpoint.h"
+#include "core/io/file.h"
+#include "core/io/safetensors.h"
+#include "core/train/metrics.h"
+#include "test_util.h"
+
+namespace ditto {
+namespace {
+
+namespace fs = std::filesystem;
+using test::expect_error;
+
+std::string fresh_dir(const std::string& name) {
+  const fs::path p = fs::path(::testing::TempDir()) /
+                     ("ditto_fileio_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+void write(const std::string& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+// A sparse file of `size` bytes (no disk space, no memory).
+void sparse(const std::string& path, std::uint64_t size) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(size)), 0);
+  ::close(fd);
+}
+
+TEST(FileIo, AtomicWriteThroughASymlinkReplacesTheTargetAndKeepsTheLink) {
+  const std::string dir = fresh_dir("link");
+  fs::create_directories(dir + "/real");
+  write(dir + "/real/trace.json", "old");
+  fs::create_symlink("real/trace.json", dir + "/link.json");  // relative, as `ln -s` makes
+  fs::create_symlink(dir + "/link.json", dir + "/link2.json");  // a link to the link
+  io::write_file_atomic(dir + "/link2.json", "new");
+  EXPECT_TRUE(fs::is_symlink(dir + "/link2.json"));
+  EXPECT_TRUE(fs::is_symlink(dir + "/link.json"));
+  EXPECT_EQ(fs::read_symlink(dir + "/link.json").string(), "real/trace.json");
+  EXPECT_EQ(io::read_file(dir + "/real/trace.json"), "new");
+  EXPECT_FALSE(fs::exists(dir + "/link2.json.tmp"));
+  EXPECT_FALSE(fs::exists(dir + "/real/trace.json.tmp"));
+  // A dangling link creates its target, as `echo > link` does.
+  fs::create_symlink("made.json", dir + "/dangling.json");
+  io::write_file_atomic(dir + "/dangling.json", "made");
+  EXPECT_TRUE(fs::is_symlink(dir + "/dangling.json"));
+  EXPECT_EQ(io::read_file(dir + "/made.json"), "made");
+  fs::remove_all(dir);
+}
+
+TEST(FileIo, AtomicWriteToAFifoWritesStraightThroughAndKeepsTheFifo) {
+  const std::string dir = fresh_dir("fifo");
+  const std::string fifo = dir + "/out.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0) << std::strerror(errno);
+  // Our own reader end first (O_RDWR never blocks), so that the writer's open does not block.
+  const int rd = ::open(fifo.c_str(), O_RDWR | O_NONBLOCK);
+  ASSERT_GE(rd, 0);
+  io::write_file_atomic(fifo, "through the fifo");
+  struct stat st {};
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode)) << "replaced by " << io::file_type_name(st.st_mode);
+  char buf[64] = {};
+  const ssize_t n = ::read(rd, buf, sizeof buf);
+  ::close(rd);
+  EXPECT_EQ(std::string(buf, n > 0 ? static_cast<std::size_t>(n) : 0), "through the fifo");
+  EXPECT_FALSE(fs::exists(fifo + ".tmp"));
+  fs::remove_all(dir);
+}
+
+TEST(FileIo, AtomicWriteRefusesADirectoryNamingIt) {
+  const std::string dir = fresh_dir("dir");
+  fs::create_directories(dir + "/d");
+  expect_error<Error>([&] { io::write_file_atomic(dir + "/d", "x"); },
+                      "io::write_file_atomic: cannot write '" + dir +
+                          "/d': it is a directory, expected a regular file, a character device "
+                          "or a FIFO");
+  fs::create_symlink("d", dir + "/to_d");
+  expect_error<Error>([&] { io::write_file_atomic(dir + "/to_d", "x"); },
+                      "cannot write '" + dir + "/to_d': '" + dir + "/d' is a directory");
+  EXPECT_TRUE(fs::is_directory(dir + "/d"));
+  EXPECT_TRUE(fs::is_empty(dir + "/d"));
+  EXPECT_FALSE(fs::exists(dir + "/d.tmp"));
+  fs::remove_all(dir);
+}
+
+TEST(FileIo, WriteErrorGivesTheOsReason) {
+  expect_error<Error>([&] { io::write_file_atomic("/nonexistent-dir/x/f.json", "x"); },
+                      "io::write_file_atomic: cannot create '/nonexistent-dir/x/f.json.tmp': No "
+                      "such file or directory");
+}
+
+// /dev/full (writes fail with ENOSPC) is opened in place by JsonLinesWriter (an ofstream, never
+// renamed), so this test cannot replace it.
+TEST(FileIo, JsonLinesWriteErrorGivesTheOsReason) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  train::JsonLinesWriter w("/dev/full");
+  expect_error<Error>([&] { w.write(train::EpochMetrics{}); },
+                      "JsonLinesWriter: cannot write '/dev/full': No space left on device");
+  struct stat st {};
+  ASSERT_EQ(::stat("/dev/full", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+}
+
+TEST(FileIo, ReadFileRefusesWhatIsNotARegularFileAndPastItsMaximum) {
+  const std::string dir = fresh_dir("read");
+  expect_error<Error>([&] { io::read_file("/dev/zero"); },
+                      "io::read_file: '/dev/zero' is a character device, expected a regular file");
+  const std::string fifo = dir + "/in.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  // No writer: a blocking open would hang here.
+  expect_error<Error>([&] { io::read_file(fifo, 100, "x"); },
+                      "x: '" + fifo + "' is a FIFO, expected a regular file");
+  expect_error<Error>([&] { io::read_file(dir, 100, "x"); },
+                      "x: '" + dir + "' is a directory, expected a regular file");
+  write(dir + "/small", "0123456789");
+  EXPECT_EQ(io::read_file(dir + "/small", 10), "0123456789");
+  expect_error<Error>([&] { io::read_file(dir + "/small", 9, "x"); },
+                      "x: '" + dir + "/small' has 10 bytes, more than the maximum of 9 bytes");
+  fs::create_symlink("small", dir + "/link");
+  EXPECT_EQ(io::read_file(dir + "/link", 10), "0123456789");  // links to a file are followed
+  EXPECT_EQ(io::size_name(io::kMaxDataBytes), "4 GiB");
+  EXPECT_EQ(io::size_name(io::kMaxJsonBytes), "16 MiB");
+  fs::remove_all(dir);
+}
+
+TEST(FileIo, ReadCsvRefusesADeviceAndAFileOverFourGiB) {
+  const std::string dir = fresh_dir("csv");
+  expect_error<ParseError>([&] { data::read_csv("/dev/zero"); },
+                           "read_csv: '/dev/zero' is a character device, expected a regular file");
+  sparse(dir + "/big.csv", io::kMaxDataBytes + 1);
+  expect_error<ParseError>([&] { data::read_csv(dir + "/big.csv"); },
+                           "read_csv: '" + dir + "/big.csv' has 4294967297 bytes, more than the "
+                           "maximum of 4 GiB");
+  fs::remove_all(dir);
+}
+
+TEST(FileIo, JsonProfileRefusesAFifoAndAFileOverSixteenMiB) {
+  const std::string dir = fresh_dir("profile");
+  const std::string fifo = dir + "/p.json";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  expect_error<InvalidArgument>([&] { sim::device_profile(fifo); },
+                                "device_profile: '" + fifo + "' is a FIFO, expected a regular file");
+  sparse(dir + "/big.json", io::kMaxJsonBytes + 1);
+  expect_error<InvalidArgument>([&] { sim::device_profile(dir + "/big.json"); },
+                                "device_profile: '" + dir + "/big.json' has 16777217 bytes, more "
+                                "than the maximum of 16 MiB");
+  fs::remove_all(dir);
+}
+
+// A safetensors file from a raw header text and buffer.
+std::string raw_safetensors(const std::string& header, const std::string& buffer) {
+  std::string out;
+  const std::uint64_t n = header.size();
+  for (int b = 0; b < 8; ++b) out.push_back(static_cast<char>((n >> (8 * b)) & 0xff));
+  return out + header + buffer;
+}
+
+TEST(FileIo, LoadSafetensorsChecksTheSizeAgainstTheHeaderBeforeReadingTheBuffer) {
+  const std::string dir = fresh_dir("st");
+  expect_error<ParseError>([&] { io::load_safetensors("/dev/zero"); },
+                           "io::load_safetensors: '/dev/zero' is a character device, expected a "
+                           "regular file");
+  const std::string header = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  write(dir + "/ok.safetensors", raw_safetensors(header, std::string(4, '\0')));
+  EXPECT_EQ(io::load_safetensors(dir + "/ok.safetensors").tensors.size(), 1u);
+  // The same header, then 256 MiB of (sparse) zeros: refused before the buffer is read.
+  write(dir + "/big.safetensors", raw_safetensors(header, ""));
+  const std::uint64_t buffer = std::uint64_t{256} << 20;
+  ASSERT_EQ(::truncate((dir + "/big.safetensors").c_str(),
+                       static_cast<off_t>(8 + header.size() + buffer)),
+            0);
+  expect_error<ParseError>([&] { io::load_safetensors(dir + "/big.safetensors"); },
+                           dir + "/big.safetensors: buffer: the header's data_offsets end at byte "
+                                 "4, but the buffer after the header has 268435456 bytes");
+  // A header length over the format's maximum: refused before anything else is read.
+  std::string len(8, '\0');
+  const std::uint64_t n = io::kMaxSafetensorsHeaderBytes + 1;
+  for (int b = 0; b < 8; ++b) len[static_cast<std::size_t>(b)] = static_cast<char>((n >> (8 * b)) & 0xff);
+  write(dir + "/hdr.safetensors", len + "{}");
+  expect_error<ParseError>([&] { io::load_safetensors(dir + "/hdr.safetensors"); },
+                           "header length: 100000001 bytes, expected at most 100000000");
+  fs::remove_all(dir);
+}
+
+TEST(FileIo, ReadCheckpointRefusesATrainerJsonOverSixteenMiB) {
+  const std::string dir = fresh_dir("ckpt");
+  fs::create_directories(dir + "/step-00000001");
+  sparse(dir + "/step-00000001/trainer.json", io::kMaxJsonBytes + 1);
+  expect_error<ParseError>([&] { read_checkpoint(dir + "/step-00000001"); },
+                           "read_checkpoint: '" + dir + "/step-00000001/trainer.json' has "
+                           "16777217 bytes, more than the maximum of 16 MiB");
+  fs::remove_all(dir);
+}
+
+// A second process writing the same checkpoint directory is refused, naming the lock and the
+// process; the lock is released when that process ends.
+TEST(FileIo, CheckpointDirLockRefusesASecondProcessNamingIt) {
+  const std::string dir = fresh_dir("lock");
+  const std::string lock = dir + "/lock";
+  int to_parent[2], to_child[2];
+  ASSERT_EQ(::pipe(to_parent), 0);
+  ASSERT_EQ(::pipe(to_child), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // only async-signal-safe calls: the parent may have threads
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT, 0644);
+    char pid[16];
+    int n = 0;
+    for (pid_t p = ::getpid(); p > 0; p /= 10) pid[n++] = static_cast<char>('0' + p % 10);
+    for (int i = 0; i < n / 2; ++i) std::swap(pid[i], pid[n - 1 - i]);
+    pid[n++] = '\n';
+    const bool ok = fd >= 0 && ::flock(fd, LOCK_EX) == 0 && ::write(fd, pid, n) == n;
+    char c = ok ? 'y' : 'n';
+    (void)!::write(to_parent[1], &c, 1);
+    (void)!::read(to_child[0], &c, 1);  // until the parent has tried
+    ::_exit(0);
+  }
+  char c = 0;
+  ASSERT_EQ(::read(to_parent[0], &c, 1), 1);
+  ASSERT_EQ(c, 'y');
+  expect_error<Error>([&] { lock_checkpoint_dir(dir); },
+                      "checkpoint: checkpoint directory '" + dir + "' is in use: its lock '" + lock +
+                          "' is held by process " + std::to_string(child) +
+                          " (another run writing the same directory)");
+  (void)!::write(to_child[1], &c, 1);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  for (int fd : {to_parent[0], to_parent[1], to_child[0], to_child[1]}) ::close(fd);
+  lock_checkpoint_dir(dir);  // released with its process
+  lock_checkpoint_dir(dir);  // again in this process: a no-op
+  EXPECT_EQ(io::read_file(lock), std::to_string(::getpid()) + "\n");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace ditto
