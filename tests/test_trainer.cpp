@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -103,6 +105,55 @@ TEST(Trainer, ResumeMidEpochEqualsAnUninterruptedRun) {
     EXPECT_EQ(t.fit().params_checksum, whole) << trainer_kind_name(k);
     EXPECT_EQ(resumed_at, 30);
     EXPECT_EQ(t.state().step, 3 * 23);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// Rough edge of issue 16: a NaN or inf loss ended with exit 0. The step that gave it stops the
+// run (torch's anomaly detection, llm.c's outlier check), before its checkpoint;
+// allow_nonfinite_loss keeps going.
+TEST(Trainer, ANonFiniteLossStopsTheRunNamingTheStepUnlessAllowed) {
+  for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp}) {
+    const auto dir = scratch(std::string("nonfinite_") + trainer_kind_name(k));
+    TrainerConfig c = small(2, k, 1);
+    c.lr = 1e30f;  // diverges within a few steps
+    c.checkpoint_dir = dir.string();
+    c.checkpoint_every = 1;
+    std::string what;
+    try {
+      Trainer(c, digits()).fit();
+      ADD_FAILURE() << "expected an error for " << trainer_kind_name(k);
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    EXPECT_NE(what.find("Trainer: step "), std::string::npos) << what;
+    EXPECT_NE(what.find("(epoch 1, batch "), std::string::npos) << what;
+    EXPECT_NE(what.find(", expected a finite loss"), std::string::npos) << what;
+    EXPECT_NE(what.find("TrainerConfig::allow_nonfinite_loss to keep going"),
+              std::string::npos) << what;
+    EXPECT_TRUE(what.find(" is nan,") != std::string::npos ||
+                what.find(" is inf,") != std::string::npos ||
+                what.find(" is -inf,") != std::string::npos) << what;
+    if (k == TrainerKind::ddp) {
+      EXPECT_NE(what.find("the training loss on rank "), std::string::npos) << what;
+    }
+    // The step named is the first one not checkpointed.
+    const std::size_t at = what.find("Trainer: step ") + 14;
+    const std::int64_t step = std::stoll(what.substr(at));
+    EXPECT_GT(step, 0);
+    char latest[32];
+    std::snprintf(latest, sizeof latest, "step-%08lld\n", static_cast<long long>(step));
+    std::ifstream in(dir / "latest");
+    std::string line;
+    std::getline(in, line);
+    EXPECT_EQ(line + "\n", latest) << what;
+
+    c.allow_nonfinite_loss = true;
+    c.checkpoint_dir.clear();
+    c.checkpoint_every = 0;
+    const FitResult r = Trainer(c, digits()).fit();
+    EXPECT_EQ(r.steps, 23);
+    EXPECT_FALSE(std::isfinite(r.train_loss));
     std::filesystem::remove_all(dir);
   }
 }

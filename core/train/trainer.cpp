@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
@@ -94,6 +95,21 @@ void check_output_paths(const TrainerConfig& c, bool lead) {
               c.trace, "' (no directory '", dir.string(), "')");
   DITTO_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, t, ": expected a file in a writable "
               "directory, got '", c.trace, "': '", dir.string(), "': ", std::strerror(errno));
+}
+
+/// After optimizer step `step` (0-based): stops the run on a NaN or inf loss (its share of it
+/// on a ddp rank) unless config.allow_nonfinite_loss; `where` is the position in the epoch.
+void check_loss(const TrainerConfig& c, Replica& rep, double loss_sum, std::int64_t rows,
+                std::int64_t step, const std::string& where) {
+  if (std::isfinite(loss_sum) || c.allow_nonfinite_loss) return;
+  std::ostringstream rank;
+  if (Communicator* comm = rep.communicator()) rank << " on rank " << comm->rank();
+  const double loss = rows > 0 ? loss_sum / static_cast<double>(rows) : loss_sum;
+  throw Error(detail::cat("Trainer: step ", step, where, ": the training loss", rank.str(),
+                          " is ", std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf",
+                          ", expected a finite loss (the model diverged or the data holds "
+                          "extreme values: lower the learning rate, clip the gradients, or set ",
+                          c.name_of("allow_nonfinite_loss"), " to keep going)"));
 }
 
 }  // namespace
@@ -321,7 +337,10 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     for (std::int64_t i = ts.batch; i < batches; ++i) {
       data::Batch b = data_->batch(epoch - 1, i, c.batch_size);
       begin_step(run, rep, ts.step);
-      loss_sum += rep.step(b);
+      const double step_loss = rep.step(b);
+      check_loss(c, rep, step_loss, b.x.size(0), ts.step,
+                 detail::cat(" (epoch ", epoch, ", batch ", i, " of ", batches, ")"));
+      loss_sum += step_loss;
       seen += b.x.size(0);
       ++steps;
       ts.advance(batches, loss_sum, seen);  // the position after this step
@@ -411,7 +430,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
       data::Batch b = data_->step_batch(ts.step, c.batch_size);
       begin_step(run, rep, ts.step);
       lr = rep.optimizer().lr();
-      rep.step(b);
+      check_loss(c, rep, rep.step(b), b.x.size(0), ts.step, "");
       samples += b.x.size(0);
       tokens += b.y.numel();
       ++ts.step;
