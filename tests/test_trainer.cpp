@@ -109,6 +109,28 @@ TEST(Trainer, ResumeMidEpochEqualsAnUninterruptedRun) {
   }
 }
 
+// Issue 16, defect 5: resuming a run that had already finished trained no epoch and reported
+// train_loss=0 val_loss=0 val_acc=0 for a model at 0.96. Now the loaded model is evaluated and
+// the train loss is the one its last epoch recorded: the result equals the finished run's.
+TEST(Trainer, ResumingAFinishedRunReportsTheLossesAndAccuracyItEndedWith) {
+  for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp}) {
+    const auto dir = scratch(std::string("finished_") + trainer_kind_name(k));
+    TrainerConfig first = small(2, k, 2);
+    first.checkpoint_dir = dir.string();
+    const FitResult done = Trainer(first, digits()).fit();
+    ASSERT_GT(done.eval.accuracy, 0.8);
+    TrainerConfig again = small(2, k, 2);
+    again.resume_dir = dir.string();
+    const FitResult r = Trainer(again, digits()).fit();
+    EXPECT_EQ(r.steps, done.steps) << trainer_kind_name(k);
+    EXPECT_EQ(r.params_checksum, done.params_checksum);
+    EXPECT_EQ(r.train_loss, done.train_loss) << trainer_kind_name(k);
+    EXPECT_EQ(r.eval.loss, done.eval.loss) << trainer_kind_name(k);
+    EXPECT_EQ(r.eval.accuracy, done.eval.accuracy) << trainer_kind_name(k);
+    std::filesystem::remove_all(dir);
+  }
+}
+
 // Rough edge of issue 16: a NaN or inf loss ended with exit 0. The step that gave it stops the
 // run (torch's anomaly detection, llm.c's outlier check), before its checkpoint;
 // allow_nonfinite_loss keeps going.

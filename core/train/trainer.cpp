@@ -329,7 +329,8 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     saved_step = ts.step;
   };
   FitResult res;
-  for (int epoch = static_cast<int>(ts.epoch) + 1; epoch <= c.epochs; ++epoch) {
+  const std::int64_t first_epoch = ts.epoch + 1;
+  for (int epoch = static_cast<int>(first_epoch); epoch <= c.epochs; ++epoch) {
     run.epoch_begin();
     const auto t0 = std::chrono::steady_clock::now();
     double loss_sum = rep.lead() ? ts.epoch_loss_sum : 0.0;  // this rank's share
@@ -348,6 +349,7 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     }
     const double total = rep.sum_over_ranks(loss_sum);
     res.train_loss = seen ? total / seen : 0.0;
+    ts.train_loss = res.train_loss;  // the checkpoints after this epoch record it
     run.epoch_end(steps, seen);
     const double dt =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -359,8 +361,13 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
       callbacks_.on_epoch({epoch, ts.step, res.train_loss, res.eval.loss, res.eval.accuracy, seen,
                            dt, dt > 0 ? seen / dt : 0.0});
   }
-  if (rep.lead() && c.epochs == 0 && data_->eval_set().size() > 0)
-    res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
+  // No epoch ran (epochs 0, or the resume of a finished run): the model as it is, evaluated,
+  // and the loss its last epoch trained with (not 0 as if untrained).
+  if (static_cast<int>(first_epoch) > c.epochs) {
+    res.train_loss = ts.train_loss;
+    if (rep.lead() && data_->eval_set().size() > 0)
+      res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
+  }
   if (!c.checkpoint_dir.empty() && ts.step != saved_step)
     checkpoint(rep.lead() ? ts.epoch_loss_sum : 0.0);
   res.params_checksum = rep.checked_checksum();
