@@ -131,6 +131,41 @@ TEST(Trainer, ResumingAFinishedRunReportsTheLossesAndAccuracyItEndedWith) {
   }
 }
 
+// Rough edge of issue 16: a resume refused (here: past the end of --epochs) said "resumed from"
+// first; on_resume now comes after every check. And a resume onto another data set of the same
+// shape was accepted: the CSV source records a fingerprint of its rows (data_fnv1a).
+TEST(Trainer, ARefusedResumeIsNotReportedAndOtherDataOfTheSameShapeIsRefused) {
+  const auto dir = scratch("refused");
+  TrainerConfig first = small(2, TrainerKind::dp, 2);
+  first.checkpoint_dir = dir.string();
+  Trainer(first, digits()).fit();
+  bool reported = false;
+  TrainerCallbacks cb;
+  cb.on_resume = [&](const std::string&, const TrainerState&) { reported = true; };
+  TrainerConfig shorter = small(2, TrainerKind::dp, 1);
+  shorter.resume_dir = dir.string();
+  test::expect_invalid([&] { Trainer(shorter, digits(), cb).fit(); },
+                       "TrainerConfig::resume_dir: the checkpoint is past the end of epoch 2");
+  EXPECT_FALSE(reported);
+
+  data::Dataset all = data::read_csv(DITTO_DIGITS_CSV);
+  std::vector<float> f = all.features.to_vector<float>();
+  f[5] += 1.0f;  // one pixel of the first row: same shape, same labels
+  data::Dataset other{Tensor::from_vector(f, all.features.shape()), all.labels, {}};
+  auto changed = std::make_shared<CsvDataSource>(other, 0.2, 0);
+  const std::string want = digits()->checkpoint_config().at("data_fnv1a");
+  const std::string got = changed->checkpoint_config().at("data_fnv1a");
+  ASSERT_NE(want, got);
+  TrainerConfig again = small(2, TrainerKind::dp, 2);
+  again.resume_dir = dir.string();
+  test::expect_invalid([&] { Trainer(again, changed, cb).fit(); },
+                       "was saved with data_fnv1a=" + want + ", this run has data_fnv1a=" + got);
+  EXPECT_FALSE(reported);
+  Trainer(again, digits(), cb).fit();  // the same data resumes
+  EXPECT_TRUE(reported);
+  std::filesystem::remove_all(dir);
+}
+
 // Rough edge of issue 16: a NaN or inf loss ended with exit 0. The step that gave it stops the
 // run (torch's anomaly detection, llm.c's outlier check), before its checkpoint;
 // allow_nonfinite_loss keeps going.

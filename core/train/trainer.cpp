@@ -155,16 +155,16 @@ TrainerState Trainer::resume(Replica& rep, const TrainerState& fresh, bool lead)
   std::ostream& log = !lead ? quiet : config_.log ? *config_.log : std::cerr;
   TrainerState ts = resume_checkpoint(config_.resume_dir, rep.model(), rep.optimizer(),
                                       fresh.config, may_differ, log);
-  if (lead && callbacks_.on_resume) callbacks_.on_resume(config_.resume_dir, ts);
-  if (config_.max_iters > 0) {
+  if (config_.max_iters > 0)
     DITTO_CHECK(ts.step <= config_.max_iters, config_.name_of("resume_dir"),
                 ": the checkpoint is past step ", ts.step, ", expected ",
                 config_.name_of("max_iters"), " >= ", ts.step, ", got ", config_.max_iters);
-    return ts;
-  }
-  DITTO_CHECK(ts.epoch <= config_.epochs, config_.name_of("resume_dir"),
-              ": the checkpoint is past the end of epoch ", ts.epoch, ", expected ",
-              config_.name_of("epochs"), " >= ", ts.epoch, ", got ", config_.epochs);
+  else
+    DITTO_CHECK(ts.epoch <= config_.epochs, config_.name_of("resume_dir"),
+                ": the checkpoint is past the end of epoch ", ts.epoch, ", expected ",
+                config_.name_of("epochs"), " >= ", ts.epoch, ", got ", config_.epochs);
+  // Only a resume that every check let through is reported ("resumed from ...").
+  if (lead && callbacks_.on_resume) callbacks_.on_resume(config_.resume_dir, ts);
   return ts;
 }
 
