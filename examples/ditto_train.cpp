@@ -406,7 +406,7 @@ int cli_main(int argc, char** argv, Capture* capture) {
                    {"bucket_cap_mb", "--bucket-cap-mb"}, {"hidden", "--hidden"},
                    {"dtype", "--dtype"}, {"micro_shards", "--micro-shards"},
                    {"grad_accum_steps", "--grad-accum-steps"}, {"zero_stage", "--zero-stage"},
-                   {"dry_run", "--dry-run"}};
+                   {"dry_run", "--dry-run"}, {"allow_nonfinite_loss", "--allow-nonfinite-loss"}};
   float lr = 0.05f;
   CLI::App app{"ditto-train: data-parallel training (an MLP on CSV rows, or nanoGPT's character "
                "GPT with --model gpt) on simulated or real GPUs"};
@@ -459,6 +459,9 @@ int cli_main(int argc, char** argv, Capture* capture) {
                "sim: price every kernel, copy and collective and account every allocation "
                "without running them or holding tensor data (predicts a large model's step time "
                "and memory in seconds; fast determinism unless --determinism is given)");
+  app.add_flag("--allow-nonfinite-loss", c.allow_nonfinite_loss,
+               "keep training after a step whose loss is NaN or inf (default: stop with an "
+               "error naming the step)");
   with_default("--interconnect", c.interconnect,
                "sim: links between GPUs: auto, nvlink, nvlink3, pcie5, pcie4");
   with_default("--nodes", c.nodes, "sim: nodes of --devices GPUs each (InfiniBand between)");

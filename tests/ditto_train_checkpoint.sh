@@ -7,7 +7,9 @@
 #      step-35; resuming from it gives the same checksum again;
 #   3. a truncated newest checkpoint: --resume says on stderr that it falls back to the previous
 #      one (step 21), and still gets the same checksum;
-#   4. --resume with another --hidden or --optimizer: a clear error naming what differs.
+#   4. --resume with another --hidden or --optimizer: a clear error naming what differs;
+#   5.-7. issue 16: the resume of a finished run prints that run's final line; a refused resume
+#      prints no "resumed from"; other data of the same shape is refused (data_fnv1a).
 # Usage: ditto_train_checkpoint.sh PATH/TO/ditto-train WORK_DIR
 source "$(dirname "$0")/ditto_train_common.sh"  # train, work, fail, checksum
 
@@ -15,7 +17,7 @@ U=$("$train" --epochs 4 | checksum)
 [ -n "$U" ] || fail "no checksum from the uninterrupted run"
 echo "uninterrupted --epochs 4: $U"
 
-"$train" --epochs 2 --checkpoint "$work/a" > /dev/null || fail "--epochs 2 --checkpoint"
+"$train" --epochs 2 --checkpoint "$work/a" > "$work/a.out" || fail "--epochs 2 --checkpoint"
 R=$("$train" --resume "$work/a" --epochs 4 | checksum)
 echo "--epochs 2, then --resume --epochs 4: $R"
 [ "$R" = "$U" ] || fail "resumed $R != uninterrupted $U"
@@ -48,4 +50,22 @@ echo "$out" | grep -q "error: resume: checkpoint '.*' was saved with optimizer=s
 out=$("$train" --resume "$work/a" --epochs 4 --lr 0.1 2>&1)
 echo "$out" | grep -q "option lr differs: saved lr=0.0500000007, this SGD has lr=0.100000001" \
   || fail "--lr 0.1: $out"
+# 5. Resuming the finished --epochs 2 run: the final line of that run (train_time_s aside), not
+#    train_loss=0 val_loss=0 val_acc=0.
+final() { grep '^final:' | sed 's/ train_time_s=[^ ]*//'; }
+A=$(final < "$work/a.out")
+D=$("$train" --resume "$work/a" --epochs 2 | final)
+echo "finished run resumed: $D"
+[ -n "$A" ] && [ "$D" = "$A" ] || fail "resumed finished run: '$D', the run ended with '$A'"
+# 6. A refused resume does not say "resumed from" first.
+out=$("$train" --resume "$work/a" --epochs 1 2>&1)
+echo "$out" | grep -q "error: --resume: the checkpoint is past the end of epoch 2" || fail "--epochs 1: $out"
+echo "$out" | grep -q "resumed from" && fail "a refused resume printed 'resumed from': $out"
+# 7. Other data of the same shape (one value changed): refused, naming both fingerprints.
+data="$(dirname "$0")/../examples/data/digits.csv"  # the default --data
+sed '5s/^\([^,]*\),/\1.5,/' "$data" > "$work/other.csv"
+cmp -s "$data" "$work/other.csv" && fail "other.csv is the same file"
+out=$("$train" --resume "$work/a" --epochs 4 --data "$work/other.csv" 2>&1)
+echo "$out" | grep -q "error: resume: checkpoint '.*' was saved with data_fnv1a=[0-9a-f]\{16\}, this run has data_fnv1a=[0-9a-f]\{16\}" \
+  || fail "other data: $out"
 echo "PASS"

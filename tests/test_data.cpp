@@ -85,6 +85,26 @@ TEST_F(DataTest, CsvHeaderAutoDetectedOrForced) {
                            "sk.csv:1:3: expected a number, got 'malignant'");
 }
 
+// Issue 16, defect 6: a UTF-8 byte-order mark (Excel's "CSV UTF-8") glued to the first cell made
+// the first data line text, so auto-detection dropped it as a header, and header = no reported
+// the raw bytes. It is skipped; one in the middle of the file is still bad data.
+TEST_F(DataTest, CsvUtf8ByteOrderMarkIsSkipped) {
+  const std::string bom = "\xEF\xBB\xBF";
+  const std::string num = file("bom.csv", bom + "1,2,0\n3,4,1\n");
+  for (CsvHeader h : {CsvHeader::auto_detect, CsvHeader::no}) {
+    auto d = data::read_csv(num, {.header = h});
+    EXPECT_EQ(d.size(), 2);
+    EXPECT_EQ(d.features.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
+    EXPECT_EQ(d.labels.to_vector<std::int64_t>(), (std::vector<std::int64_t>{0, 1}));
+  }
+  EXPECT_EQ(data::read_csv(num, {.header = CsvHeader::yes}).size(), 1);
+  const std::string hdr = file("bom_hdr.csv", bom + "a,b,label\r\n1,2,1\r\n");
+  EXPECT_EQ(data::read_csv(hdr).features.to_vector<float>(), (std::vector<float>{1, 2}));
+  expect_error<ParseError>(
+      [&] { data::read_csv(file("bom2.csv", "1,2,0\n" + bom + "3,4,1\n")); },
+      "bom2.csv:2:1: expected a number, got '" + bom + "3'");
+}
+
 TEST_F(DataTest, CsvLabelColumnAndRegression) {
   const std::string p = file("cols.csv", "5,1.5,2.5\n6,3.5,4.5\n");
   auto first = data::read_csv(p, {.label_column = 0});

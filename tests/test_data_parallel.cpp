@@ -168,6 +168,58 @@ TEST_F(DataParallelTest, ZeroDimLossesAreGatheredIntoAVectorAndBackwardRoutesEac
   }
 }
 
+// Issue 16, defect 7: bitwise mode runs a replica on every device, so a batch of 5 over 8 devices
+// leaves 3 replicas of a WithLoss with no rows; their loss was 0/0 = NaN (Note [Empty replica
+// loss]). Now 0: every loss finite, the sum the same as fast mode's (5 one-row replicas), and
+// with set_global_batch(5) on the loss (kept by the replicas' clone, defect 8) the sum is the
+// mean over the 5 rows of a one-device model.
+TEST_F(DataParallelTest, BitwiseBatchSmallerThanTheDevicesGivesFiniteLossesThatSumRight) {
+  auto make = [](std::int64_t global_batch) {
+    auto ce = std::make_unique<nn::CrossEntropyLoss>();
+    ce->set_global_batch(global_batch);
+    return std::make_unique<nn::WithLoss>(nn::mlp({5, 7, 3}, Device("sim", 0), 11),
+                                          std::move(ce));
+  };
+  Tensor x = random_tensor({5, 5}, 4);
+  Tensor y = labels(5, 3, 5);
+  auto ref = make(0);
+  const double mean = ref->forward(std::vector<Tensor>{x.to(Device("sim", 0)),
+                                                       y.to(Device("sim", 0))}).item();
+  for (std::int64_t global_batch : {0, 5}) {
+    double sums[2] = {0, 0};
+    for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
+      auto model = make(global_batch);
+      parallel::DataParallelOptions o;
+      o.determinism = mode;
+      parallel::DataParallel dp(*model, devs(8), o);
+      std::vector<float> lv = dp.forward(std::vector<Tensor>{x, y}).to_vector<float>();
+      EXPECT_EQ(lv.size(), mode == Determinism::bitwise ? 8u : 5u);
+      double sum = 0;
+      int zeros = 0;
+      for (std::size_t i = 0; i < lv.size(); ++i) {
+        EXPECT_TRUE(std::isfinite(lv[i])) << determinism_name(mode) << " replica " << i << ": "
+                                          << lv[i] << " (global batch " << global_batch << ")";
+        sum += lv[i];
+        zeros += lv[i] == 0.0f;
+      }
+      if (mode == Determinism::bitwise) {
+        EXPECT_EQ(zeros, 3);  // the replicas with no rows
+      }
+      sums[mode == Determinism::bitwise] = sum;
+      // The empty replicas' backward adds nothing and stays finite.
+      model->zero_grad();
+      dp.backward(Tensor::full({static_cast<std::int64_t>(lv.size())}, 1.0f, Device("sim", 0)));
+      for (nn::Parameter* p : model->parameters())
+        for (float g : p->grad.to_vector<float>())
+          ASSERT_TRUE(std::isfinite(g)) << determinism_name(mode) << " " << p->name;
+    }
+    EXPECT_NEAR(sums[1], sums[0], 1e-5) << "global batch " << global_batch;
+    if (global_batch == 5) {
+      EXPECT_NEAR(sums[1], mean, 1e-5);
+    }
+  }
+}
+
 TEST_F(DataParallelTest, ReplicaThatThrowsGivesOneErrorNamingReplicaAndDevice) {
   auto log = std::make_shared<Probe::Log>();
   Probe probe(log, /*throw_on=*/2);

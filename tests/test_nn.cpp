@@ -505,6 +505,54 @@ TEST_F(NNTest, CrossEntropyValueAndErrors) {
       "CrossEntropyLoss.forward: input: expected logits [N, C] f32 (or bf16 / f16), got [4] f32");
 }
 
+// Issue 16, defect 8: clone() kept neither set_global_batch nor the determinism, so a copy of a
+// loss over 2 rows of a global batch of 10 divided by 2 (0.6789) where the original divided by
+// 10 (0.1358): DataParallel's replicas of a WithLoss took the wrong mean.
+TEST_F(NNTest, LossCloneKeepsTheGlobalBatchAndTheDeterminism) {
+  Tensor x = Tensor::from_vector(values(2 * 3, 17), {2, 3}, dev());
+  Tensor t = Tensor::from_vector(std::vector<std::int64_t>{2, 0}, {2}, dev());
+  nn::CrossEntropyLoss ce;
+  const float own_rows = ce.forward(x, t).item();
+  ce.set_global_batch(10);
+  ce.set_determinism(Determinism::bitwise);
+  const float of_ten = ce.forward(x, t).item();
+  EXPECT_NEAR(of_ten, own_rows * 2 / 10, 1e-6f);
+  std::unique_ptr<nn::Loss> copy = ce.clone();
+  EXPECT_EQ(copy->global_batch(), 10);
+  EXPECT_EQ(copy->determinism(), Determinism::bitwise);
+  EXPECT_EQ(copy->forward(x, t).item(), of_ten);
+
+  Tensor y_half = Tensor::from_vector(values(2 * 3, 18), {2, 3}, dev());
+  nn::MSELoss mse;
+  mse.set_global_batch(10);
+  mse.set_determinism(Determinism::bitwise);
+  const float mse_of_ten = mse.forward(x, y_half).item();
+  std::unique_ptr<nn::Loss> mse_copy = mse.clone();
+  EXPECT_EQ(mse_copy->global_batch(), 10);
+  EXPECT_EQ(mse_copy->determinism(), Determinism::bitwise);
+  EXPECT_EQ(mse_copy->forward(x, y_half).item(), mse_of_ten);
+
+  // A WithLoss's clone (DataParallel's replicas) keeps its loss's global batch.
+  auto loss = std::make_unique<nn::CrossEntropyLoss>();
+  loss->set_global_batch(10);
+  nn::WithLoss wl(nn::mlp({3, 4, 3}, dev(), 21), std::move(loss));
+  std::unique_ptr<nn::Module> wl_copy = wl.clone();
+  EXPECT_EQ(static_cast<nn::WithLoss&>(*wl_copy).loss().global_batch(), 10);
+  EXPECT_EQ(wl_copy->forward({x, t}).item(), wl.forward({x, t}).item());
+}
+
+// Note [Empty replica loss]: a mean over no samples is 0 (torch: NaN), its gradient empty.
+TEST_F(NNTest, LossOverNoSamplesIsZero) {
+  nn::CrossEntropyLoss ce;
+  const float l = ce.forward(Tensor::zeros({0, 3}, DType::f32, dev()),
+                             Tensor::zeros({0}, DType::i64, dev())).item();
+  EXPECT_EQ(l, 0.0f);
+  EXPECT_EQ(ce.backward().shape(), (Shape{0, 3}));
+  nn::MSELoss mse;
+  EXPECT_EQ(mse.forward(Tensor::zeros({0, 3}, DType::f32, dev()),
+                        Tensor::zeros({0, 3}, DType::f32, dev())).item(), 0.0f);
+}
+
 // ---- WithLoss --------------------------------------------------------------------------------
 
 TEST_F(NNTest, WithLossMatchesModelThenLoss) {

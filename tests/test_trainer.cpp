@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -104,6 +106,112 @@ TEST(Trainer, ResumeMidEpochEqualsAnUninterruptedRun) {
     EXPECT_EQ(t.fit().params_checksum, whole) << trainer_kind_name(k);
     EXPECT_EQ(resumed_at, 30);
     EXPECT_EQ(t.state().step, 3 * 23);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// Issue 16, defect 5: resuming a run that had already finished trained no epoch and reported
+// train_loss=0 val_loss=0 val_acc=0 for a model at 0.96. Now the loaded model is evaluated and
+// the train loss is the one its last epoch recorded: the result equals the finished run's.
+TEST(Trainer, ResumingAFinishedRunReportsTheLossesAndAccuracyItEndedWith) {
+  for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp}) {
+    const auto dir = scratch(std::string("finished_") + trainer_kind_name(k));
+    TrainerConfig first = small(2, k, 2);
+    first.checkpoint_dir = dir.string();
+    const FitResult done = Trainer(first, digits()).fit();
+    ASSERT_GT(done.eval.accuracy, 0.8);
+    TrainerConfig again = small(2, k, 2);
+    again.resume_dir = dir.string();
+    const FitResult r = Trainer(again, digits()).fit();
+    EXPECT_EQ(r.steps, done.steps) << trainer_kind_name(k);
+    EXPECT_EQ(r.params_checksum, done.params_checksum);
+    EXPECT_EQ(r.train_loss, done.train_loss) << trainer_kind_name(k);
+    EXPECT_EQ(r.eval.loss, done.eval.loss) << trainer_kind_name(k);
+    EXPECT_EQ(r.eval.accuracy, done.eval.accuracy) << trainer_kind_name(k);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// Rough edge of issue 16: a resume refused (here: past the end of --epochs) said "resumed from"
+// first; on_resume now comes after every check. And a resume onto another data set of the same
+// shape was accepted: the CSV source records a fingerprint of its rows (data_fnv1a).
+TEST(Trainer, ARefusedResumeIsNotReportedAndOtherDataOfTheSameShapeIsRefused) {
+  const auto dir = scratch("refused");
+  TrainerConfig first = small(2, TrainerKind::dp, 2);
+  first.checkpoint_dir = dir.string();
+  Trainer(first, digits()).fit();
+  bool reported = false;
+  TrainerCallbacks cb;
+  cb.on_resume = [&](const std::string&, const TrainerState&) { reported = true; };
+  TrainerConfig shorter = small(2, TrainerKind::dp, 1);
+  shorter.resume_dir = dir.string();
+  test::expect_invalid([&] { Trainer(shorter, digits(), cb).fit(); },
+                       "TrainerConfig::resume_dir: the checkpoint is past the end of epoch 2");
+  EXPECT_FALSE(reported);
+
+  data::Dataset all = data::read_csv(DITTO_DIGITS_CSV);
+  std::vector<float> f = all.features.to_vector<float>();
+  f[5] += 1.0f;  // one pixel of the first row: same shape, same labels
+  data::Dataset other{Tensor::from_vector(f, all.features.shape()), all.labels, {}};
+  auto changed = std::make_shared<CsvDataSource>(other, 0.2, 0);
+  const std::string want = digits()->checkpoint_config().at("data_fnv1a");
+  const std::string got = changed->checkpoint_config().at("data_fnv1a");
+  ASSERT_NE(want, got);
+  TrainerConfig again = small(2, TrainerKind::dp, 2);
+  again.resume_dir = dir.string();
+  test::expect_invalid([&] { Trainer(again, changed, cb).fit(); },
+                       "was saved with data_fnv1a=" + want + ", this run has data_fnv1a=" + got);
+  EXPECT_FALSE(reported);
+  Trainer(again, digits(), cb).fit();  // the same data resumes
+  EXPECT_TRUE(reported);
+  std::filesystem::remove_all(dir);
+}
+
+// Rough edge of issue 16: a NaN or inf loss ended with exit 0. The step that gave it stops the
+// run (torch's anomaly detection, llm.c's outlier check), before its checkpoint;
+// allow_nonfinite_loss keeps going.
+TEST(Trainer, ANonFiniteLossStopsTheRunNamingTheStepUnlessAllowed) {
+  for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp}) {
+    const auto dir = scratch(std::string("nonfinite_") + trainer_kind_name(k));
+    TrainerConfig c = small(2, k, 1);
+    c.lr = 1e30f;  // diverges within a few steps
+    c.checkpoint_dir = dir.string();
+    c.checkpoint_every = 1;
+    std::string what;
+    try {
+      Trainer(c, digits()).fit();
+      ADD_FAILURE() << "expected an error for " << trainer_kind_name(k);
+    } catch (const Error& e) {
+      what = e.what();
+    }
+    EXPECT_NE(what.find("Trainer: step "), std::string::npos) << what;
+    EXPECT_NE(what.find("(epoch 1, batch "), std::string::npos) << what;
+    EXPECT_NE(what.find(", expected a finite loss"), std::string::npos) << what;
+    EXPECT_NE(what.find("TrainerConfig::allow_nonfinite_loss to keep going"),
+              std::string::npos) << what;
+    EXPECT_TRUE(what.find(" is nan,") != std::string::npos ||
+                what.find(" is inf,") != std::string::npos ||
+                what.find(" is -inf,") != std::string::npos) << what;
+    if (k == TrainerKind::ddp) {
+      EXPECT_NE(what.find("the training loss on rank "), std::string::npos) << what;
+    }
+    // The step named is the first one not checkpointed.
+    const std::size_t at = what.find("Trainer: step ") + 14;
+    const std::int64_t step = std::stoll(what.substr(at));
+    EXPECT_GT(step, 0);
+    char latest[32];
+    std::snprintf(latest, sizeof latest, "step-%08lld\n", static_cast<long long>(step));
+    std::ifstream in(dir / "latest");
+    std::string line;
+    std::getline(in, line);
+    EXPECT_EQ(line + "\n", latest) << what;
+
+    c.allow_nonfinite_loss = true;
+    c.checkpoint_dir.clear();
+    c.checkpoint_every = 0;
+    const FitResult r = Trainer(c, digits()).fit();
+    EXPECT_EQ(r.steps, 23);
+    EXPECT_FALSE(std::isfinite(r.train_loss));
     std::filesystem::remove_all(dir);
   }
 }

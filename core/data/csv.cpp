@@ -83,7 +83,9 @@ Dataset read_csv(const std::string& path, const CsvOptions& options) {
   std::int64_t ncols = -1, first_data_line = 0, label_col = 0, rows = 0;
   bool seen_first_line = false;
   std::int64_t line_no = 0;
-  std::size_t pos = 0;
+  // A UTF-8 byte-order mark (Excel's "CSV UTF-8", Notepad) is not part of the first cell: left
+  // in, it made a first data line text, so a header, silently.
+  std::size_t pos = text.rfind("\xEF\xBB\xBF", 0) == 0 ? 3 : 0;
   while (pos < text.size()) {
     std::size_t eol = text.find('\n', pos);
     if (eol == std::string::npos) eol = text.size();

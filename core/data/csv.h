@@ -27,7 +27,8 @@ struct CsvOptions {
 };
 
 /// Read `path`: every non-blank data line has the same number of cells (>= 2); each cell is a
-/// decimal number (surrounding spaces allowed; CRLF line ends allowed; no quoting). The header
+/// decimal number (surrounding spaces allowed; CRLF line ends allowed; no quoting; a leading
+/// UTF-8 byte-order mark EF BB BF is skipped before the header is detected). The header
 /// line, when present, is skipped and may have any number of cells. Features keep their column
 /// order with the label column removed. Columns in messages are 1-based cell numbers.
 /// Throws ParseError for a file that cannot be opened ("read_csv: cannot open 'x.csv': No such

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <limits>
 #include <system_error>
 
 #include <nlohmann/json.hpp>
@@ -136,6 +137,7 @@ nlohmann::json state_to_json(const TrainerState& s) {
   j["seed"] = s.seed;
   j["epoch_loss_sum"] = optim::exact_str(s.epoch_loss_sum);  // a string: also NaN and inf
   j["epoch_samples"] = s.epoch_samples;
+  j["train_loss"] = optim::exact_str(s.train_loss);
   // The random state: ditto's generator is counter-based (Note [Random streams]), so the seed and
   // the stream of the next epoch's shuffle are all there is to it.
   j["rng"] = {{"generator", "philox4x32-10"},
@@ -170,6 +172,13 @@ TrainerState state_from_json(const nlohmann::json& j, const std::string& path) {
   if (!field("epoch_loss_sum").is_string())
     throw ParseError(cat(path, ": epoch_loss_sum: expected a number as a string"));
   s.epoch_loss_sum = std::strtod(field("epoch_loss_sum").get<std::string>().c_str(), nullptr);
+  // Optional: checkpoints written before it was recorded hold none (NaN: unknown).
+  s.train_loss = std::numeric_limits<double>::quiet_NaN();
+  if (j.contains("train_loss")) {
+    if (!j.at("train_loss").is_string())
+      throw ParseError(cat(path, ": train_loss: expected a number as a string"));
+    s.train_loss = std::strtod(j.at("train_loss").get<std::string>().c_str(), nullptr);
+  }
   const nlohmann::json& c = field("config");
   if (!c.is_object()) throw ParseError(cat(path, ": config: expected an object of strings"));
   for (auto it = c.begin(); it != c.end(); ++it) {

@@ -60,6 +60,10 @@ struct TrainerState {
   /// Sums over the batches of the epoch in progress (for the loss it reports at its end).
   double epoch_loss_sum = 0;
   std::int64_t epoch_samples = 0;
+  /// The mean training loss of the last finished epoch (0 before the first), so that a resume
+  /// of a finished run reports the loss the run ended with; NaN when the checkpoint predates it
+  /// (trainer.json's optional "train_loss").
+  double train_loss = 0;
   /// Settings of the run ("model" -> "64-128-10", "optimizer" -> "sgd", "batch_size" -> "64",
   /// ...): resume_checkpoint refuses a checkpoint whose config differs (except `may_differ` keys).
   std::map<std::string, std::string> config;

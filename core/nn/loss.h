@@ -20,6 +20,8 @@ class Loss {
   /// Same with d(final)/d(loss) = 1: calls backward(Tensor()), and every loss's
   /// backward(grad_loss) reads an undefined grad_loss as 1 on the input's device.
   Tensor backward();
+  /// A fresh loss of the same kind with the same settings (determinism() and global_batch()),
+  /// as DataParallel's replicas of an nn::WithLoss need; no saved forward.
   virtual std::unique_ptr<Loss> clone() const = 0;
   void set_determinism(Determinism d) { determinism_ = d; }
   Determinism determinism() const { return determinism_; }
@@ -30,7 +32,8 @@ class Loss {
   /// the elements per sample for MSELoss) instead of by the input's rows, so the ranks' losses
   /// and gradients add up to those of the global batch. 0 (the default): the input's own rows.
   /// Throws InvalidArgument for rows < 0; forward throws InvalidArgument when the input has more
-  /// samples than `rows`.
+  /// samples than `rows`. A forward over no samples with `rows` 0 gives 0, not torch's NaN
+  /// (Note [Empty replica loss], loss.cpp).
   void set_global_batch(std::int64_t rows);
   std::int64_t global_batch() const { return global_batch_; }
 
@@ -48,8 +51,18 @@ class Loss {
   /// the last forward's input. Throws InvalidArgument before any forward or for a grad_loss
   /// that is not one f32 element there; `call` names the backward.
   Tensor grad_loss_for(const Tensor& grad_loss, const char* call) const;
-  /// 1 / the denominator of the last forward's mean: the scale of the input's gradient.
-  float mean_scale() const { return 1.0f / static_cast<float>(denominator_); }
+  /// 1 / the denominator of the last forward's mean: the scale of the input's gradient; 0 for
+  /// an empty input without a global batch (Note [Empty replica loss]).
+  float mean_scale() const {
+    return denominator_ > 0 ? 1.0f / static_cast<float>(denominator_) : 0.0f;
+  }
+  /// For clone(): `copy` with this loss's settings (determinism, global batch).
+  template <class L>
+  std::unique_ptr<Loss> with_settings(std::unique_ptr<L> copy) const {
+    copy->determinism_ = determinism_;
+    copy->global_batch_ = global_batch_;
+    return copy;
+  }
 
   Determinism determinism_ = Determinism::fast;
   std::int64_t global_batch_ = 0;
@@ -64,7 +77,9 @@ class MSELoss : public Loss {
   Tensor forward(const Tensor& input, const Tensor& target) override;
   Tensor backward(const Tensor& grad_loss) override;
   using Loss::backward;
-  std::unique_ptr<Loss> clone() const override { return std::make_unique<MSELoss>(); }
+  std::unique_ptr<Loss> clone() const override {
+    return with_settings(std::make_unique<MSELoss>());
+  }
 };
 
 /// torch.nn.CrossEntropyLoss(reduction='mean'): logits [N, C] f32, targets [N] i64 class indices
@@ -78,7 +93,9 @@ class CrossEntropyLoss : public Loss {
   Tensor forward(const Tensor& input, const Tensor& target) override;
   Tensor backward(const Tensor& grad_loss) override;
   using Loss::backward;
-  std::unique_ptr<Loss> clone() const override { return std::make_unique<CrossEntropyLoss>(); }
+  std::unique_ptr<Loss> clone() const override {
+    return with_settings(std::make_unique<CrossEntropyLoss>());
+  }
 
  private:
   Shape input_shape_;  // the last forward's logits shape

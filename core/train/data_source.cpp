@@ -1,6 +1,9 @@
 // CsvDataSource (data_source.h).
 #include "core/train/data_source.h"
 
+#include <cstdio>
+#include <initializer_list>
+
 #include "core/runtime/error.h"
 
 namespace ditto::train {
@@ -14,6 +17,17 @@ data::DataLoader& loader_at(std::unique_ptr<data::DataLoader>& loader, const dat
     loader = std::make_unique<data::DataLoader>(ds, batch_size, shuffle, seed, false);
   if (loader->epoch() != epoch) loader->set_epoch(epoch);
   return *loader;
+}
+// FNV-1a (64-bit) over the bytes of `tensors` (host, contiguous), in order.
+std::uint64_t fnv1a(std::initializer_list<const Tensor*> tensors) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const Tensor* t : tensors) {
+    if (!t->defined()) continue;
+    const Tensor host = t->to(Device::cpu());
+    const auto* b = static_cast<const unsigned char*>(host.data_ptr());
+    for (std::size_t i = 0; i < host.nbytes(); ++i) h = (h ^ b[i]) * 1099511628211ull;
+  }
+  return h;
 }
 }  // namespace
 
@@ -46,6 +60,7 @@ CsvDataSource::CsvDataSource(data::Dataset all, double val_fraction, std::uint64
   val_ = stdz.apply(split.val);
   rows_ = all.size();
   classes_ = data::num_classes(all);
+  fnv_ = fnv1a({&all.features, &all.labels, &all.targets});
 }
 
 std::int64_t CsvDataSource::batches_per_epoch(std::int64_t batch_size) const {
@@ -59,8 +74,10 @@ data::Batch CsvDataSource::batch(std::int64_t epoch, std::int64_t i, std::int64_
 }
 
 std::map<std::string, std::string> CsvDataSource::checkpoint_config() const {
+  char hex[24];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv_));
   return {{"train_rows", std::to_string(train_.size())},
-          {"val_fraction", std::to_string(val_fraction_)}};
+          {"val_fraction", std::to_string(val_fraction_)}, {"data_fnv1a", hex}};
 }
 
 

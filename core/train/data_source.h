@@ -68,6 +68,9 @@ class CsvDataSource final : public DataSource {
   std::int64_t train_size() const override { return train_.size(); }
   std::int64_t num_inputs() const override { return train_.num_features(); }
   std::int64_t num_outputs() const override { return classes_; }
+  /// "train_rows", "val_fraction" and "data_fnv1a": the FNV-1a (64-bit, hex) of every row's
+  /// features and label as read (f32 / i64 bytes, file order), so that a resume onto another
+  /// data set of the same shape is refused naming both fingerprints.
   std::map<std::string, std::string> checkpoint_config() const override;
 
   /// Rows of the whole file.
@@ -77,6 +80,7 @@ class CsvDataSource final : public DataSource {
  private:
   data::Dataset train_, val_;
   std::int64_t rows_ = 0, classes_ = 0;
+  std::uint64_t fnv_ = 0;  // of the rows as read (checkpoint_config's data_fnv1a)
   double val_fraction_;
   std::uint64_t seed_;
   std::mutex mu_;                             // rank threads share the loader

@@ -58,8 +58,7 @@ Replica::Replica(const TrainerConfig& config, const DataSource& data, Communicat
     : config_(config), devices_{comm.device()}, comm_(std::move(comm)) {
   check_grad_accumulation(config, comm_->size());
   build(config, data, devices_[0]);
-  eval_criterion_ = criterion_->clone();
-  eval_criterion_->set_determinism(config.determinism);
+  eval_criterion_ = criterion_->clone();  // the determinism of criterion_; its own rows
 }
 
 Replica::~Replica() = default;

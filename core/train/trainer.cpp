@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -143,10 +144,26 @@ RankSettings agreed_settings(const TrainerConfig& c, const DataSource& data) {
                  {c.name_of("checkpoint_dir"), c.checkpoint_dir.empty() ? "unset" : "set"},
                  {c.name_of("checkpoint_every"), std::to_string(c.checkpoint_every)},
                  {c.name_of("resume_dir"), c.resume_dir},
-                 {c.name_of("comm_timeout_ms"), std::to_string(c.comm_timeout_ms)}};
+                 {c.name_of("comm_timeout_ms"), std::to_string(c.comm_timeout_ms)},
+                 {c.name_of("allow_nonfinite_loss"), c.allow_nonfinite_loss ? "true" : "false"}};
   for (const auto& [k, v] : data.checkpoint_config()) s.emplace_back("data " + k, v);
   for (const auto& [k, v] : c.checkpoint_settings) s.emplace_back(k, v);
   return s;
+}
+
+/// After optimizer step `step` (0-based): stops the run on a NaN or inf loss (its share of it
+/// on a ddp rank) unless config.allow_nonfinite_loss; `where` is the position in the epoch.
+void check_loss(const TrainerConfig& c, Replica& rep, double loss_sum, std::int64_t rows,
+                std::int64_t step, const std::string& where) {
+  if (std::isfinite(loss_sum) || c.allow_nonfinite_loss) return;
+  std::ostringstream rank;
+  if (Communicator* comm = rep.communicator()) rank << " on rank " << comm->rank();
+  const double loss = rows > 0 ? loss_sum / static_cast<double>(rows) : loss_sum;
+  throw Error(detail::cat("Trainer: step ", step, where, ": the training loss", rank.str(),
+                          " is ", std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf",
+                          ", expected a finite loss (the model diverged or the data holds "
+                          "extreme values: lower the learning rate, clip the gradients, or set ",
+                          c.name_of("allow_nonfinite_loss"), " to keep going)"));
 }
 
 }  // namespace
@@ -192,16 +209,16 @@ TrainerState Trainer::resume(Replica& rep, const TrainerState& fresh, bool lead)
   std::ostream& log = !lead ? quiet : config_.log ? *config_.log : std::cerr;
   TrainerState ts = resume_checkpoint(config_.resume_dir, rep.model(), rep.optimizer(),
                                       fresh.config, may_differ, log);
-  if (lead && callbacks_.on_resume) callbacks_.on_resume(config_.resume_dir, ts);
-  if (config_.max_iters > 0) {
+  if (config_.max_iters > 0)
     DITTO_CHECK(ts.step <= config_.max_iters, config_.name_of("resume_dir"),
                 ": the checkpoint is past step ", ts.step, ", expected ",
                 config_.name_of("max_iters"), " >= ", ts.step, ", got ", config_.max_iters);
-    return ts;
-  }
-  DITTO_CHECK(ts.epoch <= config_.epochs, config_.name_of("resume_dir"),
-              ": the checkpoint is past the end of epoch ", ts.epoch, ", expected ",
-              config_.name_of("epochs"), " >= ", ts.epoch, ", got ", config_.epochs);
+  else
+    DITTO_CHECK(ts.epoch <= config_.epochs, config_.name_of("resume_dir"),
+                ": the checkpoint is past the end of epoch ", ts.epoch, ", expected ",
+                config_.name_of("epochs"), " >= ", ts.epoch, ", got ", config_.epochs);
+  // Only a resume that every check let through is reported ("resumed from ...").
+  if (lead && callbacks_.on_resume) callbacks_.on_resume(config_.resume_dir, ts);
   return ts;
 }
 
@@ -372,7 +389,8 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     saved_step = ts.step;
   };
   FitResult res;
-  for (int epoch = static_cast<int>(ts.epoch) + 1; epoch <= c.epochs; ++epoch) {
+  const std::int64_t first_epoch = ts.epoch + 1;
+  for (int epoch = static_cast<int>(first_epoch); epoch <= c.epochs; ++epoch) {
     run.epoch_begin();
     const auto t0 = std::chrono::steady_clock::now();
     double loss_sum = rep.lead() ? ts.epoch_loss_sum : 0.0;  // this rank's share
@@ -380,7 +398,10 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     for (std::int64_t i = ts.batch; i < batches; ++i) {
       data::Batch b = data_->batch(epoch - 1, i, c.batch_size);
       begin_step(run, rep, ts.step);
-      loss_sum += rep.step(b);
+      const double step_loss = rep.step(b);
+      check_loss(c, rep, step_loss, b.x.size(0), ts.step,
+                 detail::cat(" (epoch ", epoch, ", batch ", i, " of ", batches, ")"));
+      loss_sum += step_loss;
       seen += b.x.size(0);
       ++steps;
       ts.advance(batches, loss_sum, seen);  // the position after this step
@@ -388,6 +409,7 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     }
     const double total = rep.sum_over_ranks(loss_sum);
     res.train_loss = seen ? total / seen : 0.0;
+    ts.train_loss = res.train_loss;  // the checkpoints after this epoch record it
     run.epoch_end(steps, seen);
     const double dt =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -399,8 +421,13 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
       callbacks_.on_epoch({epoch, ts.step, res.train_loss, res.eval.loss, res.eval.accuracy, seen,
                            dt, dt > 0 ? seen / dt : 0.0});
   }
-  if (rep.lead() && c.epochs == 0 && data_->eval_set().size() > 0)
-    res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
+  // No epoch ran (epochs 0, or the resume of a finished run): the model as it is, evaluated,
+  // and the loss its last epoch trained with (not 0 as if untrained).
+  if (static_cast<int>(first_epoch) > c.epochs) {
+    res.train_loss = ts.train_loss;
+    if (rep.lead() && data_->eval_set().size() > 0)
+      res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
+  }
   if (!c.checkpoint_dir.empty() && ts.step != saved_step)
     checkpoint(rep.lead() ? ts.epoch_loss_sum : 0.0);
   res.params_checksum = rep.checked_checksum();
@@ -470,7 +497,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
       data::Batch b = data_->step_batch(ts.step, c.batch_size);
       begin_step(run, rep, ts.step);
       lr = rep.optimizer().lr();
-      rep.step(b);
+      check_loss(c, rep, rep.step(b), b.x.size(0), ts.step, "");
       samples += b.x.size(0);
       tokens += b.y.numel();
       ++ts.step;

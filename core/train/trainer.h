@@ -46,7 +46,8 @@ class Replica;
 /// mpirun), from the thread that runs it. Unset ones are skipped.
 struct TrainerCallbacks {
   std::function<void(const RunInfo&)> on_start;  ///< dp: after a resume; ddp: before the ranks
-  /// After loading checkpoint `dir` (the position it holds).
+  /// After loading checkpoint `dir` (the position it holds), once every check of the resume
+  /// passed (a refused resume reports none).
   std::function<void(const std::string& dir, const TrainerState&)> on_resume;
   std::function<void(const EpochMetrics&)> on_epoch;  ///< after each epoch's evaluation
   std::function<void(const EvalMetrics&)> on_eval;    ///< iteration mode: each evaluation

@@ -89,6 +89,11 @@ struct TrainerConfig {
   /// torch.nn.utils.clip_grad_norm_'s max_norm, applied between backward and the optimizer step
   /// (optim::clip_grad_norm_, both modes); 0: no clipping.
   double grad_clip = 0.0;
+  /// A step whose training loss is NaN or inf stops the run with ditto::Error naming the step
+  /// and the loss (torch.autograd.detect_anomaly's, llm.c's outlier check's stop), after that
+  /// step's update and before any checkpoint of it; true: keep going. f16's GradScaler skips
+  /// steps whose gradients overflow either way (their loss is finite).
+  bool allow_nonfinite_loss = false;
 
   // ---- GPT-2 scale (mixed precision, ZeRO-1, gradient accumulation, dry run)
   /// Storage dtype of the parameters, activations and gradients: f32, bf16 or f16. bf16 / f16
