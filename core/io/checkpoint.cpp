@@ -14,9 +14,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <mutex>
-#include <limits>
 #include <system_error>
 
 #include <nlohmann/json.hpp>
