@@ -35,6 +35,7 @@
 #include "core/runtime/error.h"
 #include "core/train/trainer.h"
 #include "examples/bundled_data.h"
+#include "examples/cli_common.h"
 #include "examples/ditto_train_gpt.h"
 
 using namespace ditto;
@@ -420,7 +421,8 @@ int cli_main(int argc, char** argv, Capture* capture) {
                "bits as 1");
   with_default("--weight-decay", c.weight_decay,
                "SGD weight decay (--model gpt: AdamW's, on the 2-D weights, default 0.1)");
-  with_default("--seed", c.seed, "seed for initialisation, split and shuffling");
+  with_default("--seed", c.seed, "seed for initialisation, split and shuffling")
+      ->check(ditto_cli::non_negative());
   with_default("--val-fraction", a.val_fraction, "fraction of rows held out for validation");
   with_default("--determinism", a.determinism,
                "bitwise (same bits for any power-of-two device count) or fast");
@@ -467,14 +469,15 @@ int cli_main(int argc, char** argv, Capture* capture) {
   app.add_option("--metrics-jsonl", a.jsonl,
                  "write each epoch's metrics and the final ones as JSON lines to this file");
   ditto_train::add_gpt_options(app, a.gpt);
+  ditto_cli::add_version(app, "ditto-train");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (capture && e.get_exit_code() != 0) {
       capture->error = e.what();
-      return e.get_exit_code();
+      return ditto_cli::kUsageError;
     }
-    return app.exit(e);
+    return ditto_cli::parse_error(app, e, "ditto-train");
   }
   std::set<std::string> named{"--checkpoint", "--resume", "--trace", "--profile", "--devices",
                               "--trainer", "--sim-memory-gib", "--metrics-jsonl", "--data",
