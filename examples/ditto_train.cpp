@@ -202,6 +202,14 @@ int run(Args a, Capture* capture) {
                 ", got an empty string");
   for (const std::string& s : a.stragglers) c.stragglers.push_back(parse_straggler(s));
   const bool processes = dist::is_initialized(), lead = dist::rank() == 0;
+  // They change only the cost model's virtual times, which --profile (the predicted: line) or
+  // --trace shows; without either they would be silently ignored (under mpirun the Trainer
+  // refuses --straggler whatever comes with it: its own error).
+  for (const std::string opt : {"--interconnect", "--straggler"})
+    DITTO_CHECK((processes && opt == "--straggler") || !a.given.count(opt) ||
+                    !c.profile.empty() || !c.trace.empty(),
+                opt, ": changes only the cost model's predicted times: expected --profile (or "
+                "--trace) with it, got neither");
   if (processes && !a.given.count("--trainer")) a.trainer = "ddp";  // the default there
   c.trainer = train::parse_trainer_kind(a.trainer, "--trainer");
   if (processes) {
@@ -481,7 +489,8 @@ int cli_main(int argc, char** argv, Capture* capture) {
   }
   std::set<std::string> named{"--checkpoint", "--resume", "--trace", "--profile", "--devices",
                               "--trainer", "--sim-memory-gib", "--metrics-jsonl", "--data",
-                              "--batch-size", "--lr", "--weight-decay", "--determinism"};
+                              "--batch-size", "--lr", "--weight-decay", "--determinism",
+                              "--interconnect", "--straggler"};
   named.insert(ditto_train::gpt_only_options().begin(), ditto_train::gpt_only_options().end());
   named.insert(ditto_train::mlp_only_options().begin(), ditto_train::mlp_only_options().end());
   for (const std::string& opt : named)
