@@ -46,6 +46,7 @@ struct Args {
   std::string backend = "sim", data = ditto_examples::bundled_data_path("digits.csv"), header = "auto", hidden = "128";
   std::string determinism = "bitwise", trainer = "dp", jsonl, model = "mlp", dtype = "f32";
   std::int64_t label_column = -1;
+  std::int64_t classes = 0;  // --classes; 0: the largest label + 1
   double val_fraction = 0.2, sim_memory_gib = 80.0;
   std::vector<std::string> stragglers;  // "DEVICE:FACTOR"
   std::set<std::string> given;          // the options given on the command line
@@ -103,6 +104,56 @@ std::pair<int, double> parse_straggler(const std::string& s) {
   }
   DITTO_CHECK(ok, "--straggler: expected DEVICE:FACTOR such as 3:2.5, got '", s, "'");
   return {dev, factor};
+}
+
+/// The most classes ditto-train infers from the labels (the largest + 1) without --classes: a
+/// stray label such as 100000 would otherwise build a 100001-way output layer silently.
+constexpr std::int64_t kMaxInferredClasses = 65536;
+
+/// A data source whose model has `classes` outputs (--classes), more than its labels need.
+class WithClasses final : public train::DataSource {
+ public:
+  WithClasses(std::shared_ptr<train::DataSource> s, std::int64_t classes)
+      : s_(std::move(s)), classes_(classes) {}
+  std::int64_t batches_per_epoch(std::int64_t b) const override { return s_->batches_per_epoch(b); }
+  data::Batch batch(std::int64_t e, std::int64_t i, std::int64_t b) override {
+    return s_->batch(e, i, b);
+  }
+  const data::Dataset& eval_set() const override { return s_->eval_set(); }
+  std::int64_t train_size() const override { return s_->train_size(); }
+  std::int64_t num_inputs() const override { return s_->num_inputs(); }
+  std::int64_t num_outputs() const override { return classes_; }
+  std::map<std::string, std::string> checkpoint_config() const override {
+    return s_->checkpoint_config();
+  }
+  data::Batch step_batch(std::int64_t step, std::int64_t b) override {
+    return s_->step_batch(step, b);
+  }
+  data::Batch eval_batch(train::EvalSplit split, std::int64_t k, std::int64_t b) override {
+    return s_->eval_batch(split, k, b);
+  }
+
+ private:
+  std::shared_ptr<train::DataSource> s_;
+  std::int64_t classes_;
+};
+
+/// The model's classes: --classes N (every label < N, as torch.nn.CrossEntropyLoss's targets
+/// < C), else the largest label + 1, refused past kMaxInferredClasses.
+std::shared_ptr<train::DataSource> with_classes(std::shared_ptr<train::CsvDataSource> rows,
+                                                const Args& a) {
+  const std::int64_t inferred = rows->num_outputs();  // the largest label + 1
+  if (!a.given.count("--classes")) {
+    DITTO_CHECK(inferred <= kMaxInferredClasses, "--data: ", a.data, ": the largest label is ",
+                inferred - 1, ", which would make a model of ", inferred, " classes: expected "
+                "labels 0..", kMaxInferredClasses - 1, " (the most classes ditto-train infers "
+                "from the labels), or --classes N with every label < N");
+    return rows;
+  }
+  DITTO_CHECK(a.classes >= inferred, "--classes: expected a number of classes greater than every "
+              "label (the largest in ", a.data, " is ", inferred - 1, "), got ", a.classes);
+  if (a.classes == inferred) return rows;
+  return std::make_shared<WithClasses>(std::move(rows), a.classes);
 }
 
 std::string mib(std::size_t b) {
@@ -246,7 +297,8 @@ int run(Args a, Capture* capture) {
     text = ditto_train::configure_gpt(a.gpt, a.given, a.data, c);
     data = text.source;
   } else {
-    data = rows = std::make_shared<train::CsvDataSource>(a.data, csv, a.val_fraction, c.seed);
+    rows = std::make_shared<train::CsvDataSource>(a.data, csv, a.val_fraction, c.seed);
+    data = with_classes(rows, a);
   }
   // Opened when the run starts (after every check), so a refused run leaves FILE untouched.
   std::unique_ptr<train::JsonLinesWriter> jsonl;
@@ -409,6 +461,9 @@ int cli_main(int argc, char** argv, Capture* capture) {
   with_default("--data", a.data, "CSV file: numeric features, integer class label (--model gpt: "
                "a text file, default the bundled shakespeare.txt)");
   with_default("--label-column", a.label_column, "label column (negative counts from the end)");
+  app.add_option("--classes", a.classes,
+                 "classes of the model's output (every label < N, as CrossEntropyLoss's "
+                 "num_classes; default the largest label + 1, refused past 65535)");
   with_default("--header", a.header, "first row is a header: auto, yes or no");
   with_default("--hidden", a.hidden,
                "hidden layer sizes, comma-separated (e.g. 256,128; '' for no hidden layer)");
@@ -490,7 +545,7 @@ int cli_main(int argc, char** argv, Capture* capture) {
   std::set<std::string> named{"--checkpoint", "--resume", "--trace", "--profile", "--devices",
                               "--trainer", "--sim-memory-gib", "--metrics-jsonl", "--data",
                               "--batch-size", "--lr", "--weight-decay", "--determinism",
-                              "--interconnect", "--straggler"};
+                              "--interconnect", "--straggler", "--classes"};
   named.insert(ditto_train::gpt_only_options().begin(), ditto_train::gpt_only_options().end());
   named.insert(ditto_train::mlp_only_options().begin(), ditto_train::mlp_only_options().end());
   for (const std::string& opt : named)
