@@ -22,6 +22,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <fcntl.h>
+#include <filesystem>
 #include <unistd.h>
 #include <memory>
 #include <set>
@@ -156,6 +157,31 @@ std::shared_ptr<train::DataSource> with_classes(std::shared_ptr<train::CsvDataSo
   return std::make_shared<WithClasses>(std::move(rows), a.classes);
 }
 
+/// --resume auto: DIR (--checkpoint) when it holds a checkpoint (DIR/latest or a DIR/step-N,
+/// usable or not: a damaged one is an error, not a fresh start over it), else "" (a fresh start),
+/// saying which on stdout (`lead`).
+std::string resolve_resume_auto(const std::string& checkpoint_dir, bool lead) {
+  DITTO_CHECK(!checkpoint_dir.empty(), "--resume auto: expected --checkpoint DIR (auto resumes "
+              "from DIR when it holds a checkpoint, else starts fresh), got no --checkpoint");
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  bool found = fs::exists(fs::path(checkpoint_dir) / "latest", ec);
+  if (!found && fs::is_directory(checkpoint_dir, ec))
+    for (const auto& e : fs::directory_iterator(checkpoint_dir, ec)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos) found = true;
+    }
+  if (lead) {
+    if (found)
+      std::printf("ditto-train: --resume auto: %s holds a checkpoint: resuming\n",
+                  checkpoint_dir.c_str());
+    else
+      std::printf("ditto-train: --resume auto: no checkpoint in %s: starting fresh\n",
+                  checkpoint_dir.c_str());
+  }
+  return found ? checkpoint_dir : std::string();
+}
+
 std::string mib(std::size_t b) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / 1048576.0);
@@ -261,6 +287,7 @@ int run(Args a, Capture* capture) {
                     !c.profile.empty() || !c.trace.empty(),
                 opt, ": changes only the cost model's predicted times: expected --profile (or "
                 "--trace) with it, got neither");
+  if (c.resume_dir == "auto") c.resume_dir = resolve_resume_auto(c.checkpoint_dir, lead);
   if (processes && !a.given.count("--trainer")) a.trainer = "ddp";  // the default there
   c.trainer = train::parse_trainer_kind(a.trainer, "--trainer");
   if (processes) {
@@ -516,7 +543,9 @@ int cli_main(int argc, char** argv, Capture* capture) {
   app.add_option("--checkpoint", c.checkpoint_dir,
                  "directory to save checkpoints in (and at the end)");
   app.add_option("--checkpoint-every", c.checkpoint_every, "optimizer steps between checkpoints");
-  app.add_option("--resume", c.resume_dir, "resume from the newest usable checkpoint in DIR");
+  app.add_option("--resume", c.resume_dir,
+                 "resume from the newest usable checkpoint in DIR; auto: from --checkpoint's DIR "
+                 "when it holds one, else start fresh (a restart loop's every run)");
   with_default("--trainer", a.trainer,
                "dp (DataParallel, one controller thread) or ddp (DistributedDataParallel, a "
                "thread per rank; under mpirun a process per rank, the default there)");
