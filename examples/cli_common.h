@@ -89,10 +89,7 @@ inline std::string usage_error(const char* prog, const std::string& message,
 /// What a program returns for a CLI::ParseError `e` of `app.parse`: --help (and --version) print
 /// on stdout and return 0; any other prints usage_error on stderr and returns kUsageError.
 inline int parse_error(const CLI::App& app, const CLI::ParseError& e, const char* prog) {
-  if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
-    CLI::App& a = const_cast<CLI::App&>(app);  // CLI::App::exit prints the help it formats
-    return a.exit(e);
-  }
+  if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
   const std::vector<std::string> extras = app.remaining(true);
   std::string message = e.what();
   if (dynamic_cast<const CLI::ExtrasError*>(&e) && !extras.empty()) {  // argparse's words
