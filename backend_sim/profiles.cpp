@@ -2,9 +2,12 @@
 // loader for user profiles.
 #include "backend_sim/profiles.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "core/io/file.h"
 #include "core/runtime/error.h"
@@ -164,6 +167,44 @@ double ranged_field(const nlohmann::json& j, const std::string& file, const char
   return d;
 }
 
+// Levenshtein distance (insertions, deletions, substitutions) between a and b.
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// Every field a JSON profile may have: a field outside it is refused (a typo such as
+// "memory_bandwith_gbps" would otherwise leave the default and go unnoticed), naming the nearest
+// known field when one is within a third of its length, and listing them all.
+void check_known_fields(const nlohmann::json& j, const std::string& file) {
+  static const std::vector<std::string> known{
+      "key", "name", "source", "fp32_tflops", "tf32_tflops", "bf16_tflops", "memory_gib",
+      "memory_bandwidth_gbps", "launch_latency_us", "host_bandwidth_gbps", "host_latency_us",
+      "gemm_efficiency", "memory_efficiency", "efficiency_source"};
+  for (const auto& [field, value] : j.items()) {
+    if (std::find(known.begin(), known.end(), field) != known.end()) continue;
+    std::string nearest, all;
+    std::size_t best = std::max<std::size_t>(2, field.size() / 3) + 1;
+    for (const std::string& k : known) {
+      all += (all.empty() ? "" : ", ") + k;
+      if (const std::size_t d = edit_distance(field, k); d < best) best = d, nearest = k;
+    }
+    throw InvalidArgument(detail::cat("device_profile: ", file, ": unknown field '", field, "'",
+                                      nearest.empty() ? "" : " (did you mean '" + nearest + "'?)",
+                                      ": expected one of ", all));
+  }
+}
+
 // Plausible ranges of the JSON fields, in the fields' units.
 constexpr double kMinTflops = 1e-3, kMaxTflops = 1e5;          // TFLOP/s
 constexpr double kMinGBps = 1e-3, kMaxGBps = 1e6;              // GB/s
@@ -188,6 +229,7 @@ DeviceProfile load_json_profile(const std::string& path) {
               j.type_name());
   DeviceProfile p;
   try {
+    check_known_fields(j, path);
     p.key = j.value("key", path);
     p.name = j.value("name", p.key);
     p.fp32_flops =

@@ -96,9 +96,10 @@ const std::vector<InterconnectProfile>& builtin_interconnects();
 /// gemm_efficiency, memory_efficiency (fractions in [0.001, 1], default 1), efficiency_source; GB/s and
 /// TFLOP/s in SI units, memory in GiB). Throws InvalidArgument naming the key or the file and
 /// field for an unknown key, an unreadable file, one that is not a regular file or has more
-/// than 16 MiB (io::kMaxJsonBytes: Note [Bounded reads] in core/io/file.h), malformed JSON, or
-/// a missing field or one outside its plausible range: TFLOP/s in [1e-3, 1e5], GB/s in [1e-3, 1e6], memory_gib in
-/// [1/1024, 1e5], latencies (us) in [0, 1e6].
+/// than 16 MiB (io::kMaxJsonBytes: Note [Bounded reads] in core/io/file.h), malformed JSON, a
+/// field that is none of these (naming it, the nearest known one and all of them), or a missing
+/// field or one outside its plausible range: TFLOP/s in [1e-3, 1e5], GB/s in [1e-3, 1e6],
+/// memory_gib in [1/1024, 1e5], latencies (us) in [0, 1e6].
 DeviceProfile device_profile(const std::string& key);
 
 /// The interconnect a device profile normally comes with: "nvlink" for h100-sxm and h200,

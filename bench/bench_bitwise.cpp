@@ -1,6 +1,6 @@
 // bench_bitwise: bitwise against fast mode, measured in the same run on the same machine.
 //
-//   build/bin/bench_bitwise [--quick]
+//   build/bin/bench_bitwise [--quick] [--help] [--version]
 //
 // 1. GEMM GFLOP/s on one simulated device for square sizes (C = A @ B, f32): canonical fma-chain
 //    kernel (bitwise) against Eigen (fast).
@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/numerics/random.h"
+#include "examples/cli_common.h"
 
 using namespace ditto;
 using Clock = std::chrono::steady_clock;
@@ -93,7 +93,16 @@ double trainer_samples_per_s(const std::vector<std::int64_t>& sizes, std::int64_
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  CLI::App app{"bench_bitwise: bitwise against fast mode (GEMM GFLOP/s, trainer samples/s), "
+               "measured in the same run"};
+  bool quick = false;
+  app.add_flag("--quick", quick, "fewer sizes, steps and repetitions (a smoke run)");
+  ditto_cli::add_version(app, "bench_bitwise");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return ditto_cli::parse_error(app, e, "bench_bitwise");
+  }
   const int reps = quick ? 3 : 5;
   BackendOptions bo;
   bo.device_count = 4;

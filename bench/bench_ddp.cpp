@@ -1,7 +1,7 @@
 // bench_ddp: DistributedDataParallel (a host thread per rank) against DataParallel, and DDP's
 // bucket all_reduce overlapping backward against all_reduce after backward, in the same run.
 //
-//   build/bin/bench_ddp [--quick]
+//   build/bin/bench_ddp [--quick] [--help] [--version]
 //
 // Part 1, predicted (the simulator's cost model, backend_sim/cost_model.h): DDP's step time in
 // virtual time on 8 simulated GPUs (H100 SXM on NVLink, and on PCIe 4 where communication is
@@ -21,7 +21,6 @@
 #include <barrier>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
@@ -35,6 +34,7 @@
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
 #include "core/numerics/random.h"
+#include "examples/cli_common.h"
 #include "backend_sim/sim_backend.h"
 
 using namespace ditto;
@@ -248,7 +248,16 @@ void run_predictions() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  CLI::App app{"bench_ddp: DistributedDataParallel against DataParallel, and DDP's overlap of "
+               "all_reduce with backward (predicted and wall clock)"};
+  bool quick = false;
+  app.add_flag("--quick", quick, "fewer sizes, steps and repetitions (a smoke run)");
+  ditto_cli::add_version(app, "bench_ddp");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return ditto_cli::parse_error(app, e, "bench_ddp");
+  }
   const int steps = quick ? 3 : 10, reps = quick ? 1 : 5;
   run_predictions();
   BackendOptions bo;

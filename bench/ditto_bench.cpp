@@ -28,6 +28,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <sstream>
@@ -49,6 +50,7 @@
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
 #include "core/numerics/random.h"
+#include "examples/cli_common.h"
 
 using namespace ditto;
 using bench::Clock;
@@ -251,6 +253,10 @@ int main(int argc, char** argv) try {
   bool quick = false;
   app.add_flag("--quick", quick, "Smaller sweep (sizes up to 16M, shorter timings) for a smoke run");
   app.require_subcommand(0, 1);
+  // --csv-dir and --quick after the subcommand too (the README's `ditto-bench collectives
+  // --csv-dir DIR`): a subcommand hands the options it does not know to this app.
+  app.fallthrough();
+  ditto_cli::add_version(app, "ditto-bench");
 
   CollConfig cc;
   auto add_coll = [&](CLI::App* sc) {
@@ -297,7 +303,11 @@ int main(int argc, char** argv) try {
   add_coll(coll);
   add_stream(strm);
   add_trainer(trn);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return ditto_cli::parse_error(app, e, "ditto-bench");
+  }
 
   const bool do_all = app.get_subcommands().empty() || all->parsed();
   if (quick) {
@@ -314,6 +324,12 @@ int main(int argc, char** argv) try {
     DITTO_CHECK(std::isfinite(tc.seconds) && tc.seconds > 0 && tc.seconds <= kMaxSeconds,
                 "ditto-bench: --train-seconds: expected a value > 0 and <= ", kMaxSeconds,
                 ", got ", tc.seconds);
+  if (!csv_dir.empty()) {  // made here, so a sweep's CSV files have somewhere to go
+    std::error_code ec;
+    std::filesystem::create_directories(csv_dir, ec);
+    DITTO_CHECK(!ec && std::filesystem::is_directory(csv_dir), "ditto-bench: --csv-dir: cannot "
+                "create directory '", csv_dir, "': ", ec ? ec.message() : "not a directory");
+  }
   const auto t_start = Clock::now();
   std::printf("# ditto-bench: %u hardware threads\n", std::thread::hardware_concurrency());
   int rc = 0;

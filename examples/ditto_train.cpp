@@ -22,6 +22,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <fcntl.h>
+#include <filesystem>
 #include <unistd.h>
 #include <memory>
 #include <set>
@@ -36,6 +37,7 @@
 #include "core/train/launcher.h"
 #include "core/train/trainer.h"
 #include "examples/bundled_data.h"
+#include "examples/cli_common.h"
 #include "examples/ditto_train_gpt.h"
 
 using namespace ditto;
@@ -46,6 +48,7 @@ struct Args {
   std::string backend = "sim", data = ditto_examples::bundled_data_path("digits.csv"), header = "auto", hidden = "128";
   std::string determinism = "bitwise", trainer = "dp", jsonl, model = "mlp", dtype = "f32";
   std::int64_t label_column = -1;
+  std::int64_t classes = 0;  // --classes; 0: the largest label + 1
   double val_fraction = 0.2, sim_memory_gib = 80.0;
   std::vector<std::string> stragglers;  // "DEVICE:FACTOR"
   std::set<std::string> given;          // the options given on the command line
@@ -103,6 +106,81 @@ std::pair<int, double> parse_straggler(const std::string& s) {
   }
   DITTO_CHECK(ok, "--straggler: expected DEVICE:FACTOR such as 3:2.5, got '", s, "'");
   return {dev, factor};
+}
+
+/// The most classes ditto-train infers from the labels (the largest + 1) without --classes: a
+/// stray label such as 100000 would otherwise build a 100001-way output layer silently.
+constexpr std::int64_t kMaxInferredClasses = 65536;
+
+/// A data source whose model has `classes` outputs (--classes), more than its labels need.
+class WithClasses final : public train::DataSource {
+ public:
+  WithClasses(std::shared_ptr<train::DataSource> s, std::int64_t classes)
+      : s_(std::move(s)), classes_(classes) {}
+  std::int64_t batches_per_epoch(std::int64_t b) const override { return s_->batches_per_epoch(b); }
+  data::Batch batch(std::int64_t e, std::int64_t i, std::int64_t b) override {
+    return s_->batch(e, i, b);
+  }
+  const data::Dataset& eval_set() const override { return s_->eval_set(); }
+  std::int64_t train_size() const override { return s_->train_size(); }
+  std::int64_t num_inputs() const override { return s_->num_inputs(); }
+  std::int64_t num_outputs() const override { return classes_; }
+  std::map<std::string, std::string> checkpoint_config() const override {
+    return s_->checkpoint_config();
+  }
+  data::Batch step_batch(std::int64_t step, std::int64_t b) override {
+    return s_->step_batch(step, b);
+  }
+  data::Batch eval_batch(train::EvalSplit split, std::int64_t k, std::int64_t b) override {
+    return s_->eval_batch(split, k, b);
+  }
+
+ private:
+  std::shared_ptr<train::DataSource> s_;
+  std::int64_t classes_;
+};
+
+/// The model's classes: --classes N (every label < N, as torch.nn.CrossEntropyLoss's targets
+/// < C), else the largest label + 1, refused past kMaxInferredClasses.
+std::shared_ptr<train::DataSource> with_classes(std::shared_ptr<train::CsvDataSource> rows,
+                                                const Args& a) {
+  const std::int64_t inferred = rows->num_outputs();  // the largest label + 1
+  if (!a.given.count("--classes")) {
+    DITTO_CHECK(inferred <= kMaxInferredClasses, "--data: ", a.data, ": the largest label is ",
+                inferred - 1, ", which would make a model of ", inferred, " classes: expected "
+                "labels 0..", kMaxInferredClasses - 1, " (the most classes ditto-train infers "
+                "from the labels), or --classes N with every label < N");
+    return rows;
+  }
+  DITTO_CHECK(a.classes >= inferred, "--classes: expected a number of classes greater than every "
+              "label (the largest in ", a.data, " is ", inferred - 1, "), got ", a.classes);
+  if (a.classes == inferred) return rows;
+  return std::make_shared<WithClasses>(std::move(rows), a.classes);
+}
+
+/// --resume auto: DIR (--checkpoint) when it holds a checkpoint (DIR/latest or a DIR/step-N,
+/// usable or not: a damaged one is an error, not a fresh start over it), else "" (a fresh start),
+/// saying which on stdout (`lead`).
+std::string resolve_resume_auto(const std::string& checkpoint_dir, bool lead) {
+  DITTO_CHECK(!checkpoint_dir.empty(), "--resume auto: expected --checkpoint DIR (auto resumes "
+              "from DIR when it holds a checkpoint, else starts fresh), got no --checkpoint");
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  bool found = fs::exists(fs::path(checkpoint_dir) / "latest", ec);
+  if (!found && fs::is_directory(checkpoint_dir, ec))
+    for (const auto& e : fs::directory_iterator(checkpoint_dir, ec)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos) found = true;
+    }
+  if (lead) {
+    if (found)
+      std::printf("ditto-train: --resume auto: %s holds a checkpoint: resuming\n",
+                  checkpoint_dir.c_str());
+    else
+      std::printf("ditto-train: --resume auto: no checkpoint in %s: starting fresh\n",
+                  checkpoint_dir.c_str());
+  }
+  return found ? checkpoint_dir : std::string();
 }
 
 std::string mib(std::size_t b) {
@@ -202,6 +280,15 @@ int run(Args a, Capture* capture) {
                 ", got an empty string");
   for (const std::string& s : a.stragglers) c.stragglers.push_back(parse_straggler(s));
   const bool processes = dist::is_initialized(), lead = dist::rank() == 0;
+  // They change only the cost model's virtual times, which --profile (the predicted: line) or
+  // --trace shows; without either they would be silently ignored (under mpirun the Trainer
+  // refuses --straggler whatever comes with it: its own error).
+  for (const std::string opt : {"--interconnect", "--straggler"})
+    DITTO_CHECK((processes && opt == "--straggler") || !a.given.count(opt) ||
+                    !c.profile.empty() || !c.trace.empty(),
+                opt, ": changes only the cost model's predicted times: expected --profile (or "
+                "--trace) with it, got neither");
+  if (c.resume_dir == "auto") c.resume_dir = resolve_resume_auto(c.checkpoint_dir, lead);
   if (processes && !a.given.count("--trainer")) a.trainer = "ddp";  // the default there
   c.trainer = train::parse_trainer_kind(a.trainer, "--trainer");
   if (processes) {
@@ -238,7 +325,8 @@ int run(Args a, Capture* capture) {
     text = ditto_train::configure_gpt(a.gpt, a.given, a.data, c);
     data = text.source;
   } else {
-    data = rows = std::make_shared<train::CsvDataSource>(a.data, csv, a.val_fraction, c.seed);
+    rows = std::make_shared<train::CsvDataSource>(a.data, csv, a.val_fraction, c.seed);
+    data = with_classes(rows, a);
   }
   // Opened when the run starts (after every check), so a refused run leaves FILE untouched.
   std::unique_ptr<train::JsonLinesWriter> jsonl;
@@ -422,6 +510,9 @@ int cli_main(int argc, char** argv, Capture* capture) {
   with_default("--data", a.data, "CSV file: numeric features, integer class label (--model gpt: "
                "a text file, default the bundled shakespeare.txt)");
   with_default("--label-column", a.label_column, "label column (negative counts from the end)");
+  app.add_option("--classes", a.classes,
+                 "classes of the model's output (every label < N, as CrossEntropyLoss's "
+                 "num_classes; default the largest label + 1, refused past 65535)");
   with_default("--header", a.header, "first row is a header: auto, yes or no");
   with_default("--hidden", a.hidden,
                "hidden layer sizes, comma-separated (e.g. 256,128; '' for no hidden layer)");
@@ -442,7 +533,8 @@ int cli_main(int argc, char** argv, Capture* capture) {
                "bits as 1");
   with_default("--weight-decay", c.weight_decay,
                "SGD weight decay (--model gpt: AdamW's, on the 2-D weights, default 0.1)");
-  with_default("--seed", c.seed, "seed for initialisation, split and shuffling");
+  with_default("--seed", c.seed, "seed for initialisation, split and shuffling")
+      ->check(ditto_cli::non_negative());
   with_default("--val-fraction", a.val_fraction, "fraction of rows held out for validation");
   with_default("--determinism", a.determinism,
                "bitwise (same bits for any power-of-two device count) or fast");
@@ -476,7 +568,9 @@ int cli_main(int argc, char** argv, Capture* capture) {
   app.add_option("--checkpoint", c.checkpoint_dir,
                  "directory to save checkpoints in (and at the end)");
   app.add_option("--checkpoint-every", c.checkpoint_every, "optimizer steps between checkpoints");
-  app.add_option("--resume", c.resume_dir, "resume from the newest usable checkpoint in DIR");
+  app.add_option("--resume", c.resume_dir,
+                 "resume from the newest usable checkpoint in DIR; auto: from --checkpoint's DIR "
+                 "when it holds one, else start fresh (a restart loop's every run)");
   with_default("--trainer", a.trainer,
                "dp (DataParallel, one controller thread) or ddp (DistributedDataParallel, a "
                "thread per rank; under mpirun a process per rank, the default there)");
@@ -492,18 +586,20 @@ int cli_main(int argc, char** argv, Capture* capture) {
   app.add_option("--metrics-jsonl", a.jsonl,
                  "write each epoch's metrics and the final ones as JSON lines to this file");
   ditto_train::add_gpt_options(app, a.gpt);
+  ditto_cli::add_version(app, "ditto-train");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (capture && e.get_exit_code() != 0) {
       capture->error = e.what();
-      return e.get_exit_code();
+      return ditto_cli::kUsageError;
     }
-    return app.exit(e);
+    return ditto_cli::parse_error(app, e, "ditto-train");
   }
   std::set<std::string> named{"--checkpoint", "--resume", "--trace", "--profile", "--devices",
                               "--trainer", "--sim-memory-gib", "--metrics-jsonl", "--data",
-                              "--batch-size", "--lr", "--weight-decay", "--determinism"};
+                              "--batch-size", "--lr", "--weight-decay", "--determinism",
+                              "--interconnect", "--straggler", "--classes"};
   named.insert(ditto_train::gpt_only_options().begin(), ditto_train::gpt_only_options().end());
   named.insert(ditto_train::mlp_only_options().begin(), ditto_train::mlp_only_options().end());
   for (const std::string& opt : named)

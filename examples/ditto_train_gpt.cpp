@@ -30,7 +30,7 @@ const std::set<std::string>& gpt_only_options() {
 const std::set<std::string>& mlp_only_options() {
   static const std::set<std::string> names{"--hidden", "--epochs", "--label-column", "--header",
                                            "--val-fraction", "--loss", "--optimizer",
-                                           "--momentum"};
+                                           "--momentum", "--classes"};
   return names;
 }
 

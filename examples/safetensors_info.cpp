@@ -12,10 +12,12 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "core/io/checkpoint.h"
 #include "core/runtime/error.h"
 #include "core/io/safetensors.h"
+#include "examples/cli_common.h"
 
 namespace {
 constexpr const char* kUsage =
@@ -43,17 +45,37 @@ void print_value(const ditto::Tensor& t, std::int64_t i) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (int i = 1; i < argc; ++i)
+  for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
       std::fputs(kUsage, stdout);
       return 0;
     }
-  bool all = argc == 3 && std::strcmp(argv[1], "--all") == 0;
-  if (argc != 2 && !all) {
-    std::fputs(kUsage, stderr);
-    return 2;
+    if (std::strcmp(argv[i], "--version") == 0) {
+      std::printf("%s\n", ditto_cli::version_line("safetensors-info").c_str());
+      return 0;
+    }
   }
-  const std::string path = argv[argc - 1];
+  // Usage errors as the other programs' (examples/cli_common.h): the prefix, exit status 2.
+  bool all = false;
+  std::vector<std::string> files;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--all") {
+      all = true;
+    } else if (arg.size() > 1 && arg[0] == '-') {  // a file named so: ./-x
+      std::fputs(ditto_cli::usage_error("safetensors-info", "unknown option '" + arg + "'", {arg},
+                                        {"--all", "--help", "--version"}).c_str(), stderr);
+      return ditto_cli::kUsageError;
+    } else {
+      files.push_back(arg);
+    }
+  }
+  if (files.size() != 1) {
+    std::fprintf(stderr, "safetensors-info: error: expected one FILE.safetensors, got %zu\n%s",
+                 files.size(), kUsage);
+    return ditto_cli::kUsageError;
+  }
+  const std::string path = files[0];
   try {
     ditto::io::SafetensorsData d = ditto::io::load_safetensors(path);
     for (const auto& [k, v] : d.metadata) std::printf("metadata %s=%s\n", k.c_str(), v.c_str());

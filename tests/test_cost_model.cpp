@@ -447,6 +447,38 @@ TEST(CostModelProfiles, BuiltinsAndJsonProfilesAndTheirErrors) {
   std::remove(path.c_str());
 }
 
+// A field a JSON profile does not know (a typo) is refused naming it, the nearest known field and
+// all of them; it was silently ignored, leaving the misspelt setting at its default.
+TEST(CostModelProfiles, JsonUnknownFieldIsRefusedWithTheNearestKnownOne) {
+  const std::string path = temp_path("ditto_cost_unknown_field.json");
+  auto refused = [&](const std::string& json) -> std::string {
+    {
+      std::ofstream f(path);
+      f << json;
+    }
+    try {
+      sim::device_profile(path);
+    } catch (const InvalidArgument& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const std::string typo = refused(R"({"fp32_tflops": 10, "memory_gib": 1,
+      "memory_bandwidth_gbps": 500, "memory_effciency": 0.5})");
+  EXPECT_NE(typo.find(path + ": unknown field 'memory_effciency' (did you mean "
+                             "'memory_efficiency'?): expected one of key, name, source, "
+                             "fp32_tflops, tf32_tflops, bf16_tflops, memory_gib, "
+                             "memory_bandwidth_gbps, launch_latency_us, host_bandwidth_gbps, "
+                             "host_latency_us, gemm_efficiency, memory_efficiency, "
+                             "efficiency_source"),
+            std::string::npos)
+      << typo;
+  const std::string far = refused(R"({"fp32_tflops": 10, "memory_gib": 1,
+      "memory_bandwidth_gbps": 500, "vendor": "x"})");
+  EXPECT_NE(far.find("unknown field 'vendor': expected one of key, "), std::string::npos) << far;
+  std::remove(path.c_str());
+}
+
 // Every number of a JSON profile is bounded to a plausible range for its unit: an absurd but
 // positive value (fp32_tflops 1e-300 made mfu 5.75e+299 %; memory_gib 1e-12 failed later as
 // "memory_capacity must be positive" without naming the file) is refused naming file and field.
