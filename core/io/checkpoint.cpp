@@ -309,7 +309,22 @@ Checkpoint read_checkpoint(const std::string& path) {
   } catch (const Error& e) {
     throw ParseError(cat(tpath, ": missing or unreadable (an incomplete checkpoint): ", e.what()));
   }
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // The nesting is bounded before anything walks the value: dump() (the CRC below, messages)
+  // recurses once per level, so a trainer.json nested 100,000 deep overflowed the stack
+  // (SIGSEGV instead of a ParseError; reproduced with tools/fuzz/fuzz_checkpoint). A
+  // checkpoint's trainer.json is 2 deep.
+  constexpr int kMaxDepth = 64;
+  int depth = 0;
+  nlohmann::json j = nlohmann::json::parse(
+      text,
+      [&](int d, nlohmann::json::parse_event_t, nlohmann::json&) {
+        depth = std::max(depth, d);
+        return true;
+      },
+      /*allow_exceptions=*/false);
+  if (depth > kMaxDepth)
+    throw ParseError(cat(tpath, ": JSON nested ", depth, " levels deep, expected at most ",
+                         kMaxDepth, " (damaged file)"));
   if (j.is_discarded() || !j.is_object())
     throw ParseError(cat(tpath, ": not a well-formed JSON object (damaged or truncated file)"));
   if (!j.contains("crc32") || !j["crc32"].is_string())

@@ -1,0 +1,67 @@
+// Inputs that crashed a parser under its fuzz target of tools/fuzz/, kept in tests/data/fuzz/
+// (gzip'd: they are large and repetitive) and fed to that parser, which must refuse each one
+// with a clear ditto::Error naming the file.
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "core/io/checkpoint.h"
+#include "test_util.h"
+
+namespace ditto {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The bytes of tests/data/fuzz/<name> (a .gz file), decompressed.
+std::string fuzz_input(const std::string& name) {
+  const std::string path = std::string(DITTO_TEST_DATA_DIR) + "/fuzz/" + name;
+  gzFile f = gzopen(path.c_str(), "rb");
+  EXPECT_NE(f, nullptr) << path;
+  if (!f) return {};
+  std::string out;
+  char buf[65536];
+  int n;
+  while ((n = gzread(f, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  EXPECT_EQ(n, 0) << path;
+  gzclose(f);
+  return out;
+}
+
+std::string fresh_dir(const std::string& name) {
+  const fs::path p = fs::path(::testing::TempDir()) /
+                     ("ditto_fuzz_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+void write(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// fuzz_checkpoint: a trainer.json holding an array nested 100,000 deep. read_checkpoint's
+// j.dump() (the CRC-32 of the content) recursed once per level and overflowed the stack
+// (SIGSEGV); it is now refused by its depth before anything walks it.
+TEST(FuzzRegression, CheckpointTrainerJsonNested100000DeepRefused) {
+  const std::string text = fuzz_input("trainer_json_nested_100000_deep.json.gz");
+  ASSERT_EQ(text.size(), 200025u);
+  const std::string dir = fresh_dir("ckpt") + "/step-00000003";
+  fs::create_directories(dir);
+  write(dir + "/trainer.json", text);
+  test::expect_error<ParseError>([&] { (void)read_checkpoint(dir); },
+                                 dir + "/trainer.json: JSON nested 100000 levels deep, expected "
+                                       "at most 64 (damaged file)");
+  // A checkpoint directory that holds only it: no usable checkpoint, the reason given.
+  std::ostringstream log;
+  test::expect_error<Error>([&] { (void)read_latest_checkpoint(fs::path(dir).parent_path(), log); },
+                            "JSON nested 100000 levels deep");
+}
+
+}  // namespace
+}  // namespace ditto
