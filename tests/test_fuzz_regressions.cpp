@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "backend_sim/profiles.h"
 #include "core/io/checkpoint.h"
 #include "test_util.h"
 
@@ -61,6 +62,19 @@ TEST(FuzzRegression, CheckpointTrainerJsonNested100000DeepRefused) {
   std::ostringstream log;
   test::expect_error<Error>([&] { (void)read_latest_checkpoint(fs::path(dir).parent_path(), log); },
                             "JSON nested 100000 levels deep");
+}
+
+// fuzz_profile: "fp32_tflops" an array nested 100,000 deep. The message "expected a number,
+// got <v.dump()>" recursed once per level and overflowed the stack (SIGSEGV); it now names the
+// value's type.
+TEST(FuzzRegression, ProfileFieldNested100000DeepRefused) {
+  const std::string text = fuzz_input("profile_nested_100000_deep.json.gz");
+  ASSERT_EQ(text.size(), 200059u);
+  const std::string path = fresh_dir("profile") + "/deep.json";
+  write(path, text);
+  test::expect_invalid([&] { (void)sim::device_profile(path); },
+                       "device_profile: " + path +
+                           ": field 'fp32_tflops': expected a number, got array");
 }
 
 }  // namespace
