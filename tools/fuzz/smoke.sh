@@ -14,19 +14,21 @@ shift 2
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 targets=("$@")
 [[ ${#targets[@]} -gt 0 ]] || targets=(csv safetensors checkpoint profile text_source)
+for t in "${targets[@]}"; do
+  if [[ ! -x $build/bin/fuzz_$t ]]; then
+    echo "smoke.sh: $build/bin/fuzz_$t: missing (configure with -DDITTO_FUZZ=ON and build it)" >&2
+    exit 1
+  fi
+  if [[ ! -d $here/corpus/$t ]]; then
+    echo "smoke.sh: $here/corpus/$t: missing seed corpus" >&2
+    exit 1
+  fi
+done
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/ditto-fuzz-smoke.XXXXXX")
 status=0
 for t in "${targets[@]}"; do
   bin=$build/bin/fuzz_$t
   corpus=$here/corpus/$t
-  if [[ ! -x $bin ]]; then
-    echo "smoke.sh: $bin: missing (configure with -DDITTO_FUZZ=ON and build it)" >&2
-    exit 1
-  fi
-  if [[ ! -d $corpus ]]; then
-    echo "smoke.sh: $corpus: missing seed corpus" >&2
-    exit 1
-  fi
   dict=()
   [[ -f $here/$t.dict ]] && dict=(-dict="$here/$t.dict")
   mkdir -p "$scratch/$t/new" "$scratch/$t/artifacts"
