@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend_sim/profiles.h"
 #include "core/io/checkpoint.h"
@@ -62,6 +64,26 @@ TEST(FuzzRegression, CheckpointTrainerJsonNested100000DeepRefused) {
   std::ostringstream log;
   test::expect_error<Error>([&] { (void)read_latest_checkpoint(fs::path(dir).parent_path(), log); },
                             "JSON nested 100000 levels deep");
+}
+
+// fuzz_checkpoint (inputs made by hand for it): trainer.json counts near 2^63 or 2^64, each
+// checkpoint otherwise consistent (CRC-32s and ditto.step match). A step of 2^63 - 1 made the
+// resumed run's TrainerState::advance overflow (signed ++step: UBSan), an epoch_samples of
+// 2^63 - 1 the epoch's sample count (trainer.cpp: seen += rows), and a step of 2^64 - 1 was read
+// as -1. Each is refused when read.
+TEST(FuzzRegression, CheckpointCountsPast2p53Refused) {
+  for (const auto& [name, field] : std::vector<std::pair<std::string, std::string>>{
+           {"checkpoint_step_2p63m1", "step: expected an integer in [0, 2^53], got "
+                                      "9223372036854775807"},
+           {"checkpoint_epoch_samples_2p63m1", "epoch_samples: expected an integer in [0, 2^53], "
+                                               "got 9223372036854775807"},
+           {"checkpoint_step_2p64m1", "step: expected an integer in [0, 2^53], got "
+                                      "18446744073709551615"}}) {
+    SCOPED_TRACE(name);
+    const std::string dir = std::string(DITTO_TEST_DATA_DIR) + "/fuzz/" + name + "/step-00000003";
+    test::expect_error<ParseError>([&] { (void)read_checkpoint(dir); },
+                                   dir + "/trainer.json: " + field);
+  }
 }
 
 // fuzz_profile: "fp32_tflops" an array nested 100,000 deep. The message "expected a number,

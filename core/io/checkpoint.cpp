@@ -144,10 +144,16 @@ TrainerState state_from_json(const nlohmann::json& j, const std::string& path) {
     if (!j.contains(key)) throw ParseError(cat(path, ": missing field '", key, "'"));
     return j.at(key);
   };
+  // Counts at most 2^53 (exact as a JSON number in any reader), far below 2^63: a step of
+  // 2^63 - 1 made the resumed run's TrainerState::advance overflow (++step, UBSan), an
+  // epoch_samples of 2^63 - 1 the epoch's sample count, and 2^64 - 1 was read as -1.
+  constexpr std::uint64_t kMaxCount = std::uint64_t(1) << 53;
   auto integer = [&](const char* key) {
     const nlohmann::json& v = field(key);
-    if (!v.is_number_integer() || (v.is_number_unsigned() == false && v.get<std::int64_t>() < 0))
-      throw ParseError(cat(path, ": ", key, ": expected a non-negative integer, got ", v.dump()));
+    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<std::int64_t>() < 0) ||
+        v.get<std::uint64_t>() > kMaxCount)
+      throw ParseError(
+          cat(path, ": ", key, ": expected an integer in [0, 2^53], got ", v.dump()));
     return v.get<std::int64_t>();
   };
   if (field("format") != kFormat || field("version") != kVersion)
