@@ -7,7 +7,8 @@
 // model.safetensors, optimizer.safetensors, latest (a part left out: that file is missing).
 // Flags: bit 0: the harness rewrites trainer.json's "crc32" to match (when it is a JSON object
 // nested less than 64 deep), bit 1: it rewrites each safetensors file's "ditto.crc32" to match
-// (when the file parses); without them almost every mutation would stop at a checksum. bit 2:
+// and its "ditto.step" to trainer.json's step (when the file parses); without them almost every
+// mutation would stop at a checksum or at the files' steps that differ. bit 2:
 // resume_checkpoint into a 2-3-2 MLP and SGD (with the config the checkpoint records); bit 3: a
 // Trainer run resumed from it (the model, data and settings of make_config: corpus/checkpoint/
 // comes from a run of that Trainer). Every input also goes through read_checkpoint and
@@ -72,11 +73,21 @@ std::string fix_trainer_crc(std::string_view text) {
   return j.dump(1);
 }
 
-// A safetensors file with its "ditto.crc32" made to match its tensors, or as it is.
-std::string fix_tensors_crc(std::string_view bytes) {
+// trainer.json's "step" as written (a number), or "" (none: the files keep theirs).
+std::string trainer_step(std::string_view text) {
+  nlohmann::json j = nlohmann::json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("step") || !j["step"].is_number_integer())
+    return "";
+  return j["step"].dump();
+}
+
+// A safetensors file with its "ditto.crc32" made to match its tensors and its "ditto.step" set
+// to `step` (unless empty), or as it is.
+std::string fix_tensors_crc(std::string_view bytes, const std::string& step) {
   try {
     ditto::io::SafetensorsData d = ditto::io::safetensors_parse(bytes, "fix");
     if (!d.metadata.count("ditto.crc32")) return std::string(bytes);
+    if (!step.empty()) d.metadata["ditto.step"] = step;
     std::uint32_t crc = static_cast<std::uint32_t>(::crc32(0L, Z_NULL, 0));
     for (const auto& [name, t] : d.tensors)
       crc = static_cast<std::uint32_t>(
@@ -163,10 +174,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::error_code ec;
   fs::remove_all(dir, ec);
   fs::create_directories(step_dir);
+  std::string step;
   for (std::size_t i = 0; i < parts.size() && i < 3; ++i) {
     std::string bytes(parts[i]);
     if (i == 0 && (flags & 1)) bytes = fix_trainer_crc(bytes);
-    if (i > 0 && (flags & 2)) bytes = fix_tensors_crc(bytes);
+    if (i == 0 && (flags & 2)) step = trainer_step(bytes);
+    if (i > 0 && (flags & 2)) bytes = fix_tensors_crc(bytes, step);
     ditto_fuzz::write_bytes(step_dir + "/" + kFiles[i], bytes);
   }
   if (parts.size() > 3) ditto_fuzz::write_bytes(dir + "/latest", parts[3]);
