@@ -159,8 +159,13 @@ double ranged_field(const nlohmann::json& j, const std::string& file, const char
     return fallback;
   }
   const auto& v = j.at(field);
+  // Not v.dump() for a non-number: dump() recurses once per level, so a value nested 100,000
+  // deep overflowed the stack (SIGSEGV instead of this error; reproduced with
+  // tools/fuzz/fuzz_profile).
   DITTO_CHECK(v.is_number(), "device_profile: ", file, ": field '", field,
-              "': expected a number, got ", v.dump());
+              "': expected a number, got ",
+              v.is_array() || v.is_object() ? std::string(v.type_name())
+                                            : v.dump().substr(0, 80));
   double d = v.get<double>();
   DITTO_CHECK(std::isfinite(d) && d >= lo && d <= hi, "device_profile: ", file, ": field '",
               field, "': expected ", lo, " <= value <= ", hi, ", got ", v.dump());

@@ -152,10 +152,16 @@ TrainerState state_from_json(const nlohmann::json& j, const std::string& path) {
     if (!j.contains(key)) throw ParseError(cat(path, ": missing field '", key, "'"));
     return j.at(key);
   };
+  // Counts at most 2^53 (exact as a JSON number in any reader), far below 2^63: a step of
+  // 2^63 - 1 made the resumed run's TrainerState::advance overflow (++step, UBSan), an
+  // epoch_samples of 2^63 - 1 the epoch's sample count, and 2^64 - 1 was read as -1.
+  constexpr std::uint64_t kMaxCount = std::uint64_t(1) << 53;
   auto integer = [&](const char* key) {
     const nlohmann::json& v = field(key);
-    if (!v.is_number_integer() || (v.is_number_unsigned() == false && v.get<std::int64_t>() < 0))
-      throw ParseError(cat(path, ": ", key, ": expected a non-negative integer, got ", v.dump()));
+    if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<std::int64_t>() < 0) ||
+        v.get<std::uint64_t>() > kMaxCount)
+      throw ParseError(
+          cat(path, ": ", key, ": expected an integer in [0, 2^53], got ", v.dump()));
     return v.get<std::int64_t>();
   };
   if (field("format") != kFormat || field("version") != kVersion)
@@ -379,7 +385,22 @@ Checkpoint read_checkpoint(const std::string& path) {
   } catch (const Error& e) {
     throw ParseError(cat(tpath, ": missing or unreadable (an incomplete checkpoint): ", e.what()));
   }
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // The nesting is bounded before anything walks the value: dump() (the CRC below, messages)
+  // recurses once per level, so a trainer.json nested 100,000 deep overflowed the stack
+  // (SIGSEGV instead of a ParseError; reproduced with tools/fuzz/fuzz_checkpoint). A
+  // checkpoint's trainer.json is 2 deep.
+  constexpr int kMaxDepth = 64;
+  int depth = 0;
+  nlohmann::json j = nlohmann::json::parse(
+      text,
+      [&](int d, nlohmann::json::parse_event_t, nlohmann::json&) {
+        depth = std::max(depth, d);
+        return true;
+      },
+      /*allow_exceptions=*/false);
+  if (depth > kMaxDepth)
+    throw ParseError(cat(tpath, ": JSON nested ", depth, " levels deep, expected at most ",
+                         kMaxDepth, " (damaged file)"));
   if (j.is_discarded() || !j.is_object())
     throw ParseError(cat(tpath, ": not a well-formed JSON object (damaged or truncated file)"));
   if (!j.contains("crc32") || !j["crc32"].is_string())
