@@ -172,22 +172,6 @@ double ranged_field(const nlohmann::json& j, const std::string& file, const char
   return d;
 }
 
-// Levenshtein distance (insertions, deletions, substitutions) between a and b.
-std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 // Every field a JSON profile may have: a field outside it is refused (a typo such as
 // "memory_bandwith_gbps" would otherwise leave the default and go unnoticed), naming the nearest
 // known field when one is within a third of its length, and listing them all.
@@ -202,7 +186,7 @@ void check_known_fields(const nlohmann::json& j, const std::string& file) {
     std::size_t best = std::max<std::size_t>(2, field.size() / 3) + 1;
     for (const std::string& k : known) {
       all += (all.empty() ? "" : ", ") + k;
-      if (const std::size_t d = edit_distance(field, k); d < best) best = d, nearest = k;
+      if (const std::size_t d = detail::edit_distance(field, k); d < best) best = d, nearest = k;
     }
     throw InvalidArgument(detail::cat("device_profile: ", file, ": unknown field '", field, "'",
                                       nearest.empty() ? "" : " (did you mean '" + nearest + "'?)",

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/runtime/error.h"
 #include "ditto_version.h"
 
 namespace ditto_cli {
@@ -22,22 +23,6 @@ inline constexpr int kUsageError = 2;
 /// "PROG VERSION", what --version prints.
 inline std::string version_line(const char* prog) {
   return std::string(prog) + " " + DITTO_VERSION_STRING;
-}
-
-/// Levenshtein distance (insertions, deletions, substitutions) between `a` and `b`.
-inline std::size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diag = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
 }
 
 /// The known name `arg` (its text before any '=') was meant to be: the only one it begins
@@ -52,7 +37,7 @@ inline std::string did_you_mean(const std::string& arg, const std::vector<std::s
   for (const std::string& k : known) {
     if (k == a) return "";
     if (n >= 3 && k.compare(0, a.size(), a) == 0) ++prefixes, prefix_of = k;
-    if (const std::size_t d = edit_distance(a, k); d < best_d) best_d = d, best = k;
+    if (const std::size_t d = ditto::detail::edit_distance(a, k); d < best_d) best_d = d, best = k;
   }
   return prefixes == 1 ? prefix_of : best;
 }

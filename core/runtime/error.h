@@ -7,9 +7,12 @@
 // Library code never aborts: internal invariants use DITTO_ASSERT, which throws InternalError.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace ditto {
 
@@ -78,6 +81,23 @@ std::string cat(const Args&... args) {
   std::ostringstream os;
   (os << ... << args);
   return os.str();
+}
+
+/// Levenshtein distance (insertions, deletions, substitutions) between `a` and `b`: the
+/// did-you-mean of an error message naming an unknown option or field.
+inline std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
 }
 }  // namespace detail
 
