@@ -66,13 +66,15 @@ inline double gelu(double x) {
 }
 
 /// nanoGPT's causal self-attention on qkv [B, T, 3C]: y [B, T, C] (and att [B, nh, T, T] when
-/// `att` is given).
+/// `att` is given, the softmax statistics [B, nh, T, 2] = {m, sum} when `stats` is: m the row
+/// max of the scaled scores, sum = sum_u exp(s_u - m), what Kernels::attention_forward stores).
 inline Vec attention(const Vec& qkv, std::int64_t B, std::int64_t T, std::int64_t C,
-                     std::int64_t nh, Vec* att = nullptr) {
+                     std::int64_t nh, Vec* att = nullptr, Vec* stats = nullptr) {
   const std::int64_t hd = C / nh, W = 3 * C;
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   Vec y(static_cast<std::size_t>(B * T * C), 0.0);
   if (att != nullptr) att->assign(static_cast<std::size_t>(B * nh * T * T), 0.0);
+  if (stats != nullptr) stats->assign(static_cast<std::size_t>(B * nh * T * 2), 0.0);
   Vec p(static_cast<std::size_t>(T));
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t h = 0; h < nh; ++h)
@@ -87,6 +89,11 @@ inline Vec attention(const Vec& qkv, std::int64_t B, std::int64_t T, std::int64_
           m = std::max(m, s * scale);
         }
         for (std::int64_t u = 0; u <= t; ++u) z += std::exp(p[static_cast<std::size_t>(u)] - m);
+        if (stats != nullptr) {
+          const auto i = static_cast<std::size_t>(((b * nh + h) * T + t) * 2);
+          (*stats)[i] = m;
+          (*stats)[i + 1] = z;
+        }
         for (std::int64_t u = 0; u <= t; ++u) {
           const double a = std::exp(p[static_cast<std::size_t>(u)] - m) / z;
           if (att != nullptr) (*att)[static_cast<std::size_t>(((b * nh + h) * T + t) * T + u)] = a;
@@ -98,30 +105,11 @@ inline Vec attention(const Vec& qkv, std::int64_t B, std::int64_t T, std::int64_
   return y;
 }
 
-/// The softmax statistics of `attention` per (b, h, t): [B, nh, T, 2] = {m, sum}, m the row max
-/// of the scaled scores and sum = sum_u exp(s_u - m) (what Kernels::attention_forward stores).
+/// The softmax statistics of `attention` per (b, h, t): [B, nh, T, 2] = {m, sum}.
 inline Vec attention_stats(const Vec& qkv, std::int64_t B, std::int64_t T, std::int64_t C,
                            std::int64_t nh) {
-  const std::int64_t hd = C / nh, W = 3 * C;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-  Vec st(static_cast<std::size_t>(B * nh * T * 2), 0.0), p(static_cast<std::size_t>(T));
-  for (std::int64_t b = 0; b < B; ++b)
-    for (std::int64_t h = 0; h < nh; ++h)
-      for (std::int64_t t = 0; t < T; ++t) {
-        const double* q = &qkv[static_cast<std::size_t>((b * T + t) * W + h * hd)];
-        double m = -INFINITY, z = 0;
-        for (std::int64_t u = 0; u <= t; ++u) {
-          const double* k = &qkv[static_cast<std::size_t>((b * T + u) * W + C + h * hd)];
-          double s = 0;
-          for (std::int64_t i = 0; i < hd; ++i) s += q[i] * k[i];
-          p[static_cast<std::size_t>(u)] = s * scale;
-          m = std::max(m, s * scale);
-        }
-        for (std::int64_t u = 0; u <= t; ++u) z += std::exp(p[static_cast<std::size_t>(u)] - m);
-        const auto i = static_cast<std::size_t>(((b * nh + h) * T + t) * 2);
-        st[i] = m;
-        st[i + 1] = z;
-      }
+  Vec st;
+  attention(qkv, B, T, C, nh, nullptr, &st);
   return st;
 }
 
