@@ -82,7 +82,8 @@ void weighted_rows(const float* w, std::int64_t t, const float* rows, std::int64
 // dk_u = scale * chain_t fma(dpre[t, u], q_t), dv_u = chain_t fma(att[t, u], dy_t), t >= u (the
 // chains of gpt::attention_key_backward over one head's rows of att and dpre held on the host,
 // [T, T] each); with `scaled` false dk_u is the chain itself (attention with dropout: att_col
-// then holds the dropped weights). HD > 0: the head width a constant; HD == 0: `hd` wide.
+// then holds the dropped weights). HD > 0: the head width a constant, the chains in registers;
+// HD == 0: `hd` wide, the chains accumulated in dk and dv themselves (the same operations).
 template <int HD>
 void key_backward_hd(const float* q0, std::int64_t q_stride, const float* g0,
                      std::int64_t g_stride, const float* att_col, const float* dpre_col,
@@ -90,16 +91,13 @@ void key_backward_hd(const float* q0, std::int64_t q_stride, const float* g0,
                      bool scaled, std::int64_t hd = HD) {
   constexpr int kMax = HD > 0 ? HD : 1;
   float ak_fixed[kMax] = {}, av_fixed[kMax] = {};
-  std::vector<float> ak_any, av_any;
-  float* ak = ak_fixed;
-  float* av = av_fixed;
-  if constexpr (HD == 0) {
-    ak_any.assign(static_cast<std::size_t>(hd), 0.0f);
-    av_any.assign(static_cast<std::size_t>(hd), 0.0f);
-    ak = ak_any.data();
-    av = av_any.data();
-  }
+  float* ak = HD > 0 ? ak_fixed : dk;
+  float* av = HD > 0 ? av_fixed : dv;
   const std::int64_t n = HD > 0 ? HD : hd;
+  if constexpr (HD == 0) {
+    for (std::int64_t i = 0; i < n; ++i) ak[i] = 0.0f;
+    for (std::int64_t i = 0; i < n; ++i) av[i] = 0.0f;
+  }
   for (std::int64_t t = u; t < T; ++t) {
     const float* __restrict q = q0 + t * q_stride;
     const float* __restrict g = g0 + t * g_stride;
@@ -108,7 +106,7 @@ void key_backward_hd(const float* q0, std::int64_t q_stride, const float* g0,
     for (std::int64_t i = 0; i < n; ++i) av[i] = fma(a, g[i], av[i]);
   }
   for (std::int64_t i = 0; i < n; ++i) dk[i] = scaled ? mul(ak[i], scale) : ak[i];
-  std::memcpy(dv, av, static_cast<std::size_t>(n) * sizeof(float));
+  if constexpr (HD > 0) std::memcpy(dv, av, static_cast<std::size_t>(n) * sizeof(float));
 }
 
 void key_backward(std::int64_t hd, const float* q0, std::int64_t q_stride, const float* g0,
