@@ -40,13 +40,7 @@ void expect_throw(F&& f, const std::vector<std::string>& parts) {
   }
 }
 
-std::string fresh_dir(const std::string& name) {
-  const fs::path p = fs::path(::testing::TempDir()) /
-                     ("ditto_ckpt_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+std::string fresh_dir(const std::string& name) { return test::fresh_dir("ckpt", name); }
 
 // A safetensors file from a raw header text and buffer (no padding unless given).
 std::string raw_file(const std::string& header, const std::string& buffer) {

@@ -24,13 +24,7 @@ using namespace ditto::test;
 using DtypeIo = test::SimSuite<2>;
 namespace fs = std::filesystem;
 
-std::string fresh_dir(const std::string& name) {
-  const fs::path p = fs::path(::testing::TempDir()) /
-                     ("ditto_dtype_io_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+std::string fresh_dir(const std::string& name) { return test::fresh_dir("dtype_io", name); }
 
 // [2, k] of dtype t with varied bit patterns (every byte differs).
 Tensor patterned(DType t, std::int64_t k, unsigned seed) {

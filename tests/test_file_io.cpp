@@ -29,13 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::expect_error;
 
-std::string fresh_dir(const std::string& name) {
-  const fs::path p = fs::path(::testing::TempDir()) /
-                     ("ditto_fileio_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+std::string fresh_dir(const std::string& name) { return test::fresh_dir("fileio", name); }
 
 void write(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;

@@ -36,13 +36,7 @@ std::string fuzz_input(const std::string& name) {
   return out;
 }
 
-std::string fresh_dir(const std::string& name) {
-  const fs::path p = fs::path(::testing::TempDir()) /
-                     ("ditto_fuzz_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+std::string fresh_dir(const std::string& name) { return test::fresh_dir("fuzz", name); }
 
 void write(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <filesystem>
 #include <functional>
 #include <random>
 #include <stdexcept>
@@ -20,6 +21,8 @@
 #include <thread>
 #include <type_traits>
 #include <vector>
+
+#include <unistd.h>
 
 #include "core/data/dataset.h"
 #include "core/nn/module.h"
@@ -45,6 +48,16 @@
   } while (0)
 
 namespace ditto::test {
+
+/// A new, empty directory TempDir()/ditto_<suite>_<name>_<pid> (removed first if it is there),
+/// for a test's files; returns its path.
+inline std::string fresh_dir(const std::string& suite, const std::string& name) {
+  const std::string leaf = "ditto_" + suite + "_" + name + "_" + std::to_string(::getpid());
+  const std::filesystem::path p = std::filesystem::path(::testing::TempDir()) / leaf;
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p.string();
+}
 
 /// Runs `call` and expects an exception of type E whose message contains `part`; any other
 /// exception, or none, is a failure that shows the message.
