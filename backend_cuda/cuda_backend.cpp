@@ -10,6 +10,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "backend_cuda/cublas_lazy.h"
 #include "backend_cuda/cuda_check.h"
 #include "core/runtime/error.h"
 
@@ -161,7 +162,7 @@ CudaBackend::~CudaBackend() {
   for (auto& d : devices_) {
     QuietDeviceGuard g(d->physical);
     if (cudaStreamSynchronize(d->stream->get()) != cudaSuccess) (void)cudaGetLastError();
-    if (d->cublas) (void)cublasDestroy(d->cublas);  // nothing to report from a destructor
+    if (d->cublas) (void)cublas_api().destroy(d->cublas);  // nothing to report from a destructor
     d->cublas = nullptr;
     d->stream.reset();
   }
@@ -340,11 +341,12 @@ cublasHandle_t CudaBackend::cublas(int index) {
   if (!d.cublas) {
     DeviceGuard g(d.physical);
     cublasHandle_t h = nullptr;
-    DITTO_CUBLAS_CHECK(cublasCreate(&h), where(index));
+    const CublasApi& api = cublas_api();  // loads libcublas on first use (Note [Lazy cuBLAS])
+    DITTO_CUBLAS_CHECK(api.create(&h), where(index));
     // Plain FP32 (no TF32 tensor cores) unless a kernel asks otherwise.
-    if (cublasSetMathMode(h, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS ||
-        cublasSetStream(h, d.stream->get()) != CUBLAS_STATUS_SUCCESS) {
-      cublasDestroy(h);
+    if (api.set_math_mode(h, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS ||
+        api.set_stream(h, d.stream->get()) != CUBLAS_STATUS_SUCCESS) {
+      api.destroy(h);
       throw BackendError(where(index) + ": cuBLAS handle setup failed");
     }
     d.cublas = h;

@@ -2,6 +2,8 @@
 // the device, the failing call, where in ditto it was made and CUDA's own description.
 #include "backend_cuda/cuda_check.h"
 
+#include "backend_cuda/cublas_lazy.h"
+
 namespace ditto::cuda {
 
 namespace {
@@ -30,8 +32,12 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
 
 void throw_cublas_error(cublasStatus_t st, const char* call, const char* file, int line,
                         const std::string& where) {
+  // The status's text comes from cuBLAS itself, which is loaded when a cuBLAS call could fail.
+  const CublasApi* api = cublas_api_if_loaded();
   std::string msg = detail::cat(where, ": ", call, " failed at ", short_file(file), ":", line, ": ",
-                                cublasGetStatusString(st), " (", cublasGetStatusName(st), ")");
+                                api ? api->get_status_string(st) : "cuBLAS error", " (",
+                                api ? api->get_status_name(st) : "status", " ",
+                                static_cast<int>(st), ")");
   if (st == CUBLAS_STATUS_ALLOC_FAILED) throw OutOfMemory(msg);
   throw BackendError(msg);
 }

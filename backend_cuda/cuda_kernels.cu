@@ -11,6 +11,7 @@
 // The canonical GEMM is in cuda_gemm.cu (Note [CUDA canonical GEMM]), the transformer's kernels
 // in cuda_gpt.cu (CudaGptKernels, the base of CudaKernels); the launch helpers they share in
 // cuda_kernels_common.cuh.
+#include "backend_cuda/cublas_lazy.h"
 #include "backend_cuda/cuda_kernels_common.cuh"
 
 namespace ditto::cuda {
@@ -290,11 +291,12 @@ class CudaKernels final : public CudaGptKernels {
                            ldb >= std::max<i64>(1, trans_b ? K : N) && ldc >= std::max<i64>(1, N);
     if (cublas_ok) {
       cublasHandle_t h = backend_.cublas(s.device().index);
-      DITTO_CUBLAS_CHECK(cublasSetStream(h, l.get()), l.where());
-      DITTO_CUBLAS_CHECK(cublasSetPointerMode(h, CUBLAS_POINTER_MODE_HOST), l.where());
-      DITTO_CUBLAS_CHECK(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), l.where());  // no TF32
+      const CublasApi& api = cublas_api();  // loaded by cublas() (Note [Lazy cuBLAS])
+      DITTO_CUBLAS_CHECK(api.set_stream(h, l.get()), l.where());
+      DITTO_CUBLAS_CHECK(api.set_pointer_mode(h, CUBLAS_POINTER_MODE_HOST), l.where());
+      DITTO_CUBLAS_CHECK(api.set_math_mode(h, CUBLAS_DEFAULT_MATH), l.where());  // no TF32
       DITTO_CUBLAS_CHECK(
-          cublasSgemm_64(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+          api.sgemm_64(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
                          N, M, K, &alpha, B, ldb, A, lda, &beta, C, ldc),
           l.where());
       return;

@@ -91,6 +91,17 @@ inline int cublasSgemm_64(cublasHandle_t, cublasOperation_t, cublasOperation_t, 
   do { if ((call) != 0) throw std::runtime_error(std::string("cublas: ") + (where)); } while (0)
 
 namespace ditto::cuda_emu {  // not ditto::cuda: see extract.py
+// backend_cuda/cublas_lazy.h's table (Note [Lazy cuBLAS]) over the stubs above.
+struct CublasApi {
+  decltype(&cublasSetStream) set_stream = cublasSetStream;
+  decltype(&cublasSetPointerMode) set_pointer_mode = cublasSetPointerMode;
+  decltype(&cublasSetMathMode) set_math_mode = cublasSetMathMode;
+  decltype(&cublasSgemm_64) sgemm_64 = cublasSgemm_64;
+};
+inline const CublasApi& cublas_api() {
+  static const CublasApi api;
+  return api;
+}
 class DeviceGuard {
  public:
   explicit DeviceGuard(int) {}

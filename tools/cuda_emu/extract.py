@@ -10,7 +10,8 @@ src = re.sub(r'\bnamespace ditto::cuda\b', 'namespace ditto::cuda_emu', src)
 src = re.sub(r'(?<![\w:])(ditto::)?cuda::', lambda m: (m.group(1) or '') + 'cuda_emu::', src)
 src = re.sub(r'#include <cublas_v2.h>\n#include <cuda_runtime.h>\n', '#include "emu.h"\n', src)
 src = re.sub(r'#include <cuda_runtime.h>\n', '#include "emu.h"\n', src)
-for h in ['backend_cuda/cuda_backend.h', 'backend_cuda/cuda_check.h', 'backend_cuda/cuda_stream.h']:
+for h in ['backend_cuda/cuda_backend.h', 'backend_cuda/cuda_check.h', 'backend_cuda/cuda_stream.h',
+          'backend_cuda/cublas_lazy.h']:
     src = src.replace('#include "%s"\n' % h, '')
 out = []; i = 0
 while True:

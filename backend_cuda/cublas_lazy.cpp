@@ -1,0 +1,82 @@
+// Note [Lazy cuBLAS] (cublas_lazy.h): libcublas opened with dlopen on first use.
+#include "backend_cuda/cublas_lazy.h"
+
+#include <dlfcn.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include "core/runtime/error.h"
+
+// Set by CMakeLists.txt from the toolkit found at configure time.
+#ifndef DITTO_CUBLAS_SONAME
+#error "DITTO_CUBLAS_SONAME (e.g. \"libcublas.so.13\") must be defined by the build"
+#endif
+#ifndef DITTO_CUBLAS_PATH
+#define DITTO_CUBLAS_PATH ""
+#endif
+
+namespace ditto::cuda {
+
+namespace {
+
+std::atomic<const CublasApi*> g_loaded{nullptr};
+
+template <class F>
+void resolve(void* lib, const char* lib_name, const char* symbol, F& out) {
+  void* p = dlsym(lib, symbol);
+  if (!p)
+    throw BackendError(detail::cat("cuda: ", lib_name, " has no ", symbol,
+                                   " (a cuBLAS older than the headers ditto was built with?)"));
+  out = reinterpret_cast<F>(p);
+}
+
+}  // namespace
+
+CublasApi load_cublas(const std::string& soname, const std::string& fallback) {
+  std::string tried = soname;
+  void* lib = dlopen(soname.c_str(), RTLD_NOW | RTLD_LOCAL);
+  std::string reason = lib ? "" : dlerror();
+  if (!lib && !fallback.empty()) {
+    lib = dlopen(fallback.c_str(), RTLD_NOW | RTLD_LOCAL);
+    tried += " or " + fallback;
+    if (!lib) reason += std::string("; ") + dlerror();
+  }
+  if (!lib)
+    throw BackendError(detail::cat("cuda: cannot load cuBLAS (tried ", tried, "): ", reason,
+                                   "; put the CUDA toolkit's lib64 on LD_LIBRARY_PATH"));
+  const char* name = soname.c_str();
+  CublasApi api;
+  try {
+    resolve(lib, name, "cublasCreate_v2", api.create);
+    resolve(lib, name, "cublasDestroy_v2", api.destroy);
+    resolve(lib, name, "cublasSetStream_v2", api.set_stream);
+    resolve(lib, name, "cublasSetPointerMode_v2", api.set_pointer_mode);
+    resolve(lib, name, "cublasSetMathMode", api.set_math_mode);
+    resolve(lib, name, "cublasSgemm_v2_64", api.sgemm_64);
+    resolve(lib, name, "cublasGetStatusString", api.get_status_string);
+    resolve(lib, name, "cublasGetStatusName", api.get_status_name);
+  } catch (...) {
+    dlclose(lib);
+    throw;
+  }
+  return api;  // the library stays open for the life of the process
+}
+
+const CublasApi& cublas_api() {
+  static std::mutex mu;
+  if (const CublasApi* api = g_loaded.load(std::memory_order_acquire)) return *api;
+  std::lock_guard lk(mu);
+  if (const CublasApi* api = g_loaded.load(std::memory_order_acquire)) return *api;
+  // A failed load throws before the static is initialised, so the next call tries again.
+  static const CublasApi api = load_cublas(DITTO_CUBLAS_SONAME, DITTO_CUBLAS_PATH);
+  g_loaded.store(&api, std::memory_order_release);
+  return api;
+}
+
+const CublasApi* cublas_api_if_loaded() noexcept {
+  return g_loaded.load(std::memory_order_acquire);
+}
+
+}  // namespace ditto::cuda

@@ -1,0 +1,72 @@
+// Note [Lazy cuBLAS] (backend_cuda/cublas_lazy.h): a program built with the CUDA backend does not
+// load libcublas until the backend creates its first cuBLAS handle. Runs in builds with the CUDA
+// backend (the toolkit's libcublas is on the build machine); needs no GPU.
+#if defined(DITTO_TEST_CUDA_BUILT)
+#include "backend_cuda/cublas_lazy.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+
+#include "core/runtime/error.h"
+
+namespace ditto {
+namespace {
+
+bool cublas_mapped() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line))
+    if (line.find("libcublas") != std::string::npos) return true;
+  return false;
+}
+
+TEST(CublasLazy, NotLoadedUntilFirstUseThenEveryFunctionResolved) {
+  if (cuda::cublas_api_if_loaded() == nullptr) {
+    // Before the fix every test process mapped libcublas and libcublasLt at start.
+    EXPECT_FALSE(cublas_mapped()) << "libcublas was loaded at process start";
+  }
+  const cuda::CublasApi& api = cuda::cublas_api();
+  EXPECT_TRUE(cublas_mapped());
+  EXPECT_EQ(cuda::cublas_api_if_loaded(), &api);
+  EXPECT_EQ(&cuda::cublas_api(), &api);  // loaded once
+  EXPECT_NE(api.create, nullptr);
+  EXPECT_NE(api.destroy, nullptr);
+  EXPECT_NE(api.set_stream, nullptr);
+  EXPECT_NE(api.set_pointer_mode, nullptr);
+  EXPECT_NE(api.set_math_mode, nullptr);
+  EXPECT_NE(api.sgemm_64, nullptr);
+  // The status strings need no GPU: they come from the library just loaded.
+  EXPECT_STREQ(api.get_status_name(CUBLAS_STATUS_ALLOC_FAILED), "CUBLAS_STATUS_ALLOC_FAILED");
+  EXPECT_NE(std::string(api.get_status_string(CUBLAS_STATUS_ALLOC_FAILED)), "");
+}
+
+TEST(CublasLazy, MissingLibraryIsABackendErrorNamingWhatWasTried) {
+  try {
+    (void)cuda::load_cublas("libcublas-missing.so.99", "/nonexistent/libcublas.so");
+    FAIL() << "expected BackendError";
+  } catch (const BackendError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cannot load cuBLAS (tried libcublas-missing.so.99 or "
+                        "/nonexistent/libcublas.so)"),
+              std::string::npos)
+        << what;
+    EXPECT_NE(what.find("LD_LIBRARY_PATH"), std::string::npos) << what;
+  }
+}
+
+TEST(CublasLazy, LibraryWithoutTheFunctionsIsRefused) {
+  // libz is loaded and has none of cuBLAS's symbols: the table is not half filled.
+  try {
+    (void)cuda::load_cublas("libz.so.1", "");
+    FAIL() << "expected BackendError";
+  } catch (const BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("libz.so.1 has no cublasCreate_v2"), std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace ditto
+#endif  // DITTO_TEST_CUDA_BUILT
