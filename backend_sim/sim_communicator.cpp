@@ -108,6 +108,17 @@ inline const char* kind_name(Kind k) { return detail::collective_name(k); }
 constexpr std::size_t kStreamBytes = std::size_t(4) << 20;
 constexpr std::int64_t kCopyBlock = 4096;  // elements per block of broadcast / all_gather copies
 
+// Note [Small collectives]
+// Posting a share to another pool thread costs a wake-up and a context switch (several
+// microseconds, more than moving a few hundred KiB takes on one core), so a call that writes at
+// most kInlineBytes in all, or reads that much in a reduction (a 64 KiB broadcast, all_gather or all_reduce over 8 ranks writes
+// 512 KiB) runs whole on the thread of the last rank to arrive: no job is posted, and the other
+// ranks' streams are resumed from there, handed straight to their pool threads while these still
+// spin on them (Note [Stream hand-offs], sim_stream.cpp). Before, a 64 KiB broadcast over 4 ranks
+// (256 KiB, counted as the payload of one rank's buffer times the ranks) was split into 4 jobs.
+// The shares and the order of every reduction are the same: only which thread runs them changes.
+constexpr std::int64_t kInlineBytes = std::int64_t(512) << 10;
+
 inline void store_block(void* dst, const void* src, std::size_t bytes, bool stream) {
 #if defined(__AVX512F__) || defined(__AVX__) || defined(__SSE2__)
   if (stream) {
@@ -312,15 +323,14 @@ class SimCommunicator final : public CommunicatorImpl,
       finish(*work);
       return;
     }
-    // Shares: one job per pool thread (fewer for small payloads, where posting costs more than
-    // the copy). Each job runs a contiguous range of shares.
+    // Shares: one job per pool thread, each a contiguous range of shares; a small call runs
+    // whole on this thread (Note [Small collectives]).
     const Call& c = work->calls[0];
-    const std::int64_t payload = (c.kind == Kind::all_to_all_v ? written_elements(work->calls)
-                                                                : c.count * n_) *
-                                 static_cast<std::int64_t>(dtype_size(c.dtype));
-    const int jobs = payload < (std::int64_t(1) << 16)
-                         ? 1
-                         : std::min(n_, Executor::instance().threads());
+    // Bytes written, or read by a reduction (count from every rank), whichever is more.
+    const std::int64_t moved =
+        std::max(written_elements(work->calls), c.kind == Kind::all_to_all_v ? 0 : c.count * n_) *
+        static_cast<std::int64_t>(dtype_size(c.dtype));
+    const int jobs = moved <= kInlineBytes ? 1 : std::min(n_, Executor::instance().threads());
     work->pending.store(jobs);
     for (int j = 1; j < jobs; ++j)
       Executor::instance().post(
