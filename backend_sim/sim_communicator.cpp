@@ -244,6 +244,8 @@ class SimCommunicator final : public CommunicatorImpl,
   void release_parked(std::unique_lock<std::mutex>& lk) {
     if (timer_) Watchdog::instance().cancel(*timer_);
     timer_.reset();
+    // Dropped once the lock is released (a caller holds another reference meanwhile).
+    const std::shared_ptr<SimCommunicator> keep = std::move(keep_alive_);
     std::vector<std::pair<Resume, std::exception_ptr>> parked;
     for (std::size_t q = 0; q < waiters_.size(); ++q)
       if (waiters_[q]) {
@@ -302,13 +304,17 @@ class SimCommunicator final : public CommunicatorImpl,
     // Injected fault: parked, but never arrives.
     if (skipped(rank, round->seq) ||
         !rv_.arrive(*round, rank, SimCall(call, &stream, stream.virtual_now))) {
-      if (!timer_) arm_timeout(*round, call.kind);  // the first rank to park starts the clock
+      if (round->seq != pending_seq_) {  // the first rank to park in this round
+        pending_seq_ = round->seq;
+        pending_kind_ = call.kind;
+        if (!keep_alive_) keep_alive_ = shared_from_this();
+      }
+      if (!timer_) arm_timeout(round->deadline);  // else it re-arms itself (Note [Lazy deadline])
       return;
     }
 
-    // Last to arrive: run the collective.
-    if (timer_) Watchdog::instance().cancel(*timer_);
-    timer_.reset();
+    // Last to arrive: run the collective. The deadline stays armed (Note [Lazy deadline]).
+    const std::shared_ptr<SimCommunicator> keep = std::move(keep_alive_);  // `self` holds us too
     auto work = std::make_shared<Work>();
     work->calls = std::move(round->calls);
     work->mismatch = detail::find_call_mismatch(work->calls, round->seq);
@@ -339,20 +345,32 @@ class SimCommunicator final : public CommunicatorImpl,
     run_job(work, 0, jobs);
   }
 
-  // The deadline of the open round (Note [Rendezvous]), on the Watchdog.
-  void arm_timeout(const Round& round, Kind kind) {
-    pending_kind_ = kind;
-    // The callback holds the communicator: parked ranks do not, and must still time out when
-    // every handle is gone.
-    timer_ = Watchdog::instance().schedule(
-        round.deadline, [self = shared_from_this(), seq = round.seq] { self->on_timeout(seq); });
+  // Note [Lazy deadline]
+  // Each round's deadline is its first arrival + the timeout (Note [Rendezvous]). Arming and
+  // cancelling a Watchdog call per collective woke the watchdog thread each time (a futex wake
+  // and two context switches per collective, most of a small collective's cost), so the call is
+  // armed once and left armed when a round completes: when it fires, it times out the open
+  // round if that round's deadline has passed, re-arms itself for the open round's deadline if
+  // not (rounds open one after the other, so that deadline is later), and disarms when no round
+  // is open; the next rank to park arms it again. The timeout thus fires at the same time as
+  // before. The callback holds the communicator weakly; while ranks are parked, keep_alive_ holds
+  // it (parked ranks do not, and must still time out when every handle is gone).
+  void arm_timeout(Watchdog::Clock::time_point due) {
+    timer_ = Watchdog::instance().schedule(due, [weak = weak_from_this()] {
+      if (const auto self = weak.lock()) self->on_timeout();
+    });
   }
 
-  void on_timeout(std::uint64_t seq) {
+  void on_timeout() {
     std::unique_lock lk(mu_);
-    if (rv_.abort_state().aborted() || !rv_.is_open(seq)) return;  // completed meanwhile
     timer_.reset();
-    std::string why = rv_.timeout_reason(*rv_.open().at(seq), pending_kind_);
+    if (rv_.abort_state().aborted() || rv_.open().empty()) return;  // nothing waits: disarmed
+    const Round& round = *rv_.open().begin()->second;
+    if (Watchdog::Clock::now() < round.deadline) {  // a later round's: wait for its deadline
+      arm_timeout(round.deadline);
+      return;
+    }
+    std::string why = rv_.timeout_reason(round, pending_kind_);
     abort_locked(lk, Cause::timeout, std::move(why));
   }
 
@@ -566,8 +584,10 @@ class SimCommunicator final : public CommunicatorImpl,
   std::vector<char> in_flight_;      // in_flight_[r]: rank r's collective has not finished
   std::vector<std::string> labels_;  // each parked rank's collective, for abort messages
   std::vector<std::optional<Resume>> waiters_;  // parked ranks of the open round
-  std::optional<std::uint64_t> timer_;          // Watchdog id of the open round's deadline
-  Kind pending_kind_ = Kind::barrier;           // the first parked call's, for the timeout
+  std::optional<std::uint64_t> timer_;  // Watchdog id of the deadline (Note [Lazy deadline])
+  std::uint64_t pending_seq_ = 0;       // the last round a rank parked in, and
+  Kind pending_kind_ = Kind::barrier;   // ... its first parked call's kind, for the timeout
+  std::shared_ptr<SimCommunicator> keep_alive_;  // set while ranks are parked
   const std::shared_ptr<SimP2P> p2p_;           // send / recv (its own lock; aborted from here)
 };
 

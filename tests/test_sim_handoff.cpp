@@ -1,7 +1,8 @@
 // Stream hand-offs (Note [Stream hand-offs], backend_sim/sim_stream.cpp): a host thread that
 // waits on a stream runs the stream's work itself when that work has not started on the pool,
 // and a blocking copy on an idle stream runs on the calling thread; the order of the work and
-// where its errors surface stay as they were.
+// where its errors surface stay as they were. A collective's deadline, left armed across rounds
+// (Note [Lazy deadline], sim_communicator.cpp), still times a round out at its own deadline.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -12,8 +13,10 @@
 
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_executor.h"
+#include "core/comm/communicator.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/error.h"
+#include "core/runtime/tensor.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -110,6 +113,28 @@ TEST_F(SimHandoffTest, SynchronizeRunsWorkThePoolHasNotStartedOnTheCallingThread
   ASSERT_EQ(ran_on.size(), 3u);
   EXPECT_TRUE(held);
   for (const auto& id : ran_on) EXPECT_EQ(id, std::this_thread::get_id());
+}
+
+TEST_F(SimHandoffTest, ARoundAfterACompletedOneTimesOutAtItsOwnDeadlineNotTheFirstRounds) {
+  // Round 1 arms the deadline (its first arrival + 400 ms) and completes; round 2 starts 250 ms
+  // later with rank 1 missing. Its timeout must come 400 ms after its own first arrival, not
+  // when round 1's deadline passes (150 ms into round 2).
+  CommOptions opts;
+  opts.timeout_ms = 400;
+  auto comms = Communicator::init_all(devices("sim", 2), opts);
+  std::vector<Tensor> t;
+  for (int r = 0; r < 2; ++r) t.push_back(Tensor::full({8}, 1.0f, comms[r].device()));
+  all_reduce(comms, t);
+  synchronize(comms);
+  EXPECT_EQ(t[0].to_vector<float>(), std::vector<float>(8, 2.0f));
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  const auto start = Clock::now();
+  comms[0].all_reduce(t[0]);
+  EXPECT_THROW_MSG(comms[0].stream().synchronize(), Timeout,
+                   "all_reduce (collective #2 on this communicator): timed out after 400 ms "
+                   "waiting for rank 1");
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_GE(secs, 0.39);  // a lower bound only: a loaded machine can make it later, not earlier
 }
 
 }  // namespace
