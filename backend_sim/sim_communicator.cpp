@@ -116,7 +116,9 @@ constexpr std::int64_t kCopyBlock = 4096;  // elements per block of broadcast / 
 // ranks' streams are resumed from there, handed straight to their pool threads while these still
 // spin on them (Note [Stream hand-offs], sim_stream.cpp). Before, a 64 KiB broadcast over 4 ranks
 // (256 KiB, counted as the payload of one rank's buffer times the ranks) was split into 4 jobs.
-// The shares and the order of every reduction are the same: only which thread runs them changes.
+// A resumed rank whose next task is again a collective (back-to-back calls) carries on on that
+// same thread too (Resume::here). The shares and the order of every reduction are the same: only
+// which thread runs them changes.
 constexpr std::int64_t kInlineBytes = std::int64_t(512) << 10;
 
 inline void store_block(void* dst, const void* src, std::size_t bytes, bool stream) {
@@ -443,13 +445,15 @@ class SimCommunicator final : public CommunicatorImpl,
         failed = "unknown exception";
       }
     }
+    // Resume::here: a rank whose next task is its next collective carries on on this thread (the
+    // last rank's, or the last job's), with no hand-off (Note [Small collectives]).
     for (const Resume& r : work.resumes) {  // one exception object per rank
       if (!work.mismatch.empty())
-        r(error_ptr<InvalidArgument>(work.mismatch));
+        r.here(error_ptr<InvalidArgument>(work.mismatch));
       else if (work.error)
-        r(error_ptr<BackendError>(failed));
+        r.here(error_ptr<BackendError>(failed));
       else
-        r();
+        r.here();
     }
   }
 

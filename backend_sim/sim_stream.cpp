@@ -116,7 +116,12 @@ bool SimEvent::query() {
 //    directly (no post, no wake), and a waiting host thread spins as long before it sleeps. At
 //    most hardware_concurrency() - 1 threads spin at once, so spinning never takes the last core,
 //    and none while any stream waits for a pool thread (it would be delayed, or lack a core);
-//  - a resumed stream whose host thread is waiting on it is handed to that thread (no post).
+//  - a resumed stream whose host thread is waiting on it is handed to that thread (no post);
+//  - Resume::here (a collective's last rank resuming the others): a stream whose next task parks
+//    again (back-to-back collectives) is claimed by the resuming thread, which runs it right
+//    after its current task, while its next tasks park (so only cheap tasks migrate: at the first
+//    plain task the stream goes back to its own thread). Only the outermost drain on a thread
+//    runs its claims, after each task, so no drain nests another.
 // Errors are kept and rethrown exactly where they were before: a task's error by the next
 // synchronize, a blocking copy's own error first, then an earlier one.
 
@@ -136,13 +141,23 @@ std::chrono::nanoseconds spin_time() {
 }
 
 std::atomic<int> g_spinners{0};
+
+// Most threads that spin at once: DITTO_SIM_SPINNERS, else the cores.
+int spin_cap() {
+  if (const char* env = std::getenv("DITTO_SIM_SPINNERS")) {
+    char* end = nullptr;
+    long v = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 1 && v <= 1024) return static_cast<int>(v);
+  }
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
 // Stream drains posted to the pool and not yet started, over all streams. A thread spins only
 // while this is 0: a spinning pool thread would delay the streams queued behind it (1024
 // devices on a few threads), and any spinning thread takes a core they need.
 std::atomic<std::int64_t> g_waiting_drains{0};
 
 bool take_spin_slot() {
-  static const int cap = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+  static const int cap = spin_cap();
   if (spin_time().count() == 0 || g_waiting_drains.load(std::memory_order_relaxed) > 0)
     return false;
   int s = g_spinners.load(std::memory_order_relaxed);
@@ -177,6 +192,71 @@ bool spin_until(F ready) {
 }  // namespace
 
 void Resume::operator()(std::exception_ptr error) const { s_->resume(std::move(error)); }
+
+void Resume::here(std::exception_ptr error) const { s_->resume(std::move(error), true); }
+
+namespace {
+// Drains running on this thread (Resume::here claims only inside one), and the streams claimed
+// by this thread, to run once the current task returns.
+thread_local int t_drains = 0;
+thread_local std::vector<SimStream*> t_claimed;
+}  // namespace
+
+void SimStream::run_claimed() {
+  while (!t_claimed.empty()) {
+    SimStream* s = t_claimed.back();
+    t_claimed.pop_back();
+    std::unique_lock lk(s->mu_);
+    s->drain_claimed(lk);
+  }
+}
+
+void SimStream::drain_claimed(std::unique_lock<std::mutex>& lk) {
+  ++t_drains;
+  for (;;) {
+    if (queue_.empty()) {
+      set_state(State::idle);
+      bump();
+      break;
+    }
+    if (!queue_.front().start) {  // a plain task: its own thread runs it
+      if (spin_.load(std::memory_order_acquire) == 1) {
+        spin_.store(2, std::memory_order_release);
+        break;
+      }
+      set_state(State::scheduled);
+      if (host_waiters_ > 0) {
+        bump();
+        break;
+      }
+      ++posted_;
+      post();
+      break;
+    }
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    starting_ = true;
+    resumed_early_ = false;
+    lk.unlock();
+    std::exception_ptr err;
+    try {
+      task.start(Resume(this));
+    } catch (...) {
+      err = std::current_exception();
+    }
+    task = {};
+    lk.lock();
+    starting_ = false;
+    if (err) {
+      keep_error_locked(std::move(err));
+      continue;
+    }
+    if (resumed_early_) continue;
+    set_state(State::parked);
+    break;
+  }
+  --t_drains;
+}
 
 SimStream::~SimStream() {
   std::unique_lock lk(mu_);
@@ -249,6 +329,10 @@ bool SimStream::spin_for_handoff(std::unique_lock<std::mutex>& lk) {
 // Runs the queue until it is empty, a task parks the stream, or (on the pool) the budget is spent
 // (then the stream goes to the back of the pool's queue) or (on a waiting host) done() holds.
 void SimStream::drain(std::unique_lock<std::mutex>& lk, const std::function<bool()>* done) {
+  ++t_drains;
+  struct Leave {
+    ~Leave() { --t_drains; }
+  } leave;
   for (int budget = kDrainBudget;; --budget) {
     if (queue_.empty()) {
       set_state(State::idle);
@@ -280,6 +364,7 @@ void SimStream::drain(std::unique_lock<std::mutex>& lk, const std::function<bool
         err = std::current_exception();
       }
       task = {};
+      if (t_drains == 1 && !t_claimed.empty()) run_claimed();  // Resume::here's streams
       lk.lock();
       starting_ = false;
       if (err) {
@@ -302,6 +387,7 @@ void SimStream::drain(std::unique_lock<std::mutex>& lk, const std::function<bool
       err = std::current_exception();
     }
     task = {};  // release captures before reporting idle
+    if (t_drains == 1 && !t_claimed.empty()) run_claimed();  // claimed by a nested drain
     lk.lock();
     if (err) keep_error_locked(std::move(err));
   }
@@ -314,6 +400,7 @@ void SimStream::wait_host(std::unique_lock<std::mutex>& lk, const std::function<
     if (state() == State::scheduled) {  // posted, not started: run it here (no hand-off)
       set_state(State::running);
       drain(lk, &done);
+      spun = false;  // a new wait: spin again before sleeping
       continue;
     }
     const std::uint64_t seen = changes_.load(std::memory_order_acquire);
@@ -337,7 +424,7 @@ void SimStream::wait_host(std::unique_lock<std::mutex>& lk, const std::function<
   }
 }
 
-void SimStream::resume(std::exception_ptr error) {
+void SimStream::resume(std::exception_ptr error, bool here) {
   {
     std::lock_guard lk(mu_);
     if (error) keep_error_locked(std::move(error));
@@ -348,6 +435,11 @@ void SimStream::resume(std::exception_ptr error) {
     if (queue_.empty()) {
       set_state(State::idle);
       bump();
+      return;
+    }
+    if (here && t_drains > 0 && queue_.front().start) {  // this thread runs it next (no hop)
+      set_state(State::running);
+      t_claimed.push_back(this);
       return;
     }
     if (spin_.load(std::memory_order_acquire) == 1) {  // its pool thread still waits: hand over

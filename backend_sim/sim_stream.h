@@ -57,6 +57,11 @@ struct DeviceHealth {
 class Resume {
  public:
   void operator()(std::exception_ptr error = nullptr) const;
+  /// The same, for a caller that runs inside a stream's parking task (a collective's last rank):
+  /// when the stream's next task parks again (the next collective), this thread runs it right
+  /// after the current task instead of handing the stream to another thread (Note [Stream
+  /// hand-offs], sim_stream.cpp); otherwise as operator().
+  void here(std::exception_ptr error = nullptr) const;
 
  private:
   friend class SimStream;
@@ -178,12 +183,17 @@ class SimStream final : public Stream {
   // On a pool thread (`done` null): until it is empty or parks, with a budget, then spins for a
   // hand-off (Note [Stream hand-offs]). On a waiting host thread: until `done()` or it parks.
   void drain(std::unique_lock<std::mutex>& lk, const std::function<bool()>* done);
+  // Runs a stream claimed by Resume::here while its next task parks; posts it at the first
+  // plain task. mu_ held in `lk`, state_ running.
+  void drain_claimed(std::unique_lock<std::mutex>& lk);
+  // Runs the streams this thread claimed (Resume::here), until there are none.
+  static void run_claimed();
   // Blocks the calling (host) thread until `done()`, running the stream's scheduled work itself.
   void wait_host(std::unique_lock<std::mutex>& lk, const std::function<bool()>& done);
   bool spin_for_handoff(std::unique_lock<std::mutex>& lk);
   void set_state(State s) { state_.store(s, std::memory_order_release); }
   State state() const { return state_.load(std::memory_order_acquire); }
-  void resume(std::exception_ptr error);
+  void resume(std::exception_ptr error, bool here = false);
   void keep_error_locked(std::exception_ptr e) {
     if (!error_) error_ = std::move(e);
   }
