@@ -71,6 +71,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if defined(__AVX512F__) || defined(__AVX__) || defined(__SSE2__)
@@ -252,7 +253,8 @@ class SimCommunicator final : public CommunicatorImpl,
     for (std::size_t q = 0; q < waiters_.size(); ++q)
       if (waiters_[q]) {
         // One exception object per rank: each stream rethrows its own (none shared by threads).
-        parked.emplace_back(*waiters_[q], rv_.abort_state().error_for(labels_[q]));
+        parked.emplace_back(*waiters_[q], rv_.abort_state().error_for(detail::collective_label(
+                                              labels_[q].first, labels_[q].second)));
         waiters_[q].reset();
         in_flight_[q] = 0;
       }
@@ -284,9 +286,10 @@ class SimCommunicator final : public CommunicatorImpl,
     rv_.abort_state().throw_if_aborted(call.kind);
     const auto r = static_cast<std::size_t>(rank);
     const std::shared_ptr<Round> round = rv_.enter(rank);
-    const std::string label = detail::collective_label(call.kind, round->seq);
+    // Built only for an error: a string per rank per call was a visible part of a small call.
+    auto label = [&] { return detail::collective_label(call.kind, round->seq); };
     if (in_flight_[r]) {
-      std::string why = detail::cat(label, ": rank ", rank,
+      std::string why = detail::cat(label(), ": rank ", rank,
                                     " started a collective while its previous one was still "
                                     "running (on another stream); a rank's collectives must run "
                                     "one at a time");
@@ -296,13 +299,13 @@ class SimCommunicator final : public CommunicatorImpl,
     if (health && health->failed.load()) {
       // The message parked peers get when this rank's trainer aborts (Communicator::abort).
       const std::string fault = health->failure();
-      abort_locked(lk, Cause::error, detail::cat(label, ": rank ", rank, " failed: ", fault),
+      abort_locked(lk, Cause::error, detail::cat(label(), ": rank ", rank, " failed: ", fault),
                    rank);
       throw BackendError(fault);
     }
     in_flight_[r] = 1;
     waiters_[r] = resume;
-    labels_[r] = label;
+    labels_[r] = {call.kind, round->seq};
     // Injected fault: parked, but never arrives.
     if (skipped(rank, round->seq) ||
         !rv_.arrive(*round, rank, SimCall(call, &stream, stream.virtual_now))) {
@@ -586,7 +589,7 @@ class SimCommunicator final : public CommunicatorImpl,
   // override. At most one round is open at a time: every rank that arrived is parked.
   detail::Rendezvous<SimCall> rv_;
   std::vector<char> in_flight_;      // in_flight_[r]: rank r's collective has not finished
-  std::vector<std::string> labels_;  // each parked rank's collective, for abort messages
+  std::vector<std::pair<Kind, std::uint64_t>> labels_;  // each parked rank's collective and ordinal
   std::vector<std::optional<Resume>> waiters_;  // parked ranks of the open round
   std::optional<std::uint64_t> timer_;  // Watchdog id of the deadline (Note [Lazy deadline])
   std::uint64_t pending_seq_ = 0;       // the last round a rank parked in, and
