@@ -112,14 +112,14 @@ constexpr std::int64_t kCopyBlock = 4096;  // elements per block of broadcast / 
 // Note [Small collectives]
 // Posting a share to another pool thread costs a wake-up and a context switch (several
 // microseconds, more than moving a few hundred KiB takes on one core), so a call that writes at
-// most kInlineBytes in all, or reads that much in a reduction (a 64 KiB broadcast, all_gather or all_reduce over 8 ranks writes
-// 512 KiB) runs whole on the thread of the last rank to arrive: no job is posted, and the other
-// ranks' streams are resumed from there, handed straight to their pool threads while these still
-// spin on them (Note [Stream hand-offs], sim_stream.cpp). Before, a 64 KiB broadcast over 4 ranks
-// (256 KiB, counted as the payload of one rank's buffer times the ranks) was split into 4 jobs.
-// A resumed rank whose next task is again a collective (back-to-back calls) carries on on that
-// same thread too (Resume::here). The shares and the order of every reduction are the same: only
-// which thread runs them changes.
+// most kInlineBytes in all, and reads at most that much in a reduction (a 64 KiB broadcast,
+// all_gather or all_reduce over 8 ranks writes 512 KiB), runs whole on the thread of the last
+// rank to arrive: no job is posted. Before, a 64 KiB broadcast over 4 ranks (256 KiB, counted as
+// one rank's buffer times the ranks) was split into 4 jobs. The other ranks' streams are resumed
+// from there (Resume::here): one whose next task is again a collective (back-to-back calls)
+// carries on on that same thread, others are handed to their pool threads, with no wake-up while
+// these still spin on them (Note [Stream hand-offs], sim_stream.cpp). The shares and the order
+// of every reduction are the same: only which thread runs them changes.
 constexpr std::int64_t kInlineBytes = std::int64_t(512) << 10;
 
 inline void store_block(void* dst, const void* src, std::size_t bytes, bool stream) {
