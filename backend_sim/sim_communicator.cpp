@@ -71,6 +71,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if defined(__AVX512F__) || defined(__AVX__) || defined(__SSE2__)
@@ -107,6 +108,19 @@ inline const char* kind_name(Kind k) { return detail::collective_name(k); }
 // Only the store instruction changes: the values are the same bits.
 constexpr std::size_t kStreamBytes = std::size_t(4) << 20;
 constexpr std::int64_t kCopyBlock = 4096;  // elements per block of broadcast / all_gather copies
+
+// Note [Small collectives]
+// Posting a share to another pool thread costs a wake-up and a context switch (several
+// microseconds, more than moving a few hundred KiB takes on one core), so a call that writes at
+// most kInlineBytes in all, and reads at most that much in a reduction (a 64 KiB broadcast,
+// all_gather or all_reduce over 8 ranks writes 512 KiB), runs whole on the thread of the last
+// rank to arrive: no job is posted. Before, a 64 KiB broadcast over 4 ranks (256 KiB, counted as
+// one rank's buffer times the ranks) was split into 4 jobs. The other ranks' streams are resumed
+// from there (Resume::here): one whose next task is again a collective (back-to-back calls)
+// carries on on that same thread, others are handed to their pool threads, with no wake-up while
+// these still spin on them (Note [Stream hand-offs], sim_stream.cpp). The shares and the order
+// of every reduction are the same: only which thread runs them changes.
+constexpr std::int64_t kInlineBytes = std::int64_t(512) << 10;
 
 inline void store_block(void* dst, const void* src, std::size_t bytes, bool stream) {
 #if defined(__AVX512F__) || defined(__AVX__) || defined(__SSE2__)
@@ -233,11 +247,14 @@ class SimCommunicator final : public CommunicatorImpl,
   void release_parked(std::unique_lock<std::mutex>& lk) {
     if (timer_) Watchdog::instance().cancel(*timer_);
     timer_.reset();
+    // Dropped once the lock is released (a caller holds another reference meanwhile).
+    const std::shared_ptr<SimCommunicator> keep = std::move(keep_alive_);
     std::vector<std::pair<Resume, std::exception_ptr>> parked;
     for (std::size_t q = 0; q < waiters_.size(); ++q)
       if (waiters_[q]) {
         // One exception object per rank: each stream rethrows its own (none shared by threads).
-        parked.emplace_back(*waiters_[q], rv_.abort_state().error_for(labels_[q]));
+        parked.emplace_back(*waiters_[q], rv_.abort_state().error_for(detail::collective_label(
+                                              labels_[q].first, labels_[q].second)));
         waiters_[q].reset();
         in_flight_[q] = 0;
       }
@@ -269,9 +286,10 @@ class SimCommunicator final : public CommunicatorImpl,
     rv_.abort_state().throw_if_aborted(call.kind);
     const auto r = static_cast<std::size_t>(rank);
     const std::shared_ptr<Round> round = rv_.enter(rank);
-    const std::string label = detail::collective_label(call.kind, round->seq);
+    // Built only for an error: a string per rank per call was a visible part of a small call.
+    auto label = [&] { return detail::collective_label(call.kind, round->seq); };
     if (in_flight_[r]) {
-      std::string why = detail::cat(label, ": rank ", rank,
+      std::string why = detail::cat(label(), ": rank ", rank,
                                     " started a collective while its previous one was still "
                                     "running (on another stream); a rank's collectives must run "
                                     "one at a time");
@@ -281,23 +299,27 @@ class SimCommunicator final : public CommunicatorImpl,
     if (health && health->failed.load()) {
       // The message parked peers get when this rank's trainer aborts (Communicator::abort).
       const std::string fault = health->failure();
-      abort_locked(lk, Cause::error, detail::cat(label, ": rank ", rank, " failed: ", fault),
+      abort_locked(lk, Cause::error, detail::cat(label(), ": rank ", rank, " failed: ", fault),
                    rank);
       throw BackendError(fault);
     }
     in_flight_[r] = 1;
     waiters_[r] = resume;
-    labels_[r] = label;
+    labels_[r] = {call.kind, round->seq};
     // Injected fault: parked, but never arrives.
     if (skipped(rank, round->seq) ||
         !rv_.arrive(*round, rank, SimCall(call, &stream, stream.virtual_now))) {
-      if (!timer_) arm_timeout(*round, call.kind);  // the first rank to park starts the clock
+      if (round->seq != pending_seq_) {  // the first rank to park in this round
+        pending_seq_ = round->seq;
+        pending_kind_ = call.kind;
+        if (!keep_alive_) keep_alive_ = shared_from_this();
+      }
+      if (!timer_) arm_timeout(round->deadline);  // else it re-arms itself (Note [Lazy deadline])
       return;
     }
 
-    // Last to arrive: run the collective.
-    if (timer_) Watchdog::instance().cancel(*timer_);
-    timer_.reset();
+    // Last to arrive: run the collective. The deadline stays armed (Note [Lazy deadline]).
+    const std::shared_ptr<SimCommunicator> keep = std::move(keep_alive_);  // `self` holds us too
     auto work = std::make_shared<Work>();
     work->calls = std::move(round->calls);
     work->mismatch = detail::find_call_mismatch(work->calls, round->seq);
@@ -312,15 +334,14 @@ class SimCommunicator final : public CommunicatorImpl,
       finish(*work);
       return;
     }
-    // Shares: one job per pool thread (fewer for small payloads, where posting costs more than
-    // the copy). Each job runs a contiguous range of shares.
+    // Shares: one job per pool thread, each a contiguous range of shares; a small call runs
+    // whole on this thread (Note [Small collectives]).
     const Call& c = work->calls[0];
-    const std::int64_t payload = (c.kind == Kind::all_to_all_v ? written_elements(work->calls)
-                                                                : c.count * n_) *
-                                 static_cast<std::int64_t>(dtype_size(c.dtype));
-    const int jobs = payload < (std::int64_t(1) << 16)
-                         ? 1
-                         : std::min(n_, Executor::instance().threads());
+    // Bytes written, or read by a reduction (count from every rank), whichever is more.
+    const std::int64_t moved =
+        std::max(written_elements(work->calls), c.kind == Kind::all_to_all_v ? 0 : c.count * n_) *
+        static_cast<std::int64_t>(dtype_size(c.dtype));
+    const int jobs = moved <= kInlineBytes ? 1 : std::min(n_, Executor::instance().threads());
     work->pending.store(jobs);
     for (int j = 1; j < jobs; ++j)
       Executor::instance().post(
@@ -329,20 +350,32 @@ class SimCommunicator final : public CommunicatorImpl,
     run_job(work, 0, jobs);
   }
 
-  // The deadline of the open round (Note [Rendezvous]), on the Watchdog.
-  void arm_timeout(const Round& round, Kind kind) {
-    pending_kind_ = kind;
-    // The callback holds the communicator: parked ranks do not, and must still time out when
-    // every handle is gone.
-    timer_ = Watchdog::instance().schedule(
-        round.deadline, [self = shared_from_this(), seq = round.seq] { self->on_timeout(seq); });
+  // Note [Lazy deadline]
+  // Each round's deadline is its first arrival + the timeout (Note [Rendezvous]). Arming and
+  // cancelling a Watchdog call per collective woke the watchdog thread each time (a futex wake
+  // and two context switches per collective, most of a small collective's cost), so the call is
+  // armed once and left armed when a round completes: when it fires, it times out the open
+  // round if that round's deadline has passed, re-arms itself for the open round's deadline if
+  // not (rounds open one after the other, so that deadline is later), and disarms when no round
+  // is open; the next rank to park arms it again. The timeout thus fires at the same time as
+  // before. The callback holds the communicator weakly; while ranks are parked, keep_alive_ holds
+  // it (parked ranks do not, and must still time out when every handle is gone).
+  void arm_timeout(Watchdog::Clock::time_point due) {
+    timer_ = Watchdog::instance().schedule(due, [weak = weak_from_this()] {
+      if (const auto self = weak.lock()) self->on_timeout();
+    });
   }
 
-  void on_timeout(std::uint64_t seq) {
+  void on_timeout() {
     std::unique_lock lk(mu_);
-    if (rv_.abort_state().aborted() || !rv_.is_open(seq)) return;  // completed meanwhile
     timer_.reset();
-    std::string why = rv_.timeout_reason(*rv_.open().at(seq), pending_kind_);
+    if (rv_.abort_state().aborted() || rv_.open().empty()) return;  // nothing waits: disarmed
+    const Round& round = *rv_.open().begin()->second;
+    if (Watchdog::Clock::now() < round.deadline) {  // a later round's: wait for its deadline
+      arm_timeout(round.deadline);
+      return;
+    }
+    std::string why = rv_.timeout_reason(round, pending_kind_);
     abort_locked(lk, Cause::timeout, std::move(why));
   }
 
@@ -415,13 +448,15 @@ class SimCommunicator final : public CommunicatorImpl,
         failed = "unknown exception";
       }
     }
+    // Resume::here: a rank whose next task is its next collective carries on on this thread (the
+    // last rank's, or the last job's), with no hand-off (Note [Small collectives]).
     for (const Resume& r : work.resumes) {  // one exception object per rank
       if (!work.mismatch.empty())
-        r(error_ptr<InvalidArgument>(work.mismatch));
+        r.here(error_ptr<InvalidArgument>(work.mismatch));
       else if (work.error)
-        r(error_ptr<BackendError>(failed));
+        r.here(error_ptr<BackendError>(failed));
       else
-        r();
+        r.here();
     }
   }
 
@@ -554,10 +589,12 @@ class SimCommunicator final : public CommunicatorImpl,
   // override. At most one round is open at a time: every rank that arrived is parked.
   detail::Rendezvous<SimCall> rv_;
   std::vector<char> in_flight_;      // in_flight_[r]: rank r's collective has not finished
-  std::vector<std::string> labels_;  // each parked rank's collective, for abort messages
+  std::vector<std::pair<Kind, std::uint64_t>> labels_;  // each parked rank's collective and ordinal
   std::vector<std::optional<Resume>> waiters_;  // parked ranks of the open round
-  std::optional<std::uint64_t> timer_;          // Watchdog id of the open round's deadline
-  Kind pending_kind_ = Kind::barrier;           // the first parked call's, for the timeout
+  std::optional<std::uint64_t> timer_;  // Watchdog id of the deadline (Note [Lazy deadline])
+  std::uint64_t pending_seq_ = 0;       // the last round a rank parked in, and
+  Kind pending_kind_ = Kind::barrier;   // ... its first parked call's kind, for the timeout
+  std::shared_ptr<SimCommunicator> keep_alive_;  // set while ranks are parked
   const std::shared_ptr<SimP2P> p2p_;           // send / recv (its own lock; aborted from here)
 };
 

@@ -1,7 +1,14 @@
 #include "backend_sim/sim_stream.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <thread>
 #include <utility>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #include "backend_sim/sim_executor.h"
 #include "core/runtime/error.h"
@@ -96,25 +103,193 @@ bool SimEvent::query() {
 
 // ---- the stream -----------------------------------------------------------------------------
 
+// Note [Stream hand-offs]
+// Handing a stream from one thread to another costs a futex wake and a context switch (several
+// microseconds here, more than a small kernel or a small collective takes), so the stream avoids
+// them where it can, without changing what runs in which order:
+//  - a host thread that waits on the stream (synchronize, a blocking copy, the destructor) runs
+//    the stream's work itself when it finds it posted to the pool and not yet started (state
+//    scheduled), and a blocking copy on an idle stream runs at once on the calling thread; the
+//    pool job posted earlier then finds the stream claimed and does nothing;
+//  - a pool thread that emptied a stream, or saw it park, spins briefly (kSpin, DITTO_SIM_SPIN_US)
+//    before it goes back to the pool: work enqueued or a resume in that time is handed to it
+//    directly (no post, no wake), and a waiting host thread spins as long before it sleeps. At
+//    most hardware_concurrency() - 1 threads spin at once, so spinning never takes the last core,
+//    and none while any stream waits for a pool thread (it would be delayed, or lack a core);
+//  - a resumed stream whose host thread is waiting on it is handed to that thread (no post);
+//  - Resume::here (a collective's last rank resuming the others): a stream whose next task parks
+//    again (back-to-back collectives) is claimed by the resuming thread, which runs it right
+//    after its current task, while its next tasks park (so only cheap tasks migrate: at the first
+//    plain task the stream goes back to its own thread). Only the outermost drain on a thread
+//    runs its claims, after each task, so no drain nests another.
+// Errors are kept and rethrown exactly where they were before: a task's error by the next
+// synchronize, a blocking copy's own error first, then an earlier one.
+
+namespace {
+
+std::chrono::nanoseconds spin_time() {
+  static const std::chrono::nanoseconds t = [] {
+    long us = 20;
+    if (const char* env = std::getenv("DITTO_SIM_SPIN_US")) {
+      char* end = nullptr;
+      long v = std::strtol(env, &end, 10);
+      if (end != env && *end == '\0' && v >= 0 && v <= 100000) us = v;
+    }
+    return std::chrono::nanoseconds(std::chrono::microseconds(us));
+  }();
+  return t;
+}
+
+std::atomic<int> g_spinners{0};
+
+// Most threads that spin at once: DITTO_SIM_SPINNERS, else the cores.
+int spin_cap() {
+  if (const char* env = std::getenv("DITTO_SIM_SPINNERS")) {
+    char* end = nullptr;
+    long v = std::strtol(env, &end, 10);
+    if (end != env && *end == '\0' && v >= 1 && v <= 1024) return static_cast<int>(v);
+  }
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+// Stream drains posted to the pool and not yet started, over all streams. A thread spins only
+// while this is 0: a spinning pool thread would delay the streams queued behind it (1024
+// devices on a few threads), and any spinning thread takes a core they need.
+std::atomic<std::int64_t> g_waiting_drains{0};
+
+bool take_spin_slot() {
+  static const int cap = spin_cap();
+  if (spin_time().count() == 0 || g_waiting_drains.load(std::memory_order_relaxed) > 0)
+    return false;
+  int s = g_spinners.load(std::memory_order_relaxed);
+  while (s < cap)
+    if (g_spinners.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) return true;
+  return false;
+}
+
+void give_spin_slot() { g_spinners.fetch_sub(1, std::memory_order_acq_rel); }
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Spins until `ready()`, spin_time() passed or a stream waits for a pool thread; the last result
+// of ready().
+template <typename F>
+bool spin_until(F ready) {
+  const auto until = std::chrono::steady_clock::now() + spin_time();
+  for (unsigned i = 1;; ++i) {
+    if (ready()) return true;
+    if (g_waiting_drains.load(std::memory_order_relaxed) > 0) return false;
+    cpu_relax();
+    if ((i & 63) == 0 && std::chrono::steady_clock::now() >= until) return ready();
+  }
+}
+
+}  // namespace
+
 void Resume::operator()(std::exception_ptr error) const { s_->resume(std::move(error)); }
+
+void Resume::here(std::exception_ptr error) const { s_->resume(std::move(error), true); }
+
+namespace {
+// Drains running on this thread (Resume::here claims only inside one), and the streams claimed
+// by this thread, to run once the current task returns.
+thread_local int t_drains = 0;
+thread_local std::vector<SimStream*> t_claimed;
+}  // namespace
+
+void SimStream::run_claimed() {
+  while (!t_claimed.empty()) {
+    SimStream* s = t_claimed.back();
+    t_claimed.pop_back();
+    std::unique_lock lk(s->mu_);
+    s->drain_claimed(lk);
+  }
+}
+
+void SimStream::drain_claimed(std::unique_lock<std::mutex>& lk) {
+  ++t_drains;
+  for (;;) {
+    if (queue_.empty()) {
+      set_state(State::idle);
+      bump();
+      break;
+    }
+    if (!queue_.front().start) {  // a plain task: its own thread runs it
+      if (spin_.load(std::memory_order_acquire) == 1) {
+        spin_.store(2, std::memory_order_release);
+        break;
+      }
+      set_state(State::scheduled);
+      if (host_waiters_ > 0) {
+        bump();
+        break;
+      }
+      ++posted_;
+      post();
+      break;
+    }
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    starting_ = true;
+    resumed_early_ = false;
+    lk.unlock();
+    std::exception_ptr err;
+    try {
+      task.start(Resume(this));
+    } catch (...) {
+      err = std::current_exception();
+    }
+    task = {};
+    lk.lock();
+    starting_ = false;
+    if (err) {
+      keep_error_locked(std::move(err));
+      continue;
+    }
+    if (resumed_early_) continue;
+    set_state(State::parked);
+    break;
+  }
+  --t_drains;
+}
 
 SimStream::~SimStream() {
   std::unique_lock lk(mu_);
-  cv_idle_.wait(lk, [&] { return state_ == State::idle; });
+  wait_host(lk, [&] {
+    return state() == State::idle && posted_ == 0 && spin_.load(std::memory_order_acquire) == 0;
+  });
+}
+
+void SimStream::post() {
+  g_waiting_drains.fetch_add(1, std::memory_order_relaxed);
+  Executor::instance().post([this] { run_posted(); }, home_);
+}
+
+bool SimStream::push_locked(Task task) {
+  queue_.push_back(std::move(task));
+  if (state() != State::idle) return false;  // whoever runs it runs this after what is queued
+  if (spin_.load(std::memory_order_acquire) == 1) {  // a pool thread waits for it: hand it over
+    set_state(State::running);
+    spin_.store(2, std::memory_order_release);
+    return false;
+  }
+  set_state(State::scheduled);
+  ++posted_;
+  return true;
 }
 
 void SimStream::push(Task task) {
+  bool post_it;
   {
     std::lock_guard lk(mu_);
-    queue_.push_back(std::move(task));
-    if (state_ != State::idle) return;  // the pool runs it after what is queued
-    state_ = State::scheduled;
+    post_it = push_locked(std::move(task));
   }
-  post_drain();
-}
-
-void SimStream::post_drain() {
-  Executor::instance().post([this] { drain(); }, home_);
+  if (post_it) post();
 }
 
 void SimStream::enqueue(std::function<void()> task) { push({std::move(task), nullptr, true}); }
@@ -127,19 +302,53 @@ void SimStream::enqueue_parked(std::function<void(Resume)> start) {
   push({nullptr, std::move(start), false});
 }
 
-// Runs the queue on a pool thread until it is empty, a task parks the stream, or the budget is
-// spent (then the stream goes to the back of the pool's queue).
-void SimStream::drain() {
+void SimStream::run_posted() {
+  g_waiting_drains.fetch_sub(1, std::memory_order_relaxed);
   std::unique_lock lk(mu_);
+  --posted_;
+  if (state() != State::scheduled) {  // a waiting host thread claimed it meanwhile
+    if (posted_ == 0) bump();          // the destructor waits for posted_ == 0
+    return;
+  }
+  set_state(State::running);
+  drain(lk, nullptr);
+}
+
+bool SimStream::spin_for_handoff(std::unique_lock<std::mutex>& lk) {
+  if (!take_spin_slot()) return false;
+  spin_.store(1, std::memory_order_release);
+  lk.unlock();
+  spin_until([&] { return spin_.load(std::memory_order_acquire) != 1; });
+  give_spin_slot();
+  lk.lock();
+  if (spin_.exchange(0, std::memory_order_acq_rel) == 2) return true;  // state_ running: go on
+  bump();  // the destructor waits for spin_ == 0
+  return false;
+}
+
+// Runs the queue until it is empty, a task parks the stream, or (on the pool) the budget is spent
+// (then the stream goes to the back of the pool's queue) or (on a waiting host) done() holds.
+void SimStream::drain(std::unique_lock<std::mutex>& lk, const std::function<bool()>* done) {
+  ++t_drains;
+  struct Leave {
+    ~Leave() { --t_drains; }
+  } leave;
   for (int budget = kDrainBudget;; --budget) {
     if (queue_.empty()) {
-      state_ = State::idle;
-      cv_idle_.notify_all();
-      return;
+      set_state(State::idle);
+      bump();
+      if (done || !spin_for_handoff(lk)) return;
+      budget = kDrainBudget;
+      continue;
     }
-    if (budget == 0) {  // stays scheduled
-      lk.unlock();
-      post_drain();
+    if (done ? (*done)() : budget == 0) {  // the pool runs the rest
+      if (spin_.load(std::memory_order_acquire) == 1) {  // a pool thread waits for it
+        spin_.store(2, std::memory_order_release);
+        return;
+      }
+      set_state(State::scheduled);
+      ++posted_;
+      post();
       return;
     }
     Task task = std::move(queue_.front());
@@ -155,6 +364,7 @@ void SimStream::drain() {
         err = std::current_exception();
       }
       task = {};
+      if (t_drains == 1 && !t_claimed.empty()) run_claimed();  // Resume::here's streams
       lk.lock();
       starting_ = false;
       if (err) {
@@ -162,8 +372,10 @@ void SimStream::drain() {
         continue;
       }
       if (resumed_early_) continue;
-      state_ = State::parked;  // resume() puts the stream back on the pool
-      return;
+      set_state(State::parked);  // resume() puts the stream back on the pool
+      if (done || !spin_for_handoff(lk)) return;
+      budget = kDrainBudget;
+      continue;
     }
     lk.unlock();
     std::exception_ptr err;
@@ -175,12 +387,44 @@ void SimStream::drain() {
       err = std::current_exception();
     }
     task = {};  // release captures before reporting idle
+    if (t_drains == 1 && !t_claimed.empty()) run_claimed();  // claimed by a nested drain
     lk.lock();
     if (err) keep_error_locked(std::move(err));
   }
 }
 
-void SimStream::resume(std::exception_ptr error) {
+void SimStream::wait_host(std::unique_lock<std::mutex>& lk, const std::function<bool()>& done) {
+  bool spun = false;
+  for (;;) {
+    if (done()) break;
+    if (state() == State::scheduled) {  // posted, not started: run it here (no hand-off)
+      set_state(State::running);
+      drain(lk, &done);
+      spun = false;  // a new wait: spin again before sleeping
+      continue;
+    }
+    const std::uint64_t seen = changes_.load(std::memory_order_acquire);
+    ++host_waiters_;
+    if (!spun && take_spin_slot()) {
+      spun = true;
+      lk.unlock();
+      spin_until([&] { return changes_.load(std::memory_order_acquire) != seen; });
+      give_spin_slot();
+      lk.lock();
+    } else {
+      cv_idle_.wait(lk, [&] { return changes_.load(std::memory_order_acquire) != seen; });
+    }
+    --host_waiters_;
+  }
+  // A resume handed the stream to the waiting host threads (no pool job), and this one no longer
+  // needs it: the pool runs it.
+  if (state() == State::scheduled && posted_ == 0) {
+    ++posted_;
+    post();
+  }
+}
+
+void SimStream::resume(std::exception_ptr error, bool here) {
   {
     std::lock_guard lk(mu_);
     if (error) keep_error_locked(std::move(error));
@@ -189,18 +433,33 @@ void SimStream::resume(std::exception_ptr error) {
       return;
     }
     if (queue_.empty()) {
-      state_ = State::idle;
-      cv_idle_.notify_all();
+      set_state(State::idle);
+      bump();
       return;
     }
-    state_ = State::scheduled;
+    if (here && t_drains > 0 && queue_.front().start) {  // this thread runs it next (no hop)
+      set_state(State::running);
+      t_claimed.push_back(this);
+      return;
+    }
+    if (spin_.load(std::memory_order_acquire) == 1) {  // its pool thread still waits: hand over
+      set_state(State::running);
+      spin_.store(2, std::memory_order_release);
+      return;
+    }
+    set_state(State::scheduled);
+    if (host_waiters_ > 0) {  // a host thread waits on this stream: it runs it
+      bump();
+      return;
+    }
+    ++posted_;
   }
-  post_drain();
+  post();
 }
 
 void SimStream::synchronize() {
   std::unique_lock lk(mu_);
-  cv_idle_.wait(lk, [&] { return state_ == State::idle; });
+  wait_host(lk, [&] { return state() == State::idle; });
   if (error_) {
     auto e = error_;
     error_ = nullptr;
@@ -209,43 +468,56 @@ void SimStream::synchronize() {
 }
 
 void SimStream::run_sync(std::function<void()> task) {
-  struct Done {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    std::exception_ptr error;
+  std::exception_ptr own;  // the task's own error
+  auto run = [&] {
+    try {
+      if (health_ && health_->failed.load()) throw BackendError(health_->failure());
+      task();
+    } catch (...) {
+      own = std::current_exception();
+    }
   };
-  auto done = std::make_shared<Done>();
-  const DeviceHealth* health = health_.get();
-  push({[task = std::move(task), done, health] {
-          try {
-            if (health && health->failed.load()) throw BackendError(health->failure());
-            task();
-          } catch (...) {
-            done->error = std::current_exception();
-          }
-          {
-            std::lock_guard lk(done->mu);
-            done->done = true;
-          }
-          done->cv.notify_all();
-        },
-        nullptr, false});
-  std::unique_lock lk(done->mu);
-  done->cv.wait(lk, [&] { return done->done; });
-  // Take the exception out of `done`: the worker destroys its copy of `done` (the task) later,
-  // and must not be the one to release the exception this thread is throwing (TSan saw the
-  // exception's destructor on the worker race with the caller's what()).
-  if (std::exception_ptr e = std::exchange(done->error, nullptr)) {
+  std::unique_lock lk(mu_);
+  if (state() == State::idle && queue_.empty()) {
+    // Nothing queued before it (Note [Stream hand-offs]): run it now, on this thread. Work
+    // enqueued meanwhile queues behind it.
+    set_state(State::running);
     lk.unlock();
-    std::rethrow_exception(e);
+    run();
+    lk.lock();
+    if (queue_.empty()) {
+      set_state(State::idle);
+      bump();
+    } else if (spin_.load(std::memory_order_acquire) == 1) {
+      spin_.store(2, std::memory_order_release);
+    } else {
+      set_state(State::scheduled);
+      ++posted_;
+      post();
+    }
+  } else {
+    // The task and this frame share `own` and `ran`: this thread waits until the task is done
+    // with them, and the task holds no copy of the exception (so the worker never releases the
+    // exception this thread throws).
+    bool ran = false;  // guarded by mu_
+    const bool post_it = push_locked({[&] {
+                                        run();
+                                        std::lock_guard g(mu_);
+                                        ran = true;
+                                        bump();
+                                      },
+                                      nullptr, false});
+    if (post_it) post();
+    wait_host(lk, [&] { return ran; });
+  }
+  if (own) {
+    lk.unlock();
+    std::rethrow_exception(own);
   }
   // Like cudaMemcpy, report an error left by earlier work on this stream.
   std::exception_ptr earlier;
-  {
-    std::lock_guard elk(mu_);
-    std::swap(earlier, error_);
-  }
+  std::swap(earlier, error_);
+  lk.unlock();
   if (earlier) std::rethrow_exception(earlier);
 }
 

@@ -57,6 +57,11 @@ struct DeviceHealth {
 class Resume {
  public:
   void operator()(std::exception_ptr error = nullptr) const;
+  /// The same, for a caller that runs inside a stream's parking task (a collective's last rank):
+  /// when the stream's next task parks again (the next collective), this thread runs it right
+  /// after the current task instead of handing the stream to another thread (Note [Stream
+  /// hand-offs], sim_stream.cpp); otherwise as operator().
+  void here(std::exception_ptr error = nullptr) const;
 
  private:
   friend class SimStream;
@@ -113,6 +118,9 @@ class SimStream final : public Stream {
 
   Device device() const override { return device_; }
   int device_index() const { return device_.index; }
+  /// Waits until the queue is empty and rethrows the first error kept since the last call.
+  /// Work posted to the pool and not started yet runs on the calling thread meanwhile (Note
+  /// [Stream hand-offs], sim_stream.cpp).
   void synchronize() override;
   void record(Event& event) override;
   /// Parks the stream (no thread held) until the event completes, then advances its virtual clock
@@ -126,7 +134,9 @@ class SimStream final : public Stream {
   void enqueue(std::function<void()> task);
 
   /// Enqueue `task` and block until it has run; rethrows the task's own exception (or the
-  /// device's BackendError), then any error left by earlier work on the stream.
+  /// device's BackendError), then any error left by earlier work on the stream. On an idle
+  /// stream the task runs at once on the calling thread (Note [Stream hand-offs],
+  /// sim_stream.cpp).
   void run_sync(std::function<void()> task);
 
   /// Append a task that starts something and parks the stream (Note [Sim executor]): in queue
@@ -156,10 +166,34 @@ class SimStream final : public Stream {
     std::function<void(Resume)> start;   // a parking task
     bool checked = true;                 // plain: fail instead of running on a failed device
   };
+  enum class State : std::uint8_t { idle, scheduled, running, parked };
   void push(Task task);
-  void post_drain();
-  void drain();  // runs on a pool thread
-  void resume(std::exception_ptr error);
+  // Appends `task` (mu_ held); true when the caller must post the stream to the pool.
+  bool push_locked(Task task);
+  // Posts the stream's drain to the pool: ++posted_ with mu_ held, then post() (with or
+  // without mu_; the destructor waits for posted_ == 0, so `this` stays alive).
+  void post();
+  // Every change a waiting host thread may look for: counted, then announced (mu_ held).
+  void bump() {
+    changes_.fetch_add(1, std::memory_order_release);
+    cv_idle_.notify_all();
+  }
+  void run_posted();  // the pool's job: claims a scheduled stream and drains it
+  // Runs the queue with mu_ held in `lk` (released around each task) and state_ == running.
+  // On a pool thread (`done` null): until it is empty or parks, with a budget, then spins for a
+  // hand-off (Note [Stream hand-offs]). On a waiting host thread: until `done()` or it parks.
+  void drain(std::unique_lock<std::mutex>& lk, const std::function<bool()>* done);
+  // Runs a stream claimed by Resume::here while its next task parks; posts it at the first
+  // plain task. mu_ held in `lk`, state_ running.
+  void drain_claimed(std::unique_lock<std::mutex>& lk);
+  // Runs the streams this thread claimed (Resume::here), until there are none.
+  static void run_claimed();
+  // Blocks the calling (host) thread until `done()`, running the stream's scheduled work itself.
+  void wait_host(std::unique_lock<std::mutex>& lk, const std::function<bool()>& done);
+  bool spin_for_handoff(std::unique_lock<std::mutex>& lk);
+  void set_state(State s) { state_.store(s, std::memory_order_release); }
+  State state() const { return state_.load(std::memory_order_acquire); }
+  void resume(std::exception_ptr error, bool here = false);
   void keep_error_locked(std::exception_ptr e) {
     if (!error_) error_ = std::move(e);
   }
@@ -168,10 +202,17 @@ class SimStream final : public Stream {
   std::shared_ptr<DeviceHealth> health_;
   const std::uint64_t home_;  // the pool thread that normally runs this stream
   std::mutex mu_;
-  std::condition_variable cv_idle_;
+  std::condition_variable cv_idle_;  // state changes, for waiting host threads and the destructor
   std::deque<Task> queue_;
-  enum class State : std::uint8_t { idle, scheduled, parked };
-  State state_ = State::idle;  // scheduled: posted to the pool or running there
+  // Written with mu_ held; read without it by spinning threads. scheduled: posted to the pool,
+  // not yet claimed; running: a thread (pool or host) is draining it.
+  std::atomic<State> state_{State::idle};
+  std::atomic<std::uint64_t> changes_{0};  // bump()s so far (read by spinning host threads)
+  int posted_ = 0;             // pool jobs posted and not yet run (they touch `this`)
+  int host_waiters_ = 0;       // host threads in wait_host (a resume hands the stream to them)
+  // A pool thread that just drained the stream waits briefly for more (Note [Stream hand-offs]):
+  // 0 none, 1 spinning, 2 handed the stream (state_ running, it drains again).
+  std::atomic<int> spin_{0};
   bool starting_ = false;      // a parking task's start() is running on the draining thread
   bool resumed_early_ = false; // ... and it already called resume
   std::exception_ptr error_;
