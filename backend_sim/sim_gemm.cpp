@@ -647,7 +647,7 @@ bool intra_op_enabled() {
 }
 
 // fn(r0, r1, c0, c1) over blocks of C[M, N]: whole rows when M > N, else whole columns, about
-// two blocks per hardware thread (whole 32-column panels, whole 12-row panels), run through
+// four blocks per hardware thread (whole 32-column panels, 48-row blocks), run through
 // Executor::parallel_for; one call on the caller when the product is small or no pool thread is
 // idle (every device busy: the cores are used already).
 template <typename Fn>
@@ -660,7 +660,8 @@ void run_split(std::int64_t M, std::int64_t N, std::int64_t K, const Fn& fn) {
   }
   const bool by_rows = M > N;
   const std::int64_t dim = by_rows ? M : N, granule = by_rows ? 48 : 32;
-  std::int64_t chunk = (dim + 2 * hw - 1) / (2 * hw);
+  std::int64_t chunk = (dim + 4 * hw - 1) / (4 * hw);  // small blocks: a helper the OS delays
+                                                       // holds up the caller less
   chunk = (chunk + granule - 1) / granule * granule;
   const std::int64_t chunks = (dim + chunk - 1) / chunk;
   if (chunks <= 1) {
