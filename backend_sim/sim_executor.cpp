@@ -147,6 +147,68 @@ void Executor::post(std::function<void()> job, std::uint64_t home) {
   if (w.busy.load()) impl_->wake_a_poller(k);
 }
 
+namespace {
+
+// The state of one parallel_for, shared with the helper jobs (which may outlive the call: a
+// helper that starts after the last chunk was claimed only reads the counter).
+struct ParallelRun {
+  std::int64_t n = 0;
+  const std::function<void(std::int64_t)>* body = nullptr;  // valid while chunks are unclaimed
+  std::atomic<std::int64_t> next{0};                        // next chunk to claim
+  std::atomic<std::int64_t> done{0};                        // chunks finished
+
+  void run_chunks() {
+    for (std::int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
+      (*body)(i);
+      done.fetch_add(1, std::memory_order_release);
+    }
+  }
+};
+
+}  // namespace
+
+void Executor::parallel_for(std::int64_t n, const std::function<void(std::int64_t)>& body,
+                            int max_helpers) {
+  if (n <= 0) return;
+  if (n == 1) {
+    body(0);
+    return;
+  }
+  if (max_helpers < 0)
+    max_helpers = std::max(0, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+  max_helpers = static_cast<int>(std::min<std::int64_t>(max_helpers, n - 1));
+  auto run = std::make_shared<ParallelRun>();
+  run->n = n;
+  run->body = &body;
+  // Ask idle threads: not running a job, nothing queued, lock free right now.
+  static std::atomic<std::uint64_t> rotate{0};
+  const std::size_t t = impl_->workers.size();
+  const std::size_t first = static_cast<std::size_t>(rotate.fetch_add(1) % t);
+  for (std::size_t i = 0; i < t && max_helpers > 0; ++i) {
+    Impl::Worker& w = *impl_->workers[(first + i) % t];
+    if (w.busy.load()) continue;
+    std::unique_lock lk(w.mu, std::try_to_lock);
+    if (!lk.owns_lock() || !w.jobs.empty() || w.busy.load()) continue;
+    w.jobs.push_back([run] { run->run_chunks(); });
+    impl_->queued.fetch_add(1);
+    lk.unlock();
+    w.cv.notify_one();
+    --max_helpers;
+  }
+  run->run_chunks();
+  // Every chunk is claimed now; those not finished run on threads that wait for nothing.
+  while (run->done.load(std::memory_order_acquire) < n) std::this_thread::yield();
+}
+
+bool Executor::has_idle_thread() const {
+  for (const auto& w : impl_->workers)
+    if (!w->busy.load()) {
+      std::unique_lock lk(w->mu, std::try_to_lock);
+      if (lk.owns_lock() && w->jobs.empty() && !w->busy.load()) return true;
+    }
+  return false;
+}
+
 std::uint64_t Executor::next_home() {
   static std::atomic<std::uint64_t> next{0};
   return next.fetch_add(1);

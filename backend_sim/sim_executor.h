@@ -11,6 +11,17 @@
 // the other ranks, is *parked* (SimStream::enqueue_parked): it holds no thread and is put back on
 // the pool by whoever completes its dependency. Only a task written by a user (enqueue) can
 // block a pool thread, and then only that thread.
+//
+// Note [Intra-op parallelism]
+// A large kernel of one device (a GEMM: backend_sim/sim_gemm.h, gemm_split) may use the threads
+// that no device needs at the moment: Executor::parallel_for cuts it into chunks, claimed one at
+// a time through an atomic counter; the caller runs chunks itself, and a helper job posted to
+// each idle thread claims chunks too until none is left (a helper that starts late finds none
+// and returns). The caller then waits only for chunks already claimed, which are running on
+// threads that hold no lock and wait for nothing, so the wait always ends: no new way to block a
+// pool thread, and with every thread busy a kernel simply runs alone on its own thread. In
+// bitwise mode the chunks are blocks of output elements, never parts of a reduction, so the bits
+// do not depend on how many threads took part.
 #pragma once
 
 #include <chrono>
@@ -35,6 +46,20 @@ class Executor {
 
   /// Number of pool threads.
   int threads() const { return threads_; }
+
+  /// Run body(i) for every i in [0, n), on the calling thread and on pool threads that are idle
+  /// (nothing running, nothing queued) when it is called, at most max_helpers of them (-1: one
+  /// per other hardware thread); returns when every call has returned. Note [Intra-op
+  /// parallelism]: the caller claims chunks like any helper, helpers only take chunks nobody has
+  /// claimed, and the caller waits only for chunks that a running thread has claimed, so it never
+  /// waits for work that cannot start (safe from a pool thread, with every other thread busy or
+  /// parked). `body` must not throw and must not block; calls may run in any order and at once.
+  void parallel_for(std::int64_t n, const std::function<void(std::int64_t)>& body,
+                    int max_helpers = -1);
+
+  /// Whether some pool thread is idle right now (a hint: it may be busy by the time it is asked).
+  /// Lets a kernel skip cutting itself into chunks when no thread could help.
+  bool has_idle_thread() const;
 
  private:
   Executor();

@@ -1,5 +1,5 @@
 // Host GEMM routines of the simulator's kernels, run synchronously on the calling thread (the
-// virtual device's worker). Split out of sim_kernels.cpp so they can be benchmarked and tested
+// virtual device's worker; the kernels split large ones over the pool, Note [Sim executor]). Split out of sim_kernels.cpp so they can be benchmarked and tested
 // on their own.
 #pragma once
 
@@ -25,9 +25,28 @@ void gemm_tn_sharded_bitwise(std::int64_t M, std::int64_t N, const float* A, std
                              const std::vector<std::int64_t>& bounds, float* C, std::int64_t ldc,
                              bool accumulate);
 
-/// Same contract with Eigen's blocked GEMM (any summation order).
+/// Same contract in any summation order: OpenBLAS (single-threaded) when the build found it and
+/// it runs on kernels for this CPU, else Eigen's blocked GEMM.
 void gemm_fast(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
                float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
                float beta, float* C, std::int64_t ldc);
+
+/// gemm_bitwise (bitwise) or gemm_fast over blocks of whole rows or columns of C, split over the
+/// idle threads of the simulator's pool when the product is large (Note [Intra-op parallelism],
+/// sim_executor.h); otherwise one call on the calling thread. Every element is computed exactly as
+/// by the single call, so bitwise results do not depend on the split. DITTO_SIM_INTRA_OP=0
+/// disables the split.
+void gemm_split(bool bitwise, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N,
+                std::int64_t K, float alpha, const float* A, std::int64_t lda, const float* B,
+                std::int64_t ldb, float beta, float* C, std::int64_t ldc);
+
+/// gemm_tn_sharded_bitwise split the same way (over C's rows or columns, never over the shards).
+void gemm_tn_sharded_split(std::int64_t M, std::int64_t N, const float* A, std::int64_t lda,
+                           const float* B, std::int64_t ldb,
+                           const std::vector<std::int64_t>& bounds, float* C, std::int64_t ldc,
+                           bool accumulate);
+
+/// The library gemm_fast runs large products on: "OpenBLAS" or "Eigen".
+const char* gemm_fast_library();
 
 }  // namespace ditto::sim

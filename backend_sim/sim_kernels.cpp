@@ -83,10 +83,8 @@ class SimKernels final : public Kernels {
             float beta, float* C, std::int64_t ldc, Determinism mode) override {
     if (M <= 0 || N <= 0) return;
     launch(s, "gemm", KernelCost{2.0 * M * N * K, 4.0 * (M * K + K * N + (beta == 0.0f ? 1.0 : 2.0) * M * N), true}, [=] {
-      if (mode == Determinism::bitwise)
-        gemm_bitwise(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-      else
-        gemm_fast(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+      gemm_split(mode == Determinism::bitwise, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
+                 beta, C, ldc);
     });
   }
 
@@ -302,7 +300,7 @@ class SimKernels final : public Kernels {
                        bool accumulate) override {
     if (M <= 0 || N <= 0) return;
     launch(s, "gemm_tn_sharded", KernelCost{2.0 * M * N * bounds.back(), 4.0 * (double(bounds.back()) * (M + N) + (accumulate ? 2.0 : 1.0) * M * N), true}, [=, bounds = bounds] {
-      gemm_tn_sharded_bitwise(M, N, A, lda, B, ldb, bounds, C, ldc, accumulate);
+      gemm_tn_sharded_split(M, N, A, lda, B, ldb, bounds, C, ldc, accumulate);
     });
   }
 

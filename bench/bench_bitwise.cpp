@@ -2,8 +2,10 @@
 //
 //   build/bin/bench_bitwise [--quick] [--help] [--version]
 //
-// 1. GEMM GFLOP/s on one simulated device for square sizes (C = A @ B, f32): canonical fma-chain
-//    kernel (bitwise) against Eigen (fast).
+// 1. GEMM GFLOP/s on one simulated device for square sizes (C = A @ B, f32) and the MLP's forward
+//    shapes (C = X @ W^T): canonical fma-chain kernel (bitwise) against the fast GEMM (OpenBLAS
+//    when the build found it, else Eigen). Large products use the pool's idle threads (Note
+//    [Intra-op parallelism]); DITTO_SIM_INTRA_OP=0 measures one thread.
 // 2. Trainer samples/s: DataParallel + SGD over 4 simulated devices on (a) the digits MLP
 //    64-128-10, batch 64, and (b) an MLP 784-1024-1024-10, batch 256, synthetic data.
 // Each figure is the median of several repetitions; the ratio column is bitwise / fast.
@@ -46,18 +48,22 @@ Tensor random(const Shape& s, std::uint64_t seed, const Device& d) {
   return Tensor::from_vector(v, s, d);
 }
 
-double gemm_gflops(std::int64_t n, Determinism mode, int reps) {
+// C[M, N] = op(A) @ op(B), op(B) = B^T when trans_b (as Linear's forward: x @ W^T).
+double gemm_gflops(std::int64_t M, std::int64_t N, std::int64_t K, bool trans_b, Determinism mode,
+                   int reps) {
   Device d("sim", 0);
-  Tensor a = random({n, n}, 1, d), b = random({n, n}, 2, d), c = Tensor::zeros({n, n}, DType::f32, d);
+  Tensor a = random({M, K}, 1, d), b = random(trans_b ? Shape{N, K} : Shape{K, N}, 2, d);
+  Tensor c = Tensor::zeros({M, N}, DType::f32, d);
   Stream& s = current_stream(d);
-  const int inner = std::max<int>(1, static_cast<int>(2e8 / (2.0 * n * n * n)));
-  ops::gemm(a, b, c, false, false, 1.0f, 0.0f, mode);  // warm-up
+  const double flop = 2.0 * M * N * K;
+  const int inner = std::max<int>(1, static_cast<int>(2e8 / flop));
+  ops::gemm(a, b, c, false, trans_b, 1.0f, 0.0f, mode);  // warm-up
   s.synchronize();
   double t = median_seconds(reps, [&] {
-    for (int i = 0; i < inner; ++i) ops::gemm(a, b, c, false, false, 1.0f, 0.0f, mode);
+    for (int i = 0; i < inner; ++i) ops::gemm(a, b, c, false, trans_b, 1.0f, 0.0f, mode);
     s.synchronize();
   });
-  return 2.0 * n * n * n * inner / t / 1e9;
+  return flop * inner / t / 1e9;
 }
 
 double trainer_samples_per_s(const std::vector<std::int64_t>& sizes, std::int64_t batch, int steps,
@@ -109,12 +115,23 @@ int main(int argc, char** argv) {
   init_backend("sim", bo);
 
   std::printf("%-34s %14s %14s %8s\n", "benchmark", "bitwise", "fast", "ratio");
-  for (std::int64_t n : {64, 256, 512, 1024}) {
-    if (quick && n > 512) continue;
-    double bw = gemm_gflops(n, Determinism::bitwise, reps);
-    double fs = gemm_gflops(n, Determinism::fast, reps);
-    std::printf("%-34s %9.1f GF/s %9.1f GF/s %8.2f\n",
-                ("gemm " + std::to_string(n) + "x" + std::to_string(n)).c_str(), bw, fs, bw / fs);
+  struct Gemm {
+    std::string name;
+    std::int64_t M, N, K;
+    bool trans_b;
+  };
+  std::vector<Gemm> gemms;
+  for (std::int64_t n : {64, 256, 512, 1024})
+    gemms.push_back({"gemm " + std::to_string(n) + "x" + std::to_string(n), n, n, n, false});
+  // The MLP 784-1024-1024-10's forward products (x @ W^T), batch 256 and a 4-device shard of 64.
+  gemms.push_back({"gemm 256x1024x784 NT (fc1 b256)", 256, 1024, 784, true});
+  gemms.push_back({"gemm 256x1024x1024 NT (fc2 b256)", 256, 1024, 1024, true});
+  gemms.push_back({"gemm 64x1024x784 NT (fc1 b64)", 64, 1024, 784, true});
+  for (const Gemm& g : gemms) {
+    if (quick && g.M * g.N * g.K > 512 * 512 * 512) continue;
+    double bw = gemm_gflops(g.M, g.N, g.K, g.trans_b, Determinism::bitwise, reps);
+    double fs = gemm_gflops(g.M, g.N, g.K, g.trans_b, Determinism::fast, reps);
+    std::printf("%-34s %9.1f GF/s %9.1f GF/s %8.2f\n", g.name.c_str(), bw, fs, bw / fs);
   }
   struct Model {
     const char* name;

@@ -1,0 +1,197 @@
+// The simulator's GEMM routines on their own (backend_sim/sim_gemm.h): the blocked bitwise kernel
+// against the plain loop of Note [Canonical GEMM] (every shape class the blocking has a branch
+// for: row and column tails, 16- and 32-column panels, several k blocks, each trans and epilogue),
+// the sharded kernel against the recursive tree of Note [Canonical tree], the split over the pool
+// against one call; and Executor::parallel_for (Note [Intra-op parallelism]).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "backend_sim/sim_executor.h"
+#include "backend_sim/sim_gemm.h"
+#include "test_util.h"
+
+namespace ditto {
+namespace {
+
+using namespace ditto::test;
+using I = std::int64_t;
+
+std::vector<float> random_floats(I n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& x : v) x = u(g);
+  return v;
+}
+
+// Note [Canonical GEMM], spelled as the plain loop.
+void reference_gemm(bool ta, bool tb, I M, I N, I K, float alpha, const float* A, I lda,
+                    const float* B, I ldb, float beta, float* C, I ldc) {
+  for (I i = 0; i < M; ++i)
+    for (I j = 0; j < N; ++j) {
+      float acc = 0.0f;
+      for (I k = 0; k < K; ++k)
+        acc = std::fma(ta ? A[k * lda + i] : A[i * lda + k], tb ? B[j * ldb + k] : B[k * ldb + j],
+                       acc);
+      float& c = C[i * ldc + j];
+      c = beta == 0.0f ? (alpha == 1.0f ? acc : alpha * acc) : std::fma(beta, c, alpha * acc);
+    }
+}
+
+// One element of the sharded product: the canonical tree (left subtree: the largest power of
+// two below the count) over the shards' chains.
+float reference_tree(const float* A, I lda, const float* B, I ldb, I i, I j,
+                     const std::vector<I>& bounds, I lo, I hi) {
+  if (hi - lo == 1) {
+    float acc = 0.0f;
+    for (I k = bounds[static_cast<std::size_t>(lo)]; k < bounds[static_cast<std::size_t>(hi)]; ++k)
+      acc = std::fma(A[k * lda + i], B[k * ldb + j], acc);
+    return acc;
+  }
+  I p = 1;
+  while (p * 2 < hi - lo) p *= 2;
+  const float left = reference_tree(A, lda, B, ldb, i, j, bounds, lo, lo + p);
+  const float right = reference_tree(A, lda, B, ldb, i, j, bounds, lo + p, hi);
+  return left + right;
+}
+
+TEST(SimGemm, BitwiseKernelGivesTheBitsOfTheCanonicalLoop) {
+  const I dims[] = {1, 11, 12, 13, 16, 17, 33, 121};
+  const I ks[] = {0, 1, 17, 321, 700};  // 321 and 700: several k blocks
+  int cases = 0;
+  for (I M : dims)
+    for (I N : dims)
+      for (I K : ks)
+        for (int t = 0; t < 4; ++t)
+          for (int e = 0; e < 3; ++e) {
+            if (K > 100 && (M + N + K + t + e) % 4 != 0) continue;  // keep the test short
+            const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
+            const float alpha = e == 1 ? 0.5f : 1.0f, beta = e == 2 ? 0.75f : 0.0f;
+            const I lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 1, ldc = N + 2;
+            const auto A = random_floats((ta ? K : M) * lda + 1, 1);
+            const auto B = random_floats((tb ? N : K) * ldb + 1, 2);
+            auto want = random_floats(M * ldc, 3);
+            auto got = want;
+            reference_gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, want.data(),
+                           ldc);
+            sim::gemm_bitwise(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta,
+                              got.data(), ldc);
+            ASSERT_TRUE(bits_equal(got, want)) << "M " << M << " N " << N << " K " << K
+                                               << " trans " << t << " alpha " << alpha
+                                               << " beta " << beta;
+            ++cases;
+          }
+  EXPECT_GT(cases, 1000);
+}
+
+TEST(SimGemm, ShardedKernelGivesTheBitsOfTheCanonicalTree) {
+  for (I M : {1, 12, 13, 40})
+    for (I N : {1, 16, 17, 50})
+      for (I shards : {1, 3, 4, 7, 64})
+        for (I rows : {0, 5, 64, 300})
+          for (bool accumulate : {false, true}) {
+            std::vector<I> bounds;
+            for (I s = 0; s <= shards; ++s) bounds.push_back(s * rows / shards);
+            const I lda = M + 1, ldb = N + 3, ldc = N + 2;
+            const auto A = random_floats(rows * lda + 1, 4), B = random_floats(rows * ldb + 1, 5);
+            auto want = random_floats(M * ldc, 6);
+            auto got = want;
+            for (I i = 0; i < M; ++i)
+              for (I j = 0; j < N; ++j) {
+                const float t = reference_tree(A.data(), lda, B.data(), ldb, i, j, bounds, 0, shards);
+                float& c = want[static_cast<std::size_t>(i * ldc + j)];
+                c = accumulate ? c + t : t;
+              }
+            sim::gemm_tn_sharded_bitwise(M, N, A.data(), lda, B.data(), ldb, bounds, got.data(),
+                                         ldc, accumulate);
+            ASSERT_TRUE(bits_equal(got, want)) << "M " << M << " N " << N << " shards " << shards
+                                               << " rows " << rows << " acc " << accumulate;
+          }
+}
+
+// Large enough to be split (more than 2e7 flops), by columns (N > M) and by rows (M > N).
+TEST(SimGemm, SplitOverThePoolGivesTheBitsOfOneCall) {
+  struct Shape {
+    I M, N, K;
+  };
+  for (const Shape s : {Shape{100, 1000, 130}, Shape{1000, 100, 130}}) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
+      const I lda = ta ? s.M : s.K, ldb = tb ? s.K : s.N;
+      const auto A = random_floats(s.M * s.K, 7), B = random_floats(s.K * s.N, 8);
+      auto one = random_floats(s.M * s.N, 9);
+      auto split = one;
+      sim::gemm_bitwise(ta, tb, s.M, s.N, s.K, 1.0f, A.data(), lda, B.data(), ldb, 0.5f,
+                        one.data(), s.N);
+      sim::gemm_split(true, ta, tb, s.M, s.N, s.K, 1.0f, A.data(), lda, B.data(), ldb, 0.5f,
+                      split.data(), s.N);
+      ASSERT_TRUE(bits_equal(split, one)) << "M " << s.M << " N " << s.N << " trans " << t;
+    }
+    const std::vector<I> bounds = {0, 30, 64, 64, 100, 130};
+    const auto A = random_floats(s.K * s.M, 10), B = random_floats(s.K * s.N, 11);
+    std::vector<float> one(static_cast<std::size_t>(s.M * s.N)), split(one.size());
+    sim::gemm_tn_sharded_bitwise(s.M, s.N, A.data(), s.M, B.data(), s.N, bounds, one.data(), s.N,
+                                 false);
+    sim::gemm_tn_sharded_split(s.M, s.N, A.data(), s.M, B.data(), s.N, bounds, split.data(), s.N,
+                               false);
+    ASSERT_TRUE(bits_equal(split, one)) << "sharded M " << s.M << " N " << s.N;
+  }
+}
+
+TEST(SimExecutor, ParallelForRunsEveryIndexOnce) {
+  for (std::int64_t n : {1, 2, 7, 1000}) {
+    std::vector<std::atomic<int>> runs(static_cast<std::size_t>(n));
+    sim::Executor::instance().parallel_for(
+        n, [&](std::int64_t i) { runs[static_cast<std::size_t>(i)].fetch_add(1); });
+    for (std::int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(runs[static_cast<std::size_t>(i)].load(), 1) << "n " << n << " i " << i;
+  }
+  sim::Executor::instance().parallel_for(0, [](std::int64_t) { FAIL() << "n = 0 runs nothing"; });
+}
+
+// A parallel_for on a pool thread while every other pool thread is held by a blocking task: no
+// helper can come, and the call must still finish (on its own thread) before they are released.
+TEST(SimExecutor, ParallelForFinishesOnAPoolThreadWhileTheOthersAreBlocked) {
+  sim::Executor& ex = sim::Executor::instance();
+  const int t = ex.threads();
+  std::atomic<bool> release{false};
+  std::atomic<int> blocked{0};
+  for (int i = 0; i < t - 1; ++i)
+    ex.post(
+        [&] {
+          blocked.fetch_add(1);
+          while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          blocked.fetch_sub(1);
+        },
+        static_cast<std::uint64_t>(i));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (blocked.load() < t - 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(blocked.load(), t - 1);
+  std::atomic<std::int64_t> sum{0};
+  std::atomic<bool> finished{false};
+  ex.post(
+      [&] {
+        ex.parallel_for(100, [&](std::int64_t i) { sum.fetch_add(i); }, t);
+        finished.store(true);
+      },
+      static_cast<std::uint64_t>(t - 1));
+  while (!finished.load() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const bool done_while_blocked = finished.load();
+  release.store(true);
+  while ((!finished.load() || blocked.load() > 0) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(done_while_blocked);
+  EXPECT_EQ(sum.load(), 99 * 100 / 2);
+}
+
+}  // namespace
+}  // namespace ditto
