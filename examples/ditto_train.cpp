@@ -19,11 +19,15 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
+#include <cstdlib>
 #include <fcntl.h>
 #include <filesystem>
 #include <unistd.h>
+#include <map>
 #include <memory>
 #include <set>
 #include <sstream>
@@ -240,94 +244,116 @@ void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) 
                 r.trace.c_str());
 }
 
-int run(Args a, Capture* capture) {
-  train::TrainerConfig& c = a.cfg;
-  // A dry run predicts a production run: fast mode (llm.c's, nanoGPT's) unless asked otherwise.
-  if (c.dry_run && !a.given.count("--determinism")) a.determinism = "fast";
-  c.determinism = parse_determinism(a.determinism);
-  DITTO_CHECK(a.dtype == "f32" || a.dtype == "bf16" || a.dtype == "f16",
-              "--dtype: expected f32, bf16 or f16, got '", a.dtype, "'");
-  c.dtype = a.dtype == "bf16" ? DType::bf16 : a.dtype == "f16" ? DType::f16 : DType::f32;
-  DITTO_CHECK(a.model == "mlp" || a.model == "gpt", "--model: expected mlp or gpt, got '", a.model,
-              "'");
-  const bool gpt = a.model == "gpt";
-  if (!gpt)
-    for (const std::string& opt : ditto_train::gpt_only_options())
-      DITTO_CHECK(!a.given.count(opt), opt, ": expected --model gpt, got --model mlp");
-  data::CsvOptions csv;
-  csv.label_column = a.label_column;
-  if (a.header == "yes") csv.header = data::CsvHeader::yes;
-  else if (a.header == "no") csv.header = data::CsvHeader::no;
-  else DITTO_CHECK(a.header == "auto", "--header: expected auto, yes or no, got '", a.header, "'");
-  DITTO_CHECK(a.val_fraction > 0 && a.val_fraction < 1,
-              "--val-fraction: expected a value in (0, 1), got ", a.val_fraction);
-  // The byte count must fit in size_t: converting a larger (or infinite) double is undefined.
-  constexpr double kMaxSimMemoryGib = double(std::uint64_t(1) << 34);  // 2^34 GiB = 2^64 bytes
-  DITTO_CHECK(a.sim_memory_gib > 0 && a.sim_memory_gib < kMaxSimMemoryGib,
-              "--sim-memory-gib: expected a size in GiB > 0 and < 17179869184 (16 EiB), got ",
-              a.sim_memory_gib);
-  if (a.given.count("--sim-memory-gib"))
-    c.memory_capacity = static_cast<std::size_t>(a.sim_memory_gib * double(1ull << 30));
-  c.hidden = parse_sizes(a.hidden);
-  // An empty path would silently mean "not given".
-  for (const auto& [opt, value, what] :
-       {std::tuple{"--checkpoint", &c.checkpoint_dir, "a directory"},
-        std::tuple{"--resume", &c.resume_dir, "a checkpoint directory"},
-        std::tuple{"--trace", &c.trace, "a file name"},
-        std::tuple{"--profile", &c.profile, "a profile name or .json file"},
-        std::tuple{"--metrics-jsonl", &a.jsonl, "a file name"}})
-    DITTO_CHECK(!a.given.count(opt) || !value->empty(), opt, ": expected ", what,
-                ", got an empty string");
-  for (const std::string& s : a.stragglers) c.stragglers.push_back(parse_straggler(s));
-  const bool processes = dist::is_initialized(), lead = dist::rank() == 0;
-  // They change only the cost model's virtual times, which --profile (the predicted: line) or
-  // --trace shows; without either they would be silently ignored (under mpirun the Trainer
-  // refuses --straggler whatever comes with it: its own error).
-  for (const std::string opt : {"--interconnect", "--straggler"})
-    DITTO_CHECK((processes && opt == "--straggler") || !a.given.count(opt) ||
-                    !c.profile.empty() || !c.trace.empty(),
-                opt, ": changes only the cost model's predicted times: expected --profile (or "
-                "--trace) with it, got neither");
-  if (c.resume_dir == "auto") c.resume_dir = resolve_resume_auto(c.checkpoint_dir, lead);
-  if (processes && !a.given.count("--trainer")) a.trainer = "ddp";  // the default there
-  c.trainer = train::parse_trainer_kind(a.trainer, "--trainer");
-  if (processes) {
-    DITTO_CHECK(c.trainer == train::TrainerKind::ddp, "--trainer: under mpirun each process is "
-                "one rank, which needs --trainer ddp (DataParallel drives every device from one "
-                "process), got '", a.trainer, "'");
-    DITTO_CHECK(!a.given.count("--devices") || c.devices == dist::world_size(), "--devices: "
-                "under mpirun the ranks are the ", dist::world_size(), " processes: expected ",
-                dist::world_size(), " or no --devices, got ", c.devices);
-  }
-  std::string why;
-  c.backend = resolve_backend_name(a.backend, &why);
-  if (a.backend == "auto" && c.backend != "cuda" && lead)
-    std::printf("ditto-train: --backend auto: using the simulator (%s)\n", why.c_str());
-  DITTO_CHECK(!c.dry_run || (c.backend == "sim" && !processes), "--dry-run: expected --backend "
-              "sim in one process (only the simulator prices work without running it), got "
-              "--backend ", c.backend, processes ? " under mpirun" : "");
-  DITTO_CHECK(!c.dry_run || !c.profile.empty(), "--dry-run: expected --profile (the GPU to "
-              "predict for, e.g. a100-sxm-80gb), got none");
+train::RankSettings cli_settings(const CLI::App& app, const Args& a,
+                                 const train::DataSource* data);
 
+/// One run of the parsed command line; `a` is the Args `app`'s options write to (its defaults
+/// settled here, in place, so that cli_settings compares the effective values).
+int run(Args& a, const CLI::App& app, Capture* capture) {
+  train::TrainerConfig& c = a.cfg;
+  const bool processes = dist::is_initialized(), lead = dist::rank() == 0;
   std::shared_ptr<train::CsvDataSource> rows;
   ditto_train::GptData text;
   std::shared_ptr<train::DataSource> data;
-  if (gpt) {
-    if (!a.given.count("--data")) a.data = ditto_examples::bundled_data_path("shakespeare.txt");
-    ditto_train::apply_preset(a.gpt, a.given);
-    if (c.dry_run) {  // a prediction: a few steps, no evaluation or sample unless asked for
-      if (!a.given.count("--max-iters")) a.gpt.max_iters = 2;
-      if (!a.given.count("--eval-iters")) a.gpt.eval_iters = 0;
-      if (!a.given.count("--sample")) a.gpt.sample = 0;
-      if (!a.given.count("--lr-decay-iters"))
-        a.gpt.lr_decay_iters = std::max(a.gpt.max_iters, a.gpt.warmup_iters + 1);
+  const bool gpt = a.model == "gpt";
+  // The options' checks, their defaults and the data, refused on this process alone or not:
+  // under mpirun the start-up exchange below carries the error instead of the settings, so the
+  // other processes fail at once, naming this rank, instead of waiting for it.
+  std::exception_ptr refused;
+  try {
+    // A dry run predicts a production run: fast mode (llm.c's, nanoGPT's) unless asked otherwise.
+    if (c.dry_run && !a.given.count("--determinism")) a.determinism = "fast";
+    c.determinism = parse_determinism(a.determinism);
+    DITTO_CHECK(a.dtype == "f32" || a.dtype == "bf16" || a.dtype == "f16",
+                "--dtype: expected f32, bf16 or f16, got '", a.dtype, "'");
+    c.dtype = a.dtype == "bf16" ? DType::bf16 : a.dtype == "f16" ? DType::f16 : DType::f32;
+    DITTO_CHECK(a.model == "mlp" || a.model == "gpt", "--model: expected mlp or gpt, got '",
+                a.model, "'");
+    if (!gpt)
+      for (const std::string& opt : ditto_train::gpt_only_options())
+        DITTO_CHECK(!a.given.count(opt), opt, ": expected --model gpt, got --model mlp");
+    data::CsvOptions csv;
+    csv.label_column = a.label_column;
+    if (a.header == "yes") csv.header = data::CsvHeader::yes;
+    else if (a.header == "no") csv.header = data::CsvHeader::no;
+    else DITTO_CHECK(a.header == "auto", "--header: expected auto, yes or no, got '", a.header,
+                     "'");
+    DITTO_CHECK(a.val_fraction > 0 && a.val_fraction < 1,
+                "--val-fraction: expected a value in (0, 1), got ", a.val_fraction);
+    // The byte count must fit in size_t: converting a larger (or infinite) double is undefined.
+    constexpr double kMaxSimMemoryGib = double(std::uint64_t(1) << 34);  // 2^34 GiB = 2^64 bytes
+    DITTO_CHECK(a.sim_memory_gib > 0 && a.sim_memory_gib < kMaxSimMemoryGib,
+                "--sim-memory-gib: expected a size in GiB > 0 and < 17179869184 (16 EiB), got ",
+                a.sim_memory_gib);
+    if (a.given.count("--sim-memory-gib"))
+      c.memory_capacity = static_cast<std::size_t>(a.sim_memory_gib * double(1ull << 30));
+    c.hidden = parse_sizes(a.hidden);
+    // An empty path would silently mean "not given".
+    for (const auto& [opt, value, what] :
+         {std::tuple{"--checkpoint", &c.checkpoint_dir, "a directory"},
+          std::tuple{"--resume", &c.resume_dir, "a checkpoint directory"},
+          std::tuple{"--trace", &c.trace, "a file name"},
+          std::tuple{"--profile", &c.profile, "a profile name or .json file"},
+          std::tuple{"--metrics-jsonl", &a.jsonl, "a file name"}})
+      DITTO_CHECK(!a.given.count(opt) || !value->empty(), opt, ": expected ", what,
+                  ", got an empty string");
+    for (const std::string& s : a.stragglers) c.stragglers.push_back(parse_straggler(s));
+    // They change only the cost model's virtual times, which --profile (the predicted: line) or
+    // --trace shows; without either they would be silently ignored (under mpirun the Trainer
+    // refuses --straggler whatever comes with it: its own error).
+    for (const std::string opt : {"--interconnect", "--straggler"})
+      DITTO_CHECK((processes && opt == "--straggler") || !a.given.count(opt) ||
+                      !c.profile.empty() || !c.trace.empty(),
+                  opt, ": changes only the cost model's predicted times: expected --profile (or "
+                  "--trace) with it, got neither");
+    if (c.resume_dir == "auto") c.resume_dir = resolve_resume_auto(c.checkpoint_dir, lead);
+    if (processes && !a.given.count("--trainer")) a.trainer = "ddp";  // the default there
+    c.trainer = train::parse_trainer_kind(a.trainer, "--trainer");
+    if (processes) {
+      DITTO_CHECK(c.trainer == train::TrainerKind::ddp, "--trainer: under mpirun each process is "
+                  "one rank, which needs --trainer ddp (DataParallel drives every device from one "
+                  "process), got '", a.trainer, "'");
+      DITTO_CHECK(!a.given.count("--devices") || c.devices == dist::world_size(), "--devices: "
+                  "under mpirun the ranks are the ", dist::world_size(), " processes: expected ",
+                  dist::world_size(), " or no --devices, got ", c.devices);
     }
-    text = ditto_train::configure_gpt(a.gpt, a.given, a.data, c);
-    data = text.source;
-  } else {
-    rows = std::make_shared<train::CsvDataSource>(a.data, csv, a.val_fraction, c.seed);
-    data = with_classes(rows, a);
+    std::string why;
+    c.backend = resolve_backend_name(a.backend, &why);
+    if (a.backend == "auto" && c.backend != "cuda" && lead)
+      std::printf("ditto-train: --backend auto: using the simulator (%s)\n", why.c_str());
+    DITTO_CHECK(!c.dry_run || (c.backend == "sim" && !processes), "--dry-run: expected --backend "
+                "sim in one process (only the simulator prices work without running it), got "
+                "--backend ", c.backend, processes ? " under mpirun" : "");
+    DITTO_CHECK(!c.dry_run || !c.profile.empty(), "--dry-run: expected --profile (the GPU to "
+                "predict for, e.g. a100-sxm-80gb), got none");
+
+    if (gpt) {
+      if (!a.given.count("--data")) a.data = ditto_examples::bundled_data_path("shakespeare.txt");
+      ditto_train::apply_preset(a.gpt, a.given);
+      if (c.dry_run) {  // a prediction: a few steps, no evaluation or sample unless asked for
+        if (!a.given.count("--max-iters")) a.gpt.max_iters = 2;
+        if (!a.given.count("--eval-iters")) a.gpt.eval_iters = 0;
+        if (!a.given.count("--sample")) a.gpt.sample = 0;
+        if (!a.given.count("--lr-decay-iters"))
+          a.gpt.lr_decay_iters = std::max(a.gpt.max_iters, a.gpt.warmup_iters + 1);
+      }
+      text = ditto_train::configure_gpt(a.gpt, a.given, a.data, c);
+      data = text.source;
+    } else {
+      rows = std::make_shared<train::CsvDataSource>(a.data, csv, a.val_fraction, c.seed);
+      data = with_classes(rows, a);
+    }
+  } catch (...) {
+    if (!processes) throw;
+    refused = std::current_exception();
   }
+  // torchrun's rendezvous: processes given different options (or one that refused its own)
+  // fail together, each naming the option, both values and both ranks (or the refusing rank),
+  // before any of them is acted on.
+  if (processes)
+    train::check_ranks_agree(refused ? train::RankSettings{} : cli_settings(app, a, data.get()),
+                             c.comm_timeout_ms > 0 ? c.comm_timeout_ms : CommOptions{}.timeout_ms,
+                             refused);
   // Opened when the run starts (after every check), so a refused run leaves FILE untouched.
   std::unique_ptr<train::JsonLinesWriter> jsonl;
   auto open_jsonl = [&] {
@@ -458,24 +484,85 @@ std::vector<sim::TrainingComparison> run_training_cases() {
   return rows;
 }
 
-/// The options every process of an mpirun job must agree on, as each gave them (its default when
-/// not given), in --help's order: every option but the output-only --metrics-jsonl (rank 0
-/// writes it) and --help. Checked (train::check_ranks_agree) before anything else of the run.
-train::RankSettings cli_settings(const CLI::App& app) {
+/// The shortest %g text that reads back as `v` (0.05, not 0.050000000000000003).
+std::string shortest(double v) {
+  char buf[40];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  return buf;
+}
+
+/// A value as compared across ranks: a number in one spelling (8, 8.0 and 8e0 are 8; 0.05 and .05
+/// the same double), a flag's true / false in one spelling, anything else as it is.
+std::string canonical_value(const std::string& v, bool flag) {
+  if (flag) {
+    if (v.empty() || v == "1" || v == "true" || v == "on" || v == "yes") return "true";
+    if (v == "0" || v == "false" || v == "off" || v == "no") return "false";
+    return v;
+  }
+  if (v.empty() || std::isspace(static_cast<unsigned char>(v.front()))) return v;
+  char* end = nullptr;
+  errno = 0;
+  const long long i = std::strtoll(v.c_str(), &end, 10);
+  if (*end == '\0' && errno == 0) return std::to_string(i);
+  errno = 0;
+  const double d = std::strtod(v.c_str(), &end);
+  if (*end != '\0' || errno != 0) return v;
+  return shortest(d == 0 ? 0.0 : d);  // -0 is 0
+}
+
+/// The options every process of an mpirun job must agree on, by their effective values (after
+/// run() settled the defaults in `a`, so an option left at its default and the same value given
+/// explicitly agree), in --help's order: every option but the output-only --metrics-jsonl (rank 0
+/// writes it), --help and --version. `data`: the run's data (the effective --classes).
+train::RankSettings cli_settings(const CLI::App& app, const Args& a,
+                                 const train::DataSource* data) {
+  const train::TrainerConfig& c = a.cfg;
+  // Options whose variable is not the effective value: --lr's (the optimizer's or the GPT's
+  // default when not given), --classes' (0: the largest label + 1), --devices' (the processes).
+  // --lr as the float it is (0.05, not the double nearest that float).
+  const float lr = c.effective_lr();
+  std::string lr_text = shortest(lr);
+  for (int digits = 1; digits <= 9; ++digits) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.*g", digits, static_cast<double>(lr));
+    if (std::strtof(buf, nullptr) == lr) {
+      lr_text = buf;
+      break;
+    }
+  }
+  std::map<std::string, std::string> effective{{"--lr", lr_text},
+                                               {"--devices", std::to_string(dist::world_size())}};
+  if (data) effective["--classes"] = std::to_string(data->num_outputs());
   train::RankSettings out;
   for (const CLI::Option* opt : app.get_options()) {
     const std::string name = opt->get_name();
-    if (name.rfind("--", 0) != 0 || name == "--help" || name == "--metrics-jsonl") continue;
+    if (name.rfind("--", 0) != 0 || name == "--help" || name == "--version" ||
+        name == "--metrics-jsonl")
+      continue;
+    const bool flag = opt->get_expected_min() == 0;
     std::string value;
-    if (opt->count() == 0) {
-      value = opt->get_default_str().empty() ? "(default)" : opt->get_default_str();
-    } else if (opt->get_expected_min() == 0 && opt->results().empty()) {
-      value = "true";  // a flag
-    } else {
-      for (const std::string& r : opt->results()) value += (value.empty() ? "" : " ") + r;
+    if (auto it = effective.find(name); it != effective.end()) {
+      value = it->second;
+    } else if (opt->count() > 0) {  // as given (the variable holds it; its text is exact)
+      for (const std::string& r : opt->results())
+        value += (value.empty() ? "" : " ") + canonical_value(r, flag);
+      if (flag && value.empty()) value = "true";
+    } else {  // not given: the variable's value now, after run() settled its default
+      value = canonical_value(const_cast<CLI::Option*>(opt)->capture_default_str()
+                                  ->get_default_str(), false);
+      if (flag) value = value.empty() ? "false" : canonical_value(value, true);
+      if (value == "[]") value = "(none)";  // a repeatable option not given
     }
     out.emplace_back(name, value);
   }
+  // --lr last: when not given it follows --optimizer (and --model), which then differs first.
+  const auto lr_at = std::find_if(out.begin(), out.end(), [](const auto& s) {
+    return s.first == "--lr";
+  });
+  if (lr_at != out.end()) std::rotate(lr_at, lr_at + 1, out.end());
   return out;
 }
 
@@ -626,13 +713,7 @@ int cli_main(int argc, char** argv, Capture* capture) {
   try {
     // Started by mpirun: this process is one rank (--trainer ddp), the job's processes the ranks.
     if (dist::launched_by_mpirun()) dist::init(&argc, &argv);
-    // First (torchrun's rendezvous): processes given different options fail together, each
-    // naming the option, both values and both ranks, before any of them is acted on.
-    if (dist::is_initialized())
-      train::check_ranks_agree(cli_settings(app), c.comm_timeout_ms > 0
-                                                      ? c.comm_timeout_ms
-                                                      : CommOptions{}.timeout_ms);
-    rc = run(std::move(a), capture);
+    rc = run(a, app, capture);  // under mpirun it checks that the processes agree before training
   } catch (const std::exception& e) {
     if (capture)
       capture->error = e.what();

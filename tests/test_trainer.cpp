@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -164,6 +165,64 @@ TEST(Trainer, ARefusedResumeIsNotReportedAndOtherDataOfTheSameShapeIsRefused) {
   EXPECT_FALSE(reported);
   Trainer(again, digits(), cb).fit();  // the same data resumes
   EXPECT_TRUE(reported);
+  std::filesystem::remove_all(dir);
+}
+
+// zlib's CRC-32 (trainer.json's "crc32" field), bit by bit: a test that edits a trainer.json.
+std::uint32_t crc32(const std::string& bytes) {
+  std::uint32_t c = 0xffffffffu;
+  for (unsigned char b : bytes) {
+    c ^= b;
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xedb88320u & (0u - (c & 1u)));
+  }
+  return c ^ 0xffffffffu;
+}
+
+// Issue 16: checkpoints written before data_fnv1a was recorded (a trainer.json without it) were
+// refused ("saved with data_fnv1a=(not recorded)"). They resume, to the same bits as an
+// uninterrupted run, with one warning line that the data's fingerprint cannot be checked.
+TEST(Trainer, ACheckpointWithoutTheDataFingerprintResumesWithOneWarning) {
+  const std::uint64_t whole = Trainer(small(2, TrainerKind::dp, 2), digits()).fit().params_checksum;
+  const auto dir = scratch("no_fingerprint");
+  TrainerConfig first = small(2, TrainerKind::dp, 1);
+  first.checkpoint_dir = dir.string();
+  Trainer(first, digits()).fit();
+  // Its trainer.json as an older ditto wrote it: no data_fnv1a (and its crc32 recomputed).
+  const auto json_path = dir / "step-00000023" / "trainer.json";
+  nlohmann::json j;
+  {
+    std::ifstream in(json_path);
+    ASSERT_TRUE(in) << json_path;
+    j = nlohmann::json::parse(in);
+  }
+  ASSERT_TRUE(j["config"].contains("data_fnv1a"));
+  j["config"].erase("data_fnv1a");
+  j.erase("crc32");
+  char crc[16];
+  std::snprintf(crc, sizeof crc, "%08x", crc32(j.dump()));
+  j["crc32"] = crc;
+  std::ofstream(json_path) << j.dump(1) << "\n";
+
+  TrainerConfig again = small(2, TrainerKind::dp, 2);
+  again.resume_dir = dir.string();
+  std::ostringstream log;
+  again.log = &log;
+  EXPECT_EQ(Trainer(again, digits()).fit().params_checksum, whole);
+  const std::string warning = "ditto: resume: warning: checkpoint '" +
+                              (dir / "step-00000023").string() + "' has no data_fnv1a (written before it was recorded): the data's "
+                              "fingerprint (that this run trains on the checkpoint's data) cannot "
+                              "be checked\n";
+  EXPECT_EQ(log.str(), warning);
+
+  // A fingerprint that is there and differs is still refused.
+  j["config"]["data_fnv1a"] = "0123456789abcdef";
+  j.erase("crc32");
+  std::snprintf(crc, sizeof crc, "%08x", crc32(j.dump()));
+  j["crc32"] = crc;
+  std::ofstream(json_path) << j.dump(1) << "\n";
+  test::expect_invalid([&] { Trainer(again, digits()).fit(); },
+                       "was saved with data_fnv1a=0123456789abcdef, this run has data_fnv1a=" +
+                           digits()->checkpoint_config().at("data_fnv1a"));
   std::filesystem::remove_all(dir);
 }
 

@@ -478,13 +478,22 @@ Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log) {
 
 TrainerState resume_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer& opt,
                                const std::map<std::string, std::string>& config,
-                               const std::set<std::string>& may_differ, std::ostream& log) {
+                               const std::set<std::string>& may_differ, std::ostream& log,
+                               const std::map<std::string, std::string>& may_be_missing) {
   Checkpoint c = read_latest_checkpoint(dir, log);
   const char* call = "resume";
   // Every check before the first change, so that a refused checkpoint leaves model and opt alone.
+  std::vector<std::string> unchecked;  // the warnings, written once every check passed
   for (const auto& [key, value] : config) {
     if (may_differ.count(key)) continue;
     auto it = c.state.config.find(key);
+    const auto m = may_be_missing.find(key);
+    if (it == c.state.config.end() && m != may_be_missing.end()) {
+      unchecked.push_back(cat("ditto: ", call, ": warning: checkpoint '", c.path, "' has no ", key,
+                              " (written before it was recorded): ", m->second,
+                              " cannot be checked"));
+      continue;
+    }
     DITTO_CHECK(it != c.state.config.end() && it->second == value, call, ": checkpoint '", c.path,
                 "' was saved with ", key, "=",
                 it == c.state.config.end() ? std::string("(not recorded)") : it->second,
@@ -510,6 +519,7 @@ TrainerState resume_checkpoint(const std::string& dir, nn::Module& model, optim:
   }
   opt.load_state_dict(c.optimizer);  // checks, then loads: the last check
   for (nn::Parameter* p : params) p->data.copy_(*by_name[p->name]);
+  for (const std::string& line : unchecked) log << line << "\n";
   return c.state;
 }
 

@@ -136,9 +136,13 @@ Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log);
 /// the parameters into `model` (onto their devices) and the state into `opt`
 /// (Optimizer::load_state_dict). Returns the saved TrainerState. Throws InvalidArgument naming
 /// the first setting, parameter or optimizer option that differs, before changing anything;
-/// and what read_latest_checkpoint throws.
+/// and what read_latest_checkpoint throws. `may_be_missing`: keys of `config` that checkpoints
+/// written before they were recorded lack (key -> what it records, e.g. "data_fnv1a" -> "the
+/// data's fingerprint"): such a checkpoint is accepted with one warning line on `log` per key
+/// ("... <what> cannot be checked"); a key present with another value is still refused.
 TrainerState resume_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer& opt,
                                const std::map<std::string, std::string>& config,
-                               const std::set<std::string>& may_differ, std::ostream& log);
+                               const std::set<std::string>& may_differ, std::ostream& log,
+                               const std::map<std::string, std::string>& may_be_missing = {});
 
 }  // namespace ditto

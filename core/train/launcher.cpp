@@ -123,10 +123,48 @@ RankSettings decode(const std::string& text) {
 }  // namespace
 
 void check_ranks_agree(const RankSettings& mine, std::int64_t timeout_ms) {
-  if (!dist::is_initialized() || dist::world_size() == 1) return;
-  const std::vector<std::string> texts = dist::all_gather_text(encode(mine), timeout_ms);
+  check_ranks_agree(mine, timeout_ms, nullptr);
+}
+
+void check_ranks_agree(const RankSettings& mine, std::int64_t timeout_ms,
+                       const std::exception_ptr& refused) {
+  if (!dist::is_initialized() || dist::world_size() == 1) {
+    if (refused) std::rethrow_exception(refused);
+    return;
+  }
+  // One text per rank: 'S' and its settings, or 'E' and its error (cut to a few KiB: the
+  // exchange is bounded), never both: a rank that refused may not have settled its settings.
+  std::string text = 'S' + encode(mine);
+  if (refused) {
+    text = "Ean exception that is not a std::exception";
+    try {
+      std::rethrow_exception(refused);
+    } catch (const std::exception& e) {
+      text = std::string("E") + e.what();
+    } catch (...) {
+    }
+    constexpr std::size_t kMaxText = 4096;
+    if (text.size() > kMaxText) text = text.substr(0, kMaxText) + " (cut)";
+  }
+  const std::vector<std::string> texts = dist::all_gather_text(text, timeout_ms);
   std::vector<RankSettings> all;
-  for (const std::string& t : texts) all.push_back(decode(t));
+  int first_refused = -1, refusals = 0;
+  for (std::size_t r = 0; r < texts.size(); ++r) {
+    const std::string& t = texts[r];
+    DITTO_CHECK_T(InternalError, !t.empty() && (t[0] == 'S' || t[0] == 'E'),
+                  "check_ranks_agree: rank ", r, "'s record is not in the expected encoding");
+    if (t[0] == 'S') all.push_back(decode(t.substr(1)));
+    else if (refusals++ == 0) first_refused = static_cast<int>(r);
+  }
+  if (refused) std::rethrow_exception(refused);
+  if (refusals > 0)
+    throw PeerFailure(
+        detail::cat("rank ", first_refused, " refused its arguments: ",
+                    texts[static_cast<std::size_t>(first_refused)].substr(1),
+                    refusals > 1 ? detail::cat(" (and ", refusals - 1, " more rank",
+                                               refusals > 2 ? "s" : "", ")")
+                                 : std::string()),
+        first_refused);
   const std::string why = settings_disagreement(all);
   if (!why.empty()) throw InvalidArgument(why);
 }
@@ -139,11 +177,16 @@ void launch_ranks(const std::vector<Device>& devices, const CommOptions& options
     DITTO_CHECK(!devices.empty(), "launch_ranks: devices: expected this process's device");
     // Before the communicator: processes of different determinism must not meet in one.
     RankSettings mine{{"CommOptions::determinism", determinism_name(options.determinism)}};
-    if (settings) {
-      const RankSettings s = settings(dist::rank());
-      mine.insert(mine.end(), s.begin(), s.end());
+    std::exception_ptr refused;  // this process's settings refused: the others learn it at once
+    try {
+      if (settings) {
+        const RankSettings s = settings(dist::rank());
+        mine.insert(mine.end(), s.begin(), s.end());
+      }
+    } catch (...) {
+      refused = std::current_exception();
     }
-    check_ranks_agree(mine, options.timeout_ms);
+    check_ranks_agree(mine, options.timeout_ms, refused);
     Communicator comm =
         Communicator::init_rank(devices[0], dist::world_size(), dist::rank(), options);
     try {

@@ -67,6 +67,17 @@ std::string settings_disagreement(const std::vector<RankSettings>& per_rank);
 void check_ranks_agree(const RankSettings& mine,
                        std::int64_t timeout_ms = CommOptions{}.timeout_ms);
 
+/// check_ranks_agree for a rank that may have refused its own arguments or inputs before the
+/// run (its --data file missing, a path only it cannot write): `refused` (when set) is that
+/// error, carried in the exchange instead of the rank's settings, so that no rank waits for a
+/// timeout on a rank that will never arrive. When some rank refused, a refusing rank rethrows
+/// its own `refused` and every other rank throws PeerFailure "rank R refused its arguments:
+/// <its error>" (failed_rank() R, the first refusing rank; "(and N more ranks)" when others
+/// refused too); otherwise a disagreement among the settings throws as check_ranks_agree's.
+/// Outside mpirun (or with one process) it rethrows `refused` when set.
+void check_ranks_agree(const RankSettings& mine, std::int64_t timeout_ms,
+                       const std::exception_ptr& refused);
+
 /// Runs `body(comm)` for every rank: under mpirun this process's rank (dist::rank() of
 /// dist::world_size(), on devices[0]: Communicator::init_rank); otherwise one thread per device of
 /// `devices` (Communicator::init_all). A rank whose body throws aborts its communicator (and
@@ -76,7 +87,9 @@ void check_ranks_agree(const RankSettings& mine,
 /// `settings(rank)` when given, and under mpirun also on options.determinism (named
 /// "CommOptions::determinism"; one process's CommOptions can differ from another's); a mismatch
 /// throws InvalidArgument naming the setting, both values and both ranks, on every rank, and no
-/// body runs.
+/// body runs. A `settings(rank)` that throws is that rank refusing its arguments: under mpirun
+/// every other process then throws PeerFailure "rank R refused its arguments: ..." at once (not
+/// after the timeout); with threads the exception propagates before any rank starts.
 void launch_ranks(const std::vector<Device>& devices, const CommOptions& options,
                   RankBarrier* barrier, const std::function<void(Communicator&)>& body,
                   const std::function<void()>& after = {},

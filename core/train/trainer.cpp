@@ -207,8 +207,12 @@ TrainerState Trainer::resume(Replica& rep, const TrainerState& fresh, bool lead)
   if (config_.determinism == Determinism::bitwise) may_differ.insert("devices");
   std::ostringstream quiet;  // the other ranks load the same checkpoint quietly
   std::ostream& log = !lead ? quiet : config_.log ? *config_.log : std::cerr;
+  // Checkpoints written before the data's fingerprint was recorded have none: accepted, with
+  // a warning (a fingerprint that differs is refused).
+  const std::map<std::string, std::string> may_be_missing{
+      {"data_fnv1a", "the data's fingerprint (that this run trains on the checkpoint's data)"}};
   TrainerState ts = resume_checkpoint(config_.resume_dir, rep.model(), rep.optimizer(),
-                                      fresh.config, may_differ, log);
+                                      fresh.config, may_differ, log, may_be_missing);
   if (config_.max_iters > 0)
     DITTO_CHECK(ts.step <= config_.max_iters, config_.name_of("resume_dir"),
                 ": the checkpoint is past step ", ts.step, ", expected ",
@@ -235,57 +239,83 @@ FitResult Trainer::fit() {
   Run run;
   // Under mpirun (dist::init): one rank per process, the ranks = the processes.
   run.processes = dist::is_initialized();
-  // First of all (torchrun's rendezvous): processes that disagree fail together, naming the
-  // setting, before a check that could fail on one of them only or a communicator they could
-  // not share.
-  if (run.processes)
-    check_ranks_agree(agreed_settings(c, *data_),
-                      c.comm_timeout_ms > 0 ? c.comm_timeout_ms : CommOptions{}.timeout_ms);
-  DITTO_CHECK(!run.processes || c.trainer == TrainerKind::ddp, c.name_of("trainer"),
-              ": under mpirun each process is one rank, which needs ddp (DataParallel drives "
-              "every device from one process), got '", trainer_kind_name(c.trainer), "'");
-  run.n_dev = run.processes ? dist::world_size() : c.devices * c.nodes;
-  check_grad_accumulation(c, run.n_dev);  // before the backend: a bad split costs nothing
-  const std::string name = resolve_backend_name(c.backend);
-  BackendOptions bopts;
-  // Under mpirun a sim process holds only its rank's virtual device; a cuda process sees every
-  // GPU of its node and takes the one of its local rank.
-  if (!run.processes) bopts.device_count = run.n_dev;
-  else if (name != "cuda") bopts.device_count = 1;
-  if (c.memory_capacity) bopts.memory_capacity = *c.memory_capacity;
-  // A dry run (Note [Dry run], backend_sim/sim_backend.h) prices the whole cluster in one process.
-  DITTO_CHECK(!c.dry_run || (name == "sim" && !run.processes), c.name_of("dry_run"),
-              ": expected the sim backend in one process, got backend '", name, "'",
-              run.processes ? " under mpirun" : "");
-  bopts.dry_run = c.dry_run;
-  run.be = &init_backend(name, bopts);
-  if (!c.profile.empty() && !c.memory_capacity)
-    if (auto* cm = run.be->extension<CostModelExtension>()) {  // the profile's memory
-      bopts.memory_capacity = cm->profile_memory_bytes(c.profile);
-      run.be = &init_backend(name, bopts);
+  // torchrun's rendezvous: processes that disagree fail together, naming the setting, before
+  // anything of the run (the backend, a communicator they could not share). A process that
+  // refuses its own settings in one of the steps below (a backend it cannot start, a path that
+  // rank 0 alone cannot write) sends its error in that step's exchange instead, so the others
+  // fail at once naming it rather than wait for it (check_ranks_agree with `refused`). Each
+  // exchange of agreeing processes is one 24-byte allgather.
+  const std::int64_t timeout_ms = c.comm_timeout_ms > 0 ? c.comm_timeout_ms
+                                                        : CommOptions{}.timeout_ms;
+  auto step = [&](const RankSettings& settings, const std::function<void()>& checks) {
+    std::exception_ptr refused;
+    try {
+      checks();
+    } catch (...) {
+      if (!run.processes) throw;
+      refused = std::current_exception();
     }
-  Backend& be = *run.be;
-  if (!run.processes) run.devs = ditto::devices(be.name(), run.n_dev);
-  else run.devs = {Device(be.name(), dist::local_rank() % be.device_count())};
-  DITTO_CHECK(!run.processes || (c.profile.empty() && c.trace.empty() && c.stragglers.empty() &&
-                                 c.nodes == 1),
-              c.name_of("profile"), ", ", c.name_of("trace"), ", ", c.name_of("stragglers"),
-              " and ", c.name_of("nodes"), ": expected a single-process run, got mpirun with ",
-              dist::world_size(), " processes (the cost model sees one process's devices)");
-  DITTO_CHECK(!run.processes || c.faults.empty(), c.name_of("faults"),
-              ": expected a single-process run, got mpirun with ", dist::world_size(),
-              " processes (each process holds one device, so fault devices and ranks would not "
-              "match the job's)");
-  configure_cost_model(c, be, static_cast<int>(run.devs.size()));
-  if (!c.faults.empty() || c.comm_timeout_ms != 0) {
-    auto* fx = be.extension<FaultExtension>();
-    DITTO_CHECK(fx, c.name_of("faults"), "/", c.name_of("comm_timeout_ms"),
-                ": expected the sim backend, got ", be.name());
-    fx->set_faults(c.faults, c.comm_timeout_ms > 0 ? std::optional(c.comm_timeout_ms)
-                                                   : std::nullopt,
-                   c.name_of("faults"));
-  }
-  check_output_paths(c, dist::rank() == 0);  // before training: a bad path must not cost the run
+    if (run.processes) check_ranks_agree(settings, timeout_ms, refused);
+  };
+  std::string name;
+  step(agreed_settings(c, *data_), [&] {  // the settings alone
+    DITTO_CHECK(!run.processes || c.trainer == TrainerKind::ddp, c.name_of("trainer"),
+                ": under mpirun each process is one rank, which needs ddp (DataParallel drives "
+                "every device from one process), got '", trainer_kind_name(c.trainer), "'");
+    run.n_dev = run.processes ? dist::world_size() : c.devices * c.nodes;
+    check_grad_accumulation(c, run.n_dev);  // before the backend: a bad split costs nothing
+    name = resolve_backend_name(c.backend);
+    // A dry run (Note [Dry run], backend_sim/sim_backend.h) prices the whole cluster in one
+    // process.
+    DITTO_CHECK(!c.dry_run || (name == "sim" && !run.processes), c.name_of("dry_run"),
+                ": expected the sim backend in one process, got backend '", name, "'",
+                run.processes ? " under mpirun" : "");
+    DITTO_CHECK(!run.processes || (c.profile.empty() && c.trace.empty() && c.stragglers.empty() &&
+                                   c.nodes == 1),
+                c.name_of("profile"), ", ", c.name_of("trace"), ", ", c.name_of("stragglers"),
+                " and ", c.name_of("nodes"), ": expected a single-process run, got mpirun with ",
+                dist::world_size(), " processes (the cost model sees one process's devices)");
+    DITTO_CHECK(!run.processes || c.faults.empty(), c.name_of("faults"),
+                ": expected a single-process run, got mpirun with ", dist::world_size(),
+                " processes (each process holds one device, so fault devices and ranks would not "
+                "match the job's)");
+  });
+  step({}, [&] {  // the backend and the output paths
+    BackendOptions bopts;
+    // Under mpirun a sim process holds only its rank's virtual device; a cuda process sees every
+    // GPU of its node and takes the one of its local rank.
+    if (!run.processes) bopts.device_count = run.n_dev;
+    else if (name != "cuda") bopts.device_count = 1;
+    if (c.memory_capacity) bopts.memory_capacity = *c.memory_capacity;
+    bopts.dry_run = c.dry_run;
+    run.be = &init_backend(name, bopts);
+    if (!c.profile.empty() && !c.memory_capacity)
+      if (auto* cm = run.be->extension<CostModelExtension>()) {  // the profile's memory
+        bopts.memory_capacity = cm->profile_memory_bytes(c.profile);
+        run.be = &init_backend(name, bopts);
+      }
+    Backend& be = *run.be;
+    if (!run.processes) run.devs = ditto::devices(be.name(), run.n_dev);
+    else run.devs = {Device(be.name(), dist::local_rank() % be.device_count())};
+    configure_cost_model(c, be, static_cast<int>(run.devs.size()));
+    if (!c.faults.empty() || c.comm_timeout_ms != 0) {
+      auto* fx = be.extension<FaultExtension>();
+      DITTO_CHECK(fx, c.name_of("faults"), "/", c.name_of("comm_timeout_ms"),
+                  ": expected the sim backend, got ", be.name());
+      fx->set_faults(c.faults, c.comm_timeout_ms > 0 ? std::optional(c.comm_timeout_ms)
+                                                     : std::nullopt,
+                     c.name_of("faults"));
+    }
+    check_output_paths(c, dist::rank() == 0);  // before training: a bad path must not cost it
+  });
+  // ddp reports its start before any rank builds its replica; rank 0's callback may refuse too
+  // (e.g. an output file it cannot open).
+  if (c.trainer == TrainerKind::ddp && callbacks_.on_start)
+    step({}, [&] {
+      if (dist::rank() == 0)
+        callbacks_.on_start({run.be->name(), run.n_dev, c.determinism, TrainerKind::ddp,
+                             run.processes, model_name(c, *data_), 0, c.effective_lr()});
+    });
 
   return c.trainer == TrainerKind::ddp ? fit_ddp(run) : fit_dp(run);
 }
@@ -335,11 +365,7 @@ FitResult Trainer::fit_dp(Run& run) {
 }
 
 FitResult Trainer::fit_ddp(Run& run) {
-  if (callbacks_.on_start && dist::rank() == 0)
-    callbacks_.on_start({run.be->name(), run.n_dev, config_.determinism, TrainerKind::ddp,
-                         run.processes, model_name(config_, *data_), 0,
-                         config_.effective_lr()});
-  CommOptions co;
+  CommOptions co;  // (fit() reported the start)
   co.determinism = config_.determinism;
   std::unique_ptr<CostMeter> meter;
   std::unique_ptr<RankBarrier> barrier;

@@ -444,6 +444,52 @@ TEST(MpiDist, CheckRanksAgreeFailsEveryRankNamingTheSettingBothValuesAndRanks) {
   EXPECT_NO_THROW(train::check_ranks_agree({{"--seed", "1"}}, 20000));
 }
 
+// Issue 16: a process that refused its own arguments (its --data file missing, a path only it
+// cannot write) left the others waiting in the next exchange for the whole timeout (300 s by
+// default). Its error now travels in the exchange: the refusing process rethrows its own, every
+// other one throws PeerFailure naming it, at once.
+TEST(MpiDist, CheckRanksAgreeCarriesARanksRefusalToEveryRankAtOnce) {
+  if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int odd = world() - 1;
+  const std::string why = "--data: cannot open 'd.csv': No such file or directory";
+  const train::RankSettings mine{{"--loss", "mse"}};
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    train::check_ranks_agree(
+        mine, 300000, me() == odd ? std::make_exception_ptr(InvalidArgument(why)) : nullptr);
+    ADD_FAILURE() << "rank " << me() << ": expected an error";
+  } catch (const PeerFailure& e) {
+    EXPECT_NE(me(), odd) << e.what();
+    EXPECT_EQ(e.failed_rank(), odd);
+    EXPECT_EQ(std::string(e.what()), "rank " + std::to_string(odd) + " refused its arguments: " +
+                                         why);
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(me(), odd) << e.what();  // its own error, as it was
+    EXPECT_EQ(std::string(e.what()), why);
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0)
+      << "rank " << me() << " waited for the refusing rank (the timeout was 300 s)";
+  if (world() >= 3) {  // two refusals: the first named, the other counted
+    const bool refuses = me() >= 1;
+    try {
+      train::check_ranks_agree(mine, 300000,
+                               refuses ? std::make_exception_ptr(
+                                             InvalidArgument("mine " + std::to_string(me())))
+                                       : nullptr);
+      ADD_FAILURE() << "rank " << me() << ": expected an error";
+    } catch (const PeerFailure& e) {
+      EXPECT_EQ(me(), 0);
+      EXPECT_EQ(std::string(e.what()), "rank 1 refused its arguments: mine 1 (and " +
+                                           std::to_string(world() - 2) + " more rank" +
+                                           (world() > 3 ? "s)" : ")"));
+    } catch (const InvalidArgument& e) {
+      EXPECT_EQ(std::string(e.what()), "mine " + std::to_string(me()));
+    }
+  }
+  // Still in step afterwards: the next exchange agrees.
+  EXPECT_NO_THROW(train::check_ranks_agree(mine, 20000, nullptr));
+}
+
 // Trainer::fit under mpirun checks its TrainerConfig across the processes first (before this
 // micro_shards would make the ranks' bitwise sums differ, a run that ends with no error).
 TEST(MpiDist, TrainerFitRefusesProcessesOfDifferentSettingsBeforeTraining) {
@@ -469,6 +515,53 @@ TEST(MpiDist, TrainerFitRefusesProcessesOfDifferentSettingsBeforeTraining) {
   expect_error<InvalidArgument>(
       [&] { t.fit(); },
       "ranks disagree on --micro-shards: rank 0 has 8, rank " + std::to_string(odd) + " has 4");
+}
+
+// Trainer::fit: rank 0 alone checks the output paths (it writes them): its refusal reaches the
+// other processes in the start-up exchange instead of leaving them at the communicator.
+TEST(MpiDist, TrainerFitCarriesRankZerosRefusalToEveryRank) {
+  if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const std::int64_t n = 32, f = 4;
+  std::vector<float> x(static_cast<std::size_t>(n * f));
+  std::vector<std::int64_t> y(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n * f; ++i) x[static_cast<std::size_t>(i)] = float(i % 7) - 3.0f;
+  for (std::int64_t i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = i % 2;
+  data::Dataset d;
+  d.features = Tensor::from_vector(x, {n, f});
+  d.labels = Tensor::from_vector(y, {n});
+  train::TrainerConfig c;
+  c.trainer = train::TrainerKind::ddp;
+  c.hidden = {8};
+  c.epochs = 1;
+  c.batch_size = 8;
+  c.checkpoint_dir = "/dev/null/ck";  // not a directory (only rank 0 finds out)
+  c.field_names = {{"checkpoint_dir", "--checkpoint"}};
+  c.log = nullptr;
+  train::Trainer t(c, std::make_shared<train::DatasetSource>(d));
+  struct Restore {  // fit() restarted the backend with this rank's device: main()'s again after
+    ~Restore() {
+      BackendOptions o;
+      o.device_count = world();
+      o.memory_capacity = std::size_t(1) << 30;
+      init_backend("sim", o);
+    }
+  } restore;
+  const std::string why = "--checkpoint: cannot create directory '/dev/null/ck'";
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    t.fit();
+    ADD_FAILURE() << "rank " << me() << ": expected an error";
+  } catch (const PeerFailure& e) {
+    EXPECT_NE(me(), 0) << e.what();
+    EXPECT_EQ(e.failed_rank(), 0);
+    EXPECT_EQ(std::string(e.what()).rfind("rank 0 refused its arguments: " + why, 0), 0u)
+        << e.what();
+  } catch (const Error& e) {
+    EXPECT_EQ(me(), 0) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind(why, 0), 0u) << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0)
+      << "rank " << me() << " waited for rank 0 (the timeout was 300 s)";
 }
 
 TEST(MpiErrors, InitRankChecksItsArguments) {
