@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The whole test suite under the sanitizers (README "Sanitizers"), from the repository root; not
-# CI yet (about 24 min from a fresh clone on 2 cores, CI's budget is 20). Two builds, every test
-# run once:
+# The whole test suite under GCC's sanitizers and in the Release build (README "Sanitizers"), from
+# the repository root: a second opinion beside CI's check build (Clang, `cmake --preset check`),
+# about 24 min from a fresh clone on 2 cores. Two builds, every test run once:
 #   build/       the normal build (CUDA backend when nvcc, the toolkit and NCCL are found): it must
 #                compile and link everything; it runs only the tests that build-asan/ lacks (the
 #                CUDA tests, which skip without a GPU).

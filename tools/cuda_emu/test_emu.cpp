@@ -52,7 +52,9 @@ int main(int argc, char** argv) {
       sc.push_back({rows, micro_shard_bounds(rows, S)});
       if (S > 1 && rows > 0) sc.push_back({rows, random_bounds(rows, S, seed++)});
     }
-  for (auto& [rows, bounds] : sc) {
+  for (auto& rows_bounds : sc) {  // no structured binding: Clang 14's lambdas cannot capture one
+    const auto& rows = rows_bounds.first;
+    const auto& bounds = rows_bounds.second;
     const std::string ctx = "rows " + std::to_string(rows) + " S " + std::to_string(bounds.size() - 1);
     for (i64 N : {131, 132})
       for (bool acc : {false, true}) {
@@ -127,7 +129,8 @@ int main(int argc, char** argv) {
                     1e-3, 0.9, 0.999, 1e-8, 0.01, 1 - std::pow(0.9, 3), 1 - std::pow(0.999, 3), ams);
       });
   }
-  for (auto [rows, cols] : std::vector<std::pair<i64, i64>>{{1, 1}, {7, 10}, {300, 3}, {33, 257}, {0, 5}}) {
+  for (auto rows_cols : std::vector<std::pair<i64, i64>>{{1, 1}, {7, 10}, {300, 3}, {33, 257}, {0, 5}}) {
+    const i64 rows = rows_cols.first, cols = rows_cols.second;
     const std::string ctx = std::to_string(rows) + "x" + std::to_string(cols);
     V x = mixed(std::max<i64>(rows * cols, 1), seed++), t = mixed(std::max<i64>(rows * cols, 1), seed++);
     V bias = mixed(cols, seed++), out = mixed(std::max<i64>(rows, 1), seed++), oc = mixed(cols, seed++);
@@ -157,8 +160,9 @@ int main(int argc, char** argv) {
       std::printf("FAIL sum fast n %ld: %g vs %g\n", long(n), o1[0], o2[0]);
     }
   }
-  for (auto [rows, cols] : std::vector<std::pair<i64, i64>>{{1, 1}, {7, 10}, {300, 3}, {33, 257}, {0, 5}})
+  for (auto rows_cols : std::vector<std::pair<i64, i64>>{{1, 1}, {7, 10}, {300, 3}, {33, 257}, {0, 5}})
     for (float beta : {0.0f, 0.5f}) {
+      const i64 rows = rows_cols.first, cols = rows_cols.second;
       V x = mixed(std::max<i64>(rows * cols, 1), seed++, false), o = mixed(cols, seed++, false), o2 = o;
       simk->sum_rows(*sims, x.data(), rows, cols, beta, o.data(), Determinism::fast);
       sims->synchronize();

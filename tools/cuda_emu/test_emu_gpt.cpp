@@ -34,7 +34,9 @@ std::string dims(std::initializer_list<i64> d) {
 }
 
 void check_embedding(unsigned& seed) {
-  for (auto [B, T, V_, C] : std::vector<std::array<i64, 4>>{{1, 1, 1, 1}, {3, 5, 11, 7}, {4, 16, 65, 33}}) {
+  for (auto dims_ : std::vector<std::array<i64, 4>>{{1, 1, 1, 1}, {3, 5, 11, 7}, {4, 16, 65, 33}}) {
+    // No structured binding: Clang 14's lambdas cannot capture one.
+    const i64 B = dims_[0], T = dims_[1], V_ = dims_[2], C = dims_[3];
     const i64 N = B * T, P = T + 2;
     std::mt19937 gen(seed++);
     std::vector<i64> idx(N);
@@ -71,7 +73,8 @@ void check_embedding(unsigned& seed) {
 }
 
 void check_layernorm(unsigned& seed) {
-  for (auto [N, C] : std::vector<std::pair<i64, i64>>{{1, 1}, {5, 7}, {130, 64}, {3, 300}}) {
+  for (auto n_c : std::vector<std::pair<i64, i64>>{{1, 1}, {5, 7}, {130, 64}, {3, 300}}) {
+    const i64 N = n_c.first, C = n_c.second;
     V x = uniform_v(N * C, seed++, 3.0f), w = uniform_v(C, seed++), bias = uniform_v(C, seed++);
     if (N * C > 7) { x[3] = 0.0f; x[5] = -0.0f; }
     V y = mixed(N * C, seed++), mean = mixed(N, seed++), rstd = mixed(N, seed++);
@@ -114,11 +117,15 @@ void check_gelu(unsigned& seed) {
 // one past 2^32, the mask of a replica's slice).
 void check_attention(unsigned& seed) {
   const std::uint64_t stream = stream_id(kStreamDropout, (std::uint64_t(2) << 8) | 1);
-  for (auto [B, T, C, nh] : std::vector<std::array<i64, 4>>{
+  for (auto dims_ : std::vector<std::array<i64, 4>>{
            {1, 1, 4, 1}, {2, 5, 8, 2}, {3, 17, 12, 3}, {2, 33, 16, 4}, {1, 8, 6, 6},
            {1, 40, 64, 2}, {2, 9, 128, 2}})  // head widths 32 and 64: the simulator's fast paths
-    for (auto [p, base] : std::vector<std::pair<float, std::uint64_t>>{
+    for (auto p_base : std::vector<std::pair<float, std::uint64_t>>{
              {0.0f, 0}, {0.1f, 0}, {0.5f, (std::uint64_t(1) << 32) + 3}}) {
+      // No structured bindings: Clang 14's lambdas cannot capture them.
+      const i64 B = dims_[0], T = dims_[1], C = dims_[2], nh = dims_[3];
+      const float p = p_base.first;
+      const std::uint64_t base = p_base.second;
       const std::string ctx = dims({B, T, C, nh}) + " p " + std::to_string(p) + " base " +
                               std::to_string(base);
       V qkv = uniform_v(B * T * 3 * C, seed++), y = mixed(B * T * C, seed++),
