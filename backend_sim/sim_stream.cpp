@@ -211,6 +211,24 @@ void SimStream::run_claimed() {
   }
 }
 
+std::exception_ptr SimStream::start_task(std::unique_lock<std::mutex>& lk, Task& task) {
+  starting_ = true;
+  resumed_early_ = false;
+  lk.unlock();
+  std::exception_ptr err;
+  try {
+    task.start(Resume(this));
+  } catch (...) {
+    err = std::current_exception();
+  }
+  task = {};
+  // Resume::here's streams, by the outermost drain only (in drain_claimed t_drains is past 1).
+  if (t_drains == 1 && !t_claimed.empty()) run_claimed();
+  lk.lock();
+  starting_ = false;
+  return err;
+}
+
 void SimStream::drain_claimed(std::unique_lock<std::mutex>& lk) {
   ++t_drains;
   for (;;) {
@@ -235,19 +253,7 @@ void SimStream::drain_claimed(std::unique_lock<std::mutex>& lk) {
     }
     Task task = std::move(queue_.front());
     queue_.pop_front();
-    starting_ = true;
-    resumed_early_ = false;
-    lk.unlock();
-    std::exception_ptr err;
-    try {
-      task.start(Resume(this));
-    } catch (...) {
-      err = std::current_exception();
-    }
-    task = {};
-    lk.lock();
-    starting_ = false;
-    if (err) {
+    if (std::exception_ptr err = start_task(lk, task)) {
       keep_error_locked(std::move(err));
       continue;
     }
@@ -354,20 +360,7 @@ void SimStream::drain(std::unique_lock<std::mutex>& lk, const std::function<bool
     Task task = std::move(queue_.front());
     queue_.pop_front();
     if (task.start) {
-      starting_ = true;
-      resumed_early_ = false;
-      lk.unlock();
-      std::exception_ptr err;
-      try {
-        task.start(Resume(this));
-      } catch (...) {
-        err = std::current_exception();
-      }
-      task = {};
-      if (t_drains == 1 && !t_claimed.empty()) run_claimed();  // Resume::here's streams
-      lk.lock();
-      starting_ = false;
-      if (err) {
+      if (std::exception_ptr err = start_task(lk, task)) {
         keep_error_locked(std::move(err));
         continue;
       }

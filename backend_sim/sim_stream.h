@@ -186,6 +186,11 @@ class SimStream final : public Stream {
   // Runs a stream claimed by Resume::here while its next task parks; posts it at the first
   // plain task. mu_ held in `lk`, state_ running.
   void drain_claimed(std::unique_lock<std::mutex>& lk);
+  // Starts `task` (a parking task, popped from the queue) with mu_ released, then the streams
+  // Resume::here claimed meanwhile when this is the outermost drain; returns what it threw.
+  // mu_ held in `lk` before and after; on return starting_ is false and resumed_early_ says
+  // whether the task resumed the stream before returning.
+  std::exception_ptr start_task(std::unique_lock<std::mutex>& lk, Task& task);
   // Runs the streams this thread claimed (Resume::here), until there are none.
   static void run_claimed();
   // Blocks the calling (host) thread until `done()`, running the stream's scheduled work itself.
