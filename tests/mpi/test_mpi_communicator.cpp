@@ -490,11 +490,8 @@ TEST(MpiDist, CheckRanksAgreeCarriesARanksRefusalToEveryRankAtOnce) {
   EXPECT_NO_THROW(train::check_ranks_agree(mine, 20000, nullptr));
 }
 
-// Trainer::fit under mpirun checks its TrainerConfig across the processes first (before this
-// micro_shards would make the ranks' bitwise sums differ, a run that ends with no error).
-TEST(MpiDist, TrainerFitRefusesProcessesOfDifferentSettingsBeforeTraining) {
-  if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
-  const int odd = world() - 1;
+// The two Trainer::fit tests below: 32 rows of 4 features, 2 classes, and a one-epoch DDP MLP.
+std::shared_ptr<train::DatasetSource> small_source() {
   const std::int64_t n = 32, f = 4;
   std::vector<float> x(static_cast<std::size_t>(n * f));
   std::vector<std::int64_t> y(static_cast<std::size_t>(n));
@@ -503,15 +500,28 @@ TEST(MpiDist, TrainerFitRefusesProcessesOfDifferentSettingsBeforeTraining) {
   data::Dataset d;
   d.features = Tensor::from_vector(x, {n, f});
   d.labels = Tensor::from_vector(y, {n});
+  return std::make_shared<train::DatasetSource>(d);
+}
+
+train::TrainerConfig small_ddp_config() {
   train::TrainerConfig c;
   c.trainer = train::TrainerKind::ddp;
   c.hidden = {8};
   c.epochs = 1;
   c.batch_size = 8;
+  return c;
+}
+
+// Trainer::fit under mpirun checks its TrainerConfig across the processes first (before this
+// micro_shards would make the ranks' bitwise sums differ, a run that ends with no error).
+TEST(MpiDist, TrainerFitRefusesProcessesOfDifferentSettingsBeforeTraining) {
+  if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const int odd = world() - 1;
+  train::TrainerConfig c = small_ddp_config();
   c.micro_shards = me() == odd ? 4 : 8;
   c.field_names = {{"micro_shards", "--micro-shards"}};
   c.log = nullptr;
-  train::Trainer t(c, std::make_shared<train::DatasetSource>(d));
+  train::Trainer t(c, small_source());
   expect_error<InvalidArgument>(
       [&] { t.fit(); },
       "ranks disagree on --micro-shards: rank 0 has 8, rank " + std::to_string(odd) + " has 4");
@@ -521,23 +531,11 @@ TEST(MpiDist, TrainerFitRefusesProcessesOfDifferentSettingsBeforeTraining) {
 // other processes in the start-up exchange instead of leaving them at the communicator.
 TEST(MpiDist, TrainerFitCarriesRankZerosRefusalToEveryRank) {
   if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
-  const std::int64_t n = 32, f = 4;
-  std::vector<float> x(static_cast<std::size_t>(n * f));
-  std::vector<std::int64_t> y(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n * f; ++i) x[static_cast<std::size_t>(i)] = float(i % 7) - 3.0f;
-  for (std::int64_t i = 0; i < n; ++i) y[static_cast<std::size_t>(i)] = i % 2;
-  data::Dataset d;
-  d.features = Tensor::from_vector(x, {n, f});
-  d.labels = Tensor::from_vector(y, {n});
-  train::TrainerConfig c;
-  c.trainer = train::TrainerKind::ddp;
-  c.hidden = {8};
-  c.epochs = 1;
-  c.batch_size = 8;
+  train::TrainerConfig c = small_ddp_config();
   c.checkpoint_dir = "/dev/null/ck";  // not a directory (only rank 0 finds out)
   c.field_names = {{"checkpoint_dir", "--checkpoint"}};
   c.log = nullptr;
-  train::Trainer t(c, std::make_shared<train::DatasetSource>(d));
+  train::Trainer t(c, small_source());
   struct Restore {  // fit() restarted the backend with this rank's device: main()'s again after
     ~Restore() {
       BackendOptions o;
