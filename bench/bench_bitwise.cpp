@@ -1,6 +1,9 @@
 // bench_bitwise: bitwise against fast mode, measured in the same run on the same machine.
 //
-//   build/bin/bench_bitwise [--quick] [--help] [--version]
+//   build/bin/bench_bitwise [--quick] [--gemm-only] [--csv FILE] [--help] [--version]
+//
+//   --gemm-only  only part 1 (bench/compare.sh runs this for issue 15's GEMM goal)
+//   --csv FILE   also write every row to FILE: benchmark,bitwise,fast,unit,ratio
 //
 // 1. GEMM GFLOP/s on one simulated device for square sizes (C = A @ B, f32) and the MLP's forward
 //    shapes (C = X @ W^T): canonical fma-chain kernel (bitwise) against the fast GEMM (OpenBLAS
@@ -11,6 +14,8 @@
 // Each figure is the median of several repetitions; the ratio column is bitwise / fast.
 // Timings are wall-clock on a shared machine: compare ratios, not absolute numbers.
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -102,7 +107,11 @@ int main(int argc, char** argv) {
   CLI::App app{"bench_bitwise: bitwise against fast mode (GEMM GFLOP/s, trainer samples/s), "
                "measured in the same run"};
   bool quick = false;
+  bool gemm_only = false;
+  std::string csv_path;
   app.add_flag("--quick", quick, "fewer sizes, steps and repetitions (a smoke run)");
+  app.add_flag("--gemm-only", gemm_only, "only the GEMM rows (no trainer rows)");
+  app.add_option("--csv", csv_path, "also write the rows to this CSV file");
   ditto_cli::add_version(app, "bench_bitwise");
   try {
     app.parse(argc, argv);
@@ -110,6 +119,19 @@ int main(int argc, char** argv) {
     return ditto_cli::parse_error(app, e, "bench_bitwise");
   }
   const int reps = quick ? 3 : 5;
+  std::FILE* csv = nullptr;
+  if (!csv_path.empty()) {
+    csv = std::fopen(csv_path.c_str(), "w");
+    if (!csv) {
+      std::fprintf(stderr, "bench_bitwise: error: --csv: cannot open '%s' for writing: %s\n",
+                   csv_path.c_str(), std::strerror(errno));
+      return 1;
+    }
+    std::fprintf(csv, "benchmark,bitwise,fast,unit,ratio\n");
+  }
+  auto row = [&](const std::string& name, double bw, double fs, const char* unit) {
+    if (csv) std::fprintf(csv, "%s,%.3f,%.3f,%s,%.4f\n", name.c_str(), bw, fs, unit, bw / fs);
+  };
   BackendOptions bo;
   bo.device_count = 4;
   init_backend("sim", bo);
@@ -132,6 +154,11 @@ int main(int argc, char** argv) {
     double bw = gemm_gflops(g.M, g.N, g.K, g.trans_b, Determinism::bitwise, reps);
     double fs = gemm_gflops(g.M, g.N, g.K, g.trans_b, Determinism::fast, reps);
     std::printf("%-34s %9.1f GF/s %9.1f GF/s %8.2f\n", g.name.c_str(), bw, fs, bw / fs);
+    row(g.name, bw, fs, "GFLOP/s");
+  }
+  if (gemm_only) {
+    if (csv) std::fclose(csv);
+    return 0;
   }
   struct Model {
     const char* name;
@@ -146,6 +173,8 @@ int main(int argc, char** argv) {
     double fs = trainer_samples_per_s(m.sizes, m.batch, quick ? m.steps / 2 : m.steps, 4,
                                       Determinism::fast, reps);
     std::printf("%-34s %7.0f smp/s %7.0f smp/s %8.2f\n", m.name, bw, fs, bw / fs);
+    row(m.name, bw, fs, "samples/s");
   }
+  if (csv) std::fclose(csv);
   return 0;
 }

@@ -5,7 +5,7 @@
 # `torch_bench.py gpt` (one process, all cores), same model (nanoGPT's CPU config) and batch.
 #
 #   bench/compare.sh [--quick] [--only-new] [--no-install] [--out DIR] [--build DIR]
-#                    [--ranks 2,4,8] [--max-bytes BYTES]
+#                    [--ranks 2,4,8] [--max-bytes BYTES] [--no-jax]
 #
 #   --quick        sizes up to 16 MiB, shorter timings (a smoke run of the whole pipeline)
 #   --only-new     only issue 13's rows (below): skips STREAM, the older collectives, trainers, GPT
@@ -15,6 +15,7 @@
 #                  (default bench/results)
 #   --build DIR    ditto build folder (default build; configured if missing)
 #   --ranks LIST   rank counts (default 2,4,8)
+#   --no-jax       skips the JAX anchor (its virtual environment is made from PyPI otherwise)
 #   --max-bytes B  largest collective size (default 67108864 = 64 MiB; sizes from 4 KiB, x4);
 #                  268435456 (256 MiB) runs the issue's whole range but takes ~2x longer
 #                  (Gloo's 8-rank all_gather of 256 MiB alone takes minutes on 2 cores)
@@ -24,8 +25,13 @@
 # bf16 against f32 all_reduce at the same byte count (ditto only); sendrecv (ring), gather and
 # scatter (ditto only; nccl-tests' busbw factors).
 #
+# Issue 15's rows: bench_bitwise's GEMM GFLOP/s (bitwise against fast at 256, 512, 1024) and JAX
+# (bench/jax_bench.py: the same MLP, batch sharded over 1 and 4 host-platform devices, in a
+# virtual environment bench/.venv-jax made from PyPI with jax==$JAX_VERSION).
+#
 # Installs what it needs (tools/setup.sh, then python3-torch, libopenblas0-openmp, openmpi-bin,
-# libopenmpi-dev, python3-matplotlib via apt-get, through sudo when not root). Never part of CI.
+# libopenmpi-dev, python3-matplotlib via apt-get, through sudo when not root; jax from PyPI into
+# bench/.venv-jax). Never part of CI.
 # Traps handled here:
 #  - Debian's torch is importable only by /usr/bin/python3 (another python3 may come first on
 #    PATH), so every Python step runs /usr/bin/python3 explicitly;
@@ -53,6 +59,8 @@ TRAIN_SECONDS=1.0
 QUICK=0
 ONLY_NEW=0
 NO_INSTALL=0
+NO_JAX=0
+JAX_VERSION=0.10.2
 NEW_RANKS=4,8
 NEW_MIN_BYTES=65536
 while [ $# -gt 0 ]; do
@@ -60,11 +68,12 @@ while [ $# -gt 0 ]; do
     --quick) QUICK=1; MAX_BYTES=$((16 << 20)); COLL_SECONDS=0.02; TRAIN_SECONDS=0.3 ;;
     --only-new) ONLY_NEW=1 ;;
     --no-install) NO_INSTALL=1 ;;
+    --no-jax) NO_JAX=1 ;;
     --out) OUT=$(realpath -m "$2"); shift ;;
     --build) BUILD=$(realpath -m "$2"); shift ;;
     --ranks) RANKS=$2; shift ;;
     --max-bytes) MAX_BYTES=$2; shift ;;
-    -h|--help) sed -n "2,39p" "$0"; exit 0 ;;
+    -h|--help) sed -n "2,46p" "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -108,13 +117,26 @@ say "$blas_note"
 blas_lib=$(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo unknown)
 say "libblas.so.3 -> $blas_lib"
 case "$blas_lib" in *openblas*) ;; *) say "WARNING: torch is not on OpenBLAS: its figures are meaningless";; esac
+JAXPY=$ROOT/bench/.venv-jax/bin/python
+if [ "$ONLY_NEW" = 0 ] && [ "$NO_JAX" = 0 ]; then
+  if ! "$JAXPY" -c "import jax" 2>/dev/null; then
+    if [ "$NO_INSTALL" = 1 ]; then
+      say "jax not installed in bench/.venv-jax (--no-install): no JAX rows"; NO_JAX=1
+    else
+      say "installing jax==$JAX_VERSION from PyPI into bench/.venv-jax"
+      python3 -m venv "$ROOT/bench/.venv-jax" &&
+        "$JAXPY" -m pip install -q "jax==$JAX_VERSION" >> "$LOG" 2>&1 ||
+        { say "WARNING: jax could not be installed: no JAX rows"; NO_JAX=1; }
+    fi
+  fi
+fi
 
 # ---- 2. build ---------------------------------------------------------------------------------
 step "build ditto-bench"
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
   cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >> "$LOG" 2>&1
 fi
-cmake --build "$BUILD" -j"$(nproc)" --target ditto-bench >> "$LOG" 2>&1
+cmake --build "$BUILD" -j"$(nproc)" --target ditto-bench bench_bitwise >> "$LOG" 2>&1
 mpicc -O2 -o "$OUT/mpi_bench" "$ROOT/bench/mpi_bench.c"
 
 cores=$(nproc)
@@ -127,6 +149,9 @@ step "ditto-bench (STREAM copy, collectives, trainer)"
 "$BUILD/bin/ditto-bench" --csv-dir "$RAW" all --backend auto --ranks "$RANKS" \
   --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" --step-factor "$FACTOR" \
   --coll-seconds "$COLL_SECONDS" --max-iters "$MAX_ITERS" --train-seconds "$TRAIN_SECONDS" 2>&1 | tee -a "$LOG"
+
+step "bench_bitwise (GEMM GFLOP/s: bitwise against fast)"
+"$BUILD/bin/bench_bitwise" --gemm-only --csv "$RAW/gemm.csv" 2>&1 | tee -a "$LOG"
 
 step "ditto-bench gpt (nanoGPT's CPU config: tokens/s)"
 "$BUILD/bin/ditto-bench" --csv-dir "$RAW" gpt --train-seconds "$TRAIN_SECONDS" 2>&1 | tee -a "$LOG"
@@ -186,6 +211,15 @@ $PY "$ROOT/bench/torch_bench.py" gpt --seconds "$TRAIN_SECONDS" --csv "$RAW/torc
 OMP_WAIT_POLICY=PASSIVE $PY "$ROOT/bench/torch_bench.py" gpt --seconds "$TRAIN_SECONDS" \
   --csv "$RAW/torch_gpt.csv" 2>&1 | tee -a "$LOG"
 
+fi
+if [ "$ONLY_NEW" = 0 ] && [ "$NO_JAX" = 0 ]; then
+step "JAX (the MLP over 1 and 4 host-platform devices, batch sharded)"
+"$JAXPY" "$ROOT/bench/jax_bench.py" --devices 1 --seconds "$TRAIN_SECONDS" \
+  --csv "$RAW/jax_train.csv" 2>&1 | tee -a "$LOG"
+# Without --xla_cpu_multi_thread_eigen=false JAX 0.10's 4-device all-reduce starves on 2 cores
+# and XLA aborts the process after 40 s (bench/jax_bench.py's docstring).
+"$JAXPY" "$ROOT/bench/jax_bench.py" --devices 4 --seconds "$TRAIN_SECONDS" \
+  --flags=--xla_cpu_multi_thread_eigen=false --csv "$RAW/jax_train.csv" 2>&1 | tee -a "$LOG"
 fi
 
 # ---- 6. report --------------------------------------------------------------------------------

@@ -4,8 +4,8 @@
   report.py RAW_DIR [--table table.md] [--png perf.png] [--plot-ranks 4]
 
 RAW_DIR holds ditto-bench's collectives.csv, stream.csv, trainer.csv, gpt.csv and the anchors'
-gloo_collectives.csv, mpi_collectives.csv, torch_train.csv, torch_gpt.csv. Prints ONE table: the goals of
-issue 7 first (each a ratio measured in the same run, with its goal and met / MISSED), then
+gloo_collectives.csv, mpi_collectives.csv, torch_train.csv, torch_gpt.csv, and bench_bitwise's
+gemm.csv and jax_bench.py's jax_train.csv. Prints ONE table: the goals of issue 15 first (each a ratio measured in the same run, with its goal and met / MISSED), then
 ditto's busbw against Gloo and OpenMPI for each collective, rank count and a few sizes.
 The plot: busbw against size for ditto, Gloo and MPI (one panel per collective, --plot-ranks
 ranks), with the memory-bandwidth ceiling from the STREAM copy probe drawn.
@@ -71,6 +71,8 @@ def main():
     torch_train = read(os.path.join(a.raw, "torch_train.csv"))
     gpt = read(os.path.join(a.raw, "gpt.csv"))
     torch_gpt = read(os.path.join(a.raw, "torch_gpt.csv"))
+    jax_train = read(os.path.join(a.raw, "jax_train.csv"))
+    gemm = read(os.path.join(a.raw, "gemm.csv"))
     stream_gbps = max((float(r["copy_GBps"]) for r in stream), default=None)
 
     def ditto_row(op, ranks, nbytes, place, backend="sim", det="fast", dtype="f32"):
@@ -118,20 +120,6 @@ def main():
                      f">= {goal:.2f}" if goal else "", verdict))
 
     mib16 = 16 << 20
-    ar = ditto_row("all_reduce", 4, mib16, "out")
-    ar_in = ditto_row("all_reduce", 4, mib16, "in")
-    add("G1 all_reduce 4 ranks 16 MiB (out-of-place): 2NS/t vs STREAM copy",
-        float(ar["mem_GBps"]) if ar else None, stream_gbps, "GB/s", 0.70)
-    add("   same, in-place: 2NS/t vs STREAM copy",
-        float(ar_in["mem_GBps"]) if ar_in else None, stream_gbps, "GB/s", None, "(info)")
-    m = anchor_row(mpi, "all_reduce", 4, mib16)
-    add("   all_reduce 4 ranks 16 MiB busbw vs OpenMPI (issue: ~2.5x)",
-        float(ar["busbw_GBps"]) if ar else None, float(m["busbw_GBps"]) if m else None, "GB/s",
-        None, "(info)")
-    g = anchor_row(gloo, "all_reduce", 4, mib16)
-    add("   all_reduce 4 ranks 16 MiB busbw (in-place) vs Gloo (issue: ~6x)",
-        float(ar_in["busbw_GBps"]) if ar_in else None, float(g["busbw_GBps"]) if g else None,
-        "GB/s", None, "(info)")
     big = "784-1024-1024-10"
     trainers = (("dp", "DataParallel"), ("ddp", "DDP"))
 
@@ -147,29 +135,54 @@ def main():
                 add(f"   same, {short}", rate, av, unit, None, "(info)")
         return best[0]
 
+    def jax_rate(devices):
+        for r in jax_train:
+            if int(r["devices"]) == devices:
+                return float(r["samples_per_s"])
+        return None
+
+    # Issue 15's goals, in its order (G1-G4 the MLP, G5 the seed model, G6-G7 the GPT, G8 the
+    # bitwise GEMM, G9 small collectives, G10 the 16 MiB all_reduce against STREAM copy).
     t1, t1name = torch_rate(big, "torch threads")
-    add_trainer_goal(f"G2 MLP {big} b256 fast, 4 sim devices vs torch 1 process ({t1name})",
+    add_trainer_goal(f"G1 MLP {big} b256 fast, 4 sim devices vs torch 1 process ({t1name})",
                      big, 4, "fast", t1, "smp/s", 1.0)
     tddp, tddpname = torch_rate(big, "torch DDP")
-    add_trainer_goal(f"G3 MLP {big} b256 fast, 4 sim devices vs torch DDP ({tddpname}, 4 ranks)",
+    add_trainer_goal(f"G2 MLP {big} b256 fast, 4 sim devices vs torch DDP ({tddpname}, 4 ranks)",
                      big, 4, "fast", tddp, "smp/s", 2.5)
+    add_trainer_goal(f"G3 MLP {big} b256 fast, 1 sim device vs torch 1 process",
+                     big, 1, "fast", t1, "smp/s", 1.0)
+    add_trainer_goal(f"G4 MLP {big} b256 fast, 4 sim devices vs JAX 4 host-platform devices "
+                     "(--xla_cpu_multi_thread_eigen=false)", big, 4, "fast", jax_rate(4), "smp/s",
+                     1.5)
+    add_trainer_goal(f"   MLP {big} b256 fast, 1 sim device vs JAX 1 device", big, 1, "fast",
+                     jax_rate(1), "smp/s", None)
     ts, tsname = torch_rate("10-5-2", "torch threads", col="steps_per_s")
-    add_trainer_goal(f"G4 seed 10-5-2 b32 fast, 4 sim devices vs torch 1 process: steps/s",
+    add_trainer_goal(f"G5 seed 10-5-2 b32 fast, 4 sim devices vs torch 1 process: steps/s",
                      "10-5-2", 4, "fast", ts, "steps/s", 1.0, col="steps_per_s")
     s4b = train_rate("10-5-2", 4, "bitwise", col="steps_per_s")
     add(f"   seed 10-5-2 b32 bitwise, 4 sim devices vs torch 1 process: steps/s", s4b, ts,
         "steps/s", None, "(info)")
-    add(f"G5 MLP {big} b256, 4 sim devices, DataParallel: bitwise vs fast",
-        train_rate(big, 4, "bitwise"), train_rate(big, 4, "fast"), "smp/s", 0.5)
-    add(f"   same, DDP: bitwise vs fast", train_rate(big, 4, "bitwise", "DDP"),
-        train_rate(big, 4, "fast", "DDP"), "smp/s", None, "(info)")
-    add(f"   MLP {big} b256, 1 sim device: bitwise vs fast", train_rate(big, 1, "bitwise"),
-        train_rate(big, 1, "fast"), "smp/s", None, "(info)")
-    add(f"   MLP {big} b256 fast, 1 sim device vs torch 1 process",
-        train_rate(big, 1, "fast"), t1, "smp/s", None, "(info)")
 
-    # GPT (issue 12): tokens/s against torch's better wait policy; the speed goal is elsewhere
+    # GPT (nanoGPT's CPU config): tokens/s against torch's better wait policy
     tg = max(torch_gpt, key=lambda r: float(r["tokens_per_s"]), default=None)
+
+    def gpt_rate(devices, det, kind):
+        for r in gpt:
+            if int(r["devices"]) == devices and r["determinism"] == det and r["trainer"] == kind:
+                return float(r["tokens_per_s"])
+        return None
+
+    gpt_best = {}
+    for det in ("fast", "bitwise"):
+        rates = [(gpt_rate(4, det, kind), short) for short, kind in trainers]
+        gpt_best[det] = max([r for r in rates if r[0] is not None], default=(None, "dp"))
+    fb, fshort = gpt_best["fast"]
+    add(f"G6 GPT (nanoGPT CPU config) fast, 4 sim devices vs torch 1 process: tokens/s "
+        f"[{fshort}, the better trainer]", fb, float(tg["tokens_per_s"]) if tg else None, "tok/s",
+        1.0)
+    bb, bshort = gpt_best["bitwise"]
+    add(f"G7 GPT bitwise vs fast, 4 sim devices: tokens/s [{bshort} vs {fshort}]", bb, fb, "tok/s",
+        0.6)
     for r in gpt:
         short = "dp" if r["trainer"] == "DataParallel" else "ddp"
         add(f"   GPT {r['model']} b{r['batch']} T{r['block_size']} {r['determinism']}, "
@@ -177,6 +190,38 @@ def main():
             + (f" ({tg['trainer'].replace('torch ', '')})" if tg else ""),
             float(r["tokens_per_s"]), float(tg["tokens_per_s"]) if tg else None, "tok/s", None,
             "(info)")
+
+    for n in (256, 512, 1024):
+        g_ = next((r for r in gemm if r["benchmark"] == f"gemm {n}x{n}"), None)
+        add(f"G8 GEMM {n}x{n}x{n} f32, 1 sim device: bitwise vs fast (GFLOP/s)",
+            float(g_["bitwise"]) if g_ else None, float(g_["fast"]) if g_ else None, "GF/s", 0.8)
+    for r in gemm:
+        if r["benchmark"] not in ("gemm 256x256", "gemm 512x512", "gemm 1024x1024"):
+            add(f"   {r['benchmark']}: bitwise vs fast", float(r["bitwise"]), float(r["fast"]),
+                r["unit"].replace("GFLOP/s", "GF/s"), None, "(info)")
+
+    kib64 = 64 << 10
+    for op in ("broadcast", "all_gather", "all_reduce"):
+        for ranks in sorted({int(r["ranks"]) for r in coll}):
+            m = anchor_row(mpi, op, ranks, kib64)
+            d = ditto_row(op, ranks, kib64, m["place"]) if m else None
+            add(f"G9 {op} {ranks} ranks 64 KiB busbw vs OpenMPI",
+                float(d["busbw_GBps"]) if d else None, float(m["busbw_GBps"]) if m else None,
+                "GB/s", 1.0)
+
+    ar = ditto_row("all_reduce", 4, mib16, "out")
+    ar_in = ditto_row("all_reduce", 4, mib16, "in")
+    add("G10 all_reduce 4 ranks 16 MiB (out-of-place): 2NS/t vs STREAM copy",
+        float(ar["mem_GBps"]) if ar else None, stream_gbps, "GB/s", 0.70)
+    add("   same, in-place: 2NS/t vs STREAM copy",
+        float(ar_in["mem_GBps"]) if ar_in else None, stream_gbps, "GB/s", None, "(info)")
+
+    add(f"   MLP {big} b256, 4 sim devices, DataParallel: bitwise vs fast",
+        train_rate(big, 4, "bitwise"), train_rate(big, 4, "fast"), "smp/s", None, "(info)")
+    add(f"   same, DDP: bitwise vs fast", train_rate(big, 4, "bitwise", "DDP"),
+        train_rate(big, 4, "fast", "DDP"), "smp/s", None, "(info)")
+    add(f"   MLP {big} b256, 1 sim device: bitwise vs fast", train_rate(big, 1, "bitwise"),
+        train_rate(big, 1, "fast"), "smp/s", None, "(info)")
 
     if a.only_new:  # the goals and training rows above had nothing to measure
         del rows[:]
