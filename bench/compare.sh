@@ -30,8 +30,8 @@
 # virtual environment bench/.venv-jax made from PyPI with jax==$JAX_VERSION).
 #
 # Installs what it needs (tools/setup.sh, then python3-torch, libopenblas0-openmp, openmpi-bin,
-# libopenmpi-dev, python3-matplotlib via apt-get, through sudo when not root; jax from PyPI into
-# bench/.venv-jax). Never part of CI.
+# libopenmpi-dev, python3-matplotlib, python3-venv via apt-get, through sudo when not root; jax
+# from PyPI into bench/.venv-jax). Never part of CI.
 # Traps handled here:
 #  - Debian's torch is importable only by /usr/bin/python3 (another python3 may come first on
 #    PATH), so every Python step runs /usr/bin/python3 explicitly;
@@ -92,7 +92,7 @@ step() { say ""; say "== $* ($(( $(date +%s) - t_start )) s)"; }
 step "install"
 [ "$NO_INSTALL" = 0 ] && "$ROOT/tools/setup.sh"
 need=()
-for p in python3-torch libopenblas0-openmp openmpi-bin libopenmpi-dev python3-matplotlib; do
+for p in python3-torch libopenblas0-openmp openmpi-bin libopenmpi-dev python3-matplotlib python3-venv; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || need+=("$p")
 done
 if [ ${#need[@]} -gt 0 ] && [ "$NO_INSTALL" = 1 ]; then
@@ -215,11 +215,13 @@ fi
 if [ "$ONLY_NEW" = 0 ] && [ "$NO_JAX" = 0 ]; then
 step "JAX (the MLP over 1 and 4 host-platform devices, batch sharded)"
 "$JAXPY" "$ROOT/bench/jax_bench.py" --devices 1 --seconds "$TRAIN_SECONDS" \
-  --csv "$RAW/jax_train.csv" 2>&1 | tee -a "$LOG"
+  --csv "$RAW/jax_train.csv" 2>&1 | tee -a "$LOG" ||
+  say "WARNING: jax_bench.py --devices 1 failed (log above): no JAX 1-device row"
 # Without --xla_cpu_multi_thread_eigen=false JAX 0.10's 4-device all-reduce starves on 2 cores
 # and XLA aborts the process after 40 s (bench/jax_bench.py's docstring).
 "$JAXPY" "$ROOT/bench/jax_bench.py" --devices 4 --seconds "$TRAIN_SECONDS" \
-  --flags=--xla_cpu_multi_thread_eigen=false --csv "$RAW/jax_train.csv" 2>&1 | tee -a "$LOG"
+  --flags=--xla_cpu_multi_thread_eigen=false --csv "$RAW/jax_train.csv" 2>&1 | tee -a "$LOG" ||
+  say "WARNING: jax_bench.py --devices 4 failed (log above): no JAX 4-device row (G4 not measured)"
 fi
 
 # ---- 6. report --------------------------------------------------------------------------------
