@@ -217,7 +217,7 @@ void SimBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
   try {
     // The stream by pointer: while ~SimBackend drains it, d->stream is already null.
     SimStream* s = d->stream.get();
-    s->enqueue_internal([s, bytes, forget, release, cm] {  // frees even on a failed device
+    s->enqueue_internal_short([s, bytes, forget, release, cm] {  // frees even on a failed device
       forget();  // before free: the address may be handed out again right after
       release();
       if (cm) cm->on_memory(*s, -static_cast<std::int64_t>(bytes));

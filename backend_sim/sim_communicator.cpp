@@ -67,6 +67,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -209,9 +210,17 @@ class SimCommunicator final : public CommunicatorImpl,
       });
       return;
     }
-    ss.enqueue_parked([self = shared_from_this(), rank, call, &ss](Resume r) {
+    auto start = [self = shared_from_this(), rank, call, &ss](Resume r) {
       self->arrive(rank, call, ss, r);
-    });
+    };
+    // A small call's arrival may run on this thread at once, and when it is the last rank's the
+    // whole call with it (Note [Inline work], sim_stream.cpp; Note [Small collectives]): a
+    // host thread that issues a small collective on every rank runs it with no hand-off. A large
+    // one is left to the pool, so that the host (DDP's bucket all_reduce) goes on meanwhile.
+    if (inline_bytes(call) <= kInlineBytes)
+      ss.enqueue_parked_short(std::move(start));
+    else
+      ss.enqueue_parked(std::move(start));
   }
 
   void group_start() override { p2p_->group_start(); }
@@ -558,6 +567,19 @@ class SimCommunicator final : public CommunicatorImpl,
       }
     }
     store_fence(stream);  // before run_job counts this job done (Note [Streaming stores])
+  }
+
+  // The bytes the whole call writes, or reads in a reduction, estimated from one rank's call
+  // (written_elements and arrive() use every rank's); all_to_all_v: never small.
+  std::int64_t inline_bytes(const Call& c) const {
+    const auto n = static_cast<std::int64_t>(n_);
+    const auto elem = static_cast<std::int64_t>(dtype_size(c.dtype));
+    switch (c.kind) {
+      case Kind::all_to_all_v: return std::numeric_limits<std::int64_t>::max();
+      case Kind::all_gather:
+      case Kind::all_to_all: return c.count * n * n * elem;
+      default: return c.count * n * elem;
+    }
   }
 
   // Elements written into the destinations by the whole call, all ranks together.

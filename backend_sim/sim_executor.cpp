@@ -175,7 +175,7 @@ void Executor::parallel_for(std::int64_t n, const std::function<void(std::int64_
     return;
   }
   if (max_helpers < 0)
-    max_helpers = std::max(0, static_cast<int>(std::thread::hardware_concurrency()) - 1);
+    max_helpers = hardware_threads() - 1;
   max_helpers = static_cast<int>(std::min<std::int64_t>(max_helpers, n - 1));
   auto run = std::make_shared<ParallelRun>();
   run->n = n;
@@ -207,6 +207,11 @@ bool Executor::has_idle_thread() const {
       if (lk.owns_lock() && w->jobs.empty() && !w->busy.load()) return true;
     }
   return false;
+}
+
+int Executor::hardware_threads() {
+  static const int n = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  return n;
 }
 
 std::uint64_t Executor::next_home() {

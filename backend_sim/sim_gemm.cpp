@@ -652,7 +652,7 @@ bool intra_op_enabled() {
 // idle (every device busy: the cores are used already).
 template <typename Fn>
 void run_split(std::int64_t M, std::int64_t N, std::int64_t K, const Fn& fn) {
-  const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int hw = Executor::hardware_threads();
   if (!intra_op_enabled() || hw == 1 || 2.0 * M * N * K < kSplitMinFlops ||
       !Executor::instance().has_idle_thread()) {
     fn(0, M, 0, N);

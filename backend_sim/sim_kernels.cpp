@@ -7,6 +7,7 @@
 // Kernels that take no Determinism argument have one fixed order, used in both modes.
 #include "backend_sim/sim_eigen.h"  // first: its pragma must precede Eigen
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -28,6 +29,15 @@ namespace dk = dtype_kernels;
 
 using VecMap = Eigen::Map<Eigen::VectorXf>;
 using ConstVecMap = Eigen::Map<const Eigen::VectorXf>;
+
+// Kernels at most this large (KernelCost flops and bytes) run on the launching thread when
+// their stream is idle (Note [Inline work], sim_stream.cpp): a few microseconds of work, less
+// than a hand-off to a pool thread. DITTO_SIM_INLINE=0 turns it off (for measurements).
+const double kInlineFlops = [] {
+  const char* env = std::getenv("DITTO_SIM_INLINE");
+  return env != nullptr && std::strcmp(env, "0") == 0 ? -1.0 : double(1 << 17);
+}();
+constexpr double kInlineBytes = double(1 << 19);
 
 // Elements per block of the blocked elementwise reductions (fits in L1 with a few temporaries).
 constexpr std::int64_t kBlock = 1024;
@@ -500,17 +510,26 @@ class SimKernels final : public Kernels {
   // enqueued inside a StorageDTypeScope of bf16 / f16 is priced as the native kernel over that
   // dtype (native_cost). In a dry run `work` is skipped and only the price is paid (Note [Dry
   // run], sim_backend.h).
+  // A kernel below kInlineFlops and kInlineBytes may run on the launching thread (Note [Inline
+  // work], sim_stream.cpp).
   template <typename F>
   void launch(Stream& s, const char* name, const KernelCost& cost, F&& work) {
     SimStream& ss = as_sim(s, name);
+    const bool is_short = cost.flops <= kInlineFlops && cost.bytes <= kInlineBytes;
+    auto submit = [&](std::function<void()> task) {
+      if (is_short)
+        ss.enqueue_short(std::move(task));
+      else
+        ss.enqueue(std::move(task));
+    };
     if (in_conversion_scope()) {
-      ss.enqueue([cm = cost_, work = std::forward<F>(work)]() mutable {
+      submit([cm = cost_, work = std::forward<F>(work)]() mutable {
         if (!cm->dry_run()) work();
       });
       return;
     }
-    ss.enqueue([&ss, cm = cost_, name, cost = native_cost(cost, current_storage_dtype()),
-                work = std::forward<F>(work)]() mutable {
+    submit([&ss, cm = cost_, name, cost = native_cost(cost, current_storage_dtype()),
+            work = std::forward<F>(work)]() mutable {
       if (!cm->dry_run()) work();
       cm->on_kernel(ss, name, cost);
     });

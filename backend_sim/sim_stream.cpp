@@ -304,6 +304,78 @@ void SimStream::enqueue_internal(std::function<void()> task) {
   push({std::move(task), nullptr, false});
 }
 
+// Note [Inline work]
+// A small kernel takes less time than handing it to a pool thread (a futex wake and a context
+// switch on each side, tens of microseconds when the cores are shared): the 10-5-2 model on 4
+// devices spent most of its step in futex calls. So a short task (SimStream::enqueue_short,
+// used by the kernels whose KernelCost is below kInlineFlops / kInlineBytes, sim_kernels.cpp, and
+// by the frees) enqueued on a stream with nothing queued or running runs at once on the calling
+// thread, which a pool thread would otherwise have run next; the stream is marked running
+// meanwhile, so work enqueued on it from other threads queues behind it and a host thread
+// waiting on it waits for it, as for a pool thread. Stream order, errors (kept for
+// synchronize()), fault checks and virtual time are as for enqueue(): only the thread differs.
+// Not inline: work enqueued from inside stream work (a pool thread's drain: it would nest
+// drains), and any task that may block or take a caller's lock (users' enqueue()).
+
+void SimStream::enqueue_short(std::function<void()> task) {
+  push_short({std::move(task), nullptr, true});
+}
+
+void SimStream::enqueue_internal_short(std::function<void()> task) {
+  push_short({std::move(task), nullptr, false});
+}
+
+void SimStream::push_short(Task task) {
+  std::unique_lock lk(mu_);
+  if (t_drains > 0 || state() != State::idle || !queue_.empty()) {
+    const bool post_it = push_locked(std::move(task));
+    lk.unlock();
+    if (post_it) post();
+    return;
+  }
+  set_state(State::running);
+  if (task.start) {  // a parking task: as drain() starts one
+    if (std::exception_ptr err = start_task(lk, task)) {
+      keep_error_locked(std::move(err));
+      release_after_inline_locked();
+    } else if (resumed_early_) {
+      release_after_inline_locked();
+    } else {
+      set_state(State::parked);  // resume() puts the stream back on the pool
+    }
+    return;
+  }
+  lk.unlock();
+  std::exception_ptr err;
+  try {
+    if (task.checked && health_ && health_->failed.load()) throw BackendError(health_->failure());
+    task.run();
+  } catch (...) {
+    err = std::current_exception();
+  }
+  task = {};  // release captures before reporting idle
+  lk.lock();
+  if (err) keep_error_locked(std::move(err));
+  release_after_inline_locked();
+}
+
+void SimStream::release_after_inline_locked() {
+  if (queue_.empty()) {
+    set_state(State::idle);
+    bump();
+  } else if (spin_.load(std::memory_order_acquire) == 1) {
+    spin_.store(2, std::memory_order_release);
+  } else {
+    set_state(State::scheduled);
+    ++posted_;
+    post();
+  }
+}
+
+void SimStream::enqueue_parked_short(std::function<void(Resume)> start) {
+  push_short({nullptr, std::move(start), false});
+}
+
 void SimStream::enqueue_parked(std::function<void(Resume)> start) {
   push({nullptr, std::move(start), false});
 }
@@ -478,16 +550,7 @@ void SimStream::run_sync(std::function<void()> task) {
     lk.unlock();
     run();
     lk.lock();
-    if (queue_.empty()) {
-      set_state(State::idle);
-      bump();
-    } else if (spin_.load(std::memory_order_acquire) == 1) {
-      spin_.store(2, std::memory_order_release);
-    } else {
-      set_state(State::scheduled);
-      ++posted_;
-      post();
-    }
+    release_after_inline_locked();
   } else {
     // The task and this frame share `own` and `ran`: this thread waits until the task is done
     // with them, and the task holds no copy of the exception (so the worker never releases the
@@ -526,7 +589,7 @@ void SimStream::record(Event& event) {
   // Internal: the event completes even on a failed device (waiters must never hang), carrying
   // the failure to them.
   const DeviceHealth* health = health_.get();
-  enqueue_internal([this, st, gen, health] {
+  enqueue_internal_short([this, st, gen, health] {
     st->complete(gen, virtual_now, health ? health->failure() : "");
   });
 }
@@ -541,7 +604,7 @@ void SimStream::wait(const Event& event) {
     gen = st->recorded;
   }
   if (gen == 0) return;
-  enqueue_parked([st, gen, who = device_](Resume resume) {
+  enqueue_parked_short([st, gen, who = device_](Resume resume) {
     std::exception_ptr error;
     {
       std::lock_guard lk(st->mu);
@@ -554,7 +617,7 @@ void SimStream::wait(const Event& event) {
     resume(error);
   });
   // Once resumed (in stream order): the stream's clock moves up to the event's.
-  enqueue_internal([this, st, gen] {
+  enqueue_internal_short([this, st, gen] {
     std::lock_guard lk(st->mu);
     virtual_now = std::max(virtual_now, st->vtime_locked(gen));
   });

@@ -149,6 +149,18 @@ class SimStream final : public Stream {
   /// Appends an internal task that runs even on a failed device (frees, event records).
   void enqueue_internal(std::function<void()> task);
 
+  /// enqueue() for a short task (a small kernel): when nothing is queued or running on the
+  /// stream and the calling thread is not itself running stream work, `task` runs at once on the
+  /// calling thread, with the stream marked running meanwhile (Note [Inline work],
+  /// sim_stream.cpp); otherwise it is queued as by enqueue(). Either way its error is kept for
+  /// synchronize(). `task` must be short and must not take a lock the caller may hold.
+  void enqueue_short(std::function<void()> task);
+  /// enqueue_internal() for a short task, with the same inline rule as enqueue_short().
+  void enqueue_internal_short(std::function<void()> task);
+  /// enqueue_parked() with the same inline rule: `start` may run at once on the calling thread
+  /// (a small collective's arrival, an event wait). `start` must be short.
+  void enqueue_parked_short(std::function<void(Resume)> start);
+
   /// The device's fault state (null: never fails).
   const DeviceHealth* health() const { return health_.get(); }
 
@@ -168,6 +180,12 @@ class SimStream final : public Stream {
   };
   enum class State : std::uint8_t { idle, scheduled, running, parked };
   void push(Task task);
+  // Runs a plain `task` inline if it may (Note [Inline work]); else pushes it.
+  void push_short(Task task);
+  // After work that ran on a thread outside the pool with the stream running and mu_ held in
+  // `lk`: idle when nothing was queued meanwhile, else the queued work goes to a spinning pool
+  // thread or is posted.
+  void release_after_inline_locked();
   // Appends `task` (mu_ held); true when the caller must post the stream to the pool.
   bool push_locked(Task task);
   // Posts the stream's drain to the pool: ++posted_ with mu_ held, then post() (with or

@@ -7,7 +7,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <algorithm>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -113,6 +115,105 @@ TEST_F(SimHandoffTest, SynchronizeRunsWorkThePoolHasNotStartedOnTheCallingThread
   ASSERT_EQ(ran_on.size(), 3u);
   EXPECT_TRUE(held);
   for (const auto& id : ran_on) EXPECT_EQ(id, std::this_thread::get_id());
+}
+
+// Note [Inline work] (backend_sim/sim_stream.cpp): short work enqueued on an idle stream runs at
+// once on the enqueuing thread; behind other work it queues and runs in order on the pool.
+TEST_F(SimHandoffTest, ShortWorkOnAnIdleStreamRunsAtOnceOnTheCallingThread) {
+  auto s = get_backend("sim").create_stream(1);
+  sim::SimStream& ss = sim::as_sim(*s, "test");
+  ss.synchronize();  // idle
+  std::thread::id ran_on;
+  bool ran = false;
+  ss.enqueue_short([&] {
+    ran_on = std::this_thread::get_id();
+    ran = true;
+  });
+  EXPECT_TRUE(ran);  // already run when enqueue_short returned
+  EXPECT_EQ(ran_on, std::this_thread::get_id());
+  EXPECT_NO_THROW(ss.synchronize());
+}
+
+TEST_F(SimHandoffTest, ShortWorkBehindQueuedWorkWaitsForItAndKeepsTheOrder) {
+  auto s = get_backend("sim").create_stream(2);
+  sim::SimStream& ss = sim::as_sim(*s, "test");
+  std::atomic<bool> release{false}, started{false};
+  std::vector<int> order;  // written only by the stream's tasks, one at a time
+  ss.enqueue([&] {
+    started = true;
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (!release.load() && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    order.push_back(0);
+  });
+  ASSERT_TRUE(eventually([&] { return started.load(); }, std::chrono::seconds(10)));
+  std::atomic<bool> short_ran{false};
+  ss.enqueue_short([&] {
+    order.push_back(1);
+    short_ran = true;
+  });
+  ss.enqueue_internal_short([&] { order.push_back(2); });
+  // The stream is running its first task: the short ones wait behind it, off this thread.
+  EXPECT_FALSE(short_ran.load());
+  release = true;
+  ss.synchronize();
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+}
+
+TEST_F(SimHandoffTest, ShortWorkThatThrowsReportsAtTheNextSynchronizeNotAtEnqueue) {
+  auto s = get_backend("sim").create_stream(3);
+  sim::SimStream& ss = sim::as_sim(*s, "test");
+  ss.synchronize();
+  EXPECT_NO_THROW(ss.enqueue_short([] { throw BackendError("sim:3: short kernel failed"); }));
+  int after = 0;
+  ss.enqueue_short([&] { after = 1; });  // the stream goes on, as after any failed task
+  EXPECT_EQ(after, 1);
+  EXPECT_THROW_MSG(ss.synchronize(), BackendError, "short kernel failed");
+  EXPECT_NO_THROW(ss.synchronize());  // reported once
+}
+
+TEST_F(SimHandoffTest, AShortParkingTaskParksTheStreamUntilResumed) {
+  auto s = get_backend("sim").create_stream(0);
+  sim::SimStream& ss = sim::as_sim(*s, "test");
+  ss.synchronize();
+  std::optional<sim::Resume> resume;
+  ss.enqueue_parked_short([&](sim::Resume r) { resume = r; });  // parks: started here, at once
+  ASSERT_TRUE(resume.has_value());
+  std::atomic<bool> after{false};
+  ss.enqueue_short([&] { after = true; });  // behind the parked task: not inline
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(after.load());
+  (*resume)();
+  ss.synchronize();
+  EXPECT_TRUE(after.load());
+  // One that resumes inside start() does not park: the next short task runs inline again.
+  ss.enqueue_parked_short([](sim::Resume r) { r(); });
+  bool inline_again = false;
+  ss.enqueue_short([&] { inline_again = true; });
+  EXPECT_TRUE(inline_again);
+}
+
+TEST_F(SimHandoffTest, SmallKernelsAndCollectivesFromOneHostThreadGiveTheSameValues) {
+  // A small all_reduce issued on every rank by one thread runs inline (Note [Inline work]); the
+  // sum is the one the pool gave: 1 + 2 + 3 + 4 in every element, on every rank.
+  auto comms = Communicator::init_all(devices("sim", 4));
+  std::vector<Tensor> xs;
+  for (int r = 0; r < 4; ++r)
+    xs.push_back(Tensor::full({1000}, static_cast<float>(r + 1), comms[r].device()));
+  for (int round = 0; round < 3; ++round) all_reduce(comms, xs);
+  synchronize(comms);
+  for (int r = 0; r < 4; ++r) {
+    const std::vector<float> v = xs[r].to_vector<float>();
+    ASSERT_EQ(v.size(), 1000u);
+    // Three rounds: 10, then 40, then 160.
+    EXPECT_EQ(v.front(), 160.0f);
+    EXPECT_EQ(v.back(), 160.0f);
+  }
+}
+
+TEST_F(SimHandoffTest, HardwareThreadsIsTheMachinesCount) {
+  EXPECT_EQ(sim::Executor::hardware_threads(),
+            std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
 }
 
 TEST_F(SimHandoffTest, ARoundAfterACompletedOneTimesOutAtItsOwnDeadlineNotTheFirstRounds) {
