@@ -16,6 +16,8 @@
 
 #include "backend_sim/sim_eigen.h"  // first: its pragma must precede Eigen
 #include <algorithm>
+#include <string>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -594,11 +596,40 @@ bool openblas_usable() {
 }
 #endif
 
+// Note [Fast GEMM choice]
+// Fast mode may sum in any order, so its GEMM is whichever is fastest here. Measured with
+// bench_bitwise on an AMD EPYC with AVX-512 (2026-12-03): Debian 12's OpenBLAS 0.3.21 runs its
+// AVX2 "Haswell" kernels there (it has AVX-512 sgemm kernels only for Intel's SkylakeX,
+// Cooperlake and SapphireRapids), and reached 83-194 GFLOP/s where the bitwise kernel
+// (avx512_gemm) reached 133-313: 1.3-1.9x. So when this build has the AVX-512 kernel and
+// OpenBLAS's core has no AVX-512 kernels, fast mode runs the bitwise kernel (its bits are then
+// bitwise mode's for the GEMMs; the reductions stay fast mode's). Otherwise OpenBLAS, else Eigen.
+// DITTO_SIM_FAST_GEMM=blas keeps the library (for measurements).
+bool fast_uses_own_kernel() {
+#if defined(__AVX512F__) && defined(DITTO_HAVE_OPENBLAS)
+  static const bool own = [] {
+    const char* env = std::getenv("DITTO_SIM_FAST_GEMM");
+    if (env != nullptr && std::strcmp(env, "blas") == 0) return false;
+    if (!openblas_usable()) return false;  // Eigen serves; not compared with it
+    std::string core = openblas_get_corename();
+    for (char& ch : core) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return core != "skylakex" && core != "cooperlake" && core != "sapphirerapids";
+  }();
+  return own;
+#else
+  return false;
+#endif
+}
+
 }  // namespace
 
 void gemm_fast(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
                float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
                float beta, float* C, std::int64_t ldc) {
+  if (fast_uses_own_kernel()) {
+    gemm_bitwise(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
 #if defined(DITTO_HAVE_OPENBLAS)
   if (openblas_usable()) {
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
@@ -624,6 +655,7 @@ void gemm_fast(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::
 }
 
 const char* gemm_fast_library() {
+  if (fast_uses_own_kernel()) return "ditto AVX-512 (OpenBLAS has no AVX-512 kernels for this CPU)";
 #if defined(DITTO_HAVE_OPENBLAS)
   if (openblas_usable()) return "OpenBLAS";
 #endif

@@ -25,8 +25,10 @@ void gemm_tn_sharded_bitwise(std::int64_t M, std::int64_t N, const float* A, std
                              const std::vector<std::int64_t>& bounds, float* C, std::int64_t ldc,
                              bool accumulate);
 
-/// Same contract in any summation order: OpenBLAS (single-threaded) when the build found it and
-/// it runs on kernels for this CPU, else Eigen's blocked GEMM.
+/// Same contract in any summation order: the fastest of what the build has (Note [Fast GEMM
+/// choice], sim_gemm.cpp): gemm_bitwise's AVX-512 kernel when OpenBLAS has no AVX-512 kernels
+/// for this CPU, else OpenBLAS (single-threaded) when the build found it and it runs on kernels
+/// for this CPU, else Eigen's blocked GEMM.
 void gemm_fast(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
                float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
                float beta, float* C, std::int64_t ldc);
@@ -46,7 +48,7 @@ void gemm_tn_sharded_split(std::int64_t M, std::int64_t N, const float* A, std::
                            const std::vector<std::int64_t>& bounds, float* C, std::int64_t ldc,
                            bool accumulate);
 
-/// The library gemm_fast runs large products on: "OpenBLAS" or "Eigen".
+/// What gemm_fast runs on: "OpenBLAS", "Eigen" or the AVX-512 kernel's description.
 const char* gemm_fast_library();
 
 }  // namespace ditto::sim

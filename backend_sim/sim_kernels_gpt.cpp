@@ -252,12 +252,15 @@ KernelCost layernorm_backward_cost(std::int64_t N, std::int64_t C) {
   return KernelCost{14.0 * N * C, 4.0 * (4.0 * N * C + C + 2.0 * N)};
 }
 
+// The branch-free tanh (pmath::tanh_branchless, the same bits as pmath::tanh): these loops
+// vectorise, where the branches of the scalar tanh kept every element scalar (GELU was 36% of a
+// 4-device GPT step in fast mode).
 void gelu_forward(const float* x, float* y, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) y[i] = gpt::gelu(x[i]);
+  for (std::int64_t i = 0; i < n; ++i) y[i] = gpt::gelu<true>(x[i]);
 }
 
 void gelu_backward(const float* x, const float* gy, float* gx, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) gx[i] = gpt::gelu_grad(x[i], gy[i]);
+  for (std::int64_t i = 0; i < n; ++i) gx[i] = gpt::gelu_grad<true>(x[i], gy[i]);
 }
 
 KernelCost gelu_cost(std::int64_t n, bool backward) {

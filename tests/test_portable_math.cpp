@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/numerics/gpt_math.h"
 #include "core/numerics/portable_math.h"
 #include "test_util.h"
 
@@ -284,6 +285,65 @@ TEST(PortableMath, InlineAndFunctionPointerGiveSameBits) {
   expect_inline_matches_pointer<pmath::log1p>("log1p");
   expect_inline_matches_pointer<pmath::tanh>("tanh");
   expect_inline_matches_pointer<pmath::sigmoid>("sigmoid");
+}
+
+// tanh_branchless is tanh's operations without branches: the same bits for every input. Every
+// 97th float bit pattern (44 million, both signs, denormals, inf and nan included) and every
+// float in [-10, 10] within 64 ulp of the branch points (2^-12, 1, 9.1 and where expm1's k
+// changes path), in a loop the compiler vectorises, as the GELU kernels' loops are.
+TEST(PortableMath, TanhBranchlessHasTanhsBitsEverywhere) {
+  std::vector<float> xs;
+  for (std::uint64_t u = 0; u <= 0xffffffffull; u += 97) xs.push_back(from_bits(static_cast<std::uint32_t>(u)));
+  const float edges[] = {0x1p-12f, 1.0f, 9.1f, 0.5f * 0.34657359f, 8.3177662f, 8.6643398f};
+  for (float e : edges)
+    for (float sign : {1.0f, -1.0f})
+      for (int d = -64; d <= 64; ++d)
+        xs.push_back(sign * from_bits(static_cast<std::uint32_t>(static_cast<std::int64_t>(bits(e)) + d)));
+  for (float v : {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
+                  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
+                  std::numeric_limits<float>::denorm_min()})
+    xs.push_back(v);
+  std::vector<float> got(xs.size());
+  for (std::size_t i = 0; i < xs.size(); ++i) got[i] = pmath::tanh_branchless(xs[i]);
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const float want = pmath::tanh(xs[i]);
+    const bool same = bits(got[i]) == bits(want) || (std::isnan(got[i]) && std::isnan(want));
+    if (!same && ++bad <= 5)
+      ADD_FAILURE() << "tanh_branchless(" << xs[i] << " = 0x" << std::hex << bits(xs[i])
+                    << ") = 0x" << bits(got[i]) << ", tanh = 0x" << bits(want) << std::dec;
+  }
+  EXPECT_EQ(bad, 0u) << "of " << xs.size();
+}
+
+// The GELU kernels' branch-free forms (gpt::gelu<true>, gelu_grad<true>, run by the simulator)
+// against the scalar ones the CUDA kernels run: same bits, every 997th float in [-16, 16] and the
+// specials.
+TEST(PortableMath, BranchlessGeluHasTheScalarGelusBits) {
+  std::vector<float> xs;
+  for (std::uint32_t u = 0; u < 0x41800000u; u += 997) {  // [0, 16)
+    xs.push_back(from_bits(u));
+    xs.push_back(-from_bits(u));
+  }
+  for (float v : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN(), 1e30f, -1e30f})
+    xs.push_back(v);
+  std::vector<float> f(xs.size()), g(xs.size());
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    f[i] = gpt::gelu<true>(xs[i]);
+    g[i] = gpt::gelu_grad<true>(xs[i], 0.75f);
+  }
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const float wf = gpt::gelu(xs[i]), wg = gpt::gelu_grad(xs[i], 0.75f);
+    const auto same = [](float a, float b) {
+      return bits(a) == bits(b) || (std::isnan(a) && std::isnan(b));
+    };
+    if ((!same(f[i], wf) || !same(g[i], wg)) && ++bad <= 5)
+      ADD_FAILURE() << "x = " << xs[i] << ": gelu " << f[i] << " vs " << wf << ", grad " << g[i]
+                    << " vs " << wg;
+  }
+  EXPECT_EQ(bad, 0u) << "of " << xs.size();
 }
 
 // Golden bits: these exact results on every platform and backend (bitwise checksums depend on

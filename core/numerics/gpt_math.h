@@ -180,17 +180,30 @@ inline constexpr float kGeluSqrt2OverPi = 0.7978845608028654f;  // float(sqrt(2 
 inline constexpr float kGeluCoeff = 0.044715f;
 inline constexpr float kGeluCoeff3 = 0.134145f;  // float(3 * 0.044715)
 
+/// pmath::tanh, or with kBranchless its branch-free form pmath::tanh_branchless (the same bits;
+/// for loops that should vectorise).
+template <bool kBranchless>
+DITTO_HD inline float gelu_tanh(float v) {
+  if constexpr (kBranchless)
+    return pmath::tanh_branchless(v);
+  else
+    return pmath::tanh(v);
+}
+
 /// torch.nn.functional.gelu(x, approximate='tanh'): 0.5 x (1 + tanh(k0 (x + 0.044715 x^3))).
+/// kBranchless: the same bits, vectorisable (gelu_tanh).
+template <bool kBranchless = false>
 DITTO_HD inline float gelu(float x) {
   const float x3 = mul(mul(x, x), x);
-  const float t = pmath::tanh(mul(kGeluSqrt2OverPi, fma(kGeluCoeff, x3, x)));
+  const float t = gelu_tanh<kBranchless>(mul(kGeluSqrt2OverPi, fma(kGeluCoeff, x3, x)));
   return mul(mul(0.5f, x), add(1.0f, t));
 }
 
 /// gy * gelu'(x): 0.5 (1 + t) + 0.5 x (1 - t^2) k0 (1 + 3 * 0.044715 x^2), t as in gelu.
+template <bool kBranchless = false>
 DITTO_HD inline float gelu_grad(float x, float gy) {
   const float x2 = mul(x, x);
-  const float t = pmath::tanh(mul(kGeluSqrt2OverPi, fma(kGeluCoeff, mul(x2, x), x)));
+  const float t = gelu_tanh<kBranchless>(mul(kGeluSqrt2OverPi, fma(kGeluCoeff, mul(x2, x), x)));
   const float dinner = mul(kGeluSqrt2OverPi, fma(kGeluCoeff3, x2, 1.0f));
   const float sech2 = fma(-t, t, 1.0f);
   const float left = mul(0.5f, add(1.0f, t));

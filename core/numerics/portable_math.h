@@ -313,6 +313,39 @@ DITTO_HD inline float tanh(float x) {
   return x < 0.0f ? -z : z;
 }
 
+/// tanh(x) with the same bits as tanh() above for every x, written without branches: every
+/// path of tanh and of the expm1 it calls is evaluated and the result selected (each path's
+/// operations exactly as there; the paths not taken may compute inf or nan, which are
+/// discarded). A loop over it vectorises (the simulator's GELU kernels, sim_kernels_gpt.cpp),
+/// where tanh's branches keep each element scalar. The ranges it relies on: for
+/// 2^-12 <= |x| < 9.1, expm1's argument y = -2|x| (|x| < 1) or 2|x| lies in [-2, 18.2], where
+/// expm1 takes neither its nan, tiny, overflow nor -1 shortcut, and k = round(y / ln2) is in
+/// [-3, 27], so only its k == 0, |k| <= 24 and 24 < k < 64 paths occur, and scale() is one
+/// multiplication. tests/test_portable_math.cpp compares the bits with tanh() over a sweep.
+DITTO_HD inline float tanh_branchless(float x) {
+  using namespace detail;
+  const float ax = abs(x);
+  const bool big = ax >= 1.0f;
+  // Clamped so that k stays in range for the discarded lanes (and nan gives a number).
+  const float axc = ax < 9.1f ? ax : 9.1f;
+  const float y = mul(big ? 2.0f : -2.0f, axc);
+  const ExpReduced e = exp_reduce(y);
+  const float t0 = add(e.r, e.v);  // k == 0
+  const float p = pow2(e.k);
+  const float a = sub(p, 1.0f);
+  const float b = mul(p, e.r);
+  const float s = add(a, b);
+  const float err = add(sub(a, s), b);
+  const float t1 = add(s, add(err, mul(p, e.v)));  // |k| <= 24
+  const float t2 = mul(one_plus(e.r, sub(e.v, pow2(-e.k))), p);  // 24 < k < 64
+  const float t = e.k == 0 ? t0 : (e.k <= 24 ? t1 : t2);
+  const float z_big = sub(1.0f, div(2.0f, add(t, 2.0f)));
+  const float z_small = div(-t, add(t, 2.0f));
+  const float z = ax >= 9.1f ? 1.0f : (big ? z_big : z_small);
+  const float r = ax < 0x1p-12f ? x : (x < 0.0f ? -z : z);
+  return x == x ? r : add(x, x);
+}
+
 /// Logistic sigmoid 1 / (1 + e^-x) (torch.sigmoid), from exp, without overflow: e^x / (1 + e^x)
 /// for x < 0, so tiny results stay accurate down to the denormals. Within 2 ulp.
 DITTO_HD inline float sigmoid(float x) {
