@@ -255,12 +255,16 @@ void SimBackend::copy_to_host(Stream& s, void* dst, const void* src, std::size_t
   });
 }
 
+namespace {
+constexpr std::size_t kInlineCopyBytes = std::size_t(256) << 10;
+}  // namespace
+
 void SimBackend::copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void* src,
                          std::size_t src_pitch, std::size_t row_bytes, std::size_t rows) {
   if (rows == 0 || row_bytes == 0) return;
   SimStream& ss = as_sim(s, "copy_2d");
   const int src_device = owner_of(src);
-  ss.enqueue([=, &ss, cm = cost_, dry = dry_run_] {
+  auto task = [=, &ss, cm = cost_, dry = dry_run_] {
     if (dry) {  // priced, not run (Note [Dry run])
       cm->on_device_copy(ss, src_device, rows * row_bytes);
       return;
@@ -274,7 +278,13 @@ void SimBackend::copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void
         std::memmove(dp + r * dst_pitch, sp + r * src_pitch, row_bytes);
     }
     cm->on_device_copy(ss, src_device, rows * row_bytes);
-  });
+  };
+  // A small copy may run on this thread at once (Note [Inline work], sim_stream.cpp), as a
+  // small kernel does: DDP packs each gradient into its bucket with one.
+  if (rows * row_bytes <= kInlineCopyBytes)
+    ss.enqueue_short(std::move(task));
+  else
+    ss.enqueue(std::move(task));
 }
 
 std::shared_ptr<CommunicatorImpl> SimBackend::create_communicator(const std::vector<int>& devices,

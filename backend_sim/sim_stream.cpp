@@ -73,7 +73,9 @@ void EventState::complete(std::uint64_t gen, std::int64_t vtime, std::string fai
     poisoned = poison;
   }
   cv.notify_all();
-  for (auto& w : ready) w.resume(poison_error(w.who, poisoned));
+  // Resume::here: a waiter whose next work is short or parks runs on this thread after the
+  // current task (the record's), with no hand-off (Note [Stream hand-offs], Note [Inline work]).
+  for (auto& w : ready) w.resume.here(poison_error(w.who, poisoned));
 }
 
 std::int64_t EventState::wait_for(std::uint64_t gen) {
@@ -119,9 +121,10 @@ bool SimEvent::query() {
 //  - a resumed stream whose host thread is waiting on it is handed to that thread (no post);
 //  - Resume::here (a collective's last rank resuming the others): a stream whose next task parks
 //    again (back-to-back collectives) is claimed by the resuming thread, which runs it right
-//    after its current task, while its next tasks park (so only cheap tasks migrate: at the first
-//    plain task the stream goes back to its own thread). Only the outermost drain on a thread
-//    runs its claims, after each task, so no drain nests another.
+//    after its current task, while its next tasks park or are short (Note [Inline work]), so
+//    only cheap tasks migrate: at the first other plain task the stream goes back to its own
+//    thread. An event's completion resumes its waiters the same way. Only the outermost drain on
+//    a thread runs its claims, after each task, so no drain nests another.
 // Errors are kept and rethrown exactly where they were before: a task's error by the next
 // synchronize, a blocking copy's own error first, then an earlier one.
 
@@ -237,6 +240,23 @@ void SimStream::drain_claimed(std::unique_lock<std::mutex>& lk) {
       bump();
       break;
     }
+    if (!queue_.front().start && queue_.front().is_short) {  // short work: run it here
+      Task task = std::move(queue_.front());
+      queue_.pop_front();
+      lk.unlock();
+      std::exception_ptr err;
+      try {
+        if (task.checked && health_ && health_->failed.load())
+          throw BackendError(health_->failure());
+        task.run();
+      } catch (...) {
+        err = std::current_exception();
+      }
+      task = {};
+      lk.lock();
+      if (err) keep_error_locked(std::move(err));
+      continue;
+    }
     if (!queue_.front().start) {  // a plain task: its own thread runs it
       if (spin_.load(std::memory_order_acquire) == 1) {
         spin_.store(2, std::memory_order_release);
@@ -326,6 +346,7 @@ void SimStream::enqueue_internal_short(std::function<void()> task) {
 }
 
 void SimStream::push_short(Task task) {
+  task.is_short = true;
   std::unique_lock lk(mu_);
   if (t_drains > 0 || state() != State::idle || !queue_.empty()) {
     const bool post_it = push_locked(std::move(task));
@@ -502,7 +523,8 @@ void SimStream::resume(std::exception_ptr error, bool here) {
       bump();
       return;
     }
-    if (here && t_drains > 0 && queue_.front().start) {  // this thread runs it next (no hop)
+    if (here && t_drains > 0 && (queue_.front().start || queue_.front().is_short)) {
+      // this thread runs it next (no hop): a parking task, or short work (Note [Inline work])
       set_state(State::running);
       t_claimed.push_back(this);
       return;

@@ -177,6 +177,7 @@ class SimStream final : public Stream {
     std::function<void()> run;           // a plain task, or
     std::function<void(Resume)> start;   // a parking task
     bool checked = true;                 // plain: fail instead of running on a failed device
+    bool is_short = false;               // from enqueue_*_short (Note [Inline work])
   };
   enum class State : std::uint8_t { idle, scheduled, running, parked };
   void push(Task task);

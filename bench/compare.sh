@@ -152,6 +152,11 @@ step "ditto-bench (STREAM copy, collectives, trainer)"
 
 step "bench_bitwise (GEMM GFLOP/s: bitwise against fast)"
 "$BUILD/bin/bench_bitwise" --gemm-only --csv "$RAW/gemm.csv" 2>&1 | tee -a "$LOG"
+# Fast mode's GEMM is the AVX-512 kernel where OpenBLAS has no AVX-512 kernels for the CPU (Note
+# [Fast GEMM choice], backend_sim/sim_gemm.cpp); the library's own figures, for G8's baseline:
+step "bench_bitwise with the library GEMM in fast mode (DITTO_SIM_FAST_GEMM=blas)"
+DITTO_SIM_FAST_GEMM=blas "$BUILD/bin/bench_bitwise" --gemm-only --csv "$RAW/gemm_blas.csv" 2>&1 |
+  tee -a "$LOG"
 
 step "ditto-bench gpt (nanoGPT's CPU config: tokens/s)"
 "$BUILD/bin/ditto-bench" --csv-dir "$RAW" gpt --train-seconds "$TRAIN_SECONDS" 2>&1 | tee -a "$LOG"

@@ -193,6 +193,40 @@ TEST_F(SimHandoffTest, AShortParkingTaskParksTheStreamUntilResumed) {
   EXPECT_TRUE(inline_again);
 }
 
+TEST_F(SimHandoffTest, ShortWorkBehindAnEventWaitRunsOnlyAfterTheEventInOrder) {
+  // B waits on an event that A records behind a task that holds A; B's short work queues behind
+  // the wait and runs once A's record completes it (the completing thread may run it: Note
+  // [Inline work]), in order, before B is idle.
+  Backend& b = get_backend("sim");
+  auto sa = b.create_stream(0), sb = b.create_stream(1);
+  sim::SimStream& a = sim::as_sim(*sa, "test");
+  sim::SimStream& bs = sim::as_sim(*sb, "test");
+  auto ev = b.create_event(0);
+  std::atomic<bool> release{false}, a_done{false};
+  a.enqueue([&] {
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (!release.load() && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    a_done = true;
+  });
+  a.record(*ev);
+  bs.wait(*ev);
+  std::vector<int> order;  // B's tasks, one at a time
+  std::atomic<bool> saw_a_done{true};
+  bs.enqueue_short([&] {
+    saw_a_done = a_done.load();
+    order.push_back(1);
+  });
+  bs.enqueue_short([&] { order.push_back(2); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_TRUE(order.empty());  // still parked on the event
+  release = true;
+  bs.synchronize();
+  EXPECT_TRUE(saw_a_done.load());
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+  a.synchronize();
+}
+
 TEST_F(SimHandoffTest, SmallKernelsAndCollectivesFromOneHostThreadGiveTheSameValues) {
   // A small all_reduce issued on every rank by one thread runs inline (Note [Inline work]); the
   // sum is the one the pool gave: 1 + 2 + 3 + 4 in every element, on every rank.
