@@ -41,6 +41,7 @@
 
 #include "bench/bench_collectives.h"
 #include "bench/bench_common.h"
+#include "backend_sim/sim_gemm.h"
 #include "bench/bench_gpt.h"
 #include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
@@ -331,7 +332,8 @@ int main(int argc, char** argv) try {
                 "create directory '", csv_dir, "': ", ec ? ec.message() : "not a directory");
   }
   const auto t_start = Clock::now();
-  std::printf("# ditto-bench: %u hardware threads\n", std::thread::hardware_concurrency());
+  std::printf("# ditto-bench: %u hardware threads; simulator fast-mode GEMM: %s\n",
+              std::thread::hardware_concurrency(), sim::gemm_fast_library());
   int rc = 0;
   if (do_all || strm->parsed()) {
     Csv csv(csv_path(csv_dir, "stream.csv"), "threads,bytes_per_array,copy_GBps");
