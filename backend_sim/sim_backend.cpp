@@ -121,7 +121,7 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
     return p;
   }
   const std::int64_t ordinal = d.allocations.fetch_add(1);
-  {
+  if (alloc_faults_.load(std::memory_order_acquire)) {
     std::lock_guard lk(faults_mu_);
     const auto& faults = faults_->config.faults;
     for (std::size_t i = 0; i < faults.size(); ++i) {
@@ -331,6 +331,9 @@ void SimBackend::set_faults(const FaultConfig& faults) {
               faults.comm_timeout_ms.value_or(0));
   std::lock_guard lk(faults_mu_);
   faults_ = std::make_shared<FaultState>(faults);
+  alloc_faults_.store(std::any_of(faults.faults.begin(), faults.faults.end(),
+                                  [](const Fault& f) { return f.kind == Fault::Kind::fail_alloc; }),
+                      std::memory_order_release);
   for (auto& d : devices_) {
     d->health->reset();
     d->allocations.store(0);

@@ -152,6 +152,9 @@ class SimBackend final : public Backend {
   std::set<std::uintptr_t> uncharged_;
   mutable std::mutex faults_mu_;
   std::shared_ptr<FaultState> faults_ = std::make_shared<FaultState>(FaultConfig{});
+  // Whether faults_ holds a fail_alloc fault (written with faults_mu_ held): allocate() takes
+  // faults_mu_ only then (a process-wide lock per allocation was contended by DDP's rank threads).
+  std::atomic<bool> alloc_faults_{false};
   std::unique_ptr<CostModelExtension> cost_extension_;
   std::unique_ptr<FaultExtension> fault_extension_;
 };
