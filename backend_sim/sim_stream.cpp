@@ -333,10 +333,14 @@ void SimStream::enqueue_internal(std::function<void()> task) {
 // Note [Inline work]
 // A small kernel takes less time than handing it to a pool thread (a futex wake and a context
 // switch on each side, tens of microseconds when the cores are shared): the 10-5-2 model on 4
-// devices spent most of its step in futex calls. So a short task (SimStream::enqueue_short,
-// used by the kernels whose KernelCost is below kInlineFlops / kInlineBytes, sim_kernels.cpp, and
-// by the frees) enqueued on a stream with nothing queued or running runs at once on the calling
-// thread, which a pool thread would otherwise have run next; the stream is marked running
+// devices spent most of its step in futex calls. So a short task enqueued on a stream with
+// nothing queued or running runs at once on the calling thread, which a pool thread would
+// otherwise have run next. Short: the kernels whose KernelCost is below kInlineFlops and
+// kInlineBytes (sim_kernels.cpp), device copies up to 256 KiB and frees (sim_backend.cpp), event
+// records and waits (below), and the arrival of a collective that moves at most kInlineBytes
+// (sim_communicator.cpp, Note [Small collectives]). A stream that Resume::here resumes (an
+// event's completion, a collective's end) runs its queued short work on the resuming thread
+// (Note [Stream hand-offs]). The stream is marked running
 // meanwhile, so work enqueued on it from other threads queues behind it and a host thread
 // waiting on it waits for it, as for a pool thread. Stream order, errors (kept for
 // synchronize()), fault checks and virtual time are as for enqueue(): only the thread differs.
