@@ -3,8 +3,8 @@
 // (core/numerics/float_formats.h) WITHOUT calling either header's functions, so the matrix can
 // catch a backend (or those headers) departing from the Notes:
 //  - element values are raw bits (one std::uint64_t per element, the low dtype_size bytes);
-//  - f16 decodes and rounds through the compiler's _Float16 (IEEE binary16, round to nearest
-//    even), bf16 through the top half of an f32 with the classic round-to-nearest-even add,
+//  - f16 decodes by its definition and rounds in double arithmetic (IEEE binary16, round to
+//    nearest even; checked against the compiler's _Float16 where it has one), bf16 through the top half of an f32 with the classic round-to-nearest-even add,
 //    fp8 e4m3 / e5m2 by brute force: the nearest of the decoded codes, ties to the even code, the
 //    Note's overflow rule (e4m3: NaN past 464, e5m2: inf from 61440);
 //  - the reduction: each rank's value loaded into the accumulator (float for f32 / f16 / bf16 /
@@ -70,17 +70,35 @@ inline std::uint64_t mask(DType t) {
 
 // ---- small float codecs -------------------------------------------------------------------------
 
+// f16 by its definition, in double arithmetic (exact for every f32 and f16 value) with
+// std::nearbyint's round half to even, not through the compiler's _Float16: Clang 14 accepts
+// _Float16 on x86 only for CPUs with AVX512-FP16 (the check build failed on an AMD EPYC).
+// NaN as the x86 F16C conversions do it: sign and top payload bits kept, quiet bit set.
+// tests/test_coll_matrix.cpp checks both against _Float16 where the compiler has it.
 inline float f16_value(std::uint64_t b) {
-  const auto u = static_cast<std::uint16_t>(b);
-  _Float16 h;
-  std::memcpy(&h, &u, 2);
-  return static_cast<float>(h);
+  const auto u = static_cast<std::uint32_t>(b & 0xffffu);
+  const std::uint32_t sign = (u >> 15) << 31;
+  const int e = static_cast<int>((u >> 10) & 31u);
+  const std::uint32_t m = u & 1023u;
+  if (e == 31)
+    return m == 0 ? std::bit_cast<float>(sign | 0x7f800000u)
+                  : std::bit_cast<float>(sign | 0x7fc00000u | (m << 13));
+  const double v = e == 0 ? std::ldexp(static_cast<double>(m), -24)
+                          : std::ldexp(static_cast<double>(1024u + m), e - 25);
+  return sign ? -static_cast<float>(v) : static_cast<float>(v);
 }
 inline std::uint64_t f16_round(float f) {
-  const _Float16 h = static_cast<_Float16>(f);
-  std::uint16_t u;
-  std::memcpy(&u, &h, 2);
-  return u;
+  const auto x = std::bit_cast<std::uint32_t>(f);
+  const std::uint32_t sign = (x >> 16) & 0x8000u;
+  if (std::isnan(f)) return sign | 0x7e00u | ((x & 0x7fffffu) >> 13);
+  const double a = std::fabs(static_cast<double>(f));
+  if (a >= 65520.0) return sign | 0x7c00u;  // rounds past 65504 (ties go to the even inf)
+  if (a < 0x1p-14) return sign | static_cast<std::uint32_t>(std::nearbyint(a * 0x1p24));
+  int e2 = 0;
+  std::frexp(a, &e2);  // a in [2^(e2 - 1), 2^e2)
+  const int E = e2 - 1;
+  const double r = std::nearbyint(std::ldexp(a, 10 - E));  // in [1024, 2048]: 2048 carries into E + 1
+  return sign | (static_cast<std::uint32_t>((E + 15) << 10) + static_cast<std::uint32_t>(r - 1024.0));
 }
 inline float bf16_value(std::uint64_t b) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(b & 0xffffu) << 16);
