@@ -250,15 +250,7 @@ void SimStream::drain_claimed(std::unique_lock<std::mutex>& lk) {
       Task task = std::move(queue_.front());
       queue_.pop_front();
       lk.unlock();
-      std::exception_ptr err;
-      try {
-        if (task.checked && health_ && health_->failed.load())
-          throw BackendError(health_->failure());
-        task.run();
-      } catch (...) {
-        err = std::current_exception();
-      }
-      task = {};
+      std::exception_ptr err = run_plain(task);
       lk.lock();
       if (err) keep_error_locked(std::move(err));
       continue;
@@ -377,6 +369,13 @@ void SimStream::push_short(Task task) {
     return;
   }
   lk.unlock();
+  std::exception_ptr err = run_plain(task);
+  lk.lock();
+  if (err) keep_error_locked(std::move(err));
+  release_after_inline_locked();
+}
+
+std::exception_ptr SimStream::run_plain(Task& task) {
   std::exception_ptr err;
   try {
     if (task.checked && health_ && health_->failed.load()) throw BackendError(health_->failure());
@@ -385,9 +384,7 @@ void SimStream::push_short(Task task) {
     err = std::current_exception();
   }
   task = {};  // release captures before reporting idle
-  lk.lock();
-  if (err) keep_error_locked(std::move(err));
-  release_after_inline_locked();
+  return err;
 }
 
 void SimStream::release_after_inline_locked() {
@@ -474,15 +471,7 @@ void SimStream::drain(std::unique_lock<std::mutex>& lk, const std::function<bool
       continue;
     }
     lk.unlock();
-    std::exception_ptr err;
-    try {
-      if (task.checked && health_ && health_->failed.load())
-        throw BackendError(health_->failure());
-      task.run();
-    } catch (...) {
-      err = std::current_exception();
-    }
-    task = {};  // release captures before reporting idle
+    std::exception_ptr err = run_plain(task);
     if (t_drains == 1 && !t_claimed.empty()) run_claimed();  // claimed by a nested drain
     lk.lock();
     if (err) keep_error_locked(std::move(err));

@@ -181,11 +181,14 @@ class SimStream final : public Stream {
   };
   enum class State : std::uint8_t { idle, scheduled, running, parked };
   void push(Task task);
-  // Runs a plain `task` inline if it may (Note [Inline work]); else pushes it.
+  // Runs `task` (plain or parking) on this thread if it may (Note [Inline work]); else pushes it.
   void push_short(Task task);
-  // After work that ran on a thread outside the pool with the stream running and mu_ held in
-  // `lk`: idle when nothing was queued meanwhile, else the queued work goes to a spinning pool
-  // thread or is posted.
+  // Runs a plain task with mu_ released: fails it instead on a failed device when it is checked,
+  // then drops its captures; returns what it threw.
+  std::exception_ptr run_plain(Task& task);
+  // After work that ran on a thread outside the pool with the stream running (mu_ held): idle
+  // when nothing was queued meanwhile, else the queued work goes to a spinning pool thread or is
+  // posted.
   void release_after_inline_locked();
   // Appends `task` (mu_ held); true when the caller must post the stream to the pool.
   bool push_locked(Task task);
