@@ -57,7 +57,8 @@ struct Executor::Impl {
   std::atomic<std::int64_t> queued{0};  // jobs in all queues
   std::atomic<int> pollers{0};          // threads polling for jobs to steal
 
-  bool pop(Worker& w, std::function<void()>& job, bool wait_lock) {
+  // Takes the front job of w's queue; `more` tells whether jobs are left behind it.
+  bool pop(Worker& w, std::function<void()>& job, bool wait_lock, bool& more) {
     std::unique_lock lk(w.mu, std::defer_lock);
     if (wait_lock)
       lk.lock();
@@ -67,6 +68,7 @@ struct Executor::Impl {
     job = std::move(w.jobs.front());
     w.jobs.pop_front();
     queued.fetch_sub(1);
+    more = !w.jobs.empty();
     return true;
   }
 
@@ -76,12 +78,20 @@ struct Executor::Impl {
     std::function<void()> job;
     bool polled = false;  // waited kStealPoll with jobs queued elsewhere
     for (;;) {
-      bool got = pop(me, job, true);
-      for (std::size_t i = 1; !got && polled && i < t; ++i)
-        got = pop(*workers[(k + i) % t], job, false);  // steal
+      bool more = false;
+      std::size_t from = k;
+      bool got = pop(me, job, true, more);
+      for (std::size_t i = 1; !got && polled && i < t; ++i) {
+        from = (k + i) % t;
+        got = pop(*workers[from], job, false, more);  // steal
+      }
       if (got) {
         if (polled) pollers.fetch_sub(1);
         polled = false;
+        // Jobs left behind the one taken wait for this thread (or their home thread), which may
+        // block in it: some idle thread must poll for them. Without this a job queued behind a
+        // task that blocks, posted while its home thread was idle, waited for nobody.
+        if (more) wake_a_poller(from);
         me.busy.store(true);
         job();
         job = nullptr;  // release captures outside any lock
@@ -96,8 +106,19 @@ struct Executor::Impl {
         me.cv.wait_for(lk, kStealPoll);
         continue;
       }
-      if (polled) pollers.fetch_sub(1);
-      polled = false;
+      if (polled) {
+        pollers.fetch_sub(1);
+        polled = false;
+        // A post() between the queued.load() above and the fetch_sub saw this thread still
+        // polling and woke nobody: look again before sleeping (both sides are seq_cst, so either
+        // the post sees pollers == 0 or this load sees its job).
+        if (queued.load() > 0) {
+          pollers.fetch_add(1);
+          polled = true;
+          me.cv.wait_for(lk, kStealPoll);
+          continue;
+        }
+      }
       me.sleeping = true;
       me.cv.wait(lk, [&] { return !me.jobs.empty() || me.wake; });
       me.sleeping = me.wake = false;

@@ -193,5 +193,47 @@ TEST(SimExecutor, ParallelForFinishesOnAPoolThreadWhileTheOthersAreBlocked) {
   EXPECT_EQ(sum.load(), 99 * 100 / 2);
 }
 
+// Three jobs queued on one thread, the first two blocked until the third has run: the first holds
+// its home thread, an idle thread steals the second and is held by it, and the third must still
+// be stolen by another thread. Before the fix only a post() to a busy thread woke a poller, so the
+// third job waited for a thread that waited for it (the jobs give up after 10 s, so a failure
+// reports instead of hanging).
+TEST(SimExecutor, AJobLeftBehindAStolenJobThatBlocksIsStolenToo) {
+  sim::Executor& ex = sim::Executor::instance();
+  ASSERT_GE(ex.threads(), 3);
+  const std::uint64_t home = 1;
+  std::atomic<bool> third_ran{false};
+  std::atomic<int> finished{0};
+  std::atomic<int> gave_up{0};
+  auto wait_for_third = [&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!third_ran.load() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (!third_ran.load()) gave_up.fetch_add(1);
+    finished.fetch_add(1);
+  };
+  // Post the three from a job on their home thread, so all are queued before it takes the first;
+  // the pause lets the thread woken by the first post start polling, so that the later posts
+  // (to a busy thread, with a poller already there) wake nobody more.
+  ex.post(
+      [&] {
+        ex.post(wait_for_third, home);
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        ex.post(wait_for_third, home);
+        ex.post(
+            [&] {
+              third_ran.store(true);
+              finished.fetch_add(1);
+            },
+            home);
+      },
+      home);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (finished.load() < 3 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(finished.load(), 3);
+  EXPECT_EQ(gave_up.load(), 0) << "the third job ran only after the others gave up waiting";
+}
+
 }  // namespace
 }  // namespace ditto
