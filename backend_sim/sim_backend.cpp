@@ -12,6 +12,17 @@
 #include "core/runtime/error.h"
 #include "core/runtime/mixed_precision.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define DITTO_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DITTO_ASAN 1
+#endif
+#endif
+#ifdef DITTO_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace ditto {
 
 std::shared_ptr<Backend> make_sim_backend(const BackendOptions& options) {
@@ -23,6 +34,16 @@ namespace sim {
 namespace {
 constexpr int kMaxDevices = 65536;
 constexpr int kDefaultDevices = 8;
+// Note [Block cache] (sim_backend.h).
+constexpr std::size_t kCacheMaxBlock = std::size_t(1) << 20;
+constexpr std::size_t kCacheMaxBytes = std::size_t(32) << 20;
+
+std::size_t host_block_bytes(std::size_t bytes) { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
+
+bool cache_from_env() {
+  const char* env = std::getenv("DITTO_SIM_CACHE");
+  return !(env && std::string_view(env) == "0");
+}
 
 std::string bytes_str(std::size_t b) {
   std::ostringstream os;
@@ -55,6 +76,7 @@ SimBackend::SimBackend(const BackendOptions& options) {
   ClusterSpec cluster{device_profile("h100-sxm"), interconnect_profile("nvlink"), 1, count};
   cost_ = std::make_shared<CostModel>(count, cluster);
   dry_run_ = options.dry_run;
+  cache_enabled_ = !dry_run_ && cache_from_env();
   cost_->set_dry_run(dry_run_);
   kernels_ = make_sim_kernels(cost_);
   cost_extension_ = make_cost_model_extension(*cost_);
@@ -70,6 +92,53 @@ void* SimBackend::extension(std::string_view name) {
 
 SimBackend::~SimBackend() {
   for (auto& d : devices_) d->stream.reset();  // let every queue drain first
+  for (auto& d : devices_) cache_clear(*d);
+}
+
+void* SimBackend::cache_take(VirtualDevice& d, std::size_t rounded) {
+  std::lock_guard lk(d.cache_mu);
+  auto it = d.cache.find(rounded);
+  if (it == d.cache.end() || it->second.empty()) return nullptr;
+  void* p = it->second.back();
+  it->second.pop_back();
+  d.cached_bytes -= rounded;
+#ifdef DITTO_ASAN
+  ASAN_UNPOISON_MEMORY_REGION(p, rounded);
+#endif
+  return p;
+}
+
+bool SimBackend::cache_put(VirtualDevice& d, void* p, std::size_t rounded) {
+  std::lock_guard lk(d.cache_mu);
+  if (d.cached_bytes + rounded > kCacheMaxBytes) return false;
+  d.cache[rounded].push_back(p);
+  d.cached_bytes += rounded;
+#ifdef DITTO_ASAN
+  ASAN_POISON_MEMORY_REGION(p, rounded);
+#endif
+  return true;
+}
+
+void SimBackend::cache_clear(VirtualDevice& d) {
+  std::vector<void*> blocks;
+  {
+    std::lock_guard lk(d.cache_mu);
+    for (auto& [rounded, v] : d.cache)
+      for (void* p : v) {
+#ifdef DITTO_ASAN
+        ASAN_UNPOISON_MEMORY_REGION(p, rounded);
+#endif
+        blocks.push_back(p);
+      }
+    d.cache.clear();
+    d.cached_bytes = 0;
+  }
+  if (blocks.empty()) return;
+  {
+    std::lock_guard lk(owners_mu_);
+    for (void* p : blocks) owners_.erase(reinterpret_cast<std::uintptr_t>(p));
+  }
+  for (void* p : blocks) std::free(p);
 }
 
 DeviceProperties SimBackend::properties(int index) const {
@@ -118,6 +187,7 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
     std::lock_guard lk(owners_mu_);
     owners_[reinterpret_cast<std::uintptr_t>(p)] = {bytes, index};
     uncharged_.insert(reinterpret_cast<std::uintptr_t>(p));
+    uncharged_live_.fetch_add(1);
     return p;
   }
   const std::int64_t ordinal = d.allocations.fetch_add(1);
@@ -148,6 +218,7 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
   while (now > old && !d.peak.compare_exchange_weak(old, now)) {
   }
   void* p = nullptr;
+  bool from_cache = false;
   if (dry_run_) {
     // Twice the capacity: live allocations never exceed it, so first fit always finds room
     // short of pathological fragmentation (Note [Dry run]).
@@ -162,17 +233,26 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
                                     " in use of capacity ", bytes_str(d.capacity), ")"));
     }
   } else {
-    std::size_t rounded = (bytes + 63) / 64 * 64;
-    p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    const std::size_t rounded = host_block_bytes(bytes);
+    if (cache_enabled_ && rounded <= kCacheMaxBlock) p = cache_take(d, rounded);
+    from_cache = p != nullptr;  // a cached block is still in owners_ (Note [Block cache])
+    if (!p) p = std::aligned_alloc(64, rounded);
+    if (!p) {  // give the device's cached blocks back to the host and try once more
+      cache_clear(d);
+      p = std::aligned_alloc(64, rounded);
+    }
     if (!p) {
       d.in_use.fetch_sub(bytes);
       throw OutOfMemory(detail::cat("sim:", index, ": host out of memory allocating ",
                                     bytes_str(bytes)));
     }
   }
-  {
+  if (!from_cache) {
+    // The rounded size for a host block: a cached block may come back for any size that rounds
+    // to the same (owner_of then still covers the whole request).
     std::lock_guard lk(owners_mu_);
-    owners_[reinterpret_cast<std::uintptr_t>(p)] = {bytes, index};
+    owners_[reinterpret_cast<std::uintptr_t>(p)] = {dry_run_ ? bytes : host_block_bytes(bytes),
+                                                    index};
   }
   if (cost_->tracing()) {  // stream-ordered memory counter of the trace
     CostModel* cm = cost_.get();
@@ -198,17 +278,20 @@ void SimBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
     owners_.erase(reinterpret_cast<std::uintptr_t>(ptr));
   };
   bool uncharged = false;
-  {
+  if (uncharged_live_.load() > 0) {
     // An uncharged allocation (marked by allocate) gives back nothing; its address stays owned
     // until the free below runs, so no other allocation can take it before.
     std::lock_guard lk(owners_mu_);
     uncharged = uncharged_.erase(reinterpret_cast<std::uintptr_t>(ptr)) > 0;
+    if (uncharged) uncharged_live_.fetch_sub(1);
   }
   CostModel* cm = cost_->tracing() && !uncharged ? cost_.get() : nullptr;
   // The device's counters drop now, in host order (Note [Memory accounting], sim_backend.h);
   // the host memory is released in stream order, after the work that may still use it.
   if (!uncharged) d->in_use.fetch_sub(bytes);
   const bool dry = dry_run_;
+  const std::size_t rounded = host_block_bytes(bytes);
+  const bool cacheable = cache_enabled_ && !uncharged && rounded <= kCacheMaxBlock;
   auto release = [d, ptr, bytes, dry, uncharged] {
     if (uncharged && dry) munmap(ptr, scratch_length(bytes));  // Note [Dry run]: never touched
     else if (dry) d->arena->deallocate(ptr, bytes);
@@ -217,9 +300,12 @@ void SimBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
   try {
     // The stream by pointer: while ~SimBackend drains it, d->stream is already null.
     SimStream* s = d->stream.get();
-    s->enqueue_internal_short([s, bytes, forget, release, cm] {  // frees even on a failed device
-      forget();  // before free: the address may be handed out again right after
-      release();
+    s->enqueue_internal_short([this, d, ptr, rounded, cacheable, s, bytes, forget, release,
+                               cm] {  // frees even on a failed device
+      if (!cacheable || !cache_put(*d, ptr, rounded)) {
+        forget();  // before free: the address may be handed out again right after
+        release();
+      }
       if (cm) cm->on_memory(*s, -static_cast<std::int64_t>(bytes));
     });
   } catch (...) {  // could not enqueue (out of host memory): free now

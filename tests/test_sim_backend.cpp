@@ -17,6 +17,17 @@
 #include "core/runtime/tensor.h"
 #include "test_util.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define DITTO_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DITTO_TEST_ASAN 1
+#endif
+#endif
+#ifdef DITTO_TEST_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace ditto {
 namespace {
 
@@ -86,6 +97,56 @@ TEST(SimBackendMemory, OutOfMemoryNamesDeviceRequestUseAndCapacity) {
   EXPECT_THROW_MSG(Tensor::empty({1}, DType::f32, sim(2)), InvalidArgument, "sim:2");
   init_sim(16);  // leave the default instance for the next tests
   EXPECT_EQ(get_backend("sim").device_count(), 16);
+}
+
+// Note [Block cache]: a block freed on a device comes back for that device's next allocation of
+// the same rounded size, never for another device's, and the counters count live bytes only.
+TEST_F(SimBackendTest, AFreedBlockIsReusedByItsDeviceOnlyAndIsNotCountedInUse) {
+  Backend& b = get_backend("sim");
+  const int d = 11, other = 12;
+  b.default_stream(d).synchronize();
+  const std::size_t base = b.memory_stats(d).in_use;
+  void* first = nullptr;
+  {
+    Tensor t = Tensor::empty({1000}, DType::f32, sim(d));  // 4000 bytes: a 4032-byte block
+    first = t.data_ptr();
+  }
+  b.default_stream(d).synchronize();  // the free runs in stream order
+  EXPECT_EQ(b.memory_stats(d).in_use, base);
+  {
+    Tensor on_other = Tensor::empty({1000}, DType::f32, sim(other));
+    EXPECT_NE(on_other.data_ptr(), first) << "a device took another device's cached block";
+    Tensor bigger = Tensor::empty({1009}, DType::f32, sim(d));  // 4036 bytes: a 4096 block
+    EXPECT_NE(bigger.data_ptr(), first) << "a 4032-byte block for 4036 bytes";
+    Tensor again = Tensor::empty({1003}, DType::f32, sim(d));  // 4012 bytes: the same block
+    EXPECT_EQ(again.data_ptr(), first);
+    EXPECT_EQ(b.memory_stats(d).in_use, base + 4036 + 4012);
+  }
+  b.default_stream(d).synchronize();
+  b.default_stream(other).synchronize();
+  EXPECT_EQ(b.memory_stats(d).in_use, base);
+}
+
+// A cached block is poisoned under ASan, so a use after free is still caught (CI's build).
+TEST_F(SimBackendTest, ACachedBlockIsPoisonedUnderAsan) {
+#ifndef DITTO_TEST_ASAN
+  GTEST_SKIP() << "not an ASan build: nothing poisons memory";
+#else
+  Backend& b = get_backend("sim");
+  const int d = 10;
+  void* p = nullptr;
+  {
+    Tensor t = Tensor::empty({64}, DType::f32, sim(d));
+    p = t.data_ptr();
+    EXPECT_FALSE(__asan_address_is_poisoned(p));
+  }
+  b.default_stream(d).synchronize();
+  EXPECT_TRUE(__asan_address_is_poisoned(p));
+  EXPECT_TRUE(__asan_address_is_poisoned(static_cast<char*>(p) + 255));
+  Tensor again = Tensor::empty({64}, DType::f32, sim(d));
+  ASSERT_EQ(again.data_ptr(), p);
+  EXPECT_FALSE(__asan_address_is_poisoned(static_cast<char*>(p) + 255));
+#endif
 }
 
 // ---- streams and events ---------------------------------------------------------------------
