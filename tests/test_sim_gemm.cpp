@@ -91,6 +91,44 @@ TEST(SimGemm, BitwiseKernelGivesTheBitsOfTheCanonicalLoop) {
   EXPECT_GT(cases, 1000);
 }
 
+// The block edges of both SIMD kernels (AVX-512: 12 x 32 tiles, 120-row A blocks, k blocks of
+// at most 320; AVX2: 6 x 16 tiles, 8-, 16-column panels, 144-row A blocks, k blocks of at most
+// 256): M, N and K around the tiles, panels, blocks and the 8- and 16-wide transposes, several k
+// blocks with an uneven split, each trans and epilogue (alpha in {1, 0.7}, beta in {0, 1, 0.3}),
+// row strides larger than the rows or equal, and every operand allocated to end exactly at its
+// last element (a read past it is out of bounds under ASan). Large products are sampled.
+TEST(SimGemm, BitwiseKernelGivesTheBitsOfTheCanonicalLoopAtTheBlockEdges) {
+  const I ms[] = {1, 5, 6, 7, 12, 13, 64, 100, 127, 129, 257};
+  const I ns[] = {1, 7, 8, 9, 15, 16, 17, 31, 33, 100, 1024};
+  const I ks[] = {1, 7, 256, 257, 784, 1000};
+  int seen = 0, cases = 0;
+  for (I M : ms)
+    for (I N : ns)
+      for (I K : ks) {
+        const double macs = static_cast<double>(M) * static_cast<double>(N) * static_cast<double>(K);
+        if (!(macs <= 2e6 || (++seen % 7 == 0 && macs <= 4e7))) continue;
+        const int t = cases % 4, e = (cases / 4) % 6;
+        const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
+        const float alpha = e % 2 == 0 ? 1.0f : 0.7f;
+        const float beta = e / 2 == 0 ? 0.0f : e / 2 == 1 ? 1.0f : 0.3f;
+        const I pad = (cases / 24) % 2 == 0 ? 0 : 3;  // ld == the row's length, or 3 more
+        const I a_rows = ta ? K : M, a_cols = ta ? M : K, b_rows = tb ? N : K, b_cols = tb ? K : N;
+        const I lda = a_cols + pad, ldb = b_cols + pad, ldc = N + pad;
+        const auto A = random_floats((a_rows - 1) * lda + a_cols, 21);
+        const auto B = random_floats((b_rows - 1) * ldb + b_cols, 22);
+        auto want = random_floats((M - 1) * ldc + N, 23);
+        auto got = want;
+        reference_gemm(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, want.data(), ldc);
+        sim::gemm_bitwise(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, got.data(),
+                          ldc);
+        ASSERT_TRUE(bits_equal(got, want)) << "M " << M << " N " << N << " K " << K << " trans "
+                                           << t << " alpha " << alpha << " beta " << beta
+                                           << " pad " << pad;
+        ++cases;
+      }
+  EXPECT_GT(cases, 600);
+}
+
 TEST(SimGemm, ShardedKernelGivesTheBitsOfTheCanonicalTree) {
   for (I M : {1, 12, 13, 40})
     for (I N : {1, 16, 17, 50})
@@ -114,6 +152,38 @@ TEST(SimGemm, ShardedKernelGivesTheBitsOfTheCanonicalTree) {
             ASSERT_TRUE(bits_equal(got, want)) << "M " << M << " N " << N << " shards " << shards
                                                << " rows " << rows << " acc " << accumulate;
           }
+}
+
+// The sharded kernel at the AVX2 kernel's edges too: row tails around 6, a second 144-row A
+// block, 8-column and partial panels, operands ending exactly at their last element.
+TEST(SimGemm, ShardedKernelGivesTheBitsOfTheCanonicalTreeAtTheBlockEdges) {
+  int cases = 0;
+  for (I M : {5, 6, 7, 150})
+    for (I N : {7, 8, 24, 33})
+      for (I shards : {1, 2, 5})
+        for (I rows : {9, 64}) {
+          std::vector<I> bounds;
+          for (I s = 0; s <= shards; ++s) bounds.push_back(s * rows / shards);
+          const bool accumulate = cases % 2 == 1;
+          const I pad = cases % 3 == 0 ? 0 : 2;
+          const I lda = M + pad, ldb = N + pad, ldc = N + pad;
+          const auto A = random_floats((rows - 1) * lda + M, 24);
+          const auto B = random_floats((rows - 1) * ldb + N, 25);
+          auto want = random_floats((M - 1) * ldc + N, 26);
+          auto got = want;
+          for (I i = 0; i < M; ++i)
+            for (I j = 0; j < N; ++j) {
+              const float t = reference_tree(A.data(), lda, B.data(), ldb, i, j, bounds, 0, shards);
+              float& c = want[static_cast<std::size_t>(i * ldc + j)];
+              c = accumulate ? c + t : t;
+            }
+          sim::gemm_tn_sharded_bitwise(M, N, A.data(), lda, B.data(), ldb, bounds, got.data(), ldc,
+                                       accumulate);
+          ASSERT_TRUE(bits_equal(got, want)) << "M " << M << " N " << N << " shards " << shards
+                                             << " rows " << rows << " acc " << accumulate;
+          ++cases;
+        }
+  EXPECT_EQ(cases, 96);
 }
 
 // Large enough to be split (more than 2e7 flops), by columns (N > M) and by rows (M > N).
