@@ -23,12 +23,13 @@
 // beside it, load 3-5), one thread, best of 10-25 (a harness, not in the repository, calling
 // gemm_bitwise and gemm_fast, OpenBLAS's Zen kernels, directly): bitwise / fast 1.1-1.5 at 64,
 // 0.97-1.07 at 256, 0.87-1.16 at 512, 0.84-0.95 at 1024, 0.82-1.04 for the MLP's NT shapes (6 x 16
-// reaches 75-88 GF/s); the portable loop 0.39-0.58. bench_bitwise --gemm-only (median of 3, the
-// pool on): 1.13 at 64 and 256, 1.04 at 512, 1.12 at 1024, 0.95-1.02 on the NT rows (the portable
-// loop: 0.39-0.67). The sharded TN kernel (dW = dY^T X) 0.86-1.03 of OpenBLAS's TN product (the
-// portable one 0.44-0.76). A 4 x 24 tile (3 B vectors, 4 broadcasts) measured 0.7-0.78; k blocks of
-// 384 and 72-row A blocks were within the noise of 256 and 144. Without either, a portable 4 x 32
-// loop does the same.
+// reaches 75-88 GF/s); the portable loop 0.39-0.58. bench_bitwise --gemm-only (the pool on; median
+// of 3, two series, 15:33 and 16:02, each under a CI build): 1.13 / 0.76 at 64, 1.13 / 1.00 at 256,
+// 1.04 / 0.95 at 512, 1.12 / 0.89 at 1024, 0.95-1.02 / 0.91-0.96 on the NT rows (the portable loop:
+// 0.39-0.67 / 0.51-0.66); single runs ranged 0.41-1.91, the noise of the load. The sharded TN
+// kernel (dW = dY^T X) 0.86-1.03 of OpenBLAS's TN product (the portable one 0.44-0.76). A 4 x 24
+// tile (3 B vectors, 4 broadcasts) measured 0.7-0.78; k blocks of 384 and 72-row A blocks were
+// within the noise of 256 and 144. Without either, a portable 4 x 32 loop does the same.
 #include "backend_sim/sim_gemm.h"
 
 #include "backend_sim/sim_eigen.h"  // first: its pragma must precede Eigen
