@@ -38,6 +38,8 @@ constexpr int kDefaultDevices = 8;
 constexpr std::size_t kCacheMaxBlock = std::size_t(1) << 20;
 constexpr std::size_t kCacheMaxBytes = std::size_t(32) << 20;
 
+/// Bytes of the host block (or, dry, the address range) behind an allocation of `bytes`: a whole
+/// number of 64-byte lines, at least one.
 std::size_t host_block_bytes(std::size_t bytes) { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
 
 bool cache_from_env() {
@@ -160,10 +162,6 @@ void SimBackend::reset_peak_memory(int index) {
   d.peak.store(d.in_use.load());
 }
 
-namespace {
-/// Length of the dry run's mapping for an uncharged scratch allocation of `bytes`.
-std::size_t scratch_length(std::size_t bytes) { return bytes == 0 ? 64 : (bytes + 63) / 64 * 64; }
-}  // namespace
 
 void* SimBackend::allocate(int index, std::size_t bytes) {
   auto& d = *devices_[index];
@@ -174,12 +172,11 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
   if (in_conversion_scope() || current_storage_dtype() != DType::f32) {
     void* p = nullptr;
     if (dry_run_) {  // Note [Dry run]: an address range that is never touched
-      p = mmap(nullptr, scratch_length(bytes), PROT_NONE,
+      p = mmap(nullptr, host_block_bytes(bytes), PROT_NONE,
                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (p == MAP_FAILED) p = nullptr;
     } else {
-      std::size_t rounded = (bytes + 63) / 64 * 64;
-      p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+      p = std::aligned_alloc(64, host_block_bytes(bytes));
     }
     if (!p)
       throw OutOfMemory(detail::cat("sim:", index, ": host out of memory allocating ",
@@ -293,7 +290,7 @@ void SimBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
   const std::size_t rounded = host_block_bytes(bytes);
   const bool cacheable = cache_enabled_ && !uncharged && rounded <= kCacheMaxBlock;
   auto release = [d, ptr, bytes, dry, uncharged] {
-    if (uncharged && dry) munmap(ptr, scratch_length(bytes));  // Note [Dry run]: never touched
+    if (uncharged && dry) munmap(ptr, host_block_bytes(bytes));  // Note [Dry run]: never touched
     else if (dry) d->arena->deallocate(ptr, bytes);
     else std::free(ptr);
   };
