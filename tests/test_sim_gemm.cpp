@@ -62,6 +62,19 @@ float reference_tree(const float* A, I lda, const float* B, I ldb, I i, I j,
   return left + right;
 }
 
+// C (M x N, row stride ldc) as gemm_tn_sharded_bitwise must leave it: each element the canonical
+// tree over the shards of bounds, added to C's old value when accumulating.
+void reference_tn_sharded(const float* A, I lda, const float* B, I ldb, I M, I N,
+                          const std::vector<I>& bounds, float* C, I ldc, bool accumulate) {
+  const I shards = static_cast<I>(bounds.size()) - 1;
+  for (I i = 0; i < M; ++i)
+    for (I j = 0; j < N; ++j) {
+      const float t = reference_tree(A, lda, B, ldb, i, j, bounds, 0, shards);
+      float& c = C[i * ldc + j];
+      c = accumulate ? c + t : t;
+    }
+}
+
 TEST(SimGemm, BitwiseKernelGivesTheBitsOfTheCanonicalLoop) {
   const I dims[] = {1, 11, 12, 13, 16, 17, 33, 121};
   const I ks[] = {0, 1, 17, 321, 700};  // 321 and 700: several k blocks
@@ -141,12 +154,8 @@ TEST(SimGemm, ShardedKernelGivesTheBitsOfTheCanonicalTree) {
             const auto A = random_floats(rows * lda + 1, 4), B = random_floats(rows * ldb + 1, 5);
             auto want = random_floats(M * ldc, 6);
             auto got = want;
-            for (I i = 0; i < M; ++i)
-              for (I j = 0; j < N; ++j) {
-                const float t = reference_tree(A.data(), lda, B.data(), ldb, i, j, bounds, 0, shards);
-                float& c = want[static_cast<std::size_t>(i * ldc + j)];
-                c = accumulate ? c + t : t;
-              }
+            reference_tn_sharded(A.data(), lda, B.data(), ldb, M, N, bounds, want.data(), ldc,
+                                 accumulate);
             sim::gemm_tn_sharded_bitwise(M, N, A.data(), lda, B.data(), ldb, bounds, got.data(),
                                          ldc, accumulate);
             ASSERT_TRUE(bits_equal(got, want)) << "M " << M << " N " << N << " shards " << shards
@@ -171,12 +180,8 @@ TEST(SimGemm, ShardedKernelGivesTheBitsOfTheCanonicalTreeAtTheBlockEdges) {
           const auto B = random_floats((rows - 1) * ldb + N, 25);
           auto want = random_floats((M - 1) * ldc + N, 26);
           auto got = want;
-          for (I i = 0; i < M; ++i)
-            for (I j = 0; j < N; ++j) {
-              const float t = reference_tree(A.data(), lda, B.data(), ldb, i, j, bounds, 0, shards);
-              float& c = want[static_cast<std::size_t>(i * ldc + j)];
-              c = accumulate ? c + t : t;
-            }
+          reference_tn_sharded(A.data(), lda, B.data(), ldb, M, N, bounds, want.data(), ldc,
+                               accumulate);
           sim::gemm_tn_sharded_bitwise(M, N, A.data(), lda, B.data(), ldb, bounds, got.data(), ldc,
                                        accumulate);
           ASSERT_TRUE(bits_equal(got, want)) << "M " << M << " N " << N << " shards " << shards
