@@ -296,6 +296,27 @@ TEST(DryRunTrainer, PresetParameterCounts) {
 }
 
 // An 8 x 40 GB model trained dry: every device charged tens of GB, the process stays small.
+TEST(DryRunTrainer, Bf16DdpStepHoldsNoTensorDataEither) {
+  // The bf16 run's optimizer is MasterWeights, whose state_bytes (the trainer's memory report,
+  // every step) came from state_dict(): a host copy of every master and moment. In a dry run of
+  // GPT-2 124M on 8 devices that was 12 GB of resident memory, and gpt2-xl was killed by the
+  // host's OOM killer. 14.5 M parameters here: ~1.4 GB of copies before the fix.
+  nn::GPTConfig m = nn::gpt2_config("gpt2");
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_embd = 256;
+  TrainerConfig c = small_gpt(true, TrainerKind::ddp, 8, m, 8, 2);
+  c.dtype = DType::bf16;
+  c.profile = "a100-sxm-40gb";
+  const long before = max_rss_kib();
+  const FitResult r = fit(c, m);
+  ASSERT_EQ(r.memory.size(), 8u);
+  const std::size_t params = static_cast<std::size_t>(nn::gpt_num_params(m));
+  for (const auto& d : r.memory)  // f32 masters 4 + moments 8 bytes per parameter
+    EXPECT_EQ(d.optimizer_state_bytes, 12 * params) << d.device;
+  EXPECT_LT(max_rss_kib() - before, 256 * 1024) << "KiB of resident memory grew";
+}
+
 TEST(DryRunTrainer, Gpt2StepOnEightDevicesHoldsNoTensorData) {
   nn::GPTConfig m = nn::gpt2_config("gpt2");
   TrainerConfig c = small_gpt(true, TrainerKind::ddp, 8, m, 8, 1);

@@ -85,6 +85,12 @@ OptimizerState MasterWeights::state_dict() const {
   return s;
 }
 
+std::size_t MasterWeights::state_bytes() const {
+  std::size_t n = inner_->state_bytes();
+  for (const auto& m : masters_) n += m->data.nbytes();
+  return n;
+}
+
 void MasterWeights::load_state_dict(const OptimizerState& state) {
   const char* call = "optim::MasterWeights::load_state_dict";
   auto mw = state.options.find("master_weights");

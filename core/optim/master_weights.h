@@ -59,6 +59,10 @@ class MasterWeights : public Optimizer {
   /// The inner's state with "master.<i>" tensors (f32 host copies) and option
   /// "master_weights" = "f32" added (Note [Master weights]). Blocks.
   OptimizerState state_dict() const override;
+  /// The inner optimizer's state_bytes plus the f32 masters (4 bytes per parameter), counted
+  /// from the tensors held, without copying them (state_dict's default would copy the whole
+  /// state to the host: in a dry run, gigabytes of real memory for what holds no data).
+  std::size_t state_bytes() const override;
   /// Restores the masters and the inner's state. Throws InvalidArgument, before changing
   /// anything, for a state without "master_weights" ("saved without master weights"), a
   /// missing or repeated master.<i>, one of another shape or dtype than f32 [parameter's shape],
