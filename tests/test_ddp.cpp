@@ -342,8 +342,9 @@ TEST_F(DdpTest, LocalRowsFollowMicroShards) {
 // ---- fast mode ---------------------------------------------------------------------------------
 
 /// Gradients of one forward/backward of the whole batch on one device (loss: mean over it).
-std::vector<std::vector<float>> single_device_grads(const Tensor& x, const Tensor& y) {
-  auto model = nn::mlp(kSizes, Device("sim", 0), 7);
+std::vector<std::vector<float>> single_device_grads(
+    const Tensor& x, const Tensor& y, const std::vector<std::int64_t>& sizes = kSizes) {
+  auto model = nn::mlp(sizes, Device("sim", 0), 7);
   model->set_input_requires_grad(false);
   nn::CrossEntropyLoss ce;
   ce.forward(model->forward(x.to(Device("sim", 0))), y.to(Device("sim", 0)));
@@ -462,6 +463,53 @@ TEST_F(DdpTest, GradsAreBucketViewsAndAccumulateAcrossSynchronisedSteps) {
   expect_no_errors(errors);
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(contiguous[static_cast<std::size_t>(r)], 2) << r;
+    EXPECT_LT(max_abs_diff(grads[static_cast<std::size_t>(r)], expected), 1e-5) << r;
+  }
+}
+
+TEST_F(DdpTest, AfterZeroGradSetToNoneTheBackwardWritesGradsIntoTheBucketAndAllocatesNone) {
+  // Note [DDP grads as bucket views]: from the second step on, a parameter's grad_home is its
+  // bucket slot, so a backward after zero_grad(set_to_none) creates each grad there: the device
+  // allocates no gradient-sized memory during it (before, every grad was a new tensor, all alive
+  // until the bucket's copy) and the grads are the same as one device's.
+  const std::vector<std::int64_t> sizes{256, 512, 4};  // 133 k parameters, 2 rows a rank
+  const std::int64_t batch = 4;
+  Tensor x = random_x(batch, sizes[0], 31), y = random_y(batch, sizes.back(), 31);
+  CommOptions co;
+  co.timeout_ms = 20000;
+  std::vector<std::size_t> backward_growth(2, 0);
+  std::vector<std::vector<std::vector<float>>> grads(2);
+  std::size_t grad_bytes = 0;
+  auto errors = run_ranks(2, co, [&](int r, Communicator& comm) {
+    auto model = nn::mlp(sizes, comm.device(), 7);
+    model->set_input_requires_grad(false);
+    DistributedDataParallel ddp(*model, comm, {});  // one bucket of every parameter
+    nn::CrossEntropyLoss ce;
+    optim::SGD opt(model->parameters(), {.lr = 0.0f});  // parameters unchanged: comparable grads
+    Backend& be = get_backend("sim");
+    for (int step = 0; step < 3; ++step) {
+      Tensor out = ddp.forward(rows_of(x, 2 * r, 2 * r + 2));
+      ce.forward(out, rows_of(y, 2 * r, 2 * r + 2).to(out.device()));
+      opt.zero_grad(true);
+      current_stream(comm.device()).synchronize();
+      const std::size_t before = be.memory_stats(comm.device().index).in_use;
+      be.reset_peak_memory(comm.device().index);
+      ddp.backward(ce.backward());
+      current_stream(comm.device()).synchronize();
+      const std::size_t peak = be.memory_stats(comm.device().index).peak;
+      if (step == 2) backward_growth[static_cast<std::size_t>(r)] = peak - before;
+      opt.step();
+    }
+    grads[static_cast<std::size_t>(r)] = grads_of(*model);
+    if (r == 0)
+      for (nn::Parameter* p : model->parameters()) grad_bytes += p->data.nbytes();
+  });
+  expect_no_errors(errors);
+  ASSERT_GT(grad_bytes, 500000u);
+  const auto expected = single_device_grads(x, y, sizes);
+  for (int r = 0; r < 2; ++r) {
+    // Activations' gradients (a few KiB) only; the grads alone would be grad_bytes.
+    EXPECT_LT(backward_growth[static_cast<std::size_t>(r)], grad_bytes / 8) << "rank " << r;
     EXPECT_LT(max_abs_diff(grads[static_cast<std::size_t>(r)], expected), 1e-5) << r;
   }
 }

@@ -158,9 +158,7 @@ Tensor GPT::backward(const Tensor& grad_logits) {
   const Tensor demb = drop_->backward(dx);
   // wpe: the sum over samples of each position's gradient (rows T.. of wpe get none).
   Parameter& wpe = wpe_->weight();
-  if (!wpe.grad.defined())
-    wpe.grad = Tensor::zeros(wpe.data.shape(), grad_dtype(wpe.data.dtype(), determinism_),
-                             demb.device());
+  new_grad(wpe, grad_dtype(wpe.data.dtype(), determinism_), demb.device(), /*zero=*/true);
   Tensor wpe_rows = wpe.grad.narrow(0, T).view({T * C});
   const Tensor demb_samples = demb.view({B, T * C});
   row_sums_into(demb_samples, wpe_rows, determinism_,
@@ -181,8 +179,7 @@ void GPT::wte_grad(const Tensor& g, const Tensor& demb) {
   const Tensor ids = idx_.view({N});
   if (determinism_ != Determinism::bitwise) {
     const bool acc = wte.grad.defined();
-    if (!acc)
-      wte.grad = Tensor::empty({V, C}, grad_dtype(wte.data.dtype(), determinism_), g.device());
+    new_grad(wte, grad_dtype(wte.data.dtype(), determinism_), g.device());
     ops::gemm(g, xf_, wte.grad, true, false, 1.0f, acc ? 1.0f : 0.0f, determinism_);
     ops::embedding_backward(ids, demb, wte.grad, {0, N}, true);
     return;

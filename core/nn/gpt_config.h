@@ -55,10 +55,12 @@ GPTConfig gpt2_config(const std::string& model_type, const std::string& what = "
 // What one device of a data-parallel AdamW run holds (fast mode, DDP on D devices), measured by
 // the dry run (ditto-train --dry-run, memory: lines; Note [Dry run], backend_sim/sim_backend.h)
 // and checked against the arithmetic. N parameters (gpt_num_params), B samples per device:
-//   f32 today:  params 4 + grads 4 + DDP's gradient buckets 4 + AdamW exp_avg, exp_avg_sq 8
-//               = 20 bytes per parameter;
-//   bf16 (llm.c's mixed precision, issue 14's --dtype bf16): params 2 + grads 2 (fast mode:
-//               the param dtype) + buckets 2 + f32 master 4 + moments 8 = 18;
+//   f32 today:  params 4 + grads 4, which live in DDP's gradient buckets (Note [DDP grads as
+//               bucket views]: from the second step on the backward writes them there) +
+//               AdamW exp_avg, exp_avg_sq 8 = 16 bytes per parameter (torch's DDP with
+//               gradient_as_bucket_view=True; 20 with its default, grads and buckets apart);
+//   bf16 (llm.c's mixed precision, issue 14's --dtype bf16): params 2 + grads in the buckets 2
+//               (fast mode: the param dtype) + f32 master 4 + moments 8 = 16;
 //   ZeRO-1 (--zero-stage 1, no DDP buckets): f32 4 + 4 + 8 / D;  bf16 2 + 2 + 12 / D
 //               (D = 8: 9 and 5.5 bytes per parameter);
 //   activations: about 17.4 C floats per token per layer kept for backward (f32; about half in
@@ -66,15 +68,17 @@ GPTConfig gpt2_config(const std::string& model_type, const std::string& what = "
 //               layer, never att [B, n_head, T, T] (Note [Attention memory] in
 //               core/numerics/gpt_math.h; flash attention's memory).
 // GPT-2 1.5B (gpt2-xl: N = 1,557,686,400, 48 layers, 25 heads, C 1600, T 1024), f32, 8 devices,
-// measured peaks: B = 1: 34.11 GiB, B = 2: 39.21 GiB, i.e. 29.01 GiB (= 20 N bytes) + 5.10 GiB
-// per sample (17.4 C floats x 1024 tokens x 48 layers). On 8 x A100 40GB (40 GiB each)
-// --batch-size 24 (B = 3) needs 29.01 + 3 x 5.10 = 44.3 GiB: OutOfMemory; with ZeRO-1
-// 9 N = 13.06 GiB + 15.30 = 28.36 GiB fits (measured: 28.51 GiB, optimizer state
-// 1485.89 MiB = 8 N / 8 bytes; the rest is the collectives' buffers). --batch-size 16 (B = 2)
-// fits without ZeRO (39.21 GiB of 40): before attention kept only its stats (att materialised,
-// 4.69 GiB more per sample) it did not.
-// In bf16 --batch-size 32 (B = 4): without ZeRO OutOfMemory (18 N = 26.1 GiB of state and the
-// f32 step's transients); ZeRO-1: 5.5 N = 7.98 GiB + activations fits (measured 18.69 GiB).
+// measured peaks: B = 1: 28.37 GiB, B = 2: 33.52 GiB, i.e. 23.2 GiB (= 16 N bytes) + 5.15 GiB
+// per sample (17.4 C floats x 1024 tokens x 48 layers); 34.11 and 39.21 GiB (20 N) while each
+// backward still made new grads beside the buckets. On 8 x A100 40GB (40 GiB each)
+// --batch-size 24 (B = 3) fits (38.67 GiB of 40; it did not at 20 N) and --batch-size 32
+// (B = 4) needs 23.2 + 4 x 5.15 = 43.8 GiB: OutOfMemory; with ZeRO-1 9 N = 13.06 GiB + 20.6
+// fits (measured: 33.45 GiB; at B = 3 28.51 GiB, optimizer state 1485.89 MiB = 8 N / 8 bytes;
+// the rest is the collectives' buffers). Before attention kept only its stats (att
+// materialised, 4.69 GiB more per sample) B = 2 did not fit.
+// In bf16 --batch-size 32 (B = 4) fits without ZeRO (39.34 GiB: 16 N = 23.2 GiB of state, the
+// activations and the f32 step's transients) and --batch-size 48 does not; ZeRO-1: 5.5 N =
+// 7.98 GiB + activations (measured 18.69 GiB at --batch-size 32).
 
 /// Parameters of a GPT of `cfg`, the tied head counted once and wpe included (nanoGPT's
 /// get_num_params(non_embedding=False)): 12 L C^2 + 13 L C (with biases; 12 L C^2 + 4 L C

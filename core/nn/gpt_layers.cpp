@@ -77,9 +77,7 @@ Tensor Embedding::backward(const Tensor& grad_output) {
           ? token_bounds(*this, str(), samples, samples == 0 ? 1 : n / samples)
           : std::vector<std::int64_t>{0, n};
   const bool acc = weight_.grad.defined();
-  if (!acc)
-    weight_.grad = Tensor::empty({v_, c_}, grad_dtype(weight_.data.dtype(), determinism_),
-                                 grad_output.device());
+  new_grad(weight_, grad_dtype(weight_.data.dtype(), determinism_), grad_output.device());
   ops::embedding_backward(idx_.view({n}), grad_output.view({n, c_}), weight_.grad, bounds, acc);
   return Tensor();
 }

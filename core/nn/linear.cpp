@@ -117,17 +117,13 @@ Tensor Linear::backward(const Tensor& grad_output) {
     const std::vector<std::int64_t> bounds =
         token_bounds(*this, str(), samples, samples == 0 ? 1 : rows / samples);
     const bool acc_w = weight_.grad.defined();
-    if (!acc_w)
-      weight_.grad = Tensor::empty({out_, in_}, grad_dtype(weight_.data.dtype(), determinism_),
-                                   gy.device());
+    new_grad(weight_, grad_dtype(weight_.data.dtype(), determinism_), gy.device());
     ops::gemm_tn_sharded(gy, input_, weight_.grad, bounds, acc_w);
     if (has_bias_) add_row_sums(gy, bias_, determinism_, bounds);
   } else {
     // grad_W[out, in] (+)= gy[rows, out]^T @ x[rows, in]
     const bool acc_w = weight_.grad.defined();
-    if (!acc_w)
-      weight_.grad = Tensor::empty({out_, in_}, grad_dtype(weight_.data.dtype(), determinism_),
-                                   gy.device());
+    new_grad(weight_, grad_dtype(weight_.data.dtype(), determinism_), gy.device());
     ops::gemm(gy, input_, weight_.grad, true, false, 1.0f, acc_w ? 1.0f : 0.0f, determinism_);
     // grad_b[out] (+)= sum over rows of gy
     if (has_bias_) add_row_sums(gy, bias_, determinism_, {});

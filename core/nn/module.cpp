@@ -34,13 +34,28 @@ DType grad_dtype(DType param, Determinism mode) {
   return mode == Determinism::bitwise ? DType::f32 : param;
 }
 
+Tensor& new_grad(Parameter& p, DType dtype, const Device& device, bool zero) {
+  if (p.grad.defined()) return p.grad;
+  const Tensor& home = p.grad_home;
+  if (home.defined() && home.shape() == p.data.shape() && home.dtype() == dtype &&
+      home.device() == device) {
+    p.grad = home;
+    if (zero) ops::fill_(p.grad, 0.0f);
+  } else {
+    p.grad = zero ? Tensor::zeros(p.data.shape(), dtype, device)
+                  : Tensor::empty(p.data.shape(), dtype, device);
+  }
+  return p.grad;
+}
+
 void Module::zero_grad() {
   for (Parameter* p : parameters()) {
     const Device& dev = p->data.device();
     const DType gd = grad_dtype(p->data.dtype(), determinism_);
     if (!p->grad.defined() || p->grad.shape() != p->data.shape() || p->grad.device() != dev ||
         p->grad.dtype() != gd) {
-      p->grad = Tensor::zeros(p->data.shape(), gd, dev);
+      p->grad = Tensor();
+      new_grad(*p, gd, dev, /*zero=*/true);
     } else if (dev.is_cpu()) {
       if (p->grad.numel() > 0) std::memset(p->grad.data_ptr(), 0, p->grad.nbytes());
     } else {

@@ -35,7 +35,19 @@ struct Parameter {
   std::string name;  ///< e.g. "0.weight" within a Sequential
   Tensor data;
   Tensor grad;
+  /// Where a gradient this parameter does not have yet is created (undefined: a new tensor).
+  /// DistributedDataParallel sets it to the parameter's slot in its bucket for the length of a
+  /// synchronised backward, so a backward after zero_grad(set_to_none) writes the gradient
+  /// there and the bucket needs no copy (Note [DDP grads as bucket views]). Used only while it
+  /// matches the grad wanted (data's shape, the grad's dtype, the device); otherwise ignored.
+  Tensor grad_home = Tensor();
 };
+
+/// p.grad, created if undefined: p.grad_home when it has `data`'s shape, `dtype` and `device`,
+/// else a new tensor; its values are unspecified (the caller overwrites them, or passes
+/// zero = true for zeros). A defined grad is returned as it is. Every module's backward creates
+/// its parameters' grads through it.
+Tensor& new_grad(Parameter& p, DType dtype, const Device& device, bool zero = false);
 
 class Module {
  public:

@@ -29,11 +29,8 @@ void row_sums_into(const Tensor& x, Tensor& out, Determinism mode,
 void add_row_sums(const Tensor& x, Parameter& p, Determinism mode,
                   const std::vector<std::int64_t>& bounds) {
   const bool acc = p.grad.defined();
-  if (!acc) {
-    const DType gd = grad_dtype(p.data.dtype(), mode);
-    p.grad = mode == Determinism::bitwise ? Tensor::empty(p.data.shape(), gd, x.device())
-                                          : Tensor::zeros(p.data.shape(), gd, x.device());
-  }
+  new_grad(p, grad_dtype(p.data.dtype(), mode), x.device(),
+           /*zero=*/mode != Determinism::bitwise);
   Tensor out = p.grad.dim() == 1 ? p.grad : p.grad.view({-1});
   row_sums_into(x, out, mode, bounds, acc);
 }

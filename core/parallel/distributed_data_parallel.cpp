@@ -348,15 +348,28 @@ Tensor DistributedDataParallel::backward(const Tensor& grad_output) {
     buckets_overlapped_ = 0;
     in_backward_ = true;
     Tensor g = grad_output.defined() ? grad_output.to(comm_.device()) : grad_output;
+    if (sync_) set_grad_homes(true);  // Note [DDP grads as bucket views]
     Tensor grad_input = module_.backward(g);
+    set_grad_homes(false);
     in_backward_ = false;
     buckets_overlapped_ = next_bucket_;
     finish_backward();
     return grad_input;
   } catch (...) {
+    set_grad_homes(false);
     in_backward_ = false;
     fail("backward");
   }
+}
+
+void DistributedDataParallel::set_grad_homes(bool on) {
+  for (auto& b : buckets_)
+    for (std::size_t k = 0; k < b->params.size(); ++k) {
+      nn::Parameter& p = *params_[b->params[k]];
+      p.grad_home = on && b->flat.defined()
+                        ? b->flat.narrow(b->offsets[k], p.data.numel()).view(p.data.shape())
+                        : Tensor();
+    }
 }
 
 void DistributedDataParallel::sync_gradients() {
@@ -430,9 +443,14 @@ void DistributedDataParallel::launch(std::size_t index) {
   }
   // Note [DDP grads as bucket views]: each grad becomes a view of its slot of the reduced bucket
   // (torch's gradient_as_bucket_view=True) instead of a copy back into the grad's own memory,
-  // saving one gradient-sized copy per step. The values (and bits) are the same; the bucket is
-  // overwritten by the next synchronised backward, so a grad kept across a backward that does
-  // not accumulate into it (zero_grad(set_to_none) drops it) must be cloned by its holder.
+  // saving one gradient-sized copy per step. During a synchronised backward (not in no_sync,
+  // whose grads a holder such as the GradAccumulator may move out and keep) the slot is also the
+  // parameter's grad_home, so a backward after zero_grad(set_to_none), torch's default, creates
+  // the grad in the slot (nn::new_grad) and the bucket needs no copy in either direction; torch's
+  // DDP still copies a grad AccumulateGrad created into the bucket there. The values (and bits)
+  // are the same; the bucket is overwritten by the next synchronised backward, so a grad kept
+  // across a backward that does not accumulate into it (zero_grad(set_to_none) drops it) must
+  // be cloned by its holder.
   for (std::size_t k = 0; k < b.params.size(); ++k) {
     nn::Parameter& p = *params_[b.params[k]];
     b.packed.push_back(std::move(p.grad));

@@ -221,6 +221,9 @@ class DistributedDataParallel {
   Communicator comm_;
   DistributedDataParallelOptions options_;
   Determinism mode_;
+  /// Points each parameter's grad_home at its bucket slot (on) or clears it (Note [DDP grads as
+  /// bucket views]); a bucket not yet allocated (the first step) gives none.
+  void set_grad_homes(bool on);
   std::vector<nn::Parameter*> params_;
   std::vector<std::vector<std::size_t>> bucket_params_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
