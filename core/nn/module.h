@@ -45,8 +45,9 @@ struct Parameter {
 
 /// p.grad, created if undefined: p.grad_home when it has `data`'s shape, `dtype` and `device`,
 /// else a new tensor; its values are unspecified (the caller overwrites them, or passes
-/// zero = true for zeros). A defined grad is returned as it is. Every module's backward creates
-/// its parameters' grads through it.
+/// zero = true for zeros). A defined grad is returned as it is. The modules' backwards create
+/// their parameters' grads through it, except GPT's bitwise wte grad, which is the root of a
+/// tree of per-shard tensors and is moved in whole (DDP then copies it into its bucket).
 Tensor& new_grad(Parameter& p, DType dtype, const Device& device, bool zero = false);
 
 class Module {

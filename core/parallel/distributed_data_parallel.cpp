@@ -70,6 +70,11 @@ struct DistributedDataParallel::Bucket {
   // The grads packed by launch(), kept alive until the communication stream has read them
   // (freeing them on the host would let the compute stream reuse their memory first).
   std::vector<Tensor> packed;
+
+  // Parameter k's slot of `flat`, in the parameter's shape (Note [DDP grads as bucket views]).
+  Tensor slot(std::size_t k, const nn::Parameter& p) const {
+    return flat.narrow(offsets[k], p.data.numel()).view(p.data.shape());
+  }
 };
 
 DistributedDataParallel::DistributedDataParallel(nn::Module& module, Communicator comm,
@@ -366,9 +371,7 @@ void DistributedDataParallel::set_grad_homes(bool on) {
   for (auto& b : buckets_)
     for (std::size_t k = 0; k < b->params.size(); ++k) {
       nn::Parameter& p = *params_[b->params[k]];
-      p.grad_home = on && b->flat.defined()
-                        ? b->flat.narrow(b->offsets[k], p.data.numel()).view(p.data.shape())
-                        : Tensor();
+      p.grad_home = on && b->flat.defined() ? b->slot(k, p) : Tensor();
     }
 }
 
@@ -454,7 +457,7 @@ void DistributedDataParallel::launch(std::size_t index) {
   for (std::size_t k = 0; k < b.params.size(); ++k) {
     nn::Parameter& p = *params_[b.params[k]];
     b.packed.push_back(std::move(p.grad));
-    p.grad = b.flat.narrow(b.offsets[k], p.data.numel()).view(p.data.shape());
+    p.grad = b.slot(k, p);
   }
   b.launched = true;
 }
