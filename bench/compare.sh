@@ -150,6 +150,19 @@ step "ditto-bench (STREAM copy, collectives, trainer)"
   --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" --step-factor "$FACTOR" \
   --coll-seconds "$COLL_SECONDS" --max-iters "$MAX_ITERS" --train-seconds "$TRAIN_SECONDS" 2>&1 | tee -a "$LOG"
 
+# G10 (issue 15): the 16 MiB all_reduce against the STREAM copy probe, 5 times alternating, each
+# side the best of its 5 (STREAM's own convention, "best rate"). On a shared virtual machine the
+# memory bandwidth changes by up to 1.7x from one second to the next (STREAM copy on this kind
+# of VM: 46-47 or 76-81 GB/s); alternating puts both sides in the same spells, where the sweep
+# above has one 30 ms window of ditto against the one probe at its start.
+step "G10: STREAM copy and the 16 MiB all_reduce (4 ranks), alternating, 5 times"
+mkdir -p "$RAW/g10"
+for _ in 1 2 3 4 5; do
+  "$BUILD/bin/ditto-bench" --csv-dir "$RAW/g10" stream >> "$LOG" 2>&1
+  "$BUILD/bin/ditto-bench" --csv-dir "$RAW/g10" collectives --ops all_reduce --ranks 4 \
+    --min-bytes 16M --max-bytes 16M --place both --coll-seconds 0.2 --max-iters 100 >> "$LOG" 2>&1
+done
+
 step "bench_bitwise (GEMM GFLOP/s: bitwise against fast)"
 "$BUILD/bin/bench_bitwise" --gemm-only --csv "$RAW/gemm.csv" 2>&1 | tee -a "$LOG"
 # Fast mode's GEMM is the AVX-512 kernel where OpenBLAS has no AVX-512 kernels for the CPU (Note
