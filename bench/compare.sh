@@ -152,7 +152,7 @@ step "ditto-bench (STREAM copy, collectives, trainer)"
 
 # G10 (issue 15): the 16 MiB all_reduce against the STREAM copy probe in the same round, 5
 # rounds. On a shared virtual machine the memory bandwidth moves in spells of seconds (STREAM copy
-# on this kind of VM: 40-47 or 70-81 GB/s, 12 probes 10 s apart), and the sweep above sets one
+# on this kind of VM: 40-47 or 70-81 GB/s, probes 10 s apart), and the sweep above sets one
 # 30 ms window of ditto against the one probe at its start; report.py divides each round's
 # all_reduce by its own probe and takes the median round.
 step "G10: STREAM copy, then the 16 MiB all_reduce (4 ranks), 5 rounds"
