@@ -4,6 +4,8 @@
 // through, nanoGPT's groups see the shapes, the state dict resumes bit-exactly, and errors.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
 #include <bit>
 #include <cmath>
 #include <vector>
@@ -242,6 +244,52 @@ TEST_F(MasterWeightsTest, ConstructionErrors) {
   // The plain optimizers still refuse bf16 data.
   expect_error<InvalidArgument>([&] { optim::SGD s({&a}, optim::SGDOptions{}); },
                                 "expected defined f32 data");
+}
+
+// Tensor::to(device, copy = true), torch's .to(device, copy=True): one new tensor, whatever the
+// source's device, never this tensor's storage.
+TEST_F(MasterWeightsTest, ToWithCopyAlwaysReturnsANewTensorWithTheSameValues) {
+  const std::vector<float> v{1.5f, -2.0f, 3.25f};
+  Tensor on_dev = Tensor::from_vector(v, {3}, dev());
+  Tensor host = on_dev.to(Device::cpu(), /*copy=*/true);
+  EXPECT_EQ(host.device(), Device::cpu());
+  EXPECT_EQ(host.to_vector<float>(), v);
+  Tensor host2 = host.to(Device::cpu(), /*copy=*/true);  // already there: a clone
+  EXPECT_NE(host2.data_ptr(), host.data_ptr());
+  EXPECT_EQ(host2.to_vector<float>(), v);
+  EXPECT_EQ(host.to(Device::cpu(), /*copy=*/false).data_ptr(), host.data_ptr());  // to(device)
+  Tensor back = host.to(dev(), /*copy=*/true);
+  EXPECT_EQ(back.device(), dev());
+  EXPECT_EQ(back.to_vector<float>(), v);
+}
+
+// Adam's state_dict of state on a device: a host copy of each moment, made once. It was
+// .to(cpu).clone(), a host copy then a copy of that: 64 MiB moments peaked at 3 x 64 MiB of
+// new resident memory (one moment kept, one converted, its clone) instead of 2 x 64 MiB.
+// ctest runs each test in its own process, so the high-water mark starts at this test's.
+TEST_F(MasterWeightsTest, AdamStateDictCopiesEachMomentToTheHostOnce) {
+  constexpr std::int64_t kN = std::int64_t(16) << 20;  // 64 MiB of f32 per tensor
+  nn::Parameter p{"w", Tensor::zeros({kN}, DType::f32, dev()), {}};
+  p.grad = Tensor::full({kN}, 0.5f, dev());
+  optim::Adam adam({&p});
+  adam.step();
+  current_stream(dev()).synchronize();
+  auto max_rss_kib = [] {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_maxrss;
+  };
+  const long before = max_rss_kib();
+  {
+    const optim::OptimizerState s = adam.state_dict();
+    ASSERT_EQ(s.tensors.size(), 3u);  // step, exp_avg, exp_avg_sq
+    EXPECT_EQ(s.tensors[1].first, "state.0.exp_avg");
+    EXPECT_EQ(s.tensors[2].first, "state.0.exp_avg_sq");
+    for (const auto& [key, t] : s.tensors) EXPECT_EQ(t.device(), Device::cpu()) << key;
+    EXPECT_EQ(s.tensors[1].second.data<float>()[kN - 1], 0.05f);  // (1 - beta1) g
+  }
+  const long grew_mib = (max_rss_kib() - before) / 1024;
+  EXPECT_LT(grew_mib, 160) << "MiB of resident memory grew (2 moments of 64 MiB kept)";
 }
 
 }  // namespace

@@ -54,11 +54,11 @@ OptimizerState Adam::state_dict() const {
     Tensor step = Tensor::empty({}, DType::i64, Device::cpu());
     *step.data<std::int64_t>() = st.step;
     s.tensors.emplace_back(prefix + "step", step);
-    s.tensors.emplace_back(prefix + "exp_avg", st.exp_avg.to(Device::cpu()).clone());
-    s.tensors.emplace_back(prefix + "exp_avg_sq", st.exp_avg_sq.to(Device::cpu()).clone());
+    s.tensors.emplace_back(prefix + "exp_avg", st.exp_avg.to(Device::cpu(), /*copy=*/true));
+    s.tensors.emplace_back(prefix + "exp_avg_sq", st.exp_avg_sq.to(Device::cpu(), /*copy=*/true));
     if (options_.amsgrad)
       s.tensors.emplace_back(prefix + "max_exp_avg_sq",
-                             st.max_exp_avg_sq.to(Device::cpu()).clone());
+                             st.max_exp_avg_sq.to(Device::cpu(), /*copy=*/true));
   }
   return s;
 }

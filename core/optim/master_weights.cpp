@@ -81,7 +81,7 @@ OptimizerState MasterWeights::state_dict() const {
   if (scaler_) put_scaler_state(*scaler_, s.options);
   for (std::size_t i = 0; i < masters_.size(); ++i)
     s.tensors.emplace_back(kMasterPrefix + std::to_string(i),
-                           masters_[i]->data.to(Device::cpu()).clone());
+                           masters_[i]->data.to(Device::cpu(), /*copy=*/true));
   return s;
 }
 

@@ -203,7 +203,7 @@ OptimizerState SGD::state_dict() const {
   for (std::size_t i = 0; i < buffers_.size(); ++i)
     if (buffers_[i].defined())
       s.tensors.emplace_back("state." + std::to_string(i) + ".momentum_buffer",
-                             buffers_[i].to(Device::cpu()).clone());
+                             buffers_[i].to(Device::cpu(), /*copy=*/true));
   return s;
 }
 

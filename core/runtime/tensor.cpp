@@ -175,6 +175,11 @@ Tensor Tensor::to(const Device& device) const {
   return t;
 }
 
+Tensor Tensor::to(const Device& device, bool copy) const {
+  DITTO_CHECK(defined(), "Tensor::to: tensor is undefined");
+  return copy && device == this->device() ? clone() : to(device);
+}
+
 Tensor Tensor::clone() const {
   DITTO_CHECK(defined(), "Tensor::clone: tensor is undefined");
   Tensor t = empty(shape_, dtype_, device());

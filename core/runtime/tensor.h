@@ -83,6 +83,11 @@ class Tensor {
   /// .to(device, dtype): converted where the source lives, then copied (*this when nothing
   /// changes).
   Tensor to(const Device& device, DType dtype) const;
+  /// torch's .to(device, copy=True) when copy is true: always a new tensor on `device` with the
+  /// same contents, copied once from wherever this one lives (clone() when already there);
+  /// copy = false is to(device). For host snapshots of device state (optimizer state_dicts),
+  /// where .to(cpu).clone() copied a device tensor twice.
+  Tensor to(const Device& device, bool copy) const;
   /// A new tensor with the same contents on the same device.
   Tensor clone() const;
   /// Copy `src` (same shape and dtype, any device) into this tensor.
