@@ -133,6 +133,48 @@ TEST(Trainer, ResumingAFinishedRunReportsTheLossesAndAccuracyItEndedWith) {
   }
 }
 
+// A checkpoint from inside epoch 2 resumed with epochs = 1 was accepted: no epoch ran and the
+// run reported epochs=1 with the parameters of step 30 (the check compared the 0-based epoch of
+// the next batch with --epochs). Refused now, naming the epoch the checkpoint is in.
+TEST(Trainer, AResumeFromInsideAnEpochNeedsThatEpochInTheRun) {
+  const auto dir = scratch("mid_epoch");
+  TrainerConfig first = small(2, TrainerKind::dp, 2);
+  first.checkpoint_dir = dir.string();
+  first.checkpoint_every = 30;  // 23 batches an epoch: step 30 is batch 7 of epoch 2
+  Trainer(first, digits()).fit();
+  {
+    std::ofstream latest(dir / "latest", std::ios::trunc);  // the step-30 checkpoint
+    latest << "step-00000030\n";
+  }
+  TrainerConfig one = small(2, TrainerKind::dp, 1);
+  one.resume_dir = dir.string();
+  test::expect_invalid([&] { Trainer(one, digits()).fit(); },
+                       "TrainerConfig::resume_dir: the checkpoint is inside epoch 2 (after batch "
+                       "7), expected TrainerConfig::epochs >= 2, got 1");
+  TrainerConfig two = small(2, TrainerKind::dp, 2);
+  two.resume_dir = dir.string();
+  const FitResult r = Trainer(two, digits()).fit();
+  EXPECT_EQ(r.steps, 2 * 23);  // epoch 2's last 16 batches ran
+  std::filesystem::remove_all(dir);
+}
+
+// A resume onto another model that also changed another setting was refused for the setting
+// first in the keys' order (a GPT checkpoint resumed as an MLP: "saved with batch_size=8"):
+// the model is checked first.
+TEST(Trainer, AResumeOntoAnotherModelIsRefusedForTheModelFirst) {
+  const auto dir = scratch("other_model");
+  TrainerConfig first = small(2, TrainerKind::dp, 1);
+  first.checkpoint_dir = dir.string();
+  Trainer(first, digits()).fit();
+  TrainerConfig other = small(2, TrainerKind::dp, 2);
+  other.resume_dir = dir.string();
+  other.hidden = {32};
+  other.batch_size = 32;
+  test::expect_invalid([&] { Trainer(other, digits()).fit(); },
+                       "was saved with model=64-128-10, this run has model=64-32-10");
+  std::filesystem::remove_all(dir);
+}
+
 // Rough edge of issue 16: a resume refused (here: past the end of --epochs) said "resumed from"
 // first; on_resume now comes after every check. And a resume onto another data set of the same
 // shape was accepted: the CSV source records a fingerprint of its rows (data_fnv1a).

@@ -484,7 +484,12 @@ TrainerState resume_checkpoint(const std::string& dir, nn::Module& model, optim:
   const char* call = "resume";
   // Every check before the first change, so that a refused checkpoint leaves model and opt alone.
   std::vector<std::string> unchecked;  // the warnings, written once every check passed
-  for (const auto& [key, value] : config) {
+  // "model" first: a GPT checkpoint resumed as an MLP is refused for its model, not for the
+  // first other setting (batch_size) that differs in the keys' order.
+  std::vector<std::pair<std::string, std::string>> ordered(config.begin(), config.end());
+  std::stable_partition(ordered.begin(), ordered.end(),
+                        [](const auto& kv) { return kv.first == "model"; });
+  for (const auto& [key, value] : ordered) {
     if (may_differ.count(key)) continue;
     auto it = c.state.config.find(key);
     const auto m = may_be_missing.find(key);

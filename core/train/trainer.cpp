@@ -217,10 +217,15 @@ TrainerState Trainer::resume(Replica& rep, const TrainerState& fresh, bool lead)
     DITTO_CHECK(ts.step <= config_.max_iters, config_.name_of("resume_dir"),
                 ": the checkpoint is past step ", ts.step, ", expected ",
                 config_.name_of("max_iters"), " >= ", ts.step, ", got ", config_.max_iters);
-  else
+  else if (ts.batch == 0)  // at the end of epoch ts.epoch (1-based)
     DITTO_CHECK(ts.epoch <= config_.epochs, config_.name_of("resume_dir"),
                 ": the checkpoint is past the end of epoch ", ts.epoch, ", expected ",
                 config_.name_of("epochs"), " >= ", ts.epoch, ", got ", config_.epochs);
+  else  // inside epoch ts.epoch + 1: fewer epochs would end the run on a partial epoch
+    DITTO_CHECK(ts.epoch < config_.epochs, config_.name_of("resume_dir"),
+                ": the checkpoint is inside epoch ", ts.epoch + 1, " (after batch ", ts.batch,
+                "), expected ", config_.name_of("epochs"), " >= ", ts.epoch + 1, ", got ",
+                config_.epochs);
   // Only a resume that every check let through is reported ("resumed from ...").
   if (lead && callbacks_.on_resume) callbacks_.on_resume(config_.resume_dir, ts);
   return ts;

@@ -52,6 +52,11 @@ void validate(const TrainerConfig& c) {
               n("checkpoint_every"), ": expected >= 0, with ", n("checkpoint_dir"), " DIR, got ",
               c.checkpoint_every, c.checkpoint_dir.empty() ? " without " : "",
               c.checkpoint_dir.empty() ? n("checkpoint_dir") : "");
+  // A dry run holds no tensor data: its checkpoints would be all zeros, and saving them would
+  // rotate a real run's checkpoints out of the directory.
+  DITTO_CHECK(!c.dry_run || c.checkpoint_dir.empty(), n("checkpoint_dir"),
+              ": expected none with ", n("dry_run"), " (a dry run holds no tensor data, so its "
+              "checkpoints would be all zeros), got '", c.checkpoint_dir, "'");
   DITTO_CHECK(c.bucket_cap_mb > 0 && std::isfinite(c.bucket_cap_mb), n("bucket_cap_mb"),
               ": expected a finite size in MiB > 0, got ", c.bucket_cap_mb);
   DITTO_CHECK(c.max_iters >= 0, n("max_iters"), ": expected >= 0 (0: epoch mode), got ",

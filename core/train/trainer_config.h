@@ -119,6 +119,7 @@ struct TrainerConfig {
   std::int64_t grad_accum_steps = 1;
   /// Simulator only: run every step through the cost model and the memory accounting without
   /// executing kernels and without host memory for tensor data (loss values are then 0).
+  /// No checkpoint_dir with it (Error: its checkpoints would be all zeros).
   bool dry_run = false;
 
   // ---- checkpoints (core/io/checkpoint.h)
