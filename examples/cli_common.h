@@ -8,6 +8,8 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -101,6 +103,21 @@ inline CLI::Validator non_negative() {
         return i != std::string::npos && s[i] == '-' ? "expected an integer >= 0, got " + s : "";
       },
       "", "non_negative");
+}
+
+/// An unsigned 64-bit value written in decimal: CLI11's conversion saturates a larger one at
+/// 2^64 - 1 without a word (--seed 18446744073709551616 ran as 18446744073709551615).
+inline CLI::Validator uint64_decimal() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        std::uint64_t v = 0;
+        const char* end = s.data() + s.size();
+        const auto [p, ec] = std::from_chars(s.data(), end, v);
+        return ec == std::errc() && p == end
+                   ? ""
+                   : "expected an integer in 0..18446744073709551615, got " + s;
+      },
+      "", "uint64_decimal");
 }
 
 }  // namespace ditto_cli

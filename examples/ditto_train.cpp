@@ -162,6 +162,38 @@ std::shared_ptr<train::DataSource> with_classes(std::shared_ptr<train::CsvDataSo
   return std::make_shared<WithClasses>(std::move(rows), a.classes);
 }
 
+/// --trace and --metrics-jsonl are written: refused when one names the file of --data (a typo
+/// would overwrite the data set), the other's file (one would overwrite the other), or a file
+/// inside the --checkpoint or --resume directory (DIR/latest, a checkpoint's files).
+void check_outputs_are_not_inputs(const Args& a, const train::TrainerConfig& c) {
+  namespace fs = std::filesystem;
+  auto key = [](const std::string& p) {  // the same file by any spelling, existing or not
+    std::error_code ec;
+    fs::path k = fs::weakly_canonical(fs::absolute(p, ec), ec);
+    return ec ? fs::path(p).lexically_normal() : k;
+  };
+  std::vector<std::pair<const char*, std::string>> outputs;
+  if (!c.trace.empty()) outputs.emplace_back("--trace", c.trace);
+  if (!a.jsonl.empty()) outputs.emplace_back("--metrics-jsonl", a.jsonl);
+  std::vector<std::pair<const char*, std::string>> others{{"--data", a.data}};
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    const auto& [opt, path] = outputs[i];
+    const fs::path k = key(path);
+    for (const auto& [other, other_path] : others)
+      DITTO_CHECK(k != key(other_path), opt, ": expected a file other than ", other, "'s, got '",
+                  path, "' (", other, " '", other_path, "'), which it would overwrite");
+    for (const auto& [dir_opt, dir] : {std::pair{"--checkpoint", c.checkpoint_dir},
+                                       std::pair{"--resume", c.resume_dir}}) {
+      if (dir.empty() || dir == "auto") continue;
+      const fs::path d = key(dir);
+      const fs::path rel = k.lexically_relative(d);
+      DITTO_CHECK(rel.empty() || *rel.begin() == "..", opt, ": expected a file outside the ",
+                  dir_opt, " directory '", dir, "', got '", path, "'");
+    }
+    others.emplace_back(opt, path);
+  }
+}
+
 /// --resume auto: DIR (--checkpoint) when it holds a checkpoint (DIR/latest or a DIR/step-N,
 /// usable or not: a damaged one is an error, not a fresh start over it), else "" (a fresh start),
 /// saying which on stdout (`lead`).
@@ -327,8 +359,10 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
     DITTO_CHECK(!c.dry_run || !c.profile.empty(), "--dry-run: expected --profile (the GPU to "
                 "predict for, e.g. a100-sxm-80gb), got none");
 
+    if (gpt && !a.given.count("--data"))
+      a.data = ditto_examples::bundled_data_path("shakespeare.txt");
+    check_outputs_are_not_inputs(a, c);
     if (gpt) {
-      if (!a.given.count("--data")) a.data = ditto_examples::bundled_data_path("shakespeare.txt");
       ditto_train::apply_preset(a.gpt, a.given);
       if (c.dry_run) {  // a prediction: a few steps, no evaluation or sample unless asked for
         if (!a.given.count("--max-iters")) a.gpt.max_iters = 2;
@@ -621,7 +655,8 @@ int cli_main(int argc, char** argv, Capture* capture) {
   with_default("--weight-decay", c.weight_decay,
                "SGD weight decay (--model gpt: AdamW's, on the 2-D weights, default 0.1)");
   with_default("--seed", c.seed, "seed for initialisation, split and shuffling")
-      ->check(ditto_cli::non_negative());
+      ->check(ditto_cli::non_negative())
+      ->check(ditto_cli::uint64_decimal());
   with_default("--val-fraction", a.val_fraction, "fraction of rows held out for validation");
   with_default("--determinism", a.determinism,
                "bitwise (same bits for any power-of-two device count) or fast");
