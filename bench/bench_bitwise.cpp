@@ -37,6 +37,11 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+double median(std::vector<double> t) {
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 double median_seconds(int reps, const std::function<void()>& fn) {
   std::vector<double> t;
   for (int r = 0; r < reps; ++r) {
@@ -44,8 +49,7 @@ double median_seconds(int reps, const std::function<void()>& fn) {
     fn();
     t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return median(std::move(t));
 }
 
 Tensor random(const Shape& s, std::uint64_t seed, const Device& d) {
@@ -84,10 +88,6 @@ GemmRate gemm_gflops(std::int64_t M, std::int64_t N, std::int64_t K, bool trans_
     tb.push_back(rep(Determinism::bitwise));
     tf.push_back(rep(Determinism::fast));
   }
-  auto median = [](std::vector<double> t) {
-    std::sort(t.begin(), t.end());
-    return t[t.size() / 2];
-  };
   return {flop * inner / median(tb) / 1e9, flop * inner / median(tf) / 1e9};
 }
 

@@ -235,16 +235,20 @@ def main():
 
     g10_out, g10_in = g10_series("out"), g10_series("in")
     g10_probe = [float(r["copy_GBps"]) for r in g10_stream]
+
+    def by_ratio(series):
+        """The rounds (all_reduce, its probe), in the order of their ratios."""
+        return sorted(zip(series, g10_probe), key=lambda r: r[0] / r[1])
+
     if g10_out and len(g10_out) == len(g10_probe):
-        rounds = sorted(zip(g10_out, g10_probe), key=lambda r: r[0] / r[1])
+        rounds = by_ratio(g10_out)
         med = rounds[len(rounds) // 2]
         add(f"G10 all_reduce 4 ranks 16 MiB (out-of-place): 2NS/t vs STREAM copy, same round "
             f"(median of {len(rounds)}: " + ", ".join(f"{d / p_:.2f}" for d, p_ in rounds) + ")",
             med[0], med[1], "GB/s", 0.70)
         if len(g10_in) == len(g10_probe):
-            rin = sorted(zip(g10_in, g10_probe), key=lambda r: r[0] / r[1])
-            add("   same, in-place", rin[len(rin) // 2][0], rin[len(rin) // 2][1], "GB/s", None,
-                "(info)")
+            rin = by_ratio(g10_in)
+            add("   same, in-place", *rin[len(rin) // 2], "GB/s", None, "(info)")
         add("   same, out-of-place, best of the 5 against the best probe", max(g10_out),
             max(g10_probe), "GB/s", None, "(info)")
         add("   same, out-of-place, from the sweep (one window of <= 10 calls) vs its STREAM probe",
