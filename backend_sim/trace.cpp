@@ -74,7 +74,7 @@ void TraceRecorder::write_chrome_json(const std::string& path, const std::string
   // Through io::write_file_atomic (Note [Atomic write]): a symbolic link is written through,
   // /dev/null or a FIFO straight to it, a directory or block device refused.
   try {
-    io::write_file_atomic(path, out.dump());
+    io::write_file_atomic(path, out.dump() + "\n");  // a line: text after it starts its own
   } catch (const Error& e) {
     throw BackendError(detail::cat("write_trace: ", e.what()));
   }

@@ -19,9 +19,11 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <cinttypes>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fcntl.h>
@@ -217,6 +219,34 @@ std::string resolve_resume_auto(const std::string& checkpoint_dir, bool lead) {
                   checkpoint_dir.c_str());
   }
   return found ? checkpoint_dir : std::string();
+}
+
+// Note [Graceful stop]: with --checkpoint, a first SIGINT (Ctrl-C) or SIGTERM (torchrun's,
+// a scheduler's) sets g_stop; the Trainer ends after the optimizer step in progress
+// (TrainerConfig::stop), writes its checkpoint, and ditto-train exits with 128 + the signal
+// (130, 143), the shell's status for a process the signal ended. A second signal exits at once
+// with that status, as an impatient user expects. Without --checkpoint there is nothing to keep:
+// the default action (the process ends at once).
+std::atomic<int> g_stop{0};
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop.exchange(sig) != 0) ::_exit(128 + sig);
+  static const char msg[] = "ditto-train: signal received: finishing the current step and "
+                            "writing a checkpoint (send it again to exit at once)\n";
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+}
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGINT, SIGTERM}) {
+    struct sigaction old {};
+    // A signal the parent ignores stays ignored (nohup, a shell's background job's SIGINT).
+    if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    ::sigaction(sig, &sa, nullptr);
+  }
 }
 
 std::string mib(std::size_t b) {
@@ -438,21 +468,58 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
     ditto_train::print_gpt_eval(m);
     if (jsonl) jsonl->write(m);
   };
+  // What fails after training (the sample, writing the trace or a JSON line) must not lose the
+  // run's result: its error is kept and reported after the final line and JSON record, exit 1.
+  std::vector<std::string> late_errors;
   if (gpt)
     cb.on_finish = [&](train::Replica& rep) {
-      const std::string sample = ditto_train::gpt_sample(rep, a.gpt, text, c.seed);
-      if (!sample.empty())
-        std::printf("sample (%zu characters, temperature %g, top_k %" PRId64 ", seed %" PRIu64
-                    "):\n%s\n", sample.size(), a.gpt.temperature, a.gpt.top_k, c.seed,
-                    sample.c_str());
+      try {
+        const std::string sample = ditto_train::gpt_sample(rep, a.gpt, text, c.seed);
+        if (!sample.empty()) {
+          std::printf("sample (%zu characters, temperature %g, top_k %" PRId64 ", seed %" PRIu64
+                      "):\n", sample.size(), a.gpt.temperature, a.gpt.top_k, c.seed);
+          std::fwrite(sample.data(), 1, sample.size(), stdout);  // every byte, NULs too
+          std::fputc('\n', stdout);
+        }
+      } catch (const std::exception& e) {
+        late_errors.push_back(detail::cat("--sample: ", e.what()));
+      }
     };
+  if (!c.checkpoint_dir.empty() && !capture) {  // Note [Graceful stop]
+    c.stop = &g_stop;
+    install_stop_handlers();
+  }
   train::FitResult r = train::Trainer(c, data, cb).fit();
   if (capture) capture->result = r;
+  if (r.stopped) {
+    const int sig = g_stop.load();
+    if (r.lead)
+      std::printf("ditto-train: stopped by %s after step %" PRId64 ": checkpoint %s/step-%08"
+                  PRId64 " written; resume with --resume %s\n",
+                  sig == SIGINT ? "SIGINT" : "SIGTERM", r.steps, c.checkpoint_dir.c_str(),
+                  r.steps, c.checkpoint_dir.c_str());
+    std::fflush(stdout);
+    return 128 + sig;
+  }
   if (!r.lead) return 0;
   print_final(r, gpt ? a.gpt.block_size : 0);
   if (gpt) ditto_train::print_gpt_prediction(r, text, c);
-  if (jsonl) jsonl->write(r);
-  return 0;
+  late_errors.insert(late_errors.end(), r.output_errors.begin(), r.output_errors.end());
+  if (jsonl) try {
+      jsonl->write(r);
+    } catch (const std::exception& e) {
+      late_errors.push_back(detail::cat("--metrics-jsonl: ", e.what()));
+    }
+  std::fflush(stdout);
+  if (late_errors.empty()) return 0;
+  if (capture) {
+    capture->error = late_errors.front();
+    return 1;
+  }
+  for (const std::string& e : late_errors)
+    std::fprintf(stderr, "ditto-train: error: after training (the result above is complete): "
+                 "%s\n", e.c_str());
+  return 1;
 }
 
 int cli_main(int argc, char** argv, Capture* capture);

@@ -205,6 +205,13 @@ GptData configure_gpt(const GptOptions& g,
   c.field_names["eval_interval"] = "--eval-interval";
   c.field_names["eval_iters"] = "--eval-iters";
   c.field_names["grad_clip"] = "--grad-clip";
+  // The model's fields, as a resume that does not match names them (the checkpoint's "model").
+  // (vocab_size is the text's unless --vocab-size is given: it keeps its own name.)
+  for (const char* f : {"n_layer", "n_head", "n_embd", "block_size", "bias", "dropout"}) {
+    std::string flag = std::string("--") + f;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    c.field_names[f] = flag;
+  }
   out.model = m;
   return out;
 }
@@ -260,8 +267,11 @@ std::string gpt_sample(train::Replica& rep, const GptOptions& g, const GptData& 
   for (std::size_t t = 0; t < itos.size(); ++t)
     if (itos[t] == '\n') prompt = {static_cast<std::int64_t>(t)};
   const std::int64_t top_k = g.top_k >= data.vocab_size() ? 0 : g.top_k;
+  // Only the text's tokens are drawn: a padded vocabulary (--vocab-size, --preset's 50304) has
+  // rows no character maps to, which decode() would refuse after the whole run.
   std::vector<std::int64_t> out = gpt->generate(prompt, g.sample,
-                                                static_cast<float>(g.temperature), top_k, seed);
+                                                static_cast<float>(g.temperature), top_k, seed,
+                                                data.vocab_size());
   return data.decode(std::vector<std::int64_t>(out.begin() + 1, out.end()));
 }
 

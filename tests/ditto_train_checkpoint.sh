@@ -68,4 +68,14 @@ cmp -s "$data" "$work/other.csv" && fail "other.csv is the same file"
 out=$("$train" --resume "$work/a" --epochs 4 --data "$work/other.csv" 2>&1)
 echo "$out" | grep -q "error: resume: checkpoint '.*' was saved with data_fnv1a=[0-9a-f]\{16\}, this run has data_fnv1a=[0-9a-f]\{16\}" \
   || fail "other data: $out"
+# 8. Issue 31: an f32 checkpoint resumed with --dtype bf16, and a bf16 one with f32: both values
+#    named (an f32 run records no dtype: it said "dtype=(not recorded)" and "a setting this run
+#    does not have").
+out=$("$train" --resume "$work/a" --epochs 4 --dtype bf16 2>&1)
+echo "$out" | grep -q "error: resume: checkpoint '.*' was saved with dtype=f32, this run has dtype=bf16" \
+  || fail "f32 checkpoint, --dtype bf16: $out"
+"$train" --epochs 1 --dtype bf16 --checkpoint "$work/bf16" > /dev/null || fail "--dtype bf16 --checkpoint"
+out=$("$train" --resume "$work/bf16" --epochs 2 2>&1)
+echo "$out" | grep -q "error: resume: checkpoint '.*' was saved with dtype=bf16, this run has dtype=f32" \
+  || fail "bf16 checkpoint, --dtype f32: $out"
 echo "PASS"

@@ -63,7 +63,12 @@ echo "resumed from step 4: $R"
 head -c 200000 "$(dirname "$0")/../examples/data/shakespeare.txt" > "$work/other.txt"
 "$train" "${tiny[@]}" --data "$work/other.txt" --resume "$work/a" > /dev/null 2> "$work/err" &&
   fail "resumed on another text"
-grep -q "ditto-train: error: resume: checkpoint '.*' was saved with model=gpt(.*vocab_size=78.*), this run has model=gpt(.*vocab_size=66" "$work/err" ||
+grep -q "ditto-train: error: resume: checkpoint '.*' does not match this run's model: vocab_size: checkpoint 78, this run 66$" "$work/err" ||
+  fail "$(cat "$work/err")"
+# Issue 31: a model option that differs is named as the option (it printed both model strings).
+"$train" "${tiny[@]}" --dropout 0.1 --resume "$work/a" > /dev/null 2> "$work/err" &&
+  fail "resumed with another --dropout"
+grep -q "ditto-train: error: resume: checkpoint '.*' does not match this run's model: --dropout: checkpoint 0, this run 0.1$" "$work/err" ||
   fail "$(cat "$work/err")"
 
 D1=$("$train" "${tiny[@]}" --dropout 0.1 --devices 1 | checksum)

@@ -5,10 +5,16 @@
 // that never stopped (SGD with momentum and Adam; at an epoch boundary and mid-epoch).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "core/runtime/backend.h"
 #include "core/io/checkpoint.h"
@@ -619,6 +625,119 @@ TEST_F(CheckpointTest, ResumeRefusesAnotherModelOrOptimizerBeforeChangingAnythin
                                 {"was saved with model=1, a setting this run does not have"});
   auto sgd = make_opt(Opt::sgd_momentum, *model2);
   EXPECT_EQ(resume_checkpoint(dir, *model2, *sgd, {{"model", "2"}}, {"model"}, log).step, 9);
+}
+
+// Issue 31 item 10: an edited header (a dtype F32 -> I32, every size kept) passes the tensor
+// bytes' CRC; trainer.json's CRC-32 of each header (format version 2) makes it unusable as
+// flipped data bits do, so the resume falls back to the previous checkpoint (it was a hard
+// error: the model's parameter had the wrong dtype).
+TEST_F(CheckpointTest, EditedHeaderFallsBackToThePreviousCheckpoint) {
+  const std::string dir = two_checkpoints("header");
+  const std::string model = dir + "/step-00000009/model.safetensors";
+  std::string bytes = io::read_file(model);
+  const std::size_t at = bytes.find("\"F32\"");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 1] = 'I';  // "I32": same length, same byte size per element
+  std::ofstream(model, std::ios::binary | std::ios::trunc) << bytes;
+  expect_throw<ParseError>([&] { read_checkpoint(dir + "/step-00000009"); },
+                           {model + ": checksum mismatch: the safetensors header has CRC-32 ",
+                            "trainer.json records", "(damaged or edited file)"});
+  std::ostringstream log;
+  EXPECT_EQ(read_latest_checkpoint(dir, log).state.step, 6);
+  EXPECT_NE(log.str().find("falling back to '" + dir + "/step-00000006'"), std::string::npos)
+      << log.str();
+  EXPECT_EQ(train({.dir = dir, .resume = true}), train({}));
+  // The optimizer's header too.
+  const std::string opt = dir + "/step-00000006/optimizer.safetensors";
+  bytes = io::read_file(opt);
+  const std::size_t type = bytes.find("\"SGD\"");
+  ASSERT_NE(type, std::string::npos);
+  bytes[type + 1] = 'T';
+  std::ofstream(opt, std::ios::binary | std::ios::trunc) << bytes;
+  expect_throw<ParseError>([&] { read_checkpoint(dir + "/step-00000006"); },
+                           {opt + ": checksum mismatch: the safetensors header has CRC-32 "});
+}
+
+// zlib's CRC-32 (the polynomial 0xEDB88320), bit by bit, for the trainer.json rewritten below.
+std::string crc32_hex(const std::string& s) {
+  std::uint32_t c = 0xFFFFFFFFu;
+  for (unsigned char b : s) {
+    c ^= b;
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+  }
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", c ^ 0xFFFFFFFFu);
+  return buf;
+}
+
+// Format version 1 (before the header CRCs) still loads, its headers unchecked; a version this
+// ditto does not know is refused, naming the versions it reads.
+TEST_F(CheckpointTest, VersionOneCheckpointsStillLoad) {
+  const std::string dir = two_checkpoints("version1");
+  const std::string trainer = dir + "/step-00000009/trainer.json";
+  auto rewrite = [&](int version) {
+    nlohmann::json j = nlohmann::json::parse(io::read_file(trainer));
+    EXPECT_EQ(j.at("version"), 2);
+    EXPECT_TRUE(j.at("header_crc32").contains("model.safetensors"));
+    j.erase("crc32");
+    j.erase("header_crc32");
+    j["version"] = version;
+    j["crc32"] = crc32_hex(j.dump());
+    return j;
+  };
+  const std::string v2 = io::read_file(trainer);
+  std::ofstream(trainer, std::ios::trunc) << rewrite(1).dump(1) << "\n";
+  Checkpoint c = read_checkpoint(dir + "/step-00000009");
+  EXPECT_EQ(c.state.step, 9);
+  EXPECT_EQ(train({.dir = dir, .resume = true}), train({}));
+  std::ofstream(trainer, std::ios::trunc) << v2;
+  std::ofstream(trainer, std::ios::trunc) << rewrite(3).dump(1) << "\n";
+  expect_throw<ParseError>([&] { read_checkpoint(dir + "/step-00000009"); },
+                           {"expected format 'ditto-checkpoint' version 1..2, got "
+                            "\"ditto-checkpoint\" version 3"});
+}
+
+// Issue 31 item 11: rotation that cannot remove an old checkpoint says so on stderr (it said
+// nothing while the disk filled). An immutable file (chattr +i) stops even root's removal.
+TEST_F(CheckpointTest, RotationThatCannotDeleteWarns) {
+  const std::string dir = fresh_dir("rotate");
+  train({.stop_at = 3, .dir = dir});
+  train({.stop_at = 6, .dir = dir});
+  const std::string old = dir + "/step-00000003", pinned = old + "/trainer.json";
+  const bool immutable = std::system(("chattr +i '" + pinned + "' 2>/dev/null").c_str()) == 0;
+  if (!immutable) {
+    if (::geteuid() == 0) GTEST_SKIP() << "chattr +i is not available and root removes anything";
+    fs::permissions(old, fs::perms::owner_read | fs::perms::owner_exec);
+  }
+  testing::internal::CaptureStderr();
+  train({.stop_at = 9, .dir = dir});
+  const std::string err = testing::internal::GetCapturedStderr();
+  if (immutable) EXPECT_EQ(std::system(("chattr -i '" + pinned + "'").c_str()), 0);
+  else fs::permissions(old, fs::perms::owner_all);
+  EXPECT_NE(err.find("ditto: save_checkpoint: warning: cannot remove the old checkpoint '" + old +
+                     "' (keeping the 2 newest): "),
+            std::string::npos) << err;
+  EXPECT_TRUE(fs::exists(dir + "/step-00000009/trainer.json"));
+  EXPECT_EQ(io::read_file(dir + "/latest"), "step-00000009\n");
+}
+
+// The value a side does not record (an f32 run records no dtype) is named as implied, and a
+// model's name "gpt(k=v,...)" that differs names the first differing field by its option.
+TEST_F(CheckpointTest, ResumeNamesImpliedValuesAndModelFields) {
+  const std::string dir = two_checkpoints("implied");
+  auto model = nn::mlp({6, 10, 3}, dev(0), 11);
+  auto opt = make_opt(Opt::sgd_momentum, *model);
+  std::ostringstream log;
+  expect_throw<InvalidArgument>(
+      [&] {
+        resume_checkpoint(dir, *model, *opt, {{"model", "1"}, {"dtype", "bf16"}}, {}, log, {},
+                          {{"dtype", "f32"}});
+      },
+      {"was saved with dtype=f32, this run has dtype=bf16"});
+  // The checkpoint's model "1" against a structured one: the whole values.
+  expect_throw<InvalidArgument>(
+      [&] { resume_checkpoint(dir, *model, *opt, {{"model", "m(a=1,dropout=0)"}}, {}, log); },
+      {"was saved with model=1, this run has model=m(a=1,dropout=0)"});
 }
 
 TEST_F(CheckpointTest, SaveRefusesBadArguments) {

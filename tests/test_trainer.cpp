@@ -271,6 +271,55 @@ TEST(Trainer, ACheckpointWithoutTheDataFingerprintResumesWithOneWarning) {
 // Rough edge of issue 16: a NaN or inf loss ended with exit 0. The step that gave it stops the
 // run (torch's anomaly detection, llm.c's outlier check), before its checkpoint;
 // allow_nonfinite_loss keeps going.
+// Issue 31: what fails after training (the trace's directory removed during the run) does not
+// lose the result: fit() returns it with the error in output_errors (it threw, and ditto-train
+// printed no final line).
+TEST(Trainer, ATraceThatCannotBeWrittenAtTheEndKeepsTheResult) {
+  const auto dir = scratch("late_trace");
+  std::filesystem::create_directories(dir);
+  TrainerConfig c = small(2, TrainerKind::dp, 1);
+  c.trace = (dir / "t.json").string();
+  TrainerCallbacks cb;
+  cb.on_epoch = [&](const EpochMetrics&) { std::filesystem::remove_all(dir); };
+  FitResult r = Trainer(c, digits(), cb).fit();
+  EXPECT_EQ(r.steps, 23);
+  EXPECT_NE(r.params_checksum, 0u);
+  EXPECT_EQ(r.trace, "");
+  ASSERT_EQ(r.output_errors.size(), 1u);
+  EXPECT_NE(r.output_errors[0].find("TrainerConfig::trace: write_trace: "), std::string::npos)
+      << r.output_errors[0];
+}
+
+// TrainerConfig::stop: set before the run, every trainer stops after its first step (ddp's rank
+// threads all after the same one), writes that step's checkpoint and reports stopped; resumed,
+// the run ends with the bits of one that never stopped.
+TEST(Trainer, AStopRequestEndsTheRunAfterAStepWithItsCheckpoint) {
+  const FitResult whole = Trainer(small(2, TrainerKind::dp, 2), digits()).fit();
+  for (TrainerKind kind : {TrainerKind::dp, TrainerKind::ddp}) {
+    const auto dir = scratch(std::string("stop_") + trainer_kind_name(kind));
+    std::atomic<int> stop{15};
+    TrainerConfig c = small(2, kind, 2);
+    c.checkpoint_dir = dir.string();
+    c.stop = &stop;
+    int finished = 0;
+    TrainerCallbacks cb;
+    cb.on_finish = [&](Replica&) { ++finished; };
+    FitResult r = Trainer(c, digits(), cb).fit();
+    EXPECT_TRUE(r.stopped);
+    // dp stops after the step that saw the request; ddp's threads after the one after it.
+    EXPECT_EQ(r.steps, kind == TrainerKind::dp ? 1 : 2);
+    EXPECT_EQ(finished, 0);
+    char step[32];
+    std::snprintf(step, sizeof step, "step-%08lld\n", static_cast<long long>(r.steps));
+    std::ifstream latest(dir / "latest");
+    std::string text((std::istreambuf_iterator<char>(latest)), {});
+    EXPECT_EQ(text, step);
+    TrainerConfig resumed = small(2, kind, 2);
+    resumed.resume_dir = dir.string();
+    EXPECT_EQ(Trainer(resumed, digits()).fit().params_checksum, whole.params_checksum);
+  }
+}
+
 TEST(Trainer, ANonFiniteLossStopsTheRunNamingTheStepUnlessAllowed) {
   for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp}) {
     const auto dir = scratch(std::string("nonfinite_") + trainer_kind_name(k));

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -37,7 +38,11 @@ constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kTrainerFile = "trainer.json";
 constexpr const char* kFormat = "ditto-checkpoint";
-constexpr int kVersion = 1;
+// Version 2 (Note [Checkpoint layout]): trainer.json records the CRC-32 of each safetensors
+// file's header. Version 1 checkpoints (without) still load: their tensor bytes are checked,
+// their headers cannot be.
+constexpr int kVersion = 2;
+constexpr int kOldestVersion = 1;
 
 std::string hex32(std::uint32_t v) {
   char buf[16];
@@ -81,19 +86,53 @@ std::int64_t parse_step_name(const std::string& name) {
   return v;
 }
 
-// Write a safetensors file whose metadata records the step and the CRC-32 of its tensor bytes.
-void write_tensors(const std::string& path, std::vector<std::pair<std::string, Tensor>> tensors,
-                   std::map<std::string, std::string> metadata, std::int64_t step) {
+// The safetensors header of `bytes` (the 8-byte length and the JSON), as far as it goes.
+std::uint64_t header_length(std::string_view bytes) {  // the first 8 bytes, little-endian
+  std::uint64_t n = 0;
+  for (int b = 0; b < 8 && b < static_cast<int>(bytes.size()); ++b)
+    n |= std::uint64_t(static_cast<unsigned char>(bytes[static_cast<std::size_t>(b)])) << (8 * b);
+  return n;
+}
+
+std::string_view header_of(std::string_view bytes) {
+  if (bytes.size() < 8) return bytes;
+  const std::uint64_t n = header_length(bytes);
+  return bytes.substr(0, static_cast<std::size_t>(std::min<std::uint64_t>(8 + n, bytes.size())));
+}
+
+// Write a safetensors file whose metadata records the step and the CRC-32 of its tensor bytes;
+// returns the CRC-32 of its header (trainer.json records it: a header cannot hold its own).
+std::string write_tensors(const std::string& path,
+                          std::vector<std::pair<std::string, Tensor>> tensors,
+                          std::map<std::string, std::string> metadata, std::int64_t step) {
   for (auto& [name, t] : tensors)
     if (!t.device().is_cpu()) t = t.to(Device::cpu());
   metadata["ditto.format"] = kFormat;
   metadata["ditto.step"] = std::to_string(step);
   metadata["ditto.crc32"] = hex32(tensors_crc(tensors));
-  io::save_safetensors(path, tensors, metadata);
+  const std::string bytes = io::safetensors_serialize(tensors, metadata);
+  const std::string_view header = header_of(bytes);
+  io::write_file_atomic(path, bytes);
+  return hex32(crc32_of(0, header.data(), header.size()));
 }
 
-// Read a safetensors file of a checkpoint and verify its CRC-32 and step.
-io::SafetensorsData read_tensors(const std::string& path, std::int64_t step) {
+// The CRC-32 of the safetensors header of the file `path` (read again: the length and the JSON,
+// bounded as load_safetensors bounds them).
+std::string header_crc(const std::string& path) {
+  io::InputFile in(path, std::numeric_limits<std::uint64_t>::max(), "read_checkpoint");
+  std::string bytes;
+  in.read(bytes, std::min<std::uint64_t>(8, in.size()));
+  const std::uint64_t n = header_length(bytes);
+  if (bytes.size() < 8 || n > io::kMaxSafetensorsHeaderBytes || n > in.size() - 8)
+    throw ParseError(cat(path, ": the safetensors header's length is out of the file"));
+  in.read(bytes, n);
+  return hex32(crc32_of(0, bytes.data(), bytes.size()));
+}
+
+// Read a safetensors file of a checkpoint and verify its CRC-32s (of the header when trainer.json
+// records it: `header_crc32` not empty) and step.
+io::SafetensorsData read_tensors(const std::string& path, std::int64_t step,
+                                 const std::string& want_header_crc) {
   std::error_code ec;
   if (!fs::exists(path, ec))
     throw ParseError(cat(path, ": missing (an incomplete checkpoint)"));
@@ -107,6 +146,20 @@ io::SafetensorsData read_tensors(const std::string& path, std::int64_t step) {
   };
   get("ditto.crc32");  // missing: not a checkpoint's file
   verify_checkpoint_crc(path, d);
+  // The header's own bytes (dtypes, shapes, offsets, metadata): the data's CRC cannot see an
+  // edit such as F32 -> I32 that keeps every size.
+  if (!want_header_crc.empty()) {
+    std::string crc;
+    try {
+      crc = header_crc(path);
+    } catch (const Error& e) {
+      throw ParseError(e.what());
+    }
+    if (crc != want_header_crc)
+      throw ParseError(cat(path, ": checksum mismatch: the safetensors header has CRC-32 ", crc,
+                           ", trainer.json records ", want_header_crc, " (damaged or edited "
+                           "file)"));
+  }
   if (get("ditto.step") != std::to_string(step))
     throw ParseError(cat(path, ": __metadata__: ditto.step: expected ", step,
                          " (trainer.json's step), got ", get("ditto.step")));
@@ -164,9 +217,12 @@ TrainerState state_from_json(const nlohmann::json& j, const std::string& path) {
           cat(path, ": ", key, ": expected an integer in [0, 2^53], got ", v.dump()));
     return v.get<std::int64_t>();
   };
-  if (field("format") != kFormat || field("version") != kVersion)
-    throw ParseError(cat(path, ": expected format '", kFormat, "' version ", kVersion, ", got ",
-                         field("format").dump(), " version ", field("version").dump()));
+  const nlohmann::json& version = field("version");
+  if (field("format") != kFormat || !version.is_number_integer() ||
+      version.get<std::int64_t>() < kOldestVersion || version.get<std::int64_t>() > kVersion)
+    throw ParseError(cat(path, ": expected format '", kFormat, "' version ", kOldestVersion,
+                         "..", kVersion, ", got ", field("format").dump(), " version ",
+                         version.dump()));
   TrainerState s;
   s.step = integer("step");
   s.epoch = integer("epoch");
@@ -307,12 +363,16 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model,
     });
   std::map<std::string, std::string> model_meta;
   if (!alias_list.empty()) model_meta["ditto.aliases"] = alias_list;
-  write_tensors(tmp_path + "/" + kModelFile, std::move(params), model_meta, state.step);
+  nlohmann::json headers;  // trainer.json's CRC-32 of each file's header (version 2)
+  headers[kModelFile] =
+      write_tensors(tmp_path + "/" + kModelFile, std::move(params), model_meta, state.step);
   optim::OptimizerState os = opt.state_dict();
   std::map<std::string, std::string> meta{{"optimizer.type", os.type}};
   for (const auto& [k, v] : os.options) meta["optimizer." + k] = v;
-  write_tensors(tmp_path + "/" + kOptimizerFile, std::move(os.tensors), meta, state.step);
+  headers[kOptimizerFile] =
+      write_tensors(tmp_path + "/" + kOptimizerFile, std::move(os.tensors), meta, state.step);
   nlohmann::json j = state_to_json(state);
+  j["header_crc32"] = headers;
   j["crc32"] = hex32(crc32_of(0, j.dump().data(), j.dump().size()));  // of the rest
   io::write_file_atomic(tmp_path + "/" + kTrainerFile, j.dump(1) + "\n");
 
@@ -337,8 +397,14 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model,
       steps.emplace_back(parse_step_name(n), e.path());
   }
   std::sort(steps.begin(), steps.end());
-  for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < steps.size(); ++i)
-    if (steps[i].second.filename() != name) fs::remove_all(steps[i].second, ec);
+  for (std::size_t i = 0; i + static_cast<std::size_t>(keep) < steps.size(); ++i) {
+    if (steps[i].second.filename() == name) continue;
+    fs::remove_all(steps[i].second, ec);
+    if (ec)  // the new checkpoint is complete; the disk keeps filling: say so
+      std::cerr << "ditto: " << call << ": warning: cannot remove the old checkpoint '"
+                << steps[i].second.string() << "' (keeping the " << keep << " newest): "
+                << ec.message() << "\n";
+  }
   return final_path;
 }
 
@@ -415,12 +481,21 @@ Checkpoint read_checkpoint(const std::string& path) {
   Checkpoint c;
   c.path = path;
   c.state = state_from_json(j, tpath);
+  // Version 2: the CRC-32 of each safetensors header; version 1 recorded none.
+  auto want_header = [&](const char* file) -> std::string {
+    if (j.at("version").get<std::int64_t>() < 2) return "";
+    const auto h = j.find("header_crc32");
+    if (h == j.end() || !h->is_object() || !h->contains(file) || !h->at(file).is_string())
+      throw ParseError(cat(tpath, ": header_crc32: expected the CRC-32 of ", file, "'s header "
+                           "(version 2)"));
+    return h->at(file).get<std::string>();
+  };
   const std::string mpath = path + "/" + kModelFile;
-  io::SafetensorsData model = read_tensors(mpath, c.state.step);
+  io::SafetensorsData model = read_tensors(mpath, c.state.step, want_header(kModelFile));
   c.params = std::move(model.tensors);
   drop_aliases(mpath, model.metadata, c.params);
   const std::string opath = path + "/" + kOptimizerFile;
-  io::SafetensorsData opt = read_tensors(opath, c.state.step);
+  io::SafetensorsData opt = read_tensors(opath, c.state.step, want_header(kOptimizerFile));
   for (const auto& [k, v] : opt.metadata) {
     if (k == "optimizer.type") c.optimizer.type = v;
     else if (k.compare(0, 10, "optimizer.") == 0) c.optimizer.options[k.substr(10)] = v;
@@ -434,8 +509,14 @@ Checkpoint read_checkpoint(const std::string& path) {
 Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log) {
   const char* call = "resume";
   std::error_code ec;
-  if (!fs::is_directory(dir, ec))
+  if (!fs::is_directory(dir, ec)) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) == 0)  // a file given where the directory was meant
+      throw Error(cat(call, ": checkpoint directory '", dir, "' is ", io::file_type_name(st.st_mode),
+                      ", expected a directory of checkpoints (the directory a run's checkpoints "
+                      "were saved in: DIR/latest, DIR/step-N)"));
     throw Error(cat(call, ": checkpoint directory '", dir, "' does not exist"));
+  }
   std::vector<std::int64_t> steps;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
     if (e.is_directory() && parse_step_name(e.path().filename().string()) >= 0)
@@ -476,12 +557,50 @@ Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log) {
                   steps.empty() ? std::string(" (no step-N directory)") : ":" + reasons));
 }
 
+namespace {
+
+// "gpt(n_layer=1,dropout=0)" -> {"gpt", {{"n_layer", "1"}, {"dropout", "0"}}}; false when
+// `v` is not of that form.
+bool split_fields(const std::string& v, std::string& head,
+                  std::vector<std::pair<std::string, std::string>>& fields) {
+  const std::size_t open = v.find('(');
+  if (open == std::string::npos || v.empty() || v.back() != ')') return false;
+  head = v.substr(0, open);
+  std::size_t pos = open + 1;
+  while (pos < v.size() - 1) {
+    std::size_t end = v.find(',', pos);
+    if (end == std::string::npos || end > v.size() - 1) end = v.size() - 1;
+    const std::string item = v.substr(pos, end - pos);
+    const std::size_t eq = item.find('=');
+    if (eq == std::string::npos) return false;
+    fields.emplace_back(item.substr(0, eq), item.substr(eq + 1));
+    pos = end + 1;
+  }
+  return true;
+}
+
+}  // namespace
+
 TrainerState resume_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer& opt,
-                               const std::map<std::string, std::string>& config,
+                               const std::map<std::string, std::string>& run_config,
                                const std::set<std::string>& may_differ, std::ostream& log,
-                               const std::map<std::string, std::string>& may_be_missing) {
+                               const std::map<std::string, std::string>& may_be_missing,
+                               const std::map<std::string, std::string>& implied,
+                               const std::map<std::string, std::string>& names) {
   Checkpoint c = read_latest_checkpoint(dir, log);
   const char* call = "resume";
+  // A key one side does not record has its implied value there (f32 records no dtype), so that
+  // a mismatch names both values.
+  std::map<std::string, std::string> config = run_config;
+  for (const auto& [key, value] : implied) {
+    const bool mine = config.count(key), theirs = c.state.config.count(key);
+    if (mine && !theirs) c.state.config[key] = value;
+    if (theirs && !mine) config[key] = value;
+  }
+  auto name = [&](const std::string& key) {
+    auto it = names.find(key);
+    return it == names.end() ? key : it->second;
+  };
   // Every check before the first change, so that a refused checkpoint leaves model and opt alone.
   std::vector<std::string> unchecked;  // the warnings, written once every check passed
   // "model" first: a GPT checkpoint resumed as an MLP is refused for its model, not for the
@@ -498,6 +617,19 @@ TrainerState resume_checkpoint(const std::string& dir, nn::Module& model, optim:
                               " (written before it was recorded): ", m->second,
                               " cannot be checked"));
       continue;
+    }
+    if (it != c.state.config.end() && it->second != value) {
+      // A structured value ("gpt(n_layer=4,...,dropout=0)"): the first field that differs, by
+      // the name the user set it with ("--dropout: checkpoint 0, this run 0.1").
+      std::string head_a, head_b;
+      std::vector<std::pair<std::string, std::string>> a, b;
+      if (split_fields(it->second, head_a, a) && split_fields(value, head_b, b) &&
+          head_a == head_b && a.size() == b.size())
+        for (std::size_t i = 0; i < a.size(); ++i)
+          DITTO_CHECK(a[i].first != b[i].first || a[i].second == b[i].second, call,
+                      ": checkpoint '", c.path, "' does not match this run's ", key, ": ",
+                      name(a[i].first), ": checkpoint ", a[i].second, ", this run ",
+                      b[i].second);
     }
     DITTO_CHECK(it != c.state.config.end() && it->second == value, call, ": checkpoint '", c.path,
                 "' was saved with ", key, "=",

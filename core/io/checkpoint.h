@@ -21,14 +21,18 @@
 // has its parameter's bits and drops it.
 // Both safetensors files carry in __metadata__ "ditto.step" and "ditto.crc32", the zlib CRC-32 of
 // their tensor bytes (the buffer after the header); trainer.json carries the CRC-32 of its own
-// content. A checkpoint is written into DIR/step-N.tmp/ (each file by io::write_file_atomic:
+// content and (format version 2) "header_crc32", the CRC-32 of each safetensors file's header
+// (its 8-byte length and JSON), so that an edited header (a dtype F32 -> I32 that keeps every
+// size) makes the checkpoint unusable as flipped data bits do, and the resume falls back to the
+// previous one. Version 1 checkpoints (written before) still load, their headers unchecked;
+// a version-2 checkpoint is refused by a ditto that reads only version 1. A checkpoint is written into DIR/step-N.tmp/ (each file by io::write_file_atomic:
 // temporary file, fsync, rename, fsync of the directory), the directory is then renamed to
 // DIR/step-N and DIR fsynced, and only then is DIR/latest replaced (atomically as well). So a
 // crash at any point leaves DIR/latest naming a complete checkpoint, and DIR/step-N either
 // complete or absent. The `keep` newest complete checkpoints are kept (default 2: the one being
 // written can never be the only one), older ones and stray step-*.tmp directories are removed.
 //
-// Reading verifies every file (safetensors structure, CRC-32, steps that agree); a damaged,
+// Reading verifies every file (safetensors structure, CRC-32s, steps that agree); a damaged,
 // truncated or missing file makes the checkpoint unusable (ParseError naming the file). Reads are
 // bounded (Note [Bounded reads] in core/io/file.h): every file must be a regular file,
 // trainer.json at most 16 MiB (io::kMaxJsonBytes), DIR/latest at most 4096 bytes, and each
@@ -106,7 +110,8 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model,
                             const ParamAliases& aliases = {});
 
 /// Read and verify the checkpoint in `path` (DIR/step-N). Throws ParseError naming the file and
-/// the problem for a missing, truncated or damaged file (CRC-32 mismatch, malformed safetensors
+/// the problem for a missing, truncated, damaged or edited file (CRC-32 mismatch of the tensor
+/// bytes or, version 2, of a safetensors header; malformed safetensors
 /// or JSON, files of different steps, an alias whose bits differ from its parameter's).
 Checkpoint read_checkpoint(const std::string& path);
 
@@ -140,9 +145,16 @@ Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log);
 /// written before they were recorded lack (key -> what it records, e.g. "data_fnv1a" -> "the
 /// data's fingerprint"): such a checkpoint is accepted with one warning line on `log` per key
 /// ("... <what> cannot be checked"); a key present with another value is still refused.
+/// `implied`: the value a key stands for where one side does not record it ("dtype" -> "f32":
+/// an f32 run records no dtype), so that the message names both values ("was saved with
+/// dtype=f32, this run has dtype=bf16"). A value of the form "head(k=v,...)" (a model's name)
+/// that differs is reported by its first differing field, named through `names` when listed
+/// there ("dropout" -> "--dropout": "--dropout: checkpoint 0, this run 0.1").
 TrainerState resume_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer& opt,
                                const std::map<std::string, std::string>& config,
                                const std::set<std::string>& may_differ, std::ostream& log,
-                               const std::map<std::string, std::string>& may_be_missing = {});
+                               const std::map<std::string, std::string>& may_be_missing = {},
+                               const std::map<std::string, std::string>& implied = {},
+                               const std::map<std::string, std::string>& names = {});
 
 }  // namespace ditto

@@ -174,6 +174,12 @@ std::string resolve_links(const std::string& path, const char* call) {
   fail(call, "cannot resolve symbolic link", path, ELOOP);
 }
 
+// A write of 0 bytes to fd: 0 or the errno a real write would fail with (/dev/full: ENOSPC).
+int probe_write(int fd) {
+  char none = 0;
+  return ::write(fd, &none, 0) < 0 ? errno : 0;
+}
+
 // Write straight through to an existing character device or FIFO (no temporary, no rename).
 void write_through(const std::string& path, std::string_view bytes, const char* call) {
   const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
@@ -187,8 +193,75 @@ void write_through(const std::string& path, std::string_view bytes, const char* 
 
 }  // namespace
 
+int fd_alias(const std::string& path) {
+  if (path == "/dev/stdout") return STDOUT_FILENO;
+  if (path == "/dev/stderr") return STDERR_FILENO;
+  for (const char* prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+    const std::size_t n = std::strlen(prefix);
+    if (path.size() <= n || path.compare(0, n, prefix) != 0 || path.size() > n + 9) continue;
+    int fd = 0;
+    for (std::size_t i = n; i < path.size(); ++i) {
+      if (path[i] < '0' || path[i] > '9') return -1;
+      fd = fd * 10 + (path[i] - '0');
+    }
+    return fd;
+  }
+  return -1;
+}
+
+bool check_in_place_output(const std::string& path, const char* call) {
+  if (const int fd = fd_alias(path); fd >= 0) {
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0) fail(call, "cannot write", path, errno);
+    if ((flags & O_ACCMODE) == O_RDONLY) fail(call, "cannot write", path, EBADF);
+    if (int err = probe_write(fd)) fail(call, "cannot write", path, err);
+    return true;
+  }
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return false;
+  if (S_ISFIFO(st.st_mode)) {
+    if (::access(path.c_str(), W_OK) != 0) fail(call, "cannot write", path, errno);
+    return true;
+  }
+  if (!S_ISCHR(st.st_mode))
+    throw Error(detail::cat(call, ": cannot write '", path, "': it is ",
+                            file_type_name(st.st_mode),
+                            ", expected a regular file, a character device or a FIFO"));
+  const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) fail(call, "cannot open", path, errno);
+  const int err = probe_write(fd);
+  ::close(fd);
+  if (err) fail(call, "cannot write", path, err);
+  return true;
+}
+
+int open_output_fd(const std::string& path, const char* call) {
+  const int alias = fd_alias(path);
+  const int fd = alias >= 0 ? ::fcntl(alias, F_DUPFD_CLOEXEC, 3)
+                            : ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw Error(detail::cat(call, ": cannot open '", path, "' for writing: ",
+                            std::strerror(errno)));
+  if (int err = probe_write(fd)) {
+    ::close(fd);
+    fail(call, "cannot write", path, err);
+  }
+  return fd;
+}
+
+void write_fd(int fd, std::string_view bytes, const std::string& path, const char* call,
+              bool flush_stdio) {
+  if (flush_stdio) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+  }
+  if (int err = write_all(fd, bytes.data(), bytes.size())) fail(call, "cannot write", path, err);
+}
+
 void write_file_atomic(const std::string& given, std::string_view bytes) {
   const char* call = "io::write_file_atomic";
+  // A descriptor's name (/dev/stdout): written to the descriptor in place (Note [Atomic write]).
+  if (const int fd = fd_alias(given); fd >= 0) return write_fd(fd, bytes, given, call);
   const std::string path = resolve_links(given, call);
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {

@@ -18,9 +18,13 @@
 //   - a symbolic link (to a link, ...): resolved to its final target first, and steps 1-4 done on
 //     the target ("<target>.tmp" next to it, renamed over it), so the link stays a link and now
 //     points at the new contents; a dangling link creates its target, as `echo > link` does;
-//   - a character device (/dev/null, /dev/stdout, a terminal) or a FIFO: written straight
-//     through, no temporary, no rename, no fsync (there is no old content to keep; a FIFO blocks
-//     until a reader opens it, as it would for any writer);
+//   - a name of an open descriptor (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N):
+//     written to that descriptor in place, after stdout and stderr are flushed, whatever it is
+//     (a pipe, a terminal, or a file the shell redirected it to: `> out.txt` then keeps every
+//     line printed before and after, where a rename would replace the file and lose them);
+//   - a character device (/dev/null, a terminal) or a FIFO: written straight through, no
+//     temporary, no rename, no fsync (there is no old content to keep; a FIFO blocks until a
+//     reader opens it, as it would for any writer);
 //   - anything else (a directory, a block device, a socket): refused with a ditto::Error naming
 //     the path and what it is, and left untouched.
 //
@@ -100,6 +104,34 @@ std::string read_file(const std::string& path, std::uint64_t max_bytes = kMaxDat
 /// ("... 'd' is a directory, expected a regular file, a character device or a FIFO"); on error
 /// the temporary file is removed and `path` is unchanged.
 void write_file_atomic(const std::string& path, std::string_view bytes);
+
+/// The descriptor a name stands for: 1 for /dev/stdout, 2 for /dev/stderr, N for /dev/fd/N and
+/// /proc/self/fd/N; -1 for any other name (these are written in place, Note [Atomic write]).
+int fd_alias(const std::string& path);
+
+/// Checks, before a long run, that an output `path` written in place (Note [Atomic write]) can
+/// be written; true when `path` is such a file: a descriptor's name (open for writing, and a
+/// write of 0 bytes to it succeeds), a character device (opened, and a write of 0 bytes
+/// succeeds: /dev/full fails with "No space left on device") or a FIFO (writable by this
+/// process; not opened, which would block until a reader comes). False for a regular file, a
+/// missing one or a link to one, which the caller checks as a file replaced by rename. Throws
+/// ditto::Error "<call>: cannot write '<path>': <reason>" or, for a directory, block device or
+/// socket, naming what it is.
+bool check_in_place_output(const std::string& path, const char* call);
+
+/// A descriptor to write `path` line by line (JSON lines): a descriptor's name is dup'ed (written
+/// in place, sharing its offset), anything else opened O_WRONLY | O_CREAT | O_TRUNC (a FIFO
+/// blocks until a reader opens it). A write of 0 bytes is tried at once, so that /dev/full fails
+/// here. Throws ditto::Error "<call>: cannot open '<path>' for writing: <reason>" (or "cannot
+/// write '<path>': <reason>").
+int open_output_fd(const std::string& path, const char* call);
+
+/// Write every byte of `bytes` to `fd` (retrying short writes and EINTR); for a descriptor that
+/// may share its destination with stdout (`flush_stdio`), stdout and stderr are flushed first,
+/// so that a line never lands in the middle of a printed one. Throws ditto::Error "<call>:
+/// cannot write '<path>': <reason>".
+void write_fd(int fd, std::string_view bytes, const std::string& path, const char* call,
+              bool flush_stdio = true);
 
 /// fsync a directory (makes renames and creations in it durable). Throws ditto::Error.
 void fsync_dir(const std::string& dir);

@@ -106,8 +106,12 @@ class GPT : public Container {
   /// training mode and micro-shards are restored afterwards; the saved state of the last forward
   /// is not (call forward again before backward). Throws InvalidArgument for an empty prompt,
   /// a bad id, max_new_tokens < 0 or a temperature that is not finite and > 0.
+  /// `vocab_limit` in (0, V]: draw only among the ids below it (the tokens a padded vocabulary,
+  /// --vocab-size or GPT-2's 50304, holds beyond its data's never occur: they are dropped before
+  /// top_k and the softmax); 0 (the default) or V: every id, the same draws as before.
   std::vector<std::int64_t> generate(std::vector<std::int64_t> prompt, std::int64_t max_new_tokens,
-                                     float temperature, std::int64_t top_k, std::uint64_t seed);
+                                     float temperature, std::int64_t top_k, std::uint64_t seed,
+                                     std::int64_t vocab_limit = 0);
 
  protected:
   std::vector<Module*> children() override;

@@ -60,7 +60,8 @@ std::int64_t sample_index(const std::vector<float>& logits, float u) {
 
 std::vector<std::int64_t> GPT::generate(std::vector<std::int64_t> prompt,
                                         std::int64_t max_new_tokens, float temperature,
-                                        std::int64_t top_k, std::uint64_t seed) {
+                                        std::int64_t top_k, std::uint64_t seed,
+                                        std::int64_t vocab_limit) {
   DITTO_CHECK(!prompt.empty(), "GPT.generate: prompt: expected at least one token, got none");
   for (std::size_t i = 0; i < prompt.size(); ++i)
     DITTO_CHECK(prompt[i] >= 0 && prompt[i] < cfg_.vocab_size, "GPT.generate: prompt[", i,
@@ -69,8 +70,11 @@ std::vector<std::int64_t> GPT::generate(std::vector<std::int64_t> prompt,
               max_new_tokens);
   DITTO_CHECK(std::isfinite(temperature) && temperature > 0.0f,
               "GPT.generate: temperature: expected a finite value > 0, got ", temperature);
+  DITTO_CHECK(vocab_limit >= 0 && vocab_limit <= cfg_.vocab_size, "GPT.generate: vocab_limit: "
+              "expected 0 (every id) or 1..", cfg_.vocab_size, " (vocab_size), got ", vocab_limit);
   EvalScope eval(*this);
   const std::int64_t V = cfg_.vocab_size;
+  const std::int64_t drawn = vocab_limit > 0 ? vocab_limit : V;  // ids drawn from: [0, drawn)
   const std::uint64_t stream = stream_id(kStreamSample, 0);
   for (std::int64_t n = 0; n < max_new_tokens; ++n) {
     const auto len = static_cast<std::int64_t>(prompt.size());
@@ -80,6 +84,7 @@ std::vector<std::int64_t> GPT::generate(std::vector<std::int64_t> prompt,
     Tensor row = logits.view({t, V}).narrow(t - 1, 1);
     if (row.dtype() != DType::f32) row = row.to(DType::f32);  // bf16 / f16 logits: exact upcast
     std::vector<float> last = row.to_vector<float>();
+    last.resize(static_cast<std::size_t>(drawn));  // a padded vocabulary's unused rows dropped
     // torch.multinomial refuses such probabilities; sampling from NaN would silently pick the
     // last vocabulary entry every time (a diverged run printed "}}}}...").
     for (std::size_t v = 0; v < last.size(); ++v)
@@ -87,7 +92,7 @@ std::vector<std::int64_t> GPT::generate(std::vector<std::int64_t> prompt,
                   " are not numbers (logit ", v, " is NaN): the model's parameters are not "
                   "finite (did training diverge?)");
     for (float& l : last) l = canonical::div(l, temperature);
-    if (top_k > 0 && top_k < V) {
+    if (top_k > 0 && top_k < drawn) {
       std::vector<float> sorted = last;
       std::nth_element(sorted.begin(), sorted.begin() + (top_k - 1), sorted.end(),
                        std::greater<float>());

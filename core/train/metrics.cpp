@@ -1,27 +1,33 @@
 // JsonLinesWriter (metrics.h).
 #include "core/train/metrics.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "core/io/file.h"
 #include "core/runtime/error.h"
 
 namespace ditto::train {
 
-JsonLinesWriter::JsonLinesWriter(const std::string& path) : path_(path), out_(path) {
-  DITTO_CHECK(out_.good(), "JsonLinesWriter: path: cannot open '", path, "' for writing: ",
-              std::strerror(errno));
+JsonLinesWriter::JsonLinesWriter(const std::string& path) : path_(path) {
+  try {
+    fd_ = io::open_output_fd(path, "JsonLinesWriter: path");
+  } catch (const Error& e) {
+    throw InvalidArgument(e.what());
+  }
+}
+
+JsonLinesWriter::~JsonLinesWriter() {
+  if (fd_ >= 0) ::close(fd_);
 }
 
 void JsonLinesWriter::put_line(const std::string& line) {
-  errno = 0;
-  out_ << line << '\n' << std::flush;
-  const int err = errno;
-  DITTO_CHECK_T(Error, out_.good(), "JsonLinesWriter: cannot write '", path_,
-                "': ", err ? std::strerror(err) : "unknown error");
+  io::write_fd(fd_, line + "\n", path_, "JsonLinesWriter");  // one write: never split
 }
 
 void JsonLinesWriter::write(const EpochMetrics& m) {

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <functional>
 #include <optional>
 #include <string>
@@ -103,16 +102,29 @@ struct FitResult {
   std::vector<DeviceMemory> memory;          ///< single-process runs: every device
   std::vector<std::string> unfired_faults;   ///< fault specs that never took effect
   std::string trace;          ///< the trace file written, or ""
+  /// TrainerConfig::stop ended the run after `steps` steps (its checkpoint written, when a
+  /// checkpoint_dir is set); the losses are those of the last evaluation before it.
+  bool stopped = false;
+  /// What failed after training without losing this result (writing the trace: the file was
+  /// checked at the start, but a disk can fill up): each error's message; the caller reports
+  /// them after the result (ditto-train: after its final line, exit status 1).
+  std::vector<std::string> output_errors;
 };
 
 /// JSON lines: {"event":"epoch",...} per epoch, {"event":"eval",...} per evaluation of iteration
 /// mode and {"event":"final",...} (fields as named in the structs; the checksum as 16 hex
-/// digits). Throws InvalidArgument when `path` cannot be opened; each write throws ditto::Error
-/// naming the file and the OS reason when it fails ("JsonLinesWriter: cannot write '/dev/full':
-/// No space left on device").
+/// digits). `path` is opened by io::open_output_fd: /dev/stdout (any descriptor's name) is
+/// written in place, between the lines printf prints (stdout is flushed before each line, and
+/// each line is one write), a regular file is truncated. Throws InvalidArgument when `path`
+/// cannot be opened or a write of 0 bytes to it fails (/dev/full: at the start, not after the
+/// run); each write throws ditto::Error naming the file and the OS reason when it fails
+/// ("JsonLinesWriter: cannot write '/dev/full': No space left on device").
 class JsonLinesWriter {
  public:
   explicit JsonLinesWriter(const std::string& path);
+  ~JsonLinesWriter();
+  JsonLinesWriter(const JsonLinesWriter&) = delete;
+  JsonLinesWriter& operator=(const JsonLinesWriter&) = delete;
   void write(const EpochMetrics& m);
   void write(const EvalMetrics& m);
   void write(const FitResult& r);
@@ -124,7 +136,7 @@ class JsonLinesWriter {
  private:
   void put_line(const std::string& line);  // the line and '\n', flushed; throws on error
   std::string path_;
-  std::ofstream out_;
+  int fd_ = -1;
 };
 
 }  // namespace ditto::train

@@ -12,10 +12,12 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <set>
 #include <sstream>
 
 #include "core/dist/distributed.h"
+#include "core/io/file.h"
 #include "core/runtime/error.h"
 #include "core/runtime/extensions.h"
 #include "core/train/cost_meter.h"
@@ -34,6 +36,8 @@ struct Trainer::Run {
   int n_dev = 0;             // devices (ranks) of the whole run
   CostMeter* meter = nullptr;
   RankBarrier* barrier = nullptr;  // ddp threads
+  // TrainerConfig::stop: the step after which every rank (thread) stops.
+  std::atomic<std::int64_t> stop_at{std::numeric_limits<std::int64_t>::max()};
 
   void epoch_begin() const {
     if (barrier) barrier->arrive([this] { if (meter) meter->epoch_begin(); });
@@ -94,6 +98,13 @@ void check_output_paths(const TrainerConfig& c, bool lead) {
   }
   if (c.trace.empty()) return;
   const std::string t = c.name_of("trace");
+  // /dev/stdout, a device or a FIFO is written in place: checked by writing 0 bytes to it now
+  // (--trace /dev/full fails here, not after the run).
+  try {
+    if (io::check_in_place_output(c.trace, t.c_str())) return;
+  } catch (const Error& e) {
+    throw InvalidArgument(e.what());
+  }
   DITTO_CHECK(!fs::is_directory(c.trace, ec), t, ": expected a file name, got '", c.trace,
               "', a directory");
   fs::path dir = fs::path(c.trace).parent_path();
@@ -176,6 +187,20 @@ void Trainer::begin_step(Run& run, Replica& rep, std::int64_t step) const {
   if (config_.lr_schedule) rep.optimizer().set_lr(config_.lr_schedule(step));
 }
 
+bool Trainer::stop_due(Run& run, Replica& rep, std::int64_t done) const {
+  if (!config_.stop) return false;
+  const bool asked = config_.stop->load() != 0;
+  if (run.processes) return rep.sum_over_ranks(asked ? 1.0 : 0.0) > 0;  // the ranks agree
+  if (asked) {
+    // ddp threads: a rank that sees the request after step `done` may be the last to finish
+    // it, another already past this check and inside step done + 1 (which needs this rank's
+    // collectives to end): every rank stops after done + 1, which none has passed. dp: here.
+    std::int64_t none = std::numeric_limits<std::int64_t>::max();
+    run.stop_at.compare_exchange_strong(none, run.barrier ? done + 1 : done);
+  }
+  return done >= run.stop_at.load();
+}
+
 Trainer::Trainer(TrainerConfig config, std::shared_ptr<DataSource> data,
                  TrainerCallbacks callbacks)
     : config_(std::move(config)), data_(std::move(data)), callbacks_(std::move(callbacks)) {
@@ -211,8 +236,10 @@ TrainerState Trainer::resume(Replica& rep, const TrainerState& fresh, bool lead)
   // a warning (a fingerprint that differs is refused).
   const std::map<std::string, std::string> may_be_missing{
       {"data_fnv1a", "the data's fingerprint (that this run trains on the checkpoint's data)"}};
+  // An f32 run records no dtype: a checkpoint without one is f32 (both values named).
   TrainerState ts = resume_checkpoint(config_.resume_dir, rep.model(), rep.optimizer(),
-                                      fresh.config, may_differ, log, may_be_missing);
+                                      fresh.config, may_differ, log, may_be_missing,
+                                      {{"dtype", dtype_name(DType::f32)}}, config_.field_names);
   if (config_.max_iters > 0)
     DITTO_CHECK(ts.step <= config_.max_iters, config_.name_of("resume_dir"),
                 ": the checkpoint is past step ", ts.step, ", expected ",
@@ -347,8 +374,12 @@ void Trainer::finish(Run& run, FitResult& res) {
                           d == 0 ? res.optimizer_state_bytes : 0});
   auto* cm = be.extension<CostModelExtension>();
   if (cm && !c.trace.empty()) {
-    cm->write_trace(c.trace);
-    res.trace = c.trace;
+    try {  // after training: a failure here must not lose the run's result (FitResult)
+      cm->write_trace(c.trace);
+      res.trace = c.trace;
+    } catch (const Error& e) {
+      res.output_errors.push_back(detail::cat(c.name_of("trace"), ": ", e.what()));
+    }
   }
 }
 
@@ -388,7 +419,23 @@ FitResult Trainer::fit_ddp(Run& run) {
   auto body = [&](Communicator& comm) {
     Replica rep(config_, *data_, comm);
     TrainerState ts = initial_state();
-    if (!config_.resume_dir.empty()) ts = resume(rep, ts, rep.lead());
+    if (!config_.resume_dir.empty() && run.processes) {
+      // Each process reads its own DIR (node-local disks): they must have resumed the same
+      // step, else their collectives would not match. A rank that cannot resume says why.
+      std::exception_ptr refused;
+      try {
+        ts = resume(rep, ts, rep.lead());
+      } catch (...) {
+        refused = std::current_exception();
+      }
+      const std::int64_t timeout = config_.comm_timeout_ms > 0 ? config_.comm_timeout_ms
+                                                                : CommOptions{}.timeout_ms;
+      check_ranks_agree({{config_.name_of("resume_dir") + " (the step of the checkpoint each "
+                          "rank resumed from)", std::to_string(ts.step)}},
+                        timeout, refused);
+    } else if (!config_.resume_dir.empty()) {
+      ts = resume(rep, ts, rep.lead());
+    }
     FitResult r = config_.max_iters > 0 ? train_iterations(run, rep, ts)
                                         : train_replica(run, rep, ts);
     comm.stream().synchronize();
@@ -437,6 +484,14 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
       ++steps;
       ts.advance(batches, loss_sum, seen);  // the position after this step
       if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0) checkpoint(loss_sum);
+      if (stop_due(run, rep, ts.step)) {
+        res.stopped = true;
+        break;
+      }
+    }
+    if (res.stopped) {  // the epoch's losses are in the checkpoint; nothing is evaluated
+      run.epoch_end(steps, seen);
+      break;
     }
     const double total = rep.sum_over_ranks(loss_sum);
     res.train_loss = seen ? total / seen : 0.0;
@@ -454,13 +509,13 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
   }
   // No epoch ran (epochs 0, or the resume of a finished run): the model as it is, evaluated,
   // and the loss its last epoch trained with (not 0 as if untrained).
-  if (static_cast<int>(first_epoch) > c.epochs) {
+  if (static_cast<int>(first_epoch) > c.epochs && !res.stopped) {
     res.train_loss = ts.train_loss;
     if (rep.lead() && data_->eval_set().size() > 0)
       res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
   }
-  if (!c.checkpoint_dir.empty() && ts.step != saved_step)
-    checkpoint(rep.lead() ? ts.epoch_loss_sum : 0.0);
+  if (!c.checkpoint_dir.empty() && ts.step != saved_step)  // stopped: each rank's share
+    checkpoint(rep.lead() || res.stopped ? ts.epoch_loss_sum : 0.0);
   res.params_checksum = rep.checked_checksum();
   if (const optim::GradScaler* s = rep.grad_scaler()) {
     res.loss_scale = s->scale();
@@ -468,7 +523,7 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
   }
   res.optimizer_state_bytes = rep.optimizer().state_bytes();
   res.steps = ts.step;
-  if (rep.lead() && callbacks_.on_finish) callbacks_.on_finish(rep);
+  if (rep.lead() && callbacks_.on_finish && !res.stopped) callbacks_.on_finish(rep);
   return res;
 }
 
@@ -533,6 +588,11 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
       tokens += b.y.numel();
       ++ts.step;
       if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0) checkpoint();
+      if (stop_due(run, rep, ts.step)) {
+        res.stopped = true;
+        ++steps;
+        break;
+      }
     }
     run.epoch_end(steps, samples);
     const double dt =
@@ -540,6 +600,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
     res.train_time_s += dt;
     interval_s += dt;
     interval_tokens += tokens;
+    if (res.stopped) break;
   }
   if (!c.checkpoint_dir.empty() && ts.step != saved_step) checkpoint();
   res.params_checksum = rep.checked_checksum();
@@ -549,7 +610,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   }
   res.optimizer_state_bytes = rep.optimizer().state_bytes();
   res.steps = ts.step;
-  if (rep.lead() && callbacks_.on_finish) callbacks_.on_finish(rep);
+  if (rep.lead() && callbacks_.on_finish && !res.stopped) callbacks_.on_finish(rep);
   return res;
 }
 

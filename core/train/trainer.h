@@ -171,6 +171,9 @@ class Trainer {
   FitResult train_iterations(Run& run, Replica& rep, TrainerState& ts);
   /// The final metrics beyond the loop's: unfired faults, prediction, memory, trace.
   void finish(Run& run, FitResult& res);
+  /// After optimizer step `done` (counted over the run): whether config.stop ends the run here,
+  /// the same answer on every rank (TrainerConfig::stop).
+  bool stop_due(Run& run, Replica& rep, std::int64_t done) const;
   /// Before optimizer step `step`: the backend's, the model's step and the schedule's lr.
   void begin_step(Run& run, Replica& rep, std::int64_t step) const;
   TrainerState initial_state() const;

@@ -4,6 +4,7 @@
 // windows) plugs in without a new loop. Trainer (core/train/trainer.h) validates it once.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -126,6 +127,13 @@ struct TrainerConfig {
   std::string checkpoint_dir;         ///< "": none; else saved at the end (and every N steps)
   std::int64_t checkpoint_every = 0;  ///< optimizer steps between checkpoints; 0: at the end only
   std::string resume_dir;             ///< "": fresh start
+  /// A graceful stop (torchrun's SIGTERM, Ctrl-C): when *stop becomes non-zero (a signal
+  /// handler may set it), the run ends after the optimizer step in progress, every rank after
+  /// the same one, writes a checkpoint of that step into checkpoint_dir (when set) and returns
+  /// with FitResult::stopped (no further evaluation, no on_finish). Null: never. Must outlive
+  /// fit(). Under mpirun the ranks agree with one 8-byte all-reduce per step; in one process
+  /// without a collective.
+  const std::atomic<int>* stop = nullptr;
   /// More settings a checkpoint records and a resume must match (a GPT's config, the schedule),
   /// beside the Trainer's own ("model", "optimizer", "batch_size", ...) and the data source's.
   std::map<std::string, std::string> checkpoint_settings;

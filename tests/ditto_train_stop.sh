@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Note [Graceful stop] (examples/ditto_train.cpp; issue 31): with --checkpoint, a SIGTERM (or
+# Ctrl-C's SIGINT) finishes the step in progress, writes a checkpoint of it and exits 143 (130);
+# a run resumed from it ends with the checksum of a run that never stopped. For dp and for ddp's
+# rank threads (which must all stop after the same step). No timing is asserted: the script waits
+# (bounded) for the run's start line, signals it, and checks what it wrote.
+# Usage: ditto_train_stop.sh PATH/TO/ditto-train WORK_DIR
+source "$(dirname "$0")/ditto_train_common.sh"
+
+# alive: the run has not exited (a child that exited stays a zombie until waited for).
+alive() { [ -r /proc/$pid/status ] && ! grep -q '^State:[[:space:]]*Z' /proc/$pid/status; }
+
+# start_run NAME ARGS...: ditto-train in the background (far more epochs than it will run), its
+# output in $work/NAME.out; waits (at most 60 s) for its start line, printed once the handlers
+# are installed and the model is built. Sets pid.
+start_run() {
+  local name=$1; shift
+  "$train" --epochs 100000 --checkpoint "$work/$name" "$@" > "$work/$name.out" 2>&1 &
+  pid=$!
+  for _ in $(seq 600); do
+    grep -q "^ditto-train: \(backend\|trainer\)=" "$work/$name.out" && return 0
+    alive || fail "$name ended before its start line: $(cat "$work/$name.out")"
+    sleep 0.1
+  done
+  kill -KILL $pid; fail "$name printed no start line in 60 s: $(cat "$work/$name.out")"
+}
+
+# wait_run: waits (at most 60 s) for the run to exit; sets rc.
+wait_run() {
+  for _ in $(seq 600); do
+    alive || break
+    sleep 0.1
+  done
+  if alive; then kill -KILL $pid; fail "the run did not stop within 60 s"; fi
+  wait $pid
+  rc=$?
+}
+
+for trainer in dp ddp; do
+  name=$trainer
+  start_run $name --trainer $trainer --devices 2
+  kill -TERM $pid
+  wait_run
+  out=$(cat "$work/$name.out")
+  [ "$rc" = 143 ] || fail "$trainer: SIGTERM: expected exit status 143, got $rc: $out"
+  line=$(echo "$out" | grep "^ditto-train: stopped by SIGTERM after step ") ||
+    fail "$trainer: no 'stopped by SIGTERM' line: $out"
+  step=$(echo "$line" | sed 's/.*after step \([0-9]*\):.*/\1/')
+  [ "$step" -ge 1 ] || fail "$trainer: stopped after step '$step'"
+  ck=$(printf 'step-%08d' "$step")
+  echo "$line" | grep -q "checkpoint $work/$name/$ck written; resume with --resume $work/$name" ||
+    fail "$trainer: $line"
+  [ "$(cat "$work/$name/latest")" = "$ck" ] || fail "$trainer: latest is $(cat "$work/$name/latest"), expected $ck"
+  echo "$out" | grep -q "^final:" && fail "$trainer: a stopped run printed a final line: $out"
+  # The checkpoint's epoch (trainer.json: 0-based epoch of the next batch): resume and finish the
+  # next epoch, against a run that never stopped.
+  epoch=$(grep -o '"epoch": *[0-9]*' "$work/$name/$ck/trainer.json" | grep -o '[0-9]*$')
+  epochs=$((epoch + 1))
+  resumed=$("$train" --epochs $epochs --trainer $trainer --devices 2 --resume "$work/$name" 2>&1) ||
+    fail "$trainer: resume: $resumed"
+  echo "$resumed" | grep -q "resumed from $work/$name at step $step " || fail "$trainer: $resumed"
+  fresh=$("$train" --epochs $epochs --devices 2 2>&1) || fail "fresh: $fresh"
+  a=$(echo "$resumed" | checksum) b=$(echo "$fresh" | checksum)
+  [ -n "$a" ] && [ "$a" = "$b" ] ||
+    fail "$trainer: stopped at step $step and resumed: $a, a run that never stopped: $b"
+  echo "$trainer: SIGTERM after step $step (epoch $epochs), resumed to the same checksum $a"
+done
+
+# SIGINT (Ctrl-C): 130. Job control on, so that the background run does not inherit SIGINT
+# ignored (a non-interactive shell's background jobs do, and ditto-train keeps it ignored).
+set -m
+start_run int
+kill -INT $pid
+wait_run
+set +m
+[ "$rc" = 130 ] || fail "SIGINT: expected exit status 130, got $rc: $(cat "$work/int.out")"
+grep -q "^ditto-train: stopped by SIGINT after step " "$work/int.out" || fail "$(cat "$work/int.out")"
+
+# A second signal exits at once (both may land before the step ends, or the second after the
+# stop began: either way 143, and never a crash).
+start_run twice
+kill -TERM $pid
+kill -TERM $pid
+wait_run
+[ "$rc" = 143 ] || fail "two SIGTERMs: expected exit status 143, got $rc: $(cat "$work/twice.out")"
+
+# Without --checkpoint there is nothing to keep: SIGTERM ends the run at once (its default).
+"$train" --epochs 100000 > "$work/plain.out" 2>&1 &
+pid=$!
+for _ in $(seq 600); do grep -q "^ditto-train: backend=" "$work/plain.out" && break; sleep 0.1; done
+kill -TERM $pid
+wait_run
+[ "$rc" = 143 ] || fail "no --checkpoint: expected 143 (killed by SIGTERM), got $rc"
+grep -q "stopped by" "$work/plain.out" && fail "no --checkpoint: $(cat "$work/plain.out")"
+echo PASS
