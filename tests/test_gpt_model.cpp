@@ -326,6 +326,24 @@ TEST_F(GptModel, GenerateIsReproducibleForASeed) {
                  "temperature: expected a finite value > 0");
 }
 
+// vocab_limit (issue 31): a padded vocabulary's rows past the text's tokens are never drawn
+// (ditto-train's sample decoded one and lost the run's result); 0 and V draw as before.
+TEST_F(GptModel, GenerateDrawsOnlyBelowTheVocabLimit) {
+  nn::GPT m(tiny(0.0f, false), dev(), 11);  // V = 11
+  const std::vector<std::int64_t> prompt{1};
+  // At temperature 100 every id is about equally likely: 200 draws of 11 reach 5..10.
+  const std::vector<std::int64_t> all = m.generate(prompt, 200, 100.0f, 0, 7);
+  EXPECT_GE(*std::max_element(all.begin(), all.end()), 5);
+  const std::vector<std::int64_t> low = m.generate(prompt, 200, 100.0f, 0, 7, 5);
+  for (std::int64_t t : low) EXPECT_TRUE(t >= 0 && t < 5) << t;
+  EXPECT_EQ(m.generate(prompt, 20, 0.8f, 3, 7, 11), m.generate(prompt, 20, 0.8f, 3, 7));
+  EXPECT_EQ(m.generate(prompt, 20, 0.8f, 3, 7, 0), m.generate(prompt, 20, 0.8f, 3, 7));
+  const std::vector<std::int64_t> top = m.generate(prompt, 50, 100.0f, 8, 7, 5);  // top_k >= 5
+  for (std::int64_t t : top) EXPECT_TRUE(t >= 0 && t < 5) << t;
+  expect_invalid([&] { m.generate(prompt, 1, 1.0f, 0, 0, 12); },
+                 "GPT.generate: vocab_limit: expected 0 (every id) or 1..11 (vocab_size), got 12");
+}
+
 TEST_F(GptModel, BadInputsAreRefusedByName) {
   nn::GPTConfig c = tiny(0.0f, false);
   c.n_embd = 9;

@@ -227,7 +227,7 @@ TrainerState Trainer::initial_state() const {
   return ts;
 }
 
-TrainerState Trainer::resume(Replica& rep, const TrainerState& fresh, bool lead) {
+TrainerState Trainer::resume(Replica& rep, const TrainerState& fresh, bool lead, bool report) {
   std::set<std::string> may_differ;  // bitwise results do not depend on the device count
   if (config_.determinism == Determinism::bitwise) may_differ.insert("devices");
   std::ostringstream quiet;  // the other ranks load the same checkpoint quietly
@@ -254,7 +254,7 @@ TrainerState Trainer::resume(Replica& rep, const TrainerState& fresh, bool lead)
                 "), expected ", config_.name_of("epochs"), " >= ", ts.epoch + 1, ", got ",
                 config_.epochs);
   // Only a resume that every check let through is reported ("resumed from ...").
-  if (lead && callbacks_.on_resume) callbacks_.on_resume(config_.resume_dir, ts);
+  if (report && lead && callbacks_.on_resume) callbacks_.on_resume(config_.resume_dir, ts);
   return ts;
 }
 
@@ -424,7 +424,7 @@ FitResult Trainer::fit_ddp(Run& run) {
       // step, else their collectives would not match. A rank that cannot resume says why.
       std::exception_ptr refused;
       try {
-        ts = resume(rep, ts, rep.lead());
+        ts = resume(rep, ts, rep.lead(), /*report=*/false);
       } catch (...) {
         refused = std::current_exception();
       }
@@ -433,6 +433,7 @@ FitResult Trainer::fit_ddp(Run& run) {
       check_ranks_agree({{config_.name_of("resume_dir") + " (the step of the checkpoint each "
                           "rank resumed from)", std::to_string(ts.step)}},
                         timeout, refused);
+      if (rep.lead() && callbacks_.on_resume) callbacks_.on_resume(config_.resume_dir, ts);
     } else if (!config_.resume_dir.empty()) {
       ts = resume(rep, ts, rep.lead());
     }

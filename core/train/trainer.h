@@ -177,7 +177,8 @@ class Trainer {
   /// Before optimizer step `step`: the backend's, the model's step and the schedule's lr.
   void begin_step(Run& run, Replica& rep, std::int64_t step) const;
   TrainerState initial_state() const;
-  TrainerState resume(Replica& rep, const TrainerState& fresh, bool lead);
+  /// Resumes from config.resume_dir; reports it (on_resume, rank 0) unless !report.
+  TrainerState resume(Replica& rep, const TrainerState& fresh, bool lead, bool report = true);
 
   TrainerConfig config_;
   std::shared_ptr<DataSource> data_;
