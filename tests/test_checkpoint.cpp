@@ -686,12 +686,14 @@ TEST_F(CheckpointTest, VersionOneCheckpointsStillLoad) {
     return j;
   };
   const std::string v2 = io::read_file(trainer);
-  std::ofstream(trainer, std::ios::trunc) << rewrite(1).dump(1) << "\n";
+  const std::string v1 = rewrite(1).dump(1) + "\n";  // read before the stream truncates it
+  std::ofstream(trainer, std::ios::trunc) << v1;
   Checkpoint c = read_checkpoint(dir + "/step-00000009");
   EXPECT_EQ(c.state.step, 9);
   EXPECT_EQ(train({.dir = dir, .resume = true}), train({}));
   std::ofstream(trainer, std::ios::trunc) << v2;
-  std::ofstream(trainer, std::ios::trunc) << rewrite(3).dump(1) << "\n";
+  const std::string v3 = rewrite(3).dump(1) + "\n";
+  std::ofstream(trainer, std::ios::trunc) << v3;
   expect_throw<ParseError>([&] { read_checkpoint(dir + "/step-00000009"); },
                            {"expected format 'ditto-checkpoint' version 1..2, got "
                             "\"ditto-checkpoint\" version 3"});

@@ -105,16 +105,53 @@ TEST(FileIo, WriteErrorGivesTheOsReason) {
                       "such file or directory");
 }
 
-// /dev/full (writes fail with ENOSPC) is opened in place by JsonLinesWriter (an ofstream, never
-// renamed), so this test cannot replace it.
-TEST(FileIo, JsonLinesWriteErrorGivesTheOsReason) {
+// /dev/full (writes fail with ENOSPC) is opened in place by JsonLinesWriter (never renamed), so
+// this test cannot replace it; a write of 0 bytes is tried when it opens (issue 31: the failure
+// came at the first record, and ditto-train's --trace /dev/full after the whole run).
+TEST(FileIo, JsonLinesWriteErrorGivesTheOsReasonAtOpen) {
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
-  train::JsonLinesWriter w("/dev/full");
-  expect_error<Error>([&] { w.write(train::EpochMetrics{}); },
-                      "JsonLinesWriter: cannot write '/dev/full': No space left on device");
+  expect_error<InvalidArgument>([&] { train::JsonLinesWriter w("/dev/full"); },
+                                "JsonLinesWriter: path: cannot write '/dev/full': No space left "
+                                "on device");
+  expect_error<Error>([&] { io::check_in_place_output("/dev/full", "--trace"); },
+                      "--trace: cannot write '/dev/full': No space left on device");
   struct stat st {};
   ASSERT_EQ(::stat("/dev/full", &st), 0);
   EXPECT_TRUE(S_ISCHR(st.st_mode));
+}
+
+// Names of open descriptors (/dev/stdout, /dev/fd/N) are written to the descriptor in place:
+// through a pipe (the rename went to "/proc/self/fd/pipe:[...].tmp"), and appended to what a
+// redirected file already holds (a rename replaced it).
+TEST(FileIo, DescriptorNamesAreWrittenInPlace) {
+  EXPECT_EQ(io::fd_alias("/dev/stdout"), 1);
+  EXPECT_EQ(io::fd_alias("/dev/stderr"), 2);
+  EXPECT_EQ(io::fd_alias("/dev/fd/7"), 7);
+  EXPECT_EQ(io::fd_alias("/proc/self/fd/12"), 12);
+  EXPECT_EQ(io::fd_alias("/dev/fd/x"), -1);
+  EXPECT_EQ(io::fd_alias("/tmp/stdout"), -1);
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  const std::string name = "/dev/fd/" + std::to_string(p[1]);
+  EXPECT_TRUE(io::check_in_place_output(name, "x"));
+  io::write_file_atomic(name, "first\n");
+  {
+    train::JsonLinesWriter w("/proc/self/fd/" + std::to_string(p[1]));  // dups the descriptor
+    w.write(train::EpochMetrics{});
+  }
+  ::close(p[1]);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(p[0], buf, sizeof buf)) > 0;) got.append(buf, n);
+  ::close(p[0]);
+  EXPECT_EQ(got.rfind("first\n{", 0), 0u) << got;
+  EXPECT_EQ(got.back(), '\n');
+  EXPECT_NE(got.find("\"event\":\"epoch\""), std::string::npos) << got;
+  // A regular file, missing or not, is not written in place; a closed descriptor is refused.
+  const std::string dir = fresh_dir("inplace");
+  EXPECT_FALSE(io::check_in_place_output(dir + "/new.json", "x"));
+  expect_error<Error>([&] { io::check_in_place_output("/dev/fd/999", "--trace"); },
+                      "--trace: cannot write '/dev/fd/999': Bad file descriptor");
 }
 
 TEST(FileIo, ReadFileRefusesWhatIsNotARegularFileAndPastItsMaximum) {
