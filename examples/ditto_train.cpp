@@ -53,6 +53,7 @@ struct Args {
   std::string determinism = "bitwise", trainer = "dp", jsonl, model = "mlp", dtype = "f32";
   std::int64_t label_column = -1;
   std::int64_t classes = 0;  // --classes; 0: the largest label + 1
+  std::int64_t log_interval = -1;  // --log-interval; -1: the model's default
   double val_fraction = 0.2, sim_memory_gib = 80.0;
   std::vector<std::string> stragglers;  // "DEVICE:FACTOR"
   std::set<std::string> given;          // the options given on the command line
@@ -227,6 +228,30 @@ std::string mib(std::size_t b) {
 
 /// The final lines; `tokens_per_sample` > 0 (the GPT's block_size): iterations instead of
 /// epochs, and the prediction's tokens/s too.
+/// nanoGPT's progress line, "iter N: loss L, time Tms, mfu M%" (train.py's format; its iter_num
+/// is the step just taken, 0-based): the mfu only with a --profile, of the step's virtual time
+/// on the profiled GPUs against the peak of the run's dtype (there is no meaningful peak for the
+/// simulator's wall clock, a CPU's), and the MLP's position in its epoch.
+void print_step(const train::StepMetrics& m, const train::TrainerConfig& c) {
+  std::printf("iter %" PRId64 ": loss %.4f, time %.2fms", m.iter, m.loss, m.time_s * 1e3);
+  if (m.mfu) std::printf(", mfu %.2f%%", 100.0 * *m.mfu);
+  std::string where;
+  if (m.epoch > 0)
+    where = "epoch " + std::to_string(m.epoch) + ", batch " + std::to_string(m.batch + 1) +
+            " of " + std::to_string(m.batches);
+  if (m.predicted_time_s > 0) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "predicted %.3fms on %s%s", m.predicted_time_s * 1e3,
+                  c.profile.c_str(), m.mfu ? (c.dtype == DType::f32 ? ", mfu of its FP32 peak"
+                                                                    : ", mfu of its BF16 peak")
+                                           : "");
+    where += (where.empty() ? "" : "; ") + std::string(buf);
+  }
+  if (!where.empty()) std::printf(" (%s)", where.c_str());
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
 void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) {
   for (const std::string& f : r.unfired_faults)
     std::printf("ditto-train: note: --fault %s never took effect (no such step, allocation or "
@@ -236,36 +261,60 @@ void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) 
     std::snprintf(loop, sizeof loop, "iters=%" PRId64, r.steps);
   else
     std::snprintf(loop, sizeof loop, "epochs=%d", r.epochs);
-  char acc[32] = "";  // the GPT's evaluation is its loss only
-  if (tokens_per_sample == 0) std::snprintf(acc, sizeof acc, " val_acc=%.4f", r.eval.accuracy);
+  // Only what the run measured: no losses or checksum of a dry run (nothing ran), no training
+  // loss without an epoch (--epochs 0), no evaluation the run did not make (--eval-iters 0).
+  const bool measured = !r.dry_run;
+  std::string losses;
+  char buf[64];
+  if (measured && r.has_train_loss) {
+    std::snprintf(buf, sizeof buf, " train_loss=%.6f", r.train_loss);
+    losses += buf;
+  }
+  if (measured && r.has_eval) {
+    std::snprintf(buf, sizeof buf, " val_loss=%.6f", r.eval.loss);
+    losses += buf;
+    if (tokens_per_sample == 0) {  // the GPT's evaluation is its loss only
+      std::snprintf(buf, sizeof buf, " val_acc=%.4f", r.eval.accuracy);
+      losses += buf;
+    }
+  }
+  char checksum[64] = "";
+  if (measured)
+    std::snprintf(checksum, sizeof checksum, " params_checksum=%016" PRIx64, r.params_checksum);
   std::string dtype;  // f32 runs print the line they always printed
   if (r.dtype != DType::f32) dtype = std::string(" dtype=") + dtype_name(r.dtype);
-  std::printf("final: backend=%s devices=%d determinism=%s%s%s %s train_loss=%.6f "
-              "val_loss=%.6f%s train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
+  std::printf("final: backend=%s devices=%d determinism=%s%s%s %s%s train_time_s=%.3f%s\n",
               r.backend.c_str(), r.devices, determinism_name(r.determinism), dtype.c_str(),
-              r.trainer == train::TrainerKind::ddp ? " trainer=ddp" : "", loop, r.train_loss,
-              r.eval.loss, acc, r.train_time_s, r.params_checksum);
+              r.trainer == train::TrainerKind::ddp ? " trainer=ddp" : "", loop, losses.c_str(),
+              r.train_time_s, checksum);
   if (r.loss_scale)
     std::printf("grad_scaler: scale=%g skipped_steps=%" PRId64 " (f16 dynamic loss scaling)\n",
                 static_cast<double>(*r.loss_scale), r.skipped_steps);
   if (const auto& p = r.prediction) {
-    char tokens[64] = "", measured[64] = "";
+    char tokens[64] = "", measured_tokens[64] = "";
     if (tokens_per_sample > 0) {
       const double t = static_cast<double>(tokens_per_sample);
       std::snprintf(tokens, sizeof tokens, " tokens/s=%.0f", p->samples_per_s * t);
-      std::snprintf(measured, sizeof measured, " tokens/s=%.0f", p->measured_samples_per_s * t);
+      std::snprintf(measured_tokens, sizeof measured_tokens, " tokens/s=%.0f",
+                    p->measured_samples_per_s * t);
     }
     // MFU against the peak the run's matrix products are priced at: FP32 for f32, the BF16
-    // tensor-core peak for bf16 / f16 storage (Note [Mixed precision]).
+    // tensor-core peak for bf16 / f16 storage (Note [Mixed precision]); the GPT's is nanoGPT's
+    // estimate_mfu, on its own line (print_gpt_prediction), so it is printed once.
     const bool tc = r.dtype != DType::f32 && p->bf16_peak_flops > 0;
     const double peak = tc ? p->bf16_peak_flops : p->peak_flops;
+    char mfu[160] = " (virtual time)";
+    if (tokens_per_sample == 0)
+      std::snprintf(mfu, sizeof mfu, " mfu=%.3g%% (virtual time; %s peak %.1f TFLOP/s per GPU)",
+                    100.0 * p->mfu, tc ? "BF16" : "FP32", peak / 1e12);
     std::printf("predicted: %d x %s (%d node%s, %s) step_time=%.4f ms samples/s=%.0f%s "
-                "comm_share=%.1f%% mfu=%.3g%% (virtual time; %s peak %.1f TFLOP/s per GPU)\n"
-                "measured:  CPU simulator step_time=%.4f ms samples/s=%.0f%s (wall clock)\n",
+                "comm_share=%.1f%%%s\n",
                 p->devices, p->device_name.c_str(), p->nodes, p->nodes > 1 ? "s" : "",
                 p->interconnect.c_str(), p->step_time_s * 1e3, p->samples_per_s, tokens,
-                100.0 * p->comm_share, 100.0 * p->mfu * p->peak_flops / peak, tc ? "BF16" : "FP32",
-                peak / 1e12, p->measured_step_time_s * 1e3, p->measured_samples_per_s, measured);
+                100.0 * p->comm_share, mfu);
+    if (!r.dry_run)  // a dry run executed nothing: its wall clock measures no training
+      std::printf("measured:  CPU simulator step_time=%.4f ms samples/s=%.0f%s (wall clock)\n",
+                  p->measured_step_time_s * 1e3, p->measured_samples_per_s, measured_tokens);
   }
   for (const train::DeviceMemory& m : r.memory)
     std::printf("memory: %s live=%s peak=%s capacity=%s optimizer_state=%s\n",
@@ -377,6 +426,15 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
       rows = std::make_shared<train::CsvDataSource>(a.data, csv, a.val_fraction, c.seed);
       data = with_classes(rows, a);
     }
+    DITTO_CHECK(a.log_interval >= 0 || !a.given.count("--log-interval"), "--log-interval: "
+                "expected an integer >= 0 (0: no progress lines), got ", a.log_interval);
+    if (gpt) {
+      c.log_interval = a.given.count("--log-interval") ? a.log_interval : 10;
+    } else if (a.given.count("--log-interval")) {
+      c.log_interval = a.log_interval;
+    } else {  // a line per 100 steps, in epochs longer than that (the epoch lines are enough)
+      c.log_interval = data->batches_per_epoch(c.batch_size) > 100 ? 100 : 0;
+    }
   } catch (...) {
     if (!processes) throw;
     refused = std::current_exception();
@@ -436,6 +494,10 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
   };
   cb.on_eval = [&](const train::EvalMetrics& m) {
     ditto_train::print_gpt_eval(m);
+    if (jsonl) jsonl->write(m);
+  };
+  cb.on_step = [&](const train::StepMetrics& m) {
+    print_step(m, c);
     if (jsonl) jsonl->write(m);
   };
   if (gpt)
@@ -549,8 +611,8 @@ std::string canonical_value(const std::string& v, bool flag) {
 
 /// The options every process of an mpirun job must agree on, by their effective values (after
 /// run() settled the defaults in `a`, so an option left at its default and the same value given
-/// explicitly agree), in --help's order: every option but the output-only --metrics-jsonl (rank 0
-/// writes it), --help and --version. `data`: the run's data (the effective --classes).
+/// explicitly agree), in --help's order: every option but the output-only --metrics-jsonl and
+/// --log-interval (rank 0 writes them), --help and --version. `data`: the run's data (the effective --classes).
 train::RankSettings cli_settings(const CLI::App& app, const Args& a,
                                  const train::DataSource* data) {
   const train::TrainerConfig& c = a.cfg;
@@ -574,7 +636,7 @@ train::RankSettings cli_settings(const CLI::App& app, const Args& a,
   for (const CLI::Option* opt : app.get_options()) {
     const std::string name = opt->get_name();
     if (name.rfind("--", 0) != 0 || name == "--help" || name == "--version" ||
-        name == "--metrics-jsonl")
+        name == "--metrics-jsonl" || name == "--log-interval")
       continue;
     const bool flag = opt->get_expected_min() == 0;
     std::string value;
@@ -707,6 +769,10 @@ int cli_main(int argc, char** argv, Capture* capture) {
                "sim: timeout of every communicator in ms (0: their own; at most 2^31)");
   app.add_option("--metrics-jsonl", a.jsonl,
                  "write each epoch's metrics and the final ones as JSON lines to this file");
+  app.add_option("--log-interval", a.log_interval,
+                 "steps between progress lines 'iter N: loss L, time Tms[, mfu M%]' (nanoGPT's "
+                 "log_interval; also JSON lines): default 10 for --model gpt; the MLP's default "
+                 "100 prints only in epochs longer than that; 0: none");
   ditto_train::add_gpt_options(app, a.gpt);
   ditto_cli::add_version(app, "ditto-train");
   try {
@@ -721,7 +787,7 @@ int cli_main(int argc, char** argv, Capture* capture) {
   std::set<std::string> named{"--checkpoint", "--resume", "--trace", "--profile", "--devices",
                               "--trainer", "--sim-memory-gib", "--metrics-jsonl", "--data",
                               "--batch-size", "--lr", "--weight-decay", "--determinism",
-                              "--interconnect", "--straggler", "--classes"};
+                              "--interconnect", "--straggler", "--classes", "--log-interval"};
   named.insert(ditto_train::gpt_only_options().begin(), ditto_train::gpt_only_options().end());
   named.insert(ditto_train::mlp_only_options().begin(), ditto_train::mlp_only_options().end());
   for (const std::string& opt : named)
