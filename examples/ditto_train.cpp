@@ -29,6 +29,7 @@
 #include <unistd.h>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -328,6 +329,73 @@ void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) 
 train::RankSettings cli_settings(const CLI::App& app, const Args& a,
                                  const train::DataSource* data);
 
+/// A usage error found after parsing: an option's value, or a combination of options, that
+/// run() or the Trainer's validation refuses ("--FLAG: expected ..., got ..."). ditto-train
+/// exits 2 for it, as for the parser's own (argparse's parser.error).
+struct UsageError : InvalidArgument {
+  using InvalidArgument::InvalidArgument;
+};
+
+/// Whether `message` is a usage error's: it names an option first and says what was expected and
+/// what was got ("--FLAG: expected ..., got ...", "--FLAG x --OTHER: ... expected ..., got ...");
+/// not the contents of --data (a file's problem, not the command line's).
+bool is_usage_message(const std::string& message) {
+  if (message.rfind("--", 0) != 0 || message.rfind("--data:", 0) == 0) return false;
+  const std::size_t expected = message.find("expected ");
+  return expected != std::string::npos && message.find(", got ", expected) != std::string::npos;
+}
+
+/// `e` as a UsageError when it is one (is_usage_message), else itself.
+[[noreturn]] void rethrow_usage(const InvalidArgument& e) {
+  if (is_usage_message(e.what())) throw UsageError(e.what());
+  throw;
+}
+
+/// What each numeric option's value must be, for the parser's conversion errors
+/// ("--devices: expected an integer in 1..65536, got 'abc'").
+const std::map<std::string, std::string>& expected_values() {
+  static const std::map<std::string, std::string> m{
+      {"--devices", "an integer in 1..65536"}, {"--label-column", "an integer"},
+      {"--classes", "an integer >= 1"}, {"--epochs", "an integer >= 0"},
+      {"--batch-size", "an integer >= 1"}, {"--lr", "a number > 0"},
+      {"--momentum", "a number"}, {"--micro-shards", "a power of two >= --devices"},
+      {"--grad-accum-steps", "an integer >= 1"}, {"--weight-decay", "a number >= 0"},
+      {"--val-fraction", "a number in (0, 1)"}, {"--sim-memory-gib", "a size in GiB > 0"},
+      {"--nodes", "an integer in 1..4096"}, {"--checkpoint-every", "an integer >= 0"},
+      {"--bucket-cap-mb", "a size in MiB > 0"}, {"--zero-stage", "0 or 1"},
+      {"--comm-timeout-ms", "an integer in 0..2147483648"},
+      {"--log-interval", "an integer >= 0"}, {"--n-layer", "an integer in 1..85"},
+      {"--n-head", "an integer >= 1"}, {"--n-embd", "an integer >= 1"},
+      {"--block-size", "an integer >= 1"}, {"--max-iters", "an integer >= 1"},
+      {"--eval-interval", "an integer >= 1"}, {"--eval-iters", "an integer >= 0"},
+      {"--min-lr", "a number >= 0"}, {"--warmup-iters", "an integer >= 0"},
+      {"--lr-decay-iters", "an integer > --warmup-iters"}, {"--grad-clip", "a number >= 0"},
+      {"--dropout", "a number in [0, 1)"}, {"--beta1", "a number in [0, 1)"},
+      {"--beta2", "a number in [0, 1)"}, {"--sample", "an integer >= 0"},
+      {"--temperature", "a number > 0"}, {"--top-k", "an integer >= 0"},
+      {"--vocab-size", "an integer >= 0"}};
+  return m;
+}
+
+/// Options that do nothing in this run, or that change what bitwise mode promises, said once at
+/// the start on stderr ("ditto-train: warning: ..."), as PyTorch warns for an ignored setting.
+void warn_settings(const Args& a, const train::TrainerConfig& c, long long devices) {
+  auto warn = [](const std::string& s) { std::fprintf(stderr, "ditto-train: warning: %s\n", s.c_str()); };
+  if (a.given.count("--bucket-cap-mb") && c.trainer != train::TrainerKind::ddp)
+    warn("--bucket-cap-mb: sizes --trainer ddp's gradient buckets; DataParallel (--trainer dp) "
+         "has none, so it does nothing in this run");
+  if (a.given.count("--micro-shards") && c.determinism != Determinism::bitwise)
+    warn("--micro-shards: splits the batch in --determinism bitwise only; fast mode does not use "
+         "it, so it does nothing in this run");
+  if (c.determinism == Determinism::bitwise && (devices & (devices - 1)) != 0)
+    warn("--devices" + std::string(c.nodes > 1 ? " x --nodes" : "") + ": " +
+         std::to_string(devices) + " devices, not a power of two: the params_checksum is the "
+         "same from run to run but differs from the one every power-of-two device count (1, 2, "
+         "4, ...) gives (bitwise mode splits the batch in power-of-two micro-shards, Note "
+         "[Micro-shards])");
+  std::fflush(stderr);
+}
+
 /// One run of the parsed command line; `a` is the Args `app`'s options write to (its defaults
 /// settled here, in place, so that cli_settings compares the effective values).
 int run(Args& a, const CLI::App& app, Capture* capture) {
@@ -387,6 +455,14 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
                       !c.profile.empty() || !c.trace.empty(),
                   opt, ": changes only the cost model's predicted times: expected --profile (or "
                   "--trace) with it, got neither");
+    // Without the cost model --nodes N only multiplies the devices (and, past a power of two,
+    // changes the checksum): --devices says that.
+    DITTO_CHECK(processes || c.nodes == 1 || !c.profile.empty() || !c.trace.empty(), "--nodes: "
+                "the nodes are the cost model's cluster (InfiniBand between them): expected "
+                "--profile (or --trace) with it, got neither (without them --nodes ", c.nodes,
+                " would only train on ", c.nodes, " x ", c.devices, " = ",
+                static_cast<long long>(c.nodes) * c.devices, " devices; --devices ",
+                static_cast<long long>(c.nodes) * c.devices, " does that)");
     if (c.resume_dir == "auto") c.resume_dir = resolve_resume_auto(c.checkpoint_dir, lead);
     if (processes && !a.given.count("--trainer")) a.trainer = "ddp";  // the default there
     c.trainer = train::parse_trainer_kind(a.trainer, "--trainer");
@@ -435,6 +511,9 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
     } else {  // a line per 100 steps, in epochs longer than that (the epoch lines are enough)
       c.log_interval = data->batches_per_epoch(c.batch_size) > 100 ? 100 : 0;
     }
+  } catch (const InvalidArgument& e) {
+    if (!processes) rethrow_usage(e);
+    refused = std::current_exception();
   } catch (...) {
     if (!processes) throw;
     refused = std::current_exception();
@@ -446,6 +525,8 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
     train::check_ranks_agree(refused ? train::RankSettings{} : cli_settings(app, a, data.get()),
                              c.comm_timeout_ms > 0 ? c.comm_timeout_ms : CommOptions{}.timeout_ms,
                              refused);
+  if (lead && !capture)
+    warn_settings(a, c, processes ? dist::world_size() : static_cast<long long>(c.devices) * c.nodes);
   // Opened when the run starts (after every check), so a refused run leaves FILE untouched.
   std::unique_ptr<train::JsonLinesWriter> jsonl;
   auto open_jsonl = [&] {
@@ -508,7 +589,14 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
                     "):\n%s\n", sample.size(), a.gpt.temperature, a.gpt.top_k, c.seed,
                     sample.c_str());
     };
-  train::FitResult r = train::Trainer(c, data, cb).fit();
+  std::optional<train::Trainer> trainer;
+  try {
+    trainer.emplace(c, data, cb);  // TrainerConfig's validation
+  } catch (const InvalidArgument& e) {
+    if (!processes) rethrow_usage(e);
+    throw;
+  }
+  train::FitResult r = trainer->fit();
   if (capture) capture->result = r;
   if (!r.lead) return 0;
   print_final(r, gpt ? a.gpt.block_size : 0);
@@ -643,7 +731,10 @@ train::RankSettings cli_settings(const CLI::App& app, const Args& a,
     if (auto it = effective.find(name); it != effective.end()) {
       value = it->second;
     } else if (opt->count() > 0) {  // as given (the variable holds it; its text is exact)
-      for (const std::string& r : opt->results())
+      std::vector<std::string> given = opt->results();
+      if (opt->get_multi_option_policy() == CLI::MultiOptionPolicy::TakeLast && given.size() > 1)
+        given.erase(given.begin(), given.end() - 1);  // the value in effect (the last)
+      for (const std::string& r : given)
         value += (value.empty() ? "" : " ") + canonical_value(r, flag);
       if (flag && value.empty()) value = "true";
     } else {  // not given: the variable's value now, after run() settled its default
@@ -681,6 +772,8 @@ int cli_main(int argc, char** argv, Capture* capture) {
   float lr = 0.05f;
   CLI::App app{"ditto-train: data-parallel training (an MLP on CSV rows, or nanoGPT's character "
                "GPT with --model gpt) on simulated or real GPUs"};
+  // A repeated option: the last value wins (argparse's store); --straggler and --fault collect.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   // An option whose --help shows its default.
   auto with_default = [&app](const char* name, auto& value, const char* help) {
     return app.add_option(name, value, help)->capture_default_str();
@@ -718,7 +811,7 @@ int cli_main(int argc, char** argv, Capture* capture) {
                "SGD weight decay (--model gpt: AdamW's, on the 2-D weights, default 0.1)");
   with_default("--seed", c.seed, "seed for initialisation, split and shuffling")
       ->check(ditto_cli::non_negative())
-      ->check(ditto_cli::uint64_decimal());
+      ->check(ditto_cli::uint64_value());
   with_default("--val-fraction", a.val_fraction, "fraction of rows held out for validation");
   with_default("--determinism", a.determinism,
                "bitwise (same bits for any power-of-two device count) or fast");
@@ -743,7 +836,8 @@ int cli_main(int argc, char** argv, Capture* capture) {
   with_default("--nodes", c.nodes, "sim: nodes of --devices GPUs each (InfiniBand between)");
   app.add_option("--trace", c.trace, "sim: write a Chrome trace JSON (Perfetto) to this file");
   app.add_option("--straggler", a.stragglers,
-                 "sim: DEVICE:FACTOR, that device's kernels take FACTOR times longer (repeatable)");
+                 "sim: DEVICE:FACTOR, that device's kernels take FACTOR times longer (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   bool table = false;
   app.add_flag("--predict-table", table,
                "print the cost model's all_reduce figures and dry runs of llm.c's GPT-2 runs next "
@@ -764,7 +858,8 @@ int cli_main(int argc, char** argv, Capture* capture) {
                "gradients reduce_scatter, parameters all_gather), 0 none");
   app.add_option("--fault", c.faults,
                  "sim: inject a fault (repeatable): fail:device=D,step=S | "
-                 "alloc:device=D,after=N | skip-collective:rank=R,index=K");
+                 "alloc:device=D,after=N | skip-collective:rank=R,index=K")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   with_default("--comm-timeout-ms", c.comm_timeout_ms,
                "sim: timeout of every communicator in ms (0: their own; at most 2^31)");
   app.add_option("--metrics-jsonl", a.jsonl,
@@ -782,12 +877,13 @@ int cli_main(int argc, char** argv, Capture* capture) {
       capture->error = e.what();
       return ditto_cli::kUsageError;
     }
-    return ditto_cli::parse_error(app, e, "ditto-train");
+    return ditto_cli::parse_error(app, e, "ditto-train", expected_values());
   }
   std::set<std::string> named{"--checkpoint", "--resume", "--trace", "--profile", "--devices",
                               "--trainer", "--sim-memory-gib", "--metrics-jsonl", "--data",
                               "--batch-size", "--lr", "--weight-decay", "--determinism",
-                              "--interconnect", "--straggler", "--classes", "--log-interval"};
+                              "--interconnect", "--straggler", "--classes", "--log-interval",
+                              "--bucket-cap-mb", "--micro-shards"};
   named.insert(ditto_train::gpt_only_options().begin(), ditto_train::gpt_only_options().end());
   named.insert(ditto_train::mlp_only_options().begin(), ditto_train::mlp_only_options().end());
   for (const std::string& opt : named)
@@ -815,6 +911,12 @@ int cli_main(int argc, char** argv, Capture* capture) {
     // Started by mpirun: this process is one rank (--trainer ddp), the job's processes the ranks.
     if (dist::launched_by_mpirun()) dist::init(&argc, &argv);
     rc = run(a, app, capture);  // under mpirun it checks that the processes agree before training
+  } catch (const UsageError& e) {
+    if (capture)
+      capture->error = e.what();
+    else
+      std::fprintf(stderr, "ditto-train: error: %s\n", e.what());
+    rc = ditto_cli::kUsageError;
   } catch (const std::exception& e) {
     if (capture)
       capture->error = e.what();
