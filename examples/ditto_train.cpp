@@ -525,8 +525,6 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
     train::check_ranks_agree(refused ? train::RankSettings{} : cli_settings(app, a, data.get()),
                              c.comm_timeout_ms > 0 ? c.comm_timeout_ms : CommOptions{}.timeout_ms,
                              refused);
-  if (lead && !capture)
-    warn_settings(a, c, processes ? dist::world_size() : static_cast<long long>(c.devices) * c.nodes);
   // Opened when the run starts (after every check), so a refused run leaves FILE untouched.
   std::unique_ptr<train::JsonLinesWriter> jsonl;
   auto open_jsonl = [&] {
@@ -596,6 +594,8 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
     if (!processes) rethrow_usage(e);
     throw;
   }
+  if (lead && !capture)  // after the config's validation: about settings that are valid
+    warn_settings(a, c, processes ? dist::world_size() : static_cast<long long>(c.devices) * c.nodes);
   train::FitResult r = trainer->fit();
   if (capture) capture->result = r;
   if (!r.lead) return 0;
