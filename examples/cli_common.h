@@ -2,15 +2,19 @@
 // share on their command lines: usage errors end in "PROG: error: MESSAGE" on stderr and exit
 // status 2 (argparse's and torchrun's status for a usage error; CLI11's own are 104-114), an
 // unknown option gets a did-you-mean from the known ones, and --version prints the project's
-// version (cmake/ditto_version.h.in). The programs' own checks of a value stay exit status 1.
+// version (cmake/ditto_version.h.in). ditto-train's own checks of its options ("--FLAG: expected
+// ..., got ...") exit 2 too; the other programs' own checks of a value stay exit status 1.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <charconv>
+#include <cctype>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -73,12 +77,43 @@ inline std::string usage_error(const char* prog, const std::string& message,
   return s + "\nRun " + prog + " --help for the options.\n";
 }
 
+/// For CLI11's "Could not convert: --devices = abc": "--devices: expected E, got 'abc'", E the
+/// `expected` text of the option (its type and range, e.g. "an integer in 1..65536"), else one
+/// from its type ("an integer", "a number"); other messages as they are.
+inline std::string conversion_message(const CLI::App& app, const std::string& what,
+                                      const std::map<std::string, std::string>& expected) {
+  const std::string head = "Could not convert: ";
+  const std::size_t eq = what.find(" = ");
+  if (what.compare(0, head.size(), head) != 0 || eq == std::string::npos) return what;
+  const std::string name = what.substr(head.size(), eq - head.size());
+  const std::string value = what.substr(eq + 3);
+  std::string e;
+  if (auto it = expected.find(name); it != expected.end()) {
+    e = it->second;
+  } else {
+    const CLI::Option* opt = nullptr;
+    try {
+      opt = app.get_option(name);
+    } catch (const CLI::Error&) {
+      return what;
+    }
+    const std::string type = opt->get_type_name();
+    e = type == "INT" ? "an integer" : type == "UINT" ? "an integer >= 0"
+      : type == "FLOAT" ? "a number" : "a value of type " + type;
+  }
+  return name + ": expected " + e + ", got '" + value + "'";
+}
+
 /// What a program returns for a CLI::ParseError `e` of `app.parse`: --help (and --version) print
 /// on stdout and return 0; any other prints usage_error on stderr and returns kUsageError.
-inline int parse_error(const CLI::App& app, const CLI::ParseError& e, const char* prog) {
+/// `expected`: option name -> what its value must be (conversion_message).
+inline int parse_error(const CLI::App& app, const CLI::ParseError& e, const char* prog,
+                       const std::map<std::string, std::string>& expected = {}) {
   if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
   const std::vector<std::string> extras = app.remaining(true);
   std::string message = e.what();
+  if (dynamic_cast<const CLI::ConversionError*>(&e))
+    message = conversion_message(app, message, expected);
   if (dynamic_cast<const CLI::ExtrasError*>(&e) && !extras.empty()) {  // argparse's words
     message = "unrecognized arguments:";
     for (const std::string& x : extras) message += " " + x;
@@ -105,19 +140,23 @@ inline CLI::Validator non_negative() {
       "", "non_negative");
 }
 
-/// An unsigned 64-bit value written in decimal: CLI11's conversion saturates a larger one at
-/// 2^64 - 1 without a word (--seed 18446744073709551616 ran as 18446744073709551615).
-inline CLI::Validator uint64_decimal() {
+/// An unsigned 64-bit value as CLI11 reads an integer (decimal, 0x hex, a leading 0 octal, as
+/// strtoull with base 0), refused past 2^64 - 1: CLI11's conversion saturates a larger one
+/// without a word (--seed 18446744073709551616 ran as 18446744073709551615).
+inline CLI::Validator uint64_value() {
   return CLI::Validator(
       [](std::string& s) -> std::string {
-        std::uint64_t v = 0;
-        const char* end = s.data() + s.size();
-        const auto [p, ec] = std::from_chars(s.data(), end, v);
-        return ec == std::errc() && p == end
+        const std::size_t i = s.find_first_not_of(" \t");
+        const bool digit = i != std::string::npos && std::isdigit(static_cast<unsigned char>(s[i]));
+        errno = 0;
+        char* end = nullptr;
+        if (digit) std::strtoull(s.c_str(), &end, 0);
+        return digit && errno == 0 && end && *end == '\0'
                    ? ""
-                   : "expected an integer in 0..18446744073709551615, got " + s;
+                   : "expected an integer in 0..18446744073709551615 (or 0x0..0xffffffffffffffff), "
+                     "got " + s;
       },
-      "", "uint64_decimal");
+      "", "uint64_value");
 }
 
 }  // namespace ditto_cli

@@ -31,6 +31,7 @@
 #include <unistd.h>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -55,6 +56,7 @@ struct Args {
   std::string determinism = "bitwise", trainer = "dp", jsonl, model = "mlp", dtype = "f32";
   std::int64_t label_column = -1;
   std::int64_t classes = 0;  // --classes; 0: the largest label + 1
+  std::int64_t log_interval = -1;  // --log-interval; -1: the model's default
   double val_fraction = 0.2, sim_memory_gib = 80.0;
   std::vector<std::string> stragglers;  // "DEVICE:FACTOR"
   std::set<std::string> given;          // the options given on the command line
@@ -257,6 +259,30 @@ std::string mib(std::size_t b) {
 
 /// The final lines; `tokens_per_sample` > 0 (the GPT's block_size): iterations instead of
 /// epochs, and the prediction's tokens/s too.
+/// nanoGPT's progress line, "iter N: loss L, time Tms, mfu M%" (train.py's format; its iter_num
+/// is the step just taken, 0-based): the mfu only with a --profile, of the step's virtual time
+/// on the profiled GPUs against the peak of the run's dtype (there is no meaningful peak for the
+/// simulator's wall clock, a CPU's), and the MLP's position in its epoch.
+void print_step(const train::StepMetrics& m, const train::TrainerConfig& c) {
+  std::printf("iter %" PRId64 ": loss %.4f, time %.2fms", m.iter, m.loss, m.time_s * 1e3);
+  if (m.mfu) std::printf(", mfu %.2f%%", 100.0 * *m.mfu);
+  std::string where;
+  if (m.epoch > 0)
+    where = "epoch " + std::to_string(m.epoch) + ", batch " + std::to_string(m.batch + 1) +
+            " of " + std::to_string(m.batches);
+  if (m.predicted_time_s > 0) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "predicted %.3fms on %s%s", m.predicted_time_s * 1e3,
+                  c.profile.c_str(), m.mfu ? (c.dtype == DType::f32 ? ", mfu of its FP32 peak"
+                                                                    : ", mfu of its BF16 peak")
+                                           : "");
+    where += (where.empty() ? "" : "; ") + std::string(buf);
+  }
+  if (!where.empty()) std::printf(" (%s)", where.c_str());
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
 void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) {
   for (const std::string& f : r.unfired_faults)
     std::printf("ditto-train: note: --fault %s never took effect (no such step, allocation or "
@@ -266,36 +292,60 @@ void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) 
     std::snprintf(loop, sizeof loop, "iters=%" PRId64, r.steps);
   else
     std::snprintf(loop, sizeof loop, "epochs=%d", r.epochs);
-  char acc[32] = "";  // the GPT's evaluation is its loss only
-  if (tokens_per_sample == 0) std::snprintf(acc, sizeof acc, " val_acc=%.4f", r.eval.accuracy);
+  // Only what the run measured: no losses or checksum of a dry run (nothing ran), no training
+  // loss without an epoch (--epochs 0), no evaluation the run did not make (--eval-iters 0).
+  const bool measured = !r.dry_run;
+  std::string losses;
+  char buf[64];
+  if (measured && r.has_train_loss) {
+    std::snprintf(buf, sizeof buf, " train_loss=%.6f", r.train_loss);
+    losses += buf;
+  }
+  if (measured && r.has_eval) {
+    std::snprintf(buf, sizeof buf, " val_loss=%.6f", r.eval.loss);
+    losses += buf;
+    if (tokens_per_sample == 0) {  // the GPT's evaluation is its loss only
+      std::snprintf(buf, sizeof buf, " val_acc=%.4f", r.eval.accuracy);
+      losses += buf;
+    }
+  }
+  char checksum[64] = "";
+  if (measured)
+    std::snprintf(checksum, sizeof checksum, " params_checksum=%016" PRIx64, r.params_checksum);
   std::string dtype;  // f32 runs print the line they always printed
   if (r.dtype != DType::f32) dtype = std::string(" dtype=") + dtype_name(r.dtype);
-  std::printf("final: backend=%s devices=%d determinism=%s%s%s %s train_loss=%.6f "
-              "val_loss=%.6f%s train_time_s=%.3f params_checksum=%016" PRIx64 "\n",
+  std::printf("final: backend=%s devices=%d determinism=%s%s%s %s%s train_time_s=%.3f%s\n",
               r.backend.c_str(), r.devices, determinism_name(r.determinism), dtype.c_str(),
-              r.trainer == train::TrainerKind::ddp ? " trainer=ddp" : "", loop, r.train_loss,
-              r.eval.loss, acc, r.train_time_s, r.params_checksum);
+              r.trainer == train::TrainerKind::ddp ? " trainer=ddp" : "", loop, losses.c_str(),
+              r.train_time_s, checksum);
   if (r.loss_scale)
     std::printf("grad_scaler: scale=%g skipped_steps=%" PRId64 " (f16 dynamic loss scaling)\n",
                 static_cast<double>(*r.loss_scale), r.skipped_steps);
   if (const auto& p = r.prediction) {
-    char tokens[64] = "", measured[64] = "";
+    char tokens[64] = "", measured_tokens[64] = "";
     if (tokens_per_sample > 0) {
       const double t = static_cast<double>(tokens_per_sample);
       std::snprintf(tokens, sizeof tokens, " tokens/s=%.0f", p->samples_per_s * t);
-      std::snprintf(measured, sizeof measured, " tokens/s=%.0f", p->measured_samples_per_s * t);
+      std::snprintf(measured_tokens, sizeof measured_tokens, " tokens/s=%.0f",
+                    p->measured_samples_per_s * t);
     }
     // MFU against the peak the run's matrix products are priced at: FP32 for f32, the BF16
-    // tensor-core peak for bf16 / f16 storage (Note [Mixed precision]).
+    // tensor-core peak for bf16 / f16 storage (Note [Mixed precision]); the GPT's is nanoGPT's
+    // estimate_mfu, on its own line (print_gpt_prediction), so it is printed once.
     const bool tc = r.dtype != DType::f32 && p->bf16_peak_flops > 0;
     const double peak = tc ? p->bf16_peak_flops : p->peak_flops;
+    char mfu[160] = " (virtual time)";
+    if (tokens_per_sample == 0)
+      std::snprintf(mfu, sizeof mfu, " mfu=%.3g%% (virtual time; %s peak %.1f TFLOP/s per GPU)",
+                    100.0 * p->mfu, tc ? "BF16" : "FP32", peak / 1e12);
     std::printf("predicted: %d x %s (%d node%s, %s) step_time=%.4f ms samples/s=%.0f%s "
-                "comm_share=%.1f%% mfu=%.3g%% (virtual time; %s peak %.1f TFLOP/s per GPU)\n"
-                "measured:  CPU simulator step_time=%.4f ms samples/s=%.0f%s (wall clock)\n",
+                "comm_share=%.1f%%%s\n",
                 p->devices, p->device_name.c_str(), p->nodes, p->nodes > 1 ? "s" : "",
                 p->interconnect.c_str(), p->step_time_s * 1e3, p->samples_per_s, tokens,
-                100.0 * p->comm_share, 100.0 * p->mfu * p->peak_flops / peak, tc ? "BF16" : "FP32",
-                peak / 1e12, p->measured_step_time_s * 1e3, p->measured_samples_per_s, measured);
+                100.0 * p->comm_share, mfu);
+    if (!r.dry_run)  // a dry run executed nothing: its wall clock measures no training
+      std::printf("measured:  CPU simulator step_time=%.4f ms samples/s=%.0f%s (wall clock)\n",
+                  p->measured_step_time_s * 1e3, p->measured_samples_per_s, measured_tokens);
   }
   for (const train::DeviceMemory& m : r.memory)
     std::printf("memory: %s live=%s peak=%s capacity=%s optimizer_state=%s\n",
@@ -308,6 +358,73 @@ void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) 
 
 train::RankSettings cli_settings(const CLI::App& app, const Args& a,
                                  const train::DataSource* data);
+
+/// A usage error found after parsing: an option's value, or a combination of options, that
+/// run() or the Trainer's validation refuses ("--FLAG: expected ..., got ..."). ditto-train
+/// exits 2 for it, as for the parser's own (argparse's parser.error).
+struct UsageError : InvalidArgument {
+  using InvalidArgument::InvalidArgument;
+};
+
+/// Whether `message` is a usage error's: it names an option first and says what was expected and
+/// what was got ("--FLAG: expected ..., got ...", "--FLAG x --OTHER: ... expected ..., got ...");
+/// not the contents of --data (a file's problem, not the command line's).
+bool is_usage_message(const std::string& message) {
+  if (message.rfind("--", 0) != 0 || message.rfind("--data:", 0) == 0) return false;
+  const std::size_t expected = message.find("expected ");
+  return expected != std::string::npos && message.find(", got ", expected) != std::string::npos;
+}
+
+/// `e` as a UsageError when it is one (is_usage_message), else itself.
+[[noreturn]] void rethrow_usage(const InvalidArgument& e) {
+  if (is_usage_message(e.what())) throw UsageError(e.what());
+  throw;
+}
+
+/// What each numeric option's value must be, for the parser's conversion errors
+/// ("--devices: expected an integer in 1..65536, got 'abc'").
+const std::map<std::string, std::string>& expected_values() {
+  static const std::map<std::string, std::string> m{
+      {"--devices", "an integer in 1..65536"}, {"--label-column", "an integer"},
+      {"--classes", "an integer >= 1"}, {"--epochs", "an integer >= 0"},
+      {"--batch-size", "an integer >= 1"}, {"--lr", "a number > 0"},
+      {"--momentum", "a number"}, {"--micro-shards", "a power of two >= --devices"},
+      {"--grad-accum-steps", "an integer >= 1"}, {"--weight-decay", "a number >= 0"},
+      {"--val-fraction", "a number in (0, 1)"}, {"--sim-memory-gib", "a size in GiB > 0"},
+      {"--nodes", "an integer in 1..4096"}, {"--checkpoint-every", "an integer >= 0"},
+      {"--bucket-cap-mb", "a size in MiB > 0"}, {"--zero-stage", "0 or 1"},
+      {"--comm-timeout-ms", "an integer in 0..2147483648"},
+      {"--log-interval", "an integer >= 0"}, {"--n-layer", "an integer in 1..85"},
+      {"--n-head", "an integer >= 1"}, {"--n-embd", "an integer >= 1"},
+      {"--block-size", "an integer >= 1"}, {"--max-iters", "an integer >= 1"},
+      {"--eval-interval", "an integer >= 1"}, {"--eval-iters", "an integer >= 0"},
+      {"--min-lr", "a number >= 0"}, {"--warmup-iters", "an integer >= 0"},
+      {"--lr-decay-iters", "an integer > --warmup-iters"}, {"--grad-clip", "a number >= 0"},
+      {"--dropout", "a number in [0, 1)"}, {"--beta1", "a number in [0, 1)"},
+      {"--beta2", "a number in [0, 1)"}, {"--sample", "an integer >= 0"},
+      {"--temperature", "a number > 0"}, {"--top-k", "an integer >= 0"},
+      {"--vocab-size", "an integer >= 0"}};
+  return m;
+}
+
+/// Options that do nothing in this run, or that change what bitwise mode promises, said once at
+/// the start on stderr ("ditto-train: warning: ..."), as PyTorch warns for an ignored setting.
+void warn_settings(const Args& a, const train::TrainerConfig& c, long long devices) {
+  auto warn = [](const std::string& s) { std::fprintf(stderr, "ditto-train: warning: %s\n", s.c_str()); };
+  if (a.given.count("--bucket-cap-mb") && c.trainer != train::TrainerKind::ddp)
+    warn("--bucket-cap-mb: sizes --trainer ddp's gradient buckets; DataParallel (--trainer dp) "
+         "has none, so it does nothing in this run");
+  if (a.given.count("--micro-shards") && c.determinism != Determinism::bitwise)
+    warn("--micro-shards: splits the batch in --determinism bitwise only; fast mode does not use "
+         "it, so it does nothing in this run");
+  if (c.determinism == Determinism::bitwise && (devices & (devices - 1)) != 0)
+    warn("--devices" + std::string(c.nodes > 1 ? " x --nodes" : "") + ": " +
+         std::to_string(devices) + " devices, not a power of two: the params_checksum is the "
+         "same from run to run but differs from the one every power-of-two device count (1, 2, "
+         "4, ...) gives (bitwise mode splits the batch in power-of-two micro-shards, Note "
+         "[Micro-shards])");
+  std::fflush(stderr);
+}
 
 /// One run of the parsed command line; `a` is the Args `app`'s options write to (its defaults
 /// settled here, in place, so that cli_settings compares the effective values).
@@ -368,6 +485,14 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
                       !c.profile.empty() || !c.trace.empty(),
                   opt, ": changes only the cost model's predicted times: expected --profile (or "
                   "--trace) with it, got neither");
+    // Without the cost model --nodes N only multiplies the devices (and, past a power of two,
+    // changes the checksum): --devices says that.
+    DITTO_CHECK(processes || c.nodes == 1 || !c.profile.empty() || !c.trace.empty(), "--nodes: "
+                "the nodes are the cost model's cluster (InfiniBand between them): expected "
+                "--profile (or --trace) with it, got neither (without them --nodes ", c.nodes,
+                " would only train on ", c.nodes, " x ", c.devices, " = ",
+                static_cast<long long>(c.nodes) * c.devices, " devices; --devices ",
+                static_cast<long long>(c.nodes) * c.devices, " does that)");
     if (c.resume_dir == "auto") c.resume_dir = resolve_resume_auto(c.checkpoint_dir, lead);
     if (processes && !a.given.count("--trainer")) a.trainer = "ddp";  // the default there
     c.trainer = train::parse_trainer_kind(a.trainer, "--trainer");
@@ -407,6 +532,18 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
       rows = std::make_shared<train::CsvDataSource>(a.data, csv, a.val_fraction, c.seed);
       data = with_classes(rows, a);
     }
+    DITTO_CHECK(a.log_interval >= 0 || !a.given.count("--log-interval"), "--log-interval: "
+                "expected an integer >= 0 (0: no progress lines), got ", a.log_interval);
+    if (gpt) {
+      c.log_interval = a.given.count("--log-interval") ? a.log_interval : 10;
+    } else if (a.given.count("--log-interval")) {
+      c.log_interval = a.log_interval;
+    } else {  // a line per 100 steps, in epochs longer than that (the epoch lines are enough)
+      c.log_interval = data->batches_per_epoch(c.batch_size) > 100 ? 100 : 0;
+    }
+  } catch (const InvalidArgument& e) {
+    if (!processes) rethrow_usage(e);
+    refused = std::current_exception();
   } catch (...) {
     if (!processes) throw;
     refused = std::current_exception();
@@ -471,6 +608,10 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
   // What fails after training (the sample, writing the trace or a JSON line) must not lose the
   // run's result: its error is kept and reported after the final line and JSON record, exit 1.
   std::vector<std::string> late_errors;
+  cb.on_step = [&](const train::StepMetrics& m) {
+    print_step(m, c);
+    if (jsonl) jsonl->write(m);
+  };
   if (gpt)
     cb.on_finish = [&](train::Replica& rep) {
       try {
@@ -489,7 +630,16 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
     c.stop = &g_stop;
     install_stop_handlers();
   }
-  train::FitResult r = train::Trainer(c, data, cb).fit();
+  std::optional<train::Trainer> trainer;
+  try {
+    trainer.emplace(c, data, cb);  // TrainerConfig's validation
+  } catch (const InvalidArgument& e) {
+    if (!processes) rethrow_usage(e);
+    throw;
+  }
+  if (lead && !capture)  // after the config's validation: about settings that are valid
+    warn_settings(a, c, processes ? dist::world_size() : static_cast<long long>(c.devices) * c.nodes);
+  train::FitResult r = trainer->fit();
   if (capture) capture->result = r;
   if (r.stopped) {
     const int sig = g_stop.load();
@@ -616,8 +766,8 @@ std::string canonical_value(const std::string& v, bool flag) {
 
 /// The options every process of an mpirun job must agree on, by their effective values (after
 /// run() settled the defaults in `a`, so an option left at its default and the same value given
-/// explicitly agree), in --help's order: every option but the output-only --metrics-jsonl (rank 0
-/// writes it), --help and --version. `data`: the run's data (the effective --classes).
+/// explicitly agree), in --help's order: every option but the output-only --metrics-jsonl and
+/// --log-interval (rank 0 writes them), --help and --version. `data`: the run's data (the effective --classes).
 train::RankSettings cli_settings(const CLI::App& app, const Args& a,
                                  const train::DataSource* data) {
   const train::TrainerConfig& c = a.cfg;
@@ -641,14 +791,17 @@ train::RankSettings cli_settings(const CLI::App& app, const Args& a,
   for (const CLI::Option* opt : app.get_options()) {
     const std::string name = opt->get_name();
     if (name.rfind("--", 0) != 0 || name == "--help" || name == "--version" ||
-        name == "--metrics-jsonl")
+        name == "--metrics-jsonl" || name == "--log-interval")
       continue;
     const bool flag = opt->get_expected_min() == 0;
     std::string value;
     if (auto it = effective.find(name); it != effective.end()) {
       value = it->second;
     } else if (opt->count() > 0) {  // as given (the variable holds it; its text is exact)
-      for (const std::string& r : opt->results())
+      std::vector<std::string> given = opt->results();
+      if (opt->get_multi_option_policy() == CLI::MultiOptionPolicy::TakeLast && given.size() > 1)
+        given.erase(given.begin(), given.end() - 1);  // the value in effect (the last)
+      for (const std::string& r : given)
         value += (value.empty() ? "" : " ") + canonical_value(r, flag);
       if (flag && value.empty()) value = "true";
     } else {  // not given: the variable's value now, after run() settled its default
@@ -686,6 +839,8 @@ int cli_main(int argc, char** argv, Capture* capture) {
   float lr = 0.05f;
   CLI::App app{"ditto-train: data-parallel training (an MLP on CSV rows, or nanoGPT's character "
                "GPT with --model gpt) on simulated or real GPUs"};
+  // A repeated option: the last value wins (argparse's store); --straggler and --fault collect.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   // An option whose --help shows its default.
   auto with_default = [&app](const char* name, auto& value, const char* help) {
     return app.add_option(name, value, help)->capture_default_str();
@@ -723,7 +878,7 @@ int cli_main(int argc, char** argv, Capture* capture) {
                "SGD weight decay (--model gpt: AdamW's, on the 2-D weights, default 0.1)");
   with_default("--seed", c.seed, "seed for initialisation, split and shuffling")
       ->check(ditto_cli::non_negative())
-      ->check(ditto_cli::uint64_decimal());
+      ->check(ditto_cli::uint64_value());
   with_default("--val-fraction", a.val_fraction, "fraction of rows held out for validation");
   with_default("--determinism", a.determinism,
                "bitwise (same bits for any power-of-two device count) or fast");
@@ -748,7 +903,8 @@ int cli_main(int argc, char** argv, Capture* capture) {
   with_default("--nodes", c.nodes, "sim: nodes of --devices GPUs each (InfiniBand between)");
   app.add_option("--trace", c.trace, "sim: write a Chrome trace JSON (Perfetto) to this file");
   app.add_option("--straggler", a.stragglers,
-                 "sim: DEVICE:FACTOR, that device's kernels take FACTOR times longer (repeatable)");
+                 "sim: DEVICE:FACTOR, that device's kernels take FACTOR times longer (repeatable)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   bool table = false;
   app.add_flag("--predict-table", table,
                "print the cost model's all_reduce figures and dry runs of llm.c's GPT-2 runs next "
@@ -769,11 +925,16 @@ int cli_main(int argc, char** argv, Capture* capture) {
                "gradients reduce_scatter, parameters all_gather), 0 none");
   app.add_option("--fault", c.faults,
                  "sim: inject a fault (repeatable): fail:device=D,step=S | "
-                 "alloc:device=D,after=N | skip-collective:rank=R,index=K");
+                 "alloc:device=D,after=N | skip-collective:rank=R,index=K")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   with_default("--comm-timeout-ms", c.comm_timeout_ms,
                "sim: timeout of every communicator in ms (0: their own; at most 2^31)");
   app.add_option("--metrics-jsonl", a.jsonl,
                  "write each epoch's metrics and the final ones as JSON lines to this file");
+  app.add_option("--log-interval", a.log_interval,
+                 "steps between progress lines 'iter N: loss L, time Tms[, mfu M%]' (nanoGPT's "
+                 "log_interval; also JSON lines): default 10 for --model gpt; the MLP's default "
+                 "100 prints only in epochs longer than that; 0: none");
   ditto_train::add_gpt_options(app, a.gpt);
   ditto_cli::add_version(app, "ditto-train");
   try {
@@ -783,12 +944,13 @@ int cli_main(int argc, char** argv, Capture* capture) {
       capture->error = e.what();
       return ditto_cli::kUsageError;
     }
-    return ditto_cli::parse_error(app, e, "ditto-train");
+    return ditto_cli::parse_error(app, e, "ditto-train", expected_values());
   }
   std::set<std::string> named{"--checkpoint", "--resume", "--trace", "--profile", "--devices",
                               "--trainer", "--sim-memory-gib", "--metrics-jsonl", "--data",
                               "--batch-size", "--lr", "--weight-decay", "--determinism",
-                              "--interconnect", "--straggler", "--classes"};
+                              "--interconnect", "--straggler", "--classes", "--log-interval",
+                              "--bucket-cap-mb", "--micro-shards"};
   named.insert(ditto_train::gpt_only_options().begin(), ditto_train::gpt_only_options().end());
   named.insert(ditto_train::mlp_only_options().begin(), ditto_train::mlp_only_options().end());
   for (const std::string& opt : named)
@@ -816,6 +978,12 @@ int cli_main(int argc, char** argv, Capture* capture) {
     // Started by mpirun: this process is one rank (--trainer ddp), the job's processes the ranks.
     if (dist::launched_by_mpirun()) dist::init(&argc, &argv);
     rc = run(a, app, capture);  // under mpirun it checks that the processes agree before training
+  } catch (const UsageError& e) {
+    if (capture)
+      capture->error = e.what();
+    else
+      std::fprintf(stderr, "ditto-train: error: %s\n", e.what());
+    rc = ditto_cli::kUsageError;
   } catch (const std::exception& e) {
     if (capture)
       capture->error = e.what();

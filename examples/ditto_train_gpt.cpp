@@ -128,6 +128,19 @@ std::string model_name(const nn::GPTConfig& m) {
   return s.str();
 }
 
+}  // namespace
+
+double gpt_flops_per_token(const nn::GPTConfig& m) {
+  // nanoGPT model.py estimate_mfu (the PaLM paper's formula, its appendix B): N =
+  // get_num_params() (non_embedding: without wpe), flops_per_token = 6N + 12 L H Q T with
+  // L = n_layer, H = n_head, Q = n_embd / n_head (so H Q = n_embd), T = block_size.
+  const double N = static_cast<double>(nn::gpt_num_params(m) - m.block_size * m.n_embd);
+  return 6.0 * N + 12.0 * static_cast<double>(m.n_layer) * static_cast<double>(m.n_embd) *
+                       static_cast<double>(m.block_size);
+}
+
+namespace {
+
 std::string hms(double s) {
   const auto t = static_cast<long long>(s + 0.5);
   char buf[32];
@@ -191,6 +204,8 @@ GptData configure_gpt(const GptOptions& g,
     return optim::nanogpt_lr(it, lr, warmup, decay, min_lr);
   };
   c.grad_clip = g.grad_clip;
+  // The MFU of the progress lines and the prediction: nanoGPT's estimate_mfu FLOPs a window.
+  c.flops_per_sample = gpt_flops_per_token(m) * static_cast<double>(m.block_size);
   c.max_iters = g.max_iters;
   c.eval_interval = g.eval_interval;
   c.eval_iters = g.eval_iters;
@@ -280,32 +295,28 @@ void print_gpt_prediction(const train::FitResult& r, const GptData& data,
   if (!r.prediction) return;
   const train::CostPrediction& p = *r.prediction;
   const nn::GPTConfig& m = data.model;
-  // nanoGPT model.py estimate_mfu (the PaLM paper's formula, its appendix B): N =
-  // get_num_params() (non_embedding: without wpe), flops_per_token = 6N + 12 L H Q T with
-  // L = n_layer, H = n_head, Q = n_embd / n_head, T = block_size; achieved = flops_per_token x
-  // tokens/s, against the peak of every GPU of the run.
   const double N = static_cast<double>(nn::gpt_num_params(m) - m.block_size * m.n_embd);
-  const double flops_per_token = 6.0 * N + 12.0 * static_cast<double>(m.n_layer) *
-                                               static_cast<double>(m.n_embd) *
-                                               static_cast<double>(m.block_size);
+  const double flops_per_token = gpt_flops_per_token(m);
   const double tokens_per_s = p.samples_per_s * static_cast<double>(m.block_size);
   const double achieved = flops_per_token * tokens_per_s;
   const double devices = static_cast<double>(p.devices);
+  // The peak the run's matrix products are priced at: BF16 tensor cores for bf16 / f16 storage
+  // (when the profile has them), FP32 for f32 (ditto's f32 kernels use no tensor cores).
+  const bool tc = c.dtype != DType::f32 && p.bf16_peak_flops > 0;
+  const double peak_flops = tc ? p.bf16_peak_flops : p.peak_flops;
   if (c.dry_run)
     std::printf("dry run: priced, not run: no kernel executed and no tensor data held "
                 "(Note [Dry run]); determinism=%s dtype=%s; GEMMs priced at %s peak x "
                 "gemm_efficiency %g, memory at bandwidth x memory_efficiency %g\n",
                 determinism_name(c.determinism), dtype_name(c.dtype),
-                c.dtype == DType::f32 ? "the FP32" : "the tensor-core", p.gemm_efficiency,
-                p.memory_efficiency);
+                tc ? "the tensor-core" : "the FP32", p.gemm_efficiency, p.memory_efficiency);
   std::printf("predicted GPT: %.0f tokens/s (%" PRId64 " tokens per step) step_time=%.2f ms "
-              "comm_share=%.1f%%; mfu=%.1f%% of BF16 peak %.0f TFLOP/s per GPU (%.1f%% of FP32 "
-              "peak %.1f) with nanoGPT's estimate_mfu: 6N + 12 L H Q T = %.4g FLOP/token, "
-              "N = %.0f parameters without wpe\n",
+              "comm_share=%.1f%%; mfu=%.1f%% of %s peak %.4g TFLOP/s per GPU with nanoGPT's "
+              "estimate_mfu: 6N + 12 L H Q T = %.4g FLOP/token, N = %.0f parameters without "
+              "wpe\n",
               tokens_per_s, c.batch_size * m.block_size, p.step_time_s * 1e3,
-              100.0 * p.comm_share, 100.0 * achieved / (devices * p.bf16_peak_flops),
-              p.bf16_peak_flops / 1e12, 100.0 * achieved / (devices * p.peak_flops),
-              p.peak_flops / 1e12, flops_per_token, N);
+              100.0 * p.comm_share, 100.0 * achieved / (devices * peak_flops),
+              tc ? "BF16" : "FP32", peak_flops / 1e12, flops_per_token, N);
   std::size_t peak = 0, capacity = 0;
   for (const train::DeviceMemory& d : r.memory) {
     peak = std::max(peak, d.stats.peak);

@@ -68,12 +68,17 @@ void add_gpt_options(CLI::App& app, GptOptions& g);
 GptData configure_gpt(const GptOptions& g, const std::set<std::string>& given,
                       const std::string& data, ditto::train::TrainerConfig& c);
 
+/// nanoGPT's estimate_mfu FLOPs per token of `m` (the PaLM paper's 6N + 12 L H Q T, N the
+/// parameters without wpe, T the block size).
+double gpt_flops_per_token(const ditto::nn::GPTConfig& m);
+
 /// "ditto-train: model=gpt ..." (the run as it starts).
 void print_gpt_start(const ditto::train::RunInfo& r, const GptOptions& g,
                      const ditto::train::TrainerConfig& c, const GptData& data);
 /// The prediction's GPT figures: tokens/s and nanoGPT's MFU (model.py estimate_mfu, PaLM's
-/// 6N + 12 L H Q T FLOPs per token, N the parameters without wpe) against the BF16 tensor-core
-/// peak (nanoGPT's and llm.c's reference) and the FP32 peak; in a dry run, what was priced.
+/// 6N + 12 L H Q T FLOPs per token, N the parameters without wpe) against the peak the run's
+/// matrix products are priced at (BF16 tensor cores for bf16 / f16, FP32 for f32); in a dry run,
+/// what was priced.
 void print_gpt_prediction(const ditto::train::FitResult& r, const GptData& data,
                           const ditto::train::TrainerConfig& c);
 /// "step N: train loss X, val loss Y (lr, tokens/s, ETA)".

@@ -56,6 +56,71 @@ TEST(Trainer, DefaultRunGivesDittoTrainsChecksum) {
   EXPECT_GT(r.eval.accuracy, 0.9);
 }
 
+// TrainerConfig::log_interval: on_step after steps 0, N, 2N, ... (nanoGPT's log_interval), with
+// the step's loss, its place in the epoch and, with a profile and flops_per_sample, the MFU of
+// the step's virtual time against the dtype's peak; the bits do not change.
+TEST(Trainer, OnStepReportsEveryLogIntervalStep) {
+  TrainerConfig c = small(2, TrainerKind::dp, 1);
+  FitResult plain = Trainer(c, digits()).fit();
+  c.log_interval = 10;
+  std::vector<StepMetrics> seen;
+  TrainerCallbacks cb;
+  cb.on_step = [&](const StepMetrics& m) { seen.push_back(m); };
+  FitResult r = Trainer(c, digits(), cb).fit();
+  EXPECT_EQ(r.params_checksum, plain.params_checksum);
+  ASSERT_EQ(seen.size(), 3u);  // 23 steps: 0, 10, 20
+  for (std::size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i].iter, static_cast<std::int64_t>(10 * i));
+    EXPECT_EQ(seen[i].epoch, 1);
+    EXPECT_EQ(seen[i].batch, static_cast<std::int64_t>(10 * i));
+    EXPECT_EQ(seen[i].batches, 23);
+    EXPECT_EQ(seen[i].samples, 64);
+    EXPECT_TRUE(std::isfinite(seen[i].loss) && seen[i].loss > 0);
+    EXPECT_EQ(seen[i].predicted_time_s, 0.0);  // no profile: no virtual time, no MFU
+    EXPECT_FALSE(seen[i].mfu.has_value());
+  }
+  // One device: the same whole-batch loss, bit for bit (bitwise mode).
+  TrainerConfig one = c;
+  one.devices = 1;
+  std::vector<StepMetrics> seen1;
+  TrainerCallbacks cb1;
+  cb1.on_step = [&](const StepMetrics& m) { seen1.push_back(m); };
+  Trainer(one, digits(), cb1).fit();
+  ASSERT_EQ(seen1.size(), 3u);
+  EXPECT_EQ(seen1[0].loss, seen[0].loss);
+  // A profile: the step's virtual time, the FP32 peak of an f32 run and the MFU of
+  // flops_per_sample; the prediction is the one without the reports.
+  c.profile = "h100-sxm";
+  c.log_interval = 0;
+  FitResult quiet = Trainer(c, digits()).fit();
+  c.log_interval = 10;
+  c.flops_per_sample = 1e6;
+  seen.clear();
+  FitResult p = Trainer(c, digits(), cb).fit();
+  ASSERT_TRUE(p.prediction && quiet.prediction);
+  EXPECT_EQ(p.prediction->step_time_s, quiet.prediction->step_time_s);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_GT(seen[1].predicted_time_s, 0.0);
+  EXPECT_EQ(seen[1].peak_flops, p.prediction->peak_flops);
+  ASSERT_TRUE(seen[1].mfu.has_value());
+  EXPECT_DOUBLE_EQ(*seen[1].mfu,
+                   1e6 * 64 / (seen[1].predicted_time_s * 2 * seen[1].peak_flops));
+  // A dry run reports no steps (nothing ran) and no losses or checksum in its result.
+  c.dry_run = true;
+  seen.clear();
+  FitResult dry = Trainer(c, digits(), cb).fit();
+  EXPECT_TRUE(seen.empty());
+  EXPECT_TRUE(dry.dry_run);
+}
+
+// FitResult says what the run measured: no training loss without an epoch.
+TEST(Trainer, EpochsZeroHasNoTrainingLossButAnEvaluation) {
+  FitResult r = Trainer(small(2, TrainerKind::dp, 0), digits()).fit();
+  EXPECT_FALSE(r.has_train_loss);
+  EXPECT_TRUE(r.has_eval);
+  EXPECT_GT(r.eval.loss, 0.0);
+}
+
 TEST(Trainer, ASecondFitWhileOneRunsIsRefusedAndTheFirstCompletes) {
   // A second fit() during the first would restart the backend under it (a newcomer's two
   // threads hung or crashed): refused, and the first run still ends with its own checksum.

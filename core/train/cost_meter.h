@@ -15,8 +15,10 @@ namespace ditto::train {
 
 class CostMeter {
  public:
-  /// Meters devices 0..devices-1 of `be`.
-  CostMeter(Backend& be, int devices);
+  /// Meters devices 0..devices-1 of `be`, a run storing `dtype` whose model takes
+  /// `flops_per_sample` FLOPs a row (TrainerConfig::flops_per_sample; 0: unknown, the MFU then
+  /// counts the cost model's GEMM FLOPs).
+  CostMeter(Backend& be, int devices, DType dtype = DType::f32, double flops_per_sample = 0);
 
   /// Every device idle, at the start of an epoch's training loop (waits for them).
   void epoch_begin();
@@ -26,6 +28,15 @@ class CostMeter {
   /// The prediction of the loops metered so far, with `train_time_s` of wall clock and `nodes`
   /// of the cluster; none without a cost model or a step.
   std::optional<CostPrediction> prediction(double train_time_s) const;
+  /// The peak FLOP/s per device the run's matrix products are priced at: BF16 tensor-core for
+  /// bf16 / f16 storage (when the profile has one), else FP32; 0 without a cost model.
+  double peak_flops() const;
+  /// Around one step (every device idle at both; waits for them): mark_begin, then mark_end
+  /// returns the step's virtual seconds (0 without a cost model), also kept for last_step_s.
+  /// Separate from the epoch's totals, which they leave alone.
+  void mark_begin();
+  double mark_end();
+  double last_step_s() const { return last_step_s_; }
   CostModelExtension* cost_model() const { return cost_; }
 
  private:
@@ -33,7 +44,11 @@ class CostMeter {
   Backend& be_;
   CostModelExtension* cost_;
   int devices_;
+  DType dtype_;
+  double flops_per_sample_;
   CostSnapshot before_;
+  std::int64_t mark_ps_ = 0;
+  double last_step_s_ = 0;
   std::int64_t vtrain_ps_ = 0;
   std::uint64_t vflops_ = 0;
   std::vector<std::int64_t> vcomm_ps_;

@@ -54,22 +54,39 @@ void JsonLinesWriter::write(const EvalMetrics& m) {
   put_line(j.dump());
 }
 
+void JsonLinesWriter::write(const StepMetrics& m) {
+  nlohmann::json j = {{"event", "iter"}, {"iter", m.iter}, {"loss", m.loss},
+                      {"samples", m.samples}, {"tokens", m.tokens}, {"time_s", m.time_s}};
+  if (m.epoch > 0) {
+    j["epoch"] = m.epoch;
+    j["batch"] = m.batch;
+    j["batches"] = m.batches;
+  }
+  if (m.predicted_time_s > 0) j["predicted_time_s"] = m.predicted_time_s;
+  if (m.mfu) j["mfu"] = *m.mfu;
+  put_line(j.dump());
+}
+
 void JsonLinesWriter::write(const FitResult& r) {
   char sum[32];
   std::snprintf(sum, sizeof sum, "%016" PRIx64, r.params_checksum);
+  const bool iterations = r.max_iters > 0;
   nlohmann::json j = {{"event", "final"},
                       {"backend", r.backend},
                       {"devices", r.devices},
                       {"determinism", determinism_name(r.determinism)},
-                      {"trainer", trainer_kind_name(r.trainer)},
-                      {"epochs", r.epochs},
-                      {"max_iters", r.max_iters},
-                      {"steps", r.steps},
-                      {"train_loss", r.train_loss},
-                      {"val_loss", r.eval.loss},
-                      {"val_acc", r.eval.accuracy},
-                      {"train_time_s", r.train_time_s},
-                      {"params_checksum", sum}};
+                      {"trainer", trainer_kind_name(r.trainer)}};
+  if (!iterations) j["epochs"] = r.epochs;
+  j["max_iters"] = r.max_iters;
+  j["steps"] = r.steps;
+  if (r.dry_run) j["dry_run"] = true;
+  if (r.has_train_loss && !r.dry_run) j["train_loss"] = r.train_loss;
+  if (r.has_eval && !r.dry_run) {
+    j["val_loss"] = r.eval.loss;
+    if (!iterations) j["val_acc"] = r.eval.accuracy;
+  }
+  j["train_time_s"] = r.train_time_s;
+  if (!r.dry_run) j["params_checksum"] = sum;
   if (r.dtype != DType::f32) j["dtype"] = dtype_name(r.dtype);
   if (r.loss_scale) {
     j["loss_scale"] = *r.loss_scale;

@@ -57,6 +57,30 @@ struct EvalMetrics {
   double eta_s = 0;            ///< remaining steps x this run's mean step time so far
 };
 
+/// One optimizer step's progress, reported every TrainerConfig::log_interval steps by rank 0
+/// (TrainerCallbacks::on_step; nanoGPT's "iter N: loss L, time T ms, mfu M%"). Not reported in a
+/// dry run (nothing ran).
+struct StepMetrics {
+  std::int64_t iter = 0;       ///< the step just taken, 0-based over the whole run (nanoGPT's iter_num)
+  int epoch = 0;               ///< epoch mode: the epoch (1-based); iteration mode: 0
+  std::int64_t batch = 0;      ///< epoch mode: the batch of the epoch (0-based)
+  std::int64_t batches = 0;    ///< epoch mode: the epoch's batches
+  /// The step's mean training loss over rank 0's rows: dp the whole batch; ddp rank 0's own rows
+  /// (nanoGPT logs its master process's loss.item() too: no collective is added for it).
+  double loss = 0;
+  std::int64_t samples = 0;    ///< rows of the global batch
+  std::int64_t tokens = 0;     ///< targets of the global batch (B x T for a GPT; B for the MLP)
+  double time_s = 0;           ///< wall clock of the step (nanoGPT's dt)
+  /// With a cost model profile (TrainerConfig::profile): the step's virtual time on the profiled
+  /// GPUs and their peak FLOP/s per device for the run's dtype (FP32 for f32, BF16 tensor-core
+  /// for bf16 / f16: what the matrix products are priced at); 0 otherwise.
+  double predicted_time_s = 0, peak_flops = 0;
+  /// Model FLOPs utilisation as nanoGPT's estimate_mfu: TrainerConfig::flops_per_sample x samples
+  /// / (predicted_time_s x devices x peak_flops); unset without a profile or flops_per_sample
+  /// (no meaningful peak: the simulator's wall clock is a CPU's).
+  std::optional<double> mfu;
+};
+
 /// The cost model's prediction of the training loops (virtual time, evaluation excluded) and
 /// what the CPU simulator measured.
 struct CostPrediction {
@@ -64,7 +88,11 @@ struct CostPrediction {
   std::string device_name, interconnect;
   double step_time_s = 0, samples_per_s = 0;
   double comm_share = 0;      ///< slowest device's communication time / total (0..1)
-  double mfu = 0;             ///< GEMM FLOPs / (time x devices x peak) (0..1)
+  /// Model FLOPs utilisation (0..1): FLOPs / (time x devices x the dtype's peak: bf16_peak_flops
+  /// for bf16 / f16 storage, peak_flops for f32, as the matrix products are priced), the FLOPs
+  /// TrainerConfig::flops_per_sample x samples (nanoGPT's estimate_mfu for ditto-train's GPT),
+  /// else the GEMM FLOPs the cost model priced.
+  double mfu = 0;
   double peak_flops = 0;      ///< FP32 FLOP/s per device
   double bf16_peak_flops = 0; ///< BF16 tensor-core FLOP/s per device (dense)
   /// The profile's achieved efficiencies (Note [Achieved efficiency], backend_sim/profiles.h).
@@ -102,6 +130,12 @@ struct FitResult {
   std::vector<DeviceMemory> memory;          ///< single-process runs: every device
   std::vector<std::string> unfired_faults;   ///< fault specs that never took effect
   std::string trace;          ///< the trace file written, or ""
+  /// What the run measured, so that a report prints no zero for what did not happen: a
+  /// training loss (epoch mode: epochs > 0; iteration mode: an evaluation ran), an evaluation
+  /// (eval set rows or eval_iters > 0), neither in a dry run (no kernel ran: the losses and the
+  /// checksum are 0, not the model's).
+  bool has_train_loss = true, has_eval = true;
+  bool dry_run = false;       ///< TrainerConfig::dry_run
   /// TrainerConfig::stop ended the run after `steps` steps (its checkpoint written, when a
   /// checkpoint_dir is set); the losses are those of the last evaluation before it.
   bool stopped = false;
@@ -112,13 +146,16 @@ struct FitResult {
 };
 
 /// JSON lines: {"event":"epoch",...} per epoch, {"event":"eval",...} per evaluation of iteration
-/// mode and {"event":"final",...} (fields as named in the structs; the checksum as 16 hex
-/// digits). `path` is opened by io::open_output_fd: /dev/stdout (any descriptor's name) is
-/// written in place, between the lines printf prints (stdout is flushed before each line, and
-/// each line is one write), a regular file is truncated. Throws InvalidArgument when `path`
-/// cannot be opened or a write of 0 bytes to it fails (/dev/full: at the start, not after the
-/// run); each write throws ditto::Error naming the file and the OS reason when it fails
-/// ("JsonLinesWriter: cannot write '/dev/full': No space left on device").
+/// mode, {"event":"iter",...} per logged step (StepMetrics; "mfu" only when set) and
+/// {"event":"final",...} (fields as named in the structs; the checksum as 16 hex digits; only
+/// what the run measured: no losses, accuracy or checksum of a dry run, no "epochs" or "val_acc"
+/// in iteration mode, no train_loss / val_loss / val_acc that FitResult says were not measured).
+/// `path` is opened by io::open_output_fd: /dev/stdout (any descriptor's name) is written in
+/// place, between the lines printf prints (stdout is flushed before each line, and each line is
+/// one write), a regular file is truncated. Throws InvalidArgument when `path` cannot be opened
+/// or a write of 0 bytes to it fails (/dev/full: at the start, not after the run); each write
+/// throws ditto::Error naming the file and the OS reason when it fails ("JsonLinesWriter: cannot
+/// write '/dev/full': No space left on device").
 class JsonLinesWriter {
  public:
   explicit JsonLinesWriter(const std::string& path);
@@ -127,6 +164,7 @@ class JsonLinesWriter {
   JsonLinesWriter& operator=(const JsonLinesWriter&) = delete;
   void write(const EpochMetrics& m);
   void write(const EvalMetrics& m);
+  void write(const StepMetrics& m);
   void write(const FitResult& r);
   /// A TrainerCallbacks::on_epoch that writes to this writer (which must outlive it).
   std::function<void(const EpochMetrics&)> epoch_callback();

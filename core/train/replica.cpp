@@ -183,6 +183,12 @@ Tensor Replica::target(const Tensor& y, std::int64_t outputs, const Device& devi
 // with K > 1 each micro-step's grads folded with the canonical tree over micro-steps; then the
 // gradient all_reduce where it was not in a backward, clipping and the optimizer step. K = 1 is
 // the one-step loop as before (the same operations in the same order).
+std::int64_t Replica::rows_of(std::int64_t n) const {
+  if (!ddp_) return n;
+  const auto [lo, hi] = ddp_->local_rows(n);
+  return hi - lo;
+}
+
 double Replica::step(const data::Batch& b) {
   begin();
   const std::int64_t n = b.x.size(0);

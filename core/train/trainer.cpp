@@ -48,6 +48,19 @@ struct Trainer::Run {
     if (barrier) barrier->arrive([&] { if (meter) meter->epoch_end(steps, samples); });
     else if (meter) meter->epoch_end(steps, samples);
   }
+  // Around a reported step with a profile (`timed`): its virtual time, every rank idle at both.
+  bool timed = false;
+  void step_mark_begin() const {
+    if (!timed || !meter) return;
+    if (barrier) barrier->arrive([this] { meter->mark_begin(); });
+    else meter->mark_begin();
+  }
+  double step_mark_end() const {
+    if (!timed || !meter) return 0;
+    if (barrier) barrier->arrive([this] { meter->mark_end(); });  // the last to arrive
+    else meter->mark_end();
+    return meter->last_step_s();
+  }
 };
 
 namespace {
@@ -199,6 +212,25 @@ bool Trainer::stop_due(Run& run, Replica& rep, std::int64_t done) const {
     run.stop_at.compare_exchange_strong(none, run.barrier ? done + 1 : done);
   }
   return done >= run.stop_at.load();
+}
+
+bool Trainer::logs_step(std::int64_t step) const {
+  return config_.log_interval > 0 && !config_.dry_run && step % config_.log_interval == 0;
+}
+
+void Trainer::report_step(Run& run, Replica& rep, StepMetrics m, double loss_sum,
+                          double vtime_s) const {
+  if (!rep.lead() || !callbacks_.on_step) return;
+  const std::int64_t rows = rep.rows_of(m.samples);
+  m.loss = rows > 0 ? loss_sum / static_cast<double>(rows) : 0.0;
+  if (run.timed && run.meter && vtime_s > 0) {
+    m.predicted_time_s = vtime_s;
+    m.peak_flops = run.meter->peak_flops();
+    if (config_.flops_per_sample > 0 && m.peak_flops > 0)
+      m.mfu = config_.flops_per_sample * static_cast<double>(m.samples) /
+              (vtime_s * run.n_dev * m.peak_flops);
+  }
+  callbacks_.on_step(m);
 }
 
 Trainer::Trainer(TrainerConfig config, std::shared_ptr<DataSource> data,
@@ -362,6 +394,10 @@ void Trainer::finish(Run& run, FitResult& res) {
   res.trainer = c.trainer;
   res.epochs = c.max_iters > 0 ? 0 : c.epochs;
   res.max_iters = c.max_iters;
+  res.dry_run = c.dry_run;
+  // Iteration mode's losses are its evaluations'; epoch mode's training loss is an epoch's.
+  res.has_train_loss = c.max_iters > 0 ? c.eval_iters > 0 : c.epochs > 0;
+  res.has_eval = c.max_iters > 0 ? c.eval_iters > 0 : data_->eval_set().size() > 0;
   res.lead = dist::rank() == 0;
   if (!res.lead) return;
   if (auto* fx = be.extension<FaultExtension>()) res.unfired_faults = fx->unfired_faults();
@@ -391,8 +427,9 @@ FitResult Trainer::fit_dp(Run& run) {
     callbacks_.on_start({run.be->name(), run.n_dev, config_.determinism, TrainerKind::dp, false,
                          model_name(config_, *data_), rep.model().num_parameters(),
                          config_.effective_lr()});
-  CostMeter meter(*run.be, run.n_dev);
+  CostMeter meter(*run.be, run.n_dev, config_.dtype, config_.flops_per_sample);
   run.meter = &meter;
+  run.timed = !config_.profile.empty();
   FitResult res = config_.max_iters > 0 ? train_iterations(run, rep, ts)
                                          : train_replica(run, rep, ts);
   state_ = ts;
@@ -406,10 +443,12 @@ FitResult Trainer::fit_ddp(Run& run) {
   std::unique_ptr<CostMeter> meter;
   std::unique_ptr<RankBarrier> barrier;
   if (!run.processes) {  // the rank threads meet at each epoch's start and end
-    meter = std::make_unique<CostMeter>(*run.be, run.n_dev);
+    meter = std::make_unique<CostMeter>(*run.be, run.n_dev, config_.dtype,
+                                        config_.flops_per_sample);
     barrier = std::make_unique<RankBarrier>(run.n_dev);
   }
   run.meter = meter.get();
+  run.timed = !config_.profile.empty() && meter;
   run.barrier = barrier.get();
   std::vector<FitResult> results(run.devs.size());
   // Each rank: its own replica (same seed; DDP broadcasts rank 0's parameters anyway) and
@@ -476,10 +515,25 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     std::int64_t seen = ts.epoch_samples, steps = 0;
     for (std::int64_t i = ts.batch; i < batches; ++i) {
       data::Batch b = data_->batch(epoch - 1, i, c.batch_size);
+      const bool logged = logs_step(ts.step);
+      if (logged) run.step_mark_begin();
+      const auto s0 = std::chrono::steady_clock::now();
       begin_step(run, rep, ts.step);
       const double step_loss = rep.step(b);
       check_loss(c, rep, step_loss, b.x.size(0), ts.step,
                  detail::cat(" (epoch ", epoch, ", batch ", i, " of ", batches, ")"));
+      if (logged) {
+        const double vt = run.step_mark_end();
+        StepMetrics m;
+        m.iter = ts.step;
+        m.epoch = epoch;
+        m.batch = i;
+        m.batches = batches;
+        m.samples = b.x.size(0);
+        m.tokens = b.y.numel();
+        m.time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+        report_step(run, rep, m, step_loss, vt);
+      }
       loss_sum += step_loss;
       seen += b.x.size(0);
       ++steps;
@@ -582,9 +636,22 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
     std::int64_t steps = 0, samples = 0, tokens = 0;
     for (; ts.step < next; ++steps) {
       data::Batch b = data_->step_batch(ts.step, c.batch_size);
+      const bool logged = logs_step(ts.step);
+      if (logged) run.step_mark_begin();
+      const auto s0 = std::chrono::steady_clock::now();
       begin_step(run, rep, ts.step);
       lr = rep.optimizer().lr();
-      check_loss(c, rep, rep.step(b), b.x.size(0), ts.step, "");
+      const double step_loss = rep.step(b);
+      check_loss(c, rep, step_loss, b.x.size(0), ts.step, "");
+      if (logged) {
+        const double vt = run.step_mark_end();
+        StepMetrics m;
+        m.iter = ts.step;
+        m.samples = b.x.size(0);
+        m.tokens = b.y.numel();
+        m.time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - s0).count();
+        report_step(run, rep, m, step_loss, vt);
+      }
       samples += b.x.size(0);
       tokens += b.y.numel();
       ++ts.step;

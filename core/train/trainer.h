@@ -51,6 +51,8 @@ struct TrainerCallbacks {
   std::function<void(const std::string& dir, const TrainerState&)> on_resume;
   std::function<void(const EpochMetrics&)> on_epoch;  ///< after each epoch's evaluation
   std::function<void(const EvalMetrics&)> on_eval;    ///< iteration mode: each evaluation
+  /// Rank 0, after every TrainerConfig::log_interval-th step (both modes; not in a dry run).
+  std::function<void(const StepMetrics&)> on_step;
   /// At the end, with rank 0's trained replica (its model and optimizer), before it is freed.
   std::function<void(Replica&)> on_finish;
 };
@@ -100,6 +102,9 @@ class Replica {
   /// Mean loss and accuracy (argmax of the outputs against y's labels) over `ds`, in batches of
   /// `batch_size`, no gradients.
   Evaluation evaluate(const data::Dataset& ds, std::int64_t batch_size);
+  /// The rows of a global batch of `n` rows this replica trains on: dp all n, ddp its rank's
+  /// (DistributedDataParallel::local_rows; its micro-steps split those).
+  std::int64_t rows_of(std::int64_t n) const;
   /// Sum of `v` over the ranks (ddp: an all_reduce in f32, as a checkpoint stores it); dp: v.
   double sum_over_ranks(double v);
   /// Throws InvalidArgument when the ranks' parameters differ (ddp), naming the ranks.
@@ -176,6 +181,11 @@ class Trainer {
   bool stop_due(Run& run, Replica& rep, std::int64_t done) const;
   /// Before optimizer step `step`: the backend's, the model's step and the schedule's lr.
   void begin_step(Run& run, Replica& rep, std::int64_t step) const;
+  /// Whether step `step` (0-based) is reported (log_interval); every rank agrees.
+  bool logs_step(std::int64_t step) const;
+  /// Rank 0's on_step for step `iter`, its summed loss `loss_sum` over `rows` rows of this
+  /// replica, `samples` / `tokens` of the global batch, wall clock `time_s`, virtual `vtime_s`.
+  void report_step(Run& run, Replica& rep, StepMetrics m, double loss_sum, double vtime_s) const;
   TrainerState initial_state() const;
   /// Resumes from config.resume_dir; reports it (on_resume, rank 0) unless !report.
   TrainerState resume(Replica& rep, const TrainerState& fresh, bool lead, bool report = true);

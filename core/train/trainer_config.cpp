@@ -75,6 +75,11 @@ void validate(const TrainerConfig& c) {
   DITTO_CHECK(c.zero_stage == 0 || c.trainer == TrainerKind::ddp, n("zero_stage"), " ",
               c.zero_stage, " needs ", n("trainer"), " ddp (ZeRO shards the optimizer over "
               "DDP's ranks), got ", trainer_kind_name(c.trainer));
+  DITTO_CHECK(c.log_interval >= 0, n("log_interval"), ": expected >= 0 (0: no progress "
+              "lines), got ", c.log_interval);
+  DITTO_CHECK(std::isfinite(c.flops_per_sample) && c.flops_per_sample >= 0,
+              n("flops_per_sample"), ": expected a finite value >= 0 (0: unknown), got ",
+              c.flops_per_sample);
   DITTO_CHECK(c.grad_accum_steps >= 1, n("grad_accum_steps"), ": expected >= 1, got ",
               c.grad_accum_steps);
   for (const auto& h : c.hidden)

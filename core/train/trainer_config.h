@@ -95,6 +95,13 @@ struct TrainerConfig {
   /// step's update and before any checkpoint of it; true: keep going. f16's GradScaler skips
   /// steps whose gradients overflow either way (their loss is finite).
   bool allow_nonfinite_loss = false;
+  /// Steps between progress reports (TrainerCallbacks::on_step, StepMetrics; nanoGPT's
+  /// log_interval): after steps 0, N, 2N, ... of the run (0-based); 0: none. Not in a dry run.
+  std::int64_t log_interval = 0;
+  /// The model's FLOPs per training row (forward and backward), for the MFU of StepMetrics and
+  /// CostPrediction (nanoGPT's estimate_mfu: 6N + 12 L H Q T a token, times the block size);
+  /// 0: unknown (the step's MFU is not reported; the prediction counts the GEMM FLOPs).
+  double flops_per_sample = 0;
 
   // ---- GPT-2 scale (mixed precision, ZeRO-1, gradient accumulation, dry run)
   /// Storage dtype of the parameters, activations and gradients: f32, bf16 or f16. bf16 / f16
