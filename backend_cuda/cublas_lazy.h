@@ -13,7 +13,7 @@ namespace ditto::cuda {
 // and their initialisers cost ~65 ms of CPU and ~200 MB of resident memory per process, measured
 // on an empty main() (2 ms without them), although a run on the simulator never calls them. The
 // backend calls the nine cuBLAS functions it uses through this table instead, which dlopen()s the
-// library on the first cuBLAS handle (CudaBackend::cublas). It is found first by its soname
+// library on the first cuBLAS handle (CudaStream::cublas). It is found first by its soname
 // (LD_LIBRARY_PATH, the program's RUNPATH, ld.so.cache), then at the path the build linked
 // against; a program that also links cuBLAS itself gets the same copy (dlopen of a loaded soname
 // returns it). The CUDA runtime and NCCL stay linked: together they cost under 1 ms at start.

@@ -153,6 +153,7 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
       throw;
     }
   }
+
   void enqueue(int, Stream& s, const CollectiveCall& call) override {
     const cudaStream_t stream = as_cuda(s, detail::collective_name(call.kind)).get();
     std::lock_guard lk(mu_);  // this rank's collectives one at a time

@@ -65,9 +65,11 @@ NcclRedOp::NcclRedOp(ReduceOp op, double scalar, DType dtype, ncclComm_t comm,
   visit_dtype(dtype, [&](auto x) {
     using T = decltype(x);
     T value = convert<T>(scalar);  // integers: core checked it is integral and representable
-    DITTO_NCCL_CHECK(ncclRedOpCreatePreMulSum(&op_, &value, nccl_type(dtype),
-                                              ncclScalarHostImmediate, comm),
-                     where);
+    // A non-blocking communicator (cuda_communicator_mpi.cpp) may answer ncclInProgress.
+    nccl_settle(comm,
+                ncclRedOpCreatePreMulSum(&op_, &value, nccl_type(dtype), ncclScalarHostImmediate,
+                                         comm),
+                "ncclRedOpCreatePreMulSum", where);
   });
   comm_ = comm;
 }
