@@ -364,6 +364,12 @@ void CudaBackend::copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const voi
                      cuda::where(cs.device(), cs.physical_device()));
 }
 
+CudaBackend& as_cuda_backend(Backend& b, const char* call) {
+  auto* p = dynamic_cast<CudaBackend*>(&b);
+  DITTO_CHECK(p, call, ": expected the cuda backend, got backend ", b.name());
+  return *p;
+}
+
 std::shared_ptr<CommunicatorImpl> CudaBackend::create_communicator(const std::vector<int>& devices,
                                                                    const CommOptions& options) {
   return make_cuda_communicator(*this, devices, options);

@@ -104,4 +104,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<Kernels> kernels_;
 };
 
+/// The CudaBackend behind `b`; throws InvalidArgument naming `call` for another backend (the
+/// twin of as_cuda for streams).
+CudaBackend& as_cuda_backend(Backend& b, const char* call);
+
 }  // namespace ditto::cuda

@@ -30,7 +30,7 @@ using namespace ditto::test;
 constexpr int kLogicalDevices = 8;  // as test_cuda.cpp: one backend for the whole binary
 using CudaFixes = CudaSuite<kLogicalDevices>;
 
-cuda::CudaBackend& cuda_backend() { return dynamic_cast<cuda::CudaBackend&>(get_backend("cuda")); }
+cuda::CudaBackend& cuda_backend() { return cuda::as_cuda_backend(get_backend("cuda"), "test"); }
 
 std::vector<std::uint8_t> host_bytes(const Tensor& t) {
   Tensor h = t.to(Device::cpu());
