@@ -87,6 +87,13 @@ class CudaBackend final : public Backend {
     /// logical devices sharing a GPU never reuse each other's freed blocks, and each keeps at
     /// most its share of pool_release_threshold.
     cudaMemPool_t pool = nullptr;
+    LogicalDevice() = default;
+    LogicalDevice(const LogicalDevice&) = delete;
+    LogicalDevice& operator=(const LogicalDevice&) = delete;
+    /// Destroys a pool ~CudaBackend did not (a constructor that failed half way).
+    ~LogicalDevice() {
+      if (pool && cudaMemPoolDestroy(pool) != cudaSuccess) (void)cudaGetLastError();
+    }
   };
   struct PhysicalDevice {
     std::string name;             ///< cudaDeviceProp::name, e.g. "NVIDIA H200"
