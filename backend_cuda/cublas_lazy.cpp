@@ -54,6 +54,7 @@ CublasApi load_cublas(const std::string& soname, const std::string& fallback) {
     resolve(lib, name, "cublasSetStream_v2", api.set_stream);
     resolve(lib, name, "cublasSetPointerMode_v2", api.set_pointer_mode);
     resolve(lib, name, "cublasSetMathMode", api.set_math_mode);
+    resolve(lib, name, "cublasSetWorkspace_v2", api.set_workspace);
     resolve(lib, name, "cublasSgemm_v2_64", api.sgemm_64);
     resolve(lib, name, "cublasGetStatusString", api.get_status_string);
     resolve(lib, name, "cublasGetStatusName", api.get_status_name);

@@ -12,8 +12,8 @@ namespace ditto::cuda {
 // binary, ditto-train, a user's program) would otherwise load libcublas and libcublasLt at start,
 // and their initialisers cost ~65 ms of CPU and ~200 MB of resident memory per process, measured
 // on an empty main() (2 ms without them), although a run on the simulator never calls them. The
-// backend calls the eight cuBLAS functions it uses through this table instead, which dlopen()s the
-// library on the first cuBLAS handle (CudaBackend::cublas). It is found first by its soname
+// backend calls the nine cuBLAS functions it uses through this table instead, which dlopen()s the
+// library on the first cuBLAS handle (CudaStream::cublas). It is found first by its soname
 // (LD_LIBRARY_PATH, the program's RUNPATH, ld.so.cache), then at the path the build linked
 // against; a program that also links cuBLAS itself gets the same copy (dlopen of a loaded soname
 // returns it). The CUDA runtime and NCCL stay linked: together they cost under 1 ms at start.
@@ -25,6 +25,7 @@ struct CublasApi {
   decltype(&::cublasSetStream_v2) set_stream = nullptr;
   decltype(&::cublasSetPointerMode_v2) set_pointer_mode = nullptr;
   decltype(&::cublasSetMathMode) set_math_mode = nullptr;
+  decltype(&::cublasSetWorkspace_v2) set_workspace = nullptr;
   decltype(&::cublasSgemm_v2_64) sgemm_64 = nullptr;
   decltype(&::cublasGetStatusString) get_status_string = nullptr;
   decltype(&::cublasGetStatusName) get_status_name = nullptr;

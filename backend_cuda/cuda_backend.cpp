@@ -93,9 +93,7 @@ CudaBackend::CudaBackend(const BackendOptions& options) {
               "cuda backend: device_count: expected 1..", kMaxLogicalDevices,
               " (more than the ", count, " visible GPUs oversubscribes them), got ", logical);
 
-  // Physical GPUs: properties, and each default memory pool kept warm: the pool keeps freed
-  // memory for reuse rather than returning it to the driver at every synchronisation
-  // (allocate() trims it when an allocation fails).
+  // Physical GPUs: properties. Memory comes from one pool per logical device (below).
   physical_.resize(static_cast<std::size_t>(count));
   for (int p = 0; p < count; ++p) {
     const std::string gpu = "GPU " + std::to_string(p);
@@ -108,18 +106,12 @@ CudaBackend::CudaBackend(const BackendOptions& options) {
     int pools = 0;
     DITTO_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, p), gpu);
     pd.memory_pools = pools != 0;
-    if (pd.memory_pools) {
-      DeviceGuard g(p);
-      cudaMemPool_t pool = nullptr;
-      DITTO_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, p), gpu);
-      std::uint64_t keep = UINT64_MAX;
-      DITTO_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep), gpu);
-    }
   }
 
-  // Peer access between physical GPUs where the hardware allows it (NVLink, PCIe P2P), also for
-  // memory from the pools. Where it does not, cudaMemcpy*Async with cudaMemcpyDefault still copies
-  // between GPUs (staged through the host), so failures here only cost speed and are ignored.
+  // Peer access between physical GPUs where the hardware allows it (NVLink, PCIe P2P); the
+  // pools grant it to their memory below. Where it does not, cudaMemcpy*Async with
+  // cudaMemcpyDefault still copies between GPUs (staged through the host), so failures here only
+  // cost speed and are ignored.
   for (int p = 0; p < count; ++p) {
     for (int q = 0; q < count; ++q) {
       if (p == q) continue;
@@ -131,28 +123,50 @@ CudaBackend::CudaBackend(const BackendOptions& options) {
       DeviceGuard g(p);
       cudaError_t e = cudaDeviceEnablePeerAccess(q, 0);
       if (e != cudaSuccess) (void)cudaGetLastError();  // incl. cudaErrorPeerAccessAlreadyEnabled
-      if (physical_[static_cast<std::size_t>(q)].memory_pools) {
-        cudaMemPool_t pool = nullptr;
-        if (cudaDeviceGetDefaultMemPool(&pool, q) == cudaSuccess) {
-          cudaMemAccessDesc desc{};
-          desc.location.type = cudaMemLocationTypeDevice;
-          desc.location.id = p;
-          desc.flags = cudaMemAccessFlagsProtReadWrite;
-          if (cudaMemPoolSetAccess(pool, &desc, 1) != cudaSuccess) (void)cudaGetLastError();
-        } else {
-          (void)cudaGetLastError();
-        }
-      }
     }
   }
 
+  // Logical devices, each with its own memory pool on its GPU (cudaMemPoolCreate): logical
+  // devices sharing a GPU never hand each other's freed blocks to streams that did not wait for
+  // them, and an allocation failure trims them all (reclaim_gpu_memory). Each pool keeps freed
+  // memory for reuse up to its share of a finite release threshold (pool_release_threshold), so
+  // NCCL's and cuBLAS's own cudaMalloc still find memory.
   devices_.reserve(static_cast<std::size_t>(logical));
   for (int i = 0; i < logical; ++i) {
     auto d = std::make_unique<LogicalDevice>();
     d->physical = i % count;
     d->stream = std::make_unique<CudaStream>(Device("cuda", i), d->physical);
-    d->capacity = physical_[static_cast<std::size_t>(d->physical)].total_memory;
+    const PhysicalDevice& pd = physical_[static_cast<std::size_t>(d->physical)];
+    d->mem.capacity = pd.total_memory;
     devices_.push_back(std::move(d));
+    LogicalDevice& ld = *devices_.back();
+    if (!pd.memory_pools) continue;
+    const std::string w = where(i);
+    DeviceGuard g(ld.physical);
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = ld.physical;
+    DITTO_CUDA_CHECK(cudaMemPoolCreate(&ld.pool, &props), w);
+    const int sharing = logical / count + (ld.physical < logical % count ? 1 : 0);
+    std::uint64_t keep = pool_release_threshold(pd.total_memory, sharing);
+    DITTO_CUDA_CHECK(cudaMemPoolSetAttribute(ld.pool, cudaMemPoolAttrReleaseThreshold, &keep), w);
+    // Peers that can reach this GPU may read and write the pool's memory (in-GPU collectives
+    // across GPUs); where they cannot, copies between GPUs still work (staged), only slower.
+    for (int q = 0; q < count; ++q) {
+      int can = 0;
+      if (q == ld.physical || cudaDeviceCanAccessPeer(&can, q, ld.physical) != cudaSuccess ||
+          !can) {
+        (void)cudaGetLastError();
+        continue;
+      }
+      cudaMemAccessDesc desc{};
+      desc.location.type = cudaMemLocationTypeDevice;
+      desc.location.id = q;
+      desc.flags = cudaMemAccessFlagsProtReadWrite;
+      if (cudaMemPoolSetAccess(ld.pool, &desc, 1) != cudaSuccess) (void)cudaGetLastError();
+    }
   }
   kernels_ = make_cuda_kernels(*this);
 }
@@ -162,9 +176,14 @@ CudaBackend::~CudaBackend() {
   for (auto& d : devices_) {
     QuietDeviceGuard g(d->physical);
     if (cudaStreamSynchronize(d->stream->get()) != cudaSuccess) (void)cudaGetLastError();
-    if (d->cublas) (void)cublas_api().destroy(d->cublas);  // nothing to report from a destructor
-    d->cublas = nullptr;
-    d->stream.reset();
+    d->stream.reset();  // its cuBLAS handle too
+  }
+  for (auto& d : devices_) {
+    if (!d->pool) continue;
+    QuietDeviceGuard g(d->physical);
+    if (cudaDeviceSynchronize() != cudaSuccess || cudaMemPoolDestroy(d->pool) != cudaSuccess)
+      (void)cudaGetLastError();
+    d->pool = nullptr;
   }
 }
 
@@ -174,24 +193,26 @@ std::string CudaBackend::where(int index) const {
 
 DeviceProperties CudaBackend::properties(int index) const {
   const auto& d = *devices_[static_cast<std::size_t>(index)];
-  return {physical_[static_cast<std::size_t>(d.physical)].name, d.capacity};
+  return {physical_[static_cast<std::size_t>(d.physical)].name, d.mem.capacity};
 }
 
 MemoryStats CudaBackend::memory_stats(int index) const {
   const auto& d = *devices_[static_cast<std::size_t>(index)];
-  return {d.in_use.load(), d.peak.load(), d.capacity};
+  std::lock_guard lk(d.mem_mu);
+  return {d.mem.committed, d.mem.peak, d.mem.capacity};
 }
 
 void CudaBackend::reset_peak_memory(int index) {
   auto& d = *devices_[static_cast<std::size_t>(index)];
-  d.peak.store(d.in_use.load());
+  std::lock_guard lk(d.mem_mu);
+  d.mem.peak = d.mem.committed;
 }
 
 void* CudaBackend::device_malloc(LogicalDevice& d, std::size_t bytes, cudaStream_t stream,
                                  cudaError_t* err) {
   void* p = nullptr;
-  if (physical_[static_cast<std::size_t>(d.physical)].memory_pools)
-    *err = cudaMallocAsync(&p, bytes, stream);
+  if (d.pool)
+    *err = cudaMallocFromPoolAsync(&p, bytes, d.pool, stream);
   else
     *err = cudaMalloc(&p, bytes);
   return *err == cudaSuccess ? p : nullptr;
@@ -205,30 +226,43 @@ void CudaBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
   deallocate_on(index, ptr, bytes, devices_[static_cast<std::size_t>(index)]->stream->get());
 }
 
+void CudaBackend::reclaim_gpu_memory(int physical) {
+  const std::string gpu = "GPU " + std::to_string(physical);
+  DeviceGuard g(physical);
+  // Every stream of the GPU, not only the allocating one: blocks freed on another logical
+  // device's (or another thread's) stream return to their pool only once that stream gets there.
+  DITTO_CUDA_CHECK(cudaDeviceSynchronize(), gpu);
+  for (auto& d : devices_)
+    if (d->physical == physical && d->pool) (void)cudaMemPoolTrimTo(d->pool, 0);
+  (void)cudaGetLastError();
+}
+
 void* CudaBackend::allocate_on(int index, std::size_t bytes, cudaStream_t stream) {
   auto& d = *devices_[static_cast<std::size_t>(index)];
-  auto oom = [&](std::size_t in_use, const std::string& extra) {
+  auto oom = [&](const std::string& extra) {
+    std::lock_guard lk(d.mem_mu);
     return OutOfMemory(detail::cat(where(index), ": out of memory: tried to allocate ",
-                                   bytes_str(bytes), "; ", bytes_str(in_use),
-                                   " in use of capacity ", bytes_str(d.capacity), " (peak ",
-                                   bytes_str(d.peak.load()), ")", extra));
+                                   bytes_str(bytes), "; ", bytes_str(d.mem.committed),
+                                   " in use of capacity ", bytes_str(d.mem.capacity), " (peak ",
+                                   bytes_str(d.mem.peak), ")", extra));
   };
   // Our own accounting first, like the simulator: a request past the capacity fails before CUDA
-  // is asked.
-  std::size_t cur = d.in_use.load();
-  for (;;) {
-    if (bytes > d.capacity || cur > d.capacity - bytes) throw oom(cur, "");
-    if (d.in_use.compare_exchange_weak(cur, cur + bytes)) break;
-  }
-  std::size_t now = cur + bytes, old = d.peak.load();
-  while (now > old && !d.peak.compare_exchange_weak(old, now)) {
+  // is asked. The peak counts the request only once CUDA granted it (MemoryAccount).
+  {
+    std::unique_lock lk(d.mem_mu);
+    if (!d.mem.reserve(bytes)) {
+      lk.unlock();
+      throw oom("");
+    }
   }
   struct Unreserve {
     LogicalDevice& d;
     std::size_t bytes;
     bool armed = true;
     ~Unreserve() {
-      if (armed) d.in_use.fetch_sub(bytes);
+      if (!armed) return;
+      std::lock_guard lk(d.mem_mu);
+      d.mem.release(bytes, false);
     }
   } unreserve{d, bytes};
 
@@ -237,16 +271,10 @@ void* CudaBackend::allocate_on(int index, std::size_t bytes, cudaStream_t stream
   cudaError_t err = cudaSuccess;
   void* p = device_malloc(d, request, stream, &err);
   if (err == cudaErrorMemoryAllocation) {
-    // The pool may hold memory freed on other streams or not yet returned: let this stream's
-    // frees complete, give unused pool memory back to the driver, and try once more.
+    // The pools may hold memory freed on other streams or not yet returned: let every stream of
+    // the GPU complete, give unused pool memory back to the driver, and try once more.
     (void)cudaGetLastError();
-    DITTO_CUDA_CHECK(cudaStreamSynchronize(stream), where(index));
-    if (physical_[static_cast<std::size_t>(d.physical)].memory_pools) {
-      cudaMemPool_t pool = nullptr;
-      if (cudaDeviceGetDefaultMemPool(&pool, d.physical) == cudaSuccess)
-        (void)cudaMemPoolTrimTo(pool, 0);
-      (void)cudaGetLastError();
-    }
+    reclaim_gpu_memory(d.physical);
     p = device_malloc(d, request, stream, &err);
   }
   if (err == cudaErrorMemoryAllocation) {
@@ -256,11 +284,13 @@ void* CudaBackend::allocate_on(int index, std::size_t bytes, cudaStream_t stream
     if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
       extra += ", " + bytes_str(free_b) + " free on GPU " + std::to_string(d.physical);
     (void)cudaGetLastError();
-    throw oom(d.in_use.load() - bytes, extra);
+    throw oom(extra);
   }
   if (err != cudaSuccess)
-    throw_cuda_error(err, "cudaMallocAsync", __FILE__, __LINE__, where(index));
+    throw_cuda_error(err, "cudaMallocFromPoolAsync", __FILE__, __LINE__, where(index));
   unreserve.armed = false;
+  std::lock_guard lk(d.mem_mu);
+  d.mem.commit(bytes);
   return p;
 }
 
@@ -269,12 +299,11 @@ void CudaBackend::deallocate_on(int index, void* ptr, std::size_t bytes,
   auto& d = *devices_[static_cast<std::size_t>(index)];
   if (ptr) {
     QuietDeviceGuard g(d.physical);
-    cudaError_t err = physical_[static_cast<std::size_t>(d.physical)].memory_pools
-                          ? cudaFreeAsync(ptr, stream)
-                          : cudaFree(ptr);
+    cudaError_t err = d.pool ? cudaFreeAsync(ptr, stream) : cudaFree(ptr);
     if (err != cudaSuccess) (void)cudaGetLastError();  // e.g. the context is already lost
   }
-  d.in_use.fetch_sub(bytes);
+  std::lock_guard lk(d.mem_mu);
+  d.mem.release(bytes, true);
 }
 
 std::unique_ptr<Stream> CudaBackend::create_stream(int index) {
@@ -294,7 +323,7 @@ void copy_blocking(Stream& s, void* dst, const void* src, std::size_t bytes, con
   const std::string w = cuda::where(cs.device(), cs.physical_device());
   DeviceGuard g(cs.physical_device());
   DITTO_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cs.get()), w);
-  DITTO_CUDA_CHECK(cudaStreamSynchronize(cs.get()), w);
+  cs.synchronize();  // watched where NCCL work may hang the stream (Note [Waiting on NCCL work])
 }
 }  // namespace
 
@@ -335,23 +364,10 @@ void CudaBackend::copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const voi
                      cuda::where(cs.device(), cs.physical_device()));
 }
 
-cublasHandle_t CudaBackend::cublas(int index) {
-  auto& d = *devices_[static_cast<std::size_t>(index)];
-  std::lock_guard lk(d.cublas_mu);
-  if (!d.cublas) {
-    DeviceGuard g(d.physical);
-    cublasHandle_t h = nullptr;
-    const CublasApi& api = cublas_api();  // loads libcublas on first use (Note [Lazy cuBLAS])
-    DITTO_CUBLAS_CHECK(api.create(&h), where(index));
-    // Plain FP32 (no TF32 tensor cores) unless a kernel asks otherwise.
-    if (api.set_math_mode(h, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS ||
-        api.set_stream(h, d.stream->get()) != CUBLAS_STATUS_SUCCESS) {
-      api.destroy(h);
-      throw BackendError(where(index) + ": cuBLAS handle setup failed");
-    }
-    d.cublas = h;
-  }
-  return d.cublas;
+CudaBackend& as_cuda_backend(Backend& b, const char* call) {
+  auto* p = dynamic_cast<CudaBackend*>(&b);
+  DITTO_CHECK(p, call, ": expected the cuda backend, got backend ", b.name());
+  return *p;
 }
 
 std::shared_ptr<CommunicatorImpl> CudaBackend::create_communicator(const std::vector<int>& devices,

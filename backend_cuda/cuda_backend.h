@@ -4,8 +4,9 @@
 //
 // Logical devices: BackendOptions::device_count logical devices (default: one per visible GPU);
 // logical device i runs on physical GPU i % physical_count() (oversubscription: "--devices 8" on a
-// 1-GPU machine). Each logical device has its own default stream, cuBLAS handle and memory
-// accounting (live and peak bytes; capacity = the physical GPU's total memory).
+// 1-GPU machine). Each logical device has its own default stream, memory pool and memory
+// accounting (live and peak bytes; capacity = the physical GPU's total memory); each stream has
+// its own cuBLAS handle (CudaStream::cublas).
 //
 // No GPU, no driver or a driver too old: constructing the backend throws BackendError
 // "no CUDA device: <reason>".
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_cuda/cuda_host_logic.h"
 #include "backend_cuda/cuda_stream.h"
 #include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
@@ -67,9 +69,9 @@ class CudaBackend final : public Backend {
   /// Physical GPU of logical device `index`.
   int physical_device(int index) const { return devices_[index]->physical; }
   int physical_count() const { return physical_count_; }
-  /// cuBLAS handle of logical device `index` (created on first use, thread-safe; bound to the
-  /// device's default stream at creation: callers set the stream they use with cublasSetStream).
-  cublasHandle_t cublas(int index);
+  /// The memory pool of logical device `index` (null where the GPU has no pool support).
+  cudaMemPool_t memory_pool(int index) const { return devices_[index]->pool; }
+
   /// The CudaStream default_stream(index) returns.
   CudaStream& cuda_stream(int index) { return *devices_[index]->stream; }
   /// How errors name logical device `index`: "cuda:3 (GPU 0)".
@@ -79,11 +81,19 @@ class CudaBackend final : public Backend {
   struct LogicalDevice {
     int physical = 0;
     std::unique_ptr<CudaStream> stream;
-    std::size_t capacity = 0;
-    std::atomic<std::size_t> in_use{0};
-    std::atomic<std::size_t> peak{0};
-    std::mutex cublas_mu;
-    cublasHandle_t cublas = nullptr;
+    mutable std::mutex mem_mu;
+    MemoryAccount mem;  ///< live and peak bytes, capacity (guarded by mem_mu)
+    /// The device's own memory pool on its GPU (null: no pool support, cudaMalloc / cudaFree):
+    /// logical devices sharing a GPU never reuse each other's freed blocks, and each keeps at
+    /// most its share of pool_release_threshold.
+    cudaMemPool_t pool = nullptr;
+    LogicalDevice() = default;
+    LogicalDevice(const LogicalDevice&) = delete;
+    LogicalDevice& operator=(const LogicalDevice&) = delete;
+    /// Destroys a pool ~CudaBackend did not (a constructor that failed half way).
+    ~LogicalDevice() {
+      if (pool && cudaMemPoolDestroy(pool) != cudaSuccess) (void)cudaGetLastError();
+    }
   };
   struct PhysicalDevice {
     std::string name;             ///< cudaDeviceProp::name, e.g. "NVIDIA H200"
@@ -92,10 +102,17 @@ class CudaBackend final : public Backend {
     bool memory_pools = false;    ///< cudaMallocAsync supported (else cudaMalloc / cudaFree)
   };
   void* device_malloc(LogicalDevice& d, std::size_t bytes, cudaStream_t stream, cudaError_t* err);
+  /// After an allocation failed on GPU `physical`: waits for every stream of the GPU (their
+  /// stream-ordered frees complete) and trims every logical device's pool on it to nothing.
+  void reclaim_gpu_memory(int physical);
   int physical_count_ = 0;
   std::vector<PhysicalDevice> physical_;
   std::vector<std::unique_ptr<LogicalDevice>> devices_;
   std::unique_ptr<Kernels> kernels_;
 };
+
+/// The CudaBackend behind `b`; throws InvalidArgument naming `call` for another backend (the
+/// twin of as_cuda for streams).
+CudaBackend& as_cuda_backend(Backend& b, const char* call);
 
 }  // namespace ditto::cuda

@@ -102,6 +102,7 @@
 #include "backend_cuda/cuda_bitwise.h"
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_comm_kernels.h"
+#include "backend_cuda/cuda_host_logic.h"
 #include "backend_cuda/cuda_communicator.h"
 #include "backend_cuda/cuda_nccl.h"
 #include "core/internal/collective_call.h"
@@ -256,12 +257,14 @@ void CudaCommunicator::resolve_locked(Round& round) {
       run(round);
       round.state = Round::State::done;
     } catch (const std::exception& e) {
-      // Part of the collective may be on the ranks' streams: abort (like ncclCommAbort).
+      // Part of the collective may be on the ranks' streams: abort, and free the NCCL kernels
+      // of whatever did reach a GPU at once (ncclCommAbort), not at the communicator's end.
       std::string reason =
           detail::cat(detail::collective_label(round.calls[0].kind, round.seq), ": ", e.what());
       round.state = Round::State::failed;
       round.error = std::current_exception();
       abort_locked(Cause::error, std::move(reason));
+      abort_nccl_locked();
     }
   }
   cv_.notify_all();
@@ -294,6 +297,15 @@ void CudaCommunicator::await_locked(std::unique_lock<std::mutex>& lk, Round& rou
 void CudaCommunicator::abort(int rank, const std::string& reason) noexcept {
   std::lock_guard lk(mu_);
   if (rv_.abort_state().rank_failed(rank, reason)) cv_.notify_all();  // else the first stays
+  abort_nccl_locked();
+}
+
+void CudaCommunicator::abort_nccl_locked() noexcept {
+  for (Rank& k : ranks_)
+    if (k.nccl) {
+      (void)ncclCommAbort(k.nccl);
+      k.nccl = nullptr;
+    }
 }
 
 void CudaCommunicator::group_start() {
@@ -363,14 +375,19 @@ void CudaCommunicator::run(const Round& round) {
   } else if (options_.determinism == Determinism::bitwise && uses_op(c0.kind)) {
     nccl_bitwise(round);
   } else {  // NCCL's own collectives, one group over all ranks
-    std::vector<NcclRedOp> ops;  // premul_sum ops: destroyed after the group's end
-    NcclGroup group(ranks_[0].where);
-    for (int r = 0; r < n_; ++r) {
-      const Rank& k = ranks_[static_cast<std::size_t>(r)];
-      const Call& c = round.calls[static_cast<std::size_t>(r)];
-      ops.push_back(nccl_native(c, k.nccl, c.stream, k.barrier_buf, k.where));
-    }
-    group.end();
+    // Every rank's premul_sum op is made before the group opens (enqueue_group): a failure for
+    // rank r > 0 then enqueues no rank, instead of launching ranks 0..r-1 alone.
+    auto rank = [&](int r) -> const Rank& { return ranks_[static_cast<std::size_t>(r)]; };
+    auto call = [&](int r) -> const Call& { return round.calls[static_cast<std::size_t>(r)]; };
+    const std::vector<NcclRedOp> ops = enqueue_group<NcclRedOp>(  // destroyed after the end
+        n_, [&](int r) { return nccl_op_for(call(r), rank(r).nccl, rank(r).where); },
+        [&] { DITTO_NCCL_CHECK(ncclGroupStart(), ranks_[0].where); },
+        [&](int r, const NcclRedOp& op) {
+          nccl_enqueue(call(r), op, rank(r).nccl, call(r).stream, rank(r).barrier_buf,
+                       rank(r).where);
+        },
+        [&] { DITTO_NCCL_CHECK(ncclGroupEnd(), ranks_[0].where); },
+        [] { (void)ncclGroupEnd(); });
   }
   for (int r = 0; r < n_; ++r) {
     DeviceGuard g(ranks_[static_cast<std::size_t>(r)].physical);
@@ -495,8 +512,9 @@ void CudaCommunicator::in_gpu_share(const Round& col, int r) {
     case Kind::recv:  // point-to-point never reaches a round (run_p2p)
       return;
   }
-  if (srcs.size() == 1)  // a copy onto itself is no work (in-place broadcast, all_gather)
-    dsts.erase(std::remove(dsts.begin(), dsts.end(), srcs[0]), dsts.end());
+  // A copy onto itself is no work (in-place broadcast, all_gather, sum on one rank); avg and
+  // premul_sum on one rank are not copies and still write their destination.
+  dsts = comm_destinations(srcs, std::move(dsts), op);
   DITTO_CUDA_CHECK(launch_comm_reduce(stream, srcs, dsts, len, c0.dtype, op,
                                       scalars.empty() ? nullptr : scalars.data()),
                    k.where);

@@ -101,6 +101,9 @@ class CudaCommunicator final : public CommunicatorImpl {
   void resolve_locked(Round& round);
   void await_locked(std::unique_lock<std::mutex>& lk, Round& round, int rank, bool grouped);
   void abort_locked(detail::AbortState::Cause cause, std::string reason);
+  /// ncclCommAbort of every rank's communicator (once aborted, no collective is enqueued
+  /// again): frees NCCL kernels waiting for ranks that will not come.
+  void abort_nccl_locked() noexcept;
 
   // ---- enqueueing (caller holds mu_) -----------------------------------------------------------
   void run(const Round& round);

@@ -30,8 +30,31 @@
 // peer's and a missing partner is not timed out: as with raw NCCL, a send whose recv never comes
 // leaves the stream waiting (ncclCommAbort through Communicator::abort frees it). A checked
 // version would exchange a header per call over MPI first.
+//
+// One GPU per rank: NCCL refuses two ranks of one communicator on one GPU, and processes cannot
+// share the in-GPU transport (each holds its own memory). So before NCCL is asked, the ranks
+// exchange their GPUs' identities (host name and GPU UUID, MPI_Iallgather under the timeout) and
+// every rank refuses a shared GPU with the same BackendError naming the two ways that work
+// (check_one_rank_per_gpu, cuda_host_logic.h): `mpirun -np 2 ditto-train --backend cuda` on a
+// one-GPU machine ends there, not in ncclCommInitRank's "Duplicate GPU detected".
+//
+// Failures and hangs: the NCCL communicator is non-blocking (ncclCommInitRankConfig with
+// blocking = 0), so its initialisation is polled (ncclCommGetAsyncError) under
+// CommOptions::timeout_ms and aborted (ncclCommAbort) at the deadline instead of waiting for a
+// rank that never comes; calls that return ncclInProgress are polled the same way
+// (nccl_settle). Communicator::abort and every enqueue failure call ncclCommAbort at once (the
+// kernels this rank enqueued no longer wait for peers). A StreamWatch registered for the rank's
+// GPU makes host waits on its streams poll ncclCommGetAsyncError and time out a collective
+// unfinished after timeout_ms (Note [Waiting on NCCL work], cuda_stream.h), so a rank whose
+// peer failed after the sends were enqueued fails with an error instead of spinning in
+// cudaStreamSynchronize for ever.
 #include <nccl.h>
+#include <unistd.h>
 
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -43,6 +66,7 @@
 #include "backend_cuda/cuda_backend.h"
 #include "backend_cuda/cuda_bitwise.h"
 #include "backend_cuda/cuda_check.h"
+#include "backend_cuda/cuda_host_logic.h"
 #include "backend_cuda/cuda_nccl.h"
 #include "core/internal/mpi_transport.h"
 
@@ -52,6 +76,26 @@ namespace {
 using detail::CollectiveCall;
 using Kind = detail::CollectiveKind;
 using detail::mpi::MpiLink;
+
+/// A GPU's identity across processes: "host/GPU-<uuid>" (fixed size for MPI_Allgather).
+using GpuId = std::array<char, 256>;
+
+GpuId gpu_identity(int physical, const std::string& where) {
+  cudaDeviceProp prop{};
+  DITTO_CUDA_CHECK(cudaGetDeviceProperties(&prop, physical), where);
+  char host[128] = {};
+  (void)gethostname(host, sizeof host - 1);
+  std::string id = std::string(host) + "/GPU-";
+  static const char* hex = "0123456789abcdef";
+  for (int i = 0; i < 16; ++i) {
+    const auto b = static_cast<unsigned char>(prop.uuid.bytes[i]);
+    id += hex[b >> 4];
+    id += hex[b & 15];
+  }
+  GpuId out{};
+  std::strncpy(out.data(), id.c_str(), out.size() - 1);
+  return out;
+}
 
 class CudaMpiCommunicator final : public CommunicatorImpl {
  public:
@@ -63,6 +107,9 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
     where_ = detail::cat(backend.where(device), ", rank ", link_.rank(), " of ", link_.size(),
                          " (MPI)");
     try {
+      const auto deadline = detail::mpi::Clock::now() +
+                            std::chrono::milliseconds(options.timeout_ms);
+      check_gpus(deadline);
       // Rank 0 draws the unique id; MPI carries it to the others (on the heap: after a timeout
       // the pending broadcast may still write it).
       auto id = std::make_shared<ncclUniqueId>();
@@ -71,8 +118,6 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
       DITTO_MPI_CHECK(MPI_Ibcast(id.get(), sizeof(ncclUniqueId), MPI_BYTE, 0, link_.comm(),
                                  &reqs[0]),
                       where_);
-      const auto deadline = detail::mpi::Clock::now() +
-                            std::chrono::milliseconds(options.timeout_ms);
       if (!detail::mpi::wait_until(reqs, deadline, where_)) {
         link_.abort_by_rank("timed out in Communicator::init_rank");
         new std::shared_ptr<ncclUniqueId>(id);  // leaked on purpose (Note [Timeouts over MPI])
@@ -81,19 +126,33 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
                                   " ms waiting for rank 0's NCCL unique id (MPI_Ibcast)"));
       }
       DeviceGuard g(physical_);
-      DITTO_NCCL_CHECK(ncclCommInitRank(&nccl_, link_.size(), *id, link_.rank()),
-                       detail::cat("Communicator::init_rank (", where_, ")"));
+      // Non-blocking, so that a rank that never joins costs a Timeout, not a hang.
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      ncclComm_t comm = nullptr;
+      const ncclResult_t r = ncclCommInitRankConfig(&comm, link_.size(), *id, link_.rank(),
+                                                    &config);
+      nccl_ = comm;
+      const std::string call = detail::cat("Communicator::init_rank (", where_, ")");
+      try {
+        nccl_settle(comm, r, "ncclCommInitRankConfig", call,
+                    std::max<std::int64_t>(1, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                  deadline - detail::mpi::Clock::now())
+                                                  .count()));
+      } catch (const std::exception& e) {
+        link_.abort_by_rank(e.what());
+        throw;
+      }
       DITTO_CUDA_CHECK(cudaEventCreateWithFlags(&last_, cudaEventDisableTiming), where_);
       DITTO_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(float)), where_);
       DITTO_CUDA_CHECK(cudaMemset(barrier_buf_, 0, sizeof(float)), where_);
+      watch_ = std::make_shared<Watch>(this);
+      add_stream_watch(physical_, watch_);
     } catch (...) {
       release();
       throw;
     }
   }
-  ~CudaMpiCommunicator() override { release(); }
-  CudaMpiCommunicator(const CudaMpiCommunicator&) = delete;
-  CudaMpiCommunicator& operator=(const CudaMpiCommunicator&) = delete;
 
   void enqueue(int, Stream& s, const CollectiveCall& call) override {
     const cudaStream_t stream = as_cuda(s, detail::collective_name(call.kind)).get();
@@ -112,6 +171,8 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
     // called; throws on mismatch, timeout, abort
     if (call.kind != Kind::barrier && call.kind != Kind::all_to_all_v && call.count == 0) return;
     try {
+      std::lock_guard nl(nccl_mu_);  // abort() from another thread waits for the enqueue
+      link_.throw_if_aborted(call.kind);
       DeviceGuard g(physical_);
       if (last_stream_ && last_stream_ != stream)
         DITTO_CUDA_CHECK(cudaStreamWaitEvent(stream, last_, 0), where_);
@@ -124,20 +185,27 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
                         call.dtype, call.op, std::move(scalars));
         bitwise_collective(t, call, link_.size());
       } else {  // a group: all_to_all_v is several ncclSend / ncclRecv
-        NcclGroup group(where_);
-        NcclRedOp op = nccl_native(call, nccl_, stream, barrier_buf_, where_);
-        group.end();
+        // The premul_sum op is made before the group opens (enqueue_group).
+        const std::vector<NcclRedOp> ops = enqueue_group<NcclRedOp>(
+            1, [&](int) { return nccl_op_for(call, nccl_, where_); },
+            [&] { DITTO_NCCL_CHECK(ncclGroupStart(), where_); },
+            [&](int, const NcclRedOp& op) {
+              nccl_enqueue(call, op, nccl_, stream, barrier_buf_, where_);
+            },
+            [&] { nccl_settle(nccl_, ncclGroupEnd(), "ncclGroupEnd()", where_); },
+            [] { (void)ncclGroupEnd(); });
       }
       DITTO_CUDA_CHECK(cudaEventRecord(last_, stream), where_);
       last_stream_ = stream;
+      enqueued_at_ms_.store(now_ms());
     } catch (const std::exception& e) {
       // Part of the collective may be enqueued: the communicator cannot go on (ncclCommAbort).
-      link_.abort_by_rank(detail::cat(MpiLink::label(call.kind, seq), ": ", e.what()));
+      abort_all(detail::cat(MpiLink::label(call.kind, seq), ": ", e.what()));
       throw;
     }
   }
 
-  void abort(int, const std::string& reason) noexcept override { link_.abort_by_rank(reason); }
+  void abort(int, const std::string& reason) noexcept override { abort_all(reason); }
 
   void group_start() override {
     std::lock_guard lk(mu_);
@@ -165,11 +233,13 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
   /// previous collective or transfer, and the last stream's end is the new "previous".
   void run_p2p(const std::vector<P2P>& batch) {
     try {
+      std::lock_guard nl(nccl_mu_);  // abort() from another thread waits for the enqueue
+      link_.throw_if_aborted(Kind::send);
       DeviceGuard g(physical_);
       for (const P2P& p : batch)
         if (last_stream_ && last_stream_ != p.stream)
           DITTO_CUDA_CHECK(cudaStreamWaitEvent(p.stream, last_, 0), where_);
-      NcclGroup group(where_);
+      NcclGroup group(where_, {nccl_});
       for (const P2P& p : batch)
         if (p.call.count > 0) (void)nccl_native(p.call, nccl_, p.stream, barrier_buf_, where_);
       group.end();
@@ -183,19 +253,155 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
         }
       DITTO_CUDA_CHECK(cudaEventRecord(last_, end), where_);
       last_stream_ = end;
+      enqueued_at_ms_.store(now_ms());
     } catch (const std::exception& e) {
-      link_.abort_by_rank(detail::cat("send/recv: ", e.what()));
+      abort_all(detail::cat("send/recv: ", e.what()));
       throw;
     }
   }
 
+  /// The StreamWatch of this rank's GPU (Note [Waiting on NCCL work]): outlives the
+  /// communicator's NCCL state only as an empty shell (owner null after release()).
+  class Watch final : public StreamWatch {
+   public:
+    explicit Watch(CudaMpiCommunicator* owner) : owner_(owner) {}
+    Report poll() override {
+      std::lock_guard lk(mu_);
+      return owner_ ? owner_->poll_watch() : Report{};
+    }
+    void abort(const std::string& reason) noexcept override {
+      std::lock_guard lk(mu_);
+      if (owner_) owner_->abort_all(reason);
+    }
+    void detach() {
+      std::lock_guard lk(mu_);
+      owner_ = nullptr;
+    }
+
+   private:
+    std::mutex mu_;
+    CudaMpiCommunicator* owner_;
+  };
+
+  static std::int64_t now_ms() {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+
+  /// One poll of the watch: NCCL's asynchronous error, and how long the latest collective (or
+  /// send/recv batch) has been unfinished.
+  StreamWatch::Report poll_watch() {
+    StreamWatch::Report r;
+    r.what = where_;
+    r.timeout_ms = link_.options().timeout_ms;
+    std::unique_lock lk(nccl_mu_, std::try_to_lock);
+    if (!lk.owns_lock() || !nccl_) return r;  // enqueueing now: poll again later
+    ncclResult_t state = ncclSuccess;
+    if (ncclCommGetAsyncError(nccl_, &state) != ncclSuccess ||
+        (state != ncclSuccess && state != ncclInProgress)) {
+      r.error = true;
+      const char* last = ncclGetLastError(nccl_);
+      r.what = detail::cat(where_, ": NCCL reported an asynchronous error: ",
+                           ncclGetErrorString(state), last && *last ? " (" : "",
+                           last ? last : "", last && *last ? ")" : "");
+      return r;
+    }
+    const std::int64_t since = enqueued_at_ms_.load();
+    if (since >= 0 && last_) {
+      const cudaError_t q = cudaEventQuery(last_);
+      if (q == cudaErrorNotReady)
+        r.pending_ms = now_ms() - since;
+      else
+        (void)cudaGetLastError();
+    }
+    return r;
+  }
+
+  /// Marks the link failed (the other ranks fail at their next call) and aborts the NCCL
+  /// communicator at once (ncclCommAbort: this rank's NCCL kernels stop waiting for peers).
+  void abort_all(const std::string& reason) noexcept {
+    link_.abort_by_rank(reason);
+    std::lock_guard lk(nccl_mu_);
+    if (nccl_) {
+      QuietGuard g(physical_);
+      (void)ncclCommAbort(nccl_);
+      nccl_ = nullptr;
+    }
+  }
+
+  /// Every rank's GPU identity; refuses two ranks on one GPU (check_one_rank_per_gpu).
+  void check_gpus(detail::mpi::Clock::time_point deadline) {
+    const GpuId mine = gpu_identity(physical_, where_);
+    auto all = std::make_shared<std::vector<GpuId>>(static_cast<std::size_t>(link_.size()));
+    std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
+    DITTO_MPI_CHECK(MPI_Iallgather(mine.data(), static_cast<int>(mine.size()), MPI_CHAR,
+                                   all->data(), static_cast<int>(mine.size()), MPI_CHAR,
+                                   link_.comm(), &reqs[0]),
+                    where_);
+    if (!detail::mpi::wait_until(reqs, deadline, where_)) {
+      link_.abort_by_rank("timed out in Communicator::init_rank");
+      new std::shared_ptr<std::vector<GpuId>>(all);  // leaked on purpose: the request may write
+      throw Timeout(detail::cat("Communicator::init_rank (", where_, "): timed out after ",
+                                link_.options().timeout_ms,
+                                " ms exchanging the ranks' GPUs (MPI_Iallgather)"));
+    }
+    std::vector<std::string> ids, names;
+    for (int r = 0; r < link_.size(); ++r) {
+      std::string id(all->at(static_cast<std::size_t>(r)).data());
+      const std::size_t slash = id.find('/');
+      names.push_back(detail::cat("GPU ", id.substr(slash == std::string::npos ? 0 : slash + 1),
+                                  " on host ", id.substr(0, slash)));
+      ids.push_back(std::move(id));
+    }
+    check_one_rank_per_gpu(ids, names);
+  }
+
+  /// Switches to a device without throwing (release and abort are noexcept).
+  class QuietGuard {
+   public:
+    explicit QuietGuard(int physical) {
+      if (cudaGetDevice(&previous_) != cudaSuccess || previous_ == physical ||
+          cudaSetDevice(physical) != cudaSuccess) {
+        (void)cudaGetLastError();
+        previous_ = -1;
+      }
+    }
+    ~QuietGuard() {
+      if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
+    }
+    QuietGuard(const QuietGuard&) = delete;
+    QuietGuard& operator=(const QuietGuard&) = delete;
+
+   private:
+    int previous_ = -1;
+  };
+
 
   void release() noexcept {
-    if (nccl_) {
-      DeviceGuard g(physical_);
-      // Destroy waits for pending work; after a failure the work may never finish: abort.
-      (void)(link_.aborted() ? ncclCommAbort(nccl_) : ncclCommDestroy(nccl_));
-      nccl_ = nullptr;
+    if (watch_) {
+      remove_stream_watch(physical_, watch_.get());
+      watch_->detach();
+      watch_.reset();
+    }
+    {
+      std::lock_guard lk(nccl_mu_);
+      if (nccl_) {
+        QuietGuard g(physical_);
+        // Destroy waits for pending work; after a failure the work may never finish: abort.
+        // Non-blocking: finalize (flushes the work), polled under the timeout, then destroy.
+        bool clean = !link_.aborted();
+        if (clean) {
+          try {
+            nccl_settle(nccl_, ncclCommFinalize(nccl_), "ncclCommFinalize", where_,
+                        link_.options().timeout_ms);
+          } catch (...) {
+            clean = false;
+          }
+        }
+        (void)(clean ? ncclCommDestroy(nccl_) : ncclCommAbort(nccl_));
+        nccl_ = nullptr;
+      }
     }
     if (last_) (void)cudaEventDestroy(last_);
     if (barrier_buf_) (void)cudaFree(barrier_buf_);
@@ -210,7 +416,12 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
   int physical_ = 0;
   std::string where_;
   std::mutex mu_;
+  /// Guards nccl_ between the enqueueing thread, abort() from any thread and the watch (the
+  /// enqueueing thread reads it under mu_; abort_all nulls it after ncclCommAbort).
+  std::mutex nccl_mu_;
   ncclComm_t nccl_ = nullptr;
+  std::shared_ptr<Watch> watch_;
+  std::atomic<std::int64_t> enqueued_at_ms_{-1};  ///< when the latest work was enqueued
   cudaEvent_t last_ = nullptr;           ///< end of this rank's latest collective
   cudaStream_t last_stream_ = nullptr;   ///< where last_ was recorded
   float* barrier_buf_ = nullptr;

@@ -16,7 +16,9 @@
 // into two halves reduced into Acc scratch memory, then combined by a launch over the two: the
 // canonical tree over all inputs, rounded to the dtype once at the root. (Fast mode takes the
 // same tree past kReduceCap inputs: any order is allowed there.)
+#include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "backend_cuda/cuda_kernels_common.cuh"
 #include "core/numerics/dtype_math.h"
@@ -28,9 +30,66 @@ namespace {
 
 // ---- elementwise -------------------------------------------------------------------------------
 
+// Note [CUDA NaN casts]
+// The GPU's conversions between f64 and f32 (PTX cvt.rn.f32.f64, cvt.f64.f32) return the
+// canonical NaN (0x7fffffff, 0x7fffffffffffffff) for every NaN input, where x86 (cvtsd2ss,
+// cvtss2sd), and so the simulator and the host, keep the sign and the top payload bits and set
+// the quiet bit. convert<To> of core/numerics/float_formats.h casts f64 <-> f32 with static_cast,
+// also on the way between f64 and f16 / bf16 / fp8 (through f32), so on the GPU a NaN's sign
+// and payload were lost. cast_value handles NaN by bits first, as x86 does, and leaves every
+// other value to convert<To> (ctest CudaEmu.Kernels models the GPU's cvt, tools/cuda_emu/emu.h).
+
+/// f64 NaN -> f32 NaN as x86's cvtsd2ss: sign, the top 22 payload bits, quiet bit set.
+__device__ __forceinline__ float nan_f64_to_f32(double x) {
+  std::uint64_t b;
+  std::memcpy(&b, &x, sizeof b);
+  const auto r = static_cast<std::uint32_t>((b >> 32) & 0x80000000u) | 0x7fc00000u |
+                 static_cast<std::uint32_t>((b >> 29) & 0x7fffffu);
+  float f;
+  std::memcpy(&f, &r, sizeof f);
+  return f;
+}
+
+/// f32 NaN -> f64 NaN as x86's cvtss2sd: sign, the payload shifted up, quiet bit set.
+__device__ __forceinline__ double nan_f32_to_f64(float x) {
+  std::uint32_t b;
+  std::memcpy(&b, &x, sizeof b);
+  const std::uint64_t r = (static_cast<std::uint64_t>(b & 0x80000000u) << 32) |
+                          0x7ff8000000000000ull | (static_cast<std::uint64_t>(b & 0x7fffffu) << 29);
+  double d;
+  std::memcpy(&d, &r, sizeof d);
+  return d;
+}
+
+template <class T>
+inline constexpr bool is_f32_or_small = std::is_same_v<T, float> || is_small_float_v<T>;
+
+/// convert<To>(x) with NaN between f64 and f32 (and the small formats, through f32) by bits
+/// (Note [CUDA NaN casts]).
+template <class To, class From>
+__device__ __forceinline__ To cast_value(From x) {
+  if constexpr (std::is_same_v<From, double> && is_f32_or_small<To>) {
+    if (x != x) {
+      const float f = nan_f64_to_f32(x);
+      if constexpr (std::is_same_v<To, float>)
+        return f;
+      else
+        return To::from(f);  // by bits already (Note [Small float conversions])
+    }
+  } else if constexpr (std::is_same_v<To, double> && is_f32_or_small<From>) {
+    float f;
+    if constexpr (std::is_same_v<From, float>)
+      f = x;
+    else
+      f = x.to_float();  // by bits: a NaN keeps sign and payload
+    if (f != f) return nan_f32_to_f64(f);
+  }
+  return convert<To>(x);
+}
+
 template <class From, class To>
 __global__ void cast_kernel(const From* x, To* y, i64 n) {
-  for (i64 i = global_thread(); i < n; i += grid_threads()) y[i] = convert<To>(x[i]);
+  for (i64 i = global_thread(); i < n; i += grid_threads()) y[i] = cast_value<To>(x[i]);
 }
 
 template <class U>

@@ -290,9 +290,10 @@ class CudaKernels final : public CudaGptKernels {
                            lda >= std::max<i64>(1, trans_a ? M : K) &&
                            ldb >= std::max<i64>(1, trans_b ? K : N) && ldc >= std::max<i64>(1, N);
     if (cublas_ok) {
-      cublasHandle_t h = backend_.cublas(s.device().index);
+      // The stream's own handle, bound to it with its own workspace (CudaStream::cublas): no
+      // cublasSetStream here, which another thread could interleave with on a shared handle.
+      cublasHandle_t h = as_cuda(s, "gemm").cublas();
       const CublasApi& api = cublas_api();  // loaded by cublas() (Note [Lazy cuBLAS])
-      DITTO_CUBLAS_CHECK(api.set_stream(h, l.get()), l.where());
       DITTO_CUBLAS_CHECK(api.set_pointer_mode(h, CUBLAS_POINTER_MODE_HOST), l.where());
       DITTO_CUBLAS_CHECK(api.set_math_mode(h, CUBLAS_DEFAULT_MATH), l.where());  // no TF32
       DITTO_CUBLAS_CHECK(

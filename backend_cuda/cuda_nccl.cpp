@@ -2,6 +2,8 @@
 // groups, one rank's native call, and the bitwise block algorithm's NCCL transport.
 #include "backend_cuda/cuda_nccl.h"
 
+#include <chrono>
+#include <thread>
 #include <utility>
 
 #include "backend_cuda/cuda_check.h"
@@ -23,7 +25,8 @@ void throw_nccl_error(ncclResult_t result, const char* call, const char* file, i
   throw BackendError(msg);
 }
 
-NcclGroup::NcclGroup(std::string where) : where_(std::move(where)) {
+NcclGroup::NcclGroup(std::string where, std::vector<ncclComm_t> nonblocking)
+    : where_(std::move(where)), nonblocking_(std::move(nonblocking)) {
   DITTO_NCCL_CHECK(ncclGroupStart(), where_);
 }
 
@@ -33,7 +36,26 @@ NcclGroup::~NcclGroup() {
 
 void NcclGroup::end() {
   open_ = false;
-  DITTO_NCCL_CHECK(ncclGroupEnd(), where_);
+  const ncclResult_t r = ncclGroupEnd();
+  if (r == ncclInProgress && !nonblocking_.empty()) {
+    for (ncclComm_t c : nonblocking_) nccl_settle(c, r, "ncclGroupEnd()", where_);
+    return;
+  }
+  DITTO_NCCL_CHECK(r, where_);
+}
+
+void nccl_settle(ncclComm_t comm, ncclResult_t r, const char* call, const std::string& where,
+                 std::int64_t timeout_ms) {
+  const auto start = std::chrono::steady_clock::now();
+  while (r == ncclInProgress) {
+    if (timeout_ms > 0 && std::chrono::steady_clock::now() - start >
+                              std::chrono::milliseconds(timeout_ms))
+      throw Timeout(detail::cat(where, ": ", call, " did not complete within ", timeout_ms,
+                                " ms (ncclCommGetAsyncError still ncclInProgress)"));
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) break;
+  }
+  if (r != ncclSuccess) throw_nccl_error(r, call, __FILE__, __LINE__, where);
 }
 
 NcclRedOp::NcclRedOp(ReduceOp op, double scalar, DType dtype, ncclComm_t comm,
@@ -43,9 +65,11 @@ NcclRedOp::NcclRedOp(ReduceOp op, double scalar, DType dtype, ncclComm_t comm,
   visit_dtype(dtype, [&](auto x) {
     using T = decltype(x);
     T value = convert<T>(scalar);  // integers: core checked it is integral and representable
-    DITTO_NCCL_CHECK(ncclRedOpCreatePreMulSum(&op_, &value, nccl_type(dtype),
-                                              ncclScalarHostImmediate, comm),
-                     where);
+    // A non-blocking communicator (cuda_communicator_mpi.cpp) may answer ncclInProgress.
+    nccl_settle(comm,
+                ncclRedOpCreatePreMulSum(&op_, &value, nccl_type(dtype), ncclScalarHostImmediate,
+                                         comm),
+                "ncclRedOpCreatePreMulSum", where);
   });
   comm_ = comm;
 }
@@ -56,13 +80,24 @@ NcclRedOp::~NcclRedOp() {
   if (comm_) (void)ncclRedOpDestroy(op_, comm_);
 }
 
+NcclRedOp nccl_op_for(const detail::CollectiveCall& c, ncclComm_t comm,
+                      const std::string& where) {
+  return NcclRedOp(detail::uses_op(c.kind) ? c.op : ReduceOp::sum, c.scalar, c.dtype, comm, where);
+}
+
 NcclRedOp nccl_native(const detail::CollectiveCall& c, ncclComm_t comm, cudaStream_t stream,
                       float* barrier_buf, const std::string& where) {
+  NcclRedOp op = nccl_op_for(c, comm, where);
+  nccl_enqueue(c, op, comm, stream, barrier_buf, where);
+  return op;
+}
+
+void nccl_enqueue(const detail::CollectiveCall& c, const NcclRedOp& op, ncclComm_t comm,
+                  cudaStream_t stream, float* barrier_buf, const std::string& where) {
   using Kind = detail::CollectiveKind;
   const auto count = static_cast<std::size_t>(c.count);
   const ncclDataType_t type = nccl_type(c.dtype);
   const std::size_t elem = dtype_size(c.dtype);
-  NcclRedOp op(detail::uses_op(c.kind) ? c.op : ReduceOp::sum, c.scalar, c.dtype, comm, where);
   // Buffers NCCL ignores off the root are null there; NCCL's argument checks get a valid one.
   void* send = const_cast<void*>(c.send);
   void* recv = c.recv;
@@ -147,7 +182,6 @@ NcclRedOp nccl_native(const detail::CollectiveCall& c, ncclComm_t comm, cudaStre
           ncclAllReduce(barrier_buf, barrier_buf, 1, ncclFloat32, ncclSum, comm, stream), where);
       break;
   }
-  return op;
 }
 
 // ---- NcclTransport ------------------------------------------------------------------------------
@@ -180,7 +214,11 @@ void NcclTransport::reserve_scratch(std::int64_t elems) {
     scratch_[i] = backend_.allocate_on(ranks_[i].device, scratch_bytes_, ranks_[i].stream);
 }
 
-void NcclTransport::begin_phase() { group_.emplace(*ranks_[0].where); }
+void NcclTransport::begin_phase() {
+  std::vector<ncclComm_t> comms;
+  for (const Rank& k : ranks_) comms.push_back(k.comm);
+  group_.emplace(*ranks_[0].where, std::move(comms));
+}
 
 void NcclTransport::end_phase() {
   group_->end();

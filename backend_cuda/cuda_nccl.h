@@ -6,6 +6,7 @@
 
 #include <nccl.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,10 +18,15 @@
 
 namespace ditto::cuda {
 
-/// ncclGroupStart now, ncclGroupEnd in end() (or, without throwing, when unwinding).
+/// ncclGroupStart now, ncclGroupEnd in end() (or, without throwing, when unwinding: keep only
+/// NCCL's own enqueue calls inside, whose failure NCCL records so that ncclGroupEnd launches
+/// none of the group; make everything else, premul_sum ops included, before the group opens:
+/// enqueue_group, cuda_host_logic.h). `nonblocking`: communicators made with blocking = 0
+/// (cuda_communicator_mpi.cpp), whose ncclGroupEnd may return ncclInProgress; end() then polls
+/// them (nccl_settle).
 class NcclGroup {
  public:
-  explicit NcclGroup(std::string where);
+  explicit NcclGroup(std::string where, std::vector<ncclComm_t> nonblocking = {});
   ~NcclGroup();
   NcclGroup(const NcclGroup&) = delete;
   NcclGroup& operator=(const NcclGroup&) = delete;
@@ -28,8 +34,15 @@ class NcclGroup {
 
  private:
   std::string where_;
+  std::vector<ncclComm_t> nonblocking_;
   bool open_ = true;
 };
+
+/// After an NCCL call returned `r` on a non-blocking communicator: ncclInProgress polls
+/// ncclCommGetAsyncError(comm) until the call is complete (throwing BackendError naming `call`
+/// and `where` on an error, Timeout at `timeout_ms`, 0: none); any other error throws at once.
+void nccl_settle(ncclComm_t comm, ncclResult_t r, const char* call, const std::string& where,
+                 std::int64_t timeout_ms = 0);
 
 /// The NCCL reduction of one call on one communicator: NCCL's built-in op, or for premul_sum one
 /// made by ncclRedOpCreatePreMulSum with the rank's scalar converted to the call's dtype
@@ -61,6 +74,14 @@ class NcclRedOp {
 [[nodiscard]] NcclRedOp nccl_native(const detail::CollectiveCall& c, ncclComm_t comm,
                                     cudaStream_t stream, float* barrier_buf,
                                     const std::string& where);
+
+/// nccl_native in its two parts, for a group over several ranks (enqueue_group): the
+/// reduction of `c` on `comm` (made outside the group; may throw), then the NCCL call with it
+/// (inside the group; only NCCL's enqueue, whose failure NCCL records in the group).
+[[nodiscard]] NcclRedOp nccl_op_for(const detail::CollectiveCall& c, ncclComm_t comm,
+                                    const std::string& where);
+void nccl_enqueue(const detail::CollectiveCall& c, const NcclRedOp& op, ncclComm_t comm,
+                  cudaStream_t stream, float* barrier_buf, const std::string& where);
 
 /// The bitwise block algorithm's transport over NCCL, for one collective: send/recv for copies,
 /// ncclAllGather for all_gather_recv, launch_comm_reduce for reduce (with every source rank's

@@ -2,7 +2,15 @@
 // cudaEvent_t whose failures become ditto::BackendError naming the logical and physical device.
 #include "backend_cuda/cuda_stream.h"
 
+#include "backend_cuda/cublas_lazy.h"
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <thread>
+#include <vector>
+
 #include "backend_cuda/cuda_check.h"
+#include "backend_cuda/cuda_host_logic.h"
 #include "core/runtime/error.h"
 
 namespace ditto::cuda {
@@ -37,13 +45,53 @@ CudaStream::CudaStream(Device device, int physical_device)
 
 CudaStream::~CudaStream() {
   if (!stream_) return;
+  if (cublas_) {  // cublasDestroy waits for the handle's work; then its workspace is free
+    int previous = -1;
+    const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != physical_ &&
+                          cudaSetDevice(physical_) == cudaSuccess;
+    if (const CublasApi* api = cublas_api_if_loaded()) (void)api->destroy(cublas_);
+    if (cudaStreamSynchronize(stream_) != cudaSuccess) (void)cudaGetLastError();
+    if (cublas_workspace_ && cudaFree(cublas_workspace_) != cudaSuccess) (void)cudaGetLastError();
+    if (switched && cudaSetDevice(previous) != cudaSuccess) (void)cudaGetLastError();
+    (void)cudaGetLastError();
+  }
   // cudaStreamDestroy returns at once; work still queued completes first (CUDA semantics).
   if (cudaStreamDestroy(stream_) != cudaSuccess) (void)cudaGetLastError();
 }
 
+cublasHandle_t CudaStream::cublas() {
+  std::lock_guard lk(cublas_mu_);
+  if (cublas_) return cublas_;
+  const std::string w = where(device_, physical_);
+  DeviceGuard g(physical_);
+  const CublasApi& api = cublas_api();  // loads libcublas on first use (Note [Lazy cuBLAS])
+  void* workspace = nullptr;
+  DITTO_CUDA_CHECK(cudaMalloc(&workspace, kCublasWorkspaceBytes), w);
+  cublasHandle_t h = nullptr;
+  const cublasStatus_t created = api.create(&h);
+  if (created != CUBLAS_STATUS_SUCCESS) {
+    (void)cudaFree(workspace);
+    DITTO_CUBLAS_CHECK(created, w);
+  }
+  // Plain FP32 (no TF32 tensor cores) unless a kernel asks otherwise. cublasSetStream resets
+  // the workspace to cuBLAS's default, so the workspace is set after it.
+  if (api.set_math_mode(h, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS ||
+      api.set_stream(h, stream_) != CUBLAS_STATUS_SUCCESS ||
+      api.set_workspace(h, workspace, kCublasWorkspaceBytes) != CUBLAS_STATUS_SUCCESS) {
+    (void)api.destroy(h);
+    (void)cudaFree(workspace);
+    throw BackendError(w + ": cuBLAS handle setup failed");
+  }
+  cublas_ = h;
+  cublas_workspace_ = workspace;
+  return cublas_;
+}
+
 void CudaStream::synchronize() {
   DeviceGuard g(physical_);
-  DITTO_CUDA_CHECK(cudaStreamSynchronize(stream_), where(device_, physical_));
+  wait_for_gpu(physical_, [&] { return cudaStreamQuery(stream_); },
+               [&] { return cudaStreamSynchronize(stream_); }, "cudaStreamSynchronize(stream_)",
+               where(device_, physical_));
 }
 
 void CudaStream::record(Event& event) {
@@ -78,7 +126,9 @@ CudaEvent::~CudaEvent() {
 
 void CudaEvent::synchronize() {
   if (!recorded()) return;
-  DITTO_CUDA_CHECK(cudaEventSynchronize(event_), gpu(physical_));
+  wait_for_gpu(physical_, [&] { return cudaEventQuery(event_); },
+               [&] { return cudaEventSynchronize(event_); }, "cudaEventSynchronize(event_)",
+               gpu(physical_));
 }
 
 bool CudaEvent::query() {
@@ -87,6 +137,80 @@ bool CudaEvent::query() {
   if (err == cudaSuccess) return true;
   if (err == cudaErrorNotReady) return false;
   throw_cuda_error(err, "cudaEventQuery(event_)", __FILE__, __LINE__, gpu(physical_));
+}
+
+// ---- watched waits (Note [Waiting on NCCL work]) ------------------------------------------------
+
+namespace {
+struct Watches {
+  std::mutex mu;
+  std::map<int, std::vector<std::shared_ptr<StreamWatch>>> by_gpu;
+};
+Watches& watches() {
+  static Watches* w = new Watches;  // never destroyed: waits may run during static destruction
+  return *w;
+}
+}  // namespace
+
+void add_stream_watch(int physical, std::shared_ptr<StreamWatch> watch) {
+  Watches& w = watches();
+  std::lock_guard lk(w.mu);
+  w.by_gpu[physical].push_back(std::move(watch));
+}
+
+void remove_stream_watch(int physical, const StreamWatch* watch) {
+  Watches& w = watches();
+  std::lock_guard lk(w.mu);
+  auto it = w.by_gpu.find(physical);
+  if (it == w.by_gpu.end()) return;
+  auto& v = it->second;
+  v.erase(std::remove_if(v.begin(), v.end(), [&](const auto& p) { return p.get() == watch; }),
+          v.end());
+  if (v.empty()) w.by_gpu.erase(it);
+}
+
+void wait_for_gpu(int physical, const std::function<cudaError_t()>& query,
+                  const std::function<cudaError_t()>& block, const char* call,
+                  const std::string& where) {
+  auto watched = [&] {
+    Watches& w = watches();
+    std::lock_guard lk(w.mu);
+    auto it = w.by_gpu.find(physical);
+    return it == w.by_gpu.end() ? std::vector<std::shared_ptr<StreamWatch>>{} : it->second;
+  };
+  std::vector<std::shared_ptr<StreamWatch>> list = watched();
+  if (list.empty()) {
+    const cudaError_t err = block();
+    if (err != cudaSuccess) throw_cuda_error(err, call, __FILE__, __LINE__, where);
+    return;
+  }
+  for (int polls = 0;; ++polls) {
+    const cudaError_t err = query();
+    if (err != cudaSuccess && err != cudaErrorNotReady)
+      throw_cuda_error(err, call, __FILE__, __LINE__, where);
+    if (polls % 64 == 63) list = watched();  // communicators come and go
+    for (const auto& watch : list) {
+      const StreamWatch::Report r = watch->poll();
+      const WaitStep step = wait_step(err == cudaSuccess, r.error, r.pending_ms, r.timeout_ms);
+      if (step == WaitStep::done) return;
+      if (step == WaitStep::failed) {
+        const std::string msg = detail::cat(where, ": ", call, " ended: ", r.what,
+                                            "; the communicator was aborted (ncclCommAbort)");
+        watch->abort(msg);
+        throw BackendError(msg);
+      }
+      if (step == WaitStep::timed_out) {
+        const std::string msg = detail::cat(
+            where, ": ", call, ": ", r.what, ": a collective enqueued ", r.pending_ms,
+            " ms ago has not finished (timeout ", r.timeout_ms,
+            " ms; a peer rank may have failed); the communicator was aborted (ncclCommAbort)");
+        watch->abort(msg);
+        throw Timeout(msg);
+      }
+    }
+    if (err == cudaSuccess) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(kWaitPollMicros));
+  }
 }
 
 CudaStream& as_cuda(Stream& s, const char* call) {

@@ -3,9 +3,15 @@
 // (oversubscription), each with its own streams.
 #pragma once
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "core/runtime/stream.h"
@@ -44,10 +50,24 @@ class CudaStream final : public Stream {
   cudaStream_t get() const { return stream_; }
   int physical_device() const { return physical_; }
 
+  /// This stream's cuBLAS handle: created on first use (thread-safe; loads cuBLAS, Note [Lazy
+  /// cuBLAS]), bound to this stream once (cublasSetStream) with a workspace of its own
+  /// (cublasSetWorkspace, kCublasWorkspaceBytes), plain FP32 math, destroyed with the stream.
+  /// One handle per stream, never re-bound: two host threads enqueueing GEMMs on two streams of
+  /// one device never run one's GEMM on the other's stream, nor share a workspace between
+  /// concurrent streams (cuBLAS's rule for handles used on several streams). Callers must not
+  /// call cublasSetStream or cublasSetWorkspace on it.
+  cublasHandle_t cublas();
+  /// Bytes of each handle's workspace: cuBLAS's recommendation for Hopper (32 MiB).
+  static constexpr std::size_t kCublasWorkspaceBytes = std::size_t{32} << 20;
+
  private:
   Device device_;
   int physical_;
   cudaStream_t stream_ = nullptr;
+  std::mutex cublas_mu_;
+  cublasHandle_t cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;  ///< cudaMalloc'd, freed after the handle
 };
 
 class CudaEvent final : public Event {
@@ -72,5 +92,52 @@ class CudaEvent final : public Event {
 
 /// The CudaStream behind `s`; throws InvalidArgument naming `call` for another backend's stream.
 CudaStream& as_cuda(Stream& s, const char* call);
+
+// Note [Waiting on NCCL work]
+// A host wait on a stream (Stream::synchronize, Event::synchronize, the blocking host copies)
+// that holds NCCL work of a communicator with one rank per process may never end on its own: a
+// peer rank that failed after its partners enqueued their sends (out of memory, a crash, a
+// timeout on that rank only) leaves their NCCL kernels waiting for ever, and
+// cudaStreamSynchronize with them. So such a communicator registers a StreamWatch for its GPU
+// (cuda_communicator_mpi.cpp), and while any watch is registered for a GPU, host waits on that
+// GPU's streams poll instead of blocking: cudaStreamQuery / cudaEventQuery, then every watch
+// (ncclCommGetAsyncError, and how long the communicator's latest collective has been
+// unfinished), every kWaitPollMicros. A watch that reports an asynchronous NCCL error, or a
+// collective past its communicator's timeout (CommOptions::timeout_ms, from its enqueue, as
+// PyTorch's NCCL watchdog), is aborted (ncclCommAbort, which ends its kernels) and the wait
+// throws BackendError / Timeout naming it (wait_step, cuda_host_logic.h). Without a watch the
+// wait is the plain blocking call (in-process communicators never enqueue before every rank
+// arrived, Note [CUDA collectives]).
+
+/// What a host wait on a GPU's streams watches besides the stream (Note [Waiting on NCCL work]).
+class StreamWatch {
+ public:
+  struct Report {
+    bool error = false;           ///< an asynchronous error (ncclCommGetAsyncError)
+    std::int64_t pending_ms = -1;  ///< how long the latest collective has been unfinished; -1: none
+    std::int64_t timeout_ms = 0;   ///< its timeout (0: none)
+    std::string what;              ///< names the communicator and the error, for the exception
+  };
+  virtual ~StreamWatch() = default;
+  /// One poll (thread-safe).
+  virtual Report poll() = 0;
+  /// Aborts what is watched (ncclCommAbort) after poll() reported an error or a timeout.
+  virtual void abort(const std::string& reason) noexcept = 0;
+};
+
+/// Registers / removes a watch for GPU `physical` (thread-safe).
+void add_stream_watch(int physical, std::shared_ptr<StreamWatch> watch);
+void remove_stream_watch(int physical, const StreamWatch* watch);
+
+/// Microseconds between two polls of a watched wait.
+inline constexpr int kWaitPollMicros = 200;
+
+/// Waits until `query` (cudaStreamQuery or cudaEventQuery of work on GPU `physical`) returns
+/// cudaSuccess: `block` (cudaStreamSynchronize / cudaEventSynchronize) when no watch is
+/// registered for the GPU, else polling (Note [Waiting on NCCL work]). A CUDA error throws
+/// BackendError naming `call` and `where`; a watch's error BackendError, its timeout Timeout.
+void wait_for_gpu(int physical, const std::function<cudaError_t()>& query,
+                  const std::function<cudaError_t()>& block, const char* call,
+                  const std::string& where);
 
 }  // namespace ditto::cuda

@@ -36,6 +36,7 @@ TEST(CublasLazy, NotLoadedUntilFirstUseThenEveryFunctionResolved) {
   EXPECT_NE(api.set_stream, nullptr);
   EXPECT_NE(api.set_pointer_mode, nullptr);
   EXPECT_NE(api.set_math_mode, nullptr);
+  EXPECT_NE(api.set_workspace, nullptr);
   EXPECT_NE(api.sgemm_64, nullptr);
   // The status strings need no GPU: they come from the library just loaded.
   EXPECT_STREQ(api.get_status_name(CUBLAS_STATUS_ALLOC_FAILED), "CUBLAS_STATUS_ALLOC_FAILED");

@@ -324,6 +324,50 @@ std::string Tensor::str() const {
 
 namespace detail {
 
+namespace {
+
+/// A staging buffer of `bytes` on `device` used by work on stream `s`. A Buffer is allocated and
+/// freed in the order of the device's default stream (Backend::allocate / deallocate: the cuda
+/// backend's cudaMallocAsync / cudaFreeAsync); when `s` is another stream, `s` first waits for
+/// the default stream (the allocation is ready there), and before the free the default stream
+/// waits for `s`, so the block is not reused while `s` may still read it (stream order, no host
+/// wait). Before, a strided host-to-device copy on a side stream freed its staging buffer on the
+/// default stream while the side stream's copy out of it could still be running.
+class Staging {
+ public:
+  Staging(const Device& device, std::size_t bytes, Stream& s)
+      : buf_(device, bytes), s_(s), default_(buf_.backend().default_stream(device.index)) {
+    if (&s_ != &default_) order(default_, s_);
+  }
+  ~Staging() {
+    if (&s_ == &default_) return;
+    try {
+      order(s_, default_);
+    } catch (...) {  // cannot order the free: wait for s instead
+      try {
+        s_.synchronize();
+      } catch (...) {  // the stream's own error surfaces at its next synchronisation
+      }
+    }
+  }
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+  void* data() const { return buf_.data(); }
+
+ private:
+  /// `after` waits for everything enqueued on `before` so far.
+  void order(Stream& before, Stream& after) {
+    auto e = buf_.backend().create_event(buf_.device().index);
+    before.record(*e);
+    after.wait(*e);
+  }
+  Buffer buf_;
+  Stream& s_;
+  Stream& default_;
+};
+
+}  // namespace
+
 void copy_block(const Tensor& dst, std::size_t dst_off, std::size_t dst_pitch, const Tensor& src,
                 std::size_t src_off, std::size_t src_pitch, std::size_t row_bytes,
                 std::size_t rows) {
@@ -346,7 +390,7 @@ void copy_block(const Tensor& dst, std::size_t dst_off, std::size_t dst_pitch, c
       b.copy_from_host(s, dp, sp, rows * row_bytes);
       return;
     }
-    Buffer staging(dd, rows * row_bytes);
+    Staging staging(dd, rows * row_bytes, s);
     std::vector<char> packed(rows * row_bytes);
     for (std::size_t r = 0; r < rows; ++r)
       std::memcpy(packed.data() + r * row_bytes, sp + r * src_pitch, row_bytes);
@@ -361,7 +405,7 @@ void copy_block(const Tensor& dst, std::size_t dst_off, std::size_t dst_pitch, c
       b.copy_to_host(s, dp, sp, rows * row_bytes);
       return;
     }
-    Buffer staging(sd, rows * row_bytes);
+    Staging staging(sd, rows * row_bytes, s);
     b.copy_2d(s, staging.data(), row_bytes, sp, src_pitch, row_bytes, rows);
     std::vector<char> packed(rows * row_bytes);
     b.copy_to_host(s, packed.data(), staging.data(), packed.size());
@@ -373,12 +417,12 @@ void copy_block(const Tensor& dst, std::size_t dst_off, std::size_t dst_pitch, c
     std::vector<char> packed(rows * row_bytes);
     Backend& sb = sd.backend();
     Stream& ss = current_stream(sd);
-    Buffer s_staging(sd, rows * row_bytes);
+    Staging s_staging(sd, rows * row_bytes, ss);
     sb.copy_2d(ss, s_staging.data(), row_bytes, sp, src_pitch, row_bytes, rows);
     sb.copy_to_host(ss, packed.data(), s_staging.data(), packed.size());
     Backend& db = dd.backend();
     Stream& ds = current_stream(dd);
-    Buffer d_staging(dd, rows * row_bytes);
+    Staging d_staging(dd, rows * row_bytes, ds);
     db.copy_from_host(ds, d_staging.data(), packed.data(), packed.size());
     db.copy_2d(ds, dp, dst_pitch, d_staging.data(), row_bytes, row_bytes, rows);
     return;

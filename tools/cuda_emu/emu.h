@@ -5,6 +5,8 @@
 // The CUDA runtime and cuBLAS calls and the backend classes are stubs (host memory is device memory).
 #pragma once
 #include <barrier>
+#include <bit>
+#include <type_traits>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -17,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/numerics/float_formats.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/error.h"
 #include "core/runtime/stream.h"
@@ -54,6 +57,38 @@ inline float __shfl_down_sync(unsigned, float v, int off) {
 #define __align__(n) __attribute__((aligned(n)))
 #define __grid_constant__
 #define __launch_bounds__(...)
+
+// convert<To> of core/numerics/float_formats.h as the GPU computes it (extract.py calls this for
+// convert< in the kernel files): the same function, except that nvcc compiles its static_cast
+// between f64 and f32 to PTX cvt.rn.f32.f64 / cvt.f64.f32, which return the canonical NaN
+// (0x7fffffff, 0x7fffffffffffffff) for every NaN input, where x86 keeps sign and payload. A NaN
+// crossing f64 <-> f32 (f64 <-> f16 / bf16 / fp8 goes through f32) comes out canonical, as on
+// the GPU; kernels that must keep NaN bits handle NaN before converting (Note [CUDA NaN casts],
+// backend_cuda/cuda_dtype.cu).
+namespace ditto::cuda_emu {
+template <class To, class From>
+To emu_gpu_convert(From x) {
+  constexpr bool to_f32 = std::is_same_v<To, float> || ditto::is_small_float_v<To>;
+  constexpr bool from_f32 = std::is_same_v<From, float> || ditto::is_small_float_v<From>;
+  if constexpr (std::is_same_v<From, double> && to_f32) {
+    if (x != x) {
+      const float canonical = std::bit_cast<float>(0x7fffffffu);
+      if constexpr (std::is_same_v<To, float>)
+        return canonical;
+      else
+        return To::from(canonical);
+    }
+  } else if constexpr (std::is_same_v<To, double> && from_f32) {
+    float f;
+    if constexpr (std::is_same_v<From, float>)
+      f = x;
+    else
+      f = x.to_float();
+    if (f != f) return std::bit_cast<double>(0x7fffffffffffffffull);
+  }
+  return ditto::convert<To>(x);
+}
+}  // namespace ditto::cuda_emu
 
 struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
@@ -114,11 +149,11 @@ class CudaStream final : public Stream {
   void wait(const Event&) override {}
   cudaStream_t get() const { return nullptr; }
   int physical_device() const { return 0; }
+  cublasHandle_t cublas() { return nullptr; }
 };
 inline CudaStream& as_cuda(Stream& s, const char*) { return static_cast<CudaStream&>(s); }
 class CudaBackend {
  public:
-  cublasHandle_t cublas(int) { return nullptr; }
   void* allocate_on(int, std::size_t bytes, cudaStream_t s) {
     void* p = nullptr;
     cudaMallocAsync(&p, bytes, s);

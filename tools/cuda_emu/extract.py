@@ -8,6 +8,9 @@ import re, sys
 src = open(sys.argv[1]).read()
 src = re.sub(r'\bnamespace ditto::cuda\b', 'namespace ditto::cuda_emu', src)
 src = re.sub(r'(?<![\w:])(ditto::)?cuda::', lambda m: (m.group(1) or '') + 'cuda_emu::', src)
+# convert<To> (core/numerics/float_formats.h) as nvcc compiles it: emu.h's emu_gpu_convert models
+# the GPU's cvt between f64 and f32, which returns the canonical NaN (Note [CUDA NaN casts]).
+src = re.sub(r'(?<![\w:])convert<', 'emu_gpu_convert<', src)
 src = re.sub(r'#include <cublas_v2.h>\n#include <cuda_runtime.h>\n', '#include "emu.h"\n', src)
 src = re.sub(r'#include <cuda_runtime.h>\n', '#include "emu.h"\n', src)
 for h in ['backend_cuda/cuda_backend.h', 'backend_cuda/cuda_check.h', 'backend_cuda/cuda_stream.h',

@@ -8,6 +8,7 @@
 // operation on two NaNs returns is the hardware's choice (x86 returns one operand's, sign and
 // payload, and the compiler may swap a + b; NVIDIA GPUs return the canonical 0x7fffffff), so the
 // sign of an fp8 e4m3 NaN after a sum is not part of the contract. Casts compare every bit.
+#include <bit>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -30,7 +31,14 @@ std::vector<double> hard_values(std::size_t n, unsigned seed) {
                            1.9e19, -9.3e18, 0.999999, -0.999999, 1e300, -1e300,
                            std::numeric_limits<double>::infinity(),
                            -std::numeric_limits<double>::infinity(),
-                           std::numeric_limits<double>::quiet_NaN(), 0.0078125, 0.001953125};
+                           std::numeric_limits<double>::quiet_NaN(), 0.0078125, 0.001953125,
+                           // NaNs with sign and payload, quiet and signalling (Note [CUDA NaN
+                           // casts]): x86 keeps sign and top payload bits, the GPU's cvt does not
+                           std::bit_cast<double>(0xfff8000000000123ull),
+                           std::bit_cast<double>(0x7ff4000020000000ull),
+                           std::bit_cast<double>(0xfff0123456789abcull),
+                           std::bit_cast<double>(0x7ffabcdef0000000ull),
+                           std::bit_cast<double>(0xfff0000000000001ull)};
   std::mt19937 gen(seed);
   std::uniform_real_distribution<double> mant(-1.0, 1.0);
   std::uniform_int_distribution<int> e(-30, 40);

@@ -1,0 +1,165 @@
+// Internal: decisions of the CUDA backend that need no GPU, as pure host functions, so that
+// tests/test_cuda_host_logic.cpp checks them on any machine (the GPU paths that use them run only
+// where a GPU is). Plain C++: no CUDA or NCCL header.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/comm/communicator.h"
+#include "core/runtime/error.h"
+
+namespace ditto::cuda {
+
+// ---- in-GPU collectives (cuda_communicator.cpp) -------------------------------------------------
+
+/// Whether launch_comm_reduce with ONE source writes that source's bits unchanged: sum, prod, min
+/// and max do; avg does not (finish() divides, by 1, which quiets a signalling NaN) and premul_sum
+/// does not (it multiplies by the rank's scalar: all_reduce(t, t, premul_sum 0.5) on one rank is
+/// t * 0.5).
+constexpr bool one_source_is_copy(ReduceOp op) {
+  return op != ReduceOp::avg && op != ReduceOp::premul_sum;
+}
+
+/// The destinations one in-GPU launch must write, given its sources and `op` (the op of a
+/// reduction; sum for data movement): all of `dsts`, except that with one source whose result is
+/// a copy of its bits (one_source_is_copy), a destination equal to that source is no work and is
+/// dropped (in-place broadcast, all_gather, sum / min / max on one rank). A 1-rank in-place
+/// all_reduce, reduce or reduce_scatter with avg or premul_sum keeps its destination.
+inline std::vector<void*> comm_destinations(const std::vector<const void*>& srcs,
+                                            std::vector<void*> dsts, ReduceOp op) {
+  if (srcs.size() == 1 && one_source_is_copy(op))
+    dsts.erase(std::remove(dsts.begin(), dsts.end(), srcs[0]), dsts.end());
+  return dsts;
+}
+
+// ---- one rank per process (cuda_communicator_mpi.cpp) ------------------------------------------
+
+/// The first two ranks (lower rank first) whose GPUs are the same GPU, given every rank's GPU
+/// identity (host and GPU UUID, as the MPI communicator exchanges them), or nullopt when every
+/// rank has a GPU of its own.
+inline std::optional<std::pair<int, int>> first_shared_gpu(const std::vector<std::string>& gpus) {
+  for (std::size_t a = 0; a < gpus.size(); ++a)
+    for (std::size_t b = a + 1; b < gpus.size(); ++b)
+      if (gpus[a] == gpus[b]) return std::pair<int, int>(static_cast<int>(a), static_cast<int>(b));
+  return std::nullopt;
+}
+
+/// Throws BackendError when two ranks of a one-rank-per-process CUDA communicator are on one GPU
+/// (`gpus`: each rank's GPU identity; `gpu_names[r]`: how rank r's GPU is named, "cuda:0 (GPU 0)
+/// on host h"). NCCL refuses two ranks of one communicator on one GPU (ncclCommInitRank fails
+/// with "Duplicate GPU detected"), and the processes cannot share one in-GPU transport (each
+/// holds its own memory), so the only honest answer is to refuse, before NCCL is asked, naming
+/// the two ways that work: one process per GPU, or one process driving every rank (ditto-train
+/// --devices N, Communicator::init_all), whose in-GPU transport shares a GPU between ranks.
+inline void check_one_rank_per_gpu(const std::vector<std::string>& gpus,
+                                   const std::vector<std::string>& gpu_names) {
+  const auto shared = first_shared_gpu(gpus);
+  if (!shared) return;
+  const auto [a, b] = *shared;
+  throw BackendError(detail::cat(
+      "Communicator::init_rank: ranks ", a, " and ", b, " of ", gpus.size(),
+      " are on the same GPU (", gpu_names[static_cast<std::size_t>(a)],
+      "); NCCL refuses two ranks of one communicator on one GPU. Run one process per GPU "
+      "(mpirun -np at most the number of GPUs per node), or one process driving every rank "
+      "(ditto-train --devices N without mpirun; Communicator::init_all), which shares a GPU "
+      "between ranks"));
+}
+
+// ---- NCCL groups (cuda_communicator.cpp, cuda_communicator_mpi.cpp) -----------------------------
+
+/// One NCCL call per rank in one group, exception-safe: prepare(r) for every rank BEFORE the
+/// group opens (whatever may fail outside NCCL's enqueue: ncclRedOpCreatePreMulSum, memory),
+/// then start(), enqueue(r, prepared[r]) for r = 0..n-1, end(). Returns the prepared values
+/// (keep them until the group's end: premul_sum ops). So an exception while preparing rank r > 0
+/// leaves no group open and no rank enqueued: nothing of the collective reaches a GPU (before,
+/// the op of rank r was made inside the group, and the group's guard ended the group while
+/// unwinding, launching ranks 0..r-1 without the others). An exception from enqueue(r) (an NCCL
+/// call that failed: NCCL records it in the group, and ncclGroupEnd then launches none of the
+/// group) calls abandon() (ncclGroupEnd, so the thread leaves the group) and rethrows; the caller
+/// aborts the communicator (ncclCommAbort), which frees whatever did reach a GPU.
+template <class Prepared, class Prepare, class Start, class Enqueue, class End, class Abandon>
+std::vector<Prepared> enqueue_group(int n, Prepare&& prepare, Start&& start, Enqueue&& enqueue,
+                                    End&& end, Abandon&& abandon) {
+  std::vector<Prepared> prepared;
+  prepared.reserve(static_cast<std::size_t>(n));
+  for (int r = 0; r < n; ++r) prepared.push_back(prepare(r));
+  start();
+  try {
+    for (int r = 0; r < n; ++r) enqueue(r, prepared[static_cast<std::size_t>(r)]);
+  } catch (...) {
+    abandon();
+    throw;
+  }
+  end();
+  return prepared;
+}
+
+// ---- waiting for a stream while NCCL work may hang it (cuda_stream.cpp) -------------------------
+
+/// What a host wait on a stream does at one poll (Note [Waiting on NCCL work],
+/// cuda_communicator_mpi.cpp).
+enum class WaitStep : std::uint8_t {
+  done,      ///< the stream's work is complete
+  poll,      ///< not yet: poll again
+  failed,    ///< a communicator reported an asynchronous error: abort it, throw BackendError
+  timed_out  ///< a collective has run past its timeout: abort its communicator, throw Timeout
+};
+
+/// One poll of a host wait: `stream_done` (cudaStreamQuery == cudaSuccess), `comm_error`
+/// (ncclCommGetAsyncError of a watched communicator gave an error other than ncclInProgress),
+/// and, for that communicator's oldest unfinished collective, how long it has been enqueued and
+/// its timeout (`pending_ms` < 0: none pending). A finished stream wins over everything: its
+/// work is done, whatever a communicator says now.
+constexpr WaitStep wait_step(bool stream_done, bool comm_error, std::int64_t pending_ms,
+                             std::int64_t timeout_ms) {
+  if (stream_done) return WaitStep::done;
+  if (comm_error) return WaitStep::failed;
+  if (pending_ms >= 0 && timeout_ms > 0 && pending_ms > timeout_ms) return WaitStep::timed_out;
+  return WaitStep::poll;
+}
+
+// ---- memory (cuda_backend.cpp) -------------------------------------------------------------------
+
+/// A logical device's live and peak bytes. reserve() counts a request against the capacity
+/// (throwing nothing: false when it does not fit); commit() makes a reserved request that CUDA
+/// then granted count towards the peak; release() undoes a reservation (a failed allocation) or
+/// frees. The peak therefore counts only allocations that succeeded (before, the peak was raised
+/// at reserve time, so a request that then failed in CUDA still showed in memory_stats().peak).
+/// Not thread-safe by itself: CudaBackend keeps it in atomics with the same rules.
+struct MemoryAccount {
+  std::size_t capacity = 0;
+  std::size_t in_use = 0;  ///< reserved or allocated
+  std::size_t peak = 0;    ///< most bytes allocated at once (successful allocations only)
+  std::size_t committed = 0;  ///< allocated (in_use less the reservations in flight)
+
+  bool reserve(std::size_t bytes) {
+    if (bytes > capacity || in_use > capacity - bytes) return false;
+    in_use += bytes;
+    return true;
+  }
+  void commit(std::size_t bytes) {
+    committed += bytes;
+    peak = std::max(peak, committed);
+  }
+  void release(std::size_t bytes, bool was_committed) {
+    in_use -= bytes;
+    if (was_committed) committed -= bytes;
+  }
+};
+
+/// The release threshold of a logical device's memory pool (cudaMemPoolAttrReleaseThreshold):
+/// how many freed bytes the pool may keep for reuse at a synchronisation instead of returning
+/// them to the driver. Finite, so that NCCL's and cuBLAS's own allocations (cudaMalloc outside
+/// the pool) still find memory: the pool keeps up to a quarter of the GPU's memory, shared by
+/// the `logical` devices on it (before: UINT64_MAX, every freed byte kept for ever).
+constexpr std::uint64_t pool_release_threshold(std::uint64_t gpu_bytes, int logical_on_gpu) {
+  return gpu_bytes / 4 / static_cast<std::uint64_t>(logical_on_gpu > 0 ? logical_on_gpu : 1);
+}
+
+}  // namespace ditto::cuda
