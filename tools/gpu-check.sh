@@ -98,13 +98,13 @@ if [ "$mode" = pack ]; then
          -DDITTO_MARCH_NATIVE=OFF -DDITTO_WITH_MPI=OFF -DDITTO_WITH_OPENBLAS=OFF
          "-DCMAKE_EXE_LINKER_FLAGS=-static-libstdc++ -static-libgcc")
   echo "gpu-check: --pack: configure $build"
-  cmake -S "$root" -B "$build" "${gen[@]}" "${flags[@]}" "${launcher[@]}" >"$build.configure.log" 2>&1 ||
-    { tail -n 20 "$build.configure.log" >&2; echo "gpu-check: --pack: configure failed" \
-        "($build.configure.log)" >&2; exit 1; }
+  cmake -S "$root" -B "$build" "${gen[@]}" "${flags[@]}" "${launcher[@]}" >"$build/gpu-check-configure.log" 2>&1 ||
+    { tail -n 20 "$build/gpu-check-configure.log" >&2; echo "gpu-check: --pack: configure failed" \
+        "($build/gpu-check-configure.log)" >&2; exit 1; }
   echo "gpu-check: --pack: build ($jobs jobs)"
-  cmake --build "$build" -j "$jobs" >"$build.build.log" 2>&1 ||
-    { tail -n 30 "$build.build.log" >&2; echo "gpu-check: --pack: build failed" \
-        "($build.build.log)" >&2; exit 1; }
+  cmake --build "$build" -j "$jobs" >"$build/gpu-check-build.log" 2>&1 ||
+    { tail -n 30 "$build/gpu-check-build.log" >&2; echo "gpu-check: --pack: build failed" \
+        "($build/gpu-check-build.log)" >&2; exit 1; }
   t_built=$(date +%s)
   # compute-sanitizer for step 4: the toolkit's, else the wheel's (pip download, cached).
   san_dir=""
@@ -389,18 +389,21 @@ for c in "$(command -v compute-sanitizer 2>/dev/null)" \
          /usr/local/cuda/bin/compute-sanitizer; do
   [ -n "$c" ] && [ -x "$c" ] && { sanitizer="$c"; break; }
 done
-torch_py=""
+# The first python3 with torch: its version, CUDA version and whether it sees a GPU (one import).
+torch_py="" torch_info="" torch_cuda=no
 for p in python3 /usr/bin/python3; do
-  if command -v "$p" >/dev/null 2>&1 && timeout 60 "$p" -c 'import torch' >/dev/null 2>&1; then
-    torch_py="$(command -v "$p")"; break
-  fi
+  command -v "$p" >/dev/null 2>&1 || continue
+  torch_info="$(timeout 60 "$p" -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda,
+                "GPU visible:", torch.cuda.is_available())' 2>/dev/null)" || continue
+  torch_py="$(command -v "$p")"
+  case "$torch_info" in *"GPU visible: True") torch_cuda=yes ;; esac
+  break
 done
 {
   echo "ditto-train: $train ($("$train" --version 2>/dev/null | head -n 1))"
   echo "LD_LIBRARY_PATH: ${LD_LIBRARY_PATH:-(empty)}"
   echo "compute-sanitizer: ${sanitizer:-none}"
-  echo "torch: ${torch_py:-none}$([ -n "$torch_py" ] && timeout 60 "$torch_py" -c \
-        'import torch; print(f" {torch.__version__}, cuda {torch.version.cuda}, GPU visible: {torch.cuda.is_available()}")' 2>/dev/null)"
+  echo "torch: ${torch_py:-none}${torch_info:+ ($torch_info)}"
   echo "budget: $budget s; jobs: $jobs; quick: $quick"
 } >"$out/logs/tools.txt"
 ngpu="$(grep -c . "$out/logs/gpu.txt")"
@@ -573,6 +576,8 @@ fi
 char_opts=(--n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --batch-size 64)
 gpt2_opts=(--preset gpt2 --batch-size 8)
 speed_configs=(char-f32 char-tf32 char-bf16 gpt2-bf16)
+torch_steps=20
+[ $quick -eq 1 ] && torch_steps=1
 declare -A sp  # sp[config:column] = value
 speed_opts() {  # the ditto-train options of a configuration
   case "$1" in
@@ -586,9 +591,9 @@ write_speed() {
     echo "## Speed: tokens/s on the GPT of ditto-train --model gpt, one GPU"
     echo
     echo "PyTorch: bench/torch_gpu_bench.py (eager, F.scaled_dot_product_attention, fused AdamW),"
-    echo "B x T / median step of $([ $quick -eq 1 ] && echo 1 || echo 20) steps after warm-up." \
-         "ditto: ditto-train --backend cuda --devices 1, B x T x $speed_steps / the time of" \
-         "$speed_steps steps after $speed_warmup (its tokens/s line). Dry run: ditto-train" \
+    echo "B x T / the median step time of $torch_steps steps after 5 of warm-up." \
+         "ditto: ditto-train --backend cuda --devices 1: B x T x $speed_steps / the time of" \
+         "$speed_steps steps after $speed_warmup of warm-up (its tokens/s line). Dry run: ditto-train" \
          "--backend sim --dry-run --profile h200 (the cost model's prediction, not a run)."
     echo
     echo "| config | B x T | PyTorch | ditto fast | ditto bitwise | dry run fast | dry run bitwise | ditto fast / PyTorch |"
@@ -614,13 +619,12 @@ write_speed
 if [ -z "$torch_py" ]; then
   record speed-torch host SKIPPED 0 "no python3 with torch here"
   for c in "${speed_configs[@]}"; do sp[$c:torch]="skipped: no torch"; done
-elif ! timeout 60 "$torch_py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' \
-       >/dev/null 2>&1; then
+elif [ $torch_cuda = no ]; then
   record speed-torch host SKIPPED 0 "$torch_py's torch sees no CUDA device"
   for c in "${speed_configs[@]}"; do sp[$c:torch]="skipped: torch without CUDA"; done
 else
   step speed-torch host 150 "$torch_py" "$root/bench/torch_gpu_bench.py" --device cuda \
-    --steps "$([ $quick -eq 1 ] && echo 1 || echo 20)" --warmup 5 \
+    --steps "$torch_steps" --warmup 5 \
     --json "$out/logs/torch.json" --markdown "$out/logs/torch.md"
   if [ -f "$out/logs/torch.json" ]; then
     while read -r c v; do sp[$c:torch]="$v"; done < <("$torch_py" -c '
@@ -654,6 +658,10 @@ for c in char-f32 char-bf16 gpt2-bf16; do
     v="$(grep -o '[0-9]* tokens/s' "$out/logs/$name.log" | tail -n 1 | awk '{print $1}')"
     if [ -n "$v" ] && grep -q '^final:' "$out/logs/$name.log"; then
       sp[$c:$det]="$v"
+    elif grep -q 'no CUDA device' "$out/logs/$name.log"; then
+      sp[$c:$det]="no CUDA device"
+    elif [ $step_rc -eq 124 ] || [ $step_rc -eq 137 ]; then
+      sp[$c:$det]="timed out (${step_limit} s)"
     else
       sp[$c:$det]="failed (logs/$name.log)"
     fi
@@ -688,15 +696,15 @@ for tool in memcheck racecheck; do
     summary_line="$(grep -oE '(ERROR|RACECHECK) SUMMARY: .*' "$log" | tail -n 1)"
     status=PASS
     [ $step_rc -ne 0 ] && status=FAIL
-    echo "| ${r%%:*} | $tool | $status | ${summary_line:-no summary} |" >>"$out/logs/sanitizers.md"
     # gtest runs under the sanitizer: a skip (no GPU) is a failure as in step 1.
     if [ $step_rc -eq 0 ] && grep -q '^\[  SKIPPED \] .*ms)$' "$log"; then
+      status=FAIL
       sed -i '$d' "$summary"
       record "$name" cuda FAIL "$step_secs" \
         "tests skipped: $(grep -m1 -o 'no CUDA device[^|]*' "$log" | cut -c1-160)"
-    else
-      write_results
     fi
+    echo "| ${r%%:*} | $tool | $status | ${summary_line:-no summary} |" >>"$out/logs/sanitizers.md"
+    write_results
   done
 done
 
