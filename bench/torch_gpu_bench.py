@@ -15,8 +15,9 @@ zero_grad(set_to_none=True). Eager mode (no torch.compile). Batches: random wind
 tokens in [0, vocab) (speed does not depend on the text), made on the device before timing.
 
 Configurations (--config, repeatable; default all):
-  char-f32    nanoGPT's shakespeare_char: 6 layers, 384 wide, 6 heads, T 256, B 64, vocab 65,
-              float32 strict (torch.backends.cuda.matmul.allow_tf32 = False, cudnn too)
+  char-f32    nanoGPT's shakespeare_char: 6 layers, 384 wide, 6 heads, T 256, B 64, the
+              vocabulary of ditto-train's bundled examples/data/shakespeare.txt (78 bytes), float32
+              strict (torch.backends.cuda.matmul.allow_tf32 = False, cudnn too)
   char-tf32   the same with TF32 matmuls (allow_tf32 = True)
   char-bf16   the same under torch.autocast(bfloat16) (parameters and AdamW state float32)
   gpt2-bf16   GPT-2 124M: 12 layers, 768 wide, 12 heads, T 1024, B 8, vocab 50304, biases, bf16
@@ -36,6 +37,7 @@ device is not there.
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -49,8 +51,20 @@ except ImportError as e:  # pragma: no cover - the ctest checks for torch before
           file=sys.stderr)
     sys.exit(2)
 
-CHAR = dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=64, vocab_size=65,
-            bias=False)
+def text_vocab(default=65):
+    """Distinct bytes of ditto-train's bundled text (its --model gpt vocabulary: 78), else
+    nanoGPT's shakespeare_char's 65."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "data",
+                        "shakespeare.txt")
+    try:
+        with open(path, "rb") as f:
+            return len(set(f.read()))
+    except OSError:
+        return default
+
+
+CHAR = dict(n_layer=6, n_head=6, n_embd=384, block_size=256, batch_size=64,
+            vocab_size=text_vocab(), bias=False)
 GPT2 = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, batch_size=8, vocab_size=50304,
             bias=True)
 TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, batch_size=4, vocab_size=65, bias=False)

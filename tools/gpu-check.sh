@@ -34,7 +34,8 @@
 #   4. compute-sanitizer --tool memcheck and --tool racecheck over short runs: a tiny GPT on 2
 #      devices bf16 ddp, the MLP, the bitwise GEMMs of ragged sizes and the sharded GEMM with
 #      empty shards (BackendOps cases);
-#   5. the rest of the suite (ctest without the CUDA tests) in the time left.
+#   5. the rest of the suite (ctest without the CUDA tests and Install.*, which needs a compiler)
+#      in the time left.
 #
 # Other options: --out DIR (default gpu-check-out/; on the device use "$OUT/gpu-check"),
 # --carry DIR (default gpu-carry/), --speed-steps N / --speed-warmup N (default 10 / 3),
@@ -246,9 +247,13 @@ record() {
 # why_failed LOG RC LIMIT: one line for a failed step: the backend's "no CUDA device" error when
 # the log has it, a timeout, a crash (signal), else the exit status and the log's last line.
 why_failed() {
-  local log="$1" rc="$2" limit="$3" line
+  local log="$1" rc="$2" limit="$3" line san
   line="$(grep -o 'no CUDA device[^|]*' "$log" 2>/dev/null | head -n 1 | cut -c1-200)"
-  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+  san="$(grep -m1 -oE '(AddressSanitizer|LeakSanitizer|ThreadSanitizer|runtime error):.*' "$log" \
+         2>/dev/null | cut -c1-160)"
+  if [ -n "$san" ]; then  # a host sanitizer's report (a --rehearsal on an ASan build)
+    echo "sanitizer report (exit $rc): $san"
+  elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     echo "timed out after ${limit}s"
   elif [ "$rc" -gt 128 ]; then
     echo "crashed: signal $((rc - 128)); $(basename "$log") ends: $(tail -n 1 "$log" | cut -c1-160)"
@@ -646,8 +651,8 @@ for c in char-f32 char-bf16 gpt2-bf16; do
   opts=($(speed_opts "$c"))
   for det in fast bitwise; do
     name="speed-dry-$c-$det"
-    step "$name" host 30 "$train" --model gpt "${opts[@]}" --backend sim --dry-run \
-      --profile h200 --determinism "$det" --max-iters 2 --eval-iters 0 --sample 0
+    step "$name" host 30 "$train" --model gpt "${opts[@]}" --backend sim --devices 1 \
+      --dry-run --profile h200 --determinism "$det" --max-iters 2 --eval-iters 0 --sample 0
     v="$(grep -o 'predicted GPT: [0-9]* tokens/s' "$out/logs/$name.log" | awk '{print $3}')"
     sp[$c:dry-$det]="${v:-failed}"
     write_speed
@@ -720,7 +725,7 @@ if [ "$mode" = rehearsal ]; then
 elif [ "$(remaining)" -gt 20 ]; then
   if command -v ctest >/dev/null 2>&1; then
     step rest-of-suite host "$(( $(remaining) - 10 ))" ctest --test-dir "$build" -j "$jobs" \
-      -E 'Cuda|cuda' --timeout 120 --output-on-failure
+      -E 'Cuda|cuda|^Install\.' --timeout 120 --output-on-failure
     total="$(grep -E 'tests passed|tests failed' "$out/logs/rest-of-suite.log" | tail -n 1)"
     [ -n "$total" ] && { sed -i '$d' "$summary"; record rest-of-suite host \
       "$([ $step_rc -eq 0 ] && echo PASS || echo FAIL)" "$step_secs" "$total"; }
