@@ -16,7 +16,7 @@
 #       (NCCL, cuBLAS, the CUDA runtime) on LD_LIBRARY_PATH, and run the check; nothing compiles.
 #   tools/gpu-check.sh --rehearsal --build DIR [--out DIR] [--budget S]
 #       Here, on a built tree: the whole --run with a stand-in nvidia-smi first on PATH (and a
-#       stand-in compute-sanitizer when there is none), tiny sizes (--quick). Every CUDA step must
+#       stand-in compute-sanitizer), tiny sizes (--quick). Every CUDA step must
 #       fail with the backend's clean "no CUDA device" error and every other step pass; exit 0
 #       then ("rehearsal: PASS"). ctest GpuCheck.Rehearsal runs it.
 #
@@ -255,7 +255,7 @@ why_failed() {
     echo "sanitizer report (exit $rc): $san"
   elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
     echo "timed out after ${limit}s"
-  elif [ "$rc" -gt 128 ]; then
+  elif [ "$rc" -gt 128 ] && [ "$rc" -lt 160 ]; then  # 128 + the signal's number
     echo "crashed: signal $((rc - 128)); $(basename "$log") ends: $(tail -n 1 "$log" | cut -c1-160)"
   elif [ -n "$line" ]; then
     echo "$line"
@@ -344,8 +344,9 @@ else
   build="$(cd "$build" && pwd)" || exit 2
   rehearsal_title=" (rehearsal: a stand-in nvidia-smi, no GPU; not a GPU result)"
   build_line="build: $build (rehearsal)"
-  # Stand-ins first on PATH: nvidia-smi prints one fake GPU; compute-sanitizer (only where there
-  # is none) runs its target and reports no error, so step 4's plumbing runs too.
+  # Stand-ins first on PATH: nvidia-smi prints one fake GPU; compute-sanitizer (a real one stops
+  # before its target starts when there is no driver) runs its target and reports no error, so
+  # step 4's plumbing runs too.
   fake="$out/rehearsal-bin"
   mkdir -p "$fake"
   cat >"$fake/nvidia-smi" <<'EOF'
@@ -353,8 +354,7 @@ else
 # gpu-check --rehearsal: a stand-in for nvidia-smi (there is no GPU here).
 echo "0, NVIDIA H200 (stand-in: gpu-check rehearsal, no GPU), 143771 MiB, 000.00.00"
 EOF
-  if ! command -v compute-sanitizer >/dev/null 2>&1; then
-    cat >"$fake/compute-sanitizer" <<'EOF'
+  cat >"$fake/compute-sanitizer" <<'EOF'
 #!/bin/sh
 # gpu-check --rehearsal: a stand-in for compute-sanitizer: skips its options, runs the target.
 while [ $# -gt 0 ]; do
@@ -368,7 +368,6 @@ done
 echo "========= ERROR SUMMARY: 0 errors (stand-in compute-sanitizer: nothing checked)"
 exit $rc
 EOF
-  fi
   chmod +x "$fake"/*
   export PATH="$fake:$PATH"
 fi
@@ -389,10 +388,11 @@ for b in "$train" "$tests_bin"; do
   [ -z "$missing" ] || fatal "$b: libraries not found: $missing(LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
 done
 sanitizer=""
+[ "$mode" = rehearsal ] && sanitizer="$fake/compute-sanitizer"
 for c in "$(command -v compute-sanitizer 2>/dev/null)" \
          "$build/gpu-check-carried/sanitizer/bin/compute-sanitizer" \
          /usr/local/cuda/bin/compute-sanitizer; do
-  [ -n "$c" ] && [ -x "$c" ] && { sanitizer="$c"; break; }
+  [ -z "$sanitizer" ] && [ -n "$c" ] && [ -x "$c" ] && { sanitizer="$c"; break; }
 done
 # The first python3 with torch: its version, CUDA version and whether it sees a GPU (one import).
 torch_py="" torch_info="" torch_cuda=no
@@ -509,11 +509,13 @@ fi
 
 # The GPT: a small nanoGPT configuration on the bundled text; bitwise runs must agree on
 # params_checksum, every logged loss and the sampled text (one key).
-gpt_iters=20 gpt_decay=20 gpt_sample=100
-[ $quick -eq 1 ] && { gpt_iters=2 gpt_decay=3 gpt_sample=20; }
 gpt_args=(--model gpt --n-layer 2 --n-head 2 --n-embd 64 --block-size 32 --batch-size 8
-          --max-iters "$gpt_iters" --eval-interval "$((gpt_iters / 2))" --eval-iters 2
-          --warmup-iters 2 --lr-decay-iters "$gpt_decay" --sample "$gpt_sample")
+          --max-iters 20 --eval-interval 10 --eval-iters 2 --warmup-iters 2 --lr-decay-iters 20
+          --sample 100)
+[ $quick -eq 1 ] &&  # a tenth of the time (the rehearsal runs in CI, under ASan)
+  gpt_args=(--model gpt --n-layer 1 --n-head 2 --n-embd 32 --block-size 16 --batch-size 4
+            --max-iters 2 --eval-interval 1 --eval-iters 1 --warmup-iters 2 --lr-decay-iters 3
+            --sample 8)
 gpt_sum() { grep -o 'params_checksum=[0-9a-f]*' "$1" 2>/dev/null | tail -n 1 | cut -d= -f2; }
 gpt_val() { grep -o 'val loss [0-9.]*' "$1" 2>/dev/null | tail -n 1 | awk '{print $3}'; }
 gpt_key() {  # checksum, losses and sample of a run's log, hashed; empty without a checksum
@@ -746,6 +748,11 @@ if [ "$mode" = rehearsal ]; then
                        print $1 ": " $3 " " $5 }' "$summary")"
   ncuda="$(awk -F'\t' '$2 == "cuda" && $3 == "FAIL"' "$summary" | grep -c .)"
   nhost="$(awk -F'\t' '$2 == "host" && $3 == "PASS"' "$summary" | grep -c .)"
+  # ... and results.md has its tables.
+  for header in '| step | kind | status | seconds | detail |' '| config | B x T | PyTorch |' \
+                '| backend | devices | params_checksum |' '| run | tool | status |'; do
+    grep -qF "$header" "$results" || bad="${bad:+$bad; }results.md has no table '$header'"
+  done
   if [ -z "$bad" ] && [ "$ncuda" -gt 0 ]; then
     verdict="rehearsal: PASS: $ncuda CUDA steps failed with the clean 'no CUDA device' error, $nhost other steps passed, in $(elapsed) s."
     write_results "$verdict"
