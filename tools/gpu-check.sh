@@ -421,12 +421,24 @@ allowed_skips='needs two GPUs|bitwise mode only'
 # gtest_step NAME LIMIT FILTER: ditto_tests --gtest_filter=FILTER; PASS when it passed, at least
 # one test ran and none skipped but the allowed ones.
 gtest_step() {
-  local name="$1" limit="$2" filter="$3"
-  if ! run_limited "$name" "$limit" "$tests_bin" --gtest_filter="$filter" --gtest_color=no; then
-    record "$name" cuda SKIPPED 0 "no time left in the budget"
-    return
-  fi
-  local log="$out/logs/$name.log" ran skips bad detail
+  local name="$1" limit="$2" filter="$3" f="$3" excluded="" crashed="" try log
+  # A test that crashes the process (a first GPU run may) would take the rest with it: up to
+  # twice, the crashed test (the last one started) is left out and the rest run again.
+  for try in 1 2 3; do
+    log="$name"; [ $try -gt 1 ] && log="$name-rerun$((try - 1))"
+    if ! run_limited "$log" "$limit" "$tests_bin" --gtest_filter="$f" --gtest_color=no; then
+      record "$name" cuda SKIPPED 0 "no time left in the budget${crashed:+; crashed:$crashed}"
+      return
+    fi
+    [ $step_rc -gt 128 ] && [ $step_rc -lt 160 ] && [ $step_rc -ne 137 ] || break
+    local t; t="$(grep '^\[ RUN      \]' "$out/logs/$log.log" | tail -n 1 | awk '{print $4}')"
+    [ -n "$t" ] || break
+    crashed="$crashed $t (signal $((step_rc - 128)), logs/$log.log)"
+    excluded="${excluded:+$excluded:}$t"
+    case "$filter" in *-*) f="$filter:$excluded" ;; *) f="$filter-$excluded" ;; esac
+  done
+  log="$out/logs/$log.log"
+  local ran skips bad detail
   ran="$(grep -o '^\[==========\] [0-9]* tests\? from .* ran' "$log" | awk '{print $2}')"
   # Skipped tests and their messages (the lines between [ RUN ] and [  SKIPPED ]).
   skips="$(awk '/^\[ RUN      \]/ { name = $4; msg = ""; next }
@@ -436,17 +448,21 @@ gtest_step() {
            "$log")"
   bad="$(printf '%s\n' "$skips" | grep . | grep -vE "$allowed_skips")"
   local nskip nbad; nskip="$(printf '%s\n' "$skips" | grep -c .)"; nbad="$(printf '%s\n' "$bad" | grep -c .)"
-  if [ $step_rc -eq 0 ] && [ -n "$ran" ] && [ "$ran" -gt 0 ] && [ "$nbad" -eq 0 ]; then
+  local crash_note="${crashed:+; crashed (left out, the rest rerun):$crashed}"
+  if [ $step_rc -eq 0 ] && [ "${ran:-0}" -gt 0 ] && [ "$nbad" -eq 0 ] && [ -z "$crashed" ]; then
     record "$name" cuda PASS "$step_secs" "$ran tests ran, $nskip skipped (allowed: $allowed_skips)"
   elif [ $step_rc -eq 0 ] && [ "$nbad" -gt 0 ]; then
     detail="$(printf '%s\n' "$bad" | head -n 1 | cut -f2 | cut -c1-200)"
-    record "$name" cuda FAIL "$step_secs" "${ran:-0} tests ran, $nbad skipped on a GPU machine: $detail"
-  elif [ -z "$ran" ] && [ $step_rc -eq 0 ]; then
-    record "$name" cuda FAIL "$step_secs" "no test matched $filter"
+    record "$name" cuda FAIL "$step_secs" \
+      "${ran:-0} tests ran, $nbad skipped on a GPU machine: $detail$crash_note"
+  elif [ $step_rc -eq 0 ] && [ "${ran:-0}" -eq 0 ]; then
+    record "$name" cuda FAIL "$step_secs" "no test matched $f"
+  elif [ $step_rc -eq 0 ]; then
+    record "$name" cuda FAIL "$step_secs" "${ran:-0} tests ran$crash_note"
   else
     local nfail; nfail="$(grep -c '^\[  FAILED  \] .*([0-9]* ms)$' "$log")"
     record "$name" cuda FAIL "$step_secs" "$nfail failed: $(grep -m1 '^\[  FAILED  \]' "$log" |
-      cut -c14- | cut -c1-120); $(why_failed "$log" $step_rc $step_limit)"
+      cut -c14- | cut -c1-120); $(why_failed "$log" $step_rc $step_limit)$crash_note"
   fi
 }
 cuda_filter='*Cuda*:*cuda*'
