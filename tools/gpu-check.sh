@@ -153,7 +153,8 @@ if [ "$mode" = pack ]; then
   echo "gpu-check: --pack: pack $build_rel into $carry_rel/$archive_name"
   rm -f "$carry/$archive_name"
   tar -C "$root" --exclude='*.o' --exclude='*.a' --exclude='CMakeFiles' --exclude='Testing' \
-      --exclude='.ninja_deps' --exclude='.ninja_log' --exclude='*.log' -cf - "$build_rel" |
+      --exclude='.ninja_deps' --exclude='.ninja_log' --exclude='*.log' \
+      --exclude='gpu-check-rehearsal' --exclude='torch_gpu_bench_smoke' -cf - "$build_rel" |
     xz -9 -T "$jobs" >"$carry/$archive_name" || { echo "gpu-check: --pack: tar failed" >&2; exit 1; }
   bytes=$(stat -c %s "$carry/$archive_name")
   unpacked=$(xz -dc "$carry/$archive_name" | wc -c)
