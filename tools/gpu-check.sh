@@ -466,18 +466,20 @@ gtest_step() {
       cut -c14- | cut -c1-120); $(why_failed "$log" $step_rc $step_limit)$crash_note"
   fi
 }
+# Issue 28's defect tests first (tools/gpu-check-tests.txt: one gtest filter a line; '#' starts
+# a comment), then every other CUDA test (the listed ones left out, so nothing runs twice).
 cuda_filter='*Cuda*:*cuda*'
-gtest_step cuda-tests 150 "$cuda_filter"
 list="$root/tools/gpu-check-tests.txt"
 if [ -f "$list" ]; then
-  # One gtest filter a line; '#' starts a comment.
   extra="$(sed 's/#.*//' "$list" | tr -d ' \t' | grep . | paste -sd: -)"
   if [ -n "$extra" ]; then
     gtest_step cuda-tests-listed 90 "$extra"
+    cuda_filter="$cuda_filter-$extra"
   else
     record cuda-tests-listed cuda FAIL 0 "$list names no test"
   fi
 fi
+gtest_step cuda-tests 150 "$cuda_filter"
 
 # ---- 2. sim = cuda params_checksum -------------------------------------------------------------
 final_field() { grep '^final:' "$1" 2>/dev/null | grep -o "$2=[^ ]*" | head -n 1 | cut -d= -f2; }
