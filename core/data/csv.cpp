@@ -137,13 +137,11 @@ class LineReader {
         line = std::string_view(buf_).substr(start_, end - start_);
         start_ = scan_ = end + 1;
         ++line_no_;
-        check_nul(line, line_no_);
         return true;
       }
       if (done_) return false;
       scan_ = buf_.size();
       if (buf_.size() - start_ > kMaxLineBytes) {
-        check_nul(std::string_view(buf_).substr(start_), line_no_ + 1);
         throw ParseError(detail::cat(path_, ":", line_no_ + 1, ": a line of more than ",
                                      io::size_name(kMaxLineBytes), " (no line break in its first ",
                                      buf_.size() - start_, " bytes): expected CSV text"));
@@ -159,18 +157,28 @@ class LineReader {
         done_ = true;
         continue;
       }
+      const std::size_t had = buf_.size();
       in_.read(buf_, n);
       read_ += n;
+      check_nul(had);
     }
   }
   std::int64_t line_no() const { return line_no_; }
 
  private:
-  void check_nul(std::string_view line, std::int64_t line_no) const {
-    const void* nul = std::memchr(line.data(), '\0', line.size());
+  // Each chunk is searched once, as it comes: a binary file fails in its first chunk.
+  void check_nul(std::size_t from) const {
+    const void* nul = std::memchr(buf_.data() + from, '\0', buf_.size() - from);
     if (nul == nullptr) return;
-    const auto at = static_cast<const char*>(nul) - line.data();
-    throw ParseError(detail::cat(path_, ":", line_no, ": a NUL byte at byte ", at + 1,
+    const std::size_t at = static_cast<std::size_t>(static_cast<const char*>(nul) - buf_.data());
+    std::int64_t line_no = line_no_ + 1;  // lines before buf_[start_] are counted
+    std::size_t line_start = start_;
+    for (std::size_t i = start_; i < at; ++i)
+      if (buf_[i] == '\n') {
+        ++line_no;
+        line_start = i + 1;
+      }
+    throw ParseError(detail::cat(path_, ":", line_no, ": a NUL byte at byte ", at - line_start + 1,
                                  " of the line: expected CSV text, got binary data"));
   }
 
