@@ -277,8 +277,14 @@ void CudaCommunicator::await_locked(std::unique_lock<std::mutex>& lk, Round& rou
   const Kind kind = round.calls[static_cast<std::size_t>(rank)].kind;
   const detail::AbortState& state = rv_.abort_state();
   while (round.state == Round::State::waiting && !state.aborted()) {
-    if (cv_.wait_until(lk, round.deadline) == std::cv_status::timeout &&
+    const auto due = rv_.next_due(round);  // the warning's time first (Note [Slow collective warning])
+    if (cv_.wait_until(lk, due) == std::cv_status::timeout && due < round.deadline) {
+      rv_.warn_if_due(round, kind);
+      continue;
+    }
+    if (std::chrono::steady_clock::now() >= round.deadline &&
         round.state == Round::State::waiting && !state.aborted()) {
+      rv_.warn_if_due(round, kind);  // not printed yet when the wake came late
       std::string msg = rv_.timeout_reason(round, kind);
       if (!grouped)
         msg += "; on cuda a call waits until every rank has called, so one thread driving "

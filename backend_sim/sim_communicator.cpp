@@ -328,7 +328,9 @@ class SimCommunicator final : public CommunicatorImpl,
         pending_kind_ = call.kind;
         if (!keep_alive_) keep_alive_ = shared_from_this();
       }
-      if (!timer_) arm_timeout(round->deadline);  // else it re-arms itself (Note [Lazy deadline])
+      // else it re-arms itself (Note [Lazy deadline]; its first wake may be the round's warning,
+      // Note [Slow collective warning])
+      if (!timer_) arm_timeout(rv_.next_due(*round));
       return;
     }
 
@@ -387,9 +389,11 @@ class SimCommunicator final : public CommunicatorImpl,
     std::unique_lock lk(mu_);
     timer_.reset();
     if (rv_.abort_state().aborted() || rv_.open().empty()) return;  // nothing waits: disarmed
-    const Round& round = *rv_.open().begin()->second;
-    if (Watchdog::Clock::now() < round.deadline) {  // a later round's: wait for its deadline
-      arm_timeout(round.deadline);
+    Round& round = *rv_.open().begin()->second;
+    // The warning first, also when this wake is late enough to be the deadline's too.
+    rv_.warn_if_due(round, pending_kind_);
+    if (Watchdog::Clock::now() < round.deadline) {  // a later round's, or only its warning's time
+      arm_timeout(rv_.next_due(round));
       return;
     }
     std::string why = rv_.timeout_reason(round, pending_kind_);

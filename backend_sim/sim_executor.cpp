@@ -9,8 +9,13 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
+
+#include "core/internal/rendezvous.h"  // detail::print_warning
+#include "core/runtime/error.h"
 
 namespace ditto::sim {
 
@@ -150,10 +155,46 @@ Executor& Executor::instance() {
   return *e;
 }
 
+// A pool thread the system cannot create (std::system_error: no room for its stack under
+// `ulimit -v`, too many threads): the pool runs on the threads it got (any number >= 1 is correct,
+// Note [Sim executor]), with a warning; none at all is a ditto::Error naming the reason. The
+// threads wait for `gate` so that they see the pool's final size.
 Executor::Executor() : impl_(new Impl), threads_(pool_size()) {
   for (int i = 0; i < threads_; ++i) impl_->workers.push_back(std::make_unique<Impl::Worker>());
-  for (int i = 0; i < threads_; ++i)
-    std::thread([impl = impl_, i] { impl->loop(static_cast<std::size_t>(i)); }).detach();
+  auto gate = std::make_shared<std::pair<std::mutex, std::condition_variable>>();
+  auto open = std::make_shared<bool>(false);
+  int created = 0;
+  std::string failure;
+  for (; created < threads_; ++created) {
+    try {
+      std::thread([impl = impl_, created, gate, open] {
+        {
+          std::unique_lock lk(gate->first);
+          gate->second.wait(lk, [&] { return *open; });
+        }
+        impl->loop(static_cast<std::size_t>(created));
+      }).detach();
+    } catch (const std::system_error& e) {
+      failure = e.code().message();
+      break;
+    }
+  }
+  if (created == 0)
+    throw Error(detail::cat("sim: cannot create the simulator's first pool thread (of ", threads_,
+                            "): ", failure, " (raise `ulimit -v` / `ulimit -u`)"));
+  if (created < threads_) {
+    detail::print_warning(detail::cat(
+        "ditto: warning: sim: the simulator's thread pool runs on ", created, " of its ", threads_,
+        " threads: thread ", created + 1, " could not be created: ", failure,
+        " (DITTO_SIM_THREADS=", created, " asks for that many)"));
+    impl_->workers.resize(static_cast<std::size_t>(created));
+    threads_ = created;
+  }
+  {
+    std::lock_guard lk(gate->first);
+    *open = true;
+  }
+  gate->second.notify_all();
 }
 
 void Executor::post(std::function<void()> job, std::uint64_t home) {
@@ -289,8 +330,13 @@ std::uint64_t Watchdog::schedule(Clock::time_point deadline, std::function<void(
   {
     std::lock_guard lk(impl_->mu);
     if (!impl_->started) {  // started on first use: a program without timeouts has no watchdog
+      try {
+        std::thread([impl = impl_] { impl->loop(); }).detach();
+      } catch (const std::system_error& e) {
+        throw Error(detail::cat("sim: cannot create the watchdog thread of collective timeouts: ",
+                                e.code().message(), " (raise `ulimit -v` / `ulimit -u`)"));
+      }
       impl_->started = true;
-      std::thread([impl = impl_] { impl->loop(); }).detach();
     }
     id = impl_->next_id++;
     auto it = impl_->due.emplace(std::make_pair(deadline, id), std::move(fn)).first;

@@ -70,6 +70,15 @@ install(FILES ${PROJECT_SOURCE_DIR}/examples/data/digits.csv
 set(DITTO_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/ditto)
 install(EXPORT dittoTargets NAMESPACE ditto:: FILE dittoTargets.cmake
         DESTINATION ${DITTO_INSTALL_CMAKEDIR} COMPONENT ditto_dev)
+# OpenBLAS (the simulator's fast-mode GEMM, when the build found it): dittoConfig.cmake searches
+# for the library by name, with the folder it had here as a first hint only.
+set(DITTO_OPENBLAS_ENABLED OFF)
+set(DITTO_CONFIG_OPENBLAS_DIR "")
+if(DITTO_OPENBLAS_FOUND)
+  set(DITTO_OPENBLAS_ENABLED ON)
+  list(GET DITTO_OPENBLAS_LINK_LIBRARIES 0 ditto_openblas_first)
+  get_filename_component(DITTO_CONFIG_OPENBLAS_DIR "${ditto_openblas_first}" DIRECTORY)
+endif()
 set(DITTO_CONFIG_NCCL_INCLUDE_DIR "")
 set(DITTO_CONFIG_NCCL_LIBRARY "")
 if(DITTO_CUDA_ENABLED)

@@ -674,6 +674,26 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
 
 int cli_main(int argc, char** argv, Capture* capture);
 
+/// A process of an mpirun job that leaves before training with status 0 (--help, --version):
+/// MPI_Init of the ranks that train waits for every process of the job, so it would wait forever
+/// (`mpirun -np 1 ditto-train : -np 1 ditto-train --version`; mpirun ends a job only when a
+/// process fails). This one joins the job and refuses in the settings agreement
+/// (check_ranks_agree), so those ranks fail at once naming it. Returns `rc`.
+int leave_mpi_job(int rc, int argc, char** argv, const std::string& what) {
+  if (!dist::launched_by_mpirun() || dist::is_initialized()) return rc;
+  try {
+    dist::init(&argc, &argv);
+    train::check_ranks_agree(
+        {}, CommOptions{}.timeout_ms,
+        std::make_exception_ptr(InvalidArgument(detail::cat(
+            "ditto-train ", what, " does not train, and under mpirun every process must run the "
+            "same training command (the other side of an MPMD ':' included)"))));
+  } catch (const std::exception&) {  // its own refusal, which the others report
+  }
+  dist::finalize();
+  return rc;
+}
+
 /// stdout goes to /dev/null while this lives (a nested run's own lines stay out of the table).
 class QuietStdout {
  public:
@@ -944,7 +964,9 @@ int cli_main(int argc, char** argv, Capture* capture) {
       capture->error = e.what();
       return ditto_cli::kUsageError;
     }
-    return ditto_cli::parse_error(app, e, "ditto-train", expected_values());
+    const int rc = ditto_cli::parse_error(app, e, "ditto-train", expected_values());
+    const bool version = dynamic_cast<const CLI::CallForVersion*>(&e) != nullptr;
+    return rc == 0 ? leave_mpi_job(rc, argc, argv, version ? "--version" : "--help") : rc;
   }
   std::set<std::string> named{"--checkpoint", "--resume", "--trace", "--profile", "--devices",
                               "--trainer", "--sim-memory-gib", "--metrics-jsonl", "--data",

@@ -46,7 +46,7 @@ expect_refused "ditto-train: error: read_csv: '/dev/zero' is a character device,
   "$train" --epochs 1 --data /dev/zero
 expect_refused "ditto-train: error: read_csv: '$work/data.fifo' is a FIFO, expected a regular file" \
   "$train" --epochs 1 --data "$work/data.fifo"
-expect_refused "ditto-train: error: --data: io::read_file: '/dev/zero' is a character device, expected a regular file" \
+expect_refused "ditto-train: error: --data: TextDataSource: '/dev/zero' is a character device, expected a regular file" \
   "$train" --model gpt --max-iters 1 --data /dev/zero
 expect_refused "io::load_safetensors: '/dev/zero' is a character device, expected a regular file" \
   "$info" /dev/zero

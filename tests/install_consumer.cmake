@@ -46,6 +46,16 @@ if(EXISTS ${prefix}/include/ditto/core/internal)
   message(FATAL_ERROR "FAIL: core/internal/ was installed")
 endif()
 message(STATUS "installed ${n_headers} public headers into ${prefix}")
+# The exported targets name no library by this machine's path (issue 31, item 13: they linked
+# /usr/lib/.../libopenblas.so, so the installed tree could not move to a machine without that
+# file): OpenBLAS is the imported target ditto::openblas, found again by dittoConfig.cmake.
+file(GLOB target_files ${prefix}/lib/cmake/ditto/dittoTargets*.cmake)
+foreach(f IN LISTS target_files)
+  file(READ ${f} text)
+  if(text MATCHES "[^\n]*libopenblas[^\n]*")
+    message(FATAL_ERROR "FAIL: ${f} links OpenBLAS by an absolute path:\n${CMAKE_MATCH_0}")
+  endif()
+endforeach()
 
 # 2. The installed ditto-train, default run: data from the prefix, the usual checksum.
 run("installed ditto-train" COMMAND ${prefix}/bin/ditto-train)
@@ -75,6 +85,10 @@ foreach(project consumer installed_headers)
   file(STRINGS ${WORK}/${project}/CMakeCache.txt ditto_dir REGEX "^ditto_DIR:")
   if(NOT ditto_dir STREQUAL "ditto_DIR:PATH=${prefix}/lib/cmake/ditto")
     message(FATAL_ERROR "FAIL: ${project} found ditto elsewhere than the prefix: ${ditto_dir}")
+  endif()
+  file(STRINGS ${WORK}/${project}/CMakeCache.txt ditto_dep REGEX "^OPENBLAS_LIBRARY:")
+  if(ditto_dep MATCHES "OPENBLAS_LIBRARY:FILEPATH=([^;]*)")
+    message(STATUS "${project}: OpenBLAS found on this machine: ${CMAKE_MATCH_1}")
   endif()
   run("build ${project}" COMMAND ${CMAKE_COMMAND} --build ${WORK}/${project} -j2)
   message(STATUS "${project}: configured against ${prefix}, built")

@@ -17,6 +17,7 @@
 #include "backend_sim/sim_faults.h"
 #include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
+#include "core/internal/rendezvous.h"
 #include "core/runtime/error.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
@@ -244,6 +245,39 @@ TEST(FaultSkipCollective, OtherRanksTimeOutNamingTheRankAndTheCollective) {
     expect_error<Timeout>([&] { comms[r].stream().synchronize(); }, what);
   expect_error<BackendError>([&] { comms[1].all_reduce(t[1]); },
                              "communicator aborted by an earlier error: " + what);
+}
+
+// Issue 31 (habits): with the default timeouts a skipped collective was silent for 300 s before
+// its error. When a collective has waited DITTO_COMM_WARN_AFTER_MS (10 s by default; 100 ms
+// here) one line on stderr names the ranks missing, once, before the timeout (Note [Slow
+// collective warning]); 0 turns it off.
+TEST(FaultSkipCollective, AWaitingCollectiveWarnsOnceNamingTheMissingRanks) {
+  for (const char* setting : {"100", "0"}) {
+    ::setenv("DITTO_COMM_WARN_AFTER_MS", setting, 1);
+    sim_with_faults({"skip-collective:rank=2,index=0", "skip-collective:rank=3,index=0"}, 600);
+    auto comms = Communicator::init_all(devices("sim", 4));
+    std::vector<Tensor> t;
+    for (int r = 0; r < 4; ++r) t.push_back(Tensor::full({5}, float(r), sim(r)));
+    testing::internal::CaptureStderr();
+    all_reduce(comms, t);  // #1: ranks 2 and 3 never join
+    for (int r = 0; r < 4; ++r)
+      expect_error<Timeout>([&] { comms[r].stream().synchronize(); },
+                            "timed out after 600 ms waiting for ranks 2, 3");
+    const std::string err = testing::internal::GetCapturedStderr();
+    ::unsetenv("DITTO_COMM_WARN_AFTER_MS");
+    const std::string line =
+        "ditto: warning: all_reduce (collective #1 on this communicator): waited 100 ms for "
+        "ranks 2, 3 (communicator of 4 ranks); it fails with a timeout after 600 ms\n";
+    if (std::string(setting) == "0") {
+      EXPECT_EQ(err.find("ditto: warning"), std::string::npos) << err;
+    } else {
+      EXPECT_EQ(err, line);  // once, although four ranks wait
+    }
+  }
+  EXPECT_EQ(detail::comm_warn_after_ms(), 10000);
+  ::setenv("DITTO_COMM_WARN_AFTER_MS", "ten", 1);
+  EXPECT_EQ(detail::comm_warn_after_ms(), 10000);
+  ::unsetenv("DITTO_COMM_WARN_AFTER_MS");
 }
 
 TEST(FaultSkipCollective, AbandonedRendezvousStillTimesOutWhenEveryHandleIsGone) {

@@ -64,6 +64,50 @@ TEST(TextDataSource, VocabularyIsTheSortedDistinctBytesAndTheSplitIsNinetyTen) {
                                       .checkpoint_config().at("text_fnv1a"));
 }
 
+// Issue 31, item 9: a text file was read into a string and copied as tokens (a 3 GiB file took
+// 6.3 GB). It is memory-mapped now (Note [Mapped text]): the file appears in /proc/self/maps while
+// the source lives and not after, and its windows, vocabulary and checkpoint config are those of
+// the same text given in memory.
+TEST(TextDataSource, AFileIsMemoryMappedNotCopied) {
+  const auto dir = scratch("mapped");
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "text.txt").string();
+  std::string text;
+  for (int i = 0; text.size() < (3u << 20); ++i) text += "to be, or not to be\n"[i % 20];
+  std::ofstream(path, std::ios::binary) << text;
+  auto mapped = [&] {
+    std::ifstream maps("/proc/self/maps");
+    std::string line;
+    while (std::getline(maps, line))
+      if (line.size() >= path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0)
+        return true;
+    return false;
+  };
+  {
+    TextDataSource file(path, 16, 5);
+    EXPECT_TRUE(mapped()) << path << " is not in /proc/self/maps";
+    TextDataSource memory(text, 16, 5, path);
+    EXPECT_EQ(file.size(), memory.size());
+    EXPECT_EQ(file.itos(), memory.itos());
+    EXPECT_EQ(file.checkpoint_config(), memory.checkpoint_config());
+    for (std::int64_t step : {0, 7}) {
+      data::Batch a = file.step_batch(step, 4), b = memory.step_batch(step, 4);
+      EXPECT_EQ(a.x.to_vector<std::int64_t>(), b.x.to_vector<std::int64_t>());
+      EXPECT_EQ(a.y.to_vector<std::int64_t>(), b.y.to_vector<std::int64_t>());
+    }
+    data::Batch a = file.eval_batch(EvalSplit::val, 1, 3), b = memory.eval_batch(EvalSplit::val, 1, 3);
+    EXPECT_EQ(a.y.to_vector<std::int64_t>(), b.y.to_vector<std::int64_t>());
+  }
+  EXPECT_FALSE(mapped()) << "the mapping outlived the source";
+  // A file too short for the block size is refused, and unmapped.
+  const std::string short_path = (dir / "short.txt").string();
+  std::ofstream(short_path, std::ios::binary) << "abc";
+  test::expect_invalid([&] { TextDataSource(short_path, 8, 0); }, "'" + short_path + "': expected");
+  std::ofstream(short_path, std::ios::binary | std::ios::trunc).flush();
+  test::expect_invalid([&] { TextDataSource(short_path, 8, 0); }, "got 0 bytes");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(TextDataSource, StepWindowsArePhiloxDrawsOfTheTrainingSplit) {
   const std::string text = small_text();
   const std::int64_t T = 8, B = 6;

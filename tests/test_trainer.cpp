@@ -510,6 +510,39 @@ TEST(Trainer, PeerFailureCarriesTheFailedRankAndTheRootErrorIsThatRanksOwn) {
   EXPECT_EQ(failed_ranks, (std::vector<int>{2, 2, 2}));
 }
 
+// Issue 31, item 2: a rank's thread that could not be created (std::thread's system_error,
+// e.g. 128 ranks under `ulimit -v 2000000`) left joinable threads in a vector going out of scope:
+// std::terminate ("terminate called without an active exception"). Now the ranks already started
+// fail naming the rank that never came, are joined, and launch_ranks throws a ditto::Error naming
+// the thread, the system's reason and what to change.
+TEST(LaunchRanks, AThreadThatCannotBeCreatedIsAnErrorAfterTheStartedRanksAreJoined) {
+  test::init_sim(8);
+  std::atomic<int> started{0}, peer_failures{0};
+  RankBarrier barrier(8);
+  rank_thread_failure_for_testing() = 5;
+  try {
+    launch_ranks(devices("sim", 8), CommOptions{}, &barrier, [&](Communicator& comm) {
+      ++started;
+      try {
+        Tensor t = Tensor::full({4}, 1.0f, comm.device());
+        comm.all_reduce(t);  // waits for rank 5, which never starts
+        (void)t.to_vector<float>();
+      } catch (const PeerFailure& p) {
+        EXPECT_EQ(p.failed_rank(), 5) << p.what();
+        ++peer_failures;
+        throw;
+      }
+    });
+    ADD_FAILURE() << "expected ditto::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("launch_ranks: cannot create the thread of rank 5 of 8: "
+                                          "Resource temporarily unavailable", 0), 0u) << e.what();
+  }
+  rank_thread_failure_for_testing() = -1;
+  EXPECT_EQ(started.load(), 5);  // ranks 0..4, each joined before the error came back
+  EXPECT_EQ(peer_failures.load(), 5);
+}
+
 // Issue 16 (4): the configuration check at the start of a run (torchrun's rendezvous).
 TEST(RankSettings, DisagreementNamesTheFirstDifferingSettingBothValuesAndBothRanks) {
   const RankSettings a{{"--loss", "mse"}, {"--micro-shards", "8"}, {"--seed", "1"}};

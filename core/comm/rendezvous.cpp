@@ -2,6 +2,13 @@
 // the messages of timeouts, aborts and failed ranks, and the abort state.
 #include "core/internal/rendezvous.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+
 #include "core/runtime/error.h"
 
 namespace ditto::detail {
@@ -20,6 +27,39 @@ std::string timeout_reason(const std::string& label, std::int64_t timeout_ms,
                            const std::vector<int>& missing, int n, const char* in) {
   return cat(label, ": timed out after ", timeout_ms, " ms waiting for ", ranks_str(missing),
              " (communicator of ", n, " ranks", in, "; it is now aborted)");
+}
+
+std::int64_t comm_warn_after_ms() {
+  constexpr std::int64_t kDefault = 10000;
+  const char* v = std::getenv("DITTO_COMM_WARN_AFTER_MS");
+  if (v == nullptr || *v == '\0') return kDefault;
+  std::int64_t ms = 0;
+  const char* end = v + std::strlen(v);
+  auto [ptr, ec] = std::from_chars(v, end, ms);
+  return ec == std::errc() && ptr == end && ms >= 0 ? ms : kDefault;
+}
+
+std::string wait_warning(const std::string& label, std::int64_t waited_ms,
+                         const std::vector<int>& missing, int n, std::int64_t timeout_ms) {
+  const std::string waited = waited_ms % 1000 == 0 ? cat(waited_ms / 1000, " s")
+                                                   : cat(waited_ms, " ms");
+  return cat("ditto: warning: ", label, ": waited ", waited, " for ", ranks_str(missing),
+             " (communicator of ", n, " ranks); it fails with a timeout after ", timeout_ms,
+             " ms");
+}
+
+void print_warning(const std::string& line) noexcept {
+  try {
+    const std::string text = line + "\n";
+    std::size_t at = 0;
+    while (at < text.size()) {
+      const ssize_t w = ::write(2, text.data() + at, text.size() - at);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return;
+      at += static_cast<std::size_t>(w);
+    }
+  } catch (...) {  // the message could not be built: a warning is not worth an exception
+  }
 }
 
 std::exception_ptr peer_failure(const std::string& message, int failed_rank) {

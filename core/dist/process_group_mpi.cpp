@@ -23,12 +23,17 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "core/internal/backend_init.h"
 #include "core/internal/mpi_transport.h"
 #include "core/internal/p2p_match.h"
 #include "core/internal/process_group.h"
+#include "core/internal/rendezvous.h"
 
 namespace ditto {
 namespace detail::mpi {
@@ -484,6 +489,47 @@ namespace {
 
 using detail::mpi::Clock;
 
+// While it lives, a thread that prints one warning if it lives longer than
+// detail::comm_warn_after_ms() (Note [Slow collective warning]): MPI_Init_thread waits for every
+// process of the job, and a process that left without calling it (e.g. `ditto-train --version`
+// on the other side of an MPMD ':') makes it wait forever, silently. No thread, no warning.
+class InitWatch {
+ public:
+  InitWatch() {
+    const std::int64_t ms = detail::comm_warn_after_ms();
+    if (ms <= 0) return;
+    try {
+      thread_ = std::thread([this, ms] {
+        std::unique_lock lk(mu_);
+        if (cv_.wait_for(lk, std::chrono::milliseconds(ms), [&] { return done_; })) return;
+        detail::print_warning(detail::cat(
+            "ditto: warning: dist::init: MPI_Init_thread has waited ", ms, " ms for the job's "
+            "other processes: it waits for every process of the job, so one that exited without "
+            "calling MPI_Init (e.g. `ditto-train --version` or another program on the other "
+            "side of an MPMD ':') makes it wait forever"));
+      });
+    } catch (const std::system_error&) {
+    }
+  }
+  ~InitWatch() {
+    if (!thread_.joinable()) return;
+    {
+      std::lock_guard lk(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  InitWatch(const InitWatch&) = delete;
+  InitWatch& operator=(const InitWatch&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
 class MpiProcessGroup final : public detail::ProcessGroup {
  public:
   MpiProcessGroup(int* argc, char*** argv) {
@@ -497,7 +543,12 @@ class MpiProcessGroup final : public detail::ProcessGroup {
       MPI_Finalized(&finalized);
       DITTO_CHECK_T(BackendError, !finalized,
                     "dist::init: MPI was already finalized in this process");
-      DITTO_MPI_CHECK(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "dist::init");
+      int rc = MPI_SUCCESS;
+      {
+        InitWatch watch;  // Note [Slow collective warning]: MPI_Init waits for every process
+        rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+      }
+      DITTO_MPI_CHECK(rc, "dist::init");
       owns_ = true;
     }
     if (provided < MPI_THREAD_MULTIPLE) {

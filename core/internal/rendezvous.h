@@ -19,8 +19,19 @@
 // failed device) is a peer failure: "<collective> (collective #n ...): rank R failed: <reason>",
 // built by peer_failure(), the one place that gives that error its type.
 // Neither class locks: the communicator that owns them holds its mutex around every call.
+//
+// Note [Slow collective warning]
+// A rank that never arrives used to be silent until the timeout (300 s by default: the default
+// GPT trainer's "nothing happens" for five minutes). When a round has waited
+// comm_warn_after_ms() (10 s; DITTO_COMM_WARN_AFTER_MS=N sets N ms, 0 turns it off) since its
+// first rank arrived, the backend's waiter prints one line to stderr, once per round:
+//   ditto: warning: all_reduce (collective #3 on this communicator): waited 10 s for rank 2
+//   (communicator of 4 ranks); it fails with a timeout after 300000 ms
+// (Rendezvous::warn_if_due; the backends wake at Rendezvous::next_due). torch's
+// ProcessGroupNCCL watchdog and NCCL_DEBUG=WARN give such progress-less lines too; this is one.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -43,6 +54,20 @@ std::string ranks_str(const std::vector<int>& ranks);
 /// it is now aborted)"; `in` qualifies the ranks, e.g. " in MPI processes".
 std::string timeout_reason(const std::string& label, std::int64_t timeout_ms,
                            const std::vector<int>& missing, int n, const char* in = "");
+
+/// How long a round waits before its warning (Note [Slow collective warning]): the environment
+/// variable DITTO_COMM_WARN_AFTER_MS (a non-negative integer of ms, 0: never), read on each
+/// call, else 10000. A value that is not such an integer is ignored (10000).
+std::int64_t comm_warn_after_ms();
+
+/// "ditto: warning: <label>: waited <s> s for <ranks> (communicator of <n> ranks); it fails with
+/// a timeout after <timeout_ms> ms".
+std::string wait_warning(const std::string& label, std::int64_t waited_ms,
+                         const std::vector<int>& missing, int n, std::int64_t timeout_ms);
+
+/// Prints `line` and a newline to stderr at once (one write, so lines of several threads do not
+/// interleave).
+void print_warning(const std::string& line) noexcept;
 
 /// The error of a collective that fails because rank `failed_rank` failed; `message` says so
 /// ("... rank R failed: <reason>"). The one place such errors are made: their type changes here.
@@ -95,13 +120,15 @@ class Rendezvous {
 
   /// Collective #seq while its ranks arrive, and its outcome for waiters that block.
   struct Round {
-    Round(int n, std::uint64_t ordinal, Clock::time_point due)
-        : seq(ordinal), deadline(due), calls(static_cast<std::size_t>(n)),
+    Round(int n, std::uint64_t ordinal, Clock::time_point due, Clock::time_point warn)
+        : seq(ordinal), deadline(due), warn_at(warn), calls(static_cast<std::size_t>(n)),
           here(static_cast<std::size_t>(n), 0) {}
     enum class State : std::uint8_t { waiting, done, failed };
 
     const std::uint64_t seq;
     const Clock::time_point deadline;  ///< the first rank's arrival + timeout
+    const Clock::time_point warn_at;   ///< Note [Slow collective warning]; max(): never
+    bool warned = false;
     std::vector<CallT> calls;          ///< calls[r]: rank r's call, once here[r]
     std::vector<char> here;
     int arrived = 0;
@@ -118,7 +145,8 @@ class Rendezvous {
   };
 
   Rendezvous(int n, std::int64_t timeout_ms)
-      : n_(n), timeout_ms_(timeout_ms), seq_(static_cast<std::size_t>(n), 0) {}
+      : n_(n), timeout_ms_(timeout_ms), warn_after_ms_(comm_warn_after_ms()),
+        seq_(static_cast<std::size_t>(n), 0) {}
 
   int size() const { return n_; }
   std::int64_t timeout_ms() const { return timeout_ms_; }
@@ -130,8 +158,30 @@ class Rendezvous {
   std::shared_ptr<Round> enter(int rank) {
     const std::uint64_t seq = ++seq_[static_cast<std::size_t>(rank)];
     std::shared_ptr<Round>& slot = open_[seq];
-    if (!slot) slot = std::make_shared<Round>(n_, seq, comm_deadline<Clock>(timeout_ms_));
+    if (!slot) {
+      const Clock::time_point due = comm_deadline<Clock>(timeout_ms_);
+      const Clock::time_point warn = warn_after_ms_ > 0 && warn_after_ms_ < timeout_ms_
+                                         ? comm_deadline<Clock>(warn_after_ms_)
+                                         : Clock::time_point::max();
+      slot = std::make_shared<Round>(n_, seq, due, warn);
+    }
     return slot;
+  }
+
+  /// When a waiter of `round` should wake next: its warning time until it has warned, then its
+  /// deadline (Note [Slow collective warning]).
+  Clock::time_point next_due(const Round& round) const {
+    return round.warned ? round.deadline : std::min(round.warn_at, round.deadline);
+  }
+
+  /// Prints the round's warning (naming the ranks missing) when its time has come and it has
+  /// not been printed; `kind` is the waiter's call. Note [Slow collective warning].
+  void warn_if_due(Round& round, CollectiveKind kind) const {
+    if (round.warned || round.state != Round::State::waiting || Clock::now() < round.warn_at)
+      return;
+    round.warned = true;
+    print_warning(wait_warning(collective_label(kind, round.seq), warn_after_ms_, round.missing(),
+                               n_, timeout_ms_));
   }
 
   /// Publishes rank `rank`'s call in `round`; true when it completes the round, which is then
@@ -165,6 +215,7 @@ class Rendezvous {
  private:
   const int n_;
   const std::int64_t timeout_ms_;
+  const std::int64_t warn_after_ms_;  ///< Note [Slow collective warning]
   std::vector<std::uint64_t> seq_;  ///< calls entered per rank
   std::map<std::uint64_t, std::shared_ptr<Round>> open_;
   AbortState abort_;

@@ -76,6 +76,8 @@ class InputFile {
 
   /// The file's size when it was opened.
   std::uint64_t size() const { return size_; }
+  /// The open file descriptor (e.g. for mmap(2)); owned by this object.
+  int fd() const { return fd_; }
   /// Append the next `n` bytes to `out`. Throws ditto::Error naming the path and the OS reason,
   /// or that the file ended early (it shrank while being read).
   void read(std::string& out, std::uint64_t n);

@@ -60,8 +60,9 @@ std::int64_t Loss::mean_rows(std::int64_t input_rows, const char* call) const {
 // torch's mean over an empty input is 0/0 = NaN, and those NaNs made the gathered losses of a
 // batch of 5 over 8 devices hold 3 NaNs where fast mode (torch.chunk: 5 replicas) had none. Here
 // a mean over no samples is 0 (mean_scale() 0, the input's gradient empty anyway): the empty
-// replica adds nothing, so the gathered losses sum to the same total in both modes, and with
-// set_global_batch(B) (kept by clone()) to the mean over the B rows.
+// replica adds nothing, so the losses sum to the same total in both modes, and with
+// set_global_batch(B) (kept by clone()) to the mean over the B rows. (DataParallel leaves such a
+// replica's output out of the gathered one, so both modes gather min(B, devices) losses.)
 Tensor Loss::save_and_mean(const Tensor& per_sample, const Tensor& input, const Tensor& target,
                            std::int64_t denominator, std::int64_t rows_per_sample) {
   denominator_ = denominator;

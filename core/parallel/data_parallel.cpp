@@ -273,7 +273,17 @@ Tensor DataParallel::forward_rows(const std::vector<Tensor>& inputs, std::int64_
   });
   replica_output_shapes_.clear();
   for (const Tensor& o : outputs) replica_output_shapes_.push_back(o.shape());
-  Tensor out = comm::gather(outputs, dim, output_device_);
+  // A replica given no rows (bitwise, B < devices) ran for the gradient reduction's sake but is
+  // not in the output: torch.nn.DataParallel gathers min(B, devices) replicas, as fast mode does
+  // (an empty batch: replica 0 alone, as fast mode runs it).
+  in_output_.assign(static_cast<std::size_t>(n), false);
+  std::vector<Tensor> gathered;
+  for (int i = 0; i < n; ++i)
+    if (chunks[static_cast<std::size_t>(i)] > 0 || (batch == 0 && i == 0)) {
+      in_output_[static_cast<std::size_t>(i)] = true;
+      gathered.push_back(outputs[static_cast<std::size_t>(i)]);
+    }
+  Tensor out = comm::gather(gathered, dim, output_device_);
   last_chunks_ = chunks;
   last_output_shape_ = out.shape();
   has_forward_ = true;
@@ -296,13 +306,28 @@ Tensor DataParallel::backward(const Tensor& grad_output) {
   const int n = static_cast<int>(last_chunks_.size());
   std::vector<Device> devs(devices_.begin(), devices_.begin() + n);
   const bool scalar_outputs = replica_output_shapes_[0].empty();
+  // The gathered replicas get their part of grad_output; one left out of the output (no rows)
+  // gets zeros of its output's shape.
   std::vector<std::int64_t> sizes;
-  for (const Shape& s : replica_output_shapes_)
+  std::vector<Device> out_devs;
+  for (int i = 0; i < n; ++i) {
+    if (!in_output_[static_cast<std::size_t>(i)]) continue;
+    const Shape& s = replica_output_shapes_[static_cast<std::size_t>(i)];
     sizes.push_back(scalar_outputs ? 1 : s[static_cast<std::size_t>(options_.dim)]);
-  std::vector<Tensor> grads =
-      comm::scatter(grad_output, devs, sizes, scalar_outputs ? 0 : options_.dim);
-  if (scalar_outputs)
-    for (Tensor& g : grads) g = g.view({});
+    out_devs.push_back(devs[static_cast<std::size_t>(i)]);
+  }
+  std::vector<Tensor> parts =
+      comm::scatter(grad_output, out_devs, sizes, scalar_outputs ? 0 : options_.dim);
+  std::vector<Tensor> grads(static_cast<std::size_t>(n));
+  for (int i = 0, j = 0; i < n; ++i) {
+    const auto r = static_cast<std::size_t>(i);
+    if (in_output_[r]) {
+      grads[r] = parts[static_cast<std::size_t>(j++)];
+      if (scalar_outputs) grads[r] = grads[r].view({});
+    } else {
+      grads[r] = Tensor::zeros(replica_output_shapes_[r], grad_output.dtype(), devs[r]);
+    }
+  }
 
   std::vector<Tensor> grad_inputs(static_cast<std::size_t>(n));
   parallel_apply(devs, "backward", [&](int i) {

@@ -66,8 +66,10 @@ class DataParallel {
   Tensor forward(const Tensor& input);
   /// Forward with several inputs (e.g. {x, target} for a module ending in a loss). Every input
   /// must have the same size along dim and is split the same way. Replicas returning 0-dim
-  /// tensors are gathered into a vector with one entry per replica (as PyTorch does, with a
-  /// warning there).
+  /// tensors are gathered into a vector with one entry per replica that received rows (as
+  /// PyTorch does, with a warning there: torch.nn.DataParallel scatters B < devices rows to B
+  /// replicas). In bitwise mode every device runs, but a device given no rows (B < devices)
+  /// adds nothing to the output, so both modes return min(B, devices) entries (one for B = 0).
   Tensor forward(const std::vector<Tensor>& inputs);
   /// Forward of a block of a larger global batch (a micro-step of gradient accumulation, Note
   /// [Gradient accumulation] in core/train/grad_accumulation.h): the inputs' rows are rows
@@ -130,6 +132,7 @@ class DataParallel {
   std::vector<Device> last_input_devices_;
   Shape last_output_shape_;
   std::vector<Shape> replica_output_shapes_;
+  std::vector<bool> in_output_;  ///< [i]: replica i's output is part of the gathered output
   bool has_forward_ = false;
 };
 

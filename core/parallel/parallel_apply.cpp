@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "core/runtime/error.h"
@@ -45,12 +46,19 @@ class Pool {
 
   void run(int n, const std::function<void(int)>& fn) {
     std::lock_guard run_lock(run_mu_);
-    const int helpers = std::min(n, max_threads()) - 1;
+    int helpers = std::min(n, max_threads()) - 1;
     {
       std::lock_guard lk(mu_);
       while (static_cast<int>(workers_.size()) < helpers) {
         const int id = static_cast<int>(workers_.size()) + 1;
-        workers_.emplace_back([this, id] { loop(id); });
+        try {
+          workers_.emplace_back([this, id] { loop(id); });
+        } catch (const std::system_error&) {
+          // No room for another thread (`ulimit -v`, `ulimit -u`): the workers there are take
+          // more indices each (any stride >= 1 runs every index).
+          helpers = static_cast<int>(workers_.size());
+          break;
+        }
         workers_.back().detach();
       }
       job_ = &fn;
@@ -130,8 +138,15 @@ void parallel_apply(const std::vector<Device>& devices, const char* what,
       for (int i = first; i < n; i += stride) marked(i);
     };
     std::vector<std::thread> threads;
-    for (int k = 1; k < stride; ++k) threads.emplace_back(take, k);
-    take(0);
+    std::vector<int> here{0};  // the strides this thread takes: 0, and those no thread could take
+    for (int k = 1; k < stride; ++k) {
+      try {
+        threads.emplace_back(take, k);
+      } catch (const std::system_error&) {  // no room for another thread: run its part here
+        here.push_back(k);
+      }
+    }
+    for (int k : here) take(k);
     for (auto& t : threads) t.join();
   } else {
     Pool::instance().run(n, marked);

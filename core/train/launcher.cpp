@@ -1,6 +1,7 @@
 // launch_ranks, RankBarrier and root_error (launcher.h).
 #include "core/train/launcher.h"
 
+#include <system_error>
 #include <thread>
 
 #include "core/dist/distributed.h"
@@ -169,6 +170,35 @@ void check_ranks_agree(const RankSettings& mine, std::int64_t timeout_ms,
   if (!why.empty()) throw InvalidArgument(why);
 }
 
+int& rank_thread_failure_for_testing() {
+  static int rank = -1;
+  return rank;
+}
+
+namespace {
+
+// Start rank `rank`'s thread of `ranks`, or throw ditto::Error naming it, the system's reason and
+// what to change (std::thread throws std::system_error when the system has no room for another
+// thread: address space, stack, thread count).
+void start_rank_thread(std::vector<std::thread>& threads, int rank, int ranks,
+                       std::function<void()> body) {
+  if (rank_thread_failure_for_testing() == rank) {
+    throw Error(detail::cat("launch_ranks: cannot create the thread of rank ", rank, " of ", ranks,
+                            ": Resource temporarily unavailable (a test's injected failure)"));
+  }
+  try {
+    threads.emplace_back(std::move(body));
+  } catch (const std::system_error& e) {
+    throw Error(detail::cat(
+        "launch_ranks: cannot create the thread of rank ", rank, " of ", ranks, ": ",
+        e.code().message(), " (each rank is a thread with its own stack, ",
+        "`ulimit -s`, within the address-space and thread limits `ulimit -v` and `ulimit -u`: "
+        "run fewer devices, or raise those limits)"));
+  }
+}
+
+}  // namespace
+
 void launch_ranks(const std::vector<Device>& devices, const CommOptions& options,
                   RankBarrier* barrier, const std::function<void(Communicator&)>& body,
                   const std::function<void()>& after,
@@ -208,8 +238,11 @@ void launch_ranks(const std::vector<Device>& devices, const CommOptions& options
   std::mutex errors_mu;
   std::vector<std::pair<int, std::exception_ptr>> errors;  // in the order the ranks failed
   std::vector<std::thread> threads;
-  for (int r = 0; r < static_cast<int>(comms.size()); ++r)
-    threads.emplace_back([&, r] {
+  threads.reserve(comms.size());
+  const int n = static_cast<int>(comms.size());
+  for (int r = 0; r < n; ++r) {
+    try {
+      start_rank_thread(threads, r, n, [&, r] {
       try {
         body(comms[static_cast<std::size_t>(r)]);
       } catch (const std::exception& e) {
@@ -220,7 +253,17 @@ void launch_ranks(const std::vector<Device>& devices, const CommOptions& options
         comms[static_cast<std::size_t>(r)].abort(e.what());  // the others fail now, naming r
         if (barrier) barrier->abort(r, e.what());
       }
-    });
+      });
+    } catch (const Error& e) {
+      // Rank r never started: the ranks already running wait for it in their first collective
+      // or barrier. Fail them naming r, join them, and report the thread that could not start
+      // (a vector of joinable threads going out of scope would call std::terminate).
+      comms[static_cast<std::size_t>(r)].abort(e.what());
+      if (barrier) barrier->abort(r, e.what());
+      for (auto& t : threads) t.join();
+      throw;
+    }
+  }
   for (auto& t : threads) t.join();
   if (!errors.empty()) std::rethrow_exception(root_error(errors));
   if (after) after();

@@ -90,9 +90,17 @@ void check_ranks_agree(const RankSettings& mine, std::int64_t timeout_ms,
 /// body runs. A `settings(rank)` that throws is that rank refusing its arguments: under mpirun
 /// every other process then throws PeerFailure "rank R refused its arguments: ..." at once (not
 /// after the timeout); with threads the exception propagates before any rank starts.
+/// A rank's thread that cannot be created (std::thread's std::system_error: no room for its
+/// stack under `ulimit -v`, too many threads) is a ditto::Error "launch_ranks: cannot create the
+/// thread of rank R of N: <system reason> (...)": the ranks already started are failed naming R
+/// and joined before it is thrown.
 void launch_ranks(const std::vector<Device>& devices, const CommOptions& options,
                   RankBarrier* barrier, const std::function<void(Communicator&)>& body,
                   const std::function<void()>& after = {},
                   const std::function<RankSettings(int rank)>& settings = {});
+
+/// Test-only: when set to a rank r >= 0, launch_ranks fails to create rank r's thread as the
+/// system would (Resource temporarily unavailable). -1 (the default) unsets it. Not thread-safe.
+int& rank_thread_failure_for_testing();
 
 }  // namespace ditto::train

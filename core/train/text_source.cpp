@@ -1,8 +1,12 @@
 // TextDataSource (text_source.h; Note [Text batches]).
 #include "core/train/text_source.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "core/io/file.h"
 #include "core/numerics/random.h"
@@ -12,19 +16,57 @@ namespace ditto::train {
 
 TextDataSource::TextDataSource(const std::string& path, std::int64_t block_size,
                                std::uint64_t seed)
-    : TextDataSource(io::read_file(path, io::kMaxDataBytes), block_size, seed, path) {}
+    : name_(path), block_size_(block_size), seed_(seed) {
+  const char* call = "TextDataSource";
+  DITTO_CHECK(block_size >= 1, call, ": block_size: expected >= 1, got ", block_size);
+  io::InputFile in(path, io::kMaxDataBytes, call);  // Note [Bounded reads]: a regular file
+  size_ = static_cast<std::size_t>(in.size());
+  if (size_ > 0) {  // mmap of 0 bytes fails; an empty text is refused by index() below
+    map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, in.fd(), 0);
+    if (map_ == MAP_FAILED) {
+      const int err = errno;
+      map_ = nullptr;
+      throw Error(detail::cat(call, ": cannot map '", path, "' (", size_, " bytes) into memory: ",
+                              std::strerror(err)));
+    }
+    bytes_ = static_cast<const unsigned char*>(map_);
+  }
+  try {
+    index(call);
+  } catch (...) {
+    if (map_ != nullptr) ::munmap(map_, size_);
+    throw;
+  }
+}
 
 TextDataSource::TextDataSource(std::string text, std::int64_t block_size, std::uint64_t seed,
                                const std::string& name)
-    : name_(name), block_size_(block_size), seed_(seed) {
+    : name_(name), block_size_(block_size), seed_(seed), owned_(std::move(text)) {
   const char* call = "TextDataSource";
   DITTO_CHECK(block_size >= 1, call, ": block_size: expected >= 1, got ", block_size);
+  bytes_ = reinterpret_cast<const unsigned char*>(owned_.data());
+  size_ = owned_.size();
+  index(call);
+}
+
+TextDataSource::~TextDataSource() {
+  if (map_ != nullptr) ::munmap(map_, size_);
+}
+
+void TextDataSource::index(const char* call) {
   std::array<bool, 256> seen{};
   fnv_ = 1469598103934665603ull;
-  for (char ch : text) {
-    const auto b = static_cast<unsigned char>(ch);
-    seen[b] = true;
-    fnv_ = (fnv_ ^ b) * 1099511628211ull;
+  // Note [Mapped text]: one pass, each stretch of the mapping dropped once read.
+  constexpr std::size_t kStretch = std::size_t{64} << 20;
+  for (std::size_t at = 0; at < size_; at += kStretch) {
+    const std::size_t end = std::min(size_, at + kStretch);
+    for (std::size_t i = at; i < end; ++i) {
+      const unsigned char b = bytes_[i];
+      seen[b] = true;
+      fnv_ = (fnv_ ^ b) * 1099511628211ull;
+    }
+    if (map_ != nullptr)  // page-aligned: `at` is a multiple of 64 MiB from the mapping's start
+      ::madvise(static_cast<char*>(map_) + at, end - at, MADV_DONTNEED);
   }
   stoi_.fill(-1);
   for (int b = 0; b < 256; ++b)
@@ -32,15 +74,12 @@ TextDataSource::TextDataSource(std::string text, std::int64_t block_size, std::u
       stoi_[static_cast<std::size_t>(b)] = static_cast<int>(itos_.size());
       itos_.push_back(static_cast<unsigned char>(b));
     }
-  tokens_.resize(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i)
-    tokens_[i] = static_cast<unsigned char>(stoi_[static_cast<unsigned char>(text[i])]);
   // prepare.py: train_data = data[:int(n*0.9)] (a double product, truncated).
-  n_train_ = static_cast<std::size_t>(static_cast<double>(text.size()) * 0.9);
-  const std::size_t n_val = tokens_.size() - n_train_, T = static_cast<std::size_t>(block_size);
-  DITTO_CHECK(n_train_ > T && n_val > T, call, ": '", name, "': expected a text whose training "
+  n_train_ = static_cast<std::size_t>(static_cast<double>(size_) * 0.9);
+  const std::size_t n_val = size_ - n_train_, T = static_cast<std::size_t>(block_size_);
+  DITTO_CHECK(n_train_ > T && n_val > T, call, ": '", name_, "': expected a text whose training "
               "(first 90%) and validation (last 10%) splits are longer than block_size = ",
-              block_size, " tokens, got ", text.size(), " bytes (", n_train_, " + ", n_val,
+              block_size_, " tokens, got ", size_, " bytes (", n_train_, " + ", n_val,
               " tokens)");
 }
 
@@ -78,8 +117,8 @@ data::Batch TextDataSource::windows(std::size_t begin, std::size_t len, std::uin
         begin + static_cast<std::size_t>(philox_u64(seed_, stream, static_cast<std::uint64_t>(j)) %
                                          starts);
     for (std::int64_t t = 0; t < T; ++t) {
-      x[static_cast<std::size_t>(j * T + t)] = tokens_[i + static_cast<std::size_t>(t)];
-      y[static_cast<std::size_t>(j * T + t)] = tokens_[i + static_cast<std::size_t>(t) + 1];
+      x[static_cast<std::size_t>(j * T + t)] = token(i + static_cast<std::size_t>(t));
+      y[static_cast<std::size_t>(j * T + t)] = token(i + static_cast<std::size_t>(t) + 1);
     }
   }
   return {Tensor::from_vector(x, {batch_size, T}, Device::cpu()),
@@ -97,7 +136,7 @@ data::Batch TextDataSource::eval_batch(EvalSplit split, std::int64_t k, std::int
   const std::uint64_t p = split == EvalSplit::train ? 0 : 1;
   const std::uint64_t stream = stream_id(kStreamEvalBatch, p << 32 | static_cast<std::uint64_t>(k));
   if (split == EvalSplit::train) return windows(0, n_train_, stream, batch_size);
-  return windows(n_train_, tokens_.size() - n_train_, stream, batch_size);
+  return windows(n_train_, size_ - n_train_, stream, batch_size);
 }
 
 std::map<std::string, std::string> TextDataSource::checkpoint_config() const {
@@ -108,7 +147,7 @@ std::map<std::string, std::string> TextDataSource::checkpoint_config() const {
     vocab += hex;
   }
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv_));
-  return {{"text_bytes", std::to_string(tokens_.size())}, {"text_fnv1a", hex},
+  return {{"text_bytes", std::to_string(size_)}, {"text_fnv1a", hex},
           {"vocab", vocab}, {"block_size", std::to_string(block_size_)}};
 }
 

@@ -15,6 +15,14 @@
 // (0 <= k < eval_iters) of split p (0 train, 1 val) has its window j at
 // philox_u64(seed, stream_id(kStreamEvalBatch, p << 32 | k), j) % (len(split) - T): the same
 // windows at every evaluation, so two evaluations compare the model, not the windows.
+//
+// Note [Mapped text]
+// A text file is memory-mapped read-only (mmap(2), MAP_PRIVATE), not read into memory: the
+// vocabulary and the FNV-1a are computed in one pass over the mapping, dropping each 64 MiB
+// stretch once read (madvise MADV_DONTNEED: pages of a file come back from the page cache when a
+// window touches them again), and a token is stoi[byte] taken when a window is built. So a 3 GiB
+// text costs pages of the windows drawn, not the 6.3 GB that a copy of the bytes and a copy as
+// tokens took. A text given in memory (the second constructor) is kept as given.
 #pragma once
 
 #include <array>
@@ -30,15 +38,19 @@ namespace ditto::train {
 
 class TextDataSource final : public DataSource {
  public:
-  /// The bytes of the file `path`, windows of `block_size` tokens, drawn with `seed`. Throws
-  /// what io::read_file throws (naming the file; ditto::Error for one that is not a regular file
-  /// or has more than 4 GiB, io::kMaxDataBytes: Note [Bounded reads]), and InvalidArgument for
-  /// block_size < 1 or a text whose splits are not longer than block_size tokens (naming the
-  /// file and the sizes).
+  /// The bytes of the file `path`, memory-mapped (Note [Mapped text]), windows of `block_size`
+  /// tokens, drawn with `seed`. Throws what io::InputFile throws (naming the file; ditto::Error
+  /// for one that is not a regular file or has more than 4 GiB, io::kMaxDataBytes: Note [Bounded
+  /// reads]), ditto::Error naming the file when mmap fails, and InvalidArgument for block_size <
+  /// 1 or a text whose splits are not longer than block_size tokens (naming the file and the
+  /// sizes). The file must not be changed while the source exists.
   TextDataSource(const std::string& path, std::int64_t block_size, std::uint64_t seed);
   /// From text already in memory; `name` is what errors call it.
   TextDataSource(std::string text, std::int64_t block_size, std::uint64_t seed,
                  const std::string& name);
+  ~TextDataSource() override;
+  TextDataSource(const TextDataSource&) = delete;
+  TextDataSource& operator=(const TextDataSource&) = delete;
 
   /// Training tokens / (batch_size x block_size): an "epoch" of tokens (epoch mode only).
   std::int64_t batches_per_epoch(std::int64_t batch_size) const override;
@@ -68,20 +80,27 @@ class TextDataSource final : public DataSource {
   std::string decode(const std::vector<std::int64_t>& tokens) const;
   /// Tokens of the training and validation splits.
   std::int64_t train_tokens() const { return static_cast<std::int64_t>(n_train_); }
-  std::int64_t val_tokens() const { return static_cast<std::int64_t>(tokens_.size() - n_train_); }
+  std::int64_t val_tokens() const { return static_cast<std::int64_t>(size_ - n_train_); }
   /// Total bytes of the text.
-  std::int64_t size() const { return static_cast<std::int64_t>(tokens_.size()); }
+  std::int64_t size() const { return static_cast<std::int64_t>(size_); }
   /// The text's name (its path).
   const std::string& name() const { return name_; }
 
  private:
   data::Batch windows(std::size_t begin, std::size_t len, std::uint64_t stream,
                       std::int64_t batch_size) const;
+  /// The vocabulary, FNV-1a and splits of bytes_[0, size_), and the size checks.
+  void index(const char* call);
+  /// Token i of the text: stoi of its byte.
+  std::int64_t token(std::size_t i) const { return stoi_[bytes_[i]]; }
 
   std::string name_;
   std::int64_t block_size_;
   std::uint64_t seed_;
-  std::vector<unsigned char> tokens_;  // the whole text as token ids
+  std::string owned_;                    // the text given in memory (else empty)
+  const unsigned char* bytes_ = nullptr;  // the text: owned_ or the mapping (Note [Mapped text])
+  std::size_t size_ = 0;
+  void* map_ = nullptr;                   // the mapping of the file, when mapped
   std::size_t n_train_ = 0;
   std::vector<unsigned char> itos_;
   std::array<int, 256> stoi_{};       // -1: not in the vocabulary
