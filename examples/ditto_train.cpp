@@ -596,8 +596,12 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
     std::fflush(stdout);
   };
   cb.on_epoch = [&](const train::EpochMetrics& m) {
-    std::printf("epoch %3d  train_loss=%.4f  val_loss=%.4f  val_acc=%.4f  samples/s=%.0f\n",
-                m.epoch, m.train_loss, m.val_loss, m.val_acc, m.samples_per_s);
+    if (m.dry_run)  // nothing ran: no losses or accuracy, only the cost model's prediction
+      std::printf("epoch %3d  predicted: epoch_time=%.4f ms samples/s=%.0f (dry run: nothing "
+                  "ran)\n", m.epoch, m.predicted_time_s * 1e3, m.predicted_samples_per_s);
+    else
+      std::printf("epoch %3d  train_loss=%.4f  val_loss=%.4f  val_acc=%.4f  samples/s=%.0f\n",
+                  m.epoch, m.train_loss, m.val_loss, m.val_acc, m.samples_per_s);
     std::fflush(stdout);
     if (jsonl) jsonl->write(m);
   };

@@ -92,6 +92,30 @@ dry_run)
   grep -q '^measured:' "$work/mlp" && fail "a measured: line when nothing ran"
   grep -Eq '^final: backend=sim devices=4 determinism=fast epochs=1 train_time_s=[0-9.]+$' "$work/mlp" ||
     fail "$(grep '^final' "$work/mlp")"
+  # Its epoch lines and JSON records: only the predicted epoch time and samples/s, no losses or
+  # accuracy (nothing ran; they printed 0.0000 and a made-up val_acc), here and with --nodes,
+  # --interconnect or --straggler.
+  for extra in "" "--nodes 2" "--interconnect pcie4" "--straggler 1:2"; do
+    rm -f "$work/dm.jsonl"
+    "$train" --dry-run --profile h200 --epochs 2 $extra --metrics-jsonl "$work/dm.jsonl" > "$work/mlp" ||
+      fail "$extra: $(cat "$work/mlp")"
+    [ "$(grep -c '^epoch ' "$work/mlp")" = 2 ] || fail "$extra: $(cat "$work/mlp")"
+    grep '^epoch ' "$work/mlp" | grep -Eq 'loss|acc' && fail "$extra: a dry run's epoch line has a loss: $(cat "$work/mlp")"
+    grep -Eq '^epoch   2  predicted: epoch_time=[0-9.]+ ms samples/s=[0-9]+ \(dry run: nothing ran\)$' "$work/mlp" ||
+      fail "$extra: $(cat "$work/mlp")"
+    [ "$(grep -c '"event":"epoch"' "$work/dm.jsonl")" = 2 ] || fail "$extra: $(cat "$work/dm.jsonl")"
+    grep '"event":"epoch"' "$work/dm.jsonl" | sed 's/"predicted":{[^}]*}//' | grep -Eq 'loss|acc|_time_s|_per_s' &&
+      fail "$extra: a dry run's epoch JSON has a loss or wall-clock figure: $(cat "$work/dm.jsonl")"
+    grep '"event":"epoch"' "$work/dm.jsonl" | grep -q '"predicted":{"epoch_time_s":[0-9.e-]*,"samples_per_s"' ||
+      fail "$extra: $(cat "$work/dm.jsonl")"
+    grep '"event":"final"' "$work/dm.jsonl" | grep -q '"max_iters"' &&
+      fail "the MLP's final JSON record has the GPT's max_iters: $(cat "$work/dm.jsonl")"
+  done
+  # A dry run resumed from a real checkpoint: still no losses.
+  "$train" --epochs 1 --checkpoint "$work/ck" > /dev/null || fail "checkpoint run"
+  "$train" --dry-run --profile h200 --determinism bitwise --epochs 2 --resume "$work/ck" > "$work/mlp" || fail "$(cat "$work/mlp")"
+  grep '^epoch ' "$work/mlp" | grep -Eq 'loss|acc' && fail "resumed dry run: $(cat "$work/mlp")"
+  grep -q '^epoch   2  predicted:' "$work/mlp" || fail "resumed dry run: $(cat "$work/mlp")"
   # --eval-iters 0: no evaluation, so no losses (the checksum ran); the GPT's record has no
   # MLP fields. --epochs 0: no training loss; the evaluation of the initial model is real.
   "$train" "${tiny[@]}" --eval-iters 0 --metrics-jsonl "$work/e.jsonl" > "$work/e" || fail "$(cat "$work/e")"
@@ -112,6 +136,8 @@ dry_run)
   grep -Eq '^final: backend=sim devices=4 determinism=bitwise epochs=0 val_loss=[0-9.]+ val_acc=[0-9.]+ train_time_s=[0-9.]+ params_checksum=[0-9a-f]{16}$' "$work/z" ||
     fail "$(grep '^final' "$work/z")"
   grep '"event":"final"' "$work/z.jsonl" | grep -q '"train_loss"' && fail "--epochs 0: train_loss in JSON"
+  grep '"event":"final"' "$work/z.jsonl" | grep -q '"max_iters"' && fail "the MLP's final JSON record has max_iters"
+  grep '"event":"final"' "$work/g.jsonl" | grep -q '"max_iters":12' || fail "the GPT's final record lost max_iters"
   ;;
 cli)
   expect_usage "--devices: expected an integer in 1\\.\\.65536, got 'abc'$" --devices abc
