@@ -403,7 +403,7 @@ const std::map<std::string, std::string>& expected_values() {
       {"--dropout", "a number in [0, 1)"}, {"--beta1", "a number in [0, 1)"},
       {"--beta2", "a number in [0, 1)"}, {"--sample", "an integer >= 0"},
       {"--temperature", "a number > 0"}, {"--top-k", "an integer >= 0"},
-      {"--vocab-size", "an integer >= 0"}};
+      {"--vocab-size", "an integer >= 0"}, {"--seed", "an integer >= 0"}};
   return m;
 }
 
@@ -961,6 +961,7 @@ int cli_main(int argc, char** argv, Capture* capture) {
                  "100 prints only in epochs longer than that; 0: none");
   ditto_train::add_gpt_options(app, a.gpt);
   ditto_cli::add_version(app, "ditto-train");
+  ditto_cli::check_numeric_values(app, expected_values());  // '' refused, 010 decimal
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -156,6 +156,21 @@ cli)
   [ "$("$train" --epochs 1 --seed 0x10 | checksum)" = "$("$train" --epochs 1 --seed 16 | checksum)" ] ||
     fail "--seed 0x10 is not --seed 16"
   expect_usage "--seed: expected an integer in 0\\.\\.18446744073709551615 \\(or 0x0\\.\\.0xffffffffffffffff\\), got 0x10000000000000000$" --seed 0x10000000000000000
+  # An empty value is refused (CLI11 read it as 0: --epochs '' trained no epoch), for every
+  # numeric option; leading zeros are decimal (Python's int('010') == 10; CLI11 read octal).
+  expect_usage "--epochs: expected an integer >= 0, got ''$" --epochs ''
+  expect_usage "--devices: expected an integer in 1\\.\\.65536, got ''$" --devices ''
+  expect_usage "--lr: expected a number > 0, got ''$" --lr ''
+  expect_usage "--seed: expected an integer >= 0, got ''$" --seed ''
+  expect_usage "--n-layer: expected an integer in 1\\.\\.85, got ''$" --model gpt --n-layer ''
+  expect_usage "--momentum: expected a number, got ' '$" --momentum ' '
+  "$train" --epochs 010 > "$work/out" 2>&1 || fail "$(cat "$work/out")"
+  grep -q '^final: backend=sim devices=4 determinism=bitwise epochs=10 ' "$work/out" || fail "--epochs 010 is not 10: $(cat "$work/out")"
+  [ "$(grep -c '^epoch ' "$work/out")" = 10 ] || fail "--epochs 010 is not 10: $(cat "$work/out")"
+  [ "$("$train" --epochs 1 --seed 010 | checksum)" = "$("$train" --epochs 1 --seed 10 | checksum)" ] ||
+    fail "--seed 010 is not --seed 10"
+  [ "$("$train" --epochs 1 --devices 02 | checksum)" = "$("$train" --epochs 1 --devices 2 | checksum)" ] ||
+    fail "--devices 02 is not --devices 2"
   ;;
 settings)
   "$train" --epochs 1 --bucket-cap-mb 8 > /dev/null 2> "$work/err" || fail "$(cat "$work/err")"
