@@ -214,6 +214,11 @@ std::string resolve_resume_auto(const std::string& checkpoint_dir, bool lead) {
               "from DIR when it holds a checkpoint, else starts fresh), got no --checkpoint");
   namespace fs = std::filesystem;
   std::error_code ec;
+  // A file (or anything not a directory) is refused before "starting fresh" is said: the run
+  // could never write its checkpoints there.
+  DITTO_CHECK(!fs::exists(checkpoint_dir, ec) || fs::is_directory(checkpoint_dir, ec),
+              "--resume auto --checkpoint: expected a checkpoint directory (or one to create), "
+              "got '", checkpoint_dir, "', which is not a directory");
   bool found = fs::exists(fs::path(checkpoint_dir) / "latest", ec);
   if (!found && fs::is_directory(checkpoint_dir, ec))
     for (const auto& e : fs::directory_iterator(checkpoint_dir, ec)) {

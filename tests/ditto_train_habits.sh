@@ -156,6 +156,10 @@ cli)
   [ "$("$train" --epochs 1 --seed 0x10 | checksum)" = "$("$train" --epochs 1 --seed 16 | checksum)" ] ||
     fail "--seed 0x10 is not --seed 16"
   expect_usage "--seed: expected an integer in 0\\.\\.18446744073709551615 \\(or 0x0\\.\\.0xffffffffffffffff\\), got 0x10000000000000000$" --seed 0x10000000000000000
+  # --resume auto with a --checkpoint that is a file: refused before "starting fresh".
+  : > "$work/afile"
+  expect_usage "--resume auto --checkpoint: expected a checkpoint directory \\(or one to create\\), got '$work/afile', which is not a directory$" --resume auto --checkpoint "$work/afile" --epochs 1
+  grep -q 'starting fresh' "$work/out" && fail "said 'starting fresh' before refusing: $(cat "$work/out")"
   # An empty value is refused (CLI11 read it as 0: --epochs '' trained no epoch), for every
   # numeric option; leading zeros are decimal (Python's int('010') == 10; CLI11 read octal).
   expect_usage "--epochs: expected an integer >= 0, got ''$" --epochs ''
@@ -173,6 +177,14 @@ cli)
     fail "--devices 02 is not --devices 2"
   ;;
 settings)
+  # DITTO_SIM_THREADS that is not used is said once, naming the variable and the value.
+  for v in abc 0 -3; do
+    DITTO_SIM_THREADS=$v "$train" --epochs 1 --devices 8 > /dev/null 2> "$work/err" || fail "$(cat "$work/err")"
+    [ "$(grep -c "^ditto: warning: DITTO_SIM_THREADS='$v': expected an integer in 1\.\.1024" "$work/err")" = 1 ] ||
+      fail "DITTO_SIM_THREADS=$v: $(cat "$work/err")"
+  done
+  DITTO_SIM_THREADS=2 "$train" --epochs 1 > /dev/null 2> "$work/err" || fail "$(cat "$work/err")"
+  [ -s "$work/err" ] && fail "a warning for DITTO_SIM_THREADS=2: $(cat "$work/err")"
   "$train" --epochs 1 --bucket-cap-mb 8 > /dev/null 2> "$work/err" || fail "$(cat "$work/err")"
   grep -q '^ditto-train: warning: --bucket-cap-mb: sizes --trainer ddp.s gradient buckets; DataParallel (--trainer dp) has none, so it does nothing in this run$' "$work/err" || fail "$(cat "$work/err")"
   "$train" --epochs 1 --bucket-cap-mb 8 --trainer ddp > /dev/null 2> "$work/err" || fail "$(cat "$work/err")"
