@@ -928,7 +928,8 @@ int cli_main(int argc, char** argv, Capture* capture) {
                    {"bucket_cap_mb", "--bucket-cap-mb"}, {"hidden", "--hidden"},
                    {"dtype", "--dtype"}, {"micro_shards", "--micro-shards"},
                    {"grad_accum_steps", "--grad-accum-steps"}, {"zero_stage", "--zero-stage"},
-                   {"dry_run", "--dry-run"}, {"allow_nonfinite_loss", "--allow-nonfinite-loss"}};
+                   {"dry_run", "--dry-run"}, {"allow_nonfinite_loss", "--allow-nonfinite-loss"},
+                   {"momentum", "--momentum"}, {"weight_decay", "--weight-decay"}};
   float lr = 0.05f;
   CLI::App app{"ditto-train: data-parallel training (an MLP on CSV rows, or nanoGPT's character "
                "GPT with --model gpt) on simulated or real GPUs"};

@@ -160,6 +160,14 @@ cli)
   : > "$work/afile"
   expect_usage "--resume auto --checkpoint: expected a checkpoint directory \\(or one to create\\), got '$work/afile', which is not a directory$" --resume auto --checkpoint "$work/afile" --epochs 1
   grep -q 'starting fresh' "$work/out" && fail "said 'starting fresh' before refusing: $(cat "$work/out")"
+  # A resume with another --lr: refused (exit 1, as every setting a checkpoint records) naming
+  # the option and both values, not optim::SGD::load_state_dict's option key.
+  "$train" --epochs 1 --checkpoint "$work/ck" > /dev/null || fail "checkpoint run"
+  "$train" --epochs 2 --lr 0.1 --resume "$work/ck" > /dev/null 2> "$work/err"
+  rc=$?
+  [ $rc = 1 ] || fail "--lr 0.1 resume: exit status $rc: $(cat "$work/err")"
+  grep -Eq "^ditto-train: error: resume: checkpoint '[^']*' does not match this run's optimizer: --lr: checkpoint 0\.05[0-9]*, this run 0\.1[0-9]*$" "$work/err" ||
+    fail "--lr 0.1 resume: $(cat "$work/err")"
   # An empty value is refused (CLI11 read it as 0: --epochs '' trained no epoch), for every
   # numeric option; leading zeros are decimal (Python's int('010') == 10; CLI11 read octal).
   expect_usage "--epochs: expected an integer >= 0, got ''$" --epochs ''
