@@ -26,6 +26,14 @@ int pool_size() {
     char* end = nullptr;
     long v = std::strtol(env, &end, 10);
     if (end != env && *end == '\0' && v >= 1 && v <= 1024) return static_cast<int>(v);
+    // A value that is not used is said, once per process (a typo would otherwise run on the
+    // default silently).
+    static std::once_flag warned;
+    std::call_once(warned, [env] {
+      detail::print_warning(std::string("ditto: warning: DITTO_SIM_THREADS='") + env +
+                            "': expected an integer in 1..1024 (the simulator's worker threads); "
+                            "using the default, max(4, the hardware threads)");
+    });
   }
   // At least 4: a user task that blocks (tests that hold a stream) then still leaves threads for
   // the other streams, and small device counts overlap as they did with a thread per stream.

@@ -140,9 +140,46 @@ inline CLI::Validator non_negative() {
       "", "non_negative");
 }
 
-/// An unsigned 64-bit value as CLI11 reads an integer (decimal, 0x hex, a leading 0 octal, as
-/// strtoull with base 0), refused past 2^64 - 1: CLI11's conversion saturates a larger one
-/// without a word (--seed 18446744073709551616 ran as 18446744073709551615).
+/// A numeric option's value as Python's int() / float() read it, before CLI11 converts it: an
+/// empty value is refused ("expected E, got ''"; CLI11 read it as 0, so --epochs '' trained no
+/// epoch), and for an integer (`integer`) leading zeros are decimal (int('010') == 10; CLI11 read
+/// a leading 0 as octal, so --epochs 010 ran 8 epochs): they are dropped, a 0x prefix stays hex.
+/// `expected`: what the value must be ("an integer >= 0").
+inline CLI::Validator numeric_value(const std::string& expected, bool integer) {
+  return CLI::Validator(
+      [expected, integer](std::string& s) -> std::string {
+        if (s.find_first_not_of(" \t") == std::string::npos)
+          return "expected " + expected + ", got '" + s + "'";
+        if (!integer) return "";
+        std::size_t i = s.find_first_not_of(" \t");
+        if (s[i] == '-' || s[i] == '+') ++i;
+        std::size_t j = i;
+        while (j + 1 < s.size() && s[j] == '0' && std::isdigit(static_cast<unsigned char>(s[j + 1])))
+          ++j;
+        s.erase(i, j - i);  // "010" -> "10", "-007" -> "-7", "0x10" and "0" as they are
+        return "";
+      },
+      "", "numeric_value");
+}
+
+/// Adds numeric_value to each integer or floating-point option of `app` (its first check, before
+/// its own and CLI11's conversion); `expected`: option name -> what its value must be (else "an
+/// integer" / "a number").
+inline void check_numeric_values(CLI::App& app,
+                                 const std::map<std::string, std::string>& expected) {
+  for (CLI::Option* o : app.get_options()) {
+    const std::string type = o->get_type_name();
+    const bool integer = type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0;
+    if (!integer && type.rfind("FLOAT", 0) != 0) continue;
+    const auto it = expected.find(o->get_name());
+    o->transform(numeric_value(it != expected.end() ? it->second
+                               : integer ? "an integer" : "a number", integer));
+  }
+}
+
+/// An unsigned 64-bit value (decimal, or hex with 0x; leading zeros decimal, numeric_value),
+/// refused past 2^64 - 1: CLI11's conversion saturates a larger one without a word
+/// (--seed 18446744073709551616 ran as 18446744073709551615).
 inline CLI::Validator uint64_value() {
   return CLI::Validator(
       [](std::string& s) -> std::string {
@@ -150,7 +187,8 @@ inline CLI::Validator uint64_value() {
         const bool digit = i != std::string::npos && std::isdigit(static_cast<unsigned char>(s[i]));
         errno = 0;
         char* end = nullptr;
-        if (digit) std::strtoull(s.c_str(), &end, 0);
+        const bool hex = digit && (s.compare(i, 2, "0x") == 0 || s.compare(i, 2, "0X") == 0);
+        if (digit) std::strtoull(s.c_str(), &end, hex ? 16 : 10);
         return digit && errno == 0 && end && *end == '\0'
                    ? ""
                    : "expected an integer in 0..18446744073709551615 (or 0x0..0xffffffffffffffff), "

@@ -23,6 +23,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cinttypes>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -38,9 +39,13 @@
 #include <tuple>
 #include <vector>
 
+#include "backend_sim/cost_model.h"
+#include "backend_sim/profiles.h"
 #include "backend_sim/published.h"
+#include "backend_sim/sim_faults.h"
 #include "core/dist/distributed.h"
 #include "core/runtime/error.h"
+#include "core/train/grad_accumulation.h"
 #include "core/train/launcher.h"
 #include "core/train/trainer.h"
 #include "examples/bundled_data.h"
@@ -116,8 +121,9 @@ std::pair<int, double> parse_straggler(const std::string& s) {
   return {dev, factor};
 }
 
-/// The most classes ditto-train infers from the labels (the largest + 1) without --classes: a
-/// stray label such as 100000 would otherwise build a 100001-way output layer silently.
+/// The most classes of ditto-train's model, inferred from the labels (the largest + 1) or given
+/// by --classes: a stray label such as 100000 would otherwise build a 100001-way output layer
+/// silently.
 constexpr std::int64_t kMaxInferredClasses = 65536;
 
 /// A data source whose model has `classes` outputs (--classes), more than its labels need.
@@ -156,10 +162,12 @@ std::shared_ptr<train::DataSource> with_classes(std::shared_ptr<train::CsvDataSo
   if (!a.given.count("--classes")) {
     DITTO_CHECK(inferred <= kMaxInferredClasses, "--data: ", a.data, ": the largest label is ",
                 inferred - 1, ", which would make a model of ", inferred, " classes: expected "
-                "labels 0..", kMaxInferredClasses - 1, " (the most classes ditto-train infers "
-                "from the labels), or --classes N with every label < N");
+                "labels 0..", kMaxInferredClasses - 1, " (the most classes ditto-train's model "
+                "has)");
     return rows;
   }
+  DITTO_CHECK(a.classes >= 1 && a.classes <= kMaxInferredClasses, "--classes: expected an "
+              "integer in 1..", kMaxInferredClasses, ", got ", a.classes);
   DITTO_CHECK(a.classes >= inferred, "--classes: expected a number of classes greater than every "
               "label (the largest in ", a.data, " is ", inferred - 1, "), got ", a.classes);
   if (a.classes == inferred) return rows;
@@ -206,6 +214,11 @@ std::string resolve_resume_auto(const std::string& checkpoint_dir, bool lead) {
               "from DIR when it holds a checkpoint, else starts fresh), got no --checkpoint");
   namespace fs = std::filesystem;
   std::error_code ec;
+  // A file (or anything not a directory) is refused before "starting fresh" is said: the run
+  // could never write its checkpoints there.
+  DITTO_CHECK(!fs::exists(checkpoint_dir, ec) || fs::is_directory(checkpoint_dir, ec),
+              "--resume auto --checkpoint: expected a checkpoint directory (or one to create), "
+              "got '", checkpoint_dir, "', which is not a directory");
   bool found = fs::exists(fs::path(checkpoint_dir) / "latest", ec);
   if (!found && fs::is_directory(checkpoint_dir, ec))
     for (const auto& e : fs::directory_iterator(checkpoint_dir, ec)) {
@@ -386,7 +399,7 @@ bool is_usage_message(const std::string& message) {
 const std::map<std::string, std::string>& expected_values() {
   static const std::map<std::string, std::string> m{
       {"--devices", "an integer in 1..65536"}, {"--label-column", "an integer"},
-      {"--classes", "an integer >= 1"}, {"--epochs", "an integer >= 0"},
+      {"--classes", "an integer in 1..65536"}, {"--epochs", "an integer >= 0"},
       {"--batch-size", "an integer >= 1"}, {"--lr", "a number > 0"},
       {"--momentum", "a number"}, {"--micro-shards", "a power of two >= --devices"},
       {"--grad-accum-steps", "an integer >= 1"}, {"--weight-decay", "a number >= 0"},
@@ -403,7 +416,7 @@ const std::map<std::string, std::string>& expected_values() {
       {"--dropout", "a number in [0, 1)"}, {"--beta1", "a number in [0, 1)"},
       {"--beta2", "a number in [0, 1)"}, {"--sample", "an integer >= 0"},
       {"--temperature", "a number > 0"}, {"--top-k", "an integer >= 0"},
-      {"--vocab-size", "an integer >= 0"}};
+      {"--vocab-size", "an integer >= 0"}, {"--seed", "an integer >= 0"}};
   return m;
 }
 
@@ -424,6 +437,60 @@ void warn_settings(const Args& a, const train::TrainerConfig& c, long long devic
          "4, ...) gives (bitwise mode splits the batch in power-of-two micro-shards, Note "
          "[Micro-shards])");
   std::fflush(stderr);
+}
+
+/// The option values the library would refuse only once training starts, under its own names
+/// (optim::SGD: momentum, DataParallel: micro_shards, set_slowdown: device, device_profile:,
+/// SimBackend::set_faults): refused here first as usage errors naming the option ("--FLAG:
+/// expected ..., got ..."; exit status 2). `devices`: the run's devices (x --nodes; the ranks).
+void check_option_values(const Args& a, const train::TrainerConfig& c, long long devices) {
+  try {
+    DITTO_CHECK(c.batch_size >= 1, "--batch-size: expected an integer >= 1, got ", c.batch_size);
+    // torch.optim.SGD's "Invalid momentum value" / "Invalid weight_decay value".
+    DITTO_CHECK(std::isfinite(c.momentum) && c.momentum >= 0,
+                "--momentum: expected a number >= 0, got ", c.momentum);
+    DITTO_CHECK(std::isfinite(c.weight_decay) && c.weight_decay >= 0,
+                "--weight-decay: expected a number >= 0, got ", c.weight_decay);
+    if (c.determinism == Determinism::bitwise) {
+      const std::int64_t k = c.micro_shards;
+      DITTO_CHECK(k >= 1 && k <= kMaxMicroShards && (k & (k - 1)) == 0, "--micro-shards: "
+                  "expected a power of two in 1..", kMaxMicroShards, ", got ", k);
+      DITTO_CHECK(k >= devices, "--micro-shards: bitwise mode gives every device at least one "
+                  "micro-shard: expected a power of two >= ", devices, " (the devices), got ", k,
+                  a.given.count("--micro-shards") ? "" : " (the default)");
+    }
+    train::check_grad_accumulation(c, static_cast<int>(devices));  // already names the options
+    DITTO_CHECK(c.zero_stage == 0 || c.trainer == train::TrainerKind::ddp, "--zero-stage ",
+                c.zero_stage, ": expected --trainer ddp (ZeRO shards the optimizer state over "
+                "DDP's ranks), got --trainer ", train::trainer_kind_name(c.trainer));
+    for (const auto& [device, factor] : c.stragglers) {
+      DITTO_CHECK(device >= 0 && device < devices, "--straggler ", device, ":", factor,
+                  ": expected a device in 0..", devices - 1, ", got ", device);
+      DITTO_CHECK(std::isfinite(factor) && factor >= sim::CostModel::kMinSlowdown &&
+                      factor <= sim::CostModel::kMaxSlowdown,
+                  "--straggler ", device, ":", factor, ": expected a factor in ",
+                  sim::CostModel::kMinSlowdown, "..", sim::CostModel::kMaxSlowdown, ", got ",
+                  factor);
+    }
+    for (const std::string& spec : c.faults) {
+      const sim::Fault f = sim::parse_fault(spec, "--fault");  // names --fault and the spec
+      const bool skip = f.kind == sim::Fault::Kind::skip_collective;
+      const int d = skip ? f.rank : f.device;
+      DITTO_CHECK(d >= 0 && d < devices, "--fault '", spec, "': expected a ",
+                  skip ? "rank" : "device", " in 0..", devices - 1, ", got ", d);
+    }
+  } catch (const InvalidArgument& e) {
+    throw UsageError(e.what());
+  }
+  // A profile name (a .json file's own errors, its contents, stay the library's).
+  const std::string& p = c.profile;
+  if (!p.empty() && (p.size() < 5 || p.compare(p.size() - 5, 5, ".json") != 0)) try {
+      sim::device_profile(p);
+    } catch (const InvalidArgument& e) {
+      throw UsageError(detail::cat("--profile: expected one of h100-sxm, h200, a100-sxm-80gb, "
+                                   "a100-sxm-40gb, rtx4070-laptop or a .json file, got '", p,
+                                   "'"));
+    }
 }
 
 /// One run of the parsed command line; `a` is the Args `app`'s options write to (its defaults
@@ -504,6 +571,8 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
                   "under mpirun the ranks are the ", dist::world_size(), " processes: expected ",
                   dist::world_size(), " or no --devices, got ", c.devices);
     }
+    check_option_values(a, c, processes ? dist::world_size()
+                                        : static_cast<long long>(c.devices) * c.nodes);
     std::string why;
     c.backend = resolve_backend_name(a.backend, &why);
     if (a.backend == "auto" && c.backend != "cuda" && lead)
@@ -596,8 +665,12 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
     std::fflush(stdout);
   };
   cb.on_epoch = [&](const train::EpochMetrics& m) {
-    std::printf("epoch %3d  train_loss=%.4f  val_loss=%.4f  val_acc=%.4f  samples/s=%.0f\n",
-                m.epoch, m.train_loss, m.val_loss, m.val_acc, m.samples_per_s);
+    if (m.dry_run)  // nothing ran: no losses or accuracy, only the cost model's prediction
+      std::printf("epoch %3d  predicted: epoch_time=%.4f ms samples/s=%.0f (dry run: nothing "
+                  "ran)\n", m.epoch, m.predicted_time_s * 1e3, m.predicted_samples_per_s);
+    else
+      std::printf("epoch %3d  train_loss=%.4f  val_loss=%.4f  val_acc=%.4f  samples/s=%.0f\n",
+                  m.epoch, m.train_loss, m.val_loss, m.val_acc, m.samples_per_s);
     std::fflush(stdout);
     if (jsonl) jsonl->write(m);
   };
@@ -855,7 +928,8 @@ int cli_main(int argc, char** argv, Capture* capture) {
                    {"bucket_cap_mb", "--bucket-cap-mb"}, {"hidden", "--hidden"},
                    {"dtype", "--dtype"}, {"micro_shards", "--micro-shards"},
                    {"grad_accum_steps", "--grad-accum-steps"}, {"zero_stage", "--zero-stage"},
-                   {"dry_run", "--dry-run"}, {"allow_nonfinite_loss", "--allow-nonfinite-loss"}};
+                   {"dry_run", "--dry-run"}, {"allow_nonfinite_loss", "--allow-nonfinite-loss"},
+                   {"momentum", "--momentum"}, {"weight_decay", "--weight-decay"}};
   float lr = 0.05f;
   CLI::App app{"ditto-train: data-parallel training (an MLP on CSV rows, or nanoGPT's character "
                "GPT with --model gpt) on simulated or real GPUs"};
@@ -875,7 +949,7 @@ int cli_main(int argc, char** argv, Capture* capture) {
   with_default("--label-column", a.label_column, "label column (negative counts from the end)");
   app.add_option("--classes", a.classes,
                  "classes of the model's output (every label < N, as CrossEntropyLoss's "
-                 "num_classes; default the largest label + 1, refused past 65535)");
+                 "num_classes; default the largest label + 1; at most 65536, labels 0..65535)");
   with_default("--header", a.header, "first row is a header: auto, yes or no");
   with_default("--hidden", a.hidden,
                "hidden layer sizes, comma-separated (e.g. 256,128; '' for no hidden layer)");
@@ -957,6 +1031,7 @@ int cli_main(int argc, char** argv, Capture* capture) {
                  "100 prints only in epochs longer than that; 0: none");
   ditto_train::add_gpt_options(app, a.gpt);
   ditto_cli::add_version(app, "ditto-train");
+  ditto_cli::check_numeric_values(app, expected_values());  // '' refused, 010 decimal
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

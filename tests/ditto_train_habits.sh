@@ -92,6 +92,30 @@ dry_run)
   grep -q '^measured:' "$work/mlp" && fail "a measured: line when nothing ran"
   grep -Eq '^final: backend=sim devices=4 determinism=fast epochs=1 train_time_s=[0-9.]+$' "$work/mlp" ||
     fail "$(grep '^final' "$work/mlp")"
+  # Its epoch lines and JSON records: only the predicted epoch time and samples/s, no losses or
+  # accuracy (nothing ran; they printed 0.0000 and a made-up val_acc), here and with --nodes,
+  # --interconnect or --straggler.
+  for extra in "" "--nodes 2" "--interconnect pcie4" "--straggler 1:2"; do
+    rm -f "$work/dm.jsonl"
+    "$train" --dry-run --profile h200 --epochs 2 $extra --metrics-jsonl "$work/dm.jsonl" > "$work/mlp" ||
+      fail "$extra: $(cat "$work/mlp")"
+    [ "$(grep -c '^epoch ' "$work/mlp")" = 2 ] || fail "$extra: $(cat "$work/mlp")"
+    grep '^epoch ' "$work/mlp" | grep -Eq 'loss|acc' && fail "$extra: a dry run's epoch line has a loss: $(cat "$work/mlp")"
+    grep -Eq '^epoch   2  predicted: epoch_time=[0-9.]+ ms samples/s=[0-9]+ \(dry run: nothing ran\)$' "$work/mlp" ||
+      fail "$extra: $(cat "$work/mlp")"
+    [ "$(grep -c '"event":"epoch"' "$work/dm.jsonl")" = 2 ] || fail "$extra: $(cat "$work/dm.jsonl")"
+    grep '"event":"epoch"' "$work/dm.jsonl" | sed 's/"predicted":{[^}]*}//' | grep -Eq 'loss|acc|_time_s|_per_s' &&
+      fail "$extra: a dry run's epoch JSON has a loss or wall-clock figure: $(cat "$work/dm.jsonl")"
+    grep '"event":"epoch"' "$work/dm.jsonl" | grep -q '"predicted":{"epoch_time_s":[0-9.e-]*,"samples_per_s"' ||
+      fail "$extra: $(cat "$work/dm.jsonl")"
+    grep '"event":"final"' "$work/dm.jsonl" | grep -q '"max_iters"' &&
+      fail "the MLP's final JSON record has the GPT's max_iters: $(cat "$work/dm.jsonl")"
+  done
+  # A dry run resumed from a real checkpoint: still no losses.
+  "$train" --epochs 1 --checkpoint "$work/ck" > /dev/null || fail "checkpoint run"
+  "$train" --dry-run --profile h200 --determinism bitwise --epochs 2 --resume "$work/ck" > "$work/mlp" || fail "$(cat "$work/mlp")"
+  grep '^epoch ' "$work/mlp" | grep -Eq 'loss|acc' && fail "resumed dry run: $(cat "$work/mlp")"
+  grep -q '^epoch   2  predicted:' "$work/mlp" || fail "resumed dry run: $(cat "$work/mlp")"
   # --eval-iters 0: no evaluation, so no losses (the checksum ran); the GPT's record has no
   # MLP fields. --epochs 0: no training loss; the evaluation of the initial model is real.
   "$train" "${tiny[@]}" --eval-iters 0 --metrics-jsonl "$work/e.jsonl" > "$work/e" || fail "$(cat "$work/e")"
@@ -112,6 +136,8 @@ dry_run)
   grep -Eq '^final: backend=sim devices=4 determinism=bitwise epochs=0 val_loss=[0-9.]+ val_acc=[0-9.]+ train_time_s=[0-9.]+ params_checksum=[0-9a-f]{16}$' "$work/z" ||
     fail "$(grep '^final' "$work/z")"
   grep '"event":"final"' "$work/z.jsonl" | grep -q '"train_loss"' && fail "--epochs 0: train_loss in JSON"
+  grep '"event":"final"' "$work/z.jsonl" | grep -q '"max_iters"' && fail "the MLP's final JSON record has max_iters"
+  grep '"event":"final"' "$work/g.jsonl" | grep -q '"max_iters":12' || fail "the GPT's final record lost max_iters"
   ;;
 cli)
   expect_usage "--devices: expected an integer in 1\\.\\.65536, got 'abc'$" --devices abc
@@ -130,8 +156,43 @@ cli)
   [ "$("$train" --epochs 1 --seed 0x10 | checksum)" = "$("$train" --epochs 1 --seed 16 | checksum)" ] ||
     fail "--seed 0x10 is not --seed 16"
   expect_usage "--seed: expected an integer in 0\\.\\.18446744073709551615 \\(or 0x0\\.\\.0xffffffffffffffff\\), got 0x10000000000000000$" --seed 0x10000000000000000
+  # --resume auto with a --checkpoint that is a file: refused before "starting fresh".
+  : > "$work/afile"
+  expect_usage "--resume auto --checkpoint: expected a checkpoint directory \\(or one to create\\), got '$work/afile', which is not a directory$" --resume auto --checkpoint "$work/afile" --epochs 1
+  grep -q 'starting fresh' "$work/out" && fail "said 'starting fresh' before refusing: $(cat "$work/out")"
+  # A resume with another --lr: refused (exit 1, as every setting a checkpoint records) naming
+  # the option and both values, not optim::SGD::load_state_dict's option key.
+  "$train" --epochs 1 --checkpoint "$work/ck" > /dev/null || fail "checkpoint run"
+  "$train" --epochs 2 --lr 0.1 --resume "$work/ck" > /dev/null 2> "$work/err"
+  rc=$?
+  [ $rc = 1 ] || fail "--lr 0.1 resume: exit status $rc: $(cat "$work/err")"
+  grep -Eq "^ditto-train: error: resume: checkpoint '[^']*' does not match this run's optimizer: --lr: checkpoint 0\.05[0-9]*, this run 0\.1[0-9]*$" "$work/err" ||
+    fail "--lr 0.1 resume: $(cat "$work/err")"
+  # An empty value is refused (CLI11 read it as 0: --epochs '' trained no epoch), for every
+  # numeric option; leading zeros are decimal (Python's int('010') == 10; CLI11 read octal).
+  expect_usage "--epochs: expected an integer >= 0, got ''$" --epochs ''
+  expect_usage "--devices: expected an integer in 1\\.\\.65536, got ''$" --devices ''
+  expect_usage "--lr: expected a number > 0, got ''$" --lr ''
+  expect_usage "--seed: expected an integer >= 0, got ''$" --seed ''
+  expect_usage "--n-layer: expected an integer in 1\\.\\.85, got ''$" --model gpt --n-layer ''
+  expect_usage "--momentum: expected a number, got ' '$" --momentum ' '
+  "$train" --epochs 010 > "$work/out" 2>&1 || fail "$(cat "$work/out")"
+  grep -q '^final: backend=sim devices=4 determinism=bitwise epochs=10 ' "$work/out" || fail "--epochs 010 is not 10: $(cat "$work/out")"
+  [ "$(grep -c '^epoch ' "$work/out")" = 10 ] || fail "--epochs 010 is not 10: $(cat "$work/out")"
+  [ "$("$train" --epochs 1 --seed 010 | checksum)" = "$("$train" --epochs 1 --seed 10 | checksum)" ] ||
+    fail "--seed 010 is not --seed 10"
+  [ "$("$train" --epochs 1 --devices 02 | checksum)" = "$("$train" --epochs 1 --devices 2 | checksum)" ] ||
+    fail "--devices 02 is not --devices 2"
   ;;
 settings)
+  # DITTO_SIM_THREADS that is not used is said once, naming the variable and the value.
+  for v in abc 0 -3; do
+    DITTO_SIM_THREADS=$v "$train" --epochs 1 --devices 8 > /dev/null 2> "$work/err" || fail "$(cat "$work/err")"
+    [ "$(grep -c "^ditto: warning: DITTO_SIM_THREADS='$v': expected an integer in 1\.\.1024" "$work/err")" = 1 ] ||
+      fail "DITTO_SIM_THREADS=$v: $(cat "$work/err")"
+  done
+  DITTO_SIM_THREADS=2 "$train" --epochs 1 > /dev/null 2> "$work/err" || fail "$(cat "$work/err")"
+  [ -s "$work/err" ] && fail "a warning for DITTO_SIM_THREADS=2: $(cat "$work/err")"
   "$train" --epochs 1 --bucket-cap-mb 8 > /dev/null 2> "$work/err" || fail "$(cat "$work/err")"
   grep -q '^ditto-train: warning: --bucket-cap-mb: sizes --trainer ddp.s gradient buckets; DataParallel (--trainer dp) has none, so it does nothing in this run$' "$work/err" || fail "$(cat "$work/err")"
   "$train" --epochs 1 --bucket-cap-mb 8 --trainer ddp > /dev/null 2> "$work/err" || fail "$(cat "$work/err")"

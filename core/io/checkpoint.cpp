@@ -654,7 +654,23 @@ TrainerState resume_checkpoint(const std::string& dir, nn::Module& model, optim:
                 shape_str(p->data.shape()), " ", dtype_name(p->data.dtype()),
                 " (the model's), got ", it->second->str());
   }
-  opt.load_state_dict(c.optimizer);  // checks, then loads: the last check
+  try {
+    opt.load_state_dict(c.optimizer);  // checks, then loads: the last check
+  } catch (const InvalidArgument& e) {
+    // A hyper-parameter that differs (Optimizer::check_state's "option K differs: saved K=A,
+    // this T has K=B"), by the name the user set it with when there is one ("--lr: checkpoint
+    // 0.05, this run 0.1"); any other refusal as it is.
+    const std::string m = e.what(), tag = ": state: option ", diff = " differs: saved ";
+    const std::size_t o = m.find(tag), d = o == std::string::npos ? o : m.find(diff, o);
+    if (d == std::string::npos) throw;
+    const std::string key = m.substr(o + tag.size(), d - o - tag.size());
+    const std::size_t a = d + diff.size() + key.size() + 1, t = m.find(", this ", a),
+                      h = t == std::string::npos ? t : m.find(" has " + key + "=", t);
+    if (!names.count(key) || h == std::string::npos) throw;
+    throw InvalidArgument(cat(call, ": checkpoint '", c.path, "' does not match this run's ",
+                              "optimizer: ", name(key), ": checkpoint ", m.substr(a, t - a),
+                              ", this run ", m.substr(h + key.size() + 6)));
+  }
   for (nn::Parameter* p : params) p->data.copy_(*by_name[p->name]);
   for (const std::string& line : unchecked) log << line << "\n";
   return c.state;

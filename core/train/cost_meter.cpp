@@ -46,6 +46,7 @@ void CostMeter::epoch_end(std::int64_t steps, std::int64_t samples) {
   sync();
   CostSnapshot after = cost_->totals();
   vtrain_ps_ += after.now_ps - before_.now_ps;
+  last_epoch_s_ = static_cast<double>(after.now_ps - before_.now_ps) / 1e12;
   vflops_ += after.gemm_flops - before_.gemm_flops;
   for (std::size_t d = 0; d < vcomm_ps_.size(); ++d)
     vcomm_ps_[d] += after.comm_ps[d] - before_.comm_ps[d];

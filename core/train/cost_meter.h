@@ -37,6 +37,8 @@ class CostMeter {
   void mark_begin();
   double mark_end();
   double last_step_s() const { return last_step_s_; }
+  /// Virtual seconds of the last epoch_begin .. epoch_end (0 without a cost model).
+  double last_epoch_s() const { return last_epoch_s_; }
   CostModelExtension* cost_model() const { return cost_; }
 
  private:
@@ -49,6 +51,7 @@ class CostMeter {
   CostSnapshot before_;
   std::int64_t mark_ps_ = 0;
   double last_step_s_ = 0;
+  double last_epoch_s_ = 0;
   std::int64_t vtrain_ps_ = 0;
   std::uint64_t vflops_ = 0;
   std::vector<std::int64_t> vcomm_ps_;

@@ -31,11 +31,22 @@ void JsonLinesWriter::put_line(const std::string& line) {
 }
 
 void JsonLinesWriter::write(const EpochMetrics& m) {
-  nlohmann::json j = {{"event", "epoch"},          {"epoch", m.epoch},
-                      {"step", m.step},            {"train_loss", m.train_loss},
-                      {"val_loss", m.val_loss},    {"val_acc", m.val_acc},
-                      {"samples", m.samples},      {"epoch_time_s", m.epoch_time_s},
-                      {"samples_per_s", m.samples_per_s}};
+  nlohmann::json j = {{"event", "epoch"}, {"epoch", m.epoch}, {"step", m.step}};
+  if (m.dry_run) {  // nothing ran: only what the cost model predicted
+    j["dry_run"] = true;
+  } else {
+    j["train_loss"] = m.train_loss;
+    j["val_loss"] = m.val_loss;
+    j["val_acc"] = m.val_acc;
+  }
+  j["samples"] = m.samples;
+  if (!m.dry_run) {
+    j["epoch_time_s"] = m.epoch_time_s;
+    j["samples_per_s"] = m.samples_per_s;
+  }
+  if (m.predicted_time_s > 0)
+    j["predicted"] = {{"epoch_time_s", m.predicted_time_s},
+                      {"samples_per_s", m.predicted_samples_per_s}};
   put_line(j.dump());
 }
 
@@ -76,8 +87,8 @@ void JsonLinesWriter::write(const FitResult& r) {
                       {"devices", r.devices},
                       {"determinism", determinism_name(r.determinism)},
                       {"trainer", trainer_kind_name(r.trainer)}};
-  if (!iterations) j["epochs"] = r.epochs;
-  j["max_iters"] = r.max_iters;
+  if (iterations) j["max_iters"] = r.max_iters;  // the MLP's epochs have no max_iters
+  else j["epochs"] = r.epochs;
   j["steps"] = r.steps;
   if (r.dry_run) j["dry_run"] = true;
   if (r.has_train_loss && !r.dry_run) j["train_loss"] = r.train_loss;

@@ -41,6 +41,12 @@ struct EpochMetrics {
   std::int64_t samples = 0;   ///< rows trained on this epoch
   double epoch_time_s = 0;    ///< wall clock of the epoch's training (evaluation excluded)
   double samples_per_s = 0;
+  /// A dry run's epoch (TrainerConfig::dry_run): nothing ran, so train_loss, val_loss, val_acc,
+  /// epoch_time_s and samples_per_s mean nothing (0); only the predicted_* fields are set.
+  bool dry_run = false;
+  /// The epoch's training in the cost model's virtual time (--profile; 0 without a cost model),
+  /// and samples / that time.
+  double predicted_time_s = 0, predicted_samples_per_s = 0;
 };
 
 /// One evaluation of iteration mode (TrainerConfig::max_iters; nanoGPT's "step N: train loss X,

@@ -558,9 +558,19 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     if (!rep.lead()) continue;
     if (data_->eval_set().size() > 0)
       res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
-    if (callbacks_.on_epoch)
-      callbacks_.on_epoch({epoch, ts.step, res.train_loss, res.eval.loss, res.eval.accuracy, seen,
-                           dt, dt > 0 ? seen / dt : 0.0});
+    if (callbacks_.on_epoch) {
+      EpochMetrics m{epoch, ts.step, res.train_loss, res.eval.loss, res.eval.accuracy, seen,
+                     dt, dt > 0 ? seen / dt : 0.0};
+      if (c.dry_run) {  // nothing ran: no losses, accuracy or wall-clock speed, only predictions
+        m.dry_run = true;
+        m.train_loss = m.val_loss = m.val_acc = m.epoch_time_s = m.samples_per_s = 0;
+      }
+      if (run.meter) {
+        m.predicted_time_s = run.meter->last_epoch_s();
+        m.predicted_samples_per_s = m.predicted_time_s > 0 ? seen / m.predicted_time_s : 0.0;
+      }
+      callbacks_.on_epoch(m);
+    }
   }
   // No epoch ran (epochs 0, or the resume of a finished run): the model as it is, evaluated,
   // and the loss its last epoch trained with (not 0 as if untrained).
