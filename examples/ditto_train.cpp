@@ -227,18 +227,53 @@ std::string resolve_resume_auto(const std::string& checkpoint_dir, bool lead) {
 // a scheduler's) sets g_stop; the Trainer ends after the optimizer step in progress
 // (TrainerConfig::stop), writes its checkpoint, and ditto-train exits with 128 + the signal
 // (130, 143), the shell's status for a process the signal ended. A second signal exits at once
-// with that status, as an impatient user expects. Without --checkpoint there is nothing to keep:
-// the default action (the process ends at once).
+// with that status, as an impatient user expects, and says so on stderr: the stop checkpoint was
+// not finished, and the newest complete checkpoint on disk is the one DIR/latest names (read in
+// the handler with open/read/write only, all async-signal-safe), or none. (GNU `timeout -s TERM`
+// signals the process and then its group, so a run under it gets two SIGTERMs at once.) Without
+// --checkpoint there is nothing to keep: the default action (the process ends at once).
 std::atomic<int> g_stop{0};
+char g_latest_path[4096];  // "DIR/latest", set before the handlers are installed
+char g_checkpoint_dir[4096];
 
 extern "C" void on_stop_signal(int sig) {
-  if (g_stop.exchange(sig) != 0) ::_exit(128 + sig);
+  if (g_stop.exchange(sig) != 0) {
+    char buf[8192];
+    std::size_t n = 0;
+    auto put = [&](const char* t) {
+      while (*t && n < sizeof buf - 1) buf[n++] = *t++;
+    };
+    put(sig == SIGINT ? "ditto-train: second SIGINT: exiting at once; the stop checkpoint was "
+                        "not written; newest checkpoint on disk: "
+                      : "ditto-train: second SIGTERM: exiting at once; the stop checkpoint was "
+                        "not written; newest checkpoint on disk: ");
+    char name[64] = {};
+    ssize_t got = -1;
+    const int fd = ::open(g_latest_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      got = ::read(fd, name, sizeof name - 1);
+      ::close(fd);
+    }
+    while (got > 0 && (name[got - 1] == '\n' || name[got - 1] == ' ')) name[--got] = 0;
+    if (got > 0) {
+      put(g_checkpoint_dir);
+      put("/");
+      put(name);
+    } else {
+      put("none");
+    }
+    put("\n");
+    [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, buf, n);
+    ::_exit(128 + sig);
+  }
   static const char msg[] = "ditto-train: signal received: finishing the current step and "
                             "writing a checkpoint (send it again to exit at once)\n";
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
 }
 
-void install_stop_handlers() {
+void install_stop_handlers(const std::string& checkpoint_dir) {
+  std::snprintf(g_checkpoint_dir, sizeof g_checkpoint_dir, "%s", checkpoint_dir.c_str());
+  std::snprintf(g_latest_path, sizeof g_latest_path, "%s/latest", checkpoint_dir.c_str());
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -628,7 +663,7 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
     };
   if (!c.checkpoint_dir.empty() && !capture) {  // Note [Graceful stop]
     c.stop = &g_stop;
-    install_stop_handlers();
+    install_stop_handlers(c.checkpoint_dir);
   }
   std::optional<train::Trainer> trainer;
   try {
