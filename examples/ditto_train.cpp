@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <cstring>
 #include <cinttypes>
 #include <csignal>
 #include <cstdio>
@@ -1056,4 +1057,40 @@ int cli_main(int argc, char** argv, Capture* capture) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return cli_main(argc, argv, nullptr); }
+namespace {
+
+// Note [Lost output]: the results go to stdout; a run whose stdout cannot be written (`>
+// /dev/full`, a closed descriptor `>&-`, a full disk) must not exit 0 with every line lost. As
+// coreutils' close_stdout: at exit stdout is flushed and closed, and an error on it (now or on an
+// earlier write) prints "ditto-train: error: cannot write the results to stdout: <reason>" on
+// stderr and exits 1. A descriptor 0, 1 or 2 closed at the start is first taken by /dev/null
+// opened read-only, so that no file ditto opens (a checkpoint's) becomes "stdout" and gets the
+// result lines, and writes to it fail with EBADF as they would on the closed descriptor.
+void occupy_closed_std_fds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    const int got = ::open("/dev/null", O_RDONLY);  // the lowest free descriptor: `fd`
+    if (got >= 0 && got != fd) ::close(got);
+  }
+}
+
+int close_stdout(int rc) {
+  int err = std::fflush(stdout) != 0 ? errno : 0;
+  const bool failed = err != 0 || std::ferror(stdout);
+  if (failed && err == 0) {  // an earlier write failed: its reason, from a write of 0 bytes
+    char none = 0;
+    err = ::write(STDOUT_FILENO, &none, 0) < 0 ? errno : EIO;
+  }
+  if (std::fclose(stdout) != 0 && !failed) err = errno;
+  if (!failed && err == 0) return rc;
+  std::fprintf(stderr, "ditto-train: error: cannot write the results to stdout: %s\n",
+               std::strerror(err));
+  return rc != 0 ? rc : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  occupy_closed_std_fds();
+  return close_stdout(cli_main(argc, argv, nullptr));
+}
