@@ -1092,5 +1092,8 @@ int close_stdout(int rc) {
 
 int main(int argc, char** argv) {
   occupy_closed_std_fds();
+  // A write past `ulimit -f` fails with EFBIG (a ditto::Error naming the file) instead of
+  // SIGXFSZ killing the run with no message and a half-written checkpoint left behind.
+  std::signal(SIGXFSZ, SIG_IGN);
   return close_stdout(cli_main(argc, argv, nullptr));
 }

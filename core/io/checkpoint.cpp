@@ -365,20 +365,27 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model,
     io::set_write_hook_for_testing([](const std::string&, std::size_t, std::size_t) {
       std::raise(SIGKILL);
     });
-  std::map<std::string, std::string> model_meta;
-  if (!alias_list.empty()) model_meta["ditto.aliases"] = alias_list;
-  nlohmann::json headers;  // trainer.json's CRC-32 of each file's header (version 2)
-  headers[kModelFile] =
-      write_tensors(tmp_path + "/" + kModelFile, std::move(params), model_meta, state.step);
-  optim::OptimizerState os = opt.state_dict();
-  std::map<std::string, std::string> meta{{"optimizer.type", os.type}};
-  for (const auto& [k, v] : os.options) meta["optimizer." + k] = v;
-  headers[kOptimizerFile] =
-      write_tensors(tmp_path + "/" + kOptimizerFile, std::move(os.tensors), meta, state.step);
-  nlohmann::json j = state_to_json(state);
-  j["header_crc32"] = headers;
-  j["crc32"] = hex32(crc32_of(0, j.dump().data(), j.dump().size()));  // of the rest
-  io::write_file_replace(tmp_path + "/" + kTrainerFile, j.dump(1) + "\n");
+  // A failed write (a full disk, EFBIG under `ulimit -f`) removes the temporary directory: no
+  // stray step-N.tmp is left behind (the next save would remove it, but a run may not come).
+  try {
+    std::map<std::string, std::string> model_meta;
+    if (!alias_list.empty()) model_meta["ditto.aliases"] = alias_list;
+    nlohmann::json headers;  // trainer.json's CRC-32 of each file's header (version 2)
+    headers[kModelFile] =
+        write_tensors(tmp_path + "/" + kModelFile, std::move(params), model_meta, state.step);
+    optim::OptimizerState os = opt.state_dict();
+    std::map<std::string, std::string> meta{{"optimizer.type", os.type}};
+    for (const auto& [k, v] : os.options) meta["optimizer." + k] = v;
+    headers[kOptimizerFile] =
+        write_tensors(tmp_path + "/" + kOptimizerFile, std::move(os.tensors), meta, state.step);
+    nlohmann::json j = state_to_json(state);
+    j["header_crc32"] = headers;
+    j["crc32"] = hex32(crc32_of(0, j.dump().data(), j.dump().size()));  // of the rest
+    io::write_file_replace(tmp_path + "/" + kTrainerFile, j.dump(1) + "\n");
+  } catch (...) {
+    fs::remove_all(tmp_path, ec);
+    throw;
+  }
 
   // Publish: rename the complete directory, then point `latest` at it.
   fs::remove_all(final_path, ec);  // the same step saved again (a run resumed and re-saved)
