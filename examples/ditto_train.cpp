@@ -23,6 +23,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstring>
+#include <new>
 #include <cinttypes>
 #include <csignal>
 #include <cstdio>
@@ -1043,12 +1044,17 @@ int cli_main(int argc, char** argv, Capture* capture) {
       std::fprintf(stderr, "ditto-train: error: %s\n", e.what());
     rc = ditto_cli::kUsageError;
   } catch (const std::exception& e) {
+    // A bare std::bad_alloc says only "std::bad_alloc": say what it means.
+    const std::string what = dynamic_cast<const std::bad_alloc*>(&e) != nullptr
+        ? "out of host memory (std::bad_alloc: a host allocation failed; `ulimit -v` may be too "
+          "low: use fewer --devices, a smaller model or batch, or raise it)"
+        : e.what();
     if (capture)
-      capture->error = e.what();
+      capture->error = what;
     else if (dist::is_initialized())
-      std::fprintf(stderr, "ditto-train: error: rank %d: %s\n", dist::rank(), e.what());
+      std::fprintf(stderr, "ditto-train: error: rank %d: %s\n", dist::rank(), what.c_str());
     else
-      std::fprintf(stderr, "ditto-train: error: %s\n", e.what());
+      std::fprintf(stderr, "ditto-train: error: %s\n", what.c_str());
     rc = 1;
   }
   if (!capture) dist::finalize();  // after every communicator is gone (they live in run)
