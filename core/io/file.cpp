@@ -325,7 +325,13 @@ void write_file_atomic(const std::string& given, std::string_view bytes) {
 }
 
 void write_file_replace(const std::string& path, std::string_view bytes) {
-  replace_file(path, path, bytes, "io::write_file_replace");
+  const char* call = "io::write_file_replace";
+  struct stat st {};  // lstat: a symbolic link is replaced; a directory, a device... refused
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+    throw Error(detail::cat(call, ": cannot write '", path, "': it is ",
+                            file_type_name(st.st_mode),
+                            ", expected a regular file (or none: it is created)"));
+  replace_file(path, path, bytes, call);
 }
 
 void set_write_hook_for_testing(

@@ -113,7 +113,9 @@ void write_file_atomic(const std::string& path, std::string_view bytes);
 /// is: a symbolic link there is replaced by the new file, never followed, so that a link planted
 /// in a checkpoint directory cannot make ditto overwrite the file it points at. The temporary
 /// "<path>.tmp" is created with O_CREAT | O_EXCL | O_NOFOLLOW after a stray one is removed.
-/// Throws ditto::Error as write_file_atomic does ("io::write_file_replace: cannot create ...").
+/// Anything else already at `path` (a directory, a device, a FIFO) is refused, left untouched.
+/// Throws ditto::Error as write_file_atomic does ("io::write_file_replace: cannot write 'p': it
+/// is a directory, expected a regular file ...", "io::write_file_replace: cannot create ...").
 void write_file_replace(const std::string& path, std::string_view bytes);
 
 /// The descriptor a name stands for: 1 for /dev/stdout, 2 for /dev/stderr, N for /dev/fd/N and
