@@ -22,6 +22,8 @@
 #include <atomic>
 #include <cctype>
 #include <cerrno>
+#include <cstring>
+#include <new>
 #include <cinttypes>
 #include <cmath>
 #include <csignal>
@@ -240,18 +242,53 @@ std::string resolve_resume_auto(const std::string& checkpoint_dir, bool lead) {
 // a scheduler's) sets g_stop; the Trainer ends after the optimizer step in progress
 // (TrainerConfig::stop), writes its checkpoint, and ditto-train exits with 128 + the signal
 // (130, 143), the shell's status for a process the signal ended. A second signal exits at once
-// with that status, as an impatient user expects. Without --checkpoint there is nothing to keep:
-// the default action (the process ends at once).
+// with that status, as an impatient user expects, and says so on stderr: the stop checkpoint was
+// not finished, and the newest complete checkpoint on disk is the one DIR/latest names (read in
+// the handler with open/read/write only, all async-signal-safe), or none. (GNU `timeout -s TERM`
+// signals the process and then its group, so a run under it gets two SIGTERMs at once.) Without
+// --checkpoint there is nothing to keep: the default action (the process ends at once).
 std::atomic<int> g_stop{0};
+char g_latest_path[4096];  // "DIR/latest", set before the handlers are installed
+char g_checkpoint_dir[4096];
 
 extern "C" void on_stop_signal(int sig) {
-  if (g_stop.exchange(sig) != 0) ::_exit(128 + sig);
+  if (g_stop.exchange(sig) != 0) {
+    char buf[8192];
+    std::size_t n = 0;
+    auto put = [&](const char* t) {
+      while (*t && n < sizeof buf - 1) buf[n++] = *t++;
+    };
+    put(sig == SIGINT ? "ditto-train: second SIGINT: exiting at once; the stop checkpoint was "
+                        "not written; newest checkpoint on disk: "
+                      : "ditto-train: second SIGTERM: exiting at once; the stop checkpoint was "
+                        "not written; newest checkpoint on disk: ");
+    char name[64] = {};
+    ssize_t got = -1;
+    const int fd = ::open(g_latest_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      got = ::read(fd, name, sizeof name - 1);
+      ::close(fd);
+    }
+    while (got > 0 && (name[got - 1] == '\n' || name[got - 1] == ' ')) name[--got] = 0;
+    if (got > 0) {
+      put(g_checkpoint_dir);
+      put("/");
+      put(name);
+    } else {
+      put("none");
+    }
+    put("\n");
+    [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, buf, n);
+    ::_exit(128 + sig);
+  }
   static const char msg[] = "ditto-train: signal received: finishing the current step and "
                             "writing a checkpoint (send it again to exit at once)\n";
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
 }
 
-void install_stop_handlers() {
+void install_stop_handlers(const std::string& checkpoint_dir) {
+  std::snprintf(g_checkpoint_dir, sizeof g_checkpoint_dir, "%s", checkpoint_dir.c_str());
+  std::snprintf(g_latest_path, sizeof g_latest_path, "%s/latest", checkpoint_dir.c_str());
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -701,7 +738,7 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
     };
   if (!c.checkpoint_dir.empty() && !capture) {  // Note [Graceful stop]
     c.stop = &g_stop;
-    install_stop_handlers();
+    install_stop_handlers(c.checkpoint_dir);
   }
   std::optional<train::Trainer> trainer;
   try {
@@ -1082,12 +1119,17 @@ int cli_main(int argc, char** argv, Capture* capture) {
       std::fprintf(stderr, "ditto-train: error: %s\n", e.what());
     rc = ditto_cli::kUsageError;
   } catch (const std::exception& e) {
+    // A bare std::bad_alloc says only "std::bad_alloc": say what it means.
+    const std::string what = dynamic_cast<const std::bad_alloc*>(&e) != nullptr
+        ? "out of host memory (std::bad_alloc: a host allocation failed; `ulimit -v` may be too "
+          "low: use fewer --devices, a smaller model or batch, or raise it)"
+        : e.what();
     if (capture)
-      capture->error = e.what();
+      capture->error = what;
     else if (dist::is_initialized())
-      std::fprintf(stderr, "ditto-train: error: rank %d: %s\n", dist::rank(), e.what());
+      std::fprintf(stderr, "ditto-train: error: rank %d: %s\n", dist::rank(), what.c_str());
     else
-      std::fprintf(stderr, "ditto-train: error: %s\n", e.what());
+      std::fprintf(stderr, "ditto-train: error: %s\n", what.c_str());
     rc = 1;
   }
   if (!capture) dist::finalize();  // after every communicator is gone (they live in run)
@@ -1096,4 +1138,43 @@ int cli_main(int argc, char** argv, Capture* capture) {
 
 }  // namespace
 
-int main(int argc, char** argv) { return cli_main(argc, argv, nullptr); }
+namespace {
+
+// Note [Lost output]: the results go to stdout; a run whose stdout cannot be written (`>
+// /dev/full`, a closed descriptor `>&-`, a full disk) must not exit 0 with every line lost. As
+// coreutils' close_stdout: at exit stdout is flushed and closed, and an error on it (now or on an
+// earlier write) prints "ditto-train: error: cannot write the results to stdout: <reason>" on
+// stderr and exits 1. A descriptor 0, 1 or 2 closed at the start is first taken by /dev/null
+// opened read-only, so that no file ditto opens (a checkpoint's) becomes "stdout" and gets the
+// result lines, and writes to it fail with EBADF as they would on the closed descriptor.
+void occupy_closed_std_fds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (::fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
+    const int got = ::open("/dev/null", O_RDONLY);  // the lowest free descriptor: `fd`
+    if (got >= 0 && got != fd) ::close(got);
+  }
+}
+
+int close_stdout(int rc) {
+  int err = std::fflush(stdout) != 0 ? errno : 0;
+  const bool failed = err != 0 || std::ferror(stdout);
+  if (failed && err == 0) {  // an earlier write failed: its reason, from a write of 0 bytes
+    char none = 0;
+    err = ::write(STDOUT_FILENO, &none, 0) < 0 ? errno : EIO;
+  }
+  if (std::fclose(stdout) != 0 && !failed) err = errno;
+  if (!failed && err == 0) return rc;
+  std::fprintf(stderr, "ditto-train: error: cannot write the results to stdout: %s\n",
+               std::strerror(err));
+  return rc != 0 ? rc : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  occupy_closed_std_fds();
+  // A write past `ulimit -f` fails with EFBIG (a ditto::Error naming the file) instead of
+  // SIGXFSZ killing the run with no message and a half-written checkpoint left behind.
+  std::signal(SIGXFSZ, SIG_IGN);
+  return close_stdout(cli_main(argc, argv, nullptr));
+}

@@ -9,7 +9,7 @@ foreach(i RANGE 1 ${RUNS})
   execute_process(COMMAND ${TRAIN} --trainer ddp --devices 4 --epochs 1 --checkpoint ${DIR}
                   OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
   if(NOT rc STREQUAL "1" OR NOT err MATCHES
-     "ditto-train: error: io::write_file_atomic: cannot write '[^']*latest': it is a directory")
+     "ditto-train: error: io::write_file_replace: cannot write '[^']*latest': it is a directory")
     message(FATAL_ERROR "FAIL run ${i}: expected exit status 1 and rank 0's own error, got ${rc}:\n${out}${err}")
   endif()
 endforeach()

@@ -6,6 +6,7 @@
 #   to "/proc/self/fd/pipe:[...].tmp"), and every line is either text or one whole JSON object;
 #   --trace /dev/full and --metrics-jsonl /dev/full fail before the first epoch, naming the file
 #   and "No space left on device" (the trace's failed after the whole run, with no final line).
+#   > /dev/full and >&- (stdout itself lost): exit 1 with "cannot write the results to stdout".
 # Usage: ditto_train_special_outputs.sh PATH/TO/ditto-train WORK_DIR
 source "$(dirname "$0")/ditto_train_common.sh"
 
@@ -60,4 +61,19 @@ for opt in --trace --metrics-jsonl; do
     fail "$opt /dev/full: $(cat "$work/out")"
   grep -q "^epoch " "$work/out" && fail "$opt /dev/full: trained before failing: $(cat "$work/out")"
 done
+# stdout itself lost (Note [Lost output] in examples/ditto_train.cpp): > /dev/full and a closed
+# stdout (>&-) exit 1 saying so on stderr (they exited 0 with every result line lost).
+"$train" --epochs 1 > /dev/full 2> "$work/err"
+rc=$?
+[ $rc = 1 ] || fail "> /dev/full: expected exit status 1, got $rc: $(cat "$work/err")"
+grep -qx "ditto-train: error: cannot write the results to stdout: No space left on device" \
+  "$work/err" || fail "> /dev/full: $(cat "$work/err")"
+"$train" --epochs 1 --checkpoint "$work/closed_ck" >&- 2> "$work/err"
+rc=$?
+[ $rc = 1 ] || fail ">&-: expected exit status 1, got $rc: $(cat "$work/err")"
+grep -qx "ditto-train: error: cannot write the results to stdout: Bad file descriptor" \
+  "$work/err" || fail ">&-: $(cat "$work/err")"
+# No file ditto opened took descriptor 1 and the result lines: the checkpoint still loads.
+"$train" --epochs 2 --resume "$work/closed_ck" > "$work/out" 2>&1 ||
+  fail ">&-: the checkpoint written with stdout closed does not resume: $(cat "$work/out")"
 echo PASS

@@ -570,6 +570,47 @@ TEST_F(CheckpointTest, DamagedLatestFallsBackToPreviousThenFailsClearly) {
                       {"resume: checkpoint directory '" + dir + "/nope' does not exist"});
 }
 
+// Symbolic links planted in a checkpoint directory are replaced (or refused), never followed: a
+// `latest`, `latest.tmp`, `step-N` or `lock` link pointing at a decoy file outside the directory
+// left the decoy overwritten with "step-00000003" or a pid (issue 31's newcomer report).
+TEST_F(CheckpointTest, SymlinksInTheDirectoryAreReplacedNeverFollowed) {
+  const std::string decoys = fresh_dir("links-decoys");
+  fs::create_directories(decoys + "/old-step");
+  for (const char* f : {"/decoy", "/decoy2", "/old-step/keep"})
+    std::ofstream(decoys + f) << "precious\n";
+  const std::string dir = fresh_dir("links");
+  fs::create_directories(dir);
+  fs::create_symlink(decoys + "/decoy", dir + "/latest");
+  fs::create_symlink(decoys + "/decoy2", dir + "/latest.tmp");
+  fs::create_symlink(decoys + "/old-step", dir + "/step-00000003");
+  fs::create_symlink(decoys + "/decoy2", dir + "/step-00000003.tmp");
+  train({.stop_at = 3, .dir = dir});
+  for (const char* f : {"/decoy", "/decoy2", "/old-step/keep"})
+    EXPECT_EQ(io::read_file(decoys + f), "precious\n") << f;
+  EXPECT_EQ(fs::symlink_status(dir + "/latest").type(), fs::file_type::regular);
+  EXPECT_EQ(io::read_file(dir + "/latest"), "step-00000003\n");
+  EXPECT_EQ(fs::symlink_status(dir + "/step-00000003").type(), fs::file_type::directory);
+  EXPECT_FALSE(fs::exists(fs::symlink_status(dir + "/latest.tmp")));
+
+  // Reading: a `latest` link is ignored (said so), and the step directories are scanned.
+  fs::remove(dir + "/latest");
+  std::ofstream(decoys + "/names-nothing") << "step-00000099\n";
+  fs::create_symlink(decoys + "/names-nothing", dir + "/latest");
+  std::ostringstream log;
+  EXPECT_EQ(read_latest_checkpoint(dir, log).state.step, 3);
+  EXPECT_NE(log.str().find("'" + dir + "/latest' is a symbolic link, not the file ditto writes "
+                           "(ignored); trying the checkpoints in"),
+            std::string::npos) << log.str();
+
+  // The lock file: a link there is refused, naming it, and its target keeps its content.
+  const std::string locked = fresh_dir("links-lock");
+  fs::create_directories(locked);
+  fs::create_symlink(decoys + "/decoy", locked + "/lock");
+  expect_throw<Error>([&] { train({.stop_at = 3, .dir = locked}); },
+                      {"checkpoint: the lock file '" + locked + "/lock' is a symbolic link"});
+  EXPECT_EQ(io::read_file(decoys + "/decoy"), "precious\n");
+}
+
 TEST_F(CheckpointTest, CrashInTheMiddleOfAWriteLeavesThePreviousCheckpoint) {
   const std::string dir = fresh_dir("crash");
   train({.stop_at = 6, .dir = dir});

@@ -299,6 +299,23 @@ TEST_F(DataParallelTest, ParallelApplyReportsFirstFailingReplica) {
   EXPECT_EQ(ran.load(), 3);
 }
 
+// A replica's std::bad_alloc (a host allocation under `ulimit -v`) is reported as OutOfMemory
+// naming the replica and "out of host memory", not as the bare "std::bad_alloc".
+TEST_F(DataParallelTest, ParallelApplyNamesAHostAllocationFailure) {
+  try {
+    parallel::parallel_apply(devs(2), "backward", [&](int i) {
+      if (i == 1) throw std::bad_alloc();
+    });
+    FAIL();
+  } catch (const OutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find("DataParallel: replica 1 on sim:1 failed in backward: "
+                                         "out of host memory (std::bad_alloc: a host allocation "
+                                         "failed"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 /// Trains `steps` SGD steps of an MLP on `n` devices (fast mode, the library Trainer) and
 /// returns the flattened parameters.
 std::vector<float> train(int n, int steps, std::int64_t batch) {

@@ -112,7 +112,7 @@ std::string write_tensors(const std::string& path,
   metadata["ditto.crc32"] = hex32(tensors_crc(tensors));
   const std::string bytes = io::safetensors_serialize(tensors, metadata);
   const std::string_view header = header_of(bytes);
-  io::write_file_atomic(path, bytes);
+  io::write_file_replace(path, bytes);  // never through a link (Note [Checkpoint layout])
   return hex32(crc32_of(0, header.data(), header.size()));
 }
 
@@ -285,13 +285,17 @@ void lock_checkpoint_dir(const std::string& dir) {
   if (held != held_locks().end()) {
     // Still the same lock file (not one of a directory removed and made again)?
     struct stat mine {}, now {};
-    if (::fstat(held->second, &mine) == 0 && ::stat(path.c_str(), &now) == 0 &&
+    if (::fstat(held->second, &mine) == 0 && ::lstat(path.c_str(), &now) == 0 &&
         mine.st_dev == now.st_dev && mine.st_ino == now.st_ino)
       return;
     ::close(held->second);
     held_locks().erase(held);
   }
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // O_NOFOLLOW: a symbolic link planted at DIR/lock must not get the pid written into its target.
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0 && errno == ELOOP)
+    throw Error(cat(call, ": the lock file '", path, "' is a symbolic link; ditto creates a "
+                    "plain file there and never writes through a link: remove the link"));
   if (fd < 0)
     throw Error(cat(call, ": cannot create the lock file '", path, "': ", std::strerror(errno)));
   if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -361,20 +365,27 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model,
     io::set_write_hook_for_testing([](const std::string&, std::size_t, std::size_t) {
       std::raise(SIGKILL);
     });
-  std::map<std::string, std::string> model_meta;
-  if (!alias_list.empty()) model_meta["ditto.aliases"] = alias_list;
-  nlohmann::json headers;  // trainer.json's CRC-32 of each file's header (version 2)
-  headers[kModelFile] =
-      write_tensors(tmp_path + "/" + kModelFile, std::move(params), model_meta, state.step);
-  optim::OptimizerState os = opt.state_dict();
-  std::map<std::string, std::string> meta{{"optimizer.type", os.type}};
-  for (const auto& [k, v] : os.options) meta["optimizer." + k] = v;
-  headers[kOptimizerFile] =
-      write_tensors(tmp_path + "/" + kOptimizerFile, std::move(os.tensors), meta, state.step);
-  nlohmann::json j = state_to_json(state);
-  j["header_crc32"] = headers;
-  j["crc32"] = hex32(crc32_of(0, j.dump().data(), j.dump().size()));  // of the rest
-  io::write_file_atomic(tmp_path + "/" + kTrainerFile, j.dump(1) + "\n");
+  // A failed write (a full disk, EFBIG under `ulimit -f`) removes the temporary directory: no
+  // stray step-N.tmp is left behind (the next save would remove it, but a run may not come).
+  try {
+    std::map<std::string, std::string> model_meta;
+    if (!alias_list.empty()) model_meta["ditto.aliases"] = alias_list;
+    nlohmann::json headers;  // trainer.json's CRC-32 of each file's header (version 2)
+    headers[kModelFile] =
+        write_tensors(tmp_path + "/" + kModelFile, std::move(params), model_meta, state.step);
+    optim::OptimizerState os = opt.state_dict();
+    std::map<std::string, std::string> meta{{"optimizer.type", os.type}};
+    for (const auto& [k, v] : os.options) meta["optimizer." + k] = v;
+    headers[kOptimizerFile] =
+        write_tensors(tmp_path + "/" + kOptimizerFile, std::move(os.tensors), meta, state.step);
+    nlohmann::json j = state_to_json(state);
+    j["header_crc32"] = headers;
+    j["crc32"] = hex32(crc32_of(0, j.dump().data(), j.dump().size()));  // of the rest
+    io::write_file_replace(tmp_path + "/" + kTrainerFile, j.dump(1) + "\n");
+  } catch (...) {
+    fs::remove_all(tmp_path, ec);
+    throw;
+  }
 
   // Publish: rename the complete directory, then point `latest` at it.
   fs::remove_all(final_path, ec);  // the same step saved again (a run resumed and re-saved)
@@ -383,7 +394,7 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model,
     throw Error(cat(call, ": cannot rename '", tmp_path, "' to '", final_path, "': ",
                     ec.message()));
   io::fsync_dir(dir);
-  io::write_file_atomic(dir + "/latest", name + "\n");
+  io::write_file_replace(dir + "/latest", name + "\n");  // a link there is replaced
 
   // Keep the `keep` newest complete checkpoints; drop older ones and stray temporaries.
   std::vector<std::pair<std::int64_t, fs::path>> steps;
@@ -523,17 +534,26 @@ Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log) {
       steps.push_back(parse_step_name(e.path().filename().string()));
   std::sort(steps.rbegin(), steps.rend());
   // DIR/latest first (when it names one), then the newest down.
+  // DIR/latest is a plain file ditto writes; a symbolic link there (not ditto's) is ignored, as a
+  // damaged DIR/latest is: the step directories are tried from the newest down.
   std::string latest;
-  try {
-    latest = io::read_file(dir + "/latest", 4096, "resume");
-    while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
-  } catch (const Error&) {
-    latest.clear();
+  struct stat lst {};
+  const bool link = ::lstat((dir + "/latest").c_str(), &lst) == 0 && S_ISLNK(lst.st_mode);
+  if (!link) {
+    try {
+      latest = io::read_file(dir + "/latest", 4096, "resume");
+      while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' '))
+        latest.pop_back();
+    } catch (const Error&) {
+      latest.clear();
+    }
   }
   const std::int64_t latest_step = parse_step_name(latest);
   if (latest_step < 0) {
-    log << "ditto: " << call << ": '" << dir << "/latest' is missing or damaged; "
-        << "trying the checkpoints in '" << dir << "' from the newest down\n";
+    log << "ditto: " << call << ": '" << dir << "/latest' is "
+        << (link ? "a symbolic link, not the file ditto writes (ignored)"
+                 : "missing or damaged")
+        << "; trying the checkpoints in '" << dir << "' from the newest down\n";
   } else {
     auto it = std::find(steps.begin(), steps.end(), latest_step);
     if (it != steps.end()) steps.erase(it);

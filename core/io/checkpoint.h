@@ -25,7 +25,7 @@
 // (its 8-byte length and JSON), so that an edited header (a dtype F32 -> I32 that keeps every
 // size) makes the checkpoint unusable as flipped data bits do, and the resume falls back to the
 // previous one. Version 1 checkpoints (written before) still load, their headers unchecked;
-// a version-2 checkpoint is refused by a ditto that reads only version 1. A checkpoint is written into DIR/step-N.tmp/ (each file by io::write_file_atomic:
+// a version-2 checkpoint is refused by a ditto that reads only version 1. A checkpoint is written into DIR/step-N.tmp/ (each file by io::write_file_replace:
 // temporary file, fsync, rename, fsync of the directory), the directory is then renamed to
 // DIR/step-N and DIR fsynced, and only then is DIR/latest replaced (atomically as well). So a
 // crash at any point leaves DIR/latest naming a complete checkpoint, and DIR/step-N either

@@ -258,22 +258,19 @@ void write_fd(int fd, std::string_view bytes, const std::string& path, const cha
   if (int err = write_all(fd, bytes.data(), bytes.size())) fail(call, "cannot write", path, err);
 }
 
-void write_file_atomic(const std::string& given, std::string_view bytes) {
-  const char* call = "io::write_file_atomic";
-  // A descriptor's name (/dev/stdout): written to the descriptor in place (Note [Atomic write]).
-  if (const int fd = fd_alias(given); fd >= 0) return write_fd(fd, bytes, given, call);
-  const std::string path = resolve_links(given, call);
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) return write_through(path, bytes, call);
-    throw Error(detail::cat(call, ": cannot write '", given, "': ",
-                            path == given ? "it" : "'" + path + "'", " is ",
-                            file_type_name(st.st_mode),
-                            ", expected a regular file, a character device or a FIFO"));
-  }
+namespace {
+
+// Steps 1-4 of Note [Atomic write] on `path` itself: "<path>.tmp" created afresh, written,
+// fsynced and renamed over `path` (rename(2) replaces the name `path`, a symbolic link there
+// included, never the file a link points at). `given` is the name the caller was given (for the
+// write hook).
+void replace_file(const std::string& path, const std::string& given, std::string_view bytes,
+                  const char* call) {
   const std::string tmp = path + ".tmp";
-  ::unlink(tmp.c_str());  // a stray one from a crash; never written through if it is a link
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ::unlink(tmp.c_str());  // a stray one from a crash (a link is removed, never written through)
+  // O_EXCL | O_NOFOLLOW: a file or symbolic link planted at "<path>.tmp" after the unlink makes
+  // the open fail (EEXIST) rather than redirect the write.
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) fail(call, "cannot create", tmp, errno);
   // From here on, any failure removes the temporary file and leaves `path` as it was.
   auto abandon = [&](const char* what, int err) {
@@ -307,6 +304,34 @@ void write_file_atomic(const std::string& given, std::string_view bytes) {
                             "': ", std::strerror(err)));
   }
   fsync_dir(parent_dir(path));
+}
+
+}  // namespace
+
+void write_file_atomic(const std::string& given, std::string_view bytes) {
+  const char* call = "io::write_file_atomic";
+  // A descriptor's name (/dev/stdout): written to the descriptor in place (Note [Atomic write]).
+  if (const int fd = fd_alias(given); fd >= 0) return write_fd(fd, bytes, given, call);
+  const std::string path = resolve_links(given, call);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) return write_through(path, bytes, call);
+    throw Error(detail::cat(call, ": cannot write '", given, "': ",
+                            path == given ? "it" : "'" + path + "'", " is ",
+                            file_type_name(st.st_mode),
+                            ", expected a regular file, a character device or a FIFO"));
+  }
+  replace_file(path, given, bytes, call);
+}
+
+void write_file_replace(const std::string& path, std::string_view bytes) {
+  const char* call = "io::write_file_replace";
+  struct stat st {};  // lstat: a symbolic link is replaced; a directory, a device... refused
+  if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+    throw Error(detail::cat(call, ": cannot write '", path, "': it is ",
+                            file_type_name(st.st_mode),
+                            ", expected a regular file (or none: it is created)"));
+  replace_file(path, path, bytes, call);
 }
 
 void set_write_hook_for_testing(

@@ -10,7 +10,8 @@
 //   3. rename("<path>.tmp", path): atomic replacement (POSIX rename(2)),
 //   4. fsync the directory, so that the rename itself is on disk.
 // A crash between 1 and 3 leaves a stray "<path>.tmp" and the old `path` untouched; the next write
-// of `path` truncates the stray file. This is what torch.save does not do (it writes in place),
+// of `path` removes the stray file (a symbolic link there is removed, not followed) and creates
+// "<path>.tmp" afresh with O_EXCL | O_NOFOLLOW. This is what torch.save does not do (it writes in place),
 // and what e.g. Orbax and DeepSpeed's checkpoint engines do.
 // What `path` is decides how it is written, so that it behaves like torch.save / open(path, "wb"),
 // which write through whatever the name refers to, and never replaces what is not a plain file:
@@ -106,6 +107,16 @@ std::string read_file(const std::string& path, std::uint64_t max_bytes = kMaxDat
 /// ("... 'd' is a directory, expected a regular file, a character device or a FIFO"); on error
 /// the temporary file is removed and `path` is unchanged.
 void write_file_atomic(const std::string& path, std::string_view bytes);
+
+/// Write `path` atomically as steps 1-4 of Note [Atomic write] do, for a file ditto owns in a
+/// directory it owns (a checkpoint's files, DIR/latest): `path` itself is replaced, whatever it
+/// is: a symbolic link there is replaced by the new file, never followed, so that a link planted
+/// in a checkpoint directory cannot make ditto overwrite the file it points at. The temporary
+/// "<path>.tmp" is created with O_CREAT | O_EXCL | O_NOFOLLOW after a stray one is removed.
+/// Anything else already at `path` (a directory, a device, a FIFO) is refused, left untouched.
+/// Throws ditto::Error as write_file_atomic does ("io::write_file_replace: cannot write 'p': it
+/// is a directory, expected a regular file ...", "io::write_file_replace: cannot create ...").
+void write_file_replace(const std::string& path, std::string_view bytes);
 
 /// The descriptor a name stands for: 1 for /dev/stdout, 2 for /dev/stderr, N for /dev/fd/N and
 /// /proc/self/fd/N; -1 for any other name (these are written in place, Note [Atomic write]).

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <system_error>
 #include <thread>
 
@@ -21,6 +22,9 @@ namespace {
 std::string message_of(const std::exception_ptr& e) {
   try {
     std::rethrow_exception(e);
+  } catch (const std::bad_alloc&) {  // what() is only "std::bad_alloc"
+    return "out of host memory (std::bad_alloc: a host allocation failed; `ulimit -v` may be "
+           "too low)";
   } catch (const std::exception& ex) {
     return ex.what();
   } catch (...) {
@@ -159,6 +163,8 @@ void parallel_apply(const std::vector<Device>& devices, const char* what,
     try {
       std::rethrow_exception(errors[static_cast<std::size_t>(i)]);
     } catch (const OutOfMemory&) {
+      throw OutOfMemory(msg);
+    } catch (const std::bad_alloc&) {
       throw OutOfMemory(msg);
     } catch (const Timeout&) {
       throw Timeout(msg);
