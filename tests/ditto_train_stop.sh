@@ -7,8 +7,14 @@
 # Usage: ditto_train_stop.sh PATH/TO/ditto-train WORK_DIR
 source "$(dirname "$0")/ditto_train_common.sh"
 
-# alive: the run has not exited (a child that exited stays a zombie until waited for).
-alive() { [ -r /proc/$pid/status ] && ! grep -q '^State:[[:space:]]*Z' /proc/$pid/status; }
+# alive: the run has not exited (a child that exited stays a zombie until bash reaps it, which
+# it may do at any moment: the status is read once, so a run reaped between two reads is not
+# taken for alive, as it was when a test under load saw /proc/PID vanish between them).
+alive() {
+  local s
+  s=$(cat /proc/$pid/status 2>/dev/null) || return 1
+  [ -n "$s" ] && ! grep -q '^State:[[:space:]]*Z' <<<"$s"
+}
 
 # start_run NAME ARGS...: ditto-train in the background (far more epochs than it will run), its
 # output in $work/NAME.out; waits (at most 60 s) for its start line, printed once the handlers
