@@ -211,6 +211,30 @@ TEST_F(DataTest, CsvHeaderDetectionFollowsTheDataParser) {
 // Issue 31, item 9: read_csv read the whole file (3 GiB of NUL bytes: 3.1 GB, then "a header
 // line but no data rows"; a 4-row file of 10^6 columns: 7.6 GB in ditto-train). It streams now
 // (Note [Bounded CSV]) and refuses binary data, over-long lines and too many columns at the line.
+// A newcomer's cases: CR-only line endings were read as one header line ("has a header line but
+// no data rows"); 1e308 was "expected a number" though it is one, too large for an f32 feature.
+TEST_F(DataTest, CsvCrOnlyLineEndingsAndOutOfRangeNumbersSayWhatIsWrong) {
+  expect_error<ParseError>(
+      [&] { data::read_csv(file("mac.csv", "1,2,0\r3,4,1\r5,6,0\r")); },
+      "mac.csv:1: a carriage return at byte 6 of the line: expected lines ending in LF or CRLF, "
+      "got CR alone");
+  EXPECT_EQ(data::read_csv(file("crlf.csv", "1,2,0\r\n3,4,1\r\n")).size(), 2);
+  expect_error<ParseError>(
+      [&] { data::read_csv(file("big.csv", "1,2,0\n1e308,4,1\n")); },
+      "big.csv:2:1: expected a number, got '1e308' (features are finite decimal numbers within "
+      "f32's range, |x| <= 3.4028235e38, unquoted; hexadecimal, nan and inf are refused)");
+  try {  // no explanation after a cell that is no number at all
+    data::read_csv(file("word.csv", "1,2,0\n1,x,1\n"));
+    ADD_FAILURE() << "word.csv was read";
+  } catch (const ParseError& e) {
+    EXPECT_TRUE(std::string(e.what()).ends_with("word.csv:2:2: expected a number, got 'x'"))
+        << e.what();
+  }
+  expect_error<ParseError>([&] { data::read_csv(file("lab.csv", "1,2,0\n1,2,inf\n")); },
+                           "lab.csv:2:3: expected a number, got 'inf' (labels are finite "
+                           "decimal numbers, unquoted; hexadecimal, nan and inf are refused)");
+}
+
 TEST_F(DataTest, CsvLimitsRefuseBinaryDataLongLinesAndTooManyColumns) {
   expect_error<ParseError>(
       [&] { data::read_csv(file("zeros.csv", std::string(3 << 20, '\0'))); },

@@ -69,6 +69,17 @@ bool is_number_like(std::string_view cell) {
   return ptr == end && (ec == std::errc() || ec == std::errc::result_out_of_range);
 }
 
+// Why a refused data cell that is a number in some notation (out of range, nan, inf,
+// hexadecimal, quoted) is not taken: 1e308 is a number, but not one an f32 feature holds. "" for
+// a cell that is no number at all.
+const char* why_not_a_number(std::string_view cell, bool f32) {
+  if (!is_number_like(cell)) return "";
+  return f32 ? " (features are finite decimal numbers within f32's range, |x| <= 3.4028235e38, "
+               "unquoted; hexadecimal, nan and inf are refused)"
+             : " (labels are finite decimal numbers, unquoted; hexadecimal, nan and inf are "
+               "refused)";
+}
+
 // A header cell: non-empty and not number-like (empty cells, "nan" and "inf" count as bad data,
 // so a first data line with such a cell is reported rather than skipped as a header).
 bool is_text(std::string_view cell) { return !cell.empty() && !is_number_like(cell); }
@@ -256,7 +267,8 @@ Dataset read_csv(const std::string& path, const CsvOptions& options) {
         double v;
         if (!parse_number(cell, v))
           throw ParseError(detail::cat(path, ":", line_no, ":", c + 1,
-                                       ": expected a number, got ", quoted(cell)));
+                                       ": expected a number, got ", quoted(cell),
+                                       why_not_a_number(cell, false)));
         if (options.regression) {
           targets.push_back(static_cast<float>(v));
         } else {
@@ -270,7 +282,8 @@ Dataset read_csv(const std::string& path, const CsvOptions& options) {
         float v;
         if (!parse_number(cell, v))
           throw ParseError(detail::cat(path, ":", line_no, ":", c + 1,
-                                       ": expected a number, got ", quoted(cell)));
+                                       ": expected a number, got ", quoted(cell),
+                                       why_not_a_number(cell, true)));
         features.push_back(v);
       }
     }
@@ -284,6 +297,13 @@ Dataset read_csv(const std::string& path, const CsvOptions& options) {
     if (reader.line_no() == 1 && line.substr(0, 3) == "\xEF\xBB\xBF") line.remove_prefix(3);
     if (trim(line).empty()) continue;
     const std::int64_t line_no = reader.line_no();
+    // A carriage return inside a line: the file ends its lines in CR alone (classic Mac OS), so
+    // it is one long line, once read as a header and "no data rows".
+    if (const auto cr = trim(line).find('\r'); cr != std::string_view::npos)
+      throw ParseError(detail::cat(path, ":", line_no, ": a carriage return at byte ", cr + 1,
+                                   " of the line: expected lines ending in LF or CRLF, got CR "
+                                   "alone (classic Mac OS line endings; convert with tr '\\r' "
+                                   "'\\n')"));
     // Count before splitting: a line of 10^6 cells is refused before 10^6 views are made.
     const auto n_cells = static_cast<std::int64_t>(std::count(line.begin(), line.end(), delim)) + 1;
     if (n_cells > options.max_columns)
