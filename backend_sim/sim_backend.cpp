@@ -2,6 +2,7 @@
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_extensions.h"
 #include "backend_sim/sim_dry_arena.h"
+#include "backend_sim/sim_executor.h"
 
 #include <cstdlib>
 #include <algorithm>
@@ -66,6 +67,7 @@ SimBackend::SimBackend(const BackendOptions& options) {
   DITTO_CHECK(count >= 1 && count <= kMaxDevices, "sim backend: device_count: expected 1..",
               kMaxDevices, ", got ", count);
   DITTO_CHECK(options.memory_capacity > 0, "sim backend: memory_capacity must be positive");
+  (void)Executor::configured_threads();  // says now, once, if DITTO_SIM_THREADS is not used
   devices_.reserve(static_cast<std::size_t>(count));
   for (int i = 0; i < count; ++i) {
     auto d = std::make_unique<VirtualDevice>();

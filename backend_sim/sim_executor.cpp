@@ -158,6 +158,8 @@ struct Executor::Impl {
   }
 };
 
+int Executor::configured_threads() { return pool_size(); }
+
 Executor& Executor::instance() {
   static Executor* e = new Executor();  // never destroyed: see the class comment
   return *e;

@@ -36,6 +36,12 @@ class Executor {
  public:
   static Executor& instance();
 
+  /// The pool's size as configured (DITTO_SIM_THREADS, else max(4, the hardware threads)),
+  /// without creating the pool; warns once per process about a DITTO_SIM_THREADS it does not use.
+  /// SimBackend calls it when it is made, so the warning does not wait for the pool's first use
+  /// (a small run may never use it).
+  static int configured_threads();
+
   /// Run `job` on a pool thread, preferably thread `home` % threads() (after the jobs posted there
   /// before it); returns at once. `job` must not throw (callers catch) and must not block waiting
   /// for other posted jobs.

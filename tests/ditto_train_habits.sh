@@ -191,6 +191,13 @@ settings)
     [ "$(grep -c "^ditto: warning: DITTO_SIM_THREADS='$v': expected an integer in 1\.\.1024" "$work/err")" = 1 ] ||
       fail "DITTO_SIM_THREADS=$v: $(cat "$work/err")"
   done
+  # Also when the run is too small to use the simulator's thread pool (the warning came with the
+  # pool's first use, so a 40-row CSV on 4 or 8 devices said nothing).
+  for i in $(seq 40); do echo "$((i % 7)),$((i % 5)),$((i % 3))"; done > "$work/small40.csv"
+  DITTO_SIM_THREADS=abc "$train" --data "$work/small40.csv" --epochs 1 --devices 8 > /dev/null 2> "$work/err" ||
+    fail "$(cat "$work/err")"
+  [ "$(grep -c "^ditto: warning: DITTO_SIM_THREADS='abc': expected an integer in 1\.\.1024" "$work/err")" = 1 ] ||
+    fail "DITTO_SIM_THREADS=abc, a 40-row CSV: $(cat "$work/err")"
   DITTO_SIM_THREADS=2 "$train" --epochs 1 > /dev/null 2> "$work/err" || fail "$(cat "$work/err")"
   [ -s "$work/err" ] && fail "a warning for DITTO_SIM_THREADS=2: $(cat "$work/err")"
   "$train" --epochs 1 --bucket-cap-mb 8 > /dev/null 2> "$work/err" || fail "$(cat "$work/err")"
