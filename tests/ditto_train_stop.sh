@@ -23,12 +23,18 @@ start_run() {
   local name=$1; shift
   "$train" --epochs 100000 --checkpoint "$work/$name" "$@" > "$work/$name.out" 2>&1 &
   pid=$!
+  wait_start "$name" "^ditto-train: \(backend\|trainer\)="
+}
+
+# wait_start NAME PATTERN: waits (at most 60 s) for run $pid to print a line matching PATTERN
+# (its start line) to $work/NAME.out; fails when the run ends first or never prints it.
+wait_start() {
   for _ in $(seq 600); do
-    grep -q "^ditto-train: \(backend\|trainer\)=" "$work/$name.out" && return 0
-    alive || fail "$name ended before its start line: $(cat "$work/$name.out")"
+    grep -q "$2" "$work/$1.out" && return 0
+    alive || fail "$1 ended before its start line: $(cat "$work/$1.out")"
     sleep 0.1
   done
-  kill -KILL $pid; fail "$name printed no start line in 60 s: $(cat "$work/$name.out")"
+  kill -KILL $pid; fail "$1 printed no start line in 60 s: $(cat "$work/$1.out")"
 }
 
 # wait_run: waits (at most 60 s) for the run to exit; sets rc.
@@ -106,12 +112,7 @@ start_gpt() {
     --data "$(dirname "$0")/../examples/data/shakespeare.txt" --checkpoint "$work/$name" "$@" \
     > "$work/$name.out" 2>&1 &
   pid=$!
-  for _ in $(seq 600); do
-    grep -q "^ditto-train: model=gpt " "$work/$name.out" && return 0
-    alive || fail "$name ended before its start line: $(cat "$work/$name.out")"
-    sleep 0.1
-  done
-  kill -KILL $pid; fail "$name printed no start line in 60 s: $(cat "$work/$name.out")"
+  wait_start "$name" "^ditto-train: model=gpt "
 }
 # two_terms NAME: SIGTERM, then (once the first was handled, bounded wait) SIGTERM again.
 two_terms() {
