@@ -50,6 +50,12 @@ struct BackendOptions {
   /// model but not run, device -> host copies give zeros. Other backends refuse it
   /// (InvalidArgument from init_backend).
   bool dry_run = false;
+  /// Fast-mode f32 matrix products may run on TF32 tensor cores (10-bit mantissa inputs, f32
+  /// accumulation), as torch.backends.cuda.matmul.allow_tf32 = True. Off by default (PyTorch's
+  /// default since 1.12): f32 stays strict f32. Ignored in bitwise mode (bits never depend on it).
+  /// cuda: cuBLASLt's CUBLAS_COMPUTE_32F_FAST_TF32; sim: the cost model prices such products at
+  /// the profile's TF32 tensor-core rate (the simulator's arithmetic stays f32).
+  bool allow_tf32 = false;
 };
 
 /// Pointwise/loss/optimizer kernels. Shapes are row-major; sizes are element counts.
