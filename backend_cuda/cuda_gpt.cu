@@ -1,15 +1,16 @@
 // The CUDA backend's transformer kernels (CudaGptKernels, cuda_kernels_common.cuh): embedding,
-// LayerNorm, GELU, causal self-attention, dropout and the sum of squares of the GPT
-// (core/nn/gpt.h). Each thread runs one of core/numerics/gpt_math.h's row-level functions (one
-// token row, one query, one key, one element), so every chain has the simulator's operation
-// order (Note [GPT kernels]) and the results equal backend_sim's bit for bit in both modes;
-// only sum_squares has a fast path (any order). ctest CudaEmu.Kernels runs these on the CPU
-// against the simulator (tools/cuda_emu/test_emu_gpt.cpp).
+// LayerNorm, GELU, dropout and the sum of squares of the GPT (core/nn/gpt.h); its causal
+// self-attention is in cuda_attention.cu (Note [CUDA attention]). Each thread runs one of
+// core/numerics/gpt_math.h's row-level functions (one token row, one element), so every chain
+// has the simulator's operation order (Note [GPT kernels]) and the results equal backend_sim's
+// bit for bit in both modes; only sum_squares has a fast path (any order). ctest CudaEmu.Kernels
+// runs these on the CPU against the simulator (tools/cuda_emu/test_emu_gpt.cpp).
 //
 // Note [CUDA GPT kernels]
-// Parallelism is over independent chains only: rows of LayerNorm and the embedding, queries
-// (b, h, t) of the attention's forward and first backward pass, keys (b, h, u) of its second
-// pass (after the first: same stream), vocabulary elements (v, c) of the embedding gradient.
+// Parallelism is over independent chains only: rows of LayerNorm and the embedding, vocabulary
+// elements (v, c) of the embedding gradient. The attention is tiled through shared memory over
+// (batch, head, query tile) and (batch, head, key tile), bitwise in the simulator's order or
+// fast as a flash attention (Note [CUDA attention] in cuda_attention.cu).
 // The embedding gradient walks each (v, c)'s shards in order into a canonical::TreeStack (Note
 // [Streaming canonical tree]), at most kShardCap shards per launch, the host recursion of the
 // canonical tree (shard_tree) above that; a shard where v is absent gives +0, as in the
@@ -76,48 +77,6 @@ __global__ void gelu_forward_kernel(const float* x, float* y, i64 n) {
 
 __global__ void gelu_backward_kernel(const float* x, const float* gy, float* gx, i64 n) {
   for (i64 i = global_thread(); i < n; i += grid_threads()) gx[i] = gpt::gelu_grad(x[i], gy[i]);
-}
-
-// ---- causal self-attention ---------------------------------------------------------------------
-// Thread i over B * nh * T: b = i / (nh T), h = (i / T) % nh, t (or u) = i % T, so query (or key)
-// i's softmax stats are stats[i] and its pd is pd[i]. att is never stored (Note [Attention
-// memory] in core/numerics/gpt_math.h): each thread recomputes the scores it needs. These are
-// reference kernels of the arithmetic (gpt_math.h's per-query bodies), not tuned ones. `drop` is
-// the attention dropout's key (inactive: p == 0, no mask drawn); each thread draws its elements'
-// mask with gpt::AttentionDropout (Philox per element, Note [GPT kernels]).
-
-__global__ void attention_forward_kernel(const float* qkv, i64 B, i64 T, i64 C, i64 nh, float* y,
-                                         gpt::SoftmaxStats* stats, gpt::AttentionDropout drop) {
-  const i64 hd = C / nh;
-  for (i64 i = global_thread(); i < B * nh * T; i += grid_threads()) {
-    const i64 b = i / (nh * T), h = (i / T) % nh, t = i % T;
-    stats[i] = gpt::attention_query(qkv, T, C, nh, b, t, h, y + (b * T + t) * C + h * hd, drop);
-  }
-}
-
-__global__ void attention_query_backward_kernel(const float* dy, const float* qkv,
-                                                const gpt::SoftmaxStats* stats, i64 B, i64 T,
-                                                i64 C, i64 nh, float* dqkv, float* pd,
-                                                gpt::AttentionDropout drop) {
-  const i64 hd = C / nh;
-  for (i64 i = global_thread(); i < B * nh * T; i += grid_threads()) {
-    const i64 b = i / (nh * T), h = (i / T) % nh, t = i % T;
-    pd[i] = gpt::attention_query_backward(dy, qkv, T, C, nh, b, t, h, stats[i],
-                                          dqkv + (b * T + t) * 3 * C + h * hd, drop);
-  }
-}
-
-__global__ void attention_key_backward_kernel(const float* dy, const float* qkv,
-                                              const gpt::SoftmaxStats* stats, const float* pd,
-                                              i64 B, i64 T, i64 C, i64 nh, float* dqkv,
-                                              gpt::AttentionDropout drop) {
-  const i64 hd = C / nh;
-  for (i64 i = global_thread(); i < B * nh * T; i += grid_threads()) {
-    const i64 b = i / (nh * T), h = (i / T) % nh, u = i % T;
-    float* row = dqkv + (b * T + u) * 3 * C + h * hd;
-    gpt::attention_key_backward(dy, qkv, stats, pd, T, C, nh, b, u, h, row + C, row + 2 * C,
-                                drop);
-  }
 }
 
 // ---- dropout (Note [Dropout masks]) ------------------------------------------------------------
@@ -224,34 +183,6 @@ void CudaGptKernels::gelu_backward(Stream& s, const float* x, const float* gy, f
   if (n <= 0) return;
   Launch l(backend_, s, "gelu_backward");
   gelu_backward_kernel<<<blocks_for(n), kThreads, 0, l.get()>>>(x, gy, gx, n);
-  l.check();
-}
-
-void CudaGptKernels::attention_forward(Stream& s, const float* qkv, i64 B, i64 T, i64 C, i64 nh,
-                                       float* y, float* stats, float p, std::uint64_t seed,
-                                       std::uint64_t stream, std::uint64_t index_base) {
-  if (B <= 0 || T <= 0 || nh <= 0) return;
-  Launch l(backend_, s, "attention_forward");
-  const gpt::AttentionDropout drop{p, seed, stream, index_base};
-  attention_forward_kernel<<<blocks_for(B * nh * T, 128), 128, 0, l.get()>>>(
-      qkv, B, T, C, nh, y, reinterpret_cast<gpt::SoftmaxStats*>(stats), drop);
-  l.check();
-}
-
-void CudaGptKernels::attention_backward(Stream& s, const float* dy, const float* qkv,
-                                        const float* stats, i64 B, i64 T, i64 C, i64 nh,
-                                        float* dqkv, float* scratch, float p, std::uint64_t seed,
-                                        std::uint64_t stream, std::uint64_t index_base) {
-  if (B <= 0 || T <= 0 || nh <= 0) return;
-  Launch l(backend_, s, "attention_backward");
-  const gpt::AttentionDropout drop{p, seed, stream, index_base};
-  const int blocks = blocks_for(B * nh * T, 128);
-  const auto* st = reinterpret_cast<const gpt::SoftmaxStats*>(stats);
-  attention_query_backward_kernel<<<blocks, 128, 0, l.get()>>>(dy, qkv, st, B, T, C, nh, dqkv,
-                                                               scratch, drop);
-  l.check();
-  attention_key_backward_kernel<<<blocks, 128, 0, l.get()>>>(dy, qkv, st, scratch, B, T, C, nh,
-                                                             dqkv, drop);
   l.check();
 }
 

@@ -1,6 +1,6 @@
 // Internal: what the CUDA backend's kernel files (cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu,
-// cuda_dtype.cu) share: launch configuration, how a reduction's result lands (Out), the GEMM's
-// tile constants and arguments, the Launch scope of a call, stream-ordered scratch memory from
+// cuda_attention.cu, cuda_dtype.cu) share: launch configuration, how a reduction's result lands
+// (Out), the GEMM's tile constants and arguments, the Launch scope of a call, stream-ordered scratch memory from
 // the backend (DeviceTemp), the host recursion of the canonical tree over shards (shard_tree) and
 // the classes of the dtype-generic kernels (CudaDtypeKernels) and the transformer kernels
 // (CudaGptKernels). Included only by .cu files (and, rewritten, by the CPU emulator,
@@ -232,8 +232,8 @@ class CudaDtypeKernels : public Kernels {
 // ---- the transformer kernels (cuda_gpt.cu) ---------------------------------------------------
 
 /// The Kernels entries of the GPT (embedding, LayerNorm, GELU, attention, dropout, sum of
-/// squares), defined in cuda_gpt.cu with the operation order of core/numerics/gpt_math.h; the
-/// CudaKernels of cuda_kernels.cu derives from it and adds the rest.
+/// squares), defined in cuda_gpt.cu (attention: cuda_attention.cu) with the operation order of
+/// core/numerics/gpt_math.h; the CudaKernels of cuda_kernels.cu derives from it and adds the rest.
 class CudaGptKernels : public CudaDtypeKernels {
  public:
   explicit CudaGptKernels(CudaBackend& backend) : CudaDtypeKernels(backend) {}
@@ -250,13 +250,14 @@ class CudaGptKernels : public CudaDtypeKernels {
                           float* dy_xhat) override;
   void gelu_forward(Stream& s, const float* x, float* y, i64 n) override;
   void gelu_backward(Stream& s, const float* x, const float* gy, float* gx, i64 n) override;
+  // The attention pair is defined in cuda_attention.cu (Note [CUDA attention]).
   void attention_forward(Stream& s, const float* qkv, i64 B, i64 T, i64 C, i64 nh, float* y,
                          float* stats, float p, std::uint64_t seed, std::uint64_t stream,
-                         std::uint64_t index_base) override;
+                         std::uint64_t index_base, Determinism mode) override;
   void attention_backward(Stream& s, const float* dy, const float* qkv, const float* stats, i64 B,
                           i64 T, i64 C, i64 nh, float* dqkv, float* scratch, float p,
-                          std::uint64_t seed, std::uint64_t stream,
-                          std::uint64_t index_base) override;
+                          std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base,
+                          Determinism mode) override;
   void dropout_forward(Stream& s, const float* x, float* y, i64 n, float p, std::uint64_t seed,
                        std::uint64_t stream, std::uint64_t index_base) override;
   void dropout_backward(Stream& s, const float* gy, float* gx, i64 n, float p, std::uint64_t seed,

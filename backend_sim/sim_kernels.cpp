@@ -422,8 +422,8 @@ class SimKernels final : public Kernels {
 
   void attention_forward(Stream& s, const float* qkv, std::int64_t B, std::int64_t T,
                          std::int64_t C, std::int64_t nh, float* y, float* stats, float p,
-                         std::uint64_t seed, std::uint64_t stream,
-                         std::uint64_t index_base) override {
+                         std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base,
+                         Determinism /*mode: one order (Note [GPT kernels]) in both*/) override {
     if (B <= 0 || T <= 0 || C <= 0) return;
     const gpt::AttentionDropout drop{p, seed, stream, index_base};
     launch(s, "attention_forward", gk::attention_forward_cost(B, T, C, nh, drop.active()),
@@ -433,7 +433,8 @@ class SimKernels final : public Kernels {
   void attention_backward(Stream& s, const float* dy, const float* qkv, const float* stats,
                           std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
                           float* dqkv, float* scratch, float p, std::uint64_t seed,
-                          std::uint64_t stream, std::uint64_t index_base) override {
+                          std::uint64_t stream, std::uint64_t index_base,
+                          Determinism /*mode: one order in both*/) override {
     if (B <= 0 || T <= 0 || C <= 0) return;
     const gpt::AttentionDropout drop{p, seed, stream, index_base};
     launch(s, "attention_backward", gk::attention_backward_cost(B, T, C, nh, drop.active()),

@@ -59,7 +59,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
     att_base_ = dropout_index_base(first_row_, n_head_ * x.size(1) * x.size(1));
   }
   const Tensor y = ops::attention(qkv_, n_head_, stats_, att_p_, attn_dropout_->seed(),
-                                  att_stream_, att_base_);
+                                  att_stream_, att_base_, determinism());
   return resid_dropout_->forward(c_proj_->forward(y));
 }
 
@@ -67,7 +67,8 @@ Tensor CausalSelfAttention::backward(const Tensor& grad_output) {
   DITTO_CHECK(qkv_.defined(), "CausalSelfAttention.backward: called before forward");
   Tensor g = c_proj_->backward(resid_dropout_->backward(grad_output));
   const Tensor dqkv = ops::attention_backward(g, qkv_, stats_, n_head_, att_p_,
-                                              attn_dropout_->seed(), att_stream_, att_base_);
+                                              attn_dropout_->seed(), att_stream_, att_base_,
+                                              determinism());
   return c_attn_->backward(dqkv);
 }
 

@@ -45,12 +45,12 @@ void Kernels::gelu_backward(Stream&, const float*, const float*, float*, std::in
 }
 void Kernels::attention_forward(Stream&, const float*, std::int64_t, std::int64_t, std::int64_t,
                                 std::int64_t, float*, float*, float, std::uint64_t, std::uint64_t,
-                                std::uint64_t) {
+                                std::uint64_t, Determinism) {
   no_kernel("attention_forward");
 }
 void Kernels::attention_backward(Stream&, const float*, const float*, const float*, std::int64_t,
                                  std::int64_t, std::int64_t, std::int64_t, float*, float*, float,
-                                 std::uint64_t, std::uint64_t, std::uint64_t) {
+                                 std::uint64_t, std::uint64_t, std::uint64_t, Determinism) {
   no_kernel("attention_backward");
 }
 void Kernels::dropout_forward(Stream&, const float*, float*, std::int64_t, float, std::uint64_t,

@@ -215,20 +215,24 @@ class Kernels {
   /// attn_dropout, 0 <= p < 1): a = att if p == 0 (no mask drawn: the p == 0 bits and speed),
   /// else a = att * scale where element (b, h, t, u) is kept, philox uniform01(seed, stream,
   /// index_base + ((b*nh + h)*T + t)*T + u) >= p, and 0 where not (scale = 1 / (1 - p) in float,
-  /// as dropout_forward). stats are of the un-dropped softmax. Operation order: Note [GPT
-  /// kernels] in core/numerics/gpt_math.h.
+  /// as dropout_forward). stats are of the un-dropped softmax. bitwise: the operation order of
+  /// Note [GPT kernels] in core/numerics/gpt_math.h; fast: any order (cuda: a flash attention,
+  /// online softmax, Note [CUDA attention]), the same mask, stats within rounding of bitwise's
+  /// (either mode's backward takes either mode's stats). A backend with one order (sim) runs it
+  /// in both modes.
   virtual void attention_forward(Stream& s, const float* qkv, std::int64_t B, std::int64_t T,
                                  std::int64_t C, std::int64_t nh, float* y, float* stats,
                                  float p, std::uint64_t seed, std::uint64_t stream,
-                                 std::uint64_t index_base);
+                                 std::uint64_t index_base, Determinism mode);
   /// Backward of attention_forward given dy [B, T, C], the forward's qkv and stats and the same
   /// dropout key (the mask is recomputed): writes dqkv [B, T, 3C] (not accumulated). scratch:
-  /// B * nh * T floats of the caller's (each query's pd = sum_u att[u] dp[u], written).
+  /// B * nh * T floats of the caller's (each query's pd = sum_u att[u] dp[u], written). `mode`
+  /// as attention_forward's.
   virtual void attention_backward(Stream& s, const float* dy, const float* qkv,
                                   const float* stats, std::int64_t B, std::int64_t T,
                                   std::int64_t C, std::int64_t nh, float* dqkv, float* scratch,
                                   float p, std::uint64_t seed, std::uint64_t stream,
-                                  std::uint64_t index_base);
+                                  std::uint64_t index_base, Determinism mode);
   /// Inverted dropout (torch.nn.functional.dropout, training): element i is kept when
   /// philox uniform01(seed, stream, index_base + i) >= p (Note [Dropout masks]); y[i] = x[i] *
   /// scale if kept else 0, scale = 1 / (1 - p) in float. 0 <= p < 1. y may alias x.

@@ -133,14 +133,17 @@ Tensor gelu_backward(const Tensor& x, const Tensor& grad_y);
 /// for backward. C % nh == 0. With p > 0 the weights are dropped before att @ v (nanoGPT's
 /// attn_dropout) with the mask of (seed, stream, index_base + flat index into att) (Note
 /// [Dropout masks]: index_base = first_row * nh*T*T); p in [0, 1), else InvalidArgument. y has
-/// qkv's dtype (f32, bf16 or f16); stats are f32 always.
+/// qkv's dtype (f32, bf16 or f16); stats are f32 always. `mode`: Kernels::attention_forward's
+/// (bitwise: the canonical order; fast: the backend's fastest, e.g. CUDA's flash attention).
 Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& stats, float p = 0.0f,
-                 std::uint64_t seed = 0, std::uint64_t stream = 0, std::uint64_t index_base = 0);
+                 std::uint64_t seed = 0, std::uint64_t stream = 0, std::uint64_t index_base = 0,
+                 Determinism mode = Determinism::bitwise);
 /// dqkv [B, T, 3C] from dy [B, T, C], the forward's qkv and stats (f32 [B, nh, T, 2], else
-/// InvalidArgument), and its dropout key.
+/// InvalidArgument), its dropout key and `mode` (as attention's).
 Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& stats,
                           std::int64_t n_head, float p = 0.0f, std::uint64_t seed = 0,
-                          std::uint64_t stream = 0, std::uint64_t index_base = 0);
+                          std::uint64_t stream = 0, std::uint64_t index_base = 0,
+                          Determinism mode = Determinism::bitwise);
 
 /// Inverted dropout with the mask of (seed, stream, index_base + i) (Kernels::dropout_forward);
 /// p in [0, 1). New tensor; p == 0 returns x itself.

@@ -54,6 +54,11 @@ void check_p(const char* op, float p) {
   DITTO_CHECK(p >= 0.0f && p < 1.0f, op, ": p: expected a drop probability in [0, 1), got ", p);
 }
 
+void check_mode(const char* op, Determinism mode) {
+  DITTO_CHECK(is_valid_determinism(mode), op, ": mode: expected Determinism::fast or "
+              "Determinism::bitwise, got value ", static_cast<int>(mode));
+}
+
 /// Rows of x [..., C]: the product of the leading dims (1 for a 1-dim x).
 std::int64_t leading_rows(const Tensor& x) {
   std::int64_t rows = 1;
@@ -224,42 +229,45 @@ Tensor gelu_backward(const Tensor& x, const Tensor& grad_y) {
 }
 
 Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& stats, float p,
-                 std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base) {
+                 std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base,
+                 Determinism mode) {
   constexpr const char* op = "ops::attention";
   if (any_half({&qkv})) {  // y in the storage dtype; the softmax stats stay f32
     MixedOp m(op, {&qkv});
     Tensor sf;
     Tensor y = m.out(m.run([&] {
-      return attention(m.in(qkv), n_head, sf, p, seed, stream, index_base);
+      return attention(m.in(qkv), n_head, sf, p, seed, stream, index_base, mode);
     }));
     stats = m.out(sf, DType::f32);
     return y;
   }
   const std::int64_t C = check_qkv(op, qkv, n_head);
   check_p(op, p);
+  check_mode(op, mode);
   const std::int64_t B = qkv.size(0), T = qkv.size(1);
   Tensor y = Tensor::empty({B, T, C}, DType::f32, qkv.device());
   stats = Tensor::empty({B, n_head, T, 2}, DType::f32, qkv.device());
   if (y.numel() == 0) return y;
   kernels_of(qkv).attention_forward(stream_of(qkv), qkv.data<float>(), B, T, C, n_head,
                                     y.data<float>(), stats.data<float>(), p, seed, stream,
-                                    index_base);
+                                    index_base, mode);
   return y;
 }
 
 Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& stats,
                           std::int64_t n_head, float p, std::uint64_t seed, std::uint64_t stream,
-                          std::uint64_t index_base) {
+                          std::uint64_t index_base, Determinism mode) {
   constexpr const char* op = "ops::attention_backward";
   if (any_half({&dy, &qkv})) {
     MixedOp m(op, {&dy, &qkv});
     return m.out(m.run([&] {
       return attention_backward(m.in(dy), m.in(qkv), stats, n_head, p, seed, stream,
-                                index_base);
+                                index_base, mode);
     }));
   }
   const std::int64_t C = check_qkv(op, qkv, n_head);
   check_p(op, p);
+  check_mode(op, mode);
   const std::int64_t B = qkv.size(0), T = qkv.size(1);
   check_shape(op, "dy", dy, {B, T, C}, "[B, T, C]", qkv, "qkv");
   check_shape(op, "stats", stats, {B, n_head, T, 2}, "[B, n_head, T, 2]", qkv, "qkv");
@@ -269,7 +277,7 @@ Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& sta
   Stream& s = stream_of(qkv);
   kernels_of(qkv).attention_backward(s, dy.data<float>(), qkv.data<float>(),
                                      stats.data<float>(), B, T, C, n_head, dqkv.data<float>(),
-                                     scratch.data<float>(), p, seed, stream, index_base);
+                                     scratch.data<float>(), p, seed, stream, index_base, mode);
   // scratch is freed ordered after the device's default stream (Buffer); on another stream the
   // kernel must finish first.
   if (&s != &qkv.device().backend().default_stream(qkv.device().index)) s.synchronize();

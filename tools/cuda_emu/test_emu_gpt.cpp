@@ -1,8 +1,10 @@
-// The transformer kernels (backend_cuda/cuda_gpt.cu through emu.h) against the simulator's, bit
-// for bit (sum_squares' fast mode within a tolerance): embedding forward/backward over micro-shard
-// bounds (1 to 200 shards, empty ones, vocabulary rows absent from the batch), LayerNorm with
-// and without bias, GELU, causal attention forward and backward over several (B, T, C, n_head)
-// without and with attn_dropout, dropout at several p and index bases (also in place), the sum
+// The transformer kernels (backend_cuda/cuda_gpt.cu and cuda_attention.cu through emu.h) against
+// the simulator's, bit for bit (sum_squares' fast mode within a tolerance): embedding
+// forward/backward over micro-shard bounds (1 to 200 shards, empty ones, vocabulary rows absent
+// from the batch), LayerNorm with and without bias, GELU, causal attention forward and backward
+// over several (B, T, C, n_head) without and with attn_dropout (bitwise: the tiled kernels of
+// every head-width class and the reference kernels past it; fast: the flash attention within a
+// tolerance of a double-precision reference), dropout at several p and index bases (also in place), the sum
 // of squares and its per-block leaves (ZeRO's sum_squares_blocks) around kSquaresBlock.
 // Sizes are small: every CUDA thread is a host thread here.
 #include <array>
@@ -119,7 +121,10 @@ void check_attention(unsigned& seed) {
   const std::uint64_t stream = stream_id(kStreamDropout, (std::uint64_t(2) << 8) | 1);
   for (auto dims_ : std::vector<std::array<i64, 4>>{
            {1, 1, 4, 1}, {2, 5, 8, 2}, {3, 17, 12, 3}, {2, 33, 16, 4}, {1, 8, 6, 6},
-           {1, 40, 64, 2}, {2, 9, 128, 2}})  // head widths 32 and 64: the simulator's fast paths
+           {1, 40, 64, 2}, {2, 9, 128, 2},  // head widths 32 and 64: the simulator's fast paths
+           {2, 37, 128, 2},                 // two query / key tiles of 32, the last partial
+           {1, 20, 256, 2},                 // head width 128: 16 x 16 tiles
+           {1, 5, 136, 1}})                 // head width 136: the reference kernels
     for (auto p_base : std::vector<std::pair<float, std::uint64_t>>{
              {0.0f, 0}, {0.1f, 0}, {0.5f, (std::uint64_t(1) << 32) + 3}}) {
       // No structured bindings: Clang 14's lambdas cannot capture them.
@@ -132,19 +137,170 @@ void check_attention(unsigned& seed) {
         stats = mixed(B * nh * T * 2, seed++);
       both("attention_forward", ctx, {qkv, y, stats}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
         k.attention_forward(s, b[0].data(), B, T, C, nh, b[1].data(), b[2].data(), p, 1337,
-                            stream, base);
+                            stream, base, Determinism::bitwise);
       });
       simk->attention_forward(*sims, qkv.data(), B, T, C, nh, y.data(), stats.data(), p, 1337,
-                              stream, base);
+                              stream, base, Determinism::bitwise);
       sims->synchronize();
       V dy = uniform_v(B * T * C, seed++), dqkv = mixed(B * T * 3 * C, seed++),
         scratch = mixed(B * nh * T, seed++);
       both("attention_backward", ctx, {dy, qkv, stats, dqkv, scratch},
            [&](Kernels& k, Stream& s, std::vector<V>& b) {
              k.attention_backward(s, b[0].data(), b[1].data(), b[2].data(), B, T, C, nh,
-                                  b[3].data(), b[4].data(), p, 1337, stream, base);
+                                  b[3].data(), b[4].data(), p, 1337, stream, base,
+                                  Determinism::bitwise);
            });
     }
+}
+
+// ---- fast mode: the flash attention against a double-precision reference -----------------------
+
+// Causal attention of one (B, T, C, nh) in double from the same qkv, dy and dropout mask (the
+// float score scale and dropout scale the kernels use): y, stats {m, sum}, pd and dqkv.
+struct AttnReference {
+  std::vector<double> y, m, sum, pd, dqkv;
+};
+
+AttnReference attention_reference(const V& qkv, const V& dy, i64 B, i64 T, i64 C, i64 nh,
+                                  const gpt::AttentionDropout& drop) {
+  const i64 hd = C / nh, W = 3 * C;
+  const double scale = gpt::attention_scale(hd);
+  const double ds = drop.active() ? gpt::dropout_scale(drop.p) : 1.0;
+  AttnReference r;
+  r.y.assign(B * T * C, 0.0);
+  r.m.assign(B * nh * T, 0.0);
+  r.sum.assign(B * nh * T, 0.0);
+  r.pd.assign(B * nh * T, 0.0);
+  r.dqkv.assign(B * T * W, 0.0);
+  std::vector<double> s(T), att(T), a(T), dp(T), da(T);
+  for (i64 b = 0; b < B; ++b)
+    for (i64 h = 0; h < nh; ++h)
+      for (i64 t = 0; t < T; ++t) {
+        const float* q = qkv.data() + (b * T + t) * W + h * hd;
+        const float* g = dy.data() + (b * T + t) * C + h * hd;
+        double m = -INFINITY, sum = 0.0, pd = 0.0;
+        for (i64 u = 0; u <= t; ++u) {
+          const float* k = qkv.data() + (b * T + u) * W + C + h * hd;
+          const float* v = k + C;
+          double d = 0.0, e = 0.0;
+          for (i64 i = 0; i < hd; ++i) {
+            d += double(q[i]) * k[i];
+            e += double(g[i]) * v[i];
+          }
+          s[u] = d * scale;
+          dp[u] = e;
+          m = std::max(m, s[u]);
+        }
+        for (i64 u = 0; u <= t; ++u) sum += std::exp(s[u] - m);
+        const std::uint64_t row = gpt::attention_row_index(nh, T, b, h, t);
+        for (i64 u = 0; u <= t; ++u) {
+          att[u] = std::exp(s[u] - m) / sum;
+          const bool keep = !drop.active() || drop.kept(row + std::uint64_t(u));
+          a[u] = keep ? att[u] * ds : 0.0;
+          da[u] = keep ? dp[u] * ds : 0.0;
+          pd += att[u] * da[u];
+        }
+        const i64 q_row = (b * nh + h) * T + t;
+        r.m[q_row] = m;
+        r.sum[q_row] = sum;
+        r.pd[q_row] = pd;
+        for (i64 u = 0; u <= t; ++u) {
+          const float* k = qkv.data() + (b * T + u) * W + C + h * hd;
+          const float* v = k + C;
+          const double dpre = att[u] * (da[u] - pd) * scale;
+          double* dq = r.dqkv.data() + (b * T + t) * W + h * hd;
+          double* dk = r.dqkv.data() + (b * T + u) * W + C + h * hd;
+          double* dv = dk + C;
+          for (i64 i = 0; i < hd; ++i) {
+            r.y[(b * T + t) * C + h * hd + i] += a[u] * v[i];
+            dq[i] += dpre * k[i];
+            dk[i] += dpre * q[i];
+            dv[i] += a[u] * g[i];
+          }
+        }
+      }
+  return r;
+}
+
+// The largest |got - want| / (1 + |want|) over n elements (stride 1), and whether it is <= tol.
+double rel_error(const float* got, const double* want, std::size_t n, std::size_t stride = 1) {
+  double e = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double d = std::fabs(double(got[i * stride]) - want[i]) / (1.0 + std::fabs(want[i]));
+    e = std::isnan(d) ? INFINITY : std::max(e, d);
+  }
+  return e;
+}
+
+// Note [CUDA attention]'s fast-mode tolerance.
+constexpr double kFastAttentionTol = 2e-5;
+
+void expect_close(const char* what, const std::string& ctx, double err) {
+  ++checks;
+  if (err <= kFastAttentionTol) return;
+  ++failures;
+  std::printf("FAIL %s %s: max |fast - double| / (1 + |double|) = %.3g > %.3g\n", what,
+              ctx.c_str(), err, kFastAttentionTol);
+}
+
+// Fast mode (flash forward, expf backward) on tiles of every head-width class, T not a multiple
+// of the tile, B > 1, several heads, with and without dropout: y, stats, pd and dqkv within
+// kFastAttentionTol of the double reference; the bitwise kernels on the same inputs for scale
+// (printed), and the fast backward from the bitwise forward's stats also within the tolerance.
+void check_attention_fast(unsigned& seed) {
+  const std::uint64_t stream = stream_id(kStreamDropout, (std::uint64_t(4) << 8) | 1);
+  double worst = 0.0, worst_bitwise = 0.0;
+  for (auto dims_ : std::vector<std::array<i64, 4>>{
+           {2, 17, 12, 3}, {1, 40, 64, 2}, {2, 37, 128, 2}, {1, 20, 256, 2}})
+    for (float p : {0.0f, 0.1f}) {
+      const i64 B = dims_[0], T = dims_[1], C = dims_[2], nh = dims_[3];
+      const std::string ctx = dims({B, T, C, nh}) + " p " + std::to_string(p);
+      const gpt::AttentionDropout drop{p, 99, stream, 7};
+      const V qkv = uniform_v(B * T * 3 * C, seed++), dy = uniform_v(B * T * C, seed++);
+      const AttnReference ref = attention_reference(qkv, dy, B, T, C, nh, drop);
+      for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
+        V y = mixed(B * T * C, seed++), stats = mixed(B * nh * T * 2, seed++),
+          dqkv = mixed(B * T * 3 * C, seed++), pd = mixed(B * nh * T, seed++);
+        try {
+          cudak->attention_forward(cudas, qkv.data(), B, T, C, nh, y.data(), stats.data(), p,
+                                   drop.seed, stream, drop.index_base, mode);
+          cudak->attention_backward(cudas, dy.data(), qkv.data(), stats.data(), B, T, C, nh,
+                                    dqkv.data(), pd.data(), p, drop.seed, stream,
+                                    drop.index_base, mode);
+        } catch (const std::exception& e) {
+          ++checks;
+          ++failures;
+          std::printf("FAIL attention %s %s: %s\n", determinism_name(mode), ctx.c_str(), e.what());
+          continue;
+        }
+        const std::size_t rows = std::size_t(B * nh * T);
+        const double errs[] = {rel_error(y.data(), ref.y.data(), y.size()),
+                               rel_error(stats.data(), ref.m.data(), rows, 2),
+                               rel_error(stats.data() + 1, ref.sum.data(), rows, 2),
+                               rel_error(pd.data(), ref.pd.data(), rows),
+                               rel_error(dqkv.data(), ref.dqkv.data(), dqkv.size())};
+        const char* names[] = {"y", "stats m", "stats sum", "pd", "dqkv"};
+        for (int i = 0; i < 5; ++i) {
+          const std::string what = std::string("attention fast ") + names[i];
+          if (mode == Determinism::fast) {
+            expect_close(what.c_str(), ctx, errs[i]);
+            worst = std::max(worst, errs[i]);
+          } else {
+            worst_bitwise = std::max(worst_bitwise, errs[i]);
+          }
+        }
+        if (mode == Determinism::bitwise) {  // the fast backward from the bitwise stats
+          V dq2 = mixed(B * T * 3 * C, seed++), pd2 = mixed(B * nh * T, seed++);
+          cudak->attention_backward(cudas, dy.data(), qkv.data(), stats.data(), B, T, C, nh,
+                                    dq2.data(), pd2.data(), p, drop.seed, stream,
+                                    drop.index_base, Determinism::fast);
+          expect_close("attention fast backward from bitwise stats", ctx,
+                       rel_error(dq2.data(), ref.dqkv.data(), dq2.size()));
+        }
+      }
+    }
+  std::printf("attention fast vs double: max relative error %.3g (tolerance %.3g; bitwise %.3g)\n",
+              worst, kFastAttentionTol, worst_bitwise);
 }
 
 void check_dropout(unsigned& seed) {
@@ -216,8 +372,9 @@ void check_sum_squares_blocks(unsigned& seed) {
 }  // namespace
 
 void check_gpt_kernels(unsigned& seed) {
-  for (auto* part : {check_embedding, check_layernorm, check_gelu, check_attention, check_dropout,
-                     check_sum_squares, check_sum_squares_blocks}) {
+  for (auto* part : {check_embedding, check_layernorm, check_gelu, check_attention,
+                     check_attention_fast, check_dropout, check_sum_squares,
+                     check_sum_squares_blocks}) {
     try {
       part(seed);
     } catch (const std::exception& e) {  // a call outside `both` (the simulator's forward) threw
