@@ -5,7 +5,8 @@
 #include "emu_check.h"
 #include "core/numerics/micro_shards.h"
 
-// `cuda_emu_test dtype` runs only the dtype-generic kernels' checks (test_emu_dtype.cpp).
+// `cuda_emu_test dtype` runs only the dtype-generic kernels' checks (test_emu_dtype.cpp),
+// `cuda_emu_test attention` only the attention's (test_emu_gpt.cpp).
 int main(int argc, char** argv) {
   BackendOptions o;
   o.device_count = 2;
@@ -15,8 +16,12 @@ int main(int argc, char** argv) {
   cuda_emu::CudaBackend cb;
   cudak = cuda_emu::make_cuda_kernels(cb);
   unsigned seed = 1;
-  if (argc > 1 && std::string(argv[1]) == "dtype") {
-    check_dtype_kernels(seed);
+  const std::string only = argc > 1 ? argv[1] : "";
+  if (only == "dtype" || only == "attention") {
+    if (only == "dtype")
+      check_dtype_kernels(seed);
+    else
+      check_attention_kernels(seed);
     std::printf("%d checks, %d failures, %ld emulated threads, leaked temps %d\n", checks,
                 failures, emu_threads_launched, emu_allocs);
     return failures != 0;

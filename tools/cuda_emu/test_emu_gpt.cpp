@@ -371,6 +371,11 @@ void check_sum_squares_blocks(unsigned& seed) {
 
 }  // namespace
 
+void check_attention_kernels(unsigned& seed) {
+  check_attention(seed);
+  check_attention_fast(seed);
+}
+
 void check_gpt_kernels(unsigned& seed) {
   for (auto* part : {check_embedding, check_layernorm, check_gelu, check_attention,
                      check_attention_fast, check_dropout, check_sum_squares,
