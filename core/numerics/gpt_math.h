@@ -77,9 +77,11 @@
 // of 12 x 1.5 GiB of att in bf16. The backward's only extra memory is pd, 4 B per query. The
 // simulator's cost model prices the kernels as a fused flash kernel: no T^2 traffic, the score
 // recomputation counted, and under bf16 / f16 storage its matrix products on tensor cores
-// (KernelCost::matmul_flops, Note [Mixed precision]). ditto's CUDA kernels are reference
-// kernels of this arithmetic (one thread per query or key, scores recomputed in each pass), not
-// tuned ones: on a GPU they are slower than the cost model says.
+// (KernelCost::matmul_flops, Note [Mixed precision]). ditto's CUDA kernels (Note [CUDA
+// attention] in backend_cuda/cuda_attention.cu) tile this arithmetic through shared memory over
+// (batch, head, query tile) in bitwise mode, recomputing the scores in each pass (three in the
+// forward, two plus the key pass in the backward), and run a one-pass flash attention (online
+// softmax, the same stats) in fast mode; all in f32 on the SIMT cores, not on tensor cores.
 //
 // Note [Dropout masks]
 // A dropout mask is a pure function of (seed, stream, element index), never of the device, the
