@@ -113,7 +113,7 @@ TEST(ComputeUnits, GemmPricedOnTheUnitItRunsOn) {
   const sim::KernelPrice bf16 = price(sim::native_cost(f32, DType::bf16));
   EXPECT_EQ(bf16.unit, PricedUnit::tensor_core_bf16);
   EXPECT_NEAR(bf16.seconds, kLaunch + flops / (kBf16 * kGemmEff), 1e-15);
-  EXPECT_NEAR(bf16.seconds, 178.0e-6, 1e-6);  // 137.4 GFLOP at 794.9 TFLOP/s
+  EXPECT_NEAR(bf16.seconds, 175.9e-6, 0.1e-6);  // 137.4 GFLOP at 794.9 TFLOP/s
   const sim::KernelPrice f16 = price(sim::native_cost(f32, DType::f16));
   EXPECT_EQ(f16.unit, PricedUnit::tensor_core_f16);
   EXPECT_NEAR(f16.seconds, kLaunch + flops / (kF16 * kGemmEff), 1e-15);
@@ -132,7 +132,7 @@ TEST(ComputeUnits, GemmPricedOnTheUnitItRunsOn) {
     const sim::KernelPrice p = price(bitwise, allow);
     EXPECT_EQ(p.unit, PricedUnit::simt_ditto);
     EXPECT_NEAR(p.seconds, kLaunch + flops / (kFp32 * kSimtEff), 1e-15);
-    EXPECT_NEAR(p.seconds, 4.355e-3, 1e-6);  // 137.4 GFLOP at 31.6 TFLOP/s
+    EXPECT_NEAR(p.seconds, 4.356e-3, 1e-6);  // 137.4 GFLOP at 31.6 TFLOP/s
   }
   // The ratio the two modes' GEMMs differ by: (989.5 x 0.803) / (67 x 0.471) = 25.2.
   EXPECT_NEAR((price(bitwise).seconds - kLaunch) / (bf16.seconds - kLaunch), 25.17, 0.01);
@@ -194,7 +194,7 @@ TEST(ComputeUnits, AttentionOnSimtWithoutTTBytes) {
   EXPECT_DOUBLE_EQ(a.flops, pairs * (4.0 * hd + 24));
   const double bytes = 4.0 * (B * T * 3 * C + B * T * C) + 4.0 * 2 * B * H * T;
   EXPECT_DOUBLE_EQ(a.bytes, bytes);
-  EXPECT_LT(a.bytes, 4.0 * B * H * T * T / 10);  // not even a tenth of att [B, H, T, T] in f32
+  EXPECT_LT(a.bytes, 4.0 * B * H * T * T / 3);  // a quarter of att [B, H, T, T] in f32 alone
   const double compute = pairs * 4 * hd / (kFp32 * kSimtEff) + pairs * 24 / kFp32;
   ASSERT_GT(compute, bytes / (kBw * kHbmEff));  // compute bound on the SIMT cores
   EXPECT_EQ(a.time, sim::to_vtime(kLaunch + compute));
@@ -222,6 +222,7 @@ Gpt2Run gpt2_dry(Determinism mode) {
   c.dtype = DType::bf16;
   c.batch_size = 8;
   c.max_iters = 2;
+  c.eval_iters = 0;
   c.grad_clip = 1.0;
   c.optimizer = "adamw";
   c.lr = 6e-4f;
@@ -290,7 +291,10 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
       if (k.name == "gemm" || k.name == "gemm_tn_sharded" || k.name.rfind("attention_", 0) == 0)
         continue;
       double s = 0;
-      if (k.unit == "memory") s = k.bytes / (kBw * kHbmEff);
+      // A copy inside the device (read + write) is priced at the data-sheet bandwidth
+      // (CostModel::on_device_copy), memory-bound kernels at bandwidth x memory_efficiency.
+      if (k.name == "copy_d2d") s = k.bytes / kBw;
+      else if (k.unit == "memory") s = k.bytes / (kBw * kHbmEff);
       else if (k.unit == "SIMT f32") s = k.flops / kFp32;
       else if (k.unit == "PCIe") s = 0;  // host copies: checked below against the sum
       else ADD_FAILURE() << key << ": unexpected unit";
@@ -309,7 +313,7 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
     // The --verbose table: its total is the predicted step, with no idle line.
     const std::string table = train::format_step_kernels(p, "t");
     char total[64];
-    std::snprintf(total, sizeof total, "%10.4f 100.0%%", p.step_time_s * 1e3);
+    std::snprintf(total, sizeof total, "%10.4f %6.1f%%", p.step_time_s * 1e3, 100.0);
     EXPECT_NE(table.find(std::string("total (sim:0 busy)")), std::string::npos) << table;
     EXPECT_EQ(table.find("idle"), std::string::npos) << table;
     EXPECT_EQ(table.find("overlap"), std::string::npos) << table;
