@@ -470,10 +470,10 @@ TEST(CostModelProfiles, JsonUnknownFieldIsRefusedWithTheNearestKnownOne) {
       "memory_bandwidth_gbps": 500, "memory_effciency": 0.5})");
   EXPECT_NE(typo.find(path + ": unknown field 'memory_effciency' (did you mean "
                              "'memory_efficiency'?): expected one of key, name, source, "
-                             "fp32_tflops, tf32_tflops, bf16_tflops, memory_gib, "
+                             "fp32_tflops, tf32_tflops, bf16_tflops, f16_tflops, memory_gib, "
                              "memory_bandwidth_gbps, launch_latency_us, host_bandwidth_gbps, "
                              "host_latency_us, gemm_efficiency, memory_efficiency, "
-                             "efficiency_source"),
+                             "efficiency_source, simt_efficiency"),
             std::string::npos)
       << typo;
   const std::string far = refused(R"({"fp32_tflops": 10, "memory_gib": 1,
