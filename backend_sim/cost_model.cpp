@@ -14,26 +14,64 @@ namespace ditto::sim {
 
 using Kind = CollectiveKind;
 
-double kernel_seconds(const DeviceProfile& device, const KernelCost& cost) {
-  // Note [Achieved efficiency] (profiles.h); tensor-core kernels (bf16 / f16 storage, Note
-  // [Mixed precision]) at the BF16 peak.
-  const bool tc = cost.tensor_core && device.bf16_flops > 0;
-  const double peak = tc ? device.bf16_flops : device.fp32_flops;
-  double compute = cost.flops / (peak * (cost.gemm ? device.gemm_efficiency : 1.0));
-  if (tc && !cost.gemm && cost.matmul_flops > 0) {  // a fused kernel: flash attention
-    const double mm = std::min(cost.matmul_flops, cost.flops);
-    compute = mm / (device.bf16_flops * device.gemm_efficiency) +
-              (cost.flops - mm) / device.fp32_flops;
+const char* unit_name(PricedUnit u) {
+  switch (u) {
+    case PricedUnit::tensor_core_bf16: return "tensor core bf16";
+    case PricedUnit::tensor_core_f16: return "tensor core f16";
+    case PricedUnit::tensor_core_tf32: return "tensor core tf32";
+    case PricedUnit::simt_library: return "SIMT f32 (cuBLASLt)";
+    case PricedUnit::simt_ditto: return "SIMT f32 (ditto)";
+    case PricedUnit::simt: return "SIMT f32";
+    case PricedUnit::memory: return "memory";
+    case PricedUnit::pcie: return "PCIe";
+    case PricedUnit::interconnect: return "interconnect";
   }
-  const double memory = cost.bytes / (device.memory_bandwidth * device.memory_efficiency);
-  return device.launch_latency + std::max(compute, memory);
+  return "?";
+}
+
+KernelPrice kernel_price(const DeviceProfile& device, const KernelCost& cost, bool allow_tf32) {
+  // Note [Compute units] (cost_model.h), Note [Achieved efficiency] (profiles.h). A peak a JSON
+  // profile leaves at 0 falls back to the FP32 one.
+  auto or_fp32 = [&](double peak) { return peak > 0 ? peak : device.fp32_flops; };
+  const double simt_rate = device.fp32_flops * device.simt_efficiency;
+  KernelPrice p;
+  if (cost.gemm && cost.path == GemmPath::simt) {
+    p.compute_unit = PricedUnit::simt_ditto;
+    p.compute_s = cost.flops / simt_rate;
+  } else if (cost.gemm) {
+    double peak = device.fp32_flops;
+    p.compute_unit = PricedUnit::simt_library;
+    if (cost.operands == DType::bf16) {
+      peak = or_fp32(device.bf16_flops);
+      p.compute_unit = PricedUnit::tensor_core_bf16;
+    } else if (cost.operands == DType::f16) {
+      peak = or_fp32(device.f16_flops > 0 ? device.f16_flops : device.bf16_flops);
+      p.compute_unit = PricedUnit::tensor_core_f16;
+    } else if (allow_tf32) {
+      peak = or_fp32(device.tf32_flops);
+      p.compute_unit = PricedUnit::tensor_core_tf32;
+    }
+    p.compute_s = cost.flops / (peak * device.gemm_efficiency);
+  } else {
+    const double mm = std::min(std::max(cost.matmul_flops, 0.0), cost.flops);
+    p.compute_unit = mm > 0 ? PricedUnit::simt_ditto : PricedUnit::simt;
+    p.compute_s = mm / simt_rate + (cost.flops - mm) / device.fp32_flops;
+  }
+  p.memory_s = cost.bytes / (device.memory_bandwidth * device.memory_efficiency);
+  p.unit = p.memory_s > p.compute_s ? PricedUnit::memory : p.compute_unit;
+  p.seconds = device.launch_latency + std::max(p.compute_s, p.memory_s);
+  return p;
+}
+
+double kernel_seconds(const DeviceProfile& device, const KernelCost& cost, bool allow_tf32) {
+  return kernel_price(device, cost, allow_tf32).seconds;
 }
 
 KernelCost native_cost(const KernelCost& f32, DType storage) {
   if (storage != DType::bf16 && storage != DType::f16) return f32;
   KernelCost c = f32;
   c.bytes = f32.bytes * static_cast<double>(dtype_size(storage)) / 4.0;
-  c.tensor_core = f32.gemm || f32.matmul_flops > 0;
+  c.operands = storage;
   return c;
 }
 
@@ -197,12 +235,42 @@ void CostModel::finish(SimStream& stream, int device, VTime start, VTime end, co
   if (tracing()) trace_->add({device, stream.track, name, cat, start, end - start, false, 0});
 }
 
+void CostModel::record(int device, const char* name, PricedUnit unit, double flops,
+                       double bytes, VTime duration) {
+  PerDevice& pd = *devices_[static_cast<std::size_t>(device)];
+  std::lock_guard<std::mutex> lock(pd.ledger_mu);
+  LedgerRow* row = nullptr;
+  for (LedgerRow& r : pd.ledger)
+    if (r.unit == unit && r.name == name) {
+      row = &r;
+      break;
+    }
+  if (!row) {
+    pd.ledger.push_back(LedgerRow{name, unit, 0, 0, 0, 0});
+    row = &pd.ledger.back();
+  }
+  ++row->count;
+  row->flops += flops;
+  row->bytes += bytes;
+  row->time = vtime_add(row->time, duration);
+}
+
+std::vector<CostModel::LedgerRow> CostModel::ledger(int device) const {
+  DITTO_CHECK(device >= 0 && device < device_count(), "CostModel::ledger: device: expected 0..",
+              device_count() - 1, ", got ", device);
+  const PerDevice& pd = *devices_[static_cast<std::size_t>(device)];
+  std::lock_guard<std::mutex> lock(pd.ledger_mu);
+  return pd.ledger;
+}
+
 void CostModel::on_kernel(SimStream& stream, const char* name, const KernelCost& cost) {
   const int d = stream.device_index();
   PerDevice& pd = *devices_[static_cast<std::size_t>(d)];
   const VTime start = stream.virtual_now;
-  const VTime end = vtime_add(start, to_vtime(kernel_seconds(cluster_.device, cost) * pd.slowdown));
+  const KernelPrice price = kernel_price(cluster_.device, cost, allow_tf32_);
+  const VTime end = vtime_add(start, to_vtime(price.seconds * pd.slowdown));
   if (cost.gemm) gemm_flops_.fetch_add(static_cast<std::uint64_t>(cost.flops));
+  record(d, name, price.unit, cost.flops, cost.bytes, end - start);
   finish(stream, d, start, end, name, "kernel", &pd.compute);
 }
 
@@ -212,6 +280,7 @@ void CostModel::on_host_copy(SimStream& stream, const char* name, std::size_t by
   const VTime start = stream.virtual_now;
   const VTime end =
       vtime_add(start, to_vtime(dev.host_latency + static_cast<double>(bytes) / dev.host_bandwidth));
+  record(d, name, PricedUnit::pcie, 0, static_cast<double>(bytes), end - start);
   finish(stream, d, start, end, name, "copy", &devices_[static_cast<std::size_t>(d)]->host_copy);
 }
 
@@ -222,22 +291,27 @@ void CostModel::on_device_copy(SimStream& stream, int src, std::size_t bytes) {
   const VTime start = stream.virtual_now;
   if (src < 0 || src == d) {  // inside one device: read + write at memory bandwidth
     const double s = cluster_.device.launch_latency + 2.0 * b / cluster_.device.memory_bandwidth;
-    finish(stream, d, start, vtime_add(start, to_vtime(s * pd.slowdown)), "copy_d2d", "copy", &pd.compute);
+    const VTime end = vtime_add(start, to_vtime(s * pd.slowdown));
+    record(d, "copy_d2d", PricedUnit::memory, 0, 2.0 * b, end - start);
+    finish(stream, d, start, end, "copy_d2d", "copy", &pd.compute);
     return;
   }
   const InterconnectProfile& ic = cluster_.interconnect;
   const bool same_node = cluster_.node_of(src) == cluster_.node_of(d);
   const double s = same_node ? ic.hop_latency + b / ic.link_bandwidth
                              : ic.net_hop_latency + b / ic.nic_bandwidth;
-  finish(stream, d, start, vtime_add(start, to_vtime(s)), same_node ? "copy_peer" : "copy_net", "comm",
-         &pd.comm);
+  const char* name = same_node ? "copy_peer" : "copy_net";
+  const VTime end = vtime_add(start, to_vtime(s));
+  record(d, name, PricedUnit::interconnect, 0, b, end - start);
+  finish(stream, d, start, end, name, "comm", &pd.comm);
 }
 
 void CostModel::on_collective(SimStream& stream, const char* name, VTime start,
-                              const CollectiveEstimate& estimate, double) {
+                              const CollectiveEstimate& estimate, double bytes) {
   const int d = stream.device_index();
-  finish(stream, d, start, vtime_add(start, to_vtime(estimate.seconds)), name, "comm",
-         &devices_[static_cast<std::size_t>(d)]->comm);
+  const VTime end = vtime_add(start, to_vtime(estimate.seconds));
+  record(d, name, PricedUnit::interconnect, 0, bytes, end - start);
+  finish(stream, d, start, end, name, "comm", &devices_[static_cast<std::size_t>(d)]->comm);
 }
 
 void CostModel::on_memory(SimStream& stream, std::int64_t delta_bytes) {

@@ -9,7 +9,8 @@
 // of work on each stream and on the dependencies between streams, never on wall-clock
 // scheduling:
 //   kernel      start = clock; clock += launch latency + max(flops / peak, bytes / bandwidth),
-//               times the device's slowdown factor (a straggler, set_slowdown);
+//               the peak that of the unit the kernel runs on (Note [Compute units]), times the
+//               device's slowdown factor (a straggler, set_slowdown);
 //   copy        host <-> device at the profile's PCIe bandwidth; device <-> device over the
 //               interconnect (NVLink / PCIe inside a node, the NIC across nodes), or at memory
 //               bandwidth (read + write) inside one device;
@@ -84,33 +85,89 @@ inline VTime to_vtime(double seconds) {
 inline VTime vtime_add(VTime a, VTime b) { return a > kVTimeMax - b ? kVTimeMax : a + b; }
 inline double to_seconds(VTime t) { return static_cast<double>(t) / kPicosPerSecond; }
 
+// Note [Compute units]
+// The cost model prices each kernel on the unit ditto's CUDA backend runs it on (issue 29):
+//   GEMM, fast mode     cuBLASLt (GemmPath::library): bf16 / f16 operands on the tensor cores
+//                       (f32 accumulate) at bf16_flops / f16_flops; f32 operands strict f32 on
+//                       the SIMT cores at fp32_flops, or on the TF32 tensor cores at tf32_flops
+//                       when BackendOptions::allow_tf32 is set (CostModel::set_allow_tf32); each
+//                       times gemm_efficiency (a vendor library's fraction of its peak);
+//   GEMM, bitwise mode  ditto's own fma-chain kernel (GemmPath::simt; also gemm_tn_sharded, the
+//                       micro-sharded dW product): f32 math on the SIMT cores whatever the
+//                       storage dtype, at fp32_flops x simt_efficiency (profiles.h);
+//   attention           ditto's own kernels on the SIMT cores in f32 math in both modes (fast: a
+//                       flash-style fused kernel; bitwise: tiled through shared memory): the
+//                       matrix-product FLOPs (KernelCost::matmul_flops: q k^T, att v and their
+//                       backward products) at fp32_flops x simt_efficiency, the rest (exp,
+//                       scaling, masks) at fp32_flops; bytes q, k, v, y and the softmax stats,
+//                       never [B, H, T, T] (Note [Attention memory], core/numerics/gpt_math.h);
+//   everything else     (LayerNorm, GELU, residual adds, softmax + cross-entropy, AdamW, clip,
+//                       embedding) FLOPs at fp32_flops, bytes (in the storage dtype:
+//                       native_cost) at memory_bandwidth x memory_efficiency.
+// Each kernel is a roofline: launch_latency + max(compute, memory). kernel_price names the unit
+// that bounds it (tensor core, SIMT, or memory when the bytes take longer), for the per-kernel
+// table of a dry run (CostModel::ledger, ditto-train --dry-run --verbose).
+
+/// How a matrix product runs on a GPU (Note [Compute units]).
+enum class GemmPath : std::uint8_t {
+  library,  ///< fast mode: cuBLASLt (tensor cores for bf16 / f16, TF32 with allow_tf32, else FP32)
+  simt,     ///< bitwise mode: ditto's own fma-chain kernel on the SIMT cores
+};
+
 /// What one kernel does: floating-point operations and bytes moved to or from device memory.
-/// `gemm` marks matrix products, counted as model FLOPs (MFU). `tensor_core` marks a matrix
-/// product over bf16 / f16 storage, priced at the profile's bf16_flops (tensor cores, f32
-/// accumulate; f16 at the same figure) instead of fp32_flops (Note [Mixed precision]).
-/// `matmul_flops` is the part of a fused non-gemm kernel's flops that are matrix products
-/// (attention's q k^T, att v and their backward products: Note [Attention memory] in
-/// core/numerics/gpt_math.h); a tensor_core kernel runs that part at bf16_flops x
-/// gemm_efficiency (flash attention on tensor cores) and the rest at fp32_flops.
+/// `gemm` marks matrix products, counted as model FLOPs (MFU); `path` says how one runs and
+/// `operands` the storage dtype of its operands (native_cost sets it), which together choose its
+/// unit and peak (Note [Compute units]). `matmul_flops` is the part of a fused non-gemm kernel's
+/// flops that are matrix products (attention's q k^T, att v and their backward products: Note
+/// [Attention memory] in core/numerics/gpt_math.h), priced at the SIMT rate x simt_efficiency.
 struct KernelCost {
   double flops = 0;
   double bytes = 0;
   bool gemm = false;
-  bool tensor_core = false;
   double matmul_flops = 0;
+  GemmPath path = GemmPath::library;
+  DType operands = DType::f32;
 };
 
-/// Roofline time of one kernel on `device`: launch latency + max(flops / (peak * e_f),
-/// bytes / (memory bandwidth * e_m)), in seconds; the peak is fp32_flops (ditto's f32 kernels run
-/// on CUDA cores in both determinism modes: no TF32), bf16_flops for a tensor_core kernel; e_f and
-/// e_m are the profile's achieved efficiencies (Note [Achieved efficiency], profiles.h; e_f only
-/// for gemm kernels). A tensor_core kernel with matmul_flops runs those at bf16_flops x e_f and
-/// the rest at fp32_flops (the two summed).
-double kernel_seconds(const DeviceProfile& device, const KernelCost& cost);
+/// The unit a kernel's time is priced on: the one that bounds its roofline.
+enum class PricedUnit : std::uint8_t {
+  tensor_core_bf16,  ///< cuBLASLt on bf16 tensor cores
+  tensor_core_f16,   ///< cuBLASLt on f16 tensor cores
+  tensor_core_tf32,  ///< cuBLASLt on TF32 tensor cores (f32 operands, allow_tf32)
+  simt_library,      ///< cuBLASLt strict f32 on the SIMT cores
+  simt_ditto,        ///< ditto's own SIMT kernel (bitwise GEMM, attention's products)
+  simt,              ///< other FLOPs on the SIMT cores at the FP32 peak
+  memory,            ///< bytes at memory bandwidth (the bytes take longer than the FLOPs)
+  pcie,              ///< host <-> device copies
+  interconnect,      ///< collectives and copies between devices
+};
+/// "tensor core bf16", "SIMT f32 (cuBLASLt)", "SIMT f32 (ditto)", "SIMT f32", "memory", ...
+const char* unit_name(PricedUnit u);
+
+/// A kernel's price (Note [Compute units]): seconds = launch + max(compute_s, memory_s); `unit`
+/// the one that bounds it; `compute_unit` the one its FLOPs run on (its unit when it is not
+/// memory bound).
+struct KernelPrice {
+  double seconds = 0, compute_s = 0, memory_s = 0;
+  PricedUnit unit = PricedUnit::memory;
+  PricedUnit compute_unit = PricedUnit::simt;
+};
+
+/// The roofline price of one kernel on `device` (Note [Compute units]); `allow_tf32` as
+/// BackendOptions::allow_tf32 (only f32 GEMMs of GemmPath::library look at it).
+KernelPrice kernel_price(const DeviceProfile& device, const KernelCost& cost,
+                         bool allow_tf32 = false);
+
+/// kernel_price(device, cost, allow_tf32).seconds: launch latency + max(flops / (peak x e_f),
+/// bytes / (memory bandwidth x e_m)), in seconds (Note [Compute units], Note [Achieved
+/// efficiency] in profiles.h).
+double kernel_seconds(const DeviceProfile& device, const KernelCost& cost,
+                      bool allow_tf32 = false);
 
 /// The cost of the native kernel over `storage` tensors whose f32 kernel costs `f32` (Note
-/// [Mixed precision]): for bf16 / f16, bytes scaled by dtype_size(storage) / 4 and a gemm marked
-/// tensor_core (and a kernel with matmul_flops); `f32` itself for any other storage dtype.
+/// [Mixed precision]): for bf16 / f16, bytes scaled by dtype_size(storage) / 4 and `operands`
+/// set to `storage` (a library GEMM then runs on the tensor cores); `f32` itself for any other
+/// storage dtype.
 KernelCost native_cost(const KernelCost& f32, DType storage);
 
 /// p2p: direct transfers between pairs of ranks (all_to_all, gather, scatter, send / recv).
@@ -189,12 +246,35 @@ class CostModel {
 
   CostTotals totals() const;
 
+  /// BackendOptions::allow_tf32: fast-mode f32 GEMMs priced at the TF32 tensor-core rate (Note
+  /// [Compute units]). Set once by SimBackend before any work.
+  void set_allow_tf32(bool on) { allow_tf32_ = on; }
+  bool allow_tf32() const { return allow_tf32_; }
+
+  /// One kind of work on one device since the cost model's creation: the kernels, copies or
+  /// collectives of one name priced on one unit, summed (what ditto-train --dry-run --verbose
+  /// tabulates).
+  struct LedgerRow {
+    std::string name;   ///< the kernel's name ("gemm", "attention_forward"), a copy's, a collective's
+    PricedUnit unit = PricedUnit::memory;
+    std::int64_t count = 0;
+    double flops = 0, bytes = 0;
+    VTime time = 0;     ///< summed durations (busy time on the device's streams)
+  };
+  /// Device `device`'s ledger, in the order its rows first appeared (read when the streams are
+  /// idle). Throws InvalidArgument for a device out of range.
+  std::vector<LedgerRow> ledger(int device) const;
+
  private:
   struct PerDevice {
     std::atomic<VTime> end{0}, compute{0}, comm{0}, host_copy{0};
     std::atomic<std::int64_t> mem{0};
     double slowdown = 1.0;
+    mutable std::mutex ledger_mu;
+    std::vector<LedgerRow> ledger;
   };
+  void record(int device, const char* name, PricedUnit unit, double flops, double bytes,
+              VTime duration);
   void finish(SimStream& stream, int device, VTime start, VTime end, const char* name,
               const char* cat, std::atomic<VTime>* busy);
 
@@ -203,6 +283,7 @@ class CostModel {
   std::atomic<std::uint64_t> gemm_flops_{0};
   std::atomic<bool> tracing_{false};
   bool dry_run_ = false;
+  bool allow_tf32_ = false;
   std::unique_ptr<TraceRecorder> trace_;
 };
 

@@ -57,6 +57,15 @@ constexpr double kH100Gemm = 794.5 / 989;   // [MAMF] 0.803
 constexpr double kA100Hbm = 1.70 / 2.039;   // [Azure] Triad 0.834
 constexpr double kH100Hbm = 2.97 / 3.35;    // [Azure] Triad 0.887
 constexpr double kH200Hbm = 4.15 / 4.8;     // [Azure] Triad 0.865
+// ditto's own SIMT matrix-product kernels (Note [Compute units], cost_model.h): the bitwise
+// fma-chain GEMM (issue 29 item 4: 2-D register tiles, vectorised loads, one fma chain per output)
+// and the attention kernels' products. [SGEMM] S. Boehm, "How to Optimize a CUDA Matmul Kernel
+// for cuBLAS-like Performance" (siboehm.com/articles/22/CUDA-MMM, 2022), FP32 4092^2 on an RTX
+// A6000 (38.7 TFLOP/s FP32 peak, NVIDIA RTX A6000 data sheet): kernel 6 "Vectorized Mem Access"
+// (2-D block tiling, float4 loads: the design item 4 describes) 18,237 GFLOP/s = 0.47 of the
+// peak (cuBLAS 23,250 = 0.60). A fraction of a hand-tiled SIMT SGEMM, taken for every profile
+// (it describes ditto's code more than the GPU); a device run (tools/gpu-check.sh) calibrates it.
+constexpr double kSimtEfficiency = 18.237 / 38.7;  // [SGEMM] 0.471
 const char* const kEffMamfAzure =
     "GEMM: Bekman, ML Engineering, MAMF table (BF16 best shape); HBM: Azure "
     "AI-benchmarking-guide ND results, STREAM Triad";
@@ -65,43 +74,45 @@ const char* const kEffMamfAzure =
 const std::vector<DeviceProfile>& builtin_device_profiles() {
   static const std::vector<DeviceProfile> profiles = {
       // NVIDIA H100 Tensor Core GPU data sheet (H100 SXM column): FP32 67 TFLOPS; TF32 tensor
-      // 989 TFLOPS and BF16 1,979 TFLOPS *with sparsity* (dense = half); 80 GB HBM3 at
+      // 989 TFLOPS, BF16 and FP16 1,979 TFLOPS each *with sparsity* (dense = half); 80 GB HBM3 at
       // 3.35 TB/s; PCIe Gen5 x16 (128 GB/s both directions = 64 GB/s each way).
-      {"h100-sxm", "NVIDIA H100 SXM5 80GB", 67 * kT, 494.5 * kT, 989.5 * kT, 80 * kGiB,
+      {"h100-sxm", "NVIDIA H100 SXM5 80GB", 67 * kT, 494.5 * kT, 989.5 * kT, 989.5 * kT, 80 * kGiB,
        3350 * kG, kLaunch, 64 * kG, kHostCopy,
        "NVIDIA H100 Tensor Core GPU data sheet (SXM); dense = sparse/2",
-       kH100Gemm, kH100Hbm, kEffMamfAzure},
-      // NVIDIA H200 Tensor Core GPU data sheet (H200 SXM): FP32 67 TFLOPS; TF32 989 and BF16
-      // 1,979 TFLOPS with sparsity; 141 GB HBM3e at 4.8 TB/s; PCIe Gen5 x16.
-      {"h200", "NVIDIA H200 SXM 141GB", 67 * kT, 494.5 * kT, 989.5 * kT, 141e9, 4800 * kG,
+       kH100Gemm, kH100Hbm, kEffMamfAzure, kSimtEfficiency},
+      // NVIDIA H200 Tensor Core GPU data sheet (H200 SXM): FP32 67 TFLOPS; TF32 989, BF16 and
+      // FP16 1,979 TFLOPS each with sparsity; 141 GB HBM3e at 4.8 TB/s; PCIe Gen5 x16.
+      {"h200", "NVIDIA H200 SXM 141GB", 67 * kT, 494.5 * kT, 989.5 * kT, 989.5 * kT, 141e9,
+       4800 * kG,
        kLaunch, 64 * kG, kHostCopy, "NVIDIA H200 Tensor Core GPU data sheet (SXM); dense = sparse/2",
        // H200's tensor cores and peak are H100 SXM's (989 TFLOPS dense BF16 in both data
        // sheets): H100's GEMM fraction; its own HBM3e Triad.
-       kH100Gemm, kH200Hbm, kEffMamfAzure},
-      // NVIDIA A100 Tensor Core GPU data sheet (A100 80GB SXM): FP32 19.5 TFLOPS; TF32 156 and
-      // BF16 312 TFLOPS dense (312 / 624 with sparsity); 80 GB HBM2e at 2,039 GB/s; PCIe Gen4
+       kH100Gemm, kH200Hbm, kEffMamfAzure, kSimtEfficiency},
+      // NVIDIA A100 Tensor Core GPU data sheet (A100 80GB SXM): FP32 19.5 TFLOPS; TF32 156,
+      // BF16 312 and FP16 312 TFLOPS dense (312 / 624 with sparsity); 80 GB HBM2e at 2,039 GB/s; PCIe Gen4
       // x16 (64 GB/s both directions).
-      {"a100-sxm-80gb", "NVIDIA A100 SXM4 80GB", 19.5 * kT, 156 * kT, 312 * kT, 80 * kGiB,
+      {"a100-sxm-80gb", "NVIDIA A100 SXM4 80GB", 19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 80 * kGiB,
        2039 * kG, kLaunch, 32 * kG, kHostCopy, "NVIDIA A100 Tensor Core GPU data sheet (80GB SXM)",
-       kA100Gemm, kA100Hbm, kEffMamfAzure},
-      // Same data sheet, A100 40GB SXM column: FP32 19.5, TF32 156, BF16 312 TFLOPS dense;
+       kA100Gemm, kA100Hbm, kEffMamfAzure, kSimtEfficiency},
+      // Same data sheet, A100 40GB SXM column: FP32 19.5, TF32 156, BF16 / FP16 312 TFLOPS dense;
       // 40 GB HBM2 at 1,555 GB/s; PCIe Gen4 x16.
-      {"a100-sxm-40gb", "NVIDIA A100 SXM4 40GB", 19.5 * kT, 156 * kT, 312 * kT, 40 * kGiB,
+      {"a100-sxm-40gb", "NVIDIA A100 SXM4 40GB", 19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 40 * kGiB,
        1555 * kG, kLaunch, 32 * kG, kHostCopy, "NVIDIA A100 Tensor Core GPU data sheet (40GB SXM)",
        // The same GPU as the 80GB: its GEMM fraction; no published STREAM figure of the 40GB's
        // HBM2 was found, so it takes the 80GB's Triad fraction (an assumption).
        kA100Gemm, kA100Hbm,
        "GEMM: Bekman, ML Engineering, MAMF table (A100 SXM, BF16); HBM: the 80GB's Azure Triad "
-       "fraction, assumed"},
+       "fraction, assumed",
+       kSimtEfficiency},
       // NVIDIA GeForce RTX 4070 Laptop GPU (specifications page): 4,608 CUDA cores, boost clock
       // up to 2,175 MHz, 8 GB GDDR6 on a 128-bit bus (16 Gbps: 256 GB/s), PCIe 4.0 x8.
       // FP32 = 4608 * 2 FLOP * 2.175 GHz = 20.0 TFLOPS. NVIDIA Ada Lovelace architecture
-      // whitepaper (GeForce RTX 4090 table): TF32 tensor rate = FP32 rate, BF16 with FP32
-      // accumulate = 2x FP32 rate on GeForce Ada parts.
+      // whitepaper (GeForce RTX 4090 table): TF32 tensor rate = FP32 rate, BF16 and FP16 with
+      // FP32 accumulate = 2x FP32 rate on GeForce Ada parts.
       {"rtx4070-laptop", "NVIDIA GeForce RTX 4070 Laptop GPU 8GB", 20.04 * kT, 20.04 * kT,
-       40.09 * kT, 8 * kGiB, 256 * kG, kLaunch, 16 * kG, kHostCopy,
+       40.09 * kT, 40.09 * kT, 8 * kGiB, 256 * kG, kLaunch, 16 * kG, kHostCopy,
        "NVIDIA RTX 4070 Laptop specifications; Ada Lovelace whitepaper (rate ratios)",
-       kEffPlaceholder, kEffPlaceholder, ""},
+       kEffPlaceholder, kEffPlaceholder, "", kSimtEfficiency},
   };
   return profiles;
 }
@@ -177,9 +188,10 @@ double ranged_field(const nlohmann::json& j, const std::string& file, const char
 // known field when one is within a third of its length, and listing them all.
 void check_known_fields(const nlohmann::json& j, const std::string& file) {
   static const std::vector<std::string> known{
-      "key", "name", "source", "fp32_tflops", "tf32_tflops", "bf16_tflops", "memory_gib",
-      "memory_bandwidth_gbps", "launch_latency_us", "host_bandwidth_gbps", "host_latency_us",
-      "gemm_efficiency", "memory_efficiency", "efficiency_source"};
+      "key", "name", "source", "fp32_tflops", "tf32_tflops", "bf16_tflops", "f16_tflops",
+      "memory_gib", "memory_bandwidth_gbps", "launch_latency_us", "host_bandwidth_gbps",
+      "host_latency_us", "gemm_efficiency", "memory_efficiency", "efficiency_source",
+      "simt_efficiency"};
   for (const auto& [field, value] : j.items()) {
     if (std::find(known.begin(), known.end(), field) != known.end()) continue;
     std::string nearest, all;
@@ -227,6 +239,8 @@ DeviceProfile load_json_profile(const std::string& path) {
                                 kMaxTflops) * kT;
     p.bf16_flops = ranged_field(j, path, "bf16_tflops", false, p.tf32_flops / kT, kMinTflops,
                                 kMaxTflops) * kT;
+    p.f16_flops = ranged_field(j, path, "f16_tflops", false, p.bf16_flops / kT, kMinTflops,
+                               kMaxTflops) * kT;
     p.memory_bytes = ranged_field(j, path, "memory_gib", true, 0, kMinGiB, kMaxGiB) * kGiB;
     p.memory_bandwidth =
         ranged_field(j, path, "memory_bandwidth_gbps", true, 0, kMinGBps, kMaxGBps) * kG;
@@ -241,6 +255,8 @@ DeviceProfile load_json_profile(const std::string& path) {
     p.memory_efficiency =
         ranged_field(j, path, "memory_efficiency", false, 1.0, kMinEfficiency, 1.0);
     p.efficiency_source = j.value("efficiency_source", "");
+    p.simt_efficiency =
+        ranged_field(j, path, "simt_efficiency", false, kSimtEfficiency, kMinEfficiency, 1.0);
   } catch (const nlohmann::json::exception& e) {  // e.g. "key": 3 (not a string)
     throw InvalidArgument(detail::cat("device_profile: ", path, ": ", e.what()));
   }

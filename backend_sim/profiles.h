@@ -15,9 +15,10 @@ namespace ditto::sim {
 struct DeviceProfile {
   std::string key;                ///< command-line name, e.g. "h100-sxm"
   std::string name;               ///< e.g. "NVIDIA H100 SXM5 80GB"
-  double fp32_flops = 0;          ///< FP32 on CUDA cores (what ditto's kernels use: no TF32)
-  double tf32_flops = 0;          ///< TF32 on tensor cores
+  double fp32_flops = 0;          ///< FP32 on the SIMT (CUDA) cores
+  double tf32_flops = 0;          ///< TF32 on tensor cores (f32 GEMMs with allow_tf32)
   double bf16_flops = 0;          ///< BF16 on tensor cores (FP32 accumulate)
+  double f16_flops = 0;           ///< FP16 on tensor cores (FP32 accumulate); 0: bf16_flops
   double memory_bytes = 0;        ///< device memory (the simulator's capacity per device)
   double memory_bandwidth = 0;    ///< HBM / GDDR bandwidth
   double launch_latency = 0;      ///< time one small kernel occupies a stream (launch + drain)
@@ -26,14 +27,20 @@ struct DeviceProfile {
   std::string source;             ///< where the figures come from
   // Achieved efficiency (Note [Achieved efficiency]): the fraction of a data-sheet peak that
   // real kernels reach. kernel_seconds (cost_model.h) divides by peak * efficiency.
-  /// Fraction of the FLOP/s peak (FP32, or tensor-core for bf16 / f16 products) that the matrix
-  /// products (KernelCost::gemm) of a training step reach, in (0, 1]. Other kernels' FLOPs are
-  /// priced at the peak (they are memory-bound).
+  /// Fraction of the FLOP/s peak (tensor-core BF16 / FP16 / TF32, or FP32) that a vendor
+  /// library's matrix products (cuBLASLt: fast-mode KernelCost::gemm) of a training step reach,
+  /// in (0, 1]. Other kernels' FLOPs are priced at the peak (they are memory-bound).
   double gemm_efficiency = 1.0;
   /// Fraction of memory_bandwidth that memory-bound kernels reach, in (0, 1].
   double memory_efficiency = 1.0;
   /// Where the efficiencies come from ("" while they are the 1.0 placeholders).
   std::string efficiency_source;
+  /// Fraction of the FP32 peak that ditto's own SIMT matrix-product kernels reach (the bitwise
+  /// fma-chain GEMM, the micro-sharded dW GEMM, attention's products in both modes: Note
+  /// [Compute units], cost_model.h), in (0, 1]. kSimtEfficiency (profiles.cpp, with its
+  /// source: 18.237 / 38.7) unless a JSON profile sets "simt_efficiency"; a device run
+  /// calibrates it.
+  double simt_efficiency = 18.237 / 38.7;
 };
 
 // Note [Achieved efficiency]
@@ -43,7 +50,9 @@ struct DeviceProfile {
 // fractions, gemm_efficiency (matrix products' FLOP/s) and memory_efficiency (bytes/s), applied in
 // kernel_seconds:
 //   time = launch_latency + max(flops / (peak * e_f), bytes / (memory_bandwidth * e_m)),
-//   e_f = gemm_efficiency for KernelCost::gemm kernels, 1 otherwise; e_m = memory_efficiency.
+//   e_f = gemm_efficiency for cuBLASLt's GEMMs (fast mode), simt_efficiency for ditto's own SIMT
+//   matrix products (bitwise GEMMs, attention), 1 otherwise; e_m = memory_efficiency; the peak is
+//   the unit's (Note [Compute units] in cost_model.h).
 // The built-in A100 / H100 / H200 profiles hold published micro-benchmark fractions (profiles.cpp
 // cites each: GEMM from Bekman's Maximum Achievable Matmul FLOPS table, BF16: A100 SXM 0.869,
 // H100 SXM 0.803, H200 as H100; HBM from Azure's STREAM Triad runs: A100 80GB 0.834, H100 0.887,
@@ -52,6 +61,9 @@ struct DeviceProfile {
 // profile holds 1.0 (no published measurement). JSON profiles may set "gemm_efficiency" and
 // "memory_efficiency" (each in [0.001, 1]). Collectives are not derated here: their
 // interconnect profiles already hold the bandwidth NCCL reaches.
+// ditto's own SIMT kernels (bitwise GEMM, attention: Note [Compute units] in cost_model.h) are
+// priced at fp32_flops x simt_efficiency instead of gemm_efficiency: a hand-tiled SIMT SGEMM
+// reaches less of the FP32 peak than cuBLAS (profiles.cpp, kSimtEfficiency, cites the figure).
 
 /// The links between the GPUs of one node, and the network between nodes.
 struct InterconnectProfile {
@@ -92,8 +104,9 @@ const std::vector<InterconnectProfile>& builtin_interconnects();
 /// in ".json") whose object holds the DeviceProfile fields by name, e.g.
 ///   {"key": "tiny", "name": "tiny GPU", "fp32_tflops": 10, "memory_gib": 0.0625,
 ///    "memory_bandwidth_gbps": 500, "launch_latency_us": 3}
-/// (optional: tf32_tflops, bf16_tflops, host_bandwidth_gbps, host_latency_us, source,
-/// gemm_efficiency, memory_efficiency (fractions in [0.001, 1], default 1), efficiency_source; GB/s and
+/// (optional: tf32_tflops, bf16_tflops, f16_tflops (default bf16_tflops), host_bandwidth_gbps,
+/// host_latency_us, source, gemm_efficiency, memory_efficiency (fractions in [0.001, 1], default
+/// 1), simt_efficiency (in [0.001, 1], default 0.471), efficiency_source; GB/s and
 /// TFLOP/s in SI units, memory in GiB). Throws InvalidArgument naming the key or the file and
 /// field for an unknown key, an unreadable file, one that is not a regular file or has more
 /// than 16 MiB (io::kMaxJsonBytes: Note [Bounded reads] in core/io/file.h), malformed JSON, a

@@ -82,6 +82,7 @@ SimBackend::SimBackend(const BackendOptions& options) {
   dry_run_ = options.dry_run;
   cache_enabled_ = !dry_run_ && cache_from_env();
   cost_->set_dry_run(dry_run_);
+  cost_->set_allow_tf32(options.allow_tf32);  // Note [Compute units] (cost_model.h)
   kernels_ = make_sim_kernels(cost_);
   cost_extension_ = make_cost_model_extension(*cost_);
   fault_extension_ = make_fault_extension(*this);

@@ -37,6 +37,18 @@ class SimCostModelExtension final : public CostModelExtension {
   std::pair<double, double> efficiencies() const override {
     return {cost_.cluster().device.gemm_efficiency, cost_.cluster().device.memory_efficiency};
   }
+  CostRates rates() const override {
+    const DeviceProfile& d = cost_.cluster().device;
+    return {d.fp32_flops, d.tf32_flops, d.bf16_flops, d.f16_flops > 0 ? d.f16_flops : d.bf16_flops,
+            d.memory_bandwidth, d.gemm_efficiency, d.memory_efficiency, d.simt_efficiency,
+            cost_.allow_tf32()};
+  }
+  std::vector<CostLedgerRow> ledger(int device) const override {
+    std::vector<CostLedgerRow> out;
+    for (const CostModel::LedgerRow& r : cost_.ledger(device))
+      out.push_back({r.name, unit_name(r.unit), r.count, r.flops, r.bytes, r.time});
+    return out;
+  }
   std::size_t profile_memory_bytes(const std::string& profile) const override {
     return static_cast<std::size_t>(device_profile(profile).memory_bytes);
   }

@@ -92,7 +92,10 @@ class SimKernels final : public Kernels {
             float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
             float beta, float* C, std::int64_t ldc, Determinism mode) override {
     if (M <= 0 || N <= 0) return;
-    launch(s, "gemm", KernelCost{2.0 * M * N * K, 4.0 * (M * K + K * N + (beta == 0.0f ? 1.0 : 2.0) * M * N), true}, [=] {
+    // Note [Compute units]: fast mode is cuBLASLt's, bitwise ditto's own SIMT fma-chain kernel.
+    KernelCost cost{2.0 * M * N * K, 4.0 * (M * K + K * N + (beta == 0.0f ? 1.0 : 2.0) * M * N), true};
+    cost.path = mode == Determinism::bitwise ? GemmPath::simt : GemmPath::library;
+    launch(s, "gemm", cost, [=] {
       gemm_split(mode == Determinism::bitwise, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
                  beta, C, ldc);
     });
@@ -309,7 +312,10 @@ class SimKernels final : public Kernels {
                        const std::vector<std::int64_t>& bounds, float* C, std::int64_t ldc,
                        bool accumulate) override {
     if (M <= 0 || N <= 0) return;
-    launch(s, "gemm_tn_sharded", KernelCost{2.0 * M * N * bounds.back(), 4.0 * (double(bounds.back()) * (M + N) + (accumulate ? 2.0 : 1.0) * M * N), true}, [=, bounds = bounds] {
+    // Bitwise mode's micro-sharded dW product: ditto's own SIMT kernel (Note [Compute units]).
+    KernelCost cost{2.0 * M * N * bounds.back(), 4.0 * (double(bounds.back()) * (M + N) + (accumulate ? 2.0 : 1.0) * M * N), true};
+    cost.path = GemmPath::simt;
+    launch(s, "gemm_tn_sharded", cost, [=, bounds = bounds] {
       gemm_tn_sharded_split(M, N, A, lda, B, ldb, bounds, C, ldc, accumulate);
     });
   }

@@ -47,6 +47,7 @@
 #include "backend_sim/sim_faults.h"
 #include "core/dist/distributed.h"
 #include "core/runtime/error.h"
+#include "core/train/cost_meter.h"
 #include "core/train/grad_accumulation.h"
 #include "core/train/launcher.h"
 #include "core/train/trainer.h"
@@ -66,6 +67,7 @@ struct Args {
   std::int64_t log_interval = -1;  // --log-interval; -1: the model's default
   double val_fraction = 0.2, sim_memory_gib = 80.0;
   std::vector<std::string> stragglers;  // "DEVICE:FACTOR"
+  bool verbose = false;                  // --verbose: the predicted step's kernel table
   std::set<std::string> given;          // the options given on the command line
   train::TrainerConfig cfg;
   ditto_train::GptOptions gpt;
@@ -584,6 +586,9 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
     // They change only the cost model's virtual times, which --profile (the predicted: line) or
     // --trace shows; without either they would be silently ignored (under mpirun the Trainer
     // refuses --straggler whatever comes with it: its own error).
+    DITTO_CHECK(!a.given.count("--verbose") || !c.profile.empty(), "--verbose: prints the cost "
+                "model's table of the predicted step: expected --profile (or --dry-run --profile) "
+                "with it, got none");
     for (const std::string opt : {"--interconnect", "--straggler"})
       DITTO_CHECK((processes && opt == "--straggler") || !a.given.count(opt) ||
                       !c.profile.empty() || !c.trace.empty(),
@@ -764,6 +769,14 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
   if (!r.lead) return 0;
   print_final(r, gpt ? a.gpt.block_size : 0);
   if (gpt) ditto_train::print_gpt_prediction(r, text, c);
+  if (a.verbose && r.prediction) {
+    const std::string title = detail::cat(
+        "predicted step, kernels by kind on sim:0 (determinism=", determinism_name(c.determinism),
+        " dtype=", dtype_name(c.dtype), r.prediction->rates.allow_tf32 ? " allow_tf32" : "",
+        "; per step, mean of ", r.prediction->steps, " step", r.prediction->steps == 1 ? "" : "s",
+        "; units: Note [Compute units] in backend_sim/cost_model.h):");
+    std::fputs(train::format_step_kernels(*r.prediction, title).c_str(), stdout);
+  }
   late_errors.insert(late_errors.end(), r.output_errors.begin(), r.output_errors.end());
   if (jsonl) try {
       jsonl->write(r);
@@ -1033,6 +1046,10 @@ int cli_main(int argc, char** argv, Capture* capture) {
                "sim: links between GPUs: auto, nvlink, nvlink3, pcie5, pcie4");
   with_default("--nodes", c.nodes, "sim: nodes of --devices GPUs each (InfiniBand between)");
   app.add_option("--trace", c.trace, "sim: write a Chrome trace JSON (Perfetto) to this file");
+  app.add_flag("--verbose", a.verbose,
+               "with --profile (e.g. --dry-run): after the prediction, a table of the predicted "
+               "step's kernels by kind on device 0: launches, FLOP, bytes, the unit each is "
+               "priced on (tensor core, SIMT, memory), time and share of the step");
   app.add_option("--straggler", a.stragglers,
                  "sim: DEVICE:FACTOR, that device's kernels take FACTOR times longer (repeatable)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
@@ -1084,7 +1101,7 @@ int cli_main(int argc, char** argv, Capture* capture) {
                               "--trainer", "--sim-memory-gib", "--metrics-jsonl", "--data",
                               "--batch-size", "--lr", "--weight-decay", "--determinism",
                               "--interconnect", "--straggler", "--classes", "--log-interval",
-                              "--bucket-cap-mb", "--micro-shards"};
+                              "--bucket-cap-mb", "--micro-shards", "--verbose"};
   named.insert(ditto_train::gpt_only_options().begin(), ditto_train::gpt_only_options().end());
   named.insert(ditto_train::mlp_only_options().begin(), ditto_train::mlp_only_options().end());
   for (const std::string& opt : named)

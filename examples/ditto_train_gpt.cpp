@@ -300,16 +300,37 @@ void print_gpt_prediction(const train::FitResult& r, const GptData& data,
   const double tokens_per_s = p.samples_per_s * static_cast<double>(m.block_size);
   const double achieved = flops_per_token * tokens_per_s;
   const double devices = static_cast<double>(p.devices);
-  // The peak the run's matrix products are priced at: BF16 tensor cores for bf16 / f16 storage
-  // (when the profile has them), FP32 for f32 (ditto's f32 kernels use no tensor cores).
+  // MFU against the peak nanoGPT's and llm.c's estimate_mfu use: the BF16 tensor-core peak for
+  // bf16 / f16 storage (when the profile has one), FP32 for f32.
   const bool tc = c.dtype != DType::f32 && p.bf16_peak_flops > 0;
   const double peak_flops = tc ? p.bf16_peak_flops : p.peak_flops;
-  if (c.dry_run)
+  if (c.dry_run) {
+    // Which unit each kernel class is priced on in this mode (Note [Compute units],
+    // backend_sim/cost_model.h): what ditto's CUDA backend runs.
+    const CostRates& q = p.rates;
+    const bool bitwise = c.determinism == Determinism::bitwise;
+    char gemm[192];
+    if (bitwise)
+      std::snprintf(gemm, sizeof gemm, "GEMMs on SIMT cores (ditto's fma-chain kernel, FP32 %.4g "
+                    "TFLOP/s x simt_efficiency %.3g)", q.fp32_flops / 1e12, q.simt_efficiency);
+    else if (c.dtype != DType::f32)
+      std::snprintf(gemm, sizeof gemm, "GEMMs on tensor cores (cuBLASLt, %s %.4g TFLOP/s x "
+                    "gemm_efficiency %.3g)", c.dtype == DType::f16 ? "FP16" : "BF16",
+                    (c.dtype == DType::f16 ? q.f16_flops : q.bf16_flops) / 1e12,
+                    q.gemm_efficiency);
+    else if (q.allow_tf32)
+      std::snprintf(gemm, sizeof gemm, "GEMMs on tensor cores (cuBLASLt, TF32 %.4g TFLOP/s x "
+                    "gemm_efficiency %.3g)", q.tf32_flops / 1e12, q.gemm_efficiency);
+    else
+      std::snprintf(gemm, sizeof gemm, "GEMMs on SIMT cores (cuBLASLt strict FP32, %.4g TFLOP/s "
+                    "x gemm_efficiency %.3g)", q.fp32_flops / 1e12, q.gemm_efficiency);
     std::printf("dry run: priced, not run: no kernel executed and no tensor data held "
-                "(Note [Dry run]); determinism=%s dtype=%s; GEMMs priced at %s peak x "
-                "gemm_efficiency %g, memory at bandwidth x memory_efficiency %g\n",
-                determinism_name(c.determinism), dtype_name(c.dtype),
-                tc ? "the tensor-core" : "the FP32", p.gemm_efficiency, p.memory_efficiency);
+                "(Note [Dry run]); determinism=%s dtype=%s; %s, attention on SIMT cores "
+                "(ditto's kernels, FP32 %.4g TFLOP/s x simt_efficiency %.3g), other kernels at "
+                "memory bandwidth %.4g GB/s x memory_efficiency %.3g\n",
+                determinism_name(c.determinism), dtype_name(c.dtype), gemm, q.fp32_flops / 1e12,
+                q.simt_efficiency, q.memory_bandwidth / 1e9, q.memory_efficiency);
+  }
   std::printf("predicted GPT: %.0f tokens/s (%" PRId64 " tokens per step) step_time=%.2f ms "
               "comm_share=%.1f%%; mfu=%.1f%% of %s peak %.4g TFLOP/s per GPU with nanoGPT's "
               "estimate_mfu: 6N + 12 L H Q T = %.4g FLOP/token, N = %.0f parameters without "

@@ -352,12 +352,15 @@ TEST(CostModelPublished, TrainingCasesCarryTheirFiguresAndFormat) {
   for (int i = 0; i < 3; ++i) rows[i].c = cases[i];
   rows[0].predicted = rows[0].c.published() * 1.1;  // within 20%
   rows[0].peak_memory_gib = 40.5;
-  // Row [2] (8x H100 124M) is recorded as a known gap (its MFU, published.cpp); as a plain row
-  // outside its tolerance it is a FAIL.
-  EXPECT_FALSE(cases[0].known_gap);
-  EXPECT_TRUE(cases[1].known_gap);
-  EXPECT_FALSE(cases[1].gap.empty());
-  EXPECT_FALSE(cases[2].known_gap);
+  // Every row is a known gap since issue 29 item 5 (ditto's attention is priced on the SIMT
+  // cores, llm.c's runs on the tensor cores: published.cpp); as a plain row outside its
+  // tolerance it is a FAIL.
+  for (const auto& c : cases) {
+    EXPECT_TRUE(c.known_gap) << c.what;
+    EXPECT_NE(c.gap.find("attention runs on the SIMT cores"), std::string::npos) << c.gap;
+  }
+  rows[0].c.known_gap = false;
+  rows[2].c.known_gap = false;
   rows[1].c.known_gap = false;
   rows[1].predicted = rows[1].c.published() * 0.7;  // outside, not a known gap
   rows[2].error = "sim:0: out of memory";
@@ -373,7 +376,7 @@ TEST(CostModelPublished, TrainingCasesCarryTheirFiguresAndFormat) {
   rows[1].c = cases[1];  // the same figures, a known gap: GAP and its reason
   const std::string gap = sim::format_training_table(rows);
   EXPECT_NE(gap.find("0.700 GAP"), std::string::npos) << gap;
-  EXPECT_NE(gap.find("known gap: llm.c's own figures"), std::string::npos) << gap;
+  EXPECT_NE(gap.find("known gap: the dry run prices ditto's CUDA code"), std::string::npos) << gap;
 }
 
 // ---- profiles -----------------------------------------------------------------------------------
@@ -467,10 +470,10 @@ TEST(CostModelProfiles, JsonUnknownFieldIsRefusedWithTheNearestKnownOne) {
       "memory_bandwidth_gbps": 500, "memory_effciency": 0.5})");
   EXPECT_NE(typo.find(path + ": unknown field 'memory_effciency' (did you mean "
                              "'memory_efficiency'?): expected one of key, name, source, "
-                             "fp32_tflops, tf32_tflops, bf16_tflops, memory_gib, "
+                             "fp32_tflops, tf32_tflops, bf16_tflops, f16_tflops, memory_gib, "
                              "memory_bandwidth_gbps, launch_latency_us, host_bandwidth_gbps, "
                              "host_latency_us, gemm_efficiency, memory_efficiency, "
-                             "efficiency_source"),
+                             "efficiency_source, simt_efficiency"),
             std::string::npos)
       << typo;
   const std::string far = refused(R"({"fp32_tflops": 10, "memory_gib": 1,

@@ -75,13 +75,14 @@
 // ascending ones above, where flash attention rescales blockwise partial sums. For GPT-2 124M at
 // B = 64, T = 1024 that is 12 x 64 x 12 x 1024 x 8 B = 72 MiB of stats for the 12 layers instead
 // of 12 x 1.5 GiB of att in bf16. The backward's only extra memory is pd, 4 B per query. The
-// simulator's cost model prices the kernels as a fused flash kernel: no T^2 traffic, the score
-// recomputation counted, and under bf16 / f16 storage its matrix products on tensor cores
-// (KernelCost::matmul_flops, Note [Mixed precision]). ditto's CUDA kernels (Note [CUDA
-// attention] in backend_cuda/cuda_attention.cu) tile this arithmetic through shared memory over
-// (batch, head, query tile) in bitwise mode, recomputing the scores in each pass (three in the
-// forward, two plus the key pass in the backward), and run a one-pass flash attention (online
-// softmax, the same stats) in fast mode; all in f32 on the SIMT cores, not on tensor cores.
+// simulator's cost model prices the kernels as ditto's fused kernels on the SIMT cores: no T^2
+// traffic, the score recomputation counted, its matrix products at the FP32 rate x
+// simt_efficiency in both modes and every dtype (KernelCost::matmul_flops, Note [Compute units]
+// in backend_sim/cost_model.h). ditto's CUDA kernels (Note [CUDA attention] in
+// backend_cuda/cuda_attention.cu) tile this arithmetic through shared memory over (batch, head,
+// query tile) in bitwise mode, recomputing the scores in each pass (three in the forward, two plus
+// the key pass in the backward), and run a one-pass flash attention (online softmax, the same
+// stats) in fast mode; all in f32 on the SIMT cores, not on tensor cores.
 //
 // Note [Dropout masks]
 // A dropout mask is a pure function of (seed, stream, element index), never of the device, the

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/runtime/backend.h"
@@ -56,6 +57,16 @@ class CostMeter {
   std::uint64_t vflops_ = 0;
   std::vector<std::int64_t> vcomm_ps_;
   std::int64_t steps_ = 0, samples_ = 0;
+  std::vector<CostLedgerRow> ledger_before_;  // device 0's ledger at epoch_begin
+  std::vector<CostLedgerRow> ledger_;         // its work in the metered loops
 };
+
+/// The predicted step's work on device 0 (CostPrediction::kernels divided by its steps), one
+/// line per name and unit, longest first: name, launches per step, GFLOP, MB, the unit it is
+/// priced on (Note [Compute units], backend_sim/cost_model.h), time (ms) and share of the
+/// predicted step; then a total line whose time is the sum of the rows, and, when the step is
+/// not that sum (waits, work overlapping on other streams, several devices), a line with the
+/// difference. `title` heads the table. ditto-train --verbose prints it.
+std::string format_step_kernels(const CostPrediction& p, const std::string& title);
 
 }  // namespace ditto::train

@@ -11,6 +11,7 @@
 
 #include "core/numerics/determinism.h"
 #include "core/runtime/backend.h"
+#include "core/runtime/extensions.h"
 #include "core/train/trainer_config.h"
 
 namespace ditto::train {
@@ -104,6 +105,13 @@ struct CostPrediction {
   /// The profile's achieved efficiencies (Note [Achieved efficiency], backend_sim/profiles.h).
   double gemm_efficiency = 1, memory_efficiency = 1;
   double measured_step_time_s = 0, measured_samples_per_s = 0;  ///< wall clock
+  /// The rates the cost model priced at (Note [Compute units], backend_sim/cost_model.h).
+  CostRates rates;
+  /// Optimizer steps metered (the training loops' steps; `kernels` sums over them).
+  std::int64_t steps = 0;
+  /// Device 0's priced work in the metered loops, by name and unit, summed over `steps` steps
+  /// (ditto-train --dry-run --verbose prints it per step).
+  std::vector<CostLedgerRow> kernels;
 };
 
 struct DeviceMemory {

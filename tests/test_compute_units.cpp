@@ -1,0 +1,328 @@
+// The cost model's compute units (Note [Compute units], backend_sim/cost_model.h; issue 29 item
+// 5): each kernel priced on the unit ditto's CUDA backend runs it on. A GEMM's FLOP and byte
+// counts; fast-mode GEMMs on cuBLASLt's tensor cores (bf16, f16, TF32 with allow_tf32) or strict
+// FP32; bitwise GEMMs on ditto's SIMT kernel at simt_efficiency; attention on the SIMT cores
+// without [B, H, T, T] bytes; the per-kernel ledger and the --verbose table, whose rows add up to
+// the predicted step; and GPT-2 124M bf16 B 8 on one H200, fast and bitwise, computed here from
+// the model's shapes and the profile's rates. Virtual times are exact integers (picoseconds)
+// from the model, never wall-clock timings.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "backend_sim/cost_model.h"
+#include "backend_sim/profiles.h"
+#include "backend_sim/sim_backend.h"
+#include "core/nn/gpt.h"
+#include "core/optim/adamw.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/ops.h"
+#include "core/runtime/tensor.h"
+#include "core/train/cost_meter.h"
+#include "core/train/synthetic_source.h"
+#include "core/train/trainer.h"
+
+using namespace ditto;
+using sim::GemmPath;
+using sim::KernelCost;
+using sim::PricedUnit;
+
+namespace {
+
+// The H200 profile's figures, from its data sheet and the published fractions (profiles.cpp).
+constexpr double kFp32 = 67e12, kTf32 = 494.5e12, kBf16 = 989.5e12, kF16 = 989.5e12;
+constexpr double kBw = 4.8e12, kLaunch = 3e-6;
+constexpr double kGemmEff = 794.5 / 989, kHbmEff = 4.15 / 4.8, kSimtEff = 18.237 / 38.7;
+
+sim::SimBackend& fresh_sim(bool dry, bool allow_tf32 = false) {
+  BackendOptions o;
+  o.device_count = 1;
+  o.dry_run = dry;
+  o.allow_tf32 = allow_tf32;
+  sim::SimBackend& be = *init_backend("sim", o).extension<sim::SimBackend>();
+  be.cost_model().configure(
+      {sim::device_profile("h200"), sim::interconnect_profile("nvlink"), 1, 1});
+  return be;
+}
+
+// Device 0's ledger row named `name` (count 0 when there is none).
+sim::CostModel::LedgerRow row(sim::SimBackend& be, const std::string& name) {
+  for (const auto& r : be.cost_model().ledger(0))
+    if (r.name == name) return r;
+  return {};
+}
+
+}  // namespace
+
+TEST(ComputeUnits, H200ProfileCarriesEveryRateWithItsSource) {
+  const sim::DeviceProfile h = sim::device_profile("h200");
+  EXPECT_DOUBLE_EQ(h.fp32_flops, kFp32);
+  EXPECT_DOUBLE_EQ(h.tf32_flops, kTf32);
+  EXPECT_DOUBLE_EQ(h.bf16_flops, kBf16);
+  EXPECT_DOUBLE_EQ(h.f16_flops, kF16);
+  EXPECT_DOUBLE_EQ(h.simt_efficiency, kSimtEff);
+  for (const sim::DeviceProfile& p : sim::builtin_device_profiles()) {
+    SCOPED_TRACE(p.key);
+    EXPECT_GT(p.f16_flops, 0.0);
+    EXPECT_GE(p.bf16_flops, p.tf32_flops);
+    EXPECT_GE(p.tf32_flops, p.fp32_flops);
+    EXPECT_DOUBLE_EQ(p.simt_efficiency, kSimtEff);
+  }
+  EXPECT_DOUBLE_EQ(sim::device_profile("a100-sxm-80gb").f16_flops, 312e12);
+}
+
+// A GEMM's FLOPs are 2 M N K and its bytes A, B and C (C twice when beta != 0: read and
+// written), in the operands' storage dtype; the ledger counts them per launch.
+TEST(ComputeUnits, GemmFlopsAndBytesInTheLedger) {
+  sim::SimBackend& be = fresh_sim(false);
+  const std::int64_t M = 48, N = 40, K = 24;
+  const Device dev("sim", 0);
+  Tensor a = Tensor::zeros({M, K}, DType::f32, dev), b = Tensor::zeros({K, N}, DType::f32, dev);
+  Tensor c = Tensor::zeros({M, N}, DType::f32, dev);
+  be.default_stream(0).synchronize();
+  ops::gemm(a, b, c, false, false, 1.0f, 0.0f, Determinism::fast);
+  ops::gemm(a, b, c, false, false, 1.0f, 1.0f, Determinism::fast);
+  be.default_stream(0).synchronize();
+  sim::CostModel::LedgerRow g = row(be, "gemm");
+  EXPECT_EQ(g.count, 2);
+  EXPECT_DOUBLE_EQ(g.flops, 2 * (2.0 * M * N * K));
+  EXPECT_DOUBLE_EQ(g.bytes, 4.0 * (M * K + K * N + M * N) + 4.0 * (M * K + K * N + 2.0 * M * N));
+  // bf16 operands: half the bytes, the same FLOPs (the conversions are free: Note [Mixed
+  // precision]).
+  Tensor a16 = Tensor::zeros({M, K}, DType::bf16, dev), b16 = Tensor::zeros({K, N}, DType::bf16, dev);
+  be.default_stream(0).synchronize();
+  (void)ops::matmul(a16, b16, false, false, Determinism::fast);
+  be.default_stream(0).synchronize();
+  const sim::CostModel::LedgerRow g2 = row(be, "gemm");
+  EXPECT_EQ(g2.count, 3);
+  EXPECT_DOUBLE_EQ(g2.flops - g.flops, 2.0 * M * N * K);
+  EXPECT_DOUBLE_EQ(g2.bytes - g.bytes, 2.0 * (M * K + K * N + M * N));
+}
+
+// Each path of a compute-bound GEMM (4096^3) at its own rate (Note [Compute units]).
+TEST(ComputeUnits, GemmPricedOnTheUnitItRunsOn) {
+  const sim::DeviceProfile h = sim::device_profile("h200");
+  const double n = 4096, flops = 2 * n * n * n;
+  KernelCost f32{flops, 4 * 3 * n * n, true};
+  auto price = [&](KernelCost k, bool tf32 = false) { return sim::kernel_price(h, k, tf32); };
+  // fast, bf16 operands: cuBLASLt on the tensor cores.
+  const sim::KernelPrice bf16 = price(sim::native_cost(f32, DType::bf16));
+  EXPECT_EQ(bf16.unit, PricedUnit::tensor_core_bf16);
+  EXPECT_NEAR(bf16.seconds, kLaunch + flops / (kBf16 * kGemmEff), 1e-15);
+  EXPECT_NEAR(bf16.seconds, 175.9e-6, 0.1e-6);  // 137.4 GFLOP at 794.9 TFLOP/s
+  const sim::KernelPrice f16 = price(sim::native_cost(f32, DType::f16));
+  EXPECT_EQ(f16.unit, PricedUnit::tensor_core_f16);
+  EXPECT_NEAR(f16.seconds, kLaunch + flops / (kF16 * kGemmEff), 1e-15);
+  // fast, f32: strict FP32 on the SIMT cores by default, TF32 tensor cores with allow_tf32.
+  const sim::KernelPrice strict = price(f32);
+  EXPECT_EQ(strict.unit, PricedUnit::simt_library);
+  EXPECT_NEAR(strict.seconds, kLaunch + flops / (kFp32 * kGemmEff), 1e-15);
+  const sim::KernelPrice tf32 = price(f32, true);
+  EXPECT_EQ(tf32.unit, PricedUnit::tensor_core_tf32);
+  EXPECT_NEAR(tf32.seconds, kLaunch + flops / (kTf32 * kGemmEff), 1e-15);
+  // bitwise: ditto's fma-chain kernel on the SIMT cores, whatever the storage dtype and
+  // allow_tf32 (bits never depend on it).
+  KernelCost bitwise = sim::native_cost(f32, DType::bf16);
+  bitwise.path = GemmPath::simt;
+  for (bool allow : {false, true}) {
+    const sim::KernelPrice p = price(bitwise, allow);
+    EXPECT_EQ(p.unit, PricedUnit::simt_ditto);
+    EXPECT_NEAR(p.seconds, kLaunch + flops / (kFp32 * kSimtEff), 1e-15);
+    EXPECT_NEAR(p.seconds, 4.356e-3, 1e-6);  // 137.4 GFLOP at 31.6 TFLOP/s
+  }
+  // The ratio the two modes' GEMMs differ by: (989.5 x 0.803) / (67 x 0.471) = 25.2.
+  EXPECT_NEAR((price(bitwise).seconds - kLaunch) / (bf16.seconds - kLaunch), 25.17, 0.01);
+  // A memory-bound GEMM (an outer product) is priced on the memory whatever its path.
+  const sim::KernelPrice outer = price(sim::native_cost({2 * n * n, 4 * (2 * n + n * n), true},
+                                                        DType::bf16));
+  EXPECT_EQ(outer.unit, PricedUnit::memory);
+  EXPECT_EQ(outer.compute_unit, PricedUnit::tensor_core_bf16);
+  EXPECT_NEAR(outer.seconds, kLaunch + 2 * (2 * n + n * n) / (kBw * kHbmEff), 1e-15);
+}
+
+// The simulator's own gemm and gemm_tn_sharded take their path from the determinism mode, and
+// BackendOptions::allow_tf32 reaches the cost model (a dry run: nothing computed).
+TEST(ComputeUnits, SimKernelsTakeTheirPathFromTheModeAndAllowTf32) {
+  const std::int64_t n = 1024;  // 2.1 GFLOP over 12.6 MB: compute bound on every unit
+  const double flops = 2.0 * n * n * n;
+  for (bool allow : {false, true}) {
+    SCOPED_TRACE(allow ? "allow_tf32" : "strict f32");
+    sim::SimBackend& be = fresh_sim(true, allow);
+    EXPECT_EQ(be.cost_model().allow_tf32(), allow);
+    const Device dev("sim", 0);
+    Tensor a = Tensor::empty({n, n}, DType::f32, dev), c = Tensor::empty({n, n}, DType::f32, dev);
+    ops::gemm(a, a, c, false, false, 1.0f, 0.0f, Determinism::fast);
+    ops::gemm(a, a, c, false, false, 1.0f, 0.0f, Determinism::bitwise);
+    ops::gemm_tn_sharded(a, a, c, {0, n / 2, n}, false);
+    be.default_stream(0).synchronize();
+    const auto ledger = be.cost_model().ledger(0);
+    std::map<std::string, sim::CostModel::LedgerRow> by;
+    for (const auto& r : ledger) by[r.name + " / " + sim::unit_name(r.unit)] = r;
+    const std::string fast_key = std::string("gemm / ") +
+                                 (allow ? "tensor core tf32" : "SIMT f32 (cuBLASLt)");
+    ASSERT_TRUE(by.count(fast_key)) << fast_key;
+    ASSERT_TRUE(by.count("gemm / SIMT f32 (ditto)"));
+    ASSERT_TRUE(by.count("gemm_tn_sharded / SIMT f32 (ditto)"));
+    const double fast_rate = (allow ? kTf32 : kFp32) * kGemmEff;
+    EXPECT_EQ(by[fast_key].time, sim::to_vtime(kLaunch + flops / fast_rate));
+    EXPECT_EQ(by["gemm / SIMT f32 (ditto)"].time, sim::to_vtime(kLaunch + flops / (kFp32 * kSimtEff)));
+    EXPECT_EQ(by["gemm_tn_sharded / SIMT f32 (ditto)"].time,
+              sim::to_vtime(kLaunch + flops / (kFp32 * kSimtEff)));
+  }
+}
+
+// Attention (ditto's kernels, SIMT cores in both modes): its matrix-product FLOPs at the SIMT
+// rate x simt_efficiency, the rest at the FP32 peak; its bytes q, k, v, y and the softmax stats
+// (8 bytes per row), never the [B, H, T, T] weights.
+TEST(ComputeUnits, AttentionOnSimtWithoutTTBytes) {
+  sim::SimBackend& be = fresh_sim(true);
+  const std::int64_t B = 8, T = 1024, C = 768, H = 12, hd = C / H;
+  const Device dev("sim", 0);
+  Tensor qkv = Tensor::empty({B, T, 3 * C}, DType::f32, dev);
+  Tensor y = Tensor::empty({B, T, C}, DType::f32, dev);
+  Tensor stats = Tensor::empty({B * H * T * 2}, DType::f32, dev);
+  be.kernels().attention_forward(be.default_stream(0), qkv.data<float>(), B, T, C, H,
+                                 y.data<float>(), stats.data<float>(), 0.0f, 0, 0, 0);
+  be.default_stream(0).synchronize();
+  const sim::CostModel::LedgerRow a = row(be, "attention_forward");
+  ASSERT_EQ(a.count, 1);
+  const double pairs = double(B) * H * T * (T + 1) / 2;  // causal (query, key) pairs
+  EXPECT_DOUBLE_EQ(a.flops, pairs * (4.0 * hd + 24));
+  const double bytes = 4.0 * (B * T * 3 * C + B * T * C) + 4.0 * 2 * B * H * T;
+  EXPECT_DOUBLE_EQ(a.bytes, bytes);
+  EXPECT_LT(a.bytes, 4.0 * B * H * T * T / 3);  // a quarter of att [B, H, T, T] in f32 alone
+  const double compute = pairs * 4 * hd / (kFp32 * kSimtEff) + pairs * 24 / kFp32;
+  ASSERT_GT(compute, bytes / (kBw * kHbmEff));  // compute bound on the SIMT cores
+  EXPECT_EQ(a.time, sim::to_vtime(kLaunch + compute));
+  EXPECT_EQ(a.unit, PricedUnit::simt_ditto);
+}
+
+// ---- GPT-2 124M, bf16, B 8, one H200 ------------------------------------------------------------
+
+namespace {
+
+struct Gpt2Run {
+  train::FitResult r;
+  std::map<std::string, CostLedgerRow> rows;  // "name / unit"
+};
+
+// ditto-train --model gpt --preset gpt2 --batch-size 8 --dtype bf16 --dry-run --profile h200
+// --devices 1 (AdamW, clipping at 1, two steps), in `mode`.
+Gpt2Run gpt2_dry(Determinism mode) {
+  const nn::GPTConfig m = nn::gpt2_config("gpt2");
+  train::TrainerConfig c;
+  c.devices = 1;
+  c.dry_run = true;
+  c.profile = "h200";
+  c.determinism = mode;
+  c.dtype = DType::bf16;
+  c.batch_size = 8;
+  c.max_iters = 2;
+  c.eval_iters = 0;
+  c.grad_clip = 1.0;
+  c.optimizer = "adamw";
+  c.lr = 6e-4f;
+  c.make_model = [m](const Device& d) { return std::make_unique<nn::GPT>(m, d, 1337); };
+  c.make_optimizer = [](std::vector<nn::Parameter*> params, float lr) {
+    optim::AdamWOptions o;
+    o.lr = lr;
+    o.weight_decay = 0.1;
+    return std::make_unique<optim::AdamW>(std::move(params), o);
+  };
+  Gpt2Run run;
+  run.r = train::Trainer(c, std::make_shared<train::ZeroTokenSource>(m.block_size, m.vocab_size))
+              .fit();
+  if (run.r.prediction)
+    for (const CostLedgerRow& k : run.r.prediction->kernels) run.rows[k.name + " / " + k.unit] = k;
+  return run;
+}
+
+}  // namespace
+
+// The step priced from the model's shapes and the H200's rates, independently of the simulator:
+// the GEMMs' FLOPs are 6 B T (12 L C^2 + C V) (forward, and the backward's two products), each
+// GEMM on the mode's unit; attention's from the causal pairs; every other kernel memory bound at
+// HBM x memory_efficiency over the bytes the ledger counted. The sum of the rows is the predicted
+// step (one device, one stream: no idle time), so tokens/s = B T / that sum.
+TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
+  const double B = 8, T = 1024, C = 768, L = 12, V = 50304, H = 12, hd = C / H;
+  const double gemm_flops = 6 * B * T * (12 * L * C * C + C * V);
+  const double pairs = B * H * T * (T + 1) / 2;
+  double tokens_per_s[2] = {0, 0};
+  for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
+    const bool bitwise = mode == Determinism::bitwise;
+    SCOPED_TRACE(bitwise ? "bitwise" : "fast");
+    const Gpt2Run run = gpt2_dry(mode);
+    ASSERT_TRUE(run.r.prediction);
+    const train::CostPrediction& p = *run.r.prediction;
+    ASSERT_EQ(p.steps, 2);
+    const double steps = 2;
+    // The GEMMs: every matrix product on the mode's unit, all compute bound.
+    const std::string gemm_unit = bitwise ? "SIMT f32 (ditto)" : "tensor core bf16";
+    const double gemm_rate = bitwise ? kFp32 * kSimtEff : kBf16 * kGemmEff;
+    double flops = 0, gemm_s = 0, count = 0;
+    for (const auto& [key, k] : run.rows)
+      if (k.name == "gemm" || k.name == "gemm_tn_sharded") {
+        EXPECT_EQ(k.unit, gemm_unit) << key;
+        flops += k.flops;
+        count += static_cast<double>(k.count);
+        gemm_s += static_cast<double>(k.time_ps) / 1e12;
+      }
+    EXPECT_DOUBLE_EQ(flops / steps, gemm_flops);  // 6.07 TFLOP a step
+    EXPECT_NEAR(gemm_s, count * kLaunch + flops / gemm_rate, count * 1e-12);
+    // Attention: forward and backward on the SIMT cores, compute bound.
+    const double fwd = L * steps * (pairs * 4 * hd / (kFp32 * kSimtEff) + pairs * 24 / kFp32);
+    const double bwd = L * steps * (pairs * 10 * hd / (kFp32 * kSimtEff) + pairs * 26 / kFp32);
+    const CostLedgerRow af = run.rows.at("attention_forward / SIMT f32 (ditto)");
+    const CostLedgerRow ab = run.rows.at("attention_backward / SIMT f32 (ditto)");
+    EXPECT_EQ(af.count, 12 * 2);
+    EXPECT_EQ(ab.count, 12 * 2);
+    EXPECT_NEAR(af.time_ps / 1e12, af.count * kLaunch + fwd, af.count * 1e-12);
+    EXPECT_NEAR(ab.time_ps / 1e12, ab.count * kLaunch + bwd, ab.count * 1e-12);
+    EXPECT_LT(af.bytes / af.count, 2.0 * B * H * T * T / 3);  // no [B, H, T, T] in bf16
+    // Everything else: memory bound (or a few small FLOP-bound kernels at the FP32 peak).
+    double step_s = gemm_s + af.time_ps / 1e12 + ab.time_ps / 1e12, rows_s = 0;
+    for (const auto& [key, k] : run.rows) {
+      rows_s += static_cast<double>(k.time_ps) / 1e12;
+      if (k.name == "gemm" || k.name == "gemm_tn_sharded" || k.name.rfind("attention_", 0) == 0)
+        continue;
+      double s = 0;
+      // A copy inside the device (read + write) is priced at the data-sheet bandwidth
+      // (CostModel::on_device_copy), memory-bound kernels at bandwidth x memory_efficiency.
+      if (k.name == "copy_d2d") s = k.bytes / kBw;
+      else if (k.unit == "memory") s = k.bytes / (kBw * kHbmEff);
+      else if (k.unit == "SIMT f32") s = k.flops / kFp32;
+      else if (k.unit == "PCIe") s = 0;  // host copies: checked below against the sum
+      else ADD_FAILURE() << key << ": unexpected unit";
+      if (k.unit != "PCIe") {
+        EXPECT_NEAR(k.time_ps / 1e12, k.count * kLaunch + s, k.count * 1e-12 + 1e-15) << key;
+        step_s += k.count * kLaunch + s;
+      } else {
+        step_s += static_cast<double>(k.time_ps) / 1e12;
+      }
+    }
+    // The rows add up to the predicted step: one device, no idle time.
+    EXPECT_NEAR(rows_s / steps, p.step_time_s, 1e-12);
+    EXPECT_NEAR(step_s / steps, p.step_time_s, 1e-9);
+    tokens_per_s[bitwise] = B * T / (step_s / steps);
+    EXPECT_NEAR(p.samples_per_s * T, tokens_per_s[bitwise], 1e-6 * tokens_per_s[bitwise]);
+    // The --verbose table: its total is the predicted step, with no idle line.
+    const std::string table = train::format_step_kernels(
+        p, bitwise ? "GPT-2 124M bf16 B 8, h200, bitwise:" : "GPT-2 124M bf16 B 8, h200, fast:");
+    char total[64];
+    std::snprintf(total, sizeof total, "%10.4f %6.1f%%", p.step_time_s * 1e3, 100.0);
+    EXPECT_NE(table.find(std::string("total (sim:0 busy)")), std::string::npos) << table;
+    EXPECT_EQ(table.find("idle"), std::string::npos) << table;
+    EXPECT_EQ(table.find("overlap"), std::string::npos) << table;
+    EXPECT_NE(table.find(total), std::string::npos) << table;
+    std::printf("%.0f tokens/s, step %.3f ms\n%s", tokens_per_s[bitwise], p.step_time_s * 1e3,
+                table.c_str());
+  }
+  // Bitwise prices the GEMMs 25x slower (SIMT x 0.47 vs tensor cores x 0.80); attention is the
+  // same in both modes.
+  EXPECT_GT(tokens_per_s[0], 2.0 * tokens_per_s[1]);
+}
