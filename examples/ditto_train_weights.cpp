@@ -25,6 +25,7 @@ void add_weights_options(CLI::App& app, WeightsOptions& w) {
                  "(model.safetensors; n_head from a config.json beside it, a GPT-2 size or "
                  "--n-head) or a ditto checkpoint directory (its parameters only); the model's "
                  "configuration is the file's")
+      ->type_name("FILE")
       ->group(group);
   app.add_option("--export", w.export_,
                  "write the trained model at the end: llmc FILE (llm.c's model file, f32), "

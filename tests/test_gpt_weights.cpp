@@ -25,6 +25,7 @@
 #include "core/nn/gpt.h"
 #include "core/nn/loss.h"
 #include "core/optim/sgd.h"
+#include "core/train/trainer.h"
 #include "tests/test_util.h"
 
 namespace ditto {
@@ -339,6 +340,47 @@ TEST_F(GptWeightsBadSafetensors, WrongDtypeAndUntiedHead) {
   expect_refused(hf_, "'lm_head.weight' [512, 32]: expected the tied head, equal to wte.weight");
 }
 
+// A safetensors file with `extra` BOOL tensors [1, 1, 64, 64] added by hand (ditto's serializer
+// writes no BOOL), as the mask buffers of files saved by some transformers versions.
+std::string with_bool_tensors(const std::vector<std::pair<std::string, Tensor>>& t,
+                              const std::vector<std::string>& extra) {
+  nlohmann::json h = nlohmann::json::object();
+  std::string buf;
+  for (const auto& [n, x] : t) {
+    h[n] = {{"dtype", io::safetensors_dtype(x.dtype())}, {"shape", x.shape()},
+            {"data_offsets", {buf.size(), buf.size() + x.nbytes()}}};
+    buf.append(static_cast<const char*>(x.data_ptr()), x.nbytes());
+  }
+  for (const std::string& n : extra) {
+    h[n] = {{"dtype", "BOOL"}, {"shape", {1, 1, 64, 64}},
+            {"data_offsets", {buf.size(), buf.size() + 64 * 64}}};
+    buf.append(64 * 64, '\1');
+  }
+  h["__metadata__"] = {{"format", "pt"}};
+  const std::string head = h.dump();
+  std::string out(8, '\0');
+  const std::uint64_t n = head.size();
+  std::memcpy(out.data(), &n, 8);
+  return out + head + buf;
+}
+
+TEST_F(GptWeightsBadSafetensors, BoolMaskBuffersAreIgnoredOtherBoolTensorsRefused) {
+  std::erase_if(hf_, [](const auto& p) { return p.first.find("attn.bias") != std::string::npos &&
+                                                p.second.dim() == 4; });
+  fs::copy_file(kDir + "/hf/config.json", dir_ + "/config.json");
+  const std::string path = dir_ + "/model.safetensors";
+  write_bytes(path, with_bool_tensors(hf_, {"h.0.attn.bias", "h.1.attn.bias"}));
+  expect_error<ParseError>([&] { io::load_safetensors(path); }, "BOOL is a safetensors dtype "
+                                                                "ditto cannot hold");
+  const io::GptWeights w = io::load_gpt_weights(path);
+  expect_tiny_config(w);
+  check_against_torch(w, "f32");
+  write_bytes(path, with_bool_tensors(hf_, {"h.0.attn.bias", "h.0.mlp.gate"}));
+  expect_error<ParseError>([&] { io::load_gpt_weights(path); },
+                           "io::load_gpt_weights: '" + path + "': 'h.0.mlp.gate': expected F32, "
+                           "BF16 or F16, got BOOL");
+}
+
 TEST_F(GptWeightsBadSafetensors, NotAFileOfEither) {
   const std::string path = dir_ + "/text.bin";
   write_bytes(path, "hello, world: not a model\n");
@@ -346,6 +388,21 @@ TEST_F(GptWeightsBadSafetensors, NotAFileOfEither) {
                            "io::load_gpt_weights: '" + path + "': expected an llm.c model file");
   expect_error<ParseError>([&] { io::load_gpt_weights(dir_ + "/missing.bin"); },
                            "missing.bin");
+}
+
+// TrainerConfig::eval_only (--eval-only) needs iteration mode and writes no checkpoint.
+TEST(TrainerEvalOnly, NeedsIterationModeAndNoCheckpoint) {
+  auto data = std::make_shared<train::CsvDataSource>(DITTO_DIGITS_CSV, data::CsvOptions{}, 0.2, 0);
+  train::TrainerConfig c;
+  c.eval_only = true;
+  expect_invalid([&] { train::Trainer(c, data); },
+                 "TrainerConfig::eval_only: expected iteration mode (TrainerConfig::max_iters > 0: "
+                 "nanoGPT's loop, whose evaluation it runs), got TrainerConfig::max_iters 0");
+  c.max_iters = 5;
+  c.checkpoint_dir = "ck";
+  expect_invalid([&] { train::Trainer(c, data); },
+                 "TrainerConfig::checkpoint_dir: expected none with TrainerConfig::eval_only (it "
+                 "trains nothing and writes no checkpoint), got 'ck'");
 }
 
 }  // namespace

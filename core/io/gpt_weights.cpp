@@ -210,6 +210,11 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
   std::map<std::string, const Tensor*> t;
   const Tensor* lm_head = nullptr;
   static const std::regex mask(R"(h\.\d+\.attn\.(bias|masked_bias))");
+  for (const auto& [name, dt] : d.skipped) {  // dtypes ditto cannot hold: mask buffers only
+    const std::string n = name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
+    if (!std::regex_match(n, mask))
+      bad(path, detail::cat("'", name, "': expected F32, BF16 or F16, got ", dt));
+  }
   for (const auto& [name, tensor] : d.tensors) {
     std::string n = name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
     if (name == "lm_head.weight") {
@@ -411,7 +416,9 @@ GptWeights load_gpt_weights(const std::string& path, std::int64_t n_head_hint) {
   }
   SafetensorsData d;
   try {
-    d = load_safetensors(path);
+    SafetensorsReadOptions o;
+    o.skip_unheld_dtypes = true;  // BOOL attention-mask buffers of some GPT-2 files
+    d = load_safetensors(path, o);
   } catch (const ParseError& e) {
     throw ParseError(detail::cat("io::load_gpt_weights: '", path, "': expected an llm.c model "
                                  "file (int32 magic 20240326 first), a safetensors file or a "

@@ -26,7 +26,8 @@
 // attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj weights are Conv1D's [in, out], the
 // transpose of nanoGPT's Linear [out, in] (nanoGPT's from_pretrained transposes them);
 // "lm_head.weight", when present, must equal wte (the head is tied, as in GPT-2); the attention
-// mask buffers "h.N.attn.bias" and "h.N.attn.masked_bias" are not parameters and are ignored.
+// mask buffers "h.N.attn.bias" and "h.N.attn.masked_bias" are not parameters and are ignored
+// (of any dtype: BOOL in the files of some transformers versions, F32 in the hub's gpt2).
 // Every other name, a missing parameter or a shape that does not fit is refused. F32, BF16 and
 // F16 tensors are read (converted to f32 exactly). The file has no n_head: it is taken from
 // __metadata__ "ditto.n_head" (ditto's export writes it), else "n_head" of a config.json beside
