@@ -112,6 +112,8 @@ void configure_weights(const WeightsOptions& w, std::shared_ptr<const io::GptWei
                 "Face's GPT-2 have every bias: --bias, or --init-from a GPT-2 file), got "
                 "bias=False");
     DITTO_CHECK(!file.empty(), "--export: expected a file name, got ''");
+    DITTO_CHECK(!c.dry_run, "--export: expected a run that trains (a dry run holds no tensor "
+                "data: the file would be zeros), got --dry-run");
     const std::string key = file_name_key(file);
     DITTO_CHECK(w.init_from.empty() || key != file_name_key(w.init_from), "--export: expected a "
                 "file other than --init-from's, got '", file, "', which it would overwrite");
