@@ -157,7 +157,7 @@ GptWeights load_llmc(const std::string& path) {
                           c.block_size, ", vocab_size ", c.vocab_size, " padded to ", Vp, ", ",
                           L, " layers, ", c.n_head, " heads, channels ", C, ") describes ", n,
                           " parameters: expected a file of ", want, " bytes, got ", in.size(),
-                          in.size() < want ? " (truncated)" : " (bytes past the parameters)"));
+                          " bytes", in.size() < want ? " (truncated)" : " (bytes past the parameters)"));
   GptWeights w;
   w.format = GptWeightsFormat::llmc;
   w.config = c;
