@@ -54,6 +54,7 @@
 #include "examples/bundled_data.h"
 #include "examples/cli_common.h"
 #include "examples/ditto_train_gpt.h"
+#include "examples/ditto_train_weights.h"
 
 using namespace ditto;
 
@@ -71,6 +72,7 @@ struct Args {
   std::set<std::string> given;          // the options given on the command line
   train::TrainerConfig cfg;
   ditto_train::GptOptions gpt;
+  ditto_train::WeightsOptions weights;  // --init-from, --export, --eval-only
 };
 
 /// What a nested run (--predict-table's dry runs) hands back instead of printing: the result, or
@@ -541,6 +543,7 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
   ditto_train::GptData text;
   std::shared_ptr<train::DataSource> data;
   const bool gpt = a.model == "gpt";
+  std::shared_ptr<const io::GptWeights> init_weights;  // --init-from's, shared by the replicas
   // The options' checks, their defaults and the data, refused on this process alone or not:
   // under mpirun the start-up exchange below carries the error instead of the settings, so the
   // other processes fail at once, naming this rank, instead of waiting for it.
@@ -554,9 +557,12 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
     c.dtype = a.dtype == "bf16" ? DType::bf16 : a.dtype == "f16" ? DType::f16 : DType::f32;
     DITTO_CHECK(a.model == "mlp" || a.model == "gpt", "--model: expected mlp or gpt, got '",
                 a.model, "'");
-    if (!gpt)
+    if (!gpt) {
       for (const std::string& opt : ditto_train::gpt_only_options())
         DITTO_CHECK(!a.given.count(opt), opt, ": expected --model gpt, got --model mlp");
+      for (const std::string& opt : ditto_train::weights_options())
+        DITTO_CHECK(!a.given.count(opt), opt, ": expected --model gpt, got --model mlp");
+    }
     data::CsvOptions csv;
     csv.label_column = a.label_column;
     if (a.header == "yes") csv.header = data::CsvHeader::yes;
@@ -629,6 +635,7 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
       a.data = ditto_examples::bundled_data_path("shakespeare.txt");
     check_outputs_are_not_inputs(a, c);
     if (gpt) {
+      init_weights = ditto_train::apply_init_from(a.weights, a.gpt, a.given);
       ditto_train::apply_preset(a.gpt, a.given);
       if (c.dry_run) {  // a prediction: a few steps, no evaluation or sample unless asked for
         if (!a.given.count("--max-iters")) a.gpt.max_iters = 2;
@@ -638,6 +645,7 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
           a.gpt.lr_decay_iters = std::max(a.gpt.max_iters, a.gpt.warmup_iters + 1);
       }
       text = ditto_train::configure_gpt(a.gpt, a.given, a.data, c);
+      ditto_train::configure_weights(a.weights, init_weights, a.gpt, a.given, a.data, c);
       data = text.source;
     } else {
       rows = std::make_shared<train::CsvDataSource>(a.data, csv, a.val_fraction, c.seed);
@@ -685,6 +693,7 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
   };
   cb.on_start = [&](const train::RunInfo& r) {
     open_jsonl();
+    if (init_weights) ditto_train::print_init_from(a.weights, *init_weights);
     if (gpt)
       ditto_train::print_gpt_start(r, a.gpt, c, text);
     else if (r.trainer == train::TrainerKind::ddp)
@@ -739,6 +748,11 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
         }
       } catch (const std::exception& e) {
         late_errors.push_back(detail::cat("--sample: ", e.what()));
+      }
+      try {
+        ditto_train::export_model(a.weights, rep, text.model);
+      } catch (const std::exception& e) {
+        late_errors.push_back(detail::cat("--export: ", e.what()));
       }
     };
   if (!c.checkpoint_dir.empty() && !capture) {  // Note [Graceful stop]
@@ -1084,6 +1098,7 @@ int cli_main(int argc, char** argv, Capture* capture) {
                  "log_interval; also JSON lines): default 10 for --model gpt; the MLP's default "
                  "100 prints only in epochs longer than that; 0: none");
   ditto_train::add_gpt_options(app, a.gpt);
+  ditto_train::add_weights_options(app, a.weights);
   ditto_cli::add_version(app, "ditto-train");
   ditto_cli::check_numeric_values(app, expected_values());  // '' refused, 010 decimal
   try {
@@ -1104,6 +1119,7 @@ int cli_main(int argc, char** argv, Capture* capture) {
                               "--bucket-cap-mb", "--micro-shards", "--verbose"};
   named.insert(ditto_train::gpt_only_options().begin(), ditto_train::gpt_only_options().end());
   named.insert(ditto_train::mlp_only_options().begin(), ditto_train::mlp_only_options().end());
+  named.insert(ditto_train::weights_options().begin(), ditto_train::weights_options().end());
   for (const std::string& opt : named)
     if (app.count(opt) > 0) a.given.insert(opt);
   if (app.count("--lr") > 0) c.lr = lr;

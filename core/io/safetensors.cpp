@@ -43,6 +43,7 @@ struct Entry {
   DType dtype;
   Shape shape;
   std::uint64_t begin, end;
+  bool held = true;  // false: a dtype ditto cannot hold, skipped (SafetensorsReadOptions)
 };
 
 }  // namespace
@@ -147,7 +148,8 @@ std::string brief_shape(const nlohmann::json& sh) {
 }
 }  // namespace
 
-SafetensorsData safetensors_parse(std::string_view bytes, const std::string& source) {
+SafetensorsData safetensors_parse(std::string_view bytes, const std::string& source,
+                                  const SafetensorsReadOptions& options) {
   using nlohmann::json;
   if (bytes.size() < 8)
     bad(source, ::ditto::detail::cat("file too short: ", bytes.size(),
@@ -214,7 +216,9 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
     const std::size_t esize = known_dtype_size(dt);
     if (esize == 0) bad(source, where + ": dtype: unknown dtype '" + dt + "'");
     DType dtype = DType::f32;
-    if (!dtype_from_safetensors(dt, dtype))
+    const bool held = dtype_from_safetensors(dt, dtype);
+    if (!held && options.skip_unheld_dtypes) out.skipped.emplace_back(name, dt);
+    if (!held && !options.skip_unheld_dtypes)
       bad(source, where + ": dtype: " + dt + " is a safetensors dtype ditto cannot hold " +
                       "(expected one of F32, I64, F64, F16, BF16, I8, U8, I32, U32, U64, " +
                       "F8_E4M3, F8_E5M2)");
@@ -251,7 +255,7 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
       bad(source, ::ditto::detail::cat(where, ": data_offsets: [", begin, ", ", end, "] hold ",
                                        end - begin, " bytes, but shape ", sh.dump(), " x ", dt,
                                        " needs ", numel, " x ", esize, " bytes"));
-    entries.push_back({name, dtype, std::move(shape), begin, end});
+    entries.push_back({name, dtype, std::move(shape), begin, end, held});
   }
 
   // The tensors must tile the buffer: sorted by offset, each starts where the previous ended.
@@ -277,6 +281,7 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
 
   out.tensors.reserve(entries.size());
   for (const Entry& e : entries) {
+    if (!e.held) continue;
     Tensor t = Tensor::empty(e.shape, e.dtype, Device::cpu());
     if (e.end > e.begin) std::memcpy(t.data_ptr(), buffer + e.begin, e.end - e.begin);
     out.tensors.emplace_back(e.name, std::move(t));
@@ -313,7 +318,7 @@ std::int64_t buffer_end(std::string_view header) {
 
 }  // namespace
 
-SafetensorsData load_safetensors(const std::string& path) {
+SafetensorsData load_safetensors(const std::string& path, const SafetensorsReadOptions& options) {
   // Note [Bounded reads]: a regular file; the header (at most kMaxSafetensorsHeaderBytes) is read
   // first and the file's size checked against its data_offsets before the buffer is read.
   try {
@@ -321,7 +326,7 @@ SafetensorsData load_safetensors(const std::string& path) {
     std::string bytes;
     if (in.size() < 8) {
       in.read_rest(bytes);
-      return safetensors_parse(bytes, path);  // "file too short"
+      return safetensors_parse(bytes, path, options);  // "file too short"
     }
     in.read(bytes, 8);
     std::uint64_t n = 0;
@@ -335,7 +340,7 @@ SafetensorsData load_safetensors(const std::string& path) {
                                      " bytes follow it (truncated file?)"));
     in.read(bytes, n);
     const std::int64_t end = buffer_end(std::string_view(bytes).substr(8));
-    if (end < 0) return safetensors_parse(bytes, path);  // the header's own error
+    if (end < 0) return safetensors_parse(bytes, path, options);  // the header's own error
     const std::uint64_t buffer_size = in.size() - 8 - n;
     if (static_cast<std::uint64_t>(end) != buffer_size)
       bad(path, ::ditto::detail::cat("buffer: the header's data_offsets end at byte ", end,
@@ -344,7 +349,7 @@ SafetensorsData load_safetensors(const std::string& path) {
                                                    ? " (truncated file?)"
                                                    : ""));
     in.read(bytes, buffer_size);
-    return safetensors_parse(bytes, path);
+    return safetensors_parse(bytes, path, options);
   } catch (const ParseError&) {
     throw;
   } catch (const Error& e) {

@@ -17,7 +17,8 @@
 // ditto holds F32, I64, F64, F16, BF16, I8, U8, I32, U32, U64, F8_E4M3 and F8_E5M2 tensors (the
 // names of the format, as safetensors.torch maps torch.float32 ... torch.float8_e5m2); the reader
 // knows every dtype of the format (for the size checks) and refuses the others (BOOL, I16, U16,
-// F8_E8M0, C64) with a ParseError naming the tensor and the dtype. A 0-dim tensor
+// F8_E8M0, C64) with a ParseError naming the tensor and the dtype (or, asked to, skips them:
+// SafetensorsReadOptions). A 0-dim tensor
 // has "shape": [] and one element; a tensor with a 0 size has begin == end.
 #pragma once
 
@@ -35,6 +36,9 @@ namespace ditto::io {
 struct SafetensorsData {
   std::vector<std::pair<std::string, Tensor>> tensors;  ///< host tensors, in buffer order
   std::map<std::string, std::string> metadata;
+  /// With SafetensorsReadOptions::skip_unheld_dtypes: the tensors of a dtype of the format that
+  /// ditto cannot hold (BOOL, I16, ...), validated but not read, as {name, safetensors dtype}.
+  std::vector<std::pair<std::string, std::string>> skipped;
 
   /// The tensor called `name`, or nullptr.
   const Tensor* find(const std::string& name) const;
@@ -51,6 +55,14 @@ bool dtype_from_safetensors(const std::string& name, DType& out);
 std::string safetensors_serialize(const std::vector<std::pair<std::string, Tensor>>& tensors,
                                   const std::map<std::string, std::string>& metadata = {});
 
+/// How safetensors_parse / load_safetensors treat what ditto cannot hold.
+struct SafetensorsReadOptions {
+  /// false (the default): a tensor of a dtype ditto cannot hold is refused (ParseError); true: it
+  /// is validated as any other (shape, offsets, tiling) and listed in SafetensorsData::skipped
+  /// instead of read (e.g. the BOOL attention-mask buffers of some GPT-2 files).
+  bool skip_unheld_dtypes = false;
+};
+
 /// Parse the bytes of a safetensors file. `source` (a file name) starts every message. Validates
 /// everything (Note [safetensors layout]) and throws ParseError naming source, tensor and field:
 /// a file shorter than 8 bytes, a header length past the file's end (or over 100,000,000 bytes,
@@ -58,7 +70,8 @@ std::string safetensors_serialize(const std::vector<std::pair<std::string, Tenso
 /// entry that is not {dtype, shape, data_offsets}, an unknown dtype or one ditto cannot hold, a
 /// negative or non-integer size, offsets out of the buffer, overlapping, leaving a gap or not
 /// covering it, a byte length other than numel x dtype size, a metadata value that is not a string.
-SafetensorsData safetensors_parse(std::string_view bytes, const std::string& source);
+SafetensorsData safetensors_parse(std::string_view bytes, const std::string& source,
+                                  const SafetensorsReadOptions& options = {});
 
 /// Write a safetensors file atomically (io::write_file_atomic: temporary file, fsync, rename).
 /// Throws what safetensors_serialize and write_file_atomic throw.
@@ -73,6 +86,7 @@ void save_safetensors(const std::string& path,
 /// cannot be read, is not a regular file ("io::load_safetensors: '/dev/zero' is a character
 /// device, expected a regular file"), has a size other than its header describes, or is
 /// malformed (safetensors_parse).
-SafetensorsData load_safetensors(const std::string& path);
+SafetensorsData load_safetensors(const std::string& path,
+                                 const SafetensorsReadOptions& options = {});
 
 }  // namespace ditto::io

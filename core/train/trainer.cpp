@@ -157,6 +157,7 @@ RankSettings agreed_settings(const TrainerConfig& c, const DataSource& data) {
                  {c.name_of("max_iters"), std::to_string(c.max_iters)},
                  {c.name_of("eval_interval"), std::to_string(c.eval_interval)},
                  {c.name_of("eval_iters"), std::to_string(c.eval_iters)},
+                 {c.name_of("eval_only"), c.eval_only ? "true" : "false"},
                  {c.name_of("eval_batch_size"), std::to_string(c.eval_batch_size)},
                  {c.name_of("seed"), std::to_string(c.seed)},
                  {c.name_of("micro_shards"), std::to_string(c.micro_shards)},
@@ -272,7 +273,7 @@ TrainerState Trainer::resume(Replica& rep, const TrainerState& fresh, bool lead,
   TrainerState ts = resume_checkpoint(config_.resume_dir, rep.model(), rep.optimizer(),
                                       fresh.config, may_differ, log, may_be_missing,
                                       {{"dtype", dtype_name(DType::f32)}}, config_.field_names);
-  if (config_.max_iters > 0)
+  if (config_.max_iters > 0 && !config_.eval_only)  // eval_only evaluates any step
     DITTO_CHECK(ts.step <= config_.max_iters, config_.name_of("resume_dir"),
                 ": the checkpoint is past step ", ts.step, ", expected ",
                 config_.name_of("max_iters"), " >= ", ts.step, ", got ", config_.max_iters);
@@ -615,7 +616,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   double lr = c.lr_schedule ? c.lr_schedule(std::max<std::int64_t>(ts.step - 1, 0))
                             : rep.optimizer().lr();
   for (;;) {
-    if (rep.lead() && eval_due(ts.step)) {
+    if (rep.lead() && (eval_due(ts.step) || (c.eval_only && c.eval_iters > 0))) {
       EvalMetrics m;
       m.step = ts.step;
       m.max_iters = c.max_iters;
@@ -636,7 +637,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
       interval_s = 0;
       if (callbacks_.on_eval) callbacks_.on_eval(m);
     }
-    if (ts.step >= c.max_iters) break;
+    if (ts.step >= c.max_iters || c.eval_only) break;
     // Train up to the next evaluation (or the end); the meter and the clock skip evaluations.
     std::int64_t next = c.max_iters;
     if (c.eval_interval > 0)
@@ -680,7 +681,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
     interval_tokens += tokens;
     if (res.stopped) break;
   }
-  if (!c.checkpoint_dir.empty() && ts.step != saved_step) checkpoint();
+  if (!c.checkpoint_dir.empty() && ts.step != saved_step && !c.eval_only) checkpoint();
   res.params_checksum = rep.checked_checksum();
   if (const optim::GradScaler* s = rep.grad_scaler()) {
     res.loss_scale = s->scale();

@@ -65,6 +65,12 @@ void validate(const TrainerConfig& c) {
               "got ", c.eval_interval);
   DITTO_CHECK(c.eval_iters >= 0, n("eval_iters"), ": expected >= 0 (0: no evaluation), got ",
               c.eval_iters);
+  DITTO_CHECK(!c.eval_only || c.max_iters > 0, n("eval_only"), ": expected iteration mode (",
+              n("max_iters"), " > 0: nanoGPT's loop, whose evaluation it runs), got ",
+              n("max_iters"), " ", c.max_iters);
+  DITTO_CHECK(!c.eval_only || c.checkpoint_dir.empty(), n("checkpoint_dir"), ": expected none "
+              "with ", n("eval_only"), " (it trains nothing and writes no checkpoint), got '",
+              c.checkpoint_dir, "'");
   DITTO_CHECK(std::isfinite(c.grad_clip) && c.grad_clip >= 0, n("grad_clip"),
               ": expected a finite max_norm >= 0 (0: no clipping), got ", c.grad_clip);
   DITTO_CHECK(c.dtype == DType::f32 || c.dtype == DType::bf16 || c.dtype == DType::f16,

@@ -84,6 +84,11 @@ struct TrainerConfig {
   std::int64_t max_iters = 0;       ///< 0: epoch mode
   std::int64_t eval_interval = 0;   ///< steps between evaluations; 0: at the end only
   std::int64_t eval_iters = 0;      ///< batches per split per evaluation; 0: no evaluation
+  /// nanoGPT's eval_only: iteration mode without training. fit() builds (and resumes) the model,
+  /// evaluates eval_iters batches of each split once at the resumed step (0 for a fresh run), then
+  /// ends: no optimizer step, no checkpoint (checkpoint_dir must be empty), on_finish still
+  /// called. Needs max_iters > 0 (iteration mode); a resumed step past max_iters is accepted.
+  bool eval_only = false;
   /// Learning rate of step `it` (0-based), set with Optimizer::set_lr before that step (both
   /// modes); unset: the optimizer's own, constant (e.g. optim/lr_schedule.h's nanoGPT schedule).
   std::function<double(std::int64_t it)> lr_schedule;

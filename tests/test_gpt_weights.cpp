@@ -1,0 +1,411 @@
+// io::gpt_weights (issue 32, weights): llm.c model files, Hugging Face GPT-2 safetensors and ditto
+// checkpoints read into nn::GPT, checked against PyTorch; llm.c / Hugging Face files written and
+// read back; every malformed file refused with a ParseError naming the file and what was
+// expected. tests/data/gpt2_tiny/ is written by `tools/gpt2_fixtures.py make`: a tiny GPT-2 (2
+// layers, 4 heads, n_embd 32, block_size 64, vocab 512, biases) as model_f32.bin /
+// model_bf16.bin (llm.c) and hf/model.safetensors (+ hf/config.json), and expected.safetensors:
+// a fixed batch and PyTorch's logits and loss (f32 weights; and computed in f32 with the weights
+// rounded to bf16, what model_bf16.bin holds). Within 1e-5 relative: max |logits - torch's| <=
+// 1e-5 x max |torch's logits|, |loss - torch's| <= 1e-5 x torch's loss.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/io/checkpoint.h"
+#include "core/io/file.h"
+#include "core/io/gpt_weights.h"
+#include "core/io/safetensors.h"
+#include "core/nn/gpt.h"
+#include "core/nn/loss.h"
+#include "core/optim/sgd.h"
+#include "core/train/trainer.h"
+#include "tests/test_util.h"
+
+namespace ditto {
+namespace {
+
+using namespace ditto::test;
+namespace fs = std::filesystem;
+
+const std::string kDir = std::string(DITTO_TEST_DATA_DIR) + "/gpt2_tiny";
+
+std::string read_bytes(const std::string& path) { return io::read_file(path); }
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::vector<float> values(const Tensor& t) { return t.to(Device::cpu(), DType::f32).to_vector<float>(); }
+
+class GptWeights : public SimSuite<1> {
+ protected:
+  void SetUp() override {
+    dev_ = devices("sim", 1)[0];
+    expected_ = io::load_safetensors(kDir + "/expected.safetensors");
+    dir_ = fresh_dir("GptWeights", ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  }
+  const Tensor& want(const std::string& name) const {
+    const Tensor* t = expected_.find(name);
+    if (t == nullptr) throw std::runtime_error("expected.safetensors has no " + name);
+    return *t;
+  }
+  /// nn::GPT of w's config with w's parameters, on the sim device.
+  std::unique_ptr<nn::GPT> model(const io::GptWeights& w) {
+    auto gpt = std::make_unique<nn::GPT>(w.config, dev_, 0);
+    io::load_gpt_params(*gpt, w);
+    return gpt;
+  }
+  /// Forward of the fixed batch against logits_<which> / loss_<which>.
+  void check_against_torch(const io::GptWeights& w, const std::string& which) {
+    auto gpt = model(w);
+    const Tensor logits = gpt->forward(want("idx").to(dev_));
+    nn::CrossEntropyLoss ce;
+    const float loss = ce.forward(logits, want("targets").to(dev_)).item();
+    const std::vector<float> got = values(logits), ref = values(want("logits_" + which));
+    ASSERT_EQ(got.size(), ref.size());
+    double worst = 0, scale = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(got[i]) - ref[i]));
+      scale = std::max(scale, std::abs(static_cast<double>(ref[i])));
+    }
+    EXPECT_LE(worst, 1e-5 * scale) << which << ": max |logits - torch's| " << worst
+                                   << ", max |torch's| " << scale;
+    const float ref_loss = want("loss_" + which).item();
+    EXPECT_NEAR(loss, ref_loss, 1e-5 * ref_loss) << which;
+  }
+  void expect_tiny_config(const io::GptWeights& w) {
+    EXPECT_EQ(w.config.n_layer, 2);
+    EXPECT_EQ(w.config.n_head, 4);
+    EXPECT_EQ(w.config.n_embd, 32);
+    EXPECT_EQ(w.config.block_size, 64);
+    EXPECT_EQ(w.config.vocab_size, 512);
+    EXPECT_TRUE(w.config.bias);
+  }
+  Device dev_;
+  io::SafetensorsData expected_;
+  std::string dir_;
+};
+
+TEST_F(GptWeights, SpecsAreNnGptsParametersInOrder) {
+  for (bool bias : {false, true}) {
+    nn::GPTConfig c;
+    c.n_layer = 2;
+    c.n_head = 2;
+    c.n_embd = 8;
+    c.block_size = 8;
+    c.vocab_size = 11;
+    c.bias = bias;
+    nn::GPT gpt(c, dev_, 0);
+    const auto specs = io::gpt_param_specs(c);
+    const auto ps = gpt.parameters();
+    ASSERT_EQ(specs.size(), ps.size());
+    for (std::size_t i = 0; i < ps.size(); ++i) {
+      EXPECT_EQ(specs[i].first, ps[i]->name);
+      EXPECT_EQ(specs[i].second, ps[i]->data.shape()) << ps[i]->name;
+    }
+  }
+}
+
+TEST_F(GptWeights, LlmcF32MatchesPyTorch) {
+  const io::GptWeights w = io::load_gpt_weights(kDir + "/model_f32.bin");
+  EXPECT_EQ(w.format, io::GptWeightsFormat::llmc);
+  EXPECT_EQ(w.description, "llm.c model file (f32, version 3)");
+  expect_tiny_config(w);
+  check_against_torch(w, "f32");
+}
+
+// The bf16 file against PyTorch's f32 forward of the bf16-rounded weights (what the file holds).
+TEST_F(GptWeights, LlmcBf16MatchesPyTorchOnTheRoundedWeights) {
+  const io::GptWeights w = io::load_gpt_weights(kDir + "/model_bf16.bin");
+  EXPECT_EQ(w.description, "llm.c model file (bf16, version 5)");
+  expect_tiny_config(w);
+  check_against_torch(w, "bf16");
+}
+
+TEST_F(GptWeights, HuggingFaceMatchesPyTorch) {
+  const io::GptWeights w = io::load_gpt_weights(kDir + "/hf/model.safetensors");
+  EXPECT_EQ(w.format, io::GptWeightsFormat::hf);
+  EXPECT_NE(w.n_head_from.find("config.json"), std::string::npos) << w.n_head_from;
+  expect_tiny_config(w);
+  check_against_torch(w, "f32");
+  // The same bits as the llm.c f32 file's.
+  const io::GptWeights l = io::load_gpt_weights(kDir + "/model_f32.bin");
+  for (std::size_t i = 0; i < w.params.size(); ++i)
+    EXPECT_EQ(values(w.params[i].second), values(l.params[i].second)) << w.params[i].first;
+}
+
+// Names with the "transformer." prefix, a tied lm_head.weight, n_head from --n-head (no
+// config.json beside the file): the same model.
+TEST_F(GptWeights, HuggingFacePrefixedNamesAndTiedHead) {
+  io::SafetensorsData d = io::load_safetensors(kDir + "/hf/model.safetensors");
+  std::vector<std::pair<std::string, Tensor>> t;
+  for (auto& [n, x] : d.tensors) t.emplace_back("transformer." + n, x);
+  t.emplace_back("lm_head.weight", *d.find("wte.weight"));
+  const std::string path = dir_ + "/prefixed.safetensors";
+  io::save_safetensors(path, t);
+  expect_error<InvalidArgument>([&] { io::load_gpt_weights(path); },
+                                "does not record n_head: expected --n-head");
+  const io::GptWeights w = io::load_gpt_weights(path, 4);
+  EXPECT_TRUE(w.n_head_from.empty());
+  expect_tiny_config(w);
+  check_against_torch(w, "f32");
+}
+
+// llm.c's padded vocabulary: rows [vocab_size, padded_vocab_size) are dropped (llm.c never reads
+// them); the writer pads to a multiple of 128 with zeros.
+TEST_F(GptWeights, LlmcPaddedVocabularyRowsAreDropped) {
+  io::GptWeights w = io::load_gpt_weights(kDir + "/model_f32.bin");
+  nn::GPTConfig c = w.config;
+  c.vocab_size = 500;
+  std::vector<float> wte = values(w.params[0].second);
+  wte.resize(500 * 32);
+  w.params[0].second = Tensor::from_vector(wte, {500, 32});
+  const std::string bytes = io::llmc_model_serialize(c, w.params, DType::f32);
+  std::int32_t h[8];
+  std::memcpy(h, bytes.data(), sizeof h);
+  EXPECT_EQ(h[3], 500);
+  EXPECT_EQ(h[7], 512);
+  const std::string path = dir_ + "/padded.bin";
+  write_bytes(path, bytes);
+  const io::GptWeights r = io::load_gpt_weights(path);
+  EXPECT_EQ(r.config.vocab_size, 500);
+  EXPECT_EQ(r.padded_vocab_size, 512);
+  EXPECT_EQ(values(r.params[0].second), wte);
+  // The padded rows are zeros in the file.
+  const std::size_t wte_end = 1024 + std::size_t{512} * 32 * 4;
+  for (std::size_t i = 1024 + std::size_t{500} * 32 * 4; i < wte_end; ++i)
+    ASSERT_EQ(bytes[i], 0) << "byte " << i;
+}
+
+// Writing then reading gives the same parameters, bit for bit (bf16: the rounded ones), and the
+// f32 file written from the fixture is the fixture's own bytes.
+TEST_F(GptWeights, ExportRoundTrips) {
+  const io::GptWeights w = io::load_gpt_weights(kDir + "/model_f32.bin");
+  EXPECT_EQ(io::llmc_model_serialize(w.config, w.params, DType::f32),
+            read_bytes(kDir + "/model_f32.bin"));
+  EXPECT_EQ(io::llmc_model_serialize(w.config, w.params, DType::bf16),
+            read_bytes(kDir + "/model_bf16.bin"));
+  io::save_hf_gpt2(dir_ + "/m.safetensors", w.config, w.params);
+  const io::GptWeights h = io::load_gpt_weights(dir_ + "/m.safetensors");
+  EXPECT_EQ(h.format, io::GptWeightsFormat::hf);
+  EXPECT_EQ(h.n_head_from, "its __metadata__ ditto.n_head");
+  expect_tiny_config(h);
+  for (std::size_t i = 0; i < w.params.size(); ++i)
+    EXPECT_EQ(values(h.params[i].second), values(w.params[i].second)) << w.params[i].first;
+  // Hugging Face's names and Conv1D shapes in the file.
+  const io::SafetensorsData d = io::load_safetensors(dir_ + "/m.safetensors");
+  ASSERT_NE(d.find("transformer.h.1.mlp.c_fc.weight"), nullptr);
+  EXPECT_EQ(d.find("transformer.h.1.mlp.c_fc.weight")->shape(), (Shape{32, 128}));
+  EXPECT_EQ(d.metadata.at("format"), "pt");
+  io::save_llmc_model(dir_ + "/m.bin", w.config, w.params, DType::f32);
+  EXPECT_EQ(read_bytes(dir_ + "/m.bin"), read_bytes(kDir + "/model_f32.bin"));
+}
+
+// A ditto checkpoint directory: its parameters and its model's configuration.
+TEST_F(GptWeights, DittoCheckpointDirectory) {
+  const io::GptWeights w = io::load_gpt_weights(kDir + "/model_f32.bin");
+  auto gpt = model(w);
+  optim::SGD opt(gpt->parameters(), optim::SGDOptions{});
+  TrainerState st;
+  st.step = 3;
+  st.config["model"] = "gpt(n_layer=2,n_head=4,n_embd=32,block_size=64,vocab_size=512,bias=True,dropout=0)";
+  const std::string ck = save_checkpoint(dir_ + "/ck", *gpt, opt, st, 2,
+                                         {{"lm_head.weight", "transformer.wte.weight"}});
+  for (const std::string& path : {dir_ + "/ck", ck}) {
+    const io::GptWeights r = io::load_gpt_weights(path);
+    EXPECT_EQ(r.format, io::GptWeightsFormat::checkpoint);
+    expect_tiny_config(r);
+    check_against_torch(r, "f32");
+  }
+  // A checkpoint of another model.
+  TrainerState mlp = st;
+  mlp.config["model"] = "64-128-10";
+  save_checkpoint(dir_ + "/mlp", *gpt, opt, mlp);
+  expect_error<ParseError>([&] { io::load_gpt_weights(dir_ + "/mlp"); },
+                           "expected a checkpoint of a GPT (ditto-train --model gpt), got one of "
+                           "model '64-128-10'");
+}
+
+// ---- malformed llm.c files: each a ParseError naming the file and what was expected ----------
+
+class GptWeightsMalformed : public GptWeights {
+ protected:
+  std::string f32_ = read_bytes(kDir + "/model_f32.bin");
+  std::string with_header(int index, std::int32_t v) const {
+    std::string b = f32_;
+    std::memcpy(b.data() + 4 * index, &v, 4);
+    return b;
+  }
+  void expect_refused(const std::string& bytes, const std::string& part) {
+    const std::string path = dir_ + "/bad.bin";
+    write_bytes(path, bytes);
+    // The file named first, then what was expected.
+    expect_error<ParseError>([&] { io::load_gpt_weights(path); },
+                             "io::load_gpt_weights: '" + path + "': ");
+    expect_error<ParseError>([&] { io::load_gpt_weights(path); }, part);
+  }
+};
+
+TEST_F(GptWeightsMalformed, BadMagic) {
+  expect_refused(with_header(0, 20240520),
+                 "expected an llm.c model file (int32 magic 20240326 first), a safetensors "
+                 "file or a checkpoint directory; as safetensors: ");
+}
+
+TEST_F(GptWeightsMalformed, WrongVersion) {
+  expect_refused(with_header(1, 4), "header[1] (version): expected 3 (f32) or 5 (bf16), got 4");
+  expect_refused(with_header(1, 1), "header[1] (version): expected 3 (f32) or 5 (bf16), got 1 "
+                                    "(an llm.c file from before the padded vocabulary");
+}
+
+TEST_F(GptWeightsMalformed, HeaderSizesThatDoNotFit) {
+  expect_refused(with_header(4, 0), "header[4] (num_layers): expected >= 1, got 0");
+  expect_refused(with_header(7, 500), "header[7] (padded_vocab_size): expected >= vocab_size = "
+                                      "512, got 500");
+  expect_refused(with_header(5, 5), "the model it describes is not one ditto's GPT can be: "
+                                    "GPTConfig: n_embd: expected a positive multiple of n_head = 5");
+  // Sizes that fit each other but not the file: 3 layers in the header of a 2-layer file.
+  expect_refused(with_header(4, 3), "the header (f32, max_seq_len 64, vocab_size 512 padded to "
+                                    "512, 3 layers, 4 heads, channels 32) describes 56608 "
+                                    "parameters: expected a file of 227456 bytes, got 176640 "
+                                    "bytes (truncated)");
+}
+
+TEST_F(GptWeightsMalformed, TruncatedOrTooLong) {
+  expect_refused(f32_.substr(0, f32_.size() - 4), "expected a file of 176640 bytes, got 176636 "
+                                                  "bytes (truncated)");
+  expect_refused(f32_ + "x", "expected a file of 176640 bytes, got 176641 bytes (bytes past the "
+                             "parameters)");
+  expect_refused(f32_.substr(0, 100), "an llm.c model file starts with a header of 256 int32 "
+                                      "(1024 bytes), got a file of 100 bytes (truncated)");
+  // bf16 header on the f32 file's bytes: twice as long as described.
+  expect_refused(with_header(1, 5), "expected a file of 88832 bytes, got 176640 bytes (bytes "
+                                    "past the parameters)");
+}
+
+// ---- malformed safetensors ----------------------------------------------------------------------
+
+class GptWeightsBadSafetensors : public GptWeights {
+ protected:
+  std::vector<std::pair<std::string, Tensor>> hf_ = io::load_safetensors(kDir + "/hf/model.safetensors").tensors;
+  void expect_refused(const std::vector<std::pair<std::string, Tensor>>& t,
+                      const std::string& part) {
+    const std::string path = dir_ + "/bad.safetensors";
+    io::save_safetensors(path, t, {{"ditto.n_head", "4"}});
+    expect_error<ParseError>([&] { io::load_gpt_weights(path); },
+                             "io::load_gpt_weights: '" + path + "': " + part);
+  }
+  void replace(const std::string& name, Tensor t) {
+    for (auto& [n, x] : hf_)
+      if (n == name) x = std::move(t);
+  }
+};
+
+TEST_F(GptWeightsBadSafetensors, UnknownName) {
+  hf_.emplace_back("h.0.attn.rotary.weight", Tensor::zeros({4}, DType::f32, Device::cpu()));
+  expect_refused(hf_, "unknown tensor 'h.0.attn.rotary.weight' [4]: expected GPT-2's names (wte, "
+                      "wpe, h.0..h.1, ln_f, with biases)");
+}
+
+TEST_F(GptWeightsBadSafetensors, ExtraLayerOutOfOrderIsUnknown) {
+  hf_.emplace_back("h.5.ln_1.weight", Tensor::zeros({32}, DType::f32, Device::cpu()));
+  expect_refused(hf_, "unknown tensor 'h.5.ln_1.weight'");
+}
+
+TEST_F(GptWeightsBadSafetensors, WrongShape) {
+  replace("h.1.mlp.c_proj.weight", Tensor::zeros({32, 128}, DType::f32, Device::cpu()));
+  expect_refused(hf_, "'h.1.mlp.c_proj.weight': expected [128, 32] (Conv1D's [in, out]) for "
+                      "n_layer 2, n_embd 32, got [32, 128]");
+  replace("h.0.attn.c_attn.weight", Tensor::zeros({32, 32}, DType::f32, Device::cpu()));
+  expect_refused(hf_, "'h.0.attn.c_attn.weight': expected [32, 96] (Hugging Face's Conv1D) or "
+                      "[96, 32] (nanoGPT's Linear) for n_embd 32, got [32, 32]");
+}
+
+TEST_F(GptWeightsBadSafetensors, MissingTensor) {
+  std::erase_if(hf_, [](const auto& p) { return p.first == "h.1.ln_2.bias"; });
+  expect_refused(hf_, "expected a tensor 'transformer.h.1.ln_2.bias' (or 'h.1.ln_2.bias') of "
+                      "GPT-2's, got none");
+}
+
+TEST_F(GptWeightsBadSafetensors, WrongDtypeAndUntiedHead) {
+  replace("ln_f.bias", Tensor::zeros({32}, DType::i64, Device::cpu()));
+  expect_refused(hf_, "'ln_f.bias': expected F32, BF16 or F16, got I64");
+  hf_ = io::load_safetensors(kDir + "/hf/model.safetensors").tensors;
+  hf_.emplace_back("lm_head.weight", Tensor::zeros({512, 32}, DType::f32, Device::cpu()));
+  expect_refused(hf_, "'lm_head.weight' [512, 32]: expected the tied head, equal to wte.weight");
+}
+
+// A safetensors file with `extra` BOOL tensors [1, 1, 64, 64] added by hand (ditto's serializer
+// writes no BOOL), as the mask buffers of files saved by some transformers versions.
+std::string with_bool_tensors(const std::vector<std::pair<std::string, Tensor>>& t,
+                              const std::vector<std::string>& extra) {
+  nlohmann::json h = nlohmann::json::object();
+  std::string buf;
+  for (const auto& [n, x] : t) {
+    h[n] = {{"dtype", io::safetensors_dtype(x.dtype())}, {"shape", x.shape()},
+            {"data_offsets", {buf.size(), buf.size() + x.nbytes()}}};
+    buf.append(static_cast<const char*>(x.data_ptr()), x.nbytes());
+  }
+  for (const std::string& n : extra) {
+    h[n] = {{"dtype", "BOOL"}, {"shape", {1, 1, 64, 64}},
+            {"data_offsets", {buf.size(), buf.size() + 64 * 64}}};
+    buf.append(64 * 64, '\1');
+  }
+  h["__metadata__"] = {{"format", "pt"}};
+  const std::string head = h.dump();
+  std::string out(8, '\0');
+  const std::uint64_t n = head.size();
+  std::memcpy(out.data(), &n, 8);
+  return out + head + buf;
+}
+
+TEST_F(GptWeightsBadSafetensors, BoolMaskBuffersAreIgnoredOtherBoolTensorsRefused) {
+  std::erase_if(hf_, [](const auto& p) { return p.first.find("attn.bias") != std::string::npos &&
+                                                p.second.dim() == 4; });
+  fs::copy_file(kDir + "/hf/config.json", dir_ + "/config.json");
+  const std::string path = dir_ + "/model.safetensors";
+  write_bytes(path, with_bool_tensors(hf_, {"h.0.attn.bias", "h.1.attn.bias"}));
+  expect_error<ParseError>([&] { io::load_safetensors(path); }, "BOOL is a safetensors dtype "
+                                                                "ditto cannot hold");
+  const io::GptWeights w = io::load_gpt_weights(path);
+  expect_tiny_config(w);
+  check_against_torch(w, "f32");
+  write_bytes(path, with_bool_tensors(hf_, {"h.0.attn.bias", "h.0.mlp.gate"}));
+  expect_error<ParseError>([&] { io::load_gpt_weights(path); },
+                           "io::load_gpt_weights: '" + path + "': 'h.0.mlp.gate': expected F32, "
+                           "BF16 or F16, got BOOL");
+}
+
+TEST_F(GptWeightsBadSafetensors, NotAFileOfEither) {
+  const std::string path = dir_ + "/text.bin";
+  write_bytes(path, "hello, world: not a model\n");
+  expect_error<ParseError>([&] { io::load_gpt_weights(path); },
+                           "io::load_gpt_weights: '" + path + "': expected an llm.c model file");
+  expect_error<ParseError>([&] { io::load_gpt_weights(dir_ + "/missing.bin"); },
+                           "missing.bin");
+}
+
+// TrainerConfig::eval_only (--eval-only) needs iteration mode and writes no checkpoint.
+TEST(TrainerEvalOnly, NeedsIterationModeAndNoCheckpoint) {
+  auto data = std::make_shared<train::CsvDataSource>(DITTO_DIGITS_CSV, data::CsvOptions{}, 0.2, 0);
+  train::TrainerConfig c;
+  c.eval_only = true;
+  expect_invalid([&] { train::Trainer(c, data); },
+                 "TrainerConfig::eval_only: expected iteration mode (TrainerConfig::max_iters > 0: "
+                 "nanoGPT's loop, whose evaluation it runs), got TrainerConfig::max_iters 0");
+  c.max_iters = 5;
+  c.checkpoint_dir = "ck";
+  expect_invalid([&] { train::Trainer(c, data); },
+                 "TrainerConfig::checkpoint_dir: expected none with TrainerConfig::eval_only (it "
+                 "trains nothing and writes no checkpoint), got 'ck'");
+}
+
+}  // namespace
+}  // namespace ditto
