@@ -69,7 +69,7 @@ void add_gpt_options(CLI::App& app, GptOptions& g) {
       "uint16 tokens for a name ending in .bin, else a text), text, llmc or nanogpt");
   opt("--val-data", g.val_data,
       "validation token files (a file, comma list or glob; default: --data's name with its last "
-      "'train' made 'val': fineweb_val_*.bin, val.bin beside train.bin)");
+      "'train' made 'val' and a shard number any: fineweb_val_*.bin, val.bin beside train.bin)");
 }
 
 void apply_preset(GptOptions& g, const std::set<std::string>& given) {
@@ -200,16 +200,16 @@ void open_gpt_data(const GptOptions& g, const std::set<std::string>& given,
     val = train::val_paths_beside(data);
     if (!val.empty()) val_name = val.size() == 1 ? val[0] : val[0] + ", ...";
   }
-  DITTO_CHECK(!val.empty() || g.eval_iters == 0, "--val-data: expected validation data for '",
-              data, "' (--val-data FILES, or files named as --data with its last 'train' made "
-              "'val' beside it: llm.c's *_val_*.bin, nanoGPT's val.bin), got none (--eval-iters 0 "
-              "trains without evaluation)");
-  try {
+  try {  // the training files first: their errors before a missing val split's
     out.source = out.tokens = std::make_shared<train::TokenDataSource>(
         files, val, format, g.vocab_size, g.block_size, seed, data, val_name);
   } catch (const Error& e) {
     throw InvalidArgument(detail::cat("--data: ", e.what()));
   }
+  DITTO_CHECK(!val.empty() || g.eval_iters == 0, "--val-data: expected validation data for '",
+              data, "' (--val-data FILES, or files named as --data with its last 'train' made "
+              "'val' beside it: llm.c's *_val_*.bin, nanoGPT's val.bin), got none (--eval-iters 0 "
+              "trains without evaluation)");
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ glob="$work/d/tiny_train_*.bin"
 
 U=$("$train" "${tiny[@]}" --data "$glob" --devices 1 | tee "$work/u.out" | checksum)
 [ -n "$U" ] || fail "no checksum: $(cat "$work/u.out")"
-grep -q "^ditto-train: data=$glob format=llmc files=3 (train 90000 tokens; val $work/d/tiny_val_000000.bin: 10000 tokens)" "$work/u.out" ||
+grep -qF "ditto-train: data=$glob format=llmc files=3 (train 90000 tokens; val $work/d/tiny_val_000000.bin: 10000 tokens)" "$work/u.out" ||
   fail "start line: $(cat "$work/u.out")"
 grep -q '^step 10: train loss [0-9.]*, val loss [0-9.]*' "$work/u.out" || fail "no step 10 line: $(cat "$work/u.out")"
 grep -A1 '^sample (8 token ids' "$work/u.out" | tail -1 | grep -Eq '^[0-9]+( [0-9]+){7}$' ||
@@ -53,7 +53,7 @@ mkdir -p "$work/n"
 for f in "$work"/d/tiny_train_*.bin; do tail -c +1025 "$f"; done > "$work/n/train.bin"
 tail -c +1025 "$work/d/tiny_val_000000.bin" > "$work/n/val.bin"
 out=$("$train" "${tiny[@]}" --data "$work/n/train.bin" --devices 4 --trainer ddp) || fail "nanoGPT: $out"
-echo "$out" | grep -q "format=nanogpt files=1 (train 90000 tokens; val $work/n/val.bin: 10000 tokens)" || fail "nanoGPT start line: $out"
+echo "$out" | grep -qF "format=nanogpt files=1 (train 90000 tokens; val $work/n/val.bin: 10000 tokens)" || fail "nanoGPT start line: $out"
 [ "$(echo "$out" | checksum)" = "$U" ] || fail "nanoGPT train.bin: $(echo "$out" | checksum) != $U"
 echo "the comma list and nanoGPT's train.bin: checksum $U"
 
@@ -73,11 +73,15 @@ refused 1 "^ditto-train: error: --data: the pattern '$work/d/nope_\*.bin' matche
   "${small[@]}" --data "$work/d/nope_*.bin"
 refused 1 "^ditto-train: error: --data: TokenDataSource: cannot open '$work/d/gone.bin': No such file or directory$" \
   "${small[@]}" --data "$work/d/tiny_train_000001.bin,$work/d/gone.bin" --vocab-size 256
-refused 2 "^ditto-train: error: --val-data: expected validation data for '$work/d/tiny_train_000001.bin'" \
-  "${small[@]}" --data "$work/d/tiny_train_000001.bin" --vocab-size 256
-"$train" "${small[@]}" --data "$work/d/tiny_train_000001.bin" --vocab-size 256 --eval-iters 0 > /dev/null ||
+mkdir -p "$work/solo"
+cp "$work/d/tiny_train_000001.bin" "$work/solo/solo_train_000001.bin"
+refused 2 "^ditto-train: error: --val-data: expected validation data for '$work/solo/solo_train_000001.bin'" \
+  "${small[@]}" --data "$work/solo/solo_train_000001.bin" --vocab-size 256
+"$train" "${small[@]}" --data "$work/solo/solo_train_000001.bin" --vocab-size 256 --eval-iters 0 > /dev/null ||
   fail "--eval-iters 0 without val data"
-refused 1 "^ditto-train: error: --data: TokenDataSource: '$work/d/tiny_train_00000[123].bin': offset [0-9]+: expected a token < vocab_size = 64, got [0-9]+$" \
+"$train" "${small[@]}" --data "$work/solo/solo_train_000001.bin" --vocab-size 256 \
+  --val-data "$work/d/tiny_val_000000.bin" > /dev/null || fail "--val-data"
+refused 1 "^ditto-train: error: TokenDataSource: '$work/d/tiny_train_00000[123].bin': offset [0-9]+: expected a token < vocab_size = 64, got [0-9]+$" \
   "${small[@]}" --data "$glob" --vocab-size 64
 refused 2 "^ditto-train: error: --val-data: expected token data with it" \
   "${small[@]}" --val-data "$work/n/val.bin"

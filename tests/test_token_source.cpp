@@ -11,8 +11,15 @@
 #include <string>
 #include <vector>
 
+#include <mutex>
+#include <set>
+#include <utility>
+
+#include "core/nn/gpt.h"
 #include "core/numerics/random.h"
+#include "core/optim/adamw.h"
 #include "core/train/token_source.h"
+#include "core/train/trainer.h"
 #include "test_util.h"
 
 namespace ditto::train {
@@ -188,8 +195,16 @@ TEST_F(TokenFiles, ValFilesBesideByLlmcAndNanoGptNaming) {
   EXPECT_EQ(val_paths_beside(at("fw_train_*.bin")),
             (std::vector<std::string>{at("fw_val_000000.bin")}));
   EXPECT_EQ(val_paths_beside(at("train.bin")), (std::vector<std::string>{at("val.bin")}));
-  EXPECT_TRUE(val_paths_beside(at("fw_train_000001.bin")).empty());  // no fw_val_000001.bin
+  // A shard number is any val shard's (llm.c numbers them apart), each file once.
+  EXPECT_EQ(val_paths_beside(at("fw_train_000001.bin") + "," + at("fw_train_000002.bin")),
+            (std::vector<std::string>{at("fw_val_000000.bin")}));
+  write(at("tiny_shakespeare_train.bin"), "x");
+  EXPECT_TRUE(val_paths_beside(at("tiny_shakespeare_train.bin")).empty());
+  write(at("tiny_shakespeare_val.bin"), "x");
+  EXPECT_EQ(val_paths_beside(at("tiny_shakespeare_train.bin")),
+            (std::vector<std::string>{at("tiny_shakespeare_val.bin")}));
   EXPECT_TRUE(val_paths_beside(at("other.bin")).empty());
+  EXPECT_TRUE(val_paths_beside(at("fw_train_000001.bin") + "," + at("other.bin")).empty());
   // "train" in a directory's name is not the file's.
   std::filesystem::create_directories(at("train"));
   write(at("train/data.bin"), "x");
@@ -276,7 +291,8 @@ TEST_F(TokenFiles, SplitsMustBeLongerThanABlockAndValIsNeededToEvaluate) {
   TokenDataSource s({at("t.bin")}, {}, DataFormat::llmc, 512, 8, 1);
   EXPECT_EQ(s.eval_batch(EvalSplit::train, 1, 2).x.size(0), 2);
   expect_invalid([&] { s.eval_batch(EvalSplit::val, 0, 2); }, "expected validation data");
-  expect_invalid([&] { TokenDataSource({at("t.bin")}, {}, DataFormat::nanogpt, 0, 8, 1); },
+  write(at("train.bin"), raw_bytes(ramp(64)));
+  expect_invalid([&] { TokenDataSource({at("train.bin")}, {}, DataFormat::nanogpt, 0, 8, 1); },
                  "vocab_size: expected >= 1, got 0");
 }
 
@@ -296,6 +312,86 @@ TEST_F(TokenFiles, CheckpointConfigFingerprintsTheFiles) {
   EXPECT_EQ(a.at("data_fingerprint"),
             TokenDataSource({at("a.bin")}, {}, DataFormat::llmc, 512, 8, 1)
                 .checkpoint_config().at("data_fingerprint"));
+}
+
+// What a Trainer asks its data for, step by step (the rows of each call).
+class RowSpy final : public DataSource {
+ public:
+  explicit RowSpy(std::shared_ptr<TokenDataSource> s) : s_(std::move(s)) {}
+  std::int64_t batches_per_epoch(std::int64_t b) const override { return s_->batches_per_epoch(b); }
+  data::Batch batch(std::int64_t e, std::int64_t i, std::int64_t b) override { return s_->batch(e, i, b); }
+  data::Batch step_batch(std::int64_t step, std::int64_t b) override {
+    std::lock_guard lk(mu_);
+    rows.insert({-1, -1});  // every row
+    return s_->step_batch(step, b);
+  }
+  data::Batch step_batch_rows(std::int64_t step, std::int64_t b, std::int64_t lo,
+                              std::int64_t hi) override {
+    {
+      std::lock_guard lk(mu_);
+      rows.insert({lo, hi});
+    }
+    return s_->step_batch_rows(step, b, lo, hi);
+  }
+  data::Batch eval_batch(EvalSplit sp, std::int64_t k, std::int64_t b) override {
+    return s_->eval_batch(sp, k, b);
+  }
+  const data::Dataset& eval_set() const override { return s_->eval_set(); }
+  std::int64_t train_size() const override { return s_->train_size(); }
+  std::int64_t num_inputs() const override { return s_->num_inputs(); }
+  std::int64_t num_outputs() const override { return s_->num_outputs(); }
+  std::map<std::string, std::string> checkpoint_config() const override {
+    return s_->checkpoint_config();
+  }
+  std::set<std::pair<std::int64_t, std::int64_t>> rows;
+
+ private:
+  std::shared_ptr<TokenDataSource> s_;
+  std::mutex mu_;
+};
+
+TrainerConfig tiny_gpt(int devices, TrainerKind kind) {
+  nn::GPTConfig m;
+  m.block_size = 16;
+  m.vocab_size = 128;
+  m.n_layer = 1;
+  m.n_head = 2;
+  m.n_embd = 16;
+  TrainerConfig c;
+  c.devices = devices;
+  c.trainer = kind;
+  c.make_model = [m](const Device& d) { return std::make_unique<nn::GPT>(m, d, 0); };
+  c.model_name = "tiny-gpt";
+  c.optimizer = "adamw";
+  c.make_optimizer = [](std::vector<nn::Parameter*> params, float lr) {
+    optim::AdamWOptions o;
+    o.lr = lr;
+    return std::make_unique<optim::AdamW>(std::move(params), o);
+  };
+  c.lr = 1e-2f;
+  c.batch_size = 8;
+  c.max_iters = 3;
+  c.eval_interval = 3;
+  c.eval_iters = 1;
+  return c;
+}
+
+// Issue 32: each DDP rank reads only the windows of its rows (the Trainer asked every rank for
+// the whole global batch and narrowed it), and the bits are those of one device.
+TEST_F(TokenFiles, ADdpRankReadsOnlyItsRowsAndTheChecksumIsOneDevices) {
+  write(at("t_train_1.bin"), llmc_bytes(ramp(3000, 0, 128)));
+  write(at("t_val_1.bin"), llmc_bytes(ramp(500, 5, 128)));
+  auto src = std::make_shared<TokenDataSource>(std::vector<std::string>{at("t_train_1.bin")},
+                                               val_paths_beside(at("t_train_1.bin")),
+                                               DataFormat::llmc, 128, 16, 3);
+  ASSERT_EQ(src->val_tokens(), 500);
+  auto one = std::make_shared<RowSpy>(src), four = std::make_shared<RowSpy>(src);
+  const std::uint64_t sum = Trainer(tiny_gpt(1, TrainerKind::dp), one).fit().params_checksum;
+  EXPECT_EQ(one->rows, (std::set<std::pair<std::int64_t, std::int64_t>>{{0, 8}}));
+  EXPECT_EQ(Trainer(tiny_gpt(4, TrainerKind::ddp), four).fit().params_checksum, sum);
+  EXPECT_EQ(four->rows,
+            (std::set<std::pair<std::int64_t, std::int64_t>>{{0, 2}, {2, 4}, {4, 6}, {6, 8}}));
+  EXPECT_EQ(Trainer(tiny_gpt(2, TrainerKind::dp), src).fit().params_checksum, sum);
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ def token_stream(args):
         data = open(args.text, "rb").read()
         if not data:
             sys.exit(f"make_token_data.py: --text {args.text} is empty")
-        piece = array.array(code, data)
+        piece = array.array(code, list(data))
         while True:
             yield piece
     x = args.seed & 0xFFFFFFFF

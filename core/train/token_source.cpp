@@ -141,15 +141,20 @@ std::vector<std::string> val_paths_beside(const std::string& train_spec) {
     const std::size_t base = slash == std::string::npos ? 0 : slash + 1;
     const std::size_t at = item.rfind("train");
     if (at == std::string::npos || at < base) return {};
-    const std::string val = item.substr(0, at) + "val" + item.substr(at + 5);
-    if (has_glob_chars(val)) {
-      std::vector<std::string> found = glob_paths(val);
-      if (found.empty()) return {};
-      out.insert(out.end(), found.begin(), found.end());
-    } else {
-      if (!exists(val)) return {};
-      out.push_back(val);
+    std::string rest = item.substr(at + 5);
+    // A shard number after it is any shard's: llm.c numbers the val shards apart (000000).
+    const std::size_t d = rest.find_first_of("0123456789");
+    if (d != std::string::npos) {
+      const std::size_t e = rest.find_first_not_of("0123456789", d);
+      rest = rest.substr(0, d) + "*" + (e == std::string::npos ? "" : rest.substr(e));
     }
+    const std::string val = item.substr(0, at) + "val" + rest;
+    std::vector<std::string> found;
+    if (has_glob_chars(val)) found = glob_paths(val);
+    else if (exists(val)) found = {val};
+    if (found.empty()) return {};
+    for (const std::string& f : found)
+      if (std::find(out.begin(), out.end(), f) == out.end()) out.push_back(f);
   }
   return out;
 }

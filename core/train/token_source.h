@@ -88,9 +88,11 @@ std::vector<std::string> expand_data_paths(const std::string& spec, const char* 
 DataFormat detect_data_format(const std::string& path);
 
 /// The validation files beside `train_spec` by llm.c's and nanoGPT's naming: the last "train" in
-/// the final path component of each item replaced by "val" (fineweb_train_*.bin ->
-/// fineweb_val_*.bin, data/shakespeare/train.bin -> data/shakespeare/val.bin), expanded as
-/// expand_data_paths does; empty when no item names "train" or nothing matches.
+/// the final path component of each item replaced by "val", and a shard number after it by "*"
+/// (fineweb_train_*.bin and fineweb_train_000001.bin -> fineweb_val_*.bin,
+/// tiny_shakespeare_train.bin -> tiny_shakespeare_val.bin, data/shakespeare/train.bin ->
+/// data/shakespeare/val.bin), expanded as expand_data_paths does, each file once in the order
+/// found; empty when an item does not name "train" or its val name matches nothing.
 std::vector<std::string> val_paths_beside(const std::string& train_spec);
 
 /// One token file mapped read-only (Note [Mapped shards]).
