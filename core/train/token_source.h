@@ -32,7 +32,8 @@
 // stream_id(kStreamEvalBatch, p << 32 | k) over that split's sequence. The windows depend on
 // (seed, step, j) only, so the global batch is the same for any device count and trainer, and
 // step_batch_rows gives a rank only its rows' windows: a DDP rank (a thread or an mpirun process)
-// reads the pages of the windows it trains on, nothing else of the training data.
+// reads the pages of the windows it trains on (the Trainer asks for its rows, Replica::row_range),
+// and the evaluation windows, which every rank evaluates whole.
 //
 // Note [Mapped shards]
 // Each file is mapped read-only (mmap(2)), never read whole: opening a dataset reads each
