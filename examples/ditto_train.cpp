@@ -741,8 +741,13 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
       try {
         const std::string sample = ditto_train::gpt_sample(rep, a.gpt, text, c.seed);
         if (!sample.empty()) {
-          std::printf("sample (%zu characters, temperature %g, top_k %" PRId64 ", seed %" PRIu64
-                      "):\n", sample.size(), a.gpt.temperature, a.gpt.top_k, c.seed);
+          if (text.tokens)  // token ids (no tokenizer here: tiktoken's gpt2 decodes them)
+            std::printf("sample (%" PRId64 " token ids, temperature %g, top_k %" PRId64
+                        ", seed %" PRIu64 "):\n", a.gpt.sample, a.gpt.temperature, a.gpt.top_k,
+                        c.seed);
+          else
+            std::printf("sample (%zu characters, temperature %g, top_k %" PRId64 ", seed %"
+                        PRIu64 "):\n", sample.size(), a.gpt.temperature, a.gpt.top_k, c.seed);
           std::fwrite(sample.data(), 1, sample.size(), stdout);  // every byte, NULs too
           std::fputc('\n', stdout);
         }
@@ -1009,7 +1014,8 @@ int cli_main(int argc, char** argv, Capture* capture) {
   with_default("--backend", a.backend, "sim, cuda or auto (cuda when a GPU is usable)");
   with_default("--devices", c.devices, "number of devices (data-parallel replicas)");
   with_default("--data", a.data, "CSV file: numeric features, integer class label (--model gpt: "
-               "a text file, default the bundled shakespeare.txt)");
+               "a text file, default the bundled shakespeare.txt, or token files: llm.c shards "
+               "or nanoGPT's train.bin, one file, a comma list or a glob; see --data-format)");
   with_default("--label-column", a.label_column, "label column (negative counts from the end)");
   app.add_option("--classes", a.classes,
                  "classes of the model's output (every label < N, as CrossEntropyLoss's "

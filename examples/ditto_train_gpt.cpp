@@ -23,7 +23,7 @@ const std::set<std::string>& gpt_only_options() {
       "--n-layer", "--n-head", "--n-embd", "--block-size", "--max-iters", "--eval-interval",
       "--eval-iters", "--min-lr", "--warmup-iters", "--lr-decay-iters", "--grad-clip",
       "--dropout", "--bias", "--beta1", "--beta2", "--sample", "--temperature", "--top-k",
-      "--preset", "--vocab-size"};
+      "--preset", "--vocab-size", "--data-format", "--val-data"};
   return names;
 }
 
@@ -61,7 +61,15 @@ void add_gpt_options(CLI::App& app, GptOptions& g) {
   opt("--preset", g.preset,
       "nanoGPT's GPT-2 size: gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl (block 1024, vocab "
       "50304, biases; explicit --n-layer etc. win)");
-  opt("--vocab-size", g.vocab_size, "rows of wte (0: the text's vocabulary; --preset: 50304)");
+  opt("--vocab-size", g.vocab_size,
+      "rows of wte (0: the text's vocabulary, llm.c's tokenizer's 50257 / 128256; --preset: "
+      "50304); nanoGPT's .bin tokens need it: meta.pkl's vocab_size, 50304 for GPT-2 BPE");
+  opt("--data-format", g.data_format,
+      "what --data holds: auto (llm.c shards by their magic 20240520 / 20240801, else nanoGPT "
+      "uint16 tokens for a name ending in .bin, else a text), text, llmc or nanogpt");
+  opt("--val-data", g.val_data,
+      "validation token files (a file, comma list or glob; default: --data's name with its last "
+      "'train' made 'val' and a shard number any: fineweb_val_*.bin, val.bin beside train.bin)");
 }
 
 void apply_preset(GptOptions& g, const std::set<std::string>& given) {
@@ -150,6 +158,62 @@ std::string hms(double s) {
 
 }  // namespace
 
+namespace {
+
+// The data of --data (Note [Token files]'s rule), into out.source and out.text or out.tokens.
+void open_gpt_data(const GptOptions& g, const std::set<std::string>& given,
+                   const std::string& data, std::uint64_t seed, GptData& out) {
+  train::DataFormat format = train::parse_data_format(g.data_format, "--data-format");
+  const std::vector<std::string> files = train::expand_data_paths(data, "--data");
+  const bool detected = format == train::DataFormat::automatic;
+  if (detected) format = train::detect_data_format(files.front());
+  if (format == train::DataFormat::text) {
+    DITTO_CHECK(files.size() == 1, "--data: expected one text file (a list or glob is for "
+                "llm.c or nanoGPT token files), got ", files.size(), " files ('", files[0],
+                "', '", files[1], "'", files.size() > 2 ? ", ..." : "", ")",
+                detected ? ": the first is neither an llm.c shard (magic 20240520 / 20240801) "
+                           "nor named .bin" : "");
+    DITTO_CHECK(!given.count("--val-data"), "--val-data: expected token data with it (a text's "
+                "validation split is its last 10%), got the text '", files[0], "'");
+    try {
+      out.source = out.text = std::make_shared<train::TextDataSource>(files[0], g.block_size,
+                                                                       seed);
+    } catch (const Error& e) {
+      throw InvalidArgument(detail::cat("--data: ", e.what()));
+    }
+    DITTO_CHECK(g.vocab_size == 0 || g.vocab_size >= out.text->vocab_size(),
+                "--vocab-size: expected 0 or at least the text's vocabulary of ",
+                out.text->vocab_size(), " tokens, got ", g.vocab_size);
+    return;
+  }
+  DITTO_CHECK(format != train::DataFormat::nanogpt || g.vocab_size > 0, "--vocab-size: expected "
+              "the vocabulary size of nanoGPT's uint16 tokens in '", files[0], "' (meta.pkl's "
+              "vocab_size, a Python pickle: python3 -c \"import pickle; print(pickle.load(open("
+              "'meta.pkl', 'rb'))['vocab_size'])\"; 50304 for GPT-2's BPE without meta.pkl), got "
+              "none", detected ? " (--data-format auto took it for nanoGPT tokens: not an llm.c "
+              "shard, and named .bin; --data-format text if it is a text)" : "");
+  std::vector<std::string> val;
+  std::string val_name = g.val_data;
+  if (given.count("--val-data")) {
+    val = train::expand_data_paths(g.val_data, "--val-data");
+  } else {
+    val = train::val_paths_beside(data);
+    if (!val.empty()) val_name = val.size() == 1 ? val[0] : val[0] + ", ...";
+  }
+  try {  // the training files first: their errors before a missing val split's
+    out.source = out.tokens = std::make_shared<train::TokenDataSource>(
+        files, val, format, g.vocab_size, g.block_size, seed, data, val_name);
+  } catch (const Error& e) {
+    throw InvalidArgument(detail::cat("--data: ", e.what()));
+  }
+  DITTO_CHECK(!val.empty() || g.eval_iters == 0, "--val-data: expected validation data for '",
+              data, "' (--val-data FILES, or files named as --data with its last 'train' made "
+              "'val' beside it: llm.c's *_val_*.bin, nanoGPT's val.bin), got none (--eval-iters 0 "
+              "trains without evaluation)");
+}
+
+}  // namespace
+
 GptData configure_gpt(const GptOptions& g,
                                                      const std::set<std::string>& given,
                                                      const std::string& data,
@@ -166,18 +230,13 @@ GptData configure_gpt(const GptOptions& g,
   if (c.dry_run && !given.count("--data") && g.vocab_size > 0) {
     out.source = std::make_shared<train::ZeroTokenSource>(g.block_size, g.vocab_size);
   } else {
-    try {
-      out.source = out.text = std::make_shared<train::TextDataSource>(data, g.block_size, c.seed);
-    } catch (const Error& e) {
-      throw InvalidArgument(detail::cat("--data: ", e.what()));
-    }
-    DITTO_CHECK(g.vocab_size == 0 || g.vocab_size >= out.text->vocab_size(),
-                "--vocab-size: expected 0 or at least the text's vocabulary of ",
-                out.text->vocab_size(), " tokens, got ", g.vocab_size);
+    open_gpt_data(g, given, data, c.seed, out);
   }
   nn::GPTConfig m;
   m.block_size = g.block_size;
-  m.vocab_size = g.vocab_size > 0 ? g.vocab_size : out.text->vocab_size();
+  m.vocab_size = g.vocab_size > 0 ? g.vocab_size
+                 : out.text       ? out.text->vocab_size()
+                                  : out.tokens->vocab_size();
   m.n_layer = g.n_layer;
   m.n_head = g.n_head;
   m.n_embd = g.n_embd;
@@ -249,6 +308,11 @@ void print_gpt_start(const train::RunInfo& r, const GptOptions& g, const train::
     std::printf("ditto-train: data=%s bytes=%" PRId64 " (train %" PRId64 ", val %" PRId64
                 " tokens)", data.text->name().c_str(), data.text->size(),
                 data.text->train_tokens(), data.text->val_tokens());
+  else if (const train::TokenDataSource* t = data.tokens.get())
+    std::printf("ditto-train: data=%s format=%s files=%zu (train %" PRId64 " tokens; val %s: %"
+                PRId64 " tokens)", t->name().c_str(), train::data_format_name(t->format()),
+                t->train().files().size(), t->train_tokens(),
+                t->val() ? t->val_name().c_str() : "none", t->val_tokens());
   else
     std::printf("ditto-train: data=zeros (dry run: every token id 0, no file read)");
   std::printf(" batch_size=%" PRId64 " max_iters=%" PRId64 " lr=%g min_lr=%g "
@@ -272,7 +336,20 @@ void print_gpt_eval(const train::EvalMetrics& m) {
 
 std::string gpt_sample(train::Replica& rep, const GptOptions& g, const GptData& gd,
                        std::uint64_t seed) {
-  if (g.sample == 0 || !gd.text) return "";
+  if (g.sample == 0 || (!gd.text && !gd.tokens)) return "";
+  if (gd.tokens) {
+    auto* gpt = dynamic_cast<nn::GPT*>(&rep.model());
+    DITTO_CHECK(gpt != nullptr, "--sample: expected the trained model to be an nn::GPT");
+    const std::int64_t vocab = gd.tokens->vocab_size();
+    const std::vector<std::int64_t> prompt{vocab > 50256 ? 50256 : 0};
+    const std::int64_t top_k = g.top_k >= vocab ? 0 : g.top_k;
+    const std::vector<std::int64_t> out = gpt->generate(
+        prompt, g.sample, static_cast<float>(g.temperature), top_k, seed, vocab);
+    std::string ids;
+    for (std::size_t i = 1; i < out.size(); ++i)
+      ids += (i > 1 ? " " : "") + std::to_string(out[i]);
+    return ids;
+  }
   const train::TextDataSource& data = *gd.text;
   auto* gpt = dynamic_cast<nn::GPT*>(&rep.model());
   DITTO_CHECK(gpt != nullptr, "--sample: expected the trained model to be an nn::GPT");

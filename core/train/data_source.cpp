@@ -37,6 +37,11 @@ data::Batch DataSource::step_batch(std::int64_t step, std::int64_t batch_size) {
   return batch(step / b, step % b, batch_size);
 }
 
+data::Batch DataSource::step_batch_rows(std::int64_t step, std::int64_t batch_size,
+                                        std::int64_t, std::int64_t) {
+  return step_batch(step, batch_size);
+}
+
 data::Batch DataSource::eval_batch(EvalSplit split, std::int64_t k, std::int64_t batch_size) {
   DITTO_CHECK(k >= 0, "DataSource::eval_batch: k: expected >= 0, got ", k);
   if (split == EvalSplit::train) return batch(0, k % batches_per_epoch(batch_size), batch_size);

@@ -45,6 +45,12 @@ class DataSource {
   /// (0-based over the whole run). Default: batch(step / B, step % B, batch_size) with B =
   /// batches_per_epoch(batch_size). Rank threads call it concurrently.
   virtual data::Batch step_batch(std::int64_t step, std::int64_t batch_size);
+  /// What a replica that trains on rows [lo, hi) of step `step`'s global batch reads (a DDP
+  /// rank: DistributedDataParallel::local_rows): a batch of all batch_size rows whose rows [lo,
+  /// hi) are step_batch's and the others whatever the source likes (a file-backed source leaves
+  /// them zeros, reading only the windows the rank trains on). Default: step_batch.
+  virtual data::Batch step_batch_rows(std::int64_t step, std::int64_t batch_size,
+                                      std::int64_t lo, std::int64_t hi);
   /// Iteration mode's evaluation: batch `k` (0 <= k < TrainerConfig::eval_iters) of `split`, the
   /// same batch at every evaluation. Default: val: batch k modulo their number of eval_set() in
   /// order (InvalidArgument when eval_set() is empty); train: batch(0, k % B, batch_size).

@@ -189,6 +189,11 @@ std::int64_t Replica::rows_of(std::int64_t n) const {
   return hi - lo;
 }
 
+std::pair<std::int64_t, std::int64_t> Replica::row_range(std::int64_t n) const {
+  if (!ddp_) return {0, n};
+  return ddp_->local_rows(n);
+}
+
 double Replica::step(const data::Batch& b) {
   begin();
   const std::int64_t n = b.x.size(0);

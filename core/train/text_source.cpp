@@ -107,12 +107,16 @@ data::Batch TextDataSource::batch(std::int64_t epoch, std::int64_t i, std::int64
 }
 
 data::Batch TextDataSource::windows(std::size_t begin, std::size_t len, std::uint64_t stream,
-                                    std::int64_t batch_size) const {
+                                    std::int64_t batch_size, std::int64_t lo,
+                                    std::int64_t hi) const {
   check_batch_size(batch_size, block_size_);
+  if (hi < 0) hi = batch_size;
+  DITTO_CHECK(0 <= lo && lo <= hi && hi <= batch_size, "TextDataSource::step_batch_rows: rows: "
+              "expected 0 <= lo <= hi <= batch_size = ", batch_size, ", got [", lo, ", ", hi, ")");
   const std::int64_t T = block_size_;
   const std::uint64_t starts = len - static_cast<std::size_t>(T);  // > 0 (constructor)
   std::vector<std::int64_t> x(static_cast<std::size_t>(batch_size * T)), y(x.size());
-  for (std::int64_t j = 0; j < batch_size; ++j) {
+  for (std::int64_t j = lo; j < hi; ++j) {
     const std::size_t i =
         begin + static_cast<std::size_t>(philox_u64(seed_, stream, static_cast<std::uint64_t>(j)) %
                                          starts);
@@ -129,6 +133,13 @@ data::Batch TextDataSource::step_batch(std::int64_t step, std::int64_t batch_siz
   DITTO_CHECK(step >= 0, "TextDataSource::step_batch: step: expected >= 0, got ", step);
   return windows(0, n_train_, stream_id(kStreamBatch, static_cast<std::uint64_t>(step)),
                  batch_size);
+}
+
+data::Batch TextDataSource::step_batch_rows(std::int64_t step, std::int64_t batch_size,
+                                            std::int64_t lo, std::int64_t hi) {
+  DITTO_CHECK(step >= 0, "TextDataSource::step_batch_rows: step: expected >= 0, got ", step);
+  return windows(0, n_train_, stream_id(kStreamBatch, static_cast<std::uint64_t>(step)),
+                 batch_size, lo, hi);
 }
 
 data::Batch TextDataSource::eval_batch(EvalSplit split, std::int64_t k, std::int64_t batch_size) {

@@ -58,6 +58,9 @@ class TextDataSource final : public DataSource {
   data::Batch batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) override;
   /// The training windows of step `step` (Note [Text batches]).
   data::Batch step_batch(std::int64_t step, std::int64_t batch_size) override;
+  /// Only rows [lo, hi) of step_batch read (the others are zeros).
+  data::Batch step_batch_rows(std::int64_t step, std::int64_t batch_size, std::int64_t lo,
+                              std::int64_t hi) override;
   /// Fixed evaluation windows, batch k of the split (Note [Text batches]).
   data::Batch eval_batch(EvalSplit split, std::int64_t k, std::int64_t batch_size) override;
   /// Empty: the text is evaluated by eval_batch (TrainerConfig::max_iters).
@@ -87,8 +90,9 @@ class TextDataSource final : public DataSource {
   const std::string& name() const { return name_; }
 
  private:
+  /// Rows [lo, hi) of the batch (the others zeros); hi < 0: every row.
   data::Batch windows(std::size_t begin, std::size_t len, std::uint64_t stream,
-                      std::int64_t batch_size) const;
+                      std::int64_t batch_size, std::int64_t lo = 0, std::int64_t hi = -1) const;
   /// The vocabulary, FNV-1a and splits of bytes_[0, size_), and the size checks.
   void index(const char* call);
   /// Token i of the text: stoi of its byte.

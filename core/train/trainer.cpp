@@ -646,7 +646,9 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
     const auto t0 = std::chrono::steady_clock::now();
     std::int64_t steps = 0, samples = 0, tokens = 0;
     for (; ts.step < next; ++steps) {
-      data::Batch b = data_->step_batch(ts.step, c.batch_size);
+      // Only this replica's rows are read (a ddp rank's: Note [Token batches]).
+      const auto [lo, hi] = rep.row_range(c.batch_size);
+      data::Batch b = data_->step_batch_rows(ts.step, c.batch_size, lo, hi);
       const bool logged = logs_step(ts.step);
       if (logged) run.step_mark_begin();
       const auto s0 = std::chrono::steady_clock::now();

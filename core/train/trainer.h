@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/comm/communicator.h"
@@ -105,6 +106,8 @@ class Replica {
   /// The rows of a global batch of `n` rows this replica trains on: dp all n, ddp its rank's
   /// (DistributedDataParallel::local_rows; its micro-steps split those).
   std::int64_t rows_of(std::int64_t n) const;
+  /// Those rows as [first, end) of the global batch: dp [0, n), ddp local_rows(n).
+  std::pair<std::int64_t, std::int64_t> row_range(std::int64_t n) const;
   /// Sum of `v` over the ranks (ddp: an all_reduce in f32, as a checkpoint stores it); dp: v.
   double sum_over_ranks(double v);
   /// Throws InvalidArgument when the ranks' parameters differ (ddp), naming the ranks.

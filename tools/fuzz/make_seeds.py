@@ -83,3 +83,24 @@ write("text_source", "shakespeare600_b32_step", b"\x1f\x0b\x05" + text)
 write("text_source", "shakespeare100_b4", b"\x03\x01\x00" + text[:100])
 write("text_source", "too_short", b"\x07\x00\x00" + text[:20])
 write("text_source", "binary", b"\x01\x00\x00" + bytes(range(256)) * 2)
+
+# Token files (core/train/token_source.h): byte 0 = flags (1 nanogpt, 2 last file is val, 4 step
+# from byte 3), byte 1 = block_size - 1, byte 2 = batch_size - 1 | vocab exponent << 3, byte 3 =
+# step, then files separated by "\n--8<--\n". llm.c's header: 256 int32 (magic, version, count).
+import struct
+SEP = b"\n--8<--\n"
+def llmc(tokens, magic=20240520, version=1, count=None):
+    head = [magic, version, len(tokens) if count is None else count] + [0] * 253
+    code = "<%dI" % len(tokens) if magic == 20240801 else "<%dH" % len(tokens)
+    return struct.pack("<256i", *head) + struct.pack(code, *tokens)
+ramp = [i % 200 for i in range(300)]
+write("token_source", "llmc_one_b4", b"\x00\x0f" + bytes([3 | (7 << 3)]) + b"\x00" + llmc(ramp))
+write("token_source", "llmc_three_val", b"\x06\x07" + bytes([7 | (7 << 3)]) + b"\x02" +
+      SEP.join([llmc(ramp[:100]), llmc(ramp[100:200]), llmc(ramp[200:])]))
+write("token_source", "llama3", b"\x00\x07" + bytes([1 | (16 << 3)]) + b"\x00" +
+      llmc([70000 + i for i in range(100)], 20240801, 7))
+write("token_source", "nanogpt_two", b"\x03\x07" + bytes([1 | (7 << 3)]) + b"\x00" +
+      struct.pack("<300H", *ramp) + SEP + struct.pack("<100H", *ramp[:100]))
+write("token_source", "bad_magic", b"\x00\x03\x00\x00" + llmc(ramp, magic=20240521))
+write("token_source", "count_past_end", b"\x00\x03\x00\x00" + llmc(ramp, count=9000))
+write("token_source", "token_past_vocab", b"\x00\x03" + bytes([0 | (3 << 3)]) + b"\x00" + llmc(ramp))

@@ -3,7 +3,7 @@
 # build for SECONDS over its committed corpus (tools/fuzz/corpus/<name>/; new inputs go to a
 # scratch folder, the committed corpus is not changed). Fails (exit 1) on the first crash,
 # sanitizer report, hang (-timeout=10 s per input) or memory blow-up (-rss_limit_mb=2048), and
-# leaves the input that did it in the scratch folder it names. Default targets: all five.
+# leaves the input that did it in the scratch folder it names. Default targets: all six.
 set -euo pipefail
 if [[ $# -lt 2 || ! "$2" =~ ^[0-9]+$ ]]; then
   echo "usage: $0 BUILD_DIR SECONDS [TARGET...]" >&2
@@ -13,7 +13,7 @@ build=$1 seconds=$2
 shift 2
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(csv safetensors checkpoint profile text_source)
+[[ ${#targets[@]} -gt 0 ]] || targets=(csv safetensors checkpoint profile text_source token_source)
 for t in "${targets[@]}"; do
   if [[ ! -x $build/bin/fuzz_$t ]]; then
     echo "smoke.sh: $build/bin/fuzz_$t: missing (configure with -DDITTO_FUZZ=ON and build it)" >&2

@@ -1,0 +1,213 @@
+// TokenDataSource: a GPT's data already tokenised, as llm.c and nanoGPT write it, memory-mapped.
+//
+// Note [Token files]
+// Two formats of token ids, told apart by content where content can tell (detect_data_format):
+//   llm.c shard (dev/data/data_common.py, write_datafile): a header of 256 little-endian int32,
+//     [0] the magic, [1] the version, [2] the token count N, the rest 0; then N tokens: magic
+//     20240520 with version 1 holds uint16 tokens (GPT-2), magic 20240801 with version 7 uint32
+//     tokens (LLaMA 3). The file has exactly 1024 + N x 2 (or x 4) bytes (llm.c's dataloader
+//     checks the same).
+//   nanoGPT raw (data/*/prepare.py: np.array(ids, dtype=np.uint16).tofile('train.bin')): uint16
+//     tokens, no header; the vocabulary size is meta.pkl's vocab_size (a Python pickle, not read
+//     here: given as --vocab-size), 50304 / 50257 for GPT-2's BPE.
+// The detection rule of ditto-train --data (DataFormat::automatic): the first file's first int32
+// is 20240520 or 20240801 -> llm.c; else a file name ending in ".bin" -> nanoGPT raw; else a text
+// (TextDataSource, one byte per character). --data-format says which where the rule would be
+// wrong (a text named x.bin, a raw file whose first two tokens spell llm.c's magic).
+// Every shard of a list must be of the first one's format (an llm.c header is checked on each).
+//
+// A dataset is one or more files read in the order given (a comma-separated list, or a glob
+// expanded in sorted order, as llm.c's glob(3) does): their tokens are one sequence, shard after
+// shard, the way nanoGPT's train.bin concatenates its documents. A header, a token or a size that
+// does not fit is a ditto::Error naming the file, the byte offset and the value expected:
+//   "'x.bin': offset 0: expected llm.c's magic 20240520 or 20240801, got 7",
+//   "'x.bin': offset 8: the header's token count 900 needs 1024 + 900 x 2 = 2824 bytes, the
+//    file has 1224", "'x.bin': offset 2048: token 600: expected < vocab_size 512" ...
+//
+// Note [Token batches]
+// The windows are those of Note [Text batches] (text_source.h) over the train sequence: window j
+// of optimizer step s starts at philox_u64(seed, stream_id(kStreamBatch, s), j) % (N_train - T),
+// x = tokens[i, i + T), y = tokens[i + 1, i + T + 1) (nanoGPT's get_batch), a window may run from
+// one shard into the next. Evaluation batch k of a split draws its windows in the same way with
+// stream_id(kStreamEvalBatch, p << 32 | k) over that split's sequence. The windows depend on
+// (seed, step, j) only, so the global batch is the same for any device count and trainer, and
+// step_batch_rows gives a rank only its rows' windows: a DDP rank (a thread or an mpirun process)
+// reads the pages of the windows it trains on (the Trainer asks for its rows, Replica::row_range),
+// and the evaluation windows, which every rank evaluates whole.
+//
+// Note [Mapped shards]
+// Each file is mapped read-only (mmap(2)), never read whole: opening a dataset reads each
+// header (llm.c: 1 KiB) and each file's size, and checkpoint_config's fingerprint reads at most
+// the first and last 4 KiB of each file. A token is checked (< vocab_size) when a window reads
+// it. After copying a window's tokens out, its pages are dropped from this process's mapping
+// (madvise MADV_DONTNEED: they stay in the page cache, and a later window faults them back in),
+// so the resident size of a long run stays that of the windows in flight, not of every page the
+// run has read. The files must not change while the source exists.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/numerics/random.h"  // kStreamBatch, kStreamEvalBatch
+#include "core/train/data_source.h"
+
+namespace ditto::train {
+
+/// What --data holds (Note [Token files]).
+enum class DataFormat : std::uint8_t {
+  automatic,  ///< decided by detect_data_format
+  text,       ///< TextDataSource: one byte per character
+  llmc,       ///< llm.c shards: 256-int32 header, uint16 (v1) or uint32 (v7) tokens
+  nanogpt,    ///< nanoGPT raw uint16 tokens (train.bin / val.bin)
+};
+
+/// "auto", "text", "llmc", "nanogpt".
+const char* data_format_name(DataFormat f);
+/// The format of a name of data_format_name; InvalidArgument naming `option` otherwise.
+DataFormat parse_data_format(const std::string& name, const char* option);
+
+/// llm.c's magics and versions (dev/data/data_common.py HEADERS_INFO).
+inline constexpr std::int32_t kLlmcMagicGpt2 = 20240520, kLlmcVersionGpt2 = 1;
+inline constexpr std::int32_t kLlmcMagicLlama3 = 20240801, kLlmcVersionLlama3 = 7;
+/// Bytes of an llm.c shard's header (256 int32).
+inline constexpr std::int64_t kLlmcHeaderBytes = 1024;
+
+/// The files of a --data / --val-data value, in order: `spec` itself when it names an existing
+/// file (a name with a comma in it), else each comma-separated item, an item with * ? or [ a
+/// glob(3) pattern expanded in sorted order. Throws ditto::Error naming `option` for an empty
+/// value or item, and for a pattern that matches no file; a missing plain name is left to
+/// the open that follows (its error names the file).
+std::vector<std::string> expand_data_paths(const std::string& spec, const char* option);
+
+/// The format of the file `path` by Note [Token files]'s rule (llm.c magic, else ".bin", else
+/// text). Reads at most 4 bytes; a file it cannot open or read is text (the text reader's error
+/// names it).
+DataFormat detect_data_format(const std::string& path);
+
+/// The validation files beside `train_spec` by llm.c's and nanoGPT's naming: the last "train" in
+/// the final path component of each item replaced by "val", and a shard number after it by "*"
+/// (fineweb_train_*.bin and fineweb_train_000001.bin -> fineweb_val_*.bin,
+/// tiny_shakespeare_train.bin -> tiny_shakespeare_val.bin, data/shakespeare/train.bin ->
+/// data/shakespeare/val.bin), expanded as expand_data_paths does, each file once in the order
+/// found; empty when an item does not name "train" or its val name matches nothing.
+std::vector<std::string> val_paths_beside(const std::string& train_spec);
+
+/// One token file mapped read-only (Note [Mapped shards]).
+class TokenFile {
+ public:
+  /// Opens and checks `path` as `format` (llmc or nanogpt): throws ditto::Error naming the file,
+  /// the offset and the value expected (Note [Token files]): what io::InputFile throws (missing,
+  /// not a regular file), an llm.c header shorter than 1024 bytes, a bad magic, a version that
+  /// is not the magic's, a token count that is not positive or does not match the file's size,
+  /// an odd byte count or an empty file (nanoGPT).
+  TokenFile(const std::string& path, DataFormat format);
+  ~TokenFile();
+  TokenFile(const TokenFile&) = delete;
+  TokenFile& operator=(const TokenFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  /// Tokens in the file.
+  std::int64_t tokens() const { return tokens_; }
+  /// Bytes per token: 2 (uint16) or 4 (uint32, llm.c v7).
+  int token_bytes() const { return width_; }
+  /// Byte offset of token 0 (1024 for llm.c, 0 for nanoGPT raw).
+  std::int64_t data_offset() const { return offset_; }
+  /// llm.c's magic (0 for nanoGPT raw).
+  std::int32_t magic() const { return magic_; }
+  /// File size in bytes.
+  std::int64_t bytes() const { return static_cast<std::int64_t>(size_); }
+  /// Token `i` (0 <= i < tokens()).
+  std::uint32_t token(std::int64_t i) const;
+  /// Drops the pages of tokens [begin, end) from this process's mapping (Note [Mapped shards]).
+  void release(std::int64_t begin, std::int64_t end) const;
+  /// FNV-1a (64-bit) over the header (llm.c) and the first and last 4 KiB of the tokens.
+  std::uint64_t fingerprint() const;
+
+ private:
+  std::string path_;
+  DataFormat format_;
+  void* map_ = nullptr;
+  std::size_t size_ = 0;
+  std::int64_t tokens_ = 0, offset_ = 0;
+  int width_ = 2;
+  std::int32_t magic_ = 0;
+};
+
+/// Token files read in order as one sequence (Note [Token files]).
+class TokenSequence {
+ public:
+  /// Opens every file of `paths` (non-empty) as `format`; all must have the same token width
+  /// (llm.c: the same magic): ditto::Error naming both files otherwise.
+  TokenSequence(const std::vector<std::string>& paths, DataFormat format);
+  std::int64_t tokens() const { return total_; }
+  const std::vector<std::unique_ptr<TokenFile>>& files() const { return files_; }
+  /// Tokens [begin, begin + n) of the sequence into out[0, n), each checked < vocab_size (a
+  /// ditto::Error naming the file, the token's byte offset, the token and vocab_size), pages
+  /// released afterwards (Note [Mapped shards]).
+  void read(std::int64_t begin, std::int64_t n, std::int64_t vocab_size, std::int64_t* out) const;
+
+ private:
+  std::vector<std::unique_ptr<TokenFile>> files_;
+  std::vector<std::int64_t> starts_;  // token index of each file's first token
+  std::int64_t total_ = 0;
+};
+
+/// A GPT's token data: a training sequence and an optional validation one (Note [Token batches]).
+class TokenDataSource final : public DataSource {
+ public:
+  /// `train` (non-empty) and `val` (may be empty: no evaluation) files of `format` (llmc or
+  /// nanogpt), windows of `block_size` tokens, drawn with `seed`; every token must be <
+  /// `vocab_size` (checked as windows read them). `name` / `val_name`: what messages and the
+  /// start line call the two (the --data / --val-data values). Throws what TokenFile throws and
+  /// InvalidArgument for block_size or vocab_size < 1, and for a split not longer than block_size
+  /// tokens (naming it and the counts).
+  TokenDataSource(const std::vector<std::string>& train, const std::vector<std::string>& val,
+                  DataFormat format, std::int64_t vocab_size, std::int64_t block_size,
+                  std::uint64_t seed, std::string name = "", std::string val_name = "");
+
+  /// Training tokens / (batch_size x block_size), at least 1.
+  std::int64_t batches_per_epoch(std::int64_t batch_size) const override;
+  data::Batch batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) override;
+  data::Batch step_batch(std::int64_t step, std::int64_t batch_size) override;
+  /// Only rows [lo, hi) of step_batch read (the others are zeros).
+  data::Batch step_batch_rows(std::int64_t step, std::int64_t batch_size, std::int64_t lo,
+                              std::int64_t hi) override;
+  /// InvalidArgument for the val split when there is no validation data.
+  data::Batch eval_batch(EvalSplit split, std::int64_t k, std::int64_t batch_size) override;
+  const data::Dataset& eval_set() const override { return empty_; }
+  std::int64_t train_size() const override { return train_.tokens(); }
+  std::int64_t num_inputs() const override { return block_size_; }
+  std::int64_t num_outputs() const override { return vocab_size_; }
+  /// "data_format", "train_tokens", "val_tokens", "data_fingerprint" (FNV-1a of the files'
+  /// fingerprints, hex), "block_size": a resume refuses other data.
+  std::map<std::string, std::string> checkpoint_config() const override;
+
+  DataFormat format() const { return format_; }
+  std::int64_t vocab_size() const { return vocab_size_; }
+  std::int64_t block_size() const { return block_size_; }
+  std::int64_t train_tokens() const { return train_.tokens(); }
+  std::int64_t val_tokens() const { return val_ ? val_->tokens() : 0; }
+  const TokenSequence& train() const { return train_; }
+  /// Null when there is no validation data.
+  const TokenSequence* val() const { return val_.get(); }
+  const std::string& name() const { return name_; }
+  const std::string& val_name() const { return val_name_; }
+
+ private:
+  data::Batch windows(const TokenSequence& seq, std::uint64_t stream, std::int64_t batch_size,
+                      std::int64_t lo, std::int64_t hi) const;
+
+  DataFormat format_;
+  TokenSequence train_;
+  std::unique_ptr<TokenSequence> val_;
+  std::int64_t vocab_size_, block_size_;
+  std::uint64_t seed_;
+  std::string name_, val_name_;
+  data::Dataset empty_;
+};
+
+}  // namespace ditto::train
