@@ -186,7 +186,7 @@ TEST(ComputeUnits, AttentionOnSimtWithoutTTBytes) {
   Tensor y = Tensor::empty({B, T, C}, DType::f32, dev);
   Tensor stats = Tensor::empty({B * H * T * 2}, DType::f32, dev);
   be.kernels().attention_forward(be.default_stream(0), qkv.data<float>(), B, T, C, H,
-                                 y.data<float>(), stats.data<float>(), 0.0f, 0, 0, 0);
+                                 y.data<float>(), stats.data<float>(), 0.0f, 0, 0, 0, Determinism::bitwise);
   be.default_stream(0).synchronize();
   const sim::CostModel::LedgerRow a = row(be, "attention_forward");
   ASSERT_EQ(a.count, 1);
