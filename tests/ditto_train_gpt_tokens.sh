@@ -4,7 +4,7 @@
 # (tools/make_token_data.py: shakespeare.txt's bytes as tokens, vocab 256):
 #   1. one params_checksum for --devices 1, 2, 4, 8 x --trainer dp, ddp, and (MPIRUN given)
 #      mpirun -np 2; the val shard beside the glob is found and evaluated;
-#   2. the same checksum from the comma list of the shards and from nanoGPT's train.bin of the
+#   2. a checkpoint resumes to it (other shards refused); the same checksum from the comma list of the shards and from nanoGPT's train.bin of the
 #      same tokens (with val.bin beside it);
 #   3. the refusals of the CLI: a raw .bin without --vocab-size (naming meta.pkl), a glob that
 #      matches nothing, a missing file of a list, no val data with evaluation, a token past
@@ -44,6 +44,16 @@ if [ ${#mpirun[@]} -gt 0 ]; then
 else
   echo "mpirun: skipped (no MPI in this build)"
 fi
+
+# A checkpoint of step 5 resumes (on 4 ddp ranks) to the same bits; other data is refused.
+"$train" "${tiny[@]}" --data "$glob" --devices 2 --max-iters 5 --checkpoint "$work/ck" > /dev/null || fail "checkpoint"
+out=$("$train" "${tiny[@]}" --data "$glob" --devices 4 --trainer ddp --resume "$work/ck") || fail "resume: $out"
+echo "$out" | grep -q "resumed from $work/ck at step 5" || fail "not resumed at step 5: $out"
+[ "$(echo "$out" | checksum)" = "$U" ] || fail "resumed: $(echo "$out" | checksum) != $U"
+"$train" "${tiny[@]}" --data "$work/d/tiny_train_000001.bin" --resume "$work/ck" > /dev/null 2> "$work/err" &&
+  fail "resumed on other data"
+grep -Eq "was saved with (data_fingerprint|train_tokens)=" "$work/err" || fail "$(cat "$work/err")"
+echo "resumed from step 5: $U; other data refused"
 
 # The comma list, and nanoGPT's raw tokens of the same sequence: the same windows, the same bits.
 list="$work/d/tiny_train_000001.bin,$work/d/tiny_train_000002.bin,$work/d/tiny_train_000003.bin"

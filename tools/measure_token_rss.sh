@@ -26,7 +26,7 @@ python3 "$here/make_token_data.py" --format llmc --out "$work/big" --name big --
 python3 "$here/make_token_data.py" --format llmc --out "$work/tiny" --name tiny --shards 3 \
   --train-tokens 300000 --val-tokens 100000 --vocab 50257 > /dev/null
 du -sh "$work/big" "$work/tiny"
-args=(--model gpt --max-iters 40 --eval-interval 20 --eval-iters 4 --sample 0 --devices 2
+args=(--model gpt --max-iters 20 --eval-interval 10 --eval-iters 4 --sample 0 --devices 2
       --trainer ddp --log-interval 0)
 peak_kib() {  # peak_kib NAME DATA: runs, prints the run's lines, returns Maximum resident set size
   /usr/bin/time -v "$train" "${args[@]}" --data "$2" 2> "$work/$1.time" > "$work/$1.out"
