@@ -96,6 +96,8 @@ inline Bounds random_bounds(i64 rows, i64 S, unsigned seed) {
 
 /// The transformer kernels' checks (test_emu_gpt.cpp); `seed` advances with every input drawn.
 void check_gpt_kernels(unsigned& seed);
+/// The fused kernels' checks (cuda_fused.cu beyond test_emu_gpt.cpp's; test_emu_fused.cpp).
+void check_fused_kernels(unsigned& seed);
 /// The dtype-generic kernels' checks (test_emu_dtype.cpp).
 void check_dtype_kernels(unsigned& seed);
 

@@ -5,7 +5,8 @@
 #include "emu_check.h"
 #include "core/numerics/micro_shards.h"
 
-// `cuda_emu_test dtype` runs only the dtype-generic kernels' checks (test_emu_dtype.cpp).
+// `cuda_emu_test dtype` runs only the dtype-generic kernels' checks (test_emu_dtype.cpp),
+// `cuda_emu_test fused` only those of cuda_fused.cu (test_emu_fused.cpp).
 int main(int argc, char** argv) {
   BackendOptions o;
   o.device_count = 2;
@@ -15,8 +16,11 @@ int main(int argc, char** argv) {
   cuda_emu::CudaBackend cb;
   cudak = cuda_emu::make_cuda_kernels(cb);
   unsigned seed = 1;
-  if (argc > 1 && std::string(argv[1]) == "dtype") {
-    check_dtype_kernels(seed);
+  if (argc > 1 && (std::string(argv[1]) == "dtype" || std::string(argv[1]) == "fused")) {
+    if (std::string(argv[1]) == "dtype")
+      check_dtype_kernels(seed);
+    else
+      check_fused_kernels(seed);
     std::printf("%d checks, %d failures, %ld emulated threads, leaked temps %d\n", checks,
                 failures, emu_threads_launched, emu_allocs);
     return failures != 0;
@@ -176,6 +180,7 @@ int main(int argc, char** argv) {
         }
     }
   check_gpt_kernels(seed);
+  check_fused_kernels(seed);
   check_dtype_kernels(seed);
   std::printf("%d checks, %d failures, %ld emulated threads, leaked temps %d\n", checks, failures,
               emu_threads_launched, emu_allocs);
