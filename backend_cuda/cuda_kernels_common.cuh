@@ -1,5 +1,5 @@
 // Internal: what the CUDA backend's kernel files (cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu,
-// cuda_dtype.cu) share: launch configuration, how a reduction's result lands (Out), the GEMM's
+// cuda_fused.cu, cuda_dtype.cu) share: launch configuration, how a reduction's result lands (Out), the GEMM's
 // tile constants and arguments, the Launch scope of a call, stream-ordered scratch memory from
 // the backend (DeviceTemp), the host recursion of the canonical tree over shards (shard_tree) and
 // the classes of the dtype-generic kernels (CudaDtypeKernels) and the transformer kernels
@@ -237,7 +237,7 @@ class CudaDtypeKernels : public Kernels {
   CudaBackend& backend_;
 };
 
-// ---- the transformer kernels (cuda_gpt.cu) ---------------------------------------------------
+// ---- the transformer kernels (cuda_gpt.cu, cuda_fused.cu) ---------------------------------------------------
 
 /// The Kernels entries of the GPT (embedding, LayerNorm, GELU, attention, dropout, sum of
 /// squares) and the multi-tensor kernels, defined in cuda_gpt.cu and cuda_fused.cu with the

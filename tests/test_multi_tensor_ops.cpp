@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "backend_ops_table.h"
+#include "core/optim/adam.h"
+#include "core/optim/adamw.h"
+#include "core/optim/clip.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 #include "test_util.h"
@@ -191,6 +194,101 @@ TEST_F(MultiTensorOpsTest, SumSquaresAndScaleMultiArePerTensorBitForBit) {
     ops::scale_(ref[i], 0.25f);
     EXPECT_TRUE(bits_equal(xs[i].to_vector<float>(), ref[i].to_vector<float>())) << i;
   }
+}
+
+// Adam::step_multi, the optimizer's multi-tensor path (taken on cuda, multi_tensor() true): on
+// the simulator its ops::adam_step_multi_ runs the per-tensor kernels, so it must give the bits
+// of step() and of AdamW's decay-then-Adam, step after step, with a parameter on a second device,
+// one that misses a gradient at a step (its own step count and bias corrections), and amsgrad.
+TEST_F(MultiTensorOpsTest, AdamStepMultiGivesTheBitsOfStepAndOfAdamW) {
+  const Device d0("sim", 0), d1("sim", 1);
+  auto make = [&](const char* name, std::int64_t n, std::uint32_t seed, const Device& d,
+                  const Shape& shape) {
+    return nn::Parameter{name,
+                         Tensor::from_vector(random_values(static_cast<std::size_t>(n), seed),
+                                             shape, d),
+                         Tensor()};
+  };
+  for (bool amsgrad : {false, true}) {
+    // Two copies of the same parameters: w [3, 5] on sim:0, b [5] on sim:1, e [4] on sim:0.
+    nn::Parameter w[2], b[2], e[2];
+    for (int c = 0; c < 2; ++c) {
+      w[c] = make("w", 15, 1, d0, {3, 5});
+      b[c] = make("b", 5, 2, d1, {5});
+      e[c] = make("e", 4, 3, d0, {4});
+    }
+    const optim::AdamOptions ao{.lr = 0.01, .beta2 = 0.99, .amsgrad = amsgrad};
+    optim::Adam per({&w[0], &b[0], &e[0]}, ao), multi({&w[1], &b[1], &e[1]}, ao);
+    for (int step = 0; step < 3; ++step) {
+      for (int c = 0; c < 2; ++c) {
+        w[c].grad = Tensor::from_vector(random_values(15, 10 + step), {3, 5}, d0);
+        b[c].grad = Tensor::from_vector(random_values(5, 20 + step), {5}, d1);
+        e[c].grad = step == 1 ? Tensor() : Tensor::from_vector(random_values(4, 30 + step), {4}, d0);
+      }
+      per.step();
+      multi.step_multi(nullptr);
+      EXPECT_TRUE(bits_equal(w[1].data.to_vector<float>(), w[0].data.to_vector<float>()))
+          << "step " << step;
+      EXPECT_TRUE(bits_equal(b[1].data.to_vector<float>(), b[0].data.to_vector<float>()))
+          << "step " << step;
+      EXPECT_TRUE(bits_equal(e[1].data.to_vector<float>(), e[0].data.to_vector<float>()))
+          << "step " << step;
+      for (std::size_t i = 0; i < 3; ++i) {
+        EXPECT_EQ(multi.step_count(i), per.step_count(i)) << i;
+        EXPECT_TRUE(bits_equal(multi.exp_avg_sq(i).to_vector<float>(),
+                               per.exp_avg_sq(i).to_vector<float>()))
+            << i;
+      }
+    }
+    // AdamW through the multi-tensor path: the decay folded into ops::adam_step_multi_ per
+    // parameter, against AdamW::step (the scale_ calls, then Adam) on fresh copies.
+    nn::Parameter w2 = make("w", 15, 1, d0, {3, 5}), b2 = make("b", 5, 2, d1, {5});
+    nn::Parameter w3 = make("w", 15, 1, d0, {3, 5}), b3 = make("b", 5, 2, d1, {5});
+    optim::AdamW ref({&w2, &b2}, {.lr = 0.01, .beta2 = 0.99, .weight_decay = 0.1,
+                                  .amsgrad = amsgrad});
+    optim::Adam inner({&w3, &b3}, ao);
+    for (int step = 0; step < 3; ++step) {
+      w2.grad = w3.grad = Tensor::from_vector(random_values(15, 40 + step), {3, 5}, d0);
+      b2.grad = b3.grad = Tensor::from_vector(random_values(5, 50 + step), {5}, d1);
+      ref.step();
+      const std::vector<std::optional<float>> decay = {static_cast<float>(1.0 - 0.01 * 0.1),
+                                                       std::nullopt};  // nanoGPT: 2-dim only
+      inner.step_multi(&decay);
+      EXPECT_TRUE(bits_equal(w3.data.to_vector<float>(), w2.data.to_vector<float>()))
+          << "step " << step;
+      EXPECT_TRUE(bits_equal(b3.data.to_vector<float>(), b2.data.to_vector<float>()))
+          << "step " << step;
+    }
+  }
+}
+
+// clip_grad_norm_'s multi-tensor path (taken on cuda): the same norm and clipped gradients as
+// the per-gradient path, both modes, gradients on two devices, one parameter without a grad,
+// clipping and not.
+TEST_F(MultiTensorOpsTest, ClipGradNormMultiTensorPathGivesTheSameBits) {
+  const Device d0("sim", 0), d1("sim", 1);
+  for (Determinism mode : {Determinism::bitwise, Determinism::fast})
+    for (double max_norm : {0.5, 1e6}) {
+      nn::Parameter p[2][4];
+      for (int c = 0; c < 2; ++c) {
+        const std::int64_t sizes[4] = {9000, 7, 33, 5};
+        for (int i = 0; i < 4; ++i) {
+          const Device& d = i % 2 == 0 ? d0 : d1;
+          const auto n = static_cast<std::size_t>(sizes[i]);
+          p[c][i] = nn::Parameter{"p", Tensor::zeros({sizes[i]}, DType::f32, d), Tensor()};
+          if (i != 2)
+            p[c][i].grad = Tensor::from_vector(random_values(n, 60 + i, -2.0f, 2.0f), {sizes[i]}, d);
+        }
+      }
+      const float a = optim::detail::clip_grad_norm_with({&p[0][0], &p[0][1], &p[0][2], &p[0][3]},
+                                                         max_norm, mode, false);
+      const float b = optim::detail::clip_grad_norm_with({&p[1][0], &p[1][1], &p[1][2], &p[1][3]},
+                                                         max_norm, mode, true);
+      EXPECT_EQ(bits(a), bits(b)) << determinism_name(mode) << " " << max_norm;
+      for (int i : {0, 1, 3})
+        EXPECT_TRUE(bits_equal(p[1][i].grad.to_vector<float>(), p[0][i].grad.to_vector<float>()))
+            << determinism_name(mode) << " " << max_norm << " grad " << i;
+    }
 }
 
 TEST_F(MultiTensorOpsTest, ArgumentErrorsNameTheEntry) {

@@ -11,8 +11,25 @@
 
 namespace ditto::optim {
 
+namespace {
+bool all_multi_tensor(const std::vector<nn::Parameter*>& params) {
+  bool any = false;
+  for (const nn::Parameter* p : params) {
+    if (p == nullptr || !p->grad.defined()) continue;
+    if (!ops::has_multi_tensor_kernels(p->grad.device())) return false;
+    any = true;
+  }
+  return any;
+}
+}  // namespace
+
 float clip_grad_norm_(const std::vector<nn::Parameter*>& params, double max_norm,
                       Determinism mode) {
+  return detail::clip_grad_norm_with(params, max_norm, mode, all_multi_tensor(params));
+}
+
+float detail::clip_grad_norm_with(const std::vector<nn::Parameter*>& params, double max_norm,
+                                  Determinism mode, bool multi_tensor) {
   const char* call = "optim::clip_grad_norm_";
   DITTO_CHECK(std::isfinite(max_norm) && max_norm > 0.0, call,
               ": max_norm: expected a finite value > 0, got ", max_norm);
@@ -30,8 +47,7 @@ float clip_grad_norm_(const std::vector<nn::Parameter*>& params, double max_norm
   }
   // Backends with multi-tensor kernels (cuda): per device one ops::sum_squares_multi and one
   // ops::scale_multi_, the same bits as the per-grad ops below.
-  bool multi = !grads.empty();
-  for (const Tensor* g : grads) multi = multi && ops::has_multi_tensor_kernels(g->device());
+  const bool multi = multi_tensor && !grads.empty();
   std::vector<float> squares(grads.size());
   std::vector<std::vector<std::size_t>> by_device;  // grads' indices, devices in first order
   if (multi) {
