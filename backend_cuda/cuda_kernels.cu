@@ -9,7 +9,8 @@
 // the host tests check against the simulator (tests/test_canonical_tree.cpp).
 //
 // The canonical GEMM is in cuda_gemm.cu (Note [CUDA canonical GEMM]), the transformer's kernels
-// in cuda_gpt.cu (CudaGptKernels, the base of CudaKernels); the launch helpers they share in
+// in cuda_gpt.cu and cuda_fused.cu (CudaGptKernels, the base of CudaKernels; the softmax
+// cross-entropy's warp-per-row kernels are in cuda_fused.cu too); the launch helpers they share in
 // cuda_kernels_common.cuh.
 #include "backend_cuda/cublas_lazy.h"
 #include "backend_cuda/cuda_kernels_common.cuh"
@@ -50,30 +51,8 @@ __global__ void add_bias_kernel(float* y, const float* bias, i64 rows, i64 cols)
   }
 }
 
-// ---- losses (one thread per sample, classes/columns ascending as in the simulator) -------------
-
-__global__ void cross_entropy_kernel(const float* logits, const i64* targets, i64 rows,
-                                     i64 classes, float* losses) {
-  for (i64 r = global_thread(); r < rows; r += grid_threads()) {
-    const float* x = logits + r * classes;
-    const cm::SoftmaxStats st = cm::softmax_stats(x, classes);
-    losses[r] = cm::cross_entropy_loss(st.max, st.sum, x[targets[r]]);
-  }
-}
-
-__global__ void cross_entropy_backward_kernel(const float* logits, const i64* targets, i64 rows,
-                                              i64 classes, const float* grad_loss, float scale,
-                                              float* grad_logits) {
-  const float factor = cm::mul(*grad_loss, scale);
-  for (i64 r = global_thread(); r < rows; r += grid_threads()) {
-    const float* x = logits + r * classes;
-    float* g = grad_logits + r * classes;
-    const cm::SoftmaxStats st = cm::softmax_stats(x, classes);
-    const i64 t = targets[r];
-    for (i64 c = 0; c < classes; ++c)
-      g[c] = cm::cross_entropy_grad(factor, x[c], st.max, st.sum, c == t);
-  }
-}
+// ---- losses (one thread per sample, columns ascending as in the simulator; the softmax
+// cross-entropy is in cuda_fused.cu: a warp per row) -----------------------------------------
 
 __global__ void mse_kernel(const float* x, const float* t, i64 rows, i64 cols, float* losses) {
   for (i64 r = global_thread(); r < rows; r += grid_threads())
@@ -274,7 +253,7 @@ void sum_inputs_tree(const Launch& l, const float* const* inputs, int n, float* 
   launch_sum_inputs<2>(l, pair, out, numel);
 }
 
-// The GPT's entries come from CudaGptKernels (cuda_gpt.cu), which holds backend_.
+// The GPT's entries come from CudaGptKernels (cuda_gpt.cu, cuda_fused.cu), which holds backend_.
 class CudaKernels final : public CudaGptKernels {
  public:
   explicit CudaKernels(CudaBackend& backend) : CudaGptKernels(backend) {}
@@ -346,9 +325,7 @@ class CudaKernels final : public CudaGptKernels {
                      float* losses) override {
     if (rows <= 0) return;
     Launch l(backend_, s, "cross_entropy");
-    cross_entropy_kernel<<<blocks_for(rows, 128), 128, 0, l.get()>>>(logits, targets, rows,
-                                                                      classes, losses);
-    l.check();
+    launch_cross_entropy(l, logits, targets, rows, classes, losses);
   }
 
   void cross_entropy_backward(Stream& s, const float* logits, const i64* targets, i64 rows,
@@ -356,9 +333,8 @@ class CudaKernels final : public CudaGptKernels {
                               float* grad_logits) override {
     if (rows <= 0 || classes <= 0) return;
     Launch l(backend_, s, "cross_entropy_backward");
-    cross_entropy_backward_kernel<<<blocks_for(rows, 128), 128, 0, l.get()>>>(
-        logits, targets, rows, classes, grad_loss, scale, grad_logits);
-    l.check();
+    launch_cross_entropy_backward(l, logits, targets, rows, classes, grad_loss, scale,
+                                  grad_logits);
   }
 
   void mse(Stream& s, const float* x, const float* t, i64 rows, i64 cols, float* losses) override {

@@ -1,6 +1,7 @@
 // Internal: what the CUDA backend's kernel files (cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu,
-// cuda_attention.cu, cuda_dtype.cu) share: launch configuration, how a reduction's result lands
-// (Out), the GEMM's tile constants and arguments, the Launch scope of a call, stream-ordered scratch memory from
+// cuda_attention.cu, cuda_fused.cu, cuda_dtype.cu) share: launch configuration, how a reduction's
+// result lands (Out), the GEMM's tile constants and arguments, the Launch scope of a call,
+// stream-ordered scratch memory from
 // the backend (DeviceTemp), the host recursion of the canonical tree over shards (shard_tree) and
 // the classes of the dtype-generic kernels (CudaDtypeKernels) and the transformer kernels
 // (CudaGptKernels). Included only by .cu files (and, rewritten, by the CPU emulator,
@@ -206,6 +207,14 @@ void launch_gemm(const Launch& l, bool trans_a, bool trans_b, const GemmArgs& g,
 /// The sharded dW = dY^T X of `shards` (<= kShardCap) shards of rows `sb` into g.C with g.out.
 void launch_gemm_sharded(const Launch& l, const GemmArgs& g, const ShardBounds& sb, int shards);
 
+/// Kernels::cross_entropy and cross_entropy_backward (cuda_fused.cu): a warp per row, the
+/// operation order of canonical::softmax_stats, cross_entropy_loss and cross_entropy_grad.
+void launch_cross_entropy(const Launch& l, const float* logits, const i64* targets, i64 rows,
+                          i64 classes, float* losses);
+void launch_cross_entropy_backward(const Launch& l, const float* logits, const i64* targets,
+                                   i64 rows, i64 classes, const float* grad_loss, float scale,
+                                   float* grad_logits);
+
 
 // ---- the dtype-generic kernels (cuda_dtype.cu) ------------------------------------------------
 
@@ -229,11 +238,12 @@ class CudaDtypeKernels : public Kernels {
   CudaBackend& backend_;
 };
 
-// ---- the transformer kernels (cuda_gpt.cu) ---------------------------------------------------
+// ---- the transformer kernels (cuda_gpt.cu, cuda_fused.cu) ---------------------------------------------------
 
 /// The Kernels entries of the GPT (embedding, LayerNorm, GELU, attention, dropout, sum of
-/// squares), defined in cuda_gpt.cu (attention: cuda_attention.cu) with the operation order of
-/// core/numerics/gpt_math.h; the CudaKernels of cuda_kernels.cu derives from it and adds the rest.
+/// squares) and the multi-tensor kernels, defined in cuda_gpt.cu, cuda_attention.cu and
+/// cuda_fused.cu with the operation order of core/numerics/gpt_math.h; the CudaKernels of
+/// cuda_kernels.cu derives from it and adds the rest.
 class CudaGptKernels : public CudaDtypeKernels {
  public:
   explicit CudaGptKernels(CudaBackend& backend) : CudaDtypeKernels(backend) {}
@@ -264,6 +274,15 @@ class CudaGptKernels : public CudaDtypeKernels {
                         std::uint64_t stream, std::uint64_t index_base) override;
   void sum_squares(Stream& s, const float* x, i64 n, float* out, Determinism mode) override;
   void sum_squares_blocks(Stream& s, const float* x, i64 n, float* out) override;
+
+  // The multi-tensor kernels (cuda_fused.cu, Note [CUDA fused kernels]).
+  bool has_multi_tensor_kernels() const override { return true; }
+  void adam_step_multi(Stream& s, const std::vector<AdamTensor>& tensors, double lr, double beta1,
+                       double beta2, double eps, double weight_decay, bool amsgrad) override;
+  void sum_squares_multi(Stream& s, const std::vector<const float*>& xs,
+                         const std::vector<i64>& ns, float* out, Determinism mode) override;
+  void scale_multi(Stream& s, const std::vector<float*>& xs, const std::vector<i64>& ns,
+                   float alpha) override;
 };
 
 }  // namespace ditto::cuda::kern

@@ -112,7 +112,69 @@ void Adam::load_state_dict(const OptimizerState& state) {
   state_ = std::move(loaded);
 }
 
+bool Adam::multi_tensor() const {
+  bool any = false;
+  for (const nn::Parameter* p : params_) {
+    if (!p->grad.defined()) continue;
+    if (!ops::has_multi_tensor_kernels(p->data.device())) return false;
+    any = true;
+  }
+  return any;
+}
+
+void Adam::step_multi(const std::vector<std::optional<float>>* decay) {
+  const AdamOptions& o = options_;
+  std::vector<Device> devices;  // in order of first appearance
+  std::vector<std::vector<ops::AdamStepTensors>> lists;
+  std::vector<std::size_t> stepped;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    nn::Parameter& p = *params_[i];
+    if (!p.grad.defined()) continue;
+    State& st = state_[i];
+    const Device& dev = p.data.device();
+    if (st.step == 0) {
+      st.exp_avg = Tensor::zeros(p.data.shape(), DType::f32, dev);
+      st.exp_avg_sq = Tensor::zeros(p.data.shape(), DType::f32, dev);
+      if (o.amsgrad) st.max_exp_avg_sq = Tensor::zeros(p.data.shape(), DType::f32, dev);
+    } else if (st.exp_avg.device() != dev) {
+      st.exp_avg = st.exp_avg.to(dev);
+      st.exp_avg_sq = st.exp_avg_sq.to(dev);
+      if (o.amsgrad) st.max_exp_avg_sq = st.max_exp_avg_sq.to(dev);
+    }
+    DITTO_CHECK(
+        p.grad.shape() == p.data.shape() && p.grad.dtype() == DType::f32 && p.grad.device() == dev,
+        "optim::Adam: params[", i, "] ('", p.name, "'): grad: expected ", shape_str(p.data.shape()),
+        " f32 on ", dev.str(), " (the parameter's shape and device), got ", p.grad.str());
+    std::size_t d = 0;
+    while (d < devices.size() && devices[d] != dev) ++d;
+    if (d == devices.size()) {
+      devices.push_back(dev);
+      lists.emplace_back();
+    }
+    ops::AdamStepTensors t;
+    t.param = &p.data;
+    t.grad = &p.grad;
+    t.exp_avg = &st.exp_avg;
+    t.exp_avg_sq = &st.exp_avg_sq;
+    t.max_exp_avg_sq = o.amsgrad ? &st.max_exp_avg_sq : nullptr;
+    t.bias_correction1 = 1.0 - st.beta1_power * o.beta1;
+    t.bias_correction2 = 1.0 - st.beta2_power * o.beta2;
+    if (decay != nullptr) t.decay_scale = (*decay)[i];
+    lists[d].push_back(t);
+    stepped.push_back(i);
+  }
+  for (const auto& list : lists)
+    ops::adam_step_multi_(list, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad);
+  for (std::size_t i : stepped) {
+    State& st = state_[i];
+    ++st.step;
+    st.beta1_power *= o.beta1;
+    st.beta2_power *= o.beta2;
+  }
+}
+
 void Adam::step() {
+  if (multi_tensor()) return step_multi(nullptr);
   const AdamOptions& o = options_;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     nn::Parameter& p = *params_[i];

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,6 +72,16 @@ class Adam : public Optimizer {
   const Tensor& exp_avg_sq(std::size_t i) const { return state_.at(i).exp_avg_sq; }
   /// Running maximum of exp_avg_sq (amsgrad only; undefined otherwise).
   const Tensor& max_exp_avg_sq(std::size_t i) const { return state_.at(i).max_exp_avg_sq; }
+
+  /// Whether step() runs as one ops::adam_step_multi_ per device: every parameter with a grad
+  /// is on a backend with multi-tensor kernels (ops::has_multi_tensor_kernels: cuda), and there
+  /// is at least one. Otherwise step() makes one ops::adam_step_ per parameter.
+  bool multi_tensor() const;
+  /// The multi-tensor step (multi_tensor() true): the state of step(), then per device one
+  /// ops::adam_step_multi_ over its parameters with a grad, in order. `decay` (null, or one entry
+  /// per parameter): AdamW's decoupled decay, param *= (*decay)[i] first where set. The bits of
+  /// step() after those scale_ calls.
+  void step_multi(const std::vector<std::optional<float>>* decay);
 
  private:
   struct State {

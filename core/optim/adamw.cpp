@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "core/runtime/error.h"
@@ -77,6 +78,14 @@ void AdamW::step() {
                 "optim::AdamW: params[", i, "] ('", p.name, "'): grad: expected ",
                 shape_str(p.data.shape()), " f32 on ", p.data.device().str(),
                 " (the parameter's shape and device), got ", p.grad.str());
+  }
+  if (adam_.multi_tensor()) {  // the decay folded into one multi-tensor launch per device
+    std::vector<std::optional<float>> decay(params_.size());
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      if (params_[i]->grad.defined() && decay_[i] != 0.0)
+        decay[i] = static_cast<float>(1.0 - options_.lr * decay_[i]);
+    adam_.step_multi(&decay);
+    return;
   }
   for (std::size_t i = 0; i < params_.size(); ++i) {
     nn::Parameter& p = *params_[i];

@@ -1,5 +1,6 @@
-// optim::clip_grad_norm_: per-parameter ops::sum_squares, the float sum and sqrt on the host,
-// and ops::scale_ of every grad when the norm is above max_norm.
+// optim::clip_grad_norm_: per-parameter ops::sum_squares (per device one ops::sum_squares_multi
+// where the backend has multi-tensor kernels), the float sum in parameter order and sqrt on the
+// host, and ops::scale_ of every grad (ops::scale_multi_) when the norm is above max_norm.
 #include "core/optim/clip.h"
 
 #include <cmath>
@@ -10,8 +11,25 @@
 
 namespace ditto::optim {
 
+namespace {
+bool all_multi_tensor(const std::vector<nn::Parameter*>& params) {
+  bool any = false;
+  for (const nn::Parameter* p : params) {
+    if (p == nullptr || !p->grad.defined()) continue;
+    if (!ops::has_multi_tensor_kernels(p->grad.device())) return false;
+    any = true;
+  }
+  return any;
+}
+}  // namespace
+
 float clip_grad_norm_(const std::vector<nn::Parameter*>& params, double max_norm,
                       Determinism mode) {
+  return detail::clip_grad_norm_with(params, max_norm, mode, all_multi_tensor(params));
+}
+
+float detail::clip_grad_norm_with(const std::vector<nn::Parameter*>& params, double max_norm,
+                                  Determinism mode, bool multi_tensor) {
   const char* call = "optim::clip_grad_norm_";
   DITTO_CHECK(std::isfinite(max_norm) && max_norm > 0.0, call,
               ": max_norm: expected a finite value > 0, got ", max_norm);
@@ -27,19 +45,54 @@ float clip_grad_norm_(const std::vector<nn::Parameter*>& params, double max_norm
                 " (the parameter's shape and device), got ", p.grad.str());
     grads.push_back(&p.grad);
   }
-  // Enqueue every sum first (one per device stream), then read them in parameter order.
-  std::vector<Tensor> sums;
-  sums.reserve(grads.size());
-  for (Tensor* g : grads) sums.push_back(ops::sum_squares(*g, mode));
+  // Backends with multi-tensor kernels (cuda): per device one ops::sum_squares_multi and one
+  // ops::scale_multi_, the same bits as the per-grad ops below.
+  const bool multi = multi_tensor && !grads.empty();
+  std::vector<float> squares(grads.size());
+  std::vector<std::vector<std::size_t>> by_device;  // grads' indices, devices in first order
+  if (multi) {
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      std::size_t d = 0;
+      while (d < by_device.size() && grads[by_device[d][0]]->device() != grads[i]->device()) ++d;
+      if (d == by_device.size()) by_device.emplace_back();
+      by_device[d].push_back(i);
+    }
+    std::vector<Tensor> sums;  // enqueue on every device first, then read
+    for (const auto& idx : by_device) {
+      std::vector<const Tensor*> xs;
+      for (std::size_t i : idx) xs.push_back(grads[i]);
+      sums.push_back(ops::sum_squares_multi(xs, mode));
+    }
+    for (std::size_t d = 0; d < by_device.size(); ++d) {
+      const Tensor host = sums[d].to(Device::cpu());
+      for (std::size_t j = 0; j < by_device[d].size(); ++j)
+        squares[by_device[d][j]] = host.data<float>()[j];
+    }
+  } else {
+    // Enqueue every sum first (one per device stream), then read them in parameter order.
+    std::vector<Tensor> sums;
+    sums.reserve(grads.size());
+    for (Tensor* g : grads) sums.push_back(ops::sum_squares(*g, mode));
+    for (std::size_t i = 0; i < sums.size(); ++i) squares[i] = sums[i].item();
+  }
   float total = 0.0f;
-  for (const Tensor& s : sums) total += s.item();
+  for (float s : squares) total += s;
   total = std::sqrt(total);
   const float coef = static_cast<float>(max_norm) / (total + 1e-6f);
   // A dry run (Note [Dry run], backend_sim/sim_backend.h) reads every norm as 0: price the
   // clipping anyway (a GPT's early steps clip), so the prediction does not depend on data.
   const bool dry = !grads.empty() && is_dry_run(grads.front()->device());
-  if (!(coef >= 1.0f) || dry)
-    for (Tensor* g : grads) ops::scale_(*g, coef);
+  if (!(coef >= 1.0f) || dry) {
+    if (multi) {
+      for (const auto& idx : by_device) {
+        std::vector<Tensor*> xs;
+        for (std::size_t i : idx) xs.push_back(grads[i]);
+        ops::scale_multi_(xs, coef);
+      }
+    } else {
+      for (Tensor* g : grads) ops::scale_(*g, coef);
+    }
+  }
   return total;
 }
 

@@ -22,7 +22,17 @@ namespace ditto::optim {
 /// get the same bits on any device. Blocks (the sums are read on the host). Throws
 /// InvalidArgument when max_norm is not finite and > 0, or a grad is not f32 of its parameter's
 /// shape on its device (naming it).
+/// On backends with multi-tensor kernels (ops::has_multi_tensor_kernels: cuda) the sums are one
+/// ops::sum_squares_multi and the scaling one ops::scale_multi_ per device, with the same bits.
 float clip_grad_norm_(const std::vector<nn::Parameter*>& params, double max_norm,
                       Determinism mode = Determinism::fast);
+
+namespace detail {
+/// clip_grad_norm_ with its path given: multi_tensor true takes the multi-tensor ops on every
+/// backend (their defaults loop the per-tensor kernels), false the per-gradient ops. For tests:
+/// both must give the same bits.
+float clip_grad_norm_with(const std::vector<nn::Parameter*>& params, double max_norm,
+                          Determinism mode, bool multi_tensor);
+}  // namespace detail
 
 }  // namespace ditto::optim

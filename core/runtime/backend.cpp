@@ -81,6 +81,28 @@ void Kernels::reduce_inputs(Stream&, DType, const void* const*, int, void*, std:
   no_kernel("reduce_inputs");
 }
 
+// Multi-tensor defaults: the per-tensor kernels in list order (the bits the fused ones match).
+void Kernels::adam_step_multi(Stream& s, const std::vector<AdamTensor>& tensors, double lr,
+                              double beta1, double beta2, double eps, double weight_decay,
+                              bool amsgrad) {
+  for (const AdamTensor& t : tensors) {
+    if (t.n <= 0) continue;
+    if (t.decay) scale(s, t.decay_scale, t.param, t.n);
+    adam_step(s, t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.max_exp_avg_sq, t.n, lr, beta1,
+              beta2, eps, weight_decay, t.bias_correction1, t.bias_correction2, amsgrad);
+  }
+}
+void Kernels::sum_squares_multi(Stream& s, const std::vector<const float*>& xs,
+                                const std::vector<std::int64_t>& ns, float* out,
+                                Determinism mode) {
+  for (std::size_t i = 0; i < xs.size(); ++i) sum_squares(s, xs[i], ns[i], out + i, mode);
+}
+void Kernels::scale_multi(Stream& s, const std::vector<float*>& xs,
+                          const std::vector<std::int64_t>& ns, float alpha) {
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    if (ns[i] > 0) scale(s, alpha, xs[i], ns[i]);
+}
+
 namespace {
 
 struct Registry {

@@ -280,6 +280,47 @@ class Kernels {
   /// fast: any order (Note [Reductions over ranks]). torch.cuda.comm.reduce_add on any dtype.
   virtual void reduce_inputs(Stream& s, DType t, const void* const* inputs, int n_inputs,
                              void* out, std::int64_t numel, int op, Determinism mode);
+
+  // ---- multi-tensor kernels (the optimizer's per-parameter loops in one launch per device) --
+  // Each equals, bit for bit, the per-tensor kernels above called once per tensor in list order
+  // (which is what the defaults do). A backend whose versions save launches says so with
+  // has_multi_tensor_kernels(); core/optim calls them only then and otherwise keeps its
+  // per-tensor calls, so a backend without them (the simulator) keeps its launches, virtual time
+  // and trace. All pointers on the stream's device; tensors do not overlap one another.
+
+  /// One parameter of adam_step_multi: adam_step's buffers and n, its own bias corrections
+  /// (1 - beta^step, in double, as the caller computes them per parameter) and AdamW's decoupled
+  /// decay: when `decay`, param = decay_scale * param first (one mul per element, exactly
+  /// scale(decay_scale, param)).
+  struct AdamTensor {
+    float* param = nullptr;
+    const float* grad = nullptr;
+    float* exp_avg = nullptr;
+    float* exp_avg_sq = nullptr;
+    float* max_exp_avg_sq = nullptr;  ///< null unless amsgrad
+    std::int64_t n = 0;
+    double bias_correction1 = 1.0, bias_correction2 = 1.0;
+    bool decay = false;
+    float decay_scale = 1.0f;
+  };
+
+  /// True when this backend's multi-tensor kernels run fewer launches than the per-tensor loop
+  /// (cuda). Default false.
+  virtual bool has_multi_tensor_kernels() const { return false; }
+  /// For each tensor in order: the decay (if any), then adam_step with the shared
+  /// hyper-parameters and the tensor's bias corrections (torch.optim.AdamW's fused/foreach step).
+  virtual void adam_step_multi(Stream& s, const std::vector<AdamTensor>& tensors, double lr,
+                               double beta1, double beta2, double eps, double weight_decay,
+                               bool amsgrad);
+  /// out[i] = sum_squares(xs[i], ns[i], mode) for each i (the bits of one sum_squares call per
+  /// tensor in both modes). `out` is a device pointer to xs.size() floats. torch's
+  /// clip_grad_norm_ with foreach=True.
+  virtual void sum_squares_multi(Stream& s, const std::vector<const float*>& xs,
+                                 const std::vector<std::int64_t>& ns, float* out,
+                                 Determinism mode);
+  /// xs[i][j] = alpha * xs[i][j] for each tensor (scale() on each).
+  virtual void scale_multi(Stream& s, const std::vector<float*>& xs,
+                           const std::vector<std::int64_t>& ns, float alpha);
 };
 
 class Backend {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/numerics/determinism.h"
@@ -184,5 +185,41 @@ void scale_any_(Tensor& x, double alpha);
 /// overlap. `op` is a ReduceOp value other than premul_sum (as int: 0 sum, 1 prod, 2 min, 3 max,
 /// 4 avg); avg divides by inputs.size(). bitwise: the canonical tree over the input index.
 void reduce_inputs(const std::vector<Tensor>& inputs, Tensor& out, int op, Determinism mode);
+
+// ---- multi-tensor (foreach) ops (ops_multi.cpp; Kernels::adam_step_multi and siblings) -------
+// A list of f32 tensors on one device, each op equal bit for bit to its per-tensor op applied to
+// the tensors in list order. Backends without multi-tensor kernels run exactly that loop;
+// has_multi_tensor_kernels says whether the device saves launches with them (core/optim uses
+// them only then).
+
+/// Whether `device`'s backend runs the multi-tensor kernels in fewer launches than the
+/// per-tensor loop (Kernels::has_multi_tensor_kernels: cuda); false for the host and the sim.
+bool has_multi_tensor_kernels(const Device& device);
+
+/// One parameter of adam_step_multi_: the tensors of adam_step_ (max_exp_avg_sq may be null
+/// unless amsgrad), its bias corrections, and AdamW's decoupled decay factor, applied first as
+/// scale_(param, *decay_scale) when set.
+struct AdamStepTensors {
+  Tensor* param = nullptr;
+  const Tensor* grad = nullptr;
+  Tensor* exp_avg = nullptr;
+  Tensor* exp_avg_sq = nullptr;
+  Tensor* max_exp_avg_sq = nullptr;
+  double bias_correction1 = 1.0, bias_correction2 = 1.0;
+  std::optional<float> decay_scale;
+};
+
+/// For each entry in order: the decay, then adam_step_ (torch.optim.AdamW(foreach=True)). Every
+/// tensor f32 on the first param's device, each entry's tensors of its param's shape
+/// (InvalidArgument naming the entry and argument otherwise).
+void adam_step_multi_(const std::vector<AdamStepTensors>& tensors, double lr, double beta1,
+                      double beta2, double eps, double weight_decay, bool amsgrad);
+
+/// New 1-dim f32 tensor [xs.size()] on the tensors' device: element i is sum_squares(*xs[i],
+/// mode) (torch._foreach_norm's squares). xs nonempty, f32, one device.
+Tensor sum_squares_multi(const std::vector<const Tensor*>& xs, Determinism mode);
+
+/// scale_(*xs[i], alpha) for each i (torch._foreach_mul_). f32, one device; empty: nothing.
+void scale_multi_(const std::vector<Tensor*>& xs, float alpha);
 
 }  // namespace ditto::ops

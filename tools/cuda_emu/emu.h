@@ -4,6 +4,7 @@
 // becomes a function static, __syncthreads a std::barrier, warp shuffles a per-warp barrier.
 // The CUDA runtime and cuBLAS calls and the backend classes are stubs (host memory is device memory).
 #pragma once
+#include <atomic>
 #include <barrier>
 #include <bit>
 #include <type_traits>
@@ -47,6 +48,13 @@ inline float __shfl_down_sync(unsigned, float v, int off) {
   const float r = emu_lane + off < 32 ? emu_warp->slot[emu_lane + off] : v;
   emu_warp->bar.arrive_and_wait();
   return r;
+}
+
+// __syncwarp: the warp's lanes meet at its barrier (kernels call it warp-uniformly).
+inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp->bar.arrive_and_wait(); }
+// Integer atomics (the embedding gradient's bucketing): real atomics across the block's threads.
+inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
+  return std::atomic_ref<unsigned long long>(*p).fetch_add(v);
 }
 
 #define __global__

@@ -1,4 +1,5 @@
-# Rewrites a kernel file of backend_cuda/ (cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu, the .cuh)
+# Rewrites a kernel file of backend_cuda/ (cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu, cuda_fused.cu,
+# the .cuh)
 # into host C++ for the CPU emulator (tools/cuda_emu/CMakeLists.txt runs it at build time): CUDA
 # includes -> emu.h, kernel<<<grid, block, smem, stream>>>(args) -> emu_launch(kernel, grid, block,
 # args), and namespace ditto::cuda -> ditto::cuda_emu, so the emulated kernels and emu.h's stubs

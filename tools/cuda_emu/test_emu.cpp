@@ -1,12 +1,14 @@
 // Runs every bitwise/fixed-order Kernels method on the simulator and on the CPU-emulated CUDA
-// kernels (cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu, cuda_attention.cu, cuda_dtype.cu through
-// emu.h) with identical inputs and compares the bits; the transformer kernels' cases are in
-// test_emu_gpt.cpp, the dtype-generic kernels' in test_emu_dtype.cpp.
+// kernels (cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu, cuda_attention.cu, cuda_fused.cu,
+// cuda_dtype.cu through emu.h) with identical inputs and compares the bits; the transformer
+// kernels' cases are in test_emu_gpt.cpp and test_emu_fused.cpp, the dtype-generic kernels' in
+// test_emu_dtype.cpp.
 #include "emu_check.h"
 #include "core/numerics/micro_shards.h"
 
 // `cuda_emu_test dtype` runs only the dtype-generic kernels' checks (test_emu_dtype.cpp),
-// `cuda_emu_test attention` only the attention's (test_emu_gpt.cpp).
+// `cuda_emu_test attention` only the attention's (test_emu_gpt.cpp), `cuda_emu_test fused` only
+// those of cuda_fused.cu (test_emu_fused.cpp).
 int main(int argc, char** argv) {
   BackendOptions o;
   o.device_count = 2;
@@ -17,11 +19,13 @@ int main(int argc, char** argv) {
   cudak = cuda_emu::make_cuda_kernels(cb);
   unsigned seed = 1;
   const std::string only = argc > 1 ? argv[1] : "";
-  if (only == "dtype" || only == "attention") {
+  if (only == "dtype" || only == "attention" || only == "fused") {
     if (only == "dtype")
       check_dtype_kernels(seed);
-    else
+    else if (only == "attention")
       check_attention_kernels(seed);
+    else
+      check_fused_kernels(seed);
     std::printf("%d checks, %d failures, %ld emulated threads, leaked temps %d\n", checks,
                 failures, emu_threads_launched, emu_allocs);
     return failures != 0;
@@ -181,6 +185,7 @@ int main(int argc, char** argv) {
         }
     }
   check_gpt_kernels(seed);
+  check_fused_kernels(seed);
   check_dtype_kernels(seed);
   std::printf("%d checks, %d failures, %ld emulated threads, leaked temps %d\n", checks, failures,
               emu_threads_launched, emu_allocs);

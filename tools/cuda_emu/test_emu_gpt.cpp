@@ -1,10 +1,11 @@
-// The transformer kernels (backend_cuda/cuda_gpt.cu and cuda_attention.cu through emu.h) against
-// the simulator's, bit for bit (sum_squares' fast mode within a tolerance): embedding
-// forward/backward over micro-shard bounds (1 to 200 shards, empty ones, vocabulary rows absent
-// from the batch), LayerNorm with and without bias, GELU, causal attention forward and backward
-// over several (B, T, C, n_head) without and with attn_dropout (bitwise: the tiled kernels of
-// every head-width class and the reference kernels past it; fast: the flash attention within a
-// tolerance of a double-precision reference), dropout at several p and index bases (also in place), the sum
+// The transformer kernels (backend_cuda/cuda_gpt.cu, cuda_attention.cu and cuda_fused.cu through
+// emu.h) against the simulator's, bit for bit (sum_squares' fast mode within a tolerance):
+// embedding forward/backward over micro-shard bounds (1 to 200 shards, empty ones, vocabulary rows
+// absent from the batch), LayerNorm with and without bias, GELU, causal attention forward and
+// backward over several (B, T, C, n_head) without and with attn_dropout (bitwise: the tiled
+// kernels of every head-width class and the reference kernels past it; fast: the flash attention
+// within a tolerance of a double-precision reference), dropout at several p and index bases (also
+// in place), the sum
 // of squares and its per-block leaves (ZeRO's sum_squares_blocks) around kSquaresBlock.
 // Sizes are small: every CUDA thread is a host thread here.
 #include <array>

@@ -1,0 +1,807 @@
+// The CUDA backend's row and element kernels of the GPT step besides GEMMs and attention
+// (CudaGptKernels, cuda_kernels_common.cuh): the embedding forward and backward, LayerNorm
+// forward and backward, GELU, and the optimizer's multi-tensor kernels (AdamW, the gradient
+// norm's sums of squares, the clip's scaling). Every chain keeps the operation order of
+// core/numerics/gpt_math.h and canonical_math.h, so the results equal backend_sim's bit for bit;
+// ctest CudaEmu.Kernels runs them on the CPU against the simulator
+// (tools/cuda_emu/test_emu_gpt.cpp, test_emu_fused.cpp).
+//
+// Note [CUDA fused kernels]
+// Parallelism is over independent chains and over the columns of a row, with coalesced loads:
+//   embedding_forward   one thread per 4 columns of a token row (float4 when C % 4 == 0 and the
+//                       rows are 16-byte aligned), else per element.
+//   embedding_backward  the token ids are bucketed once per call, on the device: a histogram
+//                       (integer atomics, exact), an exclusive scan over the vocabulary, a
+//                       scatter into buckets (atomics: any order within a bucket), then each
+//                       bucket sorted by row (a block per bucket, each row's rank counted
+//                       through shared-memory tiles; rows are distinct, so the result is the
+//                       one ascending order, whatever the scatter did). Then a block per
+//                       vocabulary row v, threads over its columns (4 per thread, float4, when
+//                       aligned): each walks v's rows ascending, one chain per shard, shards
+//                       pushed in order into a canonical::TreeStack (+0 for a shard without v:
+//                       exact, Note [GPT kernels]); a v absent from the batch gives +0 without a
+//                       walk. Work O(N C + V C) per step where the scan per (v, c) was
+//                       O(V C N); at most kShardCap shards per launch (shard_tree above that).
+//   layernorm_*         a warp per row: the lanes stage a chunk of the row (coalesced) in
+//                       shared memory and lane 0 runs the chain over it (the sums of Note [GPT
+//                       kernels] are sequential chains: they are not split); the elementwise
+//                       parts run on all lanes. Both modes (LayerNorm has one fixed order).
+//   gelu_*              float4 per thread where aligned.
+//   *_multi             the tensors of one call in a __grid_constant__ table of up to
+//                       kMultiCap entries (more: one launch per kMultiCap), elements cut into
+//                       chunks of kMultiChunk, a block per chunk (binary search of the chunk's
+//                       tensor in the table's prefix). sum_squares_multi: bitwise, a thread per
+//                       kSquaresBlock leaf of every tensor, then a thread per tensor folds its
+//                       leaves with the canonical tree (2 launches for all tensors); fast, a
+//                       block per chunk (any order), then each tensor's chunk partials in order.
+#include "backend_cuda/cuda_kernels_common.cuh"
+#include "core/numerics/gpt_math.h"
+
+namespace ditto::cuda::kern {
+
+namespace {
+
+using u64 = unsigned long long;
+
+// True when p is 16-byte aligned (float4 loads and stores).
+inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+__device__ __forceinline__ float4 load4(const float* p) {
+  return *reinterpret_cast<const float4*>(p);
+}
+__device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
+
+// ---- embedding forward -------------------------------------------------------------------------
+
+// W = 4: element group i is columns [4 (i % (C/4)), +4) of token row i / (C/4), float4 loads
+// (C % 4 == 0, all rows 16-byte aligned); W = 1: one element.
+template <int W>
+__global__ void embedding_forward_kernel(const i64* idx, const float* wte, const float* wpe, i64 N,
+                                         i64 T, i64 C, float* out) {
+  const i64 groups = C / W, n = N * groups;
+  for (i64 i = global_thread(); i < n; i += grid_threads()) {
+    const i64 r = i / groups, c = (i % groups) * W;
+    const float* e = wte + idx[r] * C + c;
+    float* o = out + r * C + c;
+    if constexpr (W == 4) {
+      float4 a = load4(e);
+      if (wpe != nullptr) {
+        const float4 p = load4(wpe + (r % T) * C + c);
+        a = make_float4(cm::add(a.x, p.x), cm::add(a.y, p.y), cm::add(a.z, p.z),
+                        cm::add(a.w, p.w));
+      }
+      store4(o, a);
+    } else {
+      *o = wpe != nullptr ? cm::add(*e, wpe[(r % T) * C + c]) : *e;
+    }
+  }
+}
+
+// ---- embedding backward: bucketing the token ids -----------------------------------------------
+
+constexpr int kScanThreads = 1024;  // one block scans the vocabulary
+constexpr int kSortThreads = 128;   // a block per bucket
+constexpr int kSortTile = 1024;     // rows of a bucket per shared-memory tile
+
+__global__ void zero_u64_kernel(u64* x, i64 n) {
+  for (i64 i = global_thread(); i < n; i += grid_threads()) x[i] = 0;
+}
+
+__global__ void id_histogram_kernel(const i64* idx, i64 N, u64* count) {
+  for (i64 r = global_thread(); r < N; r += grid_threads())
+    atomicAdd(count + idx[r], static_cast<u64>(1));
+}
+
+// start[v] = sum of count[u] over u < v for v <= V (start[V] = N), cursor[v] = start[v] (v < V).
+// One block of kScanThreads threads, each a contiguous run of the vocabulary.
+__global__ void __launch_bounds__(kScanThreads) id_scan_kernel(const u64* count, i64 V, i64* start,
+                                                               u64* cursor) {
+  __shared__ i64 part[kScanThreads];
+  const i64 seg = (V + kScanThreads - 1) / kScanThreads;
+  const i64 lo = threadIdx.x * seg < V ? threadIdx.x * seg : V;
+  const i64 hi = lo + seg < V ? lo + seg : V;
+  i64 sum = 0;
+  for (i64 v = lo; v < hi; ++v) sum += static_cast<i64>(count[v]);
+  part[threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    i64 run = 0;
+    for (int t = 0; t < kScanThreads; ++t) {
+      const i64 p = part[t];
+      part[t] = run;
+      run += p;
+    }
+    start[V] = run;
+  }
+  __syncthreads();
+  i64 run = part[threadIdx.x];
+  for (i64 v = lo; v < hi; ++v) {
+    start[v] = run;
+    cursor[v] = static_cast<u64>(run);
+    run += static_cast<i64>(count[v]);
+  }
+}
+
+// bucket[start[idx[r]] ..] receives r, in any order within a bucket.
+__global__ void id_scatter_kernel(const i64* idx, i64 N, u64* cursor, i64* bucket) {
+  for (i64 r = global_thread(); r < N; r += grid_threads())
+    bucket[atomicAdd(cursor + idx[r], static_cast<u64>(1))] = r;
+}
+
+// rows[start[v] + rank] = bucket[start[v] + i], rank = the number of the bucket's rows below it:
+// each bucket ascending. A block per bucket (block-uniform loops around every barrier).
+__global__ void __launch_bounds__(kSortThreads) id_bucket_sort_kernel(const i64* start, i64 V,
+                                                                      const i64* bucket,
+                                                                      i64* rows) {
+  __shared__ i64 tile[kSortTile];
+  for (i64 v = blockIdx.x; v < V; v += gridDim.x) {
+    const i64 s0 = start[v], k = start[v + 1] - s0;
+    if (k <= 1) {
+      if (k == 1 && threadIdx.x == 0) rows[s0] = bucket[s0];
+      continue;
+    }
+    for (i64 base = 0; base < k; base += blockDim.x) {
+      const i64 i = base + threadIdx.x;
+      const i64 x = i < k ? bucket[s0 + i] : 0;
+      i64 rank = 0;
+      for (i64 t0 = 0; t0 < k; t0 += kSortTile) {
+        const i64 m = k - t0 < kSortTile ? k - t0 : kSortTile;
+        __syncthreads();  // the previous tile's readers are done
+        for (i64 j = threadIdx.x; j < m; j += blockDim.x) tile[j] = bucket[s0 + t0 + j];
+        __syncthreads();
+        if (i < k)
+          for (i64 j = 0; j < m; ++j) rank += tile[j] < x ? 1 : 0;
+      }
+      if (i < k) rows[s0 + rank] = x;
+    }
+    __syncthreads();  // tile reused by the next bucket
+  }
+}
+
+// First position in the ascending rows[first, last) with rows[p] >= key.
+__device__ __forceinline__ i64 lower_bound_rows(const i64* rows, i64 first, i64 last, i64 key) {
+  while (first < last) {
+    const i64 mid = first + (last - first) / 2;
+    if (rows[mid] < key)
+      first = mid + 1;
+    else
+      last = mid;
+  }
+  return first;
+}
+
+// d[v, c] = out(d, G[v, c]) for all V rows and the shards of `bounds`: a block per vocabulary row
+// v, each thread W consecutive columns (W = 4: float4 loads, C % 4 == 0, dy, d and ld aligned).
+// G = canonical tree over the shards of each shard's chain add over v's rows in it, ascending.
+template <int W>
+__global__ void embedding_grad_kernel(const i64* start, const i64* rows, const float* dy, i64 C,
+                                      i64 V, const __grid_constant__ ShardBounds bounds,
+                                      int shards, float* d, i64 ld, Out mode) {
+  const i64 groups = C / W;
+  for (i64 v = blockIdx.x; v < V; v += gridDim.x) {
+    const i64 first = lower_bound_rows(rows, start[v], start[v + 1], bounds.b[0]);
+    const i64 last = lower_bound_rows(rows, first, start[v + 1], bounds.b[shards]);
+    for (i64 g = threadIdx.x; g < groups; g += blockDim.x) {
+      const i64 c = g * W;
+      float x[W];
+      for (int e = 0; e < W; ++e) x[e] = 0.0f;
+      if (first < last) {  // else G = +0: the tree over +0 leaves
+        cm::TreeStack<W, kShardDepth> tree;
+        i64 p = first;
+        for (int s = 0; s < shards; ++s) {
+          float acc[W];
+          for (int e = 0; e < W; ++e) acc[e] = 0.0f;
+          for (const i64 end = bounds.b[s + 1]; p < last && rows[p] < end; ++p) {
+            const float* g_row = dy + rows[p] * C + c;
+            if constexpr (W == 4) {
+              const float4 q = load4(g_row);
+              acc[0] = cm::add(acc[0], q.x);
+              acc[1] = cm::add(acc[1], q.y);
+              acc[2] = cm::add(acc[2], q.z);
+              acc[3] = cm::add(acc[3], q.w);
+            } else {
+              acc[0] = cm::add(acc[0], g_row[0]);
+            }
+          }
+          tree.push(s, acc);
+        }
+        tree.result(x);
+      }
+      float* di = d + v * ld + c;
+      for (int e = 0; e < W; ++e)
+        di[e] = finish(mode, x[e], mode == Out::accumulate ? di[e] : 0.0f, 1.0f);
+    }
+  }
+}
+
+// ---- LayerNorm ---------------------------------------------------------------------------------
+
+constexpr int kLnWarps = 4;     // rows per block, a warp each
+constexpr int kLnChunk = 128;   // floats of a row staged per warp at a time
+
+__global__ void __launch_bounds__(kLnWarps * 32) layernorm_forward_kernel(
+    const float* x, const float* w, const float* b, i64 N, i64 C, float eps, float* y,
+    float* mean, float* rstd) {
+  __shared__ float stage[kLnWarps][kLnChunk];
+  __shared__ float bcast[kLnWarps];
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  float* buf = stage[warp];
+  const float n = static_cast<float>(C);
+  const i64 warps = static_cast<i64>(gridDim.x) * kLnWarps;
+  for (i64 r = static_cast<i64>(blockIdx.x) * kLnWarps + warp; r < N; r += warps) {
+    const float* xr = x + r * C;
+    // mean: lane 0's chain add over x ascending.
+    float s = 0.0f;
+    for (i64 c0 = 0; c0 < C; c0 += kLnChunk) {
+      const i64 m = C - c0 < kLnChunk ? C - c0 : kLnChunk;
+      for (i64 j = lane; j < m; j += 32) buf[j] = xr[c0 + j];
+      __syncwarp();
+      if (lane == 0)
+        for (i64 j = 0; j < m; ++j) s = cm::add(s, buf[j]);
+      __syncwarp();
+    }
+    if (lane == 0) bcast[warp] = cm::div(s, n);
+    __syncwarp();
+    const float mu = bcast[warp];
+    __syncwarp();
+    // var: the lanes form d = x - mean, lane 0 chains fma(d, d, acc).
+    float var = 0.0f;
+    for (i64 c0 = 0; c0 < C; c0 += kLnChunk) {
+      const i64 m = C - c0 < kLnChunk ? C - c0 : kLnChunk;
+      for (i64 j = lane; j < m; j += 32) buf[j] = cm::sub(xr[c0 + j], mu);
+      __syncwarp();
+      if (lane == 0)
+        for (i64 j = 0; j < m; ++j) var = cm::fma(buf[j], buf[j], var);
+      __syncwarp();
+    }
+    if (lane == 0) {
+      bcast[warp] = cm::div(1.0f, cm::sqrt(cm::add(cm::div(var, n), eps)));
+      mean[r] = mu;
+    }
+    __syncwarp();
+    const float rs = bcast[warp];
+    __syncwarp();
+    if (lane == 0) rstd[r] = rs;
+    float* yr = y + r * C;
+    for (i64 c = lane; c < C; c += 32) {
+      const float xhat = cm::mul(cm::sub(xr[c], mu), rs);
+      yr[c] = b != nullptr ? cm::fma(xhat, w[c], b[c]) : cm::mul(xhat, w[c]);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kLnWarps * 32) layernorm_backward_kernel(
+    const float* dy, const float* x, const float* w, const float* mean, const float* rstd, i64 N,
+    i64 C, float* dx, float* dy_xhat) {
+  __shared__ float stage_g[kLnWarps][kLnChunk];
+  __shared__ float stage_x[kLnWarps][kLnChunk];
+  __shared__ float bcast[kLnWarps][2];
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  float* bg = stage_g[warp];
+  float* bx = stage_x[warp];
+  const float n = static_cast<float>(C);
+  const i64 warps = static_cast<i64>(gridDim.x) * kLnWarps;
+  for (i64 r = static_cast<i64>(blockIdx.x) * kLnWarps + warp; r < N; r += warps) {
+    const float* dyr = dy + r * C;
+    const float* xr = x + r * C;
+    const float mu = mean[r], rs = rstd[r];
+    // g = dy * w and xhat on the lanes; lane 0 chains sg = add(sg, g), sgx = fma(g, xhat, sgx).
+    float sg = 0.0f, sgx = 0.0f;
+    for (i64 c0 = 0; c0 < C; c0 += kLnChunk) {
+      const i64 m = C - c0 < kLnChunk ? C - c0 : kLnChunk;
+      for (i64 j = lane; j < m; j += 32) {
+        bg[j] = cm::mul(dyr[c0 + j], w[c0 + j]);
+        bx[j] = cm::mul(cm::sub(xr[c0 + j], mu), rs);
+      }
+      __syncwarp();
+      if (lane == 0)
+        for (i64 j = 0; j < m; ++j) {
+          sg = cm::add(sg, bg[j]);
+          sgx = cm::fma(bg[j], bx[j], sgx);
+        }
+      __syncwarp();
+    }
+    if (lane == 0) {
+      bcast[warp][0] = cm::div(sg, n);
+      bcast[warp][1] = cm::div(sgx, n);
+    }
+    __syncwarp();
+    const float mg = bcast[warp][0], mgx = bcast[warp][1];
+    __syncwarp();
+    float* dxr = dx + r * C;
+    float* dyx = dy_xhat + r * C;
+    for (i64 c = lane; c < C; c += 32) {
+      const float g = cm::mul(dyr[c], w[c]);
+      const float xhat = cm::mul(cm::sub(xr[c], mu), rs);
+      dxr[c] = cm::mul(rs, cm::sub(cm::sub(g, mg), cm::mul(xhat, mgx)));
+      dyx[c] = cm::mul(dyr[c], xhat);
+    }
+  }
+}
+
+// ---- GELU --------------------------------------------------------------------------------------
+// gpt::gelu<true> / gelu_grad<true>: the branch-free tanh (the same bits as the scalar one; no
+// divergence within a warp). Vec: float4 over the first n / 4 groups (all pointers aligned),
+// the tail scalar.
+
+template <bool Vec>
+__global__ void gelu_forward_kernel(const float* x, float* y, i64 n) {
+  i64 first = 0;
+  if constexpr (Vec) {
+    const i64 n4 = n / 4;
+    for (i64 i = global_thread(); i < n4; i += grid_threads()) {
+      const float4 a = load4(x + 4 * i);
+      store4(y + 4 * i, make_float4(gpt::gelu<true>(a.x), gpt::gelu<true>(a.y),
+                                    gpt::gelu<true>(a.z), gpt::gelu<true>(a.w)));
+    }
+    first = n4 * 4;
+  }
+  for (i64 i = first + global_thread(); i < n; i += grid_threads()) y[i] = gpt::gelu<true>(x[i]);
+}
+
+template <bool Vec>
+__global__ void gelu_backward_kernel(const float* x, const float* gy, float* gx, i64 n) {
+  i64 first = 0;
+  if constexpr (Vec) {
+    const i64 n4 = n / 4;
+    for (i64 i = global_thread(); i < n4; i += grid_threads()) {
+      const float4 a = load4(x + 4 * i), g = load4(gy + 4 * i);
+      store4(gx + 4 * i,
+             make_float4(gpt::gelu_grad<true>(a.x, g.x), gpt::gelu_grad<true>(a.y, g.y),
+                         gpt::gelu_grad<true>(a.z, g.z), gpt::gelu_grad<true>(a.w, g.w)));
+    }
+    first = n4 * 4;
+  }
+  for (i64 i = first + global_thread(); i < n; i += grid_threads())
+    gx[i] = gpt::gelu_grad<true>(x[i], gy[i]);
+}
+
+// ---- softmax cross-entropy ---------------------------------------------------------------------
+// A warp per row (Note [CUDA fused kernels]): the row max as canonical::softmax_stats folds it
+// (the first element, lowest index, attaining the maximum; NaN skipped) from per-lane folds
+// combined by (value, index); the exps on all lanes, staged by chunk in shared memory, and lane
+// 0's ascending chain of their sum. Then the loss (lane 0) or every logit's gradient (all lanes).
+
+constexpr int kCeWarps = 4;
+constexpr int kCeChunk = 256;
+
+struct RowStats {
+  float m, s;
+};
+
+__device__ __forceinline__ RowStats warp_softmax_stats(const float* x, i64 n, int lane, float* buf,
+                                                      float* cand_m, i64* cand_i) {
+  float m = -pmath::detail::infinity();
+  i64 mi = -1;
+  for (i64 c = lane; c < n; c += 32)
+    if (m < x[c]) {
+      m = x[c];
+      mi = c;
+    }
+  cand_m[lane] = m;
+  cand_i[lane] = mi;
+  __syncwarp();
+  if (lane == 0) {
+    float best = -pmath::detail::infinity();
+    i64 bi = -1;
+    for (int k = 0; k < 32; ++k) {
+      if (cand_i[k] < 0) continue;
+      if (bi < 0 || best < cand_m[k] || (cand_m[k] == best && cand_i[k] < bi)) {
+        best = cand_m[k];
+        bi = cand_i[k];
+      }
+    }
+    cand_m[0] = bi < 0 ? -pmath::detail::infinity() : x[bi];
+  }
+  __syncwarp();
+  const float mx = cand_m[0];
+  __syncwarp();
+  float s = 0.0f;
+  for (i64 c0 = 0; c0 < n; c0 += kCeChunk) {
+    const i64 len = n - c0 < kCeChunk ? n - c0 : kCeChunk;
+    for (i64 j = lane; j < len; j += 32) buf[j] = cm::exp(cm::sub(x[c0 + j], mx));
+    __syncwarp();
+    if (lane == 0)
+      for (i64 j = 0; j < len; ++j) s = cm::sum_step(s, buf[j]);
+    __syncwarp();
+  }
+  if (lane == 0) cand_m[1] = s;
+  __syncwarp();
+  const RowStats st{mx, cand_m[1]};
+  __syncwarp();
+  return st;
+}
+
+__global__ void __launch_bounds__(kCeWarps * 32) cross_entropy_rows_kernel(
+    const float* logits, const i64* targets, i64 rows, i64 classes, float* losses) {
+  __shared__ float buf[kCeWarps][kCeChunk];
+  __shared__ float cand_m[kCeWarps][32];
+  __shared__ i64 cand_i[kCeWarps][32];
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const i64 warps = static_cast<i64>(gridDim.x) * kCeWarps;
+  for (i64 r = static_cast<i64>(blockIdx.x) * kCeWarps + warp; r < rows; r += warps) {
+    const float* x = logits + r * classes;
+    const RowStats st = warp_softmax_stats(x, classes, lane, buf[warp], cand_m[warp], cand_i[warp]);
+    if (lane == 0) losses[r] = cm::cross_entropy_loss(st.m, st.s, x[targets[r]]);
+  }
+}
+
+__global__ void __launch_bounds__(kCeWarps * 32) cross_entropy_backward_rows_kernel(
+    const float* logits, const i64* targets, i64 rows, i64 classes, const float* grad_loss,
+    float scale, float* grad_logits) {
+  __shared__ float buf[kCeWarps][kCeChunk];
+  __shared__ float cand_m[kCeWarps][32];
+  __shared__ i64 cand_i[kCeWarps][32];
+  const float factor = cm::mul(*grad_loss, scale);
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const i64 warps = static_cast<i64>(gridDim.x) * kCeWarps;
+  for (i64 r = static_cast<i64>(blockIdx.x) * kCeWarps + warp; r < rows; r += warps) {
+    const float* x = logits + r * classes;
+    float* g = grad_logits + r * classes;
+    const RowStats st = warp_softmax_stats(x, classes, lane, buf[warp], cand_m[warp], cand_i[warp]);
+    const i64 t = targets[r];
+    for (i64 c = lane; c < classes; c += 32)
+      g[c] = cm::cross_entropy_grad(factor, x[c], st.m, st.s, c == t);
+  }
+}
+
+// ---- multi-tensor kernels ----------------------------------------------------------------------
+
+constexpr int kMultiCap = 256;          // tensors per launch (the table is a kernel parameter)
+constexpr i64 kMultiChunk = 8192;       // elements per block-chunk
+constexpr int kMultiThreads = 256;
+
+// The tensor of chunk `ch`: the largest i < count with first[i] <= ch (first ascending, first[0]
+// == 0, empty tensors removed by the host).
+__device__ __forceinline__ int tensor_of(const i64* first, int count, i64 ch) {
+  int lo = 0, hi = count;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (first[mid] <= ch)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+struct AdamEntry {
+  float* p;
+  const float* g;
+  float* m;
+  float* v;
+  float* vmax;
+  i64 n;
+  float decay_scale;
+  float bias_correction2_sqrt;
+  float neg_step_size;
+  int decay;
+};
+
+struct AdamTable {
+  AdamEntry t[kMultiCap];
+  i64 first_chunk[kMultiCap + 1];
+  int count;
+  cm::AdamScalars shared;  // the hyper-parameters every tensor shares
+};
+
+__global__ void __launch_bounds__(kMultiThreads) adam_multi_kernel(
+    const __grid_constant__ AdamTable a) {
+  const i64 chunks = a.first_chunk[a.count];
+  for (i64 ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
+    const int ti = tensor_of(a.first_chunk, a.count, ch);
+    const AdamEntry& t = a.t[ti];
+    cm::AdamScalars k = a.shared;
+    k.bias_correction2_sqrt = t.bias_correction2_sqrt;
+    k.neg_step_size = t.neg_step_size;
+    const i64 lo = (ch - a.first_chunk[ti]) * kMultiChunk;
+    const i64 hi = t.n - lo < kMultiChunk ? t.n : lo + kMultiChunk;
+    for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      float p = t.p[i];
+      if (t.decay) p = cm::mul(t.decay_scale, p);  // AdamW's param.mul_(1 - lr * wd)
+      float m = t.m[i], v = t.v[i];
+      cm::adam_update(p, t.g[i], m, v, k.amsgrad ? t.vmax + i : nullptr, k);
+      t.p[i] = p;
+      t.m[i] = m;
+      t.v[i] = v;
+    }
+  }
+}
+
+struct ScaleTable {
+  float* x[kMultiCap];
+  i64 n[kMultiCap];
+  i64 first_chunk[kMultiCap + 1];
+  int count;
+};
+
+__global__ void __launch_bounds__(kMultiThreads) scale_multi_kernel(
+    const __grid_constant__ ScaleTable a, float alpha) {
+  const i64 chunks = a.first_chunk[a.count];
+  for (i64 ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
+    const int ti = tensor_of(a.first_chunk, a.count, ch);
+    float* x = a.x[ti];
+    const i64 lo = (ch - a.first_chunk[ti]) * kMultiChunk;
+    const i64 hi = a.n[ti] - lo < kMultiChunk ? a.n[ti] : lo + kMultiChunk;
+    for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) x[i] = cm::mul(alpha, x[i]);
+  }
+}
+
+// Sums of squares: `first` counts leaves (bitwise: kSquaresBlock elements; fast: kMultiChunk).
+struct SquaresTable {
+  const float* x[kMultiCap];
+  i64 n[kMultiCap];
+  i64 first[kMultiCap + 1];
+  int count;
+};
+
+// partial[j] = the bitwise chain of leaf j (gpt::squares_chain of its tensor's block).
+__global__ void squares_multi_leaves_kernel(const __grid_constant__ SquaresTable a,
+                                            float* partial) {
+  const i64 leaves = a.first[a.count];
+  for (i64 j = global_thread(); j < leaves; j += grid_threads()) {
+    const int ti = tensor_of(a.first, a.count, j);
+    const i64 lo = (j - a.first[ti]) * gpt::kSquaresBlock;
+    const i64 len = a.n[ti] - lo < gpt::kSquaresBlock ? a.n[ti] - lo : gpt::kSquaresBlock;
+    partial[j] = gpt::squares_chain(a.x[ti] + lo, len);
+  }
+}
+
+// Fast: partial[j] = sum (any order) of fma(x, x) over chunk j, a block per chunk.
+__global__ void __launch_bounds__(kMultiThreads) squares_multi_fast_kernel(
+    const __grid_constant__ SquaresTable a, float* partial) {
+  const i64 chunks = a.first[a.count];
+  for (i64 ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
+    const int ti = tensor_of(a.first, a.count, ch);
+    const float* x = a.x[ti];
+    const i64 lo = (ch - a.first[ti]) * kMultiChunk;
+    const i64 hi = a.n[ti] - lo < kMultiChunk ? a.n[ti] : lo + kMultiChunk;
+    float acc = 0.0f;
+    for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) acc = cm::fma(x[i], x[i], acc);
+    acc = block_sum_any_order(acc);
+    if (threadIdx.x == 0) partial[ch] = acc;
+    __syncthreads();  // block_sum_any_order's shared memory is reused by the next chunk
+  }
+}
+
+// out[i] = tensor i's result from its leaves [first[i], first[i + 1]): bitwise, the canonical
+// tree over them; fast, their sum in order; no leaves (n == 0): +0. A thread per tensor.
+__global__ void squares_multi_sum_kernel(const __grid_constant__ SquaresTable a,
+                                         const float* partial, bool bitwise, float* out) {
+  for (i64 i = global_thread(); i < a.count; i += grid_threads()) {
+    const i64 lo = a.first[i], n = a.first[i + 1] - lo;
+    float acc = 0.0f;
+    if (bitwise && n > 0)
+      acc = tree_over<40>(partial + lo, n);
+    else
+      for (i64 j = 0; j < n; ++j) acc = cm::add(acc, partial[lo + j]);
+    out[i] = acc;
+  }
+}
+
+// The batches of at most kMultiCap nonempty tensors of a multi-tensor call: calls
+// f(first, count) for each run [first, first + count) of the indices in `order`.
+template <class F>
+void for_each_batch(const std::vector<std::size_t>& order, const F& f) {
+  for (std::size_t b = 0; b < order.size(); b += kMultiCap)
+    f(b, static_cast<int>(std::min<std::size_t>(kMultiCap, order.size() - b)));
+}
+
+}  // namespace
+
+// ---- softmax cross-entropy (CudaKernels::cross_entropy and its backward, cuda_kernels.cu) -----
+
+void launch_cross_entropy(const Launch& l, const float* logits, const i64* targets, i64 rows,
+                          i64 classes, float* losses) {
+  cross_entropy_rows_kernel<<<blocks_for(rows, kCeWarps), kCeWarps * 32, 0, l.get()>>>(
+      logits, targets, rows, classes, losses);
+  l.check();
+}
+
+void launch_cross_entropy_backward(const Launch& l, const float* logits, const i64* targets,
+                                   i64 rows, i64 classes, const float* grad_loss, float scale,
+                                   float* grad_logits) {
+  cross_entropy_backward_rows_kernel<<<blocks_for(rows, kCeWarps), kCeWarps * 32, 0, l.get()>>>(
+      logits, targets, rows, classes, grad_loss, scale, grad_logits);
+  l.check();
+}
+
+// ---- CudaGptKernels: embedding, LayerNorm, GELU ------------------------------------------------
+
+void CudaGptKernels::embedding_forward(Stream& s, const i64* idx, const float* wte,
+                                       const float* wpe, i64 N, i64 T, i64 C, float* out) {
+  if (N <= 0 || C <= 0) return;
+  Launch l(backend_, s, "embedding_forward");
+  const bool vec = C % 4 == 0 && aligned16(wte) && aligned16(out) &&
+                   (wpe == nullptr || aligned16(wpe));
+  if (vec)
+    embedding_forward_kernel<4><<<blocks_for(N * C / 4), kThreads, 0, l.get()>>>(idx, wte, wpe, N,
+                                                                                 T, C, out);
+  else
+    embedding_forward_kernel<1><<<blocks_for(N * C), kThreads, 0, l.get()>>>(idx, wte, wpe, N, T,
+                                                                             C, out);
+  l.check();
+}
+
+void CudaGptKernels::embedding_backward(Stream& s, const i64* idx, const float* dy, i64 N, i64 C,
+                                        i64 V, const std::vector<i64>& bounds, float* grad_wte,
+                                        bool accumulate) {
+  if (V <= 0 || C <= 0) return;
+  Launch l(backend_, s, "embedding_backward");
+  N = std::max<i64>(N, 0);
+  // Scratch: count and cursor [V] (u64), start [V + 1], bucket and rows [N] (i64).
+  const std::size_t words = static_cast<std::size_t>(2 * V + (V + 1) + 2 * N);
+  DeviceTemp scratch(l, static_cast<i64>(words * sizeof(i64) / sizeof(float)));
+  auto* count = reinterpret_cast<u64*>(scratch.get());
+  u64* cursor = count + V;
+  auto* start = reinterpret_cast<i64*>(cursor + V);
+  i64* bucket = start + V + 1;
+  i64* rows = bucket + N;
+  zero_u64_kernel<<<blocks_for(V), kThreads, 0, l.get()>>>(count, V);
+  l.check();
+  if (N > 0) {
+    id_histogram_kernel<<<blocks_for(N), kThreads, 0, l.get()>>>(idx, N, count);
+    l.check();
+  }
+  id_scan_kernel<<<1, kScanThreads, 0, l.get()>>>(count, V, start, cursor);
+  l.check();
+  if (N > 0) {
+    id_scatter_kernel<<<blocks_for(N), kThreads, 0, l.get()>>>(idx, N, cursor, bucket);
+    l.check();
+    id_bucket_sort_kernel<<<static_cast<int>(std::min<i64>(V, kMaxBlocks)), kSortThreads, 0,
+                            l.get()>>>(start, V, bucket, rows);
+    l.check();
+  }
+  const bool vec = C % 4 == 0 && aligned16(dy) && aligned16(grad_wte);
+  const int grid = static_cast<int>(std::min<i64>(V, kMaxBlocks));
+  const int threads = static_cast<int>(std::clamp<i64>(((vec ? C / 4 : C) + 31) & ~i64(31), 32, 256));
+  const auto shards = static_cast<i64>(bounds.size()) - 1;
+  auto leaf = [&](i64 lo, i64 hi, float* d, i64 ld, Out mode, float /*scale*/) {
+    const ShardBounds sb = shard_bounds(bounds, lo, hi);
+    const int n = static_cast<int>(hi - lo);
+    if (vec && ld % 4 == 0)
+      embedding_grad_kernel<4><<<grid, threads, 0, l.get()>>>(start, rows, dy, C, V, sb, n, d, ld,
+                                                               mode);
+    else
+      embedding_grad_kernel<1><<<grid, threads, 0, l.get()>>>(start, rows, dy, C, V, sb, n, d, ld,
+                                                               mode);
+    l.check();
+  };
+  shard_tree(l, 0, shards, V, C, grad_wte, C, accumulate ? Out::accumulate : Out::store, 1.0f,
+             leaf);
+}
+
+void CudaGptKernels::layernorm_forward(Stream& s, const float* x, const float* w, const float* b,
+                                       i64 N, i64 C, float eps, float* y, float* mean,
+                                       float* rstd) {
+  if (N <= 0) return;
+  Launch l(backend_, s, "layernorm_forward");
+  layernorm_forward_kernel<<<blocks_for(N, kLnWarps), kLnWarps * 32, 0, l.get()>>>(
+      x, w, b, N, C, eps, y, mean, rstd);
+  l.check();
+}
+
+void CudaGptKernels::layernorm_backward(Stream& s, const float* dy, const float* x,
+                                        const float* w, const float* mean, const float* rstd,
+                                        i64 N, i64 C, float* dx, float* dy_xhat) {
+  if (N <= 0) return;
+  Launch l(backend_, s, "layernorm_backward");
+  layernorm_backward_kernel<<<blocks_for(N, kLnWarps), kLnWarps * 32, 0, l.get()>>>(
+      dy, x, w, mean, rstd, N, C, dx, dy_xhat);
+  l.check();
+}
+
+void CudaGptKernels::gelu_forward(Stream& s, const float* x, float* y, i64 n) {
+  if (n <= 0) return;
+  Launch l(backend_, s, "gelu_forward");
+  if (aligned16(x) && aligned16(y))
+    gelu_forward_kernel<true><<<blocks_for((n + 3) / 4), kThreads, 0, l.get()>>>(x, y, n);
+  else
+    gelu_forward_kernel<false><<<blocks_for(n), kThreads, 0, l.get()>>>(x, y, n);
+  l.check();
+}
+
+void CudaGptKernels::gelu_backward(Stream& s, const float* x, const float* gy, float* gx, i64 n) {
+  if (n <= 0) return;
+  Launch l(backend_, s, "gelu_backward");
+  if (aligned16(x) && aligned16(gy) && aligned16(gx))
+    gelu_backward_kernel<true><<<blocks_for((n + 3) / 4), kThreads, 0, l.get()>>>(x, gy, gx, n);
+  else
+    gelu_backward_kernel<false><<<blocks_for(n), kThreads, 0, l.get()>>>(x, gy, gx, n);
+  l.check();
+}
+
+// ---- CudaGptKernels: multi-tensor --------------------------------------------------------------
+
+void CudaGptKernels::adam_step_multi(Stream& s, const std::vector<AdamTensor>& tensors, double lr,
+                                     double beta1, double beta2, double eps, double weight_decay,
+                                     bool amsgrad) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    if (tensors[i].n > 0) order.push_back(i);
+  if (order.empty()) return;
+  Launch l(backend_, s, "adam_step_multi");
+  for_each_batch(order, [&](std::size_t b, int count) {
+    AdamTable a{};
+    a.count = count;
+    i64 chunks = 0;
+    for (int j = 0; j < count; ++j) {
+      const AdamTensor& t = tensors[order[b + static_cast<std::size_t>(j)]];
+      const cm::AdamScalars k = cm::adam_scalars(lr, beta1, beta2, eps, weight_decay,
+                                                 t.bias_correction1, t.bias_correction2, amsgrad);
+      if (j == 0) a.shared = k;
+      a.t[j] = AdamEntry{t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.max_exp_avg_sq, t.n,
+                         t.decay_scale, k.bias_correction2_sqrt, k.neg_step_size,
+                         t.decay ? 1 : 0};
+      a.first_chunk[j] = chunks;
+      chunks += (t.n + kMultiChunk - 1) / kMultiChunk;
+    }
+    a.first_chunk[count] = chunks;
+    adam_multi_kernel<<<static_cast<int>(std::min<i64>(chunks, kMaxBlocks)), kMultiThreads, 0,
+                        l.get()>>>(a);
+    l.check();
+  });
+}
+
+void CudaGptKernels::scale_multi(Stream& s, const std::vector<float*>& xs,
+                                 const std::vector<i64>& ns, float alpha) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    if (ns[i] > 0) order.push_back(i);
+  if (order.empty()) return;
+  Launch l(backend_, s, "scale_multi");
+  for_each_batch(order, [&](std::size_t b, int count) {
+    ScaleTable a{};
+    a.count = count;
+    i64 chunks = 0;
+    for (int j = 0; j < count; ++j) {
+      const std::size_t i = order[b + static_cast<std::size_t>(j)];
+      a.x[j] = xs[i];
+      a.n[j] = ns[i];
+      a.first_chunk[j] = chunks;
+      chunks += (ns[i] + kMultiChunk - 1) / kMultiChunk;
+    }
+    a.first_chunk[count] = chunks;
+    scale_multi_kernel<<<static_cast<int>(std::min<i64>(chunks, kMaxBlocks)), kMultiThreads, 0,
+                         l.get()>>>(a, alpha);
+    l.check();
+  });
+}
+
+void CudaGptKernels::sum_squares_multi(Stream& s, const std::vector<const float*>& xs,
+                                       const std::vector<i64>& ns, float* out, Determinism mode) {
+  if (xs.empty()) return;
+  Launch l(backend_, s, "sum_squares_multi");
+  std::vector<std::size_t> all(xs.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  const bool bitwise = mode == Determinism::bitwise;
+  const i64 leaf_len = bitwise ? gpt::kSquaresBlock : kMultiChunk;
+  // Tensors with n == 0 stay in the table with no leaves: their sum is +0, as sum_squares'.
+  for_each_batch(all, [&](std::size_t b, int count) {
+    SquaresTable a{};
+    a.count = count;
+    i64 leaves = 0;
+    for (int j = 0; j < count; ++j) {
+      const std::size_t i = b + static_cast<std::size_t>(j);
+      a.x[j] = xs[i];
+      a.n[j] = std::max<i64>(ns[i], 0);
+      a.first[j] = leaves;
+      leaves += (a.n[j] + leaf_len - 1) / leaf_len;
+    }
+    a.first[count] = leaves;
+    DeviceTemp partial(l, leaves);
+    if (leaves > 0) {
+      if (bitwise)
+        squares_multi_leaves_kernel<<<blocks_for(leaves, 128), 128, 0, l.get()>>>(a,
+                                                                                  partial.get());
+      else
+        squares_multi_fast_kernel<<<static_cast<int>(std::min<i64>(leaves, kMaxBlocks)),
+                                    kMultiThreads, 0, l.get()>>>(a, partial.get());
+      l.check();
+    }
+    squares_multi_sum_kernel<<<1, kMultiCap, 0, l.get()>>>(a, partial.get(), bitwise, out + b);
+    l.check();
+  });
+}
+
+}  // namespace ditto::cuda::kern

@@ -1,0 +1,96 @@
+// The multi-tensor ops of core/runtime/ops.h (adam_step_multi_, sum_squares_multi,
+// scale_multi_): argument checks per entry, then one Kernels call on the device's current
+// stream (Kernels::adam_step_multi and siblings; the defaults loop the per-tensor kernels).
+#include <string>
+#include <vector>
+
+#include "core/internal/ops_check.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/error.h"
+#include "core/runtime/ops.h"
+
+namespace ditto::ops {
+
+using namespace internal;
+
+bool has_multi_tensor_kernels(const Device& device) {
+  return !device.is_cpu() && device.backend().kernels().has_multi_tensor_kernels();
+}
+
+void adam_step_multi_(const std::vector<AdamStepTensors>& tensors, double lr, double beta1,
+                      double beta2, double eps, double weight_decay, bool amsgrad) {
+  constexpr const char* op = "ops::adam_step_multi_";
+  if (tensors.empty()) return;
+  std::vector<Kernels::AdamTensor> list;
+  list.reserve(tensors.size());
+  const Tensor* first = nullptr;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const AdamStepTensors& t = tensors[i];
+    const std::string at = "tensors[" + std::to_string(i) + "].";
+    const std::string names[5] = {at + "param", at + "grad", at + "exp_avg", at + "exp_avg_sq",
+                                  at + "max_exp_avg_sq"};
+    const Tensor* parts[5] = {t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.max_exp_avg_sq};
+    for (int k = 0; k < (amsgrad ? 5 : 4); ++k)
+      DITTO_CHECK(parts[k] != nullptr, op, ": ", names[k], ": expected a tensor, got null");
+    check_tensor(op, names[0].c_str(), *t.param);
+    if (first == nullptr) first = t.param;
+    check_device(op, names[0].c_str(), *t.param, first->device(), "tensors[0].param");
+    for (int k = 1; k < (amsgrad ? 5 : 4); ++k)
+      check_like(op, names[k].c_str(), *parts[k], names[0].c_str(), *t.param);
+    Kernels::AdamTensor a;
+    a.param = t.param->data<float>();
+    a.grad = t.grad->data<float>();
+    a.exp_avg = t.exp_avg->data<float>();
+    a.exp_avg_sq = t.exp_avg_sq->data<float>();
+    a.max_exp_avg_sq = amsgrad ? t.max_exp_avg_sq->data<float>() : nullptr;
+    a.n = t.param->numel();
+    a.bias_correction1 = t.bias_correction1;
+    a.bias_correction2 = t.bias_correction2;
+    a.decay = t.decay_scale.has_value();
+    a.decay_scale = t.decay_scale.value_or(1.0f);
+    list.push_back(a);
+  }
+  kernels_of(*first).adam_step_multi(stream_of(*first), list, lr, beta1, beta2, eps,
+                                     weight_decay, amsgrad);
+}
+
+namespace {
+
+// Each xs[i] an f32 tensor on xs[0]'s device; returns the data pointers and sizes.
+template <class T, class P>
+void check_list(const char* op, const std::vector<T*>& xs, std::vector<P>& ptrs,
+                std::vector<std::int64_t>& ns) {
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    const std::string arg = "xs[" + std::to_string(i) + "]";
+    DITTO_CHECK(xs[i] != nullptr, op, ": ", arg, ": expected a tensor, got null");
+    check_tensor(op, arg.c_str(), *xs[i]);
+    check_device(op, arg.c_str(), *xs[i], xs[0]->device(), "xs[0]");
+    ptrs.push_back(xs[i]->template data<float>());
+    ns.push_back(xs[i]->numel());
+  }
+}
+
+}  // namespace
+
+Tensor sum_squares_multi(const std::vector<const Tensor*>& xs, Determinism mode) {
+  constexpr const char* op = "ops::sum_squares_multi";
+  DITTO_CHECK(!xs.empty(), op, ": xs: expected at least one tensor, got none");
+  std::vector<const float*> ptrs;
+  std::vector<std::int64_t> ns;
+  check_list(op, xs, ptrs, ns);
+  Tensor out = Tensor::empty({static_cast<std::int64_t>(xs.size())}, DType::f32,
+                             xs[0]->device());
+  kernels_of(*xs[0]).sum_squares_multi(stream_of(*xs[0]), ptrs, ns, out.data<float>(), mode);
+  return out;
+}
+
+void scale_multi_(const std::vector<Tensor*>& xs, float alpha) {
+  constexpr const char* op = "ops::scale_multi_";
+  if (xs.empty()) return;
+  std::vector<float*> ptrs;
+  std::vector<std::int64_t> ns;
+  check_list(op, xs, ptrs, ns);
+  kernels_of(*xs[0]).scale_multi(stream_of(*xs[0]), ptrs, ns, alpha);
+}
+
+}  // namespace ditto::ops

@@ -1,0 +1,255 @@
+// The kernels of backend_cuda/cuda_fused.cu (Note [CUDA fused kernels]) beyond the cases of
+// test_emu_gpt.cpp, against the simulator bit for bit: the float4 paths of the embedding and
+// GELU (aligned, misaligned, tails), the softmax cross-entropy's warp rows (tied maxima, signed
+// zeros, NaN and -inf logits), the embedding gradient's bucketing (a bucket larger than a
+// sort tile, absent and single-row buckets, more shards than one launch takes), LayerNorm rows
+// across the staging chunk, and the multi-tensor kernels (adam_step_multi with AdamW's decay,
+// per-tensor bias corrections, amsgrad, more tensors than one launch's table; sum_squares_multi
+// and scale_multi) against the simulator's per-tensor kernels (Kernels' defaults). Fast-mode
+// sum_squares_multi: within 1e-5 relative of a double-precision reference.
+#include <array>
+#include <cmath>
+
+#include "core/numerics/gpt_math.h"
+#include "core/numerics/micro_shards.h"
+#include "emu_check.h"
+
+namespace {
+
+std::string ctx_of(std::initializer_list<i64> d) {
+  std::string s;
+  for (i64 x : d) {
+    if (!s.empty()) s += 'x';
+    s += std::to_string(x);
+  }
+  return s;
+}
+
+void check_embedding_paths(unsigned& seed) {
+  // Forward: C % 4 == 0 (float4) aligned and shifted by one float (scalar path), and C odd.
+  for (auto d : std::vector<std::array<i64, 4>>{{2, 3, 7, 8}, {3, 5, 11, 64}, {1, 4, 5, 12}})
+    for (int off : {0, 1}) {
+      const i64 B = d[0], T = d[1], V_ = d[2], C = d[3], N = B * T;
+      std::mt19937 gen(seed++);
+      std::vector<i64> idx(N);
+      for (auto& t : idx) t = std::uniform_int_distribution<i64>(0, V_ - 1)(gen);
+      V wte = mixed(V_ * C + off, seed++), wpe = mixed(T * C + off, seed++),
+        out = mixed(N * C + off, seed++);
+      for (bool pos : {true, false})
+        both("embedding_forward (fused)",
+             ctx_of({B, T, V_, C}) + " off " + std::to_string(off) + (pos ? " wpe" : ""),
+             {wte, wpe, out}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+               k.embedding_forward(s, idx.data(), b[0].data() + off,
+                                   pos ? b[1].data() + off : nullptr, N, T, C,
+                                   b[2].data() + off);
+             });
+    }
+  // Backward: float4 columns (C 8, 12) and scalar (C 6, and C 8 shifted); ids skewed so that one
+  // bucket holds most rows (N 2100: more than a 1024-row sort tile), the last rows of the
+  // vocabulary absent; shards 1, 8, 64 (one launch), 65 and 130 (the host tree above it).
+  struct Case {
+    i64 N, V, C;
+    int off;
+  };
+  for (const Case& c : std::vector<Case>{{40, 13, 8, 0}, {40, 13, 6, 0}, {300, 7, 12, 0},
+                                         {300, 7, 8, 1}, {2100, 5, 4, 0}}) {
+    std::mt19937 gen(seed++);
+    std::vector<i64> idx(c.N);
+    for (auto& t : idx) {
+      const int u = std::uniform_int_distribution<int>(0, 9)(gen);
+      t = u < 7 ? 1 : std::uniform_int_distribution<i64>(0, c.V - 3)(gen);
+    }
+    for (i64 S : {1, 8, 64, 65, 130}) {
+      if (c.N == 2100 && S > 8) continue;  // keep the emulated thread count small
+      const Bounds bounds = S == 8 ? random_bounds(c.N, S, seed++) : micro_shard_bounds(c.N, S);
+      for (bool acc : {false, true}) {
+        V dy = mixed(c.N * c.C + c.off, seed++), g = mixed(c.V * c.C + c.off, seed++);
+        both("embedding_backward (fused)",
+             ctx_of({c.N, c.V, c.C}) + " off " + std::to_string(c.off) + " S " +
+                 std::to_string(S) + " acc " + std::to_string(acc),
+             {dy, g}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+               k.embedding_backward(s, idx.data(), b[0].data() + c.off, c.N, c.C, c.V, bounds,
+                                    b[1].data() + c.off, acc);
+             });
+      }
+    }
+  }
+}
+
+void check_layernorm_chunks(unsigned& seed) {
+  // Rows around the 128-float staging chunk, a row count not a multiple of the 4 warps.
+  for (auto n_c : std::vector<std::pair<i64, i64>>{{9, 128}, {6, 129}, {3, 257}, {2, 31}}) {
+    const i64 N = n_c.first, C = n_c.second;
+    std::mt19937 gen(seed++);
+    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+    V x(N * C), w(C), bias(C), dy(N * C);
+    for (float& v : x) v = u(gen);
+    for (float& v : w) v = u(gen);
+    for (float& v : bias) v = u(gen);
+    for (float& v : dy) v = u(gen);
+    V y = mixed(N * C, seed++), mean = mixed(N, seed++), rstd = mixed(N, seed++);
+    both("layernorm_forward (fused)", ctx_of({N, C}), {x, w, bias, y, mean, rstd},
+         [&](Kernels& k, Stream& s, std::vector<V>& b) {
+           k.layernorm_forward(s, b[0].data(), b[1].data(), b[2].data(), N, C, 1e-5f,
+                               b[3].data(), b[4].data(), b[5].data());
+         });
+    simk->layernorm_forward(*sims, x.data(), w.data(), bias.data(), N, C, 1e-5f, y.data(),
+                            mean.data(), rstd.data());
+    sims->synchronize();
+    V dx = mixed(N * C, seed++), dyx = mixed(N * C, seed++);
+    both("layernorm_backward (fused)", ctx_of({N, C}), {dy, x, w, mean, rstd, dx, dyx},
+         [&](Kernels& k, Stream& s, std::vector<V>& b) {
+           k.layernorm_backward(s, b[0].data(), b[1].data(), b[2].data(), b[3].data(),
+                                b[4].data(), N, C, b[5].data(), b[6].data());
+         });
+  }
+}
+
+void check_gelu_paths(unsigned& seed) {
+  for (i64 n : {3, 1003})
+    for (int off : {0, 1}) {
+      V x = mixed(n + off, seed++), gy = mixed(n + off, seed++), y = mixed(n + off, seed++);
+      const std::string ctx = "n " + std::to_string(n) + " off " + std::to_string(off);
+      both("gelu_forward (fused)", ctx, {x, y}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+        k.gelu_forward(s, b[0].data() + off, b[1].data() + off, n);
+      });
+      both("gelu_backward (fused)", ctx, {x, gy, y}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+        k.gelu_backward(s, b[0].data() + off, b[1].data() + off, b[2].data() + off, n);
+      });
+    }
+}
+
+// Softmax cross-entropy, a warp per row: rows across the 256-float staging chunk; rows whose
+// maximum is tied (+0 and -0 first in either order, a repeated value), with NaN and -inf
+// entries, and all -inf.
+void check_cross_entropy_rows(unsigned& seed) {
+  for (auto rc : std::vector<std::pair<i64, i64>>{{5, 1}, {9, 33}, {6, 300}, {5, 513}}) {
+    const i64 rows = rc.first, classes = rc.second;
+    V x = mixed(rows * classes, seed++);
+    std::mt19937 gen(seed++);
+    std::vector<i64> t(rows);
+    for (auto& v : t) v = std::uniform_int_distribution<i64>(0, classes - 1)(gen);
+    if (rows >= 5 && classes >= 33) {
+      for (i64 c = 0; c < classes; ++c) x[c] = c % 3 == 0 ? -1.0f : -2.0f;  // row 0: max <= 0
+      x[5] = -0.0f;
+      x[classes - 1] = 0.0f;  // the max is 0, -0 first
+      for (i64 c = 0; c < classes; ++c) x[classes + c] = -3.0f;  // row 1
+      x[classes + 7] = 0.0f;
+      x[classes + 20] = -0.0f;  // +0 first
+      x[2 * classes + 3] = std::nanf("");
+      x[2 * classes + 4] = -INFINITY;
+      for (i64 c = 0; c < classes; ++c) x[3 * classes + c] = -INFINITY;  // row 3
+      x[4 * classes + 11] = 7.5f;
+      x[4 * classes + 30] = 7.5f;  // a tie: the first index wins
+    }
+    V losses = mixed(rows, seed++), g = mixed(rows * classes, seed++), gl = {0.75f};
+    both("cross_entropy (warp rows)", ctx_of({rows, classes}), {x, losses},
+         [&](Kernels& k, Stream& s, std::vector<V>& b) {
+           k.cross_entropy(s, b[0].data(), t.data(), rows, classes, b[1].data());
+         });
+    both("cross_entropy_backward (warp rows)", ctx_of({rows, classes}), {x, gl, g},
+         [&](Kernels& k, Stream& s, std::vector<V>& b) {
+           k.cross_entropy_backward(s, b[0].data(), t.data(), rows, classes, b[1].data(), 0.125f,
+                                    b[2].data());
+         });
+  }
+}
+
+// Tensor sizes of a multi-tensor call and their offsets in one packed buffer.
+struct Packed {
+  std::vector<i64> n, at;
+  i64 total = 0;
+  explicit Packed(const std::vector<i64>& sizes) : n(sizes) {
+    for (i64 k : sizes) {
+      at.push_back(total);
+      total += k + 1;  // a gap, so a kernel writing past its tensor shows
+    }
+    total = std::max<i64>(total, 1);
+  }
+};
+
+std::vector<i64> multi_sizes(unsigned seed, int count) {
+  std::mt19937 gen(seed);
+  std::vector<i64> s;
+  for (int i = 0; i < count; ++i) s.push_back(std::uniform_int_distribution<i64>(0, 40)(gen));
+  return s;
+}
+
+void check_multi_tensor(unsigned& seed) {
+  const std::vector<std::vector<i64>> lists = {
+      {5}, {0, 1, 8193, 3, 0, 20000, 4096}, multi_sizes(seed++, 300)};  // 300 > one table
+  for (const auto& sizes : lists) {
+    const Packed pk(sizes);
+    const std::string ctx = "tensors " + std::to_string(sizes.size()) + " elements " +
+                            std::to_string(pk.total);
+    for (bool amsgrad : {false, true}) {
+      V p = mixed(pk.total, seed++), g = mixed(pk.total, seed++), m = mixed(pk.total, seed++);
+      V v = mixed(pk.total, seed++), vmax = mixed(pk.total, seed++);
+      for (float& x : v) x = std::fabs(x);
+      for (float& x : vmax) x = std::fabs(x);
+      both("adam_step_multi", ctx + " amsgrad " + std::to_string(amsgrad), {p, g, m, v, vmax},
+           [&](Kernels& k, Stream& s, std::vector<V>& b) {
+             std::vector<Kernels::AdamTensor> ts;
+             for (std::size_t i = 0; i < sizes.size(); ++i) {
+               const i64 a = pk.at[i];
+               Kernels::AdamTensor t;
+               t.param = b[0].data() + a;
+               t.grad = b[1].data() + a;
+               t.exp_avg = b[2].data() + a;
+               t.exp_avg_sq = b[3].data() + a;
+               t.max_exp_avg_sq = amsgrad ? b[4].data() + a : nullptr;
+               t.n = sizes[i];
+               const int step = 1 + static_cast<int>(i % 3);  // per-tensor step counts
+               t.bias_correction1 = 1.0 - std::pow(0.9, step);
+               t.bias_correction2 = 1.0 - std::pow(0.95, step);
+               t.decay = i % 2 == 0;
+               t.decay_scale = static_cast<float>(1.0 - 6e-4 * 0.1);
+               ts.push_back(t);
+             }
+             k.adam_step_multi(s, ts, 6e-4, 0.9, 0.95, 1e-8, amsgrad ? 0.01 : 0.0, amsgrad);
+           });
+    }
+    V x = mixed(pk.total, seed++), out = mixed(sizes.size(), seed++);
+    both("sum_squares_multi", ctx, {x, out}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+      std::vector<const float*> xs;
+      for (i64 a : pk.at) xs.push_back(b[0].data() + a);
+      k.sum_squares_multi(s, xs, pk.n, b[1].data(), Determinism::bitwise);
+    });
+    both("scale_multi", ctx, {x}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+      std::vector<float*> xs;
+      for (i64 a : pk.at) xs.push_back(b[0].data() + a);
+      k.scale_multi(s, xs, pk.n, 0.37f);
+    });
+    // Fast: within 1e-5 relative of the double sum (f32 partials of at most 8192 squares).
+    std::vector<const float*> xs;
+    for (i64 a : pk.at) xs.push_back(x.data() + a);
+    V o(sizes.size(), 7.0f);
+    cudak->sum_squares_multi(cudas, xs, pk.n, o.data(), Determinism::fast);
+    ++checks;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      double ref = 0.0;
+      for (i64 j = 0; j < sizes[i]; ++j) ref += double(xs[i][j]) * double(xs[i][j]);
+      if (!(std::fabs(o[i] - ref) <= 1e-5 * ref + 1e-30)) {
+        ++failures;
+        std::printf("FAIL sum_squares_multi fast %s tensor %zu: %.9g vs %.9g\n", ctx.c_str(), i,
+                    double(o[i]), ref);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void check_fused_kernels(unsigned& seed) {
+  for (auto* part : {check_embedding_paths, check_layernorm_chunks, check_gelu_paths,
+                     check_cross_entropy_rows, check_multi_tensor}) {
+    try {
+      part(seed);
+    } catch (const std::exception& e) {
+      ++checks;
+      ++failures;
+      std::printf("FAIL fused kernels: %s\n", e.what());
+    }
+  }
+}
