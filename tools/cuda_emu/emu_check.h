@@ -98,4 +98,6 @@ inline Bounds random_bounds(i64 rows, i64 S, unsigned seed) {
 void check_gpt_kernels(unsigned& seed);
 /// The dtype-generic kernels' checks (test_emu_dtype.cpp).
 void check_dtype_kernels(unsigned& seed);
+/// The typed GEMM's checks (test_emu_gemm.cpp): gemm_ex against the simulator's MixedOp path.
+void check_typed_gemm(unsigned& seed);
 

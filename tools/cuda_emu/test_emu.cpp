@@ -15,6 +15,12 @@ int main(int argc, char** argv) {
   cuda_emu::CudaBackend cb;
   cudak = cuda_emu::make_cuda_kernels(cb);
   unsigned seed = 1;
+  if (argc > 1 && std::string(argv[1]) == "gemm") {  // only the typed GEMM's checks
+    check_typed_gemm(seed);
+    std::printf("%d checks, %d failures, %ld emulated threads, leaked temps %d\n", checks,
+                failures, emu_threads_launched, emu_allocs);
+    return failures != 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "dtype") {
     check_dtype_kernels(seed);
     std::printf("%d checks, %d failures, %ld emulated threads, leaked temps %d\n", checks,
@@ -44,6 +50,9 @@ int main(int argc, char** argv) {
                b[2].data() + g.coff, ldc, Determinism::bitwise);
       });
     }
+
+  // ---- the typed GEMM (gemm_ex) against the simulator's MixedOp path (test_emu_gemm.cpp)
+  check_typed_gemm(seed);
 
   // ---- sharded
   std::vector<std::pair<i64, Bounds>> sc;
