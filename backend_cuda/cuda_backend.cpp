@@ -81,7 +81,7 @@ class QuietDeviceGuard {
 
 }  // namespace
 
-CudaBackend::CudaBackend(const BackendOptions& options) {
+CudaBackend::CudaBackend(const BackendOptions& options) : allow_tf32_(options.allow_tf32) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess)

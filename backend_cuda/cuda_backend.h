@@ -76,6 +76,9 @@ class CudaBackend final : public Backend {
   CudaStream& cuda_stream(int index) { return *devices_[index]->stream; }
   /// How errors name logical device `index`: "cuda:3 (GPU 0)".
   std::string where(int index) const;
+  /// BackendOptions::allow_tf32: fast-mode f32 GEMMs may run on TF32 tensor cores (cuBLASLt's
+  /// CUBLAS_COMPUTE_32F_FAST_TF32); false: strict f32.
+  bool allow_tf32() const { return allow_tf32_; }
 
  private:
   struct LogicalDevice {
@@ -106,6 +109,7 @@ class CudaBackend final : public Backend {
   /// stream-ordered frees complete) and trims every logical device's pool on it to nothing.
   void reclaim_gpu_memory(int physical);
   int physical_count_ = 0;
+  bool allow_tf32_ = false;
   std::vector<PhysicalDevice> physical_;
   std::vector<std::unique_ptr<LogicalDevice>> devices_;
   std::unique_ptr<Kernels> kernels_;

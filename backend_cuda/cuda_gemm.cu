@@ -8,75 +8,142 @@
 // consumed in ascending k, so each accumulator is one fma chain over k = 0..K-1 from 0.0f and k
 // is never split across threads. Tiles past the end of k are padded with A = -0.0f and
 // B = +0.0f: fma(-0, +0, acc) is acc + (-0) = acc for every acc (+0, -0, NaN and inf included),
-// so a padded step changes no bit. The micro-sharded dW = dY^T X (gemm_tn_sharded) is the same
+// so a padded step changes no bit. Each thread stages runs of four consecutive elements along
+// each operand's contiguous dimension, one 16-byte (f32) or 8-byte (bf16, f16) load where the run
+// is whole and aligned (run_coord, load_run). The typed GEMM (Kernels::gemm_ex, bitwise) is the
+// same kernel over A and B stored as bf16 or f16, widened to f32 (exactly) as they are loaded,
+// with its results rounded once into C's dtype: the bits of the simulator's path, which casts
+// the operands to f32, runs the f32 GEMM and rounds (Note [Mixed precision]); with a bias, the
+// rounded result plus bias[n] is rounded again, the bits of gemm then add_bias. The micro-sharded dW = dY^T X (gemm_tn_sharded) is the same
 // kernel walking its shards' tiles in row order (canonical::ShardTiles), folding each shard's
 // accumulators into a canonical::TreeStack (Note [Streaming canonical tree]) when its last tile
 // is done; a launch takes at most kShardCap shards and the host recursion of the canonical tree
 // (shard_tree) combines larger counts.
+#include <type_traits>
+
 #include "backend_cuda/cuda_kernels_common.cuh"
+#include "core/numerics/float_formats.h"
 
 namespace ditto::cuda::kern {
 namespace {
 
-// Element e of a thread's share of the A tile sits at (m, k) of op(A): chosen so that a warp's
-// loads are contiguous in memory for either layout.
-template <bool TA>
-__device__ __forceinline__ void a_coord(int e, int& m, int& k) {
-  if constexpr (TA) {  // A stored [K, M]: rows of m contiguous
-    k = e / kBM;
-    m = e % kBM;
-  } else {  // A stored [M, K]: runs of k contiguous
-    m = e / kBK;
-    k = e % kBK;
+// Element i of an operand stored as E (float, bfloat16, float16), widened to f32 (exact).
+template <class E>
+__device__ __forceinline__ float widen(const void* p, i64 i) {
+  if constexpr (std::is_same_v<E, float>)
+    return static_cast<const float*>(p)[i];
+  else
+    return static_cast<const E*>(p)[i].to_float();
+}
+
+// Element i of C (or bias) of dtype t (f32, bf16, f16), widened to f32.
+__device__ __forceinline__ float load_c(const void* p, DType t, i64 i) {
+  if (t == DType::bf16) return widen<bfloat16>(p, i);
+  if (t == DType::f16) return widen<float16>(p, i);
+  return widen<float>(p, i);
+}
+
+// C[i] = v rounded once (to nearest even) into dtype t.
+__device__ __forceinline__ void store_c(void* p, DType t, i64 i, float v) {
+  if (t == DType::bf16)
+    static_cast<bfloat16*>(p)[i] = bfloat16::from(v);
+  else if (t == DType::f16)
+    static_cast<float16*>(p)[i] = float16::from(v);
+  else
+    static_cast<float*>(p)[i] = v;
+}
+
+// v rounded to dtype t and widened back: what load_c would read after store_c.
+__device__ __forceinline__ float round_to(DType t, float v) {
+  if (t == DType::bf16) return bfloat16::from(v).to_float();
+  if (t == DType::f16) return float16::from(v).to_float();
+  return v;
+}
+
+// Each thread stages a run of four consecutive elements of each operand's tile per k-tile, along
+// the operand's contiguous dimension: along k for A stored [M, K] and B stored [N, K]
+// (KContiguous) at (row = tid / 2, k = (tid % 2) * 4), else along the tile's rows (A stored
+// [K, M], B stored [K, N]) at (k = tid / 32, row = (tid % 32) * 4). A warp then reads contiguous
+// memory for either layout, one vector load per run where the run is whole and aligned.
+static_assert(kBK == 8 && kBM == 128 && kBN == 128 && kGemmThreads == 256 && kLoads == 4,
+              "run_coord covers a 128 x 8 tile with 256 runs of 4");
+template <bool KContiguous>
+__device__ __forceinline__ void run_coord(int tid, int& row, int& k) {
+  if constexpr (KContiguous) {
+    row = tid / 2;
+    k = (tid % 2) * 4;
+  } else {
+    k = tid / 32;
+    row = (tid % 32) * 4;
   }
 }
 
-template <bool TB>
-__device__ __forceinline__ void b_coord(int e, int& k, int& n) {
-  if constexpr (TB) {  // B stored [N, K]
-    n = e / kBK;
-    k = e % kBK;
-  } else {  // B stored [K, N]
-    k = e / kBN;
-    n = e % kBN;
-  }
-}
+__device__ __forceinline__ int clamp4(i64 x) { return static_cast<int>(x < 0 ? 0 : x > 4 ? 4 : x); }
 
-// Element e of a thread's loads: (m, k) in the A tile and (kb, n) in the B tile.
-template <bool TA, bool TB>
-__device__ __forceinline__ void tile_coords(int e, int& m, int& k, int& kb, int& n) {
-  a_coord<TA>(e, m, k);
-  b_coord<TB>(e, kb, n);
+// r[i] = element at + i of an operand stored as E, widened, for i < valid; `pad` for the rest.
+// A whole run whose first element is aligned to the run's size is one 16-byte (f32) or 8-byte
+// (bf16, f16) load; the values are the same either way.
+template <class E>
+__device__ __forceinline__ void load_run(const void* p, i64 at, int valid, float pad,
+                                         float (&r)[4]) {
+  if (valid == 4) {
+    const E* q = static_cast<const E*>(p) + at;
+    if ((reinterpret_cast<std::uintptr_t>(q) % (4 * sizeof(E))) == 0) {
+      if constexpr (std::is_same_v<E, float>) {
+        const float4 v = *reinterpret_cast<const float4*>(q);
+        r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+      } else {  // little endian: element 0 in the low half of v.x
+        const uint2 v = *reinterpret_cast<const uint2*>(q);
+        r[0] = E{static_cast<std::uint16_t>(v.x & 0xffffu)}.to_float();
+        r[1] = E{static_cast<std::uint16_t>(v.x >> 16)}.to_float();
+        r[2] = E{static_cast<std::uint16_t>(v.y & 0xffffu)}.to_float();
+        r[3] = E{static_cast<std::uint16_t>(v.y >> 16)}.to_float();
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) r[i] = i < valid ? widen<E>(p, at + i) : pad;
 }
 
 // Stage rows [k0, k1) of the block's A and B tiles into registers; outside the matrices or past
-// k1, A reads -0.0f and B +0.0f (Note [CUDA canonical GEMM]).
-template <bool TA, bool TB>
+// k1, A reads -0.0f and B +0.0f (Note [CUDA canonical GEMM]). A and B hold E elements, widened
+// to f32 as they are loaded.
+template <bool TA, bool TB, class E>
 __device__ __forceinline__ void load_tile(const GemmArgs& g, i64 m0, i64 n0, i64 k0, i64 k1,
                                           int tid, float (&ra)[kLoads], float (&rb)[kLoads]) {
-#pragma unroll
-  for (int l = 0; l < kLoads; ++l) {
-    int m, k, n, kb;
-    tile_coords<TA, TB>(tid + l * kGemmThreads, m, k, kb, n);
-    const i64 gm = m0 + m, gka = k0 + k, gn = n0 + n, gkb = k0 + kb;
-    float a = -0.0f, b = 0.0f;
-    if (gm < g.M && gka < k1) a = TA ? g.A[gka * g.lda + gm] : g.A[gm * g.lda + gka];
-    if (gn < g.N && gkb < k1) b = TB ? g.B[gn * g.ldb + gkb] : g.B[gkb * g.ldb + gn];
-    ra[l] = a;
-    rb[l] = b;
-  }
+  int m, ka, n, kb;
+  run_coord<!TA>(tid, m, ka);
+  run_coord<TB>(tid, n, kb);
+  const i64 gm = m0 + m, gka = k0 + ka, gn = n0 + n, gkb = k0 + kb;
+  if constexpr (!TA)  // A [M, K]: k contiguous
+    load_run<E>(g.A, gm * g.lda + gka, gm < g.M ? clamp4(k1 - gka) : 0, -0.0f, ra);
+  else  // A [K, M]: m contiguous
+    load_run<E>(g.A, gka * g.lda + gm, gka < k1 ? clamp4(g.M - gm) : 0, -0.0f, ra);
+  if constexpr (TB)  // B [N, K]: k contiguous
+    load_run<E>(g.B, gn * g.ldb + gkb, gn < g.N ? clamp4(k1 - gkb) : 0, 0.0f, rb);
+  else  // B [K, N]: n contiguous
+    load_run<E>(g.B, gkb * g.ldb + gn, gkb < k1 ? clamp4(g.N - gn) : 0, 0.0f, rb);
 }
 
 template <bool TA, bool TB>
 __device__ __forceinline__ void store_tile(float (*as)[kBM + kPad], float (*bs)[kBN + kPad],
                                            int tid, const float (&ra)[kLoads],
                                            const float (&rb)[kLoads]) {
+  int m, ka, n, kb;
+  run_coord<!TA>(tid, m, ka);
+  run_coord<TB>(tid, n, kb);
+  if constexpr (!TA) {
 #pragma unroll
-  for (int l = 0; l < kLoads; ++l) {
-    int m, k, n, kb;
-    tile_coords<TA, TB>(tid + l * kGemmThreads, m, k, kb, n);
-    as[k][m] = ra[l];
-    bs[kb][n] = rb[l];
+    for (int i = 0; i < 4; ++i) as[ka + i][m] = ra[i];
+  } else {  // four consecutive m: one 16-byte store (rows of kBM + kPad floats stay aligned)
+    *reinterpret_cast<float4*>(&as[ka][m]) = make_float4(ra[0], ra[1], ra[2], ra[3]);
+  }
+  if constexpr (TB) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) bs[kb + i][n] = rb[i];
+  } else {
+    *reinterpret_cast<float4*>(&bs[kb][n]) = make_float4(rb[0], rb[1], rb[2], rb[3]);
   }
 }
 
@@ -108,9 +175,11 @@ __device__ __forceinline__ void zero(float (&acc)[64]) {
   for (int e = 0; e < 64; ++e) acc[e] = 0.0f;
 }
 
-// Plain (Sharded = false; bounds {0, K}, one shard): C = gemm_epilogue(chain, alpha, beta, C).
-// Sharded: C = out(C, canonical tree over the shards of their chains), op(A) = A^T, op(B) = B.
-template <bool TA, bool TB, bool Sharded>
+// Plain (Sharded = false; bounds {0, K}, one shard): C = round_c(gemm_epilogue(chain, alpha,
+// beta, C)), then with a bias C = round_c(C + bias[n]); A and B of type E.
+// Sharded (E = float, C f32): C = out(C, canonical tree over the shards of their chains),
+// op(A) = A^T, op(B) = B.
+template <bool TA, bool TB, bool Sharded, class E = float>
 __global__ void __launch_bounds__(kGemmThreads, 2)
     gemm_kernel(const GemmArgs g, const __grid_constant__ ShardBounds bounds, const int shards,
                 const int tiles_n) {
@@ -134,7 +203,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
   }
   if (!cur.done()) {
     float ra[kLoads], rb[kLoads];
-    load_tile<TA, TB>(g, m0, n0, cur.k0, cur.k1, tid, ra, rb);
+    load_tile<TA, TB, E>(g, m0, n0, cur.k0, cur.k1, tid, ra, rb);
     store_tile<TA, TB>(as[0], bs[0], tid, ra, rb);
     __syncthreads();
     int buf = 0;
@@ -142,7 +211,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
       const bool ends_shard = cur.last_of_shard();
       const int shard = cur.shard;
       cur.advance();  // now the next tile: prefetch it while computing this one
-      if (!cur.done()) load_tile<TA, TB>(g, m0, n0, cur.k0, cur.k1, tid, ra, rb);
+      if (!cur.done()) load_tile<TA, TB, E>(g, m0, n0, cur.k0, cur.k1, tid, ra, rb);
       compute_tile(as[buf], bs[buf], tx, ty, acc);
       if constexpr (Sharded) {
         if (ends_shard) {
@@ -164,12 +233,31 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
   if constexpr (Sharded) tree.result(acc);
 
   const bool read_c = Sharded ? g.out == Out::accumulate : g.beta != 0.0f;
-  const bool vec = ((reinterpret_cast<std::uintptr_t>(g.C) & 15u) == 0) && (g.ldc % 4 == 0);
+  if (!Sharded && (g.c_type != DType::f32 || g.bias)) {  // typed C or a bias: element by element
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const i64 gm = m0 + tile_row(i, ty);
+      if (gm >= g.M) continue;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const i64 gn = n0 + tile_row(j, tx);
+        if (gn >= g.N) continue;
+        const i64 at = gm * g.ldc + gn;
+        const float cj = read_c ? load_c(g.C, g.c_type, at) : 0.0f;
+        float r = round_to(g.c_type, cm::gemm_epilogue(acc[i * 8 + j], g.alpha, g.beta, cj));
+        if (g.bias) r = cm::add(r, load_c(g.bias, g.c_type, gn));  // add_bias_'s add
+        store_c(g.C, g.c_type, at, r);
+      }
+    }
+    return;
+  }
+  float* const C = static_cast<float*>(g.C);
+  const bool vec = ((reinterpret_cast<std::uintptr_t>(C) & 15u) == 0) && (g.ldc % 4 == 0);
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const i64 gm = m0 + tile_row(i, ty);
     if (gm >= g.M) continue;
-    float* crow = g.C + gm * g.ldc;
+    float* crow = C + gm * g.ldc;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const i64 gn = n0 + tile_row(h * 4, tx);
@@ -199,8 +287,8 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
   }
 }
 
-// Sharded: only op(A) = A^T, op(B) = B is instantiated (trans_a, trans_b are ignored).
-template <bool Sharded>
+// Sharded: only op(A) = A^T, op(B) = B of f32 is instantiated (trans_a, trans_b are ignored).
+template <bool Sharded, class E = float>
 void launch_gemm_kernel(const Launch& l, bool trans_a, bool trans_b, const GemmArgs& g,
                         const ShardBounds& sb, int shards) {
   const i64 tiles_m = (g.M + kBM - 1) / kBM;
@@ -213,24 +301,30 @@ void launch_gemm_kernel(const Launch& l, bool trans_a, bool trans_b, const GemmA
   if constexpr (Sharded) {
     gemm_kernel<true, false, true><<<blocks, kGemmThreads, 0, st>>>(g, sb, shards, tn);
   } else if (trans_a && trans_b) {
-    gemm_kernel<true, true, false><<<blocks, kGemmThreads, 0, st>>>(g, sb, shards, tn);
+    gemm_kernel<true, true, false, E><<<blocks, kGemmThreads, 0, st>>>(g, sb, shards, tn);
   } else if (trans_a) {
-    gemm_kernel<true, false, false><<<blocks, kGemmThreads, 0, st>>>(g, sb, shards, tn);
+    gemm_kernel<true, false, false, E><<<blocks, kGemmThreads, 0, st>>>(g, sb, shards, tn);
   } else if (trans_b) {
-    gemm_kernel<false, true, false><<<blocks, kGemmThreads, 0, st>>>(g, sb, shards, tn);
+    gemm_kernel<false, true, false, E><<<blocks, kGemmThreads, 0, st>>>(g, sb, shards, tn);
   } else {
-    gemm_kernel<false, false, false><<<blocks, kGemmThreads, 0, st>>>(g, sb, shards, tn);
+    gemm_kernel<false, false, false, E><<<blocks, kGemmThreads, 0, st>>>(g, sb, shards, tn);
   }
   l.check();
 }
 
 }  // namespace
 
-void launch_gemm(const Launch& l, bool trans_a, bool trans_b, const GemmArgs& g, i64 K) {
+void launch_gemm(const Launch& l, bool trans_a, bool trans_b, const GemmArgs& g, i64 K,
+                 DType ab_type) {
   ShardBounds sb{};
   sb.b[0] = 0;
   sb.b[1] = K;
-  launch_gemm_kernel<false>(l, trans_a, trans_b, g, sb, 1);
+  if (ab_type == DType::bf16)
+    launch_gemm_kernel<false, bfloat16>(l, trans_a, trans_b, g, sb, 1);
+  else if (ab_type == DType::f16)
+    launch_gemm_kernel<false, float16>(l, trans_a, trans_b, g, sb, 1);
+  else
+    launch_gemm_kernel<false, float>(l, trans_a, trans_b, g, sb, 1);
 }
 
 void launch_gemm_sharded(const Launch& l, const GemmArgs& g, const ShardBounds& sb, int shards) {

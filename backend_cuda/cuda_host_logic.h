@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
+#include "core/runtime/dtype.h"
 #include "core/runtime/error.h"
 
 namespace ditto::cuda {
@@ -160,6 +161,76 @@ struct MemoryAccount {
 /// the `logical` devices on it (before: UINT64_MAX, every freed byte kept for ever).
 constexpr std::uint64_t pool_release_threshold(std::uint64_t gpu_bytes, int logical_on_gpu) {
   return gpu_bytes / 4 / static_cast<std::uint64_t>(logical_on_gpu > 0 ? logical_on_gpu : 1);
+}
+
+// ---- the typed GEMM (Kernels::gemm_ex; cuda_kernels.cu, cuda_blaslt.cpp) ---------------------
+
+/// Whether the CUDA backend runs gemm_ex natively for these storage dtypes (has_gemm_ex): A and B
+/// of one dtype among f32, bf16, f16 (cuBLASLt has no mixed A / B types with f32 compute) and C
+/// of A's dtype or f32 (cuBLASLt's CUBLAS_COMPUTE_32F table: 16BF x 16BF -> 16BF or 32F, 16F x
+/// 16F -> 16F or 32F, 32F x 32F -> 32F). Other combinations take MixedOp's f32 scratch.
+constexpr bool typed_gemm_supported(DType a, DType b, DType c) {
+  const bool storage = a == DType::f32 || a == DType::bf16 || a == DType::f16;
+  return storage && b == a && (c == a || c == DType::f32);
+}
+
+/// cuBLASLt's compute type for A / B of dtype `ab`: CUBLAS_COMPUTE_32F (tf32 == false), or
+/// CUBLAS_COMPUTE_32F_FAST_TF32 for f32 operands when BackendOptions::allow_tf32 (torch's
+/// allow_tf32: f32 inputs rounded to TF32 on the tensor cores, f32 accumulation). bf16 / f16
+/// operands always accumulate in f32 (torch's default; no reduced-precision reduction).
+constexpr bool lt_use_tf32(DType ab, bool allow_tf32) { return allow_tf32 && ab == DType::f32; }
+
+/// One matrix of a column-major cuBLASLt matmul: its layout as stored (cublasLtMatrixLayoutCreate
+/// rows, cols, ld, column-major: element (i, j) at i + j * ld) and whether the matmul transposes
+/// it (CUBLASLT_MATMUL_DESC_TRANSA / TRANSB = CUBLAS_OP_T).
+struct LtMatrix {
+  std::int64_t rows = 0, cols = 0, ld = 0;
+  bool trans = false;
+};
+
+/// ditto's row-major C[M,N] = op(A)[M,K] @ op(B)[K,N] as one column-major cuBLASLt matmul
+/// D[m,n] = op(first)[m,k] @ op(second)[k,n]. A row-major [r, c] matrix with row stride ld is the
+/// column-major [c, r] with leading dimension ld, so C is the column-major C^T [N, M] and
+/// C^T = op(B)^T @ op(A)^T: cuBLASLt's first operand (its "A") is ditto's B, its second (its
+/// "B") ditto's A, m = N, n = M, k = K (what cublasSgemm(h, op_b, op_a, N, M, K, B, ldb, A, lda,
+/// C, ldc) does). The bias of GemmEpilogue::bias (one value per column n of ditto's C) is
+/// cuBLASLt's per-row bias of D (CUBLASLT_EPILOGUE_BIAS: length m).
+struct LtGemmPlan {
+  std::int64_t m = 0, n = 0, k = 0;
+  LtMatrix first;   ///< ditto's B
+  LtMatrix second;  ///< ditto's A
+  LtMatrix out;     ///< ditto's C (the C and D of cublasLtMatmul, in place)
+};
+
+constexpr LtGemmPlan lt_gemm_plan(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N,
+                                  std::int64_t K, std::int64_t lda, std::int64_t ldb,
+                                  std::int64_t ldc) {
+  LtGemmPlan p;
+  p.m = N;
+  p.n = M;
+  p.k = K;
+  // B stored row-major [K, N] (or [N, K] when trans_b) = column-major [N, K] (or [K, N]).
+  p.first = trans_b ? LtMatrix{K, N, ldb, true} : LtMatrix{N, K, ldb, false};
+  // A stored row-major [M, K] (or [K, M] when trans_a) = column-major [K, M] (or [M, K]).
+  p.second = trans_a ? LtMatrix{M, K, lda, true} : LtMatrix{K, M, lda, false};
+  p.out = LtMatrix{N, M, ldc, false};
+  return p;
+}
+
+/// Whether cuBLASLt can take the plan: k > 0 and every leading dimension at least its rows (and
+/// 1). Otherwise (K == 0, strides cuBLASLt refuses) the backend runs its own kernel.
+constexpr bool lt_plan_valid(const LtGemmPlan& p) {
+  auto ok = [](const LtMatrix& x) { return x.rows > 0 && x.cols > 0 && x.ld >= x.rows; };
+  return p.m > 0 && p.n > 0 && p.k > 0 && ok(p.first) && ok(p.second) && ok(p.out);
+}
+
+/// The alignment cuBLASLt may assume of a pointer (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES):
+/// the largest power of two dividing `address`, at most 256 (cuBLASLt's default assumption,
+/// which a view at an odd offset would break).
+constexpr std::uint32_t lt_alignment(std::uintptr_t address) {
+  std::uint32_t a = 256;
+  while (a > 1 && address % a != 0) a /= 2;
+  return a;
 }
 
 }  // namespace ditto::cuda

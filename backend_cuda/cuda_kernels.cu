@@ -13,6 +13,7 @@
 // cross-entropy's warp-per-row kernels are in cuda_fused.cu too); the launch helpers they share in
 // cuda_kernels_common.cuh.
 #include "backend_cuda/cublas_lazy.h"
+#include "backend_cuda/cuda_blaslt.h"
 #include "backend_cuda/cuda_kernels_common.cuh"
 
 namespace ditto::cuda {
@@ -263,6 +264,15 @@ class CudaKernels final : public CudaGptKernels {
             Determinism mode) override {
     if (M <= 0 || N <= 0) return;
     Launch l(backend_, s, "gemm");
+    if (mode == Determinism::fast && backend_.allow_tf32()) {  // TF32 tensor cores: cuBLASLt
+      GemmExArgs g;
+      g.trans_a = trans_a;
+      g.trans_b = trans_b;
+      g.M = M, g.N = N, g.K = K, g.alpha = alpha, g.beta = beta;
+      g.A = A, g.lda = lda, g.B = B, g.ldb = ldb, g.C = C, g.ldc = ldc;
+      g.mode = mode;
+      if (blaslt_gemm(as_cuda(s, "gemm"), g, /*tf32=*/true, l.where())) return;
+    }
     // cuBLAS (column-major) computes C^T = op(B)^T op(A)^T: a row-major [r, c] matrix with row
     // stride ld is the column-major [c, r] with leading dimension ld.
     const bool cublas_ok = mode == Determinism::fast && K > 0 &&
@@ -282,6 +292,25 @@ class CudaKernels final : public CudaGptKernels {
       return;
     }
     launch_gemm(l, trans_a, trans_b, {M, N, A, lda, B, ldb, C, ldc, alpha, beta, Out::store}, K);
+  }
+
+  bool has_gemm_ex(DType a_type, DType b_type, DType c_type, Determinism) const override {
+    return typed_gemm_supported(a_type, b_type, c_type);
+  }
+
+  // fast: cuBLASLt (blaslt_gemm); bitwise, or where cuBLASLt cannot take the call: the canonical
+  // GEMM loading A and B in their storage dtype (Note [CUDA canonical GEMM]).
+  void gemm_ex(Stream& s, const GemmExArgs& g) override {
+    if (g.M <= 0 || g.N <= 0) return;
+    Launch l(backend_, s, "gemm_ex");
+    if (g.mode == Determinism::fast &&
+        blaslt_gemm(as_cuda(s, "gemm_ex"), g, lt_use_tf32(g.a_type, backend_.allow_tf32()),
+                    l.where()))
+      return;
+    GemmArgs k{g.M, g.N, g.A, g.lda, g.B, g.ldb, g.C, g.ldc, g.alpha, g.beta, Out::store};
+    k.c_type = g.c_type;
+    k.bias = g.epilogue == GemmEpilogue::bias ? g.bias : nullptr;
+    launch_gemm(l, g.trans_a, g.trans_b, k, g.K, g.a_type);
   }
 
   void add_bias(Stream& s, float* y, const float* bias, i64 rows, i64 cols) override {

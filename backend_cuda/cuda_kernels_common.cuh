@@ -108,16 +108,20 @@ struct BoundsRef {
   DITTO_HD i64 operator[](int i) const { return b[i]; }
 };
 
+// A and B hold elements of the kernel's storage type (f32, bf16 or f16: its template argument;
+// the sharded kernel: f32), C elements of c_type (f32, bf16, f16).
 struct GemmArgs {
   i64 M, N;
-  const float* A;
+  const void* A;
   i64 lda;
-  const float* B;
+  const void* B;
   i64 ldb;
-  float* C;
+  void* C;
   i64 ldc;
   float alpha, beta;  // plain GEMM: canonical::gemm_epilogue
   Out out;            // sharded GEMM: store or accumulate
+  DType c_type = DType::f32;    // plain GEMM: each result rounded once into it
+  const void* bias = nullptr;   // plain GEMM: c_type[N]; then C = round(C + bias[n]) (gemm_ex)
 };
 
 // ---- host side -------------------------------------------------------------------------------
@@ -202,8 +206,11 @@ void shard_tree(const Launch& l, i64 lo, i64 hi, i64 rows, i64 cols, float* d, i
 }
 
 /// C = gemm_epilogue(chain over k = 0..K-1, alpha, beta, C) with op(A), op(B) by trans_a,
-/// trans_b: ditto's canonical GEMM (cuda_gemm.cu), on the launch's stream.
-void launch_gemm(const Launch& l, bool trans_a, bool trans_b, const GemmArgs& g, i64 K);
+/// trans_b: ditto's canonical GEMM (cuda_gemm.cu), on the launch's stream. A and B hold
+/// `ab_type` elements (f32, bf16 or f16), widened to f32 as loaded; each result is rounded once
+/// into g.c_type, then with g.bias: C = round(C + bias[n]) (Kernels::gemm_ex's bitwise bits).
+void launch_gemm(const Launch& l, bool trans_a, bool trans_b, const GemmArgs& g, i64 K,
+                 DType ab_type = DType::f32);
 /// The sharded dW = dY^T X of `shards` (<= kShardCap) shards of rows `sb` into g.C with g.out.
 void launch_gemm_sharded(const Launch& l, const GemmArgs& g, const ShardBounds& sb, int shards);
 

@@ -45,12 +45,16 @@ CudaStream::CudaStream(Device device, int physical_device)
 
 CudaStream::~CudaStream() {
   if (!stream_) return;
-  if (cublas_) {  // cublasDestroy waits for the handle's work; then its workspace is free
+  if (cublas_ || cublaslt_ || cublas_workspace_) {
+    // cublasDestroy waits for the handle's work; the stream sync for cuBLASLt's (it takes the
+    // stream per call); then the workspace is free.
     int previous = -1;
     const bool switched = cudaGetDevice(&previous) == cudaSuccess && previous != physical_ &&
                           cudaSetDevice(physical_) == cudaSuccess;
-    if (const CublasApi* api = cublas_api_if_loaded()) (void)api->destroy(cublas_);
+    if (const CublasApi* api = cublas_api_if_loaded(); api && cublas_) (void)api->destroy(cublas_);
     if (cudaStreamSynchronize(stream_) != cudaSuccess) (void)cudaGetLastError();
+    if (const CublasLtApi* lt = cublaslt_api_if_loaded(); lt && cublaslt_)
+      (void)lt->destroy(cublaslt_);
     if (cublas_workspace_ && cudaFree(cublas_workspace_) != cudaSuccess) (void)cudaGetLastError();
     if (switched && cudaSetDevice(previous) != cudaSuccess) (void)cudaGetLastError();
     (void)cudaGetLastError();
@@ -59,32 +63,52 @@ CudaStream::~CudaStream() {
   if (cudaStreamDestroy(stream_) != cudaSuccess) (void)cudaGetLastError();
 }
 
+void* CudaStream::workspace_locked() {
+  if (cublas_workspace_) return cublas_workspace_;
+  DeviceGuard g(physical_);
+  void* workspace = nullptr;
+  DITTO_CUDA_CHECK(cudaMalloc(&workspace, kCublasWorkspaceBytes), where(device_, physical_));
+  cublas_workspace_ = workspace;
+  return workspace;
+}
+
+void* CudaStream::workspace() {
+  std::lock_guard lk(cublas_mu_);
+  return workspace_locked();
+}
+
 cublasHandle_t CudaStream::cublas() {
   std::lock_guard lk(cublas_mu_);
   if (cublas_) return cublas_;
   const std::string w = where(device_, physical_);
   DeviceGuard g(physical_);
   const CublasApi& api = cublas_api();  // loads libcublas on first use (Note [Lazy cuBLAS])
-  void* workspace = nullptr;
-  DITTO_CUDA_CHECK(cudaMalloc(&workspace, kCublasWorkspaceBytes), w);
+  void* workspace = workspace_locked();
   cublasHandle_t h = nullptr;
-  const cublasStatus_t created = api.create(&h);
-  if (created != CUBLAS_STATUS_SUCCESS) {
-    (void)cudaFree(workspace);
-    DITTO_CUBLAS_CHECK(created, w);
-  }
+  DITTO_CUBLAS_CHECK(api.create(&h), w);
   // Plain FP32 (no TF32 tensor cores) unless a kernel asks otherwise. cublasSetStream resets
   // the workspace to cuBLAS's default, so the workspace is set after it.
   if (api.set_math_mode(h, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS ||
       api.set_stream(h, stream_) != CUBLAS_STATUS_SUCCESS ||
       api.set_workspace(h, workspace, kCublasWorkspaceBytes) != CUBLAS_STATUS_SUCCESS) {
     (void)api.destroy(h);
-    (void)cudaFree(workspace);
     throw BackendError(w + ": cuBLAS handle setup failed");
   }
   cublas_ = h;
-  cublas_workspace_ = workspace;
   return cublas_;
+}
+
+cublasLtHandle_t CudaStream::cublaslt() {
+  std::lock_guard lk(cublas_mu_);
+  if (cublaslt_) return cublaslt_;
+  const std::string w = where(device_, physical_);
+  DeviceGuard g(physical_);
+  const CublasLtApi& api = cublaslt_api();  // loads libcublasLt on first use
+  (void)workspace_locked();
+  cublasLtHandle_t h = nullptr;
+  DITTO_CUBLAS_CHECK(api.create(&h), w);
+  cublaslt_ = h;
+  return cublaslt_;
 }
 
 void CudaStream::synchronize() {

@@ -3,6 +3,7 @@
 // (oversubscription), each with its own streams.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -58,6 +59,13 @@ class CudaStream final : public Stream {
   /// concurrent streams (cuBLAS's rule for handles used on several streams). Callers must not
   /// call cublasSetStream or cublasSetWorkspace on it.
   cublasHandle_t cublas();
+  /// This stream's cuBLASLt handle (the typed GEMM, cuda_blaslt.cpp): created on first use
+  /// (thread-safe; loads cuBLASLt, Note [Lazy cuBLAS]), destroyed with the stream. cuBLASLt takes
+  /// the stream and the workspace per call: workspace() is the one of the cuBLAS handle (both
+  /// only run on this stream, so they never use it at the same time).
+  cublasLtHandle_t cublaslt();
+  /// The stream's GEMM workspace of kCublasWorkspaceBytes (allocated on first use).
+  void* workspace();
   /// Bytes of each handle's workspace: cuBLAS's recommendation for Hopper (32 MiB).
   static constexpr std::size_t kCublasWorkspaceBytes = std::size_t{32} << 20;
 
@@ -65,9 +73,12 @@ class CudaStream final : public Stream {
   Device device_;
   int physical_;
   cudaStream_t stream_ = nullptr;
+  /// The workspace, allocated on first use (cublas_mu_ held).
+  void* workspace_locked();
   std::mutex cublas_mu_;
   cublasHandle_t cublas_ = nullptr;
-  void* cublas_workspace_ = nullptr;  ///< cudaMalloc'd, freed after the handle
+  cublasLtHandle_t cublaslt_ = nullptr;
+  void* cublas_workspace_ = nullptr;  ///< cudaMalloc'd, freed after the handles
 };
 
 class CudaEvent final : public Event {

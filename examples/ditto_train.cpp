@@ -998,6 +998,7 @@ int cli_main(int argc, char** argv, Capture* capture) {
                    {"dtype", "--dtype"}, {"micro_shards", "--micro-shards"},
                    {"grad_accum_steps", "--grad-accum-steps"}, {"zero_stage", "--zero-stage"},
                    {"dry_run", "--dry-run"}, {"allow_nonfinite_loss", "--allow-nonfinite-loss"},
+                   {"allow_tf32", "--allow-tf32"},
                    {"momentum", "--momentum"}, {"weight_decay", "--weight-decay"}};
   float lr = 0.05f;
   CLI::App app{"ditto-train: data-parallel training (an MLP on CSV rows, or nanoGPT's character "
@@ -1059,6 +1060,9 @@ int cli_main(int argc, char** argv, Capture* capture) {
                "sim: price every kernel, copy and collective and account every allocation "
                "without running them or holding tensor data (predicts a large model's step time "
                "and memory in seconds; fast determinism unless --determinism is given)");
+  app.add_flag("--allow-tf32", c.allow_tf32,
+               "fast mode: f32 matrix products may run on TF32 tensor cores (cuda: cuBLASLt's "
+               "CUBLAS_COMPUTE_32F_FAST_TF32; torch's allow_tf32). Default: strict f32");
   app.add_flag("--allow-nonfinite-loss", c.allow_nonfinite_loss,
                "keep training after a step whose loss is NaN or inf (default: stop with an "
                "error naming the step)");

@@ -43,6 +43,36 @@ TEST(CublasLazy, NotLoadedUntilFirstUseThenEveryFunctionResolved) {
   EXPECT_NE(std::string(api.get_status_string(CUBLAS_STATUS_ALLOC_FAILED)), "");
 }
 
+// cuBLASLt (the typed GEMM's fast path, backend_cuda/cuda_blaslt.cpp) comes through the same
+// loader: every function of its table resolves from the toolkit's libcublasLt (no GPU needed),
+// and a missing library names what was tried.
+TEST(CublasLazy, CublasLtTableResolvesEveryFunction) {
+  const cuda::CublasLtApi& api = cuda::cublaslt_api();
+  EXPECT_EQ(cuda::cublaslt_api_if_loaded(), &api);
+  EXPECT_EQ(&cuda::cublaslt_api(), &api);  // loaded once
+  for (const void* f :
+       {reinterpret_cast<const void*>(api.create), reinterpret_cast<const void*>(api.destroy),
+        reinterpret_cast<const void*>(api.matmul_desc_create),
+        reinterpret_cast<const void*>(api.matmul_desc_destroy),
+        reinterpret_cast<const void*>(api.matmul_desc_set_attribute),
+        reinterpret_cast<const void*>(api.matrix_layout_create),
+        reinterpret_cast<const void*>(api.matrix_layout_destroy),
+        reinterpret_cast<const void*>(api.preference_create),
+        reinterpret_cast<const void*>(api.preference_destroy),
+        reinterpret_cast<const void*>(api.preference_set_attribute),
+        reinterpret_cast<const void*>(api.algo_get_heuristic),
+        reinterpret_cast<const void*>(api.matmul)})
+    EXPECT_NE(f, nullptr);
+  try {
+    (void)cuda::load_cublaslt("libcublasLt-missing.so.99", "");
+    FAIL() << "expected BackendError";
+  } catch (const BackendError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot load cuBLASLt (tried libcublasLt-missing.so.99)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(CublasLazy, MissingLibraryIsABackendErrorNamingWhatWasTried) {
   try {
     (void)cuda::load_cublas("libcublas-missing.so.99", "/nonexistent/libcublas.so");

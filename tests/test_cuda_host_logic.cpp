@@ -1,13 +1,16 @@
 // The CUDA backend's decisions that need no GPU (backend_cuda/cuda_host_logic.h), checked on any
 // machine: which destinations a one-rank in-GPU collective may skip, the one-rank-per-GPU rule of
 // the MPI communicator, exception safety of NCCL groups, the host wait's polling steps, memory
-// accounting and the pool's release threshold. The GPU paths that use them are tested in
+// accounting and the pool's release threshold, and the typed GEMM's cuBLASLt descriptors (executed
+// here by a naive column-major GEMM against a double-precision reference). The GPU paths that use them are tested in
 // test_cuda*.cpp (skipped without a GPU; tools/gpu-check-tests.txt lists them).
 #include "backend_cuda/cuda_host_logic.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -163,6 +166,111 @@ TEST(CudaHostLogic, PoolReleaseThresholdIsFiniteAndSharedByTheLogicalDevicesOfAG
   EXPECT_EQ(pool_release_threshold(140 * gib, 4), 35 * gib / 4);
   EXPECT_LT(pool_release_threshold(140 * gib, 1), 140 * gib);  // before: UINT64_MAX
   EXPECT_EQ(pool_release_threshold(8, 0), 2u);
+}
+
+// ---- the typed GEMM's cuBLASLt mapping (cuda_blaslt.cpp) ----------------------------------------
+
+// What cublasLtMatmul computes from the plan's descriptors (column-major, element (i, j) of a
+// layout at i + j * ld): D[i, j] = alpha * sum_l op(first)[i, l] * op(second)[l, j] + beta * C[i, j]
+// + bias[i], executed naively in double over `first` = the plan's first operand's memory etc.
+void run_plan(const LtGemmPlan& p, double alpha, const std::vector<double>& first,
+              const std::vector<double>& second, double beta, std::vector<double>& out,
+              const std::vector<double>* bias) {
+  auto at = [](const LtMatrix& x, const std::vector<double>& mem, std::int64_t i, std::int64_t j) {
+    // op(x)[i, j]: x itself, or its transpose
+    const std::int64_t r = x.trans ? j : i, c = x.trans ? i : j;
+    EXPECT_LT(r, x.rows);
+    EXPECT_LT(c, x.cols);
+    return mem.at(static_cast<std::size_t>(r + c * x.ld));
+  };
+  // op(first) is m x k, op(second) k x n, out m x n
+  EXPECT_EQ(p.first.trans ? p.first.cols : p.first.rows, p.m);
+  EXPECT_EQ(p.first.trans ? p.first.rows : p.first.cols, p.k);
+  EXPECT_EQ(p.second.trans ? p.second.cols : p.second.rows, p.k);
+  EXPECT_EQ(p.second.trans ? p.second.rows : p.second.cols, p.n);
+  EXPECT_EQ(p.out.rows, p.m);
+  EXPECT_EQ(p.out.cols, p.n);
+  for (std::int64_t j = 0; j < p.n; ++j)
+    for (std::int64_t i = 0; i < p.m; ++i) {
+      double acc = 0;
+      for (std::int64_t l = 0; l < p.k; ++l) acc += at(p.first, first, i, l) * at(p.second, second, l, j);
+      double& d = out.at(static_cast<std::size_t>(i + j * p.out.ld));
+      d = alpha * acc + beta * d + (bias ? bias->at(static_cast<std::size_t>(i)) : 0.0);
+    }
+}
+
+TEST(CudaHostLogic, CublasLtPlanComputesTheRowMajorGemmForEveryTransposeAndStride) {
+  std::mt19937 gen(29);
+  std::uniform_real_distribution<double> u(-1, 1);
+  auto fill = [&](std::size_t n) {
+    std::vector<double> v(n);
+    for (double& x : v) x = u(gen);
+    return v;
+  };
+  struct Case {
+    std::int64_t M, N, K, pad;
+  };
+  for (const Case& z : {Case{1, 1, 1, 0}, Case{7, 5, 3, 0}, Case{3, 9, 4, 2}, Case{16, 1, 33, 5}})
+    for (int t = 0; t < 4; ++t)
+      for (bool with_bias : {false, true}) {
+        const bool ta = t & 1, tb = t & 2;
+        // Row-major as ditto stores them: A [M, K] or [K, M], B [K, N] or [N, K], C [M, N].
+        const std::int64_t ar = ta ? z.K : z.M, ac = ta ? z.M : z.K;
+        const std::int64_t br = tb ? z.N : z.K, bc = tb ? z.K : z.N;
+        const std::int64_t lda = ac + z.pad, ldb = bc + z.pad, ldc = z.N + z.pad;
+        const auto A = fill(static_cast<std::size_t>(ar * lda));
+        const auto B = fill(static_cast<std::size_t>(br * ldb));
+        const auto C0 = fill(static_cast<std::size_t>(z.M * ldc));
+        const auto bias = fill(static_cast<std::size_t>(z.N));
+        const double alpha = 0.5, beta = -1.25;
+        std::vector<double> ref = C0;
+        for (std::int64_t r = 0; r < z.M; ++r)
+          for (std::int64_t c = 0; c < z.N; ++c) {
+            double acc = 0;
+            for (std::int64_t k = 0; k < z.K; ++k)
+              acc += (ta ? A[k * lda + r] : A[r * lda + k]) * (tb ? B[c * ldb + k] : B[k * ldb + c]);
+            double& d = ref[static_cast<std::size_t>(r * ldc + c)];
+            d = alpha * acc + beta * d + (with_bias ? bias[static_cast<std::size_t>(c)] : 0.0);
+          }
+        const LtGemmPlan p = lt_gemm_plan(ta, tb, z.M, z.N, z.K, lda, ldb, ldc);
+        ASSERT_TRUE(lt_plan_valid(p));
+        std::vector<double> out = C0;
+        run_plan(p, alpha, /*first=*/B, /*second=*/A, beta, out, with_bias ? &bias : nullptr);
+        for (std::size_t i = 0; i < out.size(); ++i)
+          ASSERT_NEAR(out[i], ref[i], 1e-12)
+              << "M " << z.M << " N " << z.N << " K " << z.K << " t" << t << " at " << i;
+      }
+}
+
+TEST(CudaHostLogic, CublasLtPlanRefusesWhatCublasLtCannotTake) {
+  EXPECT_FALSE(lt_plan_valid(lt_gemm_plan(false, false, 4, 4, 0, 1, 4, 4)));  // K == 0
+  EXPECT_FALSE(lt_plan_valid(lt_gemm_plan(false, false, 4, 4, 3, 2, 4, 4)));  // lda < K
+  EXPECT_FALSE(lt_plan_valid(lt_gemm_plan(false, true, 4, 4, 3, 3, 2, 4)));   // ldb < K
+  EXPECT_FALSE(lt_plan_valid(lt_gemm_plan(false, false, 4, 5, 3, 3, 5, 4)));  // ldc < N
+  EXPECT_TRUE(lt_plan_valid(lt_gemm_plan(true, true, 4, 5, 3, 4, 3, 5)));
+  // Alignment cuBLASLt may assume: the largest power of two dividing the address, <= 256.
+  EXPECT_EQ(lt_alignment(0x1000), 256u);
+  EXPECT_EQ(lt_alignment(0x1002), 2u);
+  EXPECT_EQ(lt_alignment(0x1010), 16u);
+  EXPECT_EQ(lt_alignment(0x1004), 4u);
+  EXPECT_EQ(lt_alignment(0x1001), 1u);
+}
+
+TEST(CudaHostLogic, TypedGemmDtypesAndTf32) {
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+    EXPECT_TRUE(typed_gemm_supported(t, t, t));
+    EXPECT_TRUE(typed_gemm_supported(t, t, DType::f32));
+  }
+  EXPECT_FALSE(typed_gemm_supported(DType::bf16, DType::f32, DType::bf16));  // mixed A / B
+  EXPECT_FALSE(typed_gemm_supported(DType::bf16, DType::bf16, DType::f16));
+  EXPECT_FALSE(typed_gemm_supported(DType::f32, DType::f32, DType::bf16));
+  EXPECT_FALSE(typed_gemm_supported(DType::f64, DType::f64, DType::f64));
+  EXPECT_FALSE(typed_gemm_supported(DType::i32, DType::i32, DType::f32));
+  // TF32 only for f32 operands and only when allowed (torch's allow_tf32, off by default).
+  EXPECT_TRUE(lt_use_tf32(DType::f32, true));
+  EXPECT_FALSE(lt_use_tf32(DType::f32, false));
+  EXPECT_FALSE(lt_use_tf32(DType::bf16, true));
+  EXPECT_FALSE(lt_use_tf32(DType::f16, true));
 }
 
 }  // namespace

@@ -88,9 +88,9 @@ Tensor Linear::forward(const Tensor& input) {
               " (the layer's device), got ", input.str());
   input_shape_ = input.shape();
   input_ = input.dim() == 2 ? input : input.view({-1, in_});
-  // y[rows, out] = x[rows, in] @ W[out, in]^T, then + b.
-  Tensor y = ops::matmul(input_, weight_.data, false, true, determinism_);
-  if (has_bias_) ops::add_bias_(y, bias_.data);
+  // y[rows, out] = x[rows, in] @ W[out, in]^T, then + b (one GEMM with a bias epilogue where
+  // the backend has it, ops::linear).
+  Tensor y = ops::linear(input_, weight_.data, has_bias_ ? bias_.data : Tensor(), determinism_);
   if (input.dim() == 2) return y;
   Shape out_shape = input_shape_;
   out_shape.back() = out_;

@@ -22,6 +22,9 @@ namespace {
 }
 }  // namespace
 
+bool Kernels::has_gemm_ex(DType, DType, DType, Determinism) const { return false; }
+void Kernels::gemm_ex(Stream&, const GemmExArgs&) { no_kernel("gemm_ex"); }
+
 void Kernels::embedding_forward(Stream&, const std::int64_t*, const float*, const float*,
                                 std::int64_t, std::int64_t, std::int64_t, float*) {
   no_kernel("embedding_forward");

@@ -58,6 +58,37 @@ struct BackendOptions {
   bool allow_tf32 = false;
 };
 
+/// What a typed GEMM does after the product (cuBLASLt's cublasLtEpilogue_t).
+enum class GemmEpilogue : std::uint8_t {
+  none,  ///< C = alpha * op(A) @ op(B) + beta * C (CUBLASLT_EPILOGUE_DEFAULT)
+  bias,  ///< then C[m, n] += bias[n], bias of N elements (CUBLASLT_EPILOGUE_BIAS; nn.Linear)
+};
+
+/// Arguments of Kernels::gemm_ex, the typed GEMM (cublasLtMatmul): row-major C[M,N] = alpha *
+/// op(A) @ op(B) + beta * C (+ bias[n]); op(A) is [M,K] (A stored [K,M] when trans_a), op(B) is
+/// [K,N] (B stored [N,K] when trans_b). lda/ldb/ldc are the row strides, in elements, of A, B, C
+/// as stored (lda >= max(1, cols of A as stored), likewise ldb, ldc >= max(1, N)). Each of A, B,
+/// C (and bias) has its own storage dtype, f32, bf16 or f16; arithmetic is f32. beta == 0 ignores
+/// C's contents. C does not overlap A, B or bias. M, N > 0; K >= 0 (K == 0: the product is 0).
+struct GemmExArgs {
+  bool trans_a = false, trans_b = false;
+  std::int64_t M = 0, N = 0, K = 0;
+  float alpha = 1.0f;
+  const void* A = nullptr;
+  DType a_type = DType::f32;
+  std::int64_t lda = 1;
+  const void* B = nullptr;
+  DType b_type = DType::f32;
+  std::int64_t ldb = 1;
+  float beta = 0.0f;
+  void* C = nullptr;
+  DType c_type = DType::f32;
+  std::int64_t ldc = 1;
+  GemmEpilogue epilogue = GemmEpilogue::none;
+  const void* bias = nullptr;  ///< N elements of c_type with GemmEpilogue::bias, else unused
+  Determinism mode = Determinism::fast;
+};
+
 /// Pointwise/loss/optimizer kernels. Shapes are row-major; sizes are element counts.
 class Kernels {
  public:
@@ -70,6 +101,27 @@ class Kernels {
   virtual void gemm(Stream& s, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N,
                     std::int64_t K, float alpha, const float* A, std::int64_t lda, const float* B,
                     std::int64_t ldb, float beta, float* C, std::int64_t ldc, Determinism mode) = 0;
+
+  /// Whether gemm_ex runs natively here for these storage dtypes in `mode` (no f32 copy of a
+  /// whole operand). Default: false, and the ops of core/runtime/ops.h run a bf16 / f16 product
+  /// through f32 scratch and Kernels::gemm instead (Note [Mixed precision]); the simulator keeps
+  /// that path (its bits, virtual time and memory accounting). cuda: true for a_type == b_type
+  /// in {f32, bf16, f16} and c_type in {a_type, f32}, in both modes.
+  virtual bool has_gemm_ex(DType a_type, DType b_type, DType c_type, Determinism mode) const;
+
+  /// The typed GEMM (cublasLtMatmul; torch.addmm on bf16 / f16 tensors): C[M,N] = alpha *
+  /// op(A) @ op(B) + beta * C, then + bias[n] with GemmEpilogue::bias, row-major as gemm, with
+  /// each operand in its storage dtype (GemmExArgs) and f32 accumulation. Elements are loaded
+  /// into f32 (exact) and each output rounded into c_type (round to nearest even). Only called
+  /// where has_gemm_ex(a_type, b_type, c_type, mode) is true (core checked the arguments; the
+  /// default throws InvalidArgument "this backend has no kernel gemm_ex").
+  /// bitwise: the bits of the simulator's path (Note [Mixed precision]): each element is
+  /// round_c(gemm_epilogue(chain, alpha, beta, float(C))), the chain of gemm over the widened
+  /// operands; with the bias epilogue that result is then rounded again after + float(bias[n])
+  /// (cm::add), the bits of gemm followed by add_bias. fast: any order, one rounding where the
+  /// library fuses (cuda: cuBLASLt with CUBLAS_COMPUTE_32F, or CUBLAS_COMPUTE_32F_FAST_TF32 for
+  /// f32 operands under BackendOptions::allow_tf32; CUBLASLT_EPILOGUE_BIAS).
+  virtual void gemm_ex(Stream& s, const GemmExArgs& g);
 
   /// y[r, c] += bias[c] for a [rows, cols] y.
   virtual void add_bias(Stream& s, float* y, const float* bias, std::int64_t rows,

@@ -46,7 +46,13 @@
 //     not hold it, so memory reports and OutOfMemory match a bf16 run on the real GPU. The
 //     outputs are allocated under an inner StorageDTypeScope(f32) and so are charged.
 // The CUDA backend really converts (its memory and time include the scratch): no new kernel, the
-// same Kernels::cast and f32 kernels as the simulator, hence the same bits.
+// same Kernels::cast and f32 kernels as the simulator, hence the same bits. Except matrix
+// products: where a backend runs the typed GEMM natively (Kernels::has_gemm_ex; cuda, not the
+// simulator), ops::gemm, ops::matmul and ops::linear call Kernels::gemm_ex on the stored
+// operands instead (no f32 copy of a whole tensor): in bitwise mode with the same bits (the
+// operands widened as loaded, each result rounded once into c, Note [CUDA canonical GEMM]); in
+// fast mode through cuBLASLt (bf16 / f16 tensor cores with f32 accumulation; ops::linear's bias
+// fused into the epilogue, rounding once).
 // StorageDTypeScope is for the ops' implementation: code around ops does not open one (an
 // allocation inside it would go uncharged).
 #pragma once

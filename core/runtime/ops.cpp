@@ -33,10 +33,10 @@ void check_matrix_and_cols(const char* op, const char* m_arg, const Tensor& m, c
 }
 
 /// `c` is the f32 [M, N] output of a product of `a` and `b`, on a's device, sharing no memory
-/// with either.
+/// with either (`typed`: of any dtype, the typed GEMM's, whose dtypes the backend accepted).
 void check_product_out(const char* op, const Tensor& c, const Tensor& a, const Tensor& b,
-                       std::int64_t M, std::int64_t N) {
-  check_tensor(op, "c", c);
+                       std::int64_t M, std::int64_t N, bool typed = false) {
+  check_tensor(op, "c", c, typed && c.defined() ? c.dtype() : DType::f32);
   check_device(op, "c", c, a.device(), "a");
   DITTO_CHECK(c.shape() == (Shape{M, N}), op, ": c: expected [M, N] = ", shape_str({M, N}),
               " for a of ", shape_str(a.shape()), " and b of ", shape_str(b.shape()), ", got ",
@@ -52,11 +52,12 @@ struct GemmDims {
   std::int64_t M, N, K;
 };
 
-/// Checks a and b of op(a) @ op(b) and returns M, N, K.
+/// Checks a and b of op(a) @ op(b) and returns M, N, K (`typed`: a and b of any dtype, the
+/// typed GEMM's, whose dtypes the backend accepted; else f32).
 GemmDims check_matmul_operands(const char* op, const Tensor& a, const Tensor& b, bool trans_a,
-                               bool trans_b) {
-  check_tensor(op, "a", a);
-  check_tensor(op, "b", b);
+                               bool trans_b, bool typed = false) {
+  check_tensor(op, "a", a, typed && a.defined() ? a.dtype() : DType::f32);
+  check_tensor(op, "b", b, typed && b.defined() ? b.dtype() : DType::f32);
   check_device(op, "b", b, a.device(), "a");
   check_dims(op, "a", a, 2, trans_a ? "[K, M] (trans_a)" : "[M, K]");
   check_dims(op, "b", b, 2, trans_b ? "[N, K] (trans_b)" : "[K, N]");
@@ -77,6 +78,54 @@ void launch_gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool
   kernels_of(c).gemm(stream_of(c), trans_a, trans_b, d.M, d.N, d.K, alpha, a.data<float>(),
                      row_stride(a), b.data<float>(), row_stride(b), beta, c.data<float>(),
                      row_stride(c), mode);
+}
+
+/// Whether the product of `a` and `b` into a `c_type` output runs as one typed GEMM on their
+/// backend (Kernels::has_gemm_ex): both on a device and the backend runs these dtypes natively.
+/// Otherwise a bf16 / f16 product goes through MixedOp's f32 scratch (Note [Mixed precision]).
+bool native_gemm(const Tensor& a, const Tensor& b, DType c_type, Determinism mode) {
+  if (!a.defined() || !b.defined() || a.device().is_cpu() || b.device() != a.device())
+    return false;
+  return kernels_of(a).has_gemm_ex(a.dtype(), b.dtype(), c_type, mode);
+}
+
+/// The typed GEMM c = alpha * op(a) @ op(b) + beta * c (+ bias[n] when bias is defined) on
+/// checked tensors.
+void launch_gemm_ex(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b,
+                    const GemmDims& d, float alpha, float beta, Determinism mode,
+                    const Tensor& bias = Tensor()) {
+  if (d.M == 0 || d.N == 0) return;
+  GemmExArgs g;
+  g.trans_a = trans_a;
+  g.trans_b = trans_b;
+  g.M = d.M;
+  g.N = d.N;
+  g.K = d.K;
+  g.alpha = alpha;
+  g.A = a.data_ptr();
+  g.a_type = a.dtype();
+  g.lda = row_stride(a);
+  g.B = b.data_ptr();
+  g.b_type = b.dtype();
+  g.ldb = row_stride(b);
+  g.beta = beta;
+  g.C = c.data_ptr();
+  g.c_type = c.dtype();
+  g.ldc = row_stride(c);
+  if (bias.defined()) {
+    g.epilogue = GemmEpilogue::bias;
+    g.bias = bias.data_ptr();
+  }
+  g.mode = mode;
+  kernels_of(c).gemm_ex(stream_of(c), g);
+}
+
+/// The storage dtype of a new product of a and b: the first bf16 / f16 of the two, else f32
+/// (MixedOp's rule, Note [Mixed precision]).
+DType product_dtype(const Tensor& a, const Tensor& b) {
+  if (is_half(a)) return a.dtype();
+  if (is_half(b)) return b.dtype();
+  return DType::f32;
 }
 
 /// Checks a one-element f32 gradient-of-loss tensor on `device`.
@@ -124,6 +173,12 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_
   if (any_half({&a, &b, &c})) {  // Note [Mixed precision]
     check_no_overlap(op, "c", c, "a", a);
     check_no_overlap(op, "c", c, "b", b);
+    if (c.defined() && native_gemm(a, b, c.dtype(), mode)) {  // one typed GEMM, no f32 copies
+      const GemmDims d = check_matmul_operands(op, a, b, trans_a, trans_b, /*typed=*/true);
+      check_product_out(op, c, a, b, d.M, d.N, /*typed=*/true);
+      launch_gemm_ex(a, b, c, trans_a, trans_b, d, alpha, beta, mode);
+      return;
+    }
     MixedOp m(op, {&a, &b, &c});
     Tensor cf = m.in(c);
     m.run([&] { gemm(m.in(a), m.in(b), cf, trans_a, trans_b, alpha, beta, mode); });
@@ -137,6 +192,13 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, Determinism mode) {
   if (any_half({&a, &b})) {
+    const DType storage = product_dtype(a, b);
+    if (native_gemm(a, b, storage, mode)) {  // one typed GEMM into the storage dtype
+      const GemmDims d = check_matmul_operands("ops::matmul", a, b, trans_a, trans_b, true);
+      Tensor c = Tensor::empty({d.M, d.N}, storage, a.device());
+      launch_gemm_ex(a, b, c, trans_a, trans_b, d, 1.0f, 0.0f, mode);
+      return c;
+    }
     MixedOp m("ops::matmul", {&a, &b});
     return m.out(m.run([&] { return matmul(m.in(a), m.in(b), trans_a, trans_b, mode); }));
   }
@@ -144,6 +206,24 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, Dete
   Tensor c = Tensor::empty({d.M, d.N}, DType::f32, a.device());
   launch_gemm(a, b, c, trans_a, trans_b, d, 1.0f, 0.0f, mode);
   return c;
+}
+
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, Determinism mode) {
+  constexpr const char* op = "ops::linear";
+  const DType out = x.defined() && w.defined() ? product_dtype(x, w) : DType::f32;
+  if (bias.defined() && bias.dtype() == out && native_gemm(x, w, out, mode)) {
+    const GemmDims d = check_matmul_operands(op, x, w, false, true, /*typed=*/true);
+    check_tensor(op, "bias", bias, out);
+    check_device(op, "bias", bias, x.device(), "x");
+    DITTO_CHECK(bias.shape() == Shape{d.N}, op, ": bias: expected [out] = [", d.N,
+                "] for w of ", shape_str(w.shape()), ", got ", bias.str());
+    Tensor y = Tensor::empty({d.M, d.N}, out, x.device());
+    launch_gemm_ex(x, w, y, false, true, d, 1.0f, 0.0f, mode, bias);
+    return y;
+  }
+  Tensor y = matmul(x, w, false, true, mode);
+  if (bias.defined()) add_bias_(y, bias);
+  return y;
 }
 
 void add_bias_(Tensor& y, const Tensor& bias) {

@@ -22,6 +22,14 @@ void gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_
 /// New [M,N] tensor op(a) @ op(b).
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, Determinism mode);
 
+/// New [rows, out] = x @ w^T + bias (torch.nn.functional.linear): x [rows, in], w [out, in],
+/// bias [out] or undefined (no bias); f32, bf16 or f16 (the result in the storage dtype, Note
+/// [Mixed precision]). matmul(x, w, false, true, mode) then add_bias_(y, bias), except where the
+/// backend runs the typed GEMM natively (Kernels::has_gemm_ex) and bias has the result's dtype:
+/// then one Kernels::gemm_ex with GemmEpilogue::bias (bitwise: the same bits as the two ops;
+/// fast: cuBLASLt's CUBLASLT_EPILOGUE_BIAS, which rounds once). The simulator runs the two ops.
+Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, Determinism mode);
+
 /// y[r, c] += bias[c]; y: [rows, cols], bias: [cols].
 void add_bias_(Tensor& y, const Tensor& bias);
 

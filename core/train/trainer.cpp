@@ -353,6 +353,7 @@ FitResult Trainer::fit() {
     else if (name != "cuda") bopts.device_count = 1;
     if (c.memory_capacity) bopts.memory_capacity = *c.memory_capacity;
     bopts.dry_run = c.dry_run;
+    bopts.allow_tf32 = c.allow_tf32;
     run.be = &init_backend(name, bopts);
     if (!c.profile.empty() && !c.memory_capacity)
       if (auto* cm = run.be->extension<CostModelExtension>()) {  // the profile's memory

@@ -134,6 +134,10 @@ struct TrainerConfig {
   /// executing kernels and without host memory for tensor data (loss values are then 0).
   /// No checkpoint_dir with it (Error: its checkpoints would be all zeros).
   bool dry_run = false;
+  /// Fast-mode f32 matrix products may run on TF32 tensor cores (BackendOptions::allow_tf32;
+  /// torch.backends.cuda.matmul.allow_tf32). Off by default: f32 stays strict f32. Bitwise mode
+  /// ignores it.
+  bool allow_tf32 = false;
 
   // ---- checkpoints (core/io/checkpoint.h)
   std::string checkpoint_dir;         ///< "": none; else saved at the end (and every N steps)

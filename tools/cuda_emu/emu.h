@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend_cuda/cuda_host_logic.h"
 #include "core/numerics/float_formats.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/error.h"
@@ -101,6 +102,7 @@ To emu_gpu_convert(From x) {
 struct alignas(16) float4 { float x, y, z, w; };
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 struct alignas(16) uint4 { unsigned x, y, z, w; };
+struct alignas(8) uint2 { unsigned x, y; };
 inline int __ffs(int x) { return __builtin_ffs(x); }
 
 using cudaError_t = int;
@@ -160,8 +162,14 @@ class CudaStream final : public Stream {
   cublasHandle_t cublas() { return nullptr; }
 };
 inline CudaStream& as_cuda(Stream& s, const char*) { return static_cast<CudaStream&>(s); }
+// The typed GEMM's decisions are the real backend's (pure host functions); cuBLASLt is not
+// emulated: blaslt_gemm declines every call, so a fast-mode gemm_ex runs the canonical kernel.
+using ditto::cuda::lt_use_tf32;
+using ditto::cuda::typed_gemm_supported;
+inline bool blaslt_gemm(CudaStream&, const GemmExArgs&, bool, const std::string&) { return false; }
 class CudaBackend {
  public:
+  bool allow_tf32() const { return false; }
   void* allocate_on(int, std::size_t bytes, cudaStream_t s) {
     void* p = nullptr;
     cudaMallocAsync(&p, bytes, s);

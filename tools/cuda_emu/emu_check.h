@@ -102,4 +102,6 @@ void check_attention_kernels(unsigned& seed);
 void check_fused_kernels(unsigned& seed);
 /// The dtype-generic kernels' checks (test_emu_dtype.cpp).
 void check_dtype_kernels(unsigned& seed);
+/// The typed GEMM's checks (test_emu_gemm.cpp): gemm_ex against the simulator's MixedOp path.
+void check_typed_gemm(unsigned& seed);
 

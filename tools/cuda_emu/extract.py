@@ -15,7 +15,7 @@ src = re.sub(r'(?<![\w:])convert<', 'emu_gpu_convert<', src)
 src = re.sub(r'#include <cublas_v2.h>\n#include <cuda_runtime.h>\n', '#include "emu.h"\n', src)
 src = re.sub(r'#include <cuda_runtime.h>\n', '#include "emu.h"\n', src)
 for h in ['backend_cuda/cuda_backend.h', 'backend_cuda/cuda_check.h', 'backend_cuda/cuda_stream.h',
-          'backend_cuda/cublas_lazy.h']:
+          'backend_cuda/cublas_lazy.h', 'backend_cuda/cuda_blaslt.h']:
     src = src.replace('#include "%s"\n' % h, '')
 out = []; i = 0
 while True:

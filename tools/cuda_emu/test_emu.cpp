@@ -2,7 +2,8 @@
 // kernels (cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu, cuda_attention.cu, cuda_fused.cu,
 // cuda_dtype.cu through emu.h) with identical inputs and compares the bits; the transformer
 // kernels' cases are in test_emu_gpt.cpp and test_emu_fused.cpp, the dtype-generic kernels' in
-// test_emu_dtype.cpp.
+// test_emu_dtype.cpp, the typed GEMM's (gemm_ex on f32 / bf16 / f16 against the simulator's
+// MixedOp path) in test_emu_gemm.cpp.
 #include "emu_check.h"
 #include "core/numerics/micro_shards.h"
 
@@ -19,11 +20,13 @@ int main(int argc, char** argv) {
   cudak = cuda_emu::make_cuda_kernels(cb);
   unsigned seed = 1;
   const std::string only = argc > 1 ? argv[1] : "";
-  if (only == "dtype" || only == "attention" || only == "fused") {
+  if (only == "dtype" || only == "attention" || only == "fused" || only == "gemm") {
     if (only == "dtype")
       check_dtype_kernels(seed);
     else if (only == "attention")
       check_attention_kernels(seed);
+    else if (only == "gemm")
+      check_typed_gemm(seed);
     else
       check_fused_kernels(seed);
     std::printf("%d checks, %d failures, %ld emulated threads, leaked temps %d\n", checks,
@@ -53,6 +56,9 @@ int main(int argc, char** argv) {
                b[2].data() + g.coff, ldc, Determinism::bitwise);
       });
     }
+
+  // ---- the typed GEMM (gemm_ex) against the simulator's MixedOp path (test_emu_gemm.cpp)
+  check_typed_gemm(seed);
 
   // ---- sharded
   std::vector<std::pair<i64, Bounds>> sc;

@@ -1,0 +1,25 @@
+// The typed GEMM's fast path on cuBLASLt (Kernels::gemm_ex in fast mode, cuda_kernels.cu): one
+// cublasLtMatmul per call with the operands in their storage dtypes (f32, bf16, f16), f32
+// accumulation (CUBLAS_COMPUTE_32F; CUBLAS_COMPUTE_32F_FAST_TF32 for f32 under
+// BackendOptions::allow_tf32) and the bias epilogue (CUBLASLT_EPILOGUE_BIAS). The row-major ->
+// column-major mapping is cuda_host_logic.h's lt_gemm_plan, checked on the CPU
+// (tests/test_cuda_host_logic.cpp); the call itself on a GPU (tests/test_cuda_fixes.cpp).
+#pragma once
+
+#include <string>
+
+#include "core/runtime/backend.h"
+
+namespace ditto::cuda {
+
+class CudaStream;
+
+/// Enqueues g (checked by core; typed_gemm_supported dtypes) on `s` as one cublasLtMatmul and
+/// returns true, or returns false having enqueued nothing when cuBLASLt cannot take it
+/// (lt_plan_valid fails: K == 0 or strides it refuses; no algorithm from
+/// cublasLtMatmulAlgoGetHeuristic for these types, layouts and alignments): the caller then runs
+/// its own kernel. `tf32`: f32 operands on TF32 tensor cores (lt_use_tf32). A failing cuBLASLt
+/// call throws BackendError naming `where` and the call.
+bool blaslt_gemm(CudaStream& s, const GemmExArgs& g, bool tf32, const std::string& where);
+
+}  // namespace ditto::cuda

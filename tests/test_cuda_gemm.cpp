@@ -1,0 +1,303 @@
+// The typed GEMM on a GPU (issue 29; Kernels::gemm_ex, backend_cuda/cuda_blaslt.cpp): cuBLASLt
+// with f32 (strict and TF32), bf16 and f16 operands, C of their dtype or f32, every transpose
+// pair, ragged sizes, beta 0 and 1 and the bias epilogue, against a double-precision reference of
+// the stored (widened) inputs within the tolerance of each mode; and the bitwise typed kernel
+// through the ops against the simulator's bits. The descriptors' row-major -> column-major mapping
+// is checked on any machine (CudaHostLogic.CublasLtPlan*), the bitwise kernel on the CPU too
+// (CudaEmu.Kernels). Without a usable GPU every test reports SKIPPED with the reason;
+// tools/gpu-check-tests.txt lists them for the GPU check.
+#if defined(DITTO_TEST_CUDA_BUILT)
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend_cuda/cuda_backend.h"
+#include "backend_cuda/cuda_blaslt.h"
+#include "backend_cuda/cuda_stream.h"
+#include "core/numerics/float_formats.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/ops.h"
+#include "core/runtime/tensor.h"
+#include "test_util.h"
+
+namespace ditto {
+namespace {
+
+using namespace ditto::test;
+
+constexpr int kLogicalDevices = 8;  // as test_cuda.cpp: one backend for the whole binary
+using CudaGemm = CudaSuite<kLogicalDevices>;
+
+// Host values of dtype t: random in [-1, 1], rounded to t, kept as the bytes to upload and as
+// their exact f32 values (the reference's inputs).
+struct HostMatrix {
+  DType t;
+  std::vector<std::uint8_t> bytes;
+  std::vector<float> values;
+};
+
+HostMatrix random_matrix(DType t, std::size_t n, std::mt19937& gen) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  HostMatrix m{t, std::vector<std::uint8_t>(n * dtype_size(t)), std::vector<float>(n)};
+  for (std::size_t i = 0; i < n; ++i) {
+    const float x = u(gen);
+    if (t == DType::bf16) {
+      const bfloat16 h = bfloat16::from(x);
+      std::memcpy(m.bytes.data() + 2 * i, &h.bits, 2);
+      m.values[i] = h.to_float();
+    } else if (t == DType::f16) {
+      const float16 h = float16::from(x);
+      std::memcpy(m.bytes.data() + 2 * i, &h.bits, 2);
+      m.values[i] = h.to_float();
+    } else {
+      std::memcpy(m.bytes.data() + 4 * i, &x, 4);
+      m.values[i] = x;
+    }
+  }
+  return m;
+}
+
+std::vector<float> widen(DType t, const std::vector<std::uint8_t>& bytes) {
+  const std::size_t n = bytes.size() / dtype_size(t);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (t == DType::f32) {
+      std::memcpy(&v[i], bytes.data() + 4 * i, 4);
+    } else {
+      std::uint16_t b;
+      std::memcpy(&b, bytes.data() + 2 * i, 2);
+      v[i] = t == DType::bf16 ? bfloat16{b}.to_float() : float16{b}.to_float();
+    }
+  }
+  return v;
+}
+
+// Device memory of a backend of the test's own (freed at scope end).
+struct DeviceBytes {
+  cuda::CudaBackend& b;
+  std::size_t n;
+  void* p;
+  DeviceBytes(cuda::CudaBackend& backend, const std::vector<std::uint8_t>& host)
+      : b(backend), n(host.size()), p(backend.allocate(0, host.size())) {
+    b.copy_from_host(b.default_stream(0), p, host.data(), n);
+  }
+  ~DeviceBytes() { b.deallocate(0, p, n); }
+  std::vector<std::uint8_t> read() {
+    std::vector<std::uint8_t> h(n);
+    b.copy_to_host(b.default_stream(0), h.data(), p, n);
+    return h;
+  }
+  DeviceBytes(const DeviceBytes&) = delete;
+  DeviceBytes& operator=(const DeviceBytes&) = delete;
+};
+
+// How far the GPU may be from the double reference, relative to
+// scale = |alpha| * sum_k |a_ik b_kj| + |beta c_ij| + |bias_j| (a bound on every partial sum):
+// strict f32 accumulation of K <= 160 terms (at most K * 2^-24 < 1e-5: 2e-5); bf16 / f16 inputs
+// are exact in the reference and their products exact in f32, but the tensor cores' f32
+// accumulation may truncate (1e-4); TF32 inputs (10-bit mantissa, truncated or rounded: at most
+// 2 * 2^-10 per product, 3e-3); a bf16 / f16 output rounded once (half an ulp: 2^-8 / 2^-11 of
+// the value, which scale bounds; twice with a bias where cuBLASLt has no algorithm and the
+// canonical kernel runs, which rounds the product, then the sum with the bias).
+double tolerance(DType ab, DType c, bool tf32, bool bias = false) {
+  double tol = ab == DType::f32 ? 2e-5 : 1e-4;
+  if (tf32) tol = 3e-3;
+  const double roundings = bias ? 2.0 : 1.0;
+  if (c == DType::bf16) tol += 3.91e-3 * roundings;
+  if (c == DType::f16) tol += 4.9e-4 * roundings;
+  return tol;
+}
+
+struct Case {
+  std::int64_t M, N, K;
+};
+
+// One typed GEMM through cuBLASLt (blaslt_gemm must take it: ASSERT) and, for the same inputs,
+// through Kernels::gemm_ex (fast mode), each against the double reference.
+void check_lt(cuda::CudaBackend& be, DType ab, DType ct, bool tf32, bool ta, bool tb,
+              const Case& z, float alpha, float beta, bool bias, std::mt19937& gen) {
+  const std::int64_t ar = ta ? z.K : z.M, ac = ta ? z.M : z.K;
+  const std::int64_t br = tb ? z.N : z.K, bc = tb ? z.K : z.N;
+  const HostMatrix A = random_matrix(ab, static_cast<std::size_t>(ar * ac), gen);
+  const HostMatrix B = random_matrix(ab, static_cast<std::size_t>(br * bc), gen);
+  const HostMatrix C = random_matrix(ct, static_cast<std::size_t>(z.M * z.N), gen);
+  const HostMatrix Bias = random_matrix(ct, static_cast<std::size_t>(z.N), gen);
+  std::vector<double> ref(static_cast<std::size_t>(z.M * z.N)), scale(ref.size());
+  for (std::int64_t i = 0; i < z.M; ++i)
+    for (std::int64_t j = 0; j < z.N; ++j) {
+      double acc = 0, mag = 0;
+      for (std::int64_t k = 0; k < z.K; ++k) {
+        const double a = A.values[static_cast<std::size_t>(ta ? k * ac + i : i * ac + k)];
+        const double b = B.values[static_cast<std::size_t>(tb ? j * bc + k : k * bc + j)];
+        acc += a * b;
+        mag += std::fabs(a * b);
+      }
+      const std::size_t at = static_cast<std::size_t>(i * z.N + j);
+      const double c = beta != 0.0f ? C.values[at] : 0.0;
+      const double bj = bias ? Bias.values[static_cast<std::size_t>(j)] : 0.0;
+      ref[at] = alpha * acc + beta * c + bj;
+      scale[at] = std::fabs(alpha) * mag + std::fabs(beta * c) + std::fabs(bj) + 1e-30;
+    }
+  const std::string what = std::string(dtype_name(ab)) + (tf32 ? " (tf32)" : "") + " -> " +
+                           dtype_name(ct) + " " + std::to_string(z.M) + "x" +
+                           std::to_string(z.N) + "x" + std::to_string(z.K) +
+                           (ta ? " trans_a" : "") + (tb ? " trans_b" : "") + " alpha " +
+                           std::to_string(alpha) + " beta " + std::to_string(beta) +
+                           (bias ? " bias" : "");
+  DeviceBytes dA(be, A.bytes), dB(be, B.bytes), dBias(be, Bias.bytes);
+  for (int path = 0; path < 2; ++path) {  // 0: blaslt_gemm itself, 1: Kernels::gemm_ex
+    DeviceBytes dC(be, C.bytes);
+    GemmExArgs g;
+    g.trans_a = ta;
+    g.trans_b = tb;
+    g.M = z.M, g.N = z.N, g.K = z.K;
+    g.alpha = alpha, g.beta = beta;
+    g.A = dA.p, g.a_type = ab, g.lda = ac;
+    g.B = dB.p, g.b_type = ab, g.ldb = bc;
+    g.C = dC.p, g.c_type = ct, g.ldc = z.N;
+    g.epilogue = bias ? GemmEpilogue::bias : GemmEpilogue::none;
+    g.bias = dBias.p;
+    g.mode = Determinism::fast;
+    if (path == 0) {
+      bool took = false;
+      {
+        cuda::DeviceGuard guard(be.physical_device(0));
+        took = cuda::blaslt_gemm(be.cuda_stream(0), g, tf32, "test");
+      }
+      // Leading dimensions of whole 16-byte rows: cuBLASLt must have an algorithm. Ragged ones
+      // (an odd ld of bf16) may fall back to the canonical kernel (gemm_ex, path 1).
+      const std::size_t row_align = 16 / dtype_size(ab);
+      const bool aligned = ac % static_cast<std::int64_t>(row_align) == 0 &&
+                           bc % static_cast<std::int64_t>(row_align) == 0 &&
+                           z.N % static_cast<std::int64_t>(16 / dtype_size(ct)) == 0;
+      if (!took) {
+        EXPECT_FALSE(aligned) << what << ": cuBLASLt found no algorithm";
+        std::printf("note: %s: cuBLASLt has no algorithm (ragged leading dimensions)\n",
+                    what.c_str());
+        continue;
+      }
+    } else {
+      ASSERT_TRUE(be.kernels().has_gemm_ex(ab, ab, ct, Determinism::fast)) << what;
+      be.kernels().gemm_ex(be.default_stream(0), g);
+    }
+    const std::vector<float> got = widen(ct, dC.read());
+    const double tol = tolerance(ab, ct, tf32, bias && path == 1);
+    std::size_t bad = 0, first = 0;
+    double worst = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const double err = std::fabs(got[i] - ref[i]) / scale[i];
+      if (!(err <= tol) && bad++ == 0) first = i;
+      if (err > worst || err != err) worst = err;
+    }
+    EXPECT_EQ(bad, 0u) << what << (path == 0 ? " (blaslt_gemm)" : " (gemm_ex)") << ": " << bad
+                       << " of " << got.size() << " elements off by more than " << tol
+                       << " x scale; first at " << first << ": " << got[first] << " vs "
+                       << ref[first] << "; worst " << worst;
+  }
+}
+
+TEST_F(CudaGemm, CublasLtTypedGemmMatchesADoubleReference) {
+  BackendOptions strict_opts, tf32_opts;
+  strict_opts.device_count = 1;
+  tf32_opts.device_count = 1;
+  tf32_opts.allow_tf32 = true;
+  cuda::CudaBackend strict(strict_opts), tf32(tf32_opts);
+  ASSERT_FALSE(strict.allow_tf32());
+  ASSERT_TRUE(tf32.allow_tf32());
+  std::mt19937 gen(29);
+  const Case cases[] = {{64, 48, 40}, {33, 17, 70}, {256, 192, 160}, {1, 8, 8}};
+  int variant = 0;
+  struct Kind {
+    DType ab, c;
+    bool tf32;
+  };
+  const Kind kinds[] = {{DType::f32, DType::f32, false}, {DType::f32, DType::f32, true},
+                        {DType::bf16, DType::bf16, false}, {DType::bf16, DType::f32, false},
+                        {DType::f16, DType::f16, false}, {DType::f16, DType::f32, false}};
+  for (const Kind& k : kinds)
+    for (const Case& z : cases)
+      for (int t = 0; t < 4; ++t) {
+        ++variant;
+        const float alpha = variant % 3 == 0 ? 0.5f : 1.0f;
+        const float beta = variant % 2 == 0 ? 1.0f : 0.0f;
+        const bool bias = (variant / 2) % 2 == 1;
+        check_lt(k.tf32 ? tf32 : strict, k.ab, k.c, k.tf32, t & 1, t & 2, z, alpha, beta, bias,
+                 gen);
+        if (HasFatalFailure()) return;
+      }
+}
+
+// Kernels::gemm on f32 in fast mode: strict cuBLAS sgemm by default, cuBLASLt TF32 under
+// allow_tf32; both within their tolerance of the double reference.
+TEST_F(CudaGemm, F32GemmStrictByDefaultTf32WhenAllowed) {
+  for (bool allow : {false, true}) {
+    BackendOptions o;
+    o.device_count = 1;
+    o.allow_tf32 = allow;
+    cuda::CudaBackend be(o);
+    std::mt19937 gen(7);
+    const Case z{96, 80, 128};
+    const HostMatrix A = random_matrix(DType::f32, 96 * 128, gen);
+    const HostMatrix B = random_matrix(DType::f32, 128 * 80, gen);
+    DeviceBytes dA(be, A.bytes), dB(be, B.bytes),
+        dC(be, std::vector<std::uint8_t>(96 * 80 * 4, 0));
+    be.kernels().gemm(be.default_stream(0), false, false, z.M, z.N, z.K, 1.0f,
+                      static_cast<const float*>(dA.p), z.K, static_cast<const float*>(dB.p), z.N,
+                      0.0f, static_cast<float*>(dC.p), z.N, Determinism::fast);
+    const std::vector<float> got = widen(DType::f32, dC.read());
+    double worst = 0;
+    for (std::int64_t i = 0; i < z.M; ++i)
+      for (std::int64_t j = 0; j < z.N; ++j) {
+        double acc = 0, mag = 0;
+        for (std::int64_t k = 0; k < z.K; ++k) {
+          const double p = double(A.values[i * z.K + k]) * B.values[k * z.N + j];
+          acc += p;
+          mag += std::fabs(p);
+        }
+        worst = std::max(worst, std::fabs(got[i * z.N + j] - acc) / (mag + 1e-30));
+      }
+    EXPECT_LE(worst, tolerance(DType::f32, DType::f32, allow)) << "allow_tf32 " << allow;
+  }
+}
+
+// The bitwise typed kernel through the ops (ops::matmul, ops::gemm, ops::linear on bf16 / f16:
+// one gemm_ex, no f32 copies) gives the simulator's bits (its MixedOp path).
+TEST_F(CudaGemm, BitwiseTypedOpsEqualTheSimulator) {
+  std::mt19937 gen(3);
+  for (DType t : {DType::bf16, DType::f16}) {
+    auto run = [&](const char* backend, unsigned seed) {
+      std::mt19937 g2(seed);
+      std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+      auto host = [&](std::vector<std::int64_t> shape) {
+        std::int64_t n = 1;
+        for (auto d : shape) n *= d;
+        std::vector<float> v(static_cast<std::size_t>(n));
+        for (float& x : v) x = u(g2);
+        return Tensor::from_vector(v, Shape(shape.begin(), shape.end()))
+            .to(t)
+            .to(Device(backend, 0));
+      };
+      Tensor x = host({37, 70}), w = host({45, 70}), b = host({45}), c = host({45, 70});
+      Tensor y = ops::matmul(x, w, false, true, Determinism::bitwise);       // [37, 45]
+      Tensor l = ops::linear(x, w, b, Determinism::bitwise);                 // [37, 45]
+      ops::gemm(y, x, c, true, false, 0.5f, 1.0f, Determinism::bitwise);    // c += y^T x / 2
+      std::vector<std::vector<float>> out;
+      for (const Tensor* r : {&y, &l, &c}) out.push_back(r->to(DType::f32).to_vector<float>());
+      return out;
+    };
+    const unsigned seed = gen();
+    const auto cuda = run("cuda", seed), sim = run("sim", seed);
+    for (std::size_t i = 0; i < sim.size(); ++i)
+      EXPECT_TRUE(bits_equal(cuda[i], sim[i])) << dtype_name(t) << " result " << i;
+  }
+}
+
+}  // namespace
+}  // namespace ditto
+#endif  // DITTO_TEST_CUDA_BUILT
