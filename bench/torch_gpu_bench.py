@@ -70,7 +70,7 @@ GPT2 = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, batch_size=8, vo
 TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, batch_size=4, vocab_size=65, bias=False)
 # name -> (model, precision): precision is f32 (strict), tf32 or bf16 (autocast)
 CONFIGS = {"char-f32": (CHAR, "f32"), "char-tf32": (CHAR, "tf32"), "char-bf16": (CHAR, "bf16"),
-           "gpt2-bf16": (GPT2, "bf16")}
+           "gpt2-f32": (GPT2, "f32"), "gpt2-bf16": (GPT2, "bf16")}
 LN_EPS = 1e-5
 
 

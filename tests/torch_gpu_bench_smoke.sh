@@ -17,7 +17,7 @@ mkdir -p "$work" && rm -f "$work/torch.json" "$work/torch.md"
 import json, sys
 rows = json.load(open(sys.argv[1]))["rows"]
 names = [r["config"] for r in rows]
-assert names == ["char-f32", "char-tf32", "char-bf16", "gpt2-bf16"], names
+assert names == ["char-f32", "char-tf32", "char-bf16", "gpt2-f32", "gpt2-bf16"], names
 for r in rows:
     want = r["batch_size"] * r["block_size"] / (r["step_ms_median"] / 1e3)
     assert r["tokens_per_s"] > 0 and abs(r["tokens_per_s"] - want) <= 1e-9 * want, r

@@ -598,19 +598,36 @@ else
 fi
 
 # ---- 3. speed beside PyTorch -------------------------------------------------------------------
-# Configurations: name, ditto-train options, dtype, B x T. tf32 has no ditto mode (n/a).
+# Configurations: name, ditto-train options, dtype, B x T. char-tf32 runs ditto's fast mode with
+# --allow-tf32 (bitwise mode never uses TF32: n/a); gpt2-f32 is the strict-f32 baseline of the
+# bitwise goal (issue 29: bitwise >= 0.5x PyTorch strict f32 on both models), so ditto runs it in
+# bitwise mode only.
 char_opts=(--n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --batch-size 64)
 gpt2_opts=(--preset gpt2 --batch-size 8)
-speed_configs=(char-f32 char-tf32 char-bf16 gpt2-bf16)
+speed_configs=(char-f32 char-tf32 char-bf16 gpt2-f32 gpt2-bf16)
 torch_steps=20
 [ $quick -eq 1 ] && torch_steps=1
 declare -A sp  # sp[config:column] = value
 speed_opts() {  # the ditto-train options of a configuration
   case "$1" in
     char-f32) echo "${char_opts[*]} --dtype f32" ;;
+    char-tf32) echo "${char_opts[*]} --dtype f32 --allow-tf32" ;;
     char-bf16) echo "${char_opts[*]} --dtype bf16" ;;
+    gpt2-f32) echo "${gpt2_opts[*]} --dtype f32" ;;
     gpt2-bf16) echo "${gpt2_opts[*]} --dtype bf16" ;;
   esac
+}
+speed_modes() {  # the determinism modes ditto runs a configuration in
+  case "$1" in
+    char-tf32) echo fast ;;
+    gpt2-f32) echo bitwise ;;
+    *) echo fast bitwise ;;
+  esac
+}
+ratio_of() {  # a / b with two decimals when both are numbers, else empty
+  if [[ "$1" =~ ^[0-9.]+$ && "$2" =~ ^[0-9.]+$ ]]; then
+    awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b }'
+  fi
 }
 write_speed() {
   {
@@ -621,24 +638,27 @@ write_speed() {
          "ditto: ditto-train --backend cuda --devices 1: B x T x $speed_steps / the time of" \
          "$speed_steps steps after $speed_warmup of warm-up (its tokens/s line). Dry run: ditto-train" \
          "--backend sim --dry-run --profile h200 (the cost model's prediction, not a run)."
+    echo "Issue 29's goals: fast / PyTorch >= 0.9 (gpt2-bf16), >= 1.0 (char-f32, char-bf16);"
+    echo "bitwise / PyTorch strict f32 >= 0.5 (char-f32, gpt2-f32); dry run / measured within 0.75-1.25."
     echo
-    echo "| config | B x T | PyTorch | ditto fast | ditto bitwise | dry run fast | dry run bitwise | ditto fast / PyTorch |"
-    echo "|---|---|---|---|---|---|---|---|"
-    local c bt ratio
+    echo "| config | B x T | PyTorch | ditto fast | ditto bitwise | dry run fast | dry run bitwise |" \
+         "fast / PyTorch | bitwise / PyTorch f32 | dry / measured fast | dry / measured bitwise |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+    local c bt f32
     for c in "${speed_configs[@]}"; do
-      case "$c" in char-*) bt="64 x 256" ;; *) bt="8 x 1024" ;; esac
-      ratio=""
-      if [[ "${sp[$c:torch]:-}" =~ ^[0-9.]+$ && "${sp[$c:fast]:-}" =~ ^[0-9.]+$ ]]; then
-        ratio="$(awk -v a="${sp[$c:fast]}" -v b="${sp[$c:torch]}" 'BEGIN { printf "%.2f", a / b }')"
-      fi
+      case "$c" in char-*) bt="64 x 256"; f32=char-f32 ;; *) bt="8 x 1024"; f32=gpt2-f32 ;; esac
       echo "| $c | $bt | ${sp[$c:torch]:-} | ${sp[$c:fast]:-} | ${sp[$c:bitwise]:-} |" \
-           "${sp[$c:dry-fast]:-} | ${sp[$c:dry-bitwise]:-} | $ratio |"
+           "${sp[$c:dry-fast]:-} | ${sp[$c:dry-bitwise]:-} |" \
+           "$(ratio_of "${sp[$c:fast]:-}" "${sp[$c:torch]:-}") |" \
+           "$(ratio_of "${sp[$c:bitwise]:-}" "${sp[$f32:torch]:-}") |" \
+           "$(ratio_of "${sp[$c:dry-fast]:-}" "${sp[$c:fast]:-}") |" \
+           "$(ratio_of "${sp[$c:dry-bitwise]:-}" "${sp[$c:bitwise]:-}") |"
     done
   } >"$out/logs/speed.md"
 }
 for c in "${speed_configs[@]}"; do
-  case "$c" in *tf32) for col in fast bitwise dry-fast dry-bitwise; do
-    sp[$c:$col]="n/a (no TF32 in ditto)"; done ;; esac
+  case " $(speed_modes "$c") " in *" fast "*) ;; *) sp[$c:fast]="n/a"; sp[$c:dry-fast]="n/a" ;; esac
+  case " $(speed_modes "$c") " in *" bitwise "*) ;; *) sp[$c:bitwise]="n/a"; sp[$c:dry-bitwise]="n/a" ;; esac
 done
 write_speed
 # PyTorch first, all four configurations in one process (its start-up paid once).
@@ -667,10 +687,10 @@ write_speed
 speed_iters=$((speed_warmup + speed_steps))
 eval_every=$speed_warmup
 [ "$eval_every" -ge 1 ] || eval_every=$speed_iters
-for c in char-f32 char-bf16 gpt2-bf16; do
+for c in "${speed_configs[@]}"; do
   # shellcheck disable=SC2207  # the options are words
   opts=($(speed_opts "$c"))
-  for det in fast bitwise; do
+  for det in $(speed_modes "$c"); do
     name="speed-dry-$c-$det"
     step "$name" host 30 "$train" --model gpt "${opts[@]}" --backend sim --devices 1 \
       --dry-run --profile h200 --determinism "$det" --max-iters 2 --eval-iters 0 --sample 0
