@@ -1003,7 +1003,8 @@ int cli_main(int argc, char** argv, Capture* capture) {
   float lr = 0.05f;
   CLI::App app{"ditto-train: data-parallel training (an MLP on CSV rows, or nanoGPT's character "
                "GPT with --model gpt) on simulated or real GPUs"};
-  // A repeated option: the last value wins (argparse's store); --straggler and --fault collect.
+  // A repeated option: the last value wins (argparse's store); --straggler, --fault and --export
+  // collect (each --export writes its file).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   // An option whose --help shows its default.
   auto with_default = [&app](const char* name, auto& value, const char* help) {

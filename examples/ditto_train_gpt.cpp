@@ -181,9 +181,14 @@ void open_gpt_data(const GptOptions& g, const std::set<std::string>& given,
     } catch (const Error& e) {
       throw InvalidArgument(detail::cat("--data: ", e.what()));
     }
-    DITTO_CHECK(g.vocab_size == 0 || g.vocab_size >= out.text->vocab_size(),
+    DITTO_CHECK(!g.vocab_size_from.empty() || g.vocab_size == 0 ||
+                    g.vocab_size >= out.text->vocab_size(),
                 "--vocab-size: expected 0 or at least the text's vocabulary of ",
                 out.text->vocab_size(), " tokens, got ", g.vocab_size);
+    DITTO_CHECK(g.vocab_size_from.empty() || g.vocab_size >= out.text->vocab_size(),
+                "--init-from: expected a model whose vocabulary holds the text's ",
+                out.text->vocab_size(), " tokens ('", files[0], "'), got vocab_size ",
+                g.vocab_size, " from ", g.vocab_size_from);
     return;
   }
   DITTO_CHECK(format != train::DataFormat::nanogpt || g.vocab_size > 0, "--vocab-size: expected "

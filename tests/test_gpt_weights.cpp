@@ -151,7 +151,13 @@ TEST_F(GptWeights, HuggingFacePrefixedNamesAndTiedHead) {
   const std::string path = dir_ + "/prefixed.safetensors";
   io::save_safetensors(path, t);
   expect_error<InvalidArgument>([&] { io::load_gpt_weights(path); },
-                                "does not record n_head: expected --n-head");
+                                "does not record n_head (the number of attention heads): "
+                                "expected --n-head, a config.json beside it");
+  try {  // the user's terms only: no internal name
+    io::load_gpt_weights(path);
+  } catch (const InvalidArgument& e) {
+    EXPECT_EQ(std::string(e.what()).find("n_head_hint"), std::string::npos) << e.what();
+  }
   const io::GptWeights w = io::load_gpt_weights(path, 4);
   EXPECT_TRUE(w.n_head_from.empty());
   expect_tiny_config(w);
@@ -231,6 +237,60 @@ TEST_F(GptWeights, DittoCheckpointDirectory) {
   expect_error<ParseError>([&] { io::load_gpt_weights(dir_ + "/mlp"); },
                            "expected a checkpoint of a GPT (ditto-train --model gpt), got one of "
                            "model '64-128-10'");
+}
+
+// A checkpoint's own DIR/step-N/model.safetensors (nanoGPT's layout, no n_head in it, not a
+// GPT-2 size): n_head from the trainer.json beside it, no --n-head needed (issue 32, K06).
+TEST_F(GptWeights, CheckpointModelFileTakesNHeadFromTrainerJson) {
+  const io::GptWeights w = io::load_gpt_weights(kDir + "/model_f32.bin");
+  auto gpt = model(w);
+  optim::SGD opt(gpt->parameters(), optim::SGDOptions{});
+  TrainerState st;
+  st.step = 3;
+  st.config["model"] = "gpt(n_layer=2,n_head=4,n_embd=32,block_size=64,vocab_size=512,bias=True,dropout=0)";
+  const std::string ck = save_checkpoint(dir_ + "/ck", *gpt, opt, st, 2,
+                                         {{"lm_head.weight", "transformer.wte.weight"}});
+  const io::GptWeights r = io::load_gpt_weights(ck + "/model.safetensors");
+  EXPECT_EQ(r.format, io::GptWeightsFormat::nanogpt);
+  EXPECT_EQ(r.n_head_from, ck + "/trainer.json");
+  expect_tiny_config(r);
+  check_against_torch(r, "f32");
+}
+
+// A config.json beside the file that is not JSON (or not an object) is refused naming it, not
+// ignored (issue 32, J02: it then failed on "does not record n_head").
+TEST_F(GptWeights, MalformedConfigJsonIsRefusedNamingIt) {
+  fs::copy_file(kDir + "/hf/model.safetensors", dir_ + "/model.safetensors");
+  const std::string path = dir_ + "/model.safetensors", cfg = dir_ + "/config.json";
+  write_bytes(cfg, "{\"n_head\": 4,");
+  expect_error<ParseError>([&] { io::load_gpt_weights(path); },
+                           "io::load_gpt_weights: '" + cfg + "' (the config.json beside '" +
+                               path + "'): could not be parsed as JSON: ");
+  write_bytes(cfg, "[4]");
+  expect_error<ParseError>([&] { io::load_gpt_weights(path); },
+                           "(the config.json beside '" + path + "'): expected a JSON object, "
+                           "got array");
+  write_bytes(cfg, "{\"n_head\": 4}");
+  EXPECT_EQ(io::load_gpt_weights(path).config.n_head, 4);
+}
+
+// A folder that is not a checkpoint: a Hugging Face download folder (model.safetensors +
+// config.json) loads its model file; another is refused suggesting the file, and says nothing of
+// a checkpoint's 'latest' (issue 32, I38).
+TEST_F(GptWeights, HuggingFaceFolderLoadsItsModelFile) {
+  const io::GptWeights w = io::load_gpt_weights(kDir + "/hf");
+  EXPECT_EQ(w.format, io::GptWeightsFormat::hf);
+  EXPECT_EQ(w.n_head_from, kDir + "/hf/config.json");
+  expect_tiny_config(w);
+  check_against_torch(w, "f32");
+  fs::create_directories(dir_ + "/empty");
+  ::testing::internal::CaptureStderr();
+  expect_error<ParseError>([&] { io::load_gpt_weights(dir_ + "/empty"); },
+                           "io::load_gpt_weights: '" + dir_ + "/empty': expected a ditto "
+                           "checkpoint directory (DIR/latest, DIR/step-N) or a folder with a "
+                           "model.safetensors (Hugging Face's), got a folder with neither: pass "
+                           "the model file itself (DIR/model.safetensors, an llm.c .bin)");
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
 }
 
 // ---- malformed llm.c files: each a ParseError naming the file and what was expected ----------

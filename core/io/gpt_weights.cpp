@@ -188,20 +188,57 @@ GptWeights load_llmc(const std::string& path) {
 
 // ---- safetensors (Hugging Face or nanoGPT layout) ---------------------------------------------
 
-// n_head from a config.json beside `path` (a Hugging Face model directory); 0 when none.
+// n_head from a config.json beside `path` (a Hugging Face model directory); 0 when none. A
+// config.json that is not a JSON object is refused (ParseError naming it and what is wrong):
+// ignoring it would only fail later, on a missing n_head, without saying why.
 std::int64_t n_head_from_config_json(const std::string& path, std::string& from) {
   const fs::path cfg = fs::path(path).parent_path() / "config.json";
   std::error_code ec;
   if (!fs::is_regular_file(cfg, ec)) return 0;
   std::string text = read_file(cfg.string(), kMaxJsonBytes, "io::load_gpt_weights");
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || !j.contains("n_head")) return 0;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw ParseError(detail::cat("io::load_gpt_weights: '", cfg.string(), "' (the config.json "
+                                 "beside '", path, "'): could not be parsed as JSON: ", e.what()));
+  }
+  DITTO_CHECK_T(ParseError, j.is_object(), "io::load_gpt_weights: '", cfg.string(),
+                "' (the config.json beside '", path, "'): expected a JSON object, got ",
+                j.type_name());
+  if (!j.contains("n_head")) return 0;
   const auto& v = j["n_head"];
   DITTO_CHECK_T(ParseError, v.is_number_integer() && v.get<std::int64_t>() >= 1,
                 "io::load_gpt_weights: '", cfg.string(), "': n_head: expected an integer >= 1, "
                 "got ", v.dump());
   from = cfg.string();
   return v.get<std::int64_t>();
+}
+
+// n_head from a ditto checkpoint's trainer.json beside `path` (DIR/step-N/model.safetensors):
+// its config "model" "gpt(n_layer=..,n_head=N,...)"; 0 when there is none or it is not a GPT's.
+std::int64_t n_head_from_trainer_json(const std::string& path, std::string& from) {
+  const fs::path tj = fs::path(path).parent_path() / "trainer.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(tj, ec)) return 0;
+  std::string text = read_file(tj.string(), kMaxJsonBytes, "io::load_gpt_weights");
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("config") || !j["config"].is_object() ||
+      !j["config"].contains("model") || !j["config"]["model"].is_string())
+    return 0;
+  const std::string model = j["config"]["model"].get<std::string>();
+  static const std::regex re(R"(^gpt\(.*[(,]n_head=([0-9]+)[,)])");
+  std::smatch m;
+  if (!std::regex_search(model, m, re)) return 0;
+  std::int64_t nh = 0;
+  try {
+    nh = std::stoll(m[1].str());
+  } catch (const std::logic_error&) {
+    return 0;
+  }
+  if (nh < 1) return 0;
+  from = tj.string();
+  return nh;
 }
 
 GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
@@ -279,6 +316,7 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
                                       it->second, "'"));
     w.n_head_from = "its __metadata__ ditto.n_head";
   }
+  if (nh == 0) nh = n_head_from_trainer_json(path, w.n_head_from);
   if (nh == 0) nh = n_head_from_config_json(path, w.n_head_from);
   if (nh == 0)
     for (const nn::GPT2Preset& p : nn::gpt2_presets())
@@ -288,9 +326,10 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
                         std::to_string(p.n_layer) + " layers, n_embd " + std::to_string(C) + ")";
       }
   if (nh == 0) nh = n_head_hint;
-  DITTO_CHECK(nh >= 1, "io::load_gpt_weights: '", path, "': the file does not record n_head: "
-              "expected --n-head (n_head_hint), a config.json beside it with \"n_head\", or a "
-              "GPT-2 size (n_layer ", c.n_layer, ", n_embd ", C, " is none), got none");
+  DITTO_CHECK(nh >= 1, "io::load_gpt_weights: '", path, "': the file does not record n_head "
+              "(the number of attention heads): expected --n-head, a config.json beside it with "
+              "\"n_head\", a ditto trainer.json beside it, or a GPT-2 size (n_layer ", c.n_layer,
+              ", n_embd ", C, " is none), got none");
   c.n_head = nh;
   check_config_or_bad(path, c);
   // Every name must be one of the model's.
@@ -397,9 +436,32 @@ std::vector<std::pair<std::string, Shape>> gpt_param_specs(const nn::GPTConfig& 
   return out;
 }
 
+namespace {
+
+// Whether directory `dir` is a ditto checkpoint directory (DIR: latest, lock or step-N entries)
+// or one checkpoint (DIR/step-N: trainer.json), not some other folder.
+bool is_checkpoint_dir(const fs::path& dir) {
+  std::error_code ec;
+  for (const char* marker : {"latest", "lock", "trainer.json"})
+    if (fs::exists(dir / marker, ec)) return true;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename().string().rfind("step-", 0) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
 GptWeights load_gpt_weights(const std::string& path, std::int64_t n_head_hint) {
   std::error_code ec;
-  if (fs::is_directory(path, ec)) return from_checkpoint(path);
+  if (fs::is_directory(path, ec)) {
+    if (is_checkpoint_dir(path)) return from_checkpoint(path);
+    // A Hugging Face download folder (model.safetensors, config.json, ...): its model file.
+    const fs::path st = fs::path(path) / "model.safetensors";
+    if (fs::is_regular_file(st, ec)) return load_gpt_weights(st.string(), n_head_hint);
+    bad(path, "expected a ditto checkpoint directory (DIR/latest, DIR/step-N) or a folder with a "
+              "model.safetensors (Hugging Face's), got a folder with neither: pass the model "
+              "file itself (DIR/model.safetensors, an llm.c .bin)");
+  }
   try {
     InputFile in(path, std::numeric_limits<std::uint64_t>::max(), "io::load_gpt_weights");
     std::string first;

@@ -30,8 +30,10 @@
 // (of any dtype: BOOL in the files of some transformers versions, F32 in the hub's gpt2).
 // Every other name, a missing parameter or a shape that does not fit is refused. F32, BF16 and
 // F16 tensors are read (converted to f32 exactly). The file has no n_head: it is taken from
-// __metadata__ "ditto.n_head" (ditto's export writes it), else "n_head" of a config.json beside
-// the file (a Hugging Face model directory), else the GPT-2 size with this n_layer and n_embd
+// __metadata__ "ditto.n_head" (ditto's export writes it), else the "model" of a ditto trainer.json
+// beside the file (a checkpoint's DIR/step-N/model.safetensors), else "n_head" of a config.json
+// beside the file (a Hugging Face model directory; one that is not a JSON object is refused),
+// else the GPT-2 size with this n_layer and n_embd
 // (gpt2_presets: 12 heads for 768 wide, ...), else the caller's n_head_hint (--n-head).
 // A safetensors file whose c_attn weight is [3C, C] has nanoGPT's layout (ditto's checkpoint
 // model.safetensors, a nanoGPT state_dict): read the same way, without the transposes.
@@ -83,8 +85,10 @@ struct GptWeights {
 /// (Note [GPT] in core/nn/gpt.h): the biases only with cfg.bias.
 std::vector<std::pair<std::string, Shape>> gpt_param_specs(const nn::GPTConfig& cfg);
 
-/// Read a GPT's weights from `path`, its format told by content, not by name: a directory is a
-/// ditto checkpoint (DIR, its newest usable one, or DIR/step-N); a file starting with the int32
+/// Read a GPT's weights from `path`, its format told by content, not by name: a directory with
+/// a checkpoint's entries (latest, lock, step-N, trainer.json) is a ditto checkpoint (DIR, its
+/// newest usable one, or DIR/step-N); another directory with a model.safetensors (a Hugging Face
+/// download folder) is that file; a file starting with the int32
 /// 20240326 an llm.c model file; any other file a safetensors file (Hugging Face's GPT-2 or
 /// nanoGPT's layout, told by the c_attn weight's shape). `n_head_hint` (> 0): the heads when the
 /// file does not record them (Note [GPT-2 safetensors]); ignored when it does. Throws ParseError
@@ -92,7 +96,9 @@ std::vector<std::pair<std::string, Shape>> gpt_param_specs(const nn::GPTConfig& 
 /// positive or do not fit (n_embd % n_head, padded_vocab_size < vocab_size), a file size other
 /// than the header describes (truncated or too long), an unknown / missing name or a shape that
 /// does not fit, a dtype that is not F32 / BF16 / F16, an untied lm_head, a checkpoint of
-/// another model; ditto::Error (InvalidArgument) when n_head cannot be told.
+/// another model, a config.json beside it that is not a JSON object, a directory that is neither
+/// a checkpoint nor holds a model.safetensors; ditto::Error (InvalidArgument) when n_head cannot
+/// be told.
 GptWeights load_gpt_weights(const std::string& path, std::int64_t n_head_hint = 0);
 
 /// Copy `w`'s parameters into `model`'s (an nn::GPT of w.config, parameters on any device and
