@@ -166,7 +166,13 @@ void open_gpt_data(const GptOptions& g, const std::set<std::string>& given,
   train::DataFormat format = train::parse_data_format(g.data_format, "--data-format");
   const std::vector<std::string> files = train::expand_data_paths(data, "--data");
   const bool detected = format == train::DataFormat::automatic;
-  if (detected) format = train::detect_data_format(files.front());
+  if (detected) {
+    try {  // a file it cannot open or read is refused here, not taken for another format
+      format = train::detect_data_format(files.front());
+    } catch (const Error& e) {
+      throw InvalidArgument(detail::cat("--data: ", e.what()));
+    }
+  }
   if (format == train::DataFormat::text) {
     DITTO_CHECK(files.size() == 1, "--data: expected one text file (a list or glob is for "
                 "llm.c or nanoGPT token files), got ", files.size(), " files ('", files[0],
@@ -182,8 +188,10 @@ void open_gpt_data(const GptOptions& g, const std::set<std::string>& given,
       throw InvalidArgument(detail::cat("--data: ", e.what()));
     }
     DITTO_CHECK(g.vocab_size == 0 || g.vocab_size >= out.text->vocab_size(),
-                "--vocab-size: expected 0 or at least the text's vocabulary of ",
-                out.text->vocab_size(), " tokens, got ", g.vocab_size);
+                g.vocab_size_from.empty() ? "--vocab-size" : g.vocab_size_from.c_str(),
+                ": expected ", g.vocab_size_from.empty() ? "0 or " : "a vocab_size of ",
+                "at least the text's vocabulary of ", out.text->vocab_size(), " tokens ('",
+                files[0], "'), got ", g.vocab_size);
     return;
   }
   DITTO_CHECK(format != train::DataFormat::nanogpt || g.vocab_size > 0, "--vocab-size: expected "
@@ -194,17 +202,28 @@ void open_gpt_data(const GptOptions& g, const std::set<std::string>& given,
               "shard, and named .bin; --data-format text if it is a text)" : "");
   std::vector<std::string> val;
   std::string val_name = g.val_data;
+  // What a validation file's error is prefixed with: the option that named it.
+  std::string val_option = "--val-data";
   if (given.count("--val-data")) {
     val = train::expand_data_paths(g.val_data, "--val-data");
   } else {
     val = train::val_paths_beside(data);
     if (!val.empty()) val_name = val.size() == 1 ? val[0] : val[0] + ", ...";
+    val_option = "--data (validation file found beside it)";
   }
   try {  // the training files first: their errors before a missing val split's
     out.source = out.tokens = std::make_shared<train::TokenDataSource>(
-        files, val, format, g.vocab_size, g.block_size, seed, data, val_name);
+        files, std::vector<std::string>{}, format, g.vocab_size, g.block_size, seed, data);
   } catch (const Error& e) {
     throw InvalidArgument(detail::cat("--data: ", e.what()));
+  }
+  if (!val.empty()) {
+    try {
+      out.tokens->open_val(val, val_name);
+    } catch (const Error& e) {
+      // A file's problem (exit 1, as --data's), not a usage error: a plain ditto::Error.
+      throw Error(detail::cat(val_option, ": ", e.what()));
+    }
   }
   DITTO_CHECK(!val.empty() || g.eval_iters == 0, "--val-data: expected validation data for '",
               data, "' (--val-data FILES, or files named as --data with its last 'train' made "

@@ -77,6 +77,9 @@ std::shared_ptr<const io::GptWeights> apply_init_from(const WeightsOptions& w, G
   take("--n-embd", g.n_embd, f.n_embd);
   take("--block-size", g.block_size, f.block_size);
   take("--vocab-size", g.vocab_size, f.vocab_size);
+  if (!given.count("--vocab-size"))
+    g.vocab_size_from = detail::cat("--init-from '", w.init_from, "' (", weights->description,
+                                    ")");
   DITTO_CHECK(!given.count("--bias") || g.bias == f.bias, "--bias: expected the --init-from "
               "file's bias=", f.bias ? "True" : "False", " ('", w.init_from, "', ",
               weights->description, "), got bias=", g.bias ? "True" : "False");
