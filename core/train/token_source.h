@@ -15,6 +15,8 @@
 // (TextDataSource, one byte per character). --data-format says which where the rule would be
 // wrong (a text named x.bin, a raw file whose first two tokens spell llm.c's magic).
 // Every shard of a list must be of the first one's format (an llm.c header is checked on each).
+// A first file the rule cannot read (missing, unreadable, a FIFO or another file that is not
+// regular) is refused by it, naming the file and why, before any read that could block.
 //
 // A dataset is one or more files read in the order given (a comma-separated list, or a glob
 // expanded in sorted order, as llm.c's glob(3) does): their tokens are one sequence, shard after
@@ -87,9 +89,9 @@ std::vector<std::string> expand_data_paths(const std::string& spec, const char* 
 /// The format of the file `path` by Note [Token files]'s rule (llm.c magic, else ".bin", else
 /// text). Reads at most 4 bytes, opened as io::InputFile does (O_NONBLOCK: a FIFO is refused,
 /// never waited on). A file it cannot open or read, or that is not a regular file, is refused
-/// with what io::InputFile throws, as the reader its name goes to would refuse it ("TokenDataSource:
-/// cannot open 'x.bin': Permission denied", "TextDataSource: 'f' is a FIFO, expected a regular
-/// file"), never taken for another format.
+/// with what io::InputFile throws, as the reader its name goes to would refuse it
+/// ("TokenDataSource: cannot open 'x.bin': Permission denied", "TextDataSource: 'f' is a FIFO,
+/// expected a regular file"), never taken for another format.
 DataFormat detect_data_format(const std::string& path);
 
 /// The validation files beside `train_spec` by llm.c's and nanoGPT's naming: the last "train" in
