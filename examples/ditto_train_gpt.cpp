@@ -166,7 +166,13 @@ void open_gpt_data(const GptOptions& g, const std::set<std::string>& given,
   train::DataFormat format = train::parse_data_format(g.data_format, "--data-format");
   const std::vector<std::string> files = train::expand_data_paths(data, "--data");
   const bool detected = format == train::DataFormat::automatic;
-  if (detected) format = train::detect_data_format(files.front());
+  if (detected) {
+    try {  // a file it cannot open or read is refused here, not taken for another format
+      format = train::detect_data_format(files.front());
+    } catch (const Error& e) {
+      throw InvalidArgument(detail::cat("--data: ", e.what()));
+    }
+  }
   if (format == train::DataFormat::text) {
     DITTO_CHECK(files.size() == 1, "--data: expected one text file (a list or glob is for "
                 "llm.c or nanoGPT token files), got ", files.size(), " files ('", files[0],
@@ -181,14 +187,11 @@ void open_gpt_data(const GptOptions& g, const std::set<std::string>& given,
     } catch (const Error& e) {
       throw InvalidArgument(detail::cat("--data: ", e.what()));
     }
-    DITTO_CHECK(!g.vocab_size_from.empty() || g.vocab_size == 0 ||
-                    g.vocab_size >= out.text->vocab_size(),
-                "--vocab-size: expected 0 or at least the text's vocabulary of ",
-                out.text->vocab_size(), " tokens, got ", g.vocab_size);
-    DITTO_CHECK(g.vocab_size_from.empty() || g.vocab_size >= out.text->vocab_size(),
-                "--init-from: expected a model whose vocabulary holds the text's ",
-                out.text->vocab_size(), " tokens ('", files[0], "'), got vocab_size ",
-                g.vocab_size, " from ", g.vocab_size_from);
+    DITTO_CHECK(g.vocab_size == 0 || g.vocab_size >= out.text->vocab_size(),
+                g.vocab_size_from.empty() ? "--vocab-size" : g.vocab_size_from.c_str(),
+                ": expected ", g.vocab_size_from.empty() ? "0 or " : "a vocab_size of ",
+                "at least the text's vocabulary of ", out.text->vocab_size(), " tokens ('",
+                files[0], "'), got ", g.vocab_size);
     return;
   }
   DITTO_CHECK(format != train::DataFormat::nanogpt || g.vocab_size > 0, "--vocab-size: expected "
@@ -199,17 +202,28 @@ void open_gpt_data(const GptOptions& g, const std::set<std::string>& given,
               "shard, and named .bin; --data-format text if it is a text)" : "");
   std::vector<std::string> val;
   std::string val_name = g.val_data;
+  // What a validation file's error is prefixed with: the option that named it.
+  std::string val_option = "--val-data";
   if (given.count("--val-data")) {
     val = train::expand_data_paths(g.val_data, "--val-data");
   } else {
     val = train::val_paths_beside(data);
     if (!val.empty()) val_name = val.size() == 1 ? val[0] : val[0] + ", ...";
+    val_option = "--data (validation file found beside it)";
   }
   try {  // the training files first: their errors before a missing val split's
     out.source = out.tokens = std::make_shared<train::TokenDataSource>(
-        files, val, format, g.vocab_size, g.block_size, seed, data, val_name);
+        files, std::vector<std::string>{}, format, g.vocab_size, g.block_size, seed, data);
   } catch (const Error& e) {
     throw InvalidArgument(detail::cat("--data: ", e.what()));
+  }
+  if (!val.empty()) {
+    try {
+      out.tokens->open_val(val, val_name);
+    } catch (const Error& e) {
+      // A file's problem (exit 1, as --data's), not a usage error: a plain ditto::Error.
+      throw Error(detail::cat(val_option, ": ", e.what()));
+    }
   }
   DITTO_CHECK(!val.empty() || g.eval_iters == 0, "--val-data: expected validation data for '",
               data, "' (--val-data FILES, or files named as --data with its last 'train' made "
@@ -383,13 +397,9 @@ void print_gpt_prediction(const train::FitResult& r, const GptData& data,
   const double achieved = flops_per_token * tokens_per_s;
   const double devices = static_cast<double>(p.devices);
   // MFU against the peak nanoGPT's and llm.c's estimate_mfu use: the BF16 tensor-core peak for
-  // bf16 / f16 storage (when the profile has one), FP32 for f32, TF32 for f32 with --allow-tf32
-  // in fast mode (the unit its GEMMs are priced on; bitwise mode never uses TF32).
+  // bf16 / f16 storage (when the profile has one), FP32 for f32.
   const bool tc = c.dtype != DType::f32 && p.bf16_peak_flops > 0;
-  const bool tf32 = !tc && c.dtype == DType::f32 && c.determinism == Determinism::fast &&
-                    p.rates.allow_tf32 && p.rates.tf32_flops > 0;
-  const double peak_flops = tc ? p.bf16_peak_flops : tf32 ? p.rates.tf32_flops : p.peak_flops;
-  const char* peak_name = tc ? "BF16" : tf32 ? "TF32" : "FP32";
+  const double peak_flops = tc ? p.bf16_peak_flops : p.peak_flops;
   if (c.dry_run) {
     // Which unit each kernel class is priced on in this mode (Note [Compute units],
     // backend_sim/cost_model.h): what ditto's CUDA backend runs.
@@ -423,7 +433,7 @@ void print_gpt_prediction(const train::FitResult& r, const GptData& data,
               "wpe\n",
               tokens_per_s, c.batch_size * m.block_size, p.step_time_s * 1e3,
               100.0 * p.comm_share, 100.0 * achieved / (devices * peak_flops),
-              peak_name, peak_flops / 1e12, flops_per_token, N);
+              tc ? "BF16" : "FP32", peak_flops / 1e12, flops_per_token, N);
   std::size_t peak = 0, capacity = 0;
   for (const train::DeviceMemory& d : r.memory) {
     peak = std::max(peak, d.stats.peak);

@@ -38,8 +38,8 @@ struct GptOptions {
   /// Rows of wte (GPTConfig.vocab_size); 0: the text's vocabulary. Must hold every token id of
   /// the data (>= the text's vocabulary).
   std::int64_t vocab_size = 0;
-  /// Where vocab_size came from when not from --vocab-size / --preset (apply_init_from:
-  /// "--init-from 'FILE' (format)"), for the messages that refuse it; "": the options.
+  /// Who set vocab_size when --vocab-size did not ("--init-from 'x.bin'"): what a refusal of
+  /// the value names. "": --vocab-size (or nobody).
   std::string vocab_size_from;
   /// What --data holds (train::DataFormat, Note [Token files]): auto, text, llmc or nanogpt.
   std::string data_format = "auto";

@@ -3,6 +3,7 @@
 // beside --data, and every malformed file refused naming the file, the offset and the value
 // expected (issue 32). The files are written here (llm.c's write_datafile layout).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstring>
@@ -176,7 +177,14 @@ TEST_F(TokenFiles, DetectionByMagicThenDotBinThenText) {
   EXPECT_EQ(detect_data_format(at("raw.bin")), DataFormat::nanogpt);
   EXPECT_EQ(detect_data_format(at("text.txt")), DataFormat::text);
   EXPECT_EQ(detect_data_format(at("tiny")), DataFormat::text);
-  EXPECT_EQ(detect_data_format(at("missing.txt")), DataFormat::text);
+  // A file it cannot open is refused as the reader its name goes to refuses it, not taken for
+  // text (or, named .bin, for nanoGPT tokens, which then asked for --vocab-size).
+  expect_error<Error>([&] { detect_data_format(at("missing.txt")); },
+                      "TextDataSource: cannot open '" + at("missing.txt") +
+                          "': No such file or directory");
+  expect_error<Error>([&] { detect_data_format(at("missing.bin")); },
+                      "TokenDataSource: cannot open '" + at("missing.bin") +
+                          "': No such file or directory");
   EXPECT_EQ(parse_data_format("nanogpt", "--data-format"), DataFormat::nanogpt);
   expect_invalid([] { parse_data_format("npy", "--data-format"); },
                  "--data-format: expected auto, text, llmc or nanogpt, got 'npy'");
@@ -184,6 +192,28 @@ TEST_F(TokenFiles, DetectionByMagicThenDotBinThenText) {
   expect_error<Error>([&] { TokenFile(at("shard.txt"), DataFormat::nanogpt); },
                       "offset 0: expected nanoGPT's raw uint16 tokens (--data-format nanogpt), got "
                       "an llm.c shard (magic 20240520, version 1, 10 tokens)");
+}
+
+// Issue 32 P01 / D34: detection that cannot read the magic says so (it took a shard it could not
+// read for nanoGPT tokens by its name), and it refuses what is not a regular file before reading
+// (the FIFO cases, which hung, are DittoTrainGpt.TokenDataRefusalsNameTheirSource's, under a
+// timeout).
+TEST_F(TokenFiles, DetectionRefusesWhatItCannotRead) {
+  std::filesystem::create_directories(at("dir.bin"));  // opens, but every read fails (EISDIR)
+  expect_error<Error>([&] { detect_data_format(at("dir.bin")); },
+                      "TokenDataSource: '" + at("dir.bin") +
+                          "' is a directory, expected a regular file");
+}
+
+TEST_F(TokenFiles, DetectionRefusesAFileItMayNotRead) {
+  write(at("locked_train_000001.bin"), llmc_bytes(ramp(10)));
+  std::filesystem::permissions(at("locked_train_000001.bin"), std::filesystem::perms::none);
+  if (::geteuid() == 0)
+    GTEST_SKIP() << "running as root, which reads a file of mode 000: the permission case is "
+                    "tests/ditto_train_gpt_token_refusals.sh's, run as nobody";
+  expect_error<Error>([&] { detect_data_format(at("locked_train_000001.bin")); },
+                      "TokenDataSource: cannot open '" + at("locked_train_000001.bin") +
+                          "': Permission denied");
 }
 
 TEST_F(TokenFiles, ValFilesBesideByLlmcAndNanoGptNaming) {
@@ -205,6 +235,13 @@ TEST_F(TokenFiles, ValFilesBesideByLlmcAndNanoGptNaming) {
             (std::vector<std::string>{at("tiny_shakespeare_val.bin")}));
   EXPECT_TRUE(val_paths_beside(at("other.bin")).empty());
   EXPECT_TRUE(val_paths_beside(at("fw_train_000001.bin") + "," + at("other.bin")).empty());
+  // Issue 32 D48: the shard number spelled as any glob (? * [..]) finds the val shards as the
+  // same files given as a list do.
+  for (const char* pattern : {"fw_train_00000[12].bin", "fw_train_00000?.bin",
+                              "fw_train_0000[0-9][12].bin", "fw_train_[0-9]*.bin",
+                              "fw_train_00000[!3].bin", "fw_train_00000[]12].bin"})
+    EXPECT_EQ(val_paths_beside(at(pattern)), (std::vector<std::string>{at("fw_val_000000.bin")}))
+        << pattern;
   // "train" in a directory's name is not the file's.
   std::filesystem::create_directories(at("train"));
   write(at("train/data.bin"), "x");

@@ -61,6 +61,36 @@ std::vector<std::string> glob_paths(const std::string& pattern) {
   return out;
 }
 
+// The first run of digits, '*', '?' and bracket expressions ("[12]", "[!0]", "[]a]") of `s`
+// replaced by "*"; `s` when it has none. A '[' without its ']' is a plain character, as in
+// glob(3).
+std::string shard_number_as_star(const std::string& s) {
+  auto bracket_end = [&](std::size_t i) {  // one past the ']' closing the '[' at i, or npos
+    std::size_t j = i + 1;
+    if (j < s.size() && (s[j] == '!' || s[j] == '^')) ++j;
+    if (j < s.size() && s[j] == ']') ++j;  // a ']' first is a member
+    const std::size_t close = s.find(']', j);
+    return close == std::string::npos ? close : close + 1;
+  };
+  auto part_end = [&](std::size_t i) {  // one past the shard-number part at i, or i
+    if (i >= s.size()) return i;
+    const char c = s[i];
+    if ((c >= '0' && c <= '9') || c == '*' || c == '?') return i + 1;
+    if (c == '[') {
+      const std::size_t e = bracket_end(i);
+      return e == std::string::npos ? i : e;
+    }
+    return i;
+  };
+  for (std::size_t d = 0; d < s.size(); ++d) {
+    std::size_t e = part_end(d);
+    if (e == d) continue;
+    for (std::size_t next; (next = part_end(e)) != e;) e = next;
+    return s.substr(0, d) + "*" + s.substr(e);
+  }
+  return s;
+}
+
 std::uint64_t fnv1a(std::uint64_t h, const unsigned char* b, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
   return h;
@@ -117,18 +147,21 @@ std::vector<std::string> expand_data_paths(const std::string& spec, const char* 
 }
 
 DataFormat detect_data_format(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char b[4];
-  if (in && in.read(b, 4)) {
+  const std::string suffix = ".bin";
+  const bool bin = path.size() >= suffix.size() &&
+                   path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0;
+  // io::InputFile opens with O_NONBLOCK and refuses what is not a regular file before any read:
+  // a FIFO without a writer does not hang here. A file it cannot open is refused as the reader
+  // its name goes to would refuse it, not taken for another format (Note [Token files]).
+  io::InputFile in(path, kMaxTokenFileBytes, bin ? kCall : "TextDataSource");
+  if (in.size() >= 4) {
+    std::string b;
+    in.read(b, 4);
     std::int32_t magic;
-    std::memcpy(&magic, b, 4);
+    std::memcpy(&magic, b.data(), 4);
     if (magic == kLlmcMagicGpt2 || magic == kLlmcMagicLlama3) return DataFormat::llmc;
   }
-  const std::string suffix = ".bin";
-  if (path.size() >= suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(),
-                                                   suffix) == 0)
-    return DataFormat::nanogpt;
-  return DataFormat::text;
+  return bin ? DataFormat::nanogpt : DataFormat::text;
 }
 
 std::vector<std::string> val_paths_beside(const std::string& train_spec) {
@@ -142,12 +175,10 @@ std::vector<std::string> val_paths_beside(const std::string& train_spec) {
     const std::size_t at = item.rfind("train");
     if (at == std::string::npos || at < base) return {};
     std::string rest = item.substr(at + 5);
-    // A shard number after it is any shard's: llm.c numbers the val shards apart (000000).
-    const std::size_t d = rest.find_first_of("0123456789");
-    if (d != std::string::npos) {
-      const std::size_t e = rest.find_first_not_of("0123456789", d);
-      rest = rest.substr(0, d) + "*" + (e == std::string::npos ? "" : rest.substr(e));
-    }
+    // A shard number after it is any shard's: llm.c numbers the val shards apart (000000). The
+    // number may be spelled as a glob (000001, 00000?, *, 00000[12], 0000[0-9][0-9]): its first
+    // run of digits, * ? and bracket expressions becomes one "*".
+    rest = shard_number_as_star(rest);
     const std::string val = item.substr(0, at) + "val" + rest;
     std::vector<std::string> found;
     if (has_glob_chars(val)) found = glob_paths(val);
@@ -331,20 +362,25 @@ TokenDataSource::TokenDataSource(const std::vector<std::string>& train,
   if (vocab_size_ == 0 && format == DataFormat::llmc)  // the tokenizer of llm.c's magic
     vocab_size_ = train_.files().front()->magic() == kLlmcMagicGpt2 ? 50257 : 128256;
   DITTO_CHECK(vocab_size_ >= 1, kCall, ": vocab_size: expected >= 1, got ", vocab_size);
-  if (!val.empty()) {
-    val_ = std::make_unique<TokenSequence>(val, format);
-    if (val_name_.empty()) val_name_ = val.front();
-    const TokenFile& a = *train_.files().front();
-    const TokenFile& b = *val_->files().front();
-    CHECK_FILE(a.magic() == b.magic(), kCall, ": '", b.path(), "': offset 0: expected "
-                      "magic ", a.magic(), " as the training data's '", a.path(), "', got ",
-                      b.magic());
-  }
   DITTO_CHECK(train_.tokens() > block_size_, kCall, ": '", name_, "': expected more than "
               "block_size = ", block_size_, " tokens of training data, got ", train_.tokens());
-  DITTO_CHECK(!val_ || val_->tokens() > block_size_, kCall, ": '", val_name_, "': expected "
+  if (!val.empty()) open_val(val, val_name_);
+}
+
+void TokenDataSource::open_val(const std::vector<std::string>& val, std::string val_name) {
+  DITTO_CHECK(!val.empty(), kCall, "::open_val: expected at least one token file, got none");
+  auto seq = std::make_unique<TokenSequence>(val, format_);
+  const TokenFile& a = *train_.files().front();
+  const TokenFile& b = *seq->files().front();
+  CHECK_FILE(a.magic() == b.magic(), kCall, ": '", b.path(), "': offset 0: expected "
+                    "magic ", a.magic(), " as the training data's '", a.path(), "', got ",
+                    b.magic());
+  if (val_name.empty()) val_name = val.front();
+  DITTO_CHECK(seq->tokens() > block_size_, kCall, ": '", val_name, "': expected "
               "more than block_size = ", block_size_, " tokens of validation data, got ",
-              val_ ? val_->tokens() : 0);
+              seq->tokens());
+  val_ = std::move(seq);
+  val_name_ = std::move(val_name);
 }
 
 std::int64_t TokenDataSource::batches_per_epoch(std::int64_t batch_size) const {

@@ -15,6 +15,8 @@
 // (TextDataSource, one byte per character). --data-format says which where the rule would be
 // wrong (a text named x.bin, a raw file whose first two tokens spell llm.c's magic).
 // Every shard of a list must be of the first one's format (an llm.c header is checked on each).
+// A first file the rule cannot read (missing, unreadable, a FIFO or another file that is not
+// regular) is refused by it, naming the file and why, before any read that could block.
 //
 // A dataset is one or more files read in the order given (a comma-separated list, or a glob
 // expanded in sorted order, as llm.c's glob(3) does): their tokens are one sequence, shard after
@@ -85,13 +87,18 @@ inline constexpr std::int64_t kLlmcHeaderBytes = 1024;
 std::vector<std::string> expand_data_paths(const std::string& spec, const char* option);
 
 /// The format of the file `path` by Note [Token files]'s rule (llm.c magic, else ".bin", else
-/// text). Reads at most 4 bytes; a file it cannot open or read is text (the text reader's error
-/// names it).
+/// text). Reads at most 4 bytes, opened as io::InputFile does (O_NONBLOCK: a FIFO is refused,
+/// never waited on). A file it cannot open or read, or that is not a regular file, is refused
+/// with what io::InputFile throws, as the reader its name goes to would refuse it
+/// ("TokenDataSource: cannot open 'x.bin': Permission denied", "TextDataSource: 'f' is a FIFO,
+/// expected a regular file"), never taken for another format.
 DataFormat detect_data_format(const std::string& path);
 
 /// The validation files beside `train_spec` by llm.c's and nanoGPT's naming: the last "train" in
 /// the final path component of each item replaced by "val", and a shard number after it by "*"
-/// (fineweb_train_*.bin and fineweb_train_000001.bin -> fineweb_val_*.bin,
+/// (the first run of digits, * ? and [...] bracket expressions after it: fineweb_train_*.bin,
+/// fineweb_train_000001.bin, fineweb_train_00000?.bin, fineweb_train_00000[12].bin ->
+/// fineweb_val_*.bin,
 /// tiny_shakespeare_train.bin -> tiny_shakespeare_val.bin, data/shakespeare/train.bin ->
 /// data/shakespeare/val.bin), expanded as expand_data_paths does, each file once in the order
 /// found; empty when an item does not name "train" or its val name matches nothing.
@@ -169,6 +176,14 @@ class TokenDataSource final : public DataSource {
   TokenDataSource(const std::vector<std::string>& train, const std::vector<std::string>& val,
                   DataFormat format, std::int64_t vocab_size, std::int64_t block_size,
                   std::uint64_t seed, std::string name = "", std::string val_name = "");
+
+  /// Opens `val` (non-empty) as the validation split, replacing any before it (the constructor
+  /// calls it for its `val`, after the training files are checked): a caller that names the two
+  /// apart calls it on its own to tell a validation file's error from a training file's. Throws
+  /// what TokenFile throws, ditto::Error for a magic other than the training data's, and
+  /// InvalidArgument for a split not longer than block_size tokens; nothing changes then.
+  /// `val_name`: what messages and the start line call it ("": the first file).
+  void open_val(const std::vector<std::string>& val, std::string val_name = "");
 
   /// Training tokens / (batch_size x block_size), at least 1.
   std::int64_t batches_per_epoch(std::int64_t batch_size) const override;
