@@ -397,9 +397,13 @@ void print_gpt_prediction(const train::FitResult& r, const GptData& data,
   const double achieved = flops_per_token * tokens_per_s;
   const double devices = static_cast<double>(p.devices);
   // MFU against the peak nanoGPT's and llm.c's estimate_mfu use: the BF16 tensor-core peak for
-  // bf16 / f16 storage (when the profile has one), FP32 for f32.
+  // bf16 / f16 storage (when the profile has one), FP32 for f32, TF32 for f32 with --allow-tf32
+  // in fast mode (the unit its GEMMs are priced on; bitwise mode never uses TF32).
   const bool tc = c.dtype != DType::f32 && p.bf16_peak_flops > 0;
-  const double peak_flops = tc ? p.bf16_peak_flops : p.peak_flops;
+  const bool tf32 = !tc && c.dtype == DType::f32 && c.determinism == Determinism::fast &&
+                    p.rates.allow_tf32 && p.rates.tf32_flops > 0;
+  const double peak_flops = tc ? p.bf16_peak_flops : tf32 ? p.rates.tf32_flops : p.peak_flops;
+  const char* peak_name = tc ? "BF16" : tf32 ? "TF32" : "FP32";
   if (c.dry_run) {
     // Which unit each kernel class is priced on in this mode (Note [Compute units],
     // backend_sim/cost_model.h): what ditto's CUDA backend runs.
@@ -433,7 +437,7 @@ void print_gpt_prediction(const train::FitResult& r, const GptData& data,
               "wpe\n",
               tokens_per_s, c.batch_size * m.block_size, p.step_time_s * 1e3,
               100.0 * p.comm_share, 100.0 * achieved / (devices * peak_flops),
-              tc ? "BF16" : "FP32", peak_flops / 1e12, flops_per_token, N);
+              peak_name, peak_flops / 1e12, flops_per_token, N);
   std::size_t peak = 0, capacity = 0;
   for (const train::DeviceMemory& d : r.memory) {
     peak = std::max(peak, d.stats.peak);
