@@ -122,6 +122,31 @@ bool Adam::multi_tensor() const {
   return any;
 }
 
+namespace {
+
+// One parameter's state made ready for a step (step() and step_multi()): the moments allocated
+// on its first step or moved with the parameter (Module::to), and its gradient validated before
+// the state is touched, so a rejected step leaves it as it was.
+template <class State>
+void prepare_adam_state(nn::Parameter& p, State& st, const AdamOptions& o, std::size_t i) {
+  const Device& dev = p.data.device();
+  if (st.step == 0) {
+    st.exp_avg = Tensor::zeros(p.data.shape(), DType::f32, dev);
+    st.exp_avg_sq = Tensor::zeros(p.data.shape(), DType::f32, dev);
+    if (o.amsgrad) st.max_exp_avg_sq = Tensor::zeros(p.data.shape(), DType::f32, dev);
+  } else if (st.exp_avg.device() != dev) {  // the parameter moved (Module::to)
+    st.exp_avg = st.exp_avg.to(dev);
+    st.exp_avg_sq = st.exp_avg_sq.to(dev);
+    if (o.amsgrad) st.max_exp_avg_sq = st.max_exp_avg_sq.to(dev);
+  }
+  DITTO_CHECK(
+      p.grad.shape() == p.data.shape() && p.grad.dtype() == DType::f32 && p.grad.device() == dev,
+      "optim::Adam: params[", i, "] ('", p.name, "'): grad: expected ", shape_str(p.data.shape()),
+      " f32 on ", dev.str(), " (the parameter's shape and device), got ", p.grad.str());
+}
+
+}  // namespace
+
 void Adam::step_multi(const std::vector<std::optional<float>>* decay) {
   const AdamOptions& o = options_;
   std::vector<Device> devices;  // in order of first appearance
@@ -131,20 +156,8 @@ void Adam::step_multi(const std::vector<std::optional<float>>* decay) {
     nn::Parameter& p = *params_[i];
     if (!p.grad.defined()) continue;
     State& st = state_[i];
+    prepare_adam_state(p, st, o, i);
     const Device& dev = p.data.device();
-    if (st.step == 0) {
-      st.exp_avg = Tensor::zeros(p.data.shape(), DType::f32, dev);
-      st.exp_avg_sq = Tensor::zeros(p.data.shape(), DType::f32, dev);
-      if (o.amsgrad) st.max_exp_avg_sq = Tensor::zeros(p.data.shape(), DType::f32, dev);
-    } else if (st.exp_avg.device() != dev) {
-      st.exp_avg = st.exp_avg.to(dev);
-      st.exp_avg_sq = st.exp_avg_sq.to(dev);
-      if (o.amsgrad) st.max_exp_avg_sq = st.max_exp_avg_sq.to(dev);
-    }
-    DITTO_CHECK(
-        p.grad.shape() == p.data.shape() && p.grad.dtype() == DType::f32 && p.grad.device() == dev,
-        "optim::Adam: params[", i, "] ('", p.name, "'): grad: expected ", shape_str(p.data.shape()),
-        " f32 on ", dev.str(), " (the parameter's shape and device), got ", p.grad.str());
     std::size_t d = 0;
     while (d < devices.size() && devices[d] != dev) ++d;
     if (d == devices.size()) {
@@ -180,21 +193,7 @@ void Adam::step() {
     nn::Parameter& p = *params_[i];
     if (!p.grad.defined()) continue;  // as PyTorch: no grad, no update and no state
     State& st = state_[i];
-    const Device& dev = p.data.device();
-    if (st.step == 0) {
-      st.exp_avg = Tensor::zeros(p.data.shape(), DType::f32, dev);
-      st.exp_avg_sq = Tensor::zeros(p.data.shape(), DType::f32, dev);
-      if (o.amsgrad) st.max_exp_avg_sq = Tensor::zeros(p.data.shape(), DType::f32, dev);
-    } else if (st.exp_avg.device() != dev) {  // the parameter moved (Module::to)
-      st.exp_avg = st.exp_avg.to(dev);
-      st.exp_avg_sq = st.exp_avg_sq.to(dev);
-      if (o.amsgrad) st.max_exp_avg_sq = st.max_exp_avg_sq.to(dev);
-    }
-    // Validate before touching the state, so a rejected step leaves it as it was.
-    DITTO_CHECK(
-        p.grad.shape() == p.data.shape() && p.grad.dtype() == DType::f32 && p.grad.device() == dev,
-        "optim::Adam: params[", i, "] ('", p.name, "'): grad: expected ", shape_str(p.data.shape()),
-        " f32 on ", dev.str(), " (the parameter's shape and device), got ", p.grad.str());
+    prepare_adam_state(p, st, o, i);
     const double beta1_power = st.beta1_power * o.beta1;
     const double beta2_power = st.beta2_power * o.beta2;
     ops::adam_step_(p.data, p.grad, st.exp_avg, st.exp_avg_sq, st.max_exp_avg_sq, o.lr, o.beta1,
