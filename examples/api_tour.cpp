@@ -1,4 +1,4 @@
-// api_tour: the API in one page (README "The API in one page"), as a whole program that checks
+// api_tour: the API in one page (docs/api.md "The API in one page"), as a whole program that checks
 // what it computes: torch.cuda.comm, NCCL-style collectives, nn.DataParallel and
 // DistributedDataParallel on 4 simulated GPUs. Exits 1 with "api_tour: FAIL ..." on a wrong value.
 #include <cstdio>
@@ -41,9 +41,10 @@ int main() {
   std::vector<Communicator> comms = Communicator::init_all(devs, co);
   std::vector<Tensor> t;
   for (auto& d : devs) t.push_back(Tensor::full({1000}, 1.0f, d));
-  all_reduce(comms, t, ReduceOp::sum);  // single-controller; or comms[r].all_reduce(t[r]) per thread
+  all_reduce(comms, t, ReduceOp::sum);  // single controller; per thread: comms[r].all_reduce(t[r])
   synchronize(comms);
-  for (const Tensor& r : t) check(r.to_vector<float>() == std::vector<float>(1000, 4.0f), "all_reduce");
+  for (const Tensor& r : t)
+    check(r.to_vector<float>() == std::vector<float>(1000, 4.0f), "all_reduce");
 
   // nn.DataParallel, bitwise: the same bits on any power-of-two number of devices
   const std::int64_t B = 32;

@@ -258,7 +258,9 @@ def list_file(path):
                 b.lang == "" and b.lines and b.lines[0].startswith("$ ")):
             how = ("file " + b.marker("file") if b.marker("file") is not None else
                    "ci-command" if b.marker("ci-command") is not None else
-                   "skip: " + b.marker("skip") if b.marker("skip") is not None else "run")
+                   "skip: " + b.marker("skip") if b.marker("skip") is not None else
+                   "needs mpi: run" if b.marker("needs") == "mpi" else
+                   "run " + b.marker("run") if b.marker("run") is not None else "run")
             first = next((line for line in b.lines if line.strip()), "")
             print(f"{b.where()}: {how}: {first[:90]}")
 
