@@ -6,7 +6,7 @@
 #     run's params_checksum;
 #  3. examples/consumer configured with -DCMAKE_PREFIX_PATH=WORK/prefix (find_package(ditto) from
 #     the prefix, not the build tree), built, run: "consumer: OK", exit status 0;
-#     README.md shows examples/consumer/CMakeLists.txt verbatim;
+#     docs/api.md shows examples/consumer/CMakeLists.txt verbatim;
 #  4. tests/installed_headers: every installed header compiles on its own against the prefix.
 #   cmake -DBUILD=B -DSOURCE=S -DWORK=W -DGENERATOR=G -DCXX=c++ [-DLAUNCHER=ccache]
 #         -DHEADERS=B/public_headers.txt -P install_consumer.cmake
@@ -93,12 +93,12 @@ foreach(project consumer installed_headers)
   run("build ${project}" COMMAND ${CMAKE_COMMAND} --build ${WORK}/${project} -j2)
   message(STATUS "${project}: configured against ${prefix}, built")
 endforeach()
-# The README shows examples/consumer/CMakeLists.txt: it must be the real file, verbatim.
+# docs/api.md shows examples/consumer/CMakeLists.txt: it must be the real file, verbatim.
 file(READ ${SOURCE}/examples/consumer/CMakeLists.txt consumer_cmake)
-file(READ ${SOURCE}/README.md readme)
+file(READ ${SOURCE}/docs/api.md readme)
 string(FIND "${readme}" "```cmake\n${consumer_cmake}```" at)
 if(at EQUAL -1)
-  message(FATAL_ERROR "FAIL: README.md (Install and use from CMake) does not show "
+  message(FATAL_ERROR "FAIL: docs/api.md (Install and use from CMake) does not show "
                       "examples/consumer/CMakeLists.txt as it is")
 endif()
 run("consumer" COMMAND ${WORK}/consumer/consumer)
