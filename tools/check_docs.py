@@ -29,6 +29,7 @@ The rules a page follows (Note [Doc tests]):
       <!-- doc-test: file PATH -->              the block (any language) is the file PATH, verbatim
   A block of another language (```cpp, ```text, ...) is not run; a ``` block without a language
   whose first line is a "$ " command is refused as an unmarked command.
+- A relative link, [text](path), names a file that exists.
 """
 import argparse
 import os
@@ -170,8 +171,25 @@ def run_command(cmd, cwd):
     return p.returncode, p.stdout.decode("utf-8", "replace")
 
 
+def broken_links(path):
+    """Relative links of the page (outside code) whose file does not exist."""
+    with open(path, encoding="utf-8") as f:
+        text = re.sub(r"```.*?```", "", f.read(), flags=re.S)
+    text = re.sub(r"`[^`]*`", "", text)
+    bad = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"^[a-z]+:", target) or target.startswith("#"):
+            continue
+        if not os.path.exists(os.path.join(os.path.dirname(path), target.split("#")[0])):
+            bad.append(target)
+    return bad
+
+
 def check_file(path, args, cwd, report):
     failures = 0
+    for target in broken_links(path):
+        report(f"FAIL {path}: the link ({target}) names no file")
+        failures += 1
     for b in parse(path):
         skip, ci, run_instead = b.marker("skip"), b.marker("ci-command"), b.marker("run")
         shown = b.marker("file")
@@ -304,7 +322,8 @@ exit 1
     assert unordered_matches(["r0", "r1"], ["r1", "r0"]) and not unordered_matches(["r0"], ["r1"])
     with tempfile.TemporaryDirectory() as src:
         for name, text in (("page.md", page), ("bad.md", page.replace("b ... ms", "b 13 ms")),
-                           ("plain.md", "```sh\nls\n```\n"), ("bare.md", "```\n$ ls\n```\n")):
+                           ("plain.md", "```sh\nls\n```\n"), ("bare.md", "```\n$ ls\n```\n"),
+                           ("link.md", "[a](page.md) [b](gone.md) [c](https://x.org/y) `[d](e)`\n")):
             with open(os.path.join(src, name), "w") as f:
                 f.write(text)
         os.mkdir(os.path.join(src, "build"))
@@ -315,6 +334,7 @@ exit 1
         assert check_file(os.path.join(src, "bad.md"), args, cwd, quiet) == 1
         assert check_file(os.path.join(src, "plain.md"), args, cwd, quiet) == 1
         assert check_file(os.path.join(src, "bare.md"), args, cwd, quiet) == 1
+        assert broken_links(os.path.join(src, "link.md")) == ["gone.md"]
         shutil.rmtree(cwd)
     print("PASS: check_docs.py self-test")
     return 0
