@@ -7,7 +7,7 @@
 // within a tolerance of a double-precision reference), dropout at several p and index bases (also
 // in place), the sum
 // of squares and its per-block leaves (ZeRO's sum_squares_blocks) around kSquaresBlock.
-// Sizes are small: every CUDA thread is a host thread here.
+// Sizes are small: every CUDA thread is a fiber here (Note [Emulated threads], emu.h).
 #include <array>
 #include <initializer_list>
 
