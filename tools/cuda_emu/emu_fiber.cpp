@@ -32,7 +32,7 @@ namespace {
 // word, stores the stack pointer in *save, loads `to` and pops the same from there.
 extern "C" void emu_switch(void** save, void* to);
 asm(R"(
-  .text
+  .pushsection .text
   .p2align 4
   .type emu_switch, @function
 emu_switch:
@@ -58,6 +58,7 @@ emu_switch:
   popq %rbp
   ret
   .size emu_switch, .-emu_switch
+  .popsection
 )");
 #endif
 

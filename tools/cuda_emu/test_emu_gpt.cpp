@@ -27,15 +27,6 @@ V uniform_v(std::size_t n, unsigned seed, float r = 2.0f) {
   return v;
 }
 
-std::string dims(std::initializer_list<i64> d) {
-  std::string s;
-  for (i64 x : d) {
-    if (!s.empty()) s += 'x';
-    s += std::to_string(x);
-  }
-  return s;
-}
-
 void check_embedding(unsigned& seed) {
   for (auto dims_ : std::vector<std::array<i64, 4>>{{1, 1, 1, 1}, {3, 5, 11, 7}, {4, 16, 65, 33}}) {
     // No structured binding: Clang 14's lambdas cannot capture one.
