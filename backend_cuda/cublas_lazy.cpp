@@ -55,38 +55,52 @@ void* open_library(const char* what, const std::string& soname, const std::strin
   return lib;
 }
 
-}  // namespace
-
-CublasApi load_cublas(const std::string& soname, const std::string& fallback) {
-  void* lib = open_library("cuBLAS", soname, fallback);
-  const char* name = soname.c_str();
-  CublasApi api;
+/// open_library, then resolve_all(lib, soname, table); the library is closed again if a symbol
+/// is missing, else stays open for the life of the process.
+template <class Api>
+Api load_table(const char* what, const std::string& soname, const std::string& fallback,
+               void (*resolve_all)(void*, const char*, Api&)) {
+  void* lib = open_library(what, soname, fallback);
+  Api api;
   try {
-    resolve(lib, name, "cublasCreate_v2", api.create);
-    resolve(lib, name, "cublasDestroy_v2", api.destroy);
-    resolve(lib, name, "cublasSetStream_v2", api.set_stream);
-    resolve(lib, name, "cublasSetPointerMode_v2", api.set_pointer_mode);
-    resolve(lib, name, "cublasSetMathMode", api.set_math_mode);
-    resolve(lib, name, "cublasSetWorkspace_v2", api.set_workspace);
-    resolve(lib, name, "cublasSgemm_v2_64", api.sgemm_64);
-    resolve(lib, name, "cublasGetStatusString", api.get_status_string);
-    resolve(lib, name, "cublasGetStatusName", api.get_status_name);
+    resolve_all(lib, soname.c_str(), api);
   } catch (...) {
     dlclose(lib);
     throw;
   }
-  return api;  // the library stays open for the life of the process
+  return api;
+}
+
+/// The table `load` gives for the build's soname and path, loaded on the first call (thread-safe:
+/// double-checked through `loaded`); a failed load throws before the static is initialised, so the
+/// next call tries again.
+template <class Api>
+const Api& load_once(std::atomic<const Api*>& loaded,
+                     Api (*load)(const std::string&, const std::string&), const char* soname,
+                     const char* path) {
+  static std::mutex mu;
+  if (const Api* api = loaded.load(std::memory_order_acquire)) return *api;
+  std::lock_guard lk(mu);
+  if (const Api* api = loaded.load(std::memory_order_acquire)) return *api;
+  static const Api api = load(soname, path);
+  loaded.store(&api, std::memory_order_release);
+  return api;
+}
+
+#define DITTO_LAZY_CUBLAS_RESOLVE(field, symbol) resolve(lib, name, #symbol, api.field);
+
+}  // namespace
+
+CublasApi load_cublas(const std::string& soname, const std::string& fallback) {
+  return load_table<CublasApi>("cuBLAS", soname, fallback,
+                               [](void* lib, const char* name, CublasApi& api) {
+                                 DITTO_LAZY_CUBLAS_FUNCTIONS(DITTO_LAZY_CUBLAS_RESOLVE,
+                                                             DITTO_LAZY_CUBLAS_SKIP)
+                               });
 }
 
 const CublasApi& cublas_api() {
-  static std::mutex mu;
-  if (const CublasApi* api = g_loaded.load(std::memory_order_acquire)) return *api;
-  std::lock_guard lk(mu);
-  if (const CublasApi* api = g_loaded.load(std::memory_order_acquire)) return *api;
-  // A failed load throws before the static is initialised, so the next call tries again.
-  static const CublasApi api = load_cublas(DITTO_CUBLAS_SONAME, DITTO_CUBLAS_PATH);
-  g_loaded.store(&api, std::memory_order_release);
-  return api;
+  return load_once(g_loaded, &load_cublas, DITTO_CUBLAS_SONAME, DITTO_CUBLAS_PATH);
 }
 
 const CublasApi* cublas_api_if_loaded() noexcept {
@@ -94,37 +108,15 @@ const CublasApi* cublas_api_if_loaded() noexcept {
 }
 
 CublasLtApi load_cublaslt(const std::string& soname, const std::string& fallback) {
-  void* lib = open_library("cuBLASLt", soname, fallback);
-  const char* name = soname.c_str();
-  CublasLtApi api;
-  try {
-    resolve(lib, name, "cublasLtCreate", api.create);
-    resolve(lib, name, "cublasLtDestroy", api.destroy);
-    resolve(lib, name, "cublasLtMatmulDescCreate", api.matmul_desc_create);
-    resolve(lib, name, "cublasLtMatmulDescDestroy", api.matmul_desc_destroy);
-    resolve(lib, name, "cublasLtMatmulDescSetAttribute", api.matmul_desc_set_attribute);
-    resolve(lib, name, "cublasLtMatrixLayoutCreate", api.matrix_layout_create);
-    resolve(lib, name, "cublasLtMatrixLayoutDestroy", api.matrix_layout_destroy);
-    resolve(lib, name, "cublasLtMatmulPreferenceCreate", api.preference_create);
-    resolve(lib, name, "cublasLtMatmulPreferenceDestroy", api.preference_destroy);
-    resolve(lib, name, "cublasLtMatmulPreferenceSetAttribute", api.preference_set_attribute);
-    resolve(lib, name, "cublasLtMatmulAlgoGetHeuristic", api.algo_get_heuristic);
-    resolve(lib, name, "cublasLtMatmul", api.matmul);
-  } catch (...) {
-    dlclose(lib);
-    throw;
-  }
-  return api;  // the library stays open for the life of the process
+  return load_table<CublasLtApi>("cuBLASLt", soname, fallback,
+                                 [](void* lib, const char* name, CublasLtApi& api) {
+                                   DITTO_LAZY_CUBLAS_FUNCTIONS(DITTO_LAZY_CUBLAS_SKIP,
+                                                               DITTO_LAZY_CUBLAS_RESOLVE)
+                                 });
 }
 
 const CublasLtApi& cublaslt_api() {
-  static std::mutex mu;
-  if (const CublasLtApi* api = g_lt_loaded.load(std::memory_order_acquire)) return *api;
-  std::lock_guard lk(mu);
-  if (const CublasLtApi* api = g_lt_loaded.load(std::memory_order_acquire)) return *api;
-  static const CublasLtApi api = load_cublaslt(DITTO_CUBLASLT_SONAME, DITTO_CUBLASLT_PATH);
-  g_lt_loaded.store(&api, std::memory_order_release);
-  return api;
+  return load_once(g_lt_loaded, &load_cublaslt, DITTO_CUBLASLT_SONAME, DITTO_CUBLASLT_PATH);
 }
 
 const CublasLtApi* cublaslt_api_if_loaded() noexcept {

@@ -21,16 +21,39 @@ namespace ditto::cuda {
 // returns it). The CUDA runtime and NCCL stay linked: together they cost under 1 ms at start.
 // The same is done by PyTorch for the driver API and NVRTC (its lazy NVRTC stubs) and by NCCL for
 // libcuda (cudawrap).
+
+// The functions of both tables, one line each: BLAS(field, symbol) for cuBLAS (CublasApi), LT(field,
+// symbol) for cuBLASLt (CublasLtApi). The tables' members and the loader's dlsym calls
+// (cublas_lazy.cpp) are both written from this list.
+#define DITTO_LAZY_CUBLAS_FUNCTIONS(BLAS, LT)                                 \
+  BLAS(create, cublasCreate_v2)                                               \
+  BLAS(destroy, cublasDestroy_v2)                                             \
+  BLAS(set_stream, cublasSetStream_v2)                                        \
+  BLAS(set_pointer_mode, cublasSetPointerMode_v2)                             \
+  BLAS(set_math_mode, cublasSetMathMode)                                      \
+  BLAS(set_workspace, cublasSetWorkspace_v2)                                  \
+  BLAS(sgemm_64, cublasSgemm_v2_64)                                           \
+  BLAS(get_status_string, cublasGetStatusString)                              \
+  BLAS(get_status_name, cublasGetStatusName)                                  \
+  LT(create, cublasLtCreate)                                                  \
+  LT(destroy, cublasLtDestroy)                                                \
+  LT(matmul_desc_create, cublasLtMatmulDescCreate)                            \
+  LT(matmul_desc_destroy, cublasLtMatmulDescDestroy)                          \
+  LT(matmul_desc_set_attribute, cublasLtMatmulDescSetAttribute)               \
+  LT(matrix_layout_create, cublasLtMatrixLayoutCreate)                        \
+  LT(matrix_layout_destroy, cublasLtMatrixLayoutDestroy)                      \
+  LT(preference_create, cublasLtMatmulPreferenceCreate)                       \
+  LT(preference_destroy, cublasLtMatmulPreferenceDestroy)                     \
+  LT(preference_set_attribute, cublasLtMatmulPreferenceSetAttribute)          \
+  LT(algo_get_heuristic, cublasLtMatmulAlgoGetHeuristic)                      \
+  LT(matmul, cublasLtMatmul)
+#define DITTO_LAZY_CUBLAS_FIELD(field, symbol) decltype(&::symbol) field = nullptr;
+#define DITTO_LAZY_CUBLAS_SKIP(field, symbol)
+
+/// The cuBLAS functions the backend calls (DITTO_LAZY_CUBLAS_FUNCTIONS' BLAS lines), e.g.
+/// `create` is cublasCreate_v2.
 struct CublasApi {
-  decltype(&::cublasCreate_v2) create = nullptr;
-  decltype(&::cublasDestroy_v2) destroy = nullptr;
-  decltype(&::cublasSetStream_v2) set_stream = nullptr;
-  decltype(&::cublasSetPointerMode_v2) set_pointer_mode = nullptr;
-  decltype(&::cublasSetMathMode) set_math_mode = nullptr;
-  decltype(&::cublasSetWorkspace_v2) set_workspace = nullptr;
-  decltype(&::cublasSgemm_v2_64) sgemm_64 = nullptr;
-  decltype(&::cublasGetStatusString) get_status_string = nullptr;
-  decltype(&::cublasGetStatusName) get_status_name = nullptr;
+  DITTO_LAZY_CUBLAS_FUNCTIONS(DITTO_LAZY_CUBLAS_FIELD, DITTO_LAZY_CUBLAS_SKIP)
 };
 
 /// The cuBLAS functions, loading libcublas on the first call (thread-safe; later calls return
@@ -51,18 +74,7 @@ const CublasApi* cublas_api_if_loaded() noexcept;
 /// libcublasLt the same way (Note [Lazy cuBLAS]) on the first cuBLASLt handle
 /// (CudaStream::cublaslt).
 struct CublasLtApi {
-  decltype(&::cublasLtCreate) create = nullptr;
-  decltype(&::cublasLtDestroy) destroy = nullptr;
-  decltype(&::cublasLtMatmulDescCreate) matmul_desc_create = nullptr;
-  decltype(&::cublasLtMatmulDescDestroy) matmul_desc_destroy = nullptr;
-  decltype(&::cublasLtMatmulDescSetAttribute) matmul_desc_set_attribute = nullptr;
-  decltype(&::cublasLtMatrixLayoutCreate) matrix_layout_create = nullptr;
-  decltype(&::cublasLtMatrixLayoutDestroy) matrix_layout_destroy = nullptr;
-  decltype(&::cublasLtMatmulPreferenceCreate) preference_create = nullptr;
-  decltype(&::cublasLtMatmulPreferenceDestroy) preference_destroy = nullptr;
-  decltype(&::cublasLtMatmulPreferenceSetAttribute) preference_set_attribute = nullptr;
-  decltype(&::cublasLtMatmulAlgoGetHeuristic) algo_get_heuristic = nullptr;
-  decltype(&::cublasLtMatmul) matmul = nullptr;
+  DITTO_LAZY_CUBLAS_FUNCTIONS(DITTO_LAZY_CUBLAS_SKIP, DITTO_LAZY_CUBLAS_FIELD)
 };
 
 /// The cuBLASLt functions, loading libcublasLt on the first call (thread-safe); throws

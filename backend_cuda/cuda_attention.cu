@@ -132,6 +132,34 @@ __device__ __forceinline__ void pair_dots(const float (*a)[HD + 1], const float 
   }
 }
 
+// One key tile [k0, k0 + BK) of head h: its keys (and values, when vs is not null) staged into
+// shared memory between barriers (the previous tile's readers are done before it is overwritten),
+// then sc = the scaled scores of the block's queries qs against it (pair_dots). The caller puts
+// the barrier after its own pair_dots, before any thread reads sc.
+template <int HD, int BQ, int BK>
+__device__ __forceinline__ void score_key_tile(const AttnArgs& a, const float* base, i64 h,
+                                               i64 q0, i64 k0, const float (*qs)[HD + 1],
+                                               float (*ks)[HD + 1], float (*vs)[HD + 1],
+                                               float (*sc)[BK + 1]) {
+  const i64 W = 3 * a.C;
+  __syncthreads();
+  stage_rows<BK, HD>(ks, base + a.C + h * a.hd, W, k0, a.T, a.hd);
+  if (vs) stage_rows<BK, HD>(vs, base + 2 * a.C + h * a.hd, W, k0, a.T, a.hd);
+  __syncthreads();
+  pair_dots<HD, BQ, BK, true>(qs, ks, sc, a.hd, a.scale, q0, k0, a.T);
+}
+
+// f(j, r, row, i) for each output this thread owns: o = threadIdx.x + kAttnThreads j (j < J),
+// tile row r = o / HD, channel i = o % HD, row = r0 + r, for the rows before T and i < hd.
+template <int HD, int J, class F>
+__device__ __forceinline__ void for_owned_outputs(i64 r0, i64 T, i64 hd, F f) {
+  for (int j = 0; j < J; ++j) {
+    const int o = static_cast<int>(threadIdx.x) + kAttnThreads * j, r = o / HD, i = o % HD;
+    const i64 row = r0 + r;
+    if (row < T && i < hd) f(j, r, row, i);
+  }
+}
+
 // The softmax-backward pieces of pair (t, u) (gpt::attention_pair) from its scaled score s and
 // dp = dy_t . v_u: the weight att = exp(s - m) / sum, its dropped value a and the dropped dp.
 template <bool kFast>
@@ -165,20 +193,14 @@ __global__ void __launch_bounds__(kAttnThreads) attn_forward_bitwise(const AttnA
   // Pass 1: m = max fold from -inf over u <= t.
   float m = -pmath::detail::infinity(), sum = 0.0f;
   for (i64 k0 = 0; k0 < q_end; k0 += BK) {
-    __syncthreads();
-    stage_rows<BK, HD>(ks, base + a.C + h * hd, W, k0, T, hd);
-    __syncthreads();
-    pair_dots<HD, BQ, BK, true>(qs, ks, sc, hd, a.scale, q0, k0, T);
+    score_key_tile<HD, BQ, BK>(a, base, h, q0, k0, qs, ks, nullptr, sc);
     __syncthreads();
     if (owner)
       for (i64 c = 0; c < BK && k0 + c <= t_own; ++c) m = (m < sc[tid][c]) ? sc[tid][c] : m;
   }
   // Pass 2: sum = chain add exp(sub(s_u, m)).
   for (i64 k0 = 0; k0 < q_end; k0 += BK) {
-    __syncthreads();
-    stage_rows<BK, HD>(ks, base + a.C + h * hd, W, k0, T, hd);
-    __syncthreads();
-    pair_dots<HD, BQ, BK, true>(qs, ks, sc, hd, a.scale, q0, k0, T);
+    score_key_tile<HD, BQ, BK>(a, base, h, q0, k0, qs, ks, nullptr, sc);
     __syncthreads();
     if (owner)
       for (i64 c = 0; c < BK && k0 + c <= t_own; ++c)
@@ -194,11 +216,7 @@ __global__ void __launch_bounds__(kAttnThreads) attn_forward_bitwise(const AttnA
   float acc[J];
   for (int j = 0; j < J; ++j) acc[j] = 0.0f;
   for (i64 k0 = 0; k0 < q_end; k0 += BK) {
-    __syncthreads();
-    stage_rows<BK, HD>(ks, base + a.C + h * hd, W, k0, T, hd);
-    stage_rows<BK, HD>(vs, base + 2 * a.C + h * hd, W, k0, T, hd);
-    __syncthreads();
-    pair_dots<HD, BQ, BK, true>(qs, ks, sc, hd, a.scale, q0, k0, T);
+    score_key_tile<HD, BQ, BK>(a, base, h, q0, k0, qs, ks, vs, sc);
     __syncthreads();
     for (int p = tid; p < BQ * BK; p += kAttnThreads) {
       const int r = p / BK, c = p % BK;
@@ -210,18 +228,13 @@ __global__ void __launch_bounds__(kAttnThreads) attn_forward_bitwise(const AttnA
       sc[r][c] = w;
     }
     __syncthreads();
-    for (int j = 0; j < J; ++j) {
-      const int o = tid + kAttnThreads * j, r = o / HD, i = o % HD;
-      const i64 t = q0 + r;
-      if (t >= T || i >= hd) continue;
+    for_owned_outputs<HD, J>(q0, T, hd, [&](int j, int r, i64 t, int i) {
       for (i64 c = 0; c < BK && k0 + c <= t; ++c) acc[j] = cm::fma(sc[r][c], vs[c][i], acc[j]);
-    }
+    });
   }
-  for (int j = 0; j < J; ++j) {
-    const int o = tid + kAttnThreads * j, r = o / HD, i = o % HD;
-    const i64 t = q0 + r;
-    if (t < T && i < hd) a.y[(b * T + t) * a.C + h * hd + i] = acc[j];
-  }
+  for_owned_outputs<HD, J>(q0, T, hd, [&](int j, int, i64 t, int i) {
+    a.y[(b * T + t) * a.C + h * hd + i] = acc[j];
+  });
 }
 
 // ---- forward, fast (flash) ---------------------------------------------------------------------
@@ -245,11 +258,7 @@ __global__ void __launch_bounds__(kAttnThreads) attn_forward_fast(const AttnArgs
   float acc[J];
   for (int j = 0; j < J; ++j) acc[j] = 0.0f;
   for (i64 k0 = 0; k0 < q_end; k0 += BK) {
-    __syncthreads();
-    stage_rows<BK, HD>(ks, base + a.C + h * hd, W, k0, T, hd);
-    stage_rows<BK, HD>(vs, base + 2 * a.C + h * hd, W, k0, T, hd);
-    __syncthreads();
-    pair_dots<HD, BQ, BK, true>(qs, ks, sc, hd, a.scale, q0, k0, T);
+    score_key_tile<HD, BQ, BK>(a, base, h, q0, k0, qs, ks, vs, sc);
     __syncthreads();
     if (owner) {
       const i64 n = t_own - k0 + 1 < BK ? t_own - k0 + 1 : BK;  // keys k0 .. min(t, k0 + BK - 1)
@@ -268,25 +277,20 @@ __global__ void __launch_bounds__(kAttnThreads) attn_forward_fast(const AttnArgs
       row_alpha[tid] = alpha;
     }
     __syncthreads();
-    for (int j = 0; j < J; ++j) {
-      const int o = tid + kAttnThreads * j, r = o / HD, i = o % HD;
-      const i64 t = q0 + r;
-      if (t >= T || i >= hd) continue;
+    for_owned_outputs<HD, J>(q0, T, hd, [&](int j, int r, i64 t, int i) {
       float x = acc[j] * row_alpha[r];
       for (i64 c = 0; c < BK && k0 + c <= t; ++c) x = fmaf(sc[r][c], vs[c][i], x);
       acc[j] = x;
-    }
+    });
   }
   if (owner) {
     row_l[tid] = l;
     a.stats[(b * a.nh + h) * T + t_own] = gpt::SoftmaxStats{m, l};
   }
   __syncthreads();
-  for (int j = 0; j < J; ++j) {
-    const int o = tid + kAttnThreads * j, r = o / HD, i = o % HD;
-    const i64 t = q0 + r;
-    if (t < T && i < hd) a.y[(b * T + t) * a.C + h * hd + i] = acc[j] / row_l[r];
-  }
+  for_owned_outputs<HD, J>(q0, T, hd, [&](int j, int r, i64 t, int i) {
+    a.y[(b * T + t) * a.C + h * hd + i] = acc[j] / row_l[r];
+  });
 }
 
 // ---- backward, first kernel: pd and dq per query tile ------------------------------------------
@@ -315,11 +319,7 @@ __global__ void __launch_bounds__(kAttnThreads) attn_query_backward(const AttnAr
   }
   // One key tile's scores and dp = dy_t . v_u into sc and dp.
   auto tile = [&](i64 k0) {
-    __syncthreads();
-    stage_rows<BK, HD>(ks, base + a.C + h * hd, W, k0, T, hd);
-    stage_rows<BK, HD>(vs, base + 2 * a.C + h * hd, W, k0, T, hd);
-    __syncthreads();
-    pair_dots<HD, BQ, BK, true>(qs, ks, sc, hd, a.scale, q0, k0, T);
+    score_key_tile<HD, BQ, BK>(a, base, h, q0, k0, qs, ks, vs, sc);
     pair_dots<HD, BQ, BK, false>(dys, vs, dp, hd, 1.0f, q0, k0, T);
     __syncthreads();
   };
@@ -356,19 +356,13 @@ __global__ void __launch_bounds__(kAttnThreads) attn_query_backward(const AttnAr
       sc[r][c] = gpt::attention_dpre(pr, row_pd[r], a.scale, dropped);
     }
     __syncthreads();
-    for (int j = 0; j < J; ++j) {
-      const int o = tid + kAttnThreads * j, r = o / HD, i = o % HD;
-      const i64 t = q0 + r;
-      if (t >= T || i >= hd) continue;
+    for_owned_outputs<HD, J>(q0, T, hd, [&](int j, int r, i64 t, int i) {
       for (i64 c = 0; c < BK && k0 + c <= t; ++c) acc[j] = cm::fma(sc[r][c], ks[c][i], acc[j]);
-    }
+    });
   }
-  for (int j = 0; j < J; ++j) {
-    const int o = tid + kAttnThreads * j, r = o / HD, i = o % HD;
-    const i64 t = q0 + r;
-    if (t < T && i < hd)
-      a.dqkv[(b * T + t) * W + h * hd + i] = dropped ? acc[j] : cm::mul(acc[j], a.scale);
-  }
+  for_owned_outputs<HD, J>(q0, T, hd, [&](int j, int, i64 t, int i) {
+    a.dqkv[(b * T + t) * W + h * hd + i] = dropped ? acc[j] : cm::mul(acc[j], a.scale);
+  });
 }
 
 // ---- backward, second kernel: dk and dv per key tile -------------------------------------------
@@ -416,25 +410,19 @@ __global__ void __launch_bounds__(kAttnThreads) attn_key_backward(const AttnArgs
       dp[r][c] = pr.a;
     }
     __syncthreads();
-    for (int j = 0; j < J; ++j) {
-      const int o = tid + kAttnThreads * j, c = o / HD, i = o % HD;
-      const i64 u = k0 + c;
-      if (u >= T || i >= hd) continue;
+    for_owned_outputs<HD, J>(k0, T, hd, [&](int j, int c, i64 u, int i) {
       const i64 r0 = u > q0 ? u - q0 : 0, r1 = T - q0 < BQ ? T - q0 : BQ;  // t in [max(u, q0), ..)
       for (i64 r = r0; r < r1; ++r) {
         dk[j] = cm::fma(sc[r][c], qs[r][i], dk[j]);
         dv[j] = cm::fma(dp[r][c], dys[r][i], dv[j]);
       }
-    }
+    });
   }
-  for (int j = 0; j < J; ++j) {
-    const int o = tid + kAttnThreads * j, c = o / HD, i = o % HD;
-    const i64 u = k0 + c;
-    if (u >= T || i >= hd) continue;
+  for_owned_outputs<HD, J>(k0, T, hd, [&](int j, int, i64 u, int i) {
     float* row = a.dqkv + (b * T + u) * W + h * hd + i;
     row[a.C] = dropped ? dk[j] : cm::mul(dk[j], a.scale);
     row[2 * a.C] = dv[j];
-  }
+  });
 }
 
 // ---- reference kernels (hd > 128) --------------------------------------------------------------

@@ -59,26 +59,6 @@ std::string visible_devices_note() {
   return v ? std::string(" (CUDA_VISIBLE_DEVICES=") + v + ")" : std::string();
 }
 
-/// Switches to `physical` for the scope without throwing (for noexcept paths).
-class QuietDeviceGuard {
- public:
-  explicit QuietDeviceGuard(int physical) {
-    if (cudaGetDevice(&previous_) != cudaSuccess || previous_ == physical ||
-        cudaSetDevice(physical) != cudaSuccess) {
-      (void)cudaGetLastError();
-      previous_ = -1;
-    }
-  }
-  ~QuietDeviceGuard() {
-    if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
-  }
-  QuietDeviceGuard(const QuietDeviceGuard&) = delete;
-  QuietDeviceGuard& operator=(const QuietDeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-};
-
 }  // namespace
 
 CudaBackend::CudaBackend(const BackendOptions& options) : allow_tf32_(options.allow_tf32) {
@@ -175,13 +155,13 @@ CudaBackend::CudaBackend(const BackendOptions& options) : allow_tf32_(options.al
 CudaBackend::~CudaBackend() {
   kernels_.reset();  // may free workspaces through deallocate(), which needs the streams
   for (auto& d : devices_) {
-    QuietDeviceGuard g(d->physical);
+    DeviceGuard g(d->physical, std::nothrow);
     if (cudaStreamSynchronize(d->stream->get()) != cudaSuccess) (void)cudaGetLastError();
     d->stream.reset();  // its cuBLAS handle too
   }
   for (auto& d : devices_) {
     if (!d->pool) continue;
-    QuietDeviceGuard g(d->physical);
+    DeviceGuard g(d->physical, std::nothrow);
     if (cudaDeviceSynchronize() != cudaSuccess || cudaMemPoolDestroy(d->pool) != cudaSuccess)
       (void)cudaGetLastError();
     d->pool = nullptr;
@@ -299,7 +279,7 @@ void CudaBackend::deallocate_on(int index, void* ptr, std::size_t bytes,
                                 cudaStream_t stream) noexcept {
   auto& d = *devices_[static_cast<std::size_t>(index)];
   if (ptr) {
-    QuietDeviceGuard g(d.physical);
+    DeviceGuard g(d.physical, std::nothrow);
     cudaError_t err = d.pool ? cudaFreeAsync(ptr, stream) : cudaFree(ptr);
     if (err != cudaSuccess) (void)cudaGetLastError();  // e.g. the context is already lost
   }

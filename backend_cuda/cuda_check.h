@@ -18,18 +18,22 @@ namespace ditto::cuda {
 
 }  // namespace ditto::cuda
 
-/// DITTO_CUDA_CHECK(cudaMemcpyAsync(...), device.str()): throws BackendError
-/// "cuda:1: cudaMemcpyAsync(...) failed at file.cu:12: an illegal memory access was encountered".
-#define DITTO_CUDA_CHECK(call, where)                                                   \
-  do {                                                                                  \
-    cudaError_t ditto_err_ = (call);                                                    \
-    if (ditto_err_ != cudaSuccess)                                                      \
-      ::ditto::cuda::throw_cuda_error(ditto_err_, #call, __FILE__, __LINE__, (where));  \
+/// The shape of the checks (DITTO_CUDA_CHECK, DITTO_CUBLAS_CHECK, DITTO_NCCL_CHECK in
+/// nccl_check.h): evaluates `call` once and, when its result of type `type` is not `ok`, calls
+/// thrower(result, text, __FILE__, __LINE__, where), text being the call as written.
+#define DITTO_STATUS_CHECK(type, ok, thrower, call, text, where)               \
+  do {                                                                         \
+    type ditto_status_ = (call);                                               \
+    if (ditto_status_ != (ok)) thrower(ditto_status_, text, __FILE__, __LINE__, (where)); \
   } while (0)
 
-#define DITTO_CUBLAS_CHECK(call, where)                                                  \
-  do {                                                                                   \
-    cublasStatus_t ditto_st_ = (call);                                                   \
-    if (ditto_st_ != CUBLAS_STATUS_SUCCESS)                                              \
-      ::ditto::cuda::throw_cublas_error(ditto_st_, #call, __FILE__, __LINE__, (where));  \
-  } while (0)
+/// DITTO_CUDA_CHECK(cudaMemcpyAsync(...), device.str()): throws BackendError
+/// "cuda:1: cudaMemcpyAsync(...) failed at file.cu:12: an illegal memory access was encountered".
+#define DITTO_CUDA_CHECK(call, where) \
+  DITTO_STATUS_CHECK(cudaError_t, cudaSuccess, ::ditto::cuda::throw_cuda_error, call, #call, where)
+
+/// DITTO_CUBLAS_CHECK(api.sgemm_64(...), device.str()): throws BackendError naming the cuBLAS
+/// status, as DITTO_CUDA_CHECK.
+#define DITTO_CUBLAS_CHECK(call, where)                                                      \
+  DITTO_STATUS_CHECK(cublasStatus_t, CUBLAS_STATUS_SUCCESS, ::ditto::cuda::throw_cublas_error, \
+                     call, #call, where)

@@ -324,7 +324,7 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
     link_.abort_by_rank(reason);
     std::lock_guard lk(nccl_mu_);
     if (nccl_) {
-      QuietGuard g(physical_);
+      DeviceGuard g(physical_, std::nothrow);
       (void)ncclCommAbort(nccl_);
       nccl_ = nullptr;
     }
@@ -357,27 +357,6 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
     check_one_rank_per_gpu(ids, names);
   }
 
-  /// Switches to a device without throwing (release and abort are noexcept).
-  class QuietGuard {
-   public:
-    explicit QuietGuard(int physical) {
-      if (cudaGetDevice(&previous_) != cudaSuccess || previous_ == physical ||
-          cudaSetDevice(physical) != cudaSuccess) {
-        (void)cudaGetLastError();
-        previous_ = -1;
-      }
-    }
-    ~QuietGuard() {
-      if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
-    }
-    QuietGuard(const QuietGuard&) = delete;
-    QuietGuard& operator=(const QuietGuard&) = delete;
-
-   private:
-    int previous_ = -1;
-  };
-
-
   void release() noexcept {
     if (watch_) {
       remove_stream_watch(physical_, watch_.get());
@@ -387,7 +366,7 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
     {
       std::lock_guard lk(nccl_mu_);
       if (nccl_) {
-        QuietGuard g(physical_);
+        DeviceGuard g(physical_, std::nothrow);
         // Destroy waits for pending work; after a failure the work may never finish: abort.
         // Non-blocking: finalize (flushes the work), polled under the timeout, then destroy.
         bool clean = !link_.aborted();

@@ -98,21 +98,22 @@ void nccl_enqueue(const detail::CollectiveCall& c, const NcclRedOp& op, ncclComm
   const auto count = static_cast<std::size_t>(c.count);
   const ncclDataType_t type = nccl_type(c.dtype);
   const std::size_t elem = dtype_size(c.dtype);
-  // Buffers NCCL ignores off the root are null there; NCCL's argument checks get a valid one.
+  // Buffers NCCL ignores off the root are null there (recv of reduce and gather, send of
+  // broadcast and scatter); NCCL's argument checks get the other one.
   void* send = const_cast<void*>(c.send);
   void* recv = c.recv;
+  [[maybe_unused]] void* const root_recv = recv ? recv : send;
+  [[maybe_unused]] void* const root_send = send ? send : recv;
   switch (c.kind) {
     case Kind::all_reduce:
       DITTO_NCCL_CHECK(ncclAllReduce(send, recv, count, type, op.get(), comm, stream), where);
       break;
-    case Kind::reduce:  // recv is unused (and null) off the root
-      DITTO_NCCL_CHECK(ncclReduce(send, recv ? recv : send, count, type, op.get(), c.root, comm,
-                                  stream),
-                       where);
+    case Kind::reduce:
+      DITTO_NCCL_CHECK(
+          ncclReduce(send, root_recv, count, type, op.get(), c.root, comm, stream), where);
       break;
-    case Kind::broadcast:  // send is unused (and null) off the root
-      DITTO_NCCL_CHECK(ncclBroadcast(send ? send : recv, recv, count, type, c.root, comm, stream),
-                       where);
+    case Kind::broadcast:
+      DITTO_NCCL_CHECK(ncclBroadcast(root_send, recv, count, type, c.root, comm, stream), where);
       break;
     case Kind::all_gather:
       DITTO_NCCL_CHECK(ncclAllGather(send, recv, count, type, comm, stream), where);
@@ -124,13 +125,11 @@ void nccl_enqueue(const detail::CollectiveCall& c, const NcclRedOp& op, ncclComm
     case Kind::all_to_all:
       DITTO_NCCL_CHECK(ncclAlltoAll(send, recv, count, type, comm, stream), where);
       break;
-    case Kind::gather:  // recv is unused (and null) off the root
-      DITTO_NCCL_CHECK(ncclGather(send, recv ? recv : send, count, type, c.root, comm, stream),
-                       where);
+    case Kind::gather:
+      DITTO_NCCL_CHECK(ncclGather(send, root_recv, count, type, c.root, comm, stream), where);
       break;
-    case Kind::scatter:  // send is unused (and null) off the root
-      DITTO_NCCL_CHECK(ncclScatter(send ? send : recv, recv, count, type, c.root, comm, stream),
-                       where);
+    case Kind::scatter:
+      DITTO_NCCL_CHECK(ncclScatter(root_send, recv, count, type, c.root, comm, stream), where);
       break;
 #else  // NCCL before 2.28 has no ncclAlltoAll / ncclGather / ncclScatter: ncclSend / ncclRecv
     case Kind::all_to_all:

@@ -32,6 +32,16 @@ DeviceGuard::DeviceGuard(int physical_device) {
   }
 }
 
+DeviceGuard::DeviceGuard(int physical_device, std::nothrow_t) noexcept {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess || current == physical_device ||
+      cudaSetDevice(physical_device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  previous_ = current;
+}
+
 DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0 && cudaSetDevice(previous_) != cudaSuccess) (void)cudaGetLastError();
 }

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 
 #include "core/runtime/stream.h"
@@ -24,6 +25,9 @@ namespace ditto::cuda {
 class DeviceGuard {
  public:
   explicit DeviceGuard(int physical_device);
+  /// The same for noexcept paths (release, abort, destructors): where a CUDA call fails, the
+  /// error is cleared and the guard leaves the device as it is.
+  DeviceGuard(int physical_device, std::nothrow_t) noexcept;
   ~DeviceGuard();
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;

@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "backend_cuda/cuda_check.h"
 #include "core/comm/communicator.h"
 #include "core/runtime/dtype.h"
 #include "core/runtime/error.h"
@@ -57,9 +58,5 @@ inline ncclRedOp_t nccl_op(ReduceOp op) {
 /// DITTO_NCCL_CHECK(ncclAllReduce(...), where): throws BackendError
 /// "cuda:1 (GPU 1), rank 1 of 4: ncclAllReduce(...) failed at file.cpp:12: unhandled cuda error
 /// (<NCCL's last error message>)".
-#define DITTO_NCCL_CHECK(call, where)                                                    \
-  do {                                                                                   \
-    ncclResult_t ditto_nccl_ = (call);                                                   \
-    if (ditto_nccl_ != ncclSuccess)                                                      \
-      ::ditto::cuda::throw_nccl_error(ditto_nccl_, #call, __FILE__, __LINE__, (where));  \
-  } while (0)
+#define DITTO_NCCL_CHECK(call, where) \
+  DITTO_STATUS_CHECK(ncclResult_t, ncclSuccess, ::ditto::cuda::throw_nccl_error, call, #call, where)

@@ -1,23 +1,22 @@
 // CPU emulation of the few CUDA features backend_cuda/cuda_kernels.cu and cuda_comm_kernels.cu use
 // (ctest CudaEmu.Kernels, CudaEmu.CommKernels):
-// each CUDA thread of a block runs on a pooled host thread, blocks one after another; __shared__
-// becomes a function static, __syncthreads a std::barrier, warp shuffles a per-warp barrier.
+// each CUDA thread of a block runs as a fiber (its own stack) on the launching host thread, blocks
+// one after another (Note [Emulated threads]); __shared__ becomes a function static,
+// __syncthreads a barrier of the block's fibers, warp shuffles a per-warp barrier.
 // The CUDA runtime and cuBLAS calls and the backend classes are stubs (host memory is device memory).
 #pragma once
 #include <atomic>
-#include <barrier>
 #include <bit>
 #include <type_traits>
-#include <condition_variable>
+#include <exception>
 #include <functional>
-#include <mutex>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "backend_cuda/cuda_host_logic.h"
@@ -33,12 +32,80 @@ struct dim3 {
 struct emu_uint3 { unsigned x = 0, y = 0, z = 0; };
 inline thread_local emu_uint3 threadIdx, blockIdx;
 inline thread_local dim3 blockDim, gridDim;
-inline thread_local std::barrier<>* emu_bar = nullptr;
+
+// Note [Emulated threads]
+// A block's CUDA threads are fibers of the host thread that launches the kernel: each has its
+// own stack (its locals and registers); one runs at a time, until it waits at a barrier or
+// returns, then the scheduler runs the next. A barrier releases its waiters when the last of its
+// threads arrives. The sweeps over the fibers alternate in direction (thread 0 first, then the
+// last thread first; odd blocks start backwards), so a thread reading what another writes with
+// no barrier between them reads it before the write in one sweep or the other: a missing
+// __syncthreads fails the bitwise comparison every run instead of by luck of the OS scheduler
+// (with the k-loop's __syncthreads of cuda_gemm.cu removed, 72 of the 241 `gemm` checks fail).
+// A block whose threads all wait, but at different barriers (a __syncthreads that not every
+// thread reaches), throws instead of hanging. A switch is a few registers and a stack pointer
+// (emu_fiber.cpp) where a host thread per CUDA thread cost a futex wake and an OS context switch
+// per thread per barrier: CudaEmu.Kernels went from 215 s of two cores to about 37 s of one
+// under ASan (CI). Not modelled: threads running at the same time (a race that needs true
+// parallelism, e.g. a torn read), warp-synchronous execution (kernels use __syncwarp or the
+// shuffles).
+class EmuBarrier {
+ public:
+  explicit EmuBarrier(unsigned count) : count_(count) {}
+  /// Waits (lets the other fibers run) until `count` fibers have arrived.
+  void arrive_and_wait();
+
+ private:
+  friend class EmuFibers;
+  unsigned count_, arrived_ = 0, phase_ = 0;
+};
+
+/// The fibers of one block at a time (Note [Emulated threads]); one per host thread.
+class EmuFibers {
+ public:
+  EmuFibers() = default;
+  EmuFibers(const EmuFibers&) = delete;
+  EmuFibers& operator=(const EmuFibers&) = delete;
+  ~EmuFibers();
+  /// Runs body(i) as fiber i for i < n until every one has returned; before fiber i runs (and
+  /// each time it resumes) enter(i) sets its thread's variables. `backward_first`: the first
+  /// sweep starts at the last fiber. Rethrows what a fiber threw; throws std::runtime_error if
+  /// the fibers wait at different barriers.
+  void run(unsigned n, void (*enter)(unsigned, void*), void (*body)(unsigned, void*), void* ctx,
+           bool backward_first);
+  /// From a fiber: wait until b's phase has passed.
+  void wait(EmuBarrier& b);
+
+ private:
+  struct Fiber;
+  static void entry();
+  void resume(unsigned i);
+  void to_scheduler(bool dying);
+  std::vector<Fiber*> fibers_;
+  void* main_sp_ = nullptr;
+  const void* main_bottom_ = nullptr;
+  std::size_t main_size_ = 0;
+  unsigned cur_ = 0;
+  void (*body_)(unsigned, void*) = nullptr;
+  void* ctx_ = nullptr;
+  std::exception_ptr error_;
+};
+inline thread_local EmuFibers emu_fibers;
+inline void EmuBarrier::arrive_and_wait() {
+  if (++arrived_ == count_) {  // the last to arrive releases the others and goes on
+    arrived_ = 0;
+    ++phase_;
+    return;
+  }
+  emu_fibers.wait(*this);
+}
+
+inline thread_local EmuBarrier* emu_bar = nullptr;
 inline void __syncthreads() { emu_bar->arrive_and_wait(); }
 // Warp shuffles: lanes meet at their warp's barrier around a slot array.
 struct EmuWarp {
   explicit EmuWarp(unsigned lanes) : bar(lanes) {}
-  std::barrier<> bar;
+  EmuBarrier bar;
   float slot[32] = {};
 };
 inline thread_local EmuWarp* emu_warp = nullptr;
@@ -182,77 +249,33 @@ std::unique_ptr<Kernels> make_cuda_kernels(CudaBackend& backend);
 
 inline long emu_threads_launched = 0;
 
-// Persistent workers, one per CUDA thread of the largest block seen; worker i runs thread i.
-class EmuPool {
- public:
-  ~EmuPool() {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      stop_ = true;
-      ++gen_;
-    }
-    cv_.notify_all();
-    for (auto& t : ws_) t.join();
-  }
-  void run(unsigned n, const std::function<void(unsigned)>& f) {
-    while (ws_.size() < n) {
-      const unsigned i = static_cast<unsigned>(ws_.size());
-      ws_.emplace_back([this, i, g = gen_] { work(i, g); });
-    }
-    std::unique_lock<std::mutex> l(mu_);
-    job_ = &f;
-    active_ = n;
-    remaining_ = n;
-    ++gen_;
-    cv_.notify_all();
-    done_.wait(l, [&] { return remaining_ == 0; });
-  }
-
- private:
-  void work(unsigned i, unsigned seen) {  // seen: the generation before the worker existed
-    for (;;) {
-      const std::function<void(unsigned)>* job;
-      {
-        std::unique_lock<std::mutex> l(mu_);
-        cv_.wait(l, [&] { return gen_ != seen; });
-        seen = gen_;
-        if (stop_) return;
-        if (i >= active_) continue;
-        job = job_;
-      }
-      (*job)(i);
-      std::lock_guard<std::mutex> g(mu_);
-      if (--remaining_ == 0) done_.notify_one();
-    }
-  }
-  std::vector<std::thread> ws_;
-  std::mutex mu_;
-  std::condition_variable cv_, done_;
-  const std::function<void(unsigned)>* job_ = nullptr;
-  unsigned active_ = 0, remaining_ = 0, gen_ = 0;
-  bool stop_ = false;
-};
-inline EmuPool emu_pool;
-
 template <class... P, class... A>
 void emu_launch(void (*k)(P...), dim3 grid, dim3 block, A&&... args) {
   for (unsigned by = 0; by < grid.y; ++by)
     for (unsigned bx = 0; bx < grid.x; ++bx) {
       const unsigned n = block.x * block.y;
-      std::barrier<> bar(n);
+      EmuBarrier bar(n);
       std::vector<std::unique_ptr<EmuWarp>> warps;
       for (unsigned w = 0; w < n; w += 32) warps.push_back(std::make_unique<EmuWarp>(std::min(32u, n - w)));
-      const std::function<void(unsigned)> f = [&](unsigned i) {
-        emu_warp = warps[i / 32].get();
+      blockIdx = {bx, by, 0};
+      blockDim = block;
+      gridDim = grid;
+      emu_bar = &bar;
+      struct Ctx {
+        std::vector<std::unique_ptr<EmuWarp>>& lanes;
+        void (*k)(P...);
+        std::tuple<A&...> args;
+      } ctx{warps, k, std::forward_as_tuple(args...)};
+      const auto enter = [](unsigned i, void* c) {
+        emu_warp = static_cast<Ctx*>(c)->lanes[i / 32].get();
         emu_lane = i % 32;
-        threadIdx = {i % block.x, i / block.x, 0};
-        blockIdx = {bx, by, 0};
-        blockDim = block;
-        gridDim = grid;
-        emu_bar = &bar;
-        k(args...);
+        threadIdx = {i % blockDim.x, i / blockDim.x, 0};
       };
-      emu_pool.run(n, f);
+      const auto body = [](unsigned, void* c) {
+        Ctx& x = *static_cast<Ctx*>(c);
+        std::apply([&](auto&... a) { x.k(a...); }, x.args);
+      };
+      emu_fibers.run(n, enter, body, &ctx, (bx + by) % 2 == 1);
       emu_threads_launched += n;
     }
 }

@@ -83,6 +83,16 @@ void both(const char* what, const std::string& ctx, std::vector<Buf> state, F f)
   for (std::size_t i = 0; i < s1.size(); ++i) check(what, s1[i], s2[i], ctx + " buf" + std::to_string(i));
 }
 
+/// A case's sizes for its messages: dims({2, 3, 7}) is "2x3x7".
+inline std::string dims(std::initializer_list<i64> d) {
+  std::string s;
+  for (i64 x : d) {
+    if (!s.empty()) s += 'x';
+    s += std::to_string(x);
+  }
+  return s;
+}
+
 using Bounds = std::vector<i64>;
 inline Bounds random_bounds(i64 rows, i64 S, unsigned seed) {
   std::mt19937 gen(seed);

@@ -16,15 +16,6 @@
 
 namespace {
 
-std::string ctx_of(std::initializer_list<i64> d) {
-  std::string s;
-  for (i64 x : d) {
-    if (!s.empty()) s += 'x';
-    s += std::to_string(x);
-  }
-  return s;
-}
-
 void check_embedding_paths(unsigned& seed) {
   // Forward: C % 4 == 0 (float4) aligned and shifted by one float (scalar path), and C odd.
   for (auto d : std::vector<std::array<i64, 4>>{{2, 3, 7, 8}, {3, 5, 11, 64}, {1, 4, 5, 12}})
@@ -37,7 +28,7 @@ void check_embedding_paths(unsigned& seed) {
         out = mixed(N * C + off, seed++);
       for (bool pos : {true, false})
         both("embedding_forward (fused)",
-             ctx_of({B, T, V_, C}) + " off " + std::to_string(off) + (pos ? " wpe" : ""),
+             dims({B, T, V_, C}) + " off " + std::to_string(off) + (pos ? " wpe" : ""),
              {wte, wpe, out}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
                k.embedding_forward(s, idx.data(), b[0].data() + off,
                                    pos ? b[1].data() + off : nullptr, N, T, C,
@@ -65,7 +56,7 @@ void check_embedding_paths(unsigned& seed) {
       for (bool acc : {false, true}) {
         V dy = mixed(c.N * c.C + c.off, seed++), g = mixed(c.V * c.C + c.off, seed++);
         both("embedding_backward (fused)",
-             ctx_of({c.N, c.V, c.C}) + " off " + std::to_string(c.off) + " S " +
+             dims({c.N, c.V, c.C}) + " off " + std::to_string(c.off) + " S " +
                  std::to_string(S) + " acc " + std::to_string(acc),
              {dy, g}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
                k.embedding_backward(s, idx.data(), b[0].data() + c.off, c.N, c.C, c.V, bounds,
@@ -88,7 +79,7 @@ void check_layernorm_chunks(unsigned& seed) {
     for (float& v : bias) v = u(gen);
     for (float& v : dy) v = u(gen);
     V y = mixed(N * C, seed++), mean = mixed(N, seed++), rstd = mixed(N, seed++);
-    both("layernorm_forward (fused)", ctx_of({N, C}), {x, w, bias, y, mean, rstd},
+    both("layernorm_forward (fused)", dims({N, C}), {x, w, bias, y, mean, rstd},
          [&](Kernels& k, Stream& s, std::vector<V>& b) {
            k.layernorm_forward(s, b[0].data(), b[1].data(), b[2].data(), N, C, 1e-5f,
                                b[3].data(), b[4].data(), b[5].data());
@@ -97,7 +88,7 @@ void check_layernorm_chunks(unsigned& seed) {
                             mean.data(), rstd.data());
     sims->synchronize();
     V dx = mixed(N * C, seed++), dyx = mixed(N * C, seed++);
-    both("layernorm_backward (fused)", ctx_of({N, C}), {dy, x, w, mean, rstd, dx, dyx},
+    both("layernorm_backward (fused)", dims({N, C}), {dy, x, w, mean, rstd, dx, dyx},
          [&](Kernels& k, Stream& s, std::vector<V>& b) {
            k.layernorm_backward(s, b[0].data(), b[1].data(), b[2].data(), b[3].data(),
                                 b[4].data(), N, C, b[5].data(), b[6].data());
@@ -143,11 +134,11 @@ void check_cross_entropy_rows(unsigned& seed) {
       x[4 * classes + 30] = 7.5f;  // a tie: the first index wins
     }
     V losses = mixed(rows, seed++), g = mixed(rows * classes, seed++), gl = {0.75f};
-    both("cross_entropy (warp rows)", ctx_of({rows, classes}), {x, losses},
+    both("cross_entropy (warp rows)", dims({rows, classes}), {x, losses},
          [&](Kernels& k, Stream& s, std::vector<V>& b) {
            k.cross_entropy(s, b[0].data(), t.data(), rows, classes, b[1].data());
          });
-    both("cross_entropy_backward (warp rows)", ctx_of({rows, classes}), {x, gl, g},
+    both("cross_entropy_backward (warp rows)", dims({rows, classes}), {x, gl, g},
          [&](Kernels& k, Stream& s, std::vector<V>& b) {
            k.cross_entropy_backward(s, b[0].data(), t.data(), rows, classes, b[1].data(), 0.125f,
                                     b[2].data());

@@ -7,7 +7,7 @@
 // within a tolerance of a double-precision reference), dropout at several p and index bases (also
 // in place), the sum
 // of squares and its per-block leaves (ZeRO's sum_squares_blocks) around kSquaresBlock.
-// Sizes are small: every CUDA thread is a host thread here.
+// Sizes are small: every CUDA thread is a fiber here (Note [Emulated threads], emu.h).
 #include <array>
 #include <initializer_list>
 
@@ -25,15 +25,6 @@ V uniform_v(std::size_t n, unsigned seed, float r = 2.0f) {
   V v(n);
   for (float& x : v) x = u(gen);
   return v;
-}
-
-std::string dims(std::initializer_list<i64> d) {
-  std::string s;
-  for (i64 x : d) {
-    if (!s.empty()) s += 'x';
-    s += std::to_string(x);
-  }
-  return s;
 }
 
 void check_embedding(unsigned& seed) {
