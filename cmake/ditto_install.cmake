@@ -53,7 +53,7 @@ install(TARGETS ${ditto_installed_libraries} EXPORT dittoTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT ditto_dev
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ditto)
 
-foreach(tool ditto-train ditto-bench safetensors-info)
+foreach(tool ditto-train ditto-predict-table ditto-bench safetensors-info)
   if(TARGET ${tool})
     install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT ditto_tools)
   endif()
