@@ -140,13 +140,6 @@ std::shared_ptr<train::CsvDataSource> open_rows(const Args& a, const data::CsvOp
   return rows;
 }
 
-/// The cost model's prediction, the faults that never fired and the trace (the simulator's).
-void print_simulator_report(const train::FitResult& r, std::int64_t tokens_per_sample) {
-  if (r.prediction)
-    std::fputs(train::format_prediction(*r.prediction, r.dtype, r.dry_run, tokens_per_sample)
-                   .c_str(), stdout);
-}
-
 train::RankSettings cli_settings(const CLI::App& app, const Args& a,
                                  const train::DataSource* data);
 
@@ -416,12 +409,8 @@ int run(Args& a, const CLI::App& app) {
     std::fflush(stdout);
   };
   train::TrainerCallbacks cb;
-  cb.on_resume = [gpt](const std::string& dir, const TrainerState& ts) {
-    if (gpt)  // iteration mode: the step is the whole position
-      std::printf("ditto-train: resumed from %s at step %" PRId64 "\n", dir.c_str(), ts.step);
-    else
-      std::printf("ditto-train: resumed from %s at step %" PRId64 " (epoch %" PRId64
-                  ", batch %" PRId64 ")\n", dir.c_str(), ts.step, ts.epoch + 1, ts.batch);
+  cb.on_resume = [&](const std::string& dir, const TrainerState& ts) {
+    out(train::format_resume("ditto-train", dir, ts, gpt));
   };
   cb.on_start = [&](const train::RunInfo& r) {
     if (!a.jsonl.empty() && lead) try {
@@ -430,26 +419,9 @@ int run(Args& a, const CLI::App& app) {
         throw InvalidArgument(detail::cat("--metrics-jsonl: ", e.what()));
       }
     if (gpt_run.init_weights) out(train::format_init_from("ditto-train", g, *gpt_run.init_weights));
-    if (gpt)
-      out(train::format_gpt_start("ditto-train", r, g, c, gpt_run));
-    else if (r.trainer == train::TrainerKind::ddp)
-      std::printf("ditto-train: trainer=ddp backend=%s ranks=%d (%s) determinism=%s data=%s "
-                  "batch=%" PRId64 " epochs=%d bucket_cap_mb=%g\n", r.backend.c_str(),
-                  r.devices, r.processes ? "processes" : "threads",
-                  determinism_name(r.determinism), a.data.c_str(), c.batch_size, c.epochs,
-                  c.bucket_cap_mb);
-    else
-      std::printf("ditto-train: backend=%s devices=%d determinism=%s model=%s params=%" PRId64
-                  " data=%s rows=%" PRId64 " (train %" PRId64 ", val %" PRId64 ") batch=%" PRId64
-                  " epochs=%d loss=%s optimizer=%s lr=%g momentum=%g seed=%" PRIu64 "\n",
-                  r.backend.c_str(), r.devices, determinism_name(r.determinism),
-                  r.model.c_str(), r.params, a.data.c_str(), rows->rows(), rows->train_size(),
-                  rows->eval_set().size(), c.batch_size, c.epochs, c.loss.c_str(),
-                  c.optimizer.c_str(), r.lr, c.optimizer == "sgd" ? c.momentum : 0.0f, c.seed);
-    if (c.grad_accum_steps > 1)
-      std::printf("ditto-train: grad_accum_steps=%" PRId64 " (micro-steps per optimizer step of "
-                  "batch %" PRId64 ")\n", c.grad_accum_steps, c.batch_size);
-    std::fflush(stdout);
+    out(gpt ? train::format_gpt_start("ditto-train", r, g, c, gpt_run) +
+                  train::format_grad_accum("ditto-train", c)
+            : train::format_start("ditto-train", r, c, a.data, rows.get()));
   };
   cb.on_epoch = [&](const train::EpochMetrics& m) {
     out(train::format_epoch(m));
@@ -466,17 +438,9 @@ int run(Args& a, const CLI::App& app) {
   if (gpt)
     cb.on_finish = [&](train::Replica& rep) {
       try {
-        const std::string sample = train::gpt_sample(rep, g, gpt_run, c.seed);
-        if (!sample.empty()) {
-          if (gpt_run.tokens)  // token ids (no tokenizer here: tiktoken's gpt2 decodes them)
-            std::printf("sample (%" PRId64 " token ids, temperature %g, top_k %" PRId64
-                        ", seed %" PRIu64 "):\n", g.sample, g.temperature, g.top_k, c.seed);
-          else
-            std::printf("sample (%zu characters, temperature %g, top_k %" PRId64 ", seed %"
-                        PRIu64 "):\n", sample.size(), g.temperature, g.top_k, c.seed);
-          std::fwrite(sample.data(), 1, sample.size(), stdout);  // every byte, NULs too
-          std::fputc('\n', stdout);
-        }
+        const std::string s = train::format_sample(
+            g, gpt_run, train::gpt_sample(rep, g, gpt_run, c.seed), c.seed);
+        std::fwrite(s.data(), 1, s.size(), stdout);  // every byte, NULs too
       } catch (const std::exception& e) {
         late_errors.push_back(detail::cat("--sample: ", e.what()));
       }
@@ -501,13 +465,10 @@ int run(Args& a, const CLI::App& app) {
     warn_settings(a, c, processes ? dist::world_size() : static_cast<long long>(c.devices) * c.nodes);
   train::FitResult r = trainer->fit();
   if (r.stopped) {
-    const int sig = train::stop_signal();
-    if (r.lead)
-      std::printf("ditto-train: stopped by %s after step %" PRId64 ": checkpoint %s/step-%08"
-                  PRId64 " written; resume with --resume %s\n", train::stop_signal_name(sig),
-                  r.steps, c.checkpoint_dir.c_str(), r.steps, c.checkpoint_dir.c_str());
+    if (r.lead) out(train::format_stopped("ditto-train", train::stop_signal(), r.steps,
+                                          c.checkpoint_dir));
     std::fflush(stdout);
-    return 128 + sig;
+    return 128 + train::stop_signal();
   }
   if (!r.lead) return 0;
   const std::int64_t tokens_per_sample = gpt ? g.block_size : 0;
@@ -515,21 +476,16 @@ int run(Args& a, const CLI::App& app) {
     std::printf("ditto-train: note: --fault %s never took effect (no such step, allocation or "
                 "communicator collective in this run)\n", f.c_str());
   out(train::format_final(r, tokens_per_sample));
-  print_simulator_report(r, tokens_per_sample);
+  if (r.prediction)
+    out(train::format_prediction(*r.prediction, r.dtype, r.dry_run, tokens_per_sample));
   out(train::format_memory(r.memory));
   if (!r.trace.empty())
     std::printf("trace: wrote %s (Chrome trace JSON; open in https://ui.perfetto.dev)\n",
                 r.trace.c_str());
   if (gpt && r.prediction)
     out(train::format_gpt_prediction(*r.prediction, r.memory, gpt_run.model, c));
-  if (a.verbose && r.prediction) {
-    const std::string title = detail::cat(
-        "predicted step, kernels by kind on sim:0 (determinism=", determinism_name(c.determinism),
-        " dtype=", dtype_name(c.dtype), r.prediction->rates.allow_tf32 ? " allow_tf32" : "",
-        "; per step, mean of ", r.prediction->steps, " step", r.prediction->steps == 1 ? "" : "s",
-        "; units: Note [Compute units] in backend_sim/cost_model.h):");
-    std::fputs(train::format_step_kernels(*r.prediction, title).c_str(), stdout);
-  }
+  if (a.verbose && r.prediction)
+    out(train::format_predicted_kernels(*r.prediction, c.determinism, c.dtype));
   late_errors.insert(late_errors.end(), r.output_errors.begin(), r.output_errors.end());
   if (jsonl) try {
       jsonl->write(r);
@@ -653,6 +609,19 @@ int cli_main(int argc, char** argv) {
   Args a;
   train::TrainerConfig& c = a.cfg;
   train::GptSettings& g = a.gpt;
+  c.field_names = {{"epochs", "--epochs"}, {"lr", "--lr"}, {"batch_size", "--batch-size"},
+                   {"devices", "--devices"}, {"nodes", "--nodes"}, {"loss", "--loss"},
+                   {"optimizer", "--optimizer"}, {"checkpoint_every", "--checkpoint-every"},
+                   {"checkpoint_dir", "--checkpoint"}, {"resume_dir", "--resume"},
+                   {"trace", "--trace"}, {"profile", "--profile"},
+                   {"stragglers", "--straggler"}, {"faults", "--fault"},
+                   {"comm_timeout_ms", "--comm-timeout-ms"}, {"trainer", "--trainer"},
+                   {"bucket_cap_mb", "--bucket-cap-mb"}, {"hidden", "--hidden"},
+                   {"dtype", "--dtype"}, {"micro_shards", "--micro-shards"},
+                   {"grad_accum_steps", "--grad-accum-steps"}, {"zero_stage", "--zero-stage"},
+                   {"dry_run", "--dry-run"}, {"allow_nonfinite_loss", "--allow-nonfinite-loss"},
+                   {"allow_tf32", "--allow-tf32"},
+                   {"momentum", "--momentum"}, {"weight_decay", "--weight-decay"}};
   float lr = 0.05f;
   CLI::App app{"ditto-train: data-parallel training (an MLP on CSV rows, or nanoGPT's character "
                "GPT with --model gpt) on simulated or real GPUs"};
@@ -821,16 +790,13 @@ int cli_main(int argc, char** argv) {
     const bool version = dynamic_cast<const CLI::CallForVersion*>(&e) != nullptr;
     return rc == 0 ? leave_mpi_job(rc, argc, argv, version ? "--version" : "--help") : rc;
   }
-  // Errors name each field by its option (TrainerConfig's and GptSettings' field_names): --x-y
-  // sets x_y, but for the four below.
+  // The GPT's errors name each field by its option (GptSettings::field_names): --x-y sets x_y.
   for (const CLI::Option* o : app.get_options()) {
     std::string field = o->get_name().substr(2);
     std::replace(field.begin(), field.end(), '-', '_');
-    c.field_names[field] = g.field_names[field] = o->get_name();
+    g.field_names[field] = o->get_name();
     if (o->count() > 0) a.given.insert(o->get_name()), g.given.insert(field);
   }
-  c.field_names.insert({{"checkpoint_dir", "--checkpoint"}, {"resume_dir", "--resume"},
-                        {"stragglers", "--straggler"}, {"faults", "--fault"}});
   if (app.count("--lr") > 0) c.lr = lr;
   if (table) {  // the alias of ditto-predict-table (examples/ditto_predict_table.cpp)
     const sim::PredictionTables t = sim::prediction_tables();

@@ -327,6 +327,18 @@ std::string gpt_sample(Replica& rep, const GptSettings& g, const GptRun& run, st
   return data.decode(std::vector<std::int64_t>(out.begin() + 1, out.end()));
 }
 
+std::string format_sample(const GptSettings& g, const GptRun& run, const std::string& sample,
+                          std::uint64_t seed) {
+  if (sample.empty()) return "";
+  // Token data: the ids (no tokenizer here: tiktoken's gpt2 decodes them).
+  const std::string head =
+      run.tokens ? fmt("sample (%" PRId64 " token ids, temperature %g, top_k %" PRId64
+                       ", seed %" PRIu64 "):\n", g.sample, g.temperature, g.top_k, seed)
+                 : fmt("sample (%zu characters, temperature %g, top_k %" PRId64 ", seed %" PRIu64
+                       "):\n", sample.size(), g.temperature, g.top_k, seed);
+  return head + sample + "\n";
+}
+
 std::string format_gpt_prediction(const CostPrediction& p, const std::vector<DeviceMemory>& memory,
                                   const nn::GPTConfig& m, const TrainerConfig& c) {
   const double N = static_cast<double>(nn::gpt_num_params(m) - m.block_size * m.n_embd);

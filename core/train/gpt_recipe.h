@@ -119,6 +119,11 @@ std::string format_gpt_prediction(const CostPrediction& p, const std::vector<Dev
 /// start token <|endoftext|> 50256 (token 0 when the vocabulary has no 50256), separated by
 /// spaces.
 std::string gpt_sample(Replica& rep, const GptSettings& g, const GptRun& run, std::uint64_t seed);
+/// gpt_sample's text under its header, "sample (N characters, temperature T, top_k K, seed S):"
+/// (token data: "N token ids"), and a newline; "" for an empty sample. May hold NUL bytes: write
+/// it with fwrite.
+std::string format_sample(const GptSettings& g, const GptRun& run, const std::string& sample,
+                          std::uint64_t seed);
 /// Writes rank 0's model `rep` (its parameters in f32) to each of g.export_files, atomically
 /// (an existing file keeps its mode), calling `written(file, what)` after each. Throws
 /// ditto::Error.

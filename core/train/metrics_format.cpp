@@ -5,6 +5,9 @@
 #include <cstdio>
 
 #include "core/numerics/determinism.h"
+#include "core/runtime/error.h"
+#include "core/train/cost_meter.h"
+#include "core/train/graceful_stop.h"
 
 namespace ditto::train {
 
@@ -28,6 +31,55 @@ std::string hms(double s) {
 
 std::string format_mib(std::size_t b) {
   return fmt("%.2f MiB", static_cast<double>(b) / 1048576.0);
+}
+
+std::string format_start(const std::string& prog, const RunInfo& r, const TrainerConfig& c,
+                         const std::string& data, const CsvDataSource* rows) {
+  std::string s;
+  if (r.trainer == TrainerKind::ddp)
+    s = fmt("%s: trainer=ddp backend=%s ranks=%d (%s) determinism=%s data=%s batch=%" PRId64
+            " epochs=%d bucket_cap_mb=%g\n", prog.c_str(), r.backend.c_str(), r.devices,
+            r.processes ? "processes" : "threads", determinism_name(r.determinism), data.c_str(),
+            c.batch_size, c.epochs, c.bucket_cap_mb);
+  else
+    s = fmt("%s: backend=%s devices=%d determinism=%s model=%s params=%" PRId64 " data=%s rows=%"
+            PRId64 " (train %" PRId64 ", val %" PRId64 ") batch=%" PRId64 " epochs=%d loss=%s "
+            "optimizer=%s lr=%g momentum=%g seed=%" PRIu64 "\n", prog.c_str(), r.backend.c_str(),
+            r.devices, determinism_name(r.determinism), r.model.c_str(), r.params, data.c_str(),
+            rows ? rows->rows() : 0, rows ? rows->train_size() : 0,
+            rows ? rows->eval_set().size() : 0, c.batch_size, c.epochs, c.loss.c_str(),
+            c.optimizer.c_str(), r.lr, c.optimizer == "sgd" ? c.momentum : 0.0f, c.seed);
+  return s + format_grad_accum(prog, c);
+}
+
+std::string format_grad_accum(const std::string& prog, const TrainerConfig& c) {
+  if (c.grad_accum_steps <= 1) return "";
+  return fmt("%s: grad_accum_steps=%" PRId64 " (micro-steps per optimizer step of batch %" PRId64
+             ")\n", prog.c_str(), c.grad_accum_steps, c.batch_size);
+}
+
+std::string format_resume(const std::string& prog, const std::string& dir,
+                          const TrainerState& ts, bool iteration_mode) {
+  if (iteration_mode)  // the step is the whole position
+    return fmt("%s: resumed from %s at step %" PRId64 "\n", prog.c_str(), dir.c_str(), ts.step);
+  return fmt("%s: resumed from %s at step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64 ")\n",
+             prog.c_str(), dir.c_str(), ts.step, ts.epoch + 1, ts.batch);
+}
+
+std::string format_stopped(const std::string& prog, int sig, std::int64_t steps,
+                           const std::string& dir) {
+  return fmt("%s: stopped by %s after step %" PRId64 ": checkpoint %s/step-%08" PRId64
+             " written; resume with --resume %s\n", prog.c_str(), stop_signal_name(sig), steps,
+             dir.c_str(), steps, dir.c_str());
+}
+
+std::string format_predicted_kernels(const CostPrediction& p, Determinism determinism,
+                                     DType dtype) {
+  return format_step_kernels(p, detail::cat(
+      "predicted step, kernels by kind on sim:0 (determinism=", determinism_name(determinism),
+      " dtype=", dtype_name(dtype), p.rates.allow_tf32 ? " allow_tf32" : "", "; per step, mean "
+      "of ", p.steps, " step", p.steps == 1 ? "" : "s", "; units: Note [Compute units] in "
+      "backend_sim/cost_model.h):"));
 }
 
 std::string format_step(const StepMetrics& m, const std::string& profile, DType dtype) {

@@ -10,12 +10,39 @@
 #include <vector>
 
 #include "core/runtime/dtype.h"
+#include "core/io/checkpoint.h"
+#include "core/train/data_source.h"
 #include "core/train/metrics.h"
 
 namespace ditto::train {
 
 /// "12.34 MiB".
 std::string format_mib(std::size_t bytes);
+
+/// The run as it starts, after `prog`: ddp's "trainer=ddp backend=... ranks=N (threads|processes)
+/// ... bucket_cap_mb=..." or the MLP's "backend=... devices=... model=... params=... data=...
+/// rows=... (train N, val M) batch=... epochs=... loss=... optimizer=... lr=... momentum=...
+/// seed=...", `data` the data's name and `rows` its CSV (null: no rows figures); then, with
+/// gradient accumulation, "PROG: grad_accum_steps=K (micro-steps per optimizer step of batch B)".
+std::string format_start(const std::string& prog, const RunInfo& r, const TrainerConfig& c,
+                         const std::string& data, const CsvDataSource* rows);
+
+/// "PROG: grad_accum_steps=K (...)" when c.grad_accum_steps > 1, else "".
+std::string format_grad_accum(const std::string& prog, const TrainerConfig& c);
+
+/// "PROG: resumed from DIR at step N" and in epoch mode " (epoch E, batch B)".
+std::string format_resume(const std::string& prog, const std::string& dir,
+                          const TrainerState& ts, bool iteration_mode);
+
+/// "PROG: stopped by SIGTERM after step N: checkpoint DIR/step-0000000N written; resume with
+/// --resume DIR" (Note [Graceful stop]).
+std::string format_stopped(const std::string& prog, int sig, std::int64_t steps,
+                           const std::string& checkpoint_dir);
+
+/// The predicted step's kernels by kind on device 0 (format_step_kernels) under a title naming
+/// the run's determinism, dtype and the steps metered.
+std::string format_predicted_kernels(const CostPrediction& p, Determinism determinism,
+                                     DType dtype);
 
 /// nanoGPT's progress line, "iter N: loss L, time Tms, mfu M%" (train.py's format; its iter_num
 /// is the step just taken, 0-based): the mfu only when set (m.mfu: a cost model profile), then in
