@@ -67,12 +67,7 @@ struct Args {
   train::GptSettings gpt;               // --model gpt's options (their fields: --n-layer n_layer)
 };
 
-/// The options of one model only: the GPT's (refused with --model mlp) and the MLP's.
-const std::set<std::string> kGptOnly{
-    "--n-layer", "--n-head", "--n-embd", "--block-size", "--max-iters", "--eval-interval",
-    "--eval-iters", "--min-lr", "--warmup-iters", "--lr-decay-iters", "--grad-clip", "--dropout",
-    "--bias", "--beta1", "--beta2", "--sample", "--temperature", "--top-k", "--preset",
-    "--vocab-size", "--data-format", "--val-data", "--init-from", "--export", "--eval-only"};
+/// The options of the MLP only (the GPT's are those of the "GPT ..." groups of --help).
 const std::set<std::string> kMlpOnly{"--hidden", "--epochs", "--label-column", "--header",
                                      "--val-fraction", "--loss", "--optimizer", "--momentum",
                                      "--classes"};
@@ -161,29 +156,6 @@ struct UsageError : InvalidArgument {
     throw UsageError(m);
   throw;
 }
-
-/// What each numeric option's value must be, for the parser's conversion errors
-/// ("--devices: expected an integer in 1..65536, got 'abc'").
-const std::map<std::string, std::string> kExpected{
-    {"--devices", "an integer in 1..65536"}, {"--label-column", "an integer"},
-    {"--classes", "an integer in 1..65536"}, {"--epochs", "an integer >= 0"},
-    {"--batch-size", "an integer >= 1"}, {"--lr", "a number > 0"},
-    {"--momentum", "a number"}, {"--micro-shards", "a power of two >= --devices"},
-    {"--grad-accum-steps", "an integer >= 1"}, {"--weight-decay", "a number >= 0"},
-    {"--val-fraction", "a number in (0, 1)"}, {"--sim-memory-gib", "a size in GiB > 0"},
-    {"--nodes", "an integer in 1..4096"}, {"--checkpoint-every", "an integer >= 0"},
-    {"--bucket-cap-mb", "a size in MiB > 0"}, {"--zero-stage", "0 or 1"},
-    {"--comm-timeout-ms", "an integer in 0..2147483648"},
-    {"--log-interval", "an integer >= 0"}, {"--n-layer", "an integer in 1..85"},
-    {"--n-head", "an integer >= 1"}, {"--n-embd", "an integer >= 1"},
-    {"--block-size", "an integer >= 1"}, {"--max-iters", "an integer >= 1"},
-    {"--eval-interval", "an integer >= 1"}, {"--eval-iters", "an integer >= 0"},
-    {"--min-lr", "a number >= 0"}, {"--warmup-iters", "an integer >= 0"},
-    {"--lr-decay-iters", "an integer > --warmup-iters"}, {"--grad-clip", "a number >= 0"},
-    {"--dropout", "a number in [0, 1)"}, {"--beta1", "a number in [0, 1)"},
-    {"--beta2", "a number in [0, 1)"}, {"--sample", "an integer >= 0"},
-    {"--temperature", "a number > 0"}, {"--top-k", "an integer >= 0"},
-    {"--vocab-size", "an integer >= 0"}, {"--seed", "an integer >= 0"}};
 
 /// Options that do nothing in this run, or that change what bitwise mode promises, said once at
 /// the start on stderr ("ditto-train: warning: ..."), as PyTorch warns for an ignored setting.
@@ -281,8 +253,9 @@ int run(Args& a, const CLI::App& app) {
     c.dtype = a.dtype == "bf16" ? DType::bf16 : a.dtype == "f16" ? DType::f16 : DType::f32;
     DITTO_CHECK(a.model == "mlp" || a.model == "gpt", "--model: expected mlp or gpt, got '",
                 a.model, "'");
-    for (const std::string& opt : kGptOnly)
-      DITTO_CHECK(gpt || !a.given.count(opt), opt, ": expected --model gpt, got --model mlp");
+    for (const CLI::Option* o : app.get_options())
+      DITTO_CHECK(gpt || !o->count() || o->get_group().rfind("GPT", 0) != 0, o->get_name(),
+                  ": expected --model gpt, got --model mlp");
     data::CsvOptions csv;
     csv.label_column = a.label_column;
     if (a.header == "yes") csv.header = data::CsvHeader::yes;
@@ -628,53 +601,69 @@ int cli_main(int argc, char** argv) {
   // A repeated option: the last value wins (argparse's store); --straggler, --fault and --export
   // collect (each --export writes its file).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  // An option whose --help shows its default.
-  auto with_default = [&app](const char* name, auto& value, const char* help) {
-    return app.add_option(name, value, help)->capture_default_str();
+  // An option, and what its value must be (`must`, for the parser's conversion errors:
+  // "--devices: expected an integer in 1..65536, got 'abc'"); with_default's --help shows its
+  // default.
+  std::map<std::string, std::string> expected;
+  auto plain = [&](const char* name, auto& value, const char* help, const char* must = nullptr) {
+    if (must) expected[name] = must;
+    return app.add_option(name, value, help);
+  };
+  auto with_default = [&](const char* name, auto& value, const char* help,
+                          const char* must = nullptr) {
+    return plain(name, value, help, must)->capture_default_str();
   };
   with_default("--model", a.model,
                "mlp (on --data CSV rows) or gpt (nanoGPT's character model on --data text, "
                "default the bundled shakespeare.txt; its options below)");
   with_default("--backend", a.backend, "sim, cuda or auto (cuda when a GPU is usable)");
-  with_default("--devices", c.devices, "number of devices (data-parallel replicas)");
+  with_default("--devices", c.devices, "number of devices (data-parallel replicas)",
+               "an integer in 1..65536");
   with_default("--data", a.data, "CSV file: numeric features, integer class label (--model gpt: "
                "a text file, default the bundled shakespeare.txt, or token files: llm.c shards "
                "or nanoGPT's train.bin, one file, a comma list or a glob; see --data-format)");
-  with_default("--label-column", a.label_column, "label column (negative counts from the end)");
-  app.add_option("--classes", a.classes,
-                 "classes of the model's output (every label < N, as CrossEntropyLoss's "
-                 "num_classes; default the largest label + 1; at most 65536, labels 0..65535)");
+  with_default("--label-column", a.label_column, "label column (negative counts from the end)",
+               "an integer");
+  plain("--classes", a.classes,
+        "classes of the model's output (every label < N, as CrossEntropyLoss's "
+        "num_classes; default the largest label + 1; at most 65536, labels 0..65535)",
+        "an integer in 1..65536");
   with_default("--header", a.header, "first row is a header: auto, yes or no");
   with_default("--hidden", a.hidden,
                "hidden layer sizes, comma-separated (e.g. 256,128; '' for no hidden layer)");
-  with_default("--epochs", c.epochs, "training epochs");
+  with_default("--epochs", c.epochs, "training epochs", "an integer >= 0");
   with_default("--batch-size", c.batch_size,
-               "global batch size (split over the devices; --model gpt: default 12)");
-  app.add_option("--lr", lr, "learning rate (default 0.05 for sgd, 0.001 for adam; --model gpt: "
-                             "the peak of the schedule, default 0.001)");
-  with_default("--momentum", c.momentum, "SGD momentum");
+               "global batch size (split over the devices; --model gpt: default 12)",
+               "an integer >= 1");
+  plain("--lr", lr, "learning rate (default 0.05 for sgd, 0.001 for adam; --model gpt: "
+        "the peak of the schedule, default 0.001)", "a number > 0");
+  with_default("--momentum", c.momentum, "SGD momentum", "a number");
   with_default("--loss", c.loss, "cross-entropy or mse (on one-hot targets)");
   with_default("--optimizer", c.optimizer, "sgd or adam");
   with_default("--micro-shards", c.micro_shards,
-               "micro-shards K of a batch in bitwise mode (power of two >= devices)");
+               "micro-shards K of a batch in bitwise mode (power of two >= devices)",
+               "a power of two >= --devices");
   with_default("--grad-accum-steps", c.grad_accum_steps,
                "micro-steps per optimizer step (nanoGPT's gradient_accumulation_steps; ddp: "
                "no_sync on all but the last): each takes a contiguous part of --batch-size; "
                "bitwise: a power of two with micro-shards divisible by it x devices, the same "
-               "bits as 1");
+               "bits as 1", "an integer >= 1");
   with_default("--weight-decay", c.weight_decay,
-               "SGD weight decay (--model gpt: AdamW's, on the 2-D weights, default 0.1)");
-  with_default("--seed", c.seed, "seed for initialisation, split and shuffling")
+               "SGD weight decay (--model gpt: AdamW's, on the 2-D weights, default 0.1)",
+               "a number >= 0");
+  with_default("--seed", c.seed, "seed for initialisation, split and shuffling", "an integer >= 0")
       ->check(ditto_cli::non_negative())
       ->check(ditto_cli::uint64_value());
-  with_default("--val-fraction", a.val_fraction, "fraction of rows held out for validation");
+  with_default("--val-fraction", a.val_fraction, "fraction of rows held out for validation",
+               "a number in (0, 1)");
   with_default("--determinism", a.determinism,
                "bitwise (same bits for any power-of-two device count) or fast");
   with_default("--dtype", a.dtype,
                "f32, or mixed precision bf16 / f16: parameters, activations and gradients "
                "stored in that dtype, f32 master weights and optimizer state (f16 adds dynamic "
                "loss scaling, as torch's GradScaler)");
-  with_default("--sim-memory-gib", a.sim_memory_gib, "memory capacity of each simulated device");
+  with_default("--sim-memory-gib", a.sim_memory_gib, "memory capacity of each simulated device",
+               "a size in GiB > 0");
   app.add_option("--profile", c.profile,
                  "sim: device profile for the cost model and memory capacity (h100-sxm, h200, "
                  "a100-sxm-80gb, a100-sxm-40gb, rtx4070-laptop, or a .json file); prints the "
@@ -691,7 +680,8 @@ int cli_main(int argc, char** argv) {
                "error naming the step)");
   with_default("--interconnect", c.interconnect,
                "sim: links between GPUs: auto, nvlink, nvlink3, pcie5, pcie4");
-  with_default("--nodes", c.nodes, "sim: nodes of --devices GPUs each (InfiniBand between)");
+  with_default("--nodes", c.nodes, "sim: nodes of --devices GPUs each (InfiniBand between)",
+               "an integer in 1..4096");
   app.add_option("--trace", c.trace, "sim: write a Chrome trace JSON (Perfetto) to this file");
   app.add_flag("--verbose", a.verbose,
                "with --profile (e.g. --dry-run): after the prediction, a table of the predicted "
@@ -707,58 +697,66 @@ int cli_main(int argc, char** argv) {
                "and not a known gap)");
   app.add_option("--checkpoint", c.checkpoint_dir,
                  "directory to save checkpoints in (and at the end)");
-  app.add_option("--checkpoint-every", c.checkpoint_every, "optimizer steps between checkpoints");
+  plain("--checkpoint-every", c.checkpoint_every, "optimizer steps between checkpoints",
+        "an integer >= 0");
   app.add_option("--resume", c.resume_dir,
                  "resume from the newest usable checkpoint in DIR; auto: from --checkpoint's DIR "
                  "when it holds one, else start fresh (a restart loop's every run)");
   with_default("--trainer", a.trainer,
                "dp (DataParallel, one controller thread) or ddp (DistributedDataParallel, a "
                "thread per rank; under mpirun a process per rank, the default there)");
-  with_default("--bucket-cap-mb", c.bucket_cap_mb, "ddp: gradient bucket size cap in MiB");
+  with_default("--bucket-cap-mb", c.bucket_cap_mb, "ddp: gradient bucket size cap in MiB",
+               "a size in MiB > 0");
   with_default("--zero-stage", c.zero_stage,
                "ddp: 1 shards the optimizer state over the ranks (ZeRO-1, llm.c's -z 1; "
-               "gradients reduce_scatter, parameters all_gather), 0 none");
+               "gradients reduce_scatter, parameters all_gather), 0 none", "0 or 1");
   app.add_option("--fault", c.faults,
                  "sim: inject a fault (repeatable): fail:device=D,step=S | "
                  "alloc:device=D,after=N | skip-collective:rank=R,index=K")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   with_default("--comm-timeout-ms", c.comm_timeout_ms,
-               "sim: timeout of every communicator in ms (0: their own; at most 2^31)");
+               "sim: timeout of every communicator in ms (0: their own; at most 2^31)",
+               "an integer in 0..2147483648");
   app.add_option("--metrics-jsonl", a.jsonl,
                  "write each epoch's metrics and the final ones as JSON lines to this file");
-  app.add_option("--log-interval", a.log_interval,
-                 "steps between progress lines 'iter N: loss L, time Tms[, mfu M%]' (nanoGPT's "
-                 "log_interval; also JSON lines): default 10 for --model gpt; the MLP's default "
-                 "100 prints only in epochs longer than that; 0: none");
+  plain("--log-interval", a.log_interval,
+        "steps between progress lines 'iter N: loss L, time Tms[, mfu M%]' (nanoGPT's "
+        "log_interval; also JSON lines): default 10 for --model gpt; the MLP's default "
+        "100 prints only in epochs longer than that; 0: none", "an integer >= 0");
   const char* group = "GPT (--model gpt; nanoGPT's options and CPU defaults)";
-  auto opt = [&](const char* name, auto& value, const char* help) {
-    app.add_option(name, value, help)->capture_default_str()->group(group);
+  auto opt = [&](const char* name, auto& value, const char* help, const char* must = nullptr) {
+    with_default(name, value, help, must)->group(group);
   };
-  opt("--n-layer", g.n_layer, "transformer blocks");
-  opt("--n-head", g.n_head, "attention heads (n_embd % n_head == 0)");
-  opt("--n-embd", g.n_embd, "embedding width");
-  opt("--block-size", g.block_size, "context length in characters");
-  opt("--max-iters", g.max_iters, "optimizer steps");
-  opt("--eval-interval", g.eval_interval, "steps between evaluations (also at 0 and the end)");
-  opt("--eval-iters", g.eval_iters, "batches per split per evaluation (fixed windows)");
-  opt("--min-lr", g.min_lr, "learning rate at the end of the cosine decay");
-  opt("--warmup-iters", g.warmup_iters, "steps of linear warm-up");
-  opt("--lr-decay-iters", g.lr_decay_iters, "step where the cosine decay reaches --min-lr");
-  opt("--grad-clip", g.grad_clip, "clip the gradients' global norm to this (0: off)");
-  opt("--dropout", g.dropout, "dropout probability of every dropout site");
+  opt("--n-layer", g.n_layer, "transformer blocks", "an integer in 1..85");
+  opt("--n-head", g.n_head, "attention heads (n_embd % n_head == 0)", "an integer >= 1");
+  opt("--n-embd", g.n_embd, "embedding width", "an integer >= 1");
+  opt("--block-size", g.block_size, "context length in characters", "an integer >= 1");
+  opt("--max-iters", g.max_iters, "optimizer steps", "an integer >= 1");
+  opt("--eval-interval", g.eval_interval, "steps between evaluations (also at 0 and the end)",
+      "an integer >= 1");
+  opt("--eval-iters", g.eval_iters, "batches per split per evaluation (fixed windows)",
+      "an integer >= 0");
+  opt("--min-lr", g.min_lr, "learning rate at the end of the cosine decay", "a number >= 0");
+  opt("--warmup-iters", g.warmup_iters, "steps of linear warm-up", "an integer >= 0");
+  opt("--lr-decay-iters", g.lr_decay_iters, "step where the cosine decay reaches --min-lr",
+      "an integer > --warmup-iters");
+  opt("--grad-clip", g.grad_clip, "clip the gradients' global norm to this (0: off)",
+      "a number >= 0");
+  opt("--dropout", g.dropout, "dropout probability of every dropout site", "a number in [0, 1)");
   app.add_flag("--bias", g.bias, "biases in the Linears and LayerNorms (default: none)")
       ->group(group);
-  opt("--beta1", g.beta1, "AdamW beta1");
-  opt("--beta2", g.beta2, "AdamW beta2");
-  opt("--sample", g.sample, "characters to generate at the end (0: none)");
-  opt("--temperature", g.temperature, "sampling temperature");
-  opt("--top-k", g.top_k, "sample among the k likeliest characters (0: all)");
+  opt("--beta1", g.beta1, "AdamW beta1", "a number in [0, 1)");
+  opt("--beta2", g.beta2, "AdamW beta2", "a number in [0, 1)");
+  opt("--sample", g.sample, "characters to generate at the end (0: none)", "an integer >= 0");
+  opt("--temperature", g.temperature, "sampling temperature", "a number > 0");
+  opt("--top-k", g.top_k, "sample among the k likeliest characters (0: all)", "an integer >= 0");
   opt("--preset", g.preset,
       "nanoGPT's GPT-2 size: gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl (block 1024, vocab "
       "50304, biases; explicit --n-layer etc. win)");
   opt("--vocab-size", g.vocab_size,
       "rows of wte (0: the text's vocabulary, llm.c's tokenizer's 50257 / 128256; --preset: "
-      "50304); nanoGPT's .bin tokens need it: meta.pkl's vocab_size, 50304 for GPT-2 BPE");
+      "50304); nanoGPT's .bin tokens need it: meta.pkl's vocab_size, 50304 for GPT-2 BPE",
+      "an integer >= 0");
   opt("--data-format", g.data_format,
       "what --data holds: auto (llm.c shards by their magic 20240520 / 20240801, else nanoGPT "
       "uint16 tokens for a name ending in .bin, else a text), text, llmc or nanogpt");
@@ -782,11 +780,11 @@ int cli_main(int argc, char** argv) {
                "evaluate --eval-iters batches of each split once and stop: no training, no "
                "checkpoint (needs --init-from or --resume)")->group(group);
   ditto_cli::add_version(app, "ditto-train");
-  ditto_cli::check_numeric_values(app, kExpected);  // '' refused, 010 decimal
+  ditto_cli::check_numeric_values(app, expected);  // '' refused, 010 decimal
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = ditto_cli::parse_error(app, e, "ditto-train", kExpected);
+    const int rc = ditto_cli::parse_error(app, e, "ditto-train", expected);
     const bool version = dynamic_cast<const CLI::CallForVersion*>(&e) != nullptr;
     return rc == 0 ? leave_mpi_job(rc, argc, argv, version ? "--version" : "--help") : rc;
   }

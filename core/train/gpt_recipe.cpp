@@ -12,6 +12,7 @@
 #include "core/optim/adamw.h"
 #include "core/optim/lr_schedule.h"
 #include "core/runtime/error.h"
+#include "core/train/metrics_format.h"
 #include "core/train/synthetic_source.h"
 
 namespace ditto::train {
@@ -27,14 +28,6 @@ std::string GptSettings::name_of(const std::string& field) const {
 }
 
 namespace {
-
-template <typename... A>
-std::string fmt(const char* f, A... a) {
-  const int n = std::snprintf(nullptr, 0, f, a...);
-  std::string s(static_cast<std::size_t>(n > 0 ? n : 0), '\0');
-  std::snprintf(s.data(), s.size() + 1, f, a...);
-  return s;
-}
 
 void at_least(const std::string& name, std::int64_t v, std::int64_t lo, const char* note = "") {
   DITTO_CHECK(v >= lo, name, ": expected >= ", lo, note, ", got ", v);
@@ -265,7 +258,7 @@ std::string format_gpt_start(const std::string& prog, const RunInfo& r, const Gp
   // The model's own count (dp builds it before the start); ddp reports before building: the
   // count of nanoGPT's layout (the CLI test checks that both agree).
   const std::int64_t params = r.params > 0 ? r.params : nn::gpt_num_params(m);
-  std::string s = fmt("%s: model=gpt n_layer=%" PRId64 " n_head=%" PRId64 " n_embd=%" PRId64
+  std::string s = strprintf("%s: model=gpt n_layer=%" PRId64 " n_head=%" PRId64 " n_embd=%" PRId64
                       " block_size=%" PRId64 " vocab_size=%" PRId64 " bias=%s dropout=%g params=%"
                       PRId64 " (%.2fM without wpe) backend=%s devices=%d trainer=%s%s "
                       "determinism=%s\n", prog.c_str(),
@@ -275,17 +268,17 @@ std::string format_gpt_start(const std::string& prog, const RunInfo& r, const Gp
                       r.backend.c_str(), r.devices, trainer_kind_name(r.trainer),
                       r.processes ? " (processes)" : "", determinism_name(r.determinism));
   if (run.text)
-    s += fmt("%s: data=%s bytes=%" PRId64 " (train %" PRId64 ", val %" PRId64 " tokens)",
+    s += strprintf("%s: data=%s bytes=%" PRId64 " (train %" PRId64 ", val %" PRId64 " tokens)",
              prog.c_str(), run.text->name().c_str(), run.text->size(), run.text->train_tokens(),
              run.text->val_tokens());
   else if (const TokenDataSource* t = run.tokens.get())
-    s += fmt("%s: data=%s format=%s files=%zu (train %" PRId64 " tokens; val %s: %" PRId64
+    s += strprintf("%s: data=%s format=%s files=%zu (train %" PRId64 " tokens; val %s: %" PRId64
              " tokens)", prog.c_str(), t->name().c_str(), data_format_name(t->format()),
              t->train().files().size(), t->train_tokens(),
              t->val() ? t->val_name().c_str() : "none", t->val_tokens());
   else
     s += prog + ": data=zeros (dry run: every token id 0, no file read)";
-  return s + fmt(" batch_size=%" PRId64 " max_iters=%" PRId64 " lr=%g min_lr=%g "
+  return s + strprintf(" batch_size=%" PRId64 " max_iters=%" PRId64 " lr=%g min_lr=%g "
                  "warmup_iters=%" PRId64 " lr_decay_iters=%" PRId64 " weight_decay=%g "
                  "betas=(%g, %g) grad_clip=%g eval_interval=%" PRId64 " eval_iters=%" PRId64
                  " seed=%" PRIu64 "\n",
@@ -332,9 +325,9 @@ std::string format_sample(const GptSettings& g, const GptRun& run, const std::st
   if (sample.empty()) return "";
   // Token data: the ids (no tokenizer here: tiktoken's gpt2 decodes them).
   const std::string head =
-      run.tokens ? fmt("sample (%" PRId64 " token ids, temperature %g, top_k %" PRId64
+      run.tokens ? strprintf("sample (%" PRId64 " token ids, temperature %g, top_k %" PRId64
                        ", seed %" PRIu64 "):\n", g.sample, g.temperature, g.top_k, seed)
-                 : fmt("sample (%zu characters, temperature %g, top_k %" PRId64 ", seed %" PRIu64
+                 : strprintf("sample (%zu characters, temperature %g, top_k %" PRId64 ", seed %" PRIu64
                        "):\n", sample.size(), g.temperature, g.top_k, seed);
   return head + sample + "\n";
 }
@@ -361,19 +354,19 @@ std::string format_gpt_prediction(const CostPrediction& p, const std::vector<Dev
     const CostRates& q = p.rates;
     std::string gemm;
     if (c.determinism == Determinism::bitwise)
-      gemm = fmt("GEMMs on SIMT cores (ditto's fma-chain kernel, FP32 %.4g TFLOP/s x "
+      gemm = strprintf("GEMMs on SIMT cores (ditto's fma-chain kernel, FP32 %.4g TFLOP/s x "
                  "simt_efficiency %.3g)", q.fp32_flops / 1e12, q.simt_efficiency);
     else if (c.dtype != DType::f32)
-      gemm = fmt("GEMMs on tensor cores (cuBLASLt, %s %.4g TFLOP/s x gemm_efficiency %.3g)",
+      gemm = strprintf("GEMMs on tensor cores (cuBLASLt, %s %.4g TFLOP/s x gemm_efficiency %.3g)",
                  c.dtype == DType::f16 ? "FP16" : "BF16",
                  (c.dtype == DType::f16 ? q.f16_flops : q.bf16_flops) / 1e12, q.gemm_efficiency);
     else if (q.allow_tf32)
-      gemm = fmt("GEMMs on tensor cores (cuBLASLt, TF32 %.4g TFLOP/s x gemm_efficiency %.3g)",
+      gemm = strprintf("GEMMs on tensor cores (cuBLASLt, TF32 %.4g TFLOP/s x gemm_efficiency %.3g)",
                  q.tf32_flops / 1e12, q.gemm_efficiency);
     else
-      gemm = fmt("GEMMs on SIMT cores (cuBLASLt strict FP32, %.4g TFLOP/s x gemm_efficiency "
+      gemm = strprintf("GEMMs on SIMT cores (cuBLASLt strict FP32, %.4g TFLOP/s x gemm_efficiency "
                  "%.3g)", q.fp32_flops / 1e12, q.gemm_efficiency);
-    s += fmt("dry run: priced, not run: no kernel executed and no tensor data held "
+    s += strprintf("dry run: priced, not run: no kernel executed and no tensor data held "
              "(Note [Dry run]); determinism=%s dtype=%s; %s, attention on SIMT cores "
              "(ditto's kernels, FP32 %.4g TFLOP/s x simt_efficiency %.3g), other kernels at "
              "memory bandwidth %.4g GB/s x memory_efficiency %.3g\n",
@@ -381,7 +374,7 @@ std::string format_gpt_prediction(const CostPrediction& p, const std::vector<Dev
              q.fp32_flops / 1e12, q.simt_efficiency, q.memory_bandwidth / 1e9,
              q.memory_efficiency);
   }
-  s += fmt("predicted GPT: %.0f tokens/s (%" PRId64 " tokens per step) step_time=%.2f ms "
+  s += strprintf("predicted GPT: %.0f tokens/s (%" PRId64 " tokens per step) step_time=%.2f ms "
            "comm_share=%.1f%%; mfu=%.1f%% of %s peak %.4g TFLOP/s per GPU with nanoGPT's "
            "estimate_mfu: 6N + 12 L H Q T = %.4g FLOP/token, N = %.0f parameters without wpe\n",
            tokens_per_s, c.batch_size * m.block_size, p.step_time_s * 1e3, 100.0 * p.comm_share,
@@ -393,7 +386,7 @@ std::string format_gpt_prediction(const CostPrediction& p, const std::vector<Dev
     capacity = d.stats.capacity;
   }
   if (!memory.empty())
-    s += fmt("predicted GPT: peak memory %.2f GiB of %.2f GiB on the fullest device (attention "
+    s += strprintf("predicted GPT: peak memory %.2f GiB of %.2f GiB on the fullest device (attention "
              "keeps softmax stats, not att [B, n_head, T, T], as flash attention does)\n",
              static_cast<double>(peak) / 1073741824.0, static_cast<double>(capacity) / 1073741824.0);
   return s;

@@ -16,6 +16,9 @@
 
 namespace ditto::train {
 
+/// printf's text as a std::string (the report lines' formatting).
+std::string strprintf(const char* format, ...) __attribute__((format(printf, 1, 2)));
+
 /// "12.34 MiB".
 std::string format_mib(std::size_t bytes);
 
