@@ -119,10 +119,9 @@ TEST(OutputPaths, AnOutputIsNeitherAnInputNorAnotherOutputNorInsideADirectory) {
   io::check_outputs_are_not_inputs({{"--trace", dir + "/t.json"}, {"--metrics-jsonl", ""}},
                                    {{"--data", data}}, {{"--checkpoint", ""}});
   expect_invalid([&] {
-    io::check_outputs_are_not_inputs({{"--trace", dir + "/../outputs/data.csv"}},
-                                      {{"--data", data}}, {});
-  }, "--trace: expected a file other than --data's, got '" + dir + "/../outputs/data.csv' "
-     "(--data '" + data + "'), which it would overwrite");
+    io::check_outputs_are_not_inputs({{"--trace", dir + "/./data.csv"}}, {{"--data", data}}, {});
+  }, "--trace: expected a file other than --data's, got '" + dir + "/./data.csv' (--data '" +
+     data + "'), which it would overwrite");
   expect_invalid([&] {
     io::check_outputs_are_not_inputs({{"--trace", dir + "/m"}, {"--metrics-jsonl", dir + "/m"}},
                                      {{"--data", data}}, {});
