@@ -3,11 +3,11 @@
 //  - published_comparisons(): all_reduce bus bandwidth (nccl-tests' busbw) at large sizes and
 //    small-message time, for the built-in profiles;
 //  - training_cases(): published training runs (llm.c's GPT-2 on 8 A100s / 8 H100s) and the
-//    ditto-train dry run that predicts each (same model, batch, dtype and ZeRO stage). The runs
-//    themselves are made by ditto-train (examples/ditto_train.cpp), which owns the Trainer; this
-//    file holds the figures and formats the table.
-// Printed by `ditto-train --predict-table`, copied into the README, and checked by
-// tests/test_cost_model.cpp (NCCL rows) and the DittoTrainCli.PredictTable ctest (both tables).
+//    ditto-train dry run that predicts each (same model, batch, dtype and ZeRO stage), made in
+//    this process by run_training_cases (backend_sim/published_training.cpp: the Trainer on
+//    train::configure_gpt, as ditto-train --model gpt builds it).
+// Printed by `ditto-predict-table` (and its alias `ditto-train --predict-table`), copied into the
+// README, and checked by tests/test_cost_model.cpp (NCCL rows) and the PredictTable ctests.
 //
 // Note [Published figures]: a row is a primary public measurement (NVIDIA's NCCL developers, a
 // cloud vendor's published nccl-tests output, the training project's own scripts and logs), never
@@ -81,6 +81,22 @@ std::vector<TrainingCase> training_cases();
 
 /// `ditto-train <args>` as one line (for the table and the README).
 std::string command_line(const TrainingCase& c);
+
+/// Each training case's dry run (its args as ditto-train --model gpt takes them, made in this
+/// process on the Trainer), its tokens/s (samples/s x seq_len) and largest per-device peak
+/// memory; a run that fails (out of memory) has its error in its row. Throws InvalidArgument for
+/// an arg that ditto-train's dry runs here do not take.
+std::vector<TrainingComparison> run_training_cases();
+
+/// Both tables as ditto-predict-table prints them: the NCCL table, a blank line, the training
+/// table; `unexplained` the rows outside their tolerance that are not known gaps (marked FAIL).
+struct PredictionTables {
+  std::string text;
+  int unexplained = 0;
+  /// "N rows outside their tolerance and not a known gap (marked FAIL)"; "" when none.
+  std::string failure() const;
+};
+PredictionTables prediction_tables();
 
 /// The training table as aligned text; each row says "ok" (within its tolerance), "GAP" (outside,
 /// known) or "FAIL" (outside, not known), and the sources and commands follow.

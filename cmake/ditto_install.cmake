@@ -1,10 +1,10 @@
 # Install: `cmake --install build --prefix P` puts the public headers in P/include/ditto/ (by their
 # repository paths, so "core/runtime/tensor.h" is found with P/include/ditto on the include path),
-# the static libraries in P/lib, ditto-train, ditto-bench and safetensors-info in P/bin, the
-# bundled data in P/share/ditto, and the CMake package ditto (find_package(ditto), target
-# ditto::ditto) in P/lib/cmake/ditto. Included at the end of the top-level CMakeLists.txt, once
-# every target exists. The consumer project examples/consumer/ is built against such a prefix by
-# the ctest Install.ConsumerBuildsAndRuns.
+# the static libraries in P/lib, ditto-train, ditto-predict-table, ditto-bench and
+# safetensors-info in P/bin, the bundled data in P/share/ditto, and the CMake package ditto
+# (find_package(ditto), target ditto::ditto) in P/lib/cmake/ditto. Included at the end of the
+# top-level CMakeLists.txt, once every target exists. The consumer project examples/consumer/ is
+# built against such a prefix by the ctest Install.ConsumerBuildsAndRuns.
 include(CMakePackageConfigHelpers)
 
 # Note [Public headers]
@@ -53,7 +53,7 @@ install(TARGETS ${ditto_installed_libraries} EXPORT dittoTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT ditto_dev
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ditto)
 
-foreach(tool ditto-train ditto-bench safetensors-info)
+foreach(tool ditto-train ditto-predict-table ditto-bench safetensors-info)
   if(TARGET ${tool})
     install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT ditto_tools)
   endif()

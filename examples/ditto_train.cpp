@@ -1,39 +1,30 @@
 // ditto-train: the main job. Trains an MLP data-parallel over several (simulated or real) GPUs on a
-// CSV data set (by default the bundled digits set: 8x8 images, 10 classes) and prints one line per
-// epoch and a final line with a checksum of every parameter, so two runs compare with one string.
-// The loop is the library's Trainer (core/train/trainer.h): this program maps options to a
-// TrainerConfig and prints what the Trainer reports.
+// CSV data set (by default the bundled digits set: 8x8 images, 10 classes), or with --model gpt
+// nanoGPT's character model (core/train/gpt_recipe.h), and prints one line per epoch and a final
+// line with a checksum of every parameter, so two runs compare with one string. Options ->
+// TrainerConfig -> Trainer (core/train/trainer.h) -> the lines of core/train/metrics_format.h.
 //
 //   build/bin/ditto-train                          # 4 simulated GPUs, digits, MLP 64-128-10
-//   build/bin/ditto-train --devices 1              # same model on one device
 //   build/bin/ditto-train --profile h100-sxm --devices 8   # + predicted step time on 8 H100s
-//   build/bin/ditto-train --predict-table          # cost model vs published NCCL figures
 //   build/bin/ditto-train --trainer ddp            # DistributedDataParallel, a thread per rank
 //   mpirun -np 4 build/bin/ditto-train --trainer ddp   # the same, one rank per process (MPI)
-//   build/bin/ditto-train --metrics-jsonl m.jsonl  # + one JSON line per epoch and at the end
 //   build/bin/ditto-train --model gpt              # nanoGPT's Shakespeare character model
 //   build/bin/ditto-train --model gpt --preset gpt2 --dry-run --profile a100-sxm-80gb
 //       --devices 8 --trainer ddp --batch-size 128  # predict GPT-2 124M on 8 A100s, in seconds
-//   build/bin/ditto-train --help
-// The GPT's options and output are in ditto_train_gpt.cpp.
+//   build/bin/ditto-train --predict-table          # alias of build/bin/ditto-predict-table
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <cerrno>
-#include <cstring>
-#include <new>
 #include <cinttypes>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <fcntl.h>
-#include <filesystem>
-#include <unistd.h>
 #include <map>
 #include <memory>
+#include <new>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -46,15 +37,17 @@
 #include "backend_sim/published.h"
 #include "backend_sim/sim_faults.h"
 #include "core/dist/distributed.h"
+#include "core/io/file.h"
 #include "core/runtime/error.h"
 #include "core/train/cost_meter.h"
+#include "core/train/gpt_recipe.h"
+#include "core/train/graceful_stop.h"
 #include "core/train/grad_accumulation.h"
 #include "core/train/launcher.h"
+#include "core/train/metrics_format.h"
 #include "core/train/trainer.h"
 #include "examples/bundled_data.h"
 #include "examples/cli_common.h"
-#include "examples/ditto_train_gpt.h"
-#include "examples/ditto_train_weights.h"
 
 using namespace ditto;
 
@@ -71,37 +64,28 @@ struct Args {
   bool verbose = false;                  // --verbose: the predicted step's kernel table
   std::set<std::string> given;          // the options given on the command line
   train::TrainerConfig cfg;
-  ditto_train::GptOptions gpt;
-  ditto_train::WeightsOptions weights;  // --init-from, --export, --eval-only
+  train::GptSettings gpt;               // --model gpt's options (their fields: --n-layer n_layer)
 };
 
-/// What a nested run (--predict-table's dry runs) hands back instead of printing: the result, or
-/// the error it stopped with.
-struct Capture {
-  train::FitResult result;
-  std::string error;
-};
+/// The options of the MLP only (the GPT's are those of the "GPT ..." groups of --help).
+const std::set<std::string> kMlpOnly{"--hidden", "--epochs", "--label-column", "--header",
+                                     "--val-fraction", "--loss", "--optimizer", "--momentum",
+                                     "--classes"};
 
 /// --hidden: "" is no hidden layer; otherwise every comma-separated item must be a size.
 std::vector<std::int64_t> parse_sizes(const std::string& text) {
   std::vector<std::int64_t> out;
-  if (text.empty()) return out;
-  DITTO_CHECK(text.back() != ',', "--hidden: expected comma-separated positive sizes such as 128 "
-              "or 256,128 ('' for no hidden layer), got '", text, "' (an empty item)");
   std::stringstream ss(text);
   std::string item;
-  while (std::getline(ss, item, ',')) {
-    DITTO_CHECK(!item.empty(), "--hidden: expected comma-separated positive sizes such as 128 or "
-                "256,128 ('' for no hidden layer), got '", text, "' (an empty item)");
-    std::size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (...) {
-      used = 0;
-    }
-    DITTO_CHECK(used == item.size() && v > 0, "--hidden: expected comma-separated positive sizes "
-                                              "such as 128 or 256,128, got '", text, "'");
+  while (!text.empty() && std::getline(ss, item, ',')) {
+    DITTO_CHECK(!item.empty() && text.back() != ',', "--hidden: expected comma-separated positive "
+                "sizes such as 128 or 256,128 ('' for no hidden layer), got '", text, "' (an "
+                "empty item)");
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    DITTO_CHECK(*end == '\0' && errno == 0 && v > 0, "--hidden: "
+                "expected comma-separated positive sizes such as 128 or 256,128, got '", text, "'");
     out.push_back(v);
   }
   return out;
@@ -127,43 +111,14 @@ std::pair<int, double> parse_straggler(const std::string& s) {
   return {dev, factor};
 }
 
-/// The most classes of ditto-train's model, inferred from the labels (the largest + 1) or given
-/// by --classes: a stray label such as 100000 would otherwise build a 100001-way output layer
-/// silently.
+/// The most classes of the MLP, inferred from the labels (the largest + 1) or given by --classes:
+/// a stray label such as 100000 would otherwise build a 100001-way output layer silently.
 constexpr std::int64_t kMaxInferredClasses = 65536;
 
-/// A data source whose model has `classes` outputs (--classes), more than its labels need.
-class WithClasses final : public train::DataSource {
- public:
-  WithClasses(std::shared_ptr<train::DataSource> s, std::int64_t classes)
-      : s_(std::move(s)), classes_(classes) {}
-  std::int64_t batches_per_epoch(std::int64_t b) const override { return s_->batches_per_epoch(b); }
-  data::Batch batch(std::int64_t e, std::int64_t i, std::int64_t b) override {
-    return s_->batch(e, i, b);
-  }
-  const data::Dataset& eval_set() const override { return s_->eval_set(); }
-  std::int64_t train_size() const override { return s_->train_size(); }
-  std::int64_t num_inputs() const override { return s_->num_inputs(); }
-  std::int64_t num_outputs() const override { return classes_; }
-  std::map<std::string, std::string> checkpoint_config() const override {
-    return s_->checkpoint_config();
-  }
-  data::Batch step_batch(std::int64_t step, std::int64_t b) override {
-    return s_->step_batch(step, b);
-  }
-  data::Batch eval_batch(train::EvalSplit split, std::int64_t k, std::int64_t b) override {
-    return s_->eval_batch(split, k, b);
-  }
-
- private:
-  std::shared_ptr<train::DataSource> s_;
-  std::int64_t classes_;
-};
-
-/// The model's classes: --classes N (every label < N, as torch.nn.CrossEntropyLoss's targets
-/// < C), else the largest label + 1, refused past kMaxInferredClasses.
-std::shared_ptr<train::DataSource> with_classes(std::shared_ptr<train::CsvDataSource> rows,
-                                                const Args& a) {
+/// The MLP's data: --data's rows, the model's classes --classes N (every label < N, as
+/// torch.nn.CrossEntropyLoss's targets < C), else the largest label + 1 up to kMaxInferredClasses.
+std::shared_ptr<train::CsvDataSource> open_rows(const Args& a, const data::CsvOptions& csv) {
+  auto rows = std::make_shared<train::CsvDataSource>(a.data, csv, a.val_fraction, a.cfg.seed);
   const std::int64_t inferred = rows->num_outputs();  // the largest label + 1
   if (!a.given.count("--classes")) {
     DITTO_CHECK(inferred <= kMaxInferredClasses, "--data: ", a.data, ": the largest label is ",
@@ -176,238 +131,8 @@ std::shared_ptr<train::DataSource> with_classes(std::shared_ptr<train::CsvDataSo
               "integer in 1..", kMaxInferredClasses, ", got ", a.classes);
   DITTO_CHECK(a.classes >= inferred, "--classes: expected a number of classes greater than every "
               "label (the largest in ", a.data, " is ", inferred - 1, "), got ", a.classes);
-  if (a.classes == inferred) return rows;
-  return std::make_shared<WithClasses>(std::move(rows), a.classes);
-}
-
-/// --trace and --metrics-jsonl are written: refused when one names the file of --data (a typo
-/// would overwrite the data set), the other's file (one would overwrite the other), or a file
-/// inside the --checkpoint or --resume directory (DIR/latest, a checkpoint's files).
-void check_outputs_are_not_inputs(const Args& a, const train::TrainerConfig& c) {
-  namespace fs = std::filesystem;
-  auto key = [](const std::string& p) {  // the same file by any spelling, existing or not
-    std::error_code ec;
-    fs::path k = fs::weakly_canonical(fs::absolute(p, ec), ec);
-    return ec ? fs::path(p).lexically_normal() : k;
-  };
-  std::vector<std::pair<const char*, std::string>> outputs;
-  if (!c.trace.empty()) outputs.emplace_back("--trace", c.trace);
-  if (!a.jsonl.empty()) outputs.emplace_back("--metrics-jsonl", a.jsonl);
-  std::vector<std::pair<const char*, std::string>> others{{"--data", a.data}};
-  for (std::size_t i = 0; i < outputs.size(); ++i) {
-    const auto& [opt, path] = outputs[i];
-    const fs::path k = key(path);
-    for (const auto& [other, other_path] : others)
-      DITTO_CHECK(k != key(other_path), opt, ": expected a file other than ", other, "'s, got '",
-                  path, "' (", other, " '", other_path, "'), which it would overwrite");
-    for (const auto& [dir_opt, dir] : {std::pair{"--checkpoint", c.checkpoint_dir},
-                                       std::pair{"--resume", c.resume_dir}}) {
-      if (dir.empty() || dir == "auto") continue;
-      const fs::path d = key(dir);
-      const fs::path rel = k.lexically_relative(d);
-      DITTO_CHECK(rel.empty() || *rel.begin() == "..", opt, ": expected a file outside the ",
-                  dir_opt, " directory '", dir, "', got '", path, "'");
-    }
-    others.emplace_back(opt, path);
-  }
-}
-
-/// --resume auto: DIR (--checkpoint) when it holds a checkpoint (DIR/latest or a DIR/step-N,
-/// usable or not: a damaged one is an error, not a fresh start over it), else "" (a fresh start),
-/// saying which on stdout (`lead`).
-std::string resolve_resume_auto(const std::string& checkpoint_dir, bool lead) {
-  DITTO_CHECK(!checkpoint_dir.empty(), "--resume auto: expected --checkpoint DIR (auto resumes "
-              "from DIR when it holds a checkpoint, else starts fresh), got no --checkpoint");
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  // A file (or anything not a directory) is refused before "starting fresh" is said: the run
-  // could never write its checkpoints there.
-  DITTO_CHECK(!fs::exists(checkpoint_dir, ec) || fs::is_directory(checkpoint_dir, ec),
-              "--resume auto --checkpoint: expected a checkpoint directory (or one to create), "
-              "got '", checkpoint_dir, "', which is not a directory");
-  bool found = fs::exists(fs::path(checkpoint_dir) / "latest", ec);
-  if (!found && fs::is_directory(checkpoint_dir, ec))
-    for (const auto& e : fs::directory_iterator(checkpoint_dir, ec)) {
-      const std::string n = e.path().filename().string();
-      if (n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos) found = true;
-    }
-  if (lead) {
-    if (found)
-      std::printf("ditto-train: --resume auto: %s holds a checkpoint: resuming\n",
-                  checkpoint_dir.c_str());
-    else
-      std::printf("ditto-train: --resume auto: no checkpoint in %s: starting fresh\n",
-                  checkpoint_dir.c_str());
-  }
-  return found ? checkpoint_dir : std::string();
-}
-
-// Note [Graceful stop]: with --checkpoint, a first SIGINT (Ctrl-C) or SIGTERM (torchrun's,
-// a scheduler's) sets g_stop; the Trainer ends after the optimizer step in progress
-// (TrainerConfig::stop), writes its checkpoint, and ditto-train exits with 128 + the signal
-// (130, 143), the shell's status for a process the signal ended. A second signal exits at once
-// with that status, as an impatient user expects, and says so on stderr: the stop checkpoint was
-// not finished, and the newest complete checkpoint on disk is the one DIR/latest names (read in
-// the handler with open/read/write only, all async-signal-safe), or none. (GNU `timeout -s TERM`
-// signals the process and then its group, so a run under it gets two SIGTERMs at once.) Without
-// --checkpoint there is nothing to keep: the default action (the process ends at once).
-std::atomic<int> g_stop{0};
-char g_latest_path[4096];  // "DIR/latest", set before the handlers are installed
-char g_checkpoint_dir[4096];
-
-extern "C" void on_stop_signal(int sig) {
-  if (g_stop.exchange(sig) != 0) {
-    char buf[8192];
-    std::size_t n = 0;
-    auto put = [&](const char* t) {
-      while (*t && n < sizeof buf - 1) buf[n++] = *t++;
-    };
-    put(sig == SIGINT ? "ditto-train: second SIGINT: exiting at once; the stop checkpoint was "
-                        "not written; newest checkpoint on disk: "
-                      : "ditto-train: second SIGTERM: exiting at once; the stop checkpoint was "
-                        "not written; newest checkpoint on disk: ");
-    char name[64] = {};
-    ssize_t got = -1;
-    const int fd = ::open(g_latest_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd >= 0) {
-      got = ::read(fd, name, sizeof name - 1);
-      ::close(fd);
-    }
-    while (got > 0 && (name[got - 1] == '\n' || name[got - 1] == ' ')) name[--got] = 0;
-    if (got > 0) {
-      put(g_checkpoint_dir);
-      put("/");
-      put(name);
-    } else {
-      put("none");
-    }
-    put("\n");
-    [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, buf, n);
-    ::_exit(128 + sig);
-  }
-  static const char msg[] = "ditto-train: signal received: finishing the current step and "
-                            "writing a checkpoint (send it again to exit at once)\n";
-  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, msg, sizeof msg - 1);
-}
-
-void install_stop_handlers(const std::string& checkpoint_dir) {
-  std::snprintf(g_checkpoint_dir, sizeof g_checkpoint_dir, "%s", checkpoint_dir.c_str());
-  std::snprintf(g_latest_path, sizeof g_latest_path, "%s/latest", checkpoint_dir.c_str());
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  for (int sig : {SIGINT, SIGTERM}) {
-    struct sigaction old {};
-    // A signal the parent ignores stays ignored (nohup, a shell's background job's SIGINT).
-    if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
-    ::sigaction(sig, &sa, nullptr);
-  }
-}
-
-std::string mib(std::size_t b) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(b) / 1048576.0);
-  return buf;
-}
-
-/// The final lines; `tokens_per_sample` > 0 (the GPT's block_size): iterations instead of
-/// epochs, and the prediction's tokens/s too.
-/// nanoGPT's progress line, "iter N: loss L, time Tms, mfu M%" (train.py's format; its iter_num
-/// is the step just taken, 0-based): the mfu only with a --profile, of the step's virtual time
-/// on the profiled GPUs against the peak of the run's dtype (there is no meaningful peak for the
-/// simulator's wall clock, a CPU's), and the MLP's position in its epoch.
-void print_step(const train::StepMetrics& m, const train::TrainerConfig& c) {
-  std::printf("iter %" PRId64 ": loss %.4f, time %.2fms", m.iter, m.loss, m.time_s * 1e3);
-  if (m.mfu) std::printf(", mfu %.2f%%", 100.0 * *m.mfu);
-  std::string where;
-  if (m.epoch > 0)
-    where = "epoch " + std::to_string(m.epoch) + ", batch " + std::to_string(m.batch + 1) +
-            " of " + std::to_string(m.batches);
-  if (m.predicted_time_s > 0) {
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "predicted %.3fms on %s%s", m.predicted_time_s * 1e3,
-                  c.profile.c_str(), m.mfu ? (c.dtype == DType::f32 ? ", mfu of its FP32 peak"
-                                                                    : ", mfu of its BF16 peak")
-                                           : "");
-    where += (where.empty() ? "" : "; ") + std::string(buf);
-  }
-  if (!where.empty()) std::printf(" (%s)", where.c_str());
-  std::printf("\n");
-  std::fflush(stdout);
-}
-
-void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) {
-  for (const std::string& f : r.unfired_faults)
-    std::printf("ditto-train: note: --fault %s never took effect (no such step, allocation or "
-                "communicator collective in this run)\n", f.c_str());
-  char loop[64];
-  if (tokens_per_sample > 0)
-    std::snprintf(loop, sizeof loop, "iters=%" PRId64, r.steps);
-  else
-    std::snprintf(loop, sizeof loop, "epochs=%d", r.epochs);
-  // Only what the run measured: no losses or checksum of a dry run (nothing ran), no training
-  // loss without an epoch (--epochs 0), no evaluation the run did not make (--eval-iters 0).
-  const bool measured = !r.dry_run;
-  std::string losses;
-  char buf[64];
-  if (measured && r.has_train_loss) {
-    std::snprintf(buf, sizeof buf, " train_loss=%.6f", r.train_loss);
-    losses += buf;
-  }
-  if (measured && r.has_eval) {
-    std::snprintf(buf, sizeof buf, " val_loss=%.6f", r.eval.loss);
-    losses += buf;
-    if (tokens_per_sample == 0) {  // the GPT's evaluation is its loss only
-      std::snprintf(buf, sizeof buf, " val_acc=%.4f", r.eval.accuracy);
-      losses += buf;
-    }
-  }
-  char checksum[64] = "";
-  if (measured)
-    std::snprintf(checksum, sizeof checksum, " params_checksum=%016" PRIx64, r.params_checksum);
-  std::string dtype;  // f32 runs print the line they always printed
-  if (r.dtype != DType::f32) dtype = std::string(" dtype=") + dtype_name(r.dtype);
-  std::printf("final: backend=%s devices=%d determinism=%s%s%s %s%s train_time_s=%.3f%s\n",
-              r.backend.c_str(), r.devices, determinism_name(r.determinism), dtype.c_str(),
-              r.trainer == train::TrainerKind::ddp ? " trainer=ddp" : "", loop, losses.c_str(),
-              r.train_time_s, checksum);
-  if (r.loss_scale)
-    std::printf("grad_scaler: scale=%g skipped_steps=%" PRId64 " (f16 dynamic loss scaling)\n",
-                static_cast<double>(*r.loss_scale), r.skipped_steps);
-  if (const auto& p = r.prediction) {
-    char tokens[64] = "", measured_tokens[64] = "";
-    if (tokens_per_sample > 0) {
-      const double t = static_cast<double>(tokens_per_sample);
-      std::snprintf(tokens, sizeof tokens, " tokens/s=%.0f", p->samples_per_s * t);
-      std::snprintf(measured_tokens, sizeof measured_tokens, " tokens/s=%.0f",
-                    p->measured_samples_per_s * t);
-    }
-    // MFU against the peak the run's matrix products are priced at: FP32 for f32, the BF16
-    // tensor-core peak for bf16 / f16 storage (Note [Mixed precision]); the GPT's is nanoGPT's
-    // estimate_mfu, on its own line (print_gpt_prediction), so it is printed once.
-    const bool tc = r.dtype != DType::f32 && p->bf16_peak_flops > 0;
-    const double peak = tc ? p->bf16_peak_flops : p->peak_flops;
-    char mfu[160] = " (virtual time)";
-    if (tokens_per_sample == 0)
-      std::snprintf(mfu, sizeof mfu, " mfu=%.3g%% (virtual time; %s peak %.1f TFLOP/s per GPU)",
-                    100.0 * p->mfu, tc ? "BF16" : "FP32", peak / 1e12);
-    std::printf("predicted: %d x %s (%d node%s, %s) step_time=%.4f ms samples/s=%.0f%s "
-                "comm_share=%.1f%%%s\n",
-                p->devices, p->device_name.c_str(), p->nodes, p->nodes > 1 ? "s" : "",
-                p->interconnect.c_str(), p->step_time_s * 1e3, p->samples_per_s, tokens,
-                100.0 * p->comm_share, mfu);
-    if (!r.dry_run)  // a dry run executed nothing: its wall clock measures no training
-      std::printf("measured:  CPU simulator step_time=%.4f ms samples/s=%.0f%s (wall clock)\n",
-                  p->measured_step_time_s * 1e3, p->measured_samples_per_s, measured_tokens);
-  }
-  for (const train::DeviceMemory& m : r.memory)
-    std::printf("memory: %s live=%s peak=%s capacity=%s optimizer_state=%s\n",
-                m.device.c_str(), mib(m.stats.in_use).c_str(), mib(m.stats.peak).c_str(),
-                mib(m.stats.capacity).c_str(), mib(m.optimizer_state_bytes).c_str());
-  if (!r.trace.empty())
-    std::printf("trace: wrote %s (Chrome trace JSON; open in https://ui.perfetto.dev)\n",
-                r.trace.c_str());
+  rows->set_num_classes(a.classes, "--classes");
+  return rows;
 }
 
 train::RankSettings cli_settings(const CLI::App& app, const Args& a,
@@ -420,45 +145,16 @@ struct UsageError : InvalidArgument {
   using InvalidArgument::InvalidArgument;
 };
 
-/// Whether `message` is a usage error's: it names an option first and says what was expected and
-/// what was got ("--FLAG: expected ..., got ...", "--FLAG x --OTHER: ... expected ..., got ...");
-/// not the contents of --data (a file's problem, not the command line's).
-bool is_usage_message(const std::string& message) {
-  if (message.rfind("--", 0) != 0 || message.rfind("--data:", 0) == 0) return false;
-  const std::size_t expected = message.find("expected ");
-  return expected != std::string::npos && message.find(", got ", expected) != std::string::npos;
-}
-
-/// `e` as a UsageError when it is one (is_usage_message), else itself.
+/// `e` as a UsageError when its message is one's: it names an option first and says what was
+/// expected and what was got ("--FLAG: expected ..., got ...", "--FLAG x --OTHER: ... expected
+/// ..., got ..."); not the contents of --data (a file's problem, not the command line's).
 [[noreturn]] void rethrow_usage(const InvalidArgument& e) {
-  if (is_usage_message(e.what())) throw UsageError(e.what());
+  const std::string m = e.what();
+  const std::size_t expected = m.find("expected ");
+  if (m.rfind("--", 0) == 0 && m.rfind("--data:", 0) != 0 && expected != std::string::npos &&
+      m.find(", got ", expected) != std::string::npos)
+    throw UsageError(m);
   throw;
-}
-
-/// What each numeric option's value must be, for the parser's conversion errors
-/// ("--devices: expected an integer in 1..65536, got 'abc'").
-const std::map<std::string, std::string>& expected_values() {
-  static const std::map<std::string, std::string> m{
-      {"--devices", "an integer in 1..65536"}, {"--label-column", "an integer"},
-      {"--classes", "an integer in 1..65536"}, {"--epochs", "an integer >= 0"},
-      {"--batch-size", "an integer >= 1"}, {"--lr", "a number > 0"},
-      {"--momentum", "a number"}, {"--micro-shards", "a power of two >= --devices"},
-      {"--grad-accum-steps", "an integer >= 1"}, {"--weight-decay", "a number >= 0"},
-      {"--val-fraction", "a number in (0, 1)"}, {"--sim-memory-gib", "a size in GiB > 0"},
-      {"--nodes", "an integer in 1..4096"}, {"--checkpoint-every", "an integer >= 0"},
-      {"--bucket-cap-mb", "a size in MiB > 0"}, {"--zero-stage", "0 or 1"},
-      {"--comm-timeout-ms", "an integer in 0..2147483648"},
-      {"--log-interval", "an integer >= 0"}, {"--n-layer", "an integer in 1..85"},
-      {"--n-head", "an integer >= 1"}, {"--n-embd", "an integer >= 1"},
-      {"--block-size", "an integer >= 1"}, {"--max-iters", "an integer >= 1"},
-      {"--eval-interval", "an integer >= 1"}, {"--eval-iters", "an integer >= 0"},
-      {"--min-lr", "a number >= 0"}, {"--warmup-iters", "an integer >= 0"},
-      {"--lr-decay-iters", "an integer > --warmup-iters"}, {"--grad-clip", "a number >= 0"},
-      {"--dropout", "a number in [0, 1)"}, {"--beta1", "a number in [0, 1)"},
-      {"--beta2", "a number in [0, 1)"}, {"--sample", "an integer >= 0"},
-      {"--temperature", "a number > 0"}, {"--top-k", "an integer >= 0"},
-      {"--vocab-size", "an integer >= 0"}, {"--seed", "an integer >= 0"}};
-  return m;
 }
 
 /// Options that do nothing in this run, or that change what bitwise mode promises, said once at
@@ -536,14 +232,14 @@ void check_option_values(const Args& a, const train::TrainerConfig& c, long long
 
 /// One run of the parsed command line; `a` is the Args `app`'s options write to (its defaults
 /// settled here, in place, so that cli_settings compares the effective values).
-int run(Args& a, const CLI::App& app, Capture* capture) {
+int run(Args& a, const CLI::App& app) {
   train::TrainerConfig& c = a.cfg;
+  train::GptSettings& g = a.gpt;
   const bool processes = dist::is_initialized(), lead = dist::rank() == 0;
   std::shared_ptr<train::CsvDataSource> rows;
-  ditto_train::GptData text;
+  train::GptRun gpt_run;
   std::shared_ptr<train::DataSource> data;
   const bool gpt = a.model == "gpt";
-  std::shared_ptr<const io::GptWeights> init_weights;  // --init-from's, shared by the replicas
   // The options' checks, their defaults and the data, refused on this process alone or not:
   // under mpirun the start-up exchange below carries the error instead of the settings, so the
   // other processes fail at once, naming this rank, instead of waiting for it.
@@ -557,12 +253,9 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
     c.dtype = a.dtype == "bf16" ? DType::bf16 : a.dtype == "f16" ? DType::f16 : DType::f32;
     DITTO_CHECK(a.model == "mlp" || a.model == "gpt", "--model: expected mlp or gpt, got '",
                 a.model, "'");
-    if (!gpt) {
-      for (const std::string& opt : ditto_train::gpt_only_options())
-        DITTO_CHECK(!a.given.count(opt), opt, ": expected --model gpt, got --model mlp");
-      for (const std::string& opt : ditto_train::weights_options())
-        DITTO_CHECK(!a.given.count(opt), opt, ": expected --model gpt, got --model mlp");
-    }
+    for (const CLI::Option* o : app.get_options())
+      DITTO_CHECK(gpt || !o->count() || o->get_group().rfind("GPT", 0) != 0, o->get_name(),
+                  ": expected --model gpt, got --model mlp");
     data::CsvOptions csv;
     csv.label_column = a.label_column;
     if (a.header == "yes") csv.header = data::CsvHeader::yes;
@@ -608,7 +301,17 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
                 " would only train on ", c.nodes, " x ", c.devices, " = ",
                 static_cast<long long>(c.nodes) * c.devices, " devices; --devices ",
                 static_cast<long long>(c.nodes) * c.devices, " does that)");
-    if (c.resume_dir == "auto") c.resume_dir = resolve_resume_auto(c.checkpoint_dir, lead);
+    if (c.resume_dir == "auto") {  // a restart loop's every run: resume when DIR holds one
+      DITTO_CHECK(!c.checkpoint_dir.empty(), "--resume auto: expected --checkpoint DIR (auto "
+                  "resumes from DIR when it holds a checkpoint, else starts fresh), got no "
+                  "--checkpoint");
+      const bool found = holds_checkpoint(c.checkpoint_dir, "--resume auto --checkpoint");
+      if (lead)
+        std::printf(found ? "ditto-train: --resume auto: %s holds a checkpoint: resuming\n"
+                          : "ditto-train: --resume auto: no checkpoint in %s: starting fresh\n",
+                    c.checkpoint_dir.c_str());
+      c.resume_dir = found ? c.checkpoint_dir : std::string();
+    }
     if (processes && !a.given.count("--trainer")) a.trainer = "ddp";  // the default there
     c.trainer = train::parse_trainer_kind(a.trainer, "--trainer");
     if (processes) {
@@ -633,32 +336,27 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
 
     if (gpt && !a.given.count("--data"))
       a.data = ditto_examples::bundled_data_path("shakespeare.txt");
-    check_outputs_are_not_inputs(a, c);
+    // --trace and --metrics-jsonl are written: not over --data, each other, or a checkpoint's.
+    io::check_outputs_are_not_inputs({{"--trace", c.trace}, {"--metrics-jsonl", a.jsonl}},
+                                     {{"--data", a.data}}, {{"--checkpoint", c.checkpoint_dir},
+                                                            {"--resume", c.resume_dir}});
     if (gpt) {
-      init_weights = ditto_train::apply_init_from(a.weights, a.gpt, a.given);
-      ditto_train::apply_preset(a.gpt, a.given);
-      if (c.dry_run) {  // a prediction: a few steps, no evaluation or sample unless asked for
-        if (!a.given.count("--max-iters")) a.gpt.max_iters = 2;
-        if (!a.given.count("--eval-iters")) a.gpt.eval_iters = 0;
-        if (!a.given.count("--sample")) a.gpt.sample = 0;
-        if (!a.given.count("--lr-decay-iters"))
-          a.gpt.lr_decay_iters = std::max(a.gpt.max_iters, a.gpt.warmup_iters + 1);
-      }
-      text = ditto_train::configure_gpt(a.gpt, a.given, a.data, c);
-      ditto_train::configure_weights(a.weights, init_weights, a.gpt, a.given, a.data, c);
-      data = text.source;
+      for (const std::string& opt : kMlpOnly)
+        DITTO_CHECK(!a.given.count(opt), opt, ": expected --model mlp (the GPT's options are "
+                    "nanoGPT's: --max-iters, not --epochs, with AdamW and cross-entropy), got "
+                    "--model gpt");
+      g.data = a.data;
+      gpt_run = train::configure_gpt(g, c);
+      data = gpt_run.source;
     } else {
-      rows = std::make_shared<train::CsvDataSource>(a.data, csv, a.val_fraction, c.seed);
-      data = with_classes(rows, a);
+      data = rows = open_rows(a, csv);
     }
     DITTO_CHECK(a.log_interval >= 0 || !a.given.count("--log-interval"), "--log-interval: "
                 "expected an integer >= 0 (0: no progress lines), got ", a.log_interval);
-    if (gpt) {
-      c.log_interval = a.given.count("--log-interval") ? a.log_interval : 10;
-    } else if (a.given.count("--log-interval")) {
+    if (a.given.count("--log-interval")) {
       c.log_interval = a.log_interval;
-    } else {  // a line per 100 steps, in epochs longer than that (the epoch lines are enough)
-      c.log_interval = data->batches_per_epoch(c.batch_size) > 100 ? 100 : 0;
+    } else {  // the GPT's 10; the MLP's 100 in epochs longer than that (the epoch lines suffice)
+      c.log_interval = gpt ? 10 : data->batches_per_epoch(c.batch_size) > 100 ? 100 : 0;
     }
   } catch (const InvalidArgument& e) {
     if (!processes) rethrow_usage(e);
@@ -676,94 +374,59 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
                              refused);
   // Opened when the run starts (after every check), so a refused run leaves FILE untouched.
   std::unique_ptr<train::JsonLinesWriter> jsonl;
-  auto open_jsonl = [&] {
+  // What fails after training (the sample, writing the trace or a JSON line) must not lose the
+  // run's result: its error is kept and reported after the final line and JSON record, exit 1.
+  std::vector<std::string> late_errors;
+  auto out = [](const std::string& lines) {
+    std::fputs(lines.c_str(), stdout);
+    std::fflush(stdout);
+  };
+  train::TrainerCallbacks cb;
+  cb.on_resume = [&](const std::string& dir, const TrainerState& ts) {
+    out(train::format_resume("ditto-train", dir, ts, gpt));
+  };
+  cb.on_start = [&](const train::RunInfo& r) {
     if (!a.jsonl.empty() && lead) try {
         jsonl = std::make_unique<train::JsonLinesWriter>(a.jsonl);
       } catch (const InvalidArgument& e) {
         throw InvalidArgument(detail::cat("--metrics-jsonl: ", e.what()));
       }
-  };
-  train::TrainerCallbacks cb;
-  cb.on_resume = [gpt](const std::string& dir, const TrainerState& ts) {
-    if (gpt)  // iteration mode: the step is the whole position
-      std::printf("ditto-train: resumed from %s at step %" PRId64 "\n", dir.c_str(), ts.step);
-    else
-      std::printf("ditto-train: resumed from %s at step %" PRId64 " (epoch %" PRId64
-                  ", batch %" PRId64 ")\n", dir.c_str(), ts.step, ts.epoch + 1, ts.batch);
-  };
-  cb.on_start = [&](const train::RunInfo& r) {
-    open_jsonl();
-    if (init_weights) ditto_train::print_init_from(a.weights, *init_weights);
-    if (gpt)
-      ditto_train::print_gpt_start(r, a.gpt, c, text);
-    else if (r.trainer == train::TrainerKind::ddp)
-      std::printf("ditto-train: trainer=ddp backend=%s ranks=%d (%s) determinism=%s data=%s "
-                  "batch=%" PRId64 " epochs=%d bucket_cap_mb=%g\n", r.backend.c_str(),
-                  r.devices, r.processes ? "processes" : "threads",
-                  determinism_name(r.determinism), a.data.c_str(), c.batch_size, c.epochs,
-                  c.bucket_cap_mb);
-    else
-      std::printf("ditto-train: backend=%s devices=%d determinism=%s model=%s params=%" PRId64
-                  " data=%s rows=%" PRId64 " (train %" PRId64 ", val %" PRId64 ") batch=%" PRId64
-                  " epochs=%d loss=%s optimizer=%s lr=%g momentum=%g seed=%" PRIu64 "\n",
-                  r.backend.c_str(), r.devices, determinism_name(r.determinism),
-                  r.model.c_str(), r.params, a.data.c_str(), rows->rows(), rows->train_size(),
-                  rows->eval_set().size(), c.batch_size, c.epochs, c.loss.c_str(),
-                  c.optimizer.c_str(), r.lr, c.optimizer == "sgd" ? c.momentum : 0.0f, c.seed);
-    if (c.grad_accum_steps > 1)
-      std::printf("ditto-train: grad_accum_steps=%" PRId64 " (micro-steps per optimizer step of "
-                  "batch %" PRId64 ")\n", c.grad_accum_steps, c.batch_size);
-    std::fflush(stdout);
+    if (gpt_run.init_weights) out(train::format_init_from("ditto-train", g, *gpt_run.init_weights));
+    out(gpt ? train::format_gpt_start("ditto-train", r, g, c, gpt_run) +
+                  train::format_grad_accum("ditto-train", c)
+            : train::format_start("ditto-train", r, c, a.data, rows.get()));
   };
   cb.on_epoch = [&](const train::EpochMetrics& m) {
-    if (m.dry_run)  // nothing ran: no losses or accuracy, only the cost model's prediction
-      std::printf("epoch %3d  predicted: epoch_time=%.4f ms samples/s=%.0f (dry run: nothing "
-                  "ran)\n", m.epoch, m.predicted_time_s * 1e3, m.predicted_samples_per_s);
-    else
-      std::printf("epoch %3d  train_loss=%.4f  val_loss=%.4f  val_acc=%.4f  samples/s=%.0f\n",
-                  m.epoch, m.train_loss, m.val_loss, m.val_acc, m.samples_per_s);
-    std::fflush(stdout);
+    out(train::format_epoch(m));
     if (jsonl) jsonl->write(m);
   };
   cb.on_eval = [&](const train::EvalMetrics& m) {
-    ditto_train::print_gpt_eval(m);
+    out(train::format_eval(m));
     if (jsonl) jsonl->write(m);
   };
-  // What fails after training (the sample, writing the trace or a JSON line) must not lose the
-  // run's result: its error is kept and reported after the final line and JSON record, exit 1.
-  std::vector<std::string> late_errors;
   cb.on_step = [&](const train::StepMetrics& m) {
-    print_step(m, c);
+    out(train::format_step(m, c.profile, c.dtype));
     if (jsonl) jsonl->write(m);
   };
   if (gpt)
     cb.on_finish = [&](train::Replica& rep) {
       try {
-        const std::string sample = ditto_train::gpt_sample(rep, a.gpt, text, c.seed);
-        if (!sample.empty()) {
-          if (text.tokens)  // token ids (no tokenizer here: tiktoken's gpt2 decodes them)
-            std::printf("sample (%" PRId64 " token ids, temperature %g, top_k %" PRId64
-                        ", seed %" PRIu64 "):\n", a.gpt.sample, a.gpt.temperature, a.gpt.top_k,
-                        c.seed);
-          else
-            std::printf("sample (%zu characters, temperature %g, top_k %" PRId64 ", seed %"
-                        PRIu64 "):\n", sample.size(), a.gpt.temperature, a.gpt.top_k, c.seed);
-          std::fwrite(sample.data(), 1, sample.size(), stdout);  // every byte, NULs too
-          std::fputc('\n', stdout);
-        }
+        const std::string s = train::format_sample(
+            g, gpt_run, train::gpt_sample(rep, g, gpt_run, c.seed), c.seed);
+        std::fwrite(s.data(), 1, s.size(), stdout);  // every byte, NULs too
       } catch (const std::exception& e) {
         late_errors.push_back(detail::cat("--sample: ", e.what()));
       }
       try {
-        ditto_train::export_model(a.weights, rep, text.model);
+        train::export_gpt(g, rep, gpt_run.model, [&](const std::string& file, const char* what) {
+          out("ditto-train: exported " + file + " (" + what + ")\n");
+        });
       } catch (const std::exception& e) {
         late_errors.push_back(detail::cat("--export: ", e.what()));
       }
     };
-  if (!c.checkpoint_dir.empty() && !capture) {  // Note [Graceful stop]
-    c.stop = &g_stop;
-    install_stop_handlers(c.checkpoint_dir);
-  }
+  if (!c.checkpoint_dir.empty())  // Note [Graceful stop]
+    c.stop = train::install_stop_handlers(c.checkpoint_dir, "ditto-train");
   std::optional<train::Trainer> trainer;
   try {
     trainer.emplace(c, data, cb);  // TrainerConfig's validation
@@ -771,31 +434,31 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
     if (!processes) rethrow_usage(e);
     throw;
   }
-  if (lead && !capture)  // after the config's validation: about settings that are valid
+  if (lead)  // after the config's validation: about settings that are valid
     warn_settings(a, c, processes ? dist::world_size() : static_cast<long long>(c.devices) * c.nodes);
   train::FitResult r = trainer->fit();
-  if (capture) capture->result = r;
   if (r.stopped) {
-    const int sig = g_stop.load();
-    if (r.lead)
-      std::printf("ditto-train: stopped by %s after step %" PRId64 ": checkpoint %s/step-%08"
-                  PRId64 " written; resume with --resume %s\n",
-                  sig == SIGINT ? "SIGINT" : "SIGTERM", r.steps, c.checkpoint_dir.c_str(),
-                  r.steps, c.checkpoint_dir.c_str());
+    if (r.lead) out(train::format_stopped("ditto-train", train::stop_signal(), r.steps,
+                                          c.checkpoint_dir));
     std::fflush(stdout);
-    return 128 + sig;
+    return 128 + train::stop_signal();
   }
   if (!r.lead) return 0;
-  print_final(r, gpt ? a.gpt.block_size : 0);
-  if (gpt) ditto_train::print_gpt_prediction(r, text, c);
-  if (a.verbose && r.prediction) {
-    const std::string title = detail::cat(
-        "predicted step, kernels by kind on sim:0 (determinism=", determinism_name(c.determinism),
-        " dtype=", dtype_name(c.dtype), r.prediction->rates.allow_tf32 ? " allow_tf32" : "",
-        "; per step, mean of ", r.prediction->steps, " step", r.prediction->steps == 1 ? "" : "s",
-        "; units: Note [Compute units] in backend_sim/cost_model.h):");
-    std::fputs(train::format_step_kernels(*r.prediction, title).c_str(), stdout);
-  }
+  const std::int64_t tokens_per_sample = gpt ? g.block_size : 0;
+  for (const std::string& f : r.unfired_faults)
+    std::printf("ditto-train: note: --fault %s never took effect (no such step, allocation or "
+                "communicator collective in this run)\n", f.c_str());
+  out(train::format_final(r, tokens_per_sample));
+  if (r.prediction)
+    out(train::format_prediction(*r.prediction, r.dtype, r.dry_run, tokens_per_sample));
+  out(train::format_memory(r.memory));
+  if (!r.trace.empty())
+    std::printf("trace: wrote %s (Chrome trace JSON; open in https://ui.perfetto.dev)\n",
+                r.trace.c_str());
+  if (gpt && r.prediction)
+    out(train::format_gpt_prediction(*r.prediction, r.memory, gpt_run.model, c));
+  if (a.verbose && r.prediction)
+    out(train::format_predicted_kernels(*r.prediction, c.determinism, c.dtype));
   late_errors.insert(late_errors.end(), r.output_errors.begin(), r.output_errors.end());
   if (jsonl) try {
       jsonl->write(r);
@@ -803,18 +466,11 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
       late_errors.push_back(detail::cat("--metrics-jsonl: ", e.what()));
     }
   std::fflush(stdout);
-  if (late_errors.empty()) return 0;
-  if (capture) {
-    capture->error = late_errors.front();
-    return 1;
-  }
   for (const std::string& e : late_errors)
     std::fprintf(stderr, "ditto-train: error: after training (the result above is complete): "
                  "%s\n", e.c_str());
-  return 1;
+  return late_errors.empty() ? 0 : 1;
 }
-
-int cli_main(int argc, char** argv, Capture* capture);
 
 /// A process of an mpirun job that leaves before training with status 0 (--help, --version):
 /// MPI_Init of the ranks that train waits for every process of the job, so it would wait forever
@@ -834,67 +490,6 @@ int leave_mpi_job(int rc, int argc, char** argv, const std::string& what) {
   }
   dist::finalize();
   return rc;
-}
-
-/// stdout goes to /dev/null while this lives (a nested run's own lines stay out of the table).
-class QuietStdout {
- public:
-  QuietStdout() {
-    std::fflush(stdout);
-    saved_ = ::dup(STDOUT_FILENO);
-    const int null = ::open("/dev/null", O_WRONLY);
-    if (saved_ >= 0 && null >= 0) ::dup2(null, STDOUT_FILENO);
-    if (null >= 0) ::close(null);
-  }
-  ~QuietStdout() {
-    std::fflush(stdout);
-    if (saved_ >= 0) {
-      ::dup2(saved_, STDOUT_FILENO);
-      ::close(saved_);
-    }
-  }
-  QuietStdout(const QuietStdout&) = delete;
-  QuietStdout& operator=(const QuietStdout&) = delete;
-
- private:
-  int saved_ = -1;
-};
-
-/// --predict-table's second table: each published training run's dry run (sim::training_cases,
-/// Note [Published figures]) made as `ditto-train <its args>` in this process, its tokens/s
-/// (samples/s x the sequence length) and largest per-device peak memory.
-std::vector<sim::TrainingComparison> run_training_cases() {
-  std::vector<sim::TrainingComparison> rows;
-  for (const sim::TrainingCase& tc : sim::training_cases()) {
-    sim::TrainingComparison row;
-    row.c = tc;
-    std::vector<std::string> args{"ditto-train"};
-    args.insert(args.end(), tc.args.begin(), tc.args.end());
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    Capture cap;
-    int rc = 1;
-    {
-      QuietStdout quiet;
-      rc = cli_main(static_cast<int>(args.size()), argv.data(), &cap);
-    }
-    if (rc != 0 && cap.error.empty()) cap.error = "exit status " + std::to_string(rc);
-    row.error = cap.error;
-    if (row.error.empty()) {
-      if (const auto& p = cap.result.prediction) {
-        row.predicted_step_s = p->step_time_s;
-        row.predicted = p->samples_per_s * static_cast<double>(tc.seq_len);
-      } else {
-        row.error = "the run made no prediction";
-      }
-      for (const train::DeviceMemory& m : cap.result.memory)
-        row.peak_memory_gib = std::max(row.peak_memory_gib,
-                                       static_cast<double>(m.stats.peak) / 1073741824.0);
-    }
-    rows.push_back(std::move(row));
-  }
-  return rows;
 }
 
 /// The shortest %g text that reads back as `v` (0.05, not 0.050000000000000003).
@@ -982,11 +577,11 @@ train::RankSettings cli_settings(const CLI::App& app, const Args& a,
   return out;
 }
 
-/// ditto-train's command line; `capture` (nested runs of --predict-table): the run's result or
-/// error is stored there instead of printed.
-int cli_main(int argc, char** argv, Capture* capture) {
+/// ditto-train's command line.
+int cli_main(int argc, char** argv) {
   Args a;
   train::TrainerConfig& c = a.cfg;
+  train::GptSettings& g = a.gpt;
   c.field_names = {{"epochs", "--epochs"}, {"lr", "--lr"}, {"batch_size", "--batch-size"},
                    {"devices", "--devices"}, {"nodes", "--nodes"}, {"loss", "--loss"},
                    {"optimizer", "--optimizer"}, {"checkpoint_every", "--checkpoint-every"},
@@ -1006,53 +601,69 @@ int cli_main(int argc, char** argv, Capture* capture) {
   // A repeated option: the last value wins (argparse's store); --straggler, --fault and --export
   // collect (each --export writes its file).
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  // An option whose --help shows its default.
-  auto with_default = [&app](const char* name, auto& value, const char* help) {
-    return app.add_option(name, value, help)->capture_default_str();
+  // An option, and what its value must be (`must`, for the parser's conversion errors:
+  // "--devices: expected an integer in 1..65536, got 'abc'"); with_default's --help shows its
+  // default.
+  std::map<std::string, std::string> expected;
+  auto plain = [&](const char* name, auto& value, const char* help, const char* must = nullptr) {
+    if (must) expected[name] = must;
+    return app.add_option(name, value, help);
+  };
+  auto with_default = [&](const char* name, auto& value, const char* help,
+                          const char* must = nullptr) {
+    return plain(name, value, help, must)->capture_default_str();
   };
   with_default("--model", a.model,
                "mlp (on --data CSV rows) or gpt (nanoGPT's character model on --data text, "
                "default the bundled shakespeare.txt; its options below)");
   with_default("--backend", a.backend, "sim, cuda or auto (cuda when a GPU is usable)");
-  with_default("--devices", c.devices, "number of devices (data-parallel replicas)");
+  with_default("--devices", c.devices, "number of devices (data-parallel replicas)",
+               "an integer in 1..65536");
   with_default("--data", a.data, "CSV file: numeric features, integer class label (--model gpt: "
                "a text file, default the bundled shakespeare.txt, or token files: llm.c shards "
                "or nanoGPT's train.bin, one file, a comma list or a glob; see --data-format)");
-  with_default("--label-column", a.label_column, "label column (negative counts from the end)");
-  app.add_option("--classes", a.classes,
-                 "classes of the model's output (every label < N, as CrossEntropyLoss's "
-                 "num_classes; default the largest label + 1; at most 65536, labels 0..65535)");
+  with_default("--label-column", a.label_column, "label column (negative counts from the end)",
+               "an integer");
+  plain("--classes", a.classes,
+        "classes of the model's output (every label < N, as CrossEntropyLoss's "
+        "num_classes; default the largest label + 1; at most 65536, labels 0..65535)",
+        "an integer in 1..65536");
   with_default("--header", a.header, "first row is a header: auto, yes or no");
   with_default("--hidden", a.hidden,
                "hidden layer sizes, comma-separated (e.g. 256,128; '' for no hidden layer)");
-  with_default("--epochs", c.epochs, "training epochs");
+  with_default("--epochs", c.epochs, "training epochs", "an integer >= 0");
   with_default("--batch-size", c.batch_size,
-               "global batch size (split over the devices; --model gpt: default 12)");
-  app.add_option("--lr", lr, "learning rate (default 0.05 for sgd, 0.001 for adam; --model gpt: "
-                             "the peak of the schedule, default 0.001)");
-  with_default("--momentum", c.momentum, "SGD momentum");
+               "global batch size (split over the devices; --model gpt: default 12)",
+               "an integer >= 1");
+  plain("--lr", lr, "learning rate (default 0.05 for sgd, 0.001 for adam; --model gpt: "
+        "the peak of the schedule, default 0.001)", "a number > 0");
+  with_default("--momentum", c.momentum, "SGD momentum", "a number");
   with_default("--loss", c.loss, "cross-entropy or mse (on one-hot targets)");
   with_default("--optimizer", c.optimizer, "sgd or adam");
   with_default("--micro-shards", c.micro_shards,
-               "micro-shards K of a batch in bitwise mode (power of two >= devices)");
+               "micro-shards K of a batch in bitwise mode (power of two >= devices)",
+               "a power of two >= --devices");
   with_default("--grad-accum-steps", c.grad_accum_steps,
                "micro-steps per optimizer step (nanoGPT's gradient_accumulation_steps; ddp: "
                "no_sync on all but the last): each takes a contiguous part of --batch-size; "
                "bitwise: a power of two with micro-shards divisible by it x devices, the same "
-               "bits as 1");
+               "bits as 1", "an integer >= 1");
   with_default("--weight-decay", c.weight_decay,
-               "SGD weight decay (--model gpt: AdamW's, on the 2-D weights, default 0.1)");
-  with_default("--seed", c.seed, "seed for initialisation, split and shuffling")
+               "SGD weight decay (--model gpt: AdamW's, on the 2-D weights, default 0.1)",
+               "a number >= 0");
+  with_default("--seed", c.seed, "seed for initialisation, split and shuffling", "an integer >= 0")
       ->check(ditto_cli::non_negative())
       ->check(ditto_cli::uint64_value());
-  with_default("--val-fraction", a.val_fraction, "fraction of rows held out for validation");
+  with_default("--val-fraction", a.val_fraction, "fraction of rows held out for validation",
+               "a number in (0, 1)");
   with_default("--determinism", a.determinism,
                "bitwise (same bits for any power-of-two device count) or fast");
   with_default("--dtype", a.dtype,
                "f32, or mixed precision bf16 / f16: parameters, activations and gradients "
                "stored in that dtype, f32 master weights and optimizer state (f16 adds dynamic "
                "loss scaling, as torch's GradScaler)");
-  with_default("--sim-memory-gib", a.sim_memory_gib, "memory capacity of each simulated device");
+  with_default("--sim-memory-gib", a.sim_memory_gib, "memory capacity of each simulated device",
+               "a size in GiB > 0");
   app.add_option("--profile", c.profile,
                  "sim: device profile for the cost model and memory capacity (h100-sxm, h200, "
                  "a100-sxm-80gb, a100-sxm-40gb, rtx4070-laptop, or a .json file); prints the "
@@ -1069,7 +680,8 @@ int cli_main(int argc, char** argv, Capture* capture) {
                "error naming the step)");
   with_default("--interconnect", c.interconnect,
                "sim: links between GPUs: auto, nvlink, nvlink3, pcie5, pcie4");
-  with_default("--nodes", c.nodes, "sim: nodes of --devices GPUs each (InfiniBand between)");
+  with_default("--nodes", c.nodes, "sim: nodes of --devices GPUs each (InfiniBand between)",
+               "an integer in 1..4096");
   app.add_option("--trace", c.trace, "sim: write a Chrome trace JSON (Perfetto) to this file");
   app.add_flag("--verbose", a.verbose,
                "with --profile (e.g. --dry-run): after the prediction, a table of the predicted "
@@ -1085,82 +697,119 @@ int cli_main(int argc, char** argv, Capture* capture) {
                "and not a known gap)");
   app.add_option("--checkpoint", c.checkpoint_dir,
                  "directory to save checkpoints in (and at the end)");
-  app.add_option("--checkpoint-every", c.checkpoint_every, "optimizer steps between checkpoints");
+  plain("--checkpoint-every", c.checkpoint_every, "optimizer steps between checkpoints",
+        "an integer >= 0");
   app.add_option("--resume", c.resume_dir,
                  "resume from the newest usable checkpoint in DIR; auto: from --checkpoint's DIR "
                  "when it holds one, else start fresh (a restart loop's every run)");
   with_default("--trainer", a.trainer,
                "dp (DataParallel, one controller thread) or ddp (DistributedDataParallel, a "
                "thread per rank; under mpirun a process per rank, the default there)");
-  with_default("--bucket-cap-mb", c.bucket_cap_mb, "ddp: gradient bucket size cap in MiB");
+  with_default("--bucket-cap-mb", c.bucket_cap_mb, "ddp: gradient bucket size cap in MiB",
+               "a size in MiB > 0");
   with_default("--zero-stage", c.zero_stage,
                "ddp: 1 shards the optimizer state over the ranks (ZeRO-1, llm.c's -z 1; "
-               "gradients reduce_scatter, parameters all_gather), 0 none");
+               "gradients reduce_scatter, parameters all_gather), 0 none", "0 or 1");
   app.add_option("--fault", c.faults,
                  "sim: inject a fault (repeatable): fail:device=D,step=S | "
                  "alloc:device=D,after=N | skip-collective:rank=R,index=K")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   with_default("--comm-timeout-ms", c.comm_timeout_ms,
-               "sim: timeout of every communicator in ms (0: their own; at most 2^31)");
+               "sim: timeout of every communicator in ms (0: their own; at most 2^31)",
+               "an integer in 0..2147483648");
   app.add_option("--metrics-jsonl", a.jsonl,
                  "write each epoch's metrics and the final ones as JSON lines to this file");
-  app.add_option("--log-interval", a.log_interval,
-                 "steps between progress lines 'iter N: loss L, time Tms[, mfu M%]' (nanoGPT's "
-                 "log_interval; also JSON lines): default 10 for --model gpt; the MLP's default "
-                 "100 prints only in epochs longer than that; 0: none");
-  ditto_train::add_gpt_options(app, a.gpt);
-  ditto_train::add_weights_options(app, a.weights);
+  plain("--log-interval", a.log_interval,
+        "steps between progress lines 'iter N: loss L, time Tms[, mfu M%]' (nanoGPT's "
+        "log_interval; also JSON lines): default 10 for --model gpt; the MLP's default "
+        "100 prints only in epochs longer than that; 0: none", "an integer >= 0");
+  const char* group = "GPT (--model gpt; nanoGPT's options and CPU defaults)";
+  auto opt = [&](const char* name, auto& value, const char* help, const char* must = nullptr) {
+    with_default(name, value, help, must)->group(group);
+  };
+  opt("--n-layer", g.n_layer, "transformer blocks", "an integer in 1..85");
+  opt("--n-head", g.n_head, "attention heads (n_embd % n_head == 0)", "an integer >= 1");
+  opt("--n-embd", g.n_embd, "embedding width", "an integer >= 1");
+  opt("--block-size", g.block_size, "context length in characters", "an integer >= 1");
+  opt("--max-iters", g.max_iters, "optimizer steps", "an integer >= 1");
+  opt("--eval-interval", g.eval_interval, "steps between evaluations (also at 0 and the end)",
+      "an integer >= 1");
+  opt("--eval-iters", g.eval_iters, "batches per split per evaluation (fixed windows)",
+      "an integer >= 0");
+  opt("--min-lr", g.min_lr, "learning rate at the end of the cosine decay", "a number >= 0");
+  opt("--warmup-iters", g.warmup_iters, "steps of linear warm-up", "an integer >= 0");
+  opt("--lr-decay-iters", g.lr_decay_iters, "step where the cosine decay reaches --min-lr",
+      "an integer > --warmup-iters");
+  opt("--grad-clip", g.grad_clip, "clip the gradients' global norm to this (0: off)",
+      "a number >= 0");
+  opt("--dropout", g.dropout, "dropout probability of every dropout site", "a number in [0, 1)");
+  app.add_flag("--bias", g.bias, "biases in the Linears and LayerNorms (default: none)")
+      ->group(group);
+  opt("--beta1", g.beta1, "AdamW beta1", "a number in [0, 1)");
+  opt("--beta2", g.beta2, "AdamW beta2", "a number in [0, 1)");
+  opt("--sample", g.sample, "characters to generate at the end (0: none)", "an integer >= 0");
+  opt("--temperature", g.temperature, "sampling temperature", "a number > 0");
+  opt("--top-k", g.top_k, "sample among the k likeliest characters (0: all)", "an integer >= 0");
+  opt("--preset", g.preset,
+      "nanoGPT's GPT-2 size: gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl (block 1024, vocab "
+      "50304, biases; explicit --n-layer etc. win)");
+  opt("--vocab-size", g.vocab_size,
+      "rows of wte (0: the text's vocabulary, llm.c's tokenizer's 50257 / 128256; --preset: "
+      "50304); nanoGPT's .bin tokens need it: meta.pkl's vocab_size, 50304 for GPT-2 BPE",
+      "an integer >= 0");
+  opt("--data-format", g.data_format,
+      "what --data holds: auto (llm.c shards by their magic 20240520 / 20240801, else nanoGPT "
+      "uint16 tokens for a name ending in .bin, else a text), text, llmc or nanogpt");
+  opt("--val-data", g.val_data,
+      "validation token files (a file, comma list or glob; default: --data's name with its last "
+      "'train' made 'val' and a shard number any: fineweb_val_*.bin, val.bin beside train.bin)");
+  group = "GPT weights (--model gpt; nanoGPT's init_from and eval_only)";
+  app.add_option("--init-from", g.init_from,
+                 "start from the weights in FILE, its format told by content: an llm.c model "
+                 "file (gpt2_124M.bin, f32 or bf16), Hugging Face GPT-2 safetensors "
+                 "(model.safetensors; n_head from a config.json beside it, a GPT-2 size or "
+                 "--n-head) or a ditto checkpoint directory (its parameters only); the model's "
+                 "configuration is the file's")->type_name("FILE")->group(group);
+  app.add_option("--export", g.export_files,
+                 "write the trained model at the end: llmc FILE (llm.c's model file, f32), "
+                 "llmc-bf16 FILE (bf16) or hf FILE (Hugging Face GPT-2 safetensors); repeat it "
+                 "to write several files")
+      ->expected(2)->type_name("FORMAT FILE")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->group(group);
+  app.add_flag("--eval-only", g.eval_only,
+               "evaluate --eval-iters batches of each split once and stop: no training, no "
+               "checkpoint (needs --init-from or --resume)")->group(group);
   ditto_cli::add_version(app, "ditto-train");
-  ditto_cli::check_numeric_values(app, expected_values());  // '' refused, 010 decimal
+  ditto_cli::check_numeric_values(app, expected);  // '' refused, 010 decimal
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (capture && e.get_exit_code() != 0) {
-      capture->error = e.what();
-      return ditto_cli::kUsageError;
-    }
-    const int rc = ditto_cli::parse_error(app, e, "ditto-train", expected_values());
+    const int rc = ditto_cli::parse_error(app, e, "ditto-train", expected);
     const bool version = dynamic_cast<const CLI::CallForVersion*>(&e) != nullptr;
     return rc == 0 ? leave_mpi_job(rc, argc, argv, version ? "--version" : "--help") : rc;
   }
-  std::set<std::string> named{"--checkpoint", "--resume", "--trace", "--profile", "--devices",
-                              "--trainer", "--sim-memory-gib", "--metrics-jsonl", "--data",
-                              "--batch-size", "--lr", "--weight-decay", "--determinism",
-                              "--interconnect", "--straggler", "--classes", "--log-interval",
-                              "--bucket-cap-mb", "--micro-shards", "--verbose"};
-  named.insert(ditto_train::gpt_only_options().begin(), ditto_train::gpt_only_options().end());
-  named.insert(ditto_train::mlp_only_options().begin(), ditto_train::mlp_only_options().end());
-  named.insert(ditto_train::weights_options().begin(), ditto_train::weights_options().end());
-  for (const std::string& opt : named)
-    if (app.count(opt) > 0) a.given.insert(opt);
+  // The GPT's errors name each field by its option (GptSettings::field_names): --x-y sets x_y.
+  for (const CLI::Option* o : app.get_options()) {
+    std::string field = o->get_name().substr(2);
+    std::replace(field.begin(), field.end(), '-', '_');
+    g.field_names[field] = o->get_name();
+    if (o->count() > 0) a.given.insert(o->get_name()), g.given.insert(field);
+  }
   if (app.count("--lr") > 0) c.lr = lr;
-  if (table) {
-    // Exit status 1 when a row is outside its tolerance without being a known gap (Note
-    // [Published figures]): the ctest then fails instead of the table drifting silently.
-    const auto nccl = sim::published_comparisons();
-    std::fputs(sim::format_published_table(nccl).c_str(), stdout);
-    std::fputs("\n", stdout);
-    const auto training = run_training_cases();
-    std::fputs(sim::format_training_table(training).c_str(), stdout);
-    int unexplained = 0;
-    for (const auto& r : nccl) unexplained += !r.within_tolerance() && !r.known_gap;
-    for (const auto& r : training) unexplained += !r.within_tolerance() && !r.c.known_gap;
-    if (unexplained > 0)
-      std::fprintf(stderr, "ditto-train: --predict-table: %d row%s outside %s tolerance and not "
-                   "a known gap (marked FAIL)\n", unexplained, unexplained > 1 ? "s" : "",
-                   unexplained > 1 ? "their" : "its");
-    return unexplained > 0 ? 1 : 0;
+  if (table) {  // the alias of ditto-predict-table (examples/ditto_predict_table.cpp)
+    const sim::PredictionTables t = sim::prediction_tables();
+    std::fputs(t.text.c_str(), stdout);
+    if (t.unexplained > 0)
+      std::fprintf(stderr, "ditto-train: --predict-table: %s\n", t.failure().c_str());
+    return t.unexplained > 0 ? 1 : 0;
   }
   int rc = 1;
   try {
     // Started by mpirun: this process is one rank (--trainer ddp), the job's processes the ranks.
     if (dist::launched_by_mpirun()) dist::init(&argc, &argv);
-    rc = run(a, app, capture);  // under mpirun it checks that the processes agree before training
+    rc = run(a, app);  // under mpirun it checks that the processes agree before training
   } catch (const UsageError& e) {
-    if (capture)
-      capture->error = e.what();
-    else
-      std::fprintf(stderr, "ditto-train: error: %s\n", e.what());
+    std::fprintf(stderr, "ditto-train: error: %s\n", e.what());
     rc = ditto_cli::kUsageError;
   } catch (const std::exception& e) {
     // A bare std::bad_alloc says only "std::bad_alloc": say what it means.
@@ -1168,57 +817,22 @@ int cli_main(int argc, char** argv, Capture* capture) {
         ? "out of host memory (std::bad_alloc: a host allocation failed; `ulimit -v` may be too "
           "low: use fewer --devices, a smaller model or batch, or raise it)"
         : e.what();
-    if (capture)
-      capture->error = what;
-    else if (dist::is_initialized())
+    if (dist::is_initialized())
       std::fprintf(stderr, "ditto-train: error: rank %d: %s\n", dist::rank(), what.c_str());
     else
       std::fprintf(stderr, "ditto-train: error: %s\n", what.c_str());
     rc = 1;
   }
-  if (!capture) dist::finalize();  // after every communicator is gone (they live in run)
+  dist::finalize();  // after every communicator is gone (they live in run)
   return rc;
 }
 
 }  // namespace
 
-namespace {
-
-// Note [Lost output]: the results go to stdout; a run whose stdout cannot be written (`>
-// /dev/full`, a closed descriptor `>&-`, a full disk) must not exit 0 with every line lost. As
-// coreutils' close_stdout: at exit stdout is flushed and closed, and an error on it (now or on an
-// earlier write) prints "ditto-train: error: cannot write the results to stdout: <reason>" on
-// stderr and exits 1. A descriptor 0, 1 or 2 closed at the start is first taken by /dev/null
-// opened read-only, so that no file ditto opens (a checkpoint's) becomes "stdout" and gets the
-// result lines, and writes to it fail with EBADF as they would on the closed descriptor.
-void occupy_closed_std_fds() {
-  for (int fd = 0; fd <= 2; ++fd) {
-    if (::fcntl(fd, F_GETFD) >= 0 || errno != EBADF) continue;
-    const int got = ::open("/dev/null", O_RDONLY);  // the lowest free descriptor: `fd`
-    if (got >= 0 && got != fd) ::close(got);
-  }
-}
-
-int close_stdout(int rc) {
-  int err = std::fflush(stdout) != 0 ? errno : 0;
-  const bool failed = err != 0 || std::ferror(stdout);
-  if (failed && err == 0) {  // an earlier write failed: its reason, from a write of 0 bytes
-    char none = 0;
-    err = ::write(STDOUT_FILENO, &none, 0) < 0 ? errno : EIO;
-  }
-  if (std::fclose(stdout) != 0 && !failed) err = errno;
-  if (!failed && err == 0) return rc;
-  std::fprintf(stderr, "ditto-train: error: cannot write the results to stdout: %s\n",
-               std::strerror(err));
-  return rc != 0 ? rc : 1;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  occupy_closed_std_fds();
+  io::occupy_closed_std_fds();  // Note [Lost output], core/io/file.h
   // A write past `ulimit -f` fails with EFBIG (a ditto::Error naming the file) instead of
   // SIGXFSZ killing the run with no message and a half-written checkpoint left behind.
   std::signal(SIGXFSZ, SIG_IGN);
-  return close_stdout(cli_main(argc, argv, nullptr));
+  return io::close_stdout(cli_main(argc, argv), "ditto-train");
 }

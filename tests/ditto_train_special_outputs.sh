@@ -61,7 +61,7 @@ for opt in --trace --metrics-jsonl; do
     fail "$opt /dev/full: $(cat "$work/out")"
   grep -q "^epoch " "$work/out" && fail "$opt /dev/full: trained before failing: $(cat "$work/out")"
 done
-# stdout itself lost (Note [Lost output] in examples/ditto_train.cpp): > /dev/full and a closed
+# stdout itself lost (Note [Lost output] in core/io/file.h): > /dev/full and a closed
 # stdout (>&-) exit 1 saying so on stderr (they exited 0 with every result line lost).
 "$train" --epochs 1 > /dev/full 2> "$work/err"
 rc=$?

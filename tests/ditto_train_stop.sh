@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Note [Graceful stop] (examples/ditto_train.cpp; issue 31): with --checkpoint, a SIGTERM (or
+# Note [Graceful stop] (core/train/graceful_stop.h; issue 31): with --checkpoint, a SIGTERM (or
 # Ctrl-C's SIGINT) finishes the step in progress, writes a checkpoint of it and exits 143 (130);
 # a run resumed from it ends with the checksum of a run that never stopped. For dp and for ddp's
 # rank threads (which must all stop after the same step). No timing is asserted: the script waits

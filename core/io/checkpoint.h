@@ -136,6 +136,14 @@ void lock_checkpoint_dir(const std::string& dir);
 /// DIR holds no usable checkpoint (with each one's reason).
 Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log);
 
+/// Whether DIR holds a checkpoint to resume from (a restart loop's `--resume auto`): DIR/latest
+/// or a DIR/step-N (not a step-N.tmp being written), usable or not, so that a damaged one is an
+/// error when resuming rather than a fresh start over it; false when DIR does not exist. Throws
+/// InvalidArgument "`what`: expected a checkpoint directory (or one to create), got 'DIR', which
+/// is not a directory" when DIR is a file (or anything but a directory): checkpoints could never
+/// be written there.
+bool holds_checkpoint(const std::string& dir, const std::string& what = "holds_checkpoint");
+
 /// Resume from DIR: read_latest_checkpoint, then check that its config equals `config` (keys in
 /// `may_differ` excepted) and that its parameters have the model's names and shapes, then load
 /// the parameters into `model` (onto their devices) and the state into `opt`

@@ -48,6 +48,8 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace ditto::io {
 
@@ -145,6 +147,50 @@ int open_output_fd(const std::string& path, const char* call);
 /// cannot write '<path>': <reason>".
 void write_fd(int fd, std::string_view bytes, const std::string& path, const char* call,
               bool flush_stdio = true);
+
+/// The same file by any spelling ("a/../b", relative or absolute, a symbolic link on the way),
+/// existing or not: the weakly canonical absolute path, else `path` lexically normalised.
+std::string same_file_key(const std::string& path);
+
+/// A path and the name a program gives it in messages ({"--trace", "t.json"}).
+using NamedPath = std::pair<std::string, std::string>;
+
+/// Refuses, before a run starts, an output that would overwrite an input or another output
+/// (a typo in a command line): each of `outputs` in order must be a file other than those of
+/// `inputs` and of the outputs before it, and outside every directory of `dirs` (where the run
+/// writes its own files: a checkpoint directory). Entries with an empty path are skipped. Throws
+/// InvalidArgument "OUT: expected a file other than IN's, got 'p' (IN 'q'), which it would
+/// overwrite" or "OUT: expected a file outside the DIR directory 'd', got 'p'", OUT, IN and DIR
+/// the entries' names.
+void check_outputs_are_not_inputs(const std::vector<NamedPath>& outputs,
+                                  const std::vector<NamedPath>& inputs,
+                                  const std::vector<NamedPath>& dirs);
+
+/// Checks, before a long run, that a file the run will replace at its end by write_file_atomic
+/// (FILE.tmp, then a rename) can be: `path` is a regular file or none (a FIFO would block, a
+/// directory cannot be replaced), an existing one is writable (a read-only one is refused rather
+/// than replaced behind its mode), and its directory exists and takes new files (a FILE.tmp is
+/// created and removed, unless one exists already). Throws InvalidArgument naming `what` ("what:
+/// expected a regular file (or none: it is created), got 'p', a directory", "what: expected a
+/// file in an existing directory, got 'p' (no directory 'd')", ...).
+void check_replaceable_output(const std::string& path, const std::string& what);
+
+// Note [Lost output]: a program whose results go to stdout must not exit 0 with every line lost
+// when stdout cannot be written (`> /dev/full`, a closed descriptor `>&-`, a full disk). As
+// coreutils' close_stdout: at exit stdout is flushed and closed, and an error on it (now or on an
+// earlier write) prints "PROG: error: cannot write the results to stdout: <reason>" on stderr and
+// exits 1. A descriptor 0, 1 or 2 closed at the start is first taken by /dev/null opened
+// read-only (occupy_closed_std_fds), so that no file the program opens (a checkpoint's) becomes
+// "stdout" and gets the result lines, and writes to it fail with EBADF as on the closed one.
+
+/// Opens /dev/null read-only on each of descriptors 0, 1 and 2 that is closed (Note [Lost
+/// output]). Call it first in main().
+void occupy_closed_std_fds();
+
+/// Flushes and closes stdout; returns `rc`, or 1 (when `rc` is 0) after printing "PROG: error:
+/// cannot write the results to stdout: <reason>" on stderr when stdout had an error (Note [Lost
+/// output]). Call it last: return close_stdout(run(...), "prog").
+int close_stdout(int rc, const char* prog);
 
 /// fsync a directory (makes renames and creations in it durable). Throws ditto::Error.
 void fsync_dir(const std::string& dir);

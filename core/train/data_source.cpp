@@ -64,7 +64,7 @@ CsvDataSource::CsvDataSource(data::Dataset all, double val_fraction, std::uint64
   train_ = stdz.apply(split.train);
   val_ = stdz.apply(split.val);
   rows_ = all.size();
-  classes_ = data::num_classes(all);
+  classes_ = label_classes_ = data::num_classes(all);
   fnv_ = fnv1a({&all.features, &all.labels, &all.targets});
 }
 
@@ -76,6 +76,12 @@ std::int64_t CsvDataSource::batches_per_epoch(std::int64_t batch_size) const {
 data::Batch CsvDataSource::batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) {
   std::lock_guard lk(mu_);
   return loader_at(loader_, train_, epoch, batch_size, /*shuffle=*/true, seed_).batch(i);
+}
+
+void CsvDataSource::set_num_classes(std::int64_t classes, const std::string& what) {
+  DITTO_CHECK(classes >= label_classes_, what, ": expected a number of classes greater than "
+              "every label (the largest is ", label_classes_ - 1, "), got ", classes);
+  classes_ = classes;
 }
 
 std::map<std::string, std::string> CsvDataSource::checkpoint_config() const {

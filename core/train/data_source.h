@@ -79,13 +79,17 @@ class CsvDataSource final : public DataSource {
   /// data set of the same shape is refused naming both fingerprints.
   std::map<std::string, std::string> checkpoint_config() const override;
 
+  /// Gives the model `classes` outputs (torch's CrossEntropyLoss num_classes), more than the
+  /// labels need (num_outputs() is otherwise the largest label + 1). Throws InvalidArgument
+  /// naming `what` when `classes` is not above every label.
+  void set_num_classes(std::int64_t classes, const std::string& what = "set_num_classes");
   /// Rows of the whole file.
   std::int64_t rows() const { return rows_; }
   const data::Dataset& train_set() const { return train_; }
 
  private:
   data::Dataset train_, val_;
-  std::int64_t rows_ = 0, classes_ = 0;
+  std::int64_t rows_ = 0, classes_ = 0, label_classes_ = 0;  // label_classes_: largest label + 1
   std::uint64_t fnv_ = 0;  // of the rows as read (checkpoint_config's data_fnv1a)
   double val_fraction_;
   std::uint64_t seed_;

@@ -1,0 +1,85 @@
+// Checks of a run's output paths before it starts (core/io/file.h): no output overwrites an
+// input, and a file replaced at the end can be.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/io/file.h"
+#include "core/runtime/error.h"
+
+namespace ditto::io {
+
+std::string same_file_key(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path k = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  return ec ? fs::path(path).lexically_normal().string() : k.string();
+}
+
+void check_outputs_are_not_inputs(const std::vector<NamedPath>& outputs,
+                                  const std::vector<NamedPath>& inputs,
+                                  const std::vector<NamedPath>& dirs) {
+  namespace fs = std::filesystem;
+  std::vector<NamedPath> others;
+  for (const auto& in : inputs)
+    if (!in.second.empty()) others.push_back(in);
+  for (const auto& [opt, path] : outputs) {
+    if (path.empty()) continue;
+    const std::string k = same_file_key(path);
+    for (const auto& [other, other_path] : others)
+      DITTO_CHECK(k != same_file_key(other_path), opt, ": expected a file other than ", other,
+                  "'s, got '", path, "' (", other, " '", other_path, "'), which it would "
+                  "overwrite");
+    for (const auto& [dir_opt, dir] : dirs) {
+      if (dir.empty()) continue;
+      const fs::path rel = fs::path(k).lexically_relative(same_file_key(dir));
+      DITTO_CHECK(rel.empty() || *rel.begin() == "..", opt, ": expected a file outside the ",
+                  dir_opt, " directory '", dir, "', got '", path, "'");
+    }
+    others.emplace_back(opt, path);
+  }
+}
+
+void check_replaceable_output(const std::string& path, const std::string& what) {
+  namespace fs = std::filesystem;
+  DITTO_CHECK(!path.empty(), what, ": expected a file name, got ''");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    DITTO_CHECK(S_ISREG(st.st_mode), what, ": expected a regular file (or none: it is created), "
+                "got '", path, "', ", S_ISFIFO(st.st_mode) ? "a FIFO (named pipe: opening it "
+                "would block until a reader comes)" : file_type_name(st.st_mode));
+    // root passes access(W_OK) on a read-only file: its mode bits decide.
+    const bool writable = ::geteuid() == 0 ? (st.st_mode & (S_IWUSR | S_IWGRP | S_IWOTH)) != 0
+                                           : ::access(path.c_str(), W_OK) == 0;
+    DITTO_CHECK(writable, what, ": expected a file it may replace, got '", path, "': Permission "
+                "denied / read-only: remove it or chmod u+w");
+  }
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  std::error_code ec;
+  DITTO_CHECK(fs::is_directory(dir, ec), what, ": expected a file in an existing directory, "
+              "got '", path, "' (no directory '", dir.string(), "')");
+  DITTO_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, what, ": expected a file in a directory "
+              "it may write, got '", path, "' (directory '", dir.string(), "': ",
+              std::strerror(errno), ")");
+  // What access() cannot tell (root under /proc, a read-only file system): create the
+  // temporary file the write will use, and remove it. One that exists (another rank's probe
+  // under mpirun, a crash's leftover that the write removes) proves nothing and is left alone.
+  const std::string tmp = path + ".tmp";
+  struct stat tst {};
+  if (::lstat(tmp.c_str(), &tst) != 0) {
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    DITTO_CHECK(fd >= 0 || errno == EEXIST, what, ": expected a file in a directory it may "
+                "write, got '", path, "' (cannot create '", tmp, "': ", std::strerror(errno), ")");
+    if (fd >= 0) {
+      ::close(fd);
+      ::unlink(tmp.c_str());
+    }
+  }
+}
+
+}  // namespace ditto::io

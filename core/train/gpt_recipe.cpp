@@ -1,0 +1,395 @@
+// nanoGPT's recipe as a TrainerConfig (core/train/gpt_recipe.h): the settings' checks, the data,
+// the model, optimizer and schedule, and what the run reports.
+#include "core/train/gpt_recipe.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "core/nn/gpt.h"
+#include "core/optim/adamw.h"
+#include "core/optim/lr_schedule.h"
+#include "core/runtime/error.h"
+#include "core/train/metrics_format.h"
+#include "core/train/synthetic_source.h"
+
+namespace ditto::train {
+
+// In core/train/gpt_weights_flow.cpp: init_from's weights and the model fields they set, and the
+// export / eval_only settings' checks.
+std::shared_ptr<const io::GptWeights> apply_init_from(GptSettings& g, std::string& vocab_from);
+void configure_weights(GptSettings& g, const GptRun& run, TrainerConfig& c);
+
+std::string GptSettings::name_of(const std::string& field) const {
+  auto it = field_names.find(field);
+  return it != field_names.end() ? it->second : "GptSettings::" + field;
+}
+
+namespace {
+
+void at_least(const std::string& name, std::int64_t v, std::int64_t lo, const char* note = "") {
+  DITTO_CHECK(v >= lo, name, ": expected >= ", lo, note, ", got ", v);
+}
+
+void finite_in(const std::string& name, double v, double lo, bool lo_open, double hi,
+               bool hi_open) {
+  const bool ok = std::isfinite(v) && (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  DITTO_CHECK(ok, name, ": expected a value in ", lo_open ? "(" : "[", lo, ", ", hi,
+              hi_open ? ")" : "]", ", got ", v);
+}
+
+void apply_preset(GptSettings& g) {
+  if (g.preset.empty()) return;
+  const nn::GPTConfig p = nn::gpt2_config(g.preset, g.name_of("preset"));
+  auto set = [&](const char* field, std::int64_t& v, std::int64_t preset) {
+    if (!g.given.count(field)) v = preset;
+  };
+  set("n_layer", g.n_layer, p.n_layer);
+  set("n_head", g.n_head, p.n_head);
+  set("n_embd", g.n_embd, p.n_embd);
+  set("block_size", g.block_size, p.block_size);
+  set("vocab_size", g.vocab_size, p.vocab_size);
+  if (!g.given.count("bias")) g.bias = p.bias;  // GPT-2 has biases (from_pretrained: bias=True)
+}
+
+/// Every GPT setting's own check (the Trainer checks the shared ones).
+void check_settings(const GptSettings& g, double lr, double weight_decay, const TrainerConfig& c) {
+  auto n = [&](const char* f) { return g.name_of(f); };
+  at_least(n("n_layer"), g.n_layer, 1);
+  DITTO_CHECK(g.n_layer <= 85, n("n_layer"), ": expected 1..85 (each block's dropout sites must "
+              "fit in the 8 bits of Note [Dropout masks]), got ", g.n_layer);
+  at_least(n("n_head"), g.n_head, 1);
+  at_least(n("n_embd"), g.n_embd, 1);
+  DITTO_CHECK(g.n_embd % g.n_head == 0, n("n_embd"), ": expected a multiple of ", n("n_head"),
+              " = ", g.n_head, ", got ", g.n_embd);
+  at_least(n("block_size"), g.block_size, 1);
+  at_least(n("max_iters"), g.max_iters, 1);
+  at_least(n("eval_interval"), g.eval_interval, 1);
+  at_least(n("eval_iters"), g.eval_iters, 0, " (0: no evaluation)");
+  at_least(n("warmup_iters"), g.warmup_iters, 0);
+  DITTO_CHECK(g.lr_decay_iters > g.warmup_iters, n("lr_decay_iters"), ": expected > ",
+              n("warmup_iters"), " = ", g.warmup_iters, " (nanoGPT's cosine decay runs from the "
+              "one to the other), got ", g.lr_decay_iters);
+  const double inf = HUGE_VAL;
+  finite_in(c.name_of("lr"), lr, 0, true, inf, true);
+  finite_in(n("min_lr"), g.min_lr, 0, false, lr, false);
+  finite_in(c.name_of("weight_decay"), weight_decay, 0, false, inf, true);
+  finite_in(n("grad_clip"), g.grad_clip, 0, false, inf, true);
+  finite_in(n("dropout"), g.dropout, 0, false, 1, true);
+  finite_in(n("beta1"), g.beta1, 0, false, 1, true);
+  finite_in(n("beta2"), g.beta2, 0, false, 1, true);
+  at_least(n("sample"), g.sample, 0, " (0: no sample)");
+  finite_in(n("temperature"), g.temperature, 0, true, inf, true);
+  at_least(n("top_k"), g.top_k, 0, " (0: every character)");
+  at_least(n("vocab_size"), g.vocab_size, 0, " (0: the text's vocabulary)");
+}
+
+std::string model_name(const nn::GPTConfig& m) {
+  std::ostringstream s;
+  s << "gpt(n_layer=" << m.n_layer << ",n_head=" << m.n_head << ",n_embd=" << m.n_embd
+    << ",block_size=" << m.block_size << ",vocab_size=" << m.vocab_size
+    << ",bias=" << (m.bias ? "True" : "False") << ",dropout=" << m.dropout << ")";
+  return s.str();
+}
+
+// The data of g.data (Note [Token files]'s rule), into out.source and out.text or out.tokens.
+void open_data(const GptSettings& g, const std::string& vocab_from, std::uint64_t seed,
+               GptRun& out) {
+  const std::string data = g.name_of("data"), val_data = g.name_of("val_data");
+  const std::string data_format = g.name_of("data_format");
+  DataFormat format = parse_data_format(g.data_format, data_format.c_str());
+  const std::vector<std::string> files = expand_data_paths(g.data, data.c_str());
+  const bool detected = format == DataFormat::automatic;
+  if (detected) {
+    try {  // a file it cannot open or read is refused here, not taken for another format
+      format = detect_data_format(files.front());
+    } catch (const Error& e) {
+      throw InvalidArgument(detail::cat(data, ": ", e.what()));
+    }
+  }
+  if (format == DataFormat::text) {
+    DITTO_CHECK(files.size() == 1, data, ": expected one text file (a list or glob is for "
+                "llm.c or nanoGPT token files), got ", files.size(), " files ('", files[0],
+                "', '", files[1], "'", files.size() > 2 ? ", ..." : "", ")",
+                detected ? ": the first is neither an llm.c shard (magic 20240520 / 20240801) "
+                           "nor named .bin" : "");
+    DITTO_CHECK(!g.given.count("val_data"), val_data, ": expected token data with it (a text's "
+                "validation split is its last 10%), got the text '", files[0], "'");
+    try {
+      out.source = out.text = std::make_shared<TextDataSource>(files[0], g.block_size, seed);
+    } catch (const Error& e) {
+      throw InvalidArgument(detail::cat(data, ": ", e.what()));
+    }
+    DITTO_CHECK(g.vocab_size == 0 || g.vocab_size >= out.text->vocab_size(),
+                vocab_from.empty() ? g.name_of("vocab_size") : vocab_from, ": expected ",
+                vocab_from.empty() ? "0 or " : "a vocab_size of ", "at least the text's "
+                "vocabulary of ", out.text->vocab_size(), " tokens ('", files[0], "'), got ",
+                g.vocab_size);
+    return;
+  }
+  DITTO_CHECK(format != DataFormat::nanogpt || g.vocab_size > 0, g.name_of("vocab_size"),
+              ": expected the vocabulary size of nanoGPT's uint16 tokens in '", files[0],
+              "' (meta.pkl's vocab_size, a Python pickle: python3 -c \"import pickle; print("
+              "pickle.load(open('meta.pkl', 'rb'))['vocab_size'])\"; 50304 for GPT-2's BPE "
+              "without meta.pkl), got none", detected ? " (" + data_format + " auto took it for "
+              "nanoGPT tokens: not an llm.c shard, and named .bin; " + data_format + " text if "
+              "it is a text)" : "");
+  std::vector<std::string> val;
+  std::string val_name = g.val_data;
+  // What a validation file's error is prefixed with: the setting that named it.
+  std::string val_option = val_data;
+  if (g.given.count("val_data")) {
+    val = expand_data_paths(g.val_data, val_data.c_str());
+  } else {
+    val = val_paths_beside(g.data);
+    if (!val.empty()) val_name = val.size() == 1 ? val[0] : val[0] + ", ...";
+    val_option = data + " (validation file found beside it)";
+  }
+  try {  // the training files first: their errors before a missing val split's
+    out.source = out.tokens = std::make_shared<TokenDataSource>(
+        files, std::vector<std::string>{}, format, g.vocab_size, g.block_size, seed, g.data);
+  } catch (const Error& e) {
+    throw InvalidArgument(detail::cat(data, ": ", e.what()));
+  }
+  if (!val.empty()) {
+    try {
+      out.tokens->open_val(val, val_name);
+    } catch (const Error& e) {
+      // A file's problem (exit 1, as the data's), not a usage error: a plain ditto::Error.
+      throw Error(detail::cat(val_option, ": ", e.what()));
+    }
+  }
+  DITTO_CHECK(!val.empty() || g.eval_iters == 0, val_data, ": expected validation data for '",
+              g.data, "' (", val_data, " FILES, or files named as ", data, " with its last "
+              "'train' made 'val' beside it: llm.c's *_val_*.bin, nanoGPT's val.bin), got none (",
+              g.name_of("eval_iters"), " 0 trains without evaluation)");
+}
+
+}  // namespace
+
+double gpt_flops_per_token(const nn::GPTConfig& m) {
+  // nanoGPT model.py estimate_mfu (the PaLM paper's formula, its appendix B): N =
+  // get_num_params() (non_embedding: without wpe), flops_per_token = 6N + 12 L H Q T with
+  // L = n_layer, H = n_head, Q = n_embd / n_head (so H Q = n_embd), T = block_size.
+  const double N = static_cast<double>(nn::gpt_num_params(m) - m.block_size * m.n_embd);
+  return 6.0 * N + 12.0 * static_cast<double>(m.n_layer) * static_cast<double>(m.n_embd) *
+                       static_cast<double>(m.block_size);
+}
+
+GptRun configure_gpt(GptSettings& g, TrainerConfig& c) {
+  GptRun out;
+  std::string vocab_from;  // who set vocab_size when it was not given (init_from's file)
+  out.init_weights = apply_init_from(g, vocab_from);
+  apply_preset(g);
+  if (c.dry_run) {  // a prediction: a few steps, no evaluation or sample unless asked for
+    if (!g.given.count("max_iters")) g.max_iters = 2;
+    if (!g.given.count("eval_iters")) g.eval_iters = 0;
+    if (!g.given.count("sample")) g.sample = 0;
+    if (!g.given.count("lr_decay_iters"))
+      g.lr_decay_iters = std::max(g.max_iters, g.warmup_iters + 1);
+  }
+  const double lr = g.given.count("lr") ? static_cast<double>(*c.lr) : g.learning_rate;
+  const double wd = g.given.count("weight_decay") ? c.weight_decay : g.weight_decay;
+  if (!g.given.count("batch_size")) c.batch_size = g.batch_size;
+  check_settings(g, lr, wd, c);
+  if (c.dry_run && !g.given.count("data") && g.vocab_size > 0) {
+    out.source = std::make_shared<ZeroTokenSource>(g.block_size, g.vocab_size);
+  } else {
+    open_data(g, vocab_from, c.seed, out);
+  }
+  nn::GPTConfig m;
+  m.block_size = g.block_size;
+  m.vocab_size = g.vocab_size > 0 ? g.vocab_size
+                 : out.text       ? out.text->vocab_size()
+                                  : out.tokens->vocab_size();
+  m.n_layer = g.n_layer;
+  m.n_head = g.n_head;
+  m.n_embd = g.n_embd;
+  m.dropout = static_cast<float>(g.dropout);
+  m.bias = g.bias;
+  const std::uint64_t seed = c.seed;
+  c.make_model = [m, seed](const Device& d) { return std::make_unique<nn::GPT>(m, d, seed); };
+  c.model_name = model_name(m);
+  c.optimizer = "adamw";
+  c.lr = static_cast<float>(lr);
+  c.weight_decay = static_cast<float>(wd);
+  const double beta1 = g.beta1, beta2 = g.beta2;
+  c.make_optimizer = [beta1, beta2, wd](std::vector<nn::Parameter*> params, float rate) {
+    optim::AdamWOptions o;  // nanoGPT's configure_optimizers: decay on the 2-D weights only
+    o.lr = rate;
+    o.beta1 = beta1;
+    o.beta2 = beta2;
+    o.weight_decay = wd;
+    return std::make_unique<optim::AdamW>(std::move(params), o);
+  };
+  const std::int64_t warmup = g.warmup_iters, decay = g.lr_decay_iters;
+  const double min_lr = g.min_lr;
+  c.lr_schedule = [lr, warmup, decay, min_lr](std::int64_t it) {
+    return optim::nanogpt_lr(it, lr, warmup, decay, min_lr);
+  };
+  c.grad_clip = g.grad_clip;
+  // The MFU of the progress lines and the prediction: nanoGPT's estimate_mfu FLOPs a window.
+  c.flops_per_sample = gpt_flops_per_token(m) * static_cast<double>(m.block_size);
+  c.max_iters = g.max_iters;
+  c.eval_interval = g.eval_interval;
+  c.eval_iters = g.eval_iters;
+  // A resume to the same bits needs the same schedule and clipping (AdamW checks its own).
+  c.checkpoint_settings = {{"learning_rate", optim::exact_str(lr)},
+                           {"min_lr", optim::exact_str(min_lr)},
+                           {"warmup_iters", std::to_string(warmup)},
+                           {"lr_decay_iters", std::to_string(decay)},
+                           {"grad_clip", optim::exact_str(g.grad_clip)}};
+  c.checkpoint_aliases = {{"lm_head.weight", "transformer.wte.weight"}};  // nanoGPT's tied head
+  // The loop's fields and the model's, as errors and a resume that does not match name them
+  // (the checkpoint's "model"; vocab_size is the data's unless given: it keeps its own name).
+  for (const char* f : {"max_iters", "eval_interval", "eval_iters", "grad_clip", "n_layer",
+                        "n_head", "n_embd", "block_size", "bias", "dropout"})
+    c.field_names[f] = g.name_of(f);
+  out.model = m;
+  configure_weights(g, out, c);
+  return out;
+}
+
+std::string format_gpt_start(const std::string& prog, const RunInfo& r, const GptSettings& g,
+                             const TrainerConfig& c, const GptRun& run) {
+  const nn::GPTConfig& m = run.model;
+  // The model's own count (dp builds it before the start); ddp reports before building: the
+  // count of nanoGPT's layout (the CLI test checks that both agree).
+  const std::int64_t params = r.params > 0 ? r.params : nn::gpt_num_params(m);
+  std::string s = strprintf("%s: model=gpt n_layer=%" PRId64 " n_head=%" PRId64 " n_embd=%" PRId64
+                      " block_size=%" PRId64 " vocab_size=%" PRId64 " bias=%s dropout=%g params=%"
+                      PRId64 " (%.2fM without wpe) backend=%s devices=%d trainer=%s%s "
+                      "determinism=%s\n", prog.c_str(),
+                      m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size,
+                      m.bias ? "True" : "False", g.dropout, params,
+                      static_cast<double>(params - m.block_size * m.n_embd) / 1e6,
+                      r.backend.c_str(), r.devices, trainer_kind_name(r.trainer),
+                      r.processes ? " (processes)" : "", determinism_name(r.determinism));
+  if (run.text)
+    s += strprintf("%s: data=%s bytes=%" PRId64 " (train %" PRId64 ", val %" PRId64 " tokens)",
+             prog.c_str(), run.text->name().c_str(), run.text->size(), run.text->train_tokens(),
+             run.text->val_tokens());
+  else if (const TokenDataSource* t = run.tokens.get())
+    s += strprintf("%s: data=%s format=%s files=%zu (train %" PRId64 " tokens; val %s: %" PRId64
+             " tokens)", prog.c_str(), t->name().c_str(), data_format_name(t->format()),
+             t->train().files().size(), t->train_tokens(),
+             t->val() ? t->val_name().c_str() : "none", t->val_tokens());
+  else
+    s += prog + ": data=zeros (dry run: every token id 0, no file read)";
+  return s + strprintf(" batch_size=%" PRId64 " max_iters=%" PRId64 " lr=%g min_lr=%g "
+                 "warmup_iters=%" PRId64 " lr_decay_iters=%" PRId64 " weight_decay=%g "
+                 "betas=(%g, %g) grad_clip=%g eval_interval=%" PRId64 " eval_iters=%" PRId64
+                 " seed=%" PRIu64 "\n",
+                 c.batch_size, c.max_iters, static_cast<double>(*c.lr), g.min_lr, g.warmup_iters,
+                 g.lr_decay_iters, static_cast<double>(c.weight_decay), g.beta1, g.beta2,
+                 c.grad_clip, c.eval_interval, c.eval_iters, c.seed);
+}
+
+std::string gpt_sample(Replica& rep, const GptSettings& g, const GptRun& run, std::uint64_t seed) {
+  if (g.sample == 0 || (!run.text && !run.tokens)) return "";
+  auto* gpt = dynamic_cast<nn::GPT*>(&rep.model());
+  DITTO_CHECK(gpt != nullptr, g.name_of("sample"), ": expected the trained model to be an "
+              "nn::GPT");
+  if (run.tokens) {
+    const std::int64_t vocab = run.tokens->vocab_size();
+    const std::vector<std::int64_t> prompt{vocab > 50256 ? 50256 : 0};
+    const std::int64_t top_k = g.top_k >= vocab ? 0 : g.top_k;
+    const std::vector<std::int64_t> out = gpt->generate(
+        prompt, g.sample, static_cast<float>(g.temperature), top_k, seed, vocab);
+    std::string ids;
+    for (std::size_t i = 1; i < out.size(); ++i) {
+      if (i > 1) ids += ' ';
+      ids += std::to_string(out[i]);
+    }
+    return ids;
+  }
+  const TextDataSource& data = *run.text;
+  const auto& itos = data.itos();
+  // nanoGPT sample.py starts from "\n"; a text without newlines starts from its token 0.
+  std::vector<std::int64_t> prompt{0};
+  for (std::size_t t = 0; t < itos.size(); ++t)
+    if (itos[t] == '\n') prompt = {static_cast<std::int64_t>(t)};
+  const std::int64_t top_k = g.top_k >= data.vocab_size() ? 0 : g.top_k;
+  // Only the text's tokens are drawn: a padded vocabulary (vocab_size, a preset's 50304) has
+  // rows no character maps to, which decode() would refuse after the whole run.
+  std::vector<std::int64_t> out = gpt->generate(prompt, g.sample,
+                                                static_cast<float>(g.temperature), top_k, seed,
+                                                data.vocab_size());
+  return data.decode(std::vector<std::int64_t>(out.begin() + 1, out.end()));
+}
+
+std::string format_sample(const GptSettings& g, const GptRun& run, const std::string& sample,
+                          std::uint64_t seed) {
+  if (sample.empty()) return "";
+  // Token data: the ids (no tokenizer here: tiktoken's gpt2 decodes them).
+  const std::string head =
+      run.tokens ? strprintf("sample (%" PRId64 " token ids, temperature %g, top_k %" PRId64
+                       ", seed %" PRIu64 "):\n", g.sample, g.temperature, g.top_k, seed)
+                 : strprintf("sample (%zu characters, temperature %g, top_k %" PRId64 ", seed %" PRIu64
+                       "):\n", sample.size(), g.temperature, g.top_k, seed);
+  return head + sample + "\n";
+}
+
+std::string format_gpt_prediction(const CostPrediction& p, const std::vector<DeviceMemory>& memory,
+                                  const nn::GPTConfig& m, const TrainerConfig& c) {
+  const double N = static_cast<double>(nn::gpt_num_params(m) - m.block_size * m.n_embd);
+  const double flops_per_token = gpt_flops_per_token(m);
+  const double tokens_per_s = p.samples_per_s * static_cast<double>(m.block_size);
+  const double achieved = flops_per_token * tokens_per_s;
+  const double devices = static_cast<double>(p.devices);
+  // MFU against the peak nanoGPT's and llm.c's estimate_mfu use: the BF16 tensor-core peak for
+  // bf16 / f16 storage (when the profile has one), FP32 for f32, TF32 for f32 with allow_tf32
+  // in fast mode (the unit its GEMMs are priced on; bitwise mode never uses TF32).
+  const bool tc = c.dtype != DType::f32 && p.bf16_peak_flops > 0;
+  const bool tf32 = !tc && c.dtype == DType::f32 && c.determinism == Determinism::fast &&
+                    p.rates.allow_tf32 && p.rates.tf32_flops > 0;
+  const double peak_flops = tc ? p.bf16_peak_flops : tf32 ? p.rates.tf32_flops : p.peak_flops;
+  const char* peak_name = tc ? "BF16" : tf32 ? "TF32" : "FP32";
+  std::string s;
+  if (c.dry_run) {
+    // Which unit each kernel class is priced on in this mode (Note [Compute units],
+    // backend_sim/cost_model.h): what ditto's CUDA backend runs.
+    const CostRates& q = p.rates;
+    std::string gemm;
+    if (c.determinism == Determinism::bitwise)
+      gemm = strprintf("GEMMs on SIMT cores (ditto's fma-chain kernel, FP32 %.4g TFLOP/s x "
+                 "simt_efficiency %.3g)", q.fp32_flops / 1e12, q.simt_efficiency);
+    else if (c.dtype != DType::f32)
+      gemm = strprintf("GEMMs on tensor cores (cuBLASLt, %s %.4g TFLOP/s x gemm_efficiency %.3g)",
+                 c.dtype == DType::f16 ? "FP16" : "BF16",
+                 (c.dtype == DType::f16 ? q.f16_flops : q.bf16_flops) / 1e12, q.gemm_efficiency);
+    else if (q.allow_tf32)
+      gemm = strprintf("GEMMs on tensor cores (cuBLASLt, TF32 %.4g TFLOP/s x gemm_efficiency %.3g)",
+                 q.tf32_flops / 1e12, q.gemm_efficiency);
+    else
+      gemm = strprintf("GEMMs on SIMT cores (cuBLASLt strict FP32, %.4g TFLOP/s x gemm_efficiency "
+                 "%.3g)", q.fp32_flops / 1e12, q.gemm_efficiency);
+    s += strprintf("dry run: priced, not run: no kernel executed and no tensor data held "
+             "(Note [Dry run]); determinism=%s dtype=%s; %s, attention on SIMT cores "
+             "(ditto's kernels, FP32 %.4g TFLOP/s x simt_efficiency %.3g), other kernels at "
+             "memory bandwidth %.4g GB/s x memory_efficiency %.3g\n",
+             determinism_name(c.determinism), dtype_name(c.dtype), gemm.c_str(),
+             q.fp32_flops / 1e12, q.simt_efficiency, q.memory_bandwidth / 1e9,
+             q.memory_efficiency);
+  }
+  s += strprintf("predicted GPT: %.0f tokens/s (%" PRId64 " tokens per step) step_time=%.2f ms "
+           "comm_share=%.1f%%; mfu=%.1f%% of %s peak %.4g TFLOP/s per GPU with nanoGPT's "
+           "estimate_mfu: 6N + 12 L H Q T = %.4g FLOP/token, N = %.0f parameters without wpe\n",
+           tokens_per_s, c.batch_size * m.block_size, p.step_time_s * 1e3, 100.0 * p.comm_share,
+           100.0 * achieved / (devices * peak_flops), peak_name, peak_flops / 1e12,
+           flops_per_token, N);
+  std::size_t peak = 0, capacity = 0;
+  for (const DeviceMemory& d : memory) {
+    peak = std::max(peak, d.stats.peak);
+    capacity = d.stats.capacity;
+  }
+  if (!memory.empty())
+    s += strprintf("predicted GPT: peak memory %.2f GiB of %.2f GiB on the fullest device (attention "
+             "keeps softmax stats, not att [B, n_head, T, T], as flash attention does)\n",
+             static_cast<double>(peak) / 1073741824.0, static_cast<double>(capacity) / 1073741824.0);
+  return s;
+}
+
+}  // namespace ditto::train

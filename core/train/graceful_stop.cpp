@@ -1,0 +1,79 @@
+// Note [Graceful stop] (graceful_stop.h): the signal handlers, async-signal-safe.
+#include "core/train/graceful_stop.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+
+namespace ditto::train {
+
+namespace {
+
+std::atomic<int> g_stop{0};
+// Set before the handlers are installed; read only by them.
+char g_prog[256];
+char g_latest_path[4096];  // "DIR/latest"
+char g_checkpoint_dir[4096];
+
+extern "C" void on_stop_signal(int sig) {
+  char buf[8192];
+  std::size_t n = 0;
+  auto put = [&](const char* t) {
+    while (*t && n < sizeof buf - 1) buf[n++] = *t++;
+  };
+  put(g_prog);
+  if (g_stop.exchange(sig) != 0) {
+    put(sig == SIGINT ? ": second SIGINT" : ": second SIGTERM");
+    put(": exiting at once; the stop checkpoint was not written; newest checkpoint on disk: ");
+    char name[64] = {};
+    ssize_t got = -1;
+    const int fd = ::open(g_latest_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      got = ::read(fd, name, sizeof name - 1);
+      ::close(fd);
+    }
+    while (got > 0 && (name[got - 1] == '\n' || name[got - 1] == ' ')) name[--got] = 0;
+    if (got > 0) {
+      put(g_checkpoint_dir);
+      put("/");
+      put(name);
+    } else {
+      put("none");
+    }
+    put("\n");
+    [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, buf, n);
+    ::_exit(128 + sig);
+  }
+  put(": signal received: finishing the current step and writing a checkpoint (send it again "
+      "to exit at once)\n");
+  [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, buf, n);
+}
+
+}  // namespace
+
+const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
+                                              const std::string& prog) {
+  std::snprintf(g_prog, sizeof g_prog, "%s", prog.c_str());
+  std::snprintf(g_checkpoint_dir, sizeof g_checkpoint_dir, "%s", checkpoint_dir.c_str());
+  std::snprintf(g_latest_path, sizeof g_latest_path, "%s/latest", checkpoint_dir.c_str());
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGINT, SIGTERM}) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    ::sigaction(sig, &sa, nullptr);
+  }
+  return &g_stop;
+}
+
+int stop_signal() { return g_stop.load(); }
+
+const char* stop_signal_name(int sig) {
+  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal";
+}
+
+}  // namespace ditto::train

@@ -1,0 +1,37 @@
+// A graceful stop on SIGINT / SIGTERM (torchrun's and a scheduler's signal, Ctrl-C): the
+// handlers set the flag a Trainer watches (TrainerConfig::stop), so the run ends after the
+// optimizer step in progress and writes its checkpoint.
+//
+// Note [Graceful stop]: a first SIGINT or SIGTERM sets the flag and says on stderr that the run
+// is finishing its step; the Trainer ends after the optimizer step in progress, writes its
+// checkpoint, and the program exits with 128 + the signal (130, 143), the shell's status for a
+// process the signal ended (stop_exit_status). A second signal exits at once with that status,
+// as an impatient user expects, and says so on stderr: the stop checkpoint was not finished, and
+// the newest complete checkpoint on disk is the one DIR/latest names (read in the handler with
+// open/read/write only, all async-signal-safe), or none. (GNU `timeout -s TERM` signals the
+// process and then its group, so a run under it gets two SIGTERMs at once.) Without a
+// checkpoint directory there is nothing to keep: install no handlers (the process ends at once).
+#pragma once
+
+#include <atomic>
+#include <string>
+
+namespace ditto::train {
+
+/// Installs the SIGINT and SIGTERM handlers of Note [Graceful stop] for a run that checkpoints
+/// into `checkpoint_dir`; `prog` starts their messages on stderr ("ditto-train: signal received:
+/// finishing the current step and writing a checkpoint (send it again to exit at once)"). A
+/// signal the parent ignores stays ignored (nohup, a shell's background job's SIGINT). Returns
+/// the flag for TrainerConfig::stop (0 until a signal arrives, then its number); it lives as long
+/// as the process. Call it from one thread, before the run starts (a second call re-points the
+/// handlers at the new directory).
+const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
+                                              const std::string& prog);
+
+/// The signal that stopped the run (SIGINT or SIGTERM), 0 when none arrived.
+int stop_signal();
+
+/// "SIGINT" or "SIGTERM" for `sig`, else "signal".
+const char* stop_signal_name(int sig);
+
+}  // namespace ditto::train

@@ -1,0 +1,222 @@
+// The library homes of what ditto-train used to do itself (issue 30): the report lines
+// (core/train/metrics_format.h), --resume auto's lookup (holds_checkpoint), the output-path
+// checks (core/io/file.h), --classes (CsvDataSource::set_num_classes), the graceful stop
+// (core/train/graceful_stop.h) and nanoGPT's recipe (core/train/gpt_recipe.h), each with the
+// values and messages ditto-train prints (the CLI tests check them end to end).
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/io/checkpoint.h"
+#include "core/io/file.h"
+#include "core/train/data_source.h"
+#include "core/train/gpt_recipe.h"
+#include "core/train/graceful_stop.h"
+#include "core/train/metrics_format.h"
+#include "test_util.h"
+
+namespace ditto {
+namespace {
+
+namespace fs = std::filesystem;
+using test::expect_invalid;
+
+std::string fresh_dir(const std::string& name) { return test::fresh_dir("trainhelpers", name); }
+
+TEST(MetricsFormat, StepLineIsNanoGptsWithTheEpochPositionAndPrediction) {
+  train::StepMetrics m;
+  m.iter = 7;
+  m.loss = 1.23456;
+  m.time_s = 0.0125;
+  EXPECT_EQ(train::format_step(m, "", DType::f32), "iter 7: loss 1.2346, time 12.50ms\n");
+  m.epoch = 2;
+  m.batch = 3;
+  m.batches = 23;
+  m.mfu = 0.5;
+  m.predicted_time_s = 0.001;
+  EXPECT_EQ(train::format_step(m, "h100-sxm", DType::bf16),
+            "iter 7: loss 1.2346, time 12.50ms, mfu 50.00% (epoch 2, batch 4 of 23; predicted "
+            "1.000ms on h100-sxm, mfu of its BF16 peak)\n");
+}
+
+TEST(MetricsFormat, FinalLineSaysOnlyWhatTheRunMeasured) {
+  train::FitResult r;
+  r.backend = "sim";
+  r.devices = 4;
+  r.epochs = 20;
+  r.train_loss = 0.25;
+  r.eval = {0.5, 0.9};
+  r.train_time_s = 1.5;
+  r.params_checksum = 0x1234;
+  EXPECT_EQ(train::format_final(r),
+            "final: backend=sim devices=4 determinism=bitwise epochs=20 train_loss=0.250000 "
+            "val_loss=0.500000 val_acc=0.9000 train_time_s=1.500 "
+            "params_checksum=0000000000001234\n");
+  r.dry_run = true;  // nothing ran: no losses, no checksum
+  r.steps = 2;
+  r.dtype = DType::bf16;
+  r.trainer = train::TrainerKind::ddp;
+  EXPECT_EQ(train::format_final(r, 1024),
+            "final: backend=sim devices=4 determinism=bitwise dtype=bf16 trainer=ddp iters=2 "
+            "train_time_s=1.500\n");
+  r.loss_scale = 65536.0f;
+  r.skipped_steps = 3;
+  EXPECT_NE(train::format_final(r).find("\ngrad_scaler: scale=65536 skipped_steps=3 (f16 "
+                                        "dynamic loss scaling)\n"), std::string::npos);
+}
+
+TEST(MetricsFormat, MemoryEpochAndEvalLines) {
+  train::DeviceMemory d;
+  d.device = "sim:0";
+  d.stats.in_use = 1048576;
+  d.stats.peak = 3 * 1048576 / 2;
+  d.stats.capacity = 2097152;
+  EXPECT_EQ(train::format_memory({d}), "memory: sim:0 live=1.00 MiB peak=1.50 MiB capacity=2.00 "
+                                       "MiB optimizer_state=0.00 MiB\n");
+  train::EpochMetrics e;
+  e.epoch = 3;
+  e.train_loss = 0.5;
+  e.val_loss = 0.25;
+  e.val_acc = 0.75;
+  e.samples_per_s = 1000;
+  EXPECT_EQ(train::format_epoch(e), "epoch   3  train_loss=0.5000  val_loss=0.2500  "
+                                    "val_acc=0.7500  samples/s=1000\n");
+  train::EvalMetrics v;
+  v.step = 250;
+  v.train_loss = 1.5;
+  v.val_loss = 1.75;
+  v.lr = 1e-3;
+  v.tokens_per_s = 2000;
+  v.eta_s = 3725;
+  EXPECT_EQ(train::format_eval(v), "step 250: train loss 1.5000, val loss 1.7500 (lr 1.000e-03, "
+                                   "2000 tokens/s, ETA 1:02:05)\n");
+}
+
+TEST(HoldsCheckpoint, LatestOrAStepDirectoryButNotATemporaryOne) {
+  const std::string dir = fresh_dir("holds");
+  EXPECT_FALSE(holds_checkpoint(dir + "/missing"));
+  EXPECT_FALSE(holds_checkpoint(dir));
+  fs::create_directory(dir + "/step-00000005.tmp");
+  EXPECT_FALSE(holds_checkpoint(dir));
+  fs::create_directory(dir + "/step-00000005");  // damaged or not: an error on resume
+  EXPECT_TRUE(holds_checkpoint(dir));
+  const std::string file = dir + "/afile";
+  std::ofstream(file) << "x";
+  expect_invalid([&] { holds_checkpoint(file, "--resume auto --checkpoint"); },
+                 "--resume auto --checkpoint: expected a checkpoint directory (or one to create), "
+                 "got '" + file + "', which is not a directory");
+}
+
+TEST(OutputPaths, AnOutputIsNeitherAnInputNorAnotherOutputNorInsideADirectory) {
+  const std::string dir = fresh_dir("outputs");
+  const std::string data = dir + "/data.csv";
+  io::check_outputs_are_not_inputs({{"--trace", dir + "/t.json"}, {"--metrics-jsonl", ""}},
+                                   {{"--data", data}}, {{"--checkpoint", ""}});
+  expect_invalid([&] {
+    io::check_outputs_are_not_inputs({{"--trace", dir + "/./data.csv"}}, {{"--data", data}}, {});
+  }, "--trace: expected a file other than --data's, got '" + dir + "/./data.csv' (--data '" +
+     data + "'), which it would overwrite");
+  expect_invalid([&] {
+    io::check_outputs_are_not_inputs({{"--trace", dir + "/m"}, {"--metrics-jsonl", dir + "/m"}},
+                                     {{"--data", data}}, {});
+  }, "--metrics-jsonl: expected a file other than --trace's");
+  expect_invalid([&] {
+    io::check_outputs_are_not_inputs({{"--trace", dir + "/ck/latest"}}, {},
+                                     {{"--checkpoint", dir + "/ck"}});
+  }, "--trace: expected a file outside the --checkpoint directory '" + dir + "/ck', got '");
+}
+
+TEST(OutputPaths, AReplaceableOutputIsARegularFileInAWritableDirectory) {
+  const std::string dir = fresh_dir("replaceable");
+  io::check_replaceable_output(dir + "/new.bin", "--export llmc");
+  EXPECT_FALSE(fs::exists(dir + "/new.bin.tmp"));  // the probe is removed
+  expect_invalid([&] { io::check_replaceable_output(dir, "--export hf"); },
+                 "--export hf: expected a regular file (or none: it is created), got '" + dir +
+                     "', a directory");
+  expect_invalid([&] { io::check_replaceable_output(dir + "/no/x.bin", "--export hf"); },
+                 "--export hf: expected a file in an existing directory, got '" + dir +
+                     "/no/x.bin' (no directory '" + dir + "/no')");
+  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0644), 0);
+  expect_invalid([&] { io::check_replaceable_output(dir + "/fifo", "w"); },
+                 "a FIFO (named pipe: opening it would block until a reader comes)");
+}
+
+TEST(CsvDataSource, SetNumClassesGivesMoreOutputsThanTheLabelsNeed) {
+  const std::string dir = fresh_dir("classes");
+  std::ofstream(dir + "/d.csv") << "1,2,0\n3,4,2\n5,6,1\n7,8,0\n9,10,1\n";
+  train::CsvDataSource rows(dir + "/d.csv", data::CsvOptions{}, 0.2, 0);
+  EXPECT_EQ(rows.num_outputs(), 3);
+  rows.set_num_classes(10, "--classes");
+  EXPECT_EQ(rows.num_outputs(), 10);
+  expect_invalid([&] { rows.set_num_classes(2, "--classes"); },
+                 "--classes: expected a number of classes greater than every label (the largest "
+                 "is 2), got 2");
+}
+
+TEST(GracefulStop, AFirstSignalSetsTheFlagTheTrainerWatches) {
+  struct sigaction old_int {}, old_term {};
+  ::sigaction(SIGINT, nullptr, &old_int);
+  ::sigaction(SIGTERM, nullptr, &old_term);
+  const std::string dir = fresh_dir("stop");
+  const std::atomic<int>* stop = train::install_stop_handlers(dir, "test");
+  EXPECT_EQ(stop->load(), 0);
+  EXPECT_EQ(train::stop_signal(), 0);
+  std::raise(SIGTERM);  // the first: finish the step (the second would _exit)
+  EXPECT_EQ(stop->load(), SIGTERM);
+  EXPECT_STREQ(train::stop_signal_name(train::stop_signal()), "SIGTERM");
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+}
+
+TEST(GptRecipe, ConfiguresNanoGptsRunAndNamesFieldsAsTheCallerDoes) {
+  train::GptSettings g;
+  g.data = DITTO_SHAKESPEARE_TXT;
+  train::TrainerConfig c;
+  train::GptRun run = train::configure_gpt(g, c);
+  ASSERT_TRUE(run.text);
+  EXPECT_EQ(c.batch_size, 12);
+  EXPECT_EQ(c.max_iters, 2000);
+  EXPECT_EQ(c.optimizer, "adamw");
+  EXPECT_FLOAT_EQ(*c.lr, 1e-3f);
+  EXPECT_EQ(run.model.n_layer, 4);
+  EXPECT_EQ(run.model.vocab_size, run.text->vocab_size());
+  EXPECT_EQ(c.model_name, "gpt(n_layer=4,n_head=4,n_embd=128,block_size=64,vocab_size=" +
+                              std::to_string(run.text->vocab_size()) +
+                              ",bias=False,dropout=0)");
+  // A field given explicitly keeps the config's value; the names are the caller's.
+  train::GptSettings bad;
+  bad.data = DITTO_SHAKESPEARE_TXT;
+  bad.n_embd = 130;
+  bad.field_names = {{"n_embd", "--n-embd"}, {"n_head", "--n-head"}};
+  train::TrainerConfig c2;
+  expect_invalid([&] { train::configure_gpt(bad, c2); },
+                 "--n-embd: expected a multiple of --n-head = 4, got 130");
+  bad.field_names.clear();
+  expect_invalid([&] { train::configure_gpt(bad, c2); },
+                 "GptSettings::n_embd: expected a multiple of GptSettings::n_head = 4, got 130");
+}
+
+TEST(GptRecipe, ADryRunWithAPresetNeedsNoDataAndTakesAFewSteps) {
+  train::GptSettings g;
+  g.preset = "gpt2";
+  train::TrainerConfig c;
+  c.dry_run = true;
+  train::GptRun run = train::configure_gpt(g, c);
+  EXPECT_FALSE(run.text);
+  EXPECT_FALSE(run.tokens);
+  EXPECT_EQ(run.model.vocab_size, 50304);
+  EXPECT_EQ(run.model.n_layer, 12);
+  EXPECT_EQ(c.max_iters, 2);
+  EXPECT_EQ(c.eval_iters, 0);
+  EXPECT_EQ(g.sample, 0);
+  EXPECT_EQ(run.source->num_outputs(), 50304);
+}
+
+}  // namespace
+}  // namespace ditto
