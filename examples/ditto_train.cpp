@@ -45,6 +45,7 @@
 #include "backend_sim/profiles.h"
 #include "backend_sim/published.h"
 #include "backend_sim/sim_faults.h"
+#include "backend_sim/sim_run.h"
 #include "core/dist/distributed.h"
 #include "core/runtime/error.h"
 #include "core/train/cost_meter.h"
@@ -73,6 +74,7 @@ struct Args {
   train::TrainerConfig cfg;
   ditto_train::GptOptions gpt;
   ditto_train::WeightsOptions weights;  // --init-from, --export, --eval-only
+  sim::SimRunOptions sim;               // --profile, --interconnect, --nodes, --trace, ...
 };
 
 /// What a nested run (--predict-table's dry runs) hands back instead of printing: the result, or
@@ -191,7 +193,7 @@ void check_outputs_are_not_inputs(const Args& a, const train::TrainerConfig& c) 
     return ec ? fs::path(p).lexically_normal() : k;
   };
   std::vector<std::pair<const char*, std::string>> outputs;
-  if (!c.trace.empty()) outputs.emplace_back("--trace", c.trace);
+  if (!a.sim.trace.empty()) outputs.emplace_back("--trace", a.sim.trace);
   if (!a.jsonl.empty()) outputs.emplace_back("--metrics-jsonl", a.jsonl);
   std::vector<std::pair<const char*, std::string>> others{{"--data", a.data}};
   for (std::size_t i = 0; i < outputs.size(); ++i) {
@@ -317,7 +319,8 @@ std::string mib(std::size_t b) {
 /// is the step just taken, 0-based): the mfu only with a --profile, of the step's virtual time
 /// on the profiled GPUs against the peak of the run's dtype (there is no meaningful peak for the
 /// simulator's wall clock, a CPU's), and the MLP's position in its epoch.
-void print_step(const train::StepMetrics& m, const train::TrainerConfig& c) {
+void print_step(const train::StepMetrics& m, const train::TrainerConfig& c,
+                const std::string& profile) {
   std::printf("iter %" PRId64 ": loss %.4f, time %.2fms", m.iter, m.loss, m.time_s * 1e3);
   if (m.mfu) std::printf(", mfu %.2f%%", 100.0 * *m.mfu);
   std::string where;
@@ -327,7 +330,7 @@ void print_step(const train::StepMetrics& m, const train::TrainerConfig& c) {
   if (m.predicted_time_s > 0) {
     char buf[160];
     std::snprintf(buf, sizeof buf, "predicted %.3fms on %s%s", m.predicted_time_s * 1e3,
-                  c.profile.c_str(), m.mfu ? (c.dtype == DType::f32 ? ", mfu of its FP32 peak"
+                  profile.c_str(), m.mfu ? (c.dtype == DType::f32 ? ", mfu of its FP32 peak"
                                                                     : ", mfu of its BF16 peak")
                                            : "");
     where += (where.empty() ? "" : "; ") + std::string(buf);
@@ -337,8 +340,9 @@ void print_step(const train::StepMetrics& m, const train::TrainerConfig& c) {
   std::fflush(stdout);
 }
 
-void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) {
-  for (const std::string& f : r.unfired_faults)
+void print_final(const train::FitResult& r, const sim::SimRunReport& sim,
+                 std::int64_t tokens_per_sample = 0) {
+  for (const std::string& f : sim.unfired_faults)
     std::printf("ditto-train: note: --fault %s never took effect (no such step, allocation or "
                 "communicator collective in this run)\n", f.c_str());
   char loop[64];
@@ -405,9 +409,9 @@ void print_final(const train::FitResult& r, std::int64_t tokens_per_sample = 0) 
     std::printf("memory: %s live=%s peak=%s capacity=%s optimizer_state=%s\n",
                 m.device.c_str(), mib(m.stats.in_use).c_str(), mib(m.stats.peak).c_str(),
                 mib(m.stats.capacity).c_str(), mib(m.optimizer_state_bytes).c_str());
-  if (!r.trace.empty())
+  if (!sim.trace.empty())
     std::printf("trace: wrote %s (Chrome trace JSON; open in https://ui.perfetto.dev)\n",
-                r.trace.c_str());
+                sim.trace.c_str());
 }
 
 train::RankSettings cli_settings(const CLI::App& app, const Args& a,
@@ -472,7 +476,7 @@ void warn_settings(const Args& a, const train::TrainerConfig& c, long long devic
     warn("--micro-shards: splits the batch in --determinism bitwise only; fast mode does not use "
          "it, so it does nothing in this run");
   if (c.determinism == Determinism::bitwise && (devices & (devices - 1)) != 0)
-    warn("--devices" + std::string(c.nodes > 1 ? " x --nodes" : "") + ": " +
+    warn("--devices" + std::string(a.sim.nodes > 1 ? " x --nodes" : "") + ": " +
          std::to_string(devices) + " devices, not a power of two: the params_checksum is the "
          "same from run to run but differs from the one every power-of-two device count (1, 2, "
          "4, ...) gives (bitwise mode splits the batch in power-of-two micro-shards, Note "
@@ -504,7 +508,7 @@ void check_option_values(const Args& a, const train::TrainerConfig& c, long long
     DITTO_CHECK(c.zero_stage == 0 || c.trainer == train::TrainerKind::ddp, "--zero-stage ",
                 c.zero_stage, ": expected --trainer ddp (ZeRO shards the optimizer state over "
                 "DDP's ranks), got --trainer ", train::trainer_kind_name(c.trainer));
-    for (const auto& [device, factor] : c.stragglers) {
+    for (const auto& [device, factor] : a.sim.stragglers) {
       DITTO_CHECK(device >= 0 && device < devices, "--straggler ", device, ":", factor,
                   ": expected a device in 0..", devices - 1, ", got ", device);
       DITTO_CHECK(std::isfinite(factor) && factor >= sim::CostModel::kMinSlowdown &&
@@ -513,7 +517,7 @@ void check_option_values(const Args& a, const train::TrainerConfig& c, long long
                   sim::CostModel::kMinSlowdown, "..", sim::CostModel::kMaxSlowdown, ", got ",
                   factor);
     }
-    for (const std::string& spec : c.faults) {
+    for (const std::string& spec : a.sim.faults) {
       const sim::Fault f = sim::parse_fault(spec, "--fault");  // names --fault and the spec
       const bool skip = f.kind == sim::Fault::Kind::skip_collective;
       const int d = skip ? f.rank : f.device;
@@ -524,7 +528,7 @@ void check_option_values(const Args& a, const train::TrainerConfig& c, long long
     throw UsageError(e.what());
   }
   // A profile name (a .json file's own errors, its contents, stay the library's).
-  const std::string& p = c.profile;
+  const std::string& p = a.sim.profile;
   if (!p.empty() && (p.size() < 5 || p.compare(p.size() - 5, 5, ".json") != 0)) try {
       sim::device_profile(p);
     } catch (const InvalidArgument& e) {
@@ -583,52 +587,47 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
     for (const auto& [opt, value, what] :
          {std::tuple{"--checkpoint", &c.checkpoint_dir, "a directory"},
           std::tuple{"--resume", &c.resume_dir, "a checkpoint directory"},
-          std::tuple{"--trace", &c.trace, "a file name"},
-          std::tuple{"--profile", &c.profile, "a profile name or .json file"},
+          std::tuple{"--trace", &a.sim.trace, "a file name"},
+          std::tuple{"--profile", &a.sim.profile, "a profile name or .json file"},
           std::tuple{"--metrics-jsonl", &a.jsonl, "a file name"}})
       DITTO_CHECK(!a.given.count(opt) || !value->empty(), opt, ": expected ", what,
                   ", got an empty string");
-    for (const std::string& s : a.stragglers) c.stragglers.push_back(parse_straggler(s));
+    for (const std::string& s : a.stragglers) a.sim.stragglers.push_back(parse_straggler(s));
     // They change only the cost model's virtual times, which --profile (the predicted: line) or
     // --trace shows; without either they would be silently ignored (under mpirun the Trainer
     // refuses --straggler whatever comes with it: its own error).
-    DITTO_CHECK(!a.given.count("--verbose") || !c.profile.empty(), "--verbose: prints the cost "
+    DITTO_CHECK(!a.given.count("--verbose") || !a.sim.profile.empty(), "--verbose: prints the cost "
                 "model's table of the predicted step: expected --profile (or --dry-run --profile) "
                 "with it, got none");
     for (const std::string opt : {"--interconnect", "--straggler"})
       DITTO_CHECK((processes && opt == "--straggler") || !a.given.count(opt) ||
-                      !c.profile.empty() || !c.trace.empty(),
+                      !a.sim.profile.empty() || !a.sim.trace.empty(),
                   opt, ": changes only the cost model's predicted times: expected --profile (or "
                   "--trace) with it, got neither");
     // Without the cost model --nodes N only multiplies the devices (and, past a power of two,
     // changes the checksum): --devices says that.
-    DITTO_CHECK(processes || c.nodes == 1 || !c.profile.empty() || !c.trace.empty(), "--nodes: "
+    DITTO_CHECK(processes || a.sim.nodes == 1 || !a.sim.profile.empty() || !a.sim.trace.empty(),
+                "--nodes: "
                 "the nodes are the cost model's cluster (InfiniBand between them): expected "
-                "--profile (or --trace) with it, got neither (without them --nodes ", c.nodes,
-                " would only train on ", c.nodes, " x ", c.devices, " = ",
-                static_cast<long long>(c.nodes) * c.devices, " devices; --devices ",
-                static_cast<long long>(c.nodes) * c.devices, " does that)");
+                "--profile (or --trace) with it, got neither (without them --nodes ", a.sim.nodes,
+                " would only train on ", a.sim.nodes, " x ", c.devices, " = ",
+                static_cast<long long>(a.sim.nodes) * c.devices, " devices; --devices ",
+                static_cast<long long>(a.sim.nodes) * c.devices, " does that)");
     if (c.resume_dir == "auto") c.resume_dir = resolve_resume_auto(c.checkpoint_dir, lead);
     if (processes && !a.given.count("--trainer")) a.trainer = "ddp";  // the default there
     c.trainer = train::parse_trainer_kind(a.trainer, "--trainer");
-    if (processes) {
-      DITTO_CHECK(c.trainer == train::TrainerKind::ddp, "--trainer: under mpirun each process is "
-                  "one rank, which needs --trainer ddp (DataParallel drives every device from one "
-                  "process), got '", a.trainer, "'");
+    if (processes)  // (--trainer dp under mpirun: the Trainer's check)
       DITTO_CHECK(!a.given.count("--devices") || c.devices == dist::world_size(), "--devices: "
                   "under mpirun the ranks are the ", dist::world_size(), " processes: expected ",
                   dist::world_size(), " or no --devices, got ", c.devices);
-    }
     check_option_values(a, c, processes ? dist::world_size()
-                                        : static_cast<long long>(c.devices) * c.nodes);
+                                        : static_cast<long long>(c.devices) * a.sim.nodes);
     std::string why;
     c.backend = resolve_backend_name(a.backend, &why);
     if (a.backend == "auto" && c.backend != "cuda" && lead)
       std::printf("ditto-train: --backend auto: using the simulator (%s)\n", why.c_str());
-    DITTO_CHECK(!c.dry_run || (c.backend == "sim" && !processes), "--dry-run: expected --backend "
-                "sim in one process (only the simulator prices work without running it), got "
-                "--backend ", c.backend, processes ? " under mpirun" : "");
-    DITTO_CHECK(!c.dry_run || !c.profile.empty(), "--dry-run: expected --profile (the GPU to "
+    // (--dry-run on another backend or under mpirun: sim::SimRun's check, with the Trainer's)
+    DITTO_CHECK(!c.dry_run || !a.sim.profile.empty(), "--dry-run: expected --profile (the GPU to "
                 "predict for, e.g. a100-sxm-80gb), got none");
 
     if (gpt && !a.given.count("--data"))
@@ -667,13 +666,15 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
     if (!processes) throw;
     refused = std::current_exception();
   }
-  // torchrun's rendezvous: processes given different options (or one that refused its own)
-  // fail together, each naming the option, both values and both ranks (or the refusing rank),
-  // before any of them is acted on.
-  if (processes)
-    train::check_ranks_agree(refused ? train::RankSettings{} : cli_settings(app, a, data.get()),
-                             c.comm_timeout_ms > 0 ? c.comm_timeout_ms : CommOptions{}.timeout_ms,
-                             refused);
+  // torchrun's rendezvous, in Trainer::fit's first step: processes given different options fail
+  // together, each naming the option (compared first, by their effective values), both values
+  // and both ranks. One that refused its own (here or in the Trainer's validation) joins that
+  // exchange with its error, so that the others fail at once naming it (train::refuse_run).
+  const std::int64_t agree_timeout_ms =
+      c.comm_timeout_ms > 0 ? c.comm_timeout_ms : CommOptions{}.timeout_ms;
+  if (refused) train::refuse_run(refused, agree_timeout_ms);
+  if (processes) c.rank_settings = cli_settings(app, a, data.get());
+  const std::shared_ptr<sim::SimRun> sim_run = sim::add_sim_run(c, a.sim);
   // Opened when the run starts (after every check), so a refused run leaves FILE untouched.
   std::unique_ptr<train::JsonLinesWriter> jsonl;
   auto open_jsonl = [&] {
@@ -733,7 +734,7 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
   // run's result: its error is kept and reported after the final line and JSON record, exit 1.
   std::vector<std::string> late_errors;
   cb.on_step = [&](const train::StepMetrics& m) {
-    print_step(m, c);
+    print_step(m, c, a.sim.profile);
     if (jsonl) jsonl->write(m);
   };
   if (gpt)
@@ -766,13 +767,13 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
   }
   std::optional<train::Trainer> trainer;
   try {
-    trainer.emplace(c, data, cb);  // TrainerConfig's validation
+    trainer.emplace(c, data, cb);  // TrainerConfig's validation and sim::SimRun's
   } catch (const InvalidArgument& e) {
     if (!processes) rethrow_usage(e);
-    throw;
+    train::refuse_run(std::current_exception(), agree_timeout_ms);
   }
   if (lead && !capture)  // after the config's validation: about settings that are valid
-    warn_settings(a, c, processes ? dist::world_size() : static_cast<long long>(c.devices) * c.nodes);
+    warn_settings(a, c, processes ? dist::world_size() : static_cast<long long>(c.devices) * a.sim.nodes);
   train::FitResult r = trainer->fit();
   if (capture) capture->result = r;
   if (r.stopped) {
@@ -786,7 +787,7 @@ int run(Args& a, const CLI::App& app, Capture* capture) {
     return 128 + sig;
   }
   if (!r.lead) return 0;
-  print_final(r, gpt ? a.gpt.block_size : 0);
+  print_final(r, sim_run->report(), gpt ? a.gpt.block_size : 0);
   if (gpt) ditto_train::print_gpt_prediction(r, text, c);
   if (a.verbose && r.prediction) {
     const std::string title = detail::cat(
@@ -991,7 +992,7 @@ int cli_main(int argc, char** argv, Capture* capture) {
                    {"devices", "--devices"}, {"nodes", "--nodes"}, {"loss", "--loss"},
                    {"optimizer", "--optimizer"}, {"checkpoint_every", "--checkpoint-every"},
                    {"checkpoint_dir", "--checkpoint"}, {"resume_dir", "--resume"},
-                   {"trace", "--trace"}, {"profile", "--profile"},
+                   {"trace", "--trace"}, {"profile", "--profile"}, {"backend", "--backend"},
                    {"stragglers", "--straggler"}, {"faults", "--fault"},
                    {"comm_timeout_ms", "--comm-timeout-ms"}, {"trainer", "--trainer"},
                    {"bucket_cap_mb", "--bucket-cap-mb"}, {"hidden", "--hidden"},
@@ -1053,7 +1054,7 @@ int cli_main(int argc, char** argv, Capture* capture) {
                "stored in that dtype, f32 master weights and optimizer state (f16 adds dynamic "
                "loss scaling, as torch's GradScaler)");
   with_default("--sim-memory-gib", a.sim_memory_gib, "memory capacity of each simulated device");
-  app.add_option("--profile", c.profile,
+  app.add_option("--profile", a.sim.profile,
                  "sim: device profile for the cost model and memory capacity (h100-sxm, h200, "
                  "a100-sxm-80gb, a100-sxm-40gb, rtx4070-laptop, or a .json file); prints the "
                  "predicted step");
@@ -1067,10 +1068,10 @@ int cli_main(int argc, char** argv, Capture* capture) {
   app.add_flag("--allow-nonfinite-loss", c.allow_nonfinite_loss,
                "keep training after a step whose loss is NaN or inf (default: stop with an "
                "error naming the step)");
-  with_default("--interconnect", c.interconnect,
+  with_default("--interconnect", a.sim.interconnect,
                "sim: links between GPUs: auto, nvlink, nvlink3, pcie5, pcie4");
-  with_default("--nodes", c.nodes, "sim: nodes of --devices GPUs each (InfiniBand between)");
-  app.add_option("--trace", c.trace, "sim: write a Chrome trace JSON (Perfetto) to this file");
+  with_default("--nodes", a.sim.nodes, "sim: nodes of --devices GPUs each (InfiniBand between)");
+  app.add_option("--trace", a.sim.trace, "sim: write a Chrome trace JSON (Perfetto) to this file");
   app.add_flag("--verbose", a.verbose,
                "with --profile (e.g. --dry-run): after the prediction, a table of the predicted "
                "step's kernels by kind on device 0: launches, FLOP, bytes, the unit each is "
@@ -1096,7 +1097,7 @@ int cli_main(int argc, char** argv, Capture* capture) {
   with_default("--zero-stage", c.zero_stage,
                "ddp: 1 shards the optimizer state over the ranks (ZeRO-1, llm.c's -z 1; "
                "gradients reduce_scatter, parameters all_gather), 0 none");
-  app.add_option("--fault", c.faults,
+  app.add_option("--fault", a.sim.faults,
                  "sim: inject a fault (repeatable): fail:device=D,step=S | "
                  "alloc:device=D,after=N | skip-collective:rank=R,index=K")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
