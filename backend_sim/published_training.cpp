@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "backend_sim/published.h"
+#include "backend_sim/sim_run.h"
 #include "core/numerics/determinism.h"
 #include "core/runtime/error.h"
 #include "core/train/gpt_recipe.h"
@@ -20,6 +21,7 @@ TrainingComparison run_case(const TrainingCase& tc) {
   row.c = tc;
   train::TrainerConfig c;
   train::GptSettings g;
+  SimRunOptions sim;
   const std::vector<std::string>& a = tc.args;
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (a[i] == "--dry-run") {
@@ -32,7 +34,7 @@ TrainingComparison run_case(const TrainingCase& tc) {
     const std::int64_t n = std::atoll(v.c_str());
     if (a[i - 1] == "--model") DITTO_CHECK(v == "gpt", "run_training_cases: expected --model gpt");
     else if (a[i - 1] == "--preset") g.preset = v;
-    else if (a[i - 1] == "--profile") c.profile = v;
+    else if (a[i - 1] == "--profile") sim.profile = v;
     else if (a[i - 1] == "--devices") c.devices = static_cast<int>(n);
     else if (a[i - 1] == "--trainer") c.trainer = train::parse_trainer_kind(v, "--trainer");
     else if (a[i - 1] == "--batch-size") c.batch_size = n, g.given.insert("batch_size");
@@ -48,6 +50,7 @@ TrainingComparison run_case(const TrainingCase& tc) {
   }
   try {
     train::GptRun run = train::configure_gpt(g, c);
+    add_sim_run(c, sim);
     const train::FitResult r = train::Trainer(c, run.source).fit();
     if (const auto& p = r.prediction) {
       row.predicted_step_s = p->step_time_s;

@@ -63,7 +63,8 @@ SimStream& as_sim(Stream& s, const char* call) {
 }
 
 SimBackend::SimBackend(const BackendOptions& options) {
-  const int count = options.device_count.value_or(kDefaultDevices);
+  const int count =
+      options.device_count.value_or(options.one_rank_per_process ? 1 : kDefaultDevices);
   DITTO_CHECK(count >= 1 && count <= kMaxDevices, "sim backend: device_count: expected 1..",
               kMaxDevices, ", got ", count);
   DITTO_CHECK(options.memory_capacity > 0, "sim backend: memory_capacity must be positive");

@@ -61,17 +61,28 @@ class SimFaultExtension final : public FaultExtension {
  public:
   explicit SimFaultExtension(SimBackend& backend) : backend_(backend) {}
 
-  void set_faults(const std::vector<std::string>& specs,
-                  std::optional<std::int64_t> comm_timeout_ms, const std::string& flag) override {
+  void set_faults(const std::vector<std::string>& specs, const std::string& flag) override {
     FaultConfig fc;
     for (const std::string& s : specs) fc.faults.push_back(parse_fault(s, flag));
+    fc.comm_timeout_ms = comm_timeout_ms_;
+    backend_.set_faults(fc);
+    specs_ = specs;
+    flag_ = flag;
+  }
+  void set_comm_timeout(std::optional<std::int64_t> comm_timeout_ms) override {
+    FaultConfig fc;
+    for (const std::string& s : specs_) fc.faults.push_back(parse_fault(s, flag_));
     fc.comm_timeout_ms = comm_timeout_ms;
     backend_.set_faults(fc);
+    comm_timeout_ms_ = comm_timeout_ms;
   }
   std::vector<std::string> unfired_faults() const override { return backend_.unfired_faults(); }
 
  private:
   SimBackend& backend_;
+  std::vector<std::string> specs_;  // the faults and the timeout set, each kept by the other's call
+  std::string flag_ = "--fault";
+  std::optional<std::int64_t> comm_timeout_ms_;
 };
 
 }  // namespace

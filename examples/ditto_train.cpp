@@ -36,6 +36,7 @@
 #include "backend_sim/profiles.h"
 #include "backend_sim/published.h"
 #include "backend_sim/sim_faults.h"
+#include "backend_sim/sim_run.h"
 #include "core/dist/distributed.h"
 #include "core/io/file.h"
 #include "core/runtime/error.h"
@@ -65,6 +66,7 @@ struct Args {
   std::set<std::string> given;          // the options given on the command line
   train::TrainerConfig cfg;
   train::GptSettings gpt;               // --model gpt's options (their fields: --n-layer n_layer)
+  sim::SimRunOptions sim;               // --profile, --interconnect, --nodes, --trace, ...
 };
 
 /// The options of the MLP only (the GPT's are those of the "GPT ..." groups of --help).
@@ -168,7 +170,7 @@ void warn_settings(const Args& a, const train::TrainerConfig& c, long long devic
     warn("--micro-shards: splits the batch in --determinism bitwise only; fast mode does not use "
          "it, so it does nothing in this run");
   if (c.determinism == Determinism::bitwise && (devices & (devices - 1)) != 0)
-    warn("--devices" + std::string(c.nodes > 1 ? " x --nodes" : "") + ": " +
+    warn("--devices" + std::string(a.sim.nodes > 1 ? " x --nodes" : "") + ": " +
          std::to_string(devices) + " devices, not a power of two: the params_checksum is the "
          "same from run to run but differs from the one every power-of-two device count (1, 2, "
          "4, ...) gives (bitwise mode splits the batch in power-of-two micro-shards, Note "
@@ -200,7 +202,7 @@ void check_option_values(const Args& a, const train::TrainerConfig& c, long long
     DITTO_CHECK(c.zero_stage == 0 || c.trainer == train::TrainerKind::ddp, "--zero-stage ",
                 c.zero_stage, ": expected --trainer ddp (ZeRO shards the optimizer state over "
                 "DDP's ranks), got --trainer ", train::trainer_kind_name(c.trainer));
-    for (const auto& [device, factor] : c.stragglers) {
+    for (const auto& [device, factor] : a.sim.stragglers) {
       DITTO_CHECK(device >= 0 && device < devices, "--straggler ", device, ":", factor,
                   ": expected a device in 0..", devices - 1, ", got ", device);
       DITTO_CHECK(std::isfinite(factor) && factor >= sim::CostModel::kMinSlowdown &&
@@ -209,7 +211,7 @@ void check_option_values(const Args& a, const train::TrainerConfig& c, long long
                   sim::CostModel::kMinSlowdown, "..", sim::CostModel::kMaxSlowdown, ", got ",
                   factor);
     }
-    for (const std::string& spec : c.faults) {
+    for (const std::string& spec : a.sim.faults) {
       const sim::Fault f = sim::parse_fault(spec, "--fault");  // names --fault and the spec
       const bool skip = f.kind == sim::Fault::Kind::skip_collective;
       const int d = skip ? f.rank : f.device;
@@ -220,7 +222,7 @@ void check_option_values(const Args& a, const train::TrainerConfig& c, long long
     throw UsageError(e.what());
   }
   // A profile name (a .json file's own errors, its contents, stay the library's).
-  const std::string& p = c.profile;
+  const std::string& p = a.sim.profile;
   if (!p.empty() && (p.size() < 5 || p.compare(p.size() - 5, 5, ".json") != 0)) try {
       sim::device_profile(p);
     } catch (const InvalidArgument& e) {
@@ -276,31 +278,31 @@ int run(Args& a, const CLI::App& app) {
     for (const auto& [opt, value, what] :
          {std::tuple{"--checkpoint", &c.checkpoint_dir, "a directory"},
           std::tuple{"--resume", &c.resume_dir, "a checkpoint directory"},
-          std::tuple{"--trace", &c.trace, "a file name"},
-          std::tuple{"--profile", &c.profile, "a profile name or .json file"},
+          std::tuple{"--trace", &a.sim.trace, "a file name"},
+          std::tuple{"--profile", &a.sim.profile, "a profile name or .json file"},
           std::tuple{"--metrics-jsonl", &a.jsonl, "a file name"}})
       DITTO_CHECK(!a.given.count(opt) || !value->empty(), opt, ": expected ", what,
                   ", got an empty string");
-    for (const std::string& s : a.stragglers) c.stragglers.push_back(parse_straggler(s));
+    for (const std::string& s : a.stragglers) a.sim.stragglers.push_back(parse_straggler(s));
     // They change only the cost model's virtual times, which --profile (the predicted: line) or
     // --trace shows; without either they would be silently ignored (under mpirun the Trainer
     // refuses --straggler whatever comes with it: its own error).
-    DITTO_CHECK(!a.given.count("--verbose") || !c.profile.empty(), "--verbose: prints the cost "
+    DITTO_CHECK(!a.given.count("--verbose") || !a.sim.profile.empty(), "--verbose: prints the cost "
                 "model's table of the predicted step: expected --profile (or --dry-run --profile) "
                 "with it, got none");
     for (const std::string opt : {"--interconnect", "--straggler"})
       DITTO_CHECK((processes && opt == "--straggler") || !a.given.count(opt) ||
-                      !c.profile.empty() || !c.trace.empty(),
+                      !a.sim.profile.empty() || !a.sim.trace.empty(),
                   opt, ": changes only the cost model's predicted times: expected --profile (or "
                   "--trace) with it, got neither");
     // Without the cost model --nodes N only multiplies the devices (and, past a power of two,
     // changes the checksum): --devices says that.
-    DITTO_CHECK(processes || c.nodes == 1 || !c.profile.empty() || !c.trace.empty(), "--nodes: "
-                "the nodes are the cost model's cluster (InfiniBand between them): expected "
-                "--profile (or --trace) with it, got neither (without them --nodes ", c.nodes,
-                " would only train on ", c.nodes, " x ", c.devices, " = ",
-                static_cast<long long>(c.nodes) * c.devices, " devices; --devices ",
-                static_cast<long long>(c.nodes) * c.devices, " does that)");
+    DITTO_CHECK(processes || a.sim.nodes == 1 || !a.sim.profile.empty() || !a.sim.trace.empty(),
+                "--nodes: the nodes are the cost model's cluster (InfiniBand between them): "
+                "expected --profile (or --trace) with it, got neither (without them --nodes ",
+                a.sim.nodes, " would only train on ", a.sim.nodes, " x ", c.devices, " = ",
+                static_cast<long long>(a.sim.nodes) * c.devices, " devices; --devices ",
+                static_cast<long long>(a.sim.nodes) * c.devices, " does that)");
     if (c.resume_dir == "auto") {  // a restart loop's every run: resume when DIR holds one
       DITTO_CHECK(!c.checkpoint_dir.empty(), "--resume auto: expected --checkpoint DIR (auto "
                   "resumes from DIR when it holds a checkpoint, else starts fresh), got no "
@@ -314,30 +316,24 @@ int run(Args& a, const CLI::App& app) {
     }
     if (processes && !a.given.count("--trainer")) a.trainer = "ddp";  // the default there
     c.trainer = train::parse_trainer_kind(a.trainer, "--trainer");
-    if (processes) {
-      DITTO_CHECK(c.trainer == train::TrainerKind::ddp, "--trainer: under mpirun each process is "
-                  "one rank, which needs --trainer ddp (DataParallel drives every device from one "
-                  "process), got '", a.trainer, "'");
+    if (processes)  // (--trainer dp under mpirun: the Trainer's check)
       DITTO_CHECK(!a.given.count("--devices") || c.devices == dist::world_size(), "--devices: "
                   "under mpirun the ranks are the ", dist::world_size(), " processes: expected ",
                   dist::world_size(), " or no --devices, got ", c.devices);
-    }
     check_option_values(a, c, processes ? dist::world_size()
-                                        : static_cast<long long>(c.devices) * c.nodes);
+                                        : static_cast<long long>(c.devices) * a.sim.nodes);
     std::string why;
     c.backend = resolve_backend_name(a.backend, &why);
     if (a.backend == "auto" && c.backend != "cuda" && lead)
       std::printf("ditto-train: --backend auto: using the simulator (%s)\n", why.c_str());
-    DITTO_CHECK(!c.dry_run || (c.backend == "sim" && !processes), "--dry-run: expected --backend "
-                "sim in one process (only the simulator prices work without running it), got "
-                "--backend ", c.backend, processes ? " under mpirun" : "");
-    DITTO_CHECK(!c.dry_run || !c.profile.empty(), "--dry-run: expected --profile (the GPU to "
+    // (--dry-run on another backend or under mpirun: sim::SimRun's check, with the Trainer's)
+    DITTO_CHECK(!c.dry_run || !a.sim.profile.empty(), "--dry-run: expected --profile (the GPU to "
                 "predict for, e.g. a100-sxm-80gb), got none");
 
     if (gpt && !a.given.count("--data"))
       a.data = ditto_examples::bundled_data_path("shakespeare.txt");
     // --trace and --metrics-jsonl are written: not over --data, each other, or a checkpoint's.
-    io::check_outputs_are_not_inputs({{"--trace", c.trace}, {"--metrics-jsonl", a.jsonl}},
+    io::check_outputs_are_not_inputs({{"--trace", a.sim.trace}, {"--metrics-jsonl", a.jsonl}},
                                      {{"--data", a.data}}, {{"--checkpoint", c.checkpoint_dir},
                                                             {"--resume", c.resume_dir}});
     if (gpt) {
@@ -365,13 +361,15 @@ int run(Args& a, const CLI::App& app) {
     if (!processes) throw;
     refused = std::current_exception();
   }
-  // torchrun's rendezvous: processes given different options (or one that refused its own)
-  // fail together, each naming the option, both values and both ranks (or the refusing rank),
-  // before any of them is acted on.
-  if (processes)
-    train::check_ranks_agree(refused ? train::RankSettings{} : cli_settings(app, a, data.get()),
-                             c.comm_timeout_ms > 0 ? c.comm_timeout_ms : CommOptions{}.timeout_ms,
-                             refused);
+  // torchrun's rendezvous, in Trainer::fit's first step: processes given different options fail
+  // together, each naming the option (compared first, by their effective values), both values
+  // and both ranks. One that refused its own (here or in the Trainer's validation) joins that
+  // exchange with its error, so that the others fail at once naming it (train::refuse_run).
+  const std::int64_t agree_timeout_ms =
+      c.comm_timeout_ms > 0 ? c.comm_timeout_ms : CommOptions{}.timeout_ms;
+  if (refused) train::refuse_run(refused, agree_timeout_ms);
+  if (processes) c.rank_settings = cli_settings(app, a, data.get());
+  const std::shared_ptr<sim::SimRun> sim_run = sim::add_sim_run(c, a.sim);
   // Opened when the run starts (after every check), so a refused run leaves FILE untouched.
   std::unique_ptr<train::JsonLinesWriter> jsonl;
   // What fails after training (the sample, writing the trace or a JSON line) must not lose the
@@ -405,7 +403,7 @@ int run(Args& a, const CLI::App& app) {
     if (jsonl) jsonl->write(m);
   };
   cb.on_step = [&](const train::StepMetrics& m) {
-    out(train::format_step(m, c.profile, c.dtype));
+    out(train::format_step(m, a.sim.profile, c.dtype));
     if (jsonl) jsonl->write(m);
   };
   if (gpt)
@@ -429,13 +427,13 @@ int run(Args& a, const CLI::App& app) {
     c.stop = train::install_stop_handlers(c.checkpoint_dir, "ditto-train");
   std::optional<train::Trainer> trainer;
   try {
-    trainer.emplace(c, data, cb);  // TrainerConfig's validation
+    trainer.emplace(c, data, cb);  // TrainerConfig's validation and sim::SimRun's
   } catch (const InvalidArgument& e) {
     if (!processes) rethrow_usage(e);
-    throw;
+    train::refuse_run(std::current_exception(), agree_timeout_ms);
   }
   if (lead)  // after the config's validation: about settings that are valid
-    warn_settings(a, c, processes ? dist::world_size() : static_cast<long long>(c.devices) * c.nodes);
+    warn_settings(a, c, processes ? dist::world_size() : static_cast<long long>(c.devices) * a.sim.nodes);
   train::FitResult r = trainer->fit();
   if (r.stopped) {
     if (r.lead) out(train::format_stopped("ditto-train", train::stop_signal(), r.steps,
@@ -445,16 +443,17 @@ int run(Args& a, const CLI::App& app) {
   }
   if (!r.lead) return 0;
   const std::int64_t tokens_per_sample = gpt ? g.block_size : 0;
-  for (const std::string& f : r.unfired_faults)
+  const sim::SimRunReport& sim = sim_run->report();
+  for (const std::string& f : sim.unfired_faults)
     std::printf("ditto-train: note: --fault %s never took effect (no such step, allocation or "
                 "communicator collective in this run)\n", f.c_str());
   out(train::format_final(r, tokens_per_sample));
   if (r.prediction)
     out(train::format_prediction(*r.prediction, r.dtype, r.dry_run, tokens_per_sample));
   out(train::format_memory(r.memory));
-  if (!r.trace.empty())
+  if (!sim.trace.empty())
     std::printf("trace: wrote %s (Chrome trace JSON; open in https://ui.perfetto.dev)\n",
-                r.trace.c_str());
+                sim.trace.c_str());
   if (gpt && r.prediction)
     out(train::format_gpt_prediction(*r.prediction, r.memory, gpt_run.model, c));
   if (a.verbose && r.prediction)
@@ -586,7 +585,7 @@ int cli_main(int argc, char** argv) {
                    {"devices", "--devices"}, {"nodes", "--nodes"}, {"loss", "--loss"},
                    {"optimizer", "--optimizer"}, {"checkpoint_every", "--checkpoint-every"},
                    {"checkpoint_dir", "--checkpoint"}, {"resume_dir", "--resume"},
-                   {"trace", "--trace"}, {"profile", "--profile"},
+                   {"trace", "--trace"}, {"profile", "--profile"}, {"backend", "--backend"},
                    {"stragglers", "--straggler"}, {"faults", "--fault"},
                    {"comm_timeout_ms", "--comm-timeout-ms"}, {"trainer", "--trainer"},
                    {"bucket_cap_mb", "--bucket-cap-mb"}, {"hidden", "--hidden"},
@@ -664,7 +663,7 @@ int cli_main(int argc, char** argv) {
                "loss scaling, as torch's GradScaler)");
   with_default("--sim-memory-gib", a.sim_memory_gib, "memory capacity of each simulated device",
                "a size in GiB > 0");
-  app.add_option("--profile", c.profile,
+  app.add_option("--profile", a.sim.profile,
                  "sim: device profile for the cost model and memory capacity (h100-sxm, h200, "
                  "a100-sxm-80gb, a100-sxm-40gb, rtx4070-laptop, or a .json file); prints the "
                  "predicted step");
@@ -678,11 +677,11 @@ int cli_main(int argc, char** argv) {
   app.add_flag("--allow-nonfinite-loss", c.allow_nonfinite_loss,
                "keep training after a step whose loss is NaN or inf (default: stop with an "
                "error naming the step)");
-  with_default("--interconnect", c.interconnect,
+  with_default("--interconnect", a.sim.interconnect,
                "sim: links between GPUs: auto, nvlink, nvlink3, pcie5, pcie4");
-  with_default("--nodes", c.nodes, "sim: nodes of --devices GPUs each (InfiniBand between)",
+  with_default("--nodes", a.sim.nodes, "sim: nodes of --devices GPUs each (InfiniBand between)",
                "an integer in 1..4096");
-  app.add_option("--trace", c.trace, "sim: write a Chrome trace JSON (Perfetto) to this file");
+  app.add_option("--trace", a.sim.trace, "sim: write a Chrome trace JSON (Perfetto) to this file");
   app.add_flag("--verbose", a.verbose,
                "with --profile (e.g. --dry-run): after the prediction, a table of the predicted "
                "step's kernels by kind on device 0: launches, FLOP, bytes, the unit each is "
@@ -710,7 +709,7 @@ int cli_main(int argc, char** argv) {
   with_default("--zero-stage", c.zero_stage,
                "ddp: 1 shards the optimizer state over the ranks (ZeRO-1, llm.c's -z 1; "
                "gradients reduce_scatter, parameters all_gather), 0 none", "0 or 1");
-  app.add_option("--fault", c.faults,
+  app.add_option("--fault", a.sim.faults,
                  "sim: inject a fault (repeatable): fail:device=D,step=S | "
                  "alloc:device=D,after=N | skip-collective:rank=R,index=K")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

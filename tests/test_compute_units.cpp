@@ -17,6 +17,7 @@
 #include "backend_sim/cost_model.h"
 #include "backend_sim/profiles.h"
 #include "backend_sim/sim_backend.h"
+#include "backend_sim/sim_run.h"
 #include "core/nn/gpt.h"
 #include "core/optim/adamw.h"
 #include "core/runtime/backend.h"
@@ -217,7 +218,7 @@ Gpt2Run gpt2_dry(Determinism mode) {
   train::TrainerConfig c;
   c.devices = 1;
   c.dry_run = true;
-  c.profile = "h200";
+  sim::add_sim_run(c, {.profile = "h200"});
   c.determinism = mode;
   c.dtype = DType::bf16;
   c.batch_size = 8;

@@ -13,6 +13,7 @@
 #include "backend_sim/cost_model.h"
 #include "backend_sim/profiles.h"
 #include "backend_sim/sim_backend.h"
+#include "backend_sim/sim_run.h"
 #include "core/nn/gpt.h"
 #include "core/optim/adamw.h"
 #include "core/runtime/backend.h"
@@ -184,7 +185,7 @@ TrainerConfig small_gpt(bool dry, TrainerKind kind, int devices, const nn::GPTCo
   c.devices = devices;
   c.trainer = kind;
   c.dry_run = dry;
-  c.profile = "h100-sxm";
+  sim::add_sim_run(c, {.profile = "h100-sxm"});
   c.determinism = Determinism::fast;
   c.batch_size = batch;
   c.max_iters = iters;
@@ -255,13 +256,24 @@ TEST(DryRunTrainer, OnlyOnTheSimulator) {
   const nn::GPTConfig m = tiny_gpt();
   TrainerConfig c = small_gpt(true, TrainerKind::dp, 1, m);
   c.backend = "cpu";
-  c.profile.clear();
   c.field_names["dry_run"] = "--dry-run";
+  // With the simulator's extension (sim::SimRun), its validation in the constructor.
   try {
     fit(c, m);
     FAIL() << "no error";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("--dry-run: expected the sim backend"),
+    EXPECT_NE(std::string(e.what()).find("--dry-run: expected TrainerConfig::backend sim in one "
+                                         "process (only the simulator prices work without "
+                                         "running it), got TrainerConfig::backend cpu"),
+              std::string::npos) << e.what();
+  }
+  // Without it, fit(): the backend must run dry (BackendOptions::dry_run).
+  c.extensions.clear();
+  try {
+    fit(c, m);
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("--dry-run: expected a backend that runs dry"),
               std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("'cpu'"), std::string::npos) << e.what();
   }
@@ -307,7 +319,7 @@ TEST(DryRunTrainer, Bf16DdpStepHoldsNoTensorDataEither) {
   m.n_embd = 256;
   TrainerConfig c = small_gpt(true, TrainerKind::ddp, 8, m, 8, 2);
   c.dtype = DType::bf16;
-  c.profile = "a100-sxm-40gb";
+  c.extensions = {std::make_shared<sim::SimRun>(sim::SimRunOptions{.profile = "a100-sxm-40gb"})};
   const long before = max_rss_kib();
   const FitResult r = fit(c, m);
   ASSERT_EQ(r.memory.size(), 8u);
@@ -320,7 +332,7 @@ TEST(DryRunTrainer, Bf16DdpStepHoldsNoTensorDataEither) {
 TEST(DryRunTrainer, Gpt2StepOnEightDevicesHoldsNoTensorData) {
   nn::GPTConfig m = nn::gpt2_config("gpt2");
   TrainerConfig c = small_gpt(true, TrainerKind::ddp, 8, m, 8, 1);
-  c.profile = "a100-sxm-40gb";
+  c.extensions = {std::make_shared<sim::SimRun>(sim::SimRunOptions{.profile = "a100-sxm-40gb"})};
   const long before = max_rss_kib();
   const FitResult r = fit(c, m);
   ASSERT_EQ(r.memory.size(), 8u);

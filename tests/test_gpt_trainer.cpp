@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_sim/sim_run.h"
 #include "core/io/checkpoint.h"
 #include "core/io/safetensors.h"
 #include "core/nn/gpt.h"
@@ -265,7 +266,7 @@ TEST(TrainerIterations, OneChecksumForOneTwoAndFourDevicesAndResumeMidRun) {
     TrainerConfig first = iters(4, k);
     first.checkpoint_dir = dir.string();
     first.checkpoint_every = 4;
-    first.faults = {"fail:device=1,step=9"};  // dies after the checkpoint of step 8
+    sim::add_sim_run(first, {.faults = {"fail:device=1,step=9"}});  // dies after step 8's checkpoint
     EXPECT_THROW(Trainer(first, digits()).fit(), BackendError);
     TrainerConfig second = iters(2, k);
     second.resume_dir = dir.string();
@@ -393,7 +394,7 @@ TEST(TrainerGpt, OneChecksumForOneTwoAndFourDevicesDpAndDdpAndResumeMidRun) {
   TrainerConfig dying = tiny_gpt(4, TrainerKind::ddp);
   dying.checkpoint_dir = dir.string();
   dying.checkpoint_every = 4;
-  dying.faults = {"fail:device=2,step=6"};
+  sim::add_sim_run(dying, {.faults = {"fail:device=2,step=6"}});
   EXPECT_THROW(Trainer(dying, text).fit(), BackendError);
   io::SafetensorsData d = io::load_safetensors((dir / "step-00000004/model.safetensors").string());
   std::vector<std::string> names;

@@ -18,12 +18,14 @@
 #include <string>
 #include <vector>
 
+#include "backend_sim/sim_run.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/error.h"
 #include "core/runtime/extensions.h"
 #include "core/runtime/tensor.h"
 #include "core/train/launcher.h"
 #include "core/train/trainer.h"
+#include "core/train/trainer_extension.h"
 #include "test_util.h"
 
 namespace ditto::train {
@@ -90,7 +92,7 @@ TEST(Trainer, OnStepReportsEveryLogIntervalStep) {
   EXPECT_EQ(seen1[0].loss, seen[0].loss);
   // A profile: the step's virtual time, the FP32 peak of an f32 run and the MFU of
   // flops_per_sample; the prediction is the one without the reports.
-  c.profile = "h100-sxm";
+  sim::add_sim_run(c, {.profile = "h100-sxm"});
   c.log_interval = 0;
   FitResult quiet = Trainer(c, digits()).fit();
   c.log_interval = 10;
@@ -161,7 +163,7 @@ TEST(Trainer, ResumeMidEpochEqualsAnUninterruptedRun) {
     TrainerConfig first = small(4, k, 3);
     first.checkpoint_dir = dir.string();
     first.checkpoint_every = 10;
-    first.faults = {"fail:device=1,step=30"};
+    sim::add_sim_run(first, {.faults = {"fail:device=1,step=30"}});
     EXPECT_THROW(Trainer(first, digits()).fit(), BackendError);
     TrainerConfig second = small(2, k, 3);  // bitwise: the device count may differ
     second.resume_dir = dir.string();
@@ -343,15 +345,15 @@ TEST(Trainer, ATraceThatCannotBeWrittenAtTheEndKeepsTheResult) {
   const auto dir = scratch("late_trace");
   std::filesystem::create_directories(dir);
   TrainerConfig c = small(2, TrainerKind::dp, 1);
-  c.trace = (dir / "t.json").string();
+  const auto sim_run = sim::add_sim_run(c, {.trace = (dir / "t.json").string()});
   TrainerCallbacks cb;
   cb.on_epoch = [&](const EpochMetrics&) { std::filesystem::remove_all(dir); };
   FitResult r = Trainer(c, digits(), cb).fit();
   EXPECT_EQ(r.steps, 23);
   EXPECT_NE(r.params_checksum, 0u);
-  EXPECT_EQ(r.trace, "");
+  EXPECT_EQ(sim_run->report().trace, "");
   ASSERT_EQ(r.output_errors.size(), 1u);
-  EXPECT_NE(r.output_errors[0].find("TrainerConfig::trace: write_trace: "), std::string::npos)
+  EXPECT_NE(r.output_errors[0].find("SimRunOptions::trace: write_trace: "), std::string::npos)
       << r.output_errors[0];
 }
 
@@ -472,7 +474,7 @@ TEST(Trainer, MetricsCallbackSeesEachEpochOnceWithTheValuesFitReturns) {
 
 TEST(Trainer, CostPredictionAndMemoryWithAProfile) {
   TrainerConfig c = small(2, TrainerKind::dp, 1);
-  c.profile = "h100-sxm";
+  sim::add_sim_run(c, {.profile = "h100-sxm"});
   FitResult r = Trainer(c, digits()).fit();
   ASSERT_TRUE(r.prediction.has_value());
   EXPECT_EQ(r.prediction->device_name, "NVIDIA H100 SXM5 80GB");
@@ -487,7 +489,7 @@ TEST(Trainer, PeerFailureCarriesTheFailedRankAndTheRootErrorIsThatRanksOwn) {
   Backend& be = test::init_sim(4);
   auto* faults = be.extension<FaultExtension>();
   ASSERT_NE(faults, nullptr);
-  faults->set_faults({"fail:device=2,step=0"}, std::nullopt);
+  faults->set_faults({"fail:device=2,step=0"});
   std::mutex mu;
   std::vector<int> failed_ranks;  // what every other rank's PeerFailure says
   test::expect_own_backend_error([&] {
@@ -593,7 +595,7 @@ TEST(RankSettings, OutsideMpirunTheProcessCheckIsANoOp) {
 
 TEST(Trainer, DdpRunWithAFailedDeviceReportsThatDevice) {
   TrainerConfig c = small(4, TrainerKind::ddp, 1);
-  c.faults = {"fail:device=2,step=3"};
+  sim::add_sim_run(c, {.faults = {"fail:device=2,step=3"}});
   test::expect_own_backend_error([&] { Trainer(c, digits()).fit(); },
                                  "sim:2: device failed (injected fault fail:device=2,step=3");
 }
@@ -640,6 +642,74 @@ TEST(Trainer, BadConfigNamesTheField) {
   c.bucket_cap_mb = -1;
   expect_invalid(c, "TrainerConfig::bucket_cap_mb: expected a finite size in MiB > 0, got -1");
   EXPECT_THROW(parse_trainer_kind("fsdp"), InvalidArgument);
+}
+
+/// A TrainerExtension that records which hook ran, in order.
+struct RecordingExtension : TrainerExtension {
+  std::vector<std::string>* calls;
+  explicit RecordingExtension(std::vector<std::string>* c) : calls(c) {}
+  void validate(const TrainerConfig&) const override { calls->push_back("validate"); }
+  std::vector<std::pair<std::string, std::string>> settings(const TrainerConfig&) const override {
+    calls->push_back("settings");
+    return {{"recording", "1"}};
+  }
+  int devices(const TrainerConfig&, int devices) const override {
+    calls->push_back("devices");
+    return devices * 2;  // two nodes' worth
+  }
+  void plan(const TrainerConfig&, const RunPlan& plan, BackendOptions& o) const override {
+    calls->push_back("plan " + plan.backend + " " + std::to_string(plan.devices));
+    o.memory_capacity = std::size_t(3) << 30;
+  }
+  void configure(const TrainerConfig&, const RunContext& run) override {
+    calls->push_back("configure " + std::to_string(run.devices.size()));
+  }
+  void finish(const TrainerConfig&, const RunContext& run, FitResult& r) override {
+    calls->push_back(std::string("finish ") + (run.lead ? "lead" : "other"));
+    r.output_errors.push_back("recorded");
+  }
+};
+
+// Issue 30: the Trainer knows no backend by name; what a backend adds comes through
+// TrainerConfig::extensions, whose hooks run at fixed points: validation in the constructor,
+// the settings and devices before the backend, its options adjusted, the backend configured,
+// and the report at the end (rank 0).
+TEST(TrainerExtension, HooksRunAtFixedPointsOfTheRun) {
+  std::vector<std::string> calls;
+  TrainerConfig c = small(2, TrainerKind::dp, 1);
+  c.extensions.push_back(std::make_shared<RecordingExtension>(&calls));
+  Trainer t(c, digits());
+  EXPECT_EQ(calls, std::vector<std::string>{"validate"});
+  FitResult r = t.fit();
+  EXPECT_EQ(calls, (std::vector<std::string>{"validate", "settings", "devices", "plan sim 4",
+                                              "configure 4", "finish lead"}));
+  EXPECT_EQ(r.devices, 4);  // the extension's devices()
+  ASSERT_EQ(r.memory.size(), 4u);
+  EXPECT_EQ(r.memory[3].stats.capacity, std::size_t(3) << 30);  // its plan()'s options
+  EXPECT_FALSE(r.prediction);  // it does not predict
+  EXPECT_EQ(r.output_errors, std::vector<std::string>{"recorded"});
+  // A run without extensions on the simulator: no prediction, the backend's own capacity.
+  FitResult plain = Trainer(small(2, TrainerKind::dp, 1), digits()).fit();
+  EXPECT_FALSE(plain.prediction);
+  EXPECT_EQ(plain.memory[0].stats.capacity, std::size_t(80) << 30);
+}
+
+// sim::SimRun: its options validated with the config's, the report read after fit().
+TEST(TrainerExtension, SimRunValidatesItsOptionsAndReportsUnfiredFaults) {
+  TrainerConfig c = small(2, TrainerKind::dp, 1);
+  c.field_names["nodes"] = "--nodes";
+  sim::add_sim_run(c, {.nodes = 0});
+  try {
+    Trainer(c, digits());
+    FAIL() << "no error";
+  } catch (const InvalidArgument& e) {
+    EXPECT_STREQ(e.what(), "--nodes: expected 1..4096, got 0");
+  }
+  TrainerConfig f = small(2, TrainerKind::dp, 1);
+  const auto run = sim::add_sim_run(f, {.faults = {"fail:device=1,step=9999"}});
+  Trainer(f, digits()).fit();
+  EXPECT_EQ(run->report().unfired_faults, std::vector<std::string>{"fail:device=1,step=9999"});
+  EXPECT_EQ(run->report().trace, "");
 }
 
 }  // namespace

@@ -56,6 +56,11 @@ struct BackendOptions {
   /// cuda: cuBLASLt's CUBLAS_COMPUTE_32F_FAST_TF32; sim: the cost model prices such products at
   /// the profile's TF32 tensor-core rate (the simulator's arithmetic stays f32).
   bool allow_tf32 = false;
+  /// This process is one rank of a job of processes (mpirun) and uses one device. With
+  /// device_count unset, a backend of virtual devices then makes only that one (sim: 1, not 8);
+  /// one of physical devices still sees every device of its node (cuda: every GPU), of which the
+  /// rank takes its local rank's (Trainer::fit).
+  bool one_rank_per_process = false;
 };
 
 /// What a typed GEMM does after the product (cuBLASLt's cublasLtEpilogue_t).
@@ -442,6 +447,10 @@ class Backend {
     return static_cast<T*>(extension(T::kExtensionName));
   }
 };
+
+/// The backend that runs on any machine (the simulator's virtual devices): TrainerConfig's
+/// default, and what "auto" resolves to without a usable CUDA device.
+inline constexpr std::string_view kDefaultBackend = "sim";
 
 /// Factory registered under a name.
 using BackendFactory = std::function<std::shared_ptr<Backend>(const BackendOptions&)>;

@@ -94,18 +94,19 @@ class CostModelExtension {
 };
 
 /// A backend's fault injection (backend_sim/sim_faults.h: fail:device=D,step=S,
-/// alloc:device=D,after=N, skip-collective:rank=R,index=K).
+/// alloc:device=D,after=N, skip-collective:rank=R,index=K) and its communicators' timeout.
 class FaultExtension {
  public:
   static constexpr std::string_view kExtensionName = "ditto.faults";
   virtual ~FaultExtension() = default;
 
-  /// Replaces the injected faults with `specs` and, when set, the timeout (ms) of every
-  /// communicator created afterwards. Throws InvalidArgument naming `flag`, the spec and the bad
-  /// part; or the timeout when not in 1..2^31 ms.
+  /// Replaces the injected faults with `specs` (the timeout set by set_comm_timeout stays).
+  /// Throws InvalidArgument naming `flag`, the spec and the bad part.
   virtual void set_faults(const std::vector<std::string>& specs,
-                          std::optional<std::int64_t> comm_timeout_ms,
                           const std::string& flag = "--fault") = 0;
+  /// The timeout (ms) of every communicator created afterwards (unset: CommOptions'); the faults
+  /// set stay. Throws InvalidArgument when not in 1..2^31 ms.
+  virtual void set_comm_timeout(std::optional<std::int64_t> comm_timeout_ms) = 0;
   /// The specs set that have not taken effect yet.
   virtual std::vector<std::string> unfired_faults() const = 0;
 };

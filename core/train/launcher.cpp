@@ -127,6 +127,12 @@ void check_ranks_agree(const RankSettings& mine, std::int64_t timeout_ms) {
   check_ranks_agree(mine, timeout_ms, nullptr);
 }
 
+void refuse_run(const std::exception_ptr& refused, std::int64_t timeout_ms) {
+  DITTO_ASSERT(refused);
+  check_ranks_agree({}, timeout_ms, refused);  // rethrows `refused`
+  std::rethrow_exception(refused);
+}
+
 void check_ranks_agree(const RankSettings& mine, std::int64_t timeout_ms,
                        const std::exception_ptr& refused) {
   if (!dist::is_initialized() || dist::world_size() == 1) {

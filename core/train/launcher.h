@@ -78,6 +78,14 @@ void check_ranks_agree(const RankSettings& mine,
 void check_ranks_agree(const RankSettings& mine, std::int64_t timeout_ms,
                        const std::exception_ptr& refused);
 
+/// A process of an mpirun job that refuses its arguments before Trainer::fit (a --data file it
+/// cannot read, a setting its Trainer refuses): joins fit()'s first exchange (check_ranks_agree)
+/// carrying `refused`, so that every other rank fails at once naming this one ("rank R refused
+/// its arguments: ...") instead of waiting for it, then rethrows `refused`. Outside mpirun it
+/// only rethrows. `refused` must be set.
+[[noreturn]] void refuse_run(const std::exception_ptr& refused,
+                             std::int64_t timeout_ms = CommOptions{}.timeout_ms);
+
 /// Runs `body(comm)` for every rank: under mpirun this process's rank (dist::rank() of
 /// dist::world_size(), on devices[0]: Communicator::init_rank); otherwise one thread per device of
 /// `devices` (Communicator::init_all). A rank whose body throws aborts its communicator (and

@@ -78,9 +78,10 @@ struct StepMetrics {
   std::int64_t samples = 0;    ///< rows of the global batch
   std::int64_t tokens = 0;     ///< targets of the global batch (B x T for a GPT; B for the MLP)
   double time_s = 0;           ///< wall clock of the step (nanoGPT's dt)
-  /// With a cost model profile (TrainerConfig::profile): the step's virtual time on the profiled
-  /// GPUs and their peak FLOP/s per device for the run's dtype (FP32 for f32, BF16 tensor-core
-  /// for bf16 / f16: what the matrix products are priced at); 0 otherwise.
+  /// When an extension predicts (TrainerExtension::predicts; sim::SimRunOptions::profile): the
+  /// step's virtual time on the profiled GPUs and their peak FLOP/s per device for the run's
+  /// dtype (FP32 for f32, BF16 tensor-core for bf16 / f16: what the matrix products are priced
+  /// at); 0 otherwise.
   double predicted_time_s = 0, peak_flops = 0;
   /// Model FLOPs utilisation as nanoGPT's estimate_mfu: TrainerConfig::flops_per_sample x samples
   /// / (predicted_time_s x devices x peak_flops); unset without a profile or flops_per_sample
@@ -140,10 +141,10 @@ struct FitResult {
   std::optional<float> loss_scale;
   std::int64_t skipped_steps = 0;
   std::size_t optimizer_state_bytes = 0;  ///< this rank's optimizer's (Optimizer::state_bytes)
-  std::optional<CostPrediction> prediction;  ///< with a cost model profile and steps > 0
+  /// The backend's cost model's prediction, when an extension set it up to predict
+  /// (TrainerExtension::predicts: sim::SimRunOptions::profile) and steps > 0.
+  std::optional<CostPrediction> prediction;
   std::vector<DeviceMemory> memory;          ///< single-process runs: every device
-  std::vector<std::string> unfired_faults;   ///< fault specs that never took effect
-  std::string trace;          ///< the trace file written, or ""
   /// What the run measured, so that a report prints no zero for what did not happen: a
   /// training loss (epoch mode: epochs > 0; iteration mode: an evaluation ran), an evaluation
   /// (eval set rows or eval_iters > 0), neither in a dry run (no kernel ran: the losses and the
@@ -153,9 +154,10 @@ struct FitResult {
   /// TrainerConfig::stop ended the run after `steps` steps (its checkpoint written, when a
   /// checkpoint_dir is set); the losses are those of the last evaluation before it.
   bool stopped = false;
-  /// What failed after training without losing this result (writing the trace: the file was
-  /// checked at the start, but a disk can fill up): each error's message; the caller reports
-  /// them after the result (ditto-train: after its final line, exit status 1).
+  /// What failed after training without losing this result (an extension's output, e.g. the
+  /// simulator's trace: the file was checked at the start, but a disk can fill up): each error's
+  /// message; the caller reports them after the result (ditto-train: after its final line, exit
+  /// status 1).
   std::vector<std::string> output_errors;
 };
 

@@ -1,4 +1,4 @@
-// Replica (trainer.h): one replica's model, optimizer and loss, its step and its evaluation;
+// Replica (replica.h): one replica's model, optimizer and loss, its step and its evaluation;
 // and params_checksum.
 #include <vector>
 
@@ -15,7 +15,7 @@
 #include "core/runtime/backend.h"
 #include "core/runtime/error.h"
 #include "core/train/grad_accumulation.h"
-#include "core/train/trainer.h"
+#include "core/train/replica.h"
 
 namespace ditto::train {
 

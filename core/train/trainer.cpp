@@ -1,5 +1,5 @@
-// Trainer (trainer.h): the run's setup (backend, devices, the simulator's extensions, output
-// paths), the epoch loop shared by DataParallel and DDP, checkpoints and the final metrics.
+// Trainer (trainer.h): the run's setup (backend, devices, the TrainerExtensions, output paths),
+// the epoch and iteration loops shared by DataParallel and DDP, checkpoints and the final metrics.
 #include "core/train/trainer.h"
 
 #include <unistd.h>
@@ -23,6 +23,7 @@
 #include "core/train/cost_meter.h"
 #include "core/train/grad_accumulation.h"
 #include "core/train/launcher.h"
+#include "core/train/trainer_extension.h"
 
 namespace ditto::train {
 
@@ -39,6 +40,13 @@ struct Trainer::Run {
   // TrainerConfig::stop: the step after which every rank (thread) stops.
   std::atomic<std::int64_t> stop_at{std::numeric_limits<std::int64_t>::max()};
 
+  RunContext context() const { return {*be, devs, n_dev, processes, dist::rank() == 0}; }
+  bool predicts(const TrainerConfig& c) const {
+    for (const auto& e : c.extensions)
+      if (e->predicts()) return true;
+    return false;
+  }
+
   void epoch_begin() const {
     if (barrier) barrier->arrive([this] { if (meter) meter->epoch_begin(); });
     else if (meter) meter->epoch_begin();
@@ -48,7 +56,8 @@ struct Trainer::Run {
     if (barrier) barrier->arrive([&] { if (meter) meter->epoch_end(steps, samples); });
     else if (meter) meter->epoch_end(steps, samples);
   }
-  // Around a reported step with a profile (`timed`): its virtual time, every rank idle at both.
+  // Around a reported step when an extension predicts (`timed`): its virtual time, every rank
+  // idle at both.
   bool timed = false;
   void step_mark_begin() const {
     if (!timed || !meter) return;
@@ -74,25 +83,8 @@ std::string model_name(const TrainerConfig& c, const DataSource& data) {
   return arch.str();
 }
 
-/// The cost model's cluster, stragglers and tracing; without one, none of them may be set.
-void configure_cost_model(const TrainerConfig& c, Backend& be, int total_devices) {
-  auto* cm = be.extension<CostModelExtension>();
-  const bool wanted = !c.profile.empty() || !c.trace.empty() || !c.stragglers.empty() ||
-                      c.nodes != 1;
-  if (!cm) {
-    DITTO_CHECK(!wanted, c.name_of("profile"), ", ", c.name_of("trace"), ", ",
-                c.name_of("stragglers"), " and ", c.name_of("nodes"),
-                ": expected the sim backend, got ", be.name());
-    return;
-  }
-  cm->configure({c.profile, c.interconnect, c.nodes, total_devices / c.nodes});
-  for (const auto& [device, factor] : c.stragglers) cm->set_slowdown(device, factor);
-  if (!c.trace.empty()) cm->set_tracing(true);
-}
-
-/// The checkpoint directory is created and locked (lock_checkpoint_dir; by rank 0: `lead`) and
-/// the trace file's directory must exist and be writable, at startup, so that a long run is not
-/// lost when it ends.
+/// The checkpoint directory is created and locked (lock_checkpoint_dir; by rank 0: `lead`) at
+/// startup, so that a long run is not lost when it ends.
 void check_output_paths(const TrainerConfig& c, bool lead) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -109,27 +101,11 @@ void check_output_paths(const TrainerConfig& c, bool lead) {
       throw Error(detail::cat(c.name_of("checkpoint_dir"), ": ", e.what()));
     }
   }
-  if (c.trace.empty()) return;
-  const std::string t = c.name_of("trace");
-  // /dev/stdout, a device or a FIFO is written in place: checked by writing 0 bytes to it now
-  // (--trace /dev/full fails here, not after the run).
-  try {
-    if (io::check_in_place_output(c.trace, t.c_str())) return;
-  } catch (const Error& e) {
-    throw InvalidArgument(e.what());
-  }
-  DITTO_CHECK(!fs::is_directory(c.trace, ec), t, ": expected a file name, got '", c.trace,
-              "', a directory");
-  fs::path dir = fs::path(c.trace).parent_path();
-  if (dir.empty()) dir = ".";
-  DITTO_CHECK(fs::is_directory(dir, ec), t, ": expected a file in an existing directory, got '",
-              c.trace, "' (no directory '", dir.string(), "')");
-  DITTO_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, t, ": expected a file in a writable "
-              "directory, got '", c.trace, "': '", dir.string(), "': ", std::strerror(errno));
 }
 
-/// The settings every rank of a run must share (check_ranks_agree at fit()'s start): what the
-/// model, the data, the loop and the collectives depend on, named as the user knows them.
+/// The settings every rank of a run must share (check_ranks_agree at fit()'s start): the caller's
+/// (TrainerConfig::rank_settings) first, then what the model, the data, the loop and the
+/// collectives depend on, named as the user knows them, and the extensions'.
 RankSettings agreed_settings(const TrainerConfig& c, const DataSource& data) {
   auto g = [](double v) {
     char buf[32];
@@ -138,7 +114,8 @@ RankSettings agreed_settings(const TrainerConfig& c, const DataSource& data) {
   };
   std::ostringstream hidden;
   for (std::size_t i = 0; i < c.hidden.size(); ++i) hidden << (i ? "," : "") << c.hidden[i];
-  RankSettings s{{c.name_of("backend"), c.backend},
+  RankSettings s = c.rank_settings;
+  s.insert(s.end(), {{c.name_of("backend"), c.backend},
                  {c.name_of("trainer"), trainer_kind_name(c.trainer)},
                  {c.name_of("determinism"), determinism_name(c.determinism)},
                  {c.name_of("dtype"), dtype_name(c.dtype)},
@@ -170,9 +147,11 @@ RankSettings agreed_settings(const TrainerConfig& c, const DataSource& data) {
                  {c.name_of("checkpoint_every"), std::to_string(c.checkpoint_every)},
                  {c.name_of("resume_dir"), c.resume_dir},
                  {c.name_of("comm_timeout_ms"), std::to_string(c.comm_timeout_ms)},
-                 {c.name_of("allow_nonfinite_loss"), c.allow_nonfinite_loss ? "true" : "false"}};
+                 {c.name_of("allow_nonfinite_loss"), c.allow_nonfinite_loss ? "true" : "false"}});
   for (const auto& [k, v] : data.checkpoint_config()) s.emplace_back("data " + k, v);
   for (const auto& [k, v] : c.checkpoint_settings) s.emplace_back(k, v);
+  for (const auto& e : c.extensions)
+    for (auto& kv : e->settings(c)) s.push_back(std::move(kv));
   return s;
 }
 
@@ -322,56 +301,55 @@ FitResult Trainer::fit() {
     }
     if (run.processes) check_ranks_agree(settings, timeout_ms, refused);
   };
+  BackendOptions bopts;
   std::string name;
   step(agreed_settings(c, *data_), [&] {  // the settings alone
     DITTO_CHECK(!run.processes || c.trainer == TrainerKind::ddp, c.name_of("trainer"),
                 ": under mpirun each process is one rank, which needs ddp (DataParallel drives "
                 "every device from one process), got '", trainer_kind_name(c.trainer), "'");
-    run.n_dev = run.processes ? dist::world_size() : c.devices * c.nodes;
+    int devices = c.devices;  // a single process's: a simulated cluster may multiply them
+    for (const auto& e : c.extensions) devices = e->devices(c, devices);
+    run.n_dev = run.processes ? dist::world_size() : devices;
     check_grad_accumulation(c, run.n_dev);  // before the backend: a bad split costs nothing
     name = resolve_backend_name(c.backend);
     // A dry run (Note [Dry run], backend_sim/sim_backend.h) prices the whole cluster in one
-    // process.
-    DITTO_CHECK(!c.dry_run || (name == "sim" && !run.processes), c.name_of("dry_run"),
-                ": expected the sim backend in one process, got backend '", name, "'",
-                run.processes ? " under mpirun" : "");
-    DITTO_CHECK(!run.processes || (c.profile.empty() && c.trace.empty() && c.stragglers.empty() &&
-                                   c.nodes == 1),
-                c.name_of("profile"), ", ", c.name_of("trace"), ", ", c.name_of("stragglers"),
-                " and ", c.name_of("nodes"), ": expected a single-process run, got mpirun with ",
-                dist::world_size(), " processes (the cost model sees one process's devices)");
-    DITTO_CHECK(!run.processes || c.faults.empty(), c.name_of("faults"),
-                ": expected a single-process run, got mpirun with ", dist::world_size(),
-                " processes (each process holds one device, so fault devices and ranks would not "
-                "match the job's)");
-  });
-  step({}, [&] {  // the backend and the output paths
-    BackendOptions bopts;
-    // Under mpirun a sim process holds only its rank's virtual device; a cuda process sees every
-    // GPU of its node and takes the one of its local rank.
+    // process; the backend must run dry (init_backend refuses it otherwise) and price the work.
+    DITTO_CHECK(!c.dry_run || !run.processes, c.name_of("dry_run"), ": expected one process "
+                "(a dry run prices the whole cluster in one), got mpirun with ",
+                dist::world_size(), " processes");
+    // Under mpirun a process holds the one device of its rank: a backend of virtual devices
+    // makes only that one, one of physical devices sees every device of its node and the rank
+    // takes its local rank's (BackendOptions::one_rank_per_process).
     if (!run.processes) bopts.device_count = run.n_dev;
-    else if (name != "cuda") bopts.device_count = 1;
+    bopts.one_rank_per_process = run.processes;
     if (c.memory_capacity) bopts.memory_capacity = *c.memory_capacity;
     bopts.dry_run = c.dry_run;
     bopts.allow_tf32 = c.allow_tf32;
-    run.be = &init_backend(name, bopts);
-    if (!c.profile.empty() && !c.memory_capacity)
-      if (auto* cm = run.be->extension<CostModelExtension>()) {  // the profile's memory
-        bopts.memory_capacity = cm->profile_memory_bytes(c.profile);
-        run.be = &init_backend(name, bopts);
-      }
+    const RunPlan plan{name, run.processes, run.processes ? dist::world_size() : 1, run.n_dev};
+    for (const auto& e : c.extensions) e->plan(c, plan, bopts);
+  });
+  step({}, [&] {  // the backend and the output paths
+    try {
+      run.be = &init_backend(name, bopts);
+    } catch (const InvalidArgument& e) {
+      if (!c.dry_run) throw;
+      throw InvalidArgument(detail::cat(c.name_of("dry_run"), ": expected a backend that runs "
+                                        "dry (BackendOptions::dry_run), got backend '", name,
+                                        "': ", e.what()));
+    }
     Backend& be = *run.be;
+    DITTO_CHECK(!c.dry_run || be.extension<CostModelExtension>(), c.name_of("dry_run"),
+                ": expected a backend with a cost model to price the steps it does not run "
+                "(CostModelExtension), got backend '", be.name(), "'");
     if (!run.processes) run.devs = ditto::devices(be.name(), run.n_dev);
     else run.devs = {Device(be.name(), dist::local_rank() % be.device_count())};
-    configure_cost_model(c, be, static_cast<int>(run.devs.size()));
-    if (!c.faults.empty() || c.comm_timeout_ms != 0) {
+    if (c.comm_timeout_ms != 0) {
       auto* fx = be.extension<FaultExtension>();
-      DITTO_CHECK(fx, c.name_of("faults"), "/", c.name_of("comm_timeout_ms"),
-                  ": expected the sim backend, got ", be.name());
-      fx->set_faults(c.faults, c.comm_timeout_ms > 0 ? std::optional(c.comm_timeout_ms)
-                                                     : std::nullopt,
-                     c.name_of("faults"));
+      DITTO_CHECK(fx, c.name_of("comm_timeout_ms"), ": expected a backend whose communicators "
+                  "take a timeout (FaultExtension), got backend '", be.name(), "'");
+      fx->set_comm_timeout(c.comm_timeout_ms);
     }
+    for (const auto& e : c.extensions) e->configure(c, run.context());
     check_output_paths(c, dist::rank() == 0);  // before training: a bad path must not cost it
   });
   // ddp reports its start before any rank builds its replica; rank 0's callback may refuse too
@@ -402,23 +380,15 @@ void Trainer::finish(Run& run, FitResult& res) {
   res.has_eval = c.max_iters > 0 ? c.eval_iters > 0 : data_->eval_set().size() > 0;
   res.lead = dist::rank() == 0;
   if (!res.lead) return;
-  if (auto* fx = be.extension<FaultExtension>()) res.unfired_faults = fx->unfired_faults();
-  if (run.processes) return;
-  if (!c.profile.empty() && run.meter) res.prediction = run.meter->prediction(res.train_time_s);
-  // Memory while the run's replicas (dp) or communicators (ddp) are still alive.
-  for (int d = 0; d < static_cast<int>(run.devs.size()); ++d) be.default_stream(d).synchronize();
-  for (int d = 0; d < static_cast<int>(run.devs.size()); ++d)
-    res.memory.push_back({run.devs[static_cast<std::size_t>(d)].str(), be.memory_stats(d),
-                          d == 0 ? res.optimizer_state_bytes : 0});
-  auto* cm = be.extension<CostModelExtension>();
-  if (cm && !c.trace.empty()) {
-    try {  // after training: a failure here must not lose the run's result (FitResult)
-      cm->write_trace(c.trace);
-      res.trace = c.trace;
-    } catch (const Error& e) {
-      res.output_errors.push_back(detail::cat(c.name_of("trace"), ": ", e.what()));
-    }
+  if (!run.processes) {
+    if (run.predicts(c) && run.meter) res.prediction = run.meter->prediction(res.train_time_s);
+    // Memory while the run's replicas (dp) or communicators (ddp) are still alive.
+    for (int d = 0; d < static_cast<int>(run.devs.size()); ++d) be.default_stream(d).synchronize();
+    for (int d = 0; d < static_cast<int>(run.devs.size()); ++d)
+      res.memory.push_back({run.devs[static_cast<std::size_t>(d)].str(), be.memory_stats(d),
+                            d == 0 ? res.optimizer_state_bytes : 0});
   }
+  for (const auto& e : c.extensions) e->finish(c, run.context(), res);
 }
 
 FitResult Trainer::fit_dp(Run& run) {
@@ -431,7 +401,7 @@ FitResult Trainer::fit_dp(Run& run) {
                          config_.effective_lr()});
   CostMeter meter(*run.be, run.n_dev, config_.dtype, config_.flops_per_sample);
   run.meter = &meter;
-  run.timed = !config_.profile.empty();
+  run.timed = run.predicts(config_);
   FitResult res = config_.max_iters > 0 ? train_iterations(run, rep, ts)
                                          : train_replica(run, rep, ts);
   state_ = ts;
@@ -450,7 +420,7 @@ FitResult Trainer::fit_ddp(Run& run) {
     barrier = std::make_unique<RankBarrier>(run.n_dev);
   }
   run.meter = meter.get();
-  run.timed = !config_.profile.empty() && meter;
+  run.timed = run.predicts(config_) && meter;
   run.barrier = barrier.get();
   std::vector<FitResult> results(run.devs.size());
   // Each rank: its own replica (same seed; DDP broadcasts rank 0's parameters anyway) and
@@ -491,6 +461,17 @@ FitResult Trainer::fit_ddp(Run& run) {
       res.memory[d].optimizer_state_bytes = results[d].optimizer_state_bytes;
   });
   return res;
+}
+
+void Trainer::end_loop(Replica& rep, const TrainerState& ts, FitResult& res) {
+  res.params_checksum = rep.checked_checksum();
+  if (const optim::GradScaler* s = rep.grad_scaler()) {
+    res.loss_scale = s->scale();
+    res.skipped_steps = s->skipped_steps();
+  }
+  res.optimizer_state_bytes = rep.optimizer().state_bytes();
+  res.steps = ts.step;
+  if (rep.lead() && callbacks_.on_finish && !res.stopped) callbacks_.on_finish(rep);
 }
 
 FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
@@ -583,14 +564,7 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
   }
   if (!c.checkpoint_dir.empty() && ts.step != saved_step)  // stopped: each rank's share
     checkpoint(rep.lead() || res.stopped ? ts.epoch_loss_sum : 0.0);
-  res.params_checksum = rep.checked_checksum();
-  if (const optim::GradScaler* s = rep.grad_scaler()) {
-    res.loss_scale = s->scale();
-    res.skipped_steps = s->skipped_steps();
-  }
-  res.optimizer_state_bytes = rep.optimizer().state_bytes();
-  res.steps = ts.step;
-  if (rep.lead() && callbacks_.on_finish && !res.stopped) callbacks_.on_finish(rep);
+  end_loop(rep, ts, res);
   return res;
 }
 
@@ -685,14 +659,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
     if (res.stopped) break;
   }
   if (!c.checkpoint_dir.empty() && ts.step != saved_step && !c.eval_only) checkpoint();
-  res.params_checksum = rep.checked_checksum();
-  if (const optim::GradScaler* s = rep.grad_scaler()) {
-    res.loss_scale = s->scale();
-    res.skipped_steps = s->skipped_steps();
-  }
-  res.optimizer_state_bytes = rep.optimizer().state_bytes();
-  res.steps = ts.step;
-  if (rep.lead() && callbacks_.on_finish && !res.stopped) callbacks_.on_finish(rep);
+  end_loop(rep, ts, res);
   return res;
 }
 

@@ -4,6 +4,7 @@
 #include "core/comm/communicator.h"
 #include "core/runtime/error.h"
 #include "core/train/trainer_config.h"
+#include "core/train/trainer_extension.h"
 
 namespace ditto::train {
 
@@ -35,10 +36,6 @@ void validate(const TrainerConfig& c) {
   DITTO_CHECK(c.eval_batch_size >= 1, n("eval_batch_size"), ": expected >= 1, got ",
               c.eval_batch_size);
   DITTO_CHECK(c.devices >= 1, n("devices"), ": expected >= 1, got ", c.devices);
-  DITTO_CHECK(c.nodes >= 1 && c.nodes <= 4096, n("nodes"), ": expected 1..4096, got ", c.nodes);
-  DITTO_CHECK(static_cast<long long>(c.devices) * c.nodes <= 65536, n("devices"), " x ",
-              n("nodes"), ": expected at most 65536 devices in all, got ", c.devices, " x ",
-              c.nodes);
   DITTO_CHECK(!c.memory_capacity || *c.memory_capacity > 0, n("memory_capacity"),
               ": expected bytes > 0, got 0");
   DITTO_CHECK(c.comm_timeout_ms >= 0 && c.comm_timeout_ms <= kMaxCommTimeoutMs,
@@ -90,6 +87,10 @@ void validate(const TrainerConfig& c) {
               c.grad_accum_steps);
   for (const auto& h : c.hidden)
     DITTO_CHECK(h > 0, n("hidden"), ": expected positive sizes, got ", h);
+  for (const auto& e : c.extensions) {
+    DITTO_CHECK(e != nullptr, n("extensions"), ": expected extensions, got a null one");
+    e->validate(c);
+  }
 }
 
 }  // namespace ditto::train

@@ -21,10 +21,13 @@
 #include "core/numerics/micro_shards.h"
 #include "core/optim/grad_scaler.h"
 #include "core/optim/optimizer.h"
+#include "core/runtime/backend.h"
 #include "core/runtime/device.h"
 #include "core/runtime/tensor.h"
 
 namespace ditto::train {
+
+class TrainerExtension;
 
 /// dp: torch.nn.DataParallel (one controller thread drives every device); ddp:
 /// DistributedDataParallel (a thread per rank, or under mpirun a process per rank).
@@ -46,11 +49,11 @@ using TargetFactory =
 
 struct TrainerConfig {
   // ---- backend and devices
-  std::string backend = "sim";  ///< a registered backend, or "auto"
+  std::string backend{kDefaultBackend};  ///< a registered backend, or "auto"
   int devices = 4;              ///< devices (ranks) per node; under mpirun: ignored (the processes)
-  int nodes = 1;                ///< sim cost model: nodes of `devices` each (all simulated here)
-  /// Bytes per simulated device; unset: the --profile's memory when a profile is set, else the
-  /// backend's default (80 GiB).
+  /// Bytes per device of a backend of virtual devices (BackendOptions::memory_capacity); unset:
+  /// an extension's (a device profile's memory: TrainerExtension::plan), else the backend's
+  /// default (80 GiB).
   std::optional<std::size_t> memory_capacity;
 
   // ---- model, optimizer, loss
@@ -130,8 +133,9 @@ struct TrainerConfig {
   /// come out the same bits as with 1 (Note [Gradient accumulation],
   /// core/train/grad_accumulation.h); fast mode: any value up to the smallest rank's rows.
   std::int64_t grad_accum_steps = 1;
-  /// Simulator only: run every step through the cost model and the memory accounting without
-  /// executing kernels and without host memory for tensor data (loss values are then 0).
+  /// Run every step through the backend's cost model and memory accounting without executing
+  /// kernels and without host memory for tensor data (BackendOptions::dry_run: a backend that
+  /// runs dry and has a cost model, CostModelExtension; one process; loss values are then 0).
   /// No checkpoint_dir with it (Error: its checkpoints would be all zeros).
   bool dry_run = false;
   /// Fast-mode f32 matrix products may run on TF32 tensor cores (BackendOptions::allow_tf32;
@@ -158,13 +162,21 @@ struct TrainerConfig {
   /// "transformer.wte.weight"} for nanoGPT's tied head (save_checkpoint's aliases).
   std::vector<std::pair<std::string, std::string>> checkpoint_aliases;
 
-  // ---- simulator extras (Backend::extension, core/runtime/extensions.h)
-  std::string profile;                 ///< cost model device profile; "": no prediction
-  std::string interconnect = "auto";
-  std::vector<std::pair<int, double>> stragglers;  ///< (device, slowdown factor)
-  std::string trace;                   ///< Chrome trace file written at the end; "": none
-  std::vector<std::string> faults;     ///< fault specs (backend_sim/sim_faults.h)
-  std::int64_t comm_timeout_ms = 0;    ///< 0: the communicators' own timeout
+  /// The communicators' timeout (ms; torch.distributed's init_process_group timeout), set
+  /// through the backend's FaultExtension (core/runtime/extensions.h), which a backend must have
+  /// for a value other than 0; under mpirun also the start-up agreement's. 0: the communicators'
+  /// own (CommOptions::timeout_ms).
+  std::int64_t comm_timeout_ms = 0;
+
+  // ---- what the backend adds (core/train/trainer_extension.h)
+  /// Extensions fit() calls at fixed points of the run: the simulator's cluster, stragglers,
+  /// trace and faults are sim::SimRun (backend_sim/sim_run.h). Shared: a caller keeps its
+  /// pointer to read the extension's report after fit().
+  std::vector<std::shared_ptr<TrainerExtension>> extensions;
+  /// More settings every rank of an mpirun job must agree on ({name, value}, e.g. a command
+  /// line's options by their effective values), compared in fit()'s first step before the
+  /// Trainer's own, so a difference is named as the caller knows it.
+  std::vector<std::pair<std::string, std::string>> rank_settings;
 
   /// How errors name a field: {"batch_size", "--batch-size"} for a command line; a field not
   /// listed is named "TrainerConfig::<field>".

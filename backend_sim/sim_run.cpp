@@ -1,0 +1,141 @@
+// SimRun (sim_run.h): the simulator's options of a Trainer's run, set on its backend's extensions.
+#include "backend_sim/sim_run.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "backend_sim/profiles.h"
+#include "core/dist/distributed.h"
+#include "core/io/file.h"
+#include "core/runtime/error.h"
+#include "core/runtime/extensions.h"
+#include "core/train/metrics.h"
+
+namespace ditto::sim {
+namespace {
+
+/// How errors name option `field`: TrainerConfig::field_names, else SimRunOptions::<field>.
+std::string name_of(const train::TrainerConfig& c, const std::string& field) {
+  auto it = c.field_names.find(field);
+  return it != c.field_names.end() ? it->second : "SimRunOptions::" + field;
+}
+
+/// The trace file's directory must exist and be writable at startup, so that a long run is not
+/// lost when it ends.
+void check_trace_path(const train::TrainerConfig& c, const std::string& trace) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const std::string t = name_of(c, "trace");
+  // /dev/stdout, a device or a FIFO is written in place: checked by writing 0 bytes to it now
+  // (--trace /dev/full fails here, not after the run).
+  try {
+    if (io::check_in_place_output(trace, t.c_str())) return;
+  } catch (const Error& e) {
+    throw InvalidArgument(e.what());
+  }
+  DITTO_CHECK(!fs::is_directory(trace, ec), t, ": expected a file name, got '", trace,
+              "', a directory");
+  fs::path dir = fs::path(trace).parent_path();
+  if (dir.empty()) dir = ".";
+  DITTO_CHECK(fs::is_directory(dir, ec), t, ": expected a file in an existing directory, got '",
+              trace, "' (no directory '", dir.string(), "')");
+  DITTO_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, t, ": expected a file in a writable "
+              "directory, got '", trace, "': '", dir.string(), "': ", std::strerror(errno));
+}
+
+}  // namespace
+
+void SimRun::validate(const train::TrainerConfig& c) const {
+  DITTO_CHECK(o_.nodes >= 1 && o_.nodes <= 4096, name_of(c, "nodes"), ": expected 1..4096, got ",
+              o_.nodes);
+  DITTO_CHECK(static_cast<long long>(c.devices) * o_.nodes <= 65536, c.name_of("devices"), " x ",
+              name_of(c, "nodes"), ": expected at most 65536 devices in all, got ", c.devices,
+              " x ", o_.nodes);
+  // Only the simulator prices work without running it (Note [Dry run], sim_backend.h); "auto"
+  // is resolved (and a backend that cannot run dry refused) by fit().
+  const bool processes = dist::is_initialized();
+  DITTO_CHECK(!c.dry_run || ((c.backend == "sim" || c.backend == "auto") && !processes),
+              c.name_of("dry_run"), ": expected ", c.name_of("backend"), " sim in one process "
+              "(only the simulator prices work without running it), got ", c.name_of("backend"),
+              " ", c.backend, processes ? " under mpirun" : "");
+}
+
+std::vector<std::pair<std::string, std::string>> SimRun::settings(
+    const train::TrainerConfig& c) const {
+  std::string stragglers, faults;
+  for (const auto& [d, f] : o_.stragglers) {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%s%d:%.17g", stragglers.empty() ? "" : " ", d, f);
+    stragglers += buf;
+  }
+  for (const std::string& f : o_.faults) faults += (faults.empty() ? "" : " ") + f;
+  return {{name_of(c, "profile"), o_.profile},   {name_of(c, "interconnect"), o_.interconnect},
+          {name_of(c, "nodes"), std::to_string(o_.nodes)}, {name_of(c, "stragglers"), stragglers},
+          {name_of(c, "trace"), o_.trace},       {name_of(c, "faults"), faults}};
+}
+
+void SimRun::plan(const train::TrainerConfig& c, const train::RunPlan& plan,
+                  BackendOptions& options) const {
+  DITTO_CHECK(!plan.processes || (o_.profile.empty() && o_.trace.empty() &&
+                                  o_.stragglers.empty() && o_.nodes == 1),
+              name_of(c, "profile"), ", ", name_of(c, "trace"), ", ", name_of(c, "stragglers"),
+              " and ", name_of(c, "nodes"), ": expected a single-process run, got mpirun with ",
+              plan.world_size, " processes (the cost model sees one process's devices)");
+  DITTO_CHECK(!plan.processes || o_.faults.empty(), name_of(c, "faults"),
+              ": expected a single-process run, got mpirun with ", plan.world_size,
+              " processes (each process holds one device, so fault devices and ranks would not "
+              "match the job's)");
+  // The profile's memory per device (a simulated H100 has 80 GB), unless set.
+  if (plan.backend == "sim" && !o_.profile.empty() && !c.memory_capacity)
+    options.memory_capacity = static_cast<std::size_t>(device_profile(o_.profile).memory_bytes);
+}
+
+void SimRun::configure(const train::TrainerConfig& c, const train::RunContext& run) {
+  Backend& be = run.backend;
+  report_ = {};
+  auto* cm = be.extension<CostModelExtension>();
+  const bool wanted = !o_.profile.empty() || !o_.trace.empty() || !o_.stragglers.empty() ||
+                      o_.nodes != 1;
+  if (!cm) {
+    DITTO_CHECK(!wanted, name_of(c, "profile"), ", ", name_of(c, "trace"), ", ",
+                name_of(c, "stragglers"), " and ", name_of(c, "nodes"),
+                ": expected the sim backend, got ", be.name());
+  } else {
+    const int devices = static_cast<int>(run.devices.size());
+    cm->configure({o_.profile, o_.interconnect, o_.nodes, devices / o_.nodes});
+    for (const auto& [device, factor] : o_.stragglers) cm->set_slowdown(device, factor);
+    if (!o_.trace.empty()) cm->set_tracing(true);
+  }
+  if (!o_.faults.empty()) {
+    auto* fx = be.extension<FaultExtension>();
+    DITTO_CHECK(fx, name_of(c, "faults"), ": expected the sim backend, got ", be.name());
+    fx->set_faults(o_.faults, name_of(c, "faults"));
+  }
+  if (!o_.trace.empty()) check_trace_path(c, o_.trace);  // before training: it must not cost it
+}
+
+void SimRun::finish(const train::TrainerConfig& c, const train::RunContext& run,
+                    train::FitResult& result) {
+  Backend& be = run.backend;
+  if (auto* fx = be.extension<FaultExtension>()) report_.unfired_faults = fx->unfired_faults();
+  auto* cm = be.extension<CostModelExtension>();
+  if (run.processes || !cm || o_.trace.empty()) return;
+  try {  // after training: a failure here must not lose the run's result (FitResult)
+    cm->write_trace(o_.trace);
+    report_.trace = o_.trace;
+  } catch (const Error& e) {
+    result.output_errors.push_back(detail::cat(name_of(c, "trace"), ": ", e.what()));
+  }
+}
+
+std::shared_ptr<SimRun> add_sim_run(train::TrainerConfig& config, SimRunOptions options) {
+  auto run = std::make_shared<SimRun>(std::move(options));
+  config.extensions.push_back(run);
+  return run;
+}
+
+}  // namespace ditto::sim

@@ -1,0 +1,78 @@
+// SimRun: what the simulator adds to a Trainer's run (train::TrainerExtension,
+// core/train/trainer_extension.h): the cost model's cluster (a device profile, the interconnect,
+// nodes), stragglers, a Chrome trace and injected faults, set from SimRunOptions; its report
+// (the trace written, the faults that never fired) after fit(). The Trainer knows none of them:
+//
+//   ditto::train::TrainerConfig cfg;
+//   auto sim = ditto::sim::add_sim_run(cfg, {.profile = "h100-sxm", .trace = "t.json"});
+//   ditto::train::FitResult r = ditto::train::Trainer(cfg, data).fit();
+//   // r.prediction: the step time on H100s; sim->report().trace: "t.json"
+//
+// Errors name the options by TrainerConfig::field_names ("profile" -> "--profile"), else as
+// "SimRunOptions::<field>".
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/train/trainer_extension.h"
+
+namespace ditto::sim {
+
+struct SimRunOptions {
+  /// Cost model device profile (backend_sim/profiles.h: h100-sxm, a100-sxm-80gb, ... or a .json
+  /// file): the Trainer reports a prediction (FitResult::prediction) and the predicted time of
+  /// each reported step; the devices get its memory unless TrainerConfig::memory_capacity is
+  /// set. "": none.
+  std::string profile;
+  std::string interconnect = "auto";  ///< auto (the profile's), nvlink, pcie5, ...
+  /// Nodes of TrainerConfig::devices devices each, all simulated in this process (InfiniBand
+  /// between them): the run has nodes x devices devices. 1..4096, at most 65536 devices in all.
+  int nodes = 1;
+  std::vector<std::pair<int, double>> stragglers;  ///< (device, slowdown factor)
+  std::string trace;                   ///< Chrome trace file written at the end; "": none
+  std::vector<std::string> faults;     ///< fault specs (backend_sim/sim_faults.h)
+};
+
+/// What the run left (read after fit(), on rank 0).
+struct SimRunReport {
+  std::string trace;                        ///< the trace file written, or ""
+  std::vector<std::string> unfired_faults;  ///< fault specs that never took effect
+};
+
+class SimRun final : public train::TrainerExtension {
+ public:
+  explicit SimRun(SimRunOptions options) : o_(std::move(options)) {}
+  const SimRunOptions& options() const { return o_; }
+  const SimRunReport& report() const { return report_; }
+
+  /// nodes, devices x nodes; a dry run needs the sim backend in one process.
+  void validate(const train::TrainerConfig& c) const override;
+  std::vector<std::pair<std::string, std::string>> settings(
+      const train::TrainerConfig& c) const override;
+  int devices(const train::TrainerConfig& c, int devices) const override {
+    (void)c;
+    return devices * o_.nodes;
+  }
+  /// Under mpirun none of its options (each process holds one device); a profile's memory.
+  void plan(const train::TrainerConfig& c, const train::RunPlan& plan,
+            BackendOptions& options) const override;
+  /// The cost model's cluster, stragglers and tracing, the faults (the backend's
+  /// CostModelExtension and FaultExtension: without them none may be set), the trace's path.
+  void configure(const train::TrainerConfig& c, const train::RunContext& run) override;
+  bool predicts() const override { return !o_.profile.empty(); }
+  /// The unfired faults; writes the trace (a failure goes to result.output_errors).
+  void finish(const train::TrainerConfig& c, const train::RunContext& run,
+              train::FitResult& result) override;
+
+ private:
+  SimRunOptions o_;
+  SimRunReport report_;
+};
+
+/// Adds a SimRun with `options` to `config.extensions` and returns it (for its report).
+std::shared_ptr<SimRun> add_sim_run(train::TrainerConfig& config, SimRunOptions options);
+
+}  // namespace ditto::sim
