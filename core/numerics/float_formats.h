@@ -26,13 +26,7 @@
 #include <limits>
 #include <type_traits>
 
-#ifndef DITTO_HD
-#if defined(__CUDACC__)
-#define DITTO_HD __host__ __device__
-#else
-#define DITTO_HD
-#endif
-#endif
+#include "core/numerics/hd.h"
 
 namespace ditto {
 
