@@ -152,12 +152,15 @@ std::vector<std::size_t> nonempty(std::size_t n, const Size& size) {
   return order;
 }
 
-// The batches of at most kMultiCap tensors of a multi-tensor call: calls f(first, count) for each
-// run [first, first + count) of the indices in `order`.
-template <class F>
-void for_each_batch(const std::vector<std::size_t>& order, const F& f) {
-  for (std::size_t b = 0; b < order.size(); b += kMultiCap)
-    f(b, static_cast<int>(std::min<std::size_t>(kMultiCap, order.size() - b)));
+// The tables of a multi-tensor call: for each run [first, first + count) of at most kMultiCap of
+// the indices in `order`, f(a, first) with a fresh Table `a` of a.count == count.
+template <class Table, class F>
+void for_each_table(const std::vector<std::size_t>& order, const F& f) {
+  for (std::size_t b = 0; b < order.size(); b += kMultiCap) {
+    Table a{};
+    a.count = static_cast<int>(std::min<std::size_t>(kMultiCap, order.size() - b));
+    f(a, b);
+  }
 }
 
 // A table's prefix of leaves: first[j] = the leaves (of leaf_len elements, the last one shorter)
@@ -183,9 +186,8 @@ void CudaGptKernels::adam_step_multi(Stream& s, const std::vector<AdamTensor>& t
   const auto order = nonempty(tensors.size(), [&](std::size_t i) { return tensors[i].n; });
   if (order.empty()) return;
   Launch l(backend_, s, "adam_step_multi");
-  for_each_batch(order, [&](std::size_t b, int count) {
-    AdamTable a{};
-    a.count = count;
+  for_each_table<AdamTable>(order, [&](AdamTable& a, std::size_t b) {
+    const int count = a.count;
     for (int j = 0; j < count; ++j) {
       const AdamTensor& t = tensors[order[b + static_cast<std::size_t>(j)]];
       const cm::AdamScalars k = cm::adam_scalars(lr, beta1, beta2, eps, weight_decay,
@@ -208,9 +210,8 @@ void CudaGptKernels::scale_multi(Stream& s, const std::vector<float*>& xs,
   const auto order = nonempty(xs.size(), [&](std::size_t i) { return ns[i]; });
   if (order.empty()) return;
   Launch l(backend_, s, "scale_multi");
-  for_each_batch(order, [&](std::size_t b, int count) {
-    ScaleTable a{};
-    a.count = count;
+  for_each_table<ScaleTable>(order, [&](ScaleTable& a, std::size_t b) {
+    const int count = a.count;
     for (int j = 0; j < count; ++j) {
       const std::size_t i = order[b + static_cast<std::size_t>(j)];
       a.x[j] = xs[i];
@@ -233,9 +234,8 @@ void CudaGptKernels::sum_squares_multi(Stream& s, const std::vector<const float*
   const bool bitwise = mode == Determinism::bitwise;
   const i64 leaf_len = bitwise ? gpt::kSquaresBlock : kMultiChunk;
   // Tensors with n == 0 stay in the table with no leaves: their sum is +0, as sum_squares'.
-  for_each_batch(all, [&](std::size_t b, int count) {
-    SquaresTable a{};
-    a.count = count;
+  for_each_table<SquaresTable>(all, [&](SquaresTable& a, std::size_t b) {
+    const int count = a.count;
     for (int j = 0; j < count; ++j) {
       const std::size_t i = b + static_cast<std::size_t>(j);
       a.x[j] = xs[i];

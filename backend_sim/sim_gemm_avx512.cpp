@@ -115,14 +115,8 @@ struct Avx512 {
   static Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
   static Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
   static Vec fmadd(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-  static void pack_transposed(const float* src, std::int64_t ld, std::int64_t rows,
-                              std::int64_t kc, float* dst, std::int64_t w) {
-    gemm_detail::pack_transposed(src, ld, rows, kc, dst, w);
-  }
-  static void pack_direct(const float* src, std::int64_t ld, std::int64_t cols, std::int64_t kc,
-                          float* dst, std::int64_t w) {
-    gemm_detail::pack_direct(src, ld, cols, kc, dst, w);
-  }
+  static constexpr auto pack_transposed = &gemm_detail::pack_transposed;
+  static constexpr auto pack_direct = &gemm_detail::pack_direct;
 
   // The micro-kernel: acc[r][v] = fma(ap[k][r], bp[k][16 v ..], acc[r][v]) for k = 0..kc-1 in
   // order, the k chain of a 12 x (16 * NV) tile (ap: [kc][kMr], bp: [kc][16 * NV], 64-byte

@@ -43,10 +43,12 @@
 //   kNr = kW * kNv (columns per micro-tile), kMc (rows of op(A) packed at a time, a multiple of
 //   kMr), kKc (the k block);
 //   Lanes, lanes(n) (the first n lanes of a vector, n <= 0 for none), load(p, lanes),
-//   store(p, v, lanes) (never touching the other lanes), zero(), set1(x), add, mul, fmadd(a, b, c)
-//   (a * b + c), load_tile(p) / store_tile(p, v) (a whole vector of a 64-byte-aligned scratch tile);
-//   pack_transposed(src, ld, rows, kc, dst, w): dst[k * w + j] = src[j * ld + k] (k < kc, j < rows,
-//   lanes [rows, w) zero); pack_direct(src, ld, cols, kc, dst, w): dst[k * w + j] = src[k * ld + j];
+//   store(p, v, lanes) (never touching the other lanes), zero(), set1(x), add, mul,
+//   fmadd(a, b, c) (a * b + c), load_tile(p) / store_tile(p, v) (a whole vector of a
+//   64-byte-aligned scratch tile);
+//   pack_transposed(src, ld, rows, kc, dst, w): dst[k * w + j] = src[j * ld + k] (k < kc,
+//   j < rows, lanes [rows, w) zero);
+//   pack_direct(src, ld, cols, kc, dst, w): dst[k * w + j] = src[k * ld + j];
 //   chain<NV>(ap, bp, kc, acc): acc[r][v] = fma(ap[k][r], bp[k][kW v ..], acc[r][v]) for k =
 //   0..kc-1 in order (ap: [kc][kMr], bp: [kc][kW * NV]), the micro-kernel.
 #pragma once
@@ -123,9 +125,10 @@ void pack_a(bool trans_a, const float* A, std::int64_t lda, std::int64_t i0, std
 // as the epilogue to out (row stride ld_out; read as C when Out::beta). Not inlined: inlined into
 // blocked_gemm's loops the AVX-512 kernel lost about 10% at 384 x 384 x 384.
 template <class Isa, int NV>
-[[gnu::noinline]] void micro_tile(const float* __restrict ap, const float* __restrict bp, std::int64_t kc,
-                       int mr, std::int64_t nr, bool first, float* acc_io, std::int64_t ld_acc,
-                       Out mode, float alpha, float beta, float* out, std::int64_t ld_out) {
+[[gnu::noinline]] void micro_tile(const float* __restrict ap, const float* __restrict bp,
+                                  std::int64_t kc, int mr, std::int64_t nr, bool first,
+                                  float* acc_io, std::int64_t ld_acc, Out mode, float alpha,
+                                  float beta, float* out, std::int64_t ld_out) {
   constexpr int kMr = Isa::kMr, kW = Isa::kW;
   typename Isa::Vec acc[kMr][NV];
   typename Isa::Lanes m[NV];
