@@ -1,7 +1,7 @@
 // CudaBackend (cuda_backend.h): logical devices over the visible GPUs, stream-ordered memory with
 // capacity and peak accounting, host<->device and peer copies, streams, events and cuBLAS handles.
-// Kernels live in cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu, cuda_attention.cu and cuda_fused.cu
-// (the transformer's and the optimizer's multi-tensor ones), communicators in
+// Kernels live in cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu, cuda_attention.cu, cuda_fused.cu (the
+// transformer's) and cuda_multi_tensor.cu (the optimizer's multi-tensor ones), communicators in
 // cuda_communicator.cpp (and cuda_communicator_mpi.cpp, with cuda_nccl.cpp and cuda_bitwise.cpp
 // beside them).
 #include "backend_cuda/cuda_backend.h"

@@ -1,9 +1,10 @@
 // The CUDA backend's row and element kernels of the GPT step besides GEMMs and attention
 // (CudaGptKernels, cuda_kernels_common.cuh): the embedding forward and backward, LayerNorm
-// forward and backward, GELU, and the optimizer's multi-tensor kernels (AdamW, the gradient
-// norm's sums of squares, the clip's scaling). Every chain keeps the operation order of
-// core/numerics/gpt_math.h and canonical_math.h, so the results equal backend_sim's bit for bit;
-// ctest CudaEmu.Kernels runs them on the CPU against the simulator
+// forward and backward, GELU and the softmax cross-entropy; the optimizer's multi-tensor kernels
+// (AdamW, the gradient norm's sums of squares, the clip's scaling) are in cuda_multi_tensor.cu,
+// whose cutting of the work this Note describes too (`*_multi`). Every chain keeps the operation
+// order of core/numerics/gpt_math.h and canonical_math.h, so the results equal backend_sim's bit
+// for bit; ctest CudaEmu.Kernels runs them on the CPU against the simulator
 // (tools/cuda_emu/test_emu_gpt.cpp, test_emu_fused.cpp).
 //
 // Note [CUDA fused kernels]
@@ -27,8 +28,8 @@
 //                       kernels] are sequential chains: they are not split); the elementwise
 //                       parts run on all lanes. Both modes (LayerNorm has one fixed order).
 //   gelu_*              float4 per thread where aligned.
-//   *_multi             the tensors of one call in a __grid_constant__ table of up to
-//                       kMultiCap entries (more: one launch per kMultiCap), elements cut into
+//   *_multi             (cuda_multi_tensor.cu) the tensors of one call in a __grid_constant__
+//                       table of up to kMultiCap entries (more: one launch per kMultiCap), elements cut into
 //                       chunks of kMultiChunk, a block per chunk (binary search of the chunk's
 //                       tensor in the table's prefix). sum_squares_multi: bitwise, a thread per
 //                       kSquaresBlock leaf of every tensor, then a thread per tensor folds its
@@ -445,148 +446,6 @@ __global__ void __launch_bounds__(kCeWarps * 32) cross_entropy_backward_rows_ker
   }
 }
 
-// ---- multi-tensor kernels ----------------------------------------------------------------------
-
-constexpr int kMultiCap = 256;          // tensors per launch (the table is a kernel parameter)
-constexpr i64 kMultiChunk = 8192;       // elements per block-chunk
-constexpr int kMultiThreads = 256;
-
-// The tensor of chunk `ch`: the largest i < count with first[i] <= ch (first ascending, first[0]
-// == 0, empty tensors removed by the host).
-__device__ __forceinline__ int tensor_of(const i64* first, int count, i64 ch) {
-  int lo = 0, hi = count;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (first[mid] <= ch)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
-struct AdamEntry {
-  float* p;
-  const float* g;
-  float* m;
-  float* v;
-  float* vmax;
-  i64 n;
-  float decay_scale;
-  float bias_correction2_sqrt;
-  float neg_step_size;
-  int decay;
-};
-
-struct AdamTable {
-  AdamEntry t[kMultiCap];
-  i64 first_chunk[kMultiCap + 1];
-  int count;
-  cm::AdamScalars shared;  // the hyper-parameters every tensor shares
-};
-
-__global__ void __launch_bounds__(kMultiThreads) adam_multi_kernel(
-    const __grid_constant__ AdamTable a) {
-  const i64 chunks = a.first_chunk[a.count];
-  for (i64 ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
-    const int ti = tensor_of(a.first_chunk, a.count, ch);
-    const AdamEntry& t = a.t[ti];
-    cm::AdamScalars k = a.shared;
-    k.bias_correction2_sqrt = t.bias_correction2_sqrt;
-    k.neg_step_size = t.neg_step_size;
-    const i64 lo = (ch - a.first_chunk[ti]) * kMultiChunk;
-    const i64 hi = t.n - lo < kMultiChunk ? t.n : lo + kMultiChunk;
-    for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-      float p = t.p[i];
-      if (t.decay) p = cm::mul(t.decay_scale, p);  // AdamW's param.mul_(1 - lr * wd)
-      float m = t.m[i], v = t.v[i];
-      cm::adam_update(p, t.g[i], m, v, k.amsgrad ? t.vmax + i : nullptr, k);
-      t.p[i] = p;
-      t.m[i] = m;
-      t.v[i] = v;
-    }
-  }
-}
-
-struct ScaleTable {
-  float* x[kMultiCap];
-  i64 n[kMultiCap];
-  i64 first_chunk[kMultiCap + 1];
-  int count;
-};
-
-__global__ void __launch_bounds__(kMultiThreads) scale_multi_kernel(
-    const __grid_constant__ ScaleTable a, float alpha) {
-  const i64 chunks = a.first_chunk[a.count];
-  for (i64 ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
-    const int ti = tensor_of(a.first_chunk, a.count, ch);
-    float* x = a.x[ti];
-    const i64 lo = (ch - a.first_chunk[ti]) * kMultiChunk;
-    const i64 hi = a.n[ti] - lo < kMultiChunk ? a.n[ti] : lo + kMultiChunk;
-    for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) x[i] = cm::mul(alpha, x[i]);
-  }
-}
-
-// Sums of squares: `first` counts leaves (bitwise: kSquaresBlock elements; fast: kMultiChunk).
-struct SquaresTable {
-  const float* x[kMultiCap];
-  i64 n[kMultiCap];
-  i64 first[kMultiCap + 1];
-  int count;
-};
-
-// partial[j] = the bitwise chain of leaf j (gpt::squares_chain of its tensor's block).
-__global__ void squares_multi_leaves_kernel(const __grid_constant__ SquaresTable a,
-                                            float* partial) {
-  const i64 leaves = a.first[a.count];
-  for (i64 j = global_thread(); j < leaves; j += grid_threads()) {
-    const int ti = tensor_of(a.first, a.count, j);
-    const i64 lo = (j - a.first[ti]) * gpt::kSquaresBlock;
-    const i64 len = a.n[ti] - lo < gpt::kSquaresBlock ? a.n[ti] - lo : gpt::kSquaresBlock;
-    partial[j] = gpt::squares_chain(a.x[ti] + lo, len);
-  }
-}
-
-// Fast: partial[j] = sum (any order) of fma(x, x) over chunk j, a block per chunk.
-__global__ void __launch_bounds__(kMultiThreads) squares_multi_fast_kernel(
-    const __grid_constant__ SquaresTable a, float* partial) {
-  const i64 chunks = a.first[a.count];
-  for (i64 ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
-    const int ti = tensor_of(a.first, a.count, ch);
-    const float* x = a.x[ti];
-    const i64 lo = (ch - a.first[ti]) * kMultiChunk;
-    const i64 hi = a.n[ti] - lo < kMultiChunk ? a.n[ti] : lo + kMultiChunk;
-    float acc = 0.0f;
-    for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) acc = cm::fma(x[i], x[i], acc);
-    acc = block_sum_any_order(acc);
-    if (threadIdx.x == 0) partial[ch] = acc;
-    __syncthreads();  // block_sum_any_order's shared memory is reused by the next chunk
-  }
-}
-
-// out[i] = tensor i's result from its leaves [first[i], first[i + 1]): bitwise, the canonical
-// tree over them; fast, their sum in order; no leaves (n == 0): +0. A thread per tensor.
-__global__ void squares_multi_sum_kernel(const __grid_constant__ SquaresTable a,
-                                         const float* partial, bool bitwise, float* out) {
-  for (i64 i = global_thread(); i < a.count; i += grid_threads()) {
-    const i64 lo = a.first[i], n = a.first[i + 1] - lo;
-    float acc = 0.0f;
-    if (bitwise && n > 0)
-      acc = tree_over<40>(partial + lo, n);
-    else
-      for (i64 j = 0; j < n; ++j) acc = cm::add(acc, partial[lo + j]);
-    out[i] = acc;
-  }
-}
-
-// The batches of at most kMultiCap nonempty tensors of a multi-tensor call: calls
-// f(first, count) for each run [first, first + count) of the indices in `order`.
-template <class F>
-void for_each_batch(const std::vector<std::size_t>& order, const F& f) {
-  for (std::size_t b = 0; b < order.size(); b += kMultiCap)
-    f(b, static_cast<int>(std::min<std::size_t>(kMultiCap, order.size() - b)));
-}
-
 }  // namespace
 
 // ---- softmax cross-entropy (CudaKernels::cross_entropy and its backward, cuda_kernels.cu) -----
@@ -709,99 +568,6 @@ void CudaGptKernels::gelu_backward(Stream& s, const float* x, const float* gy, f
   else
     gelu_backward_kernel<false><<<blocks_for(n), kThreads, 0, l.get()>>>(x, gy, gx, n);
   l.check();
-}
-
-// ---- CudaGptKernels: multi-tensor --------------------------------------------------------------
-
-void CudaGptKernels::adam_step_multi(Stream& s, const std::vector<AdamTensor>& tensors, double lr,
-                                     double beta1, double beta2, double eps, double weight_decay,
-                                     bool amsgrad) {
-  std::vector<std::size_t> order;
-  for (std::size_t i = 0; i < tensors.size(); ++i)
-    if (tensors[i].n > 0) order.push_back(i);
-  if (order.empty()) return;
-  Launch l(backend_, s, "adam_step_multi");
-  for_each_batch(order, [&](std::size_t b, int count) {
-    AdamTable a{};
-    a.count = count;
-    i64 chunks = 0;
-    for (int j = 0; j < count; ++j) {
-      const AdamTensor& t = tensors[order[b + static_cast<std::size_t>(j)]];
-      const cm::AdamScalars k = cm::adam_scalars(lr, beta1, beta2, eps, weight_decay,
-                                                 t.bias_correction1, t.bias_correction2, amsgrad);
-      if (j == 0) a.shared = k;
-      a.t[j] = AdamEntry{t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.max_exp_avg_sq, t.n,
-                         t.decay_scale, k.bias_correction2_sqrt, k.neg_step_size,
-                         t.decay ? 1 : 0};
-      a.first_chunk[j] = chunks;
-      chunks += (t.n + kMultiChunk - 1) / kMultiChunk;
-    }
-    a.first_chunk[count] = chunks;
-    adam_multi_kernel<<<static_cast<int>(std::min<i64>(chunks, kMaxBlocks)), kMultiThreads, 0,
-                        l.get()>>>(a);
-    l.check();
-  });
-}
-
-void CudaGptKernels::scale_multi(Stream& s, const std::vector<float*>& xs,
-                                 const std::vector<i64>& ns, float alpha) {
-  std::vector<std::size_t> order;
-  for (std::size_t i = 0; i < xs.size(); ++i)
-    if (ns[i] > 0) order.push_back(i);
-  if (order.empty()) return;
-  Launch l(backend_, s, "scale_multi");
-  for_each_batch(order, [&](std::size_t b, int count) {
-    ScaleTable a{};
-    a.count = count;
-    i64 chunks = 0;
-    for (int j = 0; j < count; ++j) {
-      const std::size_t i = order[b + static_cast<std::size_t>(j)];
-      a.x[j] = xs[i];
-      a.n[j] = ns[i];
-      a.first_chunk[j] = chunks;
-      chunks += (ns[i] + kMultiChunk - 1) / kMultiChunk;
-    }
-    a.first_chunk[count] = chunks;
-    scale_multi_kernel<<<static_cast<int>(std::min<i64>(chunks, kMaxBlocks)), kMultiThreads, 0,
-                         l.get()>>>(a, alpha);
-    l.check();
-  });
-}
-
-void CudaGptKernels::sum_squares_multi(Stream& s, const std::vector<const float*>& xs,
-                                       const std::vector<i64>& ns, float* out, Determinism mode) {
-  if (xs.empty()) return;
-  Launch l(backend_, s, "sum_squares_multi");
-  std::vector<std::size_t> all(xs.size());
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-  const bool bitwise = mode == Determinism::bitwise;
-  const i64 leaf_len = bitwise ? gpt::kSquaresBlock : kMultiChunk;
-  // Tensors with n == 0 stay in the table with no leaves: their sum is +0, as sum_squares'.
-  for_each_batch(all, [&](std::size_t b, int count) {
-    SquaresTable a{};
-    a.count = count;
-    i64 leaves = 0;
-    for (int j = 0; j < count; ++j) {
-      const std::size_t i = b + static_cast<std::size_t>(j);
-      a.x[j] = xs[i];
-      a.n[j] = std::max<i64>(ns[i], 0);
-      a.first[j] = leaves;
-      leaves += (a.n[j] + leaf_len - 1) / leaf_len;
-    }
-    a.first[count] = leaves;
-    DeviceTemp partial(l, leaves);
-    if (leaves > 0) {
-      if (bitwise)
-        squares_multi_leaves_kernel<<<blocks_for(leaves, 128), 128, 0, l.get()>>>(a,
-                                                                                  partial.get());
-      else
-        squares_multi_fast_kernel<<<static_cast<int>(std::min<i64>(leaves, kMaxBlocks)),
-                                    kMultiThreads, 0, l.get()>>>(a, partial.get());
-      l.check();
-    }
-    squares_multi_sum_kernel<<<1, kMultiCap, 0, l.get()>>>(a, partial.get(), bitwise, out + b);
-    l.check();
-  });
 }
 
 }  // namespace ditto::cuda::kern

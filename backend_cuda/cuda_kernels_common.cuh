@@ -282,7 +282,7 @@ class CudaGptKernels : public CudaDtypeKernels {
   void sum_squares(Stream& s, const float* x, i64 n, float* out, Determinism mode) override;
   void sum_squares_blocks(Stream& s, const float* x, i64 n, float* out) override;
 
-  // The multi-tensor kernels (cuda_fused.cu, Note [CUDA fused kernels]).
+  // The multi-tensor kernels (cuda_multi_tensor.cu, Note [CUDA fused kernels]).
   bool has_multi_tensor_kernels() const override { return true; }
   void adam_step_multi(Stream& s, const std::vector<AdamTensor>& tensors, double lr, double beta1,
                        double beta2, double eps, double weight_decay, bool amsgrad) override;

@@ -166,74 +166,68 @@ const char* const kAttentionGap =
     "the dry run prices ditto's CUDA code (Note [Compute units], backend_sim/cost_model.h): its "
     "attention runs on the SIMT cores in f32 (its own kernels, FP32 peak x simt_efficiency "
     "0.471), llm.c's on the tensor cores (cuDNN flash attention); ";
+
+// A published llm.c run (tokens/s), a known gap: kAttentionGap followed by this row's `gap`.
+TrainingCase llmc_case(std::string what, std::vector<std::string> args,
+                       std::int64_t tokens_per_step, double published_step_s,
+                       std::string published_text, std::string source, const std::string& gap) {
+  TrainingCase c;
+  c.what = std::move(what);
+  c.args = std::move(args);
+  c.metric = "tokens/s";
+  c.tokens_per_step = tokens_per_step;
+  c.published_step_s = published_step_s;
+  c.published_text = std::move(published_text);
+  c.source = std::move(source);
+  c.known_gap = true;
+  c.gap = std::string(kAttentionGap) + gap;
+  return c;
+}
 }  // namespace
 
 std::vector<TrainingCase> training_cases() {
   std::vector<TrainingCase> rows;
-  {
-    TrainingCase c;
-    c.what = "GPT-2 124M, 8x A100 80GB SXM, llm.c -b 64 -t 1024 -d 524288 -z 1, bf16";
-    c.args = llmc_run("gpt2", "a100-sxm-80gb", 512, 1);
-    c.metric = "tokens/s";
-    c.tokens_per_step = 524288;
-    c.published_step_s = 0.300;
-    c.published_text = "~300 ms/iter";
-    c.source = std::string("llm.c, scripts/run_gpt2_124M.sh: \"on 8X A100 80GB SXM ($14/hr) steps "
-               "in ~300ms/iter\" with -b 64 -t 1024 -d 524288 -r 0 -z 1 (") + kLlmcScripts +
-               "run_gpt2_124M.sh); llm.c discussion 481: \"With llm.c, which is quite efficient "
-               "at up to ~60% model flops utilization, reproducing this model on one 8X A100 80GB "
-               "SXM node takes ~90 minutes\" for 10B tokens, i.e. ~1.85M tokens/s "
-               "(github.com/karpathy/llm.c/discussions/481)";
-    // Issue 29 item 5: priced as ditto's CUDA code runs, attention on the SIMT cores.
-    c.known_gap = true;
-    c.gap = std::string(kAttentionGap) +
-            "attention is 66% of the predicted step here (A100: 19.5 TFLOP/s FP32 vs 312 BF16), so the prediction is 0.41x llm.c's speed; with attention on tensor cores "
-            "(before issue 29 the model priced it so) it was 1.07x, within the tolerance";
-    rows.push_back(std::move(c));
-  }
-  {
-    TrainingCase c;
-    c.what = "GPT-2 124M, 8x H100 80GB HBM3, llm.c (as above), bf16";
-    c.args = llmc_run("gpt2", "h100-sxm", 512, 1);
-    c.metric = "tokens/s";
-    c.tokens_per_step = 524288;
-    c.published_step_s = 0.140;
-    c.published_text = "140 ms/step (mean)";
-    c.source = "modded-nanogpt, records/track_1_short/2024-10-13_llmc/README.md: llm.c \"run on a "
-               "node with 8x H100 HBM3 according to the instructions [of discussion 481]. The mean "
-               "per-step time was 140ms. The total number of training tokens is 10.26B.\" "
-               "(github.com/KellerJordan/modded-nanogpt/blob/master/records/track_1_short/"
-               "2024-10-13_llmc/README.md)";
-    // Issue 29 item 5: priced as ditto's CUDA code runs, attention on the SIMT cores. Before,
-    // with attention on tensor cores, this row was 1.23x: llm.c's own figures give 59.9% MFU
-    // on A100 but 40.4% on H100, and the model has one GEMM efficiency per profile.
-    c.known_gap = true;
-    c.gap = std::string(kAttentionGap) +
-            "attention is 58% of the predicted step here, so the prediction is 0.57x llm.c's speed (before issue 29, with attention on tensor cores, 1.23x: llm.c's own "
-            "figures give 40.4% MFU on H100 for this model against 59.9% on A100, and the model "
-            "has one GEMM efficiency per profile)";
-    rows.push_back(std::move(c));
-  }
-  {
-    TrainingCase c;
-    c.what = "GPT-2 1558M, 8x H100 80GB SXM, llm.c -b 16 -t 1024 -d 1048576 -z 1, bf16";
-    c.args = llmc_run("gpt2-xl", "h100-sxm", 1024, 8);
-    c.metric = "tokens/s";
-    c.tokens_per_step = 1048576;
-    c.published_step_s = 2.80;
-    c.published_text = "2.80 s/iter";
-    c.tolerance = 0.25;
-    c.source = std::string("llm.c, scripts/run_gpt2_1558M.sh: \"32,000 steps on ~1M tokens/step "
-               "(1,048,576 to be precise) on 8X H100 80GB SXM ($28/hr) steps in 2.80s/iter\" with "
-               "-b 16 -t 1024 -d 1048576 -r 0 -z 1, i.e. 8 micro-steps per step (") +
-               kLlmcScripts + "run_gpt2_1558M.sh); discussion 677 \"we can reproduce this model "
-               "on a single 8XH100 node in 24 hours\" (github.com/karpathy/llm.c/discussions/677)";
-    c.known_gap = true;
-    c.gap = std::string(kAttentionGap) +
-            "attention is 52% of the predicted step here, so the prediction is 0.62x llm.c's speed (1.22x, within the tolerance, with attention on tensor cores before "
-            "issue 29)";
-    rows.push_back(std::move(c));
-  }
+  // Issue 29 item 5: priced as ditto's CUDA code runs, attention on the SIMT cores.
+  rows.push_back(llmc_case(
+      "GPT-2 124M, 8x A100 80GB SXM, llm.c -b 64 -t 1024 -d 524288 -z 1, bf16",
+      llmc_run("gpt2", "a100-sxm-80gb", 512, 1), 524288, 0.300, "~300 ms/iter",
+      std::string("llm.c, scripts/run_gpt2_124M.sh: \"on 8X A100 80GB SXM ($14/hr) steps "
+                  "in ~300ms/iter\" with -b 64 -t 1024 -d 524288 -r 0 -z 1 (") +
+          kLlmcScripts +
+          "run_gpt2_124M.sh); llm.c discussion 481: \"With llm.c, which is quite efficient "
+          "at up to ~60% model flops utilization, reproducing this model on one 8X A100 80GB "
+          "SXM node takes ~90 minutes\" for 10B tokens, i.e. ~1.85M tokens/s "
+          "(github.com/karpathy/llm.c/discussions/481)",
+      "attention is 66% of the predicted step here (A100: 19.5 TFLOP/s FP32 vs 312 BF16), so the "
+      "prediction is 0.41x llm.c's speed; with attention on tensor cores "
+      "(before issue 29 the model priced it so) it was 1.07x, within the tolerance"));
+  // Before issue 29 item 5, with attention on tensor cores, this row was 1.23x: llm.c's own
+  // figures give 59.9% MFU on A100 but 40.4% on H100, and the model has one GEMM efficiency per
+  // profile.
+  rows.push_back(llmc_case(
+      "GPT-2 124M, 8x H100 80GB HBM3, llm.c (as above), bf16",
+      llmc_run("gpt2", "h100-sxm", 512, 1), 524288, 0.140, "140 ms/step (mean)",
+      "modded-nanogpt, records/track_1_short/2024-10-13_llmc/README.md: llm.c \"run on a "
+      "node with 8x H100 HBM3 according to the instructions [of discussion 481]. The mean "
+      "per-step time was 140ms. The total number of training tokens is 10.26B.\" "
+      "(github.com/KellerJordan/modded-nanogpt/blob/master/records/track_1_short/"
+      "2024-10-13_llmc/README.md)",
+      "attention is 58% of the predicted step here, so the prediction is 0.57x llm.c's speed "
+      "(before issue 29, with attention on tensor cores, 1.23x: llm.c's own "
+      "figures give 40.4% MFU on H100 for this model against 59.9% on A100, and the model "
+      "has one GEMM efficiency per profile)"));
+  rows.push_back(llmc_case(
+      "GPT-2 1558M, 8x H100 80GB SXM, llm.c -b 16 -t 1024 -d 1048576 -z 1, bf16",
+      llmc_run("gpt2-xl", "h100-sxm", 1024, 8), 1048576, 2.80, "2.80 s/iter",
+      std::string("llm.c, scripts/run_gpt2_1558M.sh: \"32,000 steps on ~1M tokens/step "
+                  "(1,048,576 to be precise) on 8X H100 80GB SXM ($28/hr) steps in 2.80s/iter\" "
+                  "with -b 16 -t 1024 -d 1048576 -r 0 -z 1, i.e. 8 micro-steps per step (") +
+          kLlmcScripts +
+          "run_gpt2_1558M.sh); discussion 677 \"we can reproduce this model "
+          "on a single 8XH100 node in 24 hours\" (github.com/karpathy/llm.c/discussions/677)",
+      "attention is 52% of the predicted step here, so the prediction is 0.62x llm.c's speed "
+      "(1.22x, within the tolerance, with attention on tensor cores before issue 29)"));
+  rows.back().tolerance = 0.25;
   return rows;
 }
 

@@ -50,6 +50,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_reference as ref  # noqa: E402
+from params_checksum import fnv1a  # noqa: E402
 
 CONFIG = dict(n_layer=2, n_head=4, n_embd=32, block_size=64, vocab_size=512, bias=True,
               dropout=0.0)
@@ -155,15 +156,6 @@ def write_shard(path, tokens):
     with open(path, "wb") as f:
         f.write(header.tobytes())
         f.write(np.asarray(tokens, dtype="<u2").tobytes())
-
-
-def fnv1a(arrays):
-    h = 1469598103934665603
-    for a in arrays:
-        for b in np.ascontiguousarray(a).tobytes():
-            h ^= b
-            h = (h * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    return h
 
 
 def round_bf16(P):

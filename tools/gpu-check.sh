@@ -41,6 +41,8 @@
 # --carry DIR (default gpu-carry/), --speed-steps N / --speed-warmup N (default 10 / 3),
 # --quick (tiny sizes; --rehearsal sets it). Exit status: 0 when every check passed (a rehearsal:
 # when it passed), 1 when one failed, 2 when the machine cannot run the check.
+# Sourced parts (same shell, same variables): tools/gpu-check/pack.sh (--pack), tools/gpu-check/speed.sh
+# (step 3).
 set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -75,119 +77,7 @@ archive_name=ditto-gpu-build.tar.xz
 
 # ================================ --pack: build here, pack ======================================
 if [ "$mode" = pack ]; then
-  build="${build:-$root/build-gpu}"
-  mkdir -p "$build" "$carry" || exit 2
-  build="$(cd "$build" && pwd)" carry="$(cd "$carry" && pwd)"
-  case "$build/" in "$root"/*) ;; *)
-    echo "gpu-check: --pack: --build $build: expected a folder inside $root (it travels with" \
-         "the tree)" >&2; exit 2 ;;
-  esac
-  case "$carry/" in "$root"/*) ;; *)
-    echo "gpu-check: --pack: --carry $carry: expected a folder inside $root" >&2; exit 2 ;;
-  esac
-  build_rel="${build#"$root"/}" carry_rel="${carry#"$root"/}"
-  t0=$(date +%s)
-  launcher=()
-  if command -v ccache >/dev/null 2>&1; then
-    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-  fi
-  gen=()
-  command -v ninja >/dev/null 2>&1 && [ ! -f "$build/Makefile" ] && gen=(-G Ninja)
-  # What the GPU machine has: sm_90, an unknown CPU (no -march=native), no MPI, no OpenBLAS, a C++
-  # runtime of unknown age (libstdc++ and libgcc linked in).
-  flags=(-DCMAKE_BUILD_TYPE=Release -DDITTO_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$arch"
-         -DDITTO_MARCH_NATIVE=OFF -DDITTO_WITH_MPI=OFF -DDITTO_WITH_OPENBLAS=OFF
-         "-DCMAKE_EXE_LINKER_FLAGS=-static-libstdc++ -static-libgcc")
-  echo "gpu-check: --pack: configure $build"
-  cmake -S "$root" -B "$build" "${gen[@]}" "${flags[@]}" "${launcher[@]}" >"$build/gpu-check-configure.log" 2>&1 ||
-    { tail -n 20 "$build/gpu-check-configure.log" >&2; echo "gpu-check: --pack: configure failed" \
-        "($build/gpu-check-configure.log)" >&2; exit 1; }
-  echo "gpu-check: --pack: build ($jobs jobs)"
-  cmake --build "$build" -j "$jobs" >"$build/gpu-check-build.log" 2>&1 ||
-    { tail -n 30 "$build/gpu-check-build.log" >&2; echo "gpu-check: --pack: build failed" \
-        "($build/gpu-check-build.log)" >&2; exit 1; }
-  t_built=$(date +%s)
-  # compute-sanitizer for step 4: the toolkit's, else the wheel's (pip download, cached).
-  san_dir=""
-  nvcc_dir="$(dirname "$(grep '^CMAKE_CUDA_COMPILER:' "$build/CMakeCache.txt" | cut -d= -f2)")"
-  if [ -x "$nvcc_dir/compute-sanitizer" ]; then
-    san_dir="$(cd "$nvcc_dir/.." && pwd)"
-  else
-    cache="$build-cache"
-    if [ -z "$sanitizer_wheel" ]; then
-      sanitizer_wheel="$(ls "$cache"/nvidia_cuda_sanitizer_api-*.whl 2>/dev/null | head -n 1)"
-      if [ -z "$sanitizer_wheel" ] && command -v pip >/dev/null 2>&1; then
-        cuda_major="$(grep -o 'release [0-9]*' <("$nvcc_dir/nvcc" --version) | awk '{print $2}')"
-        mkdir -p "$cache"
-        timeout 120 pip download -q --no-deps -d "$cache" \
-          "nvidia-cuda-sanitizer-api==${cuda_major:-13}.0.*" >"$cache/pip.log" 2>&1 || true
-        sanitizer_wheel="$(ls "$cache"/nvidia_cuda_sanitizer_api-*.whl 2>/dev/null | head -n 1)"
-      fi
-    fi
-    if [ -n "$sanitizer_wheel" ]; then
-      rm -rf "$cache/wheel" && mkdir -p "$cache/wheel" &&
-        python3 -m zipfile -e "$sanitizer_wheel" "$cache/wheel" &&
-        san_dir="$(dirname "$(dirname "$(find "$cache/wheel" -name compute-sanitizer -type f |
-                                          head -n 1)")")"
-    fi
-  fi
-  rm -rf "$build/gpu-check-carried" && mkdir -p "$build/gpu-check-carried/lib"
-  if [ -n "$san_dir" ] && [ -f "$san_dir/bin/compute-sanitizer" ]; then
-    mkdir -p "$build/gpu-check-carried/sanitizer"
-    cp -a "$san_dir/bin" "$build/gpu-check-carried/sanitizer/" 2>/dev/null
-    mkdir -p "$build/gpu-check-carried/sanitizer/lib"
-    cp -a "$san_dir"/lib/libsanitizer* "$san_dir"/lib/libInterceptor* "$san_dir"/lib/libTree* \
-      "$build/gpu-check-carried/sanitizer/lib/" 2>/dev/null
-    chmod +x "$build/gpu-check-carried/sanitizer/bin/compute-sanitizer"
-  else
-    echo "gpu-check: --pack: note: no compute-sanitizer (toolkit or wheel): step 4 will say so" >&2
-  fi
-  # The CUDA runtime this build linked (a fallback after python3's nvidia packages there).
-  cudart="$(ldd "$build/bin/ditto-train" | awk '/libcudart/ {print $3}')"
-  [ -n "$cudart" ] && cp -L "$cudart" "$build/gpu-check-carried/lib/"
-  needed="$(readelf -d "$build/bin/ditto-train" "$build/bin/ditto_tests" 2>/dev/null |
-            grep -o 'NEEDED.*\[.*\]' | grep -o '\[.*\]' | tr -d '[]' | sort -u | tr '\n' ' ')"
-  commit="$(git -C "$root" rev-parse HEAD 2>/dev/null || echo unknown)"
-  dirty=no
-  git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | grep -q . && dirty=yes
-  echo "gpu-check: --pack: pack $build_rel into $carry_rel/$archive_name"
-  rm -f "$carry/$archive_name"
-  tar -C "$root" --exclude='*.o' --exclude='*.a' --exclude='CMakeFiles' --exclude='Testing' \
-      --exclude='.ninja_deps' --exclude='.ninja_log' --exclude='*.log' \
-      --exclude='gpu-check-rehearsal' --exclude='torch_gpu_bench_smoke' -cf - "$build_rel" |
-    xz -9 -T "$jobs" >"$carry/$archive_name" || { echo "gpu-check: --pack: tar failed" >&2; exit 1; }
-  bytes=$(stat -c %s "$carry/$archive_name")
-  unpacked=$(xz -dc "$carry/$archive_name" | wc -c)
-  t1=$(date +%s)
-  {
-    echo "source_dir=$root"
-    echo "build_dir=$build"
-    echo "build_rel=$build_rel"
-    echo "commit=$commit"
-    echo "dirty=$dirty"
-    echo "packed=$(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -n)"
-    echo "flags=${flags[*]}"
-    echo "nvcc=$(grep -o 'release [0-9.]*' <("$nvcc_dir/nvcc" --version))"
-    echo "nccl=$(grep -E '^NCCL_LIBRARY:' "$build/CMakeCache.txt" | cut -d= -f2)"
-    echo "needed=$needed"
-    echo "compute_sanitizer=$([ -d "$build/gpu-check-carried/sanitizer" ] && echo carried || echo none)"
-    echo "archive=$archive_name"
-    echo "archive_bytes=$bytes"
-    echo "unpacked_bytes=$unpacked"
-    echo "sha256=$(sha256sum "$carry/$archive_name" | cut -d' ' -f1)"
-    echo "build_s=$((t_built - t0)) pack_s=$((t1 - t_built))"
-  } >"$carry/manifest.txt"
-  mib=$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1048576 }')
-  echo "gpu-check: --pack: $carry_rel/$archive_name: $mib MiB ($bytes bytes; unpacked" \
-       "$((unpacked / 1048576)) MiB); build $((t_built - t0)) s, pack $((t1 - t_built)) s"
-  if [ "$bytes" -ge $((64 * 1048576)) ]; then
-    echo "gpu-check: --pack: error: the archive is over the 64 MiB a device run carries" >&2
-    exit 1
-  fi
-  cat <<EOF
-gpu-check: --pack: done. On the GPU machine (the device tool; gpu-carry/ is git-ignored, so carry it):
-  run(command='bash tools/gpu-check.sh --run --out "\$OUT/gpu-check"', carry=["$carry_rel"], timeout_s=560)
-EOF
+  . "$root/tools/gpu-check/pack.sh"  # builds, packs and prints the device command
   exit 0
 fi
 if [ "$mode" != run ] && [ "$mode" != rehearsal ]; then
@@ -597,123 +487,8 @@ else
   record gpt-fast-loss cuda FAIL 0 "${nd:+$nd; }val loss sim ${a:-missing}, cuda ${b:-missing}"
 fi
 
-# ---- 3. speed beside PyTorch -------------------------------------------------------------------
-# Configurations: name, ditto-train options, dtype, B x T. char-tf32 runs ditto's fast mode with
-# --allow-tf32 (bitwise mode never uses TF32: n/a); gpt2-f32 is the strict-f32 baseline of the
-# bitwise goal (issue 29: bitwise >= 0.5x PyTorch strict f32 on both models), so ditto runs it in
-# bitwise mode only.
-char_opts=(--n-layer 6 --n-head 6 --n-embd 384 --block-size 256 --batch-size 64)
-gpt2_opts=(--preset gpt2 --batch-size 8)
-speed_configs=(char-f32 char-tf32 char-bf16 gpt2-f32 gpt2-bf16)
-torch_steps=20
-[ $quick -eq 1 ] && torch_steps=1
-declare -A sp  # sp[config:column] = value
-speed_opts() {  # the ditto-train options of a configuration
-  case "$1" in
-    char-f32) echo "${char_opts[*]} --dtype f32" ;;
-    char-tf32) echo "${char_opts[*]} --dtype f32 --allow-tf32" ;;
-    char-bf16) echo "${char_opts[*]} --dtype bf16" ;;
-    gpt2-f32) echo "${gpt2_opts[*]} --dtype f32" ;;
-    gpt2-bf16) echo "${gpt2_opts[*]} --dtype bf16" ;;
-  esac
-}
-speed_modes() {  # the determinism modes ditto runs a configuration in
-  case "$1" in
-    char-tf32) echo fast ;;
-    gpt2-f32) echo bitwise ;;
-    *) echo fast bitwise ;;
-  esac
-}
-ratio_of() {  # a / b with two decimals when both are numbers, else empty
-  if [[ "$1" =~ ^[0-9.]+$ && "$2" =~ ^[0-9.]+$ ]]; then
-    awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b }'
-  fi
-}
-write_speed() {
-  {
-    echo "## Speed: tokens/s on the GPT of ditto-train --model gpt, one GPU"
-    echo
-    echo "PyTorch: bench/torch_gpu_bench.py (eager, F.scaled_dot_product_attention, fused AdamW),"
-    echo "B x T / the median step time of $torch_steps steps after 5 of warm-up." \
-         "ditto: ditto-train --backend cuda --devices 1: B x T x $speed_steps / the time of" \
-         "$speed_steps steps after $speed_warmup of warm-up (its tokens/s line). Dry run: ditto-train" \
-         "--backend sim --dry-run --profile h200 (the cost model's prediction, not a run)."
-    echo "Issue 29's goals: fast / PyTorch >= 0.9 (gpt2-bf16), >= 1.0 (char-f32, char-bf16);"
-    echo "bitwise / PyTorch strict f32 >= 0.5 (char-f32, gpt2-f32); dry run / measured within 0.75-1.25."
-    echo
-    echo "| config | B x T | PyTorch | ditto fast | ditto bitwise | dry run fast | dry run bitwise |" \
-         "fast / PyTorch | bitwise / PyTorch f32 | dry / measured fast | dry / measured bitwise |"
-    echo "|---|---|---|---|---|---|---|---|---|---|---|"
-    local c bt f32
-    for c in "${speed_configs[@]}"; do
-      case "$c" in char-*) bt="64 x 256"; f32=char-f32 ;; *) bt="8 x 1024"; f32=gpt2-f32 ;; esac
-      echo "| $c | $bt | ${sp[$c:torch]:-} | ${sp[$c:fast]:-} | ${sp[$c:bitwise]:-} |" \
-           "${sp[$c:dry-fast]:-} | ${sp[$c:dry-bitwise]:-} |" \
-           "$(ratio_of "${sp[$c:fast]:-}" "${sp[$c:torch]:-}") |" \
-           "$(ratio_of "${sp[$c:bitwise]:-}" "${sp[$f32:torch]:-}") |" \
-           "$(ratio_of "${sp[$c:dry-fast]:-}" "${sp[$c:fast]:-}") |" \
-           "$(ratio_of "${sp[$c:dry-bitwise]:-}" "${sp[$c:bitwise]:-}") |"
-    done
-  } >"$out/logs/speed.md"
-}
-for c in "${speed_configs[@]}"; do
-  case " $(speed_modes "$c") " in *" fast "*) ;; *) sp[$c:fast]="n/a"; sp[$c:dry-fast]="n/a" ;; esac
-  case " $(speed_modes "$c") " in *" bitwise "*) ;; *) sp[$c:bitwise]="n/a"; sp[$c:dry-bitwise]="n/a" ;; esac
-done
-write_speed
-# PyTorch first, all four configurations in one process (its start-up paid once).
-if [ -z "$torch_py" ]; then
-  record speed-torch host SKIPPED 0 "no python3 with torch here"
-  for c in "${speed_configs[@]}"; do sp[$c:torch]="skipped: no torch"; done
-elif [ $torch_cuda = no ]; then
-  record speed-torch host SKIPPED 0 "$torch_py's torch sees no CUDA device"
-  for c in "${speed_configs[@]}"; do sp[$c:torch]="skipped: torch without CUDA"; done
-else
-  step speed-torch host 150 "$torch_py" "$root/bench/torch_gpu_bench.py" --device cuda \
-    --steps "$torch_steps" --warmup 5 \
-    --json "$out/logs/torch.json" --markdown "$out/logs/torch.md"
-  if [ -f "$out/logs/torch.json" ]; then
-    while read -r c v; do sp[$c:torch]="$v"; done < <("$torch_py" -c '
-import json, sys
-for r in json.load(open(sys.argv[1]))["rows"]:
-    print(r["config"], "%.0f" % r["tokens_per_s"] if "tokens_per_s" in r else "failed")' \
-      "$out/logs/torch.json")
-  fi
-fi
-write_speed
-# ditto: the dry run's prediction, then the run, fast and bitwise. Tokens/s of the run: the
-# ditto-train evaluation line after the timed steps (evaluations at the warm-up's end and at the
-# end; the clock skips them).
-speed_iters=$((speed_warmup + speed_steps))
-eval_every=$speed_warmup
-[ "$eval_every" -ge 1 ] || eval_every=$speed_iters
-for c in "${speed_configs[@]}"; do
-  # shellcheck disable=SC2207  # the options are words
-  opts=($(speed_opts "$c"))
-  for det in $(speed_modes "$c"); do
-    name="speed-dry-$c-$det"
-    step "$name" host 30 "$train" --model gpt "${opts[@]}" --backend sim --devices 1 \
-      --dry-run --profile h200 --determinism "$det" --max-iters 2 --eval-iters 0 --sample 0
-    v="$(grep -o 'predicted GPT: [0-9]* tokens/s' "$out/logs/$name.log" | awk '{print $3}')"
-    sp[$c:dry-$det]="${v:-failed}"
-    write_speed
-    name="speed-ditto-$c-$det"
-    step "$name" cuda 60 "$train" --model gpt "${opts[@]}" --backend cuda --devices 1 \
-      --determinism "$det" --max-iters "$speed_iters" --eval-interval "$eval_every" \
-      --eval-iters 1 --warmup-iters 0 --lr-decay-iters $((speed_iters + 1)) --sample 0
-    v="$(grep -o '[0-9]* tokens/s' "$out/logs/$name.log" | tail -n 1 | awk '{print $1}')"
-    if [ -n "$v" ] && grep -q '^final:' "$out/logs/$name.log"; then
-      sp[$c:$det]="$v"
-    elif grep -q 'no CUDA device' "$out/logs/$name.log"; then
-      sp[$c:$det]="no CUDA device"
-    elif [ $step_rc -eq 124 ] || [ $step_rc -eq 137 ]; then
-      sp[$c:$det]="timed out (${step_limit} s)"
-    else
-      sp[$c:$det]="failed (logs/$name.log)"
-    fi
-    write_speed
-  done
-done
+# ---- 3. speed beside PyTorch (tools/gpu-check/speed.sh) ----------------------------------------
+. "$root/tools/gpu-check/speed.sh"
 
 # ---- 4. compute-sanitizer: memcheck and racecheck over short runs -------------------------------
 {

@@ -27,14 +27,8 @@ import numpy as np
 from safetensors import safe_open
 from safetensors.numpy import load_file, save_file
 
-
-def fnv1a(arrays):
-    h = 1469598103934665603
-    for a in arrays:
-        for b in np.ascontiguousarray(a).tobytes():
-            h ^= b
-            h = (h * 1099511628211) & 0xFFFFFFFFFFFFFFFF
-    return h
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from params_checksum import fnv1a  # noqa: E402
 
 
 def python_tensors():

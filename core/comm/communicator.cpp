@@ -210,6 +210,17 @@ void check_reduce_scatter(const Communicator& c, const Tensor& send, const Tenso
   check_op("reduce_scatter", send.dtype(), op, scalar);
 }
 
+// The CommOptions of init_all / init_rank (`fn`): a timeout in (0, kMaxCommTimeoutMs] ms and a
+// known determinism.
+void check_options(const char* fn, const CommOptions& options) {
+  DITTO_CHECK(options.timeout_ms > 0 && options.timeout_ms <= kMaxCommTimeoutMs, fn,
+              ": options.timeout_ms: expected a positive number of milliseconds <= ",
+              kMaxCommTimeoutMs, " (2^31, about 24.9 days), got ", options.timeout_ms);
+  DITTO_CHECK(is_valid_determinism(options.determinism), fn,
+              ": options.determinism: expected Determinism::fast or Determinism::bitwise, got "
+              "value ", static_cast<int>(options.determinism));
+}
+
 }  // namespace
 
 // ---- init -----------------------------------------------------------------------------------
@@ -218,13 +229,7 @@ std::vector<Communicator> Communicator::init_all(const std::vector<Device>& devi
                                                  const CommOptions& options) {
   DITTO_CHECK(!devices.empty(),
               "Communicator::init_all: devices: expected at least one device, got an empty list");
-  DITTO_CHECK(options.timeout_ms > 0 && options.timeout_ms <= kMaxCommTimeoutMs,
-              "Communicator::init_all: options.timeout_ms: expected a positive number of "
-              "milliseconds <= ", kMaxCommTimeoutMs, " (2^31, about 24.9 days), got ",
-              options.timeout_ms);
-  DITTO_CHECK(is_valid_determinism(options.determinism), "Communicator::init_all: "
-              "options.determinism: expected Determinism::fast or Determinism::bitwise, got value ",
-              static_cast<int>(options.determinism));
+  check_options("Communicator::init_all", options);
   const std::string& type = devices[0].type;
   std::unordered_map<Device, std::size_t> seen;
   std::vector<int> indices;
@@ -270,13 +275,7 @@ Communicator Communicator::init_rank(const Device& local_device, int world_size,
               " (dist::rank(), this process's rank), got ", rank);
   DITTO_CHECK(!local_device.is_cpu(), "Communicator::init_rank: local_device: expected a device "
               "of a GPU backend (sim, cuda), got cpu (the host has no communicators)");
-  DITTO_CHECK(options.timeout_ms > 0 && options.timeout_ms <= kMaxCommTimeoutMs,
-              "Communicator::init_rank: options.timeout_ms: expected a positive number of "
-              "milliseconds <= ", kMaxCommTimeoutMs, " (2^31, about 24.9 days), got ",
-              options.timeout_ms);
-  DITTO_CHECK(is_valid_determinism(options.determinism), "Communicator::init_rank: "
-              "options.determinism: expected Determinism::fast or Determinism::bitwise, got value ",
-              static_cast<int>(options.determinism));
+  check_options("Communicator::init_rank", options);
   Backend& backend = get_backend(local_device.type);
   DITTO_CHECK(local_device.index >= 0 && local_device.index < backend.device_count(),
               "Communicator::init_rank: local_device: ", local_device.str(),
@@ -418,15 +417,15 @@ void Communicator::reduce_scatter(const Tensor& send, Tensor& recv, PreMulSum op
 // ---- single-controller forms ------------------------------------------------------------------
 
 using detail::check_group;
-using detail::grouped;
+using detail::each_rank;
+using detail::single_controller;
 
 void all_reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
                 std::vector<Tensor>& recv, ReduceOp op) {
-  check_group("all_reduce", comms, {{"send", send.size()}, {"recv", recv.size()}});
-  for (std::size_t i = 0; i < comms.size(); ++i) check_all_reduce(comms[i], send[i], recv[i], op);
-  grouped([&] {
-    for (std::size_t i = 0; i < comms.size(); ++i) comms[i].all_reduce(send[i], recv[i], op);
-  });
+  single_controller(
+      "all_reduce", comms, {{"send", send.size()}, {"recv", recv.size()}},
+      [&](std::size_t i) { check_all_reduce(comms[i], send[i], recv[i], op); },
+      [&](std::size_t i) { comms[i].all_reduce(send[i], recv[i], op); });
 }
 
 void all_reduce(std::vector<Communicator>& comms, std::vector<Tensor>& tensors, ReduceOp op) {
@@ -434,64 +433,58 @@ void all_reduce(std::vector<Communicator>& comms, std::vector<Tensor>& tensors, 
 }
 
 void broadcast(std::vector<Communicator>& comms, std::vector<Tensor>& tensors, int root) {
-  check_group("broadcast", comms, {{"tensors", tensors.size()}});
-  for (std::size_t i = 0; i < comms.size(); ++i)
-    check_broadcast(comms[i], tensors[i], tensors[i], root);
-  grouped([&] {
-    for (std::size_t i = 0; i < comms.size(); ++i) comms[i].broadcast(tensors[i], root);
-  });
+  single_controller(
+      "broadcast", comms, {{"tensors", tensors.size()}},
+      [&](std::size_t i) { check_broadcast(comms[i], tensors[i], tensors[i], root); },
+      [&](std::size_t i) { comms[i].broadcast(tensors[i], root); });
 }
 
 void all_gather(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
                 std::vector<Tensor>& recv) {
-  check_group("all_gather", comms, {{"send", send.size()}, {"recv", recv.size()}});
-  for (std::size_t i = 0; i < comms.size(); ++i) check_all_gather(comms[i], send[i], recv[i]);
-  grouped([&] {
-    for (std::size_t i = 0; i < comms.size(); ++i) comms[i].all_gather(send[i], recv[i]);
-  });
+  single_controller(
+      "all_gather", comms, {{"send", send.size()}, {"recv", recv.size()}},
+      [&](std::size_t i) { check_all_gather(comms[i], send[i], recv[i]); },
+      [&](std::size_t i) { comms[i].all_gather(send[i], recv[i]); });
 }
 
 void reduce_scatter(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
                     std::vector<Tensor>& recv, ReduceOp op) {
-  check_group("reduce_scatter", comms, {{"send", send.size()}, {"recv", recv.size()}});
-  for (std::size_t i = 0; i < comms.size(); ++i)
-    check_reduce_scatter(comms[i], send[i], recv[i], op);
-  grouped([&] {
-    for (std::size_t i = 0; i < comms.size(); ++i)
-      comms[i].reduce_scatter(send[i], recv[i], op);
-  });
+  single_controller(
+      "reduce_scatter", comms, {{"send", send.size()}, {"recv", recv.size()}},
+      [&](std::size_t i) { check_reduce_scatter(comms[i], send[i], recv[i], op); },
+      [&](std::size_t i) { comms[i].reduce_scatter(send[i], recv[i], op); });
 }
 
 void reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
             std::vector<Tensor>& recv, ReduceOp op, int root) {
-  check_group("reduce", comms, {{"send", send.size()}, {"recv", recv.size()}});
-  for (std::size_t i = 0; i < comms.size(); ++i) check_reduce(comms[i], send[i], recv[i], op, root);
-  grouped([&] {
-    for (std::size_t i = 0; i < comms.size(); ++i) comms[i].reduce(send[i], recv[i], op, root);
-  });
+  single_controller(
+      "reduce", comms, {{"send", send.size()}, {"recv", recv.size()}},
+      [&](std::size_t i) { check_reduce(comms[i], send[i], recv[i], op, root); },
+      [&](std::size_t i) { comms[i].reduce(send[i], recv[i], op, root); });
 }
 
 void all_reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
                 std::vector<Tensor>& recv, const std::vector<PreMulSum>& ops) {
   check_group("all_reduce", comms, {{"send", send.size()}, {"recv", recv.size()}});
   check_group("all_reduce", comms, {{"ops", ops.size()}}, "PreMulSum values");
-  for (std::size_t i = 0; i < comms.size(); ++i)
-    check_all_reduce(comms[i], send[i], recv[i], ReduceOp::premul_sum, &ops[i].scalar);
-  grouped([&] {
-    for (std::size_t i = 0; i < comms.size(); ++i) comms[i].all_reduce(send[i], recv[i], ops[i]);
-  });
+  each_rank(
+      comms,
+      [&](std::size_t i) {
+        check_all_reduce(comms[i], send[i], recv[i], ReduceOp::premul_sum, &ops[i].scalar);
+      },
+      [&](std::size_t i) { comms[i].all_reduce(send[i], recv[i], ops[i]); });
 }
 
 void reduce_scatter(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
                     std::vector<Tensor>& recv, const std::vector<PreMulSum>& ops) {
   check_group("reduce_scatter", comms, {{"send", send.size()}, {"recv", recv.size()}});
   check_group("reduce_scatter", comms, {{"ops", ops.size()}}, "PreMulSum values");
-  for (std::size_t i = 0; i < comms.size(); ++i)
-    check_reduce_scatter(comms[i], send[i], recv[i], ReduceOp::premul_sum, &ops[i].scalar);
-  grouped([&] {
-    for (std::size_t i = 0; i < comms.size(); ++i)
-      comms[i].reduce_scatter(send[i], recv[i], ops[i]);
-  });
+  each_rank(
+      comms,
+      [&](std::size_t i) {
+        check_reduce_scatter(comms[i], send[i], recv[i], ReduceOp::premul_sum, &ops[i].scalar);
+      },
+      [&](std::size_t i) { comms[i].reduce_scatter(send[i], recv[i], ops[i]); });
 }
 
 void synchronize(std::vector<Communicator>& comms) {

@@ -23,7 +23,8 @@ using detail::check_comm_tensor;
 using detail::check_group;
 using detail::check_root;
 using detail::check_same_dtype;
-using detail::grouped;
+using detail::each_rank;
+using detail::single_controller;
 using detail::ranges_overlap;
 
 // The bytes of elements [first, first + count) of t.
@@ -244,11 +245,10 @@ void Communicator::recv(Tensor& tensor, int peer) {
 
 void all_to_all(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
                 std::vector<Tensor>& recv) {
-  check_group("all_to_all", comms, {{"send", send.size()}, {"recv", recv.size()}});
-  for (std::size_t i = 0; i < comms.size(); ++i) check_all_to_all(comms[i], send[i], recv[i]);
-  grouped([&] {
-    for (std::size_t i = 0; i < comms.size(); ++i) comms[i].all_to_all(send[i], recv[i]);
-  });
+  single_controller(
+      "all_to_all", comms, {{"send", send.size()}, {"recv", recv.size()}},
+      [&](std::size_t i) { check_all_to_all(comms[i], send[i], recv[i]); },
+      [&](std::size_t i) { comms[i].all_to_all(send[i], recv[i]); });
 }
 
 void all_to_all_v(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
@@ -259,35 +259,35 @@ void all_to_all_v(std::vector<Communicator>& comms, const std::vector<Tensor>& s
   check_group("all_to_all_v", comms,
               {{"send_counts", send_counts.size()}, {"recv_counts", recv_counts.size()}},
               "count vectors");
-  for (std::size_t i = 0; i < comms.size(); ++i) {
-    check_comm_tensor(comms[i], "all_to_all_v", "send", send[i]);
-    check_comm_tensor(comms[i], "all_to_all_v", "recv", recv[i]);
-    check_all_to_all_v(comms[i], send[i], send_counts[i],
-                       packed_displs(comms[i], "send", send[i], send_counts[i]), recv[i],
-                       recv_counts[i], packed_displs(comms[i], "recv", recv[i], recv_counts[i]));
-  }
-  grouped([&] {
-    for (std::size_t i = 0; i < comms.size(); ++i)
-      comms[i].all_to_all_v(send[i], send_counts[i], recv[i], recv_counts[i]);
-  });
+  each_rank(
+      comms,
+      [&](std::size_t i) {
+        check_comm_tensor(comms[i], "all_to_all_v", "send", send[i]);
+        check_comm_tensor(comms[i], "all_to_all_v", "recv", recv[i]);
+        check_all_to_all_v(comms[i], send[i], send_counts[i],
+                           packed_displs(comms[i], "send", send[i], send_counts[i]), recv[i],
+                           recv_counts[i],
+                           packed_displs(comms[i], "recv", recv[i], recv_counts[i]));
+      },
+      [&](std::size_t i) {
+        comms[i].all_to_all_v(send[i], send_counts[i], recv[i], recv_counts[i]);
+      });
 }
 
 void gather(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
             std::vector<Tensor>& recv, int root) {
-  check_group("gather", comms, {{"send", send.size()}, {"recv", recv.size()}});
-  for (std::size_t i = 0; i < comms.size(); ++i) check_gather(comms[i], send[i], recv[i], root);
-  grouped([&] {
-    for (std::size_t i = 0; i < comms.size(); ++i) comms[i].gather(send[i], recv[i], root);
-  });
+  single_controller(
+      "gather", comms, {{"send", send.size()}, {"recv", recv.size()}},
+      [&](std::size_t i) { check_gather(comms[i], send[i], recv[i], root); },
+      [&](std::size_t i) { comms[i].gather(send[i], recv[i], root); });
 }
 
 void scatter(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
              std::vector<Tensor>& recv, int root) {
-  check_group("scatter", comms, {{"send", send.size()}, {"recv", recv.size()}});
-  for (std::size_t i = 0; i < comms.size(); ++i) check_scatter(comms[i], send[i], recv[i], root);
-  grouped([&] {
-    for (std::size_t i = 0; i < comms.size(); ++i) comms[i].scatter(send[i], recv[i], root);
-  });
+  single_controller(
+      "scatter", comms, {{"send", send.size()}, {"recv", recv.size()}},
+      [&](std::size_t i) { check_scatter(comms[i], send[i], recv[i], root); },
+      [&](std::size_t i) { comms[i].scatter(send[i], recv[i], root); });
 }
 
 }  // namespace ditto

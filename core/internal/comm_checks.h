@@ -81,4 +81,24 @@ void grouped(F&& issue) {
   group_end();
 }
 
+/// The single-controller form of a collective over `comms` (one init_all's handles, rank order):
+/// check(i) for every rank first (a refusal issues nothing), then issue(i) for every rank as one
+/// group (grouped).
+template <typename Check, typename Issue>
+void each_rank(std::vector<Communicator>& comms, const Check& check, const Issue& issue) {
+  for (std::size_t i = 0; i < comms.size(); ++i) check(i);
+  grouped([&] {
+    for (std::size_t i = 0; i < comms.size(); ++i) issue(i);
+  });
+}
+
+/// check_group(call, comms, vectors), then each_rank(comms, check, issue).
+template <typename Check, typename Issue>
+void single_controller(const char* call, std::vector<Communicator>& comms,
+                       std::initializer_list<std::pair<const char*, std::size_t>> vectors,
+                       const Check& check, const Issue& issue) {
+  check_group(call, comms, vectors);
+  each_rank(comms, check, issue);
+}
+
 }  // namespace ditto::detail

@@ -114,7 +114,7 @@ class MpiLink {
 
   /// Matches a batch of this rank's point-to-point calls with their peers' (Note [Point-to-point
   /// matching] in core/internal/p2p_match.h, Note [Point-to-point over MPI] in
-  /// core/dist/process_group_mpi.cpp): gives each op its position k on its ordered pair, sends
+  /// core/dist/mpi_transport_mpi.cpp): gives each op its position k on its ordered pair, sends
   /// each peer a header (k, count, dtype) and receives the peer's, and sets each op's `mismatch`
   /// (p2p_mismatch's text, the same on both sides) when they differ. Throws BackendError when
   /// aborted (also while waiting, when another thread aborts this rank); Timeout

@@ -19,6 +19,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "core/internal/ops_check.h"
 #include "core/runtime/error.h"
 #include "core/runtime/mixed_precision.h"
 #include "core/runtime/tensor.h"
@@ -84,5 +85,41 @@ class MixedOp {
   Device device_;  // of the first defined device tensor of `ts` (cpu: none)
   StorageDTypeScope scope_;
 };
+
+/// An elementwise op y = f(x) (ops::relu, ops::gelu): bf16 / f16 through MixedOp, running `self`
+/// (the op itself) on the f32 copy; f32: x checked, then one launch of the Kernels member `kernel`
+/// (none for 0 elements).
+inline Tensor unary_op(const char* op, const Tensor& x, Tensor (*self)(const Tensor&),
+                       void (Kernels::*kernel)(Stream&, const float*, float*, std::int64_t)) {
+  if (any_half({&x})) {
+    MixedOp m(op, {&x});
+    return m.out(m.run([&] { return self(m.in(x)); }));
+  }
+  check_tensor(op, "x", x);
+  Tensor y = Tensor::empty(x.shape(), DType::f32, x.device());
+  if (x.numel() > 0)
+    (kernels_of(x).*kernel)(stream_of(x), x.data<float>(), y.data<float>(), x.numel());
+  return y;
+}
+
+/// Its backward, grad_x = f'(a) * grad_y elementwise, `a` the forward's input or output (named
+/// `a_name` in messages): as unary_op, grad_y checked like a.
+inline Tensor unary_backward_op(const char* op, const char* a_name, const Tensor& a,
+                                const Tensor& grad_y,
+                                Tensor (*self)(const Tensor&, const Tensor&),
+                                void (Kernels::*kernel)(Stream&, const float*, const float*,
+                                                        float*, std::int64_t)) {
+  if (any_half({&a, &grad_y})) {
+    MixedOp m(op, {&a, &grad_y});
+    return m.out(m.run([&] { return self(m.in(a), m.in(grad_y)); }));
+  }
+  check_tensor(op, a_name, a);
+  check_like(op, "grad_y", grad_y, a_name, a);
+  Tensor gx = Tensor::empty(a.shape(), DType::f32, a.device());
+  if (a.numel() > 0)
+    (kernels_of(a).*kernel)(stream_of(a), a.data<float>(), grad_y.data<float>(),
+                            gx.data<float>(), a.numel());
+  return gx;
+}
 
 }  // namespace ditto::ops::internal

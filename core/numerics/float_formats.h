@@ -26,36 +26,15 @@
 #include <limits>
 #include <type_traits>
 
-#ifndef DITTO_HD
-#if defined(__CUDACC__)
-#define DITTO_HD __host__ __device__
-#else
-#define DITTO_HD
-#endif
-#endif
+#include "core/numerics/hd.h"
+#include "core/numerics/portable_math.h"
 
 namespace ditto {
 
 namespace fmt_detail {
 
-DITTO_HD inline std::uint32_t f32_bits(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-#endif
-}
-DITTO_HD inline float f32_from_bits(std::uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-#endif
-}
+using pmath::detail::from_bits;  // core/numerics/portable_math.h: the float of an encoding
+using pmath::detail::to_bits;    // and the encoding of a float
 
 /// A binary format with E exponent bits and M mantissa bits (bias 2^(E-1) - 1). Inf: the
 /// all-ones exponent is inf (mantissa 0) / NaN (IEEE-like); without Inf (e4m3fn) only the
@@ -71,7 +50,7 @@ struct Format {
 
   /// Round-to-nearest-even encoding of f (Note [Small float conversions]).
   DITTO_HD static std::uint32_t from_f32(float f) {
-    const std::uint32_t x = f32_bits(f);
+    const std::uint32_t x = to_bits(f);
     const std::uint32_t sign = (x >> 31) << (E + M);
     const std::uint32_t abs = x & 0x7fffffffu;
     if (abs > 0x7f800000u) {  // NaN: keep the top payload bits, set the quiet bit
@@ -110,12 +89,12 @@ struct Format {
     const std::uint32_t mag = code & mag_mask;
     const std::uint32_t field = mag >> M, mant = mag & ((1u << M) - 1u);
     if (Inf ? field == (1u << E) - 1u : mag == mag_mask) {
-      if (Inf && mant == 0) return f32_from_bits(sign | 0x7f800000u);
-      if (!Inf) return f32_from_bits(sign | 0x7fc00000u);
-      return f32_from_bits(sign | 0x7fc00000u | (mant << (23 - M)));
+      if (Inf && mant == 0) return from_bits(sign | 0x7f800000u);
+      if (!Inf) return from_bits(sign | 0x7fc00000u);
+      return from_bits(sign | 0x7fc00000u | (mant << (23 - M)));
     }
     if (field == 0) {
-      if (mant == 0) return f32_from_bits(sign);
+      if (mant == 0) return from_bits(sign);
       // Subnormal of the target: mant * 2^(emin - M), normal (or subnormal for bf16) in f32.
       int e = emin;
       std::uint32_t m = mant;
@@ -123,12 +102,12 @@ struct Format {
         m <<= 1;
         --e;
       }
-      if ((m & (1u << M)) == 0) return f32_from_bits(sign | (m << (23 - M)));  // f32 subnormal
-      return f32_from_bits(sign | (static_cast<std::uint32_t>(e + 127) << 23) |
+      if ((m & (1u << M)) == 0) return from_bits(sign | (m << (23 - M)));  // f32 subnormal
+      return from_bits(sign | (static_cast<std::uint32_t>(e + 127) << 23) |
                            ((m & ((1u << M) - 1u)) << (23 - M)));
     }
     const int e = static_cast<int>(field) - bias;
-    return f32_from_bits(sign | (static_cast<std::uint32_t>(e + 127) << 23) | (mant << (23 - M)));
+    return from_bits(sign | (static_cast<std::uint32_t>(e + 127) << 23) | (mant << (23 - M)));
   }
 };
 

@@ -51,15 +51,7 @@
 #include <cstdint>
 #include <cstring>  // std::memcpy
 
-// Same definition as core/numerics/canonical_math.h (an identical redefinition is allowed); defined here
-// too so that this header needs no other ditto header and canonical_math.h may include it.
-#ifndef DITTO_HD
-#if defined(__CUDACC__)
-#define DITTO_HD __host__ __device__
-#else
-#define DITTO_HD
-#endif
-#endif
+#include "core/numerics/hd.h"  // includes nothing: canonical_math.h may include this header
 
 namespace ditto::pmath {
 

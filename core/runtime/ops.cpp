@@ -256,30 +256,12 @@ void sum_rows(const Tensor& x, Tensor& out, float beta, Determinism mode) {
 }
 
 Tensor relu(const Tensor& x) {
-  if (any_half({&x})) {
-    MixedOp m("ops::relu", {&x});
-    return m.out(m.run([&] { return relu(m.in(x)); }));
-  }
-  check_tensor("ops::relu", "x", x);
-  Tensor y = Tensor::empty(x.shape(), DType::f32, x.device());
-  if (x.numel() > 0)
-    kernels_of(x).relu(stream_of(x), x.data<float>(), y.data<float>(), x.numel());
-  return y;
+  return internal::unary_op("ops::relu", x, relu, &Kernels::relu);
 }
 
 Tensor relu_backward(const Tensor& y, const Tensor& grad_y) {
-  constexpr const char* op = "ops::relu_backward";
-  if (any_half({&y, &grad_y})) {
-    MixedOp m(op, {&y, &grad_y});
-    return m.out(m.run([&] { return relu_backward(m.in(y), m.in(grad_y)); }));
-  }
-  check_tensor(op, "y", y);
-  check_like(op, "grad_y", grad_y, "y", y);
-  Tensor gx = Tensor::empty(y.shape(), DType::f32, y.device());
-  if (y.numel() > 0)
-    kernels_of(y).relu_backward(stream_of(y), y.data<float>(), grad_y.data<float>(),
-                                gx.data<float>(), y.numel());
-  return gx;
+  return internal::unary_backward_op("ops::relu_backward", "y", y, grad_y, relu_backward,
+                                     &Kernels::relu_backward);
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {

@@ -202,30 +202,12 @@ Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, co
 }
 
 Tensor gelu(const Tensor& x) {
-  if (any_half({&x})) {
-    MixedOp m("ops::gelu", {&x});
-    return m.out(m.run([&] { return gelu(m.in(x)); }));
-  }
-  check_tensor("ops::gelu", "x", x);
-  Tensor y = Tensor::empty(x.shape(), DType::f32, x.device());
-  if (x.numel() > 0)
-    kernels_of(x).gelu_forward(stream_of(x), x.data<float>(), y.data<float>(), x.numel());
-  return y;
+  return internal::unary_op("ops::gelu", x, gelu, &Kernels::gelu_forward);
 }
 
 Tensor gelu_backward(const Tensor& x, const Tensor& grad_y) {
-  constexpr const char* op = "ops::gelu_backward";
-  if (any_half({&x, &grad_y})) {
-    MixedOp m(op, {&x, &grad_y});
-    return m.out(m.run([&] { return gelu_backward(m.in(x), m.in(grad_y)); }));
-  }
-  check_tensor(op, "x", x);
-  check_like(op, "grad_y", grad_y, "x", x);
-  Tensor gx = Tensor::empty(x.shape(), DType::f32, x.device());
-  if (x.numel() > 0)
-    kernels_of(x).gelu_backward(stream_of(x), x.data<float>(), grad_y.data<float>(),
-                                gx.data<float>(), x.numel());
-  return gx;
+  return internal::unary_backward_op("ops::gelu_backward", "x", x, grad_y, gelu_backward,
+                                     &Kernels::gelu_backward);
 }
 
 Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& stats, float p,

@@ -1,0 +1,260 @@
+// The CUDA backend's multi-tensor kernels of the optimizer step (CudaGptKernels,
+// cuda_kernels_common.cuh): AdamW over every parameter in one launch, the gradient norm's sums of
+// squares, the clip's scaling. Every chain keeps the operation order of core/numerics/canonical_math.h and
+// gpt_math.h, so the results equal backend_sim's bit for bit (ctest CudaEmu.Kernels,
+// tools/cuda_emu/test_emu_fused.cpp). How the work is cut: Note [CUDA fused kernels] (`*_multi`),
+// cuda_fused.cu.
+#include "backend_cuda/cuda_kernels_common.cuh"
+#include "core/numerics/gpt_math.h"
+
+namespace ditto::cuda::kern {
+
+namespace {
+
+constexpr int kMultiCap = 256;          // tensors per launch (the table is a kernel parameter)
+constexpr i64 kMultiChunk = 8192;       // elements per block-chunk
+constexpr int kMultiThreads = 256;
+
+// The tensor of chunk `ch`: the largest i < count with first[i] <= ch (first ascending, first[0]
+// == 0, empty tensors removed by the host).
+__device__ __forceinline__ int tensor_of(const i64* first, int count, i64 ch) {
+  int lo = 0, hi = count;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (first[mid] <= ch)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+struct AdamEntry {
+  float* p;
+  const float* g;
+  float* m;
+  float* v;
+  float* vmax;
+  i64 n;
+  float decay_scale;
+  float bias_correction2_sqrt;
+  float neg_step_size;
+  int decay;
+};
+
+struct AdamTable {
+  AdamEntry t[kMultiCap];
+  i64 first_chunk[kMultiCap + 1];
+  int count;
+  cm::AdamScalars shared;  // the hyper-parameters every tensor shares
+};
+
+__global__ void __launch_bounds__(kMultiThreads) adam_multi_kernel(
+    const __grid_constant__ AdamTable a) {
+  const i64 chunks = a.first_chunk[a.count];
+  for (i64 ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
+    const int ti = tensor_of(a.first_chunk, a.count, ch);
+    const AdamEntry& t = a.t[ti];
+    cm::AdamScalars k = a.shared;
+    k.bias_correction2_sqrt = t.bias_correction2_sqrt;
+    k.neg_step_size = t.neg_step_size;
+    const i64 lo = (ch - a.first_chunk[ti]) * kMultiChunk;
+    const i64 hi = t.n - lo < kMultiChunk ? t.n : lo + kMultiChunk;
+    for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      float p = t.p[i];
+      if (t.decay) p = cm::mul(t.decay_scale, p);  // AdamW's param.mul_(1 - lr * wd)
+      float m = t.m[i], v = t.v[i];
+      cm::adam_update(p, t.g[i], m, v, k.amsgrad ? t.vmax + i : nullptr, k);
+      t.p[i] = p;
+      t.m[i] = m;
+      t.v[i] = v;
+    }
+  }
+}
+
+struct ScaleTable {
+  float* x[kMultiCap];
+  i64 n[kMultiCap];
+  i64 first_chunk[kMultiCap + 1];
+  int count;
+};
+
+__global__ void __launch_bounds__(kMultiThreads) scale_multi_kernel(
+    const __grid_constant__ ScaleTable a, float alpha) {
+  const i64 chunks = a.first_chunk[a.count];
+  for (i64 ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
+    const int ti = tensor_of(a.first_chunk, a.count, ch);
+    float* x = a.x[ti];
+    const i64 lo = (ch - a.first_chunk[ti]) * kMultiChunk;
+    const i64 hi = a.n[ti] - lo < kMultiChunk ? a.n[ti] : lo + kMultiChunk;
+    for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) x[i] = cm::mul(alpha, x[i]);
+  }
+}
+
+// Sums of squares: `first` counts leaves (bitwise: kSquaresBlock elements; fast: kMultiChunk).
+struct SquaresTable {
+  const float* x[kMultiCap];
+  i64 n[kMultiCap];
+  i64 first[kMultiCap + 1];
+  int count;
+};
+
+// partial[j] = the bitwise chain of leaf j (gpt::squares_chain of its tensor's block).
+__global__ void squares_multi_leaves_kernel(const __grid_constant__ SquaresTable a,
+                                            float* partial) {
+  const i64 leaves = a.first[a.count];
+  for (i64 j = global_thread(); j < leaves; j += grid_threads()) {
+    const int ti = tensor_of(a.first, a.count, j);
+    const i64 lo = (j - a.first[ti]) * gpt::kSquaresBlock;
+    const i64 len = a.n[ti] - lo < gpt::kSquaresBlock ? a.n[ti] - lo : gpt::kSquaresBlock;
+    partial[j] = gpt::squares_chain(a.x[ti] + lo, len);
+  }
+}
+
+// Fast: partial[j] = sum (any order) of fma(x, x) over chunk j, a block per chunk.
+__global__ void __launch_bounds__(kMultiThreads) squares_multi_fast_kernel(
+    const __grid_constant__ SquaresTable a, float* partial) {
+  const i64 chunks = a.first[a.count];
+  for (i64 ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
+    const int ti = tensor_of(a.first, a.count, ch);
+    const float* x = a.x[ti];
+    const i64 lo = (ch - a.first[ti]) * kMultiChunk;
+    const i64 hi = a.n[ti] - lo < kMultiChunk ? a.n[ti] : lo + kMultiChunk;
+    float acc = 0.0f;
+    for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) acc = cm::fma(x[i], x[i], acc);
+    acc = block_sum_any_order(acc);
+    if (threadIdx.x == 0) partial[ch] = acc;
+    __syncthreads();  // block_sum_any_order's shared memory is reused by the next chunk
+  }
+}
+
+// out[i] = tensor i's result from its leaves [first[i], first[i + 1]): bitwise, the canonical
+// tree over them; fast, their sum in order; no leaves (n == 0): +0. A thread per tensor.
+__global__ void squares_multi_sum_kernel(const __grid_constant__ SquaresTable a,
+                                         const float* partial, bool bitwise, float* out) {
+  for (i64 i = global_thread(); i < a.count; i += grid_threads()) {
+    const i64 lo = a.first[i], n = a.first[i + 1] - lo;
+    float acc = 0.0f;
+    if (bitwise && n > 0)
+      acc = tree_over<40>(partial + lo, n);
+    else
+      for (i64 j = 0; j < n; ++j) acc = cm::add(acc, partial[lo + j]);
+    out[i] = acc;
+  }
+}
+
+// The indices of the tensors of a multi-tensor call that have elements (size(i) > 0, i < n).
+template <class Size>
+std::vector<std::size_t> nonempty(std::size_t n, const Size& size) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < n; ++i)
+    if (size(i) > 0) order.push_back(i);
+  return order;
+}
+
+// The tables of a multi-tensor call: for each run [first, first + count) of at most kMultiCap of
+// the indices in `order`, f(a, first) with a fresh Table `a` of a.count == count.
+template <class Table, class F>
+void for_each_table(const std::vector<std::size_t>& order, const F& f) {
+  for (std::size_t b = 0; b < order.size(); b += kMultiCap) {
+    Table a{};
+    a.count = static_cast<int>(std::min<std::size_t>(kMultiCap, order.size() - b));
+    f(a, b);
+  }
+}
+
+// A table's prefix of leaves: first[j] = the leaves (of leaf_len elements, the last one shorter)
+// of tensors [0, j), size(j) the elements of tensor j; returns first[count], the total.
+template <class Size>
+i64 fill_first(i64* first, int count, i64 leaf_len, const Size& size) {
+  i64 leaves = 0;
+  for (int j = 0; j < count; ++j) {
+    first[j] = leaves;
+    leaves += (size(j) + leaf_len - 1) / leaf_len;
+  }
+  first[count] = leaves;
+  return leaves;
+}
+
+}  // namespace
+
+// ---- CudaGptKernels: multi-tensor --------------------------------------------------------------
+
+void CudaGptKernels::adam_step_multi(Stream& s, const std::vector<AdamTensor>& tensors, double lr,
+                                     double beta1, double beta2, double eps, double weight_decay,
+                                     bool amsgrad) {
+  const auto order = nonempty(tensors.size(), [&](std::size_t i) { return tensors[i].n; });
+  if (order.empty()) return;
+  Launch l(backend_, s, "adam_step_multi");
+  for_each_table<AdamTable>(order, [&](AdamTable& a, std::size_t b) {
+    const int count = a.count;
+    for (int j = 0; j < count; ++j) {
+      const AdamTensor& t = tensors[order[b + static_cast<std::size_t>(j)]];
+      const cm::AdamScalars k = cm::adam_scalars(lr, beta1, beta2, eps, weight_decay,
+                                                 t.bias_correction1, t.bias_correction2, amsgrad);
+      if (j == 0) a.shared = k;
+      a.t[j] = AdamEntry{t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.max_exp_avg_sq, t.n,
+                         t.decay_scale, k.bias_correction2_sqrt, k.neg_step_size,
+                         t.decay ? 1 : 0};
+    }
+    const i64 chunks =
+        fill_first(a.first_chunk, count, kMultiChunk, [&](int j) { return a.t[j].n; });
+    adam_multi_kernel<<<static_cast<int>(std::min<i64>(chunks, kMaxBlocks)), kMultiThreads, 0,
+                        l.get()>>>(a);
+    l.check();
+  });
+}
+
+void CudaGptKernels::scale_multi(Stream& s, const std::vector<float*>& xs,
+                                 const std::vector<i64>& ns, float alpha) {
+  const auto order = nonempty(xs.size(), [&](std::size_t i) { return ns[i]; });
+  if (order.empty()) return;
+  Launch l(backend_, s, "scale_multi");
+  for_each_table<ScaleTable>(order, [&](ScaleTable& a, std::size_t b) {
+    const int count = a.count;
+    for (int j = 0; j < count; ++j) {
+      const std::size_t i = order[b + static_cast<std::size_t>(j)];
+      a.x[j] = xs[i];
+      a.n[j] = ns[i];
+    }
+    const i64 chunks =
+        fill_first(a.first_chunk, count, kMultiChunk, [&](int j) { return a.n[j]; });
+    scale_multi_kernel<<<static_cast<int>(std::min<i64>(chunks, kMaxBlocks)), kMultiThreads, 0,
+                         l.get()>>>(a, alpha);
+    l.check();
+  });
+}
+
+void CudaGptKernels::sum_squares_multi(Stream& s, const std::vector<const float*>& xs,
+                                       const std::vector<i64>& ns, float* out, Determinism mode) {
+  if (xs.empty()) return;
+  Launch l(backend_, s, "sum_squares_multi");
+  std::vector<std::size_t> all(xs.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  const bool bitwise = mode == Determinism::bitwise;
+  const i64 leaf_len = bitwise ? gpt::kSquaresBlock : kMultiChunk;
+  // Tensors with n == 0 stay in the table with no leaves: their sum is +0, as sum_squares'.
+  for_each_table<SquaresTable>(all, [&](SquaresTable& a, std::size_t b) {
+    const int count = a.count;
+    for (int j = 0; j < count; ++j) {
+      const std::size_t i = b + static_cast<std::size_t>(j);
+      a.x[j] = xs[i];
+      a.n[j] = std::max<i64>(ns[i], 0);
+    }
+    const i64 leaves = fill_first(a.first, count, leaf_len, [&](int j) { return a.n[j]; });
+    DeviceTemp partial(l, leaves);
+    if (leaves > 0) {
+      if (bitwise)
+        squares_multi_leaves_kernel<<<blocks_for(leaves, 128), 128, 0, l.get()>>>(a,
+                                                                                  partial.get());
+      else
+        squares_multi_fast_kernel<<<static_cast<int>(std::min<i64>(leaves, kMaxBlocks)),
+                                    kMultiThreads, 0, l.get()>>>(a, partial.get());
+      l.check();
+    }
+    squares_multi_sum_kernel<<<1, kMultiCap, 0, l.get()>>>(a, partial.get(), bitwise, out + b);
+    l.check();
+  });
+}
+
+}  // namespace ditto::cuda::kern
