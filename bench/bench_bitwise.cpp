@@ -31,6 +31,7 @@
 #include "core/parallel/data_parallel.h"
 #include "core/numerics/random.h"
 #include "examples/cli_common.h"
+#include "tests/train_step.h"
 
 using namespace ditto;
 using Clock = std::chrono::steady_clock;
@@ -107,11 +108,7 @@ double trainer_samples_per_s(const std::vector<std::int64_t>& sizes, std::int64_
   for (std::size_t i = 0; i < yv.size(); ++i) yv[i] = static_cast<std::int64_t>(i) % classes;
   Tensor y = Tensor::from_vector(yv, {batch});
   auto step = [&] {
-    Tensor out = dp.forward(x);
-    Tensor l = loss.forward(out, y.to(out.device()));
-    opt.zero_grad(true);
-    dp.backward(loss.backward());
-    opt.step();
+    Tensor l = test::train_step(dp, loss, x, y, &opt);
     (void)l.item();  // the trainer reads the loss every step
   };
   step();  // warm-up

@@ -52,6 +52,7 @@
 #include "core/parallel/distributed_data_parallel.h"
 #include "core/numerics/random.h"
 #include "examples/cli_common.h"
+#include "tests/train_step.h"
 
 using namespace ditto;
 using bench::Clock;
@@ -162,11 +163,7 @@ double trainer_samples_per_s(const std::vector<std::int64_t>& sizes, std::int64_
   const auto xy = synthetic_batch(sizes, batch);
   const Tensor &x = xy.first, &y = xy.second;
   auto step = [&] {
-    Tensor out = dp.forward(x);
-    Tensor l = loss.forward(out, y.to(out.device()));
-    opt.zero_grad(true);
-    dp.backward(loss.backward());
-    opt.step();
+    Tensor l = test::train_step(dp, loss, x, y, &opt);
     (void)l.item();  // a trainer reads the loss every step (and this synchronises)
   };
   return static_cast<double>(batch) * bench::steps_per_s(step, seconds, reps);
@@ -195,11 +192,7 @@ double trainer_samples_per_s_ddp(const std::vector<std::int64_t>& sizes, std::in
     const auto [lo, hi] = ddp.local_rows(batch);
     const Tensor xr = x.narrow(lo, hi - lo), yr = y.narrow(lo, hi - lo);
     timed([&] {
-      Tensor out = ddp.forward({xr}, batch);
-      Tensor l = loss.forward(out, yr.to(out.device()));
-      opt.zero_grad(true);
-      ddp.backward(loss.backward());
-      opt.step();
+      Tensor l = test::train_step(ddp, loss, {xr}, batch, yr, &opt);
       (void)l.item();  // this rank's loss, every step (and this synchronises)
     });
   };

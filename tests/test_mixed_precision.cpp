@@ -316,14 +316,8 @@ TEST_F(MixedPrecisionTest, SimChargesOnlyTheBf16OutputNotTheF32Scratch) {
 // ---- a bf16 GPT -----------------------------------------------------------------------------------
 
 nn::GPTConfig tiny_gpt(float dropout = 0.0f) {
-  nn::GPTConfig c;
-  c.block_size = 16;
-  c.vocab_size = 65;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_embd = 32;
-  c.dropout = dropout;
-  return c;
+  return {.block_size = 16, .vocab_size = 65, .n_layer = 2, .n_head = 4, .n_embd = 32,
+          .dropout = dropout};
 }
 
 struct GptBatch {

@@ -40,26 +40,9 @@ using InnerOptimizerFactory = optim::ZeroInnerFactory;
 using optim::ZeroOptions;
 using optim::ZeroRedundancyOptimizer;
 
-/// Runs fn(rank, comm) on one thread per rank of a new communicator over sim:0..world-1 and
-/// fails the test with the first rank's error.
+/// One thread per rank of a new communicator over sim:0..world-1 (test::run_ranks_ok).
 void run_ranks(int world, Determinism mode, const std::function<void(int, Communicator&)>& fn) {
-  CommOptions co;
-  co.determinism = mode;
-  co.timeout_ms = 30000;  // a rank that throws ends the others in 30 s, not the default
-  std::vector<Communicator> comms = Communicator::init_all(devices("sim", world), co);
-  std::vector<std::string> errors(static_cast<std::size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r, comms[static_cast<std::size_t>(r)]);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r)
-    EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+  test::run_ranks_ok(world, mode, fn);
 }
 
 /// Parameters of the given shapes on `dev`, the same values on every rank (seeded by index).

@@ -34,23 +34,7 @@ namespace {
 using optim::ZeroRedundancyOptimizer;
 
 void run_ranks(int world, Determinism mode, const std::function<void(int, Communicator&)>& fn) {
-  CommOptions co;
-  co.determinism = mode;
-  co.timeout_ms = 30000;
-  std::vector<Communicator> comms = Communicator::init_all(devices("sim", world), co);
-  std::vector<std::string> errors(static_cast<std::size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r, comms[static_cast<std::size_t>(r)]);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r)
-    EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+  test::run_ranks_ok(world, mode, fn);
 }
 
 std::vector<nn::Parameter> make_params(const std::vector<Shape>& shapes, const Device& dev,

@@ -1,0 +1,65 @@
+// The tiny GPT run the Trainer tests share (tests/test_gpt_trainer.cpp, test_grad_accum.cpp,
+// test_token_source.cpp): a GPT of a few thousand parameters trained for a few iterations with
+// AdamW, optionally with nanoGPT's recipe (warm-up and cosine decay, clipping, beta2 0.99, weight
+// decay 0.1).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "core/nn/gpt.h"
+#include "core/optim/adamw.h"
+#include "core/optim/lr_schedule.h"
+#include "core/train/trainer.h"
+
+namespace ditto::test {
+
+/// How the tiny GPT of tiny_gpt_trainer trains.
+struct TinyGptRun {
+  std::int64_t max_iters = 8;
+  std::int64_t eval_interval = 4;
+  std::int64_t eval_iters = 2;
+  /// nanoGPT's recipe: lr 1e-2 warmed up over 2 iterations then cosine-decayed to 1e-3 at
+  /// max_iters (optim::nanogpt_lr), gradients clipped at norm 1, AdamW beta2 0.99 and weight
+  /// decay 0.1. Else AdamW's defaults at a constant 1e-2.
+  bool nanogpt_recipe = true;
+};
+
+/// A TrainerConfig of GPT `m` (named "tiny-gpt", initialised from seed 0) on `devices` devices
+/// of trainer `kind`, batches of 8 rows, AdamW (the optimizer "adamw") as `run` says.
+inline train::TrainerConfig tiny_gpt_trainer(const nn::GPTConfig& m, int devices,
+                                             train::TrainerKind kind, const TinyGptRun& run = {}) {
+  train::TrainerConfig c;
+  c.devices = devices;
+  c.trainer = kind;
+  c.make_model = [m](const Device& d) { return std::make_unique<nn::GPT>(m, d, 0); };
+  c.model_name = "tiny-gpt";
+  c.optimizer = "adamw";
+  const bool recipe = run.nanogpt_recipe;
+  c.make_optimizer = [recipe](std::vector<nn::Parameter*> params, float lr) {
+    optim::AdamWOptions o;
+    o.lr = lr;
+    if (recipe) {
+      o.beta2 = 0.99;
+      o.weight_decay = 0.1;
+    }
+    return std::make_unique<optim::AdamW>(std::move(params), o);
+  };
+  c.lr = 1e-2f;
+  if (recipe) {
+    const std::int64_t decay_iters = run.max_iters;
+    c.lr_schedule = [decay_iters](std::int64_t it) {
+      return optim::nanogpt_lr(it, 1e-2, 2, decay_iters, 1e-3);
+    };
+    c.grad_clip = 1.0;
+  }
+  c.batch_size = 8;
+  c.max_iters = run.max_iters;
+  c.eval_interval = run.eval_interval;
+  c.eval_iters = run.eval_iters;
+  return c;
+}
+
+}  // namespace ditto::test
