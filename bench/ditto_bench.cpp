@@ -43,6 +43,7 @@
 #include "bench/bench_common.h"
 #include "backend_sim/sim_gemm.h"
 #include "bench/bench_gpt.h"
+#include "bench/bench_mlp.h"
 #include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
 #include "core/nn/loss.h"
@@ -152,20 +153,10 @@ std::pair<Tensor, Tensor> synthetic_batch(const std::vector<std::int64_t>& sizes
 /// DataParallel samples/s.
 double trainer_samples_per_s(const std::vector<std::int64_t>& sizes, std::int64_t batch, int n_dev,
                              Determinism mode, double seconds, int reps) {
-  std::vector<Device> devs = devices("sim", n_dev);
-  auto model = nn::mlp(sizes, devs[0], 0);
-  parallel::DataParallelOptions o;
-  o.determinism = mode;
-  parallel::DataParallel dp(*model, devs, o);
-  nn::CrossEntropyLoss loss;
-  loss.set_determinism(mode);
-  optim::SGD opt(model->parameters(), {.lr = 0.01f, .momentum = 0.9f});
+  bench::DpMlp trainer(sizes, n_dev, mode);
   const auto xy = synthetic_batch(sizes, batch);
-  const Tensor &x = xy.first, &y = xy.second;
-  auto step = [&] {
-    Tensor l = test::train_step(dp, loss, x, y, &opt);
-    (void)l.item();  // a trainer reads the loss every step (and this synchronises)
-  };
+  // A trainer reads the loss every step (and this synchronises).
+  auto step = [&] { (void)trainer.step(xy.first, xy.second); };
   return static_cast<double>(batch) * bench::steps_per_s(step, seconds, reps);
 }
 

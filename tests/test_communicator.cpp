@@ -222,15 +222,23 @@ class CommCollectives : public ::testing::TestWithParam<Param> {
     return op == ReduceOp::avg && mode_ == Determinism::fast && backend_ != "sim";
   }
 
+  // Each rank's inputs of `count` elements, and its receive buffer: the send buffer itself in
+  // place, else `count` sentinels.
+  template <typename T>
+  void make_send_recv(std::int64_t count, bool in_place, std::vector<Tensor>& send,
+                      std::vector<Tensor>& recv) {
+    for (int r = 0; r < n_; ++r) {
+      send.push_back(make(inputs<T>(r, count), comms_[r].device()));
+      recv.push_back(in_place ? send[r] : make(sentinel<T>(count), comms_[r].device()));
+    }
+  }
+
   template <typename T>
   void all_reduce(ReduceOp op, std::int64_t count, bool in_place) {
     SCOPED_TRACE(detail::cat("all_reduce ", reduce_op_name(op), " ", dtype_name(dtype_of<T>()),
                              " count ", count, in_place ? " in place" : ""));
     std::vector<Tensor> send, recv;
-    for (int r = 0; r < n_; ++r) {
-      send.push_back(make(inputs<T>(r, count), comms_[r].device()));
-      recv.push_back(in_place ? send[r] : make(sentinel<T>(count), comms_[r].device()));
-    }
+    make_send_recv<T>(count, in_place, send, recv);
     drive(
         comms_, how_,
         [&] {
@@ -260,10 +268,7 @@ class CommCollectives : public ::testing::TestWithParam<Param> {
     SCOPED_TRACE(detail::cat("reduce ", reduce_op_name(op), " ", dtype_name(dtype_of<T>()),
                              " count ", count, " root ", root, in_place ? " in place" : ""));
     std::vector<Tensor> send, recv;
-    for (int r = 0; r < n_; ++r) {
-      send.push_back(make(inputs<T>(r, count), comms_[r].device()));
-      recv.push_back(in_place ? send[r] : make(sentinel<T>(count), comms_[r].device()));
-    }
+    make_send_recv<T>(count, in_place, send, recv);
     drive(
         comms_, how_, [&] { ditto::reduce(comms_, send, recv, op, root); },
         [&](int r) { comms_[r].reduce(send[r], recv[r], op, root); });
@@ -307,10 +312,7 @@ class CommCollectives : public ::testing::TestWithParam<Param> {
     SCOPED_TRACE(detail::cat("broadcast ", dtype_name(dtype_of<T>()), " count ", count, " root ",
                              root, in_place ? " in place" : ""));
     std::vector<Tensor> send, recv;
-    for (int r = 0; r < n_; ++r) {
-      send.push_back(make(inputs<T>(r, count), comms_[r].device()));
-      recv.push_back(in_place ? send[r] : make(sentinel<T>(count), comms_[r].device()));
-    }
+    make_send_recv<T>(count, in_place, send, recv);
     drive(
         comms_, how_,
         [&] {

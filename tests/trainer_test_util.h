@@ -1,7 +1,8 @@
-// The tiny GPT run the Trainer tests share (tests/test_gpt_trainer.cpp, test_grad_accum.cpp,
-// test_token_source.cpp): a GPT of a few thousand parameters trained for a few iterations with
+// What the Trainer tests share: the tiny GPT run (tests/test_gpt_trainer.cpp, test_grad_accum.cpp,
+// test_token_source.cpp), a GPT of a few thousand parameters trained for a few iterations with
 // AdamW, optionally with nanoGPT's recipe (warm-up and cosine decay, clipping, beta2 0.99, weight
-// decay 0.1).
+// decay 0.1); and the mixed-magnitude classification data of the bitwise MLP runs
+// (test_bitwise_trainer.cpp, test_grad_accum.cpp).
 #pragma once
 
 #include <cstdint>
@@ -9,7 +10,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/data/dataset.h"
 #include "core/nn/gpt.h"
+#include "core/numerics/random.h"
 #include "core/optim/adamw.h"
 #include "core/optim/lr_schedule.h"
 #include "core/train/trainer.h"
@@ -60,6 +63,27 @@ inline train::TrainerConfig tiny_gpt_trainer(const nn::GPTConfig& m, int devices
   c.eval_interval = run.eval_interval;
   c.eval_iters = run.eval_iters;
   return c;
+}
+
+/// Mixed-magnitude synthetic classification data: n rows of 12 features (scales 100, 1 and 0.01
+/// in turn, so sums in another order differ in their bits), 5 classes; the feature of a row's
+/// class shifted by half its scale (learnable).
+inline data::Dataset mixed_magnitude_classes(std::int64_t n) {
+  const std::int64_t f = 12;
+  std::vector<float> x(static_cast<std::size_t>(n * f));
+  std::vector<std::int64_t> y(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    y[i] = philox_u32(5, stream_id(kStreamSynthetic, 20), i) % 5;
+    for (std::int64_t j = 0; j < f; ++j) {
+      float scale = (j % 3 == 0) ? 100.0f : (j % 3 == 1 ? 1.0f : 0.01f);
+      x[i * f + j] = scale * uniform(5, stream_id(kStreamSynthetic, 21), i * f + j, -1, 1) +
+                     (j == y[i] ? 0.5f * scale : 0.0f);
+    }
+  }
+  data::Dataset d;
+  d.features = Tensor::from_vector(x, {n, f});
+  d.labels = Tensor::from_vector(y, {n});
+  return d;
 }
 
 }  // namespace ditto::test
