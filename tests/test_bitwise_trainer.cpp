@@ -79,12 +79,7 @@ std::vector<std::uint32_t> train(int n_dev, const TrainSetup& s) {
       ao.weight_decay = 0.001;
       return std::make_unique<optim::Adam>(params, ao);
     }
-    optim::SGDOptions so;
-    so.lr = 0.05f;
-    so.momentum = 0.9f;
-    so.weight_decay = 0.001f;
-    so.nesterov = true;
-    return std::make_unique<optim::SGD>(params, so);
+    return test::nesterov_sgd(std::move(params));
   };
   auto data = std::make_shared<train::DatasetSource>(synthetic(s.rows), data::Dataset{},
                                                      /*seed=*/3);

@@ -175,12 +175,7 @@ TrainerConfig mlp(int devices, TrainerKind kind, std::int64_t accum, Determinism
   c.grad_accum_steps = accum;
   c.make_model = [](const Device& d) { return nn::mlp({12, 32, 16, 5}, d, 17); };
   c.make_optimizer = [](std::vector<nn::Parameter*> params, float) {
-    optim::SGDOptions so;
-    so.lr = 0.05f;
-    so.momentum = 0.9f;
-    so.weight_decay = 0.001f;
-    so.nesterov = true;
-    return std::make_unique<optim::SGD>(params, so);
+    return test::nesterov_sgd(std::move(params));
   };
   c.eval_batch_size = 64;
   return c;

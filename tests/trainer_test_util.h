@@ -15,6 +15,7 @@
 #include "core/numerics/random.h"
 #include "core/optim/adamw.h"
 #include "core/optim/lr_schedule.h"
+#include "core/optim/sgd.h"
 #include "core/train/trainer.h"
 
 namespace ditto::test {
@@ -63,6 +64,16 @@ inline train::TrainerConfig tiny_gpt_trainer(const nn::GPTConfig& m, int devices
   c.eval_interval = run.eval_interval;
   c.eval_iters = run.eval_iters;
   return c;
+}
+
+/// The bitwise MLP runs' optimizer: SGD, lr 0.05, Nesterov momentum 0.9, weight decay 0.001.
+inline std::unique_ptr<optim::Optimizer> nesterov_sgd(std::vector<nn::Parameter*> params) {
+  optim::SGDOptions so;
+  so.lr = 0.05f;
+  so.momentum = 0.9f;
+  so.weight_decay = 0.001f;
+  so.nesterov = true;
+  return std::make_unique<optim::SGD>(std::move(params), so);
 }
 
 /// Mixed-magnitude synthetic classification data: n rows of 12 features (scales 100, 1 and 0.01
