@@ -1,6 +1,6 @@
 # Every program's command line: usage errors, --version, --help, and ditto-bench's,
 # bench_bitwise's and safetensors-info's option checks.
-# Included by tests/CMakeLists.txt (its directory: ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR = tests/).
+# include()d by tests/CMakeLists.txt: its directory, ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR.
 
 # The command lines' rough edges (issue 16; examples/cli_common.h): a usage error the option
 # parser finds ends in "PROG: error: ..." and exit status 2 (argparse's and torchrun's, not

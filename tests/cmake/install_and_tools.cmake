@@ -1,6 +1,6 @@
 # The installed package as a user's project sees it, tools/gpu-check.sh's
 # rehearsal and bench/torch_gpu_bench.py's smoke run.
-# Included by tests/CMakeLists.txt (its directory: ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR = tests/).
+# include()d by tests/CMakeLists.txt: its directory, ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR.
 
 # Install into an empty prefix, then use it as a user would: the installed ditto-train, the
 # consumer project examples/consumer (find_package(ditto)), every installed header compiled alone

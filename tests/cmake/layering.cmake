@@ -1,5 +1,5 @@
 # The layering of the source tree (tests/check_layering.py).
-# Included by tests/CMakeLists.txt (its directory: ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR = tests/).
+# include()d by tests/CMakeLists.txt: its directory, ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR.
 
 # Layering (Note [Layering], tests/check_layering.py): one ctest per rule, on the source tree.
 find_package(Python3 COMPONENTS Interpreter)

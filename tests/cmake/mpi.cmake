@@ -1,5 +1,5 @@
 # Ranks as processes: ditto_mpi_tests and ditto-train under mpirun.
-# Included by tests/CMakeLists.txt (its directory: ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR = tests/).
+# include()d by tests/CMakeLists.txt: its directory, ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR.
 
 # Ranks as processes (core/distributed.h): one more test binary, run under mpirun with 1, 2, 4 and
 # 8 processes (--oversubscribe: CI has 2 cores; --allow-run-as-root: CI runs as root). Absent when

@@ -1,5 +1,5 @@
 # ditto-train --trainer ddp: DataParallel's checksum, and the dp trainer's other features.
-# Included by tests/CMakeLists.txt (its directory: ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR = tests/).
+# include()d by tests/CMakeLists.txt: its directory, ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR.
 
 # --trainer ddp (DistributedDataParallel, a thread per rank) prints DataParallel's checksum.
 if(TARGET ditto-train)

@@ -1,5 +1,5 @@
 # ditto-train --model gpt.
-# Included by tests/CMakeLists.txt (its directory: ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR = tests/).
+# include()d by tests/CMakeLists.txt: its directory, ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR.
 
 # ditto-train --model gpt (tests/ditto_train_gpt.sh says what each step checks), and its option
 # checks: each bad value ends the run at startup with "ditto-train: error: <option>: expected ...".

@@ -1,6 +1,6 @@
 # ditto-train's options: argument checks, the address-space limits, non-finite
 # losses, the cost model's options, --grad-accum-steps and --dry-run.
-# Included by tests/CMakeLists.txt (its directory: ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR = tests/).
+# include()d by tests/CMakeLists.txt: its directory, ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR.
 
 # ditto-train's own argument checks (in the program, not the library): each bad value must end in
 # "ditto-train: error: <option>: expected ..." and not be taken (or be undefined behaviour).

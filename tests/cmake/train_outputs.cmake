@@ -1,6 +1,6 @@
 # What ditto-train and the small programs write: checkpoints, --metrics-jsonl,
 # train_minimal and api_tour (the README's programs), safetensors-info, habits, output paths.
-# Included by tests/CMakeLists.txt (its directory: ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR = tests/).
+# include()d by tests/CMakeLists.txt: its directory, ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR.
 
 # Checkpoints end to end: stop and resume, SIGKILL while writing a checkpoint, a truncated
 # checkpoint, mismatched settings (tests/ditto_train_checkpoint.sh says what each step checks).

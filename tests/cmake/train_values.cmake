@@ -1,5 +1,5 @@
 # Bad option values of ditto-train, and the option checks of its newer features.
-# Included by tests/CMakeLists.txt (its directory: ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR = tests/).
+# include()d by tests/CMakeLists.txt: its directory, ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR.
 
 # Bad option values found by a newcomer: each must end the run at startup with
 # "ditto-train: error: <option>: expected ..." (nothing printed before it), never be ignored.
