@@ -31,6 +31,7 @@
 #include "core/parallel/data_parallel.h"
 #include "core/numerics/random.h"
 #include "examples/cli_common.h"
+#include "bench/bench_mlp.h"
 
 using namespace ditto;
 using Clock = std::chrono::steady_clock;
@@ -93,27 +94,13 @@ GemmRate gemm_gflops(std::int64_t M, std::int64_t N, std::int64_t K, bool trans_
 
 double trainer_samples_per_s(const std::vector<std::int64_t>& sizes, std::int64_t batch, int steps,
                              int n_dev, Determinism mode, int reps) {
-  std::vector<Device> devs = devices("sim", n_dev);
-  auto model = nn::mlp(sizes, devs[0], 0);
-  parallel::DataParallelOptions o;
-  o.determinism = mode;
-  parallel::DataParallel dp(*model, devs, o);
-  nn::CrossEntropyLoss loss;
-  loss.set_determinism(mode);
-  optim::SGD opt(model->parameters(), {.lr = 0.01f, .momentum = 0.9f});
+  bench::DpMlp trainer(sizes, n_dev, mode);
   const std::int64_t classes = sizes.back();
   Tensor x = random({batch, sizes.front()}, 3, Device::cpu());
   std::vector<std::int64_t> yv(static_cast<std::size_t>(batch));
   for (std::size_t i = 0; i < yv.size(); ++i) yv[i] = static_cast<std::int64_t>(i) % classes;
   Tensor y = Tensor::from_vector(yv, {batch});
-  auto step = [&] {
-    Tensor out = dp.forward(x);
-    Tensor l = loss.forward(out, y.to(out.device()));
-    opt.zero_grad(true);
-    dp.backward(loss.backward());
-    opt.step();
-    (void)l.item();  // the trainer reads the loss every step
-  };
+  auto step = [&] { (void)trainer.step(x, y); };  // the trainer reads the loss every step
   step();  // warm-up
   double t = median_seconds(reps, [&] {
     for (int i = 0; i < steps; ++i) step();

@@ -35,6 +35,7 @@
 #include "core/parallel/distributed_data_parallel.h"
 #include "core/numerics/random.h"
 #include "examples/cli_common.h"
+#include "tests/train_step.h"
 #include "backend_sim/sim_backend.h"
 
 using namespace ditto;
@@ -75,11 +76,7 @@ double time_dp(int steps, const Tensor& x, const Tensor& y) {
   ce.set_determinism(Determinism::bitwise);
   optim::SGD opt(model->parameters(), {});
   auto step = [&] {
-    Tensor out = dp.forward(x);
-    ce.forward(out, y.to(out.device()));
-    opt.zero_grad(true);
-    dp.backward(ce.backward());
-    opt.step();
+    test::train_step(dp, ce, x, y, &opt);
   };
   step();  // warm-up
   current_stream(devs[0]).synchronize();
@@ -93,41 +90,30 @@ double time_dp(int steps, const Tensor& x, const Tensor& y) {
 double time_ddp(int steps, const Tensor& x, const Tensor& y, bool overlap, double cap_mb) {
   CommOptions co;
   co.determinism = Determinism::bitwise;
-  auto comms = Communicator::init_all(devices("sim", kRanks), co);
   double seconds = 0;
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kRanks; ++r)
-    threads.emplace_back([&, r] {
-      Communicator& comm = comms[static_cast<std::size_t>(r)];
-      auto model = nn::mlp(kSizes, comm.device(), 0);
-      model->set_input_requires_grad(false);
-      parallel::DistributedDataParallelOptions o;
-      o.overlap = overlap;
-      o.bucket_cap_mb = cap_mb;
-      o.average_gradients = false;
-      parallel::DistributedDataParallel ddp(*model, comm, o);
-      nn::CrossEntropyLoss ce;
-      ce.set_determinism(Determinism::bitwise);
-      ce.set_global_batch(kBatch);
-      optim::SGD opt(model->parameters(), {});
-      const auto [lo, hi] = ddp.local_rows(kBatch);
-      Tensor xr = x.narrow(lo, hi - lo).to(comm.device());
-      Tensor yr = y.narrow(lo, hi - lo).to(comm.device());
-      auto step = [&] {
-        Tensor out = ddp.forward({xr}, kBatch);
-        ce.forward(out, yr);
-        opt.zero_grad(true);
-        ddp.backward(ce.backward());
-        opt.step();
-      };
-      step();
-      current_stream(comm.device()).synchronize();
-      auto t0 = Clock::now();
-      for (int s = 0; s < steps; ++s) step();
-      current_stream(comm.device()).synchronize();
-      if (r == 0) seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    });
-  for (auto& t : threads) t.join();
+  test::rethrow_first(test::run_comm_ranks(kRanks, co, [&](int r, Communicator& comm) {
+    auto model = nn::mlp(kSizes, comm.device(), 0);
+    model->set_input_requires_grad(false);
+    parallel::DistributedDataParallelOptions o;
+    o.overlap = overlap;
+    o.bucket_cap_mb = cap_mb;
+    o.average_gradients = false;
+    parallel::DistributedDataParallel ddp(*model, comm, o);
+    nn::CrossEntropyLoss ce;
+    ce.set_determinism(Determinism::bitwise);
+    ce.set_global_batch(kBatch);
+    optim::SGD opt(model->parameters(), {});
+    const auto [lo, hi] = ddp.local_rows(kBatch);
+    Tensor xr = x.narrow(lo, hi - lo).to(comm.device());
+    Tensor yr = y.narrow(lo, hi - lo).to(comm.device());
+    auto step = [&] { test::train_step(ddp, ce, {xr}, kBatch, yr, &opt); };
+    step();
+    current_stream(comm.device()).synchronize();
+    auto t0 = Clock::now();
+    for (int s = 0; s < steps; ++s) step();
+    current_stream(comm.device()).synchronize();
+    if (r == 0) seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  }));
   return seconds;
 }
 
@@ -164,40 +150,29 @@ Prediction predict_ddp(const std::vector<std::int64_t>& sizes, std::int64_t batc
 
   CommOptions co;
   co.determinism = Determinism::fast;
-  auto comms = Communicator::init_all(devices("sim", ranks), co);
   sim::CostTotals before, after;
   int phase = 0;
   auto read = [&]() noexcept { (phase++ == 0 ? before : after) = sb->cost_model().totals(); };
   std::barrier sync_point(ranks, read);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r)
-    threads.emplace_back([&, r] {
-      Communicator& comm = comms[static_cast<std::size_t>(r)];
-      auto model = nn::mlp(sizes, comm.device(), 0);
-      model->set_input_requires_grad(false);
-      parallel::DistributedDataParallelOptions o;
-      o.overlap = overlap;
-      parallel::DistributedDataParallel ddp(*model, comm, o);
-      nn::CrossEntropyLoss ce;
-      optim::SGD opt(model->parameters(), {.lr = 0.01f, .momentum = 0.9f});
-      const auto [lo, hi] = ddp.local_rows(batch);
-      Tensor xr = x.narrow(lo, hi - lo).to(comm.device());
-      Tensor yr = y.narrow(lo, hi - lo).to(comm.device());
-      auto step = [&] {
-        Tensor out = ddp.forward(xr);
-        ce.forward(out, yr);
-        opt.zero_grad(true);
-        ddp.backward(ce.backward());
-        opt.step();
-      };
-      step();  // warm-up
-      current_stream(comm.device()).synchronize();
-      sync_point.arrive_and_wait();  // every rank idle: `before`
-      for (int s = 0; s < steps; ++s) step();
-      current_stream(comm.device()).synchronize();
-      sync_point.arrive_and_wait();  // `after`
-    });
-  for (auto& t : threads) t.join();
+  test::rethrow_first(test::run_comm_ranks(ranks, co, [&](int, Communicator& comm) {
+    auto model = nn::mlp(sizes, comm.device(), 0);
+    model->set_input_requires_grad(false);
+    parallel::DistributedDataParallelOptions o;
+    o.overlap = overlap;
+    parallel::DistributedDataParallel ddp(*model, comm, o);
+    nn::CrossEntropyLoss ce;
+    optim::SGD opt(model->parameters(), {.lr = 0.01f, .momentum = 0.9f});
+    const auto [lo, hi] = ddp.local_rows(batch);
+    Tensor xr = x.narrow(lo, hi - lo).to(comm.device());
+    Tensor yr = y.narrow(lo, hi - lo).to(comm.device());
+    auto step = [&] { test::train_step(ddp, ce, xr, yr, &opt); };
+    step();  // warm-up
+    current_stream(comm.device()).synchronize();
+    sync_point.arrive_and_wait();  // every rank idle: `before`
+    for (int s = 0; s < steps; ++s) step();
+    current_stream(comm.device()).synchronize();
+    sync_point.arrive_and_wait();  // `after`
+  }));
   Prediction p;
   p.step = sim::to_seconds(after.now - before.now) / steps;
   for (int d = 0; d < ranks; ++d) {

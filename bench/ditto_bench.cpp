@@ -43,6 +43,7 @@
 #include "bench/bench_common.h"
 #include "backend_sim/sim_gemm.h"
 #include "bench/bench_gpt.h"
+#include "bench/bench_mlp.h"
 #include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
 #include "core/nn/loss.h"
@@ -52,6 +53,7 @@
 #include "core/parallel/distributed_data_parallel.h"
 #include "core/numerics/random.h"
 #include "examples/cli_common.h"
+#include "tests/train_step.h"
 
 using namespace ditto;
 using bench::Clock;
@@ -151,24 +153,10 @@ std::pair<Tensor, Tensor> synthetic_batch(const std::vector<std::int64_t>& sizes
 /// DataParallel samples/s.
 double trainer_samples_per_s(const std::vector<std::int64_t>& sizes, std::int64_t batch, int n_dev,
                              Determinism mode, double seconds, int reps) {
-  std::vector<Device> devs = devices("sim", n_dev);
-  auto model = nn::mlp(sizes, devs[0], 0);
-  parallel::DataParallelOptions o;
-  o.determinism = mode;
-  parallel::DataParallel dp(*model, devs, o);
-  nn::CrossEntropyLoss loss;
-  loss.set_determinism(mode);
-  optim::SGD opt(model->parameters(), {.lr = 0.01f, .momentum = 0.9f});
+  bench::DpMlp trainer(sizes, n_dev, mode);
   const auto xy = synthetic_batch(sizes, batch);
-  const Tensor &x = xy.first, &y = xy.second;
-  auto step = [&] {
-    Tensor out = dp.forward(x);
-    Tensor l = loss.forward(out, y.to(out.device()));
-    opt.zero_grad(true);
-    dp.backward(loss.backward());
-    opt.step();
-    (void)l.item();  // a trainer reads the loss every step (and this synchronises)
-  };
+  // A trainer reads the loss every step (and this synchronises).
+  auto step = [&] { (void)trainer.step(xy.first, xy.second); };
   return static_cast<double>(batch) * bench::steps_per_s(step, seconds, reps);
 }
 
@@ -195,11 +183,7 @@ double trainer_samples_per_s_ddp(const std::vector<std::int64_t>& sizes, std::in
     const auto [lo, hi] = ddp.local_rows(batch);
     const Tensor xr = x.narrow(lo, hi - lo), yr = y.narrow(lo, hi - lo);
     timed([&] {
-      Tensor out = ddp.forward({xr}, batch);
-      Tensor l = loss.forward(out, yr.to(out.device()));
-      opt.zero_grad(true);
-      ddp.backward(loss.backward());
-      opt.step();
+      Tensor l = test::train_step(ddp, loss, {xr}, batch, yr, &opt);
       (void)l.item();  // this rank's loss, every step (and this synchronises)
     });
   };

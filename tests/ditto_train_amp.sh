@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ditto-train --dtype bf16 / f16 end to end (registered in tests/CMakeLists.txt), on the tiny GPT of
+# ditto-train --dtype bf16 / f16 end to end (registered in tests/cmake/train_gpt.cmake), on the tiny GPT of
 # ditto_train_gpt.sh over the bundled shakespeare.txt (10 iterations), bitwise mode:
 #   1. bf16: one params_checksum for --devices 1, 2, 4, 8 x --trainer dp, ddp; it differs from the
 #      f32 run's (the parameters are stored in bf16: 2 bytes an element are hashed);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ditto-train checkpoints end to end (registered in tests/CMakeLists.txt):
+# ditto-train checkpoints end to end (registered in tests/cmake/train_outputs.cmake):
 #   1. --epochs 2 --checkpoint A, then --resume A --epochs 4: the checksum of an uninterrupted
 #      --epochs 4 run;
 #   2. a run SIGKILLed while writing its 5th checkpoint (DITTO_TEST_KILL_IN_CHECKPOINT, Note [Crash

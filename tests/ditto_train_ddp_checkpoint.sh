@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ditto-train --trainer ddp with checkpoints (registered in tests/CMakeLists.txt); bitwise mode,
+# ditto-train --trainer ddp with checkpoints (registered in tests/cmake/train_ddp.cmake); bitwise mode,
 # so every run below must print the params_checksum of an uninterrupted --trainer dp --epochs 4:
 #   1. ddp --epochs 2 --checkpoint A, then ddp --resume A --epochs 4 (all ranks resume from A);
 #   2. ddp --epochs 2 --checkpoint-every 7 into B, the last checkpoint (step 46) removed, so ddp

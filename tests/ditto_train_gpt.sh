@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ditto-train --model gpt end to end (registered in tests/CMakeLists.txt), on a tiny GPT over the
+# ditto-train --model gpt end to end (registered in tests/cmake/train_gpt.cmake), on a tiny GPT over the
 # bundled shakespeare.txt (10 iterations), bitwise mode:
 #   1. one params_checksum and one generated sample for --devices 1, 2, 4 x --trainer dp, ddp
 #      (and one parameter count: ddp prints nanoGPT's formula, dp the model's own count);

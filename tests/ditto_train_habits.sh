@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Habits users bring from nanoGPT, torchrun and PyTorch (issue 31), one section per ctest
-# (registered in tests/CMakeLists.txt):
+# (registered in tests/cmake/train_outputs.cmake):
 #   progress  --log-interval: nanoGPT's "iter N: loss L, time Tms[, mfu M%]" lines and JSON lines;
 #             mfu only with a --profile; the MLP's default prints none in short epochs; the
 #             checksum and the prediction do not change with the lines

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ditto-train --metrics-jsonl FILE (registered in tests/CMakeLists.txt): one JSON line per epoch
+# ditto-train --metrics-jsonl FILE (registered in tests/cmake/train_outputs.cmake): one JSON line per epoch
 # with the values of the epoch lines, and a final line with the final line's checksum.
 # Usage: ditto_train_metrics_jsonl.sh PATH/TO/ditto-train WORK_DIR
 set -u

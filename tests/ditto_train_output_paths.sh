@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Output paths and bounded inputs (Notes [Atomic write] and [Bounded reads] in core/io/file.h;
-# registered in tests/CMakeLists.txt):
+# registered in tests/cmake/train_outputs.cmake):
 #   --trace LINK writes through the symbolic link (the link stays a link, its target gets the
 #   trace); --trace FIFO writes into the FIFO (it stays a FIFO; a FIFO stands in for /dev/null,
 #   which this test never writes, since a wrong rename as root would replace it); --data and

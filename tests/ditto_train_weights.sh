@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ditto-train --model gpt's weights in and out (issue 32; registered in tests/CMakeLists.txt), on
+# ditto-train --model gpt's weights in and out (issue 32; registered in tests/cmake/train_gpt.cmake), on
 # tests/data/gpt2_tiny (tools/gpt2_fixtures.py) over the bundled shakespeare.txt:
 #   1. --init-from the llm.c f32 file, the Hugging Face safetensors and (--devices 2 --trainer ddp)
 #      the llm.c bf16 file, with --eval-only: each run evaluates once ("step 0: ..."), trains

@@ -5,31 +5,18 @@
 #   cmake -DTRAIN=ditto-train "-DMPIRUN=mpirun;--oversubscribe" -DWDIR0=a -DWDIR1=b
 #         "-DARGS=--data;d.csv" -DREFUSER=1 "-DWHY=read_csv: cannot open 'd.csv'" -DMAX_S=20
 #         -P mpi_rank_refuses.cmake
-string(TIMESTAMP t0 "%s%f")
-execute_process(COMMAND ${MPIRUN} -np 1 -wdir ${WDIR0} ${TRAIN} ${ARGS}
-                        : -np 1 -wdir ${WDIR1} ${TRAIN} ${ARGS}
-                OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc)
-string(TIMESTAMP t1 "%s%f")
-math(EXPR ms "(${t1} - ${t0}) / 1000")
-set(all "${out}${err}")
-if(NOT rc STREQUAL "1")
-  message(FATAL_ERROR "expected exit status 1, got ${rc} after ${ms} ms:\n${all}")
-endif()
-string(REGEX REPLACE "([][.*+?^$()|\\])" "\\\\\\1" why "${WHY}")
+include(${CMAKE_CURRENT_LIST_DIR}/mpi_expect.cmake)
+ditto_mpi_run(rc all ms COMMAND ${MPIRUN} -np 1 -wdir ${WDIR0} ${TRAIN} ${ARGS}
+                                : -np 1 -wdir ${WDIR1} ${TRAIN} ${ARGS})
+ditto_regex_escape(why "${WHY}")
+set(lines)
 foreach(rank 0 1)
   if(rank EQUAL REFUSER)
-    set(line "ditto-train: error: rank ${rank}: ${why}")
+    list(APPEND lines "ditto-train: error: rank ${rank}: ${why}")
   else()
-    set(line "ditto-train: error: rank ${rank}: rank ${REFUSER} refused its arguments: ${why}")
-  endif()
-  if(NOT all MATCHES "${line}")
-    message(FATAL_ERROR "rank ${rank} did not print '${line}' (after ${ms} ms):\n${all}")
+    list(APPEND lines "ditto-train: error: rank ${rank}: rank ${REFUSER} refused its arguments: ${why}")
   endif()
 endforeach()
-if(all MATCHES "signal|Segmentation|MPI_ERR|timed out")
-  message(FATAL_ERROR "a rank crashed, timed out or MPI failed (after ${ms} ms):\n${all}")
-endif()
-if(ms GREATER "${MAX_S}000")
-  message(FATAL_ERROR "took ${ms} ms, expected under ${MAX_S} s:\n${all}")
-endif()
+ditto_mpi_expect("${all}" ${ms} GOT ${rc} RC 1 LINES ${lines}
+                 NOT "signal|Segmentation|MPI_ERR|timed out" MAX_S ${MAX_S})
 message(STATUS "exit status 1 in ${ms} ms, both ranks name rank ${REFUSER}: ${WHY}")

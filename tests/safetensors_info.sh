@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# safetensors-info end to end (registered in tests/CMakeLists.txt):
+# safetensors-info end to end (registered in tests/cmake/train_outputs.cmake):
 #   1. --help prints the usage and exits 0 (it used to open a file called --help);
 #   2. on a checkpoint's model.safetensors written by ditto-train: the tensors, exit 0, no warning;
 #   3. the same file with 4 bytes of tensor data changed: a warning naming the file and both

@@ -17,6 +17,7 @@
 #include "core/numerics/random.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
+#include "trainer_test_util.h"
 
 namespace ditto {
 namespace {
@@ -46,23 +47,7 @@ struct TrainSetup {
 };
 
 /// Mixed-magnitude synthetic classification data: 12 features, 5 classes.
-data::Dataset synthetic(std::int64_t n) {
-  const std::int64_t f = 12;
-  std::vector<float> x(static_cast<std::size_t>(n * f));
-  std::vector<std::int64_t> y(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) {
-    y[i] = philox_u32(5, stream_id(kStreamSynthetic, 20), i) % 5;
-    for (std::int64_t j = 0; j < f; ++j) {
-      float scale = (j % 3 == 0) ? 100.0f : (j % 3 == 1 ? 1.0f : 0.01f);
-      x[i * f + j] = scale * uniform(5, stream_id(kStreamSynthetic, 21), i * f + j, -1, 1) +
-                     (j == y[i] ? 0.5f * scale : 0.0f);
-    }
-  }
-  data::Dataset d;
-  d.features = Tensor::from_vector(x, {n, f});
-  d.labels = Tensor::from_vector(y, {n});
-  return d;
-}
+data::Dataset synthetic(std::int64_t n) { return test::mixed_magnitude_classes(n); }
 
 /// Every parameter's bits, concatenated.
 std::vector<std::uint32_t> param_bits(nn::Module& m) {
@@ -94,12 +79,7 @@ std::vector<std::uint32_t> train(int n_dev, const TrainSetup& s) {
       ao.weight_decay = 0.001;
       return std::make_unique<optim::Adam>(params, ao);
     }
-    optim::SGDOptions so;
-    so.lr = 0.05f;
-    so.momentum = 0.9f;
-    so.weight_decay = 0.001f;
-    so.nesterov = true;
-    return std::make_unique<optim::SGD>(params, so);
+    return test::nesterov_sgd(std::move(params));
   };
   auto data = std::make_shared<train::DatasetSource>(synthetic(s.rows), data::Dataset{},
                                                      /*seed=*/3);

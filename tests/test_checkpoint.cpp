@@ -339,11 +339,7 @@ std::vector<unsigned char> train(const RunSpec& r) {
     loader.set_epoch(e, ts.batch);
     for (std::int64_t i = ts.batch; i < loader.size(); ++i) {
       data::Batch b = loader.batch(i);
-      Tensor out = model->forward(b.x.to(Device("sim", 0)));
-      loss.forward(out, b.y.to(out.device()));
-      opt->zero_grad(true);
-      model->backward(loss.backward());
-      opt->step();
+      test::train_step(*model, loss, b.x.to(Device("sim", 0)), b.y, opt.get());
       ts.advance(loader.size(), 0, 0);
       if (ts.step == r.stop_at) {
         save_checkpoint(r.dir, *model, *opt, ts);

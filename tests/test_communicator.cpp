@@ -1,24 +1,37 @@
-// Tests of Communicator (core/comm/communicator.h) on the simulator: every collective and op for
-// 1, 2, 3, 4 and 8 ranks, counts 0, 1, 7, 1000 and 1003, in place and out of place, driven by the
-// single-controller free functions, by one thread looping over the handles, and SPMD (one thread
-// per rank); expected values from a host loop over rank-dependent inputs. Then bitwise mode
-// against the host canonical tree, call mismatches, timeouts, aborts and argument errors.
+// Tests of Communicator (core/comm/communicator.h) on every backend, the collective matrix's
+// backend axis (tests/test_coll_matrix.cpp): the simulator, and cuda (its 8 logical devices; on a
+// machine with fewer GPUs they share them: the in-GPU transport; ranks on distinct GPUs: NCCL),
+// whose rows skip saying why where the cuda backend cannot start (no GPU, no driver, or a build
+// without it).
+//  - CommCollectives (backend x {fast, bitwise} x drive): every collective and op for 1, 2, 3, 4
+//    and 8 ranks, counts 0, 1, 7, 1000, 1003 and 70001 (uneven slices, the vector path, several
+//    blocks), in place and out of place, driven by the single-controller functions, by one thread
+//    looping over the handles (sim only: cuda blocks in each call outside a group), by a group
+//    around that loop and SPMD (one thread per rank); expected values from a host loop over
+//    rank-dependent inputs exact in any order; bitwise results against the canonical tree.
+//  - CommBackends (backend): many calls in a row, bitwise mode against the host canonical tree
+//    for 1..16 ranks (cuda: 1..8), fast mode within tolerance, call mismatches and timeouts.
+//  - CommunicatorTest (sim) and CudaCommTest (cuda): what only one backend does (argument errors
+//    naming sim devices, two streams of one rank, cuda's group rules and NCCL scratch, cuda's bits
+//    against the simulator's).
 #include <gtest/gtest.h>
 
-#include <limits>
-
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
-#include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
+#include "core/numerics/determinism.h"
+#include "core/runtime/backend.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -26,18 +39,31 @@ namespace {
 
 using namespace ditto::test;
 
-using CommunicatorTest = SimSuite<16, std::size_t(1) << 30>;
+constexpr int kCudaDevices = 8;
+constexpr int kSimDevices = 16;
+constexpr std::size_t kSimCapacity = std::size_t(1) << 30;
+
+using CommunicatorTest = SimSuite<kSimDevices, kSimCapacity>;
+using CudaCommTest = CudaSuite<kCudaDevices>;
 
 // ---- rank-dependent inputs and the host reference ---------------------------------------------
 
 // Rank-dependent inputs exact under any order of reduction (exact_f32, exact_i64).
 template <typename T>
-T input(int r, std::int64_t i) {
-  return exact_inputs<T>(r, 1, i)[0];
-}
-template <typename T>
 std::vector<T> inputs(int r, std::int64_t count, std::int64_t offset = 0) {
   return exact_inputs<T>(r, count, offset);
+}
+
+// Floats with all mantissa bits in use (an LCG): their sums round, so only the canonical order
+// gives the expected bits.
+std::vector<float> rough_inputs(int r, std::int64_t count) {
+  std::vector<float> v(static_cast<std::size_t>(count));
+  std::uint64_t s = 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(r + 1);
+  for (auto& x : v) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<float>(static_cast<std::int64_t>(s >> 40) - (1ll << 23)) / 3.0e5f;
+  }
+  return v;
 }
 
 template <typename T>
@@ -53,56 +79,58 @@ T host_op(T a, T b, ReduceOp op) {
   return op == ReduceOp::min ? std::min(a, b) : std::max(a, b);
 }
 
-// reduce over ranks of input<T>(q, offset + i), i in [0, count).
+// Element-wise reduction over ranks of per-rank vectors, in the canonical tree over rank index
+// (Note [Canonical tree]); avg divides the sum by the number of ranks. On exact inputs any order
+// gives these values.
 template <typename T>
-std::vector<T> host_reduce(int n, std::int64_t count, ReduceOp op, std::int64_t offset = 0) {
-  std::vector<T> out = inputs<T>(0, count, offset);
-  for (int q = 1; q < n; ++q)
-    for (std::int64_t i = 0; i < count; ++i) out[i] = host_op(out[i], input<T>(q, offset + i), op);
-  if constexpr (std::is_same_v<T, float>)
-    if (op == ReduceOp::avg)
-      for (auto& x : out) x = x / static_cast<float>(n);
+T host_tree(const std::vector<std::vector<T>>& v, std::size_t i, std::int64_t lo, std::int64_t hi,
+            ReduceOp op) {
+  if (hi - lo == 1) return v[static_cast<std::size_t>(lo)][i];
+  const std::int64_t mid = tree_mid(lo, hi);
+  return host_op(host_tree(v, i, lo, mid, op), host_tree(v, i, mid, hi, op), op);
+}
+template <typename T>
+std::vector<T> host_reduce(const std::vector<std::vector<T>>& v, ReduceOp op) {
+  const auto n = static_cast<std::int64_t>(v.size());
+  std::vector<T> out(v[0].size());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = host_tree(v, i, 0, n, op);
+    if constexpr (std::is_same_v<T, float>)
+      if (op == ReduceOp::avg) out[i] = out[i] / static_cast<float>(n);
+  }
   return out;
 }
-
-// ---- how a case drives the ranks --------------------------------------------------------------
-
-enum class Drive { group, loop, spmd };
-const char* drive_name(Drive d) {
-  return d == Drive::group ? "group" : d == Drive::loop ? "loop" : "spmd";
-}
-
-// group: the single-controller free function; loop: one thread calls every handle; spmd: one
-// std::thread per rank calls its own handle. Then synchronize every rank.
-void drive(std::vector<Communicator>& comms, Drive how, const std::function<void()>& group,
-           const std::function<void(int)>& per_rank) {
-  const int n = static_cast<int>(comms.size());
-  if (how == Drive::group) {
-    group();
-  } else if (how == Drive::loop) {
-    for (int r = 0; r < n; ++r) per_rank(r);
-  } else {
-    std::vector<std::exception_ptr> errors(comms.size());
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r)
-      threads.emplace_back([&, r] {
-        try {
-          per_rank(r);
-        } catch (...) {
-          errors[r] = std::current_exception();
-        }
-      });
-    for (auto& t : threads) t.join();
-    for (auto& e : errors)
-      if (e) std::rethrow_exception(e);
-  }
-  synchronize(comms);
-}
-
+// reduce over n ranks of inputs<T>(q, count, offset).
 template <typename T>
-DType dtype_for() {
-  return dtype_of<T>();
+std::vector<T> host_reduce(int n, std::int64_t count, ReduceOp op, std::int64_t offset = 0) {
+  std::vector<std::vector<T>> v;
+  for (int q = 0; q < n; ++q) v.push_back(inputs<T>(q, count, offset));
+  return host_reduce(v, op);
 }
+
+std::vector<std::uint32_t> bits(const std::vector<float>& v) {
+  std::vector<std::uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+// Equal, or (close_only) within a relative 1e-6: NCCL's own avg (cuda's fast mode) may scale
+// before or after adding, so only the exact inputs' sums, products, min and max are exact there.
+template <typename T>
+void expect_result(const std::vector<T>& got, const std::vector<T>& want, bool close_only,
+                   int rank) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (close_only) {
+      ASSERT_EQ(got.size(), want.size()) << "rank " << rank;
+      for (std::size_t i = 0; i < got.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-6f * std::max(1.0f, std::abs(want[i])))
+            << "rank " << rank << " element " << i;
+      return;
+    }
+  }
+  EXPECT_EQ(got, want) << "rank " << rank;
+}
+
 template <typename T>
 Tensor make(const std::vector<T>& v, const Device& d) {
   return Tensor::from_vector(v, {static_cast<std::int64_t>(v.size())}, d);
@@ -112,145 +140,220 @@ std::vector<T> sentinel(std::int64_t count) {
   return std::vector<T>(static_cast<std::size_t>(count), static_cast<T>(-7));
 }
 
-using Param = std::tuple<int, std::int64_t, bool, Drive>;  // ranks, count, in place, drive
+// Skips the test (from SetUp) where `backend` cannot start with kCudaDevices devices.
+std::string unavailable(const std::string& backend) {
+  return backend == "sim" ? "" : backend_unavailable(backend, kCudaDevices);
+}
+int max_devices(const std::string& backend) {
+  return backend == "sim" ? kSimDevices : kCudaDevices;
+}
 
-class CollectiveTest : public CommunicatorTest, public ::testing::WithParamInterface<Param> {
- protected:
-  void SetUp() override {
-    std::tie(n_, count_, in_place_, how_) = GetParam();
-    comms_ = Communicator::init_all(devices("sim", n_));
+// ---- how a case drives the ranks --------------------------------------------------------------
+
+enum class Drive { vector_form, loop, grouped_loop, spmd };
+const char* drive_name(Drive d) {
+  switch (d) {
+    case Drive::vector_form: return "vector";
+    case Drive::loop: return "loop";
+    case Drive::grouped_loop: return "group";
+    default: return "spmd";
   }
+}
+
+// vector_form: core's single-controller function; loop: one thread calls every handle (the
+// simulator enqueues and returns; cuda would block in the first call); grouped_loop:
+// group_start, one call per handle, group_end; spmd: one std::thread per rank. Then synchronize
+// every rank.
+void drive(std::vector<Communicator>& comms, Drive how, const std::function<void()>& vector_form,
+           const std::function<void(int)>& per_rank) {
+  const int n = static_cast<int>(comms.size());
+  switch (how) {
+    case Drive::vector_form: vector_form(); break;
+    case Drive::loop:
+      for (int r = 0; r < n; ++r) per_rank(r);
+      break;
+    case Drive::grouped_loop:
+      group_start();
+      for (int r = 0; r < n; ++r) per_rank(r);
+      group_end();
+      break;
+    case Drive::spmd: run_threads(n, per_rank); break;
+  }
+  synchronize(comms);
+}
+
+// ---- every collective, every op ---------------------------------------------------------------
+
+using Param = std::tuple<std::string, Determinism, Drive>;  // backend, mode, drive
+
+constexpr int kRanks[] = {1, 2, 3, 4, 8};
+// Counts: none, one, uneven slices, and enough for the vector path and several blocks.
+constexpr std::int64_t kCounts[] = {0, 1, 7, 1000, 1003, 70001};
+constexpr std::int64_t kScatterCounts[] = {0, 1, 7, 1000, 1003, 9001};
+
+class CommCollectives : public ::testing::TestWithParam<Param> {
+ protected:
+  static void SetUpTestSuite() { init_sim(kSimDevices, kSimCapacity); }
+  void SetUp() override {
+    std::tie(backend_, mode_, how_) = GetParam();
+    const std::string why = unavailable(backend_);
+    if (!why.empty()) GTEST_SKIP() << why;
+  }
+  std::string backend_;
+  Determinism mode_ = Determinism::fast;
+  Drive how_ = Drive::vector_form;
   int n_ = 0;
-  std::int64_t count_ = 0;
-  bool in_place_ = false;
-  Drive how_ = Drive::group;
   std::vector<Communicator> comms_;
 
-  // Each rank's inputs of count_ elements, and its receive buffer: the send buffer itself in
-  // place, else count_ sentinels.
+  // Runs body() for each number of ranks, on a new communicator of that many.
+  void for_each_ranks(const std::function<void()>& body) {
+    for (int n : kRanks) {
+      SCOPED_TRACE(detail::cat(n, " ranks"));
+      n_ = n;
+      CommOptions o;
+      o.determinism = mode_;
+      o.timeout_ms = 60000;
+      comms_ = Communicator::init_all(devices(backend_, n), o);
+      body();
+    }
+  }
+
+  bool close_only(ReduceOp op) const {
+    return op == ReduceOp::avg && mode_ == Determinism::fast && backend_ != "sim";
+  }
+
+  // Each rank's inputs of `count` elements, and its receive buffer: the send buffer itself in
+  // place, else `count` sentinels.
   template <typename T>
-  void make_send_recv(std::vector<Tensor>& send, std::vector<Tensor>& recv) {
+  void make_send_recv(std::int64_t count, bool in_place, std::vector<Tensor>& send,
+                      std::vector<Tensor>& recv) {
     for (int r = 0; r < n_; ++r) {
-      send.push_back(make(inputs<T>(r, count_), comms_[r].device()));
-      recv.push_back(in_place_ ? send[r] : make(sentinel<T>(count_), comms_[r].device()));
+      send.push_back(make(inputs<T>(r, count), comms_[r].device()));
+      recv.push_back(in_place ? send[r] : make(sentinel<T>(count), comms_[r].device()));
     }
   }
 
   template <typename T>
-  void all_reduce(ReduceOp op) {
-    SCOPED_TRACE(detail::cat("all_reduce ", reduce_op_name(op), " ", dtype_name(dtype_for<T>())));
+  void all_reduce(ReduceOp op, std::int64_t count, bool in_place) {
+    SCOPED_TRACE(detail::cat("all_reduce ", reduce_op_name(op), " ", dtype_name(dtype_of<T>()),
+                             " count ", count, in_place ? " in place" : ""));
     std::vector<Tensor> send, recv;
-    make_send_recv<T>(send, recv);
+    make_send_recv<T>(count, in_place, send, recv);
     drive(
         comms_, how_,
         [&] {
-          if (in_place_)
+          if (in_place)
             ditto::all_reduce(comms_, send, op);
           else
             ditto::all_reduce(comms_, send, recv, op);
         },
         [&](int r) {
-          if (in_place_)
+          if (in_place)
             comms_[r].all_reduce(send[r], op);
           else
             comms_[r].all_reduce(send[r], recv[r], op);
         });
-    const auto expected = host_reduce<T>(n_, count_, op);
+    const auto expected = host_reduce<T>(n_, count, op);
     for (int r = 0; r < n_; ++r) {
-      EXPECT_EQ(recv[r].to_vector<T>(), expected) << "rank " << r;
-      if (!in_place_) {
-        EXPECT_EQ(send[r].to_vector<T>(), inputs<T>(r, count_)) << "rank " << r;
+      expect_result(recv[r].to_vector<T>(), expected, close_only(op), r);
+      if (!in_place) {
+        EXPECT_EQ(send[r].to_vector<T>(), inputs<T>(r, count)) << "rank " << r;
       }
     }
   }
 
   template <typename T>
-  void reduce(ReduceOp op) {
-    SCOPED_TRACE(detail::cat("reduce ", reduce_op_name(op), " ", dtype_name(dtype_for<T>())));
-    const int root = static_cast<int>((count_ + 1) % n_);
+  void reduce(ReduceOp op, std::int64_t count, bool in_place) {
+    const int root = static_cast<int>((count + 1) % n_);
+    SCOPED_TRACE(detail::cat("reduce ", reduce_op_name(op), " ", dtype_name(dtype_of<T>()),
+                             " count ", count, " root ", root, in_place ? " in place" : ""));
     std::vector<Tensor> send, recv;
-    make_send_recv<T>(send, recv);
+    make_send_recv<T>(count, in_place, send, recv);
     drive(
         comms_, how_, [&] { ditto::reduce(comms_, send, recv, op, root); },
         [&](int r) { comms_[r].reduce(send[r], recv[r], op, root); });
     for (int r = 0; r < n_; ++r) {
-      std::vector<T> expected = r == root         ? host_reduce<T>(n_, count_, op)
-                                : in_place_ ? inputs<T>(r, count_)
-                                            : sentinel<T>(count_);
-      EXPECT_EQ(recv[r].to_vector<T>(), expected) << "rank " << r << " root " << root;
+      std::vector<T> expected = r == root   ? host_reduce<T>(n_, count, op)
+                                : in_place ? inputs<T>(r, count)
+                                           : sentinel<T>(count);
+      expect_result(recv[r].to_vector<T>(), expected, close_only(op) && r == root, r);
     }
   }
 
   template <typename T>
-  void reduce_scatter(ReduceOp op) {
-    SCOPED_TRACE(
-        detail::cat("reduce_scatter ", reduce_op_name(op), " ", dtype_name(dtype_for<T>())));
+  void reduce_scatter(ReduceOp op, std::int64_t count, bool in_place) {
+    SCOPED_TRACE(detail::cat("reduce_scatter ", reduce_op_name(op), " ",
+                             dtype_name(dtype_of<T>()), " count ", count,
+                             in_place ? " in place" : ""));
     std::vector<Tensor> send, recv;
     for (int r = 0; r < n_; ++r) {
-      send.push_back(make(inputs<T>(r, n_ * count_), comms_[r].device()));
-      recv.push_back(in_place_ ? send[r].narrow(r * count_, count_)
-                               : make(sentinel<T>(count_), comms_[r].device()));
+      send.push_back(make(inputs<T>(r, n_ * count), comms_[r].device()));
+      recv.push_back(in_place ? send[r].narrow(r * count, count)
+                              : make(sentinel<T>(count), comms_[r].device()));
     }
     drive(
         comms_, how_, [&] { ditto::reduce_scatter(comms_, send, recv, op); },
         [&](int r) { comms_[r].reduce_scatter(send[r], recv[r], op); });
     for (int r = 0; r < n_; ++r) {
-      EXPECT_EQ(recv[r].to_vector<T>(), host_reduce<T>(n_, count_, op, r * count_))
-          << "rank " << r;
+      expect_result(recv[r].to_vector<T>(), host_reduce<T>(n_, count, op, r * count),
+                    close_only(op), r);
       // The other blocks of send stay as they were (also in place).
       auto s = send[r].to_vector<T>();
-      auto in = inputs<T>(r, n_ * count_);
-      for (std::int64_t i = 0; i < n_ * count_; ++i)
-        if (i / std::max<std::int64_t>(count_, 1) != r || !in_place_) {
+      auto in = inputs<T>(r, n_ * count);
+      for (std::int64_t i = 0; i < n_ * count; ++i)
+        if (i / std::max<std::int64_t>(count, 1) != r || !in_place) {
           ASSERT_EQ(s[i], in[i]) << "rank " << r << " send element " << i;
         }
     }
   }
 
   template <typename T>
-  void broadcast() {
-    SCOPED_TRACE(detail::cat("broadcast ", dtype_name(dtype_for<T>())));
-    const int root = static_cast<int>(count_ % n_);
+  void broadcast(std::int64_t count, int root, bool in_place) {
+    SCOPED_TRACE(detail::cat("broadcast ", dtype_name(dtype_of<T>()), " count ", count, " root ",
+                             root, in_place ? " in place" : ""));
     std::vector<Tensor> send, recv;
-    make_send_recv<T>(send, recv);
+    make_send_recv<T>(count, in_place, send, recv);
     drive(
         comms_, how_,
         [&] {
-          if (in_place_) {
+          if (in_place) {
             ditto::broadcast(comms_, send, root);
-          } else {
+          } else {  // the vector form is in place only: a grouped loop
+            group_start();
             for (int r = 0; r < n_; ++r) comms_[r].broadcast(send[r], recv[r], root);
+            group_end();
           }
         },
         [&](int r) {
-          if (in_place_)
+          if (in_place)
             comms_[r].broadcast(send[r], root);
           else
             comms_[r].broadcast(r == root ? send[r] : Tensor(), recv[r], root);
         });
     for (int r = 0; r < n_; ++r)
-      EXPECT_EQ(recv[r].to_vector<T>(), inputs<T>(root, count_)) << "rank " << r;
+      EXPECT_EQ(recv[r].to_vector<T>(), inputs<T>(root, count)) << "rank " << r;
   }
 
   template <typename T>
-  void all_gather() {
-    SCOPED_TRACE(detail::cat("all_gather ", dtype_name(dtype_for<T>())));
+  void all_gather(std::int64_t count, bool in_place) {
+    SCOPED_TRACE(detail::cat("all_gather ", dtype_name(dtype_of<T>()), " count ", count,
+                             in_place ? " in place" : ""));
     std::vector<Tensor> send, recv;
     std::vector<T> expected;
     for (int r = 0; r < n_; ++r) {
-      auto in = inputs<T>(r, count_);
+      auto in = inputs<T>(r, count);
       expected.insert(expected.end(), in.begin(), in.end());
     }
     for (int r = 0; r < n_; ++r) {
-      if (in_place_) {
-        auto v = sentinel<T>(n_ * count_);
-        auto in = inputs<T>(r, count_);
-        std::copy(in.begin(), in.end(), v.begin() + r * count_);
+      if (in_place) {  // send is block r of recv
+        auto v = sentinel<T>(n_ * count);
+        auto in = inputs<T>(r, count);
+        std::copy(in.begin(), in.end(), v.begin() + r * count);
         recv.push_back(make(v, comms_[r].device()));
-        send.push_back(recv[r].narrow(r * count_, count_));
+        send.push_back(recv[r].narrow(r * count, count));
       } else {
-        send.push_back(make(inputs<T>(r, count_), comms_[r].device()));
-        recv.push_back(make(sentinel<T>(n_ * count_), comms_[r].device()));
+        send.push_back(make(inputs<T>(r, count), comms_[r].device()));
+        recv.push_back(make(sentinel<T>(n_ * count), comms_[r].device()));
       }
     }
     drive(
@@ -260,61 +363,160 @@ class CollectiveTest : public CommunicatorTest, public ::testing::WithParamInter
   }
 };
 
-TEST_P(CollectiveTest, AllReduce) {
-  for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg})
-    all_reduce<float>(op);
-  for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max})
-    all_reduce<std::int64_t>(op);
+TEST_P(CommCollectives, AllReduce) {
+  for_each_ranks([&] {
+    for (std::int64_t count : kCounts)
+      for (bool in_place : {false, true}) {
+        for (ReduceOp op :
+             {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg})
+          all_reduce<float>(op, count, in_place);
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max})
+          all_reduce<std::int64_t>(op, count, in_place);
+      }
+  });
 }
 
-TEST_P(CollectiveTest, Reduce) {
-  for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg})
-    reduce<float>(op);
-  for (ReduceOp op : {ReduceOp::sum, ReduceOp::max}) reduce<std::int64_t>(op);
+TEST_P(CommCollectives, Reduce) {
+  for_each_ranks([&] {
+    for (std::int64_t count : kCounts)
+      for (bool in_place : {false, true}) {
+        for (ReduceOp op :
+             {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg})
+          reduce<float>(op, count, in_place);
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::max}) reduce<std::int64_t>(op, count, in_place);
+      }
+  });
 }
 
-TEST_P(CollectiveTest, ReduceScatter) {
-  for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg})
-    reduce_scatter<float>(op);
-  for (ReduceOp op : {ReduceOp::sum, ReduceOp::min}) reduce_scatter<std::int64_t>(op);
+TEST_P(CommCollectives, ReduceScatter) {
+  for_each_ranks([&] {
+    for (std::int64_t count : kScatterCounts)
+      for (bool in_place : {false, true}) {
+        for (ReduceOp op :
+             {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg})
+          reduce_scatter<float>(op, count, in_place);
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::min, ReduceOp::prod})
+          reduce_scatter<std::int64_t>(op, count, in_place);
+      }
+  });
 }
 
-TEST_P(CollectiveTest, Broadcast) {
-  broadcast<float>();
-  broadcast<std::int64_t>();
+TEST_P(CommCollectives, Broadcast) {
+  for_each_ranks([&] {
+    for (std::int64_t count : kCounts)
+      for (bool in_place : {false, true})
+        for (int root : {static_cast<int>(count % n_), n_ - 1}) {
+          broadcast<float>(count, root, in_place);
+          broadcast<std::int64_t>(count, root, in_place);
+        }
+  });
 }
 
-TEST_P(CollectiveTest, AllGather) {
-  all_gather<float>();
-  all_gather<std::int64_t>();
+TEST_P(CommCollectives, AllGather) {
+  for_each_ranks([&] {
+    for (std::int64_t count : kCounts)
+      for (bool in_place : {false, true}) {
+        all_gather<float>(count, in_place);
+        all_gather<std::int64_t>(count, in_place);
+      }
+  });
 }
 
-TEST_P(CollectiveTest, Barrier) {
-  drive(
-      comms_, how_, [&] { for (auto& c : comms_) c.barrier(); },
-      [&](int r) { comms_[r].barrier(); });
+TEST_P(CommCollectives, BarrierAndManyCollectivesInARow) {
+  for_each_ranks([&] {
+    std::vector<Tensor> t;
+    for (int r = 0; r < n_; ++r) t.push_back(Tensor::full({257}, 1.0f, comms_[r].device()));
+    for (int k = 0; k < 20; ++k)
+      drive(
+          comms_, how_,
+          [&] {
+            ditto::all_reduce(comms_, t, ReduceOp::sum);
+            group_start();
+            for (auto& c : comms_) c.barrier();
+            group_end();
+          },
+          [&](int r) {
+            comms_[r].all_reduce(t[r], ReduceOp::sum);
+            comms_[r].barrier();
+          });
+    // Each round multiplies by n (one rounding, whatever the order of the equal addends).
+    float expected = 1.0f;
+    for (int k = 0; k < 20; ++k) expected *= static_cast<float>(n_);
+    for (int r = 0; r < n_; ++r)
+      EXPECT_EQ(t[r].to_vector<float>(), std::vector<float>(257, expected)) << "rank " << r;
+  });
+}
+
+TEST_P(CommCollectives, BitwiseResultsFollowTheCanonicalTree) {
+  if (mode_ != Determinism::bitwise) GTEST_SKIP() << "bitwise mode only";
+  for_each_ranks([&] {
+    const std::int64_t count = 5003;
+    std::vector<std::vector<float>> in;
+    for (int r = 0; r < n_; ++r) in.push_back(rough_inputs(r, count));
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::prod}) {
+      SCOPED_TRACE(reduce_op_name(op));
+      std::vector<Tensor> send, recv;
+      for (int r = 0; r < n_; ++r) {
+        send.push_back(make(in[r], comms_[r].device()));
+        recv.push_back(make(sentinel<float>(count), comms_[r].device()));
+      }
+      drive(
+          comms_, how_, [&] { ditto::all_reduce(comms_, send, recv, op); },
+          [&](int r) { comms_[r].all_reduce(send[r], recv[r], op); });
+      const auto expected = bits(host_reduce(in, op));
+      for (int r = 0; r < n_; ++r) EXPECT_EQ(bits(recv[r].to_vector<float>()), expected) << r;
+    }
+  });
+}
+
+std::string collectives_name(const ::testing::TestParamInfo<Param>& info) {
+  return detail::cat(std::get<0>(info.param), "_", determinism_name(std::get<1>(info.param)), "_",
+                     drive_name(std::get<2>(info.param)));
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    RanksCountsInPlaceDrive, CollectiveTest,
-    ::testing::Combine(::testing::Values(1, 2, 3, 4, 8),
-                       ::testing::Values(std::int64_t(0), std::int64_t(1), std::int64_t(7),
-                                         std::int64_t(1000), std::int64_t(1003)),
-                       ::testing::Bool(),
-                       ::testing::Values(Drive::group, Drive::loop, Drive::spmd)),
-    [](const ::testing::TestParamInfo<Param>& info) {
-      return detail::cat("n", std::get<0>(info.param), "_count", std::get<1>(info.param),
-                         std::get<2>(info.param) ? "_inplace_" : "_outofplace_",
-                         drive_name(std::get<3>(info.param)));
-    });
+    Sim, CommCollectives,
+    ::testing::Combine(::testing::Values(std::string("sim")),
+                       ::testing::Values(Determinism::fast, Determinism::bitwise),
+                       ::testing::Values(Drive::vector_form, Drive::loop, Drive::grouped_loop,
+                                         Drive::spmd)),
+    collectives_name);
+// No Drive::loop: one thread calling every handle outside a group blocks in the first call
+// (CudaCommTest.OneThreadCallingEveryHandleOutsideAGroupTimesOutWithAHint).
+INSTANTIATE_TEST_SUITE_P(
+    Cuda, CommCollectives,
+    ::testing::Combine(::testing::Values(std::string("cuda")),
+                       ::testing::Values(Determinism::fast, Determinism::bitwise),
+                       ::testing::Values(Drive::vector_form, Drive::grouped_loop, Drive::spmd)),
+    collectives_name);
 
-// ---- more shapes, repeated use ------------------------------------------------------------------
+// ---- one backend at a time ----------------------------------------------------------------------
 
-TEST_F(CommunicatorTest, AllGatherIntoMatrixAndManyCallsInARow) {
-  auto comms = Communicator::init_all(devices("sim", 4));
+class CommBackends : public ::testing::TestWithParam<std::string> {
+ protected:
+  static void SetUpTestSuite() { init_sim(kSimDevices, kSimCapacity); }
+  void SetUp() override {
+    backend_ = GetParam();
+    const std::string why = unavailable(backend_);
+    if (!why.empty()) GTEST_SKIP() << why;
+  }
+  std::vector<Communicator> init(int n, CommOptions o = {}) {
+    return Communicator::init_all(devices(backend_, n), o);
+  }
+  std::string backend_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, CommBackends,
+                         ::testing::Values(std::string("sim"), std::string("cuda")),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+TEST_P(CommBackends, AllGatherIntoMatrixAndManyCallsInARow) {
+  auto comms = init(4);
   EXPECT_EQ(comms[2].rank(), 2);
   EXPECT_EQ(comms[2].size(), 4);
-  EXPECT_EQ(comms[2].device(), Device("sim", 2));
+  EXPECT_EQ(comms[2].device(), Device(backend_, 2));
   std::vector<Tensor> send, recv;
   for (int r = 0; r < 4; ++r) {
     send.push_back(Tensor::full({2, 3}, static_cast<float>(r), comms[r].device()));
@@ -335,25 +537,23 @@ TEST_F(CommunicatorTest, AllGatherIntoMatrixAndManyCallsInARow) {
   }
 }
 
-// ---- bitwise mode -------------------------------------------------------------------------------
-
 // Mixed magnitudes: a left-to-right sum over ranks differs from the canonical tree.
 float mixed(int r, std::int64_t i) { return mixed_rank_value(r, i, 12345u); }
 
-float host_tree(int lo, int hi, std::int64_t i) { return test::host_tree(lo, hi, i, mixed); }
+float mixed_tree(int lo, int hi, std::int64_t i) { return test::host_tree(lo, hi, i, mixed); }
 
-TEST_F(CommunicatorTest, BitwiseReductionsFollowTheCanonicalTree) {
+TEST_P(CommBackends, BitwiseReductionsFollowTheCanonicalTree) {
   const std::int64_t count = 1003;
-  for (int n = 1; n <= 16; ++n) {
+  for (int n = 1; n <= max_devices(backend_); ++n) {
     SCOPED_TRACE(detail::cat(n, " ranks"));
     std::vector<float> tree(count), left(count);
     int differ = 0;
     for (std::int64_t i = 0; i < count; ++i) {
-      tree[i] = host_tree(0, n, i);
+      tree[i] = mixed_tree(0, n, i);
       float acc = mixed(0, i);
       for (int r = 1; r < n; ++r) acc = acc + mixed(r, i);
       left[i] = acc;
-      differ += bits(tree[i]) != bits(left[i]);
+      differ += test::bits(tree[i]) != test::bits(left[i]);
     }
     // For 1..3 ranks the canonical tree is the left-to-right sum; from 4 on the inputs must tell
     // them apart, or the bit-for-bit checks below would prove nothing.
@@ -363,7 +563,7 @@ TEST_F(CommunicatorTest, BitwiseReductionsFollowTheCanonicalTree) {
 
     CommOptions opts;
     opts.determinism = Determinism::bitwise;
-    auto comms = Communicator::init_all(devices("sim", n), opts);
+    auto comms = init(n, opts);
     // Element i of rank r holds mixed(r, i % count): for reduce_scatter every block of a rank's
     // send repeats the all_reduce input, so block b reduces to `tree` as well.
     auto rank_inputs = [&](int r, std::int64_t cnt) {
@@ -393,22 +593,23 @@ TEST_F(CommunicatorTest, BitwiseReductionsFollowTheCanonicalTree) {
         auto got = recv[r].to_vector<float>();
         auto got_rs = rrecv[r].to_vector<float>();
         for (std::int64_t i = 0; i < count; ++i) {
-          ASSERT_EQ(bits(got[i]), bits(tree[i])) << "all_reduce rank " << r << " element " << i;
-          ASSERT_EQ(bits(got_rs[i]), bits(tree[i]))
+          ASSERT_EQ(test::bits(got[i]), test::bits(tree[i]))
+              << "all_reduce rank " << r << " element " << i;
+          ASSERT_EQ(test::bits(got_rs[i]), test::bits(tree[i]))
               << "reduce_scatter rank " << r << " element " << i;
         }
       }
       auto got = red[n - 1].to_vector<float>();
       for (std::int64_t i = 0; i < count; ++i)
-        ASSERT_EQ(bits(got[i]), bits(tree[i])) << "reduce element " << i;
+        ASSERT_EQ(test::bits(got[i]), test::bits(tree[i])) << "reduce element " << i;
     }
   }
 }
 
-TEST_F(CommunicatorTest, FastModeAgreesWithTheTreeWithinTolerance) {
+TEST_P(CommBackends, FastModeAgreesWithTheTreeWithinTolerance) {
   const int n = 8;
   const std::int64_t count = 257;
-  auto comms = Communicator::init_all(devices("sim", n));
+  auto comms = init(n);
   std::vector<Tensor> t;
   for (int r = 0; r < n; ++r) {
     std::vector<float> v(count);
@@ -427,8 +628,28 @@ TEST_F(CommunicatorTest, FastModeAgreesWithTheTreeWithinTolerance) {
 
 // ---- mismatches, timeouts, abort ------------------------------------------------------------------
 
-TEST_F(CommunicatorTest, MismatchedCallsFailEveryRankAndTheCommunicatorStaysUsable) {
-  auto comms = Communicator::init_all(devices("sim", 3));
+// Each rank's call from a thread of its own (SPMD), then its stream's synchronize: the simulator
+// reports a failed collective there, cuda in the call itself. Returns each rank's message of an
+// E, or "wrong type: ..." / "" (no exception).
+template <typename E>
+std::vector<std::string> spmd_errors(std::vector<Communicator>& comms, int ranks,
+                                     const std::function<void(int)>& call) {
+  std::vector<std::string> what(static_cast<std::size_t>(ranks));
+  run_threads(ranks, [&](int r) {
+    try {
+      call(r);
+      comms[r].stream().synchronize();
+    } catch (const E& e) {
+      what[r] = e.what();
+    } catch (const std::exception& e) {
+      what[r] = std::string("wrong type: ") + e.what();
+    }
+  });
+  return what;
+}
+
+TEST_P(CommBackends, MismatchedCallsFailEveryRankAndTheCommunicatorStaysUsable) {
+  auto comms = init(3);
   std::vector<Tensor> t;
   for (int r = 0; r < 3; ++r) t.push_back(Tensor::full({12}, 1.0f, comms[r].device()));
   Tensor short_t = Tensor::full({10}, 1.0f, comms[2].device());
@@ -447,19 +668,34 @@ TEST_F(CommunicatorTest, MismatchedCallsFailEveryRankAndTheCommunicatorStaysUsab
        "all_reduce: rank 1 called with op max, rank 0 with op sum"},
       {[&] { comms[1].all_reduce(i64); }, [&] { comms[2].all_reduce(t[2]); },
        "all_reduce: rank 1 called with dtype i64, rank 0 with dtype f32"},
+      {[&] { comms[1].broadcast(t[1], 0); }, [&] { comms[2].broadcast(t[2], 1); },
+       "broadcast: rank 2 called with root 1, rank 0 with root 0"},
   };
   for (const auto& c : cases) {
-    comms[0].all_reduce(t[0]);
-    c.rank1();
-    c.rank2();
+    SCOPED_TRACE(c.message);
+    auto rank0 = [&] {
+      if (c.message.rfind("broadcast", 0) == 0)
+        comms[0].broadcast(t[0], 0);
+      else
+        comms[0].all_reduce(t[0]);
+    };
+    // One thread per rank, every backend.
+    const auto what = spmd_errors<InvalidArgument>(comms, 3, [&](int r) {
+      if (r == 0) rank0();
+      if (r == 1) c.rank1();
+      if (r == 2) c.rank2();
+    });
     for (int r = 0; r < 3; ++r)
-      expect_error<InvalidArgument>([&] { comms[r].stream().synchronize(); }, c.message);
+      EXPECT_NE(what[r].find(c.message), std::string::npos) << "rank " << r << ": " << what[r];
+    // One thread calling every handle: the simulator only (cuda blocks in the first call).
+    if (backend_ == "sim") {
+      rank0();
+      c.rank1();
+      c.rank2();
+      for (int r = 0; r < 3; ++r)
+        expect_error<InvalidArgument>([&] { comms[r].stream().synchronize(); }, c.message);
+    }
   }
-  // Root mismatch.
-  for (int r = 0; r < 3; ++r) comms[r].broadcast(t[r], r == 2 ? 1 : 0);
-  for (int r = 0; r < 3; ++r)
-    expect_error<InvalidArgument>([&] { comms[r].stream().synchronize(); },
-                                  "broadcast: rank 2 called with root 1, rank 0 with root 0");
 
   // Still usable, and nothing was written by the failed calls.
   all_reduce(comms, t);
@@ -467,23 +703,22 @@ TEST_F(CommunicatorTest, MismatchedCallsFailEveryRankAndTheCommunicatorStaysUsab
   for (int r = 0; r < 3; ++r) EXPECT_EQ(t[r].to_vector<float>(), std::vector<float>(12, 3.0f));
 }
 
-TEST_F(CommunicatorTest, RankThatNeverCallsTimesOutNamingItAndAbortsTheCommunicator) {
+TEST_P(CommBackends, RankThatNeverCallsTimesOutNamingItAndAbortsTheCommunicator) {
   CommOptions opts;
   opts.timeout_ms = 200;
-  auto comms = Communicator::init_all(devices("sim", 4), opts);
+  auto comms = init(4, opts);
   std::vector<Tensor> t;
   for (int r = 0; r < 4; ++r) t.push_back(Tensor::full({5}, 1.0f, comms[r].device()));
   // One collective that completes, then ranks 2 and 3 never join the second.
   all_reduce(comms, t);
   synchronize(comms);
   const auto start = std::chrono::steady_clock::now();
-  comms[0].all_reduce(t[0]);
-  comms[1].all_reduce(t[1]);
-  for (int r = 0; r < 2; ++r)
-    expect_error<Timeout>(
-        [&] { comms[r].stream().synchronize(); },
-        "all_reduce (collective #2 on this communicator): timed out after 200 ms waiting for "
-        "ranks 2, 3");
+  const auto what = spmd_errors<Timeout>(comms, 2, [&](int r) { comms[r].all_reduce(t[r]); });
+  for (const std::string& w : what)
+    EXPECT_NE(w.find("all_reduce (collective #2 on this communicator): timed out after 200 ms "
+                     "waiting for ranks 2, 3"),
+              std::string::npos)
+        << w;
   const double secs =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_LT(secs, 3.0);
@@ -498,28 +733,19 @@ TEST_F(CommunicatorTest, RankThatNeverCallsTimesOutNamingItAndAbortsTheCommunica
   synchronize(comms);  // nothing was enqueued
 }
 
-TEST_F(CommunicatorTest, BarrierTimeoutNamesTheSingleMissingRankInSpmd) {
+TEST_P(CommBackends, BarrierTimeoutNamesTheSingleMissingRankInSpmd) {
   CommOptions opts;
   opts.timeout_ms = 150;
-  auto comms = Communicator::init_all(devices("sim", 3), opts);
-  std::vector<std::string> messages(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      comms[r].barrier();
-      try {
-        comms[r].stream().synchronize();
-      } catch (const Timeout& e) {
-        messages[r] = e.what();
-      }
-    });
-  for (auto& th : threads) th.join();
-  for (int r = 0; r < 2; ++r)
-    EXPECT_NE(messages[r].find("barrier (collective #1 on this communicator): timed out after "
-                               "150 ms waiting for rank 2 "),
+  auto comms = init(3, opts);
+  const auto what = spmd_errors<Timeout>(comms, 2, [&](int r) { comms[r].barrier(); });
+  for (const std::string& w : what)
+    EXPECT_NE(w.find("barrier (collective #1 on this communicator): timed out after 150 ms "
+                     "waiting for rank 2 "),
               std::string::npos)
-        << messages[r];
+        << w;
 }
+
+// ---- the simulator only ---------------------------------------------------------------------------
 
 TEST_F(CommunicatorTest, TwoCollectivesOfOneRankRunningAtOnceAbortWithAClearError) {
   CommOptions opts;
@@ -538,8 +764,6 @@ TEST_F(CommunicatorTest, TwoCollectivesOfOneRankRunningAtOnceAbortWithAClearErro
   expect_error<BackendError>([&] { side->synchronize(); }, what);
   expect_error<BackendError>([&] { comms[1].barrier(); }, "communicator aborted");
 }
-
-// ---- argument errors ------------------------------------------------------------------------------
 
 TEST_F(CommunicatorTest, InitAllRejectsBadDeviceLists) {
   expect_error<InvalidArgument>(
@@ -674,6 +898,113 @@ TEST(CommunicatorInit, DeadlineSaturatesAtTheLongestTimeout) {
   EXPECT_LE(d, after + std::chrono::milliseconds(kMaxCommTimeoutMs));
   const Clock::time_point past = detail::comm_deadline<Clock>(-5);
   EXPECT_LE(past, Clock::now());
+}
+
+// ---- cuda only ------------------------------------------------------------------------------------
+
+// cuda's bitwise collectives give the simulator's bits (both follow Note [Canonical tree]).
+TEST_F(CudaCommTest, BitwiseCollectivesEqualTheSimulatorBitForBit) {
+  Backend& sim = get_backend("sim");
+  if (sim.device_count() < kCudaDevices) init_sim(kCudaDevices);
+  CommOptions o;
+  o.determinism = Determinism::bitwise;
+  const std::int64_t count = 4099;
+  for (int n : kRanks) {
+    std::vector<std::vector<float>> out[2];  // [sim, cuda][kind * rank]
+    int b = 0;
+    for (const char* backend : {"sim", "cuda"}) {
+      SCOPED_TRACE(detail::cat(backend, " ", n, " ranks"));
+      auto comms = Communicator::init_all(devices(backend, n), o);
+      std::vector<Tensor> send, recv, scattered;
+      for (int r = 0; r < n; ++r) {
+        send.push_back(make(rough_inputs(r, n * count), comms[r].device()));
+        recv.push_back(make(sentinel<float>(n * count), comms[r].device()));
+        scattered.push_back(make(sentinel<float>(count), comms[r].device()));
+      }
+      ditto::all_reduce(comms, send, recv, ReduceOp::sum);
+      synchronize(comms);
+      for (int r = 0; r < n; ++r) out[b].push_back(recv[r].to_vector<float>());
+      ditto::all_reduce(comms, send, recv, ReduceOp::avg);
+      ditto::reduce_scatter(comms, send, scattered, ReduceOp::sum);
+      synchronize(comms);
+      for (int r = 0; r < n; ++r) {
+        out[b].push_back(recv[r].to_vector<float>());
+        out[b].push_back(scattered[r].to_vector<float>());
+      }
+      ++b;
+    }
+    ASSERT_EQ(out[0].size(), out[1].size());
+    for (std::size_t i = 0; i < out[0].size(); ++i)
+      EXPECT_EQ(bits(out[0][i]), bits(out[1][i])) << n << " ranks, result " << i;
+  }
+}
+
+// The GPU logical device `index` runs on, as the backend's errors name it ("cuda:1 (GPU 1): out of
+// memory ..."): the tests see no CUDA API.
+int physical_gpu(int index) {
+  Backend& b = get_backend("cuda");
+  try {
+    void* p = b.allocate(index, b.memory_stats(index).capacity + 1);
+    b.deallocate(index, p, b.memory_stats(index).capacity + 1);
+  } catch (const OutOfMemory& e) {
+    const std::string m = e.what();
+    const std::size_t at = m.find("(GPU ");
+    if (at != std::string::npos) return std::stoi(m.substr(at + 5));
+  }
+  return -1;
+}
+
+TEST_F(CudaCommTest, BitwiseNcclScratchIsCountedByTheDevicesMemoryStats) {
+  if (physical_gpu(0) == physical_gpu(1))
+    GTEST_SKIP() << "needs two GPUs: ranks sharing a GPU use the in-GPU transport, which has no "
+                    "scratch";
+  Backend& b = get_backend("cuda");
+  CommOptions o;
+  o.determinism = Determinism::bitwise;
+  auto comms = Communicator::init_all(devices("cuda", 2), o);
+  const std::int64_t count = std::int64_t(1) << 20;  // two even blocks of 2^19 floats
+  std::vector<Tensor> t;
+  for (int r = 0; r < 2; ++r) t.push_back(make(inputs<float>(r, count), comms[r].device()));
+  synchronize(comms);
+  std::size_t before[2];
+  for (int r = 0; r < 2; ++r) {
+    b.reset_peak_memory(r);
+    before[r] = b.memory_stats(r).in_use;
+  }
+  ditto::all_reduce(comms, t);
+  synchronize(comms);
+  // Each rank's scratch of [2 ranks, 2^19] floats (Note [CUDA bitwise collectives]) went through
+  // the backend's allocator: the peak saw it, and it was given back.
+  const std::size_t scratch = 2 * (std::size_t(1) << 19) * sizeof(float);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_GE(b.memory_stats(r).peak, before[r] + scratch) << "rank " << r;
+    EXPECT_EQ(b.memory_stats(r).in_use, before[r]) << "rank " << r;
+  }
+  EXPECT_EQ(t[1].to_vector<float>()[5], inputs<float>(0, count)[5] + inputs<float>(1, count)[5]);
+}
+
+TEST_F(CudaCommTest, OneThreadCallingEveryHandleOutsideAGroupTimesOutWithAHint) {
+  CommOptions o;
+  o.timeout_ms = 200;
+  auto comms = Communicator::init_all(devices("cuda", 2), o);
+  Tensor t = Tensor::full({3}, 1.0f, comms[0].device());
+  expect_error<Timeout>([&] { comms[0].all_reduce(t); }, "inside group_start()/group_end()");
+}
+
+TEST_F(CudaCommTest, GroupEndWithoutGroupStartIsAnError) {
+  expect_error<InvalidArgument>([] { group_end(); },
+                                "group_end: expected a matching group_start() on this thread");
+}
+
+TEST_F(CudaCommTest, GroupedMismatchIsReportedByGroupEnd) {
+  auto comms = Communicator::init_all(devices("cuda", 2));
+  Tensor a = Tensor::full({4}, 1.0f, comms[0].device());
+  Tensor b = Tensor::full({4}, 1.0f, comms[1].device());
+  group_start();
+  comms[0].all_reduce(a, ReduceOp::sum);
+  comms[1].all_reduce(b, ReduceOp::max);
+  expect_error<InvalidArgument>([] { group_end(); },
+                                "all_reduce: rank 1 called with op max, rank 0 with op sum");
 }
 
 }  // namespace

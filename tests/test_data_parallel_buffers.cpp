@@ -15,6 +15,7 @@
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/numerics/random.h"
+#include "train_step.h"
 
 namespace ditto {
 namespace {
@@ -74,11 +75,8 @@ std::vector<std::uint32_t> train(int n_dev, Determinism mode, std::size_t buffer
       }
     }
     const std::int64_t b = batches[static_cast<std::size_t>(s) % batches.size()];
-    Tensor out = dp.forward(batch_x(b, 12, static_cast<std::uint64_t>(s)));
-    loss.forward(out, batch_y(b, 3, static_cast<std::uint64_t>(s)).to(out.device()));
-    opt.zero_grad(true);
-    dp.backward(loss.backward());
-    opt.step();
+    const auto seed = static_cast<std::uint64_t>(s);
+    test::train_step(dp, loss, batch_x(b, 12, seed), batch_y(b, 3, seed), &opt);
   }
   return param_bits(*model);
 }

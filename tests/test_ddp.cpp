@@ -43,46 +43,6 @@ class DdpTest : public ::testing::Test {
   void SetUp() override { start_sim(); }
 };
 
-/// Runs fn(rank, comm) on one thread per rank of a new communicator over sim:0..world-1 and
-/// returns each rank's exception (null where it returned).
-std::vector<std::exception_ptr> run_ranks(int world, const CommOptions& co,
-                                          const std::function<void(int, Communicator&)>& fn) {
-  std::vector<Communicator> comms = Communicator::init_all(devices("sim", world), co);
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r, comms[static_cast<std::size_t>(r)]);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
-/// Rethrows the first rank's error (so a test shows what went wrong).
-void expect_no_errors(const std::vector<std::exception_ptr>& errors) {
-  for (std::size_t r = 0; r < errors.size(); ++r)
-    if (errors[r]) {
-      try {
-        std::rethrow_exception(errors[r]);
-      } catch (const std::exception& e) {
-        FAIL() << "rank " << r << " threw: " << e.what();
-      }
-    }
-}
-
-std::string what_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    return ex.what();
-  }
-  return "";
-}
-
 Tensor random_x(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
   std::vector<float> v(static_cast<std::size_t>(rows * cols));
   for (std::size_t i = 0; i < v.size(); ++i)
@@ -165,7 +125,7 @@ std::vector<std::vector<std::vector<float>>> train_ddp(int world, DistributedDat
   co.timeout_ms = 20000;
   o.average_gradients = false;  // Note [DDP loss scaling]
   std::vector<std::vector<std::vector<float>>> result(static_cast<std::size_t>(world));
-  auto errors = run_ranks(world, co, [&](int r, Communicator& comm) {
+  auto errors = test::run_comm_ranks(world, co, [&](int r, Communicator& comm) {
     auto model = nn::mlp(kSizes, comm.device(), 7);
     model->set_input_requires_grad(false);
     DistributedDataParallel ddp(*model, comm, o);
@@ -178,15 +138,12 @@ std::vector<std::vector<std::vector<float>>> train_ddp(int world, DistributedDat
     optim::SGD opt(model->parameters(), so);
     for (int s = 0; s < kSteps; ++s) {
       auto [lo, hi] = ddp.local_rows(kBatch);
-      Tensor out = ddp.forward({rows_of(random_x(kBatch, kSizes[0], 100 + s), lo, hi)}, kBatch);
-      ce.forward(out, rows_of(random_y(kBatch, kSizes.back(), 100 + s), lo, hi).to(out.device()));
-      opt.zero_grad(true);
-      ddp.backward(ce.backward());
-      opt.step();
+      test::train_step(ddp, ce, {rows_of(random_x(kBatch, kSizes[0], 100 + s), lo, hi)}, kBatch,
+                       rows_of(random_y(kBatch, kSizes.back(), 100 + s), lo, hi), &opt);
     }
     result[static_cast<std::size_t>(r)] = params_of(*model);
   });
-  expect_no_errors(errors);
+  test::expect_no_rank_errors(errors);
   return result;
 }
 
@@ -195,7 +152,7 @@ std::vector<std::vector<std::vector<float>>> train_ddp(int world, DistributedDat
 TEST_F(DdpTest, ParameterShapeMismatchNamesFirstRankAndParameterOnEveryRank) {
   CommOptions co;
   co.timeout_ms = 20000;
-  auto errors = run_ranks(4, co, [](int r, Communicator& comm) {
+  auto errors = test::run_comm_ranks(4, co, [](int r, Communicator& comm) {
     // Rank 2 has a different hidden size: parameter 0 ('0.weight') is the first that differs.
     auto model = nn::mlp({8, r == 2 ? 6 : 4, 3}, comm.device(), 1);
     DistributedDataParallel ddp(*model, comm);
@@ -218,14 +175,14 @@ TEST_F(DdpTest, ParameterShapeMismatchNamesFirstRankAndParameterOnEveryRank) {
 TEST_F(DdpTest, ParameterCountMismatchIsReported) {
   CommOptions co;
   co.timeout_ms = 20000;
-  auto errors = run_ranks(2, co, [](int r, Communicator& comm) {
+  auto errors = test::run_comm_ranks(2, co, [](int r, Communicator& comm) {
     auto model = r == 0 ? nn::mlp({8, 4, 3}, comm.device(), 1) : nn::mlp({8, 3}, comm.device(), 1);
     DistributedDataParallel ddp(*model, comm);
   });
   for (auto& e : errors) {
     ASSERT_TRUE(e);
-    EXPECT_NE(what_of(e).find("rank 0 has 4 parameters but rank 1 has 2"), std::string::npos)
-        << what_of(e);
+    EXPECT_NE(test::what_of(e).find("rank 0 has 4 parameters but rank 1 has 2"), std::string::npos)
+        << test::what_of(e);
   }
 }
 
@@ -234,12 +191,12 @@ TEST_F(DdpTest, ParametersBroadcastFromRank0) {
   co.timeout_ms = 20000;
   std::vector<std::vector<std::vector<float>>> after(4);
   auto expected = params_of(*nn::mlp({6, 5, 3}, Device("sim", 0), 0));
-  auto errors = run_ranks(4, co, [&](int r, Communicator& comm) {
+  auto errors = test::run_comm_ranks(4, co, [&](int r, Communicator& comm) {
     auto model = nn::mlp({6, 5, 3}, comm.device(), static_cast<std::uint64_t>(r));  // differ
     DistributedDataParallel ddp(*model, comm);
     after[static_cast<std::size_t>(r)] = params_of(*model);
   });
-  expect_no_errors(errors);
+  test::expect_no_rank_errors(errors);
   EXPECT_FALSE(same_bits(expected, params_of(*nn::mlp({6, 5, 3}, Device("sim", 0), 1))));
   for (int r = 0; r < 4; ++r) EXPECT_TRUE(same_bits(after[static_cast<std::size_t>(r)], expected)) << r;
 }
@@ -247,7 +204,7 @@ TEST_F(DdpTest, ParametersBroadcastFromRank0) {
 TEST_F(DdpTest, BucketsFollowTorchAssignment) {
   CommOptions co;
   std::vector<std::vector<std::size_t>> small, large;
-  auto errors = run_ranks(1, co, [&](int, Communicator& comm) {
+  auto errors = test::run_comm_ranks(1, co, [&](int, Communicator& comm) {
     auto model = nn::mlp({64, 128, 10}, comm.device(), 0);  // 32 KiB, 512 B, 5 KiB, 40 B
     DistributedDataParallelOptions o;
     o.bucket_cap_mb = 1.0 / 1024;  // 1 KiB
@@ -255,7 +212,7 @@ TEST_F(DdpTest, BucketsFollowTorchAssignment) {
     small = DistributedDataParallel(*model, comm, o).bucket_indices();
     large = DistributedDataParallel(*model, comm).bucket_indices();
   });
-  expect_no_errors(errors);
+  test::expect_no_rank_errors(errors);
   // Reverse order; a bucket closes once it reaches its cap.
   EXPECT_EQ(small, (std::vector<std::vector<std::size_t>>{{3, 2}, {1, 0}}));
   EXPECT_EQ(large, (std::vector<std::vector<std::size_t>>{{3, 2, 1, 0}}));
@@ -265,7 +222,7 @@ TEST_F(DdpTest, BucketsStartDuringBackwardOnlyWithOverlap) {
   CommOptions co;
   co.timeout_ms = 20000;
   std::vector<std::size_t> overlapped(4), buckets(4);
-  auto errors = run_ranks(2, co, [&](int r, Communicator& comm) {
+  auto errors = test::run_comm_ranks(2, co, [&](int r, Communicator& comm) {
     for (bool overlap : {true, false}) {
       auto model = nn::mlp({64, 128, 10}, comm.device(), 0);
       model->set_input_requires_grad(false);
@@ -275,22 +232,20 @@ TEST_F(DdpTest, BucketsStartDuringBackwardOnlyWithOverlap) {
       o.overlap = overlap;
       DistributedDataParallel ddp(*model, comm, o);
       nn::CrossEntropyLoss ce;
-      Tensor out = ddp.forward(random_x(4, 64, 1));
-      ce.forward(out, random_y(4, 10, 1).to(out.device()));
-      ddp.backward(ce.backward());
+      test::train_step(ddp, ce, random_x(4, 64, 1), random_y(4, 10, 1));
       const std::size_t i = static_cast<std::size_t>(r * 2 + (overlap ? 0 : 1));
       overlapped[i] = ddp.buckets_overlapped();
       buckets[i] = ddp.bucket_indices().size();
     }
   });
-  expect_no_errors(errors);
+  test::expect_no_rank_errors(errors);
   EXPECT_EQ(buckets, (std::vector<std::size_t>{2, 2, 2, 2}));
   EXPECT_EQ(overlapped, (std::vector<std::size_t>{2, 0, 2, 0}));
 }
 
 TEST_F(DdpTest, BadOptionsAreRefused) {
   CommOptions co;
-  auto errors = run_ranks(2, co, [&](int, Communicator& comm) {
+  auto errors = test::run_comm_ranks(2, co, [&](int, Communicator& comm) {
     auto model = nn::mlp({4, 3}, comm.device(), 0);
     DistributedDataParallelOptions o;
     o.micro_shards = 1;  // fewer than the ranks
@@ -298,9 +253,9 @@ TEST_F(DdpTest, BadOptionsAreRefused) {
   });
   for (auto& e : errors) {
     ASSERT_TRUE(e);
-    EXPECT_NE(what_of(e).find("micro_shards: expected at least the world size 2, got 1"),
+    EXPECT_NE(test::what_of(e).find("micro_shards: expected at least the world size 2, got 1"),
               std::string::npos)
-        << what_of(e);
+        << test::what_of(e);
   }
 }
 
@@ -327,14 +282,14 @@ TEST_F(DdpTest, BitwiseEqualsDataParallelForAnyWorldSizeBucketSizeAndOverlap) {
 TEST_F(DdpTest, LocalRowsFollowMicroShards) {
   CommOptions co;
   std::vector<std::pair<std::int64_t, std::int64_t>> rows(4);
-  auto errors = run_ranks(4, co, [&](int r, Communicator& comm) {
+  auto errors = test::run_comm_ranks(4, co, [&](int r, Communicator& comm) {
     auto model = nn::mlp({4, 3}, comm.device(), 0);
     DistributedDataParallelOptions o;
     o.micro_shards = 8;
     DistributedDataParallel ddp(*model, comm, o);
     rows[static_cast<std::size_t>(r)] = ddp.local_rows(10);
   });
-  expect_no_errors(errors);
+  test::expect_no_rank_errors(errors);
   // Micro-shard bounds of 10 rows over K = 8: 0 1 2 3 5 6 7 8 10; two shards per rank.
   EXPECT_EQ(rows, (std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 2}, {2, 5}, {5, 7}, {7, 10}}));
 }
@@ -359,19 +314,18 @@ TEST_F(DdpTest, FastModeAveragedGradientsMatchOneDeviceWithinTolerance) {
   CommOptions co;
   co.timeout_ms = 20000;
   std::vector<std::vector<std::vector<float>>> grads(4);
-  auto errors = run_ranks(4, co, [&](int r, Communicator& comm) {
+  auto errors = test::run_comm_ranks(4, co, [&](int r, Communicator& comm) {
     auto model = nn::mlp(kSizes, comm.device(), 7);
     model->set_input_requires_grad(false);
     DistributedDataParallelOptions o;
     o.bucket_cap_mb = 1.0 / 1024;
     DistributedDataParallel ddp(*model, comm, o);
     nn::CrossEntropyLoss ce;
-    Tensor out = ddp.forward(rows_of(x, r * 10, r * 10 + 10));
-    ce.forward(out, rows_of(y, r * 10, r * 10 + 10).to(out.device()));
-    ddp.backward(ce.backward());
+    test::train_step(ddp, ce, rows_of(x, r * 10, r * 10 + 10),
+                     rows_of(y, r * 10, r * 10 + 10));
     grads[static_cast<std::size_t>(r)] = grads_of(*model);
   });
-  expect_no_errors(errors);
+  test::expect_no_rank_errors(errors);
   for (int r = 0; r < 4; ++r) {
     EXPECT_TRUE(same_bits(grads[static_cast<std::size_t>(r)], grads[0])) << r;
     EXPECT_LT(max_abs_diff(grads[static_cast<std::size_t>(r)], expected), 1e-5) << r;
@@ -390,7 +344,7 @@ TEST_F(DdpTest, NoSyncAccumulatesAndNextSyncIncludesIt) {
   CommOptions co;
   co.timeout_ms = 20000;
   std::vector<std::vector<std::vector<float>>> after_no_sync(2), grads(2);
-  auto errors = run_ranks(2, co, [&](int r, Communicator& comm) {
+  auto errors = test::run_comm_ranks(2, co, [&](int r, Communicator& comm) {
     auto model = nn::mlp(kSizes, comm.device(), 7);
     model->set_input_requires_grad(false);
     DistributedDataParallelOptions o;
@@ -402,9 +356,7 @@ TEST_F(DdpTest, NoSyncAccumulatesAndNextSyncIncludesIt) {
     for (int m = 0; m < 2; ++m) {
       const std::int64_t lo = 24 * r + 12 * m;
       auto step = [&] {
-        Tensor out = ddp.forward(rows_of(x, lo, lo + 12));
-        ce.forward(out, rows_of(y, lo, lo + 12).to(out.device()));
-        ddp.backward(ce.backward());
+        test::train_step(ddp, ce, rows_of(x, lo, lo + 12), rows_of(y, lo, lo + 12));
       };
       if (m == 0) {
         auto guard = ddp.no_sync();
@@ -416,7 +368,7 @@ TEST_F(DdpTest, NoSyncAccumulatesAndNextSyncIncludesIt) {
     }
     grads[static_cast<std::size_t>(r)] = grads_of(*model);
   });
-  expect_no_errors(errors);
+  test::expect_no_rank_errors(errors);
   // Under no_sync each rank kept its own gradient.
   EXPECT_GT(max_abs_diff(after_no_sync[0], after_no_sync[1]), 1e-4);
   for (int r = 0; r < 2; ++r) {
@@ -441,15 +393,14 @@ TEST_F(DdpTest, GradsAreBucketViewsAndAccumulateAcrossSynchronisedSteps) {
   co.timeout_ms = 20000;
   std::vector<std::vector<std::vector<float>>> grads(2);
   std::vector<int> contiguous(2, 0);
-  auto errors = run_ranks(2, co, [&](int r, Communicator& comm) {
+  auto errors = test::run_comm_ranks(2, co, [&](int r, Communicator& comm) {
     auto model = nn::mlp(kSizes, comm.device(), 7);
     model->set_input_requires_grad(false);
     DistributedDataParallel ddp(*model, comm, {});  // default caps: one bucket of every parameter
     nn::CrossEntropyLoss ce;
     for (const auto& [x, y] : {std::pair{x1, y1}, std::pair{x2, y2}}) {
-      Tensor out = ddp.forward(rows_of(x, 12 * r, 12 * r + 12));
-      ce.forward(out, rows_of(y, 12 * r, 12 * r + 12).to(out.device()));
-      ddp.backward(ce.backward());
+      test::train_step(ddp, ce, rows_of(x, 12 * r, 12 * r + 12),
+                       rows_of(y, 12 * r, 12 * r + 12));
       const std::vector<std::size_t>& b = ddp.bucket_indices()[0];
       std::vector<nn::Parameter*> ps = model->parameters();
       bool ok = b.size() >= 2;
@@ -460,7 +411,7 @@ TEST_F(DdpTest, GradsAreBucketViewsAndAccumulateAcrossSynchronisedSteps) {
     }
     grads[static_cast<std::size_t>(r)] = grads_of(*model);
   });
-  expect_no_errors(errors);
+  test::expect_no_rank_errors(errors);
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(contiguous[static_cast<std::size_t>(r)], 2) << r;
     EXPECT_LT(max_abs_diff(grads[static_cast<std::size_t>(r)], expected), 1e-5) << r;
@@ -480,7 +431,7 @@ TEST_F(DdpTest, AfterZeroGradSetToNoneTheBackwardWritesGradsIntoTheBucketAndAllo
   std::vector<std::size_t> backward_growth(2, 0);
   std::vector<std::vector<std::vector<float>>> grads(2);
   std::size_t grad_bytes = 0;
-  auto errors = run_ranks(2, co, [&](int r, Communicator& comm) {
+  auto errors = test::run_comm_ranks(2, co, [&](int r, Communicator& comm) {
     auto model = nn::mlp(sizes, comm.device(), 7);
     model->set_input_requires_grad(false);
     DistributedDataParallel ddp(*model, comm, {});  // one bucket of every parameter
@@ -504,7 +455,7 @@ TEST_F(DdpTest, AfterZeroGradSetToNoneTheBackwardWritesGradsIntoTheBucketAndAllo
     if (r == 0)
       for (nn::Parameter* p : model->parameters()) grad_bytes += p->data.nbytes();
   });
-  expect_no_errors(errors);
+  test::expect_no_rank_errors(errors);
   ASSERT_GT(grad_bytes, 500000u);
   const auto expected = single_device_grads(x, y, sizes);
   for (int r = 0; r < 2; ++r) {
@@ -545,7 +496,7 @@ TEST_F(DdpTest, JoinWithUnevenInputsDoesNotHangAndAveragesActiveRanks) {
   co.timeout_ms = 20000;
   std::vector<std::vector<std::vector<float>>> after(world);
   std::vector<std::int64_t> shadowed(world);
-  auto errors = run_ranks(world, co, [&](int r, Communicator& comm) {
+  auto errors = test::run_comm_ranks(world, co, [&](int r, Communicator& comm) {
     auto model = nn::mlp(kSizes, comm.device(), 7);
     model->set_input_requires_grad(false);
     DistributedDataParallelOptions o;
@@ -555,16 +506,12 @@ TEST_F(DdpTest, JoinWithUnevenInputsDoesNotHangAndAveragesActiveRanks) {
     optim::SGD opt(model->parameters(), so);
     for (int s = 0; s <= r; ++s) {
       nn::CrossEntropyLoss ce;
-      Tensor out = ddp.forward(batch_x(r, s));
-      ce.forward(out, batch_y(r, s).to(out.device()));
-      opt.zero_grad(true);
-      ddp.backward(ce.backward());
-      opt.step();
+      test::train_step(ddp, ce, batch_x(r, s), batch_y(r, s), &opt);
     }
     shadowed[static_cast<std::size_t>(r)] = ddp.join();
     after[static_cast<std::size_t>(r)] = params_of(*model);
   });
-  expect_no_errors(errors);
+  test::expect_no_rank_errors(errors);
   EXPECT_EQ(shadowed, (std::vector<std::int64_t>{3, 2, 1, 0}));
   for (int r = 0; r < world; ++r) {
     EXPECT_TRUE(same_bits(after[static_cast<std::size_t>(r)], after[3])) << r;
@@ -574,19 +521,19 @@ TEST_F(DdpTest, JoinWithUnevenInputsDoesNotHangAndAveragesActiveRanks) {
 
 TEST_F(DdpTest, JoinWithoutEnableJoinIsRefused) {
   CommOptions co;
-  auto errors = run_ranks(1, co, [&](int, Communicator& comm) {
+  auto errors = test::run_comm_ranks(1, co, [&](int, Communicator& comm) {
     auto model = nn::mlp({4, 3}, comm.device(), 0);
     DistributedDataParallel ddp(*model, comm);
     ddp.join();
   });
   ASSERT_TRUE(errors[0]);
-  EXPECT_NE(what_of(errors[0]).find("call enable_join() on every rank"), std::string::npos);
+  EXPECT_NE(test::what_of(errors[0]).find("call enable_join() on every rank"), std::string::npos);
 }
 
 TEST_F(DdpTest, RanksDisagreeingOnNoSyncFailTogether) {
   CommOptions co;
   co.timeout_ms = 20000;
-  auto errors = run_ranks(2, co, [&](int r, Communicator& comm) {
+  auto errors = test::run_comm_ranks(2, co, [&](int r, Communicator& comm) {
     auto model = nn::mlp({4, 3}, comm.device(), 0);
     DistributedDataParallel ddp(*model, comm);
     ddp.enable_join();
@@ -599,7 +546,7 @@ TEST_F(DdpTest, RanksDisagreeingOnNoSyncFailTogether) {
   });
   for (auto& e : errors) {
     ASSERT_TRUE(e);
-    EXPECT_NE(what_of(e).find("rank(s) 1 are inside no_sync()"), std::string::npos) << what_of(e);
+    EXPECT_NE(test::what_of(e).find("rank(s) 1 are inside no_sync()"), std::string::npos) << test::what_of(e);
   }
 }
 
@@ -610,7 +557,7 @@ std::vector<std::exception_ptr> step_with_failure(int world, std::int64_t timeou
                                                   const std::function<void(DistributedDataParallel&)>& misbehave) {
   CommOptions co;
   co.timeout_ms = timeout_ms;
-  return run_ranks(world, co, [&](int r, Communicator& comm) {
+  return test::run_comm_ranks(world, co, [&](int r, Communicator& comm) {
     auto model = nn::mlp(kSizes, comm.device(), 7);
     DistributedDataParallel ddp(*model, comm);
     if (r == bad) {
@@ -618,9 +565,7 @@ std::vector<std::exception_ptr> step_with_failure(int world, std::int64_t timeou
       return;
     }
     nn::CrossEntropyLoss ce;
-    Tensor out = ddp.forward(random_x(8, kSizes[0], 3));
-    ce.forward(out, random_y(8, kSizes.back(), 3).to(out.device()));
-    ddp.backward(ce.backward());
+    test::train_step(ddp, ce, random_x(8, kSizes[0], 3), random_y(8, kSizes.back(), 3));
   });
 }
 
@@ -648,7 +593,7 @@ TEST_F(DdpTest, RankThrowingInForwardAbortsPeersWithItsError) {
     ddp.forward(random_x(8, 3, 0));  // wrong feature count: Linear throws
   });
   ASSERT_TRUE(errors[2]);
-  EXPECT_NE(what_of(errors[2]).find("Linear"), std::string::npos) << what_of(errors[2]);
+  EXPECT_NE(test::what_of(errors[2]).find("Linear"), std::string::npos) << test::what_of(errors[2]);
   expect_peers_fail<BackendError>(errors, 2,
                                   {"all_reduce", "rank 2 failed: DistributedDataParallel.forward"});
 }
@@ -680,7 +625,7 @@ TEST_F(DdpTest, RankNeverReachingTheAllReduceTimesOutNamingIt) {
 TEST_F(DdpTest, RankMissingConstructionTimesOutNamingIt) {
   CommOptions co;
   co.timeout_ms = 300;
-  auto errors = run_ranks(2, co, [&](int r, Communicator& comm) {
+  auto errors = test::run_comm_ranks(2, co, [&](int r, Communicator& comm) {
     if (r == 1) return;
     auto model = nn::mlp({4, 3}, comm.device(), 0);
     DistributedDataParallel ddp(*model, comm);

@@ -67,28 +67,7 @@ class GradWriter : public nn::Module {
 
 void run_ranks(int world, Determinism mode, const std::function<void(int, Communicator&)>& fn) {
   test::init_sim(8);
-  CommOptions co;
-  co.determinism = mode;
-  std::vector<Communicator> comms = Communicator::init_all(devices("sim", world), co);
-  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r, comms[static_cast<std::size_t>(r)]);
-      } catch (...) {
-        errors[static_cast<std::size_t>(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (std::size_t r = 0; r < errors.size(); ++r)
-    if (errors[r]) {
-      try {
-        std::rethrow_exception(errors[r]);
-      } catch (const std::exception& e) {
-        FAIL() << "rank " << r << " threw: " << e.what();
-      }
-    }
+  test::run_ranks_ok(world, mode, fn);
 }
 
 /// sum over ranks r < world of (r + 1) * (i + 1) * (j + 1), divided by `div`.

@@ -25,6 +25,7 @@
 #include "core/train/text_source.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
+#include "trainer_test_util.h"
 
 namespace ditto::train {
 namespace {
@@ -342,33 +343,9 @@ std::shared_ptr<TextDataSource> shakespeare(std::int64_t block_size) {
 }
 
 TrainerConfig tiny_gpt(int devices, TrainerKind kind, float dropout = 0.0f) {
-  nn::GPTConfig m;
-  m.block_size = 16;
-  m.vocab_size = 78;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.n_embd = 16;
-  m.dropout = dropout;
-  TrainerConfig c;
-  c.devices = devices;
-  c.trainer = kind;
-  c.make_model = [m](const Device& d) { return std::make_unique<nn::GPT>(m, d, 0); };
-  c.model_name = "tiny-gpt";
-  c.optimizer = "adamw";
-  c.make_optimizer = [](std::vector<nn::Parameter*> params, float lr) {
-    optim::AdamWOptions o;
-    o.lr = lr;
-    o.beta2 = 0.99;
-    o.weight_decay = 0.1;
-    return std::make_unique<optim::AdamW>(std::move(params), o);
-  };
-  c.lr = 1e-2f;
-  c.lr_schedule = [](std::int64_t it) { return optim::nanogpt_lr(it, 1e-2, 2, 8, 1e-3); };
-  c.grad_clip = 1.0;
-  c.batch_size = 8;
-  c.max_iters = 8;
-  c.eval_interval = 4;
-  c.eval_iters = 2;
+  TrainerConfig c = test::tiny_gpt_trainer({.block_size = 16, .vocab_size = 78, .n_layer = 2,
+                                            .n_head = 2, .n_embd = 16, .dropout = dropout},
+                                           devices, kind);
   c.checkpoint_aliases = {{"lm_head.weight", "transformer.wte.weight"}};
   return c;
 }

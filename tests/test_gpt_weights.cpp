@@ -80,6 +80,17 @@ class GptWeights : public SimSuite<1> {
     const float ref_loss = want("loss_" + which).item();
     EXPECT_NEAR(loss, ref_loss, 1e-5 * ref_loss) << which;
   }
+  /// A ditto checkpoint under dir_/ck of the fixture's model_f32.bin at step 3, its model
+  /// described as ditto-train describes it (st: the state saved); returns the step's directory.
+  std::string save_tiny_checkpoint(TrainerState& st) {
+    auto gpt = model(io::load_gpt_weights(kDir + "/model_f32.bin"));
+    optim::SGD opt(gpt->parameters(), optim::SGDOptions{});
+    st.step = 3;
+    st.config["model"] =
+        "gpt(n_layer=2,n_head=4,n_embd=32,block_size=64,vocab_size=512,bias=True,dropout=0)";
+    return save_checkpoint(dir_ + "/ck", *gpt, opt, st, 2,
+                           {{"lm_head.weight", "transformer.wte.weight"}});
+  }
   void expect_tiny_config(const io::GptWeights& w) {
     EXPECT_EQ(w.config.n_layer, 2);
     EXPECT_EQ(w.config.n_head, 4);
@@ -95,13 +106,8 @@ class GptWeights : public SimSuite<1> {
 
 TEST_F(GptWeights, SpecsAreNnGptsParametersInOrder) {
   for (bool bias : {false, true}) {
-    nn::GPTConfig c;
-    c.n_layer = 2;
-    c.n_head = 2;
-    c.n_embd = 8;
-    c.block_size = 8;
-    c.vocab_size = 11;
-    c.bias = bias;
+    const nn::GPTConfig c{
+        .block_size = 8, .vocab_size = 11, .n_layer = 2, .n_head = 2, .n_embd = 8, .bias = bias};
     nn::GPT gpt(c, dev_, 0);
     const auto specs = io::gpt_param_specs(c);
     const auto ps = gpt.parameters();
@@ -216,14 +222,8 @@ TEST_F(GptWeights, ExportRoundTrips) {
 
 // A ditto checkpoint directory: its parameters and its model's configuration.
 TEST_F(GptWeights, DittoCheckpointDirectory) {
-  const io::GptWeights w = io::load_gpt_weights(kDir + "/model_f32.bin");
-  auto gpt = model(w);
-  optim::SGD opt(gpt->parameters(), optim::SGDOptions{});
   TrainerState st;
-  st.step = 3;
-  st.config["model"] = "gpt(n_layer=2,n_head=4,n_embd=32,block_size=64,vocab_size=512,bias=True,dropout=0)";
-  const std::string ck = save_checkpoint(dir_ + "/ck", *gpt, opt, st, 2,
-                                         {{"lm_head.weight", "transformer.wte.weight"}});
+  const std::string ck = save_tiny_checkpoint(st);
   for (const std::string& path : {dir_ + "/ck", ck}) {
     const io::GptWeights r = io::load_gpt_weights(path);
     EXPECT_EQ(r.format, io::GptWeightsFormat::checkpoint);
@@ -233,6 +233,8 @@ TEST_F(GptWeights, DittoCheckpointDirectory) {
   // A checkpoint of another model.
   TrainerState mlp = st;
   mlp.config["model"] = "64-128-10";
+  auto gpt = model(io::load_gpt_weights(kDir + "/model_f32.bin"));
+  optim::SGD opt(gpt->parameters(), optim::SGDOptions{});
   save_checkpoint(dir_ + "/mlp", *gpt, opt, mlp);
   expect_error<ParseError>([&] { io::load_gpt_weights(dir_ + "/mlp"); },
                            "expected a checkpoint of a GPT (ditto-train --model gpt), got one of "
@@ -242,14 +244,8 @@ TEST_F(GptWeights, DittoCheckpointDirectory) {
 // A checkpoint's own DIR/step-N/model.safetensors (nanoGPT's layout, no n_head in it, not a
 // GPT-2 size): n_head from the trainer.json beside it, no --n-head needed (issue 32, K06).
 TEST_F(GptWeights, CheckpointModelFileTakesNHeadFromTrainerJson) {
-  const io::GptWeights w = io::load_gpt_weights(kDir + "/model_f32.bin");
-  auto gpt = model(w);
-  optim::SGD opt(gpt->parameters(), optim::SGDOptions{});
   TrainerState st;
-  st.step = 3;
-  st.config["model"] = "gpt(n_layer=2,n_head=4,n_embd=32,block_size=64,vocab_size=512,bias=True,dropout=0)";
-  const std::string ck = save_checkpoint(dir_ + "/ck", *gpt, opt, st, 2,
-                                         {{"lm_head.weight", "transformer.wte.weight"}});
+  const std::string ck = save_tiny_checkpoint(st);
   const io::GptWeights r = io::load_gpt_weights(ck + "/model.safetensors");
   EXPECT_EQ(r.format, io::GptWeightsFormat::nanogpt);
   EXPECT_EQ(r.n_head_from, ck + "/trainer.json");

@@ -27,6 +27,7 @@
 #include "core/train/text_source.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
+#include "trainer_test_util.h"
 
 namespace ditto::train {
 namespace {
@@ -158,23 +159,7 @@ TEST(GradAccumTree, AParameterWithoutAGradIsZerosAndFinishNeedsAPush) {
 // ---- through the Trainer
 
 /// Mixed-magnitude synthetic classification data: 12 features, 5 classes.
-data::Dataset synthetic(std::int64_t n) {
-  const std::int64_t f = 12;
-  std::vector<float> x(static_cast<std::size_t>(n * f));
-  std::vector<std::int64_t> y(static_cast<std::size_t>(n));
-  for (std::int64_t i = 0; i < n; ++i) {
-    y[i] = philox_u32(5, stream_id(kStreamSynthetic, 20), i) % 5;
-    for (std::int64_t j = 0; j < f; ++j) {
-      float scale = (j % 3 == 0) ? 100.0f : (j % 3 == 1 ? 1.0f : 0.01f);
-      x[i * f + j] = scale * uniform(5, stream_id(kStreamSynthetic, 21), i * f + j, -1, 1) +
-                     (j == y[i] ? 0.5f * scale : 0.0f);
-    }
-  }
-  data::Dataset d;
-  d.features = Tensor::from_vector(x, {n, f});
-  d.labels = Tensor::from_vector(y, {n});
-  return d;
-}
+data::Dataset synthetic(std::int64_t n) { return test::mixed_magnitude_classes(n); }
 
 std::vector<float> flat(nn::Module& m) { return flat_parameters(m); }
 
@@ -190,12 +175,7 @@ TrainerConfig mlp(int devices, TrainerKind kind, std::int64_t accum, Determinism
   c.grad_accum_steps = accum;
   c.make_model = [](const Device& d) { return nn::mlp({12, 32, 16, 5}, d, 17); };
   c.make_optimizer = [](std::vector<nn::Parameter*> params, float) {
-    optim::SGDOptions so;
-    so.lr = 0.05f;
-    so.momentum = 0.9f;
-    so.weight_decay = 0.001f;
-    so.nesterov = true;
-    return std::make_unique<optim::SGD>(params, so);
+    return test::nesterov_sgd(std::move(params));
   };
   c.eval_batch_size = 64;
   return c;
@@ -301,33 +281,11 @@ TEST(GradAccumTrainer, MlpFastModeStaysCloseToOneStep) {
 
 // A tiny GPT (AdamW, nanoGPT's schedule, clipping) on the bundled text, as test_gpt_trainer.cpp.
 TrainerConfig tiny_gpt(int devices, TrainerKind kind, std::int64_t accum, float dropout = 0.0f) {
-  nn::GPTConfig m;
-  m.block_size = 16;
-  m.vocab_size = 78;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.n_embd = 16;
-  m.dropout = dropout;
-  TrainerConfig c;
-  c.devices = devices;
-  c.trainer = kind;
+  TrainerConfig c = test::tiny_gpt_trainer({.block_size = 16, .vocab_size = 78, .n_layer = 2,
+                                            .n_head = 2, .n_embd = 16, .dropout = dropout},
+                                           devices, kind,
+                                           {.max_iters = 6, .eval_interval = 3, .eval_iters = 1});
   c.grad_accum_steps = accum;
-  c.make_model = [m](const Device& d) { return std::make_unique<nn::GPT>(m, d, 0); };
-  c.model_name = "tiny-gpt";
-  c.make_optimizer = [](std::vector<nn::Parameter*> params, float lr) {
-    optim::AdamWOptions o;
-    o.lr = lr;
-    o.beta2 = 0.99;
-    o.weight_decay = 0.1;
-    return std::make_unique<optim::AdamW>(std::move(params), o);
-  };
-  c.lr = 1e-2f;
-  c.lr_schedule = [](std::int64_t it) { return optim::nanogpt_lr(it, 1e-2, 2, 6, 1e-3); };
-  c.grad_clip = 1.0;
-  c.batch_size = 8;
-  c.max_iters = 6;
-  c.eval_interval = 3;
-  c.eval_iters = 1;
   return c;
 }
 

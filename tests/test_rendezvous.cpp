@@ -1,7 +1,7 @@
 // Tests of the rendezvous every communicator shares (core/internal/rendezvous.h, Note
 // [Rendezvous]): matching the ranks' calls by ordinal, the deadline and the names of the missing
 // ranks, and the abort state's errors. The backends' own suites (test_communicator, test_faults,
-// test_cuda_comm, tests/mpi) check the same words end to end.
+// tests/mpi) check the same words end to end.
 #include <gtest/gtest.h>
 
 #include <chrono>

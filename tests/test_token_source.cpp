@@ -22,6 +22,7 @@
 #include "core/train/token_source.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
+#include "trainer_test_util.h"
 
 namespace ditto::train {
 namespace {
@@ -388,29 +389,9 @@ class RowSpy final : public DataSource {
 };
 
 TrainerConfig tiny_gpt(int devices, TrainerKind kind) {
-  nn::GPTConfig m;
-  m.block_size = 16;
-  m.vocab_size = 128;
-  m.n_layer = 1;
-  m.n_head = 2;
-  m.n_embd = 16;
-  TrainerConfig c;
-  c.devices = devices;
-  c.trainer = kind;
-  c.make_model = [m](const Device& d) { return std::make_unique<nn::GPT>(m, d, 0); };
-  c.model_name = "tiny-gpt";
-  c.optimizer = "adamw";
-  c.make_optimizer = [](std::vector<nn::Parameter*> params, float lr) {
-    optim::AdamWOptions o;
-    o.lr = lr;
-    return std::make_unique<optim::AdamW>(std::move(params), o);
-  };
-  c.lr = 1e-2f;
-  c.batch_size = 8;
-  c.max_iters = 3;
-  c.eval_interval = 3;
-  c.eval_iters = 1;
-  return c;
+  return test::tiny_gpt_trainer(
+      {.block_size = 16, .vocab_size = 128, .n_layer = 1, .n_head = 2, .n_embd = 16}, devices,
+      kind, {.max_iters = 3, .eval_interval = 3, .eval_iters = 1, .nanogpt_recipe = false});
 }
 
 // Issue 32: each DDP rank reads only the windows of its rows (the Trainer asked every rank for

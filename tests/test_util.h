@@ -1,8 +1,9 @@
 // Shared fixtures of the test suite (tests/*.cpp, tests/mpi/*.cpp): error expectations, the
 // simulator fixture, bit-level float comparisons, the exact rank-dependent inputs of the
-// collective tests, seeded random values, and the check that a backend can start (or the reason
-// it cannot, for GTEST_SKIP). Everything is in ditto::test; a test file says
-// `using namespace ditto::test;` inside its own namespace.
+// collective tests, seeded random values, the check that a backend can start (or the reason
+// it cannot, for GTEST_SKIP), and the ranks' errors of run_comm_ranks (tests/train_step.h: the
+// training step and a thread per rank, shared with bench/). Everything is in ditto::test; a test
+// file says `using namespace ditto::test;` inside its own namespace.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -31,6 +32,7 @@
 #include "core/runtime/backend.h"
 #include "core/runtime/error.h"
 #include "core/runtime/tensor.h"
+#include "train_step.h"
 
 /// Expects `stmt` to throw `Exc` whose message contains `part` (a statement, for calls that
 /// return void or need no lambda).
@@ -211,6 +213,23 @@ inline void run_threads(int n, const std::function<void(int)>& f) {
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
+}
+
+/// Fails the test once for every rank that threw, with its message ("rank 2 threw: ...").
+inline void expect_no_rank_errors(const std::vector<std::exception_ptr>& errors) {
+  for (std::size_t r = 0; r < errors.size(); ++r)
+    if (errors[r]) ADD_FAILURE() << "rank " << r << " threw: " << what_of(errors[r]);
+}
+
+/// run_comm_ranks over sim:0..world-1 in `mode` (a rank that throws ends the others' waits
+/// within timeout_ms), then expect_no_rank_errors.
+inline void run_ranks_ok(int world, Determinism mode,
+                         const std::function<void(int, Communicator&)>& fn,
+                         std::int64_t timeout_ms = 30000) {
+  CommOptions co;
+  co.determinism = mode;
+  co.timeout_ms = timeout_ms;
+  expect_no_rank_errors(run_comm_ranks(world, co, fn));
 }
 
 /// True when some element of a and b (same size) differs in its bits.

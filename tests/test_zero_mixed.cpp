@@ -27,6 +27,7 @@
 #include "core/train/data_source.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
+#include "zero_test_util.h"
 
 namespace ditto {
 namespace {
@@ -34,47 +35,11 @@ namespace {
 using optim::ZeroRedundancyOptimizer;
 
 void run_ranks(int world, Determinism mode, const std::function<void(int, Communicator&)>& fn) {
-  CommOptions co;
-  co.determinism = mode;
-  co.timeout_ms = 30000;
-  std::vector<Communicator> comms = Communicator::init_all(devices("sim", world), co);
-  std::vector<std::string> errors(static_cast<std::size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r, comms[static_cast<std::size_t>(r)]);
-      } catch (const std::exception& e) {
-        errors[static_cast<std::size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r)
-    EXPECT_EQ(errors[static_cast<std::size_t>(r)], "") << "rank " << r;
+  test::run_ranks_ok(world, mode, fn);
 }
 
-std::vector<nn::Parameter> make_params(const std::vector<Shape>& shapes, const Device& dev,
-                                       DType dt) {
-  std::vector<nn::Parameter> ps;
-  for (std::size_t i = 0; i < shapes.size(); ++i) {
-    std::int64_t n = 1;
-    for (std::int64_t d : shapes[i]) n *= d;
-    nn::Parameter p;
-    p.name = "p" + std::to_string(i);
-    p.data = Tensor::from_vector(
-                 test::random_values(static_cast<std::size_t>(n), 100 + static_cast<std::uint32_t>(i)),
-                 shapes[i], dev)
-                 .to(dt);
-    ps.push_back(std::move(p));
-  }
-  return ps;
-}
-
-std::vector<nn::Parameter*> ptrs(std::vector<nn::Parameter>& ps) {
-  std::vector<nn::Parameter*> v;
-  for (auto& p : ps) v.push_back(&p);
-  return v;
-}
+using test::make_params;
+using test::ptrs;
 
 /// Rank r's grads of step t in dtype `dt`; `inf_at` >= 0 puts +inf at that flat element of p0.
 void set_grads(std::vector<nn::Parameter>& ps, int r, int t, DType dt, float gain = 1.0f) {

@@ -1,0 +1,42 @@
+# ditto-train --trainer ddp: DataParallel's checksum, and the dp trainer's other features.
+# include()d by tests/CMakeLists.txt: its directory, ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR.
+
+# --trainer ddp (DistributedDataParallel, a thread per rank) prints DataParallel's checksum.
+if(TARGET ditto-train)
+  foreach(n 1 4)
+    add_test(NAME DittoTrainCli.DdpEqualsDp_${n}devices
+             COMMAND ${CMAKE_COMMAND} -DTRAIN=$<TARGET_FILE:ditto-train>
+                     "-DARGS=--epochs;2;--devices;${n};--bucket-cap-mb;0.001"
+                     -P ${CMAKE_CURRENT_SOURCE_DIR}/compare_trainers.cmake)
+  endforeach()
+endif()
+
+# --trainer ddp with the dp trainer's other features: checkpoints (rank 0 saves, every rank
+# resumes; the same checksum as an uninterrupted run, also mid-epoch and across trainers), the
+# cost model's prediction, memory report and trace, and injected faults.
+if(TARGET ditto-train)
+  ditto_expect_exit(DittoTrainCli.DdpCheckpointResumeEqualsUninterrupted RC 0 REGEX "PASS" TIMEOUT 120
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_ddp_checkpoint.sh
+            $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_ddp_checkpoint)
+  ditto_expect_exit(DittoTrainCli.DdpProfilePrintsPredictionMemoryAndTrace RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --trainer ddp --profile h100-sxm --devices 2 --nodes 2 --epochs 1
+            --trace ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_ddp_trace.json
+    REGEX "final: backend=sim devices=4 determinism=bitwise trainer=ddp .*predicted: 4 x NVIDIA H100 SXM5 80GB \\(2 nodes, nvlink\\) step_time=[0-9.]+ ms samples/s=[0-9]+ comm_share=[0-9.]+% mfu=.*measured: .*memory: sim:3 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=81920.00 MiB.*trace: wrote .*ditto_train_ddp_trace.json")
+  # A rank that never joins collective #4: every rank fails with the Timeout naming rank 1 after
+  # --comm-timeout-ms (2 s: long enough that a rank slowed by a loaded machine at an earlier
+  # collective is not the one named; the TIMEOUT only guards against a hang); exit code 1.
+  ditto_expect_exit(DittoTrainCli.DdpSkippedCollectiveTimesOutNamingTheRank RC 1
+    REGEX "ditto-train: error: [a-z_]+ \\(collective #4 on this communicator\\): timed out after 2000 ms waiting for rank 1 \\(communicator of 4 ranks"
+    COMMAND $<TARGET_FILE:ditto-train> --trainer ddp --fault skip-collective:rank=1,index=3 --comm-timeout-ms 2000
+    TIMEOUT 30)
+  # Issue 31 (habits): a collective that has waited DITTO_COMM_WARN_AFTER_MS (10 s by default;
+  # 1 s here) prints one line naming the missing rank, before the timeout's error (dp).
+  ditto_expect_exit(DittoTrainCli.SkippedCollectiveWarnsBeforeItsTimeout RC 1
+    REGEX "ditto: warning: reduce \\(collective #4 on this communicator\\): waited 1 s for rank 1 \\(communicator of 4 ranks\\); it fails with a timeout after 3000 ms\nditto-train: error: reduce \\(collective #4 on this communicator\\): timed out after 3000 ms waiting for rank 1"
+    COMMAND env DITTO_COMM_WARN_AFTER_MS=1000 $<TARGET_FILE:ditto-train> --fault skip-collective:rank=1,index=3 --comm-timeout-ms 3000 --epochs 1
+    TIMEOUT 30)
+  # A device that fails at step 5: its rank's error (naming the device and the fault) ends the run.
+  ditto_expect_exit(DittoTrainCli.DdpFailedDeviceEndsTheRunNamingIt RC 1
+    REGEX "ditto-train: error: .*sim:2: device failed \\(injected fault fail:device=2,step=5, at step 5\\)"
+    COMMAND $<TARGET_FILE:ditto-train> --trainer ddp --fault fail:device=2,step=5 TIMEOUT 30)
+endif()

@@ -1,0 +1,171 @@
+# ditto-train's options: argument checks, the address-space limits, non-finite
+# losses, the cost model's options, --grad-accum-steps and --dry-run.
+# include()d by tests/CMakeLists.txt: its directory, ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR.
+
+# ditto-train's own argument checks (in the program, not the library): each bad value must end in
+# "ditto-train: error: <option>: expected ..." and not be taken (or be undefined behaviour).
+if(TARGET ditto-train)
+  foreach(value inf 1e30 17179869184)
+    ditto_expect_exit(DittoTrainCli.SimMemoryGibOutOfRange_${value} RC 2
+      REGEX "ditto-train: error: --sim-memory-gib: expected a size in GiB > 0 and < 17179869184 \\(16 EiB\\), got "
+      COMMAND $<TARGET_FILE:ditto-train> --sim-memory-gib ${value} --epochs 0)
+  endforeach()
+endif()
+
+# Issue 31, item 2: threads the system cannot create. 128 ddp ranks under `ulimit -v 2000000`
+# died by std::terminate ("terminate called without an active exception"): now a ditto::Error
+# naming the rank. The simulator's pool (here 64 threads asked) runs on the threads it got, with
+# a warning, and the run's checksum is the usual one (it was "error: Resource temporarily
+# unavailable" with 8 ranks under `ulimit -v 1000000`). 64 MiB stacks make both limits certain to
+# bite on any machine. Not under sanitizers (they reserve terabytes of address space).
+if(TARGET ditto-train AND NOT DITTO_SANITIZE)
+  ditto_expect_exit(DittoTrainCli.DdpRankThreadsPastTheAddressSpaceLimit RC 1
+    COMMAND sh -c "ulimit -s 65536 && ulimit -v 2000000 && exec $<TARGET_FILE:ditto-train> --trainer ddp --devices 128 --micro-shards 1024 --batch-size 1024 --epochs 1"
+    REGEX "ditto-train: error: launch_ranks: cannot create the thread of rank [0-9]+ of 128: Resource temporarily unavailable \\(each rank is a thread")
+  ditto_expect_exit(DittoTrainCli.SimPoolPastTheAddressSpaceLimitRunsOnFewerThreads RC 0
+    COMMAND sh -c "ulimit -s 65536 && ulimit -v 1000000 && DITTO_SIM_THREADS=64 exec $<TARGET_FILE:ditto-train> --trainer ddp --devices 2 --epochs 1"
+    REGEX "params_checksum=00558d72e5225d65.*ditto: warning: sim: the simulator's thread pool runs on [0-9]+ of its 64 threads: thread [0-9]+ could not be created: Resource temporarily unavailable")
+endif()
+
+# A NaN or inf loss (here: --lr 1e30 diverges) stops the run with the step and the loss, exit 1;
+# --allow-nonfinite-loss keeps going to the end (issue 16).
+if(TARGET ditto-train)
+  ditto_expect_exit(DittoTrainCli.NonFiniteLossStopsNamingTheStep RC 1
+    COMMAND $<TARGET_FILE:ditto-train> --lr 1e30 --epochs 1
+    REGEX "ditto-train: error: Trainer: step [1-9][0-9]* \\(epoch 1, batch [0-9]+ of 23\\): the training loss is -?(nan|inf), expected a finite loss \\(.*set --allow-nonfinite-loss to keep going\\)")
+  ditto_expect_exit(DittoTrainCli.AllowNonFiniteLossKeepsGoing RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --lr 1e30 --epochs 1 --allow-nonfinite-loss
+    REGEX "final: backend=sim devices=4 determinism=bitwise epochs=1 train_loss=-?(nan|inf)")
+endif()
+
+# ditto-train's cost-model options (backend_sim/cost_model.h): the table, a prediction, and the
+# errors of --profile / --straggler / a model larger than the profile's memory.
+if(TARGET ditto-train)
+  # Both tables (backend_sim/published.h, Note [Published figures]): exit status 0 means every
+  # row is within its tolerance or a known gap; the dry runs of the training rows need the
+  # GPT-2 presets, --dry-run, --dtype, --zero-stage and --grad-accum-steps (issue 14).
+  ditto_expect_exit(DittoTrainCli.PredictTable RC 0 COMMAND $<TARGET_FILE:ditto-train> --predict-table
+    TIMEOUT 600
+    REGEX "8x H100 SXM, NVLink, ring \\(NCCL_ALGO=Ring\\) \\[1\\] +370\\.7 GB/s +ring +~370 +1\\.002.*all_reduce of 1 KiB, 8x H100 SXM, NVLink: time of one call \\[8\\] +7\\.8 us +nvls +25\\.6 \\(0\\.07 GB/s\\) +0\\.305 GAP.*GPT-2 124M, 8x A100 80GB SXM[^\n]*\\[1\\] +[0-9]+ tok/s +1747627 tok/s +[0-9.]+ (ok|GAP) .*GPT-2 124M, 8x H100[^\n]*\\[2\\] +[0-9]+ tok/s +3744914 tok/s .*GPT-2 1558M, 8x H100[^\n]*\\[3\\] .*374491 tok/s")
+  # ditto-predict-table is the table's own program (the flag above its alias): the same table.
+  ditto_expect_exit(DittoTrainCli.PredictTableProgram RC 0
+    COMMAND $<TARGET_FILE:ditto-predict-table> TIMEOUT 600
+    REGEX "8x H100 SXM, NVLink, ring \\(NCCL_ALGO=Ring\\) \\[1\\] +370\\.7 GB/s +ring +~370 +1\\.002.*all_reduce of 1 KiB, 8x H100 SXM, NVLink: time of one call \\[8\\] +7\\.8 us +nvls +25\\.6 \\(0\\.07 GB/s\\) +0\\.305 GAP.*GPT-2 124M, 8x A100 80GB SXM[^\n]*\\[1\\] +[0-9]+ tok/s +1747627 tok/s +[0-9.]+ (ok|GAP) .*GPT-2 124M, 8x H100[^\n]*\\[2\\] +[0-9]+ tok/s +3744914 tok/s .*GPT-2 1558M, 8x H100[^\n]*\\[3\\] .*374491 tok/s")
+  ditto_expect_exit(DittoTrainCli.ProfilePrintsPredictionAndMemory RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --profile h100-sxm --devices 2 --nodes 2 --epochs 1
+    REGEX "predicted: 4 x NVIDIA H100 SXM5 80GB \\(2 nodes, nvlink\\) step_time=[0-9.]+ ms samples/s=[0-9]+ comm_share=[0-9.]+% mfu=.*memory: sim:3 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=81920.00 MiB")
+  # Usage errors naming the option, exit status 2 (issue 31; the library's own names stay for
+  # library users: device_profile:, set_slowdown:, SimBackend::set_faults:, optim::SGD:).
+  ditto_expect_exit(DittoTrainCli.UnknownProfile RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --profile h300 --epochs 0
+    REGEX "^ditto-train: error: --profile: expected one of h100-sxm, h200, a100-sxm-80gb, a100-sxm-40gb, rtx4070-laptop or a .json file, got 'h300'")
+  ditto_expect_exit(DittoTrainCli.MalformedStraggler RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --straggler 3x2 --epochs 0
+    REGEX "ditto-train: error: --straggler: expected DEVICE:FACTOR such as 3:2.5, got '3x2'")
+  ditto_expect_exit(DittoTrainCli.StragglerOutOfRange RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --profile h100-sxm --straggler 9:2 --devices 4 --epochs 0
+    REGEX "^ditto-train: error: --straggler 9:2: expected a device in 0..3, got 9")
+  ditto_expect_exit(DittoTrainCli.StragglerFactorOutOfRange RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --profile h100-sxm --straggler 0:-2 --epochs 0
+    REGEX "^ditto-train: error: --straggler 0:-2: expected a factor in 0.001..1000, got -2")
+  foreach(case "momentum|--momentum;-0.5|--momentum: expected a number >= 0, got -0.5"
+               "weight_decay|--weight-decay;-1|--weight-decay: expected a number >= 0, got -1"
+               "batch_size|--batch-size;0|--batch-size: expected an integer >= 1, got 0"
+               "micro_shards|--micro-shards;3|--micro-shards: expected a power of two in 1..65536, got 3"
+               "micro_shards_devices|--micro-shards;2|--micro-shards: bitwise mode gives every device at least one micro-shard: expected a power of two >= 4 \\(the devices\\), got 2"
+               "fault_kind|--fault;explode|--fault 'explode': expected a fault kind fail, alloc or skip-collective before ':', got 'explode'"
+               "fault_device|--fault;fail:device=9,step=0|--fault 'fail:device=9,step=0': expected a device in 0..3, got 9"
+               "classes_65537|--classes;65537|--classes: expected an integer in 1..65536, got 65537"
+               "classes_1000000|--classes;1000000|--classes: expected an integer in 1..65536, got 1000000")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 key)
+    list(GET parts 1 flag)
+    list(GET parts 2 value)
+    list(GET parts 3 message)
+    ditto_expect_exit(DittoTrainCli.UsageErrorNamesTheFlag_${key} RC 2
+      COMMAND $<TARGET_FILE:ditto-train> ${flag} ${value} --epochs 1
+      REGEX "^ditto-train: error: ${message}\n")
+  endforeach()
+  ditto_expect_exit(DittoTrainCli.ModelLargerThanLaptopProfile RC 1
+    COMMAND $<TARGET_FILE:ditto-train> --profile rtx4070-laptop --devices 1 --hidden 50000,50000 --epochs 1
+    REGEX "ditto-train: error: sim:0: out of memory: tried to allocate 10000000000 bytes \\(9536.74 MiB\\); [0-9]+ bytes \\([0-9.]+ MiB\\) in use of capacity 8589934592 bytes \\(8192.00 MiB\\)")
+endif()
+
+# --grad-accum-steps (Note [Gradient accumulation], core/train/grad_accumulation.h): in bitwise
+# mode K micro-steps of the batch give the checksum of one step (the default MLP run's,
+# eda947d0bde4cbf6; dp and ddp; and a tiny GPT's against its own K = 1 run in
+# ditto_train_gpt.sh), and a K that cannot split the batch is refused with the numbers.
+if(TARGET ditto-train)
+  # The two runs below are 20 bitwise epochs of 4 x 4 and 8 x 8 micro-steps: under CI's ASan on a
+  # 2-core machine without AVX-512 (the portable GEMM) each took 50-60 s, past the default 60.
+  ditto_expect_exit(DittoTrainCli.GradAccumStepsKeepTheChecksum RC 0 TIMEOUT 240
+    COMMAND $<TARGET_FILE:ditto-train> --grad-accum-steps 4
+    REGEX "grad_accum_steps=4 .*final: backend=sim devices=4 determinism=bitwise .*params_checksum=eda947d0bde4cbf6")
+  ditto_expect_exit(DittoTrainCli.GradAccumStepsKeepTheChecksumDdp RC 0 TIMEOUT 240
+    COMMAND $<TARGET_FILE:ditto-train> --grad-accum-steps 8 --trainer ddp --devices 8
+    REGEX "final: backend=sim devices=8 determinism=bitwise .*params_checksum=eda947d0bde4cbf6")
+  ditto_expect_exit(DittoTrainCli.GradAccumStepsNotAPowerOfTwo RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --grad-accum-steps 3 --epochs 1
+    REGEX "^ditto-train: error: --grad-accum-steps: bitwise mode folds the micro-steps with the canonical tree over a power of two of them \\(Note \\[Gradient accumulation\\]\\): expected a power of two, got 3")
+  ditto_expect_exit(DittoTrainCli.GradAccumStepsTimesDevicesPastMicroShards RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --grad-accum-steps 16 --devices 8 --epochs 1
+    REGEX "^ditto-train: error: --grad-accum-steps x --devices: bitwise mode gives every micro-step of every device whole micro-shards: expected --micro-shards \\(64\\) divisible by --grad-accum-steps \\(16\\) x --devices \\(8\\) = 128")
+  ditto_expect_exit(DittoTrainCli.GradAccumStepsPastTheRowsFast RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --grad-accum-steps 65 --determinism fast --epochs 1
+    REGEX "^ditto-train: error: --grad-accum-steps: every micro-step needs at least one row: expected at most 64 \\(the rows of a batch of 64\\), got 65")
+endif()
+
+# --dry-run (Note [Dry run], backend_sim/sim_backend.h): GPT-2 124M predicted for 8 A100s without
+# running it; GPT-2 1.5B on 8 x 40 GB without ZeRO fails with the device's OutOfMemory (Note
+# [GPT-2 memory], core/nn/gpt_config.h); the refusals.
+if(TARGET ditto-train)
+  ditto_expect_exit(DittoTrainCli.DryRunGpt2PredictsStepAndMemory RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2 --dry-run --profile a100-sxm-80gb
+            --devices 8 --trainer ddp --batch-size 128
+    REGEX "params=124475904 \\(123.69M without wpe\\).*determinism=fast.*data=zeros.*predicted: 8 x NVIDIA A100 SXM4 80GB.*memory: sim:7 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=81920.00 MiB.*dry run: priced, not run.*predicted GPT: [0-9]+ tokens/s \\(131072 tokens per step\\) step_time=[0-9.]+ ms comm_share=[0-9.]+%.*mfu=[0-9.]+% of FP32 peak 19.5 TFLOP/s per GPU with nanoGPT's estimate_mfu.*predicted GPT: peak memory [0-9.]+ GiB of 80.00 GiB")
+  ditto_expect_exit(DittoTrainCli.DryRunGpt2XlOutOfMemoryOn40GB RC 1
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2-xl --dry-run --profile a100-sxm-40gb
+            --devices 8 --trainer ddp --batch-size 32
+    REGEX "ditto-train: error: sim:[0-7]: out of memory: tried to allocate [0-9]+ bytes \\([0-9.]+ MiB\\); [0-9]+ bytes \\([0-9.]+ MiB\\) in use of capacity 42949672960 bytes \\(40960.00 MiB\\)")
+  ditto_expect_exit(DittoTrainCli.DryRunGpt2XlFitsOn40GBWithZero1 RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2-xl --dry-run --profile a100-sxm-40gb
+            --devices 8 --trainer ddp --batch-size 32 --zero-stage 1
+    REGEX "memory: sim:0 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=40960.00 MiB optimizer_state=1485.89 MiB.*predicted GPT: peak memory [0-9.]+ GiB of 40.00 GiB")
+  # A bf16 run's predicted: line gives MFU against the BF16 peak (it gave 639% of the FP32 peak).
+  # 24.4% since issue 29's cost model prices attention on the SIMT cores (66% of this step;
+  # 64.2% while it was priced on the tensor cores, which ditto's CUDA code does not use).
+  ditto_expect_exit(DittoTrainCli.DryRunBf16MfuAgainstTheBf16Peak RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2 --dry-run --profile a100-sxm-80gb
+            --devices 8 --trainer ddp --batch-size 512 --dtype bf16 --zero-stage 1 --max-iters 2
+            --eval-iters 0 --sample 0
+    REGEX "predicted: 8 x NVIDIA A100 SXM4 80GB [^\n]* comm_share=[0-9.]+% \\(virtual time\\)\n.*predicted GPT: [^\n]*; mfu=24\\.4% of BF16 peak 312 TFLOP/s per GPU with nanoGPT's estimate_mfu")
+  # f32 with --allow-tf32 in fast mode: the GEMMs are priced on the TF32 tensor cores, so MFU is
+  # against the TF32 peak (it said "208.8% of FP32 peak 67" for the char model on an H200).
+  ditto_expect_exit(DittoTrainCli.DryRunTf32MfuAgainstTheTf32Peak RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --n-layer 6 --n-head 6 --n-embd 384
+            --block-size 256 --batch-size 64 --dtype f32 --allow-tf32 --determinism fast
+            --dry-run --profile h200 --devices 1 --max-iters 2 --eval-iters 0 --sample 0
+    REGEX "GEMMs on tensor cores \\(cuBLASLt, TF32 494.5 TFLOP/s[^\n]*\n.*predicted GPT: [^\n]*; mfu=[0-9]+\\.[0-9]% of TF32 peak 494.5 TFLOP/s per GPU")
+  # --verbose (issue 29 item 5): the units each kernel class is priced on, and the step's kernels
+  # by kind with FLOP and bytes, their rows adding up to the predicted step (Note [Compute units]).
+  ditto_expect_exit(DittoTrainCli.DryRunVerboseKernelTable RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2 --batch-size 8 --dtype bf16
+            --dry-run --profile h200 --devices 1 --verbose
+    REGEX "determinism=fast dtype=bf16; GEMMs on tensor cores \\(cuBLASLt, BF16 989.5 TFLOP/s x gemm_efficiency 0.803\\), attention on SIMT cores \\(ditto's kernels, FP32 67 TFLOP/s x simt_efficiency 0.471\\), other kernels at memory bandwidth 4800 GB/s x memory_efficiency 0.865\n.*predicted GPT: 220668 tokens/s .*\n  kernel +per step +GFLOP +MB +unit +time ms +share\n  attention_backward +12 +402.643 +1064.042 +SIMT f32 \\(ditto\\) .*\n  gemm +147 +6073.621 +10499.457 +tensor core bf16 .*\n  layernorm_forward +25 +1.258 +630.080 +memory .*  total \\(sim:0 busy\\) +1786 +6675.905 +34757.027 +37.1237 +100.0%\n  predicted step +37.1237 +100.0%")
+  ditto_expect_exit(DittoTrainCli.DryRunVerboseBitwiseGemmsOnSimt RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2 --batch-size 8 --dtype bf16
+            --dry-run --profile h200 --devices 1 --verbose --determinism bitwise
+    REGEX "determinism=bitwise dtype=bf16; GEMMs on SIMT cores \\(ditto's fma-chain kernel, FP32 67 TFLOP/s x simt_efficiency 0.471\\).*predicted GPT: 35496 tokens/s .*\n  gemm +98 +4049.080 +6999.638 +SIMT f32 \\(ditto\\) .*\n  gemm_tn_sharded +56 +2024.540 +4040.688 +SIMT f32 \\(ditto\\) .*  predicted step +230.7850 +100.0%")
+  ditto_expect_exit(DittoTrainCli.VerboseNeedsAProfile RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --verbose --epochs 0
+    REGEX "ditto-train: error: --verbose: prints the cost model's table of the predicted step: expected --profile")
+  ditto_expect_exit(DittoTrainCli.DryRunOnlyOnTheSimulator RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --dry-run --backend cuda --profile h100-sxm --epochs 0
+    REGEX "ditto-train: error: --dry-run: expected --backend sim in one process")
+  ditto_expect_exit(DittoTrainCli.DryRunNeedsAProfile RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --dry-run --epochs 0
+    REGEX "ditto-train: error: --dry-run: expected --profile")
+  ditto_expect_exit(DittoTrainCli.UnknownPreset RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt3 --dry-run --profile h100-sxm
+    REGEX "ditto-train: error: --preset: expected one of gpt2, gpt2-medium, gpt2-large, gpt2-xl")
+endif()

@@ -1,0 +1,115 @@
+# What ditto-train and the small programs write: checkpoints, --metrics-jsonl,
+# train_minimal and api_tour (the README's programs), safetensors-info, habits, output paths.
+# include()d by tests/CMakeLists.txt: its directory, ditto_expect_exit, CMAKE_CURRENT_SOURCE_DIR.
+
+# Checkpoints end to end: stop and resume, SIGKILL while writing a checkpoint, a truncated
+# checkpoint, mismatched settings (tests/ditto_train_checkpoint.sh says what each step checks).
+if(TARGET ditto-train)
+  ditto_expect_exit(DittoTrainCli.CheckpointResumeKillAndFallback RC 0 REGEX "PASS" TIMEOUT 120
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_checkpoint.sh
+            $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_checkpoint)
+endif()
+
+# --metrics-jsonl: the JSON lines hold the epoch lines' and the final line's values.
+if(TARGET ditto-train)
+  add_test(NAME DittoTrainCli.MetricsJsonl
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_metrics_jsonl.sh
+                   $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_metrics_jsonl)
+  set_tests_properties(DittoTrainCli.MetricsJsonl PROPERTIES
+    TIMEOUT 60 PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+endif()
+
+# examples/train_minimal (the README's "Train from C++"): the Trainer in 30 lines gives
+# ditto-train's bits for the same settings.
+if(TARGET ditto-train AND TARGET train_minimal)
+  add_test(NAME TrainMinimal.SameChecksumAsDittoTrain
+           COMMAND ${CMAKE_COMMAND} -DMINIMAL=$<TARGET_FILE:train_minimal>
+                   -DTRAIN=$<TARGET_FILE:ditto-train>
+                   -P ${CMAKE_CURRENT_SOURCE_DIR}/compare_train_minimal.cmake)
+  set_tests_properties(TrainMinimal.SameChecksumAsDittoTrain PROPERTIES
+    TIMEOUT 120 PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+endif()
+# A missing CSV ended train_minimal in std::terminate (no try/catch in the program the README
+# tells users to copy): now the error and exit status 1.
+if(TARGET train_minimal)
+  ditto_expect_exit(TrainMinimal.AMissingCsvIsAnErrorNotACrash RC 1
+    REGEX "train_minimal: error: read_csv: cannot open '/nonexistent/digits.csv'"
+    COMMAND $<TARGET_FILE:train_minimal> /nonexistent/digits.csv)
+endif()
+add_test(NAME TrainMinimal.ReadmeShowsTheProgram
+         COMMAND ${CMAKE_COMMAND} -DREADME=${PROJECT_SOURCE_DIR}/README.md
+                 -DSOURCE=${PROJECT_SOURCE_DIR}/examples/train_minimal.cpp
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/readme_train_minimal.cmake)
+set_tests_properties(TrainMinimal.ReadmeShowsTheProgram PROPERTIES
+  PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+# docs/api.md's "The API in one page" is examples/api_tour.cpp, which runs and checks its values.
+if(TARGET api_tour)
+  ditto_expect_exit(ApiTour.Runs RC 0 REGEX "^api_tour: OK" COMMAND $<TARGET_FILE:api_tour>)
+endif()
+add_test(NAME ApiTour.ReadmeShowsTheProgram
+         COMMAND ${CMAKE_COMMAND} -DREADME=${PROJECT_SOURCE_DIR}/docs/api.md
+                 -DSOURCE=${PROJECT_SOURCE_DIR}/examples/api_tour.cpp
+                 "-DSECTION=The API in one page"
+                 -P ${CMAKE_CURRENT_SOURCE_DIR}/readme_train_minimal.cmake)
+set_tests_properties(ApiTour.ReadmeShowsTheProgram PROPERTIES
+  PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+
+# safetensors-info: --help, an intact checkpoint file, and one whose CRC-32 does not match
+# (tests/safetensors_info.sh says what each step checks).
+if(TARGET ditto-train AND TARGET safetensors-info)
+  ditto_expect_exit(SafetensorsInfoCli.HelpAndCrcMismatchWarning RC 0 REGEX "PASS"
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/safetensors_info.sh
+            $<TARGET_FILE:safetensors-info> $<TARGET_FILE:ditto-train>
+            ${CMAKE_CURRENT_BINARY_DIR}/safetensors_info
+            ${CMAKE_CURRENT_SOURCE_DIR}/data/dtype_ref.safetensors)
+endif()
+
+# Habits users bring (issue 31; tests/ditto_train_habits.sh says what each section checks):
+# progress lines, a dry run that prints only what ran, usage errors, settings that do nothing.
+if(TARGET ditto-train)
+  foreach(section "progress|ProgressLines" "dry_run|PrintsOnlyWhatRan"
+                  "cli|UsageErrorsExit2LastValueWins" "settings|SettingsThatDoNothingWarn")
+    string(REPLACE "|" ";" parts "${section}")
+    list(GET parts 0 key)
+    list(GET parts 1 name)
+    add_test(NAME DittoTrainCli.${name}
+             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_habits.sh
+                     $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_habits_${key}
+                     ${key})
+    set_tests_properties(DittoTrainCli.${name} PROPERTIES
+      TIMEOUT 120 PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+  endforeach()
+endif()
+
+# Output paths and bounded inputs (Notes [Atomic write] and [Bounded reads] in core/io/file.h):
+# --trace through a symbolic link and into a FIFO, --data / safetensors-info refusing /dev/zero
+# and a FIFO (tests/ditto_train_output_paths.sh says what each step checks).
+if(TARGET ditto-train AND TARGET safetensors-info)
+  add_test(NAME DittoTrainCli.OutputPathsAndBoundedInputs
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_output_paths.sh
+                   $<TARGET_FILE:ditto-train> $<TARGET_FILE:safetensors-info>
+                   ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_output_paths)
+  set_tests_properties(DittoTrainCli.OutputPathsAndBoundedInputs PROPERTIES
+    TIMEOUT 120 PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+endif()
+
+# Issue 31: outputs written in place (/dev/stdout piped and redirected, --trace and
+# --metrics-jsonl) keep every line and never split one; /dev/full fails before training
+# (tests/ditto_train_special_outputs.sh).
+if(TARGET ditto-train)
+  add_test(NAME DittoTrainCli.SpecialOutputsInPlaceAndCheckedAtStart
+           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_special_outputs.sh
+                   $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_special_outputs)
+  set_tests_properties(DittoTrainCli.SpecialOutputsInPlaceAndCheckedAtStart PROPERTIES
+    TIMEOUT 120 PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+  # Note [Graceful stop]: SIGTERM / SIGINT with --checkpoint finish the step, write a checkpoint
+  # and exit 143 / 130; resumed, the run ends with the checksum of one that never stopped.
+  ditto_expect_exit(DittoTrainCli.SigtermWritesACheckpointAndResumes RC 0 REGEX "PASS"
+    TIMEOUT 240 PROCESSORS 2
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_stop.sh
+            $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_stop)
+  # --resume given a file: what it is, not "does not exist".
+  ditto_expect_exit(DittoTrainCli.ResumeFromARegularFileSaysWhatItIs RC 1
+    REGEX "ditto-train: error: resume: checkpoint directory '[^']*digits.csv' is a regular file, expected a directory of checkpoints"
+    COMMAND $<TARGET_FILE:ditto-train> --resume ${PROJECT_SOURCE_DIR}/examples/data/digits.csv)
+endif()

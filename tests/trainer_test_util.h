@@ -1,0 +1,100 @@
+// What the Trainer tests share: the tiny GPT run (tests/test_gpt_trainer.cpp, test_grad_accum.cpp,
+// test_token_source.cpp), a GPT of a few thousand parameters trained for a few iterations with
+// AdamW, optionally with nanoGPT's recipe (warm-up and cosine decay, clipping, beta2 0.99, weight
+// decay 0.1); and the mixed-magnitude classification data of the bitwise MLP runs
+// (test_bitwise_trainer.cpp, test_grad_accum.cpp).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "core/data/dataset.h"
+#include "core/nn/gpt.h"
+#include "core/numerics/random.h"
+#include "core/optim/adamw.h"
+#include "core/optim/lr_schedule.h"
+#include "core/optim/sgd.h"
+#include "core/train/trainer.h"
+
+namespace ditto::test {
+
+/// How the tiny GPT of tiny_gpt_trainer trains.
+struct TinyGptRun {
+  std::int64_t max_iters = 8;
+  std::int64_t eval_interval = 4;
+  std::int64_t eval_iters = 2;
+  /// nanoGPT's recipe: lr 1e-2 warmed up over 2 iterations then cosine-decayed to 1e-3 at
+  /// max_iters (optim::nanogpt_lr), gradients clipped at norm 1, AdamW beta2 0.99 and weight
+  /// decay 0.1. Else AdamW's defaults at a constant 1e-2.
+  bool nanogpt_recipe = true;
+};
+
+/// A TrainerConfig of GPT `m` (named "tiny-gpt", initialised from seed 0) on `devices` devices
+/// of trainer `kind`, batches of 8 rows, AdamW (the optimizer "adamw") as `run` says.
+inline train::TrainerConfig tiny_gpt_trainer(const nn::GPTConfig& m, int devices,
+                                             train::TrainerKind kind, const TinyGptRun& run = {}) {
+  train::TrainerConfig c;
+  c.devices = devices;
+  c.trainer = kind;
+  c.make_model = [m](const Device& d) { return std::make_unique<nn::GPT>(m, d, 0); };
+  c.model_name = "tiny-gpt";
+  c.optimizer = "adamw";
+  const bool recipe = run.nanogpt_recipe;
+  c.make_optimizer = [recipe](std::vector<nn::Parameter*> params, float lr) {
+    optim::AdamWOptions o;
+    o.lr = lr;
+    if (recipe) {
+      o.beta2 = 0.99;
+      o.weight_decay = 0.1;
+    }
+    return std::make_unique<optim::AdamW>(std::move(params), o);
+  };
+  c.lr = 1e-2f;
+  if (recipe) {
+    const std::int64_t decay_iters = run.max_iters;
+    c.lr_schedule = [decay_iters](std::int64_t it) {
+      return optim::nanogpt_lr(it, 1e-2, 2, decay_iters, 1e-3);
+    };
+    c.grad_clip = 1.0;
+  }
+  c.batch_size = 8;
+  c.max_iters = run.max_iters;
+  c.eval_interval = run.eval_interval;
+  c.eval_iters = run.eval_iters;
+  return c;
+}
+
+/// The bitwise MLP runs' optimizer: SGD, lr 0.05, Nesterov momentum 0.9, weight decay 0.001.
+inline std::unique_ptr<optim::Optimizer> nesterov_sgd(std::vector<nn::Parameter*> params) {
+  optim::SGDOptions so;
+  so.lr = 0.05f;
+  so.momentum = 0.9f;
+  so.weight_decay = 0.001f;
+  so.nesterov = true;
+  return std::make_unique<optim::SGD>(std::move(params), so);
+}
+
+/// Mixed-magnitude synthetic classification data: n rows of 12 features (scales 100, 1 and 0.01
+/// in turn, so sums in another order differ in their bits), 5 classes; the feature of a row's
+/// class shifted by half its scale (learnable).
+inline data::Dataset mixed_magnitude_classes(std::int64_t n) {
+  const std::int64_t f = 12;
+  std::vector<float> x(static_cast<std::size_t>(n * f));
+  std::vector<std::int64_t> y(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    y[i] = philox_u32(5, stream_id(kStreamSynthetic, 20), i) % 5;
+    for (std::int64_t j = 0; j < f; ++j) {
+      float scale = (j % 3 == 0) ? 100.0f : (j % 3 == 1 ? 1.0f : 0.01f);
+      x[i * f + j] = scale * uniform(5, stream_id(kStreamSynthetic, 21), i * f + j, -1, 1) +
+                     (j == y[i] ? 0.5f * scale : 0.0f);
+    }
+  }
+  data::Dataset d;
+  d.features = Tensor::from_vector(x, {n, f});
+  d.labels = Tensor::from_vector(y, {n});
+  return d;
+}
+
+}  // namespace ditto::test

@@ -1,0 +1,41 @@
+// The parameters the ZeRO tests (tests/test_zero.cpp, tests/test_zero_mixed.cpp) shard: seeded
+// values of given shapes, the same on every rank.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/nn/module.h"
+#include "test_util.h"
+
+namespace ditto::test {
+
+/// Parameters "p0", "p1", ... of the given shapes on `dev` in dtype `dt`: random_values seeded by
+/// 100 + their index (so the same on every rank), made in f32 and cast once.
+inline std::vector<nn::Parameter> make_params(const std::vector<Shape>& shapes, const Device& dev,
+                                              DType dt = DType::f32) {
+  std::vector<nn::Parameter> ps;
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    std::int64_t n = 1;
+    for (std::int64_t d : shapes[i]) n *= d;
+    nn::Parameter p;
+    p.name = "p" + std::to_string(i);
+    p.data = Tensor::from_vector(
+        random_values(static_cast<std::size_t>(n), 100 + static_cast<std::uint32_t>(i)), shapes[i],
+        dev);
+    if (dt != DType::f32) p.data = p.data.to(dt);
+    ps.push_back(std::move(p));
+  }
+  return ps;
+}
+
+/// Pointers to each of ps, in order (what an optimizer takes).
+inline std::vector<nn::Parameter*> ptrs(std::vector<nn::Parameter>& ps) {
+  std::vector<nn::Parameter*> v;
+  for (auto& p : ps) v.push_back(&p);
+  return v;
+}
+
+}  // namespace ditto::test
