@@ -9,14 +9,16 @@ include(CMakePackageConfigHelpers)
 
 # Note [Public headers]
 # Installed, and so part of the API a user program may include: every header under core/ except
-# core/internal/ (shared by core and the backends, never installed), and of each backend the
-# headers listed below: those a program needs to reach the backend's extras (the simulator's
-# SimBackend with its cost model, faults, profiles and published-figure table, as ditto-train and
-# bench_ddp include them) and the headers they include. The others stay inside their backend: the
-# simulator's gemm and trace writer, and all of backend_cuda/, which a program reaches only through
-# the registry (init_backend("cuda"), core/runtime/backend.h): its headers include the CUDA
-# runtime, cuBLAS and NCCL, which a user program should not need to compile against. A list, not
-# a folder, so that no file moves; a header added to a backend stays internal until listed here.
+# core/internal/ (shared by core and the backends, never installed) and the private helpers of a
+# folder listed in DITTO_CORE_PRIVATE_HEADERS (included only by core's own sources and the
+# generated backend list), and of each backend the headers listed below: those a program needs to
+# reach the backend's extras (the simulator's SimBackend with its cost model, faults, profiles and
+# published-figure table, as ditto-train and bench_ddp include them) and the headers they include.
+# The others stay inside their backend: the simulator's gemm and trace writer, and all of
+# backend_cuda/, which a program reaches only through the registry (init_backend("cuda"),
+# core/runtime/backend.h): its headers include the CUDA runtime, cuBLAS and NCCL, which a user
+# program should not need to compile against. A list, not a folder, so that no file moves; a
+# header added to a backend stays internal until listed here.
 # tests/check_layering.py (ctest Layering.InstalledHeadersArePublic) checks that no installed
 # header includes one that is not installed, and Install.ConsumerBuildsAndRuns compiles every
 # installed header on its own against the installed tree.
@@ -28,6 +30,9 @@ set(DITTO_CUDA_PUBLIC_HEADERS "")
 file(GLOB_RECURSE ditto_core_headers RELATIVE ${PROJECT_SOURCE_DIR} CONFIGURE_DEPENDS
      ${PROJECT_SOURCE_DIR}/core/*.h)
 list(FILTER ditto_core_headers EXCLUDE REGEX "^core/internal/")
+set(DITTO_CORE_PRIVATE_HEADERS core/internal/backend_init.h core/internal/comm_checks.h
+    core/internal/ops_check.h core/internal/ops_mixed.h)
+list(REMOVE_ITEM ditto_core_headers ${DITTO_CORE_PRIVATE_HEADERS})
 list(SORT ditto_core_headers)
 set(ditto_public_headers ${ditto_core_headers} ${DITTO_SIM_PUBLIC_HEADERS})
 if(DITTO_CUDA_ENABLED)

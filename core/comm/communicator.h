@@ -27,19 +27,11 @@
 #include <string>
 #include <vector>
 
-#include "core/numerics/determinism.h"
+#include "core/comm/collective_kind.h"
 #include "core/runtime/stream.h"
 #include "core/runtime/tensor.h"
 
 namespace ditto {
-
-/// NCCL's reduction ops (ncclSum, ncclProd, ncclMin, ncclMax, ncclAvg) and the pre-multiplied sum
-/// of ncclRedOpCreatePreMulSum. premul_sum carries a per-rank scalar, so it is passed as a
-/// PreMulSum value (the overloads below), never as a bare ReduceOp (refused with InvalidArgument).
-/// The arithmetic of every op on every dtype, and the bitwise rule for f16 / bf16 / fp8 (the
-/// canonical tree accumulates in f32 and rounds once): Note [Reductions over ranks] in
-/// core/numerics/reduce_math.h. Values match rmath::Op.
-enum class ReduceOp : std::uint8_t { sum, prod, min, max, avg, premul_sum };
 
 /// ncclRedOpCreatePreMulSum with a host-immediate scalar (ncclScalarHostImmediate): the result is
 /// sum over ranks r of scalar_r * x_r, each rank passing its own scalar (they may differ, e.g.
@@ -49,30 +41,6 @@ enum class ReduceOp : std::uint8_t { sum, prod, min, max, avg, premul_sum };
 struct PreMulSum {
   double scalar = 1.0;
 };
-
-/// "sum", "prod", ..., "premul_sum".
-const char* reduce_op_name(ReduceOp op);
-
-/// The longest CommOptions::timeout_ms (and sim fault-config timeout) accepted: 2^31 ms, about
-/// 24.9 days. Larger values are refused with InvalidArgument (now + timeout would overflow the
-/// clock's nanoseconds and time out at once).
-inline constexpr std::int64_t kMaxCommTimeoutMs = std::int64_t(1) << 31;
-
-struct CommOptions {
-  Determinism determinism = Determinism::fast;
-  /// A rank waiting longer than this (ms, 1..kMaxCommTimeoutMs) for the others fails.
-  std::int64_t timeout_ms = 300000;
-};
-
-namespace detail {
-/// Clock::now() + timeout_ms, with timeout_ms clamped to 0..kMaxCommTimeoutMs so the sum cannot
-/// overflow (the deadline of a collective; validated values never reach the clamp).
-template <typename Clock>
-typename Clock::time_point comm_deadline(std::int64_t timeout_ms) {
-  const std::int64_t ms = timeout_ms < 0 ? 0 : std::min(timeout_ms, kMaxCommTimeoutMs);
-  return Clock::now() + std::chrono::milliseconds(ms);
-}
-}  // namespace detail
 
 namespace detail {
 struct CollectiveCall;  // core/internal/collective_call.h (internal: backends only)

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "core/comm/collective_kind.h"
-#include "core/comm/communicator.h"
 #include "core/runtime/dtype.h"
 #include "core/runtime/error.h"
 
@@ -48,6 +47,22 @@ struct CollectiveCall {
   /// as send_counts[q] of rank r == recv_counts[r] of rank q.
   std::vector<std::int64_t> send_counts, send_displs, recv_counts, recv_displs;
 };
+
+/// The record of one rank's call (the all_to_all_v vectors and the peer are set afterwards).
+inline CollectiveCall call_record(CollectiveKind kind, const void* send, void* recv,
+                                  std::int64_t count, DType dtype, ReduceOp op = ReduceOp::sum,
+                                  int root = 0, double scalar = 1.0) {
+  CollectiveCall c;
+  c.kind = kind;
+  c.send = send;
+  c.recv = recv;
+  c.count = count;
+  c.dtype = dtype;
+  c.op = op;
+  c.root = root;
+  c.scalar = scalar;
+  return c;
+}
 
 /// Empty when every rank's call matches rank 0's (and, for all_to_all_v, every rank's
 /// send_counts[q] is rank q's recv_counts[r]); else the error message every rank throws.

@@ -11,25 +11,8 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
-#include "core/internal/collective_call.h"
 
 namespace ditto::detail {
-
-/// The record of one rank's call (the all_to_all_v vectors and the peer are set afterwards).
-inline CollectiveCall call_record(CollectiveKind kind, const void* send, void* recv,
-                                  std::int64_t count, DType dtype, ReduceOp op = ReduceOp::sum,
-                                  int root = 0, double scalar = 1.0) {
-  CollectiveCall c;
-  c.kind = kind;
-  c.send = send;
-  c.recv = recv;
-  c.count = count;
-  c.dtype = dtype;
-  c.op = op;
-  c.root = root;
-  c.scalar = scalar;
-  return c;
-}
 
 /// "sim:0 (rank 0 of 2)".
 std::string rank_str(const Communicator& c);

@@ -31,7 +31,7 @@
 #include "core/runtime/backend.h"
 #include "core/internal/collective_call.h"
 #include "core/internal/rendezvous.h"
-#include "core/comm/communicator.h"
+#include "core/comm/collective_kind.h"
 #include "core/runtime/error.h"
 
 namespace ditto::detail::mpi {

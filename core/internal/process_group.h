@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/comm/collective_kind.h"
 #include "core/runtime/backend.h"
-#include "core/comm/communicator.h"
 
 namespace ditto::detail {
 
