@@ -3,6 +3,9 @@
 ctest (Layering.<Check>):
 
   CoreIncludesNoBackend      core/ includes nothing from backend_sim/ or backend_cuda/
+  CoreFloorOrder             core's folders stand on the floors of CORE_FLOORS (Note [Floors]):
+                             no file includes a header of a folder on its own floor or above, and
+                             every folder of core/ has a floor
   BackendsIndependent        backend_sim/ and backend_cuda/ never include each other
   InstalledHeadersArePublic  every "..." include of an installed header is itself installed (so
                              none includes core/internal/ or a backend-internal header); the
@@ -51,6 +54,54 @@ def includes(root, rel):
         m = INCLUDE.match(line)
         if m:
             yield n, m.group(1)
+
+
+# Note [Floors]
+# core's folders, from the ground floor up. A file may include the headers of its own folder and
+# of every folder on a LOWER floor; never one on its own floor (the rooms of a floor are
+# independent of each other) or above. So errors can be raised from anywhere, the numerics know
+# nothing of tensors, the backend contract knows the tensors but no communicator, and a
+# checkpoint stands above the model and the optimizer it saves. A new folder gets a floor here
+# (CoreFloorOrder fails until it has one); a new arrow that runs up means the file belongs higher,
+# or what it needs lower.
+CORE_FLOORS = (
+    ('base',),                    # ditto::Error and its kinds, cat(): includes nothing of core
+    ('numerics',),                # float formats, canonical math, random streams, determinism
+    ('runtime',),                 # dtypes, tensors, devices, Backend and Kernels, streams, ops
+    ('backend_api',),             # what a backend implements beside runtime/backend.h: recorded
+                                  # collective calls, rendezvous, p2p matching, process transport
+    ('distributed',),             # the processes of the job (mpirun): dist::init, rank, world
+    ('comm',),                    # Communicator and the collectives
+    ('io', 'nn'),                 # files, safetensors | modules, layers, the GPT model
+    ('data', 'optim'),            # datasets, loaders, every data source | optimizers, ZeRO
+    ('parallel', 'checkpoint'),   # DataParallel, DDP | checkpoints, GPT-2 weights
+    ('train',),                   # the Trainer
+)
+
+
+def check_core_floor_order(root, _):
+    floor = {name: n for n, names in enumerate(CORE_FLOORS) for name in names}
+    out = []
+    base = os.path.join(root, 'core')
+    folders = sorted(d for d in os.listdir(base) if os.path.isdir(os.path.join(base, d))) \
+        if os.path.isdir(base) else []
+    out += ['core/%s/: on no floor (add it to CORE_FLOORS in tests/check_layering.py)' % d
+            for d in folders if d not in floor]
+    for f in sources(root, 'core'):
+        parts = f.split(os.sep)
+        if len(parts) < 3 or parts[1] not in floor:
+            continue
+        mine = parts[1]
+        for n, inc in includes(root, f):
+            ip = inc.split('/')
+            if len(ip) < 3 or ip[0] != 'core' or ip[1] == mine or ip[1] not in floor:
+                continue
+            if floor[ip[1]] >= floor[mine]:
+                where = 'its own floor' if floor[ip[1]] == floor[mine] else 'a higher floor'
+                out.append('%s:%d: includes %s, a header of %s (core/%s/ is on floor %d, core/%s/ on '
+                           'floor %d; Note [Floors])' % (f, n, inc, where, mine, floor[mine] + 1,
+                                                         ip[1], floor[ip[1]] + 1))
+    return out
 
 
 def check_core_includes_no_backend(root, _):
@@ -102,6 +153,7 @@ def check_no_backend_dynamic_cast(root, _):
 
 CHECKS = {
     'CoreIncludesNoBackend': check_core_includes_no_backend,
+    'CoreFloorOrder': check_core_floor_order,
     'BackendsIndependent': check_backends_independent,
     'InstalledHeadersArePublic': check_installed_headers_are_public,
     'NoCudaMacroInCore': check_no_cuda_macro_in_core,
@@ -115,6 +167,8 @@ def run(root, name, public):
         print('FAIL %s: %s' % (name, p))
     if not problems:
         print('PASS %s' % name)
+        if name == 'CoreFloorOrder':
+            print('floors, ground first: ' + ' < '.join(f[0] if len(f) == 1 else '{%s}' % ', '.join(f) for f in CORE_FLOORS))
     return not problems
 
 
@@ -135,6 +189,7 @@ def self_test():
     public = {'core/runtime/tensor.h', 'core/runtime/dtype.h', 'backend_sim/sim_backend.h'}
     breaks = {
         'CoreIncludesNoBackend': ('core/runtime/ops.cpp', '#include "backend_sim/sim_backend.h"\n'),
+        'CoreFloorOrder': ('core/base/x.cpp', '#include "core/runtime/tensor.h"\n'),
         'BackendsIndependent': ('backend_cuda/x.cpp', '#include "backend_sim/sim_gemm.h"\n'),
         'InstalledHeadersArePublic': ('core/runtime/tensor.h',
                                       '#pragma once\n#include "core/internal/backend_init.h"\n'),

@@ -4,7 +4,7 @@
 # Layering (Note [Layering], tests/check_layering.py): one ctest per rule, on the source tree.
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
-  foreach(check CoreIncludesNoBackend BackendsIndependent InstalledHeadersArePublic
+  foreach(check CoreIncludesNoBackend CoreFloorOrder BackendsIndependent InstalledHeadersArePublic
                 NoCudaMacroInCore NoBackendDynamicCast)
     add_test(NAME Layering.${check}
              COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/check_layering.py
