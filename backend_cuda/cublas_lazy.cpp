@@ -7,7 +7,7 @@
 #include <mutex>
 #include <string>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 // Set by CMakeLists.txt from the toolkit found at configure time.
 #ifndef DITTO_CUBLAS_SONAME

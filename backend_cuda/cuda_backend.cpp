@@ -1,6 +1,6 @@
 // CudaBackend (cuda_backend.h): logical devices over the visible GPUs, stream-ordered memory with
 // capacity and peak accounting, host<->device and peer copies, streams, events and cuBLAS handles.
-// Kernels live in cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu, cuda_attention.cu, cuda_fused.cu (the
+// Kernels live in cuda_kernels.cu, cuda_gemm.cu, cuda_kernels_gpt.cu, cuda_attention.cu, cuda_fused.cu (the
 // transformer's) and cuda_multi_tensor.cu (the optimizer's multi-tensor ones), communicators in
 // cuda_communicator.cpp (and cuda_communicator_mpi.cpp, with cuda_nccl.cpp and cuda_bitwise.cpp
 // beside them).
@@ -13,7 +13,7 @@
 
 #include "backend_cuda/cublas_lazy.h"
 #include "backend_cuda/cuda_check.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto {
 

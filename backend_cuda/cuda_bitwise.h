@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/internal/collective_call.h"
+#include "core/backend_api/collective_call.h"
 
 namespace ditto::cuda {
 

@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::cuda {
 

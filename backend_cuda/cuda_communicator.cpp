@@ -5,7 +5,7 @@
 // simulator (backend_sim/sim_communicator.cpp).
 //
 // Note [CUDA collectives]
-// Rendezvous (Note [Rendezvous], core/internal/rendezvous.h). Every per-rank call publishes (kind,
+// Rendezvous (Note [Rendezvous], core/backend_api/rendezvous.h). Every per-rank call publishes (kind,
 // pointers, count, dtype, op, root, the rank's stream) in the slot of its rank for collective #k
 // (the rank's k-th call) and nothing is enqueued until every rank of #k has arrived; the caller
 // that completes #k checks that the calls match (same kind, count, dtype, op, root; else every
@@ -105,9 +105,9 @@
 #include "backend_cuda/cuda_host_logic.h"
 #include "backend_cuda/cuda_communicator.h"
 #include "backend_cuda/cuda_nccl.h"
-#include "core/internal/collective_call.h"
-#include "core/internal/rendezvous.h"
-#include "core/runtime/error.h"
+#include "core/backend_api/collective_call.h"
+#include "core/backend_api/rendezvous.h"
+#include "core/base/error.h"
 
 namespace ditto::cuda {
 

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "backend_cuda/cuda_backend.h"
-#include "core/internal/collective_call.h"
-#include "core/internal/p2p_match.h"
-#include "core/internal/rendezvous.h"
+#include "core/backend_api/collective_call.h"
+#include "core/backend_api/p2p_match.h"
+#include "core/backend_api/rendezvous.h"
 
 namespace ditto::cuda {
 

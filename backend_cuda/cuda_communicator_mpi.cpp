@@ -68,7 +68,7 @@
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_host_logic.h"
 #include "backend_cuda/cuda_nccl.h"
-#include "core/internal/mpi_transport.h"
+#include "core/backend_api/mpi_transport.h"
 
 namespace ditto::cuda {
 namespace {

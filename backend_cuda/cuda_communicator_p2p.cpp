@@ -3,7 +3,7 @@
 //
 // Note [CUDA point-to-point]
 // send and recv are matched on the host, per ordered pair of ranks by position, with
-// core/internal/p2p_match.h (Note [Point-to-point matching]), like the simulator: nothing is
+// core/backend_api/p2p_match.h (Note [Point-to-point matching]), like the simulator: nothing is
 // enqueued before both sides of a pair have been posted, so no GPU ever waits for a send or recv
 // that never comes (raw NCCL would hang the stream). The caller that completes a pair checks it
 // (same count and dtype, else both sides fail with the same InvalidArgument and the communicator
@@ -38,7 +38,7 @@
 #include "backend_cuda/cuda_comm_kernels.h"
 #include "backend_cuda/cuda_communicator.h"
 #include "backend_cuda/cuda_nccl.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::cuda {
 

@@ -13,7 +13,7 @@
 
 #include "core/comm/communicator.h"
 #include "core/runtime/dtype.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::cuda {
 

@@ -9,7 +9,7 @@
 // the host tests check against the simulator (tests/test_canonical_tree.cpp).
 //
 // The canonical GEMM is in cuda_gemm.cu (Note [CUDA canonical GEMM]), the transformer's kernels
-// in cuda_gpt.cu and cuda_fused.cu (CudaGptKernels, the base of CudaKernels; the softmax
+// in cuda_kernels_gpt.cu and cuda_fused.cu (CudaGptKernels, the base of CudaKernels; the softmax
 // cross-entropy's warp-per-row kernels are in cuda_fused.cu too); the launch helpers they share in
 // cuda_kernels_common.cuh.
 #include "backend_cuda/cublas_lazy.h"
@@ -254,7 +254,7 @@ void sum_inputs_tree(const Launch& l, const float* const* inputs, int n, float* 
   launch_sum_inputs<2>(l, pair, out, numel);
 }
 
-// The GPT's entries come from CudaGptKernels (cuda_gpt.cu, cuda_fused.cu), which holds backend_.
+// The GPT's entries come from CudaGptKernels (cuda_kernels_gpt.cu, cuda_fused.cu), which holds backend_.
 class CudaKernels final : public CudaGptKernels {
  public:
   explicit CudaKernels(CudaBackend& backend) : CudaGptKernels(backend) {}

@@ -1,5 +1,5 @@
-// Internal: what the CUDA backend's kernel files (cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu,
-// cuda_attention.cu, cuda_fused.cu, cuda_dtype.cu) share: launch configuration, how a reduction's
+// Internal: what the CUDA backend's kernel files (cuda_kernels.cu, cuda_gemm.cu, cuda_kernels_gpt.cu,
+// cuda_attention.cu, cuda_fused.cu, cuda_kernels_dtype.cu) share: launch configuration, how a reduction's
 // result lands (Out), the GEMM's tile constants and arguments, the Launch scope of a call,
 // stream-ordered scratch memory from
 // the backend (DeviceTemp), the host recursion of the canonical tree over shards (shard_tree) and
@@ -223,10 +223,10 @@ void launch_cross_entropy_backward(const Launch& l, const float* logits, const i
                                    float* grad_logits);
 
 
-// ---- the dtype-generic kernels (cuda_dtype.cu) ------------------------------------------------
+// ---- the dtype-generic kernels (cuda_kernels_dtype.cu) ------------------------------------------------
 
 /// The Kernels entries on any DType (cast, fill_bits, add_any, scale_any, reduce_inputs), defined
-/// in cuda_dtype.cu with the per-element functions the simulator uses (dtype_math.h,
+/// in cuda_kernels_dtype.cu with the per-element functions the simulator uses (dtype_math.h,
 /// reduce_math.h); it holds backend_ for the classes derived from it (CudaGptKernels,
 /// CudaKernels).
 class CudaDtypeKernels : public Kernels {
@@ -245,10 +245,10 @@ class CudaDtypeKernels : public Kernels {
   CudaBackend& backend_;
 };
 
-// ---- the transformer kernels (cuda_gpt.cu, cuda_fused.cu) ---------------------------------------------------
+// ---- the transformer kernels (cuda_kernels_gpt.cu, cuda_fused.cu) ---------------------------------------------------
 
 /// The Kernels entries of the GPT (embedding, LayerNorm, GELU, attention, dropout, sum of
-/// squares) and the multi-tensor kernels, defined in cuda_gpt.cu, cuda_attention.cu and
+/// squares) and the multi-tensor kernels, defined in cuda_kernels_gpt.cu, cuda_attention.cu and
 /// cuda_fused.cu with the operation order of core/numerics/gpt_math.h; the CudaKernels of
 /// cuda_kernels.cu derives from it and adds the rest.
 class CudaGptKernels : public CudaDtypeKernels {

@@ -9,7 +9,7 @@
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_comm_kernels.h"
 #include "core/numerics/float_formats.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::cuda {
 

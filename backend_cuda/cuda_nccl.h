@@ -14,7 +14,7 @@
 #include "backend_cuda/cuda_backend.h"
 #include "backend_cuda/cuda_bitwise.h"
 #include "backend_cuda/nccl_check.h"
-#include "core/internal/collective_call.h"
+#include "core/backend_api/collective_call.h"
 
 namespace ditto::cuda {
 

@@ -11,7 +11,7 @@
 
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_host_logic.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::cuda {
 

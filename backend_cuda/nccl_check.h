@@ -11,7 +11,7 @@
 #include "backend_cuda/cuda_check.h"
 #include "core/comm/communicator.h"
 #include "core/runtime/dtype.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::cuda {
 

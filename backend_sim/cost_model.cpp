@@ -8,7 +8,7 @@
 
 #include "backend_sim/sim_stream.h"
 #include "backend_sim/trace.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::sim {
 

@@ -60,7 +60,7 @@
 #include <vector>
 
 #include "backend_sim/profiles.h"
-#include "core/comm/collective_kind.h"
+#include "core/runtime/collective_types.h"
 #include "core/runtime/dtype.h"
 
 namespace ditto::sim {

@@ -7,7 +7,7 @@
 #include "backend_sim/published.h"
 #include "backend_sim/sim_run.h"
 #include "core/numerics/determinism.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/train/gpt_recipe.h"
 #include "core/train/trainer.h"
 

@@ -10,7 +10,7 @@
 #include <iomanip>
 #include <sstream>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/runtime/mixed_precision.h"
 
 #if defined(__SANITIZE_ADDRESS__)

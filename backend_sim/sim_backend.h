@@ -15,7 +15,7 @@
 //                  copy_to_host priced and fills the host destination with zeros (so losses,
 //                  norms and checksums of a dry run read 0);
 //   collectives    rendezvous, timeouts, mismatch checks and pricing as usual, data not moved
-//                  (sim_communicator.cpp, sim_p2p.cpp).
+//                  (sim_communicator.cpp, sim_communicator_p2p.cpp).
 // The virtual clocks, the trace and the memory counters then match a real run of the same work
 // exactly (tests/test_dry_run.cpp), because the cost model never looks at data. What does
 // depend on data is not priced differently either: there is no data-dependent control flow in

@@ -38,15 +38,15 @@
 // arrives; the last rank to arrive (step 2, while every other stream is parked) starts the
 // collective at the latest arrival and moves every rank's clock to that start plus the cost
 // model's estimate, before anything is resumed. A mismatched call costs nothing.
-// The element reduction over ranks (sim_reduce.h, Note [Reductions over ranks] in
+// The element reduction over ranks (sim_comm_kernels.h, Note [Reductions over ranks] in
 // core/numerics/reduce_math.h) follows the canonical tree over rank index in Determinism::bitwise
 // (Note [Canonical tree], done on blocks of elements) and runs left to right in fast mode, in the
 // accumulator of the dtype, rounded once; premul_sum scales each rank's values by its own scalar.
 // Point-to-point calls (send / recv) are not collectives: enqueue() hands them to their own
-// matching (sim_p2p.h).
+// matching (sim_communicator_p2p.h).
 //
 // Matching, the deadline and the abort state are the shared rendezvous's (Note [Rendezvous],
-// core/internal/rendezvous.h), so the messages read as on every backend. When the deadline
+// core/backend_api/rendezvous.h), so the messages read as on every backend. When the deadline
 // (CommOptions::timeout_ms after the first arrival) passes before the last rank arrives, every
 // waiting rank fails with ditto::Timeout naming the collective, its ordinal on this communicator
 // and the ranks that never arrived; the communicator is then aborted: queued tasks fail when
@@ -81,11 +81,11 @@
 
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_executor.h"
-#include "backend_sim/sim_p2p.h"
-#include "backend_sim/sim_reduce.h"
-#include "core/internal/collective_call.h"
-#include "core/internal/rendezvous.h"
-#include "core/runtime/error.h"
+#include "backend_sim/sim_communicator_p2p.h"
+#include "backend_sim/sim_comm_kernels.h"
+#include "core/backend_api/collective_call.h"
+#include "core/backend_api/rendezvous.h"
+#include "core/base/error.h"
 
 namespace ditto::sim {
 namespace {
@@ -207,7 +207,7 @@ class SimCommunicator final : public CommunicatorImpl,
       std::lock_guard lk(mu_);
       rv_.abort_state().throw_if_aborted(call.kind);
     }
-    if (detail::is_p2p(call.kind)) {  // send / recv: Note [Sim point-to-point], sim_p2p.h
+    if (detail::is_p2p(call.kind)) {  // send / recv: Note [Sim point-to-point], sim_communicator_p2p.h
       p2p_->enqueue(rank, ss, call, [self = shared_from_this()](Cause c, std::string why, int f) {
         std::unique_lock lk(self->mu_);
         self->abort_locked(lk, c, std::move(why), f);
@@ -482,7 +482,7 @@ class SimCommunicator final : public CommunicatorImpl,
   }
 
   // Shares [lo, hi) of the data movement of one collective (Note [Sim collectives], step 3), on
-  // bytes: only the reductions look at the dtype (sim_reduce.h).
+  // bytes: only the reductions look at the dtype (sim_comm_kernels.h).
   void shares(const std::vector<SimCall>& calls, std::int64_t lo_share, std::int64_t hi_share) {
     const Call& c = calls[0];
     const std::int64_t count = c.count;

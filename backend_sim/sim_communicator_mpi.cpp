@@ -51,8 +51,8 @@
 #include <unordered_map>
 
 #include "backend_sim/sim_backend.h"
-#include "backend_sim/sim_reduce.h"
-#include "core/internal/mpi_transport.h"
+#include "backend_sim/sim_comm_kernels.h"
+#include "core/backend_api/mpi_transport.h"
 
 namespace ditto::sim {
 namespace {

@@ -14,8 +14,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "core/internal/rendezvous.h"  // detail::print_warning
-#include "core/runtime/error.h"
+#include "core/backend_api/rendezvous.h"  // detail::print_warning
+#include "core/base/error.h"
 
 namespace ditto::sim {
 

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <map>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::sim {
 

@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "backend_sim/sim_reduce.h"
+#include "backend_sim/sim_comm_kernels.h"
 #include "core/comm/communicator.h"
 #include "core/numerics/dtype_math.h"
 #include "core/runtime/tensor.h"

@@ -2,7 +2,7 @@
 // reduce_inputs): the work each runs once its stream reaches it, and its KernelCost for the cost
 // model. SimKernels (sim_kernels.cpp) enqueues them. Arithmetic: core/numerics/dtype_math.h and
 // Note [Reductions over ranks] (core/numerics/reduce_math.h), shared with the CUDA kernels
-// (backend_cuda/cuda_dtype.cu), so the two backends agree bit for bit.
+// (backend_cuda/cuda_kernels_dtype.cu), so the two backends agree bit for bit.
 #pragma once
 
 #include <cstddef>

@@ -9,9 +9,9 @@
 #include <filesystem>
 
 #include "backend_sim/profiles.h"
-#include "core/dist/distributed.h"
+#include "core/distributed/distributed.h"
 #include "core/io/file.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/runtime/extensions.h"
 #include "core/train/metrics.h"
 

@@ -1,5 +1,5 @@
 // Fast conversions between f32 and the small floats for the simulator's element loops
-// (sim_reduce.cpp): the same bits as the one conversion of core/numerics/float_formats.h
+// (sim_comm_kernels.cpp): the same bits as the one conversion of core/numerics/float_formats.h
 // (Note [Small float conversions]), which the CUDA kernels and the host share, only without its
 // general-purpose code on the common path. float_formats.h decodes and rounds any format
 // field by field (a loop for subnormals), about 20x slower than an f32 add, so an f16 / bf16

@@ -11,7 +11,7 @@
 #endif
 
 #include "backend_sim/sim_executor.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::sim {
 

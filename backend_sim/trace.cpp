@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "core/io/file.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::sim {
 

@@ -10,7 +10,7 @@
 
 #include "core/comm/communicator.h"
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::bench {
 namespace {

@@ -6,7 +6,7 @@
 #include <exception>
 #include <thread>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::bench {
 

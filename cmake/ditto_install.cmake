@@ -9,7 +9,7 @@ include(CMakePackageConfigHelpers)
 
 # Note [Public headers]
 # Installed, and so part of the API a user program may include: every header under core/ except
-# core/internal/ (shared by core and the backends, never installed) and the private helpers of a
+# core/backend_api/ (shared by core and the backends, never installed) and the private helpers of a
 # folder listed in DITTO_CORE_PRIVATE_HEADERS (included only by core's own sources and the
 # generated backend list), and of each backend the headers listed below: those a program needs to
 # reach the backend's extras (the simulator's SimBackend with its cost model, faults, profiles and
@@ -29,9 +29,9 @@ set(DITTO_SIM_PUBLIC_HEADERS
 set(DITTO_CUDA_PUBLIC_HEADERS "")
 file(GLOB_RECURSE ditto_core_headers RELATIVE ${PROJECT_SOURCE_DIR} CONFIGURE_DEPENDS
      ${PROJECT_SOURCE_DIR}/core/*.h)
-list(FILTER ditto_core_headers EXCLUDE REGEX "^core/internal/")
-set(DITTO_CORE_PRIVATE_HEADERS core/internal/backend_init.h core/internal/comm_checks.h
-    core/internal/ops_check.h core/internal/ops_mixed.h)
+list(FILTER ditto_core_headers EXCLUDE REGEX "^core/backend_api/")
+set(DITTO_CORE_PRIVATE_HEADERS core/runtime/backend_init.h core/comm/comm_checks.h
+    core/runtime/ops_check.h core/runtime/ops_mixed.h)
 list(REMOVE_ITEM ditto_core_headers ${DITTO_CORE_PRIVATE_HEADERS})
 list(SORT ditto_core_headers)
 set(ditto_public_headers ${ditto_core_headers} ${DITTO_SIM_PUBLIC_HEADERS})

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "ditto_version.h"
 
 namespace ditto_cli {

@@ -15,7 +15,7 @@
 
 #include "core/runtime/backend.h"
 #include "core/comm/comm.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
 #include "core/optim/sgd.h"

@@ -10,7 +10,7 @@
 #include "core/runtime/backend.h"
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
 #include "core/optim/sgd.h"

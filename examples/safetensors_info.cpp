@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "core/io/checkpoint.h"
-#include "core/runtime/error.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/base/error.h"
 #include "core/io/safetensors.h"
 #include "examples/cli_common.h"
 

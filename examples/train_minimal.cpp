@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/train/trainer.h"
 
 int main(int argc, char** argv) {

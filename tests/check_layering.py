@@ -8,7 +8,7 @@ ctest (Layering.<Check>):
                              every folder of core/ has a floor
   BackendsIndependent        backend_sim/ and backend_cuda/ never include each other
   InstalledHeadersArePublic  every "..." include of an installed header is itself installed (so
-                             none includes core/internal/ or a backend-internal header); the
+                             none includes core/backend_api/ or a backend-internal header); the
                              installed list is the build's public_headers.txt (Note [Public
                              headers], cmake/ditto_install.cmake)
   NoCudaMacroInCore          no DITTO_WITH_CUDA under core/ (the registry knows what was built)
@@ -127,7 +127,7 @@ def check_installed_headers_are_public(root, public):
             continue
         for n, inc in includes(root, h):
             if inc not in public:
-                why = 'internal' if inc.startswith('core/internal/') else 'not installed'
+                why = 'internal' if inc.startswith('core/backend_api/') else 'not installed'
                 out.append('%s:%d: installed header includes %s (%s)' % (h, n, inc, why))
     return out
 
@@ -177,8 +177,8 @@ def self_test():
     files_ok = {
         'core/runtime/tensor.h': '#pragma once\n#include "core/runtime/dtype.h"\n',
         'core/runtime/dtype.h': '#pragma once\n',
-        'core/internal/backend_init.h': '#pragma once\n',
-        'core/runtime/backend.cpp': '#include "core/internal/backend_init.h"\n',
+        'core/runtime/backend_init.h': '#pragma once\n',
+        'core/runtime/backend.cpp': '#include "core/runtime/backend_init.h"\n',
         'backend_sim/sim_backend.h': '#pragma once\n#include "core/runtime/tensor.h"\n',
         'backend_sim/sim_gemm.h': '#pragma once\n',
         'backend_sim/sim_backend.cpp': '#include "backend_sim/sim_gemm.h"\n'
@@ -192,7 +192,7 @@ def self_test():
         'CoreFloorOrder': ('core/base/x.cpp', '#include "core/runtime/tensor.h"\n'),
         'BackendsIndependent': ('backend_cuda/x.cpp', '#include "backend_sim/sim_gemm.h"\n'),
         'InstalledHeadersArePublic': ('core/runtime/tensor.h',
-                                      '#pragma once\n#include "core/internal/backend_init.h"\n'),
+                                      '#pragma once\n#include "core/runtime/backend_init.h"\n'),
         'NoCudaMacroInCore': ('core/runtime/backend.cpp', '#ifdef DITTO_WITH_CUDA\n#endif\n'),
         'NoBackendDynamicCast': ('tests/test_x.cpp',
                                  'auto& s = dynamic_cast<const ditto::cuda::CudaStream&>(x);\n'),

@@ -3,7 +3,7 @@
 #   1. --epochs 2 --checkpoint A, then --resume A --epochs 4: the checksum of an uninterrupted
 #      --epochs 4 run;
 #   2. a run SIGKILLed while writing its 5th checkpoint (DITTO_TEST_KILL_IN_CHECKPOINT, Note [Crash
-#      test] in core/io/checkpoint.cpp) leaves the 4th (mid-epoch, step 28) as latest and no
+#      test] in core/checkpoint/checkpoint.cpp) leaves the 4th (mid-epoch, step 28) as latest and no
 #      step-35; resuming from it gives the same checksum again;
 #   3. a truncated newest checkpoint: --resume says on stderr that it falls back to the previous
 #      one (step 21), and still gets the same checksum;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ditto-train --model gpt --data: what the token-data side refuses, and how it names it (issue 32,
 # the hostile newcomer's D34, P01, D28/D50/G06/K09, D48, X07; Note [Token files] in
-# core/train/token_source.h). Each case runs under `timeout`: a hang is a failure, not a stall.
+# core/data/token_source.h). Each case runs under `timeout`: a hang is a failure, not a stall.
 #   1. D34: a FIFO given as --data (named .bin or not, alone, in a glob, in a list) or found
 #      beside it as the val file is refused at once as "is a FIFO, expected a regular file".
 #   2. P01: an llm.c shard the user cannot read is "cannot open FILE: Permission denied", not a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ditto-train --model gpt on token files (issue 32; Note [Token files] in core/train/token_source.h),
+# ditto-train --model gpt on token files (issue 32; Note [Token files] in core/data/token_source.h),
 # bitwise mode, a tiny GPT for 10 iterations on a 3-shard llm.c dataset written here
 # (tools/make_token_data.py: shakespeare.txt's bytes as tokens, vocab 256):
 #   1. one params_checksum for --devices 1, 2, 4, 8 x --trainer dp, ddp, and (MPIRUN given)

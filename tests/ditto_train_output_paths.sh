@@ -6,7 +6,7 @@
 #   which this test never writes, since a wrong rename as root would replace it); --data and
 #   safetensors-info refuse /dev/zero and a FIFO at once, naming the path and its type;
 #   --checkpoint DIR whose DIR/lock another process holds is refused before training, naming the
-#   lock and that process (lock_checkpoint_dir in core/io/checkpoint.h).
+#   lock and that process (lock_checkpoint_dir in core/checkpoint/checkpoint.h).
 # Usage: ditto_train_output_paths.sh PATH/TO/ditto-train PATH/TO/safetensors-info WORK_DIR
 set -u
 train=$1 info=$2 work=$3

@@ -1,7 +1,7 @@
 # ctest Install.ConsumerBuildsAndRuns: installs the build tree into an empty prefix and uses it as
 # a user would, printing PASS at the end (any failure stops with FATAL_ERROR, a non-zero status):
 #  1. cmake --install BUILD --prefix WORK/prefix; the public headers, libraries, tools, data and
-#     package files are there, and nothing else under include/ (no core/internal/);
+#     package files are there, and nothing else under include/ (no core/backend_api/);
 #  2. the installed ditto-train finds its data in prefix/share/ditto and prints the default
 #     run's params_checksum;
 #  3. examples/consumer configured with -DCMAKE_PREFIX_PATH=WORK/prefix (find_package(ditto) from
@@ -42,8 +42,8 @@ foreach(f include/ditto/core/runtime/tensor.h include/ditto/backend_sim/sim_back
     message(FATAL_ERROR "FAIL: cmake --install did not install ${f}")
   endif()
 endforeach()
-if(EXISTS ${prefix}/include/ditto/core/internal)
-  message(FATAL_ERROR "FAIL: core/internal/ was installed")
+if(EXISTS ${prefix}/include/ditto/core/backend_api)
+  message(FATAL_ERROR "FAIL: core/backend_api/ was installed")
 endif()
 message(STATUS "installed ${n_headers} public headers into ${prefix}")
 # The exported targets name no library by this machine's path (issue 31, item 13: they linked

@@ -3,7 +3,7 @@
 #   1. --help prints the usage and exits 0 (it used to open a file called --help);
 #   2. on a checkpoint's model.safetensors written by ditto-train: the tensors, exit 0, no warning;
 #   3. the same file with 4 bytes of tensor data changed: a warning naming the file and both
-#      CRC-32s (core/io/checkpoint.h, verify_checkpoint_crc), exit 1;
+#      CRC-32s (core/checkpoint/checkpoint.h, verify_checkpoint_crc), exit 1;
 #   4. (with DTYPE_FILE, tests/data/dtype_ref.safetensors) tensors of other dtypes print with
 #      their safetensors names and values (BF16, F16, F64, I8, U8, I32).
 # Usage: safetensors_info.sh PATH/TO/safetensors-info PATH/TO/ditto-train WORK_DIR [DTYPE_FILE]

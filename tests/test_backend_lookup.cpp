@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto {
 namespace {

@@ -1,4 +1,4 @@
-// Checkpoints (core/io/checkpoint.h) and the safetensors format (core/io/safetensors.h): round trips,
+// Checkpoints (core/checkpoint/checkpoint.h) and the safetensors format (core/io/safetensors.h): round trips,
 // every malformed file refused with a ParseError naming the problem, damaged and truncated
 // checkpoints refused with a fall-back to the previous one, a crash in the middle of a write
 // leaving the previous checkpoint usable, and resumed training equal bit for bit to training
@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/runtime/backend.h"
-#include "core/io/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
 #include "core/io/file.h"

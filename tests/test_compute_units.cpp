@@ -24,7 +24,7 @@
 #include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
 #include "core/train/cost_meter.h"
-#include "core/train/synthetic_source.h"
+#include "core/data/synthetic_source.h"
 #include "core/train/trainer.h"
 
 using namespace ditto;

@@ -22,7 +22,7 @@
 #include "backend_sim/sim_stream.h"
 #include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
 #include "core/optim/sgd.h"

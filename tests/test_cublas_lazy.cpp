@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto {
 namespace {

@@ -18,7 +18,7 @@
 #include "core/comm/communicator.h"
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
 #include "core/runtime/ops.h"

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::cuda {
 namespace {

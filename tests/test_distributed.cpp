@@ -1,4 +1,4 @@
-// Tests of ditto::dist (core/dist/distributed.h) and Communicator::init_rank in a plain process (not
+// Tests of ditto::dist (core/distributed/distributed.h) and Communicator::init_rank in a plain process (not
 // started by mpirun, no dist::init): the world of one process, and clear errors. The multi-process
 // behaviour is tested under mpirun by tests/mpi/test_mpi_communicator.cpp.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 
 #include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
-#include "core/dist/distributed.h"
+#include "core/distributed/distributed.h"
 
 namespace ditto {
 namespace {

@@ -17,9 +17,9 @@
 #include "core/nn/gpt.h"
 #include "core/optim/adamw.h"
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/runtime/tensor.h"
-#include "core/train/synthetic_source.h"
+#include "core/data/synthetic_source.h"
 #include "core/train/trainer.h"
 
 using namespace ditto;

@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "core/io/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/io/safetensors.h"
 #include "core/nn/module.h"
 #include "core/optim/sgd.h"

@@ -17,7 +17,7 @@
 
 #include "backend_sim/profiles.h"
 #include "core/data/csv.h"
-#include "core/io/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/io/file.h"
 #include "core/io/safetensors.h"
 #include "core/train/metrics.h"

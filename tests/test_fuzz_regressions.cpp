@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "backend_sim/profiles.h"
-#include "core/io/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "test_util.h"
 
 namespace ditto {

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
-#include "core/io/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/runtime/backend.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"

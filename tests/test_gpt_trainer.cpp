@@ -1,4 +1,4 @@
-// The GPT's data and loop (core/train/text_source.h, the Trainer's iteration mode): the text
+// The GPT's data and loop (core/data/text_source.h, the Trainer's iteration mode): the text
 // source's vocabulary, split and windows (Note [Text batches]); its errors; the iteration mode's
 // evaluations, JSON lines, checkpoints (with an alias) and resume, on the MLP and on a tiny GPT
 // (AdamW, nanoGPT's schedule, clipping; dropout too) with one checksum for 1, 2 and 4 devices
@@ -16,13 +16,13 @@
 #include <vector>
 
 #include "backend_sim/sim_run.h"
-#include "core/io/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/io/safetensors.h"
 #include "core/nn/gpt.h"
 #include "core/optim/adamw.h"
 #include "core/optim/lr_schedule.h"
 #include "core/numerics/random.h"
-#include "core/train/text_source.h"
+#include "core/data/text_source.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
 #include "trainer_test_util.h"

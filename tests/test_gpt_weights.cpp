@@ -18,9 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "core/io/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/io/file.h"
-#include "core/io/gpt_weights.h"
+#include "core/checkpoint/gpt_weights.h"
 #include "core/io/safetensors.h"
 #include "core/nn/gpt.h"
 #include "core/nn/loss.h"

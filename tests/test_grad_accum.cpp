@@ -24,7 +24,7 @@
 #include "core/parallel/distributed_data_parallel.h"
 #include "core/runtime/backend.h"
 #include "core/train/grad_accumulation.h"
-#include "core/train/text_source.h"
+#include "core/data/text_source.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
 #include "trainer_test_util.h"

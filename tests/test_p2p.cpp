@@ -1,4 +1,4 @@
-// Communicator::send / recv on the simulator (Note [Sim point-to-point], backend_sim/sim_p2p.h):
+// Communicator::send / recv on the simulator (Note [Sim point-to-point], backend_sim/sim_communicator_p2p.h):
 // ring exchanges in one group driven by one thread and by a thread per rank, several messages
 // to one peer in order, a send to oneself, every dtype's bytes, count / dtype mismatches,
 // timeouts naming both ranks, peers out of range, aborts, and virtual time.

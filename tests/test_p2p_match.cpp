@@ -1,11 +1,11 @@
-// core/internal/p2p_match.h: point-to-point matching per ordered pair by position and the
+// core/backend_api/p2p_match.h: point-to-point matching per ordered pair by position and the
 // messages every backend gives (Note [Point-to-point matching]).
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "core/internal/p2p_match.h"
+#include "core/backend_api/p2p_match.h"
 
 namespace ditto {
 namespace {

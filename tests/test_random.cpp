@@ -8,7 +8,7 @@
 #include <numeric>
 #include <set>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/numerics/random.h"
 
 namespace ditto {

@@ -1,4 +1,4 @@
-// Tests of the rendezvous every communicator shares (core/internal/rendezvous.h, Note
+// Tests of the rendezvous every communicator shares (core/backend_api/rendezvous.h, Note
 // [Rendezvous]): matching the ranks' calls by ordinal, the deadline and the names of the missing
 // ranks, and the abort state's errors. The backends' own suites (test_communicator, test_faults,
 // tests/mpi) check the same words end to end.
@@ -8,8 +8,8 @@
 #include <exception>
 #include <string>
 
-#include "core/internal/rendezvous.h"
-#include "core/runtime/error.h"
+#include "core/backend_api/rendezvous.h"
+#include "core/base/error.h"
 
 namespace ditto::detail {
 namespace {

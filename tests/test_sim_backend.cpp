@@ -13,7 +13,7 @@
 
 #include "backend_sim/sim_backend.h"
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/runtime/tensor.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-// train::TokenDataSource and llm.c / nanoGPT token files (core/train/token_source.h, Note [Token
+// train::TokenDataSource and llm.c / nanoGPT token files (core/data/token_source.h, Note [Token
 // files]): the windows of a step, shards read as one sequence, the detection rule, the val files
 // beside --data, and every malformed file refused naming the file, the offset and the value
 // expected (issue 32). The files are written here (llm.c's write_datafile layout).
@@ -19,7 +19,7 @@
 #include "core/nn/gpt.h"
 #include "core/numerics/random.h"
 #include "core/optim/adamw.h"
-#include "core/train/token_source.h"
+#include "core/data/token_source.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
 #include "trainer_test_util.h"

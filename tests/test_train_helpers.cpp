@@ -13,9 +13,9 @@
 #include <fstream>
 #include <string>
 
-#include "core/io/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/io/file.h"
-#include "core/train/data_source.h"
+#include "core/data/data_source.h"
 #include "core/train/gpt_recipe.h"
 #include "core/train/graceful_stop.h"
 #include "core/train/metrics_format.h"

@@ -20,7 +20,7 @@
 
 #include "backend_sim/sim_run.h"
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/runtime/extensions.h"
 #include "core/runtime/tensor.h"
 #include "core/train/launcher.h"

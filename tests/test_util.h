@@ -30,7 +30,7 @@
 #include "core/numerics/determinism.h"
 #include "core/numerics/random.h"
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/runtime/tensor.h"
 #include "train_step.h"
 

@@ -24,7 +24,7 @@
 #include "core/optim/master_weights.h"
 #include "core/optim/zero.h"
 #include "core/runtime/ops.h"
-#include "core/train/data_source.h"
+#include "core/data/data_source.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
 #include "zero_test_util.h"

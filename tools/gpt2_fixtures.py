@@ -64,7 +64,7 @@ LAYER_ORDER = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bi
                "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias")
 
 
-# ---- llm.c model file (Note [llm.c model file] in core/io/gpt_weights.h) -----------------------
+# ---- llm.c model file (Note [llm.c model file] in core/checkpoint/gpt_weights.h) -----------------------
 def bf16_bytes(t):
     return t.to(torch.bfloat16).view(torch.int16).numpy().astype("<i2").tobytes()
 

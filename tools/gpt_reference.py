@@ -117,7 +117,7 @@ def load_safetensors(path):
 
 def checkpoint_model_file(path):
     """model.safetensors of a ditto checkpoint: DIR/latest's step directory, DIR/model.safetensors,
-    or `path` itself when it is a file (Note [Checkpoint layout] in core/io/checkpoint.h)."""
+    or `path` itself when it is a file (Note [Checkpoint layout] in core/checkpoint/checkpoint.h)."""
     if os.path.isfile(path):
         return path
     latest = os.path.join(path, "latest")

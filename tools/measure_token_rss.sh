@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/measure_token_rss.sh BUILD_DIR [WORK_DIR] [GIB]: the memory of ditto-train --model gpt on
-# llm.c shards (issue 32; Note [Mapped shards] in core/train/token_source.h). Run once by hand (it
+# llm.c shards (issue 32; Note [Mapped shards] in core/data/token_source.h). Run once by hand (it
 # writes GIB, default 2, GiB of shards: too much for CI):
 #   1. writes a GIB GiB llm.c shard set (8 train shards of uint16 tokens, and a val shard) and a
 #      tiny one (3 x 100k tokens), tools/make_token_data.py;

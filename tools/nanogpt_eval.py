@@ -21,7 +21,7 @@ uses its "slow attention" (masked softmax; it prints a WARNING saying so); its c
 (transformer.h.N.attn.bias) are not parameters and keep the values nanoGPT gives them.
 lm_head.weight is transformer.wte.weight (tied), as in nanoGPT.
 
-The windows mirror ditto's train::TextDataSource (Note [Text batches], core/train/text_source.h):
+The windows mirror ditto's train::TextDataSource (Note [Text batches], core/data/text_source.h):
 vocabulary = sorted distinct bytes, train = the first int(n * 0.9) tokens, val the rest; evaluation
 batch k of split p (0 train, 1 val) has B windows, window j at offset
 philox_u64(seed, stream_id(kStreamEvalBatch = 8, p << 32 | k), j) % (len(split) - T) in the split,

@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/runtime/ops.h"
 
 namespace ditto::comm {

@@ -13,11 +13,11 @@
 #include <unordered_map>
 
 #include "core/runtime/backend.h"
-#include "core/dist/distributed.h"
-#include "core/runtime/error.h"
-#include "core/internal/collective_call.h"
-#include "core/internal/comm_checks.h"
-#include "core/internal/process_group.h"
+#include "core/distributed/distributed.h"
+#include "core/base/error.h"
+#include "core/backend_api/collective_call.h"
+#include "core/comm/comm_checks.h"
+#include "core/backend_api/process_group.h"
 
 namespace ditto {
 
@@ -267,7 +267,7 @@ Communicator Communicator::init_rank(const Device& local_device, int world_size,
   detail::ProcessGroup* group = detail::process_group();
   DITTO_CHECK_T(BackendError, group != nullptr,
                 "Communicator::init_rank: no process group: call dist::init() first (in a program "
-                "started by mpirun; core/dist/distributed.h)",
+                "started by mpirun; core/distributed/distributed.h)",
                 dist::available() ? "" : "; this build of ditto has no MPI support");
   DITTO_CHECK(world_size == group->size(), "Communicator::init_rank: world_size: expected ",
               group->size(), " (dist::world_size(), the processes of the job), got ", world_size);

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "core/comm/collective_kind.h"
+#include "core/runtime/collective_types.h"
 #include "core/runtime/stream.h"
 #include "core/runtime/tensor.h"
 
@@ -43,7 +43,7 @@ struct PreMulSum {
 };
 
 namespace detail {
-struct CollectiveCall;  // core/internal/collective_call.h (internal: backends only)
+struct CollectiveCall;  // core/backend_api/collective_call.h (internal: backends only)
 }
 
 /// Backend-side shared state of one communicator (all ranks). Core validates arguments and
@@ -64,9 +64,9 @@ class CommunicatorImpl {
   /// send/recv counts and displacements give the blocks; gather: the root's recv holds
   /// size() * count (null off the root); scatter: the root's send does (null off the root).
   /// op premul_sum comes with each rank's call.scalar. The ranks' calls are matched by their
-  /// ordinal on this communicator (core/internal/rendezvous.h), except send / recv
+  /// ordinal on this communicator (core/backend_api/rendezvous.h), except send / recv
   /// (detail::is_p2p, with call.peer), which are matched per pair of ranks by position
-  /// (core/internal/p2p_match.h).
+  /// (core/backend_api/p2p_match.h).
   virtual void enqueue(int rank, Stream& stream, const detail::CollectiveCall& call) = 0;
 
   /// Group hooks (ncclGroupStart / ncclGroupEnd). Core calls group_start() before this thread's
@@ -97,7 +97,7 @@ class Communicator {
                                             const CommOptions& options = {});
 
   /// This process's handle of a communicator whose ranks are the processes of the job, one rank
-  /// per process (ncclCommInitRank; the processes come from mpirun, core/dist/distributed.h).
+  /// per process (ncclCommInitRank; the processes come from mpirun, core/distributed/distributed.h).
   /// Collective: every process calls it, with its own rank and local device, in the same order
   /// as its other init_rank calls. `local_device` is this rank's device, a device of this process
   /// (sim: e.g. its one virtual device sim:0); world_size must be dist::world_size() and rank

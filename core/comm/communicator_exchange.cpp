@@ -2,16 +2,16 @@
 // (all_to_all, all_to_all_v, gather, scatter; ncclAlltoAll, MPI_Alltoallv, ncclGather,
 // ncclScatter) and the core side of point-to-point send / recv (ncclSend / ncclRecv): argument
 // checks, the call record, and their single-controller forms. The rest of the communicator is in
-// communicator.cpp (which also defines the shared checks of core/internal/comm_checks.h).
+// communicator.cpp (which also defines the shared checks of core/comm/comm_checks.h).
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <vector>
 
 #include "core/comm/communicator.h"
-#include "core/internal/collective_call.h"
-#include "core/internal/comm_checks.h"
-#include "core/runtime/error.h"
+#include "core/backend_api/collective_call.h"
+#include "core/comm/comm_checks.h"
+#include "core/base/error.h"
 
 namespace ditto {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/io/file.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::data {
 

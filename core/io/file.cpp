@@ -12,7 +12,7 @@
 #include <cstring>
 #include <utility>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::io {
 

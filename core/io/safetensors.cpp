@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/io/file.h"
 
 namespace ditto::io {

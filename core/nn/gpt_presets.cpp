@@ -1,7 +1,7 @@
 // nanoGPT's GPT-2 sizes (gpt_config.h).
 #include "core/nn/gpt_config.h"
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::nn {
 

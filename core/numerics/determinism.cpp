@@ -1,6 +1,6 @@
 #include "core/numerics/determinism.h"
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto {
 

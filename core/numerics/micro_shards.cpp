@@ -1,7 +1,7 @@
 // Micro-shard bounds (Note [Micro-shards] in core/numerics/micro_shards.h).
 #include "core/numerics/micro_shards.h"
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto {
 

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto {
 

@@ -8,7 +8,7 @@
 #include <optional>
 #include <string>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/runtime/ops.h"
 
 namespace ditto::optim {

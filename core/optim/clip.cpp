@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 

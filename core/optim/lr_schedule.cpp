@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::optim {
 

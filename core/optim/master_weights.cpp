@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/runtime/ops.h"
 
 namespace ditto::optim {

@@ -12,7 +12,7 @@
 #include "core/numerics/gpt_math.h"
 #include "core/optim/grad_scaler.h"
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/runtime/ops.h"
 
 namespace ditto::optim {

@@ -4,7 +4,7 @@
 #include <set>
 
 #include "core/comm/comm.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/numerics/micro_shards.h"
 #include "core/runtime/ops.h"
 #include "core/parallel/parallel_apply.h"

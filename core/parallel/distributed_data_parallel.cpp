@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/numerics/micro_shards.h"
 #include "core/runtime/ops.h"
 

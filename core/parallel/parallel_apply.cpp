@@ -13,7 +13,7 @@
 #include <system_error>
 #include <thread>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::parallel {
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <unordered_map>
 
-#include "core/internal/backend_init.h"
+#include "core/runtime/backend_init.h"
 #include "core/numerics/gpt_math.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto {
 

@@ -1,7 +1,7 @@
 #include "core/runtime/buffer.h"
 
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto {
 

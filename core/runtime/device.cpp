@@ -4,7 +4,7 @@
 #include <charconv>
 
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto {
 

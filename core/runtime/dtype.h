@@ -23,7 +23,7 @@
 #include <cstdint>
 
 #include "core/numerics/float_formats.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto {
 namespace {

@@ -30,7 +30,7 @@
 // with a bias epilogue) would round once. Mixing is allowed: a bf16 weight with an f32 input
 // computes in f32 and outputs bf16.
 //
-// The ops of core/runtime/ops.h implement this with one helper (core/internal/ops_mixed.h,
+// The ops of core/runtime/ops.h implement this with one helper (core/runtime/ops_mixed.h,
 // internal::MixedOp): inside a StorageDTypeScope of the storage dtype, each bf16 / f16 input is
 // converted to an f32 scratch tensor (ops::cast inside a ConversionScope), the op's f32 path runs
 // on the scratch, and each result is cast into its output (inside a ConversionScope). An

@@ -5,10 +5,10 @@
 #include <vector>
 
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/numerics/micro_shards.h"
-#include "core/internal/ops_check.h"
-#include "core/internal/ops_mixed.h"
+#include "core/runtime/ops_check.h"
+#include "core/runtime/ops_mixed.h"
 
 namespace ditto::ops {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "core/internal/ops_check.h"
-#include "core/internal/ops_mixed.h"
+#include "core/runtime/ops_check.h"
+#include "core/runtime/ops_mixed.h"
 #include "core/numerics/gpt_math.h"
 #include "core/numerics/micro_shards.h"
 #include "core/runtime/ops.h"

@@ -1,8 +1,8 @@
-// internal::MixedOp (core/internal/ops_mixed.h): the f32 scratch of the ops on bf16 / f16
+// internal::MixedOp (core/runtime/ops_mixed.h): the f32 scratch of the ops on bf16 / f16
 // tensors, Note [Mixed precision] (core/runtime/mixed_precision.h).
-#include "core/internal/ops_mixed.h"
+#include "core/runtime/ops_mixed.h"
 
-#include "core/internal/ops_check.h"
+#include "core/runtime/ops_check.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/stream.h"
 

@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "core/internal/ops_check.h"
+#include "core/runtime/ops_check.h"
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/runtime/ops.h"
 
 namespace ditto::ops {

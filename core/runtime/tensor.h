@@ -15,7 +15,7 @@
 
 #include "core/runtime/buffer.h"
 #include "core/runtime/dtype.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto {
 

@@ -11,9 +11,9 @@
 #include "core/nn/gpt.h"
 #include "core/optim/adamw.h"
 #include "core/optim/lr_schedule.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/train/metrics_format.h"
-#include "core/train/synthetic_source.h"
+#include "core/data/synthetic_source.h"
 
 namespace ditto::train {
 

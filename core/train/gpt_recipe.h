@@ -2,7 +2,7 @@
 // README's CPU settings): the GPT of core/nn/gpt.h on a text (a character model) or on llm.c /
 // nanoGPT token files, AdamW with decay on the 2-D weights, nanoGPT's warm-up and cosine
 // schedule, gradient clipping and iteration mode; its weights optionally read from a file
-// (nanoGPT's init_from: core/io/gpt_weights.h), written at the end (--export), or only
+// (nanoGPT's init_from: core/checkpoint/gpt_weights.h), written at the end (--export), or only
 // evaluated (eval_only). ditto-train --model gpt is this with its options as the fields.
 //
 //   ditto::train::GptSettings g;                  // nanoGPT's CPU defaults
@@ -20,11 +20,11 @@
 #include <string>
 #include <vector>
 
-#include "core/io/gpt_weights.h"
+#include "core/checkpoint/gpt_weights.h"
 #include "core/nn/gpt_config.h"
 #include "core/train/metrics.h"
-#include "core/train/text_source.h"
-#include "core/train/token_source.h"
+#include "core/data/text_source.h"
+#include "core/data/token_source.h"
 #include "core/train/trainer.h"
 
 namespace ditto::train {

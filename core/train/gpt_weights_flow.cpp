@@ -7,7 +7,7 @@
 
 #include "core/io/file.h"
 #include "core/nn/gpt.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/train/gpt_recipe.h"
 
 namespace ditto::train {

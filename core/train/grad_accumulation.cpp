@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/numerics/micro_shards.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/runtime/ops.h"
 #include "core/train/trainer_config.h"
 

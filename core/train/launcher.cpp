@@ -4,8 +4,8 @@
 #include <system_error>
 #include <thread>
 
-#include "core/dist/distributed.h"
-#include "core/runtime/error.h"
+#include "core/distributed/distributed.h"
+#include "core/base/error.h"
 
 namespace ditto::train {
 

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/io/file.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::train {
 

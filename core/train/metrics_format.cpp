@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "core/numerics/determinism.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/train/cost_meter.h"
 #include "core/train/graceful_stop.h"
 

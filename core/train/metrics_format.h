@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "core/runtime/dtype.h"
-#include "core/io/checkpoint.h"
-#include "core/train/data_source.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/data/data_source.h"
 #include "core/train/metrics.h"
 
 namespace ditto::train {

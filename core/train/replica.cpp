@@ -13,7 +13,7 @@
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/train/grad_accumulation.h"
 #include "core/train/replica.h"
 

@@ -18,7 +18,7 @@
 #include "core/optim/optimizer.h"
 #include "core/runtime/device.h"
 #include "core/runtime/tensor.h"
-#include "core/train/data_source.h"
+#include "core/data/data_source.h"
 #include "core/train/metrics.h"
 #include "core/train/trainer_config.h"
 

@@ -16,9 +16,9 @@
 #include <set>
 #include <sstream>
 
-#include "core/dist/distributed.h"
+#include "core/distributed/distributed.h"
 #include "core/io/file.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/runtime/extensions.h"
 #include "core/train/cost_meter.h"
 #include "core/train/grad_accumulation.h"

@@ -3,7 +3,7 @@
 // DataSource (or, with TrainerConfig::max_iters, that many optimizer steps with an evaluation
 // every eval_interval steps, as nanoGPT's train.py), reports each epoch or evaluation through
 // callbacks (TrainerCallbacks; a JSON-lines writer is in
-// core/train/metrics.h), saves and resumes checkpoints (core/io/checkpoint.h), and returns the
+// core/train/metrics.h), saves and resumes checkpoints (core/checkpoint/checkpoint.h), and returns the
 // final metrics: losses, accuracy, the parameter checksum, the cost model's prediction and every
 // device's memory. It knows no backend by name: what a backend adds (the simulator's cluster,
 // stragglers, trace, faults: sim::SimRun) comes in through TrainerConfig::extensions
@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
-#include "core/io/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/runtime/backend.h"
-#include "core/train/data_source.h"
+#include "core/data/data_source.h"
 #include "core/train/metrics.h"
 #include "core/train/replica.h"
 #include "core/train/trainer_config.h"

@@ -2,7 +2,7 @@
 #include <cmath>
 
 #include "core/comm/communicator.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/train/trainer_config.h"
 #include "core/train/trainer_extension.h"
 

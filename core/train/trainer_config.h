@@ -143,7 +143,7 @@ struct TrainerConfig {
   /// ignores it.
   bool allow_tf32 = false;
 
-  // ---- checkpoints (core/io/checkpoint.h)
+  // ---- checkpoints (core/checkpoint/checkpoint.h)
   std::string checkpoint_dir;         ///< "": none; else saved at the end (and every N steps)
   std::int64_t checkpoint_every = 0;  ///< optimizer steps between checkpoints; 0: at the end only
   std::string resume_dir;             ///< "": fresh start

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "core/comm/communicator.h"
-#include "core/dist/distributed.h"
+#include "core/distributed/distributed.h"
 #include "core/runtime/device.h"
 
 namespace ditto::test::mpi {

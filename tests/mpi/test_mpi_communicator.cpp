@@ -1,4 +1,4 @@
-// Tests of the communicator with one rank per process (Communicator::init_rank, core/dist/distributed.h)
+// Tests of the communicator with one rank per process (Communicator::init_rank, core/distributed/distributed.h)
 // on the simulator over MPI. Run by ctest under `mpirun -np N` for N = 1, 2, 4, 8 (tests/
 // CMakeLists.txt); every process runs every test as its rank, and only rank 0 prints. Checks:
 // every collective and op in both determinism modes against host values from rank-dependent
@@ -19,8 +19,8 @@
 
 #include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
-#include "core/dist/distributed.h"
-#include "core/runtime/error.h"
+#include "core/distributed/distributed.h"
+#include "core/base/error.h"
 #include "core/train/launcher.h"
 #include "core/train/trainer.h"
 #include "../test_util.h"

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
-#include "core/dist/distributed.h"
+#include "core/distributed/distributed.h"
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "../test_util.h"
 #include "mpi_test_util.h"
 

@@ -22,7 +22,7 @@
 #include "backend_cuda/cuda_host_logic.h"
 #include "core/numerics/float_formats.h"
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/runtime/stream.h"
 
 struct dim3 {
@@ -140,7 +140,7 @@ inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v)
 // (0x7fffffff, 0x7fffffffffffffff) for every NaN input, where x86 keeps sign and payload. A NaN
 // crossing f64 <-> f32 (f64 <-> f16 / bf16 / fp8 goes through f32) comes out canonical, as on
 // the GPU; kernels that must keep NaN bits handle NaN before converting (Note [CUDA NaN casts],
-// backend_cuda/cuda_dtype.cu).
+// backend_cuda/cuda_kernels_dtype.cu).
 namespace ditto::cuda_emu {
 template <class To, class From>
 To emu_gpu_convert(From x) {

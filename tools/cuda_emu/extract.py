@@ -1,4 +1,4 @@
-# Rewrites a kernel file of backend_cuda/ (cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu, cuda_fused.cu,
+# Rewrites a kernel file of backend_cuda/ (cuda_kernels.cu, cuda_gemm.cu, cuda_kernels_gpt.cu, cuda_fused.cu,
 # the .cuh)
 # into host C++ for the CPU emulator (tools/cuda_emu/CMakeLists.txt runs it at build time): CUDA
 # includes -> emu.h, kernel<<<grid, block, smem, stream>>>(args) -> emu_launch(kernel, grid, block,

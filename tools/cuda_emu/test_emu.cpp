@@ -1,6 +1,6 @@
 // Runs every bitwise/fixed-order Kernels method on the simulator and on the CPU-emulated CUDA
-// kernels (cuda_kernels.cu, cuda_gemm.cu, cuda_gpt.cu, cuda_attention.cu, cuda_fused.cu,
-// cuda_dtype.cu through emu.h) with identical inputs and compares the bits; the transformer
+// kernels (cuda_kernels.cu, cuda_gemm.cu, cuda_kernels_gpt.cu, cuda_attention.cu, cuda_fused.cu,
+// cuda_kernels_dtype.cu through emu.h) with identical inputs and compares the bits; the transformer
 // kernels' cases are in test_emu_gpt.cpp and test_emu_fused.cpp, the dtype-generic kernels' in
 // test_emu_dtype.cpp, the typed GEMM's (gemm_ex on f32 / bf16 / f16 against the simulator's
 // MixedOp path) in test_emu_gemm.cpp.

@@ -19,7 +19,7 @@
 
 #include "emu.h"
 #include "backend_cuda/cuda_comm_kernels.h"
-#include "backend_sim/sim_reduce.h"
+#include "backend_sim/sim_comm_kernels.h"
 #include "core/numerics/determinism.h"
 #include "core/numerics/reduce_math.h"
 #include "core/runtime/dtype.h"

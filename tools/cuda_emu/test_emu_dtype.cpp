@@ -1,4 +1,4 @@
-// The dtype-generic kernels (backend_cuda/cuda_dtype.cu through emu.h) against the simulator's,
+// The dtype-generic kernels (backend_cuda/cuda_kernels_dtype.cu through emu.h) against the simulator's,
 // bit for bit: cast for every (from, to) pair of the 12 dtypes over hard values (ties,
 // subnormals, overflow, +-0, inf, NaN, integer extremes), fill_bits for every element size,
 // add_any and scale_any on every dtype, and reduce_inputs for every dtype x op (sum, prod, min,

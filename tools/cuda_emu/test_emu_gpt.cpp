@@ -1,4 +1,4 @@
-// The transformer kernels (backend_cuda/cuda_gpt.cu, cuda_attention.cu and cuda_fused.cu through
+// The transformer kernels (backend_cuda/cuda_kernels_gpt.cu, cuda_attention.cu and cuda_fused.cu through
 // emu.h) against the simulator's, bit for bit (sum_squares' fast mode within a tolerance):
 // embedding forward/backward over micro-shard bounds (1 to 200 shards, empty ones, vocabulary rows
 // absent from the batch), LayerNorm with and without bias, GELU, causal attention forward and

@@ -1,4 +1,4 @@
-// libFuzzer target: a checkpoint directory (core/io/checkpoint.h) read back: read_checkpoint,
+// libFuzzer target: a checkpoint directory (core/checkpoint/checkpoint.h) read back: read_checkpoint,
 // read_latest_checkpoint, resume_checkpoint into a model and optimizer, and a Trainer resumed
 // from it (core/train/trainer.cpp: Trainer::resume and the loop that continues at the saved
 // step, epoch and batch).
@@ -28,14 +28,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/io/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/io/file.h"
 #include "core/io/safetensors.h"
 #include "core/nn/sequential.h"
 #include "core/optim/sgd.h"
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
-#include "core/train/data_source.h"
+#include "core/base/error.h"
+#include "core/data/data_source.h"
 #include "core/train/trainer.h"
 #include "tools/fuzz/fuzz_util.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/data/csv.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "tools/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

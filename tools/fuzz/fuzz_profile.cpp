@@ -8,7 +8,7 @@
 
 #include "backend_sim/cost_model.h"
 #include "backend_sim/profiles.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "tools/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -1,4 +1,4 @@
-// libFuzzer target: train::TextDataSource (core/train/text_source.h) on text in memory (the
+// libFuzzer target: train::TextDataSource (core/data/text_source.h) on text in memory (the
 // path constructor only adds io::read_file). Input: byte 0 = block_size - 1 (1..256), byte 1 =
 // batch_size - 1 (1..8 from its low 3 bits) and bit 3 = also fuzz the step (byte 2), then the
 // text. Then batches, evaluation windows, checkpoint_config, encode and decode as a trainer and
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime/error.h"
-#include "core/train/text_source.h"
+#include "core/base/error.h"
+#include "core/data/text_source.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 3) return 0;

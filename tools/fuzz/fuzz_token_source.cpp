@@ -1,4 +1,4 @@
-// libFuzzer target: train::TokenDataSource and its files (core/train/token_source.h, Note [Token
+// libFuzzer target: train::TokenDataSource and its files (core/data/token_source.h, Note [Token
 // files]): llm.c shards and nanoGPT raw tokens, written to scratch files and mapped. Input: byte 0
 // = flags (bit 0: nanogpt, else llmc; bit 1: the last file is the val split; bit 2: also fuzz
 // the step, byte 3), byte 1 = block_size - 1 (1..64 from its low 6 bits), byte 2 = batch_size - 1
@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime/error.h"
-#include "core/train/token_source.h"
+#include "core/base/error.h"
+#include "core/data/token_source.h"
 #include "tools/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -74,7 +74,7 @@ write("profile", "missing_field", b'{"key": "bad", "fp32_tflops": 2, "memory_ban
 write("profile", "wrong_type", b'{"key": 3, "fp32_tflops": 1, "memory_gib": 1, "memory_bandwidth_gbps": 100}')
 write("profile", "truncated", json.dumps(full).encode()[:60])
 
-# Text (core/train/text_source.h): byte 0 = block_size - 1, byte 1 = batch_size - 1 (| 8: step
+# Text (core/data/text_source.h): byte 0 = block_size - 1, byte 1 = batch_size - 1 (| 8: step
 # from byte 2), byte 2 = step, then the text. The start of shakespeare.txt (examples/data).
 with open(os.path.join(ROOT, "examples/data/shakespeare.txt"), "rb") as f:
     text = f.read(600)
@@ -84,7 +84,7 @@ write("text_source", "shakespeare100_b4", b"\x03\x01\x00" + text[:100])
 write("text_source", "too_short", b"\x07\x00\x00" + text[:20])
 write("text_source", "binary", b"\x01\x00\x00" + bytes(range(256)) * 2)
 
-# Token files (core/train/token_source.h): byte 0 = flags (1 nanogpt, 2 last file is val, 4 step
+# Token files (core/data/token_source.h): byte 0 = flags (1 nanogpt, 2 last file is val, 4 step
 # from byte 3), byte 1 = block_size - 1, byte 2 = batch_size - 1 | vocab exponent << 3, byte 3 =
 # step, then files separated by "\n--8<--\n". llm.c's header: 256 int32 (magic, version, count).
 import struct

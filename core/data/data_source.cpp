@@ -1,10 +1,10 @@
 // CsvDataSource (data_source.h).
-#include "core/train/data_source.h"
+#include "core/data/data_source.h"
 
 #include <cstdio>
 #include <initializer_list>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::train {
 

@@ -1,14 +1,14 @@
-// The simulator's reduction over ranks for every dtype and op (sim_reduce.h), on blocks of
+// The simulator's reduction over ranks for every dtype and op (sim_comm_kernels.h), on blocks of
 // kReduceBlock elements through reduce_math.h's Acc / load_scaled / combine / finish (for the
 // small floats with the bit-identical fast conversions of sim_small_float.h).
-#include "backend_sim/sim_reduce.h"
+#include "backend_sim/sim_comm_kernels.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "backend_sim/sim_small_float.h"
 #include "core/numerics/reduce_math.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::sim {
 namespace {

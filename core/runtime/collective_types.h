@@ -1,7 +1,7 @@
 // The vocabulary of collectives, below both the public Communicator (core/comm/communicator.h)
-// and the contract a backend implements (core/internal/): the collectives a communicator runs,
+// and the contract a backend implements (core/backend_api/): the collectives a communicator runs,
 // named once (the kind a cost model predicts, backend_sim/cost_model.h collective_time, and a
-// communicator records for each call, core/internal/collective_call.h, which reexports it as
+// communicator records for each call, core/backend_api/collective_call.h, which reexports it as
 // detail::CollectiveKind), the reduction ops, and a communicator's options.
 #pragma once
 

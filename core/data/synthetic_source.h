@@ -10,7 +10,7 @@
 #include <mutex>
 #include <string>
 
-#include "core/train/data_source.h"
+#include "core/data/data_source.h"
 
 namespace ditto::train {
 

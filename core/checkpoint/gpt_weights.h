@@ -60,7 +60,7 @@ enum class GptWeightsFormat : std::uint8_t {
   llmc,        ///< llm.c model file (Note [llm.c model file])
   hf,          ///< Hugging Face GPT-2 safetensors (Note [GPT-2 safetensors])
   nanogpt,     ///< safetensors in nanoGPT's layout (ditto's model.safetensors)
-  checkpoint,  ///< a ditto checkpoint directory (core/io/checkpoint.h)
+  checkpoint,  ///< a ditto checkpoint directory (core/checkpoint/checkpoint.h)
 };
 
 /// A GPT's configuration and parameters as read from a file.

@@ -11,7 +11,7 @@
 
 namespace ditto::detail {
 /// The transport that joins processes (an MPI communicator; defined in
-/// core/internal/mpi_transport.h, so only *_mpi.cpp sources see it).
+/// core/backend_api/mpi_transport.h, so only *_mpi.cpp sources see it).
 struct ProcessLink;
 
 /// A backend's multi-process communicator (Communicator::init_rank): one rank of a communicator

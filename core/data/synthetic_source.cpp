@@ -1,9 +1,9 @@
 // ZeroTokenSource (synthetic_source.h).
-#include "core/train/synthetic_source.h"
+#include "core/data/synthetic_source.h"
 
 #include <algorithm>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::train {
 

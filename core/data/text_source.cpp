@@ -1,5 +1,5 @@
 // TextDataSource (text_source.h; Note [Text batches]).
-#include "core/train/text_source.h"
+#include "core/data/text_source.h"
 
 #include <sys/mman.h>
 
@@ -10,7 +10,7 @@
 
 #include "core/io/file.h"
 #include "core/numerics/random.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::train {
 

@@ -1,12 +1,12 @@
 // ditto::dist: the process group's life cycle (init, finalize) over the built-in transport
-// (core/internal/process_group.h); MPI itself lives in the *_mpi.cpp files.
-#include "core/dist/distributed.h"
+// (core/backend_api/process_group.h); MPI itself lives in the *_mpi.cpp files.
+#include "core/distributed/distributed.h"
 
 #include <cstdlib>
 #include <mutex>
 
-#include "core/runtime/error.h"
-#include "core/internal/process_group.h"
+#include "core/base/error.h"
+#include "core/backend_api/process_group.h"
 
 namespace ditto::dist {
 namespace {

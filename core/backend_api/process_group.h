@@ -1,4 +1,4 @@
-// Internal: the hook between core (core/dist/distributed.cpp, Communicator::init_rank) and a transport
+// Internal: the hook between core (core/distributed/distributed.cpp, Communicator::init_rank) and a transport
 // that joins processes (MPI, in the *_mpi.cpp files, compiled only with DITTO_WITH_MPI). Core sees
 // only this interface, so neither core's public headers nor any caller include <mpi.h> or need
 // an #ifdef: the one place that knows whether MPI was built is builtin_process_group(), in the
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/comm/collective_kind.h"
+#include "core/runtime/collective_types.h"
 #include "core/runtime/backend.h"
 
 namespace ditto::detail {

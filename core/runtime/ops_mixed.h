@@ -19,8 +19,8 @@
 #include <initializer_list>
 #include <string>
 
-#include "core/internal/ops_check.h"
-#include "core/runtime/error.h"
+#include "core/runtime/ops_check.h"
+#include "core/base/error.h"
 #include "core/runtime/mixed_precision.h"
 #include "core/runtime/tensor.h"
 

@@ -29,10 +29,10 @@
 #include <vector>
 
 #include "core/runtime/backend.h"
-#include "core/internal/collective_call.h"
-#include "core/internal/rendezvous.h"
-#include "core/comm/collective_kind.h"
-#include "core/runtime/error.h"
+#include "core/backend_api/collective_call.h"
+#include "core/backend_api/rendezvous.h"
+#include "core/runtime/collective_types.h"
+#include "core/base/error.h"
 
 namespace ditto::detail::mpi {
 
@@ -113,8 +113,8 @@ class MpiLink {
             std::shared_ptr<void> keep = {});
 
   /// Matches a batch of this rank's point-to-point calls with their peers' (Note [Point-to-point
-  /// matching] in core/internal/p2p_match.h, Note [Point-to-point over MPI] in
-  /// core/dist/mpi_transport_mpi.cpp): gives each op its position k on its ordered pair, sends
+  /// matching] in core/backend_api/p2p_match.h, Note [Point-to-point over MPI] in
+  /// core/distributed/mpi_transport_mpi.cpp): gives each op its position k on its ordered pair, sends
   /// each peer a header (k, count, dtype) and receives the peer's, and sets each op's `mismatch`
   /// (p2p_mismatch's text, the same on both sides) when they differ. Throws BackendError when
   /// aborted (also while waiting, when another thread aborts this rank); Timeout
@@ -169,7 +169,7 @@ class MpiLink {
 }  // namespace ditto::detail::mpi
 
 namespace ditto::detail {
-/// The transport handed to a backend's ProcessCommunicatorFactory (core/internal/backend_init.h):
+/// The transport handed to a backend's ProcessCommunicatorFactory (core/runtime/backend_init.h):
 /// an MPI communicator of the job's processes, owned by the factory from then on.
 struct ProcessLink {
   MPI_Comm comm = MPI_COMM_NULL;

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/runtime/backend.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/runtime/tensor.h"
 
 namespace ditto::ops::internal {

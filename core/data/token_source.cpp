@@ -1,5 +1,5 @@
 // TokenDataSource and the token files of llm.c and nanoGPT (token_source.h; Note [Token files]).
-#include "core/train/token_source.h"
+#include "core/data/token_source.h"
 
 #include <glob.h>
 #include <sys/mman.h>
@@ -14,7 +14,7 @@
 #include <fstream>
 
 #include "core/io/file.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 // A file's contents that do not fit: ditto::Error (not InvalidArgument: no argument is wrong).
 #define CHECK_FILE(cond, ...) DITTO_CHECK_T(::ditto::Error, cond, __VA_ARGS__)

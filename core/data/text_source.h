@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "core/numerics/random.h"  // kStreamBatch, kStreamEvalBatch
-#include "core/train/data_source.h"
+#include "core/data/data_source.h"
 
 namespace ditto::train {
 

@@ -1,8 +1,8 @@
-// holds_checkpoint (core/io/checkpoint.h): whether a directory has a checkpoint to resume from.
+// holds_checkpoint (core/checkpoint/checkpoint.h): whether a directory has a checkpoint to resume from.
 #include <filesystem>
 
-#include "core/io/checkpoint.h"
-#include "core/runtime/error.h"
+#include "core/checkpoint/checkpoint.h"
+#include "core/base/error.h"
 
 namespace ditto {
 

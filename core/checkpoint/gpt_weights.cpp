@@ -1,6 +1,6 @@
 // io::gpt_weights: llm.c's model file, Hugging Face's GPT-2 safetensors, nanoGPT-layout
 // safetensors and ditto checkpoints in; llm.c's and Hugging Face's files out (gpt_weights.h).
-#include "core/io/gpt_weights.h"
+#include "core/checkpoint/gpt_weights.h"
 
 #include <algorithm>
 #include <cstring>
@@ -13,10 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/io/checkpoint.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/io/file.h"
 #include "core/io/safetensors.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::io {
 

@@ -4,7 +4,7 @@
 //
 // Note [Point-to-point matching]
 // send and recv are not collectives: they take no part in the ordinal matching of
-// core/internal/rendezvous.h. They are matched per ORDERED pair of ranks (src, dst) by position:
+// core/backend_api/rendezvous.h. They are matched per ORDERED pair of ranks (src, dst) by position:
 // the k-th send from rank src to rank dst pairs with the k-th recv on rank dst from rank src
 // (k counts from 1, separately for every pair; a send to itself is the pair (r, r)). This is
 // NCCL's rule (and MPI's non-overtaking rule for one tag). A pair matches when both sides have
@@ -28,9 +28,9 @@
 #include <utility>
 #include <vector>
 
-#include "core/internal/collective_call.h"
+#include "core/backend_api/collective_call.h"
 #include "core/runtime/dtype.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::detail {
 

@@ -1,5 +1,5 @@
-// Checkpoints: save, verify, fall back, resume (Note [Checkpoint layout] in core/io/checkpoint.h).
-#include "core/io/checkpoint.h"
+// Checkpoints: save, verify, fall back, resume (Note [Checkpoint layout] in core/checkpoint/checkpoint.h).
+#include "core/checkpoint/checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -22,7 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 #include "core/io/file.h"
 #include "core/io/safetensors.h"
 #include "core/numerics/random.h"

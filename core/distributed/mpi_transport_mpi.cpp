@@ -1,4 +1,4 @@
-// The MPI plumbing the multi-process communicators share (core/internal/mpi_transport.h): MPI
+// The MPI plumbing the multi-process communicators share (core/backend_api/mpi_transport.h): MPI
 // error checks, waiting on nonblocking requests with a deadline, and MpiLink (the exchange of the
 // ranks' calls, point-to-point matching, timeouts and abort). Compiled only with DITTO_WITH_MPI;
 // the process group that bootstraps it is process_group_mpi.cpp.
@@ -27,9 +27,9 @@
 #include <chrono>
 #include <thread>
 
-#include "core/internal/mpi_transport.h"
-#include "core/internal/p2p_match.h"
-#include "core/internal/rendezvous.h"
+#include "core/backend_api/mpi_transport.h"
+#include "core/backend_api/p2p_match.h"
+#include "core/backend_api/rendezvous.h"
 
 namespace ditto {
 namespace detail::mpi {

@@ -2,7 +2,7 @@
 // same on every rank: DDP ranks take their rows of each global batch), an evaluation set, and the
 // settings a checkpoint must agree on. CsvDataSource: rows of a CSV file (core/data), split into
 // train and validation sets and standardised; token windows for a GPT are TextDataSource
-// (core/train/text_source.h), which also draws the batches of an iteration-mode run by step.
+// (core/data/text_source.h), which also draws the batches of an iteration-mode run by step.
 #pragma once
 
 #include <cstdint>

@@ -9,10 +9,10 @@
 #include <system_error>
 #include <thread>
 
-#include "core/internal/backend_init.h"
-#include "core/internal/mpi_transport.h"
-#include "core/internal/process_group.h"
-#include "core/internal/rendezvous.h"
+#include "core/runtime/backend_init.h"
+#include "core/backend_api/mpi_transport.h"
+#include "core/backend_api/process_group.h"
+#include "core/backend_api/rendezvous.h"
 
 namespace ditto {
 

@@ -1,5 +1,5 @@
 // The simulator's point-to-point calls (Communicator::send / recv, ncclSend / ncclRecv) of one
-// communicator: batches per rank, matching by position (core/internal/p2p_match.h), host copies,
+// communicator: batches per rank, matching by position (core/backend_api/p2p_match.h), host copies,
 // timeouts, abort and virtual time.
 //
 // Note [Sim point-to-point]
@@ -52,8 +52,8 @@
 
 #include "backend_sim/cost_model.h"
 #include "backend_sim/sim_stream.h"
-#include "core/internal/p2p_match.h"
-#include "core/internal/rendezvous.h"
+#include "core/backend_api/p2p_match.h"
+#include "core/backend_api/rendezvous.h"
 
 namespace ditto::sim {
 

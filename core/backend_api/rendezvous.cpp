@@ -1,6 +1,6 @@
-// The shared rendezvous of the communicators (Note [Rendezvous], core/internal/rendezvous.h):
+// The shared rendezvous of the communicators (Note [Rendezvous], core/backend_api/rendezvous.h):
 // the messages of timeouts, aborts and failed ranks, and the abort state.
-#include "core/internal/rendezvous.h"
+#include "core/backend_api/rendezvous.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::detail {
 

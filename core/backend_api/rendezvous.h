@@ -40,7 +40,7 @@
 #include <string>
 #include <vector>
 
-#include "core/internal/collective_call.h"
+#include "core/backend_api/collective_call.h"
 
 namespace ditto::detail {
 
@@ -97,7 +97,7 @@ class AbortState {
   bool rank_failed(int rank, const std::string& reason) noexcept;
 
   /// Throws, once aborted, PeerFailure "<kind>: communicator aborted by an earlier error:
-  /// <reason>" (core/runtime/error.h; failed_rank() is the rank that failed, or -1).
+  /// <reason>" (core/base/error.h; failed_rank() is the rank that failed, or -1).
   void throw_if_aborted(CollectiveKind kind) const;
   /// What a rank that waited in collective `label` throws now that the communicator is aborted:
   /// Timeout(reason) after a timeout; "<label>: <reason>" when a rank failed (peer_failure);

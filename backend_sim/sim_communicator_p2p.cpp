@@ -1,12 +1,12 @@
-// The simulator's send / recv (Note [Sim point-to-point] in sim_p2p.h).
-#include "backend_sim/sim_p2p.h"
+// The simulator's send / recv (Note [Sim point-to-point] in sim_communicator_p2p.h).
+#include "backend_sim/sim_communicator_p2p.h"
 
 #include <algorithm>
 #include <cstring>
 #include <utility>
 
 #include "backend_sim/sim_executor.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::sim {
 

@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
-#include "core/comm/collective_kind.h"
+#include "core/runtime/collective_types.h"
 #include "core/runtime/dtype.h"
-#include "core/runtime/error.h"
+#include "core/base/error.h"
 
 namespace ditto::detail {
 
-// The kinds are public (core/comm/collective_kind.h): the cost model names them too.
+// The kinds are public (core/runtime/collective_types.h): the cost model names them too.
 using ditto::CollectiveKind;
 using ditto::collective_name;
 
