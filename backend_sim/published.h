@@ -7,7 +7,7 @@
 //    this process by run_training_cases (backend_sim/published_training.cpp: the Trainer on
 //    train::configure_gpt, as ditto-train --model gpt builds it).
 // Printed by `ditto-predict-table` (and its alias `ditto-train --predict-table`), copied into the
-// README, and checked by tests/test_cost_model.cpp (NCCL rows) and the PredictTable ctests.
+// docs/prediction.md, and checked by tests/test_cost_model.cpp (NCCL rows) and the PredictTable ctests.
 //
 // Note [Published figures]: a row is a primary public measurement (NVIDIA's NCCL developers, a
 // cloud vendor's published nccl-tests output, the training project's own scripts and logs), never

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole test suite under GCC's sanitizers and in the Release build (README "Sanitizers"), from
+# The whole test suite under GCC's sanitizers and in the Release build (docs/sanitizers.md), from
 # the repository root: a second opinion beside CI's check build (Clang, `cmake --preset check`),
 # about 24 min from a fresh clone on 2 cores. Two builds, every test run once:
 #   build/       the normal build (CUDA backend when nvcc, the toolkit and NCCL are found): it must
@@ -7,7 +7,7 @@
 #                CUDA tests, which skip without a GPU).
 #   build-asan/  ASan + UBSan, CPU only (-DDITTO_SANITIZE=address,undefined -DDITTO_WITH_CUDA=OFF):
 #                runs every other test, so each of them also checks for memory errors, leaks and
-#                undefined behaviour (README "Sanitizers").
+#                undefined behaviour (docs/sanitizers.md).
 # A test is in build/'s share when its name is not in build-asan/'s list (`ctest -N`), so a test
 # added later runs in one of the two without editing this file. Both shares run even when the
 # first fails; the exit status is 1 when any test failed. Extra arguments go to both ctest runs
