@@ -92,11 +92,10 @@ const Api& load_once(std::atomic<const Api*>& loaded,
 }  // namespace
 
 CublasApi load_cublas(const std::string& soname, const std::string& fallback) {
-  return load_table<CublasApi>("cuBLAS", soname, fallback,
-                               [](void* lib, const char* name, CublasApi& api) {
-                                 DITTO_LAZY_CUBLAS_FUNCTIONS(DITTO_LAZY_CUBLAS_RESOLVE,
-                                                             DITTO_LAZY_CUBLAS_SKIP)
-                               });
+  return load_table<CublasApi>(
+      "cuBLAS", soname, fallback, [](void* lib, const char* name, CublasApi& api) {
+        DITTO_LAZY_CUBLAS_FUNCTIONS(DITTO_LAZY_CUBLAS_RESOLVE, DITTO_LAZY_CUBLAS_SKIP)
+      });
 }
 
 const CublasApi& cublas_api() {
@@ -108,11 +107,10 @@ const CublasApi* cublas_api_if_loaded() noexcept {
 }
 
 CublasLtApi load_cublaslt(const std::string& soname, const std::string& fallback) {
-  return load_table<CublasLtApi>("cuBLASLt", soname, fallback,
-                                 [](void* lib, const char* name, CublasLtApi& api) {
-                                   DITTO_LAZY_CUBLAS_FUNCTIONS(DITTO_LAZY_CUBLAS_SKIP,
-                                                               DITTO_LAZY_CUBLAS_RESOLVE)
-                                 });
+  return load_table<CublasLtApi>(
+      "cuBLASLt", soname, fallback, [](void* lib, const char* name, CublasLtApi& api) {
+        DITTO_LAZY_CUBLAS_FUNCTIONS(DITTO_LAZY_CUBLAS_SKIP, DITTO_LAZY_CUBLAS_RESOLVE)
+      });
 }
 
 const CublasLtApi& cublaslt_api() {

@@ -15,37 +15,37 @@ namespace ditto::cuda {
 // on an empty main() (2 ms without them), although a run on the simulator never calls them. The
 // backend calls the nine cuBLAS functions it uses through this table instead, which dlopen()s the
 // library on the first cuBLAS handle (CudaStream::cublas), and the twelve cuBLASLt functions of
-// the typed GEMM through a second table (CublasLtApi), opened on the first cuBLASLt handle. It is found first by its soname
-// (LD_LIBRARY_PATH, the program's RUNPATH, ld.so.cache), then at the path the build linked
-// against; a program that also links cuBLAS itself gets the same copy (dlopen of a loaded soname
-// returns it). The CUDA runtime and NCCL stay linked: together they cost under 1 ms at start.
-// The same is done by PyTorch for the driver API and NVRTC (its lazy NVRTC stubs) and by NCCL for
-// libcuda (cudawrap).
+// the typed GEMM through a second table (CublasLtApi), opened on the first cuBLASLt handle. It is
+// found first by its soname (LD_LIBRARY_PATH, the program's RUNPATH, ld.so.cache), then at the path
+// the build linked against; a program that also links cuBLAS itself gets the same copy (dlopen of a
+// loaded soname returns it). The CUDA runtime and NCCL stay linked: together they cost under 1 ms
+// at start. The same is done by PyTorch for the driver API and NVRTC (its lazy NVRTC stubs) and by
+// NCCL for libcuda (cudawrap).
 
-// The functions of both tables, one line each: BLAS(field, symbol) for cuBLAS (CublasApi), LT(field,
-// symbol) for cuBLASLt (CublasLtApi). The tables' members and the loader's dlsym calls
+// The functions of both tables, one line each: BLAS(field, symbol) for cuBLAS (CublasApi),
+// LT(field, symbol) for cuBLASLt (CublasLtApi). The tables' members and the loader's dlsym calls
 // (cublas_lazy.cpp) are both written from this list.
-#define DITTO_LAZY_CUBLAS_FUNCTIONS(BLAS, LT)                                 \
-  BLAS(create, cublasCreate_v2)                                               \
-  BLAS(destroy, cublasDestroy_v2)                                             \
-  BLAS(set_stream, cublasSetStream_v2)                                        \
-  BLAS(set_pointer_mode, cublasSetPointerMode_v2)                             \
-  BLAS(set_math_mode, cublasSetMathMode)                                      \
-  BLAS(set_workspace, cublasSetWorkspace_v2)                                  \
-  BLAS(sgemm_64, cublasSgemm_v2_64)                                           \
-  BLAS(get_status_string, cublasGetStatusString)                              \
-  BLAS(get_status_name, cublasGetStatusName)                                  \
-  LT(create, cublasLtCreate)                                                  \
-  LT(destroy, cublasLtDestroy)                                                \
-  LT(matmul_desc_create, cublasLtMatmulDescCreate)                            \
-  LT(matmul_desc_destroy, cublasLtMatmulDescDestroy)                          \
-  LT(matmul_desc_set_attribute, cublasLtMatmulDescSetAttribute)               \
-  LT(matrix_layout_create, cublasLtMatrixLayoutCreate)                        \
-  LT(matrix_layout_destroy, cublasLtMatrixLayoutDestroy)                      \
-  LT(preference_create, cublasLtMatmulPreferenceCreate)                       \
-  LT(preference_destroy, cublasLtMatmulPreferenceDestroy)                     \
-  LT(preference_set_attribute, cublasLtMatmulPreferenceSetAttribute)          \
-  LT(algo_get_heuristic, cublasLtMatmulAlgoGetHeuristic)                      \
+#define DITTO_LAZY_CUBLAS_FUNCTIONS(BLAS, LT)                        \
+  BLAS(create, cublasCreate_v2)                                      \
+  BLAS(destroy, cublasDestroy_v2)                                    \
+  BLAS(set_stream, cublasSetStream_v2)                               \
+  BLAS(set_pointer_mode, cublasSetPointerMode_v2)                    \
+  BLAS(set_math_mode, cublasSetMathMode)                             \
+  BLAS(set_workspace, cublasSetWorkspace_v2)                         \
+  BLAS(sgemm_64, cublasSgemm_v2_64)                                  \
+  BLAS(get_status_string, cublasGetStatusString)                     \
+  BLAS(get_status_name, cublasGetStatusName)                         \
+  LT(create, cublasLtCreate)                                         \
+  LT(destroy, cublasLtDestroy)                                       \
+  LT(matmul_desc_create, cublasLtMatmulDescCreate)                   \
+  LT(matmul_desc_destroy, cublasLtMatmulDescDestroy)                 \
+  LT(matmul_desc_set_attribute, cublasLtMatmulDescSetAttribute)      \
+  LT(matrix_layout_create, cublasLtMatrixLayoutCreate)               \
+  LT(matrix_layout_destroy, cublasLtMatrixLayoutDestroy)             \
+  LT(preference_create, cublasLtMatmulPreferenceCreate)              \
+  LT(preference_destroy, cublasLtMatmulPreferenceDestroy)            \
+  LT(preference_set_attribute, cublasLtMatmulPreferenceSetAttribute) \
+  LT(algo_get_heuristic, cublasLtMatmulAlgoGetHeuristic)             \
   LT(matmul, cublasLtMatmul)
 #define DITTO_LAZY_CUBLAS_FIELD(field, symbol) decltype(&::symbol) field = nullptr;
 #define DITTO_LAZY_CUBLAS_SKIP(field, symbol)

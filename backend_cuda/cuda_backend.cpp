@@ -1,9 +1,9 @@
 // CudaBackend (cuda_backend.h): logical devices over the visible GPUs, stream-ordered memory with
 // capacity and peak accounting, host<->device and peer copies, streams, events and cuBLAS handles.
-// Kernels live in cuda_kernels.cu, cuda_gemm.cu, cuda_kernels_gpt.cu, cuda_attention.cu, cuda_fused.cu (the
-// transformer's) and cuda_multi_tensor.cu (the optimizer's multi-tensor ones), communicators in
-// cuda_communicator.cpp (and cuda_communicator_mpi.cpp, with cuda_nccl.cpp and cuda_bitwise.cpp
-// beside them).
+// Kernels live in cuda_kernels.cu, cuda_gemm.cu, cuda_kernels_gpt.cu, cuda_attention.cu,
+// cuda_fused.cu (the transformer's) and cuda_multi_tensor.cu (the optimizer's multi-tensor ones),
+// communicators in cuda_communicator.cpp (and cuda_communicator_mpi.cpp, with cuda_nccl.cpp and
+// cuda_bitwise.cpp beside them).
 #include "backend_cuda/cuda_backend.h"
 
 #include <cstdint>
@@ -71,8 +71,8 @@ CudaBackend::CudaBackend(const BackendOptions& options) : allow_tf32_(options.al
 
   const int logical = options.device_count.value_or(count);
   DITTO_CHECK(logical >= 1 && logical <= kMaxLogicalDevices,
-              "cuda backend: device_count: expected 1..", kMaxLogicalDevices,
-              " (more than the ", count, " visible GPUs oversubscribes them), got ", logical);
+              "cuda backend: device_count: expected 1..", kMaxLogicalDevices, " (more than the ",
+              count, " visible GPUs oversubscribes them), got ", logical);
 
   // Physical GPUs: properties. Memory comes from one pool per logical device (below).
   physical_.resize(static_cast<std::size_t>(count));
@@ -328,8 +328,7 @@ void CudaBackend::copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const voi
                      cuda::where(cs.device(), cs.physical_device()));
     return;
   }
-  const std::size_t max_pitch =
-      physical_[static_cast<std::size_t>(cs.physical_device())].max_pitch;
+  const std::size_t max_pitch = physical_[static_cast<std::size_t>(cs.physical_device())].max_pitch;
   if (dst_pitch <= max_pitch && src_pitch <= max_pitch) {
     DITTO_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows,
                                        cudaMemcpyDefault, cs.get()),

@@ -21,9 +21,9 @@ namespace ditto::cuda {
 /// The shape of the checks (DITTO_CUDA_CHECK, DITTO_CUBLAS_CHECK, DITTO_NCCL_CHECK in
 /// nccl_check.h): evaluates `call` once and, when its result of type `type` is not `ok`, calls
 /// thrower(result, text, __FILE__, __LINE__, where), text being the call as written.
-#define DITTO_STATUS_CHECK(type, ok, thrower, call, text, where)               \
-  do {                                                                         \
-    type ditto_status_ = (call);                                               \
+#define DITTO_STATUS_CHECK(type, ok, thrower, call, text, where)                          \
+  do {                                                                                    \
+    type ditto_status_ = (call);                                                          \
     if (ditto_status_ != (ok)) thrower(ditto_status_, text, __FILE__, __LINE__, (where)); \
   } while (0)
 
@@ -34,6 +34,6 @@ namespace ditto::cuda {
 
 /// DITTO_CUBLAS_CHECK(api.sgemm_64(...), device.str()): throws BackendError naming the cuBLAS
 /// status, as DITTO_CUDA_CHECK.
-#define DITTO_CUBLAS_CHECK(call, where)                                                      \
+#define DITTO_CUBLAS_CHECK(call, where)                                                        \
   DITTO_STATUS_CHECK(cublasStatus_t, CUBLAS_STATUS_SUCCESS, ::ditto::cuda::throw_cublas_error, \
                      call, #call, where)

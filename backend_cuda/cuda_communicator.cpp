@@ -1,19 +1,19 @@
 // CudaCommunicator: ditto's collectives (all_reduce, reduce, broadcast, all_gather,
 // reduce_scatter, all_to_all, all_to_all_v, gather, scatter, barrier; every dtype and op) and
 // point-to-point calls (cuda_communicator_p2p.cpp) on CUDA devices, over NCCL where every rank
-// has a GPU of its own and over an in-GPU transport where ranks share a GPU; call matching, timeouts and abort as in the
-// simulator (backend_sim/sim_communicator.cpp).
+// has a GPU of its own and over an in-GPU transport where ranks share a GPU; call matching,
+// timeouts and abort as in the simulator (backend_sim/sim_communicator.cpp).
 //
 // Note [CUDA collectives]
-// Rendezvous (Note [Rendezvous], core/backend_api/rendezvous.h). Every per-rank call publishes (kind,
-// pointers, count, dtype, op, root, the rank's stream) in the slot of its rank for collective #k
-// (the rank's k-th call) and nothing is enqueued until every rank of #k has arrived; the caller
-// that completes #k checks that the calls match (same kind, count, dtype, op, root; else every
-// rank fails #k with the same InvalidArgument, as in the simulator, and the communicator stays
-// usable) and then enqueues the whole collective, on
-// every rank's stream, from its own thread, under the communicator's mutex (so collectives are
-// enqueued in order). A call returns once its collective is enqueued: stream order then holds
-// for whatever the caller enqueues next. Hence:
+// Rendezvous (Note [Rendezvous], core/backend_api/rendezvous.h). Every per-rank call publishes
+// (kind, pointers, count, dtype, op, root, the rank's stream) in the slot of its rank for
+// collective #k (the rank's k-th call) and nothing is enqueued until every rank of #k has arrived;
+// the caller that completes #k checks that the calls match (same kind, count, dtype, op, root; else
+// every rank fails #k with the same InvalidArgument, as in the simulator, and the communicator
+// stays usable) and then enqueues the whole collective, on every rank's stream, from its own
+// thread, under the communicator's mutex (so collectives are enqueued in order). A call returns
+// once its collective is enqueued: stream order then holds for whatever the caller enqueues next.
+// Hence:
 //  - SPMD (one host thread per rank): each call blocks until all ranks arrived, like a CPU
 //    barrier; the last one to arrive enqueues for all.
 //  - single controller (one thread for all ranks): it must group its calls, as with NCCL
@@ -84,6 +84,8 @@
 // CUDA and NCCL failures become BackendError naming the call, the device and the rank
 // (DITTO_CUDA_CHECK, DITTO_NCCL_CHECK); a failure while enqueueing aborts the communicator (the
 // ranks' streams may hold part of the collective).
+#include "backend_cuda/cuda_communicator.h"
+
 #include <nccl.h>
 
 #include <algorithm>
@@ -103,7 +105,6 @@
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_comm_kernels.h"
 #include "backend_cuda/cuda_host_logic.h"
-#include "backend_cuda/cuda_communicator.h"
 #include "backend_cuda/cuda_nccl.h"
 #include "core/backend_api/collective_call.h"
 #include "core/backend_api/rendezvous.h"
@@ -151,9 +152,11 @@ CudaCommunicator::CudaCommunicator(CudaBackend& backend, const std::vector<int>&
           if (a == b) continue;
           int can = 0;
           DITTO_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, a, b), detail::cat("GPU ", a));
-          DITTO_CHECK_T(BackendError, can, "Communicator::init_all: ranks share GPUs, so the "
+          DITTO_CHECK_T(BackendError, can,
+                        "Communicator::init_all: ranks share GPUs, so the "
                         "communicator uses the in-GPU transport, which needs peer access between "
-                        "all its GPUs; GPU ", a, " cannot access GPU ", b,
+                        "all its GPUs; GPU ",
+                        a, " cannot access GPU ", b,
                         " (use one rank per GPU, or only GPUs with peer access)");
         }
     }
@@ -216,7 +219,6 @@ void CudaCommunicator::release() noexcept {
   (void)cudaGetLastError();  // nothing here may leave an error for the next unrelated call
 }
 
-
 // ---- rendezvous ---------------------------------------------------------------------------------
 
 void CudaCommunicator::abort_locked(Cause cause, std::string reason) {
@@ -277,7 +279,8 @@ void CudaCommunicator::await_locked(std::unique_lock<std::mutex>& lk, Round& rou
   const Kind kind = round.calls[static_cast<std::size_t>(rank)].kind;
   const detail::AbortState& state = rv_.abort_state();
   while (round.state == Round::State::waiting && !state.aborted()) {
-    const auto due = rv_.next_due(round);  // the warning's time first (Note [Slow collective warning])
+    const auto due =
+        rv_.next_due(round);  // the warning's time first (Note [Slow collective warning])
     if (cv_.wait_until(lk, due) == std::cv_status::timeout && due < round.deadline) {
       rv_.warn_if_due(round, kind);
       continue;
@@ -392,8 +395,7 @@ void CudaCommunicator::run(const Round& round) {
           nccl_enqueue(call(r), op, rank(r).nccl, call(r).stream, rank(r).barrier_buf,
                        rank(r).where);
         },
-        [&] { DITTO_NCCL_CHECK(ncclGroupEnd(), ranks_[0].where); },
-        [] { (void)ncclGroupEnd(); });
+        [&] { DITTO_NCCL_CHECK(ncclGroupEnd(), ranks_[0].where); }, [] { (void)ncclGroupEnd(); });
   }
   for (int r = 0; r < n_; ++r) {
     DeviceGuard g(ranks_[static_cast<std::size_t>(r)].physical);
@@ -497,8 +499,8 @@ void CudaCommunicator::in_gpu_share(const Round& col, int r) {
     }
     // Pure data movement: rank r copies what it sends (or, for scatter, what it receives).
     case Kind::all_to_all:  // block q of r's send into block r of q's recv
-      for (int q = 0; q < n_; ++q) copy(at(call(r).send, q * count, elem),
-                                        at(call(q).recv, r * count, elem), count);
+      for (int q = 0; q < n_; ++q)
+        copy(at(call(r).send, q * count, elem), at(call(q).recv, r * count, elem), count);
       return;
     case Kind::all_to_all_v:  // send_counts[q] of r's send to q, where q expects them from r
       for (int q = 0; q < n_; ++q) {
@@ -539,8 +541,8 @@ void CudaCommunicator::nccl_bitwise(const Round& round) {
   }
   std::vector<double> scalars;
   for (const Call& c : round.calls) scalars.push_back(c.scalar);
-  NcclTransport transport(backend_, n_, std::move(local), round.calls[0].dtype,
-                          round.calls[0].op, std::move(scalars));
+  NcclTransport transport(backend_, n_, std::move(local), round.calls[0].dtype, round.calls[0].op,
+                          std::move(scalars));
   bitwise_collective(transport, round.calls[0], n_);
 }
 

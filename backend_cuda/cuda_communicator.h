@@ -58,14 +58,14 @@ class CudaCommunicator final : public CommunicatorImpl {
   enum class Transport : std::uint8_t { nccl, in_gpu };
 
   struct Rank {
-    int device = 0;    ///< logical device (cuda:device)
-    int physical = 0;  ///< its GPU
+    int device = 0;     ///< logical device (cuda:device)
+    int physical = 0;   ///< its GPU
     std::string where;  ///< "cuda:3 (GPU 0), rank 3 of 8" for error messages
     ncclComm_t nccl = nullptr;
-    cudaEvent_t ready = nullptr;  ///< in-GPU joins: the rank's stream reached the join
-    cudaEvent_t last = nullptr;   ///< end of the rank's latest collective
+    cudaEvent_t ready = nullptr;         ///< in-GPU joins: the rank's stream reached the join
+    cudaEvent_t last = nullptr;          ///< end of the rank's latest collective
     cudaStream_t last_stream = nullptr;  ///< where `last` was recorded (null: no collective yet)
-    float* barrier_buf = nullptr;  ///< NCCL barrier: one float on the rank's GPU
+    float* barrier_buf = nullptr;        ///< NCCL barrier: one float on the rank's GPU
   };
 
   /// A grouped call of this thread whose outcome group_end() waits for.
@@ -129,7 +129,7 @@ class CudaCommunicator final : public CommunicatorImpl {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  detail::Rendezvous<Call> rv_;  ///< matching, deadlines, abort state (guarded by mu_)
+  detail::Rendezvous<Call> rv_;              ///< matching, deadlines, abort state (guarded by mu_)
   std::map<std::thread::id, Group> groups_;  ///< threads inside a group
   detail::P2PMatcher<P2PCall> p2p_;          ///< posted sends and recvs (guarded by mu_)
 };

@@ -104,20 +104,19 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
         backend_(backend),
         device_(device),
         physical_(backend.physical_device(device)) {
-    where_ = detail::cat(backend.where(device), ", rank ", link_.rank(), " of ", link_.size(),
-                         " (MPI)");
+    where_ =
+        detail::cat(backend.where(device), ", rank ", link_.rank(), " of ", link_.size(), " (MPI)");
     try {
-      const auto deadline = detail::mpi::Clock::now() +
-                            std::chrono::milliseconds(options.timeout_ms);
+      const auto deadline =
+          detail::mpi::Clock::now() + std::chrono::milliseconds(options.timeout_ms);
       check_gpus(deadline);
       // Rank 0 draws the unique id; MPI carries it to the others (on the heap: after a timeout
       // the pending broadcast may still write it).
       auto id = std::make_shared<ncclUniqueId>();
       if (link_.rank() == 0) DITTO_NCCL_CHECK(ncclGetUniqueId(id.get()), where_);
       std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
-      DITTO_MPI_CHECK(MPI_Ibcast(id.get(), sizeof(ncclUniqueId), MPI_BYTE, 0, link_.comm(),
-                                 &reqs[0]),
-                      where_);
+      DITTO_MPI_CHECK(
+          MPI_Ibcast(id.get(), sizeof(ncclUniqueId), MPI_BYTE, 0, link_.comm(), &reqs[0]), where_);
       if (!detail::mpi::wait_until(reqs, deadline, where_)) {
         link_.abort_by_rank("timed out in Communicator::init_rank");
         new std::shared_ptr<ncclUniqueId>(id);  // leaked on purpose (Note [Timeouts over MPI])
@@ -130,8 +129,8 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
       ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
       config.blocking = 0;
       ncclComm_t comm = nullptr;
-      const ncclResult_t r = ncclCommInitRankConfig(&comm, link_.size(), *id, link_.rank(),
-                                                    &config);
+      const ncclResult_t r =
+          ncclCommInitRankConfig(&comm, link_.size(), *id, link_.rank(), &config);
       nccl_ = comm;
       const std::string call = detail::cat("Communicator::init_rank (", where_, ")");
       try {
@@ -179,10 +178,10 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
       if (link_.options().determinism == Determinism::bitwise && detail::uses_op(call.kind)) {
         std::vector<double> scalars;
         for (const CollectiveCall& c : calls) scalars.push_back(c.scalar);
-        NcclTransport t(backend_, link_.size(),
-                        {{link_.rank(), device_, physical_, nccl_, stream, call.send, call.recv,
-                          &where_}},
-                        call.dtype, call.op, std::move(scalars));
+        NcclTransport t(
+            backend_, link_.size(),
+            {{link_.rank(), device_, physical_, nccl_, stream, call.send, call.recv, &where_}},
+            call.dtype, call.op, std::move(scalars));
         bitwise_collective(t, call, link_.size());
       } else {  // a group: all_to_all_v is several ncclSend / ncclRecv
         // The premul_sum op is made before the group opens (enqueue_group).
@@ -302,9 +301,9 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
         (state != ncclSuccess && state != ncclInProgress)) {
       r.error = true;
       const char* last = ncclGetLastError(nccl_);
-      r.what = detail::cat(where_, ": NCCL reported an asynchronous error: ",
-                           ncclGetErrorString(state), last && *last ? " (" : "",
-                           last ? last : "", last && *last ? ")" : "");
+      r.what =
+          detail::cat(where_, ": NCCL reported an asynchronous error: ", ncclGetErrorString(state),
+                      last && *last ? " (" : "", last ? last : "", last && *last ? ")" : "");
       return r;
     }
     const std::int64_t since = enqueued_at_ms_.load();
@@ -335,10 +334,10 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
     const GpuId mine = gpu_identity(physical_, where_);
     auto all = std::make_shared<std::vector<GpuId>>(static_cast<std::size_t>(link_.size()));
     std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
-    DITTO_MPI_CHECK(MPI_Iallgather(mine.data(), static_cast<int>(mine.size()), MPI_CHAR,
-                                   all->data(), static_cast<int>(mine.size()), MPI_CHAR,
-                                   link_.comm(), &reqs[0]),
-                    where_);
+    DITTO_MPI_CHECK(
+        MPI_Iallgather(mine.data(), static_cast<int>(mine.size()), MPI_CHAR, all->data(),
+                       static_cast<int>(mine.size()), MPI_CHAR, link_.comm(), &reqs[0]),
+        where_);
     if (!detail::mpi::wait_until(reqs, deadline, where_)) {
       link_.abort_by_rank("timed out in Communicator::init_rank");
       new std::shared_ptr<std::vector<GpuId>>(all);  // leaked on purpose: the request may write
@@ -401,8 +400,8 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
   ncclComm_t nccl_ = nullptr;
   std::shared_ptr<Watch> watch_;
   std::atomic<std::int64_t> enqueued_at_ms_{-1};  ///< when the latest work was enqueued
-  cudaEvent_t last_ = nullptr;           ///< end of this rank's latest collective
-  cudaStream_t last_stream_ = nullptr;   ///< where last_ was recorded
+  cudaEvent_t last_ = nullptr;                    ///< end of this rank's latest collective
+  cudaStream_t last_stream_ = nullptr;            ///< where last_ was recorded
   float* barrier_buf_ = nullptr;
   std::map<std::thread::id, std::vector<P2P>> groups_;  ///< threads inside a group
 };

@@ -45,7 +45,7 @@ namespace ditto::cuda {
 using Cause = detail::AbortState::Cause;
 
 std::shared_ptr<CudaCommunicator::P2PTicket> CudaCommunicator::post_p2p_locked(int rank,
-                                                                              const Call& c) {
+                                                                               const Call& c) {
   auto t = std::make_shared<P2PTicket>();
   t->kind = c.kind;
   t->deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.timeout_ms);
@@ -73,8 +73,7 @@ std::shared_ptr<CudaCommunicator::P2PTicket> CudaCommunicator::post_p2p_locked(i
     } catch (const std::exception& e) {
       // Part of the transfer may be on the streams: abort (like ncclCommAbort).
       finish(P2PTicket::State::failed, std::current_exception());
-      abort_locked(Cause::error,
-                   detail::cat(detail::p2p_label(m.pair, m.seq), ": ", e.what()));
+      abort_locked(Cause::error, detail::cat(detail::p2p_label(m.pair, m.seq), ": ", e.what()));
     }
   }
   cv_.notify_all();

@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "core/base/error.h"
 #include "core/comm/communicator.h"
 #include "core/runtime/dtype.h"
-#include "core/base/error.h"
 
 namespace ditto::cuda {
 
@@ -125,7 +125,8 @@ constexpr WaitStep wait_step(bool stream_done, bool comm_error, std::int64_t pen
   return WaitStep::poll;
 }
 
-// ---- memory (cuda_backend.cpp) -------------------------------------------------------------------
+// ---- memory (cuda_backend.cpp)
+// -------------------------------------------------------------------
 
 /// A logical device's live and peak bytes. reserve() counts a request against the capacity
 /// (throwing nothing: false when it does not fit); commit() makes a reserved request that CUDA
@@ -135,8 +136,8 @@ constexpr WaitStep wait_step(bool stream_done, bool comm_error, std::int64_t pen
 /// Not thread-safe by itself: CudaBackend keeps it in atomics with the same rules.
 struct MemoryAccount {
   std::size_t capacity = 0;
-  std::size_t in_use = 0;  ///< reserved or allocated
-  std::size_t peak = 0;    ///< most bytes allocated at once (successful allocations only)
+  std::size_t in_use = 0;     ///< reserved or allocated
+  std::size_t peak = 0;       ///< most bytes allocated at once (successful allocations only)
   std::size_t committed = 0;  ///< allocated (in_use less the reservations in flight)
 
   bool reserve(std::size_t bytes) {

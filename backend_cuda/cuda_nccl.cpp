@@ -8,8 +8,8 @@
 
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_comm_kernels.h"
-#include "core/numerics/float_formats.h"
 #include "core/base/error.h"
+#include "core/numerics/float_formats.h"
 
 namespace ditto::cuda {
 
@@ -19,8 +19,8 @@ void throw_nccl_error(ncclResult_t result, const char* call, const char* file, i
   std::size_t at = f.rfind("backend_cuda/");
   if (at != std::string::npos) f = f.substr(at);
   const char* last = ncclGetLastError(nullptr);
-  std::string msg = detail::cat(where, ": ", call, " failed at ", f, ":", line, ": ",
-                                ncclGetErrorString(result));
+  std::string msg =
+      detail::cat(where, ": ", call, " failed at ", f, ":", line, ": ", ncclGetErrorString(result));
   if (last && *last) msg += detail::cat(" (", last, ")");
   throw BackendError(msg);
 }
@@ -48,8 +48,8 @@ void nccl_settle(ncclComm_t comm, ncclResult_t r, const char* call, const std::s
                  std::int64_t timeout_ms) {
   const auto start = std::chrono::steady_clock::now();
   while (r == ncclInProgress) {
-    if (timeout_ms > 0 && std::chrono::steady_clock::now() - start >
-                              std::chrono::milliseconds(timeout_ms))
+    if (timeout_ms > 0 &&
+        std::chrono::steady_clock::now() - start > std::chrono::milliseconds(timeout_ms))
       throw Timeout(detail::cat(where, ": ", call, " did not complete within ", timeout_ms,
                                 " ms (ncclCommGetAsyncError still ncclInProgress)"));
     std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -66,10 +66,10 @@ NcclRedOp::NcclRedOp(ReduceOp op, double scalar, DType dtype, ncclComm_t comm,
     using T = decltype(x);
     T value = convert<T>(scalar);  // integers: core checked it is integral and representable
     // A non-blocking communicator (cuda_communicator_mpi.cpp) may answer ncclInProgress.
-    nccl_settle(comm,
-                ncclRedOpCreatePreMulSum(&op_, &value, nccl_type(dtype), ncclScalarHostImmediate,
-                                         comm),
-                "ncclRedOpCreatePreMulSum", where);
+    nccl_settle(
+        comm,
+        ncclRedOpCreatePreMulSum(&op_, &value, nccl_type(dtype), ncclScalarHostImmediate, comm),
+        "ncclRedOpCreatePreMulSum", where);
   });
   comm_ = comm;
 }
@@ -80,8 +80,7 @@ NcclRedOp::~NcclRedOp() {
   if (comm_) (void)ncclRedOpDestroy(op_, comm_);
 }
 
-NcclRedOp nccl_op_for(const detail::CollectiveCall& c, ncclComm_t comm,
-                      const std::string& where) {
+NcclRedOp nccl_op_for(const detail::CollectiveCall& c, ncclComm_t comm, const std::string& where) {
   return NcclRedOp(detail::uses_op(c.kind) ? c.op : ReduceOp::sum, c.scalar, c.dtype, comm, where);
 }
 
@@ -109,8 +108,8 @@ void nccl_enqueue(const detail::CollectiveCall& c, const NcclRedOp& op, ncclComm
       DITTO_NCCL_CHECK(ncclAllReduce(send, recv, count, type, op.get(), comm, stream), where);
       break;
     case Kind::reduce:
-      DITTO_NCCL_CHECK(
-          ncclReduce(send, root_recv, count, type, op.get(), c.root, comm, stream), where);
+      DITTO_NCCL_CHECK(ncclReduce(send, root_recv, count, type, op.get(), c.root, comm, stream),
+                       where);
       break;
     case Kind::broadcast:
       DITTO_NCCL_CHECK(ncclBroadcast(root_send, recv, count, type, c.root, comm, stream), where);
@@ -159,15 +158,15 @@ void nccl_enqueue(const detail::CollectiveCall& c, const NcclRedOp& op, ncclComm
       for (std::size_t q = 0; q < c.send_counts.size(); ++q) {
         const int peer = static_cast<int>(q);
         if (c.send_counts[q] > 0)
-          DITTO_NCCL_CHECK(ncclSend(static_cast<char*>(send) + c.send_displs[q] * elem,
-                                    static_cast<std::size_t>(c.send_counts[q]), type, peer, comm,
-                                    stream),
-                           where);
+          DITTO_NCCL_CHECK(
+              ncclSend(static_cast<char*>(send) + c.send_displs[q] * elem,
+                       static_cast<std::size_t>(c.send_counts[q]), type, peer, comm, stream),
+              where);
         if (c.recv_counts[q] > 0)
-          DITTO_NCCL_CHECK(ncclRecv(static_cast<char*>(recv) + c.recv_displs[q] * elem,
-                                    static_cast<std::size_t>(c.recv_counts[q]), type, peer, comm,
-                                    stream),
-                           where);
+          DITTO_NCCL_CHECK(
+              ncclRecv(static_cast<char*>(recv) + c.recv_displs[q] * elem,
+                       static_cast<std::size_t>(c.recv_counts[q]), type, peer, comm, stream),
+              where);
       }
       break;
     case Kind::send:
@@ -251,10 +250,10 @@ void NcclTransport::copy(const BlockRef& from, const BlockRef& to, std::int64_t 
 
 void NcclTransport::all_gather_recv(int r, std::int64_t per) {
   const Rank& k = rank(r);
-  DITTO_NCCL_CHECK(ncclAllGather(ptr({r, Buffer::recv, r * per}), k.recv,
-                                 static_cast<std::size_t>(per), nccl_type(dtype_), k.comm,
-                                 k.stream),
-                   *k.where);
+  DITTO_NCCL_CHECK(
+      ncclAllGather(ptr({r, Buffer::recv, r * per}), k.recv, static_cast<std::size_t>(per),
+                    nccl_type(dtype_), k.comm, k.stream),
+      *k.where);
 }
 
 void NcclTransport::reduce(int r, const std::vector<BlockRef>& srcs, const BlockRef& dst,

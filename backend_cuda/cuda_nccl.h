@@ -66,11 +66,11 @@ class NcclRedOp {
 /// One rank's NCCL call of `c` on `stream`: ncclAllReduce / ncclReduce / ncclBroadcast /
 /// ncclAllGather / ncclReduceScatter with NCCL's own reductions (ncclAvg for avg, a PreMulSum op
 /// for premul_sum: returned, keep it until the group ends), ncclAlltoAll, ncclGather,
-/// ncclScatter (NCCL 2.28+; before, the same as ncclSend / ncclRecv per peer), all_to_all_v as one ncclSend / ncclRecv per peer with a non-zero count, send /
-/// recv as ncclSend / ncclRecv; barrier = a one-element all-reduce of `barrier_buf` (one float on
-/// the rank's GPU). The caller opens an NcclGroup around the calls of one collective (every
-/// rank's, where a process drives several; all_to_all_v's sends and receives need it even for
-/// one rank).
+/// ncclScatter (NCCL 2.28+; before, the same as ncclSend / ncclRecv per peer), all_to_all_v as one
+/// ncclSend / ncclRecv per peer with a non-zero count, send / recv as ncclSend / ncclRecv; barrier
+/// = a one-element all-reduce of `barrier_buf` (one float on the rank's GPU). The caller opens an
+/// NcclGroup around the calls of one collective (every rank's, where a process drives several;
+/// all_to_all_v's sends and receives need it even for one rank).
 [[nodiscard]] NcclRedOp nccl_native(const detail::CollectiveCall& c, ncclComm_t comm,
                                     cudaStream_t stream, float* barrier_buf,
                                     const std::string& where);
@@ -92,9 +92,9 @@ class NcclTransport final : public BlockTransport {
  public:
   /// A rank this process drives, with its call.
   struct Rank {
-    int rank = 0;           ///< in the communicator
-    int device = 0;         ///< logical device (the backend's index)
-    int physical = 0;       ///< its GPU
+    int rank = 0;      ///< in the communicator
+    int device = 0;    ///< logical device (the backend's index)
+    int physical = 0;  ///< its GPU
     ncclComm_t comm = nullptr;
     cudaStream_t stream = nullptr;
     const void* send = nullptr;
@@ -124,8 +124,8 @@ class NcclTransport final : public BlockTransport {
 
   CudaBackend& backend_;
   std::vector<Rank> ranks_;
-  std::vector<int> index_;       ///< index_[r]: rank r's entry in ranks_, -1 when not local
-  std::vector<void*> scratch_;   ///< per entry of ranks_
+  std::vector<int> index_;      ///< index_[r]: rank r's entry in ranks_, -1 when not local
+  std::vector<void*> scratch_;  ///< per entry of ranks_
   std::size_t scratch_bytes_ = 0;
   const DType dtype_;
   const ReduceOp op_;

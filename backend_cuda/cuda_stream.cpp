@@ -2,13 +2,13 @@
 // cudaEvent_t whose failures become ditto::BackendError naming the logical and physical device.
 #include "backend_cuda/cuda_stream.h"
 
-#include "backend_cuda/cublas_lazy.h"
 #include <algorithm>
 #include <chrono>
 #include <map>
 #include <thread>
 #include <vector>
 
+#include "backend_cuda/cublas_lazy.h"
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_host_logic.h"
 #include "core/base/error.h"
@@ -123,9 +123,10 @@ cublasLtHandle_t CudaStream::cublaslt() {
 
 void CudaStream::synchronize() {
   DeviceGuard g(physical_);
-  wait_for_gpu(physical_, [&] { return cudaStreamQuery(stream_); },
-               [&] { return cudaStreamSynchronize(stream_); }, "cudaStreamSynchronize(stream_)",
-               where(device_, physical_));
+  wait_for_gpu(
+      physical_, [&] { return cudaStreamQuery(stream_); },
+      [&] { return cudaStreamSynchronize(stream_); }, "cudaStreamSynchronize(stream_)",
+      where(device_, physical_));
 }
 
 void CudaStream::record(Event& event) {
@@ -160,9 +161,9 @@ CudaEvent::~CudaEvent() {
 
 void CudaEvent::synchronize() {
   if (!recorded()) return;
-  wait_for_gpu(physical_, [&] { return cudaEventQuery(event_); },
-               [&] { return cudaEventSynchronize(event_); }, "cudaEventSynchronize(event_)",
-               gpu(physical_));
+  wait_for_gpu(
+      physical_, [&] { return cudaEventQuery(event_); },
+      [&] { return cudaEventSynchronize(event_); }, "cudaEventSynchronize(event_)", gpu(physical_));
 }
 
 bool CudaEvent::query() {

@@ -128,7 +128,7 @@ CudaStream& as_cuda(Stream& s, const char* call);
 class StreamWatch {
  public:
   struct Report {
-    bool error = false;           ///< an asynchronous error (ncclCommGetAsyncError)
+    bool error = false;            ///< an asynchronous error (ncclCommGetAsyncError)
     std::int64_t pending_ms = -1;  ///< how long the latest collective has been unfinished; -1: none
     std::int64_t timeout_ms = 0;   ///< its timeout (0: none)
     std::string what;              ///< names the communicator and the error, for the exception

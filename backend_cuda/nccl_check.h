@@ -9,9 +9,9 @@
 #include <string>
 
 #include "backend_cuda/cuda_check.h"
+#include "core/base/error.h"
 #include "core/comm/communicator.h"
 #include "core/runtime/dtype.h"
-#include "core/base/error.h"
 
 namespace ditto::cuda {
 

@@ -105,8 +105,8 @@ CollectiveEstimate collective_time(const ClusterSpec& cluster, Kind kind, double
                                    const std::vector<int>& devices,
                                    std::optional<CollectiveAlgo> force) {
   // A send to itself is a copy inside the device, whether it names the device once or twice.
-  const bool self_p2p = (kind == Kind::send || kind == Kind::recv) && devices.size() == 2 &&
-                        devices[0] == devices[1];
+  const bool self_p2p =
+      (kind == Kind::send || kind == Kind::recv) && devices.size() == 2 && devices[0] == devices[1];
   const int n = self_p2p ? 1 : static_cast<int>(devices.size());
   const DeviceProfile& dev = cluster.device;
   const InterconnectProfile& ic = cluster.interconnect;
@@ -134,16 +134,14 @@ CollectiveEstimate collective_time(const ClusterSpec& cluster, Kind kind, double
     case Kind::reduce_scatter:
       return {a + steps_lat(n - 1, m - 1) + (n - 1.0) / n * S / b_ring, CollectiveAlgo::ring};
     case Kind::broadcast:
-    case Kind::reduce:
-      return {a + steps_lat(n - 1, m - 1) + S / b_ring, CollectiveAlgo::ring};
+    case Kind::reduce: return {a + steps_lat(n - 1, m - 1) + S / b_ring, CollectiveAlgo::ring};
     case Kind::all_to_all:
     case Kind::all_to_all_v:
     case Kind::gather:
     case Kind::scatter:
       return {a + steps_lat(n - 1, m - 1) + (n - 1.0) / n * S / b_ring, CollectiveAlgo::p2p};
     case Kind::send:
-    case Kind::recv:
-      return {a + (m > 1 ? hn : h) + S / b_ring, CollectiveAlgo::p2p};
+    case Kind::recv: return {a + (m > 1 ? hn : h) + S / b_ring, CollectiveAlgo::p2p};
     case Kind::all_reduce:
     case Kind::barrier: break;
   }
@@ -155,8 +153,8 @@ CollectiveEstimate collective_time(const ClusterSpec& cluster, Kind kind, double
   cands.push_back({a + 2.0 * ((g - 1) * h + log2m * hn) + 2.0 * S / b_ring, CollectiveAlgo::tree});
   const bool nvls = ic.nvls_efficiency > 0;
   if (nvls && m == 1)
-    cands.push_back({a + 2 * h + (n + 1.0) / n * S / (B * ic.nvls_efficiency),
-                     CollectiveAlgo::nvls});
+    cands.push_back(
+        {a + 2 * h + (n + 1.0) / n * S / (B * ic.nvls_efficiency), CollectiveAlgo::nvls});
   if (m > 1 && g > 1) {
     const double intra = nvls ? 2 * h + (g + 1.0) / g * S / (B * ic.nvls_efficiency)
                               : 2.0 * (g - 1) * h + 2.0 * (g - 1) / g * S / B;
@@ -235,8 +233,8 @@ void CostModel::finish(SimStream& stream, int device, VTime start, VTime end, co
   if (tracing()) trace_->add({device, stream.track, name, cat, start, end - start, false, 0});
 }
 
-void CostModel::record(int device, const char* name, PricedUnit unit, double flops,
-                       double bytes, VTime duration) {
+void CostModel::record(int device, const char* name, PricedUnit unit, double flops, double bytes,
+                       VTime duration) {
   PerDevice& pd = *devices_[static_cast<std::size_t>(device)];
   std::lock_guard<std::mutex> lock(pd.ledger_mu);
   LedgerRow* row = nullptr;
@@ -278,8 +276,8 @@ void CostModel::on_host_copy(SimStream& stream, const char* name, std::size_t by
   const int d = stream.device_index();
   const DeviceProfile& dev = cluster_.device;
   const VTime start = stream.virtual_now;
-  const VTime end =
-      vtime_add(start, to_vtime(dev.host_latency + static_cast<double>(bytes) / dev.host_bandwidth));
+  const VTime end = vtime_add(
+      start, to_vtime(dev.host_latency + static_cast<double>(bytes) / dev.host_bandwidth));
   record(d, name, PricedUnit::pcie, 0, static_cast<double>(bytes), end - start);
   finish(stream, d, start, end, name, "copy", &devices_[static_cast<std::size_t>(d)]->host_copy);
 }

@@ -161,8 +161,7 @@ KernelPrice kernel_price(const DeviceProfile& device, const KernelCost& cost,
 /// kernel_price(device, cost, allow_tf32).seconds: launch latency + max(flops / (peak x e_f),
 /// bytes / (memory bandwidth x e_m)), in seconds (Note [Compute units], Note [Achieved
 /// efficiency] in profiles.h).
-double kernel_seconds(const DeviceProfile& device, const KernelCost& cost,
-                      bool allow_tf32 = false);
+double kernel_seconds(const DeviceProfile& device, const KernelCost& cost, bool allow_tf32 = false);
 
 /// The cost of the native kernel over `storage` tensors whose f32 kernel costs `f32` (Note
 /// [Mixed precision]): for bf16 / f16, bytes scaled by dtype_size(storage) / 4 and `operands`
@@ -184,8 +183,8 @@ struct CollectiveEstimate {
 /// the other kinds). `force` restricts all_reduce to one algorithm (nvls and hierarchical when
 /// applicable; otherwise InvalidArgument). One device: a local copy. send / recv: `devices` are
 /// the two ranks' devices, source first ({d} or {d, d} for a send to itself: a local copy).
-CollectiveEstimate collective_time(const ClusterSpec& cluster, CollectiveKind kind,
-                                   double bytes, const std::vector<int>& devices,
+CollectiveEstimate collective_time(const ClusterSpec& cluster, CollectiveKind kind, double bytes,
+                                   const std::vector<int>& devices,
                                    std::optional<CollectiveAlgo> force = std::nullopt);
 
 /// nccl-tests' bus-bandwidth factor of `kind` over n ranks (busbw = algbw * factor).
@@ -193,12 +192,12 @@ double busbw_factor(CollectiveKind kind, int n);
 
 /// Totals of the cost model since its creation or reset (read when the streams are idle).
 struct CostTotals {
-  VTime now = 0;                     ///< latest virtual end time over all devices
-  std::vector<VTime> end;            ///< per device: latest end time of its streams
-  std::vector<VTime> compute;        ///< per device: busy time of kernels
-  std::vector<VTime> comm;           ///< per device: collectives and device-to-device copies
-  std::vector<VTime> host_copy;      ///< per device: host <-> device copies
-  std::uint64_t gemm_flops = 0;      ///< FLOPs of matrix products, all devices
+  VTime now = 0;                 ///< latest virtual end time over all devices
+  std::vector<VTime> end;        ///< per device: latest end time of its streams
+  std::vector<VTime> compute;    ///< per device: busy time of kernels
+  std::vector<VTime> comm;       ///< per device: collectives and device-to-device copies
+  std::vector<VTime> host_copy;  ///< per device: host <-> device copies
+  std::uint64_t gemm_flops = 0;  ///< FLOPs of matrix products, all devices
 };
 
 class CostModel {
@@ -228,8 +227,8 @@ class CostModel {
   void set_tracing(bool on);
   bool tracing() const { return tracing_.load(std::memory_order_relaxed); }
   /// Write the trace recorded so far as Chrome trace JSON (Perfetto, chrome://tracing), to a
-  /// temporary file renamed onto `path` (TraceRecorder::write_chrome_json). Throws InvalidArgument when tracing was never enabled,
-  /// BackendError when the file cannot be written.
+  /// temporary file renamed onto `path` (TraceRecorder::write_chrome_json). Throws InvalidArgument
+  /// when tracing was never enabled, BackendError when the file cannot be written.
   void write_trace(const std::string& path) const;
 
   // ---- hooks: called by a task on `stream`'s worker when the work has run --------------------
@@ -255,11 +254,12 @@ class CostModel {
   /// collectives of one name priced on one unit, summed (what ditto-train --dry-run --verbose
   /// tabulates).
   struct LedgerRow {
-    std::string name;   ///< the kernel's name ("gemm", "attention_forward"), a copy's, a collective's
+    std::string
+        name;  ///< the kernel's name ("gemm", "attention_forward"), a copy's, a collective's
     PricedUnit unit = PricedUnit::memory;
     std::int64_t count = 0;
     double flops = 0, bytes = 0;
-    VTime time = 0;     ///< summed durations (busy time on the device's streams)
+    VTime time = 0;  ///< summed durations (busy time on the device's streams)
   };
   /// Device `device`'s ledger, in the order its rows first appeared (read when the streams are
   /// idle). Throws InvalidArgument for a device out of range.

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/io/file.h"
 #include "core/base/error.h"
+#include "core/io/file.h"
 
 namespace ditto::sim {
 
@@ -52,11 +52,11 @@ constexpr double kEffPlaceholder = 1.0;
 // The GEMM fraction is measured in BF16 on tensor cores; FP32 GEMMs (CUDA cores) take the same
 // fraction (a community run of torch.matmul FP32 4096^3 on an H100 80GB HBM3 reached 51.88 of
 // 67 TFLOPS, 77%: github.com/zzc0721/torch-performance-test-data/issues/79).
-constexpr double kA100Gemm = 271.2 / 312;   // [MAMF] 0.869
-constexpr double kH100Gemm = 794.5 / 989;   // [MAMF] 0.803
-constexpr double kA100Hbm = 1.70 / 2.039;   // [Azure] Triad 0.834
-constexpr double kH100Hbm = 2.97 / 3.35;    // [Azure] Triad 0.887
-constexpr double kH200Hbm = 4.15 / 4.8;     // [Azure] Triad 0.865
+constexpr double kA100Gemm = 271.2 / 312;  // [MAMF] 0.869
+constexpr double kH100Gemm = 794.5 / 989;  // [MAMF] 0.803
+constexpr double kA100Hbm = 1.70 / 2.039;  // [Azure] Triad 0.834
+constexpr double kH100Hbm = 2.97 / 3.35;   // [Azure] Triad 0.887
+constexpr double kH200Hbm = 4.15 / 4.8;    // [Azure] Triad 0.865
 // ditto's own SIMT matrix-product kernels (Note [Compute units], cost_model.h): the bitwise
 // fma-chain GEMM (issue 29 item 4: 2-D register tiles, vectorised loads, one fma chain per output)
 // and the attention kernels' products. [SGEMM] S. Boehm, "How to Optimize a CUDA Matmul Kernel
@@ -78,18 +78,19 @@ const std::vector<DeviceProfile>& builtin_device_profiles() {
       // 3.35 TB/s; PCIe Gen5 x16 (128 GB/s both directions = 64 GB/s each way).
       {"h100-sxm", "NVIDIA H100 SXM5 80GB", 67 * kT, 494.5 * kT, 989.5 * kT, 989.5 * kT, 80 * kGiB,
        3350 * kG, kLaunch, 64 * kG, kHostCopy,
-       "NVIDIA H100 Tensor Core GPU data sheet (SXM); dense = sparse/2",
-       kH100Gemm, kH100Hbm, kEffMamfAzure, kSimtEfficiency},
+       "NVIDIA H100 Tensor Core GPU data sheet (SXM); dense = sparse/2", kH100Gemm, kH100Hbm,
+       kEffMamfAzure, kSimtEfficiency},
       // NVIDIA H200 Tensor Core GPU data sheet (H200 SXM): FP32 67 TFLOPS; TF32 989, BF16 and
       // FP16 1,979 TFLOPS each with sparsity; 141 GB HBM3e at 4.8 TB/s; PCIe Gen5 x16.
       {"h200", "NVIDIA H200 SXM 141GB", 67 * kT, 494.5 * kT, 989.5 * kT, 989.5 * kT, 141e9,
-       4800 * kG,
-       kLaunch, 64 * kG, kHostCopy, "NVIDIA H200 Tensor Core GPU data sheet (SXM); dense = sparse/2",
+       4800 * kG, kLaunch, 64 * kG, kHostCopy,
+       "NVIDIA H200 Tensor Core GPU data sheet (SXM); dense = sparse/2",
        // H200's tensor cores and peak are H100 SXM's (989 TFLOPS dense BF16 in both data
        // sheets): H100's GEMM fraction; its own HBM3e Triad.
        kH100Gemm, kH200Hbm, kEffMamfAzure, kSimtEfficiency},
       // NVIDIA A100 Tensor Core GPU data sheet (A100 80GB SXM): FP32 19.5 TFLOPS; TF32 156,
-      // BF16 312 and FP16 312 TFLOPS dense (312 / 624 with sparsity); 80 GB HBM2e at 2,039 GB/s; PCIe Gen4
+      // BF16 312 and FP16 312 TFLOPS dense (312 / 624 with sparsity); 80 GB HBM2e at 2,039 GB/s;
+      // PCIe Gen4
       // x16 (64 GB/s both directions).
       {"a100-sxm-80gb", "NVIDIA A100 SXM4 80GB", 19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 80 * kGiB,
        2039 * kG, kLaunch, 32 * kG, kHostCopy, "NVIDIA A100 Tensor Core GPU data sheet (80GB SXM)",
@@ -175,11 +176,10 @@ double ranged_field(const nlohmann::json& j, const std::string& file, const char
   // tools/fuzz/fuzz_profile).
   DITTO_CHECK(v.is_number(), "device_profile: ", file, ": field '", field,
               "': expected a number, got ",
-              v.is_array() || v.is_object() ? std::string(v.type_name())
-                                            : v.dump().substr(0, 80));
+              v.is_array() || v.is_object() ? std::string(v.type_name()) : v.dump().substr(0, 80));
   double d = v.get<double>();
-  DITTO_CHECK(std::isfinite(d) && d >= lo && d <= hi, "device_profile: ", file, ": field '",
-              field, "': expected ", lo, " <= value <= ", hi, ", got ", v.dump());
+  DITTO_CHECK(std::isfinite(d) && d >= lo && d <= hi, "device_profile: ", file, ": field '", field,
+              "': expected ", lo, " <= value <= ", hi, ", got ", v.dump());
   return d;
 }
 
@@ -187,11 +187,22 @@ double ranged_field(const nlohmann::json& j, const std::string& file, const char
 // "memory_bandwith_gbps" would otherwise leave the default and go unnoticed), naming the nearest
 // known field when one is within a third of its length, and listing them all.
 void check_known_fields(const nlohmann::json& j, const std::string& file) {
-  static const std::vector<std::string> known{
-      "key", "name", "source", "fp32_tflops", "tf32_tflops", "bf16_tflops", "f16_tflops",
-      "memory_gib", "memory_bandwidth_gbps", "launch_latency_us", "host_bandwidth_gbps",
-      "host_latency_us", "gemm_efficiency", "memory_efficiency", "efficiency_source",
-      "simt_efficiency"};
+  static const std::vector<std::string> known{"key",
+                                              "name",
+                                              "source",
+                                              "fp32_tflops",
+                                              "tf32_tflops",
+                                              "bf16_tflops",
+                                              "f16_tflops",
+                                              "memory_gib",
+                                              "memory_bandwidth_gbps",
+                                              "launch_latency_us",
+                                              "host_bandwidth_gbps",
+                                              "host_latency_us",
+                                              "gemm_efficiency",
+                                              "memory_efficiency",
+                                              "efficiency_source",
+                                              "simt_efficiency"};
   for (const auto& [field, value] : j.items()) {
     if (std::find(known.begin(), known.end(), field) != known.end()) continue;
     std::string nearest, all;
@@ -207,11 +218,11 @@ void check_known_fields(const nlohmann::json& j, const std::string& file) {
 }
 
 // Plausible ranges of the JSON fields, in the fields' units.
-constexpr double kMinTflops = 1e-3, kMaxTflops = 1e5;          // TFLOP/s
-constexpr double kMinGBps = 1e-3, kMaxGBps = 1e6;              // GB/s
-constexpr double kMinGiB = 1.0 / 1024, kMaxGiB = 1e5;          // GiB
-constexpr double kMinLatencyUs = 0, kMaxLatencyUs = 1e6;       // microseconds
-constexpr double kMinEfficiency = 1e-3;                        // fraction of a peak (max 1)
+constexpr double kMinTflops = 1e-3, kMaxTflops = 1e5;     // TFLOP/s
+constexpr double kMinGBps = 1e-3, kMaxGBps = 1e6;         // GB/s
+constexpr double kMinGiB = 1.0 / 1024, kMaxGiB = 1e5;     // GiB
+constexpr double kMinLatencyUs = 0, kMaxLatencyUs = 1e6;  // microseconds
+constexpr double kMinEfficiency = 1e-3;                   // fraction of a peak (max 1)
 
 DeviceProfile load_json_profile(const std::string& path) {
   std::string text;
@@ -233,23 +244,24 @@ DeviceProfile load_json_profile(const std::string& path) {
     check_known_fields(j, path);
     p.key = j.value("key", path);
     p.name = j.value("name", p.key);
-    p.fp32_flops =
-        ranged_field(j, path, "fp32_tflops", true, 0, kMinTflops, kMaxTflops) * kT;
-    p.tf32_flops = ranged_field(j, path, "tf32_tflops", false, p.fp32_flops / kT, kMinTflops,
-                                kMaxTflops) * kT;
-    p.bf16_flops = ranged_field(j, path, "bf16_tflops", false, p.tf32_flops / kT, kMinTflops,
-                                kMaxTflops) * kT;
-    p.f16_flops = ranged_field(j, path, "f16_tflops", false, p.bf16_flops / kT, kMinTflops,
-                               kMaxTflops) * kT;
+    p.fp32_flops = ranged_field(j, path, "fp32_tflops", true, 0, kMinTflops, kMaxTflops) * kT;
+    p.tf32_flops =
+        ranged_field(j, path, "tf32_tflops", false, p.fp32_flops / kT, kMinTflops, kMaxTflops) * kT;
+    p.bf16_flops =
+        ranged_field(j, path, "bf16_tflops", false, p.tf32_flops / kT, kMinTflops, kMaxTflops) * kT;
+    p.f16_flops =
+        ranged_field(j, path, "f16_tflops", false, p.bf16_flops / kT, kMinTflops, kMaxTflops) * kT;
     p.memory_bytes = ranged_field(j, path, "memory_gib", true, 0, kMinGiB, kMaxGiB) * kGiB;
     p.memory_bandwidth =
         ranged_field(j, path, "memory_bandwidth_gbps", true, 0, kMinGBps, kMaxGBps) * kG;
     p.launch_latency = ranged_field(j, path, "launch_latency_us", false, kLaunch / kUs,
-                                    kMinLatencyUs, kMaxLatencyUs) * kUs;
+                                    kMinLatencyUs, kMaxLatencyUs) *
+                       kUs;
     p.host_bandwidth =
         ranged_field(j, path, "host_bandwidth_gbps", false, 32, kMinGBps, kMaxGBps) * kG;
-    p.host_latency = ranged_field(j, path, "host_latency_us", false, kHostCopy / kUs,
-                                  kMinLatencyUs, kMaxLatencyUs) * kUs;
+    p.host_latency = ranged_field(j, path, "host_latency_us", false, kHostCopy / kUs, kMinLatencyUs,
+                                  kMaxLatencyUs) *
+                     kUs;
     p.source = j.value("source", "user profile " + path);
     p.gemm_efficiency = ranged_field(j, path, "gemm_efficiency", false, 1.0, kMinEfficiency, 1.0);
     p.memory_efficiency =

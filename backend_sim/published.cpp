@@ -30,7 +30,7 @@ PublishedComparison busbw_row(std::string what, const ClusterSpec& c,
   const int n = c.nodes * c.devices_per_node;
   const CollectiveEstimate e = collective_time(c, Kind::all_reduce, kLarge, iota(n), algo);
   const double busbw = kLarge / e.seconds * busbw_factor(Kind::all_reduce, n) / 1e9;
-  return {std::move(what), "GB/s", busbw, algo_name(e.algo), published,
+  return {std::move(what),           "GB/s",           busbw, algo_name(e.algo), published,
           std::move(published_text), std::move(source)};
 }
 
@@ -40,8 +40,7 @@ std::vector<PublishedComparison> published_comparisons() {
   // Azure's published runs of nccl-tests (all_reduce_perf, NVLS where the GPU has it, in-place
   // busbw from 1 KB to 8 GB) on its 8-GPU VMs, in Azure/AI-benchmarking-guide.
   const std::string azure = "Azure, AI-benchmarking-guide, Azure_Results/";
-  const std::string azure_url =
-      " (github.com/Azure/AI-benchmarking-guide/blob/main/Azure_Results/";
+  const std::string azure_url = " (github.com/Azure/AI-benchmarking-guide/blob/main/Azure_Results/";
   std::vector<PublishedComparison> rows;
   rows.push_back(busbw_row(
       "all_reduce busbw, 8x H100 SXM, NVLink, ring (NCCL_ALGO=Ring)",
@@ -52,18 +51,25 @@ std::vector<PublishedComparison> published_comparisons() {
       "(github.com/NVIDIA/nccl-tests/issues/212)"));
   rows.push_back(busbw_row("all_reduce busbw, 8x H200, NVLink + NVLS (NCCL's choice)",
                            cluster("h200", "nvlink", 1, 8), std::nullopt, 479.98, "479.98",
-                           azure + "ND_H200_v5_results.md, NCCL Bandwidth table, 8G row "
-                           "(NVLS, NCCL 2.20.5)" + azure_url + "ND_H200_v5_results.md)"));
-  rows.push_back(busbw_row("all_reduce busbw, 8x H100 SXM, NVLink + NVLS (NCCL's choice)",
-                           cluster("h100-sxm", "nvlink", 1, 8), std::nullopt, 478.87, "478.87",
-                           azure + "ND_H100_v5_results.md, NCCL Bandwidth table, 8G row "
-                           "(NVLS, NCCL 2.18.5); NCCL's S. Jeaugey in nccl-tests issue 212: \"On "
-                           "8 GPUs, you should reach a peak busBw of ~480GB/s\"" + azure_url +
-                           "ND_H100_v5_results.md)"));
+                           azure +
+                               "ND_H200_v5_results.md, NCCL Bandwidth table, 8G row "
+                               "(NVLS, NCCL 2.20.5)" +
+                               azure_url + "ND_H200_v5_results.md)"));
+  rows.push_back(
+      busbw_row("all_reduce busbw, 8x H100 SXM, NVLink + NVLS (NCCL's choice)",
+                cluster("h100-sxm", "nvlink", 1, 8), std::nullopt, 478.87, "478.87",
+                azure +
+                    "ND_H100_v5_results.md, NCCL Bandwidth table, 8G row "
+                    "(NVLS, NCCL 2.18.5); NCCL's S. Jeaugey in nccl-tests issue 212: \"On "
+                    "8 GPUs, you should reach a peak busBw of ~480GB/s\"" +
+                    azure_url + "ND_H100_v5_results.md)"));
   rows.push_back(busbw_row("all_reduce busbw, 8x A100 SXM 80GB, NVLink 3",
                            cluster("a100-sxm-80gb", "nvlink3", 1, 8), std::nullopt, 231.58,
-                           "231.58", azure + "ND_A100_v4_results.md, NCCL Bandwidth table, 8G "
-                           "row (NCCL 2.18.5)" + azure_url + "ND_A100_v4_results.md)"));
+                           "231.58",
+                           azure +
+                               "ND_A100_v4_results.md, NCCL Bandwidth table, 8G "
+                               "row (NCCL 2.18.5)" +
+                               azure_url + "ND_A100_v4_results.md)"));
   rows.push_back(busbw_row("all_reduce busbw, 8x H100, PCIe Gen5 (no NVLink)",
                            cluster("h100-sxm", "pcie5", 1, 8), std::nullopt, 40, "35-45 (mid 40)",
                            "Alaya NeW (GPU cloud), \"NCCL-tests in practice\", reference table "
@@ -89,14 +95,20 @@ std::vector<PublishedComparison> published_comparisons() {
     // 25.6, 26.5 and 27.0 us: the latency floor).
     const ClusterSpec c = cluster("h100-sxm", "nvlink", 1, 8);
     const CollectiveEstimate e = collective_time(c, Kind::all_reduce, 1024, iota(8));
-    PublishedComparison r{"all_reduce of 1 KiB, 8x H100 SXM, NVLink: time of one call", "us",
-                          e.seconds * 1e6, algo_name(e.algo), 1024.0 * 1.75 / 0.07e9 * 1e6,
+    PublishedComparison r{"all_reduce of 1 KiB, 8x H100 SXM, NVLink: time of one call",
+                          "us",
+                          e.seconds * 1e6,
+                          algo_name(e.algo),
+                          1024.0 * 1.75 / 0.07e9 * 1e6,
                           "25.6 (0.07 GB/s)",
-                          azure + "ND_H100_v5_results.md, NCCL Bandwidth table, 1K row: busbw "
-                          "0.07 GB/s = 25.6 us per call" + azure_url + "ND_H100_v5_results.md). "
-                          "Known gap: the model's latency (NCCL's tuning.cc base + 2 hops, "
-                          "no host launch cost) is about 3x too small for nccl-tests' "
-                          "back-to-back calls"};
+                          azure +
+                              "ND_H100_v5_results.md, NCCL Bandwidth table, 1K row: busbw "
+                              "0.07 GB/s = 25.6 us per call" +
+                              azure_url +
+                              "ND_H100_v5_results.md). "
+                              "Known gap: the model's latency (NCCL's tuning.cc base + 2 hops, "
+                              "no host launch cost) is about 3x too small for nccl-tests' "
+                              "back-to-back calls"};
     r.known_gap = true;
     rows.push_back(std::move(r));
   }
@@ -118,9 +130,8 @@ std::string format_published_table(const std::vector<PublishedComparison>& rows)
       std::snprintf(ratio, sizeof ratio, "%.3f%s", r.ratio(),
                     r.within_tolerance() ? "" : (r.known_gap ? " GAP" : " FAIL"));
     const std::string what = r.what + " [" + std::to_string(i + 1) + "]";
-    std::snprintf(buf, sizeof buf, "%-76s %7.1f %-4s  %-6s  %-18s %6s\n", what.c_str(),
-                  r.predicted, r.unit.c_str(), r.algorithm.c_str(), r.published_text.c_str(),
-                  ratio);
+    std::snprintf(buf, sizeof buf, "%-76s %7.1f %-4s  %-6s  %-18s %6s\n", what.c_str(), r.predicted,
+                  r.unit.c_str(), r.algorithm.c_str(), r.published_text.c_str(), ratio);
     out += buf;
   }
   out += "sources (ratio within 15% unless marked GAP: a known gap, explained):\n";
@@ -144,11 +155,31 @@ const char* kLlmcScripts = "github.com/karpathy/llm.c/blob/master/scripts/";
 // step time is the last one's), no evaluation and no sample.
 std::vector<std::string> llmc_run(const std::string& preset, const std::string& profile,
                                   std::int64_t global_rows, std::int64_t accum) {
-  std::vector<std::string> a = {"--model", "gpt", "--preset", preset, "--dry-run",
-                                "--profile", profile, "--devices", "8", "--trainer", "ddp",
-                                "--batch-size", std::to_string(global_rows), "--dtype", "bf16",
-                                "--zero-stage", "1", "--determinism", "fast", "--max-iters", "2",
-                                "--eval-iters", "0", "--sample", "0"};
+  std::vector<std::string> a = {"--model",
+                                "gpt",
+                                "--preset",
+                                preset,
+                                "--dry-run",
+                                "--profile",
+                                profile,
+                                "--devices",
+                                "8",
+                                "--trainer",
+                                "ddp",
+                                "--batch-size",
+                                std::to_string(global_rows),
+                                "--dtype",
+                                "bf16",
+                                "--zero-stage",
+                                "1",
+                                "--determinism",
+                                "fast",
+                                "--max-iters",
+                                "2",
+                                "--eval-iters",
+                                "0",
+                                "--sample",
+                                "0"};
   if (accum > 1) {
     a.push_back("--grad-accum-steps");
     a.push_back(std::to_string(accum));
@@ -205,8 +236,8 @@ std::vector<TrainingCase> training_cases() {
   // figures give 59.9% MFU on A100 but 40.4% on H100, and the model has one GEMM efficiency per
   // profile.
   rows.push_back(llmc_case(
-      "GPT-2 124M, 8x H100 80GB HBM3, llm.c (as above), bf16",
-      llmc_run("gpt2", "h100-sxm", 512, 1), 524288, 0.140, "140 ms/step (mean)",
+      "GPT-2 124M, 8x H100 80GB HBM3, llm.c (as above), bf16", llmc_run("gpt2", "h100-sxm", 512, 1),
+      524288, 0.140, "140 ms/step (mean)",
       "modded-nanogpt, records/track_1_short/2024-10-13_llmc/README.md: llm.c \"run on a "
       "node with 8x H100 HBM3 according to the instructions [of discussion 481]. The mean "
       "per-step time was 140ms. The total number of training tokens is 10.26B.\" "
@@ -242,8 +273,8 @@ std::string format_training_table(const std::vector<TrainingComparison>& rows) {
       "ditto dry runs vs published GPT-2 training runs (tokens/s = tokens per step / step time; "
       "virtual time of the cost model)\n";
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%-76s %16s %14s %11s  %-20s %12s\n", "case [source]",
-                "predicted", "published", "ratio", "published as", "peak memory");
+  std::snprintf(buf, sizeof buf, "%-76s %16s %14s %11s  %-20s %12s\n", "case [source]", "predicted",
+                "published", "ratio", "published as", "peak memory");
   out += buf;
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const TrainingComparison& r = rows[i];
@@ -272,7 +303,8 @@ std::string format_training_table(const std::vector<TrainingComparison>& rows) {
   out += "sources and dry runs:\n";
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const TrainingComparison& r = rows[i];
-    out += "  [" + std::to_string(i + 1) + "] " + r.c.source + "\n      " + command_line(r.c) + "\n";
+    out +=
+        "  [" + std::to_string(i + 1) + "] " + r.c.source + "\n      " + command_line(r.c) + "\n";
     if (!r.error.empty()) out += "      error: " + r.error + "\n";
     if (r.c.known_gap && !r.c.gap.empty()) out += "      known gap: " + r.c.gap + "\n";
   }

@@ -7,7 +7,8 @@
 //    this process by run_training_cases (backend_sim/published_training.cpp: the Trainer on
 //    train::configure_gpt, as ditto-train --model gpt builds it).
 // Printed by `ditto-predict-table` (and its alias `ditto-train --predict-table`), copied into the
-// docs/prediction.md, and checked by tests/test_cost_model.cpp (NCCL rows) and the PredictTable ctests.
+// docs/prediction.md, and checked by tests/test_cost_model.cpp (NCCL rows) and the PredictTable
+// ctests.
 //
 // Note [Published figures]: a row is a primary public measurement (NVIDIA's NCCL developers, a
 // cloud vendor's published nccl-tests output, the training project's own scripts and logs), never
@@ -26,14 +27,14 @@
 namespace ditto::sim {
 
 struct PublishedComparison {
-  std::string what;        ///< e.g. "all_reduce busbw, 8x H100 SXM, NVLink, ring"
-  std::string unit;        ///< "GB/s" (busbw) or "us" (time of one call)
-  double predicted = 0;    ///< the cost model's figure
-  std::string algorithm;   ///< the algorithm the model used
-  double published = 0;    ///< the published figure (> 0)
+  std::string what;            ///< e.g. "all_reduce busbw, 8x H100 SXM, NVLink, ring"
+  std::string unit;            ///< "GB/s" (busbw) or "us" (time of one call)
+  double predicted = 0;        ///< the cost model's figure
+  std::string algorithm;       ///< the algorithm the model used
+  double published = 0;        ///< the published figure (> 0)
   std::string published_text;  ///< e.g. "479.98" or "460-480 (midpoint)"
-  std::string source;      ///< who published it, where (URL), and the words or table quoted
-  double tolerance = 0.15; ///< |ratio - 1| the tests allow
+  std::string source;          ///< who published it, where (URL), and the words or table quoted
+  double tolerance = 0.15;     ///< |ratio - 1| the tests allow
   /// Outside the tolerance, known and explained in `source` (the tests check it stays outside).
   bool known_gap = false;
   double ratio() const { return published > 0 ? predicted / published : 0.0; }
@@ -53,12 +54,12 @@ struct TrainingCase {
   std::string metric;             ///< "tokens/s" (the only metric so far)
   std::int64_t seq_len = 1024;    ///< tokens per sample (llm.c's -t): tokens/s = samples/s x this
   std::int64_t tokens_per_step = 0;  ///< the published run's tokens per optimizer step
-  double published_step_s = 0;    ///< the published step time (seconds)
-  std::string published_text;     ///< the figure as published, e.g. "~300 ms/iter"
-  std::string source;             ///< URL and the words quoted
-  double tolerance = 0.20;        ///< |ratio - 1| the ctest allows
-  bool known_gap = false;         ///< outside the tolerance, known (see `gap`)
-  std::string gap;                ///< why, when known_gap
+  double published_step_s = 0;       ///< the published step time (seconds)
+  std::string published_text;        ///< the figure as published, e.g. "~300 ms/iter"
+  std::string source;                ///< URL and the words quoted
+  double tolerance = 0.20;           ///< |ratio - 1| the ctest allows
+  bool known_gap = false;            ///< outside the tolerance, known (see `gap`)
+  std::string gap;                   ///< why, when known_gap
   /// The published tokens/s: tokens_per_step / published_step_s.
   double published() const { return published_step_s > 0 ? tokens_per_step / published_step_s : 0; }
 };
@@ -66,10 +67,10 @@ struct TrainingCase {
 /// A training case and what its dry run predicted.
 struct TrainingComparison {
   TrainingCase c;
-  double predicted = 0;        ///< tokens/s of the dry run (0: the run failed)
-  double predicted_step_s = 0; ///< its step time
-  double peak_memory_gib = 0;  ///< its largest per-device peak (GiB)
-  std::string error;           ///< the run's error (e.g. OutOfMemory), else ""
+  double predicted = 0;         ///< tokens/s of the dry run (0: the run failed)
+  double predicted_step_s = 0;  ///< its step time
+  double peak_memory_gib = 0;   ///< its largest per-device peak (GiB)
+  std::string error;            ///< the run's error (e.g. OutOfMemory), else ""
   double ratio() const { return c.published() > 0 ? predicted / c.published() : 0.0; }
   bool within_tolerance() const {
     return error.empty() && predicted > 0 && std::abs(ratio() - 1.0) <= c.tolerance;

@@ -6,8 +6,8 @@
 
 #include "backend_sim/published.h"
 #include "backend_sim/sim_run.h"
-#include "core/numerics/determinism.h"
 #include "core/base/error.h"
+#include "core/numerics/determinism.h"
 #include "core/train/gpt_recipe.h"
 #include "core/train/trainer.h"
 
@@ -32,21 +32,37 @@ TrainingComparison run_case(const TrainingCase& tc) {
                 a[i]);
     const std::string& v = a[++i];
     const std::int64_t n = std::atoll(v.c_str());
-    if (a[i - 1] == "--model") DITTO_CHECK(v == "gpt", "run_training_cases: expected --model gpt");
-    else if (a[i - 1] == "--preset") g.preset = v;
-    else if (a[i - 1] == "--profile") sim.profile = v;
-    else if (a[i - 1] == "--devices") c.devices = static_cast<int>(n);
-    else if (a[i - 1] == "--trainer") c.trainer = train::parse_trainer_kind(v, "--trainer");
-    else if (a[i - 1] == "--batch-size") c.batch_size = n, g.given.insert("batch_size");
-    else if (a[i - 1] == "--dtype") c.dtype = v == "bf16" ? DType::bf16 : v == "f16" ? DType::f16 : DType::f32;
-    else if (a[i - 1] == "--zero-stage") c.zero_stage = static_cast<int>(n);
-    else if (a[i - 1] == "--determinism") c.determinism = parse_determinism(v);
-    else if (a[i - 1] == "--max-iters") g.max_iters = n, g.given.insert("max_iters");
-    else if (a[i - 1] == "--eval-iters") g.eval_iters = n, g.given.insert("eval_iters");
-    else if (a[i - 1] == "--sample") g.sample = n, g.given.insert("sample");
-    else if (a[i - 1] == "--grad-accum-steps") c.grad_accum_steps = n;
-    else DITTO_CHECK(false, "run_training_cases: ", tc.what, ": expected an option of a GPT dry "
-                     "run, got ", a[i - 1]);
+    if (a[i - 1] == "--model")
+      DITTO_CHECK(v == "gpt", "run_training_cases: expected --model gpt");
+    else if (a[i - 1] == "--preset")
+      g.preset = v;
+    else if (a[i - 1] == "--profile")
+      sim.profile = v;
+    else if (a[i - 1] == "--devices")
+      c.devices = static_cast<int>(n);
+    else if (a[i - 1] == "--trainer")
+      c.trainer = train::parse_trainer_kind(v, "--trainer");
+    else if (a[i - 1] == "--batch-size")
+      c.batch_size = n, g.given.insert("batch_size");
+    else if (a[i - 1] == "--dtype")
+      c.dtype = v == "bf16" ? DType::bf16 : v == "f16" ? DType::f16 : DType::f32;
+    else if (a[i - 1] == "--zero-stage")
+      c.zero_stage = static_cast<int>(n);
+    else if (a[i - 1] == "--determinism")
+      c.determinism = parse_determinism(v);
+    else if (a[i - 1] == "--max-iters")
+      g.max_iters = n, g.given.insert("max_iters");
+    else if (a[i - 1] == "--eval-iters")
+      g.eval_iters = n, g.given.insert("eval_iters");
+    else if (a[i - 1] == "--sample")
+      g.sample = n, g.given.insert("sample");
+    else if (a[i - 1] == "--grad-accum-steps")
+      c.grad_accum_steps = n;
+    else
+      DITTO_CHECK(false, "run_training_cases: ", tc.what,
+                  ": expected an option of a GPT dry "
+                  "run, got ",
+                  a[i - 1]);
   }
   try {
     train::GptRun run = train::configure_gpt(g, c);
@@ -78,7 +94,8 @@ std::vector<TrainingComparison> run_training_cases() {
 std::string PredictionTables::failure() const {
   if (unexplained == 0) return "";
   return detail::cat(unexplained, " row", unexplained > 1 ? "s" : "", " outside ",
-                     unexplained > 1 ? "their" : "its", " tolerance and not a known gap (marked "
+                     unexplained > 1 ? "their" : "its",
+                     " tolerance and not a known gap (marked "
                      "FAIL)");
 }
 

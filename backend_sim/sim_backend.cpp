@@ -1,15 +1,16 @@
-#include <sys/mman.h>
 #include "backend_sim/sim_backend.h"
-#include "backend_sim/sim_extensions.h"
-#include "backend_sim/sim_dry_arena.h"
-#include "backend_sim/sim_executor.h"
 
-#include <cstdlib>
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <iomanip>
 #include <sstream>
 
+#include "backend_sim/sim_dry_arena.h"
+#include "backend_sim/sim_executor.h"
+#include "backend_sim/sim_extensions.h"
 #include "core/base/error.h"
 #include "core/runtime/mixed_precision.h"
 
@@ -166,7 +167,6 @@ void SimBackend::reset_peak_memory(int index) {
   d.peak.store(d.in_use.load());
 }
 
-
 void* SimBackend::allocate(int index, std::size_t bytes) {
   auto& d = *devices_[index];
   if (d.health->failed.load()) throw BackendError(d.health->failure());
@@ -199,11 +199,10 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
       const Fault& f = faults[i];
       if (f.kind != Fault::Kind::fail_alloc || f.device != index || f.after != ordinal) continue;
       faults_->fired[i].store(true);
-      throw OutOfMemory(detail::cat("sim:", index, ": out of memory: tried to allocate ",
-                                      bytes_str(bytes), "; ", bytes_str(d.in_use.load()),
-                                      " in use of capacity ", bytes_str(d.capacity),
-                                      " (injected fault ", f.spec, ": allocation #", ordinal + 1,
-                                      " on this device fails)"));
+      throw OutOfMemory(detail::cat(
+          "sim:", index, ": out of memory: tried to allocate ", bytes_str(bytes), "; ",
+          bytes_str(d.in_use.load()), " in use of capacity ", bytes_str(d.capacity),
+          " (injected fault ", f.spec, ": allocation #", ordinal + 1, " on this device fails)"));
     }
   }
   std::size_t cur = d.in_use.load();
@@ -223,8 +222,8 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
   if (dry_run_) {
     // Twice the capacity: live allocations never exceed it, so first fit always finds room
     // short of pathological fragmentation (Note [Dry run]).
-    const std::size_t reserve = d.capacity > (std::size_t(1) << 61) ? std::size_t(1) << 62
-                                                                    : 2 * d.capacity + (1u << 20);
+    const std::size_t reserve =
+        d.capacity > (std::size_t(1) << 61) ? std::size_t(1) << 62 : 2 * d.capacity + (1u << 20);
     p = d.arena->allocate(bytes, reserve);
     if (!p) {
       d.in_use.fetch_sub(bytes);
@@ -244,8 +243,8 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
     }
     if (!p) {
       d.in_use.fetch_sub(bytes);
-      throw OutOfMemory(detail::cat("sim:", index, ": host out of memory allocating ",
-                                    bytes_str(bytes)));
+      throw OutOfMemory(
+          detail::cat("sim:", index, ": host out of memory allocating ", bytes_str(bytes)));
     }
   }
   if (!from_cache) {
@@ -294,9 +293,12 @@ void SimBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
   const std::size_t rounded = host_block_bytes(bytes);
   const bool cacheable = cache_enabled_ && !uncharged && rounded <= kCacheMaxBlock;
   auto release = [d, ptr, bytes, dry, uncharged] {
-    if (uncharged && dry) munmap(ptr, host_block_bytes(bytes));  // Note [Dry run]: never touched
-    else if (dry) d->arena->deallocate(ptr, bytes);
-    else std::free(ptr);
+    if (uncharged && dry)
+      munmap(ptr, host_block_bytes(bytes));  // Note [Dry run]: never touched
+    else if (dry)
+      d->arena->deallocate(ptr, bytes);
+    else
+      std::free(ptr);
   };
   try {
     // The stream by pointer: while ~SimBackend drains it, d->stream is already null.
@@ -336,8 +338,10 @@ void SimBackend::copy_to_host(Stream& s, void* dst, const void* src, std::size_t
   if (bytes == 0) return;
   SimStream& ss = as_sim(s, "copy_to_host");
   ss.run_sync([=, &ss, cm = cost_, dry = dry_run_] {
-    if (dry) std::memset(dst, 0, bytes);  // a dry device reads as zeros (Note [Dry run])
-    else std::memcpy(dst, src, bytes);
+    if (dry)
+      std::memset(dst, 0, bytes);  // a dry device reads as zeros (Note [Dry run])
+    else
+      std::memcpy(dst, src, bytes);
     cm->on_host_copy(ss, "copy_d2h", bytes);
   });
 }
@@ -402,9 +406,10 @@ std::vector<std::string> SimBackend::unfired_faults() const {
 
 void SimBackend::set_faults(const FaultConfig& faults) {
   for (const Fault& f : faults.faults)
-    DITTO_CHECK(f.kind == Fault::Kind::skip_collective || (f.device >= 0 && f.device < device_count()),
-                "SimBackend::set_faults: fault '", f.spec, "': device ", f.device,
-                " out of range: expected 0..", device_count() - 1);
+    DITTO_CHECK(
+        f.kind == Fault::Kind::skip_collective || (f.device >= 0 && f.device < device_count()),
+        "SimBackend::set_faults: fault '", f.spec, "': device ", f.device,
+        " out of range: expected 0..", device_count() - 1);
   // A communicator's ranks are distinct devices: a larger rank is in no communicator, never fires.
   for (const Fault& f : faults.faults)
     DITTO_CHECK(f.kind != Fault::Kind::skip_collective || (f.rank >= 0 && f.rank < device_count()),

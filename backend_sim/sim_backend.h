@@ -53,18 +53,18 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
-#include <set>
-#include <unordered_map>
 #include <memory>
 #include <mutex>
+#include <set>
+#include <unordered_map>
 #include <vector>
 
 #include "backend_sim/cost_model.h"
 #include "backend_sim/sim_faults.h"
 #include "backend_sim/sim_stream.h"
+#include "core/comm/communicator.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/extensions.h"
-#include "core/comm/communicator.h"
 
 namespace ditto::sim {
 
@@ -111,8 +111,8 @@ class SimBackend final : public Backend {
 
   void copy_from_host(Stream& s, void* dst, const void* src, std::size_t bytes) override;
   void copy_to_host(Stream& s, void* dst, const void* src, std::size_t bytes) override;
-  void copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void* src,
-               std::size_t src_pitch, std::size_t row_bytes, std::size_t rows) override;
+  void copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+               std::size_t row_bytes, std::size_t rows) override;
 
   Kernels& kernels() override { return *kernels_; }
   std::shared_ptr<CommunicatorImpl> create_communicator(const std::vector<int>& devices,
@@ -177,7 +177,8 @@ class SimBackend final : public Backend {
   // bf16 / f16 tensors (Note [Mixed precision], core/runtime/mixed_precision.h), marked when
   // allocated so that their free is not subtracted either. Guarded by owners_mu_.
   std::set<std::uintptr_t> uncharged_;
-  std::atomic<std::int64_t> uncharged_live_{0};  // uncharged_.size(): deallocate() skips the lock at 0
+  std::atomic<std::int64_t> uncharged_live_{
+      0};  // uncharged_.size(): deallocate() skips the lock at 0
   mutable std::mutex faults_mu_;
   std::shared_ptr<FaultState> faults_ = std::make_shared<FaultState>(FaultConfig{});
   // Whether faults_ holds a fail_alloc fault (written with faults_mu_ held): allocate() takes

@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "backend_sim/sim_small_float.h"
-#include "core/numerics/reduce_math.h"
 #include "core/base/error.h"
+#include "core/numerics/reduce_math.h"
 
 namespace ditto::sim {
 namespace {
@@ -27,16 +27,12 @@ void combine_loop(A* out, const A* a, const A* __restrict__ b, std::int64_t len)
 template <typename A>
 void combine_into(A* out, const A* a, const A* b, std::int64_t len, Op op) {
   switch (op) {
-    case Op::prod:
-      return combine_loop<A, Op::prod>(out, a, b, len);
-    case Op::min:
-      return combine_loop<A, Op::min>(out, a, b, len);
-    case Op::max:
-      return combine_loop<A, Op::max>(out, a, b, len);
+    case Op::prod: return combine_loop<A, Op::prod>(out, a, b, len);
+    case Op::min: return combine_loop<A, Op::min>(out, a, b, len);
+    case Op::max: return combine_loop<A, Op::max>(out, a, b, len);
     case Op::sum:
     case Op::avg:
-    case Op::premul_sum:
-      return combine_loop<A, Op::sum>(out, a, b, len);
+    case Op::premul_sum: return combine_loop<A, Op::sum>(out, a, b, len);
   }
 }
 
@@ -138,7 +134,8 @@ class Reducer {
         from_f32_block(out, finished.data(), len);
       } else {
         for (std::int64_t i = 0; i < len; ++i)
-          finished[static_cast<std::size_t>(i)] = rmath::finish<T>(out[i], op_, static_cast<int>(n));
+          finished[static_cast<std::size_t>(i)] =
+              rmath::finish<T>(out[i], op_, static_cast<int>(n));
       }
       emit(off, finished.data(), len);
     }

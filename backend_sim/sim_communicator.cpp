@@ -80,9 +80,9 @@
 #endif
 
 #include "backend_sim/sim_backend.h"
-#include "backend_sim/sim_executor.h"
-#include "backend_sim/sim_communicator_p2p.h"
 #include "backend_sim/sim_comm_kernels.h"
+#include "backend_sim/sim_communicator_p2p.h"
+#include "backend_sim/sim_executor.h"
 #include "core/backend_api/collective_call.h"
 #include "core/backend_api/rendezvous.h"
 #include "core/base/error.h"
@@ -207,7 +207,8 @@ class SimCommunicator final : public CommunicatorImpl,
       std::lock_guard lk(mu_);
       rv_.abort_state().throw_if_aborted(call.kind);
     }
-    if (detail::is_p2p(call.kind)) {  // send / recv: Note [Sim point-to-point], sim_communicator_p2p.h
+    if (detail::is_p2p(
+            call.kind)) {  // send / recv: Note [Sim point-to-point], sim_communicator_p2p.h
       p2p_->enqueue(rank, ss, call, [self = shared_from_this()](Cause c, std::string why, int f) {
         std::unique_lock lk(self->mu_);
         self->abort_locked(lk, c, std::move(why), f);
@@ -243,10 +244,10 @@ class SimCommunicator final : public CommunicatorImpl,
   struct Work {
     std::vector<SimCall> calls;
     std::vector<Resume> resumes;
-    std::string mismatch;           // non-empty: every rank fails with it, nothing runs
-    std::atomic<int> pending{0};    // jobs still running
+    std::string mismatch;         // non-empty: every rank fails with it, nothing runs
+    std::atomic<int> pending{0};  // jobs still running
     std::mutex mu;
-    std::exception_ptr error;       // first error of a job (host out of memory)
+    std::exception_ptr error;  // first error of a job (host out of memory)
   };
 
   // Aborts with `reason` (the first reason stays) and resumes every parked rank with the error
@@ -567,12 +568,8 @@ class SimCommunicator final : public CommunicatorImpl,
                  from.send_counts[q]);
           break;
         }
-        case Kind::gather:
-          copy(recvs[c.root] + at(rank * count), sends[rank], count);
-          break;
-        case Kind::scatter:
-          copy(recvs[rank], sends[c.root] + at(rank * count), count);
-          break;
+        case Kind::gather: copy(recvs[c.root] + at(rank * count), sends[rank], count); break;
+        case Kind::scatter: copy(recvs[rank], sends[c.root] + at(rank * count), count); break;
         case Kind::barrier:
         case Kind::send:  // point-to-point calls do not come here (enqueue routes them)
         case Kind::recv: break;
@@ -618,18 +615,18 @@ class SimCommunicator final : public CommunicatorImpl,
   const int n_;
   const std::shared_ptr<FaultState> faults_;  // injected faults (may be null)
 
-  std::mutex mu_;                    // guards everything below
+  std::mutex mu_;  // guards everything below
   // Matching, deadline and abort state; its timeout is options_.timeout_ms or the fault config's
   // override. At most one round is open at a time: every rank that arrived is parked.
   detail::Rendezvous<SimCall> rv_;
-  std::vector<char> in_flight_;      // in_flight_[r]: rank r's collective has not finished
+  std::vector<char> in_flight_;  // in_flight_[r]: rank r's collective has not finished
   std::vector<std::pair<Kind, std::uint64_t>> labels_;  // each parked rank's collective and ordinal
-  std::vector<std::optional<Resume>> waiters_;  // parked ranks of the open round
+  std::vector<std::optional<Resume>> waiters_;          // parked ranks of the open round
   std::optional<std::uint64_t> timer_;  // Watchdog id of the deadline (Note [Lazy deadline])
   std::uint64_t pending_seq_ = 0;       // the last round a rank parked in, and
   Kind pending_kind_ = Kind::barrier;   // ... its first parked call's kind, for the timeout
   std::shared_ptr<SimCommunicator> keep_alive_;  // set while ranks are parked
-  const std::shared_ptr<SimP2P> p2p_;           // send / recv (its own lock; aborted from here)
+  const std::shared_ptr<SimP2P> p2p_;            // send / recv (its own lock; aborted from here)
 };
 
 }  // namespace

@@ -59,8 +59,8 @@ namespace {
 
 using detail::CollectiveCall;
 using Kind = detail::CollectiveKind;
-using detail::mpi::MpiLink;
 using detail::mpi::mpi_type;
+using detail::mpi::MpiLink;
 using detail::mpi::P2POp;
 
 MPI_Op mpi_op(ReduceOp op) {
@@ -214,7 +214,9 @@ class SimMpiCommunicator final : public CommunicatorImpl,
     const char* send = static_cast<const char*>(c.send);
     char* recv = static_cast<char*>(c.recv);
     std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
-    auto wait = [&](std::shared_ptr<void> keep = {}) { link_.wait(reqs, c.kind, seq, std::move(keep)); };
+    auto wait = [&](std::shared_ptr<void> keep = {}) {
+      link_.wait(reqs, c.kind, seq, std::move(keep));
+    };
     // A copy of `len` bytes of send when recv's `recv_len` bytes overlap them (MPI forbids it).
     auto unaliased = [&](const char* in, std::size_t len, std::size_t recv_len,
                          std::shared_ptr<std::vector<char>>& copy) -> const char* {
@@ -244,9 +246,8 @@ class SimMpiCommunicator final : public CommunicatorImpl,
             DITTO_MPI_CHECK(MPI_Iallreduce(in, recv, count, type, mpi_op(c.op), comm, &reqs[0]),
                             where);
           else
-            DITTO_MPI_CHECK(MPI_Ireduce(in, recv, count, type, mpi_op(c.op), c.root, comm,
-                                        &reqs[0]),
-                            where);
+            DITTO_MPI_CHECK(
+                MPI_Ireduce(in, recv, count, type, mpi_op(c.op), c.root, comm, &reqs[0]), where);
           wait();
           if (root) divide_avg(recv, c.count);
         } else {
@@ -256,9 +257,9 @@ class SimMpiCommunicator final : public CommunicatorImpl,
       case Kind::reduce_scatter:
         if (native) {
           const char* in = unaliased(send, bytes * static_cast<std::size_t>(n), bytes, copy);
-          DITTO_MPI_CHECK(MPI_Ireduce_scatter_block(in, recv, count, type, mpi_op(c.op), comm,
-                                                    &reqs[0]),
-                          where);
+          DITTO_MPI_CHECK(
+              MPI_Ireduce_scatter_block(in, recv, count, type, mpi_op(c.op), comm, &reqs[0]),
+              where);
           wait(copy);
           divide_avg(recv, c.count);
         } else {
@@ -280,14 +281,13 @@ class SimMpiCommunicator final : public CommunicatorImpl,
         break;
       }
       case Kind::all_to_all:  // core refuses overlapping send and recv
-        DITTO_MPI_CHECK(MPI_Ialltoall(send, count, type, recv, count, type, comm, &reqs[0]),
-                        where);
+        DITTO_MPI_CHECK(MPI_Ialltoall(send, count, type, recv, count, type, comm, &reqs[0]), where);
         wait();
         break;
       case Kind::all_to_all_v: {
-        auto v = std::make_shared<std::vector<std::vector<int>>>(std::vector<std::vector<int>>{
-            as_ints(c.send_counts), as_ints(c.send_displs), as_ints(c.recv_counts),
-            as_ints(c.recv_displs)});
+        auto v = std::make_shared<std::vector<std::vector<int>>>(
+            std::vector<std::vector<int>>{as_ints(c.send_counts), as_ints(c.send_displs),
+                                          as_ints(c.recv_counts), as_ints(c.recv_displs)});
         DITTO_MPI_CHECK(MPI_Ialltoallv(send, (*v)[0].data(), (*v)[1].data(), type, recv,
                                        (*v)[2].data(), (*v)[3].data(), type, comm, &reqs[0]),
                         where);
@@ -360,10 +360,10 @@ class SimMpiCommunicator final : public CommunicatorImpl,
     // (1) row q of scratch = block r of rank q's send. The scratch outlives an aborted wait.
     auto scratch = std::make_shared<std::vector<char>>(static_cast<std::size_t>(n) * mine * esize);
     std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
-    DITTO_MPI_CHECK(MPI_Ialltoallv(c.send, send_counts.data(), send_displs.data(), type,
-                                   scratch->data(), recv_counts.data(), recv_displs.data(), type,
-                                   comm, &reqs[0]),
-                    where);
+    DITTO_MPI_CHECK(
+        MPI_Ialltoallv(c.send, send_counts.data(), send_displs.data(), type, scratch->data(),
+                       recv_counts.data(), recv_displs.data(), type, comm, &reqs[0]),
+        where);
     link_.wait(reqs, c.kind, seq, scratch);
     // (2) the reduction over the rows (rank order), with every rank's premul_sum scalar.
     std::vector<const void*> rows(static_cast<std::size_t>(n));

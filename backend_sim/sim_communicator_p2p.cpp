@@ -99,9 +99,8 @@ void SimP2P::enqueue(int rank, SimStream& stream, const detail::CollectiveCall& 
     auto it = groups_.find(std::this_thread::get_id());
     if (it != groups_.end()) {
       auto& batches = it->second;
-      auto b = std::find_if(batches.begin(), batches.end(), [&](const auto& x) {
-        return x->rank == rank && x->stream == &stream;
-      });
+      auto b = std::find_if(batches.begin(), batches.end(),
+                            [&](const auto& x) { return x->rank == rank && x->stream == &stream; });
       if (b == batches.end()) {
         batches.push_back(std::make_shared<Batch>());
         batches.back()->rank = rank;
@@ -136,10 +135,9 @@ void SimP2P::start(const std::shared_ptr<Batch>& batch, Resume resume) {
       // As a collective on a failed device: the rank fails, the communicator is aborted.
       const P2PPair pair = detail::p2p_pair(first.kind, batch->rank, first.peer);
       const std::string fault = health->failure();
-      const std::string why =
-          detail::cat(detail::p2p_call_label(first.kind, pair,
-                                             matcher_->next_seq(first.kind, pair)),
-                      ": rank ", batch->rank, " failed: ", fault);
+      const std::string why = detail::cat(
+          detail::p2p_call_label(first.kind, pair, matcher_->next_seq(first.kind, pair)), ": rank ",
+          batch->rank, " failed: ", fault);
       AbortFn abort = batch->abort;
       lk.unlock();
       abort(Cause::error, why, batch->rank);
@@ -149,9 +147,8 @@ void SimP2P::start(const std::shared_ptr<Batch>& batch, Resume resume) {
     batch->resume = resume;
     batch->arrival = batch->end = batch->stream->virtual_now;
     post_locked(batch, copies, done);
-    if (batch->pending > 0 && !batch->timer && std::any_of(batch->waiting.begin(),
-                                                           batch->waiting.end(),
-                                                           [](char w) { return w != 0; }))
+    if (batch->pending > 0 && !batch->timer &&
+        std::any_of(batch->waiting.begin(), batch->waiting.end(), [](char w) { return w != 0; }))
       batch->timer = Watchdog::instance().schedule(
           detail::comm_deadline<Clock>(timeout_ms_),
           [self = shared_from_this(), batch] { self->on_timeout(batch); });
@@ -191,8 +188,7 @@ void SimP2P::post_locked(const std::shared_ptr<Batch>& batch, std::vector<Copy>&
 }
 
 void SimP2P::call_done_locked(const std::shared_ptr<Batch>& batch, std::size_t index,
-                              std::exception_ptr error,
-                              std::vector<std::shared_ptr<Batch>>& done) {
+                              std::exception_ptr error, std::vector<std::shared_ptr<Batch>>& done) {
   Batch& b = *batch;
   b.waiting[index] = 0;
   if (error && !b.error) b.error = std::move(error);
@@ -205,8 +201,7 @@ void SimP2P::call_done_locked(const std::shared_ptr<Batch>& batch, std::size_t i
 
 // Copies the matched pairs (mu_ not held: both sides' streams stay parked until their calls are
 // done, so the buffers stay put), then marks them done and resumes the batches that finished.
-void SimP2P::copy_and_finish(std::vector<Copy>& copies,
-                             std::vector<std::shared_ptr<Batch>>& done) {
+void SimP2P::copy_and_finish(std::vector<Copy>& copies, std::vector<std::shared_ptr<Batch>>& done) {
   const bool dry = cost_ && cost_->dry_run();  // Note [Dry run] (sim_backend.h)
   for (const Copy& c : copies) {
     const std::size_t bytes = static_cast<std::size_t>(c.send.count) * dtype_size(c.send.dtype);
@@ -276,10 +271,9 @@ void SimP2P::abort(const detail::AbortState& state) noexcept {
     for (auto& w : matcher_->take_waiting()) {
       const Batch& b = *w.call.batch;
       const std::size_t i = w.call.index;
-      call_done_locked(w.call.batch, i,
-                       abort_.error_for(detail::p2p_call_label(b.calls[i].kind, b.pairs[i],
-                                                               b.seqs[i])),
-                       done);
+      call_done_locked(
+          w.call.batch, i,
+          abort_.error_for(detail::p2p_call_label(b.calls[i].kind, b.pairs[i], b.seqs[i])), done);
     }
   } catch (...) {  // out of memory building a message: the batches still resume below
   }

@@ -2,17 +2,17 @@
 
 #include <algorithm>
 #include <atomic>
-#include <memory>
-#include <vector>
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <system_error>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "core/backend_api/rendezvous.h"  // detail::print_warning
 #include "core/base/error.h"
@@ -193,10 +193,10 @@ Executor::Executor() : impl_(new Impl), threads_(pool_size()) {
     throw Error(detail::cat("sim: cannot create the simulator's first pool thread (of ", threads_,
                             "): ", failure, " (raise `ulimit -v` / `ulimit -u`)"));
   if (created < threads_) {
-    detail::print_warning(detail::cat(
-        "ditto: warning: sim: the simulator's thread pool runs on ", created, " of its ", threads_,
-        " threads: thread ", created + 1, " could not be created: ", failure,
-        " (DITTO_SIM_THREADS=", created, " asks for that many)"));
+    detail::print_warning(detail::cat("ditto: warning: sim: the simulator's thread pool runs on ",
+                                      created, " of its ", threads_, " threads: thread ",
+                                      created + 1, " could not be created: ", failure,
+                                      " (DITTO_SIM_THREADS=", created, " asks for that many)"));
     impl_->workers.resize(static_cast<std::size_t>(created));
     threads_ = created;
   }
@@ -246,8 +246,7 @@ void Executor::parallel_for(std::int64_t n, const std::function<void(std::int64_
     body(0);
     return;
   }
-  if (max_helpers < 0)
-    max_helpers = hardware_threads() - 1;
+  if (max_helpers < 0) max_helpers = hardware_threads() - 1;
   max_helpers = static_cast<int>(std::min<std::int64_t>(max_helpers, n - 1));
   auto run = std::make_shared<ParallelRun>();
   run->n = n;

@@ -15,8 +15,8 @@ class SimCostModelExtension final : public CostModelExtension {
   void configure(const CostClusterOptions& o) override {
     ClusterSpec c = cost_.cluster();
     if (!o.profile.empty()) c.device = device_profile(o.profile);
-    const std::string ic = o.interconnect == "auto" ? default_interconnect(c.device.key)
-                                                    : o.interconnect;
+    const std::string ic =
+        o.interconnect == "auto" ? default_interconnect(c.device.key) : o.interconnect;
     c.interconnect = interconnect_profile(ic);
     c.nodes = o.nodes;
     c.devices_per_node = o.devices_per_node;
@@ -39,8 +39,10 @@ class SimCostModelExtension final : public CostModelExtension {
   }
   CostRates rates() const override {
     const DeviceProfile& d = cost_.cluster().device;
-    return {d.fp32_flops, d.tf32_flops, d.bf16_flops, d.f16_flops > 0 ? d.f16_flops : d.bf16_flops,
-            d.memory_bandwidth, d.gemm_efficiency, d.memory_efficiency, d.simt_efficiency,
+    return {d.fp32_flops,        d.tf32_flops,
+            d.bf16_flops,        d.f16_flops > 0 ? d.f16_flops : d.bf16_flops,
+            d.memory_bandwidth,  d.gemm_efficiency,
+            d.memory_efficiency, d.simt_efficiency,
             cost_.allow_tf32()};
   }
   std::vector<CostLedgerRow> ledger(int device) const override {

@@ -25,11 +25,13 @@ Fault parse_fault(const std::string& spec, const std::string& flag) {
     f.kind = Fault::Kind::skip_collective;
     keys = {"rank", "index"};
   } else {
-    throw InvalidArgument(detail::cat(where, ": expected a fault kind fail, alloc or "
-                                             "skip-collective before ':', got '", kind, "'"));
+    throw InvalidArgument(detail::cat(where,
+                                      ": expected a fault kind fail, alloc or "
+                                      "skip-collective before ':', got '",
+                                      kind, "'"));
   }
-  DITTO_CHECK(colon != std::string::npos, where, ": expected ", kind, ":", keys[0], "=N,",
-              keys[1], "=N, got no ':'");
+  DITTO_CHECK(colon != std::string::npos, where, ": expected ", kind, ":", keys[0], "=N,", keys[1],
+              "=N, got no ':'");
   std::map<std::string, std::int64_t> values;
   std::string rest = spec.substr(colon + 1);
   std::size_t pos = 0;
@@ -54,8 +56,8 @@ Fault parse_fault(const std::string& spec, const std::string& flag) {
     values[key] = v;
   }
   for (const std::string& k : keys)
-    DITTO_CHECK(values.count(k), where, ": missing ", k, "= (expected ", kind, ":", keys[0],
-                "=N,", keys[1], "=N)");
+    DITTO_CHECK(values.count(k), where, ": missing ", k, "= (expected ", kind, ":", keys[0], "=N,",
+                keys[1], "=N)");
   switch (f.kind) {
     case Fault::Kind::fail_device:
       f.device = static_cast<int>(values["device"]);

@@ -5,14 +5,15 @@
 // products over the simulator's pool (Note [Intra-op parallelism]).
 #include "backend_sim/sim_gemm.h"
 
-#include "backend_sim/sim_eigen.h"  // first: its pragma must precede Eigen
 #include <algorithm>
-#include <string>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include "backend_sim/sim_eigen.h"  // first: its pragma must precede Eigen
 
 #if defined(DITTO_HAVE_OPENBLAS)
 #include <cblas.h>

@@ -41,19 +41,19 @@ inline void store_lanes(float* dst, __m256 v, std::int64_t n) {
 // 8 x 8 transpose: v[r] holds row r; afterwards v[c] holds column c.
 inline void transpose8(__m256 (&v)[8]) {
   __m256 t[8], s[8];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < 8; i += 2) {
     t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
     t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < 8; i += 4) {
     s[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
     s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
     s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
     s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
   }
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int i = 0; i < 4; ++i) {
     v[i] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x20);
     v[i + 4] = _mm256_permute2f128_ps(s[i], s[i + 4], 0x31);
@@ -70,16 +70,16 @@ void pack_transposed(const float* src, std::int64_t ld, std::int64_t rows, std::
     std::int64_t k0 = 0;
     for (; k0 + 8 <= kc; k0 += 8) {
       __m256 v[8];
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int j = 0; j < 8; ++j)
         v[j] = j0 + j < rows ? _mm256_loadu_ps(src + (j0 + j) * ld + k0) : _mm256_setzero_ps();
       transpose8(v);
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int k = 0; k < 8; ++k) store_lanes(dst + (k0 + k) * w + j0, v[k], nj);
     }
     if (k0 < kc) {
       __m256 v[8];
-      #pragma GCC unroll 8
+#pragma GCC unroll 8
       for (int j = 0; j < 8; ++j)
         v[j] = j0 + j < rows ? load_lanes(src + (j0 + j) * ld + k0, kc - k0) : _mm256_setzero_ps();
       transpose8(v);
@@ -95,23 +95,22 @@ void pack_direct(const float* src, std::int64_t ld, std::int64_t cols, std::int6
     const float* s = src + k * ld;
     float* d = dst + k * w;
     for (std::int64_t j0 = 0; j0 < w; j0 += 8)
-      store_lanes(d + j0, j0 < cols ? load_lanes(s + j0, cols - j0) : _mm256_setzero_ps(),
-                  w - j0);
+      store_lanes(d + j0, j0 < cols ? load_lanes(s + j0, cols - j0) : _mm256_setzero_ps(), w - j0);
   }
 }
 
 // The instruction set for the driver (sim_gemm_driver.h lists what an Isa supplies).
 struct Avx2 {
   using Vec = __m256;
-  using Lanes = std::int64_t;                // a count: load_lanes / store_lanes mask per call
-  static constexpr int kW = 8;               // floats per vector
-  static constexpr int kMr = 6;              // rows per micro-tile
-  static constexpr int kNv = 2;              // vectors per micro-tile row (kMr * kNv accumulators)
-  static constexpr int kNr = kW * kNv;       // columns per micro-tile: op(B)'s panel width (the
-                                             // last panel of a row may be 8, ..., kNr - 8 wide)
-  static constexpr std::int64_t kMc = 144;   // rows of op(A) packed at a time (a multiple of kMr)
-  static constexpr std::int64_t kKc = 256;   // k block: a kNr-column B panel of kKc rows (16 KiB)
-                                             // fits L1
+  using Lanes = std::int64_t;               // a count: load_lanes / store_lanes mask per call
+  static constexpr int kW = 8;              // floats per vector
+  static constexpr int kMr = 6;             // rows per micro-tile
+  static constexpr int kNv = 2;             // vectors per micro-tile row (kMr * kNv accumulators)
+  static constexpr int kNr = kW * kNv;      // columns per micro-tile: op(B)'s panel width (the
+                                            // last panel of a row may be 8, ..., kNr - 8 wide)
+  static constexpr std::int64_t kMc = 144;  // rows of op(A) packed at a time (a multiple of kMr)
+  static constexpr std::int64_t kKc = 256;  // k block: a kNr-column B panel of kKc rows (16 KiB)
+                                            // fits L1
   static_assert(kMr <= 8 && kMc % kMr == 0 && kNv >= 1);
 
   static Lanes lanes(std::int64_t n) { return n; }
@@ -130,9 +129,8 @@ struct Avx2 {
   // The micro-kernel: acc[r][v] = fma(ap[k][r], bp[k][8 v ..], acc[r][v]) for k = 0..kc-1 in
   // order, the k chain of a kMr x (8 * NV) tile (ap: [kc][kMr], bp: [kc][8 * NV]).
   template <int NV>
-  [[gnu::always_inline]] static void chain(const float* __restrict ap,
-                                           const float* __restrict bp, std::int64_t kc,
-                                           Vec (&acc)[kMr][NV]) {
+  [[gnu::always_inline]] static void chain(const float* __restrict ap, const float* __restrict bp,
+                                           std::int64_t kc, Vec (&acc)[kMr][NV]) {
     constexpr int w = kW * NV;
     for (std::int64_t k = 0; k < kc; ++k) {
       const float* b = bp + k * w;

@@ -19,27 +19,27 @@ inline __mmask16 lane_mask(std::int64_t n) {  // the first min(n, 16) lanes (n >
 // 16 x 16 transpose: in[r] holds row r; afterwards in[c] holds column c.
 inline void transpose16(__m512 (&v)[16]) {
   __m512 t[16];
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int i = 0; i < 16; i += 2) {
     t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
     t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
   }
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int i = 0; i < 16; i += 4) {
     v[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
     v[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
     v[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
     v[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
   }
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int i = 0; i < 16; i += 8) {
-    #pragma GCC unroll 16
+#pragma GCC unroll 16
     for (int j = 0; j < 4; ++j) {
       t[i + j] = _mm512_shuffle_f32x4(v[i + j], v[i + j + 4], 0x88);
       t[i + j + 4] = _mm512_shuffle_f32x4(v[i + j], v[i + j + 4], 0xDD);
     }
   }
-  #pragma GCC unroll 16
+#pragma GCC unroll 16
   for (int j = 0; j < 8; ++j) {
     v[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
     v[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xDD);
@@ -56,17 +56,17 @@ void pack_transposed(const float* src, std::int64_t ld, std::int64_t rows, std::
     std::int64_t k0 = 0;
     for (; k0 + 16 <= kc; k0 += 16) {
       __m512 v[16];
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int j = 0; j < 16; ++j)
         v[j] = j0 + j < rows ? _mm512_loadu_ps(src + (j0 + j) * ld + k0) : _mm512_setzero_ps();
       transpose16(v);
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int k = 0; k < 16; ++k) _mm512_mask_storeu_ps(dst + (k0 + k) * w + j0, store, v[k]);
     }
     if (k0 < kc) {
       const __mmask16 load = lane_mask(kc - k0);
       __m512 v[16];
-      #pragma GCC unroll 16
+#pragma GCC unroll 16
       for (int j = 0; j < 16; ++j)
         v[j] = j0 + j < rows ? _mm512_maskz_loadu_ps(load, src + (j0 + j) * ld + k0)
                              : _mm512_setzero_ps();
@@ -85,8 +85,7 @@ void pack_direct(const float* src, std::int64_t ld, std::int64_t cols, std::int6
     const float* s = src + k * ld;
     float* d = dst + k * w;
     if (w <= 16) {
-      _mm512_mask_storeu_ps(d, static_cast<__mmask16>(lane_mask(w)),
-                            _mm512_maskz_loadu_ps(m0, s));
+      _mm512_mask_storeu_ps(d, static_cast<__mmask16>(lane_mask(w)), _mm512_maskz_loadu_ps(m0, s));
     } else {
       _mm512_storeu_ps(d, _mm512_maskz_loadu_ps(m0, s));
       _mm512_mask_storeu_ps(d + 16, lane_mask(w - 16), _mm512_maskz_loadu_ps(m1, s + 16));
@@ -98,12 +97,12 @@ void pack_direct(const float* src, std::int64_t ld, std::int64_t cols, std::int6
 struct Avx512 {
   using Vec = __m512;
   using Lanes = __mmask16;
-  static constexpr int kW = 16;              // floats per vector
-  static constexpr int kMr = 12;             // rows per micro-tile (24 accumulator vectors)
-  static constexpr int kNv = 2;              // vectors per micro-tile row
-  static constexpr int kNr = kW * kNv;       // columns per micro-tile (the last panel: 16 or 32)
-  static constexpr std::int64_t kMc = 120;   // rows of op(A) packed at a time (a multiple of kMr)
-  static constexpr std::int64_t kKc = 320;   // k block: a 32-column B panel of kKc rows fits L1
+  static constexpr int kW = 16;             // floats per vector
+  static constexpr int kMr = 12;            // rows per micro-tile (24 accumulator vectors)
+  static constexpr int kNv = 2;             // vectors per micro-tile row
+  static constexpr int kNr = kW * kNv;      // columns per micro-tile (the last panel: 16 or 32)
+  static constexpr std::int64_t kMc = 120;  // rows of op(A) packed at a time (a multiple of kMr)
+  static constexpr std::int64_t kKc = 320;  // k block: a 32-column B panel of kKc rows fits L1
 
   static Lanes lanes(std::int64_t n) { return lane_mask(n > 0 ? n : 0); }
   static Vec load(const float* p, Lanes m) { return _mm512_maskz_loadu_ps(m, p); }
@@ -122,9 +121,8 @@ struct Avx512 {
   // order, the k chain of a 12 x (16 * NV) tile (ap: [kc][kMr], bp: [kc][16 * NV], 64-byte
   // aligned rows).
   template <int NV>
-  [[gnu::always_inline]] static void chain(const float* __restrict ap,
-                                           const float* __restrict bp, std::int64_t kc,
-                                           Vec (&acc)[kMr][NV]) {
+  [[gnu::always_inline]] static void chain(const float* __restrict ap, const float* __restrict bp,
+                                           std::int64_t kc, Vec (&acc)[kMr][NV]) {
     constexpr int w = kW * NV;
     for (std::int64_t k = 0; k < kc; ++k) {
       const float* b = bp + k * w;

@@ -53,11 +53,11 @@
 //   0..kc-1 in order (ap: [kc][kMr], bp: [kc][kW * NV]), the micro-kernel.
 #pragma once
 
-#include "backend_sim/sim_eigen.h"  // first: its pragma must precede Eigen
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
+#include "backend_sim/sim_eigen.h"  // first: its pragma must precede Eigen
 #include "core/numerics/canonical_math.h"
 
 namespace ditto::sim::gemm_detail {
@@ -216,9 +216,8 @@ void blocked_gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, st
         with_width<Isa>(w, [&]<int NV>() {
           for (std::int64_t p = 0; p < mc; p += kMr) {
             const int mr = static_cast<int>(std::min<std::int64_t>(kMr, mc - p));
-            micro_tile<Isa, NV>(apack + p * kc, bp, kc, mr, nr, first,
-                                acc + (i0 + p) * ld_acc + j0, ld_acc, mode, alpha, beta,
-                                C + (i0 + p) * ldc + j0, ldc);
+            micro_tile<Isa, NV>(apack + p * kc, bp, kc, mr, nr, first, acc + (i0 + p) * ld_acc + j0,
+                                ld_acc, mode, alpha, beta, C + (i0 + p) * ldc + j0, ldc);
           }
         });
         bp += w * kc;

@@ -15,9 +15,8 @@ struct GemmKernels {
                float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
                float beta, float* C, std::int64_t ldc);
   void (*gemm_tn_sharded)(std::int64_t M, std::int64_t N, const float* A, std::int64_t lda,
-                          const float* B, std::int64_t ldb,
-                          const std::vector<std::int64_t>& bounds, float* C, std::int64_t ldc,
-                          bool accumulate);
+                          const float* B, std::int64_t ldb, const std::vector<std::int64_t>& bounds,
+                          float* C, std::int64_t ldc, bool accumulate);
 };
 
 extern const GemmKernels kPortableKernels;

@@ -17,9 +17,8 @@ constexpr std::int64_t kPNr = 32;   // columns per micro-tile
 constexpr std::int64_t kPMc = 128;  // rows of op(A) packed at a time
 
 // acc[r][j] = canonical chain over k of ap[k][r] * bp[k][j].
-inline void portable_micro_tile(const float* __restrict ap,
-                                const float* __restrict bp, std::int64_t K,
-                                float (&acc)[kPMr][kPNr]) {
+inline void portable_micro_tile(const float* __restrict ap, const float* __restrict bp,
+                                std::int64_t K, float (&acc)[kPMr][kPNr]) {
   for (auto& row : acc)
     for (float& v : row) v = 0.0f;
   for (std::int64_t k = 0; k < K; ++k) {
@@ -31,10 +30,9 @@ inline void portable_micro_tile(const float* __restrict ap,
   }
 }
 
-void portable_gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N,
-                   std::int64_t K, float alpha, const float* A, std::int64_t lda,
-                   const float* B, std::int64_t ldb, float beta, float* C,
-                   std::int64_t ldc) {
+void portable_gemm(bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+                   float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+                   float beta, float* C, std::int64_t ldc) {
   std::vector<float> apack(static_cast<std::size_t>(kPMc * K));
   std::vector<float> bpack(static_cast<std::size_t>(kPNr * K));
   alignas(64) float acc[kPMr][kPNr];
@@ -92,17 +90,17 @@ struct alignas(64) PTile {
 };
 
 void portable_sharded_micro_tile(const float* ap, const float* bp,
-                                 const std::vector<std::int64_t>& bounds,
-                                 std::int64_t lo, std::int64_t hi,
-                                 float (&out)[kPMr][kPNr], PTile* scratch,
+                                 const std::vector<std::int64_t>& bounds, std::int64_t lo,
+                                 std::int64_t hi, float (&out)[kPMr][kPNr], PTile* scratch,
                                  int level) {
   if (hi - lo == 1) {
     const std::int64_t k0 = bounds[static_cast<std::size_t>(lo)];
-    portable_micro_tile(ap + k0 * kPMr, bp + k0 * kPNr, bounds[static_cast<std::size_t>(lo) + 1] - k0,
-                        out);
+    portable_micro_tile(ap + k0 * kPMr, bp + k0 * kPNr,
+                        bounds[static_cast<std::size_t>(lo) + 1] - k0, out);
     return;
   }
-  std::int64_t p = 1;  // tree_mid (core/numerics/determinism.h), spelled here to keep this file core-free
+  std::int64_t p =
+      1;  // tree_mid (core/numerics/determinism.h), spelled here to keep this file core-free
   while (p * 2 < hi - lo) p *= 2;
   portable_sharded_micro_tile(ap, bp, bounds, lo, lo + p, out, scratch, level + 1);
   float(&right)[kPMr][kPNr] = scratch[level].v;
@@ -111,10 +109,10 @@ void portable_sharded_micro_tile(const float* ap, const float* bp,
     for (std::int64_t j = 0; j < kPNr; ++j) out[r][j] = canonical::add(out[r][j], right[r][j]);
 }
 
-void portable_gemm_tn_sharded(std::int64_t M, std::int64_t N, const float* A,
-                              std::int64_t lda, const float* B, std::int64_t ldb,
-                              const std::vector<std::int64_t>& bounds, float* C,
-                              std::int64_t ldc, bool accumulate) {
+void portable_gemm_tn_sharded(std::int64_t M, std::int64_t N, const float* A, std::int64_t lda,
+                              const float* B, std::int64_t ldb,
+                              const std::vector<std::int64_t>& bounds, float* C, std::int64_t ldc,
+                              bool accumulate) {
   const std::int64_t K = bounds.back();
   const auto shards = static_cast<std::int64_t>(bounds.size()) - 1;
   int depth = 0;

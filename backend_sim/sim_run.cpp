@@ -9,9 +9,9 @@
 #include <filesystem>
 
 #include "backend_sim/profiles.h"
+#include "core/base/error.h"
 #include "core/distributed/distributed.h"
 #include "core/io/file.h"
-#include "core/base/error.h"
 #include "core/runtime/extensions.h"
 #include "core/train/metrics.h"
 
@@ -43,8 +43,10 @@ void check_trace_path(const train::TrainerConfig& c, const std::string& trace) {
   if (dir.empty()) dir = ".";
   DITTO_CHECK(fs::is_directory(dir, ec), t, ": expected a file in an existing directory, got '",
               trace, "' (no directory '", dir.string(), "')");
-  DITTO_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, t, ": expected a file in a writable "
-              "directory, got '", trace, "': '", dir.string(), "': ", std::strerror(errno));
+  DITTO_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, t,
+              ": expected a file in a writable "
+              "directory, got '",
+              trace, "': '", dir.string(), "': ", std::strerror(errno));
 }
 
 }  // namespace
@@ -59,9 +61,10 @@ void SimRun::validate(const train::TrainerConfig& c) const {
   // is resolved (and a backend that cannot run dry refused) by fit().
   const bool processes = dist::is_initialized();
   DITTO_CHECK(!c.dry_run || ((c.backend == "sim" || c.backend == "auto") && !processes),
-              c.name_of("dry_run"), ": expected ", c.name_of("backend"), " sim in one process "
-              "(only the simulator prices work without running it), got ", c.name_of("backend"),
-              " ", c.backend, processes ? " under mpirun" : "");
+              c.name_of("dry_run"), ": expected ", c.name_of("backend"),
+              " sim in one process "
+              "(only the simulator prices work without running it), got ",
+              c.name_of("backend"), " ", c.backend, processes ? " under mpirun" : "");
 }
 
 std::vector<std::pair<std::string, std::string>> SimRun::settings(
@@ -73,15 +76,18 @@ std::vector<std::pair<std::string, std::string>> SimRun::settings(
     stragglers += buf;
   }
   for (const std::string& f : o_.faults) faults += (faults.empty() ? "" : " ") + f;
-  return {{name_of(c, "profile"), o_.profile},   {name_of(c, "interconnect"), o_.interconnect},
-          {name_of(c, "nodes"), std::to_string(o_.nodes)}, {name_of(c, "stragglers"), stragglers},
-          {name_of(c, "trace"), o_.trace},       {name_of(c, "faults"), faults}};
+  return {{name_of(c, "profile"), o_.profile},
+          {name_of(c, "interconnect"), o_.interconnect},
+          {name_of(c, "nodes"), std::to_string(o_.nodes)},
+          {name_of(c, "stragglers"), stragglers},
+          {name_of(c, "trace"), o_.trace},
+          {name_of(c, "faults"), faults}};
 }
 
 void SimRun::plan(const train::TrainerConfig& c, const train::RunPlan& plan,
                   BackendOptions& options) const {
-  DITTO_CHECK(!plan.processes || (o_.profile.empty() && o_.trace.empty() &&
-                                  o_.stragglers.empty() && o_.nodes == 1),
+  DITTO_CHECK(!plan.processes || (o_.profile.empty() && o_.trace.empty() && o_.stragglers.empty() &&
+                                  o_.nodes == 1),
               name_of(c, "profile"), ", ", name_of(c, "trace"), ", ", name_of(c, "stragglers"),
               " and ", name_of(c, "nodes"), ": expected a single-process run, got mpirun with ",
               plan.world_size, " processes (the cost model sees one process's devices)");
@@ -98,8 +104,8 @@ void SimRun::configure(const train::TrainerConfig& c, const train::RunContext& r
   Backend& be = run.backend;
   report_ = {};
   auto* cm = be.extension<CostModelExtension>();
-  const bool wanted = !o_.profile.empty() || !o_.trace.empty() || !o_.stragglers.empty() ||
-                      o_.nodes != 1;
+  const bool wanted =
+      !o_.profile.empty() || !o_.trace.empty() || !o_.stragglers.empty() || o_.nodes != 1;
   if (!cm) {
     DITTO_CHECK(!wanted, name_of(c, "profile"), ", ", name_of(c, "trace"), ", ",
                 name_of(c, "stragglers"), " and ", name_of(c, "nodes"),

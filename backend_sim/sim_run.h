@@ -32,8 +32,8 @@ struct SimRunOptions {
   /// between them): the run has nodes x devices devices. 1..4096, at most 65536 devices in all.
   int nodes = 1;
   std::vector<std::pair<int, double>> stragglers;  ///< (device, slowdown factor)
-  std::string trace;                   ///< Chrome trace file written at the end; "": none
-  std::vector<std::string> faults;     ///< fault specs (backend_sim/sim_faults.h)
+  std::string trace;                ///< Chrome trace file written at the end; "": none
+  std::vector<std::string> faults;  ///< fault specs (backend_sim/sim_faults.h)
 };
 
 /// What the run left (read after fit(), on rank 0).

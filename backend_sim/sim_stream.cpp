@@ -413,7 +413,7 @@ void SimStream::run_posted() {
   std::unique_lock lk(mu_);
   --posted_;
   if (state() != State::scheduled) {  // a waiting host thread claimed it meanwhile
-    if (posted_ == 0) bump();          // the destructor waits for posted_ == 0
+    if (posted_ == 0) bump();         // the destructor waits for posted_ == 0
     return;
   }
   set_state(State::running);
@@ -447,7 +447,7 @@ void SimStream::drain(std::unique_lock<std::mutex>& lk, const std::function<bool
       budget = kDrainBudget;
       continue;
     }
-    if (done ? (*done)() : budget == 0) {  // the pool runs the rest
+    if (done ? (*done)() : budget == 0) {                // the pool runs the rest
       if (spin_.load(std::memory_order_acquire) == 1) {  // a pool thread waits for it
         spin_.store(2, std::memory_order_release);
         return;
@@ -610,9 +610,8 @@ void SimStream::record(Event& event) {
   // Internal: the event completes even on a failed device (waiters must never hang), carrying
   // the failure to them.
   const DeviceHealth* health = health_.get();
-  enqueue_internal_short([this, st, gen, health] {
-    st->complete(gen, virtual_now, health ? health->failure() : "");
-  });
+  enqueue_internal_short(
+      [this, st, gen, health] { st->complete(gen, virtual_now, health ? health->failure() : ""); });
 }
 
 void SimStream::wait(const Event& event) {

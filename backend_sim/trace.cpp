@@ -8,8 +8,8 @@
 #include <tuple>
 #include <utility>
 
-#include "core/io/file.h"
 #include "core/base/error.h"
+#include "core/io/file.h"
 
 namespace ditto::sim {
 
@@ -44,26 +44,42 @@ void TraceRecorder::write_chrome_json(const std::string& path, const std::string
   std::set<std::pair<int, int>> tracks;
   std::set<int> with_memory;
   for (const auto& e : events) {
-    if (e.counter) with_memory.insert(e.device);
-    else tracks.insert({e.device, e.track});
+    if (e.counter)
+      with_memory.insert(e.device);
+    else
+      tracks.insert({e.device, e.track});
   }
   for (int d = 0; d < device_count; ++d) {
-    ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", d},
+    ev.push_back({{"name", "process_name"},
+                  {"ph", "M"},
+                  {"pid", d},
                   {"args", {{"name", "sim:" + std::to_string(d) + " (" + device_label + ")"}}}});
-    ev.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", d},
-                  {"args", {{"sort_index", d}}}});
+    ev.push_back(
+        {{"name", "process_sort_index"}, {"ph", "M"}, {"pid", d}, {"args", {{"sort_index", d}}}});
   }
   for (const auto& [d, t] : tracks)
-    ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", d}, {"tid", t},
-                  {"args", {{"name", t == 0 ? std::string("stream 0 (default)")
-                                            : "stream " + std::to_string(t)}}}});
+    ev.push_back(
+        {{"name", "thread_name"},
+         {"ph", "M"},
+         {"pid", d},
+         {"tid", t},
+         {"args",
+          {{"name", t == 0 ? std::string("stream 0 (default)") : "stream " + std::to_string(t)}}}});
   for (const auto& e : events) {
     if (e.counter) {
-      ev.push_back({{"name", "memory"}, {"ph", "C"}, {"pid", e.device}, {"ts", us(e.start)},
+      ev.push_back({{"name", "memory"},
+                    {"ph", "C"},
+                    {"pid", e.device},
+                    {"ts", us(e.start)},
                     {"args", {{"in_use_MiB", static_cast<double>(e.value) / 1048576.0}}}});
     } else {
-      ev.push_back({{"name", e.name}, {"cat", e.cat}, {"ph", "X"}, {"pid", e.device},
-                    {"tid", e.track}, {"ts", us(e.start)}, {"dur", us(e.dur)}});
+      ev.push_back({{"name", e.name},
+                    {"cat", e.cat},
+                    {"ph", "X"},
+                    {"pid", e.device},
+                    {"tid", e.track},
+                    {"ts", us(e.start)},
+                    {"dur", us(e.dur)}});
     }
   }
   out["displayTimeUnit"] = "ns";

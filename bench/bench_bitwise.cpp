@@ -16,22 +16,22 @@
 // Timings are wall-clock on a shared machine: compare ratios, not absolute numbers.
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
 
-#include "core/runtime/backend.h"
+#include "bench/bench_mlp.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
-#include "core/runtime/ops.h"
+#include "core/numerics/random.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
-#include "core/numerics/random.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/ops.h"
 #include "examples/cli_common.h"
-#include "bench/bench_mlp.h"
 
 using namespace ditto;
 using Clock = std::chrono::steady_clock;
@@ -55,7 +55,8 @@ double median_seconds(int reps, const std::function<void()>& fn) {
 
 Tensor random(const Shape& s, std::uint64_t seed, const Device& d) {
   std::vector<float> v(static_cast<std::size_t>(shape_numel(s)));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = uniform(seed, stream_id(kStreamSynthetic, 77), i, -1, 1);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = uniform(seed, stream_id(kStreamSynthetic, 77), i, -1, 1);
   return Tensor::from_vector(v, s, d);
 }
 
@@ -101,7 +102,7 @@ double trainer_samples_per_s(const std::vector<std::int64_t>& sizes, std::int64_
   for (std::size_t i = 0; i < yv.size(); ++i) yv[i] = static_cast<std::int64_t>(i) % classes;
   Tensor y = Tensor::from_vector(yv, {batch});
   auto step = [&] { (void)trainer.step(x, y); };  // the trainer reads the loss every step
-  step();  // warm-up
+  step();                                         // warm-up
   double t = median_seconds(reps, [&] {
     for (int i = 0; i < steps; ++i) step();
   });
@@ -173,8 +174,9 @@ int main(int argc, char** argv) {
     std::int64_t batch;
     int steps;
   };
-  for (const Model& m : {Model{"train 64-128-10 b64 4dev", {64, 128, 10}, 64, 50},
-                         Model{"train 784-1024-1024-10 b256 4dev", {784, 1024, 1024, 10}, 256, 5}}) {
+  for (const Model& m :
+       {Model{"train 64-128-10 b64 4dev", {64, 128, 10}, 64, 50},
+        Model{"train 784-1024-1024-10 b256 4dev", {784, 1024, 1024, 10}, 256, 5}}) {
     double bw = trainer_samples_per_s(m.sizes, m.batch, quick ? m.steps / 2 : m.steps, 4,
                                       Determinism::bitwise, reps);
     double fs = trainer_samples_per_s(m.sizes, m.batch, quick ? m.steps / 2 : m.steps, 4,

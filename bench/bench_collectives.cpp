@@ -8,18 +8,27 @@
 #include <string>
 #include <vector>
 
+#include "core/base/error.h"
 #include "core/comm/communicator.h"
 #include "core/runtime/backend.h"
-#include "core/base/error.h"
 
 namespace ditto::bench {
 namespace {
 
-enum class Op { all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, sendrecv,
-                gather, scatter };
-constexpr Op kOps[] = {Op::all_reduce, Op::all_gather, Op::reduce_scatter, Op::broadcast,
-                       Op::reduce,     Op::all_to_all, Op::sendrecv,       Op::gather,
-                       Op::scatter};
+enum class Op {
+  all_reduce,
+  all_gather,
+  reduce_scatter,
+  broadcast,
+  reduce,
+  all_to_all,
+  sendrecv,
+  gather,
+  scatter
+};
+constexpr Op kOps[] = {Op::all_reduce, Op::all_gather, Op::reduce_scatter,
+                       Op::broadcast,  Op::reduce,     Op::all_to_all,
+                       Op::sendrecv,   Op::gather,     Op::scatter};
 
 const char* op_name(Op op) {
   switch (op) {
@@ -47,7 +56,8 @@ Op parse_op(const std::string& s) {
     if (s == op_name(op) || s == nccl_tests_name(op)) return op;
   throw InvalidArgument("ditto-bench: --ops: expected all_reduce, all_gather, reduce_scatter, "
                         "broadcast, reduce, all_to_all (alltoall), sendrecv, gather or scatter, "
-                        "got '" + s + "'");
+                        "got '" +
+                        s + "'");
 }
 
 /// nccl-tests' busbw factors (doc/PERFORMANCE.md).
@@ -100,13 +110,18 @@ struct DTypeName {
   const char* nccl_tests;  // nccl-tests' -d name
   const char* alias;       // another name nccl-tests or torch users type ("" if none)
 };
-constexpr DTypeName kDTypeNames[] = {
-    {DType::f32, "float", "float32"},    {DType::f16, "half", "float16"},
-    {DType::bf16, "bfloat16", ""},       {DType::f64, "double", "float64"},
-    {DType::i8, "int8", "char"},         {DType::u8, "uint8", ""},
-    {DType::i32, "int32", "int"},        {DType::u32, "uint32", "uint"},
-    {DType::i64, "int64", ""},           {DType::u64, "uint64", ""},
-    {DType::f8_e4m3, "f8e4m3", "fp8_e4m3"}, {DType::f8_e5m2, "f8e5m2", "fp8_e5m2"}};
+constexpr DTypeName kDTypeNames[] = {{DType::f32, "float", "float32"},
+                                     {DType::f16, "half", "float16"},
+                                     {DType::bf16, "bfloat16", ""},
+                                     {DType::f64, "double", "float64"},
+                                     {DType::i8, "int8", "char"},
+                                     {DType::u8, "uint8", ""},
+                                     {DType::i32, "int32", "int"},
+                                     {DType::u32, "uint32", "uint"},
+                                     {DType::i64, "int64", ""},
+                                     {DType::u64, "uint64", ""},
+                                     {DType::f8_e4m3, "f8e4m3", "fp8_e4m3"},
+                                     {DType::f8_e5m2, "f8e5m2", "fp8_e5m2"}};
 
 const char* nccl_tests_dtype(DType t) {
   for (const DTypeName& d : kDTypeNames)
@@ -155,8 +170,7 @@ float expected(Op op, int n, int r, int root, std::int64_t block, std::int64_t j
     case Op::gather: return init_value(static_cast<int>(j / block), j % block);
     case Op::reduce_scatter: return sum_at(r * block + j);
     case Op::scatter: return init_value(root, r * block + j);
-    case Op::all_to_all:
-      return init_value(static_cast<int>(j / block), r * block + j % block);
+    case Op::all_to_all: return init_value(static_cast<int>(j / block), r * block + j % block);
     case Op::sendrecv: return init_value((r + n - 1) % n, j);
   }
   return 0;
@@ -221,10 +235,12 @@ CollResult run_collective(std::vector<Communicator>& comms, const std::vector<De
       case Op::all_reduce: all_reduce(comms, send, recv); break;
       case Op::reduce: reduce(comms, send, recv, ReduceOp::sum, root); break;
       case Op::broadcast:
-        if (in_place) broadcast(comms, send, root);
+        if (in_place)
+          broadcast(comms, send, root);
         else {
           group_start();
-          for (int r = 0; r < n; ++r) comms[static_cast<std::size_t>(r)].broadcast(send[r], recv[r], root);
+          for (int r = 0; r < n; ++r)
+            comms[static_cast<std::size_t>(r)].broadcast(send[r], recv[r], root);
           group_end();
         }
         break;
@@ -282,11 +298,15 @@ CollResult run_collective(std::vector<Communicator>& comms, const std::vector<De
 constexpr double kMaxBufferBytes = 4.0 * 1024 * 1024 * 1024;
 
 std::vector<std::size_t> size_list(const CollConfig& cfg) {
-  const std::size_t lo = parse_bytes(cfg.min_bytes, "--min-bytes"), hi = parse_bytes(cfg.max_bytes, "--max-bytes");
-  DITTO_CHECK(lo <= hi, "ditto-bench: --min-bytes ", cfg.min_bytes, " exceeds --max-bytes ", cfg.max_bytes);
-  DITTO_CHECK(cfg.step_factor >= 2, "ditto-bench: --step-factor: expected >= 2, got ", cfg.step_factor);
+  const std::size_t lo = parse_bytes(cfg.min_bytes, "--min-bytes"),
+                    hi = parse_bytes(cfg.max_bytes, "--max-bytes");
+  DITTO_CHECK(lo <= hi, "ditto-bench: --min-bytes ", cfg.min_bytes, " exceeds --max-bytes ",
+              cfg.max_bytes);
+  DITTO_CHECK(cfg.step_factor >= 2, "ditto-bench: --step-factor: expected >= 2, got ",
+              cfg.step_factor);
   std::vector<std::size_t> out;
-  for (std::size_t s = lo; s <= hi; s *= static_cast<std::size_t>(cfg.step_factor)) out.push_back(s);
+  for (std::size_t s = lo; s <= hi; s *= static_cast<std::size_t>(cfg.step_factor))
+    out.push_back(s);
   return out;
 }
 
@@ -310,15 +330,20 @@ std::size_t parse_bytes(const std::string& s, const char* opt) {
   try {
     v = std::stod(s, &pos);
   } catch (...) {
-    throw InvalidArgument(std::string("ditto-bench: ") + opt + ": expected a size like 4K, 16M or 1G, got '" + s + "'");
+    throw InvalidArgument(std::string("ditto-bench: ") + opt +
+                          ": expected a size like 4K, 16M or 1G, got '" + s + "'");
   }
   std::string unit = s.substr(pos);
   double m = 1;
-  if (unit == "K" || unit == "KiB") m = 1024;
-  else if (unit == "M" || unit == "MiB") m = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB") m = 1024.0 * 1024 * 1024;
+  if (unit == "K" || unit == "KiB")
+    m = 1024;
+  else if (unit == "M" || unit == "MiB")
+    m = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB")
+    m = 1024.0 * 1024 * 1024;
   else if (!unit.empty() && unit != "B")
-    throw InvalidArgument(std::string("ditto-bench: ") + opt + ": unknown unit in '" + s + "' (use B, K, M, G)");
+    throw InvalidArgument(std::string("ditto-bench: ") + opt + ": unknown unit in '" + s +
+                          "' (use B, K, M, G)");
   DITTO_CHECK(v > 0, "ditto-bench: ", opt, ": expected a positive size, got '", s, "'");
   DITTO_CHECK(v * m <= kMaxBufferBytes, "ditto-bench: ", opt,
               ": expected a size <= 4G (one buffer per rank in host memory), got '", s, "'");
@@ -330,7 +355,8 @@ DType parse_dtype(const std::string& s) {
     if (s == d.nccl_tests || (*d.alias && s == d.alias) || s == dtype_name(d.dtype)) return d.dtype;
   throw InvalidArgument("ditto-bench: --dtype: expected float, half, bfloat16, double, int8, "
                         "uint8, int32, uint32, int64, uint64, f8e4m3, f8e5m2 (nccl-tests' names), "
-                        "a ditto dtype name (f32, f16, bf16, ...) or all, got '" + s + "'");
+                        "a ditto dtype name (f32, f16, bf16, ...) or all, got '" +
+                        s + "'");
 }
 
 std::vector<DType> parse_dtypes(const std::vector<std::string>& names) {
@@ -368,8 +394,10 @@ int run_collectives(const CollConfig& cfg, Csv& csv) {
   if (cfg.backend == "auto") {
     backends.push_back("sim");
     std::string why;
-    if (resolve_backend_name("auto", &why) == "cuda") backends.push_back("cuda");
-    else std::printf("# cuda collectives skipped: %s\n", why.c_str());
+    if (resolve_backend_name("auto", &why) == "cuda")
+      backends.push_back("cuda");
+    else
+      std::printf("# cuda collectives skipped: %s\n", why.c_str());
   } else {
     backends.push_back(cfg.backend);
   }
@@ -412,7 +440,8 @@ int run_collectives(const CollConfig& cfg, Csv& csv) {
             for (bool in_place : {false, true}) {
               if ((in_place && (cfg.place == "out" || !has_in_place(op))) ||
                   (!in_place && cfg.place == "in")) {
-                std::snprintf(buf, sizeof buf, " %10s %8s %8s %8s %6s %8s", "-", "-", "-", "-", "-", "");
+                std::snprintf(buf, sizeof buf, " %10s %8s %8s %8s %6s %8s", "-", "-", "-", "-", "-",
+                              "");
                 line += buf;
                 continue;
               }
@@ -422,8 +451,7 @@ int run_collectives(const CollConfig& cfg, Csv& csv) {
                             r.algbw, r.busbw, r.memgbps, static_cast<long long>(r.wrong), "");
               line += buf;
               csv.row(be, op_name(op), n, in_place ? "in" : "out", cfg.determinism, bytes, elems,
-                      r.iters, r.time_us, r.algbw, r.busbw, r.memgbps, r.wrong,
-                      dtype_name(dtype));
+                      r.iters, r.time_us, r.algbw, r.busbw, r.memgbps, r.wrong, dtype_name(dtype));
             }
             std::printf("%s\n", line.c_str());
             std::fflush(stdout);

@@ -26,17 +26,17 @@
 #include <thread>
 #include <vector>
 
-#include "core/runtime/backend.h"
+#include "backend_sim/sim_backend.h"
 #include "core/comm/communicator.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
+#include "core/numerics/random.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
-#include "core/numerics/random.h"
+#include "core/runtime/backend.h"
 #include "examples/cli_common.h"
 #include "tests/train_step.h"
-#include "backend_sim/sim_backend.h"
 
 using namespace ditto;
 using Clock = std::chrono::steady_clock;
@@ -49,13 +49,15 @@ const std::vector<std::int64_t> kSizes{784, 1024, 1024, 10};
 
 Tensor random_x(std::uint64_t seed) {
   std::vector<float> v(static_cast<std::size_t>(kBatch * kSizes[0]));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = uniform(seed, stream_id(kStreamSynthetic, 78), i, -1, 1);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = uniform(seed, stream_id(kStreamSynthetic, 78), i, -1, 1);
   return Tensor::from_vector(v, {kBatch, kSizes[0]});
 }
 
 Tensor random_y(std::uint64_t seed) {
   std::vector<std::int64_t> v(static_cast<std::size_t>(kBatch));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = philox_u32(seed, stream_id(kStreamSynthetic, 79), i) % 10;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = philox_u32(seed, stream_id(kStreamSynthetic, 79), i) % 10;
   return Tensor::from_vector(v, {kBatch});
 }
 
@@ -75,9 +77,7 @@ double time_dp(int steps, const Tensor& x, const Tensor& y) {
   nn::CrossEntropyLoss ce;
   ce.set_determinism(Determinism::bitwise);
   optim::SGD opt(model->parameters(), {});
-  auto step = [&] {
-    test::train_step(dp, ce, x, y, &opt);
-  };
+  auto step = [&] { test::train_step(dp, ce, x, y, &opt); };
   step();  // warm-up
   current_stream(devs[0]).synchronize();
   auto t0 = Clock::now();
@@ -142,7 +142,8 @@ Prediction predict_ddp(const std::vector<std::int64_t>& sizes, std::int64_t batc
   sb->cost_model().configure(c);
 
   std::vector<float> xv(static_cast<std::size_t>(batch * sizes.front()));
-  for (std::size_t i = 0; i < xv.size(); ++i) xv[i] = uniform(3, stream_id(kStreamSynthetic, 80), i, -1, 1);
+  for (std::size_t i = 0; i < xv.size(); ++i)
+    xv[i] = uniform(3, stream_id(kStreamSynthetic, 80), i, -1, 1);
   std::vector<std::int64_t> yv(static_cast<std::size_t>(batch));
   for (std::size_t i = 0; i < yv.size(); ++i) yv[i] = static_cast<std::int64_t>(i) % sizes.back();
   const Tensor x = Tensor::from_vector(xv, {batch, sizes.front()});
@@ -193,9 +194,12 @@ void run_predictions() {
   const std::vector<Case> cases{{{784, 1024, 1024, 10}, 256},
                                 {{4096, 4096, 4096, 10}, 1024},
                                 {{2048, 2048, 2048, 2048, 2048, 2048, 2048, 2048, 10}, 1024}};
-  const int ranks = 8, steps = 1;  // virtual time is deterministic: every step after the warm-up is alike
-  std::printf("bench_ddp predicted: DDP step time in virtual time (cost model), %d ranks, fast mode, "
-              "buckets 25 MiB (first 1 MiB), %d steps after a warm-up\n", ranks, steps);
+  const int ranks = 8,
+            steps = 1;  // virtual time is deterministic: every step after the warm-up is alike
+  std::printf(
+      "bench_ddp predicted: DDP step time in virtual time (cost model), %d ranks, fast mode, "
+      "buckets 25 MiB (first 1 MiB), %d steps after a warm-up\n",
+      ranks, steps);
   std::printf("%-22s %6s %-20s %11s %11s %7s %11s %11s %7s\n", "model", "batch", "cluster",
               "overlap_ms", "serial_ms", "ratio", "compute_ms", "comm_ms", "bound");
   for (const Case& k : cases) {
@@ -204,8 +208,9 @@ void run_predictions() {
       if (!name.empty()) name += '-';
       name += std::to_string(s);
     }
-    if (name.size() > 22) name = std::to_string(k.sizes.front()) + "-" + std::to_string(k.sizes[1]) + "x" +
-                                 std::to_string(k.sizes.size() - 2) + "-" + std::to_string(k.sizes.back());
+    if (name.size() > 22)
+      name = std::to_string(k.sizes.front()) + "-" + std::to_string(k.sizes[1]) + "x" +
+             std::to_string(k.sizes.size() - 2) + "-" + std::to_string(k.sizes.back());
     for (const char* ic : {"nvlink", "pcie4"}) {
       const Prediction on = predict_ddp(k.sizes, k.batch, ranks, "h100-sxm", ic, true, steps);
       const Prediction off = predict_ddp(k.sizes, k.batch, ranks, "h100-sxm", ic, false, steps);
@@ -265,7 +270,9 @@ int main(int argc, char** argv) {
     if (i == 0) base = sps[i];
     std::printf("%-36s %12.0f %8.2f\n", rows[i].name, sps[i], sps[i] / base);
   }
-  std::printf("overlap speed-up, wall clock (samples/s with overlap / without): bucket 25 MiB %.3f, "
-              "bucket 1 MiB %.3f\n", sps[1] / sps[4], sps[2] / sps[3]);
+  std::printf(
+      "overlap speed-up, wall clock (samples/s with overlap / without): bucket 25 MiB %.3f, "
+      "bucket 1 MiB %.3f\n",
+      sps[1] / sps[4], sps[2] / sps[3]);
   return 0;
 }

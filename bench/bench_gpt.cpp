@@ -2,7 +2,6 @@
 #include "bench/bench_gpt.h"
 
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +9,7 @@
 #include <memory>
 
 #include "bench/bench_common.h"
+#include "core/base/error.h"
 #include "core/comm/communicator.h"
 #include "core/nn/gpt.h"
 #include "core/nn/loss.h"
@@ -19,7 +19,6 @@
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
 #include "core/runtime/backend.h"
-#include "core/base/error.h"
 
 namespace ditto::bench {
 namespace {
@@ -40,7 +39,8 @@ nn::GPTConfig model_config(const GptBenchConfig& c) {
 Tensor tokens(const GptBenchConfig& c, std::uint64_t sub) {
   std::vector<std::int64_t> v(static_cast<std::size_t>(c.batch_size * c.block_size));
   for (std::size_t i = 0; i < v.size(); ++i)
-    v[i] = philox_u32(1, stream_id(kStreamSynthetic, sub), i) % static_cast<std::uint32_t>(c.vocab_size);
+    v[i] = philox_u32(1, stream_id(kStreamSynthetic, sub), i) %
+           static_cast<std::uint32_t>(c.vocab_size);
   return Tensor::from_vector(v, {c.batch_size, c.block_size});
 }
 
@@ -54,9 +54,9 @@ optim::AdamWOptions adamw_options() {
 }
 
 /// One nanoGPT iteration of `model` (behind `forward` / `backward`) on (x, y).
-void train_step(const std::function<Tensor()>& forward, const std::function<void(const Tensor&)>& backward,
-                nn::GPT& gpt, nn::CrossEntropyLoss& loss, optim::AdamW& opt, const Tensor& y,
-                Determinism mode) {
+void train_step(const std::function<Tensor()>& forward,
+                const std::function<void(const Tensor&)>& backward, nn::GPT& gpt,
+                nn::CrossEntropyLoss& loss, optim::AdamW& opt, const Tensor& y, Determinism mode) {
   Tensor out = forward();
   Tensor l = loss.forward(out, y.to(out.device()));
   opt.zero_grad(true);
@@ -88,7 +88,8 @@ double ddp_steps_per_s(const GptBenchConfig& c, int n_dev, Determinism mode) {
   CommOptions co;
   co.determinism = mode;
   std::vector<Communicator> comms = Communicator::init_all(devices("sim", n_dev), co);
-  auto body = [&](Communicator& comm, const std::function<void(const std::function<void()>&)>& timed) {
+  auto body = [&](Communicator& comm,
+                  const std::function<void(const std::function<void()>&)>& timed) {
     nn::GPT gpt(model_config(c), comm.device(), 0);
     parallel::DistributedDataParallelOptions o;
     o.average_gradients = false;  // the loss divides by the global batch (bitwise = dp's bits)
@@ -117,17 +118,21 @@ void add_gpt_options(CLI::App* sc, GptBenchConfig& c) {
   sc->add_option("--batch-size", c.batch_size, "Sequences per step B (batch_size)");
   sc->add_option("--devices", c.devices_list, "Device counts")->delimiter(',');
   sc->add_option("--modes", c.modes, "fast, bitwise")->delimiter(',');
-  sc->add_option("--trainers", c.trainers, "dp (DataParallel), ddp (DistributedDataParallel)")->delimiter(',');
+  sc->add_option("--trainers", c.trainers, "dp (DataParallel), ddp (DistributedDataParallel)")
+      ->delimiter(',');
   sc->add_option("--train-seconds", c.seconds, "Seconds per timed run");
 }
 
 void check_gpt_config(const GptBenchConfig& c) {
   DITTO_CHECK(std::isfinite(c.seconds) && c.seconds > 0 && c.seconds <= kMaxSeconds,
-              "ditto-bench: --train-seconds: expected a value > 0 and <= ", kMaxSeconds, ", got ", c.seconds);
+              "ditto-bench: --train-seconds: expected a value > 0 and <= ", kMaxSeconds, ", got ",
+              c.seconds);
   for (const std::string& t : c.trainers)
-    DITTO_CHECK(t == "dp" || t == "ddp", "ditto-bench: --trainers: expected dp or ddp, got '", t, "'");
+    DITTO_CHECK(t == "dp" || t == "ddp", "ditto-bench: --trainers: expected dp or ddp, got '", t,
+                "'");
   for (const std::string& m : c.modes)
-    DITTO_CHECK(m == "fast" || m == "bitwise", "ditto-bench: --modes: expected fast or bitwise, got '", m, "'");
+    DITTO_CHECK(m == "fast" || m == "bitwise",
+                "ditto-bench: --modes: expected fast or bitwise, got '", m, "'");
   for (int d : c.devices_list)
     DITTO_CHECK(d >= 1 && d <= c.batch_size, "ditto-bench: --devices: expected 1 to --batch-size (",
                 c.batch_size, ") devices, got ", d);
@@ -143,12 +148,13 @@ void run_gpt(const GptBenchConfig& c, const std::string& csv_path) {
   std::snprintf(name, sizeof name, "gpt-%lldl-%lldh-%lld", static_cast<long long>(c.n_layer),
                 static_cast<long long>(c.n_head), static_cast<long long>(c.n_embd));
   Csv csv(csv_path, "model,batch,block_size,devices,determinism,trainer,tokens_per_s,steps_per_s");
-  std::printf("#\n# gpt: %s vocab %lld, batch %lld x block %lld, bias off, dropout 0; forward, "
-              "cross-entropy, backward, clip 1.0, AdamW; sim backend, median of %d runs of >= %.2f s\n#\n",
-              name, static_cast<long long>(c.vocab_size), static_cast<long long>(c.batch_size),
-              static_cast<long long>(c.block_size), c.reps, c.seconds);
-  std::printf("# %-16s %6s %6s %8s %9s %8s %12s %10s\n", "model", "batch", "block", "devices", "mode",
-              "trainer", "tokens/s", "steps/s");
+  std::printf(
+      "#\n# gpt: %s vocab %lld, batch %lld x block %lld, bias off, dropout 0; forward, "
+      "cross-entropy, backward, clip 1.0, AdamW; sim backend, median of %d runs of >= %.2f s\n#\n",
+      name, static_cast<long long>(c.vocab_size), static_cast<long long>(c.batch_size),
+      static_cast<long long>(c.block_size), c.reps, c.seconds);
+  std::printf("# %-16s %6s %6s %8s %9s %8s %12s %10s\n", "model", "batch", "block", "devices",
+              "mode", "trainer", "tokens/s", "steps/s");
   const double tokens_per_step = static_cast<double>(c.batch_size * c.block_size);
   for (int d : c.devices_list)
     for (const std::string& mode : c.modes) {

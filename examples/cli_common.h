@@ -7,7 +7,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -98,8 +97,10 @@ inline std::string conversion_message(const CLI::App& app, const std::string& wh
       return what;
     }
     const std::string type = opt->get_type_name();
-    e = type == "INT" ? "an integer" : type == "UINT" ? "an integer >= 0"
-      : type == "FLOAT" ? "a number" : "a value of type " + type;
+    e = type == "INT"     ? "an integer"
+        : type == "UINT"  ? "an integer >= 0"
+        : type == "FLOAT" ? "a number"
+                          : "a value of type " + type;
   }
   return name + ": expected " + e + ", got '" + value + "'";
 }
@@ -154,7 +155,8 @@ inline CLI::Validator numeric_value(const std::string& expected, bool integer) {
         std::size_t i = s.find_first_not_of(" \t");
         if (s[i] == '-' || s[i] == '+') ++i;
         std::size_t j = i;
-        while (j + 1 < s.size() && s[j] == '0' && std::isdigit(static_cast<unsigned char>(s[j + 1])))
+        while (j + 1 < s.size() && s[j] == '0' &&
+               std::isdigit(static_cast<unsigned char>(s[j + 1])))
           ++j;
         s.erase(i, j - i);  // "010" -> "10", "-007" -> "-7", "0x10" and "0" as they are
         return "";
@@ -173,7 +175,9 @@ inline void check_numeric_values(CLI::App& app,
     if (!integer && type.rfind("FLOAT", 0) != 0) continue;
     const auto it = expected.find(o->get_name());
     o->transform(numeric_value(it != expected.end() ? it->second
-                               : integer ? "an integer" : "a number", integer));
+                               : integer            ? "an integer"
+                                                    : "a number",
+                               integer));
   }
 }
 
@@ -192,7 +196,8 @@ inline CLI::Validator uint64_value() {
         return digit && errno == 0 && end && *end == '\0'
                    ? ""
                    : "expected an integer in 0..18446744073709551615 (or 0x0..0xffffffffffffffff), "
-                     "got " + s;
+                     "got " +
+                         s;
       },
       "", "uint64_value");
 }

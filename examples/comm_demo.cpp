@@ -13,13 +13,13 @@
 #include <cstdlib>
 #include <vector>
 
-#include "core/runtime/backend.h"
-#include "core/comm/comm.h"
 #include "core/base/error.h"
+#include "core/comm/comm.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
-#include "core/optim/sgd.h"
 #include "core/numerics/random.h"
+#include "core/optim/sgd.h"
+#include "core/runtime/backend.h"
 #include "examples/demo_devices.h"
 
 using namespace ditto;
@@ -41,7 +41,8 @@ int main(int argc, char** argv) try {
     std::vector<float> x(batch * features), y(batch);
     for (std::int64_t i = 0; i < batch; ++i) {
       for (std::int64_t f = 0; f < features; ++f)
-        x[i * features + f] = uniform(7, stream_id(kStreamSynthetic, step), i * features + f, -1, 1);
+        x[i * features + f] =
+            uniform(7, stream_id(kStreamSynthetic, step), i * features + f, -1, 1);
       y[i] = x[i * features] + x[i * features + 1] + x[i * features + 2] +
              0.01f * uniform(7, stream_id(kStreamSynthetic, 1000 + step), i, -1, 1);
     }

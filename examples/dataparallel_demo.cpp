@@ -7,15 +7,15 @@
 #include <cstdlib>
 #include <vector>
 
-#include "core/runtime/backend.h"
+#include "core/base/error.h"
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
-#include "core/base/error.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
+#include "core/numerics/random.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
-#include "core/numerics/random.h"
+#include "core/runtime/backend.h"
 #include "examples/demo_devices.h"
 
 using namespace ditto;
@@ -30,8 +30,8 @@ int main(int argc, char** argv) try {
   for (std::int64_t i = 0; i < n; ++i) {
     y[i] = philox_u32(3, stream_id(kStreamSynthetic, 0), i) & 1;
     for (std::int64_t j = 0; j < f; ++j)
-      x[i * f + j] = uniform(3, stream_id(kStreamSynthetic, 1), i * f + j, -1, 1) +
-                     (y[i] ? 0.8f : 0.0f);
+      x[i * f + j] =
+          uniform(3, stream_id(kStreamSynthetic, 1), i * f + j, -1, 1) + (y[i] ? 0.8f : 0.0f);
   }
   data::Dataset all;
   all.features = Tensor::from_vector(x, {n, f});

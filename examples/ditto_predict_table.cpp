@@ -6,7 +6,6 @@
 //
 //   build/bin/ditto-predict-table
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <exception>
 

@@ -13,7 +13,6 @@
 //       --devices 8 --trainer ddp --batch-size 128  # predict GPT-2 124M on 8 A100s, in seconds
 //   build/bin/ditto-train --predict-table          # alias of build/bin/ditto-predict-table
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -37,9 +36,9 @@
 #include "backend_sim/published.h"
 #include "backend_sim/sim_faults.h"
 #include "backend_sim/sim_run.h"
+#include "core/base/error.h"
 #include "core/distributed/distributed.h"
 #include "core/io/file.h"
-#include "core/base/error.h"
 #include "core/train/cost_meter.h"
 #include "core/train/gpt_recipe.h"
 #include "core/train/graceful_stop.h"
@@ -55,24 +54,25 @@ using namespace ditto;
 namespace {
 
 struct Args {
-  std::string backend = "sim", data = ditto_examples::bundled_data_path("digits.csv"), header = "auto", hidden = "128";
+  std::string backend = "sim", data = ditto_examples::bundled_data_path("digits.csv"),
+              header = "auto", hidden = "128";
   std::string determinism = "bitwise", trainer = "dp", jsonl, model = "mlp", dtype = "f32";
   std::int64_t label_column = -1;
-  std::int64_t classes = 0;  // --classes; 0: the largest label + 1
+  std::int64_t classes = 0;        // --classes; 0: the largest label + 1
   std::int64_t log_interval = -1;  // --log-interval; -1: the model's default
   double val_fraction = 0.2, sim_memory_gib = 80.0;
   std::vector<std::string> stragglers;  // "DEVICE:FACTOR"
-  bool verbose = false;                  // --verbose: the predicted step's kernel table
+  bool verbose = false;                 // --verbose: the predicted step's kernel table
   std::set<std::string> given;          // the options given on the command line
   train::TrainerConfig cfg;
-  train::GptSettings gpt;               // --model gpt's options (their fields: --n-layer n_layer)
-  sim::SimRunOptions sim;               // --profile, --interconnect, --nodes, --trace, ...
+  train::GptSettings gpt;  // --model gpt's options (their fields: --n-layer n_layer)
+  sim::SimRunOptions sim;  // --profile, --interconnect, --nodes, --trace, ...
 };
 
 /// The options of the MLP only (the GPT's are those of the "GPT ..." groups of --help).
-const std::set<std::string> kMlpOnly{"--hidden", "--epochs", "--label-column", "--header",
-                                     "--val-fraction", "--loss", "--optimizer", "--momentum",
-                                     "--classes"};
+const std::set<std::string> kMlpOnly{"--hidden",    "--epochs",       "--label-column",
+                                     "--header",    "--val-fraction", "--loss",
+                                     "--optimizer", "--momentum",     "--classes"};
 
 /// --hidden: "" is no hidden layer; otherwise every comma-separated item must be a size.
 std::vector<std::int64_t> parse_sizes(const std::string& text) {
@@ -80,14 +80,19 @@ std::vector<std::int64_t> parse_sizes(const std::string& text) {
   std::stringstream ss(text);
   std::string item;
   while (!text.empty() && std::getline(ss, item, ',')) {
-    DITTO_CHECK(!item.empty() && text.back() != ',', "--hidden: expected comma-separated positive "
-                "sizes such as 128 or 256,128 ('' for no hidden layer), got '", text, "' (an "
+    DITTO_CHECK(!item.empty() && text.back() != ',',
+                "--hidden: expected comma-separated positive "
+                "sizes such as 128 or 256,128 ('' for no hidden layer), got '",
+                text,
+                "' (an "
                 "empty item)");
     char* end = nullptr;
     errno = 0;
     const long long v = std::strtoll(item.c_str(), &end, 10);
-    DITTO_CHECK(*end == '\0' && errno == 0 && v > 0, "--hidden: "
-                "expected comma-separated positive sizes such as 128 or 256,128, got '", text, "'");
+    DITTO_CHECK(*end == '\0' && errno == 0 && v > 0,
+                "--hidden: "
+                "expected comma-separated positive sizes such as 128 or 256,128, got '",
+                text, "'");
     out.push_back(v);
   }
   return out;
@@ -124,21 +129,27 @@ std::shared_ptr<train::CsvDataSource> open_rows(const Args& a, const data::CsvOp
   const std::int64_t inferred = rows->num_outputs();  // the largest label + 1
   if (!a.given.count("--classes")) {
     DITTO_CHECK(inferred <= kMaxInferredClasses, "--data: ", a.data, ": the largest label is ",
-                inferred - 1, ", which would make a model of ", inferred, " classes: expected "
-                "labels 0..", kMaxInferredClasses - 1, " (the most classes ditto-train's model "
+                inferred - 1, ", which would make a model of ", inferred,
+                " classes: expected "
+                "labels 0..",
+                kMaxInferredClasses - 1,
+                " (the most classes ditto-train's model "
                 "has)");
     return rows;
   }
-  DITTO_CHECK(a.classes >= 1 && a.classes <= kMaxInferredClasses, "--classes: expected an "
-              "integer in 1..", kMaxInferredClasses, ", got ", a.classes);
-  DITTO_CHECK(a.classes >= inferred, "--classes: expected a number of classes greater than every "
-              "label (the largest in ", a.data, " is ", inferred - 1, "), got ", a.classes);
+  DITTO_CHECK(a.classes >= 1 && a.classes <= kMaxInferredClasses,
+              "--classes: expected an "
+              "integer in 1..",
+              kMaxInferredClasses, ", got ", a.classes);
+  DITTO_CHECK(a.classes >= inferred,
+              "--classes: expected a number of classes greater than every "
+              "label (the largest in ",
+              a.data, " is ", inferred - 1, "), got ", a.classes);
   rows->set_num_classes(a.classes, "--classes");
   return rows;
 }
 
-train::RankSettings cli_settings(const CLI::App& app, const Args& a,
-                                 const train::DataSource* data);
+train::RankSettings cli_settings(const CLI::App& app, const Args& a, const train::DataSource* data);
 
 /// A usage error found after parsing: an option's value, or a combination of options, that
 /// run() or the Trainer's validation refuses ("--FLAG: expected ..., got ..."). ditto-train
@@ -162,7 +173,9 @@ struct UsageError : InvalidArgument {
 /// Options that do nothing in this run, or that change what bitwise mode promises, said once at
 /// the start on stderr ("ditto-train: warning: ..."), as PyTorch warns for an ignored setting.
 void warn_settings(const Args& a, const train::TrainerConfig& c, long long devices) {
-  auto warn = [](const std::string& s) { std::fprintf(stderr, "ditto-train: warning: %s\n", s.c_str()); };
+  auto warn = [](const std::string& s) {
+    std::fprintf(stderr, "ditto-train: warning: %s\n", s.c_str());
+  };
   if (a.given.count("--bucket-cap-mb") && c.trainer != train::TrainerKind::ddp)
     warn("--bucket-cap-mb: sizes --trainer ddp's gradient buckets; DataParallel (--trainer dp) "
          "has none, so it does nothing in this run");
@@ -171,7 +184,8 @@ void warn_settings(const Args& a, const train::TrainerConfig& c, long long devic
          "it, so it does nothing in this run");
   if (c.determinism == Determinism::bitwise && (devices & (devices - 1)) != 0)
     warn("--devices" + std::string(a.sim.nodes > 1 ? " x --nodes" : "") + ": " +
-         std::to_string(devices) + " devices, not a power of two: the params_checksum is the "
+         std::to_string(devices) +
+         " devices, not a power of two: the params_checksum is the "
          "same from run to run but differs from the one every power-of-two device count (1, 2, "
          "4, ...) gives (bitwise mode splits the batch in power-of-two micro-shards, Note "
          "[Micro-shards])");
@@ -192,16 +206,22 @@ void check_option_values(const Args& a, const train::TrainerConfig& c, long long
                 "--weight-decay: expected a number >= 0, got ", c.weight_decay);
     if (c.determinism == Determinism::bitwise) {
       const std::int64_t k = c.micro_shards;
-      DITTO_CHECK(k >= 1 && k <= kMaxMicroShards && (k & (k - 1)) == 0, "--micro-shards: "
-                  "expected a power of two in 1..", kMaxMicroShards, ", got ", k);
-      DITTO_CHECK(k >= devices, "--micro-shards: bitwise mode gives every device at least one "
-                  "micro-shard: expected a power of two >= ", devices, " (the devices), got ", k,
+      DITTO_CHECK(k >= 1 && k <= kMaxMicroShards && (k & (k - 1)) == 0,
+                  "--micro-shards: "
+                  "expected a power of two in 1..",
+                  kMaxMicroShards, ", got ", k);
+      DITTO_CHECK(k >= devices,
+                  "--micro-shards: bitwise mode gives every device at least one "
+                  "micro-shard: expected a power of two >= ",
+                  devices, " (the devices), got ", k,
                   a.given.count("--micro-shards") ? "" : " (the default)");
     }
     train::check_grad_accumulation(c, static_cast<int>(devices));  // already names the options
     DITTO_CHECK(c.zero_stage == 0 || c.trainer == train::TrainerKind::ddp, "--zero-stage ",
-                c.zero_stage, ": expected --trainer ddp (ZeRO shards the optimizer state over "
-                "DDP's ranks), got --trainer ", train::trainer_kind_name(c.trainer));
+                c.zero_stage,
+                ": expected --trainer ddp (ZeRO shards the optimizer state over "
+                "DDP's ranks), got --trainer ",
+                train::trainer_kind_name(c.trainer));
     for (const auto& [device, factor] : a.sim.stragglers) {
       DITTO_CHECK(device >= 0 && device < devices, "--straggler ", device, ":", factor,
                   ": expected a device in 0..", devices - 1, ", got ", device);
@@ -227,8 +247,8 @@ void check_option_values(const Args& a, const train::TrainerConfig& c, long long
       sim::device_profile(p);
     } catch (const InvalidArgument& e) {
       throw UsageError(detail::cat("--profile: expected one of h100-sxm, h200, a100-sxm-80gb, "
-                                   "a100-sxm-40gb, rtx4070-laptop or a .json file, got '", p,
-                                   "'"));
+                                   "a100-sxm-40gb, rtx4070-laptop or a .json file, got '",
+                                   p, "'"));
     }
 }
 
@@ -260,10 +280,12 @@ int run(Args& a, const CLI::App& app) {
                   ": expected --model gpt, got --model mlp");
     data::CsvOptions csv;
     csv.label_column = a.label_column;
-    if (a.header == "yes") csv.header = data::CsvHeader::yes;
-    else if (a.header == "no") csv.header = data::CsvHeader::no;
-    else DITTO_CHECK(a.header == "auto", "--header: expected auto, yes or no, got '", a.header,
-                     "'");
+    if (a.header == "yes")
+      csv.header = data::CsvHeader::yes;
+    else if (a.header == "no")
+      csv.header = data::CsvHeader::no;
+    else
+      DITTO_CHECK(a.header == "auto", "--header: expected auto, yes or no, got '", a.header, "'");
     DITTO_CHECK(a.val_fraction > 0 && a.val_fraction < 1,
                 "--val-fraction: expected a value in (0, 1), got ", a.val_fraction);
     // The byte count must fit in size_t: converting a larger (or infinite) double is undefined.
@@ -287,13 +309,15 @@ int run(Args& a, const CLI::App& app) {
     // They change only the cost model's virtual times, which --profile (the predicted: line) or
     // --trace shows; without either they would be silently ignored (under mpirun the Trainer
     // refuses --straggler whatever comes with it: its own error).
-    DITTO_CHECK(!a.given.count("--verbose") || !a.sim.profile.empty(), "--verbose: prints the cost "
+    DITTO_CHECK(!a.given.count("--verbose") || !a.sim.profile.empty(),
+                "--verbose: prints the cost "
                 "model's table of the predicted step: expected --profile (or --dry-run --profile) "
                 "with it, got none");
     for (const std::string opt : {"--interconnect", "--straggler"})
       DITTO_CHECK((processes && opt == "--straggler") || !a.given.count(opt) ||
                       !a.sim.profile.empty() || !a.sim.trace.empty(),
-                  opt, ": changes only the cost model's predicted times: expected --profile (or "
+                  opt,
+                  ": changes only the cost model's predicted times: expected --profile (or "
                   "--trace) with it, got neither");
     // Without the cost model --nodes N only multiplies the devices (and, past a power of two,
     // changes the checksum): --devices says that.
@@ -304,7 +328,8 @@ int run(Args& a, const CLI::App& app) {
                 static_cast<long long>(a.sim.nodes) * c.devices, " devices; --devices ",
                 static_cast<long long>(a.sim.nodes) * c.devices, " does that)");
     if (c.resume_dir == "auto") {  // a restart loop's every run: resume when DIR holds one
-      DITTO_CHECK(!c.checkpoint_dir.empty(), "--resume auto: expected --checkpoint DIR (auto "
+      DITTO_CHECK(!c.checkpoint_dir.empty(),
+                  "--resume auto: expected --checkpoint DIR (auto "
                   "resumes from DIR when it holds a checkpoint, else starts fresh), got no "
                   "--checkpoint");
       const bool found = holds_checkpoint(c.checkpoint_dir, "--resume auto --checkpoint");
@@ -317,28 +342,31 @@ int run(Args& a, const CLI::App& app) {
     if (processes && !a.given.count("--trainer")) a.trainer = "ddp";  // the default there
     c.trainer = train::parse_trainer_kind(a.trainer, "--trainer");
     if (processes)  // (--trainer dp under mpirun: the Trainer's check)
-      DITTO_CHECK(!a.given.count("--devices") || c.devices == dist::world_size(), "--devices: "
-                  "under mpirun the ranks are the ", dist::world_size(), " processes: expected ",
-                  dist::world_size(), " or no --devices, got ", c.devices);
-    check_option_values(a, c, processes ? dist::world_size()
-                                        : static_cast<long long>(c.devices) * a.sim.nodes);
+      DITTO_CHECK(!a.given.count("--devices") || c.devices == dist::world_size(),
+                  "--devices: "
+                  "under mpirun the ranks are the ",
+                  dist::world_size(), " processes: expected ", dist::world_size(),
+                  " or no --devices, got ", c.devices);
+    check_option_values(
+        a, c, processes ? dist::world_size() : static_cast<long long>(c.devices) * a.sim.nodes);
     std::string why;
     c.backend = resolve_backend_name(a.backend, &why);
     if (a.backend == "auto" && c.backend != "cuda" && lead)
       std::printf("ditto-train: --backend auto: using the simulator (%s)\n", why.c_str());
     // (--dry-run on another backend or under mpirun: sim::SimRun's check, with the Trainer's)
     DITTO_CHECK(!c.dry_run || !a.sim.profile.empty(), "--dry-run: expected --profile (the GPU to "
-                "predict for, e.g. a100-sxm-80gb), got none");
+                                                      "predict for, e.g. a100-sxm-80gb), got none");
 
     if (gpt && !a.given.count("--data"))
       a.data = ditto_examples::bundled_data_path("shakespeare.txt");
     // --trace and --metrics-jsonl are written: not over --data, each other, or a checkpoint's.
-    io::check_outputs_are_not_inputs({{"--trace", a.sim.trace}, {"--metrics-jsonl", a.jsonl}},
-                                     {{"--data", a.data}}, {{"--checkpoint", c.checkpoint_dir},
-                                                            {"--resume", c.resume_dir}});
+    io::check_outputs_are_not_inputs(
+        {{"--trace", a.sim.trace}, {"--metrics-jsonl", a.jsonl}}, {{"--data", a.data}},
+        {{"--checkpoint", c.checkpoint_dir}, {"--resume", c.resume_dir}});
     if (gpt) {
       for (const std::string& opt : kMlpOnly)
-        DITTO_CHECK(!a.given.count(opt), opt, ": expected --model mlp (the GPT's options are "
+        DITTO_CHECK(!a.given.count(opt), opt,
+                    ": expected --model mlp (the GPT's options are "
                     "nanoGPT's: --max-iters, not --epochs, with AdamW and cross-entropy), got "
                     "--model gpt");
       g.data = a.data;
@@ -347,8 +375,10 @@ int run(Args& a, const CLI::App& app) {
     } else {
       data = rows = open_rows(a, csv);
     }
-    DITTO_CHECK(a.log_interval >= 0 || !a.given.count("--log-interval"), "--log-interval: "
-                "expected an integer >= 0 (0: no progress lines), got ", a.log_interval);
+    DITTO_CHECK(a.log_interval >= 0 || !a.given.count("--log-interval"),
+                "--log-interval: "
+                "expected an integer >= 0 (0: no progress lines), got ",
+                a.log_interval);
     if (a.given.count("--log-interval")) {
       c.log_interval = a.log_interval;
     } else {  // the GPT's 10; the MLP's 100 in epochs longer than that (the epoch lines suffice)
@@ -409,8 +439,8 @@ int run(Args& a, const CLI::App& app) {
   if (gpt)
     cb.on_finish = [&](train::Replica& rep) {
       try {
-        const std::string s = train::format_sample(
-            g, gpt_run, train::gpt_sample(rep, g, gpt_run, c.seed), c.seed);
+        const std::string s =
+            train::format_sample(g, gpt_run, train::gpt_sample(rep, g, gpt_run, c.seed), c.seed);
         std::fwrite(s.data(), 1, s.size(), stdout);  // every byte, NULs too
       } catch (const std::exception& e) {
         late_errors.push_back(detail::cat("--sample: ", e.what()));
@@ -433,11 +463,12 @@ int run(Args& a, const CLI::App& app) {
     train::refuse_run(std::current_exception(), agree_timeout_ms);
   }
   if (lead)  // after the config's validation: about settings that are valid
-    warn_settings(a, c, processes ? dist::world_size() : static_cast<long long>(c.devices) * a.sim.nodes);
+    warn_settings(a, c,
+                  processes ? dist::world_size() : static_cast<long long>(c.devices) * a.sim.nodes);
   train::FitResult r = trainer->fit();
   if (r.stopped) {
-    if (r.lead) out(train::format_stopped("ditto-train", train::stop_signal(), r.steps,
-                                          c.checkpoint_dir));
+    if (r.lead)
+      out(train::format_stopped("ditto-train", train::stop_signal(), r.steps, c.checkpoint_dir));
     std::fflush(stdout);
     return 128 + train::stop_signal();
   }
@@ -446,7 +477,8 @@ int run(Args& a, const CLI::App& app) {
   const sim::SimRunReport& sim = sim_run->report();
   for (const std::string& f : sim.unfired_faults)
     std::printf("ditto-train: note: --fault %s never took effect (no such step, allocation or "
-                "communicator collective in this run)\n", f.c_str());
+                "communicator collective in this run)\n",
+                f.c_str());
   out(train::format_final(r, tokens_per_sample));
   if (r.prediction)
     out(train::format_prediction(*r.prediction, r.dtype, r.dry_run, tokens_per_sample));
@@ -466,8 +498,10 @@ int run(Args& a, const CLI::App& app) {
     }
   std::fflush(stdout);
   for (const std::string& e : late_errors)
-    std::fprintf(stderr, "ditto-train: error: after training (the result above is complete): "
-                 "%s\n", e.c_str());
+    std::fprintf(stderr,
+                 "ditto-train: error: after training (the result above is complete): "
+                 "%s\n",
+                 e.c_str());
   return late_errors.empty() ? 0 : 1;
 }
 
@@ -482,9 +516,10 @@ int leave_mpi_job(int rc, int argc, char** argv, const std::string& what) {
     dist::init(&argc, &argv);
     train::check_ranks_agree(
         {}, CommOptions{}.timeout_ms,
-        std::make_exception_ptr(InvalidArgument(detail::cat(
-            "ditto-train ", what, " does not train, and under mpirun every process must run the "
-            "same training command (the other side of an MPMD ':' included)"))));
+        std::make_exception_ptr(InvalidArgument(
+            detail::cat("ditto-train ", what,
+                        " does not train, and under mpirun every process must run the "
+                        "same training command (the other side of an MPMD ':' included)"))));
   } catch (const std::exception&) {  // its own refusal, which the others report
   }
   dist::finalize();
@@ -523,7 +558,8 @@ std::string canonical_value(const std::string& v, bool flag) {
 /// The options every process of an mpirun job must agree on, by their effective values (after
 /// run() settled the defaults in `a`, so an option left at its default and the same value given
 /// explicitly agree), in --help's order: every option but the output-only --metrics-jsonl and
-/// --log-interval (rank 0 writes them), --help and --version. `data`: the run's data (the effective --classes).
+/// --log-interval (rank 0 writes them), --help and --version. `data`: the run's data (the effective
+/// --classes).
 train::RankSettings cli_settings(const CLI::App& app, const Args& a,
                                  const train::DataSource* data) {
   const train::TrainerConfig& c = a.cfg;
@@ -561,17 +597,16 @@ train::RankSettings cli_settings(const CLI::App& app, const Args& a,
         value += (value.empty() ? "" : " ") + canonical_value(r, flag);
       if (flag && value.empty()) value = "true";
     } else {  // not given: the variable's value now, after run() settled its default
-      value = canonical_value(const_cast<CLI::Option*>(opt)->capture_default_str()
-                                  ->get_default_str(), false);
+      value = canonical_value(
+          const_cast<CLI::Option*>(opt)->capture_default_str()->get_default_str(), false);
       if (flag) value = value.empty() ? "false" : canonical_value(value, true);
       if (value == "[]") value = "(none)";  // a repeatable option not given
     }
     out.emplace_back(name, value);
   }
   // --lr last: when not given it follows --optimizer (and --model), which then differs first.
-  const auto lr_at = std::find_if(out.begin(), out.end(), [](const auto& s) {
-    return s.first == "--lr";
-  });
+  const auto lr_at =
+      std::find_if(out.begin(), out.end(), [](const auto& s) { return s.first == "--lr"; });
   if (lr_at != out.end()) std::rotate(lr_at, lr_at + 1, out.end());
   return out;
 }
@@ -581,19 +616,34 @@ int cli_main(int argc, char** argv) {
   Args a;
   train::TrainerConfig& c = a.cfg;
   train::GptSettings& g = a.gpt;
-  c.field_names = {{"epochs", "--epochs"}, {"lr", "--lr"}, {"batch_size", "--batch-size"},
-                   {"devices", "--devices"}, {"nodes", "--nodes"}, {"loss", "--loss"},
-                   {"optimizer", "--optimizer"}, {"checkpoint_every", "--checkpoint-every"},
-                   {"checkpoint_dir", "--checkpoint"}, {"resume_dir", "--resume"},
-                   {"trace", "--trace"}, {"profile", "--profile"}, {"backend", "--backend"},
-                   {"stragglers", "--straggler"}, {"faults", "--fault"},
-                   {"comm_timeout_ms", "--comm-timeout-ms"}, {"trainer", "--trainer"},
-                   {"bucket_cap_mb", "--bucket-cap-mb"}, {"hidden", "--hidden"},
-                   {"dtype", "--dtype"}, {"micro_shards", "--micro-shards"},
-                   {"grad_accum_steps", "--grad-accum-steps"}, {"zero_stage", "--zero-stage"},
-                   {"dry_run", "--dry-run"}, {"allow_nonfinite_loss", "--allow-nonfinite-loss"},
+  c.field_names = {{"epochs", "--epochs"},
+                   {"lr", "--lr"},
+                   {"batch_size", "--batch-size"},
+                   {"devices", "--devices"},
+                   {"nodes", "--nodes"},
+                   {"loss", "--loss"},
+                   {"optimizer", "--optimizer"},
+                   {"checkpoint_every", "--checkpoint-every"},
+                   {"checkpoint_dir", "--checkpoint"},
+                   {"resume_dir", "--resume"},
+                   {"trace", "--trace"},
+                   {"profile", "--profile"},
+                   {"backend", "--backend"},
+                   {"stragglers", "--straggler"},
+                   {"faults", "--fault"},
+                   {"comm_timeout_ms", "--comm-timeout-ms"},
+                   {"trainer", "--trainer"},
+                   {"bucket_cap_mb", "--bucket-cap-mb"},
+                   {"hidden", "--hidden"},
+                   {"dtype", "--dtype"},
+                   {"micro_shards", "--micro-shards"},
+                   {"grad_accum_steps", "--grad-accum-steps"},
+                   {"zero_stage", "--zero-stage"},
+                   {"dry_run", "--dry-run"},
+                   {"allow_nonfinite_loss", "--allow-nonfinite-loss"},
                    {"allow_tf32", "--allow-tf32"},
-                   {"momentum", "--momentum"}, {"weight_decay", "--weight-decay"}};
+                   {"momentum", "--momentum"},
+                   {"weight_decay", "--weight-decay"}};
   float lr = 0.05f;
   CLI::App app{"ditto-train: data-parallel training (an MLP on CSV rows, or nanoGPT's character "
                "GPT with --model gpt) on simulated or real GPUs"};
@@ -618,7 +668,8 @@ int cli_main(int argc, char** argv) {
   with_default("--backend", a.backend, "sim, cuda or auto (cuda when a GPU is usable)");
   with_default("--devices", c.devices, "number of devices (data-parallel replicas)",
                "an integer in 1..65536");
-  with_default("--data", a.data, "CSV file: numeric features, integer class label (--model gpt: "
+  with_default("--data", a.data,
+               "CSV file: numeric features, integer class label (--model gpt: "
                "a text file, default the bundled shakespeare.txt, or token files: llm.c shards "
                "or nanoGPT's train.bin, one file, a comma list or a glob; see --data-format)");
   with_default("--label-column", a.label_column, "label column (negative counts from the end)",
@@ -634,8 +685,10 @@ int cli_main(int argc, char** argv) {
   with_default("--batch-size", c.batch_size,
                "global batch size (split over the devices; --model gpt: default 12)",
                "an integer >= 1");
-  plain("--lr", lr, "learning rate (default 0.05 for sgd, 0.001 for adam; --model gpt: "
-        "the peak of the schedule, default 0.001)", "a number > 0");
+  plain("--lr", lr,
+        "learning rate (default 0.05 for sgd, 0.001 for adam; --model gpt: "
+        "the peak of the schedule, default 0.001)",
+        "a number > 0");
   with_default("--momentum", c.momentum, "SGD momentum", "a number");
   with_default("--loss", c.loss, "cross-entropy or mse (on one-hot targets)");
   with_default("--optimizer", c.optimizer, "sgd or adam");
@@ -646,7 +699,8 @@ int cli_main(int argc, char** argv) {
                "micro-steps per optimizer step (nanoGPT's gradient_accumulation_steps; ddp: "
                "no_sync on all but the last): each takes a contiguous part of --batch-size; "
                "bitwise: a power of two with micro-shards divisible by it x devices, the same "
-               "bits as 1", "an integer >= 1");
+               "bits as 1",
+               "an integer >= 1");
   with_default("--weight-decay", c.weight_decay,
                "SGD weight decay (--model gpt: AdamW's, on the 2-D weights, default 0.1)",
                "a number >= 0");
@@ -708,7 +762,8 @@ int cli_main(int argc, char** argv) {
                "a size in MiB > 0");
   with_default("--zero-stage", c.zero_stage,
                "ddp: 1 shards the optimizer state over the ranks (ZeRO-1, llm.c's -z 1; "
-               "gradients reduce_scatter, parameters all_gather), 0 none", "0 or 1");
+               "gradients reduce_scatter, parameters all_gather), 0 none",
+               "0 or 1");
   app.add_option("--fault", a.sim.faults,
                  "sim: inject a fault (repeatable): fail:device=D,step=S | "
                  "alloc:device=D,after=N | skip-collective:rank=R,index=K")
@@ -721,7 +776,8 @@ int cli_main(int argc, char** argv) {
   plain("--log-interval", a.log_interval,
         "steps between progress lines 'iter N: loss L, time Tms[, mfu M%]' (nanoGPT's "
         "log_interval; also JSON lines): default 10 for --model gpt; the MLP's default "
-        "100 prints only in epochs longer than that; 0: none", "an integer >= 0");
+        "100 prints only in epochs longer than that; 0: none",
+        "an integer >= 0");
   const char* group = "GPT (--model gpt; nanoGPT's options and CPU defaults)";
   auto opt = [&](const char* name, auto& value, const char* help, const char* must = nullptr) {
     with_default(name, value, help, must)->group(group);
@@ -768,16 +824,21 @@ int cli_main(int argc, char** argv) {
                  "file (gpt2_124M.bin, f32 or bf16), Hugging Face GPT-2 safetensors "
                  "(model.safetensors; n_head from a config.json beside it, a GPT-2 size or "
                  "--n-head) or a ditto checkpoint directory (its parameters only); the model's "
-                 "configuration is the file's")->type_name("FILE")->group(group);
+                 "configuration is the file's")
+      ->type_name("FILE")
+      ->group(group);
   app.add_option("--export", g.export_files,
                  "write the trained model at the end: llmc FILE (llm.c's model file, f32), "
                  "llmc-bf16 FILE (bf16) or hf FILE (Hugging Face GPT-2 safetensors); repeat it "
                  "to write several files")
-      ->expected(2)->type_name("FORMAT FILE")
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)->group(group);
+      ->expected(2)
+      ->type_name("FORMAT FILE")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->group(group);
   app.add_flag("--eval-only", g.eval_only,
                "evaluate --eval-iters batches of each split once and stop: no training, no "
-               "checkpoint (needs --init-from or --resume)")->group(group);
+               "checkpoint (needs --init-from or --resume)")
+      ->group(group);
   ditto_cli::add_version(app, "ditto-train");
   ditto_cli::check_numeric_values(app, expected);  // '' refused, 010 decimal
   try {
@@ -812,10 +873,11 @@ int cli_main(int argc, char** argv) {
     rc = ditto_cli::kUsageError;
   } catch (const std::exception& e) {
     // A bare std::bad_alloc says only "std::bad_alloc": say what it means.
-    const std::string what = dynamic_cast<const std::bad_alloc*>(&e) != nullptr
-        ? "out of host memory (std::bad_alloc: a host allocation failed; `ulimit -v` may be too "
-          "low: use fewer --devices, a smaller model or batch, or raise it)"
-        : e.what();
+    const std::string what =
+        dynamic_cast<const std::bad_alloc*>(&e) != nullptr
+            ? "out of host memory (std::bad_alloc: a host allocation failed; `ulimit -v` may be too "
+              "low: use fewer --devices, a smaller model or batch, or raise it)"
+            : e.what();
     if (dist::is_initialized())
       std::fprintf(stderr, "ditto-train: error: rank %d: %s\n", dist::rank(), what.c_str());
     else

@@ -8,14 +8,14 @@
 // checked against that CRC-32 as read_checkpoint does: a mismatch prints a warning on stderr and
 // the exit status is 1.
 #include <cinttypes>
-#include <type_traits>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
-#include "core/checkpoint/checkpoint.h"
 #include "core/base/error.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/io/safetensors.h"
 #include "examples/cli_common.h"
 
@@ -64,7 +64,9 @@ int main(int argc, char** argv) {
       all = true;
     } else if (arg.size() > 1 && arg[0] == '-') {  // a file named so: ./-x
       std::fputs(ditto_cli::usage_error("safetensors-info", "unknown option '" + arg + "'", {arg},
-                                        {"--all", "--help", "--version"}).c_str(), stderr);
+                                        {"--all", "--help", "--version"})
+                     .c_str(),
+                 stderr);
       return ditto_cli::kUsageError;
     } else {
       files.push_back(arg);

@@ -19,8 +19,8 @@ int main(int argc, char** argv) {
       std::printf("epoch %d train_loss=%.4f val_acc=%.4f\n", m.epoch, m.train_loss, m.val_acc);
     };
     FitResult r = Trainer(cfg, digits, cb).fit();
-    std::printf("final: val_loss=%.6f val_acc=%.4f params_checksum=%016" PRIx64 "\n",
-                r.eval.loss, r.eval.accuracy, r.params_checksum);
+    std::printf("final: val_loss=%.6f val_acc=%.4f params_checksum=%016" PRIx64 "\n", r.eval.loss,
+                r.eval.accuracy, r.params_checksum);
   } catch (const ditto::Error& e) {
     std::fprintf(stderr, "train_minimal: error: %s\n", e.what());
     return 1;

@@ -6,8 +6,8 @@
 #include <atomic>
 #include <thread>
 
-#include "core/runtime/backend.h"
 #include "core/base/error.h"
+#include "core/runtime/backend.h"
 
 namespace ditto {
 namespace {

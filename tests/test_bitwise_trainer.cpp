@@ -5,16 +5,16 @@
 
 #include <cstring>
 
-#include "core/runtime/backend.h"
 #include "core/data/csv.h"
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
+#include "core/numerics/random.h"
 #include "core/optim/adam.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
-#include "core/numerics/random.h"
+#include "core/runtime/backend.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
 #include "trainer_test_util.h"
@@ -167,8 +167,8 @@ TEST_F(BitwiseTrainerTest, DigitsTwoEpochsSameBitsFor1And4Devices) {
     train::TrainerConfig c;  // MLP 64-128-10, SGD lr 0.05 momentum 0.9, batch 64, seed 0
     c.devices = n_dev;
     c.epochs = 2;
-    auto digits = std::make_shared<train::CsvDataSource>(DITTO_DIGITS_CSV, data::CsvOptions{},
-                                                         0.2, 0);
+    auto digits =
+        std::make_shared<train::CsvDataSource>(DITTO_DIGITS_CSV, data::CsvOptions{}, 0.2, 0);
     std::vector<std::uint32_t> bits;
     train::TrainerCallbacks cb;
     cb.on_finish = [&](train::Replica& r) { bits = param_bits(r.model()); };

@@ -1,10 +1,9 @@
-// Checkpoints (core/checkpoint/checkpoint.h) and the safetensors format (core/io/safetensors.h): round trips,
-// every malformed file refused with a ParseError naming the problem, damaged and truncated
-// checkpoints refused with a fall-back to the previous one, a crash in the middle of a write
-// leaving the previous checkpoint usable, and resumed training equal bit for bit to training
+// Checkpoints (core/checkpoint/checkpoint.h) and the safetensors format (core/io/safetensors.h):
+// round trips, every malformed file refused with a ParseError naming the problem, damaged and
+// truncated checkpoints refused with a fall-back to the previous one, a crash in the middle of a
+// write leaving the previous checkpoint usable, and resumed training equal bit for bit to training
 // that never stopped (SGD with momentum and Adam; at an epoch boundary and mid-epoch).
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstdio>
@@ -12,11 +11,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
-#include "core/runtime/backend.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
@@ -24,9 +21,10 @@
 #include "core/io/safetensors.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
+#include "core/numerics/random.h"
 #include "core/optim/adam.h"
 #include "core/optim/sgd.h"
-#include "core/numerics/random.h"
+#include "core/runtime/backend.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -65,8 +63,8 @@ std::vector<unsigned char> bytes_of(const Tensor& t) {
 // ---- safetensors ----------------------------------------------------------------------------
 
 TEST(Safetensors, RoundTripF32I64ScalarsAndEmpty) {
-  Tensor w = Tensor::from_vector(std::vector<float>{1.5f, -2.0f, 0.0f, 3.25f, 1e-30f, -0.0f},
-                                 {2, 3});
+  Tensor w =
+      Tensor::from_vector(std::vector<float>{1.5f, -2.0f, 0.0f, 3.25f, 1e-30f, -0.0f}, {2, 3});
   Tensor idx = Tensor::from_vector(std::vector<std::int64_t>{-1, 0, 1LL << 40}, {3});
   Tensor scalar = Tensor::from_vector(std::vector<float>{7.5f}, {});
   Tensor iscalar = Tensor::from_vector(std::vector<std::int64_t>{-9}, {});
@@ -83,13 +81,17 @@ TEST(Safetensors, RoundTripF32I64ScalarsAndEmpty) {
   EXPECT_EQ(bytes.size(), 8 + n + 24 + 24 + 4 + 8 + 0);
   const std::string header = bytes.substr(8, n);
   EXPECT_NE(header.find(R"("w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]})"),
-            std::string::npos) << header;
+            std::string::npos)
+      << header;
   EXPECT_NE(header.find(R"("idx":{"dtype":"I64","shape":[3],"data_offsets":[24,48]})"),
-            std::string::npos) << header;
+            std::string::npos)
+      << header;
   EXPECT_NE(header.find(R"("scalar":{"dtype":"F32","shape":[],"data_offsets":[48,52]})"),
-            std::string::npos) << header;
+            std::string::npos)
+      << header;
   EXPECT_NE(header.find(R"("empty":{"dtype":"F32","shape":[0,4],"data_offsets":[60,60]})"),
-            std::string::npos) << header;
+            std::string::npos)
+      << header;
   // The first tensor's bytes right after the header, little-endian f32 1.5 = 0x3fc00000.
   EXPECT_EQ(static_cast<unsigned char>(bytes[8 + n + 2]), 0xc0);
   EXPECT_EQ(static_cast<unsigned char>(bytes[8 + n + 3]), 0x3f);
@@ -126,8 +128,7 @@ TEST(Safetensors, ReadsFileWrittenByPythonSafetensors) {
   EXPECT_EQ(d.find("w")->shape(), (Shape{2, 3}));
   EXPECT_EQ(d.find("w")->to_vector<float>(),
             (std::vector<float>{-0.5f, -0.25f, 0.0f, 0.25f, 0.5f, 0.75f}));  // arange(6)/4 - 0.5
-  EXPECT_EQ(d.find("idx")->to_vector<std::int64_t>(),
-            (std::vector<std::int64_t>{-2, -1, 0, 1, 2}));
+  EXPECT_EQ(d.find("idx")->to_vector<std::int64_t>(), (std::vector<std::int64_t>{-2, -1, 0, 1, 2}));
   EXPECT_EQ(d.find("scalar")->dim(), 0);
   EXPECT_EQ(d.find("scalar")->item(), 3.5f);
   EXPECT_EQ(d.find("iscalar")->to_vector<std::int64_t>(), (std::vector<std::int64_t>{-7}));
@@ -152,7 +153,8 @@ TEST(Safetensors, EachMalformedFileRefusedNamingTheProblem) {
   const std::vector<Malformed> cases = {
       {"too short", std::string(5, '\0'), {"f.st: file too short: 5 bytes"}},
       {"header past end", too_long, {"f.st: header length: ", "truncated"}},
-      {"truncated buffer", truncated,
+      {"truncated buffer",
+       truncated,
        {"f.st: tensor 't': data_offsets: expected begin <= end <= 5"}},
       {"not json", raw_file("{\"t\": [1, 2", ""), {"f.st: header: not a well-formed JSON"}},
       {"not an object", raw_file("[1, 2]  ", ""), {"header: expected a JSON object"}},
@@ -160,52 +162,67 @@ TEST(Safetensors, EachMalformedFileRefusedNamingTheProblem) {
       {"bad utf-8", raw_file("{\"\xff\":1}", ""), {"not a well-formed JSON object (or not UTF-8)"}},
       {"repeated key",
        raw_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                R"("t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", b8),
+                R"("t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                b8),
        {"key 't' appears more than once"}},
       {"repeated field",
        raw_file(one(R"("dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8])"), b8),
        {"key 'dtype' appears more than once"}},
       {"entry not object", raw_file(R"({"t":[1]})", ""), {"tensor 't': expected an object"}},
-      {"missing offsets", raw_file(one(R"("dtype":"F32","shape":[2])"), b8),
+      {"missing offsets",
+       raw_file(one(R"("dtype":"F32","shape":[2])"), b8),
        {"tensor 't': missing field 'data_offsets'"}},
       {"unexpected field",
        raw_file(one(R"("dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1)"), b8),
        {"tensor 't': unexpected field 'x'"}},
-      {"unknown dtype", raw_file(one(R"("dtype":"F33","shape":[2],"data_offsets":[0,8])"), b8),
+      {"unknown dtype",
+       raw_file(one(R"("dtype":"F33","shape":[2],"data_offsets":[0,8])"), b8),
        {"tensor 't': dtype: unknown dtype 'F33'"}},
-      {"dtype not string", raw_file(one(R"("dtype":4,"shape":[2],"data_offsets":[0,8])"), b8),
+      {"dtype not string",
+       raw_file(one(R"("dtype":4,"shape":[2],"data_offsets":[0,8])"), b8),
        {"tensor 't': dtype: expected a string"}},
-      {"dtype ditto lacks", raw_file(one(R"("dtype":"I16","shape":[4],"data_offsets":[0,8])"), b8),
+      {"dtype ditto lacks",
+       raw_file(one(R"("dtype":"I16","shape":[4],"data_offsets":[0,8])"), b8),
        {"tensor 't': dtype: I16 is a safetensors dtype ditto cannot hold"}},
-      {"negative size", raw_file(one(R"("dtype":"F32","shape":[-2],"data_offsets":[0,8])"), b8),
+      {"negative size",
+       raw_file(one(R"("dtype":"F32","shape":[-2],"data_offsets":[0,8])"), b8),
        {"tensor 't': shape: expected non-negative integer sizes, got [-2]"}},
-      {"fractional size", raw_file(one(R"("dtype":"F32","shape":[2.0],"data_offsets":[0,8])"), b8),
+      {"fractional size",
+       raw_file(one(R"("dtype":"F32","shape":[2.0],"data_offsets":[0,8])"), b8),
        {"tensor 't': shape: expected non-negative integer sizes"}},
       {"huge shape",
        raw_file(one(R"("dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8])"), b8),
        {"tensor 't': shape: ", "more than 2^63 - 1 elements"}},
-      {"offsets not pair", raw_file(one(R"("dtype":"F32","shape":[2],"data_offsets":[0])"), b8),
+      {"offsets not pair",
+       raw_file(one(R"("dtype":"F32","shape":[2],"data_offsets":[0])"), b8),
        {"tensor 't': data_offsets: expected [begin, end]"}},
       {"offsets out of buffer",
        raw_file(one(R"("dtype":"F32","shape":[2],"data_offsets":[0,16])"), b8),
        {"tensor 't': data_offsets: expected begin <= end <= 8 (the buffer size), got [0, 16]"}},
-      {"begin after end", raw_file(one(R"("dtype":"F32","shape":[0],"data_offsets":[8,4])"), b8),
+      {"begin after end",
+       raw_file(one(R"("dtype":"F32","shape":[0],"data_offsets":[8,4])"), b8),
        {"got [8, 4]"}},
-      {"size mismatch", raw_file(one(R"("dtype":"F32","shape":[3],"data_offsets":[0,8])"), b8),
+      {"size mismatch",
+       raw_file(one(R"("dtype":"F32","shape":[3],"data_offsets":[0,8])"), b8),
        {"tensor 't': data_offsets: [0, 8] hold 8 bytes, but shape [3] x F32 needs 3 x 4 bytes"}},
       {"overlap",
        raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", b12),
+                R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                b12),
        {"tensor 'b': data_offsets: [4, 12] overlap tensor 'a'"}},
       {"gap",
        raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})", b12),
+                R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                b12),
        {"tensor 'b': data_offsets: begin 8 leaves a gap in the buffer after byte 4"}},
-      {"buffer not covered", raw_file(one(R"("dtype":"F32","shape":[1],"data_offsets":[0,4])"), b8),
+      {"buffer not covered",
+       raw_file(one(R"("dtype":"F32","shape":[1],"data_offsets":[0,4])"), b8),
        {"buffer: the tensors cover 4 bytes, but the buffer after the header has 8 bytes"}},
-      {"metadata not strings", raw_file(R"({"__metadata__":{"a":1}})", ""),
+      {"metadata not strings",
+       raw_file(R"({"__metadata__":{"a":1}})", ""),
        {"__metadata__: key 'a': expected a string value, got 1"}},
-      {"metadata not object", raw_file(R"({"__metadata__":[]})", ""),
+      {"metadata not object",
+       raw_file(R"({"__metadata__":[]})", ""),
        {"__metadata__: expected an object of strings"}},
   };
   for (const Malformed& c : cases) {
@@ -216,17 +233,18 @@ TEST(Safetensors, EachMalformedFileRefusedNamingTheProblem) {
   EXPECT_TRUE(io::safetensors_parse(raw_file("{}      ", ""), "f").tensors.empty());
   EXPECT_EQ(io::safetensors_parse(
                 raw_file(one(R"("dtype":"I64","shape":[0,3],"data_offsets":[0,0])"), ""), "f")
-                .tensors.at(0).second.shape(),
+                .tensors.at(0)
+                .second.shape(),
             (Shape{0, 3}));
 }
 
 // No input makes the parser crash or throw anything but ParseError: every truncation of a valid
 // file is refused, every single-byte change of its header is parsed or refused.
 TEST(Safetensors, EveryTruncationRefusedEveryHeaderByteFlipParsedOrRefused) {
-  const std::string good = io::safetensors_serialize(
-      {{"w", Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {2, 2})},
-       {"i", Tensor::from_vector(std::vector<std::int64_t>{5}, {})}},
-      {{"k", "v"}});
+  const std::string good =
+      io::safetensors_serialize({{"w", Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {2, 2})},
+                                 {"i", Tensor::from_vector(std::vector<std::int64_t>{5}, {})}},
+                                {{"k", "v"}});
   for (std::size_t n = 0; n < good.size(); ++n) {
     SCOPED_TRACE(n);
     EXPECT_THROW(io::safetensors_parse(std::string_view(good).substr(0, n), "f"), ParseError);
@@ -260,14 +278,26 @@ TEST(Safetensors, LoadNamesTheFile) {
 
 TEST(Safetensors, SerializeRefusesBadNames) {
   Tensor t = Tensor::from_vector(std::vector<float>{1}, {1});
-  expect_throw<InvalidArgument>([&] { io::safetensors_serialize({{"a", t}, {"a", t}}); },
-                                {"tensors[1] ('a'): the name appears more than once"});
-  expect_throw<InvalidArgument>([&] { io::safetensors_serialize({{"__metadata__", t}}); },
-                                {"'__metadata__' is reserved"});
-  expect_throw<InvalidArgument>([&] { io::safetensors_serialize({{"", t}}); },
-                                {"tensors[0]: expected a non-empty name"});
-  expect_throw<InvalidArgument>([&] { io::safetensors_serialize({{"u", Tensor()}}); },
-                                {"tensors[0] ('u'): expected a defined tensor"});
+  expect_throw<InvalidArgument>(
+      [&] {
+        io::safetensors_serialize({{"a", t}, {"a", t}});
+      },
+      {"tensors[1] ('a'): the name appears more than once"});
+  expect_throw<InvalidArgument>(
+      [&] {
+        io::safetensors_serialize({{"__metadata__", t}});
+      },
+      {"'__metadata__' is reserved"});
+  expect_throw<InvalidArgument>(
+      [&] {
+        io::safetensors_serialize({{"", t}});
+      },
+      {"tensors[0]: expected a non-empty name"});
+  expect_throw<InvalidArgument>(
+      [&] {
+        io::safetensors_serialize({{"u", Tensor()}});
+      },
+      {"tensors[0] ('u'): expected a defined tensor"});
 }
 
 // ---- checkpoints --------------------------------------------------------------------------
@@ -375,10 +405,10 @@ TEST(Checkpoint, VerifyCrcAcceptsAWrittenFileRefusesAChangedOneIgnoresOtherFiles
 
   float* w = d.tensors.front().second.data<float>();
   w[0] += 1.0f;
-  expect_throw<ParseError>([&] { verify_checkpoint_crc(path, d); },
-                           {path + ": checksum mismatch: the tensor data has CRC-32 ",
-                            ", the file records " + d.metadata.at("ditto.crc32") +
-                                " (damaged file)"});
+  expect_throw<ParseError>(
+      [&] { verify_checkpoint_crc(path, d); },
+      {path + ": checksum mismatch: the tensor data has CRC-32 ",
+       ", the file records " + d.metadata.at("ditto.crc32") + " (damaged file)"});
   d.metadata.erase("ditto.crc32");
   EXPECT_FALSE(verify_checkpoint_crc(path, d));
 }
@@ -387,8 +417,8 @@ TEST_P(ResumeEqualsUninterrupted, SameParameterBits) {
   const auto [opt, stop_at] = GetParam();
   const std::vector<unsigned char> whole = train({.opt = opt});
   ASSERT_FALSE(whole.empty());
-  const std::string dir = fresh_dir("resume" + std::to_string(int(opt)) + "_" +
-                                    std::to_string(stop_at));
+  const std::string dir =
+      fresh_dir("resume" + std::to_string(int(opt)) + "_" + std::to_string(stop_at));
   train({.opt = opt, .stop_at = stop_at, .dir = dir});
   const std::vector<unsigned char> resumed = train({.opt = opt, .dir = dir, .resume = true});
   EXPECT_EQ(resumed, whole);
@@ -519,9 +549,9 @@ TEST_F(CheckpointTest, FlippedByteRefusedWithChecksumMismatch) {
   const std::string dir = two_checkpoints("flip");
   const std::string model = dir + "/step-00000009/model.safetensors";
   flip_byte(model, -1);  // the last byte of the last tensor
-  expect_throw<ParseError>([&] { read_checkpoint(dir + "/step-00000009"); },
-                           {model + ": checksum mismatch: the tensor data has CRC-32 ",
-                            "(damaged file)"});
+  expect_throw<ParseError>(
+      [&] { read_checkpoint(dir + "/step-00000009"); },
+      {model + ": checksum mismatch: the tensor data has CRC-32 ", "(damaged file)"});
   const std::string trainer = dir + "/step-00000006/trainer.json";
   std::string text = io::read_file(trainer);
   text.replace(text.find("\"step\": 6"), 9, "\"step\": 7");
@@ -550,7 +580,8 @@ TEST_F(CheckpointTest, DamagedLatestFallsBackToPreviousThenFailsClearly) {
   Checkpoint c = read_latest_checkpoint(dir, log);
   EXPECT_EQ(c.state.step, 6);
   EXPECT_NE(log.str().find("checkpoint '" + dir + "/step-00000009' is unusable: "),
-            std::string::npos) << log.str();
+            std::string::npos)
+      << log.str();
   EXPECT_NE(log.str().find("checksum mismatch"), std::string::npos) << log.str();
   EXPECT_NE(log.str().find("falling back to '" + dir + "/step-00000006'"), std::string::npos)
       << log.str();
@@ -559,9 +590,9 @@ TEST_F(CheckpointTest, DamagedLatestFallsBackToPreviousThenFailsClearly) {
 
   fs::resize_file(dir + "/step-00000006/optimizer.safetensors", 100);
   std::ostringstream log2;
-  expect_throw<Error>([&] { read_latest_checkpoint(dir, log2); },
-                      {"resume: no usable checkpoint in '" + dir + "':", "step-00000009",
-                       "step-00000006"});
+  expect_throw<Error>(
+      [&] { read_latest_checkpoint(dir, log2); },
+      {"resume: no usable checkpoint in '" + dir + "':", "step-00000009", "step-00000006"});
   expect_throw<Error>([&] { read_latest_checkpoint(dir + "/nope", log2); },
                       {"resume: checkpoint directory '" + dir + "/nope' does not exist"});
 }
@@ -594,9 +625,11 @@ TEST_F(CheckpointTest, SymlinksInTheDirectoryAreReplacedNeverFollowed) {
   fs::create_symlink(decoys + "/names-nothing", dir + "/latest");
   std::ostringstream log;
   EXPECT_EQ(read_latest_checkpoint(dir, log).state.step, 3);
-  EXPECT_NE(log.str().find("'" + dir + "/latest' is a symbolic link, not the file ditto writes "
+  EXPECT_NE(log.str().find("'" + dir +
+                           "/latest' is a symbolic link, not the file ditto writes "
                            "(ignored); trying the checkpoints in"),
-            std::string::npos) << log.str();
+            std::string::npos)
+      << log.str();
 
   // The lock file: a link there is refused, naming it, and its target keeps its content.
   const std::string locked = fresh_dir("links-lock");
@@ -613,12 +646,12 @@ TEST_F(CheckpointTest, CrashInTheMiddleOfAWriteLeavesThePreviousCheckpoint) {
   // The next checkpoint dies halfway through its model file (as SIGKILL would stop it; the
   // ditto-train test in tests/CMakeLists.txt really kills the process).
   int calls = 0;
-  io::set_write_hook_for_testing([&](const std::string& path, std::size_t written,
-                                     std::size_t total) {
-    ++calls;
-    EXPECT_LT(written, total);
-    if (path.find("model.safetensors") != std::string::npos) throw std::runtime_error("crash");
-  });
+  io::set_write_hook_for_testing(
+      [&](const std::string& path, std::size_t written, std::size_t total) {
+        ++calls;
+        EXPECT_LT(written, total);
+        if (path.find("model.safetensors") != std::string::npos) throw std::runtime_error("crash");
+      });
   EXPECT_THROW(train({.stop_at = 9, .dir = dir}), std::runtime_error);
   io::set_write_hook_for_testing({});
   EXPECT_EQ(calls, 1);
@@ -642,18 +675,25 @@ TEST_F(CheckpointTest, ResumeRefusesAnotherModelOrOptimizerBeforeChangingAnythin
   const auto before = bytes_of(model->parameters()[0]->data);
   std::ostringstream log;
   expect_throw<InvalidArgument>(
-      [&] { resume_checkpoint(dir, *model, *opt, {{"model", "1"}}, {}, log); },
+      [&] {
+        resume_checkpoint(dir, *model, *opt, {{"model", "1"}}, {}, log);
+      },
       {"resume: ", "model.safetensors: parameter '0.weight': expected [12, 6] f32 (the model's), "
                    "got [10, 6] f32"});
   expect_throw<InvalidArgument>(
-      [&] { resume_checkpoint(dir, *model, *opt, {{"model", "6-12-3"}}, {}, log); },
-      {"resume: checkpoint '" + dir + "/step-00000009' was saved with model=1, this run has "
+      [&] {
+        resume_checkpoint(dir, *model, *opt, {{"model", "6-12-3"}}, {}, log);
+      },
+      {"resume: checkpoint '" + dir +
+       "/step-00000009' was saved with model=1, this run has "
        "model=6-12-3"});
   auto model2 = nn::mlp({6, 10, 3}, dev(0), 11);
   auto adam = make_opt(Opt::adam, *model2);
   const auto before2 = bytes_of(model2->parameters()[0]->data);
   expect_throw<InvalidArgument>(
-      [&] { resume_checkpoint(dir, *model2, *adam, {{"model", "1"}}, {}, log); },
+      [&] {
+        resume_checkpoint(dir, *model2, *adam, {{"model", "1"}}, {}, log);
+      },
       {"expected the state of a Adam optimizer, got one of SGD"});
   EXPECT_EQ(bytes_of(model->parameters()[0]->data), before);
   EXPECT_EQ(bytes_of(model2->parameters()[0]->data), before2);
@@ -751,11 +791,14 @@ TEST_F(CheckpointTest, RotationThatCannotDeleteWarns) {
   testing::internal::CaptureStderr();
   train({.stop_at = 9, .dir = dir});
   const std::string err = testing::internal::GetCapturedStderr();
-  if (immutable) EXPECT_EQ(std::system(("chattr -i '" + pinned + "'").c_str()), 0);
-  else fs::permissions(old, fs::perms::owner_all);
+  if (immutable)
+    EXPECT_EQ(std::system(("chattr -i '" + pinned + "'").c_str()), 0);
+  else
+    fs::permissions(old, fs::perms::owner_all);
   EXPECT_NE(err.find("ditto: save_checkpoint: warning: cannot remove the old checkpoint '" + old +
                      "' (keeping the 2 newest): "),
-            std::string::npos) << err;
+            std::string::npos)
+      << err;
   EXPECT_TRUE(fs::exists(dir + "/step-00000009/trainer.json"));
   EXPECT_EQ(io::read_file(dir + "/latest"), "step-00000009\n");
 }
@@ -775,7 +818,9 @@ TEST_F(CheckpointTest, ResumeNamesImpliedValuesAndModelFields) {
       {"was saved with dtype=f32, this run has dtype=bf16"});
   // The checkpoint's model "1" against a structured one: the whole values.
   expect_throw<InvalidArgument>(
-      [&] { resume_checkpoint(dir, *model, *opt, {{"model", "m(a=1,dropout=0)"}}, {}, log); },
+      [&] {
+        resume_checkpoint(dir, *model, *opt, {{"model", "m(a=1,dropout=0)"}}, {}, log);
+      },
       {"was saved with model=1, this run has model=m(a=1,dropout=0)"});
 }
 

@@ -273,7 +273,7 @@ class CommCollectives : public ::testing::TestWithParam<Param> {
         comms_, how_, [&] { ditto::reduce(comms_, send, recv, op, root); },
         [&](int r) { comms_[r].reduce(send[r], recv[r], op, root); });
     for (int r = 0; r < n_; ++r) {
-      std::vector<T> expected = r == root   ? host_reduce<T>(n_, count, op)
+      std::vector<T> expected = r == root  ? host_reduce<T>(n_, count, op)
                                 : in_place ? inputs<T>(r, count)
                                            : sentinel<T>(count);
       expect_result(recv[r].to_vector<T>(), expected, close_only(op) && r == root, r);
@@ -282,9 +282,8 @@ class CommCollectives : public ::testing::TestWithParam<Param> {
 
   template <typename T>
   void reduce_scatter(ReduceOp op, std::int64_t count, bool in_place) {
-    SCOPED_TRACE(detail::cat("reduce_scatter ", reduce_op_name(op), " ",
-                             dtype_name(dtype_of<T>()), " count ", count,
-                             in_place ? " in place" : ""));
+    SCOPED_TRACE(detail::cat("reduce_scatter ", reduce_op_name(op), " ", dtype_name(dtype_of<T>()),
+                             " count ", count, in_place ? " in place" : ""));
     std::vector<Tensor> send, recv;
     for (int r = 0; r < n_; ++r) {
       send.push_back(make(inputs<T>(r, n_ * count), comms_[r].device()));
@@ -383,7 +382,8 @@ TEST_P(CommCollectives, Reduce) {
         for (ReduceOp op :
              {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg})
           reduce<float>(op, count, in_place);
-        for (ReduceOp op : {ReduceOp::sum, ReduceOp::max}) reduce<std::int64_t>(op, count, in_place);
+        for (ReduceOp op : {ReduceOp::sum, ReduceOp::max})
+          reduce<std::int64_t>(op, count, in_place);
       }
   });
 }
@@ -474,13 +474,13 @@ std::string collectives_name(const ::testing::TestParamInfo<Param>& info) {
                      drive_name(std::get<2>(info.param)));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Sim, CommCollectives,
-    ::testing::Combine(::testing::Values(std::string("sim")),
-                       ::testing::Values(Determinism::fast, Determinism::bitwise),
-                       ::testing::Values(Drive::vector_form, Drive::loop, Drive::grouped_loop,
-                                         Drive::spmd)),
-    collectives_name);
+INSTANTIATE_TEST_SUITE_P(Sim, CommCollectives,
+                         ::testing::Combine(::testing::Values(std::string("sim")),
+                                            ::testing::Values(Determinism::fast,
+                                                              Determinism::bitwise),
+                                            ::testing::Values(Drive::vector_form, Drive::loop,
+                                                              Drive::grouped_loop, Drive::spmd)),
+                         collectives_name);
 // No Drive::loop: one thread calling every handle outside a group blocks in the first call
 // (CudaCommTest.OneThreadCallingEveryHandleOutsideAGroupTimesOutWithAHint).
 INSTANTIATE_TEST_SUITE_P(
@@ -626,7 +626,8 @@ TEST_P(CommBackends, FastModeAgreesWithTheTreeWithinTolerance) {
   }
 }
 
-// ---- mismatches, timeouts, abort ------------------------------------------------------------------
+// ---- mismatches, timeouts, abort
+// ------------------------------------------------------------------
 
 // Each rank's call from a thread of its own (SPMD), then its stream's synchronize: the simulator
 // reports a failed collective there, cuda in the call itself. Returns each rank's message of an
@@ -745,7 +746,8 @@ TEST_P(CommBackends, BarrierTimeoutNamesTheSingleMissingRankInSpmd) {
         << w;
 }
 
-// ---- the simulator only ---------------------------------------------------------------------------
+// ---- the simulator only
+// ---------------------------------------------------------------------------
 
 TEST_F(CommunicatorTest, TwoCollectivesOfOneRankRunningAtOnceAbortWithAClearError) {
   CommOptions opts;
@@ -769,18 +771,27 @@ TEST_F(CommunicatorTest, InitAllRejectsBadDeviceLists) {
   expect_error<InvalidArgument>(
       [] { Communicator::init_all({}); },
       "Communicator::init_all: devices: expected at least one device, got an empty list");
-  expect_error<InvalidArgument>([] { Communicator::init_all({Device("sim", 0), Device::cpu()}); },
-                                "devices[1]: expected a device of a GPU backend (sim, cuda), got cpu");
+  expect_error<InvalidArgument>(
+      [] {
+        Communicator::init_all({Device("sim", 0), Device::cpu()});
+      },
+      "devices[1]: expected a device of a GPU backend (sim, cuda), got cpu");
   expect_error<InvalidArgument>([] { Communicator::init_all({Device::cpu()}); },
                                 "devices[0]: expected a device of a GPU backend");
   expect_error<InvalidArgument>(
-      [] { Communicator::init_all({Device("sim", 0), Device("cuda", 1)}); },
+      [] {
+        Communicator::init_all({Device("sim", 0), Device("cuda", 1)});
+      },
       "devices[1]: expected a device of backend sim (like devices[0]), got cuda:1");
   expect_error<InvalidArgument>(
-      [] { Communicator::init_all({Device("sim", 0), Device("sim", 16)}); },
+      [] {
+        Communicator::init_all({Device("sim", 0), Device("sim", 16)});
+      },
       "devices[1]: sim:16 is out of range (backend sim has 16 devices)");
   expect_error<InvalidArgument>(
-      [] { Communicator::init_all({Device("sim", 3), Device("sim", 1), Device("sim", 3)}); },
+      [] {
+        Communicator::init_all({Device("sim", 3), Device("sim", 1), Device("sim", 3)});
+      },
       "Communicator::init_all: devices: expected distinct devices, got sim:3 twice (at positions 0 "
       "and 2)");
   CommOptions bad;
@@ -818,12 +829,14 @@ TEST_F(CommunicatorTest, CollectivesRejectBadTensorsBeforeEnqueueing) {
   Tensor l0 = Tensor::zeros({6}, DType::i64, d0);
   Tensor undefined;
 
-  expect_error<InvalidArgument>([&] { comms[0].all_reduce(undefined); },
-                                "Communicator::all_reduce: send: expected a tensor on sim:0 (rank 0 "
-                                "of 2), got an undefined tensor");
-  expect_error<InvalidArgument>([&] { comms[0].all_reduce(a1); },
-                                "Communicator::all_reduce: send: expected a tensor on sim:0 (rank 0 "
-                                "of 2), got [6] f32 on sim:1");
+  expect_error<InvalidArgument>(
+      [&] { comms[0].all_reduce(undefined); },
+      "Communicator::all_reduce: send: expected a tensor on sim:0 (rank 0 "
+      "of 2), got an undefined tensor");
+  expect_error<InvalidArgument>(
+      [&] { comms[0].all_reduce(a1); },
+      "Communicator::all_reduce: send: expected a tensor on sim:0 (rank 0 "
+      "of 2), got [6] f32 on sim:1");
   expect_error<InvalidArgument>([&] { comms[0].all_reduce(a0, b0); },
                                 "Communicator::all_reduce: recv: expected 6 elements");
   expect_error<InvalidArgument>([&] { comms[0].all_reduce(a0, l0); },
@@ -838,17 +851,19 @@ TEST_F(CommunicatorTest, CollectivesRejectBadTensorsBeforeEnqueueing) {
     std::vector<Tensor> both = {a0, a1};
     expect_error<InvalidArgument>([&] { reduce(comms, both, both, ReduceOp::sum, 2); },
                                   "Communicator::reduce: root: expected a rank in [0, 2), got 2");
-    expect_error<InvalidArgument>([&] { broadcast(comms, both, -1); },
-                                  "Communicator::broadcast: root: expected a rank in [0, 2), got -1");
+    expect_error<InvalidArgument>(
+        [&] { broadcast(comms, both, -1); },
+        "Communicator::broadcast: root: expected a rank in [0, 2), got -1");
   }
   expect_error<InvalidArgument>([&] { comms[0].broadcast(a0, b0, 0); },
                                 "Communicator::broadcast: recv: expected 6 elements");
   expect_error<InvalidArgument>([&] { comms[0].all_gather(a0, a0); },
                                 "Communicator::all_gather: recv: expected 12 elements (size 2 x "
                                 "send's 6), got [6] f32 on sim:0");
-  expect_error<InvalidArgument>([&] { comms[0].reduce_scatter(a0, a0); },
-                                "Communicator::reduce_scatter: send: expected 12 elements (size 2 x "
-                                "recv's 6), got [6] f32 on sim:0");
+  expect_error<InvalidArgument>(
+      [&] { comms[0].reduce_scatter(a0, a0); },
+      "Communicator::reduce_scatter: send: expected 12 elements (size 2 x "
+      "recv's 6), got [6] f32 on sim:0");
   expect_error<InvalidArgument>([&] { comms[1].reduce_scatter(big1, l0); },
                                 "Communicator::reduce_scatter: recv: expected a tensor on sim:1");
 
@@ -900,7 +915,8 @@ TEST(CommunicatorInit, DeadlineSaturatesAtTheLongestTimeout) {
   EXPECT_LE(past, Clock::now());
 }
 
-// ---- cuda only ------------------------------------------------------------------------------------
+// ---- cuda only
+// ------------------------------------------------------------------------------------
 
 // cuda's bitwise collectives give the simulator's bits (both follow Note [Canonical tree]).
 TEST_F(CudaCommTest, BitwiseCollectivesEqualTheSimulatorBitForBit) {

@@ -18,13 +18,13 @@
 #include "backend_sim/profiles.h"
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_run.h"
+#include "core/data/synthetic_source.h"
 #include "core/nn/gpt.h"
 #include "core/optim/adamw.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
 #include "core/train/cost_meter.h"
-#include "core/data/synthetic_source.h"
 #include "core/train/trainer.h"
 
 using namespace ditto;
@@ -94,7 +94,8 @@ TEST(ComputeUnits, GemmFlopsAndBytesInTheLedger) {
   EXPECT_DOUBLE_EQ(g.bytes, 4.0 * (M * K + K * N + M * N) + 4.0 * (M * K + K * N + 2.0 * M * N));
   // bf16 operands: half the bytes, the same FLOPs (the conversions are free: Note [Mixed
   // precision]).
-  Tensor a16 = Tensor::zeros({M, K}, DType::bf16, dev), b16 = Tensor::zeros({K, N}, DType::bf16, dev);
+  Tensor a16 = Tensor::zeros({M, K}, DType::bf16, dev),
+         b16 = Tensor::zeros({K, N}, DType::bf16, dev);
   be.default_stream(0).synchronize();
   (void)ops::matmul(a16, b16, false, false, Determinism::fast);
   be.default_stream(0).synchronize();
@@ -138,8 +139,8 @@ TEST(ComputeUnits, GemmPricedOnTheUnitItRunsOn) {
   // The ratio the two modes' GEMMs differ by: (989.5 x 0.803) / (67 x 0.471) = 25.2.
   EXPECT_NEAR((price(bitwise).seconds - kLaunch) / (bf16.seconds - kLaunch), 25.17, 0.01);
   // A memory-bound GEMM (an outer product) is priced on the memory whatever its path.
-  const sim::KernelPrice outer = price(sim::native_cost({2 * n * n, 4 * (2 * n + n * n), true},
-                                                        DType::bf16));
+  const sim::KernelPrice outer =
+      price(sim::native_cost({2 * n * n, 4 * (2 * n + n * n), true}, DType::bf16));
   EXPECT_EQ(outer.unit, PricedUnit::memory);
   EXPECT_EQ(outer.compute_unit, PricedUnit::tensor_core_bf16);
   EXPECT_NEAR(outer.seconds, kLaunch + 2 * (2 * n + n * n) / (kBw * kHbmEff), 1e-15);
@@ -163,14 +164,15 @@ TEST(ComputeUnits, SimKernelsTakeTheirPathFromTheModeAndAllowTf32) {
     const auto ledger = be.cost_model().ledger(0);
     std::map<std::string, sim::CostModel::LedgerRow> by;
     for (const auto& r : ledger) by[r.name + " / " + sim::unit_name(r.unit)] = r;
-    const std::string fast_key = std::string("gemm / ") +
-                                 (allow ? "tensor core tf32" : "SIMT f32 (cuBLASLt)");
+    const std::string fast_key =
+        std::string("gemm / ") + (allow ? "tensor core tf32" : "SIMT f32 (cuBLASLt)");
     ASSERT_TRUE(by.count(fast_key)) << fast_key;
     ASSERT_TRUE(by.count("gemm / SIMT f32 (ditto)"));
     ASSERT_TRUE(by.count("gemm_tn_sharded / SIMT f32 (ditto)"));
     const double fast_rate = (allow ? kTf32 : kFp32) * kGemmEff;
     EXPECT_EQ(by[fast_key].time, sim::to_vtime(kLaunch + flops / fast_rate));
-    EXPECT_EQ(by["gemm / SIMT f32 (ditto)"].time, sim::to_vtime(kLaunch + flops / (kFp32 * kSimtEff)));
+    EXPECT_EQ(by["gemm / SIMT f32 (ditto)"].time,
+              sim::to_vtime(kLaunch + flops / (kFp32 * kSimtEff)));
     EXPECT_EQ(by["gemm_tn_sharded / SIMT f32 (ditto)"].time,
               sim::to_vtime(kLaunch + flops / (kFp32 * kSimtEff)));
   }
@@ -187,7 +189,8 @@ TEST(ComputeUnits, AttentionOnSimtWithoutTTBytes) {
   Tensor y = Tensor::empty({B, T, C}, DType::f32, dev);
   Tensor stats = Tensor::empty({B * H * T * 2}, DType::f32, dev);
   be.kernels().attention_forward(be.default_stream(0), qkv.data<float>(), B, T, C, H,
-                                 y.data<float>(), stats.data<float>(), 0.0f, 0, 0, 0, Determinism::bitwise);
+                                 y.data<float>(), stats.data<float>(), 0.0f, 0, 0, 0,
+                                 Determinism::bitwise);
   be.default_stream(0).synchronize();
   const sim::CostModel::LedgerRow a = row(be, "attention_forward");
   ASSERT_EQ(a.count, 1);
@@ -235,8 +238,8 @@ Gpt2Run gpt2_dry(Determinism mode) {
     return std::make_unique<optim::AdamW>(std::move(params), o);
   };
   Gpt2Run run;
-  run.r = train::Trainer(c, std::make_shared<train::ZeroTokenSource>(m.block_size, m.vocab_size))
-              .fit();
+  run.r =
+      train::Trainer(c, std::make_shared<train::ZeroTokenSource>(m.block_size, m.vocab_size)).fit();
   if (run.r.prediction)
     for (const CostLedgerRow& k : run.r.prediction->kernels) run.rows[k.name + " / " + k.unit] = k;
   return run;
@@ -294,11 +297,16 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
       double s = 0;
       // A copy inside the device (read + write) is priced at the data-sheet bandwidth
       // (CostModel::on_device_copy), memory-bound kernels at bandwidth x memory_efficiency.
-      if (k.name == "copy_d2d") s = k.bytes / kBw;
-      else if (k.unit == "memory") s = k.bytes / (kBw * kHbmEff);
-      else if (k.unit == "SIMT f32") s = k.flops / kFp32;
-      else if (k.unit == "PCIe") s = 0;  // host copies: checked below against the sum
-      else ADD_FAILURE() << key << ": unexpected unit";
+      if (k.name == "copy_d2d")
+        s = k.bytes / kBw;
+      else if (k.unit == "memory")
+        s = k.bytes / (kBw * kHbmEff);
+      else if (k.unit == "SIMT f32")
+        s = k.flops / kFp32;
+      else if (k.unit == "PCIe")
+        s = 0;  // host copies: checked below against the sum
+      else
+        ADD_FAILURE() << key << ": unexpected unit";
       if (k.unit != "PCIe") {
         EXPECT_NEAR(k.time_ps / 1e12, k.count * kLaunch + s, k.count * 1e-12 + 1e-15) << key;
         step_s += k.count * kLaunch + s;

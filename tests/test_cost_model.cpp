@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -20,13 +20,13 @@
 #include "backend_sim/published.h"
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_stream.h"
-#include "core/runtime/backend.h"
-#include "core/comm/communicator.h"
 #include "core/base/error.h"
+#include "core/comm/communicator.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
+#include "core/runtime/backend.h"
 #include "core/runtime/tensor.h"
 #include "core/train/trainer.h"
 
@@ -195,9 +195,8 @@ TEST(CostModelStreams, CommStreamOverlapsComputeAsMaxNotSum) {
       all_reduce(comms, grads);
     }
     for (int d = 0; d < 2; ++d)
-      be.kernels().gemm(be.default_stream(d), false, false, M, K, K, 1.0f, as[d].data<float>(),
-                        K, as[d].data<float>(), K, 0.0f, cs[d].data<float>(), K,
-                        Determinism::fast);
+      be.kernels().gemm(be.default_stream(d), false, false, M, K, K, 1.0f, as[d].data<float>(), K,
+                        as[d].data<float>(), K, 0.0f, cs[d].data<float>(), K, Determinism::fast);
     if (overlap)
       for (int d = 0; d < 2; ++d) {
         auto done = be.create_event(d);
@@ -208,9 +207,8 @@ TEST(CostModelStreams, CommStreamOverlapsComputeAsMaxNotSum) {
     for (auto& s : comm_streams) s->synchronize();
     const sim::CostTotals t1 = be.cost_model().totals();
 
-    const double gemm = sim::kernel_seconds(
-        be.cost_model().cluster().device,
-        {2.0 * M * K * K, 4.0 * (3.0 * M * K), true});
+    const double gemm = sim::kernel_seconds(be.cost_model().cluster().device,
+                                            {2.0 * M * K * K, 4.0 * (3.0 * M * K), true});
     const sim::CollectiveEstimate ar =
         sim::collective_time(be.cost_model().cluster(), Kind::all_reduce, 4.0 * n, {0, 1});
     const sim::VTime expect = overlap ? std::max(sim::to_vtime(gemm), sim::to_vtime(ar.seconds))
@@ -241,9 +239,9 @@ TEST(CostModelCollectives, AllReduceAlgorithmsMatchTheirAlphaBetaFormulas) {
   EXPECT_DOUBLE_EQ(best.seconds, t(CollectiveAlgo::nvls));
   EXPECT_EQ(sim::collective_time(h100(1, 8, "pcie5"), Kind::all_reduce, S, iota(8)).algo,
             CollectiveAlgo::ring);
-  EXPECT_THROW(sim::collective_time(h100(1, 8, "pcie5"), Kind::all_reduce, S, iota(8),
-                                    CollectiveAlgo::nvls),
-               InvalidArgument);
+  EXPECT_THROW(
+      sim::collective_time(h100(1, 8, "pcie5"), Kind::all_reduce, S, iota(8), CollectiveAlgo::nvls),
+      InvalidArgument);
 
   // Other collectives: ring forms.
   const double Sg = 8 * 1048576.0;  // gathered buffer of all_gather / reduce_scatter
@@ -260,9 +258,9 @@ TEST(CostModelCollectives, AllReduceAlgorithmsMatchTheirAlphaBetaFormulas) {
   const double hn = 2.7e-6, nic = 48e9;
   EXPECT_NEAR(sim::collective_time(c2, Kind::all_reduce, S, iota(16), CollectiveAlgo::ring).seconds,
               a + 28 * h + 2 * hn + 30.0 / 16 * S / std::min(B, 8 * nic), 1e-12);
-  EXPECT_NEAR(sim::collective_time(c2, Kind::all_reduce, S, iota(16),
-                                   CollectiveAlgo::hierarchical).seconds,
-              a + (2 * h + 9.0 / 8 * S / (B * 0.85)) + (2 * hn + 1.0 * (S / 8) / nic), 1e-12);
+  EXPECT_NEAR(
+      sim::collective_time(c2, Kind::all_reduce, S, iota(16), CollectiveAlgo::hierarchical).seconds,
+      a + (2 * h + 9.0 / 8 * S / (B * 0.85)) + (2 * hn + 1.0 * (S / 8) / nic), 1e-12);
   // One rank: a local copy at memory bandwidth.
   EXPECT_EQ(sim::collective_time(c, Kind::all_reduce, S, {3}).algo, CollectiveAlgo::local);
   // Busbw factors of nccl-tests.
@@ -278,7 +276,8 @@ TEST(CostModelCollectives, SimAllReduceStartsAtTheLastArrivalAndCostsTheEstimate
   std::vector<Tensor> t;
   for (int d = 0; d < 4; ++d) t.push_back(Tensor::zeros({n}, DType::f32, Device("sim", d)));
   std::vector<Tensor> big;  // on every device, so that the setup costs the same everywhere
-  for (int d = 0; d < 4; ++d) big.push_back(Tensor::zeros({256, 256}, DType::f32, Device("sim", d)));
+  for (int d = 0; d < 4; ++d)
+    big.push_back(Tensor::zeros({256, 256}, DType::f32, Device("sim", d)));
   auto comms = Communicator::init_all(devices("sim", 4));
   sync_all(be);
   const sim::CostTotals t0 = be.cost_model().totals();
@@ -294,8 +293,7 @@ TEST(CostModelCollectives, SimAllReduceStartsAtTheLastArrivalAndCostsTheEstimate
   const sim::VTime gemm = sim::to_vtime(sim::kernel_seconds(
       be.cost_model().cluster().device, {2.0 * 256 * 256 * 256, 4.0 * 3 * 256 * 256, true}));
   const sim::VTime ar = sim::to_vtime(
-      sim::collective_time(be.cost_model().cluster(), Kind::all_reduce, 4.0 * n, iota(4))
-          .seconds);
+      sim::collective_time(be.cost_model().cluster(), Kind::all_reduce, 4.0 * n, iota(4)).seconds);
   for (int d = 0; d < 4; ++d) {
     EXPECT_EQ(t1.end[d] - t0.end[d], gemm + ar) << "device " << d;
     EXPECT_EQ(t1.comm[d] - t0.comm[d], ar);
@@ -514,10 +512,13 @@ TEST(CostModelProfiles, JsonFieldsOutsideTheirPlausibleRangeAreRefusedNamingFile
     }
   }
   // The bounds themselves are accepted.
-  for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
-           {"fp32_tflops", "0.001"}, {"fp32_tflops", "100000"}, {"memory_gib", "0.0009765625"},
-           {"memory_bandwidth_gbps", "1000000"}, {"launch_latency_us", "0"},
-           {"host_latency_us", "1000000"}}) {
+  for (const auto& [field, value] :
+       std::vector<std::pair<std::string, std::string>>{{"fp32_tflops", "0.001"},
+                                                        {"fp32_tflops", "100000"},
+                                                        {"memory_gib", "0.0009765625"},
+                                                        {"memory_bandwidth_gbps", "1000000"},
+                                                        {"launch_latency_us", "0"},
+                                                        {"host_latency_us", "1000000"}}) {
     write(field, value);
     EXPECT_NO_THROW(sim::device_profile(path)) << field << "=" << value;
   }

@@ -2,13 +2,12 @@
 // load libcublas until the backend creates its first cuBLAS handle. Runs in builds with the CUDA
 // backend (the toolkit's libcublas is on the build machine); needs no GPU.
 #if defined(DITTO_TEST_CUDA_BUILT)
-#include "backend_cuda/cublas_lazy.h"
-
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <string>
 
+#include "backend_cuda/cublas_lazy.h"
 #include "core/base/error.h"
 
 namespace ditto {

@@ -14,18 +14,18 @@
 #include <thread>
 #include <utility>
 
-#include "core/runtime/backend.h"
+#include "core/base/error.h"
 #include "core/comm/communicator.h"
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
-#include "core/base/error.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
-#include "core/runtime/ops.h"
+#include "core/numerics/random.h"
 #include "core/optim/adam.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
-#include "core/numerics/random.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/ops.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -176,8 +176,8 @@ TEST_F(CudaTest, CollectivesOn1_2_4_8DevicesMatchTheHost) {
       CommOptions o;
       o.determinism = mode;
       auto comms = Communicator::init_all(devices("cuda", n), o);
-      for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
-                          ReduceOp::avg}) {
+      for (ReduceOp op :
+           {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg}) {
         SCOPED_TRACE(reduce_op_name(op));
         std::vector<float> want(count);
         for (std::int64_t i = 0; i < count; ++i) {
@@ -195,8 +195,8 @@ TEST_F(CudaTest, CollectivesOn1_2_4_8DevicesMatchTheHost) {
         for (int r = 0; r < n; ++r) {
           send.push_back(Tensor::from_vector(input(r, count), {count}, comms[r].device()));
           recv.push_back(Tensor::zeros({count}, DType::f32, comms[r].device()));
-          rs_send.push_back(Tensor::from_vector(input(r, n * count), {n * count},
-                                                comms[r].device()));
+          rs_send.push_back(
+              Tensor::from_vector(input(r, n * count), {n * count}, comms[r].device()));
           rs_recv.push_back(Tensor::zeros({count}, DType::f32, comms[r].device()));
         }
         all_reduce(comms, send, recv, op);

@@ -15,9 +15,9 @@
 #include "backend_cuda/cuda_backend.h"
 #include "backend_cuda/cuda_host_logic.h"
 #include "backend_cuda/cuda_stream.h"
+#include "core/base/error.h"
 #include "core/comm/communicator.h"
 #include "core/runtime/backend.h"
-#include "core/base/error.h"
 #include "core/runtime/stream.h"
 #include "core/runtime/tensor.h"
 #include "test_util.h"
@@ -117,8 +117,8 @@ TEST_F(CudaFixes, CublasHandlePerStreamForThreadsSharingADevice) {
   Tensor C2 = Tensor::zeros({n, n}, DType::f32, Device("cuda", 0));
   auto gemms = [&](Stream& s, Tensor& C, float alpha) {
     for (int i = 0; i < 50; ++i)
-      b.kernels().gemm(s, false, false, n, n, n, alpha, static_cast<const float*>(A.data_ptr()),
-                       n, static_cast<const float*>(B.data_ptr()), n, 0.0f,
+      b.kernels().gemm(s, false, false, n, n, n, alpha, static_cast<const float*>(A.data_ptr()), n,
+                       static_cast<const float*>(B.data_ptr()), n, 0.0f,
                        static_cast<float*>(C.data_ptr()), n, Determinism::fast);
     s.synchronize();
   };
@@ -220,7 +220,10 @@ TEST_F(CudaFixes, WatchedWaitEndsOnAnAsyncNcclErrorOrATimeout) {
   auto block = [&] {
     release = false;
     ASSERT_EQ(cudaLaunchHostFunc(
-                  cs.get(), [](void*) { while (!release.load()) std::this_thread::yield(); },
+                  cs.get(),
+                  [](void*) {
+                    while (!release.load()) std::this_thread::yield();
+                  },
                   nullptr),
               cudaSuccess);
   };

@@ -2,10 +2,8 @@
 // machine: which destinations a one-rank in-GPU collective may skip, the one-rank-per-GPU rule of
 // the MPI communicator, exception safety of NCCL groups, the host wait's polling steps, memory
 // accounting and the pool's release threshold, and the typed GEMM's cuBLASLt descriptors (executed
-// here by a naive column-major GEMM against a double-precision reference). The GPU paths that use them are tested in
-// test_cuda*.cpp (skipped without a GPU; tools/gpu-check-tests.txt lists them).
-#include "backend_cuda/cuda_host_logic.h"
-
+// here by a naive column-major GEMM against a double-precision reference). The GPU paths that use
+// them are tested in test_cuda*.cpp (skipped without a GPU; tools/gpu-check-tests.txt lists them).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_cuda/cuda_host_logic.h"
 #include "core/base/error.h"
 
 namespace ditto::cuda {
@@ -113,10 +112,9 @@ TEST(CudaHostLogic, FailureWhilePreparingRankRLaunchesNoRankOfTheGroup) {
   // Every rank prepared first, then one group.
   log = {};
   EXPECT_EQ(run(-1, -1), (std::vector<int>{0, 10, 20, 30}));
-  EXPECT_EQ(log.calls, (std::vector<std::string>{"prepare 0", "prepare 1", "prepare 2",
-                                                 "prepare 3", "start", "enqueue 0 op 0",
-                                                 "enqueue 1 op 10", "enqueue 2 op 20",
-                                                 "enqueue 3 op 30", "end"}));
+  EXPECT_EQ(log.calls, (std::vector<std::string>{"prepare 0", "prepare 1", "prepare 2", "prepare 3",
+                                                 "start", "enqueue 0 op 0", "enqueue 1 op 10",
+                                                 "enqueue 2 op 20", "enqueue 3 op 30", "end"}));
   // An NCCL enqueue fails inside the group: the group is left through abandon, never end.
   log = {};
   EXPECT_THROW(run(-1, 1), BackendError);
@@ -138,7 +136,8 @@ TEST(CudaHostLogic, WaitOnAStreamStopsAtAnAsyncNcclErrorOrACollectiveTimeout) {
   EXPECT_EQ(wait_step(false, false, 1001, 0), WaitStep::poll);  // no timeout set
 }
 
-// ---- memory --------------------------------------------------------------------------------------
+// ---- memory
+// --------------------------------------------------------------------------------------
 
 TEST(CudaHostLogic, PeakCountsOnlyAllocationsThatSucceeded) {
   MemoryAccount m;
@@ -171,7 +170,8 @@ TEST(CudaHostLogic, PoolReleaseThresholdIsFiniteAndSharedByTheLogicalDevicesOfAG
 // ---- the typed GEMM's cuBLASLt mapping (cuda_blaslt.cpp) ----------------------------------------
 
 // What cublasLtMatmul computes from the plan's descriptors (column-major, element (i, j) of a
-// layout at i + j * ld): D[i, j] = alpha * sum_l op(first)[i, l] * op(second)[l, j] + beta * C[i, j]
+// layout at i + j * ld): D[i, j] = alpha * sum_l op(first)[i, l] * op(second)[l, j] + beta * C[i,
+// j]
 // + bias[i], executed naively in double over `first` = the plan's first operand's memory etc.
 void run_plan(const LtGemmPlan& p, double alpha, const std::vector<double>& first,
               const std::vector<double>& second, double beta, std::vector<double>& out,
@@ -193,7 +193,8 @@ void run_plan(const LtGemmPlan& p, double alpha, const std::vector<double>& firs
   for (std::int64_t j = 0; j < p.n; ++j)
     for (std::int64_t i = 0; i < p.m; ++i) {
       double acc = 0;
-      for (std::int64_t l = 0; l < p.k; ++l) acc += at(p.first, first, i, l) * at(p.second, second, l, j);
+      for (std::int64_t l = 0; l < p.k; ++l)
+        acc += at(p.first, first, i, l) * at(p.second, second, l, j);
       double& d = out.at(static_cast<std::size_t>(i + j * p.out.ld));
       d = alpha * acc + beta * d + (bias ? bias->at(static_cast<std::size_t>(i)) : 0.0);
     }
@@ -228,7 +229,8 @@ TEST(CudaHostLogic, CublasLtPlanComputesTheRowMajorGemmForEveryTransposeAndStrid
           for (std::int64_t c = 0; c < z.N; ++c) {
             double acc = 0;
             for (std::int64_t k = 0; k < z.K; ++k)
-              acc += (ta ? A[k * lda + r] : A[r * lda + k]) * (tb ? B[c * ldb + k] : B[k * ldb + c]);
+              acc +=
+                  (ta ? A[k * lda + r] : A[r * lda + k]) * (tb ? B[c * ldb + k] : B[k * ldb + c]);
             double& d = ref[static_cast<std::size_t>(r * ldc + c)];
             d = alpha * acc + beta * d + (with_bias ? bias[static_cast<std::size_t>(c)] : 0.0);
           }

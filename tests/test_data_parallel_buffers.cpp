@@ -9,12 +9,12 @@
 #include <cstring>
 #include <vector>
 
-#include "core/runtime/backend.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
+#include "core/numerics/random.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
-#include "core/numerics/random.h"
+#include "core/runtime/backend.h"
 #include "train_step.h"
 
 namespace ditto {
@@ -31,7 +31,8 @@ class DataParallelBuffersTest : public ::testing::Test {
 
 Tensor batch_x(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
   std::vector<float> v(static_cast<std::size_t>(rows * cols));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = uniform(seed, stream_id(kStreamSynthetic, 21), i, -1, 1);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = uniform(seed, stream_id(kStreamSynthetic, 21), i, -1, 1);
   return Tensor::from_vector(v, {rows, cols});
 }
 Tensor batch_y(std::int64_t rows, std::int64_t classes, std::uint64_t seed) {
@@ -81,7 +82,8 @@ std::vector<std::uint32_t> train(int n_dev, Determinism mode, std::size_t buffer
   return param_bits(*model);
 }
 
-TEST_F(DataParallelBuffersTest, ReusedBuffersGiveTheBitsOfOneDeviceAcrossStepsAndReplacedParameters) {
+TEST_F(DataParallelBuffersTest,
+       ReusedBuffersGiveTheBitsOfOneDeviceAcrossStepsAndReplacedParameters) {
   const auto one = train(1, Determinism::bitwise, std::size_t(10) << 20, 6, 3, {32});
   for (int n : {2, 4, 8}) {
     SCOPED_TRACE(detail::cat(n, " devices"));

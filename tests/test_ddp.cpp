@@ -12,20 +12,20 @@
 #include <thread>
 #include <vector>
 
-#include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
 #include "core/data/csv.h"
 #include "core/data/data_loader.h"
 #include "core/data/dataset.h"
-#include "core/numerics/micro_shards.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
-#include "core/runtime/ops.h"
+#include "core/numerics/micro_shards.h"
+#include "core/numerics/random.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
-#include "core/train/trainer.h"
 #include "core/parallel/distributed_data_parallel.h"
-#include "core/numerics/random.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/ops.h"
+#include "core/train/trainer.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -119,7 +119,8 @@ std::vector<std::vector<float>> train_dp(int n_devices) {
 }
 
 /// The same training with DDP over `world` ranks (threads); returns every rank's parameters.
-std::vector<std::vector<std::vector<float>>> train_ddp(int world, DistributedDataParallelOptions o) {
+std::vector<std::vector<std::vector<float>>> train_ddp(int world,
+                                                       DistributedDataParallelOptions o) {
   CommOptions co;
   co.determinism = Determinism::bitwise;
   co.timeout_ms = 20000;
@@ -162,7 +163,8 @@ TEST_F(DdpTest, ParameterShapeMismatchNamesFirstRankAndParameterOnEveryRank) {
     try {
       std::rethrow_exception(errors[static_cast<std::size_t>(r)]);
     } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find("parameter 0 ('0.weight'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("parameter 0 ('0.weight'"), std::string::npos)
+          << e.what();
       EXPECT_NE(std::string(e.what()).find("[4, 8] f32 on rank 0 but [6, 8] f32 on rank 2"),
                 std::string::npos)
           << e.what();
@@ -198,7 +200,8 @@ TEST_F(DdpTest, ParametersBroadcastFromRank0) {
   });
   test::expect_no_rank_errors(errors);
   EXPECT_FALSE(same_bits(expected, params_of(*nn::mlp({6, 5, 3}, Device("sim", 0), 1))));
-  for (int r = 0; r < 4; ++r) EXPECT_TRUE(same_bits(after[static_cast<std::size_t>(r)], expected)) << r;
+  for (int r = 0; r < 4; ++r)
+    EXPECT_TRUE(same_bits(after[static_cast<std::size_t>(r)], expected)) << r;
 }
 
 TEST_F(DdpTest, BucketsFollowTorchAssignment) {
@@ -291,7 +294,8 @@ TEST_F(DdpTest, LocalRowsFollowMicroShards) {
   });
   test::expect_no_rank_errors(errors);
   // Micro-shard bounds of 10 rows over K = 8: 0 1 2 3 5 6 7 8 10; two shards per rank.
-  EXPECT_EQ(rows, (std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 2}, {2, 5}, {5, 7}, {7, 10}}));
+  EXPECT_EQ(rows,
+            (std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 2}, {2, 5}, {5, 7}, {7, 10}}));
 }
 
 // ---- fast mode ---------------------------------------------------------------------------------
@@ -321,8 +325,7 @@ TEST_F(DdpTest, FastModeAveragedGradientsMatchOneDeviceWithinTolerance) {
     o.bucket_cap_mb = 1.0 / 1024;
     DistributedDataParallel ddp(*model, comm, o);
     nn::CrossEntropyLoss ce;
-    test::train_step(ddp, ce, rows_of(x, r * 10, r * 10 + 10),
-                     rows_of(y, r * 10, r * 10 + 10));
+    test::train_step(ddp, ce, rows_of(x, r * 10, r * 10 + 10), rows_of(y, r * 10, r * 10 + 10));
     grads[static_cast<std::size_t>(r)] = grads_of(*model);
   });
   test::expect_no_rank_errors(errors);
@@ -399,8 +402,7 @@ TEST_F(DdpTest, GradsAreBucketViewsAndAccumulateAcrossSynchronisedSteps) {
     DistributedDataParallel ddp(*model, comm, {});  // default caps: one bucket of every parameter
     nn::CrossEntropyLoss ce;
     for (const auto& [x, y] : {std::pair{x1, y1}, std::pair{x2, y2}}) {
-      test::train_step(ddp, ce, rows_of(x, 12 * r, 12 * r + 12),
-                       rows_of(y, 12 * r, 12 * r + 12));
+      test::train_step(ddp, ce, rows_of(x, 12 * r, 12 * r + 12), rows_of(y, 12 * r, 12 * r + 12));
       const std::vector<std::size_t>& b = ddp.bucket_indices()[0];
       std::vector<nn::Parameter*> ps = model->parameters();
       bool ok = b.size() >= 2;
@@ -465,7 +467,8 @@ TEST_F(DdpTest, AfterZeroGradSetToNoneTheBackwardWritesGradsIntoTheBucketAndAllo
   }
 }
 
-// ---- join (uneven inputs) ------------------------------------------------------------------------
+// ---- join (uneven inputs)
+// ------------------------------------------------------------------------
 
 TEST_F(DdpTest, JoinWithUnevenInputsDoesNotHangAndAveragesActiveRanks) {
   // Rank r has r + 1 batches of 8 rows (world 4). Step s: the active ranks (r >= s) contribute;
@@ -484,7 +487,8 @@ TEST_F(DdpTest, JoinWithUnevenInputsDoesNotHangAndAveragesActiveRanks) {
     ref_opt.zero_grad(true);
     for (int r = s; r < world; ++r) {
       nn::CrossEntropyLoss ce;
-      ce.forward(ref->forward(batch_x(r, s).to(Device("sim", 0))), batch_y(r, s).to(Device("sim", 0)));
+      ce.forward(ref->forward(batch_x(r, s).to(Device("sim", 0))),
+                 batch_y(r, s).to(Device("sim", 0)));
       ref->backward(ce.backward());
     }
     for (nn::Parameter* p : ref->parameters()) ops::scale_(p->grad, 1.0f / world);
@@ -546,15 +550,17 @@ TEST_F(DdpTest, RanksDisagreeingOnNoSyncFailTogether) {
   });
   for (auto& e : errors) {
     ASSERT_TRUE(e);
-    EXPECT_NE(test::what_of(e).find("rank(s) 1 are inside no_sync()"), std::string::npos) << test::what_of(e);
+    EXPECT_NE(test::what_of(e).find("rank(s) 1 are inside no_sync()"), std::string::npos)
+        << test::what_of(e);
   }
 }
 
 // ---- failures ----------------------------------------------------------------------------------
 
 /// One training step of a small model under DDP; rank `bad` misbehaves via `misbehave`.
-std::vector<std::exception_ptr> step_with_failure(int world, std::int64_t timeout_ms, int bad,
-                                                  const std::function<void(DistributedDataParallel&)>& misbehave) {
+std::vector<std::exception_ptr> step_with_failure(
+    int world, std::int64_t timeout_ms, int bad,
+    const std::function<void(DistributedDataParallel&)>& misbehave) {
   CommOptions co;
   co.timeout_ms = timeout_ms;
   return test::run_comm_ranks(world, co, [&](int r, Communicator& comm) {
@@ -608,9 +614,8 @@ TEST_F(DdpTest, RankThrowingOutsideDdpAbortsPeersWhenItsDdpUnwinds) {
 }
 
 TEST_F(DdpTest, RankReportingItsOwnFailureNamesIt) {
-  auto errors = step_with_failure(2, 60000, 0, [](DistributedDataParallel& ddp) {
-    ddp.abort("out of data on rank 0's disk");
-  });
+  auto errors = step_with_failure(
+      2, 60000, 0, [](DistributedDataParallel& ddp) { ddp.abort("out of data on rank 0's disk"); });
   expect_peers_fail<BackendError>(errors, 0, {"all_reduce", "rank 0 failed: out of data"});
 }
 
@@ -667,7 +672,8 @@ TEST_F(DdpTest, CommunicatorAbortFailsWaitingAndLaterCallsNamingRankAndCollectiv
   }
 }
 
-// ---- the trainer's use: digits, 2 epochs, DataParallel against DDP -------------------------------
+// ---- the trainer's use: digits, 2 epochs, DataParallel against DDP
+// -------------------------------
 
 TEST_F(DdpTest, DigitsTwoEpochsDdpEqualsDataParallel) {
   // The library Trainer: DataParallel over 4 devices and DDP over 2 rank threads, MLP 64-32-10,
@@ -678,8 +684,8 @@ TEST_F(DdpTest, DigitsTwoEpochsDdpEqualsDataParallel) {
     c.devices = devices;
     c.epochs = 2;
     c.hidden = {32};
-    auto digits = std::make_shared<train::CsvDataSource>(DITTO_DIGITS_CSV, data::CsvOptions{},
-                                                         0.2, 0);
+    auto digits =
+        std::make_shared<train::CsvDataSource>(DITTO_DIGITS_CSV, data::CsvOptions{}, 0.2, 0);
     return train::Trainer(c, digits).fit().params_checksum;
   };
   const std::uint64_t dp_sum = run(train::TrainerKind::dp, 4);

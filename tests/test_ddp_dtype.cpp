@@ -91,8 +91,7 @@ TEST(DdpDtype, FastModeReducesEachDtypeInItsOwnBuckets) {
     o.first_bucket_cap_mb = o.bucket_cap_mb = 16.0 / (1024.0 * 1024.0);
     o.average_gradients = false;
     DistributedDataParallel ddp(m, comm, o);
-    ASSERT_EQ(ddp.bucket_indices(),
-              (std::vector<std::vector<std::size_t>>{{2}, {3, 1}, {0}}));
+    ASSERT_EQ(ddp.bucket_indices(), (std::vector<std::vector<std::size_t>>{{2}, {3, 1}, {0}}));
     EXPECT_EQ(ddp.bucket_dtype(0), DType::f32);
     EXPECT_EQ(ddp.bucket_dtype(1), DType::bf16);
     EXPECT_EQ(ddp.bucket_dtype(2), DType::f32);
@@ -155,9 +154,8 @@ TEST(DdpDtype, ParametersOfOtherDtypesAreRefused) {
   test::init_sim(8);
   std::vector<Communicator> comms = Communicator::init_all(devices("sim", 1), {});
   GradWriter m({{2, DType::i32}}, comms[0].device(), 0, std::nullopt);
-  test::expect_error<InvalidArgument>(
-      [&] { DistributedDataParallel ddp(m, comms[0], {}); },
-      "parameter 0 ('p0'): expected dtype f32, bf16 or f16, got");
+  test::expect_error<InvalidArgument>([&] { DistributedDataParallel ddp(m, comms[0], {}); },
+                                      "parameter 0 ('p0'): expected dtype f32, bf16 or f16, got");
 }
 
 }  // namespace

@@ -1,13 +1,13 @@
-// Tests of ditto::dist (core/distributed/distributed.h) and Communicator::init_rank in a plain process (not
-// started by mpirun, no dist::init): the world of one process, and clear errors. The multi-process
-// behaviour is tested under mpirun by tests/mpi/test_mpi_communicator.cpp.
+// Tests of ditto::dist (core/distributed/distributed.h) and Communicator::init_rank in a plain
+// process (not started by mpirun, no dist::init): the world of one process, and clear errors. The
+// multi-process behaviour is tested under mpirun by tests/mpi/test_mpi_communicator.cpp.
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
 #include "core/distributed/distributed.h"
+#include "core/runtime/backend.h"
 
 namespace ditto {
 namespace {

@@ -2,7 +2,6 @@
 // accounted as a real run, without running kernels or holding tensor data; the profiles'
 // achieved-efficiency fields (Note [Achieved efficiency], backend_sim/profiles.h).
 #include <gtest/gtest.h>
-
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -14,12 +13,12 @@
 #include "backend_sim/profiles.h"
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_run.h"
+#include "core/base/error.h"
+#include "core/data/synthetic_source.h"
 #include "core/nn/gpt.h"
 #include "core/optim/adamw.h"
 #include "core/runtime/backend.h"
-#include "core/base/error.h"
 #include "core/runtime/tensor.h"
-#include "core/data/synthetic_source.h"
 #include "core/train/trainer.h"
 
 using namespace ditto;
@@ -265,7 +264,8 @@ TEST(DryRunTrainer, OnlyOnTheSimulator) {
     EXPECT_NE(std::string(e.what()).find("--dry-run: expected TrainerConfig::backend sim in one "
                                          "process (only the simulator prices work without "
                                          "running it), got TrainerConfig::backend cpu"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
   }
   // Without it, fit(): the backend must run dry (BackendOptions::dry_run).
   c.extensions.clear();
@@ -274,7 +274,8 @@ TEST(DryRunTrainer, OnlyOnTheSimulator) {
     FAIL() << "no error";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("--dry-run: expected a backend that runs dry"),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
     EXPECT_NE(std::string(e.what()).find("'cpu'"), std::string::npos) << e.what();
   }
 }
@@ -285,9 +286,10 @@ TEST(DryRunTrainer, OnlyOnTheSimulator) {
 // 123,689,472 - 47 x 768).
 TEST(DryRunTrainer, PresetParameterCounts) {
   fresh_sim(1, true);
-  const std::vector<std::pair<std::string, std::int64_t>> expect = {
-      {"gpt2", 124475904}, {"gpt2-medium", 354871296}, {"gpt2-large", 774090240},
-      {"gpt2-xl", 1557686400}};
+  const std::vector<std::pair<std::string, std::int64_t>> expect = {{"gpt2", 124475904},
+                                                                    {"gpt2-medium", 354871296},
+                                                                    {"gpt2-large", 774090240},
+                                                                    {"gpt2-xl", 1557686400}};
   for (const auto& [name, count] : expect) {
     const nn::GPTConfig m = nn::gpt2_config(name);
     EXPECT_EQ(nn::gpt_num_params(m), count) << name;
@@ -303,7 +305,9 @@ TEST(DryRunTrainer, PresetParameterCounts) {
     FAIL() << "no error";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("--preset: expected one of gpt2, gpt2-medium, "
-                                         "gpt2-large, gpt2-xl"), std::string::npos) << e.what();
+                                         "gpt2-large, gpt2-xl"),
+              std::string::npos)
+        << e.what();
   }
 }
 

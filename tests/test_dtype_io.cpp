@@ -4,7 +4,6 @@
 // dtypes ditto cannot hold are still refused naming the tensor; a checkpoint of a model with a
 // parameter of every dtype restores every dtype and its bytes.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstring>
@@ -38,7 +37,8 @@ TEST_F(DtypeIo, SafetensorsRoundTripEveryDtype) {
   std::vector<std::pair<std::string, Tensor>> ts;
   unsigned seed = 1;
   for (DType t : kAllDTypes)
-    ts.emplace_back(std::string("t_") + dtype_name(t), patterned(t, 3, seed++).to(Device("sim", 1)));
+    ts.emplace_back(std::string("t_") + dtype_name(t),
+                    patterned(t, 3, seed++).to(Device("sim", 1)));
   const std::string bytes = io::safetensors_serialize(ts);
   for (DType t : kAllDTypes)
     EXPECT_NE(bytes.find(std::string("\"dtype\":\"") + io::safetensors_dtype(t) + "\""),
@@ -95,11 +95,11 @@ TEST_F(DtypeIo, DeeplyNestedHeaderValuesGiveAShortParseError) {
               std::string::npos)
         << e.what();
   }
-  EXPECT_THROW_MSG(io::safetensors_parse(
-                       file_of(R"({"t":{"dtype":"F32","shape":[)" + nested +
-                               R"(],"data_offsets":[0,0]}})"),
-                       "s.safetensors"),
-                   ParseError, "shape: expected non-negative integer sizes, got an array of 1 elements");
+  EXPECT_THROW_MSG(
+      io::safetensors_parse(
+          file_of(R"({"t":{"dtype":"F32","shape":[)" + nested + R"(],"data_offsets":[0,0]}})"),
+          "s.safetensors"),
+      ParseError, "shape: expected non-negative integer sizes, got an array of 1 elements");
 }
 
 // Invalid UTF-8 in a name or metadata made nlohmann's type_error escape (std::terminate for a
@@ -118,7 +118,8 @@ class EveryDtype final : public nn::Module {
  public:
   explicit EveryDtype(unsigned seed) {
     for (DType t : kAllDTypes)
-      params_.push_back({std::string("w_") + dtype_name(t), patterned(t, 4, seed++).to(Device("sim", 0)), {}});
+      params_.push_back(
+          {std::string("w_") + dtype_name(t), patterned(t, 4, seed++).to(Device("sim", 0)), {}});
   }
   std::string name() const override { return "EveryDtype"; }
   Tensor backward(const Tensor&) override { return {}; }
@@ -155,7 +156,8 @@ TEST_F(DtypeIo, CheckpointKeepsEveryParametersDtypeAndBytes) {
   resume_checkpoint(dir, restored, opt2, {}, {}, log);
   for (std::size_t i = 0; i < kNumDTypes; ++i) {
     EXPECT_EQ(restored.parameters()[i]->data.dtype(), kAllDTypes[i]);
-    EXPECT_EQ(tensor_bytes(restored.parameters()[i]->data), tensor_bytes(saved.parameters()[i]->data))
+    EXPECT_EQ(tensor_bytes(restored.parameters()[i]->data),
+              tensor_bytes(saved.parameters()[i]->data))
         << restored.parameters()[i]->name;
   }
 }

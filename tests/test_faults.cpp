@@ -5,25 +5,24 @@
 // the backend's timeout override), and the spec parser's errors.
 #include <gtest/gtest.h>
 
-#include <limits>
-
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_faults.h"
-#include "core/runtime/backend.h"
-#include "core/comm/communicator.h"
 #include "core/backend_api/rendezvous.h"
 #include "core/base/error.h"
+#include "core/comm/communicator.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
-#include "core/runtime/ops.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
@@ -72,7 +71,8 @@ TEST(FaultSpec, BadSpecsNameTheFlagAndTheBadPart) {
     expect_error<InvalidArgument>([&] { sim::parse_fault(spec, "--fault"); },
                                   "--fault '" + spec + "': " + part);
   };
-  bad("boom:device=1", "expected a fault kind fail, alloc or skip-collective before ':', got 'boom'");
+  bad("boom:device=1",
+      "expected a fault kind fail, alloc or skip-collective before ':', got 'boom'");
   bad("fail", "expected fail:device=N,step=N, got no ':'");
   bad("fail:device=x,step=5", "device: expected an integer >= 0 and < 65536, got 'x'");
   bad("fail:device=-1,step=5", "device: expected an integer >= 0 and < 65536, got '-1'");
@@ -89,16 +89,18 @@ TEST(FaultSpec, SetFaultsRejectsDevicesOutOfRange) {
   auto& b = *init_backend("sim", o).extension<sim::SimBackend>();
   sim::FaultConfig fc;
   fc.faults.push_back(sim::parse_fault("fail:device=4,step=0"));
-  expect_error<InvalidArgument>([&] { b.set_faults(fc); },
-                                "fault 'fail:device=4,step=0': device 4 out of range: expected 0..3");
+  expect_error<InvalidArgument>(
+      [&] { b.set_faults(fc); },
+      "fault 'fail:device=4,step=0': device 4 out of range: expected 0..3");
   fc.faults.clear();
   fc.comm_timeout_ms = 0;
   expect_error<InvalidArgument>([&] { b.set_faults(fc); }, "comm_timeout_ms: expected a positive");
   fc.comm_timeout_ms = std::numeric_limits<std::int64_t>::max();  // now + it overflowed
-  expect_error<InvalidArgument>([&] { b.set_faults(fc); },
-                                "SimBackend::set_faults: comm_timeout_ms: expected a positive number "
-                                "of ms <= 2147483648 (2^31, about 24.9 days), got "
-                                "9223372036854775807");
+  expect_error<InvalidArgument>(
+      [&] { b.set_faults(fc); },
+      "SimBackend::set_faults: comm_timeout_ms: expected a positive number "
+      "of ms <= 2147483648 (2^31, about 24.9 days), got "
+      "9223372036854775807");
   fc.comm_timeout_ms = kMaxCommTimeoutMs;
   EXPECT_NO_THROW(b.set_faults(fc));
   // A rank no communicator of 4 devices has: the fault could never fire.
@@ -126,7 +128,7 @@ TEST(FaultDevice, FailsAtItsStepAndEveryUseOfItThrows) {
   const std::string what = "sim:2: device failed (injected fault fail:device=2,step=3, at step 3)";
   ops::scale_(t, 2.0f);  // a kernel: fails on the stream
   expect_error<BackendError>([&] { b.default_stream(2).synchronize(); }, what);
-  expect_error<BackendError>([&] { t.to_vector<float>(); }, what);        // a host copy
+  expect_error<BackendError>([&] { t.to_vector<float>(); }, what);                    // a host copy
   expect_error<BackendError>([&] { Tensor::empty({4}, DType::f32, sim(2)); }, what);  // alloc
   auto side = b.create_stream(2);  // every stream of the device
   sim::as_sim(*side, "test").enqueue([] {});
@@ -134,8 +136,9 @@ TEST(FaultDevice, FailsAtItsStepAndEveryUseOfItThrows) {
 
   // A copy to a healthy device reads nothing of the failed one: the destination's stream fails.
   Tensor moved = t.to(sim(0));
-  expect_error<BackendError>([&] { moved.to_vector<float>(); },
-                             "sim:0: stream waited on an event recorded on a failed device: " + what);
+  expect_error<BackendError>(
+      [&] { moved.to_vector<float>(); },
+      "sim:0: stream waited on an event recorded on a failed device: " + what);
   // Other devices are untouched.
   Tensor ok = Tensor::full({2}, 4.0f, sim(1));
   EXPECT_EQ(ok.to_vector<float>(), std::vector<float>(2, 4.0f));
@@ -208,7 +211,7 @@ TEST(FaultAlloc, TheChosenAllocationFailsLikeCudaOutOfMemoryAndOnlyIt) {
                             "of capacity 268435456 bytes (256.00 MiB) (injected fault "
                             "alloc:device=1,after=3: allocation #4 on this device fails)");
   EXPECT_EQ(b.memory_stats(1).in_use, 768u);  // the failed request left nothing behind
-  p.push_back(b.allocate(1, 256));           // the 5th succeeds
+  p.push_back(b.allocate(1, 256));            // the 5th succeeds
   for (void* q : p) b.deallocate(1, q, 256);
   b.deallocate(0, other, 256);
   b.default_stream(1).synchronize();
@@ -216,8 +219,8 @@ TEST(FaultAlloc, TheChosenAllocationFailsLikeCudaOutOfMemoryAndOnlyIt) {
 }
 
 TEST(FaultAlloc, UnfiredFaultsAreReported) {
-  sim::SimBackend& b = sim_with_faults({"alloc:device=0,after=0", "fail:device=1,step=2",
-                                        "skip-collective:rank=0,index=0"});
+  sim::SimBackend& b = sim_with_faults(
+      {"alloc:device=0,after=0", "fail:device=1,step=2", "skip-collective:rank=0,index=0"});
   EXPECT_EQ(b.unfired_faults().size(), 3u);
   EXPECT_THROW(b.allocate(0, 8), OutOfMemory);
   b.begin_step(1);
@@ -241,8 +244,7 @@ TEST(FaultSkipCollective, OtherRanksTimeOutNamingTheRankAndTheCollective) {
   const std::string what =
       "all_reduce (collective #2 on this communicator): timed out after 300 ms waiting for rank 3 "
       "(communicator of 4 ranks; it is now aborted)";
-  for (int r = 0; r < 4; ++r)
-    expect_error<Timeout>([&] { comms[r].stream().synchronize(); }, what);
+  for (int r = 0; r < 4; ++r) expect_error<Timeout>([&] { comms[r].stream().synchronize(); }, what);
   expect_error<BackendError>([&] { comms[1].all_reduce(t[1]); },
                              "communicator aborted by an earlier error: " + what);
 }

@@ -3,12 +3,11 @@
 // read_checkpoint's trainer.json, JSON device profiles. Devices are never written: a FIFO stands
 // in for /dev/null (the tests run as root in CI, where a wrong rename would replace /dev/null).
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cerrno>
 #include <filesystem>
@@ -16,8 +15,8 @@
 #include <string>
 
 #include "backend_sim/profiles.h"
-#include "core/data/csv.h"
 #include "core/checkpoint/checkpoint.h"
+#include "core/data/csv.h"
 #include "core/io/file.h"
 #include "core/io/safetensors.h"
 #include "core/train/metrics.h"
@@ -47,7 +46,7 @@ TEST(FileIo, AtomicWriteThroughASymlinkReplacesTheTargetAndKeepsTheLink) {
   const std::string dir = fresh_dir("link");
   fs::create_directories(dir + "/real");
   write(dir + "/real/trace.json", "old");
-  fs::create_symlink("real/trace.json", dir + "/link.json");  // relative, as `ln -s` makes
+  fs::create_symlink("real/trace.json", dir + "/link.json");    // relative, as `ln -s` makes
   fs::create_symlink(dir + "/link.json", dir + "/link2.json");  // a link to the link
   io::write_file_atomic(dir + "/link2.json", "new");
   EXPECT_TRUE(fs::is_symlink(dir + "/link2.json"));
@@ -182,8 +181,9 @@ TEST(FileIo, ReadCsvRefusesADeviceAndAFileOverFourGiB) {
                            "read_csv: '/dev/zero' is a character device, expected a regular file");
   sparse(dir + "/big.csv", io::kMaxDataBytes + 1);
   expect_error<ParseError>([&] { data::read_csv(dir + "/big.csv"); },
-                           "read_csv: '" + dir + "/big.csv' has 4294967297 bytes, more than the "
-                           "maximum of 4 GiB");
+                           "read_csv: '" + dir +
+                               "/big.csv' has 4294967297 bytes, more than the "
+                               "maximum of 4 GiB");
   fs::remove_all(dir);
 }
 
@@ -191,12 +191,14 @@ TEST(FileIo, JsonProfileRefusesAFifoAndAFileOverSixteenMiB) {
   const std::string dir = fresh_dir("profile");
   const std::string fifo = dir + "/p.json";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
-  expect_error<InvalidArgument>([&] { sim::device_profile(fifo); },
-                                "device_profile: '" + fifo + "' is a FIFO, expected a regular file");
+  expect_error<InvalidArgument>(
+      [&] { sim::device_profile(fifo); },
+      "device_profile: '" + fifo + "' is a FIFO, expected a regular file");
   sparse(dir + "/big.json", io::kMaxJsonBytes + 1);
   expect_error<InvalidArgument>([&] { sim::device_profile(dir + "/big.json"); },
-                                "device_profile: '" + dir + "/big.json' has 16777217 bytes, more "
-                                "than the maximum of 16 MiB");
+                                "device_profile: '" + dir +
+                                    "/big.json' has 16777217 bytes, more "
+                                    "than the maximum of 16 MiB");
   fs::remove_all(dir);
 }
 
@@ -228,7 +230,8 @@ TEST(FileIo, LoadSafetensorsChecksTheSizeAgainstTheHeaderBeforeReadingTheBuffer)
   // A header length over the format's maximum: refused before anything else is read.
   std::string len(8, '\0');
   const std::uint64_t n = io::kMaxSafetensorsHeaderBytes + 1;
-  for (int b = 0; b < 8; ++b) len[static_cast<std::size_t>(b)] = static_cast<char>((n >> (8 * b)) & 0xff);
+  for (int b = 0; b < 8; ++b)
+    len[static_cast<std::size_t>(b)] = static_cast<char>((n >> (8 * b)) & 0xff);
   write(dir + "/hdr.safetensors", len + "{}");
   expect_error<ParseError>([&] { io::load_safetensors(dir + "/hdr.safetensors"); },
                            "header length: 100000001 bytes, expected at most 100000000");
@@ -240,8 +243,9 @@ TEST(FileIo, ReadCheckpointRefusesATrainerJsonOverSixteenMiB) {
   fs::create_directories(dir + "/step-00000001");
   sparse(dir + "/step-00000001/trainer.json", io::kMaxJsonBytes + 1);
   expect_error<ParseError>([&] { read_checkpoint(dir + "/step-00000001"); },
-                           "read_checkpoint: '" + dir + "/step-00000001/trainer.json' has "
-                           "16777217 bytes, more than the maximum of 16 MiB");
+                           "read_checkpoint: '" + dir +
+                               "/step-00000001/trainer.json' has "
+                               "16777217 bytes, more than the maximum of 16 MiB");
   fs::remove_all(dir);
 }
 
@@ -272,8 +276,8 @@ TEST(FileIo, CheckpointDirLockRefusesASecondProcessNamingIt) {
   ASSERT_EQ(::read(to_parent[0], &c, 1), 1);
   ASSERT_EQ(c, 'y');
   expect_error<Error>([&] { lock_checkpoint_dir(dir); },
-                      "checkpoint: checkpoint directory '" + dir + "' is in use: its lock '" + lock +
-                          "' is held by process " + std::to_string(child) +
+                      "checkpoint: checkpoint directory '" + dir + "' is in use: its lock '" +
+                          lock + "' is held by process " + std::to_string(child) +
                           " (another run writing the same directory)");
   (void)!::write(to_child[1], &c, 1);
   int status = 0;

@@ -88,9 +88,9 @@ TEST(FuzzRegression, ProfileFieldNested100000DeepRefused) {
   ASSERT_EQ(text.size(), 200059u);
   const std::string path = fresh_dir("profile") + "/deep.json";
   write(path, text);
-  test::expect_invalid([&] { (void)sim::device_profile(path); },
-                       "device_profile: " + path +
-                           ": field 'fp32_tflops': expected a number, got array");
+  test::expect_invalid(
+      [&] { (void)sim::device_profile(path); },
+      "device_profile: " + path + ": field 'fp32_tflops': expected a number, got array");
 }
 
 }  // namespace

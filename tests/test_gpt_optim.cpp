@@ -6,20 +6,20 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <mutex>
 #include <string>
 #include <vector>
 
-#include "core/comm/communicator.h"
 #include "core/checkpoint/checkpoint.h"
-#include "core/runtime/backend.h"
+#include "core/comm/communicator.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
 #include "core/nn/with_loss.h"
+#include "core/numerics/random.h"
 #include "core/optim/adam.h"
 #include "core/optim/adamw.h"
 #include "core/optim/clip.h"
@@ -27,7 +27,7 @@
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
-#include "core/numerics/random.h"
+#include "core/runtime/backend.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -37,7 +37,8 @@ using namespace ditto::test;
 
 class GptOptimTest : public SimSuite<8> {};
 
-// ---- plumbing ------------------------------------------------------------------------------------
+// ---- plumbing
+// ------------------------------------------------------------------------------------
 
 /// What a Probe saw at one forward.
 struct Seen {
@@ -53,7 +54,8 @@ struct ProbeLog {
   /// The entries, ordered by device index (replicas run on parallel threads).
   std::vector<Seen> by_device() {
     std::vector<Seen> s = seen;
-    std::sort(s.begin(), s.end(), [](const Seen& a, const Seen& b) { return a.device.index < b.device.index; });
+    std::sort(s.begin(), s.end(),
+              [](const Seen& a, const Seen& b) { return a.device.index < b.device.index; });
     seen.clear();
     return s;
   }
@@ -182,7 +184,8 @@ void on_ranks(int world, Determinism mode, const std::function<void(int, Communi
   std::vector<Communicator> comms = Communicator::init_all(devices("sim", world), co);
   std::vector<std::future<void>> done;
   for (int r = 0; r < world; ++r)
-    done.push_back(std::async(std::launch::async, fn, r, std::ref(comms[static_cast<std::size_t>(r)])));
+    done.push_back(
+        std::async(std::launch::async, fn, r, std::ref(comms[static_cast<std::size_t>(r)])));
   for (auto& f : done) f.get();
 }
 
@@ -208,8 +211,8 @@ TEST_F(GptOptimTest, DdpSetsTheRankFirstRowFromTheGlobalBatch) {
   }
 }
 
-
-// ---- AdamW ---------------------------------------------------------------------------------------
+// ---- AdamW
+// ---------------------------------------------------------------------------------------
 
 /// torch.optim.AdamW's update of one element written out in double (the hand computation):
 /// p *= 1 - lr * wd, then Adam's moments and bias-corrected step at step t.
@@ -236,7 +239,8 @@ nn::Parameter param_on(const std::string& name, const std::vector<float>& v, con
 std::vector<float> grad_of(int s, std::size_t n, float scale) {
   std::vector<float> g(n);
   for (std::size_t i = 0; i < n; ++i)
-    g[i] = scale * (static_cast<float>(i) - 1.5f) * (s % 2 ? -0.5f : 1.0f) * static_cast<float>(s + 1);
+    g[i] =
+        scale * (static_cast<float>(i) - 1.5f) * (s % 2 ? -0.5f : 1.0f) * static_cast<float>(s + 1);
   return g;
 }
 
@@ -262,8 +266,11 @@ TEST_F(GptOptimTest, AdamWGroupsAsNanoGPT) {
   EXPECT_EQ(torch_like.state_dict().options.at("num_groups"), "1");
   expect_invalid([&] { optim::AdamW({&w}, {.beta2 = 1.0}); },
                  "optim::AdamW: beta2: Invalid beta parameter at index 1: 1");
-  expect_invalid([&] { optim::AdamW(std::vector<optim::AdamWGroup>{{{&w}, -1.0}}); },
-                 "groups[0].weight_decay: Invalid weight_decay value: -1");
+  expect_invalid(
+      [&] {
+        optim::AdamW(std::vector<optim::AdamWGroup>{{{&w}, -1.0}});
+      },
+      "groups[0].weight_decay: Invalid weight_decay value: -1");
   expect_invalid([&] { opt.set_lr(-0.5); }, "Invalid learning rate: -0.5");
 }
 
@@ -287,7 +294,8 @@ TEST_F(GptOptimTest, SetLrThroughTheOptimizerInterface) {
 }
 
 TEST_F(GptOptimTest, AdamWMatchesTorchFormulaWithDecayOnlyOn2dAndSetLr) {
-  const optim::AdamWOptions o{.lr = 0.1, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.5};
+  const optim::AdamWOptions o{
+      .lr = 0.1, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.5};
   const std::vector<float> w0{0.5f, -1.25f, 3.0f, 0.25f, 2.0f, -0.75f}, b0{1.5f, -2.0f, 0.125f};
   auto w = param_on("w", w0, {2, 3});
   auto b = param_on("b", b0, {3});
@@ -309,9 +317,11 @@ TEST_F(GptOptimTest, AdamWMatchesTorchFormulaWithDecayOnlyOn2dAndSetLr) {
     // f32 against the double formula: a few ulps; a wrong order of decay and update, decay on
     // the bias, L2 decay or a stale lr are off by 1e-3 or more.
     for (std::size_t i = 0; i < w0.size(); ++i)
-      EXPECT_NEAR(gotw[i], ew[i], 2e-6 * (1 + std::fabs(ew[i]))) << "w step " << s << " [" << i << "]";
+      EXPECT_NEAR(gotw[i], ew[i], 2e-6 * (1 + std::fabs(ew[i])))
+          << "w step " << s << " [" << i << "]";
     for (std::size_t i = 0; i < b0.size(); ++i)
-      EXPECT_NEAR(gotb[i], eb[i], 2e-6 * (1 + std::fabs(eb[i]))) << "b step " << s << " [" << i << "]";
+      EXPECT_NEAR(gotb[i], eb[i], 2e-6 * (1 + std::fabs(eb[i])))
+          << "b step " << s << " [" << i << "]";
     EXPECT_EQ(opt.step_count(0), s + 1);
   }
 }
@@ -377,8 +387,9 @@ TEST_F(GptOptimTest, AdamWStateDictRoundTripGivesTheSameNextStep) {
   EXPECT_EQ(st.options.at("param_groups.1.num_params"), "1");
   std::vector<std::string> names;
   for (const auto& [name, t] : st.tensors) names.push_back(name);
-  EXPECT_EQ(names, (std::vector<std::string>{"state.0.step", "state.0.exp_avg", "state.0.exp_avg_sq",
-                                             "state.1.step", "state.1.exp_avg", "state.1.exp_avg_sq"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"state.0.step", "state.0.exp_avg", "state.0.exp_avg_sq",
+                                      "state.1.step", "state.1.exp_avg", "state.1.exp_avg_sq"}));
 
   // A fresh optimizer over copies of the parameters, made with another lr: the load takes the
   // saved lr (as torch does) and the next step has the same bits.
@@ -396,14 +407,16 @@ TEST_F(GptOptimTest, AdamWStateDictRoundTripGivesTheSameNextStep) {
   opt2.step();
   EXPECT_TRUE(bits_equal(w2.data.to_vector<float>(), w.data.to_vector<float>()));
   EXPECT_TRUE(bits_equal(b2.data.to_vector<float>(), b.data.to_vector<float>()));
-  EXPECT_TRUE(bits_equal(opt2.exp_avg_sq(0).to_vector<float>(), opt.exp_avg_sq(0).to_vector<float>()));
+  EXPECT_TRUE(
+      bits_equal(opt2.exp_avg_sq(0).to_vector<float>(), opt.exp_avg_sq(0).to_vector<float>()));
 
   // Other betas or decays are refused, naming the option, and change nothing.
   optim::AdamWOptions beta = o;
   beta.beta2 = 0.95;
   optim::AdamW opt3({&w2, &b2}, beta);
-  expect_invalid([&] { opt3.load_state_dict(st); },
-                 "optim::AdamW::load_state_dict: state: option beta2 differs: saved beta2=0.98999999999999999");
+  expect_invalid(
+      [&] { opt3.load_state_dict(st); },
+      "optim::AdamW::load_state_dict: state: option beta2 differs: saved beta2=0.98999999999999999");
   EXPECT_EQ(opt3.step_count(0), 0);
   optim::AdamWOptions decay = o;
   decay.weight_decay = 0.2;
@@ -411,7 +424,8 @@ TEST_F(GptOptimTest, AdamWStateDictRoundTripGivesTheSameNextStep) {
   expect_invalid([&] { opt4.load_state_dict(st); }, "option param_groups.0.weight_decay differs");
   optim::OptimizerState bad_lr = st;
   bad_lr.options["lr"] = "fast";
-  expect_invalid([&] { opt2.load_state_dict(bad_lr); }, "option lr: expected a finite number >= 0, got 'fast'");
+  expect_invalid([&] { opt2.load_state_dict(bad_lr); },
+                 "option lr: expected a finite number >= 0, got 'fast'");
   EXPECT_EQ(opt2.lr(), 0.01);
 }
 
@@ -436,17 +450,20 @@ TEST_F(GptOptimTest, AdamWStateSurvivesACheckpointFile) {
   Checkpoint c = read_checkpoint(path);
   EXPECT_EQ(c.optimizer.type, "AdamW");
   EXPECT_EQ(c.optimizer.options.at("param_groups.0.num_params"), "2");  // the two weights
-  for (std::size_t i = 0; i < c.params.size(); ++i) net2->parameters()[i]->data.copy_(c.params[i].second);
+  for (std::size_t i = 0; i < c.params.size(); ++i)
+    net2->parameters()[i]->data.copy_(c.params[i].second);
   opt2.load_state_dict(c.optimizer);
   step(*net, opt, 1);
   step(*net2, opt2, 1);
   for (std::size_t i = 0; i < net->parameters().size(); ++i)
     EXPECT_TRUE(bits_equal(net2->parameters()[i]->data.to_vector<float>(),
-                           net->parameters()[i]->data.to_vector<float>())) << "parameter " << i;
+                           net->parameters()[i]->data.to_vector<float>()))
+        << "parameter " << i;
   std::filesystem::remove_all(dir);
 }
 
-// ---- the learning-rate schedule --------------------------------------------------------------------
+// ---- the learning-rate schedule
+// --------------------------------------------------------------------
 
 /// nanoGPT train.py get_lr, as written there.
 double get_lr(std::int64_t it, double learning_rate, std::int64_t warmup_iters,
@@ -460,18 +477,18 @@ double get_lr(std::int64_t it, double learning_rate, std::int64_t warmup_iters,
 
 TEST(GptSchedule, NanoGptLrAtKnownIterations) {
   // config/train_shakespeare_char.py: 1e-3, warmup 100, decay to 1e-4 over 5000 iterations.
-  const optim::NanoGPTSchedule sched{.learning_rate = 1e-3, .warmup_iters = 100,
-                                     .lr_decay_iters = 5000, .min_lr = 1e-4};
+  const optim::NanoGPTSchedule sched{
+      .learning_rate = 1e-3, .warmup_iters = 100, .lr_decay_iters = 5000, .min_lr = 1e-4};
   for (std::int64_t it : {0, 1, 50, 99, 100, 101, 2550, 4999, 5000, 5001, 9000}) {
     SCOPED_TRACE(it);
     EXPECT_EQ(sched(it), get_lr(it, 1e-3, 100, 5000, 1e-4));
     EXPECT_EQ(optim::nanogpt_lr(it, 1e-3, 100, 5000, 1e-4), sched(it));
   }
-  EXPECT_DOUBLE_EQ(sched(0), 1e-3 / 101);             // the first warmup step
-  EXPECT_DOUBLE_EQ(sched(99), 1e-3 * 100 / 101);      // the last one
-  EXPECT_DOUBLE_EQ(sched(100), 1e-3);                 // the top of the cosine
-  EXPECT_DOUBLE_EQ(sched(2550), (1e-3 + 1e-4) / 2);   // its middle
-  EXPECT_EQ(sched(5000), 1e-4);                       // its end: coeff = 0 exactly
+  EXPECT_DOUBLE_EQ(sched(0), 1e-3 / 101);            // the first warmup step
+  EXPECT_DOUBLE_EQ(sched(99), 1e-3 * 100 / 101);     // the last one
+  EXPECT_DOUBLE_EQ(sched(100), 1e-3);                // the top of the cosine
+  EXPECT_DOUBLE_EQ(sched(2550), (1e-3 + 1e-4) / 2);  // its middle
+  EXPECT_EQ(sched(5000), 1e-4);                      // its end: coeff = 0 exactly
   EXPECT_EQ(sched(5001), 1e-4);
   EXPECT_EQ(sched(1000000), 1e-4);
   const optim::NanoGPTSchedule constant{.learning_rate = 3e-4, .decay_lr = false};
@@ -481,11 +498,12 @@ TEST(GptSchedule, NanoGptLrAtKnownIterations) {
   expect_invalid([] { optim::nanogpt_lr(-1, 1e-3, 10, 100, 1e-4); }, "it: expected >= 0, got -1");
   expect_invalid([] { optim::nanogpt_lr(0, 1e-3, 10, 5, 1e-4); },
                  "lr_decay_iters: expected >= warmup_iters (10), got 5");
-  expect_invalid([] { optim::nanogpt_lr(0, std::nan(""), 10, 100, 1e-4); }, "learning_rate: expected a finite value >= 0");
+  expect_invalid([] { optim::nanogpt_lr(0, std::nan(""), 10, 100, 1e-4); },
+                 "learning_rate: expected a finite value >= 0");
 }
 
-
-// ---- clip_grad_norm_ -------------------------------------------------------------------------------
+// ---- clip_grad_norm_
+// -------------------------------------------------------------------------------
 
 TEST_F(GptOptimTest, ClipGradNormMatchesTheClosedForm) {
   for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
@@ -527,15 +545,19 @@ TEST_F(GptOptimTest, ClipGradNormMatchesTheClosedForm) {
   expect_invalid([&] { optim::clip_grad_norm_({&p}, 0.0); },
                  "optim::clip_grad_norm_: max_norm: expected a finite value > 0, got 0");
   p.grad = Tensor::zeros({2}, DType::f32, Device("sim", 0));
-  expect_invalid([&] { optim::clip_grad_norm_({&p}, 1.0); }, "params[0] ('p'): grad: expected [1] f32");
+  expect_invalid([&] { optim::clip_grad_norm_({&p}, 1.0); },
+                 "params[0] ('p'): grad: expected [1] f32");
 }
 
 TEST_F(GptOptimTest, ClipGradNormGivesTheSameBitsOnEveryDdpRank) {
   constexpr std::int64_t kBatch = 16, kIn = 5, kOut = 3;
   std::vector<float> xs(kBatch * kIn), ys(kBatch * kOut);
-  for (std::size_t i = 0; i < xs.size(); ++i) xs[i] = uniform(3, stream_id(kStreamSynthetic, 40), i, -1, 1);
-  for (std::size_t i = 0; i < ys.size(); ++i) ys[i] = uniform(3, stream_id(kStreamSynthetic, 41), i, -1, 1);
-  const Tensor x = Tensor::from_vector(xs, {kBatch, kIn}), y = Tensor::from_vector(ys, {kBatch, kOut});
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    xs[i] = uniform(3, stream_id(kStreamSynthetic, 40), i, -1, 1);
+  for (std::size_t i = 0; i < ys.size(); ++i)
+    ys[i] = uniform(3, stream_id(kStreamSynthetic, 41), i, -1, 1);
+  const Tensor x = Tensor::from_vector(xs, {kBatch, kIn}),
+               y = Tensor::from_vector(ys, {kBatch, kOut});
   std::vector<float> norms(4);
   std::vector<std::vector<float>> grads(4);
   on_ranks(4, Determinism::bitwise, [&](int r, Communicator& comm) {

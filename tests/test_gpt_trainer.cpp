@@ -17,12 +17,12 @@
 
 #include "backend_sim/sim_run.h"
 #include "core/checkpoint/checkpoint.h"
+#include "core/data/text_source.h"
 #include "core/io/safetensors.h"
 #include "core/nn/gpt.h"
+#include "core/numerics/random.h"
 #include "core/optim/adamw.h"
 #include "core/optim/lr_schedule.h"
-#include "core/numerics/random.h"
-#include "core/data/text_source.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
 #include "trainer_test_util.h"
@@ -40,7 +40,7 @@ std::filesystem::path scratch(const std::string& name) {
 // 1000 bytes: a varied training part and a validation part of other letters.
 std::string small_text() {
   std::string t;
-  for (int i = 0; t.size() < 900; ++i) t += "to be, or not to be" [i % 19];
+  for (int i = 0; t.size() < 900; ++i) t += "to be, or not to be"[i % 19];
   while (t.size() < 1000) t += "XYZ"[t.size() % 3];
   return t;
 }
@@ -62,8 +62,8 @@ TEST(TextDataSource, VocabularyIsTheSortedDistinctBytesAndTheSplitIsNinetyTen) {
   EXPECT_EQ(cfg.at("vocab"), "202c58595a62656e6f7274");
   EXPECT_EQ(cfg.at("text_bytes"), "1000");
   EXPECT_EQ(cfg.at("block_size"), "8");
-  EXPECT_NE(cfg.at("text_fnv1a"), TextDataSource(small_text() + "t", 8, 0, "x")
-                                      .checkpoint_config().at("text_fnv1a"));
+  EXPECT_NE(cfg.at("text_fnv1a"),
+            TextDataSource(small_text() + "t", 8, 0, "x").checkpoint_config().at("text_fnv1a"));
 }
 
 // Issue 31, item 9: a text file was read into a string and copied as tokens (a 3 GiB file took
@@ -81,7 +81,8 @@ TEST(TextDataSource, AFileIsMemoryMappedNotCopied) {
     std::ifstream maps("/proc/self/maps");
     std::string line;
     while (std::getline(maps, line))
-      if (line.size() >= path.size() && line.compare(line.size() - path.size(), path.size(), path) == 0)
+      if (line.size() >= path.size() &&
+          line.compare(line.size() - path.size(), path.size(), path) == 0)
         return true;
     return false;
   };
@@ -97,7 +98,8 @@ TEST(TextDataSource, AFileIsMemoryMappedNotCopied) {
       EXPECT_EQ(a.x.to_vector<std::int64_t>(), b.x.to_vector<std::int64_t>());
       EXPECT_EQ(a.y.to_vector<std::int64_t>(), b.y.to_vector<std::int64_t>());
     }
-    data::Batch a = file.eval_batch(EvalSplit::val, 1, 3), b = memory.eval_batch(EvalSplit::val, 1, 3);
+    data::Batch a = file.eval_batch(EvalSplit::val, 1, 3),
+                b = memory.eval_batch(EvalSplit::val, 1, 3);
     EXPECT_EQ(a.y.to_vector<std::int64_t>(), b.y.to_vector<std::int64_t>());
   }
   EXPECT_FALSE(mapped()) << "the mapping outlived the source";
@@ -123,7 +125,8 @@ TEST(TextDataSource, StepWindowsArePhiloxDrawsOfTheTrainingSplit) {
     for (std::int64_t j = 0; j < B; ++j) {
       const std::uint64_t i =
           philox_u64(42, stream_id(kStreamBatch, static_cast<std::uint64_t>(step)),
-                     static_cast<std::uint64_t>(j)) % (900 - T);
+                     static_cast<std::uint64_t>(j)) %
+          (900 - T);
       for (std::int64_t t = 0; t < T; ++t) {
         EXPECT_EQ(x[static_cast<std::size_t>(j * T + t)], tokens[i + t]) << step << " " << j;
         EXPECT_EQ(y[static_cast<std::size_t>(j * T + t)], tokens[i + t + 1]) << step << " " << j;
@@ -173,8 +176,7 @@ TEST(TextDataSource, BadInputsAreRefusedNamingTheProblem) {
                        "TextDataSource: 'short.txt': expected a text whose training (first 90%) "
                        "and validation (last 10%) splits are longer than block_size = 10 tokens, "
                        "got 100 bytes (90 + 10 tokens)");
-  test::expect_error<Error>([] { TextDataSource("/no/such/file.txt", 8, 0); },
-                            "/no/such/file.txt");
+  test::expect_error<Error>([] { TextDataSource("/no/such/file.txt", 8, 0); }, "/no/such/file.txt");
   TextDataSource s(small_text(), 8, 0, "small");
   test::expect_invalid([&] { s.encode("q"); }, "TextDataSource::encode: byte 0 (0x71) is not in "
                                                "the vocabulary of 'small'");
@@ -267,7 +269,8 @@ TEST(TrainerIterations, OneChecksumForOneTwoAndFourDevicesAndResumeMidRun) {
     TrainerConfig first = iters(4, k);
     first.checkpoint_dir = dir.string();
     first.checkpoint_every = 4;
-    sim::add_sim_run(first, {.faults = {"fail:device=1,step=9"}});  // dies after step 8's checkpoint
+    sim::add_sim_run(first,
+                     {.faults = {"fail:device=1,step=9"}});  // dies after step 8's checkpoint
     EXPECT_THROW(Trainer(first, digits()).fit(), BackendError);
     TrainerConfig second = iters(2, k);
     second.resume_dir = dir.string();
@@ -343,8 +346,12 @@ std::shared_ptr<TextDataSource> shakespeare(std::int64_t block_size) {
 }
 
 TrainerConfig tiny_gpt(int devices, TrainerKind kind, float dropout = 0.0f) {
-  TrainerConfig c = test::tiny_gpt_trainer({.block_size = 16, .vocab_size = 78, .n_layer = 2,
-                                            .n_head = 2, .n_embd = 16, .dropout = dropout},
+  TrainerConfig c = test::tiny_gpt_trainer({.block_size = 16,
+                                            .vocab_size = 78,
+                                            .n_layer = 2,
+                                            .n_head = 2,
+                                            .n_embd = 16,
+                                            .dropout = dropout},
                                            devices, kind);
   c.checkpoint_aliases = {{"lm_head.weight", "transformer.wte.weight"}};
   return c;
@@ -358,12 +365,15 @@ TEST(TrainerGpt, OneChecksumForOneTwoAndFourDevicesDpAndDdpAndResumeMidRun) {
   cb.on_eval = [&](const EvalMetrics& m) { evals.push_back(m); };
   const FitResult first = Trainer(tiny_gpt(1, TrainerKind::dp), text, cb).fit();
   ASSERT_EQ(evals.size(), 3u);
-  EXPECT_NEAR(evals[0].val_loss, std::log(78.0), 0.1);  // a fresh model: about uniform
+  EXPECT_NEAR(evals[0].val_loss, std::log(78.0), 0.1);        // a fresh model: about uniform
   EXPECT_LT(evals[2].train_loss, evals[0].train_loss - 0.3);  // and it learns
   EXPECT_EQ(evals[1].tokens, 4 * 8 * 16);
   EXPECT_EQ(evals[1].lr, optim::nanogpt_lr(3, 1e-2, 2, 8, 1e-3));
-  for (auto [n, k] : {std::pair{2, TrainerKind::dp}, {4, TrainerKind::dp}, {1, TrainerKind::ddp},
-                      {2, TrainerKind::ddp}, {4, TrainerKind::ddp}})
+  for (auto [n, k] : {std::pair{2, TrainerKind::dp},
+                      {4, TrainerKind::dp},
+                      {1, TrainerKind::ddp},
+                      {2, TrainerKind::ddp},
+                      {4, TrainerKind::ddp}})
     EXPECT_EQ(Trainer(tiny_gpt(n, k), text).fit().params_checksum, first.params_checksum)
         << n << " devices, " << trainer_kind_name(k);
   // Resumed from the checkpoint of step 4 (the run died at step 6) on another device count.
@@ -385,7 +395,8 @@ TEST(TrainerGpt, OneChecksumForOneTwoAndFourDevicesDpAndDdpAndResumeMidRun) {
   std::filesystem::remove_all(dir);
   // Dropout: other bits, the same for 1 and 4 devices; and so for a clipping that bites (the
   // tiny model's gradient norm stays below 1.0).
-  const std::uint64_t drop1 = Trainer(tiny_gpt(1, TrainerKind::dp, 0.1f), text).fit().params_checksum;
+  const std::uint64_t drop1 =
+      Trainer(tiny_gpt(1, TrainerKind::dp, 0.1f), text).fit().params_checksum;
   EXPECT_NE(drop1, first.params_checksum);
   EXPECT_EQ(Trainer(tiny_gpt(4, TrainerKind::ddp, 0.1f), text).fit().params_checksum, drop1);
   TrainerConfig clip1 = tiny_gpt(1, TrainerKind::dp), clip4 = tiny_gpt(4, TrainerKind::ddp);

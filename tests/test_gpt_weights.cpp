@@ -9,18 +9,17 @@
 // 1e-5 x max |torch's logits|, |loss - torch's| <= 1e-5 x torch's loss.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "core/checkpoint/checkpoint.h"
-#include "core/io/file.h"
 #include "core/checkpoint/gpt_weights.h"
+#include "core/io/file.h"
 #include "core/io/safetensors.h"
 #include "core/nn/gpt.h"
 #include "core/nn/loss.h"
@@ -39,10 +38,13 @@ const std::string kDir = std::string(DITTO_TEST_DATA_DIR) + "/gpt2_tiny";
 std::string read_bytes(const std::string& path) { return io::read_file(path); }
 
 void write_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-std::vector<float> values(const Tensor& t) { return t.to(Device::cpu(), DType::f32).to_vector<float>(); }
+std::vector<float> values(const Tensor& t) {
+  return t.to(Device::cpu(), DType::f32).to_vector<float>();
+}
 
 class GptWeights : public SimSuite<1> {
  protected:
@@ -75,8 +77,8 @@ class GptWeights : public SimSuite<1> {
       worst = std::max(worst, std::abs(static_cast<double>(got[i]) - ref[i]));
       scale = std::max(scale, std::abs(static_cast<double>(ref[i])));
     }
-    EXPECT_LE(worst, 1e-5 * scale) << which << ": max |logits - torch's| " << worst
-                                   << ", max |torch's| " << scale;
+    EXPECT_LE(worst, 1e-5 * scale)
+        << which << ": max |logits - torch's| " << worst << ", max |torch's| " << scale;
     const float ref_loss = want("loss_" + which).item();
     EXPECT_NEAR(loss, ref_loss, 1e-5 * ref_loss) << which;
   }
@@ -260,12 +262,12 @@ TEST_F(GptWeights, MalformedConfigJsonIsRefusedNamingIt) {
   const std::string path = dir_ + "/model.safetensors", cfg = dir_ + "/config.json";
   write_bytes(cfg, "{\"n_head\": 4,");
   expect_error<ParseError>([&] { io::load_gpt_weights(path); },
-                           "io::load_gpt_weights: '" + cfg + "' (the config.json beside '" +
-                               path + "'): could not be parsed as JSON: ");
+                           "io::load_gpt_weights: '" + cfg + "' (the config.json beside '" + path +
+                               "'): could not be parsed as JSON: ");
   write_bytes(cfg, "[4]");
-  expect_error<ParseError>([&] { io::load_gpt_weights(path); },
-                           "(the config.json beside '" + path + "'): expected a JSON object, "
-                           "got array");
+  expect_error<ParseError>([&] { io::load_gpt_weights(path); }, "(the config.json beside '" + path +
+                                                                    "'): expected a JSON object, "
+                                                                    "got array");
   write_bytes(cfg, "{\"n_head\": 4}");
   EXPECT_EQ(io::load_gpt_weights(path).config.n_head, 4);
 }
@@ -281,11 +283,13 @@ TEST_F(GptWeights, HuggingFaceFolderLoadsItsModelFile) {
   check_against_torch(w, "f32");
   fs::create_directories(dir_ + "/empty");
   ::testing::internal::CaptureStderr();
-  expect_error<ParseError>([&] { io::load_gpt_weights(dir_ + "/empty"); },
-                           "io::load_gpt_weights: '" + dir_ + "/empty': expected a ditto "
-                           "checkpoint directory (DIR/latest, DIR/step-N) or a folder with a "
-                           "model.safetensors (Hugging Face's), got a folder with neither: pass "
-                           "the model file itself (DIR/model.safetensors, an llm.c .bin)");
+  expect_error<ParseError>(
+      [&] { io::load_gpt_weights(dir_ + "/empty"); },
+      "io::load_gpt_weights: '" + dir_ +
+          "/empty': expected a ditto "
+          "checkpoint directory (DIR/latest, DIR/step-N) or a folder with a "
+          "model.safetensors (Hugging Face's), got a folder with neither: pass "
+          "the model file itself (DIR/model.safetensors, an llm.c .bin)");
   EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
 }
 
@@ -325,8 +329,9 @@ TEST_F(GptWeightsMalformed, HeaderSizesThatDoNotFit) {
   expect_refused(with_header(4, 0), "header[4] (num_layers): expected >= 1, got 0");
   expect_refused(with_header(7, 500), "header[7] (padded_vocab_size): expected >= vocab_size = "
                                       "512, got 500");
-  expect_refused(with_header(5, 5), "the model it describes is not one ditto's GPT can be: "
-                                    "GPTConfig: n_embd: expected a positive multiple of n_head = 5");
+  expect_refused(with_header(5, 5),
+                 "the model it describes is not one ditto's GPT can be: "
+                 "GPTConfig: n_embd: expected a positive multiple of n_head = 5");
   // Sizes that fit each other but not the file: 3 layers in the header of a 2-layer file.
   expect_refused(with_header(4, 3), "the header (f32, max_seq_len 64, vocab_size 512 padded to "
                                     "512, 3 layers, 4 heads, channels 32) describes 56608 "
@@ -350,7 +355,8 @@ TEST_F(GptWeightsMalformed, TruncatedOrTooLong) {
 
 class GptWeightsBadSafetensors : public GptWeights {
  protected:
-  std::vector<std::pair<std::string, Tensor>> hf_ = io::load_safetensors(kDir + "/hf/model.safetensors").tensors;
+  std::vector<std::pair<std::string, Tensor>> hf_ =
+      io::load_safetensors(kDir + "/hf/model.safetensors").tensors;
   void expect_refused(const std::vector<std::pair<std::string, Tensor>>& t,
                       const std::string& part) {
     const std::string path = dir_ + "/bad.safetensors";
@@ -405,12 +411,14 @@ std::string with_bool_tensors(const std::vector<std::pair<std::string, Tensor>>&
   nlohmann::json h = nlohmann::json::object();
   std::string buf;
   for (const auto& [n, x] : t) {
-    h[n] = {{"dtype", io::safetensors_dtype(x.dtype())}, {"shape", x.shape()},
+    h[n] = {{"dtype", io::safetensors_dtype(x.dtype())},
+            {"shape", x.shape()},
             {"data_offsets", {buf.size(), buf.size() + x.nbytes()}}};
     buf.append(static_cast<const char*>(x.data_ptr()), x.nbytes());
   }
   for (const std::string& n : extra) {
-    h[n] = {{"dtype", "BOOL"}, {"shape", {1, 1, 64, 64}},
+    h[n] = {{"dtype", "BOOL"},
+            {"shape", {1, 1, 64, 64}},
             {"data_offsets", {buf.size(), buf.size() + 64 * 64}}};
     buf.append(64 * 64, '\1');
   }
@@ -423,8 +431,9 @@ std::string with_bool_tensors(const std::vector<std::pair<std::string, Tensor>>&
 }
 
 TEST_F(GptWeightsBadSafetensors, BoolMaskBuffersAreIgnoredOtherBoolTensorsRefused) {
-  std::erase_if(hf_, [](const auto& p) { return p.first.find("attn.bias") != std::string::npos &&
-                                                p.second.dim() == 4; });
+  std::erase_if(hf_, [](const auto& p) {
+    return p.first.find("attn.bias") != std::string::npos && p.second.dim() == 4;
+  });
   fs::copy_file(kDir + "/hf/config.json", dir_ + "/config.json");
   const std::string path = dir_ + "/model.safetensors";
   write_bytes(path, with_bool_tensors(hf_, {"h.0.attn.bias", "h.1.attn.bias"}));
@@ -435,8 +444,9 @@ TEST_F(GptWeightsBadSafetensors, BoolMaskBuffersAreIgnoredOtherBoolTensorsRefuse
   check_against_torch(w, "f32");
   write_bytes(path, with_bool_tensors(hf_, {"h.0.attn.bias", "h.0.mlp.gate"}));
   expect_error<ParseError>([&] { io::load_gpt_weights(path); },
-                           "io::load_gpt_weights: '" + path + "': 'h.0.mlp.gate': expected F32, "
-                           "BF16 or F16, got BOOL");
+                           "io::load_gpt_weights: '" + path +
+                               "': 'h.0.mlp.gate': expected F32, "
+                               "BF16 or F16, got BOOL");
 }
 
 TEST_F(GptWeightsBadSafetensors, NotAFileOfEither) {
@@ -444,8 +454,7 @@ TEST_F(GptWeightsBadSafetensors, NotAFileOfEither) {
   write_bytes(path, "hello, world: not a model\n");
   expect_error<ParseError>([&] { io::load_gpt_weights(path); },
                            "io::load_gpt_weights: '" + path + "': expected an llm.c model file");
-  expect_error<ParseError>([&] { io::load_gpt_weights(dir_ + "/missing.bin"); },
-                           "missing.bin");
+  expect_error<ParseError>([&] { io::load_gpt_weights(dir_ + "/missing.bin"); }, "missing.bin");
 }
 
 // TrainerConfig::eval_only (--eval-only) needs iteration mode and writes no checkpoint.

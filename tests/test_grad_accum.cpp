@@ -4,16 +4,16 @@
 // 1/2/4 devices, dp and ddp), fast mode stays close to K = 1, and bad settings are refused naming
 // --grad-accum-steps, --micro-shards and --devices with the numbers.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <sstream>
 #include <memory>
+#include <sstream>
 #include <vector>
 
+#include "core/data/text_source.h"
 #include "core/nn/gpt.h"
 #include "core/nn/sequential.h"
 #include "core/numerics/random.h"
@@ -24,7 +24,6 @@
 #include "core/parallel/distributed_data_parallel.h"
 #include "core/runtime/backend.h"
 #include "core/train/grad_accumulation.h"
-#include "core/data/text_source.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
 #include "trainer_test_util.h"
@@ -232,8 +231,8 @@ TEST(GradAccumTrainer, MlpBitwiseAccumulationGivesTheBitsOfOneStep) {
     return l;
   };
   EXPECT_EQ(fit(rec, data).checksum, one.checksum);
-  std::vector<std::int64_t> epoch{12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12, 12,
-                                  2, 2, 2, 2};
+  std::vector<std::int64_t> epoch{12, 12, 12, 12, 12, 12, 12, 12, 12, 12,
+                                  12, 12, 12, 12, 12, 12, 2,  2,  2,  2};
   std::vector<std::int64_t> want = epoch;
   want.insert(want.end(), epoch.begin(), epoch.end());
   EXPECT_EQ(*rows, want);
@@ -251,8 +250,8 @@ TEST(GradAccumTrainer, MlpBitwiseWithMseAndClippingToo) {
   c1.micro_shards = 16;
   c1.batch_size = 30;
   const FitRun one = fit(c1, data);
-  for (auto [n, kind, k] : {std::tuple{2, TrainerKind::ddp, 8}, {4, TrainerKind::dp, 4},
-                            {1, TrainerKind::ddp, 2}}) {
+  for (auto [n, kind, k] :
+       {std::tuple{2, TrainerKind::ddp, 8}, {4, TrainerKind::dp, 4}, {1, TrainerKind::ddp, 2}}) {
     TrainerConfig c = c1;
     c.devices = n;
     c.trainer = kind;
@@ -281,10 +280,14 @@ TEST(GradAccumTrainer, MlpFastModeStaysCloseToOneStep) {
 
 // A tiny GPT (AdamW, nanoGPT's schedule, clipping) on the bundled text, as test_gpt_trainer.cpp.
 TrainerConfig tiny_gpt(int devices, TrainerKind kind, std::int64_t accum, float dropout = 0.0f) {
-  TrainerConfig c = test::tiny_gpt_trainer({.block_size = 16, .vocab_size = 78, .n_layer = 2,
-                                            .n_head = 2, .n_embd = 16, .dropout = dropout},
-                                           devices, kind,
-                                           {.max_iters = 6, .eval_interval = 3, .eval_iters = 1});
+  TrainerConfig c =
+      test::tiny_gpt_trainer({.block_size = 16,
+                              .vocab_size = 78,
+                              .n_layer = 2,
+                              .n_head = 2,
+                              .n_embd = 16,
+                              .dropout = dropout},
+                             devices, kind, {.max_iters = 6, .eval_interval = 3, .eval_iters = 1});
   c.grad_accum_steps = accum;
   return c;
 }
@@ -305,8 +308,10 @@ TEST(GradAccumTrainer, GptBitwiseAccumulationGivesTheBitsOfOneStepWithAndWithout
     EXPECT_EQ(evals4[i].tokens, evals1[i].tokens) << i;
   }
   EXPECT_EQ(evals4[1].tokens, 3 * 8 * 16);
-  for (auto [n, kind, k] : {std::tuple{1, TrainerKind::dp, 2}, {2, TrainerKind::dp, 4},
-                            {4, TrainerKind::dp, 2}, {1, TrainerKind::ddp, 4},
+  for (auto [n, kind, k] : {std::tuple{1, TrainerKind::dp, 2},
+                            {2, TrainerKind::dp, 4},
+                            {4, TrainerKind::dp, 2},
+                            {1, TrainerKind::ddp, 4},
                             {4, TrainerKind::ddp, 2}})
     EXPECT_EQ(Trainer(tiny_gpt(n, kind, k), text).fit().params_checksum, one.params_checksum)
         << n << " devices, " << trainer_kind_name(kind) << ", K=" << k;
@@ -348,14 +353,23 @@ TEST(GradAccumParallel, BlockForwardsRefuseBoundsThatDoNotFit) {
   dpo.determinism = Determinism::bitwise;
   parallel::DataParallel dp(*model, devs, dpo);
   const Tensor x = Tensor::zeros({4, 3}, DType::f32, Device::cpu());
-  test::expect_invalid([&] { dp.forward({x}, 0, {0, 4}); },
-                       "DataParallel.forward: shard_bounds: bitwise mode gives every device whole "
-                       "micro-shards: expected at least 2 shards (the devices), got 1");
-  test::expect_invalid([&] { dp.forward({x}, 0, {0, 1, 3}); },
-                       "DataParallel.forward: bounds: expected the last entry to equal rows = 4, "
-                       "got 3");
-  test::expect_invalid([&] { dp.forward({x}, -1, {0, 2, 4}); },
-                       "DataParallel.forward: first_row: expected >= 0, got -1");
+  test::expect_invalid(
+      [&] {
+        dp.forward({x}, 0, {0, 4});
+      },
+      "DataParallel.forward: shard_bounds: bitwise mode gives every device whole "
+      "micro-shards: expected at least 2 shards (the devices), got 1");
+  test::expect_invalid(
+      [&] {
+        dp.forward({x}, 0, {0, 1, 3});
+      },
+      "DataParallel.forward: bounds: expected the last entry to equal rows = 4, "
+      "got 3");
+  test::expect_invalid(
+      [&] {
+        dp.forward({x}, -1, {0, 2, 4});
+      },
+      "DataParallel.forward: first_row: expected >= 0, got -1");
   // A valid block: the replicas' first rows are offset by first_row (Note [Dropout masks]).
   EXPECT_EQ(dp.forward({x}, 8, {0, 1, 2, 3, 4}).shape(), (Shape{4, 2}));
   // DDP (one rank): sync_gradients is refused with join (its shadows follow backward only).
@@ -364,9 +378,12 @@ TEST(GradAccumParallel, BlockForwardsRefuseBoundsThatDoNotFit) {
   std::vector<Communicator> comms = Communicator::init_all({devs[0]}, co);
   auto single = nn::mlp({3, 2}, devs[0], 1);
   parallel::DistributedDataParallel ddp(*single, comms[0]);
-  test::expect_invalid([&] { ddp.forward({x}, 0, {0, 2, 5}); },
-                       "DistributedDataParallel.forward: bounds: expected the last entry to equal "
-                       "rows = 4, got 5");
+  test::expect_invalid(
+      [&] {
+        ddp.forward({x}, 0, {0, 2, 5});
+      },
+      "DistributedDataParallel.forward: bounds: expected the last entry to equal "
+      "rows = 4, got 5");
   ddp.enable_join();
   test::expect_invalid([&] { ddp.sync_gradients(); },
                        "DistributedDataParallel.sync_gradients: not available with enable_join()");
@@ -375,8 +392,10 @@ TEST(GradAccumParallel, BlockForwardsRefuseBoundsThatDoNotFit) {
 TEST(GradAccumTrainer, BadSettingsNameTheOptionsAndTheNumbers) {
   auto data = mlp_data();
   TrainerConfig c = mlp(4, TrainerKind::ddp, 3, Determinism::bitwise);
-  c.field_names = {{"grad_accum_steps", "--grad-accum-steps"}, {"micro_shards", "--micro-shards"},
-                   {"devices", "--devices"}, {"batch_size", "--batch-size"}};
+  c.field_names = {{"grad_accum_steps", "--grad-accum-steps"},
+                   {"micro_shards", "--micro-shards"},
+                   {"devices", "--devices"},
+                   {"batch_size", "--batch-size"}};
   test::expect_invalid([&] { Trainer(c, data).fit(); },
                        "--grad-accum-steps: bitwise mode folds the micro-steps with the canonical "
                        "tree over a power of two of them (Note [Gradient accumulation]): expected "

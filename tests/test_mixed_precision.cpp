@@ -227,8 +227,8 @@ TEST_F(MixedPrecisionTest, Bf16MlpBitwiseGivesTheSameGradientBytesAndLossOn1248D
       EXPECT_EQ(r.loss, one.loss) << n << " devices, " << dtype_name(dt);
       ASSERT_EQ(r.grads.size(), one.grads.size());
       for (std::size_t k = 0; k < r.grads.size(); ++k)
-        EXPECT_EQ(r.grads[k], one.grads[k]) << "parameter " << k << ", " << n << " devices, "
-                                            << dtype_name(dt);
+        EXPECT_EQ(r.grads[k], one.grads[k])
+            << "parameter " << k << ", " << n << " devices, " << dtype_name(dt);
     }
   }
 }
@@ -254,14 +254,15 @@ TEST_F(MixedPrecisionTest, Bf16MlpFastModeHasBf16GradientsWithinToleranceOfOneDe
   }
 }
 
-// ---- the simulator: native pricing, uncharged scratch --------------------------------------------
+// ---- the simulator: native pricing, uncharged scratch
+// --------------------------------------------
 
 TEST_F(MixedPrecisionTest, SimPricesABf16GemmAtTensorCorePeakAndHalfTheBytes) {
   BackendOptions bo;
   bo.device_count = 1;
   auto& be = *init_backend("sim", bo).extension<sim::SimBackend>();
-  sim::ClusterSpec cluster{sim::device_profile("h100-sxm"), sim::interconnect_profile("nvlink"),
-                           1, 1};
+  sim::ClusterSpec cluster{sim::device_profile("h100-sxm"), sim::interconnect_profile("nvlink"), 1,
+                           1};
   be.cost_model().configure(cluster);
   const std::int64_t M = 64, N = 48, K = 80;
   const Tensor a = Tensor::zeros({M, K}, DType::bf16, dev());
@@ -313,10 +314,15 @@ TEST_F(MixedPrecisionTest, SimChargesOnlyTheBf16OutputNotTheF32Scratch) {
   EXPECT_EQ(be.memory_stats(0).in_use - in0, y.nbytes() + mean.nbytes() + rstd.nbytes());
 }
 
-// ---- a bf16 GPT -----------------------------------------------------------------------------------
+// ---- a bf16 GPT
+// -----------------------------------------------------------------------------------
 
 nn::GPTConfig tiny_gpt(float dropout = 0.0f) {
-  return {.block_size = 16, .vocab_size = 65, .n_layer = 2, .n_head = 4, .n_embd = 32,
+  return {.block_size = 16,
+          .vocab_size = 65,
+          .n_layer = 2,
+          .n_head = 4,
+          .n_embd = 32,
           .dropout = dropout};
 }
 
@@ -387,8 +393,8 @@ TEST_P(MixedPrecisionGpt, BitwiseGivesTheSameGradientBytesAndLossOn1248Devices) 
       EXPECT_EQ(r.loss, one.loss) << n << " devices, dropout " << dropout;
       ASSERT_EQ(r.grads.size(), one.grads.size());
       for (std::size_t k = 0; k < r.grads.size(); ++k)
-        EXPECT_EQ(r.grads[k], one.grads[k]) << "parameter " << k << ", " << n
-                                            << " devices, dropout " << dropout;
+        EXPECT_EQ(r.grads[k], one.grads[k])
+            << "parameter " << k << ", " << n << " devices, dropout " << dropout;
     }
   }
 }
@@ -422,7 +428,8 @@ TEST_F(MixedPrecisionTest, Bf16GptLossAndLogitsAreTheF32GptsWithinBf16Tolerance)
   EXPECT_NE(bf.loss, f32.loss);  // it did run in bf16
 }
 
-// ---- the PyTorch reference (tools/mp_reference.py) ------------------------------------------------
+// ---- the PyTorch reference (tools/mp_reference.py)
+// ------------------------------------------------
 
 Tensor bf16_from_bits(const nlohmann::json& j, const Shape& shape) {
   std::vector<bfloat16> v;
@@ -495,7 +502,8 @@ TEST_F(MixedPrecisionTest, MatchesTheTorchReference) {
   }
 }
 
-// ---- CUDA: the same bits (skips without a GPU) ----------------------------------------------------
+// ---- CUDA: the same bits (skips without a GPU)
+// ----------------------------------------------------
 
 using MixedPrecisionCudaTest = CudaSuite<2>;
 

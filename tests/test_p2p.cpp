@@ -1,7 +1,8 @@
-// Communicator::send / recv on the simulator (Note [Sim point-to-point], backend_sim/sim_communicator_p2p.h):
-// ring exchanges in one group driven by one thread and by a thread per rank, several messages
-// to one peer in order, a send to oneself, every dtype's bytes, count / dtype mismatches,
-// timeouts naming both ranks, peers out of range, aborts, and virtual time.
+// Communicator::send / recv on the simulator (Note [Sim point-to-point],
+// backend_sim/sim_communicator_p2p.h): ring exchanges in one group driven by one thread and by a
+// thread per rank, several messages to one peer in order, a send to oneself, every dtype's bytes,
+// count / dtype mismatches, timeouts naming both ranks, peers out of range, aborts, and virtual
+// time.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -282,7 +283,7 @@ TEST_F(P2PTest, PeerOutOfRange) {
                  "Communicator::recv: peer: expected a rank in [0, 2), got -1");
   Tensor elsewhere = Tensor::zeros({4}, DType::f32, Device("sim", 1));
   expect_invalid([&] { comms[0].send(elsewhere, 1); }, "Communicator::send: tensor: expected a "
-                                                      "tensor on sim:0");
+                                                       "tensor on sim:0");
 }
 
 TEST_F(P2PTest, AbortOfAFailedRankFailsParkedBatchesAtOnce) {

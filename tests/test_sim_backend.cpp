@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "backend_sim/sim_backend.h"
-#include "core/runtime/backend.h"
 #include "core/base/error.h"
+#include "core/runtime/backend.h"
 #include "core/runtime/tensor.h"
 #include "test_util.h"
 
@@ -291,7 +291,8 @@ TEST_F(SimBackendTest, TensorRoundTripsAndViews) {
   Tensor w = t.view({2, -1});
   EXPECT_EQ(w.shape(), (Shape{2, 6}));
   EXPECT_EQ(w.buffer(), t.buffer());
-  EXPECT_THROW_MSG(t.view({5, -1}), InvalidArgument, "Tensor::view: cannot view [4, 3] f32 on sim:7");
+  EXPECT_THROW_MSG(t.view({5, -1}), InvalidArgument,
+                   "Tensor::view: cannot view [4, 3] f32 on sim:7");
   EXPECT_THROW_MSG(t.narrow(3, 2), InvalidArgument, "Tensor::narrow: rows [3, 5) out of range");
   // i64 round trip
   std::vector<std::int64_t> labels = {3, -1, 7};
@@ -328,14 +329,16 @@ TEST_F(SimBackendTest, TensorSizesThatOverflowAreRejected) {
   EXPECT_THROW_MSG(t.view({big, big, -1}), InvalidArgument,
                    "Tensor::view: shape [1099511627776, 1099511627776, -1]: expected at most "
                    "9223372036854775807 elements in all");
-  EXPECT_THROW_MSG(t.view({big, big}), InvalidArgument, "Tensor::view: shape [1099511627776, "
-                                                        "1099511627776]: expected at most");
+  EXPECT_THROW_MSG(t.view({big, big}), InvalidArgument,
+                   "Tensor::view: shape [1099511627776, "
+                   "1099511627776]: expected at most");
   const std::int64_t max = std::numeric_limits<std::int64_t>::max();
   EXPECT_THROW_MSG(t.narrow(2, max), InvalidArgument,
                    "Tensor::narrow: rows [2, 2 + 9223372036854775807) out of range for [4, 3] f32 "
                    "on sim:0");
-  EXPECT_THROW_MSG(t.narrow(max, 1), InvalidArgument,
-                   "Tensor::narrow: rows [9223372036854775807, 9223372036854775807 + 1) out of range");
+  EXPECT_THROW_MSG(
+      t.narrow(max, 1), InvalidArgument,
+      "Tensor::narrow: rows [9223372036854775807, 9223372036854775807 + 1) out of range");
   EXPECT_EQ(t.narrow(1, 3).numel(), 9);
 }
 

@@ -5,9 +5,9 @@
 // (Note [Lazy deadline], sim_communicator.cpp), still times a round out at its own deadline.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <algorithm>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -15,9 +15,9 @@
 
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_executor.h"
+#include "core/base/error.h"
 #include "core/comm/communicator.h"
 #include "core/runtime/backend.h"
-#include "core/base/error.h"
 #include "core/runtime/tensor.h"
 #include "test_util.h"
 

@@ -9,17 +9,16 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <string>
-#include <vector>
-
 #include <mutex>
 #include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "core/data/token_source.h"
 #include "core/nn/gpt.h"
 #include "core/numerics/random.h"
 #include "core/optim/adamw.h"
-#include "core/data/token_source.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
 #include "trainer_test_util.h"
@@ -99,8 +98,9 @@ TEST_F(TokenFiles, StepWindowsArePhiloxDrawsOfTheShardsTokens) {
     ASSERT_EQ(b.x.shape(), (Shape{B, T}));
     const auto x = b.x.to_vector<std::int64_t>(), y = b.y.to_vector<std::int64_t>();
     for (std::int64_t j = 0; j < B; ++j) {
-      const std::uint64_t i = philox_u64(42, stream_id(kStreamBatch, std::uint64_t(step)),
-                                         std::uint64_t(j)) % (3000 - T);
+      const std::uint64_t i =
+          philox_u64(42, stream_id(kStreamBatch, std::uint64_t(step)), std::uint64_t(j)) %
+          (3000 - T);
       for (std::int64_t t = 0; t < T; ++t) {
         EXPECT_EQ(x[std::size_t(j * T + t)], tokens[i + t]);
         EXPECT_EQ(y[std::size_t(j * T + t)], tokens[i + t + 1]);
@@ -138,7 +138,8 @@ TEST_F(TokenFiles, ShardsInOrderAreOneSequenceAsOneFileOrNanoGptRaw) {
   EXPECT_EQ(expand_data_paths(shards[2] + "," + shards[0], "--data"),
             (std::vector<std::string>{shards[2], shards[0]}));
   EXPECT_NE(TokenDataSource({shards[2], shards[0], shards[1]}, {}, DataFormat::llmc, 97, T, 5)
-                .step_batch(0, B).x.to_vector<std::int64_t>(),
+                .step_batch(0, B)
+                .x.to_vector<std::int64_t>(),
             three.step_batch(0, B).x.to_vector<std::int64_t>());
 }
 
@@ -165,8 +166,11 @@ TEST_F(TokenFiles, Llama3ShardsHoldUint32Tokens) {
   write(at("g.bin"), llmc_bytes(ramp(400)));
   EXPECT_EQ(TokenDataSource({at("g.bin")}, {}, DataFormat::llmc, 0, 8, 1).vocab_size(), 50257);
   // One token width per dataset: a GPT-2 shard after a LLaMA 3 one is refused.
-  expect_error<Error>([&] { TokenDataSource({at("l.bin"), at("g.bin")}, {}, DataFormat::llmc, 0, 8, 1); },
-                      "'" + at("g.bin") + "': offset 0: expected magic 20240801 as '" + at("l.bin"));
+  expect_error<Error>(
+      [&] {
+        TokenDataSource({at("l.bin"), at("g.bin")}, {}, DataFormat::llmc, 0, 8, 1);
+      },
+      "'" + at("g.bin") + "': offset 0: expected magic 20240801 as '" + at("l.bin"));
 }
 
 TEST_F(TokenFiles, DetectionByMagicThenDotBinThenText) {
@@ -180,12 +184,12 @@ TEST_F(TokenFiles, DetectionByMagicThenDotBinThenText) {
   EXPECT_EQ(detect_data_format(at("tiny")), DataFormat::text);
   // A file it cannot open is refused as the reader its name goes to refuses it, not taken for
   // text (or, named .bin, for nanoGPT tokens, which then asked for --vocab-size).
-  expect_error<Error>([&] { detect_data_format(at("missing.txt")); },
-                      "TextDataSource: cannot open '" + at("missing.txt") +
-                          "': No such file or directory");
-  expect_error<Error>([&] { detect_data_format(at("missing.bin")); },
-                      "TokenDataSource: cannot open '" + at("missing.bin") +
-                          "': No such file or directory");
+  expect_error<Error>(
+      [&] { detect_data_format(at("missing.txt")); },
+      "TextDataSource: cannot open '" + at("missing.txt") + "': No such file or directory");
+  expect_error<Error>(
+      [&] { detect_data_format(at("missing.bin")); },
+      "TokenDataSource: cannot open '" + at("missing.bin") + "': No such file or directory");
   EXPECT_EQ(parse_data_format("nanogpt", "--data-format"), DataFormat::nanogpt);
   expect_invalid([] { parse_data_format("npy", "--data-format"); },
                  "--data-format: expected auto, text, llmc or nanogpt, got 'npy'");
@@ -201,9 +205,9 @@ TEST_F(TokenFiles, DetectionByMagicThenDotBinThenText) {
 // timeout).
 TEST_F(TokenFiles, DetectionRefusesWhatItCannotRead) {
   std::filesystem::create_directories(at("dir.bin"));  // opens, but every read fails (EISDIR)
-  expect_error<Error>([&] { detect_data_format(at("dir.bin")); },
-                      "TokenDataSource: '" + at("dir.bin") +
-                          "' is a directory, expected a regular file");
+  expect_error<Error>(
+      [&] { detect_data_format(at("dir.bin")); },
+      "TokenDataSource: '" + at("dir.bin") + "' is a directory, expected a regular file");
 }
 
 TEST_F(TokenFiles, DetectionRefusesAFileItMayNotRead) {
@@ -212,9 +216,9 @@ TEST_F(TokenFiles, DetectionRefusesAFileItMayNotRead) {
   if (::geteuid() == 0)
     GTEST_SKIP() << "running as root, which reads a file of mode 000: the permission case is "
                     "tests/ditto_train_gpt_token_refusals.sh's, run as nobody";
-  expect_error<Error>([&] { detect_data_format(at("locked_train_000001.bin")); },
-                      "TokenDataSource: cannot open '" + at("locked_train_000001.bin") +
-                          "': Permission denied");
+  expect_error<Error>(
+      [&] { detect_data_format(at("locked_train_000001.bin")); },
+      "TokenDataSource: cannot open '" + at("locked_train_000001.bin") + "': Permission denied");
 }
 
 TEST_F(TokenFiles, ValFilesBesideByLlmcAndNanoGptNaming) {
@@ -238,9 +242,9 @@ TEST_F(TokenFiles, ValFilesBesideByLlmcAndNanoGptNaming) {
   EXPECT_TRUE(val_paths_beside(at("fw_train_000001.bin") + "," + at("other.bin")).empty());
   // Issue 32 D48: the shard number spelled as any glob (? * [..]) finds the val shards as the
   // same files given as a list do.
-  for (const char* pattern : {"fw_train_00000[12].bin", "fw_train_00000?.bin",
-                              "fw_train_0000[0-9][12].bin", "fw_train_[0-9]*.bin",
-                              "fw_train_00000[!3].bin", "fw_train_00000[]12].bin"})
+  for (const char* pattern :
+       {"fw_train_00000[12].bin", "fw_train_00000?.bin", "fw_train_0000[0-9][12].bin",
+        "fw_train_[0-9]*.bin", "fw_train_00000[!3].bin", "fw_train_00000[]12].bin"})
     EXPECT_EQ(val_paths_beside(at(pattern)), (std::vector<std::string>{at("fw_val_000000.bin")}))
         << pattern;
   // "train" in a directory's name is not the file's.
@@ -308,24 +312,27 @@ TEST_F(TokenFiles, ATokenPastTheVocabularyIsRefusedWhereAWindowReadsIt) {
   t[150] = 600;
   write(at("v.bin"), llmc_bytes(t));
   TokenDataSource s({at("v.bin")}, {}, DataFormat::llmc, 512, 190, 1);  // every window has 150
-  expect_error<Error>([&] { s.step_batch(0, 1); },
-                      "TokenDataSource: '" + at("v.bin") + "': offset 1324: expected a token < "
-                      "vocab_size = 512, got 600");
+  expect_error<Error>([&] { s.step_batch(0, 1); }, "TokenDataSource: '" + at("v.bin") +
+                                                       "': offset 1324: expected a token < "
+                                                       "vocab_size = 512, got 600");
   write(at("train.bin"), raw_bytes(t));
   TokenDataSource r({at("train.bin")}, {}, DataFormat::nanogpt, 512, 190, 1);
   expect_error<Error>([&] { r.step_batch(0, 1); }, "offset 300: expected a token < vocab_size "
-                      "= 512, got 600");
+                                                   "= 512, got 600");
 }
 
 TEST_F(TokenFiles, SplitsMustBeLongerThanABlockAndValIsNeededToEvaluate) {
   write(at("t.bin"), llmc_bytes(ramp(64)));
   write(at("v.bin"), llmc_bytes(ramp(20)));
   expect_invalid([&] { TokenDataSource({at("t.bin")}, {}, DataFormat::llmc, 512, 64, 1); },
-                 "'" + at("t.bin") + "': expected more than block_size = 64 tokens of training "
-                 "data, got 64");
-  expect_invalid([&] { TokenDataSource({at("t.bin")}, {at("v.bin")}, DataFormat::llmc, 512, 32, 1); },
-                 "'" + at("v.bin") + "': expected more than block_size = 32 tokens of validation "
-                 "data, got 20");
+                 "'" + at("t.bin") +
+                     "': expected more than block_size = 64 tokens of training "
+                     "data, got 64");
+  expect_invalid(
+      [&] { TokenDataSource({at("t.bin")}, {at("v.bin")}, DataFormat::llmc, 512, 32, 1); },
+      "'" + at("v.bin") +
+          "': expected more than block_size = 32 tokens of validation "
+          "data, got 20");
   TokenDataSource s({at("t.bin")}, {}, DataFormat::llmc, 512, 8, 1);
   EXPECT_EQ(s.eval_batch(EvalSplit::train, 1, 2).x.size(0), 2);
   expect_invalid([&] { s.eval_batch(EvalSplit::val, 0, 2); }, "expected validation data");
@@ -340,8 +347,10 @@ TEST_F(TokenFiles, CheckpointConfigFingerprintsTheFiles) {
   write(at("a.bin"), llmc_bytes(t));
   t[1] = 9;
   write(at("b.bin"), llmc_bytes(t));
-  const auto a = TokenDataSource({at("a.bin")}, {}, DataFormat::llmc, 512, 8, 1).checkpoint_config();
-  const auto b = TokenDataSource({at("b.bin")}, {}, DataFormat::llmc, 512, 8, 1).checkpoint_config();
+  const auto a =
+      TokenDataSource({at("a.bin")}, {}, DataFormat::llmc, 512, 8, 1).checkpoint_config();
+  const auto b =
+      TokenDataSource({at("b.bin")}, {}, DataFormat::llmc, 512, 8, 1).checkpoint_config();
   EXPECT_EQ(a.at("data_format"), "llmc");
   EXPECT_EQ(a.at("train_tokens"), "5000");
   EXPECT_EQ(a.at("val_tokens"), "0");
@@ -349,7 +358,8 @@ TEST_F(TokenFiles, CheckpointConfigFingerprintsTheFiles) {
   EXPECT_NE(a.at("data_fingerprint"), b.at("data_fingerprint"));
   EXPECT_EQ(a.at("data_fingerprint"),
             TokenDataSource({at("a.bin")}, {}, DataFormat::llmc, 512, 8, 1)
-                .checkpoint_config().at("data_fingerprint"));
+                .checkpoint_config()
+                .at("data_fingerprint"));
 }
 
 // What a Trainer asks its data for, step by step (the rows of each call).
@@ -357,7 +367,9 @@ class RowSpy final : public DataSource {
  public:
   explicit RowSpy(std::shared_ptr<TokenDataSource> s) : s_(std::move(s)) {}
   std::int64_t batches_per_epoch(std::int64_t b) const override { return s_->batches_per_epoch(b); }
-  data::Batch batch(std::int64_t e, std::int64_t i, std::int64_t b) override { return s_->batch(e, i, b); }
+  data::Batch batch(std::int64_t e, std::int64_t i, std::int64_t b) override {
+    return s_->batch(e, i, b);
+  }
   data::Batch step_batch(std::int64_t step, std::int64_t b) override {
     std::lock_guard lk(mu_);
     rows.insert({-1, -1});  // every row
@@ -390,8 +402,8 @@ class RowSpy final : public DataSource {
 
 TrainerConfig tiny_gpt(int devices, TrainerKind kind) {
   return test::tiny_gpt_trainer(
-      {.block_size = 16, .vocab_size = 128, .n_layer = 1, .n_head = 2, .n_embd = 16}, devices,
-      kind, {.max_iters = 3, .eval_interval = 3, .eval_iters = 1, .nanogpt_recipe = false});
+      {.block_size = 16, .vocab_size = 128, .n_layer = 1, .n_head = 2, .n_embd = 16}, devices, kind,
+      {.max_iters = 3, .eval_interval = 3, .eval_iters = 1, .nanogpt_recipe = false});
 }
 
 // Issue 32: each DDP rank reads only the windows of its rows (the Trainer asked every rank for

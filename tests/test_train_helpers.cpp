@@ -3,10 +3,9 @@
 // checks (core/io/file.h), --classes (CsvDataSource::set_num_classes), the graceful stop
 // (core/train/graceful_stop.h) and nanoGPT's recipe (core/train/gpt_recipe.h), each with the
 // values and messages ditto-train prints (the CLI tests check them end to end).
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <csignal>
 #include <filesystem>
@@ -14,8 +13,8 @@
 #include <string>
 
 #include "core/checkpoint/checkpoint.h"
-#include "core/io/file.h"
 #include "core/data/data_source.h"
+#include "core/io/file.h"
 #include "core/train/gpt_recipe.h"
 #include "core/train/graceful_stop.h"
 #include "core/train/metrics_format.h"
@@ -68,7 +67,8 @@ TEST(MetricsFormat, FinalLineSaysOnlyWhatTheRunMeasured) {
   r.loss_scale = 65536.0f;
   r.skipped_steps = 3;
   EXPECT_NE(train::format_final(r).find("\ngrad_scaler: scale=65536 skipped_steps=3 (f16 "
-                                        "dynamic loss scaling)\n"), std::string::npos);
+                                        "dynamic loss scaling)\n"),
+            std::string::npos);
 }
 
 TEST(MetricsFormat, MemoryEpochAndEvalLines) {
@@ -110,7 +110,8 @@ TEST(HoldsCheckpoint, LatestOrAStepDirectoryButNotATemporaryOne) {
   std::ofstream(file) << "x";
   expect_invalid([&] { holds_checkpoint(file, "--resume auto --checkpoint"); },
                  "--resume auto --checkpoint: expected a checkpoint directory (or one to create), "
-                 "got '" + file + "', which is not a directory");
+                 "got '" +
+                     file + "', which is not a directory");
 }
 
 TEST(OutputPaths, AnOutputIsNeitherAnInputNorAnotherOutputNorInsideADirectory) {
@@ -118,18 +119,25 @@ TEST(OutputPaths, AnOutputIsNeitherAnInputNorAnotherOutputNorInsideADirectory) {
   const std::string data = dir + "/data.csv";
   io::check_outputs_are_not_inputs({{"--trace", dir + "/t.json"}, {"--metrics-jsonl", ""}},
                                    {{"--data", data}}, {{"--checkpoint", ""}});
-  expect_invalid([&] {
-    io::check_outputs_are_not_inputs({{"--trace", dir + "/./data.csv"}}, {{"--data", data}}, {});
-  }, "--trace: expected a file other than --data's, got '" + dir + "/./data.csv' (--data '" +
-     data + "'), which it would overwrite");
-  expect_invalid([&] {
-    io::check_outputs_are_not_inputs({{"--trace", dir + "/m"}, {"--metrics-jsonl", dir + "/m"}},
-                                     {{"--data", data}}, {});
-  }, "--metrics-jsonl: expected a file other than --trace's");
-  expect_invalid([&] {
-    io::check_outputs_are_not_inputs({{"--trace", dir + "/ck/latest"}}, {},
-                                     {{"--checkpoint", dir + "/ck"}});
-  }, "--trace: expected a file outside the --checkpoint directory '" + dir + "/ck', got '");
+  expect_invalid(
+      [&] {
+        io::check_outputs_are_not_inputs({{"--trace", dir + "/./data.csv"}}, {{"--data", data}},
+                                         {});
+      },
+      "--trace: expected a file other than --data's, got '" + dir + "/./data.csv' (--data '" +
+          data + "'), which it would overwrite");
+  expect_invalid(
+      [&] {
+        io::check_outputs_are_not_inputs({{"--trace", dir + "/m"}, {"--metrics-jsonl", dir + "/m"}},
+                                         {{"--data", data}}, {});
+      },
+      "--metrics-jsonl: expected a file other than --trace's");
+  expect_invalid(
+      [&] {
+        io::check_outputs_are_not_inputs({{"--trace", dir + "/ck/latest"}}, {},
+                                         {{"--checkpoint", dir + "/ck"}});
+      },
+      "--trace: expected a file outside the --checkpoint directory '" + dir + "/ck', got '");
 }
 
 TEST(OutputPaths, AReplaceableOutputIsARegularFileInAWritableDirectory) {
@@ -160,7 +168,8 @@ TEST(CsvDataSource, SetNumClassesGivesMoreOutputsThanTheLabelsNeed) {
 }
 
 TEST(GracefulStop, AFirstSignalSetsTheFlagTheTrainerWatches) {
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
   ::sigaction(SIGINT, nullptr, &old_int);
   ::sigaction(SIGTERM, nullptr, &old_term);
   const std::string dir = fresh_dir("stop");
@@ -187,8 +196,7 @@ TEST(GptRecipe, ConfiguresNanoGptsRunAndNamesFieldsAsTheCallerDoes) {
   EXPECT_EQ(run.model.n_layer, 4);
   EXPECT_EQ(run.model.vocab_size, run.text->vocab_size());
   EXPECT_EQ(c.model_name, "gpt(n_layer=4,n_head=4,n_embd=128,block_size=64,vocab_size=" +
-                              std::to_string(run.text->vocab_size()) +
-                              ",bias=False,dropout=0)");
+                              std::to_string(run.text->vocab_size()) + ",bias=False,dropout=0)");
   // A field given explicitly keeps the config's value; the names are the caller's.
   train::GptSettings bad;
   bad.data = DITTO_SHAKESPEARE_TXT;

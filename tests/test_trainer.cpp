@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "backend_sim/sim_run.h"
-#include "core/runtime/backend.h"
 #include "core/base/error.h"
+#include "core/runtime/backend.h"
 #include "core/runtime/extensions.h"
 #include "core/runtime/tensor.h"
 #include "core/train/launcher.h"
@@ -105,8 +105,7 @@ TEST(Trainer, OnStepReportsEveryLogIntervalStep) {
   EXPECT_GT(seen[1].predicted_time_s, 0.0);
   EXPECT_EQ(seen[1].peak_flops, p.prediction->peak_flops);
   ASSERT_TRUE(seen[1].mfu.has_value());
-  EXPECT_DOUBLE_EQ(*seen[1].mfu,
-                   1e6 * 64 / (seen[1].predicted_time_s * 2 * seen[1].peak_flops));
+  EXPECT_DOUBLE_EQ(*seen[1].mfu, 1e6 * 64 / (seen[1].predicted_time_s * 2 * seen[1].peak_flops));
   // A dry run reports no steps (nothing ran) and no losses or checksum in its result.
   c.dry_run = true;
   seen.clear();
@@ -318,7 +317,8 @@ TEST(Trainer, ACheckpointWithoutTheDataFingerprintResumesWithOneWarning) {
   again.log = &log;
   EXPECT_EQ(Trainer(again, digits()).fit().params_checksum, whole);
   const std::string warning = "ditto: resume: warning: checkpoint '" +
-                              (dir / "step-00000023").string() + "' has no data_fnv1a (written before it was recorded): the data's "
+                              (dir / "step-00000023").string() +
+                              "' has no data_fnv1a (written before it was recorded): the data's "
                               "fingerprint (that this run trains on the checkpoint's data) cannot "
                               "be checked\n";
   EXPECT_EQ(log.str(), warning);
@@ -404,11 +404,12 @@ TEST(Trainer, ANonFiniteLossStopsTheRunNamingTheStepUnlessAllowed) {
     EXPECT_NE(what.find("Trainer: step "), std::string::npos) << what;
     EXPECT_NE(what.find("(epoch 1, batch "), std::string::npos) << what;
     EXPECT_NE(what.find(", expected a finite loss"), std::string::npos) << what;
-    EXPECT_NE(what.find("TrainerConfig::allow_nonfinite_loss to keep going"),
-              std::string::npos) << what;
+    EXPECT_NE(what.find("TrainerConfig::allow_nonfinite_loss to keep going"), std::string::npos)
+        << what;
     EXPECT_TRUE(what.find(" is nan,") != std::string::npos ||
                 what.find(" is inf,") != std::string::npos ||
-                what.find(" is -inf,") != std::string::npos) << what;
+                what.find(" is -inf,") != std::string::npos)
+        << what;
     if (k == TrainerKind::ddp) {
       EXPECT_NE(what.find("the training loss on rank "), std::string::npos) << what;
     }
@@ -492,23 +493,25 @@ TEST(Trainer, PeerFailureCarriesTheFailedRankAndTheRootErrorIsThatRanksOwn) {
   faults->set_faults({"fail:device=2,step=0"});
   std::mutex mu;
   std::vector<int> failed_ranks;  // what every other rank's PeerFailure says
-  test::expect_own_backend_error([&] {
-    launch_ranks(devices("sim", 4), CommOptions{}, nullptr, [&](Communicator& comm) {
-      be.begin_step(0);
-      try {
-        Tensor t = Tensor::full({8}, 1.0f, comm.device());
-        comm.all_reduce(t);
-        (void)t.to_vector<float>();
-      } catch (const PeerFailure& p) {
-        std::lock_guard lk(mu);
-        failed_ranks.push_back(p.failed_rank());
-        throw;
-      } catch (const std::exception& e) {
-        if (comm.rank() != 2) ADD_FAILURE() << "rank " << comm.rank() << ": " << e.what();
-        throw;
-      }
-    });
-  }, "sim:2: device failed");
+  test::expect_own_backend_error(
+      [&] {
+        launch_ranks(devices("sim", 4), CommOptions{}, nullptr, [&](Communicator& comm) {
+          be.begin_step(0);
+          try {
+            Tensor t = Tensor::full({8}, 1.0f, comm.device());
+            comm.all_reduce(t);
+            (void)t.to_vector<float>();
+          } catch (const PeerFailure& p) {
+            std::lock_guard lk(mu);
+            failed_ranks.push_back(p.failed_rank());
+            throw;
+          } catch (const std::exception& e) {
+            if (comm.rank() != 2) ADD_FAILURE() << "rank " << comm.rank() << ": " << e.what();
+            throw;
+          }
+        });
+      },
+      "sim:2: device failed");
   EXPECT_EQ(failed_ranks, (std::vector<int>{2, 2, 2}));
 }
 
@@ -538,7 +541,10 @@ TEST(LaunchRanks, AThreadThatCannotBeCreatedIsAnErrorAfterTheStartedRanksAreJoin
     ADD_FAILURE() << "expected ditto::Error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()).rfind("launch_ranks: cannot create the thread of rank 5 of 8: "
-                                          "Resource temporarily unavailable", 0), 0u) << e.what();
+                                          "Resource temporarily unavailable",
+                                          0),
+              0u)
+        << e.what();
   }
   rank_thread_failure_for_testing() = -1;
   EXPECT_EQ(started.load(), 5);  // ranks 0..4, each joined before the error came back
@@ -573,19 +579,22 @@ TEST(RankSettings, ThreadRanksThatDisagreeFailBeforeAnyCommunicatorOrBody) {
   test::init_sim(4);
   std::atomic<int> bodies{0};
   auto settings = [](int rank) {
-    return RankSettings{{"--loss", "cross-entropy"},
-                        {"--micro-shards", rank == 2 ? "4" : "8"}};
+    return RankSettings{{"--loss", "cross-entropy"}, {"--micro-shards", rank == 2 ? "4" : "8"}};
   };
   test::expect_error<InvalidArgument>(
       [&] {
-        launch_ranks(devices("sim", 4), CommOptions{}, nullptr,
-                     [&](Communicator&) { ++bodies; }, {}, settings);
+        launch_ranks(
+            devices("sim", 4), CommOptions{}, nullptr, [&](Communicator&) { ++bodies; }, {},
+            settings);
       },
       "ranks disagree on --micro-shards: rank 0 has 8, rank 2 has 4");
   EXPECT_EQ(bodies.load(), 0);
   // Agreeing ranks run as before.
-  launch_ranks(devices("sim", 4), CommOptions{}, nullptr, [&](Communicator&) { ++bodies; }, {},
-               [](int) { return RankSettings{{"--micro-shards", "8"}}; });
+  launch_ranks(
+      devices("sim", 4), CommOptions{}, nullptr, [&](Communicator&) { ++bodies; }, {},
+      [](int) {
+        return RankSettings{{"--micro-shards", "8"}};
+      });
   EXPECT_EQ(bodies.load(), 4);
 }
 
@@ -682,11 +691,11 @@ TEST(TrainerExtension, HooksRunAtFixedPointsOfTheRun) {
   EXPECT_EQ(calls, std::vector<std::string>{"validate"});
   FitResult r = t.fit();
   EXPECT_EQ(calls, (std::vector<std::string>{"validate", "settings", "devices", "plan sim 4",
-                                              "configure 4", "finish lead"}));
+                                             "configure 4", "finish lead"}));
   EXPECT_EQ(r.devices, 4);  // the extension's devices()
   ASSERT_EQ(r.memory.size(), 4u);
   EXPECT_EQ(r.memory[3].stats.capacity, std::size_t(3) << 30);  // its plan()'s options
-  EXPECT_FALSE(r.prediction);  // it does not predict
+  EXPECT_FALSE(r.prediction);                                   // it does not predict
   EXPECT_EQ(r.output_errors, std::vector<std::string>{"recorded"});
   // A run without extensions on the simulator: no prediction, the backend's own capacity.
   FitResult plain = Trainer(small(2, TrainerKind::dp, 1), digits()).fit();

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -23,14 +24,12 @@
 #include <type_traits>
 #include <vector>
 
-#include <unistd.h>
-
+#include "core/base/error.h"
 #include "core/data/dataset.h"
 #include "core/nn/module.h"
 #include "core/numerics/determinism.h"
 #include "core/numerics/random.h"
 #include "core/runtime/backend.h"
-#include "core/base/error.h"
 #include "core/runtime/tensor.h"
 #include "train_step.h"
 
@@ -185,8 +184,8 @@ inline ::testing::AssertionResult bits_equal(const std::vector<float>& got,
   if (differ == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure()
          << differ << " of " << got.size() << " elements differ; first at " << first << ": "
-         << got[first] << " (0x" << std::hex << bits(got[first]) << ") vs " << want[first]
-         << " (0x" << bits(want[first]) << ")" << std::dec;
+         << got[first] << " (0x" << std::hex << bits(got[first]) << ") vs " << want[first] << " (0x"
+         << bits(want[first]) << ")" << std::dec;
 }
 
 /// The bytes of a tensor of any dtype on any device (copied to the host; blocks).
@@ -318,7 +317,7 @@ inline float host_tree(int lo, int hi, std::int64_t i,
 /// order of the reduction (fast mode may use any).
 inline float exact_f32(int r, std::int64_t i) {
   int k = static_cast<int>((r * 7 + i * 3 + 1) % 10) - 5;  // -5..4
-  if (k >= 0) ++k;                                          // -5..-1, 1..5
+  if (k >= 0) ++k;                                         // -5..-1, 1..5
   return static_cast<float>(k) * 0.5f;
 }
 

@@ -6,21 +6,21 @@
 // state per rank is 1/N; bad arguments. The Trainer: --zero-stage 1 gives the same checksum as
 // without (MLP ddp Adam, with clip), the sim's peak memory drops, dp and checkpoints are refused.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
-#include <filesystem>
-#include <sstream>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/comm/communicator.h"
+#include "core/data/data_source.h"
 #include "core/numerics/gpt_math.h"
 #include "core/optim/adam.h"
 #include "core/optim/adamw.h"
@@ -29,7 +29,6 @@
 #include "core/optim/zero.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
-#include "core/data/data_source.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
 #include "zero_test_util.h"
@@ -57,9 +56,9 @@ void set_grads(std::vector<nn::Parameter>& ps, int r, int t, int skip = -1) {
       continue;
     }
     const auto seed = static_cast<std::uint32_t>(1000 * t + 37 * r + static_cast<int>(i));
-    ps[i].grad = Tensor::from_vector(
-        test::random_values(static_cast<std::size_t>(ps[i].data.numel()), seed),
-        ps[i].data.shape(), ps[i].data.device());
+    ps[i].grad =
+        Tensor::from_vector(test::random_values(static_cast<std::size_t>(ps[i].data.numel()), seed),
+                            ps[i].data.shape(), ps[i].data.device());
   }
 }
 
@@ -130,8 +129,8 @@ void expect_same_bits(int world, const Case& k, const std::vector<Shape>& shapes
         if (p.grad.defined()) comm.all_reduce(p.grad, ReduceOp::sum);
       if (k.clip > 0) {
         const float norm = optim::clip_grad_norm_(ptrs(b), k.clip, Determinism::bitwise);
-        EXPECT_EQ(test::bits(zero.last_grad_norm()), test::bits(norm)) << "rank " << r << " step "
-                                                                       << t;
+        EXPECT_EQ(test::bits(zero.last_grad_norm()), test::bits(norm))
+            << "rank " << r << " step " << t;
       }
       ref->step();
       EXPECT_TRUE(test::bits_equal(values(a), values(b))) << "rank " << r << " step " << t;
@@ -158,8 +157,8 @@ TEST_F(ZeroTest, AdamWWithNanoGptGroupsEqualsTheUnshardedBits) {
 
 TEST_F(ZeroTest, ClipInsideGivesClipGradNormsNormAndBits) {
   for (int n : {1, 2, 4, 8}) {
-    expect_same_bits(n, {adamw_factory(), 0.5});   // clips every step
-    expect_same_bits(n, {sgd_factory(), 1e6});     // never clips, same norm
+    expect_same_bits(n, {adamw_factory(), 0.5});  // clips every step
+    expect_same_bits(n, {sgd_factory(), 1e6});    // never clips, same norm
   }
 }
 
@@ -258,13 +257,13 @@ TEST_F(ZeroTest, SumSquaresBlocksAreTheLeavesOfSumSquares) {
   std::vector<float> h = x.to_vector<float>();
   for (std::size_t j = 0; j < 3; ++j) {
     const std::int64_t lo = static_cast<std::int64_t>(j) * blk;
-    EXPECT_EQ(test::bits(leaves[j]), test::bits(gpt::squares_chain(
-                                         h.data() + lo, std::min(blk, n - lo))));
-    // One block's sum_squares is its leaf (a tree over one leaf), what the default uses.
     EXPECT_EQ(test::bits(leaves[j]),
-              test::bits(ops::sum_squares(x.narrow(lo, std::min(blk, n - lo)),
-                                          Determinism::bitwise)
-                             .item()));
+              test::bits(gpt::squares_chain(h.data() + lo, std::min(blk, n - lo))));
+    // One block's sum_squares is its leaf (a tree over one leaf), what the default uses.
+    EXPECT_EQ(
+        test::bits(leaves[j]),
+        test::bits(
+            ops::sum_squares(x.narrow(lo, std::min(blk, n - lo)), Determinism::bitwise).item()));
   }
   // The tree over the three leaves is sum_squares' bitwise result.
   EXPECT_EQ(test::bits(ops::sum_squares(x, Determinism::bitwise).item()),
@@ -339,14 +338,14 @@ TEST_F(ZeroTest, BadArgumentsAreInvalidArguments) {
     test::expect_invalid([&] { ZeroRedundancyOptimizer(ptrs(a), comm, {}, 0.1f); },
                          "make_inner: expected an optimizer factory");
     std::vector<nn::Parameter> other = make_params({{4, 3}}, Device("sim", 1 - r));
-    test::expect_invalid(
-        [&] { ZeroRedundancyOptimizer(ptrs(other), comm, adam_factory(), 0.1f); },
-        "params[0] ('p0'): expected a parameter on sim:" + std::to_string(r));
+    test::expect_invalid([&] { ZeroRedundancyOptimizer(ptrs(other), comm, adam_factory(), 0.1f); },
+                         "params[0] ('p0'): expected a parameter on sim:" + std::to_string(r));
     ZeroRedundancyOptimizer zero(ptrs(a), comm, adam_factory(), 0.1f);
     a[0].grad = Tensor::zeros({3, 4}, DType::f32, comm.device());
     test::expect_invalid([&] { zero.step(); },
                          "optim::ZeroRedundancyOptimizer: params[0] ('p0'): grad: expected [4, 3] "
-                         "f32 on sim:" + std::to_string(r));
+                         "f32 on sim:" +
+                             std::to_string(r));
     test::expect_invalid([&] { zero.set_lr(-1); }, "Invalid learning rate");
     test::expect_invalid([&] { zero.state_dict(); }, "expected consolidate_state_dict(to)");
     test::expect_invalid([&] { zero.consolidate_state_dict(2); },

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
+#include "core/data/data_source.h"
 #include "core/numerics/gpt_math.h"
 #include "core/optim/adamw.h"
 #include "core/optim/clip.h"
@@ -24,7 +25,6 @@
 #include "core/optim/master_weights.h"
 #include "core/optim/zero.h"
 #include "core/runtime/ops.h"
-#include "core/data/data_source.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
 #include "zero_test_util.h"
@@ -224,9 +224,10 @@ TEST_F(ZeroMixedTest, F16GradScalerSeesTheWholeGradient) {
         set_grads(a, r, t, DType::f16, 64.0f);
         set_grads(b, r, t, DType::f16, 64.0f);
         if (t == 1 && r == n - 1) {
-          Tensor inf = Tensor::from_vector(std::vector<float>{std::numeric_limits<float>::infinity()},
-                                           {1}, comm.device())
-                           .to(DType::f16);
+          Tensor inf =
+              Tensor::from_vector(std::vector<float>{std::numeric_limits<float>::infinity()}, {1},
+                                  comm.device())
+                  .to(DType::f16);
           a.back().grad.narrow(0, 1).copy_(inf);
           b.back().grad.narrow(0, 1).copy_(inf);
         }

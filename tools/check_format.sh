@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ctest Format.ChangedFiles: the C++ and CUDA files changed since the commit that added
+# ctest Format.ChangedFiles: the C++ files (not CUDA's .cu / .cuh, below) changed since the commit that added
 # .clang-format are formatted by it (clang-format --dry-run --Werror). The tree older than that is
 # not reformatted at once: a file is formatted when it is changed (Note [Format check]).
 #
@@ -36,11 +36,14 @@ if [[ -z $base ]]; then
   echo "SKIP: .clang-format is not committed yet: no base commit to diff against"
   exit 77
 fi
-pattern='\.(c|cc|cpp|cxx|h|hh|hpp|cu|cuh)$'
+# CUDA sources (.cu, .cuh) are left out: clang-format 14 breaks a templated launch
+# (`kernel<4><<<grid, block>>>(...)`) across lines, which tools/cuda_emu's extraction of the
+# kernels (extract.py) then cannot read, and nvcc-only syntax is not what clang-format parses.
+pattern='\.(c|cc|cpp|cxx|h|hh|hpp)$'
 mapfile -t files < <({ git diff --name-only --diff-filter=ACMR "$base" --
                        git ls-files --others --exclude-standard; } | grep -E "$pattern" | sort -u)
 if [[ ${#files[@]} -eq 0 ]]; then
-  echo "PASS: no C++ or CUDA file changed since ${base:0:7} (.clang-format added)"
+  echo "PASS: no C++ file changed since ${base:0:7} (.clang-format added)"
   exit 0
 fi
 bad=()
@@ -51,7 +54,7 @@ for f in "${files[@]}"; do
   fi
 done
 if [[ ${#bad[@]} -eq 0 ]]; then
-  echo "PASS: ${#files[@]} C++/CUDA file(s) changed since ${base:0:7} are formatted ($("$cf" --version))"
+  echo "PASS: ${#files[@]} C++ file(s) changed since ${base:0:7} are formatted ($("$cf" --version))"
   exit 0
 fi
 if [[ $fix -eq 1 ]]; then

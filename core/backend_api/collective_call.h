@@ -7,15 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "core/base/error.h"
 #include "core/runtime/collective_types.h"
 #include "core/runtime/dtype.h"
-#include "core/base/error.h"
 
 namespace ditto::detail {
 
 // The kinds are public (core/runtime/collective_types.h): the cost model names them too.
-using ditto::CollectiveKind;
 using ditto::collective_name;
+using ditto::CollectiveKind;
 
 inline bool uses_op(CollectiveKind k) {
   return k == CollectiveKind::all_reduce || k == CollectiveKind::reduce ||

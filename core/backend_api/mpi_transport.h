@@ -28,11 +28,11 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime/backend.h"
 #include "core/backend_api/collective_call.h"
 #include "core/backend_api/rendezvous.h"
-#include "core/runtime/collective_types.h"
 #include "core/base/error.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/collective_types.h"
 
 namespace ditto::detail::mpi {
 
@@ -41,10 +41,10 @@ namespace ditto::detail::mpi {
 
 /// DITTO_MPI_CHECK(MPI_Ibarrier(...), where): BackendError
 /// "<where>: MPI_Ibarrier(...) failed at core/x_mpi.cpp:12: <MPI's error string>".
-#define DITTO_MPI_CHECK(call, where)                                                      \
-  do {                                                                                    \
-    int ditto_mpi_rc_ = (call);                                                           \
-    if (ditto_mpi_rc_ != MPI_SUCCESS)                                                     \
+#define DITTO_MPI_CHECK(call, where)                                                            \
+  do {                                                                                          \
+    int ditto_mpi_rc_ = (call);                                                                 \
+    if (ditto_mpi_rc_ != MPI_SUCCESS)                                                           \
       ::ditto::detail::mpi::throw_mpi_error(ditto_mpi_rc_, #call, __FILE__, __LINE__, (where)); \
   } while (0)
 
@@ -61,7 +61,8 @@ bool wait_until(std::vector<MPI_Request>& reqs, Clock::time_point deadline,
 MPI_Datatype mpi_type(DType dtype);
 
 /// True when MPI's own reductions (MPI_SUM, MPI_PROD, MPI_MIN, MPI_MAX on mpi_type(dtype)) compute
-/// this dtype's values: f32, f64 and the integers (not f16 / bf16 / fp8, which MPI has no type for).
+/// this dtype's values: f32, f64 and the integers (not f16 / bf16 / fp8, which MPI has no type
+/// for).
 bool mpi_reduces(DType dtype);
 
 /// One send or recv of a rank's batch of point-to-point calls (Communicator::send / recv issued
@@ -72,8 +73,9 @@ struct P2POp {
   std::int64_t count = 0;
   DType dtype = DType::f32;
   void* data = nullptr;  ///< this rank's buffer (read by a send, written by a recv)
-  std::uint64_t seq = 0;  ///< set by match_p2p: the position k on its pair (Note [Point-to-point matching])
-  std::string mismatch;   ///< set by match_p2p: empty when the partner agrees on count and dtype
+  std::uint64_t seq =
+      0;  ///< set by match_p2p: the position k on its pair (Note [Point-to-point matching])
+  std::string mismatch;  ///< set by match_p2p: empty when the partner agrees on count and dtype
 };
 
 /// The MPI side of one multi-process communicator (one rank per process): owns a duplicate of
@@ -114,10 +116,10 @@ class MpiLink {
 
   /// Matches a batch of this rank's point-to-point calls with their peers' (Note [Point-to-point
   /// matching] in core/backend_api/p2p_match.h, Note [Point-to-point over MPI] in
-  /// core/distributed/mpi_transport_mpi.cpp): gives each op its position k on its ordered pair, sends
-  /// each peer a header (k, count, dtype) and receives the peer's, and sets each op's `mismatch`
-  /// (p2p_mismatch's text, the same on both sides) when they differ. Throws BackendError when
-  /// aborted (also while waiting, when another thread aborts this rank); Timeout
+  /// core/distributed/mpi_transport_mpi.cpp): gives each op its position k on its ordered pair,
+  /// sends each peer a header (k, count, dtype) and receives the peer's, and sets each op's
+  /// `mismatch` (p2p_mismatch's text, the same on both sides) when they differ. Throws BackendError
+  /// when aborted (also while waiting, when another thread aborts this rank); Timeout
   /// (p2p_timeout_reason, naming both ranks) when a peer's header does not come within the
   /// timeout, and aborts the link.
   void match_p2p(std::vector<P2POp>& ops);
@@ -162,7 +164,7 @@ class MpiLink {
   std::vector<std::uint64_t> sends_to_, recvs_from_;
 
   mutable std::mutex mu_;
-  AbortState abort_;  ///< Note [Rendezvous]
+  AbortState abort_;                            ///< Note [Rendezvous]
   std::vector<std::shared_ptr<void>> orphans_;  ///< buffers of requests left pending by an abort
 };
 

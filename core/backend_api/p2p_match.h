@@ -29,8 +29,8 @@
 #include <vector>
 
 #include "core/backend_api/collective_call.h"
-#include "core/runtime/dtype.h"
 #include "core/base/error.h"
+#include "core/runtime/dtype.h"
 
 namespace ditto::detail {
 
@@ -77,8 +77,7 @@ inline std::string p2p_timeout_reason(CollectiveKind kind, P2PPair p, std::uint6
                                       std::int64_t timeout_ms) {
   if (kind == CollectiveKind::send)
     return cat(p2p_call_label(kind, p, k), ": rank ", p.dst,
-               " did not post the matching recv from rank ", p.src, " within ", timeout_ms,
-               " ms");
+               " did not post the matching recv from rank ", p.src, " within ", timeout_ms, " ms");
   return cat(p2p_call_label(kind, p, k), ": rank ", p.src,
              " did not post the matching send to rank ", p.dst, " within ", timeout_ms, " ms");
 }

@@ -1,7 +1,7 @@
-// Internal: the hook between core (core/distributed/distributed.cpp, Communicator::init_rank) and a transport
-// that joins processes (MPI, in the *_mpi.cpp files, compiled only with DITTO_WITH_MPI). Core sees
-// only this interface, so neither core's public headers nor any caller include <mpi.h> or need
-// an #ifdef: the one place that knows whether MPI was built is builtin_process_group(), in the
+// Internal: the hook between core (core/distributed/distributed.cpp, Communicator::init_rank) and a
+// transport that joins processes (MPI, in the *_mpi.cpp files, compiled only with DITTO_WITH_MPI).
+// Core sees only this interface, so neither core's public headers nor any caller include <mpi.h> or
+// need an #ifdef: the one place that knows whether MPI was built is builtin_process_group(), in the
 // file CMake generates from cmake/builtin_backends.cpp.in, beside the backend list.
 #pragma once
 
@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime/collective_types.h"
 #include "core/runtime/backend.h"
+#include "core/runtime/collective_types.h"
 
 namespace ditto::detail {
 

@@ -121,7 +121,10 @@ class Rendezvous {
   /// Collective #seq while its ranks arrive, and its outcome for waiters that block.
   struct Round {
     Round(int n, std::uint64_t ordinal, Clock::time_point due, Clock::time_point warn)
-        : seq(ordinal), deadline(due), warn_at(warn), calls(static_cast<std::size_t>(n)),
+        : seq(ordinal),
+          deadline(due),
+          warn_at(warn),
+          calls(static_cast<std::size_t>(n)),
           here(static_cast<std::size_t>(n), 0) {}
     enum class State : std::uint8_t { waiting, done, failed };
 
@@ -129,11 +132,11 @@ class Rendezvous {
     const Clock::time_point deadline;  ///< the first rank's arrival + timeout
     const Clock::time_point warn_at;   ///< Note [Slow collective warning]; max(): never
     bool warned = false;
-    std::vector<CallT> calls;          ///< calls[r]: rank r's call, once here[r]
+    std::vector<CallT> calls;  ///< calls[r]: rank r's call, once here[r]
     std::vector<char> here;
     int arrived = 0;
     State state = State::waiting;
-    std::exception_ptr error;          ///< when failed: what every rank throws
+    std::exception_ptr error;  ///< when failed: what every rank throws
 
     /// The ranks whose call has not arrived.
     std::vector<int> missing() const {
@@ -145,7 +148,9 @@ class Rendezvous {
   };
 
   Rendezvous(int n, std::int64_t timeout_ms)
-      : n_(n), timeout_ms_(timeout_ms), warn_after_ms_(comm_warn_after_ms()),
+      : n_(n),
+        timeout_ms_(timeout_ms),
+        warn_after_ms_(comm_warn_after_ms()),
         seq_(static_cast<std::size_t>(n), 0) {}
 
   int size() const { return n_; }
@@ -216,7 +221,7 @@ class Rendezvous {
   const int n_;
   const std::int64_t timeout_ms_;
   const std::int64_t warn_after_ms_;  ///< Note [Slow collective warning]
-  std::vector<std::uint64_t> seq_;  ///< calls entered per rank
+  std::vector<std::uint64_t> seq_;    ///< calls entered per rank
   std::map<std::uint64_t, std::shared_ptr<Round>> open_;
   AbortState abort_;
 };

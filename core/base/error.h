@@ -104,9 +104,9 @@ inline std::size_t edit_distance(const std::string& a, const std::string& b) {
 }  // namespace ditto
 
 /// Throw `ExcType` with the streamed message parts unless `cond` holds.
-#define DITTO_CHECK_T(ExcType, cond, ...)                                   \
-  do {                                                                      \
-    if (!(cond)) throw ExcType(::ditto::detail::cat(__VA_ARGS__));          \
+#define DITTO_CHECK_T(ExcType, cond, ...)                          \
+  do {                                                             \
+    if (!(cond)) throw ExcType(::ditto::detail::cat(__VA_ARGS__)); \
   } while (0)
 
 /// User-facing argument check: throws ditto::InvalidArgument.
@@ -116,6 +116,6 @@ inline std::size_t edit_distance(const std::string& a, const std::string& b) {
 #define DITTO_ASSERT(cond)                                                                   \
   do {                                                                                       \
     if (!(cond))                                                                             \
-      throw ::ditto::InternalError(::ditto::detail::cat("internal error: ", #cond, " at ",  \
-                                                        __FILE__, ":", __LINE__));           \
+      throw ::ditto::InternalError(                                                          \
+          ::ditto::detail::cat("internal error: ", #cond, " at ", __FILE__, ":", __LINE__)); \
   } while (0)

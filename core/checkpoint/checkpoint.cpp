@@ -1,4 +1,5 @@
-// Checkpoints: save, verify, fall back, resume (Note [Checkpoint layout] in core/checkpoint/checkpoint.h).
+// Checkpoints: save, verify, fall back, resume (Note [Checkpoint layout] in
+// core/checkpoint/checkpoint.h).
 #include "core/checkpoint/checkpoint.h"
 
 #include <fcntl.h>
@@ -18,9 +19,8 @@
 #include <limits>
 #include <map>
 #include <mutex>
-#include <system_error>
-
 #include <nlohmann/json.hpp>
+#include <system_error>
 
 #include "core/base/error.h"
 #include "core/io/file.h"
@@ -134,14 +134,13 @@ std::string header_crc(const std::string& path) {
 io::SafetensorsData read_tensors(const std::string& path, std::int64_t step,
                                  const std::string& want_header_crc) {
   std::error_code ec;
-  if (!fs::exists(path, ec))
-    throw ParseError(cat(path, ": missing (an incomplete checkpoint)"));
+  if (!fs::exists(path, ec)) throw ParseError(cat(path, ": missing (an incomplete checkpoint)"));
   io::SafetensorsData d = io::load_safetensors(path);
   auto get = [&](const char* key) {
     auto it = d.metadata.find(key);
     if (it == d.metadata.end())
-      throw ParseError(cat(path, ": __metadata__: missing '", key,
-                           "' (not a file of a ditto checkpoint)"));
+      throw ParseError(
+          cat(path, ": __metadata__: missing '", key, "' (not a file of a ditto checkpoint)"));
     return it->second;
   };
   get("ditto.crc32");  // missing: not a checkpoint's file
@@ -157,7 +156,8 @@ io::SafetensorsData read_tensors(const std::string& path, std::int64_t step,
     }
     if (crc != want_header_crc)
       throw ParseError(cat(path, ": checksum mismatch: the safetensors header has CRC-32 ", crc,
-                           ", trainer.json records ", want_header_crc, " (damaged or edited "
+                           ", trainer.json records ", want_header_crc,
+                           " (damaged or edited "
                            "file)"));
   }
   if (get("ditto.step") != std::to_string(step))
@@ -213,16 +213,14 @@ TrainerState state_from_json(const nlohmann::json& j, const std::string& path) {
     const nlohmann::json& v = field(key);
     if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<std::int64_t>() < 0) ||
         v.get<std::uint64_t>() > kMaxCount)
-      throw ParseError(
-          cat(path, ": ", key, ": expected an integer in [0, 2^53], got ", v.dump()));
+      throw ParseError(cat(path, ": ", key, ": expected an integer in [0, 2^53], got ", v.dump()));
     return v.get<std::int64_t>();
   };
   const nlohmann::json& version = field("version");
   if (field("format") != kFormat || !version.is_number_integer() ||
       version.get<std::int64_t>() < kOldestVersion || version.get<std::int64_t>() > kVersion)
-    throw ParseError(cat(path, ": expected format '", kFormat, "' version ", kOldestVersion,
-                         "..", kVersion, ", got ", field("format").dump(), " version ",
-                         version.dump()));
+    throw ParseError(cat(path, ": expected format '", kFormat, "' version ", kOldestVersion, "..",
+                         kVersion, ", got ", field("format").dump(), " version ", version.dump()));
   TrainerState s;
   s.step = integer("step");
   s.epoch = integer("epoch");
@@ -284,7 +282,8 @@ void lock_checkpoint_dir(const std::string& dir) {
   auto held = held_locks().find(ec ? dir : key);
   if (held != held_locks().end()) {
     // Still the same lock file (not one of a directory removed and made again)?
-    struct stat mine {}, now {};
+    struct stat mine {
+    }, now{};
     if (::fstat(held->second, &mine) == 0 && ::lstat(path.c_str(), &now) == 0 &&
         mine.st_dev == now.st_dev && mine.st_ino == now.st_ino)
       return;
@@ -294,7 +293,8 @@ void lock_checkpoint_dir(const std::string& dir) {
   // O_NOFOLLOW: a symbolic link planted at DIR/lock must not get the pid written into its target.
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0 && errno == ELOOP)
-    throw Error(cat(call, ": the lock file '", path, "' is a symbolic link; ditto creates a "
+    throw Error(cat(call, ": the lock file '", path,
+                    "' is a symbolic link; ditto creates a "
                     "plain file there and never writes through a link: remove the link"));
   if (fd < 0)
     throw Error(cat(call, ": cannot create the lock file '", path, "': ", std::strerror(errno)));
@@ -322,9 +322,8 @@ void lock_checkpoint_dir(const std::string& dir) {
   held_locks()[ec ? dir : key] = fd;  // held until the process exits
 }
 
-std::string save_checkpoint(const std::string& dir, nn::Module& model,
-                            const optim::Optimizer& opt, const TrainerState& state, int keep,
-                            const ParamAliases& aliases) {
+std::string save_checkpoint(const std::string& dir, nn::Module& model, const optim::Optimizer& opt,
+                            const TrainerState& state, int keep, const ParamAliases& aliases) {
   const char* call = "save_checkpoint";
   DITTO_CHECK(keep >= 1, call, ": keep: expected >= 1, got ", keep);
   std::vector<std::pair<std::string, Tensor>> params;
@@ -337,8 +336,8 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model,
                           [&](const auto& e) { return e.first == n; });
     };
     auto it = named(of);
-    DITTO_CHECK(it != params.begin() + static_cast<std::ptrdiff_t>(n_params), call,
-                ": aliases: '", alias, "' names '", of, "', expected a parameter of the model");
+    DITTO_CHECK(it != params.begin() + static_cast<std::ptrdiff_t>(n_params), call, ": aliases: '",
+                alias, "' names '", of, "', expected a parameter of the model");
     DITTO_CHECK(named(alias) == params.begin() + static_cast<std::ptrdiff_t>(n_params) &&
                     alias.find_first_of("=,") == std::string::npos,
                 call, ": aliases: expected a new name without '=' or ',', got '", alias, "'");
@@ -362,9 +361,8 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model,
     throw Error(cat(call, ": cannot create directory '", tmp_path, "': ", ec.message()));
 
   if (crash)
-    io::set_write_hook_for_testing([](const std::string&, std::size_t, std::size_t) {
-      std::raise(SIGKILL);
-    });
+    io::set_write_hook_for_testing(
+        [](const std::string&, std::size_t, std::size_t) { std::raise(SIGKILL); });
   // A failed write (a full disk, EFBIG under `ulimit -f`) removes the temporary directory: no
   // stray step-N.tmp is left behind (the next save would remove it, but a run may not come).
   try {
@@ -391,8 +389,8 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model,
   fs::remove_all(final_path, ec);  // the same step saved again (a run resumed and re-saved)
   fs::rename(tmp_path, final_path, ec);
   if (ec)
-    throw Error(cat(call, ": cannot rename '", tmp_path, "' to '", final_path, "': ",
-                    ec.message()));
+    throw Error(
+        cat(call, ": cannot rename '", tmp_path, "' to '", final_path, "': ", ec.message()));
   io::fsync_dir(dir);
   io::write_file_replace(dir + "/latest", name + "\n");  // a link there is replaced
 
@@ -413,8 +411,8 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model,
     fs::remove_all(steps[i].second, ec);
     if (ec)  // the new checkpoint is complete; the disk keeps filling: say so
       std::cerr << "ditto: " << call << ": warning: cannot remove the old checkpoint '"
-                << steps[i].second.string() << "' (keeping the " << keep << " newest): "
-                << ec.message() << "\n";
+                << steps[i].second.string() << "' (keeping the " << keep
+                << " newest): " << ec.message() << "\n";
   }
   return final_path;
 }
@@ -436,11 +434,12 @@ void drop_aliases(const std::string& path, const std::map<std::string, std::stri
     pos = end + 1;
     const std::size_t eq = item.find('=');
     if (eq == std::string::npos)
-      throw ParseError(cat(path, ": __metadata__: ditto.aliases: expected alias=name, got '",
-                           item, "'"));
+      throw ParseError(
+          cat(path, ": __metadata__: ditto.aliases: expected alias=name, got '", item, "'"));
     const std::string alias = item.substr(0, eq), of = item.substr(eq + 1);
     auto find = [&](const std::string& n) {
-      return std::find_if(params.begin(), params.end(), [&](const auto& e) { return e.first == n; });
+      return std::find_if(params.begin(), params.end(),
+                          [&](const auto& e) { return e.first == n; });
     };
     auto a = find(alias), p = find(of);
     if (a == params.end() || p == params.end() || a->second.shape() != p->second.shape() ||
@@ -497,7 +496,8 @@ Checkpoint read_checkpoint(const std::string& path) {
     if (j.at("version").get<std::int64_t>() < 2) return "";
     const auto h = j.find("header_crc32");
     if (h == j.end() || !h->is_object() || !h->contains(file) || !h->at(file).is_string())
-      throw ParseError(cat(tpath, ": header_crc32: expected the CRC-32 of ", file, "'s header "
+      throw ParseError(cat(tpath, ": header_crc32: expected the CRC-32 of ", file,
+                           "'s header "
                            "(version 2)"));
     return h->at(file).get<std::string>();
   };
@@ -508,8 +508,10 @@ Checkpoint read_checkpoint(const std::string& path) {
   const std::string opath = path + "/" + kOptimizerFile;
   io::SafetensorsData opt = read_tensors(opath, c.state.step, want_header(kOptimizerFile));
   for (const auto& [k, v] : opt.metadata) {
-    if (k == "optimizer.type") c.optimizer.type = v;
-    else if (k.compare(0, 10, "optimizer.") == 0) c.optimizer.options[k.substr(10)] = v;
+    if (k == "optimizer.type")
+      c.optimizer.type = v;
+    else if (k.compare(0, 10, "optimizer.") == 0)
+      c.optimizer.options[k.substr(10)] = v;
   }
   if (c.optimizer.type.empty())
     throw ParseError(cat(opath, ": __metadata__: missing 'optimizer.type'"));
@@ -523,7 +525,8 @@ Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log) {
   if (!fs::is_directory(dir, ec)) {
     struct stat st {};
     if (::stat(dir.c_str(), &st) == 0)  // a file given where the directory was meant
-      throw Error(cat(call, ": checkpoint directory '", dir, "' is ", io::file_type_name(st.st_mode),
+      throw Error(cat(call, ": checkpoint directory '", dir, "' is ",
+                      io::file_type_name(st.st_mode),
                       ", expected a directory of checkpoints (the directory a run's checkpoints "
                       "were saved in: DIR/latest, DIR/step-N)"));
     throw Error(cat(call, ": checkpoint directory '", dir, "' does not exist"));
@@ -542,8 +545,7 @@ Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log) {
   if (!link) {
     try {
       latest = io::read_file(dir + "/latest", 4096, "resume");
-      while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' '))
-        latest.pop_back();
+      while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
     } catch (const Error&) {
       latest.clear();
     }
@@ -551,8 +553,7 @@ Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log) {
   const std::int64_t latest_step = parse_step_name(latest);
   if (latest_step < 0) {
     log << "ditto: " << call << ": '" << dir << "/latest' is "
-        << (link ? "a symbolic link, not the file ditto writes (ignored)"
-                 : "missing or damaged")
+        << (link ? "a symbolic link, not the file ditto writes (ignored)" : "missing or damaged")
         << "; trying the checkpoints in '" << dir << "' from the newest down\n";
   } else {
     auto it = std::find(steps.begin(), steps.end(), latest_step);
@@ -567,9 +568,9 @@ Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log) {
     } catch (const ParseError& e) {
       reasons += cat("\n  ", e.what());
       log << "ditto: " << call << ": checkpoint '" << path << "' is unusable: " << e.what()
-          << (i + 1 < steps.size() ? "; falling back to '" + dir + "/" + step_name(steps[i + 1]) +
-                                         "'"
-                                   : std::string("; no older checkpoint left"))
+          << (i + 1 < steps.size()
+                  ? "; falling back to '" + dir + "/" + step_name(steps[i + 1]) + "'"
+                  : std::string("; no older checkpoint left"))
           << "\n";
     }
   }
@@ -648,8 +649,7 @@ TrainerState resume_checkpoint(const std::string& dir, nn::Module& model, optim:
         for (std::size_t i = 0; i < a.size(); ++i)
           DITTO_CHECK(a[i].first != b[i].first || a[i].second == b[i].second, call,
                       ": checkpoint '", c.path, "' does not match this run's ", key, ": ",
-                      name(a[i].first), ": checkpoint ", a[i].second, ", this run ",
-                      b[i].second);
+                      name(a[i].first), ": checkpoint ", a[i].second, ", this run ", b[i].second);
     }
     DITTO_CHECK(it != c.state.config.end() && it->second == value, call, ": checkpoint '", c.path,
                 "' was saved with ", key, "=",

@@ -25,12 +25,13 @@
 // (its 8-byte length and JSON), so that an edited header (a dtype F32 -> I32 that keeps every
 // size) makes the checkpoint unusable as flipped data bits do, and the resume falls back to the
 // previous one. Version 1 checkpoints (written before) still load, their headers unchecked;
-// a version-2 checkpoint is refused by a ditto that reads only version 1. A checkpoint is written into DIR/step-N.tmp/ (each file by io::write_file_replace:
-// temporary file, fsync, rename, fsync of the directory), the directory is then renamed to
-// DIR/step-N and DIR fsynced, and only then is DIR/latest replaced (atomically as well). So a
-// crash at any point leaves DIR/latest naming a complete checkpoint, and DIR/step-N either
-// complete or absent. The `keep` newest complete checkpoints are kept (default 2: the one being
-// written can never be the only one), older ones and stray step-*.tmp directories are removed.
+// a version-2 checkpoint is refused by a ditto that reads only version 1. A checkpoint is written
+// into DIR/step-N.tmp/ (each file by io::write_file_replace: temporary file, fsync, rename, fsync
+// of the directory), the directory is then renamed to DIR/step-N and DIR fsynced, and only then is
+// DIR/latest replaced (atomically as well). So a crash at any point leaves DIR/latest naming a
+// complete checkpoint, and DIR/step-N either complete or absent. The `keep` newest complete
+// checkpoints are kept (default 2: the one being written can never be the only one), older ones and
+// stray step-*.tmp directories are removed.
 //
 // Reading verifies every file (safetensors structure, CRC-32s, steps that agree); a damaged,
 // truncated or missing file makes the checkpoint unusable (ParseError naming the file). Reads are
@@ -90,7 +91,7 @@ struct TrainerState {
 
 /// A checkpoint as read from disk, verified.
 struct Checkpoint {
-  std::string path;                                     ///< DIR/step-N
+  std::string path;  ///< DIR/step-N
   TrainerState state;
   std::vector<std::pair<std::string, Tensor>> params;  ///< host tensors, model.safetensors
   optim::OptimizerState optimizer;
@@ -105,8 +106,8 @@ using ParamAliases = std::vector<std::pair<std::string, std::string>>;
 /// checkpoint's path (DIR/step-N, N = state.step). Throws InvalidArgument for keep < 1, a
 /// negative step/epoch/batch, or an alias that names no parameter or is a parameter's name;
 /// ditto::Error for a failed file operation (naming the file; the previous checkpoints stay).
-std::string save_checkpoint(const std::string& dir, nn::Module& model,
-                            const optim::Optimizer& opt, const TrainerState& state, int keep = 2,
+std::string save_checkpoint(const std::string& dir, nn::Module& model, const optim::Optimizer& opt,
+                            const TrainerState& state, int keep = 2,
                             const ParamAliases& aliases = {});
 
 /// Read and verify the checkpoint in `path` (DIR/step-N). Throws ParseError naming the file and

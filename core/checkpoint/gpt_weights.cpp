@@ -8,15 +8,14 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 
-#include <nlohmann/json.hpp>
-
+#include "core/base/error.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/io/file.h"
 #include "core/io/safetensors.h"
-#include "core/base/error.h"
 
 namespace ditto::io {
 
@@ -33,17 +32,17 @@ using Named = std::vector<std::pair<std::string, Tensor>>;
 struct BlockParam {
   const char* name;  // after "transformer.h.<l>."
   bool is_bias;
-  bool conv1d;       // Hugging Face stores it transposed (Conv1D)
+  bool conv1d;              // Hugging Face stores it transposed (Conv1D)
   std::int64_t rows, cols;  // in multiples of C (cols 0: a vector)
 };
 const std::vector<BlockParam>& block_params() {
   static const std::vector<BlockParam> p = {
-      {"ln_1.weight", false, false, 1, 0},     {"ln_1.bias", true, false, 1, 0},
+      {"ln_1.weight", false, false, 1, 0},       {"ln_1.bias", true, false, 1, 0},
       {"attn.c_attn.weight", false, true, 3, 1}, {"attn.c_attn.bias", true, false, 3, 0},
       {"attn.c_proj.weight", false, true, 1, 1}, {"attn.c_proj.bias", true, false, 1, 0},
-      {"ln_2.weight", false, false, 1, 0},     {"ln_2.bias", true, false, 1, 0},
-      {"mlp.c_fc.weight", false, true, 4, 1},  {"mlp.c_fc.bias", true, false, 4, 0},
-      {"mlp.c_proj.weight", false, true, 1, 4}, {"mlp.c_proj.bias", true, false, 1, 0}};
+      {"ln_2.weight", false, false, 1, 0},       {"ln_2.bias", true, false, 1, 0},
+      {"mlp.c_fc.weight", false, true, 4, 1},    {"mlp.c_fc.bias", true, false, 4, 0},
+      {"mlp.c_proj.weight", false, true, 1, 4},  {"mlp.c_proj.bias", true, false, 1, 0}};
   return p;
 }
 
@@ -81,8 +80,8 @@ void check_params(const nn::GPTConfig& cfg, const Named& params, const char* cal
   for (const auto& [n, t] : params) by_name[n] = &t;
   for (const auto& [name, shape] : specs) {
     auto it = by_name.find(name);
-    DITTO_CHECK(it != by_name.end(), call, ": expected a parameter '", name, "' ",
-                shape_str(shape), ", got none");
+    DITTO_CHECK(it != by_name.end(), call, ": expected a parameter '", name, "' ", shape_str(shape),
+                ", got none");
     DITTO_CHECK(it->second->defined() && it->second->shape() == shape &&
                     nn::is_float_storage(it->second->dtype()),
                 call, ": parameter '", name, "': expected an f32 / bf16 / f16 tensor ",
@@ -92,8 +91,8 @@ void check_params(const nn::GPTConfig& cfg, const Named& params, const char* cal
                                       : std::string("an undefined tensor"));
   }
   DITTO_CHECK(params.size() == specs.size(), call, ": expected the ", specs.size(),
-              " parameters of ", cfg.n_layer, " layers", cfg.bias ? " with biases" : "",
-              ", got ", params.size());
+              " parameters of ", cfg.n_layer, " layers", cfg.bias ? " with biases" : "", ", got ",
+              params.size());
 }
 
 std::map<std::string, Tensor> host_by_name(const Named& params) {
@@ -116,7 +115,8 @@ GptWeights load_llmc(const std::string& path) {
   InputFile in(path, std::numeric_limits<std::uint64_t>::max(), "io::load_gpt_weights");
   if (in.size() < static_cast<std::uint64_t>(kLlmcHeaderBytes))
     bad(path, detail::cat("an llm.c model file starts with a header of 256 int32 (1024 bytes), "
-                          "got a file of ", in.size(), " bytes (truncated)"));
+                          "got a file of ",
+                          in.size(), " bytes (truncated)"));
   std::string head;
   in.read(head, kLlmcHeaderBytes);
   std::int32_t h[256];
@@ -128,11 +128,13 @@ GptWeights load_llmc(const std::string& path) {
     bad(path, detail::cat("header[1] (version): expected 3 (f32) or 5 (bf16), got ", h[1],
                           h[1] == 1 || h[1] == 2 ? " (an llm.c file from before the padded "
                                                    "vocabulary: write it again with today's "
-                                                   "train_gpt2.py)" : ""));
-  const char* fields[] = {"", "", "max_seq_len", "vocab_size", "num_layers", "num_heads",
-                          "channels", "padded_vocab_size"};
+                                                   "train_gpt2.py)"
+                                                 : ""));
+  const char* fields[] = {"",           "",          "max_seq_len", "vocab_size",
+                          "num_layers", "num_heads", "channels",    "padded_vocab_size"};
   for (int i = 2; i <= 7; ++i)
-    if (h[i] < 1) bad(path, detail::cat("header[", i, "] (", fields[i], "): expected >= 1, got ", h[i]));
+    if (h[i] < 1)
+      bad(path, detail::cat("header[", i, "] (", fields[i], "): expected >= 1, got ", h[i]));
   if (h[7] < h[3])
     bad(path, detail::cat("header[7] (padded_vocab_size): expected >= vocab_size = ", h[3],
                           ", got ", h[7]));
@@ -153,18 +155,19 @@ GptWeights load_llmc(const std::string& path) {
                           static_cast<std::uint64_t>(L) * (12ull * C * C + 13ull * C) + 2ull * C;
   const std::uint64_t want = static_cast<std::uint64_t>(kLlmcHeaderBytes) + n * elem;
   if (in.size() != want)
-    bad(path, detail::cat("the header (", dt == DType::f32 ? "f32" : "bf16", ", max_seq_len ",
-                          c.block_size, ", vocab_size ", c.vocab_size, " padded to ", Vp, ", ",
-                          L, " layers, ", c.n_head, " heads, channels ", C, ") describes ", n,
-                          " parameters: expected a file of ", want, " bytes, got ", in.size(),
-                          " bytes", in.size() < want ? " (truncated)" : " (bytes past the parameters)"));
+    bad(path,
+        detail::cat("the header (", dt == DType::f32 ? "f32" : "bf16", ", max_seq_len ",
+                    c.block_size, ", vocab_size ", c.vocab_size, " padded to ", Vp, ", ", L,
+                    " layers, ", c.n_head, " heads, channels ", C, ") describes ", n,
+                    " parameters: expected a file of ", want, " bytes, got ", in.size(), " bytes",
+                    in.size() < want ? " (truncated)" : " (bytes past the parameters)"));
   GptWeights w;
   w.format = GptWeightsFormat::llmc;
   w.config = c;
   w.padded_vocab_size = Vp;
   w.n_head_from = "the header";
-  w.description = dt == DType::f32 ? "llm.c model file (f32, version 3)"
-                                   : "llm.c model file (bf16, version 5)";
+  w.description =
+      dt == DType::f32 ? "llm.c model file (f32, version 3)" : "llm.c model file (bf16, version 5)";
   std::map<std::string, Tensor> got;
   std::string buf;
   // Reads `rows` x (the rest of `shape`) elements and keeps the first shape[0] rows.
@@ -200,8 +203,10 @@ std::int64_t n_head_from_config_json(const std::string& path, std::string& from)
   try {
     j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    throw ParseError(detail::cat("io::load_gpt_weights: '", cfg.string(), "' (the config.json "
-                                 "beside '", path, "'): could not be parsed as JSON: ", e.what()));
+    throw ParseError(detail::cat("io::load_gpt_weights: '", cfg.string(),
+                                 "' (the config.json "
+                                 "beside '",
+                                 path, "'): could not be parsed as JSON: ", e.what()));
   }
   DITTO_CHECK_T(ParseError, j.is_object(), "io::load_gpt_weights: '", cfg.string(),
                 "' (the config.json beside '", path, "'): expected a JSON object, got ",
@@ -209,8 +214,10 @@ std::int64_t n_head_from_config_json(const std::string& path, std::string& from)
   if (!j.contains("n_head")) return 0;
   const auto& v = j["n_head"];
   DITTO_CHECK_T(ParseError, v.is_number_integer() && v.get<std::int64_t>() >= 1,
-                "io::load_gpt_weights: '", cfg.string(), "': n_head: expected an integer >= 1, "
-                "got ", v.dump());
+                "io::load_gpt_weights: '", cfg.string(),
+                "': n_head: expected an integer >= 1, "
+                "got ",
+                v.dump());
   from = cfg.string();
   return v.get<std::int64_t>();
 }
@@ -259,8 +266,10 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
       continue;
     }
     if (std::regex_match(n, mask)) continue;
-    if (t.count(n)) bad(path, detail::cat("'", name, "': the name appears with and without the "
-                                          "'transformer.' prefix"));
+    if (t.count(n))
+      bad(path, detail::cat("'", name,
+                            "': the name appears with and without the "
+                            "'transformer.' prefix"));
     t[n] = &tensor;
   }
   auto need = [&](const std::string& n) -> const Tensor& {
@@ -270,16 +279,15 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
                             "') of GPT-2's, got none"));
     const DType dt = it->second->dtype();
     if (dt != DType::f32 && dt != DType::bf16 && dt != DType::f16)
-      bad(path, detail::cat("'", n, "': expected F32, BF16 or F16, got ",
-                            safetensors_dtype(dt)));
+      bad(path, detail::cat("'", n, "': expected F32, BF16 or F16, got ", safetensors_dtype(dt)));
     return *it->second;
   };
   const Tensor& wte = need("wte.weight");
   const Tensor& wpe = need("wpe.weight");
   if (wte.dim() != 2 || wpe.dim() != 2 || wpe.size(1) != wte.size(1))
     bad(path, detail::cat("expected wte.weight [vocab_size, n_embd] and wpe.weight [block_size, "
-                          "n_embd], got ", shape_str(wte.shape()), " and ",
-                          shape_str(wpe.shape())));
+                          "n_embd], got ",
+                          shape_str(wte.shape()), " and ", shape_str(wpe.shape())));
   nn::GPTConfig c;
   c.vocab_size = wte.size(0);
   c.n_embd = wte.size(1);
@@ -287,18 +295,20 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
   c.dropout = 0.0f;
   c.n_layer = 0;
   while (t.count(block_name(c.n_layer, "ln_1.weight").substr(12))) ++c.n_layer;
-  if (c.n_layer == 0) bad(path, "expected the tensors of block 0 ('h.0.ln_1.weight', ...), got none");
+  if (c.n_layer == 0)
+    bad(path, "expected the tensors of block 0 ('h.0.ln_1.weight', ...), got none");
   c.bias = t.count("h.0.ln_1.bias") > 0;
   const std::int64_t C = c.n_embd;
   const Tensor& qkv = need("h.0.attn.c_attn.weight");
   bool hf;
-  if (qkv.shape() == Shape{C, 3 * C}) hf = true;
-  else if (qkv.shape() == Shape{3 * C, C}) hf = false;
+  if (qkv.shape() == Shape{C, 3 * C})
+    hf = true;
+  else if (qkv.shape() == Shape{3 * C, C})
+    hf = false;
   else
     bad(path, detail::cat("'h.0.attn.c_attn.weight': expected [", C, ", ", 3 * C,
                           "] (Hugging Face's Conv1D) or [", 3 * C, ", ", C,
-                          "] (nanoGPT's Linear) for n_embd ", C, ", got ",
-                          shape_str(qkv.shape())));
+                          "] (nanoGPT's Linear) for n_embd ", C, ", got ", shape_str(qkv.shape())));
   GptWeights w;
   w.format = hf ? GptWeightsFormat::hf : GptWeightsFormat::nanogpt;
   w.description = hf ? "Hugging Face GPT-2 safetensors" : "safetensors in nanoGPT's layout";
@@ -312,8 +322,9 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
     } catch (...) {
       nh = 0;
     }
-    if (nh < 1) bad(path, detail::cat("__metadata__ ditto.n_head: expected an integer >= 1, got '",
-                                      it->second, "'"));
+    if (nh < 1)
+      bad(path, detail::cat("__metadata__ ditto.n_head: expected an integer >= 1, got '",
+                            it->second, "'"));
     w.n_head_from = "its __metadata__ ditto.n_head";
   }
   if (nh == 0) nh = n_head_from_trainer_json(path, w.n_head_from);
@@ -326,10 +337,11 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
                         std::to_string(p.n_layer) + " layers, n_embd " + std::to_string(C) + ")";
       }
   if (nh == 0) nh = n_head_hint;
-  DITTO_CHECK(nh >= 1, "io::load_gpt_weights: '", path, "': the file does not record n_head "
+  DITTO_CHECK(nh >= 1, "io::load_gpt_weights: '", path,
+              "': the file does not record n_head "
               "(the number of attention heads): expected --n-head, a config.json beside it with "
-              "\"n_head\", a ditto trainer.json beside it, or a GPT-2 size (n_layer ", c.n_layer,
-              ", n_embd ", C, " is none), got none");
+              "\"n_head\", a ditto trainer.json beside it, or a GPT-2 size (n_layer ",
+              c.n_layer, ", n_embd ", C, " is none), got none");
   c.n_head = nh;
   check_config_or_bad(path, c);
   // Every name must be one of the model's.
@@ -338,8 +350,8 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
   for (const auto& [n, tensor] : t)
     if (!expected.count(n))
       bad(path, detail::cat("unknown tensor '", n, "' ", shape_str(tensor->shape()),
-                            ": expected GPT-2's names (wte, wpe, h.0..h.", c.n_layer - 1,
-                            ", ln_f", c.bias ? ", with biases" : ", without biases", ")"));
+                            ": expected GPT-2's names (wte, wpe, h.0..h.", c.n_layer - 1, ", ln_f",
+                            c.bias ? ", with biases" : ", without biases", ")"));
   for (const auto& [name, shape] : gpt_param_specs(c)) {
     const std::string n = name.substr(12);
     const Tensor& src = need(n);
@@ -361,7 +373,8 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
     Tensor head = lm_head->to(DType::f32);
     if (head.shape() != wte32.shape() ||
         std::memcmp(head.data_ptr(), wte32.data_ptr(), wte32.nbytes()) != 0)
-      bad(path, detail::cat("'lm_head.weight' ", shape_str(lm_head->shape()), ": expected the "
+      bad(path, detail::cat("'lm_head.weight' ", shape_str(lm_head->shape()),
+                            ": expected the "
                             "tied head, equal to wte.weight (ditto's GPT ties them, as GPT-2), "
                             "got other values"));
   }
@@ -379,7 +392,8 @@ GptWeights from_checkpoint(const std::string& path) {
   const std::string model = ck.state.config.count("model") ? ck.state.config.at("model") : "";
   if (model.rfind("gpt(", 0) != 0)
     bad(ck.path, detail::cat("expected a checkpoint of a GPT (ditto-train --model gpt), got one "
-                             "of model '", model, "'"));
+                             "of model '",
+                             model, "'"));
   auto field = [&](const char* key) -> std::string {
     const std::regex re(std::string("[(,]") + key + "=([^,)]*)");
     std::smatch m;
@@ -425,9 +439,8 @@ GptWeights from_checkpoint(const std::string& path) {
 
 std::vector<std::pair<std::string, Shape>> gpt_param_specs(const nn::GPTConfig& cfg) {
   const std::int64_t C = cfg.n_embd;
-  std::vector<std::pair<std::string, Shape>> out{
-      {"transformer.wte.weight", {cfg.vocab_size, C}},
-      {"transformer.wpe.weight", {cfg.block_size, C}}};
+  std::vector<std::pair<std::string, Shape>> out{{"transformer.wte.weight", {cfg.vocab_size, C}},
+                                                 {"transformer.wpe.weight", {cfg.block_size, C}}};
   for (std::int64_t l = 0; l < cfg.n_layer; ++l)
     for (const BlockParam& p : block_params())
       if (cfg.bias || !p.is_bias) out.emplace_back(block_name(l, p.name), block_shape(p, C));
@@ -482,9 +495,11 @@ GptWeights load_gpt_weights(const std::string& path, std::int64_t n_head_hint) {
     o.skip_unheld_dtypes = true;  // BOOL attention-mask buffers of some GPT-2 files
     d = load_safetensors(path, o);
   } catch (const ParseError& e) {
-    throw ParseError(detail::cat("io::load_gpt_weights: '", path, "': expected an llm.c model "
+    throw ParseError(detail::cat("io::load_gpt_weights: '", path,
+                                 "': expected an llm.c model "
                                  "file (int32 magic 20240326 first), a safetensors file or a "
-                                 "checkpoint directory; as safetensors: ", e.what()));
+                                 "checkpoint directory; as safetensors: ",
+                                 e.what()));
   }
   return from_safetensors(path, d, n_head_hint);
 }
@@ -499,8 +514,8 @@ void load_gpt_params(nn::Module& model, const GptWeights& w) {
     auto it = by.find(p->name);
     DITTO_CHECK(it != by.end(), "io::load_gpt_params: parameter '", p->name,
                 "': expected it in the file's parameters, got none");
-    DITTO_CHECK(it->second->shape() == p->data.shape(), "io::load_gpt_params: parameter '",
-                p->name, "': expected ", shape_str(p->data.shape()), ", the file has ",
+    DITTO_CHECK(it->second->shape() == p->data.shape(), "io::load_gpt_params: parameter '", p->name,
+                "': expected ", shape_str(p->data.shape()), ", the file has ",
                 shape_str(it->second->shape()));
     p->data.copy_(it->second->to(p->data.dtype()));
   }
@@ -514,10 +529,12 @@ Named gpt_params_f32(nn::Module& model) {
 }
 
 std::string llmc_model_serialize(const nn::GPTConfig& cfg, const Named& params, DType dtype) {
-  DITTO_CHECK(dtype == DType::f32 || dtype == DType::bf16, "io::llmc_model_serialize: dtype: "
-              "expected f32 or bf16, got ", dtype_name(dtype));
+  DITTO_CHECK(dtype == DType::f32 || dtype == DType::bf16,
+              "io::llmc_model_serialize: dtype: "
+              "expected f32 or bf16, got ",
+              dtype_name(dtype));
   DITTO_CHECK(cfg.bias, "io::llmc_model_serialize: expected a GPT with biases (llm.c's GPT-2 has "
-              "every bias: --bias), got bias=False");
+                        "every bias: --bias), got bias=False");
   check_params(cfg, params, "io::llmc_model_serialize");
   const std::int64_t C = cfg.n_embd, V = cfg.vocab_size, Vp = (V + 127) / 128 * 128;
   DITTO_CHECK(Vp <= std::numeric_limits<std::int32_t>::max() &&
@@ -552,7 +569,7 @@ std::string llmc_model_serialize(const nn::GPTConfig& cfg, const Named& params, 
 
 Named hf_gpt2_tensors(const nn::GPTConfig& cfg, const Named& params) {
   DITTO_CHECK(cfg.bias, "io::hf_gpt2_tensors: expected a GPT with biases (GPT-2 has every bias: "
-              "--bias), got bias=False");
+                        "--bias), got bias=False");
   check_params(cfg, params, "io::hf_gpt2_tensors");
   std::map<std::string, Tensor> by = host_by_name(params);
   Named out;

@@ -4,7 +4,8 @@
 // llm.c's and Hugging Face's files written from a trained model (--export).
 //
 // Note [llm.c model file]
-// (llm.c train_gpt2.py write_model, read by train_gpt2.c / train_gpt2.cu gpt2_build_from_checkpoint)
+// (llm.c train_gpt2.py write_model, read by train_gpt2.c / train_gpt2.cu
+// gpt2_build_from_checkpoint)
 //   256 int32 little-endian: [0] 20240326 (magic), [1] version: 3 = f32 parameters, 5 = bf16,
 //   [2] max_seq_len (block_size), [3] vocab_size, [4] num_layers, [5] num_heads, [6] channels
 //   (n_embd), [7] padded_vocab_size (>= vocab_size; llm.c pads 50257 to 50304); the rest 0.

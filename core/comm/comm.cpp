@@ -7,8 +7,8 @@
 #include <map>
 #include <unordered_map>
 
-#include "core/runtime/backend.h"
 #include "core/base/error.h"
+#include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 
 namespace ditto::comm {
@@ -22,9 +22,8 @@ void check_device(const char* call, const std::string& what, const Device& d, bo
     return;
   }
   Backend& b = get_backend(d.type);
-  DITTO_CHECK(d.index >= 0 && d.index < b.device_count(), "comm::", call, ": ", what, ": ",
-              d.str(), " is out of range (backend ", d.type, " has ", b.device_count(),
-              " devices)");
+  DITTO_CHECK(d.index >= 0 && d.index < b.device_count(), "comm::", call, ": ", what, ": ", d.str(),
+              " is out of range (backend ", d.type, " has ", b.device_count(), " devices)");
 }
 
 // Non-empty, distinct, in-range GPU devices (the same rules as Communicator::init_all).
@@ -41,8 +40,8 @@ void check_devices(const char* call, const std::vector<Device>& devices) {
 }
 
 std::int64_t normalize_dim(const char* call, std::int64_t dim, std::int64_t ndim) {
-  DITTO_CHECK(dim >= -ndim && dim < ndim, "comm::", call, ": dim: expected a dim in [", -ndim,
-              ", ", ndim, ") for a ", ndim, "-dim tensor, got ", dim);
+  DITTO_CHECK(dim >= -ndim && dim < ndim, "comm::", call, ": dim: expected a dim in [", -ndim, ", ",
+              ndim, ") for a ", ndim, "-dim tensor, got ", dim);
   return dim < 0 ? dim + ndim : dim;
 }
 
@@ -153,9 +152,11 @@ std::vector<std::vector<Tensor>> broadcast_coalesced(const std::vector<Tensor>& 
 Tensor reduce_add(const std::vector<Tensor>& inputs, std::optional<Device> destination,
                   Determinism mode) {
   DITTO_CHECK(!inputs.empty(), "comm::reduce_add: inputs: expected at least one tensor, got an "
-              "empty list");
-  DITTO_CHECK(is_valid_determinism(mode), "comm::reduce_add: mode: expected Determinism::fast or "
-              "Determinism::bitwise, got value ", static_cast<int>(mode));
+                               "empty list");
+  DITTO_CHECK(is_valid_determinism(mode),
+              "comm::reduce_add: mode: expected Determinism::fast or "
+              "Determinism::bitwise, got value ",
+              static_cast<int>(mode));
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
     DITTO_CHECK(t.defined(), "comm::reduce_add: inputs[", i, "]: expected a defined tensor");
@@ -188,26 +189,27 @@ Tensor reduce_add(const std::vector<Tensor>& inputs, std::optional<Device> desti
 }
 
 std::vector<Tensor> reduce_add_coalesced(const std::vector<std::vector<Tensor>>& inputs,
-                                         std::optional<Device> destination,
-                                         std::size_t buffer_size, Determinism mode) {
+                                         std::optional<Device> destination, std::size_t buffer_size,
+                                         Determinism mode) {
   DITTO_CHECK(!inputs.empty(), "comm::reduce_add_coalesced: inputs: expected one list of tensors "
-              "per device, got an empty list");
-  DITTO_CHECK(is_valid_determinism(mode), "comm::reduce_add_coalesced: mode: expected "
-              "Determinism::fast or Determinism::bitwise, got value ", static_cast<int>(mode));
+                               "per device, got an empty list");
+  DITTO_CHECK(is_valid_determinism(mode),
+              "comm::reduce_add_coalesced: mode: expected "
+              "Determinism::fast or Determinism::bitwise, got value ",
+              static_cast<int>(mode));
   const std::vector<Tensor>& first = inputs[0];
   for (std::size_t d = 0; d < inputs.size(); ++d) {
     DITTO_CHECK(inputs[d].size() == first.size(), "comm::reduce_add_coalesced: inputs[", d,
-                "]: expected ", first.size(), " tensors (like inputs[0]), got ",
-                inputs[d].size());
+                "]: expected ", first.size(), " tensors (like inputs[0]), got ", inputs[d].size());
     for (std::size_t i = 0; i < inputs[d].size(); ++i) {
       const Tensor& t = inputs[d][i];
       DITTO_CHECK(t.defined(), "comm::reduce_add_coalesced: inputs[", d, "][", i,
                   "]: expected a defined tensor");
-      DITTO_CHECK(t.dtype() == first[i].dtype(), "comm::reduce_add_coalesced: inputs[", d, "][",
-                  i, "]: expected dtype ", dtype_name(first[i].dtype()), " (like inputs[0][", i,
+      DITTO_CHECK(t.dtype() == first[i].dtype(), "comm::reduce_add_coalesced: inputs[", d, "][", i,
+                  "]: expected dtype ", dtype_name(first[i].dtype()), " (like inputs[0][", i,
                   "]), got ", t.str());
-      DITTO_CHECK(t.shape() == first[i].shape(), "comm::reduce_add_coalesced: inputs[", d, "][",
-                  i, "]: expected shape ", shape_str(first[i].shape()), " (like inputs[0][", i,
+      DITTO_CHECK(t.shape() == first[i].shape(), "comm::reduce_add_coalesced: inputs[", d, "][", i,
+                  "]: expected shape ", shape_str(first[i].shape()), " (like inputs[0][", i,
                   "]), got ", t.str());
       DITTO_CHECK(t.device() == inputs[d][0].device(), "comm::reduce_add_coalesced: inputs[", d,
                   "][", i, "]: expected a tensor on ", inputs[d][0].device().str(),
@@ -298,7 +300,7 @@ std::vector<Tensor> scatter(const Tensor& tensor, const std::vector<Device>& dev
 Tensor gather(const std::vector<Tensor>& tensors_in, std::int64_t dim_in,
               std::optional<Device> destination) {
   DITTO_CHECK(!tensors_in.empty(), "comm::gather: tensors: expected at least one tensor, got an "
-              "empty list");
+                                   "empty list");
   for (std::size_t i = 0; i < tensors_in.size(); ++i)
     DITTO_CHECK(tensors_in[i].defined(), "comm::gather: tensors[", i,
                 "]: expected a defined tensor");
@@ -311,8 +313,10 @@ Tensor gather(const std::vector<Tensor>& tensors_in, std::int64_t dim_in,
   const std::vector<Tensor>& tensors = all_scalars ? scalars_as_vectors : tensors_in;
 
   const Tensor& t0 = tensors[0];
-  DITTO_CHECK(t0.dim() >= 1, "comm::gather: tensors[0]: expected at least 1 dim (0-dim tensors "
-              "only along dim 0), got ", t0.str());
+  DITTO_CHECK(t0.dim() >= 1,
+              "comm::gather: tensors[0]: expected at least 1 dim (0-dim tensors "
+              "only along dim 0), got ",
+              t0.str());
   const std::int64_t dim = normalize_dim("gather", dim_in, t0.dim());
   std::int64_t total = 0;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
@@ -320,8 +324,7 @@ Tensor gather(const std::vector<Tensor>& tensors_in, std::int64_t dim_in,
     DITTO_CHECK(t.dtype() == t0.dtype(), "comm::gather: tensors[", i, "]: expected dtype ",
                 dtype_name(t0.dtype()), " (like tensors[0]), got ", t.str());
     bool same = t.dim() == t0.dim();
-    for (std::int64_t k = 0; same && k < t0.dim(); ++k)
-      same = k == dim || t.size(k) == t0.size(k);
+    for (std::int64_t k = 0; same && k < t0.dim(); ++k) same = k == dim || t.size(k) == t0.size(k);
     DITTO_CHECK(same, "comm::gather: tensors[", i, "]: expected shape ",
                 shape_with_star(t0.shape(), dim), " (like tensors[0] in every dim but ", dim,
                 "), got ", t.str());

@@ -12,12 +12,12 @@
 #include <type_traits>
 #include <unordered_map>
 
-#include "core/runtime/backend.h"
-#include "core/distributed/distributed.h"
-#include "core/base/error.h"
 #include "core/backend_api/collective_call.h"
-#include "core/comm/comm_checks.h"
 #include "core/backend_api/process_group.h"
+#include "core/base/error.h"
+#include "core/comm/comm_checks.h"
+#include "core/distributed/distributed.h"
+#include "core/runtime/backend.h"
 
 namespace ditto {
 
@@ -47,9 +47,8 @@ void check_comm_tensor(const Communicator& c, const char* call, const char* arg,
 }
 
 void check_same_dtype(const char* call, const Tensor& send, const Tensor& recv) {
-  DITTO_CHECK(send.dtype() == recv.dtype(), "Communicator::", call,
-              ": recv: expected dtype ", dtype_name(send.dtype()), " (like send), got ",
-              recv.str());
+  DITTO_CHECK(send.dtype() == recv.dtype(), "Communicator::", call, ": recv: expected dtype ",
+              dtype_name(send.dtype()), " (like send), got ", recv.str());
 }
 
 void check_root(const Communicator& c, const char* call, int root) {
@@ -91,7 +90,8 @@ void check_op(const char* call, DType dtype, ReduceOp op, const double* scalar) 
 void check_group(const char* call, const std::vector<Communicator>& comms,
                  std::initializer_list<std::pair<const char*, std::size_t>> vectors,
                  const char* what) {
-  DITTO_CHECK(!comms.empty(), call, ": comms: expected the handles of Communicator::init_all, got "
+  DITTO_CHECK(!comms.empty(), call,
+              ": comms: expected the handles of Communicator::init_all, got "
               "an empty list");
   DITTO_CHECK(!comms[0].multiprocess() || comms[0].size() == 1, call,
               ": comms: expected the handles of Communicator::init_all, got a handle of "
@@ -129,11 +129,11 @@ bool disjoint_or_block(const Tensor& whole, const Tensor& part, std::int64_t blo
 namespace {
 
 using Kind = detail::CollectiveKind;
+using detail::call_record;
+using detail::check_comm_tensor;
 using detail::check_op;
 using detail::check_root;
 using detail::check_same_dtype;
-using detail::call_record;
-using detail::check_comm_tensor;
 
 // send and recv either disjoint or in NCCL's in-place layout: send is block `block` of recv
 // (block 0: the same buffer; all_gather: block rank()) or, with recv_in_send, recv is block
@@ -143,13 +143,13 @@ void check_in_place_or_disjoint(const Communicator& c, const char* call, const T
                                 const Tensor& recv, std::int64_t block, bool recv_in_send) {
   const bool ok = recv_in_send ? detail::disjoint_or_block(send, recv, block)
                                : detail::disjoint_or_block(recv, send, block);
-  DITTO_CHECK(ok, "Communicator::", call, ": recv: expected a tensor that does not "
-              "overlap send, or NCCL's in-place layout (",
-              block == 0
-                  ? "recv is send"
-                  : (recv_in_send ? "recv is block rank() of send" : "send is block rank() of recv"),
-              ", rank ", c.rank(), "), got recv ", recv.str(), " partly overlapping send ",
-              send.str());
+  DITTO_CHECK(
+      ok, "Communicator::", call,
+      ": recv: expected a tensor that does not "
+      "overlap send, or NCCL's in-place layout (",
+      block == 0 ? "recv is send"
+                 : (recv_in_send ? "recv is block rank() of send" : "send is block rank() of recv"),
+      ", rank ", c.rank(), "), got recv ", recv.str(), " partly overlapping send ", send.str());
 }
 
 // The checks of the collectives of this file; `scalar` is the PreMulSum overloads' (else null).
@@ -218,7 +218,8 @@ void check_options(const char* fn, const CommOptions& options) {
               kMaxCommTimeoutMs, " (2^31, about 24.9 days), got ", options.timeout_ms);
   DITTO_CHECK(is_valid_determinism(options.determinism), fn,
               ": options.determinism: expected Determinism::fast or Determinism::bitwise, got "
-              "value ", static_cast<int>(options.determinism));
+              "value ",
+              static_cast<int>(options.determinism));
 }
 
 }  // namespace
@@ -273,7 +274,8 @@ Communicator Communicator::init_rank(const Device& local_device, int world_size,
               group->size(), " (dist::world_size(), the processes of the job), got ", world_size);
   DITTO_CHECK(rank == group->rank(), "Communicator::init_rank: rank: expected ", group->rank(),
               " (dist::rank(), this process's rank), got ", rank);
-  DITTO_CHECK(!local_device.is_cpu(), "Communicator::init_rank: local_device: expected a device "
+  DITTO_CHECK(!local_device.is_cpu(),
+              "Communicator::init_rank: local_device: expected a device "
               "of a GPU backend (sim, cuda), got cpu (the host has no communicators)");
   check_options("Communicator::init_rank", options);
   Backend& backend = get_backend(local_device.type);
@@ -353,8 +355,8 @@ void Communicator::submit(const detail::CollectiveCall& call) {
 
 void Communicator::all_reduce(const Tensor& send, Tensor& recv, ReduceOp op) {
   check_all_reduce(*this, send, recv, op);
-  submit(call_record(Kind::all_reduce, send.data_ptr(), recv.data_ptr(), send.numel(),
-                     send.dtype(), op));
+  submit(call_record(Kind::all_reduce, send.data_ptr(), recv.data_ptr(), send.numel(), send.dtype(),
+                     op));
 }
 
 void Communicator::all_reduce(Tensor& tensor, ReduceOp op) { all_reduce(tensor, tensor, op); }
@@ -363,8 +365,8 @@ void Communicator::reduce(const Tensor& send, Tensor& recv, ReduceOp op, int roo
   detail::check_root_or_abort(*this, "reduce", root);
   check_reduce(*this, send, recv, op, root);
   void* recv_ptr = rank_ == root ? recv.data_ptr() : nullptr;
-  submit(call_record(Kind::reduce, send.data_ptr(), recv_ptr, send.numel(), send.dtype(), op,
-                     root));
+  submit(
+      call_record(Kind::reduce, send.data_ptr(), recv_ptr, send.numel(), send.dtype(), op, root));
 }
 
 void Communicator::broadcast(const Tensor& send, Tensor& recv, int root) {
@@ -379,8 +381,8 @@ void Communicator::broadcast(Tensor& tensor, int root) { broadcast(tensor, tenso
 
 void Communicator::all_gather(const Tensor& send, Tensor& recv) {
   check_all_gather(*this, send, recv);
-  submit(call_record(Kind::all_gather, send.data_ptr(), recv.data_ptr(), send.numel(),
-                     send.dtype()));
+  submit(
+      call_record(Kind::all_gather, send.data_ptr(), recv.data_ptr(), send.numel(), send.dtype()));
 }
 
 void Communicator::reduce_scatter(const Tensor& send, Tensor& recv, ReduceOp op) {
@@ -393,11 +395,10 @@ void Communicator::barrier() { submit({}); }
 
 // ---- premul_sum (ncclRedOpCreatePreMulSum) ----------------------------------------------------
 
-
 void Communicator::all_reduce(const Tensor& send, Tensor& recv, PreMulSum op) {
   check_all_reduce(*this, send, recv, ReduceOp::premul_sum, &op.scalar);
-  submit(call_record(Kind::all_reduce, send.data_ptr(), recv.data_ptr(), send.numel(),
-                     send.dtype(), ReduceOp::premul_sum, 0, op.scalar));
+  submit(call_record(Kind::all_reduce, send.data_ptr(), recv.data_ptr(), send.numel(), send.dtype(),
+                     ReduceOp::premul_sum, 0, op.scalar));
 }
 
 void Communicator::reduce(const Tensor& send, Tensor& recv, PreMulSum op, int root) {

@@ -97,20 +97,20 @@ class Communicator {
                                             const CommOptions& options = {});
 
   /// This process's handle of a communicator whose ranks are the processes of the job, one rank
-  /// per process (ncclCommInitRank; the processes come from mpirun, core/distributed/distributed.h).
-  /// Collective: every process calls it, with its own rank and local device, in the same order
-  /// as its other init_rank calls. `local_device` is this rank's device, a device of this process
-  /// (sim: e.g. its one virtual device sim:0); world_size must be dist::world_size() and rank
-  /// dist::rank(). Data moves over MPI (sim; Note [Sim collectives over MPI]) or over NCCL with
-  /// the unique id sent by MPI (cuda). Collectives, call matching, timeouts and abort behave as
-  /// with init_all; the single-controller forms (one thread for all ranks) do not apply.
-  /// devices() has world_size entries: devices()[rank()] == device() is the local device, the
-  /// others name the device each other rank uses in its own process, for messages only (not
-  /// addressable here; they may print alike, e.g. every rank's "sim:0").
-  /// Throws BackendError when dist::init() was not called (or MPI support is not built) or the
-  /// backend has no multi-process transport; InvalidArgument for a cpu or out-of-range device,
-  /// or a world_size / rank other than the process group's; Timeout when a process does not join
-  /// within options.timeout_ms.
+  /// per process (ncclCommInitRank; the processes come from mpirun,
+  /// core/distributed/distributed.h). Collective: every process calls it, with its own rank and
+  /// local device, in the same order as its other init_rank calls. `local_device` is this rank's
+  /// device, a device of this process (sim: e.g. its one virtual device sim:0); world_size must be
+  /// dist::world_size() and rank dist::rank(). Data moves over MPI (sim; Note [Sim collectives over
+  /// MPI]) or over NCCL with the unique id sent by MPI (cuda). Collectives, call matching, timeouts
+  /// and abort behave as with init_all; the single-controller forms (one thread for all ranks) do
+  /// not apply. devices() has world_size entries: devices()[rank()] == device() is the local
+  /// device, the others name the device each other rank uses in its own process, for messages only
+  /// (not addressable here; they may print alike, e.g. every rank's "sim:0"). Throws BackendError
+  /// when dist::init() was not called (or MPI support is not built) or the backend has no
+  /// multi-process transport; InvalidArgument for a cpu or out-of-range device, or a world_size /
+  /// rank other than the process group's; Timeout when a process does not join within
+  /// options.timeout_ms.
   static Communicator init_rank(const Device& local_device, int world_size, int rank,
                                 const CommOptions& options = {});
 
@@ -168,8 +168,8 @@ class Communicator {
                     const std::vector<std::int64_t>& recv_displs);
   /// all_to_all_v with packed blocks: displacements are the exclusive prefix sums of the counts
   /// (torch's split sizes), and send / recv must hold exactly the sums of the counts.
-  void all_to_all_v(const Tensor& send, const std::vector<std::int64_t>& send_counts,
-                    Tensor& recv, const std::vector<std::int64_t>& recv_counts);
+  void all_to_all_v(const Tensor& send, const std::vector<std::int64_t>& send_counts, Tensor& recv,
+                    const std::vector<std::int64_t>& recv_counts);
   /// ncclGather (torch.distributed.gather): the root's recv (size() * n elements) gets every
   /// rank's send (n elements) in rank order; recv is ignored (may be undefined) off the root.
   void gather(const Tensor& send, Tensor& recv, int root);

@@ -8,10 +8,10 @@
 #include <limits>
 #include <vector>
 
-#include "core/comm/communicator.h"
 #include "core/backend_api/collective_call.h"
-#include "core/comm/comm_checks.h"
 #include "core/base/error.h"
+#include "core/comm/comm_checks.h"
+#include "core/comm/communicator.h"
 
 namespace ditto {
 namespace {
@@ -24,8 +24,8 @@ using detail::check_group;
 using detail::check_root;
 using detail::check_same_dtype;
 using detail::each_rank;
-using detail::single_controller;
 using detail::ranges_overlap;
+using detail::single_controller;
 
 // The bytes of elements [first, first + count) of t.
 const char* element_ptr(const Tensor& t, std::int64_t first) {
@@ -139,10 +139,10 @@ std::vector<std::int64_t> packed_displs(const Communicator& c, const char* side,
 // block `rank` of whole (as ncclGather and ncclScatter allow).
 void check_root_block(const char* call, const char* whole_arg, const Tensor& whole,
                       const char* part_arg, const Tensor& part, int rank) {
-  DITTO_CHECK(detail::disjoint_or_block(whole, part, rank),
-              "Communicator::", call, ": ", whole_arg, ": expected a tensor that does not overlap ",
-              part_arg, " or holds it in place as its block ", rank, " (the root's), got ",
-              whole.str(), " overlapping ", part_arg, " ", part.str());
+  DITTO_CHECK(detail::disjoint_or_block(whole, part, rank), "Communicator::", call, ": ", whole_arg,
+              ": expected a tensor that does not overlap ", part_arg,
+              " or holds it in place as its block ", rank, " (the root's), got ", whole.str(),
+              " overlapping ", part_arg, " ", part.str());
 }
 
 void check_gather(const Communicator& c, const Tensor& send, const Tensor& recv, int root) {

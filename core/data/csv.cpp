@@ -11,8 +11,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/io/file.h"
 #include "core/base/error.h"
+#include "core/io/file.h"
 
 namespace ditto::data {
 
@@ -132,7 +132,7 @@ std::string quoted(std::string_view cell) {
 // CsvOptions::max_columns cells, and a NUL byte anywhere (a binary file, e.g. 3 GiB of zeros,
 // which used to be read whole and reported as "a header line but no data rows") are each refused
 // at the line where they are found, naming it.
-constexpr std::size_t kChunkBytes = std::size_t{1} << 20;    // 1 MiB
+constexpr std::size_t kChunkBytes = std::size_t{1} << 20;     // 1 MiB
 constexpr std::size_t kMaxLineBytes = std::size_t{64} << 20;  // 64 MiB
 
 class LineReader {
@@ -266,9 +266,8 @@ Dataset read_csv(const std::string& path, const CsvOptions& options) {
       if (c == label_col) {
         double v;
         if (!parse_number(cell, v))
-          throw ParseError(detail::cat(path, ":", line_no, ":", c + 1,
-                                       ": expected a number, got ", quoted(cell),
-                                       why_not_a_number(cell, false)));
+          throw ParseError(detail::cat(path, ":", line_no, ":", c + 1, ": expected a number, got ",
+                                       quoted(cell), why_not_a_number(cell, false)));
         if (options.regression) {
           targets.push_back(static_cast<float>(v));
         } else {
@@ -281,9 +280,8 @@ Dataset read_csv(const std::string& path, const CsvOptions& options) {
       } else {
         float v;
         if (!parse_number(cell, v))
-          throw ParseError(detail::cat(path, ":", line_no, ":", c + 1,
-                                       ": expected a number, got ", quoted(cell),
-                                       why_not_a_number(cell, true)));
+          throw ParseError(detail::cat(path, ":", line_no, ":", c + 1, ": expected a number, got ",
+                                       quoted(cell), why_not_a_number(cell, true)));
         features.push_back(v);
       }
     }

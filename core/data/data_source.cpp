@@ -37,8 +37,8 @@ data::Batch DataSource::step_batch(std::int64_t step, std::int64_t batch_size) {
   return batch(step / b, step % b, batch_size);
 }
 
-data::Batch DataSource::step_batch_rows(std::int64_t step, std::int64_t batch_size,
-                                        std::int64_t, std::int64_t) {
+data::Batch DataSource::step_batch_rows(std::int64_t step, std::int64_t batch_size, std::int64_t,
+                                        std::int64_t) {
   return step_batch(step, batch_size);
 }
 
@@ -46,7 +46,7 @@ data::Batch DataSource::eval_batch(EvalSplit split, std::int64_t k, std::int64_t
   DITTO_CHECK(k >= 0, "DataSource::eval_batch: k: expected >= 0, got ", k);
   if (split == EvalSplit::train) return batch(0, k % batches_per_epoch(batch_size), batch_size);
   DITTO_CHECK(eval_set().size() > 0, "DataSource::eval_batch: expected a data source with an "
-              "evaluation set, got an empty one");
+                                     "evaluation set, got an empty one");
   data::DataLoader loader(eval_set(), batch_size, /*shuffle=*/false);
   return loader.batch(k % loader.size());
 }
@@ -79,8 +79,10 @@ data::Batch CsvDataSource::batch(std::int64_t epoch, std::int64_t i, std::int64_
 }
 
 void CsvDataSource::set_num_classes(std::int64_t classes, const std::string& what) {
-  DITTO_CHECK(classes >= label_classes_, what, ": expected a number of classes greater than "
-              "every label (the largest is ", label_classes_ - 1, "), got ", classes);
+  DITTO_CHECK(classes >= label_classes_, what,
+              ": expected a number of classes greater than "
+              "every label (the largest is ",
+              label_classes_ - 1, "), got ", classes);
   classes_ = classes;
 }
 
@@ -88,13 +90,16 @@ std::map<std::string, std::string> CsvDataSource::checkpoint_config() const {
   char hex[24];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv_));
   return {{"train_rows", std::to_string(train_.size())},
-          {"val_fraction", std::to_string(val_fraction_)}, {"data_fnv1a", hex}};
+          {"val_fraction", std::to_string(val_fraction_)},
+          {"data_fnv1a", hex}};
 }
-
 
 DatasetSource::DatasetSource(data::Dataset train, data::Dataset eval, std::uint64_t seed,
                              bool shuffle, std::int64_t outputs)
-    : train_(std::move(train)), eval_(std::move(eval)), seed_(seed), shuffle_(shuffle),
+    : train_(std::move(train)),
+      eval_(std::move(eval)),
+      seed_(seed),
+      shuffle_(shuffle),
       outputs_(outputs) {
   data::check_dataset(train_, "DatasetSource: train");
   if (eval_.size() > 0) data::check_dataset(eval_, "DatasetSource: eval");
@@ -113,10 +118,15 @@ data::Batch DatasetSource::batch(std::int64_t epoch, std::int64_t i, std::int64_
 
 FunctionSource::FunctionSource(std::int64_t batches_per_epoch, std::int64_t inputs,
                                std::int64_t outputs, MakeBatch make, data::Dataset eval)
-    : batches_(batches_per_epoch), inputs_(inputs), outputs_(outputs), make_(std::move(make)),
+    : batches_(batches_per_epoch),
+      inputs_(inputs),
+      outputs_(outputs),
+      make_(std::move(make)),
       eval_(std::move(eval)) {
-  DITTO_CHECK(batches_ >= 1 && make_, "FunctionSource: expected batches_per_epoch >= 1 and a "
-              "function, got ", batches_, make_ ? "" : " and no function");
+  DITTO_CHECK(batches_ >= 1 && make_,
+              "FunctionSource: expected batches_per_epoch >= 1 and a "
+              "function, got ",
+              batches_, make_ ? "" : " and no function");
 }
 
 data::Batch FunctionSource::batch(std::int64_t epoch, std::int64_t i, std::int64_t) {

@@ -49,8 +49,8 @@ class DataSource {
   /// rank: DistributedDataParallel::local_rows): a batch of all batch_size rows whose rows [lo,
   /// hi) are step_batch's and the others whatever the source likes (a file-backed source leaves
   /// them zeros, reading only the windows the rank trains on). Default: step_batch.
-  virtual data::Batch step_batch_rows(std::int64_t step, std::int64_t batch_size,
-                                      std::int64_t lo, std::int64_t hi);
+  virtual data::Batch step_batch_rows(std::int64_t step, std::int64_t batch_size, std::int64_t lo,
+                                      std::int64_t hi);
   /// Iteration mode's evaluation: batch `k` (0 <= k < TrainerConfig::eval_iters) of `split`, the
   /// same batch at every evaluation. Default: val: batch k modulo their number of eval_set() in
   /// order (InvalidArgument when eval_set() is empty); train: batch(0, k % B, batch_size).

@@ -8,14 +8,13 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/base/error.h"
 #include "core/io/file.h"
 #include "core/numerics/random.h"
-#include "core/base/error.h"
 
 namespace ditto::train {
 
-TextDataSource::TextDataSource(const std::string& path, std::int64_t block_size,
-                               std::uint64_t seed)
+TextDataSource::TextDataSource(const std::string& path, std::int64_t block_size, std::uint64_t seed)
     : name_(path), block_size_(block_size), seed_(seed) {
   const char* call = "TextDataSource";
   DITTO_CHECK(block_size >= 1, call, ": block_size: expected >= 1, got ", block_size);
@@ -26,8 +25,8 @@ TextDataSource::TextDataSource(const std::string& path, std::int64_t block_size,
     if (map_ == MAP_FAILED) {
       const int err = errno;
       map_ = nullptr;
-      throw Error(detail::cat(call, ": cannot map '", path, "' (", size_, " bytes) into memory: ",
-                              std::strerror(err)));
+      throw Error(detail::cat(call, ": cannot map '", path, "' (", size_,
+                              " bytes) into memory: ", std::strerror(err)));
     }
     bytes_ = static_cast<const unsigned char*>(map_);
   }
@@ -77,10 +76,10 @@ void TextDataSource::index(const char* call) {
   // prepare.py: train_data = data[:int(n*0.9)] (a double product, truncated).
   n_train_ = static_cast<std::size_t>(static_cast<double>(size_) * 0.9);
   const std::size_t n_val = size_ - n_train_, T = static_cast<std::size_t>(block_size_);
-  DITTO_CHECK(n_train_ > T && n_val > T, call, ": '", name_, "': expected a text whose training "
+  DITTO_CHECK(n_train_ > T && n_val > T, call, ": '", name_,
+              "': expected a text whose training "
               "(first 90%) and validation (last 10%) splits are longer than block_size = ",
-              block_size_, " tokens, got ", size_, " bytes (", n_train_, " + ", n_val,
-              " tokens)");
+              block_size_, " tokens, got ", size_, " bytes (", n_train_, " + ", n_val, " tokens)");
 }
 
 namespace {
@@ -90,9 +89,10 @@ namespace {
 constexpr std::int64_t kMaxBatchTokens = std::int64_t(1) << 31;
 void check_batch_size(std::int64_t batch_size, std::int64_t T) {
   DITTO_CHECK(batch_size >= 1, "TextDataSource: batch_size: expected >= 1, got ", batch_size);
-  DITTO_CHECK(batch_size <= kMaxBatchTokens / T, "TextDataSource: batch_size: expected batch_size x "
-              "block_size <= 2^31 tokens (block_size = ", T, ": batch_size <= ",
-              kMaxBatchTokens / T, "), got ", batch_size);
+  DITTO_CHECK(batch_size <= kMaxBatchTokens / T,
+              "TextDataSource: batch_size: expected batch_size x "
+              "block_size <= 2^31 tokens (block_size = ",
+              T, ": batch_size <= ", kMaxBatchTokens / T, "), got ", batch_size);
 }
 }  // namespace
 
@@ -111,15 +111,17 @@ data::Batch TextDataSource::windows(std::size_t begin, std::size_t len, std::uin
                                     std::int64_t hi) const {
   check_batch_size(batch_size, block_size_);
   if (hi < 0) hi = batch_size;
-  DITTO_CHECK(0 <= lo && lo <= hi && hi <= batch_size, "TextDataSource::step_batch_rows: rows: "
-              "expected 0 <= lo <= hi <= batch_size = ", batch_size, ", got [", lo, ", ", hi, ")");
+  DITTO_CHECK(0 <= lo && lo <= hi && hi <= batch_size,
+              "TextDataSource::step_batch_rows: rows: "
+              "expected 0 <= lo <= hi <= batch_size = ",
+              batch_size, ", got [", lo, ", ", hi, ")");
   const std::int64_t T = block_size_;
   const std::uint64_t starts = len - static_cast<std::size_t>(T);  // > 0 (constructor)
   std::vector<std::int64_t> x(static_cast<std::size_t>(batch_size * T)), y(x.size());
   for (std::int64_t j = lo; j < hi; ++j) {
     const std::size_t i =
-        begin + static_cast<std::size_t>(philox_u64(seed_, stream, static_cast<std::uint64_t>(j)) %
-                                         starts);
+        begin +
+        static_cast<std::size_t>(philox_u64(seed_, stream, static_cast<std::uint64_t>(j)) % starts);
     for (std::int64_t t = 0; t < T; ++t) {
       x[static_cast<std::size_t>(j * T + t)] = token(i + static_cast<std::size_t>(t));
       y[static_cast<std::size_t>(j * T + t)] = token(i + static_cast<std::size_t>(t) + 1);
@@ -138,8 +140,8 @@ data::Batch TextDataSource::step_batch(std::int64_t step, std::int64_t batch_siz
 data::Batch TextDataSource::step_batch_rows(std::int64_t step, std::int64_t batch_size,
                                             std::int64_t lo, std::int64_t hi) {
   DITTO_CHECK(step >= 0, "TextDataSource::step_batch_rows: step: expected >= 0, got ", step);
-  return windows(0, n_train_, stream_id(kStreamBatch, static_cast<std::uint64_t>(step)),
-                 batch_size, lo, hi);
+  return windows(0, n_train_, stream_id(kStreamBatch, static_cast<std::uint64_t>(step)), batch_size,
+                 lo, hi);
 }
 
 data::Batch TextDataSource::eval_batch(EvalSplit split, std::int64_t k, std::int64_t batch_size) {
@@ -158,8 +160,10 @@ std::map<std::string, std::string> TextDataSource::checkpoint_config() const {
     vocab += hex;
   }
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(fnv_));
-  return {{"text_bytes", std::to_string(size_)}, {"text_fnv1a", hex},
-          {"vocab", vocab}, {"block_size", std::to_string(block_size_)}};
+  return {{"text_bytes", std::to_string(size_)},
+          {"text_fnv1a", hex},
+          {"vocab", vocab},
+          {"block_size", std::to_string(block_size_)}};
 }
 
 std::vector<std::int64_t> TextDataSource::encode(const std::string& text) const {

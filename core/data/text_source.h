@@ -31,8 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "core/numerics/random.h"  // kStreamBatch, kStreamEvalBatch
 #include "core/data/data_source.h"
+#include "core/numerics/random.h"  // kStreamBatch, kStreamEvalBatch
 
 namespace ditto::train {
 
@@ -101,13 +101,13 @@ class TextDataSource final : public DataSource {
   std::string name_;
   std::int64_t block_size_;
   std::uint64_t seed_;
-  std::string owned_;                    // the text given in memory (else empty)
+  std::string owned_;                     // the text given in memory (else empty)
   const unsigned char* bytes_ = nullptr;  // the text: owned_ or the mapping (Note [Mapped text])
   std::size_t size_ = 0;
-  void* map_ = nullptr;                   // the mapping of the file, when mapped
+  void* map_ = nullptr;  // the mapping of the file, when mapped
   std::size_t n_train_ = 0;
   std::vector<unsigned char> itos_;
-  std::array<int, 256> stoi_{};       // -1: not in the vocabulary
+  std::array<int, 256> stoi_{};  // -1: not in the vocabulary
   std::uint64_t fnv_ = 0;
   data::Dataset empty_;
 };

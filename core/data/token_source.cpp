@@ -13,8 +13,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "core/io/file.h"
 #include "core/base/error.h"
+#include "core/io/file.h"
 
 // A file's contents that do not fit: ditto::Error (not InvalidArgument: no argument is wrong).
 #define CHECK_FILE(cond, ...) DITTO_CHECK_T(::ditto::Error, cond, __VA_ARGS__)
@@ -100,9 +100,10 @@ constexpr std::int64_t kMaxBatchTokens = std::int64_t(1) << 31;  // as TextDataS
 
 void check_batch_size(std::int64_t batch_size, std::int64_t T) {
   DITTO_CHECK(batch_size >= 1, kCall, ": batch_size: expected >= 1, got ", batch_size);
-  DITTO_CHECK(batch_size <= kMaxBatchTokens / T, kCall, ": batch_size: expected batch_size x "
-              "block_size <= 2^31 tokens (block_size = ", T, ": batch_size <= ",
-              kMaxBatchTokens / T, "), got ", batch_size);
+  DITTO_CHECK(batch_size <= kMaxBatchTokens / T, kCall,
+              ": batch_size: expected batch_size x "
+              "block_size <= 2^31 tokens (block_size = ",
+              T, ": batch_size <= ", kMaxBatchTokens / T, "), got ", batch_size);
 }
 
 }  // namespace
@@ -118,22 +119,25 @@ const char* data_format_name(DataFormat f) {
 }
 
 DataFormat parse_data_format(const std::string& name, const char* option) {
-  for (DataFormat f : {DataFormat::automatic, DataFormat::text, DataFormat::llmc,
-                       DataFormat::nanogpt})
+  for (DataFormat f :
+       {DataFormat::automatic, DataFormat::text, DataFormat::llmc, DataFormat::nanogpt})
     if (name == data_format_name(f)) return f;
-  throw InvalidArgument(detail::cat(option, ": expected auto, text, llmc or nanogpt, got '", name,
-                                    "'"));
+  throw InvalidArgument(
+      detail::cat(option, ": expected auto, text, llmc or nanogpt, got '", name, "'"));
 }
 
 std::vector<std::string> expand_data_paths(const std::string& spec, const char* option) {
-  DITTO_CHECK(!spec.empty(), option, ": expected a file, a comma-separated list of files or a "
+  DITTO_CHECK(!spec.empty(), option,
+              ": expected a file, a comma-separated list of files or a "
               "glob, got ''");
   if (exists(spec)) return {spec};
   std::vector<std::string> out;
   for (const std::string& item : split_items(spec)) {
     if (item.empty())
-      throw Error(detail::cat(option, ": expected a file, a comma-separated list of files or a "
-                              "glob, got '", spec, "' (an empty item)"));
+      throw Error(detail::cat(option,
+                              ": expected a file, a comma-separated list of files or a "
+                              "glob, got '",
+                              spec, "' (an empty item)"));
     if (!has_glob_chars(item)) {
       out.push_back(item);  // a missing one: the open names it
       continue;
@@ -181,8 +185,10 @@ std::vector<std::string> val_paths_beside(const std::string& train_spec) {
     rest = shard_number_as_star(rest);
     const std::string val = item.substr(0, at) + "val" + rest;
     std::vector<std::string> found;
-    if (has_glob_chars(val)) found = glob_paths(val);
-    else if (exists(val)) found = {val};
+    if (has_glob_chars(val))
+      found = glob_paths(val);
+    else if (exists(val))
+      found = {val};
     if (found.empty()) return {};
     for (const std::string& f : found)
       if (std::find(out.begin(), out.end(), f) == out.end()) out.push_back(f);
@@ -190,8 +196,7 @@ std::vector<std::string> val_paths_beside(const std::string& train_spec) {
   return out;
 }
 
-TokenFile::TokenFile(const std::string& path, DataFormat format)
-    : path_(path), format_(format) {
+TokenFile::TokenFile(const std::string& path, DataFormat format) : path_(path), format_(format) {
   DITTO_CHECK(format == DataFormat::llmc || format == DataFormat::nanogpt, kCall,
               ": format: expected llmc or nanogpt, got ", data_format_name(format));
   io::InputFile in(path, kMaxTokenFileBytes, kCall);  // a regular file (Note [Bounded reads])
@@ -200,15 +205,15 @@ TokenFile::TokenFile(const std::string& path, DataFormat format)
   if (size_ == 0) {
     if (format == DataFormat::llmc)
       throw Error(detail::cat(file, ": expected an llm.c shard (a header of 256 int32, then "
-                              "tokens), got an empty file"));
+                                    "tokens), got an empty file"));
     throw Error(detail::cat(file, ": expected nanoGPT's uint16 tokens, got an empty file"));
   }
   map_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, in.fd(), 0);
   if (map_ == MAP_FAILED) {
     const int err = errno;
     map_ = nullptr;
-    throw Error(detail::cat(file, ": cannot map its ", size_, " bytes into memory: ",
-                            std::strerror(err)));
+    throw Error(
+        detail::cat(file, ": cannot map its ", size_, " bytes into memory: ", std::strerror(err)));
   }
   // Windows are drawn at random: a fault reads its own pages, not the read-ahead around them
   // (4 MiB and more a fault by default, which brought 14% of a 2 GiB set into the page cache
@@ -223,32 +228,36 @@ TokenFile::TokenFile(const std::string& path, DataFormat format)
   try {
     if (format == DataFormat::llmc) {
       CHECK_FILE(size_ >= static_cast<std::size_t>(kLlmcHeaderBytes), file,
-                        ": offset 0: expected an llm.c header of 1024 bytes (256 int32), got a "
-                        "file of ", size_, " bytes");
+                 ": offset 0: expected an llm.c header of 1024 bytes (256 int32), got a "
+                 "file of ",
+                 size_, " bytes");
       magic_ = int32_at(0);
       CHECK_FILE(magic_ == kLlmcMagicGpt2 || magic_ == kLlmcMagicLlama3, file,
-                        ": offset 0: expected llm.c's magic ", kLlmcMagicGpt2, " (GPT-2, uint16 "
-                        "tokens) or ", kLlmcMagicLlama3, " (LLaMA 3, uint32 tokens), got ", magic_);
+                 ": offset 0: expected llm.c's magic ", kLlmcMagicGpt2,
+                 " (GPT-2, uint16 "
+                 "tokens) or ",
+                 kLlmcMagicLlama3, " (LLaMA 3, uint32 tokens), got ", magic_);
       const std::int32_t version = int32_at(4);
       const std::int32_t want = magic_ == kLlmcMagicGpt2 ? kLlmcVersionGpt2 : kLlmcVersionLlama3;
-      CHECK_FILE(version == want, file, ": offset 4: expected version ", want,
-                        " for magic ", magic_, ", got ", version);
+      CHECK_FILE(version == want, file, ": offset 4: expected version ", want, " for magic ",
+                 magic_, ", got ", version);
       width_ = magic_ == kLlmcMagicGpt2 ? 2 : 4;
       offset_ = kLlmcHeaderBytes;
       const std::int32_t count = int32_at(8);
       CHECK_FILE(count > 0, file, ": offset 8: token count: expected > 0, got ", count,
-                        count == 0 ? " (an empty shard)" : "");
+                 count == 0 ? " (an empty shard)" : "");
       const std::int64_t need = kLlmcHeaderBytes + std::int64_t(count) * width_;
       CHECK_FILE(need == bytes(), file, ": offset 8: the header's token count ", count,
-                        " needs 1024 + ", count, " x ", width_, " = ", need,
-                        " bytes, got a file of ", size_, " bytes",
-                        need > bytes() ? " (the count runs past the file's end)"
-                                       : " (bytes after the last token)");
+                 " needs 1024 + ", count, " x ", width_, " = ", need, " bytes, got a file of ",
+                 size_, " bytes",
+                 need > bytes() ? " (the count runs past the file's end)"
+                                : " (bytes after the last token)");
       tokens_ = count;
     } else {
-      CHECK_FILE(size_ % 2 == 0, file, ": offset ", size_ - 1, ": expected an even number "
-                        "of bytes (nanoGPT's uint16 tokens), got ", size_,
-                        " bytes (an odd byte count)");
+      CHECK_FILE(size_ % 2 == 0, file, ": offset ", size_ - 1,
+                 ": expected an even number "
+                 "of bytes (nanoGPT's uint16 tokens), got ",
+                 size_, " bytes (an odd byte count)");
       tokens_ = static_cast<std::int64_t>(size_ / 2);
       // An llm.c shard given as raw tokens would train on its header: refused when the header
       // is one beyond doubt (magic, version and a count that is the file's size).
@@ -257,10 +266,11 @@ TokenFile::TokenFile(const std::string& path, DataFormat format)
         const bool gpt2 = m == kLlmcMagicGpt2 && v == kLlmcVersionGpt2;
         const bool llama = m == kLlmcMagicLlama3 && v == kLlmcVersionLlama3;
         CHECK_FILE(!((gpt2 && kLlmcHeaderBytes + 2 * std::int64_t(n) == bytes()) ||
-                            (llama && kLlmcHeaderBytes + 4 * std::int64_t(n) == bytes())),
-                          file, ": offset 0: expected nanoGPT's raw uint16 tokens "
-                          "(--data-format nanogpt), got an llm.c shard (magic ", m, ", version ",
-                          v, ", ", n, " tokens): use --data-format llmc or auto");
+                     (llama && kLlmcHeaderBytes + 4 * std::int64_t(n) == bytes())),
+                   file,
+                   ": offset 0: expected nanoGPT's raw uint16 tokens "
+                   "(--data-format nanogpt), got an llm.c shard (magic ",
+                   m, ", version ", v, ", ", n, " tokens): use --data-format llmc or auto");
       }
     }
   } catch (...) {
@@ -291,10 +301,10 @@ void TokenFile::release(std::int64_t begin, std::int64_t end) const {
   static const std::int64_t page = ::sysconf(_SC_PAGESIZE);
   const std::int64_t first = offset_ + begin * width_, last = offset_ + end * width_;
   const std::int64_t a = first / page * page;
-  const std::int64_t b = std::min<std::int64_t>((last + page - 1) / page * page,
-                                                (bytes() + page - 1) / page * page);
-  if (b > a) ::madvise(static_cast<char*>(map_) + a, static_cast<std::size_t>(b - a),
-                       MADV_DONTNEED);
+  const std::int64_t b =
+      std::min<std::int64_t>((last + page - 1) / page * page, (bytes() + page - 1) / page * page);
+  if (b > a)
+    ::madvise(static_cast<char*>(map_) + a, static_cast<std::size_t>(b - a), MADV_DONTNEED);
 }
 
 std::uint64_t TokenFile::fingerprint() const {
@@ -318,9 +328,9 @@ TokenSequence::TokenSequence(const std::vector<std::string>& paths, DataFormat f
     files_.push_back(std::make_unique<TokenFile>(p, format));
     const TokenFile& f = *files_.back();
     const TokenFile& first = *files_.front();
-    CHECK_FILE(f.token_bytes() == first.token_bytes() && f.magic() == first.magic(), kCall,
-                      ": '", p, "': offset 0: expected magic ", first.magic(), " as '",
-                      first.path(), "' has (one token width in a dataset), got ", f.magic());
+    CHECK_FILE(f.token_bytes() == first.token_bytes() && f.magic() == first.magic(), kCall, ": '",
+               p, "': offset 0: expected magic ", first.magic(), " as '", first.path(),
+               "' has (one token width in a dataset), got ", f.magic());
     starts_.push_back(total_);
     total_ += f.tokens();
   }
@@ -330,8 +340,8 @@ void TokenSequence::read(std::int64_t begin, std::int64_t n, std::int64_t vocab_
                          std::int64_t* out) const {
   DITTO_CHECK(begin >= 0 && n >= 0 && begin + n <= total_, kCall, ": tokens [", begin, ", ",
               begin + n, "): expected a range within the ", total_, " tokens");
-  std::size_t f = static_cast<std::size_t>(
-      std::upper_bound(starts_.begin(), starts_.end(), begin) - starts_.begin() - 1);
+  std::size_t f = static_cast<std::size_t>(std::upper_bound(starts_.begin(), starts_.end(), begin) -
+                                           starts_.begin() - 1);
   while (n > 0) {
     const TokenFile& file = *files_[f];
     const std::int64_t local = begin - starts_[f];
@@ -355,15 +365,22 @@ TokenDataSource::TokenDataSource(const std::vector<std::string>& train,
                                  const std::vector<std::string>& val, DataFormat format,
                                  std::int64_t vocab_size, std::int64_t block_size,
                                  std::uint64_t seed, std::string name, std::string val_name)
-    : format_(format), train_(train, format), vocab_size_(vocab_size), block_size_(block_size),
-      seed_(seed), name_(std::move(name)), val_name_(std::move(val_name)) {
+    : format_(format),
+      train_(train, format),
+      vocab_size_(vocab_size),
+      block_size_(block_size),
+      seed_(seed),
+      name_(std::move(name)),
+      val_name_(std::move(val_name)) {
   if (name_.empty()) name_ = train.front();
   DITTO_CHECK(block_size >= 1, kCall, ": block_size: expected >= 1, got ", block_size);
   if (vocab_size_ == 0 && format == DataFormat::llmc)  // the tokenizer of llm.c's magic
     vocab_size_ = train_.files().front()->magic() == kLlmcMagicGpt2 ? 50257 : 128256;
   DITTO_CHECK(vocab_size_ >= 1, kCall, ": vocab_size: expected >= 1, got ", vocab_size);
-  DITTO_CHECK(train_.tokens() > block_size_, kCall, ": '", name_, "': expected more than "
-              "block_size = ", block_size_, " tokens of training data, got ", train_.tokens());
+  DITTO_CHECK(train_.tokens() > block_size_, kCall, ": '", name_,
+              "': expected more than "
+              "block_size = ",
+              block_size_, " tokens of training data, got ", train_.tokens());
   if (!val.empty()) open_val(val, val_name_);
 }
 
@@ -372,13 +389,15 @@ void TokenDataSource::open_val(const std::vector<std::string>& val, std::string 
   auto seq = std::make_unique<TokenSequence>(val, format_);
   const TokenFile& a = *train_.files().front();
   const TokenFile& b = *seq->files().front();
-  CHECK_FILE(a.magic() == b.magic(), kCall, ": '", b.path(), "': offset 0: expected "
-                    "magic ", a.magic(), " as the training data's '", a.path(), "', got ",
-                    b.magic());
+  CHECK_FILE(a.magic() == b.magic(), kCall, ": '", b.path(),
+             "': offset 0: expected "
+             "magic ",
+             a.magic(), " as the training data's '", a.path(), "', got ", b.magic());
   if (val_name.empty()) val_name = val.front();
-  DITTO_CHECK(seq->tokens() > block_size_, kCall, ": '", val_name, "': expected "
-              "more than block_size = ", block_size_, " tokens of validation data, got ",
-              seq->tokens());
+  DITTO_CHECK(seq->tokens() > block_size_, kCall, ": '", val_name,
+              "': expected "
+              "more than block_size = ",
+              block_size_, " tokens of validation data, got ", seq->tokens());
   val_ = std::move(seq);
   val_name_ = std::move(val_name);
 }
@@ -396,8 +415,10 @@ data::Batch TokenDataSource::windows(const TokenSequence& seq, std::uint64_t str
                                      std::int64_t batch_size, std::int64_t lo,
                                      std::int64_t hi) const {
   check_batch_size(batch_size, block_size_);
-  DITTO_CHECK(0 <= lo && lo <= hi && hi <= batch_size, kCall, "::step_batch_rows: rows: "
-              "expected 0 <= lo <= hi <= batch_size = ", batch_size, ", got [", lo, ", ", hi, ")");
+  DITTO_CHECK(0 <= lo && lo <= hi && hi <= batch_size, kCall,
+              "::step_batch_rows: rows: "
+              "expected 0 <= lo <= hi <= batch_size = ",
+              batch_size, ", got [", lo, ", ", hi, ")");
   const std::int64_t T = block_size_;
   const std::uint64_t starts = static_cast<std::uint64_t>(seq.tokens() - T);  // > 0
   std::vector<std::int64_t> x(static_cast<std::size_t>(batch_size * T)), y(x.size());
@@ -420,8 +441,8 @@ data::Batch TokenDataSource::step_batch(std::int64_t step, std::int64_t batch_si
 data::Batch TokenDataSource::step_batch_rows(std::int64_t step, std::int64_t batch_size,
                                              std::int64_t lo, std::int64_t hi) {
   DITTO_CHECK(step >= 0, kCall, "::step_batch: step: expected >= 0, got ", step);
-  return windows(train_, stream_id(kStreamBatch, static_cast<std::uint64_t>(step)), batch_size,
-                 lo, hi);
+  return windows(train_, stream_id(kStreamBatch, static_cast<std::uint64_t>(step)), batch_size, lo,
+                 hi);
 }
 
 data::Batch TokenDataSource::eval_batch(EvalSplit split, std::int64_t k, std::int64_t batch_size) {

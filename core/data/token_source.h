@@ -42,10 +42,10 @@
 // header (llm.c: 1 KiB) and each file's size, and checkpoint_config's fingerprint reads at most
 // the first and last 4 KiB of each file. A token is checked (< vocab_size) when a window reads
 // it. The mapping is MADV_RANDOM: a window's fault reads its own pages, without the read-ahead
-// around them. After copying a window's tokens out, its pages are dropped from this process's mapping
-// (madvise MADV_DONTNEED: they stay in the page cache, and a later window faults them back in),
-// so the resident size of a long run stays that of the windows in flight, not of every page the
-// run has read. The files must not change while the source exists.
+// around them. After copying a window's tokens out, its pages are dropped from this process's
+// mapping (madvise MADV_DONTNEED: they stay in the page cache, and a later window faults them back
+// in), so the resident size of a long run stays that of the windows in flight, not of every page
+// the run has read. The files must not change while the source exists.
 #pragma once
 
 #include <cstdint>
@@ -55,8 +55,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/numerics/random.h"  // kStreamBatch, kStreamEvalBatch
 #include "core/data/data_source.h"
+#include "core/numerics/random.h"  // kStreamBatch, kStreamEvalBatch
 
 namespace ditto::train {
 

@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <mutex>
 
-#include "core/base/error.h"
 #include "core/backend_api/process_group.h"
+#include "core/base/error.h"
 
 namespace ditto::dist {
 namespace {

@@ -22,9 +22,9 @@
 // ends a waiting batch at once; another process's abort notice is read by the next collective
 // only, so a batch waiting for a failed peer ends at the timeout.
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstring>
-#include <chrono>
 #include <thread>
 
 #include "core/backend_api/mpi_transport.h"
@@ -44,7 +44,8 @@ void throw_mpi_error(int rc, const char* call, const char* file, int line,
     }
   char text[MPI_MAX_ERROR_STRING] = {};
   int len = 0;
-  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) std::snprintf(text, sizeof text, "error %d", rc);
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS)
+    std::snprintf(text, sizeof text, "error %d", rc);
   throw BackendError(cat(where, ": ", call, " failed at ", f, ":", line, ": ", text));
 }
 
@@ -54,8 +55,8 @@ bool wait_until(std::vector<MPI_Request>& reqs, Clock::time_point deadline,
   int polls = 0;
   for (;;) {
     int outcount = 0;
-    DITTO_MPI_CHECK(MPI_Testsome(static_cast<int>(reqs.size()), reqs.data(), &outcount,
-                                 done.data(), MPI_STATUSES_IGNORE),
+    DITTO_MPI_CHECK(MPI_Testsome(static_cast<int>(reqs.size()), reqs.data(), &outcount, done.data(),
+                                 MPI_STATUSES_IGNORE),
                     where);
     if (outcount == MPI_UNDEFINED) return true;  // no active request left
     if (outcount > 0) {
@@ -169,10 +170,14 @@ std::vector<CollectiveCall> MpiLink::start(const CollectiveCall& call, std::uint
   if (size_ == 1) return calls;
 
   // Buffers live on the heap: after a timeout, pending requests may still use them.
-  auto mine = std::make_shared<WireCall>(WireCall{seq, call.count, call.scalar,
+  auto mine = std::make_shared<WireCall>(WireCall{seq,
+                                                  call.count,
+                                                  call.scalar,
                                                   static_cast<int>(call.kind),
                                                   static_cast<int>(call.dtype),
-                                                  static_cast<int>(call.op), call.root, {}});
+                                                  static_cast<int>(call.op),
+                                                  call.root,
+                                                  {}});
   auto theirs = std::make_shared<std::vector<WireCall>>(static_cast<std::size_t>(size_));
   std::vector<MPI_Request> recvs(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
   std::vector<MPI_Request> sends(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
@@ -197,8 +202,8 @@ std::vector<CollectiveCall> MpiLink::start(const CollectiveCall& call, std::uint
   bool arrived = false;
   int failed = -1;
   for (;;) {
-    arrived = wait_until(recvs, std::min(deadline, Clock::now() + std::chrono::milliseconds(20)),
-                         where_);
+    arrived =
+        wait_until(recvs, std::min(deadline, Clock::now() + std::chrono::milliseconds(20)), where_);
     failed = notice();
     if (arrived || failed >= 0 || Clock::now() >= deadline) break;
     std::lock_guard lk(mu_);
@@ -218,8 +223,8 @@ std::vector<CollectiveCall> MpiLink::start(const CollectiveCall& call, std::uint
   }
   if (failed >= 0) {
     const WireCall& w = (*theirs)[static_cast<std::size_t>(failed)];
-    std::string reason = cat("rank ", failed, " failed: ",
-                             std::string(w.reason, strnlen(w.reason, sizeof w.reason)));
+    std::string reason = cat(
+        "rank ", failed, " failed: ", std::string(w.reason, strnlen(w.reason, sizeof w.reason)));
     for (MPI_Request& r : recvs)
       if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
     {
@@ -295,14 +300,14 @@ void MpiLink::exchange_counts(std::vector<CollectiveCall>& calls, std::uint64_t 
   const CollectiveCall& me = calls[static_cast<std::size_t>(rank_)];
   counts->mine = me.send_counts;
   counts->mine.insert(counts->mine.end(), me.recv_counts.begin(), me.recv_counts.end());
-  DITTO_CHECK_T(InternalError, counts->mine.size() == 2 * n, label(me.kind, seq),
-                ": expected ", n, " send and recv counts, got ", counts->mine.size());
+  DITTO_CHECK_T(InternalError, counts->mine.size() == 2 * n, label(me.kind, seq), ": expected ", n,
+                " send and recv counts, got ", counts->mine.size());
   counts->all.resize(2 * n * n);
   std::vector<MPI_Request> reqs(1, MPI_REQUEST_NULL);
-  DITTO_MPI_CHECK(MPI_Iallgather(counts->mine.data(), static_cast<int>(2 * n), MPI_INT64_T,
-                                 counts->all.data(), static_cast<int>(2 * n), MPI_INT64_T, comm_,
-                                 &reqs[0]),
-                  where_);
+  DITTO_MPI_CHECK(
+      MPI_Iallgather(counts->mine.data(), static_cast<int>(2 * n), MPI_INT64_T, counts->all.data(),
+                     static_cast<int>(2 * n), MPI_INT64_T, comm_, &reqs[0]),
+      where_);
   wait(reqs, me.kind, seq, counts);
   for (std::size_t q = 0; q < n; ++q) {
     const std::int64_t* row = counts->all.data() + 2 * n * q;
@@ -363,8 +368,8 @@ void MpiLink::match_p2p(std::vector<P2POp>& ops) {
   }
   const Clock::time_point deadline = detail::comm_deadline<Clock>(options_.timeout_ms);
   bool was_aborted = false;
-  const bool arrived = wait_or_abort(recvs, deadline, was_aborted) &&
-                       wait_or_abort(sends, deadline, was_aborted);
+  const bool arrived =
+      wait_or_abort(recvs, deadline, was_aborted) && wait_or_abort(sends, deadline, was_aborted);
   if (!arrived) {
     std::size_t i = 0;  // the first op whose peer's header did not come
     while (i + 1 < ops.size() && recvs[i] == MPI_REQUEST_NULL) ++i;
@@ -385,8 +390,8 @@ void MpiLink::match_p2p(std::vector<P2POp>& ops) {
     P2POp& op = ops[i];
     const WireP2P& w = h->theirs[i];
     const P2PPair pair = p2p_pair(op.kind, rank_, op.peer);
-    DITTO_CHECK_T(InternalError, w.seq == op.seq, p2p_call_label(op.kind, pair, op.seq),
-                  ": rank ", op.peer, " sent the header of point-to-point #", w.seq);
+    DITTO_CHECK_T(InternalError, w.seq == op.seq, p2p_call_label(op.kind, pair, op.seq), ": rank ",
+                  op.peer, " sent the header of point-to-point #", w.seq);
     const auto peer_dtype = static_cast<DType>(w.dtype);
     op.mismatch = op.kind == CollectiveKind::send
                       ? p2p_mismatch(pair, op.seq, op.count, op.dtype, w.count, peer_dtype)
@@ -408,13 +413,13 @@ void MpiLink::move_p2p(const std::vector<P2POp>& ops, std::shared_ptr<void> keep
     op_of.push_back(i);
     const int count = static_cast<int>(op.count);
     if (op.kind == CollectiveKind::send)
-      DITTO_MPI_CHECK(MPI_Isend(op.data, count, mpi_type(op.dtype), op.peer, kP2PDataTag, comm_,
-                                &reqs.back()),
-                      where_);
+      DITTO_MPI_CHECK(
+          MPI_Isend(op.data, count, mpi_type(op.dtype), op.peer, kP2PDataTag, comm_, &reqs.back()),
+          where_);
     else
-      DITTO_MPI_CHECK(MPI_Irecv(op.data, count, mpi_type(op.dtype), op.peer, kP2PDataTag, comm_,
-                                &reqs.back()),
-                      where_);
+      DITTO_MPI_CHECK(
+          MPI_Irecv(op.data, count, mpi_type(op.dtype), op.peer, kP2PDataTag, comm_, &reqs.back()),
+          where_);
   }
   if (reqs.empty()) return;
   const Clock::time_point deadline = detail::comm_deadline<Clock>(options_.timeout_ms);
@@ -427,8 +432,8 @@ void MpiLink::move_p2p(const std::vector<P2POp>& ops, std::shared_ptr<void> keep
   if (was_aborted) throw_aborted(lbl, std::move(keep));
   std::string reason = cat(lbl, ": timed out after ", options_.timeout_ms,
                            " ms moving the data between the ranks (MPI; the peer stopped in the "
-                           "middle of the transfer; the communicator of ", size_,
-                           " ranks is now aborted)");
+                           "middle of the transfer; the communicator of ",
+                           size_, " ranks is now aborted)");
   {
     std::lock_guard lk(mu_);
     if (keep) orphans_.push_back(std::move(keep));
@@ -468,7 +473,8 @@ void MpiLink::wait(std::vector<MPI_Request>& reqs, CollectiveKind kind, std::uin
   std::string reason =
       cat(label(kind, seq), ": timed out after ", options_.timeout_ms,
           " ms moving data between the ranks (MPI; a rank stopped in the middle of the "
-          "collective; the communicator of ", size_, " ranks is now aborted)");
+          "collective; the communicator of ",
+          size_, " ranks is now aborted)");
   {
     std::lock_guard lk(mu_);
     if (keep) orphans_.push_back(std::move(keep));

@@ -9,10 +9,10 @@
 #include <system_error>
 #include <thread>
 
-#include "core/runtime/backend_init.h"
 #include "core/backend_api/mpi_transport.h"
 #include "core/backend_api/process_group.h"
 #include "core/backend_api/rendezvous.h"
+#include "core/runtime/backend_init.h"
 
 namespace ditto {
 
@@ -34,7 +34,8 @@ class InitWatch {
         std::unique_lock lk(mu_);
         if (cv_.wait_for(lk, std::chrono::milliseconds(ms), [&] { return done_; })) return;
         detail::print_warning(detail::cat(
-            "ditto: warning: dist::init: MPI_Init_thread has waited ", ms, " ms for the job's "
+            "ditto: warning: dist::init: MPI_Init_thread has waited ", ms,
+            " ms for the job's "
             "other processes: it waits for every process of the job, so one that exited without "
             "calling MPI_Init (e.g. `ditto-train --version` or another program on the other "
             "side of an MPMD ':') makes it wait forever"));
@@ -84,9 +85,9 @@ class MpiProcessGroup final : public detail::ProcessGroup {
     }
     if (provided < MPI_THREAD_MULTIPLE) {
       if (owns_) MPI_Finalize();
-      throw BackendError(detail::cat(
-          "dist::init: MPI provides thread level ", provided, ", ditto needs MPI_THREAD_MULTIPLE (",
-          MPI_THREAD_MULTIPLE, "): each rank's stream worker calls MPI on its own thread"));
+      throw BackendError(detail::cat("dist::init: MPI provides thread level ", provided,
+                                     ", ditto needs MPI_THREAD_MULTIPLE (", MPI_THREAD_MULTIPLE,
+                                     "): each rank's stream worker calls MPI on its own thread"));
     }
     // Errors come back as return codes (DITTO_MPI_CHECK), never abort the job.
     DITTO_MPI_CHECK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "dist::init");
@@ -95,9 +96,9 @@ class MpiProcessGroup final : public detail::ProcessGroup {
     // The processes that share this node's memory (torch.distributed's LOCAL_RANK without the
     // launcher's environment variable): ordered by world rank.
     MPI_Comm node = MPI_COMM_NULL;
-    DITTO_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_,
-                                        MPI_INFO_NULL, &node),
-                    "dist::init");
+    DITTO_MPI_CHECK(
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node),
+        "dist::init");
     const int rank_rc = MPI_Comm_rank(node, &local_rank_);
     const int size_rc = MPI_Comm_size(node, &local_size_);
     MPI_Comm_free(&node);
@@ -115,8 +116,7 @@ class MpiProcessGroup final : public detail::ProcessGroup {
                                                         std::vector<Device>& devices) override {
     const std::string where = detail::cat("Communicator::init_rank (rank ", rank_, " of ", size_,
                                           ", ", backend.name(), ":", index, ")");
-    const Clock::time_point deadline =
-        detail::comm_deadline<Clock>(options.timeout_ms);
+    const Clock::time_point deadline = detail::comm_deadline<Clock>(options.timeout_ms);
     auto timed_out = [&](const char* step) {
       return Timeout(detail::cat(where, ": timed out after ", options.timeout_ms,
                                  " ms waiting for the other processes to call init_rank (", step,
@@ -155,8 +155,8 @@ class MpiProcessGroup final : public detail::ProcessGroup {
     mine.index = index;
     mine.determinism = static_cast<std::int32_t>(options.determinism);
     auto all = std::make_shared<std::vector<WireDevice>>(static_cast<std::size_t>(size_));
-    DITTO_MPI_CHECK(MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all->data(), sizeof mine,
-                                   MPI_BYTE, comm, reqs.data()),
+    DITTO_MPI_CHECK(MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all->data(), sizeof mine, MPI_BYTE,
+                                   comm, reqs.data()),
                     where);
     if (!detail::mpi::wait_until(reqs, deadline, where)) {
       guard.armed = false;  // the request may still write `all` and use comm: leave both
@@ -206,7 +206,7 @@ class MpiProcessGroup final : public detail::ProcessGroup {
       std::uint64_t magic, hash, size;
     };
     constexpr std::uint64_t kMagic = 0x646974746f636667ull;  // "dittocfg"
-    std::uint64_t hash = 0xcbf29ce484222325ull;               // FNV-1a
+    std::uint64_t hash = 0xcbf29ce484222325ull;              // FNV-1a
     for (unsigned char ch : text) hash = (hash ^ ch) * 0x100000001b3ull;
     const Clock::time_point deadline = detail::comm_deadline<Clock>(timeout_ms);
     auto timed_out = [&](const char* step) {
@@ -240,18 +240,18 @@ class MpiProcessGroup final : public detail::ProcessGroup {
     }
     auto texts = std::make_shared<std::string>(total, '\0');
     auto send = std::make_shared<std::string>(text);
-    DITTO_MPI_CHECK(MPI_Iallgatherv(send->data(), static_cast<int>(send->size()), MPI_BYTE,
-                                    texts->data(), counts.data(), displs.data(), MPI_BYTE,
-                                    MPI_COMM_WORLD, reqs.data()),
-                    where);
+    DITTO_MPI_CHECK(
+        MPI_Iallgatherv(send->data(), static_cast<int>(send->size()), MPI_BYTE, texts->data(),
+                        counts.data(), displs.data(), MPI_BYTE, MPI_COMM_WORLD, reqs.data()),
+        where);
     if (!detail::mpi::wait_until(reqs, deadline, where)) {
       new std::shared_ptr<std::string>(texts);  // leaked on purpose, as above
       new std::shared_ptr<std::string>(send);
       throw timed_out("the exchange of the settings");
     }
     for (std::size_t q = 0; q < counts.size(); ++q)
-      out[q] = texts->substr(static_cast<std::size_t>(displs[q]),
-                             static_cast<std::size_t>(counts[q]));
+      out[q] =
+          texts->substr(static_cast<std::size_t>(displs[q]), static_cast<std::size_t>(counts[q]));
     return out;
   }
 

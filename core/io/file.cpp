@@ -64,10 +64,8 @@ const char* file_type_name(unsigned mode) {
 }
 
 std::string size_name(std::uint64_t bytes) {
-  if (bytes != 0 && bytes % (std::uint64_t{1} << 30) == 0)
-    return detail::cat(bytes >> 30, " GiB");
-  if (bytes != 0 && bytes % (std::uint64_t{1} << 20) == 0)
-    return detail::cat(bytes >> 20, " MiB");
+  if (bytes != 0 && bytes % (std::uint64_t{1} << 30) == 0) return detail::cat(bytes >> 30, " GiB");
+  if (bytes != 0 && bytes % (std::uint64_t{1} << 20) == 0) return detail::cat(bytes >> 20, " MiB");
   return detail::cat(bytes, " bytes");
 }
 
@@ -168,8 +166,10 @@ std::string resolve_links(const std::string& path, const char* call) {
     const ssize_t n = ::readlink(p.c_str(), target.data(), target.size());
     if (n < 0) fail(call, "cannot read symbolic link", p, errno);
     target.resize(static_cast<std::size_t>(n));
-    if (target.empty() || target[0] == '/') p = target;
-    else p = parent_dir(p) + "/" + target;
+    if (target.empty() || target[0] == '/')
+      p = target;
+    else
+      p = parent_dir(p) + "/" + target;
   }
   fail(call, "cannot resolve symbolic link", path, ELOOP);
 }
@@ -224,8 +224,7 @@ bool check_in_place_output(const std::string& path, const char* call) {
     return true;
   }
   if (!S_ISCHR(st.st_mode))
-    throw Error(detail::cat(call, ": cannot write '", path, "': it is ",
-                            file_type_name(st.st_mode),
+    throw Error(detail::cat(call, ": cannot write '", path, "': it is ", file_type_name(st.st_mode),
                             ", expected a regular file, a character device or a FIFO"));
   const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) fail(call, "cannot open", path, errno);
@@ -240,8 +239,8 @@ int open_output_fd(const std::string& path, const char* call) {
   const int fd = alias >= 0 ? ::fcntl(alias, F_DUPFD_CLOEXEC, 3)
                             : ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
-    throw Error(detail::cat(call, ": cannot open '", path, "' for writing: ",
-                            std::strerror(errno)));
+    throw Error(
+        detail::cat(call, ": cannot open '", path, "' for writing: ", std::strerror(errno)));
   if (int err = probe_write(fd)) {
     ::close(fd);
     fail(call, "cannot write", path, err);
@@ -300,8 +299,8 @@ void replace_file(const std::string& path, const std::string& given, std::string
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
-    throw Error(detail::cat(call, ": cannot rename '", tmp, "' to '", path,
-                            "': ", std::strerror(err)));
+    throw Error(
+        detail::cat(call, ": cannot rename '", tmp, "' to '", path, "': ", std::strerror(err)));
   }
   fsync_dir(parent_dir(path));
 }
@@ -316,10 +315,9 @@ void write_file_atomic(const std::string& given, std::string_view bytes) {
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
     if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) return write_through(path, bytes, call);
-    throw Error(detail::cat(call, ": cannot write '", given, "': ",
-                            path == given ? "it" : "'" + path + "'", " is ",
-                            file_type_name(st.st_mode),
-                            ", expected a regular file, a character device or a FIFO"));
+    throw Error(detail::cat(
+        call, ": cannot write '", given, "': ", path == given ? "it" : "'" + path + "'", " is ",
+        file_type_name(st.st_mode), ", expected a regular file, a character device or a FIFO"));
   }
   replace_file(path, given, bytes, call);
 }
@@ -328,8 +326,7 @@ void write_file_replace(const std::string& path, std::string_view bytes) {
   const char* call = "io::write_file_replace";
   struct stat st {};  // lstat: a symbolic link is replaced; a directory, a device... refused
   if (::lstat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
-    throw Error(detail::cat(call, ": cannot write '", path, "': it is ",
-                            file_type_name(st.st_mode),
+    throw Error(detail::cat(call, ": cannot write '", path, "': it is ", file_type_name(st.st_mode),
                             ", expected a regular file (or none: it is created)"));
   replace_file(path, path, bytes, call);
 }

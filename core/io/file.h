@@ -11,10 +11,10 @@
 //   4. fsync the directory, so that the rename itself is on disk.
 // A crash between 1 and 3 leaves a stray "<path>.tmp" and the old `path` untouched; the next write
 // of `path` removes the stray file (a symbolic link there is removed, not followed) and creates
-// "<path>.tmp" afresh with O_EXCL | O_NOFOLLOW. This is what torch.save does not do (it writes in place),
-// and what e.g. Orbax and DeepSpeed's checkpoint engines do.
-// What `path` is decides how it is written, so that it behaves like torch.save / open(path, "wb"),
-// which write through whatever the name refers to, and never replaces what is not a plain file:
+// "<path>.tmp" afresh with O_EXCL | O_NOFOLLOW. This is what torch.save does not do (it writes in
+// place), and what e.g. Orbax and DeepSpeed's checkpoint engines do. What `path` is decides how it
+// is written, so that it behaves like torch.save / open(path, "wb"), which write through whatever
+// the name refers to, and never replaces what is not a plain file:
 //   - missing or a regular file: steps 1-4 on `path`;
 //   - a symbolic link (to a link, ...): resolved to its final target first, and steps 1-4 done on
 //     the target ("<target>.tmp" next to it, renamed over it), so the link stays a link and now

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "core/io/file.h"
 #include "core/base/error.h"
+#include "core/io/file.h"
 
 namespace ditto::io {
 
@@ -32,7 +32,8 @@ void check_outputs_are_not_inputs(const std::vector<NamedPath>& outputs,
     const std::string k = same_file_key(path);
     for (const auto& [other, other_path] : others)
       DITTO_CHECK(k != same_file_key(other_path), opt, ": expected a file other than ", other,
-                  "'s, got '", path, "' (", other, " '", other_path, "'), which it would "
+                  "'s, got '", path, "' (", other, " '", other_path,
+                  "'), which it would "
                   "overwrite");
     for (const auto& [dir_opt, dir] : dirs) {
       if (dir.empty()) continue;
@@ -49,23 +50,31 @@ void check_replaceable_output(const std::string& path, const std::string& what) 
   DITTO_CHECK(!path.empty(), what, ": expected a file name, got ''");
   struct stat st {};
   if (::stat(path.c_str(), &st) == 0) {
-    DITTO_CHECK(S_ISREG(st.st_mode), what, ": expected a regular file (or none: it is created), "
-                "got '", path, "', ", S_ISFIFO(st.st_mode) ? "a FIFO (named pipe: opening it "
-                "would block until a reader comes)" : file_type_name(st.st_mode));
+    DITTO_CHECK(S_ISREG(st.st_mode), what,
+                ": expected a regular file (or none: it is created), "
+                "got '",
+                path, "', ",
+                S_ISFIFO(st.st_mode) ? "a FIFO (named pipe: opening it "
+                                       "would block until a reader comes)"
+                                     : file_type_name(st.st_mode));
     // root passes access(W_OK) on a read-only file: its mode bits decide.
     const bool writable = ::geteuid() == 0 ? (st.st_mode & (S_IWUSR | S_IWGRP | S_IWOTH)) != 0
                                            : ::access(path.c_str(), W_OK) == 0;
-    DITTO_CHECK(writable, what, ": expected a file it may replace, got '", path, "': Permission "
+    DITTO_CHECK(writable, what, ": expected a file it may replace, got '", path,
+                "': Permission "
                 "denied / read-only: remove it or chmod u+w");
   }
   fs::path dir = fs::path(path).parent_path();
   if (dir.empty()) dir = ".";
   std::error_code ec;
-  DITTO_CHECK(fs::is_directory(dir, ec), what, ": expected a file in an existing directory, "
-              "got '", path, "' (no directory '", dir.string(), "')");
-  DITTO_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, what, ": expected a file in a directory "
-              "it may write, got '", path, "' (directory '", dir.string(), "': ",
-              std::strerror(errno), ")");
+  DITTO_CHECK(fs::is_directory(dir, ec), what,
+              ": expected a file in an existing directory, "
+              "got '",
+              path, "' (no directory '", dir.string(), "')");
+  DITTO_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, what,
+              ": expected a file in a directory "
+              "it may write, got '",
+              path, "' (directory '", dir.string(), "': ", std::strerror(errno), ")");
   // What access() cannot tell (root under /proc, a read-only file system): create the
   // temporary file the write will use, and remove it. One that exists (another rank's probe
   // under mpirun, a crash's leftover that the write removes) proves nothing and is left alone.
@@ -73,8 +82,10 @@ void check_replaceable_output(const std::string& path, const std::string& what) 
   struct stat tst {};
   if (::lstat(tmp.c_str(), &tst) != 0) {
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    DITTO_CHECK(fd >= 0 || errno == EEXIST, what, ": expected a file in a directory it may "
-                "write, got '", path, "' (cannot create '", tmp, "': ", std::strerror(errno), ")");
+    DITTO_CHECK(fd >= 0 || errno == EEXIST, what,
+                ": expected a file in a directory it may "
+                "write, got '",
+                path, "' (cannot create '", tmp, "': ", std::strerror(errno), ")");
     if (fd >= 0) {
       ::close(fd);
       ::unlink(tmp.c_str());

@@ -7,9 +7,8 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/base/error.h"
 #include "core/io/file.h"
@@ -114,7 +113,8 @@ std::string safetensors_serialize(const std::vector<std::pair<std::string, Tenso
     // ditto error, not nlohmann's exception escaping to a caller that catches ditto::Error.
     throw InvalidArgument(::ditto::detail::cat(
         "io::safetensors_serialize: tensors / metadata: expected names, keys and values in valid "
-        "UTF-8 (the safetensors header is JSON), got invalid UTF-8 (", e.what(), ")"));
+        "UTF-8 (the safetensors header is JSON), got invalid UTF-8 (",
+        e.what(), ")"));
   }
   json.append((8 - json.size() % 8) % 8, ' ');
   std::string out;
@@ -160,8 +160,8 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
     bad(source, ::ditto::detail::cat("header length: ", n, " bytes, but only ", bytes.size() - 8,
                                      " bytes follow it (truncated file?)"));
   if (n > kMaxHeaderBytes)
-    bad(source, ::ditto::detail::cat("header length: ", n, " bytes, expected at most ",
-                                     kMaxHeaderBytes));
+    bad(source,
+        ::ditto::detail::cat("header length: ", n, " bytes, expected at most ", kMaxHeaderBytes));
   const std::string_view text = bytes.substr(8, n);
   if (text.empty() || text[0] != '{')
     bad(source, "header: expected a JSON object starting with '{'");
@@ -174,7 +174,8 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
   json header = json::parse(
       text.begin(), text.end(),
       [&](int /*depth*/, json::parse_event_t ev, json& parsed) {
-        if (ev == json::parse_event_t::object_start) open_objects.emplace_back();
+        if (ev == json::parse_event_t::object_start)
+          open_objects.emplace_back();
         else if (ev == json::parse_event_t::object_end && !open_objects.empty())
           open_objects.pop_back();
         else if (ev == json::parse_event_t::key && !open_objects.empty() && repeated.empty() &&
@@ -206,8 +207,8 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
     if (!v.is_object()) bad(source, where + ": expected an object {dtype, shape, data_offsets}");
     for (auto f = v.begin(); f != v.end(); ++f)
       if (f.key() != "dtype" && f.key() != "shape" && f.key() != "data_offsets")
-        bad(source, where + ": unexpected field '" + f.key() +
-                        "' (expected dtype, shape, data_offsets)");
+        bad(source,
+            where + ": unexpected field '" + f.key() + "' (expected dtype, shape, data_offsets)");
     for (const char* field : {"dtype", "shape", "data_offsets"})
       if (!v.contains(field)) bad(source, where + ": missing field '" + field + "'");
     // dtype
@@ -233,13 +234,16 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
       if (!s.is_number_unsigned())
         bad(source, where + ": shape: expected non-negative integer sizes, got " + brief_shape(sh));
       const std::uint64_t d = s.get<std::uint64_t>();
-      if (d > std::uint64_t(std::numeric_limits<std::int64_t>::max())) overflow = true;
+      if (d > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
+        overflow = true;
       else if (d != 0 && numel > std::uint64_t(std::numeric_limits<std::int64_t>::max()) / d)
         overflow = true;
-      else numel *= d;
+      else
+        numel *= d;
       shape.push_back(static_cast<std::int64_t>(d));
     }
-    if (overflow) bad(source, where + ": shape: " + brief_shape(sh) + " has more than 2^63 - 1 elements");
+    if (overflow)
+      bad(source, where + ": shape: " + brief_shape(sh) + " has more than 2^63 - 1 elements");
     // data_offsets
     const json& off = v["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
@@ -266,9 +270,9 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
   const Entry* prev = nullptr;
   for (const Entry& e : entries) {
     if (e.begin < at)
-      bad(source, ::ditto::detail::cat("tensor '", e.name, "': data_offsets: [", e.begin, ", ",
-                                       e.end, "] overlap tensor '", prev->name, "' ending at ",
-                                       at));
+      bad(source,
+          ::ditto::detail::cat("tensor '", e.name, "': data_offsets: [", e.begin, ", ", e.end,
+                               "] overlap tensor '", prev->name, "' ending at ", at));
     if (e.begin > at)
       bad(source, ::ditto::detail::cat("tensor '", e.name, "': data_offsets: begin ", e.begin,
                                        " leaves a gap in the buffer after byte ", at));
@@ -276,8 +280,10 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
     prev = &e;
   }
   if (at != buffer_size)
-    bad(source, ::ditto::detail::cat("buffer: the tensors cover ", at, " bytes, but the buffer "
-                                     "after the header has ", buffer_size, " bytes"));
+    bad(source, ::ditto::detail::cat("buffer: the tensors cover ", at,
+                                     " bytes, but the buffer "
+                                     "after the header has ",
+                                     buffer_size, " bytes"));
 
   out.tensors.reserve(entries.size());
   for (const Entry& e : entries) {
@@ -333,8 +339,8 @@ SafetensorsData load_safetensors(const std::string& path, const SafetensorsReadO
     for (int b = 0; b < 8; ++b)
       n |= std::uint64_t(static_cast<unsigned char>(bytes[static_cast<std::size_t>(b)])) << (8 * b);
     if (n > kMaxHeaderBytes)
-      bad(path, ::ditto::detail::cat("header length: ", n, " bytes, expected at most ",
-                                     kMaxHeaderBytes));
+      bad(path,
+          ::ditto::detail::cat("header length: ", n, " bytes, expected at most ", kMaxHeaderBytes));
     if (n > in.size() - 8)
       bad(path, ::ditto::detail::cat("header length: ", n, " bytes, but only ", in.size() - 8,
                                      " bytes follow it (truncated file?)"));
@@ -343,11 +349,10 @@ SafetensorsData load_safetensors(const std::string& path, const SafetensorsReadO
     if (end < 0) return safetensors_parse(bytes, path, options);  // the header's own error
     const std::uint64_t buffer_size = in.size() - 8 - n;
     if (static_cast<std::uint64_t>(end) != buffer_size)
-      bad(path, ::ditto::detail::cat("buffer: the header's data_offsets end at byte ", end,
-                                     ", but the buffer after the header has ", buffer_size,
-                                     " bytes", static_cast<std::uint64_t>(end) > buffer_size
-                                                   ? " (truncated file?)"
-                                                   : ""));
+      bad(path, ::ditto::detail::cat(
+                    "buffer: the header's data_offsets end at byte ", end,
+                    ", but the buffer after the header has ", buffer_size, " bytes",
+                    static_cast<std::uint64_t>(end) > buffer_size ? " (truncated file?)" : ""));
     in.read(bytes, buffer_size);
     return safetensors_parse(bytes, path, options);
   } catch (const ParseError&) {

@@ -1,7 +1,6 @@
 // nanoGPT's GPT-2 sizes (gpt_config.h).
-#include "core/nn/gpt_config.h"
-
 #include "core/base/error.h"
+#include "core/nn/gpt_config.h"
 
 namespace ditto::nn {
 
@@ -29,16 +28,18 @@ GPTConfig gpt2_config(const std::string& model_type, const std::string& what) {
     }
     names += (names.empty() ? "" : ", ") + std::string(p.model_type);
   }
-  throw InvalidArgument(detail::cat(what, ": expected one of ", names, " (nanoGPT's model_type), "
-                                    "got '", model_type, "'"));
+  throw InvalidArgument(detail::cat(what, ": expected one of ", names,
+                                    " (nanoGPT's model_type), "
+                                    "got '",
+                                    model_type, "'"));
 }
 
 std::int64_t gpt_num_params(const GPTConfig& m) {
   const std::int64_t C = m.n_embd, b = m.bias ? 1 : 0;
   // Per block: ln_1, ln_2 (C weight + C bias each), c_attn 3C^2 + 3C, attn.c_proj C^2 + C,
   // mlp.c_fc 4C^2 + 4C, mlp.c_proj 4C^2 + C.
-  const std::int64_t block = 2 * C * (1 + b) + 3 * C * C + 3 * C * b + C * C + C * b +
-                             4 * C * C + 4 * C * b + 4 * C * C + C * b;
+  const std::int64_t block = 2 * C * (1 + b) + 3 * C * C + 3 * C * b + C * C + C * b + 4 * C * C +
+                             4 * C * b + 4 * C * C + C * b;
   return m.vocab_size * C + m.block_size * C + m.n_layer * block + C * (1 + b);
 }
 

@@ -1,9 +1,10 @@
 // The elementwise arithmetic of the dtype-generic kernels Kernels::add_any and scale_any, as
 // DITTO_HD functions the simulator (backend_sim/sim_kernels_dtype.cpp) and the CUDA kernels
-// (backend_cuda/cuda_kernels_dtype.cu) both call, so both backends give the same bits for every dtype.
-// They are the per-element steps of Note [Reductions over ranks] (core/numerics/reduce_math.h):
-// floats load into Acc (f32 for f32 / f16 / bf16 / fp8, f64 for f64), compute there with one
-// IEEE rounding, and round once to the dtype; integers wrap modulo 2^bits.
+// (backend_cuda/cuda_kernels_dtype.cu) both call, so both backends give the same bits for every
+// dtype. They are the per-element steps of Note [Reductions over ranks]
+// (core/numerics/reduce_math.h): floats load into Acc (f32 for f32 / f16 / bf16 / fp8, f64 for
+// f64), compute there with one IEEE rounding, and round once to the dtype; integers wrap modulo
+// 2^bits.
 #pragma once
 
 #include "core/numerics/reduce_math.h"

@@ -42,7 +42,7 @@ using pmath::detail::to_bits;    // and the encoding of a float
 template <int E, int M, bool Inf>
 struct Format {
   static constexpr int bias = (1 << (E - 1)) - 1;
-  static constexpr int emin = 1 - bias;                   // exponent of the smallest normal
+  static constexpr int emin = 1 - bias;  // exponent of the smallest normal
   static constexpr std::uint32_t mag_mask = (1u << (E + M)) - 1u;
   static constexpr std::uint32_t inf_code = Inf ? ((1u << E) - 1u) << M : 0u;
   static constexpr std::uint32_t nan_code = Inf ? inf_code | (1u << (M - 1)) : mag_mask;
@@ -104,7 +104,7 @@ struct Format {
       }
       if ((m & (1u << M)) == 0) return from_bits(sign | (m << (23 - M)));  // f32 subnormal
       return from_bits(sign | (static_cast<std::uint32_t>(e + 127) << 23) |
-                           ((m & ((1u << M) - 1u)) << (23 - M)));
+                       ((m & ((1u << M) - 1u)) << (23 - M)));
     }
     const int e = static_cast<int>(field) - bias;
     return from_bits(sign | (static_cast<std::uint32_t>(e + 127) << 23) | (mant << (23 - M)));

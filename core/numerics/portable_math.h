@@ -47,7 +47,7 @@
 // uses the series x - x^2/2 + x^3/3 - x^4/4.
 #pragma once
 
-#include <cmath>    // std::fma
+#include <cmath>  // std::fma
 #include <cstdint>
 #include <cstring>  // std::memcpy
 
@@ -139,12 +139,12 @@ DITTO_HD inline float scale(float y, int k) {
 
 // ---- exp ----------------------------------------------------------------------------------------
 
-inline constexpr float kInvLn2 = 0x1.715476p+0f;    // 1/ln2 rounded
-inline constexpr float kShifter = 0x1.8p+23f;       // adding it rounds to an integer
-inline constexpr float kLn2 = 0x1.62e430p-1f;       // float(ln2)
-inline constexpr float kLn2Rest = -0x1.05c610p-29f; // ln2 - kLn2, rounded
-inline constexpr float kExpMax = 89.0f;             // exp(x) rounds to inf above (88.72...)
-inline constexpr float kExpMin = -104.0f;           // exp(x) rounds to 0 below (-103.97...)
+inline constexpr float kInvLn2 = 0x1.715476p+0f;     // 1/ln2 rounded
+inline constexpr float kShifter = 0x1.8p+23f;        // adding it rounds to an integer
+inline constexpr float kLn2 = 0x1.62e430p-1f;        // float(ln2)
+inline constexpr float kLn2Rest = -0x1.05c610p-29f;  // ln2 - kLn2, rounded
+inline constexpr float kExpMax = 89.0f;              // exp(x) rounds to inf above (88.72...)
+inline constexpr float kExpMin = -104.0f;            // exp(x) rounds to 0 below (-103.97...)
 
 /// exp(x) = 2^k * (1 + r + v) (up to ~1e-8 relative), for x in [kExpMin, kExpMax]. r is exact
 /// and |r| <= ln2/2 + tiny; v = e^(r + c) - 1 - r with c the rest of -k*ln2.
@@ -161,7 +161,7 @@ DITTO_HD inline ExpReduced exp_reduce(float x) {
   const float r = fma(-kf, kLn2, x);
   const float c = mul(-kf, kLn2Rest);
   // q(r) = (e^r - 1 - r) / r^2 = sum_{n>=2} r^(n-2) / n!, to r^6/8! (truncation < 2e-10).
-  float q = 0x1.a01a02p-16f;     // 1/8!
+  float q = 0x1.a01a02p-16f;       // 1/8!
   q = fma(q, r, 0x1.a01a02p-13f);  // 1/7!
   q = fma(q, r, 0x1.6c16c2p-10f);  // 1/6!
   q = fma(q, r, 0x1.111112p-7f);   // 1/5!
@@ -198,14 +198,14 @@ DITTO_HD inline float log_core(float u, int k0, float tail) {
   const float s = div(f, add(2.0f, f));
   const float z = mul(s, s);
   // z*R = 2*atanh(s)/s - 2 = sum_{j>=1} 2 z^j / (2j + 1), to z^5 (truncation < 2e-11).
-  float R = 0x1.745d18p-3f;        // 2/11
-  R = fma(R, z, 0x1.c71c72p-3f);   // 2/9
-  R = fma(R, z, 0x1.24924ap-2f);   // 2/7
-  R = fma(R, z, 0x1.99999ap-2f);   // 2/5
-  R = fma(R, z, 0x1.555556p-1f);   // 2/3
+  float R = 0x1.745d18p-3f;       // 2/11
+  R = fma(R, z, 0x1.c71c72p-3f);  // 2/9
+  R = fma(R, z, 0x1.24924ap-2f);  // 2/7
+  R = fma(R, z, 0x1.99999ap-2f);  // 2/5
+  R = fma(R, z, 0x1.555556p-1f);  // 2/3
   const float hfsq = mul(mul(0.5f, f), f);
   const float corr = fma(s, fma(R, z, hfsq), -hfsq);  // log1p(f) - f
-  const float hi = mul(kf, kLn2Hi15);              // exact (|k| < 2^8)
+  const float hi = mul(kf, kLn2Hi15);                 // exact (|k| < 2^8)
   const float S = add(hi, f);
   const float e = add(sub(hi, S), f);  // exact rounding error of S (|hi| >= |f|, or hi = 0)
   const float lo = add(add(fma(kf, kLn2Lo15, corr), tail), e);
@@ -238,10 +238,10 @@ DITTO_HD inline float expm1(float x) {
   if (e.k == 0) return add(e.r, e.v);
   if (e.k >= -24 && e.k <= 24) {
     const float p = pow2(e.k);
-    const float a = sub(p, 1.0f);            // exact for |k| <= 24
-    const float b = mul(p, e.r);             // exact
+    const float a = sub(p, 1.0f);  // exact for |k| <= 24
+    const float b = mul(p, e.r);   // exact
     const float s = add(a, b);
-    const float err = add(sub(a, s), b);     // exact rounding error of s (|a| >= |b|)
+    const float err = add(sub(a, s), b);  // exact rounding error of s (|a| >= |b|)
     return add(s, add(err, mul(p, e.v)));
   }
   if (e.k < 0) return fma(one_plus(e.r, e.v), pow2(e.k), -1.0f);  // k = -25
@@ -328,7 +328,7 @@ DITTO_HD inline float tanh_branchless(float x) {
   const float b = mul(p, e.r);
   const float s = add(a, b);
   const float err = add(sub(a, s), b);
-  const float t1 = add(s, add(err, mul(p, e.v)));  // |k| <= 24
+  const float t1 = add(s, add(err, mul(p, e.v)));                // |k| <= 24
   const float t2 = mul(one_plus(e.r, sub(e.v, pow2(-e.k))), p);  // 24 < k < 64
   const float t = e.k == 0 ? t0 : (e.k <= 24 ? t1 : t2);
   const float z_big = sub(1.0f, div(2.0f, add(t, 2.0f)));

@@ -15,12 +15,12 @@ void check_adam_options(const char* call, double lr, double beta1, double beta2,
   // Messages follow torch.optim.Adam's; written so that NaN fails every check.
   DITTO_CHECK(lr >= 0.0, call, ": lr: Invalid learning rate: ", lr, " (expected >= 0)");
   DITTO_CHECK(eps >= 0.0, call, ": eps: Invalid epsilon value: ", eps, " (expected >= 0)");
-  DITTO_CHECK(beta1 >= 0.0 && beta1 < 1.0, call, ": beta1: Invalid beta parameter at index 0: ",
-              beta1, " (expected 0 <= beta1 < 1)");
-  DITTO_CHECK(beta2 >= 0.0 && beta2 < 1.0, call, ": beta2: Invalid beta parameter at index 1: ",
-              beta2, " (expected 0 <= beta2 < 1)");
-  DITTO_CHECK(weight_decay >= 0.0, call, ": weight_decay: Invalid weight_decay value: ",
-              weight_decay, " (expected >= 0)");
+  DITTO_CHECK(beta1 >= 0.0 && beta1 < 1.0, call,
+              ": beta1: Invalid beta parameter at index 0: ", beta1, " (expected 0 <= beta1 < 1)");
+  DITTO_CHECK(beta2 >= 0.0 && beta2 < 1.0, call,
+              ": beta2: Invalid beta parameter at index 1: ", beta2, " (expected 0 <= beta2 < 1)");
+  DITTO_CHECK(weight_decay >= 0.0, call,
+              ": weight_decay: Invalid weight_decay value: ", weight_decay, " (expected >= 0)");
 }
 
 Adam::Adam(std::vector<nn::Parameter*> params, AdamOptions options)

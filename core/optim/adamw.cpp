@@ -39,7 +39,11 @@ AdamWOptions checked(const AdamWOptions& o, const std::vector<AdamWGroup>& group
 }
 
 AdamOptions without_decay(const AdamWOptions& o) {
-  return {.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = 0.0,
+  return {.lr = o.lr,
+          .beta1 = o.beta1,
+          .beta2 = o.beta2,
+          .eps = o.eps,
+          .weight_decay = 0.0,
           .amsgrad = o.amsgrad};
 }
 
@@ -90,7 +94,8 @@ void AdamW::step() {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     nn::Parameter& p = *params_[i];
     if (!p.grad.defined() || decay_[i] == 0.0) continue;
-    ops::scale_(p.data, static_cast<float>(1.0 - options_.lr * decay_[i]));  // param.mul_(1 - lr * wd)
+    ops::scale_(p.data,
+                static_cast<float>(1.0 - options_.lr * decay_[i]));  // param.mul_(1 - lr * wd)
   }
   adam_.step();
 }

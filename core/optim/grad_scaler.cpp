@@ -24,7 +24,8 @@ bool all_finite_elementwise(const Tensor& x, Determinism mode) {
 }  // namespace
 
 bool all_finite(const Tensor& x, Determinism mode) {
-  DITTO_CHECK(x.defined() && x.dtype() == DType::f32, "optim::all_finite: x: expected an f32 tensor, got ",
+  DITTO_CHECK(x.defined() && x.dtype() == DType::f32,
+              "optim::all_finite: x: expected an f32 tensor, got ",
               x.defined() ? x.str() : std::string("an undefined tensor"));
   if (x.numel() == 0) return true;
   if (finite_sum(ops::sum_squares(x, mode))) return true;
@@ -162,9 +163,9 @@ void GradScaler::load_state_dict(const std::map<std::string, std::string>& state
     DITTO_CHECK(n1 == state.at("_growth_tracker").size() && n2 == state.at("skipped_steps").size(),
                 call, ": expected integers");
   } catch (const std::logic_error&) {
-    throw InvalidArgument(detail::cat(call, ": _growth_tracker / skipped_steps: expected integers, got '",
-                                      state.at("_growth_tracker"), "' / '",
-                                      state.at("skipped_steps"), "'"));
+    throw InvalidArgument(
+        detail::cat(call, ": _growth_tracker / skipped_steps: expected integers, got '",
+                    state.at("_growth_tracker"), "' / '", state.at("skipped_steps"), "'"));
   }
   DITTO_CHECK(tracker >= 0 && tracker < options_.growth_interval && skipped >= 0, call,
               ": _growth_tracker: expected in [0, growth_interval), got ", tracker);

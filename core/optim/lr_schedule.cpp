@@ -20,8 +20,9 @@ double nanogpt_lr(std::int64_t it, double learning_rate, std::int64_t warmup_ite
   DITTO_CHECK(it >= 0, "optim::nanogpt_lr: it: expected >= 0, got ", it);
   DITTO_CHECK(warmup_iters >= 0, "optim::nanogpt_lr: warmup_iters: expected >= 0, got ",
               warmup_iters);
-  DITTO_CHECK(lr_decay_iters >= warmup_iters, "optim::nanogpt_lr: lr_decay_iters: expected >= ",
-              "warmup_iters (", warmup_iters, "), got ", lr_decay_iters);
+  DITTO_CHECK(lr_decay_iters >= warmup_iters,
+              "optim::nanogpt_lr: lr_decay_iters: expected >= ", "warmup_iters (", warmup_iters,
+              "), got ", lr_decay_iters);
   check_rate("learning_rate", learning_rate);
   check_rate("min_lr", min_lr);
   // 1) linear warmup for warmup_iters steps
@@ -30,8 +31,8 @@ double nanogpt_lr(std::int64_t it, double learning_rate, std::int64_t warmup_ite
   // 2) after lr_decay_iters, min_lr (also the end of an empty decay)
   if (it > lr_decay_iters || lr_decay_iters == warmup_iters) return min_lr;
   // 3) in between, cosine decay down to min_lr
-  const double decay_ratio = static_cast<double>(it - warmup_iters) /
-                             static_cast<double>(lr_decay_iters - warmup_iters);
+  const double decay_ratio =
+      static_cast<double>(it - warmup_iters) / static_cast<double>(lr_decay_iters - warmup_iters);
   const double coeff = 0.5 * (1.0 + std::cos(std::numbers::pi * decay_ratio));
   return min_lr + coeff * (learning_rate - min_lr);
 }

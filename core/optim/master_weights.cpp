@@ -30,18 +30,18 @@ MasterWeights::MasterWeights(std::vector<nn::Parameter*> params,
   }
   inner_ = make_inner(master_ptrs_);
   DITTO_CHECK(inner_ != nullptr, call, ": make_inner: returned no optimizer");
-  DITTO_CHECK(inner_->parameters() == master_ptrs_ ||
-                  [&] {  // the same set (AdamW's groups may reorder them)
-                    if (inner_->parameters().size() != master_ptrs_.size()) return false;
-                    for (nn::Parameter* q : inner_->parameters())
-                      if (std::find(master_ptrs_.begin(), master_ptrs_.end(), q) ==
-                          master_ptrs_.end())
-                        return false;
-                    return true;
-                  }(),
-              call, ": make_inner: expected an optimizer over the ", master_ptrs_.size(),
-              " master parameters it was given, got one over ", inner_->parameters().size(),
-              " other parameters");
+  DITTO_CHECK(
+      inner_->parameters() == master_ptrs_ ||
+          [&] {  // the same set (AdamW's groups may reorder them)
+            if (inner_->parameters().size() != master_ptrs_.size()) return false;
+            for (nn::Parameter* q : inner_->parameters())
+              if (std::find(master_ptrs_.begin(), master_ptrs_.end(), q) == master_ptrs_.end())
+                return false;
+            return true;
+          }(),
+      call, ": make_inner: expected an optimizer over the ", master_ptrs_.size(),
+      " master parameters it was given, got one over ", inner_->parameters().size(),
+      " other parameters");
 }
 
 void MasterWeights::load_master_grads() {

@@ -8,11 +8,11 @@
 #include <map>
 #include <string>
 
+#include "core/base/error.h"
 #include "core/numerics/canonical_tree.h"
 #include "core/numerics/gpt_math.h"
 #include "core/optim/grad_scaler.h"
 #include "core/runtime/backend.h"
-#include "core/base/error.h"
 #include "core/runtime/ops.h"
 
 namespace ditto::optim {
@@ -34,9 +34,9 @@ Tensor flat(const Tensor& t) { return t.view({t.numel()}); }
 struct ZeroRedundancyOptimizer::Segment {
   std::size_t param = 0;
   std::int64_t param_off = 0, shard_off = 0, len = 0;
-  bool placeholder = false;    // a shard of padding only: one zero element
-  const void* bound = nullptr; // the parameter storage p.data views (f32), to notice a rebind
-  bool master = false;         // p.data is this rank's f32 master of a bf16 / f16 piece
+  bool placeholder = false;     // a shard of padding only: one zero element
+  const void* bound = nullptr;  // the parameter storage p.data views (f32), to notice a rebind
+  bool master = false;          // p.data is this rank's f32 master of a bf16 / f16 piece
   nn::Parameter p;
 };
 
@@ -50,8 +50,8 @@ struct ZeroRedundancyOptimizer::Piece {
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<nn::Parameter*> params,
                                                  Communicator comm,
-                                                 const ZeroInnerFactory& make_inner,
-                                                 float lr, ZeroOptions options)
+                                                 const ZeroInnerFactory& make_inner, float lr,
+                                                 ZeroOptions options)
     : Optimizer(std::move(params), kCall, {DType::f32, DType::bf16, DType::f16}),
       comm_(std::move(comm)),
       options_(options),
@@ -62,7 +62,8 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<nn::Parameter*> par
   DITTO_CHECK(options.bucket_cap_mb > 0.0 && std::isfinite(options.bucket_cap_mb), kCall,
               ": options.bucket_cap_mb: expected a finite size in MiB > 0, got ",
               options.bucket_cap_mb);
-  DITTO_CHECK(make_inner != nullptr, kCall, ": make_inner: expected an optimizer factory, got "
+  DITTO_CHECK(make_inner != nullptr, kCall,
+              ": make_inner: expected an optimizer factory, got "
               "an empty function");
   ranks_ = comm_.size();
   rank_ = comm_.rank();
@@ -149,8 +150,10 @@ void ZeroRedundancyOptimizer::refresh_segments() {
     if (s->placeholder) continue;
     nn::Parameter& p = *params_[s->param];
     DITTO_CHECK(p.data.dtype() == param_dtype_, kCall, ": params[", s->param, "] ('", p.name,
-                "'): expected ", dtype_name(param_dtype_), " data (its dtype when the optimizer "
-                "was made), got ", p.data.str());
+                "'): expected ", dtype_name(param_dtype_),
+                " data (its dtype when the optimizer "
+                "was made), got ",
+                p.data.str());
     if (p.data.dtype() != DType::f32) {
       if (s->master) continue;
       Tensor m = ops::cast(flat(p.data).narrow(s->param_off, s->len), DType::f32);
@@ -236,8 +239,7 @@ const std::vector<std::string> kStateKeys{"step", "momentum_buffer", "exp_avg", 
 
 void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
   const char* call = "optim::ZeroRedundancyOptimizer::consolidate_state_dict";
-  DITTO_CHECK(to >= 0 && to < ranks_, call, ": to: expected a rank in [0, ", ranks_, "), got ",
-              to);
+  DITTO_CHECK(to >= 0 && to < ranks_, call, ": to: expected a rank in [0, ", ranks_, "), got ", to);
   const OptimizerState mine = inner_->state_dict();
   const std::size_t np = params_.size(), nk = kStateKeys.size();
   // state.<j> indexes inner_->parameters() (AdamW orders them by group), not segments_.
@@ -257,8 +259,8 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
     flags[nk + s.param] = 1;
     if (key == "step") flags[nk + np + s.param] = *t.data<std::int64_t>();
   }
-  Tensor agreed = Tensor::from_vector(flags, {static_cast<std::int64_t>(flags.size())},
-                                      comm_.device());
+  Tensor agreed =
+      Tensor::from_vector(flags, {static_cast<std::int64_t>(flags.size())}, comm_.device());
   comm_.all_reduce(agreed, ReduceOp::max);
   flags = agreed.to_vector<std::int64_t>();
   // Each f32 key over the flat layout: this rank's shard, all_gathered.
@@ -332,9 +334,11 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
 }
 
 OptimizerState ZeroRedundancyOptimizer::state_dict() const {
-  DITTO_CHECK(consolidated_ != nullptr, "optim::ZeroRedundancyOptimizer::state_dict: the state "
+  DITTO_CHECK(consolidated_ != nullptr,
+              "optim::ZeroRedundancyOptimizer::state_dict: the state "
               "is sharded over the ranks: expected consolidate_state_dict(to) on every rank "
-              "first, and state_dict() on rank `to` (this is rank ", rank_, ")");
+              "first, and state_dict() on rank `to` (this is rank ",
+              rank_, ")");
   return *consolidated_;
 }
 
@@ -353,8 +357,10 @@ void ZeroRedundancyOptimizer::load_state_dict(const OptimizerState& state) {
     plain.options.erase(mw);
     scaler_state = take_scaler_state(plain.options);
     DITTO_CHECK((scaler_ != nullptr) == !scaler_state.empty(), call, ": state: saved ",
-                scaler_state.empty() ? "without" : "with", " a GradScaler's state (grad_scaler.* "
-                "options), this run ", scaler_ ? "scales its loss (f16)" : "has none");
+                scaler_state.empty() ? "without" : "with",
+                " a GradScaler's state (grad_scaler.* "
+                "options), this run ",
+                scaler_ ? "scales its loss (f16)" : "has none");
     if (scaler_) {  // checks before changing: a copy loads first
       GradScaler check(scaler_->options());
       check.load_state_dict(scaler_state);
@@ -372,8 +378,7 @@ void ZeroRedundancyOptimizer::load_state_dict(const OptimizerState& state) {
       const std::size_t i = ok ? std::stoul(idx) : 0;
       DITTO_CHECK(ok && i < params_.size(), call, ": state: unexpected tensor '", name,
                   "' (expected master.<i> with i < ", params_.size(), ")");
-      DITTO_CHECK(found[i] == nullptr, call, ": state: tensor '", name,
-                  "' appears more than once");
+      DITTO_CHECK(found[i] == nullptr, call, ": state: tensor '", name, "' appears more than once");
       DITTO_CHECK(t.defined() && t.dtype() == DType::f32 && t.shape() == params_[i]->data.shape(),
                   call, ": state: tensor '", name, "': expected ",
                   shape_str(params_[i]->data.shape()), " f32 (the master of parameter ", i, " '",
@@ -471,8 +476,10 @@ void ZeroRedundancyOptimizer::step() {
                     (!any || p.grad.dtype() == grad_dtype),
                 kCall, ": params[", i, "] ('", p.name, "'): grad: expected ",
                 shape_str(p.data.shape()), " ", any ? dtype_name(grad_dtype) : "f32", " on ",
-                p.data.device().str(), " (the parameter's shape and device, every grad of one "
-                "dtype), got ", p.grad.str());
+                p.data.device().str(),
+                " (the parameter's shape and device, every grad of one "
+                "dtype), got ",
+                p.grad.str());
     grad_dtype = p.grad.dtype();
     any = true;
     has_grad[i] = true;

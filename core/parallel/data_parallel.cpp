@@ -3,11 +3,11 @@
 
 #include <set>
 
-#include "core/comm/comm.h"
 #include "core/base/error.h"
+#include "core/comm/comm.h"
 #include "core/numerics/micro_shards.h"
-#include "core/runtime/ops.h"
 #include "core/parallel/parallel_apply.h"
+#include "core/runtime/ops.h"
 
 namespace ditto::parallel {
 
@@ -19,7 +19,8 @@ DataParallel::DataParallel(nn::Module& module, std::vector<Device> devices,
   std::set<Device> seen;
   for (std::size_t i = 0; i < devices_.size(); ++i) {
     const Device& d = devices_[i];
-    DITTO_CHECK(!d.is_cpu(), "DataParallel: devices[", i, "]: expected a sim or cuda device, got cpu");
+    DITTO_CHECK(!d.is_cpu(), "DataParallel: devices[", i,
+                "]: expected a sim or cuda device, got cpu");
     DITTO_CHECK(d.type == devices_[0].type, "DataParallel: devices[", i, "]: expected a ",
                 devices_[0].type, " device like devices[0], got ", d.str());
     d.backend();  // throws when out of range
@@ -29,9 +30,9 @@ DataParallel::DataParallel(nn::Module& module, std::vector<Device> devices,
   const std::vector<nn::Parameter*> params = module_.parameters();
   for (std::size_t i = 0; i < params.size(); ++i) {
     const nn::Parameter* p = params[i];
-    DITTO_CHECK(p->data.device() == devices_[0], "DataParallel: module must have its parameters on ",
-                devices_[0].str(), " (devices[0]) but parameter '", p->name, "' is on ",
-                p->data.device().str());
+    DITTO_CHECK(p->data.device() == devices_[0],
+                "DataParallel: module must have its parameters on ", devices_[0].str(),
+                " (devices[0]) but parameter '", p->name, "' is on ", p->data.device().str());
     // The replica buckets hold f32, bf16 or f16 parameters (Note [Mixed precision]).
     DITTO_CHECK(nn::is_float_storage(p->data.dtype()), "DataParallel: parameter ", i, " ('",
                 p->name, "'): expected dtype f32, bf16 or f16, got ", p->data.str());
@@ -87,8 +88,8 @@ void DataParallel::ensure_buckets(const std::vector<nn::Parameter*>& params) {
   std::vector<DType> dtypes;
   shapes.reserve(params.size());
   for (std::size_t i = 0; i < params.size(); ++i) {
-    DITTO_CHECK(nn::is_float_storage(params[i]->data.dtype()), "DataParallel: parameter ", i,
-                " ('", params[i]->name, "'): expected dtype f32, bf16 or f16, got ",
+    DITTO_CHECK(nn::is_float_storage(params[i]->data.dtype()), "DataParallel: parameter ", i, " ('",
+                params[i]->name, "'): expected dtype f32, bf16 or f16, got ",
                 params[i]->data.str());
     shapes.push_back(params[i]->data.shape());
     dtypes.push_back(params[i]->data.dtype());
@@ -152,7 +153,8 @@ void DataParallel::replicate(int n) {
         broadcast(comms(n), flats, 0);
       }
     }
-    for (int d = 1; d < n; ++d) copies[static_cast<std::size_t>(d)] = replica_views_[static_cast<std::size_t>(d)];
+    for (int d = 1; d < n; ++d)
+      copies[static_cast<std::size_t>(d)] = replica_views_[static_cast<std::size_t>(d)];
   }
   for (int i = 0; i < n; ++i) {
     auto& r = replicas_[static_cast<std::size_t>(i)];
@@ -201,9 +203,11 @@ Tensor DataParallel::forward_rows(const std::vector<Tensor>& inputs, std::int64_
   std::vector<std::int64_t> shard_bounds;
   if (bitwise && given_bounds) {  // a block of a larger batch (Note [Gradient accumulation])
     check_shard_bounds("DataParallel.forward", *given_bounds, batch);
-    DITTO_CHECK(given_bounds->size() - 1 >= devices_.size(), "DataParallel.forward: "
+    DITTO_CHECK(given_bounds->size() - 1 >= devices_.size(),
+                "DataParallel.forward: "
                 "shard_bounds: bitwise mode gives every device whole micro-shards: expected at "
-                "least ", devices_.size(), " shards (the devices), got ", given_bounds->size() - 1);
+                "least ",
+                devices_.size(), " shards (the devices), got ", given_bounds->size() - 1);
     shard_bounds = *given_bounds;
   } else if (bitwise) {
     shard_bounds = micro_shard_bounds(batch, options_.micro_shards);
@@ -247,7 +251,8 @@ Tensor DataParallel::forward_rows(const std::vector<Tensor>& inputs, std::int64_
   std::vector<std::vector<Tensor>> per_replica(static_cast<std::size_t>(n));
   std::vector<std::int64_t> starts(static_cast<std::size_t>(n), 0);
   for (int i = 1; i < n; ++i)
-    starts[static_cast<std::size_t>(i)] = starts[static_cast<std::size_t>(i - 1)] + chunks[static_cast<std::size_t>(i - 1)];
+    starts[static_cast<std::size_t>(i)] =
+        starts[static_cast<std::size_t>(i - 1)] + chunks[static_cast<std::size_t>(i - 1)];
   std::vector<bool> copy_in_replica(inputs.size(), false);
   for (std::size_t j = 0; j < inputs.size(); ++j) {
     copy_in_replica[j] = dim == 0 && inputs[j].device().is_cpu();
@@ -256,7 +261,8 @@ Tensor DataParallel::forward_rows(const std::vector<Tensor>& inputs, std::int64_
       continue;
     }
     std::vector<Tensor> parts = comm::scatter(inputs[j], devs, chunks, dim);
-    for (int i = 0; i < n; ++i) per_replica[static_cast<std::size_t>(i)].push_back(parts[static_cast<std::size_t>(i)]);
+    for (int i = 0; i < n; ++i)
+      per_replica[static_cast<std::size_t>(i)].push_back(parts[static_cast<std::size_t>(i)]);
   }
   replicate(n);
   for (int i = 0; i < n; ++i) {
@@ -268,7 +274,8 @@ Tensor DataParallel::forward_rows(const std::vector<Tensor>& inputs, std::int64_
   parallel_apply(devs, "forward", [&](int i) {
     const auto r = static_cast<std::size_t>(i);
     for (std::size_t j = 0; j < inputs.size(); ++j)
-      if (copy_in_replica[j]) per_replica[r][j] = inputs[j].narrow(starts[r], chunks[r]).to(devs[r]);
+      if (copy_in_replica[j])
+        per_replica[r][j] = inputs[j].narrow(starts[r], chunks[r]).to(devs[r]);
     outputs[r] = replicas_[r]->forward(per_replica[r]);
   });
   replica_output_shapes_.clear();
@@ -352,8 +359,8 @@ Tensor DataParallel::backward(const Tensor& grad_output) {
           if (g.defined()) {  // else a parameter the replica did not use: zeros
             DITTO_CHECK(g.dtype() == gd, "DataParallel.backward: replica ", i, " parameter ", k,
                         " ('", params[k]->name, "'): expected a ", dtype_name(gd),
-                        " gradient (nn::grad_dtype of its ", dtype_name(bk.dtype),
-                        " data), got ", g.str());
+                        " gradient (nn::grad_dtype of its ", dtype_name(bk.dtype), " data), got ",
+                        g.str());
             detail::copy_block(bk.grad_flat[d], static_cast<std::size_t>(off) * dtype_size(gd),
                                g.nbytes(), g, 0, g.nbytes(), g.nbytes(), 1);
           } else {

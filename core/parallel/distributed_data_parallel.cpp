@@ -8,9 +8,9 @@
 #include <functional>
 #include <unordered_map>
 
-#include "core/runtime/backend.h"
 #include "core/base/error.h"
 #include "core/numerics/micro_shards.h"
+#include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 
 namespace ditto::parallel {
@@ -60,12 +60,12 @@ DType DistributedDataParallel::grad_dtype_of(const nn::Parameter& p) const {
 }
 
 struct DistributedDataParallel::Bucket {
-  std::vector<std::size_t> params;       // indices into params_
-  std::vector<std::int64_t> offsets;     // element offset of each parameter in `flat`
+  std::vector<std::size_t> params;    // indices into params_
+  std::vector<std::int64_t> offsets;  // element offset of each parameter in `flat`
   std::int64_t numel = 0;
-  DType dtype = DType::f32;              // the grads' dtype (Note [DDP gradient dtype])
-  Tensor flat;                           // dtype [numel] on the rank's device
-  std::size_t pending = 0;               // parameters not yet ready in this backward
+  DType dtype = DType::f32;  // the grads' dtype (Note [DDP gradient dtype])
+  Tensor flat;               // dtype [numel] on the rank's device
+  std::size_t pending = 0;   // parameters not yet ready in this backward
   bool launched = false;
   // The grads packed by launch(), kept alive until the communication stream has read them
   // (freeing them on the host would let the compute stream reuse their memory first).
@@ -85,7 +85,8 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, Communicato
       mode_(comm_.options().determinism),
       uncaught_at_construction_(std::uncaught_exceptions()) {
   try {
-    DITTO_CHECK(options_.bucket_cap_mb > 0, "DistributedDataParallel: bucket_cap_mb: expected > 0, got ",
+    DITTO_CHECK(options_.bucket_cap_mb > 0,
+                "DistributedDataParallel: bucket_cap_mb: expected > 0, got ",
                 options_.bucket_cap_mb);
     DITTO_CHECK(options_.first_bucket_cap_mb > 0,
                 "DistributedDataParallel: first_bucket_cap_mb: expected > 0, got ",
@@ -94,17 +95,21 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& module, Communicato
     DITTO_CHECK(k >= 1 && k <= kMaxMicroShards && (k & (k - 1)) == 0,
                 "DistributedDataParallel: micro_shards: expected a power of two in [1, ",
                 kMaxMicroShards, "], got ", k);
-    DITTO_CHECK(comm_.size() <= k, "DistributedDataParallel: micro_shards: expected at least the "
-                "world size ", comm_.size(), ", got ", k, " (raise micro_shards)");
+    DITTO_CHECK(comm_.size() <= k,
+                "DistributedDataParallel: micro_shards: expected at least the "
+                "world size ",
+                comm_.size(), ", got ", k, " (raise micro_shards)");
     params_ = module_.parameters();
     for (std::size_t i = 0; i < params_.size(); ++i) {
       const nn::Parameter& p = *params_[i];
       DITTO_CHECK(p.data.defined() && p.data.device() == comm_.device(),
                   "DistributedDataParallel: rank ", comm_.rank(), ": parameter ", i, " ('", p.name,
-                  "'): expected a tensor on ", comm_.device().str(), " (the communicator's device "
-                  "of this rank), got ", p.data.defined() ? p.data.str() : std::string("undefined"));
-      DITTO_CHECK(nn::is_float_storage(p.data.dtype()),
-                  "DistributedDataParallel: rank ", comm_.rank(), ": parameter ", i, " ('", p.name,
+                  "'): expected a tensor on ", comm_.device().str(),
+                  " (the communicator's device "
+                  "of this rank), got ",
+                  p.data.defined() ? p.data.str() : std::string("undefined"));
+      DITTO_CHECK(nn::is_float_storage(p.data.dtype()), "DistributedDataParallel: rank ",
+                  comm_.rank(), ": parameter ", i, " ('", p.name,
                   "'): expected dtype f32, bf16 or f16, got ", p.data.str());
     }
     Backend& be = comm_.device().backend();
@@ -160,7 +165,8 @@ void DistributedDataParallel::check_parameters() {
   const int n = comm_.size();
   StreamGuard guard(*comm_stream_);
   // Parameter counts first (the signatures' all_gather needs one length on every rank).
-  Tensor count = Tensor::from_vector(std::vector<std::int64_t>{static_cast<std::int64_t>(params_.size())}, {1}, dev);
+  Tensor count = Tensor::from_vector(
+      std::vector<std::int64_t>{static_cast<std::int64_t>(params_.size())}, {1}, dev);
   Tensor counts = Tensor::empty({n}, DType::i64, dev);
   comm_.all_gather(count, counts);
   std::vector<std::int64_t> c = counts.to_vector<std::int64_t>();
@@ -217,7 +223,7 @@ void DistributedDataParallel::build_buckets() {
     std::vector<std::size_t> params;
     std::int64_t bytes = 0;
   };
-  std::vector<Open> open;  // one per dtype, in first-seen order
+  std::vector<Open> open;     // one per dtype, in first-seen order
   std::vector<DType> dtypes;  // per bucket
   for (std::size_t j = params_.size(); j-- > 0;) {
     const DType d = grad_dtype_of(*params_[j]);
@@ -258,7 +264,8 @@ void DistributedDataParallel::build_buckets() {
 
 std::pair<std::int64_t, std::int64_t> DistributedDataParallel::local_rows(
     std::int64_t global_batch) const {
-  DITTO_CHECK(global_batch >= 0, "DistributedDataParallel.local_rows: global_batch: expected >= 0, got ",
+  DITTO_CHECK(global_batch >= 0,
+              "DistributedDataParallel.local_rows: global_batch: expected >= 0, got ",
               global_batch);
   const std::int64_t k = options_.micro_shards, d = comm_.size(), r = comm_.rank();
   // Row floor(i * B / K) starts micro-shard i (micro_shard_bounds); this rank holds shards
@@ -304,8 +311,8 @@ Tensor DistributedDataParallel::forward(const std::vector<Tensor>& inputs,
     for (std::size_t j = 0; j < inputs.size(); ++j)
       DITTO_CHECK(inputs[j].defined() && inputs[j].dim() >= 1 && inputs[j].size(0) == hi - lo,
                   "DistributedDataParallel.forward: inputs[", j, "]: expected the ", hi - lo,
-                  " rows [", lo, ", ", hi, ") of the global batch of ", global_batch,
-                  " that rank ", comm_.rank(), " of ", comm_.size(), " takes (local_rows), got ",
+                  " rows [", lo, ", ", hi, ") of the global batch of ", global_batch, " that rank ",
+                  comm_.rank(), " of ", comm_.size(), " takes (local_rows), got ",
                   inputs[j].defined() ? inputs[j].str() : std::string("an undefined tensor"));
     std::vector<std::int64_t> bounds;
     if (mode_ == Determinism::bitwise) {
@@ -322,16 +329,16 @@ Tensor DistributedDataParallel::forward(const std::vector<Tensor>& inputs, std::
                                         const std::vector<std::int64_t>& shard_bounds) {
   try {
     DITTO_CHECK(!inputs.empty(), "DistributedDataParallel.forward: inputs: expected at least one "
-                "tensor");
+                                 "tensor");
     DITTO_CHECK(first_row >= 0, "DistributedDataParallel.forward: first_row: expected >= 0, got ",
                 first_row);
     for (std::size_t j = 0; j < inputs.size(); ++j)
-      DITTO_CHECK(inputs[j].defined() && inputs[j].dim() >= 1 &&
-                      inputs[j].size(0) == inputs[0].size(0),
-                  "DistributedDataParallel.forward: inputs[", j, "]: expected ",
-                  inputs[0].defined() && inputs[0].dim() >= 1 ? inputs[0].size(0) : 0,
-                  " rows (as inputs[0]), got ",
-                  inputs[j].defined() ? inputs[j].str() : std::string("an undefined tensor"));
+      DITTO_CHECK(
+          inputs[j].defined() && inputs[j].dim() >= 1 && inputs[j].size(0) == inputs[0].size(0),
+          "DistributedDataParallel.forward: inputs[", j, "]: expected ",
+          inputs[0].defined() && inputs[0].dim() >= 1 ? inputs[0].size(0) : 0,
+          " rows (as inputs[0]), got ",
+          inputs[j].defined() ? inputs[j].str() : std::string("an undefined tensor"));
     if (mode_ == Determinism::bitwise)
       check_shard_bounds("DistributedDataParallel.forward", shard_bounds, inputs[0].size(0));
     return forward_rows(inputs, first_row, shard_bounds);
@@ -377,7 +384,8 @@ void DistributedDataParallel::set_grad_homes(bool on) {
 
 void DistributedDataParallel::sync_gradients() {
   try {
-    DITTO_CHECK(!join_enabled_, "DistributedDataParallel.sync_gradients: not available with "
+    DITTO_CHECK(!join_enabled_,
+                "DistributedDataParallel.sync_gradients: not available with "
                 "enable_join() (the joined ranks shadow only the all_reduces of a backward)");
     // As a synchronised backward's finish, without the overlap: every bucket, in index order.
     for (auto& b : buckets_) {
@@ -441,8 +449,10 @@ void DistributedDataParallel::launch(std::size_t index) {
   }
   comm_.all_reduce(b.flat, ReduceOp::sum);
   if (options_.average_gradients && comm_.size() > 1) {
-    if (b.dtype == DType::f32) ops::scale_(b.flat, 1.0f / static_cast<float>(comm_.size()));
-    else ops::scale_any_(b.flat, 1.0 / static_cast<double>(comm_.size()));
+    if (b.dtype == DType::f32)
+      ops::scale_(b.flat, 1.0f / static_cast<float>(comm_.size()));
+    else
+      ops::scale_any_(b.flat, 1.0 / static_cast<double>(comm_.size()));
   }
   // Note [DDP grads as bucket views]: each grad becomes a view of its slot of the reduced bucket
   // (torch's gradient_as_bucket_view=True) instead of a copy back into the grad's own memory,
@@ -475,7 +485,8 @@ void DistributedDataParallel::finish_backward() {
   for (auto& b : buckets_) b->packed.clear();
 }
 
-// ---- join (uneven inputs) ------------------------------------------------------------------------
+// ---- join (uneven inputs)
+// ------------------------------------------------------------------------
 
 bool DistributedDataParallel::exchange_join_flags(int my_flag, std::vector<std::int64_t>* out) {
   const int n = comm_.size();
@@ -505,7 +516,9 @@ bool DistributedDataParallel::exchange_join_flags(int my_flag, std::vector<std::
         in_no_sync += (in_no_sync.empty() ? "" : ", ") + std::to_string(r);
     throw InvalidArgument(detail::cat(
         "DistributedDataParallel.forward: the ranks disagree on gradient sync in this step: "
-        "rank(s) ", in_no_sync, " are inside no_sync() and others are not (every rank must use "
+        "rank(s) ",
+        in_no_sync,
+        " are inside no_sync() and others are not (every rank must use "
         "no_sync() in the same steps)"));
   }
   if (out) *out = std::move(flags);

@@ -105,7 +105,7 @@ class Pool {
   std::condition_variable cv_work_, cv_done_;
   std::vector<std::thread> workers_;
   const std::function<void(int)>* job_ = nullptr;
-  int count_ = 0;               // indices of the current run
+  int count_ = 0;  // indices of the current run
   int active_ = 0;
   int pending_ = 0;
   std::uint64_t generation_ = 0;
@@ -157,9 +157,9 @@ void parallel_apply(const std::vector<Device>& devices, const char* what,
   }
   for (int i = 0; i < n; ++i) {
     if (!errors[static_cast<std::size_t>(i)]) continue;
-    std::string msg = detail::cat("DataParallel: replica ", i, " on ",
-                                  devices[static_cast<std::size_t>(i)].str(), " failed in ", what,
-                                  ": ", message_of(errors[static_cast<std::size_t>(i)]));
+    std::string msg =
+        detail::cat("DataParallel: replica ", i, " on ", devices[static_cast<std::size_t>(i)].str(),
+                    " failed in ", what, ": ", message_of(errors[static_cast<std::size_t>(i)]));
     try {
       std::rethrow_exception(errors[static_cast<std::size_t>(i)]);
     } catch (const OutOfMemory&) {

@@ -9,9 +9,9 @@
 #include <string>
 #include <unordered_map>
 
-#include "core/runtime/backend_init.h"
-#include "core/numerics/gpt_math.h"
 #include "core/base/error.h"
+#include "core/numerics/gpt_math.h"
+#include "core/runtime/backend_init.h"
 
 namespace ditto {
 
@@ -42,7 +42,9 @@ void Kernels::layernorm_backward(Stream&, const float*, const float*, const floa
                                  const float*, std::int64_t, std::int64_t, float*, float*) {
   no_kernel("layernorm_backward");
 }
-void Kernels::gelu_forward(Stream&, const float*, float*, std::int64_t) { no_kernel("gelu_forward"); }
+void Kernels::gelu_forward(Stream&, const float*, float*, std::int64_t) {
+  no_kernel("gelu_forward");
+}
 void Kernels::gelu_backward(Stream&, const float*, const float*, float*, std::int64_t) {
   no_kernel("gelu_backward");
 }
@@ -91,13 +93,12 @@ void Kernels::adam_step_multi(Stream& s, const std::vector<AdamTensor>& tensors,
   for (const AdamTensor& t : tensors) {
     if (t.n <= 0) continue;
     if (t.decay) scale(s, t.decay_scale, t.param, t.n);
-    adam_step(s, t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.max_exp_avg_sq, t.n, lr, beta1,
-              beta2, eps, weight_decay, t.bias_correction1, t.bias_correction2, amsgrad);
+    adam_step(s, t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.max_exp_avg_sq, t.n, lr, beta1, beta2,
+              eps, weight_decay, t.bias_correction1, t.bias_correction2, amsgrad);
   }
 }
 void Kernels::sum_squares_multi(Stream& s, const std::vector<const float*>& xs,
-                                const std::vector<std::int64_t>& ns, float* out,
-                                Determinism mode) {
+                                const std::vector<std::int64_t>& ns, float* out, Determinism mode) {
   for (std::size_t i = 0; i < xs.size(); ++i) sum_squares(s, xs[i], ns[i], out + i, mode);
 }
 void Kernels::scale_multi(Stream& s, const std::vector<float*>& xs,
@@ -118,11 +119,11 @@ struct Registry {
 Registry& registry() {
   static Registry* r = [] {
     auto* reg = new Registry();  // never destroyed: backends may be used from static dtors
-    detail::register_builtin_backends([reg](const std::string& n, BackendFactory f,
-                                            detail::ProcessCommunicatorFactory pf) {
-      reg->factories.emplace_back(n, std::move(f));
-      if (pf) reg->process_factories[n] = std::move(pf);
-    });
+    detail::register_builtin_backends(
+        [reg](const std::string& n, BackendFactory f, detail::ProcessCommunicatorFactory pf) {
+          reg->factories.emplace_back(n, std::move(f));
+          if (pf) reg->process_factories[n] = std::move(pf);
+        });
     return reg;
   }();
   return *r;
@@ -174,8 +175,9 @@ void register_backend(const std::string& name, BackendFactory factory) {
 detail::ProcessCommunicatorFactory detail::process_communicator_factory(const std::string& name) {
   Registry& r = registry();
   std::lock_guard lk(r.mu);
-  DITTO_CHECK(find_factory(r, name) != nullptr, "process_communicator_factory: name: expected one of ",
-              known_names(r), ", got '", name, "'");
+  DITTO_CHECK(find_factory(r, name) != nullptr,
+              "process_communicator_factory: name: expected one of ", known_names(r), ", got '",
+              name, "'");
   auto it = r.process_factories.find(name);
   return it == r.process_factories.end() ? detail::ProcessCommunicatorFactory{} : it->second;
 }
@@ -219,8 +221,10 @@ Backend& init_backend(const std::string& name_in, const BackendOptions& options)
   DITTO_CHECK(f, "init_backend: unknown backend '", name, "' (known: ", known_names(r), ")");
   auto inst = (*f)(options);
   DITTO_ASSERT(inst);
-  DITTO_CHECK(!options.dry_run || inst->dry_run(), "init_backend: BackendOptions::dry_run: "
-              "expected a backend that runs dry (sim), got '", name, "'");
+  DITTO_CHECK(!options.dry_run || inst->dry_run(),
+              "init_backend: BackendOptions::dry_run: "
+              "expected a backend that runs dry (sim), got '",
+              name, "'");
   r.instances[name] = inst;
   g_generation.fetch_add(1, std::memory_order_acq_rel);  // Note [Backend lookup cache]
   return *inst;

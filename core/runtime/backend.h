@@ -28,8 +28,8 @@ class CommunicatorImpl;
 struct CommOptions;
 
 struct DeviceProperties {
-  std::string name;               ///< e.g. "simulated GPU", "NVIDIA H200"
-  std::size_t total_memory = 0;   ///< bytes
+  std::string name;              ///< e.g. "simulated GPU", "NVIDIA H200"
+  std::size_t total_memory = 0;  ///< bytes
 };
 
 struct MemoryStats {
@@ -44,7 +44,7 @@ struct BackendOptions {
   /// visible GPU). cuda: more than the physical GPUs oversubscribes them (logical device i runs
   /// on GPU i % physical).
   std::optional<int> device_count;
-  std::size_t memory_capacity = std::size_t(80) << 30;    ///< sim: bytes per device (80 GiB)
+  std::size_t memory_capacity = std::size_t(80) << 30;  ///< sim: bytes per device (80 GiB)
   /// sim: a dry run (Note [Dry run], backend_sim/sim_backend.h): allocations are counted against
   /// the capacity but hold no host memory, kernels, copies and collectives are priced by the cost
   /// model but not run, device -> host copies give zeros. Other backends refuse it
@@ -134,8 +134,8 @@ class Kernels {
 
   /// out[c] = beta * out[c] + sum_r x[r, c] for a [rows, cols] x (bias gradient). In bitwise mode
   /// the rows are summed in ascending order.
-  virtual void sum_rows(Stream& s, const float* x, std::int64_t rows, std::int64_t cols,
-                        float beta, float* out, Determinism mode) = 0;
+  virtual void sum_rows(Stream& s, const float* x, std::int64_t rows, std::int64_t cols, float beta,
+                        float* out, Determinism mode) = 0;
 
   /// y = max(x, 0), n elements (y may alias x).
   virtual void relu(Stream& s, const float* x, float* y, std::int64_t n) = 0;
@@ -151,12 +151,11 @@ class Kernels {
   /// `grad_loss` is a device pointer to one float.
   virtual void cross_entropy_backward(Stream& s, const float* logits, const std::int64_t* targets,
                                       std::int64_t rows, std::int64_t classes,
-                                      const float* grad_loss, float scale,
-                                      float* grad_logits) = 0;
+                                      const float* grad_loss, float scale, float* grad_logits) = 0;
 
   /// Per-sample squared error summed over `cols`: losses[r] = sum_c (x[r,c]-t[r,c])^2.
-  virtual void mse(Stream& s, const float* x, const float* t, std::int64_t rows,
-                   std::int64_t cols, float* losses) = 0;
+  virtual void mse(Stream& s, const float* x, const float* t, std::int64_t rows, std::int64_t cols,
+                   float* losses) = 0;
   /// gx = (*grad_loss) * scale * 2 * (x - t), n elements; `grad_loss` a device pointer.
   virtual void mse_backward(Stream& s, const float* x, const float* t, std::int64_t n,
                             const float* grad_loss, float scale, float* gx) = 0;
@@ -184,13 +183,13 @@ class Kernels {
                         std::int64_t n, float lr, float momentum, float dampening,
                         float weight_decay, bool nesterov, bool first_step) = 0;
 
-  // ---- micro-sharded batch reductions of bitwise mode (Note [Micro-shards], core/numerics/micro_shards.h)
-  // `bounds` holds S + 1 non-decreasing row offsets, bounds[0] == 0 and bounds[S] == rows
-  // (validated by core); shard s is rows [bounds[s], bounds[s+1]) and may be empty. Each shard's
-  // partial result is one ascending chain from 0.0f (an empty shard gives +0.0f); the S partials
-  // are combined with the canonical tree over s (Note [Canonical tree]). These kernels have one
-  // fixed order, used in both determinism modes. Implementations copy `bounds` (the caller's
-  // vector may die before the work runs).
+  // ---- micro-sharded batch reductions of bitwise mode (Note [Micro-shards],
+  // core/numerics/micro_shards.h) `bounds` holds S + 1 non-decreasing row offsets, bounds[0] == 0
+  // and bounds[S] == rows (validated by core); shard s is rows [bounds[s], bounds[s+1]) and may be
+  // empty. Each shard's partial result is one ascending chain from 0.0f (an empty shard gives
+  // +0.0f); the S partials are combined with the canonical tree over s (Note [Canonical tree]).
+  // These kernels have one fixed order, used in both determinism modes. Implementations copy
+  // `bounds` (the caller's vector may die before the work runs).
 
   /// C[M,N] = (accumulate ? C + T : T), one plain add, with T = canonical tree over shards s of
   /// P_s[i,j] = fma chain over rows r of shard s ascending of A[r,i] * B[r,j]. A is [rows, M]
@@ -233,8 +232,8 @@ class Kernels {
   /// out[r, c] = wte[idx[r], c] + wpe[r % T, c] for the N = B * T token rows of a [B, T] batch
   /// (wpe may be null: no position term). wte [V, C], wpe [>= T, C], out [N, C].
   virtual void embedding_forward(Stream& s, const std::int64_t* idx, const float* wte,
-                                 const float* wpe, std::int64_t N, std::int64_t T,
-                                 std::int64_t C, float* out);
+                                 const float* wpe, std::int64_t N, std::int64_t T, std::int64_t C,
+                                 float* out);
   /// grad_wte[v, :] = (accumulate ? grad_wte[v, :] + G[v, :] : G[v, :]) for all V rows, G = the
   /// canonical tree over micro-shards (bounds over the N token rows, Note [Micro-shards]) of each
   /// shard's ascending sum from 0.0f of dy[r, :] over its rows r with idx[r] == v. dy [N, C],
@@ -247,8 +246,8 @@ class Kernels {
   /// var = sum((x - mean)^2) / C (biased), rstd = 1 / sqrt(var + eps), y = (x - mean) * rstd * w
   /// (+ b; b may be null). Writes y [N, C], mean [N], rstd [N] (kept for backward).
   virtual void layernorm_forward(Stream& s, const float* x, const float* w, const float* b,
-                                 std::int64_t N, std::int64_t C, float eps, float* y,
-                                 float* mean, float* rstd);
+                                 std::int64_t N, std::int64_t C, float eps, float* y, float* mean,
+                                 float* rstd);
   /// LayerNorm backward without the parameter reductions: with xhat = (x - mean) * rstd and
   /// g = dy * w, dx = rstd * (g - mean_c(g) - xhat * mean_c(g * xhat)) and dy_xhat = dy * xhat
   /// (whose row sum is grad_w; grad_b is the row sum of dy). All [N, C] except mean, rstd [N].
@@ -259,8 +258,7 @@ class Kernels {
   /// y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), tanh the portable one. n elements.
   virtual void gelu_forward(Stream& s, const float* x, float* y, std::int64_t n);
   /// gx = gy * d gelu(x) / dx (x the forward's input), n elements.
-  virtual void gelu_backward(Stream& s, const float* x, const float* gy, float* gx,
-                             std::int64_t n);
+  virtual void gelu_backward(Stream& s, const float* x, const float* gy, float* gx, std::int64_t n);
   /// Causal self-attention after nanoGPT's c_attn: qkv [B, T, 3C] holds q, k, v (each [B, T, nh,
   /// hd], hd = C / nh, in that order along the last dim); per batch b, head h and query t:
   /// att[b, h, t, u] = softmax over u <= t of (q_t . k_u) * scale (0 for u > t), scale =
@@ -278,18 +276,17 @@ class Kernels {
   /// (either mode's backward takes either mode's stats). A backend with one order (sim) runs it
   /// in both modes.
   virtual void attention_forward(Stream& s, const float* qkv, std::int64_t B, std::int64_t T,
-                                 std::int64_t C, std::int64_t nh, float* y, float* stats,
-                                 float p, std::uint64_t seed, std::uint64_t stream,
-                                 std::uint64_t index_base, Determinism mode);
+                                 std::int64_t C, std::int64_t nh, float* y, float* stats, float p,
+                                 std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base,
+                                 Determinism mode);
   /// Backward of attention_forward given dy [B, T, C], the forward's qkv and stats and the same
   /// dropout key (the mask is recomputed): writes dqkv [B, T, 3C] (not accumulated). scratch:
   /// B * nh * T floats of the caller's (each query's pd = sum_u att[u] dp[u], written). `mode`
   /// as attention_forward's.
-  virtual void attention_backward(Stream& s, const float* dy, const float* qkv,
-                                  const float* stats, std::int64_t B, std::int64_t T,
-                                  std::int64_t C, std::int64_t nh, float* dqkv, float* scratch,
-                                  float p, std::uint64_t seed, std::uint64_t stream,
-                                  std::uint64_t index_base, Determinism mode);
+  virtual void attention_backward(Stream& s, const float* dy, const float* qkv, const float* stats,
+                                  std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
+                                  float* dqkv, float* scratch, float p, std::uint64_t seed,
+                                  std::uint64_t stream, std::uint64_t index_base, Determinism mode);
   /// Inverted dropout (torch.nn.functional.dropout, training): element i is kept when
   /// philox uniform01(seed, stream, index_base + i) >= p (Note [Dropout masks]); y[i] = x[i] *
   /// scale if kept else 0, scale = 1 / (1 - p) in float. 0 <= p < 1. y may alias x.
@@ -297,14 +294,12 @@ class Kernels {
                                std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base);
   /// gx[i] = gy[i] * scale if element i was kept else 0 (the same mask, recomputed).
   virtual void dropout_backward(Stream& s, const float* gy, float* gx, std::int64_t n, float p,
-                                std::uint64_t seed, std::uint64_t stream,
-                                std::uint64_t index_base);
+                                std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base);
   /// *out = sum_i x[i]^2 over n elements (a gradient norm's square). bitwise: x in blocks of
   /// kSquaresBlock (gpt_math.h) elements, each an ascending chain acc = fma(x, x, acc) from
   /// 0.0f, the blocks combined by the canonical tree over the block index; fast: any order.
   /// `out` is a device pointer to one float.
-  virtual void sum_squares(Stream& s, const float* x, std::int64_t n, float* out,
-                           Determinism mode);
+  virtual void sum_squares(Stream& s, const float* x, std::int64_t n, float* out, Determinism mode);
   /// out[j] = the bitwise chain of block j of x (the leaves of sum_squares' tree): acc =
   /// fma(x[i], x[i], acc) from 0.0f over i in [j * kSquaresBlock, min(n, (j + 1) *
   /// kSquaresBlock)), for j < squares_blocks(n) (gpt_math.h). ZeRO's sharded gradient clip
@@ -326,8 +321,7 @@ class Kernels {
                          std::int64_t n);
   /// out[i] = a[i] + b[i] in dtype t (floats: in Acc, rounded once; integers wrap). out may
   /// alias a or b.
-  virtual void add_any(Stream& s, DType t, const void* a, const void* b, void* out,
-                       std::int64_t n);
+  virtual void add_any(Stream& s, DType t, const void* a, const void* b, void* out, std::int64_t n);
   /// x[i] = x[i] * alpha in dtype t (floats: in Acc with alpha converted to Acc, rounded once;
   /// integers: alpha is integral (core checked), converted to t, wrapping multiply).
   virtual void scale_any(Stream& s, DType t, void* x, double alpha, std::int64_t n);
@@ -335,8 +329,8 @@ class Kernels {
   /// (any ReduceOp value but premul_sum, as rmath::Op; avg divides by n_inputs), all on the
   /// stream's device; out may alias inputs[0]. bitwise: the canonical tree over input index;
   /// fast: any order (Note [Reductions over ranks]). torch.cuda.comm.reduce_add on any dtype.
-  virtual void reduce_inputs(Stream& s, DType t, const void* const* inputs, int n_inputs,
-                             void* out, std::int64_t numel, int op, Determinism mode);
+  virtual void reduce_inputs(Stream& s, DType t, const void* const* inputs, int n_inputs, void* out,
+                             std::int64_t numel, int op, Determinism mode);
 
   // ---- multi-tensor kernels (the optimizer's per-parameter loops in one launch per device) --
   // Each equals, bit for bit, the per-tensor kernels above called once per tensor in list order
@@ -373,8 +367,7 @@ class Kernels {
   /// tensor in both modes). `out` is a device pointer to xs.size() floats. torch's
   /// clip_grad_norm_ with foreach=True.
   virtual void sum_squares_multi(Stream& s, const std::vector<const float*>& xs,
-                                 const std::vector<std::int64_t>& ns, float* out,
-                                 Determinism mode);
+                                 const std::vector<std::int64_t>& ns, float* out, Determinism mode);
   /// xs[i][j] = alpha * xs[i][j] for each tensor (scale() on each).
   virtual void scale_multi(Stream& s, const std::vector<float*>& xs,
                            const std::vector<std::int64_t>& ns, float alpha);

@@ -1,7 +1,7 @@
 #include "core/runtime/buffer.h"
 
-#include "core/runtime/backend.h"
 #include "core/base/error.h"
+#include "core/runtime/backend.h"
 
 namespace ditto {
 

@@ -55,10 +55,10 @@ inline const char* collective_name(CollectiveKind k) {
 
 /// NCCL's reduction ops (ncclSum, ncclProd, ncclMin, ncclMax, ncclAvg) and the pre-multiplied sum
 /// of ncclRedOpCreatePreMulSum. premul_sum carries a per-rank scalar, so it is passed as a
-/// PreMulSum value (the overloads of core/comm/communicator.h), never as a bare ReduceOp (refused with InvalidArgument).
-/// The arithmetic of every op on every dtype, and the bitwise rule for f16 / bf16 / fp8 (the
-/// canonical tree accumulates in f32 and rounds once): Note [Reductions over ranks] in
-/// core/numerics/reduce_math.h. Values match rmath::Op.
+/// PreMulSum value (the overloads of core/comm/communicator.h), never as a bare ReduceOp (refused
+/// with InvalidArgument). The arithmetic of every op on every dtype, and the bitwise rule for f16 /
+/// bf16 / fp8 (the canonical tree accumulates in f32 and rounds once): Note [Reductions over ranks]
+/// in core/numerics/reduce_math.h. Values match rmath::Op.
 enum class ReduceOp : std::uint8_t { sum, prod, min, max, avg, premul_sum };
 
 /// "sum", "prod", ..., "premul_sum".

@@ -3,8 +3,8 @@
 
 #include <charconv>
 
-#include "core/runtime/backend.h"
 #include "core/base/error.h"
+#include "core/runtime/backend.h"
 
 namespace ditto {
 

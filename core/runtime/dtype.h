@@ -22,19 +22,32 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/numerics/float_formats.h"
 #include "core/base/error.h"
+#include "core/numerics/float_formats.h"
 
 namespace ditto {
 
-enum class DType : std::uint8_t { f32, i64, f64, f16, bf16, i8, u8, i32, u32, u64, f8_e4m3, f8_e5m2 };
+enum class DType : std::uint8_t {
+  f32,
+  i64,
+  f64,
+  f16,
+  bf16,
+  i8,
+  u8,
+  i32,
+  u32,
+  u64,
+  f8_e4m3,
+  f8_e5m2
+};
 
 /// Number of DType enumerators (for tables and loops over every dtype).
 inline constexpr int kNumDTypes = 12;
 
 /// Every DType, in enumeration order.
 inline constexpr DType kAllDTypes[kNumDTypes] = {
-    DType::f32, DType::i64, DType::f64, DType::f16, DType::bf16, DType::i8,
+    DType::f32, DType::i64, DType::f64, DType::f16, DType::bf16,    DType::i8,
     DType::u8,  DType::i32, DType::u32, DType::u64, DType::f8_e4m3, DType::f8_e5m2};
 
 namespace detail {
@@ -106,18 +119,54 @@ constexpr bool is_signed(DType t) {
 
 template <typename T>
 constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::f32; }
-template <> constexpr DType dtype_of<std::int64_t>() { return DType::i64; }
-template <> constexpr DType dtype_of<double>() { return DType::f64; }
-template <> constexpr DType dtype_of<float16>() { return DType::f16; }
-template <> constexpr DType dtype_of<bfloat16>() { return DType::bf16; }
-template <> constexpr DType dtype_of<std::int8_t>() { return DType::i8; }
-template <> constexpr DType dtype_of<std::uint8_t>() { return DType::u8; }
-template <> constexpr DType dtype_of<std::int32_t>() { return DType::i32; }
-template <> constexpr DType dtype_of<std::uint32_t>() { return DType::u32; }
-template <> constexpr DType dtype_of<std::uint64_t>() { return DType::u64; }
-template <> constexpr DType dtype_of<float8_e4m3>() { return DType::f8_e4m3; }
-template <> constexpr DType dtype_of<float8_e5m2>() { return DType::f8_e5m2; }
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
+template <>
+constexpr DType dtype_of<std::int64_t>() {
+  return DType::i64;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::f64;
+}
+template <>
+constexpr DType dtype_of<float16>() {
+  return DType::f16;
+}
+template <>
+constexpr DType dtype_of<bfloat16>() {
+  return DType::bf16;
+}
+template <>
+constexpr DType dtype_of<std::int8_t>() {
+  return DType::i8;
+}
+template <>
+constexpr DType dtype_of<std::uint8_t>() {
+  return DType::u8;
+}
+template <>
+constexpr DType dtype_of<std::int32_t>() {
+  return DType::i32;
+}
+template <>
+constexpr DType dtype_of<std::uint32_t>() {
+  return DType::u32;
+}
+template <>
+constexpr DType dtype_of<std::uint64_t>() {
+  return DType::u64;
+}
+template <>
+constexpr DType dtype_of<float8_e4m3>() {
+  return DType::f8_e4m3;
+}
+template <>
+constexpr DType dtype_of<float8_e5m2>() {
+  return DType::f8_e5m2;
+}
 
 /// Calls f(T{}) with T the host type of `t` (the table above): the one switch over dtypes that
 /// dtype-generic host code (kernels, collectives, checks) dispatches through.

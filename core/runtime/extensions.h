@@ -25,27 +25,27 @@ struct CostClusterOptions {
 /// Totals of the cost model since its creation (read while every stream is idle). Virtual
 /// times in integer picoseconds, so differences are exact.
 struct CostSnapshot {
-  std::int64_t now_ps = 0;             ///< latest virtual end time over all devices
-  std::uint64_t gemm_flops = 0;        ///< FLOPs of matrix products, all devices
-  std::vector<std::int64_t> comm_ps;   ///< per device: collectives and device-to-device copies
+  std::int64_t now_ps = 0;            ///< latest virtual end time over all devices
+  std::uint64_t gemm_flops = 0;       ///< FLOPs of matrix products, all devices
+  std::vector<std::int64_t> comm_ps;  ///< per device: collectives and device-to-device copies
 };
 
 /// One kind of work of one device, summed: the kernels, copies or collectives of one name
 /// priced on one unit (Note [Compute units] in backend_sim/cost_model.h), since the cost model's
 /// creation. What ditto-train --dry-run --verbose tabulates per step.
 struct CostLedgerRow {
-  std::string name;        ///< "gemm", "attention_forward", "copy_h2d", "all_reduce", ...
-  std::string unit;        ///< "tensor core bf16", "SIMT f32 (ditto)", "memory", "PCIe", ...
-  std::int64_t count = 0;  ///< launches
-  double flops = 0;        ///< FLOPs (0 for copies and collectives)
-  double bytes = 0;        ///< bytes moved to or from device memory (or over the link)
+  std::string name;          ///< "gemm", "attention_forward", "copy_h2d", "all_reduce", ...
+  std::string unit;          ///< "tensor core bf16", "SIMT f32 (ditto)", "memory", "PCIe", ...
+  std::int64_t count = 0;    ///< launches
+  double flops = 0;          ///< FLOPs (0 for copies and collectives)
+  double bytes = 0;          ///< bytes moved to or from device memory (or over the link)
   std::int64_t time_ps = 0;  ///< summed durations, integer picoseconds
 };
 
 /// The rates a cost model prices kernels at (backend_sim/profiles.h, Note [Compute units]).
 struct CostRates {
   double fp32_flops = 0, tf32_flops = 0, bf16_flops = 0, f16_flops = 0;  ///< FLOP/s peaks
-  double memory_bandwidth = 0;  ///< bytes/s
+  double memory_bandwidth = 0;                                           ///< bytes/s
   /// Achieved fractions: cuBLASLt's GEMMs, memory-bound kernels, ditto's own SIMT kernels.
   double gemm_efficiency = 1, memory_efficiency = 1, simt_efficiency = 1;
   bool allow_tf32 = false;  ///< BackendOptions::allow_tf32 (fast-mode f32 GEMMs on TF32)

@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "core/runtime/backend.h"
 #include "core/base/error.h"
+#include "core/runtime/backend.h"
 
 namespace ditto {
 namespace {
@@ -37,8 +37,7 @@ class HostBackend final : public Backend {
   void* allocate(int, std::size_t bytes) override {
     std::size_t rounded = (bytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-    if (!p)
-      throw OutOfMemory(detail::cat("cpu: out of memory allocating ", bytes, " bytes"));
+    if (!p) throw OutOfMemory(detail::cat("cpu: out of memory allocating ", bytes, " bytes"));
     std::size_t now = in_use_.fetch_add(bytes) + bytes;
     std::size_t old = peak_.load();
     while (now > old && !peak_.compare_exchange_weak(old, now)) {

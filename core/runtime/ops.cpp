@@ -4,9 +4,9 @@
 
 #include <vector>
 
-#include "core/runtime/backend.h"
 #include "core/base/error.h"
 #include "core/numerics/micro_shards.h"
+#include "core/runtime/backend.h"
 #include "core/runtime/ops_check.h"
 #include "core/runtime/ops_mixed.h"
 
@@ -84,8 +84,7 @@ void launch_gemm(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool
 /// backend (Kernels::has_gemm_ex): both on a device and the backend runs these dtypes natively.
 /// Otherwise a bf16 / f16 product goes through MixedOp's f32 scratch (Note [Mixed precision]).
 bool native_gemm(const Tensor& a, const Tensor& b, DType c_type, Determinism mode) {
-  if (!a.defined() || !b.defined() || a.device().is_cpu() || b.device() != a.device())
-    return false;
+  if (!a.defined() || !b.defined() || a.device().is_cpu() || b.device() != a.device()) return false;
   return kernels_of(a).has_gemm_ex(a.dtype(), b.dtype(), c_type, mode);
 }
 
@@ -144,8 +143,8 @@ void check_cross_entropy_args(const char* op, const Tensor& logits, const Tensor
   check_tensor(op, "targets", targets, DType::i64);
   check_device(op, "targets", targets, logits.device(), "logits");
   const std::int64_t n = logits.size(0), classes = logits.size(1);
-  DITTO_CHECK(targets.shape() == Shape{n}, op, ": targets: expected [N] = [", n,
-              "] for logits of ", shape_str(logits.shape()), ", got ", targets.str());
+  DITTO_CHECK(targets.shape() == Shape{n}, op, ": targets: expected [N] = [", n, "] for logits of ",
+              shape_str(logits.shape()), ", got ", targets.str());
   const std::vector<std::int64_t> t = targets.to_vector<std::int64_t>();
   for (std::size_t i = 0; i < t.size(); ++i)
     DITTO_CHECK(t[i] >= 0 && t[i] < classes, op, ": targets[", i, "] = ", t[i],
@@ -160,8 +159,8 @@ std::pair<std::int64_t, std::int64_t> check_mse_args(const char* op, const Tenso
   check_device(op, "target", target, input.device(), "input");
   DITTO_CHECK(input.dim() == 1 || input.dim() == 2, op,
               ": input: expected a 1-dim [N] or 2-dim [N, F] tensor, got ", input.str());
-  DITTO_CHECK(target.shape() == input.shape(), op, ": target: expected ",
-              shape_str(input.shape()), " (the shape of input), got ", target.str());
+  DITTO_CHECK(target.shape() == input.shape(), op, ": target: expected ", shape_str(input.shape()),
+              " (the shape of input), got ", target.str());
   return {input.size(0), input.dim() == 2 ? input.size(1) : 1};
 }
 
@@ -215,8 +214,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, Determinism 
     const GemmDims d = check_matmul_operands(op, x, w, false, true, /*typed=*/true);
     check_tensor(op, "bias", bias, out);
     check_device(op, "bias", bias, x.device(), "x");
-    DITTO_CHECK(bias.shape() == Shape{d.N}, op, ": bias: expected [out] = [", d.N,
-                "] for w of ", shape_str(w.shape()), ", got ", bias.str());
+    DITTO_CHECK(bias.shape() == Shape{d.N}, op, ": bias: expected [out] = [", d.N, "] for w of ",
+                shape_str(w.shape()), ", got ", bias.str());
     Tensor y = Tensor::empty({d.M, d.N}, out, x.device());
     launch_gemm_ex(x, w, y, false, true, d, 1.0f, 0.0f, mode, bias);
     return y;
@@ -255,9 +254,7 @@ void sum_rows(const Tensor& x, Tensor& out, float beta, Determinism mode) {
                          out.data<float>(), mode);
 }
 
-Tensor relu(const Tensor& x) {
-  return internal::unary_op("ops::relu", x, relu, &Kernels::relu);
-}
+Tensor relu(const Tensor& x) { return internal::unary_op("ops::relu", x, relu, &Kernels::relu); }
 
 Tensor relu_backward(const Tensor& y, const Tensor& grad_y) {
   return internal::unary_backward_op("ops::relu_backward", "y", y, grad_y, relu_backward,
@@ -279,15 +276,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   return losses;
 }
 
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets,
-                              const Tensor& grad_loss, float scale) {
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& grad_loss,
+                              float scale) {
   constexpr const char* op = "ops::cross_entropy_backward";
   if (any_half({&logits, &grad_loss})) {  // dlogits in the logits' dtype
     MixedOp m(op, {&logits, &grad_loss});
     const DType out = is_half(logits) ? logits.dtype() : m.storage();
     return m.out(m.run([&] {
-                   return cross_entropy_backward(m.in(logits), targets, m.in(grad_loss), scale);
-                 }),
+      return cross_entropy_backward(m.in(logits), targets, m.in(grad_loss), scale);
+    }),
                  out);
   }
   check_cross_entropy_args(op, logits, targets);
@@ -319,10 +316,9 @@ Tensor mse_backward(const Tensor& input, const Tensor& target, const Tensor& gra
   if (any_half({&input, &target, &grad_loss})) {  // grad_input in the input's dtype
     MixedOp m(op, {&input, &target, &grad_loss});
     const DType out = is_half(input) ? input.dtype() : m.storage();
-    return m.out(m.run([&] {
-                   return mse_backward(m.in(input), m.in(target), m.in(grad_loss), scale);
-                 }),
-                 out);
+    return m.out(
+        m.run([&] { return mse_backward(m.in(input), m.in(target), m.in(grad_loss), scale); }),
+        out);
   }
   check_mse_args(op, input, target);
   check_grad_loss(op, grad_loss, input.device(), "input");
@@ -417,9 +413,8 @@ void gemm_tn_sharded(const Tensor& a, const Tensor& b, Tensor& c,
   check_product_out(op, c, a, b, M, N);
   check_shard_bounds(op, bounds, rows);
   if (M == 0 || N == 0) return;
-  kernels_of(c).gemm_tn_sharded(stream_of(c), M, N, a.data<float>(), row_stride(a),
-                                b.data<float>(), row_stride(b), bounds, c.data<float>(),
-                                row_stride(c), accumulate);
+  kernels_of(c).gemm_tn_sharded(stream_of(c), M, N, a.data<float>(), row_stride(a), b.data<float>(),
+                                row_stride(b), bounds, c.data<float>(), row_stride(c), accumulate);
 }
 
 void sum_rows_sharded(const Tensor& x, Tensor& out, const std::vector<std::int64_t>& bounds,
@@ -471,11 +466,10 @@ void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_
   check_like_param("exp_avg_sq", exp_avg_sq);
   if (amsgrad) check_like_param("max_exp_avg_sq", max_exp_avg_sq);
   if (param.numel() == 0) return;
-  kernels_of(param).adam_step(stream_of(param), param.data<float>(), grad.data<float>(),
-                              exp_avg.data<float>(), exp_avg_sq.data<float>(),
-                              amsgrad ? max_exp_avg_sq.data<float>() : nullptr, param.numel(),
-                              lr, beta1, beta2, eps, weight_decay, bias_correction1,
-                              bias_correction2, amsgrad);
+  kernels_of(param).adam_step(
+      stream_of(param), param.data<float>(), grad.data<float>(), exp_avg.data<float>(),
+      exp_avg_sq.data<float>(), amsgrad ? max_exp_avg_sq.data<float>() : nullptr, param.numel(), lr,
+      beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2, amsgrad);
 }
 
 }  // namespace ditto::ops

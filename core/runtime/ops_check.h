@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime/backend.h"
 #include "core/base/error.h"
+#include "core/runtime/backend.h"
 #include "core/runtime/tensor.h"
 
 namespace ditto::ops::internal {
@@ -17,8 +17,7 @@ inline Kernels& kernels_of(const Tensor& t) { return t.device().backend().kernel
 inline Stream& stream_of(const Tensor& t) { return current_stream(t.device()); }
 
 /// `t` is defined, lives on a device (not the host) and has dtype `dt`.
-inline void check_tensor(const char* op, const char* arg, const Tensor& t,
-                         DType dt = DType::f32) {
+inline void check_tensor(const char* op, const char* arg, const Tensor& t, DType dt = DType::f32) {
   DITTO_CHECK(t.defined(), op, ": ", arg, ": expected a defined tensor, got an undefined tensor");
   DITTO_CHECK(!t.device().is_cpu(), op, ": ", arg,
               ": expected a tensor on a device (sim or cuda), got ", t.str(),
@@ -28,16 +27,16 @@ inline void check_tensor(const char* op, const char* arg, const Tensor& t,
 }
 
 /// `t` is on `device`, the device of the op's first tensor argument `ref`.
-inline void check_device(const char* op, const char* arg, const Tensor& t,
-                         const Device& device, const char* ref) {
+inline void check_device(const char* op, const char* arg, const Tensor& t, const Device& device,
+                         const char* ref) {
   DITTO_CHECK(t.device() == device, op, ": ", arg, ": expected a tensor on ", device.str(),
               " (the device of ", ref, "), got ", t.str());
 }
 
 inline void check_dims(const char* op, const char* arg, const Tensor& t, std::int64_t dims,
                        const char* what) {
-  DITTO_CHECK(t.dim() == dims, op, ": ", arg, ": expected a ", dims, "-dim tensor ", what,
-              ", got ", t.str());
+  DITTO_CHECK(t.dim() == dims, op, ": ", arg, ": expected a ", dims, "-dim tensor ", what, ", got ",
+              t.str());
 }
 
 /// True when the byte ranges of two views of one buffer overlap.
@@ -86,8 +85,8 @@ inline std::vector<const void*> check_reduce_inputs(const char* op,
     const std::string arg = detail::cat("inputs[", i, "]");
     check_like_any(op, arg.c_str(), t, "out", out);
     // out may be inputs[0] itself; no other overlap is allowed.
-    const bool same_view = i == 0 && t.buffer() == out.buffer() &&
-                           t.offset_bytes() == out.offset_bytes();
+    const bool same_view =
+        i == 0 && t.buffer() == out.buffer() && t.offset_bytes() == out.offset_bytes();
     if (!same_view) check_no_overlap(op, "out", out, arg.c_str(), t);
     ptrs.push_back(t.data_ptr());
   }

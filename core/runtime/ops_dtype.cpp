@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime/ops_check.h"
-#include "core/runtime/backend.h"
 #include "core/base/error.h"
+#include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
+#include "core/runtime/ops_check.h"
 
 namespace ditto::ops {
 
@@ -30,8 +30,10 @@ Tensor cast(const Tensor& x, DType dtype) {
   constexpr const char* op = "ops::cast";
   DITTO_CHECK(x.defined(), op, ": x: expected a defined tensor, got an undefined tensor");
   check_tensor(op, "x", x, x.dtype());
-  DITTO_CHECK(is_valid_dtype(dtype), op, ": dtype: expected one of f32, i64, f64, f16, bf16, i8, "
-              "u8, i32, u32, u64, f8_e4m3, f8_e5m2, got DType value ", static_cast<int>(dtype));
+  DITTO_CHECK(is_valid_dtype(dtype), op,
+              ": dtype: expected one of f32, i64, f64, f16, bf16, i8, "
+              "u8, i32, u32, u64, f8_e4m3, f8_e5m2, got DType value ",
+              static_cast<int>(dtype));
   return x.to(dtype);
 }
 
@@ -61,10 +63,10 @@ void scale_any_(Tensor& x, double alpha) {
       else
         return std::pair<double, double>(0.0, 0.0);
     });
-    DITTO_CHECK(std::isfinite(alpha) && alpha == std::trunc(alpha) && alpha >= lo &&
-                    alpha < hi_excl,
-                op, ": alpha: expected an integer value representable in ",
-                dtype_name(x.dtype()), " (x is ", x.str(), "), got ", alpha);
+    DITTO_CHECK(
+        std::isfinite(alpha) && alpha == std::trunc(alpha) && alpha >= lo && alpha < hi_excl, op,
+        ": alpha: expected an integer value representable in ", dtype_name(x.dtype()), " (x is ",
+        x.str(), "), got ", alpha);
   }
   if (x.numel() > 0)
     kernels_of(x).scale_any(stream_of(x), x.dtype(), x.data_ptr(), alpha, x.numel());

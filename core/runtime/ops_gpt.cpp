@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime/ops_check.h"
-#include "core/runtime/ops_mixed.h"
 #include "core/numerics/gpt_math.h"
 #include "core/numerics/micro_shards.h"
 #include "core/runtime/ops.h"
+#include "core/runtime/ops_check.h"
+#include "core/runtime/ops_mixed.h"
 
 namespace ditto::ops {
 
@@ -27,8 +27,8 @@ void check_ids(const char* op, const Tensor& idx, std::int64_t V, const char* v_
     if (ids[i] >= 0 && ids[i] < V) continue;
     const auto n = static_cast<std::int64_t>(i);
     const std::string where = T > 0 ? detail::cat(n / T, ", ", n % T) : detail::cat(n);
-    throw InvalidArgument(detail::cat(op, ": idx[", where, "] = ", ids[i], " out of range [0, ",
-                                      V, ") (the rows of ", v_arg, ")"));
+    throw InvalidArgument(detail::cat(op, ": idx[", where, "] = ", ids[i], " out of range [0, ", V,
+                                      ") (the rows of ", v_arg, ")"));
   }
 }
 
@@ -45,8 +45,8 @@ void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& 
                  const char* what, const Tensor& ref, const char* ref_arg) {
   check_tensor(op, arg, t);
   check_device(op, arg, t, ref.device(), ref_arg);
-  DITTO_CHECK(t.shape() == expected, op, ": ", arg, ": expected ", what, " = ",
-              shape_str(expected), ", got ", t.str());
+  DITTO_CHECK(t.shape() == expected, op, ": ", arg, ": expected ", what, " = ", shape_str(expected),
+              ", got ", t.str());
 }
 
 /// A drop probability: 0 <= p < 1.
@@ -55,8 +55,10 @@ void check_p(const char* op, float p) {
 }
 
 void check_mode(const char* op, Determinism mode) {
-  DITTO_CHECK(is_valid_determinism(mode), op, ": mode: expected Determinism::fast or "
-              "Determinism::bitwise, got value ", static_cast<int>(mode));
+  DITTO_CHECK(is_valid_determinism(mode), op,
+              ": mode: expected Determinism::fast or "
+              "Determinism::bitwise, got value ",
+              static_cast<int>(mode));
 }
 
 /// Rows of x [..., C]: the product of the leading dims (1 for a 1-dim x).
@@ -139,8 +141,8 @@ void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& grad_wte,
   const std::int64_t V = grad_wte.size(0);
   check_ids(op, idx, V, "grad_wte");
   if (grad_wte.numel() == 0) return;
-  kernels_of(idx).embedding_backward(stream_of(idx), idx.data<std::int64_t>(), dy.data<float>(),
-                                     N, C, V, bounds, grad_wte.data<float>(), accumulate);
+  kernels_of(idx).embedding_backward(stream_of(idx), idx.data<std::int64_t>(), dy.data<float>(), N,
+                                     C, V, bounds, grad_wte.data<float>(), accumulate);
 }
 
 Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& mean,
@@ -195,9 +197,9 @@ Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, co
   Tensor dx = Tensor::empty(x.shape(), DType::f32, x.device());
   dy_xhat = Tensor::empty(x.shape(), DType::f32, x.device());
   if (N == 0) return dx;
-  kernels_of(x).layernorm_backward(stream_of(x), dy.data<float>(), x.data<float>(),
-                                   w.data<float>(), mean.data<float>(), rstd.data<float>(), N, C,
-                                   dx.data<float>(), dy_xhat.data<float>());
+  kernels_of(x).layernorm_backward(stream_of(x), dy.data<float>(), x.data<float>(), w.data<float>(),
+                                   mean.data<float>(), rstd.data<float>(), N, C, dx.data<float>(),
+                                   dy_xhat.data<float>());
   return dx;
 }
 
@@ -210,16 +212,14 @@ Tensor gelu_backward(const Tensor& x, const Tensor& grad_y) {
                                      &Kernels::gelu_backward);
 }
 
-Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& stats, float p,
-                 std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base,
-                 Determinism mode) {
+Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& stats, float p, std::uint64_t seed,
+                 std::uint64_t stream, std::uint64_t index_base, Determinism mode) {
   constexpr const char* op = "ops::attention";
   if (any_half({&qkv})) {  // y in the storage dtype; the softmax stats stay f32
     MixedOp m(op, {&qkv});
     Tensor sf;
-    Tensor y = m.out(m.run([&] {
-      return attention(m.in(qkv), n_head, sf, p, seed, stream, index_base, mode);
-    }));
+    Tensor y = m.out(
+        m.run([&] { return attention(m.in(qkv), n_head, sf, p, seed, stream, index_base, mode); }));
     stats = m.out(sf, DType::f32);
     return y;
   }
@@ -243,8 +243,8 @@ Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& sta
   if (any_half({&dy, &qkv})) {
     MixedOp m(op, {&dy, &qkv});
     return m.out(m.run([&] {
-      return attention_backward(m.in(dy), m.in(qkv), stats, n_head, p, seed, stream,
-                                index_base, mode);
+      return attention_backward(m.in(dy), m.in(qkv), stats, n_head, p, seed, stream, index_base,
+                                mode);
     }));
   }
   const std::int64_t C = check_qkv(op, qkv, n_head);
@@ -257,9 +257,9 @@ Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& sta
   if (dy.numel() == 0) return dqkv;
   Tensor scratch = Tensor::empty({B * n_head * T}, DType::f32, qkv.device());
   Stream& s = stream_of(qkv);
-  kernels_of(qkv).attention_backward(s, dy.data<float>(), qkv.data<float>(),
-                                     stats.data<float>(), B, T, C, n_head, dqkv.data<float>(),
-                                     scratch.data<float>(), p, seed, stream, index_base, mode);
+  kernels_of(qkv).attention_backward(s, dy.data<float>(), qkv.data<float>(), stats.data<float>(), B,
+                                     T, C, n_head, dqkv.data<float>(), scratch.data<float>(), p,
+                                     seed, stream, index_base, mode);
   // scratch is freed ordered after the device's default stream (Buffer); on another stream the
   // kernel must finish first.
   if (&s != &qkv.device().backend().default_stream(qkv.device().index)) s.synchronize();
@@ -275,9 +275,8 @@ Tensor run_dropout(const char* op, const char* arg, const Tensor& x, float p, st
     check_p(op, p);
     if (p == 0.0f) return x;
     MixedOp m(op, {&x});
-    return m.out(m.run([&] {
-      return run_dropout(op, arg, m.in(x), p, seed, stream, index_base, forward);
-    }));
+    return m.out(
+        m.run([&] { return run_dropout(op, arg, m.in(x), p, seed, stream, index_base, forward); }));
   }
   check_tensor(op, arg, x);
   check_p(op, p);
@@ -289,8 +288,8 @@ Tensor run_dropout(const char* op, const char* arg, const Tensor& x, float p, st
     k.dropout_forward(stream_of(x), x.data<float>(), y.data<float>(), x.numel(), p, seed, stream,
                       index_base);
   else
-    k.dropout_backward(stream_of(x), x.data<float>(), y.data<float>(), x.numel(), p, seed,
-                       stream, index_base);
+    k.dropout_backward(stream_of(x), x.data<float>(), y.data<float>(), x.numel(), p, seed, stream,
+                       index_base);
   return y;
 }
 
@@ -303,8 +302,7 @@ Tensor dropout(const Tensor& x, float p, std::uint64_t seed, std::uint64_t strea
 
 Tensor dropout_backward(const Tensor& grad_y, float p, std::uint64_t seed, std::uint64_t stream,
                         std::uint64_t index_base) {
-  return run_dropout("ops::dropout_backward", "grad_y", grad_y, p, seed, stream, index_base,
-                     false);
+  return run_dropout("ops::dropout_backward", "grad_y", grad_y, p, seed, stream, index_base, false);
 }
 
 Tensor add(const Tensor& a, const Tensor& b) {

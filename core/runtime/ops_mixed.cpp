@@ -2,8 +2,8 @@
 // tensors, Note [Mixed precision] (core/runtime/mixed_precision.h).
 #include "core/runtime/ops_mixed.h"
 
-#include "core/runtime/ops_check.h"
 #include "core/runtime/backend.h"
+#include "core/runtime/ops_check.h"
 #include "core/runtime/stream.h"
 
 namespace ditto::ops::internal {
@@ -15,7 +15,8 @@ DType MixedOp::storage_of(const char* op, std::initializer_list<const Tensor*> t
     const DType d = t->dtype();
     DITTO_CHECK(d == DType::f32 || is_half(d), op,
                 ": expected every floating tensor in f32, bf16 or f16 (Note [Mixed precision]), "
-                "got ", t->str());
+                "got ",
+                t->str());
     if (storage == DType::f32 && is_half(d)) storage = d;
   }
   return storage;

@@ -19,9 +19,9 @@
 #include <initializer_list>
 #include <string>
 
-#include "core/runtime/ops_check.h"
 #include "core/base/error.h"
 #include "core/runtime/mixed_precision.h"
+#include "core/runtime/ops_check.h"
 #include "core/runtime/tensor.h"
 
 namespace ditto::ops::internal {
@@ -105,10 +105,9 @@ inline Tensor unary_op(const char* op, const Tensor& x, Tensor (*self)(const Ten
 /// Its backward, grad_x = f'(a) * grad_y elementwise, `a` the forward's input or output (named
 /// `a_name` in messages): as unary_op, grad_y checked like a.
 inline Tensor unary_backward_op(const char* op, const char* a_name, const Tensor& a,
-                                const Tensor& grad_y,
-                                Tensor (*self)(const Tensor&, const Tensor&),
-                                void (Kernels::*kernel)(Stream&, const float*, const float*,
-                                                        float*, std::int64_t)) {
+                                const Tensor& grad_y, Tensor (*self)(const Tensor&, const Tensor&),
+                                void (Kernels::*kernel)(Stream&, const float*, const float*, float*,
+                                                        std::int64_t)) {
   if (any_half({&a, &grad_y})) {
     MixedOp m(op, {&a, &grad_y});
     return m.out(m.run([&] { return self(m.in(a), m.in(grad_y)); }));
@@ -117,8 +116,8 @@ inline Tensor unary_backward_op(const char* op, const char* a_name, const Tensor
   check_like(op, "grad_y", grad_y, a_name, a);
   Tensor gx = Tensor::empty(a.shape(), DType::f32, a.device());
   if (a.numel() > 0)
-    (kernels_of(a).*kernel)(stream_of(a), a.data<float>(), grad_y.data<float>(),
-                            gx.data<float>(), a.numel());
+    (kernels_of(a).*kernel)(stream_of(a), a.data<float>(), grad_y.data<float>(), gx.data<float>(),
+                            a.numel());
   return gx;
 }
 

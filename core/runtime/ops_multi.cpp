@@ -4,10 +4,10 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime/ops_check.h"
-#include "core/runtime/backend.h"
 #include "core/base/error.h"
+#include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
+#include "core/runtime/ops_check.h"
 
 namespace ditto::ops {
 
@@ -50,8 +50,8 @@ void adam_step_multi_(const std::vector<AdamStepTensors>& tensors, double lr, do
     a.decay_scale = t.decay_scale.value_or(1.0f);
     list.push_back(a);
   }
-  kernels_of(*first).adam_step_multi(stream_of(*first), list, lr, beta1, beta2, eps,
-                                     weight_decay, amsgrad);
+  kernels_of(*first).adam_step_multi(stream_of(*first), list, lr, beta1, beta2, eps, weight_decay,
+                                     amsgrad);
 }
 
 namespace {
@@ -78,8 +78,7 @@ Tensor sum_squares_multi(const std::vector<const Tensor*>& xs, Determinism mode)
   std::vector<const float*> ptrs;
   std::vector<std::int64_t> ns;
   check_list(op, xs, ptrs, ns);
-  Tensor out = Tensor::empty({static_cast<std::int64_t>(xs.size())}, DType::f32,
-                             xs[0]->device());
+  Tensor out = Tensor::empty({static_cast<std::int64_t>(xs.size())}, DType::f32, xs[0]->device());
   kernels_of(*xs[0]).sum_squares_multi(stream_of(*xs[0]), ptrs, ns, out.data<float>(), mode);
   return out;
 }

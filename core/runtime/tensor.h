@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "core/base/error.h"
 #include "core/runtime/buffer.h"
 #include "core/runtime/dtype.h"
-#include "core/base/error.h"
 
 namespace ditto {
 
@@ -101,8 +101,10 @@ class Tensor {
   /// Value of a one-element tensor of dtype_of<T>() (blocks); InvalidArgument otherwise.
   template <typename T>
   T item() const {
-    DITTO_CHECK(defined() && numel_ == 1 && dtype_ == dtype_of<T>(), "Tensor::item: expected a "
-                "one-element ", dtype_name(dtype_of<T>()), " tensor, got ", str());
+    DITTO_CHECK(defined() && numel_ == 1 && dtype_ == dtype_of<T>(),
+                "Tensor::item: expected a "
+                "one-element ",
+                dtype_name(dtype_of<T>()), " tensor, got ", str());
     return to_vector<T>()[0];
   }
 

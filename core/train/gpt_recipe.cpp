@@ -8,12 +8,12 @@
 #include <cstdio>
 #include <sstream>
 
+#include "core/base/error.h"
+#include "core/data/synthetic_source.h"
 #include "core/nn/gpt.h"
 #include "core/optim/adamw.h"
 #include "core/optim/lr_schedule.h"
-#include "core/base/error.h"
 #include "core/train/metrics_format.h"
-#include "core/data/synthetic_source.h"
 
 namespace ditto::train {
 
@@ -58,8 +58,10 @@ void apply_preset(GptSettings& g) {
 void check_settings(const GptSettings& g, double lr, double weight_decay, const TrainerConfig& c) {
   auto n = [&](const char* f) { return g.name_of(f); };
   at_least(n("n_layer"), g.n_layer, 1);
-  DITTO_CHECK(g.n_layer <= 85, n("n_layer"), ": expected 1..85 (each block's dropout sites must "
-              "fit in the 8 bits of Note [Dropout masks]), got ", g.n_layer);
+  DITTO_CHECK(g.n_layer <= 85, n("n_layer"),
+              ": expected 1..85 (each block's dropout sites must "
+              "fit in the 8 bits of Note [Dropout masks]), got ",
+              g.n_layer);
   at_least(n("n_head"), g.n_head, 1);
   at_least(n("n_embd"), g.n_embd, 1);
   DITTO_CHECK(g.n_embd % g.n_head == 0, n("n_embd"), ": expected a multiple of ", n("n_head"),
@@ -70,8 +72,10 @@ void check_settings(const GptSettings& g, double lr, double weight_decay, const 
   at_least(n("eval_iters"), g.eval_iters, 0, " (0: no evaluation)");
   at_least(n("warmup_iters"), g.warmup_iters, 0);
   DITTO_CHECK(g.lr_decay_iters > g.warmup_iters, n("lr_decay_iters"), ": expected > ",
-              n("warmup_iters"), " = ", g.warmup_iters, " (nanoGPT's cosine decay runs from the "
-              "one to the other), got ", g.lr_decay_iters);
+              n("warmup_iters"), " = ", g.warmup_iters,
+              " (nanoGPT's cosine decay runs from the "
+              "one to the other), got ",
+              g.lr_decay_iters);
   const double inf = HUGE_VAL;
   finite_in(c.name_of("lr"), lr, 0, true, inf, true);
   finite_in(n("min_lr"), g.min_lr, 0, false, lr, false);
@@ -110,13 +114,18 @@ void open_data(const GptSettings& g, const std::string& vocab_from, std::uint64_
     }
   }
   if (format == DataFormat::text) {
-    DITTO_CHECK(files.size() == 1, data, ": expected one text file (a list or glob is for "
-                "llm.c or nanoGPT token files), got ", files.size(), " files ('", files[0],
-                "', '", files[1], "'", files.size() > 2 ? ", ..." : "", ")",
+    DITTO_CHECK(files.size() == 1, data,
+                ": expected one text file (a list or glob is for "
+                "llm.c or nanoGPT token files), got ",
+                files.size(), " files ('", files[0], "', '", files[1], "'",
+                files.size() > 2 ? ", ..." : "", ")",
                 detected ? ": the first is neither an llm.c shard (magic 20240520 / 20240801) "
-                           "nor named .bin" : "");
-    DITTO_CHECK(!g.given.count("val_data"), val_data, ": expected token data with it (a text's "
-                "validation split is its last 10%), got the text '", files[0], "'");
+                           "nor named .bin"
+                         : "");
+    DITTO_CHECK(!g.given.count("val_data"), val_data,
+                ": expected token data with it (a text's "
+                "validation split is its last 10%), got the text '",
+                files[0], "'");
     try {
       out.source = out.text = std::make_shared<TextDataSource>(files[0], g.block_size, seed);
     } catch (const Error& e) {
@@ -124,18 +133,24 @@ void open_data(const GptSettings& g, const std::string& vocab_from, std::uint64_
     }
     DITTO_CHECK(g.vocab_size == 0 || g.vocab_size >= out.text->vocab_size(),
                 vocab_from.empty() ? g.name_of("vocab_size") : vocab_from, ": expected ",
-                vocab_from.empty() ? "0 or " : "a vocab_size of ", "at least the text's "
-                "vocabulary of ", out.text->vocab_size(), " tokens ('", files[0], "'), got ",
-                g.vocab_size);
+                vocab_from.empty() ? "0 or " : "a vocab_size of ",
+                "at least the text's "
+                "vocabulary of ",
+                out.text->vocab_size(), " tokens ('", files[0], "'), got ", g.vocab_size);
     return;
   }
   DITTO_CHECK(format != DataFormat::nanogpt || g.vocab_size > 0, g.name_of("vocab_size"),
               ": expected the vocabulary size of nanoGPT's uint16 tokens in '", files[0],
               "' (meta.pkl's vocab_size, a Python pickle: python3 -c \"import pickle; print("
               "pickle.load(open('meta.pkl', 'rb'))['vocab_size'])\"; 50304 for GPT-2's BPE "
-              "without meta.pkl), got none", detected ? " (" + data_format + " auto took it for "
-              "nanoGPT tokens: not an llm.c shard, and named .bin; " + data_format + " text if "
-              "it is a text)" : "");
+              "without meta.pkl), got none",
+              detected ? " (" + data_format +
+                             " auto took it for "
+                             "nanoGPT tokens: not an llm.c shard, and named .bin; " +
+                             data_format +
+                             " text if "
+                             "it is a text)"
+                       : "");
   std::vector<std::string> val;
   std::string val_name = g.val_data;
   // What a validation file's error is prefixed with: the setting that named it.
@@ -162,7 +177,8 @@ void open_data(const GptSettings& g, const std::string& vocab_from, std::uint64_
     }
   }
   DITTO_CHECK(!val.empty() || g.eval_iters == 0, val_data, ": expected validation data for '",
-              g.data, "' (", val_data, " FILES, or files named as ", data, " with its last "
+              g.data, "' (", val_data, " FILES, or files named as ", data,
+              " with its last "
               "'train' made 'val' beside it: llm.c's *_val_*.bin, nanoGPT's val.bin), got none (",
               g.name_of("eval_iters"), " 0 trains without evaluation)");
 }
@@ -258,46 +274,48 @@ std::string format_gpt_start(const std::string& prog, const RunInfo& r, const Gp
   // The model's own count (dp builds it before the start); ddp reports before building: the
   // count of nanoGPT's layout (the CLI test checks that both agree).
   const std::int64_t params = r.params > 0 ? r.params : nn::gpt_num_params(m);
-  std::string s = strprintf("%s: model=gpt n_layer=%" PRId64 " n_head=%" PRId64 " n_embd=%" PRId64
-                      " block_size=%" PRId64 " vocab_size=%" PRId64 " bias=%s dropout=%g params=%"
-                      PRId64 " (%.2fM without wpe) backend=%s devices=%d trainer=%s%s "
-                      "determinism=%s\n", prog.c_str(),
-                      m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size,
-                      m.bias ? "True" : "False", g.dropout, params,
-                      static_cast<double>(params - m.block_size * m.n_embd) / 1e6,
-                      r.backend.c_str(), r.devices, trainer_kind_name(r.trainer),
-                      r.processes ? " (processes)" : "", determinism_name(r.determinism));
+  std::string s =
+      strprintf("%s: model=gpt n_layer=%" PRId64 " n_head=%" PRId64 " n_embd=%" PRId64
+                " block_size=%" PRId64 " vocab_size=%" PRId64 " bias=%s dropout=%g params=%" PRId64
+                " (%.2fM without wpe) backend=%s devices=%d trainer=%s%s "
+                "determinism=%s\n",
+                prog.c_str(), m.n_layer, m.n_head, m.n_embd, m.block_size, m.vocab_size,
+                m.bias ? "True" : "False", g.dropout, params,
+                static_cast<double>(params - m.block_size * m.n_embd) / 1e6, r.backend.c_str(),
+                r.devices, trainer_kind_name(r.trainer), r.processes ? " (processes)" : "",
+                determinism_name(r.determinism));
   if (run.text)
     s += strprintf("%s: data=%s bytes=%" PRId64 " (train %" PRId64 ", val %" PRId64 " tokens)",
-             prog.c_str(), run.text->name().c_str(), run.text->size(), run.text->train_tokens(),
-             run.text->val_tokens());
+                   prog.c_str(), run.text->name().c_str(), run.text->size(),
+                   run.text->train_tokens(), run.text->val_tokens());
   else if (const TokenDataSource* t = run.tokens.get())
-    s += strprintf("%s: data=%s format=%s files=%zu (train %" PRId64 " tokens; val %s: %" PRId64
-             " tokens)", prog.c_str(), t->name().c_str(), data_format_name(t->format()),
-             t->train().files().size(), t->train_tokens(),
-             t->val() ? t->val_name().c_str() : "none", t->val_tokens());
+    s += strprintf(
+        "%s: data=%s format=%s files=%zu (train %" PRId64 " tokens; val %s: %" PRId64 " tokens)",
+        prog.c_str(), t->name().c_str(), data_format_name(t->format()), t->train().files().size(),
+        t->train_tokens(), t->val() ? t->val_name().c_str() : "none", t->val_tokens());
   else
     s += prog + ": data=zeros (dry run: every token id 0, no file read)";
   return s + strprintf(" batch_size=%" PRId64 " max_iters=%" PRId64 " lr=%g min_lr=%g "
-                 "warmup_iters=%" PRId64 " lr_decay_iters=%" PRId64 " weight_decay=%g "
-                 "betas=(%g, %g) grad_clip=%g eval_interval=%" PRId64 " eval_iters=%" PRId64
-                 " seed=%" PRIu64 "\n",
-                 c.batch_size, c.max_iters, static_cast<double>(*c.lr), g.min_lr, g.warmup_iters,
-                 g.lr_decay_iters, static_cast<double>(c.weight_decay), g.beta1, g.beta2,
-                 c.grad_clip, c.eval_interval, c.eval_iters, c.seed);
+                       "warmup_iters=%" PRId64 " lr_decay_iters=%" PRId64 " weight_decay=%g "
+                       "betas=(%g, %g) grad_clip=%g eval_interval=%" PRId64 " eval_iters=%" PRId64
+                       " seed=%" PRIu64 "\n",
+                       c.batch_size, c.max_iters, static_cast<double>(*c.lr), g.min_lr,
+                       g.warmup_iters, g.lr_decay_iters, static_cast<double>(c.weight_decay),
+                       g.beta1, g.beta2, c.grad_clip, c.eval_interval, c.eval_iters, c.seed);
 }
 
 std::string gpt_sample(Replica& rep, const GptSettings& g, const GptRun& run, std::uint64_t seed) {
   if (g.sample == 0 || (!run.text && !run.tokens)) return "";
   auto* gpt = dynamic_cast<nn::GPT*>(&rep.model());
-  DITTO_CHECK(gpt != nullptr, g.name_of("sample"), ": expected the trained model to be an "
+  DITTO_CHECK(gpt != nullptr, g.name_of("sample"),
+              ": expected the trained model to be an "
               "nn::GPT");
   if (run.tokens) {
     const std::int64_t vocab = run.tokens->vocab_size();
     const std::vector<std::int64_t> prompt{vocab > 50256 ? 50256 : 0};
     const std::int64_t top_k = g.top_k >= vocab ? 0 : g.top_k;
-    const std::vector<std::int64_t> out = gpt->generate(
-        prompt, g.sample, static_cast<float>(g.temperature), top_k, seed, vocab);
+    const std::vector<std::int64_t> out =
+        gpt->generate(prompt, g.sample, static_cast<float>(g.temperature), top_k, seed, vocab);
     std::string ids;
     for (std::size_t i = 1; i < out.size(); ++i) {
       if (i > 1) ids += ' ';
@@ -314,9 +332,8 @@ std::string gpt_sample(Replica& rep, const GptSettings& g, const GptRun& run, st
   const std::int64_t top_k = g.top_k >= data.vocab_size() ? 0 : g.top_k;
   // Only the text's tokens are drawn: a padded vocabulary (vocab_size, a preset's 50304) has
   // rows no character maps to, which decode() would refuse after the whole run.
-  std::vector<std::int64_t> out = gpt->generate(prompt, g.sample,
-                                                static_cast<float>(g.temperature), top_k, seed,
-                                                data.vocab_size());
+  std::vector<std::int64_t> out = gpt->generate(prompt, g.sample, static_cast<float>(g.temperature),
+                                                top_k, seed, data.vocab_size());
   return data.decode(std::vector<std::int64_t>(out.begin() + 1, out.end()));
 }
 
@@ -326,9 +343,11 @@ std::string format_sample(const GptSettings& g, const GptRun& run, const std::st
   // Token data: the ids (no tokenizer here: tiktoken's gpt2 decodes them).
   const std::string head =
       run.tokens ? strprintf("sample (%" PRId64 " token ids, temperature %g, top_k %" PRId64
-                       ", seed %" PRIu64 "):\n", g.sample, g.temperature, g.top_k, seed)
-                 : strprintf("sample (%zu characters, temperature %g, top_k %" PRId64 ", seed %" PRIu64
-                       "):\n", sample.size(), g.temperature, g.top_k, seed);
+                             ", seed %" PRIu64 "):\n",
+                             g.sample, g.temperature, g.top_k, seed)
+                 : strprintf("sample (%zu characters, temperature %g, top_k %" PRId64
+                             ", seed %" PRIu64 "):\n",
+                             sample.size(), g.temperature, g.top_k, seed);
   return head + sample + "\n";
 }
 
@@ -355,40 +374,44 @@ std::string format_gpt_prediction(const CostPrediction& p, const std::vector<Dev
     std::string gemm;
     if (c.determinism == Determinism::bitwise)
       gemm = strprintf("GEMMs on SIMT cores (ditto's fma-chain kernel, FP32 %.4g TFLOP/s x "
-                 "simt_efficiency %.3g)", q.fp32_flops / 1e12, q.simt_efficiency);
+                       "simt_efficiency %.3g)",
+                       q.fp32_flops / 1e12, q.simt_efficiency);
     else if (c.dtype != DType::f32)
-      gemm = strprintf("GEMMs on tensor cores (cuBLASLt, %s %.4g TFLOP/s x gemm_efficiency %.3g)",
-                 c.dtype == DType::f16 ? "FP16" : "BF16",
-                 (c.dtype == DType::f16 ? q.f16_flops : q.bf16_flops) / 1e12, q.gemm_efficiency);
+      gemm =
+          strprintf("GEMMs on tensor cores (cuBLASLt, %s %.4g TFLOP/s x gemm_efficiency %.3g)",
+                    c.dtype == DType::f16 ? "FP16" : "BF16",
+                    (c.dtype == DType::f16 ? q.f16_flops : q.bf16_flops) / 1e12, q.gemm_efficiency);
     else if (q.allow_tf32)
       gemm = strprintf("GEMMs on tensor cores (cuBLASLt, TF32 %.4g TFLOP/s x gemm_efficiency %.3g)",
-                 q.tf32_flops / 1e12, q.gemm_efficiency);
+                       q.tf32_flops / 1e12, q.gemm_efficiency);
     else
       gemm = strprintf("GEMMs on SIMT cores (cuBLASLt strict FP32, %.4g TFLOP/s x gemm_efficiency "
-                 "%.3g)", q.fp32_flops / 1e12, q.gemm_efficiency);
+                       "%.3g)",
+                       q.fp32_flops / 1e12, q.gemm_efficiency);
     s += strprintf("dry run: priced, not run: no kernel executed and no tensor data held "
-             "(Note [Dry run]); determinism=%s dtype=%s; %s, attention on SIMT cores "
-             "(ditto's kernels, FP32 %.4g TFLOP/s x simt_efficiency %.3g), other kernels at "
-             "memory bandwidth %.4g GB/s x memory_efficiency %.3g\n",
-             determinism_name(c.determinism), dtype_name(c.dtype), gemm.c_str(),
-             q.fp32_flops / 1e12, q.simt_efficiency, q.memory_bandwidth / 1e9,
-             q.memory_efficiency);
+                   "(Note [Dry run]); determinism=%s dtype=%s; %s, attention on SIMT cores "
+                   "(ditto's kernels, FP32 %.4g TFLOP/s x simt_efficiency %.3g), other kernels at "
+                   "memory bandwidth %.4g GB/s x memory_efficiency %.3g\n",
+                   determinism_name(c.determinism), dtype_name(c.dtype), gemm.c_str(),
+                   q.fp32_flops / 1e12, q.simt_efficiency, q.memory_bandwidth / 1e9,
+                   q.memory_efficiency);
   }
-  s += strprintf("predicted GPT: %.0f tokens/s (%" PRId64 " tokens per step) step_time=%.2f ms "
-           "comm_share=%.1f%%; mfu=%.1f%% of %s peak %.4g TFLOP/s per GPU with nanoGPT's "
-           "estimate_mfu: 6N + 12 L H Q T = %.4g FLOP/token, N = %.0f parameters without wpe\n",
-           tokens_per_s, c.batch_size * m.block_size, p.step_time_s * 1e3, 100.0 * p.comm_share,
-           100.0 * achieved / (devices * peak_flops), peak_name, peak_flops / 1e12,
-           flops_per_token, N);
+  s += strprintf(
+      "predicted GPT: %.0f tokens/s (%" PRId64 " tokens per step) step_time=%.2f ms "
+      "comm_share=%.1f%%; mfu=%.1f%% of %s peak %.4g TFLOP/s per GPU with nanoGPT's "
+      "estimate_mfu: 6N + 12 L H Q T = %.4g FLOP/token, N = %.0f parameters without wpe\n",
+      tokens_per_s, c.batch_size * m.block_size, p.step_time_s * 1e3, 100.0 * p.comm_share,
+      100.0 * achieved / (devices * peak_flops), peak_name, peak_flops / 1e12, flops_per_token, N);
   std::size_t peak = 0, capacity = 0;
   for (const DeviceMemory& d : memory) {
     peak = std::max(peak, d.stats.peak);
     capacity = d.stats.capacity;
   }
   if (!memory.empty())
-    s += strprintf("predicted GPT: peak memory %.2f GiB of %.2f GiB on the fullest device (attention "
-             "keeps softmax stats, not att [B, n_head, T, T], as flash attention does)\n",
-             static_cast<double>(peak) / 1073741824.0, static_cast<double>(capacity) / 1073741824.0);
+    s += strprintf(
+        "predicted GPT: peak memory %.2f GiB of %.2f GiB on the fullest device (attention "
+        "keeps softmax stats, not att [B, n_head, T, T], as flash attention does)\n",
+        static_cast<double>(peak) / 1073741824.0, static_cast<double>(capacity) / 1073741824.0);
   return s;
 }
 

@@ -21,10 +21,10 @@
 #include <vector>
 
 #include "core/checkpoint/gpt_weights.h"
-#include "core/nn/gpt_config.h"
-#include "core/train/metrics.h"
 #include "core/data/text_source.h"
 #include "core/data/token_source.h"
+#include "core/nn/gpt_config.h"
+#include "core/train/metrics.h"
 #include "core/train/trainer.h"
 
 namespace ditto::train {

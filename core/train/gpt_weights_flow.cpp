@@ -5,9 +5,9 @@
 #include <cinttypes>
 #include <cstdio>
 
+#include "core/base/error.h"
 #include "core/io/file.h"
 #include "core/nn/gpt.h"
-#include "core/base/error.h"
 #include "core/train/gpt_recipe.h"
 
 namespace ditto::train {
@@ -17,7 +17,8 @@ namespace ditto::train {
 // refusal of the file's vocab_size names. Null without init_from.
 std::shared_ptr<const io::GptWeights> apply_init_from(GptSettings& g, std::string& vocab_from) {
   const std::string init_from = g.name_of("init_from");
-  DITTO_CHECK(!g.given.count("init_from") || !g.init_from.empty(), init_from, ": expected a "
+  DITTO_CHECK(!g.given.count("init_from") || !g.init_from.empty(), init_from,
+              ": expected a "
               "model file or a checkpoint directory, got ''");
   if (g.init_from.empty()) return nullptr;
   DITTO_CHECK(!g.given.count("preset"), g.name_of("preset"), ": expected none with ", init_from,
@@ -35,9 +36,11 @@ std::shared_ptr<const io::GptWeights> apply_init_from(GptSettings& g, std::strin
   }
   const nn::GPTConfig& f = weights->config;
   auto take = [&](const char* field, std::int64_t& v, std::int64_t file, bool file_says = true) {
-    DITTO_CHECK(!g.given.count(field) || !file_says || v == file, g.name_of(field), ": expected "
-                "the ", init_from, " file's ", file, " ('", g.init_from, "', ",
-                weights->description, "), got ", v);
+    DITTO_CHECK(!g.given.count(field) || !file_says || v == file, g.name_of(field),
+                ": expected "
+                "the ",
+                init_from, " file's ", file, " ('", g.init_from, "', ", weights->description,
+                "), got ", v);
     v = file;
   };
   take("n_layer", g.n_layer, f.n_layer);
@@ -59,15 +62,19 @@ std::string format_init_from(const std::string& prog, const GptSettings& g,
   const nn::GPTConfig& f = weights.config;
   char buf[1024];
   std::string s = prog + ": init_from=" + g.init_from + " (" + weights.description + ")";
-  std::snprintf(buf, sizeof buf, ": n_layer=%" PRId64 " n_head=%" PRId64 " (from %s) n_embd=%"
-                PRId64 " block_size=%" PRId64 " vocab_size=%" PRId64, f.n_layer, f.n_head,
-                weights.n_head_from.empty() ? g.name_of("n_head").c_str()
-                                            : weights.n_head_from.c_str(),
-                f.n_embd, f.block_size, f.vocab_size);
+  std::snprintf(
+      buf, sizeof buf,
+      ": n_layer=%" PRId64 " n_head=%" PRId64 " (from %s) n_embd=%" PRId64 " block_size=%" PRId64
+      " vocab_size=%" PRId64,
+      f.n_layer, f.n_head,
+      weights.n_head_from.empty() ? g.name_of("n_head").c_str() : weights.n_head_from.c_str(),
+      f.n_embd, f.block_size, f.vocab_size);
   s += buf;
   if (weights.padded_vocab_size != f.vocab_size) {
-    std::snprintf(buf, sizeof buf, " (the file's padded rows %" PRId64 "..%" PRId64 " dropped: "
-                  "llm.c never reads them)", f.vocab_size, weights.padded_vocab_size - 1);
+    std::snprintf(buf, sizeof buf,
+                  " (the file's padded rows %" PRId64 "..%" PRId64 " dropped: "
+                  "llm.c never reads them)",
+                  f.vocab_size, weights.padded_vocab_size - 1);
     s += buf;
   }
   return s + " bias=" + (f.bias ? "True" : "False") + "\n";
@@ -86,15 +93,21 @@ void configure_weights(GptSettings& g, const GptRun& run, TrainerConfig& c) {
     const std::string& file = g.export_files[i + 1];
     DITTO_CHECK(format == "llmc" || format == "llmc-bf16" || format == "hf", export_,
                 ": expected a format llmc, llmc-bf16 or hf, got '", format, "'");
-    DITTO_CHECK(g.bias, export_, " ", format, ": expected a GPT with biases (llm.c's and Hugging "
-                "Face's GPT-2 have every bias: ", g.name_of("bias"), ", or ", init_from, " a "
+    DITTO_CHECK(g.bias, export_, " ", format,
+                ": expected a GPT with biases (llm.c's and Hugging "
+                "Face's GPT-2 have every bias: ",
+                g.name_of("bias"), ", or ", init_from,
+                " a "
                 "GPT-2 file), got bias=False");
     DITTO_CHECK(!file.empty(), export_, ": expected a file name, got ''");
-    DITTO_CHECK(!c.dry_run, export_, ": expected a run that trains (a dry run holds no tensor "
-                "data: the file would be zeros), got ", c.name_of("dry_run"));
+    DITTO_CHECK(!c.dry_run, export_,
+                ": expected a run that trains (a dry run holds no tensor "
+                "data: the file would be zeros), got ",
+                c.name_of("dry_run"));
     const std::string key = io::same_file_key(file);
     DITTO_CHECK(g.init_from.empty() || key != io::same_file_key(g.init_from), export_,
-                ": expected a file other than ", init_from, "'s, got '", file, "', which it "
+                ": expected a file other than ", init_from, "'s, got '", file,
+                "', which it "
                 "would overwrite");
     DITTO_CHECK(key != io::same_file_key(g.data), export_, ": expected a file other than ",
                 g.name_of("data"), "'s, got '", file, "', which it would overwrite");
@@ -102,9 +115,9 @@ void configure_weights(GptSettings& g, const GptRun& run, TrainerConfig& c) {
                 export_, ", got '", file, "' twice");
     io::check_replaceable_output(file, export_ + " " + format);
   }
-  DITTO_CHECK(!g.eval_only || !g.init_from.empty() || !c.resume_dir.empty(),
-              g.name_of("eval_only"), ": expected a model to evaluate, ", init_from, " FILE or ",
-              c.name_of("resume_dir"), " DIR, got neither (it would evaluate a randomly "
+  DITTO_CHECK(!g.eval_only || !g.init_from.empty() || !c.resume_dir.empty(), g.name_of("eval_only"),
+              ": expected a model to evaluate, ", init_from, " FILE or ", c.name_of("resume_dir"),
+              " DIR, got neither (it would evaluate a randomly "
               "initialised model)");
   c.eval_only = g.eval_only;
   if (g.eval_only) {

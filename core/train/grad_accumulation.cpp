@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <string>
 
-#include "core/numerics/micro_shards.h"
 #include "core/base/error.h"
+#include "core/numerics/micro_shards.h"
 #include "core/runtime/ops.h"
 #include "core/train/trainer_config.h"
 
@@ -40,8 +40,10 @@ std::int64_t smallest_share(std::int64_t rows, std::int64_t micro_shards, int wo
 MicroBatch micro_batch(std::int64_t global_rows, std::int64_t micro_shards, int world, int rank,
                        std::int64_t steps, std::int64_t step, Determinism mode) {
   DITTO_CHECK(global_rows >= 0, "micro_batch: global_rows: expected >= 0, got ", global_rows);
-  DITTO_CHECK(is_power_of_two(micro_shards), "micro_batch: micro_shards: expected a power of two, "
-              "got ", micro_shards);
+  DITTO_CHECK(is_power_of_two(micro_shards),
+              "micro_batch: micro_shards: expected a power of two, "
+              "got ",
+              micro_shards);
   DITTO_CHECK(world >= 1 && world <= micro_shards, "micro_batch: world: expected 1..micro_shards (",
               micro_shards, "), got ", world);
   DITTO_CHECK(rank >= 0 && rank < world, "micro_batch: rank: expected 0..", world - 1, ", got ",
@@ -78,13 +80,15 @@ void check_grad_accumulation(const TrainerConfig& c, int devices) {
   if (c.determinism == Determinism::bitwise) {
     DITTO_CHECK(is_power_of_two(k), c.name_of("grad_accum_steps"),
                 ": bitwise mode folds the micro-steps with the canonical tree over a power of two "
-                "of them (Note [Gradient accumulation]): expected a power of two, got ", k);
-    DITTO_CHECK(m % (k * devices) == 0, c.name_of("grad_accum_steps"), " x ",
-                c.name_of("devices"), ": bitwise mode gives every micro-step of every device whole "
-                "micro-shards: expected ", c.name_of("micro_shards"), " (", m, ") divisible by ",
-                c.name_of("grad_accum_steps"), " (", k, ") x ", c.name_of("devices"), " (",
-                devices, ") = ", k * devices, " (raise ", c.name_of("micro_shards"),
-                " or lower ", c.name_of("grad_accum_steps"), ")");
+                "of them (Note [Gradient accumulation]): expected a power of two, got ",
+                k);
+    DITTO_CHECK(m % (k * devices) == 0, c.name_of("grad_accum_steps"), " x ", c.name_of("devices"),
+                ": bitwise mode gives every micro-step of every device whole "
+                "micro-shards: expected ",
+                c.name_of("micro_shards"), " (", m, ") divisible by ",
+                c.name_of("grad_accum_steps"), " (", k, ") x ", c.name_of("devices"), " (", devices,
+                ") = ", k * devices, " (raise ", c.name_of("micro_shards"), " or lower ",
+                c.name_of("grad_accum_steps"), ")");
     return;
   }
   check_micro_batch_rows(c, devices, c.batch_size);
@@ -97,10 +101,10 @@ void check_micro_batch_rows(const TrainerConfig& c, int devices, std::int64_t ro
   const std::int64_t least = smallest_share(rows, c.micro_shards, world);
   const std::string share = world > 1 ? detail::cat("the smallest share of a batch of ", rows,
                                                     " rows over ", world, " ranks")
-                                       : detail::cat("the rows of a batch of ", rows);
+                                      : detail::cat("the rows of a batch of ", rows);
   DITTO_CHECK(least >= k, c.name_of("grad_accum_steps"), ": every micro-step ",
-              world > 1 ? "of every rank " : "", "needs at least one row: expected at most ",
-              least, " (", share, "), got ", k, " (raise ", c.name_of("batch_size"), " or lower ",
+              world > 1 ? "of every rank " : "", "needs at least one row: expected at most ", least,
+              " (", share, "), got ", k, " (raise ", c.name_of("batch_size"), " or lower ",
               c.name_of("grad_accum_steps"), ")");
 }
 
@@ -121,7 +125,8 @@ void GradAccumulator::add_into(Entry& older, Entry& newer) {
 
 void GradAccumulator::push(const std::vector<nn::Parameter*>& params) {
   DITTO_CHECK(stack_.empty() || stack_.back().grads.size() == params.size(),
-              "GradAccumulator.push: params: expected ", stack_.empty() ? 0 : stack_.back().grads.size(),
+              "GradAccumulator.push: params: expected ",
+              stack_.empty() ? 0 : stack_.back().grads.size(),
               " parameters (as the first push), got ", params.size());
   Entry e;
   e.size = 1;
@@ -141,9 +146,10 @@ void GradAccumulator::push(const std::vector<nn::Parameter*>& params) {
 
 void GradAccumulator::finish(const std::vector<nn::Parameter*>& params) {
   DITTO_CHECK(!stack_.empty(), "GradAccumulator.finish: nothing was pushed");
-  DITTO_CHECK(stack_.back().grads.size() == params.size(), "GradAccumulator.finish: params: "
-              "expected ", stack_.back().grads.size(), " parameters (as pushed), got ",
-              params.size());
+  DITTO_CHECK(stack_.back().grads.size() == params.size(),
+              "GradAccumulator.finish: params: "
+              "expected ",
+              stack_.back().grads.size(), " parameters (as pushed), got ", params.size());
   // The rest of the canonical tree: fold from the top, v = entry + v (a power-of-two count of
   // leaves leaves one entry).
   while (stack_.size() >= 2) {

@@ -4,8 +4,8 @@
 #include <system_error>
 #include <thread>
 
-#include "core/distributed/distributed.h"
 #include "core/base/error.h"
+#include "core/distributed/distributed.h"
 
 namespace ditto::train {
 
@@ -84,8 +84,8 @@ std::string settings_disagreement(const std::vector<RankSettings>& per_rank) {
         return detail::cat("ranks disagree on the order of their settings: rank 0 has ",
                            first[i].first, " at position ", i, ", rank ", r, " has ",
                            other[i].first);
-    return detail::cat("ranks disagree on their settings: rank 0 has ", first.size(),
-                       ", rank ", r, " has ", other.size());
+    return detail::cat("ranks disagree on their settings: rank 0 has ", first.size(), ", rank ", r,
+                       " has ", other.size());
   }
   return "";
 }
@@ -104,10 +104,12 @@ RankSettings decode(const std::string& text) {
   std::size_t at = 0;
   auto field = [&](std::string& f) {
     const std::size_t colon = text.find(':', at);
-    DITTO_CHECK_T(InternalError, colon != std::string::npos, "check_ranks_agree: a rank's "
+    DITTO_CHECK_T(InternalError, colon != std::string::npos,
+                  "check_ranks_agree: a rank's "
                   "settings are not in the expected encoding");
     const std::size_t n = std::stoull(text.substr(at, colon - at));
-    DITTO_CHECK_T(InternalError, colon + 1 + n <= text.size(), "check_ranks_agree: a rank's "
+    DITTO_CHECK_T(InternalError, colon + 1 + n <= text.size(),
+                  "check_ranks_agree: a rank's "
                   "settings are cut short");
     f = text.substr(colon + 1, n);
     at = colon + 1 + n;
@@ -160,18 +162,19 @@ void check_ranks_agree(const RankSettings& mine, std::int64_t timeout_ms,
     const std::string& t = texts[r];
     DITTO_CHECK_T(InternalError, !t.empty() && (t[0] == 'S' || t[0] == 'E'),
                   "check_ranks_agree: rank ", r, "'s record is not in the expected encoding");
-    if (t[0] == 'S') all.push_back(decode(t.substr(1)));
-    else if (refusals++ == 0) first_refused = static_cast<int>(r);
+    if (t[0] == 'S')
+      all.push_back(decode(t.substr(1)));
+    else if (refusals++ == 0)
+      first_refused = static_cast<int>(r);
   }
   if (refused) std::rethrow_exception(refused);
   if (refusals > 0)
-    throw PeerFailure(
-        detail::cat("rank ", first_refused, " refused its arguments: ",
-                    texts[static_cast<std::size_t>(first_refused)].substr(1),
-                    refusals > 1 ? detail::cat(" (and ", refusals - 1, " more rank",
-                                               refusals > 2 ? "s" : "", ")")
-                                 : std::string()),
-        first_refused);
+    throw PeerFailure(detail::cat("rank ", first_refused, " refused its arguments: ",
+                                  texts[static_cast<std::size_t>(first_refused)].substr(1),
+                                  refusals > 1 ? detail::cat(" (and ", refusals - 1, " more rank",
+                                                             refusals > 2 ? "s" : "", ")")
+                                               : std::string()),
+                      first_refused);
   const std::string why = settings_disagreement(all);
   if (!why.empty()) throw InvalidArgument(why);
 }
@@ -249,16 +252,16 @@ void launch_ranks(const std::vector<Device>& devices, const CommOptions& options
   for (int r = 0; r < n; ++r) {
     try {
       start_rank_thread(threads, r, n, [&, r] {
-      try {
-        body(comms[static_cast<std::size_t>(r)]);
-      } catch (const std::exception& e) {
-        {
-          std::lock_guard lk(errors_mu);
-          errors.emplace_back(r, std::current_exception());
+        try {
+          body(comms[static_cast<std::size_t>(r)]);
+        } catch (const std::exception& e) {
+          {
+            std::lock_guard lk(errors_mu);
+            errors.emplace_back(r, std::current_exception());
+          }
+          comms[static_cast<std::size_t>(r)].abort(e.what());  // the others fail now, naming r
+          if (barrier) barrier->abort(r, e.what());
         }
-        comms[static_cast<std::size_t>(r)].abort(e.what());  // the others fail now, naming r
-        if (barrier) barrier->abort(r, e.what());
-      }
       });
     } catch (const Error& e) {
       // Rank r never started: the ranks already running wait for it in their first collective

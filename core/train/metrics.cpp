@@ -9,8 +9,8 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
-#include "core/io/file.h"
 #include "core/base/error.h"
+#include "core/io/file.h"
 
 namespace ditto::train {
 
@@ -66,7 +66,7 @@ void JsonLinesWriter::write(const EvalMetrics& m) {
 }
 
 void JsonLinesWriter::write(const StepMetrics& m) {
-  nlohmann::json j = {{"event", "iter"}, {"iter", m.iter}, {"loss", m.loss},
+  nlohmann::json j = {{"event", "iter"},      {"iter", m.iter},     {"loss", m.loss},
                       {"samples", m.samples}, {"tokens", m.tokens}, {"time_s", m.time_s}};
   if (m.epoch > 0) {
     j["epoch"] = m.epoch;
@@ -87,8 +87,10 @@ void JsonLinesWriter::write(const FitResult& r) {
                       {"devices", r.devices},
                       {"determinism", determinism_name(r.determinism)},
                       {"trainer", trainer_kind_name(r.trainer)}};
-  if (iterations) j["max_iters"] = r.max_iters;  // the MLP's epochs have no max_iters
-  else j["epochs"] = r.epochs;
+  if (iterations)
+    j["max_iters"] = r.max_iters;  // the MLP's epochs have no max_iters
+  else
+    j["epochs"] = r.epochs;
   j["steps"] = r.steps;
   if (r.dry_run) j["dry_run"] = true;
   if (r.has_train_loss && !r.dry_run) j["train_loss"] = r.train_loss;
@@ -109,8 +111,10 @@ void JsonLinesWriter::write(const FitResult& r) {
                       {"comm_share", r.prediction->comm_share},
                       {"mfu", r.prediction->mfu}};
   for (const DeviceMemory& d : r.memory)
-    j["memory"].push_back({{"device", d.device}, {"in_use", d.stats.in_use},
-                           {"peak", d.stats.peak}, {"capacity", d.stats.capacity}});
+    j["memory"].push_back({{"device", d.device},
+                           {"in_use", d.stats.in_use},
+                           {"peak", d.stats.peak},
+                           {"capacity", d.stats.capacity}});
   put_line(j.dump());
 }
 

@@ -24,23 +24,23 @@ struct Evaluation {
 /// The run as fit() starts it.
 struct RunInfo {
   std::string backend;
-  int devices = 0;            ///< devices (dp) or ranks (ddp)
+  int devices = 0;  ///< devices (dp) or ranks (ddp)
   Determinism determinism = Determinism::bitwise;
   TrainerKind trainer = TrainerKind::dp;
-  bool processes = false;     ///< ddp ranks are MPI processes (else threads)
-  std::string model;          ///< model name ("64-128-10")
-  std::int64_t params = 0;    ///< parameters of the model (dp; 0 for ddp, reported before build)
+  bool processes = false;   ///< ddp ranks are MPI processes (else threads)
+  std::string model;        ///< model name ("64-128-10")
+  std::int64_t params = 0;  ///< parameters of the model (dp; 0 for ddp, reported before build)
   float lr = 0;
 };
 
 /// One epoch, after its evaluation.
 struct EpochMetrics {
-  int epoch = 0;              ///< 1-based
-  std::int64_t step = 0;      ///< optimizer steps so far, over the whole run
-  double train_loss = 0;      ///< mean training loss over the epoch's rows
+  int epoch = 0;          ///< 1-based
+  std::int64_t step = 0;  ///< optimizer steps so far, over the whole run
+  double train_loss = 0;  ///< mean training loss over the epoch's rows
   double val_loss = 0, val_acc = 0;
-  std::int64_t samples = 0;   ///< rows trained on this epoch
-  double epoch_time_s = 0;    ///< wall clock of the epoch's training (evaluation excluded)
+  std::int64_t samples = 0;  ///< rows trained on this epoch
+  double epoch_time_s = 0;   ///< wall clock of the epoch's training (evaluation excluded)
   double samples_per_s = 0;
   /// A dry run's epoch (TrainerConfig::dry_run): nothing ran, so train_loss, val_loss, val_acc,
   /// epoch_time_s and samples_per_s mean nothing (0); only the predicted_* fields are set.
@@ -53,7 +53,7 @@ struct EpochMetrics {
 /// One evaluation of iteration mode (TrainerConfig::max_iters; nanoGPT's "step N: train loss X,
 /// val loss Y"), with the training speed since the previous one.
 struct EvalMetrics {
-  std::int64_t step = 0;       ///< optimizer steps so far (0: before the first)
+  std::int64_t step = 0;  ///< optimizer steps so far (0: before the first)
   std::int64_t max_iters = 0;
   double train_loss = 0, val_loss = 0;  ///< mean loss over eval_iters fixed batches of each split
   double lr = 0;               ///< learning rate of the last step taken (of step 0 at step 0)
@@ -68,16 +68,16 @@ struct EvalMetrics {
 /// (TrainerCallbacks::on_step; nanoGPT's "iter N: loss L, time T ms, mfu M%"). Not reported in a
 /// dry run (nothing ran).
 struct StepMetrics {
-  std::int64_t iter = 0;       ///< the step just taken, 0-based over the whole run (nanoGPT's iter_num)
-  int epoch = 0;               ///< epoch mode: the epoch (1-based); iteration mode: 0
-  std::int64_t batch = 0;      ///< epoch mode: the batch of the epoch (0-based)
-  std::int64_t batches = 0;    ///< epoch mode: the epoch's batches
+  std::int64_t iter = 0;   ///< the step just taken, 0-based over the whole run (nanoGPT's iter_num)
+  int epoch = 0;           ///< epoch mode: the epoch (1-based); iteration mode: 0
+  std::int64_t batch = 0;  ///< epoch mode: the batch of the epoch (0-based)
+  std::int64_t batches = 0;  ///< epoch mode: the epoch's batches
   /// The step's mean training loss over rank 0's rows: dp the whole batch; ddp rank 0's own rows
   /// (nanoGPT logs its master process's loss.item() too: no collective is added for it).
   double loss = 0;
-  std::int64_t samples = 0;    ///< rows of the global batch
-  std::int64_t tokens = 0;     ///< targets of the global batch (B x T for a GPT; B for the MLP)
-  double time_s = 0;           ///< wall clock of the step (nanoGPT's dt)
+  std::int64_t samples = 0;  ///< rows of the global batch
+  std::int64_t tokens = 0;   ///< targets of the global batch (B x T for a GPT; B for the MLP)
+  double time_s = 0;         ///< wall clock of the step (nanoGPT's dt)
   /// When an extension predicts (TrainerExtension::predicts; sim::SimRunOptions::profile): the
   /// step's virtual time on the profiled GPUs and their peak FLOP/s per device for the run's
   /// dtype (FP32 for f32, BF16 tensor-core for bf16 / f16: what the matrix products are priced
@@ -95,14 +95,14 @@ struct CostPrediction {
   int devices = 0, nodes = 1;
   std::string device_name, interconnect;
   double step_time_s = 0, samples_per_s = 0;
-  double comm_share = 0;      ///< slowest device's communication time / total (0..1)
+  double comm_share = 0;  ///< slowest device's communication time / total (0..1)
   /// Model FLOPs utilisation (0..1): FLOPs / (time x devices x the dtype's peak: bf16_peak_flops
   /// for bf16 / f16 storage, peak_flops for f32, as the matrix products are priced), the FLOPs
   /// TrainerConfig::flops_per_sample x samples (nanoGPT's estimate_mfu for ditto-train's GPT),
   /// else the GEMM FLOPs the cost model priced.
   double mfu = 0;
-  double peak_flops = 0;      ///< FP32 FLOP/s per device
-  double bf16_peak_flops = 0; ///< BF16 tensor-core FLOP/s per device (dense)
+  double peak_flops = 0;       ///< FP32 FLOP/s per device
+  double bf16_peak_flops = 0;  ///< BF16 tensor-core FLOP/s per device (dense)
   /// The profile's achieved efficiencies (Note [Achieved efficiency], backend_sim/profiles.h).
   double gemm_efficiency = 1, memory_efficiency = 1;
   double measured_step_time_s = 0, measured_samples_per_s = 0;  ///< wall clock
@@ -124,19 +124,19 @@ struct DeviceMemory {
 };
 
 struct FitResult {
-  bool lead = true;           ///< this is rank 0's result (the others carry only the checksum)
+  bool lead = true;  ///< this is rank 0's result (the others carry only the checksum)
   std::string backend;
   int devices = 0;
   Determinism determinism = Determinism::bitwise;
   TrainerKind trainer = TrainerKind::dp;
   int epochs = 0;
   std::int64_t max_iters = 0;  ///< iteration mode (TrainerConfig::max_iters), else 0
-  std::int64_t steps = 0;     ///< optimizer steps of the whole run
-  double train_loss = 0;      ///< last epoch's (iteration mode: the last evaluation's)
-  Evaluation eval;            ///< after the last epoch (iteration mode: val loss, accuracy 0)
-  double train_time_s = 0;    ///< wall clock of this run's training loops
+  std::int64_t steps = 0;      ///< optimizer steps of the whole run
+  double train_loss = 0;       ///< last epoch's (iteration mode: the last evaluation's)
+  Evaluation eval;             ///< after the last epoch (iteration mode: val loss, accuracy 0)
+  double train_time_s = 0;     ///< wall clock of this run's training loops
   std::uint64_t params_checksum = 0;  ///< params_checksum(model), equal on every rank
-  DType dtype = DType::f32;   ///< TrainerConfig::dtype (the parameters' storage)
+  DType dtype = DType::f32;           ///< TrainerConfig::dtype (the parameters' storage)
   /// f16 with a GradScaler: its scale at the end and the steps it skipped (inf / NaN grads).
   std::optional<float> loss_scale;
   std::int64_t skipped_steps = 0;
@@ -144,13 +144,13 @@ struct FitResult {
   /// The backend's cost model's prediction, when an extension set it up to predict
   /// (TrainerExtension::predicts: sim::SimRunOptions::profile) and steps > 0.
   std::optional<CostPrediction> prediction;
-  std::vector<DeviceMemory> memory;          ///< single-process runs: every device
+  std::vector<DeviceMemory> memory;  ///< single-process runs: every device
   /// What the run measured, so that a report prints no zero for what did not happen: a
   /// training loss (epoch mode: epochs > 0; iteration mode: an evaluation ran), an evaluation
   /// (eval set rows or eval_iters > 0), neither in a dry run (no kernel ran: the losses and the
   /// checksum are 0, not the model's).
   bool has_train_loss = true, has_eval = true;
-  bool dry_run = false;       ///< TrainerConfig::dry_run
+  bool dry_run = false;  ///< TrainerConfig::dry_run
   /// TrainerConfig::stop ended the run after `steps` steps (its checkpoint written, when a
   /// checkpoint_dir is set); the losses are those of the last evaluation before it.
   bool stopped = false;

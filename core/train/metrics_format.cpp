@@ -5,8 +5,8 @@
 #include <cstdarg>
 #include <cstdio>
 
-#include "core/numerics/determinism.h"
 #include "core/base/error.h"
+#include "core/numerics/determinism.h"
 #include "core/train/cost_meter.h"
 #include "core/train/graceful_stop.h"
 
@@ -42,59 +42,71 @@ std::string format_start(const std::string& prog, const RunInfo& r, const Traine
   std::string s;
   if (r.trainer == TrainerKind::ddp)
     s = strprintf("%s: trainer=ddp backend=%s ranks=%d (%s) determinism=%s data=%s batch=%" PRId64
-            " epochs=%d bucket_cap_mb=%g\n", prog.c_str(), r.backend.c_str(), r.devices,
-            r.processes ? "processes" : "threads", determinism_name(r.determinism), data.c_str(),
-            c.batch_size, c.epochs, c.bucket_cap_mb);
+                  " epochs=%d bucket_cap_mb=%g\n",
+                  prog.c_str(), r.backend.c_str(), r.devices, r.processes ? "processes" : "threads",
+                  determinism_name(r.determinism), data.c_str(), c.batch_size, c.epochs,
+                  c.bucket_cap_mb);
   else
-    s = strprintf("%s: backend=%s devices=%d determinism=%s model=%s params=%" PRId64 " data=%s rows=%"
-            PRId64 " (train %" PRId64 ", val %" PRId64 ") batch=%" PRId64 " epochs=%d loss=%s "
-            "optimizer=%s lr=%g momentum=%g seed=%" PRIu64 "\n", prog.c_str(), r.backend.c_str(),
-            r.devices, determinism_name(r.determinism), r.model.c_str(), r.params, data.c_str(),
-            rows ? rows->rows() : 0, rows ? rows->train_size() : 0,
-            rows ? rows->eval_set().size() : 0, c.batch_size, c.epochs, c.loss.c_str(),
-            c.optimizer.c_str(), r.lr, c.optimizer == "sgd" ? c.momentum : 0.0f, c.seed);
+    s = strprintf("%s: backend=%s devices=%d determinism=%s model=%s params=%" PRId64
+                  " data=%s rows=%" PRId64 " (train %" PRId64 ", val %" PRId64 ") batch=%" PRId64
+                  " epochs=%d loss=%s "
+                  "optimizer=%s lr=%g momentum=%g seed=%" PRIu64 "\n",
+                  prog.c_str(), r.backend.c_str(), r.devices, determinism_name(r.determinism),
+                  r.model.c_str(), r.params, data.c_str(), rows ? rows->rows() : 0,
+                  rows ? rows->train_size() : 0, rows ? rows->eval_set().size() : 0, c.batch_size,
+                  c.epochs, c.loss.c_str(), c.optimizer.c_str(), r.lr,
+                  c.optimizer == "sgd" ? c.momentum : 0.0f, c.seed);
   return s + format_grad_accum(prog, c);
 }
 
 std::string format_grad_accum(const std::string& prog, const TrainerConfig& c) {
   if (c.grad_accum_steps <= 1) return "";
-  return strprintf("%s: grad_accum_steps=%" PRId64 " (micro-steps per optimizer step of batch %" PRId64
-             ")\n", prog.c_str(), c.grad_accum_steps, c.batch_size);
+  return strprintf("%s: grad_accum_steps=%" PRId64
+                   " (micro-steps per optimizer step of batch %" PRId64 ")\n",
+                   prog.c_str(), c.grad_accum_steps, c.batch_size);
 }
 
-std::string format_resume(const std::string& prog, const std::string& dir,
-                          const TrainerState& ts, bool iteration_mode) {
+std::string format_resume(const std::string& prog, const std::string& dir, const TrainerState& ts,
+                          bool iteration_mode) {
   if (iteration_mode)  // the step is the whole position
-    return strprintf("%s: resumed from %s at step %" PRId64 "\n", prog.c_str(), dir.c_str(), ts.step);
-  return strprintf("%s: resumed from %s at step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64 ")\n",
-             prog.c_str(), dir.c_str(), ts.step, ts.epoch + 1, ts.batch);
+    return strprintf("%s: resumed from %s at step %" PRId64 "\n", prog.c_str(), dir.c_str(),
+                     ts.step);
+  return strprintf("%s: resumed from %s at step %" PRId64 " (epoch %" PRId64 ", batch %" PRId64
+                   ")\n",
+                   prog.c_str(), dir.c_str(), ts.step, ts.epoch + 1, ts.batch);
 }
 
 std::string format_stopped(const std::string& prog, int sig, std::int64_t steps,
                            const std::string& dir) {
   return strprintf("%s: stopped by %s after step %" PRId64 ": checkpoint %s/step-%08" PRId64
-             " written; resume with --resume %s\n", prog.c_str(), stop_signal_name(sig), steps,
-             dir.c_str(), steps, dir.c_str());
+                   " written; resume with --resume %s\n",
+                   prog.c_str(), stop_signal_name(sig), steps, dir.c_str(), steps, dir.c_str());
 }
 
 std::string format_predicted_kernels(const CostPrediction& p, Determinism determinism,
                                      DType dtype) {
-  return format_step_kernels(p, detail::cat(
-      "predicted step, kernels by kind on sim:0 (determinism=", determinism_name(determinism),
-      " dtype=", dtype_name(dtype), p.rates.allow_tf32 ? " allow_tf32" : "", "; per step, mean "
-      "of ", p.steps, " step", p.steps == 1 ? "" : "s", "; units: Note [Compute units] in "
-      "backend_sim/cost_model.h):"));
+  return format_step_kernels(
+      p, detail::cat("predicted step, kernels by kind on sim:0 (determinism=",
+                     determinism_name(determinism), " dtype=", dtype_name(dtype),
+                     p.rates.allow_tf32 ? " allow_tf32" : "",
+                     "; per step, mean "
+                     "of ",
+                     p.steps, " step", p.steps == 1 ? "" : "s",
+                     "; units: Note [Compute units] in "
+                     "backend_sim/cost_model.h):"));
 }
 
 std::string format_step(const StepMetrics& m, const std::string& profile, DType dtype) {
-  std::string s = strprintf("iter %" PRId64 ": loss %.4f, time %.2fms", m.iter, m.loss, m.time_s * 1e3);
+  std::string s =
+      strprintf("iter %" PRId64 ": loss %.4f, time %.2fms", m.iter, m.loss, m.time_s * 1e3);
   if (m.mfu) s += strprintf(", mfu %.2f%%", 100.0 * *m.mfu);
   std::string where;
   if (m.epoch > 0)
     where = strprintf("epoch %d, batch %" PRId64 " of %" PRId64, m.epoch, m.batch + 1, m.batches);
   if (m.predicted_time_s > 0)
     where += (where.empty() ? "" : "; ") +
-             strprintf("predicted %.3fms on %s%s", m.predicted_time_s * 1e3, profile.c_str(),
+             strprintf(
+                 "predicted %.3fms on %s%s", m.predicted_time_s * 1e3, profile.c_str(),
                  m.mfu ? (dtype == DType::f32 ? ", mfu of its FP32 peak" : ", mfu of its BF16 peak")
                        : "");
   if (!where.empty()) s += " (" + where + ")";
@@ -103,23 +115,24 @@ std::string format_step(const StepMetrics& m, const std::string& profile, DType 
 
 std::string format_epoch(const EpochMetrics& m) {
   if (m.dry_run)  // nothing ran: no losses or accuracy, only the cost model's prediction
-    return strprintf("epoch %3d  predicted: epoch_time=%.4f ms samples/s=%.0f (dry run: nothing ran)\n",
-               m.epoch, m.predicted_time_s * 1e3, m.predicted_samples_per_s);
-  return strprintf("epoch %3d  train_loss=%.4f  val_loss=%.4f  val_acc=%.4f  samples/s=%.0f\n", m.epoch,
-             m.train_loss, m.val_loss, m.val_acc, m.samples_per_s);
+    return strprintf(
+        "epoch %3d  predicted: epoch_time=%.4f ms samples/s=%.0f (dry run: nothing ran)\n", m.epoch,
+        m.predicted_time_s * 1e3, m.predicted_samples_per_s);
+  return strprintf("epoch %3d  train_loss=%.4f  val_loss=%.4f  val_acc=%.4f  samples/s=%.0f\n",
+                   m.epoch, m.train_loss, m.val_loss, m.val_acc, m.samples_per_s);
 }
 
 std::string format_eval(const EvalMetrics& m) {
   std::string s = strprintf("step %" PRId64 ": train loss %.4f, val loss %.4f (lr %.3e", m.step,
-                      m.train_loss, m.val_loss, m.lr);
+                            m.train_loss, m.val_loss, m.lr);
   if (m.step > 0 && m.tokens_per_s > 0)
     s += strprintf(", %.0f tokens/s, ETA %s", m.tokens_per_s, hms(m.eta_s).c_str());
   return s + ")\n";
 }
 
 std::string format_final(const FitResult& r, std::int64_t tokens_per_sample) {
-  const std::string loop =
-      tokens_per_sample > 0 ? strprintf("iters=%" PRId64, r.steps) : strprintf("epochs=%d", r.epochs);
+  const std::string loop = tokens_per_sample > 0 ? strprintf("iters=%" PRId64, r.steps)
+                                                 : strprintf("epochs=%d", r.epochs);
   // Only what the run measured: no losses or checksum of a dry run (nothing ran), no training
   // loss without an epoch (--epochs 0), no evaluation the run did not make (--eval-iters 0).
   const bool measured = !r.dry_run;
@@ -133,14 +146,16 @@ std::string format_final(const FitResult& r, std::int64_t tokens_per_sample) {
   const std::string checksum =
       measured ? strprintf(" params_checksum=%016" PRIx64, r.params_checksum) : std::string();
   // f32 runs print the line they always printed.
-  const std::string dtype = r.dtype != DType::f32 ? std::string(" dtype=") + dtype_name(r.dtype) : "";
-  std::string s = strprintf("final: backend=%s devices=%d determinism=%s%s%s %s%s train_time_s=%.3f%s\n",
-                      r.backend.c_str(), r.devices, determinism_name(r.determinism),
-                      dtype.c_str(), r.trainer == TrainerKind::ddp ? " trainer=ddp" : "",
-                      loop.c_str(), losses.c_str(), r.train_time_s, checksum.c_str());
+  const std::string dtype =
+      r.dtype != DType::f32 ? std::string(" dtype=") + dtype_name(r.dtype) : "";
+  std::string s =
+      strprintf("final: backend=%s devices=%d determinism=%s%s%s %s%s train_time_s=%.3f%s\n",
+                r.backend.c_str(), r.devices, determinism_name(r.determinism), dtype.c_str(),
+                r.trainer == TrainerKind::ddp ? " trainer=ddp" : "", loop.c_str(), losses.c_str(),
+                r.train_time_s, checksum.c_str());
   if (r.loss_scale)
     s += strprintf("grad_scaler: scale=%g skipped_steps=%" PRId64 " (f16 dynamic loss scaling)\n",
-             static_cast<double>(*r.loss_scale), r.skipped_steps);
+                   static_cast<double>(*r.loss_scale), r.skipped_steps);
   return s;
 }
 
@@ -159,15 +174,15 @@ std::string format_prediction(const CostPrediction& p, DType dtype, bool dry_run
   std::string mfu = " (virtual time)";
   if (tokens_per_sample == 0)
     mfu = strprintf(" mfu=%.3g%% (virtual time; %s peak %.1f TFLOP/s per GPU)", 100.0 * p.mfu,
-              tc ? "BF16" : "FP32", peak / 1e12);
+                    tc ? "BF16" : "FP32", peak / 1e12);
   std::string s = strprintf("predicted: %d x %s (%d node%s, %s) step_time=%.4f ms samples/s=%.0f%s "
-                      "comm_share=%.1f%%%s\n",
-                      p.devices, p.device_name.c_str(), p.nodes, p.nodes > 1 ? "s" : "",
-                      p.interconnect.c_str(), p.step_time_s * 1e3, p.samples_per_s,
-                      tokens.c_str(), 100.0 * p.comm_share, mfu.c_str());
+                            "comm_share=%.1f%%%s\n",
+                            p.devices, p.device_name.c_str(), p.nodes, p.nodes > 1 ? "s" : "",
+                            p.interconnect.c_str(), p.step_time_s * 1e3, p.samples_per_s,
+                            tokens.c_str(), 100.0 * p.comm_share, mfu.c_str());
   if (!dry_run)  // a dry run executed nothing: its wall clock measures no training
     s += strprintf("measured:  CPU simulator step_time=%.4f ms samples/s=%.0f%s (wall clock)\n",
-             p.measured_step_time_s * 1e3, p.measured_samples_per_s, measured_tokens.c_str());
+                   p.measured_step_time_s * 1e3, p.measured_samples_per_s, measured_tokens.c_str());
   return s;
 }
 
@@ -175,8 +190,9 @@ std::string format_memory(const std::vector<DeviceMemory>& memory) {
   std::string s;
   for (const DeviceMemory& m : memory)
     s += strprintf("memory: %s live=%s peak=%s capacity=%s optimizer_state=%s\n", m.device.c_str(),
-             format_mib(m.stats.in_use).c_str(), format_mib(m.stats.peak).c_str(),
-             format_mib(m.stats.capacity).c_str(), format_mib(m.optimizer_state_bytes).c_str());
+                   format_mib(m.stats.in_use).c_str(), format_mib(m.stats.peak).c_str(),
+                   format_mib(m.stats.capacity).c_str(),
+                   format_mib(m.optimizer_state_bytes).c_str());
   return s;
 }
 

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime/dtype.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/data/data_source.h"
+#include "core/runtime/dtype.h"
 #include "core/train/metrics.h"
 
 namespace ditto::train {
@@ -34,8 +34,8 @@ std::string format_start(const std::string& prog, const RunInfo& r, const Traine
 std::string format_grad_accum(const std::string& prog, const TrainerConfig& c);
 
 /// "PROG: resumed from DIR at step N" and in epoch mode " (epoch E, batch B)".
-std::string format_resume(const std::string& prog, const std::string& dir,
-                          const TrainerState& ts, bool iteration_mode);
+std::string format_resume(const std::string& prog, const std::string& dir, const TrainerState& ts,
+                          bool iteration_mode);
 
 /// "PROG: stopped by SIGTERM after step N: checkpoint DIR/step-0000000N written; resume with
 /// --resume DIR" (Note [Graceful stop]).
@@ -44,8 +44,7 @@ std::string format_stopped(const std::string& prog, int sig, std::int64_t steps,
 
 /// The predicted step's kernels by kind on device 0 (format_step_kernels) under a title naming
 /// the run's determinism, dtype and the steps metered.
-std::string format_predicted_kernels(const CostPrediction& p, Determinism determinism,
-                                     DType dtype);
+std::string format_predicted_kernels(const CostPrediction& p, Determinism determinism, DType dtype);
 
 /// nanoGPT's progress line, "iter N: loss L, time Tms, mfu M%" (train.py's format; its iter_num
 /// is the step just taken, 0-based): the mfu only when set (m.mfu: a cost model profile), then in

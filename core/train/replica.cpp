@@ -1,7 +1,10 @@
 // Replica (replica.h): one replica's model, optimizer and loss, its step and its evaluation;
 // and params_checksum.
+#include "core/train/replica.h"
+
 #include <vector>
 
+#include "core/base/error.h"
 #include "core/data/data_loader.h"
 #include "core/nn/sequential.h"
 #include "core/optim/adam.h"
@@ -13,9 +16,7 @@
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
 #include "core/runtime/backend.h"
-#include "core/base/error.h"
 #include "core/train/grad_accumulation.h"
-#include "core/train/replica.h"
 
 namespace ditto::train {
 
@@ -75,9 +76,12 @@ void Replica::build(const TrainerConfig& c, const DataSource& data, const Device
   DITTO_CHECK(model_ != nullptr, c.name_of("make_model"), ": returned no model");
   model_->set_input_requires_grad(false);
   if (c.dtype != DType::f32) model_->to(c.dtype);  // Note [Mixed precision]: bf16 / f16 storage
-  if (c.make_loss) criterion_ = c.make_loss();
-  else if (c.loss == "mse") criterion_ = std::make_unique<nn::MSELoss>();
-  else criterion_ = std::make_unique<nn::CrossEntropyLoss>();
+  if (c.make_loss)
+    criterion_ = c.make_loss();
+  else if (c.loss == "mse")
+    criterion_ = std::make_unique<nn::MSELoss>();
+  else
+    criterion_ = std::make_unique<nn::CrossEntropyLoss>();
   DITTO_CHECK(criterion_ != nullptr, c.name_of("make_loss"), ": returned no loss");
   criterion_->set_determinism(c.determinism);
   const float lr = c.effective_lr();
@@ -325,8 +329,8 @@ std::uint64_t Replica::checked_checksum() {
   const std::uint64_t sum = params_checksum(*model_);
   if (!comm_) return sum;
   // Every rank must end with the same parameters.
-  Tensor mine = Tensor::from_vector(std::vector<std::int64_t>{static_cast<std::int64_t>(sum)},
-                                    {1}, devices_[0]);
+  Tensor mine = Tensor::from_vector(std::vector<std::int64_t>{static_cast<std::int64_t>(sum)}, {1},
+                                    devices_[0]);
   Tensor all = Tensor::empty({comm_->size()}, DType::i64, devices_[0]);
   comm_->all_gather(mine, all);
   std::vector<std::int64_t> sums = all.to_vector<std::int64_t>();

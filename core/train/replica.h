@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
+#include "core/data/data_source.h"
 #include "core/data/dataset.h"
 #include "core/nn/loss.h"
 #include "core/nn/module.h"
 #include "core/optim/optimizer.h"
 #include "core/runtime/device.h"
 #include "core/runtime/tensor.h"
-#include "core/data/data_source.h"
 #include "core/train/metrics.h"
 #include "core/train/trainer_config.h"
 
@@ -74,8 +74,7 @@ class Replica {
   /// Iteration mode's evaluation (nanoGPT's estimate_loss): the mean over k < iters of the loss
   /// of data.eval_batch(split, k, batch_size), the model in eval mode (set_training(false),
   /// restored after), no gradients. Under ddp the rank evaluates alone on its device.
-  double eval_loss(DataSource& data, EvalSplit split, std::int64_t iters,
-                   std::int64_t batch_size);
+  double eval_loss(DataSource& data, EvalSplit split, std::int64_t iters, std::int64_t batch_size);
   /// Mean loss and accuracy (argmax of the outputs against y's labels) over `ds`, in batches of
   /// `batch_size`, no gradients.
   Evaluation evaluate(const data::Dataset& ds, std::int64_t batch_size);

@@ -16,9 +16,9 @@
 #include <set>
 #include <sstream>
 
+#include "core/base/error.h"
 #include "core/distributed/distributed.h"
 #include "core/io/file.h"
-#include "core/base/error.h"
 #include "core/runtime/extensions.h"
 #include "core/train/cost_meter.h"
 #include "core/train/grad_accumulation.h"
@@ -48,26 +48,38 @@ struct Trainer::Run {
   }
 
   void epoch_begin() const {
-    if (barrier) barrier->arrive([this] { if (meter) meter->epoch_begin(); });
-    else if (meter) meter->epoch_begin();
+    if (barrier)
+      barrier->arrive([this] {
+        if (meter) meter->epoch_begin();
+      });
+    else if (meter)
+      meter->epoch_begin();
   }
   void epoch_end(std::int64_t steps, std::int64_t samples) const {
     // The same counts on every rank: the last one to arrive records them.
-    if (barrier) barrier->arrive([&] { if (meter) meter->epoch_end(steps, samples); });
-    else if (meter) meter->epoch_end(steps, samples);
+    if (barrier)
+      barrier->arrive([&] {
+        if (meter) meter->epoch_end(steps, samples);
+      });
+    else if (meter)
+      meter->epoch_end(steps, samples);
   }
   // Around a reported step when an extension predicts (`timed`): its virtual time, every rank
   // idle at both.
   bool timed = false;
   void step_mark_begin() const {
     if (!timed || !meter) return;
-    if (barrier) barrier->arrive([this] { meter->mark_begin(); });
-    else meter->mark_begin();
+    if (barrier)
+      barrier->arrive([this] { meter->mark_begin(); });
+    else
+      meter->mark_begin();
   }
   double step_mark_end() const {
     if (!timed || !meter) return 0;
-    if (barrier) barrier->arrive([this] { meter->mark_end(); });  // the last to arrive
-    else meter->mark_end();
+    if (barrier)
+      barrier->arrive([this] { meter->mark_end(); });  // the last to arrive
+    else
+      meter->mark_end();
     return meter->last_step_s();
   }
 };
@@ -91,8 +103,8 @@ void check_output_paths(const TrainerConfig& c, bool lead) {
   const std::string& ck = c.checkpoint_dir;
   if (!ck.empty() && lead) {
     fs::create_directories(ck, ec);
-    DITTO_CHECK(!ec, c.name_of("checkpoint_dir"), ": cannot create directory '", ck, "': ",
-                ec.message());
+    DITTO_CHECK(!ec, c.name_of("checkpoint_dir"), ": cannot create directory '", ck,
+                "': ", ec.message());
     DITTO_CHECK(::access(ck.c_str(), W_OK | X_OK) == 0, c.name_of("checkpoint_dir"),
                 ": expected a writable directory, got '", ck, "': ", std::strerror(errno));
     try {
@@ -115,39 +127,40 @@ RankSettings agreed_settings(const TrainerConfig& c, const DataSource& data) {
   std::ostringstream hidden;
   for (std::size_t i = 0; i < c.hidden.size(); ++i) hidden << (i ? "," : "") << c.hidden[i];
   RankSettings s = c.rank_settings;
-  s.insert(s.end(), {{c.name_of("backend"), c.backend},
-                 {c.name_of("trainer"), trainer_kind_name(c.trainer)},
-                 {c.name_of("determinism"), determinism_name(c.determinism)},
-                 {c.name_of("dtype"), dtype_name(c.dtype)},
-                 {c.name_of("model_name"), c.model_name},
-                 {c.name_of("make_model"), c.make_model ? "set" : "unset"},
-                 {c.name_of("hidden"), hidden.str()},
-                 {"data inputs", std::to_string(data.num_inputs())},
-                 {"data outputs", std::to_string(data.num_outputs())},
-                 {c.name_of("optimizer"), c.optimizer},
-                 {c.name_of("lr"), g(c.effective_lr())},
-                 {c.name_of("momentum"), g(c.momentum)},
-                 {c.name_of("weight_decay"), g(c.weight_decay)},
-                 {c.name_of("loss"), c.loss},
-                 {c.name_of("batch_size"), std::to_string(c.batch_size)},
-                 {c.name_of("epochs"), std::to_string(c.epochs)},
-                 {c.name_of("max_iters"), std::to_string(c.max_iters)},
-                 {c.name_of("eval_interval"), std::to_string(c.eval_interval)},
-                 {c.name_of("eval_iters"), std::to_string(c.eval_iters)},
-                 {c.name_of("eval_only"), c.eval_only ? "true" : "false"},
-                 {c.name_of("eval_batch_size"), std::to_string(c.eval_batch_size)},
-                 {c.name_of("seed"), std::to_string(c.seed)},
-                 {c.name_of("micro_shards"), std::to_string(c.micro_shards)},
-                 {c.name_of("bucket_cap_mb"), g(c.bucket_cap_mb)},
-                 {c.name_of("grad_clip"), g(c.grad_clip)},
-                 {c.name_of("zero_stage"), std::to_string(c.zero_stage)},
-                 {c.name_of("grad_accum_steps"), std::to_string(c.grad_accum_steps)},
-                 {c.name_of("dry_run"), c.dry_run ? "true" : "false"},
-                 {c.name_of("checkpoint_dir"), c.checkpoint_dir.empty() ? "unset" : "set"},
-                 {c.name_of("checkpoint_every"), std::to_string(c.checkpoint_every)},
-                 {c.name_of("resume_dir"), c.resume_dir},
-                 {c.name_of("comm_timeout_ms"), std::to_string(c.comm_timeout_ms)},
-                 {c.name_of("allow_nonfinite_loss"), c.allow_nonfinite_loss ? "true" : "false"}});
+  s.insert(s.end(),
+           {{c.name_of("backend"), c.backend},
+            {c.name_of("trainer"), trainer_kind_name(c.trainer)},
+            {c.name_of("determinism"), determinism_name(c.determinism)},
+            {c.name_of("dtype"), dtype_name(c.dtype)},
+            {c.name_of("model_name"), c.model_name},
+            {c.name_of("make_model"), c.make_model ? "set" : "unset"},
+            {c.name_of("hidden"), hidden.str()},
+            {"data inputs", std::to_string(data.num_inputs())},
+            {"data outputs", std::to_string(data.num_outputs())},
+            {c.name_of("optimizer"), c.optimizer},
+            {c.name_of("lr"), g(c.effective_lr())},
+            {c.name_of("momentum"), g(c.momentum)},
+            {c.name_of("weight_decay"), g(c.weight_decay)},
+            {c.name_of("loss"), c.loss},
+            {c.name_of("batch_size"), std::to_string(c.batch_size)},
+            {c.name_of("epochs"), std::to_string(c.epochs)},
+            {c.name_of("max_iters"), std::to_string(c.max_iters)},
+            {c.name_of("eval_interval"), std::to_string(c.eval_interval)},
+            {c.name_of("eval_iters"), std::to_string(c.eval_iters)},
+            {c.name_of("eval_only"), c.eval_only ? "true" : "false"},
+            {c.name_of("eval_batch_size"), std::to_string(c.eval_batch_size)},
+            {c.name_of("seed"), std::to_string(c.seed)},
+            {c.name_of("micro_shards"), std::to_string(c.micro_shards)},
+            {c.name_of("bucket_cap_mb"), g(c.bucket_cap_mb)},
+            {c.name_of("grad_clip"), g(c.grad_clip)},
+            {c.name_of("zero_stage"), std::to_string(c.zero_stage)},
+            {c.name_of("grad_accum_steps"), std::to_string(c.grad_accum_steps)},
+            {c.name_of("dry_run"), c.dry_run ? "true" : "false"},
+            {c.name_of("checkpoint_dir"), c.checkpoint_dir.empty() ? "unset" : "set"},
+            {c.name_of("checkpoint_every"), std::to_string(c.checkpoint_every)},
+            {c.name_of("resume_dir"), c.resume_dir},
+            {c.name_of("comm_timeout_ms"), std::to_string(c.comm_timeout_ms)},
+            {c.name_of("allow_nonfinite_loss"), c.allow_nonfinite_loss ? "true" : "false"}});
   for (const auto& [k, v] : data.checkpoint_config()) s.emplace_back("data " + k, v);
   for (const auto& [k, v] : c.checkpoint_settings) s.emplace_back(k, v);
   for (const auto& e : c.extensions)
@@ -163,8 +176,10 @@ void check_loss(const TrainerConfig& c, Replica& rep, double loss_sum, std::int6
   std::ostringstream rank;
   if (Communicator* comm = rep.communicator()) rank << " on rank " << comm->rank();
   const double loss = rows > 0 ? loss_sum / static_cast<double>(rows) : loss_sum;
-  throw Error(detail::cat("Trainer: step ", step, where, ": the training loss", rank.str(),
-                          " is ", std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf",
+  throw Error(detail::cat("Trainer: step ", step, where, ": the training loss", rank.str(), " is ",
+                          std::isnan(loss) ? "nan"
+                          : loss > 0       ? "inf"
+                                           : "-inf",
                           ", expected a finite loss (the model diverged or the data holds "
                           "extreme values: lower the learning rate, clip the gradients, or set ",
                           c.name_of("allow_nonfinite_loss"), " to keep going)"));
@@ -213,8 +228,7 @@ void Trainer::report_step(Run& run, Replica& rep, StepMetrics m, double loss_sum
   callbacks_.on_step(m);
 }
 
-Trainer::Trainer(TrainerConfig config, std::shared_ptr<DataSource> data,
-                 TrainerCallbacks callbacks)
+Trainer::Trainer(TrainerConfig config, std::shared_ptr<DataSource> data, TrainerCallbacks callbacks)
     : config_(std::move(config)), data_(std::move(data)), callbacks_(std::move(callbacks)) {
   DITTO_CHECK(data_ != nullptr, "Trainer: data: expected a data source, got null");
   validate(config_);
@@ -227,8 +241,11 @@ TrainerState Trainer::initial_state() const {
   TrainerState ts;  // the run's position: saved by checkpoints, restored by a resume
   ts.seed = c.seed;
   const int devices = dist::is_initialized() ? dist::world_size() : c.devices;
-  ts.config = {{"model", model_name(c, *data_)}, {"optimizer", c.optimizer}, {"loss", c.loss},
-               {"batch_size", std::to_string(c.batch_size)}, {"seed", std::to_string(c.seed)},
+  ts.config = {{"model", model_name(c, *data_)},
+               {"optimizer", c.optimizer},
+               {"loss", c.loss},
+               {"batch_size", std::to_string(c.batch_size)},
+               {"seed", std::to_string(c.seed)},
                {"determinism", determinism_name(c.determinism)},
                {"micro_shards", std::to_string(c.micro_shards)},
                {"devices", std::to_string(devices)}};
@@ -274,7 +291,8 @@ FitResult Trainer::fit() {
   // fit() restarts the process-wide backend (init_backend): a second run at the same time would
   // pull the devices from under the first one.
   static std::atomic<bool> running{false};
-  DITTO_CHECK(!running.exchange(true), "Trainer::fit: another fit() is running in this process "
+  DITTO_CHECK(!running.exchange(true),
+              "Trainer::fit: another fit() is running in this process "
               "(it owns the process-wide backend): expected one fit() at a time");
   struct Done {
     ~Done() { running = false; }
@@ -289,8 +307,8 @@ FitResult Trainer::fit() {
   // rank 0 alone cannot write) sends its error in that step's exchange instead, so the others
   // fail at once naming it rather than wait for it (check_ranks_agree with `refused`). Each
   // exchange of agreeing processes is one 24-byte allgather.
-  const std::int64_t timeout_ms = c.comm_timeout_ms > 0 ? c.comm_timeout_ms
-                                                        : CommOptions{}.timeout_ms;
+  const std::int64_t timeout_ms =
+      c.comm_timeout_ms > 0 ? c.comm_timeout_ms : CommOptions{}.timeout_ms;
   auto step = [&](const RankSettings& settings, const std::function<void()>& checks) {
     std::exception_ptr refused;
     try {
@@ -306,7 +324,8 @@ FitResult Trainer::fit() {
   step(agreed_settings(c, *data_), [&] {  // the settings alone
     DITTO_CHECK(!run.processes || c.trainer == TrainerKind::ddp, c.name_of("trainer"),
                 ": under mpirun each process is one rank, which needs ddp (DataParallel drives "
-                "every device from one process), got '", trainer_kind_name(c.trainer), "'");
+                "every device from one process), got '",
+                trainer_kind_name(c.trainer), "'");
     int devices = c.devices;  // a single process's: a simulated cluster may multiply them
     for (const auto& e : c.extensions) devices = e->devices(c, devices);
     run.n_dev = run.processes ? dist::world_size() : devices;
@@ -314,7 +333,8 @@ FitResult Trainer::fit() {
     name = resolve_backend_name(c.backend);
     // A dry run (Note [Dry run], backend_sim/sim_backend.h) prices the whole cluster in one
     // process; the backend must run dry (init_backend refuses it otherwise) and price the work.
-    DITTO_CHECK(!c.dry_run || !run.processes, c.name_of("dry_run"), ": expected one process "
+    DITTO_CHECK(!c.dry_run || !run.processes, c.name_of("dry_run"),
+                ": expected one process "
                 "(a dry run prices the whole cluster in one), got mpirun with ",
                 dist::world_size(), " processes");
     // Under mpirun a process holds the one device of its rank: a backend of virtual devices
@@ -333,20 +353,26 @@ FitResult Trainer::fit() {
       run.be = &init_backend(name, bopts);
     } catch (const InvalidArgument& e) {
       if (!c.dry_run) throw;
-      throw InvalidArgument(detail::cat(c.name_of("dry_run"), ": expected a backend that runs "
-                                        "dry (BackendOptions::dry_run), got backend '", name,
-                                        "': ", e.what()));
+      throw InvalidArgument(detail::cat(c.name_of("dry_run"),
+                                        ": expected a backend that runs "
+                                        "dry (BackendOptions::dry_run), got backend '",
+                                        name, "': ", e.what()));
     }
     Backend& be = *run.be;
     DITTO_CHECK(!c.dry_run || be.extension<CostModelExtension>(), c.name_of("dry_run"),
                 ": expected a backend with a cost model to price the steps it does not run "
-                "(CostModelExtension), got backend '", be.name(), "'");
-    if (!run.processes) run.devs = ditto::devices(be.name(), run.n_dev);
-    else run.devs = {Device(be.name(), dist::local_rank() % be.device_count())};
+                "(CostModelExtension), got backend '",
+                be.name(), "'");
+    if (!run.processes)
+      run.devs = ditto::devices(be.name(), run.n_dev);
+    else
+      run.devs = {Device(be.name(), dist::local_rank() % be.device_count())};
     if (c.comm_timeout_ms != 0) {
       auto* fx = be.extension<FaultExtension>();
-      DITTO_CHECK(fx, c.name_of("comm_timeout_ms"), ": expected a backend whose communicators "
-                  "take a timeout (FaultExtension), got backend '", be.name(), "'");
+      DITTO_CHECK(fx, c.name_of("comm_timeout_ms"),
+                  ": expected a backend whose communicators "
+                  "take a timeout (FaultExtension), got backend '",
+                  be.name(), "'");
       fx->set_comm_timeout(c.comm_timeout_ms);
     }
     for (const auto& e : c.extensions) e->configure(c, run.context());
@@ -402,8 +428,8 @@ FitResult Trainer::fit_dp(Run& run) {
   CostMeter meter(*run.be, run.n_dev, config_.dtype, config_.flops_per_sample);
   run.meter = &meter;
   run.timed = run.predicts(config_);
-  FitResult res = config_.max_iters > 0 ? train_iterations(run, rep, ts)
-                                         : train_replica(run, rep, ts);
+  FitResult res =
+      config_.max_iters > 0 ? train_iterations(run, rep, ts) : train_replica(run, rep, ts);
   state_ = ts;
   finish(run, res);
   return res;
@@ -415,8 +441,8 @@ FitResult Trainer::fit_ddp(Run& run) {
   std::unique_ptr<CostMeter> meter;
   std::unique_ptr<RankBarrier> barrier;
   if (!run.processes) {  // the rank threads meet at each epoch's start and end
-    meter = std::make_unique<CostMeter>(*run.be, run.n_dev, config_.dtype,
-                                        config_.flops_per_sample);
+    meter =
+        std::make_unique<CostMeter>(*run.be, run.n_dev, config_.dtype, config_.flops_per_sample);
     barrier = std::make_unique<RankBarrier>(run.n_dev);
   }
   run.meter = meter.get();
@@ -439,17 +465,18 @@ FitResult Trainer::fit_ddp(Run& run) {
       } catch (...) {
         refused = std::current_exception();
       }
-      const std::int64_t timeout = config_.comm_timeout_ms > 0 ? config_.comm_timeout_ms
-                                                                : CommOptions{}.timeout_ms;
+      const std::int64_t timeout =
+          config_.comm_timeout_ms > 0 ? config_.comm_timeout_ms : CommOptions{}.timeout_ms;
       check_ranks_agree({{config_.name_of("resume_dir") + " (the step of the checkpoint each "
-                          "rank resumed from)", std::to_string(ts.step)}},
+                                                          "rank resumed from)",
+                          std::to_string(ts.step)}},
                         timeout, refused);
       if (rep.lead() && callbacks_.on_resume) callbacks_.on_resume(config_.resume_dir, ts);
     } else if (!config_.resume_dir.empty()) {
       ts = resume(rep, ts, rep.lead());
     }
-    FitResult r = config_.max_iters > 0 ? train_iterations(run, rep, ts)
-                                        : train_replica(run, rep, ts);
+    FitResult r =
+        config_.max_iters > 0 ? train_iterations(run, rep, ts) : train_replica(run, rep, ts);
     comm.stream().synchronize();
     if (rep.lead()) state_ = ts;
     results[run.processes ? 0 : static_cast<std::size_t>(comm.rank())] = std::move(r);
@@ -535,15 +562,13 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     res.train_loss = seen ? total / seen : 0.0;
     ts.train_loss = res.train_loss;  // the checkpoints after this epoch record it
     run.epoch_end(steps, seen);
-    const double dt =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     res.train_time_s += dt;
     if (!rep.lead()) continue;
-    if (data_->eval_set().size() > 0)
-      res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
+    if (data_->eval_set().size() > 0) res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
     if (callbacks_.on_epoch) {
-      EpochMetrics m{epoch, ts.step, res.train_loss, res.eval.loss, res.eval.accuracy, seen,
-                     dt, dt > 0 ? seen / dt : 0.0};
+      EpochMetrics m{epoch, ts.step, res.train_loss,          res.eval.loss, res.eval.accuracy,
+                     seen,  dt,      dt > 0 ? seen / dt : 0.0};
       if (c.dry_run) {  // nothing ran: no losses, accuracy or wall-clock speed, only predictions
         m.dry_run = true;
         m.train_loss = m.val_loss = m.val_acc = m.epoch_time_s = m.samples_per_s = 0;
@@ -575,21 +600,20 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   auto checkpoint = [&] {
     rep.prepare_checkpoint();  // every rank
     if (rep.lead())
-      save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), ts, 2,
-                      c.checkpoint_aliases);
+      save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), ts, 2, c.checkpoint_aliases);
     saved_step = ts.step;
   };
   auto eval_due = [&](std::int64_t s) {
-    return c.eval_iters > 0 && ((c.eval_interval > 0 && s % c.eval_interval == 0) ||
-                                s == c.max_iters);
+    return c.eval_iters > 0 &&
+           ((c.eval_interval > 0 && s % c.eval_interval == 0) || s == c.max_iters);
   };
   FitResult res;
   const std::int64_t first = ts.step;  // of this run (a resumed one starts later)
   std::int64_t interval_tokens = 0;
   double interval_s = 0;
   // The learning rate of the last step taken (of step 0 before it), as evaluations report it.
-  double lr = c.lr_schedule ? c.lr_schedule(std::max<std::int64_t>(ts.step - 1, 0))
-                            : rep.optimizer().lr();
+  double lr =
+      c.lr_schedule ? c.lr_schedule(std::max<std::int64_t>(ts.step - 1, 0)) : rep.optimizer().lr();
   for (;;) {
     if (rep.lead() && (eval_due(ts.step) || (c.eval_only && c.eval_iters > 0))) {
       EvalMetrics m;
@@ -651,8 +675,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
       }
     }
     run.epoch_end(steps, samples);
-    const double dt =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     res.train_time_s += dt;
     interval_s += dt;
     interval_tokens += tokens;

@@ -3,9 +3,9 @@
 // DataSource (or, with TrainerConfig::max_iters, that many optimizer steps with an evaluation
 // every eval_interval steps, as nanoGPT's train.py), reports each epoch or evaluation through
 // callbacks (TrainerCallbacks; a JSON-lines writer is in
-// core/train/metrics.h), saves and resumes checkpoints (core/checkpoint/checkpoint.h), and returns the
-// final metrics: losses, accuracy, the parameter checksum, the cost model's prediction and every
-// device's memory. It knows no backend by name: what a backend adds (the simulator's cluster,
+// core/train/metrics.h), saves and resumes checkpoints (core/checkpoint/checkpoint.h), and returns
+// the final metrics: losses, accuracy, the parameter checksum, the cost model's prediction and
+// every device's memory. It knows no backend by name: what a backend adds (the simulator's cluster,
 // stragglers, trace, faults: sim::SimRun) comes in through TrainerConfig::extensions
 // (core/train/trainer_extension.h). One replica of the run is a Replica (core/train/replica.h).
 // ditto-train is options -> TrainerConfig -> Trainer.
@@ -25,10 +25,10 @@
 #include <utility>
 #include <vector>
 
-#include "core/comm/communicator.h"
 #include "core/checkpoint/checkpoint.h"
-#include "core/runtime/backend.h"
+#include "core/comm/communicator.h"
 #include "core/data/data_source.h"
+#include "core/runtime/backend.h"
 #include "core/train/metrics.h"
 #include "core/train/replica.h"
 #include "core/train/trainer_config.h"

@@ -1,9 +1,10 @@
 // TrainerConfig's helpers, the names of TrainerKind, and the config's validation.
+#include "core/train/trainer_config.h"
+
 #include <cmath>
 
-#include "core/comm/communicator.h"
 #include "core/base/error.h"
-#include "core/train/trainer_config.h"
+#include "core/comm/communicator.h"
 #include "core/train/trainer_extension.h"
 
 namespace ditto::train {
@@ -39,50 +40,59 @@ void validate(const TrainerConfig& c) {
   DITTO_CHECK(!c.memory_capacity || *c.memory_capacity > 0, n("memory_capacity"),
               ": expected bytes > 0, got 0");
   DITTO_CHECK(c.comm_timeout_ms >= 0 && c.comm_timeout_ms <= kMaxCommTimeoutMs,
-              n("comm_timeout_ms"), ": expected 0 (the communicators' own) to ",
-              kMaxCommTimeoutMs, " ms (2^31, about 24.9 days), got ", c.comm_timeout_ms);
+              n("comm_timeout_ms"), ": expected 0 (the communicators' own) to ", kMaxCommTimeoutMs,
+              " ms (2^31, about 24.9 days), got ", c.comm_timeout_ms);
   DITTO_CHECK(c.make_loss || c.loss == "cross-entropy" || c.loss == "mse", n("loss"),
               ": expected cross-entropy or mse, got '", c.loss, "'");
-  DITTO_CHECK(c.make_optimizer || c.optimizer == "sgd" || c.optimizer == "adam",
-              n("optimizer"), ": expected sgd or adam, got '", c.optimizer, "'");
+  DITTO_CHECK(c.make_optimizer || c.optimizer == "sgd" || c.optimizer == "adam", n("optimizer"),
+              ": expected sgd or adam, got '", c.optimizer, "'");
   DITTO_CHECK(c.checkpoint_every >= 0 && (c.checkpoint_every == 0 || !c.checkpoint_dir.empty()),
               n("checkpoint_every"), ": expected >= 0, with ", n("checkpoint_dir"), " DIR, got ",
               c.checkpoint_every, c.checkpoint_dir.empty() ? " without " : "",
               c.checkpoint_dir.empty() ? n("checkpoint_dir") : "");
   // A dry run holds no tensor data: its checkpoints would be all zeros, and saving them would
   // rotate a real run's checkpoints out of the directory.
-  DITTO_CHECK(!c.dry_run || c.checkpoint_dir.empty(), n("checkpoint_dir"),
-              ": expected none with ", n("dry_run"), " (a dry run holds no tensor data, so its "
-              "checkpoints would be all zeros), got '", c.checkpoint_dir, "'");
+  DITTO_CHECK(!c.dry_run || c.checkpoint_dir.empty(), n("checkpoint_dir"), ": expected none with ",
+              n("dry_run"),
+              " (a dry run holds no tensor data, so its "
+              "checkpoints would be all zeros), got '",
+              c.checkpoint_dir, "'");
   DITTO_CHECK(c.bucket_cap_mb > 0 && std::isfinite(c.bucket_cap_mb), n("bucket_cap_mb"),
               ": expected a finite size in MiB > 0, got ", c.bucket_cap_mb);
   DITTO_CHECK(c.max_iters >= 0, n("max_iters"), ": expected >= 0 (0: epoch mode), got ",
               c.max_iters);
-  DITTO_CHECK(c.eval_interval >= 0, n("eval_interval"), ": expected >= 0 (0: at the end only), "
-              "got ", c.eval_interval);
+  DITTO_CHECK(c.eval_interval >= 0, n("eval_interval"),
+              ": expected >= 0 (0: at the end only), "
+              "got ",
+              c.eval_interval);
   DITTO_CHECK(c.eval_iters >= 0, n("eval_iters"), ": expected >= 0 (0: no evaluation), got ",
               c.eval_iters);
   DITTO_CHECK(!c.eval_only || c.max_iters > 0, n("eval_only"), ": expected iteration mode (",
               n("max_iters"), " > 0: nanoGPT's loop, whose evaluation it runs), got ",
               n("max_iters"), " ", c.max_iters);
-  DITTO_CHECK(!c.eval_only || c.checkpoint_dir.empty(), n("checkpoint_dir"), ": expected none "
-              "with ", n("eval_only"), " (it trains nothing and writes no checkpoint), got '",
+  DITTO_CHECK(!c.eval_only || c.checkpoint_dir.empty(), n("checkpoint_dir"),
+              ": expected none "
+              "with ",
+              n("eval_only"), " (it trains nothing and writes no checkpoint), got '",
               c.checkpoint_dir, "'");
   DITTO_CHECK(std::isfinite(c.grad_clip) && c.grad_clip >= 0, n("grad_clip"),
               ": expected a finite max_norm >= 0 (0: no clipping), got ", c.grad_clip);
-  DITTO_CHECK(c.dtype == DType::f32 || c.dtype == DType::bf16 || c.dtype == DType::f16,
-              n("dtype"), ": expected f32, bf16 or f16, got ",
+  DITTO_CHECK(c.dtype == DType::f32 || c.dtype == DType::bf16 || c.dtype == DType::f16, n("dtype"),
+              ": expected f32, bf16 or f16, got ",
               is_valid_dtype(c.dtype) ? dtype_name(c.dtype) : "an invalid DType");
   DITTO_CHECK(c.zero_stage == 0 || c.zero_stage == 1, n("zero_stage"),
               ": expected 0 (none) or 1 (optimizer state sharded), got ", c.zero_stage);
   DITTO_CHECK(c.zero_stage == 0 || c.trainer == TrainerKind::ddp, n("zero_stage"), " ",
-              c.zero_stage, " needs ", n("trainer"), " ddp (ZeRO shards the optimizer over "
-              "DDP's ranks), got ", trainer_kind_name(c.trainer));
-  DITTO_CHECK(c.log_interval >= 0, n("log_interval"), ": expected >= 0 (0: no progress "
-              "lines), got ", c.log_interval);
-  DITTO_CHECK(std::isfinite(c.flops_per_sample) && c.flops_per_sample >= 0,
-              n("flops_per_sample"), ": expected a finite value >= 0 (0: unknown), got ",
-              c.flops_per_sample);
+              c.zero_stage, " needs ", n("trainer"),
+              " ddp (ZeRO shards the optimizer over "
+              "DDP's ranks), got ",
+              trainer_kind_name(c.trainer));
+  DITTO_CHECK(c.log_interval >= 0, n("log_interval"),
+              ": expected >= 0 (0: no progress "
+              "lines), got ",
+              c.log_interval);
+  DITTO_CHECK(std::isfinite(c.flops_per_sample) && c.flops_per_sample >= 0, n("flops_per_sample"),
+              ": expected a finite value >= 0 (0: unknown), got ", c.flops_per_sample);
   DITTO_CHECK(c.grad_accum_steps >= 1, n("grad_accum_steps"), ": expected >= 1, got ",
               c.grad_accum_steps);
   for (const auto& h : c.hidden)

@@ -50,7 +50,7 @@ using TargetFactory =
 struct TrainerConfig {
   // ---- backend and devices
   std::string backend{kDefaultBackend};  ///< a registered backend, or "auto"
-  int devices = 4;              ///< devices (ranks) per node; under mpirun: ignored (the processes)
+  int devices = 4;  ///< devices (ranks) per node; under mpirun: ignored (the processes)
   /// Bytes per device of a backend of virtual devices (BackendOptions::memory_capacity); unset:
   /// an extension's (a device profile's memory: TrainerExtension::plan), else the backend's
   /// default (80 GiB).
@@ -65,18 +65,18 @@ struct TrainerConfig {
   float momentum = 0.9f;                  ///< sgd
   float weight_decay = 0.0f;
   OptimizerFactory make_optimizer;
-  std::string loss = "cross-entropy";     ///< cross-entropy | mse (when make_loss is unset)
+  std::string loss = "cross-entropy";  ///< cross-entropy | mse (when make_loss is unset)
   LossFactory make_loss;
   TargetFactory make_target;
 
   // ---- the loop
-  std::int64_t batch_size = 64;       ///< global batch (split over the devices)
+  std::int64_t batch_size = 64;  ///< global batch (split over the devices)
   int epochs = 20;
-  std::uint64_t seed = 0;             ///< initialisation and shuffling
+  std::uint64_t seed = 0;  ///< initialisation and shuffling
   Determinism determinism = Determinism::bitwise;
   std::int64_t micro_shards = kDefaultMicroShards;
   TrainerKind trainer = TrainerKind::dp;
-  double bucket_cap_mb = 25.0;        ///< ddp
+  double bucket_cap_mb = 25.0;  ///< ddp
   std::int64_t eval_batch_size = 512;
 
   // ---- iteration mode (nanoGPT's train.py loop): max_iters > 0 trains max_iters optimizer steps
@@ -84,9 +84,9 @@ struct TrainerConfig {
   // eval_iters fixed batches of each split (DataSource::eval_batch, batch_size rows each) with
   // the model in eval mode (set_training(false)) at step 0, every eval_interval steps and at the
   // end (TrainerCallbacks::on_eval). The model's step (Module::set_step) is the global step.
-  std::int64_t max_iters = 0;       ///< 0: epoch mode
-  std::int64_t eval_interval = 0;   ///< steps between evaluations; 0: at the end only
-  std::int64_t eval_iters = 0;      ///< batches per split per evaluation; 0: no evaluation
+  std::int64_t max_iters = 0;      ///< 0: epoch mode
+  std::int64_t eval_interval = 0;  ///< steps between evaluations; 0: at the end only
+  std::int64_t eval_iters = 0;     ///< batches per split per evaluation; 0: no evaluation
   /// nanoGPT's eval_only: iteration mode without training. fit() builds (and resumes) the model,
   /// evaluates eval_iters batches of each split once at the resumed step (0 for a fresh run), then
   /// ends: no optimizer step, no checkpoint (checkpoint_dir must be empty), on_finish still

@@ -6,9 +6,9 @@
 #include <cstdio>
 #include <vector>
 
+#include "core/base/error.h"
 #include "core/comm/communicator.h"
 #include "core/runtime/backend.h"
-#include "core/base/error.h"
 #include "core/runtime/tensor.h"
 
 int main() {

@@ -1,29 +1,28 @@
-// Tests of the communicator with one rank per process (Communicator::init_rank, core/distributed/distributed.h)
-// on the simulator over MPI. Run by ctest under `mpirun -np N` for N = 1, 2, 4, 8 (tests/
-// CMakeLists.txt); every process runs every test as its rank, and only rank 0 prints. Checks:
-// every collective and op in both determinism modes against host values from rank-dependent
-// inputs; bitwise all_reduce, reduce and reduce_scatter equal bit for bit to the in-process
-// simulator's (Communicator::init_all over N virtual devices of this process); call mismatches;
-// a rank that never arrives (Timeout naming it); argument errors of init_rank.
+// Tests of the communicator with one rank per process (Communicator::init_rank,
+// core/distributed/distributed.h) on the simulator over MPI. Run by ctest under `mpirun -np N` for
+// N = 1, 2, 4, 8 (tests/ CMakeLists.txt); every process runs every test as its rank, and only rank
+// 0 prints. Checks: every collective and op in both determinism modes against host values from
+// rank-dependent inputs; bitwise all_reduce, reduce and reduce_scatter equal bit for bit to the
+// in-process simulator's (Communicator::init_all over N virtual devices of this process); call
+// mismatches; a rank that never arrives (Timeout naming it); argument errors of init_rank.
 #include <gtest/gtest.h>
-
-#include <limits>
 
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
-#include "core/runtime/backend.h"
+#include "../test_util.h"
+#include "core/base/error.h"
 #include "core/comm/communicator.h"
 #include "core/distributed/distributed.h"
-#include "core/base/error.h"
+#include "core/runtime/backend.h"
 #include "core/train/launcher.h"
 #include "core/train/trainer.h"
-#include "../test_util.h"
 #include "mpi_test_util.h"
 
 namespace ditto {
@@ -86,15 +85,15 @@ TEST_P(MpiCollectives, DescribesItsRanks) {
 TEST_P(MpiCollectives, AllReduceEveryOpAndCount) {
   Communicator c = Communicator::init_rank(kLocal, world(), me(), opts(GetParam()));
   for (std::int64_t n : {0, 1, 7, 1000, 4099}) {
-    for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max,
-                        ReduceOp::avg}) {
+    for (ReduceOp op :
+         {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg}) {
       Tensor send = on_device(inputs<float>(me(), n));
       Tensor recv = Tensor::zeros({n}, DType::f32, kLocal);
       c.all_reduce(send, recv, op);
       EXPECT_EQ(recv.to_vector<float>(), host_reduce<float>(world(), n, op))
           << "count " << n << " op " << reduce_op_name(op);
       EXPECT_EQ(send.to_vector<float>(), inputs<float>(me(), n));  // send untouched
-      c.all_reduce(send, op);  // in place
+      c.all_reduce(send, op);                                      // in place
       EXPECT_EQ(send.to_vector<float>(), host_reduce<float>(world(), n, op))
           << "in place, count " << n << " op " << reduce_op_name(op);
     }
@@ -192,7 +191,9 @@ TEST_P(MpiCollectives, BarrierThenMoreWork) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, MpiCollectives,
                          ::testing::Values(Determinism::bitwise, Determinism::fast),
-                         [](const auto& info) { return std::string(determinism_name(info.param)); });
+                         [](const auto& info) {
+                           return std::string(determinism_name(info.param));
+                         });
 
 // ---- bitwise: the in-process simulator's bits ---------------------------------------------------
 
@@ -242,9 +243,8 @@ TEST(MpiDist, LocalRankAndSizeOnOneNodeAreTheWorlds) {
 TEST(MpiBitwise, AllReduceEqualsInProcessSimulatorBitForBit) {
   const std::int64_t n = 5003;  // not a multiple of the world size
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::prod}) {
-    auto ref = in_process(n, n, [&](auto& comms, auto& send, auto& recv) {
-      all_reduce(comms, send, recv, op);
-    });
+    auto ref = in_process(
+        n, n, [&](auto& comms, auto& send, auto& recv) { all_reduce(comms, send, recv, op); });
     Communicator c = Communicator::init_rank(kLocal, world(), me(), opts(Determinism::bitwise));
     Tensor t = on_device(rough_inputs(me(), n));
     c.all_reduce(t, op);
@@ -333,7 +333,8 @@ TEST(MpiErrors, RankThatNeverArrivesTimesOutTheOthers) {
     c.all_reduce(t);
     expect_error<Timeout>([&] { c.stream().synchronize(); },
                           "all_reduce (collective #1 on this communicator): timed out after 300 "
-                          "ms waiting for rank " + std::to_string(absent));
+                          "ms waiting for rank " +
+                              std::to_string(absent));
     // Aborted: later calls fail at once.
     expect_error<BackendError>([&] { c.all_reduce(t); },
                                "all_reduce: communicator aborted by an earlier error");
@@ -455,14 +456,14 @@ TEST(MpiDist, CheckRanksAgreeCarriesARanksRefusalToEveryRankAtOnce) {
   const train::RankSettings mine{{"--loss", "mse"}};
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    train::check_ranks_agree(
-        mine, 300000, me() == odd ? std::make_exception_ptr(InvalidArgument(why)) : nullptr);
+    train::check_ranks_agree(mine, 300000,
+                             me() == odd ? std::make_exception_ptr(InvalidArgument(why)) : nullptr);
     ADD_FAILURE() << "rank " << me() << ": expected an error";
   } catch (const PeerFailure& e) {
     EXPECT_NE(me(), odd) << e.what();
     EXPECT_EQ(e.failed_rank(), odd);
-    EXPECT_EQ(std::string(e.what()), "rank " + std::to_string(odd) + " refused its arguments: " +
-                                         why);
+    EXPECT_EQ(std::string(e.what()),
+              "rank " + std::to_string(odd) + " refused its arguments: " + why);
   } catch (const InvalidArgument& e) {
     EXPECT_EQ(me(), odd) << e.what();  // its own error, as it was
     EXPECT_EQ(std::string(e.what()), why);
@@ -472,10 +473,10 @@ TEST(MpiDist, CheckRanksAgreeCarriesARanksRefusalToEveryRankAtOnce) {
   if (world() >= 3) {  // two refusals: the first named, the other counted
     const bool refuses = me() >= 1;
     try {
-      train::check_ranks_agree(mine, 300000,
-                               refuses ? std::make_exception_ptr(
-                                             InvalidArgument("mine " + std::to_string(me())))
-                                       : nullptr);
+      train::check_ranks_agree(
+          mine, 300000,
+          refuses ? std::make_exception_ptr(InvalidArgument("mine " + std::to_string(me())))
+                  : nullptr);
       ADD_FAILURE() << "rank " << me() << ": expected an error";
     } catch (const PeerFailure& e) {
       EXPECT_EQ(me(), 0);
@@ -563,16 +564,16 @@ TEST(MpiDist, TrainerFitCarriesRankZerosRefusalToEveryRank) {
 }
 
 TEST(MpiErrors, InitRankChecksItsArguments) {
-  expect_error<InvalidArgument>([] { Communicator::init_rank(kLocal, world() + 1, me()); },
-                                "Communicator::init_rank: world_size: expected " +
-                                    std::to_string(world()));
+  expect_error<InvalidArgument>(
+      [] { Communicator::init_rank(kLocal, world() + 1, me()); },
+      "Communicator::init_rank: world_size: expected " + std::to_string(world()));
   expect_error<InvalidArgument>(
       [] { Communicator::init_rank(kLocal, world(), (me() + 1) % (world() + 1)); },
       "Communicator::init_rank: rank: expected " + std::to_string(me()));
   expect_error<InvalidArgument>([] { Communicator::init_rank(Device::cpu(), world(), me()); },
                                 "local_device: expected a device of a GPU backend");
-  expect_error<InvalidArgument>(
-      [] { Communicator::init_rank(Device("sim", 1000), world(), me()); }, "out of range");
+  expect_error<InvalidArgument>([] { Communicator::init_rank(Device("sim", 1000), world(), me()); },
+                                "out of range");
 }
 
 TEST(MpiErrors, SingleControllerFormsRefuseAProcessHandle) {
@@ -614,7 +615,8 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   ditto::dist::init(&argc, &argv);
   ditto::BackendOptions o;
-  o.device_count = ditto::dist::world_size();  // sim:0 is this rank's; all for the in-process reference
+  o.device_count =
+      ditto::dist::world_size();  // sim:0 is this rank's; all for the in-process reference
   o.memory_capacity = std::size_t(1) << 30;
   ditto::init_backend("sim", o);
   if (ditto::dist::rank() != 0) {

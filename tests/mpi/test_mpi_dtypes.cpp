@@ -10,15 +10,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "../test_util.h"
+#include "core/base/error.h"
 #include "core/comm/communicator.h"
 #include "core/distributed/distributed.h"
 #include "core/runtime/backend.h"
-#include "core/base/error.h"
-#include "../test_util.h"
 #include "mpi_test_util.h"
 
 namespace ditto {
@@ -242,7 +242,9 @@ TEST_P(MpiDTypes, GatherAndScatterFromEveryRoot) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, MpiDTypes,
                          ::testing::Values(Determinism::bitwise, Determinism::fast),
-                         [](const auto& info) { return std::string(determinism_name(info.param)); });
+                         [](const auto& info) {
+                           return std::string(determinism_name(info.param));
+                         });
 
 // bitwise bf16 all_reduce over processes: the in-process simulator's bits (f32 accumulation in
 // the canonical tree, one rounding), which a left-to-right bf16 sum does not give.
@@ -320,7 +322,8 @@ TEST(MpiSendRecv, RingInAGroupAndSeveralSendsInOrder) {
       c.recv(y, prev);
       c.send(x, next);
     }
-    EXPECT_EQ(values<std::int8_t>(y), (std::vector<std::int8_t>{static_cast<std::int8_t>(prev), -1, 7}));
+    EXPECT_EQ(values<std::int8_t>(y),
+              (std::vector<std::int8_t>{static_cast<std::int8_t>(prev), -1, 7}));
   }
 }
 
@@ -388,10 +391,9 @@ TEST(MpiSendRecv, AbortEndsAWaitingRecvAtOnce) {
 
 TEST(MpiSendRecv, PeerOutOfRange) {
   Communicator c = Communicator::init_rank(kLocal, world(), me(), opts(Determinism::fast));
-  expect_error<InvalidArgument>(
-      [&] { c.send(make(std::vector<float>(1)), world()); },
-      "Communicator::send: peer: expected a rank in [0, " + std::to_string(world()) + "), got " +
-          std::to_string(world()));
+  expect_error<InvalidArgument>([&] { c.send(make(std::vector<float>(1)), world()); },
+                                "Communicator::send: peer: expected a rank in [0, " +
+                                    std::to_string(world()) + "), got " + std::to_string(world()));
 }
 
 }  // namespace

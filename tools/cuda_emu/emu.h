@@ -3,33 +3,36 @@
 // each CUDA thread of a block runs as a fiber (its own stack) on the launching host thread, blocks
 // one after another (Note [Emulated threads]); __shared__ becomes a function static,
 // __syncthreads a barrier of the block's fibers, warp shuffles a per-warp barrier.
-// The CUDA runtime and cuBLAS calls and the backend classes are stubs (host memory is device memory).
+// The CUDA runtime and cuBLAS calls and the backend classes are stubs (host memory is device
+// memory).
 #pragma once
 #include <atomic>
 #include <bit>
-#include <type_traits>
-#include <exception>
-#include <functional>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "backend_cuda/cuda_host_logic.h"
+#include "core/base/error.h"
 #include "core/numerics/float_formats.h"
 #include "core/runtime/backend.h"
-#include "core/base/error.h"
 #include "core/runtime/stream.h"
 
 struct dim3 {
   unsigned x = 1, y = 1, z = 1;
   dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
-struct emu_uint3 { unsigned x = 0, y = 0, z = 0; };
+struct emu_uint3 {
+  unsigned x = 0, y = 0, z = 0;
+};
 inline thread_local emu_uint3 threadIdx, blockIdx;
 inline thread_local dim3 blockDim, gridDim;
 
@@ -166,10 +169,16 @@ To emu_gpu_convert(From x) {
 }
 }  // namespace ditto::cuda_emu
 
-struct alignas(16) float4 { float x, y, z, w; };
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
 inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
-struct alignas(16) uint4 { unsigned x, y, z, w; };
-struct alignas(8) uint2 { unsigned x, y; };
+struct alignas(16) uint4 {
+  unsigned x, y, z, w;
+};
+struct alignas(8) uint2 {
+  unsigned x, y;
+};
 inline int __ffs(int x) { return __builtin_ffs(x); }
 
 using cudaError_t = int;
@@ -177,10 +186,24 @@ constexpr int cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorNotSupported 
 using cudaStream_t = void*;
 inline int emu_allocs = 0;
 inline cudaError_t cudaGetLastError() { return 0; }
-inline cudaError_t cudaMallocAsync(void** p, std::size_t n, cudaStream_t) { *p = std::malloc(n); ++emu_allocs; return 0; }
-inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { std::free(p); --emu_allocs; return 0; }
-inline cudaError_t cudaMalloc(void** p, std::size_t n) { *p = std::malloc(n); return 0; }
-inline cudaError_t cudaFree(void* p) { std::free(p); return 0; }
+inline cudaError_t cudaMallocAsync(void** p, std::size_t n, cudaStream_t) {
+  *p = std::malloc(n);
+  ++emu_allocs;
+  return 0;
+}
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
+  std::free(p);
+  --emu_allocs;
+  return 0;
+}
+inline cudaError_t cudaMalloc(void** p, std::size_t n) {
+  *p = std::malloc(n);
+  return 0;
+}
+inline cudaError_t cudaFree(void* p) {
+  std::free(p);
+  return 0;
+}
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return 0; }
 
 using cublasHandle_t = void*;
@@ -197,10 +220,14 @@ inline int cublasSgemm_64(cublasHandle_t, cublasOperation_t, cublasOperation_t, 
   return 99;  // not emulated
 }
 
-#define DITTO_CUDA_CHECK(call, where) \
-  do { if ((call) != 0) throw std::runtime_error(std::string("cuda: ") + (where)); } while (0)
-#define DITTO_CUBLAS_CHECK(call, where) \
-  do { if ((call) != 0) throw std::runtime_error(std::string("cublas: ") + (where)); } while (0)
+#define DITTO_CUDA_CHECK(call, where)                                           \
+  do {                                                                          \
+    if ((call) != 0) throw std::runtime_error(std::string("cuda: ") + (where)); \
+  } while (0)
+#define DITTO_CUBLAS_CHECK(call, where)                                           \
+  do {                                                                            \
+    if ((call) != 0) throw std::runtime_error(std::string("cublas: ") + (where)); \
+  } while (0)
 
 namespace ditto::cuda_emu {  // not ditto::cuda: see extract.py
 // backend_cuda/cublas_lazy.h's table (Note [Lazy cuBLAS]) over the stubs above.
@@ -256,7 +283,8 @@ void emu_launch(void (*k)(P...), dim3 grid, dim3 block, A&&... args) {
       const unsigned n = block.x * block.y;
       EmuBarrier bar(n);
       std::vector<std::unique_ptr<EmuWarp>> warps;
-      for (unsigned w = 0; w < n; w += 32) warps.push_back(std::make_unique<EmuWarp>(std::min(32u, n - w)));
+      for (unsigned w = 0; w < n; w += 32)
+        warps.push_back(std::make_unique<EmuWarp>(std::min(32u, n - w)));
       blockIdx = {bx, by, 0};
       blockDim = block;
       gridDim = grid;

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "emu.h"
-#include "core/runtime/backend.h"
 #include "core/numerics/determinism.h"
+#include "core/runtime/backend.h"
+#include "emu.h"
 
 using namespace ditto;
 using V = std::vector<float>;
@@ -37,7 +37,11 @@ inline V mixed(std::size_t n, unsigned seed, bool zeros = true) {
 
 inline void check(const char* what, const V& a, const V& b, const std::string& ctx) {
   ++checks;
-  if (a.size() != b.size()) { ++failures; std::printf("FAIL %s %s size\n", what, ctx.c_str()); return; }
+  if (a.size() != b.size()) {
+    ++failures;
+    std::printf("FAIL %s %s size\n", what, ctx.c_str());
+    return;
+  }
   for (std::size_t i = 0; i < a.size(); ++i)
     if (std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i])) {
       ++failures;
@@ -60,8 +64,8 @@ inline void check(const char* what, const std::vector<std::uint8_t>& a,
     ++failures;
     std::size_t i = 0;
     while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
-    std::printf("FAIL %s %s: first differing byte %zu (sim %02x cuda %02x)\n", what, ctx.c_str(),
-                i, i < a.size() ? a[i] : 0, i < b.size() ? b[i] : 0);
+    std::printf("FAIL %s %s: first differing byte %zu (sim %02x cuda %02x)\n", what, ctx.c_str(), i,
+                i < a.size() ? a[i] : 0, i < b.size() ? b[i] : 0);
   }
 }
 
@@ -80,7 +84,8 @@ void both(const char* what, const std::string& ctx, std::vector<Buf> state, F f)
     std::printf("FAIL %s %s: %s\n", what, ctx.c_str(), e.what());
     return;
   }
-  for (std::size_t i = 0; i < s1.size(); ++i) check(what, s1[i], s2[i], ctx + " buf" + std::to_string(i));
+  for (std::size_t i = 0; i < s1.size(); ++i)
+    check(what, s1[i], s2[i], ctx + " buf" + std::to_string(i));
 }
 
 /// A case's sizes for its messages: dims({2, 3, 7}) is "2x3x7".
@@ -114,4 +119,3 @@ void check_fused_kernels(unsigned& seed);
 void check_dtype_kernels(unsigned& seed);
 /// The typed GEMM's checks (test_emu_gemm.cpp): gemm_ex against the simulator's MixedOp path.
 void check_typed_gemm(unsigned& seed);
-

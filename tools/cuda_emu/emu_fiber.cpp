@@ -216,7 +216,8 @@ void EmuFibers::run(unsigned n, void (*enter)(unsigned, void*), void (*body)(uns
         // The dead fiber's frames leave their red zones poisoned; the next block reuses the stack.
         // Only its entry frame is live at the end: unpoison the top of the stack it used.
         char* used = f.lo();
-        if (f.sp && static_cast<char*>(f.sp) - f.lo() > 4096) used = static_cast<char*>(f.sp) - 4096;
+        if (f.sp && static_cast<char*>(f.sp) - f.lo() > 4096)
+          used = static_cast<char*>(f.sp) - 4096;
         ASAN_UNPOISON_MEMORY_REGION(used, static_cast<std::size_t>(f.hi() - used));
 #endif
       }

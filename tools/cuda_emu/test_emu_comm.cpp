@@ -6,10 +6,10 @@
 // collectives compute) and with a host evaluation of Note [Reductions over ranks] written here
 // (the canonical tree over the source index on reduce_math.h's accumulators, rounded once), so a
 // departure of either backend from the Note shows. It also checks that one source without
-// arithmetic is a copy of the bits (a signalling f16 NaN stays signalling) and that the f16 / bf16 result is
-// NOT what a sum rounding to f16 at every step gives, on an input where the two differ (so the
-// comparison can fail).
-// Pass: the summary line "<n> checks, 0 failures" and exit status 0 (ctest CudaEmu.CommKernels).
+// arithmetic is a copy of the bits (a signalling f16 NaN stays signalling) and that the f16 / bf16
+// result is NOT what a sum rounding to f16 at every step gives, on an input where the two differ
+// (so the comparison can fail). Pass: the summary line "<n> checks, 0 failures" and exit status 0
+// (ctest CudaEmu.CommKernels).
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -17,12 +17,12 @@
 #include <string>
 #include <vector>
 
-#include "emu.h"
 #include "backend_cuda/cuda_comm_kernels.h"
 #include "backend_sim/sim_comm_kernels.h"
 #include "core/numerics/determinism.h"
 #include "core/numerics/reduce_math.h"
 #include "core/runtime/dtype.h"
+#include "emu.h"
 
 using namespace ditto;
 using i64 = std::int64_t;

@@ -1,5 +1,5 @@
-// The dtype-generic kernels (backend_cuda/cuda_kernels_dtype.cu through emu.h) against the simulator's,
-// bit for bit: cast for every (from, to) pair of the 12 dtypes over hard values (ties,
+// The dtype-generic kernels (backend_cuda/cuda_kernels_dtype.cu through emu.h) against the
+// simulator's, bit for bit: cast for every (from, to) pair of the 12 dtypes over hard values (ties,
 // subnormals, overflow, +-0, inf, NaN, integer extremes), fill_bits for every element size,
 // add_any and scale_any on every dtype, and reduce_inputs for every dtype x op (sum, prod, min,
 // max, avg) x 1..8 inputs in both modes (fast is left to right on both backends), plus 65 and
@@ -23,22 +23,19 @@ using Bytes = std::vector<std::uint8_t>;
 // Doubles that exercise every conversion: ties of f16 / bf16 / fp8, subnormals of each format,
 // values past each format's range, signed zeros, inf, NaN, integer extremes and fractions.
 std::vector<double> hard_values(std::size_t n, unsigned seed) {
-  std::vector<double> v = {0.0, -0.0, 1.0, -1.0, 0.5, 1.5, 2.5, -2.5, 65504.0, 65520.0, 65536.0,
-                           448.0, 464.0, 480.0, 57344.0, 61440.0, 3.0e38, 3.5e38, 1e-8, 6e-8,
-                           5.96e-8, 2.98e-8, 1e-40, -1e-45, 1.0009765625, 1.00048828125,
-                           1.001953125, 1.00390625, 127.0, 128.0, 255.0, 256.0, -128.0, -129.0,
-                           2147483647.0, 2147483648.0, -2147483649.0, 4294967296.0, 9.3e18,
-                           1.9e19, -9.3e18, 0.999999, -0.999999, 1e300, -1e300,
-                           std::numeric_limits<double>::infinity(),
-                           -std::numeric_limits<double>::infinity(),
-                           std::numeric_limits<double>::quiet_NaN(), 0.0078125, 0.001953125,
-                           // NaNs with sign and payload, quiet and signalling (Note [CUDA NaN
-                           // casts]): x86 keeps sign and top payload bits, the GPU's cvt does not
-                           std::bit_cast<double>(0xfff8000000000123ull),
-                           std::bit_cast<double>(0x7ff4000020000000ull),
-                           std::bit_cast<double>(0xfff0123456789abcull),
-                           std::bit_cast<double>(0x7ffabcdef0000000ull),
-                           std::bit_cast<double>(0xfff0000000000001ull)};
+  std::vector<double> v = {
+      0.0, -0.0, 1.0, -1.0, 0.5, 1.5, 2.5, -2.5, 65504.0, 65520.0, 65536.0, 448.0, 464.0, 480.0,
+      57344.0, 61440.0, 3.0e38, 3.5e38, 1e-8, 6e-8, 5.96e-8, 2.98e-8, 1e-40, -1e-45, 1.0009765625,
+      1.00048828125, 1.001953125, 1.00390625, 127.0, 128.0, 255.0, 256.0, -128.0, -129.0,
+      2147483647.0, 2147483648.0, -2147483649.0, 4294967296.0, 9.3e18, 1.9e19, -9.3e18, 0.999999,
+      -0.999999, 1e300, -1e300, std::numeric_limits<double>::infinity(),
+      -std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN(), 0.0078125,
+      0.001953125,
+      // NaNs with sign and payload, quiet and signalling (Note [CUDA NaN
+      // casts]): x86 keeps sign and top payload bits, the GPU's cvt does not
+      std::bit_cast<double>(0xfff8000000000123ull), std::bit_cast<double>(0x7ff4000020000000ull),
+      std::bit_cast<double>(0xfff0123456789abcull), std::bit_cast<double>(0x7ffabcdef0000000ull),
+      std::bit_cast<double>(0xfff0000000000001ull)};
   std::mt19937 gen(seed);
   std::uniform_real_distribution<double> mant(-1.0, 1.0);
   std::uniform_int_distribution<int> e(-30, 40);
@@ -88,30 +85,30 @@ void check_dtype_kernels(unsigned& seed) {
     for (DType to : kAllDTypes) {
       Bytes x = elements(from, n, seed++), y(n * dtype_size(to), 0xAB);
       both<Bytes>("cast", std::string(dtype_name(from)) + "->" + dtype_name(to), {x, y},
-                 [&](Kernels& k, Stream& s, std::vector<Bytes>& b) {
-                   k.cast(s, b[0].data(), from, b[1].data(), to, static_cast<i64>(n));
-                 });
+                  [&](Kernels& k, Stream& s, std::vector<Bytes>& b) {
+                    k.cast(s, b[0].data(), from, b[1].data(), to, static_cast<i64>(n));
+                  });
     }
   for (std::size_t size : {1u, 2u, 4u, 8u}) {
     Bytes x(n * size, 0x11);
     both<Bytes>("fill_bits", std::to_string(size) + " bytes", {x},
-               [&](Kernels& k, Stream& s, std::vector<Bytes>& b) {
-                 k.fill_bits(s, b[0].data(), size, 0x8877665544332211ull, static_cast<i64>(n));
-               });
+                [&](Kernels& k, Stream& s, std::vector<Bytes>& b) {
+                  k.fill_bits(s, b[0].data(), size, 0x8877665544332211ull, static_cast<i64>(n));
+                });
   }
   for (DType t : kAllDTypes) {
     Bytes a = elements(t, n, seed++), b = elements(t, n, seed++), out(n * dtype_size(t), 0);
     both<Bytes>("add_any", dtype_name(t), {a, b, out},
-               [&](Kernels& k, Stream& s, std::vector<Bytes>& v) {
-                 k.add_any(s, t, v[0].data(), v[1].data(), v[2].data(), static_cast<i64>(n));
-                 k.add_any(s, t, v[0].data(), v[1].data(), v[0].data(), static_cast<i64>(n));
-               });
+                [&](Kernels& k, Stream& s, std::vector<Bytes>& v) {
+                  k.add_any(s, t, v[0].data(), v[1].data(), v[2].data(), static_cast<i64>(n));
+                  k.add_any(s, t, v[0].data(), v[1].data(), v[0].data(), static_cast<i64>(n));
+                });
     for (double alpha : {0.1, -3.0, 0.5})
       both<Bytes>("scale_any", std::string(dtype_name(t)) + " alpha " + std::to_string(alpha), {a},
-                 [&](Kernels& k, Stream& s, std::vector<Bytes>& v) {
-                   k.scale_any(s, t, v[0].data(), is_integral(t) ? std::trunc(alpha) : alpha,
-                               static_cast<i64>(n));
-                 });
+                  [&](Kernels& k, Stream& s, std::vector<Bytes>& v) {
+                    k.scale_any(s, t, v[0].data(), is_integral(t) ? std::trunc(alpha) : alpha,
+                                static_cast<i64>(n));
+                  });
   }
   // reduce_inputs: `count` elements per input; the output aliases input 0 in one of the runs.
   const std::size_t count = 70;
@@ -119,9 +116,9 @@ void check_dtype_kernels(unsigned& seed) {
     std::vector<Bytes> state;
     for (int q = 0; q < inputs; ++q) state.push_back(elements(t, count, seed++));
     state.push_back(Bytes(count * dtype_size(t), 0));
-    const std::string ctx = std::string(dtype_name(t)) + " " + op_name(op) + " x" +
-                            std::to_string(inputs) + (mode == Determinism::bitwise ? " bitwise" : " fast") +
-                            (alias ? " in place" : "");
+    const std::string ctx =
+        std::string(dtype_name(t)) + " " + op_name(op) + " x" + std::to_string(inputs) +
+        (mode == Determinism::bitwise ? " bitwise" : " fast") + (alias ? " in place" : "");
     both<Bytes>("reduce_inputs", ctx, state, [&](Kernels& k, Stream& s, std::vector<Bytes>& v) {
       std::vector<const void*> ptrs;
       for (int q = 0; q < inputs; ++q) ptrs.push_back(v[q].data());

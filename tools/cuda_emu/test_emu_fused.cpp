@@ -31,8 +31,7 @@ void check_embedding_paths(unsigned& seed) {
              dims({B, T, V_, C}) + " off " + std::to_string(off) + (pos ? " wpe" : ""),
              {wte, wpe, out}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
                k.embedding_forward(s, idx.data(), b[0].data() + off,
-                                   pos ? b[1].data() + off : nullptr, N, T, C,
-                                   b[2].data() + off);
+                                   pos ? b[1].data() + off : nullptr, N, T, C, b[2].data() + off);
              });
     }
   // Backward: float4 columns (C 8, 12) and scalar (C 6, and C 8 shifted); ids skewed so that one
@@ -42,8 +41,8 @@ void check_embedding_paths(unsigned& seed) {
     i64 N, V, C;
     int off;
   };
-  for (const Case& c : std::vector<Case>{{40, 13, 8, 0}, {40, 13, 6, 0}, {300, 7, 12, 0},
-                                         {300, 7, 8, 1}, {2100, 5, 4, 0}}) {
+  for (const Case& c : std::vector<Case>{
+           {40, 13, 8, 0}, {40, 13, 6, 0}, {300, 7, 12, 0}, {300, 7, 8, 1}, {2100, 5, 4, 0}}) {
     std::mt19937 gen(seed++);
     std::vector<i64> idx(c.N);
     for (auto& t : idx) {
@@ -56,8 +55,8 @@ void check_embedding_paths(unsigned& seed) {
       for (bool acc : {false, true}) {
         V dy = mixed(c.N * c.C + c.off, seed++), g = mixed(c.V * c.C + c.off, seed++);
         both("embedding_backward (fused)",
-             dims({c.N, c.V, c.C}) + " off " + std::to_string(c.off) + " S " +
-                 std::to_string(S) + " acc " + std::to_string(acc),
+             dims({c.N, c.V, c.C}) + " off " + std::to_string(c.off) + " S " + std::to_string(S) +
+                 " acc " + std::to_string(acc),
              {dy, g}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
                k.embedding_backward(s, idx.data(), b[0].data() + c.off, c.N, c.C, c.V, bounds,
                                     b[1].data() + c.off, acc);
@@ -81,8 +80,8 @@ void check_layernorm_chunks(unsigned& seed) {
     V y = mixed(N * C, seed++), mean = mixed(N, seed++), rstd = mixed(N, seed++);
     both("layernorm_forward (fused)", dims({N, C}), {x, w, bias, y, mean, rstd},
          [&](Kernels& k, Stream& s, std::vector<V>& b) {
-           k.layernorm_forward(s, b[0].data(), b[1].data(), b[2].data(), N, C, 1e-5f,
-                               b[3].data(), b[4].data(), b[5].data());
+           k.layernorm_forward(s, b[0].data(), b[1].data(), b[2].data(), N, C, 1e-5f, b[3].data(),
+                               b[4].data(), b[5].data());
          });
     simk->layernorm_forward(*sims, x.data(), w.data(), bias.data(), N, C, 1e-5f, y.data(),
                             mean.data(), rstd.data());
@@ -90,8 +89,8 @@ void check_layernorm_chunks(unsigned& seed) {
     V dx = mixed(N * C, seed++), dyx = mixed(N * C, seed++);
     both("layernorm_backward (fused)", dims({N, C}), {dy, x, w, mean, rstd, dx, dyx},
          [&](Kernels& k, Stream& s, std::vector<V>& b) {
-           k.layernorm_backward(s, b[0].data(), b[1].data(), b[2].data(), b[3].data(),
-                                b[4].data(), N, C, b[5].data(), b[6].data());
+           k.layernorm_backward(s, b[0].data(), b[1].data(), b[2].data(), b[3].data(), b[4].data(),
+                                N, C, b[5].data(), b[6].data());
          });
   }
 }
@@ -123,7 +122,7 @@ void check_cross_entropy_rows(unsigned& seed) {
     if (rows >= 5 && classes >= 33) {
       for (i64 c = 0; c < classes; ++c) x[c] = c % 3 == 0 ? -1.0f : -2.0f;  // row 0: max <= 0
       x[5] = -0.0f;
-      x[classes - 1] = 0.0f;  // the max is 0, -0 first
+      x[classes - 1] = 0.0f;                                     // the max is 0, -0 first
       for (i64 c = 0; c < classes; ++c) x[classes + c] = -3.0f;  // row 1
       x[classes + 7] = 0.0f;
       x[classes + 20] = -0.0f;  // +0 first
@@ -171,8 +170,8 @@ void check_multi_tensor(unsigned& seed) {
       {5}, {0, 1, 8193, 3, 0, 20000, 4096}, multi_sizes(seed++, 300)};  // 300 > one table
   for (const auto& sizes : lists) {
     const Packed pk(sizes);
-    const std::string ctx = "tensors " + std::to_string(sizes.size()) + " elements " +
-                            std::to_string(pk.total);
+    const std::string ctx =
+        "tensors " + std::to_string(sizes.size()) + " elements " + std::to_string(pk.total);
     for (bool amsgrad : {false, true}) {
       V p = mixed(pk.total, seed++), g = mixed(pk.total, seed++), m = mixed(pk.total, seed++);
       V v = mixed(pk.total, seed++), vmax = mixed(pk.total, seed++);

@@ -1,5 +1,5 @@
-// The transformer kernels (backend_cuda/cuda_kernels_gpt.cu, cuda_attention.cu and cuda_fused.cu through
-// emu.h) against the simulator's, bit for bit (sum_squares' fast mode within a tolerance):
+// The transformer kernels (backend_cuda/cuda_kernels_gpt.cu, cuda_attention.cu and cuda_fused.cu
+// through emu.h) against the simulator's, bit for bit (sum_squares' fast mode within a tolerance):
 // embedding forward/backward over micro-shard bounds (1 to 200 shards, empty ones, vocabulary rows
 // absent from the batch), LayerNorm with and without bias, GELU, causal attention forward and
 // backward over several (B, T, C, n_head) without and with attn_dropout (bitwise: the tiled
@@ -57,9 +57,10 @@ void check_embedding(unsigned& seed) {
     for (const Bounds& bounds : bs)
       for (bool acc : {false, true}) {
         V dy = mixed(N * C, seed++), g = mixed(V_ * C, seed++);
-        both("embedding_backward", "N " + std::to_string(N) + " S " + std::to_string(bounds.size() - 1) +
-                                       " acc " + std::to_string(acc), {dy, g},
-             [&](Kernels& k, Stream& s, std::vector<V>& b) {
+        both("embedding_backward",
+             "N " + std::to_string(N) + " S " + std::to_string(bounds.size() - 1) + " acc " +
+                 std::to_string(acc),
+             {dy, g}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
                k.embedding_backward(s, idx.data(), b[0].data(), N, C, V_, bounds, b[1].data(), acc);
              });
       }
@@ -70,11 +71,14 @@ void check_layernorm(unsigned& seed) {
   for (auto n_c : std::vector<std::pair<i64, i64>>{{1, 1}, {5, 7}, {130, 64}, {3, 300}}) {
     const i64 N = n_c.first, C = n_c.second;
     V x = uniform_v(N * C, seed++, 3.0f), w = uniform_v(C, seed++), bias = uniform_v(C, seed++);
-    if (N * C > 7) { x[3] = 0.0f; x[5] = -0.0f; }
+    if (N * C > 7) {
+      x[3] = 0.0f;
+      x[5] = -0.0f;
+    }
     V y = mixed(N * C, seed++), mean = mixed(N, seed++), rstd = mixed(N, seed++);
     for (bool has_b : {true, false})
-      both("layernorm_forward", dims({N, C}) + (has_b ? " bias" : " no bias"), {x, w, bias, y, mean, rstd},
-           [&](Kernels& k, Stream& s, std::vector<V>& b) {
+      both("layernorm_forward", dims({N, C}) + (has_b ? " bias" : " no bias"),
+           {x, w, bias, y, mean, rstd}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
              k.layernorm_forward(s, b[0].data(), b[1].data(), has_b ? b[2].data() : nullptr, N, C,
                                  1e-5f, b[3].data(), b[4].data(), b[5].data());
            });
@@ -112,25 +116,31 @@ void check_gelu(unsigned& seed) {
 void check_attention(unsigned& seed) {
   const std::uint64_t stream = stream_id(kStreamDropout, (std::uint64_t(2) << 8) | 1);
   for (auto dims_ : std::vector<std::array<i64, 4>>{
-           {1, 1, 4, 1}, {2, 5, 8, 2}, {3, 17, 12, 3}, {2, 33, 16, 4}, {1, 8, 6, 6},
-           {1, 40, 64, 2}, {2, 9, 128, 2},  // head widths 32 and 64: the simulator's fast paths
-           {2, 37, 128, 2},                 // two query / key tiles of 32, the last partial
-           {1, 20, 256, 2},                 // head width 128: 16 x 16 tiles
-           {1, 5, 136, 1}})                 // head width 136: the reference kernels
+           {1, 1, 4, 1},
+           {2, 5, 8, 2},
+           {3, 17, 12, 3},
+           {2, 33, 16, 4},
+           {1, 8, 6, 6},
+           {1, 40, 64, 2},
+           {2, 9, 128, 2},   // head widths 32 and 64: the simulator's fast paths
+           {2, 37, 128, 2},  // two query / key tiles of 32, the last partial
+           {1, 20, 256, 2},  // head width 128: 16 x 16 tiles
+           {1, 5, 136, 1}})  // head width 136: the reference kernels
     for (auto p_base : std::vector<std::pair<float, std::uint64_t>>{
              {0.0f, 0}, {0.1f, 0}, {0.5f, (std::uint64_t(1) << 32) + 3}}) {
       // No structured bindings: Clang 14's lambdas cannot capture them.
       const i64 B = dims_[0], T = dims_[1], C = dims_[2], nh = dims_[3];
       const float p = p_base.first;
       const std::uint64_t base = p_base.second;
-      const std::string ctx = dims({B, T, C, nh}) + " p " + std::to_string(p) + " base " +
-                              std::to_string(base);
+      const std::string ctx =
+          dims({B, T, C, nh}) + " p " + std::to_string(p) + " base " + std::to_string(base);
       V qkv = uniform_v(B * T * 3 * C, seed++), y = mixed(B * T * C, seed++),
         stats = mixed(B * nh * T * 2, seed++);
-      both("attention_forward", ctx, {qkv, y, stats}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
-        k.attention_forward(s, b[0].data(), B, T, C, nh, b[1].data(), b[2].data(), p, 1337,
-                            stream, base, Determinism::bitwise);
-      });
+      both("attention_forward", ctx, {qkv, y, stats},
+           [&](Kernels& k, Stream& s, std::vector<V>& b) {
+             k.attention_forward(s, b[0].data(), B, T, C, nh, b[1].data(), b[2].data(), p, 1337,
+                                 stream, base, Determinism::bitwise);
+           });
       simk->attention_forward(*sims, qkv.data(), B, T, C, nh, y.data(), stats.data(), p, 1337,
                               stream, base, Determinism::bitwise);
       sims->synchronize();
@@ -231,8 +241,8 @@ void expect_close(const char* what, const std::string& ctx, double err) {
   ++checks;
   if (err <= kFastAttentionTol) return;
   ++failures;
-  std::printf("FAIL %s %s: max |fast - double| / (1 + |double|) = %.3g > %.3g\n", what,
-              ctx.c_str(), err, kFastAttentionTol);
+  std::printf("FAIL %s %s: max |fast - double| / (1 + |double|) = %.3g > %.3g\n", what, ctx.c_str(),
+              err, kFastAttentionTol);
 }
 
 // Fast mode (flash forward, expf backward) on tiles of every head-width class, T not a multiple
@@ -257,8 +267,8 @@ void check_attention_fast(unsigned& seed) {
           cudak->attention_forward(cudas, qkv.data(), B, T, C, nh, y.data(), stats.data(), p,
                                    drop.seed, stream, drop.index_base, mode);
           cudak->attention_backward(cudas, dy.data(), qkv.data(), stats.data(), B, T, C, nh,
-                                    dqkv.data(), pd.data(), p, drop.seed, stream,
-                                    drop.index_base, mode);
+                                    dqkv.data(), pd.data(), p, drop.seed, stream, drop.index_base,
+                                    mode);
         } catch (const std::exception& e) {
           ++checks;
           ++failures;
@@ -284,8 +294,8 @@ void check_attention_fast(unsigned& seed) {
         if (mode == Determinism::bitwise) {  // the fast backward from the bitwise stats
           V dq2 = mixed(B * T * 3 * C, seed++), pd2 = mixed(B * nh * T, seed++);
           cudak->attention_backward(cudas, dy.data(), qkv.data(), stats.data(), B, T, C, nh,
-                                    dq2.data(), pd2.data(), p, drop.seed, stream,
-                                    drop.index_base, Determinism::fast);
+                                    dq2.data(), pd2.data(), p, drop.seed, stream, drop.index_base,
+                                    Determinism::fast);
           expect_close("attention fast backward from bitwise stats", ctx,
                        rel_error(dq2.data(), ref.dqkv.data(), dq2.size()));
         }
@@ -299,9 +309,10 @@ void check_dropout(unsigned& seed) {
   const std::uint64_t stream = stream_id(kStreamDropout, (std::uint64_t(3) << 8) | 2);
   for (i64 n : {1, 1001, 5000})
     for (float p : {0.0f, 0.1f, 0.5f, 0.9f})
-      for (std::uint64_t base : {std::uint64_t(0), std::uint64_t(12345), (std::uint64_t(1) << 33) + 7}) {
-        const std::string ctx = "n " + std::to_string(n) + " p " + std::to_string(p) + " base " +
-                                std::to_string(base);
+      for (std::uint64_t base :
+           {std::uint64_t(0), std::uint64_t(12345), (std::uint64_t(1) << 33) + 7}) {
+        const std::string ctx =
+            "n " + std::to_string(n) + " p " + std::to_string(p) + " base " + std::to_string(base);
         V x = mixed(n, seed++), y = mixed(n, seed++);
         both("dropout_forward", ctx, {x, y}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
           k.dropout_forward(s, b[0].data(), b[1].data(), n, p, 1337, stream, base);
@@ -332,9 +343,10 @@ void check_sum_squares(unsigned& seed) {
   const i64 blk = gpt::kSquaresBlock;
   for (i64 n : {i64(0), i64(1), blk - 1, blk, blk + 1, 3 * blk + 5, 65 * blk + 3}) {
     V x = mixed(std::max<i64>(n, 1), seed++), out = {7.0f};
-    both("sum_squares", "n " + std::to_string(n), {x, out}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
-      k.sum_squares(s, b[0].data(), n, b[1].data(), Determinism::bitwise);
-    });
+    both("sum_squares", "n " + std::to_string(n), {x, out},
+         [&](Kernels& k, Stream& s, std::vector<V>& b) {
+           k.sum_squares(s, b[0].data(), n, b[1].data(), Determinism::bitwise);
+         });
     V xf = uniform_v(std::max<i64>(n, 1), seed++), o1 = {7.0f}, o2 = {7.0f};
     simk->sum_squares(*sims, xf.data(), n, o1.data(), Determinism::fast);
     sims->synchronize();
@@ -369,9 +381,9 @@ void check_attention_kernels(unsigned& seed) {
 }
 
 void check_gpt_kernels(unsigned& seed) {
-  for (auto* part : {check_embedding, check_layernorm, check_gelu, check_attention,
-                     check_attention_fast, check_dropout, check_sum_squares,
-                     check_sum_squares_blocks}) {
+  for (auto* part :
+       {check_embedding, check_layernorm, check_gelu, check_attention, check_attention_fast,
+        check_dropout, check_sum_squares, check_sum_squares_blocks}) {
     try {
       part(seed);
     } catch (const std::exception& e) {  // a call outside `both` (the simulator's forward) threw

@@ -1,7 +1,7 @@
-// libFuzzer target: a checkpoint directory (core/checkpoint/checkpoint.h) read back: read_checkpoint,
-// read_latest_checkpoint, resume_checkpoint into a model and optimizer, and a Trainer resumed
-// from it (core/train/trainer.cpp: Trainer::resume and the loop that continues at the saved
-// step, epoch and batch).
+// libFuzzer target: a checkpoint directory (core/checkpoint/checkpoint.h) read back:
+// read_checkpoint, read_latest_checkpoint, resume_checkpoint into a model and optimizer, and a
+// Trainer resumed from it (core/train/trainer.cpp: Trainer::resume and the loop that continues at
+// the saved step, epoch and batch).
 //
 // Input: one flags byte, then up to four files separated by kSep: trainer.json,
 // model.safetensors, optimizer.safetensors, latest (a part left out: that file is missing).
@@ -23,19 +23,18 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
+#include "core/base/error.h"
 #include "core/checkpoint/checkpoint.h"
+#include "core/data/data_source.h"
 #include "core/io/file.h"
 #include "core/io/safetensors.h"
 #include "core/nn/sequential.h"
 #include "core/optim/sgd.h"
 #include "core/runtime/backend.h"
-#include "core/base/error.h"
-#include "core/data/data_source.h"
 #include "core/train/trainer.h"
 #include "tools/fuzz/fuzz_util.h"
 
@@ -167,8 +166,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size < 1) return 0;
   const unsigned flags = data[0];
-  const std::vector<std::string_view> parts = ditto_fuzz::split(
-      std::string_view(reinterpret_cast<const char*>(data) + 1, size - 1), kSep);
+  const std::vector<std::string_view> parts =
+      ditto_fuzz::split(std::string_view(reinterpret_cast<const char*>(data) + 1, size - 1), kSep);
   const std::string dir = ditto_fuzz::scratch_dir() + "/ckpt";
   const std::string step_dir = dir + "/step-00000003";
   std::error_code ec;

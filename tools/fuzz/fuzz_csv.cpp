@@ -7,8 +7,8 @@
 #include <cstring>
 #include <string>
 
-#include "core/data/csv.h"
 #include "core/base/error.h"
+#include "core/data/csv.h"
 #include "tools/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -16,8 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   ditto::data::CsvOptions o;
   const std::uint8_t opt = data[0];
   static const ditto::data::CsvHeader headers[] = {
-      ditto::data::CsvHeader::auto_detect, ditto::data::CsvHeader::yes,
-      ditto::data::CsvHeader::no, ditto::data::CsvHeader::no};
+      ditto::data::CsvHeader::auto_detect, ditto::data::CsvHeader::yes, ditto::data::CsvHeader::no,
+      ditto::data::CsvHeader::no};
   o.header = headers[opt & 3];
   o.regression = (opt >> 2) & 1;
   o.delimiter = ",;\t|"[(opt >> 3) & 3];

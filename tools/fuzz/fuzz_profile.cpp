@@ -17,9 +17,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     const ditto::sim::DeviceProfile p = ditto::sim::device_profile(path);
     // An accepted profile holds finite, positive figures (the documented ranges).
-    for (double v : {p.fp32_flops, p.tf32_flops, p.bf16_flops, p.f16_flops, p.memory_bytes,
-                     p.memory_bandwidth, p.host_bandwidth, p.gemm_efficiency, p.memory_efficiency,
-                     p.simt_efficiency})
+    for (double v :
+         {p.fp32_flops, p.tf32_flops, p.bf16_flops, p.f16_flops, p.memory_bytes, p.memory_bandwidth,
+          p.host_bandwidth, p.gemm_efficiency, p.memory_efficiency, p.simt_efficiency})
       if (!(std::isfinite(v) && v > 0)) std::abort();
     if (!(p.launch_latency >= 0 && p.host_latency >= 0)) std::abort();
     (void)ditto::sim::interconnect_profile(ditto::sim::default_interconnect(p.key));
@@ -32,8 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       for (GemmPath path : {GemmPath::library, GemmPath::simt})
         for (bool gemm : {false, true})
           for (bool tf32 : {false, true}) {
-            const double s = ditto::sim::kernel_seconds(
-                p, {1e12, 1e9, gemm, gemm ? 0.0 : 1e11, path, t}, tf32);
+            const double s =
+                ditto::sim::kernel_seconds(p, {1e12, 1e9, gemm, gemm ? 0.0 : 1e11, path, t}, tf32);
             if (!(std::isfinite(s) && s >= 0)) std::abort();
             (void)ditto::sim::to_vtime(s);
           }

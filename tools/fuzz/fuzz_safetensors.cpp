@@ -6,9 +6,9 @@
 #include <cstring>
 #include <string>
 
+#include "core/base/error.h"
 #include "core/checkpoint/checkpoint.h"
 #include "core/io/safetensors.h"
-#include "core/base/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);

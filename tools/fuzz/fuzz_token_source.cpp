@@ -28,7 +28,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (parts.size() > 4) parts.resize(4);
   std::vector<std::string> train, val;
   for (std::size_t k = 0; k < parts.size(); ++k) {
-    const std::string path = ditto_fuzz::scratch_dir() + "/tiny_train_" + std::to_string(k) + ".bin";
+    const std::string path =
+        ditto_fuzz::scratch_dir() + "/tiny_train_" + std::to_string(k) + ".bin";
     ditto_fuzz::write_bytes(path, parts[k]);
     (void)detect_data_format(path);
     (with_val && k + 1 == parts.size() && k > 0 ? val : train).push_back(path);
