@@ -203,13 +203,9 @@ void for_each_rooted_case(const std::function<void(RootedCase&)>& check) {
         for (bool spmd : {false, true}) {
           SCOPED_TRACE(detail::cat(n, " ranks, root ", root, in_place ? " in place" : "",
                                    spmd ? " spmd" : " group"));
-          RootedCase c{n,
-                       root,
-                       in_place,
-                       spmd,
-                       Communicator::init_all(devices("sim", n)),
-                       std::vector<Tensor>(n),
-                       std::vector<Tensor>(n)};
+          RootedCase c{n, root, in_place, spmd, Communicator::init_all(devices("sim", n)), {}, {}};
+          c.send.resize(n);
+          c.recv.resize(n);
           check(c);
         }
 }
