@@ -2,7 +2,7 @@
 // test_token_source.cpp), a GPT of a few thousand parameters trained for a few iterations with
 // AdamW, optionally with nanoGPT's recipe (warm-up and cosine decay, clipping, beta2 0.99, weight
 // decay 0.1); and the mixed-magnitude classification data of the bitwise MLP runs
-// (test_bitwise_trainer.cpp, test_grad_accum.cpp).
+// (test_bitwise_trainer.cpp, test_grad_accum.cpp); the parameters a fit ends with.
 #pragma once
 
 #include <cstdint>
@@ -64,6 +64,17 @@ inline train::TrainerConfig tiny_gpt_trainer(const nn::GPTConfig& m, int devices
   c.eval_interval = run.eval_interval;
   c.eval_iters = run.eval_iters;
   return c;
+}
+
+/// Trains `c` on `data` (Trainer::fit) and returns rank 0's parameters at the end, flattened
+/// (train::flat_parameters of the model TrainerCallbacks::on_finish sees).
+inline std::vector<float> fitted_parameters(const train::TrainerConfig& c,
+                                            std::shared_ptr<train::DataSource> data) {
+  std::vector<float> all;
+  train::TrainerCallbacks cb;
+  cb.on_finish = [&](train::Replica& r) { all = train::flat_parameters(r.model()); };
+  train::Trainer(c, std::move(data), cb).fit();
+  return all;
 }
 
 /// The bitwise MLP runs' optimizer: SGD, lr 0.05, Nesterov momentum 0.9, weight decay 0.001.
