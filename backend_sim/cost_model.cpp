@@ -9,6 +9,7 @@
 #include "backend_sim/sim_stream.h"
 #include "backend_sim/trace.h"
 #include "core/base/error.h"
+#include "core/numerics/gpt_math.h"
 
 namespace ditto::sim {
 
@@ -173,6 +174,68 @@ CollectiveEstimate collective_time(const ClusterSpec& cluster, Kind kind, double
 }
 
 // ---- CostModel ------------------------------------------------------------------------------
+
+namespace {
+
+// Runs of at most kCudaMultiTensorCap of the tensors that `take` (their indices in order), as
+// cuda_multi_tensor.cu cuts a call into tables.
+template <class Take>
+std::vector<std::vector<std::size_t>> multi_tensor_tables(std::size_t n, const Take& take) {
+  std::vector<std::vector<std::size_t>> tables;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!take(i)) continue;
+    if (tables.empty() || tables.back().size() == kCudaMultiTensorCap) tables.emplace_back();
+    tables.back().push_back(i);
+  }
+  return tables;
+}
+
+}  // namespace
+
+std::vector<KernelCost> adam_step_multi_costs(const std::vector<std::int64_t>& ns,
+                                              const std::vector<bool>& decay, bool amsgrad) {
+  std::vector<KernelCost> out;
+  for (const auto& table :
+       multi_tensor_tables(ns.size(), [&](std::size_t i) { return ns[i] > 0; })) {
+    KernelCost c;
+    for (std::size_t i : table) {
+      const double n = static_cast<double>(ns[i]);
+      c.flops += (i < decay.size() && decay[i] ? 17.0 : 16.0) * n;
+      c.bytes += (amsgrad ? 36.0 : 28.0) * n;
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<KernelCost> sum_squares_multi_costs(const std::vector<std::int64_t>& ns,
+                                                Determinism mode) {
+  const std::int64_t leaf =
+      mode == Determinism::bitwise ? gpt::kSquaresBlock : kCudaMultiTensorChunk;
+  std::vector<KernelCost> out;
+  for (const auto& table : multi_tensor_tables(ns.size(), [](std::size_t) { return true; })) {
+    double elems = 0, leaves = 0;
+    for (std::size_t i : table) {
+      const std::int64_t n = std::max<std::int64_t>(ns[i], 0);
+      elems += static_cast<double>(n);
+      leaves += static_cast<double>((n + leaf - 1) / leaf);
+    }
+    if (leaves > 0) out.push_back(KernelCost{2.0 * elems, 4.0 * elems + 4.0 * leaves});
+    out.push_back(KernelCost{leaves, 4.0 * leaves + 4.0 * static_cast<double>(table.size())});
+  }
+  return out;
+}
+
+std::vector<KernelCost> scale_multi_costs(const std::vector<std::int64_t>& ns) {
+  std::vector<KernelCost> out;
+  for (const auto& table :
+       multi_tensor_tables(ns.size(), [&](std::size_t i) { return ns[i] > 0; })) {
+    double elems = 0;
+    for (std::size_t i : table) elems += static_cast<double>(ns[i]);
+    out.push_back(KernelCost{elems, 8.0 * elems});
+  }
+  return out;
+}
 
 CostModel::CostModel(int device_count, ClusterSpec cluster) : cluster_(std::move(cluster)) {
   devices_.reserve(static_cast<std::size_t>(device_count));

@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "backend_sim/profiles.h"
+#include "core/numerics/determinism.h"
 #include "core/runtime/collective_types.h"
 #include "core/runtime/dtype.h"
 
@@ -168,6 +169,46 @@ double kernel_seconds(const DeviceProfile& device, const KernelCost& cost, bool 
 /// set to `storage` (a library GEMM then runs on the tensor cores); `f32` itself for any other
 /// storage dtype.
 KernelCost native_cost(const KernelCost& f32, DType storage);
+
+// Note [Predicted launches]
+// A dry run predicts the CUDA backend (ditto's production target on a GPU): where that backend
+// runs the same work in fewer launches than the simulator's own kernels, the dry run takes the
+// CUDA backend's path and prices its launches. So far that is the optimizer's multi-tensor
+// kernels (backend_cuda/cuda_multi_tensor.cu): in a dry run the simulator's
+// has_multi_tensor_kernels() is true, so optim::Adam / AdamW (Adam::step_multi) and
+// optim::clip_grad_norm_ make per device one call each, as on cuda, and each call is priced as
+// CUDA's launches, one per table of at most kCudaMultiTensorCap tensors with elements (the
+// table is the kernel's parameter), all in f32 (the optimizer's master weights and moments):
+//   adam_step_multi     16 FLOPs an element (+1 where AdamW's decay is folded in: p *= 1 - lr wd
+//                       in the same pass); bytes p, g, m, v read and p, m, v written, 28 an
+//                       element (amsgrad: + max_exp_avg_sq read and written, 36);
+//   sum_squares_multi   two launches a table: the leaves (bitwise gpt::kSquaresBlock elements,
+//                       fast kCudaMultiTensorChunk), 2 FLOPs and 4 bytes an element plus 4 bytes
+//                       a leaf written; then each tensor's leaves summed (a FLOP and 4 bytes a
+//                       leaf read, 4 bytes a tensor written); every tensor counts, empty or not;
+//   scale_multi         1 FLOP and 8 bytes (read and write) an element.
+// Launch latency is then paid per table instead of per parameter (GPT-2 124M: 148 parameters,
+// one table), AdamW's decay costs no pass of its own, and the clip reads its sums back in one
+// copy per device instead of one per parameter. The bits are those of the per-tensor kernels
+// (Kernels::adam_step_multi), and a dry run computes none. A real simulator run keeps the
+// per-tensor kernels and prices them, so its step is longer than the dry run's of the same
+// configuration by exactly those launches (tests/test_dry_run.cpp).
+
+/// Tensors per launch of the CUDA backend's multi-tensor kernels (kMultiCap in
+/// backend_cuda/cuda_multi_tensor.cu) and elements per block-chunk (kMultiChunk there).
+inline constexpr std::size_t kCudaMultiTensorCap = 256;
+inline constexpr std::int64_t kCudaMultiTensorChunk = 8192;
+
+/// The launches of one adam_step_multi call over tensors of ns[i] elements (Note [Predicted
+/// launches]): one KernelCost per launch; decay[i] says whether tensor i folds in AdamW's decay.
+/// Tensors with no elements are skipped; none with elements: no launch.
+std::vector<KernelCost> adam_step_multi_costs(const std::vector<std::int64_t>& ns,
+                                              const std::vector<bool>& decay, bool amsgrad);
+/// The launches of one sum_squares_multi call over tensors of ns[i] elements in `mode`.
+std::vector<KernelCost> sum_squares_multi_costs(const std::vector<std::int64_t>& ns,
+                                                Determinism mode);
+/// The launches of one scale_multi call over tensors of ns[i] elements.
+std::vector<KernelCost> scale_multi_costs(const std::vector<std::int64_t>& ns);
 
 /// p2p: direct transfers between pairs of ranks (all_to_all, gather, scatter, send / recv).
 enum class CollectiveAlgo : std::uint8_t { local, ring, tree, nvls, hierarchical, p2p };

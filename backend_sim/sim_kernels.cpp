@@ -2,16 +2,16 @@
 // stream and returns at once; the work runs on a thread of the simulator's pool. Core has validated
 // every argument (shapes, devices, target ranges), so these trust their inputs.
 //
-// Bitwise mode follows core/numerics/canonical_math.h (Note [Canonical GEMM], Note [Rounded primitives])
-// and core/numerics/determinism.h (Note [Canonical tree]); fast mode uses Eigen or any order.
-// Kernels that take no Determinism argument have one fixed order, used in both modes.
-#include "backend_sim/sim_eigen.h"  // first: its pragma must precede Eigen
+// Bitwise mode follows core/numerics/canonical_math.h (Note [Canonical GEMM], Note [Rounded
+// primitives]) and core/numerics/determinism.h (Note [Canonical tree]); fast mode uses Eigen or any
+// order. Kernels that take no Determinism argument have one fixed order, used in both modes.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "backend_sim/sim_backend.h"
+#include "backend_sim/sim_eigen.h"  // first: its pragma must precede Eigen
 #include "backend_sim/sim_gemm.h"
 #include "backend_sim/sim_kernels_dtype.h"
 #include "backend_sim/sim_kernels_gpt.h"
@@ -93,7 +93,8 @@ class SimKernels final : public Kernels {
             float beta, float* C, std::int64_t ldc, Determinism mode) override {
     if (M <= 0 || N <= 0) return;
     // Note [Compute units]: fast mode is cuBLASLt's, bitwise ditto's own SIMT fma-chain kernel.
-    KernelCost cost{2.0 * M * N * K, 4.0 * (M * K + K * N + (beta == 0.0f ? 1.0 : 2.0) * M * N), true};
+    KernelCost cost{2.0 * M * N * K, 4.0 * (M * K + K * N + (beta == 0.0f ? 1.0 : 2.0) * M * N),
+                    true};
     cost.path = mode == Determinism::bitwise ? GemmPath::simt : GemmPath::library;
     launch(s, "gemm", cost, [=] {
       gemm_split(mode == Determinism::bitwise, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb,
@@ -158,32 +159,34 @@ class SimKernels final : public Kernels {
     });
   }
 
-  void cross_entropy(Stream& s, const float* logits, const std::int64_t* targets,
-                     std::int64_t rows, std::int64_t classes, float* losses) override {
+  void cross_entropy(Stream& s, const float* logits, const std::int64_t* targets, std::int64_t rows,
+                     std::int64_t classes, float* losses) override {
     if (rows <= 0) return;
-    launch(s, "cross_entropy", KernelCost{4.0 * rows * classes, 4.0 * rows * classes + 12.0 * rows}, [=] {
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const float* x = logits + r * classes;
-        const cm::SoftmaxStats st = cm::softmax_stats(x, classes);
-        losses[r] = cm::cross_entropy_loss(st.max, st.sum, x[targets[r]]);
-      }
-    });
+    launch(s, "cross_entropy", KernelCost{4.0 * rows * classes, 4.0 * rows * classes + 12.0 * rows},
+           [=] {
+             for (std::int64_t r = 0; r < rows; ++r) {
+               const float* x = logits + r * classes;
+               const cm::SoftmaxStats st = cm::softmax_stats(x, classes);
+               losses[r] = cm::cross_entropy_loss(st.max, st.sum, x[targets[r]]);
+             }
+           });
   }
 
   void cross_entropy_backward(Stream& s, const float* logits, const std::int64_t* targets,
                               std::int64_t rows, std::int64_t classes, const float* grad_loss,
                               float scale, float* grad_logits) override {
     if (rows <= 0 || classes <= 0) return;
-    launch(s, "cross_entropy_backward", KernelCost{5.0 * rows * classes, 8.0 * rows * classes + 8.0 * rows + 4}, [=] {
-      const float factor = cm::mul(*grad_loss, scale);
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const float* x = logits + r * classes;
-        float* g = grad_logits + r * classes;
-        const cm::SoftmaxStats st = cm::softmax_stats(x, classes);
-        for (std::int64_t c = 0; c < classes; ++c)
-          g[c] = cm::cross_entropy_grad(factor, x[c], st.max, st.sum, c == targets[r]);
-      }
-    });
+    launch(s, "cross_entropy_backward",
+           KernelCost{5.0 * rows * classes, 8.0 * rows * classes + 8.0 * rows + 4}, [=] {
+             const float factor = cm::mul(*grad_loss, scale);
+             for (std::int64_t r = 0; r < rows; ++r) {
+               const float* x = logits + r * classes;
+               float* g = grad_logits + r * classes;
+               const cm::SoftmaxStats st = cm::softmax_stats(x, classes);
+               for (std::int64_t c = 0; c < classes; ++c)
+                 g[c] = cm::cross_entropy_grad(factor, x[c], st.max, st.sum, c == targets[r]);
+             }
+           });
   }
 
   void mse(Stream& s, const float* x, const float* t, std::int64_t rows, std::int64_t cols,
@@ -241,27 +244,31 @@ class SimKernels final : public Kernels {
     if (numel <= 0) return;
     // The pointer array belongs to the caller: keep a copy for the asynchronous task.
     std::vector<const float*> in(inputs, inputs + std::max(n_inputs, 0));
-    launch(s, "sum_inputs", KernelCost{double(std::max(n_inputs - 1, 0)) * numel, 4.0 * numel * (std::max(n_inputs, 0) + 1)}, [in = std::move(in), out, numel, mode] {
-      const auto n = static_cast<std::int64_t>(in.size());
-      if (n == 0) {
-        std::fill(out, out + numel, 0.0f);
-        return;
-      }
-      if (mode == Determinism::fast) {  // left to right: ((in0 + in1) + in2) + ...
-        if (out != in[0]) std::memcpy(out, in[0], static_cast<std::size_t>(numel) * sizeof(float));
-        for (std::int64_t k = 1; k < n; ++k) {
-          const float* src = in[static_cast<std::size_t>(k)];
-          for (std::int64_t i = 0; i < numel; ++i) out[i] = cm::add(out[i], src[i]);
-        }
-        return;
-      }
-      float block[kBlock];  // out may alias in[0]: build each block aside, then store it
-      for (std::int64_t base = 0; base < numel; base += kBlock) {
-        const std::int64_t len = std::min(kBlock, numel - base);
-        tree_sum_block(in, 0, n, base, len, block);
-        std::memcpy(out + base, block, static_cast<std::size_t>(len) * sizeof(float));
-      }
-    });
+    launch(s, "sum_inputs",
+           KernelCost{double(std::max(n_inputs - 1, 0)) * numel,
+                      4.0 * numel * (std::max(n_inputs, 0) + 1)},
+           [in = std::move(in), out, numel, mode] {
+             const auto n = static_cast<std::int64_t>(in.size());
+             if (n == 0) {
+               std::fill(out, out + numel, 0.0f);
+               return;
+             }
+             if (mode == Determinism::fast) {  // left to right: ((in0 + in1) + in2) + ...
+               if (out != in[0])
+                 std::memcpy(out, in[0], static_cast<std::size_t>(numel) * sizeof(float));
+               for (std::int64_t k = 1; k < n; ++k) {
+                 const float* src = in[static_cast<std::size_t>(k)];
+                 for (std::int64_t i = 0; i < numel; ++i) out[i] = cm::add(out[i], src[i]);
+               }
+               return;
+             }
+             float block[kBlock];  // out may alias in[0]: build each block aside, then store it
+             for (std::int64_t base = 0; base < numel; base += kBlock) {
+               const std::int64_t len = std::min(kBlock, numel - base);
+               tree_sum_block(in, 0, n, base, len, block);
+               std::memcpy(out + base, block, static_cast<std::size_t>(len) * sizeof(float));
+             }
+           });
   }
 
   void sgd_step(Stream& s, float* param, const float* grad, float* momentum_buf, std::int64_t n,
@@ -300,20 +307,22 @@ class SimKernels final : public Kernels {
         }
       }
       for (std::int64_t i = 0; i < n; ++i)
-        cm::sgd_update(param[i], grad[i], momentum_buf ? momentum_buf + i : nullptr, lr,
-                       momentum, dampening, weight_decay, nesterov, first_step);
+        cm::sgd_update(param[i], grad[i], momentum_buf ? momentum_buf + i : nullptr, lr, momentum,
+                       dampening, weight_decay, nesterov, first_step);
     });
   }
 
-  // ---- micro-sharded batch reductions (Note [Micro-shards] in core/numerics/micro_shards.h) -------------
+  // ---- micro-sharded batch reductions (Note [Micro-shards] in core/numerics/micro_shards.h)
+  // -------------
 
-  void gemm_tn_sharded(Stream& s, std::int64_t M, std::int64_t N, const float* A,
-                       std::int64_t lda, const float* B, std::int64_t ldb,
-                       const std::vector<std::int64_t>& bounds, float* C, std::int64_t ldc,
-                       bool accumulate) override {
+  void gemm_tn_sharded(Stream& s, std::int64_t M, std::int64_t N, const float* A, std::int64_t lda,
+                       const float* B, std::int64_t ldb, const std::vector<std::int64_t>& bounds,
+                       float* C, std::int64_t ldc, bool accumulate) override {
     if (M <= 0 || N <= 0) return;
     // Bitwise mode's micro-sharded dW product: ditto's own SIMT kernel (Note [Compute units]).
-    KernelCost cost{2.0 * M * N * bounds.back(), 4.0 * (double(bounds.back()) * (M + N) + (accumulate ? 2.0 : 1.0) * M * N), true};
+    KernelCost cost{2.0 * M * N * bounds.back(),
+                    4.0 * (double(bounds.back()) * (M + N) + (accumulate ? 2.0 : 1.0) * M * N),
+                    true};
     cost.path = GemmPath::simt;
     launch(s, "gemm_tn_sharded", cost, [=, bounds = bounds] {
       gemm_tn_sharded_split(M, N, A, lda, B, ldb, bounds, C, ldc, accumulate);
@@ -324,52 +333,55 @@ class SimKernels final : public Kernels {
                         const std::vector<std::int64_t>& bounds, float* out,
                         bool accumulate) override {
     if (cols <= 0) return;
-    launch(s, "sum_rows_sharded", KernelCost{double(rows) * cols, 4.0 * (double(rows) * cols + cols)}, [=, bounds = bounds] {
-      const auto shards = static_cast<std::int64_t>(bounds.size()) - 1;
-      std::vector<float> scratch(static_cast<std::size_t>((tree_depth(shards) + 1) * kBlock));
-      for (std::int64_t c0 = 0; c0 < cols; c0 += kBlock) {
-        const std::int64_t len = std::min(kBlock, cols - c0);
-        // Ascending rows of the shard per column, vectorised across the block of columns.
-        auto leaf = [&](std::int64_t sh, float* acc) {
-          for (std::int64_t c = 0; c < len; ++c) acc[c] = 0.0f;
-          const std::int64_t r1 = bounds[static_cast<std::size_t>(sh) + 1];
-          for (std::int64_t r = bounds[static_cast<std::size_t>(sh)]; r < r1; ++r) {
-            const float* xr = x + r * cols + c0;
-            for (std::int64_t c = 0; c < len; ++c) acc[c] = cm::sum_step(acc[c], xr[c]);
+    launch(
+        s, "sum_rows_sharded", KernelCost{double(rows) * cols, 4.0 * (double(rows) * cols + cols)},
+        [=, bounds = bounds] {
+          const auto shards = static_cast<std::int64_t>(bounds.size()) - 1;
+          std::vector<float> scratch(static_cast<std::size_t>((tree_depth(shards) + 1) * kBlock));
+          for (std::int64_t c0 = 0; c0 < cols; c0 += kBlock) {
+            const std::int64_t len = std::min(kBlock, cols - c0);
+            // Ascending rows of the shard per column, vectorised across the block of columns.
+            auto leaf = [&](std::int64_t sh, float* acc) {
+              for (std::int64_t c = 0; c < len; ++c) acc[c] = 0.0f;
+              const std::int64_t r1 = bounds[static_cast<std::size_t>(sh) + 1];
+              for (std::int64_t r = bounds[static_cast<std::size_t>(sh)]; r < r1; ++r) {
+                const float* xr = x + r * cols + c0;
+                for (std::int64_t c = 0; c < len; ++c) acc[c] = cm::sum_step(acc[c], xr[c]);
+              }
+            };
+            float* root = scratch.data();
+            shard_tree(leaf, 0, shards, root, root + len, len, 0);
+            float* o = out + c0;
+            if (accumulate)
+              for (std::int64_t c = 0; c < len; ++c) o[c] = cm::add(o[c], root[c]);
+            else
+              for (std::int64_t c = 0; c < len; ++c) o[c] = root[c];
           }
-        };
-        float* root = scratch.data();
-        shard_tree(leaf, 0, shards, root, root + len, len, 0);
-        float* o = out + c0;
-        if (accumulate)
-          for (std::int64_t c = 0; c < len; ++c) o[c] = cm::add(o[c], root[c]);
-        else
-          for (std::int64_t c = 0; c < len; ++c) o[c] = root[c];
-      }
-    });
+        });
   }
 
-  void sum_sharded(Stream& s, const float* x, const std::vector<std::int64_t>& bounds,
-                   float scale, float* out) override {
-    launch(s, "sum_sharded", KernelCost{double(bounds.back()), 4.0 * bounds.back() + 4}, [=, bounds = bounds] {
-      const auto shards = static_cast<std::int64_t>(bounds.size()) - 1;
-      std::vector<float> scratch(static_cast<std::size_t>(tree_depth(shards) + 1));
-      auto leaf = [&](std::int64_t sh, float* acc) {
-        float a = 0.0f;
-        const std::int64_t i1 = bounds[static_cast<std::size_t>(sh) + 1];
-        for (std::int64_t i = bounds[static_cast<std::size_t>(sh)]; i < i1; ++i)
-          a = cm::sum_step(a, x[i]);
-        *acc = a;
-      };
-      shard_tree(leaf, 0, shards, scratch.data(), scratch.data() + 1, 1, 0);
-      *out = cm::mul(scale, scratch[0]);
-    });
+  void sum_sharded(Stream& s, const float* x, const std::vector<std::int64_t>& bounds, float scale,
+                   float* out) override {
+    launch(s, "sum_sharded", KernelCost{double(bounds.back()), 4.0 * bounds.back() + 4},
+           [=, bounds = bounds] {
+             const auto shards = static_cast<std::int64_t>(bounds.size()) - 1;
+             std::vector<float> scratch(static_cast<std::size_t>(tree_depth(shards) + 1));
+             auto leaf = [&](std::int64_t sh, float* acc) {
+               float a = 0.0f;
+               const std::int64_t i1 = bounds[static_cast<std::size_t>(sh) + 1];
+               for (std::int64_t i = bounds[static_cast<std::size_t>(sh)]; i < i1; ++i)
+                 a = cm::sum_step(a, x[i]);
+               *acc = a;
+             };
+             shard_tree(leaf, 0, shards, scratch.data(), scratch.data() + 1, 1, 0);
+             *out = cm::mul(scale, scratch[0]);
+           });
   }
 
   void adam_step(Stream& s, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                  float* max_exp_avg_sq, std::int64_t n, double lr, double beta1, double beta2,
-                 double eps, double weight_decay, double bias_correction1,
-                 double bias_correction2, bool amsgrad) override {
+                 double eps, double weight_decay, double bias_correction1, double bias_correction2,
+                 bool amsgrad) override {
     if (n <= 0) return;
     const cm::AdamScalars k = cm::adam_scalars(lr, beta1, beta2, eps, weight_decay,
                                                bias_correction1, bias_correction2, amsgrad);
@@ -399,9 +411,8 @@ class SimKernels final : public Kernels {
            });
   }
 
-  void layernorm_forward(Stream& s, const float* x, const float* w, const float* b,
-                         std::int64_t N, std::int64_t C, float eps, float* y, float* mean,
-                         float* rstd) override {
+  void layernorm_forward(Stream& s, const float* x, const float* w, const float* b, std::int64_t N,
+                         std::int64_t C, float eps, float* y, float* mean, float* rstd) override {
     if (N <= 0 || C <= 0) return;
     launch(s, "layernorm_forward", gk::layernorm_forward_cost(N, C),
            [=] { gk::layernorm_forward(x, w, b, N, C, eps, y, mean, rstd); });
@@ -461,8 +472,7 @@ class SimKernels final : public Kernels {
 
   void sum_squares(Stream& s, const float* x, std::int64_t n, float* out,
                    Determinism mode) override {
-    launch(s, "sum_squares", gk::sum_squares_cost(n),
-           [=] { *out = gk::sum_squares(x, n, mode); });
+    launch(s, "sum_squares", gk::sum_squares_cost(n), [=] { *out = gk::sum_squares(x, n, mode); });
   }
 
   void sum_squares_blocks(Stream& s, const float* x, std::int64_t n, float* out) override {
@@ -470,6 +480,42 @@ class SimKernels final : public Kernels {
       for (std::int64_t j = 0, lo = 0; lo < n; ++j, lo += gpt::kSquaresBlock)
         out[j] = gpt::squares_chain(x + lo, std::min(gpt::kSquaresBlock, n - lo));
     });
+  }
+
+  // ---- the optimizer's multi-tensor kernels (Note [Predicted launches], cost_model.h) --------
+  // A dry run predicts the CUDA backend, so it takes CUDA's path: has_multi_tensor_kernels()
+  // true, and each call priced as the launches backend_cuda/cuda_multi_tensor.cu makes (their
+  // bits are the per-tensor kernels', so only the price differs; a dry run runs no work). A real
+  // run keeps the per-tensor kernels of Kernels' defaults (their launches, virtual time, trace).
+
+  bool has_multi_tensor_kernels() const override { return cost_->dry_run(); }
+
+  void adam_step_multi(Stream& s, const std::vector<AdamTensor>& tensors, double lr, double beta1,
+                       double beta2, double eps, double weight_decay, bool amsgrad) override {
+    if (!cost_->dry_run())
+      return Kernels::adam_step_multi(s, tensors, lr, beta1, beta2, eps, weight_decay, amsgrad);
+    std::vector<std::int64_t> ns;
+    std::vector<bool> decay;
+    for (const AdamTensor& t : tensors) {
+      ns.push_back(t.n);
+      decay.push_back(t.decay);
+    }
+    for (const KernelCost& c : adam_step_multi_costs(ns, decay, amsgrad))
+      launch(s, "adam_step_multi", c, [] {});
+  }
+
+  void sum_squares_multi(Stream& s, const std::vector<const float*>& xs,
+                         const std::vector<std::int64_t>& ns, float* out,
+                         Determinism mode) override {
+    if (!cost_->dry_run()) return Kernels::sum_squares_multi(s, xs, ns, out, mode);
+    for (const KernelCost& c : sum_squares_multi_costs(ns, mode))
+      launch(s, "sum_squares_multi", c, [] {});
+  }
+
+  void scale_multi(Stream& s, const std::vector<float*>& xs, const std::vector<std::int64_t>& ns,
+                   float alpha) override {
+    if (!cost_->dry_run()) return Kernels::scale_multi(s, xs, ns, alpha);
+    for (const KernelCost& c : scale_multi_costs(ns)) launch(s, "scale_multi", c, [] {});
   }
 
  private:

@@ -21,6 +21,7 @@
 #include "core/data/synthetic_source.h"
 #include "core/nn/gpt.h"
 #include "core/optim/adamw.h"
+#include "core/optim/clip.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
@@ -203,6 +204,119 @@ TEST(ComputeUnits, AttentionOnSimtWithoutTTBytes) {
   ASSERT_GT(compute, bytes / (kBw * kHbmEff));  // compute bound on the SIMT cores
   EXPECT_EQ(a.time, sim::to_vtime(kLaunch + compute));
   EXPECT_EQ(a.unit, PricedUnit::simt_ditto);
+}
+
+// ---- the optimizer and the clip: the CUDA backend's multi-tensor launches ----------------------
+
+namespace {
+
+// A parameter of `shape` on sim:0 with a gradient (zeros: a dry run reads none).
+nn::Parameter param_with_grad(const char* name, const Shape& shape) {
+  const Device dev("sim", 0);
+  return nn::Parameter{name, Tensor::zeros(shape, DType::f32, dev),
+                       Tensor::zeros(shape, DType::f32, dev)};
+}
+
+}  // namespace
+
+// Note [Predicted launches]: a dry run predicts the CUDA backend, so AdamW and clip_grad_norm_
+// over three parameters (w [48, 40] decayed, as nanoGPT's groups do for 2-dim parameters; b [40]
+// and x [300] not) are one adam_step_multi launch, two of sum_squares_multi (bitwise: one leaf of
+// 4096 elements per tensor, then their sums) and one scale_multi, as
+// backend_cuda/cuda_multi_tensor.cu launches them, with one copy of the three sums to the host;
+// the FLOP and byte counts and times computed here by hand. A real run keeps the per-tensor
+// kernels: a launch per parameter (and per decayed one), a copy per sum.
+TEST(ComputeUnits, OptimizerAndClipPricedAsTheCudaMultiTensorLaunches) {
+  const double nw = 48 * 40, nb = 40, nx = 300, n = nw + nb + nx;  // 2260 elements
+  for (bool dry : {true, false}) {
+    SCOPED_TRACE(dry ? "dry run" : "real run");
+    sim::SimBackend& be = fresh_sim(dry);
+    EXPECT_EQ(ops::has_multi_tensor_kernels(Device("sim", 0)), dry);
+    nn::Parameter w = param_with_grad("w", {48, 40}), b = param_with_grad("b", {40}),
+                  x = param_with_grad("x", {300});
+    optim::AdamW opt({&w, &b, &x}, {.lr = 1e-3, .weight_decay = 0.1});
+    be.default_stream(0).synchronize();
+    const auto before = be.cost_model().ledger(0);
+    // Clips: max_norm / (norm + 1e-6) < 1 (a dry run always prices the scaling).
+    (void)optim::clip_grad_norm_({&w, &b, &x}, 1e-9, Determinism::bitwise);
+    opt.step();
+    be.default_stream(0).synchronize();
+    auto step_row = [&](const std::string& name) {  // the row's work since `before`
+      sim::CostModel::LedgerRow r = row(be, name);
+      for (const auto& o : before)
+        if (o.name == name) {
+          r.count -= o.count;
+          r.flops -= o.flops;
+          r.bytes -= o.bytes;
+          r.time -= o.time;
+        }
+      return r;
+    };
+    // Memory bound: launch latency + bytes / (HBM x memory_efficiency).
+    auto memory_time = [](double launches, double bytes) {
+      return launches * kLaunch + bytes / (kBw * kHbmEff);
+    };
+    if (dry) {
+      const sim::CostModel::LedgerRow adam = step_row("adam_step_multi");
+      EXPECT_EQ(adam.count, 1);
+      EXPECT_DOUBLE_EQ(adam.flops, 17 * nw + 16 * (nb + nx));  // the decay folded in
+      EXPECT_DOUBLE_EQ(adam.bytes, 28 * n);  // p, g, m, v read, p, m, v written, f32
+      EXPECT_EQ(adam.unit, PricedUnit::memory);
+      EXPECT_NEAR(sim::to_seconds(adam.time), memory_time(1, 28 * n), 1e-12);
+      const sim::CostModel::LedgerRow sq = step_row("sum_squares_multi");
+      EXPECT_EQ(sq.count, 2);
+      EXPECT_DOUBLE_EQ(sq.flops, 2 * n + 3);  // 3 leaves summed
+      EXPECT_DOUBLE_EQ(sq.bytes, (4 * n + 4 * 3) + (4 * 3 + 4 * 3));
+      EXPECT_NEAR(sim::to_seconds(sq.time), memory_time(2, 4 * n + 36), 1e-12);
+      const sim::CostModel::LedgerRow sc = step_row("scale_multi");
+      EXPECT_EQ(sc.count, 1);
+      EXPECT_DOUBLE_EQ(sc.flops, n);
+      EXPECT_DOUBLE_EQ(sc.bytes, 8 * n);
+      EXPECT_NEAR(sim::to_seconds(sc.time), memory_time(1, 8 * n), 1e-12);
+      EXPECT_EQ(step_row("copy_d2h").count, 1);
+      EXPECT_DOUBLE_EQ(step_row("copy_d2h").bytes, 3 * 4);
+      for (const char* per : {"adam_step", "sum_squares", "scale"})
+        EXPECT_EQ(step_row(per).count, 0) << per;
+    } else {
+      EXPECT_EQ(step_row("adam_step").count, 3);
+      EXPECT_DOUBLE_EQ(step_row("adam_step").bytes, 28 * n);
+      EXPECT_EQ(step_row("sum_squares").count, 3);
+      EXPECT_EQ(step_row("scale").count, 3 + 1);  // the clip's, then w's decay
+      EXPECT_DOUBLE_EQ(step_row("scale").bytes, 8 * n + 8 * nw);
+      EXPECT_EQ(step_row("copy_d2h").count, 3);
+      for (const char* multi : {"adam_step_multi", "sum_squares_multi", "scale_multi"})
+        EXPECT_EQ(step_row(multi).count, 0) << multi;
+    }
+  }
+}
+
+// The launches of one call: a table of at most 256 tensors each (kMultiCap in
+// backend_cuda/cuda_multi_tensor.cu); adam and scale skip empty tensors, the sums keep them (a
+// +0 each) and launch no leaves kernel for a table without elements; fast mode's leaves are
+// chunks of 8192 elements.
+TEST(ComputeUnits, MultiTensorCostsCutIntoTablesOf256) {
+  std::vector<std::int64_t> ns(300, 10);
+  ns[7] = 0;  // 299 tensors with elements: tables of 256 and 43
+  const std::vector<bool> decay(300, true);
+  const auto adam = sim::adam_step_multi_costs(ns, decay, /*amsgrad=*/true);
+  ASSERT_EQ(adam.size(), 2u);
+  EXPECT_DOUBLE_EQ(adam[0].bytes, 36.0 * 10 * 256);
+  EXPECT_DOUBLE_EQ(adam[1].bytes, 36.0 * 10 * 43);
+  EXPECT_DOUBLE_EQ(adam[1].flops, 17.0 * 10 * 43);
+  const auto sc = sim::scale_multi_costs(ns);
+  ASSERT_EQ(sc.size(), 2u);
+  EXPECT_DOUBLE_EQ(sc[0].bytes + sc[1].bytes, 8.0 * 10 * 299);
+  const auto sq = sim::sum_squares_multi_costs(ns, Determinism::fast);
+  ASSERT_EQ(sq.size(), 4u);  // tables of 256 and 44 tensors, each leaves + sums
+  EXPECT_DOUBLE_EQ(sq[0].bytes, 4.0 * 10 * 255 + 4.0 * 255);  // a leaf per nonempty tensor
+  EXPECT_DOUBLE_EQ(sq[1].bytes, 4.0 * 255 + 4.0 * 256);       // 255 leaves read, 256 sums
+  EXPECT_DOUBLE_EQ(sq[3].bytes, 4.0 * 44 + 4.0 * 44);
+  EXPECT_EQ(sim::sum_squares_multi_costs({0, 0}, Determinism::bitwise).size(), 1u);
+  EXPECT_EQ(sim::sum_squares_multi_costs({20000}, Determinism::fast)[0].bytes, 4.0 * 20000 + 4 * 3);
+  EXPECT_EQ(sim::sum_squares_multi_costs({20000}, Determinism::bitwise)[0].bytes,
+            4.0 * 20000 + 4 * 5);
+  EXPECT_TRUE(sim::adam_step_multi_costs({0}, {false}, false).empty());
+  EXPECT_TRUE(sim::scale_multi_costs({}).empty());
 }
 
 // ---- GPT-2 124M, bf16, B 8, one H200 ------------------------------------------------------------

@@ -6,6 +6,8 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "core/data/synthetic_source.h"
 #include "core/nn/gpt.h"
 #include "core/optim/adamw.h"
+#include "core/optim/sgd.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/tensor.h"
 #include "core/train/trainer.h"
@@ -206,6 +209,32 @@ FitResult fit(const TrainerConfig& c, const nn::GPTConfig& m) {
       .fit();
 }
 
+// small_gpt with SGD and no clipping: the same kernels in a dry run and a real run (AdamW and
+// the clip take the CUDA backend's multi-tensor path in a dry run only: Note [Predicted
+// launches], backend_sim/cost_model.h).
+TrainerConfig small_gpt_sgd(bool dry, TrainerKind kind, int devices, const nn::GPTConfig& m) {
+  TrainerConfig c = small_gpt(dry, kind, devices, m);
+  c.grad_clip = 0;
+  c.optimizer = "sgd";
+  c.make_optimizer = [](std::vector<nn::Parameter*> params, float lr) {
+    return std::make_unique<optim::SGD>(std::move(params), optim::SGDOptions{.lr = lr});
+  };
+  return c;
+}
+
+// A real fit and a dry fit of tiny_gpt on 4 devices by `kind`: with SGD and no clipping
+// (small_gpt_sgd) when `same_kernels`, else with AdamW and the clip (small_gpt).
+struct RealAndDry {
+  FitResult real, dry;
+};
+RealAndDry real_and_dry(TrainerKind kind, bool same_kernels) {
+  const nn::GPTConfig m = tiny_gpt();
+  auto config = [&](bool dry) {
+    return same_kernels ? small_gpt_sgd(dry, kind, 4, m) : small_gpt(dry, kind, 4, m);
+  };
+  return {fit(config(false), m), fit(config(true), m)};
+}
+
 }  // namespace
 
 // The same work priced twice, once run and once dry: the virtual step time, the communication
@@ -214,12 +243,10 @@ FitResult fit(const TrainerConfig& c, const nn::GPTConfig& m) {
 // backend_sim/sim_backend.h); counted in stream order, a real run's peak varied by a few KiB
 // from run to run (1029636 and 1029640 bytes on device 0 of two ddp runs).
 TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
-  const nn::GPTConfig m = tiny_gpt();
   for (TrainerKind kind : {TrainerKind::ddp, TrainerKind::dp}) {
     SCOPED_TRACE(train::trainer_kind_name(kind));
-    const FitResult real = fit(small_gpt(false, kind, 4, m), m);
-    const FitResult again = fit(small_gpt(false, kind, 4, m), m);
-    const FitResult dry = fit(small_gpt(true, kind, 4, m), m);
+    const auto [real, dry] = real_and_dry(kind, /*same_kernels=*/true);
+    const FitResult again = real_and_dry(kind, true).real;
     ASSERT_TRUE(real.prediction && dry.prediction);
     EXPECT_GT(real.prediction->step_time_s, 0.0);
     EXPECT_EQ(dry.prediction->step_time_s, real.prediction->step_time_s);
@@ -236,6 +263,45 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
     }
     EXPECT_NE(real.params_checksum, 0u);
     EXPECT_EQ(dry.params_checksum, 0u);  // nothing to hash: the parameters hold no data
+  }
+}
+
+// With AdamW and a clip, the dry run predicts the CUDA backend's launches (Note [Predicted
+// launches], backend_sim/cost_model.h): per device one adam_step_multi, two sum_squares_multi,
+// one scale_multi and one copy of the sums to the host a step, where the real simulator run
+// launches per parameter. Every other row of device 0's ledger is the same work at the same
+// price, and the dry run's step is shorter by the launches it saves.
+TEST(DryRunTrainer, OptimizerAndClipTakeTheCudaMultiTensorPath) {
+  const std::int64_t params =
+      static_cast<std::int64_t>(nn::GPT(tiny_gpt(), Device::cpu(), 5).parameters().size());
+  for (TrainerKind kind : {TrainerKind::ddp, TrainerKind::dp}) {
+    SCOPED_TRACE(train::trainer_kind_name(kind));
+    const auto [real, dry] = real_and_dry(kind, /*same_kernels=*/false);
+    ASSERT_TRUE(real.prediction && dry.prediction);
+    std::map<std::string, CostLedgerRow> r, d;
+    for (const CostLedgerRow& k : real.prediction->kernels) r[k.name + " / " + k.unit] = k;
+    for (const CostLedgerRow& k : dry.prediction->kernels) d[k.name + " / " + k.unit] = k;
+    const std::int64_t steps = dry.prediction->steps;
+    ASSERT_EQ(steps, 2);
+    EXPECT_EQ(d.at("adam_step_multi / memory").count, steps);
+    EXPECT_EQ(d.at("sum_squares_multi / memory").count, 2 * steps);
+    EXPECT_EQ(d.at("scale_multi / memory").count, steps);
+    EXPECT_EQ(r.at("adam_step / memory").count, params * steps);
+    EXPECT_EQ(r.at("sum_squares / memory").count, params * steps);
+    EXPECT_DOUBLE_EQ(d.at("adam_step_multi / memory").bytes, r.at("adam_step / memory").bytes);
+    const std::set<std::string> optimizer = {"adam_step", "sum_squares", "scale", "copy_d2h"};
+    for (const auto& [key, k] : r) {
+      if (optimizer.count(k.name)) continue;
+      ASSERT_TRUE(d.count(key)) << key;
+      EXPECT_EQ(d[key].count, k.count) << key;
+      EXPECT_EQ(d[key].bytes, k.bytes) << key;
+      EXPECT_EQ(d[key].time_ps, k.time_ps) << key;
+    }
+    EXPECT_EQ(
+        d.count("adam_step / memory") + d.count("sum_squares / memory") + d.count("scale / memory"),
+        0u);
+    EXPECT_EQ(d.at("copy_d2h / PCIe").count, r.at("copy_d2h / PCIe").count - (params - 1) * steps);
+    EXPECT_LT(dry.prediction->step_time_s, real.prediction->step_time_s);
   }
 }
 

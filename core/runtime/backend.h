@@ -336,8 +336,10 @@ class Kernels {
   // Each equals, bit for bit, the per-tensor kernels above called once per tensor in list order
   // (which is what the defaults do). A backend whose versions save launches says so with
   // has_multi_tensor_kernels(); core/optim calls them only then and otherwise keeps its
-  // per-tensor calls, so a backend without them (the simulator) keeps its launches, virtual time
-  // and trace. All pointers on the stream's device; tensors do not overlap one another.
+  // per-tensor calls, so a backend without them (the simulator, except in a dry run, which prices
+  // the CUDA backend's launches: Note [Predicted launches], backend_sim/cost_model.h) keeps its
+  // launches, virtual time and trace. All pointers on the stream's device; tensors do not overlap
+  // one another.
 
   /// One parameter of adam_step_multi: adam_step's buffers and n, its own bias corrections
   /// (1 - beta^step, in double, as the caller computes them per parameter) and AdamW's decoupled
@@ -356,7 +358,7 @@ class Kernels {
   };
 
   /// True when this backend's multi-tensor kernels run fewer launches than the per-tensor loop
-  /// (cuda). Default false.
+  /// (cuda; the simulator in a dry run, priced as cuda's). Default false.
   virtual bool has_multi_tensor_kernels() const { return false; }
   /// For each tensor in order: the decay (if any), then adam_step with the shared
   /// hyper-parameters and the tensor's bias corrections (torch.optim.AdamW's fused/foreach step).

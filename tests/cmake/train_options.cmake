@@ -147,15 +147,17 @@ if(TARGET ditto-train)
             --dry-run --profile h200 --devices 1 --max-iters 2 --eval-iters 0 --sample 0
     REGEX "GEMMs on tensor cores \\(cuBLASLt, TF32 494.5 TFLOP/s[^\n]*\n.*predicted GPT: [^\n]*; mfu=[0-9]+\\.[0-9]% of TF32 peak 494.5 TFLOP/s per GPU")
   # --verbose (issue 29 item 5): the units each kernel class is priced on, and the step's kernels
-  # by kind with FLOP and bytes, their rows adding up to the predicted step (Note [Compute units]).
+  # by kind with FLOP and bytes, their rows adding up to the predicted step (Note [Compute units]);
+  # the optimizer and the clip as the CUDA backend's multi-tensor launches (Note [Predicted
+  # launches]).
   ditto_expect_exit(DittoTrainCli.DryRunVerboseKernelTable RC 0
     COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2 --batch-size 8 --dtype bf16
             --dry-run --profile h200 --devices 1 --verbose
-    REGEX "determinism=fast dtype=bf16; GEMMs on tensor cores \\(cuBLASLt, BF16 989.5 TFLOP/s x gemm_efficiency 0.803\\), attention on SIMT cores \\(ditto's kernels, FP32 67 TFLOP/s x simt_efficiency 0.471\\), other kernels at memory bandwidth 4800 GB/s x memory_efficiency 0.865\n.*predicted GPT: 220668 tokens/s .*\n  kernel +per step +GFLOP +MB +unit +time ms +share\n  attention_backward +12 +402.643 +1064.042 +SIMT f32 \\(ditto\\) .*\n  gemm +147 +6073.621 +10499.457 +tensor core bf16 .*\n  layernorm_forward +25 +1.258 +630.080 +memory .*  total \\(sim:0 busy\\) +1786 +6675.905 +34757.027 +37.1237 +100.0%\n  predicted step +37.1237 +100.0%")
+    REGEX "determinism=fast dtype=bf16; GEMMs on tensor cores \\(cuBLASLt, BF16 989.5 TFLOP/s x gemm_efficiency 0.803\\), attention on SIMT cores \\(ditto's kernels, FP32 67 TFLOP/s x simt_efficiency 0.471\\), other kernels at memory bandwidth 4800 GB/s x memory_efficiency 0.865\n.*predicted GPT: 241339 tokens/s .*\n  kernel +per step +GFLOP +MB +unit +time ms +share\n  attention_backward +12 +402.643 +1064.042 +SIMT f32 \\(ditto\\) .*\n  gemm +147 +6073.621 +10499.457 +tensor core bf16 .*\n  adam_step_multi +1 +2.116 +3485.325 +memory .*\n  scale_multi +1 +0.124 +995.807 +memory .*\n  layernorm_forward +25 +1.258 +630.080 +memory .*\n  sum_squares_multi +2 +0.249 +498.026 +memory .*  total \\(sim:0 busy\\) +1149 +6675.905 +33762.313 +33.9440 +100.0%\n  predicted step +33.9440 +100.0%")
   ditto_expect_exit(DittoTrainCli.DryRunVerboseBitwiseGemmsOnSimt RC 0
     COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2 --batch-size 8 --dtype bf16
             --dry-run --profile h200 --devices 1 --verbose --determinism bitwise
-    REGEX "determinism=bitwise dtype=bf16; GEMMs on SIMT cores \\(ditto's fma-chain kernel, FP32 67 TFLOP/s x simt_efficiency 0.471\\).*predicted GPT: 35496 tokens/s .*\n  gemm +98 +4049.080 +6999.638 +SIMT f32 \\(ditto\\) .*\n  gemm_tn_sharded +56 +2024.540 +4040.688 +SIMT f32 \\(ditto\\) .*  predicted step +230.7850 +100.0%")
+    REGEX "determinism=bitwise dtype=bf16; GEMMs on SIMT cores \\(ditto's fma-chain kernel, FP32 67 TFLOP/s x simt_efficiency 0.471\\).*predicted GPT: 35992 tokens/s .*\n  gemm +98 +4049.080 +6999.638 +SIMT f32 \\(ditto\\) .*\n  gemm_tn_sharded +56 +2024.540 +4040.688 +SIMT f32 \\(ditto\\) .*  predicted step +227.6053 +100.0%")
   ditto_expect_exit(DittoTrainCli.VerboseNeedsAProfile RC 2
     COMMAND $<TARGET_FILE:ditto-train> --verbose --epochs 0
     REGEX "ditto-train: error: --verbose: prints the cost model's table of the predicted step: expected --profile")
