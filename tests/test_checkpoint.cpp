@@ -140,6 +140,11 @@ struct Malformed {
 TEST(Safetensors, EachMalformedFileRefusedNamingTheProblem) {
   const std::string b8(8, '\0'), b12(12, '\0');
   auto one = [](const std::string& fields) { return "{\"t\":{" + fields + "}}"; };
+  // Tensor `name`'s entry: F32 of shape [n] at data_offsets [begin, end].
+  auto f32 = [](const char* name, int n, int begin, int end) {
+    return detail::cat("\"", name, "\":{\"dtype\":\"F32\",\"shape\":[", n, "],\"data_offsets\":[",
+                       begin, ",", end, "]}");
+  };
   std::string too_long = raw_file(one(R"("dtype":"F32","shape":[2],"data_offsets":[0,8])"), b8);
   too_long[0] = static_cast<char>(0xff);  // header length 255 + the rest: past the end
   std::string truncated = raw_file(one(R"("dtype":"F32","shape":[2],"data_offsets":[0,8])"), b8);
@@ -155,9 +160,7 @@ TEST(Safetensors, EachMalformedFileRefusedNamingTheProblem) {
       {"trailing garbage", raw_file("{} x", ""), {"header: not a well-formed JSON"}},
       {"bad utf-8", raw_file("{\"\xff\":1}", ""), {"not a well-formed JSON object (or not UTF-8)"}},
       {"repeated key",
-       raw_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                R"("t":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-                b8),
+       raw_file("{" + f32("t", 1, 0, 4) + "," + f32("t", 1, 4, 8) + "}", b8),
        {"key 't' appears more than once"}},
       {"repeated field",
        raw_file(one(R"("dtype":"F32","dtype":"F32","shape":[2],"data_offsets":[0,8])"), b8),
@@ -182,17 +185,13 @@ TEST(Safetensors, EachMalformedFileRefusedNamingTheProblem) {
        raw_file(one(R"("dtype":"F32","shape":[3],"data_offsets":[0,8])"), b8),
        {"tensor 't': data_offsets: [0, 8] hold 8 bytes, but shape [3] x F32 needs 3 x 4 bytes"}},
       {"overlap",
-       raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
-                R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
-                b12),
+       raw_file("{" + f32("a", 2, 0, 8) + "," + f32("b", 2, 4, 12) + "}", b12),
        {"tensor 'b': data_offsets: [4, 12] overlap tensor 'a'"}},
       {"gap",
-       raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-                R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
-                b12),
+       raw_file("{" + f32("a", 1, 0, 4) + "," + f32("b", 1, 8, 12) + "}", b12),
        {"tensor 'b': data_offsets: begin 8 leaves a gap in the buffer after byte 4"}},
       {"buffer not covered",
-       raw_file(one(R"("dtype":"F32","shape":[1],"data_offsets":[0,4])"), b8),
+       raw_file("{" + f32("t", 1, 0, 4) + "}", b8),
        {"buffer: the tensors cover 4 bytes, but the buffer after the header has 8 bytes"}},
       {"metadata not strings",
        raw_file(R"({"__metadata__":{"a":1}})", ""),
