@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <thread>
 #include <vector>
 
 #include "backend_sim/cost_model.h"
@@ -70,21 +69,16 @@ std::vector<T> values(const Tensor& t) {
   return v;
 }
 
-// Runs per_rank(r) for every rank: from this thread inside one group (single controller), or
-// one thread per rank (SPMD); then synchronises every rank.
-void run_ranks(std::vector<Communicator>& comms, bool spmd,
-               const std::function<void(int)>& per_rank) {
-  const int n = static_cast<int>(comms.size());
-  if (!spmd) {
-    group_start();
-    for (int r = 0; r < n; ++r) per_rank(r);
-    group_end();
+// Runs a collective: its single-controller form over every rank (`all`), then synchronises; or
+// per_rank(r) from a thread per rank (SPMD, issue_ranks).
+void run_collective(std::vector<Communicator>& comms, bool spmd, const std::function<void()>& all,
+                    const std::function<void(int)>& per_rank) {
+  if (spmd) {
+    issue_ranks(comms, true, per_rank);
   } else {
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) threads.emplace_back([&, r] { per_rank(r); });
-    for (auto& t : threads) t.join();
+    all();
+    synchronize(comms);
   }
-  synchronize(comms);
 }
 
 // ---- all_to_all
@@ -107,7 +101,7 @@ void check_all_to_all(int n, DType dtype, std::int64_t block, bool spmd, bool fr
     all_to_all(comms, send, recv);
     synchronize(comms);
   } else {
-    run_ranks(comms, spmd, [&](int r) { comms[r].all_to_all(send[r], recv[r]); });
+    issue_ranks(comms, spmd, [&](int r) { comms[r].all_to_all(send[r], recv[r]); });
   }
   // Block q of rank r's recv is block r of rank q's send.
   for (int r = 0; r < n; ++r) {
@@ -153,13 +147,9 @@ TEST_F(CollBasic, AllToAllVPackedDeliversEachRanksCountsInRankOrder) {
         recv.push_back(from_bytes(std::vector<unsigned char>(total_r * dtype_size(dtype), 0), dtype,
                                   comms[r].device()));
       }
-      if (spmd)
-        run_ranks(comms, true,
-                  [&](int r) { comms[r].all_to_all_v(send[r], sc[r], recv[r], rc[r]); });
-      else {
-        all_to_all_v(comms, send, sc, recv, rc);
-        synchronize(comms);
-      }
+      run_collective(
+          comms, spmd, [&] { all_to_all_v(comms, send, sc, recv, rc); },
+          [&](int r) { comms[r].all_to_all_v(send[r], sc[r], recv[r], rc[r]); });
       for (int r = 0; r < n; ++r) {
         std::vector<unsigned char> expected;
         for (int q = 0; q < n; ++q) {
@@ -183,7 +173,7 @@ TEST_F(CollBasic, AllToAllVWithDisplacementsLeavesTheGapsAlone) {
                                        comms[r].device()));
     recv.push_back(typed<std::int32_t>(std::vector<std::int32_t>(8, -1), comms[r].device()));
   }
-  run_ranks(comms, false, [&](int r) {
+  issue_ranks(comms, false, [&](int r) {
     comms[r].all_to_all_v(send[r], {2, 2}, {3, 1}, recv[r], {2, 2}, {1, 5});
   });
   // From rank 0: its elements [3, 5) for rank 0 and [1, 3) for rank 1; likewise from rank 1.
@@ -196,66 +186,69 @@ TEST_F(CollBasic, AllToAllVWithDisplacementsLeavesTheGapsAlone) {
 // ---- gather / scatter
 // -------------------------------------------------------------------------------
 
-// Runs `check(n, root, in_place, spmd)` for every rooted case: 1, 3 and 4 ranks, the first and
-// last root, in and out of place, single controller and SPMD.
-void for_each_rooted_case(const std::function<void(int, int, bool, bool)>& check) {
+// One rooted case: n ranks' handles and an undefined send and recv tensor for each, to fill.
+struct RootedCase {
+  int n, root;
+  bool in_place, spmd;
+  std::vector<Communicator> comms;
+  std::vector<Tensor> send, recv;
+};
+
+// Runs `check` on every rooted case: 1, 3 and 4 ranks, the first and last root, in and out of
+// place, single controller and SPMD.
+void for_each_rooted_case(const std::function<void(RootedCase&)>& check) {
   for (int n : {1, 3, 4})
     for (int root : {0, n - 1})
       for (bool in_place : {false, true})
         for (bool spmd : {false, true}) {
           SCOPED_TRACE(detail::cat(n, " ranks, root ", root, in_place ? " in place" : "",
                                    spmd ? " spmd" : " group"));
-          check(n, root, in_place, spmd);
+          RootedCase c{n, root, in_place, spmd, Communicator::init_all(devices("sim", n)), {}, {}};
+          c.send.resize(n);
+          c.recv.resize(n);
+          check(c);
         }
 }
 
 TEST_F(CollBasic, GatherCollectsEveryRankOnTheRootInRankOrder) {
-  for_each_rooted_case([](int n, int root, bool in_place, bool spmd) {
+  for_each_rooted_case([](RootedCase& c) {
     const DType dtype = DType::f16;
     const std::int64_t k = 6;
-    auto comms = Communicator::init_all(devices("sim", n));
-    std::vector<Tensor> send(n), recv(n);
-    recv[root] = from_bytes(std::vector<unsigned char>(n * k * 2, 0), dtype, comms[root].device());
+    c.recv[c.root] =
+        from_bytes(std::vector<unsigned char>(c.n * k * 2, 0), dtype, c.comms[c.root].device());
     std::vector<unsigned char> expected;  // every rank's send, in rank order
-    for (int r = 0; r < n; ++r) {
+    for (int r = 0; r < c.n; ++r) {
       const auto b = rank_bytes(r, 0, k, dtype);
       expected.insert(expected.end(), b.begin(), b.end());
-      if (in_place && r == root) {  // the root's send is its block of recv
-        send[r] = recv[r].narrow(r * k, k);
-        send[r].copy_(from_bytes(b, dtype, comms[r].device()));
+      if (c.in_place && r == c.root) {  // the root's send is its block of recv
+        c.send[r] = c.recv[r].narrow(r * k, k);
+        c.send[r].copy_(from_bytes(b, dtype, c.comms[r].device()));
       } else {
-        send[r] = from_bytes(b, dtype, comms[r].device());
+        c.send[r] = from_bytes(b, dtype, c.comms[r].device());
       }
     }
-    if (spmd) {
-      run_ranks(comms, true, [&](int r) { comms[r].gather(send[r], recv[r], root); });
-    } else {
-      gather(comms, send, recv, root);
-      synchronize(comms);
-    }
-    EXPECT_EQ(bytes_of(recv[root]), expected);
+    run_collective(
+        c.comms, c.spmd, [&] { gather(c.comms, c.send, c.recv, c.root); },
+        [&](int r) { c.comms[r].gather(c.send[r], c.recv[r], c.root); });
+    EXPECT_EQ(bytes_of(c.recv[c.root]), expected);
   });
 }
 
 TEST_F(CollBasic, ScatterSendsBlockQOfTheRootToRankQ) {
-  for_each_rooted_case([](int n, int root, bool in_place, bool spmd) {
+  for_each_rooted_case([](RootedCase& c) {
     const DType dtype = DType::u32;
     const std::int64_t k = 5;
-    auto comms = Communicator::init_all(devices("sim", n));
-    std::vector<Tensor> send(n), recv(n);
-    send[root] = from_bytes(rank_bytes(root, 0, n * k, dtype), dtype, comms[root].device());
-    for (int r = 0; r < n; ++r)
-      recv[r] = in_place && r == root
-                    ? send[r].narrow(r * k, k)
-                    : from_bytes(std::vector<unsigned char>(k * 4, 0), dtype, comms[r].device());
-    if (spmd) {
-      run_ranks(comms, true, [&](int r) { comms[r].scatter(send[r], recv[r], root); });
-    } else {
-      scatter(comms, send, recv, root);
-      synchronize(comms);
-    }
-    for (int r = 0; r < n; ++r)
-      EXPECT_EQ(bytes_of(recv[r]), rank_bytes(root, r * k, k, dtype)) << "rank " << r;
+    c.send[c.root] =
+        from_bytes(rank_bytes(c.root, 0, c.n * k, dtype), dtype, c.comms[c.root].device());
+    for (int r = 0; r < c.n; ++r)
+      c.recv[r] = c.in_place && r == c.root ? c.send[r].narrow(r * k, k)
+                                            : from_bytes(std::vector<unsigned char>(k * 4, 0),
+                                                         dtype, c.comms[r].device());
+    run_collective(
+        c.comms, c.spmd, [&] { scatter(c.comms, c.send, c.recv, c.root); },
+        [&](int r) { c.comms[r].scatter(c.send[r], c.recv[r], c.root); });
+    for (int r = 0; r < c.n; ++r)
+      EXPECT_EQ(bytes_of(c.recv[r]), rank_bytes(c.root, r * k, k, dtype)) << "rank " << r;
   });
 }
 
@@ -286,7 +279,7 @@ TEST_F(CollBasic, PreMulSumScalesEachRanksValuesByItsOwnScalar) {
       isend.push_back(typed<std::int32_t>({r == 0 ? (1 << 30) : 0, r + 1}, comms[r].device()));
       irecv.push_back(typed<std::int32_t>({0, 0}, comms[r].device()));
     }
-    run_ranks(comms, true, [&](int r) {
+    issue_ranks(comms, true, [&](int r) {
       comms[r].all_reduce(isend[r], irecv[r], PreMulSum{r == 0 ? 3.0 : r == 1 ? -1.0 : 2.0});
     });
     const std::int32_t wrapped = static_cast<std::int32_t>(std::uint32_t(3) << 30);
@@ -301,7 +294,7 @@ TEST_F(CollBasic, PreMulSumScalesEachRanksValuesByItsOwnScalar) {
       part.push_back(typed<double>({0.0}, comms[r].device()));
     }
     Tensor root_out = typed<double>({0, 0, 0}, comms[1].device());
-    run_ranks(comms, false, [&](int r) {
+    issue_ranks(comms, false, [&](int r) {
       Tensor out = r == 1 ? root_out : Tensor();
       comms[r].reduce(big[r], out, ops[r], 1);
     });
@@ -379,8 +372,7 @@ TEST(CollCost, NewKindsFollowTheirAlphaBetaFormulas) {
   // To itself: a copy inside the device (read + write at memory bandwidth).
   const sim::CollectiveEstimate self = sim::collective_time(c, CollectiveKind::send, S, {3, 3});
   EXPECT_EQ(self.algo, sim::CollectiveAlgo::local);
-  EXPECT_DOUBLE_EQ(self.seconds,
-                   sim::collective_time(c, CollectiveKind::send, S, {3}).seconds);
+  EXPECT_DOUBLE_EQ(self.seconds, sim::collective_time(c, CollectiveKind::send, S, {3}).seconds);
   EXPECT_NEAR(self.seconds, c.device.launch_latency + 2 * S / c.device.memory_bandwidth, 1e-15);
   // Across nodes a send pays the network's latency and NIC bandwidth.
   const sim::ClusterSpec c2{c.device, c.interconnect, 2, 8};

@@ -29,9 +29,11 @@
 #include "core/runtime/backend.h"
 #include "core/runtime/tensor.h"
 #include "core/train/trainer.h"
+#include "test_util.h"
 
 using namespace ditto;
 using sim::CollectiveAlgo;
+using test::expect_invalid;
 using Kind = CollectiveKind;
 
 namespace {
@@ -386,13 +388,9 @@ TEST(CostModelProfiles, BuiltinsAndJsonProfilesAndTheirErrors) {
   EXPECT_DOUBLE_EQ(sim::interconnect_profile("nvlink").link_bandwidth, 370.8e9);
   for (const auto& p : sim::builtin_device_profiles()) EXPECT_FALSE(p.source.empty()) << p.key;
   for (const auto& p : sim::builtin_interconnects()) EXPECT_FALSE(p.source.empty()) << p.key;
-  try {
-    sim::device_profile("h300");
-    FAIL() << "no error";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown profile 'h300'"), std::string::npos);
-    EXPECT_NE(std::string(e.what()).find("h100-sxm"), std::string::npos);
-  }
+  const std::string unknown = test::expect_error<InvalidArgument>(
+      [] { sim::device_profile("h300"); }, "unknown profile 'h300'");
+  EXPECT_NE(unknown.find("h100-sxm"), std::string::npos) << unknown;
   EXPECT_THROW(sim::interconnect_profile("nvlink9"), InvalidArgument);
 
   const std::string path = temp_path("ditto_cost_profile.json");
@@ -410,13 +408,7 @@ TEST(CostModelProfiles, BuiltinsAndJsonProfilesAndTheirErrors) {
     std::ofstream f(path);
     f << R"({"key": "bad", "fp32_tflops": 2, "memory_bandwidth_gbps": 100})";
   }
-  try {
-    sim::device_profile(path);
-    FAIL() << "no error";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("missing field 'memory_gib'"), std::string::npos)
-        << e.what();
-  }
+  expect_invalid([&] { sim::device_profile(path); }, "missing field 'memory_gib'");
   {
     std::ofstream f(path);
     f << R"({"fp32_tflops": -1, "memory_gib": 1, "memory_bandwidth_gbps": 100})";
@@ -436,15 +428,8 @@ TEST(CostModelProfiles, BuiltinsAndJsonProfilesAndTheirErrors) {
     std::ofstream f(path);  // a capacity whose byte count does not fit in size_t
     f << R"({"fp32_tflops": 1, "memory_gib": 1e12, "memory_bandwidth_gbps": 100})";
   }
-  try {
-    sim::device_profile(path);
-    FAIL() << "no error";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("field 'memory_gib': expected 0.000976562 <= value <= "
-                                         "100000, got "),
-              std::string::npos)
-        << e.what();
-  }
+  expect_invalid([&] { sim::device_profile(path); },
+                 "field 'memory_gib': expected 0.000976562 <= value <= 100000, got ");
   std::remove(path.c_str());
 }
 
@@ -704,15 +689,9 @@ TEST(CostModelStraggler, SlowDeviceMakesThePredictedStepSlowerByItsFactorOnCompu
 TEST(CostModelStraggler, SlowdownOutsideItsRangeIsRefusedNamingTheFactor) {
   sim::SimBackend& be = fresh_sim(2);
   for (double f : std::vector<double>{1e6, 1e15, 1e-4, 0.0, -2.0, INFINITY, NAN}) {
-    try {
-      be.cost_model().set_slowdown(1, f);
-      ADD_FAILURE() << "factor " << f << " accepted";
-    } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(
-                    "set_slowdown: factor: expected 0.001 <= factor <= 1000, got "),
-                std::string::npos)
-          << e.what();
-    }
+    SCOPED_TRACE(::testing::Message() << "factor " << f);
+    expect_invalid([&] { be.cost_model().set_slowdown(1, f); },
+                   "set_slowdown: factor: expected 0.001 <= factor <= 1000, got ");
   }
   EXPECT_DOUBLE_EQ(be.cost_model().slowdown(1), 1.0);  // unchanged by the refused values
   be.cost_model().set_slowdown(1, 1e3);

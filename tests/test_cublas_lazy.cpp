@@ -9,9 +9,12 @@
 
 #include "backend_cuda/cublas_lazy.h"
 #include "core/base/error.h"
+#include "test_util.h"
 
 namespace ditto {
 namespace {
+
+using test::expect_error;
 
 bool cublas_mapped() {
   std::ifstream maps("/proc/self/maps");
@@ -62,39 +65,21 @@ TEST(CublasLazy, CublasLtTableResolvesEveryFunction) {
         reinterpret_cast<const void*>(api.algo_get_heuristic),
         reinterpret_cast<const void*>(api.matmul)})
     EXPECT_NE(f, nullptr);
-  try {
-    (void)cuda::load_cublaslt("libcublasLt-missing.so.99", "");
-    FAIL() << "expected BackendError";
-  } catch (const BackendError& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot load cuBLASLt (tried libcublasLt-missing.so.99)"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error<BackendError>([] { (void)cuda::load_cublaslt("libcublasLt-missing.so.99", ""); },
+                             "cannot load cuBLASLt (tried libcublasLt-missing.so.99)");
 }
 
 TEST(CublasLazy, MissingLibraryIsABackendErrorNamingWhatWasTried) {
-  try {
-    (void)cuda::load_cublas("libcublas-missing.so.99", "/nonexistent/libcublas.so");
-    FAIL() << "expected BackendError";
-  } catch (const BackendError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("cannot load cuBLAS (tried libcublas-missing.so.99 or "
-                        "/nonexistent/libcublas.so)"),
-              std::string::npos)
-        << what;
-    EXPECT_NE(what.find("LD_LIBRARY_PATH"), std::string::npos) << what;
-  }
+  const std::string what = expect_error<BackendError>(
+      [] { (void)cuda::load_cublas("libcublas-missing.so.99", "/nonexistent/libcublas.so"); },
+      "cannot load cuBLAS (tried libcublas-missing.so.99 or /nonexistent/libcublas.so)");
+  EXPECT_NE(what.find("LD_LIBRARY_PATH"), std::string::npos) << what;
 }
 
 TEST(CublasLazy, LibraryWithoutTheFunctionsIsRefused) {
   // libz is loaded and has none of cuBLAS's symbols: the table is not half filled.
-  try {
-    (void)cuda::load_cublas("libz.so.1", "");
-    FAIL() << "expected BackendError";
-  } catch (const BackendError& e) {
-    EXPECT_NE(std::string(e.what()).find("libz.so.1 has no cublasCreate_v2"), std::string::npos)
-        << e.what();
-  }
+  expect_error<BackendError>([] { (void)cuda::load_cublas("libz.so.1", ""); },
+                             "libz.so.1 has no cublasCreate_v2");
 }
 
 }  // namespace

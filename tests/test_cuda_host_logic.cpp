@@ -15,9 +15,12 @@
 
 #include "backend_cuda/cuda_host_logic.h"
 #include "core/base/error.h"
+#include "test_util.h"
 
 namespace ditto::cuda {
 namespace {
+
+using test::expect_error;
 
 // ---- one-rank in-GPU collectives ---------------------------------------------------------------
 
@@ -54,20 +57,16 @@ TEST(CudaHostLogic, MpiRanksSharingAGpuAreRefusedNamingTheFix) {
             (std::pair<int, int>(0, 2)));
   EXPECT_NO_THROW(check_one_rank_per_gpu({"h0/GPU-a", "h0/GPU-b"}, {"x", "y"}));
   // mpirun -np 2 on a one-GPU node: both ranks take local_rank % 1 = GPU 0.
-  try {
-    check_one_rank_per_gpu({"h0/GPU-a", "h0/GPU-a"},
-                           {"cuda:0 (GPU 0) on host h0", "cuda:0 (GPU 0) on host h0"});
-    FAIL() << "expected BackendError";
-  } catch (const BackendError& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("Communicator::init_rank: ranks 0 and 1 of 2 are on the same GPU "
-                     "(cuda:0 (GPU 0) on host h0)"),
-              std::string::npos)
-        << m;
-    EXPECT_NE(m.find("NCCL refuses two ranks of one communicator on one GPU"), std::string::npos);
-    EXPECT_NE(m.find("one process per GPU"), std::string::npos);
-    EXPECT_NE(m.find("--devices N"), std::string::npos);
-  }
+  const std::string m = expect_error<BackendError>(
+      [] {
+        check_one_rank_per_gpu({"h0/GPU-a", "h0/GPU-a"},
+                               {"cuda:0 (GPU 0) on host h0", "cuda:0 (GPU 0) on host h0"});
+      },
+      "Communicator::init_rank: ranks 0 and 1 of 2 are on the same GPU (cuda:0 (GPU 0) on host "
+      "h0)");
+  EXPECT_NE(m.find("NCCL refuses two ranks of one communicator on one GPU"), std::string::npos);
+  EXPECT_NE(m.find("one process per GPU"), std::string::npos);
+  EXPECT_NE(m.find("--devices N"), std::string::npos);
 }
 
 // ---- NCCL groups --------------------------------------------------------------------------------

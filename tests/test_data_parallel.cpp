@@ -5,22 +5,23 @@
 
 #include <atomic>
 #include <chrono>
-#include <thread>
+#include <cmath>
 #include <mutex>
 #include <set>
-#include <cmath>
+#include <thread>
 
-#include "core/runtime/backend.h"
 #include "core/nn/linear.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
 #include "core/nn/with_loss.h"
+#include "core/numerics/random.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/parallel_apply.h"
-#include "core/numerics/random.h"
+#include "core/runtime/backend.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
+#include "trainer_test_util.h"
 
 namespace ditto {
 namespace {
@@ -36,7 +37,8 @@ class DataParallelTest : public SimSuite<16> {
 
 Tensor random_tensor(const Shape& shape, std::uint64_t seed, const Device& d = Device::cpu()) {
   std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = uniform(seed, stream_id(kStreamSynthetic, 9), i, -1, 1);
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = uniform(seed, stream_id(kStreamSynthetic, 9), i, -1, 1);
   return Tensor::from_vector(v, shape, d);
 }
 
@@ -120,14 +122,11 @@ TEST_F(DataParallelTest, InputsWithDifferentBatchSizesAreRefused) {
   auto log = std::make_shared<Probe::Log>();
   Probe probe(log, -1, 2);
   parallel::DataParallel dp(probe, devs(4));
-  try {
-    dp.forward(std::vector<Tensor>{random_tensor({9, 5}, 1), random_tensor({8, 2}, 2)});
-    FAIL() << "expected InvalidArgument";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("inputs[1]: expected size 9 along dim 0"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_invalid(
+      [&] {
+        dp.forward(std::vector<Tensor>{random_tensor({9, 5}, 1), random_tensor({8, 2}, 2)});
+      },
+      "inputs[1]: expected size 9 along dim 0");
 }
 
 TEST_F(DataParallelTest, ZeroDimLossesAreGatheredIntoAVectorAndBackwardRoutesEachEntry) {
@@ -177,14 +176,13 @@ TEST_F(DataParallelTest, BitwiseBatchSmallerThanTheDevicesGivesFiniteLossesThatS
   auto make = [](std::int64_t global_batch) {
     auto ce = std::make_unique<nn::CrossEntropyLoss>();
     ce->set_global_batch(global_batch);
-    return std::make_unique<nn::WithLoss>(nn::mlp({5, 7, 3}, Device("sim", 0), 11),
-                                          std::move(ce));
+    return std::make_unique<nn::WithLoss>(nn::mlp({5, 7, 3}, Device("sim", 0), 11), std::move(ce));
   };
   Tensor x = random_tensor({5, 5}, 4);
   Tensor y = labels(5, 3, 5);
   auto ref = make(0);
-  const double mean = ref->forward(std::vector<Tensor>{x.to(Device("sim", 0)),
-                                                       y.to(Device("sim", 0))}).item();
+  const double mean =
+      ref->forward(std::vector<Tensor>{x.to(Device("sim", 0)), y.to(Device("sim", 0))}).item();
   for (std::int64_t global_batch : {0, 5}) {
     double sums[2] = {0, 0};
     for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
@@ -270,14 +268,12 @@ TEST_F(DataParallelTest, ReplicaThatThrowsGivesOneErrorNamingReplicaAndDevice) {
   auto log = std::make_shared<Probe::Log>();
   Probe probe(log, /*throw_on=*/2);
   parallel::DataParallel dp(probe, devs(4));
-  try {
-    dp.forward(random_tensor({8, 3}, 6));
-    FAIL() << "expected an error";
-  } catch (const InvalidArgument& e) {
-    std::string m = e.what();
-    EXPECT_NE(m.find("replica 2 on sim:2"), std::string::npos) << m;
-    EXPECT_NE(m.find("probe refuses to run here"), std::string::npos) << m;
-  }
+  const std::string m = expect_error<InvalidArgument>(
+      [&] {
+        dp.forward(random_tensor({8, 3}, 6));
+      },
+      "replica 2 on sim:2");
+  EXPECT_NE(m.find("probe refuses to run here"), std::string::npos) << m;
   EXPECT_EQ(log->calls.size(), 4u);  // the others ran to completion
   // The wrapper stays usable: no backward without a successful forward, and a new forward works.
   EXPECT_THROW(dp.backward(Tensor::zeros({8, 3}, DType::f32, Device("sim", 0))), InvalidArgument);
@@ -285,35 +281,28 @@ TEST_F(DataParallelTest, ReplicaThatThrowsGivesOneErrorNamingReplicaAndDevice) {
 
 TEST_F(DataParallelTest, ParallelApplyReportsFirstFailingReplica) {
   std::atomic<int> ran{0};
-  try {
-    parallel::parallel_apply(devs(3), "forward", [&](int i) {
-      ++ran;
-      if (i >= 1) throw OutOfMemory("boom " + std::to_string(i));
-    });
-    FAIL();
-  } catch (const OutOfMemory& e) {
-    EXPECT_NE(std::string(e.what()).find("replica 1 on sim:1 failed in forward: boom 1"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error<OutOfMemory>(
+      [&] {
+        parallel::parallel_apply(devs(3), "forward", [&](int i) {
+          ++ran;
+          if (i >= 1) throw OutOfMemory("boom " + std::to_string(i));
+        });
+      },
+      "replica 1 on sim:1 failed in forward: boom 1");
   EXPECT_EQ(ran.load(), 3);
 }
 
 // A replica's std::bad_alloc (a host allocation under `ulimit -v`) is reported as OutOfMemory
 // naming the replica and "out of host memory", not as the bare "std::bad_alloc".
 TEST_F(DataParallelTest, ParallelApplyNamesAHostAllocationFailure) {
-  try {
-    parallel::parallel_apply(devs(2), "backward", [&](int i) {
-      if (i == 1) throw std::bad_alloc();
-    });
-    FAIL();
-  } catch (const OutOfMemory& e) {
-    EXPECT_NE(std::string(e.what()).find("DataParallel: replica 1 on sim:1 failed in backward: "
-                                         "out of host memory (std::bad_alloc: a host allocation "
-                                         "failed"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error<OutOfMemory>(
+      [] {
+        parallel::parallel_apply(devs(2), "backward", [](int i) {
+          if (i == 1) throw std::bad_alloc();
+        });
+      },
+      "DataParallel: replica 1 on sim:1 failed in backward: out of host memory (std::bad_alloc: "
+      "a host allocation failed");
 }
 
 /// Trains `steps` SGD steps of an MLP on `n` devices (fast mode, the library Trainer) and
@@ -330,11 +319,7 @@ std::vector<float> train(int n, int steps, std::int64_t batch) {
       std::max(steps, 1), 6, 4, [batch](std::int64_t, std::int64_t s) {
         return data::Batch{random_tensor({batch, 6}, 100 + s), labels(batch, 4, 200 + s)};
       });
-  std::vector<float> all;
-  train::TrainerCallbacks cb;
-  cb.on_finish = [&](train::Replica& r) { all = train::flat_parameters(r.model()); };
-  train::Trainer(c, data, cb).fit();
-  return all;
+  return fitted_parameters(c, data);
 }
 
 TEST_F(DataParallelTest, OneAndFourDevicesGiveTheSameParametersWithinTolerance) {
@@ -347,7 +332,8 @@ TEST_F(DataParallelTest, OneAndFourDevicesGiveTheSameParametersWithinTolerance) 
   // And training moved the parameters: compare against zero steps.
   std::vector<float> start = train(1, 0, 30);
   double moved = 0;
-  for (std::size_t i = 0; i < one.size(); ++i) moved = std::max(moved, std::abs(double(one[i]) - start[i]));
+  for (std::size_t i = 0; i < one.size(); ++i)
+    moved = std::max(moved, std::abs(double(one[i]) - start[i]));
   EXPECT_GT(moved, 1e-3);
 }
 
@@ -387,10 +373,16 @@ TEST_F(DataParallelTest, ArgumentErrors) {
   auto model = nn::mlp({3, 4, 2}, Device("sim", 1), 5);
   const auto& expect = test::expect_invalid;
   expect([&] { parallel::DataParallel dp(*model, {}); }, "empty list");
-  expect([&] { parallel::DataParallel dp(*model, {Device("sim", 1), Device("sim", 1)}); },
-         "sim:1 is repeated");
-  expect([&] { parallel::DataParallel dp(*model, {Device("sim", 1), Device("sim", 99)}); },
-         "sim:99");
+  expect(
+      [&] {
+        parallel::DataParallel dp(*model, {Device("sim", 1), Device("sim", 1)});
+      },
+      "sim:1 is repeated");
+  expect(
+      [&] {
+        parallel::DataParallel dp(*model, {Device("sim", 1), Device("sim", 99)});
+      },
+      "sim:99");
   expect([&] { parallel::DataParallel dp(*model, devs(2)); },
          "parameters on sim:0 (devices[0]) but parameter '0.weight' is on sim:1");
   auto m0 = nn::mlp({3, 4, 2}, Device("sim", 0), 5);
@@ -409,21 +401,26 @@ TEST_F(DataParallelTest, ArgumentErrors) {
   expect([&] { parallel::DataParallel bad(*m0, devs(4), o); }, "supports at most 2 devices");
 }
 
-// A parameter that is not f32, bf16 or f16 is refused by the constructor, naming it, as DDP refuses it. It used
-// to be accepted, and then sent replicate and backward down a path that could only throw.
+// A parameter that is not f32, bf16 or f16 is refused by the constructor, naming it, as DDP refuses
+// it. It used to be accepted, and then sent replicate and backward down a path that could only
+// throw.
 TEST_F(DataParallelTest, ParameterThatIsNotF32IsRejectedNamingIt) {
   auto model = nn::mlp({3, 4, 2}, Device("sim", 0), 5);
   nn::Parameter* bias = model->parameters()[1];
   bias->data = Tensor::zeros(bias->data.shape(), DType::i64, Device("sim", 0));
-  test::expect_invalid([&] { parallel::DataParallel dp(*model, devs(2)); },
-                       "DataParallel: parameter 1 ('0.bias'): expected dtype f32, bf16 or f16, got ");
+  test::expect_invalid(
+      [&] { parallel::DataParallel dp(*model, devs(2)); },
+      "DataParallel: parameter 1 ('0.bias'): expected dtype f32, bf16 or f16, got ");
   // One made i64 after construction is refused at the next forward that replicates the module.
   auto m = nn::mlp({3, 4, 2}, Device("sim", 0), 5);
   parallel::DataParallel dp(*m, devs(2));
   nn::Parameter* w = m->parameters()[2];
   w->data = Tensor::zeros(w->data.shape(), DType::i64, Device("sim", 0));
-  test::expect_invalid([&] { dp.forward(random_tensor({4, 3}, 1)); },
-                       "DataParallel: parameter 2 ('2.weight'): expected dtype f32, bf16 or f16, got ");
+  test::expect_invalid(
+      [&] {
+        dp.forward(random_tensor({4, 3}, 1));
+      },
+      "DataParallel: parameter 2 ('2.weight'): expected dtype f32, bf16 or f16, got ");
 }
 
 }  // namespace

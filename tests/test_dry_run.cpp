@@ -20,11 +20,14 @@
 #include "core/runtime/backend.h"
 #include "core/runtime/tensor.h"
 #include "core/train/trainer.h"
+#include "test_util.h"
 #include "trainer_test_util.h"
 
 using namespace ditto;
 
 namespace {
+
+using test::expect_error;
 
 sim::SimBackend& fresh_sim(int devices, bool dry, std::size_t capacity = std::size_t(80) << 30) {
   BackendOptions o;
@@ -93,28 +96,19 @@ TEST(DryRunBackend, OutOfMemoryNamesDeviceRequestAndCapacity) {
   const std::size_t mib = std::size_t(1) << 20;
   fresh_sim(4, true, 100 * mib);
   Tensor a = Tensor::empty({std::int64_t(20 * mib)}, DType::f32, Device("sim", 3));  // 80 MiB
-  try {
-    Tensor b = Tensor::empty({std::int64_t(8 * mib)}, DType::f32, Device("sim", 3));  // 32 MiB
-    FAIL() << "no OutOfMemory";
-  } catch (const OutOfMemory& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("sim:3"), std::string::npos) << m;
-    EXPECT_NE(m.find("tried to allocate 33554432 bytes (32.00 MiB)"), std::string::npos) << m;
-    EXPECT_NE(m.find("83886080 bytes (80.00 MiB) in use"), std::string::npos) << m;
-    EXPECT_NE(m.find("capacity 104857600 bytes (100.00 MiB)"), std::string::npos) << m;
-  }
+  const std::string m = expect_error<OutOfMemory>(
+      [&] { Tensor b = Tensor::empty({std::int64_t(8 * mib)}, DType::f32, Device("sim", 3)); },
+      "sim:3");  // 32 MiB more
+  EXPECT_NE(m.find("tried to allocate 33554432 bytes (32.00 MiB)"), std::string::npos) << m;
+  EXPECT_NE(m.find("83886080 bytes (80.00 MiB) in use"), std::string::npos) << m;
+  EXPECT_NE(m.find("capacity 104857600 bytes (100.00 MiB)"), std::string::npos) << m;
 }
 
 TEST(DryRunBackend, OnlyTheSimulatorRunsDry) {
   BackendOptions o;
   o.dry_run = true;
-  try {
-    init_backend("cpu", o);
-    FAIL() << "no error";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("dry_run"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("'cpu'"), std::string::npos) << e.what();
-  }
+  const std::string m = expect_error<InvalidArgument>([&] { init_backend("cpu", o); }, "dry_run");
+  EXPECT_NE(m.find("'cpu'"), std::string::npos) << m;
 }
 
 // ---- achieved efficiency ---------------------------------------------------------------------
@@ -152,12 +146,7 @@ TEST(DryRunEfficiency, JsonProfileFields) {
     f << R"({"key": "e", "fp32_tflops": 2, "memory_gib": 1, "memory_bandwidth_gbps": 100,
              "gemm_efficiency": 1.5})";
   }
-  try {
-    sim::device_profile(path);
-    FAIL() << "no error";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("'gemm_efficiency'"), std::string::npos) << e.what();
-  }
+  expect_error<InvalidArgument>([&] { sim::device_profile(path); }, "'gemm_efficiency'");
   std::remove(path.c_str());
 }
 
@@ -243,27 +232,15 @@ TEST(DryRunTrainer, OnlyOnTheSimulator) {
   c.backend = "cpu";
   c.field_names["dry_run"] = "--dry-run";
   // With the simulator's extension (sim::SimRun), its validation in the constructor.
-  try {
-    fit(c, m);
-    FAIL() << "no error";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("--dry-run: expected TrainerConfig::backend sim in one "
-                                         "process (only the simulator prices work without "
-                                         "running it), got TrainerConfig::backend cpu"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error<InvalidArgument>([&] { fit(c, m); },
+                                "--dry-run: expected TrainerConfig::backend sim in one process "
+                                "(only the simulator prices work without running it), got "
+                                "TrainerConfig::backend cpu");
   // Without it, fit(): the backend must run dry (BackendOptions::dry_run).
   c.extensions.clear();
-  try {
-    fit(c, m);
-    FAIL() << "no error";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("--dry-run: expected a backend that runs dry"),
-              std::string::npos)
-        << e.what();
-    EXPECT_NE(std::string(e.what()).find("'cpu'"), std::string::npos) << e.what();
-  }
+  const std::string without = expect_error<InvalidArgument>(
+      [&] { fit(c, m); }, "--dry-run: expected a backend that runs dry");
+  EXPECT_NE(without.find("'cpu'"), std::string::npos) << without;
 }
 
 // nanoGPT's GPT-2 sizes at vocab 50304, built on a dry device (no host memory for the weights):
@@ -286,15 +263,8 @@ TEST(DryRunTrainer, PresetParameterCounts) {
   }
   EXPECT_EQ(nn::gpt_num_params(nn::gpt2_config("gpt2")) - 1024 * 768, 123689472);
   EXPECT_EQ(123689472 - 47 * 768, 123653376);  // nanoGPT's "123.65M" at vocab 50257
-  try {
-    nn::gpt2_config("gpt3", "--preset");
-    FAIL() << "no error";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("--preset: expected one of gpt2, gpt2-medium, "
-                                         "gpt2-large, gpt2-xl"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error<InvalidArgument>([] { nn::gpt2_config("gpt3", "--preset"); },
+                                "--preset: expected one of gpt2, gpt2-medium, gpt2-large, gpt2-xl");
 }
 
 // An 8 x 40 GB model trained dry: every device charged tens of GB, the process stays small.

@@ -6,14 +6,14 @@
 #include <cmath>
 #include <functional>
 
-#include "core/runtime/backend.h"
-#include "core/numerics/micro_shards.h"
 #include "core/nn/linear.h"
 #include "core/nn/loss.h"
 #include "core/nn/relu.h"
 #include "core/nn/sequential.h"
 #include "core/nn/with_loss.h"
+#include "core/numerics/micro_shards.h"
 #include "core/numerics/random.h"
+#include "core/runtime/backend.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -207,7 +207,8 @@ TEST_F(NNTest, LinearBitwiseBatchReductionFollowsTheMicroShardTree) {
   std::size_t differs_from_chain = 0;
   for (std::int64_t o = 0; o < 2; ++o)
     for (std::int64_t k = 0; k < 5; ++k) {
-      std::function<float(std::int64_t, std::int64_t)> tree = [&](std::int64_t lo, std::int64_t hi) {
+      std::function<float(std::int64_t, std::int64_t)> tree = [&](std::int64_t lo,
+                                                                  std::int64_t hi) {
         if (hi - lo == 1) {
           float acc = 0.0f;
           for (std::int64_t r = bounds[lo]; r < bounds[lo + 1]; ++r)
@@ -303,14 +304,8 @@ TEST_F(NNTest, LinearTooLargeFailsOnTheDeviceWithoutHostAllocation) {
                  "in_features = 1099511627776, out_features = 1099511627776");
   // 2^40 weights are 4 TiB: more than the device's 80 GiB.
   const std::int64_t side = std::int64_t(1) << 20;
-  try {
-    nn::Linear(side, side, dev(3), 0);
-    FAIL() << "expected OutOfMemory";
-  } catch (const OutOfMemory& e) {
-    EXPECT_NE(std::string(e.what()).find("sim:3: out of memory: tried to allocate"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error<OutOfMemory>([&] { nn::Linear(side, side, dev(3), 0); },
+                            "sim:3: out of memory: tried to allocate");
   // The failed layers left nothing allocated.
   sim.default_stream(3).synchronize();
   EXPECT_EQ(sim.memory_stats(3).in_use, in_use_before);
@@ -544,13 +539,16 @@ TEST_F(NNTest, LossCloneKeepsTheGlobalBatchAndTheDeterminism) {
 // Note [Empty replica loss]: a mean over no samples is 0 (torch: NaN), its gradient empty.
 TEST_F(NNTest, LossOverNoSamplesIsZero) {
   nn::CrossEntropyLoss ce;
-  const float l = ce.forward(Tensor::zeros({0, 3}, DType::f32, dev()),
-                             Tensor::zeros({0}, DType::i64, dev())).item();
+  const float l =
+      ce.forward(Tensor::zeros({0, 3}, DType::f32, dev()), Tensor::zeros({0}, DType::i64, dev()))
+          .item();
   EXPECT_EQ(l, 0.0f);
   EXPECT_EQ(ce.backward().shape(), (Shape{0, 3}));
   nn::MSELoss mse;
   EXPECT_EQ(mse.forward(Tensor::zeros({0, 3}, DType::f32, dev()),
-                        Tensor::zeros({0, 3}, DType::f32, dev())).item(), 0.0f);
+                        Tensor::zeros({0, 3}, DType::f32, dev()))
+                .item(),
+            0.0f);
 }
 
 // ---- WithLoss --------------------------------------------------------------------------------

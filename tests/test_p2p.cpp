@@ -8,7 +8,6 @@
 #include <cstring>
 #include <functional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "backend_sim/sim_backend.h"
@@ -84,21 +83,7 @@ void ring(std::vector<Communicator>& comms, std::int64_t count, bool thread_per_
     comms[r].send(send[r], (r + 1) % n);
     comms[r].recv(recv[r], (r + n - 1) % n);
   };
-  if (!thread_per_rank) {
-    group_start();
-    for (int r = 0; r < n; ++r) issue(r);
-    group_end();
-  } else {
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r)
-      threads.emplace_back([&, r] {
-        group_start();
-        issue(r);
-        group_end();
-      });
-    for (auto& t : threads) t.join();
-  }
-  synchronize(comms);
+  issue_ranks(comms, thread_per_rank, issue, /*group_each_thread=*/true);
 }
 
 // Synchronises every rank, each expected to throw the same Timeout; returns its message.

@@ -16,15 +16,16 @@
 
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_executor.h"
-#include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
 #include "core/nn/loss.h"
 #include "core/nn/sequential.h"
 #include "core/optim/sgd.h"
 #include "core/parallel/data_parallel.h"
+#include "core/runtime/backend.h"
 #include "core/runtime/tensor.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
+#include "trainer_test_util.h"
 
 namespace ditto {
 namespace {
@@ -136,17 +137,13 @@ std::vector<float> train_bitwise(int n, int steps) {
       std::max(steps, 1), 6, 3, [](std::int64_t, std::int64_t s) {
         std::vector<float> xs(static_cast<std::size_t>(batch * 6));
         for (std::size_t i = 0; i < xs.size(); ++i)
-          xs[i] = static_cast<float>((i * 7 + static_cast<std::size_t>(s) * 3) % 13) * 0.125f -
-                  0.75f;
+          xs[i] =
+              static_cast<float>((i * 7 + static_cast<std::size_t>(s) * 3) % 13) * 0.125f - 0.75f;
         std::vector<std::int64_t> ys(static_cast<std::size_t>(batch));
         for (std::size_t i = 0; i < ys.size(); ++i) ys[i] = static_cast<std::int64_t>((i + s) % 3);
         return data::Batch{Tensor::from_vector(xs, {batch, 6}), Tensor::from_vector(ys, {batch})};
       });
-  std::vector<float> all;
-  train::TrainerCallbacks cb;
-  cb.on_finish = [&](train::Replica& r) { all = train::flat_parameters(r.model()); };
-  train::Trainer(c, data, cb).fit();
-  return all;
+  return fitted_parameters(c, data);
 }
 
 TEST_F(SimScaleTest, DataParallelOn1024DevicesGivesTheBitsOfOneDevice) {
@@ -216,7 +213,8 @@ TEST(SimWatchdog, CancellingTheDeadlineItSleepsOnIsSafeAndLaterDeadlinesStillFir
     std::atomic<bool> fired{false};
     w.schedule(Clock::now() + std::chrono::milliseconds(1), [&fired] { fired = true; });
     const auto give_up = Clock::now() + std::chrono::seconds(10);
-    while (!fired && Clock::now() < give_up) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    while (!fired && Clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     ASSERT_TRUE(fired) << "round " << round << ": a deadline scheduled after a cancel never fired";
   }
 }

@@ -61,19 +61,22 @@ inline std::string fresh_dir(const std::string& suite, const std::string& name) 
 }
 
 /// Runs `call` and expects an exception of type E whose message contains `part`; any other
-/// exception, or none, is a failure that shows the message.
+/// exception, or none, is a failure that shows the message. Returns the E's message (empty when
+/// none was thrown), for a test that checks more of it.
 template <typename E>
-void expect_error(const std::function<void()>& call, const std::string& part) {
+std::string expect_error(const std::function<void()>& call, const std::string& part) {
   try {
     call();
     ADD_FAILURE() << "expected an exception containing: " << part;
   } catch (const E& e) {
     EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
         << "message: " << e.what() << "\nexpected to contain: " << part;
+    return e.what();
   } catch (const std::exception& e) {
     ADD_FAILURE() << "wrong exception type, message: " << e.what()
                   << "\nexpected to contain: " << part;
   }
+  return "";
 }
 
 /// Runs `call` and expects a failed rank's own BackendError, whose message contains `part`: a
@@ -215,6 +218,27 @@ inline void run_threads(int n, const std::function<void(int)>& f) {
   for (auto& t : threads) t.join();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
+}
+
+/// Issues per_rank(r) for every rank of `comms` (one init_all's handles), then synchronises them
+/// all: from this thread as one group (group_start / group_end: the single controller), or from
+/// a thread per rank (SPMD, run_threads), each thread's calls a group of their own when
+/// `group_each_thread` (as a rank that both sends and receives must).
+inline void issue_ranks(std::vector<Communicator>& comms, bool spmd,
+                        const std::function<void(int)>& per_rank, bool group_each_thread = false) {
+  const int n = static_cast<int>(comms.size());
+  if (!spmd) {
+    group_start();
+    for (int r = 0; r < n; ++r) per_rank(r);
+    group_end();
+  } else {
+    run_threads(n, [&](int r) {
+      if (group_each_thread) group_start();
+      per_rank(r);
+      if (group_each_thread) group_end();
+    });
+  }
+  synchronize(comms);
 }
 
 /// Fails the test once for every rank that threw, with its message ("rank 2 threw: ...").

@@ -2,8 +2,8 @@
 // test_token_source.cpp), a GPT of a few thousand parameters trained for a few iterations with
 // AdamW, optionally with nanoGPT's recipe (warm-up and cosine decay, clipping, beta2 0.99, weight
 // decay 0.1); the GPT runs priced on a device profile (test_dry_run.cpp, test_compute_units.cpp);
-// and the mixed-magnitude classification data of the bitwise MLP runs (test_bitwise_trainer.cpp,
-// test_grad_accum.cpp).
+// the mixed-magnitude classification data of the bitwise MLP runs (test_bitwise_trainer.cpp,
+// test_grad_accum.cpp); the parameters a fit ends with.
 #pragma once
 
 #include <cstdint>
@@ -106,6 +106,17 @@ inline train::TrainerConfig priced_gpt(const nn::GPTConfig& m, const PricedGptRu
     return std::make_unique<optim::AdamW>(std::move(params), o);
   };
   return c;
+}
+
+/// Trains `c` on `data` (Trainer::fit) and returns rank 0's parameters at the end, flattened
+/// (train::flat_parameters of the model TrainerCallbacks::on_finish sees).
+inline std::vector<float> fitted_parameters(const train::TrainerConfig& c,
+                                            std::shared_ptr<train::DataSource> data) {
+  std::vector<float> all;
+  train::TrainerCallbacks cb;
+  cb.on_finish = [&](train::Replica& r) { all = train::flat_parameters(r.model()); };
+  train::Trainer(c, std::move(data), cb).fit();
+  return all;
 }
 
 /// The bitwise MLP runs' optimizer: SGD, lr 0.05, Nesterov momentum 0.9, weight decay 0.001.
