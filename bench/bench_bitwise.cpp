@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -121,11 +122,7 @@ int main(int argc, char** argv) {
   app.add_flag("--gemm-only", gemm_only, "only the GEMM rows (no trainer rows)");
   app.add_option("--csv", csv_path, "also write the rows to this CSV file");
   ditto_cli::add_version(app, "bench_bitwise");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return ditto_cli::parse_error(app, e, "bench_bitwise");
-  }
+  if (const std::optional<int> rc = ditto_cli::parse(app, argc, argv, "bench_bitwise")) return *rc;
   const int reps = quick ? 3 : 5;
   std::FILE* csv = nullptr;
   if (!csv_path.empty()) {

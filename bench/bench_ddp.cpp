@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,19 +48,9 @@ constexpr int kRanks = 4;
 constexpr std::int64_t kBatch = 256;
 const std::vector<std::int64_t> kSizes{784, 1024, 1024, 10};
 
-Tensor random_x(std::uint64_t seed) {
-  std::vector<float> v(static_cast<std::size_t>(kBatch * kSizes[0]));
-  for (std::size_t i = 0; i < v.size(); ++i)
-    v[i] = uniform(seed, stream_id(kStreamSynthetic, 78), i, -1, 1);
-  return Tensor::from_vector(v, {kBatch, kSizes[0]});
-}
+Tensor random_x(std::uint64_t seed) { return test::random_x(kBatch, kSizes[0], seed, 78); }
 
-Tensor random_y(std::uint64_t seed) {
-  std::vector<std::int64_t> v(static_cast<std::size_t>(kBatch));
-  for (std::size_t i = 0; i < v.size(); ++i)
-    v[i] = philox_u32(seed, stream_id(kStreamSynthetic, 79), i) % 10;
-  return Tensor::from_vector(v, {kBatch});
-}
+Tensor random_y(std::uint64_t seed) { return test::random_y(kBatch, 10, seed, 79); }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -233,11 +224,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   app.add_flag("--quick", quick, "fewer sizes, steps and repetitions (a smoke run)");
   ditto_cli::add_version(app, "bench_ddp");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return ditto_cli::parse_error(app, e, "bench_ddp");
-  }
+  if (const std::optional<int> rc = ditto_cli::parse(app, argc, argv, "bench_ddp")) return *rc;
   const int steps = quick ? 3 : 10, reps = quick ? 1 : 5;
   run_predictions();
   BackendOptions bo;

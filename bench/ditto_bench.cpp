@@ -36,6 +36,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -317,11 +318,7 @@ int main(int argc, char** argv) try {
   add_coll(coll);
   add_stream(strm);
   add_trainer(trn);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return ditto_cli::parse_error(app, e, "ditto-bench");
-  }
+  if (const std::optional<int> rc = ditto_cli::parse(app, argc, argv, "ditto-bench")) return *rc;
 
   const bool do_all = app.get_subcommands().empty() || all->parsed();
   if (quick) {

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,18 @@ inline int parse_error(const CLI::App& app, const CLI::ParseError& e, const char
   std::fflush(stdout);
   std::fputs(s.c_str(), stderr);
   return kUsageError;
+}
+
+/// app.parse(argc, argv); on a CLI::ParseError, what parse_error returns (0 after --help or
+/// --version, else kUsageError) for main to return; nullopt when the command line parsed.
+inline std::optional<int> parse(CLI::App& app, int argc, char** argv, const char* prog,
+                                const std::map<std::string, std::string>& expected = {}) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return parse_error(app, e, prog, expected);
+  }
+  return std::nullopt;
 }
 
 /// Adds --version (version_line) to `app`.

@@ -1,6 +1,7 @@
-// Double-precision host references of the transformer ops (tests/test_gpt_ops*.cpp): the
-// formulas of PyTorch's layer_norm, gelu(approximate='tanh') and nanoGPT's causal
-// self-attention, written plainly in double, and central finite differences over them.
+// Double-precision host references of the transformer ops (tests/test_gpt_ops*.cpp,
+// test_gpt_attn_dropout.cpp): the formulas of PyTorch's layer_norm, gelu(approximate='tanh') and
+// nanoGPT's causal self-attention, written plainly in double, and central finite differences
+// over them; and the device those tests run the ops on (kOpsDevice, upload).
 #pragma once
 
 #include <cmath>
@@ -10,6 +11,18 @@
 
 #include "core/runtime/tensor.h"
 
+namespace ditto::test {
+
+/// The device the transformer-op tests run the ops on.
+inline const Device kOpsDevice("sim", 0);
+
+/// Host values `v` as an f32 tensor of shape `s` on `d`.
+inline Tensor upload(const std::vector<float>& v, const Shape& s, const Device& d = kOpsDevice) {
+  return Tensor::from_vector(v, s, d);
+}
+
+}  // namespace ditto::test
+
 namespace ditto::test::gpt_ref {
 
 using Vec = std::vector<double>;
@@ -18,8 +31,7 @@ inline Vec to_double(const std::vector<float>& v) { return Vec(v.begin(), v.end(
 inline Vec to_double(const Tensor& t) { return to_double(t.to_vector<float>()); }
 
 /// Central differences d f / d x_i = (f(x + h e_i) - f(x - h e_i)) / (2h) of a double function.
-inline Vec finite_differences(const std::function<double(const Vec&)>& f, Vec x,
-                              double h = 1e-5) {
+inline Vec finite_differences(const std::function<double(const Vec&)>& f, Vec x, double h = 1e-5) {
   Vec g(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) {
     const double x0 = x[i];

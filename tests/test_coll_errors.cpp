@@ -4,8 +4,10 @@
 // out of range, a bare premul_sum, integer PreMulSum scalars the dtype cannot hold.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,70 +44,75 @@ TEST_F(CollErrors, AllToAllWithADifferentDtypeOnOneRankFailsEveryRank) {
   comms[0].all_to_all(send[0], recv[0]);
   comms[1].all_to_all(s1, r1);
   comms[2].all_to_all(send[2], recv[2]);
-  expect_every_rank_fails(comms,
-                          "all_to_all: rank 1 called with dtype bf16, rank 0 with dtype f32 "
-                          "(collective #1 on this communicator");
+  expect_every_rank_fails(comms, "all_to_all: rank 1 called with dtype bf16, rank 0 with dtype f32 "
+                                 "(collective #1 on this communicator");
   // Still usable.
   all_to_all(comms, send, recv);
   EXPECT_NO_THROW(synchronize(comms));
 }
 
-TEST_F(CollErrors, GatherWithADifferentCountOnOneRankFailsEveryRank) {
+// On two ranks, rank r calls call(r, its communicator, send, recv) with a send of send_count[r]
+// and a recv of recv_count[r] elements of `dtype` (0: an undefined recv); then every rank's stream
+// rethrows `message`.
+void expect_two_ranks_fail(DType dtype, std::array<std::int64_t, 2> send_count,
+                           std::array<std::int64_t, 2> recv_count,
+                           const std::function<void(int, Communicator&, Tensor&, Tensor&)>& call,
+                           const std::string& message) {
   auto comms = Communicator::init_all(devices("sim", 2));
-  Tensor s0 = make(4, DType::i8, comms[0].device()), r0 = make(8, DType::i8, comms[0].device());
-  Tensor s1 = make(3, DType::i8, comms[1].device()), none;
-  comms[0].gather(s0, r0, 0);
-  comms[1].gather(s1, none, 0);
-  expect_every_rank_fails(comms, "gather: rank 1 called with count 3, rank 0 with count 4");
+  std::vector<Tensor> send, recv;
+  for (int r = 0; r < 2; ++r) {
+    send.push_back(make(send_count[r], dtype, comms[r].device()));
+    recv.push_back(recv_count[r] ? make(recv_count[r], dtype, comms[r].device()) : Tensor());
+  }
+  for (int r = 0; r < 2; ++r) call(r, comms[r], send[r], recv[r]);
+  expect_every_rank_fails(comms, message);
+}
+
+TEST_F(CollErrors, GatherWithADifferentCountOnOneRankFailsEveryRank) {
+  expect_two_ranks_fail(
+      DType::i8, {4, 3}, {8, 0},
+      [](int, Communicator& c, Tensor& s, Tensor& r) { c.gather(s, r, 0); },
+      "gather: rank 1 called with count 3, rank 0 with count 4");
 }
 
 TEST_F(CollErrors, ScatterWithDifferentRootsFailsEveryRank) {
-  auto comms = Communicator::init_all(devices("sim", 2));
-  Tensor s0 = make(4, DType::u8, comms[0].device()), r0 = make(2, DType::u8, comms[0].device());
-  Tensor s1 = make(4, DType::u8, comms[1].device()), r1 = make(2, DType::u8, comms[1].device());
-  comms[0].scatter(s0, r0, 0);
-  comms[1].scatter(s1, r1, 1);
-  expect_every_rank_fails(comms, "scatter: rank 1 called with root 1, rank 0 with root 0");
+  expect_two_ranks_fail(
+      DType::u8, {4, 4}, {2, 2},
+      [](int rank, Communicator& c, Tensor& s, Tensor& r) { c.scatter(s, r, rank); },
+      "scatter: rank 1 called with root 1, rank 0 with root 0");
 }
 
 TEST_F(CollErrors, AllToAllVCountsThatDoNotAddUpAcrossRanksFailEveryRankNamingBoth) {
-  auto comms = Communicator::init_all(devices("sim", 2));
-  Tensor s0 = make(3, DType::f32, comms[0].device()), r0 = make(3, DType::f32, comms[0].device());
-  Tensor s1 = make(4, DType::f32, comms[1].device()), r1 = make(2, DType::f32, comms[1].device());
   // Rank 0 sends 2 to rank 1, which expects 1 from rank 0.
-  comms[0].all_to_all_v(s0, {1, 2}, r0, {1, 2});
-  comms[1].all_to_all_v(s1, {2, 2}, r1, {1, 1});
-  expect_every_rank_fails(comms,
-                          "all_to_all_v: rank 0 sends 2 elements to rank 1 (send_counts[1]), but "
-                          "rank 1 expects 1 from rank 0 (recv_counts[0]) (collective #1 on this "
-                          "communicator");
+  expect_two_ranks_fail(
+      DType::f32, {3, 4}, {3, 2},
+      [](int rank, Communicator& c, Tensor& s, Tensor& r) {
+        if (rank == 0)
+          c.all_to_all_v(s, {1, 2}, r, {1, 2});
+        else
+          c.all_to_all_v(s, {2, 2}, r, {1, 1});
+      },
+      "all_to_all_v: rank 0 sends 2 elements to rank 1 (send_counts[1]), but rank 1 expects 1 "
+      "from rank 0 (recv_counts[0]) (collective #1 on this communicator");
 }
+
+using Counts = std::vector<std::int64_t>;
 
 TEST_F(CollErrors, AllToAllVPackedCountsMustAddUpToTheTensor) {
   auto comms = Communicator::init_all(devices("sim", 2));
   Tensor s = make(5, DType::f32, comms[0].device()), r = make(4, DType::f32, comms[0].device());
-  expect_invalid(
-      [&] {
-        comms[0].all_to_all_v(s, {2, 2}, r, {2, 2});
-      },
-      "Communicator::all_to_all_v: send_counts: expected counts that add up to the 5 "
-      "elements of send [5] f32 on sim:0 (packed blocks), got a sum of 4");
-  expect_invalid(
-      [&] {
-        comms[0].all_to_all_v(s, {2, 3}, r, {2, 3});
-      },
-      "Communicator::all_to_all_v: recv_counts: expected counts that add up to the 4 "
-      "elements of recv");
-  expect_invalid(
-      [&] {
-        comms[0].all_to_all_v(s, {6, -1}, r, {2, 2});
-      },
-      "Communicator::all_to_all_v: send_counts[1]: expected a count >= 0, got -1");
-  expect_invalid(
-      [&] {
-        comms[0].all_to_all_v(s, {5}, r, {2, 2});
-      },
-      "Communicator::all_to_all_v: send_counts: expected 2 entries (one per rank), got 1");
+  // comms[0].all_to_all_v(s, send_counts, r, recv_counts) refused with `message`.
+  auto refused = [&](const Counts& send_counts, const Counts& recv_counts,
+                     const std::string& message) {
+    expect_invalid([&] { comms[0].all_to_all_v(s, send_counts, r, recv_counts); },
+                   "Communicator::all_to_all_v: " + message);
+  };
+  refused({2, 2}, {2, 2},
+          "send_counts: expected counts that add up to the 5 elements of send [5] f32 on sim:0 "
+          "(packed blocks), got a sum of 4");
+  refused({2, 3}, {2, 3}, "recv_counts: expected counts that add up to the 4 elements of recv");
+  refused({6, -1}, {2, 2}, "send_counts[1]: expected a count >= 0, got -1");
+  refused({5}, {2, 2}, "send_counts: expected 2 entries (one per rank), got 1");
   // The single-controller form checks every rank first.
   std::vector<Tensor> send = per_rank(comms, 4, DType::f32), recv = per_rank(comms, 4, DType::f32);
   expect_invalid(
@@ -119,23 +126,19 @@ TEST_F(CollErrors, AllToAllVPackedCountsMustAddUpToTheTensor) {
 TEST_F(CollErrors, AllToAllVBlocksMustBeInsideTheirTensorsAndNotOverlap) {
   auto comms = Communicator::init_all(devices("sim", 2));
   Tensor s = make(4, DType::i32, comms[0].device()), r = make(6, DType::i32, comms[0].device());
-  expect_invalid(
-      [&] {
-        comms[0].all_to_all_v(s, {2, 2}, {0, 3}, r, {2, 2}, {0, 2});
-      },
-      "Communicator::all_to_all_v: send_displs[1], send_counts[1]: expected a block "
-      "inside send [4] i32 on sim:0, got 2 elements at element 3");
-  expect_invalid(
-      [&] {
-        comms[0].all_to_all_v(s, {2, 2}, {0, -2}, r, {2, 2}, {0, 2});
-      },
-      "Communicator::all_to_all_v: send_displs[1]: expected a displacement >= 0, got -2");
-  expect_invalid(
-      [&] {
-        comms[0].all_to_all_v(s, {2, 2}, {0, 2}, r, {3, 2}, {0, 2});
-      },
-      "Communicator::all_to_all_v: recv_displs: the blocks from rank 0 ([0, 3)) and "
-      "rank 1 ([2, 4)) overlap in recv");
+  // comms[0].all_to_all_v(s, send_counts, send_displs, r, recv_counts, recv_displs) refused
+  // with `message`.
+  auto refused = [&](const Counts& sc, const Counts& sd, const Counts& rc, const Counts& rd,
+                     const std::string& message) {
+    expect_invalid([&] { comms[0].all_to_all_v(s, sc, sd, r, rc, rd); },
+                   "Communicator::all_to_all_v: " + message);
+  };
+  refused({2, 2}, {0, 3}, {2, 2}, {0, 2},
+          "send_displs[1], send_counts[1]: expected a block inside send [4] i32 on sim:0, got 2 "
+          "elements at element 3");
+  refused({2, 2}, {0, -2}, {2, 2}, {0, 2}, "send_displs[1]: expected a displacement >= 0, got -2");
+  refused({2, 2}, {0, 2}, {3, 2}, {0, 2},
+          "recv_displs: the blocks from rank 0 ([0, 3)) and rank 1 ([2, 4)) overlap in recv");
   // A recv block inside send.
   Tensor both = make(8, DType::i32, comms[0].device());
   expect_invalid(
@@ -180,9 +183,9 @@ TEST_F(CollErrors, PartlyOverlappingSendAndRecvAreRefusedInPlaceLayoutsAccepted)
                  std::string("Communicator::broadcast: ") + msg);
   // all_gather: send must be block rank() (= 1) of recv, not block 0.
   Tensor gathered = buf.narrow(0, 8);
-  expect_invalid([&] { comms[1].all_gather(buf.narrow(0, 4), gathered); },
-                 std::string("Communicator::all_gather: ") + msg +
-                     " (send is block rank() of recv, rank 1)");
+  expect_invalid(
+      [&] { comms[1].all_gather(buf.narrow(0, 4), gathered); },
+      std::string("Communicator::all_gather: ") + msg + " (send is block rank() of recv, rank 1)");
   Tensor block0 = buf.narrow(0, 4);
   expect_invalid([&] { comms[1].reduce_scatter(gathered, block0); },
                  std::string("Communicator::reduce_scatter: ") + msg +
@@ -236,10 +239,14 @@ TEST_F(CollErrors, RootOutOfRangeOnOneRankFailsTheOthersAtOnceNamingIt) {
     std::vector<Tensor> small = per_rank(comms, 2, DType::f32);
     auto issue = [&](int rank, int root) {
       const std::string c = call;
-      if (c == "broadcast") comms[rank].broadcast(s[rank], root);
-      else if (c == "reduce") comms[rank].reduce(s[rank], r[rank], ReduceOp::sum, root);
-      else if (c == "gather") comms[rank].gather(small[rank], r[rank], root);
-      else comms[rank].scatter(r[rank], small[rank], root);
+      if (c == "broadcast")
+        comms[rank].broadcast(s[rank], root);
+      else if (c == "reduce")
+        comms[rank].reduce(s[rank], r[rank], ReduceOp::sum, root);
+      else if (c == "gather")
+        comms[rank].gather(small[rank], r[rank], root);
+      else
+        comms[rank].scatter(r[rank], small[rank], root);
     };
     issue(1, 0);
     issue(2, 0);

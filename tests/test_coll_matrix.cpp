@@ -46,20 +46,29 @@ Bits sentinel(DType t, std::int64_t n) {
 Bits raw(DType t, int r, std::int64_t n, std::uint64_t salt) {
   Bits v(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i)
-    v[static_cast<std::size_t>(i)] = ref::hash(salt, static_cast<std::uint64_t>(r), i, 5) & ref::mask(t);
+    v[static_cast<std::size_t>(i)] =
+        ref::hash(salt, static_cast<std::uint64_t>(r), i, 5) & ref::mask(t);
   return v;
 }
 
 // ---- one case -----------------------------------------------------------------------------------
 
 enum class Coll {
-  all_reduce, reduce, broadcast, all_gather, reduce_scatter, all_to_all, all_to_all_v, gather,
-  scatter, send_recv
+  all_reduce,
+  reduce,
+  broadcast,
+  all_gather,
+  reduce_scatter,
+  all_to_all,
+  all_to_all_v,
+  gather,
+  scatter,
+  send_recv
 };
 const char* coll_name(Coll c) {
-  static const char* names[] = {"all_reduce",   "reduce",       "broadcast", "all_gather",
+  static const char* names[] = {"all_reduce",     "reduce",     "broadcast",    "all_gather",
                                 "reduce_scatter", "all_to_all", "all_to_all_v", "gather",
-                                "scatter",      "send_recv"};
+                                "scatter",        "send_recv"};
   return names[static_cast<int>(c)];
 }
 bool reduces(Coll c) {
@@ -81,8 +90,8 @@ struct Check {
 struct Plan {
   std::vector<Tensor> send, recv;
   std::vector<Check> checks;
-  std::function<void()> single;     ///< all ranks from this thread
-  std::function<void(int)> rank;    ///< rank r's call (SPMD, from rank r's thread)
+  std::function<void()> single;   ///< all ranks from this thread
+  std::function<void(int)> rank;  ///< rank r's call (SPMD, from rank r's thread)
 };
 
 struct Case {
@@ -92,14 +101,14 @@ struct Case {
   int n;
   Determinism mode;
   Form form;
-  int k;           ///< case number
+  int k;            ///< case number
   std::uint64_t v;  ///< its variant bits (in place, root, ...): a hash of k / 2, so both forms
                     ///< run each variant
   std::string str() const {
     return detail::cat(coll_name(coll), " ", dtype_name(dt), " ",
                        reduces(coll) ? ref::op_name(op) : "copy", " ranks=", n, " ",
-                       determinism_name(mode), " ", form == Form::single ? "single" : "spmd",
-                       " #", k);
+                       determinism_name(mode), " ", form == Form::single ? "single" : "spmd", " #",
+                       k);
   }
 };
 
@@ -118,9 +127,10 @@ std::string compare(DType t, const Check& c) {
     if (!ok && bad++ == 0) first = i;
   }
   if (bad == 0) return {};
-  return detail::cat(c.what, ": ", bad, " of ", got.size(), " elements differ; first [", first,
-                     "] expected ", ref::show(t, c.want[first]), " got ", ref::show(t, got[first]),
-                     c.tol.empty() || c.tol[first] == 0 ? "" : detail::cat(" (tolerance ", c.tol[first], ")"));
+  return detail::cat(
+      c.what, ": ", bad, " of ", got.size(), " elements differ; first [", first, "] expected ",
+      ref::show(t, c.want[first]), " got ", ref::show(t, got[first]),
+      c.tol.empty() || c.tol[first] == 0 ? "" : detail::cat(" (tolerance ", c.tol[first], ")"));
 }
 
 std::int64_t block_count(int n) { return n % 2 ? 37 : 64; }
@@ -140,15 +150,15 @@ Reduced reduced(const Case& c, std::int64_t total) {
     for (std::int64_t i = 0; i < total; ++i) b[i] = ref::input(c.dt, c.op, r, i);
     R.in.push_back(std::move(b));
   }
-  const bool tolerant = c.mode == Determinism::fast && ref::info(c.dt).floating &&
-                        c.op != Op::min && c.op != Op::max;
+  const bool tolerant =
+      c.mode == Determinism::fast && ref::info(c.dt).floating && c.op != Op::min && c.op != Op::max;
   Bits leaf(c.n);
   for (std::int64_t i = 0; i < total; ++i) {
     for (int r = 0; r < c.n; ++r) leaf[r] = R.in[r][i];
     R.out.push_back(ref::reduce(c.dt, c.op, leaf, scalars));
-    R.tol.push_back(tolerant ? ref::fast_tolerance(c.dt, c.op, leaf, scalars,
-                                                   ref::value(c.dt, R.out.back()))
-                             : 0.0);
+    R.tol.push_back(
+        tolerant ? ref::fast_tolerance(c.dt, c.op, leaf, scalars, ref::value(c.dt, R.out.back()))
+                 : 0.0);
   }
   return R;
 }
@@ -179,6 +189,26 @@ std::function<void()> grouped(int n, std::function<void(int)> per_rank) {
   };
 }
 
+/// raw(t, r, cnt, salt) of ranks 0..n-1, one after the other (what gathering them gives).
+Bits raw_of_every_rank(DType t, int n, std::int64_t cnt, std::uint64_t salt) {
+  Bits all;
+  for (int r = 0; r < n; ++r) {
+    const Bits in = raw(t, r, cnt, salt);
+    all.insert(all.end(), in.begin(), in.end());
+  }
+  return all;
+}
+
+/// Rank r's buffers out of place on d: a send holding `in` and a recv of recv_len sentinels,
+/// checked to end as `in` (send untouched) and `want`.
+void add_out_of_place(Plan& p, DType dt, int r, const Device& d, const Bits& in,
+                      std::int64_t recv_len, const Bits& want) {
+  p.send.push_back(make(dt, in, d));
+  p.recv.push_back(make(dt, sentinel(dt, recv_len), d));
+  p.checks.push_back({detail::cat("rank ", r, " send"), p.send.back(), in, {}});
+  p.checks.push_back({detail::cat("rank ", r, " recv"), p.recv.back(), want, {}});
+}
+
 // ---- the plans of each collective (p lives for the case: the calls capture it) -----------------
 
 void plan_reduction(const Case& c, std::vector<Communicator>& comms, Plan& p) {
@@ -199,14 +229,16 @@ void plan_reduction(const Case& c, std::vector<Communicator>& comms, Plan& p) {
       p.recv.push_back(in_place ? p.send[r].narrow(r * cnt, cnt)
                                 : make(c.dt, sentinel(c.dt, cnt), d));
       // send keeps its other blocks; in place, its block r is the result.
-      Check s{detail::cat("rank ", r, " send"), p.send[r], R.in[r], std::vector<double>(total, 0.0)};
+      Check s{detail::cat("rank ", r, " send"), p.send[r], R.in[r],
+              std::vector<double>(total, 0.0)};
       if (in_place)
         for (std::int64_t j = r * cnt; j < (r + 1) * cnt; ++j) {
           s.want[j] = R.out[j];
           s.tol[j] = R.tol[j];
         }
       p.checks.push_back(s);
-      p.checks.push_back({detail::cat("rank ", r, " recv"), p.recv[r], slice(R.out, r * cnt, cnt), slice_v(R.tol, r * cnt, cnt)});
+      p.checks.push_back({detail::cat("rank ", r, " recv"), p.recv[r], slice(R.out, r * cnt, cnt),
+                          slice_v(R.tol, r * cnt, cnt)});
       continue;
     }
     const bool has_result = c.coll == Coll::all_reduce || r == root;
@@ -222,7 +254,8 @@ void plan_reduction(const Case& c, std::vector<Communicator>& comms, Plan& p) {
     if (has_result)
       p.checks.push_back({detail::cat("rank ", r, " recv"), p.recv[r], R.out, R.tol});
     else if (p.recv[r].defined())
-      p.checks.push_back({detail::cat("rank ", r, " recv off the root"), p.recv[r], read(p.recv[r]), {}});
+      p.checks.push_back(
+          {detail::cat("rank ", r, " recv off the root"), p.recv[r], read(p.recv[r]), {}});
   }
   switch (c.coll) {
     case Coll::all_reduce:
@@ -303,11 +336,7 @@ void plan_all_gather(const Case& c, std::vector<Communicator>& comms, Plan& p) {
   const int n = c.n;
   const std::int64_t cnt = block_count(n);
   const bool in_place = c.v & 1;
-  Bits want;
-  for (int r = 0; r < n; ++r) {
-    const Bits in = raw(c.dt, r, cnt, c.v);
-    want.insert(want.end(), in.begin(), in.end());
-  }
+  const Bits want = raw_of_every_rank(c.dt, n, cnt, c.v);
   for (int r = 0; r < n; ++r) {
     const Device& d = comms[r].device();
     const Bits in = raw(c.dt, r, cnt, c.v);
@@ -316,12 +345,10 @@ void plan_all_gather(const Case& c, std::vector<Communicator>& comms, Plan& p) {
       std::copy(in.begin(), in.end(), init.begin() + r * cnt);
       p.recv.push_back(make(c.dt, init, d));
       p.send.push_back(p.recv[r].narrow(r * cnt, cnt));
+      p.checks.push_back({detail::cat("rank ", r, " recv"), p.recv[r], want, {}});
     } else {
-      p.send.push_back(make(c.dt, in, d));
-      p.recv.push_back(make(c.dt, sentinel(c.dt, n * cnt), d));
-      p.checks.push_back({detail::cat("rank ", r, " send"), p.send[r], in, {}});
+      add_out_of_place(p, c.dt, r, d, in, n * cnt, want);
     }
-    p.checks.push_back({detail::cat("rank ", r, " recv"), p.recv[r], want, {}});
   }
   p.rank = [&comms, &p](int r) { comms[r].all_gather(p.send[r], p.recv[r]); };
   p.single = [&comms, &p] { all_gather(comms, p.send, p.recv); };
@@ -338,10 +365,7 @@ void plan_all_to_all(const Case& c, std::vector<Communicator>& comms, Plan& p) {
       const Bits from = raw(c.dt, q, n * cnt, c.v);
       want.insert(want.end(), from.begin() + r * cnt, from.begin() + (r + 1) * cnt);
     }
-    p.send.push_back(make(c.dt, in, d));
-    p.recv.push_back(make(c.dt, sentinel(c.dt, n * cnt), d));
-    p.checks.push_back({detail::cat("rank ", r, " send"), p.send[r], in, {}});
-    p.checks.push_back({detail::cat("rank ", r, " recv"), p.recv[r], want, {}});
+    add_out_of_place(p, c.dt, r, d, in, n * cnt, want);
   }
   p.rank = [&comms, &p](int r) { comms[r].all_to_all(p.send[r], p.recv[r]); };
   p.single = [&comms, &p] { all_to_all(comms, p.send, p.recv); };
@@ -353,7 +377,9 @@ void plan_all_to_all(const Case& c, std::vector<Communicator>& comms, Plan& p) {
 void plan_all_to_all_v(const Case& c, std::vector<Communicator>& comms, Plan& p) {
   const int n = c.n;
   const bool packed = (c.v & 1) == 0;
-  auto count = [&](int from, int to) -> std::int64_t { return static_cast<std::int64_t>((from * 3 + to * 5 + (c.v >> 4)) % 5); };
+  auto count = [&](int from, int to) -> std::int64_t {
+    return static_cast<std::int64_t>((from * 3 + to * 5 + (c.v >> 4)) % 5);
+  };
   struct Layout {
     std::vector<std::int64_t> sc, sd, rc, rd;
     std::int64_t send_len = 0, recv_len = 0;
@@ -389,10 +415,7 @@ void plan_all_to_all_v(const Case& c, std::vector<Communicator>& comms, Plan& p)
       const Bits from = raw(c.dt, q, Q.send_len, c.v);
       std::copy(from.begin() + Q.sd[r], from.begin() + Q.sd[r] + Q.sc[r], want.begin() + L.rd[q]);
     }
-    p.send.push_back(make(c.dt, in, d));
-    p.recv.push_back(make(c.dt, sentinel(c.dt, L.recv_len), d));
-    p.checks.push_back({detail::cat("rank ", r, " send"), p.send[r], in, {}});
-    p.checks.push_back({detail::cat("rank ", r, " recv"), p.recv[r], want, {}});
+    add_out_of_place(p, c.dt, r, d, in, L.recv_len, want);
   }
   p.rank = [&comms, &p, ls, packed](int r) {
     const Layout& L = (*ls)[r];
@@ -421,11 +444,7 @@ void plan_gather_scatter(const Case& c, std::vector<Communicator>& comms, Plan& 
   const int root = static_cast<int>((c.v >> 8) % static_cast<std::uint64_t>(n));
   const bool undefined_off_root = c.v & 1, gather = c.coll == Coll::gather;
   const Bits root_data = raw(c.dt, root, n * cnt, c.v);
-  Bits gathered;
-  for (int r = 0; r < n; ++r) {
-    const Bits in = raw(c.dt, r, cnt, c.v);
-    gathered.insert(gathered.end(), in.begin(), in.end());
-  }
+  const Bits gathered = raw_of_every_rank(c.dt, n, cnt, c.v);
   for (int r = 0; r < n; ++r) {
     const Device& d = comms[r].device();
     const bool off = r != root;
@@ -435,14 +454,18 @@ void plan_gather_scatter(const Case& c, std::vector<Communicator>& comms, Plan& 
       p.recv.push_back(off && undefined_off_root ? Tensor()
                                                  : make(c.dt, sentinel(c.dt, n * cnt), d));
       if (p.recv[r].defined())
-        p.checks.push_back({detail::cat("rank ", r, off ? " recv off the root" : " recv"), p.recv[r],
-                            off ? sentinel(c.dt, n * cnt) : gathered, {}});
+        p.checks.push_back({detail::cat("rank ", r, off ? " recv off the root" : " recv"),
+                            p.recv[r],
+                            off ? sentinel(c.dt, n * cnt) : gathered,
+                            {}});
     } else {
       const Bits mine = off ? raw(c.dt, r, n * cnt, c.v + 1) : root_data;
       p.send.push_back(off && undefined_off_root ? Tensor() : make(c.dt, mine, d));
-      if (p.send[r].defined()) p.checks.push_back({detail::cat("rank ", r, " send"), p.send[r], mine, {}});
+      if (p.send[r].defined())
+        p.checks.push_back({detail::cat("rank ", r, " send"), p.send[r], mine, {}});
       p.recv.push_back(make(c.dt, sentinel(c.dt, cnt), d));
-      p.checks.push_back({detail::cat("rank ", r, " recv"), p.recv[r], slice(root_data, r * cnt, cnt), {}});
+      p.checks.push_back(
+          {detail::cat("rank ", r, " recv"), p.recv[r], slice(root_data, r * cnt, cnt), {}});
     }
   }
   if (gather) {
@@ -455,8 +478,8 @@ void plan_gather_scatter(const Case& c, std::vector<Communicator>& comms, Plan& 
 }
 
 /// The ring: rank r sends to r + 1 and receives from r - 1 (one rank: itself), in one group per
-/// rank; a variant bit adds a second, shorter message per pair (the k-th send pairs with the k-th recv)
-/// and posts the recvs before the sends.
+/// rank; a variant bit adds a second, shorter message per pair (the k-th send pairs with the k-th
+/// recv) and posts the recvs before the sends.
 void plan_send_recv(const Case& c, std::vector<Communicator>& comms, Plan& p) {
   const int n = c.n;
   const std::int64_t cnt = block_count(n), cnt2 = cnt / 2 + 1;
@@ -467,10 +490,8 @@ void plan_send_recv(const Case& c, std::vector<Communicator>& comms, Plan& p) {
     const int from = (r + n - 1) % n;
     for (int j = 0; j < m; ++j) {
       const std::int64_t len = j == 0 ? cnt : cnt2;
-      p.send.push_back(make(c.dt, raw(c.dt, r, len, c.v + j), d));
-      p.recv.push_back(make(c.dt, sentinel(c.dt, len), d));
-      p.checks.push_back({detail::cat("rank ", r, " send"), p.send.back(), raw(c.dt, r, len, c.v + j), {}});
-      p.checks.push_back({detail::cat("rank ", r, " recv"), p.recv.back(), raw(c.dt, from, len, c.v + j), {}});
+      add_out_of_place(p, c.dt, r, d, raw(c.dt, r, len, c.v + j), len,
+                       raw(c.dt, from, len, c.v + j));
     }
   }
   auto calls = [&comms, &p, n, m, two](int r) {
@@ -542,9 +563,7 @@ std::vector<Op> ops_of(Coll c) {
 }
 
 /// Cases of one collective: dtypes x ops x ranks 1..8 x modes x forms.
-int case_count(Coll c) {
-  return kNumDTypes * static_cast<int>(ops_of(c).size()) * 8 * 2 * 2;
-}
+int case_count(Coll c) { return kNumDTypes * static_cast<int>(ops_of(c).size()) * 8 * 2 * 2; }
 
 using Param = std::tuple<std::string, Coll>;
 
@@ -600,18 +619,18 @@ TEST_P(CollMatrix, AgainstHostReference) {
   EXPECT_EQ(cases, case_count(coll));
 }
 
-const Coll kColls[] = {Coll::all_reduce, Coll::reduce,       Coll::broadcast,
-                       Coll::all_gather, Coll::reduce_scatter, Coll::all_to_all,
-                       Coll::all_to_all_v, Coll::gather,     Coll::scatter,
-                       Coll::send_recv};
+const Coll kColls[] = {Coll::all_reduce,     Coll::reduce,     Coll::broadcast,    Coll::all_gather,
+                       Coll::reduce_scatter, Coll::all_to_all, Coll::all_to_all_v, Coll::gather,
+                       Coll::scatter,        Coll::send_recv};
 
-INSTANTIATE_TEST_SUITE_P(
-    Backends, CollMatrix,
-    ::testing::Combine(::testing::Values(std::string("sim"), std::string("cuda")),
-                       ::testing::ValuesIn(kColls)),
-    [](const ::testing::TestParamInfo<Param>& info) {
-      return std::get<0>(info.param) + "_" + coll_name(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Backends, CollMatrix,
+                         ::testing::Combine(::testing::Values(std::string("sim"),
+                                                              std::string("cuda")),
+                                            ::testing::ValuesIn(kColls)),
+                         [](const ::testing::TestParamInfo<Param>& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  coll_name(std::get<1>(info.param));
+                         });
 
 // The reference's f16 codec (test_coll_matrix_ref.h, double arithmetic) against the compiler's
 // _Float16 where it has one: every f16 decoded, and every 61st f32 bit pattern (70 million: both

@@ -27,8 +27,7 @@ Tensor zeros(DType t, std::int64_t n, const Device& d) { return Tensor::zeros({n
 /// Every rank's stream fails with E containing `part`.
 template <typename E>
 void expect_every_rank(std::vector<Communicator>& comms, const std::string& part) {
-  for (auto& c : comms)
-    expect_error<E>([&] { c.stream().synchronize(); }, detail::cat(part));
+  for (auto& c : comms) expect_error<E>([&] { c.stream().synchronize(); }, detail::cat(part));
 }
 
 const std::string kWhere = " (collective #";
@@ -36,49 +35,33 @@ const std::string kWhere = " (collective #";
 TEST_F(CollMatrixErrors, RanksWithDifferentDtypesFailEveryRank) {
   auto comms = Communicator::init_all(devices("sim", 2));
   const DType dt[2] = {DType::bf16, DType::f16};
+  // Rank r's call on a send of `send` and a recv of `recv` elements (0: no recv, in place).
   struct Call {
     const char* name;
-    std::function<void(int, DType)> call;
-  };
-  std::vector<Tensor> keep;  // alive until the streams ran
-  auto t = [&](int r, DType d, std::int64_t n) {
-    keep.push_back(zeros(d, n, comms[r].device()));
-    return keep.back();
+    std::int64_t send, recv;
+    std::function<void(Communicator&, Tensor&, Tensor&)> call;
   };
   const std::vector<Call> calls = {
-      {"all_reduce", [&](int r, DType d) { Tensor x = t(r, d, 6); comms[r].all_reduce(x); }},
-      {"reduce_scatter",
-       [&](int r, DType d) {
-         Tensor y = t(r, d, 3);
-         comms[r].reduce_scatter(t(r, d, 6), y);
-       }},
-      {"all_gather",
-       [&](int r, DType d) {
-         Tensor y = t(r, d, 6);
-         comms[r].all_gather(t(r, d, 3), y);
-       }},
-      {"all_to_all",
-       [&](int r, DType d) {
-         Tensor y = t(r, d, 6);
-         comms[r].all_to_all(t(r, d, 6), y);
-       }},
-      {"gather",
-       [&](int r, DType d) {
-         Tensor y = t(r, d, 6);
-         comms[r].gather(t(r, d, 3), y, 0);
-       }},
-      {"scatter",
-       [&](int r, DType d) {
-         Tensor y = t(r, d, 3);
-         comms[r].scatter(t(r, d, 6), y, 1);
-       }},
-      {"broadcast", [&](int r, DType d) { Tensor x = t(r, d, 6); comms[r].broadcast(x, 0); }},
+      {"all_reduce", 6, 0, [](Communicator& c, Tensor& s, Tensor&) { c.all_reduce(s); }},
+      {"reduce_scatter", 6, 3,
+       [](Communicator& c, Tensor& s, Tensor& r) { c.reduce_scatter(s, r); }},
+      {"all_gather", 3, 6, [](Communicator& c, Tensor& s, Tensor& r) { c.all_gather(s, r); }},
+      {"all_to_all", 6, 6, [](Communicator& c, Tensor& s, Tensor& r) { c.all_to_all(s, r); }},
+      {"gather", 3, 6, [](Communicator& c, Tensor& s, Tensor& r) { c.gather(s, r, 0); }},
+      {"scatter", 6, 3, [](Communicator& c, Tensor& s, Tensor& r) { c.scatter(s, r, 1); }},
+      {"broadcast", 6, 0, [](Communicator& c, Tensor& s, Tensor&) { c.broadcast(s, 0); }},
   };
   for (const Call& c : calls) {
     SCOPED_TRACE(c.name);
-    for (int r = 0; r < 2; ++r) c.call(r, dt[r]);
+    std::vector<Tensor> send, recv;  // alive until the streams ran
+    for (int r = 0; r < 2; ++r) {
+      send.push_back(zeros(dt[r], c.send, comms[r].device()));
+      recv.push_back(c.recv ? zeros(dt[r], c.recv, comms[r].device()) : Tensor());
+      c.call(comms[r], send[r], recv[r]);
+    }
     expect_every_rank<InvalidArgument>(
-        comms, detail::cat(c.name, ": rank 1 called with dtype f16, rank 0 with dtype bf16", kWhere));
+        comms,
+        detail::cat(c.name, ": rank 1 called with dtype f16, rank 0 with dtype bf16", kWhere));
   }
 }
 
@@ -89,17 +72,20 @@ TEST_F(CollMatrixErrors, RanksWithDifferentCountsFailEveryRank) {
   Tensor s1 = zeros(DType::i8, 6, comms[1].device()), r1 = zeros(DType::i8, 6, comms[1].device());
   comms[0].all_to_all(s0, r0);
   comms[1].all_to_all(s1, r1);
-  expect_every_rank<InvalidArgument>(
-      comms, "all_to_all: rank 1 called with count 3, rank 0 with count 4");
+  expect_every_rank<InvalidArgument>(comms,
+                                     "all_to_all: rank 1 called with count 3, rank 0 with count 4");
   // gather: count = send numel.
-  Tensor g0 = zeros(DType::u64, 5, comms[0].device()), h0 = zeros(DType::u64, 10, comms[0].device());
+  Tensor g0 = zeros(DType::u64, 5, comms[0].device()),
+         h0 = zeros(DType::u64, 10, comms[0].device());
   Tensor g1 = zeros(DType::u64, 4, comms[1].device());
   comms[0].gather(g0, h0, 0);
   Tensor none;  // recv is ignored off the root
   comms[1].gather(g1, none, 0);
-  expect_every_rank<InvalidArgument>(comms, "gather: rank 1 called with count 4, rank 0 with count 5");
+  expect_every_rank<InvalidArgument>(comms,
+                                     "gather: rank 1 called with count 4, rank 0 with count 5");
   // Still usable afterwards.
-  std::vector<Tensor> x = {zeros(DType::i32, 3, comms[0].device()), zeros(DType::i32, 3, comms[1].device())};
+  std::vector<Tensor> x = {zeros(DType::i32, 3, comms[0].device()),
+                           zeros(DType::i32, 3, comms[1].device())};
   all_reduce(comms, x);
   synchronize(comms);
 }
@@ -247,8 +233,9 @@ TEST_F(CollMatrixErrors, IntegerPremulSumScalarMustBeIntegralAndRepresentable) {
 TEST_F(CollMatrixErrors, WrongSizesAndInPlaceAllToAll) {
   auto comms = Communicator::init_all(devices("sim", 2));
   const Device& d = comms[0].device();
-  Tensor x = zeros(DType::f16, 6, d), five = zeros(DType::f16, 5, d), other = zeros(DType::bf16, 6, d);
-  expect_invalid([&] { comms[0].all_to_all(x, x); }, "Communicator::all_to_all");      // in place
+  Tensor x = zeros(DType::f16, 6, d), five = zeros(DType::f16, 5, d),
+         other = zeros(DType::bf16, 6, d);
+  expect_invalid([&] { comms[0].all_to_all(x, x); }, "Communicator::all_to_all");        // in place
   expect_invalid([&] { comms[0].all_to_all(five, five); }, "Communicator::all_to_all");  // 5 % 2
   expect_invalid([&] { comms[0].all_to_all(x, other); },
                  "Communicator::all_to_all: recv: expected dtype f16 (like send)");

@@ -23,6 +23,7 @@
 #include <cstring>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <thread>
@@ -218,6 +219,23 @@ class CommCollectives : public ::testing::TestWithParam<Param> {
     }
   }
 
+  // For each number of ranks, count of `counts`, out of place then in place: check(float{}, op,
+  // count, in_place) for every op (sum, prod, min, max, avg), then check(std::int64_t{}, op, ...)
+  // for each op of `i64_ops`.
+  template <std::size_t N, typename Check>
+  void for_each_reduction(const std::int64_t (&counts)[N], std::initializer_list<ReduceOp> i64_ops,
+                          Check check) {
+    for_each_ranks([&] {
+      for (std::int64_t count : counts)
+        for (bool in_place : {false, true}) {
+          for (ReduceOp op :
+               {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg})
+            check(float{}, op, count, in_place);
+          for (ReduceOp op : i64_ops) check(std::int64_t{}, op, count, in_place);
+        }
+    });
+  }
+
   bool close_only(ReduceOp op) const {
     return op == ReduceOp::avg && mode_ == Determinism::fast && backend_ != "sim";
   }
@@ -363,42 +381,24 @@ class CommCollectives : public ::testing::TestWithParam<Param> {
 };
 
 TEST_P(CommCollectives, AllReduce) {
-  for_each_ranks([&] {
-    for (std::int64_t count : kCounts)
-      for (bool in_place : {false, true}) {
-        for (ReduceOp op :
-             {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg})
-          all_reduce<float>(op, count, in_place);
-        for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max})
-          all_reduce<std::int64_t>(op, count, in_place);
-      }
-  });
+  for_each_reduction(kCounts, {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max},
+                     [&](auto type, ReduceOp op, std::int64_t count, bool in_place) {
+                       all_reduce<decltype(type)>(op, count, in_place);
+                     });
 }
 
 TEST_P(CommCollectives, Reduce) {
-  for_each_ranks([&] {
-    for (std::int64_t count : kCounts)
-      for (bool in_place : {false, true}) {
-        for (ReduceOp op :
-             {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg})
-          reduce<float>(op, count, in_place);
-        for (ReduceOp op : {ReduceOp::sum, ReduceOp::max})
-          reduce<std::int64_t>(op, count, in_place);
-      }
-  });
+  for_each_reduction(kCounts, {ReduceOp::sum, ReduceOp::max},
+                     [&](auto type, ReduceOp op, std::int64_t count, bool in_place) {
+                       reduce<decltype(type)>(op, count, in_place);
+                     });
 }
 
 TEST_P(CommCollectives, ReduceScatter) {
-  for_each_ranks([&] {
-    for (std::int64_t count : kScatterCounts)
-      for (bool in_place : {false, true}) {
-        for (ReduceOp op :
-             {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg})
-          reduce_scatter<float>(op, count, in_place);
-        for (ReduceOp op : {ReduceOp::sum, ReduceOp::min, ReduceOp::prod})
-          reduce_scatter<std::int64_t>(op, count, in_place);
-      }
-  });
+  for_each_reduction(kScatterCounts, {ReduceOp::sum, ReduceOp::min, ReduceOp::prod},
+                     [&](auto type, ReduceOp op, std::int64_t count, bool in_place) {
+                       reduce_scatter<decltype(type)>(op, count, in_place);
+                     });
 }
 
 TEST_P(CommCollectives, Broadcast) {

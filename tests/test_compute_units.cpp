@@ -27,6 +27,7 @@
 #include "core/runtime/tensor.h"
 #include "core/train/cost_meter.h"
 #include "core/train/trainer.h"
+#include "trainer_test_util.h"
 
 using namespace ditto;
 using sim::GemmPath;
@@ -332,25 +333,14 @@ struct Gpt2Run {
 // --devices 1 (AdamW, clipping at 1, two steps), in `mode`.
 Gpt2Run gpt2_dry(Determinism mode) {
   const nn::GPTConfig m = nn::gpt2_config("gpt2");
-  train::TrainerConfig c;
-  c.devices = 1;
-  c.dry_run = true;
-  sim::add_sim_run(c, {.profile = "h200"});
-  c.determinism = mode;
+  train::TrainerConfig c = test::priced_gpt(m, {.profile = "h200",
+                                                .determinism = mode,
+                                                .batch_size = 8,
+                                                .max_iters = 2,
+                                                .lr = 6e-4f,
+                                                .seed = 1337});
   c.dtype = DType::bf16;
-  c.batch_size = 8;
-  c.max_iters = 2;
   c.eval_iters = 0;
-  c.grad_clip = 1.0;
-  c.optimizer = "adamw";
-  c.lr = 6e-4f;
-  c.make_model = [m](const Device& d) { return std::make_unique<nn::GPT>(m, d, 1337); };
-  c.make_optimizer = [](std::vector<nn::Parameter*> params, float lr) {
-    optim::AdamWOptions o;
-    o.lr = lr;
-    o.weight_decay = 0.1;
-    return std::make_unique<optim::AdamW>(std::move(params), o);
-  };
   Gpt2Run run;
   run.r =
       train::Trainer(c, std::make_shared<train::ZeroTokenSource>(m.block_size, m.vocab_size)).fit();

@@ -33,7 +33,7 @@ namespace {
 
 using namespace ditto::test;
 
-constexpr int kLogicalDevices = 8;
+constexpr int kLogicalDevices = kCudaTestDevices;
 
 // cuda and the simulator (the reference) with kLogicalDevices devices each.
 using CudaTest = CudaSuite<kLogicalDevices>;

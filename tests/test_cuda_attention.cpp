@@ -26,8 +26,7 @@ namespace {
 
 using namespace ditto::test;
 
-constexpr int kLogicalDevices = 8;  // as test_cuda.cpp: one backend for the whole binary
-using CudaAttention = CudaSuite<kLogicalDevices>;
+using CudaAttention = CudaSuite<>;  // kCudaTestDevices
 using AttentionMode = SimSuite<2>;
 
 std::vector<float> uniform(std::size_t n, unsigned seed, float r = 2.0f) {
@@ -44,8 +43,8 @@ struct AttnRun {
 
 // Forward and backward of one (B, T, C, nh) on `backend`'s device 0 in `mode`.
 AttnRun run_attention(const char* backend, const std::vector<float>& qkv,
-                      const std::vector<float>& dy, std::int64_t B, std::int64_t T,
-                      std::int64_t C, std::int64_t nh, float p, Determinism mode) {
+                      const std::vector<float>& dy, std::int64_t B, std::int64_t T, std::int64_t C,
+                      std::int64_t nh, float p, Determinism mode) {
   const Device d(backend, 0);
   const Tensor tqkv = Tensor::from_vector(qkv, {B, T, 3 * C}).to(d);
   const Tensor tdy = Tensor::from_vector(dy, {B, T, C}).to(d);
@@ -89,19 +88,18 @@ TEST_F(CudaAttention, BitwiseEqualsTheSimulatorAndFastIsWithinTolerance) {
   for (const Shape& s : shapes())
     for (float p : {0.0f, 0.1f}) {
       SCOPED_TRACE("B " + std::to_string(s.B) + " T " + std::to_string(s.T) + " C " +
-                   std::to_string(s.C) + " nh " + std::to_string(s.nh) + " p " +
-                   std::to_string(p));
+                   std::to_string(s.C) + " nh " + std::to_string(s.nh) + " p " + std::to_string(p));
       const std::vector<float> qkv = uniform(std::size_t(s.B * s.T * 3 * s.C), seed++);
       const std::vector<float> dy = uniform(std::size_t(s.B * s.T * s.C), seed++);
-      const AttnRun sim = run_attention("sim", qkv, dy, s.B, s.T, s.C, s.nh, p,
-                                        Determinism::bitwise);
-      const AttnRun bit = run_attention("cuda", qkv, dy, s.B, s.T, s.C, s.nh, p,
-                                        Determinism::bitwise);
+      const AttnRun sim =
+          run_attention("sim", qkv, dy, s.B, s.T, s.C, s.nh, p, Determinism::bitwise);
+      const AttnRun bit =
+          run_attention("cuda", qkv, dy, s.B, s.T, s.C, s.nh, p, Determinism::bitwise);
       EXPECT_TRUE(bits_equal(bit.y, sim.y)) << "y";
       EXPECT_TRUE(bits_equal(bit.stats, sim.stats)) << "stats";
       EXPECT_TRUE(bits_equal(bit.dqkv, sim.dqkv)) << "dqkv";
-      const AttnRun fast = run_attention("cuda", qkv, dy, s.B, s.T, s.C, s.nh, p,
-                                         Determinism::fast);
+      const AttnRun fast =
+          run_attention("cuda", qkv, dy, s.B, s.T, s.C, s.nh, p, Determinism::fast);
       EXPECT_LE(rel_error(fast.y, sim.y), kFastVsBitwiseTol) << "y";
       EXPECT_LE(rel_error(fast.stats, sim.stats), kFastVsBitwiseTol) << "stats";
       EXPECT_LE(rel_error(fast.dqkv, sim.dqkv), kFastVsBitwiseTol) << "dqkv";

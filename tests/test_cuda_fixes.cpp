@@ -27,17 +27,9 @@ namespace {
 
 using namespace ditto::test;
 
-constexpr int kLogicalDevices = 8;  // as test_cuda.cpp: one backend for the whole binary
-using CudaFixes = CudaSuite<kLogicalDevices>;
+using CudaFixes = CudaSuite<>;  // kCudaTestDevices
 
 cuda::CudaBackend& cuda_backend() { return cuda::as_cuda_backend(get_backend("cuda"), "test"); }
-
-std::vector<std::uint8_t> host_bytes(const Tensor& t) {
-  Tensor h = t.to(Device::cpu());
-  std::vector<std::uint8_t> b(h.nbytes());
-  if (!b.empty()) std::memcpy(b.data(), h.data_ptr(), b.size());
-  return b;
-}
 
 // all_reduce(t, t, premul_sum 0.5) on a one-rank communicator: t * 0.5 (before the fix the
 // in-GPU transport dropped the only destination as a copy onto itself and t stayed unchanged);
@@ -57,7 +49,7 @@ TEST_F(CudaFixes, OneRankInPlacePremulSumAndAvgWriteTheResult) {
     Tensor d = fresh();
     comms[0].all_reduce(d, d, ReduceOp::avg);
     synchronize(comms);
-    for (const Tensor* t : {&a, &b, &c, &d}) out.push_back(host_bytes(*t));
+    for (const Tensor* t : {&a, &b, &c, &d}) out.push_back(tensor_bytes(*t));
     return out;
   };
   const auto cuda = run("cuda"), sim = run("sim");
@@ -80,8 +72,8 @@ TEST_F(CudaFixes, NanCastsKeepSignAndPayloadLikeTheSimulator) {
     Tensor x = h.to(Device(backend, 0));
     for (DType to : {DType::f32, DType::f16, DType::bf16, DType::f8_e4m3, DType::f8_e5m2}) {
       Tensor y = x.to(to);
-      out.push_back(host_bytes(y));
-      out.push_back(host_bytes(y.to(DType::f64)));  // and back: f32 / small -> f64
+      out.push_back(tensor_bytes(y));
+      out.push_back(tensor_bytes(y.to(DType::f64)));  // and back: f32 / small -> f64
     }
     return out;
   };

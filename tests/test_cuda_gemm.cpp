@@ -31,8 +31,7 @@ namespace {
 
 using namespace ditto::test;
 
-constexpr int kLogicalDevices = 8;  // as test_cuda.cpp: one backend for the whole binary
-using CudaGemm = CudaSuite<kLogicalDevices>;
+using CudaGemm = CudaSuite<>;  // kCudaTestDevices
 
 // Host values of dtype t: random in [-1, 1], rounded to t, kept as the bytes to upload and as
 // their exact f32 values (the reference's inputs).
@@ -120,8 +119,8 @@ struct Case {
 
 // One typed GEMM through cuBLASLt (blaslt_gemm must take it: ASSERT) and, for the same inputs,
 // through Kernels::gemm_ex (fast mode), each against the double reference.
-void check_lt(cuda::CudaBackend& be, DType ab, DType ct, bool tf32, bool ta, bool tb,
-              const Case& z, float alpha, float beta, bool bias, std::mt19937& gen) {
+void check_lt(cuda::CudaBackend& be, DType ab, DType ct, bool tf32, bool ta, bool tb, const Case& z,
+              float alpha, float beta, bool bias, std::mt19937& gen) {
   const std::int64_t ar = ta ? z.K : z.M, ac = ta ? z.M : z.K;
   const std::int64_t br = tb ? z.N : z.K, bc = tb ? z.K : z.N;
   const HostMatrix A = random_matrix(ab, static_cast<std::size_t>(ar * ac), gen);
@@ -145,11 +144,10 @@ void check_lt(cuda::CudaBackend& be, DType ab, DType ct, bool tf32, bool ta, boo
       scale[at] = std::fabs(alpha) * mag + std::fabs(beta * c) + std::fabs(bj) + 1e-30;
     }
   const std::string what = std::string(dtype_name(ab)) + (tf32 ? " (tf32)" : "") + " -> " +
-                           dtype_name(ct) + " " + std::to_string(z.M) + "x" +
-                           std::to_string(z.N) + "x" + std::to_string(z.K) +
-                           (ta ? " trans_a" : "") + (tb ? " trans_b" : "") + " alpha " +
-                           std::to_string(alpha) + " beta " + std::to_string(beta) +
-                           (bias ? " bias" : "");
+                           dtype_name(ct) + " " + std::to_string(z.M) + "x" + std::to_string(z.N) +
+                           "x" + std::to_string(z.K) + (ta ? " trans_a" : "") +
+                           (tb ? " trans_b" : "") + " alpha " + std::to_string(alpha) + " beta " +
+                           std::to_string(beta) + (bias ? " bias" : "");
   DeviceBytes dA(be, A.bytes), dB(be, B.bytes), dBias(be, Bias.bytes);
   for (int path = 0; path < 2; ++path) {  // 0: blaslt_gemm itself, 1: Kernels::gemm_ex
     DeviceBytes dC(be, C.bytes);
@@ -217,9 +215,9 @@ TEST_F(CudaGemm, CublasLtTypedGemmMatchesADoubleReference) {
     DType ab, c;
     bool tf32;
   };
-  const Kind kinds[] = {{DType::f32, DType::f32, false}, {DType::f32, DType::f32, true},
+  const Kind kinds[] = {{DType::f32, DType::f32, false},   {DType::f32, DType::f32, true},
                         {DType::bf16, DType::bf16, false}, {DType::bf16, DType::f32, false},
-                        {DType::f16, DType::f16, false}, {DType::f16, DType::f32, false}};
+                        {DType::f16, DType::f16, false},   {DType::f16, DType::f32, false}};
   for (const Kind& k : kinds)
     for (const Case& z : cases)
       for (int t = 0; t < 4; ++t) {
@@ -245,8 +243,7 @@ TEST_F(CudaGemm, F32GemmStrictByDefaultTf32WhenAllowed) {
     const Case z{96, 80, 128};
     const HostMatrix A = random_matrix(DType::f32, 96 * 128, gen);
     const HostMatrix B = random_matrix(DType::f32, 128 * 80, gen);
-    DeviceBytes dA(be, A.bytes), dB(be, B.bytes),
-        dC(be, std::vector<std::uint8_t>(96 * 80 * 4, 0));
+    DeviceBytes dA(be, A.bytes), dB(be, B.bytes), dC(be, std::vector<std::uint8_t>(96 * 80 * 4, 0));
     be.kernels().gemm(be.default_stream(0), false, false, z.M, z.N, z.K, 1.0f,
                       static_cast<const float*>(dA.p), z.K, static_cast<const float*>(dB.p), z.N,
                       0.0f, static_cast<float*>(dC.p), z.N, Determinism::fast);
@@ -284,9 +281,9 @@ TEST_F(CudaGemm, BitwiseTypedOpsEqualTheSimulator) {
             .to(Device(backend, 0));
       };
       Tensor x = host({37, 70}), w = host({45, 70}), b = host({45}), c = host({45, 70});
-      Tensor y = ops::matmul(x, w, false, true, Determinism::bitwise);       // [37, 45]
-      Tensor l = ops::linear(x, w, b, Determinism::bitwise);                 // [37, 45]
-      ops::gemm(y, x, c, true, false, 0.5f, 1.0f, Determinism::bitwise);    // c += y^T x / 2
+      Tensor y = ops::matmul(x, w, false, true, Determinism::bitwise);    // [37, 45]
+      Tensor l = ops::linear(x, w, b, Determinism::bitwise);              // [37, 45]
+      ops::gemm(y, x, c, true, false, 0.5f, 1.0f, Determinism::bitwise);  // c += y^T x / 2
       std::vector<std::vector<float>> out;
       for (const Tensor* r : {&y, &l, &c}) out.push_back(r->to(DType::f32).to_vector<float>());
       return out;

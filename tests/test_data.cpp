@@ -127,24 +127,30 @@ TEST_F(DataTest, CsvLabelColumnAndRegression) {
 }
 
 TEST_F(DataTest, CsvMalformedFiles) {
-  const std::string bad = file("x.csv", "1,2,3\n4,5,6\n7,abc,1\n");
-  expect_error<ParseError>([&] { data::read_csv(bad); }, "x.csv:3:2: expected a number, got 'abc'");
-  expect_error<ParseError>([&] { data::read_csv(file("empty_cell.csv", "1,,0\n")); },
-                           "empty_cell.csv:1:2: expected a number, got ''");
-  expect_error<ParseError>([&] { data::read_csv(file("nan.csv", "1,nan,0\n")); },
-                           "nan.csv:1:2: expected a number, got 'nan'");
-  expect_error<ParseError>([&] { data::read_csv(file("ragged.csv", "h1,h2,h3\n1,2,0\n\n3,4\n")); },
-                           "ragged.csv:4: expected 3 columns (as on line 2), got 2");
-  expect_error<ParseError>([&] { data::read_csv(file("empty.csv", "")); }, "' is empty");
-  expect_error<ParseError>([&] { data::read_csv(file("blank.csv", "\n  \n")); }, "' is empty");
-  expect_error<ParseError>([&] { data::read_csv(file("hdronly.csv", "a,b\n")); },
-                           "has a header line but no data rows");
-  expect_error<ParseError>([&] { data::read_csv(file("frac.csv", "1,2,0\n1,2,1.5\n")); },
-                           "frac.csv:2:3: expected a non-negative integer class label, got '1.5'");
-  expect_error<ParseError>([&] { data::read_csv(file("neg.csv", "1,2,-1\n")); },
-                           "neg.csv:1:3: expected a non-negative integer class label, got '-1'");
-  expect_error<ParseError>([&] { data::read_csv(file("one.csv", "1\n2\n")); },
-                           "one.csv:1: expected at least 2 columns (features and a label), got 1");
+  struct Malformed {
+    const char* name;
+    const char* text;
+    const char* message;
+  };
+  const Malformed cases[] = {
+      {"x.csv", "1,2,3\n4,5,6\n7,abc,1\n", "x.csv:3:2: expected a number, got 'abc'"},
+      {"empty_cell.csv", "1,,0\n", "empty_cell.csv:1:2: expected a number, got ''"},
+      {"nan.csv", "1,nan,0\n", "nan.csv:1:2: expected a number, got 'nan'"},
+      {"ragged.csv", "h1,h2,h3\n1,2,0\n\n3,4\n",
+       "ragged.csv:4: expected 3 columns (as on line 2), got 2"},
+      {"empty.csv", "", "' is empty"},
+      {"blank.csv", "\n  \n", "' is empty"},
+      {"hdronly.csv", "a,b\n", "has a header line but no data rows"},
+      {"frac.csv", "1,2,0\n1,2,1.5\n",
+       "frac.csv:2:3: expected a non-negative integer class label, got '1.5'"},
+      {"neg.csv", "1,2,-1\n", "neg.csv:1:3: expected a non-negative integer class label, got '-1'"},
+      {"one.csv", "1\n2\n", "one.csv:1: expected at least 2 columns (features and a label), got 1"},
+  };
+  for (const Malformed& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string path = file(c.name, c.text);
+    expect_error<ParseError>([&] { data::read_csv(path); }, c.message);
+  }
   const std::string missing = (dir_ / "missing.csv").string();
   expect_error<ParseError>([&] { data::read_csv(missing); },
                            "read_csv: cannot open '" + missing + "': No such file or directory");
@@ -202,8 +208,9 @@ TEST_F(DataTest, CsvHeaderDetectionFollowsTheDataParser) {
   EXPECT_EQ(data::read_csv(file("names.csv", "x1,x2,label\n1,2,0\n")).size(), 1);
   expect_error<ParseError>([&] { data::read_csv(file("names_bad.csv", "x1,x2,label\n1,,0\n")); },
                            "names_bad.csv:2:2: expected a number, got ''");
-  expect_error<ParseError>([&] { data::read_csv(file("names_text.csv", "name,x,label\nbob,1,0\n")); },
-                           "names_text.csv:2:1: expected a number, got 'bob'");
+  expect_error<ParseError>(
+      [&] { data::read_csv(file("names_text.csv", "name,x,label\nbob,1,0\n")); },
+      "names_text.csv:2:1: expected a number, got 'bob'");
   expect_error<ParseError>([&] { data::read_csv(file("only.csv", "x1,x2,label\n\n")); },
                            "has a header line but no data rows");
 }
@@ -246,17 +253,19 @@ TEST_F(DataTest, CsvLimitsRefuseBinaryDataLongLinesAndTooManyColumns) {
                            "wide.csv:1: 70001 columns, more than the maximum of 65536 "
                            "(CsvOptions::max_columns)");
   EXPECT_EQ(data::read_csv(file("wide.csv", wide + wide), {.max_columns = 70'001}).size(), 2);
-  expect_error<ParseError>([&] { data::read_csv(file("narrow.csv", "1,2,0\n1,2,3,0\n"),
-                                                {.max_columns = 3}); },
-                           "narrow.csv:2: 4 columns, more than the maximum of 3");
-  expect_error<InvalidArgument>([&] { data::read_csv(file("ok.csv", "1,0\n"), {.max_columns = 1}); },
-                                "read_csv: max_columns: expected >= 2, got 1");
+  expect_error<ParseError>(
+      [&] { data::read_csv(file("narrow.csv", "1,2,0\n1,2,3,0\n"), {.max_columns = 3}); },
+      "narrow.csv:2: 4 columns, more than the maximum of 3");
+  expect_error<InvalidArgument>(
+      [&] { data::read_csv(file("ok.csv", "1,0\n"), {.max_columns = 1}); },
+      "read_csv: max_columns: expected >= 2, got 1");
   expect_error<ParseError>(
       [&] { data::read_csv(file("oneline.csv", "1,2,0\n" + std::string((65 << 20), '7'))); },
       "oneline.csv:2: a line of more than 64 MiB (no line break in its first ");
   // Lines that straddle the 1 MiB read chunks are whole.
   std::string many;
-  for (int i = 0; i < 200'000; ++i) many += std::to_string(i % 97) + ",3.5," + std::to_string(i % 3) + "\n";
+  for (int i = 0; i < 200'000; ++i)
+    many += std::to_string(i % 97) + ",3.5," + std::to_string(i % 3) + "\n";
   Dataset d = data::read_csv(file("many.csv", many));
   ASSERT_EQ(d.size(), 200'000);
   const std::vector<float> x = d.features.to_vector<float>();

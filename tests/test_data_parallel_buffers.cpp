@@ -29,19 +29,6 @@ class DataParallelBuffersTest : public ::testing::Test {
   }
 };
 
-Tensor batch_x(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
-  std::vector<float> v(static_cast<std::size_t>(rows * cols));
-  for (std::size_t i = 0; i < v.size(); ++i)
-    v[i] = uniform(seed, stream_id(kStreamSynthetic, 21), i, -1, 1);
-  return Tensor::from_vector(v, {rows, cols});
-}
-Tensor batch_y(std::int64_t rows, std::int64_t classes, std::uint64_t seed) {
-  std::vector<std::int64_t> v(static_cast<std::size_t>(rows));
-  for (std::size_t i = 0; i < v.size(); ++i)
-    v[i] = philox_u32(seed, stream_id(kStreamSynthetic, 22), i) % classes;
-  return Tensor::from_vector(v, {rows});
-}
-
 std::vector<std::uint32_t> param_bits(nn::Module& m) {
   std::vector<std::uint32_t> out;
   for (nn::Parameter* p : m.parameters())
@@ -77,7 +64,7 @@ std::vector<std::uint32_t> train(int n_dev, Determinism mode, std::size_t buffer
     }
     const std::int64_t b = batches[static_cast<std::size_t>(s) % batches.size()];
     const auto seed = static_cast<std::uint64_t>(s);
-    test::train_step(dp, loss, batch_x(b, 12, seed), batch_y(b, 3, seed), &opt);
+    test::train_step(dp, loss, test::random_x(b, 12, seed), test::random_y(b, 3, seed), &opt);
   }
   return param_bits(*model);
 }

@@ -43,19 +43,8 @@ class DdpTest : public ::testing::Test {
   void SetUp() override { start_sim(); }
 };
 
-Tensor random_x(std::int64_t rows, std::int64_t cols, std::uint64_t seed) {
-  std::vector<float> v(static_cast<std::size_t>(rows * cols));
-  for (std::size_t i = 0; i < v.size(); ++i)
-    v[i] = uniform(seed, stream_id(kStreamSynthetic, 21), i, -1, 1);
-  return Tensor::from_vector(v, {rows, cols});
-}
-
-Tensor random_y(std::int64_t rows, std::int64_t classes, std::uint64_t seed) {
-  std::vector<std::int64_t> v(static_cast<std::size_t>(rows));
-  for (std::size_t i = 0; i < v.size(); ++i)
-    v[i] = philox_u32(seed, stream_id(kStreamSynthetic, 22), i) % classes;
-  return Tensor::from_vector(v, {rows});
-}
+using test::random_x;
+using test::random_y;
 
 /// Rows [lo, hi) of a host tensor, as a host tensor.
 Tensor rows_of(const Tensor& t, std::int64_t lo, std::int64_t hi) {

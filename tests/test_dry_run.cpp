@@ -24,6 +24,7 @@
 #include "core/runtime/tensor.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
+#include "trainer_test_util.h"
 
 using namespace ditto;
 
@@ -172,36 +173,21 @@ using train::TrainerKind;
 // clips as the dry run prices: Note [Dry run]), predicted for H100s.
 TrainerConfig small_gpt(bool dry, TrainerKind kind, int devices, const nn::GPTConfig& m,
                         std::int64_t batch = 8, std::int64_t iters = 2) {
-  TrainerConfig c;
-  c.devices = devices;
+  TrainerConfig c = test::priced_gpt(m, {.profile = "h100-sxm",
+                                         .devices = devices,
+                                         .dry_run = dry,
+                                         .batch_size = batch,
+                                         .max_iters = iters,
+                                         .grad_clip = 1e-6,
+                                         .lr = 1e-3f,
+                                         .seed = 5});
   c.trainer = kind;
-  c.dry_run = dry;
-  sim::add_sim_run(c, {.profile = "h100-sxm"});
-  c.determinism = Determinism::fast;
-  c.batch_size = batch;
-  c.max_iters = iters;
-  c.grad_clip = 1e-6;
-  c.optimizer = "adamw";
-  c.lr = 1e-3f;
-  c.make_model = [m](const Device& d) { return std::make_unique<nn::GPT>(m, d, 5); };
-  c.make_optimizer = [](std::vector<nn::Parameter*> params, float lr) {
-    optim::AdamWOptions o;
-    o.lr = lr;
-    o.weight_decay = 0.1;
-    return std::make_unique<optim::AdamW>(std::move(params), o);
-  };
   return c;
 }
 
 nn::GPTConfig tiny_gpt() {
-  nn::GPTConfig m;
-  m.block_size = 16;
-  m.vocab_size = 40;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.n_embd = 32;
-  m.bias = true;
-  return m;
+  return {
+      .block_size = 16, .vocab_size = 40, .n_layer = 2, .n_head = 2, .n_embd = 32, .bias = true};
 }
 
 FitResult fit(const TrainerConfig& c, const nn::GPTConfig& m) {

@@ -37,10 +37,7 @@ Device sim(int i) { return Device("sim", i); }
 // A fresh 4-device simulator with `specs` injected; returns it.
 sim::SimBackend& sim_with_faults(const std::vector<std::string>& specs,
                                  std::optional<std::int64_t> comm_timeout_ms = std::nullopt) {
-  BackendOptions o;
-  o.device_count = 4;
-  o.memory_capacity = std::size_t(1) << 28;
-  auto& b = *init_backend("sim", o).extension<sim::SimBackend>();
+  auto& b = *init_sim(4, std::size_t(1) << 28).extension<sim::SimBackend>();
   sim::FaultConfig fc;
   for (const auto& s : specs) fc.faults.push_back(sim::parse_fault(s));
   fc.comm_timeout_ms = comm_timeout_ms;
@@ -84,9 +81,7 @@ TEST(FaultSpec, BadSpecsNameTheFlagAndTheBadPart) {
 }
 
 TEST(FaultSpec, SetFaultsRejectsDevicesOutOfRange) {
-  BackendOptions o;
-  o.device_count = 4;
-  auto& b = *init_backend("sim", o).extension<sim::SimBackend>();
+  auto& b = *init_sim(4).extension<sim::SimBackend>();
   sim::FaultConfig fc;
   fc.faults.push_back(sim::parse_fault("fail:device=4,step=0"));
   expect_error<InvalidArgument>(
@@ -283,9 +278,7 @@ TEST(FaultSkipCollective, AWaitingCollectiveWarnsOnceNamingTheMissingRanks) {
 }
 
 TEST(FaultSkipCollective, AbandonedRendezvousStillTimesOutWhenEveryHandleIsGone) {
-  BackendOptions o;
-  o.device_count = 2;
-  init_backend("sim", o);
+  init_sim(2);
   auto side = get_backend("sim").create_stream(0);
   Tensor t = Tensor::full({3}, 1.0f, sim(0));
   {

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "backend_sim/profiles.h"
@@ -40,6 +41,15 @@ void sparse(const std::string& path, std::uint64_t size) {
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(size)), 0);
   ::close(fd);
+}
+
+// After `path` is made a sparse file of `size` bytes, read() throws E "<who>: '<path>' has
+// <too_big>", too_big "<size> bytes, more than the maximum of <maximum>".
+template <typename E>
+void expect_too_big(const std::string& path, std::uint64_t size, const std::string& who,
+                    const std::string& too_big, const std::function<void()>& read) {
+  sparse(path, size);
+  expect_error<E>(read, who + ": '" + path + "' has " + too_big);
 }
 
 TEST(FileIo, AtomicWriteThroughASymlinkReplacesTheTargetAndKeepsTheLink) {
@@ -179,11 +189,9 @@ TEST(FileIo, ReadCsvRefusesADeviceAndAFileOverFourGiB) {
   const std::string dir = fresh_dir("csv");
   expect_error<ParseError>([&] { data::read_csv("/dev/zero"); },
                            "read_csv: '/dev/zero' is a character device, expected a regular file");
-  sparse(dir + "/big.csv", io::kMaxDataBytes + 1);
-  expect_error<ParseError>([&] { data::read_csv(dir + "/big.csv"); },
-                           "read_csv: '" + dir +
-                               "/big.csv' has 4294967297 bytes, more than the "
-                               "maximum of 4 GiB");
+  expect_too_big<ParseError>(dir + "/big.csv", io::kMaxDataBytes + 1, "read_csv",
+                             "4294967297 bytes, more than the maximum of 4 GiB",
+                             [&] { data::read_csv(dir + "/big.csv"); });
   fs::remove_all(dir);
 }
 
@@ -194,11 +202,9 @@ TEST(FileIo, JsonProfileRefusesAFifoAndAFileOverSixteenMiB) {
   expect_error<InvalidArgument>(
       [&] { sim::device_profile(fifo); },
       "device_profile: '" + fifo + "' is a FIFO, expected a regular file");
-  sparse(dir + "/big.json", io::kMaxJsonBytes + 1);
-  expect_error<InvalidArgument>([&] { sim::device_profile(dir + "/big.json"); },
-                                "device_profile: '" + dir +
-                                    "/big.json' has 16777217 bytes, more "
-                                    "than the maximum of 16 MiB");
+  expect_too_big<InvalidArgument>(dir + "/big.json", io::kMaxJsonBytes + 1, "device_profile",
+                                  "16777217 bytes, more than the maximum of 16 MiB",
+                                  [&] { sim::device_profile(dir + "/big.json"); });
   fs::remove_all(dir);
 }
 
@@ -241,11 +247,9 @@ TEST(FileIo, LoadSafetensorsChecksTheSizeAgainstTheHeaderBeforeReadingTheBuffer)
 TEST(FileIo, ReadCheckpointRefusesATrainerJsonOverSixteenMiB) {
   const std::string dir = fresh_dir("ckpt");
   fs::create_directories(dir + "/step-00000001");
-  sparse(dir + "/step-00000001/trainer.json", io::kMaxJsonBytes + 1);
-  expect_error<ParseError>([&] { read_checkpoint(dir + "/step-00000001"); },
-                           "read_checkpoint: '" + dir +
-                               "/step-00000001/trainer.json' has "
-                               "16777217 bytes, more than the maximum of 16 MiB");
+  expect_too_big<ParseError>(dir + "/step-00000001/trainer.json", io::kMaxJsonBytes + 1,
+                             "read_checkpoint", "16777217 bytes, more than the maximum of 16 MiB",
+                             [&] { read_checkpoint(dir + "/step-00000001"); });
   fs::remove_all(dir);
 }
 

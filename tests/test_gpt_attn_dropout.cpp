@@ -24,12 +24,7 @@ using gpt_ref::Vec;
 
 using GptAttnDropout = SimSuite<8>;
 
-const Device kDev("sim", 0);
 namespace c = canonical;
-
-Tensor upload(const std::vector<float>& v, const Shape& s) {
-  return Tensor::from_vector(v, s, kDev);
-}
 
 struct Dims {
   std::int64_t B, T, C, nh;
@@ -57,8 +52,8 @@ std::vector<unsigned char> mask_of(const Dims& d, const Key& k) {
   return keep;
 }
 
-// The Note's order written out plainly, from att recomputed from the kernel's stats (which are checked
-// against gpt_math.h below): y, and dqkv for dy.
+// The Note's order written out plainly, from att recomputed from the kernel's stats (which are
+// checked against gpt_math.h below): y, and dqkv for dy.
 void host_reference(const Dims& d, const Key& k, const std::vector<float>& x,
                     const std::vector<float>& att, const std::vector<float>& g,
                     std::vector<float>& y, std::vector<float>& dx) {
@@ -148,13 +143,12 @@ void gpt_math_rows(const Dims& d, const Key& k, const std::vector<float>& x,
   for (std::int64_t b = 0; b < d.B; ++b)
     for (std::int64_t h = 0; h < d.nh; ++h) {
       for (std::int64_t t = 0; t < d.T; ++t)
-        pd[at(b, h, t)] = gpt::attention_query_backward(
-            g.data(), x.data(), d.T, d.C, d.nh, b, t, h, st[at(b, h, t)],
-            &dx[d.qkv(b, t, 0, h, 0)], drop);
+        pd[at(b, h, t)] =
+            gpt::attention_query_backward(g.data(), x.data(), d.T, d.C, d.nh, b, t, h,
+                                          st[at(b, h, t)], &dx[d.qkv(b, t, 0, h, 0)], drop);
       for (std::int64_t u = 0; u < d.T; ++u)
-        gpt::attention_key_backward(g.data(), x.data(), st.data(), pd.data(), d.T, d.C, d.nh, b,
-                                    u, h, &dx[d.qkv(b, u, 1, h, 0)], &dx[d.qkv(b, u, 2, h, 0)],
-                                    drop);
+        gpt::attention_key_backward(g.data(), x.data(), st.data(), pd.data(), d.T, d.C, d.nh, b, u,
+                                    h, &dx[d.qkv(b, u, 1, h, 0)], &dx[d.qkv(b, u, 2, h, 0)], drop);
     }
   stats.clear();
   for (const gpt::SoftmaxStats& s : st) {
@@ -180,8 +174,7 @@ TEST_F(GptAttnDropout, KernelsEqualTheHostReferenceAndGptMath) {
       // The stats are of the un-dropped softmax: the bits of the call without dropout.
       EXPECT_TRUE(bits_equal(att.to_vector<float>(), att0.to_vector<float>()));
       std::vector<float> y_ref, dx_ref, y_rows, att_rows, dx_rows;
-      host_reference(d, k, qkv, att_from_stats(d, qkv, att.to_vector<float>()), dy, y_ref,
-                     dx_ref);
+      host_reference(d, k, qkv, att_from_stats(d, qkv, att.to_vector<float>()), dy, y_ref, dx_ref);
       gpt_math_rows(d, k, qkv, dy, y_rows, att_rows, dx_rows);
       EXPECT_TRUE(bits_equal(y.to_vector<float>(), y_ref)) << "T " << d.T << " p " << k.p;
       EXPECT_TRUE(bits_equal(dqkv.to_vector<float>(), dx_ref)) << "T " << d.T << " p " << k.p;

@@ -18,16 +18,10 @@ namespace ditto {
 namespace {
 
 using namespace ditto::test;
-using gpt_ref::Vec;
 using gpt_ref::to_double;
+using gpt_ref::Vec;
 
 using GptOps = SimSuite<8>;
-
-const Device kDev("sim", 0);
-
-Tensor upload(const std::vector<float>& v, const Shape& s) {
-  return Tensor::from_vector(v, s, kDev);
-}
 
 /// Every |got - want| <= atol + rtol * |want|; the first violation is reported.
 ::testing::AssertionResult all_close(const Vec& got, const Vec& want, double rtol, double atol) {
@@ -35,9 +29,9 @@ Tensor upload(const std::vector<float>& v, const Shape& s) {
     return ::testing::AssertionFailure() << "sizes " << got.size() << " vs " << want.size();
   for (std::size_t i = 0; i < got.size(); ++i)
     if (!(std::fabs(got[i] - want[i]) <= atol + rtol * std::fabs(want[i])))
-      return ::testing::AssertionFailure() << "element " << i << ": got " << got[i] << ", want "
-                                           << want[i] << " (rtol " << rtol << ", atol " << atol
-                                           << ")";
+      return ::testing::AssertionFailure()
+             << "element " << i << ": got " << got[i] << ", want " << want[i] << " (rtol " << rtol
+             << ", atol " << atol << ")";
   return ::testing::AssertionSuccess();
 }
 
@@ -60,7 +54,7 @@ TEST_F(GptOps, EmbeddingForwardIsTheRowSum) {
   std::vector<std::int64_t> idx(B * T);
   for (std::int64_t i = 0; i < B * T; ++i) idx[i] = (i * 7 + 3) % V;
   const std::vector<float> wte = random_values(V * C, 1), wpe = random_values(P * C, 2);
-  const Tensor tidx = Tensor::from_vector(idx, {B, T}, kDev);
+  const Tensor tidx = Tensor::from_vector(idx, {B, T}, kOpsDevice);
   const Tensor out = ops::embedding(tidx, upload(wte, {V, C}), upload(wpe, {P, C}));
   ASSERT_EQ(out.shape(), (Shape{B, T, C}));
   const std::vector<float> got = out.to_vector<float>();
@@ -88,12 +82,12 @@ TEST_F(GptOps, EmbeddingBackwardMatchesFiniteDifferences) {
     return s;
   };
   const Vec fd = gpt_ref::finite_differences(loss, to_double(wte));
-  const Tensor tidx = Tensor::from_vector(idx, {B, T}, kDev);
-  Tensor grad = Tensor::full({V, C}, 123.0f, kDev);  // overwritten: accumulate = false
+  const Tensor tidx = Tensor::from_vector(idx, {B, T}, kOpsDevice);
+  Tensor grad = Tensor::full({V, C}, 123.0f, kOpsDevice);  // overwritten: accumulate = false
   ops::embedding_backward(tidx, upload(dy, {B, T, C}), grad, micro_shard_bounds(B * T, 4), false);
   EXPECT_TRUE(grad_close(to_double(grad), fd));
   // accumulate adds to what is there; the flat [N] / [N, C] form gives the same.
-  Tensor acc = Tensor::full({V, C}, 0.5f, kDev);
+  Tensor acc = Tensor::full({V, C}, 0.5f, kOpsDevice);
   ops::embedding_backward(tidx.view({B * T}), upload(dy, {B * T, C}), acc, {0, B * T}, true);
   Vec want = fd;
   for (double& x : want) x += 0.5;
@@ -114,8 +108,8 @@ TEST_F(GptOps, LayerNormForwardMatchesTheReference) {
                                     bias ? upload(b, {C}) : Tensor(), eps, mean, rstd);
     ASSERT_EQ(y.shape(), (Shape{2, 3, C}));
     ASSERT_EQ(mean.shape(), (Shape{N}));
-    const Vec want = gpt_ref::layernorm(to_double(x), to_double(w), bias ? to_double(b) : Vec{},
-                                        N, C, eps);
+    const Vec want =
+        gpt_ref::layernorm(to_double(x), to_double(w), bias ? to_double(b) : Vec{}, N, C, eps);
     // Float's own error: the mean is off by ~C u |mean|, which xhat sees times rstd (large for
     // the first row: |mean| / std ~ 3500); the rest is a few roundings of xhat * w + b.
     const std::vector<float> m = mean.to_vector<float>(), rs = rstd.to_vector<float>();
@@ -224,8 +218,7 @@ TEST_F(GptOps, DropoutIsInvertedAndBackwardUsesTheSameMask) {
   const float p = 0.3f;
   const std::vector<float> x = random_values(n, 17, 0.5, 1.5), gy = random_values(n, 18, 0.5, 1);
   const std::uint64_t stream = stream_id(kStreamDropout, (5u << 8) | 2);
-  const std::vector<float> y =
-      ops::dropout(upload(x, {n}), p, 42, stream, 1000).to_vector<float>();
+  const std::vector<float> y = ops::dropout(upload(x, {n}), p, 42, stream, 1000).to_vector<float>();
   const std::vector<float> gx =
       ops::dropout_backward(upload(gy, {n}), p, 42, stream, 1000).to_vector<float>();
   const float scale = 1.0f / (1.0f - p);
@@ -269,58 +262,84 @@ TEST_F(GptOps, SumSquaresMatchesTheReferenceInBothModes) {
 // ---- argument errors ----------------------------------------------------------------------------
 
 TEST_F(GptOps, BadArgumentsAreRefusedWithClearMessages) {
-  const Tensor idx = Tensor::from_vector(std::vector<std::int64_t>{0, 1, 2, 9}, {2, 2}, kDev);
-  const Tensor wte = Tensor::zeros({5, 4}, DType::f32, kDev);
-  const Tensor wpe = Tensor::zeros({2, 4}, DType::f32, kDev);
+  const Tensor idx = Tensor::from_vector(std::vector<std::int64_t>{0, 1, 2, 9}, {2, 2}, kOpsDevice);
+  const Tensor wte = Tensor::zeros({5, 4}, DType::f32, kOpsDevice);
+  const Tensor wpe = Tensor::zeros({2, 4}, DType::f32, kOpsDevice);
   expect_invalid([&] { ops::embedding(idx, wte, wpe); },
                  "ops::embedding: idx[1, 1] = 9 out of range [0, 5)");
   const Tensor ok_idx =
-      Tensor::from_vector(std::vector<std::int64_t>{0, 1, 2, 3, 4, 0}, {2, 3}, kDev);
+      Tensor::from_vector(std::vector<std::int64_t>{0, 1, 2, 3, 4, 0}, {2, 3}, kOpsDevice);
   expect_invalid([&] { ops::embedding(ok_idx, wte, wpe); }, "P >= T = 3");
   expect_invalid([&] { ops::embedding(ok_idx, wte.view({20}), wpe); }, "wte: expected a 2-dim");
   expect_invalid([&] { ops::embedding(wte, wte, wpe); }, "idx: expected dtype i64");
   expect_invalid([&] { ops::embedding(ok_idx.to(Device::cpu()), wte, wpe); },
                  "idx: expected a tensor on a device");
-  Tensor grad = Tensor::zeros({5, 4}, DType::f32, kDev);
-  const Tensor dy = Tensor::zeros({2, 3, 4}, DType::f32, kDev);
-  expect_invalid([&] { ops::embedding_backward(ok_idx, dy, grad, {0, 5}, false); },
-                 "ops::embedding_backward: bounds: expected the last entry to equal rows = 6");
-  expect_invalid([&] { ops::embedding_backward(ok_idx, dy.view({6, 4}), grad, {0, 6}, false); },
-                 "dy: expected idx's shape [2, 3]");
-  Tensor narrow_grad = Tensor::zeros({5, 3}, DType::f32, kDev);
-  expect_invalid([&] { ops::embedding_backward(ok_idx, dy, narrow_grad, {0, 6}, false); },
-                 "grad_wte: expected [V, C] with C = 4");
-  Tensor small_grad = Tensor::zeros({4, 4}, DType::f32, kDev);
-  expect_invalid([&] { ops::embedding_backward(ok_idx, dy, small_grad, {0, 6}, false); },
-                 "idx[1, 1] = 4 out of range [0, 4)");
+  Tensor grad = Tensor::zeros({5, 4}, DType::f32, kOpsDevice);
+  const Tensor dy = Tensor::zeros({2, 3, 4}, DType::f32, kOpsDevice);
+  expect_invalid(
+      [&] {
+        ops::embedding_backward(ok_idx, dy, grad, {0, 5}, false);
+      },
+      "ops::embedding_backward: bounds: expected the last entry to equal rows = 6");
+  expect_invalid(
+      [&] {
+        ops::embedding_backward(ok_idx, dy.view({6, 4}), grad, {0, 6}, false);
+      },
+      "dy: expected idx's shape [2, 3]");
+  Tensor narrow_grad = Tensor::zeros({5, 3}, DType::f32, kOpsDevice);
+  expect_invalid(
+      [&] {
+        ops::embedding_backward(ok_idx, dy, narrow_grad, {0, 6}, false);
+      },
+      "grad_wte: expected [V, C] with C = 4");
+  Tensor small_grad = Tensor::zeros({4, 4}, DType::f32, kOpsDevice);
+  expect_invalid(
+      [&] {
+        ops::embedding_backward(ok_idx, dy, small_grad, {0, 6}, false);
+      },
+      "idx[1, 1] = 4 out of range [0, 4)");
 
   Tensor mean, rstd, dxh;
-  const Tensor x = Tensor::zeros({3, 4}, DType::f32, kDev), w = Tensor::full({4}, 1.0f, kDev);
-  const Tensor w3 = Tensor::full({3}, 1.0f, kDev);
+  const Tensor x = Tensor::zeros({3, 4}, DType::f32, kOpsDevice),
+               w = Tensor::full({4}, 1.0f, kOpsDevice);
+  const Tensor w3 = Tensor::full({3}, 1.0f, kOpsDevice);
   expect_invalid([&] { ops::layernorm(x, w3, Tensor(), 1e-5f, mean, rstd); },
                  "ops::layernorm: w: expected [C] = [4]");
-  expect_invalid([&] { ops::layernorm(x, w, Tensor::full({5}, 0.0f, kDev), 1e-5f, mean, rstd); },
-                 "b: expected [C] = [4]");
+  expect_invalid(
+      [&] { ops::layernorm(x, w, Tensor::full({5}, 0.0f, kOpsDevice), 1e-5f, mean, rstd); },
+      "b: expected [C] = [4]");
   expect_invalid([&] { ops::layernorm(x, w, Tensor(), -1.0f, mean, rstd); }, "eps: expected");
   ops::layernorm(x, w, Tensor(), 1e-5f, mean, rstd);
-  expect_invalid([&] { ops::layernorm_backward(x, x, w, rstd.view({1, 3}), rstd, dxh); },
-                 "mean: expected [rows] = [3]");
-  expect_invalid([&] { ops::layernorm_backward(x.view({4, 3}), x, w, mean, rstd, dxh); },
-                 "x: expected [4, 3] (the shape of dy)");
+  expect_invalid(
+      [&] {
+        ops::layernorm_backward(x, x, w, rstd.view({1, 3}), rstd, dxh);
+      },
+      "mean: expected [rows] = [3]");
+  expect_invalid(
+      [&] {
+        ops::layernorm_backward(x.view({4, 3}), x, w, mean, rstd, dxh);
+      },
+      "x: expected [4, 3] (the shape of dy)");
   expect_invalid([&] { ops::gelu_backward(x, w); }, "ops::gelu_backward: grad_y: expected [3, 4]");
 
   Tensor att;
-  const Tensor qkv = Tensor::zeros({2, 3, 12}, DType::f32, kDev);
+  const Tensor qkv = Tensor::zeros({2, 3, 12}, DType::f32, kOpsDevice);
   expect_invalid([&] { ops::attention(qkv, 3, att); },
                  "ops::attention: n_head: expected a divisor of C = 4");
   expect_invalid([&] { ops::attention(qkv, 0, att); }, "n_head: expected n_head >= 1, got 0");
-  expect_invalid([&] { ops::attention(Tensor::zeros({2, 3, 10}, DType::f32, kDev), 1, att); },
-                 "a multiple of 3");
+  expect_invalid(
+      [&] {
+        ops::attention(Tensor::zeros({2, 3, 10}, DType::f32, kOpsDevice), 1, att);
+      },
+      "a multiple of 3");
   expect_invalid([&] { ops::attention(qkv.view({6, 12}), 2, att); }, "qkv: expected a 3-dim");
   ops::attention(qkv, 2, att);
-  const Tensor y_grad = Tensor::zeros({2, 3, 4}, DType::f32, kDev);
-  expect_invalid([&] { ops::attention_backward(y_grad, qkv, att.view({2, 2, 6}), 2); },
-                 "stats: expected [B, n_head, T, 2] = [2, 2, 3, 2]");
+  const Tensor y_grad = Tensor::zeros({2, 3, 4}, DType::f32, kOpsDevice);
+  expect_invalid(
+      [&] {
+        ops::attention_backward(y_grad, qkv, att.view({2, 2, 6}), 2);
+      },
+      "stats: expected [B, n_head, T, 2] = [2, 2, 3, 2]");
   expect_invalid([&] { ops::attention_backward(y_grad, qkv, att.to(DType::bf16), 2); },
                  "ops::attention_backward: stats: expected");
   expect_invalid([&] { ops::attention_backward(qkv, qkv, att, 2); },

@@ -17,6 +17,7 @@
 #include "core/numerics/philox.h"
 #include "core/numerics/random.h"
 #include "core/runtime/ops.h"
+#include "gpt_ops_reference.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -25,12 +26,6 @@ namespace {
 using namespace ditto::test;
 
 using GptBits = SimSuite<8>;
-
-const Device kDev("sim", 0);
-
-Tensor upload(const std::vector<float>& v, const Shape& s, const Device& d = kDev) {
-  return Tensor::from_vector(v, s, d);
-}
 
 /// The canonical tree (Note [Canonical tree]) over leaves[lo, hi), elementwise, by recursion.
 std::vector<float> hand_tree(const std::vector<std::vector<float>>& leaves, std::int64_t lo,
@@ -46,8 +41,7 @@ std::vector<float> hand_tree(const std::vector<std::vector<float>>& leaves, std:
 TEST(GptPhilox, EqualsRandomCpp) {
   const std::uint64_t seeds[] = {0, 1, 1337, 0xFFFFFFFFull, 0x123456789ABCDEF0ull, ~0ull};
   const std::uint64_t streams[] = {0, stream_id(kStreamDropout, (7u << 8) | 3),
-                                   stream_id(kStreamSample, 0), stream_id(kStreamBatch, 99),
-                                   ~0ull};
+                                   stream_id(kStreamSample, 0), stream_id(kStreamBatch, 99), ~0ull};
   int checked = 0;
   for (std::uint64_t seed : seeds)
     for (std::uint64_t stream : streams)
@@ -74,8 +68,7 @@ TEST(GptPhilox, EqualsRandomCpp) {
 // blocks of 32 keys, head widths 32 and 64 held in registers, one head's att rows held on the
 // host in backward); the bits (y, the stats, dqkv) must be those of the per-query reference
 // functions, which recompute every score, run here on the host.
-void expect_attention_is_gpt_math(std::int64_t B, std::int64_t T, std::int64_t C,
-                                  std::int64_t nh) {
+void expect_attention_is_gpt_math(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh) {
   const std::int64_t hd = C / nh;
   std::vector<float> qkv = mixed_values(B * T * 3 * C, 30);
   for (float& x : qkv) x *= 1e-3f;  // |scores| moderate: every exp contributes
@@ -97,8 +90,8 @@ void expect_attention_is_gpt_math(std::int64_t B, std::int64_t T, std::int64_t C
       }
       for (std::int64_t u = 0; u < T; ++u) {
         float* dk = &dqkv[(b * T + u) * 3 * C + C + h * hd];
-        gpt::attention_key_backward(dy.data(), qkv.data(), st.data(), pd.data(), T, C, nh, b, u,
-                                    h, dk, dk + C);
+        gpt::attention_key_backward(dy.data(), qkv.data(), st.data(), pd.data(), T, C, nh, b, u, h,
+                                    dk, dk + C);
       }
     }
   for (const gpt::SoftmaxStats& s : st) {
@@ -242,20 +235,20 @@ TEST_F(GptBits, EmbeddingBackwardIsTheSameOnOneToEightDevices) {
             std::vector<std::int64_t>(idx.begin() + r0, idx.begin() + r1), {r1 - r0}, dev);
         Tensor g = Tensor::zeros({V, C}, DType::f32, dev);
         ops::embedding_backward(
-            tidx, upload(std::vector<float>(dy.begin() + r0 * C, dy.begin() + r1 * C),
-                         {r1 - r0, C}, dev),
+            tidx,
+            upload(std::vector<float>(dy.begin() + r0 * C, dy.begin() + r1 * C), {r1 - r0, C}, dev),
             g, local, false);
-        parts.push_back(g.to(kDev));
+        parts.push_back(g.to(kOpsDevice));
       }
       Tensor total = upload(accumulate ? prior : std::vector<float>(V * C, 0.0f), {V, C});
-      Tensor sum = Tensor::zeros({V, C}, DType::f32, kDev);
+      Tensor sum = Tensor::zeros({V, C}, DType::f32, kOpsDevice);
       ops::sum_inputs(parts, sum, Determinism::bitwise);
       total = accumulate ? ops::add(total, sum) : sum;
       EXPECT_TRUE(bits_equal(total.to_vector<float>(), expect)) << D << " devices";
     }
     // One device, all shards, accumulating in the kernel itself.
     Tensor g1 = upload(accumulate ? prior : std::vector<float>(V * C, 7.0f), {V, C});
-    ops::embedding_backward(Tensor::from_vector(idx, {B, T}, kDev), upload(dy, {B, T, C}), g1,
+    ops::embedding_backward(Tensor::from_vector(idx, {B, T}, kOpsDevice), upload(dy, {B, T, C}), g1,
                             bounds, accumulate);
     EXPECT_TRUE(bits_equal(g1.to_vector<float>(), expect)) << "accumulate " << accumulate;
   }
@@ -263,8 +256,8 @@ TEST_F(GptBits, EmbeddingBackwardIsTheSameOnOneToEightDevices) {
   std::vector<float> ordered(V * C, 0.0f);
   for (std::int64_t r = 0; r < N; ++r)
     for (std::int64_t c = 0; c < C; ++c) ordered[idx[r] * C + c] += dy[r * C + c];
-  Tensor g = Tensor::zeros({V, C}, DType::f32, kDev);
-  ops::embedding_backward(Tensor::from_vector(idx, {B, T}, kDev), upload(dy, {B, T, C}), g,
+  Tensor g = Tensor::zeros({V, C}, DType::f32, kOpsDevice);
+  ops::embedding_backward(Tensor::from_vector(idx, {B, T}, kOpsDevice), upload(dy, {B, T, C}), g,
                           {0, N}, false);
   EXPECT_TRUE(bits_equal(g.to_vector<float>(), ordered));
   EXPECT_TRUE(any_bits_differ(ordered, want));  // the inputs do show the order

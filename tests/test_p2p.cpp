@@ -43,6 +43,31 @@ std::vector<float> tags(int r, std::int64_t count) {
   return v;
 }
 
+// Rank r's tags(r, count) on device sim:`on`.
+Tensor tagged(int r, std::int64_t count, int on) {
+  return Tensor::from_vector(tags(r, count), {count}, Device("sim", on));
+}
+
+// Zeros of `shape` and `dtype` on device sim:`on`.
+Tensor zeros_on(int on, const Shape& shape, DType dtype = DType::f32) {
+  return Tensor::zeros(shape, dtype, Device("sim", on));
+}
+
+// Once every stream ran: `recv` holds rank r's tags(r, recv.numel()).
+void expect_tags_of(std::vector<Communicator>& comms, const Tensor& recv, int r) {
+  synchronize(comms);
+  EXPECT_EQ(recv.to_vector<float>(), tags(r, recv.numel()));
+}
+
+// comms[from].send(s, to) and comms[to].recv(r, from) in one group.
+void send_recv_in_a_group(std::vector<Communicator>& comms, const Tensor& s, int from, Tensor& r,
+                          int to) {
+  group_start();
+  comms[from].send(s, to);
+  comms[to].recv(r, from);
+  group_end();
+}
+
 // Each rank r sends `count` elements to r + 1 and receives from r - 1 (mod n) in one group:
 // one thread for every rank, or a thread per rank. recv[r] then holds rank r - 1's tags.
 void ring(std::vector<Communicator>& comms, std::int64_t count, bool thread_per_rank,
@@ -51,8 +76,8 @@ void ring(std::vector<Communicator>& comms, std::int64_t count, bool thread_per_
   std::vector<Tensor> send;
   recv.clear();
   for (int r = 0; r < n; ++r) {
-    send.push_back(Tensor::from_vector(tags(r, count), {count}, Device("sim", r)));
-    recv.push_back(Tensor::zeros({count}, DType::f32, Device("sim", r)));
+    send.push_back(tagged(r, count, r));
+    recv.push_back(zeros_on(r, {count}));
   }
   auto issue = [&](int r) {
     comms[r].send(send[r], (r + 1) % n);
@@ -105,8 +130,8 @@ TEST_F(P2PTest, SeveralSendsToOnePeerArriveInOrderWithoutAGroup) {
   // recvs; no cycle, so it completes. Sizes differ: the k-th send meets the k-th recv.
   std::vector<Tensor> send, recv;
   for (int k = 0; k < 4; ++k) {
-    send.push_back(Tensor::from_vector(tags(k, k + 1), {k + 1}, Device("sim", 0)));
-    recv.push_back(Tensor::zeros({k + 1}, DType::f32, Device("sim", 2)));
+    send.push_back(tagged(k, k + 1, 0));
+    recv.push_back(zeros_on(2, {k + 1}));
   }
   for (int k = 0; k < 4; ++k) comms[0].send(send[k], 2);
   for (int k = 0; k < 4; ++k) comms[2].recv(recv[k], 0);
@@ -116,33 +141,28 @@ TEST_F(P2PTest, SeveralSendsToOnePeerArriveInOrderWithoutAGroup) {
 
 TEST_F(P2PTest, PingPongWithoutAGroup) {
   auto comms = comms_of(2);
-  Tensor a = Tensor::from_vector(tags(0, 5), {5}, Device("sim", 0));
-  Tensor b = Tensor::zeros({5}, DType::f32, Device("sim", 1));
-  Tensor back = Tensor::zeros({5}, DType::f32, Device("sim", 0));
+  Tensor a = tagged(0, 5, 0);
+  Tensor b = zeros_on(1, {5});
+  Tensor back = zeros_on(0, {5});
   comms[0].send(a, 1);
   comms[0].recv(back, 1);
   comms[1].recv(b, 0);
   comms[1].send(b, 0);
-  synchronize(comms);
-  EXPECT_EQ(back.to_vector<float>(), tags(0, 5));
+  expect_tags_of(comms, back, 0);
 }
 
 TEST_F(P2PTest, SendToItselfInAGroup) {
   auto comms = comms_of(2);
-  Tensor a = Tensor::from_vector(tags(1, 9), {9}, Device("sim", 1));
-  Tensor b = Tensor::zeros({3, 3}, DType::f32, Device("sim", 1));
-  group_start();
-  comms[1].send(a, 1);
-  comms[1].recv(b, 1);
-  group_end();
-  synchronize(comms);
-  EXPECT_EQ(b.to_vector<float>(), tags(1, 9));
+  Tensor a = tagged(1, 9, 1);
+  Tensor b = zeros_on(1, {3, 3});
+  send_recv_in_a_group(comms, a, 1, b, 1);
+  expect_tags_of(comms, b, 1);
 }
 
 TEST_F(P2PTest, SendToItselfWithoutAGroupWaitsForItsOwnRecv) {
   // Two batches in order on one stream: the send waits for a recv queued behind it (as NCCL).
   auto comms = comms_of(1, 200);
-  Tensor a = Tensor::zeros({2}, DType::f32, Device("sim", 0));
+  Tensor a = zeros_on(0, {2});
   comms[0].send(a, 0);
   comms[0].recv(a, 0);
   expect_error<Timeout>([&] { comms[0].stream().synchronize(); },
@@ -153,9 +173,9 @@ TEST_F(P2PTest, SendToItselfWithoutAGroupWaitsForItsOwnRecv) {
 TEST_F(P2PTest, PointToPointDoesNotCountAsACollective) {
   auto comms = comms_of(2);
   // Rank 0 makes three p2p calls, rank 1 one; then both all_reduce: the collectives still meet.
-  Tensor x = Tensor::from_vector(tags(0, 4), {4}, Device("sim", 0));
-  Tensor y = Tensor::zeros({4}, DType::f32, Device("sim", 1));
-  Tensor z = Tensor::zeros({4}, DType::f32, Device("sim", 0));
+  Tensor x = tagged(0, 4, 0);
+  Tensor y = zeros_on(1, {4});
+  Tensor z = zeros_on(0, {4});
   group_start();
   comms[0].send(x, 0);
   comms[0].recv(z, 0);
@@ -184,10 +204,7 @@ TEST_F(P2PTest, EveryDtypeMovesItsBytesExactly) {
     for (std::size_t i = 0; i < bytes; ++i) pattern[i] = static_cast<unsigned char>(i * 7 + 255);
     std::memcpy(s.data_ptr(), pattern.data(), bytes);
     std::memcpy(r.data_ptr(), zero.data(), bytes);
-    group_start();
-    comms[0].send(s, 1);
-    comms[1].recv(r, 0);
-    group_end();
+    send_recv_in_a_group(comms, s, 0, r, 1);
     synchronize(comms);
     EXPECT_EQ(std::memcmp(r.data_ptr(), pattern.data(), bytes), 0) << dtype_name(dt);
   }
@@ -195,8 +212,8 @@ TEST_F(P2PTest, EveryDtypeMovesItsBytesExactly) {
 
 TEST_F(P2PTest, CountMismatchFailsBothSidesAndTheCommunicatorGoesOn) {
   auto comms = comms_of(2);
-  Tensor s = Tensor::zeros({12}, DType::f32, Device("sim", 0));
-  Tensor r = Tensor::zeros({10}, DType::f32, Device("sim", 1));
+  Tensor s = zeros_on(0, {12});
+  Tensor r = zeros_on(1, {10});
   comms[0].send(s, 1);
   comms[1].recv(r, 0);
   const std::string msg =
@@ -206,22 +223,18 @@ TEST_F(P2PTest, CountMismatchFailsBothSidesAndTheCommunicatorGoesOn) {
   expect_invalid([&] { comms[0].stream().synchronize(); }, msg);
   expect_invalid([&] { comms[1].stream().synchronize(); }, msg);
   // Position 2 of the pair matches again.
-  Tensor s2 = Tensor::from_vector(tags(0, 3), {3}, Device("sim", 0));
-  Tensor r2 = Tensor::zeros({3}, DType::f32, Device("sim", 1));
+  Tensor s2 = tagged(0, 3, 0);
+  Tensor r2 = zeros_on(1, {3});
   comms[1].recv(r2, 0);
   comms[0].send(s2, 1);
-  synchronize(comms);
-  EXPECT_EQ(r2.to_vector<float>(), tags(0, 3));
+  expect_tags_of(comms, r2, 0);
 }
 
 TEST_F(P2PTest, DtypeMismatchFailsBothSides) {
   auto comms = comms_of(3);
-  Tensor s = Tensor::zeros({4}, DType::i64, Device("sim", 2));
-  Tensor r = Tensor::zeros({4}, DType::f32, Device("sim", 0));
-  group_start();
-  comms[2].send(s, 0);
-  comms[0].recv(r, 2);
-  group_end();
+  Tensor s = zeros_on(2, {4}, DType::i64);
+  Tensor r = zeros_on(0, {4});
+  send_recv_in_a_group(comms, s, 2, r, 0);
   const std::string msg =
       "send/recv: rank 2 sends 4 elements of i64 to rank 0, but rank 0 receives 4 elements of f32 "
       "from rank 2 (point-to-point #1 from rank 2 to rank 0;";
@@ -231,7 +244,7 @@ TEST_F(P2PTest, DtypeMismatchFailsBothSides) {
 
 TEST_F(P2PTest, SendWithoutRecvTimesOutNamingBothRanks) {
   auto comms = comms_of(3, 200);
-  Tensor s = Tensor::zeros({4}, DType::f32, Device("sim", 1));
+  Tensor s = zeros_on(1, {4});
   comms[1].send(s, 2);
   expect_error<Timeout>([&] { comms[1].stream().synchronize(); },
                         "send (point-to-point #1 from rank 1 to rank 2): rank 2 did not post the "
@@ -240,14 +253,14 @@ TEST_F(P2PTest, SendWithoutRecvTimesOutNamingBothRanks) {
   expect_error<BackendError>([&] { comms[0].barrier(); },
                              "barrier: communicator aborted by an earlier error: send "
                              "(point-to-point #1 from rank 1 to rank 2)");
-  Tensor r = Tensor::zeros({4}, DType::f32, Device("sim", 2));
+  Tensor r = zeros_on(2, {4});
   expect_error<BackendError>([&] { comms[2].recv(r, 1); }, "recv: communicator aborted");
 }
 
 TEST_F(P2PTest, RecvWithoutSendTimesOutAndFailsTheOtherWaiters) {
   auto comms = comms_of(2, 200);
-  Tensor r0 = Tensor::zeros({4}, DType::f32, Device("sim", 0));
-  Tensor r1 = Tensor::zeros({4}, DType::f32, Device("sim", 1));
+  Tensor r0 = zeros_on(0, {4});
+  Tensor r1 = zeros_on(1, {4});
   comms[0].recv(r0, 1);
   comms[1].recv(r1, 0);  // both wait: a cycle of recvs
   const std::string from1 = "recv (point-to-point #1 from rank 1 to rank 0): rank 1 did not post "
@@ -261,21 +274,21 @@ TEST_F(P2PTest, RecvWithoutSendTimesOutAndFailsTheOtherWaiters) {
 
 TEST_F(P2PTest, PeerOutOfRange) {
   auto comms = comms_of(2);
-  Tensor t = Tensor::zeros({4}, DType::f32, Device("sim", 0));
+  Tensor t = zeros_on(0, {4});
   expect_invalid([&] { comms[0].send(t, 2); },
                  "Communicator::send: peer: expected a rank in [0, 2), got 2");
   expect_invalid([&] { comms[0].recv(t, -1); },
                  "Communicator::recv: peer: expected a rank in [0, 2), got -1");
-  Tensor elsewhere = Tensor::zeros({4}, DType::f32, Device("sim", 1));
+  Tensor elsewhere = zeros_on(1, {4});
   expect_invalid([&] { comms[0].send(elsewhere, 1); }, "Communicator::send: tensor: expected a "
                                                        "tensor on sim:0");
 }
 
 TEST_F(P2PTest, AbortOfAFailedRankFailsParkedBatchesAtOnce) {
   auto comms = comms_of(3);  // the default timeout (5 minutes): an abort must not wait for it
-  Tensor r = Tensor::zeros({4}, DType::f32, Device("sim", 0));
-  Tensor q = Tensor::zeros({4}, DType::f32, Device("sim", 0));
-  Tensor s = Tensor::zeros({4}, DType::f32, Device("sim", 2));
+  Tensor r = zeros_on(0, {4});
+  Tensor q = zeros_on(0, {4});
+  Tensor s = zeros_on(2, {4});
   group_start();
   comms[0].recv(r, 1);
   comms[0].recv(q, 2);
@@ -294,7 +307,7 @@ TEST_F(P2PTest, AbortOfAFailedRankFailsParkedBatchesAtOnce) {
 
 TEST_F(P2PTest, ACollectiveTimeoutFailsParkedPointToPoint) {
   auto comms = comms_of(2, 200);
-  Tensor r = Tensor::zeros({4}, DType::f32, Device("sim", 0));
+  Tensor r = zeros_on(0, {4});
   comms[0].recv(r, 1);  // never matched
   comms[1].barrier();   // rank 0 never comes
   // Whichever deadline passes first aborts the communicator: both ranks throw its Timeout.
@@ -310,14 +323,11 @@ TEST_F(P2PTest, VirtualTimeOfAMessageIsTheLinkTime) {
   auto& be = *get_backend("sim").extension<sim::SimBackend>();
   auto comms = comms_of(2);
   const std::int64_t count = 1 << 18;  // 1 MiB of f32
-  Tensor s = Tensor::zeros({count}, DType::f32, Device("sim", 0));
-  Tensor r = Tensor::zeros({count}, DType::f32, Device("sim", 1));
+  Tensor s = zeros_on(0, {count});
+  Tensor r = zeros_on(1, {count});
   synchronize(comms);
   const sim::CostTotals t0 = be.cost_model().totals();
-  group_start();
-  comms[0].send(s, 1);
-  comms[1].recv(r, 0);
-  group_end();
+  send_recv_in_a_group(comms, s, 0, r, 1);
   synchronize(comms);
   const sim::CostTotals t1 = be.cost_model().totals();
   const auto& ic = be.cost_model().cluster().interconnect;
@@ -336,15 +346,13 @@ namespace {
 
 // A fresh simulator (the suite above keeps its own): device 1 fails at step 1.
 TEST(P2PFaults, AFailedDeviceFailsItsBatchAndThePeerAtOnce) {
-  BackendOptions o;
-  o.device_count = 3;
-  auto& be = *init_backend("sim", o).extension<sim::SimBackend>();
+  auto& be = *test::init_sim(3).extension<sim::SimBackend>();
   sim::FaultConfig fc;
   fc.faults.push_back(sim::parse_fault("fail:device=1,step=1"));
   be.set_faults(fc);
   auto comms = Communicator::init_all({Device("sim", 0), Device("sim", 1), Device("sim", 2)});
-  Tensor r = Tensor::zeros({4}, DType::f32, Device("sim", 0));
-  Tensor s = Tensor::zeros({4}, DType::f32, Device("sim", 1));
+  Tensor r = zeros_on(0, {4});
+  Tensor s = zeros_on(1, {4});
   synchronize(comms);
   comms[0].recv(r, 1);
   be.begin_step(1);

@@ -43,6 +43,22 @@ TrainerConfig small(int devices, TrainerKind kind, int epochs = 2) {
   return c;
 }
 
+/// small(devices, kind, epochs), writing its checkpoints to `dir`.
+TrainerConfig checkpointing(const std::filesystem::path& dir, int devices, TrainerKind kind,
+                            int epochs = 2) {
+  TrainerConfig c = small(devices, kind, epochs);
+  c.checkpoint_dir = dir.string();
+  return c;
+}
+
+/// small(devices, kind, epochs), resuming from the latest checkpoint in `dir`.
+TrainerConfig resuming(const std::filesystem::path& dir, int devices, TrainerKind kind,
+                       int epochs = 2) {
+  TrainerConfig c = small(devices, kind, epochs);
+  c.resume_dir = dir.string();
+  return c;
+}
+
 std::filesystem::path scratch(const std::string& name) {
   auto p = std::filesystem::temp_directory_path() /
            ("ditto_test_trainer_" + name + "_" + std::to_string(::getpid()));
@@ -159,13 +175,11 @@ TEST(Trainer, ResumeMidEpochEqualsAnUninterruptedRun) {
     const std::uint64_t whole = Trainer(small(4, k, 3), digits()).fit().params_checksum;
     const auto dir = scratch(std::string("resume_") + trainer_kind_name(k));
     // The first run dies when step 30 begins (mid-epoch 2), after the checkpoint of step 30.
-    TrainerConfig first = small(4, k, 3);
-    first.checkpoint_dir = dir.string();
+    TrainerConfig first = checkpointing(dir, 4, k, 3);
     first.checkpoint_every = 10;
     sim::add_sim_run(first, {.faults = {"fail:device=1,step=30"}});
     EXPECT_THROW(Trainer(first, digits()).fit(), BackendError);
-    TrainerConfig second = small(2, k, 3);  // bitwise: the device count may differ
-    second.resume_dir = dir.string();
+    TrainerConfig second = resuming(dir, 2, k, 3);  // bitwise: the device count may differ
     std::int64_t resumed_at = -1;
     TrainerCallbacks cb;
     cb.on_resume = [&](const std::string&, const TrainerState& ts) { resumed_at = ts.step; };
@@ -183,12 +197,10 @@ TEST(Trainer, ResumeMidEpochEqualsAnUninterruptedRun) {
 TEST(Trainer, ResumingAFinishedRunReportsTheLossesAndAccuracyItEndedWith) {
   for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp}) {
     const auto dir = scratch(std::string("finished_") + trainer_kind_name(k));
-    TrainerConfig first = small(2, k, 2);
-    first.checkpoint_dir = dir.string();
+    TrainerConfig first = checkpointing(dir, 2, k, 2);
     const FitResult done = Trainer(first, digits()).fit();
     ASSERT_GT(done.eval.accuracy, 0.8);
-    TrainerConfig again = small(2, k, 2);
-    again.resume_dir = dir.string();
+    TrainerConfig again = resuming(dir, 2, k, 2);
     const FitResult r = Trainer(again, digits()).fit();
     EXPECT_EQ(r.steps, done.steps) << trainer_kind_name(k);
     EXPECT_EQ(r.params_checksum, done.params_checksum);
@@ -204,21 +216,18 @@ TEST(Trainer, ResumingAFinishedRunReportsTheLossesAndAccuracyItEndedWith) {
 // the next batch with --epochs). Refused now, naming the epoch the checkpoint is in.
 TEST(Trainer, AResumeFromInsideAnEpochNeedsThatEpochInTheRun) {
   const auto dir = scratch("mid_epoch");
-  TrainerConfig first = small(2, TrainerKind::dp, 2);
-  first.checkpoint_dir = dir.string();
+  TrainerConfig first = checkpointing(dir, 2, TrainerKind::dp, 2);
   first.checkpoint_every = 30;  // 23 batches an epoch: step 30 is batch 7 of epoch 2
   Trainer(first, digits()).fit();
   {
     std::ofstream latest(dir / "latest", std::ios::trunc);  // the step-30 checkpoint
     latest << "step-00000030\n";
   }
-  TrainerConfig one = small(2, TrainerKind::dp, 1);
-  one.resume_dir = dir.string();
+  TrainerConfig one = resuming(dir, 2, TrainerKind::dp, 1);
   test::expect_invalid([&] { Trainer(one, digits()).fit(); },
                        "TrainerConfig::resume_dir: the checkpoint is inside epoch 2 (after batch "
                        "7), expected TrainerConfig::epochs >= 2, got 1");
-  TrainerConfig two = small(2, TrainerKind::dp, 2);
-  two.resume_dir = dir.string();
+  TrainerConfig two = resuming(dir, 2, TrainerKind::dp, 2);
   const FitResult r = Trainer(two, digits()).fit();
   EXPECT_EQ(r.steps, 2 * 23);  // epoch 2's last 16 batches ran
   std::filesystem::remove_all(dir);
@@ -229,11 +238,9 @@ TEST(Trainer, AResumeFromInsideAnEpochNeedsThatEpochInTheRun) {
 // the model is checked first.
 TEST(Trainer, AResumeOntoAnotherModelIsRefusedForTheModelFirst) {
   const auto dir = scratch("other_model");
-  TrainerConfig first = small(2, TrainerKind::dp, 1);
-  first.checkpoint_dir = dir.string();
+  TrainerConfig first = checkpointing(dir, 2, TrainerKind::dp, 1);
   Trainer(first, digits()).fit();
-  TrainerConfig other = small(2, TrainerKind::dp, 2);
-  other.resume_dir = dir.string();
+  TrainerConfig other = resuming(dir, 2, TrainerKind::dp, 2);
   other.hidden = {32};
   other.batch_size = 32;
   test::expect_invalid([&] { Trainer(other, digits()).fit(); },
@@ -246,14 +253,12 @@ TEST(Trainer, AResumeOntoAnotherModelIsRefusedForTheModelFirst) {
 // shape was accepted: the CSV source records a fingerprint of its rows (data_fnv1a).
 TEST(Trainer, ARefusedResumeIsNotReportedAndOtherDataOfTheSameShapeIsRefused) {
   const auto dir = scratch("refused");
-  TrainerConfig first = small(2, TrainerKind::dp, 2);
-  first.checkpoint_dir = dir.string();
+  TrainerConfig first = checkpointing(dir, 2, TrainerKind::dp, 2);
   Trainer(first, digits()).fit();
   bool reported = false;
   TrainerCallbacks cb;
   cb.on_resume = [&](const std::string&, const TrainerState&) { reported = true; };
-  TrainerConfig shorter = small(2, TrainerKind::dp, 1);
-  shorter.resume_dir = dir.string();
+  TrainerConfig shorter = resuming(dir, 2, TrainerKind::dp, 1);
   test::expect_invalid([&] { Trainer(shorter, digits(), cb).fit(); },
                        "TrainerConfig::resume_dir: the checkpoint is past the end of epoch 2");
   EXPECT_FALSE(reported);
@@ -266,8 +271,7 @@ TEST(Trainer, ARefusedResumeIsNotReportedAndOtherDataOfTheSameShapeIsRefused) {
   const std::string want = digits()->checkpoint_config().at("data_fnv1a");
   const std::string got = changed->checkpoint_config().at("data_fnv1a");
   ASSERT_NE(want, got);
-  TrainerConfig again = small(2, TrainerKind::dp, 2);
-  again.resume_dir = dir.string();
+  TrainerConfig again = resuming(dir, 2, TrainerKind::dp, 2);
   test::expect_invalid([&] { Trainer(again, changed, cb).fit(); },
                        "was saved with data_fnv1a=" + want + ", this run has data_fnv1a=" + got);
   EXPECT_FALSE(reported);
@@ -292,8 +296,7 @@ std::uint32_t crc32(const std::string& bytes) {
 TEST(Trainer, ACheckpointWithoutTheDataFingerprintResumesWithOneWarning) {
   const std::uint64_t whole = Trainer(small(2, TrainerKind::dp, 2), digits()).fit().params_checksum;
   const auto dir = scratch("no_fingerprint");
-  TrainerConfig first = small(2, TrainerKind::dp, 1);
-  first.checkpoint_dir = dir.string();
+  TrainerConfig first = checkpointing(dir, 2, TrainerKind::dp, 1);
   Trainer(first, digits()).fit();
   // Its trainer.json as an older ditto wrote it: no data_fnv1a (and its crc32 recomputed).
   const auto json_path = dir / "step-00000023" / "trainer.json";
@@ -311,8 +314,7 @@ TEST(Trainer, ACheckpointWithoutTheDataFingerprintResumesWithOneWarning) {
   j["crc32"] = crc;
   std::ofstream(json_path) << j.dump(1) << "\n";
 
-  TrainerConfig again = small(2, TrainerKind::dp, 2);
-  again.resume_dir = dir.string();
+  TrainerConfig again = resuming(dir, 2, TrainerKind::dp, 2);
   std::ostringstream log;
   again.log = &log;
   EXPECT_EQ(Trainer(again, digits()).fit().params_checksum, whole);
@@ -365,8 +367,7 @@ TEST(Trainer, AStopRequestEndsTheRunAfterAStepWithItsCheckpoint) {
   for (TrainerKind kind : {TrainerKind::dp, TrainerKind::ddp}) {
     const auto dir = scratch(std::string("stop_") + trainer_kind_name(kind));
     std::atomic<int> stop{15};
-    TrainerConfig c = small(2, kind, 2);
-    c.checkpoint_dir = dir.string();
+    TrainerConfig c = checkpointing(dir, 2, kind, 2);
     c.stop = &stop;
     int finished = 0;
     TrainerCallbacks cb;
@@ -381,8 +382,7 @@ TEST(Trainer, AStopRequestEndsTheRunAfterAStepWithItsCheckpoint) {
     std::ifstream latest(dir / "latest");
     std::string text((std::istreambuf_iterator<char>(latest)), {});
     EXPECT_EQ(text, step);
-    TrainerConfig resumed = small(2, kind, 2);
-    resumed.resume_dir = dir.string();
+    TrainerConfig resumed = resuming(dir, 2, kind, 2);
     EXPECT_EQ(Trainer(resumed, digits()).fit().params_checksum, whole.params_checksum);
   }
 }

@@ -146,9 +146,12 @@ inline std::string backend_unavailable(const std::string& name, int min_devices 
   return start_backend(name, min_devices);
 }
 
+/// The logical devices of the cuda tests (test_cuda*.cpp): one backend for the whole binary.
+inline constexpr int kCudaTestDevices = 8;
+
 /// A fixture whose suite starts the cuda backend with Devices logical devices and the simulator,
 /// its reference, with as many; where cuda cannot start, every test skips saying why.
-template <int Devices>
+template <int Devices = kCudaTestDevices>
 class CudaSuite : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {

@@ -1,8 +1,9 @@
 // The training step the tests and the benchmarks (bench/) write: forward, the loss, zero the
 // gradients, backward (DataParallel and DistributedDataParallel reduce the gradients over the
-// devices or ranks in it), the optimizer's step; and a thread per rank of a communicator, as
-// DistributedDataParallel and ZeRO run. No gtest here: bench/ includes this header too
-// (tests/test_util.h has the test-side checks of the ranks' errors).
+// devices or ranks in it), the optimizer's step; seeded synthetic batches (random_x, random_y);
+// and a thread per rank of a communicator, as DistributedDataParallel and ZeRO run. No gtest here:
+// bench/ includes this header too (tests/test_util.h has the test-side checks of the ranks'
+// errors).
 #pragma once
 
 #include <cstdint>
@@ -14,10 +15,31 @@
 
 #include "core/comm/communicator.h"
 #include "core/nn/loss.h"
+#include "core/numerics/random.h"
 #include "core/optim/optimizer.h"
 #include "core/runtime/tensor.h"
 
 namespace ditto::test {
+
+/// A host batch of features [rows, cols] f32, uniform in [-1, 1) from Philox(seed,
+/// stream_id(kStreamSynthetic, sub), element index).
+inline Tensor random_x(std::int64_t rows, std::int64_t cols, std::uint64_t seed,
+                       std::uint64_t sub = 21) {
+  std::vector<float> v(static_cast<std::size_t>(rows * cols));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = uniform(seed, stream_id(kStreamSynthetic, sub), i, -1, 1);
+  return Tensor::from_vector(v, {rows, cols});
+}
+
+/// A host batch of labels [rows] i64 in [0, classes): philox_u32(seed,
+/// stream_id(kStreamSynthetic, sub), row) % classes.
+inline Tensor random_y(std::int64_t rows, std::int64_t classes, std::uint64_t seed,
+                       std::uint64_t sub = 22) {
+  std::vector<std::int64_t> v(static_cast<std::size_t>(rows));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = philox_u32(seed, stream_id(kStreamSynthetic, sub), i) % classes;
+  return Tensor::from_vector(v, {rows});
+}
 
 /// One training step of `model` (an nn::Module, parallel::DataParallel or
 /// parallel::DistributedDataParallel: whatever has forward(Tensor) and backward(Tensor)) on input

@@ -1,15 +1,18 @@
 // What the Trainer tests share: the tiny GPT run (tests/test_gpt_trainer.cpp, test_grad_accum.cpp,
 // test_token_source.cpp), a GPT of a few thousand parameters trained for a few iterations with
 // AdamW, optionally with nanoGPT's recipe (warm-up and cosine decay, clipping, beta2 0.99, weight
-// decay 0.1); and the mixed-magnitude classification data of the bitwise MLP runs
-// (test_bitwise_trainer.cpp, test_grad_accum.cpp); the parameters a fit ends with.
+// decay 0.1); the GPT runs priced on a device profile (test_dry_run.cpp, test_compute_units.cpp);
+// the mixed-magnitude classification data of the bitwise MLP runs (test_bitwise_trainer.cpp,
+// test_grad_accum.cpp); the parameters a fit ends with.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "backend_sim/sim_run.h"
 #include "core/data/dataset.h"
 #include "core/nn/gpt.h"
 #include "core/numerics/random.h"
@@ -63,6 +66,45 @@ inline train::TrainerConfig tiny_gpt_trainer(const nn::GPTConfig& m, int devices
   c.max_iters = run.max_iters;
   c.eval_interval = run.eval_interval;
   c.eval_iters = run.eval_iters;
+  return c;
+}
+
+/// How priced_gpt's run trains and where it is priced.
+struct PricedGptRun {
+  std::string profile;  ///< the device profile the simulator prices with (SimRunOptions::profile)
+  int devices = 1;
+  bool dry_run = true;  ///< TrainerConfig::dry_run: priced only, nothing computed
+  Determinism determinism = Determinism::fast;
+  std::int64_t batch_size = 8, max_iters = 2;
+  double grad_clip = 1.0;
+  float lr = 1e-3f;
+  std::uint64_t seed = 0;  ///< the GPT's initialisation
+};
+
+/// A TrainerConfig of GPT `m` on `run.devices` devices priced on `run.profile`
+/// (sim::add_sim_run), with nanoGPT's optimizer: AdamW (the optimizer "adamw") at the run's lr
+/// with weight decay 0.1, gradients clipped at `run.grad_clip`.
+inline train::TrainerConfig priced_gpt(const nn::GPTConfig& m, const PricedGptRun& run) {
+  train::TrainerConfig c;
+  c.devices = run.devices;
+  c.dry_run = run.dry_run;
+  sim::SimRunOptions sim_options;
+  sim_options.profile = run.profile;
+  sim::add_sim_run(c, sim_options);
+  c.determinism = run.determinism;
+  c.batch_size = run.batch_size;
+  c.max_iters = run.max_iters;
+  c.grad_clip = run.grad_clip;
+  c.optimizer = "adamw";
+  c.lr = run.lr;
+  const std::uint64_t seed = run.seed;
+  c.make_model = [m, seed](const Device& d) { return std::make_unique<nn::GPT>(m, d, seed); };
+  c.make_optimizer = [](std::vector<nn::Parameter*> params, float lr) {
+    optim::AdamWOptions o;
+    o.lr = lr;
+    o.weight_decay = 0.1;
+    return std::make_unique<optim::AdamW>(std::move(params), o);
+  };
   return c;
 }
 

@@ -8,27 +8,33 @@ if(DITTO_MPI_ENABLED)
   add_executable(ditto_mpi_tests mpi/test_mpi_communicator.cpp mpi/test_mpi_dtypes.cpp)
   target_link_libraries(ditto_mpi_tests PRIVATE ditto GTest::gtest)
   set(DITTO_MPIRUN ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe)
+  # ditto_mpi_train_test(NAME SCRIPT <file> [PROCESSORS <n>] DEFS <-Dvar=value>...): the test
+  # script tests/<file> (cmake -P) given ditto-train (TRAIN), mpirun (MPIRUN) and DEFS; 120 s on
+  # n processors (default 2).
+  function(ditto_mpi_train_test name)
+    cmake_parse_arguments(PARSE_ARGV 1 arg "" "SCRIPT;PROCESSORS" "DEFS")
+    if(NOT arg_PROCESSORS)
+      set(arg_PROCESSORS 2)
+    endif()
+    add_test(NAME ${name}
+             COMMAND ${CMAKE_COMMAND} -DTRAIN=$<TARGET_FILE:ditto-train> "-DMPIRUN=${DITTO_MPIRUN}"
+                     ${arg_DEFS} -P ${CMAKE_CURRENT_SOURCE_DIR}/${arg_SCRIPT})
+    set_tests_properties(${name} PROPERTIES TIMEOUT 120 PROCESSORS ${arg_PROCESSORS})
+  endfunction()
   foreach(np 1 2 4 8)
     add_test(NAME Mpi.Communicator_np${np}
              COMMAND ${DITTO_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} ${np} $<TARGET_FILE:ditto_mpi_tests>)
     set_tests_properties(Mpi.Communicator_np${np} PROPERTIES TIMEOUT 120 PROCESSORS ${np})
     # mpirun -np N ditto-train --trainer ddp prints DataParallel's checksum (bitwise mode).
     if(TARGET ditto-train)
-      add_test(NAME Mpi.DittoTrainDdpEqualsDp_np${np}
-               COMMAND ${CMAKE_COMMAND} -DTRAIN=$<TARGET_FILE:ditto-train> "-DMPIRUN=${DITTO_MPIRUN}"
-                       -DNP=${np} "-DARGS=--epochs;2;--bucket-cap-mb;0.001"
-                       -P ${CMAKE_CURRENT_SOURCE_DIR}/compare_mpi_trainer.cmake)
-      set_tests_properties(Mpi.DittoTrainDdpEqualsDp_np${np} PROPERTIES TIMEOUT 120
-                           PROCESSORS ${np})
+      ditto_mpi_train_test(Mpi.DittoTrainDdpEqualsDp_np${np} SCRIPT compare_mpi_trainer.cmake
+        PROCESSORS ${np} DEFS -DNP=${np} "-DARGS=--epochs;2;--bucket-cap-mb;0.001")
     endif()
   endforeach()
   # mpirun -np 2 ditto-train --model gpt: the tiny GPT of ditto_train_gpt.sh, dp's checksum.
   if(TARGET ditto-train)
-    add_test(NAME Mpi.DittoTrainGptDdpEqualsDp_np2
-             COMMAND ${CMAKE_COMMAND} -DTRAIN=$<TARGET_FILE:ditto-train> "-DMPIRUN=${DITTO_MPIRUN}"
-                     -DNP=2 "-DARGS=--model;gpt;--n-layer;2;--n-head;2;--n-embd;16;--block-size;16;--batch-size;8;--max-iters;10;--eval-interval;5;--eval-iters;2;--warmup-iters;2;--lr-decay-iters;10;--sample;16"
-                     -P ${CMAKE_CURRENT_SOURCE_DIR}/compare_mpi_trainer.cmake)
-    set_tests_properties(Mpi.DittoTrainGptDdpEqualsDp_np2 PROPERTIES TIMEOUT 120 PROCESSORS 2)
+    ditto_mpi_train_test(Mpi.DittoTrainGptDdpEqualsDp_np2 SCRIPT compare_mpi_trainer.cmake
+      DEFS -DNP=2 "-DARGS=--model;gpt;--n-layer;2;--n-head;2;--n-embd;16;--block-size;16;--batch-size;8;--max-iters;10;--eval-interval;5;--eval-iters;2;--warmup-iters;2;--lr-decay-iters;10;--sample;16")
   endif()
   # Issue 16: ranks given different settings (torchrun's rendezvous check, train::check_ranks_agree)
   # fail together at start, naming the option and both values, instead of a SIGSEGV inside Open
@@ -50,21 +56,14 @@ if(DITTO_MPI_ENABLED)
       if(flag STREQUAL "determinism")
         set(name ${flag}_${v0})
       endif()
-      add_test(NAME Mpi.DittoTrainRanksDisagree_${name}
-               COMMAND ${CMAKE_COMMAND} -DTRAIN=$<TARGET_FILE:ditto-train> "-DMPIRUN=${DITTO_MPIRUN}"
-                       -DFLAG=${flag} "-DV0=${v0}" "-DV1=${v1}" "-DARGS=--epochs;2" -DMAX_S=20
-                       -P ${CMAKE_CURRENT_SOURCE_DIR}/mpi_ranks_disagree.cmake)
-      set_tests_properties(Mpi.DittoTrainRanksDisagree_${name} PROPERTIES TIMEOUT 120
-                           PROCESSORS 2)
+      ditto_mpi_train_test(Mpi.DittoTrainRanksDisagree_${name} SCRIPT mpi_ranks_disagree.cmake
+        DEFS -DFLAG=${flag} "-DV0=${v0}" "-DV1=${v1}" "-DARGS=--epochs;2" -DMAX_S=20)
     endforeach()
   endif()
   # Issue 31: node-local checkpoints at different steps: refused naming both steps.
   if(TARGET ditto-train)
-    add_test(NAME Mpi.DittoTrainResumeStepsDiffer_np2
-             COMMAND ${CMAKE_COMMAND} -DTRAIN=$<TARGET_FILE:ditto-train> "-DMPIRUN=${DITTO_MPIRUN}"
-                     -DWORK=${CMAKE_CURRENT_BINARY_DIR}/mpi_resume_steps_differ
-                     -P ${CMAKE_CURRENT_SOURCE_DIR}/mpi_resume_steps_differ.cmake)
-    set_tests_properties(Mpi.DittoTrainResumeStepsDiffer_np2 PROPERTIES TIMEOUT 120 PROCESSORS 2)
+    ditto_mpi_train_test(Mpi.DittoTrainResumeStepsDiffer_np2 SCRIPT mpi_resume_steps_differ.cmake
+      DEFS -DWORK=${CMAKE_CURRENT_BINARY_DIR}/mpi_resume_steps_differ)
   endif()
   # Issue 16: options are compared by their effective values (after defaults and one spelling of
   # numbers), so a rank that leaves them at their defaults and one that gives the same values
@@ -73,17 +72,12 @@ if(DITTO_MPI_ENABLED)
   if(TARGET ditto-train)
     set(explicit --epochs 1 --trainer ddp --lr 0.050 --bucket-cap-mb 25.0 --classes 10
         --momentum 0.90 --devices 2 --val-fraction .2 --seed 0 --micro-shards 64 --hidden 128)
-    add_test(NAME Mpi.DittoTrainRanksAgree_DefaultsAndExplicitValues
-             COMMAND ${CMAKE_COMMAND} -DTRAIN=$<TARGET_FILE:ditto-train> "-DMPIRUN=${DITTO_MPIRUN}"
-                     "-DARGS0=--epochs;1" "-DARGS1=${explicit}" -DCHECKSUM=00558d72e5225d65
-                     -P ${CMAKE_CURRENT_SOURCE_DIR}/mpi_ranks_agree.cmake)
-    add_test(NAME Mpi.DittoTrainRanksAgree_ExplicitValuesAndDefaults
-             COMMAND ${CMAKE_COMMAND} -DTRAIN=$<TARGET_FILE:ditto-train> "-DMPIRUN=${DITTO_MPIRUN}"
-                     "-DARGS0=${explicit}" "-DARGS1=--epochs;1" -DCHECKSUM=00558d72e5225d65
-                     -P ${CMAKE_CURRENT_SOURCE_DIR}/mpi_ranks_agree.cmake)
-    set_tests_properties(Mpi.DittoTrainRanksAgree_DefaultsAndExplicitValues
-                         Mpi.DittoTrainRanksAgree_ExplicitValuesAndDefaults
-                         PROPERTIES TIMEOUT 120 PROCESSORS 2)
+    ditto_mpi_train_test(Mpi.DittoTrainRanksAgree_DefaultsAndExplicitValues
+      SCRIPT mpi_ranks_agree.cmake
+      DEFS "-DARGS0=--epochs;1" "-DARGS1=${explicit}" -DCHECKSUM=00558d72e5225d65)
+    ditto_mpi_train_test(Mpi.DittoTrainRanksAgree_ExplicitValuesAndDefaults
+      SCRIPT mpi_ranks_agree.cmake
+      DEFS "-DARGS0=${explicit}" "-DARGS1=--epochs;1" -DCHECKSUM=00558d72e5225d65)
   endif()
   # Issue 16: one rank refuses its own arguments or inputs (here: in its own working directory)
   # while the others accept theirs: every rank fails at once, naming it, not after the 300 s
@@ -107,14 +101,10 @@ if(DITTO_MPI_ENABLED)
       list(GET parts -1 why)
       list(SUBLIST parts 4 -1 args)
       list(REMOVE_AT args -1)
-      add_test(NAME Mpi.DittoTrainRankRefusesItsArguments_${name}
-               COMMAND ${CMAKE_COMMAND} -DTRAIN=$<TARGET_FILE:ditto-train> "-DMPIRUN=${DITTO_MPIRUN}"
-                       -DWDIR0=${refuse_dir}/${wdir0} -DWDIR1=${refuse_dir}/${wdir1}
-                       "-DARGS=--epochs;1;${args}" -DREFUSER=${refuser} "-DWHY=${why}"
-                       -DMAX_S=20
-                       -P ${CMAKE_CURRENT_SOURCE_DIR}/mpi_rank_refuses.cmake)
-      set_tests_properties(Mpi.DittoTrainRankRefusesItsArguments_${name} PROPERTIES TIMEOUT 120
-                           PROCESSORS 2)
+      ditto_mpi_train_test(Mpi.DittoTrainRankRefusesItsArguments_${name}
+        SCRIPT mpi_rank_refuses.cmake
+        DEFS -DWDIR0=${refuse_dir}/${wdir0} -DWDIR1=${refuse_dir}/${wdir1}
+             "-DARGS=--epochs;1;${args}" -DREFUSER=${refuser} "-DWHY=${why}" -DMAX_S=20)
     endforeach()
   endif()
   # Issue 31, item 5: a process of the job that leaves with status 0 before training (--version,

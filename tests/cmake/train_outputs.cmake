@@ -12,22 +12,18 @@ endif()
 
 # --metrics-jsonl: the JSON lines hold the epoch lines' and the final line's values.
 if(TARGET ditto-train)
-  add_test(NAME DittoTrainCli.MetricsJsonl
-           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_metrics_jsonl.sh
-                   $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_metrics_jsonl)
-  set_tests_properties(DittoTrainCli.MetricsJsonl PROPERTIES
-    TIMEOUT 60 PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+  ditto_pass_fail_test(DittoTrainCli.MetricsJsonl TIMEOUT 60
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_metrics_jsonl.sh
+            $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_metrics_jsonl)
 endif()
 
 # examples/train_minimal (the README's "Train from C++"): the Trainer in 30 lines gives
 # ditto-train's bits for the same settings.
 if(TARGET ditto-train AND TARGET train_minimal)
-  add_test(NAME TrainMinimal.SameChecksumAsDittoTrain
-           COMMAND ${CMAKE_COMMAND} -DMINIMAL=$<TARGET_FILE:train_minimal>
-                   -DTRAIN=$<TARGET_FILE:ditto-train>
-                   -P ${CMAKE_CURRENT_SOURCE_DIR}/compare_train_minimal.cmake)
-  set_tests_properties(TrainMinimal.SameChecksumAsDittoTrain PROPERTIES
-    TIMEOUT 120 PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+  ditto_pass_fail_test(TrainMinimal.SameChecksumAsDittoTrain TIMEOUT 120
+    COMMAND ${CMAKE_COMMAND} -DMINIMAL=$<TARGET_FILE:train_minimal>
+            -DTRAIN=$<TARGET_FILE:ditto-train>
+            -P ${CMAKE_CURRENT_SOURCE_DIR}/compare_train_minimal.cmake)
 endif()
 # A missing CSV ended train_minimal in std::terminate (no try/catch in the program the README
 # tells users to copy): now the error and exit status 1.
@@ -36,23 +32,19 @@ if(TARGET train_minimal)
     REGEX "train_minimal: error: read_csv: cannot open '/nonexistent/digits.csv'"
     COMMAND $<TARGET_FILE:train_minimal> /nonexistent/digits.csv)
 endif()
-add_test(NAME TrainMinimal.ReadmeShowsTheProgram
-         COMMAND ${CMAKE_COMMAND} -DREADME=${PROJECT_SOURCE_DIR}/README.md
-                 -DSOURCE=${PROJECT_SOURCE_DIR}/examples/train_minimal.cpp
-                 -P ${CMAKE_CURRENT_SOURCE_DIR}/readme_train_minimal.cmake)
-set_tests_properties(TrainMinimal.ReadmeShowsTheProgram PROPERTIES
-  PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+ditto_pass_fail_test(TrainMinimal.ReadmeShowsTheProgram
+  COMMAND ${CMAKE_COMMAND} -DREADME=${PROJECT_SOURCE_DIR}/README.md
+          -DSOURCE=${PROJECT_SOURCE_DIR}/examples/train_minimal.cpp
+          -P ${CMAKE_CURRENT_SOURCE_DIR}/readme_train_minimal.cmake)
 # docs/api.md's "The API in one page" is examples/api_tour.cpp, which runs and checks its values.
 if(TARGET api_tour)
   ditto_expect_exit(ApiTour.Runs RC 0 REGEX "^api_tour: OK" COMMAND $<TARGET_FILE:api_tour>)
 endif()
-add_test(NAME ApiTour.ReadmeShowsTheProgram
-         COMMAND ${CMAKE_COMMAND} -DREADME=${PROJECT_SOURCE_DIR}/docs/api.md
-                 -DSOURCE=${PROJECT_SOURCE_DIR}/examples/api_tour.cpp
-                 "-DSECTION=The API in one page"
-                 -P ${CMAKE_CURRENT_SOURCE_DIR}/readme_train_minimal.cmake)
-set_tests_properties(ApiTour.ReadmeShowsTheProgram PROPERTIES
-  PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+ditto_pass_fail_test(ApiTour.ReadmeShowsTheProgram
+  COMMAND ${CMAKE_COMMAND} -DREADME=${PROJECT_SOURCE_DIR}/docs/api.md
+          -DSOURCE=${PROJECT_SOURCE_DIR}/examples/api_tour.cpp
+          "-DSECTION=The API in one page"
+          -P ${CMAKE_CURRENT_SOURCE_DIR}/readme_train_minimal.cmake)
 
 # safetensors-info: --help, an intact checkpoint file, and one whose CRC-32 does not match
 # (tests/safetensors_info.sh says what each step checks).
@@ -72,12 +64,10 @@ if(TARGET ditto-train)
     string(REPLACE "|" ";" parts "${section}")
     list(GET parts 0 key)
     list(GET parts 1 name)
-    add_test(NAME DittoTrainCli.${name}
-             COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_habits.sh
-                     $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_habits_${key}
-                     ${key})
-    set_tests_properties(DittoTrainCli.${name} PROPERTIES
-      TIMEOUT 120 PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+    ditto_pass_fail_test(DittoTrainCli.${name} TIMEOUT 120
+      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_habits.sh
+              $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_habits_${key}
+              ${key})
   endforeach()
 endif()
 
@@ -85,23 +75,19 @@ endif()
 # --trace through a symbolic link and into a FIFO, --data / safetensors-info refusing /dev/zero
 # and a FIFO (tests/ditto_train_output_paths.sh says what each step checks).
 if(TARGET ditto-train AND TARGET safetensors-info)
-  add_test(NAME DittoTrainCli.OutputPathsAndBoundedInputs
-           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_output_paths.sh
-                   $<TARGET_FILE:ditto-train> $<TARGET_FILE:safetensors-info>
-                   ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_output_paths)
-  set_tests_properties(DittoTrainCli.OutputPathsAndBoundedInputs PROPERTIES
-    TIMEOUT 120 PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+  ditto_pass_fail_test(DittoTrainCli.OutputPathsAndBoundedInputs TIMEOUT 120
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_output_paths.sh
+            $<TARGET_FILE:ditto-train> $<TARGET_FILE:safetensors-info>
+            ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_output_paths)
 endif()
 
 # Issue 31: outputs written in place (/dev/stdout piped and redirected, --trace and
 # --metrics-jsonl) keep every line and never split one; /dev/full fails before training
 # (tests/ditto_train_special_outputs.sh).
 if(TARGET ditto-train)
-  add_test(NAME DittoTrainCli.SpecialOutputsInPlaceAndCheckedAtStart
-           COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_special_outputs.sh
-                   $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_special_outputs)
-  set_tests_properties(DittoTrainCli.SpecialOutputsInPlaceAndCheckedAtStart PROPERTIES
-    TIMEOUT 120 PASS_REGULAR_EXPRESSION "PASS" FAIL_REGULAR_EXPRESSION "FAIL")
+  ditto_pass_fail_test(DittoTrainCli.SpecialOutputsInPlaceAndCheckedAtStart TIMEOUT 120
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_special_outputs.sh
+            $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_special_outputs)
   # Note [Graceful stop]: SIGTERM / SIGINT with --checkpoint finish the step, write a checkpoint
   # and exit 143 / 130; resumed, the run ends with the checksum of one that never stopped.
   ditto_expect_exit(DittoTrainCli.SigtermWritesACheckpointAndResumes RC 0 REGEX "PASS"
