@@ -190,4 +190,8 @@ struct TrainerConfig {
   float effective_lr() const;
 };
 
+/// The devices of a run of `c`: under mpirun (dist::is_initialized) the processes, else
+/// c.devices as its extensions multiply them (a simulated cluster's nodes x devices).
+long long run_devices(const TrainerConfig& c);
+
 }  // namespace ditto::train
