@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <new>
 #include <optional>
@@ -202,42 +203,20 @@ int run(Args& a) {
         train::option_settings(a.options, {{"--lr", train::shortest(c.effective_lr())},
                                            {"--devices", std::to_string(dist::world_size())},
                                            {"--classes", std::to_string(data->num_outputs())}});
-  // Opened when the run starts (after every check), so a refused run leaves FILE untouched.
-  std::unique_ptr<train::JsonLinesWriter> jsonl;
-  // What fails after training (the sample, writing the trace or a JSON line) must not lose the
-  // run's result: its error is kept and reported after the final line and JSON record, exit 1.
-  std::vector<std::string> late_errors;
-  auto out = [](const std::string& lines) {
-    std::fputs(lines.c_str(), stdout);
-    std::fflush(stdout);
-  };
+  // stdout's lines and the --metrics-jsonl file's, and the errors after training.
+  train::RunPrinter print(a.jsonl, "--metrics-jsonl", a.sim.run.profile, c.dtype);
+  const auto out = train::RunPrinter::out;
   train::TrainerCallbacks cb;
   cb.on_resume = [&](const std::string& dir, const TrainerState& ts) {
     out(train::format_resume("ditto-train", dir, ts, gpt));
   };
-  cb.on_start = [&](const train::RunInfo& r) {
-    if (!a.jsonl.empty() && lead) try {
-        jsonl = std::make_unique<train::JsonLinesWriter>(a.jsonl);
-      } catch (const InvalidArgument& e) {
-        throw InvalidArgument(detail::cat("--metrics-jsonl: ", e.what()));
-      }
-    if (gpt_run.init_weights) out(train::format_init_from("ditto-train", g, *gpt_run.init_weights));
-    out(gpt ? train::format_gpt_start("ditto-train", r, g, c, gpt_run) +
-                  train::format_grad_accum("ditto-train", c)
-            : train::format_start("ditto-train", r, c, a.rows.data, rows.get()));
-  };
-  cb.on_epoch = [&](const train::EpochMetrics& m) {
-    out(train::format_epoch(m));
-    if (jsonl) jsonl->write(m);
-  };
-  cb.on_eval = [&](const train::EvalMetrics& m) {
-    out(train::format_eval(m));
-    if (jsonl) jsonl->write(m);
-  };
-  cb.on_step = [&](const train::StepMetrics& m) {
-    out(train::format_step(m, a.sim.run.profile, c.dtype));
-    if (jsonl) jsonl->write(m);
-  };
+  print.install(cb, [&](const train::RunInfo& r) {
+    return (gpt_run.init_weights ? train::format_init_from("ditto-train", g, *gpt_run.init_weights)
+                                 : "") +
+           (gpt ? train::format_gpt_start("ditto-train", r, g, c, gpt_run) +
+                      train::format_grad_accum("ditto-train", c)
+                : train::format_start("ditto-train", r, c, a.rows.data, rows.get()));
+  });
   if (gpt)
     cb.on_finish = [&](train::Replica& rep) {
       try {
@@ -245,21 +224,21 @@ int run(Args& a) {
             train::format_sample(g, gpt_run, train::gpt_sample(rep, g, gpt_run, c.seed), c.seed);
         std::fwrite(s.data(), 1, s.size(), stdout);  // every byte, NULs too
       } catch (const std::exception& e) {
-        late_errors.push_back(detail::cat("--sample: ", e.what()));
+        print.late_errors.push_back(detail::cat("--sample: ", e.what()));
       }
       try {
         train::export_gpt(g, rep, gpt_run.model, [&](const std::string& file, const char* what) {
           out("ditto-train: exported " + file + " (" + what + ")\n");
         });
       } catch (const std::exception& e) {
-        late_errors.push_back(detail::cat("--export: ", e.what()));
+        print.late_errors.push_back(detail::cat("--export: ", e.what()));
       }
     };
   if (!c.checkpoint_dir.empty())  // Note [Graceful stop]
     c.stop = train::install_stop_handlers(c.checkpoint_dir, "ditto-train");
   std::optional<train::Trainer> trainer;
   try {
-    trainer.emplace(c, data, cb);  // TrainerConfig's validation and sim::SimRun's
+    trainer.emplace(c, data, cb);       // TrainerConfig's validation and sim::SimRun's
   } catch (const InvalidArgument& e) {  // the settings' checks only: usage errors
     if (!processes) throw UsageError(e.what());
     train::refuse_run(std::current_exception(), agree_timeout_ms);
@@ -293,19 +272,9 @@ int run(Args& a) {
     out(train::format_gpt_prediction(*r.prediction, r.memory, gpt_run.model, c));
   if (a.verbose && r.prediction)
     out(train::format_predicted_kernels(*r.prediction, c.determinism, c.dtype));
-  late_errors.insert(late_errors.end(), r.output_errors.begin(), r.output_errors.end());
-  if (jsonl) try {
-      jsonl->write(r);
-    } catch (const std::exception& e) {
-      late_errors.push_back(detail::cat("--metrics-jsonl: ", e.what()));
-    }
-  std::fflush(stdout);
-  for (const std::string& e : late_errors)
-    std::fprintf(stderr,
-                 "ditto-train: error: after training (the result above is complete): "
-                 "%s\n",
-                 e.c_str());
-  return late_errors.empty() ? 0 : 1;
+  print.late_errors.insert(print.late_errors.end(), r.output_errors.begin(), r.output_errors.end());
+  print.write_result(r);
+  return print.finish("ditto-train");
 }
 
 /// A process of an mpirun job that leaves before training with status 0 (--help, --version):

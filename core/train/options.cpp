@@ -154,17 +154,18 @@ void TrainerOptions::apply(const std::set<std::string>& given) {
 
 OptionTable trainer_options(TrainerOptions& o) {
   TrainerConfig& c = o.config;
+  // In TrainerConfig's order (core/train/trainer_config.h), its sections.
   OptionTable t{
+      // ---- backend and devices
       option("--backend", "backend", &c.backend, "sim, cuda or auto (cuda when a GPU is usable)"),
       option("--devices", "devices", &c.devices, "number of devices (data-parallel replicas)",
              "an integer in 1..65536"),
+      option("--sim-memory-gib", "memory_capacity", &o.memory_gib,
+             "memory capacity of each simulated device", "a size in GiB > 0"),
+      // ---- model, optimizer, loss
       mlp(option("--hidden", "hidden", &o.hidden,
                  "hidden layer sizes, comma-separated (e.g. 256,128; '' for no hidden layer)")),
-      mlp(option("--epochs", "epochs", &c.epochs, "training epochs", "an integer >= 0")),
-      option("--batch-size", "batch_size", &c.batch_size,
-             "global batch size (split over the devices; --model gpt: default 12)",
-             "an integer >= 1")
-          .at_least(1),
+      mlp(option("--optimizer", "optimizer", &c.optimizer, "sgd or adam")),
       option("--lr", "lr", &o.lr,
              "learning rate (default 0.05 for sgd, 0.001 for adam; --model gpt: the peak of "
              "the schedule, default 0.001)",
@@ -172,31 +173,55 @@ OptionTable trainer_options(TrainerOptions& o) {
           .no_default()
           .agree_as(Agree::last),
       mlp(option("--momentum", "momentum", &c.momentum, "SGD momentum", "a number")),
+      option("--weight-decay", "weight_decay", &c.weight_decay,
+             "SGD weight decay (--model gpt: AdamW's, on the 2-D weights, default 0.1)",
+             "a number >= 0"),
       mlp(option("--loss", "loss", &c.loss, "cross-entropy or mse (on one-hot targets)")),
-      mlp(option("--optimizer", "optimizer", &c.optimizer, "sgd or adam")),
+      // ---- the loop
+      option("--batch-size", "batch_size", &c.batch_size,
+             "global batch size (split over the devices; --model gpt: default 12)",
+             "an integer >= 1")
+          .at_least(1),
+      mlp(option("--epochs", "epochs", &c.epochs, "training epochs", "an integer >= 0")),
+      option("--seed", "seed", &c.seed, "seed for initialisation, split and shuffling",
+             "an integer >= 0"),
+      option("--determinism", "determinism", &o.determinism,
+             "bitwise (same bits for any power-of-two device count) or fast"),
       option("--micro-shards", "micro_shards", &c.micro_shards,
              "micro-shards K of a batch in bitwise mode (power of two >= devices)",
              "a power of two >= --devices"),
+      option(
+          "--trainer", "trainer", &o.trainer,
+          "dp (DataParallel, one controller thread) or ddp (DistributedDataParallel, a thread per "
+          "rank; under mpirun a process per rank, the default there)"),
+      option("--bucket-cap-mb", "bucket_cap_mb", &c.bucket_cap_mb,
+             "ddp: gradient bucket size cap in MiB", "a size in MiB > 0"),
+      option("--allow-nonfinite-loss", "allow_nonfinite_loss", &c.allow_nonfinite_loss,
+             "keep training after a step whose loss is NaN or inf (default: stop with an error "
+             "naming the step)"),
+      option("--log-interval", "log_interval", &o.log_interval,
+             "steps between progress lines 'iter N: loss L, time Tms[, mfu M%]' (nanoGPT's "
+             "log_interval; also JSON lines): default 10 for --model gpt; the MLP's default "
+             "100 prints only in epochs longer than that; 0: none",
+             "an integer >= 0")
+          .no_default()
+          .agree_as(Agree::no),
+      // ---- GPT-2 scale (mixed precision, ZeRO-1, gradient accumulation, dry run)
+      option(
+          "--dtype", "dtype", &o.dtype,
+          "f32, or mixed precision bf16 / f16: parameters, activations and gradients stored in that "
+          "dtype, f32 master weights and optimizer state (f16 adds dynamic loss scaling, as torch's "
+          "GradScaler)"),
+      option("--zero-stage", "zero_stage", &c.zero_stage,
+             "ddp: 1 shards the optimizer state over the ranks (ZeRO-1, llm.c's -z 1; gradients "
+             "reduce_scatter, parameters all_gather), 0 none",
+             "0 or 1"),
       option(
           "--grad-accum-steps", "grad_accum_steps", &c.grad_accum_steps,
           "micro-steps per optimizer step (nanoGPT's gradient_accumulation_steps; ddp: no_sync on "
           "all but the last): each takes a contiguous part of --batch-size; bitwise: a power of two "
           "with micro-shards divisible by it x devices, the same bits as 1",
           "an integer >= 1"),
-      option("--weight-decay", "weight_decay", &c.weight_decay,
-             "SGD weight decay (--model gpt: AdamW's, on the 2-D weights, default 0.1)",
-             "a number >= 0"),
-      option("--seed", "seed", &c.seed, "seed for initialisation, split and shuffling",
-             "an integer >= 0"),
-      option("--determinism", "determinism", &o.determinism,
-             "bitwise (same bits for any power-of-two device count) or fast"),
-      option(
-          "--dtype", "dtype", &o.dtype,
-          "f32, or mixed precision bf16 / f16: parameters, activations and gradients stored in that "
-          "dtype, f32 master weights and optimizer state (f16 adds dynamic loss scaling, as torch's "
-          "GradScaler)"),
-      option("--sim-memory-gib", "memory_capacity", &o.memory_gib,
-             "memory capacity of each simulated device", "a size in GiB > 0"),
       option("--dry-run", "dry_run", &c.dry_run,
              "sim: price every kernel, copy and collective and account every allocation "
              "without running them or holding tensor data (predicts a large model's step time "
@@ -204,9 +229,7 @@ OptionTable trainer_options(TrainerOptions& o) {
       option("--allow-tf32", "allow_tf32", &c.allow_tf32,
              "fast mode: f32 matrix products may run on TF32 tensor cores (cuda: cuBLASLt's "
              "CUBLAS_COMPUTE_32F_FAST_TF32; torch's allow_tf32). Default: strict f32"),
-      option("--allow-nonfinite-loss", "allow_nonfinite_loss", &c.allow_nonfinite_loss,
-             "keep training after a step whose loss is NaN or inf (default: stop with an error "
-             "naming the step)"),
+      // ---- checkpoints, communicators
       option("--checkpoint", "checkpoint_dir", &c.checkpoint_dir,
              "directory to save checkpoints in (and at the end)", "a directory")
           .no_default(),
@@ -218,26 +241,9 @@ OptionTable trainer_options(TrainerOptions& o) {
              "when it holds one, else start fresh (a restart loop's every run)",
              "a checkpoint directory")
           .no_default(),
-      option(
-          "--trainer", "trainer", &o.trainer,
-          "dp (DataParallel, one controller thread) or ddp (DistributedDataParallel, a thread per "
-          "rank; under mpirun a process per rank, the default there)"),
-      option("--bucket-cap-mb", "bucket_cap_mb", &c.bucket_cap_mb,
-             "ddp: gradient bucket size cap in MiB", "a size in MiB > 0"),
-      option("--zero-stage", "zero_stage", &c.zero_stage,
-             "ddp: 1 shards the optimizer state over the ranks (ZeRO-1, llm.c's -z 1; gradients "
-             "reduce_scatter, parameters all_gather), 0 none",
-             "0 or 1"),
       option("--comm-timeout-ms", "comm_timeout_ms", &c.comm_timeout_ms,
              "sim: timeout of every communicator in ms (0: their own; at most 2^31)",
-             "an integer in 0..2147483648"),
-      option("--log-interval", "log_interval", &o.log_interval,
-             "steps between progress lines 'iter N: loss L, time Tms[, mfu M%]' (nanoGPT's "
-             "log_interval; also JSON lines): default 10 for --model gpt; the MLP's default "
-             "100 prints only in epochs longer than that; 0: none",
-             "an integer >= 0")
-          .no_default()
-          .agree_as(Agree::no)};
+             "an integer in 0..2147483648")};
   return t;
 }
 
