@@ -23,7 +23,6 @@
 #include <string>
 #include <vector>
 
-#include "backend_sim/published.h"
 #include "backend_sim/sim_options.h"
 #include "core/base/error.h"
 #include "core/distributed/distributed.h"
@@ -35,6 +34,7 @@
 #include "core/train/trainer.h"
 #include "examples/bundled_data.h"
 #include "examples/cli_common.h"
+#include "examples/predict_table.h"
 
 using namespace ditto;
 
@@ -325,13 +325,8 @@ int cli_main(int argc, char** argv) {
   }
   for (const train::OptionRow& r : a.options)
     if (app.count(r.flag) > 0) a.given.insert(r.flag), g.given.insert(r.field);
-  if (a.table) {  // the alias of ditto-predict-table (examples/ditto_predict_table.cpp)
-    const sim::PredictionTables t = sim::prediction_tables();
-    std::fputs(t.text.c_str(), stdout);
-    if (t.unexplained > 0)
-      std::fprintf(stderr, "ditto-train: --predict-table: %s\n", t.failure().c_str());
-    return t.unexplained > 0 ? 1 : 0;
-  }
+  if (a.table)  // the alias of ditto-predict-table (examples/ditto_predict_table.cpp)
+    return ditto_cli::print_prediction_tables("ditto-train: --predict-table");
   int rc = 1;
   try {
     // Started by mpirun: this process is one rank (--trainer ddp), the job's processes the ranks.
