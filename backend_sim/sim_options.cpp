@@ -33,28 +33,30 @@ SimRunOptions SimOptions::parsed(const train::TrainerConfig& c) const {
 
 train::OptionTable sim_options(SimOptions& o) {
   return {
-      train::option("--profile", "profile", &o.run.profile,
+      train::option("--profile", &o.run.profile,
                     "sim: device profile for the cost model and memory capacity (h100-sxm, h200, "
                     "a100-sxm-80gb, a100-sxm-40gb, rtx4070-laptop, or a .json file); prints the "
                     "predicted step",
                     "a profile name or .json file")
           .no_default(),
-      train::option("--interconnect", "interconnect", &o.run.interconnect,
+      train::option("--interconnect", &o.run.interconnect,
                     "sim: links between GPUs: auto, nvlink, nvlink3, pcie5, pcie4"),
-      train::option("--nodes", "nodes", &o.run.nodes,
+      train::option("--nodes", &o.run.nodes,
                     "sim: nodes of --devices GPUs each (InfiniBand between)",
                     "an integer in 1..4096"),
-      train::option("--trace", "trace", &o.run.trace,
+      train::option("--trace", &o.run.trace,
                     "sim: write a Chrome trace JSON (Perfetto) to this file", "a file name")
           .no_default(),
       train::option(
-          "--straggler", "stragglers", &o.stragglers,
+          "--straggler", &o.stragglers,
           "sim: DEVICE:FACTOR, that device's kernels take FACTOR times longer (repeatable)")
+          .sets("stragglers")
           .no_default()
           .repeated(),
-      train::option("--fault", "faults", &o.run.faults,
+      train::option("--fault", &o.run.faults,
                     "sim: inject a fault (repeatable): fail:device=D,step=S | "
                     "alloc:device=D,after=N | skip-collective:rank=R,index=K")
+          .sets("faults")
           .no_default()
           .repeated()};
 }

@@ -56,23 +56,23 @@ struct Args {
 /// simulator's and the GPT's, each component's rows stated beside its settings.
 train::OptionTable all_options(Args& a) {
   train::OptionTable t{
-      train::option("--model", "model", &a.model,
+      train::option("--model", &a.model,
                     "mlp (on --data CSV rows) or gpt (nanoGPT's character model on --data "
                     "text, default the bundled shakespeare.txt; its options below)")};
   for (train::OptionTable part :
        {train::csv_rows_options(a.rows), train::trainer_options(a.t), sim::sim_options(a.sim),
         train::OptionTable{
             train::option(
-                "--verbose", "", &a.verbose,
+                "--verbose", &a.verbose,
                 "with --profile (e.g. --dry-run): after the prediction, a table of the "
                 "predicted step's kernels by kind on device 0: launches, FLOP, bytes, the unit "
                 "each is priced on (tensor core, SIMT, memory), time and share of the step"),
-            train::option("--predict-table", "", &a.table,
+            train::option("--predict-table", &a.table,
                           "print the cost model's all_reduce figures and dry runs of llm.c's GPT-2 "
                           "runs next to the published figures, then exit (status 1 if a row is "
                           "outside its tolerance and not a known gap)"),
             train::option(
-                "--metrics-jsonl", "", &a.jsonl,
+                "--metrics-jsonl", &a.jsonl,
                 "write each epoch's metrics and the final ones as JSON lines to this file",
                 "a file name")
                 .no_default()

@@ -2,6 +2,7 @@
 // the settings the ranks of an mpirun job compare, read from the rows.
 #include "core/train/options.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -16,11 +17,11 @@
 
 namespace ditto::train {
 
-OptionRow option(std::string flag, std::string field, OptionTarget target, std::string help,
-                 std::string expected) {
+OptionRow option(std::string flag, OptionTarget target, std::string help, std::string expected) {
   OptionRow r;
+  r.field = flag.rfind("--", 0) == 0 ? flag.substr(2) : flag;
+  std::replace(r.field.begin(), r.field.end(), '-', '_');
   r.flag = std::move(flag);
-  r.field = std::move(field);
   r.target = target;
   r.help = std::move(help);
   r.expected = std::move(expected);
@@ -157,49 +158,49 @@ OptionTable trainer_options(TrainerOptions& o) {
   // In TrainerConfig's order (core/train/trainer_config.h), its sections.
   OptionTable t{
       // ---- backend and devices
-      option("--backend", "backend", &c.backend, "sim, cuda or auto (cuda when a GPU is usable)"),
-      option("--devices", "devices", &c.devices, "number of devices (data-parallel replicas)",
+      option("--backend", &c.backend, "sim, cuda or auto (cuda when a GPU is usable)"),
+      option("--devices", &c.devices, "number of devices (data-parallel replicas)",
              "an integer in 1..65536"),
-      option("--sim-memory-gib", "memory_capacity", &o.memory_gib,
-             "memory capacity of each simulated device", "a size in GiB > 0"),
+      option("--sim-memory-gib", &o.memory_gib, "memory capacity of each simulated device",
+             "a size in GiB > 0")
+          .sets("memory_capacity"),
       // ---- model, optimizer, loss
-      mlp(option("--hidden", "hidden", &o.hidden,
+      mlp(option("--hidden", &o.hidden,
                  "hidden layer sizes, comma-separated (e.g. 256,128; '' for no hidden layer)")),
-      mlp(option("--optimizer", "optimizer", &c.optimizer, "sgd or adam")),
-      option("--lr", "lr", &o.lr,
+      mlp(option("--optimizer", &c.optimizer, "sgd or adam")),
+      option("--lr", &o.lr,
              "learning rate (default 0.05 for sgd, 0.001 for adam; --model gpt: the peak of "
              "the schedule, default 0.001)",
              "a number > 0")
           .no_default()
           .agree_as(Agree::last),
-      mlp(option("--momentum", "momentum", &c.momentum, "SGD momentum", "a number")),
-      option("--weight-decay", "weight_decay", &c.weight_decay,
+      mlp(option("--momentum", &c.momentum, "SGD momentum", "a number")),
+      option("--weight-decay", &c.weight_decay,
              "SGD weight decay (--model gpt: AdamW's, on the 2-D weights, default 0.1)",
              "a number >= 0"),
-      mlp(option("--loss", "loss", &c.loss, "cross-entropy or mse (on one-hot targets)")),
+      mlp(option("--loss", &c.loss, "cross-entropy or mse (on one-hot targets)")),
       // ---- the loop
-      option("--batch-size", "batch_size", &c.batch_size,
+      option("--batch-size", &c.batch_size,
              "global batch size (split over the devices; --model gpt: default 12)",
              "an integer >= 1")
           .at_least(1),
-      mlp(option("--epochs", "epochs", &c.epochs, "training epochs", "an integer >= 0")),
-      option("--seed", "seed", &c.seed, "seed for initialisation, split and shuffling",
-             "an integer >= 0"),
-      option("--determinism", "determinism", &o.determinism,
+      mlp(option("--epochs", &c.epochs, "training epochs", "an integer >= 0")),
+      option("--seed", &c.seed, "seed for initialisation, split and shuffling", "an integer >= 0"),
+      option("--determinism", &o.determinism,
              "bitwise (same bits for any power-of-two device count) or fast"),
-      option("--micro-shards", "micro_shards", &c.micro_shards,
+      option("--micro-shards", &c.micro_shards,
              "micro-shards K of a batch in bitwise mode (power of two >= devices)",
              "a power of two >= --devices"),
       option(
-          "--trainer", "trainer", &o.trainer,
+          "--trainer", &o.trainer,
           "dp (DataParallel, one controller thread) or ddp (DistributedDataParallel, a thread per "
           "rank; under mpirun a process per rank, the default there)"),
-      option("--bucket-cap-mb", "bucket_cap_mb", &c.bucket_cap_mb,
-             "ddp: gradient bucket size cap in MiB", "a size in MiB > 0"),
-      option("--allow-nonfinite-loss", "allow_nonfinite_loss", &c.allow_nonfinite_loss,
+      option("--bucket-cap-mb", &c.bucket_cap_mb, "ddp: gradient bucket size cap in MiB",
+             "a size in MiB > 0"),
+      option("--allow-nonfinite-loss", &c.allow_nonfinite_loss,
              "keep training after a step whose loss is NaN or inf (default: stop with an error "
              "naming the step)"),
-      option("--log-interval", "log_interval", &o.log_interval,
+      option("--log-interval", &o.log_interval,
              "steps between progress lines 'iter N: loss L, time Tms[, mfu M%]' (nanoGPT's "
              "log_interval; also JSON lines): default 10 for --model gpt; the MLP's default "
              "100 prints only in epochs longer than that; 0: none",
@@ -208,40 +209,42 @@ OptionTable trainer_options(TrainerOptions& o) {
           .agree_as(Agree::no),
       // ---- GPT-2 scale (mixed precision, ZeRO-1, gradient accumulation, dry run)
       option(
-          "--dtype", "dtype", &o.dtype,
+          "--dtype", &o.dtype,
           "f32, or mixed precision bf16 / f16: parameters, activations and gradients stored in that "
           "dtype, f32 master weights and optimizer state (f16 adds dynamic loss scaling, as torch's "
           "GradScaler)"),
-      option("--zero-stage", "zero_stage", &c.zero_stage,
+      option("--zero-stage", &c.zero_stage,
              "ddp: 1 shards the optimizer state over the ranks (ZeRO-1, llm.c's -z 1; gradients "
              "reduce_scatter, parameters all_gather), 0 none",
              "0 or 1"),
       option(
-          "--grad-accum-steps", "grad_accum_steps", &c.grad_accum_steps,
+          "--grad-accum-steps", &c.grad_accum_steps,
           "micro-steps per optimizer step (nanoGPT's gradient_accumulation_steps; ddp: no_sync on "
           "all but the last): each takes a contiguous part of --batch-size; bitwise: a power of two "
           "with micro-shards divisible by it x devices, the same bits as 1",
           "an integer >= 1"),
-      option("--dry-run", "dry_run", &c.dry_run,
+      option("--dry-run", &c.dry_run,
              "sim: price every kernel, copy and collective and account every allocation "
              "without running them or holding tensor data (predicts a large model's step time "
              "and memory in seconds; fast determinism unless --determinism is given)"),
-      option("--allow-tf32", "allow_tf32", &c.allow_tf32,
+      option("--allow-tf32", &c.allow_tf32,
              "fast mode: f32 matrix products may run on TF32 tensor cores (cuda: cuBLASLt's "
              "CUBLAS_COMPUTE_32F_FAST_TF32; torch's allow_tf32). Default: strict f32"),
       // ---- checkpoints, communicators
-      option("--checkpoint", "checkpoint_dir", &c.checkpoint_dir,
-             "directory to save checkpoints in (and at the end)", "a directory")
+      option("--checkpoint", &c.checkpoint_dir, "directory to save checkpoints in (and at the end)",
+             "a directory")
+          .sets("checkpoint_dir")
           .no_default(),
-      option("--checkpoint-every", "checkpoint_every", &c.checkpoint_every,
-             "optimizer steps between checkpoints", "an integer >= 0")
+      option("--checkpoint-every", &c.checkpoint_every, "optimizer steps between checkpoints",
+             "an integer >= 0")
           .no_default(),
-      option("--resume", "resume_dir", &c.resume_dir,
+      option("--resume", &c.resume_dir,
              "resume from the newest usable checkpoint in DIR; auto: from --checkpoint's DIR "
              "when it holds one, else start fresh (a restart loop's every run)",
              "a checkpoint directory")
+          .sets("resume_dir")
           .no_default(),
-      option("--comm-timeout-ms", "comm_timeout_ms", &c.comm_timeout_ms,
+      option("--comm-timeout-ms", &c.comm_timeout_ms,
              "sim: timeout of every communicator in ms (0: their own; at most 2^31)",
              "an integer in 0..2147483648")};
   return t;
@@ -249,56 +252,51 @@ OptionTable trainer_options(TrainerOptions& o) {
 
 OptionTable gpt_options(GptSettings& g) {
   const std::string group = "GPT (--model gpt; nanoGPT's options and CPU defaults)";
-  const auto row = [&](const char* flag, const char* field, OptionTarget target, const char* help,
+  const auto row = [&](const char* flag, OptionTarget target, const char* help,
                        const char* expected = "") {
-    return option(flag, field, target, help, expected).in_group(group).of_model("gpt");
+    return option(flag, target, help, expected).in_group(group).of_model("gpt");
   };
   OptionTable t{
-      row("--n-layer", "n_layer", &g.n_layer, "transformer blocks", "an integer in 1..85"),
-      row("--n-head", "n_head", &g.n_head, "attention heads (n_embd % n_head == 0)",
+      row("--n-layer", &g.n_layer, "transformer blocks", "an integer in 1..85"),
+      row("--n-head", &g.n_head, "attention heads (n_embd % n_head == 0)", "an integer >= 1"),
+      row("--n-embd", &g.n_embd, "embedding width", "an integer >= 1"),
+      row("--block-size", &g.block_size, "context length in characters", "an integer >= 1"),
+      row("--max-iters", &g.max_iters, "optimizer steps", "an integer >= 1"),
+      row("--eval-interval", &g.eval_interval, "steps between evaluations (also at 0 and the end)",
           "an integer >= 1"),
-      row("--n-embd", "n_embd", &g.n_embd, "embedding width", "an integer >= 1"),
-      row("--block-size", "block_size", &g.block_size, "context length in characters",
-          "an integer >= 1"),
-      row("--max-iters", "max_iters", &g.max_iters, "optimizer steps", "an integer >= 1"),
-      row("--eval-interval", "eval_interval", &g.eval_interval,
-          "steps between evaluations (also at 0 and the end)", "an integer >= 1"),
-      row("--eval-iters", "eval_iters", &g.eval_iters,
-          "batches per split per evaluation (fixed windows)", "an integer >= 0"),
-      row("--min-lr", "min_lr", &g.min_lr, "learning rate at the end of the cosine decay",
+      row("--eval-iters", &g.eval_iters, "batches per split per evaluation (fixed windows)",
+          "an integer >= 0"),
+      row("--min-lr", &g.min_lr, "learning rate at the end of the cosine decay", "a number >= 0"),
+      row("--warmup-iters", &g.warmup_iters, "steps of linear warm-up", "an integer >= 0"),
+      row("--lr-decay-iters", &g.lr_decay_iters, "step where the cosine decay reaches --min-lr",
+          "an integer > --warmup-iters"),
+      row("--grad-clip", &g.grad_clip, "clip the gradients' global norm to this (0: off)",
           "a number >= 0"),
-      row("--warmup-iters", "warmup_iters", &g.warmup_iters, "steps of linear warm-up",
-          "an integer >= 0"),
-      row("--lr-decay-iters", "lr_decay_iters", &g.lr_decay_iters,
-          "step where the cosine decay reaches --min-lr", "an integer > --warmup-iters"),
-      row("--grad-clip", "grad_clip", &g.grad_clip,
-          "clip the gradients' global norm to this (0: off)", "a number >= 0"),
-      row("--dropout", "dropout", &g.dropout, "dropout probability of every dropout site",
+      row("--dropout", &g.dropout, "dropout probability of every dropout site",
           "a number in [0, 1)"),
-      row("--bias", "bias", &g.bias, "biases in the Linears and LayerNorms (default: none)"),
-      row("--beta1", "beta1", &g.beta1, "AdamW beta1", "a number in [0, 1)"),
-      row("--beta2", "beta2", &g.beta2, "AdamW beta2", "a number in [0, 1)"),
-      row("--sample", "sample", &g.sample, "characters to generate at the end (0: none)",
+      row("--bias", &g.bias, "biases in the Linears and LayerNorms (default: none)"),
+      row("--beta1", &g.beta1, "AdamW beta1", "a number in [0, 1)"),
+      row("--beta2", &g.beta2, "AdamW beta2", "a number in [0, 1)"),
+      row("--sample", &g.sample, "characters to generate at the end (0: none)", "an integer >= 0"),
+      row("--temperature", &g.temperature, "sampling temperature", "a number > 0"),
+      row("--top-k", &g.top_k, "sample among the k likeliest characters (0: all)",
           "an integer >= 0"),
-      row("--temperature", "temperature", &g.temperature, "sampling temperature", "a number > 0"),
-      row("--top-k", "top_k", &g.top_k, "sample among the k likeliest characters (0: all)",
-          "an integer >= 0"),
-      row("--preset", "preset", &g.preset,
+      row("--preset", &g.preset,
           "nanoGPT's GPT-2 size: gpt2 (124M), gpt2-medium, gpt2-large, gpt2-xl (block 1024, vocab "
           "50304, biases; explicit --n-layer etc. win)"),
-      row("--vocab-size", "vocab_size", &g.vocab_size,
+      row("--vocab-size", &g.vocab_size,
           "rows of wte (0: the text's vocabulary, llm.c's tokenizer's 50257 / 128256; --preset: "
           "50304); nanoGPT's .bin tokens need it: meta.pkl's vocab_size, 50304 for GPT-2 BPE",
           "an integer >= 0"),
-      row("--data-format", "data_format", &g.data_format,
+      row("--data-format", &g.data_format,
           "what --data holds: auto (llm.c shards by their magic 20240520 / 20240801, else nanoGPT "
           "uint16 tokens for a name ending in .bin, else a text), text, llmc or nanogpt"),
-      row("--val-data", "val_data", &g.val_data,
+      row("--val-data", &g.val_data,
           "validation token files (a file, comma list or glob; default: --data's name with its "
           "last 'train' made 'val' and a shard number any: fineweb_val_*.bin, val.bin beside "
           "train.bin)")};
   const std::string weights = "GPT weights (--model gpt; nanoGPT's init_from and eval_only)";
-  t.push_back(option("--init-from", "init_from", &g.init_from,
+  t.push_back(option("--init-from", &g.init_from,
                      "start from the weights in FILE, its format told by content: an llm.c "
                      "model file (gpt2_124M.bin, f32 or bf16), Hugging Face GPT-2 safetensors "
                      "(model.safetensors; n_head from a config.json beside it, a GPT-2 size or "
@@ -308,16 +306,17 @@ OptionTable gpt_options(GptSettings& g) {
                   .in_group(weights)
                   .values(1, "FILE")
                   .of_model("gpt"));
-  t.push_back(option("--export", "export_files", &g.export_files,
+  t.push_back(option("--export", &g.export_files,
                      "write the trained model at the end: llmc FILE (llm.c's model file, f32), "
                      "llmc-bf16 FILE (bf16) or hf FILE (Hugging Face GPT-2 safetensors); repeat "
                      "it to write several files")
+                  .sets("export_files")
                   .no_default()
                   .in_group(weights)
                   .repeated()
                   .values(2, "FORMAT FILE")
                   .of_model("gpt"));
-  t.push_back(option("--eval-only", "eval_only", &g.eval_only,
+  t.push_back(option("--eval-only", &g.eval_only,
                      "evaluate --eval-iters batches of each split once and stop: no training, "
                      "no checkpoint (needs --init-from or --resume)")
                   .in_group(weights)
@@ -328,21 +327,21 @@ OptionTable gpt_options(GptSettings& g) {
 OptionTable csv_rows_options(CsvRowsOptions& o) {
   return {
       option(
-          "--data", "data", &o.data,
+          "--data", &o.data,
           "CSV file: numeric features, integer class label (--model gpt: a text file, default the "
           "bundled shakespeare.txt, or token files: llm.c shards or nanoGPT's train.bin, one file, a "
           "comma list or a glob; see --data-format)"),
-      mlp(option("--label-column", "label_column", &o.label_column,
-                 "label column (negative counts from the end)", "an integer")),
-      mlp(option("--classes", "classes", &o.classes,
+      mlp(option("--label-column", &o.label_column, "label column (negative counts from the end)",
+                 "an integer")),
+      mlp(option("--classes", &o.classes,
                  "classes of the model's output (every label < N, as CrossEntropyLoss's "
                  "num_classes; default the largest label + 1; at most 65536, labels 0..65535)",
                  "an integer in 1..65536")
               .no_default()
               .at_least(1)),
-      mlp(option("--header", "header", &o.header, "first row is a header: auto, yes or no")),
-      mlp(option("--val-fraction", "val_fraction", &o.val_fraction,
-                 "fraction of rows held out for validation", "a number in (0, 1)"))};
+      mlp(option("--header", &o.header, "first row is a header: auto, yes or no")),
+      mlp(option("--val-fraction", &o.val_fraction, "fraction of rows held out for validation",
+                 "a number in (0, 1)"))};
 }
 
 std::shared_ptr<CsvDataSource> open_csv_rows(const CsvRowsOptions& o, const TrainerConfig& c) {

@@ -44,7 +44,7 @@ enum class Agree : std::uint8_t { yes, no, last };
 /// One option of a command line.
 struct OptionRow {
   std::string flag;     ///< "--batch-size"
-  std::string field;    ///< the field it sets ("batch_size"; field_names), "" for none
+  std::string field;    ///< the field it sets ("batch_size"; field_names)
   OptionTarget target;  ///< where the parser writes the value (its default: the value there)
   std::string help;     ///< --help's text
   /// What a value must be ("an integer in 1..65536"), for the parser's errors ("--devices:
@@ -64,6 +64,7 @@ struct OptionRow {
   std::string model;
 
   // Setters for a table's rows: option("--lr", ...).no_default().agree_as(Agree::last).
+  OptionRow sets(std::string f) && { return field = std::move(f), std::move(*this); }
   OptionRow no_default() && { return show_default = false, std::move(*this); }
   OptionRow in_group(std::string g) && { return group = std::move(g), std::move(*this); }
   OptionRow repeated() && { return repeatable = true, std::move(*this); }
@@ -76,9 +77,10 @@ struct OptionRow {
 };
 using OptionTable = std::vector<OptionRow>;
 
-/// A row of the usual kind (its default shown in --help, the last value wins, compared across
-/// ranks, any model); designated initializers state the others.
-OptionRow option(std::string flag, std::string field, OptionTarget target, std::string help,
+/// A row of the usual kind: the field named after the flag (--log-interval sets log_interval;
+/// .sets() says another), its default shown in --help, the last value wins, compared across
+/// ranks, any model; the setters state the others.
+OptionRow option(std::string flag, OptionTarget target, std::string help,
                  std::string expected = "");
 
 /// {field, flag} of every row with a field: how errors name the fields (TrainerConfig::
