@@ -327,7 +327,7 @@ FitResult Trainer::fit() {
                 "every device from one process), got '",
                 trainer_kind_name(c.trainer), "'");
     run.n_dev = static_cast<int>(run_devices(c));
-    check_grad_accumulation(c, run.n_dev);  // before the backend: a bad split costs nothing
+    check_devices(c, run.n_dev);  // before the backend: a bad split costs nothing
     name = resolve_backend_name(c.backend);
     // A dry run (Note [Dry run], backend_sim/sim_backend.h) prices the whole cluster in one
     // process; the backend must run dry (init_backend refuses it otherwise) and price the work.

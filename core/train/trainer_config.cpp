@@ -37,6 +37,21 @@ long long run_devices(const TrainerConfig& c) {
   return devices;
 }
 
+void check_devices(const TrainerConfig& c, long long devices) {
+  const auto n = [&](const char* field) { return c.name_of(field); };
+  if (c.determinism == Determinism::bitwise) {
+    const std::int64_t k = c.micro_shards;
+    DITTO_CHECK(k >= 1 && k <= kMaxMicroShards && (k & (k - 1)) == 0, n("micro_shards"),
+                ": expected a power of two in 1..", kMaxMicroShards, ", got ", k);
+    DITTO_CHECK(k >= devices, n("micro_shards"),
+                ": bitwise mode gives every device at least one micro-shard: expected a power of "
+                "two >= ",
+                devices, " (the devices), got ", k,
+                k == kDefaultMicroShards ? " (the default)" : "");
+  }
+  check_grad_accumulation(c, static_cast<int>(devices));  // before the backend: costs nothing
+}
+
 /// Every check of a config that needs no backend or data (Trainer's constructor).
 void validate(const TrainerConfig& c) {
   auto n = [&](const char* field) { return c.name_of(field); };
@@ -116,19 +131,8 @@ void validate(const TrainerConfig& c) {
     DITTO_CHECK(e != nullptr, n("extensions"), ": expected extensions, got a null one");
     e->validate(c);
   }
-  // Against the run's devices (after the extensions' own checks, which bound them).
-  const long long devices = run_devices(c);
-  if (c.determinism == Determinism::bitwise) {
-    const std::int64_t k = c.micro_shards;
-    DITTO_CHECK(k >= 1 && k <= kMaxMicroShards && (k & (k - 1)) == 0, n("micro_shards"),
-                ": expected a power of two in 1..", kMaxMicroShards, ", got ", k);
-    DITTO_CHECK(k >= devices, n("micro_shards"),
-                ": bitwise mode gives every device at least one micro-shard: expected a power of "
-                "two >= ",
-                devices, " (the devices), got ", k,
-                k == kDefaultMicroShards ? " (the default)" : "");
-  }
-  check_grad_accumulation(c, static_cast<int>(devices));  // before the backend: costs nothing
+  // Against this process's devices (the extensions may multiply them: fit() checks the total).
+  check_devices(c, dist::is_initialized() ? dist::world_size() : c.devices);
 }
 
 }  // namespace ditto::train
