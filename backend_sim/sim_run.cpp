@@ -4,11 +4,14 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 
+#include "backend_sim/cost_model.h"
 #include "backend_sim/profiles.h"
+#include "backend_sim/sim_faults.h"
 #include "core/base/error.h"
 #include "core/distributed/distributed.h"
 #include "core/io/file.h"
@@ -60,6 +63,53 @@ void SimRun::validate(const train::TrainerConfig& c) const {
   // Only the simulator prices work without running it (Note [Dry run], sim_backend.h); "auto"
   // is resolved (and a backend that cannot run dry refused) by fit().
   const bool processes = dist::is_initialized();
+  const std::string profile = name_of(c, "profile"), trace = name_of(c, "trace");
+  // They change only the cost model's virtual times, which the profile (the prediction) or the
+  // trace shows; without either they would be silently ignored (under mpirun plan() refuses the
+  // stragglers and nodes whatever comes with them).
+  const bool priced = !o_.profile.empty() || !o_.trace.empty();
+  for (const auto& [field, set] : {std::pair{"interconnect", o_.interconnect != "auto"},
+                                   std::pair{"stragglers", !o_.stragglers.empty() && !processes}})
+    DITTO_CHECK(!set || priced, name_of(c, field),
+                ": changes only the cost model's predicted times: expected ", profile, " (or ",
+                trace, ") with it, got neither");
+  // Without the cost model the nodes only multiply the devices (and, past a power of two,
+  // change the checksum): the devices say that.
+  const long long all = static_cast<long long>(o_.nodes) * c.devices;
+  DITTO_CHECK(processes || o_.nodes == 1 || priced, name_of(c, "nodes"),
+              ": the nodes are the cost model's cluster (InfiniBand between them): expected ",
+              profile, " (or ", trace, ") with it, got neither (without them ", name_of(c, "nodes"),
+              " ", o_.nodes, " would only train on ", o_.nodes, " x ", c.devices, " = ", all,
+              " devices; ", c.name_of("devices"), " ", all, " does that)");
+  const long long devices = processes ? dist::world_size() : all;
+  for (const auto& [device, factor] : o_.stragglers) {
+    const std::string s = name_of(c, "stragglers");
+    DITTO_CHECK(device >= 0 && device < devices, s, " ", device, ":", factor,
+                ": expected a device in 0..", devices - 1, ", got ", device);
+    DITTO_CHECK(std::isfinite(factor) && factor >= CostModel::kMinSlowdown &&
+                    factor <= CostModel::kMaxSlowdown,
+                s, " ", device, ":", factor, ": expected a factor in ", CostModel::kMinSlowdown,
+                "..", CostModel::kMaxSlowdown, ", got ", factor);
+  }
+  for (const std::string& spec : o_.faults) {
+    const Fault f = parse_fault(spec, name_of(c, "faults"));  // names the option and the spec
+    const bool skip = f.kind == Fault::Kind::skip_collective;
+    const int d = skip ? f.rank : f.device;
+    DITTO_CHECK(d >= 0 && d < devices, name_of(c, "faults"), " '", spec, "': expected a ",
+                skip ? "rank" : "device", " in 0..", devices - 1, ", got ", d);
+  }
+  // A profile's name (a .json file's own errors, its contents, stay device_profile's).
+  const std::string& p = o_.profile;
+  if (!p.empty() && (p.size() < 5 || p.compare(p.size() - 5, 5, ".json") != 0)) try {
+      device_profile(p);
+    } catch (const InvalidArgument&) {
+      throw InvalidArgument(detail::cat(profile,
+                                        ": expected one of h100-sxm, h200, a100-sxm-80gb, "
+                                        "a100-sxm-40gb, rtx4070-laptop or a .json file, got '",
+                                        p, "'"));
+    }
+  DITTO_CHECK(!c.dry_run || !p.empty(), c.name_of("dry_run"), ": expected ", profile,
+              " (the GPU to predict for, e.g. a100-sxm-80gb), got none");
   DITTO_CHECK(!c.dry_run || ((c.backend == "sim" || c.backend == "auto") && !processes),
               c.name_of("dry_run"), ": expected ", c.name_of("backend"),
               " sim in one process "

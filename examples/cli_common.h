@@ -10,15 +10,18 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "core/base/error.h"
+#include "core/train/options.h"
 #include "ditto_version.h"
 
 namespace ditto_cli {
@@ -213,6 +216,63 @@ inline CLI::Validator uint64_value() {
                          s;
       },
       "", "uint64_value");
+}
+
+/// A check that a number is at least `min` (and finite): "expected E, got V" (E `expected`, the
+/// row's text); a value that is not a number is left to the conversion's own error.
+inline CLI::Validator at_least(double min, const std::string& expected) {
+  return CLI::Validator(
+      [min, expected](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (end == s.c_str() || *end != '\0') return "";
+        return std::isfinite(v) && v >= min ? "" : "expected " + expected + ", got " + s;
+      },
+      "", "at_least");
+}
+
+/// A check that a text value is not empty (an empty path would silently mean "not given"):
+/// "expected E, got an empty string".
+inline CLI::Validator non_empty(const std::string& expected) {
+  return CLI::Validator(
+      [expected](std::string& s) -> std::string {
+        return s.empty() ? "expected " + expected + ", got an empty string" : "";
+      },
+      "", "non_empty");
+}
+
+/// Binds the option rows of a component (core/train/options.h) to `app`, in their order: an
+/// option (a flag for a bool) writing the row's target, --help's default (show_default), value
+/// name and group, the repeatable ones collecting every value, an unsigned one refusing -1 and
+/// values past 2^64 - 1, a row's `min` and a text row's non-empty value checked; `expected` gets
+/// each row's expected text (for parse_error's conversion messages).
+inline void bind_options(CLI::App& app, const ditto::train::OptionTable& rows,
+                         std::map<std::string, std::string>& expected) {
+  for (const ditto::train::OptionRow& r : rows) {
+    bool text = false, flag = false, unsigned_ = false;
+    CLI::Option* o = std::visit(
+        [&](auto* v) -> CLI::Option* {
+          using T = std::remove_pointer_t<decltype(v)>;
+          text = std::is_same_v<T, std::string>;
+          unsigned_ = std::is_same_v<T, std::uint64_t>;
+          if constexpr (std::is_same_v<T, bool>) {
+            flag = true;
+            return app.add_flag(r.flag, *v, r.help);
+          } else {
+            return app.add_option(r.flag, *v, r.help);
+          }
+        },
+        r.target);
+    if (!r.expected.empty()) expected[r.flag] = r.expected;
+    if (r.show_default && !flag) o->capture_default_str();
+    if (r.arity > 1) o->expected(r.arity);
+    if (!r.type_name.empty()) o->type_name(r.type_name);
+    if (r.repeatable) o->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    if (!r.group.empty()) o->group(r.group);
+    if (unsigned_) o->check(non_negative())->check(uint64_value());
+    if (r.min) o->check(at_least(*r.min, r.expected));
+    if (text && !r.expected.empty()) o->check(non_empty(r.expected));
+  }
 }
 
 }  // namespace ditto_cli

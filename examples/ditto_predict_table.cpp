@@ -6,12 +6,10 @@
 //
 //   build/bin/ditto-predict-table
 #include <CLI/CLI.hpp>
-#include <cstdio>
-#include <exception>
 
-#include "backend_sim/published.h"
 #include "core/io/file.h"
 #include "examples/cli_common.h"
+#include "examples/predict_table.h"
 
 int main(int argc, char** argv) {
   ditto::io::occupy_closed_std_fds();  // Note [Lost output], core/io/file.h
@@ -24,14 +22,6 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return ditto_cli::parse_error(app, e, "ditto-predict-table");
   }
-  int rc = 1;
-  try {
-    const ditto::sim::PredictionTables t = ditto::sim::prediction_tables();
-    std::fputs(t.text.c_str(), stdout);
-    if (t.unexplained > 0) std::fprintf(stderr, "ditto-predict-table: %s\n", t.failure().c_str());
-    rc = t.unexplained > 0 ? 1 : 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ditto-predict-table: error: %s\n", e.what());
-  }
+  const int rc = ditto_cli::print_prediction_tables("ditto-predict-table");
   return ditto::io::close_stdout(rc, "ditto-predict-table");
 }

@@ -84,7 +84,7 @@ std::string format_init_from(const std::string& prog, const GptSettings& g,
 // directory that is not init_from's or the data's) and eval_only, sets c.eval_only (and g.sample
 // 0 unless given), and makes c.make_model load run.init_weights into every replica's GPT.
 void configure_weights(GptSettings& g, const GptRun& run, TrainerConfig& c) {
-  const std::string export_ = g.name_of("export"), init_from = g.name_of("init_from");
+  const std::string export_ = g.name_of("export_files"), init_from = g.name_of("init_from");
   DITTO_CHECK(g.export_files.size() % 2 == 0, export_, ": expected FORMAT FILE, got ",
               g.export_files.size(), " values");
   std::set<std::string> targets;

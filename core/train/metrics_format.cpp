@@ -4,6 +4,7 @@
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
+#include <utility>
 
 #include "core/base/error.h"
 #include "core/numerics/determinism.h"
@@ -194,6 +195,58 @@ std::string format_memory(const std::vector<DeviceMemory>& memory) {
                    format_mib(m.stats.capacity).c_str(),
                    format_mib(m.optimizer_state_bytes).c_str());
   return s;
+}
+
+RunPrinter::RunPrinter(std::string jsonl, std::string jsonl_name, std::string profile, DType dtype)
+    : jsonl_(std::move(jsonl)),
+      jsonl_name_(std::move(jsonl_name)),
+      profile_(std::move(profile)),
+      dtype_(dtype) {}
+
+RunPrinter::~RunPrinter() = default;
+
+void RunPrinter::out(const std::string& lines) {
+  std::fputs(lines.c_str(), stdout);
+  std::fflush(stdout);
+}
+
+void RunPrinter::install(TrainerCallbacks& cb, std::function<std::string(const RunInfo&)> start) {
+  cb.on_start = [this, start = std::move(start)](const RunInfo& r) {
+    if (!jsonl_.empty()) try {
+        writer_ = std::make_unique<JsonLinesWriter>(jsonl_);
+      } catch (const InvalidArgument& e) {
+        throw InvalidArgument(detail::cat(jsonl_name_, ": ", e.what()));
+      }
+    out(start(r));
+  };
+  cb.on_epoch = [this](const EpochMetrics& m) {
+    out(format_epoch(m));
+    if (writer_) writer_->write(m);
+  };
+  cb.on_eval = [this](const EvalMetrics& m) {
+    out(format_eval(m));
+    if (writer_) writer_->write(m);
+  };
+  cb.on_step = [this](const StepMetrics& m) {
+    out(format_step(m, profile_, dtype_));
+    if (writer_) writer_->write(m);
+  };
+}
+
+void RunPrinter::write_result(const FitResult& r) {
+  if (writer_) try {
+      writer_->write(r);
+    } catch (const std::exception& e) {
+      late_errors.push_back(detail::cat(jsonl_name_, ": ", e.what()));
+    }
+}
+
+int RunPrinter::finish(const std::string& prog) {
+  std::fflush(stdout);
+  for (const std::string& e : late_errors)
+    std::fprintf(stderr, "%s: error: after training (the result above is complete): %s\n",
+                 prog.c_str(), e.c_str());
+  return late_errors.empty() ? 0 : 1;
 }
 
 }  // namespace ditto::train

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "core/data/data_source.h"
 #include "core/runtime/dtype.h"
 #include "core/train/metrics.h"
+#include "core/train/trainer.h"
 
 namespace ditto::train {
 
@@ -78,5 +81,39 @@ std::string format_prediction(const CostPrediction& p, DType dtype, bool dry_run
 
 /// "memory: DEVICE live=... peak=... capacity=... optimizer_state=..." for each device.
 std::string format_memory(const std::vector<DeviceMemory>& memory);
+
+/// How a command line prints a run (ditto-train's): each report's lines on stdout as they come
+/// (flushed, one write each) and, with a JSON-lines file, the same reports as JSON lines
+/// (JsonLinesWriter), opened when the run starts (after every check, so a refused run leaves the
+/// file untouched). What fails after training (a JSON line, a sample, a trace) must not lose the
+/// run's result: it is kept in late_errors and reported after the result (finish).
+class RunPrinter {
+ public:
+  /// `jsonl`: the JSON-lines file ("": none), its errors prefixed "`jsonl_name`: "; `profile`
+  /// and `dtype`: format_step's.
+  RunPrinter(std::string jsonl, std::string jsonl_name, std::string profile, DType dtype);
+  ~RunPrinter();
+  RunPrinter(const RunPrinter&) = delete;
+  RunPrinter& operator=(const RunPrinter&) = delete;
+
+  /// Sets cb.on_start (opens the JSON-lines file, then prints `start`'s lines), on_epoch, on_eval
+  /// and on_step (format_epoch / format_eval / format_step, and their JSON lines): rank 0's, as
+  /// every callback. The printer must outlive fit().
+  void install(TrainerCallbacks& cb, std::function<std::string(const RunInfo&)> start);
+  /// `lines` on stdout, flushed.
+  static void out(const std::string& lines);
+  /// The run's final JSON record (when the file is open); a failure is a late error.
+  void write_result(const FitResult& r);
+  /// The errors after training, "WHAT: why" each.
+  std::vector<std::string> late_errors;
+  /// Flushes stdout, prints each late error on stderr ("PROG: error: after training (the result
+  /// above is complete): E"); returns the exit status, 0 when there were none, else 1.
+  int finish(const std::string& prog);
+
+ private:
+  std::string jsonl_, jsonl_name_, profile_;
+  DType dtype_;
+  std::unique_ptr<JsonLinesWriter> writer_;
+};
 
 }  // namespace ditto::train

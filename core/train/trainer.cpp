@@ -326,10 +326,8 @@ FitResult Trainer::fit() {
                 ": under mpirun each process is one rank, which needs ddp (DataParallel drives "
                 "every device from one process), got '",
                 trainer_kind_name(c.trainer), "'");
-    int devices = c.devices;  // a single process's: a simulated cluster may multiply them
-    for (const auto& e : c.extensions) devices = e->devices(c, devices);
-    run.n_dev = run.processes ? dist::world_size() : devices;
-    check_grad_accumulation(c, run.n_dev);  // before the backend: a bad split costs nothing
+    run.n_dev = static_cast<int>(run_devices(c));
+    check_devices(c, run.n_dev);  // before the backend: a bad split costs nothing
     name = resolve_backend_name(c.backend);
     // A dry run (Note [Dry run], backend_sim/sim_backend.h) prices the whole cluster in one
     // process; the backend must run dry (init_backend refuses it otherwise) and price the work.

@@ -5,6 +5,8 @@
 
 #include "core/base/error.h"
 #include "core/comm/communicator.h"
+#include "core/distributed/distributed.h"
+#include "core/train/grad_accumulation.h"
 #include "core/train/trainer_extension.h"
 
 namespace ditto::train {
@@ -25,6 +27,29 @@ std::string TrainerConfig::name_of(const std::string& field) const {
 float TrainerConfig::effective_lr() const {
   if (lr) return *lr;
   return optimizer == "adam" ? 0.001f : 0.05f;
+}
+
+long long run_devices(const TrainerConfig& c) {
+  if (dist::is_initialized()) return dist::world_size();
+  long long devices = c.devices;  // a single process's: a simulated cluster may multiply them
+  for (const auto& e : c.extensions)
+    if (e) devices = e->devices(c, static_cast<int>(devices));
+  return devices;
+}
+
+void check_devices(const TrainerConfig& c, long long devices) {
+  const auto n = [&](const char* field) { return c.name_of(field); };
+  if (c.determinism == Determinism::bitwise) {
+    const std::int64_t k = c.micro_shards;
+    DITTO_CHECK(k >= 1 && k <= kMaxMicroShards && (k & (k - 1)) == 0, n("micro_shards"),
+                ": expected a power of two in 1..", kMaxMicroShards, ", got ", k);
+    DITTO_CHECK(k >= devices, n("micro_shards"),
+                ": bitwise mode gives every device at least one micro-shard: expected a power of "
+                "two >= ",
+                devices, " (the devices), got ", k,
+                k == kDefaultMicroShards ? " (the default)" : "");
+  }
+  check_grad_accumulation(c, static_cast<int>(devices));  // before the backend: costs nothing
 }
 
 /// Every check of a config that needs no backend or data (Trainer's constructor).
@@ -95,12 +120,19 @@ void validate(const TrainerConfig& c) {
               ": expected a finite value >= 0 (0: unknown), got ", c.flops_per_sample);
   DITTO_CHECK(c.grad_accum_steps >= 1, n("grad_accum_steps"), ": expected >= 1, got ",
               c.grad_accum_steps);
+  // torch.optim.SGD's "Invalid momentum value" / "Invalid weight_decay value".
+  DITTO_CHECK(std::isfinite(c.momentum) && c.momentum >= 0, n("momentum"),
+              ": expected a number >= 0, got ", c.momentum);
+  DITTO_CHECK(std::isfinite(c.weight_decay) && c.weight_decay >= 0, n("weight_decay"),
+              ": expected a number >= 0, got ", c.weight_decay);
   for (const auto& h : c.hidden)
     DITTO_CHECK(h > 0, n("hidden"), ": expected positive sizes, got ", h);
   for (const auto& e : c.extensions) {
     DITTO_CHECK(e != nullptr, n("extensions"), ": expected extensions, got a null one");
     e->validate(c);
   }
+  // Against this process's devices (the extensions may multiply them: fit() checks the total).
+  check_devices(c, dist::is_initialized() ? dist::world_size() : c.devices);
 }
 
 }  // namespace ditto::train

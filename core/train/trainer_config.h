@@ -190,4 +190,14 @@ struct TrainerConfig {
   float effective_lr() const;
 };
 
+/// The devices of a run of `c`: under mpirun (dist::is_initialized) the processes, else
+/// c.devices as its extensions multiply them (a simulated cluster's nodes x devices).
+long long run_devices(const TrainerConfig& c);
+
+/// The checks of `c` against the run's `devices`: bitwise mode's micro_shards a power of two in
+/// 1..kMaxMicroShards and at least the devices (every device gets a micro-shard), and the
+/// gradient accumulation's split (check_grad_accumulation). InvalidArgument naming the fields
+/// (c.name_of). The Trainer's validation runs them on this process's devices, fit() on the total.
+void check_devices(const TrainerConfig& c, long long devices);
+
 }  // namespace ditto::train

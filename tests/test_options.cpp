@@ -1,0 +1,278 @@
+// The option tables (core/train/options.h, backend_sim/sim_options.h): the fields each row names,
+// the values the ranks of an mpirun job compare, and the checks that moved from ditto-train into
+// TrainerConfig's and SimRun's validation (the same messages, naming the options by the rows).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "backend_sim/sim_options.h"
+#include "core/base/error.h"
+#include "core/train/metrics_format.h"
+#include "core/train/options.h"
+#include "core/train/trainer.h"
+#include "test_util.h"
+
+namespace ditto::train {
+namespace {
+
+std::shared_ptr<CsvDataSource> digits() {
+  return std::make_shared<CsvDataSource>(DITTO_DIGITS_CSV, data::CsvOptions{}, 0.2, 0);
+}
+
+/// Every table of ditto-train, with the values they write to.
+struct Tables {
+  TrainerOptions t;
+  CsvRowsOptions rows;
+  GptSettings gpt;
+  sim::SimOptions sim;
+  OptionTable all() {
+    OptionTable out;
+    for (OptionTable part :
+         {trainer_options(t), csv_rows_options(rows), gpt_options(gpt), sim::sim_options(sim)})
+      out.insert(out.end(), part.begin(), part.end());
+    return out;
+  }
+};
+
+TEST(Options, RowsNameTheirFields) {
+  Tables tables;
+  const OptionTable all = tables.all();
+  const std::map<std::string, std::string> names = field_names(all);
+  EXPECT_EQ(names.at("batch_size"), "--batch-size");
+  EXPECT_EQ(names.at("checkpoint_dir"), "--checkpoint");
+  EXPECT_EQ(names.at("resume_dir"), "--resume");
+  EXPECT_EQ(names.at("memory_capacity"), "--sim-memory-gib");
+  EXPECT_EQ(names.at("stragglers"), "--straggler");
+  EXPECT_EQ(names.at("faults"), "--fault");
+  EXPECT_EQ(names.at("n_layer"), "--n-layer");
+  EXPECT_EQ(names.at("export_files"), "--export");
+  EXPECT_EQ(names.at("data"), "--data");
+  // One row per flag, each with its help; the models' own rows say so.
+  std::set<std::string> flags, mlp, gpt;
+  for (const OptionRow& r : all) {
+    EXPECT_TRUE(flags.insert(r.flag).second) << r.flag << " twice";
+    EXPECT_FALSE(r.help.empty()) << r.flag;
+    if (r.model == "mlp") mlp.insert(r.flag);
+    if (r.model == "gpt") gpt.insert(r.flag);
+  }
+  EXPECT_EQ(mlp, (std::set<std::string>{"--hidden", "--epochs", "--label-column", "--header",
+                                        "--val-fraction", "--loss", "--optimizer", "--momentum",
+                                        "--classes"}));
+  EXPECT_EQ(gpt.size(), 25u);
+  EXPECT_TRUE(gpt.count("--init-from") && gpt.count("--eval-only") && !gpt.count("--data"));
+}
+
+TEST(Options, CanonicalValues) {
+  EXPECT_EQ(canonical_value("8", false), "8");
+  EXPECT_EQ(canonical_value("8.0", false), "8");
+  EXPECT_EQ(canonical_value("8e0", false), "8");
+  EXPECT_EQ(canonical_value(".05", false), "0.05");
+  EXPECT_EQ(canonical_value("0.050", false), "0.05");
+  EXPECT_EQ(canonical_value("-0", false), "0");
+  EXPECT_EQ(canonical_value("-0.0", false), "0");
+  EXPECT_EQ(canonical_value("ddp", false), "ddp");
+  EXPECT_EQ(canonical_value(" 8", false), " 8");  // not a number as given: as it is
+  EXPECT_EQ(canonical_value("", true), "true");
+  EXPECT_EQ(canonical_value("on", true), "true");
+  EXPECT_EQ(canonical_value("no", true), "false");
+  EXPECT_EQ(shortest(0.05), "0.05");
+  EXPECT_EQ(shortest(0.05f), "0.05");  // the float's, not 0.05000000074505806
+  EXPECT_EQ(shortest(1e-4), "0.0001");
+}
+
+TEST(Options, SettingsTheRanksCompare) {
+  Tables tables;
+  tables.t.config.micro_shards = 8;
+  tables.t.config.momentum = 0.9f;
+  tables.sim.run.faults = {"fail:device=1,step=2", "alloc:device=0,after=3"};
+  const RankSettings s = option_settings(tables.all(), {{"--devices", "2"}, {"--lr", "0.1"}});
+  std::map<std::string, std::string> m(s.begin(), s.end());
+  EXPECT_EQ(m.at("--micro-shards"), "8");
+  EXPECT_EQ(m.at("--momentum"), "0.9");  // 0.9f as a float's shortest, like "0.90" given
+  EXPECT_EQ(m.at("--devices"), "2");     // the effective value, not the default 4
+  EXPECT_EQ(m.at("--bias"), "false");
+  EXPECT_EQ(m.at("--fault"), "fail:device=1,step=2 alloc:device=0,after=3");
+  EXPECT_EQ(m.at("--straggler"), "(none)");
+  EXPECT_EQ(m.at("--hidden"), "128");
+  EXPECT_FALSE(m.count("--log-interval"));  // output only: rank 0's
+  EXPECT_EQ(s.back(), (std::pair<std::string, std::string>{"--lr", "0.1"}));  // last
+  EXPECT_EQ(s.front().first, "--backend");  // then in the table's order
+}
+
+TEST(Options, TrainerOptionsApplyTheirText) {
+  TrainerOptions o;
+  o.config.field_names = field_names(trainer_options(o));
+  o.hidden = "256,128";
+  o.dtype = "bf16";
+  o.lr = 0.1f;
+  o.config.dry_run = true;
+  o.apply({"--lr"});
+  EXPECT_EQ(o.config.hidden, (std::vector<std::int64_t>{256, 128}));
+  EXPECT_EQ(o.config.dtype, DType::bf16);
+  EXPECT_EQ(o.config.lr, 0.1f);
+  EXPECT_EQ(o.config.determinism, Determinism::fast);  // a dry run predicts a production run
+  EXPECT_FALSE(o.config.memory_capacity);
+  o.dtype = "f64";
+  test::expect_invalid([&] { o.apply({}); }, "--dtype: expected f32, bf16 or f16, got 'f64'");
+  o.dtype = "f32";
+  o.hidden = "128,";
+  test::expect_invalid([&] { o.apply({}); }, "--hidden: expected comma-separated positive sizes");
+}
+
+TEST(Options, MovedChecksRefuseInTheConfigsValidation) {
+  auto refused = [](TrainerConfig c, const std::string& part) {
+    Tables names;
+    c.field_names = field_names(names.all());
+    test::expect_invalid([&] { Trainer(c, digits()); }, part);
+  };
+  TrainerConfig c;
+  c.momentum = -0.5f;
+  refused(c, "--momentum: expected a number >= 0, got -0.5");
+  c = TrainerConfig{};
+  c.weight_decay = -1;
+  refused(c, "--weight-decay: expected a number >= 0, got -1");
+  c = TrainerConfig{};
+  c.micro_shards = 3;
+  refused(c, "--micro-shards: expected a power of two in 1..65536, got 3");
+  c.micro_shards = 2;  // 4 devices
+  refused(c, "--micro-shards: bitwise mode gives every device at least one micro-shard: expected "
+             "a power of two >= 4 (the devices), got 2");
+  c.micro_shards = 64;
+  c.devices = 128;
+  refused(c, "expected a power of two >= 128 (the devices), got 64 (the default)");
+  c.determinism = Determinism::fast;  // fast mode has no micro-shards
+  EXPECT_NO_THROW(Trainer(c, digits()));
+  // A simulated cluster multiplies the devices: the Trainer's validation knows this process's 4,
+  // fit() the total (before the backend starts), with the same message.
+  TrainerConfig nodes;
+  nodes.micro_shards = 4;
+  nodes.field_names = {{"micro_shards", "--micro-shards"}};
+  sim::add_sim_run(nodes, [] {
+    sim::SimRunOptions o;
+    o.profile = "h100-sxm";
+    o.nodes = 2;
+    return o;
+  }());
+  Trainer t(nodes, digits());
+  test::expect_invalid([&] { t.fit(); },
+                       "--micro-shards: bitwise mode gives every device at least one micro-shard: "
+                       "expected a power of two >= 8 (the devices), got 4");
+  // The simulator's, in SimRun::validate: the devices are nodes x devices.
+  auto sim_refused = [&](const std::function<void(sim::SimRunOptions&)>& set,
+                         const std::string& part) {
+    sim::SimRunOptions o;
+    set(o);
+    TrainerConfig t;
+    sim::add_sim_run(t, std::move(o));
+    refused(t, part);
+  };
+  sim_refused(
+      [](sim::SimRunOptions& o) {
+        o.profile = "h100-sxm";
+        o.nodes = 2;
+        o.stragglers = {{9, 2.0}};
+      },
+      "--straggler 9:2: expected a device in 0..7, got 9");
+  sim_refused(
+      [](sim::SimRunOptions& o) {
+        o.profile = "h100-sxm";
+        o.stragglers = {{0, -2.0}};
+      },
+      "--straggler 0:-2: expected a factor in 0.001..1000, got -2");
+  sim_refused([](sim::SimRunOptions& o) { o.faults = {"fail:device=9,step=0"}; },
+              "--fault 'fail:device=9,step=0': expected a device in 0..3, got 9");
+  sim_refused([](sim::SimRunOptions& o) { o.profile = "h300"; },
+              "--profile: expected one of h100-sxm, h200, a100-sxm-80gb, a100-sxm-40gb, "
+              "rtx4070-laptop or a .json file, got 'h300'");
+  sim_refused([](sim::SimRunOptions& o) { o.interconnect = "pcie5"; },
+              "--interconnect: changes only the cost model's predicted times: expected --profile "
+              "(or --trace) with it, got neither");
+  sim_refused([](sim::SimRunOptions& o) { o.nodes = 2; },
+              "--nodes: the nodes are the cost model's cluster");
+  TrainerConfig dry;
+  dry.dry_run = true;
+  sim::add_sim_run(dry, {});
+  refused(dry, "--dry-run: expected --profile (the GPU to predict for, e.g. a100-sxm-80gb)");
+}
+
+TEST(Options, StragglersParse) {
+  TrainerConfig c;
+  Tables names;
+  c.field_names = field_names(names.all());
+  sim::SimOptions s;
+  s.stragglers = {"3:2.5"};
+  EXPECT_EQ(s.parsed(c).stragglers, (std::vector<std::pair<int, double>>{{3, 2.5}}));
+  s.stragglers = {"3x2"};
+  test::expect_invalid([&] { s.parsed(c); },
+                       "--straggler: expected DEVICE:FACTOR such as 3:2.5, got '3x2'");
+}
+
+TEST(Options, Warnings) {
+  TrainerConfig c;
+  c.field_names = {{"bucket_cap_mb", "--bucket-cap-mb"}, {"devices", "--devices"}};
+  EXPECT_TRUE(config_warnings(c, {}).empty());
+  const std::vector<std::string> w = config_warnings(c, {"bucket_cap_mb"});
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].rfind("--bucket-cap-mb: sizes --trainer ddp's gradient buckets", 0), 0u) << w[0];
+  c.devices = 3;
+  ASSERT_EQ(config_warnings(c, {}).size(), 1u);
+  EXPECT_EQ(config_warnings(c, {})[0].rfind("--devices: 3 devices, not a power of two", 0), 0u);
+}
+
+TEST(Options, CsvRowsClasses) {
+  TrainerConfig c;
+  CsvRowsOptions o{.data = DITTO_DIGITS_CSV};
+  c.field_names = field_names(csv_rows_options(o));
+  EXPECT_EQ(open_csv_rows(o, c)->num_outputs(), 10);
+  o.classes = 12;
+  EXPECT_EQ(open_csv_rows(o, c)->num_outputs(), 12);
+  o.classes = 5;
+  test::expect_invalid([&] { open_csv_rows(o, c); },
+                       "--classes: expected a number of classes greater than every label");
+  o.classes = 0;
+  o.header = "maybe";
+  test::expect_invalid([&] { open_csv_rows(o, c); },
+                       "--header: expected auto, yes or no, got 'maybe'");
+}
+
+}  // namespace
+}  // namespace ditto::train
+
+namespace ditto::train {
+namespace {
+
+TEST(RunPrinter, WritesJsonLinesAndKeepsLateErrors) {
+  const std::string path = ::testing::TempDir() + "run_printer.jsonl";
+  RunPrinter p(path, "--metrics-jsonl", "", DType::f32);
+  TrainerCallbacks cb;
+  p.install(cb, [](const RunInfo&) { return std::string(); });
+  ASSERT_TRUE(cb.on_start && cb.on_epoch && cb.on_eval && cb.on_step);
+  cb.on_start(RunInfo{});  // opens the file (not before: a refused run leaves it untouched)
+  EpochMetrics m;
+  m.epoch = 1;
+  cb.on_epoch(m);
+  p.write_result(FitResult{});
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  ASSERT_NE(f, nullptr);
+  int lines = 0;
+  for (int ch; (ch = std::fgetc(f)) != EOF;) lines += ch == '\n';
+  std::fclose(f);
+  EXPECT_EQ(lines, 2);  // the epoch's and the final record
+  EXPECT_EQ(p.finish("prog"), 0);
+  p.late_errors.push_back("--sample: no");
+  EXPECT_EQ(p.finish("prog"), 1);  // the exit status of a run whose output failed after it
+
+  RunPrinter bad("/nonexistent-dir/m.jsonl", "--metrics-jsonl", "", DType::f32);
+  TrainerCallbacks cb2;
+  bad.install(cb2, [](const RunInfo&) { return std::string(); });
+  test::expect_invalid([&] { cb2.on_start(RunInfo{}); }, "--metrics-jsonl: ");
+}
+
+}  // namespace
+}  // namespace ditto::train
