@@ -115,6 +115,8 @@ TEST_F(GptLayers, LayerNormGeluEmbeddingDropoutGradients) {
   }
   nn::GELU gelu;
   gradcheck(gelu, act({2, 3, 8}, 6, -3.0f, 3.0f), "GELU");
+  gelu.set_input_requires_grad(false);  // no input gradient, as every layer (Module::backward)
+  EXPECT_FALSE(gelu.backward(act({2, 3, 8}, 6)).defined());
   nn::Embedding emb(7, 5, dev(), 1, 0);
   gradcheck(emb, Tensor::from_vector(seeded_ids(12, 7, 7), {3, 4}), "Embedding");
   nn::Dropout drop(0.3f, 4, 9);

@@ -13,55 +13,60 @@
 
 namespace ditto::nn {
 
+/// A transformer block (nn::Block) or one of its halves (CausalSelfAttention, GPTMLP): a
+/// Container on the residual stream whose children are built for block `layer` of a GPTConfig
+/// (layer ids and dropout sites: Note [GPT] in core/nn/gpt.h).
+class BlockModule : public Container {
+ public:
+  std::string name() const override { return name_; }
+  std::int64_t n_embd() const { return n_embd_; }
+  /// x [B, T, C] f32 (or bf16 / f16) -> [B, T, C]. Throws InvalidArgument naming the module
+  /// for another shape or dtype ("MLP.forward: input: expected [B, T, 64] ...").
+  using Module::forward;
+  Tensor forward(const Tensor& x) final;
+  /// Default: backward_chain (GPTMLP).
+  Tensor backward(const Tensor& grad_output) override { return backward_chain(grad_output); }
+
+ protected:
+  BlockModule(const char* name, std::int64_t n_embd) : name_(name), n_embd_(n_embd) {}
+  /// forward() once x is checked. Default: forward_chain (GPTMLP).
+  virtual Tensor forward_btc(const Tensor& x) { return forward_chain(x); }
+
+ private:
+  const char* name_;
+  std::int64_t n_embd_;
+};
+
 /// nanoGPT's CausalSelfAttention: qkv = c_attn(x) [B, T, 3C]; per head softmax((q k^T) /
 /// sqrt(hd)) over the causal window; att = attn_dropout(att) [B, nh, T, T]; y = att v
 /// re-assembled to [B, T, C]; resid_dropout(c_proj(y)).
-class CausalSelfAttention : public Container {
+class CausalSelfAttention : public BlockModule {
  public:
-  /// Block `layer`'s attention of the GPT of `cfg` (layer ids and dropout sites: Note [GPT] in
-  /// core/nn/gpt.h). Parameters c_attn.weight [3C, C], c_attn.bias [3C], c_proj.weight [C, C],
-  /// c_proj.bias [C] (biases when cfg.bias).
+  /// Parameters c_attn.weight [3C, C], c_attn.bias [3C], c_proj.weight [C, C], c_proj.bias [C]
+  /// (biases when cfg.bias).
   CausalSelfAttention(const GPTConfig& cfg, std::int64_t layer, const Device& device,
                       std::uint64_t seed);
-  std::string name() const override { return "CausalSelfAttention"; }
-  /// x [B, T, C] f32 -> [B, T, C].
-  using Module::forward;
-  Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad_output) override;
-  std::unique_ptr<Module> clone() const override;
-
- protected:
-  std::vector<Module*> children() override;
 
  private:
-  CausalSelfAttention() = default;
-  std::int64_t n_head_ = 1;
-  std::unique_ptr<Linear> c_attn_, c_proj_;
-  std::unique_ptr<Dropout> attn_dropout_, resid_dropout_;
-  Tensor qkv_, stats_;   // the forward's qkv and softmax stats [B, nh, T, 2] (f32)
+  CausalSelfAttention(std::int64_t n_embd, std::int64_t n_head);             // for clone
+  enum Child : std::size_t { kCAttn, kAttnDropout, kCProj, kResidDropout };  // children()
+  Tensor forward_btc(const Tensor& x) override;
+  std::unique_ptr<Container> empty_clone() const override;
+  std::int64_t n_head_;
+  Tensor qkv_, stats_;  // the forward's qkv and softmax stats [B, nh, T, 2] (f32)
   float att_p_ = 0.0f;  // the last forward's attn_dropout p (0: none)
   std::uint64_t att_stream_ = 0, att_base_ = 0;  // and its mask key
 };
 
 /// nanoGPT's MLP: dropout(c_proj(gelu(c_fc(x)))), c_fc [4C, C], c_proj [C, 4C].
-class GPTMLP : public Container {
+class GPTMLP : public BlockModule {
  public:
   GPTMLP(const GPTConfig& cfg, std::int64_t layer, const Device& device, std::uint64_t seed);
-  std::string name() const override { return "MLP"; }
-  /// x [B, T, C] f32 -> [B, T, C].
-  using Module::forward;
-  Tensor forward(const Tensor& x) override;
-  Tensor backward(const Tensor& grad_output) override;
-  std::unique_ptr<Module> clone() const override;
-
- protected:
-  std::vector<Module*> children() override;
 
  private:
-  GPTMLP() = default;
-  std::unique_ptr<Linear> c_fc_, c_proj_;
-  std::unique_ptr<GELU> gelu_;
-  std::unique_ptr<Dropout> dropout_;
+  explicit GPTMLP(std::int64_t n_embd) : BlockModule("MLP", n_embd) {}  // for clone
+  std::unique_ptr<Container> empty_clone() const override;
 };
 
 }  // namespace ditto::nn

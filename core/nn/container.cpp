@@ -1,4 +1,4 @@
-// nn::Container: settings passed on to the children.
+// nn::Container: the children it owns, settings passed on to them, clone child by child.
 #include "core/nn/container.h"
 
 namespace ditto::nn {
@@ -33,6 +33,47 @@ std::vector<Parameter*> Container::parameters() {
   for (Module* c : children())
     for (Parameter* p : c->parameters()) out.push_back(p);
   return out;
+}
+
+std::vector<Module*> Container::children() {
+  std::vector<Module*> out;
+  for (const Child& c : children_) out.push_back(c.module.get());
+  return out;
+}
+
+void Container::add_module(const std::string& child_name, std::unique_ptr<Module> child) {
+  DITTO_CHECK(child != nullptr, name(), ".add_child: ", child_name,
+              ": expected a module, got null");
+  if (!child_name.empty()) prefix_names(*child, child_name);
+  children_.push_back({child_name, std::move(child)});
+}
+
+Tensor Container::forward_chain(const Tensor& x) {
+  Tensor y = x;
+  for (Module* c : children()) y = c->forward(y);
+  return y;
+}
+
+Tensor Container::backward_chain(const Tensor& grad_output) {
+  const std::vector<Module*> layers = children();
+  Tensor g = grad_output;
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    g = (*it)->backward(g);
+    if (grad_ready_hook_)
+      for (Parameter* p : (*it)->parameters()) grad_ready_hook_(*p);
+  }
+  return g;
+}
+
+std::unique_ptr<Module> Container::clone() const {
+  std::unique_ptr<Container> m = empty_clone();
+  for (const Child& c : children_) m->add_module(c.name, c.module->clone());
+  copy_settings(*this, *m);
+  return m;
+}
+
+std::unique_ptr<Container> Container::empty_clone() const {
+  throw InternalError(name() + ".clone: a container that overrides children() overrides clone()");
 }
 
 void Container::prefix_names(Module& child, const std::string& prefix) {

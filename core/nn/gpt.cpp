@@ -29,88 +29,46 @@ float gpt_c_proj_std(std::int64_t n_layer) {
 
 // ---- Block -----------------------------------------------------------------------------------
 
-Block::Block(const GPTConfig& cfg, std::int64_t layer, const Device& device, std::uint64_t seed) {
+Block::Block(const GPTConfig& cfg, std::int64_t layer, const Device& device, std::uint64_t seed)
+    : Block(cfg.n_embd) {
   check_config(cfg);
-  ln_1_ = std::make_unique<LayerNorm>(cfg.n_embd, device, cfg.bias);
-  attn_ = std::make_unique<CausalSelfAttention>(cfg, layer, device, seed);
-  ln_2_ = std::make_unique<LayerNorm>(cfg.n_embd, device, cfg.bias);
-  mlp_ = std::make_unique<GPTMLP>(cfg, layer, device, seed);
-  name_children();
+  add_child("ln_1", std::make_unique<LayerNorm>(cfg.n_embd, device, cfg.bias));
+  add_child("attn", std::make_unique<CausalSelfAttention>(cfg, layer, device, seed));
+  add_child("ln_2", std::make_unique<LayerNorm>(cfg.n_embd, device, cfg.bias));
+  add_child("mlp", std::make_unique<GPTMLP>(cfg, layer, device, seed));
 }
 
-void Block::name_children() {
-  prefix_names(*ln_1_, "ln_1");
-  prefix_names(*attn_, "attn");
-  prefix_names(*ln_2_, "ln_2");
-  prefix_names(*mlp_, "mlp");
+std::unique_ptr<Container> Block::empty_clone() const {
+  return std::unique_ptr<Container>(new Block(n_embd()));
 }
 
-std::vector<Module*> Block::children() {
-  return {ln_1_.get(), attn_.get(), ln_2_.get(), mlp_.get()};
-}
-
-Tensor Block::forward(const Tensor& x) {
-  Tensor x1 = ops::add(x, attn_->forward(ln_1_->forward(x)));
-  return ops::add(x1, mlp_->forward(ln_2_->forward(x1)));
+Tensor Block::forward_btc(const Tensor& x) {
+  Tensor x1 = ops::add(x, child<Module>(kAttn).forward(child<Module>(kLn1).forward(x)));
+  return ops::add(x1, child<Module>(kMlp).forward(child<Module>(kLn2).forward(x1)));
 }
 
 Tensor Block::backward(const Tensor& grad_output) {
-  Tensor g1 = ops::add(grad_output, ln_2_->backward(mlp_->backward(grad_output)));
-  return ops::add(g1, ln_1_->backward(attn_->backward(g1)));
-}
-
-std::unique_ptr<Module> Block::clone() const {
-  std::unique_ptr<Block> m(new Block());
-  m->ln_1_ = clone_as(*ln_1_);
-  m->attn_ = clone_as(*attn_);
-  m->ln_2_ = clone_as(*ln_2_);
-  m->mlp_ = clone_as(*mlp_);
-  m->name_children();
-  copy_settings(*this, *m);
-  return m;
+  Tensor g1 = ops::add(grad_output,
+                       child<Module>(kLn2).backward(child<Module>(kMlp).backward(grad_output)));
+  return ops::add(g1, child<Module>(kLn1).backward(child<Module>(kAttn).backward(g1)));
 }
 
 // ---- GPT -------------------------------------------------------------------------------------
 
-GPT::GPT(const GPTConfig& cfg, const Device& device, std::uint64_t seed) : cfg_(cfg), seed_(seed) {
+GPT::GPT(const GPTConfig& cfg, const Device& device, std::uint64_t seed) : GPT(cfg, seed) {
   check_config(cfg);
-  input_requires_grad_ = false;
-  wte_ = std::make_unique<Embedding>(cfg.vocab_size, cfg.n_embd, device, seed, kWteLayerId,
-                                     kGptInitStd);
-  wpe_ = std::make_unique<Embedding>(cfg.block_size, cfg.n_embd, device, seed, kWpeLayerId,
-                                     kGptInitStd);
-  drop_ = std::make_unique<Dropout>(cfg.dropout, kEmbeddingDropoutSite, seed);
+  add_child("transformer.wte", std::make_unique<Embedding>(cfg.vocab_size, cfg.n_embd, device, seed,
+                                                           kWteLayerId, kGptInitStd));
+  add_child("transformer.wpe", std::make_unique<Embedding>(cfg.block_size, cfg.n_embd, device, seed,
+                                                           kWpeLayerId, kGptInitStd));
+  add_child("", std::make_unique<Dropout>(cfg.dropout, kEmbeddingDropoutSite, seed));
   for (std::int64_t l = 0; l < cfg.n_layer; ++l)
-    h_.push_back(std::make_unique<Block>(cfg, l, device, seed));
-  ln_f_ = std::make_unique<LayerNorm>(cfg.n_embd, device, cfg.bias);
-  name_children();
+    add_child("transformer.h." + std::to_string(l), std::make_unique<Block>(cfg, l, device, seed));
+  add_child("transformer.ln_f", std::make_unique<LayerNorm>(cfg.n_embd, device, cfg.bias));
 }
 
-void GPT::name_children() {
-  prefix_names(*wte_, "transformer.wte");
-  prefix_names(*wpe_, "transformer.wpe");
-  for (std::size_t l = 0; l < h_.size(); ++l)
-    prefix_names(*h_[l], "transformer.h." + std::to_string(l));
-  prefix_names(*ln_f_, "transformer.ln_f");
-}
-
-std::vector<Module*> GPT::children() {
-  std::vector<Module*> out{wte_.get(), wpe_.get(), drop_.get()};
-  for (auto& b : h_) out.push_back(b.get());
-  out.push_back(ln_f_.get());
-  return out;
-}
-
-std::unique_ptr<Module> GPT::clone() const {
-  std::unique_ptr<GPT> m(new GPT(cfg_, seed_));
-  m->wte_ = clone_as(*wte_);
-  m->wpe_ = clone_as(*wpe_);
-  m->drop_ = clone_as(*drop_);
-  for (const auto& b : h_) m->h_.push_back(clone_as(*b));
-  m->ln_f_ = clone_as(*ln_f_);
-  m->name_children();
-  copy_settings(*this, *m);
-  return m;
+std::unique_ptr<Container> GPT::empty_clone() const {
+  return std::unique_ptr<Container>(new GPT(cfg_, seed_));
 }
 
 Tensor GPT::forward(const Tensor& idx) {
@@ -120,19 +78,19 @@ Tensor GPT::forward(const Tensor& idx) {
   DITTO_CHECK(T >= 1 && T <= cfg_.block_size,
               "GPT.forward: idx: expected 1 <= T <= block_size = ", cfg_.block_size, ", got ",
               idx.str());
-  const Tensor ids = idx.to(wte_->weight().data.device());
+  const Tensor ids = idx.to(wte().weight().data.device());
   Tensor x;
   try {
-    x = ops::embedding(ids, wte_->weight().data, wpe_->weight().data);
+    x = ops::embedding(ids, wte().weight().data, wpe().weight().data);
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(std::string("GPT.forward: ") + e.what());
   }
-  x = drop_->forward(x);
-  for (auto& b : h_) x = b->forward(x);
-  x = ln_f_->forward(x);
+  x = drop().forward(x);
+  for (std::int64_t l = 0; l < cfg_.n_layer; ++l) x = h(l).forward(x);
+  x = ln_f().forward(x);
   idx_ = ids;
   xf_ = x.view({B * T, C});
-  Tensor logits = ops::matmul(xf_, wte_->weight().data, false, true, determinism_);  // lm_head
+  Tensor logits = ops::matmul(xf_, wte().weight().data, false, true, determinism_);  // lm_head
   return logits.view({B, T, cfg_.vocab_size});
 }
 
@@ -141,23 +99,24 @@ Tensor GPT::backward(const Tensor& grad_logits) {
   const std::int64_t B = idx_.size(0), T = idx_.size(1), C = cfg_.n_embd, V = cfg_.vocab_size;
   DITTO_CHECK(grad_logits.defined() && grad_logits.shape() == (Shape{B, T, V}) &&
                   is_float_storage(grad_logits.dtype()) && grad_logits.device() == idx_.device(),
-              "GPT.backward: grad_logits: expected ", shape_str({B, T, V}), " f32 (or bf16 / f16) on ",
-              idx_.device().str(), " (the logits' shape and device), got ", describe(grad_logits));
+              "GPT.backward: grad_logits: expected ", shape_str({B, T, V}),
+              " f32 (or bf16 / f16) on ", idx_.device().str(),
+              " (the logits' shape and device), got ", describe(grad_logits));
   auto report = [&](Module& m) {
     if (grad_ready_hook_)
       for (Parameter* p : m.parameters()) grad_ready_hook_(*p);
   };
   const Tensor g = grad_logits.view({B * T, V});
-  Tensor dx = ops::matmul(g, wte_->weight().data, false, false, determinism_).view({B, T, C});
-  dx = ln_f_->backward(dx);
-  report(*ln_f_);
-  for (auto it = h_.rbegin(); it != h_.rend(); ++it) {
-    dx = (*it)->backward(dx);
-    report(**it);
+  Tensor dx = ops::matmul(g, wte().weight().data, false, false, determinism_).view({B, T, C});
+  dx = ln_f().backward(dx);
+  report(ln_f());
+  for (std::int64_t l = cfg_.n_layer - 1; l >= 0; --l) {
+    dx = h(l).backward(dx);
+    report(h(l));
   }
-  const Tensor demb = drop_->backward(dx);
+  const Tensor demb = drop().backward(dx);
   // wpe: the sum over samples of each position's gradient (rows T.. of wpe get none).
-  Parameter& wpe = wpe_->weight();
+  Parameter& wpe = this->wpe().weight();
   new_grad(wpe, grad_dtype(wpe.data.dtype(), determinism_), demb.device(), /*zero=*/true);
   Tensor wpe_rows = wpe.grad.narrow(0, T).view({T * C});
   const Tensor demb_samples = demb.view({B, T * C});
@@ -165,16 +124,16 @@ Tensor GPT::backward(const Tensor& grad_logits) {
                 determinism_ == Determinism::bitwise ? token_bounds(*this, "GPT", B, 1)
                                                      : std::vector<std::int64_t>{},
                 /*accumulate=*/true);
-  report(*wpe_);
+  report(this->wpe());
   wte_grad(g, demb.view({B * T, C}));
-  report(*wte_);
+  report(wte());
   return Tensor();
 }
 
 // transformer.wte.weight's gradient: lm_head's dW = g^T xf plus the embedding's scatter-add of
 // demb (Note [GPT]: per micro-shard in bitwise mode).
 void GPT::wte_grad(const Tensor& g, const Tensor& demb) {
-  Parameter& wte = wte_->weight();
+  Parameter& wte = this->wte().weight();
   const std::int64_t N = g.size(0), V = cfg_.vocab_size, C = cfg_.n_embd;
   const Tensor ids = idx_.view({N});
   if (determinism_ != Determinism::bitwise) {

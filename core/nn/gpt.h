@@ -49,25 +49,16 @@
 namespace ditto::nn {
 
 /// nanoGPT's Block: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)).
-class Block : public Container {
+class Block : public BlockModule {
  public:
   Block(const GPTConfig& cfg, std::int64_t layer, const Device& device, std::uint64_t seed);
-  std::string name() const override { return "Block"; }
-  /// x [B, T, C] f32 -> [B, T, C].
-  using Module::forward;
-  Tensor forward(const Tensor& x) override;
   Tensor backward(const Tensor& grad_output) override;
-  std::unique_ptr<Module> clone() const override;
-
- protected:
-  std::vector<Module*> children() override;
 
  private:
-  Block() = default;
-  void name_children();
-  std::unique_ptr<LayerNorm> ln_1_, ln_2_;
-  std::unique_ptr<CausalSelfAttention> attn_;
-  std::unique_ptr<GPTMLP> mlp_;
+  explicit Block(std::int64_t n_embd) : BlockModule("Block", n_embd) {}  // for clone
+  enum Child : std::size_t { kLn1, kAttn, kLn2, kMlp };                  // children()
+  Tensor forward_btc(const Tensor& x) override;
+  std::unique_ptr<Container> empty_clone() const override;
 };
 
 /// nanoGPT's GPT (Note [GPT]).
@@ -91,8 +82,6 @@ class GPT : public Container {
   /// Token ids have no gradient: input_requires_grad() is always false (a true is ignored).
   void set_input_requires_grad(bool) override { input_requires_grad_ = false; }
   // parameters(): nanoGPT's state_dict names and order (Note [GPT]); lm_head.weight is wte.
-  /// Same structure and settings, parameters sharing this one's data.
-  std::unique_ptr<Module> clone() const override;
   const GPTConfig& config() const { return cfg_; }
   std::uint64_t seed() const { return seed_; }
 
@@ -113,22 +102,21 @@ class GPT : public Container {
                                      float temperature, std::int64_t top_k, std::uint64_t seed,
                                      std::int64_t vocab_limit = 0);
 
- protected:
-  std::vector<Module*> children() override;
-
  private:
   GPT(const GPTConfig& cfg, std::uint64_t seed) : cfg_(cfg), seed_(seed) {  // for clone
     input_requires_grad_ = false;
   }
-  void name_children();
+  std::unique_ptr<Container> empty_clone() const override;
   void wte_grad(const Tensor& dlogits, const Tensor& demb);
+  // The children, in nanoGPT's order: wte, wpe, drop, h.0 ... h.<n_layer - 1>, ln_f.
+  Embedding& wte() const { return child<Embedding>(0); }
+  Embedding& wpe() const { return child<Embedding>(1); }
+  Dropout& drop() const { return child<Dropout>(2); }
+  Block& h(std::int64_t l) const { return child<Block>(3 + static_cast<std::size_t>(l)); }
+  LayerNorm& ln_f() const { return child<LayerNorm>(3 + static_cast<std::size_t>(cfg_.n_layer)); }
 
   GPTConfig cfg_;
   std::uint64_t seed_ = 0;
-  std::unique_ptr<Embedding> wte_, wpe_;
-  std::unique_ptr<Dropout> drop_;
-  std::vector<std::unique_ptr<Block>> h_;
-  std::unique_ptr<LayerNorm> ln_f_;
   Tensor idx_, xf_, dlogits_;  // the last forward's ids [B, T], ln_f output [B*T, C]
 };
 

@@ -1,5 +1,5 @@
-// nn::Embedding, nn::LayerNorm, nn::GELU and nn::Dropout: forward and backward over the
-// transformer ops (core/runtime/ops.h).
+// nn::Embedding, nn::LayerNorm and nn::Dropout: forward and backward over the transformer ops
+// (core/runtime/ops.h). nn::GELU is in activation.cpp.
 #include "core/nn/gpt_layers.h"
 
 #include <cmath>
@@ -92,7 +92,7 @@ std::unique_ptr<Module> Embedding::clone() const {
 // ---- LayerNorm -----------------------------------------------------------------------------
 
 LayerNorm::LayerNorm(std::int64_t normalized_shape, const Device& device, bool bias, float eps)
-    : c_(normalized_shape), has_bias_(bias), eps_(eps) {
+    : LayerNorm(normalized_shape, bias, eps) {
   DITTO_CHECK(normalized_shape >= 1, "LayerNorm: normalized_shape: expected >= 1, got ",
               normalized_shape);
   DITTO_CHECK(std::isfinite(eps) && eps > 0.0f, "LayerNorm: eps: expected > 0, got ", eps);
@@ -100,18 +100,13 @@ LayerNorm::LayerNorm(std::int64_t normalized_shape, const Device& device, bool b
   if (has_bias_) bias_.data = Tensor::full({c_}, 0.0f, device);
 }
 
-std::string LayerNorm::str() const {
-  return detail::cat("LayerNorm(", c_, has_bias_ ? "" : ", bias=False", ")");
-}
-
-std::vector<Parameter*> LayerNorm::parameters() {
-  if (!has_bias_) return {&weight_};
-  return {&weight_, &bias_};
-}
+LayerNorm::LayerNorm(std::int64_t c, bool bias, float eps)
+    : Affine("LayerNorm", std::to_string(c), bias), c_(c), eps_(eps) {}
 
 Tensor LayerNorm::forward(const Tensor& x) {
   DITTO_CHECK(x.defined() && x.dim() >= 2 && x.size(-1) == c_ && is_float_storage(x.dtype()), str(),
-              ".forward: input: expected [N, ..., ", c_, "] f32 (or bf16 / f16), got ", describe(x));
+              ".forward: input: expected [N, ..., ", c_, "] f32 (or bf16 / f16), got ",
+              describe(x));
   DITTO_CHECK(x.device() == weight_.data.device(), str(), ".forward: input: expected a tensor on ",
               weight_.data.device().str(), " (the layer's device), got ", x.str());
   shape_ = x.shape();
@@ -123,10 +118,10 @@ Tensor LayerNorm::forward(const Tensor& x) {
 
 Tensor LayerNorm::backward(const Tensor& grad_output) {
   DITTO_CHECK(x_.defined(), str(), ".backward: called before forward");
-  DITTO_CHECK(
-      grad_output.defined() && grad_output.shape() == shape_ && is_float_storage(grad_output.dtype()),
-      str(), ".backward: grad_output: expected ", shape_str(shape_), " f32 (or bf16 / f16), got ",
-      describe(grad_output));
+  DITTO_CHECK(grad_output.defined() && grad_output.shape() == shape_ &&
+                  is_float_storage(grad_output.dtype()),
+              str(), ".backward: grad_output: expected ", shape_str(shape_),
+              " f32 (or bf16 / f16), got ", describe(grad_output));
   const Tensor dy = grad_output.view({-1, c_});
   Tensor dy_xhat;
   Tensor dx = ops::layernorm_backward(dy, x_, weight_.data, mean_, rstd_, dy_xhat);
@@ -140,34 +135,7 @@ Tensor LayerNorm::backward(const Tensor& grad_output) {
 }
 
 std::unique_ptr<Module> LayerNorm::clone() const {
-  std::unique_ptr<LayerNorm> m(new LayerNorm(c_, has_bias_, eps_));
-  m->weight_.data = weight_.data;
-  m->bias_.data = bias_.data;
-  copy_settings(*this, *m);
-  return m;
-}
-
-// ---- GELU ----------------------------------------------------------------------------------
-
-Tensor GELU::forward(const Tensor& x) {
-  DITTO_CHECK(x.defined() && is_float_storage(x.dtype()),
-              "GELU.forward: input: expected an f32 (or bf16 / f16) tensor, got ", describe(x));
-  x_ = x;
-  return ops::gelu(x);
-}
-
-Tensor GELU::backward(const Tensor& grad_output) {
-  DITTO_CHECK(x_.defined(), "GELU.backward: called before forward");
-  DITTO_CHECK(grad_output.defined() && grad_output.shape() == x_.shape(),
-              "GELU.backward: grad_output: expected ", shape_str(x_.shape()),
-              " f32 (the input's shape), got ", describe(grad_output));
-  return ops::gelu_backward(x_, grad_output);
-}
-
-std::unique_ptr<Module> GELU::clone() const {
-  auto m = std::make_unique<GELU>();
-  copy_settings(*this, *m);
-  return m;
+  return share_parameters(std::unique_ptr<Affine>(new LayerNorm(c_, has_bias_, eps_)));
 }
 
 // ---- Dropout -------------------------------------------------------------------------------
@@ -180,7 +148,8 @@ Dropout::Dropout(float p, std::uint64_t site, std::uint64_t seed)
 
 Tensor Dropout::forward(const Tensor& x) {
   DITTO_CHECK(x.defined() && is_float_storage(x.dtype()) && x.dim() >= 1,
-              "Dropout.forward: input: expected an f32 (or bf16 / f16) tensor [B, ...], got ", describe(x));
+              "Dropout.forward: input: expected an f32 (or bf16 / f16) tensor [B, ...], got ",
+              describe(x));
   shape_ = x.shape();
   has_forward_ = true;
   applied_ = active() && x.numel() > 0;

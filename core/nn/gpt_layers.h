@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "core/nn/activation.h"
+#include "core/nn/affine.h"
 #include "core/nn/module.h"
 
 namespace ditto::nn {
@@ -50,51 +52,31 @@ class Embedding : public Module {
 
 /// torch.nn.LayerNorm(C, eps=1e-5, bias=...) over the last dim (nanoGPT's LayerNorm with
 /// optional bias): weight [C] = 1, bias [C] = 0.
-class LayerNorm : public Module {
+class LayerNorm : public Affine {
  public:
   /// Throws InvalidArgument unless normalized_shape >= 1 and eps > 0.
   LayerNorm(std::int64_t normalized_shape, const Device& device, bool bias = true,
             float eps = 1e-5f);
-  std::string name() const override { return "LayerNorm"; }
-  /// "LayerNorm(128)" ("LayerNorm(128, bias=False)").
-  std::string str() const;
   /// x [N, ..., C] f32 -> y of x's shape (ops::layernorm); keeps x, mean and rstd.
   using Module::forward;
   Tensor forward(const Tensor& x) override;
   /// grad_w (+)= sum over rows of dy * xhat, grad_b (+)= sum over rows of dy; returns dx.
   Tensor backward(const Tensor& grad_output) override;
-  /// {weight, bias}, or {weight} without bias.
-  std::vector<Parameter*> parameters() override;
   std::unique_ptr<Module> clone() const override;
-  Parameter& weight() { return weight_; }
-  bool has_bias() const { return has_bias_; }
 
  private:
-  LayerNorm(std::int64_t c, bool bias, float eps) : c_(c), has_bias_(bias), eps_(eps) {}
+  LayerNorm(std::int64_t c, bool bias, float eps);  // for clone: parameters set by the caller
   std::int64_t c_ = 0;
-  bool has_bias_ = true;
   float eps_ = 1e-5f;
-  Parameter weight_{"weight", {}, {}};
-  Parameter bias_{"bias", {}, {}};
   Tensor x_, mean_, rstd_;
   Shape shape_;
 };
 
 /// torch.nn.GELU(approximate='tanh'): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), with the
 /// portable tanh (nanoGPT's model.py uses the exact erf form; ditto's GPT uses the tanh form of
-/// GPT-2 and llm.c: Note [GPT] in core/nn/gpt.h).
-class GELU : public Module {
- public:
-  std::string name() const override { return "GELU"; }
-  /// Any f32 shape; keeps x.
-  using Module::forward;
-  Tensor forward(const Tensor& x) override;
-  Tensor backward(const Tensor& grad_output) override;
-  std::unique_ptr<Module> clone() const override;
-
- private:
-  Tensor x_;
-};
+/// GPT-2 and llm.c: Note [GPT] in core/nn/gpt.h). Any f32 (or bf16 / f16) shape; keeps x
+/// (Elementwise).
+using GELU = Elementwise<GeluFn>;
 
 /// torch.nn.Dropout(p) with masks that do not depend on the device count (Note [Dropout masks]
 /// in core/numerics/gpt_math.h): in training mode element i of this module's [B, ...] input is

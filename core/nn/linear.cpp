@@ -13,25 +13,25 @@
 namespace ditto::nn {
 
 Linear::Linear(std::int64_t in, std::int64_t out, bool bias)
-    : in_(in), out_(out), has_bias_(bias) {}
+    : Affine("Linear", detail::cat(in, ", ", out), bias), in_(in), out_(out) {}
 
 Linear::Linear(std::int64_t in_features, std::int64_t out_features, const Device& device,
                std::uint64_t seed, std::uint64_t layer_id, LinearOptions options)
-    : in_(in_features), out_(out_features), has_bias_(options.bias) {
+    : Linear(in_features, out_features, options.bias) {
   DITTO_CHECK(in_features >= 1 && out_features >= 1, "Linear: expected in_features >= 1 and ",
               "out_features >= 1, got in_features = ", in_features,
               ", out_features = ", out_features);
-  DITTO_CHECK(in_features <= std::numeric_limits<std::int64_t>::max() / out_features,
-              "Linear: expected in_features * out_features <= ",
-              std::numeric_limits<std::int64_t>::max(), ", got in_features = ", in_features,
-              ", out_features = ", out_features);
+  DITTO_CHECK(
+      in_features <= std::numeric_limits<std::int64_t>::max() / out_features,
+      "Linear: expected in_features * out_features <= ", std::numeric_limits<std::int64_t>::max(),
+      ", got in_features = ", in_features, ", out_features = ", out_features);
   DITTO_CHECK(std::isfinite(options.init_std) && options.init_std >= 0.0f,
               "Linear: init_std: expected a finite value >= 0 (0: torch's default init), got ",
               options.init_std);
   const std::uint64_t stream = stream_id(kStreamInit, layer_id);
   if (options.init_std > 0.0f) {  // nanoGPT's _init_weights
-    weight_.data = normal_tensor({out_features, in_features}, device, seed, stream,
-                                 options.init_std);
+    weight_.data =
+        normal_tensor({out_features, in_features}, device, seed, stream, options.init_std);
     if (has_bias_) bias_.data = Tensor::full({out_features}, 0.0f, device);
     return;
   }
@@ -62,24 +62,10 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, const Device
   bias_.data.copy_(b);
 }
 
-std::string Linear::str() const {
-  return detail::cat("Linear(", in_, ", ", out_, has_bias_ ? "" : ", bias=False", ")");
-}
-
-std::vector<Parameter*> Linear::parameters() {
-  if (!has_bias_) return {&weight_};
-  return {&weight_, &bias_};
-}
-
-Parameter& Linear::bias() {
-  DITTO_CHECK(has_bias_, str(), ".bias: the layer has no bias (constructed with bias = false)");
-  return bias_;
-}
-
 Tensor Linear::forward(const Tensor& input) {
   DITTO_CHECK(input.defined(), str(), ".forward: input: expected a defined tensor");
-  DITTO_CHECK(input.dim() >= 2 && input.size(-1) == in_, str(),
-              ".forward: input: expected [N, ", in_, "], got ", input.str(),
+  DITTO_CHECK(input.dim() >= 2 && input.size(-1) == in_, str(), ".forward: input: expected [N, ",
+              in_, "], got ", input.str(),
               input.dim() > 2 ? " (or [N, ..., in]: leading dims are flattened)" : "");
   DITTO_CHECK(is_float_storage(input.dtype()), str(),
               ".forward: input: expected dtype f32, bf16 or f16, got ", input.str());
@@ -135,11 +121,7 @@ Tensor Linear::backward(const Tensor& grad_output) {
 }
 
 std::unique_ptr<Module> Linear::clone() const {
-  std::unique_ptr<Linear> m(new Linear(in_, out_, has_bias_));
-  m->weight_.data = weight_.data;
-  m->bias_.data = bias_.data;
-  copy_settings(*this, *m);
-  return m;
+  return share_parameters(std::unique_ptr<Affine>(new Linear(in_, out_, has_bias_)));
 }
 
 }  // namespace ditto::nn

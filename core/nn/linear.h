@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "core/nn/module.h"
+#include "core/nn/affine.h"
 
 namespace ditto::nn {
 
@@ -18,7 +18,7 @@ struct LinearOptions {
   float init_std = 0.0f;
 };
 
-class Linear : public Module {
+class Linear : public Affine {
  public:
   /// weight [out, in] and bias [out] (when options.bias), f32 on `device`. Default init: each
   /// element uniform in [-1/sqrt(in), 1/sqrt(in)) like torch.nn.Linear's reset_parameters
@@ -30,10 +30,6 @@ class Linear : public Module {
   /// finite and >= 0.
   Linear(std::int64_t in_features, std::int64_t out_features, const Device& device,
          std::uint64_t seed, std::uint64_t layer_id = 0, LinearOptions options = {});
-
-  std::string name() const override { return "Linear"; }
-  /// "Linear(64, 128)" ("Linear(64, 128, bias=False)" without bias).
-  std::string str() const;
 
   /// input [N, in] or [N, ..., in] f32 on the weight's device (leading dims flattened, as
   /// torch.nn.Linear) -> [N, ..., out]. Keeps input for backward.
@@ -47,27 +43,17 @@ class Linear : public Module {
   /// N samples (module.h), each sample's rows together. Throws InvalidArgument before any
   /// forward or for a grad_output of the wrong shape.
   Tensor backward(const Tensor& grad_output) override;
-
-  /// {weight, bias}, or {weight} without bias.
-  std::vector<Parameter*> parameters() override;
   /// Shares weight and bias data; grads undefined; parameter names "weight" and "bias" (a
   /// container prefixes them again when the clone is added).
   std::unique_ptr<Module> clone() const override;
 
   std::int64_t in_features() const { return in_; }
   std::int64_t out_features() const { return out_; }
-  bool has_bias() const { return has_bias_; }
-  Parameter& weight() { return weight_; }
-  /// Throws InvalidArgument for a layer without bias.
-  Parameter& bias();
 
  private:
   Linear(std::int64_t in, std::int64_t out, bool bias);  // for clone: parameters set by the caller
 
   std::int64_t in_ = 0, out_ = 0;
-  bool has_bias_ = true;
-  Parameter weight_{"weight", {}, {}};
-  Parameter bias_{"bias", {}, {}};
   Tensor input_;  // last forward's input, flattened to [rows, in]
   Shape input_shape_;
 };

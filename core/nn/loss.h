@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "core/numerics/determinism.h"
 #include "core/runtime/tensor.h"
@@ -56,13 +57,6 @@ class Loss {
   float mean_scale() const {
     return denominator_ > 0 ? 1.0f / static_cast<float>(denominator_) : 0.0f;
   }
-  /// For clone(): `copy` with this loss's settings (determinism, global batch).
-  template <class L>
-  std::unique_ptr<Loss> with_settings(std::unique_ptr<L> copy) const {
-    copy->determinism_ = determinism_;
-    copy->global_batch_ = global_batch_;
-    return copy;
-  }
 
   Determinism determinism_ = Determinism::fast;
   std::int64_t global_batch_ = 0;
@@ -70,16 +64,25 @@ class Loss {
   std::int64_t denominator_ = 1;  // what the last forward's mean divided by
 };
 
+/// A loss L (MSELoss, CrossEntropyLoss) whose clone() is a new L with this one's settings.
+template <class L>
+class LossOf : public Loss {
+ public:
+  std::unique_ptr<Loss> clone() const override {
+    auto copy = std::make_unique<L>();
+    copy->set_determinism(determinism_);
+    copy->set_global_batch(global_batch_);
+    return copy;
+  }
+};
+
 /// torch.nn.MSELoss(reduction='mean'): mean over all elements of (input - target)^2.
 /// input and target: same shape, f32. Errors: InvalidArgument on shape/dtype/device mismatch.
-class MSELoss : public Loss {
+class MSELoss : public LossOf<MSELoss> {
  public:
   Tensor forward(const Tensor& input, const Tensor& target) override;
   Tensor backward(const Tensor& grad_loss) override;
   using Loss::backward;
-  std::unique_ptr<Loss> clone() const override {
-    return with_settings(std::make_unique<MSELoss>());
-  }
 };
 
 /// torch.nn.CrossEntropyLoss(reduction='mean'): logits [N, C] f32, targets [N] i64 class indices
@@ -88,14 +91,11 @@ class MSELoss : public Loss {
 /// set_global_batch counts samples (sequences), the denominator is then samples * T; backward
 /// returns the logits' shape. Errors: InvalidArgument for shapes, dtypes, devices, or a target
 /// out of range (naming the row index and the value).
-class CrossEntropyLoss : public Loss {
+class CrossEntropyLoss : public LossOf<CrossEntropyLoss> {
  public:
   Tensor forward(const Tensor& input, const Tensor& target) override;
   Tensor backward(const Tensor& grad_loss) override;
   using Loss::backward;
-  std::unique_ptr<Loss> clone() const override {
-    return with_settings(std::make_unique<CrossEntropyLoss>());
-  }
 
  private:
   Shape input_shape_;  // the last forward's logits shape

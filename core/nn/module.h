@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/base/non_copyable.h"
 #include "core/numerics/determinism.h"
 #include "core/runtime/tensor.h"
 
@@ -50,13 +51,8 @@ struct Parameter {
 /// tree of per-shard tensors and is moved in whole (DDP then copies it into its bucket).
 Tensor& new_grad(Parameter& p, DType dtype, const Device& device, bool zero = false);
 
-class Module {
+class Module : public NonCopyable {
  public:
-  virtual ~Module() = default;
-  Module() = default;
-  Module(const Module&) = delete;
-  Module& operator=(const Module&) = delete;
-
   /// Short type name ("Linear", "Sequential").
   virtual std::string name() const = 0;
 
@@ -89,12 +85,14 @@ class Module {
   Determinism determinism() const { return determinism_; }
 
   /// Micro-shard boundaries of the next forward's batch (Note [Micro-shards] in
-  /// core/numerics/micro_shards.h): S+1 ascending row offsets from 0 to the batch size. In bitwise mode
-  /// the batch reductions of backward (weight and bias gradients) sum rows in order inside each
-  /// micro-shard and combine the shards with the canonical tree. Empty (the default) means
+  /// core/numerics/micro_shards.h): S+1 ascending row offsets from 0 to the batch size. In bitwise
+  /// mode the batch reductions of backward (weight and bias gradients) sum rows in order inside
+  /// each micro-shard and combine the shards with the canonical tree. Empty (the default) means
   /// kDefaultMicroShards shards over the whole batch. DataParallel sets each replica's local
   /// shards. Containers pass it on.
-  virtual void set_micro_shards(std::vector<std::int64_t> bounds) { micro_shards_ = std::move(bounds); }
+  virtual void set_micro_shards(std::vector<std::int64_t> bounds) {
+    micro_shards_ = std::move(bounds);
+  }
   const std::vector<std::int64_t>& micro_shards() const { return micro_shards_; }
 
   /// torch's Module.train() / eval(): training mode turns Dropout on (default true).

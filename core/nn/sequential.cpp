@@ -12,87 +12,36 @@ Sequential::Sequential(std::vector<std::unique_ptr<Module>> children) {
 
 Sequential& Sequential::add(std::unique_ptr<Module> child) {
   DITTO_CHECK(child != nullptr, "Sequential::add: child: expected a module, got null");
-  DITTO_CHECK(child->num_inputs() == 1, "Sequential::add: child ", children_.size(), " (",
-              child->name(), "): expected a module taking 1 input, got one taking ",
-              child->num_inputs());
-  const std::string prefix = std::to_string(children_.size()) + ".";
-  for (Parameter* p : child->parameters()) p->name = prefix + p->name;
-  child->set_determinism(determinism_);
-  child->set_micro_shards(micro_shards_);
-  child->set_training(training_);
-  child->set_step(step_);
-  child->set_first_row(first_row_);
-  child->set_input_requires_grad(children_.empty() ? input_requires_grad_ : true);
-  children_.push_back(std::move(child));
+  DITTO_CHECK(child->num_inputs() == 1, "Sequential::add: child ", size(), " (", child->name(),
+              "): expected a module taking 1 input, got one taking ", child->num_inputs());
+  copy_settings(*this, *child);
+  if (size() > 0) child->set_input_requires_grad(true);
+  add_child(std::to_string(size()), std::move(child));
   return *this;
 }
 
 Module& Sequential::operator[](std::size_t i) const {
-  DITTO_CHECK(i < children_.size(), "Sequential[]: index ", i, " out of range for ",
-              children_.size(), " children");
-  return *children_[i];
+  DITTO_CHECK(i < size(), "Sequential[]: index ", i, " out of range for ", size(), " children");
+  return child<Module>(i);
 }
 
 Tensor Sequential::forward(const Tensor& input) {
-  DITTO_CHECK(!children_.empty(), "Sequential.forward: the container is empty");
-  Tensor x = input;
-  for (auto& c : children_) x = c->forward(x);
-  return x;
+  DITTO_CHECK(size() > 0, "Sequential.forward: the container is empty");
+  return forward_chain(input);
 }
 
 Tensor Sequential::backward(const Tensor& grad_output) {
-  DITTO_CHECK(!children_.empty(), "Sequential.backward: the container is empty");
-  Tensor g = grad_output;
-  for (auto it = children_.rbegin(); it != children_.rend(); ++it) {
-    g = (*it)->backward(g);
-    if (grad_ready_hook_)
-      for (Parameter* p : (*it)->parameters()) grad_ready_hook_(*p);
-  }
-  return g;
+  DITTO_CHECK(size() > 0, "Sequential.backward: the container is empty");
+  return backward_chain(grad_output);
 }
 
-std::vector<Parameter*> Sequential::parameters() {
-  std::vector<Parameter*> out;
-  for (auto& c : children_)
-    for (Parameter* p : c->parameters()) out.push_back(p);
-  return out;
-}
-
-std::unique_ptr<Module> Sequential::clone() const {
-  auto m = std::make_unique<Sequential>();
-  copy_settings(*this, *m);
-  for (auto& c : children_) m->add(c->clone());
-  return m;
+std::unique_ptr<Container> Sequential::empty_clone() const {
+  return std::make_unique<Sequential>();
 }
 
 void Sequential::set_input_requires_grad(bool v) {
   input_requires_grad_ = v;
-  if (!children_.empty()) children_.front()->set_input_requires_grad(v);
-}
-
-void Sequential::set_micro_shards(std::vector<std::int64_t> bounds) {
-  for (auto& c : children_) c->set_micro_shards(bounds);
-  micro_shards_ = std::move(bounds);
-}
-
-void Sequential::set_determinism(Determinism d) {
-  determinism_ = d;
-  for (auto& c : children_) c->set_determinism(d);
-}
-
-void Sequential::set_training(bool v) {
-  training_ = v;
-  for (auto& c : children_) c->set_training(v);
-}
-
-void Sequential::set_step(std::int64_t step) {
-  step_ = step;
-  for (auto& c : children_) c->set_step(step);
-}
-
-void Sequential::set_first_row(std::int64_t row) {
-  first_row_ = row;
-  for (auto& c : children_) c->set_first_row(row);
+  if (size() > 0) child<Module>(0).set_input_requires_grad(v);
 }
 
 std::unique_ptr<Sequential> mlp(const std::vector<std::int64_t>& sizes, const Device& device,

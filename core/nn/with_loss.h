@@ -4,12 +4,12 @@
 
 #include <memory>
 
+#include "core/nn/container.h"
 #include "core/nn/loss.h"
-#include "core/nn/module.h"
 
 namespace ditto::nn {
 
-class WithLoss : public Module {
+class WithLoss : public Container {
  public:
   /// Takes ownership of both. Throws InvalidArgument when either is null or the model takes
   /// other than 1 input.
@@ -27,28 +27,20 @@ class WithLoss : public Module {
   /// !input_requires_grad()).
   Tensor backward(const Tensor& grad_output) override;
 
-  std::vector<Parameter*> parameters() override { return model_->parameters(); }
   /// Clones model and loss; same settings.
   std::unique_ptr<Module> clone() const override;
 
-  /// Passed to the model.
+  /// Passed to the model (Container passes the other settings of Module to it, its one child).
   void set_input_requires_grad(bool v) override;
   /// Passed to the model and the loss.
   void set_determinism(Determinism d) override;
   /// Passed to the model.
   void set_grad_ready_hook(GradReadyHook hook) override;
-  /// Passed to the model.
-  void set_micro_shards(std::vector<std::int64_t> bounds) override;
-  /// Passed to the model (training, step and first row start as the model's).
-  void set_training(bool v) override;
-  void set_step(std::int64_t step) override;
-  void set_first_row(std::int64_t row) override;
 
-  Module& model() { return *model_; }
+  Module& model() { return child<Module>(0); }
   Loss& loss() { return *loss_; }
 
  private:
-  std::unique_ptr<Module> model_;
   std::unique_ptr<Loss> loss_;
 };
 

@@ -24,7 +24,7 @@ void check_adam_options(const char* call, double lr, double beta1, double beta2,
 }
 
 Adam::Adam(std::vector<nn::Parameter*> params, AdamOptions options)
-    : Optimizer(std::move(params), "optim::Adam"), options_(options) {
+    : OptimizerWith(std::move(params), "optim::Adam", options) {
   check_adam_options("optim::Adam", options.lr, options.beta1, options.beta2, options.eps,
                      options.weight_decay);
   state_.resize(params_.size());
@@ -38,11 +38,6 @@ std::map<std::string, std::string> adam_option_strings(const AdamOptions& o, std
           {"weight_decay", exact_str(o.weight_decay)},
           {"amsgrad", o.amsgrad ? "true" : "false"},
           {"num_params", std::to_string(n)}};
-}
-
-void Adam::set_lr(double lr) {
-  check_lr(lr, "optim::Adam::set_lr");
-  options_.lr = lr;
 }
 
 OptimizerState Adam::state_dict() const {

@@ -13,17 +13,24 @@
 
 namespace ditto::optim {
 
-/// Hyper-parameters of torch.optim.Adam, with its defaults. Doubles, like the Python floats
-/// PyTorch holds them in: step_size = lr / bias_correction1 is formed in double before it is
-/// rounded to float, exactly as PyTorch does.
-struct AdamOptions {
+/// Hyper-parameters of torch.optim.Adam (AdamOptions) and torch.optim.AdamW (AdamWOptions,
+/// core/optim/adamw.h), with torch's defaults, which differ only in weight_decay's: kWeightDecay.
+/// Doubles, like the Python floats PyTorch holds them in: step_size = lr / bias_correction1 is
+/// formed in double before it is rounded to float, exactly as PyTorch does.
+template <double kWeightDecay>
+struct AdamFamilyOptions {
   double lr = 1e-3;
   double beta1 = 0.9;    ///< betas[0]
   double beta2 = 0.999;  ///< betas[1]
   double eps = 1e-8;
-  double weight_decay = 0.0;
+  /// Adam: the L2 decay added to the gradient. AdamW: the decoupled decay of nanoGPT's "decay"
+  /// group when the parameters come as one list; explicit groups (AdamWGroup) carry their own.
+  double weight_decay = kWeightDecay;
   bool amsgrad = false;
 };
+
+/// torch.optim.Adam's hyper-parameters (weight_decay 0 by default).
+using AdamOptions = AdamFamilyOptions<0.0>;
 
 /// Adam's (and AdamW's) hyper-parameter checks with torch's messages ("<call>: beta1: Invalid
 /// beta parameter at index 0: 1.5 (expected 0 <= beta1 < 1)"): InvalidArgument for lr, eps or
@@ -35,7 +42,7 @@ void check_adam_options(const char* call, double lr, double beta1, double beta2,
 std::map<std::string, std::string> adam_option_strings(const AdamOptions& o,
                                                        std::size_t num_params);
 
-class Adam : public Optimizer {
+class Adam : public OptimizerWith<AdamOptions> {
  public:
   /// Per parameter p with gradient g, at its step t = 1, 2, ... (torch.optim.Adam):
   ///   g = g + weight_decay * p
@@ -51,8 +58,6 @@ class Adam : public Optimizer {
   Adam(std::vector<nn::Parameter*> params, AdamOptions options = {});
 
   void step() override;
-  void set_lr(double lr) override;
-  double lr() const override { return options_.lr; }
   /// Per parameter with a step: "state.<i>.step" (0-dim i64; PyTorch keeps a 0-dim f32),
   /// "state.<i>.exp_avg", "state.<i>.exp_avg_sq" and with amsgrad "state.<i>.max_exp_avg_sq";
   /// options lr, beta1, beta2, eps, weight_decay, amsgrad. Loading recomputes beta^step by the
@@ -61,8 +66,6 @@ class Adam : public Optimizer {
   void load_state_dict(const OptimizerState& state) override;
   /// exp_avg, exp_avg_sq (and max_exp_avg_sq) of every parameter with a step.
   std::size_t state_bytes() const override;
-
-  const AdamOptions& options() const { return options_; }
 
   /// Number of steps parameter i has taken (0 before its first step with a grad).
   std::int64_t step_count(std::size_t i) const { return state_.at(i).step; }
@@ -90,7 +93,6 @@ class Adam : public Optimizer {
     double beta2_power = 1.0;
     Tensor exp_avg, exp_avg_sq, max_exp_avg_sq;
   };
-  AdamOptions options_;
   std::vector<State> state_;
 };
 

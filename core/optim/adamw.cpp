@@ -56,8 +56,7 @@ AdamW::AdamW(const std::vector<nn::Parameter*>& params, AdamWOptions options)
     : AdamW(nanogpt_param_groups(params, options.weight_decay), options) {}
 
 AdamW::AdamW(std::vector<AdamWGroup> groups, AdamWOptions options, std::vector<nn::Parameter*> all)
-    : Optimizer(all, "optim::AdamW"),
-      options_(checked(options, groups)),
+    : OptimizerWith(all, "optim::AdamW", checked(options, groups)),
       adam_(std::move(all), without_decay(options)) {
   for (const AdamWGroup& g : groups) {
     group_decay_.push_back(g.weight_decay);
@@ -67,8 +66,7 @@ AdamW::AdamW(std::vector<AdamWGroup> groups, AdamWOptions options, std::vector<n
 }
 
 void AdamW::set_lr(double lr) {
-  check_lr(lr, "optim::AdamW::set_lr");
-  options_.lr = lr;
+  OptimizerWith::set_lr(lr);
   adam_.set_lr(lr);
 }
 

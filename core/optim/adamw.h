@@ -15,17 +15,9 @@
 
 namespace ditto::optim {
 
-/// Hyper-parameters of torch.optim.AdamW, with its defaults (doubles, as PyTorch's Python floats).
-/// weight_decay is the decay of nanoGPT's "decay" group when the parameters come as one list;
-/// explicit groups (AdamWGroup) carry their own.
-struct AdamWOptions {
-  double lr = 1e-3;
-  double beta1 = 0.9;    ///< betas[0]
-  double beta2 = 0.999;  ///< betas[1]
-  double eps = 1e-8;
-  double weight_decay = 1e-2;
-  bool amsgrad = false;
-};
+/// torch.optim.AdamW's hyper-parameters (AdamFamilyOptions in core/optim/adam.h; weight_decay
+/// 1e-2 by default).
+using AdamWOptions = AdamFamilyOptions<1e-2>;
 
 /// One of torch's param_groups: parameters sharing a weight decay.
 struct AdamWGroup {
@@ -38,7 +30,7 @@ struct AdamWGroup {
 std::vector<AdamWGroup> nanogpt_param_groups(const std::vector<nn::Parameter*>& params,
                                              double weight_decay);
 
-class AdamW : public Optimizer {
+class AdamW : public OptimizerWith<AdamWOptions> {
  public:
   /// Per parameter p of a group with decay wd, with gradient g, at its step t = 1, 2, ...
   /// (torch.optim.AdamW, _single_tensor_adamw):
@@ -66,7 +58,6 @@ class AdamW : public Optimizer {
   /// The learning rate of the next step (every group; nanoGPT sets param_group['lr'] to the
   /// schedule's value before each step). Throws InvalidArgument for lr < 0 or NaN.
   void set_lr(double lr) override;
-  double lr() const override { return options_.lr; }
 
   /// Type "AdamW"; tensors as Adam's ("state.<i>.step" 0-dim i64, "state.<i>.exp_avg",
   /// "state.<i>.exp_avg_sq", with amsgrad "state.<i>.max_exp_avg_sq"; i indexes parameters());
@@ -80,7 +71,6 @@ class AdamW : public Optimizer {
   /// Adam's moments (Adam::state_bytes).
   std::size_t state_bytes() const override { return adam_.state_bytes(); }
 
-  const AdamWOptions& options() const { return options_; }
   /// Weight decay of parameter i (its group's).
   double weight_decay(std::size_t i) const { return decay_.at(i); }
   std::int64_t step_count(std::size_t i) const { return adam_.step_count(i); }
@@ -92,11 +82,10 @@ class AdamW : public Optimizer {
   AdamW(std::vector<AdamWGroup> groups, AdamWOptions options, std::vector<nn::Parameter*> all);
   std::map<std::string, std::string> option_strings() const;
 
-  AdamWOptions options_;
-  std::vector<double> group_decay_;        // [g]
-  std::vector<std::size_t> group_size_;    // [g]
-  std::vector<double> decay_;              // [i]: parameter i's group's weight decay
-  Adam adam_;                              // the update without decay, and the state
+  std::vector<double> group_decay_;      // [g]
+  std::vector<std::size_t> group_size_;  // [g]
+  std::vector<double> decay_;            // [i]: parameter i's group's weight decay
+  Adam adam_;                            // the update without decay, and the state
 };
 
 }  // namespace ditto::optim

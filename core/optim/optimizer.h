@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/base/non_copyable.h"
 #include "core/nn/module.h"
 
 namespace ditto::optim {
@@ -26,7 +27,7 @@ struct OptimizerState {
 std::string exact_str(double v);
 std::string exact_str(float v);
 
-class Optimizer {
+class Optimizer : public NonCopyable {
  public:
   /// Throws InvalidArgument for an empty list, a null or repeated parameter, or a parameter
   /// whose data is undefined or not f32 (naming the parameter). `call` names the optimizer.
@@ -34,9 +35,6 @@ class Optimizer {
   /// The same checks, with data of any dtype in `dtypes` accepted (a wrapper such as
   /// MasterWeights over bf16 / f16 parameters).
   Optimizer(std::vector<nn::Parameter*> params, const char* call, std::vector<DType> dtypes);
-  virtual ~Optimizer() = default;
-  Optimizer(const Optimizer&) = delete;
-  Optimizer& operator=(const Optimizer&) = delete;
 
   /// One update of every parameter whose grad is defined (others are skipped, as in PyTorch).
   /// Asynchronous: enqueued on each parameter's device's current stream.
@@ -84,6 +82,33 @@ class Optimizer {
   static void check_lr(double lr, const char* call);
 
   std::vector<nn::Parameter*> params_;
+};
+
+/// An optimizer with hyper-parameters `Options` (SGDOptions, AdamOptions, AdamWOptions): keeps
+/// them, and gives lr() and set_lr() over Options::lr.
+template <class Options>
+class OptimizerWith : public Optimizer {
+ public:
+  /// Throws InvalidArgument for lr < 0 or NaN ("optim::Adam::set_lr: lr: Invalid learning rate:
+  /// -1"); else options().lr = lr, in Options::lr's type (a float for SGD).
+  void set_lr(double lr) override {
+    check_lr(lr, set_lr_call_.c_str());
+    options_.lr = static_cast<decltype(Options::lr)>(lr);
+  }
+  double lr() const override { return options_.lr; }
+  const Options& options() const { return options_; }
+
+ protected:
+  /// Optimizer's checks of `params` (naming `call`), then `options` kept as they are.
+  OptimizerWith(std::vector<nn::Parameter*> params, const char* call, const Options& options)
+      : Optimizer(std::move(params), call), options_(options), set_lr_call_(call) {
+    set_lr_call_ += "::set_lr";
+  }
+
+  Options options_;
+
+ private:
+  std::string set_lr_call_;
 };
 
 }  // namespace ditto::optim

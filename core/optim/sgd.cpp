@@ -1,21 +1,20 @@
 // optim::Optimizer basics and optim::SGD's step through ops::sgd_step_ (Kernels::sgd_step).
 #include "core/optim/sgd.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstring>
 #include <set>
-
-#include <algorithm>
-#include <cctype>
 
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 
 namespace ditto::ops {
 
-// Declared in core/runtime/ops.h with the other validated ops; defined here, beside its only caller, so
-// that ops.cpp (kernels' argument checks) and the optimizer could be written in parallel. It may
-// move to ops.cpp.
+// Declared in core/runtime/ops.h with the other validated ops; defined here, beside its only
+// caller, so that ops.cpp (kernels' argument checks) and the optimizer could be written in
+// parallel. It may move to ops.cpp.
 void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, float lr, float momentum,
                float dampening, float weight_decay, bool nesterov, bool first_step) {
   DITTO_CHECK(param.defined() && param.dtype() == DType::f32 && !param.device().is_cpu(),
@@ -63,8 +62,8 @@ Optimizer::Optimizer(std::vector<nn::Parameter*> params, const char* call,
     for (DType d : dtypes) want += std::string(want.empty() ? "" : " or ") + dtype_name(d);
     DITTO_CHECK(p->data.defined() &&
                     std::find(dtypes.begin(), dtypes.end(), p->data.dtype()) != dtypes.end(),
-                call, ": params[", i, "] ('", p->name, "'): expected defined ", want,
-                " data, got ", p->data.defined() ? p->data.str() : std::string("an undefined tensor"));
+                call, ": params[", i, "] ('", p->name, "'): expected defined ", want, " data, got ",
+                p->data.defined() ? p->data.str() : std::string("an undefined tensor"));
   }
 }
 
@@ -87,11 +86,6 @@ std::pair<std::size_t, std::string> Optimizer::split_state_name(const std::strin
 
 void Optimizer::check_lr(double lr, const char* call) {
   DITTO_CHECK(lr >= 0.0, call, ": lr: Invalid learning rate: ", lr, " (expected >= 0)");
-}
-
-void SGD::set_lr(double lr) {
-  check_lr(lr, "optim::SGD::set_lr");
-  options_.lr = static_cast<float>(lr);
 }
 
 void Optimizer::check_state(const OptimizerState& state, const char* call, const std::string& type,
@@ -133,9 +127,9 @@ void Optimizer::check_state(const OptimizerState& state, const char* call, const
       DITTO_CHECK(t.dtype() == DType::i64 && t.dim() == 0, call, ": state: tensor '", name,
                   "': expected a 0-dim i64 step count, got ", t.str());
     } else {
-      DITTO_CHECK(t.dtype() == DType::f32 && t.shape() == p.data.shape(), call,
-                  ": state: tensor '", name, "': expected ", shape_str(p.data.shape()),
-                  " f32 (the shape of parameter ", i, " '", p.name, "'), got ", t.str());
+      DITTO_CHECK(t.dtype() == DType::f32 && t.shape() == p.data.shape(), call, ": state: tensor '",
+                  name, "': expected ", shape_str(p.data.shape()), " f32 (the shape of parameter ",
+                  i, " '", p.name, "'), got ", t.str());
     }
   }
 }
@@ -168,7 +162,7 @@ void Optimizer::zero_grad(bool set_to_none) {
 }
 
 SGD::SGD(std::vector<nn::Parameter*> params, SGDOptions options)
-    : Optimizer(std::move(params), "optim::SGD"), options_(options) {
+    : OptimizerWith(std::move(params), "optim::SGD", options) {
   // Messages follow torch.optim.SGD's ("Invalid learning rate: ...").
   DITTO_CHECK(options.lr >= 0.0f, "optim::SGD: lr: Invalid learning rate: ", options.lr,
               " (expected >= 0)");
@@ -178,9 +172,8 @@ SGD::SGD(std::vector<nn::Parameter*> params, SGDOptions options)
   DITTO_CHECK(options.weight_decay >= 0.0f,
               "optim::SGD: weight_decay: Invalid weight_decay value: ", options.weight_decay,
               " (expected >= 0)");
-  DITTO_CHECK(options.dampening == options.dampening,
-              "optim::SGD: dampening: expected a number, "
-              "got nan");
+  DITTO_CHECK(options.dampening == options.dampening, "optim::SGD: dampening: expected a number, "
+                                                      "got nan");
   DITTO_CHECK(!options.nesterov || (options.momentum > 0.0f && options.dampening == 0.0f),
               "optim::SGD: nesterov: Nesterov momentum requires a momentum and zero dampening ",
               "(got momentum ", options.momentum, ", dampening ", options.dampening, ")");

@@ -14,7 +14,7 @@ struct SGDOptions {
   bool nesterov = false;
 };
 
-class SGD : public Optimizer {
+class SGD : public OptimizerWith<SGDOptions> {
  public:
   /// Per parameter p with gradient g (torch.optim.SGD):
   ///   g = g + weight_decay * p
@@ -28,9 +28,6 @@ class SGD : public Optimizer {
   SGD(std::vector<nn::Parameter*> params, SGDOptions options);
 
   void step() override;
-  /// lr rounded to float (SGDOptions::lr).
-  void set_lr(double lr) override;
-  double lr() const override { return options_.lr; }
   /// "state.<i>.momentum_buffer" for each parameter with a buffer; options lr, momentum,
   /// dampening, weight_decay, nesterov.
   OptimizerState state_dict() const override;
@@ -38,12 +35,10 @@ class SGD : public Optimizer {
   /// The momentum buffers (none without momentum).
   std::size_t state_bytes() const override;
 
-  const SGDOptions& options() const { return options_; }
   /// Momentum buffer of parameter i (undefined before its first step or when momentum == 0).
   const Tensor& momentum_buffer(std::size_t i) const { return buffers_.at(i); }
 
  private:
-  SGDOptions options_;
   std::vector<Tensor> buffers_;
 };
 

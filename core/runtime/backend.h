@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/base/non_copyable.h"
 #include "core/numerics/determinism.h"
 #include "core/runtime/device.h"
 #include "core/runtime/dtype.h"
@@ -375,13 +376,8 @@ class Kernels {
                            const std::vector<std::int64_t>& ns, float alpha);
 };
 
-class Backend {
+class Backend : public NonCopyable {
  public:
-  virtual ~Backend() = default;
-  Backend() = default;
-  Backend(const Backend&) = delete;
-  Backend& operator=(const Backend&) = delete;
-
   /// Registry name: "cpu", "sim", "cuda".
   virtual std::string name() const = 0;
   virtual int device_count() const = 0;

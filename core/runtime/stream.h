@@ -7,19 +7,15 @@
 
 #include <memory>
 
+#include "core/base/non_copyable.h"
 #include "core/runtime/device.h"
 
 namespace ditto {
 
 class Event;
 
-class Stream {
+class Stream : public NonCopyable {
  public:
-  virtual ~Stream() = default;
-  Stream() = default;
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-
   /// The device this stream runs on.
   virtual Device device() const = 0;
 
@@ -35,13 +31,8 @@ class Stream {
   virtual void wait(const Event& event) = 0;
 };
 
-class Event {
+class Event : public NonCopyable {
  public:
-  virtual ~Event() = default;
-  Event() = default;
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-
   /// Block until the work recorded before this event has finished.
   virtual void synchronize() = 0;
 
