@@ -6,6 +6,7 @@
 #include <atomic>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "core/base/error.h"
 
@@ -26,9 +27,6 @@
 namespace ditto::cuda {
 
 namespace {
-
-std::atomic<const CublasApi*> g_loaded{nullptr};
-std::atomic<const CublasLtApi*> g_lt_loaded{nullptr};
 
 template <class F>
 void resolve(void* lib, const char* lib_name, const char* symbol, F& out) {
@@ -55,70 +53,72 @@ void* open_library(const char* what, const std::string& soname, const std::strin
   return lib;
 }
 
-/// open_library, then resolve_all(lib, soname, table); the library is closed again if a symbol
-/// is missing, else stays open for the life of the process.
-template <class Api>
-Api load_table(const char* what, const std::string& soname, const std::string& fallback,
-               void (*resolve_all)(void*, const char*, Api&)) {
-  void* lib = open_library(what, soname, fallback);
-  Api api;
-  try {
-    resolve_all(lib, soname.c_str(), api);
-  } catch (...) {
-    dlclose(lib);
-    throw;
-  }
-  return api;
-}
-
-/// The table `load` gives for the build's soname and path, loaded on the first call (thread-safe:
-/// double-checked through `loaded`); a failed load throws before the static is initialised, so the
-/// next call tries again.
-template <class Api>
-const Api& load_once(std::atomic<const Api*>& loaded,
-                     Api (*load)(const std::string&, const std::string&), const char* soname,
-                     const char* path) {
-  static std::mutex mu;
-  if (const Api* api = loaded.load(std::memory_order_acquire)) return *api;
-  std::lock_guard lk(mu);
-  if (const Api* api = loaded.load(std::memory_order_acquire)) return *api;
-  static const Api api = load(soname, path);
-  loaded.store(&api, std::memory_order_release);
-  return api;
-}
-
 #define DITTO_LAZY_CUBLAS_RESOLVE(field, symbol) resolve(lib, name, #symbol, api.field);
+
+/// Every symbol of `Api` (CublasApi or CublasLtApi) from `lib`, the library called `name`.
+template <class Api>
+void resolve_all(void* lib, const char* name, Api& api) {
+  if constexpr (std::is_same_v<Api, CublasApi>) {
+    DITTO_LAZY_CUBLAS_FUNCTIONS(DITTO_LAZY_CUBLAS_RESOLVE, DITTO_LAZY_CUBLAS_SKIP)
+  } else {
+    DITTO_LAZY_CUBLAS_FUNCTIONS(DITTO_LAZY_CUBLAS_SKIP, DITTO_LAZY_CUBLAS_RESOLVE)
+  }
+}
+
+/// One lazily opened library and its table `Api`: `what` for messages, the build's soname and
+/// path.
+template <class Api>
+struct LazyLibrary {
+  const char* what;
+  const char* soname;
+  const char* path;
+  std::atomic<const Api*> loaded{nullptr};
+
+  /// open_library, then resolve_all; the library is closed again if a symbol is missing, else
+  /// stays open for the life of the process.
+  Api load(const std::string& so, const std::string& fallback) const {
+    void* lib = open_library(what, so, fallback);
+    Api api;
+    try {
+      resolve_all(lib, so.c_str(), api);
+    } catch (...) {
+      dlclose(lib);
+      throw;
+    }
+    return api;
+  }
+
+  /// The table for the build's soname and path, loaded on the first call (thread-safe:
+  /// double-checked through `loaded`); a failed load throws before the static is initialised, so
+  /// the next call tries again.
+  const Api& get() {
+    static std::mutex mu;
+    if (const Api* api = loaded.load(std::memory_order_acquire)) return *api;
+    std::lock_guard lk(mu);
+    if (const Api* api = loaded.load(std::memory_order_acquire)) return *api;
+    static const Api api = load(soname, path);
+    loaded.store(&api, std::memory_order_release);
+    return api;
+  }
+
+  const Api* if_loaded() const noexcept { return loaded.load(std::memory_order_acquire); }
+};
+
+LazyLibrary<CublasApi> g_cublas{"cuBLAS", DITTO_CUBLAS_SONAME, DITTO_CUBLAS_PATH};
+LazyLibrary<CublasLtApi> g_cublaslt{"cuBLASLt", DITTO_CUBLASLT_SONAME, DITTO_CUBLASLT_PATH};
 
 }  // namespace
 
 CublasApi load_cublas(const std::string& soname, const std::string& fallback) {
-  return load_table<CublasApi>(
-      "cuBLAS", soname, fallback, [](void* lib, const char* name, CublasApi& api) {
-        DITTO_LAZY_CUBLAS_FUNCTIONS(DITTO_LAZY_CUBLAS_RESOLVE, DITTO_LAZY_CUBLAS_SKIP)
-      });
+  return g_cublas.load(soname, fallback);
 }
-
-const CublasApi& cublas_api() {
-  return load_once(g_loaded, &load_cublas, DITTO_CUBLAS_SONAME, DITTO_CUBLAS_PATH);
-}
-
-const CublasApi* cublas_api_if_loaded() noexcept {
-  return g_loaded.load(std::memory_order_acquire);
-}
+const CublasApi& cublas_api() { return g_cublas.get(); }
+const CublasApi* cublas_api_if_loaded() noexcept { return g_cublas.if_loaded(); }
 
 CublasLtApi load_cublaslt(const std::string& soname, const std::string& fallback) {
-  return load_table<CublasLtApi>(
-      "cuBLASLt", soname, fallback, [](void* lib, const char* name, CublasLtApi& api) {
-        DITTO_LAZY_CUBLAS_FUNCTIONS(DITTO_LAZY_CUBLAS_SKIP, DITTO_LAZY_CUBLAS_RESOLVE)
-      });
+  return g_cublaslt.load(soname, fallback);
 }
-
-const CublasLtApi& cublaslt_api() {
-  return load_once(g_lt_loaded, &load_cublaslt, DITTO_CUBLASLT_SONAME, DITTO_CUBLASLT_PATH);
-}
-
-const CublasLtApi* cublaslt_api_if_loaded() noexcept {
-  return g_lt_loaded.load(std::memory_order_acquire);
-}
+const CublasLtApi& cublaslt_api() { return g_cublaslt.get(); }
+const CublasLtApi* cublaslt_api_if_loaded() noexcept { return g_cublaslt.if_loaded(); }
 
 }  // namespace ditto::cuda

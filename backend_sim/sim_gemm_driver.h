@@ -44,17 +44,22 @@
 //   kMr), kKc (the k block);
 //   Lanes, lanes(n) (the first n lanes of a vector, n <= 0 for none), load(p, lanes),
 //   store(p, v, lanes) (never touching the other lanes), zero(), set1(x), add, mul,
-//   fmadd(a, b, c) (a * b + c), load_tile(p) / store_tile(p, v) (a whole vector of a
-//   64-byte-aligned scratch tile);
+//   fmadd(a, b, c) (a * b + c), load_tile(p) / store_tile(p, v) (a whole vector);
 //   pack_transposed(src, ld, rows, kc, dst, w): dst[k * w + j] = src[j * ld + k] (k < kc,
 //   j < rows, lanes [rows, w) zero);
 //   pack_direct(src, ld, cols, kc, dst, w): dst[k * w + j] = src[k * ld + j];
 //   chain<NV>(ap, bp, kc, acc): acc[r][v] = fma(ap[k][r], bp[k][kW v ..], acc[r][v]) for k =
 //   0..kc-1 in order (ap: [kc][kMr], bp: [kc][kW * NV]), the micro-kernel.
+// SimdIsa (below) makes one from what differs between instruction sets (Ops: the vector type,
+// its lane masks, broadcast, fmadd, the register transpose) and the micro-tile's shape; the rest
+// (the packing, the micro-kernel, the arithmetic, written with GCC's vector operators, which are
+// what the intrinsics _mm256_add_ps, _mm512_mul_ps, ... are) is written once there.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <utility>
 #include <vector>
 
 #include "backend_sim/sim_eigen.h"  // first: its pragma must precede Eigen
@@ -325,5 +330,137 @@ void blocked_gemm_tn_sharded(std::int64_t M, std::int64_t N, const float* A, std
     }
   }
 }
+
+// out[i] = (a ++ b)[F(i)] for the kW lanes i of a vector: a constant permutation of two vectors
+// (GCC's __builtin_shufflevector; it compiles to the one unpack or shuffle instruction it names).
+template <auto F, typename Vec, std::size_t... I>
+[[gnu::always_inline]] inline Vec permute(Vec a, Vec b, std::index_sequence<I...>) {
+  return __builtin_shufflevector(a, b, F(static_cast<int>(I))...);
+}
+
+// The first half of a kW x kW register transpose, the same for every width: within each
+// 128-bit block of 4 lanes, 4 x 4 transposes of rows 4q..4q+3 (unpacklo / unpackhi, then
+// shuffles 0x44 / 0xEE, as _mm256_unpacklo_ps, _mm512_shuffle_ps, ...). Afterwards block b of
+// v[4q + c] holds rows 4q..4q+3 of column 4b + c; the instruction set's cross_blocks moves block
+// b of v[4q + c] to block q of v[4b + c].
+template <int W, typename Vec>
+[[gnu::always_inline]] inline void transpose_in_blocks(Vec (&v)[W]) {
+  constexpr auto idx = std::make_index_sequence<W>{};
+  constexpr auto unpack_lo = [](int i) { return (i & 1) * W + (i & ~3) + (i & 3) / 2; };
+  constexpr auto unpack_hi = [](int i) { return (i & 1) * W + (i & ~3) + 2 + (i & 3) / 2; };
+  constexpr auto shuffle_44 = [](int i) { return (i & 3) < 2 ? i : W + i - 2; };
+  constexpr auto shuffle_ee = [](int i) { return (i & 3) < 2 ? i + 2 : W + i; };
+  Vec t[W];
+#pragma GCC unroll 16
+  for (int i = 0; i < W; i += 2) {
+    t[i] = permute<unpack_lo>(v[i], v[i + 1], idx);
+    t[i + 1] = permute<unpack_hi>(v[i], v[i + 1], idx);
+  }
+#pragma GCC unroll 16
+  for (int i = 0; i < W; i += 4) {
+    v[i] = permute<shuffle_44>(t[i], t[i + 2], idx);
+    v[i + 1] = permute<shuffle_ee>(t[i], t[i + 2], idx);
+    v[i + 2] = permute<shuffle_44>(t[i + 1], t[i + 3], idx);
+    v[i + 3] = permute<shuffle_ee>(t[i + 1], t[i + 3], idx);
+  }
+}
+
+// An Isa from an instruction set's Ops and the micro-tile's shape (Mr rows, kNv = 2 vectors per
+// row; Mc rows of op(A) per packing, k blocks of Kc). Ops supplies (all static): Vec (a GCC
+// vector of floats: __m256, __m512), Lanes, lanes(n), load(p, lanes), store(p, v, lanes),
+// broadcast(p) (every lane *p), fmadd(a, b, c), cross_blocks(Vec (&)[kW]) (the second half of
+// the register transpose, after transpose_in_blocks), and kPrefetchA (whether the micro-kernel
+// prefetches op(A)'s panel 8 k steps ahead).
+template <class Ops, int Mr, std::int64_t Mc, std::int64_t Kc>
+struct SimdIsa : Ops {
+  using Vec = typename Ops::Vec;
+  using Lanes = typename Ops::Lanes;
+  static constexpr int kW = static_cast<int>(sizeof(Vec) / sizeof(float));  // floats per vector
+  static constexpr int kMr = Mr;        // rows per micro-tile (kMr * kNv accumulator vectors)
+  static constexpr int kNv = 2;         // vectors per micro-tile row
+  static constexpr int kNr = kW * kNv;  // columns per micro-tile: op(B)'s panel width (the last
+                                        // panel of a row may be kW, ..., kNr - kW wide)
+  static constexpr std::int64_t kMc = Mc, kKc = Kc;
+  static_assert(kMr <= kW && kMc % kMr == 0);  // an op(A) panel is one transpose wide
+
+  static Vec load_tile(const float* p) {
+    Vec v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  }
+  static void store_tile(float* p, Vec v) { std::memcpy(p, &v, sizeof v); }
+  static Vec zero() { return Vec{}; }
+  static Vec set1(float x) { return Ops::broadcast(&x); }
+  static Vec add(Vec a, Vec b) { return a + b; }
+  static Vec mul(Vec a, Vec b) { return a * b; }
+  // v[r] holds row r of a kW x kW block; afterwards v[c] holds column c.
+  [[gnu::always_inline]] static void transpose(Vec (&v)[kW]) {
+    transpose_in_blocks<kW>(v);
+    Ops::cross_blocks(v);
+  }
+
+  // dst[k * w + j] = src[j * ld + k] for k < kc, j < rows (rows <= w; w <= kW or a multiple of
+  // kW; lanes [rows, w) get 0): a rows x kc block whose rows are contiguous in k, transposed
+  // kW x kW at a time; loads never pass a row's last element.
+  static void pack_transposed(const float* src, std::int64_t ld, std::int64_t rows, std::int64_t kc,
+                              float* dst, std::int64_t w) {
+    for (std::int64_t j0 = 0; j0 < w; j0 += kW) {
+      const Lanes store = Ops::lanes(std::min<std::int64_t>(kW, w - j0));
+      std::int64_t k0 = 0;
+      for (; k0 + kW <= kc; k0 += kW) {
+        Vec v[kW];
+#pragma GCC unroll 16
+        for (int j = 0; j < kW; ++j)
+          v[j] = j0 + j < rows ? load_tile(src + (j0 + j) * ld + k0) : zero();
+        transpose(v);
+#pragma GCC unroll 16
+        for (int k = 0; k < kW; ++k) Ops::store(dst + (k0 + k) * w + j0, v[k], store);
+      }
+      if (k0 < kc) {
+        const Lanes load = Ops::lanes(kc - k0);
+        Vec v[kW];
+#pragma GCC unroll 16
+        for (int j = 0; j < kW; ++j)
+          v[j] = j0 + j < rows ? Ops::load(src + (j0 + j) * ld + k0, load) : zero();
+        transpose(v);
+        for (std::int64_t k = 0; k < kc - k0; ++k) Ops::store(dst + (k0 + k) * w + j0, v[k], store);
+      }
+    }
+  }
+
+  // dst[k * w + j] = src[k * ld + j] for k < kc, j < cols (cols <= w), other lanes 0.
+  static void pack_direct(const float* src, std::int64_t ld, std::int64_t cols, std::int64_t kc,
+                          float* dst, std::int64_t w) {
+    for (std::int64_t k = 0; k < kc; ++k) {
+      const float* s = src + k * ld;
+      float* d = dst + k * w;
+      for (std::int64_t j0 = 0; j0 < w; j0 += kW)
+        Ops::store(d + j0, j0 < cols ? Ops::load(s + j0, Ops::lanes(cols - j0)) : zero(),
+                   Ops::lanes(w - j0));
+    }
+  }
+
+  // The micro-kernel: acc[r][v] = fma(ap[k][r], bp[k][kW v ..], acc[r][v]) for k = 0..kc-1 in
+  // order, the k chain of a kMr x (kW * NV) tile (ap: [kc][kMr], bp: [kc][kW * NV]).
+  template <int NV>
+  [[gnu::always_inline]] static void chain(const float* __restrict ap, const float* __restrict bp,
+                                           std::int64_t kc, Vec (&acc)[kMr][NV]) {
+    constexpr int w = kW * NV;
+    for (std::int64_t k = 0; k < kc; ++k) {
+      const float* b = bp + k * w;
+      const float* a = ap + k * kMr;
+      Vec bv[NV];
+#pragma GCC unroll 16
+      for (int v = 0; v < NV; ++v) bv[v] = load_tile(b + kW * v);
+      if constexpr (Ops::kPrefetchA) __builtin_prefetch(a + 8 * kMr, 0, 3);
+#pragma GCC unroll 16
+      for (int r = 0; r < kMr; ++r) {
+        const Vec av = Ops::broadcast(a + r);
+#pragma GCC unroll 16
+        for (int v = 0; v < NV; ++v) acc[r][v] = Ops::fmadd(av, bv[v], acc[r][v]);
+      }
+    }
+  }
+};
 
 }  // namespace ditto::sim::gemm_detail

@@ -23,6 +23,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -150,6 +151,10 @@ class MpiLink {
   bool wait_or_abort(std::vector<MPI_Request>& reqs, Clock::time_point deadline, bool& aborted);
   /// The aborted link's error for `label`, keeping `keep` alive for pending requests.
   [[noreturn]] void throw_aborted(const std::string& label, std::shared_ptr<void> keep);
+  /// Keeps `keep` alive for pending requests, aborts the link with `reason` (a timeout) and
+  /// throws Timeout(reason).
+  [[noreturn]] void time_out(const std::string& reason,
+                             std::initializer_list<std::shared_ptr<void>> keep);
   /// all_to_all_v: every rank's send_counts and recv_counts into `calls` (an MPI_Iallgather)
   /// when every rank called all_to_all_v, so find_call_mismatch can cross-check them.
   void exchange_counts(std::vector<CollectiveCall>& calls, std::uint64_t seq);

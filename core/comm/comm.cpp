@@ -149,25 +149,36 @@ std::vector<std::vector<Tensor>> broadcast_coalesced(const std::vector<Tensor>& 
 
 // ---- reduce_add -----------------------------------------------------------------------------
 
+namespace {
+// reduce_add's and reduce_add_coalesced's `mode`.
+void check_reduce_mode(const char* call, Determinism mode) {
+  DITTO_CHECK(is_valid_determinism(mode), call,
+              ": mode: expected Determinism::fast or Determinism::bitwise, got value ",
+              static_cast<int>(mode));
+}
+// Input `name` of `call`: defined, and of the dtype and shape of `like` (named `like_name`).
+void check_input_like(const char* call, const std::string& name, const Tensor& t,
+                      const std::string& like_name, const Tensor& like) {
+  DITTO_CHECK(t.defined(), call, ": ", name, ": expected a defined tensor");
+  DITTO_CHECK(t.dtype() == like.dtype(), call, ": ", name, ": expected dtype ",
+              dtype_name(like.dtype()), " (like ", like_name, "), got ", t.str());
+  DITTO_CHECK(t.shape() == like.shape(), call, ": ", name, ": expected shape ",
+              shape_str(like.shape()), " (like ", like_name, "), got ", t.str());
+}
+}  // namespace
+
 Tensor reduce_add(const std::vector<Tensor>& inputs, std::optional<Device> destination,
                   Determinism mode) {
   DITTO_CHECK(!inputs.empty(), "comm::reduce_add: inputs: expected at least one tensor, got an "
                                "empty list");
-  DITTO_CHECK(is_valid_determinism(mode),
-              "comm::reduce_add: mode: expected Determinism::fast or "
-              "Determinism::bitwise, got value ",
-              static_cast<int>(mode));
+  check_reduce_mode("comm::reduce_add", mode);
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
-    DITTO_CHECK(t.defined(), "comm::reduce_add: inputs[", i, "]: expected a defined tensor");
-    DITTO_CHECK(!t.device().is_cpu(), "comm::reduce_add: inputs[", i,
-                "]: expected a tensor on a device of a GPU backend, got ", t.str());
-    DITTO_CHECK(t.dtype() == inputs[0].dtype(), "comm::reduce_add: inputs[", i,
-                "]: expected dtype ", dtype_name(inputs[0].dtype()), " (like inputs[0]), got ",
-                t.str());
-    DITTO_CHECK(t.shape() == inputs[0].shape(), "comm::reduce_add: inputs[", i,
-                "]: expected shape ", shape_str(inputs[0].shape()), " (like inputs[0]), got ",
-                t.str());
+    const std::string name = ::ditto::detail::cat("inputs[", i, "]");
+    DITTO_CHECK(t.defined(), "comm::reduce_add: ", name, ": expected a defined tensor");
+    DITTO_CHECK(!t.device().is_cpu(), "comm::reduce_add: ", name,
+                ": expected a tensor on a device of a GPU backend, got ", t.str());
+    check_input_like("comm::reduce_add", name, t, "inputs[0]", inputs[0]);
   }
   const Device dest = destination.value_or(inputs[0].device());
   check_device("reduce_add", "destination", dest, true);
@@ -193,24 +204,16 @@ std::vector<Tensor> reduce_add_coalesced(const std::vector<std::vector<Tensor>>&
                                          Determinism mode) {
   DITTO_CHECK(!inputs.empty(), "comm::reduce_add_coalesced: inputs: expected one list of tensors "
                                "per device, got an empty list");
-  DITTO_CHECK(is_valid_determinism(mode),
-              "comm::reduce_add_coalesced: mode: expected "
-              "Determinism::fast or Determinism::bitwise, got value ",
-              static_cast<int>(mode));
+  check_reduce_mode("comm::reduce_add_coalesced", mode);
   const std::vector<Tensor>& first = inputs[0];
   for (std::size_t d = 0; d < inputs.size(); ++d) {
     DITTO_CHECK(inputs[d].size() == first.size(), "comm::reduce_add_coalesced: inputs[", d,
                 "]: expected ", first.size(), " tensors (like inputs[0]), got ", inputs[d].size());
     for (std::size_t i = 0; i < inputs[d].size(); ++i) {
       const Tensor& t = inputs[d][i];
-      DITTO_CHECK(t.defined(), "comm::reduce_add_coalesced: inputs[", d, "][", i,
-                  "]: expected a defined tensor");
-      DITTO_CHECK(t.dtype() == first[i].dtype(), "comm::reduce_add_coalesced: inputs[", d, "][", i,
-                  "]: expected dtype ", dtype_name(first[i].dtype()), " (like inputs[0][", i,
-                  "]), got ", t.str());
-      DITTO_CHECK(t.shape() == first[i].shape(), "comm::reduce_add_coalesced: inputs[", d, "][", i,
-                  "]: expected shape ", shape_str(first[i].shape()), " (like inputs[0][", i,
-                  "]), got ", t.str());
+      check_input_like("comm::reduce_add_coalesced",
+                       ::ditto::detail::cat("inputs[", d, "][", i, "]"), t,
+                       ::ditto::detail::cat("inputs[0][", i, "]"), first[i]);
       DITTO_CHECK(t.device() == inputs[d][0].device(), "comm::reduce_add_coalesced: inputs[", d,
                   "][", i, "]: expected a tensor on ", inputs[d][0].device().str(),
                   " (each list on one device), got ", t.str());

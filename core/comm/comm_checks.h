@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/backend_api/collective_call.h"
 #include "core/comm/communicator.h"
 
 namespace ditto::detail {
@@ -37,6 +38,12 @@ void check_op(const char* call, DType dtype, ReduceOp op, const double* scalar);
 void check_group(const char* call, const std::vector<Communicator>& comms,
                  std::initializer_list<std::pair<const char*, std::size_t>> vectors,
                  const char* what = "tensors");
+
+/// The call record of a rooted collective on a rank (`is_root` on the root): the root's own side
+/// is null off the root (send of broadcast and scatter, recv of reduce and gather), and count
+/// and dtype are those of the side every rank holds (recv, resp. send).
+CollectiveCall rooted_call(CollectiveKind kind, bool is_root, const Tensor& send,
+                           const Tensor& recv, ReduceOp op, int root, double scalar = 1.0);
 
 /// Whether the byte ranges [a, a + a_bytes) and [b, b + b_bytes) share a byte (empty ranges
 /// share none).
@@ -83,5 +90,23 @@ void single_controller(const char* call, std::vector<Communicator>& comms,
   check_group(call, comms, vectors);
   each_rank(comms, check, issue);
 }
+
+/// The single-controller forms of a collective over one send and one recv tensor per rank, by the
+/// template the seven of them share (communicator.cpp, communicator_exchange.cpp):
+///   void name(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+///             std::vector<Tensor>& recv, <EXTRA_PARAMS>)
+/// checks the vectors (check_group), then every rank's check_<name>(comm, send, recv,
+/// <EXTRA_ARGS>) before any rank's comm.name(send, recv, <EXTRA_ARGS>) (single_controller).
+/// EXTRA_PARAMS and EXTRA_ARGS are parenthesised, each item after a comma: (, ReduceOp op, int
+/// root) and (, op, root); () for none.
+#define DITTO_SEND_RECV_GROUP_FORM(name, EXTRA_PARAMS, EXTRA_ARGS)                                 \
+  void name(std::vector<Communicator>& comms, const std::vector<Tensor>& send,                     \
+            std::vector<Tensor>& recv DITTO_UNPAREN EXTRA_PARAMS) {                                \
+    ::ditto::detail::single_controller(                                                            \
+        #name, comms, {{"send", send.size()}, {"recv", recv.size()}},                              \
+        [&](std::size_t i) { check_##name(comms[i], send[i], recv[i] DITTO_UNPAREN EXTRA_ARGS); }, \
+        [&](std::size_t i) { comms[i].name(send[i], recv[i] DITTO_UNPAREN EXTRA_ARGS); });         \
+  }
+#define DITTO_UNPAREN(...) __VA_ARGS__
 
 }  // namespace ditto::detail

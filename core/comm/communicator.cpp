@@ -51,6 +51,15 @@ void check_same_dtype(const char* call, const Tensor& send, const Tensor& recv) 
               dtype_name(send.dtype()), " (like send), got ", recv.str());
 }
 
+CollectiveCall rooted_call(CollectiveKind kind, bool is_root, const Tensor& send,
+                           const Tensor& recv, ReduceOp op, int root, double scalar) {
+  const bool root_sends = kind == CollectiveKind::broadcast || kind == CollectiveKind::scatter;
+  const Tensor& every = root_sends ? recv : send;  // the side every rank holds
+  const void* send_ptr = !root_sends || is_root ? send.data_ptr() : nullptr;
+  void* recv_ptr = root_sends || is_root ? recv.data_ptr() : nullptr;
+  return call_record(kind, send_ptr, recv_ptr, every.numel(), every.dtype(), op, root, scalar);
+}
+
 void check_root(const Communicator& c, const char* call, int root) {
   DITTO_CHECK(root >= 0 && root < c.size(), "Communicator::", call,
               ": root: expected a rank in [0, ", c.size(), "), got ", root);
@@ -364,17 +373,13 @@ void Communicator::all_reduce(Tensor& tensor, ReduceOp op) { all_reduce(tensor, 
 void Communicator::reduce(const Tensor& send, Tensor& recv, ReduceOp op, int root) {
   detail::check_root_or_abort(*this, "reduce", root);
   check_reduce(*this, send, recv, op, root);
-  void* recv_ptr = rank_ == root ? recv.data_ptr() : nullptr;
-  submit(
-      call_record(Kind::reduce, send.data_ptr(), recv_ptr, send.numel(), send.dtype(), op, root));
+  submit(detail::rooted_call(Kind::reduce, rank_ == root, send, recv, op, root));
 }
 
 void Communicator::broadcast(const Tensor& send, Tensor& recv, int root) {
   detail::check_root_or_abort(*this, "broadcast", root);
   check_broadcast(*this, send, recv, root);
-  const void* send_ptr = rank_ == root ? send.data_ptr() : nullptr;
-  submit(call_record(Kind::broadcast, send_ptr, recv.data_ptr(), recv.numel(), recv.dtype(),
-                     ReduceOp::sum, root));
+  submit(detail::rooted_call(Kind::broadcast, rank_ == root, send, recv, ReduceOp::sum, root));
 }
 
 void Communicator::broadcast(Tensor& tensor, int root) { broadcast(tensor, tensor, root); }
@@ -404,9 +409,8 @@ void Communicator::all_reduce(const Tensor& send, Tensor& recv, PreMulSum op) {
 void Communicator::reduce(const Tensor& send, Tensor& recv, PreMulSum op, int root) {
   detail::check_root_or_abort(*this, "reduce", root);
   check_reduce(*this, send, recv, ReduceOp::premul_sum, root, &op.scalar);
-  void* recv_ptr = rank_ == root ? recv.data_ptr() : nullptr;
-  submit(call_record(Kind::reduce, send.data_ptr(), recv_ptr, send.numel(), send.dtype(),
-                     ReduceOp::premul_sum, root, op.scalar));
+  submit(detail::rooted_call(Kind::reduce, rank_ == root, send, recv, ReduceOp::premul_sum, root,
+                             op.scalar));
 }
 
 void Communicator::reduce_scatter(const Tensor& send, Tensor& recv, PreMulSum op) {
@@ -421,13 +425,10 @@ using detail::check_group;
 using detail::each_rank;
 using detail::single_controller;
 
-void all_reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
-                std::vector<Tensor>& recv, ReduceOp op) {
-  single_controller(
-      "all_reduce", comms, {{"send", send.size()}, {"recv", recv.size()}},
-      [&](std::size_t i) { check_all_reduce(comms[i], send[i], recv[i], op); },
-      [&](std::size_t i) { comms[i].all_reduce(send[i], recv[i], op); });
-}
+DITTO_SEND_RECV_GROUP_FORM(all_reduce, (, ReduceOp op), (, op))
+DITTO_SEND_RECV_GROUP_FORM(all_gather, (), ())
+DITTO_SEND_RECV_GROUP_FORM(reduce_scatter, (, ReduceOp op), (, op))
+DITTO_SEND_RECV_GROUP_FORM(reduce, (, ReduceOp op, int root), (, op, root))
 
 void all_reduce(std::vector<Communicator>& comms, std::vector<Tensor>& tensors, ReduceOp op) {
   all_reduce(comms, tensors, tensors, op);
@@ -440,52 +441,33 @@ void broadcast(std::vector<Communicator>& comms, std::vector<Tensor>& tensors, i
       [&](std::size_t i) { comms[i].broadcast(tensors[i], root); });
 }
 
-void all_gather(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
-                std::vector<Tensor>& recv) {
-  single_controller(
-      "all_gather", comms, {{"send", send.size()}, {"recv", recv.size()}},
-      [&](std::size_t i) { check_all_gather(comms[i], send[i], recv[i]); },
-      [&](std::size_t i) { comms[i].all_gather(send[i], recv[i]); });
-}
-
-void reduce_scatter(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
-                    std::vector<Tensor>& recv, ReduceOp op) {
-  single_controller(
-      "reduce_scatter", comms, {{"send", send.size()}, {"recv", recv.size()}},
-      [&](std::size_t i) { check_reduce_scatter(comms[i], send[i], recv[i], op); },
-      [&](std::size_t i) { comms[i].reduce_scatter(send[i], recv[i], op); });
-}
-
-void reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
-            std::vector<Tensor>& recv, ReduceOp op, int root) {
-  single_controller(
-      "reduce", comms, {{"send", send.size()}, {"recv", recv.size()}},
-      [&](std::size_t i) { check_reduce(comms[i], send[i], recv[i], op, root); },
-      [&](std::size_t i) { comms[i].reduce(send[i], recv[i], op, root); });
-}
-
-void all_reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
-                std::vector<Tensor>& recv, const std::vector<PreMulSum>& ops) {
-  check_group("all_reduce", comms, {{"send", send.size()}, {"recv", recv.size()}});
-  check_group("all_reduce", comms, {{"ops", ops.size()}}, "PreMulSum values");
+namespace {
+// The PreMulSum forms: as DITTO_SEND_RECV_GROUP_FORM's, with ops[i] for rank i.
+template <typename Check, typename Issue>
+void premul_sum_group(const char* call, std::vector<Communicator>& comms,
+                      const std::vector<Tensor>& send, std::vector<Tensor>& recv,
+                      const std::vector<PreMulSum>& ops, const Check& check, const Issue& issue) {
+  check_group(call, comms, {{"send", send.size()}, {"recv", recv.size()}});
+  check_group(call, comms, {{"ops", ops.size()}}, "PreMulSum values");
   each_rank(
       comms,
       [&](std::size_t i) {
-        check_all_reduce(comms[i], send[i], recv[i], ReduceOp::premul_sum, &ops[i].scalar);
+        check(comms[i], send[i], recv[i], ReduceOp::premul_sum, &ops[i].scalar);
       },
-      [&](std::size_t i) { comms[i].all_reduce(send[i], recv[i], ops[i]); });
+      [&](std::size_t i) { issue(comms[i], send[i], recv[i], ops[i]); });
+}
+}  // namespace
+
+void all_reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
+                std::vector<Tensor>& recv, const std::vector<PreMulSum>& ops) {
+  premul_sum_group("all_reduce", comms, send, recv, ops, check_all_reduce,
+                   [](Communicator& c, auto&... a) { c.all_reduce(a...); });
 }
 
 void reduce_scatter(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
                     std::vector<Tensor>& recv, const std::vector<PreMulSum>& ops) {
-  check_group("reduce_scatter", comms, {{"send", send.size()}, {"recv", recv.size()}});
-  check_group("reduce_scatter", comms, {{"ops", ops.size()}}, "PreMulSum values");
-  each_rank(
-      comms,
-      [&](std::size_t i) {
-        check_reduce_scatter(comms[i], send[i], recv[i], ReduceOp::premul_sum, &ops[i].scalar);
-      },
-      [&](std::size_t i) { comms[i].reduce_scatter(send[i], recv[i], ops[i]); });
+  premul_sum_group("reduce_scatter", comms, send, recv, ops, check_reduce_scatter,
+                   [](Communicator& c, auto&... a) { c.reduce_scatter(a...); });
 }
 
 void synchronize(std::vector<Communicator>& comms) {

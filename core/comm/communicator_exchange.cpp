@@ -145,28 +145,32 @@ void check_root_block(const char* call, const char* whole_arg, const Tensor& who
               " overlapping ", part_arg, " ", part.str());
 }
 
+// gather's and scatter's checks: every rank's `part` (gather's send, scatter's recv) and, on the
+// root only, `whole` (size x part's elements, the dtype of send, and not overlapping part unless
+// it holds it in place as the root's block).
+void check_rooted(const Communicator& c, const char* call, const Tensor& send, const Tensor& recv,
+                  int root, bool whole_is_recv) {
+  const char* part_arg = whole_is_recv ? "send" : "recv";
+  const char* whole_arg = whole_is_recv ? "recv" : "send";
+  const Tensor& part = whole_is_recv ? send : recv;
+  const Tensor& whole = whole_is_recv ? recv : send;
+  check_root(c, call, root);
+  check_comm_tensor(c, call, part_arg, part);
+  if (c.rank() != root) return;  // whole is ignored off root
+  check_comm_tensor(c, call, whole_arg, whole);
+  check_same_dtype(call, send, recv);
+  DITTO_CHECK(whole.numel() == c.size() * part.numel(), "Communicator::", call, ": ", whole_arg,
+              ": expected ", c.size() * part.numel(), " elements on the root (size ", c.size(),
+              " x ", part_arg, "'s ", part.numel(), "), got ", whole.str());
+  check_root_block(call, whole_arg, whole, part_arg, part, root);
+}
+
 void check_gather(const Communicator& c, const Tensor& send, const Tensor& recv, int root) {
-  check_root(c, "gather", root);
-  check_comm_tensor(c, "gather", "send", send);
-  if (c.rank() != root) return;  // recv is ignored off root
-  check_comm_tensor(c, "gather", "recv", recv);
-  check_same_dtype("gather", send, recv);
-  DITTO_CHECK(recv.numel() == c.size() * send.numel(), "Communicator::gather: recv: expected ",
-              c.size() * send.numel(), " elements on the root (size ", c.size(), " x send's ",
-              send.numel(), "), got ", recv.str());
-  check_root_block("gather", "recv", recv, "send", send, root);
+  check_rooted(c, "gather", send, recv, root, /*whole_is_recv=*/true);
 }
 
 void check_scatter(const Communicator& c, const Tensor& send, const Tensor& recv, int root) {
-  check_root(c, "scatter", root);
-  check_comm_tensor(c, "scatter", "recv", recv);
-  if (c.rank() != root) return;  // send is ignored off root
-  check_comm_tensor(c, "scatter", "send", send);
-  check_same_dtype("scatter", send, recv);
-  DITTO_CHECK(send.numel() == c.size() * recv.numel(), "Communicator::scatter: send: expected ",
-              c.size() * recv.numel(), " elements on the root (size ", c.size(), " x recv's ",
-              recv.numel(), "), got ", send.str());
-  check_root_block("scatter", "send", send, "recv", recv, root);
+  check_rooted(c, "scatter", send, recv, root, /*whole_is_recv=*/false);
 }
 
 void check_peer(const Communicator& c, const char* call, const Tensor& t, int peer) {
@@ -211,17 +215,13 @@ void Communicator::all_to_all_v(const Tensor& send, const std::vector<std::int64
 void Communicator::gather(const Tensor& send, Tensor& recv, int root) {
   detail::check_root_or_abort(*this, "gather", root);
   check_gather(*this, send, recv, root);
-  void* recv_ptr = rank_ == root ? recv.data_ptr() : nullptr;
-  submit(call_record(Kind::gather, send.data_ptr(), recv_ptr, send.numel(), send.dtype(),
-                     ReduceOp::sum, root));
+  submit(detail::rooted_call(Kind::gather, rank_ == root, send, recv, ReduceOp::sum, root));
 }
 
 void Communicator::scatter(const Tensor& send, Tensor& recv, int root) {
   detail::check_root_or_abort(*this, "scatter", root);
   check_scatter(*this, send, recv, root);
-  const void* send_ptr = rank_ == root ? send.data_ptr() : nullptr;
-  submit(call_record(Kind::scatter, send_ptr, recv.data_ptr(), recv.numel(), recv.dtype(),
-                     ReduceOp::sum, root));
+  submit(detail::rooted_call(Kind::scatter, rank_ == root, send, recv, ReduceOp::sum, root));
 }
 
 // Point-to-point: the backend routes kinds send / recv to its own matching (detail::is_p2p).
@@ -243,13 +243,7 @@ void Communicator::recv(Tensor& tensor, int peer) {
 
 // ---- single-controller forms --------------------------------------------------------------------
 
-void all_to_all(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
-                std::vector<Tensor>& recv) {
-  single_controller(
-      "all_to_all", comms, {{"send", send.size()}, {"recv", recv.size()}},
-      [&](std::size_t i) { check_all_to_all(comms[i], send[i], recv[i]); },
-      [&](std::size_t i) { comms[i].all_to_all(send[i], recv[i]); });
-}
+DITTO_SEND_RECV_GROUP_FORM(all_to_all, (), ())
 
 void all_to_all_v(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
                   const std::vector<std::vector<std::int64_t>>& send_counts,
@@ -274,20 +268,8 @@ void all_to_all_v(std::vector<Communicator>& comms, const std::vector<Tensor>& s
       });
 }
 
-void gather(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
-            std::vector<Tensor>& recv, int root) {
-  single_controller(
-      "gather", comms, {{"send", send.size()}, {"recv", recv.size()}},
-      [&](std::size_t i) { check_gather(comms[i], send[i], recv[i], root); },
-      [&](std::size_t i) { comms[i].gather(send[i], recv[i], root); });
-}
+DITTO_SEND_RECV_GROUP_FORM(gather, (, int root), (, root))
 
-void scatter(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
-             std::vector<Tensor>& recv, int root) {
-  single_controller(
-      "scatter", comms, {{"send", send.size()}, {"recv", recv.size()}},
-      [&](std::size_t i) { check_scatter(comms[i], send[i], recv[i], root); },
-      [&](std::size_t i) { comms[i].scatter(send[i], recv[i], root); });
-}
+DITTO_SEND_RECV_GROUP_FORM(scatter, (, int root), (, root))
 
 }  // namespace ditto

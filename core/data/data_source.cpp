@@ -55,27 +55,27 @@ CsvDataSource::CsvDataSource(const std::string& path, const data::CsvOptions& cs
                              double val_fraction, std::uint64_t seed)
     : CsvDataSource(data::read_csv(path, csv), val_fraction, seed) {}
 
+std::int64_t LoaderSource::batches_per_epoch(std::int64_t batch_size) const {
+  DITTO_CHECK(batch_size >= 1, call_, ": batch_size: expected >= 1, got ", batch_size);
+  return (train_.size() + batch_size - 1) / batch_size;
+}
+
+data::Batch LoaderSource::batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) {
+  std::lock_guard lk(mu_);
+  return loader_at(loader_, train_, epoch, batch_size, shuffle_, seed_).batch(i);
+}
+
 CsvDataSource::CsvDataSource(data::Dataset all, double val_fraction, std::uint64_t seed)
-    : val_fraction_(val_fraction), seed_(seed) {
+    : LoaderSource("CsvDataSource", seed, /*shuffle=*/true), val_fraction_(val_fraction) {
   DITTO_CHECK(val_fraction > 0 && val_fraction < 1,
               "CsvDataSource: val_fraction: expected a value in (0, 1), got ", val_fraction);
   data::Split split = data::train_val_split(all, val_fraction, seed);
   data::Standardizer stdz = data::Standardizer::fit(split.train);
   train_ = stdz.apply(split.train);
-  val_ = stdz.apply(split.val);
+  eval_ = stdz.apply(split.val);
   rows_ = all.size();
   classes_ = label_classes_ = data::num_classes(all);
   fnv_ = fnv1a({&all.features, &all.labels, &all.targets});
-}
-
-std::int64_t CsvDataSource::batches_per_epoch(std::int64_t batch_size) const {
-  DITTO_CHECK(batch_size >= 1, "CsvDataSource: batch_size: expected >= 1, got ", batch_size);
-  return (train_.size() + batch_size - 1) / batch_size;
-}
-
-data::Batch CsvDataSource::batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) {
-  std::lock_guard lk(mu_);
-  return loader_at(loader_, train_, epoch, batch_size, /*shuffle=*/true, seed_).batch(i);
 }
 
 void CsvDataSource::set_num_classes(std::int64_t classes, const std::string& what) {
@@ -96,24 +96,12 @@ std::map<std::string, std::string> CsvDataSource::checkpoint_config() const {
 
 DatasetSource::DatasetSource(data::Dataset train, data::Dataset eval, std::uint64_t seed,
                              bool shuffle, std::int64_t outputs)
-    : train_(std::move(train)),
-      eval_(std::move(eval)),
-      seed_(seed),
-      shuffle_(shuffle),
-      outputs_(outputs) {
+    : LoaderSource("DatasetSource", seed, shuffle), outputs_(outputs) {
+  train_ = std::move(train);
+  eval_ = std::move(eval);
   data::check_dataset(train_, "DatasetSource: train");
   if (eval_.size() > 0) data::check_dataset(eval_, "DatasetSource: eval");
   if (outputs_ == 0) outputs_ = data::num_classes(train_);
-}
-
-std::int64_t DatasetSource::batches_per_epoch(std::int64_t batch_size) const {
-  DITTO_CHECK(batch_size >= 1, "DatasetSource: batch_size: expected >= 1, got ", batch_size);
-  return (train_.size() + batch_size - 1) / batch_size;
-}
-
-data::Batch DatasetSource::batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) {
-  std::lock_guard lk(mu_);
-  return loader_at(loader_, train_, epoch, batch_size, shuffle_, seed_).batch(i);
 }
 
 FunctionSource::FunctionSource(std::int64_t batches_per_epoch, std::int64_t inputs,

@@ -57,10 +57,39 @@ class DataSource {
   virtual data::Batch eval_batch(EvalSplit split, std::int64_t k, std::int64_t batch_size);
 };
 
+/// What CsvDataSource and DatasetSource share: batches of a training data::Dataset in the order
+/// of a data::DataLoader (shuffled with the seed per epoch, or in order; ceil(rows / batch_size)
+/// per epoch, the last one short), and an evaluation data::Dataset.
+class LoaderSource : public DataSource {
+ public:
+  /// ceil(train_size() / batch_size); InvalidArgument for batch_size < 1.
+  std::int64_t batches_per_epoch(std::int64_t batch_size) const override;
+  /// Batch `i` of the loader's epoch `epoch` (rank threads share the loader under a mutex).
+  data::Batch batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) override;
+  const data::Dataset& eval_set() const override { return eval_; }
+  std::int64_t train_size() const override { return train_.size(); }
+  std::int64_t num_inputs() const override { return train_.num_features(); }
+
+ protected:
+  /// `call`: the class that errors name; the subclass fills train_ and eval_.
+  LoaderSource(const char* call, std::uint64_t seed, bool shuffle)
+      : seed_(seed), call_(call), shuffle_(shuffle) {}
+
+  data::Dataset train_, eval_;
+
+ private:
+  std::uint64_t seed_;
+  const char* call_;
+  bool shuffle_;
+  std::mutex mu_;                             // rank threads share the loader
+  std::unique_ptr<data::DataLoader> loader_;  // of the last batch size asked for
+};
+
 /// The rows of a CSV file (data::read_csv): a seeded train/validation split
 /// (data::train_val_split), standardised with the training rows' mean and deviation, batches in
-/// the shuffled order of a data::DataLoader seeded with `seed` (epoch e: its permutation e).
-class CsvDataSource final : public DataSource {
+/// the shuffled order of a data::DataLoader seeded with `seed` (epoch e: its permutation e); the
+/// validation rows are the evaluation set.
+class CsvDataSource final : public LoaderSource {
  public:
   /// Throws what read_csv throws, and InvalidArgument for val_fraction outside (0, 1).
   CsvDataSource(const std::string& path, const data::CsvOptions& csv, double val_fraction,
@@ -68,11 +97,6 @@ class CsvDataSource final : public DataSource {
   /// From an already-read data set (the rows of `all`).
   CsvDataSource(data::Dataset all, double val_fraction, std::uint64_t seed);
 
-  std::int64_t batches_per_epoch(std::int64_t batch_size) const override;
-  data::Batch batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) override;
-  const data::Dataset& eval_set() const override { return val_; }
-  std::int64_t train_size() const override { return train_.size(); }
-  std::int64_t num_inputs() const override { return train_.num_features(); }
   std::int64_t num_outputs() const override { return classes_; }
   /// "train_rows", "val_fraction" and "data_fnv1a": the FNV-1a (64-bit, hex) of every row's
   /// features and label as read (f32 / i64 bytes, file order), so that a resume onto another
@@ -88,40 +112,26 @@ class CsvDataSource final : public DataSource {
   const data::Dataset& train_set() const { return train_; }
 
  private:
-  data::Dataset train_, val_;
   std::int64_t rows_ = 0, classes_ = 0, label_classes_ = 0;  // label_classes_: largest label + 1
   std::uint64_t fnv_ = 0;  // of the rows as read (checkpoint_config's data_fnv1a)
   double val_fraction_;
-  std::uint64_t seed_;
-  std::mutex mu_;                             // rank threads share the loader
-  std::unique_ptr<data::DataLoader> loader_;  // of the last batch size asked for
 };
 
 /// Given data sets as they are (no split, no standardisation): batches of `train` in a
 /// data::DataLoader's order (shuffled with `seed` per epoch, or in order), `eval` as the
 /// evaluation set (may be empty: no evaluation). For tests and programs that build their data.
-class DatasetSource final : public DataSource {
+class DatasetSource final : public LoaderSource {
  public:
   /// `outputs`: what the model must produce per row (the default MLP's last size); 0: the
   /// number of classes of train's labels. Throws InvalidArgument for a malformed data set.
   DatasetSource(data::Dataset train, data::Dataset eval = {}, std::uint64_t seed = 0,
                 bool shuffle = true, std::int64_t outputs = 0);
 
-  std::int64_t batches_per_epoch(std::int64_t batch_size) const override;
-  data::Batch batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) override;
-  const data::Dataset& eval_set() const override { return eval_; }
-  std::int64_t train_size() const override { return train_.size(); }
-  std::int64_t num_inputs() const override { return train_.num_features(); }
   std::int64_t num_outputs() const override { return outputs_; }
   std::map<std::string, std::string> checkpoint_config() const override;
 
  private:
-  data::Dataset train_, eval_;
-  std::uint64_t seed_;
-  bool shuffle_;
   std::int64_t outputs_;
-  std::mutex mu_;
-  std::unique_ptr<data::DataLoader> loader_;
 };
 
 /// Batches made by a function of (epoch, i): synthetic data for tests and benches, whose batch

@@ -15,9 +15,8 @@
 namespace ditto::train {
 
 TextDataSource::TextDataSource(const std::string& path, std::int64_t block_size, std::uint64_t seed)
-    : name_(path), block_size_(block_size), seed_(seed) {
-  const char* call = "TextDataSource";
-  DITTO_CHECK(block_size >= 1, call, ": block_size: expected >= 1, got ", block_size);
+    : WindowSource("TextDataSource", block_size, seed), name_(path) {
+  const char* call = call_;
   io::InputFile in(path, io::kMaxDataBytes, call);  // Note [Bounded reads]: a regular file
   size_ = static_cast<std::size_t>(in.size());
   if (size_ > 0) {  // mmap of 0 bytes fails; an empty text is refused by index() below
@@ -40,9 +39,8 @@ TextDataSource::TextDataSource(const std::string& path, std::int64_t block_size,
 
 TextDataSource::TextDataSource(std::string text, std::int64_t block_size, std::uint64_t seed,
                                const std::string& name)
-    : name_(name), block_size_(block_size), seed_(seed), owned_(std::move(text)) {
-  const char* call = "TextDataSource";
-  DITTO_CHECK(block_size >= 1, call, ": block_size: expected >= 1, got ", block_size);
+    : WindowSource("TextDataSource", block_size, seed), name_(name), owned_(std::move(text)) {
+  const char* call = call_;
   bytes_ = reinterpret_cast<const unsigned char*>(owned_.data());
   size_ = owned_.size();
   index(call);
@@ -82,74 +80,15 @@ void TextDataSource::index(const char* call) {
               block_size_, " tokens, got ", size_, " bytes (", n_train_, " + ", n_val, " tokens)");
 }
 
-namespace {
-// A batch's B x T token windows are built on the host (two i64 tensors): refuse sizes whose
-// product overflows or would not fit any machine, before allocating (a batch_size of 2^60 used to
-// wrap B x T to 0 and write past an empty vector).
-constexpr std::int64_t kMaxBatchTokens = std::int64_t(1) << 31;
-void check_batch_size(std::int64_t batch_size, std::int64_t T) {
-  DITTO_CHECK(batch_size >= 1, "TextDataSource: batch_size: expected >= 1, got ", batch_size);
-  DITTO_CHECK(batch_size <= kMaxBatchTokens / T,
-              "TextDataSource: batch_size: expected batch_size x "
-              "block_size <= 2^31 tokens (block_size = ",
-              T, ": batch_size <= ", kMaxBatchTokens / T, "), got ", batch_size);
-}
-}  // namespace
-
-std::int64_t TextDataSource::batches_per_epoch(std::int64_t batch_size) const {
-  check_batch_size(batch_size, block_size_);
-  const std::int64_t per_batch = batch_size * block_size_;
-  return std::max<std::int64_t>(1, static_cast<std::int64_t>(n_train_) / per_batch);
+std::int64_t TextDataSource::split_tokens(EvalSplit split) const {
+  return static_cast<std::int64_t>(split == EvalSplit::train ? n_train_ : size_ - n_train_);
 }
 
-data::Batch TextDataSource::batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) {
-  return step_batch(epoch * batches_per_epoch(batch_size) + i, batch_size);
-}
-
-data::Batch TextDataSource::windows(std::size_t begin, std::size_t len, std::uint64_t stream,
-                                    std::int64_t batch_size, std::int64_t lo,
-                                    std::int64_t hi) const {
-  check_batch_size(batch_size, block_size_);
-  if (hi < 0) hi = batch_size;
-  DITTO_CHECK(0 <= lo && lo <= hi && hi <= batch_size,
-              "TextDataSource::step_batch_rows: rows: "
-              "expected 0 <= lo <= hi <= batch_size = ",
-              batch_size, ", got [", lo, ", ", hi, ")");
-  const std::int64_t T = block_size_;
-  const std::uint64_t starts = len - static_cast<std::size_t>(T);  // > 0 (constructor)
-  std::vector<std::int64_t> x(static_cast<std::size_t>(batch_size * T)), y(x.size());
-  for (std::int64_t j = lo; j < hi; ++j) {
-    const std::size_t i =
-        begin +
-        static_cast<std::size_t>(philox_u64(seed_, stream, static_cast<std::uint64_t>(j)) % starts);
-    for (std::int64_t t = 0; t < T; ++t) {
-      x[static_cast<std::size_t>(j * T + t)] = token(i + static_cast<std::size_t>(t));
-      y[static_cast<std::size_t>(j * T + t)] = token(i + static_cast<std::size_t>(t) + 1);
-    }
-  }
-  return {Tensor::from_vector(x, {batch_size, T}, Device::cpu()),
-          Tensor::from_vector(y, {batch_size, T}, Device::cpu())};
-}
-
-data::Batch TextDataSource::step_batch(std::int64_t step, std::int64_t batch_size) {
-  DITTO_CHECK(step >= 0, "TextDataSource::step_batch: step: expected >= 0, got ", step);
-  return windows(0, n_train_, stream_id(kStreamBatch, static_cast<std::uint64_t>(step)),
-                 batch_size);
-}
-
-data::Batch TextDataSource::step_batch_rows(std::int64_t step, std::int64_t batch_size,
-                                            std::int64_t lo, std::int64_t hi) {
-  DITTO_CHECK(step >= 0, "TextDataSource::step_batch_rows: step: expected >= 0, got ", step);
-  return windows(0, n_train_, stream_id(kStreamBatch, static_cast<std::uint64_t>(step)), batch_size,
-                 lo, hi);
-}
-
-data::Batch TextDataSource::eval_batch(EvalSplit split, std::int64_t k, std::int64_t batch_size) {
-  DITTO_CHECK(k >= 0, "TextDataSource::eval_batch: k: expected >= 0, got ", k);
-  const std::uint64_t p = split == EvalSplit::train ? 0 : 1;
-  const std::uint64_t stream = stream_id(kStreamEvalBatch, p << 32 | static_cast<std::uint64_t>(k));
-  if (split == EvalSplit::train) return windows(0, n_train_, stream, batch_size);
-  return windows(n_train_, size_ - n_train_, stream, batch_size);
+void TextDataSource::read_tokens(EvalSplit split, std::int64_t begin, std::int64_t n,
+                                 std::int64_t* out) const {
+  const std::size_t at =
+      (split == EvalSplit::train ? 0 : n_train_) + static_cast<std::size_t>(begin);
+  for (std::int64_t t = 0; t < n; ++t) out[t] = token(at + static_cast<std::size_t>(t));
 }
 
 std::map<std::string, std::string> TextDataSource::checkpoint_config() const {

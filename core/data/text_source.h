@@ -31,12 +31,12 @@
 #include <string>
 #include <vector>
 
-#include "core/data/data_source.h"
+#include "core/data/window_source.h"
 #include "core/numerics/random.h"  // kStreamBatch, kStreamEvalBatch
 
 namespace ditto::train {
 
-class TextDataSource final : public DataSource {
+class TextDataSource final : public WindowSource {
  public:
   /// The bytes of the file `path`, memory-mapped (Note [Mapped text]), windows of `block_size`
   /// tokens, drawn with `seed`. Throws what io::InputFile throws (naming the file; ditto::Error
@@ -52,29 +52,15 @@ class TextDataSource final : public DataSource {
   TextDataSource(const TextDataSource&) = delete;
   TextDataSource& operator=(const TextDataSource&) = delete;
 
-  /// Training tokens / (batch_size x block_size): an "epoch" of tokens (epoch mode only).
-  std::int64_t batches_per_epoch(std::int64_t batch_size) const override;
-  /// step_batch(epoch * batches_per_epoch + i, batch_size).
-  data::Batch batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) override;
-  /// The training windows of step `step` (Note [Text batches]).
-  data::Batch step_batch(std::int64_t step, std::int64_t batch_size) override;
-  /// Only rows [lo, hi) of step_batch read (the others are zeros).
-  data::Batch step_batch_rows(std::int64_t step, std::int64_t batch_size, std::int64_t lo,
-                              std::int64_t hi) override;
-  /// Fixed evaluation windows, batch k of the split (Note [Text batches]).
-  data::Batch eval_batch(EvalSplit split, std::int64_t k, std::int64_t batch_size) override;
-  /// Empty: the text is evaluated by eval_batch (TrainerConfig::max_iters).
-  const data::Dataset& eval_set() const override { return empty_; }
-  std::int64_t train_size() const override { return static_cast<std::int64_t>(n_train_); }
-  /// block_size (tokens per row) and vocab_size (logits per token).
-  std::int64_t num_inputs() const override { return block_size_; }
+  // batches_per_epoch, batch, step_batch, step_batch_rows, eval_batch, eval_set, train_size,
+  // num_inputs, block_size: WindowSource's, over the text's splits (Note [Text batches]).
+  /// vocab_size (logits per token).
   std::int64_t num_outputs() const override { return vocab_size(); }
   /// "text_bytes", "text_fnv1a" (FNV-1a 64 of the bytes, hex), "vocab" (the vocabulary's bytes
   /// in hex, in token order), "block_size": a resume refuses another text or vocabulary.
   std::map<std::string, std::string> checkpoint_config() const override;
 
   std::int64_t vocab_size() const { return static_cast<std::int64_t>(itos_.size()); }
-  std::int64_t block_size() const { return block_size_; }
   /// The vocabulary: byte of token t (itos).
   const std::vector<unsigned char>& itos() const { return itos_; }
   /// Tokens of `text` (stoi); throws InvalidArgument naming the first byte not in the vocabulary.
@@ -90,17 +76,16 @@ class TextDataSource final : public DataSource {
   const std::string& name() const { return name_; }
 
  private:
-  /// Rows [lo, hi) of the batch (the others zeros); hi < 0: every row.
-  data::Batch windows(std::size_t begin, std::size_t len, std::uint64_t stream,
-                      std::int64_t batch_size, std::int64_t lo = 0, std::int64_t hi = -1) const;
+  /// The first 90% (train) or the rest (val).
+  std::int64_t split_tokens(EvalSplit split) const override;
+  void read_tokens(EvalSplit split, std::int64_t begin, std::int64_t n,
+                   std::int64_t* out) const override;
   /// The vocabulary, FNV-1a and splits of bytes_[0, size_), and the size checks.
   void index(const char* call);
   /// Token i of the text: stoi of its byte.
   std::int64_t token(std::size_t i) const { return stoi_[bytes_[i]]; }
 
   std::string name_;
-  std::int64_t block_size_;
-  std::uint64_t seed_;
   std::string owned_;                     // the text given in memory (else empty)
   const unsigned char* bytes_ = nullptr;  // the text: owned_ or the mapping (Note [Mapped text])
   std::size_t size_ = 0;
@@ -109,7 +94,6 @@ class TextDataSource final : public DataSource {
   std::vector<unsigned char> itos_;
   std::array<int, 256> stoi_{};  // -1: not in the vocabulary
   std::uint64_t fnv_ = 0;
-  data::Dataset empty_;
 };
 
 }  // namespace ditto::train

@@ -96,16 +96,6 @@ std::uint64_t fnv1a(std::uint64_t h, const unsigned char* b, std::size_t n) {
   return h;
 }
 
-constexpr std::int64_t kMaxBatchTokens = std::int64_t(1) << 31;  // as TextDataSource's
-
-void check_batch_size(std::int64_t batch_size, std::int64_t T) {
-  DITTO_CHECK(batch_size >= 1, kCall, ": batch_size: expected >= 1, got ", batch_size);
-  DITTO_CHECK(batch_size <= kMaxBatchTokens / T, kCall,
-              ": batch_size: expected batch_size x "
-              "block_size <= 2^31 tokens (block_size = ",
-              T, ": batch_size <= ", kMaxBatchTokens / T, "), got ", batch_size);
-}
-
 }  // namespace
 
 const char* data_format_name(DataFormat f) {
@@ -365,15 +355,13 @@ TokenDataSource::TokenDataSource(const std::vector<std::string>& train,
                                  const std::vector<std::string>& val, DataFormat format,
                                  std::int64_t vocab_size, std::int64_t block_size,
                                  std::uint64_t seed, std::string name, std::string val_name)
-    : format_(format),
+    : WindowSource(kCall, block_size, seed),
+      format_(format),
       train_(train, format),
       vocab_size_(vocab_size),
-      block_size_(block_size),
-      seed_(seed),
       name_(std::move(name)),
       val_name_(std::move(val_name)) {
   if (name_.empty()) name_ = train.front();
-  DITTO_CHECK(block_size >= 1, kCall, ": block_size: expected >= 1, got ", block_size);
   if (vocab_size_ == 0 && format == DataFormat::llmc)  // the tokenizer of llm.c's magic
     vocab_size_ = train_.files().front()->magic() == kLlmcMagicGpt2 ? 50257 : 128256;
   DITTO_CHECK(vocab_size_ >= 1, kCall, ": vocab_size: expected >= 1, got ", vocab_size);
@@ -402,57 +390,21 @@ void TokenDataSource::open_val(const std::vector<std::string>& val, std::string 
   val_name_ = std::move(val_name);
 }
 
-std::int64_t TokenDataSource::batches_per_epoch(std::int64_t batch_size) const {
-  check_batch_size(batch_size, block_size_);
-  return std::max<std::int64_t>(1, train_.tokens() / (batch_size * block_size_));
+std::int64_t TokenDataSource::split_tokens(EvalSplit split) const {
+  if (split == EvalSplit::train) return train_.tokens();
+  return val_ ? val_->tokens() : 0;
 }
 
-data::Batch TokenDataSource::batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) {
-  return step_batch(epoch * batches_per_epoch(batch_size) + i, batch_size);
-}
-
-data::Batch TokenDataSource::windows(const TokenSequence& seq, std::uint64_t stream,
-                                     std::int64_t batch_size, std::int64_t lo,
-                                     std::int64_t hi) const {
-  check_batch_size(batch_size, block_size_);
-  DITTO_CHECK(0 <= lo && lo <= hi && hi <= batch_size, kCall,
-              "::step_batch_rows: rows: "
-              "expected 0 <= lo <= hi <= batch_size = ",
-              batch_size, ", got [", lo, ", ", hi, ")");
-  const std::int64_t T = block_size_;
-  const std::uint64_t starts = static_cast<std::uint64_t>(seq.tokens() - T);  // > 0
-  std::vector<std::int64_t> x(static_cast<std::size_t>(batch_size * T)), y(x.size());
-  std::vector<std::int64_t> w(static_cast<std::size_t>(T + 1));
-  for (std::int64_t j = lo; j < hi; ++j) {
-    const auto i = static_cast<std::int64_t>(
-        philox_u64(seed_, stream, static_cast<std::uint64_t>(j)) % starts);
-    seq.read(i, T + 1, vocab_size_, w.data());
-    std::copy(w.begin(), w.end() - 1, x.begin() + j * T);
-    std::copy(w.begin() + 1, w.end(), y.begin() + j * T);
-  }
-  return {Tensor::from_vector(x, {batch_size, T}, Device::cpu()),
-          Tensor::from_vector(y, {batch_size, T}, Device::cpu())};
-}
-
-data::Batch TokenDataSource::step_batch(std::int64_t step, std::int64_t batch_size) {
-  return step_batch_rows(step, batch_size, 0, batch_size);
-}
-
-data::Batch TokenDataSource::step_batch_rows(std::int64_t step, std::int64_t batch_size,
-                                             std::int64_t lo, std::int64_t hi) {
-  DITTO_CHECK(step >= 0, kCall, "::step_batch: step: expected >= 0, got ", step);
-  return windows(train_, stream_id(kStreamBatch, static_cast<std::uint64_t>(step)), batch_size, lo,
-                 hi);
+void TokenDataSource::read_tokens(EvalSplit split, std::int64_t begin, std::int64_t n,
+                                  std::int64_t* out) const {
+  (split == EvalSplit::train ? train_ : *val_).read(begin, n, vocab_size_, out);
 }
 
 data::Batch TokenDataSource::eval_batch(EvalSplit split, std::int64_t k, std::int64_t batch_size) {
-  DITTO_CHECK(k >= 0, kCall, "::eval_batch: k: expected >= 0, got ", k);
-  const std::uint64_t p = split == EvalSplit::train ? 0 : 1;
-  const std::uint64_t stream = stream_id(kStreamEvalBatch, p << 32 | static_cast<std::uint64_t>(k));
-  if (split == EvalSplit::train) return windows(train_, stream, batch_size, 0, batch_size);
-  DITTO_CHECK(val_ != nullptr, kCall, "::eval_batch: expected validation data for '", name_,
+  DITTO_CHECK(split == EvalSplit::train || val_ != nullptr, kCall,
+              "::eval_batch: expected validation data for '", name_,
               "' (--val-data, or a val file beside it), got none");
-  return windows(*val_, stream, batch_size, 0, batch_size);
+  return WindowSource::eval_batch(split, k, batch_size);
 }
 
 std::map<std::string, std::string> TokenDataSource::checkpoint_config() const {

@@ -55,7 +55,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/data/data_source.h"
+#include "core/data/window_source.h"
 #include "core/numerics/random.h"  // kStreamBatch, kStreamEvalBatch
 
 namespace ditto::train {
@@ -165,7 +165,7 @@ class TokenSequence {
 };
 
 /// A GPT's token data: a training sequence and an optional validation one (Note [Token batches]).
-class TokenDataSource final : public DataSource {
+class TokenDataSource final : public WindowSource {
  public:
   /// `train` (non-empty) and `val` (may be empty: no evaluation) files of `format` (llmc or
   /// nanogpt), windows of `block_size` tokens, drawn with `seed`; every token must be <
@@ -185,18 +185,11 @@ class TokenDataSource final : public DataSource {
   /// `val_name`: what messages and the start line call it ("": the first file).
   void open_val(const std::vector<std::string>& val, std::string val_name = "");
 
-  /// Training tokens / (batch_size x block_size), at least 1.
-  std::int64_t batches_per_epoch(std::int64_t batch_size) const override;
-  data::Batch batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) override;
-  data::Batch step_batch(std::int64_t step, std::int64_t batch_size) override;
-  /// Only rows [lo, hi) of step_batch read (the others are zeros).
-  data::Batch step_batch_rows(std::int64_t step, std::int64_t batch_size, std::int64_t lo,
-                              std::int64_t hi) override;
-  /// InvalidArgument for the val split when there is no validation data.
+  // batches_per_epoch, batch, step_batch, step_batch_rows, eval_set, train_size, num_inputs,
+  // block_size: WindowSource's, over the two sequences (Note [Token batches]).
+  /// WindowSource::eval_batch; InvalidArgument for the val split when there is no validation
+  /// data.
   data::Batch eval_batch(EvalSplit split, std::int64_t k, std::int64_t batch_size) override;
-  const data::Dataset& eval_set() const override { return empty_; }
-  std::int64_t train_size() const override { return train_.tokens(); }
-  std::int64_t num_inputs() const override { return block_size_; }
   std::int64_t num_outputs() const override { return vocab_size_; }
   /// "data_format", "train_tokens", "val_tokens", "data_fingerprint" (FNV-1a of the files'
   /// fingerprints, hex), "block_size": a resume refuses other data.
@@ -204,7 +197,6 @@ class TokenDataSource final : public DataSource {
 
   DataFormat format() const { return format_; }
   std::int64_t vocab_size() const { return vocab_size_; }
-  std::int64_t block_size() const { return block_size_; }
   std::int64_t train_tokens() const { return train_.tokens(); }
   std::int64_t val_tokens() const { return val_ ? val_->tokens() : 0; }
   const TokenSequence& train() const { return train_; }
@@ -214,16 +206,15 @@ class TokenDataSource final : public DataSource {
   const std::string& val_name() const { return val_name_; }
 
  private:
-  data::Batch windows(const TokenSequence& seq, std::uint64_t stream, std::int64_t batch_size,
-                      std::int64_t lo, std::int64_t hi) const;
+  std::int64_t split_tokens(EvalSplit split) const override;
+  void read_tokens(EvalSplit split, std::int64_t begin, std::int64_t n,
+                   std::int64_t* out) const override;
 
   DataFormat format_;
   TokenSequence train_;
   std::unique_ptr<TokenSequence> val_;
-  std::int64_t vocab_size_, block_size_;
-  std::uint64_t seed_;
+  std::int64_t vocab_size_;
   std::string name_, val_name_;
-  data::Dataset empty_;
 };
 
 }  // namespace ditto::train

@@ -243,23 +243,12 @@ std::vector<CollectiveCall> MpiLink::start(const CollectiveCall& call, std::uint
         timeout_reason(lbl, options_.timeout_ms, missing, size_, " in MPI processes");
     for (MPI_Request& r : recvs)
       if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
-    {
-      std::lock_guard lk(mu_);
-      orphans_.push_back(mine);
-      orphans_.push_back(theirs);
-    }
-    abort(reason, true);
-    throw Timeout(reason);
+    time_out(reason, {mine, theirs});
   }
   if (!wait_until(sends, deadline, where_)) {  // everyone's call came, so ours goes out too
     std::string reason = cat(lbl, ": timed out after ", options_.timeout_ms,
                              " ms sending this rank's call to the others (it is now aborted)");
-    {
-      std::lock_guard lk(mu_);
-      orphans_.push_back(mine);
-    }
-    abort(reason, true);
-    throw Timeout(reason);
+    time_out(reason, {mine});
   }
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
@@ -338,6 +327,17 @@ void MpiLink::throw_aborted(const std::string& lbl, std::shared_ptr<void> keep) 
   std::rethrow_exception(error);
 }
 
+void MpiLink::time_out(const std::string& reason,
+                       std::initializer_list<std::shared_ptr<void>> keep) {
+  {
+    std::lock_guard lk(mu_);
+    for (const std::shared_ptr<void>& k : keep)
+      if (k) orphans_.push_back(k);
+  }
+  abort(reason, true);
+  throw Timeout(reason);
+}
+
 void MpiLink::match_p2p(std::vector<P2POp>& ops) {
   if (ops.empty()) return;
   throw_if_aborted(ops.front().kind);
@@ -379,12 +379,7 @@ void MpiLink::match_p2p(std::vector<P2POp>& ops) {
       if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
     if (was_aborted) throw_aborted(p2p_call_label(op.kind, pair, op.seq), h);
     std::string reason = p2p_timeout_reason(op.kind, pair, op.seq, options_.timeout_ms);
-    {
-      std::lock_guard lk(mu_);
-      orphans_.push_back(h);
-    }
-    abort(reason, true);
-    throw Timeout(reason);
+    time_out(reason, {h});
   }
   for (std::size_t i = 0; i < ops.size(); ++i) {
     P2POp& op = ops[i];
@@ -434,12 +429,7 @@ void MpiLink::move_p2p(const std::vector<P2POp>& ops, std::shared_ptr<void> keep
                            " ms moving the data between the ranks (MPI; the peer stopped in the "
                            "middle of the transfer; the communicator of ",
                            size_, " ranks is now aborted)");
-  {
-    std::lock_guard lk(mu_);
-    if (keep) orphans_.push_back(std::move(keep));
-  }
-  abort(reason, true);
-  throw Timeout(reason);
+  time_out(reason, {std::move(keep)});
 }
 
 void MpiLink::abort_by_rank(const std::string& reason) noexcept {
@@ -475,12 +465,7 @@ void MpiLink::wait(std::vector<MPI_Request>& reqs, CollectiveKind kind, std::uin
           " ms moving data between the ranks (MPI; a rank stopped in the middle of the "
           "collective; the communicator of ",
           size_, " ranks is now aborted)");
-  {
-    std::lock_guard lk(mu_);
-    if (keep) orphans_.push_back(std::move(keep));
-  }
-  abort(reason, true);
-  throw Timeout(reason);
+  time_out(reason, {std::move(keep)});
 }
 
 }  // namespace detail::mpi

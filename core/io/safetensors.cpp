@@ -54,21 +54,11 @@ const Tensor* SafetensorsData::find(const std::string& name) const {
 }
 
 const char* safetensors_dtype(DType t) {
-  switch (t) {
-    case DType::f32: return "F32";
-    case DType::i64: return "I64";
-    case DType::f64: return "F64";
-    case DType::f16: return "F16";
-    case DType::bf16: return "BF16";
-    case DType::i8: return "I8";
-    case DType::u8: return "U8";
-    case DType::i32: return "I32";
-    case DType::u32: return "U32";
-    case DType::u64: return "U64";
-    case DType::f8_e4m3: return "F8_E4M3";
-    case DType::f8_e5m2: return "F8_E5M2";
-  }
-  ::ditto::detail::unknown_dtype("safetensors_dtype", t);
+#define DITTO_SAFETENSORS_NAME(e, T, st) st,
+  static constexpr const char* kNames[kNumDTypes] = {DITTO_DTYPES(DITTO_SAFETENSORS_NAME)};
+#undef DITTO_SAFETENSORS_NAME
+  if (!is_valid_dtype(t)) ::ditto::detail::unknown_dtype("safetensors_dtype", t);
+  return kNames[static_cast<int>(t)];
 }
 
 bool dtype_from_safetensors(const std::string& name, DType& out) {

@@ -116,44 +116,33 @@ using BF16 = Format<8, 7, true>;
 using E4M3 = Format<4, 3, false>;
 using E5M2 = Format<5, 2, true>;
 
+/// What the four types below share: the `bits` of format Fmt in a Bits, Self::from(f32) and
+/// to_float() (Note [Small float conversions]), and == on the bits. Self is the type itself
+/// (float16, ...), so from() gives it; `float16{0x3C00}` still sets the bits.
+template <typename Self, typename Bits, typename Fmt>
+struct SmallFloat {
+  Bits bits = 0;
+  /// f32 -> Self, rounded to nearest even (Note [Small float conversions]).
+  DITTO_HD static Self from(float f) {
+    Self s;
+    s.bits = static_cast<Bits>(Fmt::from_f32(f));
+    return s;
+  }
+  /// Self -> f32, exact.
+  DITTO_HD float to_float() const { return Fmt::to_f32(bits); }
+  friend DITTO_HD bool operator==(Self a, Self b) { return a.bits == b.bits; }
+};
+
 }  // namespace fmt_detail
 
 /// IEEE binary16 (torch.float16, __half): bits only; convert with to_float / float16::from.
-struct float16 {
-  std::uint16_t bits = 0;
-  DITTO_HD static float16 from(float f) {
-    return {static_cast<std::uint16_t>(fmt_detail::F16::from_f32(f))};
-  }
-  DITTO_HD float to_float() const { return fmt_detail::F16::to_f32(bits); }
-  friend DITTO_HD bool operator==(float16 a, float16 b) { return a.bits == b.bits; }
-};
+struct float16 : fmt_detail::SmallFloat<float16, std::uint16_t, fmt_detail::F16> {};
 /// bfloat16 (torch.bfloat16, __nv_bfloat16): the top 16 bits of an f32, rounded.
-struct bfloat16 {
-  std::uint16_t bits = 0;
-  DITTO_HD static bfloat16 from(float f) {
-    return {static_cast<std::uint16_t>(fmt_detail::BF16::from_f32(f))};
-  }
-  DITTO_HD float to_float() const { return fmt_detail::BF16::to_f32(bits); }
-  friend DITTO_HD bool operator==(bfloat16 a, bfloat16 b) { return a.bits == b.bits; }
-};
+struct bfloat16 : fmt_detail::SmallFloat<bfloat16, std::uint16_t, fmt_detail::BF16> {};
 /// OCP fp8 E4M3 "fn" (torch.float8_e4m3fn, __nv_fp8_e4m3): max 448, no inf.
-struct float8_e4m3 {
-  std::uint8_t bits = 0;
-  DITTO_HD static float8_e4m3 from(float f) {
-    return {static_cast<std::uint8_t>(fmt_detail::E4M3::from_f32(f))};
-  }
-  DITTO_HD float to_float() const { return fmt_detail::E4M3::to_f32(bits); }
-  friend DITTO_HD bool operator==(float8_e4m3 a, float8_e4m3 b) { return a.bits == b.bits; }
-};
+struct float8_e4m3 : fmt_detail::SmallFloat<float8_e4m3, std::uint8_t, fmt_detail::E4M3> {};
 /// OCP fp8 E5M2 (torch.float8_e5m2, __nv_fp8_e5m2): max 57344, with inf.
-struct float8_e5m2 {
-  std::uint8_t bits = 0;
-  DITTO_HD static float8_e5m2 from(float f) {
-    return {static_cast<std::uint8_t>(fmt_detail::E5M2::from_f32(f))};
-  }
-  DITTO_HD float to_float() const { return fmt_detail::E5M2::to_f32(bits); }
-  friend DITTO_HD bool operator==(float8_e5m2 a, float8_e5m2 b) { return a.bits == b.bits; }
-};
+struct float8_e5m2 : fmt_detail::SmallFloat<float8_e5m2, std::uint8_t, fmt_detail::E5M2> {};
 
 /// True for float16, bfloat16, float8_e4m3, float8_e5m2 (stored as bits, computed in f32).
 template <typename T>

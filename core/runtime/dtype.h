@@ -27,28 +27,37 @@
 
 namespace ditto {
 
-enum class DType : std::uint8_t {
-  f32,
-  i64,
-  f64,
-  f16,
-  bf16,
-  i8,
-  u8,
-  i32,
-  u32,
-  u64,
-  f8_e4m3,
-  f8_e5m2
-};
+/// The table above, stated once: X(enumerator, host type, safetensors name) for every dtype, in
+/// enumeration order. The enum, kAllDTypes, dtype_size, dtype_name, dtype_of and visit_dtype are
+/// generated from it; a new dtype is one row here (and the kernels that take it).
+#define DITTO_DTYPES(X)                       \
+  X(f32, float, "F32")                        \
+  X(i64, std::int64_t, "I64")                 \
+  X(f64, double, "F64")                       \
+  X(f16, ::ditto::float16, "F16")             \
+  X(bf16, ::ditto::bfloat16, "BF16")          \
+  X(i8, std::int8_t, "I8")                    \
+  X(u8, std::uint8_t, "U8")                   \
+  X(i32, std::int32_t, "I32")                 \
+  X(u32, std::uint32_t, "U32")                \
+  X(u64, std::uint64_t, "U64")                \
+  X(f8_e4m3, ::ditto::float8_e4m3, "F8_E4M3") \
+  X(f8_e5m2, ::ditto::float8_e5m2, "F8_E5M2")
 
+#define DITTO_DTYPE_ENUMERATOR(e, T, st) e,
+/// f32, i64, f64, f16, bf16, i8, u8, i32, u32, u64, f8_e4m3, f8_e5m2 (DITTO_DTYPES' order).
+enum class DType : std::uint8_t { DITTO_DTYPES(DITTO_DTYPE_ENUMERATOR) };
+#undef DITTO_DTYPE_ENUMERATOR
+
+#define DITTO_DTYPE_ONE(e, T, st) +1
 /// Number of DType enumerators (for tables and loops over every dtype).
-inline constexpr int kNumDTypes = 12;
+inline constexpr int kNumDTypes = 0 DITTO_DTYPES(DITTO_DTYPE_ONE);
+#undef DITTO_DTYPE_ONE
 
+#define DITTO_DTYPE_VALUE(e, T, st) DType::e,
 /// Every DType, in enumeration order.
-inline constexpr DType kAllDTypes[kNumDTypes] = {
-    DType::f32, DType::i64, DType::f64, DType::f16, DType::bf16,    DType::i8,
-    DType::u8,  DType::i32, DType::u32, DType::u64, DType::f8_e4m3, DType::f8_e5m2};
+inline constexpr DType kAllDTypes[kNumDTypes] = {DITTO_DTYPES(DITTO_DTYPE_VALUE)};
+#undef DITTO_DTYPE_VALUE
 
 namespace detail {
 /// The fallback of dtype_size / dtype_name for a value outside the enumeration (a cast from a
@@ -60,24 +69,17 @@ namespace detail {
 }
 }  // namespace detail
 
-// The switches below have no default, so -Wswitch (in -Wall) names every one a new enumerator
-// must be added to.
+// The switches below have no default, so -Wswitch (in -Wall) would name one that a new enumerator
+// was left out of; each is generated from DITTO_DTYPES, so none is.
 
-/// Bytes per element. Throws InternalError for a value outside the enumeration.
+/// Bytes per element (sizeof the host type). Throws InternalError for a value outside the
+/// enumeration.
 constexpr std::size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::i64: return 8;
-    case DType::f64: return 8;
-    case DType::f16: return 2;
-    case DType::bf16: return 2;
-    case DType::i8: return 1;
-    case DType::u8: return 1;
-    case DType::i32: return 4;
-    case DType::u32: return 4;
-    case DType::u64: return 8;
-    case DType::f8_e4m3: return 1;
-    case DType::f8_e5m2: return 1;
+#define DITTO_DTYPE_SIZE(e, T, st) \
+  case DType::e: return sizeof(T);
+    DITTO_DTYPES(DITTO_DTYPE_SIZE)
+#undef DITTO_DTYPE_SIZE
   }
   detail::unknown_dtype("dtype_size", t);
 }
@@ -86,18 +88,10 @@ constexpr std::size_t dtype_size(DType t) {
 /// outside the enumeration.
 constexpr const char* dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::i64: return "i64";
-    case DType::f64: return "f64";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::i8: return "i8";
-    case DType::u8: return "u8";
-    case DType::i32: return "i32";
-    case DType::u32: return "u32";
-    case DType::u64: return "u64";
-    case DType::f8_e4m3: return "f8_e4m3";
-    case DType::f8_e5m2: return "f8_e5m2";
+#define DITTO_DTYPE_NAME(e, T, st) \
+  case DType::e: return #e;
+    DITTO_DTYPES(DITTO_DTYPE_NAME)
+#undef DITTO_DTYPE_NAME
   }
   detail::unknown_dtype("dtype_name", t);
 }
@@ -117,74 +111,27 @@ constexpr bool is_signed(DType t) {
   return !(t == DType::u8 || t == DType::u32 || t == DType::u64);
 }
 
+/// The DType of host type T (the table above): dtype_of<float>() == DType::f32, ... Only the
+/// table's types have one.
 template <typename T>
 constexpr DType dtype_of();
-template <>
-constexpr DType dtype_of<float>() {
-  return DType::f32;
-}
-template <>
-constexpr DType dtype_of<std::int64_t>() {
-  return DType::i64;
-}
-template <>
-constexpr DType dtype_of<double>() {
-  return DType::f64;
-}
-template <>
-constexpr DType dtype_of<float16>() {
-  return DType::f16;
-}
-template <>
-constexpr DType dtype_of<bfloat16>() {
-  return DType::bf16;
-}
-template <>
-constexpr DType dtype_of<std::int8_t>() {
-  return DType::i8;
-}
-template <>
-constexpr DType dtype_of<std::uint8_t>() {
-  return DType::u8;
-}
-template <>
-constexpr DType dtype_of<std::int32_t>() {
-  return DType::i32;
-}
-template <>
-constexpr DType dtype_of<std::uint32_t>() {
-  return DType::u32;
-}
-template <>
-constexpr DType dtype_of<std::uint64_t>() {
-  return DType::u64;
-}
-template <>
-constexpr DType dtype_of<float8_e4m3>() {
-  return DType::f8_e4m3;
-}
-template <>
-constexpr DType dtype_of<float8_e5m2>() {
-  return DType::f8_e5m2;
-}
+#define DITTO_DTYPE_OF(e, T, st)  \
+  template <>                     \
+  constexpr DType dtype_of<T>() { \
+    return DType::e;              \
+  }
+DITTO_DTYPES(DITTO_DTYPE_OF)
+#undef DITTO_DTYPE_OF
 
 /// Calls f(T{}) with T the host type of `t` (the table above): the one switch over dtypes that
 /// dtype-generic host code (kernels, collectives, checks) dispatches through.
 template <typename F>
 decltype(auto) visit_dtype(DType t, F&& f) {
   switch (t) {
-    case DType::f32: return f(float{});
-    case DType::i64: return f(std::int64_t{});
-    case DType::f64: return f(double{});
-    case DType::f16: return f(float16{});
-    case DType::bf16: return f(bfloat16{});
-    case DType::i8: return f(std::int8_t{});
-    case DType::u8: return f(std::uint8_t{});
-    case DType::i32: return f(std::int32_t{});
-    case DType::u32: return f(std::uint32_t{});
-    case DType::u64: return f(std::uint64_t{});
-    case DType::f8_e4m3: return f(float8_e4m3{});
-    case DType::f8_e5m2: return f(float8_e5m2{});
+#define DITTO_DTYPE_VISIT(e, T, st) \
+  case DType::e: return f(T{});
+    DITTO_DTYPES(DITTO_DTYPE_VISIT)
+#undef DITTO_DTYPE_VISIT
   }
   detail::unknown_dtype("visit_dtype", t);
 }

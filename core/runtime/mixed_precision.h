@@ -61,18 +61,29 @@
 
 namespace ditto {
 
+namespace detail {
+/// RAII: sets a thread-local `slot` to `value` while it lives and restores its value from before
+/// (so scopes nest, the innermost winning). Not copyable. The two scopes below are this.
+template <typename T>
+class ThreadLocalScope {
+ public:
+  ThreadLocalScope(T& slot, T value) noexcept : slot_(slot), previous_(slot) { slot = value; }
+  ~ThreadLocalScope() { slot_ = previous_; }
+  ThreadLocalScope(const ThreadLocalScope&) = delete;
+  ThreadLocalScope& operator=(const ThreadLocalScope&) = delete;
+
+ private:
+  T& slot_;
+  T previous_;
+};
+}  // namespace detail
+
 /// RAII: while it lives, kernels this thread enqueues belong to an op over `storage` tensors
 /// (f32, bf16 or f16), computed through f32 scratch (Note [Mixed precision]). Scopes nest; the
 /// innermost wins. Not copyable.
-class StorageDTypeScope {
+class StorageDTypeScope : detail::ThreadLocalScope<DType> {
  public:
   explicit StorageDTypeScope(DType storage) noexcept;
-  ~StorageDTypeScope();
-  StorageDTypeScope(const StorageDTypeScope&) = delete;
-  StorageDTypeScope& operator=(const StorageDTypeScope&) = delete;
-
- private:
-  DType previous_;
 };
 
 /// The innermost StorageDTypeScope's dtype on this thread; DType::f32 outside any scope.
@@ -81,15 +92,9 @@ DType current_storage_dtype() noexcept;
 /// Whether a thread-local conversion marker is set: the cast kernels of the f32 scratch of a
 /// StorageDTypeScope op run inside a ConversionScope (the simulator prices them as free and does
 /// not charge their scratch allocations).
-class ConversionScope {
+class ConversionScope : detail::ThreadLocalScope<bool> {
  public:
   ConversionScope() noexcept;
-  ~ConversionScope();
-  ConversionScope(const ConversionScope&) = delete;
-  ConversionScope& operator=(const ConversionScope&) = delete;
-
- private:
-  bool previous_;
 };
 bool in_conversion_scope() noexcept;
 

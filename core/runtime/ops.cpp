@@ -94,28 +94,26 @@ void launch_gemm_ex(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, b
                     const GemmDims& d, float alpha, float beta, Determinism mode,
                     const Tensor& bias = Tensor()) {
   if (d.M == 0 || d.N == 0) return;
-  GemmExArgs g;
-  g.trans_a = trans_a;
-  g.trans_b = trans_b;
-  g.M = d.M;
-  g.N = d.N;
-  g.K = d.K;
-  g.alpha = alpha;
-  g.A = a.data_ptr();
-  g.a_type = a.dtype();
-  g.lda = row_stride(a);
-  g.B = b.data_ptr();
-  g.b_type = b.dtype();
-  g.ldb = row_stride(b);
-  g.beta = beta;
-  g.C = c.data_ptr();
-  g.c_type = c.dtype();
-  g.ldc = row_stride(c);
-  if (bias.defined()) {
-    g.epilogue = GemmEpilogue::bias;
-    g.bias = bias.data_ptr();
-  }
-  g.mode = mode;
+  const bool with_bias = bias.defined();
+  const GemmExArgs g{.trans_a = trans_a,
+                     .trans_b = trans_b,
+                     .M = d.M,
+                     .N = d.N,
+                     .K = d.K,
+                     .alpha = alpha,
+                     .A = a.data_ptr(),
+                     .a_type = a.dtype(),
+                     .lda = row_stride(a),
+                     .B = b.data_ptr(),
+                     .b_type = b.dtype(),
+                     .ldb = row_stride(b),
+                     .beta = beta,
+                     .C = c.data_ptr(),
+                     .c_type = c.dtype(),
+                     .ldc = row_stride(c),
+                     .epilogue = with_bias ? GemmEpilogue::bias : GemmEpilogue::none,
+                     .bias = with_bias ? bias.data_ptr() : nullptr,
+                     .mode = mode};
   kernels_of(c).gemm_ex(stream_of(c), g);
 }
 
@@ -238,16 +236,26 @@ void add_bias_(Tensor& y, const Tensor& bias) {
   kernels_of(y).add_bias(stream_of(y), y.data<float>(), bias.data<float>(), y.size(0), y.size(1));
 }
 
+namespace {
+// The bf16 / f16 path of a reduction over x's rows into `out` (Note [Mixed precision]): when
+// either is bf16 or f16, runs f32_path(x in f32, out in f32) and rounds the result back into out,
+// and returns true; else returns false (the caller runs its f32 path).
+template <typename F>
+bool mixed_rows(const char* op, const Tensor& x, Tensor& out, const F& f32_path) {
+  if (!any_half({&x, &out})) return false;
+  check_no_overlap(op, "out", out, "x", x);
+  MixedOp m(op, {&x, &out});
+  Tensor of = m.in(out);
+  m.run([&] { f32_path(m.in(x), of); });
+  m.write_back(of, out);
+  return true;
+}
+}  // namespace
+
 void sum_rows(const Tensor& x, Tensor& out, float beta, Determinism mode) {
   constexpr const char* op = "ops::sum_rows";
-  if (any_half({&x, &out})) {
-    check_no_overlap(op, "out", out, "x", x);
-    MixedOp m(op, {&x, &out});
-    Tensor of = m.in(out);
-    m.run([&] { sum_rows(m.in(x), of, beta, mode); });
-    m.write_back(of, out);
-    return;
-  }
+  auto f32 = [&](const Tensor& xf, Tensor& of) { sum_rows(xf, of, beta, mode); };
+  if (mixed_rows(op, x, out, f32)) return;
   check_matrix_and_cols(op, "x", x, "out", out, /*v_written=*/true);
   if (out.numel() == 0) return;  // rows == 0 still sets out = beta * out
   kernels_of(x).sum_rows(stream_of(x), x.data<float>(), x.size(0), x.size(1), beta,
@@ -420,14 +428,8 @@ void gemm_tn_sharded(const Tensor& a, const Tensor& b, Tensor& c,
 void sum_rows_sharded(const Tensor& x, Tensor& out, const std::vector<std::int64_t>& bounds,
                       bool accumulate) {
   constexpr const char* op = "ops::sum_rows_sharded";
-  if (any_half({&x, &out})) {
-    check_no_overlap(op, "out", out, "x", x);
-    MixedOp m(op, {&x, &out});
-    Tensor of = m.in(out);
-    m.run([&] { sum_rows_sharded(m.in(x), of, bounds, accumulate); });
-    m.write_back(of, out);
-    return;
-  }
+  auto f32 = [&](const Tensor& xf, Tensor& of) { sum_rows_sharded(xf, of, bounds, accumulate); };
+  if (mixed_rows(op, x, out, f32)) return;
   check_matrix_and_cols(op, "x", x, "out", out, /*v_written=*/true);
   check_shard_bounds(op, bounds, x.size(0));
   if (out.numel() == 0) return;

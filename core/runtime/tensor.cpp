@@ -49,7 +49,8 @@ std::int64_t shape_numel(const Shape& s) {
 Tensor Tensor::empty(const Shape& shape, DType dtype, const Device& device) {
   // A value outside the enumeration is the caller's error (InvalidArgument naming the call), not
   // an InternalError from dtype_size (a newcomer passed DType(12)).
-  DITTO_CHECK(is_valid_dtype(dtype), "Tensor::empty: dtype: expected one of f32, i64, f64, f16, "
+  DITTO_CHECK(is_valid_dtype(dtype),
+              "Tensor::empty: dtype: expected one of f32, i64, f64, f16, "
               "bf16, i8, u8, i32, u32, u64, f8_e4m3, f8_e5m2, got DType value ",
               static_cast<int>(dtype));
   Tensor t;
@@ -73,8 +74,8 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, const Device& device) {
   } else if (dtype == DType::f32) {
     device.backend().kernels().fill_f32(current_stream(device), t.data<float>(), 0.0f, t.numel_);
   } else {
-    device.backend().kernels().fill_bits(current_stream(device), t.data_ptr(), dtype_size(dtype),
-                                         0, t.numel_);
+    device.backend().kernels().fill_bits(current_stream(device), t.data_ptr(), dtype_size(dtype), 0,
+                                         t.numel_);
   }
   return t;
 }
@@ -137,8 +138,7 @@ Tensor from_host_values(const std::vector<T>& values, const Shape& shape, const 
 }  // namespace
 
 template <typename T>
-Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape,
-                           const Device& device) {
+Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, const Device& device) {
   return from_host_values(values, shape, device);
 }
 Tensor Tensor::from_vector(const std::vector<float>& values, const Shape& shape,
@@ -210,7 +210,7 @@ std::vector<T> Tensor::to_vector() const {
 }
 
 // Every host type of the DType table (dtype.h).
-#define DITTO_TENSOR_HOST_TYPE(T)                                                         \
+#define DITTO_TENSOR_HOST_TYPE(T)                                                             \
   template Tensor Tensor::from_vector<T>(const std::vector<T>&, const Shape&, const Device&); \
   template std::vector<T> Tensor::to_vector<T>() const;
 DITTO_TENSOR_HOST_TYPE(float)
@@ -243,7 +243,8 @@ void cast_on_host(const void* x, DType from, void* y, DType to, std::int64_t n) 
 
 Tensor Tensor::to(DType dtype) const {
   DITTO_CHECK(defined(), "Tensor::to: tensor is undefined");
-  DITTO_CHECK(is_valid_dtype(dtype), "Tensor::to: dtype: expected one of f32, i64, f64, f16, "
+  DITTO_CHECK(is_valid_dtype(dtype),
+              "Tensor::to: dtype: expected one of f32, i64, f64, f16, "
               "bf16, i8, u8, i32, u32, u64, f8_e4m3, f8_e5m2, got DType value ",
               static_cast<int>(dtype));
   if (dtype == dtype_) return *this;
@@ -269,8 +270,8 @@ float Tensor::item() const {
 }
 
 Tensor Tensor::narrow(std::int64_t start, std::int64_t length) const {
-  DITTO_CHECK(defined() && dim() >= 1, "Tensor::narrow: expected a tensor with at least 1 dim, got ",
-              str());
+  DITTO_CHECK(defined() && dim() >= 1,
+              "Tensor::narrow: expected a tensor with at least 1 dim, got ", str());
   std::int64_t end = 0;
   const bool end_fits = !__builtin_add_overflow(start, length, &end);
   DITTO_CHECK(start >= 0 && length >= 0 && end_fits && end <= shape_[0], "Tensor::narrow: rows [",
@@ -301,7 +302,8 @@ Tensor Tensor::view(const Shape& shape) const {
     for (auto d : s)
       if (d != -1) given.push_back(d);
     DITTO_CHECK(checked_product(given, known), "Tensor::view: shape ", shape_str(shape),
-                ": expected at most ", kMaxInt64, " elements in all, but the sizes multiply past "
+                ": expected at most ", kMaxInt64,
+                " elements in all, but the sizes multiply past "
                 "that");
   }
   if (infer >= 0) {
@@ -366,6 +368,31 @@ class Staging {
   Stream& default_;
 };
 
+// Host -> device: rows x row_bytes contiguous at `packed` (host) to dp (row pitch dst_pitch) on
+// dd, on dd's current stream: one copy when `dense` (dst_pitch == row_bytes), else through a
+// staging buffer and a 2-D copy.
+void upload_rows(const Device& dd, char* dp, std::size_t dst_pitch, const char* packed,
+                 std::size_t row_bytes, std::size_t rows, bool dense) {
+  Backend& b = dd.backend();
+  Stream& s = current_stream(dd);
+  if (dense) return b.copy_from_host(s, dp, packed, rows * row_bytes);
+  Staging staging(dd, rows * row_bytes, s);
+  b.copy_from_host(s, staging.data(), packed, rows * row_bytes);
+  b.copy_2d(s, dp, dst_pitch, staging.data(), row_bytes, row_bytes, rows);
+}
+
+// Device -> host: the rows at sp (row pitch src_pitch) on sd to `packed` (host, rows x
+// row_bytes contiguous), the reverse of upload_rows.
+void download_rows(const Device& sd, const char* sp, std::size_t src_pitch, char* packed,
+                   std::size_t row_bytes, std::size_t rows, bool dense) {
+  Backend& b = sd.backend();
+  Stream& s = current_stream(sd);
+  if (dense) return b.copy_to_host(s, packed, sp, rows * row_bytes);
+  Staging staging(sd, rows * row_bytes, s);
+  b.copy_2d(s, staging.data(), row_bytes, sp, src_pitch, row_bytes, rows);
+  b.copy_to_host(s, packed, staging.data(), rows * row_bytes);
+}
+
 }  // namespace
 
 void copy_block(const Tensor& dst, std::size_t dst_off, std::size_t dst_pitch, const Tensor& src,
@@ -384,48 +411,24 @@ void copy_block(const Tensor& dst, std::size_t dst_off, std::size_t dst_pitch, c
     return;
   }
   if (sd.is_cpu()) {  // host -> device
-    Backend& b = dd.backend();
-    Stream& s = current_stream(dd);
-    if (dense) {
-      b.copy_from_host(s, dp, sp, rows * row_bytes);
-      return;
-    }
-    Staging staging(dd, rows * row_bytes, s);
+    if (dense) return upload_rows(dd, dp, dst_pitch, sp, row_bytes, rows, true);
     std::vector<char> packed(rows * row_bytes);
     for (std::size_t r = 0; r < rows; ++r)
       std::memcpy(packed.data() + r * row_bytes, sp + r * src_pitch, row_bytes);
-    b.copy_from_host(s, staging.data(), packed.data(), packed.size());
-    b.copy_2d(s, dp, dst_pitch, staging.data(), row_bytes, row_bytes, rows);
-    return;
+    return upload_rows(dd, dp, dst_pitch, packed.data(), row_bytes, rows, false);
   }
   if (dd.is_cpu()) {  // device -> host
-    Backend& b = sd.backend();
-    Stream& s = current_stream(sd);
-    if (dense) {
-      b.copy_to_host(s, dp, sp, rows * row_bytes);
-      return;
-    }
-    Staging staging(sd, rows * row_bytes, s);
-    b.copy_2d(s, staging.data(), row_bytes, sp, src_pitch, row_bytes, rows);
+    if (dense) return download_rows(sd, sp, src_pitch, dp, row_bytes, rows, true);
     std::vector<char> packed(rows * row_bytes);
-    b.copy_to_host(s, packed.data(), staging.data(), packed.size());
+    download_rows(sd, sp, src_pitch, packed.data(), row_bytes, rows, false);
     for (std::size_t r = 0; r < rows; ++r)
       std::memcpy(dp + r * dst_pitch, packed.data() + r * row_bytes, row_bytes);
     return;
   }
-  if (dd.type != sd.type) {  // across backends: through the host
+  if (dd.type != sd.type) {  // across backends: through the host, staged on both sides
     std::vector<char> packed(rows * row_bytes);
-    Backend& sb = sd.backend();
-    Stream& ss = current_stream(sd);
-    Staging s_staging(sd, rows * row_bytes, ss);
-    sb.copy_2d(ss, s_staging.data(), row_bytes, sp, src_pitch, row_bytes, rows);
-    sb.copy_to_host(ss, packed.data(), s_staging.data(), packed.size());
-    Backend& db = dd.backend();
-    Stream& ds = current_stream(dd);
-    Staging d_staging(dd, rows * row_bytes, ds);
-    db.copy_from_host(ds, d_staging.data(), packed.data(), packed.size());
-    db.copy_2d(ds, dp, dst_pitch, d_staging.data(), row_bytes, row_bytes, rows);
-    return;
+    download_rows(sd, sp, src_pitch, packed.data(), row_bytes, rows, false);
+    return upload_rows(dd, dp, dst_pitch, packed.data(), row_bytes, rows, false);
   }
   // Same backend, device -> device: order after both devices' pending work, copy on the
   // destination's stream, and make the source's stream wait for the copy (so the source is not
