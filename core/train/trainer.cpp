@@ -327,7 +327,6 @@ FitResult Trainer::fit() {
                 "every device from one process), got '",
                 trainer_kind_name(c.trainer), "'");
     run.n_dev = static_cast<int>(run_devices(c));
-    check_devices(c, run.n_dev);  // before the backend: a bad split costs nothing
     name = resolve_backend_name(c.backend);
     // A dry run (Note [Dry run], backend_sim/sim_backend.h) prices the whole cluster in one
     // process; the backend must run dry (init_backend refuses it otherwise) and price the work.
@@ -347,6 +346,9 @@ FitResult Trainer::fit() {
     for (const auto& e : c.extensions) e->plan(c, plan, bopts);
   });
   step({}, [&] {  // the backend and the output paths
+    // After the settings agreed (a process's own micro_shards may not fit the devices because it
+    // disagrees: that is said first); before the backend, where a bad split costs nothing.
+    check_devices(c, run.n_dev);
     try {
       run.be = &init_backend(name, bopts);
     } catch (const InvalidArgument& e) {

@@ -132,7 +132,10 @@ void validate(const TrainerConfig& c) {
     e->validate(c);
   }
   // Against this process's devices (the extensions may multiply them: fit() checks the total).
-  check_devices(c, dist::is_initialized() ? dist::world_size() : c.devices);
+  // Not under mpirun: there a refusal must reach the other processes, which only fit()'s
+  // exchanges carry (a constructor that throws on one rank would leave the others waiting), and
+  // processes that disagree on the settings must first hear that (Mpi.Communicator_np8).
+  if (!dist::is_initialized()) check_devices(c, c.devices);
 }
 
 }  // namespace ditto::train

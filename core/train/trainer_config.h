@@ -197,7 +197,8 @@ long long run_devices(const TrainerConfig& c);
 /// The checks of `c` against the run's `devices`: bitwise mode's micro_shards a power of two in
 /// 1..kMaxMicroShards and at least the devices (every device gets a micro-shard), and the
 /// gradient accumulation's split (check_grad_accumulation). InvalidArgument naming the fields
-/// (c.name_of). The Trainer's validation runs them on this process's devices, fit() on the total.
+/// (c.name_of). The Trainer's validation runs them on this process's devices (not under mpirun),
+/// fit() on the total once the processes agree on the settings.
 void check_devices(const TrainerConfig& c, long long devices);
 
 }  // namespace ditto::train
