@@ -14,10 +14,12 @@
 namespace ditto::optim {
 
 /// Hyper-parameters of torch.optim.Adam (AdamOptions) and torch.optim.AdamW (AdamWOptions,
-/// core/optim/adamw.h), with torch's defaults, which differ only in weight_decay's: kWeightDecay.
-/// Doubles, like the Python floats PyTorch holds them in: step_size = lr / bias_correction1 is
-/// formed in double before it is rounded to float, exactly as PyTorch does.
-template <double kWeightDecay>
+/// core/optim/adamw.h), with torch's defaults, which differ only in weight_decay's:
+/// Defaults::kWeightDecay. Doubles, like the Python floats PyTorch holds them in: step_size = lr /
+/// bias_correction1 is formed in double before it is rounded to float, exactly as PyTorch does.
+/// `Defaults` gives the weight_decay default (a type, not a double template argument: clang before
+/// 18 refuses those).
+template <typename Defaults>
 struct AdamFamilyOptions {
   double lr = 1e-3;
   double beta1 = 0.9;    ///< betas[0]
@@ -25,12 +27,16 @@ struct AdamFamilyOptions {
   double eps = 1e-8;
   /// Adam: the L2 decay added to the gradient. AdamW: the decoupled decay of nanoGPT's "decay"
   /// group when the parameters come as one list; explicit groups (AdamWGroup) carry their own.
-  double weight_decay = kWeightDecay;
+  double weight_decay = Defaults::kWeightDecay;
   bool amsgrad = false;
 };
 
+/// torch.optim.Adam's defaults that differ from AdamW's.
+struct AdamDefaults {
+  static constexpr double kWeightDecay = 0.0;
+};
 /// torch.optim.Adam's hyper-parameters (weight_decay 0 by default).
-using AdamOptions = AdamFamilyOptions<0.0>;
+using AdamOptions = AdamFamilyOptions<AdamDefaults>;
 
 /// Adam's (and AdamW's) hyper-parameter checks with torch's messages ("<call>: beta1: Invalid
 /// beta parameter at index 0: 1.5 (expected 0 <= beta1 < 1)"): InvalidArgument for lr, eps or

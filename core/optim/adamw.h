@@ -15,9 +15,13 @@
 
 namespace ditto::optim {
 
+/// torch.optim.AdamW's defaults that differ from Adam's.
+struct AdamWDefaults {
+  static constexpr double kWeightDecay = 1e-2;
+};
 /// torch.optim.AdamW's hyper-parameters (AdamFamilyOptions in core/optim/adam.h; weight_decay
 /// 1e-2 by default).
-using AdamWOptions = AdamFamilyOptions<1e-2>;
+using AdamWOptions = AdamFamilyOptions<AdamWDefaults>;
 
 /// One of torch's param_groups: parameters sharing a weight decay.
 struct AdamWGroup {
