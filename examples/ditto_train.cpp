@@ -306,7 +306,8 @@ int cli_main(int argc, char** argv) {
   a.options = all_options(a);
   // Errors name the fields by their options (--batch-size); the GPT's fields are GptSettings'.
   c.field_names = g.field_names = train::field_names(a.options);
-  for (const train::OptionRow& r : train::gpt_options(g)) c.field_names.erase(r.field);
+  for (const train::OptionRow& r : a.options)  // the GPT's rows (gpt_options) are already there
+    if (r.model == "gpt") c.field_names.erase(r.field);
   CLI::App app{"ditto-train: data-parallel training (an MLP on CSV rows, or nanoGPT's character "
                "GPT with --model gpt) on simulated or real GPUs"};
   // A repeated option: the last value wins (argparse's store); --straggler, --fault and --export
