@@ -148,8 +148,9 @@ TEST(Options, MovedChecksRefuseInTheConfigsValidation) {
   refused(c, "expected a power of two >= 128 (the devices), got 64 (the default)");
   c.determinism = Determinism::fast;  // fast mode has no micro-shards
   EXPECT_NO_THROW(Trainer(c, digits()));
-  // A simulated cluster multiplies the devices: the Trainer's validation knows this process's 4,
-  // fit() the total (before the backend starts), with the same message.
+  // A simulated cluster multiplies the devices: the Trainer's validation checks the total (2
+  // nodes x 4 devices), so the CLI reports it as a usage error (exit status 2) before anything
+  // starts (it was refused only in fit(), exit status 1).
   TrainerConfig nodes;
   nodes.micro_shards = 4;
   nodes.field_names = {{"micro_shards", "--micro-shards"}};
@@ -159,10 +160,9 @@ TEST(Options, MovedChecksRefuseInTheConfigsValidation) {
     o.nodes = 2;
     return o;
   }());
-  Trainer t(nodes, digits());
-  test::expect_invalid([&] { t.fit(); },
-                       "--micro-shards: bitwise mode gives every device at least one micro-shard: "
-                       "expected a power of two >= 8 (the devices), got 4");
+  refused(nodes,
+          "--micro-shards: bitwise mode gives every device at least one micro-shard: expected a "
+          "power of two >= 8 (the devices), got 4");
   // The simulator's, in SimRun::validate: the devices are nodes x devices.
   auto sim_refused = [&](const std::function<void(sim::SimRunOptions&)>& set,
                          const std::string& part) {

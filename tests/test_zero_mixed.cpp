@@ -241,12 +241,16 @@ TEST_F(ZeroMixedTest, F16GradScalerSeesTheWholeGradient) {
         sb.update();
         EXPECT_EQ(skipped, t == 1) << r << " " << t;
         EXPECT_EQ(sa.scale(), sb.scale()) << r << " " << t;
-        if (t == 1) EXPECT_EQ(bytes(a), before) << "rank " << r;
+        if (t == 1) {
+          EXPECT_EQ(bytes(a), before) << "rank " << r;
+        }
         EXPECT_EQ(bytes(a), bytes(b)) << n << " ranks, rank " << r << " step " << t;
       }
       EXPECT_EQ(sa.skipped_steps(), 1);
       zero.consolidate_state_dict(0);
-      if (r == 0) EXPECT_EQ(zero.state_dict().options.at("grad_scaler.scale"), "512");
+      if (r == 0) {
+        EXPECT_EQ(zero.state_dict().options.at("grad_scaler.scale"), "512");
+      }
     });
 }
 
@@ -285,7 +289,9 @@ TEST(ZeroMixedTrainer, Bf16AndF16ZeroStage1GiveTheChecksumWithout) {
       const train::FitResult got = train::Trainer(ddp(dt, n, 1), digits()).fit();
       EXPECT_EQ(got.params_checksum, want.params_checksum) << dtype_name(dt) << " " << n;
       EXPECT_EQ(got.loss_scale.has_value(), dt == DType::f16);
-      if (dt == DType::f16) EXPECT_EQ(*got.loss_scale, *want.loss_scale) << n;
+      if (dt == DType::f16) {
+        EXPECT_EQ(*got.loss_scale, *want.loss_scale) << n;
+      }
     }
   }
   // f16 with a scale that overflows: the same skipped steps with ZeRO on 4 ranks.

@@ -23,7 +23,9 @@ struct OptimizerState {
   std::vector<std::pair<std::string, Tensor>> tensors;  ///< host tensors
 };
 
-/// A float or double as the shortest decimal string that reads back to the same value.
+/// A float or double as a decimal string that reads back to the same value: printf's %.9g for a
+/// float, %.17g for a double (round-trip digits, not the shortest such string; these strings are
+/// saved in optimizer state, so they keep this form).
 std::string exact_str(double v);
 std::string exact_str(float v);
 

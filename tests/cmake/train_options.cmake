@@ -71,6 +71,11 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.StragglerFactorOutOfRange RC 2
     COMMAND $<TARGET_FILE:ditto-train> --profile h100-sxm --straggler 0:-2 --epochs 0
     REGEX "^ditto-train: error: --straggler 0:-2: expected a factor in 0.001..1000, got -2")
+  # A simulated cluster's devices are nodes x devices: too few micro-shards for them is a usage
+  # error like the others (it was refused in fit() with exit status 1).
+  ditto_expect_exit(DittoTrainCli.NodesNeedMicroShardsForEveryDevice RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --nodes 2 --devices 8 --profile h200 --dry-run --determinism bitwise --micro-shards 8 --epochs 1
+    REGEX "^ditto-train: error: --micro-shards: bitwise mode gives every device at least one micro-shard: expected a power of two >= 16 \\(the devices\\), got 8\n")
   foreach(case "momentum|--momentum;-0.5|--momentum: expected a number >= 0, got -0.5"
                "weight_decay|--weight-decay;-1|--weight-decay: expected a number >= 0, got -1"
                "batch_size|--batch-size;0|--batch-size: expected an integer >= 1, got 0"
