@@ -41,6 +41,12 @@ struct DeviceProfile {
   /// source: 18.237 / 38.7) unless a JSON profile sets "simt_efficiency"; a device run
   /// calibrates it.
   double simt_efficiency = 18.237 / 38.7;
+  /// Fraction of the BF16 / FP16 tensor-core peak that ditto's own mma.sync kernels reach (the
+  /// typed fast-mode attention, FlashAttention-2 style: Note [Typed kernels], cost_model.h), in
+  /// (0, 1]. An ESTIMATE, not a measurement: kMmaEfficiency (profiles.cpp: 0.25, below
+  /// FlashAttention-2's 35-50% of the H100 BF16 peak forward, for a kernel without wgmma or TMA)
+  /// unless a JSON profile sets "mma_efficiency"; a device run calibrates it.
+  double mma_efficiency = 0.25;
 };
 
 // Note [Achieved efficiency]

@@ -201,7 +201,8 @@ void reduce_inputs(const std::vector<Tensor>& inputs, Tensor& out, int op, Deter
 // them only then).
 
 /// Whether `device`'s backend runs the multi-tensor kernels in fewer launches than the
-/// per-tensor loop (Kernels::has_multi_tensor_kernels: cuda); false for the host and the sim.
+/// per-tensor loop (Kernels::has_multi_tensor_kernels: cuda, and the sim in a dry run, which
+/// prices cuda's launches); false for the host and a real sim run.
 bool has_multi_tensor_kernels(const Device& device);
 
 /// One parameter of adam_step_multi_: the tensors of adam_step_ (max_exp_avg_sq may be null
