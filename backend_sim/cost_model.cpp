@@ -376,7 +376,7 @@ void CostModel::finish(SimStream& stream, int device, VTime start, VTime end, co
 }
 
 void CostModel::record(int device, const char* name, PricedUnit unit, double flops, double bytes,
-                       VTime duration) {
+                       VTime duration, std::int64_t launches) {
   PerDevice& pd = *devices_[static_cast<std::size_t>(device)];
   std::lock_guard<std::mutex> lock(pd.ledger_mu);
   LedgerRow* row = nullptr;
@@ -389,7 +389,7 @@ void CostModel::record(int device, const char* name, PricedUnit unit, double flo
     pd.ledger.push_back(LedgerRow{name, unit, 0, 0, 0, 0});
     row = &pd.ledger.back();
   }
-  ++row->count;
+  row->count += launches;
   row->flops += flops;
   row->bytes += bytes;
   row->time = vtime_add(row->time, duration);
@@ -410,7 +410,7 @@ void CostModel::on_kernel(SimStream& stream, const char* name, const KernelCost&
   const KernelPrice price = kernel_price(cluster_.device, cost, allow_tf32_);
   const VTime end = vtime_add(start, to_vtime(price.seconds * pd.slowdown));
   if (cost.gemm) gemm_flops_.fetch_add(static_cast<std::uint64_t>(cost.flops));
-  record(d, name, price.unit, cost.flops, cost.bytes, end - start);
+  record(d, name, price.unit, cost.flops, cost.bytes, end - start, std::max(cost.launches, 1));
   finish(stream, d, start, end, name, "kernel", &pd.compute);
 }
 

@@ -390,7 +390,7 @@ class CostModel {
     std::string
         name;  ///< the kernel's name ("gemm", "attention_forward"), a copy's, a collective's
     PricedUnit unit = PricedUnit::memory;
-    std::int64_t count = 0;
+    std::int64_t count = 0;  ///< launches (a kernel of KernelCost::launches counts them all)
     double flops = 0, bytes = 0;
     VTime time = 0;  ///< summed durations (busy time on the device's streams)
   };
@@ -407,7 +407,7 @@ class CostModel {
     std::vector<LedgerRow> ledger;
   };
   void record(int device, const char* name, PricedUnit unit, double flops, double bytes,
-              VTime duration);
+              VTime duration, std::int64_t launches = 1);
   void finish(SimStream& stream, int device, VTime start, VTime end, const char* name,
               const char* cat, std::atomic<VTime>* busy);
 
