@@ -10,6 +10,7 @@ namespace ditto::sim {
 
 DryArena::~DryArena() {
   if (base_) ::munmap(base_, size_);
+  for (const auto& [p, len] : overflow_) ::munmap(reinterpret_cast<void*>(p), len);
 }
 
 std::size_t DryArena::rounded(std::size_t bytes) {
@@ -37,12 +38,21 @@ void* DryArena::allocate(std::size_t bytes, std::size_t reserve_bytes) {
     if (len > need) free_[off + need] = len - need;
     return base_ + off;
   }
-  return nullptr;
+  // No room: the frees still pending in stream order hold it. A reservation of its own.
+  void* p = ::mmap(nullptr, need, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  overflow_[reinterpret_cast<std::uintptr_t>(p)] = need;
+  return p;
 }
 
 void DryArena::deallocate(void* p, std::size_t bytes) noexcept {
   std::lock_guard lk(mu_);
   if (!base_ || !p) return;
+  if (auto o = overflow_.find(reinterpret_cast<std::uintptr_t>(p)); o != overflow_.end()) {
+    ::munmap(p, o->second);
+    overflow_.erase(o);
+    return;
+  }
   std::size_t off = static_cast<std::size_t>(static_cast<char*>(p) - base_);
   std::size_t len = rounded(bytes);
   auto next = free_.lower_bound(off);

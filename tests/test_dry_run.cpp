@@ -14,6 +14,7 @@
 #include "backend_sim/cost_model.h"
 #include "backend_sim/profiles.h"
 #include "backend_sim/sim_backend.h"
+#include "backend_sim/sim_dry_arena.h"
 #include "backend_sim/sim_run.h"
 #include "core/base/error.h"
 #include "core/data/synthetic_source.h"
@@ -93,6 +94,24 @@ TEST(DryRunBackend, HoldsNoHostMemoryForTensors) {
     held.push_back(Tensor::empty({std::int64_t(gib)}, DType::f32, Device("sim", 0)));
   sync_all(be);
   EXPECT_EQ(be.memory_stats(0).in_use, 40 * gib);
+}
+
+// A DryArena with no free range left gives an overflow range of its own, not nullptr: a dry run
+// charges MixedOp's f32 scratch (Note [Predicted launches], cost_model.h), whose frees wait in
+// stream order while a stream is parked in a collective; GPT-2 at B 64 per device on 8 A100s
+// ran out of its 2 x capacity reservation with 32 of 80 GB in use.
+TEST(DryRunBackend, ArenaOverflowsIntoRangesOfItsOwn) {
+  sim::DryArena arena;
+  const std::size_t mib = std::size_t(1) << 20;
+  void* a = arena.allocate(mib, mib);
+  ASSERT_NE(a, nullptr);
+  void* b = arena.allocate(mib, mib);  // the reservation is full
+  ASSERT_NE(b, nullptr);
+  EXPECT_TRUE(static_cast<char*>(b) + mib <= a || static_cast<char*>(a) + mib <= b);
+  EXPECT_EQ(arena.reserved(), mib);
+  arena.deallocate(b, mib);
+  arena.deallocate(a, mib);
+  EXPECT_EQ(arena.allocate(mib, mib), a);  // the reservation's range again
 }
 
 TEST(DryRunBackend, OutOfMemoryNamesDeviceRequestAndCapacity) {
