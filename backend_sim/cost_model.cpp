@@ -63,9 +63,9 @@ KernelPrice kernel_price(const DeviceProfile& device, const KernelCost& cost, bo
       const bool bf16 = cost.operands == DType::bf16;
       const double peak =
           or_fp32(bf16 || device.f16_flops <= 0 ? device.bf16_flops : device.f16_flops);
-      p.compute_unit = mm <= 0    ? PricedUnit::simt
-                       : bf16     ? PricedUnit::tensor_core_bf16_mma
-                                  : PricedUnit::tensor_core_f16_mma;
+      p.compute_unit = mm <= 0 ? PricedUnit::simt
+                       : bf16  ? PricedUnit::tensor_core_bf16_mma
+                               : PricedUnit::tensor_core_f16_mma;
       p.compute_s = mm / (peak * device.mma_efficiency) + (cost.flops - mm) / device.fp32_flops;
     } else {
       p.compute_unit = mm > 0 ? PricedUnit::simt_ditto : PricedUnit::simt;
@@ -74,7 +74,8 @@ KernelPrice kernel_price(const DeviceProfile& device, const KernelCost& cost, bo
   }
   p.memory_s = cost.bytes / (device.memory_bandwidth * device.memory_efficiency);
   p.unit = p.memory_s > p.compute_s ? PricedUnit::memory : p.compute_unit;
-  p.seconds = device.launch_latency * std::max(cost.launches, 1) + std::max(p.compute_s, p.memory_s);
+  p.seconds =
+      device.launch_latency * std::max(cost.launches, 1) + std::max(p.compute_s, p.memory_s);
   return p;
 }
 
@@ -118,8 +119,8 @@ KernelCost attention_ex_cost(std::int64_t B, std::int64_t T, std::int64_t C, std
   DITTO_CHECK(float_storage(storage), fn, ": storage: expected f32, bf16 or f16, got ",
               dtype_name(storage));
   const double hd = static_cast<double>(C / nh);
-  const double pairs = static_cast<double>(B) * static_cast<double>(nh) *
-                       static_cast<double>(T) * (static_cast<double>(T) + 1.0) / 2.0;
+  const double pairs = static_cast<double>(B) * static_cast<double>(nh) * static_cast<double>(T) *
+                       (static_cast<double>(T) + 1.0) / 2.0;
   const double tokens = static_cast<double>(B) * static_cast<double>(T);
   const double rows = tokens * static_cast<double>(nh);  // (b, h, t): one softmax row each
   const double s = static_cast<double>(dtype_size(storage)), cd = static_cast<double>(C);
@@ -149,8 +150,8 @@ KernelCost storage_cost(const KernelCost& f32, DType storage, double fixed_bytes
               "storage_cost: fixed_bytes: expected 0 <= fixed_bytes <= the f32 kernel's bytes ",
               f32.bytes, ", got ", fixed_bytes);
   KernelCost c = f32;
-  c.bytes = (f32.bytes - fixed_bytes) * static_cast<double>(dtype_size(storage)) / 4.0 +
-            fixed_bytes;
+  c.bytes =
+      (f32.bytes - fixed_bytes) * static_cast<double>(dtype_size(storage)) / 4.0 + fixed_bytes;
   c.operands = storage;
   return c;
 }

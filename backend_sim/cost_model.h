@@ -150,17 +150,17 @@ struct KernelCost {
 
 /// The unit a kernel's time is priced on: the one that bounds its roofline.
 enum class PricedUnit : std::uint8_t {
-  tensor_core_bf16,  ///< cuBLASLt on bf16 tensor cores
-  tensor_core_f16,   ///< cuBLASLt on f16 tensor cores
-  tensor_core_tf32,  ///< cuBLASLt on TF32 tensor cores (f32 operands, allow_tf32)
-  simt_library,      ///< cuBLASLt strict f32 on the SIMT cores
-  simt_ditto,        ///< ditto's own SIMT kernel (bitwise GEMM, attention's products)
+  tensor_core_bf16,      ///< cuBLASLt on bf16 tensor cores
+  tensor_core_f16,       ///< cuBLASLt on f16 tensor cores
+  tensor_core_tf32,      ///< cuBLASLt on TF32 tensor cores (f32 operands, allow_tf32)
+  simt_library,          ///< cuBLASLt strict f32 on the SIMT cores
+  simt_ditto,            ///< ditto's own SIMT kernel (bitwise GEMM, attention's products)
   tensor_core_bf16_mma,  ///< ditto's own mma.sync kernel on bf16 tensor cores (typed attention)
   tensor_core_f16_mma,   ///< the same on f16 tensor cores
-  simt,              ///< other FLOPs on the SIMT cores at the FP32 peak
-  memory,            ///< bytes at memory bandwidth (the bytes take longer than the FLOPs)
-  pcie,              ///< host <-> device copies
-  interconnect,      ///< collectives and copies between devices
+  simt,                  ///< other FLOPs on the SIMT cores at the FP32 peak
+  memory,                ///< bytes at memory bandwidth (the bytes take longer than the FLOPs)
+  pcie,                  ///< host <-> device copies
+  interconnect,          ///< collectives and copies between devices
 };
 /// "tensor core bf16", "SIMT f32 (cuBLASLt)", "SIMT f32 (ditto)", "tensor core bf16 mma",
 /// "SIMT f32", "memory", ... (at most 20 characters: the --verbose table's unit column)

@@ -41,7 +41,7 @@ class DryArena {
   mutable std::mutex mu_;
   char* base_ = nullptr;
   std::size_t size_ = 0;
-  std::map<std::size_t, std::size_t> free_;  // offset -> length, disjoint, coalesced
+  std::map<std::size_t, std::size_t> free_;         // offset -> length, disjoint, coalesced
   std::map<std::uintptr_t, std::size_t> overflow_;  // address -> length of an overflow range
 };
 

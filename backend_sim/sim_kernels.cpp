@@ -423,10 +423,9 @@ class SimKernels final : public Kernels {
     if (V <= 0 || C <= 0) return;
     KernelCost cost = gk::embedding_backward_cost(N, C, V, accumulate);
     if (cost_->dry_run()) cost.launches = N > 0 ? 6 : 3;  // CUDA's (Note [Predicted launches])
-    launch(s, "embedding_backward", cost,
-           [=, bounds = bounds] {
-             gk::embedding_backward(idx, dy, N, C, V, bounds, grad_wte, accumulate);
-           });
+    launch(s, "embedding_backward", cost, [=, bounds = bounds] {
+      gk::embedding_backward(idx, dy, N, C, V, bounds, grad_wte, accumulate);
+    });
   }
 
   void layernorm_forward(Stream& s, const float* x, const float* w, const float* b, std::int64_t N,
@@ -528,8 +527,7 @@ class SimKernels final : public Kernels {
                          const std::vector<std::int64_t>& ns, float* out,
                          Determinism mode) override {
     if (!cost_->dry_run()) return Kernels::sum_squares_multi(s, xs, ns, out, mode);
-    for (const KernelCost& c : sum_squares_multi_costs(ns, mode))
-      price(s, "sum_squares_multi", c);
+    for (const KernelCost& c : sum_squares_multi_costs(ns, mode)) price(s, "sum_squares_multi", c);
   }
 
   void scale_multi(Stream& s, const std::vector<float*>& xs, const std::vector<std::int64_t>& ns,

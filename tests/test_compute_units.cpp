@@ -362,8 +362,8 @@ TEST(ComputeUnits, TypedAttentionOnTensorCoresInFastMode) {
   EXPECT_EQ(sim::kernel_price(h, f16).unit, PricedUnit::tensor_core_f16_mma);
   EXPECT_DOUBLE_EQ(f16.flops, pairs * (4 * hd + 24 + 18));  // with a dropout mask
   // Bitwise bf16 and fast f32: the SIMT cores at simt_efficiency.
-  for (const auto& [t, mode] : {std::pair{DType::bf16, Determinism::bitwise},
-                                std::pair{DType::f32, Determinism::fast}}) {
+  for (const auto& [t, mode] :
+       {std::pair{DType::bf16, Determinism::bitwise}, std::pair{DType::f32, Determinism::fast}}) {
     const KernelCost k = sim::attention_ex_cost(B, T, C, H, t, mode, false, false);
     const sim::KernelPrice p = sim::kernel_price(h, k);
     EXPECT_EQ(p.unit, PricedUnit::simt_ditto);
@@ -592,7 +592,7 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
       return name == "gemm" || name == "gemm_ex" || name == "gemm_tn_sharded";
     };
     EXPECT_EQ(run.rows.count("gemm / " + gemm_unit), 0u);  // every product typed, as on CUDA
-    EXPECT_EQ(run.rows.count("add_bias / memory"), 0u);   // in gemm_ex's epilogue
+    EXPECT_EQ(run.rows.count("add_bias / memory"), 0u);    // in gemm_ex's epilogue
     EXPECT_GT(run.rows.at("cast_f32_scratch / memory").count, 0);
     double flops = 0, gemm_s = 0, count = 0;
     for (const auto& [key, k] : run.rows)

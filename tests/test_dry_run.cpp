@@ -232,8 +232,7 @@ TrainerConfig small_gpt_sgd(bool dry, TrainerKind kind, int devices, const nn::G
 struct RealAndDry {
   FitResult real, dry;
 };
-RealAndDry real_and_dry(TrainerKind kind, bool same_kernels,
-                        const nn::GPTConfig& m = tiny_gpt()) {
+RealAndDry real_and_dry(TrainerKind kind, bool same_kernels, const nn::GPTConfig& m = tiny_gpt()) {
   auto config = [&](bool dry) {
     return same_kernels ? small_gpt_sgd(dry, kind, 4, m) : small_gpt(dry, kind, 4, m);
   };
@@ -289,15 +288,15 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
     const FitResult again = real_and_dry(kind, true).real;
     ASSERT_TRUE(real.prediction && dry.prediction);
     EXPECT_GT(real.prediction->step_time_s, 0.0);
-    expect_same_rows_but(real, dry, {"gemm", "add_bias", "attention_backward",
-                                     "embedding_backward"});
+    expect_same_rows_but(real, dry,
+                         {"gemm", "add_bias", "attention_backward", "embedding_backward"});
     EXPECT_EQ(named(dry, "add_bias").count, 0);
     EXPECT_GT(named(real, "add_bias").count, 0);
     EXPECT_EQ(named(dry, "gemm_ex").count, named(real, "add_bias").count);
     const CostLedgerRow ab_dry = named(dry, "attention_backward");
     EXPECT_EQ(ab_dry.count, 2 * named(real, "attention_backward").count);  // launches
-    EXPECT_EQ(ab_dry.time_ps, named(real, "attention_backward").time_ps +
-                                  ab_dry.count / 2 * sim::to_vtime(3e-6));
+    EXPECT_EQ(ab_dry.time_ps,
+              named(real, "attention_backward").time_ps + ab_dry.count / 2 * sim::to_vtime(3e-6));
     EXPECT_EQ(named(dry, "embedding_backward").count, 6 * named(real, "embedding_backward").count);
     // Without biases: the same GEMMs, and only the backward's extra launches, which lengthen
     // the step by at most their latency.
