@@ -96,7 +96,7 @@ TEST(DryRunBackend, HoldsNoHostMemoryForTensors) {
   EXPECT_EQ(be.memory_stats(0).in_use, 40 * gib);
 }
 
-// A DryArena with no free range left gives an overflow range of its own, not nullptr: a dry run
+// A DryArena with no free range left reserves another range, not nullptr: a dry run
 // charges MixedOp's f32 scratch (Note [Predicted launches], cost_model.h), whose frees wait in
 // stream order while a stream is parked in a collective; GPT-2 at B 64 per device on 8 A100s
 // ran out of its 2 x capacity reservation with 32 of 80 GB in use.
@@ -105,13 +105,19 @@ TEST(DryRunBackend, ArenaOverflowsIntoRangesOfItsOwn) {
   const std::size_t mib = std::size_t(1) << 20;
   void* a = arena.allocate(mib, mib);
   ASSERT_NE(a, nullptr);
-  void* b = arena.allocate(mib, mib);  // the reservation is full
+  void* b = arena.allocate(mib, mib);  // the reservation is full: a second one
   ASSERT_NE(b, nullptr);
   EXPECT_TRUE(static_cast<char*>(b) + mib <= a || static_cast<char*>(a) + mib <= b);
-  EXPECT_EQ(arena.reserved(), mib);
+  EXPECT_EQ(arena.reserved(), 2 * mib);
+  void* c = arena.allocate(3 * mib, mib);  // larger than the reservation size: one that fits
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(arena.reserved(), 5 * mib);
   arena.deallocate(b, mib);
   arena.deallocate(a, mib);
-  EXPECT_EQ(arena.allocate(mib, mib), a);  // the reservation's range again
+  arena.deallocate(c, 3 * mib);
+  EXPECT_EQ(arena.allocate(mib, mib), a);  // first fit: the first reservation again
+  EXPECT_EQ(arena.allocate(mib, mib), b);
+  EXPECT_EQ(arena.reserved(), 5 * mib);
 }
 
 TEST(DryRunBackend, OutOfMemoryNamesDeviceRequestAndCapacity) {
