@@ -10,6 +10,7 @@
 #include "backend_sim/trace.h"
 #include "core/base/error.h"
 #include "core/numerics/gpt_math.h"
+#include "core/runtime/backend.h"
 
 namespace ditto::sim {
 
@@ -22,6 +23,8 @@ const char* unit_name(PricedUnit u) {
     case PricedUnit::tensor_core_tf32: return "tensor core tf32";
     case PricedUnit::simt_library: return "SIMT f32 (cuBLASLt)";
     case PricedUnit::simt_ditto: return "SIMT f32 (ditto)";
+    case PricedUnit::tensor_core_bf16_mma: return "tensor core bf16 mma";
+    case PricedUnit::tensor_core_f16_mma: return "tensor core f16 mma";
     case PricedUnit::simt: return "SIMT f32";
     case PricedUnit::memory: return "memory";
     case PricedUnit::pcie: return "PCIe";
@@ -55,12 +58,24 @@ KernelPrice kernel_price(const DeviceProfile& device, const KernelCost& cost, bo
     p.compute_s = cost.flops / (peak * device.gemm_efficiency);
   } else {
     const double mm = std::min(std::max(cost.matmul_flops, 0.0), cost.flops);
-    p.compute_unit = mm > 0 ? PricedUnit::simt_ditto : PricedUnit::simt;
-    p.compute_s = mm / simt_rate + (cost.flops - mm) / device.fp32_flops;
+    const bool half = cost.operands == DType::bf16 || cost.operands == DType::f16;
+    if (cost.path == GemmPath::mma && half) {  // ditto's mma.sync kernel (Note [Typed kernels])
+      const bool bf16 = cost.operands == DType::bf16;
+      const double peak =
+          or_fp32(bf16 || device.f16_flops <= 0 ? device.bf16_flops : device.f16_flops);
+      p.compute_unit = mm <= 0 ? PricedUnit::simt
+                       : bf16  ? PricedUnit::tensor_core_bf16_mma
+                               : PricedUnit::tensor_core_f16_mma;
+      p.compute_s = mm / (peak * device.mma_efficiency) + (cost.flops - mm) / device.fp32_flops;
+    } else {
+      p.compute_unit = mm > 0 ? PricedUnit::simt_ditto : PricedUnit::simt;
+      p.compute_s = mm / simt_rate + (cost.flops - mm) / device.fp32_flops;
+    }
   }
   p.memory_s = cost.bytes / (device.memory_bandwidth * device.memory_efficiency);
   p.unit = p.memory_s > p.compute_s ? PricedUnit::memory : p.compute_unit;
-  p.seconds = device.launch_latency + std::max(p.compute_s, p.memory_s);
+  p.seconds =
+      device.launch_latency * std::max(cost.launches, 1) + std::max(p.compute_s, p.memory_s);
   return p;
 }
 
@@ -72,6 +87,71 @@ KernelCost native_cost(const KernelCost& f32, DType storage) {
   if (storage != DType::bf16 && storage != DType::f16) return f32;
   KernelCost c = f32;
   c.bytes = f32.bytes * static_cast<double>(dtype_size(storage)) / 4.0;
+  c.operands = storage;
+  return c;
+}
+
+KernelCost gemm_ex_cost(const GemmExArgs& g) {
+  const double M = static_cast<double>(g.M), N = static_cast<double>(g.N),
+               K = static_cast<double>(g.K);
+  const auto size = [](DType t) { return static_cast<double>(dtype_size(t)); };
+  KernelCost c;
+  c.flops = 2.0 * M * N * K;
+  c.bytes = M * K * size(g.a_type) + K * N * size(g.b_type) +
+            (g.beta == 0.0f ? 1.0 : 2.0) * M * N * size(g.c_type) +
+            (g.epilogue == GemmEpilogue::bias ? N * size(g.c_type) : 0.0);
+  c.gemm = true;
+  c.path = g.mode == Determinism::bitwise ? GemmPath::simt : GemmPath::library;
+  c.operands = g.a_type;
+  return c;
+}
+
+namespace {
+bool float_storage(DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; }
+}  // namespace
+
+KernelCost attention_ex_cost(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
+                             DType storage, Determinism mode, bool backward, bool dropout) {
+  const char* fn = backward ? "attention_ex_cost (backward)" : "attention_ex_cost (forward)";
+  DITTO_CHECK(B >= 1 && T >= 1, fn, ": expected B >= 1 and T >= 1, got B = ", B, ", T = ", T);
+  DITTO_CHECK(nh >= 1 && C >= nh && C % nh == 0, fn,
+              ": expected C a positive multiple of nh >= 1, got C = ", C, ", nh = ", nh);
+  DITTO_CHECK(float_storage(storage), fn, ": storage: expected f32, bf16 or f16, got ",
+              dtype_name(storage));
+  const double hd = static_cast<double>(C / nh);
+  const double pairs = static_cast<double>(B) * static_cast<double>(nh) * static_cast<double>(T) *
+                       (static_cast<double>(T) + 1.0) / 2.0;
+  const double tokens = static_cast<double>(B) * static_cast<double>(T);
+  const double rows = tokens * static_cast<double>(nh);  // (b, h, t): one softmax row each
+  const double s = static_cast<double>(dtype_size(storage)), cd = static_cast<double>(C);
+  // Per pair and kernel: scale, exp (~20), max, sum, the dS product (Note [Typed kernels]); a
+  // dropout mask element (a quarter of a Philox block, ~17) and its scaling.
+  const int kernels = backward ? 2 : 1;
+  const double other = kernels * (backward ? 26.0 : 24.0) + (dropout ? kernels * 18.0 : 0.0);
+  const double passes = backward ? 7.0 : 2.0;  // T x T x hd matrix products over the pairs
+  KernelCost c;
+  c.matmul_flops = pairs * passes * 2.0 * hd;
+  c.flops = c.matmul_flops + pairs * other;
+  if (!backward)  // qkv read, y written; the stats {m, sum} written in f32
+    c.bytes = tokens * cd * (3.0 + 1.0) * s + rows * 8.0;
+  else  // each kernel reads q, k, v, dy; dqkv written; stats read twice, pd written and read
+    c.bytes = tokens * cd * (2.0 * 4.0 + 3.0) * s + rows * (2.0 * 8.0 + 8.0);
+  c.operands = storage;
+  const bool tensor_cores = mode == Determinism::fast && storage != DType::f32;
+  c.path = tensor_cores ? GemmPath::mma : GemmPath::simt;
+  c.launches = kernels;
+  return c;
+}
+
+KernelCost storage_cost(const KernelCost& f32, DType storage, double fixed_bytes) {
+  DITTO_CHECK(float_storage(storage), "storage_cost: storage: expected f32, bf16 or f16, got ",
+              dtype_name(storage));
+  DITTO_CHECK(fixed_bytes >= 0 && fixed_bytes <= f32.bytes,
+              "storage_cost: fixed_bytes: expected 0 <= fixed_bytes <= the f32 kernel's bytes ",
+              f32.bytes, ", got ", fixed_bytes);
+  KernelCost c = f32;
+  c.bytes =
+      (f32.bytes - fixed_bytes) * static_cast<double>(dtype_size(storage)) / 4.0 + fixed_bytes;
   c.operands = storage;
   return c;
 }
@@ -297,7 +377,7 @@ void CostModel::finish(SimStream& stream, int device, VTime start, VTime end, co
 }
 
 void CostModel::record(int device, const char* name, PricedUnit unit, double flops, double bytes,
-                       VTime duration) {
+                       VTime duration, std::int64_t launches) {
   PerDevice& pd = *devices_[static_cast<std::size_t>(device)];
   std::lock_guard<std::mutex> lock(pd.ledger_mu);
   LedgerRow* row = nullptr;
@@ -310,7 +390,7 @@ void CostModel::record(int device, const char* name, PricedUnit unit, double flo
     pd.ledger.push_back(LedgerRow{name, unit, 0, 0, 0, 0});
     row = &pd.ledger.back();
   }
-  ++row->count;
+  row->count += launches;
   row->flops += flops;
   row->bytes += bytes;
   row->time = vtime_add(row->time, duration);
@@ -331,7 +411,7 @@ void CostModel::on_kernel(SimStream& stream, const char* name, const KernelCost&
   const KernelPrice price = kernel_price(cluster_.device, cost, allow_tf32_);
   const VTime end = vtime_add(start, to_vtime(price.seconds * pd.slowdown));
   if (cost.gemm) gemm_flops_.fetch_add(static_cast<std::uint64_t>(cost.flops));
-  record(d, name, price.unit, cost.flops, cost.bytes, end - start);
+  record(d, name, price.unit, cost.flops, cost.bytes, end - start, std::max(cost.launches, 1));
   finish(stream, d, start, end, name, "kernel", &pd.compute);
 }
 

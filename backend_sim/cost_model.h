@@ -64,6 +64,10 @@
 #include "core/runtime/collective_types.h"
 #include "core/runtime/dtype.h"
 
+namespace ditto {
+struct GemmExArgs;
+}
+
 namespace ditto::sim {
 
 class SimStream;
@@ -96,12 +100,18 @@ inline double to_seconds(VTime t) { return static_cast<double>(t) / kPicosPerSec
 //   GEMM, bitwise mode  ditto's own fma-chain kernel (GemmPath::simt; also gemm_tn_sharded, the
 //                       micro-sharded dW product): f32 math on the SIMT cores whatever the
 //                       storage dtype, at fp32_flops x simt_efficiency (profiles.h);
+//   GEMM, typed         Kernels::gemm_ex (a dry run: Note [Predicted launches]) by the same
+//                       rule, fast mode cuBLASLt on the unit of its operands' dtype, bitwise mode
+//                       ditto's SIMT kernel; bytes of A, B, C (and bias) in their own dtypes;
 //   attention           ditto's own kernels on the SIMT cores in f32 math in both modes (fast: a
 //                       flash-style fused kernel; bitwise: tiled through shared memory): the
 //                       matrix-product FLOPs (KernelCost::matmul_flops: q k^T, att v and their
 //                       backward products) at fp32_flops x simt_efficiency, the rest (exp,
 //                       scaling, masks) at fp32_flops; bytes q, k, v, y and the softmax stats,
 //                       never [B, H, T, T] (Note [Attention memory], core/numerics/gpt_math.h);
+//                       the typed fast-mode attention (bf16 / f16, GemmPath::mma) puts its
+//                       matrix products on the tensor cores at bf16_flops / f16_flops x
+//                       mma_efficiency (an estimate: Note [Typed kernels]);
 //   everything else     (LayerNorm, GELU, residual adds, softmax + cross-entropy, AdamW, clip,
 //                       embedding) FLOPs at fp32_flops, bytes (in the storage dtype:
 //                       native_cost) at memory_bandwidth x memory_efficiency.
@@ -113,6 +123,10 @@ inline double to_seconds(VTime t) { return static_cast<double>(t) / kPicosPerSec
 enum class GemmPath : std::uint8_t {
   library,  ///< fast mode: cuBLASLt (tensor cores for bf16 / f16, TF32 with allow_tf32, else FP32)
   simt,     ///< bitwise mode: ditto's own fma-chain kernel on the SIMT cores
+  /// ditto's own mma.sync kernel on the bf16 / f16 tensor cores: the matmul_flops of a fused
+  /// non-gemm kernel (the typed fast-mode attention) at the operands' tensor-core peak x
+  /// DeviceProfile::mma_efficiency; f32 operands fall back to the SIMT rate.
+  mma,
 };
 
 /// What one kernel does: floating-point operations and bytes moved to or from device memory.
@@ -120,7 +134,10 @@ enum class GemmPath : std::uint8_t {
 /// `operands` the storage dtype of its operands (native_cost sets it), which together choose its
 /// unit and peak (Note [Compute units]). `matmul_flops` is the part of a fused non-gemm kernel's
 /// flops that are matrix products (attention's q k^T, att v and their backward products: Note
-/// [Attention memory] in core/numerics/gpt_math.h), priced at the SIMT rate x simt_efficiency.
+/// [Attention memory] in core/numerics/gpt_math.h), priced at the SIMT rate x simt_efficiency
+/// (GemmPath::mma: on the tensor cores). `launches`: the kernel launches the CUDA backend makes
+/// for this work, each paying the launch latency (attention's backward: 2; Note [Predicted
+/// launches]).
 struct KernelCost {
   double flops = 0;
   double bytes = 0;
@@ -128,21 +145,25 @@ struct KernelCost {
   double matmul_flops = 0;
   GemmPath path = GemmPath::library;
   DType operands = DType::f32;
+  int launches = 1;
 };
 
 /// The unit a kernel's time is priced on: the one that bounds its roofline.
 enum class PricedUnit : std::uint8_t {
-  tensor_core_bf16,  ///< cuBLASLt on bf16 tensor cores
-  tensor_core_f16,   ///< cuBLASLt on f16 tensor cores
-  tensor_core_tf32,  ///< cuBLASLt on TF32 tensor cores (f32 operands, allow_tf32)
-  simt_library,      ///< cuBLASLt strict f32 on the SIMT cores
-  simt_ditto,        ///< ditto's own SIMT kernel (bitwise GEMM, attention's products)
-  simt,              ///< other FLOPs on the SIMT cores at the FP32 peak
-  memory,            ///< bytes at memory bandwidth (the bytes take longer than the FLOPs)
-  pcie,              ///< host <-> device copies
-  interconnect,      ///< collectives and copies between devices
+  tensor_core_bf16,      ///< cuBLASLt on bf16 tensor cores
+  tensor_core_f16,       ///< cuBLASLt on f16 tensor cores
+  tensor_core_tf32,      ///< cuBLASLt on TF32 tensor cores (f32 operands, allow_tf32)
+  simt_library,          ///< cuBLASLt strict f32 on the SIMT cores
+  simt_ditto,            ///< ditto's own SIMT kernel (bitwise GEMM, attention's products)
+  tensor_core_bf16_mma,  ///< ditto's own mma.sync kernel on bf16 tensor cores (typed attention)
+  tensor_core_f16_mma,   ///< the same on f16 tensor cores
+  simt,                  ///< other FLOPs on the SIMT cores at the FP32 peak
+  memory,                ///< bytes at memory bandwidth (the bytes take longer than the FLOPs)
+  pcie,                  ///< host <-> device copies
+  interconnect,          ///< collectives and copies between devices
 };
-/// "tensor core bf16", "SIMT f32 (cuBLASLt)", "SIMT f32 (ditto)", "SIMT f32", "memory", ...
+/// "tensor core bf16", "SIMT f32 (cuBLASLt)", "SIMT f32 (ditto)", "tensor core bf16 mma",
+/// "SIMT f32", "memory", ... (at most 20 characters: the --verbose table's unit column)
 const char* unit_name(PricedUnit u);
 
 /// A kernel's price (Note [Compute units]): seconds = launch + max(compute_s, memory_s); `unit`
@@ -154,7 +175,8 @@ struct KernelPrice {
   PricedUnit compute_unit = PricedUnit::simt;
 };
 
-/// The roofline price of one kernel on `device` (Note [Compute units]); `allow_tf32` as
+/// The roofline price of one kernel on `device` (Note [Compute units]): launches x launch
+/// latency + max(compute, memory); `allow_tf32` as
 /// BackendOptions::allow_tf32 (only f32 GEMMs of GemmPath::library look at it).
 KernelPrice kernel_price(const DeviceProfile& device, const KernelCost& cost,
                          bool allow_tf32 = false);
@@ -170,11 +192,81 @@ double kernel_seconds(const DeviceProfile& device, const KernelCost& cost, bool 
 /// storage dtype.
 KernelCost native_cost(const KernelCost& f32, DType storage);
 
+// Note [Typed kernels]
+// The CUDA backend's kernels that read and write the storage dtype (bf16 / f16) instead of
+// MixedOp's f32 scratch (Note [Mixed precision]), and how a dry run prices them:
+//   gemm_ex (Kernels::has_gemm_ex; wired: a dry run takes it): gemm_ex_cost, one launch, the
+//       bias epilogue inside it (no add_bias launch, its N x M adds not counted as FLOPs);
+//   attention (has_attention_ex, issue 29 item 2; a typed CUDA kernel, priced here ahead of its
+//       wiring): attention_ex_cost. Fast mode bf16 / f16: FlashAttention-2 on the tensor cores
+//       (mma.sync m16n8k16, f32 accumulate, GemmPath::mma) at bf16_flops x mma_efficiency, an
+//       ESTIMATE (0.25: profiles.cpp) until a device calibrates it; the forward's matrix products
+//       are q k^T and P v, 2 passes of T x T x hd over the causal pairs; the deterministic
+//       backward runs 2 kernels (dK / dV per key tile: S = q k^T, dP = dO v^T, dV += P^T dO,
+//       dK += dS^T q; dQ per query tile: S, dP, dQ = dS k), S and P recomputed: 7 passes. The
+//       rest (exp, scale, masks: as the f32 kernels count them) at fp32_flops. Bitwise mode: the
+//       same passes on the SIMT cores (fp32_flops x simt_efficiency) in f32 math. Bytes: q, k, v,
+//       y (dy, dqkv) in the storage dtype, the softmax stats (and the backward's pd) in f32;
+//   row kernels (has_rows_ex, issue 29 item 3: LayerNorm, GELU, softmax cross-entropy, the
+//       embedding forward reading / writing the storage dtype with f32 math): storage_cost, the
+//       f32 kernel's cost (gpt_kernels::*_cost, sim_kernels_gpt.h) with its tensor bytes scaled
+//       to the storage dtype and the bytes that stay as they are named: LayerNorm's mean and
+//       rstd (8 bytes a row), a loss (4 a row), a token id or target (8 a row).
+// A kernel that has no typed CUDA version runs on CUDA through MixedOp's f32 scratch, and a dry
+// run prices that as CUDA runs it (Note [Predicted launches]): its casts as launches, the f32
+// kernel at f32 bytes, the scratch charged to the device.
+
+/// Kernels::gemm_ex's cost (Note [Typed kernels]): 2 M N K FLOPs (a gemm: model FLOPs); bytes
+/// M K x size(a_type) + K N x size(b_type) + M N x size(c_type) (twice when beta != 0: read and
+/// written) + N x size(c_type) for the bias; path library in fast mode (cuBLASLt: tensor cores
+/// for bf16 / f16 operands), simt in bitwise mode (ditto's canonical GEMM, bias fused); operands
+/// a_type. One launch.
+KernelCost gemm_ex_cost(const GemmExArgs& g);
+
+/// A typed attention forward (backward = false) or backward over qkv [B, T, 3C] in `storage`
+/// (f32, bf16 or f16) with nh heads, in `mode` (Note [Typed kernels]). Throws InvalidArgument for
+/// nh < 1, C not a positive multiple of nh, B or T < 1, or a storage dtype other than those.
+KernelCost attention_ex_cost(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
+                             DType storage, Determinism mode, bool backward, bool dropout);
+
+/// A row kernel reading and writing `storage` (Note [Typed kernels]): the f32 kernel's cost
+/// `f32` with its bytes except `fixed_bytes` scaled by dtype_size(storage) / 4 and `operands`
+/// set to storage; fixed_bytes (f32 statistics, losses, i64 ids) stay. native_cost(f32, t) is
+/// storage_cost(f32, t, 0) for bf16 / f16. Throws InvalidArgument when fixed_bytes is negative
+/// or more than f32.bytes, or for a storage dtype other than f32, bf16, f16.
+KernelCost storage_cost(const KernelCost& f32, DType storage, double fixed_bytes);
+
 // Note [Predicted launches]
 // A dry run predicts the CUDA backend (ditto's production target on a GPU): where that backend
-// runs the same work in fewer launches than the simulator's own kernels, the dry run takes the
-// CUDA backend's path and prices its launches. So far that is the optimizer's multi-tensor
-// kernels (backend_cuda/cuda_multi_tensor.cu): in a dry run the simulator's
+// runs the same work differently from the simulator's own kernels, the dry run takes the CUDA
+// backend's path and prices its launches, bytes and memory. A real simulator run keeps its own
+// path, virtual time and memory accounting (and its bits: a dry run computes none). The paths:
+//   typed GEMM          has_gemm_ex is true in a dry run for the dtypes of the CUDA backend's
+//                       (a == b in {f32, bf16, f16}, c in {a, f32}: cuda_host_logic.h's
+//                       typed_gemm_supported), so ops::gemm, matmul and linear call gemm_ex, priced
+//                       by gemm_ex_cost: one launch on the operands' storage dtype, a Linear's bias
+//                       in its epilogue (no add_bias launch: f32 runs too, as on CUDA);
+//   MixedOp's scratch   an op with no typed CUDA kernel runs on bf16 / f16 tensors through f32
+//                       scratch on CUDA (Note [Mixed precision]): a dry run prices each of its
+//                       conversions as the cast launch CUDA makes (ledger row cast_f32_scratch,
+//                       n x (2 + 4) bytes), the op's f32 kernel at its f32 bytes, and charges the
+//                       scratch to the device's memory (a real simulator run prices the
+//                       conversions as free, the kernel at storage-dtype bytes, and does not
+//                       charge the scratch: the cost of a native kernel);
+//   several launches    attention_backward is two kernels on CUDA (per query tile, per key tile:
+//                       cuda_attention.cu), embedding_backward six (zero the counts, histogram,
+//                       scan, scatter, sort the buckets, then the ordered sums; three with no
+//                       tokens): KernelCost::launches;
+//   multi-tensor        the optimizer's multi-tensor kernels (backend_cuda/cuda_multi_tensor.cu),
+//                       below.
+// Kernels CUDA launches as the simulator prices them, one launch each over the same bytes:
+// cast, fill_f32, fill_bits, axpy, scale, add_bias, sum_rows, sum_inputs (up to 8 inputs),
+// layernorm, gelu, dropout, cross_entropy, embedding_forward; copy_d2d is one cudaMemcpyAsync
+// (read + write at memory bandwidth). Priced one launch though CUDA's may take longer: bitwise
+// sum and sum_rows(_sharded) are one thread per output (a chain over the rows), which on a GPU is
+// latency-bound, not bandwidth-bound; the model has no term for that (issue 29 item 3 retunes
+// them).
+// The optimizer: in a dry run the simulator's
 // has_multi_tensor_kernels() is true, so optim::Adam / AdamW (Adam::step_multi) and
 // optim::clip_grad_norm_ make per device one call each, as on cuda, and each call is priced as
 // CUDA's launches, one per table of at most kCudaMultiTensorCap tensors with elements (the
@@ -191,8 +283,8 @@ KernelCost native_cost(const KernelCost& f32, DType storage);
 // one table), AdamW's decay costs no pass of its own, and the clip reads its sums back in one
 // copy per device instead of one per parameter. The bits are those of the per-tensor kernels
 // (Kernels::adam_step_multi), and a dry run computes none. A real simulator run keeps the
-// per-tensor kernels and prices them, so its step is longer than the dry run's of the same
-// configuration by exactly those launches (tests/test_dry_run.cpp).
+// per-tensor kernels and prices them, so its step differs from the dry run's of the same
+// configuration by exactly these paths (tests/test_dry_run.cpp).
 
 /// Tensors per launch of the CUDA backend's multi-tensor kernels (kMultiCap in
 /// backend_cuda/cuda_multi_tensor.cu) and elements per block-chunk (kMultiChunk there).
@@ -298,7 +390,7 @@ class CostModel {
     std::string
         name;  ///< the kernel's name ("gemm", "attention_forward"), a copy's, a collective's
     PricedUnit unit = PricedUnit::memory;
-    std::int64_t count = 0;
+    std::int64_t count = 0;  ///< launches (a kernel of KernelCost::launches counts them all)
     double flops = 0, bytes = 0;
     VTime time = 0;  ///< summed durations (busy time on the device's streams)
   };
@@ -315,7 +407,7 @@ class CostModel {
     std::vector<LedgerRow> ledger;
   };
   void record(int device, const char* name, PricedUnit unit, double flops, double bytes,
-              VTime duration);
+              VTime duration, std::int64_t launches = 1);
   void finish(SimStream& stream, int device, VTime start, VTime end, const char* name,
               const char* cat, std::atomic<VTime>* busy);
 

@@ -66,6 +66,15 @@ constexpr double kH200Hbm = 4.15 / 4.8;    // [Azure] Triad 0.865
 // peak (cuBLAS 23,250 = 0.60). A fraction of a hand-tiled SIMT SGEMM, taken for every profile
 // (it describes ditto's code more than the GPU); a device run (tools/gpu-check.sh) calibrates it.
 constexpr double kSimtEfficiency = 18.237 / 38.7;  // [SGEMM] 0.471
+// ditto's own tensor-core kernels (mma.sync m16n8k16, bf16 / f16 in, f32 accumulate): the typed
+// fast-mode attention (Note [Typed kernels], cost_model.h). An ESTIMATE to be calibrated on a
+// device, not a measurement: [FA2] T. Dao, "FlashAttention-2: Faster Attention with Better
+// Parallelism and Work Partitioning" (arXiv 2307.08691, 2023): 50-73% of an A100's BF16 peak,
+// and on an H100 without Hopper's wgmma / TMA up to 335 TFLOP/s (34% of 989); issue 29 takes
+// FA2 at roughly 35-50% of the H100 BF16 dense peak forward and less backward. ditto's kernel is
+// simpler (mma.sync, no wgmma, no TMA, no warp specialisation): 0.25 of the peak, for every
+// profile, forward and backward alike, until tools/gpu-check.sh measures it.
+constexpr double kMmaEfficiency = 0.25;
 const char* const kEffMamfAzure =
     "GEMM: Bekman, ML Engineering, MAMF table (BF16 best shape); HBM: Azure "
     "AI-benchmarking-guide ND results, STREAM Triad";
@@ -79,7 +88,7 @@ const std::vector<DeviceProfile>& builtin_device_profiles() {
       {"h100-sxm", "NVIDIA H100 SXM5 80GB", 67 * kT, 494.5 * kT, 989.5 * kT, 989.5 * kT, 80 * kGiB,
        3350 * kG, kLaunch, 64 * kG, kHostCopy,
        "NVIDIA H100 Tensor Core GPU data sheet (SXM); dense = sparse/2", kH100Gemm, kH100Hbm,
-       kEffMamfAzure, kSimtEfficiency},
+       kEffMamfAzure, kSimtEfficiency, kMmaEfficiency},
       // NVIDIA H200 Tensor Core GPU data sheet (H200 SXM): FP32 67 TFLOPS; TF32 989, BF16 and
       // FP16 1,979 TFLOPS each with sparsity; 141 GB HBM3e at 4.8 TB/s; PCIe Gen5 x16.
       {"h200", "NVIDIA H200 SXM 141GB", 67 * kT, 494.5 * kT, 989.5 * kT, 989.5 * kT, 141e9,
@@ -87,14 +96,14 @@ const std::vector<DeviceProfile>& builtin_device_profiles() {
        "NVIDIA H200 Tensor Core GPU data sheet (SXM); dense = sparse/2",
        // H200's tensor cores and peak are H100 SXM's (989 TFLOPS dense BF16 in both data
        // sheets): H100's GEMM fraction; its own HBM3e Triad.
-       kH100Gemm, kH200Hbm, kEffMamfAzure, kSimtEfficiency},
+       kH100Gemm, kH200Hbm, kEffMamfAzure, kSimtEfficiency, kMmaEfficiency},
       // NVIDIA A100 Tensor Core GPU data sheet (A100 80GB SXM): FP32 19.5 TFLOPS; TF32 156,
       // BF16 312 and FP16 312 TFLOPS dense (312 / 624 with sparsity); 80 GB HBM2e at 2,039 GB/s;
       // PCIe Gen4
       // x16 (64 GB/s both directions).
       {"a100-sxm-80gb", "NVIDIA A100 SXM4 80GB", 19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 80 * kGiB,
        2039 * kG, kLaunch, 32 * kG, kHostCopy, "NVIDIA A100 Tensor Core GPU data sheet (80GB SXM)",
-       kA100Gemm, kA100Hbm, kEffMamfAzure, kSimtEfficiency},
+       kA100Gemm, kA100Hbm, kEffMamfAzure, kSimtEfficiency, kMmaEfficiency},
       // Same data sheet, A100 40GB SXM column: FP32 19.5, TF32 156, BF16 / FP16 312 TFLOPS dense;
       // 40 GB HBM2 at 1,555 GB/s; PCIe Gen4 x16.
       {"a100-sxm-40gb", "NVIDIA A100 SXM4 40GB", 19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 40 * kGiB,
@@ -104,7 +113,7 @@ const std::vector<DeviceProfile>& builtin_device_profiles() {
        kA100Gemm, kA100Hbm,
        "GEMM: Bekman, ML Engineering, MAMF table (A100 SXM, BF16); HBM: the 80GB's Azure Triad "
        "fraction, assumed",
-       kSimtEfficiency},
+       kSimtEfficiency, kMmaEfficiency},
       // NVIDIA GeForce RTX 4070 Laptop GPU (specifications page): 4,608 CUDA cores, boost clock
       // up to 2,175 MHz, 8 GB GDDR6 on a 128-bit bus (16 Gbps: 256 GB/s), PCIe 4.0 x8.
       // FP32 = 4608 * 2 FLOP * 2.175 GHz = 20.0 TFLOPS. NVIDIA Ada Lovelace architecture
@@ -113,7 +122,7 @@ const std::vector<DeviceProfile>& builtin_device_profiles() {
       {"rtx4070-laptop", "NVIDIA GeForce RTX 4070 Laptop GPU 8GB", 20.04 * kT, 20.04 * kT,
        40.09 * kT, 40.09 * kT, 8 * kGiB, 256 * kG, kLaunch, 16 * kG, kHostCopy,
        "NVIDIA RTX 4070 Laptop specifications; Ada Lovelace whitepaper (rate ratios)",
-       kEffPlaceholder, kEffPlaceholder, "", kSimtEfficiency},
+       kEffPlaceholder, kEffPlaceholder, "", kSimtEfficiency, kMmaEfficiency},
   };
   return profiles;
 }
@@ -202,7 +211,8 @@ void check_known_fields(const nlohmann::json& j, const std::string& file) {
                                               "gemm_efficiency",
                                               "memory_efficiency",
                                               "efficiency_source",
-                                              "simt_efficiency"};
+                                              "simt_efficiency",
+                                              "mma_efficiency"};
   for (const auto& [field, value] : j.items()) {
     if (std::find(known.begin(), known.end(), field) != known.end()) continue;
     std::string nearest, all;
@@ -269,6 +279,8 @@ DeviceProfile load_json_profile(const std::string& path) {
     p.efficiency_source = j.value("efficiency_source", "");
     p.simt_efficiency =
         ranged_field(j, path, "simt_efficiency", false, kSimtEfficiency, kMinEfficiency, 1.0);
+    p.mma_efficiency =
+        ranged_field(j, path, "mma_efficiency", false, kMmaEfficiency, kMinEfficiency, 1.0);
   } catch (const nlohmann::json::exception& e) {  // e.g. "key": 3 (not a string)
     throw InvalidArgument(detail::cat("device_profile: ", path, ": ", e.what()));
   }

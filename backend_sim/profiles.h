@@ -13,18 +13,18 @@ namespace ditto::sim {
 
 /// One GPU model. Peak figures are dense (no 2:4 sparsity) at boost clock, as data sheets give.
 struct DeviceProfile {
-  std::string key;                ///< command-line name, e.g. "h100-sxm"
-  std::string name;               ///< e.g. "NVIDIA H100 SXM5 80GB"
-  double fp32_flops = 0;          ///< FP32 on the SIMT (CUDA) cores
-  double tf32_flops = 0;          ///< TF32 on tensor cores (f32 GEMMs with allow_tf32)
-  double bf16_flops = 0;          ///< BF16 on tensor cores (FP32 accumulate)
-  double f16_flops = 0;           ///< FP16 on tensor cores (FP32 accumulate); 0: bf16_flops
-  double memory_bytes = 0;        ///< device memory (the simulator's capacity per device)
-  double memory_bandwidth = 0;    ///< HBM / GDDR bandwidth
-  double launch_latency = 0;      ///< time one small kernel occupies a stream (launch + drain)
-  double host_bandwidth = 0;      ///< host <-> device copies (PCIe), per direction
-  double host_latency = 0;        ///< fixed cost of one host <-> device copy
-  std::string source;             ///< where the figures come from
+  std::string key;              ///< command-line name, e.g. "h100-sxm"
+  std::string name;             ///< e.g. "NVIDIA H100 SXM5 80GB"
+  double fp32_flops = 0;        ///< FP32 on the SIMT (CUDA) cores
+  double tf32_flops = 0;        ///< TF32 on tensor cores (f32 GEMMs with allow_tf32)
+  double bf16_flops = 0;        ///< BF16 on tensor cores (FP32 accumulate)
+  double f16_flops = 0;         ///< FP16 on tensor cores (FP32 accumulate); 0: bf16_flops
+  double memory_bytes = 0;      ///< device memory (the simulator's capacity per device)
+  double memory_bandwidth = 0;  ///< HBM / GDDR bandwidth
+  double launch_latency = 0;    ///< time one small kernel occupies a stream (launch + drain)
+  double host_bandwidth = 0;    ///< host <-> device copies (PCIe), per direction
+  double host_latency = 0;      ///< fixed cost of one host <-> device copy
+  std::string source;           ///< where the figures come from
   // Achieved efficiency (Note [Achieved efficiency]): the fraction of a data-sheet peak that
   // real kernels reach. kernel_seconds (cost_model.h) divides by peak * efficiency.
   /// Fraction of the FLOP/s peak (tensor-core BF16 / FP16 / TF32, or FP32) that a vendor
@@ -41,6 +41,12 @@ struct DeviceProfile {
   /// source: 18.237 / 38.7) unless a JSON profile sets "simt_efficiency"; a device run
   /// calibrates it.
   double simt_efficiency = 18.237 / 38.7;
+  /// Fraction of the BF16 / FP16 tensor-core peak that ditto's own mma.sync kernels reach (the
+  /// typed fast-mode attention, FlashAttention-2 style: Note [Typed kernels], cost_model.h), in
+  /// (0, 1]. An ESTIMATE, not a measurement: kMmaEfficiency (profiles.cpp: 0.25, below
+  /// FlashAttention-2's 35-50% of the H100 BF16 peak forward, for a kernel without wgmma or TMA)
+  /// unless a JSON profile sets "mma_efficiency"; a device run calibrates it.
+  double mma_efficiency = 0.25;
 };
 
 // Note [Achieved efficiency]
@@ -67,19 +73,19 @@ struct DeviceProfile {
 
 /// The links between the GPUs of one node, and the network between nodes.
 struct InterconnectProfile {
-  std::string key;                ///< "nvlink", "pcie4", "pcie5"
+  std::string key;  ///< "nvlink", "pcie4", "pcie5"
   std::string name;
   /// Per-GPU bandwidth per direction that NCCL's ring reaches (the busbw ceiling of a ring).
   double link_bandwidth = 0;
-  double link_peak_bandwidth = 0; ///< the data-sheet figure per direction, for reference
-  double hop_latency = 0;         ///< one step of a ring or tree inside a node
-  double base_latency = 0;        ///< fixed cost of one collective (kernel launch, sync)
+  double link_peak_bandwidth = 0;  ///< the data-sheet figure per direction, for reference
+  double hop_latency = 0;          ///< one step of a ring or tree inside a node
+  double base_latency = 0;         ///< fixed cost of one collective (kernel launch, sync)
   /// NVLink SHARP (NVLS): the NVSwitch reduces in the switch; 0 when absent.
   double nvls_efficiency = 0;
   // Between nodes (used when a communicator spans more than one node).
-  double nic_bandwidth = 0;       ///< per NIC per direction, achievable
-  int nics_per_node = 0;          ///< one NIC per GPU on HGX systems
-  double net_hop_latency = 0;     ///< one step across the network
+  double nic_bandwidth = 0;    ///< per NIC per direction, achievable
+  int nics_per_node = 0;       ///< one NIC per GPU on HGX systems
+  double net_hop_latency = 0;  ///< one step across the network
   std::string source;
 };
 

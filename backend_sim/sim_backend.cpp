@@ -1,7 +1,5 @@
 #include "backend_sim/sim_backend.h"
 
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -172,16 +170,10 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
   if (d.health->failed.load()) throw BackendError(d.health->failure());
   // Note [Mixed precision]: the f32 scratch of an op over bf16 / f16 tensors (allocated inside
   // its StorageDTypeScope or ConversionScope) holds host memory for the data but is charged to
-  // nothing: a native bf16 kernel would not hold it.
-  if (in_conversion_scope() || current_storage_dtype() != DType::f32) {
-    void* p = nullptr;
-    if (dry_run_) {  // Note [Dry run]: an address range that is never touched
-      p = mmap(nullptr, host_block_bytes(bytes), PROT_NONE,
-               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-      if (p == MAP_FAILED) p = nullptr;
-    } else {
-      p = std::aligned_alloc(64, host_block_bytes(bytes));
-    }
+  // nothing: a native bf16 kernel would not hold it. A dry run charges it, as the CUDA backend
+  // holds it (Note [Predicted launches], cost_model.h).
+  if (!dry_run_ && (in_conversion_scope() || current_storage_dtype() != DType::f32)) {
+    void* p = std::aligned_alloc(64, host_block_bytes(bytes));
     if (!p)
       throw OutOfMemory(detail::cat("sim:", index, ": host out of memory allocating ",
                                     bytes_str(bytes), " (f32 scratch of a bf16 / f16 op)"));
@@ -292,10 +284,8 @@ void SimBackend::deallocate(int index, void* ptr, std::size_t bytes) noexcept {
   const bool dry = dry_run_;
   const std::size_t rounded = host_block_bytes(bytes);
   const bool cacheable = cache_enabled_ && !uncharged && rounded <= kCacheMaxBlock;
-  auto release = [d, ptr, bytes, dry, uncharged] {
-    if (uncharged && dry)
-      munmap(ptr, host_block_bytes(bytes));  // Note [Dry run]: never touched
-    else if (dry)
+  auto release = [d, ptr, bytes, dry] {
+    if (dry)  // Note [Dry run]: never touched (a dry run charges every allocation)
       d->arena->deallocate(ptr, bytes);
     else
       std::free(ptr);

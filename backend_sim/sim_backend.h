@@ -10,17 +10,19 @@
 //                  same request, with the same numbers) but hands out an address from the
 //                  device's DryArena (sim_dry_arena.h): reserved, never backed, faulting if
 //                  touched. No host memory per tensor.
-//   kernels        enqueued and priced as usual (launch in sim_kernels.cpp), work skipped; the
-//                  optimizer's take the CUDA backend's multi-tensor path and are priced as its
-//                  launches (Note [Predicted launches], cost_model.h);
+//   kernels        enqueued and priced as usual (launch in sim_kernels.cpp), work skipped;
+//                  where the CUDA backend runs the work differently (the typed GEMM, MixedOp's
+//                  f32 scratch, the optimizer's multi-tensor kernels, attention's backward in
+//                  two launches) the dry run takes CUDA's path and prices it (Note [Predicted
+//                  launches], cost_model.h);
 //   copies         copy_2d priced, not run; copy_from_host priced, nothing written;
 //                  copy_to_host priced and fills the host destination with zeros (so losses,
 //                  norms and checksums of a dry run read 0);
 //   collectives    rendezvous, timeouts, mismatch checks and pricing as usual, data not moved
 //                  (sim_communicator.cpp, sim_communicator_p2p.cpp).
 // The virtual clocks, the trace and the memory counters then match a real run of the same work
-// exactly (tests/test_dry_run.cpp; with Adam / AdamW or a clip, a real run's per-tensor launches
-// are not the same work), because the cost model never looks at data. What does
+// exactly (tests/test_dry_run.cpp: a model without those paths; with them, every other kernel
+// row and, in f32, the memory), because the cost model never looks at data. What does
 // depend on data is not priced differently either: there is no data-dependent control flow in
 // ditto's kernels, except clip_grad_norm_'s choice to scale, which a dry run always prices
 // (core/optim/clip.cpp). Code outside the backend asks Backend::dry_run() (is_dry_run) to skip

@@ -102,6 +102,22 @@ class SimKernels final : public Kernels {
     });
   }
 
+  // ---- the typed GEMM (Note [Predicted launches], Note [Typed kernels], cost_model.h) -------
+  // A dry run predicts the CUDA backend, which runs these dtypes natively (cuda_host_logic.h's
+  // typed_gemm_supported): ops::gemm / matmul / linear then call gemm_ex, priced as its one
+  // launch. A real run keeps Kernels' default (false): MixedOp's f32 scratch and gemm, its bits.
+  bool has_gemm_ex(DType a_type, DType b_type, DType c_type, Determinism) const override {
+    const bool storage = a_type == DType::f32 || a_type == DType::bf16 || a_type == DType::f16;
+    return cost_->dry_run() && storage && b_type == a_type &&
+           (c_type == a_type || c_type == DType::f32);
+  }
+
+  void gemm_ex(Stream& s, const GemmExArgs& g) override {
+    if (!cost_->dry_run()) return Kernels::gemm_ex(s, g);  // throws: has_gemm_ex is false
+    if (g.M <= 0 || g.N <= 0) return;
+    price(s, "gemm_ex", gemm_ex_cost(g));
+  }
+
   void add_bias(Stream& s, float* y, const float* bias, std::int64_t rows,
                 std::int64_t cols) override {
     if (rows <= 0 || cols <= 0) return;
@@ -405,10 +421,11 @@ class SimKernels final : public Kernels {
                           std::int64_t C, std::int64_t V, const std::vector<std::int64_t>& bounds,
                           float* grad_wte, bool accumulate) override {
     if (V <= 0 || C <= 0) return;
-    launch(s, "embedding_backward", gk::embedding_backward_cost(N, C, V, accumulate),
-           [=, bounds = bounds] {
-             gk::embedding_backward(idx, dy, N, C, V, bounds, grad_wte, accumulate);
-           });
+    KernelCost cost = gk::embedding_backward_cost(N, C, V, accumulate);
+    if (cost_->dry_run()) cost.launches = N > 0 ? 6 : 3;  // CUDA's (Note [Predicted launches])
+    launch(s, "embedding_backward", cost, [=, bounds = bounds] {
+      gk::embedding_backward(idx, dy, N, C, V, bounds, grad_wte, accumulate);
+    });
   }
 
   void layernorm_forward(Stream& s, const float* x, const float* w, const float* b, std::int64_t N,
@@ -454,7 +471,9 @@ class SimKernels final : public Kernels {
                           Determinism /*mode: one order in both*/) override {
     if (B <= 0 || T <= 0 || C <= 0) return;
     const gpt::AttentionDropout drop{p, seed, stream, index_base};
-    launch(s, "attention_backward", gk::attention_backward_cost(B, T, C, nh, drop.active()),
+    KernelCost cost = gk::attention_backward_cost(B, T, C, nh, drop.active());
+    if (cost_->dry_run()) cost.launches = 2;  // per query tile, per key tile (cuda_attention.cu)
+    launch(s, "attention_backward", cost,
            [=] { gk::attention_backward(dy, qkv, stats, B, T, C, nh, dqkv, scratch, drop); });
   }
 
@@ -501,21 +520,20 @@ class SimKernels final : public Kernels {
       decay.push_back(t.decay);
     }
     for (const KernelCost& c : adam_step_multi_costs(ns, decay, amsgrad))
-      launch(s, "adam_step_multi", c, [] {});
+      price(s, "adam_step_multi", c);
   }
 
   void sum_squares_multi(Stream& s, const std::vector<const float*>& xs,
                          const std::vector<std::int64_t>& ns, float* out,
                          Determinism mode) override {
     if (!cost_->dry_run()) return Kernels::sum_squares_multi(s, xs, ns, out, mode);
-    for (const KernelCost& c : sum_squares_multi_costs(ns, mode))
-      launch(s, "sum_squares_multi", c, [] {});
+    for (const KernelCost& c : sum_squares_multi_costs(ns, mode)) price(s, "sum_squares_multi", c);
   }
 
   void scale_multi(Stream& s, const std::vector<float*>& xs, const std::vector<std::int64_t>& ns,
                    float alpha) override {
     if (!cost_->dry_run()) return Kernels::scale_multi(s, xs, ns, alpha);
-    for (const KernelCost& c : scale_multi_costs(ns)) launch(s, "scale_multi", c, [] {});
+    for (const KernelCost& c : scale_multi_costs(ns)) price(s, "scale_multi", c);
   }
 
  private:
@@ -562,7 +580,9 @@ class SimKernels final : public Kernels {
   // ConversionScope (the f32 scratch's casts) costs nothing and leaves no trace event; one
   // enqueued inside a StorageDTypeScope of bf16 / f16 is priced as the native kernel over that
   // dtype (native_cost). In a dry run `work` is skipped and only the price is paid (Note [Dry
-  // run], sim_backend.h).
+  // run], sim_backend.h), and the price is the CUDA backend's (Note [Predicted launches],
+  // cost_model.h): the scratch's casts are cast launches (ledger row cast_f32_scratch), the
+  // kernel inside the scope the f32 kernel over the scratch.
   // A kernel below kInlineFlops and kInlineBytes may run on the launching thread (Note [Inline
   // work], sim_stream.cpp).
   template <typename F>
@@ -575,17 +595,27 @@ class SimKernels final : public Kernels {
       else
         ss.enqueue(std::move(task));
     };
+    if (cost_->dry_run()) {  // priced as CUDA runs it, not run
+      const char* as = in_conversion_scope() ? "cast_f32_scratch" : name;
+      submit([&ss, cm = cost_, as, cost] { cm->on_kernel(ss, as, cost); });
+      return;
+    }
     if (in_conversion_scope()) {
-      submit([cm = cost_, work = std::forward<F>(work)]() mutable {
-        if (!cm->dry_run()) work();
-      });
+      submit([work = std::forward<F>(work)]() mutable { work(); });
       return;
     }
     submit([&ss, cm = cost_, name, cost = native_cost(cost, current_storage_dtype()),
             work = std::forward<F>(work)]() mutable {
-      if (!cm->dry_run()) work();
+      work();
       cm->on_kernel(ss, name, cost);
     });
+  }
+
+  // A dry run's launch priced as `cost` (no work, no native_cost: the cost is already the CUDA
+  // backend's, in its operands' dtypes).
+  void price(Stream& s, const char* name, const KernelCost& cost) {
+    SimStream& ss = as_sim(s, name);
+    ss.enqueue_short([&ss, cm = cost_, name, cost] { cm->on_kernel(ss, name, cost); });
   }
 
   std::shared_ptr<CostModel> cost_;

@@ -10,10 +10,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "backend_cuda/cuda_host_logic.h"
 #include "backend_sim/cost_model.h"
 #include "backend_sim/profiles.h"
 #include "backend_sim/sim_backend.h"
@@ -27,6 +30,7 @@
 #include "core/runtime/tensor.h"
 #include "core/train/cost_meter.h"
 #include "core/train/trainer.h"
+#include "test_util.h"
 #include "trainer_test_util.h"
 
 using namespace ditto;
@@ -207,6 +211,215 @@ TEST(ComputeUnits, AttentionOnSimtWithoutTTBytes) {
   EXPECT_EQ(a.unit, PricedUnit::simt_ditto);
 }
 
+// ---- the typed GEMM and MixedOp's scratch as the CUDA backend runs them -----------------------
+
+// Note [Predicted launches]: a dry run answers has_gemm_ex as the CUDA backend does
+// (cuda_host_logic.h's typed_gemm_supported: a == b in {f32, bf16, f16}, c in {a, f32}), in both
+// modes; a real run answers false (it keeps MixedOp's path and bits).
+TEST(ComputeUnits, DryRunHasTheCudaBackendsTypedGemm) {
+  for (bool dry : {true, false}) {
+    Kernels& k = fresh_sim(dry).kernels();
+    for (DType a : kAllDTypes)
+      for (DType b : kAllDTypes)
+        for (DType c : kAllDTypes)
+          for (Determinism mode : {Determinism::fast, Determinism::bitwise})
+            EXPECT_EQ(k.has_gemm_ex(a, b, c, mode), dry && cuda::typed_gemm_supported(a, b, c))
+                << dtype_name(a) << " " << dtype_name(b) << " " << dtype_name(c)
+                << (dry ? " dry" : " real");
+  }
+}
+
+// A Linear in a dry run is one gemm_ex launch, as on CUDA: bf16 x, w, bias, y; no f32 copies of
+// x or w, no add_bias; FLOPs 2 M N K, bytes x, w, y and bias in bf16; fast mode on the bf16
+// tensor cores at gemm_efficiency, bitwise on ditto's SIMT kernel. An f32 Linear with a bias
+// takes gemm_ex too (CUDA's bias epilogue), on the SIMT cores at cuBLASLt's rate. The memory is
+// y alone (a real run's MixedOp path charges the same: its scratch is uncharged).
+TEST(ComputeUnits, DryRunLinearIsOneTypedGemmWithTheBiasInItsEpilogue) {
+  const std::int64_t M = 2048, N = 3072, K = 768;
+  const double flops = 2.0 * M * N * K, bytes16 = 2.0 * (M * K + N * K + M * N + N);
+  for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
+    const bool bitwise = mode == Determinism::bitwise;
+    SCOPED_TRACE(bitwise ? "bitwise" : "fast");
+    sim::SimBackend& be = fresh_sim(true);
+    const Device dev("sim", 0);
+    Tensor x = Tensor::empty({M, K}, DType::bf16, dev), w = Tensor::empty({N, K}, DType::bf16, dev);
+    Tensor bias = Tensor::empty({N}, DType::bf16, dev);
+    be.default_stream(0).synchronize();
+    const std::size_t before = be.memory_stats(0).in_use;
+    be.reset_peak_memory(0);
+    Tensor y = ops::linear(x, w, bias, mode);
+    be.default_stream(0).synchronize();
+    EXPECT_EQ(y.dtype(), DType::bf16);
+    EXPECT_EQ(be.memory_stats(0).peak - before, std::size_t(2 * M * N));  // y, no scratch
+    const auto ledger = be.cost_model().ledger(0);
+    ASSERT_EQ(ledger.size(), 1u) << ledger[1].name;  // no cast_f32_scratch, no add_bias
+    const sim::CostModel::LedgerRow g = ledger[0];
+    EXPECT_EQ(g.name, "gemm_ex");
+    EXPECT_EQ(g.count, 1);
+    EXPECT_DOUBLE_EQ(g.flops, flops);
+    EXPECT_DOUBLE_EQ(g.bytes, bytes16);
+    EXPECT_EQ(g.unit, bitwise ? PricedUnit::simt_ditto : PricedUnit::tensor_core_bf16);
+    const double rate = bitwise ? kFp32 * kSimtEff : kBf16 * kGemmEff;
+    EXPECT_EQ(g.time, sim::to_vtime(kLaunch + flops / rate));
+  }
+  sim::SimBackend& be = fresh_sim(true);
+  const Device dev("sim", 0);
+  Tensor x = Tensor::empty({M, K}, DType::f32, dev), w = Tensor::empty({N, K}, DType::f32, dev);
+  Tensor bias = Tensor::empty({N}, DType::f32, dev);
+  (void)ops::linear(x, w, bias, Determinism::fast);
+  be.default_stream(0).synchronize();
+  const sim::CostModel::LedgerRow g = row(be, "gemm_ex");
+  EXPECT_EQ(g.count, 1);
+  EXPECT_DOUBLE_EQ(g.bytes, 2 * bytes16);
+  EXPECT_EQ(g.unit, PricedUnit::simt_library);
+  EXPECT_EQ(row(be, "add_bias").count, 0);
+  // gemm_ex_cost itself: C read and written when beta != 0, each operand in its own dtype.
+  GemmExArgs a;
+  a.M = 4, a.N = 8, a.K = 16, a.a_type = DType::f16, a.b_type = DType::f16, a.c_type = DType::f32;
+  a.beta = 1.0f;
+  const KernelCost c = sim::gemm_ex_cost(a);
+  EXPECT_DOUBLE_EQ(c.bytes, 2.0 * (4 * 16 + 16 * 8) + 2 * 4.0 * (4 * 8));
+  EXPECT_EQ(c.operands, DType::f16);
+  EXPECT_EQ(c.path, GemmPath::library);
+  EXPECT_TRUE(c.gemm);
+}
+
+// An op with no typed CUDA kernel (GELU here) runs on bf16 tensors through MixedOp's f32 scratch
+// on CUDA, and a dry run prices it so (Note [Predicted launches]): x converted (a cast launch, n
+// x (2 + 4) bytes), the f32 kernel over f32 bytes, y rounded back (another cast), and the f32
+// scratch charged to the device. A real run prices the native kernel (bf16 bytes, free
+// conversions) and charges only y.
+TEST(ComputeUnits, DryRunPricesMixedOpScratchAsCudaRunsIt) {
+  const std::int64_t n = 1 << 20;
+  for (bool dry : {true, false}) {
+    SCOPED_TRACE(dry ? "dry run" : "real run");
+    sim::SimBackend& be = fresh_sim(dry);
+    const Device dev("sim", 0);
+    Tensor x = Tensor::zeros({n}, DType::bf16, dev);
+    be.default_stream(0).synchronize();
+    const std::size_t before = be.memory_stats(0).in_use;
+    be.reset_peak_memory(0);
+    const auto ledger_before = be.cost_model().ledger(0);
+    Tensor y = ops::gelu(x);
+    be.default_stream(0).synchronize();
+    EXPECT_EQ(y.dtype(), DType::bf16);
+    const sim::CostModel::LedgerRow g = row(be, "gelu_forward");
+    EXPECT_EQ(g.count, 1);
+    const sim::CostModel::LedgerRow casts = row(be, "cast_f32_scratch");
+    if (dry) {
+      EXPECT_DOUBLE_EQ(g.bytes, 8.0 * n);  // f32 in, f32 out
+      EXPECT_EQ(casts.count, 2);           // x in, y out
+      EXPECT_DOUBLE_EQ(casts.bytes, 2 * 6.0 * n);
+      EXPECT_EQ(casts.unit, PricedUnit::memory);
+      EXPECT_EQ(casts.time, 2 * sim::to_vtime(kLaunch + 6.0 * n / (kBw * kHbmEff)));
+      // The f32 copy of x and the f32 result, then that result and y.
+      EXPECT_EQ(be.memory_stats(0).peak - before, std::size_t(4 * n + 4 * n));
+    } else {
+      EXPECT_DOUBLE_EQ(g.bytes, 4.0 * n);  // bf16 in, bf16 out
+      EXPECT_EQ(casts.count, 0);
+      EXPECT_EQ(be.memory_stats(0).peak - before, std::size_t(2 * n));
+    }
+  }
+}
+
+// ---- the typed kernels of issue 29 items 2 and 3, priced ahead of their wiring -----------------
+
+// attention_ex_cost (Note [Typed kernels]) for GPT-2's attention (B 8, T 1024, C 768, 12 heads):
+// fast bf16 on the tensor cores through ditto's mma.sync kernel at bf16_flops x mma_efficiency
+// (0.25: an estimate), 2 T x T x hd passes forward, 7 backward in two launches; bitwise on the
+// SIMT cores; bytes of q, k, v, y (dy, dqkv) in the storage dtype and the stats in f32.
+TEST(ComputeUnits, TypedAttentionOnTensorCoresInFastMode) {
+  const sim::DeviceProfile h = sim::device_profile("h200");
+  EXPECT_DOUBLE_EQ(h.mma_efficiency, 0.25);
+  const std::int64_t B = 8, T = 1024, C = 768, H = 12;
+  const double hd = 64, pairs = double(B) * H * T * (T + 1) / 2, tokens = double(B) * T;
+  const double rows = tokens * H;
+  const KernelCost fwd =
+      sim::attention_ex_cost(B, T, C, H, DType::bf16, Determinism::fast, false, false);
+  EXPECT_DOUBLE_EQ(fwd.matmul_flops, pairs * 2 * 2 * hd);
+  EXPECT_DOUBLE_EQ(fwd.flops, pairs * (4 * hd + 24));
+  EXPECT_DOUBLE_EQ(fwd.bytes, 2.0 * tokens * 4 * C + 8 * rows);
+  EXPECT_EQ(fwd.launches, 1);
+  const sim::KernelPrice pf = sim::kernel_price(h, fwd);
+  EXPECT_EQ(pf.unit, PricedUnit::tensor_core_bf16_mma);
+  EXPECT_STREQ(sim::unit_name(pf.unit), "tensor core bf16 mma");
+  EXPECT_NEAR(pf.seconds, kLaunch + pairs * 4 * hd / (kBf16 * 0.25) + pairs * 24 / kFp32, 1e-15);
+  const KernelCost bwd =
+      sim::attention_ex_cost(B, T, C, H, DType::bf16, Determinism::fast, true, false);
+  EXPECT_DOUBLE_EQ(bwd.matmul_flops, pairs * 7 * 2 * hd);
+  EXPECT_DOUBLE_EQ(bwd.flops, pairs * (14 * hd + 52));
+  EXPECT_DOUBLE_EQ(bwd.bytes, 2.0 * tokens * 11 * C + 24 * rows);
+  EXPECT_EQ(bwd.launches, 2);
+  const sim::KernelPrice pb = sim::kernel_price(h, bwd);
+  EXPECT_EQ(pb.unit, PricedUnit::tensor_core_bf16_mma);
+  EXPECT_NEAR(pb.seconds, 2 * kLaunch + pairs * 14 * hd / (kBf16 * 0.25) + pairs * 52 / kFp32,
+              1e-15);
+  // 3.16x the forward's time: 7 passes against 2, and the softmax's FP32 work (a quarter of the
+  // forward's time at these rates) done by both backward kernels.
+  EXPECT_NEAR((pb.seconds - 2 * kLaunch) / (pf.seconds - kLaunch), 3.16, 0.01);
+  const KernelCost f16 =
+      sim::attention_ex_cost(B, T, C, H, DType::f16, Determinism::fast, false, true);
+  EXPECT_EQ(sim::kernel_price(h, f16).unit, PricedUnit::tensor_core_f16_mma);
+  EXPECT_DOUBLE_EQ(f16.flops, pairs * (4 * hd + 24 + 18));  // with a dropout mask
+  // Bitwise bf16 and fast f32: the SIMT cores at simt_efficiency.
+  for (const auto& [t, mode] :
+       {std::pair{DType::bf16, Determinism::bitwise}, std::pair{DType::f32, Determinism::fast}}) {
+    const KernelCost k = sim::attention_ex_cost(B, T, C, H, t, mode, false, false);
+    const sim::KernelPrice p = sim::kernel_price(h, k);
+    EXPECT_EQ(p.unit, PricedUnit::simt_ditto);
+    EXPECT_NEAR(p.seconds, kLaunch + pairs * 4 * hd / (kFp32 * kSimtEff) + pairs * 24 / kFp32,
+                1e-15);
+    EXPECT_DOUBLE_EQ(k.bytes, double(dtype_size(t)) * tokens * 4 * C + 8 * rows);
+  }
+  test::expect_error<InvalidArgument>(
+      [] { sim::attention_ex_cost(8, 16, 30, 4, DType::bf16, Determinism::fast, false, false); },
+      "attention_ex_cost (forward): expected C a positive multiple of nh >= 1, got C = 30, nh = 4");
+  test::expect_error<InvalidArgument>(
+      [] { sim::attention_ex_cost(8, 16, 32, 4, DType::i64, Determinism::fast, true, false); },
+      "attention_ex_cost (backward): storage: expected f32, bf16 or f16, got i64");
+  // A JSON profile sets the estimate (calibrated on a device).
+  const std::string path = ::testing::TempDir() + "ditto_mma_eff.json";
+  {
+    std::ofstream f(path);
+    f << R"({"key": "m", "fp32_tflops": 2, "memory_gib": 1, "memory_bandwidth_gbps": 100,
+             "mma_efficiency": 0.4})";
+  }
+  EXPECT_DOUBLE_EQ(sim::device_profile(path).mma_efficiency, 0.4);
+  {
+    std::ofstream f(path);
+    f << R"({"key": "m", "fp32_tflops": 2, "memory_gib": 1, "memory_bandwidth_gbps": 100,
+             "mma_efficiency": 0})";
+  }
+  test::expect_error<InvalidArgument>([&] { sim::device_profile(path); }, "'mma_efficiency'");
+  std::remove(path.c_str());
+}
+
+// storage_cost (Note [Typed kernels]): a typed row kernel's bytes are the f32 kernel's tensor
+// bytes in the storage dtype, its f32 statistics / losses / ids unchanged. LayerNorm forward over
+// [N, C]: x, y, and w, b (and the f32 kernel's third C) scale, mean and rstd (8 bytes a row) stay.
+TEST(ComputeUnits, StorageCostScalesTensorBytesOnly) {
+  const std::int64_t N = 8192, C = 768;
+  const KernelCost f32{8.0 * N * C, 4.0 * (2.0 * N * C + 3.0 * C + 2.0 * N)};
+  const KernelCost bf16 = sim::storage_cost(f32, DType::bf16, 8.0 * N);
+  EXPECT_DOUBLE_EQ(bf16.bytes, 2.0 * (2.0 * N * C + 3.0 * C) + 8.0 * N);
+  EXPECT_DOUBLE_EQ(bf16.flops, f32.flops);
+  EXPECT_EQ(bf16.operands, DType::bf16);
+  EXPECT_FALSE(bf16.gemm);
+  EXPECT_DOUBLE_EQ(sim::storage_cost(f32, DType::f32, 8.0 * N).bytes, f32.bytes);
+  EXPECT_DOUBLE_EQ(sim::storage_cost(f32, DType::f16, 0).bytes,
+                   sim::native_cost(f32, DType::f16).bytes);
+  // Memory bound: half the f32 kernel's time, near enough (the 8 bytes a row stay).
+  const sim::DeviceProfile h = sim::device_profile("h200");
+  const sim::KernelPrice p = sim::kernel_price(h, bf16);
+  EXPECT_EQ(p.unit, PricedUnit::memory);
+  EXPECT_NEAR(p.seconds, kLaunch + bf16.bytes / (kBw * kHbmEff), 1e-15);
+  test::expect_error<InvalidArgument>(
+      [&] { sim::storage_cost(f32, DType::bf16, -1); },
+      "storage_cost: fixed_bytes: expected 0 <= fixed_bytes <= the f32 kernel's bytes");
+  test::expect_error<InvalidArgument>([&] { sim::storage_cost(f32, DType::u8, 0); },
+                                      "storage_cost: storage: expected f32, bf16 or f16, got u8");
+}
+
 // ---- the optimizer and the clip: the CUDA backend's multi-tensor launches ----------------------
 
 namespace {
@@ -353,9 +566,12 @@ Gpt2Run gpt2_dry(Determinism mode) {
 
 // The step priced from the model's shapes and the H200's rates, independently of the simulator:
 // the GEMMs' FLOPs are 6 B T (12 L C^2 + C V) (forward, and the backward's two products), each
-// GEMM on the mode's unit; attention's from the causal pairs; every other kernel memory bound at
-// HBM x memory_efficiency over the bytes the ledger counted. The sum of the rows is the predicted
-// step (one device, one stream: no idle time), so tokens/s = B T / that sum.
+// GEMM on the mode's unit (the typed gemm_ex as CUDA runs it, a Linear's bias in its epilogue:
+// no add_bias; bitwise mode's micro-sharded dW products gemm_tn_sharded); attention's from the
+// causal pairs, its backward two launches; every other kernel memory bound at HBM x
+// memory_efficiency over the bytes the ledger counted, at CUDA's launch counts (Note [Predicted
+// launches]), MixedOp's conversions among them (cast_f32_scratch). The sum of the rows is the
+// predicted step (one device, one stream: no idle time), so tokens/s = B T / that sum.
 TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
   const double B = 8, T = 1024, C = 768, L = 12, V = 50304, H = 12, hd = C / H;
   const double gemm_flops = 6 * B * T * (12 * L * C * C + C * V);
@@ -372,9 +588,15 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
     // The GEMMs: every matrix product on the mode's unit, all compute bound.
     const std::string gemm_unit = bitwise ? "SIMT f32 (ditto)" : "tensor core bf16";
     const double gemm_rate = bitwise ? kFp32 * kSimtEff : kBf16 * kGemmEff;
+    auto is_gemm = [](const std::string& name) {
+      return name == "gemm" || name == "gemm_ex" || name == "gemm_tn_sharded";
+    };
+    EXPECT_EQ(run.rows.count("gemm / " + gemm_unit), 0u);  // every product typed, as on CUDA
+    EXPECT_EQ(run.rows.count("add_bias / memory"), 0u);    // in gemm_ex's epilogue
+    EXPECT_GT(run.rows.at("cast_f32_scratch / memory").count, 0);
     double flops = 0, gemm_s = 0, count = 0;
     for (const auto& [key, k] : run.rows)
-      if (k.name == "gemm" || k.name == "gemm_tn_sharded") {
+      if (is_gemm(k.name)) {
         EXPECT_EQ(k.unit, gemm_unit) << key;
         flops += k.flops;
         count += static_cast<double>(k.count);
@@ -388,16 +610,18 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
     const CostLedgerRow af = run.rows.at("attention_forward / SIMT f32 (ditto)");
     const CostLedgerRow ab = run.rows.at("attention_backward / SIMT f32 (ditto)");
     EXPECT_EQ(af.count, 12 * 2);
-    EXPECT_EQ(ab.count, 12 * 2);
+    EXPECT_EQ(ab.count, 12 * 2 * 2);  // two launches each
     EXPECT_NEAR(af.time_ps / 1e12, af.count * kLaunch + fwd, af.count * 1e-12);
     EXPECT_NEAR(ab.time_ps / 1e12, ab.count * kLaunch + bwd, ab.count * 1e-12);
-    EXPECT_LT(af.bytes / af.count, 2.0 * B * H * T * T / 3);  // no [B, H, T, T] in bf16
+    // MixedOp runs it over f32 scratch (no typed attention wired yet): under a third of att
+    // [B, H, T, T] in f32.
+    EXPECT_LT(af.bytes / af.count, 4.0 * B * H * T * T / 3);
     // Everything else: memory bound (or a few small FLOP-bound kernels at the FP32 peak).
     double step_s = gemm_s + af.time_ps / 1e12 + ab.time_ps / 1e12, rows_s = 0;
     for (const auto& [key, k] : run.rows) {
       rows_s += static_cast<double>(k.time_ps) / 1e12;
-      if (k.name == "gemm" || k.name == "gemm_tn_sharded" || k.name.rfind("attention_", 0) == 0)
-        continue;
+      if (is_gemm(k.name) || k.name.rfind("attention_", 0) == 0) continue;
+      const double launches = static_cast<double>(k.count);  // CUDA's (embedding_backward: 6)
       double s = 0;
       // A copy inside the device (read + write) is priced at the data-sheet bandwidth
       // (CostModel::on_device_copy), memory-bound kernels at bandwidth x memory_efficiency.
@@ -412,8 +636,8 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
       else
         ADD_FAILURE() << key << ": unexpected unit";
       if (k.unit != "PCIe") {
-        EXPECT_NEAR(k.time_ps / 1e12, k.count * kLaunch + s, k.count * 1e-12 + 1e-15) << key;
-        step_s += k.count * kLaunch + s;
+        EXPECT_NEAR(k.time_ps / 1e12, launches * kLaunch + s, k.count * 1e-12 + 1e-15) << key;
+        step_s += launches * kLaunch + s;
       } else {
         step_s += static_cast<double>(k.time_ps) / 1e12;
       }

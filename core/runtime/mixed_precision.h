@@ -36,10 +36,12 @@
 // on the scratch, and each result is cast into its output (inside a ConversionScope). An
 // f32-only call takes exactly the op's f32 path (no extra kernel, the same bits and virtual
 // time). The scope tells the backend what it would run natively:
-//   - the simulator's cost model prices the kernels enqueued inside the scope as kernels over the
-//     storage dtype (bytes x dtype_size / 4, sim::native_cost; fast-mode matrix products on the
-//     tensor cores at the profile's bf16_flops / f16_flops, Note [Compute units] in
-//     backend_sim/cost_model.h), and the conversions as free (no time, no trace event);
+//   - the simulator's cost model (of a real run; a dry run prices the CUDA backend's scratch
+//     instead, and charges it: Note [Predicted launches] in backend_sim/cost_model.h) prices
+//     the kernels enqueued inside the scope as kernels over the storage dtype (bytes x
+//     dtype_size / 4, sim::native_cost; fast-mode matrix products on the tensor cores at the
+//     profile's bf16_flops / f16_flops, Note [Compute units] in backend_sim/cost_model.h), and
+//     the conversions as free (no time, no trace event);
 //   - the simulator does not charge the f32 scratch (every allocation made inside the scope or a
 //     ConversionScope; marked at allocation, so its free is not subtracted either) to the
 //     device's memory (capacity, in_use, peak, the trace's counter): a native bf16 kernel would

@@ -44,8 +44,8 @@ Tensor relu_backward(const Tensor& y, const Tensor& grad_y);
 /// the host: InvalidArgument names the sample and the value). Returns losses [N].
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 /// grad_logits = grad_loss * scale * (softmax(logits) - onehot(targets)); grad_loss 0-dim f32.
-Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets,
-                              const Tensor& grad_loss, float scale);
+Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& grad_loss,
+                              float scale);
 
 /// Per-sample squared error summed over features: input/target [N, F] -> [N]. A 1-dim input [N]
 /// is treated as [N, 1].
@@ -75,11 +75,11 @@ void sum_inputs(const std::vector<Tensor>& inputs, Tensor& out, Determinism mode
 void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, float lr, float momentum,
                float dampening, float weight_decay, bool nesterov, bool first_step);
 
-// ---- micro-sharded batch reductions (Note [Micro-shards], core/numerics/micro_shards.h) -----------------
-// `bounds` are S + 1 row offsets (micro_shard_bounds or local_bounds): at least 2 entries,
-// bounds[0] == 0, non-decreasing, last == the number of rows; InvalidArgument otherwise. Shards
-// are reduced in ascending row order from 0.0f, their partials combined with the canonical tree
-// over the shard index, in both determinism modes (Kernels::gemm_tn_sharded and siblings).
+// ---- micro-sharded batch reductions (Note [Micro-shards], core/numerics/micro_shards.h)
+// ----------------- `bounds` are S + 1 row offsets (micro_shard_bounds or local_bounds): at least 2
+// entries, bounds[0] == 0, non-decreasing, last == the number of rows; InvalidArgument otherwise.
+// Shards are reduced in ascending row order from 0.0f, their partials combined with the canonical
+// tree over the shard index, in both determinism modes (Kernels::gemm_tn_sharded and siblings).
 
 /// c = (accumulate ? c + T : T), T = a^T @ b reduced over micro-shards of the rows: a [rows, M],
 /// b [rows, N], c [M, N], all f32 on one device; c must not overlap a or b. The weight gradient
@@ -99,9 +99,9 @@ Tensor sum_sharded(const Tensor& x, const std::vector<std::int64_t>& bounds, flo
 // ---- Adam ---------------------------------------------------------------------------------------
 
 /// One torch.optim.Adam update of `param` in place (Kernels::adam_step, Note [Adam step] in
-/// core/numerics/canonical_math.h): grad, exp_avg, exp_avg_sq (and max_exp_avg_sq when amsgrad; it may be
-/// undefined otherwise) have param's shape and device, f32. bias_correction1/2 = 1 - beta^step
-/// in double. Options are validated by optim::Adam; tensors here (InvalidArgument).
+/// core/numerics/canonical_math.h): grad, exp_avg, exp_avg_sq (and max_exp_avg_sq when amsgrad; it
+/// may be undefined otherwise) have param's shape and device, f32. bias_correction1/2 = 1 -
+/// beta^step in double. Options are validated by optim::Adam; tensors here (InvalidArgument).
 void adam_step_(Tensor& param, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq,
                 Tensor& max_exp_avg_sq, double lr, double beta1, double beta2, double eps,
                 double weight_decay, double bias_correction1, double bias_correction2,
@@ -201,7 +201,8 @@ void reduce_inputs(const std::vector<Tensor>& inputs, Tensor& out, int op, Deter
 // them only then).
 
 /// Whether `device`'s backend runs the multi-tensor kernels in fewer launches than the
-/// per-tensor loop (Kernels::has_multi_tensor_kernels: cuda); false for the host and the sim.
+/// per-tensor loop (Kernels::has_multi_tensor_kernels: cuda, and the sim in a dry run, which
+/// prices cuda's launches); false for the host and a real sim run.
 bool has_multi_tensor_kernels(const Device& device);
 
 /// One parameter of adam_step_multi_: the tensors of adam_step_ (max_exp_avg_sq may be null
