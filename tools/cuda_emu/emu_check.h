@@ -116,6 +116,8 @@ void check_attention_kernels(unsigned& seed);
 /// The typed attention's checks (test_emu_attention.cpp): the mma helper, attention_forward_ex /
 /// attention_backward_ex bitwise against the simulator's MixedOp path, fast against double.
 void check_typed_attention(unsigned& seed);
+/// Its error at GPT sizes (`cuda_emu_test attention-measure`, not in ctest: tens of seconds).
+void measure_typed_attention(unsigned& seed);
 /// The fused kernels' checks (cuda_fused.cu beyond test_emu_gpt.cpp's; test_emu_fused.cpp).
 void check_fused_kernels(unsigned& seed);
 /// The dtype-generic kernels' checks (test_emu_dtype.cpp).
