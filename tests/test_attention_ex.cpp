@@ -105,14 +105,22 @@ class FakeKernels final : public Kernels {
   void cast(Stream&, const void* x, DType from, void* y, DType to, std::int64_t n) override {
     for (std::int64_t i = 0; i < n; ++i) {
       float v = 0.0f;
-      if (from == DType::f32) v = static_cast<const float*>(x)[i];
-      else if (from == DType::bf16) v = static_cast<const bfloat16*>(x)[i].to_float();
-      else if (from == DType::f16) v = static_cast<const float16*>(x)[i].to_float();
-      else not_here("cast (dtype)");
-      if (to == DType::f32) static_cast<float*>(y)[i] = v;
-      else if (to == DType::bf16) static_cast<bfloat16*>(y)[i] = bfloat16::from(v);
-      else if (to == DType::f16) static_cast<float16*>(y)[i] = float16::from(v);
-      else not_here("cast (dtype)");
+      if (from == DType::f32)
+        v = static_cast<const float*>(x)[i];
+      else if (from == DType::bf16)
+        v = static_cast<const bfloat16*>(x)[i].to_float();
+      else if (from == DType::f16)
+        v = static_cast<const float16*>(x)[i].to_float();
+      else
+        not_here("cast (dtype)");
+      if (to == DType::f32)
+        static_cast<float*>(y)[i] = v;
+      else if (to == DType::bf16)
+        static_cast<bfloat16*>(y)[i] = bfloat16::from(v);
+      else if (to == DType::f16)
+        static_cast<float16*>(y)[i] = float16::from(v);
+      else
+        not_here("cast (dtype)");
     }
   }
   bool has_attention_ex(DType t, std::int64_t hd, Determinism) const override {
@@ -127,9 +135,8 @@ class FakeKernels final : public Kernels {
     std::memset(stats, 0, sizeof(float) * std::size_t(B * nh * T * 2));
   }
   void attention_backward(Stream&, const float*, const float*, const float*, std::int64_t B,
-                          std::int64_t T, std::int64_t C, std::int64_t, float* dqkv, float*,
-                          float, std::uint64_t, std::uint64_t, std::uint64_t,
-                          Determinism) override {
+                          std::int64_t T, std::int64_t C, std::int64_t, float* dqkv, float*, float,
+                          std::uint64_t, std::uint64_t, std::uint64_t, Determinism) override {
     ++calls.backward;
     std::memset(dqkv, 0, sizeof(float) * std::size_t(B * T * 3 * C));
   }
@@ -144,8 +151,8 @@ class FakeKernels final : public Kernels {
   }
   void attention_backward_ex(Stream&, const void*, const void*, DType dtype, const float*,
                              std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t,
-                             void* dqkv, float*, float, std::uint64_t, std::uint64_t,
-                             std::uint64_t, Determinism) override {
+                             void* dqkv, float*, float, std::uint64_t, std::uint64_t, std::uint64_t,
+                             Determinism) override {
     ++calls.backward_ex;
     calls.ex_dtype = dtype;
     std::memset(dqkv, 0, 2 * std::size_t(B * T * 3 * C));
@@ -186,8 +193,8 @@ class FakeBackend final : public Backend {
   void copy_to_host(Stream&, void* dst, const void* src, std::size_t n) override {
     if (n) std::memmove(dst, src, n);
   }
-  void copy_2d(Stream&, void* dst, std::size_t dp, const void* src, std::size_t sp,
-               std::size_t row, std::size_t rows) override {
+  void copy_2d(Stream&, void* dst, std::size_t dp, const void* src, std::size_t sp, std::size_t row,
+               std::size_t rows) override {
     for (std::size_t r = 0; r < rows; ++r)
       std::memmove(static_cast<char*>(dst) + r * dp, static_cast<const char*>(src) + r * sp, row);
   }
@@ -204,9 +211,8 @@ class FakeBackend final : public Backend {
 
 Device fake_device() {
   static const bool registered = [] {
-    register_backend("attn_ex_fake", [](const BackendOptions&) {
-      return std::make_shared<FakeBackend>();
-    });
+    register_backend("attn_ex_fake",
+                     [](const BackendOptions&) { return std::make_shared<FakeBackend>(); });
     init_backend("attn_ex_fake");
     return true;
   }();

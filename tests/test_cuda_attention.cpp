@@ -128,13 +128,18 @@ AttnRun run_typed(const char* backend, const std::vector<float>& qkv, const std:
 
 // The values of v once rounded to dtype (what the device tensors hold).
 std::vector<float> rounded(const std::vector<float>& v, DType dtype) {
-  return Tensor::from_vector(v, {std::int64_t(v.size())}).to(dtype).to(DType::f32).to_vector<float>();
+  return Tensor::from_vector(v, {std::int64_t(v.size())})
+      .to(dtype)
+      .to(DType::f32)
+      .to_vector<float>();
 }
 
 // Causal attention in double (y, dqkv) from qkv and dy, with the dropout mask of run_typed.
-std::pair<std::vector<double>, std::vector<double>> double_attention(
-    const std::vector<float>& qkv, const std::vector<float>& dy, std::int64_t B, std::int64_t T,
-    std::int64_t C, std::int64_t nh, float p) {
+std::pair<std::vector<double>, std::vector<double>> double_attention(const std::vector<float>& qkv,
+                                                                     const std::vector<float>& dy,
+                                                                     std::int64_t B, std::int64_t T,
+                                                                     std::int64_t C,
+                                                                     std::int64_t nh, float p) {
   const std::int64_t hd = C / nh, W = 3 * C;
   const double scale = 1.0 / std::sqrt(double(hd));
   const double ds = p > 0 ? 1.0 / (1.0 - double(p)) : 1.0;
@@ -150,7 +155,8 @@ std::pair<std::vector<double>, std::vector<double>> double_attention(
         for (std::int64_t u = 0; u <= t; ++u) {
           const float* k = qkv.data() + (b * T + u) * W + C + h * hd;
           double x = 0.0, e = 0.0;
-          for (std::int64_t i = 0; i < hd; ++i) x += double(q[i]) * k[i], e += double(g[i]) * k[C + i];
+          for (std::int64_t i = 0; i < hd; ++i)
+            x += double(q[i]) * k[i], e += double(g[i]) * k[C + i];
           s[u] = x * scale;
           dp[u] = e;
           m = std::max(m, s[u]);

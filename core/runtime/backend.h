@@ -308,9 +308,8 @@ class Kernels {
   /// bitwise's.
   virtual void attention_forward_ex(Stream& s, const void* qkv, DType dtype, std::int64_t B,
                                     std::int64_t T, std::int64_t C, std::int64_t nh, void* y,
-                                    float* stats, float p, std::uint64_t seed,
-                                    std::uint64_t stream, std::uint64_t index_base,
-                                    Determinism mode);
+                                    float* stats, float p, std::uint64_t seed, std::uint64_t stream,
+                                    std::uint64_t index_base, Determinism mode);
   /// Backward of attention_forward_ex: dy [B, T, C] and qkv in `dtype`, the forward's f32 stats,
   /// dqkv [B, T, 3C] written in `dtype` (each element rounded once), scratch B * nh * T floats
   /// (each query's pd = rowsum(dy * y), written). Called and defaulted as attention_forward_ex;

@@ -87,8 +87,7 @@ std::int64_t check_qkv(const char* op, const Tensor& qkv, std::int64_t n_head,
 /// backend's typed kernels (Kernels::has_attention_ex) instead of MixedOp's f32 scratch: qkv is a
 /// well-formed [B, T, 3C] on a device, n_head divides C, the mode is valid and the backend takes
 /// the dtype and head width. Otherwise the MixedOp path runs (and reports any bad argument).
-bool native_attention(const Tensor& qkv, const Tensor& dy, std::int64_t n_head,
-                      Determinism mode) {
+bool native_attention(const Tensor& qkv, const Tensor& dy, std::int64_t n_head, Determinism mode) {
   if (!is_half(qkv) || qkv.device().is_cpu() || qkv.dim() != 3 || qkv.size(2) % 3 != 0 ||
       n_head < 1 || (qkv.size(2) / 3) % n_head != 0 || !is_valid_determinism(mode))
     return false;
@@ -237,8 +236,8 @@ Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& stats, float p,
     stats = Tensor::empty({B, n_head, T, 2}, DType::f32, qkv.device());
     if (y.numel() == 0) return y;
     kernels_of(qkv).attention_forward_ex(stream_of(qkv), qkv.data_ptr(), qkv.dtype(), B, T, C,
-                                         n_head, y.data_ptr(), stats.data<float>(), p, seed,
-                                         stream, index_base, mode);
+                                         n_head, y.data_ptr(), stats.data<float>(), p, seed, stream,
+                                         index_base, mode);
     return y;
   }
   if (any_half({&qkv})) {  // y in the storage dtype; the softmax stats stay f32
@@ -272,8 +271,8 @@ Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& sta
     const std::int64_t B = qkv.size(0), T = qkv.size(1);
     check_tensor(op, "dy", dy, qkv.dtype());
     check_device(op, "dy", dy, qkv.device(), "qkv");
-    DITTO_CHECK(dy.shape() == Shape({B, T, C}), op, ": dy: expected [B, T, C] = ",
-                shape_str(Shape({B, T, C})), ", got ", dy.str());
+    DITTO_CHECK(dy.shape() == Shape({B, T, C}), op,
+                ": dy: expected [B, T, C] = ", shape_str(Shape({B, T, C})), ", got ", dy.str());
     check_shape(op, "stats", stats, {B, n_head, T, 2}, "[B, n_head, T, 2]", qkv, "qkv");
     Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
     if (dy.numel() == 0) return dqkv;
@@ -281,8 +280,7 @@ Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& sta
     Stream& s = stream_of(qkv);
     kernels_of(qkv).attention_backward_ex(s, dy.data_ptr(), qkv.data_ptr(), qkv.dtype(),
                                           stats.data<float>(), B, T, C, n_head, dqkv.data_ptr(),
-                                          scratch.data<float>(), p, seed, stream, index_base,
-                                          mode);
+                                          scratch.data<float>(), p, seed, stream, index_base, mode);
     // scratch: freed ordered after the default stream, as below.
     if (&s != &qkv.device().backend().default_stream(qkv.device().index)) s.synchronize();
     return dqkv;

@@ -68,11 +68,14 @@ void mma_kernel(const Bits* A, const Bits* B, const V* C, V* D) {
   const unsigned L = threadIdx.x, g = L >> 2, t = L % 4;
   const auto at = [&](int r, int c) { return (*A)[r * 16 + c]; };
   const auto bt = [&](int r, int c) { return (*B)[r * 8 + c]; };
-  const auto pk = [](std::uint16_t lo, std::uint16_t hi) { return unsigned(lo) | unsigned(hi) << 16; };
-  const unsigned a[4] = {pk(at(g, 2 * t), at(g, 2 * t + 1)), pk(at(g + 8, 2 * t), at(g + 8, 2 * t + 1)),
-                         pk(at(g, 2 * t + 8), at(g, 2 * t + 9)),
-                         pk(at(g + 8, 2 * t + 8), at(g + 8, 2 * t + 9))};
-  const unsigned b[2] = {pk(bt(2 * t, g), bt(2 * t + 1, g)), pk(bt(2 * t + 8, g), bt(2 * t + 9, g))};
+  const auto pk = [](std::uint16_t lo, std::uint16_t hi) {
+    return unsigned(lo) | unsigned(hi) << 16;
+  };
+  const unsigned a[4] = {
+      pk(at(g, 2 * t), at(g, 2 * t + 1)), pk(at(g + 8, 2 * t), at(g + 8, 2 * t + 1)),
+      pk(at(g, 2 * t + 8), at(g, 2 * t + 9)), pk(at(g + 8, 2 * t + 8), at(g + 8, 2 * t + 9))};
+  const unsigned b[2] = {pk(bt(2 * t, g), bt(2 * t + 1, g)),
+                         pk(bt(2 * t + 8, g), bt(2 * t + 9, g))};
   const float c[4] = {(*C)[g * 8 + 2 * t], (*C)[g * 8 + 2 * t + 1], (*C)[(g + 8) * 8 + 2 * t],
                       (*C)[(g + 8) * 8 + 2 * t + 1]};
   float d[4];
@@ -205,8 +208,7 @@ void check_bits(const char* what, const Bits& want, const Bits& got, const std::
   for (std::size_t i = 0; i < want.size(); ++i)
     if (want[i] != got[i]) {
       ++failures;
-      std::printf("FAIL %s %s at %zu: sim %04x cuda %04x\n", what, ctx.c_str(), i, want[i],
-                  got[i]);
+      std::printf("FAIL %s %s at %zu: sim %04x cuda %04x\n", what, ctx.c_str(), i, want[i], got[i]);
       return;
     }
 }
@@ -217,8 +219,8 @@ void check_typed_shape(unsigned& seed, i64 B, i64 T, i64 C, i64 nh, float p, dou
   const double u = unit_roundoff<E>();
   const std::uint64_t stream = stream_id(kStreamDropout, (std::uint64_t(6) << 8) | 1);
   const gpt::AttentionDropout drop{p, 4242, stream, 11};
-  const std::string ctx = std::string(name_of_e<E>()) + " " + dims({B, T, C, nh}) + " p " +
-                          std::to_string(p);
+  const std::string ctx =
+      std::string(name_of_e<E>()) + " " + dims({B, T, C, nh}) + " p " + std::to_string(p);
   const i64 hd = C / nh;
   const Bits qkv = to_bits<E>(uniform(B * T * 3 * C, seed++, 2.0f)),
              dy = to_bits<E>(uniform(B * T * C, seed++, 2.0f));
@@ -232,8 +234,7 @@ void check_typed_shape(unsigned& seed, i64 B, i64 T, i64 C, i64 nh, float p, dou
   simk->attention_forward(*sims, qkvf.data(), B, T, C, nh, sy.data(), sst.data(), p, drop.seed,
                           stream, drop.index_base, Determinism::bitwise);
   simk->attention_backward(*sims, dyf.data(), qkvf.data(), sst.data(), B, T, C, nh, sdq.data(),
-                           spd.data(), p, drop.seed, stream, drop.index_base,
-                           Determinism::bitwise);
+                           spd.data(), p, drop.seed, stream, drop.index_base, Determinism::bitwise);
   sims->synchronize();
   for (Determinism mode : {Determinism::bitwise, Determinism::fast}) {
     const std::string mctx = std::string(determinism_name(mode)) + " " + ctx;
@@ -281,8 +282,8 @@ void check_typed_shape(unsigned& seed, i64 B, i64 T, i64 C, i64 nh, float p, dou
       const double d = std::fabs(double(st[i]) - sst[i]) / (1.0 + std::fabs(double(sst[i])));
       es = std::isnan(d) ? INFINITY : std::max(es, d);
     }
-    expect(es <= kStatsTol, "attention_ex fast stats vs bitwise " + mctx + ": " +
-                                std::to_string(es));
+    expect(es <= kStatsTol,
+           "attention_ex fast stats vs bitwise " + mctx + ": " + std::to_string(es));
   }
 }
 
@@ -293,7 +294,8 @@ void check_typed_shape(unsigned& seed, i64 B, i64 T, i64 C, i64 nh, float p, dou
 // with attn_dropout 0 and 0.2 (`cuda_emu_test attention-measure`; Note [CUDA attention]).
 void measure_typed_attention(unsigned& seed) {
   double worst_bf = 0.0, worst_h = 0.0;
-  for (auto d : std::vector<std::array<i64, 4>>{{1, 1024, 64, 1}, {1, 256, 64, 1}, {1, 512, 128, 1}})
+  for (auto d :
+       std::vector<std::array<i64, 4>>{{1, 1024, 64, 1}, {1, 256, 64, 1}, {1, 512, 128, 1}})
     for (float p : {0.0f, 0.2f}) {
       double bf = 0.0, h = 0.0;
       check_typed_shape<bfloat16>(seed, d[0], d[1], d[2], d[3], p, bf);
@@ -311,9 +313,9 @@ void check_typed_attention(unsigned& seed) {
   check_mma<float16>(seed);
   double worst_bf = 0.0, worst_h = 0.0;
   for (auto d : std::vector<std::array<i64, 4>>{
-           {2, 37, 128, 2},   // hd 64: the mma kernels, T not a multiple of 64, B nh 4
-           {1, 70, 256, 2},   // hd 128: the mma kernels, two query tiles
-           {2, 9, 48, 2}})    // hd 24: the SIMT kernels with typed loads (fast and bitwise)
+           {2, 37, 128, 2},  // hd 64: the mma kernels, T not a multiple of 64, B nh 4
+           {1, 70, 256, 2},  // hd 128: the mma kernels, two query tiles
+           {2, 9, 48, 2}})   // hd 24: the SIMT kernels with typed loads (fast and bitwise)
     for (float p : {0.0f, 0.2f}) {
       check_typed_shape<bfloat16>(seed, d[0], d[1], d[2], d[3], p, worst_bf);
       check_typed_shape<float16>(seed, d[0], d[1], d[2], d[3], p, worst_h);
