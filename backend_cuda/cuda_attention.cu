@@ -69,6 +69,8 @@
 // cuDNN's SDPA (cudnn-frontend) was not used: its headers come from a PyPI wheel that is not
 // installed here, its graphs cannot run in tools/cuda_emu, and there was no GPU to measure
 // whether it beats this kernel.
+#include <cstring>
+
 #include "backend_cuda/cuda_kernels_common.cuh"
 #include "backend_cuda/cuda_mma.cuh"
 #include "core/numerics/gpt_math.h"
@@ -129,10 +131,29 @@ struct AttnArgs {
   i64 tile0 = 0;     // the tile of blockIdx.y == 0 (launches split past the grid's y limit)
 };
 
+// float_formats.h's to_float of a bf16 / f16 code without its normalisation loop (which ptxas
+// does not inline: a call in the tiled kernels cost them registers and spills): the same f32
+// for every code, NaNs with the quiet bit set as there.
+__device__ __forceinline__ float widen_bf16(std::uint16_t h) {
+  std::uint32_t x = std::uint32_t(h) << 16;  // normals, zeros and subnormals: the same value
+  if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffffu) != 0) x |= 0x400000u;  // quiet NaN
+  return pmath::detail::from_bits(x);
+}
+__device__ __forceinline__ float widen_f16(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu,
+                      m = h & 0x3ffu;
+  if (e == 0x1fu) return pmath::detail::from_bits(sign | (m ? 0x7fc00000u | (m << 13) : 0x7f800000u));
+  if (e == 0) {  // zero or subnormal: m 2^-24, exact in f32
+    const float v = static_cast<float>(m) * 5.9604644775390625e-8f;
+    return sign ? -v : v;
+  }
+  return pmath::detail::from_bits(sign | ((e + 112u) << 23) | (m << 13));
+}
+
 // Element i of an io array, widened to f32 (exact).
 __device__ __forceinline__ float load_io(const void* p, DType t, i64 i) {
-  if (t == DType::bf16) return static_cast<const bfloat16*>(p)[i].to_float();
-  if (t == DType::f16) return static_cast<const float16*>(p)[i].to_float();
+  if (t == DType::bf16) return widen_bf16(static_cast<const bfloat16*>(p)[i].bits);
+  if (t == DType::f16) return widen_f16(static_cast<const float16*>(p)[i].bits);
   return static_cast<const float*>(p)[i];
 }
 
@@ -552,6 +573,25 @@ static_assert(mma_smem_bytes<64>(3 * 64) <= 48 * 1024 &&
 template <int HD>
 using MmaRow = std::uint16_t[HD + kMmaPad];
 
+// 16-byte and 4-byte accesses of 16-bit elements (aligned): one vector load or store on the
+// GPU; memcpy on the host (tools/cuda_emu), where the cast would break strict aliasing.
+__device__ __forceinline__ uint4 load16(const std::uint16_t* p) {
+#ifdef __CUDA_ARCH__
+  return *reinterpret_cast<const uint4*>(p);
+#else
+  uint4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
+__device__ __forceinline__ void store16(std::uint16_t* p, uint4 v) {
+#ifdef __CUDA_ARCH__
+  *reinterpret_cast<uint4*>(p) = v;
+#else
+  std::memcpy(p, &v, sizeof v);
+#endif
+}
+
 // dst[r] = rows r0 + r < R of the HD-wide slice at element `off` of the 16-bit array `src` (row
 // stride `stride` elements), zeros past T. `vec`: every row start is 16-byte aligned (one uint4
 // per 8 elements), else element by element.
@@ -565,7 +605,7 @@ __device__ __forceinline__ void stage_mma(MmaRow<HD>* dst, const std::uint16_t* 
     if (r0 + r < T) {
       const std::uint16_t* p = src + off + (r0 + r) * stride + c;
       if (vec) {
-        v = *reinterpret_cast<const uint4*>(p);
+        v = load16(p);
       } else {
         v.x = pack_bits(p[0], p[1]);
         v.y = pack_bits(p[2], p[3]);
@@ -573,12 +613,18 @@ __device__ __forceinline__ void stage_mma(MmaRow<HD>* dst, const std::uint16_t* 
         v.w = pack_bits(p[6], p[7]);
       }
     }
-    *reinterpret_cast<uint4*>(&dst[r][c]) = v;
+    store16(&dst[r][c], v);
   }
 }
 
 __device__ __forceinline__ unsigned smem_word(const std::uint16_t* p) {
+#ifdef __CUDA_ARCH__
   return *reinterpret_cast<const unsigned*>(p);
+#else
+  unsigned w;
+  std::memcpy(&w, p, sizeof w);
+  return w;
+#endif
 }
 
 // The A fragment of the 16 x 16 block at (row0, k0) of a row-major tile (Note [mma fragments]).
