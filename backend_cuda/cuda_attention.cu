@@ -15,9 +15,12 @@
 // all tiles in registers. att [B, nh, T, T] is never stored (Note [Attention memory]). Static
 // shared memory per block (bounded by attn_smem_bytes, static_assert <= 48 KiB, the static
 // limit; the H200 allows 227 KiB per block), as ptxas reports for sm_90: HD 32: forward 16.8
-// KiB, backward 25.1 KiB; HD 64: 28.8 / 41.1 KiB; HD 128: 25.4 / 34.6 KiB; at most 167
-// registers per thread, no spills (128 threads: 21k of an SM's 64k registers). hd > 128 takes
-// the reference kernels (one thread per query / key, gpt_math.h's bodies).
+// KiB, backward 25.1 KiB; HD 64: 28.8 / 41.1 KiB; HD 128: 25.4 / 34.6 KiB; at most 134
+// registers per thread (128 threads: 17k of an SM's 64k registers); since the loads and stores
+// take the typed dtypes too, the first backward kernel of HD 64 and 128 spills 8 (bitwise) or 12
+// (fast) bytes at 128 registers and the fast forward of HD 32 4 bytes (before: no spills, 166
+// registers). hd > 128 takes the reference kernels (one thread per query / key, gpt_math.h's
+// bodies). More query or key tiles than a grid's y dimension holds run as several launches.
 //
 // bitwise (attn_forward_bitwise, attn_query_backward, attn_key_backward with kFast false):
 // every chain is gpt_math.h's, in its order, so y, stats, pd and dqkv equal the simulator's bit
@@ -61,7 +64,11 @@
 // into the caller's scratch) and then dQ += dS K with dS = P (drop(dP) - D); the second kernel
 // per key tile gives dK += dS^T Q and dV += drop(P)^T dO over the query tiles from its first key.
 // Tiles (static shared memory <= 48 KiB): hd 64: 64 x 64 in all three kernels; hd 128: key
-// tiles of 32 (forward) and 16 (dq kernel), query tiles of 16 (dk / dv kernel). Other head
+// tiles of 32 (forward) and 16 (dq kernel), query tiles of 16 (dk / dv kernel). ptxas (sm_90),
+// bf16 and f16 alike, no spills: forward 128 registers, 27.0 KiB (hd 64) / 34.0 KiB (hd 128);
+// dq kernel 166 / 128 registers, 36.0 / 42.5 KiB; dk / dv kernel 218 / 242 registers, 36.8 /
+// 42.7 KiB. Not measured on a GPU yet (speed, occupancy); no double buffering of the K / V
+// tiles, no ldmatrix: room left. Other head
 // widths in fast mode: the SIMT fast kernels above with typed loads. Accuracy (the emulator's
 // and the GPU test's bound): |x - ref| <= 4 u (1 + max |ref|) per tensor (y, dq, dk, dv), ref in
 // double from the same rounded inputs, u = 2^-8 (bf16) or 2^-11 (f16): P and dS are rounded to
