@@ -106,6 +106,129 @@ TEST_F(CudaAttention, BitwiseEqualsTheSimulatorAndFastIsWithinTolerance) {
     }
 }
 
+// ---- the typed attention (Kernels::attention_forward_ex / attention_backward_ex) --------------
+
+// Forward and backward of one (B, T, C, nh) on `backend`'s device 0 with qkv and dy stored as
+// `dtype` (the values given, rounded to it); results widened to f32 (exact).
+AttnRun run_typed(const char* backend, const std::vector<float>& qkv, const std::vector<float>& dy,
+                  DType dtype, std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
+                  float p, Determinism mode) {
+  const Device d(backend, 0);
+  const Tensor tqkv = Tensor::from_vector(qkv, {B, T, 3 * C}).to(d).to(dtype);
+  const Tensor tdy = Tensor::from_vector(dy, {B, T, C}).to(d).to(dtype);
+  const std::uint64_t stream = stream_id(kStreamDropout, (std::uint64_t(5) << 8) | 2);
+  Tensor stats;
+  const Tensor y = ops::attention(tqkv, nh, stats, p, 99, stream, 5, mode);
+  const Tensor dqkv = ops::attention_backward(tdy, tqkv, stats, nh, p, 99, stream, 5, mode);
+  EXPECT_EQ(y.dtype(), dtype);
+  EXPECT_EQ(dqkv.dtype(), dtype);
+  return {y.to(DType::f32).to_vector<float>(), stats.to_vector<float>(),
+          dqkv.to(DType::f32).to_vector<float>()};
+}
+
+// The values of v once rounded to dtype (what the device tensors hold).
+std::vector<float> rounded(const std::vector<float>& v, DType dtype) {
+  return Tensor::from_vector(v, {std::int64_t(v.size())})
+      .to(dtype)
+      .to(DType::f32)
+      .to_vector<float>();
+}
+
+// Causal attention in double (y, dqkv) from qkv and dy, with the dropout mask of run_typed.
+std::pair<std::vector<double>, std::vector<double>> double_attention(const std::vector<float>& qkv,
+                                                                     const std::vector<float>& dy,
+                                                                     std::int64_t B, std::int64_t T,
+                                                                     std::int64_t C,
+                                                                     std::int64_t nh, float p) {
+  const std::int64_t hd = C / nh, W = 3 * C;
+  const double scale = 1.0 / std::sqrt(double(hd));
+  const double ds = p > 0 ? 1.0 / (1.0 - double(p)) : 1.0;
+  const std::uint64_t stream = stream_id(kStreamDropout, (std::uint64_t(5) << 8) | 2);
+  std::vector<double> y(std::size_t(B * T * C), 0.0), dqkv(std::size_t(B * T * W), 0.0);
+  std::vector<double> s(T), att(T), a(T), dp(T), da(T);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < nh; ++h)
+      for (std::int64_t t = 0; t < T; ++t) {
+        const float* q = qkv.data() + (b * T + t) * W + h * hd;
+        const float* g = dy.data() + (b * T + t) * C + h * hd;
+        double m = -INFINITY, sum = 0.0, pd = 0.0;
+        for (std::int64_t u = 0; u <= t; ++u) {
+          const float* k = qkv.data() + (b * T + u) * W + C + h * hd;
+          double x = 0.0, e = 0.0;
+          for (std::int64_t i = 0; i < hd; ++i)
+            x += double(q[i]) * k[i], e += double(g[i]) * k[C + i];
+          s[u] = x * scale;
+          dp[u] = e;
+          m = std::max(m, s[u]);
+        }
+        for (std::int64_t u = 0; u <= t; ++u) sum += std::exp(s[u] - m);
+        const std::uint64_t row = std::uint64_t(((b * nh + h) * T + t) * T);
+        for (std::int64_t u = 0; u <= t; ++u) {
+          att[u] = std::exp(s[u] - m) / sum;
+          const bool keep = p == 0 || uniform01(99, stream, 5 + row + std::uint64_t(u)) >= p;
+          a[u] = keep ? att[u] * ds : 0.0;
+          da[u] = keep ? dp[u] * ds : 0.0;
+          pd += att[u] * da[u];
+        }
+        for (std::int64_t u = 0; u <= t; ++u) {
+          const float* k = qkv.data() + (b * T + u) * W + C + h * hd;
+          const double dpre = att[u] * (da[u] - pd) * scale;
+          for (std::int64_t i = 0; i < hd; ++i) {
+            y[(b * T + t) * C + h * hd + i] += a[u] * k[C + i];
+            dqkv[(b * T + t) * W + h * hd + i] += dpre * k[i];
+            dqkv[(b * T + u) * W + C + h * hd + i] += dpre * q[i];
+            dqkv[(b * T + u) * W + 2 * C + h * hd + i] += a[u] * g[i];
+          }
+        }
+      }
+  return {y, dqkv};
+}
+
+// max |got - want| / (u (1 + max |want|)), u the unit roundoff (Note [CUDA attention]'s bound).
+double error_in_u(const std::vector<float>& got, const std::vector<double>& want, double u) {
+  double scale = 0.0, e = 0.0;
+  for (double w : want) scale = std::max(scale, std::fabs(w));
+  for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    const double d = std::fabs(double(got[i]) - want[i]) / (u * (1.0 + scale));
+    e = std::isnan(d) ? INFINITY : std::max(e, d);
+  }
+  return got.size() == want.size() ? e : INFINITY;
+}
+
+// bf16 / f16 qkv on the GPU: bitwise mode (the typed SIMT kernels) gives the simulator's MixedOp
+// bits; fast mode (the tensor-core FlashAttention-2 for hd 64 and 128, the SIMT fast kernels with
+// typed loads otherwise) is within 4 u (1 + max |ref|) of a double reference from the same
+// rounded inputs (tools/cuda_emu/test_emu_attention.cpp's tolerance).
+TEST_F(CudaAttention, TypedBitwiseEqualsTheSimulatorAndFastIsWithinTolerance) {
+  unsigned seed = 100;
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (const Shape& s : shapes()) {
+      if (s.C / s.nh > 128) continue;  // has_attention_ex: false (MixedOp, tested above)
+      for (float p : {0.0f, 0.1f}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " B " + std::to_string(s.B) + " T " +
+                     std::to_string(s.T) + " C " + std::to_string(s.C) + " nh " +
+                     std::to_string(s.nh) + " p " + std::to_string(p));
+        const std::vector<float> qkv =
+            rounded(uniform(std::size_t(s.B * s.T * 3 * s.C), seed++), dtype);
+        const std::vector<float> dy = rounded(uniform(std::size_t(s.B * s.T * s.C), seed++), dtype);
+        const AttnRun sim =
+            run_typed("sim", qkv, dy, dtype, s.B, s.T, s.C, s.nh, p, Determinism::bitwise);
+        const AttnRun bit =
+            run_typed("cuda", qkv, dy, dtype, s.B, s.T, s.C, s.nh, p, Determinism::bitwise);
+        EXPECT_TRUE(bits_equal(bit.y, sim.y)) << "y";
+        EXPECT_TRUE(bits_equal(bit.stats, sim.stats)) << "stats";
+        EXPECT_TRUE(bits_equal(bit.dqkv, sim.dqkv)) << "dqkv";
+        const AttnRun fast =
+            run_typed("cuda", qkv, dy, dtype, s.B, s.T, s.C, s.nh, p, Determinism::fast);
+        const auto ref = double_attention(qkv, dy, s.B, s.T, s.C, s.nh, p);
+        const double u = dtype == DType::bf16 ? 1.0 / 256 : 1.0 / 2048;
+        EXPECT_LE(error_in_u(fast.y, ref.first, u), 4.0) << "y";
+        EXPECT_LE(error_in_u(fast.dqkv, ref.second, u), 4.0) << "dqkv";
+        EXPECT_LE(rel_error(fast.stats, sim.stats), 1e-5) << "stats";
+      }
+    }
+}
+
 // The simulator has one attention order (Note [GPT kernels]): fast mode gives bitwise's bits.
 TEST_F(AttentionMode, SimRunsTheCanonicalOrderInBothModes) {
   const std::int64_t B = 2, T = 19, C = 24, nh = 3;

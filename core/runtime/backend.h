@@ -288,6 +288,39 @@ class Kernels {
                                   std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
                                   float* dqkv, float* scratch, float p, std::uint64_t seed,
                                   std::uint64_t stream, std::uint64_t index_base, Determinism mode);
+
+  /// Whether attention_forward_ex / attention_backward_ex run natively here for qkv (and dy, y,
+  /// dqkv) stored as `qkv_type` with heads of `head_dim` channels in `mode` (no f32 copy of qkv).
+  /// Default: false, and ops::attention / attention_backward run a bf16 / f16 call through
+  /// MixedOp's f32 scratch and attention_forward / attention_backward instead (Note [Mixed
+  /// precision]); the simulator keeps that path (its bits, virtual time and memory accounting).
+  /// cuda: true for qkv_type bf16 or f16 and head_dim <= 128, in both modes (Note [CUDA
+  /// attention]).
+  virtual bool has_attention_ex(DType qkv_type, std::int64_t head_dim, Determinism mode) const;
+  /// The typed attention (torch's scaled_dot_product_attention(is_causal=True) on bf16 / f16
+  /// tensors): attention_forward with qkv [B, T, 3C] and y [B, T, C] in `dtype` (bf16 or f16);
+  /// stats [B, nh, T, 2] f32 as attention_forward's. Only called where has_attention_ex(dtype,
+  /// C / nh, mode) is true (core checked the arguments; the default throws InvalidArgument "this
+  /// backend has no kernel attention_forward_ex"). bitwise: the bits of the simulator's path
+  /// (qkv widened exactly, attention_forward's bitwise order in f32, y rounded once to nearest
+  /// even; stats unrounded). fast: any order, the same mask (cuda: FlashAttention-2 on the tensor
+  /// cores, P rounded to `dtype` before P V, f32 accumulation), stats within rounding of
+  /// bitwise's.
+  virtual void attention_forward_ex(Stream& s, const void* qkv, DType dtype, std::int64_t B,
+                                    std::int64_t T, std::int64_t C, std::int64_t nh, void* y,
+                                    float* stats, float p, std::uint64_t seed, std::uint64_t stream,
+                                    std::uint64_t index_base, Determinism mode);
+  /// Backward of attention_forward_ex: dy [B, T, C] and qkv in `dtype`, the forward's f32 stats,
+  /// dqkv [B, T, 3C] written in `dtype` (each element rounded once), scratch B * nh * T floats
+  /// (each query's pd = rowsum(dy * y), written). Called and defaulted as attention_forward_ex;
+  /// bitwise: the bits of the simulator's path (attention_backward on the widened dy and qkv,
+  /// dqkv rounded once); fast: any order (cuda: tensor cores, dS and P rounded to `dtype` as
+  /// operands).
+  virtual void attention_backward_ex(Stream& s, const void* dy, const void* qkv, DType dtype,
+                                     const float* stats, std::int64_t B, std::int64_t T,
+                                     std::int64_t C, std::int64_t nh, void* dqkv, float* scratch,
+                                     float p, std::uint64_t seed, std::uint64_t stream,
+                                     std::uint64_t index_base, Determinism mode);
   /// Inverted dropout (torch.nn.functional.dropout, training): element i is kept when
   /// philox uniform01(seed, stream, index_base + i) >= p (Note [Dropout masks]); y[i] = x[i] *
   /// scale if kept else 0, scale = 1 / (1 - p) in float. 0 <= p < 1. y may alias x.

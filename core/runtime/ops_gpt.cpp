@@ -68,9 +68,10 @@ std::int64_t leading_rows(const Tensor& x) {
   return rows;
 }
 
-/// qkv [B, T, 3C] and n_head; returns C.
-std::int64_t check_qkv(const char* op, const Tensor& qkv, std::int64_t n_head) {
-  check_tensor(op, "qkv", qkv);
+/// qkv [B, T, 3C] of `dtype` and n_head; returns C.
+std::int64_t check_qkv(const char* op, const Tensor& qkv, std::int64_t n_head,
+                       DType dtype = DType::f32) {
+  check_tensor(op, "qkv", qkv, dtype);
   check_dims(op, "qkv", qkv, 3, "[B, T, 3C]");
   const std::int64_t w = qkv.size(2);
   DITTO_CHECK(w % 3 == 0, op, ": qkv: expected [B, T, 3C] (the last dim a multiple of 3), got ",
@@ -80,6 +81,18 @@ std::int64_t check_qkv(const char* op, const Tensor& qkv, std::int64_t n_head) {
   DITTO_CHECK(C % n_head == 0, op, ": n_head: expected a divisor of C = ", C, " (qkv of ",
               shape_str(qkv.shape()), "), got ", n_head);
   return C;
+}
+
+/// Whether attention on a bf16 / f16 qkv (and dy, when defined: the same dtype) runs as the
+/// backend's typed kernels (Kernels::has_attention_ex) instead of MixedOp's f32 scratch: qkv is a
+/// well-formed [B, T, 3C] on a device, n_head divides C, the mode is valid and the backend takes
+/// the dtype and head width. Otherwise the MixedOp path runs (and reports any bad argument).
+bool native_attention(const Tensor& qkv, const Tensor& dy, std::int64_t n_head, Determinism mode) {
+  if (!is_half(qkv) || qkv.device().is_cpu() || qkv.dim() != 3 || qkv.size(2) % 3 != 0 ||
+      n_head < 1 || (qkv.size(2) / 3) % n_head != 0 || !is_valid_determinism(mode))
+    return false;
+  if (dy.defined() && (dy.dtype() != qkv.dtype() || dy.device() != qkv.device())) return false;
+  return kernels_of(qkv).has_attention_ex(qkv.dtype(), qkv.size(2) / 3 / n_head, mode);
 }
 
 }  // namespace
@@ -215,6 +228,18 @@ Tensor gelu_backward(const Tensor& x, const Tensor& grad_y) {
 Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& stats, float p, std::uint64_t seed,
                  std::uint64_t stream, std::uint64_t index_base, Determinism mode) {
   constexpr const char* op = "ops::attention";
+  if (native_attention(qkv, Tensor(), n_head, mode)) {  // typed kernels: no f32 copy of qkv
+    const std::int64_t C = check_qkv(op, qkv, n_head, qkv.dtype());
+    check_p(op, p);
+    const std::int64_t B = qkv.size(0), T = qkv.size(1);
+    Tensor y = Tensor::empty({B, T, C}, qkv.dtype(), qkv.device());
+    stats = Tensor::empty({B, n_head, T, 2}, DType::f32, qkv.device());
+    if (y.numel() == 0) return y;
+    kernels_of(qkv).attention_forward_ex(stream_of(qkv), qkv.data_ptr(), qkv.dtype(), B, T, C,
+                                         n_head, y.data_ptr(), stats.data<float>(), p, seed, stream,
+                                         index_base, mode);
+    return y;
+  }
   if (any_half({&qkv})) {  // y in the storage dtype; the softmax stats stay f32
     MixedOp m(op, {&qkv});
     Tensor sf;
@@ -240,6 +265,26 @@ Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& sta
                           std::int64_t n_head, float p, std::uint64_t seed, std::uint64_t stream,
                           std::uint64_t index_base, Determinism mode) {
   constexpr const char* op = "ops::attention_backward";
+  if (dy.defined() && native_attention(qkv, dy, n_head, mode)) {  // typed kernels
+    const std::int64_t C = check_qkv(op, qkv, n_head, qkv.dtype());
+    check_p(op, p);
+    const std::int64_t B = qkv.size(0), T = qkv.size(1);
+    check_tensor(op, "dy", dy, qkv.dtype());
+    check_device(op, "dy", dy, qkv.device(), "qkv");
+    DITTO_CHECK(dy.shape() == Shape({B, T, C}), op,
+                ": dy: expected [B, T, C] = ", shape_str(Shape({B, T, C})), ", got ", dy.str());
+    check_shape(op, "stats", stats, {B, n_head, T, 2}, "[B, n_head, T, 2]", qkv, "qkv");
+    Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
+    if (dy.numel() == 0) return dqkv;
+    Tensor scratch = Tensor::empty({B * n_head * T}, DType::f32, qkv.device());
+    Stream& s = stream_of(qkv);
+    kernels_of(qkv).attention_backward_ex(s, dy.data_ptr(), qkv.data_ptr(), qkv.dtype(),
+                                          stats.data<float>(), B, T, C, n_head, dqkv.data_ptr(),
+                                          scratch.data<float>(), p, seed, stream, index_base, mode);
+    // scratch: freed ordered after the default stream, as below.
+    if (&s != &qkv.device().backend().default_stream(qkv.device().index)) s.synchronize();
+    return dqkv;
+  }
   if (any_half({&dy, &qkv})) {
     MixedOp m(op, {&dy, &qkv});
     return m.out(m.run([&] {

@@ -105,11 +105,14 @@ inline void EmuBarrier::arrive_and_wait() {
 
 inline thread_local EmuBarrier* emu_bar = nullptr;
 inline void __syncthreads() { emu_bar->arrive_and_wait(); }
-// Warp shuffles: lanes meet at their warp's barrier around a slot array.
+// Warp shuffles: lanes meet at their warp's barrier around a slot array (and the mma's
+// fragments around theirs).
 struct EmuWarp {
   explicit EmuWarp(unsigned lanes) : bar(lanes) {}
   EmuBarrier bar;
   float slot[32] = {};
+  unsigned mma_a[32][4] = {}, mma_b[32][2] = {};
+  float mma_c[32][4] = {};
 };
 inline thread_local EmuWarp* emu_warp = nullptr;
 inline thread_local unsigned emu_lane = 0;
@@ -119,6 +122,68 @@ inline float __shfl_down_sync(unsigned, float v, int off) {
   const float r = emu_lane + off < 32 ? emu_warp->slot[emu_lane + off] : v;
   emu_warp->bar.arrive_and_wait();
   return r;
+}
+
+inline float __shfl_xor_sync(unsigned, float v, int mask) {
+  emu_warp->slot[emu_lane] = v;
+  emu_warp->bar.arrive_and_wait();
+  const unsigned src = emu_lane ^ static_cast<unsigned>(mask);
+  const float r = src < 32 ? emu_warp->slot[src] : v;
+  emu_warp->bar.arrive_and_wait();
+  return r;
+}
+
+// backend_cuda/cuda_mma.cuh's tensor-core product (Note [mma fragments] there):
+// mma_m16n8k16<E>(d, a, b, c), E bfloat16 or float16, called by all 32 lanes of a warp. The
+// lanes publish their a, b, c registers through the warp barrier; each gathers A [16x16], B
+// [16x8] and C [16x8] from all 32 by the PTX fragment layout and computes its own four d
+// elements: the products exact (of two 16-bit floats: 16 or 22 significant bits), summed with C
+// in double, rounded once to f32. (The GPU's tensor cores sum in an unspecified order at least
+// f32 precision; the fast attention's tolerance covers the difference.) Defining
+// DITTO_EMU_MMA_SWAP_A12 swaps a[1] and a[2] in the gather: a wrong layout, which the
+// attention checks must catch (Note [CUDA attention]).
+#define DITTO_CUDA_EMU 1
+template <class E>
+inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
+                         const float (&c)[4]) {
+  EmuWarp& w = *emu_warp;
+  for (int i = 0; i < 4; ++i) w.mma_a[emu_lane][i] = a[i], w.mma_c[emu_lane][i] = c[i];
+  w.mma_b[emu_lane][0] = b[0];
+  w.mma_b[emu_lane][1] = b[1];
+  w.bar.arrive_and_wait();
+  const auto lo = [](unsigned r) {
+    E e;
+    e.bits = static_cast<std::uint16_t>(r & 0xffffu);
+    return double(e.to_float());
+  };
+  const auto hi = [&](unsigned r) { return lo(r >> 16); };
+  double A[16][16], B[16][8], C[16][8];
+  for (unsigned L = 0; L < 32; ++L) {
+    const unsigned g = L >> 2, t = L % 4;
+#ifdef DITTO_EMU_MMA_SWAP_A12
+    const unsigned a1 = w.mma_a[L][2], a2 = w.mma_a[L][1];
+#else
+    const unsigned a1 = w.mma_a[L][1], a2 = w.mma_a[L][2];
+#endif
+    A[g][2 * t] = lo(w.mma_a[L][0]), A[g][2 * t + 1] = hi(w.mma_a[L][0]);
+    A[g + 8][2 * t] = lo(a1), A[g + 8][2 * t + 1] = hi(a1);
+    A[g][2 * t + 8] = lo(a2), A[g][2 * t + 9] = hi(a2);
+    A[g + 8][2 * t + 8] = lo(w.mma_a[L][3]), A[g + 8][2 * t + 9] = hi(w.mma_a[L][3]);
+    B[2 * t][g] = lo(w.mma_b[L][0]), B[2 * t + 1][g] = hi(w.mma_b[L][0]);
+    B[2 * t + 8][g] = lo(w.mma_b[L][1]), B[2 * t + 9][g] = hi(w.mma_b[L][1]);
+    C[g][2 * t] = w.mma_c[L][0], C[g][2 * t + 1] = w.mma_c[L][1];
+    C[g + 8][2 * t] = w.mma_c[L][2], C[g + 8][2 * t + 1] = w.mma_c[L][3];
+  }
+  const unsigned g = emu_lane >> 2, t = emu_lane % 4;
+  const unsigned rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+  float out[4];
+  for (int e = 0; e < 4; ++e) {
+    double acc = C[rows[e]][cols[e]];
+    for (int k = 0; k < 16; ++k) acc += A[rows[e]][k] * B[k][cols[e]];
+    out[e] = static_cast<float>(acc);
+  }
+  w.bar.arrive_and_wait();  // every lane has gathered before any publishes its next fragments
+  for (int e = 0; e < 4; ++e) d[e] = out[e];
 }
 
 // __syncwarp: the warp's lanes meet at its barrier (kernels call it warp-uniformly).

@@ -113,6 +113,11 @@ inline Bounds random_bounds(i64 rows, i64 S, unsigned seed) {
 void check_gpt_kernels(unsigned& seed);
 /// The attention's checks alone (bitwise and fast; part of check_gpt_kernels).
 void check_attention_kernels(unsigned& seed);
+/// The typed attention's checks (test_emu_attention.cpp): the mma helper, attention_forward_ex /
+/// attention_backward_ex bitwise against the simulator's MixedOp path, fast against double.
+void check_typed_attention(unsigned& seed);
+/// Its error at GPT sizes (`cuda_emu_test attention-measure`, not in ctest: tens of seconds).
+void measure_typed_attention(unsigned& seed);
 /// The fused kernels' checks (cuda_fused.cu beyond test_emu_gpt.cpp's; test_emu_fused.cpp).
 void check_fused_kernels(unsigned& seed);
 /// The dtype-generic kernels' checks (test_emu_dtype.cpp).

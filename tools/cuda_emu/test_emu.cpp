@@ -20,8 +20,11 @@ int main(int argc, char** argv) {
   cudak = cuda_emu::make_cuda_kernels(cb);
   unsigned seed = 1;
   const std::string only = argc > 1 ? argv[1] : "";
-  if (only == "dtype" || only == "attention" || only == "fused" || only == "gemm") {
-    if (only == "dtype")
+  if (only == "dtype" || only == "attention" || only == "fused" || only == "gemm" ||
+      only == "attention-measure") {
+    if (only == "attention-measure")
+      measure_typed_attention(seed);
+    else if (only == "dtype")
       check_dtype_kernels(seed);
     else if (only == "attention")
       check_attention_kernels(seed);

@@ -378,12 +378,13 @@ void check_sum_squares_blocks(unsigned& seed) {
 void check_attention_kernels(unsigned& seed) {
   check_attention(seed);
   check_attention_fast(seed);
+  check_typed_attention(seed);
 }
 
 void check_gpt_kernels(unsigned& seed) {
   for (auto* part :
        {check_embedding, check_layernorm, check_gelu, check_attention, check_attention_fast,
-        check_dropout, check_sum_squares, check_sum_squares_blocks}) {
+        check_typed_attention, check_dropout, check_sum_squares, check_sum_squares_blocks}) {
     try {
       part(seed);
     } catch (const std::exception& e) {  // a call outside `both` (the simulator's forward) threw
