@@ -128,7 +128,11 @@ KernelCost attention_ex_cost(std::int64_t B, std::int64_t T, std::int64_t C, std
   // dropout mask element (a quarter of a Philox block, ~17) and its scaling.
   const int kernels = backward ? 2 : 1;
   const double other = kernels * (backward ? 26.0 : 24.0) + (dropout ? kernels * 18.0 : 0.0);
-  const double passes = backward ? 7.0 : 2.0;  // T x T x hd matrix products over the pairs
+  // T x T x hd matrix products over the pairs: forward S = q k^T, P v; backward (two kernels,
+  // no atomics, cuda_attention.cu): the dq kernel's first pass S, dP for D = rowsum(P dP) (y is
+  // not an argument of attention_backward_ex), its second S, dP, dQ; the dk / dv kernel's S,
+  // dP, dV, dK: 9.
+  const double passes = backward ? 9.0 : 2.0;
   KernelCost c;
   c.matmul_flops = pairs * passes * 2.0 * hd;
   c.flops = c.matmul_flops + pairs * other;
@@ -137,7 +141,10 @@ KernelCost attention_ex_cost(std::int64_t B, std::int64_t T, std::int64_t C, std
   else  // each kernel reads q, k, v, dy; dqkv written; stats read twice, pd written and read
     c.bytes = tokens * cd * (2.0 * 4.0 + 3.0) * s + rows * (2.0 * 8.0 + 8.0);
   c.operands = storage;
-  const bool tensor_cores = mode == Determinism::fast && storage != DType::f32;
+  // The tensor-core kernels exist for head widths 64 and 128; other widths (and bitwise mode)
+  // run the SIMT kernels with typed loads.
+  const bool tensor_cores =
+      mode == Determinism::fast && storage != DType::f32 && (C / nh == 64 || C / nh == 128);
   c.path = tensor_cores ? GemmPath::mma : GemmPath::simt;
   c.launches = kernels;
   return c;

@@ -197,13 +197,15 @@ KernelCost native_cost(const KernelCost& f32, DType storage);
 // MixedOp's f32 scratch (Note [Mixed precision]), and how a dry run prices them:
 //   gemm_ex (Kernels::has_gemm_ex; wired: a dry run takes it): gemm_ex_cost, one launch, the
 //       bias epilogue inside it (no add_bias launch, its N x M adds not counted as FLOPs);
-//   attention (has_attention_ex, issue 29 item 2; a typed CUDA kernel, priced here ahead of its
-//       wiring): attention_ex_cost. Fast mode bf16 / f16: FlashAttention-2 on the tensor cores
-//       (mma.sync m16n8k16, f32 accumulate, GemmPath::mma) at bf16_flops x mma_efficiency, an
-//       ESTIMATE (0.25: profiles.cpp) until a device calibrates it; the forward's matrix products
-//       are q k^T and P v, 2 passes of T x T x hd over the causal pairs; the deterministic
-//       backward runs 2 kernels (dK / dV per key tile: S = q k^T, dP = dO v^T, dV += P^T dO,
-//       dK += dS^T q; dQ per query tile: S, dP, dQ = dS k), S and P recomputed: 7 passes. The
+//   attention (has_attention_ex, issue 29 item 2; wired: a dry run takes it for bf16 / f16, head
+//       widths up to 128, as CUDA does): attention_ex_cost. Fast mode bf16 / f16: FlashAttention-2
+//       on the tensor cores (mma.sync m16n8k16, f32 accumulate, GemmPath::mma) at bf16_flops x
+//       mma_efficiency, an ESTIMATE (0.25: profiles.cpp) until a device calibrates it; the
+//       forward's matrix products are q k^T and P v, 2 passes of T x T x hd over the causal pairs;
+//       the deterministic backward runs 2 kernels (dK / dV per key tile: S = q k^T, dP = dO v^T, dV
+//       += P^T dO, dK += dS^T q; dQ per query tile: a first pass S, dP for D = rowsum(P dP), as y
+//       is not an argument, then S, dP, dQ = dS k), S and P recomputed: 9 passes. Head widths other
+//       than 64 and 128 run the SIMT kernels with typed loads in fast mode too. The
 //       rest (exp, scale, masks: as the f32 kernels count them) at fp32_flops. Bitwise mode: the
 //       same passes on the SIMT cores (fp32_flops x simt_efficiency) in f32 math. Bytes: q, k, v,
 //       y (dy, dqkv) in the storage dtype, the softmax stats (and the backward's pd) in f32;

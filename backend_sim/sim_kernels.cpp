@@ -501,6 +501,39 @@ class SimKernels final : public Kernels {
     });
   }
 
+  // ---- the typed attention (Note [Typed kernels], cost_model.h) ------------------------------
+  // A dry run predicts the CUDA backend, which runs bf16 / f16 attention natively for head
+  // widths up to 128 in both modes (CudaGptKernels::has_attention_ex): ops::attention then calls
+  // these, priced as CUDA's kernels (attention_ex_cost). A real run keeps Kernels' default
+  // (false): MixedOp's f32 scratch and the f32 kernels, their bits.
+  bool has_attention_ex(DType qkv_type, std::int64_t head_dim, Determinism mode) const override {
+    return cost_->dry_run() && (qkv_type == DType::bf16 || qkv_type == DType::f16) &&
+           head_dim >= 1 && head_dim <= 128 && is_valid_determinism(mode);
+  }
+
+  void attention_forward_ex(Stream& s, const void* qkv, DType dtype, std::int64_t B, std::int64_t T,
+                            std::int64_t C, std::int64_t nh, void* y, float* stats, float p,
+                            std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base,
+                            Determinism mode) override {
+    if (!cost_->dry_run())  // throws: has_attention_ex is false
+      return Kernels::attention_forward_ex(s, qkv, dtype, B, T, C, nh, y, stats, p, seed, stream,
+                                           index_base, mode);
+    if (B <= 0 || T <= 0) return;
+    price(s, "attention_forward_ex", attention_ex_cost(B, T, C, nh, dtype, mode, false, p > 0.0f));
+  }
+
+  void attention_backward_ex(Stream& s, const void* dy, const void* qkv, DType dtype,
+                             const float* stats, std::int64_t B, std::int64_t T, std::int64_t C,
+                             std::int64_t nh, void* dqkv, float* scratch, float p,
+                             std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base,
+                             Determinism mode) override {
+    if (!cost_->dry_run())
+      return Kernels::attention_backward_ex(s, dy, qkv, dtype, stats, B, T, C, nh, dqkv, scratch, p,
+                                            seed, stream, index_base, mode);
+    if (B <= 0 || T <= 0) return;
+    price(s, "attention_backward_ex", attention_ex_cost(B, T, C, nh, dtype, mode, true, p > 0.0f));
+  }
+
   // ---- the optimizer's multi-tensor kernels (Note [Predicted launches], cost_model.h) --------
   // A dry run predicts the CUDA backend, so it takes CUDA's path: has_multi_tensor_kernels()
   // true, and each call priced as the launches backend_cuda/cuda_multi_tensor.cu makes (their

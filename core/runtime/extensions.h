@@ -49,6 +49,8 @@ struct CostRates {
   /// Achieved fractions: cuBLASLt's GEMMs, memory-bound kernels, ditto's own SIMT kernels.
   double gemm_efficiency = 1, memory_efficiency = 1, simt_efficiency = 1;
   bool allow_tf32 = false;  ///< BackendOptions::allow_tf32 (fast-mode f32 GEMMs on TF32)
+  /// Achieved fraction of the bf16 / f16 peak of ditto's mma.sync kernels (fast-mode attention).
+  double mma_efficiency = 1;
 };
 
 /// A backend's cost model (the simulator's virtual time, Note [Virtual time] in

@@ -388,13 +388,25 @@ std::string format_gpt_prediction(const CostPrediction& p, const std::vector<Dev
       gemm = strprintf("GEMMs on SIMT cores (cuBLASLt strict FP32, %.4g TFLOP/s x gemm_efficiency "
                        "%.3g)",
                        q.fp32_flops / 1e12, q.gemm_efficiency);
+    // Attention: CUDA's tensor-core flash attention runs fast mode on bf16 / f16 with heads of
+    // 64 or 128 (Note [CUDA attention]); the rest runs ditto's SIMT kernels.
+    const std::int64_t hd = m.n_head > 0 ? m.n_embd / m.n_head : 0;
+    std::string attention;
+    if (c.determinism == Determinism::fast && c.dtype != DType::f32 && (hd == 64 || hd == 128))
+      attention = strprintf(
+          "attention on tensor cores (ditto's mma.sync flash attention, %s %.4g TFLOP/s x "
+          "mma_efficiency %.3g, an estimate)",
+          c.dtype == DType::f16 ? "FP16" : "BF16",
+          (c.dtype == DType::f16 ? q.f16_flops : q.bf16_flops) / 1e12, q.mma_efficiency);
+    else
+      attention = strprintf("attention on SIMT cores (ditto's kernels, FP32 %.4g TFLOP/s x "
+                            "simt_efficiency %.3g)",
+                            q.fp32_flops / 1e12, q.simt_efficiency);
     s += strprintf("dry run: priced, not run: no kernel executed and no tensor data held "
-                   "(Note [Dry run]); determinism=%s dtype=%s; %s, attention on SIMT cores "
-                   "(ditto's kernels, FP32 %.4g TFLOP/s x simt_efficiency %.3g), other kernels at "
+                   "(Note [Dry run]); determinism=%s dtype=%s; %s, %s, other kernels at "
                    "memory bandwidth %.4g GB/s x memory_efficiency %.3g\n",
                    determinism_name(c.determinism), dtype_name(c.dtype), gemm.c_str(),
-                   q.fp32_flops / 1e12, q.simt_efficiency, q.memory_bandwidth / 1e9,
-                   q.memory_efficiency);
+                   attention.c_str(), q.memory_bandwidth / 1e9, q.memory_efficiency);
   }
   s += strprintf(
       "predicted GPT: %.0f tokens/s (%" PRId64 " tokens per step) step_time=%.2f ms "
