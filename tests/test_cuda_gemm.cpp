@@ -339,7 +339,9 @@ TEST_F(CudaGemm, TypedShardedWeightGradientEqualsTheSimulator) {
                                    std::to_string(bounds.size() - 1) + " shards, acc " +
                                    std::to_string(acc);
           EXPECT_TRUE(bits_equal(cuda, sim)) << what;
-          if (bounds.size() - 1 <= 64) EXPECT_EQ(scratch, 0u) << what << ": f32 copies were made";
+          if (bounds.size() - 1 <= 64) {
+            EXPECT_EQ(scratch, 0u) << what << ": f32 copies were made";
+          }
         }
 }
 
