@@ -83,9 +83,7 @@ void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, float lr
 
 /// c = (accumulate ? c + T : T), T = a^T @ b reduced over micro-shards of the rows: a [rows, M],
 /// b [rows, N], c [M, N], all f32 on one device; c must not overlap a or b. The weight gradient
-/// dW = dY^T X of a Linear layer in bitwise mode (torch: torch.addmm(c, a.t(), b)). bf16 / f16
-/// tensors: through f32 scratch, or one Kernels::gemm_tn_sharded_ex where the backend has it
-/// (cuda), with the same bits (Note [Mixed precision]).
+/// dW = dY^T X of a Linear layer in bitwise mode (torch: torch.addmm(c, a.t(), b)).
 void gemm_tn_sharded(const Tensor& a, const Tensor& b, Tensor& c,
                      const std::vector<std::int64_t>& bounds, bool accumulate);
 
