@@ -1,9 +1,13 @@
-// blaslt_gemm (cuda_blaslt.h): ditto's row-major typed GEMM as one column-major cublasLtMatmul.
+// blaslt_gemm (cuda_blaslt.h): ditto's row-major typed GEMM as one column-major cublasLtMatmul,
+// its descriptors and algorithm cached per stream (LtDescCache).
 #include "backend_cuda/cuda_blaslt.h"
 
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
+#include <utility>
 
 #include "backend_cuda/cublas_lazy.h"
 #include "backend_cuda/cuda_check.h"
@@ -20,46 +24,70 @@ cudaDataType_t cuda_type(DType t) {
   return CUDA_R_32F;
 }
 
-// Owners of the cuBLASLt descriptors of one call (destroyed on every path).
-struct Descs {
-  const CublasLtApi& api;
+// One cache entry: the cuBLASLt descriptors of a typed GEMM (LtGemmKey) and the heuristic's
+// algorithm for them (or that it found none: has_algo false, so the caller's kernel runs without
+// asking again). Owns the descriptors: destroyed with the entry (evicted, or the stream's cache
+// dies).
+struct LtEntry {
+  const CublasLtApi* api = nullptr;
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
-  cublasLtMatmulPreference_t pref = nullptr;
-  explicit Descs(const CublasLtApi& a) : api(a) {}
-  ~Descs() {
-    if (pref) (void)api.preference_destroy(pref);
-    if (out) (void)api.matrix_layout_destroy(out);
-    if (second) (void)api.matrix_layout_destroy(second);
-    if (first) (void)api.matrix_layout_destroy(first);
-    if (op) (void)api.matmul_desc_destroy(op);
+  bool has_algo = false;
+  cublasLtMatmulAlgo_t algo{};
+
+  explicit LtEntry(const CublasLtApi& a) : api(&a) {}
+  LtEntry(LtEntry&& o) noexcept { swap(o); }
+  LtEntry& operator=(LtEntry&& o) noexcept {
+    swap(o);
+    return *this;
   }
-  Descs(const Descs&) = delete;
-  Descs& operator=(const Descs&) = delete;
+  ~LtEntry() {
+    if (!api) return;
+    if (out) (void)api->matrix_layout_destroy(out);
+    if (second) (void)api->matrix_layout_destroy(second);
+    if (first) (void)api->matrix_layout_destroy(first);
+    if (op) (void)api->matmul_desc_destroy(op);
+  }
+  void swap(LtEntry& o) noexcept {
+    std::swap(api, o.api);
+    std::swap(op, o.op);
+    std::swap(first, o.first);
+    std::swap(second, o.second);
+    std::swap(out, o.out);
+    std::swap(has_algo, o.has_algo);
+    std::swap(algo, o.algo);
+  }
 };
 
-}  // namespace
+// A preference, destroyed on every path (only needed while the heuristic runs).
+struct LtPreference {
+  const CublasLtApi& api;
+  cublasLtMatmulPreference_t pref = nullptr;
+  explicit LtPreference(const CublasLtApi& a) : api(a) {}
+  ~LtPreference() {
+    if (pref) (void)api.preference_destroy(pref);
+  }
+  LtPreference(const LtPreference&) = delete;
+  LtPreference& operator=(const LtPreference&) = delete;
+};
 
-bool blaslt_gemm(CudaStream& s, const GemmExArgs& g, bool tf32, const std::string& where) {
-  const LtGemmPlan p = lt_gemm_plan(g.trans_a, g.trans_b, g.M, g.N, g.K, g.lda, g.ldb, g.ldc);
-  if (!lt_plan_valid(p) || !typed_gemm_supported(g.a_type, g.b_type, g.c_type)) return false;
-  const bool bias = g.epilogue == GemmEpilogue::bias;
-  cublasLtHandle_t h = s.cublaslt();  // loads cuBLASLt (Note [Lazy cuBLAS])
-  const CublasLtApi& api = cublaslt_api();
-  Descs d(api);
+// The descriptors of g and the heuristic's algorithm (a cache miss).
+LtEntry make_entry(const CublasLtApi& api, cublasLtHandle_t h, const GemmExArgs& g,
+                   const LtGemmPlan& p, bool tf32, const std::string& where) {
+  LtEntry d(api);
   const cublasComputeType_t compute =
       tf32 && g.a_type == DType::f32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   DITTO_CUBLAS_CHECK(api.matmul_desc_create(&d.op, compute, CUDA_R_32F), where);
   const cublasOperation_t op_first = p.first.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_second = p.second.trans ? CUBLAS_OP_T : CUBLAS_OP_N;
-  DITTO_CUBLAS_CHECK(api.matmul_desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first,
-                                                   sizeof(op_first)),
-                     where);
+  DITTO_CUBLAS_CHECK(
+      api.matmul_desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)),
+      where);
   DITTO_CUBLAS_CHECK(api.matmul_desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &op_second,
                                                    sizeof(op_second)),
                      where);
   const cudaDataType_t ab = cuda_type(g.a_type), c = cuda_type(g.c_type);
-  if (bias) {
+  if (g.epilogue == GemmEpilogue::bias) {
     const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
     DITTO_CUBLAS_CHECK(
         api.matmul_desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
@@ -67,9 +95,9 @@ bool blaslt_gemm(CudaStream& s, const GemmExArgs& g, bool tf32, const std::strin
     DITTO_CUBLAS_CHECK(api.matmul_desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                      &g.bias, sizeof(g.bias)),
                        where);
-    DITTO_CUBLAS_CHECK(api.matmul_desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                     &c, sizeof(c)),
-                       where);
+    DITTO_CUBLAS_CHECK(
+        api.matmul_desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c, sizeof(c)),
+        where);
   }
   auto layout = [&](cublasLtMatrixLayout_t* l, cudaDataType_t t, const LtMatrix& x) {
     DITTO_CUBLAS_CHECK(api.matrix_layout_create(l, t, static_cast<std::uint64_t>(x.rows),
@@ -80,14 +108,15 @@ bool blaslt_gemm(CudaStream& s, const GemmExArgs& g, bool tf32, const std::strin
   layout(&d.second, ab, p.second);  // ditto's A
   layout(&d.out, c, p.out);         // ditto's C, as C and D (in place)
 
-  DITTO_CUBLAS_CHECK(api.preference_create(&d.pref), where);
+  LtPreference pref(api);
+  DITTO_CUBLAS_CHECK(api.preference_create(&pref.pref), where);
   const std::size_t ws = CudaStream::kCublasWorkspaceBytes;
-  DITTO_CUBLAS_CHECK(api.preference_set_attribute(d.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                  &ws, sizeof(ws)),
+  DITTO_CUBLAS_CHECK(api.preference_set_attribute(
+                         pref.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
                      where);
   auto align = [&](cublasLtMatmulPreferenceAttributes_t attr, const void* ptr) {
     const std::uint32_t a = lt_alignment(reinterpret_cast<std::uintptr_t>(ptr));
-    DITTO_CUBLAS_CHECK(api.preference_set_attribute(d.pref, attr, &a, sizeof(a)), where);
+    DITTO_CUBLAS_CHECK(api.preference_set_attribute(pref.pref, attr, &a, sizeof(a)), where);
   };
   align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.B);
   align(CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.A);
@@ -97,14 +126,56 @@ bool blaslt_gemm(CudaStream& s, const GemmExArgs& g, bool tf32, const std::strin
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
   const cublasStatus_t st = api.algo_get_heuristic(h, d.op, d.first, d.second, d.out, d.out,
-                                                   d.pref, 1, &heuristic, &found);
+                                                   pref.pref, 1, &heuristic, &found);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
       (st == CUBLAS_STATUS_SUCCESS && (found == 0 || heuristic.state != CUBLAS_STATUS_SUCCESS)))
-    return false;  // no algorithm for these types and layouts: the caller's kernel runs
+    return d;  // no algorithm for these types and layouts: has_algo stays false
   DITTO_CUBLAS_CHECK(st, where);
-  DITTO_CUBLAS_CHECK(api.matmul(h, d.op, &g.alpha, g.B, d.first, g.A, d.second, &g.beta, g.C,
-                                d.out, g.C, d.out, &heuristic.algo, s.workspace(), ws, s.get()),
-                     where);
+  d.has_algo = true;
+  d.algo = heuristic.algo;
+  return d;
+}
+
+}  // namespace
+
+// Each stream's entries (CudaStream::lt_cache), locked for the whole call: the descriptor's bias
+// pointer is set per call.
+class LtDescCache {
+ public:
+  std::mutex mu;
+  LruCache<LtGemmKey, LtEntry, LtGemmKeyHash> lru{kLtCacheEntries};
+};
+
+namespace {
+std::shared_ptr<LtDescCache> make_lt_desc_cache() { return std::make_shared<LtDescCache>(); }
+}  // namespace
+
+LtCacheStats blaslt_cache_stats(CudaStream& s) {
+  LtDescCache& cache = s.lt_cache(make_lt_desc_cache);
+  std::lock_guard lk(cache.mu);
+  return {cache.lru.hits(), cache.lru.misses(), cache.lru.evictions(),
+          static_cast<std::int64_t>(cache.lru.size())};
+}
+
+bool blaslt_gemm(CudaStream& s, const GemmExArgs& g, bool tf32, const std::string& where) {
+  const LtGemmPlan p = lt_gemm_plan(g.trans_a, g.trans_b, g.M, g.N, g.K, g.lda, g.ldb, g.ldc);
+  if (!lt_plan_valid(p) || !typed_gemm_supported(g.a_type, g.b_type, g.c_type)) return false;
+  cublasLtHandle_t h = s.cublaslt();  // loads cuBLASLt (Note [Lazy cuBLAS])
+  const CublasLtApi& api = cublaslt_api();
+  LtDescCache& cache = s.lt_cache(make_lt_desc_cache);
+  std::lock_guard lk(cache.mu);
+  const LtGemmKey key = lt_gemm_key(g, tf32);
+  LtEntry* e = cache.lru.find(key);
+  if (!e) e = &cache.lru.insert(key, make_entry(api, h, g, p, tf32, where));
+  if (!e->has_algo) return false;        // the caller's kernel runs
+  if (g.epilogue == GemmEpilogue::bias)  // this call's bias (a cached descriptor keeps the last)
+    DITTO_CUBLAS_CHECK(api.matmul_desc_set_attribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                     &g.bias, sizeof(g.bias)),
+                       where);
+  DITTO_CUBLAS_CHECK(
+      api.matmul(h, e->op, &g.alpha, g.B, e->first, g.A, e->second, &g.beta, g.C, e->out, g.C,
+                 e->out, &e->algo, s.workspace(), CudaStream::kCublasWorkspaceBytes, s.get()),
+      where);
   return true;
 }
 

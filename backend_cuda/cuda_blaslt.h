@@ -6,6 +6,7 @@
 // (tests/test_cuda_host_logic.cpp); the call itself on a GPU (tests/test_cuda_fixes.cpp).
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "core/runtime/backend.h"
@@ -20,6 +21,17 @@ class CudaStream;
 /// cublasLtMatmulAlgoGetHeuristic for these types, layouts and alignments): the caller then runs
 /// its own kernel. `tf32`: f32 operands on TF32 tensor cores (lt_use_tf32). A failing cuBLASLt
 /// call throws BackendError naming `where` and the call.
+/// The matmul descriptor, the three layouts and the heuristic's algorithm of each call are
+/// cached per stream (CudaStream::lt_cache) under lt_gemm_key(g, tf32) (cuda_host_logic.h), an
+/// LRU of kLtCacheEntries entries: a repeated call (every training step's GEMMs after the first)
+/// only sets the bias pointer and calls cublasLtMatmul. A key without an algorithm is cached too.
 bool blaslt_gemm(CudaStream& s, const GemmExArgs& g, bool tf32, const std::string& where);
+
+/// Counters of a stream's descriptor cache (for tests): lookups that found their key, lookups
+/// that made new descriptors, entries evicted, entries held.
+struct LtCacheStats {
+  std::int64_t hits = 0, misses = 0, evictions = 0, size = 0;
+};
+LtCacheStats blaslt_cache_stats(CudaStream& s);
 
 }  // namespace ditto::cuda

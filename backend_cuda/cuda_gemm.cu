@@ -18,7 +18,10 @@
 // kernel walking its shards' tiles in row order (canonical::ShardTiles), folding each shard's
 // accumulators into a canonical::TreeStack (Note [Streaming canonical tree]) when its last tile
 // is done; a launch takes at most kShardCap shards and the host recursion of the canonical tree
-// (shard_tree) combines larger counts.
+// (shard_tree) combines larger counts. Its typed form (gemm_tn_sharded_ex: a bf16 run's dY and
+// X) loads them in their storage dtype the same way and rounds each result once into C's dtype
+// (C + T in f32 with accumulate), the bits of the simulator's MixedOp path; past kShardCap shards
+// the tree's inner nodes stay f32 scratch and only the root (combine_typed_kernel) rounds.
 #include <type_traits>
 
 #include "backend_cuda/cuda_kernels_common.cuh"
@@ -177,8 +180,8 @@ __device__ __forceinline__ void zero(float (&acc)[64]) {
 
 // Plain (Sharded = false; bounds {0, K}, one shard): C = round_c(gemm_epilogue(chain, alpha,
 // beta, C)), then with a bias C = round_c(C + bias[n]); A and B of type E.
-// Sharded (E = float, C f32): C = out(C, canonical tree over the shards of their chains),
-// op(A) = A^T, op(B) = B.
+// Sharded: C = round_c(out(C, canonical tree over the shards of their chains)), op(A) = A^T,
+// op(B) = B, A and B of type E (gemm_tn_sharded: f32; gemm_tn_sharded_ex: f32, bf16 or f16).
 template <bool TA, bool TB, bool Sharded, class E = float>
 __global__ void __launch_bounds__(kGemmThreads, 2)
     gemm_kernel(const GemmArgs g, const __grid_constant__ ShardBounds bounds, const int shards,
@@ -233,7 +236,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
   if constexpr (Sharded) tree.result(acc);
 
   const bool read_c = Sharded ? g.out == Out::accumulate : g.beta != 0.0f;
-  if (!Sharded && (g.c_type != DType::f32 || g.bias)) {  // typed C or a bias: element by element
+  if (g.c_type != DType::f32 || (!Sharded && g.bias)) {  // typed C or a bias: element by element
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const i64 gm = m0 + tile_row(i, ty);
@@ -244,9 +247,13 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
         if (gn >= g.N) continue;
         const i64 at = gm * g.ldc + gn;
         const float cj = read_c ? load_c(g.C, g.c_type, at) : 0.0f;
-        float r = round_to(g.c_type, cm::gemm_epilogue(acc[i * 8 + j], g.alpha, g.beta, cj));
-        if (g.bias) r = cm::add(r, load_c(g.bias, g.c_type, gn));  // add_bias_'s add
-        store_c(g.C, g.c_type, at, r);
+        if constexpr (Sharded) {  // MixedOp's write_back: C + T in f32, rounded once
+          store_c(g.C, g.c_type, at, finish(g.out, acc[i * 8 + j], cj, 1.0f));
+        } else {
+          float r = round_to(g.c_type, cm::gemm_epilogue(acc[i * 8 + j], g.alpha, g.beta, cj));
+          if (g.bias) r = cm::add(r, load_c(g.bias, g.c_type, gn));  // add_bias_'s add
+          store_c(g.C, g.c_type, at, r);
+        }
       }
     }
     return;
@@ -287,7 +294,7 @@ __global__ void __launch_bounds__(kGemmThreads, 2)
   }
 }
 
-// Sharded: only op(A) = A^T, op(B) = B of f32 is instantiated (trans_a, trans_b are ignored).
+// Sharded: only op(A) = A^T, op(B) = B is instantiated (trans_a, trans_b are ignored).
 template <bool Sharded, class E = float>
 void launch_gemm_kernel(const Launch& l, bool trans_a, bool trans_b, const GemmArgs& g,
                         const ShardBounds& sb, int shards) {
@@ -299,7 +306,7 @@ void launch_gemm_kernel(const Launch& l, bool trans_a, bool trans_b, const GemmA
   const int tn = static_cast<int>(tiles_n);
   cudaStream_t st = l.get();
   if constexpr (Sharded) {
-    gemm_kernel<true, false, true><<<blocks, kGemmThreads, 0, st>>>(g, sb, shards, tn);
+    gemm_kernel<true, false, true, E><<<blocks, kGemmThreads, 0, st>>>(g, sb, shards, tn);
   } else if (trans_a && trans_b) {
     gemm_kernel<true, true, false, E><<<blocks, kGemmThreads, 0, st>>>(g, sb, shards, tn);
   } else if (trans_a) {
@@ -327,8 +334,36 @@ void launch_gemm(const Launch& l, bool trans_a, bool trans_b, const GemmArgs& g,
     launch_gemm_kernel<false, float>(l, trans_a, trans_b, g, sb, 1);
 }
 
-void launch_gemm_sharded(const Launch& l, const GemmArgs& g, const ShardBounds& sb, int shards) {
-  launch_gemm_kernel<true>(l, true, false, g, sb, shards);
+void launch_gemm_sharded(const Launch& l, const GemmArgs& g, const ShardBounds& sb, int shards,
+                         DType ab_type) {
+  if (ab_type == DType::bf16)
+    launch_gemm_kernel<true, bfloat16>(l, true, false, g, sb, shards);
+  else if (ab_type == DType::f16)
+    launch_gemm_kernel<true, float16>(l, true, false, g, sb, shards);
+  else
+    launch_gemm_kernel<true, float>(l, true, false, g, sb, shards);
+}
+
+namespace {
+
+// d[r, c] = round_t(out(float(d), left + right)) for [rows, cols] d of dtype t (row stride ld)
+// and contiguous f32 left / right: the root of gemm_tn_sharded_ex's tree past kShardCap shards.
+__global__ void combine_typed_kernel(i64 rows, i64 cols, const float* left, const float* right,
+                                     void* d, DType t, i64 ld, Out mode) {
+  const i64 n = rows * cols;
+  for (i64 i = global_thread(); i < n; i += grid_threads()) {
+    const i64 at = (i / cols) * ld + i % cols;
+    const float sum = cm::add(left[i], right[i]);
+    store_c(d, t, at, finish(mode, sum, mode == Out::accumulate ? load_c(d, t, at) : 0.0f, 1.0f));
+  }
+}
+
+}  // namespace
+
+void launch_combine_typed(const Launch& l, i64 rows, i64 cols, const float* left,
+                          const float* right, void* d, DType t, i64 ld, Out mode) {
+  combine_typed_kernel<<<blocks_for(rows * cols), kThreads, 0, l.get()>>>(rows, cols, left, right, d, t, ld, mode);
+  l.check();
 }
 
 }  // namespace ditto::cuda::kern

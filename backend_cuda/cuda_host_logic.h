@@ -6,13 +6,16 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <list>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "core/base/error.h"
 #include "core/comm/communicator.h"
+#include "core/runtime/backend.h"
 #include "core/runtime/dtype.h"
 
 namespace ditto::cuda {
@@ -175,6 +178,14 @@ constexpr bool typed_gemm_supported(DType a, DType b, DType c) {
   return storage && b == a && (c == a || c == DType::f32);
 }
 
+/// Whether the CUDA backend runs gemm_tn_sharded_ex natively (has_gemm_tn_sharded_ex): A and B
+/// (dY and X) of one dtype among f32, bf16, f16 (one kernel instantiation per dtype), C (dW) of
+/// any of the three (its dtype is a run-time argument of the kernel's epilogue).
+constexpr bool typed_sharded_gemm_supported(DType a, DType b, DType c) {
+  auto storage = [](DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; };
+  return storage(a) && b == a && storage(c);
+}
+
 /// cuBLASLt's compute type for A / B of dtype `ab`: CUBLAS_COMPUTE_32F (tf32 == false), or
 /// CUBLAS_COMPUTE_32F_FAST_TF32 for f32 operands when BackendOptions::allow_tf32 (torch's
 /// allow_tf32: f32 inputs rounded to TF32 on the tensor cores, f32 accumulation). bf16 / f16
@@ -233,5 +244,112 @@ constexpr std::uint32_t lt_alignment(std::uintptr_t address) {
   while (a > 1 && address % a != 0) a /= 2;
   return a;
 }
+
+// ---- cuBLASLt descriptor cache (cuda_blaslt.cpp) -----------------------------------------------
+
+/// What the descriptors of one cuBLASLt typed GEMM depend on (the matmul descriptor, the three
+/// layouts, the preference and the heuristic's algorithm; cuda_blaslt.cpp caches them per stream
+/// under this key): transposes, sizes, row strides, storage dtypes, epilogue, compute type (TF32
+/// or strict), and the alignment cuBLASLt may assume of A, B and C (lt_alignment: the heuristic's
+/// choice depends on it). Not the pointers themselves, alpha or beta: those are passed per call
+/// (the bias pointer is set on the cached descriptor before each call).
+struct LtGemmKey {
+  bool trans_a = false, trans_b = false;
+  std::int64_t M = 0, N = 0, K = 0, lda = 0, ldb = 0, ldc = 0;
+  DType a_type = DType::f32, b_type = DType::f32, c_type = DType::f32;
+  int epilogue = 0;  ///< GemmEpilogue's value
+  bool tf32 = false;
+  std::uint32_t align_a = 0, align_b = 0, align_c = 0;
+  friend bool operator==(const LtGemmKey&, const LtGemmKey&) = default;
+};
+
+/// The key of a typed GEMM (Kernels::gemm_ex's arguments) run with `tf32` (lt_use_tf32).
+inline LtGemmKey lt_gemm_key(const GemmExArgs& g, bool tf32) {
+  LtGemmKey k;
+  k.trans_a = g.trans_a;
+  k.trans_b = g.trans_b;
+  k.M = g.M, k.N = g.N, k.K = g.K, k.lda = g.lda, k.ldb = g.ldb, k.ldc = g.ldc;
+  k.a_type = g.a_type, k.b_type = g.b_type, k.c_type = g.c_type;
+  k.epilogue = static_cast<int>(g.epilogue);
+  k.tf32 = tf32;
+  k.align_a = lt_alignment(reinterpret_cast<std::uintptr_t>(g.A));
+  k.align_b = lt_alignment(reinterpret_cast<std::uintptr_t>(g.B));
+  k.align_c = lt_alignment(reinterpret_cast<std::uintptr_t>(g.C));
+  return k;
+}
+
+struct LtGemmKeyHash {
+  std::size_t operator()(const LtGemmKey& k) const noexcept {
+    std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields
+    auto mix = [&](std::uint64_t v) {
+      h ^= v;
+      h *= 1099511628211ull;
+    };
+    mix((k.trans_a ? 1u : 0u) | (k.trans_b ? 2u : 0u) | (k.tf32 ? 4u : 0u));
+    for (std::int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc}) mix(static_cast<std::uint64_t>(v));
+    for (DType t : {k.a_type, k.b_type, k.c_type}) mix(static_cast<std::uint64_t>(t));
+    mix(static_cast<std::uint64_t>(k.epilogue));
+    mix((std::uint64_t{k.align_a} << 32) ^ (std::uint64_t{k.align_b} << 16) ^ k.align_c);
+    return static_cast<std::size_t>(h);
+  }
+};
+
+/// A bounded map with least-recently-used eviction: find() of a present key is a hit and makes
+/// it the most recent; insert() of a new key when `capacity` entries are held destroys the least
+/// recent entry first (its Value's destructor: for cuBLASLt descriptors, their destroy calls).
+/// Values stay at one address while they are held (a list node each). Not thread-safe: the
+/// owner locks.
+template <class Key, class Value, class Hash>
+class LruCache {
+ public:
+  explicit LruCache(std::size_t capacity) : capacity_(std::max<std::size_t>(capacity, 1)) {}
+
+  /// The value under `key`, made most recent (counted as a hit), or nullptr (a miss).
+  Value* find(const Key& key) {
+    const auto it = index_.find(key);
+    if (it == index_.end()) {
+      ++misses_;
+      return nullptr;
+    }
+    ++hits_;
+    entries_.splice(entries_.begin(), entries_, it->second);
+    return &it->second->second;
+  }
+
+  /// Stores `value` under `key` (absent: find() just missed) as the most recent entry, evicting
+  /// the least recent one when full; returns the stored value.
+  Value& insert(const Key& key, Value value) {
+    if (const auto it = index_.find(key); it != index_.end()) {  // replace (not the cache's use)
+      it->second->second = std::move(value);
+      entries_.splice(entries_.begin(), entries_, it->second);
+      return it->second->second;
+    }
+    if (entries_.size() >= capacity_) {
+      index_.erase(entries_.back().first);
+      entries_.pop_back();
+      ++evictions_;
+    }
+    entries_.emplace_front(key, std::move(value));
+    index_.emplace(key, entries_.begin());
+    return entries_.front().second;
+  }
+
+  std::size_t size() const { return entries_.size(); }
+  std::size_t capacity() const { return capacity_; }
+  std::int64_t hits() const { return hits_; }
+  std::int64_t misses() const { return misses_; }
+  std::int64_t evictions() const { return evictions_; }
+
+ private:
+  std::size_t capacity_;
+  std::list<std::pair<Key, Value>> entries_;  ///< most recent first
+  std::unordered_map<Key, typename std::list<std::pair<Key, Value>>::iterator, Hash> index_;
+  std::int64_t hits_ = 0, misses_ = 0, evictions_ = 0;
+};
+
+/// Entries of each stream's cuBLASLt descriptor cache: a training step's GEMMs are a few dozen
+/// distinct shapes (GPT-2: about 4 per layer kind forward and 8 backward, shared by the layers),
+/// so 64 holds a step's set and bounds a run whose shapes keep changing.
+inline constexpr std::size_t kLtCacheEntries = 64;
 
 }  // namespace ditto::cuda

@@ -448,6 +448,38 @@ class CudaKernels final : public CudaGptKernels {
     shard_tree(l, 0, shards, M, N, C, ldc, accumulate ? Out::accumulate : Out::store, 1.0f, leaf);
   }
 
+  bool has_gemm_tn_sharded_ex(DType a_type, DType b_type, DType c_type) const override {
+    return typed_sharded_gemm_supported(a_type, b_type, c_type);
+  }
+
+  // The canonical sharded kernel loading A and B in their storage dtype (Note [CUDA canonical
+  // GEMM]); the tree's inner nodes past kShardCap shards stay f32 scratch (as MixedOp's f32
+  // path), only the root is rounded into C's dtype.
+  void gemm_tn_sharded_ex(Stream& s, i64 M, i64 N, const void* A, DType a_type, i64 lda,
+                          const void* B, DType /*b_type: a_type*/, i64 ldb,
+                          const std::vector<i64>& bounds, void* C, DType c_type, i64 ldc,
+                          bool accumulate) override {
+    if (M <= 0 || N <= 0) return;
+    Launch l(backend_, s, "gemm_tn_sharded_ex");
+    const auto shards = static_cast<i64>(bounds.size()) - 1;
+    const Out out = accumulate ? Out::accumulate : Out::store;
+    if (shards <= kShardCap) {
+      GemmArgs g{M, N, A, lda, B, ldb, C, ldc, 1.0f, 0.0f, out};
+      g.c_type = c_type;
+      launch_gemm_sharded(l, g, shard_bounds(bounds, 0, shards), static_cast<int>(shards), a_type);
+      return;
+    }
+    auto leaf = [&](i64 lo, i64 hi, float* d, i64 ld, Out mode, float /*scale*/) {
+      const GemmArgs g{M, N, A, lda, B, ldb, d, ld, 1.0f, 0.0f, mode};
+      launch_gemm_sharded(l, g, shard_bounds(bounds, lo, hi), static_cast<int>(hi - lo), a_type);
+    };
+    const i64 mid = tree_mid(0, shards);
+    DeviceTemp left(l, M * N), right(l, M * N);
+    shard_tree(l, 0, mid, M, N, left.get(), N, Out::store, 1.0f, leaf);
+    shard_tree(l, mid, shards, M, N, right.get(), N, Out::store, 1.0f, leaf);
+    launch_combine_typed(l, M, N, left.get(), right.get(), C, c_type, ldc, out);
+  }
+
   void sum_rows_sharded(Stream& s, const float* x, i64 /*rows*/, i64 cols,
                         const std::vector<i64>& bounds, float* out, bool accumulate) override {
     if (cols <= 0) return;

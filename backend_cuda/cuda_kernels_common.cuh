@@ -211,8 +211,15 @@ void shard_tree(const Launch& l, i64 lo, i64 hi, i64 rows, i64 cols, float* d, i
 /// into g.c_type, then with g.bias: C = round(C + bias[n]) (Kernels::gemm_ex's bitwise bits).
 void launch_gemm(const Launch& l, bool trans_a, bool trans_b, const GemmArgs& g, i64 K,
                  DType ab_type = DType::f32);
-/// The sharded dW = dY^T X of `shards` (<= kShardCap) shards of rows `sb` into g.C with g.out.
-void launch_gemm_sharded(const Launch& l, const GemmArgs& g, const ShardBounds& sb, int shards);
+/// The sharded dW = dY^T X of `shards` (<= kShardCap) shards of rows `sb` into g.C with g.out,
+/// A and B of `ab_type` (f32, bf16 or f16, widened as loaded), each result rounded once into
+/// g.c_type (gemm_tn_sharded_ex; f32: gemm_tn_sharded's bits).
+void launch_gemm_sharded(const Launch& l, const GemmArgs& g, const ShardBounds& sb, int shards,
+                         DType ab_type = DType::f32);
+/// d = round_t(out(d, left + right)) for a [rows, cols] d of dtype t (f32, bf16, f16; row stride
+/// ld) and contiguous f32 left / right: launch_combine for a typed root (cuda_gemm.cu).
+void launch_combine_typed(const Launch& l, i64 rows, i64 cols, const float* left,
+                          const float* right, void* d, DType t, i64 ld, Out mode);
 
 /// Kernels::cross_entropy and cross_entropy_backward (cuda_fused.cu): a warp per row, the
 /// operation order of canonical::softmax_stats, cross_entropy_loss and cross_entropy_grad.

@@ -54,6 +54,7 @@ CudaStream::CudaStream(Device device, int physical_device)
 }
 
 CudaStream::~CudaStream() {
+  lt_cache_.reset();  // descriptors only (host objects): before the handle, whatever is queued
   if (!stream_) return;
   if (cublas_ || cublaslt_ || cublas_workspace_) {
     // cublasDestroy waits for the handle's work; the stream sync for cuBLASLt's (it takes the
@@ -119,6 +120,12 @@ cublasLtHandle_t CudaStream::cublaslt() {
   DITTO_CUBLAS_CHECK(api.create(&h), w);
   cublaslt_ = h;
   return cublaslt_;
+}
+
+LtDescCache& CudaStream::lt_cache(std::shared_ptr<LtDescCache> (*make)()) {
+  std::lock_guard lk(cublas_mu_);
+  if (!lt_cache_) lt_cache_ = make();
+  return *lt_cache_;
 }
 
 void CudaStream::synchronize() {

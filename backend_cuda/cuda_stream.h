@@ -39,6 +39,8 @@ class DeviceGuard {
 /// How errors name a logical device: "cuda:3 (GPU 0)".
 std::string where(const Device& device, int physical_device);
 
+class LtDescCache;  // the typed GEMM's cuBLASLt descriptor cache (cuda_blaslt.cpp)
+
 class CudaStream final : public Stream {
  public:
   /// Creates a non-blocking stream on `physical_device` for logical `device`.
@@ -70,6 +72,9 @@ class CudaStream final : public Stream {
   cublasLtHandle_t cublaslt();
   /// The stream's GEMM workspace of kCublasWorkspaceBytes (allocated on first use).
   void* workspace();
+  /// This stream's cache of cuBLASLt descriptors (blaslt_gemm, cuda_blaslt.cpp): made by `make`
+  /// on first use (thread-safe), destroyed with the stream, before its cuBLASLt handle.
+  LtDescCache& lt_cache(std::shared_ptr<LtDescCache> (*make)());
   /// Bytes of each handle's workspace: cuBLAS's recommendation for Hopper (32 MiB).
   static constexpr std::size_t kCublasWorkspaceBytes = std::size_t{32} << 20;
 
@@ -82,7 +87,8 @@ class CudaStream final : public Stream {
   std::mutex cublas_mu_;
   cublasHandle_t cublas_ = nullptr;
   cublasLtHandle_t cublaslt_ = nullptr;
-  void* cublas_workspace_ = nullptr;  ///< cudaMalloc'd, freed after the handles
+  void* cublas_workspace_ = nullptr;       ///< cudaMalloc'd, freed after the handles
+  std::shared_ptr<LtDescCache> lt_cache_;  ///< made by lt_cache()
 };
 
 class CudaEvent final : public Event {

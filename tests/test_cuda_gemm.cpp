@@ -2,7 +2,9 @@
 // with f32 (strict and TF32), bf16 and f16 operands, C of their dtype or f32, every transpose
 // pair, ragged sizes, beta 0 and 1 and the bias epilogue, against a double-precision reference of
 // the stored (widened) inputs within the tolerance of each mode; and the bitwise typed kernel
-// through the ops against the simulator's bits. The descriptors' row-major -> column-major mapping
+// through the ops against the simulator's bits; the typed sharded dW (gemm_tn_sharded_ex) through
+// ops::gemm_tn_sharded against the simulator's bits; the per-stream cuBLASLt descriptor cache.
+// The descriptors' row-major -> column-major mapping
 // is checked on any machine (CudaHostLogic.CublasLtPlan*), the bitwise kernel on the CPU too
 // (CudaEmu.Kernels). Without a usable GPU every test reports SKIPPED with the reason;
 // tools/gpu-check-tests.txt lists them for the GPU check.
@@ -21,6 +23,7 @@
 #include "backend_cuda/cuda_blaslt.h"
 #include "backend_cuda/cuda_stream.h"
 #include "core/numerics/float_formats.h"
+#include "core/numerics/micro_shards.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
@@ -293,6 +296,98 @@ TEST_F(CudaGemm, BitwiseTypedOpsEqualTheSimulator) {
     for (std::size_t i = 0; i < sim.size(); ++i)
       EXPECT_TRUE(bits_equal(cuda[i], sim[i])) << dtype_name(t) << " result " << i;
   }
+}
+
+// ops::gemm_tn_sharded on bf16 / f16 dY and X (the bitwise weight gradient of a bf16 run): one
+// Kernels::gemm_tn_sharded_ex, which reads them in their storage dtype (no f32 copy: nothing is
+// allocated for up to kShardCap = 64 shards), with the simulator's bits (its MixedOp path), for a
+// dW of f32 (nn::grad_dtype in bitwise mode) and of the storage dtype, accumulate on and off,
+// ragged and empty shards and more shards than one launch takes.
+TEST_F(CudaGemm, TypedShardedWeightGradientEqualsTheSimulator) {
+  std::mt19937 gen(31);
+  const std::int64_t rows = 150, M = 96, N = 70;
+  const std::vector<std::vector<std::int64_t>> all_bounds = {{0, 150},
+                                                             {0, 0, 40, 40, 149, 150},
+                                                             micro_shard_bounds(rows, 8),
+                                                             micro_shard_bounds(rows, 70)};
+  for (DType t : {DType::bf16, DType::f16})
+    for (DType ct : {DType::f32, t})
+      for (const auto& bounds : all_bounds)
+        for (bool acc : {false, true}) {
+          const unsigned seed = gen();
+          auto run = [&](const char* backend, std::size_t* scratch) {
+            std::mt19937 g2(seed);
+            std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+            auto host = [&](std::int64_t r, std::int64_t c, DType dt) {
+              std::vector<float> v(static_cast<std::size_t>(r * c));
+              for (float& x : v) x = u(g2);
+              return Tensor::from_vector(v, Shape{r, c}).to(dt).to(Device(backend, 0));
+            };
+            Tensor a = host(rows, M, t), b = host(rows, N, t), c = host(M, N, ct);
+            Backend& be = a.device().backend();
+            current_stream(a.device()).synchronize();
+            const std::size_t before = be.memory_stats(0).in_use;
+            be.reset_peak_memory(0);
+            ops::gemm_tn_sharded(a, b, c, bounds, acc);
+            current_stream(a.device()).synchronize();
+            if (scratch) *scratch = be.memory_stats(0).peak - before;
+            return c.to(DType::f32).to_vector<float>();
+          };
+          std::size_t scratch = 0;
+          const auto cuda = run("cuda", &scratch), sim = run("sim", nullptr);
+          const std::string what = std::string(dtype_name(t)) + " -> " + dtype_name(ct) + ", " +
+                                   std::to_string(bounds.size() - 1) + " shards, acc " +
+                                   std::to_string(acc);
+          EXPECT_TRUE(bits_equal(cuda, sim)) << what;
+          if (bounds.size() - 1 <= 64) {
+            EXPECT_EQ(scratch, 0u) << what << ": f32 copies were made";
+          }
+        }
+}
+
+// The cuBLASLt descriptor cache (cuda_blaslt.cpp, LtDescCache): a second identical call (other
+// buffers of the same alignment, another beta) finds the first call's entry, makes no new
+// descriptors and gives the same bits; a call of another shape misses.
+TEST_F(CudaGemm, CublasLtDescriptorCacheReusesTheEntryOfAnIdenticalCall) {
+  BackendOptions o;
+  o.device_count = 1;
+  cuda::CudaBackend be(o);
+  std::mt19937 gen(5);
+  const Case z{64, 48, 40};
+  const HostMatrix A = random_matrix(DType::bf16, 64 * 40, gen);
+  const HostMatrix B = random_matrix(DType::bf16, 40 * 48, gen);
+  const HostMatrix Bias = random_matrix(DType::bf16, 48, gen);
+  const std::vector<std::uint8_t> zeros(64 * 48 * 2, 0);
+  DeviceBytes dA(be, A.bytes), dB(be, B.bytes), dBias(be, Bias.bytes);
+  DeviceBytes dC1(be, zeros), dC2(be, zeros), dC3(be, zeros);
+  cuda::CudaStream& s = be.cuda_stream(0);
+  cuda::DeviceGuard guard(be.physical_device(0));
+  auto call = [&](void* C, std::int64_t M) {
+    GemmExArgs g;
+    g.M = M, g.N = z.N, g.K = z.K;
+    g.A = dA.p, g.a_type = DType::bf16, g.lda = z.K;
+    g.B = dB.p, g.b_type = DType::bf16, g.ldb = z.N;
+    g.C = C, g.c_type = DType::bf16, g.ldc = z.N;
+    g.epilogue = GemmEpilogue::bias;
+    g.bias = dBias.p;
+    g.mode = Determinism::fast;
+    return cuda::blaslt_gemm(s, g, false, "test");
+  };
+  const cuda::LtCacheStats s0 = cuda::blaslt_cache_stats(s);
+  ASSERT_TRUE(call(dC1.p, z.M));
+  const cuda::LtCacheStats s1 = cuda::blaslt_cache_stats(s);
+  EXPECT_EQ(s1.misses, s0.misses + 1);
+  EXPECT_EQ(s1.hits, s0.hits);
+  ASSERT_TRUE(call(dC2.p, z.M));
+  const cuda::LtCacheStats s2 = cuda::blaslt_cache_stats(s);
+  EXPECT_EQ(s2.misses, s1.misses) << "an identical call made new descriptors";
+  EXPECT_EQ(s2.hits, s1.hits + 1);
+  EXPECT_EQ(s2.size, s1.size);
+  EXPECT_EQ(dC1.read(), dC2.read()) << "the cached descriptors gave other bits";
+  ASSERT_TRUE(call(dC3.p, z.M - 1));  // another shape: a new entry
+  const cuda::LtCacheStats s3 = cuda::blaslt_cache_stats(s);
+  EXPECT_EQ(s3.misses, s2.misses + 1);
+  EXPECT_EQ(s3.size, s2.size + 1);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // machine: which destinations a one-rank in-GPU collective may skip, the one-rank-per-GPU rule of
 // the MPI communicator, exception safety of NCCL groups, the host wait's polling steps, memory
 // accounting and the pool's release threshold, and the typed GEMM's cuBLASLt descriptors (executed
-// here by a naive column-major GEMM against a double-precision reference). The GPU paths that use
+// here by a naive column-major GEMM against a double-precision reference) and their per-stream
+// cache's keys and LRU. The GPU paths that use
 // them are tested in test_cuda*.cpp (skipped without a GPU; tools/gpu-check-tests.txt lists them).
 #include <gtest/gtest.h>
 
@@ -11,6 +12,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend_cuda/cuda_host_logic.h"
@@ -272,6 +274,142 @@ TEST(CudaHostLogic, TypedGemmDtypesAndTf32) {
   EXPECT_FALSE(lt_use_tf32(DType::f32, false));
   EXPECT_FALSE(lt_use_tf32(DType::bf16, true));
   EXPECT_FALSE(lt_use_tf32(DType::f16, true));
+}
+
+TEST(CudaHostLogic, TypedShardedGemmDtypes) {
+  for (DType ab : {DType::f32, DType::bf16, DType::f16})
+    for (DType c : {DType::f32, DType::bf16, DType::f16})
+      EXPECT_TRUE(typed_sharded_gemm_supported(ab, ab, c)) << dtype_name(ab) << dtype_name(c);
+  EXPECT_FALSE(typed_sharded_gemm_supported(DType::bf16, DType::f32, DType::f32));  // mixed A / B
+  EXPECT_FALSE(typed_sharded_gemm_supported(DType::f16, DType::bf16, DType::f32));
+  EXPECT_FALSE(typed_sharded_gemm_supported(DType::bf16, DType::bf16, DType::f64));
+  EXPECT_FALSE(typed_sharded_gemm_supported(DType::f64, DType::f64, DType::f64));
+  EXPECT_FALSE(typed_sharded_gemm_supported(DType::i32, DType::i32, DType::f32));
+}
+
+// ---- the cuBLASLt descriptor cache --------------------------------------------------------------
+
+GemmExArgs lt_args() {
+  GemmExArgs g;
+  g.trans_a = false;
+  g.trans_b = true;
+  g.M = 64, g.N = 48, g.K = 40, g.lda = 40, g.ldb = 40, g.ldc = 48;
+  g.a_type = g.b_type = g.c_type = DType::bf16;
+  g.A = reinterpret_cast<const void*>(std::uintptr_t{0x10000});
+  g.B = reinterpret_cast<const void*>(std::uintptr_t{0x20000});
+  g.C = reinterpret_cast<void*>(std::uintptr_t{0x30000});
+  g.bias = reinterpret_cast<const void*>(std::uintptr_t{0x40000});
+  return g;
+}
+
+TEST(CudaHostLogic, CublasLtKeyDiffersInEveryFieldItDependsOn) {
+  const GemmExArgs g = lt_args();
+  const LtGemmKey k = lt_gemm_key(g, false);
+  const LtGemmKeyHash hash;
+  // What the descriptors do not depend on: other pointers of the same alignment, alpha, beta, the
+  // bias pointer, the mode.
+  GemmExArgs same = g;
+  same.A = reinterpret_cast<const void*>(std::uintptr_t{0x90000});
+  same.C = reinterpret_cast<void*>(std::uintptr_t{0x70100});
+  same.alpha = 0.5f;
+  same.beta = 1.0f;
+  same.bias = reinterpret_cast<const void*>(std::uintptr_t{0x50002});
+  same.mode = Determinism::bitwise;
+  EXPECT_EQ(lt_gemm_key(same, false), k);
+  EXPECT_EQ(hash(lt_gemm_key(same, false)), hash(k));
+  // Each field alone makes another key.
+  std::vector<std::pair<const char*, GemmExArgs>> one_off;
+  auto vary = [&](const char* what, auto&& f) {
+    GemmExArgs v = g;
+    f(v);
+    one_off.emplace_back(what, v);
+  };
+  vary("trans_a", [](GemmExArgs& v) { v.trans_a = true; });
+  vary("trans_b", [](GemmExArgs& v) { v.trans_b = false; });
+  vary("M", [](GemmExArgs& v) { v.M = 65; });
+  vary("N", [](GemmExArgs& v) { v.N = 47; });
+  vary("K", [](GemmExArgs& v) { v.K = 39; });
+  vary("lda", [](GemmExArgs& v) { v.lda = 48; });
+  vary("ldb", [](GemmExArgs& v) { v.ldb = 48; });
+  vary("ldc", [](GemmExArgs& v) { v.ldc = 56; });
+  vary("a_type", [](GemmExArgs& v) { v.a_type = DType::f16; });
+  vary("b_type", [](GemmExArgs& v) { v.b_type = DType::f16; });
+  vary("c_type", [](GemmExArgs& v) { v.c_type = DType::f32; });
+  vary("epilogue", [](GemmExArgs& v) { v.epilogue = GemmEpilogue::bias; });
+  vary("alignment of A", [](GemmExArgs& v) { v.A = reinterpret_cast<const void*>(0x10002); });
+  vary("alignment of B", [](GemmExArgs& v) { v.B = reinterpret_cast<const void*>(0x20008); });
+  vary("alignment of C", [](GemmExArgs& v) { v.C = reinterpret_cast<void*>(0x30010); });
+  LruCache<LtGemmKey, int, LtGemmKeyHash> cache(64);
+  cache.insert(k, 0);
+  for (const auto& [what, v] : one_off) {
+    EXPECT_FALSE(lt_gemm_key(v, false) == k) << what;
+    EXPECT_EQ(cache.find(lt_gemm_key(v, false)), nullptr) << what;
+  }
+  EXPECT_FALSE(lt_gemm_key(g, true) == k) << "tf32";
+  EXPECT_EQ(cache.find(lt_gemm_key(g, true)), nullptr) << "tf32";
+  ASSERT_NE(cache.find(lt_gemm_key(same, false)), nullptr);
+  EXPECT_EQ(cache.hits(), 1);
+  EXPECT_EQ(cache.misses(), static_cast<std::int64_t>(one_off.size()) + 1);
+}
+
+TEST(CudaHostLogic, CublasLtCacheHitsMissesAndEvictsTheLeastRecentlyUsed) {
+  // Values that count their destruction (the descriptors' destroy calls of the real entries).
+  struct Owned {
+    int id = -1;
+    std::vector<int>* destroyed = nullptr;
+    Owned(int i, std::vector<int>* d) : id(i), destroyed(d) {}
+    Owned(Owned&& o) noexcept : id(std::exchange(o.id, -1)), destroyed(o.destroyed) {}
+    Owned& operator=(Owned&& o) noexcept {
+      std::swap(id, o.id);
+      std::swap(destroyed, o.destroyed);
+      return *this;
+    }
+    ~Owned() {
+      if (id >= 0) destroyed->push_back(id);
+    }
+  };
+  std::vector<int> destroyed;
+  {
+    LruCache<LtGemmKey, Owned, LtGemmKeyHash> cache(3);
+    EXPECT_EQ(cache.capacity(), 3u);
+    auto key = [](std::int64_t m) {
+      GemmExArgs g = lt_args();
+      g.M = m;
+      return lt_gemm_key(g, false);
+    };
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(cache.find(key(i)), nullptr);
+      const Owned& v = cache.insert(key(i), Owned(i, &destroyed));
+      EXPECT_EQ(v.id, i);
+    }
+    EXPECT_EQ(cache.size(), 3u);
+    EXPECT_TRUE(destroyed.empty());
+    // A hit returns the stored value (one address while held) and makes it the most recent.
+    Owned* zero = cache.find(key(0));
+    ASSERT_NE(zero, nullptr);
+    EXPECT_EQ(zero->id, 0);
+    EXPECT_EQ(cache.find(key(0)), zero);
+    // Full: a fourth key evicts the least recently used, 1 (0 was just used), destroying it.
+    EXPECT_EQ(cache.find(key(3)), nullptr);
+    cache.insert(key(3), Owned(3, &destroyed));
+    EXPECT_EQ(destroyed, std::vector<int>{1});
+    EXPECT_EQ(cache.find(key(1)), nullptr);
+    EXPECT_NE(cache.find(key(2)), nullptr);
+    EXPECT_NE(cache.find(key(0)), nullptr);
+    EXPECT_NE(cache.find(key(3)), nullptr);
+    // Now 2 is the least recent.
+    cache.insert(key(4), Owned(4, &destroyed));
+    EXPECT_EQ(destroyed, (std::vector<int>{1, 2}));
+    EXPECT_EQ(cache.size(), 3u);
+    EXPECT_EQ(cache.evictions(), 2);
+    EXPECT_EQ(cache.hits(), 5);
+    EXPECT_EQ(cache.misses(), 5);
+  }
+  // The cache's death destroys what it held (the stream's death, for the real one).
+  std::sort(destroyed.begin(), destroyed.end());
+  EXPECT_EQ(destroyed, (std::vector<int>{0, 1, 2, 3, 4}));
+  // The real cache's bound holds a training step's GEMM shapes.
+  EXPECT_GE(kLtCacheEntries, 32u);
 }
 
 }  // namespace

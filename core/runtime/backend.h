@@ -201,6 +201,25 @@ class Kernels {
                                const std::vector<std::int64_t>& bounds, float* C, std::int64_t ldc,
                                bool accumulate) = 0;
 
+  /// Whether gemm_tn_sharded_ex runs natively here for A, B, C of these storage dtypes (no f32
+  /// copy of dY and X). Default: false, and ops::gemm_tn_sharded runs a bf16 / f16 call through
+  /// f32 scratch and gemm_tn_sharded (Note [Mixed precision]); the simulator keeps that path (its
+  /// bits, virtual time and memory accounting). cuda: true for a_type == b_type in {f32, bf16,
+  /// f16} and c_type in {f32, bf16, f16}.
+  virtual bool has_gemm_tn_sharded_ex(DType a_type, DType b_type, DType c_type) const;
+
+  /// gemm_tn_sharded with each operand in its storage dtype (A [rows, M] of a_type, B [rows, N]
+  /// of b_type, C [M, N] of c_type; strides in elements): the bits of the simulator's path,
+  /// C = round_c(accumulate ? float(C) + T : T) with T the canonical tree over the shards' chains
+  /// of gemm_tn_sharded over the widened A and B (widening is exact; C rounded once, to nearest
+  /// even; an f32 C is not rounded). Only called where has_gemm_tn_sharded_ex(a_type, b_type,
+  /// c_type) is true (core checked the arguments; the default throws InvalidArgument "this
+  /// backend has no kernel gemm_tn_sharded_ex"). M, N > 0.
+  virtual void gemm_tn_sharded_ex(Stream& s, std::int64_t M, std::int64_t N, const void* A,
+                                  DType a_type, std::int64_t lda, const void* B, DType b_type,
+                                  std::int64_t ldb, const std::vector<std::int64_t>& bounds,
+                                  void* C, DType c_type, std::int64_t ldc, bool accumulate);
+
   /// out[c] = (accumulate ? out[c] + T[c] : T[c]) for a contiguous [rows, cols] x, T = canonical
   /// tree over shards of the ascending in-shard sums acc = acc + x[r, c] from 0.0f (the bias
   /// gradient). cols > 0; out does not alias x.

@@ -54,7 +54,10 @@
 // operands instead (no f32 copy of a whole tensor): in bitwise mode with the same bits (the
 // operands widened as loaded, each result rounded once into c, Note [CUDA canonical GEMM]); in
 // fast mode through cuBLASLt (bf16 / f16 tensor cores with f32 accumulation; ops::linear's bias
-// fused into the epilogue, rounding once).
+// fused into the epilogue, rounding once). Likewise the micro-sharded weight gradient: where a
+// backend has Kernels::has_gemm_tn_sharded_ex (cuda), ops::gemm_tn_sharded calls
+// gemm_tn_sharded_ex on the stored dY and X, with the bits of the f32 path (each dW element
+// rounded once).
 // StorageDTypeScope is for the ops' implementation: code around ops does not open one (an
 // allocation inside it would go uncharged).
 #pragma once

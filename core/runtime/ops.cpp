@@ -401,26 +401,40 @@ void sum_inputs(const std::vector<Tensor>& inputs, Tensor& out, Determinism mode
 void gemm_tn_sharded(const Tensor& a, const Tensor& b, Tensor& c,
                      const std::vector<std::int64_t>& bounds, bool accumulate) {
   constexpr const char* op = "ops::gemm_tn_sharded";
+  // One typed kernel where the backend has it (Kernels::has_gemm_tn_sharded_ex): dY and X are
+  // read in their storage dtype, no f32 copies; the bits of the MixedOp path below.
+  bool typed = false;
   if (any_half({&a, &b, &c})) {  // c (a weight gradient) may stay f32: written directly
     check_no_overlap(op, "c", c, "a", a);
     check_no_overlap(op, "c", c, "b", b);
-    MixedOp m(op, {&a, &b, &c});
-    Tensor cf = m.in(c);
-    m.run([&] { gemm_tn_sharded(m.in(a), m.in(b), cf, bounds, accumulate); });
-    m.write_back(cf, c);
-    return;
+    typed = c.defined() && a.defined() && b.defined() && !a.device().is_cpu() &&
+            b.device() == a.device() && c.device() == a.device() &&
+            kernels_of(a).has_gemm_tn_sharded_ex(a.dtype(), b.dtype(), c.dtype());
+    if (!typed) {
+      MixedOp m(op, {&a, &b, &c});
+      Tensor cf = m.in(c);
+      m.run([&] { gemm_tn_sharded(m.in(a), m.in(b), cf, bounds, accumulate); });
+      m.write_back(cf, c);
+      return;
+    }
   }
-  check_tensor(op, "a", a);
+  check_tensor(op, "a", a, typed ? a.dtype() : DType::f32);
   check_dims(op, "a", a, 2, "[rows, M]");
-  check_tensor(op, "b", b);
+  check_tensor(op, "b", b, typed ? b.dtype() : DType::f32);
   check_device(op, "b", b, a.device(), "a");
   check_dims(op, "b", b, 2, "[rows, N]");
   const std::int64_t rows = a.size(0), M = a.size(1), N = b.size(1);
   DITTO_CHECK(b.size(0) == rows, op, ": b: expected [rows, N] with rows = ", rows,
               " (the rows of a of ", shape_str(a.shape()), "), got ", b.str());
-  check_product_out(op, c, a, b, M, N);
+  check_product_out(op, c, a, b, M, N, typed);
   check_shard_bounds(op, bounds, rows);
   if (M == 0 || N == 0) return;
+  if (typed) {
+    kernels_of(c).gemm_tn_sharded_ex(stream_of(c), M, N, a.data_ptr(), a.dtype(), row_stride(a),
+                                     b.data_ptr(), b.dtype(), row_stride(b), bounds, c.data_ptr(),
+                                     c.dtype(), row_stride(c), accumulate);
+    return;
+  }
   kernels_of(c).gemm_tn_sharded(stream_of(c), M, N, a.data<float>(), row_stride(a), b.data<float>(),
                                 row_stride(b), bounds, c.data<float>(), row_stride(c), accumulate);
 }

@@ -7,10 +7,12 @@
 // (trans_a, trans_b), sizes that are not multiples of the 128 x 128 x 8 tile, padded leading
 // dimensions, beta 0 (C holds NaN: never read) and 1, alpha 1 and not, with and without bias, in
 // both modes (fast-mode gemm_ex falls back to the canonical kernel where cuBLASLt cannot run,
-// and the emulator has no cuBLASLt).
+// and the emulator has no cuBLASLt). And the typed micro-sharded dW (gemm_tn_sharded_ex) against
+// the simulator's MixedOp path of ops::gemm_tn_sharded, bit for bit (check_typed_gemm_sharded).
 #include <cstdint>
 #include <cstring>
 
+#include "core/numerics/micro_shards.h"
 #include "core/runtime/dtype.h"
 #include "emu_check.h"
 
@@ -56,11 +58,100 @@ void sim_reference(const GemmExArgs& g, i64 a_elems, i64 b_elems, i64 c_elems) {
     simk->add_bias(*sims, yf.data(), biasf.data(), g.M, g.N);
     for (i64 r = 0; r < g.M; ++r)
       simk->cast(*sims, yf.data() + r * g.N, DType::f32,
-                 static_cast<std::uint8_t*>(g.C) + r * g.ldc * dtype_size(g.c_type), g.c_type,
-                 g.N);
+                 static_cast<std::uint8_t*>(g.C) + r * g.ldc * dtype_size(g.c_type), g.c_type, g.N);
     sims->synchronize();  // the simulator's kernels run asynchronously: before yf dies
   }
   sims->synchronize();
+}
+
+// NaN of dtype t in every element of b (a C that must never be read).
+void fill_nan(DType t, Bytes& b) {
+  const std::size_t n = b.size() / dtype_size(t);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (t == DType::f32) {
+      const float nan = NAN;
+      std::memcpy(b.data() + 4 * i, &nan, 4);
+    } else {
+      const std::uint16_t nan = t == DType::bf16 ? 0x7fc0 : 0x7e00;
+      std::memcpy(b.data() + 2 * i, &nan, 2);
+    }
+  }
+}
+
+// The typed sharded dW (Kernels::gemm_tn_sharded_ex) against the simulator's path, MixedOp in
+// ops::gemm_tn_sharded: A and B cast to f32, the f32 gemm_tn_sharded into C cast to f32, the
+// result cast once into C's dtype (the whole padded C goes through the casts: its padding
+// round-trips unchanged, and the kernel must leave it so). Ragged shards (random cuts: empty ones
+// among them), leading empty shards, more shards than one launch takes (kShardCap = 64: the
+// typed root of the host tree), accumulate on and off (off: C holds NaN, never read), padded row
+// strides of A, B and C.
+void check_typed_gemm_sharded(unsigned& seed) {
+  struct Kind {
+    DType ab, c;
+  };
+  const Kind kinds[] = {{DType::bf16, DType::f32}, {DType::bf16, DType::bf16},
+                        {DType::f16, DType::f32},  {DType::f16, DType::f16},
+                        {DType::bf16, DType::f16}, {DType::f32, DType::bf16}};
+  struct Case {
+    i64 rows, S;
+    bool random;
+  };
+  const Case cases[] = {{37, 1, false}, {130, 3, true}, {130, 8, true},
+                        {0, 2, false},  {9, 5, false},  {70, 65, true}};
+  const i64 M = 130, N = 67;
+  int variant = 0;
+  for (const Kind& k : kinds)
+    for (const Case& z : cases)
+      for (bool acc : {false, true}) {
+        ++variant;
+        const Bounds bounds =
+            z.random ? random_bounds(z.rows, z.S, seed++) : micro_shard_bounds(z.rows, z.S);
+        const int pad = variant % 3;
+        const i64 lda = M + pad, ldb = N + (pad + 1) % 3, ldc = N + pad;
+        const i64 a_elems = std::max<i64>(z.rows * lda, 1),
+                  b_elems = std::max<i64>(z.rows * ldb, 1);
+        const i64 c_elems = M * ldc;
+        const Bytes A = typed(k.ab, a_elems, seed++), B = typed(k.ab, b_elems, seed++);
+        Bytes C = typed(k.c, c_elems, seed++);
+        if (!acc) fill_nan(k.c, C);
+        Bytes Cs = C, Ce = C;
+        const std::string ctx = std::string(dtype_name(k.ab)) + "->" + dtype_name(k.c) + " rows " +
+                                std::to_string(z.rows) + " S " + std::to_string(z.S) +
+                                (z.random ? " random" : "") + " pad " + std::to_string(pad) +
+                                " acc " + std::to_string(acc);
+        try {
+          V af(a_elems), bf(b_elems), cf(c_elems);
+          simk->cast(*sims, A.data(), k.ab, af.data(), DType::f32, a_elems);
+          simk->cast(*sims, B.data(), k.ab, bf.data(), DType::f32, b_elems);
+          simk->cast(*sims, Cs.data(), k.c, cf.data(), DType::f32, c_elems);
+          simk->gemm_tn_sharded(*sims, M, N, af.data(), lda, bf.data(), ldb, bounds, cf.data(), ldc,
+                                acc);
+          simk->cast(*sims, cf.data(), DType::f32, Cs.data(), k.c, c_elems);
+          sims->synchronize();
+          ++checks;
+          if (!cudak->has_gemm_tn_sharded_ex(k.ab, k.ab, k.c)) {
+            ++failures;
+            std::printf("FAIL gemm_tn_sharded_ex %s: has_gemm_tn_sharded_ex false\n", ctx.c_str());
+            continue;
+          }
+          cudak->gemm_tn_sharded_ex(cudas, M, N, A.data(), k.ab, lda, B.data(), k.ab, ldb, bounds,
+                                    Ce.data(), k.c, ldc, acc);
+        } catch (const std::exception& e) {
+          ++failures;
+          std::printf("FAIL gemm_tn_sharded_ex %s: %s\n", ctx.c_str(), e.what());
+          continue;
+        }
+        check("gemm_tn_sharded_ex", Cs, Ce, ctx);
+      }
+  // Mixed A / B dtypes and f64 stay on MixedOp's f32 scratch.
+  ++checks;
+  if (cudak->has_gemm_tn_sharded_ex(DType::bf16, DType::f32, DType::f32) ||
+      cudak->has_gemm_tn_sharded_ex(DType::f16, DType::bf16, DType::f32) ||
+      cudak->has_gemm_tn_sharded_ex(DType::bf16, DType::bf16, DType::f64) ||
+      cudak->has_gemm_tn_sharded_ex(DType::f64, DType::f64, DType::f64)) {
+    ++failures;
+    std::printf("FAIL has_gemm_tn_sharded_ex accepts a mixed or f64 product\n");
+  }
 }
 
 }  // namespace
@@ -70,8 +161,8 @@ void check_typed_gemm(unsigned& seed) {
     i64 M, N, K;
     int pad;
   };
-  const std::vector<Size> sizes = {{1, 1, 1, 0}, {130, 67, 37, 1}, {5, 131, 9, 3}, {129, 3, 0, 0},
-                                   {17, 40, 20, 2}};
+  const std::vector<Size> sizes = {
+      {1, 1, 1, 0}, {130, 67, 37, 1}, {5, 131, 9, 3}, {129, 3, 0, 0}, {17, 40, 20, 2}};
   const DType kinds[] = {DType::f32, DType::bf16, DType::f16};
   int variant = 0;
   for (DType ab : kinds)
@@ -112,12 +203,11 @@ void check_typed_gemm(unsigned& seed) {
             }
           }
           Bytes Cs = C, Ce = C;
-          const std::string ctx = std::string(dtype_name(ab)) + "->" + dtype_name(ct) + " " +
-                                  std::to_string(z.M) + "x" + std::to_string(z.N) + "x" +
-                                  std::to_string(z.K) + " t" + std::to_string(t) + " beta " +
-                                  std::to_string(g.beta) + " alpha " + std::to_string(g.alpha) +
-                                  (bias ? " bias" : "") +
-                                  (g.mode == Determinism::fast ? " fast" : " bitwise");
+          const std::string ctx =
+              std::string(dtype_name(ab)) + "->" + dtype_name(ct) + " " + std::to_string(z.M) +
+              "x" + std::to_string(z.N) + "x" + std::to_string(z.K) + " t" + std::to_string(t) +
+              " beta " + std::to_string(g.beta) + " alpha " + std::to_string(g.alpha) +
+              (bias ? " bias" : "") + (g.mode == Determinism::fast ? " fast" : " bitwise");
           g.A = A.data();
           g.B = B.data();
           g.bias = Bias.data();
@@ -152,4 +242,5 @@ void check_typed_gemm(unsigned& seed) {
     ++failures;
     std::printf("FAIL has_gemm_ex accepts a mixed or f64 product\n");
   }
+  check_typed_gemm_sharded(seed);
 }
