@@ -43,7 +43,7 @@ class SimCostModelExtension final : public CostModelExtension {
             d.bf16_flops,        d.f16_flops > 0 ? d.f16_flops : d.bf16_flops,
             d.memory_bandwidth,  d.gemm_efficiency,
             d.memory_efficiency, d.simt_efficiency,
-            cost_.allow_tf32(), d.mma_efficiency};
+            cost_.allow_tf32(),  d.mma_efficiency};
   }
   std::vector<CostLedgerRow> ledger(int device) const override {
     std::vector<CostLedgerRow> out;

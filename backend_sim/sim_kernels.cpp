@@ -345,6 +345,33 @@ class SimKernels final : public Kernels {
     });
   }
 
+  // The typed sharded dW (Note [Typed kernels]): a dry run takes CUDA's path
+  // (cuda_host_logic.h's typed_sharded_gemm_supported: dY and X of one of f32, bf16, f16, dW of
+  // any of them), the same kernel with its operand bytes in their storage dtypes, no f32 copies.
+  // A real run keeps Kernels' default (false): MixedOp's f32 scratch, its bits.
+  bool has_gemm_tn_sharded_ex(DType a_type, DType b_type, DType c_type) const override {
+    auto storage = [](DType t) { return t == DType::f32 || t == DType::bf16 || t == DType::f16; };
+    return cost_->dry_run() && storage(a_type) && b_type == a_type && storage(c_type);
+  }
+
+  void gemm_tn_sharded_ex(Stream& s, std::int64_t M, std::int64_t N, const void* A, DType a_type,
+                          std::int64_t lda, const void* B, DType b_type, std::int64_t ldb,
+                          const std::vector<std::int64_t>& bounds, void* C, DType c_type,
+                          std::int64_t ldc, bool accumulate) override {
+    if (!cost_->dry_run())  // throws: has_gemm_tn_sharded_ex is false
+      return Kernels::gemm_tn_sharded_ex(s, M, N, A, a_type, lda, B, b_type, ldb, bounds, C, c_type,
+                                         ldc, accumulate);
+    if (M <= 0 || N <= 0) return;
+    const double rows = static_cast<double>(bounds.back());
+    KernelCost cost{2.0 * M * N * rows,
+                    rows * (double(dtype_size(a_type)) * M + double(dtype_size(b_type)) * N) +
+                        (accumulate ? 2.0 : 1.0) * double(dtype_size(c_type)) * M * N,
+                    true};
+    cost.path = GemmPath::simt;
+    cost.operands = a_type;
+    price(s, "gemm_tn_sharded_ex", cost);
+  }
+
   void sum_rows_sharded(Stream& s, const float* x, std::int64_t rows, std::int64_t cols,
                         const std::vector<std::int64_t>& bounds, float* out,
                         bool accumulate) override {

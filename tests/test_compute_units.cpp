@@ -226,6 +226,14 @@ TEST(ComputeUnits, DryRunHasTheCudaBackendsTypedGemm) {
             EXPECT_EQ(k.has_gemm_ex(a, b, c, mode), dry && cuda::typed_gemm_supported(a, b, c))
                 << dtype_name(a) << " " << dtype_name(b) << " " << dtype_name(c)
                 << (dry ? " dry" : " real");
+    // The typed micro-sharded dW likewise (bitwise mode's weight gradient).
+    for (DType a : kAllDTypes)
+      for (DType b : kAllDTypes)
+        for (DType c : kAllDTypes)
+          EXPECT_EQ(k.has_gemm_tn_sharded_ex(a, b, c),
+                    dry && cuda::typed_sharded_gemm_supported(a, b, c))
+              << dtype_name(a) << " " << dtype_name(b) << " " << dtype_name(c)
+              << (dry ? " dry" : " real");
   }
 }
 
