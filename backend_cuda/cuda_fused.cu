@@ -1,16 +1,18 @@
 // The CUDA backend's row and element kernels of the GPT step besides GEMMs and attention
 // (CudaGptKernels, cuda_kernels_common.cuh): the embedding forward and backward, LayerNorm
-// forward and backward, GELU and the softmax cross-entropy; the optimizer's multi-tensor kernels
+// forward and backward, GELU and the softmax cross-entropy, on f32 and (the typed row kernels,
+// Kernels::*_ex) on bf16 / f16 storage; the optimizer's multi-tensor kernels
 // (AdamW, the gradient norm's sums of squares, the clip's scaling) are in cuda_multi_tensor.cu,
 // whose cutting of the work this Note describes too (`*_multi`). Every chain keeps the operation
 // order of core/numerics/gpt_math.h and canonical_math.h, so the results equal backend_sim's bit
 // for bit; ctest CudaEmu.Kernels runs them on the CPU against the simulator
-// (tools/cuda_emu/test_emu_gpt.cpp, test_emu_fused.cpp).
+// (tools/cuda_emu/test_emu_gpt.cpp, test_emu_fused.cpp, test_emu_rows.cpp).
 //
 // Note [CUDA fused kernels]
 // Parallelism is over independent chains and over the columns of a row, with coalesced loads:
-//   embedding_forward   one thread per 4 columns of a token row (float4 when C % 4 == 0 and the
-//                       rows are 16-byte aligned), else per element.
+//   embedding_forward   one thread per 16 bytes of a token row (4 f32 or 8 bf16 / f16 columns,
+//                       one vector access, when C is a multiple of that and the rows are 16-byte
+//                       aligned), else per element.
 //   embedding_backward  the token ids are bucketed once per call, on the device: a histogram
 //                       (integer atomics, exact), an exclusive scan over the vocabulary, a
 //                       scatter into buckets (atomics: any order within a bucket), then each
@@ -27,7 +29,18 @@
 //                       shared memory and lane 0 runs the chain over it (the sums of Note [GPT
 //                       kernels] are sequential chains: they are not split); the elementwise
 //                       parts run on all lanes. Both modes (LayerNorm has one fixed order).
-//   gelu_*              float4 per thread where aligned.
+//   gelu_*              16 bytes per thread (4 f32, 8 bf16 / f16) where aligned, a scalar tail.
+//   typed (*_ex)        embedding_forward, layernorm_*, gelu_*, cross_entropy(_backward) and
+//                       dropout_* (cuda_kernels_gpt.cu) on bf16 / f16 (Note [Mixed precision]):
+//                       the same kernels, templated over the element type E (float for the f32
+//                       entries), each element widened to f32 as it is loaded (ld_elem, ld_vec:
+//                       exact), the same f32 chains (LayerNorm and the cross-entropy stage f32 in
+//                       shared memory as before), each output rounded once as it is stored
+//                       (st_elem, st_vec: round to nearest even). Widening is exact and MixedOp
+//                       rounds each output once too, so the results are the simulator's MixedOp
+//                       bits in both modes, without its f32 scratch, its casts or their launches,
+//                       at half the bytes of an f32 kernel. E in {float, bfloat16, float16}: 22
+//                       kernel instantiations more than f32 alone (small ones; ptxas time).
 //   *_multi             (cuda_multi_tensor.cu) the tensors of one call in a __grid_constant__
 //                       table of up to kMultiCap entries (more: one launch per kMultiCap), elements cut into
 //                       chunks of kMultiChunk, a block per chunk (binary search of the chunk's

@@ -273,8 +273,10 @@ class RowsEx : public SimSuite<2> {
  protected:
   static void SetUpTestSuite() {
     SimSuite<2>::SetUpTestSuite();
-    register_backend(kProbe, [](const BackendOptions&) {
-      return std::make_shared<ProbeBackend>(get_backend_ptr("sim"));
+    // The simulator instance is taken here: the factory runs under the registry's lock.
+    std::shared_ptr<Backend> sim = get_backend_ptr("sim");
+    register_backend(kProbe, [sim](const BackendOptions&) {
+      return std::make_shared<ProbeBackend>(sim);
     });
     init_backend(kProbe);
   }
