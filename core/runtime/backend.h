@@ -349,9 +349,9 @@ class Kernels {
                                   float p, std::uint64_t seed, std::uint64_t stream,
                                   std::uint64_t index_base);
   /// dropout_backward on `dtype` elements.
-  virtual void dropout_backward_ex(Stream& s, DType dtype, const void* gy, void* gx,
-                                   std::int64_t n, float p, std::uint64_t seed,
-                                   std::uint64_t stream, std::uint64_t index_base);
+  virtual void dropout_backward_ex(Stream& s, DType dtype, const void* gy, void* gx, std::int64_t n,
+                                   float p, std::uint64_t seed, std::uint64_t stream,
+                                   std::uint64_t index_base);
   // The residual add has no entry of its own: where has_rows_ex is true, ops::add on two
   // tensors of one storage dtype calls add_any (below): one f32 add, rounded once, the same bits.
   /// *out = sum_i x[i]^2 over n elements (a gradient norm's square). bitwise: x in blocks of

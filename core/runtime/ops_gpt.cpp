@@ -43,8 +43,7 @@ void check_idx(const char* op, const Tensor& idx, bool flat_ok) {
 /// `t` is a `dt` tensor (f32, or the storage dtype of a typed kernel) on `ref`'s device whose
 /// shape is `expected`.
 void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& expected,
-                 const char* what, const Tensor& ref, const char* ref_arg,
-                 DType dt = DType::f32) {
+                 const char* what, const Tensor& ref, const char* ref_arg, DType dt = DType::f32) {
   check_tensor(op, arg, t, dt);
   check_device(op, arg, t, ref.device(), ref_arg);
   DITTO_CHECK(t.shape() == expected, op, ": ", arg, ": expected ", what, " = ", shape_str(expected),
@@ -158,7 +157,7 @@ void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& grad_wte,
 Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& mean,
                  Tensor& rstd) {
   constexpr const char* op = "ops::layernorm";
-  const DType dt = native_rows({&x, &w, &b});  // layernorm_forward_ex's dtype, else f32
+  const DType dt = native_rows({&x, &w, &b});        // layernorm_forward_ex's dtype, else f32
   if (dt == DType::f32 && any_half({&x, &w, &b})) {  // y in the storage dtype; mean, rstd f32
     MixedOp m(op, {&x, &w, &b});
     Tensor mf, rf;
@@ -217,9 +216,9 @@ Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, co
   dy_xhat = Tensor::empty(x.shape(), dt, x.device());
   if (N == 0) return dx;
   if (dt != DType::f32) {
-    kernels_of(x).layernorm_backward_ex(stream_of(x), dt, dy.data_ptr(), x.data_ptr(),
-                                        w.data_ptr(), mean.data<float>(), rstd.data<float>(), N, C,
-                                        dx.data_ptr(), dy_xhat.data_ptr());
+    kernels_of(x).layernorm_backward_ex(stream_of(x), dt, dy.data_ptr(), x.data_ptr(), w.data_ptr(),
+                                        mean.data<float>(), rstd.data<float>(), N, C, dx.data_ptr(),
+                                        dy_xhat.data_ptr());
     return dx;
   }
   kernels_of(x).layernorm_backward(stream_of(x), dy.data<float>(), x.data<float>(), w.data<float>(),
@@ -247,8 +246,8 @@ Tensor gelu_backward(const Tensor& x, const Tensor& grad_y) {
   check_like_any(op, "grad_y", grad_y, "x", x);
   Tensor gx = Tensor::empty(x.shape(), dt, x.device());
   if (x.numel() > 0)
-    kernels_of(x).gelu_backward_ex(stream_of(x), dt, x.data_ptr(), grad_y.data_ptr(),
-                                   gx.data_ptr(), x.numel());
+    kernels_of(x).gelu_backward_ex(stream_of(x), dt, x.data_ptr(), grad_y.data_ptr(), gx.data_ptr(),
+                                   x.numel());
   return gx;
 }
 
@@ -320,8 +319,8 @@ Tensor run_dropout(const char* op, const char* arg, const Tensor& x, float p, st
     if (x.numel() == 0) return y;
     Kernels& k = kernels_of(x);
     if (forward)
-      k.dropout_forward_ex(stream_of(x), dt, x.data_ptr(), y.data_ptr(), x.numel(), p, seed,
-                           stream, index_base);
+      k.dropout_forward_ex(stream_of(x), dt, x.data_ptr(), y.data_ptr(), x.numel(), p, seed, stream,
+                           index_base);
     else
       k.dropout_backward_ex(stream_of(x), dt, x.data_ptr(), y.data_ptr(), x.numel(), p, seed,
                             stream, index_base);

@@ -25,8 +25,7 @@ using Bytes = std::vector<std::uint8_t>;
 Bytes to_typed(DType t, const V& v) {
   Bytes b(v.size() * 2);
   for (std::size_t i = 0; i < v.size(); ++i) {
-    const std::uint16_t u =
-        t == DType::bf16 ? bfloat16::from(v[i]).bits : float16::from(v[i]).bits;
+    const std::uint16_t u = t == DType::bf16 ? bfloat16::from(v[i]).bits : float16::from(v[i]).bits;
     std::memcpy(b.data() + 2 * i, &u, 2);
   }
   return b;
@@ -100,13 +99,13 @@ void check_embedding_ex(DType t, unsigned& seed) {
       for (bool pos : {true, false})
         compare(
             "embedding_forward_ex",
-            std::string(dtype_name(t)) + " " + dims({B, T, V_, C}) + " off " +
-                std::to_string(off) + (pos ? " wpe" : ""),
+            std::string(dtype_name(t)) + " " + dims({B, T, V_, C}) + " off " + std::to_string(off) +
+                (pos ? " wpe" : ""),
             {out},
             [&](std::vector<Bytes>& o) {
               V wf = widen(t, wte, off, V_ * C), pf = widen(t, wpe, off, T * C), of(N * C);
-              simk->embedding_forward(*sims, idx.data(), wf.data(), pos ? pf.data() : nullptr, N,
-                                      T, C, of.data());
+              simk->embedding_forward(*sims, idx.data(), wf.data(), pos ? pf.data() : nullptr, N, T,
+                                      C, of.data());
               sims->synchronize();
               round_into(t, of, o[0], off, N * C);
             },
@@ -141,8 +140,8 @@ void check_layernorm_ex(DType t, unsigned& seed) {
           round_into(t, yf, o[0], 0, N * C);
         },
         [&](std::vector<Bytes>& o) {
-          cudak->layernorm_forward_ex(cudas, t, at(x, 0), at(w, 0), bias ? at(b, 0) : nullptr, N,
-                                      C, 1e-5f, at(o[0], 0), floats(o[1]), floats(o[2]));
+          cudak->layernorm_forward_ex(cudas, t, at(x, 0), at(w, 0), bias ? at(b, 0) : nullptr, N, C,
+                                      1e-5f, at(o[0], 0), floats(o[1]), floats(o[2]));
         });
     // The backward on the simulator's forward statistics (f32, as the op keeps them).
     V mean(N), rstd(N);
@@ -274,8 +273,7 @@ void check_dropout_ex(DType t, unsigned& seed) {
             if (forward)
               cudak->dropout_forward_ex(cudas, t, at(x, off), at(o[0], off), n, 0.3f, 42, 7, 1000);
             else
-              cudak->dropout_backward_ex(cudas, t, at(x, off), at(o[0], off), n, 0.3f, 42, 7,
-                                         1000);
+              cudak->dropout_backward_ex(cudas, t, at(x, off), at(o[0], off), n, 0.3f, 42, 7, 1000);
           });
   }
 }
