@@ -1,16 +1,18 @@
 // The CUDA backend's row and element kernels of the GPT step besides GEMMs and attention
 // (CudaGptKernels, cuda_kernels_common.cuh): the embedding forward and backward, LayerNorm
-// forward and backward, GELU and the softmax cross-entropy; the optimizer's multi-tensor kernels
+// forward and backward, GELU and the softmax cross-entropy, on f32 and (the typed row kernels,
+// Kernels::*_ex) on bf16 / f16 storage; the optimizer's multi-tensor kernels
 // (AdamW, the gradient norm's sums of squares, the clip's scaling) are in cuda_multi_tensor.cu,
 // whose cutting of the work this Note describes too (`*_multi`). Every chain keeps the operation
 // order of core/numerics/gpt_math.h and canonical_math.h, so the results equal backend_sim's bit
 // for bit; ctest CudaEmu.Kernels runs them on the CPU against the simulator
-// (tools/cuda_emu/test_emu_gpt.cpp, test_emu_fused.cpp).
+// (tools/cuda_emu/test_emu_gpt.cpp, test_emu_fused.cpp, test_emu_rows.cpp).
 //
 // Note [CUDA fused kernels]
 // Parallelism is over independent chains and over the columns of a row, with coalesced loads:
-//   embedding_forward   one thread per 4 columns of a token row (float4 when C % 4 == 0 and the
-//                       rows are 16-byte aligned), else per element.
+//   embedding_forward   one thread per 16 bytes of a token row (4 f32 or 8 bf16 / f16 columns,
+//                       one vector access, when C is a multiple of that and the rows are 16-byte
+//                       aligned), else per element.
 //   embedding_backward  the token ids are bucketed once per call, on the device: a histogram
 //                       (integer atomics, exact), an exclusive scan over the vocabulary, a
 //                       scatter into buckets (atomics: any order within a bucket), then each
@@ -27,7 +29,18 @@
 //                       shared memory and lane 0 runs the chain over it (the sums of Note [GPT
 //                       kernels] are sequential chains: they are not split); the elementwise
 //                       parts run on all lanes. Both modes (LayerNorm has one fixed order).
-//   gelu_*              float4 per thread where aligned.
+//   gelu_*              16 bytes per thread (4 f32, 8 bf16 / f16) where aligned, a scalar tail.
+//   typed (*_ex)        embedding_forward, layernorm_*, gelu_*, cross_entropy(_backward) and
+//                       dropout_* (cuda_kernels_gpt.cu) on bf16 / f16 (Note [Mixed precision]):
+//                       the same kernels, templated over the element type E (float for the f32
+//                       entries), each element widened to f32 as it is loaded (ld_elem, ld_vec:
+//                       exact), the same f32 chains (LayerNorm and the cross-entropy stage f32 in
+//                       shared memory as before), each output rounded once as it is stored
+//                       (st_elem, st_vec: round to nearest even). Widening is exact and MixedOp
+//                       rounds each output once too, so the results are the simulator's MixedOp
+//                       bits in both modes, without its f32 scratch, its casts or their launches,
+//                       at half the bytes of an f32 kernel. E in {float, bfloat16, float16}: 22
+//                       kernel instantiations more than f32 alone (small ones; ptxas time).
 //   *_multi             (cuda_multi_tensor.cu) the tensors of one call in a __grid_constant__
 //                       table of up to kMultiCap entries (more: one launch per kMultiCap), elements cut into
 //                       chunks of kMultiChunk, a block per chunk (binary search of the chunk's
@@ -50,31 +63,40 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(
 __device__ __forceinline__ float4 load4(const float* p) {
   return *reinterpret_cast<const float4*>(p);
 }
-__device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
 
 // ---- embedding forward -------------------------------------------------------------------------
 
-// W = 4: element group i is columns [4 (i % (C/4)), +4) of token row i / (C/4), float4 loads
-// (C % 4 == 0, all rows 16-byte aligned); W = 1: one element.
-template <int W>
-__global__ void embedding_forward_kernel(const i64* idx, const float* wte, const float* wpe, i64 N,
-                                         i64 T, i64 C, float* out) {
+// E: the storage type of wte, wpe and out (float, bfloat16, float16), widened as loaded, each
+// output rounded once. Vec: element group i is columns [W (i % (C/W)), +W) of token row i / (C/W),
+// W = kVec<E> (one 16-byte access: C % W == 0, all rows 16-byte aligned); else one element.
+template <class E, bool Vec>
+__global__ void embedding_forward_kernel(const i64* idx, const E* wte, const E* wpe, i64 N, i64 T,
+                                         i64 C, E* out) {
+  constexpr int W = Vec ? kVec<E> : 1;
   const i64 groups = C / W, n = N * groups;
   for (i64 i = global_thread(); i < n; i += grid_threads()) {
     const i64 r = i / groups, c = (i % groups) * W;
-    const float* e = wte + idx[r] * C + c;
-    float* o = out + r * C + c;
-    if constexpr (W == 4) {
-      float4 a = load4(e);
-      if (wpe != nullptr) {
-        const float4 p = load4(wpe + (r % T) * C + c);
-        a = make_float4(cm::add(a.x, p.x), cm::add(a.y, p.y), cm::add(a.z, p.z),
-                        cm::add(a.w, p.w));
-      }
-      store4(o, a);
-    } else {
-      *o = wpe != nullptr ? cm::add(*e, wpe[(r % T) * C + c]) : *e;
+    const E* e = wte + idx[r] * C + c;
+    E* o = out + r * C + c;
+    float a[W];
+    if constexpr (Vec)
+      ld_vec(e, a);
+    else
+      a[0] = ld_elem(e, 0);
+    if (wpe != nullptr) {
+      const E* q = wpe + (r % T) * C + c;
+      float p[W];
+      if constexpr (Vec)
+        ld_vec(q, p);
+      else
+        p[0] = ld_elem(q, 0);
+#pragma unroll
+      for (int k = 0; k < W; ++k) a[k] = cm::add(a[k], p[k]);
     }
+    if constexpr (Vec)
+      st_vec(o, a);
+    else
+      st_elem(o, 0, a[0]);
   }
 }
 
@@ -216,13 +238,15 @@ __global__ void embedding_grad_kernel(const i64* start, const i64* rows, const f
 }
 
 // ---- LayerNorm ---------------------------------------------------------------------------------
+// E: the storage type of x, w, b, y (forward) and dy, x, w, dx, dy_xhat (backward), widened as
+// loaded (the staging buffers hold f32), each output rounded once; mean and rstd f32.
 
 constexpr int kLnWarps = 4;     // rows per block, a warp each
 constexpr int kLnChunk = 128;   // floats of a row staged per warp at a time
 
+template <class E>
 __global__ void __launch_bounds__(kLnWarps * 32) layernorm_forward_kernel(
-    const float* x, const float* w, const float* b, i64 N, i64 C, float eps, float* y,
-    float* mean, float* rstd) {
+    const E* x, const E* w, const E* b, i64 N, i64 C, float eps, E* y, float* mean, float* rstd) {
   __shared__ float stage[kLnWarps][kLnChunk];
   __shared__ float bcast[kLnWarps];
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
@@ -230,12 +254,12 @@ __global__ void __launch_bounds__(kLnWarps * 32) layernorm_forward_kernel(
   const float n = static_cast<float>(C);
   const i64 warps = static_cast<i64>(gridDim.x) * kLnWarps;
   for (i64 r = static_cast<i64>(blockIdx.x) * kLnWarps + warp; r < N; r += warps) {
-    const float* xr = x + r * C;
+    const E* xr = x + r * C;
     // mean: lane 0's chain add over x ascending.
     float s = 0.0f;
     for (i64 c0 = 0; c0 < C; c0 += kLnChunk) {
       const i64 m = C - c0 < kLnChunk ? C - c0 : kLnChunk;
-      for (i64 j = lane; j < m; j += 32) buf[j] = xr[c0 + j];
+      for (i64 j = lane; j < m; j += 32) buf[j] = ld_elem(xr, c0 + j);
       __syncwarp();
       if (lane == 0)
         for (i64 j = 0; j < m; ++j) s = cm::add(s, buf[j]);
@@ -249,7 +273,7 @@ __global__ void __launch_bounds__(kLnWarps * 32) layernorm_forward_kernel(
     float var = 0.0f;
     for (i64 c0 = 0; c0 < C; c0 += kLnChunk) {
       const i64 m = C - c0 < kLnChunk ? C - c0 : kLnChunk;
-      for (i64 j = lane; j < m; j += 32) buf[j] = cm::sub(xr[c0 + j], mu);
+      for (i64 j = lane; j < m; j += 32) buf[j] = cm::sub(ld_elem(xr, c0 + j), mu);
       __syncwarp();
       if (lane == 0)
         for (i64 j = 0; j < m; ++j) var = cm::fma(buf[j], buf[j], var);
@@ -263,17 +287,20 @@ __global__ void __launch_bounds__(kLnWarps * 32) layernorm_forward_kernel(
     const float rs = bcast[warp];
     __syncwarp();
     if (lane == 0) rstd[r] = rs;
-    float* yr = y + r * C;
+    E* yr = y + r * C;
     for (i64 c = lane; c < C; c += 32) {
-      const float xhat = cm::mul(cm::sub(xr[c], mu), rs);
-      yr[c] = b != nullptr ? cm::fma(xhat, w[c], b[c]) : cm::mul(xhat, w[c]);
+      const float xhat = cm::mul(cm::sub(ld_elem(xr, c), mu), rs);
+      st_elem(yr, c,
+              b != nullptr ? cm::fma(xhat, ld_elem(w, c), ld_elem(b, c))
+                           : cm::mul(xhat, ld_elem(w, c)));
     }
   }
 }
 
+template <class E>
 __global__ void __launch_bounds__(kLnWarps * 32) layernorm_backward_kernel(
-    const float* dy, const float* x, const float* w, const float* mean, const float* rstd, i64 N,
-    i64 C, float* dx, float* dy_xhat) {
+    const E* dy, const E* x, const E* w, const float* mean, const float* rstd, i64 N, i64 C,
+    E* dx, E* dy_xhat) {
   __shared__ float stage_g[kLnWarps][kLnChunk];
   __shared__ float stage_x[kLnWarps][kLnChunk];
   __shared__ float bcast[kLnWarps][2];
@@ -283,16 +310,16 @@ __global__ void __launch_bounds__(kLnWarps * 32) layernorm_backward_kernel(
   const float n = static_cast<float>(C);
   const i64 warps = static_cast<i64>(gridDim.x) * kLnWarps;
   for (i64 r = static_cast<i64>(blockIdx.x) * kLnWarps + warp; r < N; r += warps) {
-    const float* dyr = dy + r * C;
-    const float* xr = x + r * C;
+    const E* dyr = dy + r * C;
+    const E* xr = x + r * C;
     const float mu = mean[r], rs = rstd[r];
     // g = dy * w and xhat on the lanes; lane 0 chains sg = add(sg, g), sgx = fma(g, xhat, sgx).
     float sg = 0.0f, sgx = 0.0f;
     for (i64 c0 = 0; c0 < C; c0 += kLnChunk) {
       const i64 m = C - c0 < kLnChunk ? C - c0 : kLnChunk;
       for (i64 j = lane; j < m; j += 32) {
-        bg[j] = cm::mul(dyr[c0 + j], w[c0 + j]);
-        bx[j] = cm::mul(cm::sub(xr[c0 + j], mu), rs);
+        bg[j] = cm::mul(ld_elem(dyr, c0 + j), ld_elem(w, c0 + j));
+        bx[j] = cm::mul(cm::sub(ld_elem(xr, c0 + j), mu), rs);
       }
       __syncwarp();
       if (lane == 0)
@@ -309,52 +336,61 @@ __global__ void __launch_bounds__(kLnWarps * 32) layernorm_backward_kernel(
     __syncwarp();
     const float mg = bcast[warp][0], mgx = bcast[warp][1];
     __syncwarp();
-    float* dxr = dx + r * C;
-    float* dyx = dy_xhat + r * C;
+    E* dxr = dx + r * C;
+    E* dyx = dy_xhat + r * C;
     for (i64 c = lane; c < C; c += 32) {
-      const float g = cm::mul(dyr[c], w[c]);
-      const float xhat = cm::mul(cm::sub(xr[c], mu), rs);
-      dxr[c] = cm::mul(rs, cm::sub(cm::sub(g, mg), cm::mul(xhat, mgx)));
-      dyx[c] = cm::mul(dyr[c], xhat);
+      const float d = ld_elem(dyr, c);
+      const float g = cm::mul(d, ld_elem(w, c));
+      const float xhat = cm::mul(cm::sub(ld_elem(xr, c), mu), rs);
+      st_elem(dxr, c, cm::mul(rs, cm::sub(cm::sub(g, mg), cm::mul(xhat, mgx))));
+      st_elem(dyx, c, cm::mul(d, xhat));
     }
   }
 }
 
 // ---- GELU --------------------------------------------------------------------------------------
 // gpt::gelu<true> / gelu_grad<true>: the branch-free tanh (the same bits as the scalar one; no
-// divergence within a warp). Vec: float4 over the first n / 4 groups (all pointers aligned),
-// the tail scalar.
+// divergence within a warp). E: the storage type (widened as loaded, rounded once on store).
+// Vec: kVec<E> elements per 16-byte access over the first n / kVec<E> groups (all pointers
+// aligned), the tail scalar.
 
-template <bool Vec>
-__global__ void gelu_forward_kernel(const float* x, float* y, i64 n) {
+template <class E, bool Vec>
+__global__ void gelu_forward_kernel(const E* x, E* y, i64 n) {
   i64 first = 0;
   if constexpr (Vec) {
-    const i64 n4 = n / 4;
-    for (i64 i = global_thread(); i < n4; i += grid_threads()) {
-      const float4 a = load4(x + 4 * i);
-      store4(y + 4 * i, make_float4(gpt::gelu<true>(a.x), gpt::gelu<true>(a.y),
-                                    gpt::gelu<true>(a.z), gpt::gelu<true>(a.w)));
+    constexpr int W = kVec<E>;
+    const i64 nv = n / W;
+    for (i64 i = global_thread(); i < nv; i += grid_threads()) {
+      float a[W];
+      ld_vec(x + W * i, a);
+#pragma unroll
+      for (int k = 0; k < W; ++k) a[k] = gpt::gelu<true>(a[k]);
+      st_vec(y + W * i, a);
     }
-    first = n4 * 4;
-  }
-  for (i64 i = first + global_thread(); i < n; i += grid_threads()) y[i] = gpt::gelu<true>(x[i]);
-}
-
-template <bool Vec>
-__global__ void gelu_backward_kernel(const float* x, const float* gy, float* gx, i64 n) {
-  i64 first = 0;
-  if constexpr (Vec) {
-    const i64 n4 = n / 4;
-    for (i64 i = global_thread(); i < n4; i += grid_threads()) {
-      const float4 a = load4(x + 4 * i), g = load4(gy + 4 * i);
-      store4(gx + 4 * i,
-             make_float4(gpt::gelu_grad<true>(a.x, g.x), gpt::gelu_grad<true>(a.y, g.y),
-                         gpt::gelu_grad<true>(a.z, g.z), gpt::gelu_grad<true>(a.w, g.w)));
-    }
-    first = n4 * 4;
+    first = nv * W;
   }
   for (i64 i = first + global_thread(); i < n; i += grid_threads())
-    gx[i] = gpt::gelu_grad<true>(x[i], gy[i]);
+    st_elem(y, i, gpt::gelu<true>(ld_elem(x, i)));
+}
+
+template <class E, bool Vec>
+__global__ void gelu_backward_kernel(const E* x, const E* gy, E* gx, i64 n) {
+  i64 first = 0;
+  if constexpr (Vec) {
+    constexpr int W = kVec<E>;
+    const i64 nv = n / W;
+    for (i64 i = global_thread(); i < nv; i += grid_threads()) {
+      float a[W], g[W];
+      ld_vec(x + W * i, a);
+      ld_vec(gy + W * i, g);
+#pragma unroll
+      for (int k = 0; k < W; ++k) a[k] = gpt::gelu_grad<true>(a[k], g[k]);
+      st_vec(gx + W * i, a);
+    }
+    first = nv * W;
+  }
+  for (i64 i = first + global_thread(); i < n; i += grid_threads())
+    st_elem(gx, i, gpt::gelu_grad<true>(ld_elem(x, i), ld_elem(gy, i)));
 }
 
 // ---- softmax cross-entropy ---------------------------------------------------------------------
@@ -362,6 +398,7 @@ __global__ void gelu_backward_kernel(const float* x, const float* gy, float* gx,
 // (the first element, lowest index, attaining the maximum; NaN skipped) from per-lane folds
 // combined by (value, index); the exps on all lanes, staged by chunk in shared memory, and lane
 // 0's ascending chain of their sum. Then the loss (lane 0) or every logit's gradient (all lanes).
+// E: the logits' (and their gradient's) storage type, widened as loaded, rounded once on store.
 
 constexpr int kCeWarps = 4;
 constexpr int kCeChunk = 256;
@@ -370,15 +407,18 @@ struct RowStats {
   float m, s;
 };
 
-__device__ __forceinline__ RowStats warp_softmax_stats(const float* x, i64 n, int lane, float* buf,
+template <class E>
+__device__ __forceinline__ RowStats warp_softmax_stats(const E* x, i64 n, int lane, float* buf,
                                                       float* cand_m, i64* cand_i) {
   float m = -pmath::detail::infinity();
   i64 mi = -1;
-  for (i64 c = lane; c < n; c += 32)
-    if (m < x[c]) {
-      m = x[c];
+  for (i64 c = lane; c < n; c += 32) {
+    const float v = ld_elem(x, c);
+    if (m < v) {
+      m = v;
       mi = c;
     }
+  }
   cand_m[lane] = m;
   cand_i[lane] = mi;
   __syncwarp();
@@ -392,7 +432,7 @@ __device__ __forceinline__ RowStats warp_softmax_stats(const float* x, i64 n, in
         bi = cand_i[k];
       }
     }
-    cand_m[0] = bi < 0 ? -pmath::detail::infinity() : x[bi];
+    cand_m[0] = bi < 0 ? -pmath::detail::infinity() : ld_elem(x, bi);
   }
   __syncwarp();
   const float mx = cand_m[0];
@@ -400,7 +440,7 @@ __device__ __forceinline__ RowStats warp_softmax_stats(const float* x, i64 n, in
   float s = 0.0f;
   for (i64 c0 = 0; c0 < n; c0 += kCeChunk) {
     const i64 len = n - c0 < kCeChunk ? n - c0 : kCeChunk;
-    for (i64 j = lane; j < len; j += 32) buf[j] = cm::exp(cm::sub(x[c0 + j], mx));
+    for (i64 j = lane; j < len; j += 32) buf[j] = cm::exp(cm::sub(ld_elem(x, c0 + j), mx));
     __syncwarp();
     if (lane == 0)
       for (i64 j = 0; j < len; ++j) s = cm::sum_step(s, buf[j]);
@@ -413,23 +453,25 @@ __device__ __forceinline__ RowStats warp_softmax_stats(const float* x, i64 n, in
   return st;
 }
 
+template <class E>
 __global__ void __launch_bounds__(kCeWarps * 32) cross_entropy_rows_kernel(
-    const float* logits, const i64* targets, i64 rows, i64 classes, float* losses) {
+    const E* logits, const i64* targets, i64 rows, i64 classes, float* losses) {
   __shared__ float buf[kCeWarps][kCeChunk];
   __shared__ float cand_m[kCeWarps][32];
   __shared__ i64 cand_i[kCeWarps][32];
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const i64 warps = static_cast<i64>(gridDim.x) * kCeWarps;
   for (i64 r = static_cast<i64>(blockIdx.x) * kCeWarps + warp; r < rows; r += warps) {
-    const float* x = logits + r * classes;
+    const E* x = logits + r * classes;
     const RowStats st = warp_softmax_stats(x, classes, lane, buf[warp], cand_m[warp], cand_i[warp]);
-    if (lane == 0) losses[r] = cm::cross_entropy_loss(st.m, st.s, x[targets[r]]);
+    if (lane == 0) losses[r] = cm::cross_entropy_loss(st.m, st.s, ld_elem(x, targets[r]));
   }
 }
 
+template <class E>
 __global__ void __launch_bounds__(kCeWarps * 32) cross_entropy_backward_rows_kernel(
-    const float* logits, const i64* targets, i64 rows, i64 classes, const float* grad_loss,
-    float scale, float* grad_logits) {
+    const E* logits, const i64* targets, i64 rows, i64 classes, const float* grad_loss,
+    float scale, E* grad_logits) {
   __shared__ float buf[kCeWarps][kCeChunk];
   __shared__ float cand_m[kCeWarps][32];
   __shared__ i64 cand_i[kCeWarps][32];
@@ -437,12 +479,12 @@ __global__ void __launch_bounds__(kCeWarps * 32) cross_entropy_backward_rows_ker
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const i64 warps = static_cast<i64>(gridDim.x) * kCeWarps;
   for (i64 r = static_cast<i64>(blockIdx.x) * kCeWarps + warp; r < rows; r += warps) {
-    const float* x = logits + r * classes;
-    float* g = grad_logits + r * classes;
+    const E* x = logits + r * classes;
+    E* g = grad_logits + r * classes;
     const RowStats st = warp_softmax_stats(x, classes, lane, buf[warp], cand_m[warp], cand_i[warp]);
     const i64 t = targets[r];
     for (i64 c = lane; c < classes; c += 32)
-      g[c] = cm::cross_entropy_grad(factor, x[c], st.m, st.s, c == t);
+      st_elem(g, c, cm::cross_entropy_grad(factor, ld_elem(x, c), st.m, st.s, c == t));
   }
 }
 
@@ -452,34 +494,78 @@ __global__ void __launch_bounds__(kCeWarps * 32) cross_entropy_backward_rows_ker
 
 void launch_cross_entropy(const Launch& l, const float* logits, const i64* targets, i64 rows,
                           i64 classes, float* losses) {
-  cross_entropy_rows_kernel<<<blocks_for(rows, kCeWarps), kCeWarps * 32, 0, l.get()>>>(
-      logits, targets, rows, classes, losses);
+  cross_entropy_rows_kernel<float><<<blocks_for(rows, kCeWarps), kCeWarps * 32, 0, l.get()>>>(logits, targets, rows, classes, losses);
   l.check();
 }
 
 void launch_cross_entropy_backward(const Launch& l, const float* logits, const i64* targets,
                                    i64 rows, i64 classes, const float* grad_loss, float scale,
                                    float* grad_logits) {
-  cross_entropy_backward_rows_kernel<<<blocks_for(rows, kCeWarps), kCeWarps * 32, 0, l.get()>>>(
-      logits, targets, rows, classes, grad_loss, scale, grad_logits);
+  cross_entropy_backward_rows_kernel<float><<<blocks_for(rows, kCeWarps), kCeWarps * 32, 0, l.get()>>>(logits, targets, rows, classes, grad_loss, scale, grad_logits);
   l.check();
 }
+
+namespace {
+
+// The launches of the embedding forward, LayerNorm, GELU and cross-entropy kernels on E (the f32
+// entries with float, the *_ex entries with bfloat16 / float16).
+
+template <class E>
+void run_embedding_forward(const Launch& l, const i64* idx, const E* wte, const E* wpe, i64 N,
+                           i64 T, i64 C, E* out) {
+  constexpr int W = kVec<E>;
+  const bool vec = C % W == 0 && aligned16(wte) && aligned16(out) &&
+                   (wpe == nullptr || aligned16(wpe));
+  if (vec)
+    embedding_forward_kernel<E, true><<<blocks_for(N * C / W), kThreads, 0, l.get()>>>(idx, wte, wpe, N, T, C, out);
+  else
+    embedding_forward_kernel<E, false><<<blocks_for(N * C), kThreads, 0, l.get()>>>(idx, wte, wpe, N, T, C, out);
+  l.check();
+}
+
+template <class E>
+void run_layernorm_forward(const Launch& l, const E* x, const E* w, const E* b, i64 N, i64 C,
+                           float eps, E* y, float* mean, float* rstd) {
+  layernorm_forward_kernel<E><<<blocks_for(N, kLnWarps), kLnWarps * 32, 0, l.get()>>>(x, w, b, N, C, eps, y, mean, rstd);
+  l.check();
+}
+
+template <class E>
+void run_layernorm_backward(const Launch& l, const E* dy, const E* x, const E* w,
+                            const float* mean, const float* rstd, i64 N, i64 C, E* dx,
+                            E* dy_xhat) {
+  layernorm_backward_kernel<E><<<blocks_for(N, kLnWarps), kLnWarps * 32, 0, l.get()>>>(dy, x, w, mean, rstd, N, C, dx, dy_xhat);
+  l.check();
+}
+
+template <class E>
+void run_gelu_forward(const Launch& l, const E* x, E* y, i64 n) {
+  constexpr int W = kVec<E>;
+  if (aligned16(x) && aligned16(y))
+    gelu_forward_kernel<E, true><<<blocks_for((n + W - 1) / W), kThreads, 0, l.get()>>>(x, y, n);
+  else
+    gelu_forward_kernel<E, false><<<blocks_for(n), kThreads, 0, l.get()>>>(x, y, n);
+  l.check();
+}
+
+template <class E>
+void run_gelu_backward(const Launch& l, const E* x, const E* gy, E* gx, i64 n) {
+  constexpr int W = kVec<E>;
+  if (aligned16(x) && aligned16(gy) && aligned16(gx))
+    gelu_backward_kernel<E, true><<<blocks_for((n + W - 1) / W), kThreads, 0, l.get()>>>(x, gy, gx, n);
+  else
+    gelu_backward_kernel<E, false><<<blocks_for(n), kThreads, 0, l.get()>>>(x, gy, gx, n);
+  l.check();
+}
+
+}  // namespace
 
 // ---- CudaGptKernels: embedding, LayerNorm, GELU ------------------------------------------------
 
 void CudaGptKernels::embedding_forward(Stream& s, const i64* idx, const float* wte,
                                        const float* wpe, i64 N, i64 T, i64 C, float* out) {
   if (N <= 0 || C <= 0) return;
-  Launch l(backend_, s, "embedding_forward");
-  const bool vec = C % 4 == 0 && aligned16(wte) && aligned16(out) &&
-                   (wpe == nullptr || aligned16(wpe));
-  if (vec)
-    embedding_forward_kernel<4><<<blocks_for(N * C / 4), kThreads, 0, l.get()>>>(idx, wte, wpe, N,
-                                                                                 T, C, out);
-  else
-    embedding_forward_kernel<1><<<blocks_for(N * C), kThreads, 0, l.get()>>>(idx, wte, wpe, N, T,
-                                                                             C, out);
-  l.check();
+  run_embedding_forward(Launch(backend_, s, "embedding_forward"), idx, wte, wpe, N, T, C, out);
 }
 
 void CudaGptKernels::embedding_backward(Stream& s, const i64* idx, const float* dy, i64 N, i64 C,
@@ -534,39 +620,107 @@ void CudaGptKernels::layernorm_forward(Stream& s, const float* x, const float* w
                                        i64 N, i64 C, float eps, float* y, float* mean,
                                        float* rstd) {
   if (N <= 0) return;
-  Launch l(backend_, s, "layernorm_forward");
-  layernorm_forward_kernel<<<blocks_for(N, kLnWarps), kLnWarps * 32, 0, l.get()>>>(
-      x, w, b, N, C, eps, y, mean, rstd);
-  l.check();
+  run_layernorm_forward(Launch(backend_, s, "layernorm_forward"), x, w, b, N, C, eps, y, mean,
+                        rstd);
 }
 
 void CudaGptKernels::layernorm_backward(Stream& s, const float* dy, const float* x,
                                         const float* w, const float* mean, const float* rstd,
                                         i64 N, i64 C, float* dx, float* dy_xhat) {
   if (N <= 0) return;
-  Launch l(backend_, s, "layernorm_backward");
-  layernorm_backward_kernel<<<blocks_for(N, kLnWarps), kLnWarps * 32, 0, l.get()>>>(
-      dy, x, w, mean, rstd, N, C, dx, dy_xhat);
-  l.check();
+  run_layernorm_backward(Launch(backend_, s, "layernorm_backward"), dy, x, w, mean, rstd, N, C,
+                         dx, dy_xhat);
 }
 
 void CudaGptKernels::gelu_forward(Stream& s, const float* x, float* y, i64 n) {
   if (n <= 0) return;
-  Launch l(backend_, s, "gelu_forward");
-  if (aligned16(x) && aligned16(y))
-    gelu_forward_kernel<true><<<blocks_for((n + 3) / 4), kThreads, 0, l.get()>>>(x, y, n);
-  else
-    gelu_forward_kernel<false><<<blocks_for(n), kThreads, 0, l.get()>>>(x, y, n);
-  l.check();
+  run_gelu_forward(Launch(backend_, s, "gelu_forward"), x, y, n);
 }
 
 void CudaGptKernels::gelu_backward(Stream& s, const float* x, const float* gy, float* gx, i64 n) {
   if (n <= 0) return;
-  Launch l(backend_, s, "gelu_backward");
-  if (aligned16(x) && aligned16(gy) && aligned16(gx))
-    gelu_backward_kernel<true><<<blocks_for((n + 3) / 4), kThreads, 0, l.get()>>>(x, gy, gx, n);
-  else
-    gelu_backward_kernel<false><<<blocks_for(n), kThreads, 0, l.get()>>>(x, gy, gx, n);
+  run_gelu_backward(Launch(backend_, s, "gelu_backward"), x, gy, gx, n);
+}
+
+// ---- the typed row kernels (Kernels::*_ex): the kernels above on bfloat16 / float16 ------------
+
+void CudaGptKernels::embedding_forward_ex(Stream& s, DType dtype, const i64* idx, const void* wte,
+                                          const void* wpe, i64 N, i64 T, i64 C, void* out) {
+  if (N <= 0 || C <= 0) return;
+  const Launch l(backend_, s, "embedding_forward_ex");
+  with_storage(dtype, [&](auto e) {
+    using E = decltype(e);
+    run_embedding_forward(l, idx, static_cast<const E*>(wte), static_cast<const E*>(wpe), N, T, C,
+                          static_cast<E*>(out));
+  });
+}
+
+void CudaGptKernels::layernorm_forward_ex(Stream& s, DType dtype, const void* x, const void* w,
+                                          const void* b, i64 N, i64 C, float eps, void* y,
+                                          float* mean, float* rstd) {
+  if (N <= 0) return;
+  const Launch l(backend_, s, "layernorm_forward_ex");
+  with_storage(dtype, [&](auto e) {
+    using E = decltype(e);
+    run_layernorm_forward(l, static_cast<const E*>(x), static_cast<const E*>(w),
+                          static_cast<const E*>(b), N, C, eps, static_cast<E*>(y), mean, rstd);
+  });
+}
+
+void CudaGptKernels::layernorm_backward_ex(Stream& s, DType dtype, const void* dy, const void* x,
+                                           const void* w, const float* mean, const float* rstd,
+                                           i64 N, i64 C, void* dx, void* dy_xhat) {
+  if (N <= 0) return;
+  const Launch l(backend_, s, "layernorm_backward_ex");
+  with_storage(dtype, [&](auto e) {
+    using E = decltype(e);
+    run_layernorm_backward(l, static_cast<const E*>(dy), static_cast<const E*>(x),
+                           static_cast<const E*>(w), mean, rstd, N, C, static_cast<E*>(dx),
+                           static_cast<E*>(dy_xhat));
+  });
+}
+
+void CudaGptKernels::gelu_forward_ex(Stream& s, DType dtype, const void* x, void* y, i64 n) {
+  if (n <= 0) return;
+  const Launch l(backend_, s, "gelu_forward_ex");
+  with_storage(dtype, [&](auto e) {
+    using E = decltype(e);
+    run_gelu_forward(l, static_cast<const E*>(x), static_cast<E*>(y), n);
+  });
+}
+
+void CudaGptKernels::gelu_backward_ex(Stream& s, DType dtype, const void* x, const void* gy,
+                                      void* gx, i64 n) {
+  if (n <= 0) return;
+  const Launch l(backend_, s, "gelu_backward_ex");
+  with_storage(dtype, [&](auto e) {
+    using E = decltype(e);
+    run_gelu_backward(l, static_cast<const E*>(x), static_cast<const E*>(gy), static_cast<E*>(gx),
+                      n);
+  });
+}
+
+void CudaGptKernels::cross_entropy_ex(Stream& s, DType dtype, const void* logits,
+                                      const i64* targets, i64 rows, i64 classes, float* losses) {
+  if (rows <= 0) return;
+  const Launch l(backend_, s, "cross_entropy_ex");
+  with_storage(dtype, [&](auto e) {
+    using E = decltype(e);
+    cross_entropy_rows_kernel<E><<<blocks_for(rows, kCeWarps), kCeWarps * 32, 0, l.get()>>>(static_cast<const E*>(logits), targets, rows, classes, losses);
+  });
+  l.check();
+}
+
+void CudaGptKernels::cross_entropy_backward_ex(Stream& s, DType dtype, const void* logits,
+                                               const i64* targets, i64 rows, i64 classes,
+                                               const float* grad_loss, float scale,
+                                               void* grad_logits) {
+  if (rows <= 0 || classes <= 0) return;
+  const Launch l(backend_, s, "cross_entropy_backward_ex");
+  with_storage(dtype, [&](auto e) {
+    using E = decltype(e);
+    cross_entropy_backward_rows_kernel<E><<<blocks_for(rows, kCeWarps), kCeWarps * 32, 0, l.get()>>>(static_cast<const E*>(logits), targets, rows, classes, grad_loss, scale, static_cast<E*>(grad_logits));
+  });
   l.check();
 }
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend_cuda/cuda_backend.h"
@@ -23,6 +24,7 @@
 #include "core/numerics/canonical_math.h"
 #include "core/numerics/canonical_tree.h"
 #include "core/numerics/determinism.h"
+#include "core/numerics/float_formats.h"
 
 namespace ditto::cuda::kern {
 
@@ -70,6 +72,73 @@ __device__ __forceinline__ float tree_over(const float* leaves, i64 n) {
   }
   tree.result(v);
   return v[0];
+}
+
+// ---- storage-dtype elements (the typed row kernels, Kernels::*_ex; cuda_fused.cu) ---------------
+// E is float, bfloat16 or float16 (ditto's bit containers, core/numerics/float_formats.h):
+// ld_elem widens element i to f32 (exact: the simulator's cast), st_elem rounds v once into E
+// (round to nearest even, the simulator's cast); for float both are plain accesses.
+template <class E>
+__device__ __forceinline__ float ld_elem(const E* p, i64 i) {
+  if constexpr (std::is_same_v<E, float>)
+    return p[i];
+  else
+    return p[i].to_float();
+}
+template <class E>
+__device__ __forceinline__ void st_elem(E* p, i64 i, float v) {
+  if constexpr (std::is_same_v<E, float>)
+    p[i] = v;
+  else
+    p[i] = E::from(v);
+}
+
+// Elements of E in one 16-byte access (4 floats, 8 bf16 / f16).
+template <class E>
+inline constexpr int kVec = static_cast<int>(16 / sizeof(E));
+
+// r = the kVec<E> elements at p (16-byte aligned), widened; little endian: element 2j in the low
+// half of word j.
+template <class E>
+__device__ __forceinline__ void ld_vec(const E* p, float (&r)[kVec<E>]) {
+  if constexpr (std::is_same_v<E, float>) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    r[0] = v.x, r[1] = v.y, r[2] = v.z, r[3] = v.w;
+  } else {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      r[2 * j] = E{static_cast<std::uint16_t>(w[j] & 0xffffu)}.to_float();
+      r[2 * j + 1] = E{static_cast<std::uint16_t>(w[j] >> 16)}.to_float();
+    }
+  }
+}
+// The kVec<E> elements at p (16-byte aligned) = r, each rounded once into E.
+template <class E>
+__device__ __forceinline__ void st_vec(E* p, const float (&r)[kVec<E>]) {
+  if constexpr (std::is_same_v<E, float>) {
+    *reinterpret_cast<float4*>(p) = make_float4(r[0], r[1], r[2], r[3]);
+  } else {
+    unsigned w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+      w[j] = static_cast<unsigned>(E::from(r[2 * j]).bits) |
+             (static_cast<unsigned>(E::from(r[2 * j + 1]).bits) << 16);
+    uint4 v;
+    v.x = w[0], v.y = w[1], v.z = w[2], v.w = w[3];
+    *reinterpret_cast<uint4*>(p) = v;
+  }
+}
+
+// Runs f(E{}) with E the storage type of dtype t: bfloat16 for bf16, float16 for f16 (the
+// typed row kernels' dtypes; core checked has_rows_ex).
+template <class F>
+void with_storage(DType t, const F& f) {
+  if (t == DType::bf16)
+    f(bfloat16{});
+  else
+    f(float16{});
 }
 
 // How a reduction's result T lands in its destination d.
@@ -298,6 +367,33 @@ class CudaGptKernels : public CudaDtypeKernels {
                         std::uint64_t stream, std::uint64_t index_base) override;
   void sum_squares(Stream& s, const float* x, i64 n, float* out, Determinism mode) override;
   void sum_squares_blocks(Stream& s, const float* x, i64 n, float* out) override;
+
+  // The typed row kernels (cuda_fused.cu; dropout: cuda_kernels_gpt.cu): bf16 and f16, both
+  // modes (Note [CUDA fused kernels]).
+  bool has_rows_ex(DType storage, Determinism) const override {
+    return storage == DType::bf16 || storage == DType::f16;
+  }
+  void embedding_forward_ex(Stream& s, DType dtype, const i64* idx, const void* wte,
+                            const void* wpe, i64 N, i64 T, i64 C, void* out) override;
+  void layernorm_forward_ex(Stream& s, DType dtype, const void* x, const void* w, const void* b,
+                            i64 N, i64 C, float eps, void* y, float* mean, float* rstd) override;
+  void layernorm_backward_ex(Stream& s, DType dtype, const void* dy, const void* x, const void* w,
+                             const float* mean, const float* rstd, i64 N, i64 C, void* dx,
+                             void* dy_xhat) override;
+  void gelu_forward_ex(Stream& s, DType dtype, const void* x, void* y, i64 n) override;
+  void gelu_backward_ex(Stream& s, DType dtype, const void* x, const void* gy, void* gx,
+                        i64 n) override;
+  void cross_entropy_ex(Stream& s, DType dtype, const void* logits, const i64* targets, i64 rows,
+                        i64 classes, float* losses) override;
+  void cross_entropy_backward_ex(Stream& s, DType dtype, const void* logits, const i64* targets,
+                                 i64 rows, i64 classes, const float* grad_loss, float scale,
+                                 void* grad_logits) override;
+  void dropout_forward_ex(Stream& s, DType dtype, const void* x, void* y, i64 n, float p,
+                          std::uint64_t seed, std::uint64_t stream,
+                          std::uint64_t index_base) override;
+  void dropout_backward_ex(Stream& s, DType dtype, const void* gy, void* gx, i64 n, float p,
+                           std::uint64_t seed, std::uint64_t stream,
+                           std::uint64_t index_base) override;
 
   // The multi-tensor kernels (cuda_multi_tensor.cu, Note [CUDA fused kernels]).
   bool has_multi_tensor_kernels() const override { return true; }

@@ -20,11 +20,14 @@ namespace {
 
 // ---- dropout (Note [Dropout masks]) ------------------------------------------------------------
 
-__global__ void dropout_kernel(const float* x, float* y, i64 n, float p, float scale,
-                               std::uint64_t seed, std::uint64_t stream, std::uint64_t base) {
+// E: the storage type of x and y (float; bfloat16 / float16 for dropout_*_ex), widened as
+// loaded, rounded once on store.
+template <class E>
+__global__ void dropout_kernel(const E* x, E* y, i64 n, float p, float scale, std::uint64_t seed,
+                               std::uint64_t stream, std::uint64_t base) {
   for (i64 i = global_thread(); i < n; i += grid_threads()) {
     const bool kept = gpt::dropout_keep(seed, stream, base + static_cast<std::uint64_t>(i), p);
-    y[i] = gpt::dropout_apply(kept, x[i], scale);
+    st_elem(y, i, gpt::dropout_apply(kept, ld_elem(x, i), scale));
   }
 }
 
@@ -57,11 +60,21 @@ __global__ void __launch_bounds__(kSquaresThreads) squares_fast_kernel(const flo
 }
 
 // One launch of dropout_kernel (forward: x -> y; backward: gy -> gx, the same mask).
-void launch_dropout(const Launch& l, const float* in, float* out, i64 n, float p,
-                    std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base) {
-  dropout_kernel<<<blocks_for(n), kThreads, 0, l.get()>>>(in, out, n, p, gpt::dropout_scale(p),
-                                                          seed, stream, index_base);
+template <class E>
+void launch_dropout(const Launch& l, const E* in, E* out, i64 n, float p, std::uint64_t seed,
+                    std::uint64_t stream, std::uint64_t index_base) {
+  dropout_kernel<E><<<blocks_for(n), kThreads, 0, l.get()>>>(in, out, n, p, gpt::dropout_scale(p), seed, stream, index_base);
   l.check();
+}
+
+// dropout_forward_ex / dropout_backward_ex (the same kernel) on dtype's storage type.
+void launch_dropout_ex(const Launch& l, DType dtype, const void* in, void* out, i64 n, float p,
+                       std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base) {
+  with_storage(dtype, [&](auto e) {
+    using E = decltype(e);
+    launch_dropout(l, static_cast<const E*>(in), static_cast<E*>(out), n, p, seed, stream,
+                   index_base);
+  });
 }
 
 }  // namespace
@@ -80,6 +93,22 @@ void CudaGptKernels::dropout_backward(Stream& s, const float* gy, float* gx, i64
                                       std::uint64_t index_base) {
   if (n <= 0) return;
   launch_dropout(Launch(backend_, s, "dropout_backward"), gy, gx, n, p, seed, stream, index_base);
+}
+
+void CudaGptKernels::dropout_forward_ex(Stream& s, DType dtype, const void* x, void* y, i64 n,
+                                        float p, std::uint64_t seed, std::uint64_t stream,
+                                        std::uint64_t index_base) {
+  if (n <= 0) return;
+  launch_dropout_ex(Launch(backend_, s, "dropout_forward_ex"), dtype, x, y, n, p, seed, stream,
+                    index_base);
+}
+
+void CudaGptKernels::dropout_backward_ex(Stream& s, DType dtype, const void* gy, void* gx, i64 n,
+                                         float p, std::uint64_t seed, std::uint64_t stream,
+                                         std::uint64_t index_base) {
+  if (n <= 0) return;
+  launch_dropout_ex(Launch(backend_, s, "dropout_backward_ex"), dtype, gy, gx, n, p, seed, stream,
+                    index_base);
 }
 
 void CudaGptKernels::sum_squares(Stream& s, const float* x, i64 n, float* out, Determinism mode) {

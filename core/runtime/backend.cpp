@@ -92,6 +92,43 @@ void Kernels::sum_squares_blocks(Stream& s, const float* x, std::int64_t n, floa
   for (std::int64_t j = 0, lo = 0; lo < n; ++j, lo += gpt::kSquaresBlock)
     sum_squares(s, x + lo, std::min(gpt::kSquaresBlock, n - lo), out + j, Determinism::bitwise);
 }
+bool Kernels::has_rows_ex(DType, Determinism) const { return false; }
+void Kernels::embedding_forward_ex(Stream&, DType, const std::int64_t*, const void*, const void*,
+                                   std::int64_t, std::int64_t, std::int64_t, void*) {
+  no_kernel("embedding_forward_ex");
+}
+void Kernels::layernorm_forward_ex(Stream&, DType, const void*, const void*, const void*,
+                                   std::int64_t, std::int64_t, float, void*, float*, float*) {
+  no_kernel("layernorm_forward_ex");
+}
+void Kernels::layernorm_backward_ex(Stream&, DType, const void*, const void*, const void*,
+                                    const float*, const float*, std::int64_t, std::int64_t, void*,
+                                    void*) {
+  no_kernel("layernorm_backward_ex");
+}
+void Kernels::gelu_forward_ex(Stream&, DType, const void*, void*, std::int64_t) {
+  no_kernel("gelu_forward_ex");
+}
+void Kernels::gelu_backward_ex(Stream&, DType, const void*, const void*, void*, std::int64_t) {
+  no_kernel("gelu_backward_ex");
+}
+void Kernels::cross_entropy_ex(Stream&, DType, const void*, const std::int64_t*, std::int64_t,
+                               std::int64_t, float*) {
+  no_kernel("cross_entropy_ex");
+}
+void Kernels::cross_entropy_backward_ex(Stream&, DType, const void*, const std::int64_t*,
+                                        std::int64_t, std::int64_t, const float*, float, void*) {
+  no_kernel("cross_entropy_backward_ex");
+}
+void Kernels::dropout_forward_ex(Stream&, DType, const void*, void*, std::int64_t, float,
+                                 std::uint64_t, std::uint64_t, std::uint64_t) {
+  no_kernel("dropout_forward_ex");
+}
+void Kernels::dropout_backward_ex(Stream&, DType, const void*, void*, std::int64_t, float,
+                                  std::uint64_t, std::uint64_t, std::uint64_t) {
+  no_kernel("dropout_backward_ex");
+}
+
 void Kernels::cast(Stream&, const void*, DType, void*, DType, std::int64_t) { no_kernel("cast"); }
 void Kernels::fill_bits(Stream&, void*, std::size_t, std::uint64_t, std::int64_t) {
   no_kernel("fill_bits");

@@ -348,6 +348,64 @@ class Kernels {
   /// gx[i] = gy[i] * scale if element i was kept else 0 (the same mask, recomputed).
   virtual void dropout_backward(Stream& s, const float* gy, float* gx, std::int64_t n, float p,
                                 std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base);
+
+  // ---- typed row kernels (issue 29; Note [Mixed precision], core/runtime/mixed_precision.h) --
+  // The row and element kernels of the GPT step above (and the softmax cross-entropy) on the
+  // storage dtype: `dtype` (bf16 or f16) is the dtype of every `void*` tensor; f32 stays f32
+  // (LayerNorm's mean and rstd, per-sample losses, grad_loss). Each loads its elements into f32
+  // (exact), runs the arithmetic of its f32 kernel (the same operation order, Note [GPT
+  // kernels]) and rounds each output element once into `dtype` (round to nearest even): the
+  // bits of the simulator's MixedOp path (widen to f32 scratch, f32 kernel, cast), in both
+  // modes, without its scratch, conversions and launches. Only called where has_rows_ex(dtype,
+  // mode) is true (core checked the arguments); the defaults throw InvalidArgument ("this
+  // backend has no kernel <name>_ex").
+
+  /// Whether the *_ex row kernels below run natively here for storage dtype `storage` in `mode`.
+  /// Default: false, and the ops of core/runtime/ops.h (ops::embedding, layernorm(_backward),
+  /// gelu(_backward), cross_entropy(_backward), add, dropout(_backward)) run bf16 / f16 tensors
+  /// through f32 scratch and the f32 kernels instead (Note [Mixed precision]); the simulator
+  /// keeps that path (its bits, virtual time and memory accounting). cuda: true for bf16 and f16
+  /// in both modes. Ops without a mode ask for Determinism::bitwise (these kernels have one
+  /// order in both modes).
+  virtual bool has_rows_ex(DType storage, Determinism mode) const;
+  /// embedding_forward on storage-dtype wte, wpe (may be null) and out: out[r, c] =
+  /// round(float(wte[idx[r], c]) + float(wpe[r % T, c])) (without wpe: wte's element).
+  virtual void embedding_forward_ex(Stream& s, DType dtype, const std::int64_t* idx,
+                                    const void* wte, const void* wpe, std::int64_t N,
+                                    std::int64_t T, std::int64_t C, void* out);
+  /// layernorm_forward with x, w, b (may be null) and y in `dtype`; mean and rstd f32 [N].
+  virtual void layernorm_forward_ex(Stream& s, DType dtype, const void* x, const void* w,
+                                    const void* b, std::int64_t N, std::int64_t C, float eps,
+                                    void* y, float* mean, float* rstd);
+  /// layernorm_backward with dy, x, w, dx and dy_xhat in `dtype`; mean and rstd f32 [N].
+  virtual void layernorm_backward_ex(Stream& s, DType dtype, const void* dy, const void* x,
+                                     const void* w, const float* mean, const float* rstd,
+                                     std::int64_t N, std::int64_t C, void* dx, void* dy_xhat);
+  /// gelu_forward on `dtype` elements (y may alias x).
+  virtual void gelu_forward_ex(Stream& s, DType dtype, const void* x, void* y, std::int64_t n);
+  /// gelu_backward on `dtype` elements.
+  virtual void gelu_backward_ex(Stream& s, DType dtype, const void* x, const void* gy, void* gx,
+                                std::int64_t n);
+  /// cross_entropy on `dtype` logits [rows, classes]; losses f32 [rows].
+  virtual void cross_entropy_ex(Stream& s, DType dtype, const void* logits,
+                                const std::int64_t* targets, std::int64_t rows,
+                                std::int64_t classes, float* losses);
+  /// cross_entropy_backward on `dtype` logits into `dtype` grad_logits; grad_loss a device
+  /// pointer to one f32.
+  virtual void cross_entropy_backward_ex(Stream& s, DType dtype, const void* logits,
+                                         const std::int64_t* targets, std::int64_t rows,
+                                         std::int64_t classes, const float* grad_loss, float scale,
+                                         void* grad_logits);
+  /// dropout_forward on `dtype` elements (the same mask; y may alias x).
+  virtual void dropout_forward_ex(Stream& s, DType dtype, const void* x, void* y, std::int64_t n,
+                                  float p, std::uint64_t seed, std::uint64_t stream,
+                                  std::uint64_t index_base);
+  /// dropout_backward on `dtype` elements.
+  virtual void dropout_backward_ex(Stream& s, DType dtype, const void* gy, void* gx, std::int64_t n,
+                                   float p, std::uint64_t seed, std::uint64_t stream,
+                                   std::uint64_t index_base);
+  // The residual add has no entry of its own: where has_rows_ex is true, ops::add on two
+  // tensors of one storage dtype calls add_any (below): one f32 add, rounded once, the same bits.
   /// *out = sum_i x[i]^2 over n elements (a gradient norm's square). bitwise: x in blocks of
   /// kSquaresBlock (gpt_math.h) elements, each an ascending chain acc = fma(x, x, acc) from
   /// 0.0f, the blocks combined by the canonical tree over the block index; fast: any order.

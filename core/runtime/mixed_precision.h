@@ -47,17 +47,24 @@
 //     device's memory (capacity, in_use, peak, the trace's counter): a native bf16 kernel would
 //     not hold it, so memory reports and OutOfMemory match a bf16 run on the real GPU. The
 //     outputs are allocated under an inner StorageDTypeScope(f32) and so are charged.
-// The CUDA backend really converts (its memory and time include the scratch): no new kernel, the
-// same Kernels::cast and f32 kernels as the simulator, hence the same bits. Except matrix
-// products: where a backend runs the typed GEMM natively (Kernels::has_gemm_ex; cuda, not the
-// simulator), ops::gemm, ops::matmul and ops::linear call Kernels::gemm_ex on the stored
-// operands instead (no f32 copy of a whole tensor): in bitwise mode with the same bits (the
-// operands widened as loaded, each result rounded once into c, Note [CUDA canonical GEMM]); in
-// fast mode through cuBLASLt (bf16 / f16 tensor cores with f32 accumulation; ops::linear's bias
-// fused into the epilogue, rounding once). Likewise the micro-sharded weight gradient: where a
-// backend has Kernels::has_gemm_tn_sharded_ex (cuda), ops::gemm_tn_sharded calls
-// gemm_tn_sharded_ex on the stored dY and X, with the bits of the f32 path (each dW element
-// rounded once).
+// The CUDA backend really converts (its memory and time include the scratch), with the same
+// Kernels::cast and f32 kernels as the simulator, hence the same bits, except where it runs the
+// op natively on the storage dtype:
+//   - matrix products: where a backend runs the typed GEMM natively (Kernels::has_gemm_ex; cuda,
+//     not the simulator), ops::gemm, ops::matmul and ops::linear call Kernels::gemm_ex on the
+//     stored operands instead (no f32 copy of a whole tensor): in bitwise mode with the same bits
+//     (the operands widened as loaded, each result rounded once into c, Note [CUDA canonical
+//     GEMM]); in fast mode through cuBLASLt (bf16 / f16 tensor cores with f32 accumulation;
+//     ops::linear's bias fused into the epilogue, rounding once); likewise the micro-sharded
+//     weight gradient: where Kernels::has_gemm_tn_sharded_ex (cuda), ops::gemm_tn_sharded calls
+//     gemm_tn_sharded_ex on the stored dY and X, with the bits of the f32 path (each dW element
+//     rounded once);
+//   - the row ops of the GPT step: where Kernels::has_rows_ex (cuda, not the simulator),
+//     ops::embedding, layernorm(_backward), gelu(_backward), cross_entropy(_backward),
+//     dropout(_backward) and add on tensors of one storage dtype (LayerNorm's mean / rstd and
+//     grad_loss f32) call the typed row kernels (Kernels::*_ex; add: add_any), which load the
+//     storage dtype, run the f32 kernel's arithmetic and round each output once: the bits of the
+//     path above in both modes (Note [CUDA fused kernels]). Mixed dtypes keep the path above.
 // StorageDTypeScope is for the ops' implementation: code around ops does not open one (an
 // allocation inside it would go uncharged).
 #pragma once

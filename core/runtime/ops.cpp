@@ -133,10 +133,11 @@ void check_grad_loss(const char* op, const Tensor& g, const Device& device, cons
               g.str());
 }
 
-/// Checks logits [N, C] f32 and targets [N] i64 on one device, and (on the host) that every
-/// target lies in [0, C).
-void check_cross_entropy_args(const char* op, const Tensor& logits, const Tensor& targets) {
-  check_tensor(op, "logits", logits);
+/// Checks logits [N, C] of dtype `dt` (f32, or the storage dtype of cross_entropy(_backward)_ex)
+/// and targets [N] i64 on one device, and (on the host) that every target lies in [0, C).
+void check_cross_entropy_args(const char* op, const Tensor& logits, const Tensor& targets,
+                              DType dt = DType::f32) {
+  check_tensor(op, "logits", logits, dt);
   check_dims(op, "logits", logits, 2, "[N, C]");
   check_tensor(op, "targets", targets, DType::i64);
   check_device(op, "targets", targets, logits.device(), "logits");
@@ -270,6 +271,17 @@ Tensor relu_backward(const Tensor& y, const Tensor& grad_y) {
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
+  const DType dt = native_rows({&logits});
+  if (dt != DType::f32) {  // cross_entropy_ex on the stored logits; losses f32
+    check_cross_entropy_args("ops::cross_entropy", logits, targets, dt);
+    const std::int64_t n = logits.size(0);
+    Tensor losses = Tensor::empty({n}, DType::f32, logits.device());
+    if (n > 0)
+      kernels_of(logits).cross_entropy_ex(stream_of(logits), dt, logits.data_ptr(),
+                                          targets.data<std::int64_t>(), n, logits.size(1),
+                                          losses.data<float>());
+    return losses;
+  }
   if (any_half({&logits})) {  // per-sample losses stay f32
     MixedOp m("ops::cross_entropy", {&logits});
     return m.out(m.run([&] { return cross_entropy(m.in(logits), targets); }), DType::f32);
@@ -287,6 +299,18 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& grad_loss,
                               float scale) {
   constexpr const char* op = "ops::cross_entropy_backward";
+  // cross_entropy_backward_ex on the stored logits (grad_loss f32), dlogits in their dtype.
+  const DType dt = is_half(grad_loss) ? DType::f32 : native_rows({&logits});
+  if (dt != DType::f32) {
+    check_cross_entropy_args(op, logits, targets, dt);
+    check_grad_loss(op, grad_loss, logits.device(), "logits");
+    Tensor grad = Tensor::empty(logits.shape(), dt, logits.device());
+    if (grad.numel() > 0)
+      kernels_of(logits).cross_entropy_backward_ex(
+          stream_of(logits), dt, logits.data_ptr(), targets.data<std::int64_t>(), logits.size(0),
+          logits.size(1), grad_loss.data<float>(), scale, grad.data_ptr());
+    return grad;
+  }
   if (any_half({&logits, &grad_loss})) {  // dlogits in the logits' dtype
     MixedOp m(op, {&logits, &grad_loss});
     const DType out = is_half(logits) ? logits.dtype() : m.storage();

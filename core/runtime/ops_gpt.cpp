@@ -40,10 +40,11 @@ void check_idx(const char* op, const Tensor& idx, bool flat_ok) {
               " tensor of token ids, got ", idx.str());
 }
 
-/// `t` is an f32 on `ref`'s device whose shape is `expected`.
+/// `t` is a `dt` tensor (f32, or the storage dtype of a typed kernel) on `ref`'s device whose
+/// shape is `expected`.
 void check_shape(const char* op, const char* arg, const Tensor& t, const Shape& expected,
-                 const char* what, const Tensor& ref, const char* ref_arg) {
-  check_tensor(op, arg, t);
+                 const char* what, const Tensor& ref, const char* ref_arg, DType dt = DType::f32) {
+  check_tensor(op, arg, t, dt);
   check_device(op, arg, t, ref.device(), ref_arg);
   DITTO_CHECK(t.shape() == expected, op, ": ", arg, ": expected ", what, " = ", shape_str(expected),
               ", got ", t.str());
@@ -99,25 +100,33 @@ bool native_attention(const Tensor& qkv, const Tensor& dy, std::int64_t n_head, 
 
 Tensor embedding(const Tensor& idx, const Tensor& wte, const Tensor& wpe) {
   constexpr const char* op = "ops::embedding";
-  if (any_half({&wte, &wpe})) {  // Note [Mixed precision]
+  // dt: bf16 / f16 where the backend runs embedding_forward_ex on them, else f32.
+  const DType dt = native_rows({&wte, &wpe});
+  if (dt == DType::f32 && any_half({&wte, &wpe})) {  // Note [Mixed precision]
     MixedOp m(op, {&wte, &wpe});
     return m.out(m.run([&] { return embedding(idx, m.in(wte), m.in(wpe)); }));
   }
   check_idx(op, idx, /*flat_ok=*/false);
-  check_tensor(op, "wte", wte);
+  check_tensor(op, "wte", wte, dt);
   check_device(op, "wte", wte, idx.device(), "idx");
   check_dims(op, "wte", wte, 2, "[V, C]");
   const std::int64_t B = idx.size(0), T = idx.size(1), V = wte.size(0), C = wte.size(1);
   if (wpe.defined()) {
-    check_tensor(op, "wpe", wpe);
+    check_tensor(op, "wpe", wpe, dt);
     check_device(op, "wpe", wpe, idx.device(), "idx");
     DITTO_CHECK(wpe.dim() == 2 && wpe.size(1) == C && wpe.size(0) >= T, op,
                 ": wpe: expected [P, C] with C = ", C, " (the width of wte) and P >= T = ", T,
                 " (the length of idx), got ", wpe.str());
   }
   check_ids(op, idx, V, "wte");
-  Tensor out = Tensor::empty({B, T, C}, DType::f32, idx.device());
+  Tensor out = Tensor::empty({B, T, C}, dt, idx.device());
   if (out.numel() == 0) return out;
+  if (dt != DType::f32) {
+    kernels_of(idx).embedding_forward_ex(stream_of(idx), dt, idx.data<std::int64_t>(),
+                                         wte.data_ptr(), wpe.defined() ? wpe.data_ptr() : nullptr,
+                                         B * T, T, C, out.data_ptr());
+    return out;
+  }
   kernels_of(idx).embedding_forward(stream_of(idx), idx.data<std::int64_t>(), wte.data<float>(),
                                     wpe.defined() ? wpe.data<float>() : nullptr, B * T, T, C,
                                     out.data<float>());
@@ -161,7 +170,8 @@ void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& grad_wte,
 Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& mean,
                  Tensor& rstd) {
   constexpr const char* op = "ops::layernorm";
-  if (any_half({&x, &w, &b})) {  // y in the storage dtype; mean and rstd stay f32
+  const DType dt = native_rows({&x, &w, &b});        // layernorm_forward_ex's dtype, else f32
+  if (dt == DType::f32 && any_half({&x, &w, &b})) {  // y in the storage dtype; mean, rstd f32
     MixedOp m(op, {&x, &w, &b});
     Tensor mf, rf;
     Tensor y = m.out(m.run([&] { return layernorm(m.in(x), m.in(w), m.in(b), eps, mf, rf); }));
@@ -169,18 +179,24 @@ Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, T
     rstd = m.out(rf, DType::f32);
     return y;
   }
-  check_tensor(op, "x", x);
+  check_tensor(op, "x", x, dt);
   DITTO_CHECK(x.dim() >= 1 && x.size(x.dim() - 1) > 0, op,
               ": x: expected a tensor [..., C] of at least 1 dim with C >= 1, got ", x.str());
   const std::int64_t C = x.size(x.dim() - 1), N = leading_rows(x);
-  check_shape(op, "w", w, {C}, "[C]", x, "x");
-  if (b.defined()) check_shape(op, "b", b, {C}, "[C]", x, "x");
+  check_shape(op, "w", w, {C}, "[C]", x, "x", dt);
+  if (b.defined()) check_shape(op, "b", b, {C}, "[C]", x, "x", dt);
   DITTO_CHECK(std::isfinite(eps) && eps >= 0.0f, op, ": eps: expected a finite eps >= 0, got ",
               eps);
-  Tensor y = Tensor::empty(x.shape(), DType::f32, x.device());
+  Tensor y = Tensor::empty(x.shape(), dt, x.device());
   mean = Tensor::empty({N}, DType::f32, x.device());
   rstd = Tensor::empty({N}, DType::f32, x.device());
   if (N == 0) return y;
+  if (dt != DType::f32) {
+    kernels_of(x).layernorm_forward_ex(stream_of(x), dt, x.data_ptr(), w.data_ptr(),
+                                       b.defined() ? b.data_ptr() : nullptr, N, C, eps,
+                                       y.data_ptr(), mean.data<float>(), rstd.data<float>());
+    return y;
+  }
   kernels_of(x).layernorm_forward(stream_of(x), x.data<float>(), w.data<float>(),
                                   b.defined() ? b.data<float>() : nullptr, N, C, eps,
                                   y.data<float>(), mean.data<float>(), rstd.data<float>());
@@ -190,7 +206,9 @@ Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, T
 Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
                           const Tensor& rstd, Tensor& dy_xhat) {
   constexpr const char* op = "ops::layernorm_backward";
-  if (any_half({&dy, &x, &w, &mean, &rstd})) {  // dx and dy_xhat in the storage dtype
+  // layernorm_backward_ex's dtype (dy, x, w of one storage dtype; mean, rstd f32), else f32.
+  const DType dt = any_half({&mean, &rstd}) ? DType::f32 : native_rows({&dy, &x, &w});
+  if (dt == DType::f32 && any_half({&dy, &x, &w, &mean, &rstd})) {  // dx, dy_xhat: storage
     MixedOp m(op, {&dy, &x, &w, &mean, &rstd});
     Tensor hf;
     Tensor dx = m.out(m.run([&] {
@@ -199,17 +217,23 @@ Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, co
     dy_xhat = m.out(hf);
     return dx;
   }
-  check_tensor(op, "dy", dy);
+  check_tensor(op, "dy", dy, dt);
   DITTO_CHECK(dy.dim() >= 1 && dy.size(dy.dim() - 1) > 0, op,
               ": dy: expected a tensor [..., C] of at least 1 dim with C >= 1, got ", dy.str());
-  check_like(op, "x", x, "dy", dy);
+  check_like_any(op, "x", x, "dy", dy);
   const std::int64_t C = x.size(x.dim() - 1), N = leading_rows(x);
-  check_shape(op, "w", w, {C}, "[C]", dy, "dy");
+  check_shape(op, "w", w, {C}, "[C]", dy, "dy", dt);
   check_shape(op, "mean", mean, {N}, "[rows]", dy, "dy");
   check_shape(op, "rstd", rstd, {N}, "[rows]", dy, "dy");
-  Tensor dx = Tensor::empty(x.shape(), DType::f32, x.device());
-  dy_xhat = Tensor::empty(x.shape(), DType::f32, x.device());
+  Tensor dx = Tensor::empty(x.shape(), dt, x.device());
+  dy_xhat = Tensor::empty(x.shape(), dt, x.device());
   if (N == 0) return dx;
+  if (dt != DType::f32) {
+    kernels_of(x).layernorm_backward_ex(stream_of(x), dt, dy.data_ptr(), x.data_ptr(), w.data_ptr(),
+                                        mean.data<float>(), rstd.data<float>(), N, C, dx.data_ptr(),
+                                        dy_xhat.data_ptr());
+    return dx;
+  }
   kernels_of(x).layernorm_backward(stream_of(x), dy.data<float>(), x.data<float>(), w.data<float>(),
                                    mean.data<float>(), rstd.data<float>(), N, C, dx.data<float>(),
                                    dy_xhat.data<float>());
@@ -217,12 +241,27 @@ Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, co
 }
 
 Tensor gelu(const Tensor& x) {
-  return internal::unary_op("ops::gelu", x, gelu, &Kernels::gelu_forward);
+  const DType dt = native_rows({&x});
+  if (dt == DType::f32) return internal::unary_op("ops::gelu", x, gelu, &Kernels::gelu_forward);
+  check_tensor("ops::gelu", "x", x, dt);  // gelu_forward_ex on the storage dtype
+  Tensor y = Tensor::empty(x.shape(), dt, x.device());
+  if (x.numel() > 0)
+    kernels_of(x).gelu_forward_ex(stream_of(x), dt, x.data_ptr(), y.data_ptr(), x.numel());
+  return y;
 }
 
 Tensor gelu_backward(const Tensor& x, const Tensor& grad_y) {
-  return internal::unary_backward_op("ops::gelu_backward", "x", x, grad_y, gelu_backward,
-                                     &Kernels::gelu_backward);
+  constexpr const char* op = "ops::gelu_backward";
+  const DType dt = native_rows({&x, &grad_y});
+  if (dt == DType::f32)
+    return internal::unary_backward_op(op, "x", x, grad_y, gelu_backward, &Kernels::gelu_backward);
+  check_tensor(op, "x", x, dt);  // gelu_backward_ex on the storage dtype
+  check_like_any(op, "grad_y", grad_y, "x", x);
+  Tensor gx = Tensor::empty(x.shape(), dt, x.device());
+  if (x.numel() > 0)
+    kernels_of(x).gelu_backward_ex(stream_of(x), dt, x.data_ptr(), grad_y.data_ptr(), gx.data_ptr(),
+                                   x.numel());
+  return gx;
 }
 
 Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& stats, float p, std::uint64_t seed,
@@ -316,6 +355,22 @@ namespace {
 // Kernels::dropout_forward or dropout_backward (the same mask and arithmetic) on x.
 Tensor run_dropout(const char* op, const char* arg, const Tensor& x, float p, std::uint64_t seed,
                    std::uint64_t stream, std::uint64_t index_base, bool forward) {
+  const DType dt = native_rows({&x});  // dropout_*_ex on the storage dtype, else f32
+  if (dt != DType::f32) {
+    check_tensor(op, arg, x, dt);
+    check_p(op, p);
+    if (p == 0.0f) return x;
+    Tensor y = Tensor::empty(x.shape(), dt, x.device());
+    if (x.numel() == 0) return y;
+    Kernels& k = kernels_of(x);
+    if (forward)
+      k.dropout_forward_ex(stream_of(x), dt, x.data_ptr(), y.data_ptr(), x.numel(), p, seed, stream,
+                           index_base);
+    else
+      k.dropout_backward_ex(stream_of(x), dt, x.data_ptr(), y.data_ptr(), x.numel(), p, seed,
+                            stream, index_base);
+    return y;
+  }
   if (any_half({&x})) {
     check_p(op, p);
     if (p == 0.0f) return x;
@@ -352,6 +407,16 @@ Tensor dropout_backward(const Tensor& grad_y, float p, std::uint64_t seed, std::
 
 Tensor add(const Tensor& a, const Tensor& b) {
   constexpr const char* op = "ops::add";
+  const DType dt = native_rows({&a, &b});
+  if (dt != DType::f32) {  // one add_any on the storage dtype: f32 add, rounded once
+    check_tensor(op, "a", a, dt);
+    check_like_any(op, "b", b, "a", a);
+    Tensor out = Tensor::empty(a.shape(), dt, a.device());
+    if (out.numel() > 0)
+      kernels_of(a).add_any(stream_of(a), dt, a.data_ptr(), b.data_ptr(), out.data_ptr(),
+                            out.numel());
+    return out;
+  }
   if (any_half({&a, &b})) {
     MixedOp m(op, {&a, &b});
     return m.out(m.run([&] { return add(m.in(a), m.in(b)); }));

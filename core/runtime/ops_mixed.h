@@ -36,6 +36,27 @@ inline bool any_half(std::initializer_list<const Tensor*> ts) {
   return false;
 }
 
+/// The storage dtype in which an op over `ts` runs the typed row kernels (Kernels::*_ex, e.g.
+/// layernorm_forward_ex): every defined tensor of `ts` has one dtype, bf16 or f16, all are on
+/// one device (not the host), and its backend has_rows_ex(that dtype, mode). Otherwise f32: the
+/// op takes MixedOp's f32 scratch (some tensor half) or its f32 path. Ops without a mode pass
+/// the default (those kernels have one order in both modes).
+inline DType native_rows(std::initializer_list<const Tensor*> ts,
+                         Determinism mode = Determinism::bitwise) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : ts) {
+    if (!t->defined()) continue;
+    if (!is_half(t->dtype()) || t->device().is_cpu()) return DType::f32;
+    if (first == nullptr) {
+      first = t;
+    } else if (t->dtype() != first->dtype() || t->device() != first->device()) {
+      return DType::f32;
+    }
+  }
+  if (first == nullptr) return DType::f32;
+  return kernels_of(*first).has_rows_ex(first->dtype(), mode) ? first->dtype() : DType::f32;
+}
+
 /// One op over bf16 / f16 tensors (Note [Mixed precision]). Construction checks that every
 /// defined tensor of `ts` is f32, bf16 or f16 (InvalidArgument naming the op and the tensor
 /// otherwise) and opens a StorageDTypeScope of the storage dtype (the first bf16 / f16 among

@@ -120,6 +120,9 @@ void check_typed_attention(unsigned& seed);
 void measure_typed_attention(unsigned& seed);
 /// The fused kernels' checks (cuda_fused.cu beyond test_emu_gpt.cpp's; test_emu_fused.cpp).
 void check_fused_kernels(unsigned& seed);
+/// The typed row kernels' checks (Kernels::*_ex on bf16 / f16 against the simulator's MixedOp
+/// path; test_emu_rows.cpp; part of check_fused_kernels).
+void check_typed_rows(unsigned& seed);
 /// The dtype-generic kernels' checks (test_emu_dtype.cpp).
 void check_dtype_kernels(unsigned& seed);
 /// The typed GEMM's checks (test_emu_gemm.cpp): gemm_ex against the simulator's MixedOp path.

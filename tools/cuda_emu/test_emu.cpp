@@ -7,6 +7,7 @@
 #include "core/numerics/micro_shards.h"
 #include "emu_check.h"
 
+// `cuda_emu_test rows` only the typed row kernels' (bf16 / f16, test_emu_rows.cpp),
 // `cuda_emu_test dtype` runs only the dtype-generic kernels' checks (test_emu_dtype.cpp),
 // `cuda_emu_test attention` only the attention's (test_emu_gpt.cpp), `cuda_emu_test fused` only
 // those of cuda_fused.cu (test_emu_fused.cpp).
@@ -21,7 +22,7 @@ int main(int argc, char** argv) {
   unsigned seed = 1;
   const std::string only = argc > 1 ? argv[1] : "";
   if (only == "dtype" || only == "attention" || only == "fused" || only == "gemm" ||
-      only == "attention-measure") {
+      only == "attention-measure" || only == "rows") {
     if (only == "attention-measure")
       measure_typed_attention(seed);
     else if (only == "dtype")
@@ -30,6 +31,8 @@ int main(int argc, char** argv) {
       check_attention_kernels(seed);
     else if (only == "gemm")
       check_typed_gemm(seed);
+    else if (only == "rows")
+      check_typed_rows(seed);
     else
       check_fused_kernels(seed);
     std::printf("%d checks, %d failures, %ld emulated threads, leaked temps %d\n", checks, failures,

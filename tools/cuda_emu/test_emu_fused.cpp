@@ -6,7 +6,8 @@
 // across the staging chunk, and the multi-tensor kernels (adam_step_multi with AdamW's decay,
 // per-tensor bias corrections, amsgrad, more tensors than one launch's table; sum_squares_multi
 // and scale_multi) against the simulator's per-tensor kernels (Kernels' defaults). Fast-mode
-// sum_squares_multi: within 1e-5 relative of a double-precision reference.
+// sum_squares_multi: within 1e-5 relative of a double-precision reference. The typed (bf16 /
+// f16) versions of the row kernels: test_emu_rows.cpp, run with these.
 #include <array>
 #include <cmath>
 
@@ -233,7 +234,7 @@ void check_multi_tensor(unsigned& seed) {
 
 void check_fused_kernels(unsigned& seed) {
   for (auto* part : {check_embedding_paths, check_layernorm_chunks, check_gelu_paths,
-                     check_cross_entropy_rows, check_multi_tensor}) {
+                     check_cross_entropy_rows, check_multi_tensor, check_typed_rows}) {
     try {
       part(seed);
     } catch (const std::exception& e) {

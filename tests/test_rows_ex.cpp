@@ -1,0 +1,648 @@
+// The typed row kernels (issue 29; Kernels::has_rows_ex and the *_ex entries, Note [Mixed
+// precision]): the ops of core/runtime/ops.h call them on bf16 / f16 tensors exactly where the
+// backend's has_rows_ex says so, with the bits of the MixedOp path they replace, and otherwise
+// keep MixedOp (the simulator's path, unchanged). On the CPU through a probe backend: the
+// simulator's kernels behind a Kernels that counts every call and answers has_rows_ex as told
+// (its *_ex entries compute as MixedOp does: cast, the simulator's f32 kernel, cast). On a GPU
+// (skips without one): the CUDA backend's typed kernels against the simulator's bits; their CPU
+// half is ctest CudaEmu.Kernels (`cuda_emu_test rows`, tools/cuda_emu/test_emu_rows.cpp).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/nn/gpt.h"
+#include "core/nn/loss.h"
+#include "core/numerics/random.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/ops.h"
+#include "core/runtime/tensor.h"
+#include "test_util.h"
+
+namespace ditto {
+namespace {
+
+using namespace ditto::test;
+
+constexpr const char* kProbe = "rows_probe";
+
+// The simulator's kernels, each call counted by name (and the bytes every cast moves); has_rows_ex
+// answers `rows_ex` for bf16 / f16. Its *_ex entries run MixedOp's arithmetic on the simulator:
+// the storage-dtype inputs cast to f32 scratch, the f32 kernel, each output cast once.
+class ProbeKernels final : public Kernels {
+ public:
+  ProbeKernels(Backend& sim, Kernels& k) : sim_(sim), k_(k) {}
+
+  bool rows_ex = false;
+  std::map<std::string, int> calls;
+  std::int64_t cast_bytes = 0;  // read + written by the casts the ops asked for
+  void reset() {
+    calls.clear();
+    cast_bytes = 0;
+  }
+  int ex_calls() const {
+    int n = 0;
+    for (const auto& [name, c] : calls)
+      if (name.size() > 3 && name.compare(name.size() - 3, 3, "_ex") == 0 && name != "gemm_ex")
+        n += c;
+    return n;
+  }
+
+  bool has_rows_ex(DType storage, Determinism) const override {
+    return rows_ex && (storage == DType::bf16 || storage == DType::f16);
+  }
+  void cast(Stream& s, const void* x, DType from, void* y, DType to, std::int64_t n) override {
+    note("cast");
+    cast_bytes += n * static_cast<std::int64_t>(dtype_size(from) + dtype_size(to));
+    k_.cast(s, x, from, y, to, n);
+  }
+
+  void embedding_forward_ex(Stream& s, DType t, const std::int64_t* idx, const void* wte,
+                            const void* wpe, std::int64_t N, std::int64_t T, std::int64_t C,
+                            void* out) override {
+    note("embedding_forward_ex");
+    // wte's rows: at most the largest id + 1 (ids were checked); wpe's: T.
+    std::int64_t V = 0;
+    {
+      std::vector<std::int64_t> ids(static_cast<std::size_t>(N));
+      sim_.copy_to_host(s, ids.data(), idx, ids.size() * sizeof(std::int64_t));
+      for (std::int64_t v : ids) V = std::max(V, v + 1);
+    }
+    Scratch sc(*this, s);
+    const float* w = sc.in(t, wte, V * C);
+    const float* p = wpe != nullptr ? sc.in(t, wpe, T * C) : nullptr;
+    float* o = sc.f32(N * C);
+    k_.embedding_forward(s, idx, w, p, N, T, C, o);
+    sc.out(o, t, out, N * C);
+  }
+  void layernorm_forward_ex(Stream& s, DType t, const void* x, const void* w, const void* b,
+                            std::int64_t N, std::int64_t C, float eps, void* y, float* mean,
+                            float* rstd) override {
+    note("layernorm_forward_ex");
+    Scratch sc(*this, s);
+    float* yf = sc.f32(N * C);
+    k_.layernorm_forward(s, sc.in(t, x, N * C), sc.in(t, w, C),
+                         b != nullptr ? sc.in(t, b, C) : nullptr, N, C, eps, yf, mean, rstd);
+    sc.out(yf, t, y, N * C);
+  }
+  void layernorm_backward_ex(Stream& s, DType t, const void* dy, const void* x, const void* w,
+                             const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
+                             void* dx, void* dy_xhat) override {
+    note("layernorm_backward_ex");
+    Scratch sc(*this, s);
+    float* dxf = sc.f32(N * C);
+    float* hf = sc.f32(N * C);
+    k_.layernorm_backward(s, sc.in(t, dy, N * C), sc.in(t, x, N * C), sc.in(t, w, C), mean, rstd, N,
+                          C, dxf, hf);
+    sc.out(dxf, t, dx, N * C);
+    sc.out(hf, t, dy_xhat, N * C);
+  }
+  void gelu_forward_ex(Stream& s, DType t, const void* x, void* y, std::int64_t n) override {
+    note("gelu_forward_ex");
+    Scratch sc(*this, s);
+    float* yf = sc.f32(n);
+    k_.gelu_forward(s, sc.in(t, x, n), yf, n);
+    sc.out(yf, t, y, n);
+  }
+  void gelu_backward_ex(Stream& s, DType t, const void* x, const void* gy, void* gx,
+                        std::int64_t n) override {
+    note("gelu_backward_ex");
+    Scratch sc(*this, s);
+    float* gf = sc.f32(n);
+    k_.gelu_backward(s, sc.in(t, x, n), sc.in(t, gy, n), gf, n);
+    sc.out(gf, t, gx, n);
+  }
+  void cross_entropy_ex(Stream& s, DType t, const void* logits, const std::int64_t* targets,
+                        std::int64_t rows, std::int64_t classes, float* losses) override {
+    note("cross_entropy_ex");
+    Scratch sc(*this, s);
+    k_.cross_entropy(s, sc.in(t, logits, rows * classes), targets, rows, classes, losses);
+  }
+  void cross_entropy_backward_ex(Stream& s, DType t, const void* logits,
+                                 const std::int64_t* targets, std::int64_t rows,
+                                 std::int64_t classes, const float* grad_loss, float scale,
+                                 void* grad_logits) override {
+    note("cross_entropy_backward_ex");
+    Scratch sc(*this, s);
+    float* gf = sc.f32(rows * classes);
+    k_.cross_entropy_backward(s, sc.in(t, logits, rows * classes), targets, rows, classes,
+                              grad_loss, scale, gf);
+    sc.out(gf, t, grad_logits, rows * classes);
+  }
+  void dropout_forward_ex(Stream& s, DType t, const void* x, void* y, std::int64_t n, float p,
+                          std::uint64_t seed, std::uint64_t stream,
+                          std::uint64_t index_base) override {
+    note("dropout_forward_ex");
+    Scratch sc(*this, s);
+    float* yf = sc.f32(n);
+    k_.dropout_forward(s, sc.in(t, x, n), yf, n, p, seed, stream, index_base);
+    sc.out(yf, t, y, n);
+  }
+  void dropout_backward_ex(Stream& s, DType t, const void* gy, void* gx, std::int64_t n, float p,
+                           std::uint64_t seed, std::uint64_t stream,
+                           std::uint64_t index_base) override {
+    note("dropout_backward_ex");
+    Scratch sc(*this, s);
+    float* gf = sc.f32(n);
+    k_.dropout_backward(s, sc.in(t, gy, n), gf, n, p, seed, stream, index_base);
+    sc.out(gf, t, gx, n);
+  }
+
+  // ---- everything else: the simulator's kernel, counted
+  void gemm(Stream& s, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+            float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+            float beta, float* C, std::int64_t ldc, Determinism mode) override {
+    note("gemm");
+    k_.gemm(s, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, mode);
+  }
+  bool has_gemm_ex(DType a_type, DType b_type, DType c_type, Determinism mode) const override {
+    return k_.has_gemm_ex(a_type, b_type, c_type, mode);
+  }
+  void gemm_ex(Stream& s, const GemmExArgs& g) override {
+    note("gemm_ex");
+    k_.gemm_ex(s, g);
+  }
+  void add_bias(Stream& s, float* y, const float* bias, std::int64_t rows,
+                std::int64_t cols) override {
+    note("add_bias");
+    k_.add_bias(s, y, bias, rows, cols);
+  }
+  void sum_rows(Stream& s, const float* x, std::int64_t rows, std::int64_t cols, float beta,
+                float* out, Determinism mode) override {
+    note("sum_rows");
+    k_.sum_rows(s, x, rows, cols, beta, out, mode);
+  }
+  void relu(Stream& s, const float* x, float* y, std::int64_t n) override {
+    note("relu");
+    k_.relu(s, x, y, n);
+  }
+  void relu_backward(Stream& s, const float* y, const float* gy, float* gx,
+                     std::int64_t n) override {
+    note("relu_backward");
+    k_.relu_backward(s, y, gy, gx, n);
+  }
+  void cross_entropy(Stream& s, const float* logits, const std::int64_t* targets, std::int64_t rows,
+                     std::int64_t classes, float* losses) override {
+    note("cross_entropy");
+    k_.cross_entropy(s, logits, targets, rows, classes, losses);
+  }
+  void cross_entropy_backward(Stream& s, const float* logits, const std::int64_t* targets,
+                              std::int64_t rows, std::int64_t classes, const float* grad_loss,
+                              float scale, float* grad_logits) override {
+    note("cross_entropy_backward");
+    k_.cross_entropy_backward(s, logits, targets, rows, classes, grad_loss, scale, grad_logits);
+  }
+  void mse(Stream& s, const float* x, const float* t, std::int64_t rows, std::int64_t cols,
+           float* losses) override {
+    note("mse");
+    k_.mse(s, x, t, rows, cols, losses);
+  }
+  void mse_backward(Stream& s, const float* x, const float* t, std::int64_t n,
+                    const float* grad_loss, float scale, float* gx) override {
+    note("mse_backward");
+    k_.mse_backward(s, x, t, n, grad_loss, scale, gx);
+  }
+  void sum(Stream& s, const float* x, std::int64_t n, float scale, float* out,
+           Determinism mode) override {
+    note("sum");
+    k_.sum(s, x, n, scale, out, mode);
+  }
+  void fill_f32(Stream& s, float* x, float value, std::int64_t n) override {
+    note("fill_f32");
+    k_.fill_f32(s, x, value, n);
+  }
+  void axpy(Stream& s, float alpha, const float* x, float* y, std::int64_t n) override {
+    note("axpy");
+    k_.axpy(s, alpha, x, y, n);
+  }
+  void scale(Stream& s, float alpha, float* x, std::int64_t n) override {
+    note("scale");
+    k_.scale(s, alpha, x, n);
+  }
+  void sum_inputs(Stream& s, const float* const* inputs, int n_inputs, float* out,
+                  std::int64_t numel, Determinism mode) override {
+    note("sum_inputs");
+    k_.sum_inputs(s, inputs, n_inputs, out, numel, mode);
+  }
+  void sgd_step(Stream& s, float* param, const float* grad, float* momentum_buf, std::int64_t n,
+                float lr, float momentum, float dampening, float weight_decay, bool nesterov,
+                bool first_step) override {
+    note("sgd_step");
+    k_.sgd_step(s, param, grad, momentum_buf, n, lr, momentum, dampening, weight_decay, nesterov,
+                first_step);
+  }
+  void gemm_tn_sharded(Stream& s, std::int64_t M, std::int64_t N, const float* A, std::int64_t lda,
+                       const float* B, std::int64_t ldb, const std::vector<std::int64_t>& bounds,
+                       float* C, std::int64_t ldc, bool accumulate) override {
+    note("gemm_tn_sharded");
+    k_.gemm_tn_sharded(s, M, N, A, lda, B, ldb, bounds, C, ldc, accumulate);
+  }
+  void sum_rows_sharded(Stream& s, const float* x, std::int64_t rows, std::int64_t cols,
+                        const std::vector<std::int64_t>& bounds, float* out,
+                        bool accumulate) override {
+    note("sum_rows_sharded");
+    k_.sum_rows_sharded(s, x, rows, cols, bounds, out, accumulate);
+  }
+  void sum_sharded(Stream& s, const float* x, const std::vector<std::int64_t>& bounds, float scale,
+                   float* out) override {
+    note("sum_sharded");
+    k_.sum_sharded(s, x, bounds, scale, out);
+  }
+  void adam_step(Stream& s, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                 float* max_exp_avg_sq, std::int64_t n, double lr, double beta1, double beta2,
+                 double eps, double weight_decay, double bias_correction1, double bias_correction2,
+                 bool amsgrad) override {
+    note("adam_step");
+    k_.adam_step(s, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, lr, beta1, beta2, eps,
+                 weight_decay, bias_correction1, bias_correction2, amsgrad);
+  }
+  void embedding_forward(Stream& s, const std::int64_t* idx, const float* wte, const float* wpe,
+                         std::int64_t N, std::int64_t T, std::int64_t C, float* out) override {
+    note("embedding_forward");
+    k_.embedding_forward(s, idx, wte, wpe, N, T, C, out);
+  }
+  void embedding_backward(Stream& s, const std::int64_t* idx, const float* dy, std::int64_t N,
+                          std::int64_t C, std::int64_t V, const std::vector<std::int64_t>& bounds,
+                          float* grad_wte, bool accumulate) override {
+    note("embedding_backward");
+    k_.embedding_backward(s, idx, dy, N, C, V, bounds, grad_wte, accumulate);
+  }
+  void layernorm_forward(Stream& s, const float* x, const float* w, const float* b, std::int64_t N,
+                         std::int64_t C, float eps, float* y, float* mean, float* rstd) override {
+    note("layernorm_forward");
+    k_.layernorm_forward(s, x, w, b, N, C, eps, y, mean, rstd);
+  }
+  void layernorm_backward(Stream& s, const float* dy, const float* x, const float* w,
+                          const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
+                          float* dx, float* dy_xhat) override {
+    note("layernorm_backward");
+    k_.layernorm_backward(s, dy, x, w, mean, rstd, N, C, dx, dy_xhat);
+  }
+  void gelu_forward(Stream& s, const float* x, float* y, std::int64_t n) override {
+    note("gelu_forward");
+    k_.gelu_forward(s, x, y, n);
+  }
+  void gelu_backward(Stream& s, const float* x, const float* gy, float* gx,
+                     std::int64_t n) override {
+    note("gelu_backward");
+    k_.gelu_backward(s, x, gy, gx, n);
+  }
+  void attention_forward(Stream& s, const float* qkv, std::int64_t B, std::int64_t T,
+                         std::int64_t C, std::int64_t nh, float* y, float* stats, float p,
+                         std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base,
+                         Determinism mode) override {
+    note("attention_forward");
+    k_.attention_forward(s, qkv, B, T, C, nh, y, stats, p, seed, stream, index_base, mode);
+  }
+  void attention_backward(Stream& s, const float* dy, const float* qkv, const float* stats,
+                          std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
+                          float* dqkv, float* scratch, float p, std::uint64_t seed,
+                          std::uint64_t stream, std::uint64_t index_base,
+                          Determinism mode) override {
+    note("attention_backward");
+    k_.attention_backward(s, dy, qkv, stats, B, T, C, nh, dqkv, scratch, p, seed, stream,
+                          index_base, mode);
+  }
+  void dropout_forward(Stream& s, const float* x, float* y, std::int64_t n, float p,
+                       std::uint64_t seed, std::uint64_t stream,
+                       std::uint64_t index_base) override {
+    note("dropout_forward");
+    k_.dropout_forward(s, x, y, n, p, seed, stream, index_base);
+  }
+  void dropout_backward(Stream& s, const float* gy, float* gx, std::int64_t n, float p,
+                        std::uint64_t seed, std::uint64_t stream,
+                        std::uint64_t index_base) override {
+    note("dropout_backward");
+    k_.dropout_backward(s, gy, gx, n, p, seed, stream, index_base);
+  }
+  void sum_squares(Stream& s, const float* x, std::int64_t n, float* out,
+                   Determinism mode) override {
+    note("sum_squares");
+    k_.sum_squares(s, x, n, out, mode);
+  }
+  void sum_squares_blocks(Stream& s, const float* x, std::int64_t n, float* out) override {
+    note("sum_squares_blocks");
+    k_.sum_squares_blocks(s, x, n, out);
+  }
+  void fill_bits(Stream& s, void* x, std::size_t elem_size, std::uint64_t bits,
+                 std::int64_t n) override {
+    note("fill_bits");
+    k_.fill_bits(s, x, elem_size, bits, n);
+  }
+  void add_any(Stream& s, DType t, const void* a, const void* b, void* out,
+               std::int64_t n) override {
+    note("add_any");
+    k_.add_any(s, t, a, b, out, n);
+  }
+  void scale_any(Stream& s, DType t, void* x, double alpha, std::int64_t n) override {
+    note("scale_any");
+    k_.scale_any(s, t, x, alpha, n);
+  }
+  void reduce_inputs(Stream& s, DType t, const void* const* inputs, int n_inputs, void* out,
+                     std::int64_t numel, int op, Determinism mode) override {
+    note("reduce_inputs");
+    k_.reduce_inputs(s, t, inputs, n_inputs, out, numel, op, mode);
+  }
+  bool has_multi_tensor_kernels() const override { return k_.has_multi_tensor_kernels(); }
+  void adam_step_multi(Stream& s, const std::vector<AdamTensor>& tensors, double lr, double beta1,
+                       double beta2, double eps, double weight_decay, bool amsgrad) override {
+    note("adam_step_multi");
+    k_.adam_step_multi(s, tensors, lr, beta1, beta2, eps, weight_decay, amsgrad);
+  }
+  void sum_squares_multi(Stream& s, const std::vector<const float*>& xs,
+                         const std::vector<std::int64_t>& ns, float* out,
+                         Determinism mode) override {
+    note("sum_squares_multi");
+    k_.sum_squares_multi(s, xs, ns, out, mode);
+  }
+  void scale_multi(Stream& s, const std::vector<float*>& xs, const std::vector<std::int64_t>& ns,
+                   float alpha) override {
+    note("scale_multi");
+    k_.scale_multi(s, xs, ns, alpha);
+  }
+
+ private:
+  void note(const char* name) { ++calls[name]; }
+
+  // f32 scratch on the stream's device for one *_ex call (uncounted casts: the probe's own),
+  // freed after the stream's work.
+  struct Scratch {
+    ProbeKernels& p;
+    Stream& s;
+    std::vector<std::pair<void*, std::size_t>> held;
+    Scratch(ProbeKernels& pk, Stream& st) : p(pk), s(st) {}
+    ~Scratch() {
+      s.synchronize();
+      for (auto& [ptr, bytes] : held) p.sim_.deallocate(s.device().index, ptr, bytes);
+    }
+    float* f32(std::int64_t n) {
+      const std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * 4;
+      void* ptr = p.sim_.allocate(s.device().index, bytes);
+      held.emplace_back(ptr, bytes);
+      return static_cast<float*>(ptr);
+    }
+    const float* in(DType t, const void* x, std::int64_t n) {
+      float* f = f32(n);
+      p.k_.cast(s, x, t, f, DType::f32, n);
+      return f;
+    }
+    void out(const float* f, DType t, void* y, std::int64_t n) {
+      p.k_.cast(s, f, DType::f32, y, t, n);
+    }
+  };
+
+  Backend& sim_;
+  Kernels& k_;
+};
+
+// The simulator's devices under the name kProbe, with ProbeKernels.
+class ProbeBackend final : public Backend {
+ public:
+  explicit ProbeBackend(std::shared_ptr<Backend> sim)
+      : b_(std::move(sim)), k_(*b_, b_->kernels()) {}
+  ProbeKernels& probe() { return k_; }
+
+  std::string name() const override { return kProbe; }
+  int device_count() const override { return b_->device_count(); }
+  DeviceProperties properties(int index) const override { return b_->properties(index); }
+  MemoryStats memory_stats(int index) const override { return b_->memory_stats(index); }
+  void reset_peak_memory(int index) override { b_->reset_peak_memory(index); }
+  void* allocate(int index, std::size_t bytes) override { return b_->allocate(index, bytes); }
+  void deallocate(int index, void* ptr, std::size_t bytes) noexcept override {
+    b_->deallocate(index, ptr, bytes);
+  }
+  Stream& default_stream(int index) override { return b_->default_stream(index); }
+  std::unique_ptr<Stream> create_stream(int index) override { return b_->create_stream(index); }
+  std::unique_ptr<Event> create_event(int index) override { return b_->create_event(index); }
+  void copy_from_host(Stream& s, void* dst, const void* src, std::size_t bytes) override {
+    b_->copy_from_host(s, dst, src, bytes);
+  }
+  void copy_to_host(Stream& s, void* dst, const void* src, std::size_t bytes) override {
+    b_->copy_to_host(s, dst, src, bytes);
+  }
+  void copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+               std::size_t row_bytes, std::size_t rows) override {
+    b_->copy_2d(s, dst, dst_pitch, src, src_pitch, row_bytes, rows);
+  }
+  Kernels& kernels() override { return k_; }
+  std::shared_ptr<CommunicatorImpl> create_communicator(const std::vector<int>& devices,
+                                                        const CommOptions& options) override {
+    return b_->create_communicator(devices, options);
+  }
+
+ private:
+  std::shared_ptr<Backend> b_;
+  ProbeKernels k_;
+};
+
+class RowsEx : public SimSuite<2> {
+ protected:
+  static void SetUpTestSuite() {
+    SimSuite<2>::SetUpTestSuite();
+    // The simulator instance is taken here: the factory runs under the registry's lock.
+    std::shared_ptr<Backend> sim = get_backend_ptr("sim");
+    register_backend(kProbe,
+                     [sim](const BackendOptions&) { return std::make_shared<ProbeBackend>(sim); });
+    init_backend(kProbe);
+  }
+  static ProbeKernels& probe() { return static_cast<ProbeKernels&>(get_backend(kProbe).kernels()); }
+};
+
+/// Host values in [-2, 2) (Philox stream `sub`) as a `dt` tensor on `backend`:0.
+Tensor input(const Shape& shape, DType dt, std::uint64_t sub, const std::string& backend) {
+  std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = uniform(11, stream_id(kStreamSynthetic, sub), i, -2.0f, 2.0f);
+  return Tensor::from_vector(v, shape).to(dt).to(Device(backend, 0));
+}
+
+/// Every row op of the GPT step on `dt` tensors of `backend`: their results' bytes, in order.
+std::vector<std::vector<std::uint8_t>> run_row_ops(DType dt, const std::string& backend) {
+  const std::int64_t B = 2, T = 5, C = 24, V = 11;
+  const Device dev(backend, 0);
+  std::vector<std::int64_t> ids(B * T), tg(B * T);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = static_cast<std::int64_t>((i * 7 + 3) % V);
+    tg[i] = static_cast<std::int64_t>((i * 5 + 1) % C);
+  }
+  const Tensor idx = Tensor::from_vector(ids, {B, T}).to(dev);
+  const Tensor targets = Tensor::from_vector(tg, {B * T}).to(dev);
+  const Tensor wte = input({V, C}, dt, 1, backend), wpe = input({T, C}, dt, 2, backend);
+  const Tensor w = input({C}, dt, 3, backend), b = input({C}, dt, 4, backend);
+  const Tensor dy = input({B * T, C}, dt, 5, backend);
+  std::vector<Tensor> out;
+  const Tensor x = ops::embedding(idx, wte, wpe).view({B * T, C});
+  out.push_back(x);
+  Tensor mean, rstd, dy_xhat;
+  out.push_back(ops::layernorm(x, w, b, 1e-5f, mean, rstd));
+  out.push_back(mean);
+  out.push_back(rstd);
+  out.push_back(ops::layernorm_backward(dy, x, w, mean, rstd, dy_xhat));
+  out.push_back(dy_xhat);
+  out.push_back(ops::gelu(x));
+  out.push_back(ops::gelu_backward(x, dy));
+  out.push_back(ops::cross_entropy(x, targets));
+  const Tensor grad_loss = Tensor::from_vector(std::vector<float>{0.5f}, {}).to(dev);
+  out.push_back(ops::cross_entropy_backward(x, targets, grad_loss, 0.25f));
+  out.push_back(ops::add(x, dy));
+  out.push_back(ops::dropout(x, 0.25f, 9, 3, 100));
+  out.push_back(ops::dropout_backward(dy, 0.25f, 9, 3, 100));
+  std::vector<std::vector<std::uint8_t>> bytes;
+  for (const Tensor& t : out) bytes.push_back(tensor_bytes(t));
+  return bytes;
+}
+
+// The dispatch rule: with has_rows_ex false (the simulator's answer) every op takes MixedOp's
+// casts and no *_ex kernel runs; with it true each op is one *_ex launch (add: add_any) and no
+// cast, with the same bytes; a mixed call (a bf16 x with an f32 or f16 weight) keeps MixedOp.
+TEST_F(RowsEx, OpsCallTheTypedRowKernelsOnlyWhereHasRowsExSaysSo) {
+  ProbeKernels& k = probe();
+  for (DType dt : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const auto sim = run_row_ops(dt, "sim");
+    k.rows_ex = false;
+    k.reset();
+    const auto mixed = run_row_ops(dt, kProbe);
+    EXPECT_EQ(k.ex_calls(), 0);
+    EXPECT_EQ(k.calls["add_any"], 0);
+    EXPECT_GT(k.calls["cast"], 0);
+    k.rows_ex = true;
+    k.reset();
+    const auto typed = run_row_ops(dt, kProbe);
+    for (const char* name :
+         {"embedding_forward_ex", "layernorm_forward_ex", "layernorm_backward_ex",
+          "gelu_forward_ex", "gelu_backward_ex", "cross_entropy_ex", "cross_entropy_backward_ex",
+          "dropout_forward_ex", "dropout_backward_ex", "add_any"})
+      EXPECT_EQ(k.calls[name], 1) << name;
+    EXPECT_EQ(k.calls["cast"], 0);  // no f32 scratch: the inputs were uploaded in dt
+    ASSERT_EQ(typed.size(), sim.size());
+    for (std::size_t i = 0; i < sim.size(); ++i) {
+      EXPECT_EQ(mixed[i], sim[i]) << "result " << i << " (has_rows_ex false)";
+      EXPECT_EQ(typed[i], sim[i]) << "result " << i << " (has_rows_ex true)";
+    }
+    // Mixed dtypes: MixedOp, as on the simulator.
+    k.reset();
+    const Tensor x = input({3, 8}, dt, 6, kProbe);
+    const DType other = dt == DType::bf16 ? DType::f16 : DType::bf16;
+    Tensor mean, rstd;
+    ops::layernorm(x, input({8}, DType::f32, 7, kProbe), Tensor(), 1e-5f, mean, rstd);
+    ops::add(x, input({3, 8}, other, 8, kProbe));
+    EXPECT_EQ(k.ex_calls(), 0);
+    EXPECT_EQ(k.calls["add_any"], 0);
+  }
+  k.rows_ex = false;
+}
+
+// The typed path's argument checks say what the f32 path says (no MixedOp note: nothing was
+// copied).
+TEST_F(RowsEx, TypedPathErrorsNameTheOpAndTheArgument) {
+  ProbeKernels& k = probe();
+  k.rows_ex = true;
+  const Tensor x = input({3, 8}, DType::bf16, 1, kProbe);
+  Tensor mean, rstd;
+  expect_invalid(
+      [&] { ops::layernorm(x, input({7}, DType::bf16, 2, kProbe), Tensor(), 1e-5f, mean, rstd); },
+      "ops::layernorm: w: expected [C] = [8], got");
+  expect_invalid(
+      [&] {
+        ops::add(x, input({3, 7}, DType::bf16, 3, kProbe));
+      },
+      "ops::add: b: expected [3, 8] (the shape of a), got");
+  expect_invalid(
+      [&] {
+        ops::gelu_backward(x, input({8, 3}, DType::bf16, 4, kProbe));
+      },
+      "ops::gelu_backward: grad_y: expected [3, 8] (the shape of x), got");
+  EXPECT_EQ(k.ex_calls(), 0);
+  k.rows_ex = false;
+}
+
+/// One bitwise forward + backward of a tiny GPT (2 layers, C 32, T 16, V 65, dropout 0.1) cast
+/// to `dt` on the probe; the loss and every gradient's bytes.
+struct Step {
+  float loss = 0;
+  std::vector<std::vector<std::uint8_t>> grads;
+};
+Step gpt_step(DType dt) {
+  const nn::GPTConfig cfg{
+      .block_size = 16, .vocab_size = 65, .n_layer = 2, .n_head = 4, .n_embd = 32, .dropout = 0.1f};
+  nn::GPT model(cfg, Device(kProbe, 0), 1337);
+  model.to(dt);
+  model.set_step(3);
+  model.set_determinism(Determinism::bitwise);
+  const std::int64_t B = 4, T = cfg.block_size;
+  std::vector<std::int64_t> ids(B * T), tg(B * T);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    ids[i] = philox_u32(5, stream_id(kStreamSynthetic, 40), i) % 65u;
+    tg[i] = philox_u32(5, stream_id(kStreamSynthetic, 41), i) % 65u;
+  }
+  const Device dev(kProbe, 0);
+  nn::CrossEntropyLoss crit;
+  crit.set_determinism(Determinism::bitwise);
+  const Tensor logits = model.forward(Tensor::from_vector(ids, {B, T}).to(dev));
+  const Tensor loss = crit.forward(logits, Tensor::from_vector(tg, {B, T}).to(dev));
+  model.backward(crit.backward());
+  Step r;
+  r.loss = loss.item();
+  for (nn::Parameter* p : model.parameters()) r.grads.push_back(tensor_bytes(p->grad));
+  return r;
+}
+
+// A bf16 / f16 GPT step with the typed row kernels has the MixedOp step's loss and gradient
+// bytes, and runs none of the casts of the row ops: what is left is the matrix products' and
+// attention's scratch (their own typed kernels: gemm_ex, the attention) and the f32 gradients'
+// reductions. The counts are printed (the launches and bytes a bf16 step saves).
+TEST_F(RowsEx, TinyGptStepKeepsItsBitsWithoutTheRowOpsCasts) {
+  ProbeKernels& k = probe();
+  for (DType dt : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    k.rows_ex = false;
+    k.reset();
+    const Step mixed = gpt_step(dt);
+    const std::map<std::string, int> mixed_calls = k.calls;
+    const std::int64_t mixed_bytes = k.cast_bytes;
+    k.rows_ex = true;
+    k.reset();
+    const Step typed = gpt_step(dt);
+    EXPECT_EQ(typed.loss, mixed.loss);
+    EXPECT_EQ(typed.grads, mixed.grads);
+    int launches_mixed = 0, launches_typed = 0;
+    for (const auto& [name, c] : mixed_calls) launches_mixed += c;
+    for (const auto& [name, c] : k.calls) launches_typed += c;
+    EXPECT_GT(k.ex_calls(), 0);
+    EXPECT_LT(k.calls["cast"], mixed_calls.at("cast"));
+    EXPECT_LT(k.cast_bytes, mixed_bytes);
+    std::printf("%s tiny GPT step: launches %d -> %d, casts %d -> %d, cast bytes %lld -> %lld\n",
+                dtype_name(dt), launches_mixed, launches_typed, mixed_calls.at("cast"),
+                k.calls["cast"], static_cast<long long>(mixed_bytes),
+                static_cast<long long>(k.cast_bytes));
+    for (const auto& [name, c] : k.calls)
+      if (c != (mixed_calls.count(name) ? mixed_calls.at(name) : 0))
+        std::printf("  %-28s %4d -> %4d\n", name.c_str(),
+                    mixed_calls.count(name) ? mixed_calls.at(name) : 0, c);
+    for (const auto& [name, c] : mixed_calls)
+      if (!k.calls.count(name)) std::printf("  %-28s %4d -> %4d\n", name.c_str(), c, 0);
+  }
+  k.rows_ex = false;
+}
+
+// ---- CUDA (skips without a GPU): the typed kernels give the simulator's bits
+
+using CudaRowsEx = CudaSuite<>;  // kCudaTestDevices
+
+TEST_F(CudaRowsEx, TypedRowOpsEqualTheSimulator) {
+  ASSERT_TRUE(get_backend("cuda").kernels().has_rows_ex(DType::bf16, Determinism::bitwise));
+  for (DType dt : {DType::bf16, DType::f16}) {
+    const auto sim = run_row_ops(dt, "sim"), cuda = run_row_ops(dt, "cuda");
+    ASSERT_EQ(cuda.size(), sim.size());
+    for (std::size_t i = 0; i < sim.size(); ++i)
+      EXPECT_EQ(cuda[i], sim[i]) << dtype_name(dt) << " result " << i;
+  }
+}
+
+}  // namespace
+}  // namespace ditto

@@ -1,0 +1,309 @@
+// The typed row kernels (Kernels::*_ex on bf16 / f16: backend_cuda/cuda_fused.cu and
+// cuda_kernels_gpt.cu through emu.h) against the simulator's path for those dtypes (Note [Mixed
+// precision]): every storage-dtype input cast to f32 (Kernels::cast), the simulator's f32 kernel,
+// each output cast once into the storage dtype (MixedOp in core/runtime/ops*.cpp), all on the
+// simulator's kernels; the emulated CUDA kernels load the storage dtype and round on store. Bit
+// for bit, for bf16 and f16: the embedding forward (16-byte vectors of 8 elements where C % 8 ==
+// 0 and aligned; a pointer shifted by one element, C % 8 != 0), LayerNorm forward (with and
+// without bias) and backward on rows across the 128-float staging chunk, GELU forward and
+// backward (vector groups and a ragged tail, aligned and not, NaN and +-inf inputs), the softmax
+// cross-entropy and its gradient (tied maxima, signed zeros, NaN and -inf logits, rows across
+// the 256-float chunk), dropout forward and backward; and has_rows_ex's answers.
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "core/numerics/float_formats.h"
+#include "emu_check.h"
+
+namespace {
+
+using Bytes = std::vector<std::uint8_t>;
+
+// v rounded to t (bf16 or f16), as stored bytes.
+Bytes to_typed(DType t, const V& v) {
+  Bytes b(v.size() * 2);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const std::uint16_t u = t == DType::bf16 ? bfloat16::from(v[i]).bits : float16::from(v[i]).bits;
+    std::memcpy(b.data() + 2 * i, &u, 2);
+  }
+  return b;
+}
+
+// Element `off` of a typed buffer.
+void* at(Bytes& b, i64 off) { return b.data() + 2 * off; }
+
+// The simulator's widening of n elements of a typed buffer (MixedOp::in).
+V widen(DType t, Bytes& b, i64 off, i64 n) {
+  V f(static_cast<std::size_t>(std::max<i64>(n, 1)));
+  simk->cast(*sims, at(b, off), t, f.data(), DType::f32, n);
+  sims->synchronize();
+  return f;
+}
+
+// The simulator's rounding of an f32 result into a typed buffer (MixedOp::out / write_back).
+void round_into(DType t, const V& f, Bytes& b, i64 off, i64 n) {
+  simk->cast(*sims, f.data(), DType::f32, at(b, off), t, n);
+  sims->synchronize();
+}
+
+// Runs the simulator's path and the CUDA kernel, compares every output buffer; an exception of
+// either is a failure.
+template <class Sim, class Cuda>
+void compare(const char* what, const std::string& ctx, std::vector<Bytes> outs, const Sim& sim,
+             const Cuda& cuda) {
+  std::vector<Bytes> s = outs, e = outs;
+  try {
+    sim(s);
+    cuda(e);
+  } catch (const std::exception& ex) {
+    ++checks;
+    ++failures;
+    std::printf("FAIL %s %s: %s\n", what, ctx.c_str(), ex.what());
+    return;
+  }
+  for (std::size_t i = 0; i < s.size(); ++i)
+    check(what, s[i], e[i], ctx + " out" + std::to_string(i));
+}
+
+// f32 values as bytes (the f32 outputs: mean, rstd, losses), and back.
+Bytes bytes_of(const V& v) {
+  Bytes b(v.size() * 4);
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+float* floats(Bytes& b) { return reinterpret_cast<float*>(b.data()); }
+
+// mixed() with NaN, +inf and -inf at a few places (the elementwise kernels' special inputs).
+V with_specials(std::size_t n, unsigned seed) {
+  V v = mixed(n, seed);
+  if (n > 7) {
+    v[1] = std::nanf("");
+    v[4] = INFINITY;
+    v[7] = -INFINITY;
+  }
+  return v;
+}
+
+void check_embedding_ex(DType t, unsigned& seed) {
+  for (auto d : std::vector<std::array<i64, 4>>{{2, 3, 7, 16}, {3, 5, 11, 64}, {1, 4, 5, 12}})
+    for (int off : {0, 1}) {
+      const i64 B = d[0], T = d[1], V_ = d[2], C = d[3], N = B * T;
+      std::mt19937 gen(seed++);
+      std::vector<i64> idx(N);
+      for (auto& x : idx) x = std::uniform_int_distribution<i64>(0, V_ - 1)(gen);
+      Bytes wte = to_typed(t, with_specials(V_ * C + off, seed++));
+      Bytes wpe = to_typed(t, mixed(T * C + off, seed++));
+      Bytes out = to_typed(t, mixed(N * C + off, seed++));
+      for (bool pos : {true, false})
+        compare(
+            "embedding_forward_ex",
+            std::string(dtype_name(t)) + " " + dims({B, T, V_, C}) + " off " + std::to_string(off) +
+                (pos ? " wpe" : ""),
+            {out},
+            [&](std::vector<Bytes>& o) {
+              V wf = widen(t, wte, off, V_ * C), pf = widen(t, wpe, off, T * C), of(N * C);
+              simk->embedding_forward(*sims, idx.data(), wf.data(), pos ? pf.data() : nullptr, N, T,
+                                      C, of.data());
+              sims->synchronize();
+              round_into(t, of, o[0], off, N * C);
+            },
+            [&](std::vector<Bytes>& o) {
+              cudak->embedding_forward_ex(cudas, t, idx.data(), at(wte, off),
+                                          pos ? at(wpe, off) : nullptr, N, T, C, at(o[0], off));
+            });
+    }
+}
+
+void check_layernorm_ex(DType t, unsigned& seed) {
+  for (auto n_c : std::vector<std::pair<i64, i64>>{{9, 128}, {6, 129}, {3, 257}, {2, 31}}) {
+    const i64 N = n_c.first, C = n_c.second;
+    const bool bias = C != 129;
+    std::mt19937 gen(seed++);
+    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+    V xv(N * C), wv(C), bv(C), dyv(N * C);
+    for (float& v : xv) v = u(gen);
+    for (float& v : wv) v = u(gen);
+    for (float& v : bv) v = u(gen);
+    for (float& v : dyv) v = u(gen);
+    Bytes x = to_typed(t, xv), w = to_typed(t, wv), b = to_typed(t, bv), dy = to_typed(t, dyv);
+    Bytes y = to_typed(t, mixed(N * C, seed++));
+    const std::string ctx = std::string(dtype_name(t)) + " " + dims({N, C}) + (bias ? " bias" : "");
+    compare(
+        "layernorm_forward_ex", ctx, {y, bytes_of(mixed(N, seed++)), bytes_of(mixed(N, seed++))},
+        [&](std::vector<Bytes>& o) {
+          V xf = widen(t, x, 0, N * C), wf = widen(t, w, 0, C), bf = widen(t, b, 0, C), yf(N * C);
+          simk->layernorm_forward(*sims, xf.data(), wf.data(), bias ? bf.data() : nullptr, N, C,
+                                  1e-5f, yf.data(), floats(o[1]), floats(o[2]));
+          sims->synchronize();
+          round_into(t, yf, o[0], 0, N * C);
+        },
+        [&](std::vector<Bytes>& o) {
+          cudak->layernorm_forward_ex(cudas, t, at(x, 0), at(w, 0), bias ? at(b, 0) : nullptr, N, C,
+                                      1e-5f, at(o[0], 0), floats(o[1]), floats(o[2]));
+        });
+    // The backward on the simulator's forward statistics (f32, as the op keeps them).
+    V mean(N), rstd(N);
+    {
+      V xf = widen(t, x, 0, N * C), wf = widen(t, w, 0, C), yf(N * C);
+      simk->layernorm_forward(*sims, xf.data(), wf.data(), nullptr, N, C, 1e-5f, yf.data(),
+                              mean.data(), rstd.data());
+      sims->synchronize();
+    }
+    compare(
+        "layernorm_backward_ex", ctx,
+        {to_typed(t, mixed(N * C, seed++)), to_typed(t, mixed(N * C, seed++))},
+        [&](std::vector<Bytes>& o) {
+          V dyf = widen(t, dy, 0, N * C), xf = widen(t, x, 0, N * C), wf = widen(t, w, 0, C);
+          V dxf(N * C), hf(N * C);
+          simk->layernorm_backward(*sims, dyf.data(), xf.data(), wf.data(), mean.data(),
+                                   rstd.data(), N, C, dxf.data(), hf.data());
+          sims->synchronize();
+          round_into(t, dxf, o[0], 0, N * C);
+          round_into(t, hf, o[1], 0, N * C);
+        },
+        [&](std::vector<Bytes>& o) {
+          cudak->layernorm_backward_ex(cudas, t, at(dy, 0), at(x, 0), at(w, 0), mean.data(),
+                                       rstd.data(), N, C, at(o[0], 0), at(o[1], 0));
+        });
+  }
+}
+
+void check_gelu_ex(DType t, unsigned& seed) {
+  for (i64 n : {3, 16, 1003})
+    for (int off : {0, 1}) {
+      Bytes x = to_typed(t, with_specials(n + off, seed++));
+      Bytes gy = to_typed(t, with_specials(n + off, seed++));
+      const std::string ctx =
+          std::string(dtype_name(t)) + " n " + std::to_string(n) + " off " + std::to_string(off);
+      compare(
+          "gelu_forward_ex", ctx, {to_typed(t, mixed(n + off, seed++))},
+          [&](std::vector<Bytes>& o) {
+            V xf = widen(t, x, off, n), yf(n);
+            simk->gelu_forward(*sims, xf.data(), yf.data(), n);
+            sims->synchronize();
+            round_into(t, yf, o[0], off, n);
+          },
+          [&](std::vector<Bytes>& o) {
+            cudak->gelu_forward_ex(cudas, t, at(x, off), at(o[0], off), n);
+          });
+      compare(
+          "gelu_backward_ex", ctx, {to_typed(t, mixed(n + off, seed++))},
+          [&](std::vector<Bytes>& o) {
+            V xf = widen(t, x, off, n), gf = widen(t, gy, off, n), rf(n);
+            simk->gelu_backward(*sims, xf.data(), gf.data(), rf.data(), n);
+            sims->synchronize();
+            round_into(t, rf, o[0], off, n);
+          },
+          [&](std::vector<Bytes>& o) {
+            cudak->gelu_backward_ex(cudas, t, at(x, off), at(gy, off), at(o[0], off), n);
+          });
+    }
+}
+
+void check_cross_entropy_ex(DType t, unsigned& seed) {
+  for (auto rc : std::vector<std::pair<i64, i64>>{{5, 1}, {9, 33}, {6, 300}, {5, 513}}) {
+    const i64 rows = rc.first, classes = rc.second;
+    V xv = mixed(rows * classes, seed++);
+    std::mt19937 gen(seed++);
+    std::vector<i64> tg(rows);
+    for (auto& v : tg) v = std::uniform_int_distribution<i64>(0, classes - 1)(gen);
+    if (classes >= 33) {  // the f32 test's rows (test_emu_fused.cpp), exact in bf16 and f16
+      for (i64 c = 0; c < classes; ++c) xv[c] = c % 3 == 0 ? -1.0f : -2.0f;
+      xv[5] = -0.0f;
+      xv[classes - 1] = 0.0f;
+      for (i64 c = 0; c < classes; ++c) xv[classes + c] = -3.0f;
+      xv[classes + 7] = 0.0f;
+      xv[classes + 20] = -0.0f;
+      xv[2 * classes + 3] = std::nanf("");
+      xv[2 * classes + 4] = -INFINITY;
+      for (i64 c = 0; c < classes; ++c) xv[3 * classes + c] = -INFINITY;
+      xv[4 * classes + 11] = 7.5f;
+      xv[4 * classes + 30] = 7.5f;
+    }
+    Bytes x = to_typed(t, xv);
+    V gl = {0.75f};
+    const std::string ctx = std::string(dtype_name(t)) + " " + dims({rows, classes});
+    compare(
+        "cross_entropy_ex", ctx, {bytes_of(mixed(rows, seed++))},
+        [&](std::vector<Bytes>& o) {
+          V xf = widen(t, x, 0, rows * classes);
+          simk->cross_entropy(*sims, xf.data(), tg.data(), rows, classes, floats(o[0]));
+          sims->synchronize();
+        },
+        [&](std::vector<Bytes>& o) {
+          cudak->cross_entropy_ex(cudas, t, at(x, 0), tg.data(), rows, classes, floats(o[0]));
+        });
+    compare(
+        "cross_entropy_backward_ex", ctx, {to_typed(t, mixed(rows * classes, seed++))},
+        [&](std::vector<Bytes>& o) {
+          V xf = widen(t, x, 0, rows * classes), gf(rows * classes);
+          simk->cross_entropy_backward(*sims, xf.data(), tg.data(), rows, classes, gl.data(),
+                                       0.125f, gf.data());
+          sims->synchronize();
+          round_into(t, gf, o[0], 0, rows * classes);
+        },
+        [&](std::vector<Bytes>& o) {
+          cudak->cross_entropy_backward_ex(cudas, t, at(x, 0), tg.data(), rows, classes, gl.data(),
+                                           0.125f, at(o[0], 0));
+        });
+  }
+}
+
+void check_dropout_ex(DType t, unsigned& seed) {
+  for (int off : {0, 1}) {
+    const i64 n = 1003;
+    Bytes x = to_typed(t, with_specials(n + off, seed++));
+    const std::string ctx = std::string(dtype_name(t)) + " off " + std::to_string(off);
+    for (bool forward : {true, false})
+      compare(
+          forward ? "dropout_forward_ex" : "dropout_backward_ex", ctx,
+          {to_typed(t, mixed(n + off, seed++))},
+          [&](std::vector<Bytes>& o) {
+            V xf = widen(t, x, off, n), yf(n);
+            if (forward)
+              simk->dropout_forward(*sims, xf.data(), yf.data(), n, 0.3f, 42, 7, 1000);
+            else
+              simk->dropout_backward(*sims, xf.data(), yf.data(), n, 0.3f, 42, 7, 1000);
+            sims->synchronize();
+            round_into(t, yf, o[0], off, n);
+          },
+          [&](std::vector<Bytes>& o) {
+            if (forward)
+              cudak->dropout_forward_ex(cudas, t, at(x, off), at(o[0], off), n, 0.3f, 42, 7, 1000);
+            else
+              cudak->dropout_backward_ex(cudas, t, at(x, off), at(o[0], off), n, 0.3f, 42, 7, 1000);
+          });
+  }
+}
+
+}  // namespace
+
+void check_typed_rows(unsigned& seed) {
+  for (DType t : {DType::bf16, DType::f16}) {
+    for (auto* part : {check_embedding_ex, check_layernorm_ex, check_gelu_ex,
+                       check_cross_entropy_ex, check_dropout_ex}) {
+      try {
+        part(t, seed);
+      } catch (const std::exception& e) {
+        ++checks;
+        ++failures;
+        std::printf("FAIL typed rows %s: %s\n", dtype_name(t), e.what());
+      }
+    }
+  }
+  // has_rows_ex: bf16 and f16 in both modes; not f32 (its own kernels) nor another dtype.
+  ++checks;
+  for (Determinism m : {Determinism::fast, Determinism::bitwise})
+    if (!cudak->has_rows_ex(DType::bf16, m) || !cudak->has_rows_ex(DType::f16, m) ||
+        cudak->has_rows_ex(DType::f32, m) || cudak->has_rows_ex(DType::f64, m) ||
+        simk->has_rows_ex(DType::bf16, m)) {
+      ++failures;
+      std::printf("FAIL has_rows_ex: cuda bf16 / f16 %d %d, f32 %d, f64 %d; sim bf16 %d\n",
+                  cudak->has_rows_ex(DType::bf16, m), cudak->has_rows_ex(DType::f16, m),
+                  cudak->has_rows_ex(DType::f32, m), cudak->has_rows_ex(DType::f64, m),
+                  simk->has_rows_ex(DType::bf16, m));
+      break;
+    }
+}
