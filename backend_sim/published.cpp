@@ -193,17 +193,10 @@ std::vector<std::string> llmc_run(const std::string& preset, const std::string& 
 // backend runs, Note [Compute units] in cost_model.h): llm.c's attention is cuDNN's on the
 // tensor cores, ditto's its own on the SIMT cores.
 namespace {
-const char* const kAttentionGap =
-    "the dry run prices ditto's CUDA code (Note [Compute units], backend_sim/cost_model.h): its "
-    "attention runs on the SIMT cores in f32 (its own kernels, FP32 peak x simt_efficiency "
-    "0.471), llm.c's on the tensor cores (cuDNN flash attention); and every bf16 kernel but "
-    "the GEMMs runs through f32 scratch (Note [Predicted launches]: cast launches, f32 bytes), "
-    "llm.c's read and write bf16; ";
-
-// A published llm.c run (tokens/s), a known gap: kAttentionGap followed by this row's `gap`.
+// A published llm.c run (tokens/s); `gap` non-empty makes it a known gap with that reason.
 TrainingCase llmc_case(std::string what, std::vector<std::string> args,
                        std::int64_t tokens_per_step, double published_step_s,
-                       std::string published_text, std::string source, const std::string& gap) {
+                       std::string published_text, std::string source, std::string gap = {}) {
   TrainingCase c;
   c.what = std::move(what);
   c.args = std::move(args);
@@ -212,16 +205,17 @@ TrainingCase llmc_case(std::string what, std::vector<std::string> args,
   c.published_step_s = published_step_s;
   c.published_text = std::move(published_text);
   c.source = std::move(source);
-  c.known_gap = true;
-  c.gap = std::string(kAttentionGap) + gap;
+  c.known_gap = !gap.empty();
+  c.gap = std::move(gap);
   return c;
 }
 }  // namespace
 
 std::vector<TrainingCase> training_cases() {
   std::vector<TrainingCase> rows;
-  // Issue 29 item 5: priced as ditto's CUDA code runs, attention on the SIMT cores, every bf16
-  // kernel but the GEMMs through f32 scratch (until the typed attention and row kernels).
+  // Issue 29: priced as ditto's CUDA code runs (Note [Typed kernels], cost_model.h): GEMMs on
+  // cuBLASLt, attention on ditto's mma.sync flash attention at mma_efficiency (an estimate), the
+  // row ops typed, what has no typed kernel through f32 scratch.
   rows.push_back(llmc_case(
       "GPT-2 124M, 8x A100 80GB SXM, llm.c -b 64 -t 1024 -d 524288 -z 1, bf16",
       llmc_run("gpt2", "a100-sxm-80gb", 512, 1), 524288, 0.300, "~300 ms/iter",
@@ -232,13 +226,15 @@ std::vector<TrainingCase> training_cases() {
           "at up to ~60% model flops utilization, reproducing this model on one 8X A100 80GB "
           "SXM node takes ~90 minutes\" for 10B tokens, i.e. ~1.85M tokens/s "
           "(github.com/karpathy/llm.c/discussions/481)",
-      "attention is 50% of the predicted step here (A100: 19.5 TFLOP/s FP32 vs 312 BF16) and "
-      "the scratch's casts 19%, so the prediction is 0.31x llm.c's speed (0.41x with the "
-      "scratch priced free, before issue 29's typed GEMM); with attention on tensor cores "
-      "(before issue 29 the model priced it so) it was 1.07x, within the tolerance"));
-  // Before issue 29 item 5, with attention on tensor cores, this row was 1.23x: llm.c's own
-  // figures give 59.9% MFU on A100 but 40.4% on H100, and the model has one GEMM efficiency per
-  // profile.
+      "the dry run prices ditto's CUDA code (Note [Typed kernels], backend_sim/cost_model.h): "
+      "its attention, ditto's mma.sync flash attention at mma_efficiency 0.25 of the BF16 peak "
+      "(an estimate until a GPU measures it; llm.c runs cuDNN's), is 28% of the predicted step "
+      "here, and the ops without a typed kernel yet (the bias and LayerNorm gradients' row "
+      "sums, the embedding gradient) go through f32 scratch, 13% (their casts and f32 sums), "
+      "where llm.c's read bf16: the prediction is 0.78x llm.c's speed (46.8% MFU against "
+      "llm.c's ~60% on A100)"));
+  // On H100 llm.c's own figures give 40.4% MFU for this model (59.9% on A100), and the cost
+  // model has one GEMM efficiency per profile.
   rows.push_back(llmc_case(
       "GPT-2 124M, 8x H100 80GB HBM3, llm.c (as above), bf16", llmc_run("gpt2", "h100-sxm", 512, 1),
       524288, 0.140, "140 ms/step (mean)",
@@ -246,12 +242,7 @@ std::vector<TrainingCase> training_cases() {
       "node with 8x H100 HBM3 according to the instructions [of discussion 481]. The mean "
       "per-step time was 140ms. The total number of training tokens is 10.26B.\" "
       "(github.com/KellerJordan/modded-nanogpt/blob/master/records/track_1_short/"
-      "2024-10-13_llmc/README.md)",
-      "attention is 38% of the predicted step here and the scratch's casts 29%, so the "
-      "prediction is 0.37x llm.c's speed (0.57x with the scratch free; before issue 29, with "
-      "attention on tensor cores, 1.23x: llm.c's own "
-      "figures give 40.4% MFU on H100 for this model against 59.9% on A100, and the model "
-      "has one GEMM efficiency per profile)"));
+      "2024-10-13_llmc/README.md)"));
   rows.push_back(llmc_case(
       "GPT-2 1558M, 8x H100 80GB SXM, llm.c -b 16 -t 1024 -d 1048576 -z 1, bf16",
       llmc_run("gpt2-xl", "h100-sxm", 1024, 8), 1048576, 2.80, "2.80 s/iter",
@@ -260,10 +251,7 @@ std::vector<TrainingCase> training_cases() {
                   "with -b 16 -t 1024 -d 1048576 -r 0 -z 1, i.e. 8 micro-steps per step (") +
           kLlmcScripts +
           "run_gpt2_1558M.sh); discussion 677 \"we can reproduce this model "
-          "on a single 8XH100 node in 24 hours\" (github.com/karpathy/llm.c/discussions/677)",
-      "attention is 37% of the predicted step here and the scratch's casts 24%, so the "
-      "prediction is 0.45x llm.c's speed (0.62x with the scratch free; 1.22x, within the "
-      "tolerance, with attention on tensor cores before issue 29)"));
+          "on a single 8XH100 node in 24 hours\" (github.com/karpathy/llm.c/discussions/677)"));
   rows.back().tolerance = 0.25;
   return rows;
 }

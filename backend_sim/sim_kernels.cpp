@@ -84,6 +84,15 @@ void shard_tree(const Leaf& leaf, std::int64_t lo, std::int64_t hi, float* dst, 
   for (std::int64_t i = 0; i < len; ++i) dst[i] = cm::add(dst[i], right[i]);
 }
 
+// The softmax cross-entropy's costs (f32): forward reads the logits, writes a loss and reads a
+// target per row; backward reads the logits and writes their gradient, with grad_loss.
+KernelCost cross_entropy_cost(std::int64_t rows, std::int64_t classes) {
+  return KernelCost{4.0 * rows * classes, 4.0 * rows * classes + 12.0 * rows};
+}
+KernelCost cross_entropy_backward_cost(std::int64_t rows, std::int64_t classes) {
+  return KernelCost{5.0 * rows * classes, 8.0 * rows * classes + 8.0 * rows + 4};
+}
+
 class SimKernels final : public Kernels {
  public:
   explicit SimKernels(std::shared_ptr<CostModel> cost) : cost_(std::move(cost)) {}
@@ -178,31 +187,29 @@ class SimKernels final : public Kernels {
   void cross_entropy(Stream& s, const float* logits, const std::int64_t* targets, std::int64_t rows,
                      std::int64_t classes, float* losses) override {
     if (rows <= 0) return;
-    launch(s, "cross_entropy", KernelCost{4.0 * rows * classes, 4.0 * rows * classes + 12.0 * rows},
-           [=] {
-             for (std::int64_t r = 0; r < rows; ++r) {
-               const float* x = logits + r * classes;
-               const cm::SoftmaxStats st = cm::softmax_stats(x, classes);
-               losses[r] = cm::cross_entropy_loss(st.max, st.sum, x[targets[r]]);
-             }
-           });
+    launch(s, "cross_entropy", cross_entropy_cost(rows, classes), [=] {
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float* x = logits + r * classes;
+        const cm::SoftmaxStats st = cm::softmax_stats(x, classes);
+        losses[r] = cm::cross_entropy_loss(st.max, st.sum, x[targets[r]]);
+      }
+    });
   }
 
   void cross_entropy_backward(Stream& s, const float* logits, const std::int64_t* targets,
                               std::int64_t rows, std::int64_t classes, const float* grad_loss,
                               float scale, float* grad_logits) override {
     if (rows <= 0 || classes <= 0) return;
-    launch(s, "cross_entropy_backward",
-           KernelCost{5.0 * rows * classes, 8.0 * rows * classes + 8.0 * rows + 4}, [=] {
-             const float factor = cm::mul(*grad_loss, scale);
-             for (std::int64_t r = 0; r < rows; ++r) {
-               const float* x = logits + r * classes;
-               float* g = grad_logits + r * classes;
-               const cm::SoftmaxStats st = cm::softmax_stats(x, classes);
-               for (std::int64_t c = 0; c < classes; ++c)
-                 g[c] = cm::cross_entropy_grad(factor, x[c], st.max, st.sum, c == targets[r]);
-             }
-           });
+    launch(s, "cross_entropy_backward", cross_entropy_backward_cost(rows, classes), [=] {
+      const float factor = cm::mul(*grad_loss, scale);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float* x = logits + r * classes;
+        float* g = grad_logits + r * classes;
+        const cm::SoftmaxStats st = cm::softmax_stats(x, classes);
+        for (std::int64_t c = 0; c < classes; ++c)
+          g[c] = cm::cross_entropy_grad(factor, x[c], st.max, st.sum, c == targets[r]);
+      }
+    });
   }
 
   void mse(Stream& s, const float* x, const float* t, std::int64_t rows, std::int64_t cols,
@@ -526,6 +533,99 @@ class SimKernels final : public Kernels {
       for (std::int64_t j = 0, lo = 0; lo < n; ++j, lo += gpt::kSquaresBlock)
         out[j] = gpt::squares_chain(x + lo, std::min(gpt::kSquaresBlock, n - lo));
     });
+  }
+
+  // ---- the typed row kernels (Note [Typed kernels], cost_model.h) ----------------------------
+  // A dry run predicts the CUDA backend, which runs the GPT step's row ops on bf16 / f16 in both
+  // modes (CudaGptKernels::has_rows_ex): ops then call these, each priced as its f32 kernel with
+  // the tensors' bytes in the storage dtype (storage_cost; LayerNorm's mean and rstd, losses and
+  // token ids stay as they are), one launch and no casts. A real run keeps Kernels' default
+  // (false): MixedOp's f32 scratch and the f32 kernels, their bits.
+  bool has_rows_ex(DType storage, Determinism mode) const override {
+    return cost_->dry_run() && (storage == DType::bf16 || storage == DType::f16) &&
+           is_valid_determinism(mode);
+  }
+
+  void embedding_forward_ex(Stream& s, DType dtype, const std::int64_t* idx, const void* wte,
+                            const void* wpe, std::int64_t N, std::int64_t T, std::int64_t C,
+                            void* out) override {
+    if (!cost_->dry_run())  // throws: has_rows_ex is false
+      return Kernels::embedding_forward_ex(s, dtype, idx, wte, wpe, N, T, C, out);
+    if (N <= 0 || C <= 0) return;
+    price(s, "embedding_forward_ex",
+          storage_cost(gk::embedding_forward_cost(N, C, wpe != nullptr), dtype, 8.0 * N));
+  }
+
+  void layernorm_forward_ex(Stream& s, DType dtype, const void* x, const void* w, const void* b,
+                            std::int64_t N, std::int64_t C, float eps, void* y, float* mean,
+                            float* rstd) override {
+    if (!cost_->dry_run())
+      return Kernels::layernorm_forward_ex(s, dtype, x, w, b, N, C, eps, y, mean, rstd);
+    if (N <= 0 || C <= 0) return;
+    price(s, "layernorm_forward_ex",
+          storage_cost(gk::layernorm_forward_cost(N, C), dtype, 8.0 * N));
+  }
+
+  void layernorm_backward_ex(Stream& s, DType dtype, const void* dy, const void* x, const void* w,
+                             const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
+                             void* dx, void* dy_xhat) override {
+    if (!cost_->dry_run())
+      return Kernels::layernorm_backward_ex(s, dtype, dy, x, w, mean, rstd, N, C, dx, dy_xhat);
+    if (N <= 0 || C <= 0) return;
+    price(s, "layernorm_backward_ex",
+          storage_cost(gk::layernorm_backward_cost(N, C), dtype, 8.0 * N));
+  }
+
+  void gelu_forward_ex(Stream& s, DType dtype, const void* x, void* y, std::int64_t n) override {
+    if (!cost_->dry_run()) return Kernels::gelu_forward_ex(s, dtype, x, y, n);
+    if (n <= 0) return;
+    price(s, "gelu_forward_ex", storage_cost(gk::gelu_cost(n, false), dtype, 0.0));
+  }
+
+  void gelu_backward_ex(Stream& s, DType dtype, const void* x, const void* gy, void* gx,
+                        std::int64_t n) override {
+    if (!cost_->dry_run()) return Kernels::gelu_backward_ex(s, dtype, x, gy, gx, n);
+    if (n <= 0) return;
+    price(s, "gelu_backward_ex", storage_cost(gk::gelu_cost(n, true), dtype, 0.0));
+  }
+
+  void cross_entropy_ex(Stream& s, DType dtype, const void* logits, const std::int64_t* targets,
+                        std::int64_t rows, std::int64_t classes, float* losses) override {
+    if (!cost_->dry_run())
+      return Kernels::cross_entropy_ex(s, dtype, logits, targets, rows, classes, losses);
+    if (rows <= 0 || classes <= 0) return;
+    price(s, "cross_entropy_ex",
+          storage_cost(cross_entropy_cost(rows, classes), dtype, 12.0 * rows));
+  }
+
+  void cross_entropy_backward_ex(Stream& s, DType dtype, const void* logits,
+                                 const std::int64_t* targets, std::int64_t rows,
+                                 std::int64_t classes, const float* grad_loss, float scale,
+                                 void* grad_logits) override {
+    if (!cost_->dry_run())
+      return Kernels::cross_entropy_backward_ex(s, dtype, logits, targets, rows, classes, grad_loss,
+                                                scale, grad_logits);
+    if (rows <= 0 || classes <= 0) return;
+    price(s, "cross_entropy_backward_ex",
+          storage_cost(cross_entropy_backward_cost(rows, classes), dtype, 8.0 * rows + 4.0));
+  }
+
+  void dropout_forward_ex(Stream& s, DType dtype, const void* x, void* y, std::int64_t n, float p,
+                          std::uint64_t seed, std::uint64_t stream,
+                          std::uint64_t index_base) override {
+    if (!cost_->dry_run())
+      return Kernels::dropout_forward_ex(s, dtype, x, y, n, p, seed, stream, index_base);
+    if (n <= 0) return;
+    price(s, "dropout_forward_ex", storage_cost(gk::dropout_cost(n), dtype, 0.0));
+  }
+
+  void dropout_backward_ex(Stream& s, DType dtype, const void* gy, void* gx, std::int64_t n,
+                           float p, std::uint64_t seed, std::uint64_t stream,
+                           std::uint64_t index_base) override {
+    if (!cost_->dry_run())
+      return Kernels::dropout_backward_ex(s, dtype, gy, gx, n, p, seed, stream, index_base);
+    if (n <= 0) return;
+    price(s, "dropout_backward_ex", storage_cost(gk::dropout_cost(n), dtype, 0.0));
   }
 
   // ---- the typed attention (Note [Typed kernels], cost_model.h) ------------------------------

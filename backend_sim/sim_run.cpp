@@ -17,6 +17,7 @@
 #include "core/io/file.h"
 #include "core/runtime/extensions.h"
 #include "core/train/metrics.h"
+#include "core/train/trainer_config.h"
 
 namespace ditto::sim {
 namespace {
@@ -82,6 +83,10 @@ void SimRun::validate(const train::TrainerConfig& c) const {
               " ", o_.nodes, " would only train on ", o_.nodes, " x ", c.devices, " = ", all,
               " devices; ", c.name_of("devices"), " ", all, " does that)");
   const long long devices = processes ? dist::world_size() : all;
+  // The micro-shards against the simulated cluster's devices (nodes x devices), here so that
+  // too few is a usage error before anything starts, as it is for one node (the Trainer's own
+  // validation knows only this process's devices; fit() checks the total again).
+  if (!processes && o_.nodes > 1) train::check_devices(c, all);
   for (const auto& [device, factor] : o_.stragglers) {
     const std::string s = name_of(c, "stragglers");
     DITTO_CHECK(device >= 0 && device < devices, s, " ", device, ":", factor,

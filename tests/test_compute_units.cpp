@@ -44,6 +44,7 @@ namespace {
 constexpr double kFp32 = 67e12, kTf32 = 494.5e12, kBf16 = 989.5e12, kF16 = 989.5e12;
 constexpr double kBw = 4.8e12, kLaunch = 3e-6;
 constexpr double kGemmEff = 794.5 / 989, kHbmEff = 4.15 / 4.8, kSimtEff = 18.237 / 38.7;
+constexpr double kMmaEff = 0.25;  // profiles.cpp's estimate for ditto's mma.sync kernels
 
 sim::SimBackend& fresh_sim(bool dry, bool allow_tf32 = false) {
   BackendOptions o;
@@ -292,7 +293,7 @@ TEST(ComputeUnits, DryRunLinearIsOneTypedGemmWithTheBiasInItsEpilogue) {
   EXPECT_TRUE(c.gemm);
 }
 
-// An op with no typed CUDA kernel (GELU here) runs on bf16 tensors through MixedOp's f32 scratch
+// An op with no typed CUDA kernel (ReLU here) runs on bf16 tensors through MixedOp's f32 scratch
 // on CUDA, and a dry run prices it so (Note [Predicted launches]): x converted (a cast launch, n
 // x (2 + 4) bytes), the f32 kernel over f32 bytes, y rounded back (another cast), and the f32
 // scratch charged to the device. A real run prices the native kernel (bf16 bytes, free
@@ -308,10 +309,10 @@ TEST(ComputeUnits, DryRunPricesMixedOpScratchAsCudaRunsIt) {
     const std::size_t before = be.memory_stats(0).in_use;
     be.reset_peak_memory(0);
     const auto ledger_before = be.cost_model().ledger(0);
-    Tensor y = ops::gelu(x);
+    Tensor y = ops::relu(x);
     be.default_stream(0).synchronize();
     EXPECT_EQ(y.dtype(), DType::bf16);
-    const sim::CostModel::LedgerRow g = row(be, "gelu_forward");
+    const sim::CostModel::LedgerRow g = row(be, "relu");
     EXPECT_EQ(g.count, 1);
     const sim::CostModel::LedgerRow casts = row(be, "cast_f32_scratch");
     if (dry) {
@@ -328,6 +329,31 @@ TEST(ComputeUnits, DryRunPricesMixedOpScratchAsCudaRunsIt) {
       EXPECT_EQ(be.memory_stats(0).peak - before, std::size_t(2 * n));
     }
   }
+}
+
+// GELU has a typed CUDA kernel (Kernels::has_rows_ex): a dry run prices one gelu_forward_ex
+// launch over bf16 bytes, no casts and no f32 scratch, as CUDA runs it (Note [Typed kernels]).
+TEST(ComputeUnits, DryRunRowOpsTakeTheTypedKernels) {
+  const std::int64_t n = 1 << 20;
+  sim::SimBackend& be = fresh_sim(true);
+  const Device dev("sim", 0);
+  EXPECT_TRUE(be.kernels().has_rows_ex(DType::bf16, Determinism::bitwise));
+  EXPECT_FALSE(be.kernels().has_rows_ex(DType::f32, Determinism::fast));
+  EXPECT_FALSE(fresh_sim(false).kernels().has_rows_ex(DType::bf16, Determinism::fast));
+  sim::SimBackend& dry = fresh_sim(true);
+  Tensor x = Tensor::zeros({n}, DType::bf16, dev);
+  dry.default_stream(0).synchronize();
+  const std::size_t before = dry.memory_stats(0).in_use;
+  dry.reset_peak_memory(0);
+  Tensor y = ops::gelu(x);
+  dry.default_stream(0).synchronize();
+  EXPECT_EQ(y.dtype(), DType::bf16);
+  const sim::CostModel::LedgerRow g = row(dry, "gelu_forward_ex");
+  EXPECT_EQ(g.count, 1);
+  EXPECT_DOUBLE_EQ(g.bytes, 4.0 * n);  // bf16 in, bf16 out
+  EXPECT_EQ(row(dry, "cast_f32_scratch").count, 0);
+  EXPECT_EQ(row(dry, "gelu_forward").count, 0);
+  EXPECT_EQ(dry.memory_stats(0).peak - before, std::size_t(2 * n));  // y alone
 }
 
 // ---- the typed kernels of issue 29 items 2 and 3, priced ahead of their wiring -----------------
@@ -579,8 +605,10 @@ Gpt2Run gpt2_dry(Determinism mode) {
 // The step priced from the model's shapes and the H200's rates, independently of the simulator:
 // the GEMMs' FLOPs are 6 B T (12 L C^2 + C V) (forward, and the backward's two products), each
 // GEMM on the mode's unit (the typed gemm_ex as CUDA runs it, a Linear's bias in its epilogue:
-// no add_bias; bitwise mode's micro-sharded dW products gemm_tn_sharded); attention's from the
-// causal pairs, its backward two launches; every other kernel memory bound at HBM x
+// no add_bias; bitwise mode's micro-sharded dW products gemm_tn_sharded_ex on the stored bf16
+// operands); attention typed as CUDA runs it (attention_*_ex: fast mode on the tensor cores at
+// bf16 x mma_efficiency, bitwise on the SIMT cores), from the causal pairs, its backward 9
+// products in two launches; the row ops typed (*_ex); every other kernel memory bound at HBM x
 // memory_efficiency over the bytes the ledger counted, at CUDA's launch counts (Note [Predicted
 // launches]), MixedOp's conversions among them (cast_f32_scratch). The sum of the rows is the
 // predicted step (one device, one stream: no idle time), so tokens/s = B T / that sum.
@@ -601,11 +629,14 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
     const std::string gemm_unit = bitwise ? "SIMT f32 (ditto)" : "tensor core bf16";
     const double gemm_rate = bitwise ? kFp32 * kSimtEff : kBf16 * kGemmEff;
     auto is_gemm = [](const std::string& name) {
-      return name == "gemm" || name == "gemm_ex" || name == "gemm_tn_sharded";
+      return name == "gemm" || name == "gemm_ex" || name == "gemm_tn_sharded" ||
+             name == "gemm_tn_sharded_ex";
     };
     EXPECT_EQ(run.rows.count("gemm / " + gemm_unit), 0u);  // every product typed, as on CUDA
     EXPECT_EQ(run.rows.count("add_bias / memory"), 0u);    // in gemm_ex's epilogue
-    EXPECT_GT(run.rows.at("cast_f32_scratch / memory").count, 0);
+    EXPECT_EQ(run.rows.count("gemm_tn_sharded / " + gemm_unit), 0u);  // typed: no f32 copies
+    EXPECT_EQ(run.rows.count("layernorm_forward / memory"), 0u);      // typed row kernels
+    EXPECT_EQ(run.rows.count("gelu_forward / memory"), 0u);
     double flops = 0, gemm_s = 0, count = 0;
     for (const auto& [key, k] : run.rows)
       if (is_gemm(k.name)) {
@@ -616,18 +647,20 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
       }
     EXPECT_DOUBLE_EQ(flops / steps, gemm_flops);  // 6.07 TFLOP a step
     EXPECT_NEAR(gemm_s, count * kLaunch + flops / gemm_rate, count * 1e-12);
-    // Attention: forward and backward on the SIMT cores, compute bound.
-    const double fwd = L * steps * (pairs * 4 * hd / (kFp32 * kSimtEff) + pairs * 24 / kFp32);
-    const double bwd = L * steps * (pairs * 10 * hd / (kFp32 * kSimtEff) + pairs * 26 / kFp32);
-    const CostLedgerRow af = run.rows.at("attention_forward / SIMT f32 (ditto)");
-    const CostLedgerRow ab = run.rows.at("attention_backward / SIMT f32 (ditto)");
+    // Attention, typed, compute bound: fast mode's products on the tensor cores (ditto's
+    // mma.sync flash attention), bitwise mode's on the SIMT cores; the softmax at the FP32 peak.
+    const std::string attn_unit = bitwise ? "SIMT f32 (ditto)" : "tensor core bf16 mma";
+    const double attn_rate = bitwise ? kFp32 * kSimtEff : kBf16 * kMmaEff;
+    const double fwd = L * steps * (pairs * 4 * hd / attn_rate + pairs * 24 / kFp32);
+    const double bwd = L * steps * (pairs * 18 * hd / attn_rate + pairs * 52 / kFp32);
+    const CostLedgerRow af = run.rows.at("attention_forward_ex / " + attn_unit);
+    const CostLedgerRow ab = run.rows.at("attention_backward_ex / " + attn_unit);
     EXPECT_EQ(af.count, 12 * 2);
     EXPECT_EQ(ab.count, 12 * 2 * 2);  // two launches each
     EXPECT_NEAR(af.time_ps / 1e12, af.count * kLaunch + fwd, af.count * 1e-12);
     EXPECT_NEAR(ab.time_ps / 1e12, ab.count * kLaunch + bwd, ab.count * 1e-12);
-    // MixedOp runs it over f32 scratch (no typed attention wired yet): under a third of att
-    // [B, H, T, T] in f32.
-    EXPECT_LT(af.bytes / af.count, 4.0 * B * H * T * T / 3);
+    // qkv, y and the stats in bf16 / f32, never att [B, H, T, T].
+    EXPECT_DOUBLE_EQ(af.bytes / af.count, 2.0 * B * T * 4 * C + 8 * B * H * T);
     // Everything else: memory bound (or a few small FLOP-bound kernels at the FP32 peak).
     double step_s = gemm_s + af.time_ps / 1e12 + ab.time_ps / 1e12, rows_s = 0;
     for (const auto& [key, k] : run.rows) {
@@ -671,7 +704,7 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
     std::printf("%.0f tokens/s, step %.3f ms\n%s", tokens_per_s[bitwise], p.step_time_s * 1e3,
                 table.c_str());
   }
-  // Bitwise prices the GEMMs 25x slower (SIMT x 0.47 vs tensor cores x 0.80); attention is the
-  // same in both modes.
+  // Bitwise prices the GEMMs 25x slower (SIMT x 0.47 vs tensor cores x 0.80), attention 8x
+  // (SIMT x 0.47 vs the tensor cores x 0.25).
   EXPECT_GT(tokens_per_s[0], 2.0 * tokens_per_s[1]);
 }

@@ -148,9 +148,9 @@ TEST(Options, MovedChecksRefuseInTheConfigsValidation) {
   refused(c, "expected a power of two >= 128 (the devices), got 64 (the default)");
   c.determinism = Determinism::fast;  // fast mode has no micro-shards
   EXPECT_NO_THROW(Trainer(c, digits()));
-  // A simulated cluster multiplies the devices: the Trainer's validation checks the total (2
-  // nodes x 4 devices), so the CLI reports it as a usage error (exit status 2) before anything
-  // starts (it was refused only in fit(), exit status 1).
+  // A simulated cluster multiplies the devices: SimRun::validate checks the total (2 nodes x 4
+  // devices), so the CLI reports it as a usage error (exit status 2) before anything starts (it
+  // was refused only in fit(), exit status 1).
   TrainerConfig nodes;
   nodes.micro_shards = 4;
   nodes.field_names = {{"micro_shards", "--micro-shards"}};

@@ -131,12 +131,11 @@ void validate(const TrainerConfig& c) {
     DITTO_CHECK(e != nullptr, n("extensions"), ": expected extensions, got a null one");
     e->validate(c);
   }
-  // Against the run's devices (a simulated cluster's nodes x devices: the extensions, validated
-  // above, multiply them), so that a refusal here is a usage error before anything starts. Not
-  // under mpirun: there a refusal must reach the other processes, which only fit()'s exchanges
-  // carry (a constructor that throws on one rank would leave the others waiting), and processes
-  // that disagree on the settings must first hear that (Mpi.Communicator_np8).
-  if (!dist::is_initialized()) check_devices(c, run_devices(c));
+  // Against this process's devices (the extensions may multiply them: fit() checks the total).
+  // Not under mpirun: there a refusal must reach the other processes, which only fit()'s
+  // exchanges carry (a constructor that throws on one rank would leave the others waiting), and
+  // processes that disagree on the settings must first hear that (Mpi.Communicator_np8).
+  if (!dist::is_initialized()) check_devices(c, c.devices);
 }
 
 }  // namespace ditto::train
