@@ -356,14 +356,14 @@ TEST(ComputeUnits, DryRunRowOpsTakeTheTypedKernels) {
   EXPECT_EQ(dry.memory_stats(0).peak - before, std::size_t(2 * n));  // y alone
 }
 
-// ---- the typed kernels of issue 29 items 2 and 3, priced ahead of their wiring -----------------
+// ---- the typed kernels of issue 29 items 2 and 3 (a dry run takes them, as CUDA does) ---------
 
 // attention_ex_cost (Note [Typed kernels]) for GPT-2's attention (B 8, T 1024, C 768, 12 heads):
 // fast bf16 on the tensor cores through ditto's mma.sync kernel at bf16_flops x mma_efficiency
 // (0.25: an estimate), 2 T x T x hd passes forward, 9 backward in two launches (the dq kernel's
 // first pass recomputes S and dP for D: cuda_attention.cu); head widths other than 64 and 128,
-// bitwise mode and f32 on the
-// SIMT cores; bytes of q, k, v, y (dy, dqkv) in the storage dtype and the stats in f32.
+// bitwise mode and f32 on the SIMT cores; bytes of q, k, v, y (dy, dqkv) in the storage dtype
+// and the stats in f32.
 TEST(ComputeUnits, TypedAttentionOnTensorCoresInFastMode) {
   const sim::DeviceProfile h = sim::device_profile("h200");
   EXPECT_DOUBLE_EQ(h.mma_efficiency, 0.25);
