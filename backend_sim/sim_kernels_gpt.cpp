@@ -2,8 +2,11 @@
 // core/numerics/gpt_math.h, evaluated on the host. Where a loop differs from gpt_math.h's
 // reference functions it only interleaves independent chains (each keeps its order), which
 // tests/test_gpt_ops.cpp checks bit for bit against those functions.
-#include "backend_sim/sim_eigen.h"  // first: its pragma must precede Eigen
+// sim_eigen.h first: its pragma must precede Eigen.
+// clang-format off
+#include "backend_sim/sim_eigen.h"
 #include "backend_sim/sim_kernels_gpt.h"
+// clang-format on
 
 #include <algorithm>
 #include <cstring>
@@ -85,10 +88,9 @@ void weighted_rows(const float* w, std::int64_t t, const float* rows, std::int64
 // then holds the dropped weights). HD > 0: the head width a constant, the chains in registers;
 // HD == 0: `hd` wide, the chains accumulated in dk and dv themselves (the same operations).
 template <int HD>
-void key_backward_hd(const float* q0, std::int64_t q_stride, const float* g0,
-                     std::int64_t g_stride, const float* att_col, const float* dpre_col,
-                     std::int64_t T, std::int64_t u, float scale, float* dk, float* dv,
-                     bool scaled, std::int64_t hd = HD) {
+void key_backward_hd(const float* q0, std::int64_t q_stride, const float* g0, std::int64_t g_stride,
+                     const float* att_col, const float* dpre_col, std::int64_t T, std::int64_t u,
+                     float scale, float* dk, float* dv, bool scaled, std::int64_t hd = HD) {
   constexpr int kMax = HD > 0 ? HD : 1;
   float ak_fixed[kMax] = {}, av_fixed[kMax] = {};
   float* ak = HD > 0 ? ak_fixed : dk;
@@ -111,14 +113,13 @@ void key_backward_hd(const float* q0, std::int64_t q_stride, const float* g0,
 
 void key_backward(std::int64_t hd, const float* q0, std::int64_t q_stride, const float* g0,
                   std::int64_t g_stride, const float* att_col, const float* dpre_col,
-                  std::int64_t T, std::int64_t u, float scale, float* dk, float* dv,
-                  bool scaled) {
+                  std::int64_t T, std::int64_t u, float scale, float* dk, float* dv, bool scaled) {
   if (hd == 32)
-    return key_backward_hd<32>(q0, q_stride, g0, g_stride, att_col, dpre_col, T, u, scale, dk,
-                               dv, scaled);
+    return key_backward_hd<32>(q0, q_stride, g0, g_stride, att_col, dpre_col, T, u, scale, dk, dv,
+                               scaled);
   if (hd == 64)
-    return key_backward_hd<64>(q0, q_stride, g0, g_stride, att_col, dpre_col, T, u, scale, dk,
-                               dv, scaled);
+    return key_backward_hd<64>(q0, q_stride, g0, g_stride, att_col, dpre_col, T, u, scale, dk, dv,
+                               scaled);
   key_backward_hd<0>(q0, q_stride, g0, g_stride, att_col, dpre_col, T, u, scale, dk, dv, scaled,
                      hd);
 }
@@ -155,8 +156,7 @@ bool vocab_tree(const float* dy, std::int64_t C, const std::vector<std::int64_t>
     return true;
   }
   const std::int64_t mid = tree_mid(lo, hi);
-  const std::int64_t* split =
-      std::lower_bound(first, last, bounds[static_cast<std::size_t>(mid)]);
+  const std::int64_t* split = std::lower_bound(first, last, bounds[static_cast<std::size_t>(mid)]);
   const bool left = vocab_tree(dy, C, bounds, first, split, lo, mid, dst, scratch);
   const bool right = vocab_tree(dy, C, bounds, split, last, mid, hi, scratch, scratch + C);
   if (left && right)
@@ -182,8 +182,8 @@ void dropped_row(const float* x, std::int64_t t, std::uint64_t row_index,
 
 // ---- embedding ----------------------------------------------------------------------------------
 
-void embedding_forward(const std::int64_t* idx, const float* wte, const float* wpe,
-                       std::int64_t N, std::int64_t T, std::int64_t C, float* out) {
+void embedding_forward(const std::int64_t* idx, const float* wte, const float* wpe, std::int64_t N,
+                       std::int64_t T, std::int64_t C, float* out) {
   for (std::int64_t r = 0; r < N; ++r)
     gpt::embedding_row(wte + idx[r] * C, wpe != nullptr ? wpe + (r % T) * C : nullptr, C,
                        out + r * C);
@@ -197,8 +197,8 @@ void embedding_backward(const std::int64_t* idx, const float* dy, std::int64_t N
                         std::int64_t V, const std::vector<std::int64_t>& bounds, float* grad_wte,
                         bool accumulate) {
   // Rows grouped by id, ascending within each id (a counting sort).
-  std::vector<std::int64_t> start(static_cast<std::size_t>(V) + 1, 0), rows(
-      static_cast<std::size_t>(N));
+  std::vector<std::int64_t> start(static_cast<std::size_t>(V) + 1, 0),
+      rows(static_cast<std::size_t>(N));
   for (std::int64_t r = 0; r < N; ++r) ++start[static_cast<std::size_t>(idx[r]) + 1];
   for (std::int64_t v = 0; v < V; ++v)
     start[static_cast<std::size_t>(v) + 1] += start[static_cast<std::size_t>(v)];
@@ -213,8 +213,7 @@ void embedding_backward(const std::int64_t* idx, const float* dy, std::int64_t N
     const std::int64_t* last = rows.data() + start[static_cast<std::size_t>(v) + 1];
     float* g = grad_wte + v * C;
     float* G = work.data();
-    if (!vocab_tree(dy, C, bounds, first, last, 0, shards, G, G + C))
-      std::fill(G, G + C, 0.0f);
+    if (!vocab_tree(dy, C, bounds, first, last, 0, shards, G, G + C)) std::fill(G, G + C, 0.0f);
     if (accumulate)
       for (std::int64_t c = 0; c < C; ++c) g[c] = add(g[c], G[c]);
     else
@@ -271,11 +270,10 @@ KernelCost gelu_cost(std::int64_t n, bool backward) {
 // ---- causal self-attention ----------------------------------------------------------------------
 
 void attention_forward(const float* qkv, std::int64_t B, std::int64_t T, std::int64_t C,
-                       std::int64_t nh, float* y, float* stats,
-                       const gpt::AttentionDropout& drop) {
+                       std::int64_t nh, float* y, float* stats, const gpt::AttentionDropout& drop) {
   const std::int64_t hd = C / nh, W = 3 * C;
   const float scale = gpt::attention_scale(hd);
-  std::vector<float> kt, row(static_cast<std::size_t>(T));           // one row of att, on the host
+  std::vector<float> kt, row(static_cast<std::size_t>(T));  // one row of att, on the host
   std::vector<float> a(drop.active() ? static_cast<std::size_t>(T) : 0);  // one dropped row
   auto* st = reinterpret_cast<gpt::SoftmaxStats*>(stats);
   for_each_head(qkv, B, T, C, nh, C, kt, [&](std::int64_t b, std::int64_t h, const float* base) {
@@ -302,8 +300,8 @@ double causal_pairs(std::int64_t B, std::int64_t T, std::int64_t nh) {
 
 // Priced as a fused flash-attention kernel (Note [Attention memory] in core/numerics/gpt_math.h):
 // reads qkv, writes y and the stats; no T^2 traffic. matmul_flops: q k^T and att v.
-KernelCost attention_forward_cost(std::int64_t B, std::int64_t T, std::int64_t C,
-                                  std::int64_t nh, bool dropout) {
+KernelCost attention_forward_cost(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
+                                  bool dropout) {
   const double hd = double(C) / nh, pairs = causal_pairs(B, T, nh);
   // Per pair: q.k (2 hd), scale, exp (~20), sum, divide, att @ v (2 hd); with dropout a mask
   // element and its scaling.
@@ -325,56 +323,60 @@ void attention_backward(const float* dy, const float* qkv, const float* stats, s
   std::vector<float> vt, kt(static_cast<std::size_t>(hd * T)), att(TT), dpre(TT);
   std::vector<float> a(drop.active() ? TT : 0);
   const auto* st = reinterpret_cast<const gpt::SoftmaxStats*>(stats);
-  for_each_head(qkv, B, T, C, nh, 2 * C, vt, [&](std::int64_t b, std::int64_t h,
-                                                 const float* base) {
-    transpose_head(base, W, C + h * hd, T, hd, kt.data());
-    const std::int64_t head = (b * nh + h) * T;
-    // att rows recomputed from the stats (gpt::causal_weights_row: the forward's bits).
-    for (std::int64_t t = 0; t < T; ++t) {
-      float* row = att.data() + t * T;
-      dots_transposed(base + t * W + h * hd, kt.data(), t, T, hd, row);
-      for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(row[u], scale);
-      gpt::causal_weights_row(row, t, T, st[head + t]);
-    }
-    // Pass 1, per query t: dpre[t, :], pd and dq_t (gpt::attention_query_backward).
-    for (std::int64_t t = 0; t < T; ++t) {
-      float* row = dpre.data() + t * T;
-      const float* att_row = att.data() + t * T;
-      const std::uint64_t index = gpt::attention_row_index(nh, T, b, h, t);
-      dots_transposed(dy + (b * T + t) * C + h * hd, vt.data(), t, T, hd, row);
-      if (drop.active()) dropped_row(row, t, index, drop, row);  // da = keep ? dp * s : 0
-      scratch[head + t] = gpt::causal_softmax_row_backward(att_row, row, t, T);
-      float* dq = dqkv + (b * T + t) * W + h * hd;
-      if (drop.active()) {
-        for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(row[u], scale);
-        weighted_rows(row, t, base + C + h * hd, W, hd, dq);
-        dropped_row(att_row, t, index, drop, a.data() + t * T);
-      } else {
-        weighted_rows(row, t, base + C + h * hd, W, hd, dq);
-        for (std::int64_t i = 0; i < hd; ++i) dq[i] = mul(dq[i], scale);
-      }
-    }
-    // Pass 2, per key u: dk_u and dv_u over the queries t >= u.
-    const float* w = drop.active() ? a.data() : att.data();
-    for (std::int64_t u = 0; u < T; ++u) {
-      float* dk = dqkv + (b * T + u) * W + C + h * hd;
-      key_backward(hd, base + h * hd, W, dy + b * T * C + h * hd, C, w + u, dpre.data() + u, T,
-                   u, scale, dk, dk + C, !drop.active());
-    }
-  });
+  for_each_head(qkv, B, T, C, nh, 2 * C, vt,
+                [&](std::int64_t b, std::int64_t h, const float* base) {
+                  transpose_head(base, W, C + h * hd, T, hd, kt.data());
+                  const std::int64_t head = (b * nh + h) * T;
+                  // att rows recomputed from the stats (gpt::causal_weights_row: the forward's
+                  // bits).
+                  for (std::int64_t t = 0; t < T; ++t) {
+                    float* row = att.data() + t * T;
+                    dots_transposed(base + t * W + h * hd, kt.data(), t, T, hd, row);
+                    for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(row[u], scale);
+                    gpt::causal_weights_row(row, t, T, st[head + t]);
+                  }
+                  // Pass 1, per query t: dpre[t, :], pd and dq_t (gpt::attention_query_backward).
+                  for (std::int64_t t = 0; t < T; ++t) {
+                    float* row = dpre.data() + t * T;
+                    const float* att_row = att.data() + t * T;
+                    const std::uint64_t index = gpt::attention_row_index(nh, T, b, h, t);
+                    dots_transposed(dy + (b * T + t) * C + h * hd, vt.data(), t, T, hd, row);
+                    if (drop.active())
+                      dropped_row(row, t, index, drop, row);  // da = keep ? dp * s : 0
+                    scratch[head + t] = gpt::causal_softmax_row_backward(att_row, row, t, T);
+                    float* dq = dqkv + (b * T + t) * W + h * hd;
+                    if (drop.active()) {
+                      for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(row[u], scale);
+                      weighted_rows(row, t, base + C + h * hd, W, hd, dq);
+                      dropped_row(att_row, t, index, drop, a.data() + t * T);
+                    } else {
+                      weighted_rows(row, t, base + C + h * hd, W, hd, dq);
+                      for (std::int64_t i = 0; i < hd; ++i) dq[i] = mul(dq[i], scale);
+                    }
+                  }
+                  // Pass 2, per key u: dk_u and dv_u over the queries t >= u.
+                  const float* w = drop.active() ? a.data() : att.data();
+                  for (std::int64_t u = 0; u < T; ++u) {
+                    float* dk = dqkv + (b * T + u) * W + C + h * hd;
+                    key_backward(hd, base + h * hd, W, dy + b * T * C + h * hd, C, w + u,
+                                 dpre.data() + u, T, u, scale, dk, dk + C, !drop.active());
+                  }
+                });
 }
 
 // A fused flash-attention backward (Note [Attention memory]): reads qkv, dy and the stats,
-// writes dqkv (and pd); per pair the score and weight recomputed (2 hd + ~22), dy.v, dpre @ k,
-// dk and dv updates (2 hd each) and the softmax backward (~4); with dropout the mask twice (dp
-// and the weights of dv), two scalings and the score scale.
-KernelCost attention_backward_cost(std::int64_t B, std::int64_t T, std::int64_t C,
-                                   std::int64_t nh, bool dropout) {
+// writes dqkv (and pd); per pair the products as CUDA's two kernels make them
+// (cuda_attention.cu, as attention_ex_cost counts them): the query kernel's first pass the
+// score and dy.v (for pd), its second the score, dy.v and dpre @ k, the key kernel's the score,
+// dy.v and the dk and dv updates: 9 products of 2 hd; the softmax and its backward (~26); with
+// dropout the mask twice (dp and the weights of dv), two scalings and the score scale.
+KernelCost attention_backward_cost(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
+                                   bool dropout) {
   const double hd = double(C) / nh, pairs = causal_pairs(B, T, nh);
   const double mask = dropout ? 2.0 * kMaskFlops + 3.0 : 0.0;
-  KernelCost c{pairs * (10.0 * hd + 26.0 + mask),
+  KernelCost c{pairs * (18.0 * hd + 26.0 + mask),
                4.0 * (double(B) * T * 7.0 * C + 3.0 * double(B) * nh * T)};
-  c.matmul_flops = pairs * 10.0 * hd;
+  c.matmul_flops = pairs * 18.0 * hd;
   return c;
 }
 
