@@ -165,14 +165,7 @@ __device__ __forceinline__ float load_io(const void* p, DType t, i64 i) {
 }
 
 // p[i] = v rounded once (to nearest even) into t: MixedOp's cast of the f32 result.
-__device__ __forceinline__ void store_io(void* p, DType t, i64 i, float v) {
-  if (t == DType::bf16)
-    static_cast<bfloat16*>(p)[i] = bfloat16::from(v);
-  else if (t == DType::f16)
-    static_cast<float16*>(p)[i] = float16::from(v);
-  else
-    static_cast<float*>(p)[i] = v;
-}
+__device__ __forceinline__ void store_io(void* p, DType t, i64 i, float v) { st_elem(p, t, i, v); }
 
 // exp of the mode: the portable canonical::exp (bitwise) or expf (fast).
 template <bool kFast>

@@ -33,28 +33,13 @@ namespace {
 // Element i of an operand stored as E (float, bfloat16, float16), widened to f32 (exact).
 template <class E>
 __device__ __forceinline__ float widen(const void* p, i64 i) {
-  if constexpr (std::is_same_v<E, float>)
-    return static_cast<const float*>(p)[i];
-  else
-    return static_cast<const E*>(p)[i].to_float();
+  return ld_elem(static_cast<const E*>(p), i);
 }
 
-// Element i of C (or bias) of dtype t (f32, bf16, f16), widened to f32.
-__device__ __forceinline__ float load_c(const void* p, DType t, i64 i) {
-  if (t == DType::bf16) return widen<bfloat16>(p, i);
-  if (t == DType::f16) return widen<float16>(p, i);
-  return widen<float>(p, i);
-}
-
-// C[i] = v rounded once (to nearest even) into dtype t.
-__device__ __forceinline__ void store_c(void* p, DType t, i64 i, float v) {
-  if (t == DType::bf16)
-    static_cast<bfloat16*>(p)[i] = bfloat16::from(v);
-  else if (t == DType::f16)
-    static_cast<float16*>(p)[i] = float16::from(v);
-  else
-    static_cast<float*>(p)[i] = v;
-}
+// Element i of C (or bias) of dtype t (f32, bf16, f16), widened to f32; C[i] = v rounded once (to
+// nearest even) into t (cuda_kernels_common.cuh's run-time dtype ld_elem / st_elem).
+__device__ __forceinline__ float load_c(const void* p, DType t, i64 i) { return ld_elem(p, t, i); }
+__device__ __forceinline__ void store_c(void* p, DType t, i64 i, float v) { st_elem(p, t, i, v); }
 
 // v rounded to dtype t and widened back: what load_c would read after store_c.
 __device__ __forceinline__ float round_to(DType t, float v) {

@@ -93,6 +93,22 @@ __device__ __forceinline__ void st_elem(E* p, i64 i, float v) {
     p[i] = E::from(v);
 }
 
+// The same for an element whose dtype t (f32, bf16, f16) is known at run time (the typed GEMM's
+// C and bias, the typed attention's outputs).
+__device__ __forceinline__ float ld_elem(const void* p, DType t, i64 i) {
+  if (t == DType::bf16) return ld_elem(static_cast<const bfloat16*>(p), i);
+  if (t == DType::f16) return ld_elem(static_cast<const float16*>(p), i);
+  return ld_elem(static_cast<const float*>(p), i);
+}
+__device__ __forceinline__ void st_elem(void* p, DType t, i64 i, float v) {
+  if (t == DType::bf16)
+    st_elem(static_cast<bfloat16*>(p), i, v);
+  else if (t == DType::f16)
+    st_elem(static_cast<float16*>(p), i, v);
+  else
+    st_elem(static_cast<float*>(p), i, v);
+}
+
 // Elements of E in one 16-byte access (4 floats, 8 bf16 / f16).
 template <class E>
 inline constexpr int kVec = static_cast<int>(16 / sizeof(E));
