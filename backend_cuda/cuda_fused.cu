@@ -25,13 +25,19 @@
 //                       exact, Note [GPT kernels]); a v absent from the batch gives +0 without a
 //                       walk. Work O(N C + V C) per step where the scan per (v, c) was
 //                       O(V C N); at most kShardCap shards per launch (shard_tree above that).
+//                       Typed (embedding_backward_ex): dy bf16 / f16 widened as loaded (4
+//                       columns in one 8-byte access), grad_wte f32 (bitwise mode's gradients)
+//                       or the storage dtype, each element rounded once (after the add with
+//                       accumulate; past kShardCap shards only the root rounds): MixedOp's bits
+//                       without its f32 copies of dy and grad_wte.
 //   layernorm_*         a warp per row: the lanes stage a chunk of the row (coalesced) in
 //                       shared memory and lane 0 runs the chain over it (the sums of Note [GPT
 //                       kernels] are sequential chains: they are not split); the elementwise
 //                       parts run on all lanes. Both modes (LayerNorm has one fixed order).
 //   gelu_*              16 bytes per thread (4 f32, 8 bf16 / f16) where aligned, a scalar tail.
-//   typed (*_ex)        embedding_forward, layernorm_*, gelu_*, cross_entropy(_backward) and
-//                       dropout_* (cuda_kernels_gpt.cu) on bf16 / f16 (Note [Mixed precision]):
+//   typed (*_ex)        embedding_forward(_backward), layernorm_*, gelu_*,
+//                       cross_entropy(_backward) and dropout_* (cuda_kernels_gpt.cu) on bf16 /
+//                       f16 (Note [Mixed precision]):
 //                       the same kernels, templated over the element type E (float for the f32
 //                       entries), each element widened to f32 as it is loaded (ld_elem, ld_vec:
 //                       exact), the same f32 chains (LayerNorm and the cross-entropy stage f32 in
@@ -39,8 +45,9 @@
 //                       (st_elem, st_vec: round to nearest even). Widening is exact and MixedOp
 //                       rounds each output once too, so the results are the simulator's MixedOp
 //                       bits in both modes, without its f32 scratch, its casts or their launches,
-//                       at half the bytes of an f32 kernel. E in {float, bfloat16, float16}: 22
-//                       kernel instantiations more than f32 alone (small ones; ptxas time).
+//                       at half the bytes of an f32 kernel. E in {float, bfloat16, float16}: 26
+//                       kernel instantiations more than f32 alone (small ones; ptxas time; the
+//                       embedding gradient's 4 of them).
 //   *_multi             (cuda_multi_tensor.cu) the tensors of one call in a __grid_constant__
 //                       table of up to kMultiCap entries (more: one launch per kMultiCap), elements cut into
 //                       chunks of kMultiChunk, a block per chunk (binary search of the chunk's
@@ -59,6 +66,10 @@ using u64 = unsigned long long;
 
 // True when p is 16-byte aligned (float4 loads and stores).
 inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+// True when p is a multiple of `bytes` (a power of two).
+inline bool aligned_to(const void* p, std::size_t bytes) {
+  return (reinterpret_cast<std::uintptr_t>(p) & (bytes - 1)) == 0;
+}
 
 __device__ __forceinline__ float4 load4(const float* p) {
   return *reinterpret_cast<const float4*>(p);
@@ -193,13 +204,69 @@ __device__ __forceinline__ i64 lower_bound_rows(const i64* rows, i64 first, i64 
   return first;
 }
 
-// d[v, c] = out(d, G[v, c]) for all V rows and the shards of `bounds`: a block per vocabulary row
-// v, each thread W consecutive columns (W = 4: float4 loads, C % 4 == 0, dy, d and ld aligned).
-// G = canonical tree over the shards of each shard's chain add over v's rows in it, ascending.
+// r = the W consecutive elements at p, stored as E, widened (W = 4: one aligned access, 16
+// bytes of f32 or 8 of bf16 / f16; W = 1: one element).
+template <int W, class E>
+__device__ __forceinline__ void load_cols(const E* p, float (&r)[W]) {
+  if constexpr (W == 4 && std::is_same_v<E, float>) {
+    const float4 q = load4(p);
+    r[0] = q.x, r[1] = q.y, r[2] = q.z, r[3] = q.w;
+  } else if constexpr (W == 4) {
+    const uint2 q = *reinterpret_cast<const uint2*>(p);
+    r[0] = E{static_cast<std::uint16_t>(q.x & 0xffffu)}.to_float();
+    r[1] = E{static_cast<std::uint16_t>(q.x >> 16)}.to_float();
+    r[2] = E{static_cast<std::uint16_t>(q.y & 0xffffu)}.to_float();
+    r[3] = E{static_cast<std::uint16_t>(q.y >> 16)}.to_float();
+  } else {
+    r[0] = ld_elem(p, 0);
+  }
+}
+
+// The W elements at p = r, each rounded once into E (the same accesses as load_cols).
+template <int W, class E>
+__device__ __forceinline__ void store_cols(E* p, const float (&r)[W]) {
+  if constexpr (W == 4 && std::is_same_v<E, float>) {
+    *reinterpret_cast<float4*>(p) = make_float4(r[0], r[1], r[2], r[3]);
+  } else if constexpr (W == 4) {
+    uint2 q;
+    q.x = static_cast<unsigned>(E::from(r[0]).bits) | (static_cast<unsigned>(E::from(r[1]).bits) << 16);
+    q.y = static_cast<unsigned>(E::from(r[2]).bits) | (static_cast<unsigned>(E::from(r[3]).bits) << 16);
+    *reinterpret_cast<uint2*>(p) = q;
+  } else {
+    st_elem(p, 0, r[0]);
+  }
+}
+
+// load_cols / store_cols at element `at` of a buffer whose dtype t (f32, bf16, f16) is known at
+// run time (the gradient: f32, or the storage dtype of embedding_backward_ex's grad_wte).
 template <int W>
-__global__ void embedding_grad_kernel(const i64* start, const i64* rows, const float* dy, i64 C,
+__device__ __forceinline__ void load_cols(const void* p, DType t, i64 at, float (&r)[W]) {
+  if (t == DType::bf16)
+    load_cols<W>(static_cast<const bfloat16*>(p) + at, r);
+  else if (t == DType::f16)
+    load_cols<W>(static_cast<const float16*>(p) + at, r);
+  else
+    load_cols<W>(static_cast<const float*>(p) + at, r);
+}
+template <int W>
+__device__ __forceinline__ void store_cols(void* p, DType t, i64 at, const float (&r)[W]) {
+  if (t == DType::bf16)
+    store_cols<W>(static_cast<bfloat16*>(p) + at, r);
+  else if (t == DType::f16)
+    store_cols<W>(static_cast<float16*>(p) + at, r);
+  else
+    store_cols<W>(static_cast<float*>(p) + at, r);
+}
+
+// d[v, c] = out(d, G[v, c]) for all V rows and the shards of `bounds`, d of dtype dt (f32; or
+// bf16 / f16, each element rounded once): a block per vocabulary row v, each thread W
+// consecutive columns (W = 4: one vector access, C % 4 == 0, dy, d and ld aligned). dy is
+// stored as E (float, bfloat16, float16), widened as loaded. G = canonical tree over the shards
+// of each shard's chain add over v's rows in it, ascending (in f32).
+template <int W, class E>
+__global__ void embedding_grad_kernel(const i64* start, const i64* rows, const E* dy, i64 C,
                                       i64 V, const __grid_constant__ ShardBounds bounds,
-                                      int shards, float* d, i64 ld, Out mode) {
+                                      int shards, void* d, DType dt, i64 ld, Out mode) {
   const i64 groups = C / W;
   for (i64 v = blockIdx.x; v < V; v += gridDim.x) {
     const i64 first = lower_bound_rows(rows, start[v], start[v + 1], bounds.b[0]);
@@ -215,24 +282,22 @@ __global__ void embedding_grad_kernel(const i64* start, const i64* rows, const f
           float acc[W];
           for (int e = 0; e < W; ++e) acc[e] = 0.0f;
           for (const i64 end = bounds.b[s + 1]; p < last && rows[p] < end; ++p) {
-            const float* g_row = dy + rows[p] * C + c;
-            if constexpr (W == 4) {
-              const float4 q = load4(g_row);
-              acc[0] = cm::add(acc[0], q.x);
-              acc[1] = cm::add(acc[1], q.y);
-              acc[2] = cm::add(acc[2], q.z);
-              acc[3] = cm::add(acc[3], q.w);
-            } else {
-              acc[0] = cm::add(acc[0], g_row[0]);
-            }
+            float q[W];
+            load_cols<W>(dy + rows[p] * C + c, q);
+            for (int e = 0; e < W; ++e) acc[e] = cm::add(acc[e], q[e]);
           }
           tree.push(s, acc);
         }
         tree.result(x);
       }
-      float* di = d + v * ld + c;
-      for (int e = 0; e < W; ++e)
-        di[e] = finish(mode, x[e], mode == Out::accumulate ? di[e] : 0.0f, 1.0f);
+      const i64 at = v * ld + c;
+      float prev[W];
+      if (mode == Out::accumulate)
+        load_cols<W>(d, dt, at, prev);
+      else
+        for (int e = 0; e < W; ++e) prev[e] = 0.0f;
+      for (int e = 0; e < W; ++e) x[e] = finish(mode, x[e], prev[e], 1.0f);
+      store_cols<W>(d, dt, at, x);
     }
   }
 }
@@ -523,6 +588,71 @@ void run_embedding_forward(const Launch& l, const i64* idx, const E* wte, const 
   l.check();
 }
 
+// The ids bucketed (Note [CUDA fused kernels]), then the canonical tree over the shards of
+// `bounds` into grad (dtype gt: f32, or E's storage dtype); past kShardCap shards the tree's
+// inner nodes are f32 scratch and only the root is rounded into gt (launch_combine_typed).
+template <class E>
+void run_embedding_backward(const Launch& l, const i64* idx, const E* dy, i64 N, i64 C, i64 V,
+                            const std::vector<i64>& bounds, void* grad, DType gt,
+                            bool accumulate) {
+  N = std::max<i64>(N, 0);
+  // Scratch: count and cursor [V] (u64), start [V + 1], bucket and rows [N] (i64).
+  const std::size_t words = static_cast<std::size_t>(2 * V + (V + 1) + 2 * N);
+  DeviceTemp scratch(l, static_cast<i64>(words * sizeof(i64) / sizeof(float)));
+  auto* count = reinterpret_cast<u64*>(scratch.get());
+  u64* cursor = count + V;
+  auto* start = reinterpret_cast<i64*>(cursor + V);
+  i64* bucket = start + V + 1;
+  i64* rows = bucket + N;
+  zero_u64_kernel<<<blocks_for(V), kThreads, 0, l.get()>>>(count, V);
+  l.check();
+  if (N > 0) {
+    id_histogram_kernel<<<blocks_for(N), kThreads, 0, l.get()>>>(idx, N, count);
+    l.check();
+  }
+  id_scan_kernel<<<1, kScanThreads, 0, l.get()>>>(count, V, start, cursor);
+  l.check();
+  if (N > 0) {
+    id_scatter_kernel<<<blocks_for(N), kThreads, 0, l.get()>>>(idx, N, cursor, bucket);
+    l.check();
+    id_bucket_sort_kernel<<<static_cast<int>(std::min<i64>(V, kMaxBlocks)), kSortThreads, 0, l.get()>>>(start, V, bucket, rows);
+    l.check();
+  }
+  // Vector accesses: 4 columns of dy (16 bytes f32, 8 bf16 / f16) and of grad (its dtype).
+  const bool vec = C % 4 == 0 && aligned_to(dy, 4 * sizeof(E)) &&
+                   aligned_to(grad, 4 * dtype_size(gt));
+  const int grid = static_cast<int>(std::min<i64>(V, kMaxBlocks));
+  const int threads = static_cast<int>(std::clamp<i64>(((vec ? C / 4 : C) + 31) & ~i64(31), 32, 256));
+  const auto shards = static_cast<i64>(bounds.size()) - 1;
+  // One launch over shards [lo, hi) into d (dtype t, row stride ld).
+  auto grad_launch = [&](i64 lo, i64 hi, void* d, DType t, i64 ld, Out mode) {
+    const ShardBounds sb = shard_bounds(bounds, lo, hi);
+    const int n = static_cast<int>(hi - lo);
+    if (vec && ld % 4 == 0)
+      embedding_grad_kernel<4, E><<<grid, threads, 0, l.get()>>>(start, rows, dy, C, V, sb, n, d, t, ld, mode);
+    else
+      embedding_grad_kernel<1, E><<<grid, threads, 0, l.get()>>>(start, rows, dy, C, V, sb, n, d, t, ld, mode);
+    l.check();
+  };
+  const Out out = accumulate ? Out::accumulate : Out::store;
+  if (shards <= kShardCap) {
+    grad_launch(0, shards, grad, gt, C, out);
+    return;
+  }
+  auto leaf = [&](i64 lo, i64 hi, float* d, i64 ld, Out mode, float /*scale*/) {
+    grad_launch(lo, hi, d, DType::f32, ld, mode);
+  };
+  if (gt == DType::f32) {
+    shard_tree(l, 0, shards, V, C, static_cast<float*>(grad), C, out, 1.0f, leaf);
+    return;
+  }
+  const i64 mid = tree_mid(0, shards);
+  DeviceTemp left(l, V * C), right(l, V * C);
+  shard_tree(l, 0, mid, V, C, left.get(), C, Out::store, 1.0f, leaf);
+  shard_tree(l, mid, shards, V, C, right.get(), C, Out::store, 1.0f, leaf);
+  launch_combine_typed(l, V, C, left.get(), right.get(), grad, gt, C, out);
+}
+
 template <class E>
 void run_layernorm_forward(const Launch& l, const E* x, const E* w, const E* b, i64 N, i64 C,
                            float eps, E* y, float* mean, float* rstd) {
@@ -572,48 +702,8 @@ void CudaGptKernels::embedding_backward(Stream& s, const i64* idx, const float* 
                                         i64 V, const std::vector<i64>& bounds, float* grad_wte,
                                         bool accumulate) {
   if (V <= 0 || C <= 0) return;
-  Launch l(backend_, s, "embedding_backward");
-  N = std::max<i64>(N, 0);
-  // Scratch: count and cursor [V] (u64), start [V + 1], bucket and rows [N] (i64).
-  const std::size_t words = static_cast<std::size_t>(2 * V + (V + 1) + 2 * N);
-  DeviceTemp scratch(l, static_cast<i64>(words * sizeof(i64) / sizeof(float)));
-  auto* count = reinterpret_cast<u64*>(scratch.get());
-  u64* cursor = count + V;
-  auto* start = reinterpret_cast<i64*>(cursor + V);
-  i64* bucket = start + V + 1;
-  i64* rows = bucket + N;
-  zero_u64_kernel<<<blocks_for(V), kThreads, 0, l.get()>>>(count, V);
-  l.check();
-  if (N > 0) {
-    id_histogram_kernel<<<blocks_for(N), kThreads, 0, l.get()>>>(idx, N, count);
-    l.check();
-  }
-  id_scan_kernel<<<1, kScanThreads, 0, l.get()>>>(count, V, start, cursor);
-  l.check();
-  if (N > 0) {
-    id_scatter_kernel<<<blocks_for(N), kThreads, 0, l.get()>>>(idx, N, cursor, bucket);
-    l.check();
-    id_bucket_sort_kernel<<<static_cast<int>(std::min<i64>(V, kMaxBlocks)), kSortThreads, 0,
-                            l.get()>>>(start, V, bucket, rows);
-    l.check();
-  }
-  const bool vec = C % 4 == 0 && aligned16(dy) && aligned16(grad_wte);
-  const int grid = static_cast<int>(std::min<i64>(V, kMaxBlocks));
-  const int threads = static_cast<int>(std::clamp<i64>(((vec ? C / 4 : C) + 31) & ~i64(31), 32, 256));
-  const auto shards = static_cast<i64>(bounds.size()) - 1;
-  auto leaf = [&](i64 lo, i64 hi, float* d, i64 ld, Out mode, float /*scale*/) {
-    const ShardBounds sb = shard_bounds(bounds, lo, hi);
-    const int n = static_cast<int>(hi - lo);
-    if (vec && ld % 4 == 0)
-      embedding_grad_kernel<4><<<grid, threads, 0, l.get()>>>(start, rows, dy, C, V, sb, n, d, ld,
-                                                               mode);
-    else
-      embedding_grad_kernel<1><<<grid, threads, 0, l.get()>>>(start, rows, dy, C, V, sb, n, d, ld,
-                                                               mode);
-    l.check();
-  };
-  shard_tree(l, 0, shards, V, C, grad_wte, C, accumulate ? Out::accumulate : Out::store, 1.0f,
-             leaf);
+  run_embedding_backward(Launch(backend_, s, "embedding_backward"), idx, dy, N, C, V, bounds,
+                         grad_wte, DType::f32, accumulate);
 }
 
 void CudaGptKernels::layernorm_forward(Stream& s, const float* x, const float* w, const float* b,
@@ -652,6 +742,19 @@ void CudaGptKernels::embedding_forward_ex(Stream& s, DType dtype, const i64* idx
     using E = decltype(e);
     run_embedding_forward(l, idx, static_cast<const E*>(wte), static_cast<const E*>(wpe), N, T, C,
                           static_cast<E*>(out));
+  });
+}
+
+void CudaGptKernels::embedding_backward_ex(Stream& s, DType dtype, const i64* idx,
+                                           const void* dy, i64 N, i64 C, i64 V,
+                                           const std::vector<i64>& bounds, DType grad_type,
+                                           void* grad_wte, bool accumulate) {
+  if (V <= 0 || C <= 0) return;
+  const Launch l(backend_, s, "embedding_backward_ex");
+  with_storage(dtype, [&](auto e) {
+    using E = decltype(e);
+    run_embedding_backward(l, idx, static_cast<const E*>(dy), N, C, V, bounds, grad_wte,
+                           grad_type, accumulate);
   });
 }
 

@@ -391,6 +391,9 @@ class CudaGptKernels : public CudaDtypeKernels {
   }
   void embedding_forward_ex(Stream& s, DType dtype, const i64* idx, const void* wte,
                             const void* wpe, i64 N, i64 T, i64 C, void* out) override;
+  void embedding_backward_ex(Stream& s, DType dtype, const i64* idx, const void* dy, i64 N, i64 C,
+                             i64 V, const std::vector<i64>& bounds, DType grad_type,
+                             void* grad_wte, bool accumulate) override;
   void layernorm_forward_ex(Stream& s, DType dtype, const void* x, const void* w, const void* b,
                             i64 N, i64 C, float eps, void* y, float* mean, float* rstd) override;
   void layernorm_backward_ex(Stream& s, DType dtype, const void* dy, const void* x, const void* w,

@@ -213,7 +213,10 @@ KernelCost native_cost(const KernelCost& f32, DType storage);
 //       embedding forward reading / writing the storage dtype with f32 math): storage_cost, the
 //       f32 kernel's cost (gpt_kernels::*_cost, sim_kernels_gpt.h) with its tensor bytes scaled
 //       to the storage dtype and the bytes that stay as they are named: LayerNorm's mean and
-//       rstd (8 bytes a row), a loss (4 a row), a token id or target (8 a row).
+//       rstd (8 bytes a row), a loss (4 a row), a token id or target (8 a row). The embedding
+//       gradient (embedding_backward_ex): dy in the storage dtype, grad_wte in its own (f32 in
+//       bitwise mode, the storage dtype in fast), embedding_backward's six launches
+//       (gpt_kernels::embedding_backward_ex_cost).
 // A kernel that has no typed CUDA version runs on CUDA through MixedOp's f32 scratch, and a dry
 // run prices that as CUDA runs it (Note [Predicted launches]): its casts as launches, the f32
 // kernel at f32 bytes, the scratch charged to the device.
@@ -256,9 +259,9 @@ KernelCost storage_cost(const KernelCost& f32, DType storage, double fixed_bytes
 //                       conversions as free, the kernel at storage-dtype bytes, and does not
 //                       charge the scratch: the cost of a native kernel);
 //   several launches    attention_backward is two kernels on CUDA (per query tile, per key tile:
-//                       cuda_attention.cu), embedding_backward six (zero the counts, histogram,
-//                       scan, scatter, sort the buckets, then the ordered sums; three with no
-//                       tokens): KernelCost::launches;
+//                       cuda_attention.cu), embedding_backward(_ex) six (zero the counts,
+//                       histogram, scan, scatter, sort the buckets, then the ordered sums; three
+//                       with no tokens): KernelCost::launches;
 //   multi-tensor        the optimizer's multi-tensor kernels (backend_cuda/cuda_multi_tensor.cu),
 //                       below.
 // Kernels CUDA launches as the simulator prices them, one launch each over the same bytes:

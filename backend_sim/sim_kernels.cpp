@@ -556,6 +556,21 @@ class SimKernels final : public Kernels {
           storage_cost(gk::embedding_forward_cost(N, C, wpe != nullptr), dtype, 8.0 * N));
   }
 
+  // dy in the storage dtype; grad_wte in it too (fast mode) or f32 (bitwise mode's gradients):
+  // embedding_backward_ex_cost, CUDA's launches.
+  void embedding_backward_ex(Stream& s, DType dtype, const std::int64_t* idx, const void* dy,
+                             std::int64_t N, std::int64_t C, std::int64_t V,
+                             const std::vector<std::int64_t>& bounds, DType grad_type,
+                             void* grad_wte, bool accumulate) override {
+    if (!cost_->dry_run())
+      return Kernels::embedding_backward_ex(s, dtype, idx, dy, N, C, V, bounds, grad_type, grad_wte,
+                                            accumulate);
+    if (V <= 0 || C <= 0) return;
+    KernelCost cost = gk::embedding_backward_ex_cost(N, C, V, accumulate, dtype, grad_type);
+    cost.launches = N > 0 ? 6 : 3;  // as embedding_backward's (Note [Predicted launches])
+    price(s, "embedding_backward_ex", cost);
+  }
+
   void layernorm_forward_ex(Stream& s, DType dtype, const void* x, const void* w, const void* b,
                             std::int64_t N, std::int64_t C, float eps, void* y, float* mean,
                             float* rstd) override {

@@ -227,6 +227,15 @@ KernelCost embedding_backward_cost(std::int64_t N, std::int64_t C, std::int64_t 
                     4.0 * N * C + 8.0 * N + 4.0 * V * C * (accumulate ? 2.0 : 1.0)};
 }
 
+KernelCost embedding_backward_ex_cost(std::int64_t N, std::int64_t C, std::int64_t V,
+                                      bool accumulate, DType storage, DType grad_type) {
+  KernelCost c = embedding_backward_cost(N, C, V, accumulate);
+  c.bytes = double(dtype_size(storage)) * N * C + 8.0 * N +
+            double(dtype_size(grad_type)) * V * C * (accumulate ? 2.0 : 1.0);
+  c.operands = storage;
+  return c;
+}
+
 // ---- LayerNorm and GELU -------------------------------------------------------------------------
 
 void layernorm_forward(const float* x, const float* w, const float* b, std::int64_t N,

@@ -14,15 +14,19 @@
 
 namespace ditto::sim::gpt_kernels {
 
-void embedding_forward(const std::int64_t* idx, const float* wte, const float* wpe,
-                       std::int64_t N, std::int64_t T, std::int64_t C, float* out);
+void embedding_forward(const std::int64_t* idx, const float* wte, const float* wpe, std::int64_t N,
+                       std::int64_t T, std::int64_t C, float* out);
 KernelCost embedding_forward_cost(std::int64_t N, std::int64_t C, bool wpe);
 
 void embedding_backward(const std::int64_t* idx, const float* dy, std::int64_t N, std::int64_t C,
                         std::int64_t V, const std::vector<std::int64_t>& bounds, float* grad_wte,
                         bool accumulate);
-KernelCost embedding_backward_cost(std::int64_t N, std::int64_t C, std::int64_t V,
-                                   bool accumulate);
+KernelCost embedding_backward_cost(std::int64_t N, std::int64_t C, std::int64_t V, bool accumulate);
+/// Kernels::embedding_backward_ex's cost (Note [Typed kernels], cost_model.h): the f32 kernel's
+/// FLOPs, dy's N x C elements in `storage`, grad_wte's V x C (twice with accumulate) in
+/// `grad_type`, the ids 8 bytes a row; operands `storage`.
+KernelCost embedding_backward_ex_cost(std::int64_t N, std::int64_t C, std::int64_t V,
+                                      bool accumulate, DType storage, DType grad_type);
 
 void layernorm_forward(const float* x, const float* w, const float* b, std::int64_t N,
                        std::int64_t C, float eps, float* y, float* mean, float* rstd);
@@ -41,15 +45,15 @@ KernelCost gelu_cost(std::int64_t n, bool backward);
 /// softmax stats [B, nh, T, 2] (Note [Attention memory] in core/numerics/gpt_math.h).
 void attention_forward(const float* qkv, std::int64_t B, std::int64_t T, std::int64_t C,
                        std::int64_t nh, float* y, float* stats, const gpt::AttentionDropout& drop);
-KernelCost attention_forward_cost(std::int64_t B, std::int64_t T, std::int64_t C,
-                                  std::int64_t nh, bool dropout);
+KernelCost attention_forward_cost(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
+                                  bool dropout);
 
 /// Kernels::attention_backward: dqkv from the forward's stats; scratch receives pd [B, nh, T].
 void attention_backward(const float* dy, const float* qkv, const float* stats, std::int64_t B,
                         std::int64_t T, std::int64_t C, std::int64_t nh, float* dqkv,
                         float* scratch, const gpt::AttentionDropout& drop);
-KernelCost attention_backward_cost(std::int64_t B, std::int64_t T, std::int64_t C,
-                                   std::int64_t nh, bool dropout);
+KernelCost attention_backward_cost(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
+                                   bool dropout);
 
 /// Forward and backward alike: y[i] = kept(index_base + i) ? x[i] * scale : 0.
 void dropout(const float* x, float* y, std::int64_t n, float p, std::uint64_t seed,

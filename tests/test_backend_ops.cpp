@@ -21,12 +21,12 @@
 #include <string>
 #include <vector>
 
+#include "backend_ops_table.h"
 #include "core/numerics/micro_shards.h"
 #include "core/numerics/random.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
-#include "backend_ops_table.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -97,6 +97,11 @@ void sum_rows_case(OpRun& r, float beta) {
   Tensor t = r.upload(out, {kCols});
   ops::sum_rows(r.upload(x, {kRows, kCols}), t, beta, r.mode);
   r.check("sum_rows", t, want, scale, (kRows + 2) * kU);
+  if (beta == 0.0f) {  // out is not read (nn's new bias gradients are not zeroed first)
+    Tensor nan = Tensor::full({kCols}, std::nanf(""), r.dev);
+    ops::sum_rows(r.upload(x, {kRows, kCols}), nan, 0.0f, r.mode);
+    r.check("sum_rows beta=0 over NaN", nan, want, scale, (kRows + 2) * kU);
+  }
 }
 
 void relu_case(OpRun& r) {
@@ -263,8 +268,8 @@ void sgd_case(OpRun& r, float momentum, float dampening, float weight_decay, boo
   Tensor tp = r.upload(p0, {kRows, kCols});
   Tensor tb = momentum != 0.0f ? Tensor::zeros({kRows, kCols}, DType::f32, r.dev) : Tensor();
   for (int step = 0; step < 2; ++step)
-    ops::sgd_step_(tp, r.upload(step == 0 ? g1 : g2, {kRows, kCols}), tb, lr, momentum,
-                   dampening, weight_decay, nesterov, step == 0);
+    ops::sgd_step_(tp, r.upload(step == 0 ? g1 : g2, {kRows, kCols}), tb, lr, momentum, dampening,
+                   weight_decay, nesterov, step == 0);
   r.check("param", tp, p, ps, 32 * kU);
   if (momentum != 0.0f) r.check("momentum_buffer", tb, buf, bufs, 32 * kU);
 }
@@ -286,12 +291,13 @@ void adam_case(OpRun& r, bool amsgrad) {
       m[e] = b1 * m[e] + (1 - b1) * d;
       v[e] = b2 * v[e] + (1 - b2) * d * d;
       vmax[e] = std::max(vmax[e], v[e]);
-      const double update = (lr / bc1) * m[e] / (std::sqrt(amsgrad ? vmax[e] : v[e]) / std::sqrt(bc2) + eps);
+      const double update =
+          (lr / bc1) * m[e] / (std::sqrt(amsgrad ? vmax[e] : v[e]) / std::sqrt(bc2) + eps);
       p[e] -= update;
       ps[e] += std::fabs(update);
     }
-    ops::adam_step_(tp, r.upload(g, {kRows, kCols}), tm, tv, amsgrad ? tmax : none, lr, b1, b2,
-                    eps, wd, bc1, bc2, amsgrad);
+    ops::adam_step_(tp, r.upload(g, {kRows, kCols}), tm, tv, amsgrad ? tmax : none, lr, b1, b2, eps,
+                    wd, bc1, bc2, amsgrad);
   }
   r.check("param", tp, p, ps, 64 * kU);
   r.check("exp_avg_sq", tv, v, v, 16 * kU);
@@ -351,10 +357,10 @@ const std::vector<OpCase>& op_cases() {
                      [=](OpRun& r) { sharded_case(r, k, acc); }});
     v.push_back({"sgd_plain", [](OpRun& r) { sgd_case(r, 0.0f, 0.0f, 0.0f, false); }});
     v.push_back({"sgd_momentum", [](OpRun& r) { sgd_case(r, 0.9f, 0.0f, 0.0f, false); }});
-    v.push_back({"sgd_dampening_weight_decay",
-                 [](OpRun& r) { sgd_case(r, 0.9f, 0.1f, 0.01f, false); }});
-    v.push_back({"sgd_nesterov_weight_decay",
-                 [](OpRun& r) { sgd_case(r, 0.9f, 0.0f, 0.01f, true); }});
+    v.push_back(
+        {"sgd_dampening_weight_decay", [](OpRun& r) { sgd_case(r, 0.9f, 0.1f, 0.01f, false); }});
+    v.push_back(
+        {"sgd_nesterov_weight_decay", [](OpRun& r) { sgd_case(r, 0.9f, 0.0f, 0.01f, true); }});
     v.push_back({"adam", [](OpRun& r) { adam_case(r, false); }});
     v.push_back({"adam_amsgrad", [](OpRun& r) { adam_case(r, true); }});
     v.push_back({"copies_between_devices", copies_case});
@@ -404,7 +410,8 @@ void expect_near_reference(const std::vector<Output>& outs, const std::string& w
     ASSERT_EQ(o.got.size(), o.want.size()) << who << " " << o.name;
     std::size_t bad = 0, first = 0;
     for (std::size_t e = 0; e < o.got.size(); ++e)
-      if (!(std::fabs(o.got[e] - o.want[e]) <= o.rtol * o.scale[e] + 1e-37) && bad++ == 0) first = e;
+      if (!(std::fabs(o.got[e] - o.want[e]) <= o.rtol * o.scale[e] + 1e-37) && bad++ == 0)
+        first = e;
     EXPECT_EQ(bad, 0u) << who << " " << o.name << ": " << bad << " of " << o.got.size()
                        << " elements outside the bound; first at " << first << ": got "
                        << o.got[first] << ", want " << o.want[first] << " +- "
@@ -435,17 +442,17 @@ TEST_P(BackendOps, MatchesTheSimulatorAndTheDoubleReference) {
     ASSERT_EQ(g.got.size(), s.got.size()) << g.name;
     std::size_t bad = 0, first = 0;
     for (std::size_t e = 0; e < g.got.size(); ++e) {
-      const bool same = p.mode == Determinism::bitwise
-                            ? std::bit_cast<std::uint64_t>(g.got[e]) ==
-                                  std::bit_cast<std::uint64_t>(s.got[e])
-                            : std::fabs(g.got[e] - s.got[e]) <= 2 * g.rtol * g.scale[e] + 1e-37;
+      const bool same =
+          p.mode == Determinism::bitwise
+              ? std::bit_cast<std::uint64_t>(g.got[e]) == std::bit_cast<std::uint64_t>(s.got[e])
+              : std::fabs(g.got[e] - s.got[e]) <= 2 * g.rtol * g.scale[e] + 1e-37;
       if (!same && bad++ == 0) first = e;
     }
     EXPECT_EQ(bad, 0u) << g.name << ": " << bad << " of " << g.got.size() << " elements "
                        << (p.mode == Determinism::bitwise ? "differ in their bits from"
                                                           : "outside the tolerance of")
-                       << " the simulator's; first at " << first << ": " << g.got[first]
-                       << " vs " << s.got[first];
+                       << " the simulator's; first at " << first << ": " << g.got[first] << " vs "
+                       << s.got[first];
   }
 }
 
@@ -460,9 +467,9 @@ INSTANTIATE_TEST_SUITE_P(Table, BackendOps, ::testing::ValuesIn(params()),
 // relu, cross_entropy, mse, sum, fill/axpy/scale, sum_inputs, sgd, the sharded kernels, adam)
 // and the copies; a table that lost one fails here.
 TEST(BackendOpsTable, CoversEveryKernelFamily) {
-  for (const char* prefix : {"gemm_", "add_bias", "sum_rows_", "relu", "cross_entropy", "mse",
-                             "sum", "fill_axpy_scale", "sum_inputs_", "sharded_", "sgd_", "adam",
-                             "copies"}) {
+  for (const char* prefix :
+       {"gemm_", "add_bias", "sum_rows_", "relu", "cross_entropy", "mse", "sum", "fill_axpy_scale",
+        "sum_inputs_", "sharded_", "sgd_", "adam", "copies"}) {
     bool found = false;
     for (const OpCase& c : op_cases()) found = found || c.name.rfind(prefix, 0) == 0;
     EXPECT_TRUE(found) << prefix;

@@ -708,3 +708,77 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
   // (SIMT x 0.47 vs the tensor cores x 0.25).
   EXPECT_GT(tokens_per_s[0], 2.0 * tokens_per_s[1]);
 }
+
+// ---- the embedding gradient and the step's fills (issue 29 item 3, branch i29-emb) -----------
+
+// The embedding gradient has a typed CUDA kernel (Kernels::embedding_backward_ex, under
+// has_rows_ex): a dry run prices bf16 dy read directly into a bf16 or an f32 grad_wte (bitwise
+// mode's gradients) at CUDA's six launches, with no casts and no f32 scratch; a real run keeps
+// MixedOp (has_rows_ex false).
+TEST(ComputeUnits, DryRunEmbeddingBackwardIsTheTypedKernel) {
+  const std::int64_t N = 96, C = 64, V = 50;
+  const Device dev("sim", 0);
+  sim::SimBackend& dry = fresh_sim(true);
+  std::vector<std::int64_t> ids(N);
+  for (std::int64_t r = 0; r < N; ++r) ids[static_cast<std::size_t>(r)] = (r * 7) % V;
+  const Tensor idx = Tensor::from_vector(ids, {N}).to(dev);
+  const Tensor dy = Tensor::zeros({N, C}, DType::bf16, dev);
+  Tensor grad_bf16 = Tensor::zeros({V, C}, DType::bf16, dev);
+  Tensor grad_f32 = Tensor::zeros({V, C}, DType::f32, dev);
+  dry.default_stream(0).synchronize();
+  const std::size_t before = dry.memory_stats(0).in_use;
+  dry.reset_peak_memory(0);
+  ops::embedding_backward(idx, dy, grad_bf16, {0, N}, true);           // fast mode's
+  ops::embedding_backward(idx, dy, grad_f32, {0, 32, 32, 96}, false);  // bitwise mode's
+  dry.default_stream(0).synchronize();
+  const sim::CostModel::LedgerRow e = row(dry, "embedding_backward_ex");
+  EXPECT_EQ(e.count, 2 * 6);
+  EXPECT_DOUBLE_EQ(e.bytes, (2.0 * N * C + 8.0 * N + 2.0 * V * C * 2) +  // accumulate: read + write
+                                (2.0 * N * C + 8.0 * N + 4.0 * V * C));
+  EXPECT_DOUBLE_EQ(e.flops, (double(N) * C + double(V) * C) + double(N) * C);
+  EXPECT_EQ(row(dry, "embedding_backward").count, 0);
+  EXPECT_EQ(row(dry, "cast_f32_scratch").count, 0);
+  EXPECT_EQ(dry.memory_stats(0).peak, before);  // no scratch
+}
+
+// GPT-2 124M bf16 B 8 on one H200, the rows this branch changed (per step, from the model's
+// shapes): the embedding gradient is embedding_backward_ex (fast: one call of 6 launches on all N
+// = B T tokens into the bf16 gradient; bitwise: one per micro-shard that holds a sample, 8 of the
+// 64, into f32 parts); bitwise mode adds the 8 parts with B - 1 = 7 axpy over [V, C] and fills
+// none for the 56 empty shards, so its fill_f32 row is fast mode's (AdamW's moments created at
+// step 1, the loss's gradient) plus wpe's f32 gradient zeroed; fast mode fills no bias or
+// LayerNorm gradient before sum_rows writes it: fill_bits is wpe's bf16 gradient alone (zeroed:
+// its rows T.. get no gradient).
+TEST(ComputeUnits, Gpt2EmbeddingGradientAndFillsFollowTheFormula) {
+  const double B = 8, T = 1024, C = 768, V = 50304, N = B * T, steps = 2;
+  std::map<std::string, CostLedgerRow> fast_rows;
+  for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
+    const bool bitwise = mode == Determinism::bitwise;
+    SCOPED_TRACE(bitwise ? "bitwise" : "fast");
+    const Gpt2Run run = gpt2_dry(mode);
+    ASSERT_TRUE(run.r.prediction);
+    EXPECT_EQ(run.rows.count("embedding_backward / memory"), 0u);
+    const CostLedgerRow e = run.rows.at("embedding_backward_ex / memory");
+    const double calls = bitwise ? B : 1, rows = bitwise ? T : N;
+    const double grad_bytes = bitwise ? 4.0 : 2.0;
+    EXPECT_EQ(e.count, static_cast<std::int64_t>(steps * calls * 6));
+    EXPECT_DOUBLE_EQ(e.bytes / steps, calls * (2 * rows * C + 8 * rows + 2 * grad_bytes * V * C));
+    if (bitwise) {
+      const CostLedgerRow a = run.rows.at("axpy / memory");
+      EXPECT_EQ(a.count, static_cast<std::int64_t>(steps * (B - 1)));
+      EXPECT_DOUBLE_EQ(a.bytes / steps, (B - 1) * 12 * V * C);
+      // fast mode's fills, and wpe's gradient zeroed in f32 (fast mode: fill_bits in bf16).
+      const CostLedgerRow f = run.rows.at("fill_f32 / memory");
+      EXPECT_EQ(f.count,
+                fast_rows.at("fill_f32 / memory").count + static_cast<std::int64_t>(steps));
+      EXPECT_DOUBLE_EQ(f.bytes, fast_rows.at("fill_f32 / memory").bytes + steps * 4 * T * C);
+      EXPECT_EQ(run.rows.count("fill_bits / memory"), 0u);
+    } else {
+      EXPECT_EQ(run.rows.count("axpy / memory"), 0u);
+      const CostLedgerRow f = run.rows.at("fill_bits / memory");
+      EXPECT_EQ(f.count, static_cast<std::int64_t>(steps));
+      EXPECT_DOUBLE_EQ(f.bytes / steps, 2.0 * T * C);  // wpe [block_size = T, C] in bf16
+      fast_rows = run.rows;
+    }
+  }
+}

@@ -79,6 +79,20 @@ class ProbeKernels final : public Kernels {
     k_.embedding_forward(s, idx, w, p, N, T, C, o);
     sc.out(o, t, out, N * C);
   }
+  void embedding_backward_ex(Stream& s, DType t, const std::int64_t* idx, const void* dy,
+                             std::int64_t N, std::int64_t C, std::int64_t V,
+                             const std::vector<std::int64_t>& bounds, DType grad_type,
+                             void* grad_wte, bool accumulate) override {
+    note("embedding_backward_ex");
+    Scratch sc(*this, s);
+    float* g = static_cast<float*>(grad_wte);  // f32: written directly
+    if (grad_type != DType::f32) {
+      g = sc.f32(V * C);
+      k_.cast(s, grad_wte, t, g, DType::f32, V * C);
+    }
+    k_.embedding_backward(s, idx, sc.in(t, dy, N * C), N, C, V, bounds, g, accumulate);
+    if (grad_type != DType::f32) sc.out(g, t, grad_wte, V * C);
+  }
   void layernorm_forward_ex(Stream& s, DType t, const void* x, const void* w, const void* b,
                             std::int64_t N, std::int64_t C, float eps, void* y, float* mean,
                             float* rstd) override {
@@ -491,6 +505,13 @@ std::vector<std::vector<std::uint8_t>> run_row_ops(DType dt, const std::string& 
   out.push_back(ops::add(x, dy));
   out.push_back(ops::dropout(x, 0.25f, 9, 3, 100));
   out.push_back(ops::dropout_backward(dy, 0.25f, 9, 3, 100));
+  // The embedding gradient into dt over micro-shards, accumulated, and into f32 (bitwise mode's
+  // gradients) over one shard, stored.
+  Tensor grad_wte = input({V, C}, dt, 6, backend), grad_f32 = input({V, C}, DType::f32, 7, backend);
+  ops::embedding_backward(idx, dy.view({B, T, C}), grad_wte, {0, 3, 3, 7, 10}, true);
+  ops::embedding_backward(idx, dy.view({B, T, C}), grad_f32, {0, B * T}, false);
+  out.push_back(grad_wte);
+  out.push_back(grad_f32);
   std::vector<std::vector<std::uint8_t>> bytes;
   for (const Tensor& t : out) bytes.push_back(tensor_bytes(t));
   return bytes;
@@ -498,7 +519,9 @@ std::vector<std::vector<std::uint8_t>> run_row_ops(DType dt, const std::string& 
 
 // The dispatch rule: with has_rows_ex false (the simulator's answer) every op takes MixedOp's
 // casts and no *_ex kernel runs; with it true each op is one *_ex launch (add: add_any) and no
-// cast, with the same bytes; a mixed call (a bf16 x with an f32 or f16 weight) keeps MixedOp.
+// cast, with the same bytes (the embedding gradient into f32 too: bitwise mode's gradients); a
+// mixed call (a bf16 x with an f32 or f16 weight, a gradient of the other half dtype) keeps
+// MixedOp.
 TEST_F(RowsEx, OpsCallTheTypedRowKernelsOnlyWhereHasRowsExSaysSo) {
   ProbeKernels& k = probe();
   for (DType dt : {DType::bf16, DType::f16}) {
@@ -518,6 +541,7 @@ TEST_F(RowsEx, OpsCallTheTypedRowKernelsOnlyWhereHasRowsExSaysSo) {
           "gelu_forward_ex", "gelu_backward_ex", "cross_entropy_ex", "cross_entropy_backward_ex",
           "dropout_forward_ex", "dropout_backward_ex", "add_any"})
       EXPECT_EQ(k.calls[name], 1) << name;
+    EXPECT_EQ(k.calls["embedding_backward_ex"], 2);  // into dt and into f32
     EXPECT_EQ(k.calls["cast"], 0);  // no f32 scratch: the inputs were uploaded in dt
     ASSERT_EQ(typed.size(), sim.size());
     for (std::size_t i = 0; i < sim.size(); ++i) {
@@ -531,6 +555,10 @@ TEST_F(RowsEx, OpsCallTheTypedRowKernelsOnlyWhereHasRowsExSaysSo) {
     Tensor mean, rstd;
     ops::layernorm(x, input({8}, DType::f32, 7, kProbe), Tensor(), 1e-5f, mean, rstd);
     ops::add(x, input({3, 8}, other, 8, kProbe));
+    Tensor grad_other = input({5, 8}, other, 9, kProbe);  // grad_wte neither f32 nor x's dtype
+    const std::vector<std::int64_t> ids{4, 0, 4};
+    ops::embedding_backward(Tensor::from_vector(ids, {3}).to(Device(kProbe, 0)), x, grad_other,
+                            {0, 3}, true);
     EXPECT_EQ(k.ex_calls(), 0);
     EXPECT_EQ(k.calls["add_any"], 0);
   }
@@ -557,6 +585,14 @@ TEST_F(RowsEx, TypedPathErrorsNameTheOpAndTheArgument) {
         ops::gelu_backward(x, input({8, 3}, DType::bf16, 4, kProbe));
       },
       "ops::gelu_backward: grad_y: expected [3, 8] (the shape of x), got");
+  expect_invalid(
+      [&] {
+        Tensor narrow = input({5, 7}, DType::f32, 5, kProbe);
+        const std::vector<std::int64_t> ids{4, 0, 4};
+        ops::embedding_backward(Tensor::from_vector(ids, {3}).to(Device(kProbe, 0)), x, narrow,
+                                {0, 3}, true);
+      },
+      "ops::embedding_backward: grad_wte: expected [V, C] with C = 8 (the width of dy), got");
   EXPECT_EQ(k.ex_calls(), 0);
   k.rows_ex = false;
 }

@@ -146,27 +146,39 @@ void GPT::wte_grad(const Tensor& g, const Tensor& demb) {
   const std::vector<std::int64_t> bounds = token_bounds(*this, "GPT", idx_.size(0), idx_.size(1));
   // The canonical tree over the shards (Note [Canonical tree]) as a stack of complete subtrees:
   // equal-sized neighbours are added as they appear, the rest folded from the right at the end.
+  // A shard without tokens (more micro-shards than samples) adds +0.0 leaves: such a part is left
+  // undefined (no [V, C] fill, no add) and a node with one such child is the other child as it
+  // is. Exact (Note [GPT]): no part holds -0.0, so x + (+0.0) == x for all of them.
   std::vector<std::pair<Tensor, std::int64_t>> stack;
+  auto add_into = [](Tensor& left, Tensor&& right) {  // left = left + right; undefined: +0.0
+    if (!left.defined())
+      left = std::move(right);
+    else if (right.defined())
+      ops::axpy_(1.0f, right, left);
+  };
   for (std::size_t s = 0; s + 1 < bounds.size(); ++s) {
     const std::int64_t lo = bounds[s], n = bounds[s + 1] - lo;
-    Tensor part = Tensor::empty({V, C}, grad_dtype(wte.data.dtype(), determinism_), g.device());
-    if (n == 0) {
-      ops::fill_(part, 0.0f);
-    } else {
+    Tensor part;
+    if (n > 0) {
+      part = Tensor::empty({V, C}, grad_dtype(wte.data.dtype(), determinism_), g.device());
       ops::gemm_tn_sharded(g.narrow(lo, n), xf_.narrow(lo, n), part, {0, n}, false);
       ops::embedding_backward(ids.narrow(lo, n), demb.narrow(lo, n), part, {0, n}, true);
     }
     stack.emplace_back(std::move(part), 1);
     while (stack.size() >= 2 && stack[stack.size() - 2].second == stack.back().second) {
-      ops::axpy_(1.0f, stack.back().first, stack[stack.size() - 2].first);
+      add_into(stack[stack.size() - 2].first, std::move(stack.back().first));
       stack[stack.size() - 2].second *= 2;
       stack.pop_back();
     }
   }
   Tensor total = std::move(stack.back().first);
   for (std::size_t i = stack.size() - 1; i-- > 0;) {
-    ops::axpy_(1.0f, total, stack[i].first);
+    add_into(stack[i].first, std::move(total));
     total = std::move(stack[i].first);
+  }
+  if (!total.defined()) {  // no shard holds a token: the tree of +0.0 leaves
+    total = Tensor::empty({V, C}, grad_dtype(wte.data.dtype(), determinism_), g.device());
+    ops::fill_(total, 0.0f);
   }
   if (wte.grad.defined())
     ops::axpy_(1.0f, total, wte.grad);

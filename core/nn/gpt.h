@@ -35,6 +35,11 @@
 // dlogits^T x and the embedding's scatter-add; in bitwise mode they are added per micro-shard
 // (head then embedding) and the shards combined by the canonical tree, so the tied gradient is
 // one micro-shard reduction like every other. This holds log2(shards) + 2 temporaries [V, C].
+// A shard without tokens (more micro-shards than samples: GPT-2 at B 8 has 56 of its 64) adds
+// +0.0 leaves, so it is left out of the tree: no part, no fill, no add (a node with one such
+// child is the other child). That gives the same bits: the embedding's scatter-add adds to every
+// element of a part a sum that starts from +0.0 (or +0.0 itself), so no part holds -0.0, and
+// x + (+0.0) == x for every other x (a NaN keeps its bits).
 #pragma once
 
 #include <cstdint>

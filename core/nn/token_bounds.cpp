@@ -29,8 +29,9 @@ void row_sums_into(const Tensor& x, Tensor& out, Determinism mode,
 void add_row_sums(const Tensor& x, Parameter& p, Determinism mode,
                   const std::vector<std::int64_t>& bounds) {
   const bool acc = p.grad.defined();
-  new_grad(p, grad_dtype(p.data.dtype(), mode), x.device(),
-           /*zero=*/mode != Determinism::bitwise);
+  // A new grad is written, not read (sum_rows with beta 0, sum_rows_sharded without
+  // accumulate): no zero fill.
+  new_grad(p, grad_dtype(p.data.dtype(), mode), x.device(), /*zero=*/false);
   Tensor out = p.grad.dim() == 1 ? p.grad : p.grad.view({-1});
   row_sums_into(x, out, mode, bounds, acc);
 }

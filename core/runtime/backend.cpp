@@ -97,6 +97,11 @@ void Kernels::embedding_forward_ex(Stream&, DType, const std::int64_t*, const vo
                                    std::int64_t, std::int64_t, std::int64_t, void*) {
   no_kernel("embedding_forward_ex");
 }
+void Kernels::embedding_backward_ex(Stream&, DType, const std::int64_t*, const void*, std::int64_t,
+                                    std::int64_t, std::int64_t, const std::vector<std::int64_t>&,
+                                    DType, void*, bool) {
+  no_kernel("embedding_backward_ex");
+}
 void Kernels::layernorm_forward_ex(Stream&, DType, const void*, const void*, const void*,
                                    std::int64_t, std::int64_t, float, void*, float*, float*) {
   no_kernel("layernorm_forward_ex");

@@ -134,7 +134,8 @@ class Kernels {
                         std::int64_t cols) = 0;
 
   /// out[c] = beta * out[c] + sum_r x[r, c] for a [rows, cols] x (bias gradient). In bitwise mode
-  /// the rows are summed in ascending order.
+  /// the rows are summed in ascending order. beta == 0: out is written, not read (BLAS's rule:
+  /// it may hold anything, NaN included; nn's new bias gradients are not zeroed first).
   virtual void sum_rows(Stream& s, const float* x, std::int64_t rows, std::int64_t cols, float beta,
                         float* out, Determinism mode) = 0;
 
@@ -352,7 +353,8 @@ class Kernels {
   // ---- typed row kernels (issue 29; Note [Mixed precision], core/runtime/mixed_precision.h) --
   // The row and element kernels of the GPT step above (and the softmax cross-entropy) on the
   // storage dtype: `dtype` (bf16 or f16) is the dtype of every `void*` tensor; f32 stays f32
-  // (LayerNorm's mean and rstd, per-sample losses, grad_loss). Each loads its elements into f32
+  // (LayerNorm's mean and rstd, per-sample losses, grad_loss; embedding_backward_ex's grad_wte
+  // may be f32: bitwise mode's gradients). Each loads its elements into f32
   // (exact), runs the arithmetic of its f32 kernel (the same operation order, Note [GPT
   // kernels]) and rounds each output element once into `dtype` (round to nearest even): the
   // bits of the simulator's MixedOp path (widen to f32 scratch, f32 kernel, cast), in both
@@ -361,18 +363,27 @@ class Kernels {
   // backend has no kernel <name>_ex").
 
   /// Whether the *_ex row kernels below run natively here for storage dtype `storage` in `mode`.
-  /// Default: false, and the ops of core/runtime/ops.h (ops::embedding, layernorm(_backward),
-  /// gelu(_backward), cross_entropy(_backward), add, dropout(_backward)) run bf16 / f16 tensors
-  /// through f32 scratch and the f32 kernels instead (Note [Mixed precision]); the simulator
-  /// keeps that path (its bits, virtual time and memory accounting). cuda: true for bf16 and f16
-  /// in both modes. Ops without a mode ask for Determinism::bitwise (these kernels have one
-  /// order in both modes).
+  /// Default: false, and the ops of core/runtime/ops.h (ops::embedding(_backward),
+  /// layernorm(_backward), gelu(_backward), cross_entropy(_backward), add, dropout(_backward))
+  /// run bf16 / f16 tensors through f32 scratch and the f32 kernels instead (Note [Mixed
+  /// precision]); the simulator keeps that path (its bits, virtual time and memory accounting).
+  /// cuda: true for bf16 and f16 in both modes. Ops without a mode ask for Determinism::bitwise
+  /// (these kernels have one order in both modes).
   virtual bool has_rows_ex(DType storage, Determinism mode) const;
   /// embedding_forward on storage-dtype wte, wpe (may be null) and out: out[r, c] =
   /// round(float(wte[idx[r], c]) + float(wpe[r % T, c])) (without wpe: wte's element).
   virtual void embedding_forward_ex(Stream& s, DType dtype, const std::int64_t* idx,
                                     const void* wte, const void* wpe, std::int64_t N,
                                     std::int64_t T, std::int64_t C, void* out);
+  /// embedding_backward on `dtype` dy [N, C] into grad_wte [V, C] of `grad_type` (f32, or
+  /// `dtype`): G as embedding_backward sums it (the same chains and tree, in f32), then
+  /// grad_wte[v, c] = round(accumulate ? float(grad_wte[v, c]) + G[v, c] : G[v, c]) into
+  /// grad_type, rounded once (f32: no rounding). The bits of MixedOp's path (dy and grad_wte
+  /// widened to f32 scratch, embedding_backward, grad_wte cast back) without its scratch.
+  virtual void embedding_backward_ex(Stream& s, DType dtype, const std::int64_t* idx,
+                                     const void* dy, std::int64_t N, std::int64_t C, std::int64_t V,
+                                     const std::vector<std::int64_t>& bounds, DType grad_type,
+                                     void* grad_wte, bool accumulate);
   /// layernorm_forward with x, w, b (may be null) and y in `dtype`; mean and rstd f32 [N].
   virtual void layernorm_forward_ex(Stream& s, DType dtype, const void* x, const void* w,
                                     const void* b, std::int64_t N, std::int64_t C, float eps,

@@ -33,7 +33,8 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, Determinism 
 /// y[r, c] += bias[c]; y: [rows, cols], bias: [cols].
 void add_bias_(Tensor& y, const Tensor& bias);
 
-/// out[c] = beta * out[c] + sum_r x[r, c]; x: [rows, cols], out: [cols].
+/// out[c] = beta * out[c] + sum_r x[r, c]; x: [rows, cols], out: [cols]. beta == 0: out is not
+/// read (it may hold anything, NaN included).
 void sum_rows(const Tensor& x, Tensor& out, float beta, Determinism mode);
 
 /// ReLU (new tensor) and its gradient given the ReLU output y.

@@ -136,7 +136,12 @@ Tensor embedding(const Tensor& idx, const Tensor& wte, const Tensor& wpe) {
 void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& grad_wte,
                         const std::vector<std::int64_t>& bounds, bool accumulate) {
   constexpr const char* op = "ops::embedding_backward";
-  if (any_half({&dy, &grad_wte})) {  // grad_wte may stay f32: written directly
+  // dt: dy's bf16 / f16 where the backend runs embedding_backward_ex on it and grad_wte is f32
+  // or of dy's dtype (gt), else f32 (MixedOp, or the f32 path).
+  DType dt = native_rows({&dy});
+  const DType gt = grad_wte.defined() ? grad_wte.dtype() : DType::f32;
+  if (gt != DType::f32 && gt != dt) dt = DType::f32;
+  if (dt == DType::f32 && any_half({&dy, &grad_wte})) {  // grad_wte may stay f32: written directly
     check_no_overlap(op, "grad_wte", grad_wte, "dy", dy);
     MixedOp m(op, {&dy, &grad_wte});
     Tensor gf = m.in(grad_wte);
@@ -145,7 +150,7 @@ void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& grad_wte,
     return;
   }
   check_idx(op, idx, /*flat_ok=*/true);
-  check_tensor(op, "dy", dy);
+  check_tensor(op, "dy", dy, dt);
   check_device(op, "dy", dy, idx.device(), "idx");
   const std::int64_t N = idx.numel();
   Shape with_c = idx.shape();
@@ -153,7 +158,7 @@ void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& grad_wte,
   DITTO_CHECK(dy.shape() == with_c, op, ": dy: expected idx's shape ", shape_str(idx.shape()),
               " plus a channel dim ([B, T, C] or [N, C]), got ", dy.str());
   const std::int64_t C = dy.size(dy.dim() - 1);
-  check_tensor(op, "grad_wte", grad_wte);
+  check_tensor(op, "grad_wte", grad_wte, dt == DType::f32 ? DType::f32 : gt);
   check_device(op, "grad_wte", grad_wte, idx.device(), "idx");
   DITTO_CHECK(grad_wte.dim() == 2 && grad_wte.size(1) == C, op,
               ": grad_wte: expected [V, C] with C = ", C, " (the width of dy), got ",
@@ -163,6 +168,12 @@ void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& grad_wte,
   const std::int64_t V = grad_wte.size(0);
   check_ids(op, idx, V, "grad_wte");
   if (grad_wte.numel() == 0) return;
+  if (dt != DType::f32) {
+    kernels_of(idx).embedding_backward_ex(stream_of(idx), dt, idx.data<std::int64_t>(),
+                                          dy.data_ptr(), N, C, V, bounds, gt, grad_wte.data_ptr(),
+                                          accumulate);
+    return;
+  }
   kernels_of(idx).embedding_backward(stream_of(idx), idx.data<std::int64_t>(), dy.data<float>(), N,
                                      C, V, bounds, grad_wte.data<float>(), accumulate);
 }

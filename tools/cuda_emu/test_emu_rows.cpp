@@ -8,13 +8,15 @@
 // without bias) and backward on rows across the 128-float staging chunk, GELU forward and
 // backward (vector groups and a ragged tail, aligned and not, NaN and +-inf inputs), the softmax
 // cross-entropy and its gradient (tied maxima, signed zeros, NaN and -inf logits, rows across
-// the 256-float chunk), dropout forward and backward; and has_rows_ex's answers.
+// the 256-float chunk), dropout forward and backward, the embedding gradient (into f32 or the
+// storage dtype, over micro-shards); and has_rows_ex's answers.
 #include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
 #include "core/numerics/float_formats.h"
+#include "core/numerics/micro_shards.h"
 #include "emu_check.h"
 
 namespace {
@@ -114,6 +116,65 @@ void check_embedding_ex(DType t, unsigned& seed) {
                                           pos ? at(wpe, off) : nullptr, N, T, C, at(o[0], off));
             });
     }
+}
+
+// Element `off` of a buffer of dtype g (f32, or the 2-byte t).
+void* at_dtype(Bytes& b, DType g, i64 off) { return b.data() + dtype_size(g) * off; }
+
+// embedding_backward_ex: dy in t, grad_wte f32 (bitwise mode's gradients) or t; float4-wide
+// columns (C 8, 16), scalar (C 6, and C 8 shifted by one element: not 8-byte aligned); ids
+// skewed (one bucket holds most rows, the last ids absent); shards 1, 8 (random bounds, empty
+// ones among them), 64 (one launch) and 65 (the host tree above it: f32 inner nodes, the root
+// rounded into grad_wte's dtype); accumulate on and off; NaN and +-inf in dy, signed zeros in
+// both. Against MixedOp: dy and grad_wte widened, the simulator's f32 kernel, grad_wte rounded.
+void check_embedding_backward_ex(DType t, unsigned& seed) {
+  struct Case {
+    i64 N, V, C;
+    int off;
+  };
+  for (const Case& c :
+       std::vector<Case>{{40, 13, 8, 0}, {40, 13, 6, 0}, {150, 7, 8, 1}, {64, 9, 16, 0}}) {
+    std::mt19937 gen(seed++);
+    std::vector<i64> idx(c.N);
+    for (auto& x : idx) {
+      const int u = std::uniform_int_distribution<int>(0, 9)(gen);
+      x = u < 6 ? 1 : std::uniform_int_distribution<i64>(0, c.V - 3)(gen);
+    }
+    const Bytes dy = to_typed(t, with_specials(c.N * c.C + c.off, seed++));
+    for (i64 S : {1, 8, 64, 65}) {
+      const Bounds bounds = S == 8 ? random_bounds(c.N, S, seed++) : micro_shard_bounds(c.N, S);
+      for (DType g : {DType::f32, t})
+        for (bool acc : {false, true}) {
+          const V init = mixed(c.V * c.C + c.off, seed++);
+          const Bytes grad = g == DType::f32 ? bytes_of(init) : to_typed(t, init);
+          compare(
+              "embedding_backward_ex",
+              std::string(dtype_name(t)) + " grad " + dtype_name(g) + " " + dims({c.N, c.V, c.C}) +
+                  " off " + std::to_string(c.off) + " S " + std::to_string(S) + " acc " +
+                  std::to_string(acc),
+              {dy, grad},
+              [&](std::vector<Bytes>& o) {
+                V dyf = widen(t, o[0], c.off, c.N * c.C);
+                V gf(static_cast<std::size_t>(c.V * c.C));
+                if (g == DType::f32)
+                  std::memcpy(gf.data(), at_dtype(o[1], g, c.off), gf.size() * 4);
+                else
+                  gf = widen(t, o[1], c.off, c.V * c.C);
+                simk->embedding_backward(*sims, idx.data(), dyf.data(), c.N, c.C, c.V, bounds,
+                                         gf.data(), acc);
+                sims->synchronize();
+                if (g == DType::f32)
+                  std::memcpy(at_dtype(o[1], g, c.off), gf.data(), gf.size() * 4);
+                else
+                  round_into(t, gf, o[1], c.off, c.V * c.C);
+              },
+              [&](std::vector<Bytes>& o) {
+                cudak->embedding_backward_ex(cudas, t, idx.data(), at(o[0], c.off), c.N, c.C, c.V,
+                                             bounds, g, at_dtype(o[1], g, c.off), acc);
+              });
+        }
+    }
+  }
 }
 
 void check_layernorm_ex(DType t, unsigned& seed) {
@@ -282,8 +343,8 @@ void check_dropout_ex(DType t, unsigned& seed) {
 
 void check_typed_rows(unsigned& seed) {
   for (DType t : {DType::bf16, DType::f16}) {
-    for (auto* part : {check_embedding_ex, check_layernorm_ex, check_gelu_ex,
-                       check_cross_entropy_ex, check_dropout_ex}) {
+    for (auto* part : {check_embedding_ex, check_embedding_backward_ex, check_layernorm_ex,
+                       check_gelu_ex, check_cross_entropy_ex, check_dropout_ex}) {
       try {
         part(t, seed);
       } catch (const std::exception& e) {
