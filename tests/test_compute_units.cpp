@@ -25,6 +25,7 @@
 #include "core/nn/gpt.h"
 #include "core/optim/adamw.h"
 #include "core/optim/clip.h"
+#include "core/optim/master_weights.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
@@ -569,6 +570,75 @@ TEST(ComputeUnits, MultiTensorCostsCutIntoTablesOf256) {
             4.0 * 20000 + 4 * 5);
   EXPECT_TRUE(sim::adam_step_multi_costs({0}, {false}, false).empty());
   EXPECT_TRUE(sim::scale_multi_costs({}).empty());
+}
+
+// Note [Typed optimizer step] (core/optim/master_weights.h): a dry run's has_multi_tensor_ex is
+// CUDA's, so MasterWeights over bf16 weights with bf16 gradients (fast mode) clips with one
+// sum_squares_multi_ex (two launches: leaves over bf16 bytes, then the sums) and steps with one
+// adam_step_multi_ex launch that reads the bf16 gradients, scales them by the clip's
+// coefficient, updates the f32 masters and moments and writes the bf16 weights: per element 2
+// (g) + 8 (p) + 8 (m) + 8 (v) + 2 (the weight) bytes and 16 FLOPs, +1 for the decay (w), +1 for
+// the scale; no cast, copy_d2d or scale_multi launch. A real run keeps the f32 path (a cast per
+// gradient and weight, a copy per weight).
+TEST(ComputeUnits, DryRunMasterWeightsStepIsOneTypedLaunch) {
+  const double nw = 48 * 40, nb = 40, nx = 300, n = nw + nb + nx;  // 2260 elements
+  for (bool dry : {true, false}) {
+    SCOPED_TRACE(dry ? "dry run" : "real run");
+    sim::SimBackend& be = fresh_sim(dry);
+    const Device dev("sim", 0);
+    EXPECT_EQ(ops::has_multi_tensor_ex(dev, DType::bf16), dry);
+    auto bf16_param = [&](const char* name, const Shape& shape) {
+      return nn::Parameter{name, Tensor::zeros(shape, DType::bf16, dev),
+                           Tensor::zeros(shape, DType::bf16, dev)};
+    };
+    nn::Parameter w = bf16_param("w", {48, 40}), b = bf16_param("b", {40}),
+                  x = bf16_param("x", {300});
+    optim::MasterWeights mw({&w, &b, &x}, [](std::vector<nn::Parameter*> m) {
+      return std::make_unique<optim::AdamW>(m,
+                                            optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.1});
+    });
+    EXPECT_EQ(mw.fused_path(), dry);
+    be.default_stream(0).synchronize();
+    const auto before = be.cost_model().ledger(0);
+    (void)mw.clip_grad_norm_(1e-9, Determinism::fast);  // a dry run prices the scaling anyway
+    mw.step();
+    be.default_stream(0).synchronize();
+    auto step_row = [&](const std::string& name) {  // the row's work since `before`
+      sim::CostModel::LedgerRow r = row(be, name);
+      for (const auto& o : before)
+        if (o.name == name) {
+          r.count -= o.count;
+          r.flops -= o.flops;
+          r.bytes -= o.bytes;
+          r.time -= o.time;
+        }
+      return r;
+    };
+    auto memory_time = [](double launches, double bytes) {
+      return launches * kLaunch + bytes / (kBw * kHbmEff);
+    };
+    if (dry) {
+      const sim::CostModel::LedgerRow adam = step_row("adam_step_multi_ex");
+      EXPECT_EQ(adam.count, 1);
+      EXPECT_DOUBLE_EQ(adam.flops, 18 * nw + 17 * (nb + nx));  // decay (w), the clip's scale
+      EXPECT_DOUBLE_EQ(adam.bytes, 28 * n);
+      EXPECT_EQ(adam.unit, PricedUnit::memory);
+      EXPECT_NEAR(sim::to_seconds(adam.time), memory_time(1, 28 * n), 1e-12);
+      const sim::CostModel::LedgerRow sq = step_row("sum_squares_multi_ex");
+      EXPECT_EQ(sq.count, 2);
+      const double leaves = 3;  // fast: one 8192-element chunk per tensor
+      EXPECT_DOUBLE_EQ(sq.bytes, (2 * n + 4 * leaves) + (4 * leaves + 4 * 3));
+      EXPECT_NEAR(sim::to_seconds(sq.time), memory_time(2, 2 * n + 36), 1e-12);
+      for (const char* gone : {"cast", "cast_f32_scratch", "copy_d2d", "scale_multi",
+                               "adam_step_multi", "sum_squares_multi", "scale"})
+        EXPECT_EQ(step_row(gone).count, 0) << gone;
+    } else {
+      EXPECT_EQ(step_row("cast").count, 3 + 3);  // the grads in, the weights out
+      EXPECT_EQ(step_row("adam_step").count, 3);
+      EXPECT_EQ(step_row("adam_step_multi_ex").count, 0);
+      EXPECT_EQ(step_row("sum_squares_multi_ex").count, 0);
+    }
+  }
 }
 
 // ---- GPT-2 124M, bf16, B 8, one H200 ------------------------------------------------------------
