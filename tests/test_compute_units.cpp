@@ -731,6 +731,16 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
     EXPECT_NEAR(ab.time_ps / 1e12, ab.count * kLaunch + bwd, ab.count * 1e-12);
     // qkv, y and the stats in bf16 / f32, never att [B, H, T, T].
     EXPECT_DOUBLE_EQ(af.bytes / af.count, 2.0 * B * T * 4 * C + 8 * B * H * T);
+    // The optimizer (Note [Typed optimizer step]): one AdamW launch a step over the 124.5 M
+    // parameters (grads read in bf16, fast; f32, bitwise), the bf16 weights written in it, and
+    // no per-parameter cast or copy.
+    const double n_params = static_cast<double>(nn::gpt_num_params(nn::gpt2_config("gpt2")));
+    const CostLedgerRow adam = run.rows.at("adam_step_multi_ex / memory");
+    EXPECT_EQ(adam.count, 2);
+    EXPECT_DOUBLE_EQ(adam.bytes / steps, (24.0 + (bitwise ? 4 : 2) + 2) * n_params);
+    EXPECT_EQ(run.rows.count("cast / memory"), 0u);
+    EXPECT_EQ(run.rows.count("copy_d2d / memory"), 0u);
+    EXPECT_EQ(run.rows.count("scale_multi / memory"), 0u);
     // Everything else: memory bound (or a few small FLOP-bound kernels at the FP32 peak).
     double step_s = gemm_s + af.time_ps / 1e12 + ab.time_ps / 1e12, rows_s = 0;
     for (const auto& [key, k] : run.rows) {

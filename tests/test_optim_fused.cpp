@@ -323,12 +323,12 @@ class OptimFused : public SimSuite<2> {
 // `clip` and steps MasterWeights(AdamW) there as the trainer does (Replica::optimizer_step), and
 // copies the weights back. `poison`: an inf in the first gradient of the second step (a
 // non-finite norm). Returns every probe weight's bytes after the second step, and the masters'.
-struct Run {
+struct TwoSteps {
   std::vector<std::vector<std::uint8_t>> weights, masters;
   std::vector<float> norms;
   std::map<std::string, int> calls;  // the probe's calls during the steps
 };
-Run gpt_two_steps(DType dt, Determinism mode, double clip, bool poison) {
+TwoSteps gpt_two_steps(DType dt, Determinism mode, double clip, bool poison) {
   const nn::GPTConfig cfg{
       .block_size = 16, .vocab_size = 65, .n_layer = 2, .n_head = 4, .n_embd = 32, .dropout = 0.0f};
   nn::GPT model(cfg, Device("sim", 0), 1337);
@@ -351,7 +351,7 @@ Run gpt_two_steps(DType dt, Determinism mode, double clip, bool poison) {
   nn::CrossEntropyLoss crit;
   crit.set_determinism(mode);
   const std::int64_t B = 4, T = cfg.block_size;
-  Run r;
+  TwoSteps r;
   ProbeKernels& k = static_cast<ProbeKernels&>(get_backend(kProbe).kernels());
   k.calls.clear();
   for (int step = 0; step < 2; ++step) {
@@ -386,6 +386,13 @@ Run gpt_two_steps(DType dt, Determinism mode, double clip, bool poison) {
   return r;
 }
 
+// A run's weights and masters (bytes), its norms, and whether it took the fused path.
+struct ProbeLessRun {
+  std::vector<std::vector<std::uint8_t>> bytes;
+  std::vector<float> norms;
+  bool fused = false;
+};
+
 int total(const std::map<std::string, int>& calls) {
   int n = 0;
   for (const auto& [name, c] : calls) n += c;
@@ -410,9 +417,9 @@ TEST_F(OptimFused, MasterWeightsTakeTheTypedKernelsOnlyWhereTheBackendHasThem) {
                        std::to_string(clip) + (poison ? " inf" : ""));
           k.multi = true;
           k.typed = false;
-          const Run f32 = gpt_two_steps(dt, mode, clip, poison);
+          const TwoSteps f32 = gpt_two_steps(dt, mode, clip, poison);
           k.typed = true;
-          const Run typed = gpt_two_steps(dt, mode, clip, poison);
+          const TwoSteps typed = gpt_two_steps(dt, mode, clip, poison);
           EXPECT_EQ(typed.weights, f32.weights);
           EXPECT_EQ(typed.masters, f32.masters);
           ASSERT_EQ(typed.norms.size(), f32.norms.size());
@@ -421,7 +428,7 @@ TEST_F(OptimFused, MasterWeightsTakeTheTypedKernelsOnlyWhereTheBackendHasThem) {
             if (!std::isnan(f32.norms[i])) EXPECT_EQ(typed.norms[i], f32.norms[i]);
           }
           if (poison) EXPECT_TRUE(std::isinf(f32.norms.back()));
-          auto c = [](const Run& r, const char* name) {
+          auto c = [](const TwoSteps& r, const char* name) {
             return r.calls.count(name) ? r.calls.at(name) : 0;
           };
           const bool half_grads = mode == Determinism::fast;
@@ -448,11 +455,11 @@ TEST_F(OptimFused, MasterWeightsTakeTheTypedKernelsOnlyWhereTheBackendHasThem) {
   // has_multi_tensor_ex says: Adam's fused step needs the multi-tensor launch.
   k.multi = false;
   k.typed = true;
-  const Run loop = gpt_two_steps(DType::bf16, Determinism::fast, 0.05, false);
+  const TwoSteps loop = gpt_two_steps(DType::bf16, Determinism::fast, 0.05, false);
   EXPECT_EQ(loop.calls.count("adam_step_multi_ex"), 0u);
   EXPECT_GT(loop.calls.at("adam_step"), 0);
   k.multi = true;
-  const Run typed = gpt_two_steps(DType::bf16, Determinism::fast, 0.05, false);
+  const TwoSteps typed = gpt_two_steps(DType::bf16, Determinism::fast, 0.05, false);
   EXPECT_EQ(loop.weights, typed.weights);
 }
 
@@ -547,6 +554,66 @@ TEST_F(OptimFused, TypedOpsCheckTheirArguments) {
   k.calls.clear();
   ops::adam_step_multi_({t}, 1e-3, 0.9, 0.99, 1e-8, 0.0, false, 0.5f);
   EXPECT_EQ(k.count("adam_step_multi_ex"), 1);
+}
+
+// ---- CUDA (skips without a GPU): the typed kernels give the simulator's f32 path's bits
+
+using CudaOptimFused = CudaSuite<>;  // kCudaTestDevices
+
+// MasterWeights(AdamW) over bf16 / f16 weights of ragged sizes (one across the 8192-element
+// chunk) with bf16 / f16 gradients (fast mode) and f32 ones (bitwise mode): two clipped steps on
+// the CUDA backend's fused path (one adam_step_multi_ex, one sum_squares_multi_ex) give the
+// weights, masters and norms of the simulator's f32 path, bit for bit. (NaN gradients: the
+// emulator's checks; a GPU's arithmetic returns its canonical NaN, whose bits the host's need not
+// have, for the f32 path's kernels as for these.)
+TEST_F(CudaOptimFused, FusedStepEqualsTheSimulatorsF32Path) {
+  const std::vector<Shape> shapes = {{3, 7}, {8193}, {1}, {40, 24}};
+  for (DType dt : {DType::bf16, DType::f16})
+    for (bool f32_grads : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (f32_grads ? " f32 grads" : ""));
+      auto run = [&](const std::string& backend) {
+        const Device dev(backend, 0);
+        std::vector<std::unique_ptr<nn::Parameter>> ps;
+        std::vector<nn::Parameter*> ptrs;
+        for (std::size_t i = 0; i < shapes.size(); ++i) {
+          std::vector<float> v(static_cast<std::size_t>(shape_numel(shapes[i])));
+          for (std::size_t j = 0; j < v.size(); ++j)
+            v[j] = uniform(3, stream_id(kStreamSynthetic, 60 + i), j, -1.0f, 1.0f);
+          ps.push_back(std::make_unique<nn::Parameter>());
+          ps.back()->name = "p" + std::to_string(i);
+          ps.back()->data = Tensor::from_vector(v, shapes[i]).to(dt).to(dev);
+          ptrs.push_back(ps.back().get());
+        }
+        ProbeLessRun r;
+        optim::MasterWeights mw(ptrs, [](std::vector<nn::Parameter*> m) {
+          return std::make_unique<optim::AdamW>(
+              m, optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1});
+        });
+        r.fused = mw.fused_path();
+        for (int step = 0; step < 2; ++step) {
+          for (std::size_t i = 0; i < shapes.size(); ++i) {
+            std::vector<float> g(static_cast<std::size_t>(shape_numel(shapes[i])));
+            for (std::size_t j = 0; j < g.size(); ++j)
+              g[j] = uniform(4 + step, stream_id(kStreamSynthetic, 70 + i), j, -3.0f, 3.0f);
+            ptrs[i]->grad =
+                Tensor::from_vector(g, shapes[i]).to(f32_grads ? DType::f32 : dt).to(dev);
+          }
+          const Determinism mode = f32_grads ? Determinism::bitwise : Determinism::fast;
+          r.norms.push_back(mw.clip_grad_norm_(0.5, mode));
+          mw.step();
+        }
+        for (nn::Parameter* p : ptrs) r.bytes.push_back(tensor_bytes(p->data));
+        for (nn::Parameter* m : mw.master_parameters()) r.bytes.push_back(tensor_bytes(m->data));
+        return r;
+      };
+      const ProbeLessRun sim = run("sim"), cuda = run("cuda");
+      EXPECT_FALSE(sim.fused);
+      EXPECT_TRUE(cuda.fused);
+      EXPECT_EQ(cuda.bytes, sim.bytes);
+      ASSERT_EQ(cuda.norms.size(), sim.norms.size());
+      for (std::size_t i = 0; i < sim.norms.size(); ++i)
+        EXPECT_EQ(bits(cuda.norms[i]), bits(sim.norms[i])) << "norm " << i;
+    }
 }
 
 }  // namespace
