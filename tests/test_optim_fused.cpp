@@ -550,6 +550,10 @@ TEST_F(OptimFused, TypedOpsCheckTheirArguments) {
   t.model = &f32_model;
   expect_invalid([&] { ops::adam_step_multi_({t}, 1e-3, 0.9, 0.99, 1e-8, 0.0, false); },
                  "ops::adam_step_multi_: tensors[0].model: expected dtype bf16 or f16, got");
+  t.model = &g;
+  expect_invalid([&] { ops::adam_step_multi_({t}, 1e-3, 0.9, 0.99, 1e-8, 0.0, false); },
+                 "ops::adam_step_multi_: tensors[0].model: must not share memory with "
+                 "tensors[0].grad");
   t.model = &w;
   k.calls.clear();
   ops::adam_step_multi_({t}, 1e-3, 0.9, 0.99, 1e-8, 0.0, false, 0.5f);

@@ -71,6 +71,8 @@ void adam_step_multi_typed(const std::vector<AdamStepTensors>& tensors, double l
       DITTO_CHECK(t.model->shape() == t.param->shape(), op, ": ", names[5], ": expected ",
                   shape_str(t.param->shape()), " (the shape of ", names[0], "), got ",
                   t.model->str());
+      check_no_overlap(op, names[5].c_str(), *t.model, names[0].c_str(), *t.param);
+      check_no_overlap(op, names[5].c_str(), *t.model, names[1].c_str(), *t.grad);
       a.model = t.model->data_ptr();
       a.model_type = t.model->dtype();
     }
