@@ -55,6 +55,11 @@
 //                       kSquaresBlock leaf of every tensor, then a thread per tensor folds its
 //                       leaves with the canonical tree (2 launches for all tensors); fast, a
 //                       block per chunk (any order), then each tensor's chunk partials in order.
+//                       Typed (adam_step_multi_ex, sum_squares_multi_ex; Note [Typed optimizer
+//                       step], core/optim/master_weights.h): each tensor's gradient dtype in its
+//                       table entry, widened as loaded (ld_elem, a run-time dtype: no extra
+//                       instantiations); AdamW writes the model's weight (st_elem) in its pass;
+//                       the f32 calls are these with f32 gradients.
 #include "backend_cuda/cuda_kernels_common.cuh"
 #include "core/numerics/gpt_math.h"
 

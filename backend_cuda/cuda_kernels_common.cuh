@@ -422,6 +422,18 @@ class CudaGptKernels : public CudaDtypeKernels {
                          const std::vector<i64>& ns, float* out, Determinism mode) override;
   void scale_multi(Stream& s, const std::vector<float*>& xs, const std::vector<i64>& ns,
                    float alpha) override;
+  // Typed (Note [Typed optimizer step], core/optim/master_weights.h): gradients of any float
+  // dtype widened as loaded, the model's weights written in AdamW's launch; adam_step_multi and
+  // sum_squares_multi are these with f32 gradients (one kernel each).
+  bool has_multi_tensor_ex(DType t) const override {
+    return t == DType::f32 || t == DType::bf16 || t == DType::f16;
+  }
+  void adam_step_multi_ex(Stream& s, const std::vector<AdamTensorEx>& tensors, double lr,
+                          double beta1, double beta2, double eps, double weight_decay, bool amsgrad,
+                          bool scale_grads, float grad_scale) override;
+  void sum_squares_multi_ex(Stream& s, const std::vector<const void*>& xs,
+                            const std::vector<DType>& types, const std::vector<i64>& ns, float* out,
+                            Determinism mode) override;
 };
 
 }  // namespace ditto::cuda::kern

@@ -29,23 +29,31 @@ __device__ __forceinline__ int tensor_of(const i64* first, int count, i64 ch) {
   return lo;
 }
 
+// One tensor of an AdamW launch. The gradient is of g_type (f32, bf16, f16), widened as loaded;
+// `model` (null: none) receives the updated weight rounded once into model_type (the typed step,
+// adam_step_multi_ex; adam_step_multi is the case g_type f32, no model, no grad scale).
 struct AdamEntry {
   float* p;
-  const float* g;
+  const void* g;
   float* m;
   float* v;
   float* vmax;
+  void* model;
   i64 n;
   float decay_scale;
   float bias_correction2_sqrt;
   float neg_step_size;
   int decay;
+  DType g_type;
+  DType model_type;
 };
 
 struct AdamTable {
   AdamEntry t[kMultiCap];
   i64 first_chunk[kMultiCap + 1];
   int count;
+  int scale_grads;         // g = grad_scale * g first (the clip's coefficient)
+  float grad_scale;
   cm::AdamScalars shared;  // the hyper-parameters every tensor shares
 };
 
@@ -63,11 +71,14 @@ __global__ void __launch_bounds__(kMultiThreads) adam_multi_kernel(
     for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
       float p = t.p[i];
       if (t.decay) p = cm::mul(t.decay_scale, p);  // AdamW's param.mul_(1 - lr * wd)
+      float g = ld_elem(t.g, t.g_type, i);         // exact: the f32 copy's value
+      if (a.scale_grads) g = cm::mul(a.grad_scale, g);  // the clip's scale_multi of that copy
       float m = t.m[i], v = t.v[i];
-      cm::adam_update(p, t.g[i], m, v, k.amsgrad ? t.vmax + i : nullptr, k);
+      cm::adam_update(p, g, m, v, k.amsgrad ? t.vmax + i : nullptr, k);
       t.p[i] = p;
       t.m[i] = m;
       t.v[i] = v;
+      if (t.model != nullptr) st_elem(t.model, t.model_type, i, p);  // the cast, rounded once
     }
   }
 }
@@ -92,14 +103,16 @@ __global__ void __launch_bounds__(kMultiThreads) scale_multi_kernel(
 }
 
 // Sums of squares: `first` counts leaves (bitwise: kSquaresBlock elements; fast: kMultiChunk).
+// Tensor i holds n[i] elements of t[i] (f32, bf16, f16), widened as loaded (exact).
 struct SquaresTable {
-  const float* x[kMultiCap];
+  const void* x[kMultiCap];
   i64 n[kMultiCap];
   i64 first[kMultiCap + 1];
+  DType t[kMultiCap];
   int count;
 };
 
-// partial[j] = the bitwise chain of leaf j (gpt::squares_chain of its tensor's block).
+// partial[j] = the bitwise chain of leaf j (gpt::squares_chain of its tensor's block, widened).
 __global__ void squares_multi_leaves_kernel(const __grid_constant__ SquaresTable a,
                                             float* partial) {
   const i64 leaves = a.first[a.count];
@@ -107,7 +120,17 @@ __global__ void squares_multi_leaves_kernel(const __grid_constant__ SquaresTable
     const int ti = tensor_of(a.first, a.count, j);
     const i64 lo = (j - a.first[ti]) * gpt::kSquaresBlock;
     const i64 len = a.n[ti] - lo < gpt::kSquaresBlock ? a.n[ti] - lo : gpt::kSquaresBlock;
-    partial[j] = gpt::squares_chain(a.x[ti] + lo, len);
+    const DType t = a.t[ti];
+    if (t == DType::f32) {
+      partial[j] = gpt::squares_chain(static_cast<const float*>(a.x[ti]) + lo, len);
+    } else {  // gpt::squares_chain's order on the widened elements
+      float acc = 0.0f;
+      for (i64 i = 0; i < len; ++i) {
+        const float x = ld_elem(a.x[ti], t, lo + i);
+        acc = cm::fma(x, x, acc);
+      }
+      partial[j] = acc;
+    }
   }
 }
 
@@ -117,11 +140,15 @@ __global__ void __launch_bounds__(kMultiThreads) squares_multi_fast_kernel(
   const i64 chunks = a.first[a.count];
   for (i64 ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
     const int ti = tensor_of(a.first, a.count, ch);
-    const float* x = a.x[ti];
+    const void* x = a.x[ti];
+    const DType t = a.t[ti];
     const i64 lo = (ch - a.first[ti]) * kMultiChunk;
     const i64 hi = a.n[ti] - lo < kMultiChunk ? a.n[ti] : lo + kMultiChunk;
     float acc = 0.0f;
-    for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) acc = cm::fma(x[i], x[i], acc);
+    for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      const float xi = ld_elem(x, t, i);
+      acc = cm::fma(xi, xi, acc);
+    }
     acc = block_sum_any_order(acc);
     if (threadIdx.x == 0) partial[ch] = acc;
     __syncthreads();  // block_sum_any_order's shared memory is reused by the next chunk
@@ -180,27 +207,53 @@ i64 fill_first(i64* first, int count, i64 leaf_len, const Size& size) {
 
 // ---- CudaGptKernels: multi-tensor --------------------------------------------------------------
 
+// The f32 step is the typed one with f32 gradients, no model weights and no gradient scale (one
+// kernel for both: the same chain per element).
 void CudaGptKernels::adam_step_multi(Stream& s, const std::vector<AdamTensor>& tensors, double lr,
                                      double beta1, double beta2, double eps, double weight_decay,
                                      bool amsgrad) {
+  std::vector<AdamTensorEx> ex(tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const AdamTensor& t = tensors[i];
+    AdamTensorEx& e = ex[i];
+    e.param = t.param;
+    e.grad = t.grad;
+    e.grad_type = DType::f32;
+    e.exp_avg = t.exp_avg;
+    e.exp_avg_sq = t.exp_avg_sq;
+    e.max_exp_avg_sq = t.max_exp_avg_sq;
+    e.n = t.n;
+    e.bias_correction1 = t.bias_correction1;
+    e.bias_correction2 = t.bias_correction2;
+    e.decay = t.decay;
+    e.decay_scale = t.decay_scale;
+  }
+  adam_step_multi_ex(s, ex, lr, beta1, beta2, eps, weight_decay, amsgrad, false, 1.0f);
+}
+
+void CudaGptKernels::adam_step_multi_ex(Stream& s, const std::vector<AdamTensorEx>& tensors,
+                                        double lr, double beta1, double beta2, double eps,
+                                        double weight_decay, bool amsgrad, bool scale_grads,
+                                        float grad_scale) {
   const auto order = nonempty(tensors.size(), [&](std::size_t i) { return tensors[i].n; });
   if (order.empty()) return;
   Launch l(backend_, s, "adam_step_multi");
   for_each_table<AdamTable>(order, [&](AdamTable& a, std::size_t b) {
     const int count = a.count;
+    a.scale_grads = scale_grads ? 1 : 0;
+    a.grad_scale = grad_scale;
     for (int j = 0; j < count; ++j) {
-      const AdamTensor& t = tensors[order[b + static_cast<std::size_t>(j)]];
+      const AdamTensorEx& t = tensors[order[b + static_cast<std::size_t>(j)]];
       const cm::AdamScalars k = cm::adam_scalars(lr, beta1, beta2, eps, weight_decay,
                                                  t.bias_correction1, t.bias_correction2, amsgrad);
       if (j == 0) a.shared = k;
-      a.t[j] = AdamEntry{t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.max_exp_avg_sq, t.n,
-                         t.decay_scale, k.bias_correction2_sqrt, k.neg_step_size,
-                         t.decay ? 1 : 0};
+      a.t[j] = AdamEntry{t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.max_exp_avg_sq, t.model,
+                         t.n, t.decay_scale, k.bias_correction2_sqrt, k.neg_step_size,
+                         t.decay ? 1 : 0, t.grad_type, t.model_type};
     }
     const i64 chunks =
         fill_first(a.first_chunk, count, kMultiChunk, [&](int j) { return a.t[j].n; });
-    adam_multi_kernel<<<static_cast<int>(std::min<i64>(chunks, kMaxBlocks)), kMultiThreads, 0,
-                        l.get()>>>(a);
+    adam_multi_kernel<<<static_cast<int>(std::min<i64>(chunks, kMaxBlocks)), kMultiThreads, 0, l.get()>>>(a);
     l.check();
   });
 }
@@ -227,6 +280,14 @@ void CudaGptKernels::scale_multi(Stream& s, const std::vector<float*>& xs,
 
 void CudaGptKernels::sum_squares_multi(Stream& s, const std::vector<const float*>& xs,
                                        const std::vector<i64>& ns, float* out, Determinism mode) {
+  const std::vector<const void*> x(xs.begin(), xs.end());
+  sum_squares_multi_ex(s, x, std::vector<DType>(xs.size(), DType::f32), ns, out, mode);
+}
+
+void CudaGptKernels::sum_squares_multi_ex(Stream& s, const std::vector<const void*>& xs,
+                                          const std::vector<DType>& types,
+                                          const std::vector<i64>& ns, float* out,
+                                          Determinism mode) {
   if (xs.empty()) return;
   Launch l(backend_, s, "sum_squares_multi");
   std::vector<std::size_t> all(xs.size());
@@ -239,6 +300,7 @@ void CudaGptKernels::sum_squares_multi(Stream& s, const std::vector<const float*
     for (int j = 0; j < count; ++j) {
       const std::size_t i = b + static_cast<std::size_t>(j);
       a.x[j] = xs[i];
+      a.t[j] = types[i];
       a.n[j] = std::max<i64>(ns[i], 0);
     }
     const i64 leaves = fill_first(a.first, count, leaf_len, [&](int j) { return a.n[j]; });

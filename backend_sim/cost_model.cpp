@@ -281,14 +281,24 @@ std::vector<std::vector<std::size_t>> multi_tensor_tables(std::size_t n, const T
 
 std::vector<KernelCost> adam_step_multi_costs(const std::vector<std::int64_t>& ns,
                                               const std::vector<bool>& decay, bool amsgrad) {
+  return adam_step_multi_ex_costs(ns, decay, {}, {}, amsgrad, false);
+}
+
+std::vector<KernelCost> adam_step_multi_ex_costs(const std::vector<std::int64_t>& ns,
+                                                 const std::vector<bool>& decay,
+                                                 const std::vector<int>& grad_bytes,
+                                                 const std::vector<int>& model_bytes, bool amsgrad,
+                                                 bool scale_grads) {
   std::vector<KernelCost> out;
   for (const auto& table :
        multi_tensor_tables(ns.size(), [&](std::size_t i) { return ns[i] > 0; })) {
     KernelCost c;
     for (std::size_t i : table) {
       const double n = static_cast<double>(ns[i]);
-      c.flops += (i < decay.size() && decay[i] ? 17.0 : 16.0) * n;
-      c.bytes += (amsgrad ? 36.0 : 28.0) * n;
+      const double g = i < grad_bytes.size() ? grad_bytes[i] : 4.0;
+      const double w = i < model_bytes.size() ? model_bytes[i] : 0.0;
+      c.flops += ((i < decay.size() && decay[i] ? 17.0 : 16.0) + (scale_grads ? 1.0 : 0.0)) * n;
+      c.bytes += ((amsgrad ? 32.0 : 24.0) + g + w) * n;
     }
     out.push_back(c);
   }
@@ -297,17 +307,24 @@ std::vector<KernelCost> adam_step_multi_costs(const std::vector<std::int64_t>& n
 
 std::vector<KernelCost> sum_squares_multi_costs(const std::vector<std::int64_t>& ns,
                                                 Determinism mode) {
+  return sum_squares_multi_ex_costs(ns, {}, mode);
+}
+
+std::vector<KernelCost> sum_squares_multi_ex_costs(const std::vector<std::int64_t>& ns,
+                                                   const std::vector<int>& elem_bytes,
+                                                   Determinism mode) {
   const std::int64_t leaf =
       mode == Determinism::bitwise ? gpt::kSquaresBlock : kCudaMultiTensorChunk;
   std::vector<KernelCost> out;
   for (const auto& table : multi_tensor_tables(ns.size(), [](std::size_t) { return true; })) {
-    double elems = 0, leaves = 0;
+    double elems = 0, bytes = 0, leaves = 0;
     for (std::size_t i : table) {
       const std::int64_t n = std::max<std::int64_t>(ns[i], 0);
       elems += static_cast<double>(n);
+      bytes += (i < elem_bytes.size() ? elem_bytes[i] : 4.0) * static_cast<double>(n);
       leaves += static_cast<double>((n + leaf - 1) / leaf);
     }
-    if (leaves > 0) out.push_back(KernelCost{2.0 * elems, 4.0 * elems + 4.0 * leaves});
+    if (leaves > 0) out.push_back(KernelCost{2.0 * elems, bytes + 4.0 * leaves});
     out.push_back(KernelCost{leaves, 4.0 * leaves + 4.0 * static_cast<double>(table.size())});
   }
   return out;

@@ -284,6 +284,12 @@ KernelCost storage_cost(const KernelCost& f32, DType storage, double fixed_bytes
 //                       a leaf written; then each tensor's leaves summed (a FLOP and 4 bytes a
 //                       leaf read, 4 bytes a tensor written); every tensor counts, empty or not;
 //   scale_multi         1 FLOP and 8 bytes (read and write) an element.
+// Typed (optim::MasterWeights over bf16 / f16 weights, Note [Typed optimizer step] in
+// core/optim/master_weights.h): a dry run's has_multi_tensor_ex is CUDA's (f32, bf16, f16), so
+// the masters' step reads the model's gradients as stored and writes the model's weights in
+// its launch (adam_step_multi_ex_costs, ledger row adam_step_multi_ex: no cast and no copy_d2d
+// per parameter), the clip's sums read them as stored (sum_squares_multi_ex_costs, row
+// sum_squares_multi_ex) and its scaling is AdamW's one mul more an element (no scale_multi).
 // Launch latency is then paid per table instead of per parameter (GPT-2 124M: 148 parameters,
 // one table), AdamW's decay costs no pass of its own, and the clip reads its sums back in one
 // copy per device instead of one per parameter. The bits are those of the per-tensor kernels
@@ -306,6 +312,21 @@ std::vector<KernelCost> sum_squares_multi_costs(const std::vector<std::int64_t>&
                                                 Determinism mode);
 /// The launches of one scale_multi call over tensors of ns[i] elements.
 std::vector<KernelCost> scale_multi_costs(const std::vector<std::int64_t>& ns);
+/// The launches of one adam_step_multi_ex call (Note [Typed optimizer step],
+/// core/optim/master_weights.h; CUDA's one kernel): adam_step_multi_costs' with gradient i read
+/// at grad_bytes[i] bytes an element (dtype_size of its storage dtype; missing: 4), model weight
+/// i written at model_bytes[i] (0 or missing: none), and 1 FLOP an element more with
+/// scale_grads (the clip's coefficient applied as the gradient is loaded).
+std::vector<KernelCost> adam_step_multi_ex_costs(const std::vector<std::int64_t>& ns,
+                                                 const std::vector<bool>& decay,
+                                                 const std::vector<int>& grad_bytes,
+                                                 const std::vector<int>& model_bytes, bool amsgrad,
+                                                 bool scale_grads);
+/// The launches of one sum_squares_multi_ex call: sum_squares_multi_costs' with tensor i read at
+/// elem_bytes[i] bytes an element (missing: 4).
+std::vector<KernelCost> sum_squares_multi_ex_costs(const std::vector<std::int64_t>& ns,
+                                                   const std::vector<int>& elem_bytes,
+                                                   Determinism mode);
 
 /// p2p: direct transfers between pairs of ranks (all_to_all, gather, scatter, send / recv).
 enum class CollectiveAlgo : std::uint8_t { local, ring, tree, nvls, hierarchical, p2p };

@@ -711,6 +711,43 @@ class SimKernels final : public Kernels {
     for (const KernelCost& c : scale_multi_costs(ns)) price(s, "scale_multi", c);
   }
 
+  // Typed (Note [Typed optimizer step], core/optim/master_weights.h): a dry run answers as
+  // CUDA (f32, bf16, f16) and prices CUDA's launches over the storage-dtype bytes; a real run
+  // says no (Kernels' defaults), so optim::MasterWeights keeps its f32 path and bits.
+  bool has_multi_tensor_ex(DType t) const override {
+    return cost_->dry_run() && (t == DType::f32 || t == DType::bf16 || t == DType::f16);
+  }
+
+  void adam_step_multi_ex(Stream& s, const std::vector<AdamTensorEx>& tensors, double lr,
+                          double beta1, double beta2, double eps, double weight_decay, bool amsgrad,
+                          bool scale_grads, float grad_scale) override {
+    if (!cost_->dry_run())  // throws: has_multi_tensor_ex is false
+      return Kernels::adam_step_multi_ex(s, tensors, lr, beta1, beta2, eps, weight_decay, amsgrad,
+                                         scale_grads, grad_scale);
+    std::vector<std::int64_t> ns;
+    std::vector<bool> decay;
+    std::vector<int> grad_bytes, model_bytes;
+    for (const AdamTensorEx& t : tensors) {
+      ns.push_back(t.n);
+      decay.push_back(t.decay);
+      grad_bytes.push_back(static_cast<int>(dtype_size(t.grad_type)));
+      model_bytes.push_back(t.model != nullptr ? static_cast<int>(dtype_size(t.model_type)) : 0);
+    }
+    for (const KernelCost& c :
+         adam_step_multi_ex_costs(ns, decay, grad_bytes, model_bytes, amsgrad, scale_grads))
+      price(s, "adam_step_multi_ex", c);
+  }
+
+  void sum_squares_multi_ex(Stream& s, const std::vector<const void*>& xs,
+                            const std::vector<DType>& types, const std::vector<std::int64_t>& ns,
+                            float* out, Determinism mode) override {
+    if (!cost_->dry_run()) return Kernels::sum_squares_multi_ex(s, xs, types, ns, out, mode);
+    std::vector<int> bytes;
+    for (DType t : types) bytes.push_back(static_cast<int>(dtype_size(t)));
+    for (const KernelCost& c : sum_squares_multi_ex_costs(ns, bytes, mode))
+      price(s, "sum_squares_multi_ex", c);
+  }
+
  private:
   // Dropout forward and backward: the same mask, recomputed (Note [Dropout masks]).
   // ---- dtype-generic kernels (sim_kernels_dtype.h) ----

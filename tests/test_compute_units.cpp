@@ -25,6 +25,7 @@
 #include "core/nn/gpt.h"
 #include "core/optim/adamw.h"
 #include "core/optim/clip.h"
+#include "core/optim/master_weights.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
@@ -571,6 +572,75 @@ TEST(ComputeUnits, MultiTensorCostsCutIntoTablesOf256) {
   EXPECT_TRUE(sim::scale_multi_costs({}).empty());
 }
 
+// Note [Typed optimizer step] (core/optim/master_weights.h): a dry run's has_multi_tensor_ex is
+// CUDA's, so MasterWeights over bf16 weights with bf16 gradients (fast mode) clips with one
+// sum_squares_multi_ex (two launches: leaves over bf16 bytes, then the sums) and steps with one
+// adam_step_multi_ex launch that reads the bf16 gradients, scales them by the clip's
+// coefficient, updates the f32 masters and moments and writes the bf16 weights: per element 2
+// (g) + 8 (p) + 8 (m) + 8 (v) + 2 (the weight) bytes and 16 FLOPs, +1 for the decay (w), +1 for
+// the scale; no cast, copy_d2d or scale_multi launch. A real run keeps the f32 path (a cast per
+// gradient and weight, a copy per weight).
+TEST(ComputeUnits, DryRunMasterWeightsStepIsOneTypedLaunch) {
+  const double nw = 48 * 40, nb = 40, nx = 300, n = nw + nb + nx;  // 2260 elements
+  for (bool dry : {true, false}) {
+    SCOPED_TRACE(dry ? "dry run" : "real run");
+    sim::SimBackend& be = fresh_sim(dry);
+    const Device dev("sim", 0);
+    EXPECT_EQ(ops::has_multi_tensor_ex(dev, DType::bf16), dry);
+    auto bf16_param = [&](const char* name, const Shape& shape) {
+      return nn::Parameter{name, Tensor::zeros(shape, DType::bf16, dev),
+                           Tensor::zeros(shape, DType::bf16, dev)};
+    };
+    nn::Parameter w = bf16_param("w", {48, 40}), b = bf16_param("b", {40}),
+                  x = bf16_param("x", {300});
+    optim::MasterWeights mw({&w, &b, &x}, [](std::vector<nn::Parameter*> m) {
+      return std::make_unique<optim::AdamW>(m,
+                                            optim::AdamWOptions{.lr = 1e-3, .weight_decay = 0.1});
+    });
+    EXPECT_EQ(mw.fused_path(), dry);
+    be.default_stream(0).synchronize();
+    const auto before = be.cost_model().ledger(0);
+    (void)mw.clip_grad_norm_(1e-9, Determinism::fast);  // a dry run prices the scaling anyway
+    mw.step();
+    be.default_stream(0).synchronize();
+    auto step_row = [&](const std::string& name) {  // the row's work since `before`
+      sim::CostModel::LedgerRow r = row(be, name);
+      for (const auto& o : before)
+        if (o.name == name) {
+          r.count -= o.count;
+          r.flops -= o.flops;
+          r.bytes -= o.bytes;
+          r.time -= o.time;
+        }
+      return r;
+    };
+    auto memory_time = [](double launches, double bytes) {
+      return launches * kLaunch + bytes / (kBw * kHbmEff);
+    };
+    if (dry) {
+      const sim::CostModel::LedgerRow adam = step_row("adam_step_multi_ex");
+      EXPECT_EQ(adam.count, 1);
+      EXPECT_DOUBLE_EQ(adam.flops, 18 * nw + 17 * (nb + nx));  // decay (w), the clip's scale
+      EXPECT_DOUBLE_EQ(adam.bytes, 28 * n);
+      EXPECT_EQ(adam.unit, PricedUnit::memory);
+      EXPECT_NEAR(sim::to_seconds(adam.time), memory_time(1, 28 * n), 1e-12);
+      const sim::CostModel::LedgerRow sq = step_row("sum_squares_multi_ex");
+      EXPECT_EQ(sq.count, 2);
+      const double leaves = 3;  // fast: one 8192-element chunk per tensor
+      EXPECT_DOUBLE_EQ(sq.bytes, (2 * n + 4 * leaves) + (4 * leaves + 4 * 3));
+      EXPECT_NEAR(sim::to_seconds(sq.time), memory_time(2, 2 * n + 36), 1e-12);
+      for (const char* gone : {"cast", "cast_f32_scratch", "copy_d2d", "scale_multi",
+                               "adam_step_multi", "sum_squares_multi", "scale"})
+        EXPECT_EQ(step_row(gone).count, 0) << gone;
+    } else {
+      EXPECT_EQ(step_row("cast").count, 3 + 3);  // the grads in, the weights out
+      EXPECT_EQ(step_row("adam_step").count, 3);
+      EXPECT_EQ(step_row("adam_step_multi_ex").count, 0);
+      EXPECT_EQ(step_row("sum_squares_multi_ex").count, 0);
+    }
+  }
+}
+
 // ---- GPT-2 124M, bf16, B 8, one H200 ------------------------------------------------------------
 
 namespace {
@@ -661,6 +731,16 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
     EXPECT_NEAR(ab.time_ps / 1e12, ab.count * kLaunch + bwd, ab.count * 1e-12);
     // qkv, y and the stats in bf16 / f32, never att [B, H, T, T].
     EXPECT_DOUBLE_EQ(af.bytes / af.count, 2.0 * B * T * 4 * C + 8 * B * H * T);
+    // The optimizer (Note [Typed optimizer step]): one AdamW launch a step over the 124.5 M
+    // parameters (grads read in bf16, fast; f32, bitwise), the bf16 weights written in it, and
+    // no per-parameter cast or copy.
+    const double n_params = static_cast<double>(nn::gpt_num_params(nn::gpt2_config("gpt2")));
+    const CostLedgerRow adam = run.rows.at("adam_step_multi_ex / memory");
+    EXPECT_EQ(adam.count, 2);
+    EXPECT_DOUBLE_EQ(adam.bytes / steps, (24.0 + (bitwise ? 4 : 2) + 2) * n_params);
+    EXPECT_EQ(run.rows.count("cast / memory"), 0u);
+    EXPECT_EQ(run.rows.count("copy_d2d / memory"), 0u);
+    EXPECT_EQ(run.rows.count("scale_multi / memory"), 0u);
     // Everything else: memory bound (or a few small FLOP-bound kernels at the FP32 peak).
     double step_s = gemm_s + af.time_ps / 1e12 + ab.time_ps / 1e12, rows_s = 0;
     for (const auto& [key, k] : run.rows) {

@@ -123,7 +123,8 @@ namespace {
 // on its first step or moved with the parameter (Module::to), and its gradient validated before
 // the state is touched, so a rejected step leaves it as it was.
 template <class State>
-void prepare_adam_state(nn::Parameter& p, State& st, const AdamOptions& o, std::size_t i) {
+void prepare_adam_state(nn::Parameter& p, State& st, const AdamOptions& o, std::size_t i,
+                        bool typed = false) {
   const Device& dev = p.data.device();
   if (st.step == 0) {
     st.exp_avg = Tensor::zeros(p.data.shape(), DType::f32, dev);
@@ -134,15 +135,39 @@ void prepare_adam_state(nn::Parameter& p, State& st, const AdamOptions& o, std::
     st.exp_avg_sq = st.exp_avg_sq.to(dev);
     if (o.amsgrad) st.max_exp_avg_sq = st.max_exp_avg_sq.to(dev);
   }
-  DITTO_CHECK(
-      p.grad.shape() == p.data.shape() && p.grad.dtype() == DType::f32 && p.grad.device() == dev,
-      "optim::Adam: params[", i, "] ('", p.name, "'): grad: expected ", shape_str(p.data.shape()),
-      " f32 on ", dev.str(), " (the parameter's shape and device), got ", p.grad.str());
+  const DType g = p.grad.dtype();
+  DITTO_CHECK(p.grad.shape() == p.data.shape() && p.grad.device() == dev &&
+                  (g == DType::f32 || (typed && (g == DType::bf16 || g == DType::f16))),
+              "optim::Adam: params[", i, "] ('", p.name, "'): grad: expected ",
+              shape_str(p.data.shape()), typed ? " f32, bf16 or f16" : " f32", " on ", dev.str(),
+              " (the parameter's shape and device), got ", p.grad.str());
 }
 
 }  // namespace
 
-void Adam::step_multi(const std::vector<std::optional<float>>* decay) {
+bool Adam::can_step_fused(const FusedStepArgs& args) const {
+  if (!multi_tensor()) return false;
+  if (!args.outputs.empty() && args.outputs.size() != params_.size()) return false;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const nn::Parameter& p = *params_[i];
+    if (!p.grad.defined()) continue;
+    const Device& dev = p.data.device();
+    if (!ops::has_multi_tensor_ex(dev, p.grad.dtype())) return false;
+    const Tensor* out = args.outputs.empty() ? nullptr : args.outputs[i];
+    if (out != nullptr && !ops::has_multi_tensor_ex(dev, out->dtype())) return false;
+  }
+  return true;
+}
+
+void Adam::step_fused(const FusedStepArgs& args) {
+  DITTO_CHECK(can_step_fused(args),
+              "optim::Adam::step_fused: expected every parameter with a "
+              "grad on a backend with typed multi-tensor kernels for its grad's and output's "
+              "dtypes (can_step_fused), got one without");
+  step_multi(nullptr, &args);
+}
+
+void Adam::step_multi(const std::vector<std::optional<float>>* decay, const FusedStepArgs* fused) {
   const AdamOptions& o = options_;
   std::vector<Device> devices;  // in order of first appearance
   std::vector<std::vector<ops::AdamStepTensors>> lists;
@@ -151,7 +176,7 @@ void Adam::step_multi(const std::vector<std::optional<float>>* decay) {
     nn::Parameter& p = *params_[i];
     if (!p.grad.defined()) continue;
     State& st = state_[i];
-    prepare_adam_state(p, st, o, i);
+    prepare_adam_state(p, st, o, i, fused != nullptr);
     const Device& dev = p.data.device();
     std::size_t d = 0;
     while (d < devices.size() && devices[d] != dev) ++d;
@@ -168,11 +193,15 @@ void Adam::step_multi(const std::vector<std::optional<float>>* decay) {
     t.bias_correction1 = 1.0 - st.beta1_power * o.beta1;
     t.bias_correction2 = 1.0 - st.beta2_power * o.beta2;
     if (decay != nullptr) t.decay_scale = (*decay)[i];
+    if (fused != nullptr && !fused->outputs.empty()) t.model = fused->outputs[i];
     lists[d].push_back(t);
     stepped.push_back(i);
   }
+  const std::optional<float> grad_scale =
+      fused != nullptr ? fused->grad_scale : std::optional<float>();
   for (const auto& list : lists)
-    ops::adam_step_multi_(list, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad);
+    ops::adam_step_multi_(list, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad,
+                          grad_scale);
   for (std::size_t i : stepped) {
     State& st = state_[i];
     ++st.step;

@@ -89,8 +89,16 @@ class Adam : public OptimizerWith<AdamOptions> {
   /// The multi-tensor step (multi_tensor() true): the state of step(), then per device one
   /// ops::adam_step_multi_ over its parameters with a grad, in order. `decay` (null, or one entry
   /// per parameter): AdamW's decoupled decay, param *= (*decay)[i] first where set. The bits of
-  /// step() after those scale_ calls.
-  void step_multi(const std::vector<std::optional<float>>* decay);
+  /// step() after those scale_ calls. `fused` (null: none): Optimizer::step_fused's arguments
+  /// (grads of bf16 / f16 read as stored, the gradient scale, the outputs), checked by the
+  /// caller with can_step_fused.
+  void step_multi(const std::vector<std::optional<float>>* decay,
+                  const FusedStepArgs* fused = nullptr);
+  /// multi_tensor(), and every parameter with a grad on a backend that has_multi_tensor_ex its
+  /// grad's dtype (f32, bf16, f16) and its output's (args.outputs: one per parameter or none).
+  bool can_step_fused(const FusedStepArgs& args) const override;
+  /// step_multi(nullptr, &args) (Optimizer::step_fused).
+  void step_fused(const FusedStepArgs& args) override;
 
  private:
   struct State {

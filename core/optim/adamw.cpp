@@ -70,17 +70,41 @@ void AdamW::set_lr(double lr) {
   adam_.set_lr(lr);
 }
 
-void AdamW::step() {
-  // Validate every grad before the first decay, so a rejected step changes nothing.
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const nn::Parameter& p = *params_[i];
+namespace {
+
+// Every defined grad of `params` of its parameter's shape and device, and f32 (typed: or bf16 /
+// f16); checked before the first decay, so a rejected step changes nothing.
+void check_grads(const std::vector<nn::Parameter*>& params, bool typed) {
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const nn::Parameter& p = *params[i];
     if (!p.grad.defined()) continue;
-    DITTO_CHECK(p.grad.shape() == p.data.shape() && p.grad.dtype() == DType::f32 &&
+    const DType g = p.grad.dtype();
+    DITTO_CHECK(p.grad.shape() == p.data.shape() &&
+                    (g == DType::f32 || (typed && (g == DType::bf16 || g == DType::f16))) &&
                     p.grad.device() == p.data.device(),
                 "optim::AdamW: params[", i, "] ('", p.name, "'): grad: expected ",
-                shape_str(p.data.shape()), " f32 on ", p.data.device().str(),
-                " (the parameter's shape and device), got ", p.grad.str());
+                shape_str(p.data.shape()), typed ? " f32, bf16 or f16" : " f32", " on ",
+                p.data.device().str(), " (the parameter's shape and device), got ", p.grad.str());
   }
+}
+
+}  // namespace
+
+void AdamW::step_fused(const FusedStepArgs& args) {
+  check_grads(params_, /*typed=*/true);
+  DITTO_CHECK(can_step_fused(args),
+              "optim::AdamW::step_fused: expected every parameter with a "
+              "grad on a backend with typed multi-tensor kernels for its grad's and output's "
+              "dtypes (can_step_fused), got one without");
+  std::vector<std::optional<float>> decay(params_.size());
+  for (std::size_t i = 0; i < params_.size(); ++i)
+    if (params_[i]->grad.defined() && decay_[i] != 0.0)
+      decay[i] = static_cast<float>(1.0 - options_.lr * decay_[i]);
+  adam_.step_multi(&decay, &args);
+}
+
+void AdamW::step() {
+  check_grads(params_, /*typed=*/false);
   if (adam_.multi_tensor()) {  // the decay folded into one multi-tensor launch per device
     std::vector<std::optional<float>> decay(params_.size());
     for (std::size_t i = 0; i < params_.size(); ++i)

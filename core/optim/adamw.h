@@ -59,6 +59,14 @@ class AdamW : public OptimizerWith<AdamWOptions> {
       : AdamW(std::vector<nn::Parameter*>(params), options) {}
 
   void step() override;
+  /// Adam's (the same parameters, in this order).
+  bool can_step_fused(const FusedStepArgs& args) const override {
+    return adam_.can_step_fused(args);
+  }
+  /// step() with Optimizer::step_fused's typed grads, gradient scale and outputs: the decay
+  /// folded into the one ops::adam_step_multi_ per device, as step() does on multi-tensor
+  /// backends.
+  void step_fused(const FusedStepArgs& args) override;
   /// The learning rate of the next step (every group; nanoGPT sets param_group['lr'] to the
   /// schedule's value before each step). Throws InvalidArgument for lr < 0 or NaN.
   void set_lr(double lr) override;

@@ -28,6 +28,61 @@ float clip_grad_norm_(const std::vector<nn::Parameter*>& params, double max_norm
   return detail::clip_grad_norm_with(params, max_norm, mode, all_multi_tensor(params));
 }
 
+namespace {
+// The indices of `grads` by device, devices in order of first appearance.
+std::vector<std::vector<std::size_t>> by_device(const std::vector<const Tensor*>& grads) {
+  std::vector<std::vector<std::size_t>> groups;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    std::size_t d = 0;
+    while (d < groups.size() && grads[groups[d][0]]->device() != grads[i]->device()) ++d;
+    if (d == groups.size()) groups.emplace_back();
+    groups[d].push_back(i);
+  }
+  return groups;
+}
+}  // namespace
+
+detail::GradNorm detail::grad_norm(const std::vector<const Tensor*>& grads, double max_norm,
+                                   Determinism mode, bool multi_tensor, const char* call) {
+  DITTO_CHECK(std::isfinite(max_norm) && max_norm > 0.0, call,
+              ": max_norm: expected a finite value > 0, got ", max_norm);
+  // Backends with multi-tensor kernels (cuda): per device one ops::sum_squares_multi, the same
+  // bits as the per-grad ops below (typed grads: read as stored, the bits of their f32 casts).
+  const bool multi = multi_tensor && !grads.empty();
+  std::vector<float> squares(grads.size());
+  if (multi) {
+    const auto groups = by_device(grads);
+    std::vector<Tensor> sums;  // enqueue on every device first, then read
+    for (const auto& idx : groups) {
+      std::vector<const Tensor*> xs;
+      for (std::size_t i : idx) xs.push_back(grads[i]);
+      sums.push_back(ops::sum_squares_multi(xs, mode));
+    }
+    for (std::size_t d = 0; d < groups.size(); ++d) {
+      const Tensor host = sums[d].to(Device::cpu());
+      for (std::size_t j = 0; j < groups[d].size(); ++j)
+        squares[groups[d][j]] = host.data<float>()[j];
+    }
+  } else {
+    // Enqueue every sum first (one per device stream), then read them in parameter order.
+    std::vector<Tensor> sums;
+    sums.reserve(grads.size());
+    for (const Tensor* g : grads) sums.push_back(ops::sum_squares(*g, mode));
+    for (std::size_t i = 0; i < sums.size(); ++i) squares[i] = sums[i].item();
+  }
+  float total = 0.0f;
+  for (float s : squares) total += s;
+  total = std::sqrt(total);
+  const float coef = static_cast<float>(max_norm) / (total + 1e-6f);
+  // A dry run (Note [Dry run], backend_sim/sim_backend.h) reads every norm as 0: price the
+  // clipping anyway (a GPT's early steps clip), so the prediction does not depend on data.
+  const bool dry = !grads.empty() && is_dry_run(grads.front()->device());
+  GradNorm r;
+  r.total = total;
+  if (!(coef >= 1.0f) || dry) r.scale = coef;
+  return r;
+}
+
 float detail::clip_grad_norm_with(const std::vector<nn::Parameter*>& params, double max_norm,
                                   Determinism mode, bool multi_tensor) {
   const char* call = "optim::clip_grad_norm_";
@@ -45,55 +100,21 @@ float detail::clip_grad_norm_with(const std::vector<nn::Parameter*>& params, dou
                 " (the parameter's shape and device), got ", p.grad.str());
     grads.push_back(&p.grad);
   }
-  // Backends with multi-tensor kernels (cuda): per device one ops::sum_squares_multi and one
-  // ops::scale_multi_, the same bits as the per-grad ops below.
   const bool multi = multi_tensor && !grads.empty();
-  std::vector<float> squares(grads.size());
-  std::vector<std::vector<std::size_t>> by_device;  // grads' indices, devices in first order
-  if (multi) {
-    for (std::size_t i = 0; i < grads.size(); ++i) {
-      std::size_t d = 0;
-      while (d < by_device.size() && grads[by_device[d][0]]->device() != grads[i]->device()) ++d;
-      if (d == by_device.size()) by_device.emplace_back();
-      by_device[d].push_back(i);
-    }
-    std::vector<Tensor> sums;  // enqueue on every device first, then read
-    for (const auto& idx : by_device) {
-      std::vector<const Tensor*> xs;
-      for (std::size_t i : idx) xs.push_back(grads[i]);
-      sums.push_back(ops::sum_squares_multi(xs, mode));
-    }
-    for (std::size_t d = 0; d < by_device.size(); ++d) {
-      const Tensor host = sums[d].to(Device::cpu());
-      for (std::size_t j = 0; j < by_device[d].size(); ++j)
-        squares[by_device[d][j]] = host.data<float>()[j];
-    }
-  } else {
-    // Enqueue every sum first (one per device stream), then read them in parameter order.
-    std::vector<Tensor> sums;
-    sums.reserve(grads.size());
-    for (Tensor* g : grads) sums.push_back(ops::sum_squares(*g, mode));
-    for (std::size_t i = 0; i < sums.size(); ++i) squares[i] = sums[i].item();
-  }
-  float total = 0.0f;
-  for (float s : squares) total += s;
-  total = std::sqrt(total);
-  const float coef = static_cast<float>(max_norm) / (total + 1e-6f);
-  // A dry run (Note [Dry run], backend_sim/sim_backend.h) reads every norm as 0: price the
-  // clipping anyway (a GPT's early steps clip), so the prediction does not depend on data.
-  const bool dry = !grads.empty() && is_dry_run(grads.front()->device());
-  if (!(coef >= 1.0f) || dry) {
+  const std::vector<const Tensor*> read(grads.begin(), grads.end());
+  const GradNorm r = grad_norm(read, max_norm, mode, multi, call);
+  if (r.scale) {
     if (multi) {
-      for (const auto& idx : by_device) {
+      for (const auto& idx : by_device(read)) {
         std::vector<Tensor*> xs;
         for (std::size_t i : idx) xs.push_back(grads[i]);
-        ops::scale_multi_(xs, coef);
+        ops::scale_multi_(xs, *r.scale);
       }
     } else {
-      for (Tensor* g : grads) ops::scale_(*g, coef);
+      for (Tensor* g : grads) ops::scale_(*g, *r.scale);
     }
   }
-  return total;
+  return r.total;
 }
 
 }  // namespace ditto::optim

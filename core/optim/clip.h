@@ -2,6 +2,7 @@
 // optimizer step (nanoGPT's grad_clip).
 #pragma once
 
+#include <optional>
 #include <vector>
 
 #include "core/nn/module.h"
@@ -28,6 +29,18 @@ float clip_grad_norm_(const std::vector<nn::Parameter*>& params, double max_norm
                       Determinism mode = Determinism::fast);
 
 namespace detail {
+/// The norm of clip_grad_norm_ over `grads` (each defined, of a float dtype, on a device;
+/// bf16 / f16 only with multi_tensor on devices that has_multi_tensor_ex them, read as stored:
+/// the bits of their f32 casts), and the coefficient the clip multiplies them by, unset where
+/// it does not scale. multi_tensor: per device one ops::sum_squares_multi, else one
+/// ops::sum_squares per grad (the same bits). `call` names the caller in the max_norm check.
+/// optim::MasterWeights' fused clip (Note [Typed optimizer step]) scales in its step instead.
+struct GradNorm {
+  float total = 0.0f;
+  std::optional<float> scale;
+};
+GradNorm grad_norm(const std::vector<const Tensor*>& grads, double max_norm, Determinism mode,
+                   bool multi_tensor, const char* call);
 /// clip_grad_norm_ with its path given: multi_tensor true takes the multi-tensor ops on every
 /// backend (their defaults loop the per-tensor kernels), false the per-gradient ops. For tests:
 /// both must give the same bits.

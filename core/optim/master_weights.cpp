@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/base/error.h"
+#include "core/optim/clip.h"
 #include "core/runtime/ops.h"
 
 namespace ditto::optim {
@@ -42,6 +43,65 @@ MasterWeights::MasterWeights(std::vector<nn::Parameter*> params,
       call, ": make_inner: expected an optimizer over the ", master_ptrs_.size(),
       " master parameters it was given, got one over ", inner_->parameters().size(),
       " other parameters");
+  for (nn::Parameter* q : inner_->parameters())
+    inner_index_.push_back(static_cast<std::size_t>(
+        std::find(master_ptrs_.begin(), master_ptrs_.end(), q) - master_ptrs_.begin()));
+}
+
+namespace {
+// The model parameter's data that receives its master rounded once: a bf16 / f16 parameter's
+// (an f32 parameter's master is its data itself: none).
+Tensor* output_of(nn::Parameter& p) { return p.data.dtype() == DType::f32 ? nullptr : &p.data; }
+}  // namespace
+
+FusedStepArgs MasterWeights::load_model_grads() const {
+  for (std::size_t i = 0; i < params_.size(); ++i) masters_[i]->grad = params_[i]->grad;
+  FusedStepArgs args;
+  for (std::size_t k : inner_index_) args.outputs.push_back(output_of(*params_[k]));
+  return args;
+}
+
+bool MasterWeights::fused_path() const {
+  if (scaler_ != nullptr) return false;
+  bool any = false;
+  for (const nn::Parameter* p : params_) {
+    if (!p->grad.defined()) continue;
+    const Device& dev = p->data.device();
+    if (p->grad.shape() != p->data.shape() || p->grad.device() != dev || dev.is_cpu() ||
+        !ops::has_multi_tensor_ex(dev, p->grad.dtype()) ||
+        !ops::has_multi_tensor_ex(dev, p->data.dtype()))
+      return false;
+    any = true;
+  }
+  if (!any) return false;
+  // The inner's own answer on the model's grads; the masters' grads are put back.
+  std::vector<Tensor> saved;
+  for (const auto& m : masters_) saved.push_back(m->grad);
+  const bool ok = inner_->can_step_fused(load_model_grads());
+  for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i]->grad = saved[i];
+  return ok;
+}
+
+float MasterWeights::clip_grad_norm_(double max_norm, Determinism mode) {
+  const char* call = "optim::MasterWeights::clip_grad_norm_";
+  if (grads_ == Grads::none && fused_path()) {
+    load_model_grads();
+    grads_ = Grads::model;
+  }
+  if (grads_ != Grads::model) {
+    if (grads_ == Grads::none) load_master_grads();
+    return optim::clip_grad_norm_(master_ptrs_, max_norm, mode);
+  }
+  DITTO_CHECK(!grad_scale_.has_value(), call,
+              ": called twice before step(): the fused clip (Note [Typed optimizer step]) keeps "
+              "its coefficient for the step, so a second norm would not see the first clip");
+  std::vector<const Tensor*> grads;
+  for (const auto& m : masters_)
+    if (m->grad.defined()) grads.push_back(&m->grad);
+  const detail::GradNorm r =
+      detail::grad_norm(grads, max_norm, mode, /*multi_tensor=*/!grads.empty(), call);
+  grad_scale_ = r.scale;
+  return r.total;
 }
 
 void MasterWeights::load_master_grads() {
@@ -58,13 +118,28 @@ void MasterWeights::load_master_grads() {
                 "'): grad: expected ", shape_str(p.data.shape()), " of a float dtype on ",
                 p.data.device().str(), ", got ", p.grad.str());
     m.grad = p.grad.dtype() == DType::f32 ? p.grad : ops::cast(p.grad, DType::f32);
+    // A fused clip's coefficient, on the copies (the bits of clip_grad_norm_'s scale_).
+    if (grad_scale_) ops::scale_(m.grad, *grad_scale_);
   }
-  grads_loaded_ = true;
+  grad_scale_.reset();
+  grads_ = Grads::f32;
 }
 
 void MasterWeights::step() {
-  if (!grads_loaded_) load_master_grads();
-  grads_loaded_ = false;
+  if (grads_ == Grads::none && fused_path()) {
+    load_model_grads();
+    grads_ = Grads::model;
+  }
+  if (grads_ == Grads::model) {
+    FusedStepArgs args = load_model_grads();
+    args.grad_scale = grad_scale_;
+    grad_scale_.reset();
+    grads_ = Grads::none;
+    inner_->step_fused(args);
+    return;
+  }
+  if (grads_ == Grads::none) load_master_grads();
+  grads_ = Grads::none;
   inner_->step();
   for (std::size_t i = 0; i < params_.size(); ++i) {
     nn::Parameter& p = *params_[i];
@@ -138,7 +213,8 @@ void MasterWeights::load_state_dict(const OptimizerState& state) {
   inner_->load_state_dict(inner);  // checks before it changes anything
   if (scaler_) scaler_->load_state_dict(scaler_state);
   for (std::size_t i = 0; i < masters_.size(); ++i) masters_[i]->data.copy_(*found[i]);
-  grads_loaded_ = false;
+  grads_ = Grads::none;
+  grad_scale_.reset();
 }
 
 }  // namespace ditto::optim

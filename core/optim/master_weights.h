@@ -22,12 +22,36 @@
 // checkpoint resumes bit-exactly: the bf16 parameters alone would lose the masters' low bits.
 // With a GradScaler attached (f16), its state_dict travels as options "grad_scaler.<key>" (torch
 // saves scaler.state_dict() beside the optimizer's), so a resumed f16 run has the same scale.
+//
+// Note [Typed optimizer step]
+// Where the backend runs the typed multi-tensor kernels (Kernels::has_multi_tensor_ex: cuda;
+// the simulator only in a dry run, which prices cuda's launches), clip_grad_norm_ and step()
+// take the fused path, with the bits of the steps above:
+//   the masters' grads are the model's grads themselves (bf16 / f16 in fast mode, f32 in
+//   bitwise mode: Note [Mixed precision]), not f32 copies: no cast launch and no f32 scratch;
+//   clip_grad_norm_ sums their squares as stored (ops::sum_squares_multi ->
+//   Kernels::sum_squares_multi_ex: each element widened as loaded, the bits of the f32 copy's
+//   sums) and keeps the coefficient instead of scaling (a bf16 gradient scaled in place would
+//   round: other bits than scaling its f32 copy);
+//   step() is one launch per device (inner Optimizer::step_fused -> ops::adam_step_multi_ ->
+//   Kernels::adam_step_multi_ex): per element the grad widened, times the clip's coefficient
+//   (the f32 copy's scale), AdamW's update of the f32 master, and the master rounded once into
+//   the model's weight (RNE, as ops::cast): no cast and no copy per parameter.
+// The path is taken when no GradScaler is attached (f16's unscale_ and inf check read f32
+// copies), the inner optimizer has a fused step (Adam, AdamW; can_step_fused) and every
+// parameter with a grad lives on a backend whose typed kernels take its grad's and weight's
+// dtypes; otherwise the steps above run as they are (the simulator's real run: its bits,
+// launches and memory accounting unchanged). Unlike the steps above, the fused clip leaves an
+// f32 parameter's gradient unscaled (the step applies the coefficient). load_master_grads()
+// after a fused clip applies the kept coefficient to the f32 copies it makes (the same bits).
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
+#include "core/numerics/determinism.h"
 #include "core/optim/grad_scaler.h"
 #include "core/optim/optimizer.h"
 
@@ -51,8 +75,19 @@ class MasterWeights : public Optimizer {
   /// ran since the last step. Asynchronous.
   void load_master_grads();
   /// load_master_grads() unless done, the inner step on the masters, then every master with a
-  /// grad rounded into its model parameter's data (Note [Master weights]). Asynchronous.
+  /// grad rounded into its model parameter's data (Note [Master weights]); on the fused path
+  /// (Note [Typed optimizer step]) one typed launch per device instead. Asynchronous.
   void step() override;
+  /// torch.nn.utils.clip_grad_norm_ on the model's gradients between backward and step(), for
+  /// a trainer (optim::clip_grad_norm_'s arithmetic, norm and bits): on the fused path (Note
+  /// [Typed optimizer step]) the sums read the model's grads as stored and step() applies the
+  /// coefficient; otherwise load_master_grads() unless done, then
+  /// optim::clip_grad_norm_(master_parameters(), max_norm, mode). Blocks (the sums are read).
+  /// Throws InvalidArgument as optim::clip_grad_norm_, and for a second fused clip before
+  /// step() (the sums would be those of unscaled grads).
+  float clip_grad_norm_(double max_norm, Determinism mode);
+  /// Whether clip_grad_norm_ and step() take the fused path now (Note [Typed optimizer step]).
+  bool fused_path() const;
   void set_lr(double lr) override { inner_->set_lr(lr); }
   double lr() const override { return inner_->lr(); }
 
@@ -81,8 +116,16 @@ class MasterWeights : public Optimizer {
  private:
   std::vector<std::unique_ptr<nn::Parameter>> masters_;
   std::vector<nn::Parameter*> master_ptrs_;
+  /// Points each master's grad at its model parameter's grad (no copy: the masters are held
+  /// through pointers) and returns the fused step's arguments (outputs in inner_->parameters()
+  /// order).
+  FusedStepArgs load_model_grads() const;
+
   std::unique_ptr<Optimizer> inner_;
-  bool grads_loaded_ = false;
+  enum class Grads { none, f32, model };  // what the masters' grads hold since the last step
+  Grads grads_ = Grads::none;
+  std::optional<float> grad_scale_;       // a fused clip's coefficient, for the step
+  std::vector<std::size_t> inner_index_;  // inner_->parameters()[k] is master inner_index_[k]
   GradScaler* scaler_ = nullptr;
 };
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,16 @@ struct OptimizerState {
 std::string exact_str(double v);
 std::string exact_str(float v);
 
+/// What optim::MasterWeights hands its inner optimizer for a fused step (Note [Typed optimizer
+/// step], core/optim/master_weights.h).
+struct FusedStepArgs {
+  /// Per parameter, in parameters() order: null, or a bf16 / f16 tensor of the parameter's shape
+  /// on its device (the model's weight) that receives the updated parameter rounded once.
+  std::vector<Tensor*> outputs;
+  /// When set, every gradient is multiplied by it as it is loaded (the clip's coefficient).
+  std::optional<float> grad_scale;
+};
+
 class Optimizer : public NonCopyable {
  public:
   /// Throws InvalidArgument for an empty list, a null or repeated parameter, or a parameter
@@ -41,6 +52,17 @@ class Optimizer : public NonCopyable {
   /// One update of every parameter whose grad is defined (others are skipped, as in PyTorch).
   /// Asynchronous: enqueued on each parameter's device's current stream.
   virtual void step() = 0;
+
+  /// Whether step_fused(args) can run now: this optimizer has a fused step, and every parameter
+  /// with a grad is on a backend whose typed multi-tensor kernels take its grad's dtype and
+  /// args.outputs' (ops::has_multi_tensor_ex). Default: false (SGD; the simulator's real run).
+  virtual bool can_step_fused(const FusedStepArgs& args) const;
+  /// step() in one typed launch per device (Note [Typed optimizer step]): each grad read as
+  /// stored (f32, bf16 or f16), times args.grad_scale when set, and each updated parameter
+  /// rounded once into args.outputs[i] where set. The bits of: grads cast to f32, scaled
+  /// (ops::scale_), step(), parameters cast into the outputs. Throws InvalidArgument where
+  /// can_step_fused(args) is false (default: always).
+  virtual void step_fused(const FusedStepArgs& args);
 
   /// Zero every defined grad in place (keeping its storage, so views of it stay valid), or with
   /// set_to_none reset it to undefined (PyTorch's default since 2.0).

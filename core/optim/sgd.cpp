@@ -7,6 +7,7 @@
 #include <cstring>
 #include <set>
 
+#include "core/base/error.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 
@@ -146,6 +147,14 @@ std::size_t SGD::state_bytes() const {
   for (const Tensor& b : buffers_)
     if (b.defined()) n += b.nbytes();
   return n;
+}
+
+bool Optimizer::can_step_fused(const FusedStepArgs&) const { return false; }
+
+void Optimizer::step_fused(const FusedStepArgs&) {
+  throw InvalidArgument(
+      "optim::Optimizer::step_fused: this optimizer has no fused step here (can_step_fused is "
+      "false: it has none, or a parameter's backend has no typed multi-tensor kernels)");
 }
 
 void Optimizer::zero_grad(bool set_to_none) {

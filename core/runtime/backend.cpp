@@ -167,6 +167,16 @@ void Kernels::scale_multi(Stream& s, const std::vector<float*>& xs,
   for (std::size_t i = 0; i < xs.size(); ++i)
     if (ns[i] > 0) scale(s, alpha, xs[i], ns[i]);
 }
+bool Kernels::has_multi_tensor_ex(DType) const { return false; }
+void Kernels::adam_step_multi_ex(Stream&, const std::vector<AdamTensorEx>&, double, double, double,
+                                 double, double, bool, bool, float) {
+  no_kernel("adam_step_multi_ex");
+}
+void Kernels::sum_squares_multi_ex(Stream&, const std::vector<const void*>&,
+                                   const std::vector<DType>&, const std::vector<std::int64_t>&,
+                                   float*, Determinism) {
+  no_kernel("sum_squares_multi_ex");
+}
 
 namespace {
 

@@ -495,6 +495,52 @@ class Kernels {
   /// xs[i][j] = alpha * xs[i][j] for each tensor (scale() on each).
   virtual void scale_multi(Stream& s, const std::vector<float*>& xs,
                            const std::vector<std::int64_t>& ns, float alpha);
+
+  // ---- typed multi-tensor kernels (issue 29: the optimizer step on bf16 / f16 gradients) ----
+  // Note [Typed optimizer step] (core/optim/master_weights.h): optim::MasterWeights runs its f32
+  // masters' AdamW and the clip on the model's gradients as stored (bf16 / f16 in fast mode, f32
+  // in bitwise mode), without f32 copies, and the step writes the model's weights (each master
+  // rounded once) in the same launch, where has_multi_tensor_ex says so for every dtype involved.
+  // Each gives the bits of the f32 path it replaces (casts, sum_squares_multi, scale_multi,
+  // adam_step_multi, casts back). The defaults: false, and the entries throw (the simulator's
+  // real run keeps that f32 path: its bits, launches and memory accounting).
+
+  /// Whether adam_step_multi_ex and sum_squares_multi_ex take gradients, and adam_step_multi_ex
+  /// writes model weights, of dtype `t` here. cuda: f32, bf16, f16; the simulator: the same in
+  /// a dry run (priced as cuda's launches, Note [Predicted launches]), none in a real run.
+  virtual bool has_multi_tensor_ex(DType t) const;
+
+  /// One parameter of adam_step_multi_ex: AdamTensor's buffers with the gradient in its storage
+  /// dtype, and the model's weight to write.
+  struct AdamTensorEx {
+    float* param = nullptr;        ///< the f32 master weight, updated in place
+    const void* grad = nullptr;    ///< n elements of grad_type
+    DType grad_type = DType::f32;  ///< f32, bf16 or f16
+    float* exp_avg = nullptr;
+    float* exp_avg_sq = nullptr;
+    float* max_exp_avg_sq = nullptr;  ///< null unless amsgrad
+    std::int64_t n = 0;
+    double bias_correction1 = 1.0, bias_correction2 = 1.0;
+    bool decay = false;
+    float decay_scale = 1.0f;
+    void* model = nullptr;           ///< null, or n elements of model_type (not overlapping param)
+    DType model_type = DType::bf16;  ///< bf16 or f16
+  };
+  /// adam_step_multi with, per element, the gradient widened as loaded (exact), times
+  /// grad_scale when scale_grads (one mul: the clip's scale_multi of the f32 copy), and the
+  /// updated param rounded once into model where set: the bits of cast(grad, f32), scale_multi,
+  /// adam_step_multi, cast(param, model_type). Only called where has_multi_tensor_ex is true for
+  /// every grad_type and model_type of the call.
+  virtual void adam_step_multi_ex(Stream& s, const std::vector<AdamTensorEx>& tensors, double lr,
+                                  double beta1, double beta2, double eps, double weight_decay,
+                                  bool amsgrad, bool scale_grads, float grad_scale);
+  /// sum_squares_multi over xs[i] of dtype types[i] (f32, bf16, f16), each element widened as
+  /// loaded: the bits of sum_squares_multi on their f32 casts, in both modes. Only called where
+  /// has_multi_tensor_ex is true for every types[i].
+  virtual void sum_squares_multi_ex(Stream& s, const std::vector<const void*>& xs,
+                                    const std::vector<DType>& types,
+                                    const std::vector<std::int64_t>& ns, float* out,
+                                    Determinism mode);
 };
 
 class Backend : public NonCopyable {

@@ -64,7 +64,11 @@
 //     dropout(_backward) and add on tensors of one storage dtype (LayerNorm's mean / rstd and
 //     grad_loss f32) call the typed row kernels (Kernels::*_ex; add: add_any), which load the
 //     storage dtype, run the f32 kernel's arithmetic and round each output once: the bits of the
-//     path above in both modes (Note [CUDA fused kernels]). Mixed dtypes keep the path above.
+//     path above in both modes (Note [CUDA fused kernels]). Mixed dtypes keep the path above;
+//   - the optimizer step: where Kernels::has_multi_tensor_ex (cuda, not the simulator),
+//     optim::MasterWeights' clip and AdamW read the model's gradients as stored and write its
+//     bf16 / f16 weights in AdamW's launch, with the bits of the f32 masters' path (Note [Typed
+//     optimizer step], core/optim/master_weights.h).
 // StorageDTypeScope is for the ops' implementation: code around ops does not open one (an
 // allocation inside it would go uncharged).
 #pragma once

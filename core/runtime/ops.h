@@ -205,10 +205,18 @@ void reduce_inputs(const std::vector<Tensor>& inputs, Tensor& out, int op, Deter
 /// per-tensor loop (Kernels::has_multi_tensor_kernels: cuda, and the sim in a dry run, which
 /// prices cuda's launches); false for the host and a real sim run.
 bool has_multi_tensor_kernels(const Device& device);
+/// Whether `device`'s backend runs the typed multi-tensor kernels on tensors of dtype t
+/// (Kernels::has_multi_tensor_ex: cuda for f32, bf16, f16; the sim only in a dry run; false for
+/// the host): adam_step_multi_ and sum_squares_multi then take such gradients as stored, and
+/// adam_step_multi_ writes model weights of dtype t (Note [Typed optimizer step],
+/// core/optim/master_weights.h).
+bool has_multi_tensor_ex(const Device& device, DType t);
 
 /// One parameter of adam_step_multi_: the tensors of adam_step_ (max_exp_avg_sq may be null
 /// unless amsgrad), its bias corrections, and AdamW's decoupled decay factor, applied first as
-/// scale_(param, *decay_scale) when set.
+/// scale_(param, *decay_scale) when set. Typed (Note [Typed optimizer step]): grad may be bf16 /
+/// f16, and `model` (null: none) a bf16 / f16 tensor of param's shape that receives the updated
+/// param rounded once (cast_ into it).
 struct AdamStepTensors {
   Tensor* param = nullptr;
   const Tensor* grad = nullptr;
@@ -217,16 +225,25 @@ struct AdamStepTensors {
   Tensor* max_exp_avg_sq = nullptr;
   double bias_correction1 = 1.0, bias_correction2 = 1.0;
   std::optional<float> decay_scale;
+  Tensor* model = nullptr;
 };
 
 /// For each entry in order: the decay, then adam_step_ (torch.optim.AdamW(foreach=True)). Every
 /// tensor f32 on the first param's device, each entry's tensors of its param's shape
-/// (InvalidArgument naming the entry and argument otherwise).
+/// (InvalidArgument naming the entry and argument otherwise). Typed, one
+/// Kernels::adam_step_multi_ex launch where the device has_multi_tensor_ex for every dtype
+/// involved (InvalidArgument otherwise): a grad of bf16 / f16 is read as stored, as if cast to
+/// f32 first; with grad_scale every grad is first multiplied by it (scale_multi_ of those f32
+/// copies: the clip's coefficient); each entry's model receives its param rounded once. Bits:
+/// those of that cast, scale_multi_, adam_step_multi_ and cast.
 void adam_step_multi_(const std::vector<AdamStepTensors>& tensors, double lr, double beta1,
-                      double beta2, double eps, double weight_decay, bool amsgrad);
+                      double beta2, double eps, double weight_decay, bool amsgrad,
+                      std::optional<float> grad_scale = std::nullopt);
 
 /// New 1-dim f32 tensor [xs.size()] on the tensors' device: element i is sum_squares(*xs[i],
-/// mode) (torch._foreach_norm's squares). xs nonempty, f32, one device.
+/// mode) (torch._foreach_norm's squares). xs nonempty, one device; f32, or bf16 / f16 where the
+/// device has_multi_tensor_ex for them (Kernels::sum_squares_multi_ex, reading them as stored:
+/// the bits of their f32 casts); InvalidArgument otherwise.
 Tensor sum_squares_multi(const std::vector<const Tensor*>& xs, Determinism mode);
 
 /// scale_(*xs[i], alpha) for each i (torch._foreach_mul_). f32, one device; empty: nothing.

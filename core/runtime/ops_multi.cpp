@@ -17,10 +17,96 @@ bool has_multi_tensor_kernels(const Device& device) {
   return !device.is_cpu() && device.backend().kernels().has_multi_tensor_kernels();
 }
 
+bool has_multi_tensor_ex(const Device& device, DType t) {
+  return !device.is_cpu() && device.backend().kernels().has_multi_tensor_ex(t);
+}
+
+namespace {
+
+// A typed multi-tensor argument: bf16 or f16 (f32 where `f32_ok`), on `device`, and the device
+// runs the typed kernels on its dtype.
+void check_typed(const char* op, const char* arg, const Tensor& t, const Device& device,
+                 const char* ref, bool f32_ok) {
+  DITTO_CHECK(t.defined(), op, ": ", arg, ": expected a defined tensor, got an undefined tensor");
+  check_device(op, arg, t, device, ref);
+  const DType dt = t.dtype();
+  DITTO_CHECK(dt == DType::bf16 || dt == DType::f16 || (f32_ok && dt == DType::f32), op, ": ", arg,
+              ": expected dtype ", f32_ok ? "f32, bf16 or f16" : "bf16 or f16", ", got ", t.str());
+  DITTO_CHECK(has_multi_tensor_ex(device, dt), op, ": ", arg, ": ", dtype_name(dt), " needs ",
+              device.str(),
+              "'s backend to run the typed multi-tensor kernels "
+              "(Kernels::has_multi_tensor_ex), which it does not; got ",
+              t.str());
+}
+
+// adam_step_multi_ with a typed argument: the same checks, grads and models as typed, then one
+// Kernels::adam_step_multi_ex call.
+void adam_step_multi_typed(const std::vector<AdamStepTensors>& tensors, double lr, double beta1,
+                           double beta2, double eps, double weight_decay, bool amsgrad,
+                           std::optional<float> grad_scale) {
+  constexpr const char* op = "ops::adam_step_multi_";
+  std::vector<Kernels::AdamTensorEx> list;
+  list.reserve(tensors.size());
+  const Tensor* first = nullptr;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const AdamStepTensors& t = tensors[i];
+    const std::string at = "tensors[" + std::to_string(i) + "].";
+    const std::string names[6] = {at + "param",      at + "grad",           at + "exp_avg",
+                                  at + "exp_avg_sq", at + "max_exp_avg_sq", at + "model"};
+    const Tensor* parts[5] = {t.param, t.grad, t.exp_avg, t.exp_avg_sq, t.max_exp_avg_sq};
+    for (int k = 0; k < (amsgrad ? 5 : 4); ++k)
+      DITTO_CHECK(parts[k] != nullptr, op, ": ", names[k], ": expected a tensor, got null");
+    check_tensor(op, names[0].c_str(), *t.param);
+    if (first == nullptr) first = t.param;
+    const Device& dev = first->device();
+    check_device(op, names[0].c_str(), *t.param, dev, "tensors[0].param");
+    check_typed(op, names[1].c_str(), *t.grad, dev, "tensors[0].param", /*f32_ok=*/true);
+    DITTO_CHECK(t.grad->shape() == t.param->shape(), op, ": ", names[1], ": expected ",
+                shape_str(t.param->shape()), " (the shape of ", names[0], "), got ", t.grad->str());
+    for (int k = 2; k < (amsgrad ? 5 : 4); ++k)
+      check_like(op, names[k].c_str(), *parts[k], names[0].c_str(), *t.param);
+    Kernels::AdamTensorEx a;
+    if (t.model != nullptr) {
+      check_typed(op, names[5].c_str(), *t.model, dev, "tensors[0].param", /*f32_ok=*/false);
+      DITTO_CHECK(t.model->shape() == t.param->shape(), op, ": ", names[5], ": expected ",
+                  shape_str(t.param->shape()), " (the shape of ", names[0], "), got ",
+                  t.model->str());
+      check_no_overlap(op, names[5].c_str(), *t.model, names[0].c_str(), *t.param);
+      check_no_overlap(op, names[5].c_str(), *t.model, names[1].c_str(), *t.grad);
+      a.model = t.model->data_ptr();
+      a.model_type = t.model->dtype();
+    }
+    a.param = t.param->data<float>();
+    a.grad = t.grad->data_ptr();
+    a.grad_type = t.grad->dtype();
+    a.exp_avg = t.exp_avg->data<float>();
+    a.exp_avg_sq = t.exp_avg_sq->data<float>();
+    a.max_exp_avg_sq = amsgrad ? t.max_exp_avg_sq->data<float>() : nullptr;
+    a.n = t.param->numel();
+    a.bias_correction1 = t.bias_correction1;
+    a.bias_correction2 = t.bias_correction2;
+    a.decay = t.decay_scale.has_value();
+    a.decay_scale = t.decay_scale.value_or(1.0f);
+    list.push_back(a);
+  }
+  kernels_of(*first).adam_step_multi_ex(stream_of(*first), list, lr, beta1, beta2, eps,
+                                        weight_decay, amsgrad, grad_scale.has_value(),
+                                        grad_scale.value_or(1.0f));
+}
+
+}  // namespace
+
 void adam_step_multi_(const std::vector<AdamStepTensors>& tensors, double lr, double beta1,
-                      double beta2, double eps, double weight_decay, bool amsgrad) {
+                      double beta2, double eps, double weight_decay, bool amsgrad,
+                      std::optional<float> grad_scale) {
   constexpr const char* op = "ops::adam_step_multi_";
   if (tensors.empty()) return;
+  bool typed = grad_scale.has_value();
+  for (const AdamStepTensors& t : tensors)
+    typed = typed || t.model != nullptr ||
+            (t.grad != nullptr && t.grad->defined() && t.grad->dtype() != DType::f32);
+  if (typed)
+    return adam_step_multi_typed(tensors, lr, beta1, beta2, eps, weight_decay, amsgrad, grad_scale);
   std::vector<Kernels::AdamTensor> list;
   list.reserve(tensors.size());
   const Tensor* first = nullptr;
@@ -75,6 +161,29 @@ void check_list(const char* op, const std::vector<T*>& xs, std::vector<P>& ptrs,
 Tensor sum_squares_multi(const std::vector<const Tensor*>& xs, Determinism mode) {
   constexpr const char* op = "ops::sum_squares_multi";
   DITTO_CHECK(!xs.empty(), op, ": xs: expected at least one tensor, got none");
+  bool typed = false;
+  for (const Tensor* x : xs)
+    typed = typed || (x != nullptr && x->defined() && x->dtype() != DType::f32);
+  if (typed) {  // Kernels::sum_squares_multi_ex on the tensors as stored
+    std::vector<const void*> ptrs;
+    std::vector<DType> types;
+    std::vector<std::int64_t> ns;
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      const std::string arg = "xs[" + std::to_string(i) + "]";
+      DITTO_CHECK(xs[i] != nullptr, op, ": ", arg, ": expected a tensor, got null");
+      DITTO_CHECK(xs[i]->defined() && !xs[i]->device().is_cpu(), op, ": ", arg,
+                  ": expected a defined tensor on a device (sim or cuda), got ",
+                  xs[i]->defined() ? xs[i]->str() : std::string("an undefined tensor"));
+      check_typed(op, arg.c_str(), *xs[i], xs[0]->device(), "xs[0]", /*f32_ok=*/true);
+      ptrs.push_back(xs[i]->data_ptr());
+      types.push_back(xs[i]->dtype());
+      ns.push_back(xs[i]->numel());
+    }
+    Tensor out = Tensor::empty({static_cast<std::int64_t>(xs.size())}, DType::f32, xs[0]->device());
+    kernels_of(*xs[0]).sum_squares_multi_ex(stream_of(*xs[0]), ptrs, types, ns, out.data<float>(),
+                                            mode);
+    return out;
+  }
   std::vector<const float*> ptrs;
   std::vector<std::int64_t> ns;
   check_list(op, xs, ptrs, ns);

@@ -149,6 +149,11 @@ void Replica::optimizer_step() {
     if (scaler_) scaler_->update();
     return;
   }
+  if (master_ && !scaler_) {  // the clip and the step inside (Note [Typed optimizer step])
+    if (config_.grad_clip > 0) master_->clip_grad_norm_(config_.grad_clip, config_.determinism);
+    opt_->step();
+    return;
+  }
   std::vector<nn::Parameter*> params = model_->parameters();
   if (master_) {
     master_->load_master_grads();

@@ -10,7 +10,8 @@
 // `cuda_emu_test rows` only the typed row kernels' (bf16 / f16, test_emu_rows.cpp),
 // `cuda_emu_test dtype` runs only the dtype-generic kernels' checks (test_emu_dtype.cpp),
 // `cuda_emu_test attention` only the attention's (test_emu_gpt.cpp), `cuda_emu_test fused` only
-// those of cuda_fused.cu (test_emu_fused.cpp).
+// those of cuda_fused.cu (test_emu_fused.cpp), `cuda_emu_test multi` only the typed
+// multi-tensor kernels' (test_emu_multi.cpp; also run with `fused`).
 int main(int argc, char** argv) {
   BackendOptions o;
   o.device_count = 2;
@@ -22,7 +23,7 @@ int main(int argc, char** argv) {
   unsigned seed = 1;
   const std::string only = argc > 1 ? argv[1] : "";
   if (only == "dtype" || only == "attention" || only == "fused" || only == "gemm" ||
-      only == "attention-measure" || only == "rows") {
+      only == "attention-measure" || only == "rows" || only == "multi") {
     if (only == "attention-measure")
       measure_typed_attention(seed);
     else if (only == "dtype")
@@ -33,6 +34,8 @@ int main(int argc, char** argv) {
       check_typed_gemm(seed);
     else if (only == "rows")
       check_typed_rows(seed);
+    else if (only == "multi")
+      check_typed_multi_tensor(seed);
     else
       check_fused_kernels(seed);
     std::printf("%d checks, %d failures, %ld emulated threads, leaked temps %d\n", checks, failures,

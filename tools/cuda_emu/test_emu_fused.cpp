@@ -233,8 +233,9 @@ void check_multi_tensor(unsigned& seed) {
 }  // namespace
 
 void check_fused_kernels(unsigned& seed) {
-  for (auto* part : {check_embedding_paths, check_layernorm_chunks, check_gelu_paths,
-                     check_cross_entropy_rows, check_multi_tensor, check_typed_rows}) {
+  for (auto* part :
+       {check_embedding_paths, check_layernorm_chunks, check_gelu_paths, check_cross_entropy_rows,
+        check_multi_tensor, check_typed_multi_tensor, check_typed_rows}) {
     try {
       part(seed);
     } catch (const std::exception& e) {

@@ -1,0 +1,624 @@
+// The optimizer step on the model's gradients as stored (issue 29; Note [Typed optimizer step] in
+// core/optim/master_weights.h): optim::MasterWeights' clip and AdamW step call the typed
+// multi-tensor kernels (Kernels::adam_step_multi_ex, sum_squares_multi_ex) exactly where the
+// backend's has_multi_tensor_ex says so, with the bits of the f32 path they replace (casts,
+// sum_squares_multi, scale_multi, adam_step_multi, casts back, copies), and otherwise keep that
+// path (the simulator's, unchanged). On the CPU through a probe backend: the simulator's kernels
+// behind a Kernels that counts every call and answers has_multi_tensor_kernels and
+// has_multi_tensor_ex as told (its typed entries compute as the f32 path does, on the simulator).
+// The kernels' own bits: ctest CudaEmu.Kernels (`cuda_emu_test multi`,
+// tools/cuda_emu/test_emu_multi.cpp); on a GPU, CudaOptimFused (skips without one).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/nn/gpt.h"
+#include "core/nn/loss.h"
+#include "core/numerics/random.h"
+#include "core/optim/adamw.h"
+#include "core/optim/clip.h"
+#include "core/optim/master_weights.h"
+#include "core/optim/sgd.h"
+#include "core/runtime/backend.h"
+#include "core/runtime/ops.h"
+#include "core/runtime/tensor.h"
+#include "test_util.h"
+
+namespace ditto {
+namespace {
+
+using namespace ditto::test;
+
+constexpr const char* kProbe = "optim_probe";
+
+// The simulator's kernels, each call counted by name; has_multi_tensor_kernels answers `multi`,
+// has_multi_tensor_ex `typed` (f32, bf16, f16). The typed entries run the f32 path on the
+// simulator: each gradient cast to f32 scratch, scale_multi, adam_step_multi (sum_squares_multi),
+// each master cast into its model weight.
+class ProbeKernels final : public Kernels {
+ public:
+  ProbeKernels(Backend& sim, Kernels& k) : sim_(sim), k_(k) {}
+
+  bool multi = false, typed = false;
+  std::map<std::string, int> calls;
+  int count(const std::string& name) const {
+    auto it = calls.find(name);
+    return it == calls.end() ? 0 : it->second;
+  }
+
+  bool has_multi_tensor_kernels() const override { return multi; }
+  bool has_multi_tensor_ex(DType t) const override {
+    return typed && (t == DType::f32 || t == DType::bf16 || t == DType::f16);
+  }
+  void adam_step_multi_ex(Stream& s, const std::vector<AdamTensorEx>& ts, double lr, double beta1,
+                          double beta2, double eps, double weight_decay, bool amsgrad,
+                          bool scale_grads, float grad_scale) override {
+    note("adam_step_multi_ex");
+    Scratch sc(*this, s);
+    std::vector<AdamTensor> f32;
+    std::vector<float*> gs;
+    std::vector<std::int64_t> ns;
+    for (const AdamTensorEx& t : ts) {
+      float* g = sc.f32(t.n);
+      k_.cast(s, t.grad, t.grad_type, g, DType::f32, t.n);  // a copy: the scale must not write
+      AdamTensor a;
+      a.param = t.param;
+      a.grad = g;
+      a.exp_avg = t.exp_avg;
+      a.exp_avg_sq = t.exp_avg_sq;
+      a.max_exp_avg_sq = t.max_exp_avg_sq;
+      a.n = t.n;
+      a.bias_correction1 = t.bias_correction1;
+      a.bias_correction2 = t.bias_correction2;
+      a.decay = t.decay;
+      a.decay_scale = t.decay_scale;
+      f32.push_back(a);
+      gs.push_back(g);
+      ns.push_back(t.n);
+    }
+    if (scale_grads) k_.scale_multi(s, gs, ns, grad_scale);
+    k_.adam_step_multi(s, f32, lr, beta1, beta2, eps, weight_decay, amsgrad);
+    for (const AdamTensorEx& t : ts)
+      if (t.model != nullptr) k_.cast(s, t.param, DType::f32, t.model, t.model_type, t.n);
+  }
+  void sum_squares_multi_ex(Stream& s, const std::vector<const void*>& xs,
+                            const std::vector<DType>& types, const std::vector<std::int64_t>& ns,
+                            float* out, Determinism mode) override {
+    note("sum_squares_multi_ex");
+    Scratch sc(*this, s);
+    std::vector<const float*> f;
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      float* x = sc.f32(ns[i]);
+      k_.cast(s, xs[i], types[i], x, DType::f32, ns[i]);
+      f.push_back(x);
+    }
+    k_.sum_squares_multi(s, f, ns, out, mode);
+  }
+
+  // ---- the f32 path's kernels and the rest: the simulator's, counted
+  void adam_step_multi(Stream& s, const std::vector<AdamTensor>& tensors, double lr, double beta1,
+                       double beta2, double eps, double weight_decay, bool amsgrad) override {
+    note("adam_step_multi");
+    k_.adam_step_multi(s, tensors, lr, beta1, beta2, eps, weight_decay, amsgrad);
+  }
+  void sum_squares_multi(Stream& s, const std::vector<const float*>& xs,
+                         const std::vector<std::int64_t>& ns, float* out,
+                         Determinism mode) override {
+    note("sum_squares_multi");
+    k_.sum_squares_multi(s, xs, ns, out, mode);
+  }
+  void scale_multi(Stream& s, const std::vector<float*>& xs, const std::vector<std::int64_t>& ns,
+                   float alpha) override {
+    note("scale_multi");
+    k_.scale_multi(s, xs, ns, alpha);
+  }
+  void cast(Stream& s, const void* x, DType from, void* y, DType to, std::int64_t n) override {
+    note("cast");
+    k_.cast(s, x, from, y, to, n);
+  }
+  void fill_bits(Stream& s, void* x, std::size_t elem_size, std::uint64_t bits,
+                 std::int64_t n) override {
+    note("fill_bits");
+    k_.fill_bits(s, x, elem_size, bits, n);
+  }
+  void scale_any(Stream& s, DType t, void* x, double alpha, std::int64_t n) override {
+    note("scale_any");
+    k_.scale_any(s, t, x, alpha, n);
+  }
+  void gemm(Stream& s, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
+            float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+            float beta, float* C, std::int64_t ldc, Determinism mode) override {
+    note("gemm");
+    k_.gemm(s, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, mode);
+  }
+  void add_bias(Stream& s, float* y, const float* bias, std::int64_t rows,
+                std::int64_t cols) override {
+    note("add_bias");
+    k_.add_bias(s, y, bias, rows, cols);
+  }
+  void sum_rows(Stream& s, const float* x, std::int64_t rows, std::int64_t cols, float beta,
+                float* out, Determinism mode) override {
+    note("sum_rows");
+    k_.sum_rows(s, x, rows, cols, beta, out, mode);
+  }
+  void relu(Stream& s, const float* x, float* y, std::int64_t n) override {
+    note("relu");
+    k_.relu(s, x, y, n);
+  }
+  void relu_backward(Stream& s, const float* y, const float* gy, float* gx,
+                     std::int64_t n) override {
+    note("relu_backward");
+    k_.relu_backward(s, y, gy, gx, n);
+  }
+  void cross_entropy(Stream& s, const float* logits, const std::int64_t* targets, std::int64_t rows,
+                     std::int64_t classes, float* losses) override {
+    note("cross_entropy");
+    k_.cross_entropy(s, logits, targets, rows, classes, losses);
+  }
+  void cross_entropy_backward(Stream& s, const float* logits, const std::int64_t* targets,
+                              std::int64_t rows, std::int64_t classes, const float* grad_loss,
+                              float scale, float* grad_logits) override {
+    note("cross_entropy_backward");
+    k_.cross_entropy_backward(s, logits, targets, rows, classes, grad_loss, scale, grad_logits);
+  }
+  void mse(Stream& s, const float* x, const float* t, std::int64_t rows, std::int64_t cols,
+           float* losses) override {
+    note("mse");
+    k_.mse(s, x, t, rows, cols, losses);
+  }
+  void mse_backward(Stream& s, const float* x, const float* t, std::int64_t n,
+                    const float* grad_loss, float scale, float* gx) override {
+    note("mse_backward");
+    k_.mse_backward(s, x, t, n, grad_loss, scale, gx);
+  }
+  void sum(Stream& s, const float* x, std::int64_t n, float scale, float* out,
+           Determinism mode) override {
+    note("sum");
+    k_.sum(s, x, n, scale, out, mode);
+  }
+  void fill_f32(Stream& s, float* x, float value, std::int64_t n) override {
+    note("fill_f32");
+    k_.fill_f32(s, x, value, n);
+  }
+  void axpy(Stream& s, float alpha, const float* x, float* y, std::int64_t n) override {
+    note("axpy");
+    k_.axpy(s, alpha, x, y, n);
+  }
+  void scale(Stream& s, float alpha, float* x, std::int64_t n) override {
+    note("scale");
+    k_.scale(s, alpha, x, n);
+  }
+  void sum_inputs(Stream& s, const float* const* inputs, int n_inputs, float* out,
+                  std::int64_t numel, Determinism mode) override {
+    note("sum_inputs");
+    k_.sum_inputs(s, inputs, n_inputs, out, numel, mode);
+  }
+  void sgd_step(Stream& s, float* param, const float* grad, float* momentum_buf, std::int64_t n,
+                float lr, float momentum, float dampening, float weight_decay, bool nesterov,
+                bool first_step) override {
+    note("sgd_step");
+    k_.sgd_step(s, param, grad, momentum_buf, n, lr, momentum, dampening, weight_decay, nesterov,
+                first_step);
+  }
+  void gemm_tn_sharded(Stream& s, std::int64_t M, std::int64_t N, const float* A, std::int64_t lda,
+                       const float* B, std::int64_t ldb, const std::vector<std::int64_t>& bounds,
+                       float* C, std::int64_t ldc, bool accumulate) override {
+    note("gemm_tn_sharded");
+    k_.gemm_tn_sharded(s, M, N, A, lda, B, ldb, bounds, C, ldc, accumulate);
+  }
+  void sum_rows_sharded(Stream& s, const float* x, std::int64_t rows, std::int64_t cols,
+                        const std::vector<std::int64_t>& bounds, float* out,
+                        bool accumulate) override {
+    note("sum_rows_sharded");
+    k_.sum_rows_sharded(s, x, rows, cols, bounds, out, accumulate);
+  }
+  void sum_sharded(Stream& s, const float* x, const std::vector<std::int64_t>& bounds, float scale,
+                   float* out) override {
+    note("sum_sharded");
+    k_.sum_sharded(s, x, bounds, scale, out);
+  }
+  void adam_step(Stream& s, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
+                 float* max_exp_avg_sq, std::int64_t n, double lr, double beta1, double beta2,
+                 double eps, double weight_decay, double bias_correction1, double bias_correction2,
+                 bool amsgrad) override {
+    note("adam_step");
+    k_.adam_step(s, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, lr, beta1, beta2, eps,
+                 weight_decay, bias_correction1, bias_correction2, amsgrad);
+  }
+  void sum_squares(Stream& s, const float* x, std::int64_t n, float* out,
+                   Determinism mode) override {
+    note("sum_squares");
+    k_.sum_squares(s, x, n, out, mode);
+  }
+
+ private:
+  void note(const char* name) { ++calls[name]; }
+
+  // f32 scratch on the stream's device for one typed call, freed after the stream's work.
+  struct Scratch {
+    ProbeKernels& p;
+    Stream& s;
+    std::vector<std::pair<void*, std::size_t>> held;
+    Scratch(ProbeKernels& pk, Stream& st) : p(pk), s(st) {}
+    ~Scratch() {
+      s.synchronize();
+      for (auto& [ptr, bytes] : held) p.sim_.deallocate(s.device().index, ptr, bytes);
+    }
+    float* f32(std::int64_t n) {
+      const std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * 4;
+      void* ptr = p.sim_.allocate(s.device().index, bytes);
+      held.emplace_back(ptr, bytes);
+      return static_cast<float*>(ptr);
+    }
+  };
+
+  Backend& sim_;
+  Kernels& k_;
+};
+
+// The simulator's devices under the name kProbe, with ProbeKernels.
+class ProbeBackend final : public Backend {
+ public:
+  explicit ProbeBackend(std::shared_ptr<Backend> sim)
+      : b_(std::move(sim)), k_(*b_, b_->kernels()) {}
+
+  std::string name() const override { return kProbe; }
+  int device_count() const override { return b_->device_count(); }
+  DeviceProperties properties(int index) const override { return b_->properties(index); }
+  MemoryStats memory_stats(int index) const override { return b_->memory_stats(index); }
+  void reset_peak_memory(int index) override { b_->reset_peak_memory(index); }
+  void* allocate(int index, std::size_t bytes) override { return b_->allocate(index, bytes); }
+  void deallocate(int index, void* ptr, std::size_t bytes) noexcept override {
+    b_->deallocate(index, ptr, bytes);
+  }
+  Stream& default_stream(int index) override { return b_->default_stream(index); }
+  std::unique_ptr<Stream> create_stream(int index) override { return b_->create_stream(index); }
+  std::unique_ptr<Event> create_event(int index) override { return b_->create_event(index); }
+  void copy_from_host(Stream& s, void* dst, const void* src, std::size_t bytes) override {
+    b_->copy_from_host(s, dst, src, bytes);
+  }
+  void copy_to_host(Stream& s, void* dst, const void* src, std::size_t bytes) override {
+    b_->copy_to_host(s, dst, src, bytes);
+  }
+  void copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+               std::size_t row_bytes, std::size_t rows) override {
+    b_->copy_2d(s, dst, dst_pitch, src, src_pitch, row_bytes, rows);
+  }
+  Kernels& kernels() override { return k_; }
+  std::shared_ptr<CommunicatorImpl> create_communicator(const std::vector<int>& devices,
+                                                        const CommOptions& options) override {
+    return b_->create_communicator(devices, options);
+  }
+
+ private:
+  std::shared_ptr<Backend> b_;
+  ProbeKernels k_;
+};
+
+class OptimFused : public SimSuite<2> {
+ protected:
+  static void SetUpTestSuite() {
+    SimSuite<2>::SetUpTestSuite();
+    std::shared_ptr<Backend> sim = get_backend_ptr("sim");
+    register_backend(kProbe,
+                     [sim](const BackendOptions&) { return std::make_shared<ProbeBackend>(sim); });
+    init_backend(kProbe);
+  }
+  static ProbeKernels& probe() { return static_cast<ProbeKernels&>(get_backend(kProbe).kernels()); }
+  void TearDown() override {
+    probe().multi = false;
+    probe().typed = false;
+    probe().calls.clear();
+  }
+};
+
+// A tiny GPT (2 layers, C 32, T 16, V 65) in `dt` on sim:0 and its optimizer on the probe: each
+// of two steps runs forward and backward on the simulator, hands the gradients (bf16 / f16 in fast
+// mode, f32 in bitwise mode: nn::grad_dtype) to copies of the parameters on the probe, clips at
+// `clip` and steps MasterWeights(AdamW) there as the trainer does (Replica::optimizer_step), and
+// copies the weights back. `poison`: an inf in the first gradient of the second step (a
+// non-finite norm). Returns every probe weight's bytes after the second step, and the masters'.
+struct TwoSteps {
+  std::vector<std::vector<std::uint8_t>> weights, masters;
+  std::vector<float> norms;
+  std::map<std::string, int> calls;  // the probe's calls during the steps
+};
+TwoSteps gpt_two_steps(DType dt, Determinism mode, double clip, bool poison) {
+  const nn::GPTConfig cfg{
+      .block_size = 16, .vocab_size = 65, .n_layer = 2, .n_head = 4, .n_embd = 32, .dropout = 0.0f};
+  nn::GPT model(cfg, Device("sim", 0), 1337);
+  model.to(dt);
+  model.set_determinism(mode);
+  const Device probe_dev(kProbe, 0);
+  std::vector<nn::Parameter*> params = model.parameters();
+  std::vector<std::unique_ptr<nn::Parameter>> mirror;
+  std::vector<nn::Parameter*> ptrs;
+  for (nn::Parameter* p : params) {
+    mirror.push_back(std::make_unique<nn::Parameter>());
+    mirror.back()->name = p->name;
+    mirror.back()->data = p->data.to(probe_dev);
+    ptrs.push_back(mirror.back().get());
+  }
+  optim::MasterWeights mw(ptrs, [](std::vector<nn::Parameter*> masters) {
+    return std::make_unique<optim::AdamW>(masters,
+                                          optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1});
+  });
+  nn::CrossEntropyLoss crit;
+  crit.set_determinism(mode);
+  const std::int64_t B = 4, T = cfg.block_size;
+  TwoSteps r;
+  ProbeKernels& k = static_cast<ProbeKernels&>(get_backend(kProbe).kernels());
+  k.calls.clear();
+  for (int step = 0; step < 2; ++step) {
+    std::vector<std::int64_t> ids(B * T), tg(B * T);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      ids[i] = philox_u32(5 + step, stream_id(kStreamSynthetic, 40), i) % 65u;
+      tg[i] = philox_u32(5 + step, stream_id(kStreamSynthetic, 41), i) % 65u;
+    }
+    const Device dev("sim", 0);
+    for (nn::Parameter* p : params) p->grad = Tensor();
+    const Tensor logits = model.forward(Tensor::from_vector(ids, {B, T}).to(dev));
+    (void)crit.forward(logits, Tensor::from_vector(tg, {B, T}).to(dev));
+    model.backward(crit.backward());
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      Tensor g = params[i]->grad.to(Device::cpu(), /*copy=*/true);
+      if (poison && step == 1 && i == 0) {
+        Tensor f = g.to(DType::f32);
+        f.data<float>()[1] = INFINITY;
+        g = f.to(g.dtype());
+      }
+      ptrs[i]->grad = g.to(probe_dev);
+    }
+    if (clip > 0) r.norms.push_back(mw.clip_grad_norm_(clip, mode));
+    mw.step();
+    for (std::size_t i = 0; i < params.size(); ++i)
+      params[i]->data.copy_(ptrs[i]->data.to(Device::cpu()));
+  }
+  current_stream(probe_dev).synchronize();
+  r.calls = k.calls;
+  for (nn::Parameter* p : ptrs) r.weights.push_back(tensor_bytes(p->data));
+  for (nn::Parameter* m : mw.master_parameters()) r.masters.push_back(tensor_bytes(m->data));
+  return r;
+}
+
+// A run's weights and masters (bytes), its norms, and whether it took the fused path.
+struct ProbeLessRun {
+  std::vector<std::vector<std::uint8_t>> bytes;
+  std::vector<float> norms;
+  bool fused = false;
+};
+
+int total(const std::map<std::string, int>& calls) {
+  int n = 0;
+  for (const auto& [name, c] : calls) n += c;
+  return n;
+}
+
+// The dispatch rule and the bits: with has_multi_tensor_ex false (the simulator's answer) the
+// steps keep the f32 path (per-parameter casts in and out, a copy each); with it true, each
+// step is one adam_step_multi_ex and the clip one sum_squares_multi_ex (fast: bf16 / f16 grads;
+// bitwise: f32 grads, sum_squares_multi), no cast, no scale_multi; the weights and masters after
+// two steps have the same bytes either way, in both modes, with the clip scaling (max_norm
+// 0.05) and not (1e9), and with an inf gradient (the norm inf, every grad scaled by 0: NaN
+// where the inf was, as the f32 path gives).
+TEST_F(OptimFused, MasterWeightsTakeTheTypedKernelsOnlyWhereTheBackendHasThem) {
+  ProbeKernels& k = probe();
+  for (DType dt : {DType::bf16, DType::f16})
+    for (Determinism mode : {Determinism::fast, Determinism::bitwise})
+      for (double clip : {0.05, 1e9, 0.0})
+        for (bool poison : {false, true}) {
+          if (poison && clip == 0.0) continue;
+          SCOPED_TRACE(std::string(dtype_name(dt)) + " " + determinism_name(mode) + " clip " +
+                       std::to_string(clip) + (poison ? " inf" : ""));
+          k.multi = true;
+          k.typed = false;
+          const TwoSteps f32 = gpt_two_steps(dt, mode, clip, poison);
+          k.typed = true;
+          const TwoSteps typed = gpt_two_steps(dt, mode, clip, poison);
+          EXPECT_EQ(typed.weights, f32.weights);
+          EXPECT_EQ(typed.masters, f32.masters);
+          ASSERT_EQ(typed.norms.size(), f32.norms.size());
+          for (std::size_t i = 0; i < f32.norms.size(); ++i) {
+            EXPECT_EQ(std::isnan(typed.norms[i]), std::isnan(f32.norms[i]));
+            if (!std::isnan(f32.norms[i])) EXPECT_EQ(typed.norms[i], f32.norms[i]);
+          }
+          if (poison) EXPECT_TRUE(std::isinf(f32.norms.back()));
+          auto c = [](const TwoSteps& r, const char* name) {
+            return r.calls.count(name) ? r.calls.at(name) : 0;
+          };
+          const bool half_grads = mode == Determinism::fast;
+          EXPECT_EQ(c(f32, "adam_step_multi_ex"), 0);
+          EXPECT_EQ(c(f32, "sum_squares_multi_ex"), 0);
+          EXPECT_EQ(c(f32, "adam_step_multi"), 2);
+          EXPECT_EQ(c(typed, "adam_step_multi"), 0);
+          EXPECT_EQ(c(typed, "adam_step_multi_ex"), 2);
+          EXPECT_EQ(c(typed, "sum_squares_multi_ex"), clip > 0 && half_grads ? 2 : 0);
+          EXPECT_EQ(c(typed, "sum_squares_multi"), clip > 0 && !half_grads ? 2 : 0);
+          EXPECT_EQ(c(f32, "sum_squares_multi"), clip > 0 ? 2 : 0);
+          EXPECT_EQ(c(typed, "scale_multi"), 0);
+          EXPECT_EQ(c(typed, "cast"), 0);  // no grad copies in, no weights cast out
+          // The f32 path: a cast per parameter and step out (and in, for bf16 / f16 grads).
+          const int n = static_cast<int>(f32.weights.size());
+          EXPECT_EQ(c(f32, "cast"), 2 * n * (half_grads ? 2 : 1));
+          EXPECT_LT(total(typed.calls), total(f32.calls));
+          if (dt == DType::bf16 && clip == 0.05 && !poison)
+            std::printf("%s: optimizer launches in two steps %d -> %d, casts %d -> 0\n",
+                        determinism_name(mode), total(f32.calls), total(typed.calls),
+                        c(f32, "cast"));
+        }
+  // Without multi-tensor kernels (a backend's per-tensor loops) the f32 path runs whatever
+  // has_multi_tensor_ex says: Adam's fused step needs the multi-tensor launch.
+  k.multi = false;
+  k.typed = true;
+  const TwoSteps loop = gpt_two_steps(DType::bf16, Determinism::fast, 0.05, false);
+  EXPECT_EQ(loop.calls.count("adam_step_multi_ex"), 0u);
+  EXPECT_GT(loop.calls.at("adam_step"), 0);
+  k.multi = true;
+  const TwoSteps typed = gpt_two_steps(DType::bf16, Determinism::fast, 0.05, false);
+  EXPECT_EQ(loop.weights, typed.weights);
+}
+
+// The fused path's limits: a GradScaler attached (f16's unscale_ reads f32 copies) or an inner
+// optimizer without a fused step (SGD) keep the f32 path; a second fused clip before the step is
+// refused; load_master_grads() after a fused clip applies its coefficient to the copies (the
+// same bits as the f32 path's clip).
+TEST_F(OptimFused, FusedPathLimits) {
+  ProbeKernels& k = probe();
+  k.multi = true;
+  k.typed = true;
+  const Device dev(kProbe, 0);
+  auto make = [&](DType dt) {
+    std::vector<float> v(40);
+    for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.1f * static_cast<float>(i) - 2.0f;
+    auto p = std::make_unique<nn::Parameter>();
+    p->name = "w";
+    p->data = Tensor::from_vector(v, {5, 8}).to(dt).to(dev);
+    p->grad = Tensor::from_vector(v, {5, 8}).to(dt).to(dev);
+    return p;
+  };
+  auto adamw = [](std::vector<nn::Parameter*> m) {
+    return std::make_unique<optim::AdamW>(m, optim::AdamWOptions{.lr = 1e-2});
+  };
+  {
+    auto p = make(DType::f16);
+    optim::MasterWeights mw({p.get()}, adamw);
+    EXPECT_TRUE(mw.fused_path());
+    optim::GradScaler scaler;
+    mw.attach_grad_scaler(&scaler);
+    EXPECT_FALSE(mw.fused_path());
+  }
+  {
+    auto p = make(DType::bf16);
+    optim::MasterWeights mw({p.get()}, [](std::vector<nn::Parameter*> m) {
+      return std::make_unique<optim::SGD>(m, optim::SGDOptions{.lr = 1e-2f});
+    });
+    EXPECT_FALSE(mw.fused_path());
+    k.calls.clear();
+    mw.step();
+    EXPECT_EQ(k.count("adam_step_multi_ex"), 0);
+    EXPECT_EQ(k.count("sgd_step"), 1);
+  }
+  {
+    auto p = make(DType::bf16);
+    optim::MasterWeights mw({p.get()}, adamw);
+    EXPECT_TRUE(mw.fused_path());
+    (void)mw.clip_grad_norm_(0.5, Determinism::bitwise);
+    expect_invalid([&] { (void)mw.clip_grad_norm_(0.5, Determinism::bitwise); },
+                   "optim::MasterWeights::clip_grad_norm_: called twice before step()");
+    // The copies then carry the kept coefficient: the f32 path's clip, bit for bit.
+    mw.load_master_grads();
+    const auto scaled = tensor_bytes(mw.master_parameters()[0]->grad);
+    auto q = make(DType::bf16);
+    optim::MasterWeights ref({q.get()}, adamw);
+    ref.load_master_grads();
+    (void)optim::clip_grad_norm_(ref.master_parameters(), 0.5, Determinism::bitwise);
+    EXPECT_EQ(scaled, tensor_bytes(ref.master_parameters()[0]->grad));
+    mw.step();
+    ref.step();
+    EXPECT_EQ(tensor_bytes(p->data), tensor_bytes(q->data));
+  }
+}
+
+// The typed ops' argument checks name the op and the argument; without typed kernels a bf16
+// grad is refused with the reason.
+TEST_F(OptimFused, TypedOpsCheckTheirArguments) {
+  ProbeKernels& k = probe();
+  k.multi = true;
+  k.typed = false;
+  const Device dev(kProbe, 0);
+  Tensor p = Tensor::zeros({4}, DType::f32, dev), m = Tensor::zeros({4}, DType::f32, dev),
+         v = Tensor::zeros({4}, DType::f32, dev);
+  Tensor g = Tensor::zeros({4}, DType::bf16, dev), w = Tensor::zeros({4}, DType::bf16, dev);
+  ops::AdamStepTensors t{.param = &p, .grad = &g, .exp_avg = &m, .exp_avg_sq = &v};
+  expect_invalid([&] { ops::adam_step_multi_({t}, 1e-3, 0.9, 0.99, 1e-8, 0.0, false); },
+                 "ops::adam_step_multi_: tensors[0].grad: bf16 needs optim_probe:0's backend to "
+                 "run the typed multi-tensor kernels");
+  expect_invalid([&] { (void)ops::sum_squares_multi({&g}, Determinism::fast); },
+                 "ops::sum_squares_multi: xs[0]: bf16 needs optim_probe:0's backend");
+  k.typed = true;
+  Tensor bad = Tensor::zeros({5}, DType::bf16, dev);
+  t.model = &bad;
+  expect_invalid([&] { ops::adam_step_multi_({t}, 1e-3, 0.9, 0.99, 1e-8, 0.0, false); },
+                 "ops::adam_step_multi_: tensors[0].model: expected [4] (the shape of "
+                 "tensors[0].param), got");
+  Tensor f32_model = Tensor::zeros({4}, DType::f32, dev);
+  t.model = &f32_model;
+  expect_invalid([&] { ops::adam_step_multi_({t}, 1e-3, 0.9, 0.99, 1e-8, 0.0, false); },
+                 "ops::adam_step_multi_: tensors[0].model: expected dtype bf16 or f16, got");
+  t.model = &g;
+  expect_invalid([&] { ops::adam_step_multi_({t}, 1e-3, 0.9, 0.99, 1e-8, 0.0, false); },
+                 "ops::adam_step_multi_: tensors[0].model: must not share memory with "
+                 "tensors[0].grad");
+  t.model = &w;
+  k.calls.clear();
+  ops::adam_step_multi_({t}, 1e-3, 0.9, 0.99, 1e-8, 0.0, false, 0.5f);
+  EXPECT_EQ(k.count("adam_step_multi_ex"), 1);
+}
+
+// ---- CUDA (skips without a GPU): the typed kernels give the simulator's f32 path's bits
+
+using CudaOptimFused = CudaSuite<>;  // kCudaTestDevices
+
+// MasterWeights(AdamW) over bf16 / f16 weights of ragged sizes (one across the 8192-element
+// chunk) with bf16 / f16 gradients (fast mode) and f32 ones (bitwise mode): two clipped steps on
+// the CUDA backend's fused path (one adam_step_multi_ex, one sum_squares_multi_ex) give the
+// weights, masters and norms of the simulator's f32 path, bit for bit. (NaN gradients: the
+// emulator's checks; a GPU's arithmetic returns its canonical NaN, whose bits the host's need not
+// have, for the f32 path's kernels as for these.)
+TEST_F(CudaOptimFused, FusedStepEqualsTheSimulatorsF32Path) {
+  const std::vector<Shape> shapes = {{3, 7}, {8193}, {1}, {40, 24}};
+  for (DType dt : {DType::bf16, DType::f16})
+    for (bool f32_grads : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + (f32_grads ? " f32 grads" : ""));
+      auto run = [&](const std::string& backend) {
+        const Device dev(backend, 0);
+        std::vector<std::unique_ptr<nn::Parameter>> ps;
+        std::vector<nn::Parameter*> ptrs;
+        for (std::size_t i = 0; i < shapes.size(); ++i) {
+          std::vector<float> v(static_cast<std::size_t>(shape_numel(shapes[i])));
+          for (std::size_t j = 0; j < v.size(); ++j)
+            v[j] = uniform(3, stream_id(kStreamSynthetic, 60 + i), j, -1.0f, 1.0f);
+          ps.push_back(std::make_unique<nn::Parameter>());
+          ps.back()->name = "p" + std::to_string(i);
+          ps.back()->data = Tensor::from_vector(v, shapes[i]).to(dt).to(dev);
+          ptrs.push_back(ps.back().get());
+        }
+        ProbeLessRun r;
+        optim::MasterWeights mw(ptrs, [](std::vector<nn::Parameter*> m) {
+          return std::make_unique<optim::AdamW>(
+              m, optim::AdamWOptions{.lr = 1e-2, .weight_decay = 0.1});
+        });
+        r.fused = mw.fused_path();
+        for (int step = 0; step < 2; ++step) {
+          for (std::size_t i = 0; i < shapes.size(); ++i) {
+            std::vector<float> g(static_cast<std::size_t>(shape_numel(shapes[i])));
+            for (std::size_t j = 0; j < g.size(); ++j)
+              g[j] = uniform(4 + step, stream_id(kStreamSynthetic, 70 + i), j, -3.0f, 3.0f);
+            ptrs[i]->grad =
+                Tensor::from_vector(g, shapes[i]).to(f32_grads ? DType::f32 : dt).to(dev);
+          }
+          const Determinism mode = f32_grads ? Determinism::bitwise : Determinism::fast;
+          r.norms.push_back(mw.clip_grad_norm_(0.5, mode));
+          mw.step();
+        }
+        for (nn::Parameter* p : ptrs) r.bytes.push_back(tensor_bytes(p->data));
+        for (nn::Parameter* m : mw.master_parameters()) r.bytes.push_back(tensor_bytes(m->data));
+        return r;
+      };
+      const ProbeLessRun sim = run("sim"), cuda = run("cuda");
+      EXPECT_FALSE(sim.fused);
+      EXPECT_TRUE(cuda.fused);
+      EXPECT_EQ(cuda.bytes, sim.bytes);
+      ASSERT_EQ(cuda.norms.size(), sim.norms.size());
+      for (std::size_t i = 0; i < sim.norms.size(); ++i)
+        EXPECT_EQ(bits(cuda.norms[i]), bits(sim.norms[i])) << "norm " << i;
+    }
+}
+
+}  // namespace
+}  // namespace ditto
