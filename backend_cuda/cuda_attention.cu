@@ -67,9 +67,9 @@
 // fill the tail of the grid; the dk / dv kernel's key tile 0 is already its heaviest.
 // Tiles (static shared memory <= 48 KiB): hd 64: 64 x 64 in all three kernels; hd 128: key
 // tiles of 32 (forward) and 16 (dq kernel), query tiles of 16 (dk / dv kernel). ptxas (sm_90),
-// bf16 and f16 alike, no spills: forward 128 registers, 27.0 KiB (hd 64) / 34.0 KiB (hd 128);
-// dq kernel 166 / 128 registers, 36.0 / 42.5 KiB; dk / dv kernel 218 / 242 registers, 36.8 /
-// 42.7 KiB. Not measured on a GPU yet (speed, occupancy); no double buffering of the K / V
+// bf16 and f16 alike, no spills: forward 128 / 142 registers, 27.0 KiB (hd 64) / 34.0 KiB (hd
+// 128); dq kernel 166 / 127 registers, 36.0 / 42.5 KiB; dk / dv kernel 218 / 242 registers, 36.8
+// / 42.7 KiB. Not measured on a GPU yet (speed, occupancy); no double buffering of the K / V
 // tiles, no ldmatrix: room left. Other head
 // widths in fast mode: the SIMT fast kernels above with typed loads. Accuracy (the emulator's
 // and the GPU test's bound): |x - ref| <= 4 u (1 + max |ref|) per tensor (y, dq, dk, dv), ref in

@@ -410,7 +410,7 @@ TEST(ComputeUnits, TypedAttentionOnTensorCoresInFastMode) {
   EXPECT_DOUBLE_EQ(
       sim::attention_ex_cost(B, T, C, 16, DType::bf16, Determinism::fast, true, false, true)
           .matmul_flops,
-      pairs * 9 * 2 * 48);
+      pairs / H * 16 * 9 * 2 * 48);  // 16 heads of 48
   const KernelCost f16 =
       sim::attention_ex_cost(B, T, C, H, DType::f16, Determinism::fast, false, true);
   EXPECT_EQ(sim::kernel_price(h, f16).unit, PricedUnit::tensor_core_f16_mma);
