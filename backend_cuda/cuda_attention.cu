@@ -15,11 +15,9 @@
 // all tiles in registers. att [B, nh, T, T] is never stored (Note [Attention memory]). Static
 // shared memory per block (bounded by attn_smem_bytes, static_assert <= 48 KiB, the static
 // limit; the H200 allows 227 KiB per block), as ptxas reports for sm_90: HD 32: forward 16.8
-// KiB, backward 25.1 KiB; HD 64: 28.8 / 41.1 KiB; HD 128: 25.4 / 34.6 KiB; at most 134
-// registers per thread (128 threads: 17k of an SM's 64k registers); since the loads and stores
-// take the typed dtypes too, the first backward kernel of HD 64 and 128 spills 8 (bitwise) or 12
-// (fast) bytes at 128 registers and the fast forward of HD 32 4 bytes (before: no spills, 166
-// registers). hd > 128 takes the reference kernels (one thread per query / key, gpt_math.h's
+// KiB, backward 25.1 KiB; HD 64: 28.8 / 41.1 KiB; HD 128: 25.4 / 34.6 KiB; at most 149
+// registers per thread (128 threads: 19k of an SM's 64k registers), no spills, 16-byte stack
+// frames (each thread's accumulators in registers: for_owned_outputs is unrolled). hd > 128 takes the reference kernels (one thread per query / key, gpt_math.h's
 // bodies). More query or key tiles than a grid's y dimension holds run as several launches.
 //
 // bitwise (attn_forward_bitwise, attn_query_backward, attn_key_backward with kFast false):
@@ -58,16 +56,20 @@
 // __shfl_xor_sync), P (dropped with the same philox mask at each element's (b, h, t, u))
 // rounded to the storage dtype and fed as the A operand of O += P V (the C fragments of two
 // adjacent n8 tiles are the A fragment of one k16 slice); y = O / l rounded once; stats {m, l}
-// as above. Backward, deterministic (no atomics): the first kernel per query tile makes two
-// passes over the keys, D = rowsum(P drop(dP)) (FlashAttention-2's rowsum(dO o O): y is not an
-// argument of attention_backward_ex, so D is recomputed, one S and one dP product per key tile,
-// into the caller's scratch) and then dQ += dS K with dS = P (drop(dP) - D); the second kernel
-// per key tile gives dK += dS^T Q and dV += drop(P)^T dO over the query tiles from its first key.
+// as above. Backward, deterministic (no atomics): the first kernel per query tile takes D =
+// rowsum(dO o y) (FlashAttention-2's; the forward's output y, given by ops::attention_backward's
+// caller, nn::CausalSelfAttention) into the caller's scratch, then makes one pass over the keys:
+// S, dP and dQ += dS K with dS = P (drop(dP) - D); not given y, it first recomputes D =
+// rowsum(P drop(dP)) in a pass of its own (one S and one dP product per key tile: 9 products in
+// all, not 7). The second kernel per key tile gives dK += dS^T Q and dV += drop(P)^T dO over the
+// query tiles from its first key. Blocks of the forward and dq kernels take their query tiles
+// heaviest first (the last tile at blockIdx.y 0: heavy_first_tile), so the short causal tiles
+// fill the tail of the grid; the dk / dv kernel's key tile 0 is already its heaviest.
 // Tiles (static shared memory <= 48 KiB): hd 64: 64 x 64 in all three kernels; hd 128: key
 // tiles of 32 (forward) and 16 (dq kernel), query tiles of 16 (dk / dv kernel). ptxas (sm_90),
-// bf16 and f16 alike, no spills: forward 128 registers, 27.0 KiB (hd 64) / 34.0 KiB (hd 128);
-// dq kernel 166 / 128 registers, 36.0 / 42.5 KiB; dk / dv kernel 218 / 242 registers, 36.8 /
-// 42.7 KiB. Not measured on a GPU yet (speed, occupancy); no double buffering of the K / V
+// bf16 and f16 alike, no spills: forward 128 / 142 registers, 27.0 KiB (hd 64) / 34.0 KiB (hd
+// 128); dq kernel 166 / 127 registers, 36.0 / 42.5 KiB; dk / dv kernel 218 / 242 registers, 36.8
+// / 42.7 KiB. Not measured on a GPU yet (speed, occupancy); no double buffering of the K / V
 // tiles, no ldmatrix: room left. Other head
 // widths in fast mode: the SIMT fast kernels above with typed loads. Accuracy (the emulator's
 // and the GPU test's bound): |x - ref| <= 4 u (1 + max |ref|) per tensor (y, dq, dk, dv), ref in
@@ -77,6 +79,7 @@
 // installed here, its graphs cannot run in tools/cuda_emu, and there was no GPU to measure
 // whether it beats this kernel.
 #include <cstring>
+#include <type_traits>
 
 #include "backend_cuda/cuda_kernels_common.cuh"
 #include "backend_cuda/cuda_mma.cuh"
@@ -127,7 +130,8 @@ static_assert(attn_fits<32>() && attn_fits<64>() && attn_fits<128>(),
 struct AttnArgs {
   const void* qkv;  // [B, T, 3C]
   const void* dy;   // [B, T, C] (backward)
-  void* y;          // [B, T, C] (forward)
+  void* y;          // [B, T, C]: forward, written; backward, the forward's output or null (read
+                    // by the tensor-core dq kernel for D = rowsum(dy * y))
   void* dqkv;       // [B, T, 3C] (backward)
   gpt::SoftmaxStats* stats;  // [B, nh, T]
   float* pd;         // [B, nh, T] (backward)
@@ -137,6 +141,14 @@ struct AttnArgs {
   DType io = DType::f32;
   i64 tile0 = 0;     // the tile of blockIdx.y == 0 (launches split past the grid's y limit)
 };
+
+// The query tile of this block (forward, dq kernels), heaviest first: under the causal mask a
+// later query tile has more keys, and the grid's blocks start roughly in blockIdx order, so
+// blockIdx.y 0 (of the first launch) takes the last tile. The dk / dv kernels keep the natural
+// order: key tile 0 sees every query, the heaviest already first.
+__device__ __forceinline__ i64 heavy_first_tile(const AttnArgs& a, int rows) {
+  return (a.T + rows - 1) / rows - 1 - (a.tile0 + i64(blockIdx.y));
+}
 
 // float_formats.h's to_float of a bf16 / f16 code without its normalisation loop (which ptxas
 // does not inline: a call in the tiled kernels cost them registers and spills): the same f32
@@ -157,11 +169,22 @@ __device__ __forceinline__ float widen_f16(std::uint16_t h) {
   return pmath::detail::from_bits(sign | ((e + 112u) << 23) | (m << 13));
 }
 
-// Element i of an io array, widened to f32 (exact).
-__device__ __forceinline__ float load_io(const void* p, DType t, i64 i) {
-  if (t == DType::bf16) return widen_bf16(static_cast<const bfloat16*>(p)[i].bits);
-  if (t == DType::f16) return widen_f16(static_cast<const float16*>(p)[i].bits);
-  return static_cast<const float*>(p)[i];
+// A bf16 / f16 code of E widened to f32 (exact).
+template <class E>
+__device__ __forceinline__ float widen_e(std::uint16_t h) {
+  if constexpr (std::is_same_v<E, bfloat16>)
+    return widen_bf16(h);
+  else
+    return widen_f16(h);
+}
+
+// Element i of an io array of E (float, bfloat16, float16), widened to f32 (exact).
+template <class E>
+__device__ __forceinline__ float load_io(const E* p, i64 i) {
+  if constexpr (std::is_same_v<E, float>)
+    return p[i];
+  else
+    return widen_e<E>(p[i].bits);
 }
 
 // p[i] = v rounded once (to nearest even) into t: MixedOp's cast of the f32 result.
@@ -178,13 +201,21 @@ __device__ __forceinline__ float attn_exp(float x) {
 
 // dst[r][i] = rows r0 + r of the hd-wide column slice at element `off` of `src` (elements of t,
 // widened; row stride `stride`), r < R, i < HD; 0 past T or past hd. Consecutive threads read
-// consecutive channels of a row.
+// consecutive channels of a row. The dtype is a run-time test per element (one kernel for the
+// three: a template on it would triple the SIMT kernels' instantiations and compile time).
 template <int R, int HD>
 __device__ __forceinline__ void stage_rows(float (*dst)[HD + 1], const void* src, DType t, i64 off,
                                            i64 stride, i64 r0, i64 T, i64 hd) {
   for (int e = threadIdx.x; e < R * HD; e += blockDim.x) {
     const int r = e / HD, i = e % HD;
-    dst[r][i] = (r0 + r < T && i < hd) ? load_io(src, t, off + (r0 + r) * stride + i) : 0.0f;
+    const i64 k = off + (r0 + r) * stride + i;
+    float v = 0.0f;
+    if (r0 + r < T && i < hd) {
+      if (t == DType::bf16) v = load_io(static_cast<const bfloat16*>(src), k);
+      else if (t == DType::f16) v = load_io(static_cast<const float16*>(src), k);
+      else v = load_io(static_cast<const float*>(src), k);
+    }
+    dst[r][i] = v;
   }
 }
 
@@ -224,8 +255,12 @@ __device__ __forceinline__ void score_key_tile(const AttnArgs& a, i64 base, i64 
 
 // f(j, r, row, i) for each output this thread owns: o = threadIdx.x + kAttnThreads j (j < J),
 // tile row r = o / HD, channel i = o % HD, row = r0 + r, for the rows before T and i < hd.
+// Unrolled: j is a constant in each copy, so the callers' accumulators acc[J] (dk[J], dv[J])
+// stay in registers; a loop indexing them put them in local memory (a 64-144 byte stack frame)
+// and left the first backward kernel short of registers (8-12 bytes of spills, ptxas sm_90).
 template <int HD, int J, class F>
 __device__ __forceinline__ void for_owned_outputs(i64 r0, i64 T, i64 hd, F f) {
+#pragma unroll
   for (int j = 0; j < J; ++j) {
     const int o = static_cast<int>(threadIdx.x) + kAttnThreads * j, r = o / HD, i = o % HD;
     const i64 row = r0 + r;
@@ -255,7 +290,7 @@ __global__ void __launch_bounds__(kAttnThreads) attn_forward_bitwise(const AttnA
   constexpr int BQ = AttnTile<HD>::BQ, BK = AttnTile<HD>::BK, J = BQ * HD / kAttnThreads;
   __shared__ float qs[BQ][HD + 1], ks[BK][HD + 1], vs[BK][HD + 1], sc[BQ][BK + 1];
   __shared__ float row_m[BQ], row_sum[BQ];
-  const i64 b = blockIdx.x / a.nh, h = blockIdx.x % a.nh, q0 = (a.tile0 + i64(blockIdx.y)) * BQ;
+  const i64 b = blockIdx.x / a.nh, h = blockIdx.x % a.nh, q0 = heavy_first_tile(a, BQ) * BQ;
   const i64 T = a.T, W = 3 * a.C, hd = a.hd;
   const i64 base = b * T * W;  // element offset of batch b in qkv
   const int tid = threadIdx.x;
@@ -318,7 +353,7 @@ __global__ void __launch_bounds__(kAttnThreads) attn_forward_fast(const AttnArgs
   constexpr int BQ = AttnTile<HD>::BQ, BK = AttnTile<HD>::BK, J = BQ * HD / kAttnThreads;
   __shared__ float qs[BQ][HD + 1], ks[BK][HD + 1], vs[BK][HD + 1], sc[BQ][BK + 1];
   __shared__ float row_alpha[BQ], row_l[BQ];
-  const i64 b = blockIdx.x / a.nh, h = blockIdx.x % a.nh, q0 = (a.tile0 + i64(blockIdx.y)) * BQ;
+  const i64 b = blockIdx.x / a.nh, h = blockIdx.x % a.nh, q0 = heavy_first_tile(a, BQ) * BQ;
   const i64 T = a.T, W = 3 * a.C, hd = a.hd;
   const i64 base = b * T * W;  // element offset of batch b in qkv
   const int tid = threadIdx.x;
@@ -375,7 +410,7 @@ __global__ void __launch_bounds__(kAttnThreads) attn_query_backward(const AttnAr
   __shared__ float qs[BQ][HD + 1], dys[BQ][HD + 1], ks[BK][HD + 1], vs[BK][HD + 1];
   __shared__ float sc[BQ][BK + 1], dp[BQ][BK + 1];
   __shared__ float row_m[BQ], row_sum[BQ], row_pd[BQ];
-  const i64 b = blockIdx.x / a.nh, h = blockIdx.x % a.nh, q0 = (a.tile0 + i64(blockIdx.y)) * BQ;
+  const i64 b = blockIdx.x / a.nh, h = blockIdx.x % a.nh, q0 = heavy_first_tile(a, BQ) * BQ;
   const i64 T = a.T, W = 3 * a.C, hd = a.hd, head = (b * a.nh + h) * T;
   const i64 base = b * T * W;  // element offset of batch b in qkv
   const int tid = threadIdx.x;
@@ -719,7 +754,7 @@ template <class E, int HD>
 __global__ void __launch_bounds__(kAttnThreads) attn_forward_mma(const AttnArgs a, bool vec) {
   constexpr int BQ = kMmaRows, BK = MmaTile<HD>::BKF, N8 = BK / 8;
   __shared__ __align__(16) MmaRow<HD> qs[BQ], ks[BK], vs[BK];
-  const i64 b = blockIdx.x / a.nh, h = blockIdx.x % a.nh, q0 = (a.tile0 + i64(blockIdx.y)) * BQ;
+  const i64 b = blockIdx.x / a.nh, h = blockIdx.x % a.nh, q0 = heavy_first_tile(a, BQ) * BQ;
   const i64 T = a.T, W = 3 * a.C, base = b * T * W;
   const auto* qkv = static_cast<const std::uint16_t*>(a.qkv);
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, t4 = lane % 4;
@@ -821,16 +856,17 @@ __device__ __forceinline__ void mma_pair(const AttnArgs& a, float ds, bool valid
 }
 
 // ---- backward, fast typed, first kernel: D (pd) and dq per query tile --------------------------
-// Block (b h, query tile of 64), warps as the forward's. Pass 1: D_t = sum_u P drop(dP)
-// (= rowsum(dO o O) of FlashAttention-2, here from the recomputed P since y is not an argument),
-// written to pd; pass 2: dS per pair and dQ += dS K (dS rounded to E as the A operand); dq =
-// scale dQ rounded to E.
+// Block (b h, query tile of 64), warps as the forward's. D_t = rowsum(dO o y) (FlashAttention-2's)
+// from the forward's output y where given (each lane the row's channels of its output fragments,
+// summed over the group's 4 lanes), else a first pass D_t = sum_u P drop(dP) (the same value:
+// y_t = sum_u drop(P) v_u) recomputing S and dP; written to pd. Then per key tile dS per pair and
+// dQ += dS K (dS rounded to E as the A operand); dq = scale dQ rounded to E.
 template <class E, int HD>
 __global__ void __launch_bounds__(kAttnThreads) attn_query_backward_mma(const AttnArgs a,
                                                                         bool vec) {
   constexpr int BQ = kMmaRows, BK = MmaTile<HD>::BKQ, N8 = BK / 8;
   __shared__ __align__(16) MmaRow<HD> qs[BQ], dos[BQ], ks[BK], vs[BK];
-  const i64 b = blockIdx.x / a.nh, h = blockIdx.x % a.nh, q0 = (a.tile0 + i64(blockIdx.y)) * BQ;
+  const i64 b = blockIdx.x / a.nh, h = blockIdx.x % a.nh, q0 = heavy_first_tile(a, BQ) * BQ;
   const i64 T = a.T, W = 3 * a.C, base = b * T * W, head = (b * a.nh + h) * T;
   const auto* qkv = static_cast<const std::uint16_t*>(a.qkv);
   const auto* dy = static_cast<const std::uint16_t*>(a.dy);
@@ -846,13 +882,33 @@ __global__ void __launch_bounds__(kAttnThreads) attn_query_backward_mma(const At
     st[r] = tr[r] < T ? MmaRowStats{a.stats[head + tr[r]].m, 1.0f / a.stats[head + tr[r]].sum, 0.0f}
                       : MmaRowStats{0.0f, 0.0f, 0.0f};
   }
+  const bool d_from_y = a.y != nullptr;
+  if (d_from_y) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float d = 0.0f;
+      if (tr[r] < T) {
+        const i64 off = (b * T + tr[r]) * a.C + h * HD;
+        const std::uint16_t *yr = static_cast<const std::uint16_t*>(a.y) + off, *dr = dy + off;
+#pragma unroll
+        for (int n = 0; n < HD / 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int i = n * 8 + 2 * t4 + e;
+            d = fmaf(widen_e<E>(dr[i]), widen_e<E>(yr[i]), d);
+          }
+      }
+      st[r].D = group_sum(d);
+      if (t4 == 0 && tr[r] < T) a.pd[head + tr[r]] = st[r].D;
+    }
+  }
   stage_mma<BQ, HD>(qs, qkv, base + h * HD, W, q0, T, vec);
   stage_mma<BQ, HD>(dos, dy, b * T * a.C + h * HD, a.C, q0, T, vec);
   float dq[HD / 8][4];
 #pragma unroll
   for (int n = 0; n < HD / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
   float Dp[2] = {0.0f, 0.0f};
-  for (int pass = 0; pass < 2; ++pass) {
+  for (int pass = d_from_y ? 1 : 0; pass < 2; ++pass) {
     for (i64 k0 = 0; k0 < q_end; k0 += BK) {
       __syncthreads();
       stage_mma<BK, HD>(ks, qkv, base + a.C + h * HD, W, k0, T, vec);
@@ -1153,8 +1209,8 @@ void CudaGptKernels::attention_forward_ex(Stream& s, const void* qkv, DType dtyp
     launch_tiled_forward(l, a, B, mode);
 }
 
-void CudaGptKernels::attention_backward_ex(Stream& s, const void* dy, const void* qkv, DType dtype,
-                                           const float* stats, i64 B, i64 T, i64 C, i64 nh,
+void CudaGptKernels::attention_backward_ex(Stream& s, const void* dy, const void* qkv,
+                                           const void* y, DType dtype, const float* stats, i64 B, i64 T, i64 C, i64 nh,
                                            void* dqkv, float* scratch, float p,
                                            std::uint64_t seed, std::uint64_t stream,
                                            std::uint64_t index_base, Determinism mode) {
@@ -1162,7 +1218,8 @@ void CudaGptKernels::attention_backward_ex(Stream& s, const void* dy, const void
   const i64 hd = C / nh;
   check_typed("attention_backward_ex", dtype, hd, B, nh);
   Launch l(backend_, s, "attention_backward_ex");
-  AttnArgs a{qkv, dy, nullptr, dqkv,
+  // y: read by the tensor-core dq kernel only (the SIMT kernels recompute pd: bitwise mode's bits).
+  AttnArgs a{qkv, dy, const_cast<void*>(y), dqkv,
              reinterpret_cast<gpt::SoftmaxStats*>(const_cast<float*>(stats)), scratch, T, C, nh,
              hd, gpt::attention_scale(hd), gpt::AttentionDropout{p, seed, stream, index_base}};
   a.io = dtype;

@@ -373,8 +373,8 @@ class CudaGptKernels : public CudaDtypeKernels {
                             void* y, float* stats, float p, std::uint64_t seed,
                             std::uint64_t stream, std::uint64_t index_base,
                             Determinism mode) override;
-  void attention_backward_ex(Stream& s, const void* dy, const void* qkv, DType dtype,
-                             const float* stats, i64 B, i64 T, i64 C, i64 nh, void* dqkv,
+  void attention_backward_ex(Stream& s, const void* dy, const void* qkv, const void* y,
+                             DType dtype, const float* stats, i64 B, i64 T, i64 C, i64 nh, void* dqkv,
                              float* scratch, float p, std::uint64_t seed, std::uint64_t stream,
                              std::uint64_t index_base, Determinism mode) override;
   void dropout_forward(Stream& s, const float* x, float* y, i64 n, float p, std::uint64_t seed,

@@ -111,7 +111,8 @@ bool float_storage(DType t) { return t == DType::f32 || t == DType::bf16 || t ==
 }  // namespace
 
 KernelCost attention_ex_cost(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
-                             DType storage, Determinism mode, bool backward, bool dropout) {
+                             DType storage, Determinism mode, bool backward, bool dropout,
+                             bool with_y) {
   const char* fn = backward ? "attention_ex_cost (backward)" : "attention_ex_cost (forward)";
   DITTO_CHECK(B >= 1 && T >= 1, fn, ": expected B >= 1 and T >= 1, got B = ", B, ", T = ", T);
   DITTO_CHECK(nh >= 1 && C >= nh && C % nh == 0, fn,
@@ -128,23 +129,27 @@ KernelCost attention_ex_cost(std::int64_t B, std::int64_t T, std::int64_t C, std
   // dropout mask element (a quarter of a Philox block, ~17) and its scaling.
   const int kernels = backward ? 2 : 1;
   const double other = kernels * (backward ? 26.0 : 24.0) + (dropout ? kernels * 18.0 : 0.0);
-  // T x T x hd matrix products over the pairs: forward S = q k^T, P v; backward (two kernels,
-  // no atomics, cuda_attention.cu): the dq kernel's first pass S, dP for D = rowsum(P dP) (y is
-  // not an argument of attention_backward_ex), its second S, dP, dQ; the dk / dv kernel's S,
-  // dP, dV, dK: 9.
-  const double passes = backward ? 9.0 : 2.0;
-  KernelCost c;
-  c.matmul_flops = pairs * passes * 2.0 * hd;
-  c.flops = c.matmul_flops + pairs * other;
-  if (!backward)  // qkv read, y written; the stats {m, sum} written in f32
-    c.bytes = tokens * cd * (3.0 + 1.0) * s + rows * 8.0;
-  else  // each kernel reads q, k, v, dy; dqkv written; stats read twice, pd written and read
-    c.bytes = tokens * cd * (2.0 * 4.0 + 3.0) * s + rows * (2.0 * 8.0 + 8.0);
-  c.operands = storage;
   // The tensor-core kernels exist for head widths 64 and 128; other widths (and bitwise mode)
   // run the SIMT kernels with typed loads.
   const bool tensor_cores =
       mode == Determinism::fast && storage != DType::f32 && (C / nh == 64 || C / nh == 128);
+  // Given y, the tensor-core dq kernel reads D = rowsum(dy * y) (FlashAttention-2's) from it.
+  const bool d_from_y = backward && with_y && tensor_cores;
+  // T x T x hd matrix products over the pairs: forward S = q k^T, P v; backward (two kernels,
+  // no atomics, cuda_attention.cu): the dq kernel's S, dP, dQ; the dk / dv kernel's S, dP, dV,
+  // dK: 7, and 9 where D = rowsum(P dP) is recomputed in a first pass of the dq kernel (S, dP:
+  // no y given, or the SIMT kernels).
+  const double passes = backward ? (d_from_y ? 7.0 : 9.0) : 2.0;
+  KernelCost c;
+  c.matmul_flops = pairs * passes * 2.0 * hd;
+  c.flops = c.matmul_flops + pairs * other + (d_from_y ? 2.0 * tokens * cd : 0.0);
+  if (!backward)  // qkv read, y written; the stats {m, sum} written in f32
+    c.bytes = tokens * cd * (3.0 + 1.0) * s + rows * 8.0;
+  else  // each kernel reads q, k, v, dy (the dq kernel y for D); dqkv written; stats read
+        // twice, pd written and read
+    c.bytes =
+        tokens * cd * (2.0 * 4.0 + 3.0 + (d_from_y ? 1.0 : 0.0)) * s + rows * (2.0 * 8.0 + 8.0);
+  c.operands = storage;
   c.path = tensor_cores ? GemmPath::mma : GemmPath::simt;
   c.launches = kernels;
   return c;

@@ -203,9 +203,11 @@ KernelCost native_cost(const KernelCost& f32, DType storage);
 //       mma_efficiency, an ESTIMATE (0.25: profiles.cpp) until a device calibrates it; the
 //       forward's matrix products are q k^T and P v, 2 passes of T x T x hd over the causal pairs;
 //       the deterministic backward runs 2 kernels (dK / dV per key tile: S = q k^T, dP = dO v^T, dV
-//       += P^T dO, dK += dS^T q; dQ per query tile: a first pass S, dP for D = rowsum(P dP), as y
-//       is not an argument, then S, dP, dQ = dS k), S and P recomputed: 9 passes. Head widths other
-//       than 64 and 128 run the SIMT kernels with typed loads in fast mode too. The
+//       += P^T dO, dK += dS^T q; dQ per query tile: S, dP, dQ = dS k, with D = rowsum(dO o y)
+//       from the forward's output y), S and P recomputed: 7 passes; 9 where the backward is not
+//       given y (a first pass of the dq kernel recomputes S and dP for D = rowsum(P dP)). Head
+//       widths other than 64 and 128 run the SIMT kernels with typed loads in fast mode too (9
+//       passes). The
 //       rest (exp, scale, masks: as the f32 kernels count them) at fp32_flops. Bitwise mode: the
 //       same passes on the SIMT cores (fp32_flops x simt_efficiency) in f32 math. Bytes: q, k, v,
 //       y (dy, dqkv) in the storage dtype, the softmax stats (and the backward's pd) in f32;
@@ -229,10 +231,12 @@ KernelCost native_cost(const KernelCost& f32, DType storage);
 KernelCost gemm_ex_cost(const GemmExArgs& g);
 
 /// A typed attention forward (backward = false) or backward over qkv [B, T, 3C] in `storage`
-/// (f32, bf16 or f16) with nh heads, in `mode` (Note [Typed kernels]). Throws InvalidArgument for
+/// (f32, bf16 or f16) with nh heads, in `mode` (Note [Typed kernels]); with_y: the backward is
+/// given the forward's output y (attention_backward_ex's y not null). Throws InvalidArgument for
 /// nh < 1, C not a positive multiple of nh, B or T < 1, or a storage dtype other than those.
 KernelCost attention_ex_cost(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
-                             DType storage, Determinism mode, bool backward, bool dropout);
+                             DType storage, Determinism mode, bool backward, bool dropout,
+                             bool with_y = false);
 
 /// A row kernel reading and writing `storage` (Note [Typed kernels]): the f32 kernel's cost
 /// `f32` with its bytes except `fixed_bytes` scaled by dtype_size(storage) / 4 and `operands`

@@ -664,16 +664,18 @@ class SimKernels final : public Kernels {
     price(s, "attention_forward_ex", attention_ex_cost(B, T, C, nh, dtype, mode, false, p > 0.0f));
   }
 
-  void attention_backward_ex(Stream& s, const void* dy, const void* qkv, DType dtype,
+  // Given y, CUDA's tensor-core backward reads D = rowsum(dy * y) from it: 7 products, not 9.
+  void attention_backward_ex(Stream& s, const void* dy, const void* qkv, const void* y, DType dtype,
                              const float* stats, std::int64_t B, std::int64_t T, std::int64_t C,
                              std::int64_t nh, void* dqkv, float* scratch, float p,
                              std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base,
                              Determinism mode) override {
     if (!cost_->dry_run())
-      return Kernels::attention_backward_ex(s, dy, qkv, dtype, stats, B, T, C, nh, dqkv, scratch, p,
-                                            seed, stream, index_base, mode);
+      return Kernels::attention_backward_ex(s, dy, qkv, y, dtype, stats, B, T, C, nh, dqkv, scratch,
+                                            p, seed, stream, index_base, mode);
     if (B <= 0 || T <= 0) return;
-    price(s, "attention_backward_ex", attention_ex_cost(B, T, C, nh, dtype, mode, true, p > 0.0f));
+    price(s, "attention_backward_ex",
+          attention_ex_cost(B, T, C, nh, dtype, mode, true, p > 0.0f, y != nullptr));
   }
 
   // ---- the optimizer's multi-tensor kernels (Note [Predicted launches], cost_model.h) --------

@@ -27,7 +27,9 @@ struct AttnCalls {
   int forward = 0, backward = 0, forward_ex = 0, backward_ex = 0;
   DType ex_dtype = DType::f32;
   std::int64_t ex_hd = 0;
-  bool native = true;  // has_attention_ex's answer for bf16 / f16
+  const void* ex_y = nullptr;      // attention_forward_ex's y
+  const void* ex_bwd_y = nullptr;  // attention_backward_ex's y
+  bool native = true;              // has_attention_ex's answer for bf16 / f16
   std::vector<std::pair<DType, std::int64_t>> asked;
 };
 AttnCalls calls;
@@ -146,15 +148,17 @@ class FakeKernels final : public Kernels {
     ++calls.forward_ex;
     calls.ex_dtype = dtype;
     calls.ex_hd = C / nh;
+    calls.ex_y = y;
     std::memset(y, 0, 2 * std::size_t(B * T * C));
     std::memset(stats, 0, sizeof(float) * std::size_t(B * nh * T * 2));
   }
-  void attention_backward_ex(Stream&, const void*, const void*, DType dtype, const float*,
-                             std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t,
-                             void* dqkv, float*, float, std::uint64_t, std::uint64_t, std::uint64_t,
-                             Determinism) override {
+  void attention_backward_ex(Stream&, const void*, const void*, const void* y, DType dtype,
+                             const float*, std::int64_t B, std::int64_t T, std::int64_t C,
+                             std::int64_t, void* dqkv, float*, float, std::uint64_t, std::uint64_t,
+                             std::uint64_t, Determinism) override {
     ++calls.backward_ex;
     calls.ex_dtype = dtype;
+    calls.ex_bwd_y = y;
     std::memset(dqkv, 0, 2 * std::size_t(B * T * 3 * C));
   }
 };
@@ -291,6 +295,35 @@ TEST(AttentionEx, BadArgumentsOfATypedCallAreRefusedAsBefore) {
   test::expect_invalid([&] { ops::attention_backward(bad_dy, qkv, stats, 2); },
                        "ops::attention_backward: dy: expected [B, T, C] = [2, 5, 8], got");
   EXPECT_EQ(y.dtype(), DType::bf16);
+}
+
+// ops::attention_backward hands the forward's output y to the typed backward (its fast kernels
+// read D = rowsum(dy * y) from it: 7 products, not 9), null when not given; a y of another
+// dtype or shape is refused on every path.
+TEST(AttentionEx, OpsPassTheForwardsOutputToTheTypedBackward) {
+  calls.native = true;
+  const Tensor qkv = on_fake(2 * 5 * 24, {2, 5, 24}, DType::bf16);  // C 8
+  Tensor stats;
+  const Tensor y = ops::attention(qkv, 2, stats, 0.0f, 0, 0, 0, Determinism::fast);
+  EXPECT_EQ(calls.ex_y, y.data_ptr());
+  const Tensor dy = on_fake(2 * 5 * 8, {2, 5, 8}, DType::bf16);
+  ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::fast, y);
+  EXPECT_EQ(calls.ex_bwd_y, y.data_ptr());
+  ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::fast);
+  EXPECT_EQ(calls.ex_bwd_y, nullptr);
+  const Tensor y32 = on_fake(2 * 5 * 8, {2, 5, 8}, DType::f32);
+  const Tensor y_short = on_fake(2 * 4 * 8, {2, 4, 8}, DType::bf16);
+  for (bool native : {true, false}) {
+    calls.native = native;  // the typed kernels, then MixedOp's path
+    test::expect_invalid(
+        [&] { ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::fast, y32); },
+        "ops::attention_backward: y: expected dtype bf16, got");
+    test::expect_invalid(
+        [&] {
+          ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::fast, y_short);
+        },
+        "ops::attention_backward: y: expected [B, T, C] (the forward's output) = [2, 5, 8], got");
+  }
 }
 
 TEST(AttentionEx, TheSimulatorKeepsItsMixedOpPath) {

@@ -361,10 +361,11 @@ TEST(ComputeUnits, DryRunRowOpsTakeTheTypedKernels) {
 
 // attention_ex_cost (Note [Typed kernels]) for GPT-2's attention (B 8, T 1024, C 768, 12 heads):
 // fast bf16 on the tensor cores through ditto's mma.sync kernel at bf16_flops x mma_efficiency
-// (0.25: an estimate), 2 T x T x hd passes forward, 9 backward in two launches (the dq kernel's
+// (0.25: an estimate), 2 T x T x hd passes forward, 7 backward in two launches when given the
+// forward's output y (the dq kernel reads D = rowsum(dy * y), and y's bytes), 9 when not (its
 // first pass recomputes S and dP for D: cuda_attention.cu); head widths other than 64 and 128,
-// bitwise mode and f32 on the SIMT cores; bytes of q, k, v, y (dy, dqkv) in the storage dtype
-// and the stats in f32.
+// bitwise mode and f32 on the SIMT cores (9, y or not); bytes of q, k, v, y (dy, dqkv) in the
+// storage dtype and the stats in f32.
 TEST(ComputeUnits, TypedAttentionOnTensorCoresInFastMode) {
   const sim::DeviceProfile h = sim::device_profile("h200");
   EXPECT_DOUBLE_EQ(h.mma_efficiency, 0.25);
@@ -391,6 +392,26 @@ TEST(ComputeUnits, TypedAttentionOnTensorCoresInFastMode) {
   EXPECT_EQ(pb.unit, PricedUnit::tensor_core_bf16_mma);
   EXPECT_NEAR(pb.seconds, 2 * kLaunch + pairs * 18 * hd / (kBf16 * 0.25) + pairs * 52 / kFp32,
               1e-15);
+  // Given y: 7 products, D's 2 C FLOPs a token, y read once more.
+  const KernelCost bwd_y =
+      sim::attention_ex_cost(B, T, C, H, DType::bf16, Determinism::fast, true, false, true);
+  EXPECT_DOUBLE_EQ(bwd_y.matmul_flops, pairs * 7 * 2 * hd);
+  EXPECT_DOUBLE_EQ(bwd_y.flops, pairs * (14 * hd + 52) + 2 * tokens * C);
+  EXPECT_DOUBLE_EQ(bwd_y.bytes, 2.0 * tokens * 12 * C + 24 * rows);
+  EXPECT_EQ(bwd_y.launches, 2);
+  EXPECT_NEAR(
+      sim::kernel_price(h, bwd_y).seconds,
+      2 * kLaunch + pairs * 14 * hd / (kBf16 * 0.25) + (pairs * 52 + 2 * tokens * C) / kFp32,
+      1e-15);
+  // Bitwise and the SIMT widths recompute pd (bitwise's bits): 9 with y too.
+  EXPECT_DOUBLE_EQ(
+      sim::attention_ex_cost(B, T, C, H, DType::bf16, Determinism::bitwise, true, false, true)
+          .matmul_flops,
+      pairs * 9 * 2 * hd);
+  EXPECT_DOUBLE_EQ(
+      sim::attention_ex_cost(B, T, C, 16, DType::bf16, Determinism::fast, true, false, true)
+          .matmul_flops,
+      pairs / H * 16 * 9 * 2 * 48);  // 16 heads of 48
   const KernelCost f16 =
       sim::attention_ex_cost(B, T, C, H, DType::f16, Determinism::fast, false, true);
   EXPECT_EQ(sim::kernel_price(h, f16).unit, PricedUnit::tensor_core_f16_mma);
@@ -677,11 +698,13 @@ Gpt2Run gpt2_dry(Determinism mode) {
 // GEMM on the mode's unit (the typed gemm_ex as CUDA runs it, a Linear's bias in its epilogue:
 // no add_bias; bitwise mode's micro-sharded dW products gemm_tn_sharded_ex on the stored bf16
 // operands); attention typed as CUDA runs it (attention_*_ex: fast mode on the tensor cores at
-// bf16 x mma_efficiency, bitwise on the SIMT cores), from the causal pairs, its backward 9
-// products in two launches; the row ops typed (*_ex); every other kernel memory bound at HBM x
-// memory_efficiency over the bytes the ledger counted, at CUDA's launch counts (Note [Predicted
-// launches]), MixedOp's conversions among them (cast_f32_scratch). The sum of the rows is the
-// predicted step (one device, one stream: no idle time), so tokens/s = B T / that sum.
+// bf16 x mma_efficiency, bitwise on the SIMT cores), from the causal pairs, its backward in two
+// launches: fast 7 products (nn::CausalSelfAttention gives it the forward's output y: D =
+// rowsum(dy * y), y read once more), bitwise 9 (pd recomputed: the simulator's bits); the row ops
+// typed (*_ex); every other kernel memory bound at HBM x memory_efficiency over the bytes the
+// ledger counted, at CUDA's launch counts (Note [Predicted launches]), MixedOp's conversions among
+// them (cast_f32_scratch). The sum of the rows is the predicted step (one device, one stream: no
+// idle time), so tokens/s = B T / that sum.
 TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
   const double B = 8, T = 1024, C = 768, L = 12, V = 50304, H = 12, hd = C / H;
   const double gemm_flops = 6 * B * T * (12 * L * C * C + C * V);
@@ -722,7 +745,9 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
     const std::string attn_unit = bitwise ? "SIMT f32 (ditto)" : "tensor core bf16 mma";
     const double attn_rate = bitwise ? kFp32 * kSimtEff : kBf16 * kMmaEff;
     const double fwd = L * steps * (pairs * 4 * hd / attn_rate + pairs * 24 / kFp32);
-    const double bwd = L * steps * (pairs * 18 * hd / attn_rate + pairs * 52 / kFp32);
+    const double bwd_products = bitwise ? 9 : 7, d_flops = bitwise ? 0 : 2 * B * T * C;
+    const double bwd =
+        L * steps * (pairs * 2 * bwd_products * hd / attn_rate + (pairs * 52 + d_flops) / kFp32);
     const CostLedgerRow af = run.rows.at("attention_forward_ex / " + attn_unit);
     const CostLedgerRow ab = run.rows.at("attention_backward_ex / " + attn_unit);
     EXPECT_EQ(af.count, 12 * 2);

@@ -109,17 +109,19 @@ TEST_F(CudaAttention, BitwiseEqualsTheSimulatorAndFastIsWithinTolerance) {
 // ---- the typed attention (Kernels::attention_forward_ex / attention_backward_ex) --------------
 
 // Forward and backward of one (B, T, C, nh) on `backend`'s device 0 with qkv and dy stored as
-// `dtype` (the values given, rounded to it); results widened to f32 (exact).
+// `dtype` (the values given, rounded to it); results widened to f32 (exact). with_y: the backward
+// is given the forward's output (as nn::CausalSelfAttention gives it: fast mode's D from it).
 AttnRun run_typed(const char* backend, const std::vector<float>& qkv, const std::vector<float>& dy,
                   DType dtype, std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
-                  float p, Determinism mode) {
+                  float p, Determinism mode, bool with_y = true) {
   const Device d(backend, 0);
   const Tensor tqkv = Tensor::from_vector(qkv, {B, T, 3 * C}).to(d).to(dtype);
   const Tensor tdy = Tensor::from_vector(dy, {B, T, C}).to(d).to(dtype);
   const std::uint64_t stream = stream_id(kStreamDropout, (std::uint64_t(5) << 8) | 2);
   Tensor stats;
   const Tensor y = ops::attention(tqkv, nh, stats, p, 99, stream, 5, mode);
-  const Tensor dqkv = ops::attention_backward(tdy, tqkv, stats, nh, p, 99, stream, 5, mode);
+  const Tensor dqkv =
+      ops::attention_backward(tdy, tqkv, stats, nh, p, 99, stream, 5, mode, with_y ? y : Tensor());
   EXPECT_EQ(y.dtype(), dtype);
   EXPECT_EQ(dqkv.dtype(), dtype);
   return {y.to(DType::f32).to_vector<float>(), stats.to_vector<float>(),
@@ -225,6 +227,10 @@ TEST_F(CudaAttention, TypedBitwiseEqualsTheSimulatorAndFastIsWithinTolerance) {
         EXPECT_LE(error_in_u(fast.y, ref.first, u), 4.0) << "y";
         EXPECT_LE(error_in_u(fast.dqkv, ref.second, u), 4.0) << "dqkv";
         EXPECT_LE(rel_error(fast.stats, sim.stats), 1e-5) << "stats";
+        // Not given y: D recomputed in the dq kernel's first pass.
+        const AttnRun fast0 = run_typed("cuda", qkv, dy, dtype, s.B, s.T, s.C, s.nh, p,
+                                        Determinism::fast, /*with_y=*/false);
+        EXPECT_LE(error_in_u(fast0.dqkv, ref.second, u), 4.0) << "dqkv, D recomputed";
       }
     }
 }

@@ -61,17 +61,18 @@ Tensor CausalSelfAttention::forward_btc(const Tensor& x) {
     att_stream_ = dropout_stream(step_, attn_dropout.site());
     att_base_ = dropout_index_base(first_row_, n_head_ * x.size(1) * x.size(1));
   }
-  const Tensor y = ops::attention(qkv_, n_head_, stats_, att_p_, attn_dropout.seed(), att_stream_,
-                                  att_base_, determinism());
-  return child<Dropout>(kResidDropout).forward(child<Linear>(kCProj).forward(y));
+  y_ = ops::attention(qkv_, n_head_, stats_, att_p_, attn_dropout.seed(), att_stream_, att_base_,
+                      determinism());
+  return child<Dropout>(kResidDropout).forward(child<Linear>(kCProj).forward(y_));
 }
 
 Tensor CausalSelfAttention::backward(const Tensor& grad_output) {
   DITTO_CHECK(qkv_.defined(), "CausalSelfAttention.backward: called before forward");
   Tensor g = child<Linear>(kCProj).backward(child<Dropout>(kResidDropout).backward(grad_output));
+  // y_: a fast typed backward reads D = rowsum(g * y) from it (FlashAttention-2's).
   const Tensor dqkv =
       ops::attention_backward(g, qkv_, stats_, n_head_, att_p_, child<Dropout>(kAttnDropout).seed(),
-                              att_stream_, att_base_, determinism());
+                              att_stream_, att_base_, determinism(), y_);
   return child<Linear>(kCAttn).backward(dqkv);
 }
 

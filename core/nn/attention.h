@@ -55,6 +55,7 @@ class CausalSelfAttention : public BlockModule {
   std::unique_ptr<Container> empty_clone() const override;
   std::int64_t n_head_;
   Tensor qkv_, stats_;  // the forward's qkv and softmax stats [B, nh, T, 2] (f32)
+  Tensor y_;            // the forward's attention output (c_proj's input, kept by it too)
   float att_p_ = 0.0f;  // the last forward's attn_dropout p (0: none)
   std::uint64_t att_stream_ = 0, att_base_ = 0;  // and its mask key
 };

@@ -71,10 +71,10 @@ void Kernels::attention_forward_ex(Stream&, const void*, DType, std::int64_t, st
                                    std::uint64_t, std::uint64_t, Determinism) {
   no_kernel("attention_forward_ex");
 }
-void Kernels::attention_backward_ex(Stream&, const void*, const void*, DType, const float*,
-                                    std::int64_t, std::int64_t, std::int64_t, std::int64_t, void*,
-                                    float*, float, std::uint64_t, std::uint64_t, std::uint64_t,
-                                    Determinism) {
+void Kernels::attention_backward_ex(Stream&, const void*, const void*, const void*, DType,
+                                    const float*, std::int64_t, std::int64_t, std::int64_t,
+                                    std::int64_t, void*, float*, float, std::uint64_t,
+                                    std::uint64_t, std::uint64_t, Determinism) {
   no_kernel("attention_backward_ex");
 }
 void Kernels::dropout_forward(Stream&, const float*, float*, std::int64_t, float, std::uint64_t,

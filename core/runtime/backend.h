@@ -332,15 +332,18 @@ class Kernels {
                                     std::uint64_t index_base, Determinism mode);
   /// Backward of attention_forward_ex: dy [B, T, C] and qkv in `dtype`, the forward's f32 stats,
   /// dqkv [B, T, 3C] written in `dtype` (each element rounded once), scratch B * nh * T floats
-  /// (each query's pd = rowsum(dy * y), written). Called and defaulted as attention_forward_ex;
-  /// bitwise: the bits of the simulator's path (attention_backward on the widened dy and qkv,
-  /// dqkv rounded once); fast: any order (cuda: tensor cores, dS and P rounded to `dtype` as
-  /// operands).
-  virtual void attention_backward_ex(Stream& s, const void* dy, const void* qkv, DType dtype,
-                                     const float* stats, std::int64_t B, std::int64_t T,
-                                     std::int64_t C, std::int64_t nh, void* dqkv, float* scratch,
-                                     float p, std::uint64_t seed, std::uint64_t stream,
-                                     std::uint64_t index_base, Determinism mode);
+  /// (each query's pd = rowsum(dy * y), written). y: the forward's output [B, T, C] in `dtype`,
+  /// or null; fast mode may compute pd from it (FlashAttention-2's D = rowsum(dO o O), cuda:
+  /// the tensor-core kernels, 7 T x T x hd products where recomputing D makes 9); bitwise mode
+  /// ignores it. Called and defaulted as attention_forward_ex; bitwise: the bits of the
+  /// simulator's path (attention_backward on the widened dy and qkv, dqkv rounded once); fast:
+  /// any order (cuda: tensor cores, dS and P rounded to `dtype` as operands).
+  virtual void attention_backward_ex(Stream& s, const void* dy, const void* qkv, const void* y,
+                                     DType dtype, const float* stats, std::int64_t B,
+                                     std::int64_t T, std::int64_t C, std::int64_t nh, void* dqkv,
+                                     float* scratch, float p, std::uint64_t seed,
+                                     std::uint64_t stream, std::uint64_t index_base,
+                                     Determinism mode);
   /// Inverted dropout (torch.nn.functional.dropout, training): element i is kept when
   /// philox uniform01(seed, stream, index_base + i) >= p (Note [Dropout masks]); y[i] = x[i] *
   /// scale if kept else 0, scale = 1 / (1 - p) in float. 0 <= p < 1. y may alias x.

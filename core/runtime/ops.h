@@ -149,11 +149,15 @@ Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& stats, float p 
                  std::uint64_t seed = 0, std::uint64_t stream = 0, std::uint64_t index_base = 0,
                  Determinism mode = Determinism::bitwise);
 /// dqkv [B, T, 3C] from dy [B, T, C], the forward's qkv and stats (f32 [B, nh, T, 2], else
-/// InvalidArgument), its dropout key and `mode` (as attention's).
+/// InvalidArgument), its dropout key and `mode` (as attention's). y: the forward's output
+/// (optional; [B, T, C] in qkv's dtype, else InvalidArgument), as torch's flash-attention
+/// backward takes `out`: a fast typed backward reads each query's D = rowsum(dy * y) from it
+/// instead of recomputing the products (Kernels::attention_backward_ex); dqkv is the same
+/// within fast mode's rounding, and bitwise mode's bits do not depend on it.
 Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& stats,
                           std::int64_t n_head, float p = 0.0f, std::uint64_t seed = 0,
                           std::uint64_t stream = 0, std::uint64_t index_base = 0,
-                          Determinism mode = Determinism::bitwise);
+                          Determinism mode = Determinism::bitwise, const Tensor& y = Tensor());
 
 /// Inverted dropout with the mask of (seed, stream, index_base + i) (Kernels::dropout_forward);
 /// p in [0, 1). New tensor; p == 0 returns x itself.

@@ -313,8 +313,14 @@ Tensor attention(const Tensor& qkv, std::int64_t n_head, Tensor& stats, float p,
 
 Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& stats,
                           std::int64_t n_head, float p, std::uint64_t seed, std::uint64_t stream,
-                          std::uint64_t index_base, Determinism mode) {
+                          std::uint64_t index_base, Determinism mode, const Tensor& y) {
   constexpr const char* op = "ops::attention_backward";
+  // y, where given: the forward's output, [B, T, C] in qkv's dtype on its device.
+  const auto check_y = [&](std::int64_t C) {
+    if (y.defined())
+      check_shape(op, "y", y, {qkv.size(0), qkv.size(1), C}, "[B, T, C] (the forward's output)",
+                  qkv, "qkv", qkv.dtype());
+  };
   if (dy.defined() && native_attention(qkv, dy, n_head, mode)) {  // typed kernels
     const std::int64_t C = check_qkv(op, qkv, n_head, qkv.dtype());
     check_p(op, p);
@@ -324,18 +330,21 @@ Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& sta
     DITTO_CHECK(dy.shape() == Shape({B, T, C}), op,
                 ": dy: expected [B, T, C] = ", shape_str(Shape({B, T, C})), ", got ", dy.str());
     check_shape(op, "stats", stats, {B, n_head, T, 2}, "[B, n_head, T, 2]", qkv, "qkv");
+    check_y(C);
     Tensor dqkv = Tensor::empty(qkv.shape(), qkv.dtype(), qkv.device());
     if (dy.numel() == 0) return dqkv;
     Tensor scratch = Tensor::empty({B * n_head * T}, DType::f32, qkv.device());
     Stream& s = stream_of(qkv);
-    kernels_of(qkv).attention_backward_ex(s, dy.data_ptr(), qkv.data_ptr(), qkv.dtype(),
+    kernels_of(qkv).attention_backward_ex(s, dy.data_ptr(), qkv.data_ptr(),
+                                          y.defined() ? y.data_ptr() : nullptr, qkv.dtype(),
                                           stats.data<float>(), B, T, C, n_head, dqkv.data_ptr(),
                                           scratch.data<float>(), p, seed, stream, index_base, mode);
     // scratch: freed ordered after the default stream, as below.
     if (&s != &qkv.device().backend().default_stream(qkv.device().index)) s.synchronize();
     return dqkv;
   }
-  if (any_half({&dy, &qkv})) {
+  if (any_half({&dy, &qkv})) {  // y (checked) is not needed: the f32 kernels recompute pd
+    if (y.defined()) check_y(check_qkv(op, qkv, n_head, qkv.dtype()));
     MixedOp m(op, {&dy, &qkv});
     return m.out(m.run([&] {
       return attention_backward(m.in(dy), m.in(qkv), stats, n_head, p, seed, stream, index_base,
@@ -347,6 +356,7 @@ Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& sta
   check_mode(op, mode);
   const std::int64_t B = qkv.size(0), T = qkv.size(1);
   check_shape(op, "dy", dy, {B, T, C}, "[B, T, C]", qkv, "qkv");
+  check_y(C);
   check_shape(op, "stats", stats, {B, n_head, T, 2}, "[B, n_head, T, 2]", qkv, "qkv");
   Tensor dqkv = Tensor::empty(qkv.shape(), DType::f32, qkv.device());
   if (dy.numel() == 0) return dqkv;

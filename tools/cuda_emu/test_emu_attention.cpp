@@ -152,8 +152,15 @@ void check_bits(const char* what, const Bits& want, const Bits& got, const std::
     }
 }
 
+// The worst fast typed errors (units of u (1 + max |ref|)) of the backward given the forward's
+// output y (D = rowsum(dy * y): 7 products on the tensor cores) and not given it (D recomputed
+// in a first pass of the dq kernel: 9), the forward's among them.
+struct TypedWorst {
+  double with_y = 0.0, without_y = 0.0;
+};
+
 template <class E>
-void check_typed_shape(unsigned& seed, i64 B, i64 T, i64 C, i64 nh, float p, double& worst) {
+void check_typed_shape(unsigned& seed, i64 B, i64 T, i64 C, i64 nh, float p, TypedWorst& worst) {
   const DType dt = dtype_of_e<E>();
   const double u = unit_roundoff<E>();
   const std::uint64_t stream = stream_id(kStreamDropout, (std::uint64_t(6) << 8) | 1);
@@ -180,14 +187,20 @@ void check_typed_shape(unsigned& seed, i64 B, i64 T, i64 C, i64 nh, float p, dou
   sims->synchronize();
   for (Determinism mode : {Determinism::bitwise, Determinism::fast}) {
     const std::string mctx = std::string(determinism_name(mode)) + " " + ctx;
-    Bits y(B * T * C, 0x7fff), dq(B * T * 3 * C, 0x7fff);
-    V st(rows * 2, NAN), pd(rows, NAN);
+    Bits y(B * T * C, 0x7fff), dq(B * T * 3 * C, 0x7fff), dq0(B * T * 3 * C, 0x7fff);
+    V st(rows * 2, NAN), pd(rows, NAN), pd0(rows, NAN);
     try {
       cudak->attention_forward_ex(cudas, qkv.data(), dt, B, T, C, nh, y.data(), st.data(), p,
                                   drop.seed, stream, drop.index_base, mode);
-      cudak->attention_backward_ex(cudas, dy.data(), qkv.data(), dt, st.data(), B, T, C, nh,
-                                   dq.data(), pd.data(), p, drop.seed, stream, drop.index_base,
+      // Given y (bitwise ignores it: its bits are the simulator's either way) and, in fast mode,
+      // not given it.
+      cudak->attention_backward_ex(cudas, dy.data(), qkv.data(), y.data(), dt, st.data(), B, T, C,
+                                   nh, dq.data(), pd.data(), p, drop.seed, stream, drop.index_base,
                                    mode);
+      if (mode == Determinism::fast)
+        cudak->attention_backward_ex(cudas, dy.data(), qkv.data(), nullptr, dt, st.data(), B, T, C,
+                                     nh, dq0.data(), pd0.data(), p, drop.seed, stream,
+                                     drop.index_base, mode);
     } catch (const std::exception& e) {
       expect(false, "attention_ex " + mctx + ": " + e.what());
       continue;
@@ -200,24 +213,29 @@ void check_typed_shape(unsigned& seed, i64 B, i64 T, i64 C, i64 nh, float p, dou
       continue;
     }
     const AttnReference ref = attention_reference(qkvf, dyf, B, T, C, nh, drop);
-    const V yf = widen<E>(y), dqf = widen<E>(dq);
-    // dqkv by part: dq, dk, dv have their own scales.
-    std::vector<double> rq, rk, rv;
-    V gq, gk, gv;
-    for (i64 r = 0; r < B * T; ++r)
-      for (i64 i = 0; i < C; ++i) {
-        rq.push_back(ref.dqkv[r * 3 * C + i]), gq.push_back(dqf[r * 3 * C + i]);
-        rk.push_back(ref.dqkv[r * 3 * C + C + i]), gk.push_back(dqf[r * 3 * C + C + i]);
-        rv.push_back(ref.dqkv[r * 3 * C + 2 * C + i]), gv.push_back(dqf[r * 3 * C + 2 * C + i]);
+    const V yf = widen<E>(y);
+    for (bool with_y : {true, false}) {
+      const V dqf = widen<E>(with_y ? dq : dq0);
+      // dqkv by part: dq, dk, dv have their own scales.
+      std::vector<double> rq, rk, rv;
+      V gq, gk, gv;
+      for (i64 r = 0; r < B * T; ++r)
+        for (i64 i = 0; i < C; ++i) {
+          rq.push_back(ref.dqkv[r * 3 * C + i]), gq.push_back(dqf[r * 3 * C + i]);
+          rk.push_back(ref.dqkv[r * 3 * C + C + i]), gk.push_back(dqf[r * 3 * C + C + i]);
+          rv.push_back(ref.dqkv[r * 3 * C + 2 * C + i]), gv.push_back(dqf[r * 3 * C + 2 * C + i]);
+        }
+      const double errs[] = {scaled_error(yf, ref.y, u), scaled_error(gq, rq, u),
+                             scaled_error(gk, rk, u), scaled_error(gv, rv, u)};
+      const char* names[] = {"y", "dq", "dk", "dv"};
+      for (int i = 0; i < 4; ++i) {
+        double& w = with_y ? worst.with_y : worst.without_y;
+        w = std::max(w, errs[i]);
+        expect(errs[i] <= kTypedTol, "attention_ex fast " + std::string(names[i]) +
+                                         (with_y ? " (given y) " : " (D recomputed) ") + mctx +
+                                         ": error " + std::to_string(errs[i]) + " u > " +
+                                         std::to_string(kTypedTol) + " u");
       }
-    const double errs[] = {scaled_error(yf, ref.y, u), scaled_error(gq, rq, u),
-                           scaled_error(gk, rk, u), scaled_error(gv, rv, u)};
-    const char* names[] = {"y", "dq", "dk", "dv"};
-    for (int i = 0; i < 4; ++i) {
-      worst = std::max(worst, errs[i]);
-      expect(errs[i] <= kTypedTol, "attention_ex fast " + std::string(names[i]) + " " + mctx +
-                                       ": error " + std::to_string(errs[i]) + " u > " +
-                                       std::to_string(kTypedTol) + " u");
     }
     double es = 0.0;
     for (std::size_t i = 0; i < rows * 2; ++i) {
@@ -235,25 +253,31 @@ void check_typed_shape(unsigned& seed, i64 B, i64 T, i64 C, i64 nh, float p, dou
 // 64, T 1024) and nanoGPT's char model (hd 64, T 256), one (b, h) each, and at hd 128, T 512,
 // with attn_dropout 0 and 0.2 (`cuda_emu_test attention-measure`; Note [CUDA attention]).
 void measure_typed_attention(unsigned& seed) {
-  double worst_bf = 0.0, worst_h = 0.0;
+  TypedWorst worst_bf, worst_h;
   for (auto d :
        std::vector<std::array<i64, 4>>{{1, 1024, 64, 1}, {1, 256, 64, 1}, {1, 512, 128, 1}})
     for (float p : {0.0f, 0.2f}) {
-      double bf = 0.0, h = 0.0;
+      TypedWorst bf, h;
       check_typed_shape<bfloat16>(seed, d[0], d[1], d[2], d[3], p, bf);
       check_typed_shape<float16>(seed, d[0], d[1], d[2], d[3], p, h);
-      std::printf("attention_ex fast %s p %.1f: max error %.3g u (bf16), %.3g u (f16)\n",
-                  dims({d[0], d[1], d[2], d[3]}).c_str(), p, bf, h);
-      worst_bf = std::max(worst_bf, bf);
-      worst_h = std::max(worst_h, h);
+      std::printf("attention_ex fast %s p %.1f: max error given y %.3g u (bf16), %.3g u (f16); "
+                  "D recomputed %.3g u (bf16), %.3g u (f16)\n",
+                  dims({d[0], d[1], d[2], d[3]}).c_str(), p, bf.with_y, h.with_y, bf.without_y,
+                  h.without_y);
+      worst_bf.with_y = std::max(worst_bf.with_y, bf.with_y);
+      worst_bf.without_y = std::max(worst_bf.without_y, bf.without_y);
+      worst_h.with_y = std::max(worst_h.with_y, h.with_y);
+      worst_h.without_y = std::max(worst_h.without_y, h.without_y);
     }
-  std::printf("worst: %.3g u (bf16), %.3g u (f16)\n", worst_bf, worst_h);
+  std::printf("worst: given y %.3g u (bf16), %.3g u (f16); D recomputed %.3g u (bf16), %.3g u "
+              "(f16)\n",
+              worst_bf.with_y, worst_h.with_y, worst_bf.without_y, worst_h.without_y);
 }
 
 void check_typed_attention(unsigned& seed) {
   check_mma<bfloat16>(seed);
   check_mma<float16>(seed);
-  double worst_bf = 0.0, worst_h = 0.0;
+  TypedWorst worst_bf, worst_h;
   for (auto d : std::vector<std::array<i64, 4>>{
            {2, 37, 128, 2},  // hd 64: the mma kernels, T not a multiple of 64, B nh 4
            {1, 70, 256, 2},  // hd 128: the mma kernels, two query tiles
@@ -262,9 +286,10 @@ void check_typed_attention(unsigned& seed) {
       check_typed_shape<bfloat16>(seed, d[0], d[1], d[2], d[3], p, worst_bf);
       check_typed_shape<float16>(seed, d[0], d[1], d[2], d[3], p, worst_h);
     }
-  std::printf("attention_ex fast vs double: max error %.3g u (bf16, u = 2^-8), %.3g u (f16, "
-              "u = 2^-11); tolerance %.3g u (1 + max |ref|)\n",
-              worst_bf, worst_h, kTypedTol);
+  std::printf("attention_ex fast vs double: max error given y %.3g u (bf16, u = 2^-8), %.3g u "
+              "(f16, u = 2^-11); D recomputed %.3g u (bf16), %.3g u (f16); tolerance %.3g u "
+              "(1 + max |ref|)\n",
+              worst_bf.with_y, worst_h.with_y, worst_bf.without_y, worst_h.without_y, kTypedTol);
   expect(!cudak->has_attention_ex(DType::f32, 64, Determinism::fast) &&
              !cudak->has_attention_ex(DType::bf16, 136, Determinism::bitwise),
          "has_attention_ex: f32 or head_dim > 128 not native");
