@@ -123,6 +123,9 @@ void check_fused_kernels(unsigned& seed);
 /// The typed row kernels' checks (Kernels::*_ex on bf16 / f16 against the simulator's MixedOp
 /// path; test_emu_rows.cpp; part of check_fused_kernels).
 void check_typed_rows(unsigned& seed);
+/// The reductions over rows (typed and f32), bitwise sum and sum_squares' tree
+/// (test_emu_reduce.cpp, Note [CUDA row sums]).
+void check_row_reductions(unsigned& seed);
 /// The dtype-generic kernels' checks (test_emu_dtype.cpp).
 void check_dtype_kernels(unsigned& seed);
 /// The typed GEMM's checks (test_emu_gemm.cpp): gemm_ex against the simulator's MixedOp path.
