@@ -186,6 +186,13 @@ constexpr bool typed_sharded_gemm_supported(DType a, DType b, DType c) {
   return storage(a) && b == a && storage(c);
 }
 
+/// Whether the CUDA backend runs sum_rows_ex / sum_rows_sharded_ex natively (has_sum_rows_ex):
+/// x bf16 or f16 (one kernel instantiation each), out of x's dtype or f32 (a run-time argument
+/// of the kernels' store), in both modes.
+constexpr bool typed_sum_rows_supported(DType x, DType out) {
+  return (x == DType::bf16 || x == DType::f16) && (out == x || out == DType::f32);
+}
+
 /// cuBLASLt's compute type for A / B of dtype `ab`: CUBLAS_COMPUTE_32F (tf32 == false), or
 /// CUBLAS_COMPUTE_32F_FAST_TF32 for f32 operands when BackendOptions::allow_tf32 (torch's
 /// allow_tf32: f32 inputs rounded to TF32 on the tensor cores, f32 accumulation). bf16 / f16

@@ -68,11 +68,30 @@ __global__ void mse_backward_kernel(const float* x, const float* t, i64 n, const
 
 // ---- reductions ------------------------------------------------------------------------------
 
-// Bitwise sum: one ascending chain from 0.0f (a single thread, as the simulator's loop).
-__global__ void sum_bitwise_kernel(const float* x, i64 n, float scale, float* out) {
+// Bitwise sum: one ascending chain from 0.0f (the simulator's loop) in thread 0, over tiles of
+// x that the block stages in shared memory (two buffers: the next tile loads, coalesced, while
+// thread 0 runs the chain over this one). The chain is serial: its order is the result.
+constexpr int kChainTile = 2048;  // floats per staged tile
+
+__global__ void __launch_bounds__(kThreads) sum_bitwise_kernel(const float* x, i64 n, float scale,
+                                                               float* out) {
+  __shared__ float tile[2][kChainTile];
+  const int t = static_cast<int>(threadIdx.x);
   float acc = 0.0f;
-  for (i64 i = 0; i < n; ++i) acc = cm::sum_step(acc, x[i]);
-  *out = cm::mul(scale, acc);
+  for (i64 i = t; i < n && i < kChainTile; i += blockDim.x) tile[0][i] = x[i];
+  __syncthreads();
+  for (i64 base = 0, k = 0; base < n; base += kChainTile, ++k) {
+    const i64 next = base + kChainTile;
+    float* stage = tile[(k + 1) & 1];
+    for (i64 i = t; i < kChainTile && next + i < n; i += blockDim.x) stage[i] = x[next + i];
+    if (t == 0) {
+      const float* cur = tile[k & 1];
+      const i64 len = n - base < kChainTile ? n - base : kChainTile;
+      for (i64 i = 0; i < len; ++i) acc = cm::sum_step(acc, cur[i]);
+    }
+    __syncthreads();
+  }
+  if (t == 0) *out = cm::mul(scale, acc);
 }
 
 constexpr int kSumThreads = 1024;
@@ -86,32 +105,144 @@ __global__ void __launch_bounds__(kSumThreads) sum_fast_kernel(const float* x, i
   if (threadIdx.x == 0) *out = scale * acc;
 }
 
-// Bitwise sum_rows: one thread per column, rows ascending from 0.0f.
-__global__ void sum_rows_bitwise_kernel(const float* x, i64 rows, i64 cols, float beta,
-                                        float* out) {
-  for (i64 c = global_thread(); c < cols; c += grid_threads()) {
-    float acc = 0.0f;
-    for (i64 r = 0; r < rows; ++r) acc = cm::sum_step(acc, x[r * cols + c]);
-    out[c] = beta == 0.0f ? acc : cm::gemm_epilogue(acc, 1.0f, beta, out[c]);
+// ---- reductions over rows (bias and LayerNorm parameter gradients; Note [CUDA row sums]) -------
+
+// Note [CUDA row sums]
+// sum_rows (bitwise), sum_rows_sharded and their typed versions (sum_rows_ex,
+// sum_rows_sharded_ex: x bf16 / f16 loaded and widened, out f32 or x's dtype, rounded once) are
+// one kernel, sum_rows_tree_kernel: a block of kSumCols columns x up to kSumLanes warps; warp w
+// runs the ascending chains from 0.0f of shards w, w + kSumLanes, ... for its 32 columns (each
+// row a coalesced segment), the leaves go to shared memory, and warp 0 folds them with the
+// canonical tree over the shards (a TreeStack, leaves in shard order) and finishes: the
+// simulator's bits, with columns x shards chains in parallel where the old kernel ran one thread
+// per column over every shard. bitwise sum_rows is the case of one shard [0, rows). The chains
+// stay serial (their order is the result); more than kShardCap shards go through shard_tree's
+// host recursion (f32 nodes, the root rounded once: launch_combine_typed). Fast sum_rows (any
+// order) splits each column's rows over kRowGroups threads (sum_rows_fast_kernel).
+constexpr int kSumCols = 32;   // columns per block of sum_rows_tree_kernel
+constexpr int kSumLanes = 8;   // warps per block: the shards' chains of its columns
+
+// Where a reduction over rows lands: out[c] of dtype t (f32, bf16, f16) = round_t(T finished
+// with `mode`; with beta != 0 (sum_rows): cm::gemm_epilogue(T, 1, beta, out[c])).
+struct RowsOut {
+  void* p;
+  DType t;
+  Out mode;
+  float scale;
+  float beta;
+};
+
+__device__ __forceinline__ void finish_rows(const RowsOut& o, i64 c, float v) {
+  const bool reads = o.mode == Out::accumulate || o.beta != 0.0f;
+  const float d = reads ? ld_elem(o.p, o.t, c) : 0.0f;
+  st_elem(o.p, o.t, c,
+          o.beta != 0.0f ? cm::gemm_epilogue(v, 1.0f, o.beta, d) : finish(o.mode, v, d, o.scale));
+}
+
+// X: x's element type (float, bfloat16, float16). Grid-stride over blocks of kSumCols columns;
+// blockDim (kSumCols, lanes <= kSumLanes).
+template <class X>
+__global__ void __launch_bounds__(kSumCols * kSumLanes)
+    sum_rows_tree_kernel(const X* x, i64 cols, const __grid_constant__ ShardBounds bounds,
+                         int shards, const RowsOut out) {
+  __shared__ float leaf[kShardCap][kSumCols];
+  const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+  for (i64 c0 = static_cast<i64>(blockIdx.x) * kSumCols; c0 < cols;
+       c0 += static_cast<i64>(gridDim.x) * kSumCols) {
+    const i64 c = c0 + tx;
+    if (c < cols)
+      for (int s = ty; s < shards; s += static_cast<int>(blockDim.y)) {
+        float acc = 0.0f;
+        const X* xc = x + c;
+#pragma unroll 4
+        for (i64 r = bounds.b[s]; r < bounds.b[s + 1]; ++r)
+          acc = cm::sum_step(acc, ld_elem(xc, r * cols));
+        leaf[s][tx] = acc;
+      }
+    __syncthreads();
+    if (ty == 0 && c < cols) {
+      cm::TreeStack<1, kShardDepth> tree;
+      float v[1];
+      for (int s = 0; s < shards; ++s) {
+        v[0] = leaf[s][tx];
+        tree.push(s, v);
+      }
+      tree.result(v);
+      finish_rows(out, c, v[0]);
+    }
+    __syncthreads();
   }
 }
 
 constexpr int kRowGroups = 8;  // fast sum_rows: rows split over 8 threads per column
 
 // Fast sum_rows: block (32, kRowGroups) over 32 columns; each thread sums every kRowGroups-th
-// row, then the partials are added in shared memory.
-__global__ void sum_rows_fast_kernel(const float* x, i64 rows, i64 cols, float beta, float* out) {
+// row, then the partials are added in shared memory (any order); X as sum_rows_tree_kernel's.
+template <class X>
+__global__ void sum_rows_fast_kernel(const X* x, i64 rows, i64 cols, const RowsOut out) {
   __shared__ float part[kRowGroups][33];
   const i64 c = static_cast<i64>(blockIdx.x) * 32 + threadIdx.x;
   float acc = 0.0f;
   if (c < cols)
-    for (i64 r = threadIdx.y; r < rows; r += kRowGroups) acc += x[r * cols + c];
+    for (i64 r = threadIdx.y; r < rows; r += kRowGroups) acc += ld_elem(x, r * cols + c);
   part[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && c < cols) {
     for (int g = 1; g < kRowGroups; ++g) acc += part[g][threadIdx.x];
-    out[c] = beta == 0.0f ? acc : beta * out[c] + acc;
+    const float v = out.beta == 0.0f ? acc : out.beta * ld_elem(out.p, out.t, c) + acc;
+    st_elem(out.p, out.t, c, v);
   }
+}
+
+// One launch of sum_rows_tree_kernel over shards sb[0..shards] (<= kShardCap) into `out`.
+template <class X>
+void launch_sum_rows_tree(const Launch& l, const X* x, i64 cols, const ShardBounds& sb, int shards,
+                          const RowsOut& out) {
+  const unsigned lanes = static_cast<unsigned>(std::clamp(shards, 1, kSumLanes));
+  sum_rows_tree_kernel<X><<<blocks_for(cols, kSumCols), dim3(kSumCols, lanes), 0, l.get()>>>(x, cols, sb, shards, out);
+  l.check();
+}
+
+// sum_rows (bitwise: the tree kernel over one shard; fast: any order) of X elements into `out`.
+template <class X>
+void launch_sum_rows(const Launch& l, const X* x, i64 rows, i64 cols, const RowsOut& out,
+                     Determinism mode) {
+  if (mode == Determinism::bitwise) {
+    ShardBounds sb{};
+    sb.b[0] = 0, sb.b[1] = rows;
+    launch_sum_rows_tree(l, x, cols, sb, 1, out);
+    return;
+  }
+  const auto blocks = static_cast<unsigned>((cols + 31) / 32);
+  sum_rows_fast_kernel<X><<<blocks, dim3(32, kRowGroups), 0, l.get()>>>(x, rows, cols, out);
+  l.check();
+}
+
+// sum_rows_sharded of X elements into out[cols] of dtype t: one launch up to kShardCap shards;
+// past it the host tree of shard_tree, its nodes f32 scratch and the root rounded once into t.
+template <class X>
+void launch_sum_rows_sharded(const Launch& l, const X* x, i64 cols, const std::vector<i64>& bounds,
+                             void* out, DType t, bool accumulate) {
+  const auto shards = static_cast<i64>(bounds.size()) - 1;
+  const Out mode = accumulate ? Out::accumulate : Out::store;
+  auto leaf = [&](i64 lo, i64 hi, float* d, i64 /*ld*/, Out m, float scale) {
+    launch_sum_rows_tree(l, x, cols, shard_bounds(bounds, lo, hi), static_cast<int>(hi - lo),
+                         RowsOut{d, DType::f32, m, scale, 0.0f});
+  };
+  if (shards <= kShardCap) {
+    launch_sum_rows_tree(l, x, cols, shard_bounds(bounds, 0, shards), static_cast<int>(shards),
+                         RowsOut{out, t, mode, 1.0f, 0.0f});
+    return;
+  }
+  if (t == DType::f32) {
+    shard_tree(l, 0, shards, 1, cols, static_cast<float*>(out), cols, mode, 1.0f, leaf);
+    return;
+  }
+  const i64 mid = tree_mid(0, shards);
+  DeviceTemp left(l, cols), right(l, cols);
+  shard_tree(l, 0, mid, 1, cols, left.get(), cols, Out::store, 1.0f, leaf);
+  shard_tree(l, mid, shards, 1, cols, right.get(), cols, Out::store, 1.0f, leaf);
+  launch_combine_typed(l, 1, cols, left.get(), right.get(), out, t, cols, mode);
 }
 
 // ---- canonical tree over inputs (sum_inputs) ---------------------------------------------------
@@ -161,24 +292,6 @@ __global__ void sum_inputs_kernel(const Inputs<N> in, float* out, i64 numel) {
 }
 
 // ---- micro-sharded reductions (bitwise; at most kShardCap shards per launch) -------------------
-
-// One thread per column: ascending in-shard sums from 0.0f, canonical tree over the shards.
-__global__ void sum_rows_sharded_kernel(const float* x, i64 cols,
-                                        const __grid_constant__ ShardBounds bounds, int shards,
-                                        float* out, Out mode, float scale) {
-  for (i64 c = global_thread(); c < cols; c += grid_threads()) {
-    cm::TreeStack<1, kShardDepth> tree;
-    float v[1];
-    for (int s = 0; s < shards; ++s) {
-      float acc = 0.0f;
-      for (i64 r = bounds.b[s]; r < bounds.b[s + 1]; ++r) acc = cm::sum_step(acc, x[r * cols + c]);
-      v[0] = acc;
-      tree.push(s, v);
-    }
-    tree.result(v);
-    out[c] = finish(mode, v[0], mode == Out::accumulate ? out[c] : 0.0f, scale);
-  }
-}
 
 // One block of kShardCap threads: thread s sums shard s ascending; thread 0 runs the tree.
 __global__ void sum_sharded_kernel(const float* x, const __grid_constant__ ShardBounds bounds,
@@ -327,13 +440,23 @@ class CudaKernels final : public CudaGptKernels {
                 Determinism mode) override {
     if (cols <= 0) return;
     Launch l(backend_, s, "sum_rows");
-    if (mode == Determinism::bitwise) {
-      sum_rows_bitwise_kernel<<<blocks_for(cols), kThreads, 0, l.get()>>>(x, rows, cols, beta, out);
-    } else {
-      const auto blocks = static_cast<unsigned>((cols + 31) / 32);
-      sum_rows_fast_kernel<<<blocks, dim3(32, kRowGroups), 0, l.get()>>>(x, rows, cols, beta, out);
-    }
-    l.check();
+    launch_sum_rows(l, x, rows, cols, RowsOut{out, DType::f32, Out::store, 1.0f, beta}, mode);
+  }
+
+  bool has_sum_rows_ex(DType x_type, DType out_type, Determinism) const override {
+    return typed_sum_rows_supported(x_type, out_type);
+  }
+
+  // sum_rows on the stored x, out rounded once into out_type (Note [CUDA row sums]).
+  void sum_rows_ex(Stream& s, const void* x, DType x_type, i64 rows, i64 cols, float beta,
+                   void* out, DType out_type, Determinism mode) override {
+    if (cols <= 0) return;
+    Launch l(backend_, s, "sum_rows_ex");
+    with_storage(x_type, [&](auto e) {
+      using X = decltype(e);
+      launch_sum_rows(l, static_cast<const X*>(x), rows, cols,
+                      RowsOut{out, out_type, Out::store, 1.0f, beta}, mode);
+    });
   }
 
   void relu(Stream& s, const float* x, float* y, i64 n) override {
@@ -384,7 +507,7 @@ class CudaKernels final : public CudaGptKernels {
   void sum(Stream& s, const float* x, i64 n, float scale, float* out, Determinism mode) override {
     Launch l(backend_, s, "sum");
     if (mode == Determinism::bitwise)
-      sum_bitwise_kernel<<<1, 1, 0, l.get()>>>(x, std::max<i64>(n, 0), scale, out);
+      sum_bitwise_kernel<<<1, kThreads, 0, l.get()>>>(x, std::max<i64>(n, 0), scale, out);
     else
       sum_fast_kernel<<<1, kSumThreads, 0, l.get()>>>(x, std::max<i64>(n, 0), scale, out);
     l.check();
@@ -484,14 +607,20 @@ class CudaKernels final : public CudaGptKernels {
                         const std::vector<i64>& bounds, float* out, bool accumulate) override {
     if (cols <= 0) return;
     Launch l(backend_, s, "sum_rows_sharded");
-    const auto shards = static_cast<i64>(bounds.size()) - 1;
-    auto leaf = [&](i64 lo, i64 hi, float* d, i64 /*ld*/, Out mode, float scale) {
-      sum_rows_sharded_kernel<<<blocks_for(cols), kThreads, 0, l.get()>>>(
-          x, cols, shard_bounds(bounds, lo, hi), static_cast<int>(hi - lo), d, mode, scale);
-      l.check();
-    };
-    shard_tree(l, 0, shards, 1, cols, out, cols, accumulate ? Out::accumulate : Out::store, 1.0f,
-               leaf);
+    launch_sum_rows_sharded(l, x, cols, bounds, out, DType::f32, accumulate);
+  }
+
+  // sum_rows_sharded on the stored x, out rounded once into out_type (Note [CUDA row sums]).
+  void sum_rows_sharded_ex(Stream& s, const void* x, DType x_type, i64 /*rows*/, i64 cols,
+                           const std::vector<i64>& bounds, void* out, DType out_type,
+                           bool accumulate) override {
+    if (cols <= 0) return;
+    Launch l(backend_, s, "sum_rows_sharded_ex");
+    with_storage(x_type, [&](auto e) {
+      using X = decltype(e);
+      launch_sum_rows_sharded(l, static_cast<const X*>(x), cols, bounds, out, out_type,
+                              accumulate);
+    });
   }
 
   void sum_sharded(Stream& s, const float* x, const std::vector<i64>& bounds, float scale,

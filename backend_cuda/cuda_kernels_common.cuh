@@ -74,6 +74,32 @@ __device__ __forceinline__ float tree_over(const float* leaves, i64 n) {
   return v[0];
 }
 
+// The canonical tree over leaves[0..n), n >= 1, by the blockDim.x threads of a block (a power of
+// two; every thread calls it; `scratch` is blockDim.x floats of shared memory), valid in thread 0.
+// Thread t folds the aligned run of leaves [t L, (t + 1) L) cut at n, L the least power of two
+// with L x blockDim.x >= n, with tree_over; the runs are then paired bottom-up (stride h = 1, 2,
+// 4, ...: run t = add(run t, run t + h) where run t + h has leaves). An aligned power-of-two run
+// cut at n is a node of the canonical tree, so each add is one of its nodes, left + right: the bits
+// of tree_over over all n leaves in one thread (Note [Streaming canonical tree]), with ~n /
+// blockDim.x + log2(blockDim.x) dependent adds instead of n.
+template <int Depth>
+__device__ __forceinline__ float block_tree_over(const float* leaves, i64 n, float* scratch) {
+  const i64 threads = blockDim.x;
+  i64 run = 1;
+  while (run * threads < n) run *= 2;
+  const i64 runs = (n + run - 1) / run;  // runs with leaves, <= blockDim.x
+  const i64 t = threadIdx.x;
+  float v = 0.0f;
+  if (t < runs) v = tree_over<Depth>(leaves + t * run, n - t * run < run ? n - t * run : run);
+  scratch[t] = v;
+  __syncthreads();
+  for (i64 h = 1; h < runs; h *= 2) {
+    if (t % (2 * h) == 0 && t + h < runs) scratch[t] = cm::add(scratch[t], scratch[t + h]);
+    __syncthreads();
+  }
+  return scratch[0];
+}
+
 // ---- storage-dtype elements (the typed row kernels, Kernels::*_ex; cuda_fused.cu) ---------------
 // E is float, bfloat16 or float16 (ditto's bit containers, core/numerics/float_formats.h):
 // ld_elem widens element i to f32 (exact: the simulator's cast), st_elem rounds v once into E

@@ -9,8 +9,9 @@
 //
 // Note [CUDA GPT kernels]
 // Parallelism is over independent chains only. sum_squares (bitwise) writes one chain per
-// kSquaresBlock block to scratch and one thread folds the blocks with the same tree; its fast path
-// reduces in any order.
+// kSquaresBlock block to scratch and one block folds them with the same tree (block_tree_over:
+// aligned runs of leaves per thread, then paired in shared memory); its fast path reduces in any
+// order.
 #include "backend_cuda/cuda_kernels_common.cuh"
 #include "core/numerics/gpt_math.h"
 
@@ -45,9 +46,14 @@ __global__ void squares_blocks_kernel(const float* x, i64 n, i64 blocks, float* 
   }
 }
 
-// *out = canonical tree over partial[0..blocks), blocks >= 1 (one thread).
-__global__ void squares_tree_kernel(const float* partial, i64 blocks, float* out) {
-  *out = tree_over<kSquaresDepth>(partial, blocks);
+constexpr int kSquaresTreeThreads = 256;  // threads of the tree over the leaves (a power of two)
+
+// *out = canonical tree over partial[0..blocks), blocks >= 1 (one block: block_tree_over).
+__global__ void __launch_bounds__(kSquaresTreeThreads) squares_tree_kernel(const float* partial,
+                                                                           i64 blocks, float* out) {
+  __shared__ float scratch[kSquaresTreeThreads];
+  const float v = block_tree_over<kSquaresDepth>(partial, blocks, scratch);
+  if (threadIdx.x == 0) *out = v;
 }
 
 // Fast: one block, strided fma partials, a tree over the block (any order).
@@ -124,7 +130,7 @@ void CudaGptKernels::sum_squares(Stream& s, const float* x, i64 n, float* out, D
   squares_blocks_kernel<<<blocks_for(blocks, 128), 128, 0, l.get()>>>(x, n, blocks,
                                                                       partial.get());
   l.check();
-  squares_tree_kernel<<<1, 1, 0, l.get()>>>(partial.get(), blocks, out);
+  squares_tree_kernel<<<1, kSquaresTreeThreads, 0, l.get()>>>(partial.get(), blocks, out);
   l.check();
 }
 

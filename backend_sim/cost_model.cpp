@@ -168,6 +168,19 @@ KernelCost storage_cost(const KernelCost& f32, DType storage, double fixed_bytes
   return c;
 }
 
+KernelCost sum_rows_ex_cost(std::int64_t rows, std::int64_t cols, DType x_type, DType out_type) {
+  DITTO_CHECK(float_storage(x_type) && float_storage(out_type),
+              "sum_rows_ex_cost: expected x_type and out_type f32, bf16 or f16, got ",
+              dtype_name(x_type), " and ", dtype_name(out_type));
+  DITTO_CHECK(rows >= 0 && cols >= 0, "sum_rows_ex_cost: expected rows, cols >= 0, got ", rows,
+              " and ", cols);
+  KernelCost c{double(rows) * double(cols),
+               double(rows) * double(cols) * double(dtype_size(x_type)) +
+                   double(cols) * double(dtype_size(out_type))};
+  c.operands = x_type;
+  return c;
+}
+
 const char* algo_name(CollectiveAlgo a) {
   switch (a) {
     case CollectiveAlgo::local: return "local";

@@ -218,7 +218,10 @@ KernelCost native_cost(const KernelCost& f32, DType storage);
 //       rstd (8 bytes a row), a loss (4 a row), a token id or target (8 a row). The embedding
 //       gradient (embedding_backward_ex): dy in the storage dtype, grad_wte in its own (f32 in
 //       bitwise mode, the storage dtype in fast), embedding_backward's six launches
-//       (gpt_kernels::embedding_backward_ex_cost).
+//       (gpt_kernels::embedding_backward_ex_cost);
+//   row sums (has_sum_rows_ex: the bias and LayerNorm parameter gradients, sum_rows in fast mode
+//       and sum_rows_sharded in bitwise mode, x bf16 / f16 into an out of x's dtype or f32):
+//       sum_rows_ex_cost, one launch over x and out in their own dtypes.
 // A kernel that has no typed CUDA version runs on CUDA through MixedOp's f32 scratch, and a dry
 // run prices that as CUDA runs it (Note [Predicted launches]): its casts as launches, the f32
 // kernel at f32 bytes, the scratch charged to the device.
@@ -244,6 +247,11 @@ KernelCost attention_ex_cost(std::int64_t B, std::int64_t T, std::int64_t C, std
 /// storage_cost(f32, t, 0) for bf16 / f16. Throws InvalidArgument when fixed_bytes is negative
 /// or more than f32.bytes, or for a storage dtype other than f32, bf16, f16.
 KernelCost storage_cost(const KernelCost& f32, DType storage, double fixed_bytes);
+
+/// Kernels::sum_rows_ex's and sum_rows_sharded_ex's cost (Note [Typed kernels]): rows x cols
+/// FLOPs; bytes rows x cols x size(x_type) + cols x size(out_type); operands x_type; one launch
+/// (the CUDA kernels make one up to 64 shards, the f32 sum_rows_sharded's count).
+KernelCost sum_rows_ex_cost(std::int64_t rows, std::int64_t cols, DType x_type, DType out_type);
 
 // Note [Predicted launches]
 // A dry run predicts the CUDA backend (ditto's production target on a GPU): where that backend
@@ -271,10 +279,13 @@ KernelCost storage_cost(const KernelCost& f32, DType storage, double fixed_bytes
 // Kernels CUDA launches as the simulator prices them, one launch each over the same bytes:
 // cast, fill_f32, fill_bits, axpy, scale, add_bias, sum_rows, sum_inputs (up to 8 inputs),
 // layernorm, gelu, dropout, cross_entropy, embedding_forward; copy_d2d is one cudaMemcpyAsync
-// (read + write at memory bandwidth). Priced one launch though CUDA's may take longer: bitwise
-// sum and sum_rows(_sharded) are one thread per output (a chain over the rows), which on a GPU is
-// latency-bound, not bandwidth-bound; the model has no term for that (issue 29 item 3 retunes
-// them).
+// (read + write at memory bandwidth). Priced one launch at bandwidth though CUDA's may take
+// longer where a serial chain bounds it: bitwise sum is one chain (thread 0 over tiles the block
+// stages in shared memory), and bitwise sum_rows(_sharded) runs a chain per (column, shard) in
+// parallel (Note [CUDA row sums], backend_cuda/cuda_kernels.cu): a chain of R rows takes at
+// least R dependent adds (~4 cycles each: GPT-2 B 8's 1024-row shards about 2 us, under the
+// 3 us its bf16 bytes take at bandwidth). The model has no latency term for chains; a GPU run
+// that measures these rows says whether it needs one.
 // The optimizer: in a dry run the simulator's
 // has_multi_tensor_kernels() is true, so optim::Adam / AdamW (Adam::step_multi) and
 // optim::clip_grad_norm_ make per device one call each, as on cuda, and each call is priced as

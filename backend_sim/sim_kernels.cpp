@@ -428,6 +428,34 @@ class SimKernels final : public Kernels {
            });
   }
 
+  // ---- the typed reductions over rows (Note [Typed kernels], cost_model.h) -------------------
+  // A dry run predicts the CUDA backend, which sums bf16 / f16 rows natively in both modes
+  // (cuda_host_logic.h's typed_sum_rows_supported): ops::sum_rows / sum_rows_sharded then call
+  // these, each priced as one launch over x and out in their dtypes (sum_rows_ex_cost), no casts.
+  // A real run keeps Kernels' default (false): MixedOp's f32 scratch and the f32 kernels.
+  bool has_sum_rows_ex(DType x_type, DType out_type, Determinism mode) const override {
+    return cost_->dry_run() && (x_type == DType::bf16 || x_type == DType::f16) &&
+           (out_type == x_type || out_type == DType::f32) && is_valid_determinism(mode);
+  }
+
+  void sum_rows_ex(Stream& s, const void* x, DType x_type, std::int64_t rows, std::int64_t cols,
+                   float beta, void* out, DType out_type, Determinism mode) override {
+    if (!cost_->dry_run())  // throws: has_sum_rows_ex is false
+      return Kernels::sum_rows_ex(s, x, x_type, rows, cols, beta, out, out_type, mode);
+    if (cols <= 0) return;
+    price(s, "sum_rows_ex", sum_rows_ex_cost(rows, cols, x_type, out_type));
+  }
+
+  void sum_rows_sharded_ex(Stream& s, const void* x, DType x_type, std::int64_t rows,
+                           std::int64_t cols, const std::vector<std::int64_t>& bounds, void* out,
+                           DType out_type, bool accumulate) override {
+    if (!cost_->dry_run())  // throws: has_sum_rows_ex is false
+      return Kernels::sum_rows_sharded_ex(s, x, x_type, rows, cols, bounds, out, out_type,
+                                          accumulate);
+    if (cols <= 0) return;
+    price(s, "sum_rows_sharded_ex", sum_rows_ex_cost(rows, cols, x_type, out_type));
+  }
+
   void adam_step(Stream& s, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
                  float* max_exp_avg_sq, std::int64_t n, double lr, double beta1, double beta2,
                  double eps, double weight_decay, double bias_correction1, double bias_correction2,

@@ -357,6 +357,48 @@ TEST(ComputeUnits, DryRunRowOpsTakeTheTypedKernels) {
   EXPECT_EQ(dry.memory_stats(0).peak - before, std::size_t(2 * n));  // y alone
 }
 
+// The bias and LayerNorm gradients' reductions over rows have typed CUDA kernels
+// (Kernels::has_sum_rows_ex, cuda_host_logic.h's typed_sum_rows_supported: x bf16 / f16, out x's
+// dtype or f32, both modes): a dry run answers as CUDA does (a real run no) and prices one
+// sum_rows_ex / sum_rows_sharded_ex launch over x and out in their dtypes (sum_rows_ex_cost), no
+// casts and no f32 scratch (Note [Typed kernels]).
+TEST(ComputeUnits, DryRunRowSumsTakeTheTypedKernels) {
+  for (bool dry : {true, false}) {
+    Kernels& k = fresh_sim(dry).kernels();
+    for (DType x : kAllDTypes)
+      for (DType out : kAllDTypes)
+        for (Determinism mode : {Determinism::fast, Determinism::bitwise})
+          EXPECT_EQ(k.has_sum_rows_ex(x, out, mode), dry && cuda::typed_sum_rows_supported(x, out))
+              << dtype_name(x) << " " << dtype_name(out) << (dry ? " dry" : " real");
+  }
+  const std::int64_t rows = 4096, cols = 768;
+  const KernelCost c = sim::sum_rows_ex_cost(rows, cols, DType::bf16, DType::f32);
+  EXPECT_DOUBLE_EQ(c.flops, double(rows) * cols);
+  EXPECT_DOUBLE_EQ(c.bytes, 2.0 * rows * cols + 4.0 * cols);
+  EXPECT_EQ(c.operands, DType::bf16);
+  EXPECT_EQ(c.launches, 1);
+  sim::SimBackend& dry = fresh_sim(true);
+  const Device dev("sim", 0);
+  Tensor x = Tensor::zeros({rows, cols}, DType::bf16, dev);
+  Tensor gb = Tensor::zeros({cols}, DType::bf16, dev), gf = Tensor::zeros({cols}, DType::f32, dev);
+  dry.default_stream(0).synchronize();
+  const std::size_t before = dry.memory_stats(0).in_use;
+  dry.reset_peak_memory(0);
+  ops::sum_rows(x, gb, 1.0f, Determinism::fast);                              // fast: grads in bf16
+  ops::sum_rows_sharded(x, gf, {0, 1000, 1000, rows}, /*accumulate=*/false);  // bitwise: f32
+  dry.default_stream(0).synchronize();
+  const sim::CostModel::LedgerRow a = row(dry, "sum_rows_ex"), b = row(dry, "sum_rows_sharded_ex");
+  EXPECT_EQ(a.count, 1);
+  EXPECT_EQ(b.count, 1);
+  EXPECT_DOUBLE_EQ(a.bytes, 2.0 * rows * cols + 2.0 * cols);
+  EXPECT_DOUBLE_EQ(b.bytes, 2.0 * rows * cols + 4.0 * cols);
+  EXPECT_EQ(a.unit, PricedUnit::memory);
+  EXPECT_EQ(a.time, sim::to_vtime(kLaunch + a.bytes / (kBw * kHbmEff)));
+  EXPECT_EQ(row(dry, "cast_f32_scratch").count, 0);
+  EXPECT_EQ(row(dry, "sum_rows").count + row(dry, "sum_rows_sharded").count, 0);
+  EXPECT_EQ(dry.memory_stats(0).peak, before);  // no scratch
+}
+
 // ---- the typed kernels of issue 29 items 2 and 3 (a dry run takes them, as CUDA does) ---------
 
 // attention_ex_cost (Note [Typed kernels]) for GPT-2's attention (B 8, T 1024, C 768, 12 heads):
@@ -730,6 +772,19 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
     EXPECT_EQ(run.rows.count("gemm_tn_sharded / " + gemm_unit), 0u);  // typed: no f32 copies
     EXPECT_EQ(run.rows.count("layernorm_forward / memory"), 0u);      // typed row kernels
     EXPECT_EQ(run.rows.count("gelu_forward / memory"), 0u);
+    // The bias and LayerNorm gradients: typed row sums, no f32 copies (fast: sum_rows_ex into
+    // bf16 gradients; bitwise: sum_rows_sharded_ex into f32 ones). A step sums, per layer,
+    // LayerNorm 1 and 2's weight (dy xhat) and bias (dy) rows and the biases of c_attn (3C),
+    // attn.c_proj (C), c_fc (4C), mlp.c_proj (C) over B T rows (13 C columns), ln_f's two (2 C),
+    // and wpe's gradient over the B samples (T C columns): 12 x 8 + 2 + 1 = 99 launches over
+    // B T C (12 x 13 + 2 + 1) bf16 elements, plus the outs.
+    const std::string sums = bitwise ? "sum_rows_sharded" : "sum_rows";
+    EXPECT_EQ(run.rows.count(sums + " / memory"), 0u);
+    const CostLedgerRow rs = run.rows.at(sums + "_ex / memory");
+    EXPECT_EQ(rs.count, 99 * 2);
+    const double out_size = bitwise ? 4 : 2;
+    EXPECT_DOUBLE_EQ(rs.bytes / steps,
+                     2.0 * B * T * C * (12 * 13 + 2 + 1) + out_size * C * (12 * 13 + 2 + T));
     double flops = 0, gemm_s = 0, count = 0;
     for (const auto& [key, k] : run.rows)
       if (is_gemm(k.name)) {

@@ -38,6 +38,7 @@ class ProbeKernels final : public Kernels {
   ProbeKernels(Backend& sim, Kernels& k) : sim_(sim), k_(k) {}
 
   bool rows_ex = false;
+  bool sums_ex = false;  // has_sum_rows_ex's answer (x bf16 / f16, out x's dtype or f32)
   std::map<std::string, int> calls;
   std::int64_t cast_bytes = 0;  // read + written by the casts the ops asked for
   void reset() {
@@ -164,6 +165,32 @@ class ProbeKernels final : public Kernels {
     float* gf = sc.f32(n);
     k_.dropout_backward(s, sc.in(t, gy, n), gf, n, p, seed, stream, index_base);
     sc.out(gf, t, gx, n);
+  }
+
+  // The typed reductions over rows (has_sum_rows_ex): MixedOp's arithmetic, x and a typed out
+  // widened, the simulator's f32 kernel, out cast back.
+  bool has_sum_rows_ex(DType x_type, DType out_type, Determinism) const override {
+    return sums_ex && (x_type == DType::bf16 || x_type == DType::f16) &&
+           (out_type == x_type || out_type == DType::f32);
+  }
+  void sum_rows_ex(Stream& s, const void* x, DType xt, std::int64_t rows, std::int64_t cols,
+                   float beta, void* out, DType ot, Determinism mode) override {
+    note("sum_rows_ex");
+    Scratch sc(*this, s);
+    float* of =
+        ot == DType::f32 ? static_cast<float*>(out) : const_cast<float*>(sc.in(ot, out, cols));
+    k_.sum_rows(s, sc.in(xt, x, rows * cols), rows, cols, beta, of, mode);
+    if (ot != DType::f32) sc.out(of, ot, out, cols);
+  }
+  void sum_rows_sharded_ex(Stream& s, const void* x, DType xt, std::int64_t rows, std::int64_t cols,
+                           const std::vector<std::int64_t>& bounds, void* out, DType ot,
+                           bool accumulate) override {
+    note("sum_rows_sharded_ex");
+    Scratch sc(*this, s);
+    float* of =
+        ot == DType::f32 ? static_cast<float*>(out) : const_cast<float*>(sc.in(ot, out, cols));
+    k_.sum_rows_sharded(s, sc.in(xt, x, rows * cols), rows, cols, bounds, of, accumulate);
+    if (ot != DType::f32) sc.out(of, ot, out, cols);
   }
 
   // ---- everything else: the simulator's kernel, counted
@@ -603,13 +630,13 @@ struct Step {
   float loss = 0;
   std::vector<std::vector<std::uint8_t>> grads;
 };
-Step gpt_step(DType dt) {
+Step gpt_step(DType dt, Determinism mode = Determinism::bitwise) {
   const nn::GPTConfig cfg{
       .block_size = 16, .vocab_size = 65, .n_layer = 2, .n_head = 4, .n_embd = 32, .dropout = 0.1f};
   nn::GPT model(cfg, Device(kProbe, 0), 1337);
   model.to(dt);
   model.set_step(3);
-  model.set_determinism(Determinism::bitwise);
+  model.set_determinism(mode);
   const std::int64_t B = 4, T = cfg.block_size;
   std::vector<std::int64_t> ids(B * T), tg(B * T);
   for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -618,7 +645,7 @@ Step gpt_step(DType dt) {
   }
   const Device dev(kProbe, 0);
   nn::CrossEntropyLoss crit;
-  crit.set_determinism(Determinism::bitwise);
+  crit.set_determinism(mode);
   const Tensor logits = model.forward(Tensor::from_vector(ids, {B, T}).to(dev));
   const Tensor loss = crit.forward(logits, Tensor::from_vector(tg, {B, T}).to(dev));
   model.backward(crit.backward());
@@ -666,6 +693,133 @@ TEST_F(RowsEx, TinyGptStepKeepsItsBitsWithoutTheRowOpsCasts) {
   k.rows_ex = false;
 }
 
+// ---- the typed reductions over rows (has_sum_rows_ex: bias and LayerNorm gradients)
+
+/// ops::sum_rows (both modes, beta 0 and 1) and ops::sum_rows_sharded (accumulate or not) of a
+/// bf16 / f16 x [5, 24] into an f32 out and into an x-dtype out on `backend`: the outs' bytes.
+std::vector<std::vector<std::uint8_t>> run_row_sums(DType dt, const std::string& backend) {
+  const Tensor x = input({5, 24}, dt, 11, backend);
+  const std::vector<std::int64_t> bounds = {0, 2, 2, 5};  // an empty shard among them
+  std::vector<std::vector<std::uint8_t>> bytes;
+  for (DType ot : {DType::f32, dt}) {
+    for (Determinism mode : {Determinism::fast, Determinism::bitwise})
+      for (float beta : {0.0f, 1.0f}) {
+        Tensor out = input({24}, ot, 12, backend);
+        ops::sum_rows(x, out, beta, mode);
+        bytes.push_back(tensor_bytes(out));
+      }
+    for (bool acc : {false, true}) {
+      Tensor out = input({24}, ot, 13, backend);
+      ops::sum_rows_sharded(x, out, bounds, acc);
+      bytes.push_back(tensor_bytes(out));
+    }
+  }
+  return bytes;
+}
+
+// The dispatch rule: with has_sum_rows_ex false (the simulator's answer) the row sums of bf16 /
+// f16 tensors take MixedOp's casts and no typed kernel runs; with it true each is one
+// sum_rows_ex / sum_rows_sharded_ex launch and no cast, with the same bytes; an out of the other
+// half dtype keeps MixedOp.
+TEST_F(RowsEx, OpsCallTheTypedRowSumsOnlyWhereHasSumRowsExSaysSo) {
+  ProbeKernels& k = probe();
+  for (DType dt : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const auto sim = run_row_sums(dt, "sim");
+    k.sums_ex = false;
+    k.reset();
+    const auto mixed = run_row_sums(dt, kProbe);
+    EXPECT_EQ(k.calls["sum_rows_ex"] + k.calls["sum_rows_sharded_ex"], 0);
+    EXPECT_EQ(k.calls["sum_rows"], 8);
+    EXPECT_EQ(k.calls["sum_rows_sharded"], 4);
+    EXPECT_GT(k.calls["cast"], 0);
+    k.sums_ex = true;
+    k.reset();
+    const auto typed = run_row_sums(dt, kProbe);
+    EXPECT_EQ(k.calls["sum_rows_ex"], 8);
+    EXPECT_EQ(k.calls["sum_rows_sharded_ex"], 4);
+    EXPECT_EQ(k.calls["sum_rows"] + k.calls["sum_rows_sharded"], 0);
+    EXPECT_EQ(k.calls["cast"], 0);  // no f32 scratch: the tensors were uploaded in dt
+    ASSERT_EQ(typed.size(), sim.size());
+    for (std::size_t i = 0; i < sim.size(); ++i) {
+      EXPECT_EQ(mixed[i], sim[i]) << "result " << i << " (has_sum_rows_ex false)";
+      EXPECT_EQ(typed[i], sim[i]) << "result " << i << " (has_sum_rows_ex true)";
+    }
+    // An out of the other half dtype: MixedOp, as on the simulator.
+    k.reset();
+    const DType other = dt == DType::bf16 ? DType::f16 : DType::bf16;
+    Tensor out = input({24}, other, 14, kProbe);
+    ops::sum_rows(input({5, 24}, dt, 11, kProbe), out, 0.0f, Determinism::bitwise);
+    EXPECT_EQ(k.calls["sum_rows_ex"], 0);
+    EXPECT_EQ(k.calls["sum_rows"], 1);
+  }
+  k.sums_ex = false;
+}
+
+// The typed path's argument checks name the op and the argument (no MixedOp note).
+TEST_F(RowsEx, TypedRowSumErrorsNameTheOpAndTheArgument) {
+  ProbeKernels& k = probe();
+  k.sums_ex = true;
+  k.reset();
+  const Tensor x = input({3, 8}, DType::bf16, 1, kProbe);
+  Tensor out7 = input({7}, DType::f32, 2, kProbe);
+  expect_invalid([&] { ops::sum_rows(x, out7, 0.0f, Determinism::fast); },
+                 "ops::sum_rows: out: expected [cols] = [8] for x of [3, 8], got");
+  expect_invalid(
+      [&] {
+        ops::sum_rows_sharded(x, out7, {0, 3}, false);
+      },
+      "ops::sum_rows_sharded: out: expected [cols] = [8] for x of [3, 8], got");
+  Tensor out8 = input({8}, DType::bf16, 3, kProbe);
+  expect_invalid(
+      [&] {
+        ops::sum_rows_sharded(x, out8, {0, 2}, false);
+      },
+      "ops::sum_rows_sharded: bounds:");
+  Tensor x1 = input({24}, DType::bf16, 4, kProbe);
+  expect_invalid([&] { ops::sum_rows(x1, out8, 0.0f, Determinism::fast); },
+                 "ops::sum_rows: x: expected a 2-dim tensor [rows, cols], got");
+  EXPECT_EQ(k.calls["sum_rows_ex"] + k.calls["sum_rows_sharded_ex"], 0);
+  k.sums_ex = false;
+}
+
+// A bf16 / f16 GPT step, bitwise (f32 gradients: sum_rows_sharded_ex) and fast (gradients in the
+// storage dtype: sum_rows_ex), with the typed row kernels and then the typed row sums too: the
+// same loss and gradient bytes, and the bias and LayerNorm gradients cast nothing (casts and
+// cast bytes fall; the counts are printed).
+TEST_F(RowsEx, TinyGptStepSumsRowsWithoutCasts) {
+  ProbeKernels& k = probe();
+  k.rows_ex = true;
+  for (Determinism mode : {Determinism::bitwise, Determinism::fast})
+    for (DType dt : {DType::bf16, DType::f16}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + determinism_name(mode));
+      k.sums_ex = false;
+      k.reset();
+      const Step rows_only = gpt_step(dt, mode);
+      const std::map<std::string, int> before = k.calls;
+      const std::int64_t before_bytes = k.cast_bytes;
+      k.sums_ex = true;
+      k.reset();
+      const Step typed = gpt_step(dt, mode);
+      EXPECT_EQ(typed.loss, rows_only.loss);
+      EXPECT_EQ(typed.grads, rows_only.grads);
+      const char* f32_kernel = mode == Determinism::bitwise ? "sum_rows_sharded" : "sum_rows";
+      const std::string ex = std::string(f32_kernel) + "_ex";
+      EXPECT_GT(before.count(f32_kernel) ? before.at(f32_kernel) : 0, 0);
+      EXPECT_EQ(k.calls[ex], before.at(f32_kernel));
+      EXPECT_EQ(k.calls[f32_kernel], 0);
+      EXPECT_LT(k.calls["cast"], before.at("cast"));
+      EXPECT_LT(k.cast_bytes, before_bytes);
+      std::printf("%s %s tiny GPT step, row sums typed: %s %d -> %s %d, casts %d -> %d, cast "
+                  "bytes %lld -> %lld\n",
+                  dtype_name(dt), determinism_name(mode), f32_kernel, before.at(f32_kernel),
+                  ex.c_str(), k.calls[ex], before.at("cast"), k.calls["cast"],
+                  static_cast<long long>(before_bytes), static_cast<long long>(k.cast_bytes));
+    }
+  k.sums_ex = false;
+  k.rows_ex = false;
+}
+
 // ---- CUDA (skips without a GPU): the typed kernels give the simulator's bits
 
 using CudaRowsEx = CudaSuite<>;  // kCudaTestDevices
@@ -677,6 +831,51 @@ TEST_F(CudaRowsEx, TypedRowOpsEqualTheSimulator) {
     ASSERT_EQ(cuda.size(), sim.size());
     for (std::size_t i = 0; i < sim.size(); ++i)
       EXPECT_EQ(cuda[i], sim[i]) << dtype_name(dt) << " result " << i;
+  }
+}
+
+/// The f32 bitwise reductions CUDA runs in parallel (Note [CUDA row sums]): sum_rows over 3000
+/// rows and over 600,000 columns (past the grid's 16384 blocks of 32), sum_rows_sharded over 8
+/// and 100 shards (the host tree), sum over 7000 elements (staged tiles), sum_squares over 600
+/// blocks (block_tree_over): each result's bytes.
+std::vector<std::vector<std::uint8_t>> run_f32_reductions(const std::string& backend) {
+  std::vector<std::vector<std::uint8_t>> bytes;
+  const Tensor x = input({3000, 40}, DType::f32, 21, backend);
+  Tensor out = input({40}, DType::f32, 22, backend);
+  ops::sum_rows(x, out, 0.5f, Determinism::bitwise);
+  bytes.push_back(tensor_bytes(out));
+  const Tensor wide = input({2, 600000}, DType::f32, 23, backend);
+  Tensor wide_out = input({600000}, DType::f32, 24, backend);
+  ops::sum_rows(wide, wide_out, 0.0f, Determinism::bitwise);
+  bytes.push_back(tensor_bytes(wide_out));
+  for (std::int64_t S : {8, 100}) {
+    std::vector<std::int64_t> bounds;
+    for (std::int64_t i = 0; i <= S; ++i) bounds.push_back(i * 3000 / S);
+    ops::sum_rows_sharded(x, out, bounds, /*accumulate=*/true);
+    bytes.push_back(tensor_bytes(out));
+  }
+  bytes.push_back(
+      tensor_bytes(ops::sum(input({7000}, DType::f32, 25, backend), 0.37f, Determinism::bitwise)));
+  bytes.push_back(tensor_bytes(
+      ops::sum_squares(input({600 * 4096 - 5}, DType::f32, 26, backend), Determinism::bitwise)));
+  return bytes;
+}
+
+TEST_F(CudaRowsEx, BitwiseReductionsEqualTheSimulator) {
+  const auto sim = run_f32_reductions("sim"), cuda = run_f32_reductions("cuda");
+  ASSERT_EQ(cuda.size(), sim.size());
+  for (std::size_t i = 0; i < sim.size(); ++i) EXPECT_EQ(cuda[i], sim[i]) << "result " << i;
+}
+
+TEST_F(CudaRowsEx, TypedRowSumsEqualTheSimulator) {
+  ASSERT_TRUE(
+      get_backend("cuda").kernels().has_sum_rows_ex(DType::bf16, DType::f32, Determinism::bitwise));
+  for (DType dt : {DType::bf16, DType::f16}) {
+    const auto sim = run_row_sums(dt, "sim"), cuda = run_row_sums(dt, "cuda");
+    ASSERT_EQ(cuda.size(), sim.size());
+    // Fast-mode results (the first two of each out dtype's six) may differ in order: skipped.
+    for (std::size_t i = 0; i < sim.size(); ++i)
+      if (i % 6 >= 2) EXPECT_EQ(cuda[i], sim[i]) << dtype_name(dt) << " result " << i;
   }
 }
 

@@ -92,6 +92,15 @@ void Kernels::sum_squares_blocks(Stream& s, const float* x, std::int64_t n, floa
   for (std::int64_t j = 0, lo = 0; lo < n; ++j, lo += gpt::kSquaresBlock)
     sum_squares(s, x + lo, std::min(gpt::kSquaresBlock, n - lo), out + j, Determinism::bitwise);
 }
+bool Kernels::has_sum_rows_ex(DType, DType, Determinism) const { return false; }
+void Kernels::sum_rows_ex(Stream&, const void*, DType, std::int64_t, std::int64_t, float, void*,
+                          DType, Determinism) {
+  no_kernel("sum_rows_ex");
+}
+void Kernels::sum_rows_sharded_ex(Stream&, const void*, DType, std::int64_t, std::int64_t,
+                                  const std::vector<std::int64_t>&, void*, DType, bool) {
+  no_kernel("sum_rows_sharded_ex");
+}
 bool Kernels::has_rows_ex(DType, Determinism) const { return false; }
 void Kernels::embedding_forward_ex(Stream&, DType, const std::int64_t*, const void*, const void*,
                                    std::int64_t, std::int64_t, std::int64_t, void*) {

@@ -233,6 +233,33 @@ class Kernels {
   virtual void sum_sharded(Stream& s, const float* x, const std::vector<std::int64_t>& bounds,
                            float scale, float* out) = 0;
 
+  // ---- typed reductions over rows (issue 29 item 3: bias and LayerNorm parameter gradients of
+  // a bf16 / f16 model; Note [Mixed precision]) -------------------------------------------------
+  /// Whether sum_rows_ex and sum_rows_sharded_ex run natively here for a [rows, cols] x of
+  /// x_type and an out of out_type in `mode` (no f32 copy of x). Default: false, and
+  /// ops::sum_rows / sum_rows_sharded run a bf16 / f16 call through f32 scratch and the f32
+  /// kernels (Note [Mixed precision]); the simulator keeps that path (its bits, virtual time and
+  /// memory accounting). cuda: true for x_type in {bf16, f16} and out_type in {x_type, f32}, in
+  /// both modes.
+  virtual bool has_sum_rows_ex(DType x_type, DType out_type, Determinism mode) const;
+  /// sum_rows on a contiguous [rows, cols] x of x_type into out [cols] of out_type: x loaded
+  /// into f32 (exact), f32 accumulation, out[c] = round_out(beta == 0 ? T[c] : beta * float(out[c])
+  /// + T[c]) rounded once (to nearest even; an f32 out is not rounded). bitwise: the bits of the
+  /// simulator's path (sum_rows on the widened x, then the cast), T[c] one ascending chain over
+  /// the rows and the epilogue cm::gemm_epilogue(T, 1, beta, out); fast: any order. Only called
+  /// where has_sum_rows_ex is true (core checked the arguments; the default throws
+  /// InvalidArgument "this backend has no kernel sum_rows_ex"). cols > 0.
+  virtual void sum_rows_ex(Stream& s, const void* x, DType x_type, std::int64_t rows,
+                           std::int64_t cols, float beta, void* out, DType out_type,
+                           Determinism mode);
+  /// sum_rows_sharded on x of x_type into out of out_type: out[c] = round_out(accumulate ?
+  /// float(out[c]) + T[c] : T[c]), T the canonical tree over the shards' ascending chains of the
+  /// widened x, rounded once: the bits of the simulator's path in both modes (one fixed order).
+  /// Called and defaulted as sum_rows_ex ("sum_rows_sharded_ex"). cols > 0.
+  virtual void sum_rows_sharded_ex(Stream& s, const void* x, DType x_type, std::int64_t rows,
+                                   std::int64_t cols, const std::vector<std::int64_t>& bounds,
+                                   void* out, DType out_type, bool accumulate);
+
   /// torch.optim.Adam step (not AdamW; maximize = false) for one parameter of n elements, in
   /// the operation order of PyTorch's single-tensor path (Note [Adam step] in
   /// core/numerics/canonical_math.h). exp_avg, exp_avg_sq (and max_exp_avg_sq when amsgrad; null

@@ -16,13 +16,15 @@ namespace {
 
 using namespace internal;  // the argument checks (ops_check.h)
 
-/// `m` is a 2-dim f32 [rows, cols] tensor and `v` an f32 [cols] on m's device, the two not
-/// sharing memory (checked with the written one, `v` when `v_written`, as the output).
+/// `m` is a 2-dim [rows, cols] tensor of m_type (default f32) and `v` a [cols] of v_type on m's
+/// device, the two not sharing memory (checked with the written one, `v` when `v_written`, as the
+/// output).
 void check_matrix_and_cols(const char* op, const char* m_arg, const Tensor& m, const char* v_arg,
-                           const Tensor& v, bool v_written) {
-  check_tensor(op, m_arg, m);
+                           const Tensor& v, bool v_written, DType m_type = DType::f32,
+                           DType v_type = DType::f32) {
+  check_tensor(op, m_arg, m, m_type);
   check_dims(op, m_arg, m, 2, "[rows, cols]");
-  check_tensor(op, v_arg, v);
+  check_tensor(op, v_arg, v, v_type);
   check_device(op, v_arg, v, m.device(), m_arg);
   DITTO_CHECK(v.shape() == Shape{m.size(1)}, op, ": ", v_arg, ": expected [cols] = [", m.size(1),
               "] for ", m_arg, " of ", shape_str(m.shape()), ", got ", v.str());
@@ -251,10 +253,27 @@ bool mixed_rows(const char* op, const Tensor& x, Tensor& out, const F& f32_path)
   m.write_back(of, out);
   return true;
 }
+
+// Whether a reduction over the rows of x into out runs as the backend's typed kernel
+// (Kernels::has_sum_rows_ex): x bf16 / f16, out of x's dtype or f32, both on one device (not
+// the host). Otherwise the op takes mixed_rows or its f32 path.
+bool native_sum_rows(const Tensor& x, const Tensor& out, Determinism mode) {
+  if (!is_half(x) || !out.defined() || x.device().is_cpu() || out.device() != x.device())
+    return false;
+  if (out.dtype() != x.dtype() && out.dtype() != DType::f32) return false;
+  return kernels_of(x).has_sum_rows_ex(x.dtype(), out.dtype(), mode);
+}
 }  // namespace
 
 void sum_rows(const Tensor& x, Tensor& out, float beta, Determinism mode) {
   constexpr const char* op = "ops::sum_rows";
+  if (native_sum_rows(x, out, mode)) {  // sum_rows_ex on the stored x and out
+    check_matrix_and_cols(op, "x", x, "out", out, /*v_written=*/true, x.dtype(), out.dtype());
+    if (out.numel() == 0) return;
+    kernels_of(x).sum_rows_ex(stream_of(x), x.data_ptr(), x.dtype(), x.size(0), x.size(1), beta,
+                              out.data_ptr(), out.dtype(), mode);
+    return;
+  }
   auto f32 = [&](const Tensor& xf, Tensor& of) { sum_rows(xf, of, beta, mode); };
   if (mixed_rows(op, x, out, f32)) return;
   check_matrix_and_cols(op, "x", x, "out", out, /*v_written=*/true);
@@ -466,6 +485,15 @@ void gemm_tn_sharded(const Tensor& a, const Tensor& b, Tensor& c,
 void sum_rows_sharded(const Tensor& x, Tensor& out, const std::vector<std::int64_t>& bounds,
                       bool accumulate) {
   constexpr const char* op = "ops::sum_rows_sharded";
+  // The typed kernel has one order in both modes: asked as bitwise.
+  if (native_sum_rows(x, out, Determinism::bitwise)) {  // sum_rows_sharded_ex, stored x and out
+    check_matrix_and_cols(op, "x", x, "out", out, /*v_written=*/true, x.dtype(), out.dtype());
+    check_shard_bounds(op, bounds, x.size(0));
+    if (out.numel() == 0) return;
+    kernels_of(x).sum_rows_sharded_ex(stream_of(x), x.data_ptr(), x.dtype(), x.size(0), x.size(1),
+                                      bounds, out.data_ptr(), out.dtype(), accumulate);
+    return;
+  }
   auto f32 = [&](const Tensor& xf, Tensor& of) { sum_rows_sharded(xf, of, bounds, accumulate); };
   if (mixed_rows(op, x, out, f32)) return;
   check_matrix_and_cols(op, "x", x, "out", out, /*v_written=*/true);

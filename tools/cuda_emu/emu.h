@@ -326,6 +326,7 @@ inline CudaStream& as_cuda(Stream& s, const char*) { return static_cast<CudaStre
 using ditto::cuda::lt_use_tf32;
 using ditto::cuda::typed_gemm_supported;
 using ditto::cuda::typed_sharded_gemm_supported;
+using ditto::cuda::typed_sum_rows_supported;
 inline bool blaslt_gemm(CudaStream&, const GemmExArgs&, bool, const std::string&) { return false; }
 class CudaBackend {
  public:

@@ -126,6 +126,9 @@ void check_typed_rows(unsigned& seed);
 // The typed multi-tensor kernels (adam_step_multi_ex, sum_squares_multi_ex) against the
 // simulator's casts and f32 kernels (test_emu_multi.cpp).
 void check_typed_multi_tensor(unsigned& seed);
+/// The reductions over rows (typed and f32), bitwise sum and sum_squares' tree
+/// (test_emu_reduce.cpp, Note [CUDA row sums]).
+void check_row_reductions(unsigned& seed);
 /// The dtype-generic kernels' checks (test_emu_dtype.cpp).
 void check_dtype_kernels(unsigned& seed);
 /// The typed GEMM's checks (test_emu_gemm.cpp): gemm_ex against the simulator's MixedOp path.

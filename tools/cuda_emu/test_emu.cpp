@@ -8,6 +8,7 @@
 #include "emu_check.h"
 
 // `cuda_emu_test rows` only the typed row kernels' (bf16 / f16, test_emu_rows.cpp),
+// `cuda_emu_test reduce` only the reductions over rows and the trees' (test_emu_reduce.cpp),
 // `cuda_emu_test dtype` runs only the dtype-generic kernels' checks (test_emu_dtype.cpp),
 // `cuda_emu_test attention` only the attention's (test_emu_gpt.cpp), `cuda_emu_test fused` only
 // those of cuda_fused.cu (test_emu_fused.cpp), `cuda_emu_test multi` only the typed
@@ -23,7 +24,8 @@ int main(int argc, char** argv) {
   unsigned seed = 1;
   const std::string only = argc > 1 ? argv[1] : "";
   if (only == "dtype" || only == "attention" || only == "fused" || only == "gemm" ||
-      only == "attention-measure" || only == "rows" || only == "multi") {
+      only == "attention-measure" || only == "rows" || only == "multi" ||
+      only == "reduce") {
     if (only == "attention-measure")
       measure_typed_attention(seed);
     else if (only == "dtype")
@@ -36,6 +38,8 @@ int main(int argc, char** argv) {
       check_typed_rows(seed);
     else if (only == "multi")
       check_typed_multi_tensor(seed);
+    else if (only == "reduce")
+      check_row_reductions(seed);
     else
       check_fused_kernels(seed);
     std::printf("%d checks, %d failures, %ld emulated threads, leaked temps %d\n", checks, failures,
@@ -247,6 +251,7 @@ int main(int argc, char** argv) {
   check_gpt_kernels(seed);
   check_fused_kernels(seed);
   check_dtype_kernels(seed);
+  check_row_reductions(seed);
   std::printf("%d checks, %d failures, %ld emulated threads, leaked temps %d\n", checks, failures,
               emu_threads_launched, emu_allocs);
   return failures != 0;
