@@ -189,9 +189,9 @@ std::vector<std::string> llmc_run(const std::string& preset, const std::string& 
 
 }  // namespace
 
-// Why every llm.c row is a known gap since issue 29 item 5 (the dry runs price what ditto's CUDA
-// backend runs, Note [Compute units] in cost_model.h): llm.c's attention is cuDNN's on the
-// tensor cores, ditto's its own on the SIMT cores.
+// The llm.c rows are priced as ditto's CUDA backend runs (issue 29 item 5, Note [Compute units]
+// in cost_model.h); none is a known gap since its typed kernels (Note [Typed kernels]). Row [1]
+// was one at 0.78x while the row sums and the embedding gradient went through f32 scratch.
 namespace {
 // A published llm.c run (tokens/s); `gap` non-empty makes it a known gap with that reason.
 TrainingCase llmc_case(std::string what, std::vector<std::string> args,
@@ -225,14 +225,7 @@ std::vector<TrainingCase> training_cases() {
           "run_gpt2_124M.sh); llm.c discussion 481: \"With llm.c, which is quite efficient "
           "at up to ~60% model flops utilization, reproducing this model on one 8X A100 80GB "
           "SXM node takes ~90 minutes\" for 10B tokens, i.e. ~1.85M tokens/s "
-          "(github.com/karpathy/llm.c/discussions/481)",
-      "the dry run prices ditto's CUDA code (Note [Typed kernels], backend_sim/cost_model.h): "
-      "its attention, ditto's mma.sync flash attention at mma_efficiency 0.25 of the BF16 peak "
-      "(an estimate until a GPU measures it; llm.c runs cuDNN's), is 28% of the predicted step "
-      "here, and the ops without a typed kernel yet (the bias and LayerNorm gradients' row "
-      "sums, the embedding gradient) go through f32 scratch, 13% (their casts and f32 sums), "
-      "where llm.c's read bf16: the prediction is 0.78x llm.c's speed (46.8% MFU against "
-      "llm.c's ~60% on A100)"));
+          "(github.com/karpathy/llm.c/discussions/481)"));
   // On H100 llm.c's own figures give 40.4% MFU for this model (59.9% on A100), and the cost
   // model has one GEMM efficiency per profile.
   rows.push_back(llmc_case(

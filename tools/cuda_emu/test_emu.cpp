@@ -24,8 +24,7 @@ int main(int argc, char** argv) {
   unsigned seed = 1;
   const std::string only = argc > 1 ? argv[1] : "";
   if (only == "dtype" || only == "attention" || only == "fused" || only == "gemm" ||
-      only == "attention-measure" || only == "rows" || only == "multi" ||
-      only == "reduce") {
+      only == "attention-measure" || only == "rows" || only == "multi" || only == "reduce") {
     if (only == "attention-measure")
       measure_typed_attention(seed);
     else if (only == "dtype")
