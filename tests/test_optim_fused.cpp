@@ -27,6 +27,7 @@
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
+#include "counting_kernels.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -40,16 +41,11 @@ constexpr const char* kProbe = "optim_probe";
 // has_multi_tensor_ex `typed` (f32, bf16, f16). The typed entries run the f32 path on the
 // simulator: each gradient cast to f32 scratch, scale_multi, adam_step_multi (sum_squares_multi),
 // each master cast into its model weight.
-class ProbeKernels final : public Kernels {
+class ProbeKernels final : public CountingKernels {
  public:
-  ProbeKernels(Backend& sim, Kernels& k) : sim_(sim), k_(k) {}
+  using CountingKernels::CountingKernels;
 
   bool multi = false, typed = false;
-  std::map<std::string, int> calls;
-  int count(const std::string& name) const {
-    auto it = calls.find(name);
-    return it == calls.end() ? 0 : it->second;
-  }
 
   bool has_multi_tensor_kernels() const override { return multi; }
   bool has_multi_tensor_ex(DType t) const override {
@@ -99,166 +95,6 @@ class ProbeKernels final : public Kernels {
     }
     k_.sum_squares_multi(s, f, ns, out, mode);
   }
-
-  // ---- the f32 path's kernels and the rest: the simulator's, counted
-  void adam_step_multi(Stream& s, const std::vector<AdamTensor>& tensors, double lr, double beta1,
-                       double beta2, double eps, double weight_decay, bool amsgrad) override {
-    note("adam_step_multi");
-    k_.adam_step_multi(s, tensors, lr, beta1, beta2, eps, weight_decay, amsgrad);
-  }
-  void sum_squares_multi(Stream& s, const std::vector<const float*>& xs,
-                         const std::vector<std::int64_t>& ns, float* out,
-                         Determinism mode) override {
-    note("sum_squares_multi");
-    k_.sum_squares_multi(s, xs, ns, out, mode);
-  }
-  void scale_multi(Stream& s, const std::vector<float*>& xs, const std::vector<std::int64_t>& ns,
-                   float alpha) override {
-    note("scale_multi");
-    k_.scale_multi(s, xs, ns, alpha);
-  }
-  void cast(Stream& s, const void* x, DType from, void* y, DType to, std::int64_t n) override {
-    note("cast");
-    k_.cast(s, x, from, y, to, n);
-  }
-  void fill_bits(Stream& s, void* x, std::size_t elem_size, std::uint64_t bits,
-                 std::int64_t n) override {
-    note("fill_bits");
-    k_.fill_bits(s, x, elem_size, bits, n);
-  }
-  void scale_any(Stream& s, DType t, void* x, double alpha, std::int64_t n) override {
-    note("scale_any");
-    k_.scale_any(s, t, x, alpha, n);
-  }
-  void gemm(Stream& s, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
-            float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
-            float beta, float* C, std::int64_t ldc, Determinism mode) override {
-    note("gemm");
-    k_.gemm(s, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, mode);
-  }
-  void add_bias(Stream& s, float* y, const float* bias, std::int64_t rows,
-                std::int64_t cols) override {
-    note("add_bias");
-    k_.add_bias(s, y, bias, rows, cols);
-  }
-  void sum_rows(Stream& s, const float* x, std::int64_t rows, std::int64_t cols, float beta,
-                float* out, Determinism mode) override {
-    note("sum_rows");
-    k_.sum_rows(s, x, rows, cols, beta, out, mode);
-  }
-  void relu(Stream& s, const float* x, float* y, std::int64_t n) override {
-    note("relu");
-    k_.relu(s, x, y, n);
-  }
-  void relu_backward(Stream& s, const float* y, const float* gy, float* gx,
-                     std::int64_t n) override {
-    note("relu_backward");
-    k_.relu_backward(s, y, gy, gx, n);
-  }
-  void cross_entropy(Stream& s, const float* logits, const std::int64_t* targets, std::int64_t rows,
-                     std::int64_t classes, float* losses) override {
-    note("cross_entropy");
-    k_.cross_entropy(s, logits, targets, rows, classes, losses);
-  }
-  void cross_entropy_backward(Stream& s, const float* logits, const std::int64_t* targets,
-                              std::int64_t rows, std::int64_t classes, const float* grad_loss,
-                              float scale, float* grad_logits) override {
-    note("cross_entropy_backward");
-    k_.cross_entropy_backward(s, logits, targets, rows, classes, grad_loss, scale, grad_logits);
-  }
-  void mse(Stream& s, const float* x, const float* t, std::int64_t rows, std::int64_t cols,
-           float* losses) override {
-    note("mse");
-    k_.mse(s, x, t, rows, cols, losses);
-  }
-  void mse_backward(Stream& s, const float* x, const float* t, std::int64_t n,
-                    const float* grad_loss, float scale, float* gx) override {
-    note("mse_backward");
-    k_.mse_backward(s, x, t, n, grad_loss, scale, gx);
-  }
-  void sum(Stream& s, const float* x, std::int64_t n, float scale, float* out,
-           Determinism mode) override {
-    note("sum");
-    k_.sum(s, x, n, scale, out, mode);
-  }
-  void fill_f32(Stream& s, float* x, float value, std::int64_t n) override {
-    note("fill_f32");
-    k_.fill_f32(s, x, value, n);
-  }
-  void axpy(Stream& s, float alpha, const float* x, float* y, std::int64_t n) override {
-    note("axpy");
-    k_.axpy(s, alpha, x, y, n);
-  }
-  void scale(Stream& s, float alpha, float* x, std::int64_t n) override {
-    note("scale");
-    k_.scale(s, alpha, x, n);
-  }
-  void sum_inputs(Stream& s, const float* const* inputs, int n_inputs, float* out,
-                  std::int64_t numel, Determinism mode) override {
-    note("sum_inputs");
-    k_.sum_inputs(s, inputs, n_inputs, out, numel, mode);
-  }
-  void sgd_step(Stream& s, float* param, const float* grad, float* momentum_buf, std::int64_t n,
-                float lr, float momentum, float dampening, float weight_decay, bool nesterov,
-                bool first_step) override {
-    note("sgd_step");
-    k_.sgd_step(s, param, grad, momentum_buf, n, lr, momentum, dampening, weight_decay, nesterov,
-                first_step);
-  }
-  void gemm_tn_sharded(Stream& s, std::int64_t M, std::int64_t N, const float* A, std::int64_t lda,
-                       const float* B, std::int64_t ldb, const std::vector<std::int64_t>& bounds,
-                       float* C, std::int64_t ldc, bool accumulate) override {
-    note("gemm_tn_sharded");
-    k_.gemm_tn_sharded(s, M, N, A, lda, B, ldb, bounds, C, ldc, accumulate);
-  }
-  void sum_rows_sharded(Stream& s, const float* x, std::int64_t rows, std::int64_t cols,
-                        const std::vector<std::int64_t>& bounds, float* out,
-                        bool accumulate) override {
-    note("sum_rows_sharded");
-    k_.sum_rows_sharded(s, x, rows, cols, bounds, out, accumulate);
-  }
-  void sum_sharded(Stream& s, const float* x, const std::vector<std::int64_t>& bounds, float scale,
-                   float* out) override {
-    note("sum_sharded");
-    k_.sum_sharded(s, x, bounds, scale, out);
-  }
-  void adam_step(Stream& s, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                 float* max_exp_avg_sq, std::int64_t n, double lr, double beta1, double beta2,
-                 double eps, double weight_decay, double bias_correction1, double bias_correction2,
-                 bool amsgrad) override {
-    note("adam_step");
-    k_.adam_step(s, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, lr, beta1, beta2, eps,
-                 weight_decay, bias_correction1, bias_correction2, amsgrad);
-  }
-  void sum_squares(Stream& s, const float* x, std::int64_t n, float* out,
-                   Determinism mode) override {
-    note("sum_squares");
-    k_.sum_squares(s, x, n, out, mode);
-  }
-
- private:
-  void note(const char* name) { ++calls[name]; }
-
-  // f32 scratch on the stream's device for one typed call, freed after the stream's work.
-  struct Scratch {
-    ProbeKernels& p;
-    Stream& s;
-    std::vector<std::pair<void*, std::size_t>> held;
-    Scratch(ProbeKernels& pk, Stream& st) : p(pk), s(st) {}
-    ~Scratch() {
-      s.synchronize();
-      for (auto& [ptr, bytes] : held) p.sim_.deallocate(s.device().index, ptr, bytes);
-    }
-    float* f32(std::int64_t n) {
-      const std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * 4;
-      void* ptr = p.sim_.allocate(s.device().index, bytes);
-      held.emplace_back(ptr, bytes);
-      return static_cast<float*>(ptr);
-    }
-  };
-
-  Backend& sim_;
-  Kernels& k_;
 };
 
 // The simulator's devices under the name kProbe, with ProbeKernels.
@@ -425,9 +261,13 @@ TEST_F(OptimFused, MasterWeightsTakeTheTypedKernelsOnlyWhereTheBackendHasThem) {
           ASSERT_EQ(typed.norms.size(), f32.norms.size());
           for (std::size_t i = 0; i < f32.norms.size(); ++i) {
             EXPECT_EQ(std::isnan(typed.norms[i]), std::isnan(f32.norms[i]));
-            if (!std::isnan(f32.norms[i])) EXPECT_EQ(typed.norms[i], f32.norms[i]);
+            if (!std::isnan(f32.norms[i])) {
+              EXPECT_EQ(typed.norms[i], f32.norms[i]);
+            }
           }
-          if (poison) EXPECT_TRUE(std::isinf(f32.norms.back()));
+          if (poison) {
+            EXPECT_TRUE(std::isinf(f32.norms.back()));
+          }
           auto c = [](const TwoSteps& r, const char* name) {
             return r.calls.count(name) ? r.calls.at(name) : 0;
           };
@@ -534,7 +374,11 @@ TEST_F(OptimFused, TypedOpsCheckTheirArguments) {
   Tensor p = Tensor::zeros({4}, DType::f32, dev), m = Tensor::zeros({4}, DType::f32, dev),
          v = Tensor::zeros({4}, DType::f32, dev);
   Tensor g = Tensor::zeros({4}, DType::bf16, dev), w = Tensor::zeros({4}, DType::bf16, dev);
-  ops::AdamStepTensors t{.param = &p, .grad = &g, .exp_avg = &m, .exp_avg_sq = &v};
+  ops::AdamStepTensors t;
+  t.param = &p;
+  t.grad = &g;
+  t.exp_avg = &m;
+  t.exp_avg_sq = &v;
   expect_invalid([&] { ops::adam_step_multi_({t}, 1e-3, 0.9, 0.99, 1e-8, 0.0, false); },
                  "ops::adam_step_multi_: tensors[0].grad: bf16 needs optim_probe:0's backend to "
                  "run the typed multi-tensor kernels");

@@ -21,6 +21,7 @@
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
+#include "counting_kernels.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -33,13 +34,12 @@ constexpr const char* kProbe = "rows_probe";
 // The simulator's kernels, each call counted by name (and the bytes every cast moves); has_rows_ex
 // answers `rows_ex` for bf16 / f16. Its *_ex entries run MixedOp's arithmetic on the simulator:
 // the storage-dtype inputs cast to f32 scratch, the f32 kernel, each output cast once.
-class ProbeKernels final : public Kernels {
+class ProbeKernels final : public CountingKernels {
  public:
-  ProbeKernels(Backend& sim, Kernels& k) : sim_(sim), k_(k) {}
+  using CountingKernels::CountingKernels;
 
   bool rows_ex = false;
-  bool sums_ex = false;  // has_sum_rows_ex's answer (x bf16 / f16, out x's dtype or f32)
-  std::map<std::string, int> calls;
+  bool sums_ex = false;         // has_sum_rows_ex's answer (x bf16 / f16, out x's dtype or f32)
   std::int64_t cast_bytes = 0;  // read + written by the casts the ops asked for
   void reset() {
     calls.clear();
@@ -192,252 +192,6 @@ class ProbeKernels final : public Kernels {
     k_.sum_rows_sharded(s, sc.in(xt, x, rows * cols), rows, cols, bounds, of, accumulate);
     if (ot != DType::f32) sc.out(of, ot, out, cols);
   }
-
-  // ---- everything else: the simulator's kernel, counted
-  void gemm(Stream& s, bool trans_a, bool trans_b, std::int64_t M, std::int64_t N, std::int64_t K,
-            float alpha, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
-            float beta, float* C, std::int64_t ldc, Determinism mode) override {
-    note("gemm");
-    k_.gemm(s, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, mode);
-  }
-  bool has_gemm_ex(DType a_type, DType b_type, DType c_type, Determinism mode) const override {
-    return k_.has_gemm_ex(a_type, b_type, c_type, mode);
-  }
-  void gemm_ex(Stream& s, const GemmExArgs& g) override {
-    note("gemm_ex");
-    k_.gemm_ex(s, g);
-  }
-  void add_bias(Stream& s, float* y, const float* bias, std::int64_t rows,
-                std::int64_t cols) override {
-    note("add_bias");
-    k_.add_bias(s, y, bias, rows, cols);
-  }
-  void sum_rows(Stream& s, const float* x, std::int64_t rows, std::int64_t cols, float beta,
-                float* out, Determinism mode) override {
-    note("sum_rows");
-    k_.sum_rows(s, x, rows, cols, beta, out, mode);
-  }
-  void relu(Stream& s, const float* x, float* y, std::int64_t n) override {
-    note("relu");
-    k_.relu(s, x, y, n);
-  }
-  void relu_backward(Stream& s, const float* y, const float* gy, float* gx,
-                     std::int64_t n) override {
-    note("relu_backward");
-    k_.relu_backward(s, y, gy, gx, n);
-  }
-  void cross_entropy(Stream& s, const float* logits, const std::int64_t* targets, std::int64_t rows,
-                     std::int64_t classes, float* losses) override {
-    note("cross_entropy");
-    k_.cross_entropy(s, logits, targets, rows, classes, losses);
-  }
-  void cross_entropy_backward(Stream& s, const float* logits, const std::int64_t* targets,
-                              std::int64_t rows, std::int64_t classes, const float* grad_loss,
-                              float scale, float* grad_logits) override {
-    note("cross_entropy_backward");
-    k_.cross_entropy_backward(s, logits, targets, rows, classes, grad_loss, scale, grad_logits);
-  }
-  void mse(Stream& s, const float* x, const float* t, std::int64_t rows, std::int64_t cols,
-           float* losses) override {
-    note("mse");
-    k_.mse(s, x, t, rows, cols, losses);
-  }
-  void mse_backward(Stream& s, const float* x, const float* t, std::int64_t n,
-                    const float* grad_loss, float scale, float* gx) override {
-    note("mse_backward");
-    k_.mse_backward(s, x, t, n, grad_loss, scale, gx);
-  }
-  void sum(Stream& s, const float* x, std::int64_t n, float scale, float* out,
-           Determinism mode) override {
-    note("sum");
-    k_.sum(s, x, n, scale, out, mode);
-  }
-  void fill_f32(Stream& s, float* x, float value, std::int64_t n) override {
-    note("fill_f32");
-    k_.fill_f32(s, x, value, n);
-  }
-  void axpy(Stream& s, float alpha, const float* x, float* y, std::int64_t n) override {
-    note("axpy");
-    k_.axpy(s, alpha, x, y, n);
-  }
-  void scale(Stream& s, float alpha, float* x, std::int64_t n) override {
-    note("scale");
-    k_.scale(s, alpha, x, n);
-  }
-  void sum_inputs(Stream& s, const float* const* inputs, int n_inputs, float* out,
-                  std::int64_t numel, Determinism mode) override {
-    note("sum_inputs");
-    k_.sum_inputs(s, inputs, n_inputs, out, numel, mode);
-  }
-  void sgd_step(Stream& s, float* param, const float* grad, float* momentum_buf, std::int64_t n,
-                float lr, float momentum, float dampening, float weight_decay, bool nesterov,
-                bool first_step) override {
-    note("sgd_step");
-    k_.sgd_step(s, param, grad, momentum_buf, n, lr, momentum, dampening, weight_decay, nesterov,
-                first_step);
-  }
-  void gemm_tn_sharded(Stream& s, std::int64_t M, std::int64_t N, const float* A, std::int64_t lda,
-                       const float* B, std::int64_t ldb, const std::vector<std::int64_t>& bounds,
-                       float* C, std::int64_t ldc, bool accumulate) override {
-    note("gemm_tn_sharded");
-    k_.gemm_tn_sharded(s, M, N, A, lda, B, ldb, bounds, C, ldc, accumulate);
-  }
-  void sum_rows_sharded(Stream& s, const float* x, std::int64_t rows, std::int64_t cols,
-                        const std::vector<std::int64_t>& bounds, float* out,
-                        bool accumulate) override {
-    note("sum_rows_sharded");
-    k_.sum_rows_sharded(s, x, rows, cols, bounds, out, accumulate);
-  }
-  void sum_sharded(Stream& s, const float* x, const std::vector<std::int64_t>& bounds, float scale,
-                   float* out) override {
-    note("sum_sharded");
-    k_.sum_sharded(s, x, bounds, scale, out);
-  }
-  void adam_step(Stream& s, float* param, const float* grad, float* exp_avg, float* exp_avg_sq,
-                 float* max_exp_avg_sq, std::int64_t n, double lr, double beta1, double beta2,
-                 double eps, double weight_decay, double bias_correction1, double bias_correction2,
-                 bool amsgrad) override {
-    note("adam_step");
-    k_.adam_step(s, param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq, n, lr, beta1, beta2, eps,
-                 weight_decay, bias_correction1, bias_correction2, amsgrad);
-  }
-  void embedding_forward(Stream& s, const std::int64_t* idx, const float* wte, const float* wpe,
-                         std::int64_t N, std::int64_t T, std::int64_t C, float* out) override {
-    note("embedding_forward");
-    k_.embedding_forward(s, idx, wte, wpe, N, T, C, out);
-  }
-  void embedding_backward(Stream& s, const std::int64_t* idx, const float* dy, std::int64_t N,
-                          std::int64_t C, std::int64_t V, const std::vector<std::int64_t>& bounds,
-                          float* grad_wte, bool accumulate) override {
-    note("embedding_backward");
-    k_.embedding_backward(s, idx, dy, N, C, V, bounds, grad_wte, accumulate);
-  }
-  void layernorm_forward(Stream& s, const float* x, const float* w, const float* b, std::int64_t N,
-                         std::int64_t C, float eps, float* y, float* mean, float* rstd) override {
-    note("layernorm_forward");
-    k_.layernorm_forward(s, x, w, b, N, C, eps, y, mean, rstd);
-  }
-  void layernorm_backward(Stream& s, const float* dy, const float* x, const float* w,
-                          const float* mean, const float* rstd, std::int64_t N, std::int64_t C,
-                          float* dx, float* dy_xhat) override {
-    note("layernorm_backward");
-    k_.layernorm_backward(s, dy, x, w, mean, rstd, N, C, dx, dy_xhat);
-  }
-  void gelu_forward(Stream& s, const float* x, float* y, std::int64_t n) override {
-    note("gelu_forward");
-    k_.gelu_forward(s, x, y, n);
-  }
-  void gelu_backward(Stream& s, const float* x, const float* gy, float* gx,
-                     std::int64_t n) override {
-    note("gelu_backward");
-    k_.gelu_backward(s, x, gy, gx, n);
-  }
-  void attention_forward(Stream& s, const float* qkv, std::int64_t B, std::int64_t T,
-                         std::int64_t C, std::int64_t nh, float* y, float* stats, float p,
-                         std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base,
-                         Determinism mode) override {
-    note("attention_forward");
-    k_.attention_forward(s, qkv, B, T, C, nh, y, stats, p, seed, stream, index_base, mode);
-  }
-  void attention_backward(Stream& s, const float* dy, const float* qkv, const float* stats,
-                          std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
-                          float* dqkv, float* scratch, float p, std::uint64_t seed,
-                          std::uint64_t stream, std::uint64_t index_base,
-                          Determinism mode) override {
-    note("attention_backward");
-    k_.attention_backward(s, dy, qkv, stats, B, T, C, nh, dqkv, scratch, p, seed, stream,
-                          index_base, mode);
-  }
-  void dropout_forward(Stream& s, const float* x, float* y, std::int64_t n, float p,
-                       std::uint64_t seed, std::uint64_t stream,
-                       std::uint64_t index_base) override {
-    note("dropout_forward");
-    k_.dropout_forward(s, x, y, n, p, seed, stream, index_base);
-  }
-  void dropout_backward(Stream& s, const float* gy, float* gx, std::int64_t n, float p,
-                        std::uint64_t seed, std::uint64_t stream,
-                        std::uint64_t index_base) override {
-    note("dropout_backward");
-    k_.dropout_backward(s, gy, gx, n, p, seed, stream, index_base);
-  }
-  void sum_squares(Stream& s, const float* x, std::int64_t n, float* out,
-                   Determinism mode) override {
-    note("sum_squares");
-    k_.sum_squares(s, x, n, out, mode);
-  }
-  void sum_squares_blocks(Stream& s, const float* x, std::int64_t n, float* out) override {
-    note("sum_squares_blocks");
-    k_.sum_squares_blocks(s, x, n, out);
-  }
-  void fill_bits(Stream& s, void* x, std::size_t elem_size, std::uint64_t bits,
-                 std::int64_t n) override {
-    note("fill_bits");
-    k_.fill_bits(s, x, elem_size, bits, n);
-  }
-  void add_any(Stream& s, DType t, const void* a, const void* b, void* out,
-               std::int64_t n) override {
-    note("add_any");
-    k_.add_any(s, t, a, b, out, n);
-  }
-  void scale_any(Stream& s, DType t, void* x, double alpha, std::int64_t n) override {
-    note("scale_any");
-    k_.scale_any(s, t, x, alpha, n);
-  }
-  void reduce_inputs(Stream& s, DType t, const void* const* inputs, int n_inputs, void* out,
-                     std::int64_t numel, int op, Determinism mode) override {
-    note("reduce_inputs");
-    k_.reduce_inputs(s, t, inputs, n_inputs, out, numel, op, mode);
-  }
-  bool has_multi_tensor_kernels() const override { return k_.has_multi_tensor_kernels(); }
-  void adam_step_multi(Stream& s, const std::vector<AdamTensor>& tensors, double lr, double beta1,
-                       double beta2, double eps, double weight_decay, bool amsgrad) override {
-    note("adam_step_multi");
-    k_.adam_step_multi(s, tensors, lr, beta1, beta2, eps, weight_decay, amsgrad);
-  }
-  void sum_squares_multi(Stream& s, const std::vector<const float*>& xs,
-                         const std::vector<std::int64_t>& ns, float* out,
-                         Determinism mode) override {
-    note("sum_squares_multi");
-    k_.sum_squares_multi(s, xs, ns, out, mode);
-  }
-  void scale_multi(Stream& s, const std::vector<float*>& xs, const std::vector<std::int64_t>& ns,
-                   float alpha) override {
-    note("scale_multi");
-    k_.scale_multi(s, xs, ns, alpha);
-  }
-
- private:
-  void note(const char* name) { ++calls[name]; }
-
-  // f32 scratch on the stream's device for one *_ex call (uncounted casts: the probe's own),
-  // freed after the stream's work.
-  struct Scratch {
-    ProbeKernels& p;
-    Stream& s;
-    std::vector<std::pair<void*, std::size_t>> held;
-    Scratch(ProbeKernels& pk, Stream& st) : p(pk), s(st) {}
-    ~Scratch() {
-      s.synchronize();
-      for (auto& [ptr, bytes] : held) p.sim_.deallocate(s.device().index, ptr, bytes);
-    }
-    float* f32(std::int64_t n) {
-      const std::size_t bytes = static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * 4;
-      void* ptr = p.sim_.allocate(s.device().index, bytes);
-      held.emplace_back(ptr, bytes);
-      return static_cast<float*>(ptr);
-    }
-    const float* in(DType t, const void* x, std::int64_t n) {
-      float* f = f32(n);
-      p.k_.cast(s, x, t, f, DType::f32, n);
-      return f;
-    }
-    void out(const float* f, DType t, void* y, std::int64_t n) {
-      p.k_.cast(s, f, DType::f32, y, t, n);
-    }
-  };
-
-  Backend& sim_;
-  Kernels& k_;
 };
 
 // The simulator's devices under the name kProbe, with ProbeKernels.
@@ -874,8 +628,11 @@ TEST_F(CudaRowsEx, TypedRowSumsEqualTheSimulator) {
     const auto sim = run_row_sums(dt, "sim"), cuda = run_row_sums(dt, "cuda");
     ASSERT_EQ(cuda.size(), sim.size());
     // Fast-mode results (the first two of each out dtype's six) may differ in order: skipped.
-    for (std::size_t i = 0; i < sim.size(); ++i)
-      if (i % 6 >= 2) EXPECT_EQ(cuda[i], sim[i]) << dtype_name(dt) << " result " << i;
+    for (std::size_t i = 0; i < sim.size(); ++i) {
+      if (i % 6 >= 2) {
+        EXPECT_EQ(cuda[i], sim[i]) << dtype_name(dt) << " result " << i;
+      }
+    }
   }
 }
 
