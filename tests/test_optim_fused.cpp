@@ -97,52 +97,14 @@ class ProbeKernels final : public CountingKernels {
   }
 };
 
-// The simulator's devices under the name kProbe, with ProbeKernels.
-class ProbeBackend final : public Backend {
- public:
-  explicit ProbeBackend(std::shared_ptr<Backend> sim)
-      : b_(std::move(sim)), k_(*b_, b_->kernels()) {}
-
-  std::string name() const override { return kProbe; }
-  int device_count() const override { return b_->device_count(); }
-  DeviceProperties properties(int index) const override { return b_->properties(index); }
-  MemoryStats memory_stats(int index) const override { return b_->memory_stats(index); }
-  void reset_peak_memory(int index) override { b_->reset_peak_memory(index); }
-  void* allocate(int index, std::size_t bytes) override { return b_->allocate(index, bytes); }
-  void deallocate(int index, void* ptr, std::size_t bytes) noexcept override {
-    b_->deallocate(index, ptr, bytes);
-  }
-  Stream& default_stream(int index) override { return b_->default_stream(index); }
-  std::unique_ptr<Stream> create_stream(int index) override { return b_->create_stream(index); }
-  std::unique_ptr<Event> create_event(int index) override { return b_->create_event(index); }
-  void copy_from_host(Stream& s, void* dst, const void* src, std::size_t bytes) override {
-    b_->copy_from_host(s, dst, src, bytes);
-  }
-  void copy_to_host(Stream& s, void* dst, const void* src, std::size_t bytes) override {
-    b_->copy_to_host(s, dst, src, bytes);
-  }
-  void copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
-               std::size_t row_bytes, std::size_t rows) override {
-    b_->copy_2d(s, dst, dst_pitch, src, src_pitch, row_bytes, rows);
-  }
-  Kernels& kernels() override { return k_; }
-  std::shared_ptr<CommunicatorImpl> create_communicator(const std::vector<int>& devices,
-                                                        const CommOptions& options) override {
-    return b_->create_communicator(devices, options);
-  }
-
- private:
-  std::shared_ptr<Backend> b_;
-  ProbeKernels k_;
-};
-
 class OptimFused : public SimSuite<2> {
  protected:
   static void SetUpTestSuite() {
     SimSuite<2>::SetUpTestSuite();
     std::shared_ptr<Backend> sim = get_backend_ptr("sim");
-    register_backend(kProbe,
-                     [sim](const BackendOptions&) { return std::make_shared<ProbeBackend>(sim); });
+    register_backend(kProbe, [sim](const BackendOptions&) {
+      return std::make_shared<ProbeBackend<ProbeKernels>>(kProbe, sim);
+    });
     init_backend(kProbe);
   }
   static ProbeKernels& probe() { return static_cast<ProbeKernels&>(get_backend(kProbe).kernels()); }
