@@ -41,6 +41,23 @@ void check_typed(const char* op, const char* arg, const Tensor& t, const Device&
 
 // adam_step_multi_ with a typed argument: the same checks, grads and models as typed, then one
 // Kernels::adam_step_multi_ex call.
+// The fields Kernels::AdamTensor and AdamTensorEx share, from entry t (checked); the caller
+// sets the gradient.
+template <class A>
+A adam_tensor(const AdamStepTensors& t, bool amsgrad) {
+  A a;
+  a.param = t.param->data<float>();
+  a.exp_avg = t.exp_avg->data<float>();
+  a.exp_avg_sq = t.exp_avg_sq->data<float>();
+  a.max_exp_avg_sq = amsgrad ? t.max_exp_avg_sq->data<float>() : nullptr;
+  a.n = t.param->numel();
+  a.bias_correction1 = t.bias_correction1;
+  a.bias_correction2 = t.bias_correction2;
+  a.decay = t.decay_scale.has_value();
+  a.decay_scale = t.decay_scale.value_or(1.0f);
+  return a;
+}
+
 void adam_step_multi_typed(const std::vector<AdamStepTensors>& tensors, double lr, double beta1,
                            double beta2, double eps, double weight_decay, bool amsgrad,
                            std::optional<float> grad_scale) {
@@ -65,7 +82,9 @@ void adam_step_multi_typed(const std::vector<AdamStepTensors>& tensors, double l
                 shape_str(t.param->shape()), " (the shape of ", names[0], "), got ", t.grad->str());
     for (int k = 2; k < (amsgrad ? 5 : 4); ++k)
       check_like(op, names[k].c_str(), *parts[k], names[0].c_str(), *t.param);
-    Kernels::AdamTensorEx a;
+    auto a = adam_tensor<Kernels::AdamTensorEx>(t, amsgrad);
+    a.grad = t.grad->data_ptr();
+    a.grad_type = t.grad->dtype();
     if (t.model != nullptr) {
       check_typed(op, names[5].c_str(), *t.model, dev, "tensors[0].param", /*f32_ok=*/false);
       DITTO_CHECK(t.model->shape() == t.param->shape(), op, ": ", names[5], ": expected ",
@@ -76,17 +95,6 @@ void adam_step_multi_typed(const std::vector<AdamStepTensors>& tensors, double l
       a.model = t.model->data_ptr();
       a.model_type = t.model->dtype();
     }
-    a.param = t.param->data<float>();
-    a.grad = t.grad->data_ptr();
-    a.grad_type = t.grad->dtype();
-    a.exp_avg = t.exp_avg->data<float>();
-    a.exp_avg_sq = t.exp_avg_sq->data<float>();
-    a.max_exp_avg_sq = amsgrad ? t.max_exp_avg_sq->data<float>() : nullptr;
-    a.n = t.param->numel();
-    a.bias_correction1 = t.bias_correction1;
-    a.bias_correction2 = t.bias_correction2;
-    a.decay = t.decay_scale.has_value();
-    a.decay_scale = t.decay_scale.value_or(1.0f);
     list.push_back(a);
   }
   kernels_of(*first).adam_step_multi_ex(stream_of(*first), list, lr, beta1, beta2, eps,
@@ -123,17 +131,8 @@ void adam_step_multi_(const std::vector<AdamStepTensors>& tensors, double lr, do
     check_device(op, names[0].c_str(), *t.param, first->device(), "tensors[0].param");
     for (int k = 1; k < (amsgrad ? 5 : 4); ++k)
       check_like(op, names[k].c_str(), *parts[k], names[0].c_str(), *t.param);
-    Kernels::AdamTensor a;
-    a.param = t.param->data<float>();
+    auto a = adam_tensor<Kernels::AdamTensor>(t, amsgrad);
     a.grad = t.grad->data<float>();
-    a.exp_avg = t.exp_avg->data<float>();
-    a.exp_avg_sq = t.exp_avg_sq->data<float>();
-    a.max_exp_avg_sq = amsgrad ? t.max_exp_avg_sq->data<float>() : nullptr;
-    a.n = t.param->numel();
-    a.bias_correction1 = t.bias_correction1;
-    a.bias_correction2 = t.bias_correction2;
-    a.decay = t.decay_scale.has_value();
-    a.decay_scale = t.decay_scale.value_or(1.0f);
     list.push_back(a);
   }
   kernels_of(*first).adam_step_multi(stream_of(*first), list, lr, beta1, beta2, eps, weight_decay,
