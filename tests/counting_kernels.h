@@ -322,4 +322,17 @@ class ProbeBackend final : public Backend {
   K k_;
 };
 
+// Registers and initialises backend `name`: the "sim" backend's devices (initialised already)
+// with probe kernels K, and returns those kernels (the typed-kernel suites' SetUpTestSuite).
+template <class K>
+K& register_probe_backend(const std::string& name) {
+  // The simulator instance is taken here: the factory runs under the registry's lock.
+  std::shared_ptr<Backend> sim = get_backend_ptr("sim");
+  register_backend(name, [name, sim](const BackendOptions&) {
+    return std::make_shared<ProbeBackend<K>>(name, sim);
+  });
+  init_backend(name);
+  return static_cast<K&>(get_backend(name).kernels());
+}
+
 }  // namespace ditto::test

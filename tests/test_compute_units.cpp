@@ -65,6 +65,26 @@ sim::CostModel::LedgerRow row(sim::SimBackend& be, const std::string& name) {
   return {};
 }
 
+// The work of row `name` since the ledger was `before` (its count, FLOPs, bytes and time).
+sim::CostModel::LedgerRow row_since(sim::SimBackend& be, const std::string& name,
+                                    const std::vector<sim::CostModel::LedgerRow>& before) {
+  sim::CostModel::LedgerRow r = row(be, name);
+  for (const auto& o : before)
+    if (o.name == name) {
+      r.count -= o.count;
+      r.flops -= o.flops;
+      r.bytes -= o.bytes;
+      r.time -= o.time;
+    }
+  return r;
+}
+
+// A memory-bound kernel's seconds on the H200: launch latency + bytes / (HBM x
+// memory_efficiency).
+double memory_time(double launches, double bytes) {
+  return launches * kLaunch + bytes / (kBw * kHbmEff);
+}
+
 }  // namespace
 
 TEST(ComputeUnits, H200ProfileCarriesEveryRateWithItsSource) {
@@ -557,21 +577,7 @@ TEST(ComputeUnits, OptimizerAndClipPricedAsTheCudaMultiTensorLaunches) {
     (void)optim::clip_grad_norm_({&w, &b, &x}, 1e-9, Determinism::bitwise);
     opt.step();
     be.default_stream(0).synchronize();
-    auto step_row = [&](const std::string& name) {  // the row's work since `before`
-      sim::CostModel::LedgerRow r = row(be, name);
-      for (const auto& o : before)
-        if (o.name == name) {
-          r.count -= o.count;
-          r.flops -= o.flops;
-          r.bytes -= o.bytes;
-          r.time -= o.time;
-        }
-      return r;
-    };
-    // Memory bound: launch latency + bytes / (HBM x memory_efficiency).
-    auto memory_time = [](double launches, double bytes) {
-      return launches * kLaunch + bytes / (kBw * kHbmEff);
-    };
+    auto step_row = [&](const std::string& name) { return row_since(be, name, before); };
     if (dry) {
       const sim::CostModel::LedgerRow adam = step_row("adam_step_multi");
       EXPECT_EQ(adam.count, 1);
@@ -666,20 +672,7 @@ TEST(ComputeUnits, DryRunMasterWeightsStepIsOneTypedLaunch) {
     (void)mw.clip_grad_norm_(1e-9, Determinism::fast);  // a dry run prices the scaling anyway
     mw.step();
     be.default_stream(0).synchronize();
-    auto step_row = [&](const std::string& name) {  // the row's work since `before`
-      sim::CostModel::LedgerRow r = row(be, name);
-      for (const auto& o : before)
-        if (o.name == name) {
-          r.count -= o.count;
-          r.flops -= o.flops;
-          r.bytes -= o.bytes;
-          r.time -= o.time;
-        }
-      return r;
-    };
-    auto memory_time = [](double launches, double bytes) {
-      return launches * kLaunch + bytes / (kBw * kHbmEff);
-    };
+    auto step_row = [&](const std::string& name) { return row_since(be, name, before); };
     if (dry) {
       const sim::CostModel::LedgerRow adam = step_row("adam_step_multi_ex");
       EXPECT_EQ(adam.count, 1);

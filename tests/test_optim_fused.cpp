@@ -101,11 +101,7 @@ class OptimFused : public SimSuite<2> {
  protected:
   static void SetUpTestSuite() {
     SimSuite<2>::SetUpTestSuite();
-    std::shared_ptr<Backend> sim = get_backend_ptr("sim");
-    register_backend(kProbe, [sim](const BackendOptions&) {
-      return std::make_shared<ProbeBackend<ProbeKernels>>(kProbe, sim);
-    });
-    init_backend(kProbe);
+    register_probe_backend<ProbeKernels>(kProbe);
   }
   static ProbeKernels& probe() { return static_cast<ProbeKernels&>(get_backend(kProbe).kernels()); }
   void TearDown() override {
