@@ -51,6 +51,20 @@ inline void check(const char* what, const V& a, const V& b, const std::string& c
     }
 }
 
+// Tensor sizes of a multi-tensor call and their offsets in one packed buffer, with a gap after
+// each (a kernel writing past its tensor shows); at least one element.
+struct Packed {
+  std::vector<i64> n, at;
+  i64 total = 0;
+  explicit Packed(const std::vector<i64>& sizes) : n(sizes) {
+    for (i64 k : sizes) {
+      at.push_back(total);
+      total += k + 1;
+    }
+    total = std::max<i64>(total, 1);
+  }
+};
+
 inline Kernels* simk;
 inline Stream* sims;
 inline std::unique_ptr<Kernels> cudak;

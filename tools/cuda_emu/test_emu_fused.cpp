@@ -146,19 +146,6 @@ void check_cross_entropy_rows(unsigned& seed) {
   }
 }
 
-// Tensor sizes of a multi-tensor call and their offsets in one packed buffer.
-struct Packed {
-  std::vector<i64> n, at;
-  i64 total = 0;
-  explicit Packed(const std::vector<i64>& sizes) : n(sizes) {
-    for (i64 k : sizes) {
-      at.push_back(total);
-      total += k + 1;  // a gap, so a kernel writing past its tensor shows
-    }
-    total = std::max<i64>(total, 1);
-  }
-};
-
 std::vector<i64> multi_sizes(unsigned seed, int count) {
   std::mt19937 gen(seed);
   std::vector<i64> s;

@@ -35,25 +35,6 @@ Bytes stored(DType t, const V& v) {
   return b;
 }
 
-Bytes bytes_of(const V& v) {
-  Bytes b(v.size() * 4);
-  std::memcpy(b.data(), v.data(), b.size());
-  return b;
-}
-
-// Tensor sizes and their offsets in one packed buffer, with a gap after each (a kernel writing
-// past its tensor shows).
-struct Pack {
-  std::vector<i64> n, at;
-  i64 total = 0;
-  explicit Pack(const std::vector<i64>& sizes) : n(sizes) {
-    for (i64 k : sizes) {
-      at.push_back(total);
-      total += k + 1;
-    }
-  }
-};
-
 std::vector<i64> ragged(unsigned seed, int count) {
   std::mt19937 gen(seed);
   std::vector<i64> s;
@@ -79,7 +60,7 @@ struct Case {
 };
 
 void check_adam_ex(const std::vector<i64>& sizes, const Case& c, unsigned& seed) {
-  const Pack pk(sizes);
+  const Packed pk(sizes);
   const std::size_t N = static_cast<std::size_t>(std::max<i64>(pk.total, 1));
   const bool has_model = c.model != DType::f32;
   char ctx[160];
@@ -172,7 +153,7 @@ void check_adam_ex(const std::vector<i64>& sizes, const Case& c, unsigned& seed)
 }
 
 void check_squares_ex(const std::vector<i64>& sizes, unsigned& seed) {
-  const Pack pk(sizes);
+  const Packed pk(sizes);
   const std::size_t N = static_cast<std::size_t>(std::max<i64>(pk.total, 1));
   for (DType t : {DType::bf16, DType::f16}) {
     for (bool specials : {false, true}) {
