@@ -7,12 +7,14 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 
 #include "backend_cuda/cublas_lazy.h"
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_host_logic.h"
 #include "backend_cuda/cuda_stream.h"
+#include "core/base/error.h"
 
 namespace ditto::cuda {
 
@@ -72,8 +74,11 @@ struct LtPreference {
 };
 
 // The descriptors of g and the heuristic's algorithm (a cache miss).
+// `other`: an epilogue GemmEpilogue does not name (blaslt_gelu_epilogue's probe), set when g's
+// is GemmEpilogue::none.
 LtEntry make_entry(const CublasLtApi& api, cublasLtHandle_t h, const GemmExArgs& g,
-                   const LtGemmPlan& p, bool tf32, const std::string& where) {
+                   const LtGemmPlan& p, bool tf32, const std::string& where,
+                   cublasLtEpilogue_t other = CUBLASLT_EPILOGUE_DEFAULT) {
   LtEntry d(api);
   const cublasComputeType_t compute =
       tf32 && g.a_type == DType::f32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -97,6 +102,10 @@ LtEntry make_entry(const CublasLtApi& api, cublasLtHandle_t h, const GemmExArgs&
                        where);
     DITTO_CUBLAS_CHECK(
         api.matmul_desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c, sizeof(c)),
+        where);
+  } else if (other != CUBLASLT_EPILOGUE_DEFAULT) {
+    DITTO_CUBLAS_CHECK(
+        api.matmul_desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &other, sizeof(other)),
         where);
   }
   auto layout = [&](cublasLtMatrixLayout_t* l, cudaDataType_t t, const LtMatrix& x) {
@@ -177,6 +186,29 @@ bool blaslt_gemm(CudaStream& s, const GemmExArgs& g, bool tf32, const std::strin
                  e->out, &e->algo, s.workspace(), CudaStream::kCublasWorkspaceBytes, s.get()),
       where);
   return true;
+}
+
+void blaslt_gelu_epilogue(CudaStream& s, const float* x, const float* eye, float* d,
+                          std::int64_t rows, const std::string& where) {
+  GemmExArgs g;
+  g.M = rows, g.N = kGeluProbeCols, g.K = kGeluProbeCols;
+  g.A = x, g.lda = kGeluProbeCols;
+  g.B = eye, g.ldb = kGeluProbeCols;
+  g.C = d, g.ldc = kGeluProbeCols;
+  const LtGemmPlan p = lt_gemm_plan(g.trans_a, g.trans_b, g.M, g.N, g.K, g.lda, g.ldb, g.ldc);
+  if (rows < 1 || !lt_plan_valid(p))
+    throw InvalidArgument(where + ": rows: expected >= 1, got " + std::to_string(rows));
+  cublasLtHandle_t h = s.cublaslt();
+  const CublasLtApi& api = cublaslt_api();
+  // Not cached: a probe, run once.
+  const LtEntry e = make_entry(api, h, g, p, false, where, CUBLASLT_EPILOGUE_GELU);
+  if (!e.has_algo)
+    throw BackendError(where + ": cublasLtMatmulAlgoGetHeuristic found no algorithm for an f32 "
+                               "GEMM with CUBLASLT_EPILOGUE_GELU");
+  DITTO_CUBLAS_CHECK(
+      api.matmul(h, e.op, &g.alpha, g.B, e.first, g.A, e.second, &g.beta, g.C, e.out, g.C, e.out,
+                 &e.algo, s.workspace(), CudaStream::kCublasWorkspaceBytes, s.get()),
+      where);
 }
 
 }  // namespace ditto::cuda

@@ -34,4 +34,18 @@ struct LtCacheStats {
 };
 LtCacheStats blaslt_cache_stats(CudaStream& s);
 
+/// Columns of blaslt_gelu_epilogue's matrices.
+inline constexpr std::int64_t kGeluProbeCols = 16;
+
+/// A probe of what cuBLASLt's CUBLASLT_EPILOGUE_GELU computes, the tanh form of GELU (the GPT's,
+/// torch.nn.GELU(approximate='tanh'); llm.c fuses it into its c_fc GEMM) or the erf form
+/// (torch.nn.GELU()): the answer decides whether ditto's fast mode may fuse its GELU into the
+/// GEMM, and no document states it (issue 29). Enqueues on `s` one cublasLtMatmul, f32 with
+/// CUBLAS_COMPUTE_32F (no TF32): d = GELU(x @ eye), all device pointers to row-major f32
+/// [rows, kGeluProbeCols] matrices (eye: the [kGeluProbeCols, kGeluProbeCols] identity, so the
+/// product is x exactly and d is the epilogue's GELU of x). Not cached. Throws InvalidArgument for
+/// rows < 1, BackendError naming `where` when cuBLASLt fails or has no algorithm for it.
+void blaslt_gelu_epilogue(CudaStream& s, const float* x, const float* eye, float* d,
+                          std::int64_t rows, const std::string& where);
+
 }  // namespace ditto::cuda

@@ -11,6 +11,7 @@
 #if defined(DITTO_TEST_CUDA_BUILT)
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -388,6 +389,54 @@ TEST_F(CudaGemm, CublasLtDescriptorCacheReusesTheEntryOfAnIdenticalCall) {
   const cuda::LtCacheStats s3 = cuda::blaslt_cache_stats(s);
   EXPECT_EQ(s3.misses, s2.misses + 1);
   EXPECT_EQ(s3.size, s2.size + 1);
+}
+
+// What cuBLASLt's GELU epilogue computes (cuda::blaslt_gelu_epilogue): the tanh form (the GPT's
+// GELU, gpt::gelu) or the erf form. No document says; the answer decides whether fast mode may
+// fuse the GPT's GELU into the c_fc GEMM (issue 29). x spans [-6, 6] (the two forms differ by up
+// to 4.7e-4, at x = -2.7, and agree to 1e-8 at |x| = 6); the test passes when the epilogue is
+// one of them within a quarter of their largest difference, and prints which and how far.
+TEST_F(CudaGemm, CublasLtGeluEpilogueIsTheTanhOrTheErfForm) {
+  BackendOptions o;
+  o.device_count = 1;
+  cuda::CudaBackend be(o);
+  const std::int64_t cols = cuda::kGeluProbeCols, rows = 128;
+  std::vector<float> x(static_cast<std::size_t>(rows * cols)), eye(cols * cols, 0.0f);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = -6.0f + 12.0f * static_cast<float>(i) / static_cast<float>(x.size() - 1);
+  for (std::int64_t i = 0; i < cols; ++i) eye[i * cols + i] = 1.0f;
+  auto bytes = [](const std::vector<float>& v) {
+    std::vector<std::uint8_t> b(v.size() * 4);
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  DeviceBytes dX(be, bytes(x)), dEye(be, bytes(eye)), dD(be, bytes(std::vector<float>(x.size())));
+  {
+    cuda::DeviceGuard guard(be.physical_device(0));
+    cuda::blaslt_gelu_epilogue(be.cuda_stream(0), static_cast<const float*>(dX.p),
+                               static_cast<const float*>(dEye.p), static_cast<float*>(dD.p), rows,
+                               "CublasLtGeluEpilogue");
+  }
+  const std::vector<std::uint8_t> out = dD.read();
+  std::vector<float> d(x.size());
+  std::memcpy(d.data(), out.data(), out.size());
+  double err_tanh = 0, err_erf = 0, spread = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i];
+    const double t = 0.5 * v * (1.0 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+    const double e = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+    err_tanh = std::max(err_tanh, std::fabs(d[i] - t));
+    err_erf = std::max(err_erf, std::fabs(d[i] - e));
+    spread = std::max(spread, std::fabs(t - e));
+  }
+  const char* form = err_tanh < err_erf ? "tanh" : "erf";
+  std::printf("note: cuBLASLt's CUBLASLT_EPILOGUE_GELU is the %s form: max |d - tanh form| %.3g, "
+              "max |d - erf form| %.3g (the forms differ by up to %.3g)\n",
+              form, err_tanh, err_erf, spread);
+  RecordProperty("gelu_epilogue_form", form);
+  EXPECT_GT(spread, 4e-4);
+  EXPECT_LT(std::min(err_tanh, err_erf), spread / 4)
+      << "the epilogue is neither form: tanh " << err_tanh << ", erf " << err_erf;
 }
 
 }  // namespace
