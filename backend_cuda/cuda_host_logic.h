@@ -193,6 +193,34 @@ constexpr bool typed_sum_rows_supported(DType x, DType out) {
   return (x == DType::bf16 || x == DType::f16) && (out == x || out == DType::f32);
 }
 
+// ---- fast sum_rows' split over row chunks (cuda_kernels.cu, Note [CUDA row sums]) -------------
+
+/// Blocks of 32 columns x 8 row groups the fast sum_rows aims at (about 8 resident blocks of 256
+/// threads on each of an H100's / H200's 132 SMs).
+inline constexpr std::int64_t kRowSumTargetBlocks = 1024;
+/// Fewest rows of one chunk (8 a thread), and most rows summed in one pass (64 a thread).
+inline constexpr std::int64_t kRowSumMinChunk = 64;
+inline constexpr std::int64_t kRowSumOnePassRows = 512;
+
+/// How CUDA's fast sum_rows / sum_rows_ex splits a [rows, cols] x: `chunks` chunks of
+/// `chunk_rows` rows (the last one the rest), each summed per column by its own blocks into f32
+/// partials, then a second launch adding each column's partials in chunk order (no atomics: the
+/// same bits run to run). chunks == 1 (chunk_rows == rows): one launch, no partials. A function
+/// of the shape alone (not of the GPU), so the dry run (backend_sim/cost_model.h's
+/// cuda_fast_row_chunks, its mirror) prices the launches CUDA makes.
+struct RowChunks {
+  std::int64_t chunk_rows, chunks;
+};
+constexpr RowChunks fast_row_chunks(std::int64_t rows, std::int64_t cols) {
+  if (rows <= kRowSumOnePassRows || cols <= 0) return {rows, 1};
+  const std::int64_t col_blocks = (cols + 31) / 32;
+  const std::int64_t want = (kRowSumTargetBlocks + col_blocks - 1) / col_blocks;
+  std::int64_t chunk = std::max((rows + want - 1) / want, kRowSumMinChunk);
+  chunk = (chunk + 7) / 8 * 8;  // the same rows for each of a block's 8 row groups
+  const std::int64_t chunks = (rows + chunk - 1) / chunk;
+  return chunks <= 1 ? RowChunks{rows, 1} : RowChunks{chunk, chunks};
+}
+
 /// cuBLASLt's compute type for A / B of dtype `ab`: CUBLAS_COMPUTE_32F (tf32 == false), or
 /// CUBLAS_COMPUTE_32F_FAST_TF32 for f32 operands when BackendOptions::allow_tf32 (torch's
 /// allow_tf32: f32 inputs rounded to TF32 on the tensor cores, f32 accumulation). bf16 / f16

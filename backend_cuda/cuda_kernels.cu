@@ -118,7 +118,13 @@ __global__ void __launch_bounds__(kSumThreads) sum_fast_kernel(const float* x, i
 // per column over every shard. bitwise sum_rows is the case of one shard [0, rows). The chains
 // stay serial (their order is the result); more than kShardCap shards go through shard_tree's
 // host recursion (f32 nodes, the root rounded once: launch_combine_typed). Fast sum_rows (any
-// order) splits each column's rows over kRowGroups threads (sum_rows_fast_kernel).
+// order, the same bits run to run) splits each column's rows over kRowGroups threads of a block
+// (sum_rows_fast_kernel) and, past kRowSumOnePassRows rows, the rows into chunks of their own
+// blocks (cuda_host_logic.h's fast_row_chunks, about kRowSumTargetBlocks blocks in all): a
+// [8192, 768] bias gradient was 24 blocks on a 132-SM GPU, now 24 x 43. The chunks' f32 partials
+// go to scratch and a second launch adds each column's in chunk order (sum_rows_chunks_kernel;
+// no atomics). The dry run prices the two launches and the partials' bytes
+// (backend_sim/cost_model.h's fast_sum_rows_cost).
 constexpr int kSumCols = 32;   // columns per block of sum_rows_tree_kernel
 constexpr int kSumLanes = 8;   // warps per block: the shards' chains of its columns
 
@@ -174,23 +180,49 @@ __global__ void __launch_bounds__(kSumCols * kSumLanes)
   }
 }
 
-constexpr int kRowGroups = 8;  // fast sum_rows: rows split over 8 threads per column
+constexpr int kRowGroups = 8;  // fast sum_rows: a column's rows split over 8 threads of a block
+static_assert(kRowGroups == 8, "fast_row_chunks (cuda_host_logic.h) rounds chunks to 8 rows");
 
-// Fast sum_rows: block (32, kRowGroups) over 32 columns; each thread sums every kRowGroups-th
-// row, then the partials are added in shared memory (any order); X as sum_rows_tree_kernel's.
+// out[c] = (beta != 0 ? beta * out[c] : 0) + v, rounded into out's dtype (fast: fma allowed).
+__device__ __forceinline__ void finish_rows_fast(const RowsOut& o, i64 c, float v) {
+  st_elem(o.p, o.t, c, o.beta == 0.0f ? v : o.beta * ld_elem(o.p, o.t, c) + v);
+}
+
+// Fast sum_rows, pass 1: block (32, kRowGroups) over 32 columns and the rows of chunk blockIdx.y
+// ([y chunk_rows, (y + 1) chunk_rows) within rows); each thread sums every kRowGroups-th row of
+// the chunk, then the block's partials are added in shared memory (any order). part == nullptr
+// (one chunk): finished into out; else part[y * cols + c] (f32), for sum_rows_chunks_kernel.
+// X as sum_rows_tree_kernel's.
 template <class X>
-__global__ void sum_rows_fast_kernel(const X* x, i64 rows, i64 cols, const RowsOut out) {
-  __shared__ float part[kRowGroups][33];
+__global__ void __launch_bounds__(32 * kRowGroups)
+    sum_rows_fast_kernel(const X* x, i64 rows, i64 cols, i64 chunk_rows, float* part,
+                         const RowsOut out) {
+  __shared__ float group[kRowGroups][33];
   const i64 c = static_cast<i64>(blockIdx.x) * 32 + threadIdx.x;
+  const i64 r0 = static_cast<i64>(blockIdx.y) * chunk_rows;
+  const i64 r1 = rows - r0 < chunk_rows ? rows : r0 + chunk_rows;
   float acc = 0.0f;
   if (c < cols)
-    for (i64 r = threadIdx.y; r < rows; r += kRowGroups) acc += ld_elem(x, r * cols + c);
-  part[threadIdx.y][threadIdx.x] = acc;
+#pragma unroll 4
+    for (i64 r = r0 + threadIdx.y; r < r1; r += kRowGroups) acc += ld_elem(x, r * cols + c);
+  group[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
   if (threadIdx.y == 0 && c < cols) {
-    for (int g = 1; g < kRowGroups; ++g) acc += part[g][threadIdx.x];
-    const float v = out.beta == 0.0f ? acc : out.beta * ld_elem(out.p, out.t, c) + acc;
-    st_elem(out.p, out.t, c, v);
+    for (int g = 1; g < kRowGroups; ++g) acc += group[g][threadIdx.x];
+    if (part != nullptr)
+      part[static_cast<i64>(blockIdx.y) * cols + c] = acc;
+    else
+      finish_rows_fast(out, c, acc);
+  }
+}
+
+// Fast sum_rows, pass 2: out[c] from the chunks' partials part[k * cols + c], added in ascending
+// k (a fixed order: the same bits run to run). One thread per column, grid-stride.
+__global__ void sum_rows_chunks_kernel(const float* part, i64 chunks, i64 cols, const RowsOut out) {
+  for (i64 c = global_thread(); c < cols; c += grid_threads()) {
+    float acc = part[c];
+    for (i64 k = 1; k < chunks; ++k) acc += part[k * cols + c];
+    finish_rows_fast(out, c, acc);
   }
 }
 
@@ -213,8 +245,18 @@ void launch_sum_rows(const Launch& l, const X* x, i64 rows, i64 cols, const Rows
     launch_sum_rows_tree(l, x, cols, sb, 1, out);
     return;
   }
-  const auto blocks = static_cast<unsigned>((cols + 31) / 32);
-  sum_rows_fast_kernel<X><<<blocks, dim3(32, kRowGroups), 0, l.get()>>>(x, rows, cols, out);
+  // Fast: the rows in chunks (fast_row_chunks), so a narrow matrix still fills the GPU.
+  const RowChunks split = fast_row_chunks(rows, cols);
+  const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(split.chunks));
+  if (split.chunks == 1) {
+    sum_rows_fast_kernel<X><<<grid, dim3(32, kRowGroups), 0, l.get()>>>(x, rows, cols, rows, nullptr, out);
+    l.check();
+    return;
+  }
+  DeviceTemp part(l, split.chunks * cols);
+  sum_rows_fast_kernel<X><<<grid, dim3(32, kRowGroups), 0, l.get()>>>(x, rows, cols, split.chunk_rows, part.get(), out);
+  l.check();
+  sum_rows_chunks_kernel<<<blocks_for(cols), kThreads, 0, l.get()>>>(part.get(), split.chunks, cols, out);
   l.check();
 }
 
@@ -293,18 +335,81 @@ __global__ void sum_inputs_kernel(const Inputs<N> in, float* out, i64 numel) {
 
 // ---- micro-sharded reductions (bitwise; at most kShardCap shards per launch) -------------------
 
-// One block of kShardCap threads: thread s sums shard s ascending; thread 0 runs the tree.
-__global__ void sum_sharded_kernel(const float* x, const __grid_constant__ ShardBounds bounds,
-                                   int shards, float* out, Out mode, float scale) {
+// Note [CUDA sharded sum]
+// sum_sharded (the bitwise loss: the mean over B T tokens cut into micro-shards; its only caller
+// is nn::Loss in bitwise mode, fast mode calls sum) is by definition one ascending chain from 0.0f
+// per shard, then the canonical tree over the shards (backend.h; the simulator's sum_sharded):
+// each chain stays serial, its order is the result. What runs in parallel: the shards' chains
+// (thread r of the block runs the chain of the r-th shard with elements) and the loads, which
+// the block's other threads stage through shared memory, coalesced, while the chains run over
+// the previous stage (two buffers of kShardStage floats). A stage holds `width` elements of each
+// shard with elements, width = kShardStage / (their count rounded up to a power of two), so few
+// long shards (GPT-2 at B 8: 8 of the 64 shards hold 1024 tokens each) take few stages. Thread
+// 0 then runs the tree over all the shards' leaves (empty shards +0.0f) in shard order. Where a
+// thread per shard loaded its own elements, each chain waited on its loads, uncoalesced.
+constexpr int kShardStageLog2 = 12;
+constexpr int kShardStage = 1 << kShardStageLog2;  // floats of all shards staged per step
+constexpr int kShardSumThreads = 512;  // kShardCap chain threads, the rest load
+static_assert(kShardStage % (32 * kShardCap) == 0 && kShardSumThreads > kShardCap,
+              "a stage is at least 32 floats of each of kShardCap shards");
+
+__global__ void __launch_bounds__(kShardSumThreads)
+    sum_sharded_kernel(const float* x, const __grid_constant__ ShardBounds bounds, int shards,
+                       float* out, Out mode, float scale) {
+  __shared__ float tile[2][kShardStage + kShardCap];  // row r at r (width + 1): no bank conflicts
   __shared__ float leaf[kShardCap];
-  const int s = static_cast<int>(threadIdx.x);
-  if (s < shards) {
-    float acc = 0.0f;
-    for (i64 i = bounds.b[s]; i < bounds.b[s + 1]; ++i) acc = cm::sum_step(acc, x[i]);
-    leaf[s] = acc;
+  __shared__ int active[kShardCap];  // the shards with elements, ascending
+  __shared__ int n_active_s;
+  __shared__ i64 longest_s;
+  const int t = static_cast<int>(threadIdx.x);
+  if (t == 0) {
+    int n = 0;
+    i64 longest = 0;
+    for (int s = 0; s < shards; ++s) {
+      const i64 len = bounds.b[s + 1] - bounds.b[s];
+      if (len > 0) active[n++] = s;
+      longest = len > longest ? len : longest;
+    }
+    n_active_s = n;
+    longest_s = longest;
   }
+  if (t < shards) leaf[t] = 0.0f;  // an empty shard's chain: 0.0f
   __syncthreads();
-  if (s == 0)
+  const int n_active = n_active_s;
+  int log_width = kShardStageLog2;  // width: kShardStage / (n_active rounded up to a power of 2)
+  while ((n_active << log_width) > kShardStage) --log_width;
+  const int width = 1 << log_width;
+  const i64 stages = (longest_s + width - 1) / width;
+  // Loader threads (t >= kShardCap) stage elements [k width, (k + 1) width) of every shard with
+  // elements into buf, row r for the shard active[r].
+  auto stage_in = [&](i64 k, float* buf) {
+    const int loaders = static_cast<int>(blockDim.x) - kShardCap;
+    for (int i = t - kShardCap; i < n_active * width; i += loaders) {
+      const int r = i >> log_width, j = i & (width - 1);
+      const int s = active[r];
+      const i64 at = bounds.b[s] + k * width + j;
+      if (at < bounds.b[s + 1]) buf[r * (width + 1) + j] = x[at];
+    }
+  };
+  float acc = 0.0f;
+  if (t >= kShardCap && stages > 0) stage_in(0, tile[0]);
+  __syncthreads();
+  for (i64 k = 0; k < stages; ++k) {
+    if (t >= kShardCap) {
+      if (k + 1 < stages) stage_in(k + 1, tile[(k + 1) & 1]);
+    } else if (t < n_active) {
+      const int s = active[t];
+      const i64 at = bounds.b[s] + k * width, end = bounds.b[s + 1];
+      const int len = at >= end ? 0 : end - at < width ? static_cast<int>(end - at) : width;
+      const float* row = tile[k & 1] + t * (width + 1);
+#pragma unroll 4
+      for (int j = 0; j < len; ++j) acc = cm::sum_step(acc, row[j]);
+    }
+    __syncthreads();
+  }
+  if (t < n_active) leaf[active[t]] = acc;
+  __syncthreads();
+  if (t == 0)
     *out = finish(mode, tree_over<kShardDepth>(leaf, shards), mode == Out::accumulate ? *out : 0.0f,
                   scale);
 }
@@ -628,8 +733,7 @@ class CudaKernels final : public CudaGptKernels {
     Launch l(backend_, s, "sum_sharded");
     const auto shards = static_cast<i64>(bounds.size()) - 1;
     auto leaf = [&](i64 lo, i64 hi, float* d, i64 /*ld*/, Out mode, float sc) {
-      sum_sharded_kernel<<<1, kShardCap, 0, l.get()>>>(x, shard_bounds(bounds, lo, hi),
-                                                       static_cast<int>(hi - lo), d, mode, sc);
+      sum_sharded_kernel<<<1, kShardSumThreads, 0, l.get()>>>(x, shard_bounds(bounds, lo, hi), static_cast<int>(hi - lo), d, mode, sc);
       l.check();
     };
     shard_tree(l, 0, shards, 1, 1, out, 1, Out::scale, scale, leaf);

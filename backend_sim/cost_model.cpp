@@ -181,6 +181,27 @@ KernelCost sum_rows_ex_cost(std::int64_t rows, std::int64_t cols, DType x_type, 
   return c;
 }
 
+// backend_cuda/cuda_host_logic.h's fast_row_chunks: its constants kRowSumOnePassRows (512),
+// kRowSumTargetBlocks (1024) and kRowSumMinChunk (64), chunks rounded to 8 rows.
+std::int64_t cuda_fast_row_chunks(std::int64_t rows, std::int64_t cols) {
+  if (rows <= 512 || cols <= 0) return 1;
+  const std::int64_t col_blocks = (cols + 31) / 32;
+  const std::int64_t want = (1024 + col_blocks - 1) / col_blocks;
+  std::int64_t chunk = std::max<std::int64_t>((rows + want - 1) / want, 64);
+  chunk = (chunk + 7) / 8 * 8;
+  return (rows + chunk - 1) / chunk;
+}
+
+KernelCost fast_sum_rows_cost(std::int64_t rows, std::int64_t cols, DType x_type, DType out_type) {
+  KernelCost c = sum_rows_ex_cost(rows, cols, x_type, out_type);
+  const std::int64_t chunks = cuda_fast_row_chunks(rows, cols);
+  if (chunks > 1) {
+    c.launches = 2;
+    c.bytes += 8.0 * double(chunks) * double(cols);
+  }
+  return c;
+}
+
 const char* algo_name(CollectiveAlgo a) {
   switch (a) {
     case CollectiveAlgo::local: return "local";

@@ -221,7 +221,8 @@ KernelCost native_cost(const KernelCost& f32, DType storage);
 //       (gpt_kernels::embedding_backward_ex_cost);
 //   row sums (has_sum_rows_ex: the bias and LayerNorm parameter gradients, sum_rows in fast mode
 //       and sum_rows_sharded in bitwise mode, x bf16 / f16 into an out of x's dtype or f32):
-//       sum_rows_ex_cost, one launch over x and out in their own dtypes.
+//       sum_rows_ex_cost, one launch over x and out in their own dtypes (fast mode:
+//       fast_sum_rows_cost, CUDA's two launches over row chunks where it splits the rows).
 // A kernel that has no typed CUDA version runs on CUDA through MixedOp's f32 scratch, and a dry
 // run prices that as CUDA runs it (Note [Predicted launches]): its casts as launches, the f32
 // kernel at f32 bytes, the scratch charged to the device.
@@ -253,6 +254,19 @@ KernelCost storage_cost(const KernelCost& f32, DType storage, double fixed_bytes
 /// (the CUDA kernels make one up to 64 shards, the f32 sum_rows_sharded's count).
 KernelCost sum_rows_ex_cost(std::int64_t rows, std::int64_t cols, DType x_type, DType out_type);
 
+/// The row chunks of CUDA's fast sum_rows / sum_rows_ex over a [rows, cols] x (Note [CUDA row
+/// sums], backend_cuda/cuda_kernels.cu): backend_cuda/cuda_host_logic.h's fast_row_chunks(rows,
+/// cols).chunks, mirrored here (this library does not include the CUDA backend's headers;
+/// tests/test_compute_units.cpp checks that the two agree). 1: one launch, no partials.
+std::int64_t cuda_fast_row_chunks(std::int64_t rows, std::int64_t cols);
+
+/// The fast sum_rows' cost (Kernels::sum_rows and sum_rows_ex in fast mode, both backends'
+/// price): sum_rows_ex_cost, and where CUDA splits the rows into k = cuda_fast_row_chunks > 1
+/// chunks, two launches (the chunks' partial sums, then each column's partials added) and the
+/// f32 partials written and read, 8 k cols bytes more. The partials' scratch (4 k cols bytes,
+/// at most a few hundred KiB, freed at once) is not charged to the device's memory.
+KernelCost fast_sum_rows_cost(std::int64_t rows, std::int64_t cols, DType x_type, DType out_type);
+
 // Note [Predicted launches]
 // A dry run predicts the CUDA backend (ditto's production target on a GPU): where that backend
 // runs the same work differently from the simulator's own kernels, the dry run takes the CUDA
@@ -277,7 +291,8 @@ KernelCost sum_rows_ex_cost(std::int64_t rows, std::int64_t cols, DType x_type, 
 //   multi-tensor        the optimizer's multi-tensor kernels (backend_cuda/cuda_multi_tensor.cu),
 //                       below.
 // Kernels CUDA launches as the simulator prices them, one launch each over the same bytes:
-// cast, fill_f32, fill_bits, axpy, scale, add_bias, sum_rows, sum_inputs (up to 8 inputs),
+// cast, fill_f32, fill_bits, axpy, scale, add_bias, sum_rows (fast: fast_sum_rows_cost's
+// launches), sum_inputs (up to 8 inputs),
 // layernorm, gelu, dropout, cross_entropy, embedding_forward; copy_d2d is one cudaMemcpyAsync
 // (read + write at memory bandwidth). Priced one launch at bandwidth though CUDA's may take
 // longer where a serial chain bounds it: bitwise sum is one chain (thread 0 over tiles the block

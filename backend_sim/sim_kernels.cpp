@@ -141,7 +141,11 @@ class SimKernels final : public Kernels {
   void sum_rows(Stream& s, const float* x, std::int64_t rows, std::int64_t cols, float beta,
                 float* out, Determinism mode) override {
     if (cols <= 0) return;
-    launch(s, "sum_rows", KernelCost{double(rows) * cols, 4.0 * (double(rows) * cols + cols)}, [=] {
+    const KernelCost cost =
+        mode == Determinism::fast
+            ? fast_sum_rows_cost(rows, cols, DType::f32, DType::f32)  // CUDA's row chunks
+            : KernelCost{double(rows) * cols, 4.0 * (double(rows) * cols + cols)};
+    launch(s, "sum_rows", cost, [=] {
       if (mode == Determinism::fast) {
         Eigen::Map<const RowMat> xm(x, rows, cols);
         Eigen::Map<Eigen::RowVectorXf> o(out, cols);
@@ -431,7 +435,8 @@ class SimKernels final : public Kernels {
   // ---- the typed reductions over rows (Note [Typed kernels], cost_model.h) -------------------
   // A dry run predicts the CUDA backend, which sums bf16 / f16 rows natively in both modes
   // (cuda_host_logic.h's typed_sum_rows_supported): ops::sum_rows / sum_rows_sharded then call
-  // these, each priced as one launch over x and out in their dtypes (sum_rows_ex_cost), no casts.
+  // these, each priced as one launch over x and out in their dtypes (sum_rows_ex_cost; fast
+  // sum_rows_ex: fast_sum_rows_cost, CUDA's two launches where it splits the rows), no casts.
   // A real run keeps Kernels' default (false): MixedOp's f32 scratch and the f32 kernels.
   bool has_sum_rows_ex(DType x_type, DType out_type, Determinism mode) const override {
     return cost_->dry_run() && (x_type == DType::bf16 || x_type == DType::f16) &&
@@ -443,7 +448,9 @@ class SimKernels final : public Kernels {
     if (!cost_->dry_run())  // throws: has_sum_rows_ex is false
       return Kernels::sum_rows_ex(s, x, x_type, rows, cols, beta, out, out_type, mode);
     if (cols <= 0) return;
-    price(s, "sum_rows_ex", sum_rows_ex_cost(rows, cols, x_type, out_type));
+    price(s, "sum_rows_ex",
+          mode == Determinism::fast ? fast_sum_rows_cost(rows, cols, x_type, out_type)
+                                    : sum_rows_ex_cost(rows, cols, x_type, out_type));
   }
 
   void sum_rows_sharded_ex(Stream& s, const void* x, DType x_type, std::int64_t rows,

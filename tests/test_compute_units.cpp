@@ -381,7 +381,9 @@ TEST(ComputeUnits, DryRunRowOpsTakeTheTypedKernels) {
 // (Kernels::has_sum_rows_ex, cuda_host_logic.h's typed_sum_rows_supported: x bf16 / f16, out x's
 // dtype or f32, both modes): a dry run answers as CUDA does (a real run no) and prices one
 // sum_rows_ex / sum_rows_sharded_ex launch over x and out in their dtypes (sum_rows_ex_cost), no
-// casts and no f32 scratch (Note [Typed kernels]).
+// casts and no f32 scratch (Note [Typed kernels]); fast mode's sum_rows_ex over 4096 rows is
+// CUDA's two launches over 43 row chunks, their f32 partials written and read
+// (FastRowSumsPriceCudasRowChunks).
 TEST(ComputeUnits, DryRunRowSumsTakeTheTypedKernels) {
   for (bool dry : {true, false}) {
     Kernels& k = fresh_sim(dry).kernels();
@@ -408,15 +410,79 @@ TEST(ComputeUnits, DryRunRowSumsTakeTheTypedKernels) {
   ops::sum_rows_sharded(x, gf, {0, 1000, 1000, rows}, /*accumulate=*/false);  // bitwise: f32
   dry.default_stream(0).synchronize();
   const sim::CostModel::LedgerRow a = row(dry, "sum_rows_ex"), b = row(dry, "sum_rows_sharded_ex");
-  EXPECT_EQ(a.count, 1);
+  const double chunks = 43;  // cuda::fast_row_chunks(4096, 768): 42 of 96 rows and one of 64
+  EXPECT_EQ(a.count, 2);
   EXPECT_EQ(b.count, 1);
-  EXPECT_DOUBLE_EQ(a.bytes, 2.0 * rows * cols + 2.0 * cols);
+  EXPECT_DOUBLE_EQ(a.bytes, 2.0 * rows * cols + 2.0 * cols + 8.0 * chunks * cols);
   EXPECT_DOUBLE_EQ(b.bytes, 2.0 * rows * cols + 4.0 * cols);
   EXPECT_EQ(a.unit, PricedUnit::memory);
-  EXPECT_EQ(a.time, sim::to_vtime(kLaunch + a.bytes / (kBw * kHbmEff)));
+  EXPECT_EQ(a.time, sim::to_vtime(2 * kLaunch + a.bytes / (kBw * kHbmEff)));
   EXPECT_EQ(row(dry, "cast_f32_scratch").count, 0);
   EXPECT_EQ(row(dry, "sum_rows").count + row(dry, "sum_rows_sharded").count, 0);
   EXPECT_EQ(dry.memory_stats(0).peak, before);  // no scratch
+}
+
+// CUDA's fast sum_rows splits the rows of a narrow matrix into chunks (Note [CUDA row sums],
+// cuda_host_logic.h's fast_row_chunks): past 512 rows, chunks of at least 64 rows (a multiple of
+// 8) making about 1024 blocks of 32 columns, then a second launch over the chunks' f32
+// partials. Both backends price the fast sum_rows as those launches (the simulator's real run
+// too: sum_rows is among the kernels it prices as CUDA launches them), through the cost model's
+// mirror of the split (sim::cuda_fast_row_chunks), which must agree with CUDA's own; bitwise
+// sum_rows and sum_rows_sharded stay one launch.
+TEST(ComputeUnits, FastRowSumsPriceCudasRowChunks) {
+  for (std::int64_t rows : {0, 1, 64, 511, 512, 513, 600, 1000, 4096, 8191, 8192, 16384, 1 << 20})
+    for (std::int64_t cols : {1, 31, 32, 33, 384, 768, 1152, 2304, 3072, 32768, 32769, 786432}) {
+      const cuda::RowChunks c = cuda::fast_row_chunks(rows, cols);
+      EXPECT_EQ(sim::cuda_fast_row_chunks(rows, cols), c.chunks) << rows << " x " << cols;
+      if (c.chunks == 1) {
+        EXPECT_EQ(c.chunk_rows, rows);
+        continue;
+      }
+      // Every row in exactly one chunk, the last one not empty; chunks of whole row groups.
+      EXPECT_GT(rows, 512);
+      EXPECT_GE(c.chunk_rows, 64);
+      EXPECT_EQ(c.chunk_rows % 8, 0);
+      EXPECT_GT(rows, (c.chunks - 1) * c.chunk_rows);
+      EXPECT_LE(rows, c.chunks * c.chunk_rows);
+      EXPECT_LE(c.chunks * ((cols + 31) / 32), 2 * 1024) << rows << " x " << cols;
+    }
+  // GPT-2 B 8's bias and LayerNorm gradients (8192 rows) and the char model's (16384 rows).
+  const std::int64_t R = 8192;
+  EXPECT_EQ(cuda::fast_row_chunks(R, 768).chunks, 43);  // 24 x 43 blocks (was 24)
+  EXPECT_EQ(cuda::fast_row_chunks(R, 768).chunk_rows, 192);
+  EXPECT_EQ(cuda::fast_row_chunks(R, 2304).chunks, 15);
+  EXPECT_EQ(cuda::fast_row_chunks(R, 3072).chunks, 11);
+  EXPECT_EQ(cuda::fast_row_chunks(16384, 384).chunks, 86);
+  EXPECT_EQ(cuda::fast_row_chunks(8, 786432).chunks, 1);  // the wpe gradient: one pass
+  const KernelCost k = sim::fast_sum_rows_cost(R, 768, DType::bf16, DType::bf16);
+  EXPECT_DOUBLE_EQ(k.flops, double(R) * 768);
+  EXPECT_DOUBLE_EQ(k.bytes, 2.0 * R * 768 + 2.0 * 768 + 8.0 * 43 * 768);
+  EXPECT_EQ(k.launches, 2);
+  EXPECT_EQ(sim::fast_sum_rows_cost(512, 768, DType::bf16, DType::bf16).launches, 1);
+  // The f32 kernel, priced in a real run and a dry run alike: fast over 1000 x 40 is 16 chunks of
+  // 64 rows (two launches), over 512 rows one; bitwise one launch.
+  for (bool dry : {false, true}) {
+    sim::SimBackend& be = fresh_sim(dry);
+    const Device dev("sim", 0);
+    Tensor x = Tensor::zeros({1000, 40}, DType::f32, dev),
+           out = Tensor::zeros({40}, DType::f32, dev);
+    be.default_stream(0).synchronize();
+    auto before = be.cost_model().ledger(0);
+    ops::sum_rows(x, out, 0.0f, Determinism::fast);
+    be.default_stream(0).synchronize();
+    sim::CostModel::LedgerRow r = row_since(be, "sum_rows", before);
+    EXPECT_EQ(cuda::fast_row_chunks(1000, 40).chunks, 16);
+    EXPECT_EQ(r.count, 2) << (dry ? "dry" : "real");
+    EXPECT_DOUBLE_EQ(r.bytes, 4.0 * 1000 * 40 + 4.0 * 40 + 8.0 * 16 * 40);
+    EXPECT_EQ(r.time, sim::to_vtime(2 * kLaunch + r.bytes / (kBw * kHbmEff)));
+    before = be.cost_model().ledger(0);
+    ops::sum_rows(x.narrow(0, 512), out, 0.0f, Determinism::fast);
+    ops::sum_rows(x, out, 0.0f, Determinism::bitwise);
+    be.default_stream(0).synchronize();
+    r = row_since(be, "sum_rows", before);
+    EXPECT_EQ(r.count, 2);  // one launch each
+    EXPECT_DOUBLE_EQ(r.bytes, 4.0 * 512 * 40 + 4.0 * 1000 * 40 + 8.0 * 40);
+  }
 }
 
 // ---- the typed kernels of issue 29 items 2 and 3 (a dry run takes them, as CUDA does) ---------
@@ -769,15 +835,24 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
     // bf16 gradients; bitwise: sum_rows_sharded_ex into f32 ones). A step sums, per layer,
     // LayerNorm 1 and 2's weight (dy xhat) and bias (dy) rows and the biases of c_attn (3C),
     // attn.c_proj (C), c_fc (4C), mlp.c_proj (C) over B T rows (13 C columns), ln_f's two (2 C),
-    // and wpe's gradient over the B samples (T C columns): 12 x 8 + 2 + 1 = 99 launches over
-    // B T C (12 x 13 + 2 + 1) bf16 elements, plus the outs.
+    // and wpe's gradient over the B samples (T C columns): 12 x 8 + 2 + 1 = 99 calls over
+    // B T C (12 x 13 + 2 + 1) bf16 elements, plus the outs. Fast: the 98 over B T rows are two
+    // launches each over row chunks (cuda::fast_row_chunks: 43 for C columns, 15 for 3C, 11 for
+    // 4C), their f32 partials written and read; wpe's 8 rows one.
     const std::string sums = bitwise ? "sum_rows_sharded" : "sum_rows";
     EXPECT_EQ(run.rows.count(sums + " / memory"), 0u);
     const CostLedgerRow rs = run.rows.at(sums + "_ex / memory");
-    EXPECT_EQ(rs.count, 99 * 2);
+    EXPECT_EQ(rs.count, (bitwise ? 99 : 98 * 2 + 1) * 2);
     const double out_size = bitwise ? 4 : 2;
-    EXPECT_DOUBLE_EQ(rs.bytes / steps,
-                     2.0 * B * T * C * (12 * 13 + 2 + 1) + out_size * C * (12 * 13 + 2 + T));
+    auto chunks = [&](double cols) {
+      return double(cuda::fast_row_chunks(std::int64_t(B * T), std::int64_t(cols)).chunks);
+    };
+    const double partials =
+        bitwise ? 0
+                : 8 * (L * (6 * chunks(C) * C + chunks(3 * C) * 3 * C + chunks(4 * C) * 4 * C) +
+                       2 * chunks(C) * C);
+    EXPECT_DOUBLE_EQ(rs.bytes / steps, 2.0 * B * T * C * (12 * 13 + 2 + 1) +
+                                           out_size * C * (12 * 13 + 2 + T) + partials);
     double flops = 0, gemm_s = 0, count = 0;
     for (const auto& [key, k] : run.rows)
       if (is_gemm(k.name)) {

@@ -8,8 +8,10 @@
 // half is ctest CudaEmu.Kernels (`cuda_emu_test rows`, tools/cuda_emu/test_emu_rows.cpp).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -17,6 +19,7 @@
 
 #include "core/nn/gpt.h"
 #include "core/nn/loss.h"
+#include "core/numerics/micro_shards.h"
 #include "core/numerics/random.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
@@ -547,7 +550,8 @@ TEST_F(CudaRowsEx, TypedRowOpsEqualTheSimulator) {
 /// The f32 bitwise reductions CUDA runs in parallel (Note [CUDA row sums]): sum_rows over 3000
 /// rows and over 600,000 columns (past the grid's 16384 blocks of 32), sum_rows_sharded over 8
 /// and 100 shards (the host tree), sum over 7000 elements (staged tiles), sum_squares over 600
-/// blocks (block_tree_over): each result's bytes.
+/// blocks (block_tree_over), sum_sharded over GPT-2 B 8's loss shards (8 of 64 with 1024
+/// tokens), 64 shards of 256 and 100 shards (Note [CUDA sharded sum]): each result's bytes.
 std::vector<std::vector<std::uint8_t>> run_f32_reductions(const std::string& backend) {
   std::vector<std::vector<std::uint8_t>> bytes;
   const Tensor x = input({3000, 40}, DType::f32, 21, backend);
@@ -568,7 +572,51 @@ std::vector<std::vector<std::uint8_t>> run_f32_reductions(const std::string& bac
       tensor_bytes(ops::sum(input({7000}, DType::f32, 25, backend), 0.37f, Determinism::bitwise)));
   bytes.push_back(tensor_bytes(
       ops::sum_squares(input({600 * 4096 - 5}, DType::f32, 26, backend), Determinism::bitwise)));
+  std::vector<std::int64_t> gpt2 = micro_shard_bounds(8, 64);
+  for (std::int64_t& b : gpt2) b *= 1024;
+  const std::vector<std::int64_t> shards[] = {gpt2, micro_shard_bounds(16384, 64),
+                                              micro_shard_bounds(20000, 100)};
+  for (std::size_t i = 0; i < std::size(shards); ++i)
+    bytes.push_back(tensor_bytes(ops::sum_sharded(
+        input({shards[i].back()}, DType::f32, 27 + i, backend), shards[i], 1.0f / 8192)));
   return bytes;
+}
+
+/// Fast sum_rows on CUDA (Note [CUDA row sums]): GPT-2 B 8's [8192, 768] bias gradient in f32
+/// and bf16 (43 row chunks, then their partials added) and [513, 33] (a last chunk of one row),
+/// beta 0 and 1, into an out of x's dtype: within the emulator's tolerance (tools/cuda_emu/
+/// test_emu_reduce.cpp) of a double reference, and the same bytes when run again (no atomics).
+TEST_F(CudaRowsEx, FastRowSumsOverRowChunksAreWithinToleranceAndRepeat) {
+  for (DType dt : {DType::f32, DType::bf16})
+    for (const Shape& shape : {Shape{8192, 768}, Shape{513, 33}})
+      for (float beta : {0.0f, 1.0f}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " " + std::to_string(shape[0]) + " beta " +
+                     std::to_string(beta));
+        const std::int64_t rows = shape[0], cols = shape[1];
+        const Tensor x = input(shape, dt, 31, "cuda");
+        const Tensor out0 = input({cols}, dt, 32, "cuda");
+        Tensor a = out0.clone(), b = out0.clone();
+        ops::sum_rows(x, a, beta, Determinism::fast);
+        ops::sum_rows(x, b, beta, Determinism::fast);
+        EXPECT_EQ(tensor_bytes(a), tensor_bytes(b));
+        const std::vector<float> xv = x.to(Device::cpu()).to(DType::f32).to_vector<float>();
+        const std::vector<float> ov = out0.to(Device::cpu()).to(DType::f32).to_vector<float>();
+        const std::vector<float> got = a.to(Device::cpu()).to(DType::f32).to_vector<float>();
+        const double u = dt == DType::bf16 ? 0x1p-8 : 0x1p-24;
+        int bad = 0;
+        for (std::int64_t c = 0; c < cols; ++c) {
+          double ref = double(beta) * ov[c], mag = std::fabs(ref);
+          for (std::int64_t r = 0; r < rows; ++r) {
+            ref += xv[r * cols + c];
+            mag += std::fabs(xv[r * cols + c]);
+          }
+          const double tol = 2.0 * u * std::fabs(ref) + double(rows + 2) * 0x1p-24 * mag;
+          if (!(std::fabs(got[c] - ref) <= tol) && bad++ < 3)
+            ADD_FAILURE() << "column " << c << ": " << got[c] << " vs " << ref << " (tol " << tol
+                          << ")";
+        }
+        EXPECT_EQ(bad, 0);
+      }
 }
 
 TEST_F(CudaRowsEx, BitwiseReductionsEqualTheSimulator) {

@@ -321,9 +321,12 @@ class CudaStream final : public Stream {
   cublasHandle_t cublas() { return nullptr; }
 };
 inline CudaStream& as_cuda(Stream& s, const char*) { return static_cast<CudaStream&>(s); }
-// The typed GEMM's decisions are the real backend's (pure host functions); cuBLASLt is not
-// emulated: blaslt_gemm declines every call, so a fast-mode gemm_ex runs the canonical kernel.
+// The typed GEMM's decisions and the fast row sums' split are the real backend's (pure host
+// functions); cuBLASLt is not emulated: blaslt_gemm declines every call, so a fast-mode gemm_ex
+// runs the canonical kernel.
+using ditto::cuda::fast_row_chunks;
 using ditto::cuda::lt_use_tf32;
+using ditto::cuda::RowChunks;
 using ditto::cuda::typed_gemm_supported;
 using ditto::cuda::typed_sharded_gemm_supported;
 using ditto::cuda::typed_sum_rows_supported;

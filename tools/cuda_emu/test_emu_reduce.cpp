@@ -6,18 +6,31 @@
 //     mode and for the sharded kernel (one order in both modes): 0, 1, few and many rows,
 //     ragged column blocks, 1 to 64 shards in one launch and 65 / 100 through the host tree,
 //     empty and leading-empty shards, accumulate and beta, NaN / +-inf / signed zeros;
-//   - fast sum_rows_ex within |cuda - ref| <= 2 u |ref| + (rows + 2) 2^-24 (sum |x| + |beta
-//     out|) of a double reference (u: 2^-8 bf16, 2^-11 f16, 2^-24 f32 out), NaN where ref is;
+//   - fast sum_rows_ex and sum_rows within |cuda - ref| <= 2 u |ref| + (rows + 2) 2^-24 (sum |x|
+//     + |beta out|) of a double reference (u: 2^-8 bf16, 2^-11 f16, 2^-24 f32 out), NaN where
+//     ref is NaN, the same infinity where it is infinite;
 //   - the f32 kernels the typed ones share (sum_rows bitwise, sum_rows_sharded) on wider and
 //     ragged column counts than test_emu.cpp's, and once past the grid's 16384 blocks of 32
 //     columns (its grid-stride loop: GPT-2's wpe gradient has 786,432 columns);
 //   - bitwise sum (the chain staged through shared memory: tails, exact tiles, several tiles)
 //     and sum_squares' tree over 1 to 600 leaves (block_tree_over: runs of 1, 2, 4 leaves
 //     per thread);
+//   - fast sum_rows / sum_rows_ex split into row chunks (cuda_host_logic.h's fast_row_chunks:
+//     past 512 rows, a second launch adds the chunks' partials): f32, bf16 and f16 x against
+//     the double reference, 512 / 513 rows (one pass / a last chunk of one row), ragged columns,
+//     GPT-2's [8192, 768], beta 0 over an out of NaNs and beta 1, NaN / +-inf / -0 columns, and
+//     the launches' threads (the split's grid);
+//   - bitwise sum_sharded (Note [CUDA sharded sum]: the chains over staged tiles) bit for bit
+//     against the simulator: GPT-2's loss shards (8 of 64 with 1024 tokens), 64 shards of 256,
+//     one shard over several stages and exact stage multiples, shards with elements not a power
+//     of two, leading / all empty shards, a shard of -0, NaN / +-inf, and 100 shards (the host
+//     tree);
 //   - has_sum_rows_ex's answers.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "core/numerics/float_formats.h"
 #include "core/numerics/gpt_math.h"
@@ -125,14 +138,34 @@ void compare_typed(DType xt, DType ot, i64 rows, i64 cols, const Bounds* bounds,
   check(bounds ? "sum_rows_sharded_ex" : "sum_rows_ex", s, e, ctx);
 }
 
-// Fast sum_rows_ex against a double reference (the header's tolerance).
-void check_fast_typed(DType xt, DType ot, i64 rows, i64 cols, float beta, unsigned& seed) {
+// Fast sum_rows (f32 x: Kernels::sum_rows; else sum_rows_ex) of x stored as xt into an out of
+// ot against the double reference, the header's tolerance; a NaN reference wants a NaN, an
+// infinite one the same infinity. beta 0: out starts as NaNs (not read). `specials`: column 0
+// holds a NaN, column 1 a +inf, column 2 a +inf and a -inf, column 3 only -0.
+void check_fast_rows(DType xt, DType ot, i64 rows, i64 cols, float beta, unsigned& seed,
+                     bool specials) {
   V xv = inputs(rows * cols, seed++, false);
   for (float& v : xv) v *= 1e-3f;  // sums within f16's range
+  if (specials && rows >= 2 && cols >= 4)
+    for (i64 r = 0; r < rows; ++r) {
+      float* row = xv.data() + r * cols;
+      if (r == rows / 2) row[0] = NAN;
+      if (r == rows - 1) row[1] = row[2] = INFINITY;
+      if (r == 0) row[2] = -INFINITY;
+      row[3] = -0.0f;
+    }
   const Bytes x = stored(xt, xv);
-  Bytes out = stored(ot, mixed(static_cast<std::size_t>(cols), seed++));
+  V o0 = mixed(static_cast<std::size_t>(cols), seed++);
+  if (beta == 0.0f) std::fill(o0.begin(), o0.end(), NAN);
+  Bytes out = stored(ot, o0);
   const Bytes out0 = out;
-  cudak->sum_rows_ex(cudas, x.data(), xt, rows, cols, beta, out.data(), ot, Determinism::fast);
+  const std::string ctx = std::string(dtype_name(xt)) + "->" + dtype_name(ot) + " " +
+                          dims({rows, cols}) + " beta " + std::to_string(beta);
+  if (xt == DType::f32)
+    cudak->sum_rows(cudas, reinterpret_cast<const float*>(x.data()), rows, cols, beta,
+                    reinterpret_cast<float*>(out.data()), Determinism::fast);
+  else
+    cudak->sum_rows_ex(cudas, x.data(), xt, rows, cols, beta, out.data(), ot, Determinism::fast);
   const double u = ot == DType::bf16 ? 0x1p-8 : ot == DType::f16 ? 0x1p-11 : 0x1p-24;
   ++checks;
   for (i64 c = 0; c < cols; ++c) {
@@ -149,14 +182,24 @@ void check_fast_typed(DType xt, DType ot, i64 rows, i64 cols, float beta, unsign
     }
     const double got = elem(ot, out, static_cast<std::size_t>(c));
     const double tol = 2.0 * u * std::fabs(ref) + double(rows + 2) * 0x1p-24 * mag;
-    if (!(std::fabs(got - ref) <= tol)) {
+    const bool ok = std::isnan(ref)   ? std::isnan(got)
+                    : std::isinf(ref) ? got == ref
+                                      : std::fabs(got - ref) <= tol;
+    if (!ok) {
       ++failures;
-      std::printf("FAIL sum_rows_ex fast %s->%s %s beta %g col %ld: %.9g vs ref %.9g (tol %.3g)\n",
-                  dtype_name(xt), dtype_name(ot), dims({rows, cols}).c_str(), beta, long(c), got,
-                  ref, tol);
+      std::printf("FAIL sum_rows fast %s col %ld: %.9g vs ref %.9g (tol %.3g)\n", ctx.c_str(),
+                  long(c), got, ref, tol);
       return;
     }
   }
+}
+
+// The emulated threads of one fast sum_rows over [rows, cols]: the first pass's blocks of 32 x 8
+// threads, then (split) one thread per column in blocks of 256.
+long fast_rows_threads(i64 rows, i64 cols) {
+  const auto split = cuda::fast_row_chunks(rows, cols);
+  const long first = long((cols + 31) / 32) * long(split.chunks) * 256;
+  return split.chunks == 1 ? first : first + long((cols + 255) / 256) * 256;
 }
 
 }  // namespace
@@ -200,7 +243,74 @@ void check_row_reductions(unsigned& seed) {
   for (DType xt : {DType::bf16, DType::f16})
     for (DType ot : {DType::f32, xt})
       for (const Shape& sh : std::vector<Shape>{{1, 3}, {33, 40}, {500, 9}})
-        for (float beta : {0.0f, 1.0f}) check_fast_typed(xt, ot, sh.rows, sh.cols, beta, seed);
+        for (float beta : {0.0f, 1.0f})
+          check_fast_rows(xt, ot, sh.rows, sh.cols, beta, seed, sh.rows > 8);
+
+  // ---- fast sum_rows split into row chunks (f32 and typed), against double
+  struct Fast {
+    DType xt, ot;
+    i64 rows, cols;
+  };
+  const std::vector<Fast> fast = {
+      {DType::f32, DType::f32, 512, 33},   {DType::f32, DType::f32, 513, 33},
+      {DType::f32, DType::f32, 1000, 40},  {DType::f32, DType::f32, 2000, 1},
+      {DType::bf16, DType::bf16, 513, 70}, {DType::bf16, DType::f32, 3000, 5},
+      {DType::f16, DType::f16, 1000, 40},  {DType::f16, DType::f32, 777, 100}};
+  for (const Fast& f : fast)
+    for (float beta : {0.0f, 1.0f}) check_fast_rows(f.xt, f.ot, f.rows, f.cols, beta, seed, true);
+  {  // GPT-2's bias gradients, and the split's launches by their threads: 24 x 43 blocks + 3
+    ++checks;
+    const long before = emu_threads_launched;
+    check_fast_rows(DType::bf16, DType::bf16, 8192, 768, 0.5f, seed, true);
+    const long got = emu_threads_launched - before;
+    if (cuda::fast_row_chunks(8192, 768).chunks != 43 || got != fast_rows_threads(8192, 768) ||
+        got != 24L * 43 * 256 + 3 * 256) {
+      ++failures;
+      std::printf("FAIL sum_rows fast 8192x768: %ld emulated threads, expected %ld\n", got,
+                  24L * 43 * 256 + 3 * 256);
+    }
+  }
+
+  // ---- bitwise sum_sharded: the shards' chains over tiles staged in shared memory
+  struct Sharded {
+    std::string name;
+    Bounds bounds;
+    bool specials = false;  // NaN, +-inf (their result is NaN whatever the order: one case)
+  };
+  std::vector<Sharded> sharded = {
+      {"gpt2 8 samples x 1024", micro_shard_bounds(8, 64)},
+      {"64 x 256", micro_shard_bounds(64 * 256, 64)},
+      {"1 x 5000", {0, 5000}},
+      {"1 x 4096", {0, 4096}},
+      {"2 x 4096, the first all -0", {0, 4096, 8192}},
+      {"random 3 over 3001", random_bounds(3001, 3, seed++)},
+      {"leading empty, 5 with elements", {0, 0, 0, 700, 701, 1500, 1500, 2600, 4000}},
+      {"empty", {0, 0, 0, 0, 0}},
+      {"random 64 over 9000", random_bounds(9000, 64, seed++)},
+      {"100 over 20000", micro_shard_bounds(20000, 100)},
+      {"5 samples x 300 over 64", micro_shard_bounds(5, 64)},
+      {"random 64 over 300 (empty ones among them)", random_bounds(300, 64, seed++)},
+      {"specials, 8 over 3000", micro_shard_bounds(3000, 8), true}};
+  for (i64& b : sharded[0].bounds) b *= 1024;
+  for (i64& b : sharded[10].bounds) b *= 300;
+  for (const Sharded& c : sharded) {
+    const i64 n = c.bounds.back();
+    V x = inputs(n, seed++, c.specials), o = {2.0f};
+    if (c.name.rfind("2 x 4096", 0) == 0)  // a chain of -0 from +0: +0
+      std::fill(x.begin(), x.begin() + 4096, -0.0f);
+    ++checks;
+    const long before = emu_threads_launched;
+    both("sum_sharded bitwise", c.name, {x, o}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+      k.sum_sharded(s, b[0].data(), c.bounds, 0.37f, b[1].data());
+    });
+    // One launch of 512 threads up to 64 shards (100: two leaves, then the combine's 256).
+    const long want = c.bounds.size() - 1 <= 64 ? 512 : 2 * 512 + 256;
+    if (emu_threads_launched - before != want) {
+      ++failures;
+      std::printf("FAIL sum_sharded %s: %ld emulated threads, expected %ld\n", c.name.c_str(),
+                  emu_threads_launched - before, want);
+    }
+  }
 
   // ---- f32: the tree kernel the typed calls share, on ragged column blocks
   for (const Shape& sh : std::vector<Shape>{{1, 31}, {37, 33}, {130, 70}}) {
