@@ -34,6 +34,12 @@
 //                       shared memory and lane 0 runs the chain over it (the sums of Note [GPT
 //                       kernels] are sequential chains: they are not split); the elementwise
 //                       parts run on all lanes. Both modes (LayerNorm has one fixed order).
+//                       layernorm_backward_add (f32, bf16, f16) is the backward kernel given the
+//                       residual gradient (nn::Block): each dx element rounded into E, widened,
+//                       added to the residual's element and rounded once as it is stored, the
+//                       bits of the kernel and then ops::add, without dx's [N, C] tensor (its
+//                       write and re-read) or the add's launch. No extra instantiation (a
+//                       run-time null pointer without it).
 //   gelu_*              16 bytes per thread (4 f32, 8 bf16 / f16) where aligned, a scalar tail.
 //   typed (*_ex)        embedding_forward(_backward), layernorm_*, gelu_*,
 //                       cross_entropy(_backward) and dropout_* (cuda_kernels_gpt.cu) on bf16 /
@@ -74,6 +80,15 @@ inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(
 // True when p is a multiple of `bytes` (a power of two).
 inline bool aligned_to(const void* p, std::size_t bytes) {
   return (reinterpret_cast<std::uintptr_t>(p) & (bytes - 1)) == 0;
+}
+
+// v rounded once into E and widened back (exact): the value a stored E element reloads as.
+template <class E>
+__device__ __forceinline__ float rounded(float v) {
+  if constexpr (std::is_same_v<E, float>)
+    return v;
+  else
+    return E::from(v).to_float();
 }
 
 __device__ __forceinline__ float4 load4(const float* p) {
@@ -367,10 +382,13 @@ __global__ void __launch_bounds__(kLnWarps * 32) layernorm_forward_kernel(
   }
 }
 
+// res (may be null): the residual gradient, added in the store (layernorm_backward_add): dx is
+// rounded into E first, widened, added to res's element in f32 and rounded once (ops::add's bits
+// after the separate kernel). A run-time pointer, not a template flag: no more instantiations.
 template <class E>
 __global__ void __launch_bounds__(kLnWarps * 32) layernorm_backward_kernel(
-    const E* dy, const E* x, const E* w, const float* mean, const float* rstd, i64 N, i64 C,
-    E* dx, E* dy_xhat) {
+    const E* dy, const E* x, const E* w, const float* mean, const float* rstd, const E* res,
+    i64 N, i64 C, E* dx, E* dy_xhat) {
   __shared__ float stage_g[kLnWarps][kLnChunk];
   __shared__ float stage_x[kLnWarps][kLnChunk];
   __shared__ float bcast[kLnWarps][2];
@@ -408,11 +426,13 @@ __global__ void __launch_bounds__(kLnWarps * 32) layernorm_backward_kernel(
     __syncwarp();
     E* dxr = dx + r * C;
     E* dyx = dy_xhat + r * C;
+    const E* rr = res != nullptr ? res + r * C : nullptr;
     for (i64 c = lane; c < C; c += 32) {
       const float d = ld_elem(dyr, c);
       const float g = cm::mul(d, ld_elem(w, c));
       const float xhat = cm::mul(cm::sub(ld_elem(xr, c), mu), rs);
-      st_elem(dxr, c, cm::mul(rs, cm::sub(cm::sub(g, mg), cm::mul(xhat, mgx))));
+      const float v = cm::mul(rs, cm::sub(cm::sub(g, mg), cm::mul(xhat, mgx)));
+      st_elem(dxr, c, rr != nullptr ? cm::add(ld_elem(rr, c), rounded<E>(v)) : v);
       st_elem(dyx, c, cm::mul(d, xhat));
     }
   }
@@ -667,9 +687,9 @@ void run_layernorm_forward(const Launch& l, const E* x, const E* w, const E* b, 
 
 template <class E>
 void run_layernorm_backward(const Launch& l, const E* dy, const E* x, const E* w,
-                            const float* mean, const float* rstd, i64 N, i64 C, E* dx,
-                            E* dy_xhat) {
-  layernorm_backward_kernel<E><<<blocks_for(N, kLnWarps), kLnWarps * 32, 0, l.get()>>>(dy, x, w, mean, rstd, N, C, dx, dy_xhat);
+                            const float* mean, const float* rstd, const E* res, i64 N, i64 C,
+                            E* dx, E* dy_xhat) {
+  layernorm_backward_kernel<E><<<blocks_for(N, kLnWarps), kLnWarps * 32, 0, l.get()>>>(dy, x, w, mean, rstd, res, N, C, dx, dy_xhat);
   l.check();
 }
 
@@ -723,8 +743,8 @@ void CudaGptKernels::layernorm_backward(Stream& s, const float* dy, const float*
                                         const float* w, const float* mean, const float* rstd,
                                         i64 N, i64 C, float* dx, float* dy_xhat) {
   if (N <= 0) return;
-  run_layernorm_backward(Launch(backend_, s, "layernorm_backward"), dy, x, w, mean, rstd, N, C,
-                         dx, dy_xhat);
+  run_layernorm_backward(Launch(backend_, s, "layernorm_backward"), dy, x, w, mean, rstd,
+                         static_cast<const float*>(nullptr), N, C, dx, dy_xhat);
 }
 
 void CudaGptKernels::gelu_forward(Stream& s, const float* x, float* y, i64 n) {
@@ -783,9 +803,27 @@ void CudaGptKernels::layernorm_backward_ex(Stream& s, DType dtype, const void* d
   with_storage(dtype, [&](auto e) {
     using E = decltype(e);
     run_layernorm_backward(l, static_cast<const E*>(dy), static_cast<const E*>(x),
-                           static_cast<const E*>(w), mean, rstd, N, C, static_cast<E*>(dx),
-                           static_cast<E*>(dy_xhat));
+                           static_cast<const E*>(w), mean, rstd, static_cast<const E*>(nullptr), N,
+                           C, static_cast<E*>(dx), static_cast<E*>(dy_xhat));
   });
+}
+
+void CudaGptKernels::layernorm_backward_add(Stream& s, DType dtype, const void* dy, const void* x,
+                                            const void* w, const float* mean, const float* rstd,
+                                            const void* residual, i64 N, i64 C, void* out,
+                                            void* dy_xhat) {
+  if (N <= 0) return;
+  const Launch l(backend_, s, "layernorm_backward_add");
+  auto run = [&](auto e) {
+    using E = decltype(e);
+    run_layernorm_backward(l, static_cast<const E*>(dy), static_cast<const E*>(x),
+                           static_cast<const E*>(w), mean, rstd, static_cast<const E*>(residual),
+                           N, C, static_cast<E*>(out), static_cast<E*>(dy_xhat));
+  };
+  if (dtype == DType::f32)
+    run(float{});
+  else
+    with_storage(dtype, run);
 }
 
 void CudaGptKernels::gelu_forward_ex(Stream& s, DType dtype, const void* x, void* y, i64 n) {

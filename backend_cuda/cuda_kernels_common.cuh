@@ -425,6 +425,13 @@ class CudaGptKernels : public CudaDtypeKernels {
   void layernorm_backward_ex(Stream& s, DType dtype, const void* dy, const void* x, const void* w,
                              const float* mean, const float* rstd, i64 N, i64 C, void* dx,
                              void* dy_xhat) override;
+  // The residual gradient's add in the LayerNorm backward's store (cuda_fused.cu): f32, bf16, f16.
+  bool has_layernorm_backward_add(DType dtype) const override {
+    return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
+  }
+  void layernorm_backward_add(Stream& s, DType dtype, const void* dy, const void* x, const void* w,
+                              const float* mean, const float* rstd, const void* residual, i64 N,
+                              i64 C, void* out, void* dy_xhat) override;
   void gelu_forward_ex(Stream& s, DType dtype, const void* x, void* y, i64 n) override;
   void gelu_backward_ex(Stream& s, DType dtype, const void* x, const void* gy, void* gx,
                         i64 n) override;

@@ -222,7 +222,12 @@ KernelCost native_cost(const KernelCost& f32, DType storage);
 //   row sums (has_sum_rows_ex: the bias and LayerNorm parameter gradients, sum_rows in fast mode
 //       and sum_rows_sharded in bitwise mode, x bf16 / f16 into an out of x's dtype or f32):
 //       sum_rows_ex_cost, one launch over x and out in their own dtypes (fast mode:
-//       fast_sum_rows_cost, CUDA's two launches over row chunks where it splits the rows).
+//       fast_sum_rows_cost, CUDA's two launches over row chunks where it splits the rows);
+//   the LayerNorm backward with the residual gradient's add (has_layernorm_backward_add: f32,
+//       bf16, f16, both modes; nn::Block's two adds per block, as CUDA's layernorm_backward_add
+//       folds them): storage_cost of gpt_kernels::layernorm_backward_add_cost (the backward's,
+//       one FLOP and one element read more per element, dx written once as the sum), one launch
+//       where a real simulator run launches the backward and then the add.
 // A kernel that has no typed CUDA version runs on CUDA through MixedOp's f32 scratch, and a dry
 // run prices that as CUDA runs it (Note [Predicted launches]): its casts as launches, the f32
 // kernel at f32 bytes, the scratch charged to the device.

@@ -626,6 +626,24 @@ class SimKernels final : public Kernels {
           storage_cost(gk::layernorm_backward_cost(N, C), dtype, 8.0 * N));
   }
 
+  // The residual gradient's add folded into the LayerNorm backward (CudaGptKernels answers true
+  // for f32, bf16 and f16): a dry run prices CUDA's one launch, the tensors in `dtype`, mean and
+  // rstd f32. A real run keeps Kernels' false: layernorm_backward(_ex) and ops::add, their bits.
+  bool has_layernorm_backward_add(DType dtype) const override {
+    return cost_->dry_run() && (dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16);
+  }
+
+  void layernorm_backward_add(Stream& s, DType dtype, const void* dy, const void* x, const void* w,
+                              const float* mean, const float* rstd, const void* residual,
+                              std::int64_t N, std::int64_t C, void* out, void* dy_xhat) override {
+    if (!cost_->dry_run())
+      return Kernels::layernorm_backward_add(s, dtype, dy, x, w, mean, rstd, residual, N, C, out,
+                                             dy_xhat);
+    if (N <= 0 || C <= 0) return;
+    price(s, "layernorm_backward_add",
+          storage_cost(gk::layernorm_backward_add_cost(N, C), dtype, 8.0 * N));
+  }
+
   void gelu_forward_ex(Stream& s, DType dtype, const void* x, void* y, std::int64_t n) override {
     if (!cost_->dry_run()) return Kernels::gelu_forward_ex(s, dtype, x, y, n);
     if (n <= 0) return;

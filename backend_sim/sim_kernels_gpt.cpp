@@ -260,6 +260,10 @@ KernelCost layernorm_backward_cost(std::int64_t N, std::int64_t C) {
   return KernelCost{14.0 * N * C, 4.0 * (4.0 * N * C + C + 2.0 * N)};
 }
 
+KernelCost layernorm_backward_add_cost(std::int64_t N, std::int64_t C) {
+  return KernelCost{15.0 * N * C, 4.0 * (5.0 * N * C + C + 2.0 * N)};
+}
+
 // The branch-free tanh (pmath::tanh_branchless, the same bits as pmath::tanh): these loops
 // vectorise, where the branches of the scalar tanh kept every element scalar (GELU was 36% of a
 // 4-device GPT step in fast mode).

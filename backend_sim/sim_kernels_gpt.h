@@ -36,6 +36,10 @@ void layernorm_backward(const float* dy, const float* x, const float* w, const f
                         const float* rstd, std::int64_t N, std::int64_t C, float* dx,
                         float* dy_xhat);
 KernelCost layernorm_backward_cost(std::int64_t N, std::int64_t C);
+/// Kernels::layernorm_backward_add's f32 cost (a dry run prices CUDA's kernel):
+/// layernorm_backward's and the residual's add, one FLOP and one read of N x C more; dx is written
+/// once, as the sum.
+KernelCost layernorm_backward_add_cost(std::int64_t N, std::int64_t C);
 
 void gelu_forward(const float* x, float* y, std::int64_t n);
 void gelu_backward(const float* x, const float* gy, float* gx, std::int64_t n);

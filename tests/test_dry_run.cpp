@@ -279,9 +279,11 @@ void expect_same_rows_but(const FitResult& real, const FitResult& dry,
 // The same work priced twice, once run and once dry: every device's peak and final memory agree
 // exactly (bytes), and every kernel but those a dry run prices on the CUDA backend's path (Note
 // [Predicted launches]: here the Linears' typed GEMM with the bias in its epilogue, attention's
-// backward in two launches, embedding_backward's six) at the same price (integer picoseconds).
-// With no bias, the GEMMs are the same work too, and the dry step is the real one plus the
-// backward's extra launches: 2 layers x 1 attention + 5 embedding, 3 us each on the H100.
+// backward in two launches, embedding_backward's six, each block's residual-gradient adds
+// (sum_inputs) folded into its LayerNorm backwards: layernorm_backward_add) at the same price
+// (integer picoseconds). With no bias, the GEMMs are the same work too, and the dry step is the
+// real one plus the backward's extra launches (2 layers x 1 attention + 5 embedding, 3 us each on
+// the H100) less what the folded adds save.
 // Two real runs agree: memory is counted in host order (Note [Memory accounting],
 // backend_sim/sim_backend.h); counted in stream order, a real run's peak varied by a few KiB
 // from run to run (1029636 and 1029640 bytes on device 0 of two ddp runs).
@@ -295,7 +297,14 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
     ASSERT_TRUE(real.prediction && dry.prediction);
     EXPECT_GT(real.prediction->step_time_s, 0.0);
     expect_same_rows_but(real, dry,
-                         {"gemm", "add_bias", "attention_backward", "embedding_backward"});
+                         {"gemm", "add_bias", "attention_backward", "embedding_backward",
+                          "layernorm_backward", "sum_inputs"});
+    // 2 of each block's LayerNorm backwards (not ln_f's) and 2 of its adds (the forward's stay).
+    const std::int64_t folded = named(dry, "layernorm_backward_add").count;
+    EXPECT_EQ(folded, 2 * 2 * dry.prediction->steps);
+    EXPECT_EQ(named(dry, "layernorm_backward").count,
+              named(real, "layernorm_backward").count - folded);
+    EXPECT_EQ(named(dry, "sum_inputs").count, named(real, "sum_inputs").count - folded);
     EXPECT_EQ(named(dry, "add_bias").count, 0);
     EXPECT_GT(named(real, "add_bias").count, 0);
     EXPECT_EQ(named(dry, "gemm_ex").count, named(real, "add_bias").count);
@@ -307,7 +316,9 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
     // Without biases: the same GEMMs, and only the backward's extra launches, which lengthen
     // the step by at most their latency.
     const auto [real_nb, dry_nb] = real_and_dry(kind, true, no_bias);
-    expect_same_rows_but(real_nb, dry_nb, {"attention_backward", "embedding_backward"});
+    expect_same_rows_but(
+        real_nb, dry_nb,
+        {"attention_backward", "embedding_backward", "layernorm_backward", "sum_inputs"});
     EXPECT_EQ(named(dry_nb, "gemm_ex").count, 0);
     const double steps = static_cast<double>(dry_nb.prediction->steps);
     std::int64_t more = 0;  // launches
@@ -353,9 +364,10 @@ TEST(DryRunTrainer, OptimizerAndClipTakeTheCudaMultiTensorPath) {
     EXPECT_EQ(r.at("sum_squares / memory").count, params * steps);
     EXPECT_DOUBLE_EQ(d.at("adam_step_multi / memory").bytes, r.at("adam_step / memory").bytes);
     // The other CUDA paths (SameVirtualTimeAndPeakMemoryAsARealRun) aside.
-    expect_same_rows_but(real, dry,
-                         {"adam_step", "sum_squares", "scale", "copy_d2h", "gemm", "add_bias",
-                          "attention_backward", "embedding_backward"});
+    expect_same_rows_but(
+        real, dry,
+        {"adam_step", "sum_squares", "scale", "copy_d2h", "gemm", "add_bias", "attention_backward",
+         "embedding_backward", "layernorm_backward", "sum_inputs"});
     EXPECT_EQ(
         d.count("adam_step / memory") + d.count("sum_squares / memory") + d.count("scale / memory"),
         0u);

@@ -43,6 +43,7 @@ class ProbeKernels final : public CountingKernels {
 
   bool rows_ex = false;
   bool sums_ex = false;         // has_sum_rows_ex's answer (x bf16 / f16, out x's dtype or f32)
+  bool ln_add = false;          // has_layernorm_backward_add's answer (f32, bf16, f16)
   std::int64_t cast_bytes = 0;  // read + written by the casts the ops asked for
   void reset() {
     calls.clear();
@@ -168,6 +169,35 @@ class ProbeKernels final : public CountingKernels {
     float* gf = sc.f32(n);
     k_.dropout_backward(s, sc.in(t, gy, n), gf, n, p, seed, stream, index_base);
     sc.out(gf, t, gx, n);
+  }
+
+  // The residual gradient's add in the LayerNorm backward (has_layernorm_backward_add): the two
+  // ops' arithmetic, dx as layernorm_backward(_ex) computes it (f32 kernel, rounded into t), then
+  // the simulator's add_any(t, residual, dx).
+  bool has_layernorm_backward_add(DType t) const override {
+    return ln_add && (t == DType::f32 || t == DType::bf16 || t == DType::f16);
+  }
+  void layernorm_backward_add(Stream& s, DType t, const void* dy, const void* x, const void* w,
+                              const float* mean, const float* rstd, const void* residual,
+                              std::int64_t N, std::int64_t C, void* out, void* dy_xhat) override {
+    note("layernorm_backward_add");
+    Scratch sc(*this, s);
+    const std::int64_t n = N * C;
+    float* dxf = sc.f32(n);
+    if (t == DType::f32) {
+      k_.layernorm_backward(s, static_cast<const float*>(dy), static_cast<const float*>(x),
+                            static_cast<const float*>(w), mean, rstd, N, C, dxf,
+                            static_cast<float*>(dy_xhat));
+      k_.add_any(s, t, residual, dxf, out, n);
+      return;
+    }
+    float* hf = sc.f32(n);
+    k_.layernorm_backward(s, sc.in(t, dy, n), sc.in(t, x, n), sc.in(t, w, C), mean, rstd, N, C, dxf,
+                          hf);
+    float* dxt = sc.f32(n);  // dx rounded into t (2 bytes an element)
+    sc.out(dxf, t, dxt, n);
+    sc.out(hf, t, dy_xhat, n);
+    k_.add_any(s, t, residual, dxt, out, n);
   }
 
   // The typed reductions over rows (has_sum_rows_ex): MixedOp's arithmetic, x and a typed out
@@ -533,6 +563,165 @@ TEST_F(RowsEx, TinyGptStepSumsRowsWithoutCasts) {
   k.rows_ex = false;
 }
 
+// ---- the residual gradient's add in the LayerNorm backward (has_layernorm_backward_add)
+
+/// ops::layernorm_backward_add (or, `two_ops`, ops::add(residual, ops::layernorm_backward(..)):
+/// the reference) on `dt` tensors [10, 24] of `backend`, the residual with +-inf (and a NaN
+/// where `nan`: a GPU's f32 add returns its canonical NaN, not the input's): the bytes of the
+/// sum and of dy_xhat.
+std::vector<std::vector<std::uint8_t>> run_ln_add(DType dt, const std::string& backend,
+                                                  bool two_ops, bool nan = true) {
+  const std::int64_t N = 10, C = 24;
+  const Device dev(backend, 0);
+  const Tensor x = input({N, C}, dt, 21, backend), w = input({C}, dt, 22, backend);
+  const Tensor dy = input({N, C}, dt, 23, backend);
+  std::vector<float> rv = input({N, C}, DType::f32, 24, "sim").to_vector<float>();
+  if (nan) rv[1] = std::nanf("");
+  rv[4] = INFINITY;
+  rv[7] = -INFINITY;
+  const Tensor r = Tensor::from_vector(rv, {N, C}).to(dt).to(dev);
+  Tensor mean, rstd, dy_xhat;
+  ops::layernorm(x, w, input({C}, dt, 25, backend), 1e-5f, mean, rstd);
+  const Tensor out = two_ops ? ops::add(r, ops::layernorm_backward(dy, x, w, mean, rstd, dy_xhat))
+                             : ops::layernorm_backward_add(dy, x, w, mean, rstd, r, dy_xhat);
+  EXPECT_EQ(out.dtype(), dt);
+  return {tensor_bytes(out), tensor_bytes(dy_xhat)};
+}
+
+// The dispatch rule: with has_layernorm_backward_add false (the simulator's answer)
+// ops::layernorm_backward_add is layernorm_backward(_ex) and then the add (add_any; f32:
+// sum_inputs); with it true one layernorm_backward_add launch and no add, with the two ops'
+// bytes in f32, bf16 and f16 (the residual's NaN and infinities too). A bf16 / f16 call on a
+// backend without its typed row kernels (has_rows_ex false) keeps MixedOp's two ops.
+TEST_F(RowsEx, LayerNormBackwardAddFusesOnlyWhereTheBackendSaysSo) {
+  ProbeKernels& k = probe();
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const bool half = dt != DType::f32;
+    const char* add = half ? "add_any" : "sum_inputs";
+    const char* ln = half ? "layernorm_backward_ex" : "layernorm_backward";
+    const auto ref = run_ln_add(dt, "sim", true);
+    EXPECT_EQ(run_ln_add(dt, "sim", false), ref);
+    k.rows_ex = true;
+    k.ln_add = false;
+    k.reset();
+    EXPECT_EQ(run_ln_add(dt, kProbe, false), ref);
+    EXPECT_EQ(k.count("layernorm_backward_add"), 0);
+    EXPECT_EQ(k.count(ln), 1);
+    EXPECT_EQ(k.count(add), 1);
+    k.ln_add = true;
+    k.reset();
+    EXPECT_EQ(run_ln_add(dt, kProbe, false), ref);
+    EXPECT_EQ(k.count("layernorm_backward_add"), 1);
+    EXPECT_EQ(k.count(ln), 0);
+    EXPECT_EQ(k.count(add), 0);
+    if (half) {  // no typed row kernels: MixedOp's layernorm_backward, then the add
+      k.rows_ex = false;
+      k.reset();
+      EXPECT_EQ(run_ln_add(dt, kProbe, false), ref);
+      EXPECT_EQ(k.count("layernorm_backward_add"), 0);
+      EXPECT_EQ(k.count("layernorm_backward"), 1);
+    }
+  }
+  k.ln_add = false;
+  k.rows_ex = false;
+}
+
+// A residual of another shape, dtype or device, or none, is refused naming the call and the
+// argument, on the fused path and on the two ops' alike (no kernel runs); so is nn::LayerNorm's
+// residual_grad.
+TEST_F(RowsEx, LayerNormBackwardAddErrorsNameTheOpAndTheArgument) {
+  ProbeKernels& k = probe();
+  k.rows_ex = true;
+  const Tensor x = input({3, 8}, DType::bf16, 1, kProbe), w = input({8}, DType::bf16, 2, kProbe);
+  const Tensor dy = input({3, 8}, DType::bf16, 3, kProbe);
+  Tensor mean, rstd, dxh;
+  ops::layernorm(x, w, Tensor(), 1e-5f, mean, rstd);
+  for (bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused" : "two ops");
+    k.ln_add = fused;
+    k.reset();
+    const std::string op = "ops::layernorm_backward_add: ";
+    expect_invalid(
+        [&] {
+          ops::layernorm_backward_add(dy, x, w, mean, rstd, input({3, 7}, DType::bf16, 4, kProbe),
+                                      dxh);
+        },
+        op + "residual: expected [3, 8] (the shape of dy), got");
+    expect_invalid(
+        [&] {
+          ops::layernorm_backward_add(dy, x, w, mean, rstd, input({3, 8}, DType::f16, 5, kProbe),
+                                      dxh);
+        },
+        op + "residual: expected dtype bf16, got");
+    expect_invalid(
+        [&] {
+          ops::layernorm_backward_add(dy, x, w, mean, rstd,
+                                      input({3, 8}, DType::bf16, 6, kProbe).to(Device(kProbe, 1)),
+                                      dxh);
+        },
+        op + "residual: expected a tensor on " + Device(kProbe, 0).str() + " (the device of dy)");
+    expect_invalid([&] { ops::layernorm_backward_add(dy, x, w, mean, rstd, Tensor(), dxh); },
+                   op + "residual: expected a defined tensor, got an undefined tensor");
+    expect_invalid(
+        [&] {
+          ops::layernorm_backward_add(dy, x, input({7}, DType::bf16, 7, kProbe), mean, rstd,
+                                      input({3, 8}, DType::bf16, 8, kProbe), dxh);
+        },
+        op + "w: expected [C] = [8], got");
+    EXPECT_EQ(k.count("layernorm_backward_add") + k.count("layernorm_backward_ex"), 0);
+  }
+  nn::LayerNorm ln(8, Device(kProbe, 0));
+  const Tensor xf = input({2, 3, 8}, DType::f32, 9, kProbe);
+  ln.forward(xf);
+  expect_invalid(
+      [&] {
+        ln.backward(xf, input({6, 8}, DType::f32, 10, kProbe));
+      },
+      ln.str() + ".backward: residual_grad: expected [2, 3, 8] f32 on " + Device(kProbe, 0).str() +
+          " (grad_output's shape, dtype and device), got");
+  expect_invalid(
+      [&] {
+        ln.backward(xf, input({2, 3, 8}, DType::bf16, 11, kProbe));
+      },
+      ln.str() + ".backward: residual_grad: expected [2, 3, 8] f32 on");
+  k.ln_add = false;
+  k.rows_ex = false;
+}
+
+// A tiny GPT step (f32, bf16, f16; bitwise and fast) with each block's two residual-gradient
+// adds folded into its LayerNorm backwards: the loss and every gradient keep their bytes; per
+// block 2 layernorm_backward_add launches replace 2 LayerNorm backwards and 2 adds (ln_f's
+// backward has no residual: it stays).
+TEST_F(RowsEx, TinyGptStepFoldsTheResidualAddsIntoTheLayerNormBackward) {
+  ProbeKernels& k = probe();
+  k.rows_ex = true;
+  k.sums_ex = true;
+  const int n_layer = 2;
+  for (Determinism mode : {Determinism::bitwise, Determinism::fast})
+    for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + determinism_name(mode));
+      const char* add = dt == DType::f32 ? "sum_inputs" : "add_any";
+      const char* ln = dt == DType::f32 ? "layernorm_backward" : "layernorm_backward_ex";
+      k.ln_add = false;
+      k.reset();
+      const Step two_ops = gpt_step(dt, mode);
+      const std::map<std::string, int> before = k.calls;
+      k.ln_add = true;
+      k.reset();
+      const Step fused = gpt_step(dt, mode);
+      EXPECT_EQ(fused.loss, two_ops.loss);
+      EXPECT_EQ(fused.grads, two_ops.grads);
+      EXPECT_EQ(k.count("layernorm_backward_add"), 2 * n_layer);
+      EXPECT_EQ(before.at(ln), 2 * n_layer + 1);
+      EXPECT_EQ(k.count(ln), 1);  // ln_f
+      EXPECT_EQ(before.at(add) - k.count(add), 2 * n_layer);
+    }
+  k.ln_add = false;
+  k.sums_ex = false;
+  k.rows_ex = false;
+}
+
 // ---- CUDA (skips without a GPU): the typed kernels give the simulator's bits
 
 using CudaRowsEx = CudaSuite<>;  // kCudaTestDevices
@@ -541,6 +730,18 @@ TEST_F(CudaRowsEx, TypedRowOpsEqualTheSimulator) {
   ASSERT_TRUE(get_backend("cuda").kernels().has_rows_ex(DType::bf16, Determinism::bitwise));
   for (DType dt : {DType::bf16, DType::f16}) {
     const auto sim = run_row_ops(dt, "sim"), cuda = run_row_ops(dt, "cuda");
+    ASSERT_EQ(cuda.size(), sim.size());
+    for (std::size_t i = 0; i < sim.size(); ++i)
+      EXPECT_EQ(cuda[i], sim[i]) << dtype_name(dt) << " result " << i;
+  }
+}
+
+// layernorm_backward_add (f32, bf16, f16): the bits of the simulator's two ops.
+TEST_F(CudaRowsEx, LayerNormBackwardAddEqualsTheSimulatorsTwoOps) {
+  ASSERT_TRUE(get_backend("cuda").kernels().has_layernorm_backward_add(DType::bf16));
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    const auto sim = run_ln_add(dt, "sim", true, false),
+               cuda = run_ln_add(dt, "cuda", false, false);
     ASSERT_EQ(cuda.size(), sim.size());
     for (std::size_t i = 0; i < sim.size(); ++i)
       EXPECT_EQ(cuda[i], sim[i]) << dtype_name(dt) << " result " << i;

@@ -47,10 +47,12 @@ Tensor Block::forward_btc(const Tensor& x) {
   return ops::add(x1, child<Module>(kMlp).forward(child<Module>(kLn2).forward(x1)));
 }
 
+// Each residual gradient's add is folded into the LayerNorm backward below it (one kernel where
+// the backend has it: ops::layernorm_backward_add; the bits of the separate add).
 Tensor Block::backward(const Tensor& grad_output) {
-  Tensor g1 = ops::add(grad_output,
-                       child<Module>(kLn2).backward(child<Module>(kMlp).backward(grad_output)));
-  return ops::add(g1, child<Module>(kLn1).backward(child<Module>(kAttn).backward(g1)));
+  const Tensor g1 =
+      child<LayerNorm>(kLn2).backward(child<Module>(kMlp).backward(grad_output), grad_output);
+  return child<LayerNorm>(kLn1).backward(child<Module>(kAttn).backward(g1), g1);
 }
 
 // ---- GPT -------------------------------------------------------------------------------------

@@ -116,21 +116,39 @@ Tensor LayerNorm::forward(const Tensor& x) {
   return y.view(shape_);
 }
 
-Tensor LayerNorm::backward(const Tensor& grad_output) {
+Tensor LayerNorm::backward(const Tensor& grad_output) { return backward(grad_output, Tensor()); }
+
+Tensor LayerNorm::backward(const Tensor& grad_output, const Tensor& residual_grad) {
   DITTO_CHECK(x_.defined(), str(), ".backward: called before forward");
   DITTO_CHECK(grad_output.defined() && grad_output.shape() == shape_ &&
                   is_float_storage(grad_output.dtype()),
               str(), ".backward: grad_output: expected ", shape_str(shape_),
               " f32 (or bf16 / f16), got ", describe(grad_output));
+  DITTO_CHECK(!residual_grad.defined() || (residual_grad.shape() == shape_ &&
+                                           residual_grad.dtype() == grad_output.dtype() &&
+                                           residual_grad.device() == grad_output.device()),
+              str(), ".backward: residual_grad: expected ", shape_str(shape_), " ",
+              dtype_name(grad_output.dtype()), " on ", grad_output.device().str(),
+              " (grad_output's shape, dtype and device), got ", describe(residual_grad));
   const Tensor dy = grad_output.view({-1, c_});
+  const Tensor r = residual_grad.defined() ? residual_grad.view({-1, c_}) : Tensor();
+  // One kernel where the backend fuses the add; else the add after the row sums, as nn::Block
+  // ran it (the simulator's launches and memory: dy_xhat freed before the add's output exists).
+  const bool fused =
+      r.defined() && ops::layernorm_backward_add_fused(dy, x_, weight_.data, mean_, rstd_, r);
   Tensor dy_xhat;
-  Tensor dx = ops::layernorm_backward(dy, x_, weight_.data, mean_, rstd_, dy_xhat);
+  Tensor dx = fused ? ops::layernorm_backward_add(dy, x_, weight_.data, mean_, rstd_, r, dy_xhat)
+                    : ops::layernorm_backward(dy, x_, weight_.data, mean_, rstd_, dy_xhat);
   const std::vector<std::int64_t> bounds =
       determinism_ == Determinism::bitwise
           ? token_bounds(*this, str(), shape_[0], rows_per_sample(shape_))
           : std::vector<std::int64_t>{};
   add_row_sums(dy_xhat, weight_, determinism_, bounds);
   if (has_bias_) add_row_sums(dy, bias_, determinism_, bounds);
+  if (r.defined() && !fused) {
+    dy_xhat = Tensor();
+    dx = ops::add(r, dx);
+  }
   return dx.view(shape_);
 }
 

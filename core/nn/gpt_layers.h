@@ -62,6 +62,11 @@ class LayerNorm : public Affine {
   Tensor forward(const Tensor& x) override;
   /// grad_w (+)= sum over rows of dy * xhat, grad_b (+)= sum over rows of dy; returns dx.
   Tensor backward(const Tensor& grad_output) override;
+  /// backward(grad_output) with a residual gradient (nn::Block: x = x + f(ln(x))): returns
+  /// residual_grad + dx, the bits of ops::add(residual_grad, backward(grad_output)), as one
+  /// kernel where ops::layernorm_backward_add_fused says so. residual_grad: grad_output's shape,
+  /// dtype and device (undefined: backward(grad_output)).
+  Tensor backward(const Tensor& grad_output, const Tensor& residual_grad);
   std::unique_ptr<Module> clone() const override;
 
  private:

@@ -120,6 +120,12 @@ void Kernels::layernorm_backward_ex(Stream&, DType, const void*, const void*, co
                                     void*) {
   no_kernel("layernorm_backward_ex");
 }
+bool Kernels::has_layernorm_backward_add(DType) const { return false; }
+void Kernels::layernorm_backward_add(Stream&, DType, const void*, const void*, const void*,
+                                     const float*, const float*, const void*, std::int64_t,
+                                     std::int64_t, void*, void*) {
+  no_kernel("layernorm_backward_add");
+}
 void Kernels::gelu_forward_ex(Stream&, DType, const void*, void*, std::int64_t) {
   no_kernel("gelu_forward_ex");
 }

@@ -422,6 +422,23 @@ class Kernels {
   virtual void layernorm_backward_ex(Stream& s, DType dtype, const void* dy, const void* x,
                                      const void* w, const float* mean, const float* rstd,
                                      std::int64_t N, std::int64_t C, void* dx, void* dy_xhat);
+  /// Whether layernorm_backward_add runs here for `dtype` (f32, bf16 or f16). Default: false,
+  /// and ops::layernorm_backward_add (nn::Block's residual gradient) runs layernorm_backward(_ex)
+  /// and then ops::add; the simulator keeps that path (its bits, launches and memory accounting).
+  /// cuda: true for f32, bf16 and f16. No mode: one order in both.
+  virtual bool has_layernorm_backward_add(DType dtype) const;
+  /// layernorm_backward (dtype f32) or layernorm_backward_ex (bf16, f16) with the residual
+  /// gradient's add in its store (llm.c's dinp +=): out[i] = round(float(residual[i]) +
+  /// float(round(dx[i]))), dx as that kernel computes it, each round into `dtype` (f32: none):
+  /// the bits of that kernel followed by ops::add(residual, dx) (add_any or sum_inputs: one f32
+  /// add, rounded once), without dx's tensor or the add's launch. dy_xhat as that kernel writes
+  /// it. dy, x, residual, out, dy_xhat [N, C] and w [C] in `dtype`; mean, rstd f32 [N]; out
+  /// shares no memory with an input. Only called where has_layernorm_backward_add(dtype) is
+  /// true; the default throws InvalidArgument.
+  virtual void layernorm_backward_add(Stream& s, DType dtype, const void* dy, const void* x,
+                                      const void* w, const float* mean, const float* rstd,
+                                      const void* residual, std::int64_t N, std::int64_t C,
+                                      void* out, void* dy_xhat);
   /// gelu_forward on `dtype` elements (y may alias x).
   virtual void gelu_forward_ex(Stream& s, DType dtype, const void* x, void* y, std::int64_t n);
   /// gelu_backward on `dtype` elements.

@@ -130,6 +130,19 @@ Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, T
 /// Returns dx (x's shape) and sets dy_xhat (x's shape; its row sum is grad_w).
 Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
                           const Tensor& rstd, Tensor& dy_xhat);
+/// layernorm_backward with a residual gradient added (nn::Block: the gradient reaching x = x +
+/// f(ln(x)) is residual + dx): returns residual + dx with the bits of add(residual,
+/// layernorm_backward(...)) and sets dy_xhat. One kernel (Kernels::layernorm_backward_add) where
+/// layernorm_backward_add_fused says so; else those two ops. residual: dy's dtype, device and
+/// shape (InvalidArgument naming ops::layernorm_backward_add and the argument otherwise).
+Tensor layernorm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& w,
+                              const Tensor& mean, const Tensor& rstd, const Tensor& residual,
+                              Tensor& dy_xhat);
+/// Whether layernorm_backward_add on these tensors is one kernel: dy, x, w and residual of one
+/// dtype (f32, or a storage dtype the backend has_rows_ex for), mean and rstd f32, and the
+/// backend has_layernorm_backward_add for it. False for arguments layernorm_backward_add refuses.
+bool layernorm_backward_add_fused(const Tensor& dy, const Tensor& x, const Tensor& w,
+                                  const Tensor& mean, const Tensor& rstd, const Tensor& residual);
 
 /// GELU, tanh form (torch.nn.functional.gelu(x, approximate='tanh')), new tensor; and its
 /// gradient given the forward's input x.

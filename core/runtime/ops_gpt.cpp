@@ -214,16 +214,21 @@ Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, T
   return y;
 }
 
-Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
-                          const Tensor& rstd, Tensor& dy_xhat) {
-  constexpr const char* op = "ops::layernorm_backward";
+namespace {
+
+/// layernorm_backward's body, its errors naming `op`; with `residual` defined (the caller checked
+/// layernorm_backward_add_fused) one Kernels::layernorm_backward_add, returning residual + dx.
+Tensor run_layernorm_backward(const char* op, const Tensor& dy, const Tensor& x, const Tensor& w,
+                              const Tensor& mean, const Tensor& rstd, const Tensor& residual,
+                              Tensor& dy_xhat) {
   // layernorm_backward_ex's dtype (dy, x, w of one storage dtype; mean, rstd f32), else f32.
   const DType dt = any_half({&mean, &rstd}) ? DType::f32 : native_rows({&dy, &x, &w});
   if (dt == DType::f32 && any_half({&dy, &x, &w, &mean, &rstd})) {  // dx, dy_xhat: storage
     MixedOp m(op, {&dy, &x, &w, &mean, &rstd});
     Tensor hf;
     Tensor dx = m.out(m.run([&] {
-      return layernorm_backward(m.in(dy), m.in(x), m.in(w), m.in(mean), m.in(rstd), hf);
+      return run_layernorm_backward(op, m.in(dy), m.in(x), m.in(w), m.in(mean), m.in(rstd),
+                                    Tensor(), hf);
     }));
     dy_xhat = m.out(hf);
     return dx;
@@ -239,6 +244,12 @@ Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, co
   Tensor dx = Tensor::empty(x.shape(), dt, x.device());
   dy_xhat = Tensor::empty(x.shape(), dt, x.device());
   if (N == 0) return dx;
+  if (residual.defined()) {  // dx = residual + dx in the kernel's store
+    kernels_of(x).layernorm_backward_add(
+        stream_of(x), dt, dy.data_ptr(), x.data_ptr(), w.data_ptr(), mean.data<float>(),
+        rstd.data<float>(), residual.data_ptr(), N, C, dx.data_ptr(), dy_xhat.data_ptr());
+    return dx;
+  }
   if (dt != DType::f32) {
     kernels_of(x).layernorm_backward_ex(stream_of(x), dt, dy.data_ptr(), x.data_ptr(), w.data_ptr(),
                                         mean.data<float>(), rstd.data<float>(), N, C, dx.data_ptr(),
@@ -249,6 +260,40 @@ Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, co
                                    mean.data<float>(), rstd.data<float>(), N, C, dx.data<float>(),
                                    dy_xhat.data<float>());
   return dx;
+}
+
+}  // namespace
+
+Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
+                          const Tensor& rstd, Tensor& dy_xhat) {
+  return run_layernorm_backward("ops::layernorm_backward", dy, x, w, mean, rstd, Tensor(), dy_xhat);
+}
+
+bool layernorm_backward_add_fused(const Tensor& dy, const Tensor& x, const Tensor& w,
+                                  const Tensor& mean, const Tensor& rstd, const Tensor& residual) {
+  for (const Tensor* t : {&dy, &x, &w, &mean, &rstd, &residual})
+    if (!t->defined() || t->device().is_cpu() || t->device() != dy.device()) return false;
+  if (mean.dtype() != DType::f32 || rstd.dtype() != DType::f32) return false;
+  // One dtype: f32, or the storage dtype whose typed row kernels the backend has.
+  const DType dt = dy.dtype();
+  if (x.dtype() != dt || w.dtype() != dt || residual.dtype() != dt ||
+      residual.shape() != dy.shape())
+    return false;
+  if (dt != DType::f32 && native_rows({&dy, &x, &w, &residual}) != dt) return false;
+  return kernels_of(dy).has_layernorm_backward_add(dt);
+}
+
+Tensor layernorm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& w,
+                              const Tensor& mean, const Tensor& rstd, const Tensor& residual,
+                              Tensor& dy_xhat) {
+  constexpr const char* op = "ops::layernorm_backward_add";
+  DITTO_CHECK(dy.defined(), op, ": dy: expected a defined tensor, got an undefined tensor");
+  check_like_any(op, "residual", residual, "dy", dy);
+  if (layernorm_backward_add_fused(dy, x, w, mean, rstd, residual))
+    return run_layernorm_backward(op, dy, x, w, mean, rstd, residual, dy_xhat);
+  // The two ops (the simulator's path): the same bits.
+  const Tensor dx = run_layernorm_backward(op, dy, x, w, mean, rstd, Tensor(), dy_xhat);
+  return add(residual, dx);
 }
 
 Tensor gelu(const Tensor& x) {

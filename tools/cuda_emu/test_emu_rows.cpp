@@ -9,7 +9,9 @@
 // backward (vector groups and a ragged tail, aligned and not, NaN and +-inf inputs), the softmax
 // cross-entropy and its gradient (tied maxima, signed zeros, NaN and -inf logits, rows across
 // the 256-float chunk), dropout forward and backward, the embedding gradient (into f32 or the
-// storage dtype, over micro-shards); and has_rows_ex's answers.
+// storage dtype, over micro-shards); and has_rows_ex's answers. The LayerNorm backward with the
+// residual gradient's add (layernorm_backward_add) on f32, bf16 and f16 against the simulator's
+// two ops (the backward, then ops::add).
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -231,6 +233,72 @@ void check_layernorm_ex(DType t, unsigned& seed) {
   }
 }
 
+// A buffer of dtype t (f32, bf16, f16) holding v rounded into t, and the simulator's widening of
+// its n elements back to f32 (f32: a copy).
+Bytes stored(DType t, const V& v) { return t == DType::f32 ? bytes_of(v) : to_typed(t, v); }
+V widened(DType t, Bytes& b, i64 n) {
+  if (t != DType::f32) return widen(t, b, 0, n);
+  V f(static_cast<std::size_t>(n));
+  std::memcpy(f.data(), b.data(), f.size() * 4);
+  return f;
+}
+void store(DType t, const V& f, Bytes& b, i64 n) {
+  if (t == DType::f32)
+    std::memcpy(b.data(), f.data(), static_cast<std::size_t>(n) * 4);
+  else
+    round_into(t, f, b, 0, n);
+}
+
+// layernorm_backward_add (f32, bf16, f16: the residual gradient's add in the backward's store)
+// against the simulator's two ops: layernorm_backward (MixedOp's for bf16 / f16: inputs widened,
+// dx and dy_xhat rounded into t), then ops::add (residual and the stored dx widened, the f32
+// sum_inputs, rounded into t). Rows across the 128-float staging chunk; residuals of every
+// magnitude 1e-4 .. 1e4 (the sum's rounding), signed zeros, NaN, +-inf, and +-(about) the
+// largest finite value of t.
+void check_layernorm_backward_add(DType t, unsigned& seed) {
+  for (auto n_c : std::vector<std::pair<i64, i64>>{{9, 128}, {6, 129}, {3, 257}, {2, 31}}) {
+    const i64 N = n_c.first, C = n_c.second, n = N * C;
+    std::mt19937 gen(seed++);
+    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+    V xv(n), wv(C), dyv(n);
+    for (float& v : xv) v = u(gen);
+    for (float& v : wv) v = u(gen);
+    for (float& v : dyv) v = u(gen);
+    V rv = with_specials(n, seed++);
+    rv[10] = t == DType::f16 ? 65504.0f : t == DType::bf16 ? 3.38e38f : 3.4028235e38f;
+    rv[11] = -rv[10];
+    Bytes x = stored(t, xv), w = stored(t, wv), dy = stored(t, dyv), r = stored(t, rv);
+    V mean(N), rstd(N);
+    {
+      V xf = widened(t, x, n), wf = widened(t, w, C), yf(n);
+      simk->layernorm_forward(*sims, xf.data(), wf.data(), nullptr, N, C, 1e-5f, yf.data(),
+                              mean.data(), rstd.data());
+      sims->synchronize();
+    }
+    compare(
+        "layernorm_backward_add", std::string(dtype_name(t)) + " " + dims({N, C}),
+        {stored(t, mixed(n, seed++)), stored(t, mixed(n, seed++))},
+        [&](std::vector<Bytes>& o) {
+          V dyf = widened(t, dy, n), xf = widened(t, x, n), wf = widened(t, w, C), dxf(n), hf(n);
+          simk->layernorm_backward(*sims, dyf.data(), xf.data(), wf.data(), mean.data(),
+                                   rstd.data(), N, C, dxf.data(), hf.data());
+          sims->synchronize();
+          Bytes dx = stored(t, V(n));
+          store(t, dxf, dx, n);
+          store(t, hf, o[1], n);
+          V rf = widened(t, r, n), dxw = widened(t, dx, n), sum(n);
+          const float* in[2] = {rf.data(), dxw.data()};
+          simk->sum_inputs(*sims, in, 2, sum.data(), n, Determinism::bitwise);
+          sims->synchronize();
+          store(t, sum, o[0], n);
+        },
+        [&](std::vector<Bytes>& o) {
+          cudak->layernorm_backward_add(cudas, t, dy.data(), x.data(), w.data(), mean.data(),
+                                        rstd.data(), r.data(), N, C, o[0].data(), o[1].data());
+        });
+  }
+}
+
 void check_gelu_ex(DType t, unsigned& seed) {
   for (i64 n : {3, 16, 1003})
     for (int off : {0, 1}) {
@@ -353,6 +421,34 @@ void check_typed_rows(unsigned& seed) {
         std::printf("FAIL typed rows %s: %s\n", dtype_name(t), e.what());
       }
     }
+  }
+  // layernorm_backward_add on f32, bf16, f16; has_layernorm_backward_add: those on CUDA, none
+  // on the simulator's real run.
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+    try {
+      check_layernorm_backward_add(t, seed);
+    } catch (const std::exception& e) {
+      ++checks;
+      ++failures;
+      std::printf("FAIL layernorm_backward_add %s: %s\n", dtype_name(t), e.what());
+    }
+  }
+  ++checks;
+  if (!cudak->has_layernorm_backward_add(DType::f32) ||
+      !cudak->has_layernorm_backward_add(DType::bf16) ||
+      !cudak->has_layernorm_backward_add(DType::f16) ||
+      cudak->has_layernorm_backward_add(DType::f64) ||
+      simk->has_layernorm_backward_add(DType::bf16) ||
+      simk->has_layernorm_backward_add(DType::f32)) {
+    ++failures;
+    std::printf("FAIL has_layernorm_backward_add: cuda f32 / bf16 / f16 / f64 %d %d %d %d, sim "
+                "bf16 / f32 %d %d\n",
+                cudak->has_layernorm_backward_add(DType::f32),
+                cudak->has_layernorm_backward_add(DType::bf16),
+                cudak->has_layernorm_backward_add(DType::f16),
+                cudak->has_layernorm_backward_add(DType::f64),
+                simk->has_layernorm_backward_add(DType::bf16),
+                simk->has_layernorm_backward_add(DType::f32));
   }
   // has_rows_ex: bf16 and f16 in both modes; not f32 (its own kernels) nor another dtype.
   ++checks;
