@@ -348,7 +348,8 @@ TEST(AttentionEx, OpsPassTheForwardsOutputToTheF32Backward) {
   EXPECT_EQ(calls.bwd_y, nullptr);
   const Tensor y_bf16 = on_fake(2 * 5 * 8, {2, 5, 8}, DType::bf16);
   const Tensor y_short = on_fake(2 * 5 * 4, {2, 5, 4}, DType::f32);
-  const Tensor y_host = Tensor::from_vector(std::vector<float>(80, 0.5f), {2, 5, 8});
+  const Tensor y_sim =
+      Tensor::from_vector(std::vector<float>(80, 0.5f), {2, 5, 8}).to(Device("sim", 0));
   test::expect_invalid(
       [&] { ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::fast, y_bf16); },
       "ops::attention_backward: y: expected dtype f32, got");
@@ -358,7 +359,7 @@ TEST(AttentionEx, OpsPassTheForwardsOutputToTheF32Backward) {
       },
       "ops::attention_backward: y: expected [B, T, C] (the forward's output) = [2, 5, 8], got");
   test::expect_invalid(
-      [&] { ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::fast, y_host); },
+      [&] { ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::fast, y_sim); },
       "ops::attention_backward: y: expected a tensor on attn_ex_fake:0 (the device of qkv), got");
   // MixedOp's path: checked, not handed on.
   calls.native = false;
