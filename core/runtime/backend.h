@@ -364,9 +364,9 @@ class Kernels {
   /// dqkv [B, T, 3C] written in `dtype` (each element rounded once), scratch B * nh * T floats
   /// (each query's pd = rowsum(dy * y), written). y: the forward's output [B, T, C] in `dtype`,
   /// or null; fast mode may compute pd from it (FlashAttention-2's D = rowsum(dO o O), cuda:
-  /// the tensor-core kernels, 7 T x T x hd products where recomputing D makes 9); bitwise mode
-  /// ignores it. Called and defaulted as attention_forward_ex; bitwise: the bits of the
-  /// simulator's path (attention_backward on the widened dy and qkv, dqkv rounded once); fast:
+  /// the tensor-core and SIMT kernels, 7 T x T x hd products where recomputing D makes 9);
+  /// bitwise mode ignores it. Called and defaulted as attention_forward_ex; bitwise: the bits of
+  /// the simulator's path (attention_backward on the widened dy and qkv, dqkv rounded once); fast:
   /// any order (cuda: tensor cores, dS and P rounded to `dtype` as operands).
   virtual void attention_backward_ex(Stream& s, const void* dy, const void* qkv, const void* y,
                                      DType dtype, const float* stats, std::int64_t B,
