@@ -300,6 +300,14 @@ TEST(AttentionEx, BadArgumentsOfATypedCallAreRefusedAsBefore) {
   EXPECT_EQ(y.dtype(), DType::bf16);
 }
 
+// ops::attention_backward in fast mode given `bad_y` throws InvalidArgument containing `message`.
+void expect_bad_y(const Tensor& dy, const Tensor& qkv, const Tensor& stats, const Tensor& bad_y,
+                  const char* message) {
+  test::expect_invalid(
+      [&] { ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::fast, bad_y); },
+      message);
+}
+
 // ops::attention_backward hands the forward's output y to the typed backward (its fast kernels
 // read D = rowsum(dy * y) from it: 7 products, not 9), null when not given; a y of another
 // dtype or shape is refused on every path.
@@ -318,13 +326,9 @@ TEST(AttentionEx, OpsPassTheForwardsOutputToTheTypedBackward) {
   const Tensor y_short = on_fake(2 * 4 * 8, {2, 4, 8}, DType::bf16);
   for (bool native : {true, false}) {
     calls.native = native;  // the typed kernels, then MixedOp's path
-    test::expect_invalid(
-        [&] { ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::fast, y32); },
-        "ops::attention_backward: y: expected dtype bf16, got");
-    test::expect_invalid(
-        [&] {
-          ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::fast, y_short);
-        },
+    expect_bad_y(dy, qkv, stats, y32, "ops::attention_backward: y: expected dtype bf16, got");
+    expect_bad_y(
+        dy, qkv, stats, y_short,
         "ops::attention_backward: y: expected [B, T, C] (the forward's output) = [2, 5, 8], got");
   }
 }
@@ -350,16 +354,12 @@ TEST(AttentionEx, OpsPassTheForwardsOutputToTheF32Backward) {
   const Tensor y_short = on_fake(2 * 5 * 4, {2, 5, 4}, DType::f32);
   const Tensor y_sim =
       Tensor::from_vector(std::vector<float>(80, 0.5f), {2, 5, 8}).to(Device("sim", 0));
-  test::expect_invalid(
-      [&] { ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::fast, y_bf16); },
-      "ops::attention_backward: y: expected dtype f32, got");
-  test::expect_invalid(
-      [&] {
-        ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::fast, y_short);
-      },
+  expect_bad_y(dy, qkv, stats, y_bf16, "ops::attention_backward: y: expected dtype f32, got");
+  expect_bad_y(
+      dy, qkv, stats, y_short,
       "ops::attention_backward: y: expected [B, T, C] (the forward's output) = [2, 5, 8], got");
-  test::expect_invalid(
-      [&] { ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::fast, y_sim); },
+  expect_bad_y(
+      dy, qkv, stats, y_sim,
       "ops::attention_backward: y: expected a tensor on attn_ex_fake:0 (the device of qkv), got");
   // MixedOp's path: checked, not handed on.
   calls.native = false;
@@ -369,11 +369,7 @@ TEST(AttentionEx, OpsPassTheForwardsOutputToTheF32Backward) {
   calls.bwd_y = y.data<float>();
   ops::attention_backward(dy16, qkv16, stats16, 2, 0.0f, 0, 0, 0, Determinism::fast, y16);
   EXPECT_EQ(calls.bwd_y, nullptr);
-  test::expect_invalid(
-      [&] {
-        ops::attention_backward(dy16, qkv16, stats16, 2, 0.0f, 0, 0, 0, Determinism::fast, y);
-      },
-      "ops::attention_backward: y: expected dtype bf16, got");
+  expect_bad_y(dy16, qkv16, stats16, y, "ops::attention_backward: y: expected dtype bf16, got");
 }
 
 TEST(AttentionEx, TheSimulatorKeepsItsMixedOpPath) {
