@@ -34,10 +34,16 @@
 // exp(m_old - m) + sum exp(s - m) and the output o = o exp(m_old - m) + P v (P dropped with the
 // same mask), y = o / l at the end; stats = {m, l} in bitwise's format, so either mode's
 // backward reads either forward's stats. exp is the hardware-backed expf. The backward keeps the
-// bitwise kernels' structure (FA2 computes D = rowsum(dO o O) from the forward's output, which
-// Kernels::attention_backward is not given: pd is a first pass here) with expf in place of the
-// portable exp. Tolerance against a double-precision reference (the emulator's test): |x - ref|
-// <= 2e-5 (1 + |ref|) for y, stats and dqkv at the tested magnitudes (scores up to ~10).
+// bitwise kernels' structure with expf in place of the portable exp; given the forward's output
+// y (Kernels::attention_backward's y, passed by nn::CausalSelfAttention), the first kernel takes
+// pd = D = rowsum(dy o y) (FlashAttention-2's; y's rows staged in the K tile's buffer, one chain
+// per query) instead of its first pass over the keys: 7 T x T x hd products per (b, h), not 9
+// (the reference kernels, hd > 128, still recompute pd). Tolerance against a double-precision
+// reference (the emulator's test): |x - ref| <= 2e-5 (1 + |ref|) for y, stats and dqkv at the
+// tested magnitudes (scores up to ~10); measured (cuda_emu_test attention) 2.7e-6 recomputing
+// pd, 4.2e-6 given y. Both backward kernels take their shared memory (AttnBackwardSmem), query
+// tile staging and per-pair dpre (pairs_to_dpre) from the same helpers; ptxas sm_90: the first
+// kernel 121 registers (hd 64 and 128; 70 for hd 32), the second 128 (64), no spills.
 //
 // typed (Kernels::attention_forward_ex / attention_backward_ex, bf16 or f16 qkv, dy, y, dqkv;
 // has_attention_ex: head_dim <= 128, both modes; past 128, and for f32, ops keep MixedOp's f32
@@ -70,10 +76,10 @@
 // bf16 and f16 alike, no spills: forward 128 / 142 registers, 27.0 KiB (hd 64) / 34.0 KiB (hd
 // 128); dq kernel 166 / 127 registers, 36.0 / 42.5 KiB; dk / dv kernel 218 / 242 registers, 36.8
 // / 42.7 KiB. Not measured on a GPU yet (speed, occupancy); no double buffering of the K / V
-// tiles, no ldmatrix: room left. Other head
-// widths in fast mode: the SIMT fast kernels above with typed loads. Accuracy (the emulator's
-// and the GPU test's bound): |x - ref| <= 4 u (1 + max |ref|) per tensor (y, dq, dk, dv), ref in
-// double from the same rounded inputs, u = 2^-8 (bf16) or 2^-11 (f16): P and dS are rounded to
+// tiles, no ldmatrix: room left. Other head widths in fast mode: the SIMT fast kernels above
+// with typed loads (D from y alike). Accuracy (the emulator's and the GPU test's bound): |x -
+// ref| <= 4 u (1 + max |ref|) per tensor (y, dq, dk, dv), ref in double from the same rounded
+// inputs, u = 2^-8 (bf16) or 2^-11 (f16): P and dS are rounded to
 // the storage dtype as mma operands (relative error u each) and each output once more.
 // cuDNN's SDPA (cudnn-frontend) was not used: its headers come from a PyPI wheel that is not
 // installed here, its graphs cannot run in tools/cuda_emu, and there was no GPU to measure
@@ -120,10 +126,12 @@ template <int HD>
 constexpr bool attn_fits() {
   constexpr int BQ = AttnTile<HD>::BQ, BK = AttnTile<HD>::BK;
   return attn_smem_bytes<HD>(true) <= 48 * 1024 && attn_smem_bytes<HD>(false) <= 48 * 1024 &&
-         (BQ * HD) % kAttnThreads == 0 && (BK * HD) % kAttnThreads == 0 && BQ <= kAttnThreads;
+         (BQ * HD) % kAttnThreads == 0 && (BK * HD) % kAttnThreads == 0 && BQ <= kAttnThreads &&
+         BQ <= BK;
 }
 static_assert(attn_fits<32>() && attn_fits<64>() && attn_fits<128>(),
-              "attention tiles: static shared memory <= 48 KiB per block, whole chains per thread");
+              "attention tiles: static shared memory <= 48 KiB per block, whole chains per thread, "
+              "a query tile fits a key tile's buffer (the fast backward stages y there)");
 
 // qkv, dy, y and dqkv hold elements of `io` (f32, or bf16 / f16: the typed entries); stats and
 // pd are f32.
@@ -401,71 +409,127 @@ __global__ void __launch_bounds__(kAttnThreads) attn_forward_fast(const AttnArgs
   });
 }
 
+// ---- backward: what both kernels share ---------------------------------------------------------
+// A backward block's shared memory: the Q and dy rows of a query tile, the K and V rows of a key
+// tile ([rows][HD + 1], Note [CUDA attention]), the pair tiles sc (scores, then dpre) and dp (dy .
+// v, then the dropped weight a in the second kernel), and per query row its stats and pd.
+template <int HD>
+struct AttnBackwardSmem {
+  static constexpr int BQ = AttnTile<HD>::BQ, BK = AttnTile<HD>::BK;
+  float qs[BQ][HD + 1], dys[BQ][HD + 1], ks[BK][HD + 1], vs[BK][HD + 1];
+  float sc[BQ][BK + 1], dp[BQ][BK + 1];
+  float row_m[BQ], row_sum[BQ], row_pd[BQ];
+};
+
+// A backward block's (b, h) (blockIdx.x = b nh + h), and head = (b nh + h) T, the stats and pd
+// index of (b, h)'s query 0.
+struct AttnHead {
+  i64 b, h, head;
+};
+__device__ __forceinline__ AttnHead attn_head(const AttnArgs& a) {
+  const i64 b = blockIdx.x / a.nh, h = blockIdx.x % a.nh;
+  return AttnHead{b, h, (b * a.nh + h) * a.T};
+}
+
+// Stages query rows [q0, q0 + BQ): their q and dy rows, and for the rows before T their stats
+// (and pd, with_pd: the second kernel reads the first's). The caller puts the barrier after.
+template <int HD>
+__device__ __forceinline__ void stage_query_tile(const AttnArgs& a, const AttnHead& k,
+                                                 AttnBackwardSmem<HD>& s, i64 q0, bool with_pd) {
+  constexpr int BQ = AttnTile<HD>::BQ;
+  const i64 T = a.T, hd = a.hd;
+  stage_rows<BQ, HD>(s.qs, a.qkv, a.io, k.b * T * 3 * a.C + k.h * hd, 3 * a.C, q0, T, hd);
+  stage_rows<BQ, HD>(s.dys, a.dy, a.io, k.b * T * a.C + k.h * hd, a.C, q0, T, hd);
+  const int tid = threadIdx.x;
+  if (tid < BQ && q0 + tid < T) {
+    s.row_m[tid] = a.stats[k.head + q0 + tid].m;
+    s.row_sum[tid] = a.stats[k.head + q0 + tid].sum;
+    if (with_pd) s.row_pd[tid] = a.pd[k.head + q0 + tid];
+  }
+}
+
+// Per pair (t, u) = (q0 + r, k0 + c) of the tiles, u <= t < T: sc[r][c] <- dpre (attn_pair from
+// its score sc and dp, then gpt::attention_dpre with row r's pd) and, with keep_a, dp[r][c] <- its
+// dropped weight a (dv's factor); ds the dropout scale. The caller puts the barriers around.
+template <int HD, bool kFast>
+__device__ __forceinline__ void pairs_to_dpre(const AttnArgs& a, const AttnHead& k,
+                                              AttnBackwardSmem<HD>& s, i64 q0, i64 k0, float ds,
+                                              bool keep_a) {
+  constexpr int BQ = AttnTile<HD>::BQ, BK = AttnTile<HD>::BK;
+  for (int p = threadIdx.x; p < BQ * BK; p += kAttnThreads) {
+    const int r = p / BK, c = p % BK;
+    const i64 t = q0 + r, u = k0 + c;
+    if (t >= a.T || u > t) continue;
+    const gpt::AttentionPair pr = attn_pair<kFast>(
+        s.sc[r][c], s.dp[r][c], gpt::SoftmaxStats{s.row_m[r], s.row_sum[r]}, a.drop,
+        gpt::attention_row_index(a.nh, a.T, k.b, k.h, t) + std::uint64_t(u), ds);
+    s.sc[r][c] = gpt::attention_dpre(pr, s.row_pd[r], a.scale, a.drop.active());
+    if (keep_a) s.dp[r][c] = pr.a;
+  }
+}
+
 // ---- backward, first kernel: pd and dq per query tile ------------------------------------------
 // gpt::attention_query_backward for queries [q0, q0 + BQ): pass 1 pd = chain fma(att, da) (thread
-// r < BQ), pass 2 dpre per pair and dq's chains (output (r, i) as the forward's y).
+// r < BQ), pass 2 dpre per pair and dq's chains (output (r, i) as the forward's y). Fast mode
+// given y: pd = rowsum(dy * y) in place of pass 1.
 template <int HD, bool kFast>
 __global__ void __launch_bounds__(kAttnThreads) attn_query_backward(const AttnArgs a) {
   constexpr int BQ = AttnTile<HD>::BQ, BK = AttnTile<HD>::BK, J = BQ * HD / kAttnThreads;
-  __shared__ float qs[BQ][HD + 1], dys[BQ][HD + 1], ks[BK][HD + 1], vs[BK][HD + 1];
-  __shared__ float sc[BQ][BK + 1], dp[BQ][BK + 1];
-  __shared__ float row_m[BQ], row_sum[BQ], row_pd[BQ];
-  const i64 b = blockIdx.x / a.nh, h = blockIdx.x % a.nh, q0 = heavy_first_tile(a, BQ) * BQ;
-  const i64 T = a.T, W = 3 * a.C, hd = a.hd, head = (b * a.nh + h) * T;
-  const i64 base = b * T * W;  // element offset of batch b in qkv
+  __shared__ AttnBackwardSmem<HD> s;
+  const AttnHead k = attn_head(a);
+  const i64 b = k.b, h = k.h, T = a.T, W = 3 * a.C, hd = a.hd, base = b * T * W;
+  const i64 q0 = heavy_first_tile(a, BQ) * BQ;
   const int tid = threadIdx.x;
+  const bool dropped = a.drop.active();
+  const float ds = dropped ? gpt::dropout_scale(a.drop.p) : 1.0f;
   const i64 q_end = q0 + BQ < T ? q0 + BQ : T;
   const i64 t_own = q0 + tid;
   const bool owner = tid < BQ && t_own < T;
-  const bool dropped = a.drop.active();
-  const float ds = dropped ? gpt::dropout_scale(a.drop.p) : 1.0f;
-  stage_rows<BQ, HD>(qs, a.qkv, a.io, base + h * hd, W, q0, T, hd);
-  stage_rows<BQ, HD>(dys, a.dy, a.io, b * T * a.C + h * hd, a.C, q0, T, hd);
-  if (owner) {
-    row_m[tid] = a.stats[head + t_own].m;
-    row_sum[tid] = a.stats[head + t_own].sum;
-  }
+  stage_query_tile<HD>(a, k, s, q0, false);
   // One key tile's scores and dp = dy_t . v_u into sc and dp.
   auto tile = [&](i64 k0) {
-    score_key_tile<HD, BQ, BK>(a, base, h, q0, k0, qs, ks, vs, sc);
-    pair_dots<HD, BQ, BK, false>(dys, vs, dp, hd, 1.0f, q0, k0, T);
+    score_key_tile<HD, BQ, BK>(a, base, h, q0, k0, s.qs, s.ks, s.vs, s.sc);
+    pair_dots<HD, BQ, BK, false>(s.dys, s.vs, s.dp, hd, 1.0f, q0, k0, T);
     __syncthreads();
   };
-  // Pass 1: pd.
   float pd = 0.0f;
-  for (i64 k0 = 0; k0 < q_end; k0 += BK) {
-    tile(k0);
-    if (owner) {
-      const gpt::SoftmaxStats st{row_m[tid], row_sum[tid]};
-      const std::uint64_t row = gpt::attention_row_index(a.nh, T, b, h, t_own);
-      for (i64 c = 0; c < BK && k0 + c <= t_own; ++c) {
-        const gpt::AttentionPair p =
-            attn_pair<kFast>(sc[tid][c], dp[tid][c], st, a.drop, row + std::uint64_t(k0 + c), ds);
-        pd = cm::fma(p.att, p.da, pd);
+  if (kFast && a.y) {
+    // pd = D = rowsum(dy * y) (FlashAttention-2's; y = sum_u drop(att_u) v_u, so the same value
+    // as pass 1's): y's rows staged in ks (the first tile overwrites it after a barrier), one
+    // chain over the channels per query.
+    stage_rows<BQ, HD>(s.ks, a.y, a.io, b * T * a.C + h * hd, a.C, q0, T, hd);
+    __syncthreads();
+    if (owner)
+      for (int i = 0; i < hd; ++i) pd = fmaf(s.dys[tid][i], s.ks[tid][i], pd);
+  } else {
+    // Pass 1: pd = chain fma(att, da).
+    for (i64 k0 = 0; k0 < q_end; k0 += BK) {
+      tile(k0);
+      if (owner) {
+        const gpt::SoftmaxStats st{s.row_m[tid], s.row_sum[tid]};
+        const std::uint64_t row = gpt::attention_row_index(a.nh, T, b, h, t_own);
+        for (i64 c = 0; c < BK && k0 + c <= t_own; ++c) {
+          const gpt::AttentionPair p = attn_pair<kFast>(s.sc[tid][c], s.dp[tid][c], st, a.drop,
+                                                        row + std::uint64_t(k0 + c), ds);
+          pd = cm::fma(p.att, p.da, pd);
+        }
       }
     }
   }
   if (owner) {
-    row_pd[tid] = pd;
-    a.pd[head + t_own] = pd;
+    s.row_pd[tid] = pd;
+    a.pd[k.head + t_own] = pd;
   }
   // Pass 2: dq[i] = chain fma(dpre_u, k_u[i]).
   float acc[J];
   for (int j = 0; j < J; ++j) acc[j] = 0.0f;
   for (i64 k0 = 0; k0 < q_end; k0 += BK) {
     tile(k0);
-    for (int p = tid; p < BQ * BK; p += kAttnThreads) {
-      const int r = p / BK, c = p % BK;
-      const i64 t = q0 + r, u = k0 + c;
-      if (t >= T || u > t) continue;
-      const gpt::AttentionPair pr = attn_pair<kFast>(
-          sc[r][c], dp[r][c], gpt::SoftmaxStats{row_m[r], row_sum[r]}, a.drop,
-          gpt::attention_row_index(a.nh, T, b, h, t) + std::uint64_t(u), ds);
-      sc[r][c] = gpt::attention_dpre(pr, row_pd[r], a.scale, dropped);
-    }
+    pairs_to_dpre<HD, kFast>(a, k, s, q0, k0, ds, false);
     __syncthreads();
     for_owned_outputs<HD, J>(q0, T, hd, [&](int j, int r, i64 t, int i) {
-      for (i64 c = 0; c < BK && k0 + c <= t; ++c) acc[j] = cm::fma(sc[r][c], ks[c][i], acc[j]);
+      for (i64 c = 0; c < BK && k0 + c <= t; ++c)
+        acc[j] = cm::fma(s.sc[r][c], s.ks[c][i], acc[j]);
     });
   }
   for_owned_outputs<HD, J>(q0, T, hd, [&](int j, int, i64 t, int i) {
@@ -482,48 +546,30 @@ __global__ void __launch_bounds__(kAttnThreads) attn_query_backward(const AttnAr
 template <int HD, bool kFast>
 __global__ void __launch_bounds__(kAttnThreads) attn_key_backward(const AttnArgs a) {
   constexpr int BQ = AttnTile<HD>::BQ, BK = AttnTile<HD>::BK, J = BK * HD / kAttnThreads;
-  __shared__ float qs[BQ][HD + 1], dys[BQ][HD + 1], ks[BK][HD + 1], vs[BK][HD + 1];
-  __shared__ float sc[BQ][BK + 1], dp[BQ][BK + 1];
-  __shared__ float row_m[BQ], row_sum[BQ], row_pd[BQ];
-  const i64 b = blockIdx.x / a.nh, h = blockIdx.x % a.nh, k0 = (a.tile0 + i64(blockIdx.y)) * BK;
-  const i64 T = a.T, W = 3 * a.C, hd = a.hd, head = (b * a.nh + h) * T;
-  const i64 base = b * T * W;  // element offset of batch b in qkv
-  const int tid = threadIdx.x;
+  __shared__ AttnBackwardSmem<HD> s;
+  const AttnHead k = attn_head(a);
+  const i64 b = k.b, h = k.h, T = a.T, W = 3 * a.C, hd = a.hd, base = b * T * W;
+  const i64 k0 = (a.tile0 + i64(blockIdx.y)) * BK;
   const bool dropped = a.drop.active();
   const float ds = dropped ? gpt::dropout_scale(a.drop.p) : 1.0f;
-  stage_rows<BK, HD>(ks, a.qkv, a.io, base + a.C + h * hd, W, k0, T, hd);
-  stage_rows<BK, HD>(vs, a.qkv, a.io, base + 2 * a.C + h * hd, W, k0, T, hd);
+  stage_rows<BK, HD>(s.ks, a.qkv, a.io, base + a.C + h * hd, W, k0, T, hd);
+  stage_rows<BK, HD>(s.vs, a.qkv, a.io, base + 2 * a.C + h * hd, W, k0, T, hd);
   float dk[J], dv[J];
   for (int j = 0; j < J; ++j) dk[j] = dv[j] = 0.0f;
   for (i64 q0 = k0 / BQ * BQ; q0 < T; q0 += BQ) {
     __syncthreads();
-    stage_rows<BQ, HD>(qs, a.qkv, a.io, base + h * hd, W, q0, T, hd);
-    stage_rows<BQ, HD>(dys, a.dy, a.io, b * T * a.C + h * hd, a.C, q0, T, hd);
-    if (tid < BQ && q0 + tid < T) {
-      row_m[tid] = a.stats[head + q0 + tid].m;
-      row_sum[tid] = a.stats[head + q0 + tid].sum;
-      row_pd[tid] = a.pd[head + q0 + tid];
-    }
+    stage_query_tile<HD>(a, k, s, q0, true);
     __syncthreads();
-    pair_dots<HD, BQ, BK, true>(qs, ks, sc, hd, a.scale, q0, k0, T);
-    pair_dots<HD, BQ, BK, false>(dys, vs, dp, hd, 1.0f, q0, k0, T);
+    pair_dots<HD, BQ, BK, true>(s.qs, s.ks, s.sc, hd, a.scale, q0, k0, T);
+    pair_dots<HD, BQ, BK, false>(s.dys, s.vs, s.dp, hd, 1.0f, q0, k0, T);
     __syncthreads();
-    for (int p = tid; p < BQ * BK; p += kAttnThreads) {  // sc <- dpre, dp <- a
-      const int r = p / BK, c = p % BK;
-      const i64 t = q0 + r, u = k0 + c;
-      if (t >= T || u > t) continue;
-      const gpt::AttentionPair pr = attn_pair<kFast>(
-          sc[r][c], dp[r][c], gpt::SoftmaxStats{row_m[r], row_sum[r]}, a.drop,
-          gpt::attention_row_index(a.nh, T, b, h, t) + std::uint64_t(u), ds);
-      sc[r][c] = gpt::attention_dpre(pr, row_pd[r], a.scale, dropped);
-      dp[r][c] = pr.a;
-    }
+    pairs_to_dpre<HD, kFast>(a, k, s, q0, k0, ds, true);  // sc <- dpre, dp <- a
     __syncthreads();
     for_owned_outputs<HD, J>(k0, T, hd, [&](int j, int c, i64 u, int i) {
       const i64 r0 = u > q0 ? u - q0 : 0, r1 = T - q0 < BQ ? T - q0 : BQ;  // t in [max(u, q0), ..)
       for (i64 r = r0; r < r1; ++r) {
-        dk[j] = cm::fma(sc[r][c], qs[r][i], dk[j]);
-        dv[j] = cm::fma(dp[r][c], dys[r][i], dv[j]);
+        dk[j] = cm::fma(s.sc[r][c], s.qs[r][i], dk[j]);
+        dv[j] = cm::fma(s.dp[r][c], s.dys[r][i], dv[j]);
       }
     });
   }
@@ -1168,17 +1214,19 @@ void CudaGptKernels::attention_forward(Stream& s, const float* qkv, i64 B, i64 T
 }
 
 void CudaGptKernels::attention_backward(Stream& s, const float* dy, const float* qkv,
-                                        const float* stats, i64 B, i64 T, i64 C, i64 nh,
-                                        float* dqkv, float* scratch, float p, std::uint64_t seed,
-                                        std::uint64_t stream, std::uint64_t index_base,
-                                        Determinism mode) {
+                                        const float* y, const float* stats, i64 B, i64 T, i64 C,
+                                        i64 nh, float* dqkv, float* scratch, float p,
+                                        std::uint64_t seed, std::uint64_t stream,
+                                        std::uint64_t index_base, Determinism mode) {
   if (B <= 0 || T <= 0 || nh <= 0) return;
   Launch l(backend_, s, "attention_backward");
   const gpt::AttentionDropout drop{p, seed, stream, index_base};
   auto* st = reinterpret_cast<gpt::SoftmaxStats*>(const_cast<float*>(stats));
   const i64 hd = C / nh;
-  const AttnArgs a{qkv, dy, nullptr, dqkv, st, scratch, T, C, nh, hd, gpt::attention_scale(hd),
-                   drop};
+  // y: read by the fast tiled dq kernel (pd = rowsum(dy * y)); bitwise and the reference
+  // kernels (hd > 128) recompute pd.
+  const AttnArgs a{qkv, dy, const_cast<float*>(y), dqkv, st, scratch, T, C, nh, hd,
+                   gpt::attention_scale(hd), drop};
   if (launch_tiled_backward(l, a, B, mode)) return;
   const int blocks = blocks_for(B * nh * T, 128);
   attention_query_backward_reference<<<blocks, 128, 0, l.get()>>>(dy, qkv, st, B, T, C, nh, dqkv, scratch, drop);
@@ -1218,7 +1266,8 @@ void CudaGptKernels::attention_backward_ex(Stream& s, const void* dy, const void
   const i64 hd = C / nh;
   check_typed("attention_backward_ex", dtype, hd, B, nh);
   Launch l(backend_, s, "attention_backward_ex");
-  // y: read by the tensor-core dq kernel only (the SIMT kernels recompute pd: bitwise mode's bits).
+  // y: read by the fast dq kernels (tensor-core and SIMT) for pd = rowsum(dy * y); bitwise mode
+  // recomputes pd (the simulator's bits).
   AttnArgs a{qkv, dy, const_cast<void*>(y), dqkv,
              reinterpret_cast<gpt::SoftmaxStats*>(const_cast<float*>(stats)), scratch, T, C, nh,
              hd, gpt::attention_scale(hd), gpt::AttentionDropout{p, seed, stream, index_base}};

@@ -389,10 +389,10 @@ class CudaGptKernels : public CudaDtypeKernels {
   void attention_forward(Stream& s, const float* qkv, i64 B, i64 T, i64 C, i64 nh, float* y,
                          float* stats, float p, std::uint64_t seed, std::uint64_t stream,
                          std::uint64_t index_base, Determinism mode) override;
-  void attention_backward(Stream& s, const float* dy, const float* qkv, const float* stats, i64 B,
-                          i64 T, i64 C, i64 nh, float* dqkv, float* scratch, float p,
-                          std::uint64_t seed, std::uint64_t stream, std::uint64_t index_base,
-                          Determinism mode) override;
+  void attention_backward(Stream& s, const float* dy, const float* qkv, const float* y,
+                          const float* stats, i64 B, i64 T, i64 C, i64 nh, float* dqkv,
+                          float* scratch, float p, std::uint64_t seed, std::uint64_t stream,
+                          std::uint64_t index_base, Determinism mode) override;
   // The typed attention (bf16 / f16 in storage; fast: the tensor cores), also cuda_attention.cu.
   bool has_attention_ex(DType qkv_type, i64 head_dim, Determinism mode) const override;
   void attention_forward_ex(Stream& s, const void* qkv, DType dtype, i64 B, i64 T, i64 C, i64 nh,

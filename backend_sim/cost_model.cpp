@@ -133,12 +133,13 @@ KernelCost attention_ex_cost(std::int64_t B, std::int64_t T, std::int64_t C, std
   // run the SIMT kernels with typed loads.
   const bool tensor_cores =
       mode == Determinism::fast && storage != DType::f32 && (C / nh == 64 || C / nh == 128);
-  // Given y, the tensor-core dq kernel reads D = rowsum(dy * y) (FlashAttention-2's) from it.
-  const bool d_from_y = backward && with_y && tensor_cores;
+  // Given y, the fast dq kernels (tensor-core and SIMT) read D = rowsum(dy * y)
+  // (FlashAttention-2's) from it; bitwise recomputes it (the simulator's bits).
+  const bool d_from_y = backward && with_y && mode == Determinism::fast;
   // T x T x hd matrix products over the pairs: forward S = q k^T, P v; backward (two kernels,
   // no atomics, cuda_attention.cu): the dq kernel's S, dP, dQ; the dk / dv kernel's S, dP, dV,
   // dK: 7, and 9 where D = rowsum(P dP) is recomputed in a first pass of the dq kernel (S, dP:
-  // no y given, or the SIMT kernels).
+  // no y given, or bitwise mode).
   const double passes = backward ? (d_from_y ? 7.0 : 9.0) : 2.0;
   KernelCost c;
   c.matmul_flops = pairs * passes * 2.0 * hd;

@@ -206,8 +206,9 @@ KernelCost native_cost(const KernelCost& f32, DType storage);
 //       += P^T dO, dK += dS^T q; dQ per query tile: S, dP, dQ = dS k, with D = rowsum(dO o y)
 //       from the forward's output y), S and P recomputed: 7 passes; 9 where the backward is not
 //       given y (a first pass of the dq kernel recomputes S and dP for D = rowsum(P dP)). Head
-//       widths other than 64 and 128 run the SIMT kernels with typed loads in fast mode too (9
-//       passes). The
+//       widths other than 64 and 128 run the SIMT kernels with typed loads in fast mode (7 or 9
+//       passes alike: the SIMT dq kernel reads D from y too; so does the f32
+//       Kernels::attention_backward's, priced by gpt_kernels::attention_backward_cost). The
 //       rest (exp, scale, masks: as the f32 kernels count them) at fp32_flops. Bitwise mode: the
 //       same passes on the SIMT cores (fp32_flops x simt_efficiency) in f32 math. Bytes: q, k, v,
 //       y (dy, dqkv) in the storage dtype, the softmax stats (and the backward's pd) in f32;

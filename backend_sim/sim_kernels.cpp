@@ -533,15 +533,21 @@ class SimKernels final : public Kernels {
            [=] { gk::attention_forward(qkv, B, T, C, nh, y, stats, drop); });
   }
 
-  void attention_backward(Stream& s, const float* dy, const float* qkv, const float* stats,
-                          std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
-                          float* dqkv, float* scratch, float p, std::uint64_t seed,
+  // A real run computes pd itself in both modes (y unused: the simulator's bits); a dry run
+  // prices CUDA's kernels: given y in fast mode, the tiled dq kernel reads pd = rowsum(dy * y)
+  // from it (7 products, not 9; head widths up to 128, as cuda_attention.cu's head_class).
+  void attention_backward(Stream& s, const float* dy, const float* qkv, const float* y,
+                          const float* stats, std::int64_t B, std::int64_t T, std::int64_t C,
+                          std::int64_t nh, float* dqkv, float* scratch, float p, std::uint64_t seed,
                           std::uint64_t stream, std::uint64_t index_base,
-                          Determinism /*mode: one order in both*/) override {
+                          Determinism mode) override {
     if (B <= 0 || T <= 0 || C <= 0) return;
     const gpt::AttentionDropout drop{p, seed, stream, index_base};
-    KernelCost cost = gk::attention_backward_cost(B, T, C, nh, drop.active());
-    if (cost_->dry_run()) cost.launches = 2;  // per query tile, per key tile (cuda_attention.cu)
+    const bool dry = cost_->dry_run();
+    const bool d_from_y = dry && y != nullptr && mode == Determinism::fast && C / nh <= 128 &&
+                          B * nh <= std::int64_t(0x7fffffff);
+    KernelCost cost = gk::attention_backward_cost(B, T, C, nh, drop.active(), d_from_y);
+    if (dry) cost.launches = 2;  // per query tile, per key tile (cuda_attention.cu)
     launch(s, "attention_backward", cost,
            [=] { gk::attention_backward(dy, qkv, stats, B, T, C, nh, dqkv, scratch, drop); });
   }

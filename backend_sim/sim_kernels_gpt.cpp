@@ -382,14 +382,17 @@ void attention_backward(const float* dy, const float* qkv, const float* stats, s
 // (cuda_attention.cu, as attention_ex_cost counts them): the query kernel's first pass the
 // score and dy.v (for pd), its second the score, dy.v and dpre @ k, the key kernel's the score,
 // dy.v and the dk and dv updates: 9 products of 2 hd; the softmax and its backward (~26); with
-// dropout the mask twice (dp and the weights of dv), two scalings and the score scale.
+// dropout the mask twice (dp and the weights of dv), two scalings and the score scale. Given y
+// (d_from_y) the first pass is pd = rowsum(dy * y) instead: 7 products, 2 C FLOPs a token and
+// y read once.
 KernelCost attention_backward_cost(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
-                                   bool dropout) {
-  const double hd = double(C) / nh, pairs = causal_pairs(B, T, nh);
+                                   bool dropout, bool d_from_y) {
+  const double hd = double(C) / nh, pairs = causal_pairs(B, T, nh), tokens = double(B) * T;
   const double mask = dropout ? 2.0 * kMaskFlops + 3.0 : 0.0;
-  KernelCost c{pairs * (18.0 * hd + 26.0 + mask),
-               4.0 * (double(B) * T * 7.0 * C + 3.0 * double(B) * nh * T)};
-  c.matmul_flops = pairs * 18.0 * hd;
+  const double products = d_from_y ? 7.0 : 9.0;
+  KernelCost c{pairs * (2.0 * products * hd + 26.0 + mask) + (d_from_y ? 2.0 * tokens * C : 0.0),
+               4.0 * (tokens * (d_from_y ? 8.0 : 7.0) * C + 3.0 * double(B) * nh * T)};
+  c.matmul_flops = pairs * 2.0 * products * hd;
   return c;
 }
 

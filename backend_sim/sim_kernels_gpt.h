@@ -56,8 +56,10 @@ KernelCost attention_forward_cost(std::int64_t B, std::int64_t T, std::int64_t C
 void attention_backward(const float* dy, const float* qkv, const float* stats, std::int64_t B,
                         std::int64_t T, std::int64_t C, std::int64_t nh, float* dqkv,
                         float* scratch, const gpt::AttentionDropout& drop);
+/// Its cost; d_from_y: pd read as rowsum(dy * y) from the forward's output (CUDA's fast tiled
+/// kernels given y: 7 products per pair, not 9).
 KernelCost attention_backward_cost(std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
-                                   bool dropout);
+                                   bool dropout, bool d_from_y = false);
 
 /// Forward and backward alike: y[i] = kept(index_base + i) ? x[i] * scale : 0.
 void dropout(const float* x, float* y, std::int64_t n, float p, std::uint64_t seed,

@@ -176,13 +176,13 @@ class CountingKernels : public Kernels {
     note("attention_forward");
     k_.attention_forward(s, qkv, B, T, C, nh, y, stats, p, seed, stream, index_base, mode);
   }
-  void attention_backward(Stream& s, const float* dy, const float* qkv, const float* stats,
-                          std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
-                          float* dqkv, float* scratch, float p, std::uint64_t seed,
+  void attention_backward(Stream& s, const float* dy, const float* qkv, const float* y,
+                          const float* stats, std::int64_t B, std::int64_t T, std::int64_t C,
+                          std::int64_t nh, float* dqkv, float* scratch, float p, std::uint64_t seed,
                           std::uint64_t stream, std::uint64_t index_base,
                           Determinism mode) override {
     note("attention_backward");
-    k_.attention_backward(s, dy, qkv, stats, B, T, C, nh, dqkv, scratch, p, seed, stream,
+    k_.attention_backward(s, dy, qkv, y, stats, B, T, C, nh, dqkv, scratch, p, seed, stream,
                           index_base, mode);
   }
   void dropout_forward(Stream& s, const float* x, float* y, std::int64_t n, float p,

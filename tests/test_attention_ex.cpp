@@ -29,6 +29,7 @@ struct AttnCalls {
   std::int64_t ex_hd = 0;
   const void* ex_y = nullptr;      // attention_forward_ex's y
   const void* ex_bwd_y = nullptr;  // attention_backward_ex's y
+  const float* bwd_y = nullptr;    // attention_backward's y
   bool native = true;              // has_attention_ex's answer for bf16 / f16
   std::vector<std::pair<DType, std::int64_t>> asked;
 };
@@ -136,10 +137,12 @@ class FakeKernels final : public Kernels {
     std::memset(y, 0, sizeof(float) * std::size_t(B * T * C));
     std::memset(stats, 0, sizeof(float) * std::size_t(B * nh * T * 2));
   }
-  void attention_backward(Stream&, const float*, const float*, const float*, std::int64_t B,
-                          std::int64_t T, std::int64_t C, std::int64_t, float* dqkv, float*, float,
-                          std::uint64_t, std::uint64_t, std::uint64_t, Determinism) override {
+  void attention_backward(Stream&, const float*, const float*, const float* y, const float*,
+                          std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t, float* dqkv,
+                          float*, float, std::uint64_t, std::uint64_t, std::uint64_t,
+                          Determinism) override {
     ++calls.backward;
+    calls.bwd_y = y;
     std::memset(dqkv, 0, sizeof(float) * std::size_t(B * T * 3 * C));
   }
   void attention_forward_ex(Stream&, const void*, DType dtype, std::int64_t B, std::int64_t T,
@@ -297,6 +300,14 @@ TEST(AttentionEx, BadArgumentsOfATypedCallAreRefusedAsBefore) {
   EXPECT_EQ(y.dtype(), DType::bf16);
 }
 
+// ops::attention_backward in fast mode given `bad_y` throws InvalidArgument containing `message`.
+void expect_bad_y(const Tensor& dy, const Tensor& qkv, const Tensor& stats, const Tensor& bad_y,
+                  const char* message) {
+  test::expect_invalid(
+      [&] { ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::fast, bad_y); },
+      message);
+}
+
 // ops::attention_backward hands the forward's output y to the typed backward (its fast kernels
 // read D = rowsum(dy * y) from it: 7 products, not 9), null when not given; a y of another
 // dtype or shape is refused on every path.
@@ -315,15 +326,50 @@ TEST(AttentionEx, OpsPassTheForwardsOutputToTheTypedBackward) {
   const Tensor y_short = on_fake(2 * 4 * 8, {2, 4, 8}, DType::bf16);
   for (bool native : {true, false}) {
     calls.native = native;  // the typed kernels, then MixedOp's path
-    test::expect_invalid(
-        [&] { ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::fast, y32); },
-        "ops::attention_backward: y: expected dtype bf16, got");
-    test::expect_invalid(
-        [&] {
-          ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::fast, y_short);
-        },
+    expect_bad_y(dy, qkv, stats, y32, "ops::attention_backward: y: expected dtype bf16, got");
+    expect_bad_y(
+        dy, qkv, stats, y_short,
         "ops::attention_backward: y: expected [B, T, C] (the forward's output) = [2, 5, 8], got");
   }
+}
+
+// The f32 backward alike (Kernels::attention_backward's y: CUDA's fast tiled kernels read pd =
+// rowsum(dy * y) from it, 7 products, not 9): y handed on, null when not given; a y of another
+// dtype, shape or device is refused naming the op and the argument. MixedOp's path (bf16 qkv, no
+// typed kernel) checks y and hands the f32 backward none (y would need a widened copy).
+TEST(AttentionEx, OpsPassTheForwardsOutputToTheF32Backward) {
+  calls.native = true;
+  const Tensor qkv = on_fake(2 * 5 * 24, {2, 5, 24}, DType::f32);  // C 8
+  Tensor stats;
+  const Tensor y = ops::attention(qkv, 2, stats, 0.0f, 0, 0, 0, Determinism::fast);
+  const Tensor dy = on_fake(2 * 5 * 8, {2, 5, 8}, DType::f32);
+  calls.bwd_y = nullptr;
+  ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::fast, y);
+  EXPECT_EQ(calls.bwd_y, y.data<float>());
+  ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::bitwise, y);
+  EXPECT_EQ(calls.bwd_y, y.data<float>());  // handed on: the backend's bitwise mode ignores it
+  ops::attention_backward(dy, qkv, stats, 2, 0.0f, 0, 0, 0, Determinism::fast);
+  EXPECT_EQ(calls.bwd_y, nullptr);
+  const Tensor y_bf16 = on_fake(2 * 5 * 8, {2, 5, 8}, DType::bf16);
+  const Tensor y_short = on_fake(2 * 5 * 4, {2, 5, 4}, DType::f32);
+  const Tensor y_sim =
+      Tensor::from_vector(std::vector<float>(80, 0.5f), {2, 5, 8}).to(Device("sim", 0));
+  expect_bad_y(dy, qkv, stats, y_bf16, "ops::attention_backward: y: expected dtype f32, got");
+  expect_bad_y(
+      dy, qkv, stats, y_short,
+      "ops::attention_backward: y: expected [B, T, C] (the forward's output) = [2, 5, 8], got");
+  expect_bad_y(
+      dy, qkv, stats, y_sim,
+      "ops::attention_backward: y: expected a tensor on attn_ex_fake:0 (the device of qkv), got");
+  // MixedOp's path: checked, not handed on.
+  calls.native = false;
+  const Tensor qkv16 = qkv.to(DType::bf16), dy16 = dy.to(DType::bf16);
+  Tensor stats16;
+  const Tensor y16 = ops::attention(qkv16, 2, stats16, 0.0f, 0, 0, 0, Determinism::fast);
+  calls.bwd_y = y.data<float>();
+  ops::attention_backward(dy16, qkv16, stats16, 2, 0.0f, 0, 0, 0, Determinism::fast, y16);
+  EXPECT_EQ(calls.bwd_y, nullptr);
+  expect_bad_y(dy16, qkv16, stats16, y, "ops::attention_backward: y: expected dtype bf16, got");
 }
 
 TEST(AttentionEx, TheSimulatorKeepsItsMixedOpPath) {

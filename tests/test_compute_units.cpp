@@ -233,6 +233,52 @@ TEST(ComputeUnits, AttentionOnSimtWithoutTTBytes) {
   EXPECT_EQ(a.unit, PricedUnit::simt_ditto);
 }
 
+// The f32 attention backward (Kernels::attention_backward) in a dry run, as CUDA's tiled kernels
+// run it (Note [CUDA attention]): given the forward's output y (ops::attention_backward's y, which
+// nn::CausalSelfAttention passes), fast mode reads pd = rowsum(dy * y) from it: 7 T x T x hd
+// products over the causal pairs, not 9, plus 2 C FLOPs and y's 4 C bytes a token, in CUDA's two
+// launches. Bitwise mode, no y, or heads wider than 128 (the reference kernels) make 9. A real run
+// keeps the simulator's price (9, one launch) whatever y.
+TEST(ComputeUnits, DryRunF32AttentionBackwardGivenYMakesSevenProducts) {
+  struct Case {
+    bool dry;
+    std::int64_t B, T, C, H;
+    Determinism mode;
+    bool with_y;
+    double products;
+  };
+  for (const Case& c : {Case{true, 64, 256, 384, 6, Determinism::fast, true, 7},  // the char model
+                        Case{true, 64, 256, 384, 6, Determinism::fast, false, 9},
+                        Case{true, 64, 256, 384, 6, Determinism::bitwise, true, 9},
+                        Case{true, 2, 64, 272, 2, Determinism::fast, true, 9},  // hd 136
+                        Case{false, 2, 64, 128, 2, Determinism::fast, true, 9}}) {
+    SCOPED_TRACE(std::string(c.dry ? "dry" : "real") + " C " + std::to_string(c.C) + " " +
+                 determinism_name(c.mode) + (c.with_y ? " given y" : ""));
+    sim::SimBackend& be = fresh_sim(c.dry);
+    const Device dev("sim", 0);
+    const Tensor qkv = Tensor::zeros({c.B, c.T, 3 * c.C}, DType::f32, dev);
+    const Tensor dy = Tensor::zeros({c.B, c.T, c.C}, DType::f32, dev);
+    Tensor stats;
+    const Tensor y = ops::attention(qkv, c.H, stats, 0.0f, 0, 0, 0, c.mode);
+    const auto before = be.cost_model().ledger(0);
+    ops::attention_backward(dy, qkv, stats, c.H, 0.0f, 0, 0, 0, c.mode, c.with_y ? y : Tensor());
+    be.default_stream(0).synchronize();
+    const sim::CostModel::LedgerRow r = row_since(be, "attention_backward", before);
+    const double hd = double(c.C / c.H), tokens = double(c.B * c.T),
+                 pairs = double(c.B * c.H) * c.T * (c.T + 1) / 2;
+    const double d_flops = c.products == 7 ? 2 * tokens * c.C : 0;
+    const int launches = c.dry ? 2 : 1;
+    EXPECT_EQ(r.count, launches);
+    EXPECT_DOUBLE_EQ(r.flops, pairs * (2 * c.products * hd + 26) + d_flops);
+    EXPECT_DOUBLE_EQ(
+        r.bytes, 4.0 * (tokens * (c.products == 7 ? 8 : 7) * c.C + 3 * double(c.B * c.H) * c.T));
+    EXPECT_EQ(r.unit, PricedUnit::simt_ditto);
+    EXPECT_EQ(r.time,
+              sim::to_vtime(launches * kLaunch + pairs * 2 * c.products * hd / (kFp32 * kSimtEff) +
+                            (pairs * 26 + d_flops) / kFp32));
+  }
+}
+
 // ---- the typed GEMM and MixedOp's scratch as the CUDA backend runs them -----------------------
 
 // Note [Predicted launches]: a dry run answers has_gemm_ex as the CUDA backend does
@@ -492,8 +538,9 @@ TEST(ComputeUnits, FastRowSumsPriceCudasRowChunks) {
 // (0.25: an estimate), 2 T x T x hd passes forward, 7 backward in two launches when given the
 // forward's output y (the dq kernel reads D = rowsum(dy * y), and y's bytes), 9 when not (its
 // first pass recomputes S and dP for D: cuda_attention.cu); head widths other than 64 and 128,
-// bitwise mode and f32 on the SIMT cores (9, y or not); bytes of q, k, v, y (dy, dqkv) in the
-// storage dtype and the stats in f32.
+// bitwise mode and f32 on the SIMT cores (fast: 7 given y, as the SIMT dq kernel reads D too;
+// bitwise: 9, y or not); bytes of q, k, v, y (dy, dqkv) in the storage dtype and the stats in
+// f32.
 TEST(ComputeUnits, TypedAttentionOnTensorCoresInFastMode) {
   const sim::DeviceProfile h = sim::device_profile("h200");
   EXPECT_DOUBLE_EQ(h.mma_efficiency, 0.25);
@@ -531,7 +578,7 @@ TEST(ComputeUnits, TypedAttentionOnTensorCoresInFastMode) {
       sim::kernel_price(h, bwd_y).seconds,
       2 * kLaunch + pairs * 14 * hd / (kBf16 * 0.25) + (pairs * 52 + 2 * tokens * C) / kFp32,
       1e-15);
-  // Bitwise and the SIMT widths recompute pd (bitwise's bits): 9 with y too.
+  // Bitwise recomputes pd (bitwise's bits): 9 with y too; the fast SIMT widths read it from y.
   EXPECT_DOUBLE_EQ(
       sim::attention_ex_cost(B, T, C, H, DType::bf16, Determinism::bitwise, true, false, true)
           .matmul_flops,
@@ -539,7 +586,7 @@ TEST(ComputeUnits, TypedAttentionOnTensorCoresInFastMode) {
   EXPECT_DOUBLE_EQ(
       sim::attention_ex_cost(B, T, C, 16, DType::bf16, Determinism::fast, true, false, true)
           .matmul_flops,
-      pairs / H * 16 * 9 * 2 * 48);  // 16 heads of 48
+      pairs / H * 16 * 7 * 2 * 48);  // 16 heads of 48
   const KernelCost f16 =
       sim::attention_ex_cost(B, T, C, H, DType::f16, Determinism::fast, false, true);
   EXPECT_EQ(sim::kernel_price(h, f16).unit, PricedUnit::tensor_core_f16_mma);

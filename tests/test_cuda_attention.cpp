@@ -41,17 +41,19 @@ struct AttnRun {
   std::vector<float> y, stats, dqkv;
 };
 
-// Forward and backward of one (B, T, C, nh) on `backend`'s device 0 in `mode`.
+// Forward and backward of one (B, T, C, nh) on `backend`'s device 0 in `mode`; with_y: the
+// backward given the forward's output (fast mode reads pd = rowsum(dy * y) from it).
 AttnRun run_attention(const char* backend, const std::vector<float>& qkv,
                       const std::vector<float>& dy, std::int64_t B, std::int64_t T, std::int64_t C,
-                      std::int64_t nh, float p, Determinism mode) {
+                      std::int64_t nh, float p, Determinism mode, bool with_y = false) {
   const Device d(backend, 0);
   const Tensor tqkv = Tensor::from_vector(qkv, {B, T, 3 * C}).to(d);
   const Tensor tdy = Tensor::from_vector(dy, {B, T, C}).to(d);
   const std::uint64_t stream = stream_id(kStreamDropout, (std::uint64_t(5) << 8) | 1);
   Tensor stats;
   const Tensor y = ops::attention(tqkv, nh, stats, p, 1234, stream, 77, mode);
-  const Tensor dqkv = ops::attention_backward(tdy, tqkv, stats, nh, p, 1234, stream, 77, mode);
+  const Tensor dqkv = ops::attention_backward(tdy, tqkv, stats, nh, p, 1234, stream, 77, mode,
+                                              with_y ? y : Tensor());
   return {y.to_vector<float>(), stats.to_vector<float>(), dqkv.to_vector<float>()};
 }
 
@@ -93,16 +95,21 @@ TEST_F(CudaAttention, BitwiseEqualsTheSimulatorAndFastIsWithinTolerance) {
       const std::vector<float> dy = uniform(std::size_t(s.B * s.T * s.C), seed++);
       const AttnRun sim =
           run_attention("sim", qkv, dy, s.B, s.T, s.C, s.nh, p, Determinism::bitwise);
-      const AttnRun bit =
-          run_attention("cuda", qkv, dy, s.B, s.T, s.C, s.nh, p, Determinism::bitwise);
-      EXPECT_TRUE(bits_equal(bit.y, sim.y)) << "y";
-      EXPECT_TRUE(bits_equal(bit.stats, sim.stats)) << "stats";
-      EXPECT_TRUE(bits_equal(bit.dqkv, sim.dqkv)) << "dqkv";
-      const AttnRun fast =
-          run_attention("cuda", qkv, dy, s.B, s.T, s.C, s.nh, p, Determinism::fast);
-      EXPECT_LE(rel_error(fast.y, sim.y), kFastVsBitwiseTol) << "y";
-      EXPECT_LE(rel_error(fast.stats, sim.stats), kFastVsBitwiseTol) << "stats";
-      EXPECT_LE(rel_error(fast.dqkv, sim.dqkv), kFastVsBitwiseTol) << "dqkv";
+      // The backward given the forward's y (bitwise ignores it; fast reads pd from it: 7
+      // products) and not (fast recomputes pd: 9).
+      for (bool with_y : {false, true}) {
+        SCOPED_TRACE(with_y ? "given y" : "no y");
+        const AttnRun bit =
+            run_attention("cuda", qkv, dy, s.B, s.T, s.C, s.nh, p, Determinism::bitwise, with_y);
+        EXPECT_TRUE(bits_equal(bit.y, sim.y)) << "y";
+        EXPECT_TRUE(bits_equal(bit.stats, sim.stats)) << "stats";
+        EXPECT_TRUE(bits_equal(bit.dqkv, sim.dqkv)) << "dqkv";
+        const AttnRun fast =
+            run_attention("cuda", qkv, dy, s.B, s.T, s.C, s.nh, p, Determinism::fast, with_y);
+        EXPECT_LE(rel_error(fast.y, sim.y), kFastVsBitwiseTol) << "y";
+        EXPECT_LE(rel_error(fast.stats, sim.stats), kFastVsBitwiseTol) << "stats";
+        EXPECT_LE(rel_error(fast.dqkv, sim.dqkv), kFastVsBitwiseTol) << "dqkv";
+      }
     }
 }
 

@@ -60,9 +60,10 @@ void Kernels::attention_forward(Stream&, const float*, std::int64_t, std::int64_
                                 std::uint64_t, Determinism) {
   no_kernel("attention_forward");
 }
-void Kernels::attention_backward(Stream&, const float*, const float*, const float*, std::int64_t,
-                                 std::int64_t, std::int64_t, std::int64_t, float*, float*, float,
-                                 std::uint64_t, std::uint64_t, std::uint64_t, Determinism) {
+void Kernels::attention_backward(Stream&, const float*, const float*, const float*, const float*,
+                                 std::int64_t, std::int64_t, std::int64_t, std::int64_t, float*,
+                                 float*, float, std::uint64_t, std::uint64_t, std::uint64_t,
+                                 Determinism) {
   no_kernel("attention_backward");
 }
 bool Kernels::has_attention_ex(DType, std::int64_t, Determinism) const { return false; }

@@ -329,12 +329,15 @@ class Kernels {
                                  Determinism mode);
   /// Backward of attention_forward given dy [B, T, C], the forward's qkv and stats and the same
   /// dropout key (the mask is recomputed): writes dqkv [B, T, 3C] (not accumulated). scratch:
-  /// B * nh * T floats of the caller's (each query's pd = sum_u att[u] dp[u], written). `mode`
-  /// as attention_forward's.
-  virtual void attention_backward(Stream& s, const float* dy, const float* qkv, const float* stats,
-                                  std::int64_t B, std::int64_t T, std::int64_t C, std::int64_t nh,
-                                  float* dqkv, float* scratch, float p, std::uint64_t seed,
-                                  std::uint64_t stream, std::uint64_t index_base, Determinism mode);
+  /// B * nh * T floats of the caller's (each query's pd = sum_u att[u] dp[u] = rowsum(dy * y),
+  /// written). y: the forward's output [B, T, C], or null; fast mode may compute pd from it
+  /// (FlashAttention-2's D = rowsum(dO o O); cuda: the tiled kernels, 7 T x T x hd products
+  /// where recomputing pd makes 9), bitwise mode ignores it. `mode` as attention_forward's.
+  virtual void attention_backward(Stream& s, const float* dy, const float* qkv, const float* y,
+                                  const float* stats, std::int64_t B, std::int64_t T,
+                                  std::int64_t C, std::int64_t nh, float* dqkv, float* scratch,
+                                  float p, std::uint64_t seed, std::uint64_t stream,
+                                  std::uint64_t index_base, Determinism mode);
 
   /// Whether attention_forward_ex / attention_backward_ex run natively here for qkv (and dy, y,
   /// dqkv) stored as `qkv_type` with heads of `head_dim` channels in `mode` (no f32 copy of qkv).
@@ -361,9 +364,9 @@ class Kernels {
   /// dqkv [B, T, 3C] written in `dtype` (each element rounded once), scratch B * nh * T floats
   /// (each query's pd = rowsum(dy * y), written). y: the forward's output [B, T, C] in `dtype`,
   /// or null; fast mode may compute pd from it (FlashAttention-2's D = rowsum(dO o O), cuda:
-  /// the tensor-core kernels, 7 T x T x hd products where recomputing D makes 9); bitwise mode
-  /// ignores it. Called and defaulted as attention_forward_ex; bitwise: the bits of the
-  /// simulator's path (attention_backward on the widened dy and qkv, dqkv rounded once); fast:
+  /// the tensor-core and SIMT kernels, 7 T x T x hd products where recomputing D makes 9);
+  /// bitwise mode ignores it. Called and defaulted as attention_forward_ex; bitwise: the bits of
+  /// the simulator's path (attention_backward on the widened dy and qkv, dqkv rounded once); fast:
   /// any order (cuda: tensor cores, dS and P rounded to `dtype` as operands).
   virtual void attention_backward_ex(Stream& s, const void* dy, const void* qkv, const void* y,
                                      DType dtype, const float* stats, std::int64_t B,

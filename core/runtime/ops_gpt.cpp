@@ -407,8 +407,10 @@ Tensor attention_backward(const Tensor& dy, const Tensor& qkv, const Tensor& sta
   if (dy.numel() == 0) return dqkv;
   Tensor scratch = Tensor::empty({B * n_head * T}, DType::f32, qkv.device());
   Stream& s = stream_of(qkv);
-  kernels_of(qkv).attention_backward(s, dy.data<float>(), qkv.data<float>(), stats.data<float>(), B,
-                                     T, C, n_head, dqkv.data<float>(), scratch.data<float>(), p,
+  // y: fast mode reads pd = rowsum(dy * y) from it (Kernels::attention_backward).
+  kernels_of(qkv).attention_backward(s, dy.data<float>(), qkv.data<float>(),
+                                     y.defined() ? y.data<float>() : nullptr, stats.data<float>(),
+                                     B, T, C, n_head, dqkv.data<float>(), scratch.data<float>(), p,
                                      seed, stream, index_base, mode);
   // scratch is freed ordered after the device's default stream (Buffer); on another stream the
   // kernel must finish first.

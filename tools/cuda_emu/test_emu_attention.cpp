@@ -182,8 +182,9 @@ void check_typed_shape(unsigned& seed, i64 B, i64 T, i64 C, i64 nh, float p, Typ
   V sy(B * T * C), sst(rows * 2), sdq(B * T * 3 * C), spd(rows);
   simk->attention_forward(*sims, qkvf.data(), B, T, C, nh, sy.data(), sst.data(), p, drop.seed,
                           stream, drop.index_base, Determinism::bitwise);
-  simk->attention_backward(*sims, dyf.data(), qkvf.data(), sst.data(), B, T, C, nh, sdq.data(),
-                           spd.data(), p, drop.seed, stream, drop.index_base, Determinism::bitwise);
+  simk->attention_backward(*sims, dyf.data(), qkvf.data(), nullptr, sst.data(), B, T, C, nh,
+                           sdq.data(), spd.data(), p, drop.seed, stream, drop.index_base,
+                           Determinism::bitwise);
   sims->synchronize();
   for (Determinism mode : {Determinism::bitwise, Determinism::fast}) {
     const std::string mctx = std::string(determinism_name(mode)) + " " + ctx;

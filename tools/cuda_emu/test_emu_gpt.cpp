@@ -9,6 +9,7 @@
 // of squares and its per-block leaves (ZeRO's sum_squares_blocks) around kSquaresBlock.
 // Sizes are small: every CUDA thread is a fiber here (Note [Emulated threads], emu.h).
 #include <array>
+#include <cstring>
 #include <initializer_list>
 
 #include "core/numerics/gpt_math.h"
@@ -147,12 +148,14 @@ void check_attention(unsigned& seed) {
       sims->synchronize();
       V dy = uniform_v(B * T * C, seed++), dqkv = mixed(B * T * 3 * C, seed++),
         scratch = mixed(B * nh * T, seed++);
-      both("attention_backward", ctx, {dy, qkv, stats, dqkv, scratch},
-           [&](Kernels& k, Stream& s, std::vector<V>& b) {
-             k.attention_backward(s, b[0].data(), b[1].data(), b[2].data(), B, T, C, nh,
-                                  b[3].data(), b[4].data(), p, 1337, stream, base,
-                                  Determinism::bitwise);
-           });
+      // Given the forward's y (bitwise ignores it: the simulator's bits) and not.
+      for (bool with_y : {true, false})
+        both(with_y ? "attention_backward given y" : "attention_backward", ctx,
+             {dy, qkv, stats, dqkv, scratch, y}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+               k.attention_backward(s, b[0].data(), b[1].data(), with_y ? b[5].data() : nullptr,
+                                    b[2].data(), B, T, C, nh, b[3].data(), b[4].data(), p, 1337,
+                                    stream, base, Determinism::bitwise);
+             });
     }
 }
 
@@ -181,11 +184,13 @@ void expect_close(const char* what, const std::string& ctx, double err) {
 
 // Fast mode (flash forward, expf backward) on tiles of every head-width class, T not a multiple
 // of the tile, B > 1, several heads, with and without dropout: y, stats, pd and dqkv within
-// kFastAttentionTol of the double reference; the bitwise kernels on the same inputs for scale
-// (printed), and the fast backward from the bitwise forward's stats also within the tolerance.
+// kFastAttentionTol of the double reference, the backward given the forward's y (pd = rowsum(dy
+// * y): 7 products) and not (pd recomputed in a first pass: 9); the bitwise kernels on the same
+// inputs for scale (printed), and the fast backward from the bitwise forward's stats (and y)
+// also within the tolerance.
 void check_attention_fast(unsigned& seed) {
   const std::uint64_t stream = stream_id(kStreamDropout, (std::uint64_t(4) << 8) | 1);
-  double worst = 0.0, worst_bitwise = 0.0;
+  double worst = 0.0, worst_bitwise = 0.0, worst_y = 0.0, worst_no_y = 0.0;
   for (auto dims_ : std::vector<std::array<i64, 4>>{
            {2, 17, 12, 3}, {1, 40, 64, 2}, {2, 37, 128, 2}, {1, 20, 256, 2}})
     for (float p : {0.0f, 0.1f}) {
@@ -196,13 +201,17 @@ void check_attention_fast(unsigned& seed) {
       const AttnReference ref = attention_reference(qkv, dy, B, T, C, nh, drop);
       for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
         V y = mixed(B * T * C, seed++), stats = mixed(B * nh * T * 2, seed++),
-          dqkv = mixed(B * T * 3 * C, seed++), pd = mixed(B * nh * T, seed++);
+          dqkv = mixed(B * T * 3 * C, seed++), pd = mixed(B * nh * T, seed++),
+          dqkv_y = mixed(B * T * 3 * C, seed++), pd_y = mixed(B * nh * T, seed++);
         try {
           cudak->attention_forward(cudas, qkv.data(), B, T, C, nh, y.data(), stats.data(), p,
                                    drop.seed, stream, drop.index_base, mode);
-          cudak->attention_backward(cudas, dy.data(), qkv.data(), stats.data(), B, T, C, nh,
-                                    dqkv.data(), pd.data(), p, drop.seed, stream, drop.index_base,
-                                    mode);
+          cudak->attention_backward(cudas, dy.data(), qkv.data(), nullptr, stats.data(), B, T, C,
+                                    nh, dqkv.data(), pd.data(), p, drop.seed, stream,
+                                    drop.index_base, mode);
+          cudak->attention_backward(cudas, dy.data(), qkv.data(), y.data(), stats.data(), B, T, C,
+                                    nh, dqkv_y.data(), pd_y.data(), p, drop.seed, stream,
+                                    drop.index_base, mode);
         } catch (const std::exception& e) {
           ++checks;
           ++failures;
@@ -221,22 +230,42 @@ void check_attention_fast(unsigned& seed) {
           if (mode == Determinism::fast) {
             expect_close(what.c_str(), ctx, errs[i]);
             worst = std::max(worst, errs[i]);
+            if (i >= 3) worst_no_y = std::max(worst_no_y, errs[i]);
           } else {
             worst_bitwise = std::max(worst_bitwise, errs[i]);
           }
         }
-        if (mode == Determinism::bitwise) {  // the fast backward from the bitwise stats
-          V dq2 = mixed(B * T * 3 * C, seed++), pd2 = mixed(B * nh * T, seed++);
-          cudak->attention_backward(cudas, dy.data(), qkv.data(), stats.data(), B, T, C, nh,
-                                    dq2.data(), pd2.data(), p, drop.seed, stream, drop.index_base,
-                                    Determinism::fast);
-          expect_close("attention fast backward from bitwise stats", ctx,
-                       rel_error(dq2.data(), ref.dqkv.data(), dq2.size()));
+        // Given y: fast within the tolerance; bitwise ignores y (the same bits).
+        const double errs_y[] = {rel_error(pd_y.data(), ref.pd.data(), rows),
+                                 rel_error(dqkv_y.data(), ref.dqkv.data(), dqkv_y.size())};
+        if (mode == Determinism::fast) {
+          expect_close("attention fast pd given y", ctx, errs_y[0]);
+          expect_close("attention fast dqkv given y", ctx, errs_y[1]);
+          worst_y = std::max({worst_y, errs_y[0], errs_y[1]});
+        } else {
+          ++checks;
+          if (std::memcmp(dqkv.data(), dqkv_y.data(), dqkv.size() * sizeof(float)) != 0 ||
+              std::memcmp(pd.data(), pd_y.data(), pd.size() * sizeof(float)) != 0) {
+            ++failures;
+            std::printf("FAIL attention bitwise given y %s: other bits than without y\n",
+                        ctx.c_str());
+          }
         }
+        if (mode == Determinism::bitwise)  // the fast backward from the bitwise stats (and y)
+          for (const float* yy : std::array<const float*, 2>{nullptr, y.data()}) {
+            V dq2 = mixed(B * T * 3 * C, seed++), pd2 = mixed(B * nh * T, seed++);
+            cudak->attention_backward(cudas, dy.data(), qkv.data(), yy, stats.data(), B, T, C, nh,
+                                      dq2.data(), pd2.data(), p, drop.seed, stream, drop.index_base,
+                                      Determinism::fast);
+            expect_close(yy ? "attention fast backward from bitwise stats and y"
+                            : "attention fast backward from bitwise stats",
+                         ctx, rel_error(dq2.data(), ref.dqkv.data(), dq2.size()));
+          }
       }
     }
-  std::printf("attention fast vs double: max relative error %.3g (tolerance %.3g; bitwise %.3g)\n",
-              worst, kFastAttentionTol, worst_bitwise);
+  std::printf("attention fast vs double: max relative error %.3g (tolerance %.3g; bitwise %.3g); "
+              "backward (pd, dqkv) given y %.3g, pd recomputed %.3g\n",
+              worst, kFastAttentionTol, worst_bitwise, worst_y, worst_no_y);
 }
 
 void check_dropout(unsigned& seed) {
