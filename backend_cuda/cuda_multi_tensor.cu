@@ -212,22 +212,7 @@ i64 fill_first(i64* first, int count, i64 leaf_len, const Size& size) {
 void CudaGptKernels::adam_step_multi(Stream& s, const std::vector<AdamTensor>& tensors, double lr,
                                      double beta1, double beta2, double eps, double weight_decay,
                                      bool amsgrad) {
-  std::vector<AdamTensorEx> ex(tensors.size());
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const AdamTensor& t = tensors[i];
-    AdamTensorEx& e = ex[i];
-    e.param = t.param;
-    e.grad = t.grad;
-    e.grad_type = DType::f32;
-    e.exp_avg = t.exp_avg;
-    e.exp_avg_sq = t.exp_avg_sq;
-    e.max_exp_avg_sq = t.max_exp_avg_sq;
-    e.n = t.n;
-    e.bias_correction1 = t.bias_correction1;
-    e.bias_correction2 = t.bias_correction2;
-    e.decay = t.decay;
-    e.decay_scale = t.decay_scale;
-  }
+  const std::vector<AdamTensorEx> ex(tensors.begin(), tensors.end());
   adam_step_multi_ex(s, ex, lr, beta1, beta2, eps, weight_decay, amsgrad, false, 1.0f);
 }
 

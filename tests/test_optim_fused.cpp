@@ -62,18 +62,7 @@ class ProbeKernels final : public CountingKernels {
     for (const AdamTensorEx& t : ts) {
       float* g = sc.f32(t.n);
       k_.cast(s, t.grad, t.grad_type, g, DType::f32, t.n);  // a copy: the scale must not write
-      AdamTensor a;
-      a.param = t.param;
-      a.grad = g;
-      a.exp_avg = t.exp_avg;
-      a.exp_avg_sq = t.exp_avg_sq;
-      a.max_exp_avg_sq = t.max_exp_avg_sq;
-      a.n = t.n;
-      a.bias_correction1 = t.bias_correction1;
-      a.bias_correction2 = t.bias_correction2;
-      a.decay = t.decay;
-      a.decay_scale = t.decay_scale;
-      f32.push_back(a);
+      f32.push_back({t, g});  // t's state, the f32 copy of its gradient
       gs.push_back(g);
       ns.push_back(t.n);
     }

@@ -39,10 +39,8 @@ void check_typed(const char* op, const char* arg, const Tensor& t, const Device&
               t.str());
 }
 
-// adam_step_multi_ with a typed argument: the same checks, grads and models as typed, then one
-// Kernels::adam_step_multi_ex call.
-// The fields Kernels::AdamTensor and AdamTensorEx share, from entry t (checked); the caller
-// sets the gradient.
+// A Kernels::AdamTensor or AdamTensorEx with its Kernels::AdamParamState from entry t
+// (checked); the caller sets the gradient.
 template <class A>
 A adam_tensor(const AdamStepTensors& t, bool amsgrad) {
   A a;
@@ -58,6 +56,8 @@ A adam_tensor(const AdamStepTensors& t, bool amsgrad) {
   return a;
 }
 
+// adam_step_multi_ with a typed argument: the same checks, grads and models as typed, then one
+// Kernels::adam_step_multi_ex call.
 void adam_step_multi_typed(const std::vector<AdamStepTensors>& tensors, double lr, double beta1,
                            double beta2, double eps, double weight_decay, bool amsgrad,
                            std::optional<float> grad_scale) {
