@@ -233,6 +233,9 @@ TEST_F(OptimFused, MasterWeightsTakeTheTypedKernelsOnlyWhereTheBackendHasThem) {
           const int n = static_cast<int>(f32.weights.size());
           EXPECT_EQ(c(f32, "cast"), 2 * n * (half_grads ? 2 : 1));
           EXPECT_LT(total(typed.calls), total(f32.calls));
+          // Both take Adam::step_multi: AdamW's new moments zeroed in one launch at step 1.
+          EXPECT_EQ(c(f32, "fill_multi"), 1);
+          EXPECT_EQ(c(typed, "fill_multi"), 1);
           if (dt == DType::bf16 && clip == 0.05 && !poison)
             std::printf("%s: optimizer launches in two steps %d -> %d, casts %d -> 0\n",
                         determinism_name(mode), total(f32.calls), total(typed.calls),
@@ -248,6 +251,14 @@ TEST_F(OptimFused, MasterWeightsTakeTheTypedKernelsOnlyWhereTheBackendHasThem) {
   k.multi = true;
   const TwoSteps typed = gpt_two_steps(DType::bf16, Determinism::fast, 0.05, false);
   EXPECT_EQ(loop.weights, typed.weights);
+  // The moments (exp_avg, exp_avg_sq of each parameter): a fill_f32 each in the loop, one
+  // fill_multi with multi-tensor kernels.
+  EXPECT_EQ(loop.calls.count("fill_multi"), 0u);
+  EXPECT_EQ(typed.calls.at("fill_multi"), 1);
+  const int n = static_cast<int>(typed.weights.size());
+  EXPECT_EQ(
+      loop.calls.at("fill_f32") - (typed.calls.count("fill_f32") ? typed.calls.at("fill_f32") : 0),
+      2 * n);
 }
 
 // The fused path's limits: a GradScaler attached (f16's unscale_ reads f32 copies) or an inner

@@ -528,6 +528,10 @@ class Kernels {
   /// xs[i][j] = alpha * xs[i][j] for each tensor (scale() on each).
   virtual void scale_multi(Stream& s, const std::vector<float*>& xs,
                            const std::vector<std::int64_t>& ns, float alpha);
+  /// xs[i][j] = value for each tensor (fill_f32 on each): the optimizer's new moments zeroed
+  /// in one launch per device (torch._foreach_zero_).
+  virtual void fill_multi(Stream& s, const std::vector<float*>& xs,
+                          const std::vector<std::int64_t>& ns, float value);
 
   // ---- typed multi-tensor kernels (issue 29: the optimizer step on bf16 / f16 gradients) ----
   // Note [Typed optimizer step] (core/optim/master_weights.h): optim::MasterWeights runs its f32

@@ -1,6 +1,6 @@
 // The multi-tensor ops of core/runtime/ops.h (adam_step_multi_, sum_squares_multi,
-// scale_multi_): argument checks per entry, then one Kernels call on the device's current
-// stream (Kernels::adam_step_multi and siblings; the defaults loop the per-tensor kernels).
+// scale_multi_, fill_multi_): argument checks per entry, then one Kernels call on the device's
+// current stream (Kernels::adam_step_multi and siblings; the defaults loop the per-tensor kernels).
 #include <string>
 #include <vector>
 
@@ -198,6 +198,15 @@ void scale_multi_(const std::vector<Tensor*>& xs, float alpha) {
   std::vector<std::int64_t> ns;
   check_list(op, xs, ptrs, ns);
   kernels_of(*xs[0]).scale_multi(stream_of(*xs[0]), ptrs, ns, alpha);
+}
+
+void fill_multi_(const std::vector<Tensor*>& xs, float value) {
+  constexpr const char* op = "ops::fill_multi_";
+  if (xs.empty()) return;
+  std::vector<float*> ptrs;
+  std::vector<std::int64_t> ns;
+  check_list(op, xs, ptrs, ns);
+  kernels_of(*xs[0]).fill_multi(stream_of(*xs[0]), ptrs, ns, value);
 }
 
 }  // namespace ditto::ops
