@@ -55,7 +55,8 @@
 //                       kernel instantiations more than f32 alone (small ones; ptxas time; the
 //                       embedding gradient's 4 of them).
 //   *_multi             (cuda_multi_tensor.cu) the tensors of one call in a __grid_constant__
-//                       table of up to kMultiCap entries (more: one launch per kMultiCap), elements cut into
+//                       table of up to kMultiCap entries (fill_multi: kFillCap, 1024; more: one
+//                       launch per table), elements cut into
 //                       chunks of kMultiChunk, a block per chunk (binary search of the chunk's
 //                       tensor in the table's prefix). sum_squares_multi: bitwise, a thread per
 //                       kSquaresBlock leaf of every tensor, then a thread per tensor folds its

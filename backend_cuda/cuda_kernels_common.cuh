@@ -455,6 +455,8 @@ class CudaGptKernels : public CudaDtypeKernels {
                          const std::vector<i64>& ns, float* out, Determinism mode) override;
   void scale_multi(Stream& s, const std::vector<float*>& xs, const std::vector<i64>& ns,
                    float alpha) override;
+  void fill_multi(Stream& s, const std::vector<float*>& xs, const std::vector<i64>& ns,
+                  float value) override;
   // Typed (Note [Typed optimizer step], core/optim/master_weights.h): gradients of any float
   // dtype widened as loaded, the model's weights written in AdamW's launch; adam_step_multi and
   // sum_squares_multi are these with f32 gradients (one kernel each).

@@ -1,7 +1,7 @@
 // The CUDA backend's multi-tensor kernels of the optimizer step (CudaGptKernels,
 // cuda_kernels_common.cuh): AdamW over every parameter in one launch, the gradient norm's sums of
-// squares, the clip's scaling. Every chain keeps the operation order of core/numerics/canonical_math.h and
-// gpt_math.h, so the results equal backend_sim's bit for bit (ctest CudaEmu.Kernels,
+// squares, the clip's scaling, the zeroing of new moments. Every chain keeps the operation order
+// of core/numerics/canonical_math.h and gpt_math.h, so the results equal backend_sim's bit for bit (ctest CudaEmu.Kernels,
 // tools/cuda_emu/test_emu_fused.cpp). How the work is cut: Note [CUDA fused kernels] (`*_multi`),
 // cuda_fused.cu.
 #include "backend_cuda/cuda_kernels_common.cuh"
@@ -83,22 +83,32 @@ __global__ void __launch_bounds__(kMultiThreads) adam_multi_kernel(
   }
 }
 
-struct ScaleTable {
-  float* x[kMultiCap];
-  i64 n[kMultiCap];
-  i64 first_chunk[kMultiCap + 1];
+// A list of f32 tensors (scale_multi, fill_multi): up to Cap of them, their chunks' prefix.
+template <int Cap>
+struct ListTable {
+  float* x[Cap];
+  i64 n[Cap];
+  i64 first_chunk[Cap + 1];
   int count;
 };
 
-__global__ void __launch_bounds__(kMultiThreads) scale_multi_kernel(
-    const __grid_constant__ ScaleTable a, float alpha) {
+// The fill of new optimizer moments has a larger table than kMultiCap (24 bytes a tensor, within
+// the 32764 bytes of a kernel's parameters), so that every moment of a GPT-2 124M's AdamW (296
+// tensors; amsgrad 444) is zeroed in one launch.
+constexpr int kFillCap = 1024;
+static_assert(sizeof(ListTable<kFillCap>) <= 32764, "a kernel's parameters hold 32764 bytes");
+
+// scale_multi: x = alpha * x (cm::mul, scale()'s); with `fill`, fill_multi: x = alpha.
+template <int Cap>
+__global__ void __launch_bounds__(kMultiThreads) list_multi_kernel(
+    const __grid_constant__ ListTable<Cap> a, float alpha, bool fill) {
   const i64 chunks = a.first_chunk[a.count];
   for (i64 ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
     const int ti = tensor_of(a.first_chunk, a.count, ch);
     float* x = a.x[ti];
     const i64 lo = (ch - a.first_chunk[ti]) * kMultiChunk;
     const i64 hi = a.n[ti] - lo < kMultiChunk ? a.n[ti] : lo + kMultiChunk;
-    for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) x[i] = cm::mul(alpha, x[i]);
+    for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) x[i] = fill ? alpha : cm::mul(alpha, x[i]);
   }
 }
 
@@ -203,6 +213,35 @@ i64 fill_first(i64* first, int count, i64 leaf_len, const Size& size) {
   return leaves;
 }
 
+// The tables of a list call (scale_multi, fill_multi) over the tensors of xs with elements, at
+// most Cap a table, each with its chunks' prefix (fill_first's): launch(a, blocks) once per
+// table. (Written without lambdas: nvcc 13's front end aborts on one in this template.)
+template <int Cap, class F>
+void for_each_list_table(const std::vector<float*>& xs, const std::vector<i64>& ns,
+                         const F& launch) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    if (ns[i] > 0) order.push_back(i);
+  for (std::size_t b = 0; b < order.size(); b += Cap) {
+    ListTable<Cap> a{};
+    a.count = static_cast<int>(std::min<std::size_t>(Cap, order.size() - b));
+    i64 chunks = 0;
+    for (int j = 0; j < a.count; ++j) {
+      const std::size_t i = order[b + static_cast<std::size_t>(j)];
+      a.x[j] = xs[i];
+      a.n[j] = ns[i];
+      a.first_chunk[j] = chunks;
+      chunks += (ns[i] + kMultiChunk - 1) / kMultiChunk;
+    }
+    a.first_chunk[a.count] = chunks;
+    launch(a, static_cast<int>(std::min<i64>(chunks, kMaxBlocks)));
+  }
+}
+
+bool any_elements(const std::vector<i64>& ns) {
+  return std::any_of(ns.begin(), ns.end(), [](i64 n) { return n > 0; });
+}
+
 }  // namespace
 
 // ---- CudaGptKernels: multi-tensor --------------------------------------------------------------
@@ -212,22 +251,7 @@ i64 fill_first(i64* first, int count, i64 leaf_len, const Size& size) {
 void CudaGptKernels::adam_step_multi(Stream& s, const std::vector<AdamTensor>& tensors, double lr,
                                      double beta1, double beta2, double eps, double weight_decay,
                                      bool amsgrad) {
-  std::vector<AdamTensorEx> ex(tensors.size());
-  for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const AdamTensor& t = tensors[i];
-    AdamTensorEx& e = ex[i];
-    e.param = t.param;
-    e.grad = t.grad;
-    e.grad_type = DType::f32;
-    e.exp_avg = t.exp_avg;
-    e.exp_avg_sq = t.exp_avg_sq;
-    e.max_exp_avg_sq = t.max_exp_avg_sq;
-    e.n = t.n;
-    e.bias_correction1 = t.bias_correction1;
-    e.bias_correction2 = t.bias_correction2;
-    e.decay = t.decay;
-    e.decay_scale = t.decay_scale;
-  }
+  const std::vector<AdamTensorEx> ex(tensors.begin(), tensors.end());
   adam_step_multi_ex(s, ex, lr, beta1, beta2, eps, weight_decay, amsgrad, false, 1.0f);
 }
 
@@ -260,20 +284,20 @@ void CudaGptKernels::adam_step_multi_ex(Stream& s, const std::vector<AdamTensorE
 
 void CudaGptKernels::scale_multi(Stream& s, const std::vector<float*>& xs,
                                  const std::vector<i64>& ns, float alpha) {
-  const auto order = nonempty(xs.size(), [&](std::size_t i) { return ns[i]; });
-  if (order.empty()) return;
+  if (!any_elements(ns)) return;
   Launch l(backend_, s, "scale_multi");
-  for_each_table<ScaleTable>(order, [&](ScaleTable& a, std::size_t b) {
-    const int count = a.count;
-    for (int j = 0; j < count; ++j) {
-      const std::size_t i = order[b + static_cast<std::size_t>(j)];
-      a.x[j] = xs[i];
-      a.n[j] = ns[i];
-    }
-    const i64 chunks =
-        fill_first(a.first_chunk, count, kMultiChunk, [&](int j) { return a.n[j]; });
-    scale_multi_kernel<<<static_cast<int>(std::min<i64>(chunks, kMaxBlocks)), kMultiThreads, 0,
-                         l.get()>>>(a, alpha);
+  for_each_list_table<kMultiCap>(xs, ns, [&](const ListTable<kMultiCap>& a, int blocks) {
+    list_multi_kernel<kMultiCap><<<blocks, kMultiThreads, 0, l.get()>>>(a, alpha, false);
+    l.check();
+  });
+}
+
+void CudaGptKernels::fill_multi(Stream& s, const std::vector<float*>& xs,
+                                const std::vector<i64>& ns, float value) {
+  if (!any_elements(ns)) return;
+  Launch l(backend_, s, "fill_multi");
+  for_each_list_table<kFillCap>(xs, ns, [&](const ListTable<kFillCap>& a, int blocks) {
+    list_multi_kernel<kFillCap><<<blocks, kMultiThreads, 0, l.get()>>>(a, value, true);
     l.check();
   });
 }

@@ -304,14 +304,15 @@ CollectiveEstimate collective_time(const ClusterSpec& cluster, Kind kind, double
 
 namespace {
 
-// Runs of at most kCudaMultiTensorCap of the tensors that `take` (their indices in order), as
+// Runs of at most `cap` of the tensors that `take` (their indices in order), as
 // cuda_multi_tensor.cu cuts a call into tables.
 template <class Take>
-std::vector<std::vector<std::size_t>> multi_tensor_tables(std::size_t n, const Take& take) {
+std::vector<std::vector<std::size_t>> multi_tensor_tables(std::size_t n, const Take& take,
+                                                          std::size_t cap = kCudaMultiTensorCap) {
   std::vector<std::vector<std::size_t>> tables;
   for (std::size_t i = 0; i < n; ++i) {
     if (!take(i)) continue;
-    if (tables.empty() || tables.back().size() == kCudaMultiTensorCap) tables.emplace_back();
+    if (tables.empty() || tables.back().size() == cap) tables.emplace_back();
     tables.back().push_back(i);
   }
   return tables;
@@ -377,6 +378,17 @@ std::vector<KernelCost> scale_multi_costs(const std::vector<std::int64_t>& ns) {
     double elems = 0;
     for (std::size_t i : table) elems += static_cast<double>(ns[i]);
     out.push_back(KernelCost{elems, 8.0 * elems});
+  }
+  return out;
+}
+
+std::vector<KernelCost> fill_multi_costs(const std::vector<std::int64_t>& ns) {
+  std::vector<KernelCost> out;
+  for (const auto& table : multi_tensor_tables(
+           ns.size(), [&](std::size_t i) { return ns[i] > 0; }, kCudaFillMultiCap)) {
+    double elems = 0;
+    for (std::size_t i : table) elems += static_cast<double>(ns[i]);
+    out.push_back(KernelCost{0.0, 4.0 * elems});
   }
   return out;
 }

@@ -772,6 +772,12 @@ class SimKernels final : public Kernels {
     for (const KernelCost& c : scale_multi_costs(ns)) price(s, "scale_multi", c);
   }
 
+  void fill_multi(Stream& s, const std::vector<float*>& xs, const std::vector<std::int64_t>& ns,
+                  float value) override {
+    if (!cost_->dry_run()) return Kernels::fill_multi(s, xs, ns, value);
+    for (const KernelCost& c : fill_multi_costs(ns)) price(s, "fill_multi", c);
+  }
+
   // Typed (Note [Typed optimizer step], core/optim/master_weights.h): a dry run answers as
   // CUDA (f32, bf16, f16) and prices CUDA's launches over the storage-dtype bytes; a real run
   // says no (Kernels' defaults), so optim::MasterWeights keeps its f32 path and bits.

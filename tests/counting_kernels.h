@@ -242,6 +242,11 @@ class CountingKernels : public Kernels {
     note("scale_multi");
     k_.scale_multi(s, xs, ns, alpha);
   }
+  void fill_multi(Stream& s, const std::vector<float*>& xs, const std::vector<std::int64_t>& ns,
+                  float value) override {
+    note("fill_multi");
+    k_.fill_multi(s, xs, ns, value);
+  }
 
  protected:
   void note(const char* name) { ++calls[name]; }

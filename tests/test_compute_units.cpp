@@ -710,9 +710,16 @@ TEST(ComputeUnits, OptimizerAndClipPricedAsTheCudaMultiTensorLaunches) {
       EXPECT_NEAR(sim::to_seconds(sc.time), memory_time(1, 8 * n), 1e-12);
       EXPECT_EQ(step_row("copy_d2h").count, 1);
       EXPECT_DOUBLE_EQ(step_row("copy_d2h").bytes, 3 * 4);
-      for (const char* per : {"adam_step", "sum_squares", "scale"})
+      // The first step's moments (exp_avg, exp_avg_sq of each) zeroed in one launch.
+      const sim::CostModel::LedgerRow fm = step_row("fill_multi");
+      EXPECT_EQ(fm.count, 1);
+      EXPECT_DOUBLE_EQ(fm.bytes, 2 * 4 * n);
+      EXPECT_NEAR(sim::to_seconds(fm.time), memory_time(1, 8 * n), 1e-12);
+      for (const char* per : {"adam_step", "sum_squares", "scale", "fill_f32"})
         EXPECT_EQ(step_row(per).count, 0) << per;
     } else {
+      EXPECT_EQ(step_row("fill_f32").count, 2 * 3);  // a moment each
+      EXPECT_EQ(step_row("fill_multi").count, 0);
       EXPECT_EQ(step_row("adam_step").count, 3);
       EXPECT_DOUBLE_EQ(step_row("adam_step").bytes, 28 * n);
       EXPECT_EQ(step_row("sum_squares").count, 3);
@@ -752,6 +759,16 @@ TEST(ComputeUnits, MultiTensorCostsCutIntoTablesOf256) {
             4.0 * 20000 + 4 * 5);
   EXPECT_TRUE(sim::adam_step_multi_costs({0}, {false}, false).empty());
   EXPECT_TRUE(sim::scale_multi_costs({}).empty());
+  // fill_multi's table holds 1024 tensors (kFillCap): 1099 with elements are two launches.
+  std::vector<std::int64_t> moments(1100, 10);
+  moments[3] = 0;
+  const auto fill = sim::fill_multi_costs(moments);
+  ASSERT_EQ(fill.size(), 2u);
+  EXPECT_DOUBLE_EQ(fill[0].bytes, 4.0 * 10 * 1024);
+  EXPECT_DOUBLE_EQ(fill[1].bytes, 4.0 * 10 * 75);
+  EXPECT_DOUBLE_EQ(fill[0].flops + fill[1].flops, 0.0);
+  EXPECT_EQ(sim::fill_multi_costs(std::vector<std::int64_t>(296, 10)).size(), 1u);  // GPT-2's
+  EXPECT_TRUE(sim::fill_multi_costs({0, 0}).empty());
 }
 
 // Note [Typed optimizer step] (core/optim/master_weights.h): a dry run's has_multi_tensor_ex is
@@ -1020,10 +1037,11 @@ TEST(ComputeUnits, DryRunEmbeddingBackwardIsTheTypedKernel) {
 // shapes): the embedding gradient is embedding_backward_ex (fast: one call of 6 launches on all N
 // = B T tokens into the bf16 gradient; bitwise: one per micro-shard that holds a sample, 8 of the
 // 64, into f32 parts); bitwise mode adds the 8 parts with B - 1 = 7 axpy over [V, C] and fills
-// none for the 56 empty shards, so its fill_f32 row is fast mode's (AdamW's moments created at
-// step 1, the loss's gradient) plus wpe's f32 gradient zeroed; fast mode fills no bias or
-// LayerNorm gradient before sum_rows writes it: fill_bits is wpe's bf16 gradient alone (zeroed:
-// its rows T.. get no gradient).
+// none for the 56 empty shards, so its fill_f32 row is fast mode's (the loss's gradient, one
+// float a step) plus wpe's f32 gradient zeroed; fast mode fills no bias or LayerNorm gradient
+// before sum_rows writes it: fill_bits is wpe's bf16 gradient alone (zeroed: its rows T.. get no
+// gradient). AdamW's moments, made at step 1, are one fill_multi launch in both modes (the 296
+// exp_avg and exp_avg_sq of the 148 parameters, 8 bytes a parameter element), not 296 fill_f32.
 TEST(ComputeUnits, Gpt2EmbeddingGradientAndFillsFollowTheFormula) {
   const double B = 8, T = 1024, C = 768, V = 50304, N = B * T, steps = 2;
   std::map<std::string, CostLedgerRow> fast_rows;
@@ -1033,6 +1051,10 @@ TEST(ComputeUnits, Gpt2EmbeddingGradientAndFillsFollowTheFormula) {
     const Gpt2Run run = gpt2_dry(mode);
     ASSERT_TRUE(run.r.prediction);
     EXPECT_EQ(run.rows.count("embedding_backward / memory"), 0u);
+    const CostLedgerRow moments = run.rows.at("fill_multi / memory");
+    EXPECT_EQ(moments.count, 1);  // step 1 only
+    EXPECT_DOUBLE_EQ(moments.bytes,
+                     8.0 * static_cast<double>(nn::gpt_num_params(nn::gpt2_config("gpt2"))));
     const CostLedgerRow e = run.rows.at("embedding_backward_ex / memory");
     const double calls = bitwise ? B : 1, rows = bitwise ? T : N;
     const double grad_bytes = bitwise ? 4.0 : 2.0;
@@ -1050,6 +1072,9 @@ TEST(ComputeUnits, Gpt2EmbeddingGradientAndFillsFollowTheFormula) {
       EXPECT_EQ(run.rows.count("fill_bits / memory"), 0u);
     } else {
       EXPECT_EQ(run.rows.count("axpy / memory"), 0u);
+      const CostLedgerRow loss = run.rows.at("fill_f32 / memory");
+      EXPECT_EQ(loss.count, static_cast<std::int64_t>(steps));  // dloss = 1
+      EXPECT_DOUBLE_EQ(loss.bytes, steps * 4);
       const CostLedgerRow f = run.rows.at("fill_bits / memory");
       EXPECT_EQ(f.count, static_cast<std::int64_t>(steps));
       EXPECT_DOUBLE_EQ(f.bytes / steps, 2.0 * T * C);  // wpe [block_size = T, C] in bf16

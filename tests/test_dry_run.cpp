@@ -361,8 +361,9 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
 
 // With AdamW and a clip, the dry run predicts the CUDA backend's launches (Note [Predicted
 // launches], backend_sim/cost_model.h): per device one adam_step_multi, two sum_squares_multi,
-// one scale_multi and one copy of the sums to the host a step, where the real simulator run
-// launches per parameter. Every other row of device 0's ledger is the same work at the same
+// one scale_multi and one copy of the sums to the host a step, and at the first step one
+// fill_multi zeroing AdamW's new moments, where the real simulator run launches per parameter
+// (a fill_f32 per moment). Every other row of device 0's ledger is the same work at the same
 // price, and the dry run's step is shorter by the launches it saves.
 TEST(DryRunTrainer, OptimizerAndClipTakeTheCudaMultiTensorPath) {
   const std::int64_t params =
@@ -382,11 +383,19 @@ TEST(DryRunTrainer, OptimizerAndClipTakeTheCudaMultiTensorPath) {
     EXPECT_EQ(r.at("adam_step / memory").count, params * steps);
     EXPECT_EQ(r.at("sum_squares / memory").count, params * steps);
     EXPECT_DOUBLE_EQ(d.at("adam_step_multi / memory").bytes, r.at("adam_step / memory").bytes);
+    // The moments: exp_avg and exp_avg_sq of every parameter, zeroed in one launch.
+    const CostLedgerRow fm = d.at("fill_multi / memory");
+    EXPECT_EQ(fm.count, 1);
+    EXPECT_EQ(d.at("fill_f32 / memory").count, r.at("fill_f32 / memory").count - 2 * params);
+    EXPECT_DOUBLE_EQ(fm.bytes, r.at("fill_f32 / memory").bytes - d.at("fill_f32 / memory").bytes);
+    const double elements = r.at("adam_step / memory").bytes / (28.0 * steps);  // stepped
+    EXPECT_DOUBLE_EQ(fm.bytes, 2 * 4 * elements);
+    EXPECT_EQ(r.count("fill_multi / memory"), 0u);
     // The other CUDA paths (SameVirtualTimeAndPeakMemoryAsARealRun) aside.
-    expect_same_rows_but(
-        real, dry,
-        {"adam_step", "sum_squares", "scale", "copy_d2h", "gemm", "add_bias", "attention_backward",
-         "embedding_backward", "layernorm_backward", "sum_inputs"});
+    expect_same_rows_but(real, dry,
+                         {"adam_step", "sum_squares", "scale", "copy_d2h", "gemm", "add_bias",
+                          "attention_backward", "embedding_backward", "layernorm_backward",
+                          "sum_inputs", "fill_f32"});
     EXPECT_EQ(
         d.count("adam_step / memory") + d.count("sum_squares / memory") + d.count("scale / memory"),
         0u);

@@ -62,18 +62,7 @@ class ProbeKernels final : public CountingKernels {
     for (const AdamTensorEx& t : ts) {
       float* g = sc.f32(t.n);
       k_.cast(s, t.grad, t.grad_type, g, DType::f32, t.n);  // a copy: the scale must not write
-      AdamTensor a;
-      a.param = t.param;
-      a.grad = g;
-      a.exp_avg = t.exp_avg;
-      a.exp_avg_sq = t.exp_avg_sq;
-      a.max_exp_avg_sq = t.max_exp_avg_sq;
-      a.n = t.n;
-      a.bias_correction1 = t.bias_correction1;
-      a.bias_correction2 = t.bias_correction2;
-      a.decay = t.decay;
-      a.decay_scale = t.decay_scale;
-      f32.push_back(a);
+      f32.push_back({t, g});  // t's state, the f32 copy of its gradient
       gs.push_back(g);
       ns.push_back(t.n);
     }
@@ -244,6 +233,9 @@ TEST_F(OptimFused, MasterWeightsTakeTheTypedKernelsOnlyWhereTheBackendHasThem) {
           const int n = static_cast<int>(f32.weights.size());
           EXPECT_EQ(c(f32, "cast"), 2 * n * (half_grads ? 2 : 1));
           EXPECT_LT(total(typed.calls), total(f32.calls));
+          // Both take Adam::step_multi: AdamW's new moments zeroed in one launch at step 1.
+          EXPECT_EQ(c(f32, "fill_multi"), 1);
+          EXPECT_EQ(c(typed, "fill_multi"), 1);
           if (dt == DType::bf16 && clip == 0.05 && !poison)
             std::printf("%s: optimizer launches in two steps %d -> %d, casts %d -> 0\n",
                         determinism_name(mode), total(f32.calls), total(typed.calls),
@@ -259,6 +251,14 @@ TEST_F(OptimFused, MasterWeightsTakeTheTypedKernelsOnlyWhereTheBackendHasThem) {
   k.multi = true;
   const TwoSteps typed = gpt_two_steps(DType::bf16, Determinism::fast, 0.05, false);
   EXPECT_EQ(loop.weights, typed.weights);
+  // The moments (exp_avg, exp_avg_sq of each parameter): a fill_f32 each in the loop, one
+  // fill_multi with multi-tensor kernels.
+  EXPECT_EQ(loop.calls.count("fill_multi"), 0u);
+  EXPECT_EQ(typed.calls.at("fill_multi"), 1);
+  const int n = static_cast<int>(typed.weights.size());
+  EXPECT_EQ(
+      loop.calls.at("fill_f32") - (typed.calls.count("fill_f32") ? typed.calls.at("fill_f32") : 0),
+      2 * n);
 }
 
 // The fused path's limits: a GradScaler attached (f16's unscale_ reads f32 copies) or an inner

@@ -121,15 +121,26 @@ namespace {
 
 // One parameter's state made ready for a step (step() and step_multi()): the moments allocated
 // on its first step or moved with the parameter (Module::to), and its gradient validated before
-// the state is touched, so a rejected step leaves it as it was.
+// the state is touched, so a rejected step leaves it as it was. New moments are zeros
+// (torch.optim.Adam's zeros_like state): each made so where `to_zero` is null (step(): one fill
+// per moment); otherwise allocated and listed in *to_zero, which the caller zeroes in one
+// ops::fill_multi_ per device before the step (step_multi(): the same bits and memory, one
+// launch instead of two or three per parameter). A rejected step leaves st.step at 0, so its
+// next step makes them again.
 template <class State>
 void prepare_adam_state(nn::Parameter& p, State& st, const AdamOptions& o, std::size_t i,
-                        bool typed = false) {
+                        bool typed = false, std::vector<Tensor*>* to_zero = nullptr) {
   const Device& dev = p.data.device();
   if (st.step == 0) {
-    st.exp_avg = Tensor::zeros(p.data.shape(), DType::f32, dev);
-    st.exp_avg_sq = Tensor::zeros(p.data.shape(), DType::f32, dev);
-    if (o.amsgrad) st.max_exp_avg_sq = Tensor::zeros(p.data.shape(), DType::f32, dev);
+    for (Tensor* t : {&st.exp_avg, &st.exp_avg_sq, o.amsgrad ? &st.max_exp_avg_sq : nullptr}) {
+      if (t == nullptr) continue;
+      if (to_zero == nullptr) {
+        *t = Tensor::zeros(p.data.shape(), DType::f32, dev);
+      } else {
+        *t = Tensor::empty(p.data.shape(), DType::f32, dev);
+        to_zero->push_back(t);
+      }
+    }
   } else if (st.exp_avg.device() != dev) {  // the parameter moved (Module::to)
     st.exp_avg = st.exp_avg.to(dev);
     st.exp_avg_sq = st.exp_avg_sq.to(dev);
@@ -171,19 +182,21 @@ void Adam::step_multi(const std::vector<std::optional<float>>* decay, const Fuse
   const AdamOptions& o = options_;
   std::vector<Device> devices;  // in order of first appearance
   std::vector<std::vector<ops::AdamStepTensors>> lists;
+  std::vector<std::vector<Tensor*>> to_zero;  // per device: the moments made at this step
   std::vector<std::size_t> stepped;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     nn::Parameter& p = *params_[i];
     if (!p.grad.defined()) continue;
     State& st = state_[i];
-    prepare_adam_state(p, st, o, i, fused != nullptr);
     const Device& dev = p.data.device();
     std::size_t d = 0;
     while (d < devices.size() && devices[d] != dev) ++d;
     if (d == devices.size()) {
       devices.push_back(dev);
       lists.emplace_back();
+      to_zero.emplace_back();
     }
+    prepare_adam_state(p, st, o, i, fused != nullptr, &to_zero[d]);
     ops::AdamStepTensors t;
     t.param = &p.data;
     t.grad = &p.grad;
@@ -199,6 +212,7 @@ void Adam::step_multi(const std::vector<std::optional<float>>* decay, const Fuse
   }
   const std::optional<float> grad_scale =
       fused != nullptr ? fused->grad_scale : std::optional<float>();
+  for (const auto& moments : to_zero) ops::fill_multi_(moments, 0.0f);
   for (const auto& list : lists)
     ops::adam_step_multi_(list, o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad,
                           grad_scale);

@@ -183,6 +183,11 @@ void Kernels::scale_multi(Stream& s, const std::vector<float*>& xs,
   for (std::size_t i = 0; i < xs.size(); ++i)
     if (ns[i] > 0) scale(s, alpha, xs[i], ns[i]);
 }
+void Kernels::fill_multi(Stream& s, const std::vector<float*>& xs,
+                         const std::vector<std::int64_t>& ns, float value) {
+  for (std::size_t i = 0; i < xs.size(); ++i)
+    if (ns[i] > 0) fill_f32(s, xs[i], value, ns[i]);
+}
 bool Kernels::has_multi_tensor_ex(DType) const { return false; }
 void Kernels::adam_step_multi_ex(Stream&, const std::vector<AdamTensorEx>&, double, double, double,
                                  double, double, bool, bool, float) {

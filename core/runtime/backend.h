@@ -513,13 +513,12 @@ class Kernels {
   // launches, virtual time and trace. All pointers on the stream's device; tensors do not overlap
   // one another.
 
-  /// One parameter of adam_step_multi: adam_step's buffers and n, its own bias corrections
-  /// (1 - beta^step, in double, as the caller computes them per parameter) and AdamW's decoupled
-  /// decay: when `decay`, param = decay_scale * param first (one mul per element, exactly
-  /// scale(decay_scale, param)).
-  struct AdamTensor {
-    float* param = nullptr;
-    const float* grad = nullptr;
+  /// One parameter of adam_step_multi and adam_step_multi_ex, all but its gradient: adam_step's
+  /// buffers and n, its own bias corrections (1 - beta^step, in double, as the caller computes
+  /// them per parameter) and AdamW's decoupled decay: when `decay`, param = decay_scale * param
+  /// first (one mul per element, exactly scale(decay_scale, param)).
+  struct AdamParamState {
+    float* param = nullptr;  ///< the f32 parameter (adam_step_multi_ex: the master), in place
     float* exp_avg = nullptr;
     float* exp_avg_sq = nullptr;
     float* max_exp_avg_sq = nullptr;  ///< null unless amsgrad
@@ -527,6 +526,10 @@ class Kernels {
     double bias_correction1 = 1.0, bias_correction2 = 1.0;
     bool decay = false;
     float decay_scale = 1.0f;
+  };
+  /// One parameter of adam_step_multi: its state and its f32 gradient.
+  struct AdamTensor : AdamParamState {
+    const float* grad = nullptr;  ///< n floats
   };
 
   /// True when this backend's multi-tensor kernels run fewer launches than the per-tensor loop
@@ -545,6 +548,10 @@ class Kernels {
   /// xs[i][j] = alpha * xs[i][j] for each tensor (scale() on each).
   virtual void scale_multi(Stream& s, const std::vector<float*>& xs,
                            const std::vector<std::int64_t>& ns, float alpha);
+  /// xs[i][j] = value for each tensor (fill_f32 on each): the optimizer's new moments zeroed
+  /// in one launch per device (torch._foreach_zero_).
+  virtual void fill_multi(Stream& s, const std::vector<float*>& xs,
+                          const std::vector<std::int64_t>& ns, float value);
 
   // ---- typed multi-tensor kernels (issue 29: the optimizer step on bf16 / f16 gradients) ----
   // Note [Typed optimizer step] (core/optim/master_weights.h): optim::MasterWeights runs its f32
@@ -560,21 +567,17 @@ class Kernels {
   /// a dry run (priced as cuda's launches, Note [Predicted launches]), none in a real run.
   virtual bool has_multi_tensor_ex(DType t) const;
 
-  /// One parameter of adam_step_multi_ex: AdamTensor's buffers with the gradient in its storage
-  /// dtype, and the model's weight to write.
-  struct AdamTensorEx {
-    float* param = nullptr;        ///< the f32 master weight, updated in place
-    const void* grad = nullptr;    ///< n elements of grad_type
-    DType grad_type = DType::f32;  ///< f32, bf16 or f16
-    float* exp_avg = nullptr;
-    float* exp_avg_sq = nullptr;
-    float* max_exp_avg_sq = nullptr;  ///< null unless amsgrad
-    std::int64_t n = 0;
-    double bias_correction1 = 1.0, bias_correction2 = 1.0;
-    bool decay = false;
-    float decay_scale = 1.0f;
+  /// One parameter of adam_step_multi_ex: its state, its gradient in its storage dtype, and the
+  /// model's weight to write.
+  struct AdamTensorEx : AdamParamState {
+    const void* grad = nullptr;      ///< n elements of grad_type
+    DType grad_type = DType::f32;    ///< f32, bf16 or f16
     void* model = nullptr;           ///< null, or n elements of model_type (not overlapping param)
     DType model_type = DType::bf16;  ///< bf16 or f16
+
+    AdamTensorEx() = default;
+    /// adam_step_multi's tensor: its f32 gradient, no model weight.
+    explicit AdamTensorEx(const AdamTensor& t) : AdamParamState(t), grad(t.grad) {}
   };
   /// adam_step_multi with, per element, the gradient widened as loaded (exact), times
   /// grad_scale when scale_grads (one mul: the clip's scale_multi of the f32 copy), and the

@@ -266,4 +266,8 @@ Tensor sum_squares_multi(const std::vector<const Tensor*>& xs, Determinism mode)
 /// scale_(*xs[i], alpha) for each i (torch._foreach_mul_). f32, one device; empty: nothing.
 void scale_multi_(const std::vector<Tensor*>& xs, float alpha);
 
+/// fill_(*xs[i], value) for each i (torch._foreach_zero_ with value 0). f32, one device; empty:
+/// nothing.
+void fill_multi_(const std::vector<Tensor*>& xs, float value);
+
 }  // namespace ditto::ops

@@ -1,6 +1,6 @@
 // The multi-tensor ops of core/runtime/ops.h (adam_step_multi_, sum_squares_multi,
-// scale_multi_): argument checks per entry, then one Kernels call on the device's current
-// stream (Kernels::adam_step_multi and siblings; the defaults loop the per-tensor kernels).
+// scale_multi_, fill_multi_): argument checks per entry, then one Kernels call on the device's
+// current stream (Kernels::adam_step_multi and siblings; the defaults loop the per-tensor kernels).
 #include <string>
 #include <vector>
 
@@ -39,10 +39,8 @@ void check_typed(const char* op, const char* arg, const Tensor& t, const Device&
               t.str());
 }
 
-// adam_step_multi_ with a typed argument: the same checks, grads and models as typed, then one
-// Kernels::adam_step_multi_ex call.
-// The fields Kernels::AdamTensor and AdamTensorEx share, from entry t (checked); the caller
-// sets the gradient.
+// A Kernels::AdamTensor or AdamTensorEx with its Kernels::AdamParamState from entry t
+// (checked); the caller sets the gradient.
 template <class A>
 A adam_tensor(const AdamStepTensors& t, bool amsgrad) {
   A a;
@@ -58,6 +56,8 @@ A adam_tensor(const AdamStepTensors& t, bool amsgrad) {
   return a;
 }
 
+// adam_step_multi_ with a typed argument: the same checks, grads and models as typed, then one
+// Kernels::adam_step_multi_ex call.
 void adam_step_multi_typed(const std::vector<AdamStepTensors>& tensors, double lr, double beta1,
                            double beta2, double eps, double weight_decay, bool amsgrad,
                            std::optional<float> grad_scale) {
@@ -198,6 +198,15 @@ void scale_multi_(const std::vector<Tensor*>& xs, float alpha) {
   std::vector<std::int64_t> ns;
   check_list(op, xs, ptrs, ns);
   kernels_of(*xs[0]).scale_multi(stream_of(*xs[0]), ptrs, ns, alpha);
+}
+
+void fill_multi_(const std::vector<Tensor*>& xs, float value) {
+  constexpr const char* op = "ops::fill_multi_";
+  if (xs.empty()) return;
+  std::vector<float*> ptrs;
+  std::vector<std::int64_t> ns;
+  check_list(op, xs, ptrs, ns);
+  kernels_of(*xs[0]).fill_multi(stream_of(*xs[0]), ptrs, ns, value);
 }
 
 }  // namespace ditto::ops

@@ -4,10 +4,11 @@
 // zeros, NaN and -inf logits), the embedding gradient's bucketing (a bucket larger than a
 // sort tile, absent and single-row buckets, more shards than one launch takes), LayerNorm rows
 // across the staging chunk, and the multi-tensor kernels (adam_step_multi with AdamW's decay,
-// per-tensor bias corrections, amsgrad, more tensors than one launch's table; sum_squares_multi
-// and scale_multi) against the simulator's per-tensor kernels (Kernels' defaults). Fast-mode
-// sum_squares_multi: within 1e-5 relative of a double-precision reference. The typed (bf16 /
-// f16) versions of the row kernels: test_emu_rows.cpp, run with these.
+// per-tensor bias corrections, amsgrad, more tensors than one launch's table; sum_squares_multi,
+// scale_multi, and fill_multi, whose table holds 1024 tensors: 1100 tested) against the simulator's
+// per-tensor kernels (Kernels' defaults). Fast-mode sum_squares_multi: within 1e-5 relative of a
+// double-precision reference. The typed (bf16 / f16) versions of the row kernels:
+// test_emu_rows.cpp, run with these.
 #include <array>
 #include <cmath>
 
@@ -153,6 +154,18 @@ std::vector<i64> multi_sizes(unsigned seed, int count) {
   return s;
 }
 
+// fill_multi past its 1024-tensor table (two launches), tensors of 0-40 elements.
+void check_fill_multi_tables(unsigned& seed) {
+  const std::vector<i64> sizes = multi_sizes(seed++, 1100);
+  const Packed pk(sizes);
+  both("fill_multi", "tensors 1100", {mixed(pk.total, seed++)},
+       [&](Kernels& k, Stream& s, std::vector<V>& b) {
+         std::vector<float*> xs;
+         for (i64 a : pk.at) xs.push_back(b[0].data() + a);
+         k.fill_multi(s, xs, pk.n, -2.5f);
+       });
+}
+
 void check_multi_tensor(unsigned& seed) {
   const std::vector<std::vector<i64>> lists = {
       {5}, {0, 1, 8193, 3, 0, 20000, 4096}, multi_sizes(seed++, 300)};  // 300 > one table
@@ -198,6 +211,13 @@ void check_multi_tensor(unsigned& seed) {
       for (i64 a : pk.at) xs.push_back(b[0].data() + a);
       k.scale_multi(s, xs, pk.n, 0.37f);
     });
+    // The moments' zeroing (Adam::step_multi); the one-element gaps Packed leaves between
+    // tensors keep their values.
+    both("fill_multi", ctx, {x}, [&](Kernels& k, Stream& s, std::vector<V>& b) {
+      std::vector<float*> xs;
+      for (i64 a : pk.at) xs.push_back(b[0].data() + a);
+      k.fill_multi(s, xs, pk.n, 0.0f);
+    });
     // Fast: within 1e-5 relative of the double sum (f32 partials of at most 8192 squares).
     std::vector<const float*> xs;
     for (i64 a : pk.at) xs.push_back(x.data() + a);
@@ -222,7 +242,7 @@ void check_multi_tensor(unsigned& seed) {
 void check_fused_kernels(unsigned& seed) {
   for (auto* part :
        {check_embedding_paths, check_layernorm_chunks, check_gelu_paths, check_cross_entropy_rows,
-        check_multi_tensor, check_typed_multi_tensor, check_typed_rows}) {
+        check_multi_tensor, check_typed_multi_tensor, check_typed_rows, check_fill_multi_tables}) {
     try {
       part(seed);
     } catch (const std::exception& e) {

@@ -119,19 +119,9 @@ void check_adam_ex(const std::vector<i64>& sizes, const Case& c, unsigned& seed)
   try {
     std::vector<Kernels::AdamTensorEx> ts;
     for (std::size_t i = 0; i < sizes.size(); ++i) {
-      const Kernels::AdamTensor t = tensor(i, p2.data(), m2.data(), v2.data(), vmax2.data());
-      Kernels::AdamTensorEx e;
-      e.param = t.param;
+      Kernels::AdamTensorEx e(tensor(i, p2.data(), m2.data(), v2.data(), vmax2.data()));
       e.grad = g.data() + gsz * pk.at[i];
       e.grad_type = c.grad;
-      e.exp_avg = t.exp_avg;
-      e.exp_avg_sq = t.exp_avg_sq;
-      e.max_exp_avg_sq = t.max_exp_avg_sq;
-      e.n = t.n;
-      e.bias_correction1 = t.bias_correction1;
-      e.bias_correction2 = t.bias_correction2;
-      e.decay = t.decay;
-      e.decay_scale = t.decay_scale;
       if (has_model) {
         e.model = model2.data() + msz * pk.at[i];
         e.model_type = c.model;
