@@ -204,10 +204,11 @@ inline constexpr std::int64_t kRowSumOnePassRows = 512;
 
 /// How CUDA's fast sum_rows / sum_rows_ex splits a [rows, cols] x: `chunks` chunks of
 /// `chunk_rows` rows (the last one the rest), each summed per column by its own blocks into f32
-/// partials, then a second launch adding each column's partials in chunk order (no atomics: the
-/// same bits run to run). chunks == 1 (chunk_rows == rows): one launch, no partials. A function
-/// of the shape alone (not of the GPU), so the dry run (backend_sim/cost_model.h's
-/// cuda_fast_row_chunks, its mirror) prices the launches CUDA makes.
+/// partials; in the same launch the last block of each 32 columns to finish (elected by an atomic
+/// ticket) adds their partials in chunk order (the same bits whichever block is last, run to run).
+/// chunks == 1 (chunk_rows == rows): no partials. A function of the shape alone (not of the GPU),
+/// so the dry run (backend_sim/cost_model.h's cuda_fast_row_chunks, its mirror) prices what CUDA
+/// does.
 struct RowChunks {
   std::int64_t chunk_rows, chunks;
 };
@@ -220,6 +221,11 @@ constexpr RowChunks fast_row_chunks(std::int64_t rows, std::int64_t cols) {
   const std::int64_t chunks = (rows + chunk - 1) / chunk;
   return chunks <= 1 ? RowChunks{rows, 1} : RowChunks{chunk, chunks};
 }
+
+/// Semaphores of a CUDA stream (CudaStream::semaphores): unsigned counters, zero between kernels.
+/// The fast sum_rows takes one per block of 32 columns when it splits the rows: a split needs
+/// fewer than kRowSumTargetBlocks column blocks (chunks > 1 needs ceil(1024 / blocks) >= 2).
+inline constexpr std::int64_t kStreamSemaphores = kRowSumTargetBlocks;
 
 /// cuBLASLt's compute type for A / B of dtype `ab`: CUBLAS_COMPUTE_32F (tf32 == false), or
 /// CUBLAS_COMPUTE_32F_FAST_TF32 for f32 operands when BackendOptions::allow_tf32 (torch's

@@ -122,8 +122,15 @@ __global__ void __launch_bounds__(kSumThreads) sum_fast_kernel(const float* x, i
 // (sum_rows_fast_kernel) and, past kRowSumOnePassRows rows, the rows into chunks of their own
 // blocks (cuda_host_logic.h's fast_row_chunks, about kRowSumTargetBlocks blocks in all): a
 // [8192, 768] bias gradient was 24 blocks on a 132-SM GPU, now 24 x 43. The chunks' f32 partials
-// go to scratch and a second launch adds each column's in chunk order (sum_rows_chunks_kernel;
-// no atomics). The dry run prices the two launches and the partials' bytes
+// go to scratch, and the same launch finishes them (CUDA's threadFenceReduction sample): each
+// block writes its 32 partials, __threadfence(), then one thread takes a ticket (atomicAdd on
+// its column block's counter among the stream's semaphores, CudaStream::semaphores); the block
+// that draws the last ticket of its 32 columns adds their partials part[k * cols + c] in
+// ascending k from part[0 * cols + c], read back from memory (its own too), and resets the
+// counter to zero for the stream's next kernel. The atomic only elects who finishes, never the
+// order of the additions: the result's bits are those of the chunk-order sum whichever block is
+// last, run to run (tools/cuda_emu checks it with the blocks run forward, reversed and shuffled,
+// against the two-launch order). The dry run prices one launch and the partials' bytes
 // (backend_sim/cost_model.h's fast_sum_rows_cost).
 constexpr int kSumCols = 32;   // columns per block of sum_rows_tree_kernel
 constexpr int kSumLanes = 8;   // warps per block: the shards' chains of its columns
@@ -188,16 +195,19 @@ __device__ __forceinline__ void finish_rows_fast(const RowsOut& o, i64 c, float 
   st_elem(o.p, o.t, c, o.beta == 0.0f ? v : o.beta * ld_elem(o.p, o.t, c) + v);
 }
 
-// Fast sum_rows, pass 1: block (32, kRowGroups) over 32 columns and the rows of chunk blockIdx.y
+// Fast sum_rows: block (32, kRowGroups) over 32 columns and the rows of chunk blockIdx.y
 // ([y chunk_rows, (y + 1) chunk_rows) within rows); each thread sums every kRowGroups-th row of
 // the chunk, then the block's partials are added in shared memory (any order). part == nullptr
-// (one chunk): finished into out; else part[y * cols + c] (f32), for sum_rows_chunks_kernel.
-// X as sum_rows_tree_kernel's.
+// (one chunk): finished into out. Else part[y * cols + c] (f32), and the block that takes the
+// last ticket of tickets[blockIdx.x] (zero before the launch, zero again after it) adds the
+// column's partials in ascending chunk order into out (Note [CUDA row sums]). X as
+// sum_rows_tree_kernel's.
 template <class X>
 __global__ void __launch_bounds__(32 * kRowGroups)
     sum_rows_fast_kernel(const X* x, i64 rows, i64 cols, i64 chunk_rows, float* part,
-                         const RowsOut out) {
+                         unsigned* tickets, const RowsOut out) {
   __shared__ float group[kRowGroups][33];
+  __shared__ bool last;
   const i64 c = static_cast<i64>(blockIdx.x) * 32 + threadIdx.x;
   const i64 r0 = static_cast<i64>(blockIdx.y) * chunk_rows;
   const i64 r1 = rows - r0 < chunk_rows ? rows : r0 + chunk_rows;
@@ -207,23 +217,30 @@ __global__ void __launch_bounds__(32 * kRowGroups)
     for (i64 r = r0 + threadIdx.y; r < r1; r += kRowGroups) acc += ld_elem(x, r * cols + c);
   group[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
+  const bool lead = threadIdx.x == 0 && threadIdx.y == 0;
   if (threadIdx.y == 0 && c < cols) {
     for (int g = 1; g < kRowGroups; ++g) acc += group[g][threadIdx.x];
-    if (part != nullptr)
-      part[static_cast<i64>(blockIdx.y) * cols + c] = acc;
-    else
+    if (part == nullptr) {
       finish_rows_fast(out, c, acc);
+    } else {
+      part[static_cast<i64>(blockIdx.y) * cols + c] = acc;
+      __threadfence();  // the partial visible to every block before this block's ticket
+    }
   }
-}
-
-// Fast sum_rows, pass 2: out[c] from the chunks' partials part[k * cols + c], added in ascending
-// k (a fixed order: the same bits run to run). One thread per column, grid-stride.
-__global__ void sum_rows_chunks_kernel(const float* part, i64 chunks, i64 cols, const RowsOut out) {
-  for (i64 c = global_thread(); c < cols; c += grid_threads()) {
-    float acc = part[c];
-    for (i64 k = 1; k < chunks; ++k) acc += part[k * cols + c];
-    finish_rows_fast(out, c, acc);
+  if (part == nullptr) return;
+  __syncthreads();
+  if (lead) {
+    last = atomicAdd(tickets + blockIdx.x, 1u) == gridDim.y - 1;
+    if (last) __threadfence();  // the other blocks' partials, fenced before their tickets
   }
+  __syncthreads();
+  if (!last) return;
+  if (threadIdx.y == 0 && c < cols) {
+    float sum = __ldcg(part + c);  // L2 (the partials were written by other SMs)
+    for (i64 k = 1; k < gridDim.y; ++k) sum += __ldcg(part + k * cols + c);
+    finish_rows_fast(out, c, sum);
+  }
+  if (lead) tickets[blockIdx.x] = 0;  // for the stream's next kernel
 }
 
 // One launch of sum_rows_tree_kernel over shards sb[0..shards] (<= kShardCap) into `out`.
@@ -249,14 +266,15 @@ void launch_sum_rows(const Launch& l, const X* x, i64 rows, i64 cols, const Rows
   const RowChunks split = fast_row_chunks(rows, cols);
   const dim3 grid(static_cast<unsigned>((cols + 31) / 32), static_cast<unsigned>(split.chunks));
   if (split.chunks == 1) {
-    sum_rows_fast_kernel<X><<<grid, dim3(32, kRowGroups), 0, l.get()>>>(x, rows, cols, rows, nullptr, out);
+    sum_rows_fast_kernel<X><<<grid, dim3(32, kRowGroups), 0, l.get()>>>(x, rows, cols, rows, nullptr, nullptr, out);
     l.check();
     return;
   }
+  // One ticket counter per block of 32 columns (a split has fewer than kStreamSemaphores).
+  DITTO_CHECK(grid.x <= kStreamSemaphores, "sum_rows (fast): ", grid.x,
+              " column blocks split over row chunks, expected at most ", kStreamSemaphores);
   DeviceTemp part(l, split.chunks * cols);
-  sum_rows_fast_kernel<X><<<grid, dim3(32, kRowGroups), 0, l.get()>>>(x, rows, cols, split.chunk_rows, part.get(), out);
-  l.check();
-  sum_rows_chunks_kernel<<<blocks_for(cols), kThreads, 0, l.get()>>>(part.get(), split.chunks, cols, out);
+  sum_rows_fast_kernel<X><<<grid, dim3(32, kRowGroups), 0, l.get()>>>(x, rows, cols, split.chunk_rows, part.get(), l.semaphores(), out);
   l.check();
 }
 

@@ -255,6 +255,8 @@ class Launch {
   }
   /// Throws BackendError when the last launch failed.
   void check() const { DITTO_CUDA_CHECK(cudaGetLastError(), where()); }
+  /// The stream's kStreamSemaphores counters, zero between its kernels (CudaStream::semaphores).
+  unsigned* semaphores() const { return stream_.semaphores(); }
 
  private:
   CudaBackend& backend_;

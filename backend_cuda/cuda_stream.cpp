@@ -56,7 +56,7 @@ CudaStream::CudaStream(Device device, int physical_device)
 CudaStream::~CudaStream() {
   lt_cache_.reset();  // descriptors only (host objects): before the handle, whatever is queued
   if (!stream_) return;
-  if (cublas_ || cublaslt_ || cublas_workspace_) {
+  if (cublas_ || cublaslt_ || cublas_workspace_ || semaphores_) {
     // cublasDestroy waits for the handle's work; the stream sync for cuBLASLt's (it takes the
     // stream per call); then the workspace is free.
     int previous = -1;
@@ -67,6 +67,7 @@ CudaStream::~CudaStream() {
     if (const CublasLtApi* lt = cublaslt_api_if_loaded(); lt && cublaslt_)
       (void)lt->destroy(cublaslt_);
     if (cublas_workspace_ && cudaFree(cublas_workspace_) != cudaSuccess) (void)cudaGetLastError();
+    if (semaphores_ && cudaFree(semaphores_) != cudaSuccess) (void)cudaGetLastError();
     if (switched && cudaSetDevice(previous) != cudaSuccess) (void)cudaGetLastError();
     (void)cudaGetLastError();
   }
@@ -81,6 +82,22 @@ void* CudaStream::workspace_locked() {
   DITTO_CUDA_CHECK(cudaMalloc(&workspace, kCublasWorkspaceBytes), where(device_, physical_));
   cublas_workspace_ = workspace;
   return workspace;
+}
+
+unsigned* CudaStream::semaphores() {
+  std::lock_guard lk(cublas_mu_);
+  if (semaphores_) return semaphores_;
+  DeviceGuard g(physical_);
+  const std::size_t bytes = static_cast<std::size_t>(kStreamSemaphores) * sizeof(unsigned);
+  void* p = nullptr;
+  DITTO_CUDA_CHECK(cudaMalloc(&p, bytes), where(device_, physical_));
+  if (cudaMemsetAsync(p, 0, bytes, stream_) != cudaSuccess) {  // before any kernel of the stream
+    (void)cudaGetLastError();
+    (void)cudaFree(p);
+    throw BackendError(where(device_, physical_) + ": zeroing the stream's semaphores failed");
+  }
+  semaphores_ = static_cast<unsigned*>(p);
+  return semaphores_;
 }
 
 void* CudaStream::workspace() {

@@ -75,6 +75,13 @@ class CudaStream final : public Stream {
   /// This stream's cache of cuBLASLt descriptors (blaslt_gemm, cuda_blaslt.cpp): made by `make`
   /// on first use (thread-safe), destroyed with the stream, before its cuBLASLt handle.
   LtDescCache& lt_cache(std::shared_ptr<LtDescCache> (*make)());
+  /// kStreamSemaphores (cuda_host_logic.h) unsigned counters in device memory, zero between the
+  /// kernels of this stream (torch's reduction semaphores, without a memset per launch):
+  /// allocated and zeroed on this stream on first use (thread-safe), freed with the stream. A
+  /// kernel that counts on one hands it back at zero (the fast sum_rows' last block of a column
+  /// range resets its ticket counter, Note [CUDA row sums]); the stream's order keeps two
+  /// kernels from sharing them.
+  unsigned* semaphores();
   /// Bytes of each handle's workspace: cuBLAS's recommendation for Hopper (32 MiB).
   static constexpr std::size_t kCublasWorkspaceBytes = std::size_t{32} << 20;
 
@@ -89,6 +96,7 @@ class CudaStream final : public Stream {
   cublasLtHandle_t cublaslt_ = nullptr;
   void* cublas_workspace_ = nullptr;       ///< cudaMalloc'd, freed after the handles
   std::shared_ptr<LtDescCache> lt_cache_;  ///< made by lt_cache()
+  unsigned* semaphores_ = nullptr;         ///< made by semaphores() (cublas_mu_ held)
 };
 
 class CudaEvent final : public Event {

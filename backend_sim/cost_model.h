@@ -223,7 +223,7 @@ KernelCost native_cost(const KernelCost& f32, DType storage);
 //   row sums (has_sum_rows_ex: the bias and LayerNorm parameter gradients, sum_rows in fast mode
 //       and sum_rows_sharded in bitwise mode, x bf16 / f16 into an out of x's dtype or f32):
 //       sum_rows_ex_cost, one launch over x and out in their own dtypes (fast mode:
-//       fast_sum_rows_cost, CUDA's two launches over row chunks where it splits the rows);
+//       fast_sum_rows_cost, CUDA's partials over row chunks where it splits the rows, one launch);
 //   the LayerNorm backward with the residual gradient's add (has_layernorm_backward_add: f32,
 //       bf16, f16, both modes; nn::Block's two adds per block, as CUDA's layernorm_backward_add
 //       folds them): storage_cost of gpt_kernels::layernorm_backward_add_cost (the backward's,
@@ -268,9 +268,10 @@ std::int64_t cuda_fast_row_chunks(std::int64_t rows, std::int64_t cols);
 
 /// The fast sum_rows' cost (Kernels::sum_rows and sum_rows_ex in fast mode, both backends'
 /// price): sum_rows_ex_cost, and where CUDA splits the rows into k = cuda_fast_row_chunks > 1
-/// chunks, two launches (the chunks' partial sums, then each column's partials added) and the
-/// f32 partials written and read, 8 k cols bytes more. The partials' scratch (4 k cols bytes,
-/// at most a few hundred KiB, freed at once) is not charged to the device's memory.
+/// chunks, the f32 partials written and read, 8 k cols bytes more, in the same one launch (the
+/// last block of each 32 columns adds their partials). The partials' scratch (4 k cols bytes,
+/// at most a few hundred KiB, freed at once) is not charged to the device's memory, nor the
+/// stream's semaphores (4 KiB, once).
 KernelCost fast_sum_rows_cost(std::int64_t rows, std::int64_t cols, DType x_type, DType out_type);
 
 // Note [Predicted launches]
@@ -297,8 +298,8 @@ KernelCost fast_sum_rows_cost(std::int64_t rows, std::int64_t cols, DType x_type
 //   multi-tensor        the optimizer's multi-tensor kernels (backend_cuda/cuda_multi_tensor.cu),
 //                       below.
 // Kernels CUDA launches as the simulator prices them, one launch each over the same bytes:
-// cast, fill_f32, fill_bits, axpy, scale, add_bias, sum_rows (fast: fast_sum_rows_cost's
-// launches), sum_inputs (up to 8 inputs),
+// cast, fill_f32, fill_bits, axpy, scale, add_bias, sum_rows (fast: fast_sum_rows_cost, its
+// row chunks' partials), sum_inputs (up to 8 inputs),
 // layernorm, gelu, dropout, cross_entropy, embedding_forward; copy_d2d is one cudaMemcpyAsync
 // (read + write at memory bandwidth). Priced one launch at bandwidth though CUDA's may take
 // longer where a serial chain bounds it: bitwise sum is one chain (thread 0 over tiles the block

@@ -436,7 +436,7 @@ class SimKernels final : public Kernels {
   // A dry run predicts the CUDA backend, which sums bf16 / f16 rows natively in both modes
   // (cuda_host_logic.h's typed_sum_rows_supported): ops::sum_rows / sum_rows_sharded then call
   // these, each priced as one launch over x and out in their dtypes (sum_rows_ex_cost; fast
-  // sum_rows_ex: fast_sum_rows_cost, CUDA's two launches where it splits the rows), no casts.
+  // sum_rows_ex: fast_sum_rows_cost, CUDA's partials where it splits the rows), no casts.
   // A real run keeps Kernels' default (false): MixedOp's f32 scratch and the f32 kernels.
   bool has_sum_rows_ex(DType x_type, DType out_type, Determinism mode) const override {
     return cost_->dry_run() && (x_type == DType::bf16 || x_type == DType::f16) &&

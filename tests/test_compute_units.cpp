@@ -428,7 +428,7 @@ TEST(ComputeUnits, DryRunRowOpsTakeTheTypedKernels) {
 // dtype or f32, both modes): a dry run answers as CUDA does (a real run no) and prices one
 // sum_rows_ex / sum_rows_sharded_ex launch over x and out in their dtypes (sum_rows_ex_cost), no
 // casts and no f32 scratch (Note [Typed kernels]); fast mode's sum_rows_ex over 4096 rows is
-// CUDA's two launches over 43 row chunks, their f32 partials written and read
+// CUDA's one launch over 43 row chunks, their f32 partials written and read
 // (FastRowSumsPriceCudasRowChunks).
 TEST(ComputeUnits, DryRunRowSumsTakeTheTypedKernels) {
   for (bool dry : {true, false}) {
@@ -457,12 +457,12 @@ TEST(ComputeUnits, DryRunRowSumsTakeTheTypedKernels) {
   dry.default_stream(0).synchronize();
   const sim::CostModel::LedgerRow a = row(dry, "sum_rows_ex"), b = row(dry, "sum_rows_sharded_ex");
   const double chunks = 43;  // cuda::fast_row_chunks(4096, 768): 42 of 96 rows and one of 64
-  EXPECT_EQ(a.count, 2);
+  EXPECT_EQ(a.count, 1);
   EXPECT_EQ(b.count, 1);
   EXPECT_DOUBLE_EQ(a.bytes, 2.0 * rows * cols + 2.0 * cols + 8.0 * chunks * cols);
   EXPECT_DOUBLE_EQ(b.bytes, 2.0 * rows * cols + 4.0 * cols);
   EXPECT_EQ(a.unit, PricedUnit::memory);
-  EXPECT_EQ(a.time, sim::to_vtime(2 * kLaunch + a.bytes / (kBw * kHbmEff)));
+  EXPECT_EQ(a.time, sim::to_vtime(kLaunch + a.bytes / (kBw * kHbmEff)));
   EXPECT_EQ(row(dry, "cast_f32_scratch").count, 0);
   EXPECT_EQ(row(dry, "sum_rows").count + row(dry, "sum_rows_sharded").count, 0);
   EXPECT_EQ(dry.memory_stats(0).peak, before);  // no scratch
@@ -470,11 +470,12 @@ TEST(ComputeUnits, DryRunRowSumsTakeTheTypedKernels) {
 
 // CUDA's fast sum_rows splits the rows of a narrow matrix into chunks (Note [CUDA row sums],
 // cuda_host_logic.h's fast_row_chunks): past 512 rows, chunks of at least 64 rows (a multiple of
-// 8) making about 1024 blocks of 32 columns, then a second launch over the chunks' f32
-// partials. Both backends price the fast sum_rows as those launches (the simulator's real run
-// too: sum_rows is among the kernels it prices as CUDA launches them), through the cost model's
-// mirror of the split (sim::cuda_fast_row_chunks), which must agree with CUDA's own; bitwise
-// sum_rows and sum_rows_sharded stay one launch.
+// 8) making about 1024 blocks of 32 columns, whose f32 partials the last block of each 32
+// columns adds in the same launch. Both backends price the fast sum_rows as that one launch and
+// the partials' bytes (the simulator's real run too: sum_rows is among the kernels it prices as
+// CUDA launches them), through the cost model's mirror of the split (sim::cuda_fast_row_chunks),
+// which must agree with CUDA's own; bitwise sum_rows and sum_rows_sharded are one launch too. A
+// split has fewer column blocks than a stream's semaphores (one ticket counter each).
 TEST(ComputeUnits, FastRowSumsPriceCudasRowChunks) {
   for (std::int64_t rows : {0, 1, 64, 511, 512, 513, 600, 1000, 4096, 8191, 8192, 16384, 1 << 20})
     for (std::int64_t cols : {1, 31, 32, 33, 384, 768, 1152, 2304, 3072, 32768, 32769, 786432}) {
@@ -491,6 +492,7 @@ TEST(ComputeUnits, FastRowSumsPriceCudasRowChunks) {
       EXPECT_GT(rows, (c.chunks - 1) * c.chunk_rows);
       EXPECT_LE(rows, c.chunks * c.chunk_rows);
       EXPECT_LE(c.chunks * ((cols + 31) / 32), 2 * 1024) << rows << " x " << cols;
+      EXPECT_LT((cols + 31) / 32, cuda::kStreamSemaphores) << rows << " x " << cols;
     }
   // GPT-2 B 8's bias and LayerNorm gradients (8192 rows) and the char model's (16384 rows).
   const std::int64_t R = 8192;
@@ -503,10 +505,10 @@ TEST(ComputeUnits, FastRowSumsPriceCudasRowChunks) {
   const KernelCost k = sim::fast_sum_rows_cost(R, 768, DType::bf16, DType::bf16);
   EXPECT_DOUBLE_EQ(k.flops, double(R) * 768);
   EXPECT_DOUBLE_EQ(k.bytes, 2.0 * R * 768 + 2.0 * 768 + 8.0 * 43 * 768);
-  EXPECT_EQ(k.launches, 2);
+  EXPECT_EQ(k.launches, 1);
   EXPECT_EQ(sim::fast_sum_rows_cost(512, 768, DType::bf16, DType::bf16).launches, 1);
   // The f32 kernel, priced in a real run and a dry run alike: fast over 1000 x 40 is 16 chunks of
-  // 64 rows (two launches), over 512 rows one; bitwise one launch.
+  // 64 rows (one launch, the partials' bytes), over 512 rows one; bitwise one launch.
   for (bool dry : {false, true}) {
     sim::SimBackend& be = fresh_sim(dry);
     const Device dev("sim", 0);
@@ -518,9 +520,9 @@ TEST(ComputeUnits, FastRowSumsPriceCudasRowChunks) {
     be.default_stream(0).synchronize();
     sim::CostModel::LedgerRow r = row_since(be, "sum_rows", before);
     EXPECT_EQ(cuda::fast_row_chunks(1000, 40).chunks, 16);
-    EXPECT_EQ(r.count, 2) << (dry ? "dry" : "real");
+    EXPECT_EQ(r.count, 1) << (dry ? "dry" : "real");
     EXPECT_DOUBLE_EQ(r.bytes, 4.0 * 1000 * 40 + 4.0 * 40 + 8.0 * 16 * 40);
-    EXPECT_EQ(r.time, sim::to_vtime(2 * kLaunch + r.bytes / (kBw * kHbmEff)));
+    EXPECT_EQ(r.time, sim::to_vtime(kLaunch + r.bytes / (kBw * kHbmEff)));
     before = be.cost_model().ledger(0);
     ops::sum_rows(x.narrow(0, 512), out, 0.0f, Determinism::fast);
     ops::sum_rows(x, out, 0.0f, Determinism::bitwise);
@@ -900,13 +902,13 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
     // LayerNorm 1 and 2's weight (dy xhat) and bias (dy) rows and the biases of c_attn (3C),
     // attn.c_proj (C), c_fc (4C), mlp.c_proj (C) over B T rows (13 C columns), ln_f's two (2 C),
     // and wpe's gradient over the B samples (T C columns): 12 x 8 + 2 + 1 = 99 calls over
-    // B T C (12 x 13 + 2 + 1) bf16 elements, plus the outs. Fast: the 98 over B T rows are two
-    // launches each over row chunks (cuda::fast_row_chunks: 43 for C columns, 15 for 3C, 11 for
-    // 4C), their f32 partials written and read; wpe's 8 rows one.
+    // B T C (12 x 13 + 2 + 1) bf16 elements, plus the outs. Fast: the 98 over B T rows are one
+    // launch each over row chunks (cuda::fast_row_chunks: 43 for C columns, 15 for 3C, 11 for
+    // 4C), their f32 partials written and read in it; wpe's 8 rows one, no partials.
     const std::string sums = bitwise ? "sum_rows_sharded" : "sum_rows";
     EXPECT_EQ(run.rows.count(sums + " / memory"), 0u);
     const CostLedgerRow rs = run.rows.at(sums + "_ex / memory");
-    EXPECT_EQ(rs.count, (bitwise ? 99 : 98 * 2 + 1) * 2);
+    EXPECT_EQ(rs.count, 99 * 2);  // one launch a call in both modes
     const double out_size = bitwise ? 4 : 2;
     auto chunks = [&](double cols) {
       return double(cuda::fast_row_chunks(std::int64_t(B * T), std::int64_t(cols)).chunks);

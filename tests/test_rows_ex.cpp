@@ -784,9 +784,11 @@ std::vector<std::vector<std::uint8_t>> run_f32_reductions(const std::string& bac
 }
 
 /// Fast sum_rows on CUDA (Note [CUDA row sums]): GPT-2 B 8's [8192, 768] bias gradient in f32
-/// and bf16 (43 row chunks, then their partials added) and [513, 33] (a last chunk of one row),
-/// beta 0 and 1, into an out of x's dtype: within the emulator's tolerance (tools/cuda_emu/
-/// test_emu_reduce.cpp) of a double reference, and the same bytes when run again (no atomics).
+/// and bf16 (43 row chunks, their partials added in chunk order by the last block of each 32
+/// columns, in the same launch) and [513, 33] (a last chunk of one row), beta 0 and 1, into an
+/// out of x's dtype: within the emulator's tolerance (tools/cuda_emu/test_emu_reduce.cpp) of a
+/// double reference, and the same bytes when run again on the stream (the atomic ticket only
+/// elects the finishing block, and the second call finds the ticket counters reset to zero).
 TEST_F(CudaRowsEx, FastRowSumsOverRowChunksAreWithinToleranceAndRepeat) {
   for (DType dt : {DType::f32, DType::bf16})
     for (const Shape& shape : {Shape{8192, 768}, Shape{513, 33}})

@@ -6,6 +6,7 @@
 // The CUDA runtime and cuBLAS calls and the backend classes are stubs (host memory is device
 // memory).
 #pragma once
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -18,6 +19,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "backend_cuda/cuda_host_logic.h"
@@ -51,7 +53,9 @@ inline thread_local dim3 blockDim, gridDim;
 // per thread per barrier: CudaEmu.Kernels went from 215 s of two cores to about 37 s of one
 // under ASan (CI). Not modelled: threads running at the same time (a race that needs true
 // parallelism, e.g. a torn read), warp-synchronous execution (kernels use __syncwarp or the
-// shuffles).
+// shuffles), memory ordering between blocks (__threadfence is a no-op: a block sees all the
+// writes of the blocks run before it). Blocks run in emu_block_order (forward unless a check
+// asks for reversed or shuffled).
 class EmuBarrier {
  public:
   explicit EmuBarrier(unsigned count) : count_(count) {}
@@ -188,9 +192,20 @@ inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], const unsigned (
 
 // __syncwarp: the warp's lanes meet at its barrier (kernels call it warp-uniformly).
 inline void __syncwarp(unsigned = 0xffffffffu) { emu_warp->bar.arrive_and_wait(); }
-// Integer atomics (the embedding gradient's bucketing): real atomics across the block's threads.
+// Integer atomics (the embedding gradient's bucketing, the fast sum_rows' tickets): real atomics
+// across the block's threads.
 inline unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) {
   return std::atomic_ref<unsigned long long>(*p).fetch_add(v);
+}
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+  return std::atomic_ref<unsigned>(*p).fetch_add(v);
+}
+// Memory fences and L2 loads: blocks run one after another (emu_launch), so a block sees every
+// write of the blocks before it; what matters is the order they run in (emu_block_order).
+inline void __threadfence() {}
+template <class T>
+inline T __ldcg(const T* p) {
+  return *p;
 }
 
 #define __global__
@@ -319,12 +334,19 @@ class CudaStream final : public Stream {
   cudaStream_t get() const { return nullptr; }
   int physical_device() const { return 0; }
   cublasHandle_t cublas() { return nullptr; }
+  // backend_cuda/cuda_stream.h's: kStreamSemaphores counters, zero between kernels.
+  unsigned* semaphores() {
+    if (sem.empty()) sem.assign(static_cast<std::size_t>(ditto::cuda::kStreamSemaphores), 0u);
+    return sem.data();
+  }
+  std::vector<unsigned> sem;  // public: the checks read that kernels hand them back at zero
 };
 inline CudaStream& as_cuda(Stream& s, const char*) { return static_cast<CudaStream&>(s); }
 // The typed GEMM's decisions and the fast row sums' split are the real backend's (pure host
 // functions); cuBLASLt is not emulated: blaslt_gemm declines every call, so a fast-mode gemm_ex
 // runs the canonical kernel.
 using ditto::cuda::fast_row_chunks;
+using ditto::cuda::kStreamSemaphores;
 using ditto::cuda::lt_use_tf32;
 using ditto::cuda::RowChunks;
 using ditto::cuda::typed_gemm_supported;
@@ -346,34 +368,51 @@ std::unique_ptr<Kernels> make_cuda_kernels(CudaBackend& backend);
 
 inline long emu_threads_launched = 0;
 
+// The order emu_launch runs a grid's blocks in: forward (blockIdx.y, then x, ascending), reversed,
+// or shuffled (a permutation drawn from emu_block_seed, which each launch advances). A GPU runs
+// them in any order and at once: a kernel whose result may depend on which block finishes last
+// (the fast sum_rows' ticket, Note [CUDA row sums]) is checked under several orders.
+enum class EmuBlockOrder { forward, reversed, shuffled };
+inline EmuBlockOrder emu_block_order = EmuBlockOrder::forward;
+inline unsigned emu_block_seed = 1;
+
 template <class... P, class... A>
 void emu_launch(void (*k)(P...), dim3 grid, dim3 block, A&&... args) {
+  std::vector<std::pair<unsigned, unsigned>> order;
+  order.reserve(std::size_t{grid.x} * grid.y);
   for (unsigned by = 0; by < grid.y; ++by)
-    for (unsigned bx = 0; bx < grid.x; ++bx) {
-      const unsigned n = block.x * block.y;
-      EmuBarrier bar(n);
-      std::vector<std::unique_ptr<EmuWarp>> warps;
-      for (unsigned w = 0; w < n; w += 32)
-        warps.push_back(std::make_unique<EmuWarp>(std::min(32u, n - w)));
-      blockIdx = {bx, by, 0};
-      blockDim = block;
-      gridDim = grid;
-      emu_bar = &bar;
-      struct Ctx {
-        std::vector<std::unique_ptr<EmuWarp>>& lanes;
-        void (*k)(P...);
-        std::tuple<A&...> args;
-      } ctx{warps, k, std::forward_as_tuple(args...)};
-      const auto enter = [](unsigned i, void* c) {
-        emu_warp = static_cast<Ctx*>(c)->lanes[i / 32].get();
-        emu_lane = i % 32;
-        threadIdx = {i % blockDim.x, i / blockDim.x, 0};
-      };
-      const auto body = [](unsigned, void* c) {
-        Ctx& x = *static_cast<Ctx*>(c);
-        std::apply([&](auto&... a) { x.k(a...); }, x.args);
-      };
-      emu_fibers.run(n, enter, body, &ctx, (bx + by) % 2 == 1);
-      emu_threads_launched += n;
+    for (unsigned bx = 0; bx < grid.x; ++bx) order.emplace_back(bx, by);
+  if (emu_block_order == EmuBlockOrder::reversed) std::reverse(order.begin(), order.end());
+  if (emu_block_order == EmuBlockOrder::shuffled)
+    for (std::size_t i = order.size(); i > 1; --i) {  // Fisher-Yates over a 32-bit LCG
+      emu_block_seed = emu_block_seed * 1664525u + 1013904223u;
+      std::swap(order[i - 1], order[(emu_block_seed >> 8) % i]);
     }
+  for (const auto& [bx, by] : order) {
+    const unsigned n = block.x * block.y;
+    EmuBarrier bar(n);
+    std::vector<std::unique_ptr<EmuWarp>> warps;
+    for (unsigned w = 0; w < n; w += 32)
+      warps.push_back(std::make_unique<EmuWarp>(std::min(32u, n - w)));
+    blockIdx = {bx, by, 0};
+    blockDim = block;
+    gridDim = grid;
+    emu_bar = &bar;
+    struct Ctx {
+      std::vector<std::unique_ptr<EmuWarp>>& lanes;
+      void (*k)(P...);
+      std::tuple<A&...> args;
+    } ctx{warps, k, std::forward_as_tuple(args...)};
+    const auto enter = [](unsigned i, void* c) {
+      emu_warp = static_cast<Ctx*>(c)->lanes[i / 32].get();
+      emu_lane = i % 32;
+      threadIdx = {i % blockDim.x, i / blockDim.x, 0};
+    };
+    const auto body = [](unsigned, void* c) {
+      Ctx& x = *static_cast<Ctx*>(c);
+      std::apply([&](auto&... a) { x.k(a...); }, x.args);
+    };
+    emu_fibers.run(n, enter, body, &ctx, (bx + by) % 2 == 1);
+    emu_threads_launched += n;
+  }
 }

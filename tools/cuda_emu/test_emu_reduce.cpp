@@ -16,10 +16,13 @@
 //     and sum_squares' tree over 1 to 600 leaves (block_tree_over: runs of 1, 2, 4 leaves
 //     per thread);
 //   - fast sum_rows / sum_rows_ex split into row chunks (cuda_host_logic.h's fast_row_chunks:
-//     past 512 rows, a second launch adds the chunks' partials): f32, bf16 and f16 x against
-//     the double reference, 512 / 513 rows (one pass / a last chunk of one row), ragged columns,
-//     GPT-2's [8192, 768], beta 0 over an out of NaNs and beta 1, NaN / +-inf / -0 columns, and
-//     the launches' threads (the split's grid);
+//     past 512 rows; the last block of each 32 columns adds the chunks' partials in the same
+//     launch): f32, bf16 and f16 x against the double reference, 512 / 513 rows (one pass / a
+//     last chunk of one row), ragged columns, GPT-2's [8192, 768], beta 0 over an out of NaNs
+//     and beta 1, NaN / +-inf / -0 columns, and the launch's threads (the split's grid); and bit
+//     for bit the two launches' order (the chunks' partials added in ascending chunk order) with
+//     the blocks run forward, reversed and shuffled (emu_block_order: which block finishes
+//     changes, the bits do not), the stream's ticket counters back at zero after each call;
 //   - bitwise sum_sharded (Note [CUDA sharded sum]: the chains over staged tiles) bit for bit
 //     against the simulator: GPT-2's loss shards (8 of 64 with 1024 tokens), 64 shards of 256,
 //     one shard over several stages and exact stage multiples, shards with elements not a power
@@ -31,6 +34,8 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/numerics/float_formats.h"
 #include "core/numerics/gpt_math.h"
@@ -194,12 +199,73 @@ void check_fast_rows(DType xt, DType ot, i64 rows, i64 cols, float beta, unsigne
   }
 }
 
-// The emulated threads of one fast sum_rows over [rows, cols]: the first pass's blocks of 32 x 8
-// threads, then (split) one thread per column in blocks of 256.
+// The emulated threads of one fast sum_rows over [rows, cols]: one launch of blocks of 32 x 8
+// threads, 32 columns by one row chunk each.
 long fast_rows_threads(i64 rows, i64 cols) {
   const auto split = cuda::fast_row_chunks(rows, cols);
-  const long first = long((cols + 31) / 32) * long(split.chunks) * 256;
-  return split.chunks == 1 ? first : first + long((cols + 255) / 256) * 256;
+  return long((cols + 31) / 32) * long(split.chunks) * 256;
+}
+
+// The fast sum_rows' bits as the two launches computed them (Note [CUDA row sums]): per chunk
+// and column, row group g's chain over rows r0 + g, r0 + g + 8, ... from 0.0f, the 8 groups
+// added in order; then the chunks' partials added in ascending chunk order from chunk 0, and
+// finished (beta 0: v; else beta out + v), rounded once into ot.
+Bytes chunk_order_sum(DType xt, DType ot, const Bytes& x, i64 rows, i64 cols, float beta,
+                      const Bytes& out0) {
+  const auto split = cuda::fast_row_chunks(rows, cols);
+  V res(static_cast<std::size_t>(cols));
+  for (i64 c = 0; c < cols; ++c) {
+    float sum = 0.0f;
+    for (i64 k = 0; k < split.chunks; ++k) {
+      const i64 r0 = k * split.chunk_rows, r1 = std::min(rows, r0 + split.chunk_rows);
+      float group[8] = {};
+      for (int g = 0; g < 8; ++g)
+        for (i64 r = r0 + g; r < r1; r += 8)
+          group[g] += elem(xt, x, static_cast<std::size_t>(r * cols + c));
+      float part = group[0];
+      for (int g = 1; g < 8; ++g) part += group[g];
+      sum = k == 0 ? part : sum + part;
+    }
+    res[static_cast<std::size_t>(c)] =
+        beta == 0.0f ? sum : beta * elem(ot, out0, static_cast<std::size_t>(c)) + sum;
+  }
+  return stored(ot, res);
+}
+
+// The one-launch fast sum_rows over [rows, cols] with the emulator running the blocks forward,
+// reversed and shuffled (twice): whichever block draws a column range's last ticket, out's bytes
+// are chunk_order_sum's (the two launches' order), and the stream's semaphores are back at zero
+// after each call (the next call's tickets start from zero).
+void check_fast_rows_orders(DType xt, DType ot, i64 rows, i64 cols, float beta, unsigned& seed) {
+  V xv = inputs(rows * cols, seed++, false);
+  for (float& v : xv) v *= 1e-3f;
+  const Bytes x = stored(xt, xv), out0 = stored(ot, mixed(static_cast<std::size_t>(cols), seed++));
+  const Bytes want = chunk_order_sum(xt, ot, x, rows, cols, beta, out0);
+  const std::string ctx = std::string(dtype_name(xt)) + "->" + dtype_name(ot) + " " +
+                          dims({rows, cols}) + " beta " + std::to_string(beta) + " (" +
+                          std::to_string(cuda::fast_row_chunks(rows, cols).chunks) + " chunks)";
+  const std::pair<EmuBlockOrder, const char*> orders[] = {{EmuBlockOrder::forward, "forward"},
+                                                          {EmuBlockOrder::reversed, "reversed"},
+                                                          {EmuBlockOrder::shuffled, "shuffled"},
+                                                          {EmuBlockOrder::shuffled, "shuffled"}};
+  for (const auto& [order, name] : orders) {
+    Bytes out = out0;
+    emu_block_order = order;
+    if (xt == DType::f32)
+      cudak->sum_rows(cudas, reinterpret_cast<const float*>(x.data()), rows, cols, beta,
+                      reinterpret_cast<float*>(out.data()), Determinism::fast);
+    else
+      cudak->sum_rows_ex(cudas, x.data(), xt, rows, cols, beta, out.data(), ot, Determinism::fast);
+    emu_block_order = EmuBlockOrder::forward;
+    check("sum_rows fast, the chunks' order", want, out, ctx + " blocks " + name);
+    ++checks;
+    if (std::any_of(cudas.sem.begin(), cudas.sem.end(), [](unsigned t) { return t != 0; })) {
+      ++failures;
+      std::printf("FAIL sum_rows fast %s blocks %s: a ticket counter left non-zero\n", ctx.c_str(),
+                  name);
+      std::fill(cudas.sem.begin(), cudas.sem.end(), 0u);
+    }
+  }
 }
 
 }  // namespace
@@ -258,18 +324,26 @@ void check_row_reductions(unsigned& seed) {
       {DType::f16, DType::f16, 1000, 40},  {DType::f16, DType::f32, 777, 100}};
   for (const Fast& f : fast)
     for (float beta : {0.0f, 1.0f}) check_fast_rows(f.xt, f.ot, f.rows, f.cols, beta, seed, true);
-  {  // GPT-2's bias gradients, and the split's launches by their threads: 24 x 43 blocks + 3
+  {  // GPT-2's bias gradients, and the split's one launch by its threads: 24 x 43 blocks
     ++checks;
     const long before = emu_threads_launched;
     check_fast_rows(DType::bf16, DType::bf16, 8192, 768, 0.5f, seed, true);
     const long got = emu_threads_launched - before;
     if (cuda::fast_row_chunks(8192, 768).chunks != 43 || got != fast_rows_threads(8192, 768) ||
-        got != 24L * 43 * 256 + 3 * 256) {
+        got != 24L * 43 * 256) {
       ++failures;
       std::printf("FAIL sum_rows fast 8192x768: %ld emulated threads, expected %ld\n", got,
-                  24L * 43 * 256 + 3 * 256);
+                  24L * 43 * 256);
     }
   }
+  // One launch, the two launches' bits, whatever order the blocks finish in; the tickets reset.
+  for (const Fast& f : std::vector<Fast>{{DType::f32, DType::f32, 1000, 40},
+                                         {DType::f32, DType::f32, 513, 33},
+                                         {DType::bf16, DType::f32, 3000, 70},
+                                         {DType::bf16, DType::bf16, 2000, 100},
+                                         {DType::f16, DType::f16, 777, 100}})
+    for (float beta : {0.0f, 1.0f}) check_fast_rows_orders(f.xt, f.ot, f.rows, f.cols, beta, seed);
+  check_fast_rows_orders(DType::bf16, DType::bf16, 8192, 768, 0.5f, seed);  // GPT-2's 24 x 43
 
   // ---- bitwise sum_sharded: the shards' chains over tiles staged in shared memory
   struct Sharded {
