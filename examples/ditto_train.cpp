@@ -237,6 +237,10 @@ int run(Args& a) {
   if (!c.checkpoint_dir.empty())  // Note [Graceful stop]
     c.stop = train::install_stop_handlers(c.checkpoint_dir, "ditto-train");
   std::optional<train::Trainer> trainer;
+  // Destroyed before the trainer, when the run returns or fails (Note [Graceful stop]).
+  struct RunOver {
+    ~RunOver() { train::disarm_stop_handlers(); }
+  } run_over;
   try {
     trainer.emplace(c, data, cb);       // TrainerConfig's validation and sim::SimRun's
   } catch (const InvalidArgument& e) {  // the settings' checks only: usage errors

@@ -183,6 +183,32 @@ TEST(GracefulStop, AFirstSignalSetsTheFlagTheTrainerWatches) {
   ::sigaction(SIGTERM, &old_term, nullptr);
 }
 
+// Once the run is over, a first signal is recorded without announcing a checkpoint: under
+// mpirun, a rank leaving with its own error (a peer refused its arguments) was SIGTERMed by
+// mpirun ending the job and said "finishing the current step and writing a checkpoint" (ctest
+// Mpi.DittoTrainRankRefusesItsArguments_checkpoint failed now and then on that line).
+TEST(GracefulStop, ASignalAfterTheRunIsOverSetsTheFlagWithoutAnnouncingACheckpoint) {
+  struct sigaction old_int {
+  }, old_term{};
+  ::sigaction(SIGINT, nullptr, &old_int);
+  ::sigaction(SIGTERM, nullptr, &old_term);
+  const std::string dir = fresh_dir("stop_over");
+  const std::atomic<int>* stop = train::install_stop_handlers(dir, "test");
+  const int before = stop->load();  // a previous test's signal stays recorded
+  train::disarm_stop_handlers();
+  testing::internal::CaptureStderr();
+  if (before == 0) std::raise(SIGTERM);  // a first signal (a second would _exit)
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, "");
+  if (before == 0) {
+    EXPECT_EQ(stop->load(), SIGTERM);
+  }
+  // Armed again by the next install: a first signal announces the checkpoint again (checked by
+  // AFirstSignalSetsTheFlagTheTrainerWatches when it runs first).
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+}
+
 TEST(GptRecipe, ConfiguresNanoGptsRunAndNamesFieldsAsTheCallerDoes) {
   train::GptSettings g;
   g.data = DITTO_SHAKESPEARE_TXT;

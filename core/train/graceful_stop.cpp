@@ -12,6 +12,8 @@ namespace ditto::train {
 namespace {
 
 std::atomic<int> g_stop{0};
+// Cleared by disarm_stop_handlers: the run is over, a first signal is recorded silently.
+volatile std::sig_atomic_t g_armed = 1;
 // Set before the handlers are installed; read only by them.
 char g_prog[256];
 char g_latest_path[4096];  // "DIR/latest"
@@ -46,6 +48,7 @@ extern "C" void on_stop_signal(int sig) {
     [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, buf, n);
     ::_exit(128 + sig);
   }
+  if (!g_armed) return;  // the run is over: no step to finish, no checkpoint to announce
   put(": signal received: finishing the current step and writing a checkpoint (send it again "
       "to exit at once)\n");
   [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, buf, n);
@@ -58,6 +61,7 @@ const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
   std::snprintf(g_prog, sizeof g_prog, "%s", prog.c_str());
   std::snprintf(g_checkpoint_dir, sizeof g_checkpoint_dir, "%s", checkpoint_dir.c_str());
   std::snprintf(g_latest_path, sizeof g_latest_path, "%s/latest", checkpoint_dir.c_str());
+  g_armed = 1;
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -69,6 +73,8 @@ const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
   }
   return &g_stop;
 }
+
+void disarm_stop_handlers() { g_armed = 0; }
 
 int stop_signal() { return g_stop.load(); }
 

@@ -11,6 +11,10 @@
 // open/read/write only, all async-signal-safe), or none. (GNU `timeout -s TERM` signals the
 // process and then its group, so a run under it gets two SIGTERMs at once.) Without a
 // checkpoint directory there is nothing to keep: install no handlers (the process ends at once).
+// Once the run is over (it finished, stopped or failed, and the program is on its way out:
+// disarm_stop_handlers), a first signal is recorded without a word, since no step is left to
+// finish: mpirun ending a failed job SIGTERMs the ranks that are already leaving with their own
+// error, which then said "finishing the current step and writing a checkpoint".
 #pragma once
 
 #include <atomic>
@@ -27,6 +31,11 @@ namespace ditto::train {
 /// handlers at the new directory).
 const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
                                               const std::string& prog);
+
+/// The run is over (Note [Graceful stop]): from now on a first SIGINT or SIGTERM only sets the
+/// flag, writing nothing (the program goes on leaving with its own status); a second still exits
+/// at once, as before. install_stop_handlers arms them again. Async-signal-safe.
+void disarm_stop_handlers();
 
 /// The signal that stopped the run (SIGINT or SIGTERM), 0 when none arrived.
 int stop_signal();
