@@ -167,11 +167,28 @@ TEST(CsvDataSource, SetNumClassesGivesMoreOutputsThanTheLabelsNeed) {
                  "is 2), got 2");
 }
 
+// The process's SIGINT and SIGTERM dispositions, restored when it goes (install_stop_handlers
+// replaces them).
+class SavedStopSignals {
+ public:
+  SavedStopSignals() {
+    ::sigaction(SIGINT, nullptr, &int_);
+    ::sigaction(SIGTERM, nullptr, &term_);
+  }
+  ~SavedStopSignals() {
+    ::sigaction(SIGINT, &int_, nullptr);
+    ::sigaction(SIGTERM, &term_, nullptr);
+  }
+  SavedStopSignals(const SavedStopSignals&) = delete;
+  SavedStopSignals& operator=(const SavedStopSignals&) = delete;
+
+ private:
+  struct sigaction int_ {
+  }, term_{};
+};
+
 TEST(GracefulStop, AFirstSignalSetsTheFlagTheTrainerWatches) {
-  struct sigaction old_int {
-  }, old_term{};
-  ::sigaction(SIGINT, nullptr, &old_int);
-  ::sigaction(SIGTERM, nullptr, &old_term);
+  const SavedStopSignals saved;
   const std::string dir = fresh_dir("stop");
   const std::atomic<int>* stop = train::install_stop_handlers(dir, "test");
   EXPECT_EQ(stop->load(), 0);
@@ -179,8 +196,6 @@ TEST(GracefulStop, AFirstSignalSetsTheFlagTheTrainerWatches) {
   std::raise(SIGTERM);  // the first: finish the step (the second would _exit)
   EXPECT_EQ(stop->load(), SIGTERM);
   EXPECT_STREQ(train::stop_signal_name(train::stop_signal()), "SIGTERM");
-  ::sigaction(SIGINT, &old_int, nullptr);
-  ::sigaction(SIGTERM, &old_term, nullptr);
 }
 
 // Once the run is over, a first signal is recorded without announcing a checkpoint: under
@@ -188,10 +203,7 @@ TEST(GracefulStop, AFirstSignalSetsTheFlagTheTrainerWatches) {
 // mpirun ending the job and said "finishing the current step and writing a checkpoint" (ctest
 // Mpi.DittoTrainRankRefusesItsArguments_checkpoint failed now and then on that line).
 TEST(GracefulStop, ASignalAfterTheRunIsOverSetsTheFlagWithoutAnnouncingACheckpoint) {
-  struct sigaction old_int {
-  }, old_term{};
-  ::sigaction(SIGINT, nullptr, &old_int);
-  ::sigaction(SIGTERM, nullptr, &old_term);
+  const SavedStopSignals saved;
   const std::string dir = fresh_dir("stop_over");
   const std::atomic<int>* stop = train::install_stop_handlers(dir, "test");
   const int before = stop->load();  // a previous test's signal stays recorded
@@ -205,8 +217,6 @@ TEST(GracefulStop, ASignalAfterTheRunIsOverSetsTheFlagWithoutAnnouncingACheckpoi
   }
   // Armed again by the next install: a first signal announces the checkpoint again (checked by
   // AFirstSignalSetsTheFlagTheTrainerWatches when it runs first).
-  ::sigaction(SIGINT, &old_int, nullptr);
-  ::sigaction(SIGTERM, &old_term, nullptr);
 }
 
 TEST(GptRecipe, ConfiguresNanoGptsRunAndNamesFieldsAsTheCallerDoes) {
