@@ -102,6 +102,19 @@ void both(const char* what, const std::string& ctx, std::vector<Buf> state, F f)
     check(what, s1[i], s2[i], ctx + " buf" + std::to_string(i));
 }
 
+// Runs f(), a part of a suite that checks as it goes; an exception it throws (an error of a
+// kernel or of the part's own set-up) counts as one failed check, "FAIL <what>: <error>".
+template <class F>
+void guarded(const std::string& what, F f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    ++checks;
+    ++failures;
+    std::printf("FAIL %s: %s\n", what.c_str(), e.what());
+  }
+}
+
 /// A case's sizes for its messages: dims({2, 3, 7}) is "2x3x7".
 inline std::string dims(std::initializer_list<i64> d) {
   std::string s;

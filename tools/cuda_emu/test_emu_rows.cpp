@@ -412,27 +412,14 @@ void check_dropout_ex(DType t, unsigned& seed) {
 void check_typed_rows(unsigned& seed) {
   for (DType t : {DType::bf16, DType::f16}) {
     for (auto* part : {check_embedding_ex, check_embedding_backward_ex, check_layernorm_ex,
-                       check_gelu_ex, check_cross_entropy_ex, check_dropout_ex}) {
-      try {
-        part(t, seed);
-      } catch (const std::exception& e) {
-        ++checks;
-        ++failures;
-        std::printf("FAIL typed rows %s: %s\n", dtype_name(t), e.what());
-      }
-    }
+                       check_gelu_ex, check_cross_entropy_ex, check_dropout_ex})
+      guarded(std::string("typed rows ") + dtype_name(t), [&] { part(t, seed); });
   }
   // layernorm_backward_add on f32, bf16, f16; has_layernorm_backward_add: those on CUDA, none
   // on the simulator's real run.
-  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
-    try {
-      check_layernorm_backward_add(t, seed);
-    } catch (const std::exception& e) {
-      ++checks;
-      ++failures;
-      std::printf("FAIL layernorm_backward_add %s: %s\n", dtype_name(t), e.what());
-    }
-  }
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
+    guarded(std::string("layernorm_backward_add ") + dtype_name(t),
+            [&] { check_layernorm_backward_add(t, seed); });
   ++checks;
   if (!cudak->has_layernorm_backward_add(DType::f32) ||
       !cudak->has_layernorm_backward_add(DType::bf16) ||
