@@ -34,7 +34,10 @@ class GradWriter : public nn::Module {
       : rank_(rank), grad_dtype_(grad_dtype) {
     for (std::size_t i = 0; i < params.size(); ++i) {
       auto p = std::make_unique<nn::Parameter>();
-      p->name = "p" + std::to_string(i);
+      // 'p' then the index; "p" + std::to_string(i) trips GCC 12's -Wrestrict false positive
+      // (PR105329).
+      p->name = std::to_string(i);
+      p->name.insert(p->name.begin(), 'p');
       p->data = Tensor::zeros({params[i].first}, params[i].second, d);
       params_.push_back(std::move(p));
     }
