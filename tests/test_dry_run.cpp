@@ -407,10 +407,10 @@ TEST(DryRunTrainer, OptimizerAndClipTakeTheCudaMultiTensorPath) {
     EXPECT_DOUBLE_EQ(fm.bytes, 2 * 4 * elements);
     EXPECT_EQ(r.count("fill_multi / memory"), 0u);
     // The other CUDA paths (SameVirtualTimeAndPeakMemoryAsARealRun) aside.
-    expect_same_rows_but(
-        real, dry,
-        {"adam_step", "sum_squares", "scale", "copy_d2h", "gemm", "add_bias", "attention_backward",
-         "embedding_backward", "layernorm_backward", "sum_inputs", "fill_f32"});
+    expect_same_rows_but(real, dry,
+                         {"adam_step", "sum_squares", "scale", "copy_d2h", "gemm", "add_bias",
+                          "attention_backward", "embedding_backward", "layernorm_backward",
+                          "sum_inputs", "fill_f32", "gelu_forward", "gelu_backward"});
     EXPECT_EQ(
         d.count("adam_step / memory") + d.count("sum_squares / memory") + d.count("scale / memory"),
         0u);

@@ -98,6 +98,7 @@ void expect_near(const Tensor& a, const Tensor& b, float tol, const std::string&
 struct MlpRun {
   Tensor y, dx;
   std::vector<Tensor> grads;
+  std::vector<std::string> hooked;  // the grad-ready hook's parameters, in order
 };
 MlpRun mlp_run(Determinism mode) {
   const nn::GPTConfig cfg{
@@ -106,6 +107,7 @@ MlpRun mlp_run(Determinism mode) {
   mlp.set_determinism(mode);
   mlp.set_micro_shards({0, 1, 2});
   MlpRun r;
+  mlp.set_grad_ready_hook([&](nn::Parameter& p) { r.hooked.push_back(p.name); });
   r.y = mlp.forward(input({2, 5, 16}, 1));
   r.dx = mlp.backward(input({2, 5, 16}, 2));
   for (nn::Parameter* p : mlp.parameters()) r.grads.push_back(p->grad);
@@ -113,7 +115,8 @@ MlpRun mlp_run(Determinism mode) {
 }
 
 // Fast mode with the capability: c_fc is one gelu_aux_bias GEMM and c_proj's input gradient one
-// dgelu GEMM, no GELU launch, and the output and every gradient equal the unfused run's (the
+// dgelu GEMM, no GELU launch, the grad-ready hook sees the parameters in the unfused order, and
+// the output and every gradient equal the unfused run's (the
 // probe's epilogues are the simulator's kernels: the same values, within a tolerance stated for
 // a backend that fuses). Without the capability, or in bitwise mode with it, the unfused path.
 TEST_F(GemmGelu, MlpFusesTheGeluOnlyInFastModeWhereTheBackendSaysSo) {
@@ -138,6 +141,8 @@ TEST_F(GemmGelu, MlpFusesTheGeluOnlyInFastModeWhereTheBackendSaysSo) {
   ASSERT_EQ(fused.grads.size(), 4u);
   for (std::size_t i = 0; i < fused.grads.size(); ++i)
     expect_near(fused.grads[i], plain.grads[i], 1e-6f, "grad " + std::to_string(i));
+  EXPECT_EQ(fused.hooked, plain.hooked);  // c_proj's, then c_fc's, as backward_chain reports
+  EXPECT_EQ(plain.hooked.size(), 4u);
 
   k.reset();  // bitwise: never the epilogues, whatever the backend says
   const MlpRun bitwise = mlp_run(Determinism::bitwise);
@@ -148,8 +153,8 @@ TEST_F(GemmGelu, MlpFusesTheGeluOnlyInFastModeWhereTheBackendSaysSo) {
 }
 
 // A GPT step (2 layers, dropout) in fast mode takes the epilogues in every block and has the
-// unfused step's loss and gradients; the grad-ready hook sees every parameter once, in the
-// unfused order.
+// unfused step's loss and gradients; the model's grad-ready hook sees every parameter once, in
+// the unfused order.
 TEST_F(GemmGelu, GptStepWithTheEpiloguesHasTheUnfusedLossAndGradients) {
   GeluProbeKernels& k = probe();
   const nn::GPTConfig cfg{

@@ -202,8 +202,8 @@ float widen_at(DType t, const Bytes& b, i64 i) {
 // times the plain GEMM's product; both against a double reference (of the stored aux and
 // product) within C's rounding (half an ulp: 2^-8 bf16, 2^-11 f16; 2^-25 in f16's subnormals)
 // and 2e-6 (1 + |aux|) of ditto's f32 GELU (its portable tanh), for f32, bf16, f16, padded row
-// strides (their padding untouched), in fast mode (has_gemm_gelu_epilogue: the probe stub says
-// tanh) and bitwise.
+// strides, aux's other than C's (their padding untouched), in fast mode (has_gemm_gelu_epilogue:
+// the probe stub says tanh) and bitwise.
 void check_gelu_epilogues(unsigned& seed) {
   auto gelu = [](double x) {
     return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
@@ -236,11 +236,11 @@ void check_gelu_epilogues(unsigned& seed) {
                                    : bias   ? " gelu_aux_bias"
                                             : " gelu_aux") +
                                   (mode == Determinism::fast ? " fast" : " bitwise");
-          const i64 ld = z.N + z.pad;
+          const i64 ld = z.N + z.pad, la = z.N + 2 * z.pad + 1;  // C's and aux's row strides
           const Stored A = uniform_stored(t, z.M * z.K, seed++);
           const Stored B = uniform_stored(t, z.N * z.K, seed++);
           const Stored Bias = uniform_stored(t, z.N, seed++);
-          Stored Aux = uniform_stored(t, z.M * ld, seed++);  // dgelu's pre-GELU
+          Stored Aux = uniform_stored(t, z.M * la, seed++);  // dgelu's pre-GELU
           Bytes C = uniform_stored(t, z.M * ld, seed++).bytes, plain = C;
           const Bytes aux_in = Aux.bytes, c_in = C;
           GemmExArgs g;
@@ -257,7 +257,7 @@ void check_gelu_epilogues(unsigned& seed) {
           p.epilogue = bias ? GemmEpilogue::bias : GemmEpilogue::none;
           g.C = C.data();
           g.epilogue = backward ? GemmEpilogue::dgelu : GemmEpilogue::gelu_aux_bias;
-          g.aux = Aux.bytes.data(), g.ld_aux = ld;
+          g.aux = Aux.bytes.data(), g.ld_aux = la;
           try {
             cudak->gemm_ex(cudas, p);
             cudak->gemm_ex(cudas, g);
@@ -269,11 +269,12 @@ void check_gelu_epilogues(unsigned& seed) {
           ++checks;
           int bad = 0;
           for (i64 m = 0; m < z.M && bad == 0; ++m)
-            for (i64 n = 0; n < ld && bad == 0; ++n) {
-              const i64 i = m * ld + n;
-              const double c = widen_at(t, C, i), a = widen_at(t, Aux.bytes, i);
+            for (i64 n = 0; n < la && bad == 0; ++n) {
+              const i64 i = m * ld + n, ia = m * la + n;
+              const double a = widen_at(t, Aux.bytes, ia);
+              const double c = n < ld ? widen_at(t, C, i) : 0.0;
               if (n >= z.N) {  // padding: untouched
-                if (c != widen_at(t, c_in, i) || a != widen_at(t, aux_in, i)) {
+                if ((n < ld && c != widen_at(t, c_in, i)) || a != widen_at(t, aux_in, ia)) {
                   bad = 1;
                   std::printf("FAIL gelu epilogue %s: padding (%lld, %lld) written\n", ctx.c_str(),
                               static_cast<long long>(m), static_cast<long long>(n));
@@ -288,7 +289,7 @@ void check_gelu_epilogues(unsigned& seed) {
                             prod);
                 continue;
               }
-              if (backward && a != widen_at(t, aux_in, i)) {
+              if (backward && a != widen_at(t, aux_in, ia)) {
                 bad = 1;
                 std::printf("FAIL gelu epilogue %s: dgelu wrote aux\n", ctx.c_str());
                 continue;
