@@ -4,13 +4,16 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "backend_cuda/cublas_lazy.h"
+#include "backend_cuda/cuda_backend.h"
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_host_logic.h"
 #include "backend_cuda/cuda_stream.h"
@@ -92,17 +95,35 @@ LtEntry make_entry(const CublasLtApi& api, cublasLtHandle_t h, const GemmExArgs&
                                                    sizeof(op_second)),
                      where);
   const cudaDataType_t ab = cuda_type(g.a_type), c = cuda_type(g.c_type);
-  if (g.epilogue == GemmEpilogue::bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+  if (g.epilogue != GemmEpilogue::none) {
+    const bool bias = g.epilogue == GemmEpilogue::bias ||
+                      (g.epilogue == GemmEpilogue::gelu_aux_bias && g.bias != nullptr);
+    const cublasLtEpilogue_t epi =
+        g.epilogue == GemmEpilogue::bias ? CUBLASLT_EPILOGUE_BIAS
+        : g.epilogue == GemmEpilogue::dgelu
+            ? CUBLASLT_EPILOGUE_DGELU
+            : (bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX);
     DITTO_CUBLAS_CHECK(
         api.matmul_desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)),
         where);
-    DITTO_CUBLAS_CHECK(api.matmul_desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                     &g.bias, sizeof(g.bias)),
-                       where);
-    DITTO_CUBLAS_CHECK(
-        api.matmul_desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c, sizeof(c)),
-        where);
+    if (bias) {
+      DITTO_CUBLAS_CHECK(api.matmul_desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                       &g.bias, sizeof(g.bias)),
+                         where);
+      DITTO_CUBLAS_CHECK(
+          api.matmul_desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c, sizeof(c)),
+          where);
+    }
+    if (g.epilogue != GemmEpilogue::bias) {  // the GELU input matrix, of C's type (the default
+      // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, left unset: setting it is for fp8 outputs)
+      DITTO_CUBLAS_CHECK(
+          api.matmul_desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux,
+                                        sizeof(g.aux)),
+          where);
+      DITTO_CUBLAS_CHECK(api.matmul_desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+                                                       &g.ld_aux, sizeof(g.ld_aux)),
+                         where);
+    }
   } else if (other != CUBLASLT_EPILOGUE_DEFAULT) {
     DITTO_CUBLAS_CHECK(
         api.matmul_desc_set_attribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &other, sizeof(other)),
@@ -168,7 +189,9 @@ LtCacheStats blaslt_cache_stats(CudaStream& s) {
 
 bool blaslt_gemm(CudaStream& s, const GemmExArgs& g, bool tf32, const std::string& where) {
   const LtGemmPlan p = lt_gemm_plan(g.trans_a, g.trans_b, g.M, g.N, g.K, g.lda, g.ldb, g.ldc);
-  if (!lt_plan_valid(p) || !typed_gemm_supported(g.a_type, g.b_type, g.c_type)) return false;
+  if (!lt_plan_valid(p) || !typed_gemm_supported(g.a_type, g.b_type, g.c_type) ||
+      !lt_epilogue_valid(g))
+    return false;
   cublasLtHandle_t h = s.cublaslt();  // loads cuBLASLt (Note [Lazy cuBLAS])
   const CublasLtApi& api = cublaslt_api();
   LtDescCache& cache = s.lt_cache(make_lt_desc_cache);
@@ -176,10 +199,16 @@ bool blaslt_gemm(CudaStream& s, const GemmExArgs& g, bool tf32, const std::strin
   const LtGemmKey key = lt_gemm_key(g, tf32);
   LtEntry* e = cache.lru.find(key);
   if (!e) e = &cache.lru.insert(key, make_entry(api, h, g, p, tf32, where));
-  if (!e->has_algo) return false;        // the caller's kernel runs
-  if (g.epilogue == GemmEpilogue::bias)  // this call's bias (a cached descriptor keeps the last)
+  if (!e->has_algo) return false;  // the caller's kernel runs
+  // This call's bias and aux (a cached descriptor keeps the last call's).
+  if (g.epilogue == GemmEpilogue::bias ||
+      (g.epilogue == GemmEpilogue::gelu_aux_bias && g.bias != nullptr))
     DITTO_CUBLAS_CHECK(api.matmul_desc_set_attribute(e->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                      &g.bias, sizeof(g.bias)),
+                       where);
+  if (g.epilogue == GemmEpilogue::gelu_aux_bias || g.epilogue == GemmEpilogue::dgelu)
+    DITTO_CUBLAS_CHECK(api.matmul_desc_set_attribute(
+                           e->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)),
                        where);
   DITTO_CUBLAS_CHECK(
       api.matmul(h, e->op, &g.alpha, g.B, e->first, g.A, e->second, &g.beta, g.C, e->out, g.C,
@@ -209,6 +238,47 @@ void blaslt_gelu_epilogue(CudaStream& s, const float* x, const float* eye, float
       api.matmul(h, e.op, &g.alpha, g.B, e.first, g.A, e.second, &g.beta, g.C, e.out, g.C, e.out,
                  &e.algo, s.workspace(), CudaStream::kCublasWorkspaceBytes, s.get()),
       where);
+}
+
+GeluForm blaslt_gelu_epilogue_form(CudaBackend& be, int index) {
+  const std::int64_t rows = kGeluProbeRows, cols = kGeluProbeCols;
+  const std::vector<float> x = gelu_probe_inputs(rows * cols);
+  std::vector<float> eye(static_cast<std::size_t>(cols * cols), 0.0f), d(x.size());
+  for (std::int64_t i = 0; i < cols; ++i) eye[static_cast<std::size_t>(i * cols + i)] = 1.0f;
+  struct Buffer {  // freed on every path
+    CudaBackend& be;
+    int index;
+    std::size_t bytes;
+    void* p = be.allocate(index, bytes);
+    ~Buffer() { be.deallocate(index, p, bytes); }
+  };
+  Buffer dx{be, index, x.size() * 4}, de{be, index, eye.size() * 4}, dd{be, index, d.size() * 4};
+  CudaStream& s = be.cuda_stream(index);
+  be.copy_from_host(s, dx.p, x.data(), dx.bytes);
+  be.copy_from_host(s, de.p, eye.data(), de.bytes);
+  {
+    const DeviceGuard guard(be.physical_device(index));
+    blaslt_gelu_epilogue(s, static_cast<const float*>(dx.p), static_cast<const float*>(de.p),
+                         static_cast<float*>(dd.p), rows, be.where(index) + " GELU epilogue probe");
+  }
+  be.copy_to_host(s, d.data(), dd.p, dd.bytes);
+  s.synchronize();
+  return gelu_epilogue_form(x, d);
+}
+
+bool blaslt_gelu_epilogue_is_tanh(CudaBackend& be) {
+  std::vector<int> probed;  // physical GPUs
+  for (int i = 0; i < be.device_count(); ++i) {
+    const int gpu = be.physical_device(i);
+    if (std::find(probed.begin(), probed.end(), gpu) != probed.end()) continue;
+    probed.push_back(gpu);
+    try {
+      if (blaslt_gelu_epilogue_form(be, i) != GeluForm::tanh) return false;
+    } catch (const Error&) {  // no algorithm, a failing call, no memory: the unfused path
+      return false;
+    }
+  }
+  return !probed.empty();
 }
 
 }  // namespace ditto::cuda

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "backend_cuda/cuda_host_logic.h"
 #include "core/runtime/backend.h"
 
 namespace ditto::cuda {
@@ -17,14 +18,19 @@ class CudaStream;
 
 /// Enqueues g (checked by core; typed_gemm_supported dtypes) on `s` as one cublasLtMatmul and
 /// returns true, or returns false having enqueued nothing when cuBLASLt cannot take it
-/// (lt_plan_valid fails: K == 0 or strides it refuses; no algorithm from
+/// (lt_plan_valid fails: K == 0 or strides it refuses; lt_epilogue_valid fails: a GELU
+/// epilogue's aux stride or alignment cuBLASLt refuses; no algorithm from
 /// cublasLtMatmulAlgoGetHeuristic for these types, layouts and alignments): the caller then runs
 /// its own kernel. `tf32`: f32 operands on TF32 tensor cores (lt_use_tf32). A failing cuBLASLt
 /// call throws BackendError naming `where` and the call.
 /// The matmul descriptor, the three layouts and the heuristic's algorithm of each call are
 /// cached per stream (CudaStream::lt_cache) under lt_gemm_key(g, tf32) (cuda_host_logic.h), an
 /// LRU of kLtCacheEntries entries: a repeated call (every training step's GEMMs after the first)
-/// only sets the bias pointer and calls cublasLtMatmul. A key without an algorithm is cached too.
+/// only sets the bias (and aux) pointer and calls cublasLtMatmul. GemmEpilogue::gelu_aux_bias
+/// and dgelu run as CUBLASLT_EPILOGUE_GELU_AUX_BIAS (GELU_AUX without a bias) and
+/// CUBLASLT_EPILOGUE_DGELU with the aux
+/// matrix as CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER / _AUX_LD (its type C's). A key without an
+/// algorithm is cached too.
 bool blaslt_gemm(CudaStream& s, const GemmExArgs& g, bool tf32, const std::string& where);
 
 /// Counters of a stream's descriptor cache (for tests): lookups that found their key, lookups
@@ -47,5 +53,20 @@ inline constexpr std::int64_t kGeluProbeCols = 16;
 /// rows < 1, BackendError naming `where` when cuBLASLt fails or has no algorithm for it.
 void blaslt_gelu_epilogue(CudaStream& s, const float* x, const float* eye, float* d,
                           std::int64_t rows, const std::string& where);
+
+class CudaBackend;
+
+/// blaslt_gelu_epilogue on logical device `index` of `be` (on its stream, waited for) over
+/// kGeluProbeRows x kGeluProbeCols inputs gelu_probe_inputs(...), and which form its outputs are
+/// (gelu_epilogue_form, cuda_host_logic.h). Throws BackendError / OutOfMemory as the calls it
+/// makes.
+GeluForm blaslt_gelu_epilogue_form(CudaBackend& be, int index);
+
+/// Whether cuBLASLt's GELU epilogue is the tanh form on every GPU of `be`: the probe
+/// (blaslt_gelu_epilogue_form) once on each physical GPU, on the first logical device on it;
+/// false at the first GPU whose answer is erf or other, or whose probe throws (no algorithm, a
+/// failing call: then the unfused path runs), and for a backend without devices. Kernels::
+/// has_gemm_gelu_epilogue caches the answer (one probe per GPU per backend).
+bool blaslt_gelu_epilogue_is_tanh(CudaBackend& be);
 
 }  // namespace ditto::cuda

@@ -41,6 +41,9 @@
 //                       write and re-read) or the add's launch. No extra instantiation (a
 //                       run-time null pointer without it).
 //   gelu_*              16 bytes per thread (4 f32, 8 bf16 / f16) where aligned, a scalar tail.
+//                       gelu_epilogue (gemm_ex's GELU epilogues where cuBLASLt does not take
+//                       them: launch_gelu_epilogue) a thread per element of a strided [M, N],
+//                       the same element functions; f32, bf16, f16 (6 instantiations).
 //   typed (*_ex)        embedding_forward(_backward), layernorm_*, gelu_*,
 //                       cross_entropy(_backward) and dropout_* (cuda_kernels_gpt.cu) on bf16 /
 //                       f16 (Note [Mixed precision]):
@@ -484,6 +487,21 @@ __global__ void gelu_backward_kernel(const E* x, const E* gy, E* gx, i64 n) {
     st_elem(gx, i, gpt::gelu_grad<true>(ld_elem(x, i), ld_elem(gy, i)));
 }
 
+// Kernels::gemm_ex's GELU epilogues where cuBLASLt does not run them (launch_gelu_epilogue): over
+// a row-major [M, N] c (row stride ldc) and aux (ld_aux), c = gelu(aux), or with Backward c =
+// gelu_grad(aux, c): the element functions of gelu_forward_kernel and gelu_backward_kernel.
+template <class E, bool Backward>
+__global__ void gelu_epilogue_kernel(const E* aux, i64 ld_aux, E* c, i64 ldc, i64 M, i64 N) {
+  for (i64 i = global_thread(); i < M * N; i += grid_threads()) {
+    const i64 m = i / N, n = i % N;
+    const float a = ld_elem(aux, m * ld_aux + n);
+    if constexpr (Backward)
+      st_elem(c, m * ldc + n, gpt::gelu_grad<true>(a, ld_elem(c, m * ldc + n)));
+    else
+      st_elem(c, m * ldc + n, gpt::gelu<true>(a));
+  }
+}
+
 // ---- softmax cross-entropy ---------------------------------------------------------------------
 // A warp per row (Note [CUDA fused kernels]): the row max as canonical::softmax_stats folds it
 // (the first element, lowest index, attaining the maximum; NaN skipped) from per-lane folds
@@ -593,6 +611,27 @@ void launch_cross_entropy_backward(const Launch& l, const float* logits, const i
                                    i64 rows, i64 classes, const float* grad_loss, float scale,
                                    float* grad_logits) {
   cross_entropy_backward_rows_kernel<float><<<blocks_for(rows, kCeWarps), kCeWarps * 32, 0, l.get()>>>(logits, targets, rows, classes, grad_loss, scale, grad_logits);
+  l.check();
+}
+
+// ---- the GELU epilogues of gemm_ex, unfused (CudaKernels::gemm_ex, cuda_kernels.cu) -------------
+
+void launch_gelu_epilogue(const Launch& l, DType t, bool backward, i64 M, i64 N, const void* aux,
+                          i64 ld_aux, void* c, i64 ldc) {
+  if (M <= 0 || N <= 0) return;
+  auto run = [&](auto e) {
+    using E = decltype(e);
+    const auto* a = static_cast<const E*>(aux);
+    auto* d = static_cast<E*>(c);
+    if (backward)
+      gelu_epilogue_kernel<E, true><<<blocks_for(M * N), kThreads, 0, l.get()>>>(a, ld_aux, d, ldc, M, N);
+    else
+      gelu_epilogue_kernel<E, false><<<blocks_for(M * N), kThreads, 0, l.get()>>>(a, ld_aux, d, ldc, M, N);
+  };
+  if (t == DType::f32)
+    run(float{});
+  else
+    with_storage(t, run);
   l.check();
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <list>
@@ -15,6 +16,7 @@
 
 #include "core/base/error.h"
 #include "core/comm/communicator.h"
+#include "core/numerics/gpt_math.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/dtype.h"
 
@@ -286,14 +288,79 @@ constexpr std::uint32_t lt_alignment(std::uintptr_t address) {
   return a;
 }
 
+// ---- the GELU epilogues (Kernels::has_gemm_gelu_epilogue; cuda_kernels.cu, cuda_blaslt.cpp) ----
+
+/// Whether gemm_ex may take GemmEpilogue::gelu_aux_bias / dgelu for A, B, C, bias and aux of
+/// dtype `t` in `mode` (has_gemm_gelu_epilogue, before the probe's answer): fast mode only
+/// (bitwise keeps the separate GEMM and GELU kernels and their bits), t among the typed GEMM's
+/// storage dtypes (f32, bf16, f16: the GELU input matrix has the output's type, cuBLASLt's
+/// default for CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE outside fp8).
+constexpr bool gemm_gelu_epilogue_supported(DType t, Determinism mode) {
+  return mode == Determinism::fast && typed_gemm_supported(t, t, t);
+}
+
+/// Whether cuBLASLt can take g's epilogue operands. With gelu_aux_bias or dgelu: an aux matrix
+/// whose leading dimension is a multiple of 8 and at least the output's rows (cublasLt.h,
+/// CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD: "Must be divisible by 8 and be no less than the number
+/// of rows in the output matrix"; the column-major output's rows are ditto's N), at a 16-byte
+/// aligned address (cuBLASLt derives the alignment it assumes of the aux pointer from its value
+/// and has no preference to lower it; llm.c's matmul_cublaslt requires 16 bytes of every
+/// pointer). Other epilogues: true. Where false the backend runs the unfused GEMM and its GELU
+/// kernel (GPT-2's 4C = 3072 columns pass; a width not a multiple of 8 takes the kernel).
+inline bool lt_epilogue_valid(const GemmExArgs& g) {
+  if (g.epilogue != GemmEpilogue::gelu_aux_bias && g.epilogue != GemmEpilogue::dgelu) return true;
+  const auto aux = reinterpret_cast<std::uintptr_t>(g.aux);
+  return aux != 0 && aux % 16 == 0 && g.ld_aux % 8 == 0 && g.ld_aux >= g.N;
+}
+
+/// Rows of the probe's matrices (blaslt_gelu_epilogue: [rows, kGeluProbeCols], 2048 values).
+inline constexpr std::int64_t kGeluProbeRows = 128;
+/// The probe's inputs span [-kGeluProbeRange, kGeluProbeRange]: the tanh and the erf form
+/// differ by up to 4.7e-4 there (near x = -2.7) and agree to 1e-8 at its ends.
+inline constexpr float kGeluProbeRange = 6.0f;
+/// Largest |d - gelu(x)| the probe accepts of a form, a quarter of the largest gap between the
+/// two forms on the probe's range: a GELU within it of one form is 3.5e-4 from the other.
+inline constexpr double kGeluProbeTolerance = 1.0e-4;
+
+/// The probe's n inputs: x[i] = -range + 2 range i / (n - 1), i = 0..n-1 (n >= 2).
+inline std::vector<float> gelu_probe_inputs(std::int64_t n) {
+  std::vector<float> x(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    x[i] = -kGeluProbeRange +
+           2.0f * kGeluProbeRange * static_cast<float>(i) / static_cast<float>(x.size() - 1);
+  return x;
+}
+
+/// GELU's erf form (torch.nn.GELU(), nanoGPT's): 0.5 x (1 + erf(x / sqrt(2))), in double.
+inline double gelu_erf(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+
+/// Which GELU a probe's outputs d (of inputs x) are: tanh when every |d[i] - gpt::gelu(x[i])|
+/// (ditto's tanh form, f32: the unfused kernels' function) is at most kGeluProbeTolerance; erf
+/// when every |d[i] - gelu_erf(x[i])| is; other when neither (or d has a NaN, or the sizes
+/// differ, or there are no values). The tolerance is under half the two forms' gap, so at most
+/// one holds.
+enum class GeluForm : std::uint8_t { tanh, erf, other };
+inline GeluForm gelu_epilogue_form(const std::vector<float>& x, const std::vector<float>& d) {
+  if (x.empty() || x.size() != d.size()) return GeluForm::other;
+  bool tanh = true, erf = true;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double v = d[i];
+    tanh = tanh && std::fabs(v - static_cast<double>(gpt::gelu(x[i]))) <= kGeluProbeTolerance;
+    erf = erf && std::fabs(v - gelu_erf(x[i])) <= kGeluProbeTolerance;
+  }
+  return tanh ? GeluForm::tanh : erf ? GeluForm::erf : GeluForm::other;
+}
+
 // ---- cuBLASLt descriptor cache (cuda_blaslt.cpp) -----------------------------------------------
 
 /// What the descriptors of one cuBLASLt typed GEMM depend on (the matmul descriptor, the three
 /// layouts, the preference and the heuristic's algorithm; cuda_blaslt.cpp caches them per stream
 /// under this key): transposes, sizes, row strides, storage dtypes, epilogue, compute type (TF32
-/// or strict), and the alignment cuBLASLt may assume of A, B and C (lt_alignment: the heuristic's
-/// choice depends on it). Not the pointers themselves, alpha or beta: those are passed per call
-/// (the bias pointer is set on the cached descriptor before each call).
+/// or strict), the alignment cuBLASLt may assume of A, B and C (lt_alignment: the heuristic's
+/// choice depends on it), and with a GELU epilogue the aux matrix's row stride and alignment
+/// (and, forward, whether it has a bias).
+/// Not the pointers themselves, alpha or beta: those are passed per call (the bias and aux
+/// pointers are set on the cached descriptor before each call).
 struct LtGemmKey {
   bool trans_a = false, trans_b = false;
   std::int64_t M = 0, N = 0, K = 0, lda = 0, ldb = 0, ldc = 0;
@@ -301,6 +368,9 @@ struct LtGemmKey {
   int epilogue = 0;  ///< GemmEpilogue's value
   bool tf32 = false;
   std::uint32_t align_a = 0, align_b = 0, align_c = 0;
+  bool bias = false;            ///< gelu_aux_bias: with a bias (CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+  std::int64_t ld_aux = 0;      ///< the GELU epilogues' aux row stride (else 0)
+  std::uint32_t align_aux = 0;  ///< and its alignment (else 0)
   friend bool operator==(const LtGemmKey&, const LtGemmKey&) = default;
 };
 
@@ -316,6 +386,11 @@ inline LtGemmKey lt_gemm_key(const GemmExArgs& g, bool tf32) {
   k.align_a = lt_alignment(reinterpret_cast<std::uintptr_t>(g.A));
   k.align_b = lt_alignment(reinterpret_cast<std::uintptr_t>(g.B));
   k.align_c = lt_alignment(reinterpret_cast<std::uintptr_t>(g.C));
+  if (g.epilogue == GemmEpilogue::gelu_aux_bias || g.epilogue == GemmEpilogue::dgelu) {
+    k.bias = g.epilogue == GemmEpilogue::gelu_aux_bias && g.bias != nullptr;
+    k.ld_aux = g.ld_aux;
+    k.align_aux = lt_alignment(reinterpret_cast<std::uintptr_t>(g.aux));
+  }
   return k;
 }
 
@@ -326,11 +401,12 @@ struct LtGemmKeyHash {
       h ^= v;
       h *= 1099511628211ull;
     };
-    mix((k.trans_a ? 1u : 0u) | (k.trans_b ? 2u : 0u) | (k.tf32 ? 4u : 0u));
+    mix((k.trans_a ? 1u : 0u) | (k.trans_b ? 2u : 0u) | (k.tf32 ? 4u : 0u) | (k.bias ? 8u : 0u));
     for (std::int64_t v : {k.M, k.N, k.K, k.lda, k.ldb, k.ldc}) mix(static_cast<std::uint64_t>(v));
     for (DType t : {k.a_type, k.b_type, k.c_type}) mix(static_cast<std::uint64_t>(t));
     mix(static_cast<std::uint64_t>(k.epilogue));
     mix((std::uint64_t{k.align_a} << 32) ^ (std::uint64_t{k.align_b} << 16) ^ k.align_c);
+    mix(static_cast<std::uint64_t>(k.ld_aux) ^ (std::uint64_t{k.align_aux} << 48));
     return static_cast<std::size_t>(h);
   }
 };

@@ -12,6 +12,8 @@
 // in cuda_kernels_gpt.cu and cuda_fused.cu (CudaGptKernels, the base of CudaKernels; the softmax
 // cross-entropy's warp-per-row kernels are in cuda_fused.cu too); the launch helpers they share in
 // cuda_kernels_common.cuh.
+#include <mutex>
+
 #include "backend_cuda/cublas_lazy.h"
 #include "backend_cuda/cuda_blaslt.h"
 #include "backend_cuda/cuda_kernels_common.cuh"
@@ -534,19 +536,34 @@ class CudaKernels final : public CudaGptKernels {
     return typed_gemm_supported(a_type, b_type, c_type);
   }
 
+  // Fast mode, f32 / bf16 / f16, once cuBLASLt's GELU epilogue proved the tanh form on every GPU
+  // (blaslt_gelu_epilogue_is_tanh, probed at the first query and cached).
+  bool has_gemm_gelu_epilogue(DType dtype, Determinism mode) const override {
+    if (!gemm_gelu_epilogue_supported(dtype, mode)) return false;
+    std::call_once(gelu_probed_, [&] { gelu_tanh_ = blaslt_gelu_epilogue_is_tanh(backend_); });
+    return gelu_tanh_;
+  }
+
   // fast: cuBLASLt (blaslt_gemm); bitwise, or where cuBLASLt cannot take the call: the canonical
-  // GEMM loading A and B in their storage dtype (Note [CUDA canonical GEMM]).
+  // GEMM loading A and B in their storage dtype (Note [CUDA canonical GEMM]). The GELU epilogues
+  // where cuBLASLt does not run them (bitwise, the probe said no, blaslt_gemm declined): the GEMM
+  // with the bias into aux (gelu_aux_bias) or plainly into C (dgelu), then launch_gelu_epilogue.
   void gemm_ex(Stream& s, const GemmExArgs& g) override {
     if (g.M <= 0 || g.N <= 0) return;
     Launch l(backend_, s, "gemm_ex");
-    if (g.mode == Determinism::fast &&
-        blaslt_gemm(as_cuda(s, "gemm_ex"), g, lt_use_tf32(g.a_type, backend_.allow_tf32()),
-                    l.where()))
-      return;
-    GemmArgs k{g.M, g.N, g.A, g.lda, g.B, g.ldb, g.C, g.ldc, g.alpha, g.beta, Out::store};
-    k.c_type = g.c_type;
-    k.bias = g.epilogue == GemmEpilogue::bias ? g.bias : nullptr;
-    launch_gemm(l, g.trans_a, g.trans_b, k, g.K, g.a_type);
+    if (g.epilogue != GemmEpilogue::gelu_aux_bias && g.epilogue != GemmEpilogue::dgelu)
+      return plain_gemm_ex(s, l, g);
+    if (has_gemm_gelu_epilogue(g.c_type, g.mode) && lt_gemm_ex(s, l, g)) return;
+    GemmExArgs u = g;
+    u.epilogue = GemmEpilogue::none;
+    if (g.epilogue == GemmEpilogue::gelu_aux_bias) {
+      if (g.bias != nullptr) u.epilogue = GemmEpilogue::bias;
+      u.C = g.aux;
+      u.ldc = g.ld_aux;
+    }
+    plain_gemm_ex(s, l, u);
+    launch_gelu_epilogue(l, g.c_type, g.epilogue == GemmEpilogue::dgelu, g.M, g.N, g.aux, g.ld_aux,
+                         g.C, g.ldc);
   }
 
   void add_bias(Stream& s, float* y, const float* bias, i64 rows, i64 cols) override {
@@ -769,6 +786,25 @@ class CudaKernels final : public CudaGptKernels {
                                                          max_exp_avg_sq, n, k);
     l.check();
   }
+
+ private:
+  // g on cuBLASLt: true where fast mode and blaslt_gemm takes it; else false, nothing enqueued.
+  bool lt_gemm_ex(Stream& s, const Launch& l, const GemmExArgs& g) {
+    return g.mode == Determinism::fast &&
+           blaslt_gemm(as_cuda(s, "gemm_ex"), g, lt_use_tf32(g.a_type, backend_.allow_tf32()),
+                       l.where());
+  }
+  // g with no epilogue or the bias: on cuBLASLt where it takes it, else the canonical GEMM.
+  void plain_gemm_ex(Stream& s, const Launch& l, const GemmExArgs& g) {
+    if (lt_gemm_ex(s, l, g)) return;
+    GemmArgs k{g.M, g.N, g.A, g.lda, g.B, g.ldb, g.C, g.ldc, g.alpha, g.beta, Out::store};
+    k.c_type = g.c_type;
+    k.bias = g.epilogue == GemmEpilogue::bias ? g.bias : nullptr;
+    launch_gemm(l, g.trans_a, g.trans_b, k, g.K, g.a_type);
+  }
+
+  mutable std::once_flag gelu_probed_;  // has_gemm_gelu_epilogue's probe, once per backend
+  mutable bool gelu_tanh_ = false;      // and its answer
 };
 
 }  // namespace

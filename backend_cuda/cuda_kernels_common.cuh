@@ -334,6 +334,15 @@ void launch_gemm_sharded(const Launch& l, const GemmArgs& g, const ShardBounds& 
 void launch_combine_typed(const Launch& l, i64 rows, i64 cols, const float* left,
                           const float* right, void* d, DType t, i64 ld, Out mode);
 
+/// Kernels::gemm_ex's GELU epilogues where cuBLASLt does not take them (cuda_fused.cu), after the
+/// unfused GEMM: over row-major [M, N] matrices of dtype t (f32, bf16, f16), c = gelu(aux)
+/// (gelu_aux_bias: aux holds the GEMM with its bias), or with `backward` c = gelu_grad(aux, c)
+/// (dgelu: c holds the GEMM's product): gelu_forward(_ex)'s and gelu_backward(_ex)'s element
+/// functions (gpt::gelu, gelu_grad), each result rounded once into t, so the bits of the GEMM
+/// followed by those kernels.
+void launch_gelu_epilogue(const Launch& l, DType t, bool backward, i64 M, i64 N, const void* aux,
+                          i64 ld_aux, void* c, i64 ldc);
+
 /// Kernels::cross_entropy and cross_entropy_backward (cuda_fused.cu): a warp per row, the
 /// operation order of canonical::softmax_stats, cross_entropy_loss and cross_entropy_grad.
 void launch_cross_entropy(const Launch& l, const float* logits, const i64* targets, i64 rows,

@@ -97,9 +97,12 @@ KernelCost gemm_ex_cost(const GemmExArgs& g) {
   const auto size = [](DType t) { return static_cast<double>(dtype_size(t)); };
   KernelCost c;
   c.flops = 2.0 * M * N * K;
+  const bool bias = g.epilogue == GemmEpilogue::bias ||
+                    (g.epilogue == GemmEpilogue::gelu_aux_bias && g.bias != nullptr);
+  const bool aux = g.epilogue == GemmEpilogue::gelu_aux_bias || g.epilogue == GemmEpilogue::dgelu;
   c.bytes = M * K * size(g.a_type) + K * N * size(g.b_type) +
             (g.beta == 0.0f ? 1.0 : 2.0) * M * N * size(g.c_type) +
-            (g.epilogue == GemmEpilogue::bias ? N * size(g.c_type) : 0.0);
+            (bias ? N * size(g.c_type) : 0.0) + (aux ? M * N * size(g.c_type) : 0.0);
   c.gemm = true;
   c.path = g.mode == Determinism::bitwise ? GemmPath::simt : GemmPath::library;
   c.operands = g.a_type;

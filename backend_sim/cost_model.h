@@ -196,7 +196,12 @@ KernelCost native_cost(const KernelCost& f32, DType storage);
 // The CUDA backend's kernels that read and write the storage dtype (bf16 / f16) instead of
 // MixedOp's f32 scratch (Note [Mixed precision]), and how a dry run prices them:
 //   gemm_ex (Kernels::has_gemm_ex; wired: a dry run takes it): gemm_ex_cost, one launch, the
-//       bias epilogue inside it (no add_bias launch, its N x M adds not counted as FLOPs);
+//       bias epilogue inside it (no add_bias launch, its N x M adds not counted as FLOPs); in
+//       fast mode (has_gemm_gelu_epilogue) the GPT MLP's GELU in c_fc's epilogue and its
+//       gradient in c_proj's input-gradient GEMM (cuBLASLt's GELU_AUX_BIAS and DGELU, as CUDA
+//       runs them once its probe finds the tanh form): the aux matrix's M x N elements written
+//       or read in the same launch, no gelu_forward(_ex) / gelu_backward(_ex) launch, the GELU's
+//       FLOPs not counted (a few per element beside the product's 2 K);
 //   attention (has_attention_ex, issue 29 item 2; wired: a dry run takes it for bf16 / f16, head
 //       widths up to 128, as CUDA does): attention_ex_cost. Fast mode bf16 / f16: FlashAttention-2
 //       on the tensor cores (mma.sync m16n8k16, f32 accumulate, GemmPath::mma) at bf16_flops x
@@ -235,7 +240,9 @@ KernelCost native_cost(const KernelCost& f32, DType storage);
 
 /// Kernels::gemm_ex's cost (Note [Typed kernels]): 2 M N K FLOPs (a gemm: model FLOPs); bytes
 /// M K x size(a_type) + K N x size(b_type) + M N x size(c_type) (twice when beta != 0: read and
-/// written) + N x size(c_type) for the bias; path library in fast mode (cuBLASLt: tensor cores
+/// written) + N x size(c_type) for a bias (GemmEpilogue::bias, gelu_aux_bias's) + M N x
+/// size(c_type) for the aux matrix (gelu_aux_bias writes it, dgelu reads it); path library in
+/// fast mode (cuBLASLt: tensor cores
 /// for bf16 / f16 operands), simt in bitwise mode (ditto's canonical GEMM, bias fused); operands
 /// a_type. One launch.
 KernelCost gemm_ex_cost(const GemmExArgs& g);
@@ -283,7 +290,9 @@ KernelCost fast_sum_rows_cost(std::int64_t rows, std::int64_t cols, DType x_type
 //                       (a == b in {f32, bf16, f16}, c in {a, f32}: cuda_host_logic.h's
 //                       typed_gemm_supported), so ops::gemm, matmul and linear call gemm_ex, priced
 //                       by gemm_ex_cost: one launch on the operands' storage dtype, a Linear's bias
-//                       in its epilogue (no add_bias launch: f32 runs too, as on CUDA);
+//                       in its epilogue (no add_bias launch: f32 runs too, as on CUDA), and in
+//                       fast mode the GPT MLP's GELU and its gradient (has_gemm_gelu_epilogue:
+//                       no GELU launches);
 //   MixedOp's scratch   an op with no typed CUDA kernel runs on bf16 / f16 tensors through f32
 //                       scratch on CUDA (Note [Mixed precision]): a dry run prices each of its
 //                       conversions as the cast launch CUDA makes (ledger row cast_f32_scratch,

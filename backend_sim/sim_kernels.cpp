@@ -121,6 +121,14 @@ class SimKernels final : public Kernels {
            (c_type == a_type || c_type == DType::f32);
   }
 
+  // The GELU epilogues (Note [Typed kernels]): a dry run predicts CUDA's fast mode, which fuses
+  // them where cuBLASLt's GELU is the tanh form (llm.c's and PyTorch's reading; the CUDA backend
+  // probes each GPU): gemm_ex_cost with the aux matrix's bytes, no GELU launch. Bitwise mode and a
+  // real run keep the GEMM and ditto's GELU kernels apart.
+  bool has_gemm_gelu_epilogue(DType dtype, Determinism mode) const override {
+    return mode == Determinism::fast && has_gemm_ex(dtype, dtype, dtype, mode);
+  }
+
   void gemm_ex(Stream& s, const GemmExArgs& g) override {
     if (!cost_->dry_run()) return Kernels::gemm_ex(s, g);  // throws: has_gemm_ex is false
     if (g.M <= 0 || g.N <= 0) return;

@@ -44,6 +44,9 @@ class CountingKernels : public Kernels {
     note("gemm_ex");
     k_.gemm_ex(s, g);
   }
+  bool has_gemm_gelu_epilogue(DType dtype, Determinism mode) const override {
+    return k_.has_gemm_gelu_epilogue(dtype, mode);
+  }
   void add_bias(Stream& s, float* y, const float* bias, std::int64_t rows,
                 std::int64_t cols) override {
     note("add_bias");

@@ -1138,3 +1138,79 @@ TEST(ComputeUnits, DryRunFoldsTheResidualGradientAddsIntoTheLayerNormBackward) {
       check(half ? "add_any" : "sum_inputs", 2 * L, 2 * L * N * C, 2 * L * 3 * s * N * C);
     }
 }
+
+// ---- the GPT MLP's GELU in its GEMMs' epilogues (issue 29 item 1, branch i29-gelu)
+
+// A dry run answers has_gemm_gelu_epilogue as the CUDA backend whose probe found the tanh form
+// (fast mode, f32 / bf16 / f16; a real run no; cuda_host_logic.h's rule before the probe), and
+// prices gemm_ex's GELU epilogues with the aux matrix's M N elements (written or read) beside a
+// bias's N.
+TEST(ComputeUnits, DryRunAnswersTheGeluEpilogueAsCudaAndPricesItsAuxBytes) {
+  for (bool dry : {true, false}) {
+    Kernels& k = fresh_sim(dry).kernels();
+    for (Determinism mode : {Determinism::fast, Determinism::bitwise})
+      for (DType t : kAllDTypes)
+        EXPECT_EQ(k.has_gemm_gelu_epilogue(t, mode),
+                  dry && cuda::gemm_gelu_epilogue_supported(t, mode))
+            << dtype_name(t) << " " << determinism_name(mode) << (dry ? " dry" : " real");
+  }
+  GemmExArgs a;
+  a.M = 4, a.N = 8, a.K = 16, a.a_type = a.b_type = a.c_type = DType::bf16;
+  const double plain = 2.0 * (4 * 16 + 16 * 8 + 4 * 8);
+  a.epilogue = GemmEpilogue::gelu_aux_bias;
+  a.bias = &a;  // any non-null pointer: with a bias
+  EXPECT_DOUBLE_EQ(sim::gemm_ex_cost(a).bytes, plain + 2.0 * 8 + 2.0 * 4 * 8);
+  a.bias = nullptr;  // GELU_AUX
+  EXPECT_DOUBLE_EQ(sim::gemm_ex_cost(a).bytes, plain + 2.0 * 4 * 8);
+  a.epilogue = GemmEpilogue::dgelu;
+  EXPECT_DOUBLE_EQ(sim::gemm_ex_cost(a).bytes, plain + 2.0 * 4 * 8);
+  EXPECT_EQ(sim::gemm_ex_cost(a).flops, 2.0 * 4 * 8 * 16);
+}
+
+// A dry GPT step (L 2, C 64, T 32, B 4, biases) in fast mode runs no GELU launch: each block's
+// c_fc is one gemm_ex writing the pre-GELU (B T x 4C more bytes) and c_proj's input gradient one
+// dgelu gemm_ex (reading it); bitwise mode keeps L GELU forward and L backward launches a step.
+// f32: the backward's other products are Kernels::gemm, so gemm_ex counts exactly the forward's
+// 4 L Linears and the L dgelu products; its bytes differ from bitwise mode's by the aux matrices
+// and the dgelu products.
+TEST(ComputeUnits, DryRunFusesTheMlpGeluIntoItsGemmsInFastModeOnly) {
+  const nn::GPTConfig m{
+      .block_size = 32, .vocab_size = 65, .n_layer = 2, .n_head = 4, .n_embd = 64, .bias = true};
+  const double L = 2, C = 64, T = 32, B = 4, N = B * T, steps = 2;
+  for (DType dt : {DType::bf16, DType::f32}) {
+    std::map<Determinism, std::map<std::string, CostLedgerRow>> by_mode;
+    for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + determinism_name(mode));
+      train::TrainerConfig c = test::priced_gpt(
+          m, {.profile = "h200", .determinism = mode, .batch_size = 4, .max_iters = 2});
+      c.dtype = dt;
+      c.eval_iters = 0;
+      const train::FitResult r =
+          train::Trainer(c, std::make_shared<train::ZeroTokenSource>(m.block_size, m.vocab_size))
+              .fit();
+      ASSERT_TRUE(r.prediction);
+      ASSERT_EQ(r.prediction->steps, 2);
+      std::map<std::string, CostLedgerRow>& rows = by_mode[mode];
+      for (const CostLedgerRow& k : r.prediction->kernels) {
+        CostLedgerRow& sum = rows[k.name];  // over units
+        sum.count += k.count;
+        sum.bytes += k.bytes;
+      }
+      const bool half = dt != DType::f32;
+      const std::string fwd = half ? "gelu_forward_ex" : "gelu_forward";
+      const std::string bwd = half ? "gelu_backward_ex" : "gelu_backward";
+      const std::int64_t gelus =
+          mode == Determinism::fast ? 0 : static_cast<std::int64_t>(L * steps);
+      EXPECT_EQ(rows[fwd].count, gelus);
+      EXPECT_EQ(rows[bwd].count, gelus);
+    }
+    if (dt != DType::f32) continue;
+    const CostLedgerRow fast = by_mode[Determinism::fast]["gemm_ex"],
+                        bitwise = by_mode[Determinism::bitwise]["gemm_ex"];
+    EXPECT_EQ(fast.count, static_cast<std::int64_t>(5 * L * steps));
+    EXPECT_EQ(bitwise.count, static_cast<std::int64_t>(4 * L * steps));
+    // c_fc's aux [N, 4C]; dgelu: gy [N, C], w [C, 4C], the output and the aux [N, 4C]; f32.
+    const double aux = 4 * N * 4 * C, dgelu = 4 * (N * C + C * 4 * C + 2 * N * 4 * C);
+    EXPECT_DOUBLE_EQ((fast.bytes - bitwise.bytes) / steps, L * (aux + dgelu));
+  }
+}

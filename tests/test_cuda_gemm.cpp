@@ -439,6 +439,114 @@ TEST_F(CudaGemm, CublasLtGeluEpilogueIsTheTanhOrTheErfForm) {
       << "the epilogue is neither form: tanh " << err_tanh << ", erf " << err_erf;
 }
 
+// The GELU epilogues through Kernels::gemm_ex (fast mode; issue 29): gelu_aux_bias (with a bias
+// and without: GELU_AUX) writes the pre-GELU x @ w^T (+ bias) into aux and its tanh-form GELU into
+// C, dgelu writes gelu'(aux) * (gy @ w) into C, against a double reference, for f32, bf16 and
+// f16, where cuBLASLt fuses them (N = 48: aux rows of 16 bytes) and where the backend falls back
+// to the GEMM and its GELU kernel (N = 20: an aux stride cuBLASLt refuses). Tolerance: the
+// GEMM's (tolerance above, two roundings: the fallback rounds the product, then the GELU) times
+// GELU's largest slope, plus 2e-4 of the value (a GELU within the probe's tolerance of the tanh
+// form). Prints whether the backend fuses (its probe's answer).
+TEST_F(CudaGemm, GeluEpiloguesMatchAReference) {
+  BackendOptions o;
+  o.device_count = 1;
+  cuda::CudaBackend be(o);
+  std::mt19937 gen(31);
+  auto gelu = [](double x) {
+    return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+  };
+  auto gelu_grad = [](double x) {
+    const double t = std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + t) +
+           0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
+  };
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+    std::printf("note: %s: has_gemm_gelu_epilogue %d\n", dtype_name(t),
+                be.kernels().has_gemm_gelu_epilogue(t, Determinism::fast) ? 1 : 0);
+    for (const Case& z : {Case{64, 48, 40}, Case{33, 20, 70}})
+      for (int kind = 0; kind < 3; ++kind) {  // gelu_aux_bias with a bias, without, dgelu
+        const bool backward = kind == 2, bias = kind == 0;
+        const std::string what = std::string(dtype_name(t)) + " " + std::to_string(z.M) + "x" +
+                                 std::to_string(z.N) + "x" + std::to_string(z.K) +
+                                 (backward ? " dgelu"
+                                  : bias   ? " gelu_aux_bias"
+                                           : " gelu_aux");
+        // forward: A = x [M, K], B = w [N, K] (trans_b); backward: A = gy [M, K], B = w [K, N].
+        const HostMatrix A = random_matrix(t, static_cast<std::size_t>(z.M * z.K), gen);
+        const HostMatrix B = random_matrix(t, static_cast<std::size_t>(z.N * z.K), gen);
+        const HostMatrix Bias = random_matrix(t, static_cast<std::size_t>(z.N), gen);
+        HostMatrix Aux = random_matrix(t, static_cast<std::size_t>(z.M * z.N), gen);
+        for (float& v : Aux.values) v *= 3.0f;  // dgelu's pre-GELU over [-3, 3]: bytes below
+        Aux = [&] {
+          HostMatrix m{t, std::vector<std::uint8_t>(Aux.values.size() * dtype_size(t)), Aux.values};
+          for (std::size_t i = 0; i < m.values.size(); ++i) {
+            float v = m.values[i];
+            if (t == DType::bf16) {
+              const bfloat16 h = bfloat16::from(v);
+              std::memcpy(m.bytes.data() + 2 * i, &h.bits, 2);
+              v = h.to_float();
+            } else if (t == DType::f16) {
+              const float16 h = float16::from(v);
+              std::memcpy(m.bytes.data() + 2 * i, &h.bits, 2);
+              v = h.to_float();
+            } else {
+              std::memcpy(m.bytes.data() + 4 * i, &v, 4);
+            }
+            m.values[i] = v;
+          }
+          return m;
+        }();
+        DeviceBytes dA(be, A.bytes), dB(be, B.bytes), dBias(be, Bias.bytes), dAux(be, Aux.bytes);
+        DeviceBytes dC(be, std::vector<std::uint8_t>(Aux.bytes.size(), 0));
+        GemmExArgs g;
+        g.trans_b = !backward;
+        g.M = z.M, g.N = z.N, g.K = z.K;
+        g.A = dA.p, g.a_type = t, g.lda = z.K;
+        g.B = dB.p, g.b_type = t, g.ldb = backward ? z.N : z.K;
+        g.C = dC.p, g.c_type = t, g.ldc = z.N;
+        g.epilogue = backward ? GemmEpilogue::dgelu : GemmEpilogue::gelu_aux_bias;
+        g.bias = bias ? dBias.p : nullptr;
+        g.aux = dAux.p, g.ld_aux = z.N;
+        g.mode = Determinism::fast;
+        be.kernels().gemm_ex(be.default_stream(0), g);
+        const std::vector<float> c = widen(t, dC.read()), aux = widen(t, dAux.read());
+        const double tol = 1.2 * tolerance(t, t, false, true);
+        std::size_t bad = 0;
+        double worst = 0;
+        for (std::int64_t i = 0; i < z.M; ++i)
+          for (std::int64_t j = 0; j < z.N; ++j) {
+            double acc = 0, mag = 0;
+            for (std::int64_t k = 0; k < z.K; ++k) {
+              const double a = A.values[static_cast<std::size_t>(i * z.K + k)];
+              const double b =
+                  B.values[static_cast<std::size_t>(backward ? k * z.N + j : j * z.K + k)];
+              acc += a * b;
+              mag += std::fabs(a * b);
+            }
+            const std::size_t at = static_cast<std::size_t>(i * z.N + j);
+            const double bj = bias ? Bias.values[static_cast<std::size_t>(j)] : 0.0;
+            const double scale = mag + std::fabs(bj) + 1e-30;
+            double got = c[at], want = 0;
+            if (backward) {
+              want = gelu_grad(Aux.values[at]) * acc;
+            } else {
+              want = gelu(acc + bj);
+              const double pre_err = std::fabs(aux[at] - (acc + bj));
+              if (!(pre_err <= tol * scale) && bad++ == 0)
+                ADD_FAILURE() << what << ": aux[" << at << "] " << aux[at] << " vs " << acc + bj;
+            }
+            const double err = std::fabs(got - want);
+            worst = std::max(worst, err / scale);
+            if (!(err <= tol * scale + 2e-4 * (1.0 + std::fabs(want))) && bad++ == 0)
+              ADD_FAILURE() << what << ": C[" << at << "] " << got << " vs " << want;
+          }
+        EXPECT_EQ(bad, 0u) << what << ": worst " << worst << " x scale";
+        if (!backward) continue;
+        EXPECT_EQ(aux, Aux.values) << what << ": dgelu wrote its aux input";
+      }
+  }
+}
+
 }  // namespace
 }  // namespace ditto
 #endif  // DITTO_TEST_CUDA_BUILT

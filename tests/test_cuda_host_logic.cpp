@@ -412,5 +412,114 @@ TEST(CudaHostLogic, CublasLtCacheHitsMissesAndEvictsTheLeastRecentlyUsed) {
   EXPECT_GE(kLtCacheEntries, 32u);
 }
 
+// ---- the GELU epilogues (Kernels::has_gemm_gelu_epilogue)
+
+TEST(CudaHostLogic, GeluEpiloguesOnlyInFastModeForTheTypedGemmsDtypes) {
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+    EXPECT_TRUE(gemm_gelu_epilogue_supported(t, Determinism::fast)) << dtype_name(t);
+    EXPECT_FALSE(gemm_gelu_epilogue_supported(t, Determinism::bitwise)) << dtype_name(t);
+  }
+  for (DType t : {DType::f64, DType::i32, DType::u8})
+    EXPECT_FALSE(gemm_gelu_epilogue_supported(t, Determinism::fast)) << dtype_name(t);
+}
+
+// cuBLASLt's documented aux constraints (ld a multiple of 8, at least the output's rows, here N)
+// and the 16-byte alignment ditto asks of the aux pointer; other epilogues have no aux.
+TEST(CudaHostLogic, GeluEpilogueAuxMatrixCublasLtTakes) {
+  GemmExArgs g = lt_args();  // M 64, N 48
+  g.aux = reinterpret_cast<void*>(std::uintptr_t{0x50000});
+  g.ld_aux = 48;
+  for (GemmEpilogue e : {GemmEpilogue::gelu_aux_bias, GemmEpilogue::dgelu}) {
+    SCOPED_TRACE(static_cast<int>(e));
+    GemmExArgs v = g;
+    v.epilogue = e;
+    EXPECT_TRUE(lt_epilogue_valid(v));
+    v.bias = nullptr;  // GELU_AUX without a bias; dgelu has none
+    EXPECT_TRUE(lt_epilogue_valid(v));
+    v.ld_aux = 56;  // a wider row stride
+    EXPECT_TRUE(lt_epilogue_valid(v));
+    v.ld_aux = 52;  // not a multiple of 8
+    EXPECT_FALSE(lt_epilogue_valid(v));
+    v.ld_aux = 40;  // fewer than N
+    EXPECT_FALSE(lt_epilogue_valid(v));
+    v.ld_aux = 48;
+    v.aux = reinterpret_cast<void*>(std::uintptr_t{0x50008});  // 8-byte aligned
+    EXPECT_FALSE(lt_epilogue_valid(v));
+    v.aux = nullptr;
+    EXPECT_FALSE(lt_epilogue_valid(v));
+  }
+  for (GemmEpilogue e : {GemmEpilogue::none, GemmEpilogue::bias}) {
+    GemmExArgs v = g;
+    v.epilogue = e;
+    v.aux = nullptr;
+    v.ld_aux = 3;
+    EXPECT_TRUE(lt_epilogue_valid(v)) << static_cast<int>(e);
+  }
+}
+
+// The GELU epilogues' descriptors depend on the aux matrix's stride and alignment and on the
+// forward's bias (GELU_AUX_BIAS or GELU_AUX), not on its pointer; other epilogues ignore aux.
+TEST(CudaHostLogic, CublasLtKeyOfTheGeluEpilogues) {
+  GemmExArgs g = lt_args();
+  g.epilogue = GemmEpilogue::gelu_aux_bias;
+  g.aux = reinterpret_cast<void*>(std::uintptr_t{0x50000});
+  g.ld_aux = 48;
+  const LtGemmKey k = lt_gemm_key(g, false);
+  GemmExArgs v = g;
+  v.aux = reinterpret_cast<void*>(std::uintptr_t{0x60000});
+  EXPECT_EQ(lt_gemm_key(v, false), k);
+  v.aux = reinterpret_cast<void*>(std::uintptr_t{0x60010});
+  EXPECT_FALSE(lt_gemm_key(v, false) == k) << "aux alignment";
+  v = g;
+  v.ld_aux = 56;
+  EXPECT_FALSE(lt_gemm_key(v, false) == k) << "ld_aux";
+  v = g;
+  v.bias = nullptr;
+  EXPECT_FALSE(lt_gemm_key(v, false) == k) << "no bias";
+  EXPECT_NE(LtGemmKeyHash{}(lt_gemm_key(v, false)), LtGemmKeyHash{}(k));
+  v = g;
+  v.epilogue = GemmEpilogue::dgelu;
+  EXPECT_FALSE(lt_gemm_key(v, false) == k) << "dgelu";
+  GemmExArgs b = lt_args(), b2 = b;
+  b.epilogue = b2.epilogue = GemmEpilogue::bias;
+  b2.aux = reinterpret_cast<void*>(std::uintptr_t{0x60010});
+  b2.ld_aux = 56;
+  EXPECT_EQ(lt_gemm_key(b2, false), lt_gemm_key(b, false));
+}
+
+// The probe's decision rule on values computed both ways: ditto's tanh form (gpt::gelu, f32) and
+// the erf form (double, rounded to f32) are told apart and each recognised; the tanh form off by
+// a little more than the tolerance at one point, a NaN, or mismatched sizes are neither.
+TEST(CudaHostLogic, GeluProbeTellsTheTanhFromTheErfForm) {
+  const std::vector<float> x = gelu_probe_inputs(kGeluProbeRows * 16);
+  ASSERT_EQ(x.size(), 2048u);
+  EXPECT_EQ(x.front(), -kGeluProbeRange);
+  EXPECT_EQ(x.back(), kGeluProbeRange);
+  std::vector<float> tanh(x.size()), erf(x.size());
+  double gap = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    tanh[i] = gpt::gelu(x[i]);
+    erf[i] = static_cast<float>(gelu_erf(x[i]));
+    gap = std::max(gap, std::fabs(static_cast<double>(tanh[i]) - erf[i]));
+  }
+  EXPECT_NEAR(gap, 4.7e-4, 0.1e-4);  // the forms' largest gap on the range
+  EXPECT_LT(2 * kGeluProbeTolerance, gap);
+  EXPECT_EQ(gelu_epilogue_form(x, tanh), GeluForm::tanh);
+  EXPECT_EQ(gelu_epilogue_form(x, erf), GeluForm::erf);
+  std::vector<float> d = tanh;
+  for (float& v : d) v += 0.9e-4f;  // within the tolerance everywhere
+  EXPECT_EQ(gelu_epilogue_form(x, d), GeluForm::tanh);
+  d = tanh;
+  d[1000] += 1.2e-4f;  // past it at one point
+  EXPECT_EQ(gelu_epilogue_form(x, d), GeluForm::other);
+  d = tanh;
+  d[7] = std::nanf("");
+  EXPECT_EQ(gelu_epilogue_form(x, d), GeluForm::other);
+  d = tanh;
+  d.pop_back();
+  EXPECT_EQ(gelu_epilogue_form(x, d), GeluForm::other);
+  EXPECT_EQ(gelu_epilogue_form({}, {}), GeluForm::other);
+}
+
 }  // namespace
 }  // namespace ditto::cuda

@@ -282,9 +282,12 @@ void expect_same_rows_but(const FitResult& real, const FitResult& dry,
 // [Predicted launches]: here the Linears' typed GEMM with the bias in its epilogue, attention's
 // backward in two launches, embedding_backward's six, each block's residual-gradient adds
 // (sum_inputs) folded into its LayerNorm backwards: layernorm_backward_add) at the same price
-// (integer picoseconds). With no bias, the GEMMs are the same work too, and the dry step is the
-// real one plus the backward's extra launches (2 layers x 1 attention + 5 embedding, 3 us each on
-// the H100) less what the folded adds save.
+// (integer picoseconds), and the MLP's GELU in its GEMMs' epilogues (fast mode: c_fc's gemm_ex
+// writes the pre-GELU, c_proj's input gradient is a dgelu gemm_ex; no gelu_forward or
+// gelu_backward launch). With no bias, the other GEMMs are the same work too, and the dry step
+// is the real one plus the backward's extra launches (2 layers x 1 attention + 5 embedding, 3 us
+// each on the H100) and the fused GEMMs' time less the GEMMs and GELUs they replace, less what
+// the folded adds save.
 // Two real runs agree: memory is counted in host order (Note [Memory accounting],
 // backend_sim/sim_backend.h); counted in stream order, a real run's peak varied by a few KiB
 // from run to run (1029636 and 1029640 bytes on device 0 of two ddp runs).
@@ -299,7 +302,11 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
     EXPECT_GT(real.prediction->step_time_s, 0.0);
     expect_same_rows_but(real, dry,
                          {"gemm", "add_bias", "attention_backward", "embedding_backward",
-                          "layernorm_backward", "sum_inputs"});
+                          "layernorm_backward", "sum_inputs", "gelu_forward", "gelu_backward"});
+    const std::int64_t mlps = 2 * dry.prediction->steps;  // 2 layers
+    EXPECT_EQ(named(real, "gelu_forward").count, mlps);
+    EXPECT_EQ(named(real, "gelu_backward").count, mlps);
+    EXPECT_EQ(named(dry, "gelu_forward").count + named(dry, "gelu_backward").count, 0);
     // 2 of each block's LayerNorm backwards (not ln_f's) and 2 of its adds (the forward's stay).
     const std::int64_t folded = named(dry, "layernorm_backward_add").count;
     EXPECT_EQ(folded, 2 * 2 * dry.prediction->steps);
@@ -308,7 +315,7 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
     EXPECT_EQ(named(dry, "sum_inputs").count, named(real, "sum_inputs").count - folded);
     EXPECT_EQ(named(dry, "add_bias").count, 0);
     EXPECT_GT(named(real, "add_bias").count, 0);
-    EXPECT_EQ(named(dry, "gemm_ex").count, named(real, "add_bias").count);
+    EXPECT_EQ(named(dry, "gemm_ex").count, named(real, "add_bias").count + mlps);  // + dgelu
     // attention_backward: CUDA's two launches, and (fast mode, given the forward's y: Note [CUDA
     // attention]) 7 products over the causal pairs, not 9, reading y: 2 C FLOPs and 4 C bytes a
     // token more; memory bound here, so y's bytes lengthen it.
@@ -328,14 +335,22 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
                     calls * static_cast<double>(sim::to_vtime(3e-6) + sim::to_vtime(y_s)),
                 2 * calls);
     EXPECT_EQ(named(dry, "embedding_backward").count, 6 * named(real, "embedding_backward").count);
-    // Without biases: the same GEMMs, and only the backward's extra launches and attention's y
-    // bytes, which lengthen the step by at most their time.
+    // Without biases: the same GEMMs but the MLP's (c_fc with GELU_AUX, c_proj's dgelu input
+    // gradient), and only the backward's extra launches and attention's y bytes, which lengthen
+    // the step by at most their time, and the fused GEMMs', which change it by theirs.
     const auto [real_nb, dry_nb] = real_and_dry(kind, true, no_bias);
-    expect_same_rows_but(
-        real_nb, dry_nb,
-        {"attention_backward", "embedding_backward", "layernorm_backward", "sum_inputs"});
-    EXPECT_EQ(named(dry_nb, "gemm_ex").count, 0);
+    expect_same_rows_but(real_nb, dry_nb,
+                         {"attention_backward", "embedding_backward", "layernorm_backward",
+                          "sum_inputs", "gemm", "gelu_forward", "gelu_backward"});
+    EXPECT_EQ(named(dry_nb, "gemm_ex").count, 2 * mlps);
+    EXPECT_EQ(named(dry_nb, "gemm").count, named(real_nb, "gemm").count - 2 * mlps);
     const double steps = static_cast<double>(dry_nb.prediction->steps);
+    auto ps = [](const FitResult& f, const char* k) {
+      return static_cast<double>(named(f, k).time_ps);
+    };
+    const double fused = (ps(dry_nb, "gemm_ex") + ps(dry_nb, "gemm") - ps(real_nb, "gemm") -
+                          ps(real_nb, "gelu_forward") - ps(real_nb, "gelu_backward")) *
+                         1e-12 / steps;
     std::int64_t more = 0;  // launches
     for (const char* k : {"attention_backward", "embedding_backward"})
       more += named(dry_nb, k).count - named(real_nb, k).count;
@@ -343,9 +358,9 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
         static_cast<double>(more) * 3e-6 / steps +
         (named(dry_nb, "attention_backward").bytes - named(real_nb, "attention_backward").bytes) /
             (h100.memory_bandwidth * h100.memory_efficiency) / steps;
-    EXPECT_GT(dry_nb.prediction->step_time_s, real_nb.prediction->step_time_s);
+    EXPECT_GT(dry_nb.prediction->step_time_s - real_nb.prediction->step_time_s, fused);
     EXPECT_LE(dry_nb.prediction->step_time_s - real_nb.prediction->step_time_s,
-              extra + 1e-12 * static_cast<double>(more + 1));  // a picosecond a launch
+              extra + fused + 1e-12 * static_cast<double>(more + 1));  // a picosecond a launch
     ASSERT_EQ(dry.memory.size(), 4u);
     ASSERT_EQ(real.memory.size(), 4u);
     for (std::size_t d = 0; d < 4; ++d) {
@@ -392,10 +407,10 @@ TEST(DryRunTrainer, OptimizerAndClipTakeTheCudaMultiTensorPath) {
     EXPECT_DOUBLE_EQ(fm.bytes, 2 * 4 * elements);
     EXPECT_EQ(r.count("fill_multi / memory"), 0u);
     // The other CUDA paths (SameVirtualTimeAndPeakMemoryAsARealRun) aside.
-    expect_same_rows_but(
-        real, dry,
-        {"adam_step", "sum_squares", "scale", "copy_d2h", "gemm", "add_bias", "attention_backward",
-         "embedding_backward", "layernorm_backward", "sum_inputs", "fill_f32"});
+    expect_same_rows_but(real, dry,
+                         {"adam_step", "sum_squares", "scale", "copy_d2h", "gemm", "add_bias",
+                          "attention_backward", "embedding_backward", "layernorm_backward",
+                          "sum_inputs", "fill_f32", "gelu_forward", "gelu_backward"});
     EXPECT_EQ(
         d.count("adam_step / memory") + d.count("sum_squares / memory") + d.count("scale / memory"),
         0u);

@@ -93,6 +93,31 @@ GPTMLP::GPTMLP(const GPTConfig& cfg, std::int64_t layer, const Device& device, s
       "", std::make_unique<Dropout>(cfg.dropout, gpt_dropout_site(layer, BlockDropout::mlp), seed));
 }
 
+Tensor GPTMLP::forward_btc(const Tensor& x) {
+  Linear& c_fc = child<Linear>(kCFc);
+  if (!c_fc.gelu_fused(x)) {
+    pre_ = Tensor();
+    return forward_chain(x);
+  }
+  const Tensor h = c_fc.forward_gelu(x, pre_);
+  return child<Dropout>(kDropout).forward(child<Linear>(kCProj).forward(h));
+}
+
+Tensor GPTMLP::backward(const Tensor& grad_output) {
+  if (!pre_.defined()) return backward_chain(grad_output);
+  auto report = [&](Module& m) {  // as backward_chain does after each child
+    if (grad_ready_hook_)
+      for (Parameter* p : m.parameters()) grad_ready_hook_(*p);
+  };
+  Linear& c_proj = child<Linear>(kCProj);
+  Linear& c_fc = child<Linear>(kCFc);
+  const Tensor g = c_proj.backward_dgelu(child<Dropout>(kDropout).backward(grad_output), pre_);
+  report(c_proj);
+  Tensor dx = c_fc.backward(g);
+  report(c_fc);
+  return dx;
+}
+
 std::unique_ptr<Container> GPTMLP::empty_clone() const {
   return std::unique_ptr<Container>(new GPTMLP(n_embd()));
 }

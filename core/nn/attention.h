@@ -60,14 +60,23 @@ class CausalSelfAttention : public BlockModule {
   std::uint64_t att_stream_ = 0, att_base_ = 0;  // and its mask key
 };
 
-/// nanoGPT's MLP: dropout(c_proj(gelu(c_fc(x)))), c_fc [4C, C], c_proj [C, 4C].
+/// nanoGPT's MLP: dropout(c_proj(gelu(c_fc(x)))), c_fc [4C, C], c_proj [C, 4C]. Where c_fc's
+/// GEMM takes the GELU in its epilogue (Linear::gelu_fused: fast mode on a backend with
+/// Kernels::has_gemm_gelu_epilogue; llm.c's fusion), the forward runs
+/// c_fc.forward_gelu (one GEMM, keeping the pre-GELU as the GELU module would) and the backward
+/// c_proj.backward_dgelu (c_proj's input-gradient GEMM gives the pre-GELU's gradient: no GELU
+/// backward launch); otherwise the four children in sequence.
 class GPTMLP : public BlockModule {
  public:
   GPTMLP(const GPTConfig& cfg, std::int64_t layer, const Device& device, std::uint64_t seed);
+  Tensor backward(const Tensor& grad_output) override;
 
  private:
   explicit GPTMLP(std::int64_t n_embd) : BlockModule("MLP", n_embd) {}  // for clone
+  enum Child : std::size_t { kCFc, kGelu, kCProj, kDropout };           // children()
+  Tensor forward_btc(const Tensor& x) override;
   std::unique_ptr<Container> empty_clone() const override;
+  Tensor pre_;  // the fused forward's pre-GELU [B, T, 4C]; undefined after an unfused forward
 };
 
 }  // namespace ditto::nn

@@ -62,37 +62,59 @@ Linear::Linear(std::int64_t in_features, std::int64_t out_features, const Device
   bias_.data.copy_(b);
 }
 
-Tensor Linear::forward(const Tensor& input) {
-  DITTO_CHECK(input.defined(), str(), ".forward: input: expected a defined tensor");
-  DITTO_CHECK(input.dim() >= 2 && input.size(-1) == in_, str(), ".forward: input: expected [N, ",
-              in_, "], got ", input.str(),
+void Linear::keep_input(const Tensor& input, const char* call) {
+  DITTO_CHECK(input.defined(), str(), call, ": input: expected a defined tensor");
+  DITTO_CHECK(input.dim() >= 2 && input.size(-1) == in_, str(), call, ": input: expected [N, ", in_,
+              "], got ", input.str(),
               input.dim() > 2 ? " (or [N, ..., in]: leading dims are flattened)" : "");
-  DITTO_CHECK(is_float_storage(input.dtype()), str(),
-              ".forward: input: expected dtype f32, bf16 or f16, got ", input.str());
+  DITTO_CHECK(is_float_storage(input.dtype()), str(), call,
+              ": input: expected dtype f32, bf16 or f16, got ", input.str());
   const Device& dev = weight_.data.device();
-  DITTO_CHECK(input.device() == dev, str(), ".forward: input: expected a tensor on ", dev.str(),
+  DITTO_CHECK(input.device() == dev, str(), call, ": input: expected a tensor on ", dev.str(),
               " (the layer's device), got ", input.str());
   input_shape_ = input.shape();
   input_ = input.dim() == 2 ? input : input.view({-1, in_});
-  // y[rows, out] = x[rows, in] @ W[out, in]^T, then + b (one GEMM with a bias epilogue where
-  // the backend has it, ops::linear).
-  Tensor y = ops::linear(input_, weight_.data, has_bias_ ? bias_.data : Tensor(), determinism_);
-  if (input.dim() == 2) return y;
+}
+
+Tensor Linear::out_view(const Tensor& y) const {
+  if (input_shape_.size() == 2) return y;
   Shape out_shape = input_shape_;
   out_shape.back() = out_;
   return y.view(out_shape);
 }
 
-Tensor Linear::backward(const Tensor& grad_output) {
-  DITTO_CHECK(input_.defined(), str(), ".backward: called before forward");
+Tensor Linear::forward(const Tensor& input) {
+  keep_input(input, ".forward");
+  // y[rows, out] = x[rows, in] @ W[out, in]^T, then + b (one GEMM with a bias epilogue where
+  // the backend has it, ops::linear).
+  return out_view(
+      ops::linear(input_, weight_.data, has_bias_ ? bias_.data : Tensor(), determinism_));
+}
+
+bool Linear::gelu_fused(const Tensor& input) const {
+  return ops::linear_gelu_fused(input, weight_.data, has_bias_ ? bias_.data : Tensor(),
+                                determinism_);
+}
+
+Tensor Linear::forward_gelu(const Tensor& input, Tensor& pre) {
+  keep_input(input, ".forward_gelu");
+  Tensor h;
+  const Tensor y =
+      ops::linear_gelu(input_, weight_.data, has_bias_ ? bias_.data : Tensor(), h, determinism_);
+  pre = out_view(h);
+  return out_view(y);
+}
+
+Tensor Linear::parameter_grads(const Tensor& grad_output, const char* call) {
+  DITTO_CHECK(input_.defined(), str(), call, ": called before forward");
   Shape out_shape = input_shape_;
   out_shape.back() = out_;
   DITTO_CHECK(grad_output.defined() && grad_output.shape() == out_shape &&
                   is_float_storage(grad_output.dtype()),
-              str(), ".backward: grad_output: expected ", shape_str(out_shape),
+              str(), call, ": grad_output: expected ", shape_str(out_shape),
               " f32 (or bf16 / f16), got ", describe(grad_output));
-  DITTO_CHECK(grad_output.device() == input_.device(), str(),
-              ".backward: grad_output: expected a tensor on ", input_.device().str(), ", got ",
+  DITTO_CHECK(grad_output.device() == input_.device(), str(), call,
+              ": grad_output: expected a tensor on ", input_.device().str(), ", got ",
               grad_output.str());
   const std::int64_t rows = input_.size(0);
   const Tensor gy = grad_output.dim() == 2 ? grad_output : grad_output.view({rows, out_});
@@ -114,9 +136,26 @@ Tensor Linear::backward(const Tensor& grad_output) {
     // grad_b[out] (+)= sum over rows of gy
     if (has_bias_) add_row_sums(gy, bias_, determinism_, {});
   }
+  return gy;
+}
+
+Tensor Linear::backward(const Tensor& grad_output) {
+  const Tensor gy = parameter_grads(grad_output, ".backward");
   if (!input_requires_grad_) return Tensor();
   // grad_x[rows, in] = gy[rows, out] @ W[out, in]
   Tensor gx = ops::matmul(gy, weight_.data, false, false, determinism_);
+  return input_shape_.size() == 2 ? gx : gx.view(input_shape_);
+}
+
+Tensor Linear::backward_dgelu(const Tensor& grad_output, const Tensor& pre) {
+  const Tensor gy = parameter_grads(grad_output, ".backward_dgelu");
+  DITTO_CHECK(pre.defined() && pre.shape() == input_shape_, str(),
+              ".backward_dgelu: pre: expected ", shape_str(input_shape_),
+              " (the input's shape), got ", describe(pre));
+  if (!input_requires_grad_) return Tensor();
+  // grad_pre[rows, in] = (gy[rows, out] @ W[out, in]) * gelu'(pre)
+  const Tensor p = pre.dim() == 2 ? pre : pre.view({input_.size(0), in_});
+  Tensor gx = ops::matmul_dgelu(gy, weight_.data, p, determinism_);
   return input_shape_.size() == 2 ? gx : gx.view(input_shape_);
 }
 

@@ -43,6 +43,20 @@ class Linear : public Affine {
   /// N samples (module.h), each sample's rows together. Throws InvalidArgument before any
   /// forward or for a grad_output of the wrong shape.
   Tensor backward(const Tensor& grad_output) override;
+  /// Whether forward_gelu and backward_dgelu fuse the GELU into the GEMM for an input of
+  /// input's dtype and device here (ops::linear_gelu_fused in the layer's determinism: fast
+  /// mode where the backend has Kernels::has_gemm_gelu_epilogue).
+  bool gelu_fused(const Tensor& input) const;
+  /// gelu(forward(input)) (GELU's tanh form), setting `pre` to forward(input) (the pre-GELU,
+  /// [N, ..., out]): ops::linear_gelu, one GEMM with the GELU in its epilogue where gelu_fused,
+  /// else the two ops. Keeps input for backward; throws as forward.
+  Tensor forward_gelu(const Tensor& input, Tensor& pre);
+  /// backward for a layer whose input was gelu(pre) (pre: the input's shape, from the previous
+  /// layer's forward_gelu): the parameter gradients as backward, then returns (grad_output W) *
+  /// gelu'(pre) (ops::matmul_dgelu: one GEMM with the GELU's gradient in its epilogue where
+  /// fused), the gradient of pre, or an undefined tensor when !input_requires_grad(). Throws as
+  /// backward, and InvalidArgument for a pre of another shape.
+  Tensor backward_dgelu(const Tensor& grad_output, const Tensor& pre);
   /// Shares weight and bias data; grads undefined; parameter names "weight" and "bias" (a
   /// container prefixes them again when the clone is added).
   std::unique_ptr<Module> clone() const override;
@@ -52,6 +66,13 @@ class Linear : public Affine {
 
  private:
   Linear(std::int64_t in, std::int64_t out, bool bias);  // for clone: parameters set by the caller
+  /// Checks a forward's input (`call`: ".forward") and keeps it (input_, input_shape_).
+  void keep_input(const Tensor& input, const char* call);
+  /// y [rows, out] as [N, ..., out] (the input's leading dims).
+  Tensor out_view(const Tensor& y) const;
+  /// backward's checks (`call`: ".backward") and parameter gradients; returns grad_output as
+  /// [rows, out].
+  Tensor parameter_grads(const Tensor& grad_output, const char* call);
 
   std::int64_t in_ = 0, out_ = 0;
   Tensor input_;  // last forward's input, flattened to [rows, in]

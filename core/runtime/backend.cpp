@@ -24,6 +24,7 @@ namespace {
 
 bool Kernels::has_gemm_ex(DType, DType, DType, Determinism) const { return false; }
 void Kernels::gemm_ex(Stream&, const GemmExArgs&) { no_kernel("gemm_ex"); }
+bool Kernels::has_gemm_gelu_epilogue(DType, Determinism) const { return false; }
 bool Kernels::has_gemm_tn_sharded_ex(DType, DType, DType) const { return false; }
 void Kernels::gemm_tn_sharded_ex(Stream&, std::int64_t, std::int64_t, const void*, DType,
                                  std::int64_t, const void*, DType, std::int64_t,

@@ -68,6 +68,13 @@ struct BackendOptions {
 enum class GemmEpilogue : std::uint8_t {
   none,  ///< C = alpha * op(A) @ op(B) + beta * C (CUBLASLT_EPILOGUE_DEFAULT)
   bias,  ///< then C[m, n] += bias[n], bias of N elements (CUBLASLT_EPILOGUE_BIAS; nn.Linear)
+  /// aux[m, n] = alpha * op(A) @ op(B) + bias[n] (the pre-GELU value; no bias where bias is
+  /// null), then C[m, n] = gelu(aux[m, n]), GELU's tanh form (CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+  /// or CUBLASLT_EPILOGUE_GELU_AUX without a bias; llm.c's c_fc forward).
+  gelu_aux_bias,
+  /// C[m, n] = gelu'(aux[m, n]) * (alpha * op(A) @ op(B)), aux the pre-GELU value of the forward
+  /// (CUBLASLT_EPILOGUE_DGELU; llm.c's c_proj input gradient).
+  dgelu,
 };
 
 /// Arguments of Kernels::gemm_ex, the typed GEMM (cublasLtMatmul): row-major C[M,N] = alpha *
@@ -91,7 +98,12 @@ struct GemmExArgs {
   DType c_type = DType::f32;
   std::int64_t ldc = 1;
   GemmEpilogue epilogue = GemmEpilogue::none;
-  const void* bias = nullptr;  ///< N elements of c_type with GemmEpilogue::bias, else unused
+  /// N elements of c_type with GemmEpilogue::bias; with gelu_aux_bias, those or null (none)
+  const void* bias = nullptr;
+  /// gelu_aux_bias (written) and dgelu (read): the [M, N] pre-GELU matrix, c_type, row stride
+  /// ld_aux >= N; shares no memory with A, B, C or bias. Else unused.
+  void* aux = nullptr;
+  std::int64_t ld_aux = 1;
   Determinism mode = Determinism::fast;
 };
 
@@ -127,7 +139,21 @@ class Kernels {
   /// (cm::add), the bits of gemm followed by add_bias. fast: any order, one rounding where the
   /// library fuses (cuda: cuBLASLt with CUBLAS_COMPUTE_32F, or CUBLAS_COMPUTE_32F_FAST_TF32 for
   /// f32 operands under BackendOptions::allow_tf32; CUBLASLT_EPILOGUE_BIAS).
+  /// GemmEpilogue::gelu_aux_bias and dgelu: only where has_gemm_gelu_epilogue(c_type, mode).
   virtual void gemm_ex(Stream& s, const GemmExArgs& g);
+
+  /// Whether gemm_ex takes GemmEpilogue::gelu_aux_bias and dgelu here for A, B, C, bias and aux
+  /// all of `dtype` in `mode` (has_gemm_ex(dtype, dtype, dtype, mode) holds too): the GELU of
+  /// nn::GPTMLP in its c_fc GEMM's epilogue and its gradient in c_proj's input-gradient GEMM
+  /// (ops::linear_gelu, ops::matmul_dgelu; llm.c's fusion). With those epilogues gemm_ex takes
+  /// beta == 0 only. Default: false, and the ops run the GEMM and ditto's GELU kernels apart
+  /// (the simulator keeps that path, its bits and launches). cuda: fast mode only (bitwise keeps
+  /// its separate kernels and bits), f32, bf16, f16, once a probe of cuBLASLt's GELU epilogue on
+  /// each GPU said it computes the tanh form (cuda_host_logic.h's gelu_epilogue_form); the
+  /// result rounded once into c_type where cuBLASLt fuses it, else the unfused GEMM and a GELU
+  /// kernel (the bits of the separate ops' fast path). A dry run answers true in fast mode for
+  /// f32, bf16, f16 (the CUDA backend it predicts).
+  virtual bool has_gemm_gelu_epilogue(DType dtype, Determinism mode) const;
 
   /// y[r, c] += bias[c] for a [rows, cols] y.
   virtual void add_bias(Stream& s, float* y, const float* bias, std::int64_t rows,

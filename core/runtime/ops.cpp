@@ -92,11 +92,14 @@ bool native_gemm(const Tensor& a, const Tensor& b, DType c_type, Determinism mod
 
 /// The typed GEMM c = alpha * op(a) @ op(b) + beta * c (+ bias[n] when bias is defined) on
 /// checked tensors.
+/// With `epilogue` gelu_aux_bias or dgelu, `aux` is its pre-GELU matrix.
 void launch_gemm_ex(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, bool trans_b,
                     const GemmDims& d, float alpha, float beta, Determinism mode,
-                    const Tensor& bias = Tensor()) {
+                    const Tensor& bias = Tensor(), GemmEpilogue epilogue = GemmEpilogue::none,
+                    const Tensor& aux = Tensor()) {
   if (d.M == 0 || d.N == 0) return;
   const bool with_bias = bias.defined();
+  if (with_bias && epilogue == GemmEpilogue::none) epilogue = GemmEpilogue::bias;
   const GemmExArgs g{.trans_a = trans_a,
                      .trans_b = trans_b,
                      .M = d.M,
@@ -113,8 +116,10 @@ void launch_gemm_ex(const Tensor& a, const Tensor& b, Tensor& c, bool trans_a, b
                      .C = c.data_ptr(),
                      .c_type = c.dtype(),
                      .ldc = row_stride(c),
-                     .epilogue = with_bias ? GemmEpilogue::bias : GemmEpilogue::none,
+                     .epilogue = epilogue,
                      .bias = with_bias ? bias.data_ptr() : nullptr,
+                     .aux = aux.defined() ? aux.data_ptr() : nullptr,
+                     .ld_aux = aux.defined() ? row_stride(aux) : 1,
                      .mode = mode};
   kernels_of(c).gemm_ex(stream_of(c), g);
 }
@@ -224,6 +229,44 @@ Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, Determinism 
   Tensor y = matmul(x, w, false, true, mode);
   if (bias.defined()) add_bias_(y, bias);
   return y;
+}
+
+bool linear_gelu_fused(const Tensor& x, const Tensor& w, const Tensor& bias, Determinism mode) {
+  if (mode != Determinism::fast || !x.defined() || !native_gemm(x, w, x.dtype(), mode))
+    return false;
+  const DType t = x.dtype();
+  if (w.dtype() != t || (bias.defined() && (bias.dtype() != t || bias.device() != x.device())))
+    return false;
+  return kernels_of(x).has_gemm_gelu_epilogue(t, mode);
+}
+
+Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre,
+                   Determinism mode) {
+  constexpr const char* op = "ops::linear_gelu";
+  if (!linear_gelu_fused(x, w, bias, mode)) {  // the two ops, their bits
+    pre = linear(x, w, bias, mode);
+    return gelu(pre);
+  }
+  const GemmDims d = check_matmul_operands(op, x, w, false, true, /*typed=*/true);
+  DITTO_CHECK(!bias.defined() || bias.shape() == Shape{d.N}, op, ": bias: expected [out] = [", d.N,
+              "] for w of ", shape_str(w.shape()), ", got ", bias.str());
+  pre = Tensor::empty({d.M, d.N}, x.dtype(), x.device());
+  Tensor y = Tensor::empty({d.M, d.N}, x.dtype(), x.device());
+  launch_gemm_ex(x, w, y, false, true, d, 1.0f, 0.0f, mode, bias, GemmEpilogue::gelu_aux_bias, pre);
+  return y;
+}
+
+Tensor matmul_dgelu(const Tensor& gy, const Tensor& w, const Tensor& pre, Determinism mode) {
+  constexpr const char* op = "ops::matmul_dgelu";
+  if (!linear_gelu_fused(gy, w, pre, mode))  // the two ops, their bits
+    return gelu_backward(pre, matmul(gy, w, false, false, mode));
+  const GemmDims d = check_matmul_operands(op, gy, w, false, false, /*typed=*/true);
+  DITTO_CHECK(pre.shape() == (Shape{d.M, d.N}), op,
+              ": pre: expected [rows, in] = ", shape_str({d.M, d.N}), " for gy of ",
+              shape_str(gy.shape()), " and w of ", shape_str(w.shape()), ", got ", pre.str());
+  Tensor gx = Tensor::empty({d.M, d.N}, gy.dtype(), gy.device());
+  launch_gemm_ex(gy, w, gx, false, false, d, 1.0f, 0.0f, mode, Tensor(), GemmEpilogue::dgelu, pre);
+  return gx;
 }
 
 void add_bias_(Tensor& y, const Tensor& bias) {

@@ -30,6 +30,24 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, Dete
 /// fast: cuBLASLt's CUBLASLT_EPILOGUE_BIAS, which rounds once). The simulator runs the two ops.
 Tensor linear(const Tensor& x, const Tensor& w, const Tensor& bias, Determinism mode);
 
+/// Whether linear_gelu(x, w, bias, ...) runs as one GEMM with the GELU in its epilogue: fast
+/// mode, x, w and bias (or no bias: undefined) of one dtype, on one device, the backend's typed
+/// GEMM (Kernels::has_gemm_ex) and its GELU epilogues (Kernels::has_gemm_gelu_epilogue) for it.
+/// matmul_dgelu(gy, w, pre, mode) fuses under the same rule for gy, w and pre.
+bool linear_gelu_fused(const Tensor& x, const Tensor& w, const Tensor& bias, Determinism mode);
+
+/// New y = gelu(pre), pre = linear(x, w, bias) (set, new [rows, out]), GELU's tanh form: one
+/// Kernels::gemm_ex with GemmEpilogue::gelu_aux_bias where linear_gelu_fused (cuBLASLt's
+/// CUBLASLT_EPILOGUE_GELU_AUX_BIAS, llm.c's c_fc), else linear and then gelu (their bits).
+Tensor linear_gelu(const Tensor& x, const Tensor& w, const Tensor& bias, Tensor& pre,
+                   Determinism mode);
+
+/// New gx = gelu_backward(pre, gy @ w): gy [rows, out], w [out, in], pre [rows, in] (the
+/// forward's pre-GELU, linear_gelu's `pre`). One Kernels::gemm_ex with GemmEpilogue::dgelu where
+/// linear_gelu_fused(gy, w, pre, mode) (cuBLASLt's CUBLASLT_EPILOGUE_DGELU), else matmul and
+/// then gelu_backward (their bits).
+Tensor matmul_dgelu(const Tensor& gy, const Tensor& w, const Tensor& pre, Determinism mode);
+
 /// y[r, c] += bias[c]; y: [rows, cols], bias: [cols].
 void add_bias_(Tensor& y, const Tensor& bias);
 

@@ -344,8 +344,11 @@ class CudaStream final : public Stream {
 inline CudaStream& as_cuda(Stream& s, const char*) { return static_cast<CudaStream&>(s); }
 // The typed GEMM's decisions and the fast row sums' split are the real backend's (pure host
 // functions); cuBLASLt is not emulated: blaslt_gemm declines every call, so a fast-mode gemm_ex
-// runs the canonical kernel.
+// runs the canonical kernel, and its GELU epilogues the canonical kernel and the unfused GELU
+// kernel (launch_gelu_epilogue; the probe of cuBLASLt's GELU says tanh, so fast mode asks for
+// them).
 using ditto::cuda::fast_row_chunks;
+using ditto::cuda::gemm_gelu_epilogue_supported;
 using ditto::cuda::kStreamSemaphores;
 using ditto::cuda::lt_use_tf32;
 using ditto::cuda::RowChunks;
@@ -363,6 +366,7 @@ class CudaBackend {
   }
   void deallocate_on(int, void* p, std::size_t, cudaStream_t s) noexcept { cudaFreeAsync(p, s); }
 };
+inline bool blaslt_gelu_epilogue_is_tanh(CudaBackend&) { return true; }
 std::unique_ptr<Kernels> make_cuda_kernels(CudaBackend& backend);
 }  // namespace ditto::cuda_emu
 

@@ -9,8 +9,11 @@
 // both modes (fast-mode gemm_ex falls back to the canonical kernel where cuBLASLt cannot run,
 // and the emulator has no cuBLASLt). And the typed micro-sharded dW (gemm_tn_sharded_ex) against
 // the simulator's MixedOp path of ops::gemm_tn_sharded, bit for bit (check_typed_gemm_sharded).
+// And the GELU epilogues' fallback (check_gelu_epilogues), against double.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 
 #include "core/numerics/micro_shards.h"
 #include "core/runtime/dtype.h"
@@ -154,6 +157,158 @@ void check_typed_gemm_sharded(unsigned& seed) {
   }
 }
 
+// Stored values of dtype t (uniform in [-1, 1], rounded to t) and their f32 widening.
+struct Stored {
+  Bytes bytes;
+  V values;
+};
+Stored uniform_stored(DType t, i64 n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Stored m{Bytes(static_cast<std::size_t>(n) * dtype_size(t)), V(static_cast<std::size_t>(n))};
+  for (std::size_t i = 0; i < m.values.size(); ++i) {
+    float v = u(gen);
+    if (t == DType::bf16) {
+      const bfloat16 h = bfloat16::from(v);
+      std::memcpy(m.bytes.data() + 2 * i, &h.bits, 2);
+      v = h.to_float();
+    } else if (t == DType::f16) {
+      const float16 h = float16::from(v);
+      std::memcpy(m.bytes.data() + 2 * i, &h.bits, 2);
+      v = h.to_float();
+    } else {
+      std::memcpy(m.bytes.data() + 4 * i, &v, 4);
+    }
+    m.values[i] = v;
+  }
+  return m;
+}
+
+float widen_at(DType t, const Bytes& b, i64 i) {
+  const auto at = static_cast<std::size_t>(i);
+  if (t == DType::f32) {
+    float v;
+    std::memcpy(&v, b.data() + 4 * at, 4);
+    return v;
+  }
+  std::uint16_t h;
+  std::memcpy(&h, b.data() + 2 * at, 2);
+  return t == DType::bf16 ? bfloat16{h}.to_float() : float16{h}.to_float();
+}
+
+// gemm_ex's GELU epilogues as the emulated backend runs them (no cuBLASLt: the canonical GEMM,
+// then launch_gelu_epilogue): gelu_aux_bias (with a bias and without) leaves in aux the bits of
+// the plain GEMM (with its bias) and in C the tanh-form GELU of aux; dgelu leaves in C gelu'(aux)
+// times the plain GEMM's product; both against a double reference (of the stored aux and
+// product) within C's rounding (half an ulp: 2^-8 bf16, 2^-11 f16; 2^-25 in f16's subnormals)
+// and 2e-6 (1 + |aux|) of ditto's f32 GELU (its portable tanh), for f32, bf16, f16, padded row
+// strides, aux's other than C's (their padding untouched), in fast mode (has_gemm_gelu_epilogue:
+// the probe stub says tanh) and bitwise.
+void check_gelu_epilogues(unsigned& seed) {
+  auto gelu = [](double x) {
+    return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+  };
+  auto gelu_grad = [](double x) {
+    const double t = std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x));
+    return 0.5 * (1.0 + t) +
+           0.5 * x * (1.0 - t * t) * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
+  };
+  struct Size {
+    i64 M, N, K, pad;
+  };
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+    // C's rounding: half an ulp of the value, or of f16's subnormals (2^-25) below 2^-14.
+    const double u = t == DType::bf16 ? 0x1p-8 : t == DType::f16 ? 0x1p-11 : 0.0;
+    const double sub = t == DType::f16 ? 0x1p-25 : 0.0;
+    ++checks;
+    if (!cudak->has_gemm_gelu_epilogue(t, Determinism::fast) ||
+        cudak->has_gemm_gelu_epilogue(t, Determinism::bitwise)) {
+      ++failures;
+      std::printf("FAIL has_gemm_gelu_epilogue %s: expected fast only\n", dtype_name(t));
+    }
+    for (const Size& z : {Size{17, 40, 20, 3}, Size{5, 24, 9, 0}})
+      for (int kind = 0; kind < 3; ++kind)
+        for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
+          const bool backward = kind == 2, bias = kind == 0;
+          const std::string ctx = std::string(dtype_name(t)) + " " + std::to_string(z.M) + "x" +
+                                  std::to_string(z.N) + "x" + std::to_string(z.K) +
+                                  (backward ? " dgelu"
+                                   : bias   ? " gelu_aux_bias"
+                                            : " gelu_aux") +
+                                  (mode == Determinism::fast ? " fast" : " bitwise");
+          const i64 ld = z.N + z.pad, la = z.N + 2 * z.pad + 1;  // C's and aux's row strides
+          const Stored A = uniform_stored(t, z.M * z.K, seed++);
+          const Stored B = uniform_stored(t, z.N * z.K, seed++);
+          const Stored Bias = uniform_stored(t, z.N, seed++);
+          Stored Aux = uniform_stored(t, z.M * la, seed++);  // dgelu's pre-GELU
+          Bytes C = uniform_stored(t, z.M * ld, seed++).bytes, plain = C;
+          const Bytes aux_in = Aux.bytes, c_in = C;
+          GemmExArgs g;
+          g.trans_b = !backward;  // forward x @ w^T; backward gy @ w
+          g.M = z.M, g.N = z.N, g.K = z.K;
+          g.a_type = g.b_type = g.c_type = t;
+          g.A = A.bytes.data(), g.lda = z.K;
+          g.B = B.bytes.data(), g.ldb = backward ? z.N : z.K;
+          g.ldc = ld;
+          g.bias = bias ? Bias.bytes.data() : nullptr;
+          g.mode = mode;
+          GemmExArgs p = g;  // the plain GEMM: into plain, with the bias where g has one
+          p.C = plain.data();
+          p.epilogue = bias ? GemmEpilogue::bias : GemmEpilogue::none;
+          g.C = C.data();
+          g.epilogue = backward ? GemmEpilogue::dgelu : GemmEpilogue::gelu_aux_bias;
+          g.aux = Aux.bytes.data(), g.ld_aux = la;
+          try {
+            cudak->gemm_ex(cudas, p);
+            cudak->gemm_ex(cudas, g);
+          } catch (const std::exception& e) {
+            ++failures;
+            std::printf("FAIL gelu epilogue %s: %s\n", ctx.c_str(), e.what());
+            continue;
+          }
+          ++checks;
+          int bad = 0;
+          for (i64 m = 0; m < z.M && bad == 0; ++m)
+            for (i64 n = 0; n < la && bad == 0; ++n) {
+              const i64 i = m * ld + n, ia = m * la + n;
+              const double a = widen_at(t, Aux.bytes, ia);
+              const double c = n < ld ? widen_at(t, C, i) : 0.0;
+              if (n >= z.N) {  // padding: untouched
+                if ((n < ld && c != widen_at(t, c_in, i)) || a != widen_at(t, aux_in, ia)) {
+                  bad = 1;
+                  std::printf("FAIL gelu epilogue %s: padding (%lld, %lld) written\n", ctx.c_str(),
+                              static_cast<long long>(m), static_cast<long long>(n));
+                }
+                continue;
+              }
+              const double prod = widen_at(t, plain, i);
+              if (!backward && a != prod) {
+                bad = 1;
+                std::printf("FAIL gelu epilogue %s: aux (%lld, %lld) %g, the GEMM %g\n",
+                            ctx.c_str(), static_cast<long long>(m), static_cast<long long>(n), a,
+                            prod);
+                continue;
+              }
+              if (backward && a != widen_at(t, aux_in, ia)) {
+                bad = 1;
+                std::printf("FAIL gelu epilogue %s: dgelu wrote aux\n", ctx.c_str());
+                continue;
+              }
+              const double want = backward ? gelu_grad(a) * prod : gelu(a);
+              const double tol = u * std::fabs(want) + sub +
+                                 2e-6 * (1.0 + std::fabs(a)) * (backward ? std::fabs(prod) : 1.0);
+              if (!(std::fabs(c - want) <= tol)) {
+                bad = 1;
+                std::printf("FAIL gelu epilogue %s: C (%lld, %lld) %.9g, double %.9g\n",
+                            ctx.c_str(), static_cast<long long>(m), static_cast<long long>(n), c,
+                            want);
+              }
+            }
+          failures += bad;
+        }
+  }
+}
+
 }  // namespace
 
 void check_typed_gemm(unsigned& seed) {
@@ -243,4 +398,5 @@ void check_typed_gemm(unsigned& seed) {
     std::printf("FAIL has_gemm_ex accepts a mixed or f64 product\n");
   }
   check_typed_gemm_sharded(seed);
+  check_gelu_epilogues(seed);
 }
