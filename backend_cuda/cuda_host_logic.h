@@ -318,9 +318,13 @@ inline constexpr std::int64_t kGeluProbeRows = 128;
 /// The probe's inputs span [-kGeluProbeRange, kGeluProbeRange]: the tanh and the erf form
 /// differ by up to 4.7e-4 there (near x = -2.7) and agree to 1e-8 at its ends.
 inline constexpr float kGeluProbeRange = 6.0f;
-/// Largest |d - gelu(x)| the probe accepts of a form, a quarter of the largest gap between the
-/// two forms on the probe's range: a GELU within it of one form is 3.5e-4 from the other.
-inline constexpr double kGeluProbeTolerance = 1.0e-4;
+/// How far the probe's GELU may lie from the form it is classed as, at any input: the largest
+/// |d - (tanh form + a (erf form - tanh form))| after the fit below. Loose on purpose: a tanh
+/// form computed with a fast tanh (PTX tanh.approx.f32, absolute error up to 2^-10.99) is still
+/// the tanh form; a value past it is not a GELU of either kind.
+inline constexpr double kGeluProbeResidual = 2.0e-3;
+/// How close the fitted share a of the erf form must be to 0 (tanh) or 1 (erf).
+inline constexpr double kGeluProbeShareTolerance = 0.25;
 
 /// The probe's n inputs: x[i] = -range + 2 range i / (n - 1), i = 0..n-1 (n >= 2).
 inline std::vector<float> gelu_probe_inputs(std::int64_t n) {
@@ -334,21 +338,34 @@ inline std::vector<float> gelu_probe_inputs(std::int64_t n) {
 /// GELU's erf form (torch.nn.GELU(), nanoGPT's): 0.5 x (1 + erf(x / sqrt(2))), in double.
 inline double gelu_erf(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
 
-/// Which GELU a probe's outputs d (of inputs x) are: tanh when every |d[i] - gpt::gelu(x[i])|
-/// (ditto's tanh form, f32: the unfused kernels' function) is at most kGeluProbeTolerance; erf
-/// when every |d[i] - gelu_erf(x[i])| is; other when neither (or d has a NaN, or the sizes
-/// differ, or there are no values). The tolerance is under half the two forms' gap, so at most
-/// one holds.
+/// Which GELU a probe's outputs d (of inputs x) are. The two forms differ by delta(x) = erf form -
+/// tanh form (up to 4.7e-4 on the probe's range, smooth and one-signed on each side of 0), so d
+/// is fitted as tanh(x) + a delta(x) by least squares over every input (tanh(x): gpt::gelu, the
+/// unfused kernels' f32 function): tanh when |a| <= kGeluProbeShareTolerance, erf when
+/// |a - 1| is, other in between. A fast tanh's error has almost no component along delta (it is
+/// not smooth in x the way delta is), so it does not move a, where a per-point bound against each
+/// form would take it for neither. Other too when the fit leaves any |residual| over
+/// kGeluProbeResidual (not a GELU), when d has a NaN or an inf, the sizes differ, or there are no
+/// values.
 enum class GeluForm : std::uint8_t { tanh, erf, other };
 inline GeluForm gelu_epilogue_form(const std::vector<float>& x, const std::vector<float>& d) {
   if (x.empty() || x.size() != d.size()) return GeluForm::other;
-  bool tanh = true, erf = true;
+  double num = 0, den = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
-    const double v = d[i];
-    tanh = tanh && std::fabs(v - static_cast<double>(gpt::gelu(x[i]))) <= kGeluProbeTolerance;
-    erf = erf && std::fabs(v - gelu_erf(x[i])) <= kGeluProbeTolerance;
+    if (!std::isfinite(d[i])) return GeluForm::other;
+    const double t = gpt::gelu(x[i]), delta = gelu_erf(x[i]) - t;
+    num += (d[i] - t) * delta;
+    den += delta * delta;
   }
-  return tanh ? GeluForm::tanh : erf ? GeluForm::erf : GeluForm::other;
+  if (!(den > 0)) return GeluForm::other;
+  const double a = num / den;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double t = gpt::gelu(x[i]), delta = gelu_erf(x[i]) - t;
+    if (std::fabs(d[i] - (t + a * delta)) > kGeluProbeResidual) return GeluForm::other;
+  }
+  if (std::fabs(a) <= kGeluProbeShareTolerance) return GeluForm::tanh;
+  if (std::fabs(a - 1.0) <= kGeluProbeShareTolerance) return GeluForm::erf;
+  return GeluForm::other;
 }
 
 // ---- cuBLASLt descriptor cache (cuda_blaslt.cpp) -----------------------------------------------
