@@ -468,6 +468,8 @@ class CudaGptKernels : public CudaDtypeKernels {
                    float alpha) override;
   void fill_multi(Stream& s, const std::vector<float*>& xs, const std::vector<i64>& ns,
                   float value) override;
+  void copy_multi(Stream& s, DType from, DType to, const std::vector<const void*>& srcs,
+                  const std::vector<void*>& dsts, const std::vector<i64>& ns) override;
   // Typed (Note [Typed optimizer step], core/optim/master_weights.h): gradients of any float
   // dtype widened as loaded, the model's weights written in AdamW's launch; adam_step_multi and
   // sum_squares_multi are these with f32 gradients (one kernel each).

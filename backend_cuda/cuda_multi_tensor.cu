@@ -1,6 +1,7 @@
 // The CUDA backend's multi-tensor kernels of the optimizer step (CudaGptKernels,
 // cuda_kernels_common.cuh): AdamW over every parameter in one launch, the gradient norm's sums of
-// squares, the clip's scaling, the zeroing of new moments. Every chain keeps the operation order
+// squares, the clip's scaling, the zeroing of new moments, ZeRO-1's buffer copies and casts
+// (copy_multi). Every chain keeps the operation order
 // of core/numerics/canonical_math.h and gpt_math.h, so the results equal backend_sim's bit for bit (ctest CudaEmu.Kernels,
 // tools/cuda_emu/test_emu_fused.cpp). How the work is cut: Note [CUDA fused kernels] (`*_multi`),
 // cuda_fused.cu.
@@ -109,6 +110,47 @@ __global__ void __launch_bounds__(kMultiThreads) list_multi_kernel(
     const i64 lo = (ch - a.first_chunk[ti]) * kMultiChunk;
     const i64 hi = a.n[ti] - lo < kMultiChunk ? a.n[ti] : lo + kMultiChunk;
     for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) x[i] = fill ? alpha : cm::mul(alpha, x[i]);
+  }
+}
+
+// copy_multi: pieces (src, dst, n) of one dtype each side, up to kCopyCap a launch (32 bytes a
+// piece: ZeRO-1's pieces of one bucket of GPT-2 124M, a few hundred, in one launch).
+constexpr int kCopyCap = 1000;
+struct CopyTable {
+  const void* src[kCopyCap];
+  void* dst[kCopyCap];
+  i64 n[kCopyCap];
+  i64 first_chunk[kCopyCap + 1];
+  int count;
+};
+static_assert(sizeof(CopyTable) + 8 <= 32764, "a kernel's parameters hold 32764 bytes");
+
+// from == to: dst[i] = src[i] as words U of the element's size (the bytes, exactly).
+template <class U>
+__global__ void __launch_bounds__(kMultiThreads) copy_multi_kernel(
+    const __grid_constant__ CopyTable a) {
+  const i64 chunks = a.first_chunk[a.count];
+  for (i64 ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
+    const int ti = tensor_of(a.first_chunk, a.count, ch);
+    const U* x = static_cast<const U*>(a.src[ti]);
+    U* y = static_cast<U*>(a.dst[ti]);
+    const i64 lo = (ch - a.first_chunk[ti]) * kMultiChunk;
+    const i64 hi = a.n[ti] - lo < kMultiChunk ? a.n[ti] : lo + kMultiChunk;
+    for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x) y[i] = x[i];
+  }
+}
+
+// f32 <-> bf16 / f16: each element widened as loaded (exact) and rounded once as stored (round
+// to nearest even: cast's bits, cuda_kernels_dtype.cu and the simulator's).
+__global__ void __launch_bounds__(kMultiThreads) cast_multi_kernel(
+    const __grid_constant__ CopyTable a, DType from, DType to) {
+  const i64 chunks = a.first_chunk[a.count];
+  for (i64 ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
+    const int ti = tensor_of(a.first_chunk, a.count, ch);
+    const i64 lo = (ch - a.first_chunk[ti]) * kMultiChunk;
+    const i64 hi = a.n[ti] - lo < kMultiChunk ? a.n[ti] : lo + kMultiChunk;
+    for (i64 i = lo + threadIdx.x; i < hi; i += blockDim.x)
+      st_elem(a.dst[ti], to, i, ld_elem(a.src[ti], from, i));
   }
 }
 
@@ -238,6 +280,31 @@ void for_each_list_table(const std::vector<float*>& xs, const std::vector<i64>& 
   }
 }
 
+// copy_multi's tables: the pieces with elements, at most kCopyCap a table, each with its chunks'
+// prefix; launch(a, blocks) once per table.
+template <class F>
+void for_each_copy_table(const std::vector<const void*>& srcs, const std::vector<void*>& dsts,
+                         const std::vector<i64>& ns, const F& launch) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < srcs.size(); ++i)
+    if (ns[i] > 0) order.push_back(i);
+  for (std::size_t b = 0; b < order.size(); b += kCopyCap) {
+    CopyTable a{};
+    a.count = static_cast<int>(std::min<std::size_t>(kCopyCap, order.size() - b));
+    i64 chunks = 0;
+    for (int j = 0; j < a.count; ++j) {
+      const std::size_t i = order[b + static_cast<std::size_t>(j)];
+      a.src[j] = srcs[i];
+      a.dst[j] = dsts[i];
+      a.n[j] = ns[i];
+      a.first_chunk[j] = chunks;
+      chunks += (ns[i] + kMultiChunk - 1) / kMultiChunk;
+    }
+    a.first_chunk[a.count] = chunks;
+    launch(a, static_cast<int>(std::min<i64>(chunks, kMaxBlocks)));
+  }
+}
+
 bool any_elements(const std::vector<i64>& ns) {
   return std::any_of(ns.begin(), ns.end(), [](i64 n) { return n > 0; });
 }
@@ -298,6 +365,30 @@ void CudaGptKernels::fill_multi(Stream& s, const std::vector<float*>& xs,
   Launch l(backend_, s, "fill_multi");
   for_each_list_table<kFillCap>(xs, ns, [&](const ListTable<kFillCap>& a, int blocks) {
     list_multi_kernel<kFillCap><<<blocks, kMultiThreads, 0, l.get()>>>(a, value, true);
+    l.check();
+  });
+}
+
+void CudaGptKernels::copy_multi(Stream& s, DType from, DType to,
+                                const std::vector<const void*>& srcs,
+                                const std::vector<void*>& dsts, const std::vector<i64>& ns) {
+  auto half = [](DType t) { return t == DType::bf16 || t == DType::f16; };
+  const bool convert = (from == DType::f32 && half(to)) || (half(from) && to == DType::f32);
+  if (from != to && !convert) return Kernels::copy_multi(s, from, to, srcs, dsts, ns);  // casts
+  if (!any_elements(ns)) return;
+  Launch l(backend_, s, from == to ? "copy_multi" : "cast_multi");
+  const std::size_t size = dtype_size(from);
+  for_each_copy_table(srcs, dsts, ns, [&](const CopyTable& a, int blocks) {
+    if (from != to)
+      cast_multi_kernel<<<blocks, kMultiThreads, 0, l.get()>>>(a, from, to);
+    else if (size == 1)
+      copy_multi_kernel<std::uint8_t><<<blocks, kMultiThreads, 0, l.get()>>>(a);
+    else if (size == 2)
+      copy_multi_kernel<std::uint16_t><<<blocks, kMultiThreads, 0, l.get()>>>(a);
+    else if (size == 4)
+      copy_multi_kernel<std::uint32_t><<<blocks, kMultiThreads, 0, l.get()>>>(a);
+    else
+      copy_multi_kernel<std::uint64_t><<<blocks, kMultiThreads, 0, l.get()>>>(a);
     l.check();
   });
 }

@@ -393,6 +393,19 @@ std::vector<KernelCost> fill_multi_costs(const std::vector<std::int64_t>& ns) {
   return out;
 }
 
+std::vector<KernelCost> copy_multi_costs(const std::vector<std::int64_t>& ns, DType from,
+                                         DType to) {
+  std::vector<KernelCost> out;
+  const double per = static_cast<double>(dtype_size(from) + dtype_size(to));
+  for (const auto& table : multi_tensor_tables(
+           ns.size(), [&](std::size_t i) { return ns[i] > 0; }, kCudaCopyMultiCap)) {
+    double elems = 0;
+    for (std::size_t i : table) elems += static_cast<double>(ns[i]);
+    out.push_back(KernelCost{from == to ? 0.0 : elems, per * elems});
+  }
+  return out;
+}
+
 CostModel::CostModel(int device_count, ClusterSpec cluster) : cluster_(std::move(cluster)) {
   devices_.reserve(static_cast<std::size_t>(device_count));
   for (int i = 0; i < device_count; ++i) devices_.push_back(std::make_unique<PerDevice>());

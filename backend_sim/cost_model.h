@@ -333,7 +333,11 @@ KernelCost fast_sum_rows_cost(std::int64_t rows, std::int64_t cols, DType x_type
 //   fill_multi          the moments a step creates (Adam::step_multi, zeroed as
 //                       torch.optim.AdamW's zeros_like state): 4 bytes written an element,
 //                       one launch per table of at most kCudaFillMultiCap tensors (GPT-2
-//                       124M's 296 moments: one launch, not 296 fill_f32).
+//                       124M's 296 moments: one launch, not 296 fill_f32);
+//   copy_multi          ZeRO-1's buffer packing and its masters' rounding (core/optim/zero.h):
+//                       (from size + to size) bytes an element (an element a FLOP when it
+//                       converts: cast's), one launch per table of at most kCudaCopyMultiCap
+//                       pieces; named copy_multi (same dtype) or cast_multi (a conversion).
 // Typed (optim::MasterWeights over bf16 / f16 weights, Note [Typed optimizer step] in
 // core/optim/master_weights.h): a dry run's has_multi_tensor_ex is CUDA's (f32, bf16, f16), so
 // the masters' step reads the model's gradients as stored and writes the model's weights in
@@ -353,6 +357,8 @@ inline constexpr std::size_t kCudaMultiTensorCap = 256;
 inline constexpr std::int64_t kCudaMultiTensorChunk = 8192;
 /// Tensors per launch of the CUDA backend's fill_multi (kFillCap in cuda_multi_tensor.cu).
 inline constexpr std::size_t kCudaFillMultiCap = 1024;
+/// Pieces per launch of the CUDA backend's copy_multi (kCopyCap in cuda_multi_tensor.cu).
+inline constexpr std::size_t kCudaCopyMultiCap = 1000;
 
 /// The launches of one adam_step_multi call over tensors of ns[i] elements (Note [Predicted
 /// launches]): one KernelCost per launch; decay[i] says whether tensor i folds in AdamW's decay.
@@ -366,6 +372,8 @@ std::vector<KernelCost> sum_squares_multi_costs(const std::vector<std::int64_t>&
 std::vector<KernelCost> scale_multi_costs(const std::vector<std::int64_t>& ns);
 /// The launches of one fill_multi call over tensors of ns[i] elements.
 std::vector<KernelCost> fill_multi_costs(const std::vector<std::int64_t>& ns);
+/// The launches of one copy_multi call over pieces of ns[i] elements of `from` into `to`.
+std::vector<KernelCost> copy_multi_costs(const std::vector<std::int64_t>& ns, DType from, DType to);
 /// The launches of one adam_step_multi_ex call (Note [Typed optimizer step],
 /// core/optim/master_weights.h; CUDA's one kernel): adam_step_multi_costs' with gradient i read
 /// at grad_bytes[i] bytes an element (dtype_size of its storage dtype; missing: 4), model weight

@@ -786,6 +786,16 @@ class SimKernels final : public Kernels {
     for (const KernelCost& c : fill_multi_costs(ns)) price(s, "fill_multi", c);
   }
 
+  // ZeRO-1's buffer packing and its masters' rounding (core/optim/zero.h): a real run keeps the
+  // per-piece casts of Kernels' default (ZeroRedundancyOptimizer copies piece by piece there,
+  // has_multi_tensor_kernels being false).
+  void copy_multi(Stream& s, DType from, DType to, const std::vector<const void*>& srcs,
+                  const std::vector<void*>& dsts, const std::vector<std::int64_t>& ns) override {
+    if (!cost_->dry_run()) return Kernels::copy_multi(s, from, to, srcs, dsts, ns);
+    for (const KernelCost& c : copy_multi_costs(ns, from, to))
+      price(s, from == to ? "copy_multi" : "cast_multi", c);
+  }
+
   // Typed (Note [Typed optimizer step], core/optim/master_weights.h): a dry run answers as
   // CUDA (f32, bf16, f16) and prices CUDA's launches over the storage-dtype bytes; a real run
   // says no (Kernels' defaults), so optim::MasterWeights keeps its f32 path and bits.

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -250,9 +251,19 @@ class CountingKernels : public Kernels {
     note("fill_multi");
     k_.fill_multi(s, xs, ns, value);
   }
+  void copy_multi(Stream& s, DType from, DType to, const std::vector<const void*>& srcs,
+                  const std::vector<void*>& dsts, const std::vector<std::int64_t>& ns) override {
+    note("copy_multi");
+    k_.copy_multi(s, from, to, srcs, dsts, ns);
+  }
 
  protected:
-  void note(const char* name) { ++calls[name]; }
+  // Ranks on threads of one process (ZeRO's, OptimFused) share the counts.
+  void note(const char* name) {
+    const std::lock_guard<std::mutex> lock(note_mutex_);
+    ++calls[name];
+  }
+  std::mutex note_mutex_;
 
   // f32 scratch on the stream's device for one typed call of a probe (its casts uncounted: the
   // probe's own), freed after the stream's work.

@@ -771,6 +771,18 @@ TEST(ComputeUnits, MultiTensorCostsCutIntoTablesOf256) {
   EXPECT_DOUBLE_EQ(fill[0].flops + fill[1].flops, 0.0);
   EXPECT_EQ(sim::fill_multi_costs(std::vector<std::int64_t>(296, 10)).size(), 1u);  // GPT-2's
   EXPECT_TRUE(sim::fill_multi_costs({0, 0}).empty());
+  // copy_multi's table holds 1000 pieces (kCopyCap): 1099 with elements are two launches; a
+  // copy reads and writes its bytes, a cast reads one dtype and writes the other, a FLOP each.
+  const auto copies = sim::copy_multi_costs(moments, DType::bf16, DType::bf16);
+  ASSERT_EQ(copies.size(), 2u);
+  EXPECT_DOUBLE_EQ(copies[0].bytes, 4.0 * 10 * 1000);
+  EXPECT_DOUBLE_EQ(copies[1].bytes, 4.0 * 10 * 99);
+  EXPECT_DOUBLE_EQ(copies[0].flops + copies[1].flops, 0.0);
+  const auto casts = sim::copy_multi_costs({7, 0, 5}, DType::f32, DType::bf16);
+  ASSERT_EQ(casts.size(), 1u);
+  EXPECT_DOUBLE_EQ(casts[0].bytes, 6.0 * 12);
+  EXPECT_DOUBLE_EQ(casts[0].flops, 12.0);
+  EXPECT_TRUE(sim::copy_multi_costs({0}, DType::f32, DType::f32).empty());
 }
 
 // Note [Typed optimizer step] (core/optim/master_weights.h): a dry run's has_multi_tensor_ex is

@@ -1,13 +1,15 @@
-// The multi-tensor ops (ops::adam_step_multi_, sum_squares_multi, scale_multi_; Kernels::
-// adam_step_multi and siblings, issue 29): in the backend-ops table (every backend against a
-// double reference, cuda against the simulator bit for bit when a GPU is there), equal bit for
-// bit to the per-tensor ops they replace, their argument checks, and the simulator keeping the
-// per-tensor path (has_multi_tensor_kernels false: its launches and virtual time unchanged).
+// The multi-tensor ops (ops::adam_step_multi_, sum_squares_multi, scale_multi_, copy_multi_;
+// Kernels:: adam_step_multi and siblings, issue 29): in the backend-ops table (every backend
+// against a double reference, cuda against the simulator bit for bit when a GPU is there), equal
+// bit for bit to the per-tensor ops they replace, their argument checks, and the simulator keeping
+// the per-tensor path (has_multi_tensor_kernels false: its launches and virtual time unchanged).
 // The CUDA kernels themselves run on the CPU in ctest CudaEmu.Kernels (test_emu_fused.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "backend_ops_table.h"
@@ -34,8 +36,7 @@ void multi_adamw_case(OpRun& r) {
   std::vector<Vec> pw, ps, vw;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     const std::int64_t n = sizes[i];
-    const std::vector<float> p0 = r.values(n), g0 = r.values(n), m0 = r.values(n),
-                             v0 = r.values(n);
+    const std::vector<float> p0 = r.values(n), g0 = r.values(n), m0 = r.values(n), v0 = r.values(n);
     std::vector<float> va(v0.size());
     for (std::size_t e = 0; e < v0.size(); ++e) va[e] = std::fabs(v0[e]);
     p.push_back(r.upload(p0, {n}));
@@ -133,11 +134,10 @@ TEST_F(MultiTensorOpsTest, AdamStepMultiIsTheDecayThenAdamPerTensorBitForBit) {
     std::vector<Tensor> a[5], b[5];  // param, grad, exp_avg, exp_avg_sq, max: two copies
     for (std::size_t i = 0; i < sizes.size(); ++i)
       for (int k = 0; k < 5; ++k) {
-        Tensor t = Tensor::from_vector(
-            random_values(static_cast<std::size_t>(sizes[i]), static_cast<std::uint32_t>(100 + 10 * i + k),
-                          k >= 3 ? 0.0f : -1.0f, 1.0f),
-            {sizes[i]},
-            dev);
+        Tensor t = Tensor::from_vector(random_values(static_cast<std::size_t>(sizes[i]),
+                                                     static_cast<std::uint32_t>(100 + 10 * i + k),
+                                                     k >= 3 ? 0.0f : -1.0f, 1.0f),
+                                       {sizes[i]}, dev);
         a[k].push_back(t);
         b[k].push_back(t.clone());
       }
@@ -204,10 +204,9 @@ TEST_F(MultiTensorOpsTest, AdamStepMultiGivesTheBitsOfStepAndOfAdamW) {
   const Device d0("sim", 0), d1("sim", 1);
   auto make = [&](const char* name, std::int64_t n, std::uint32_t seed, const Device& d,
                   const Shape& shape) {
-    return nn::Parameter{name,
-                         Tensor::from_vector(random_values(static_cast<std::size_t>(n), seed),
-                                             shape, d),
-                         Tensor()};
+    return nn::Parameter{
+        name, Tensor::from_vector(random_values(static_cast<std::size_t>(n), seed), shape, d),
+        Tensor()};
   };
   for (bool amsgrad : {false, true}) {
     // Two copies of the same parameters: w [3, 5] on sim:0, b [5] on sim:1, e [4] on sim:0.
@@ -223,7 +222,8 @@ TEST_F(MultiTensorOpsTest, AdamStepMultiGivesTheBitsOfStepAndOfAdamW) {
       for (int c = 0; c < 2; ++c) {
         w[c].grad = Tensor::from_vector(random_values(15, 10 + step), {3, 5}, d0);
         b[c].grad = Tensor::from_vector(random_values(5, 20 + step), {5}, d1);
-        e[c].grad = step == 1 ? Tensor() : Tensor::from_vector(random_values(4, 30 + step), {4}, d0);
+        e[c].grad =
+            step == 1 ? Tensor() : Tensor::from_vector(random_values(4, 30 + step), {4}, d0);
       }
       per.step();
       multi.step_multi(nullptr);
@@ -244,8 +244,8 @@ TEST_F(MultiTensorOpsTest, AdamStepMultiGivesTheBitsOfStepAndOfAdamW) {
     // parameter, against AdamW::step (the scale_ calls, then Adam) on fresh copies.
     nn::Parameter w2 = make("w", 15, 1, d0, {3, 5}), b2 = make("b", 5, 2, d1, {5});
     nn::Parameter w3 = make("w", 15, 1, d0, {3, 5}), b3 = make("b", 5, 2, d1, {5});
-    optim::AdamW ref({&w2, &b2}, {.lr = 0.01, .beta2 = 0.99, .weight_decay = 0.1,
-                                  .amsgrad = amsgrad});
+    optim::AdamW ref({&w2, &b2},
+                     {.lr = 0.01, .beta2 = 0.99, .weight_decay = 0.1, .amsgrad = amsgrad});
     optim::Adam inner({&w3, &b3}, ao);
     for (int step = 0; step < 3; ++step) {
       w2.grad = w3.grad = Tensor::from_vector(random_values(15, 40 + step), {3, 5}, d0);
@@ -277,7 +277,8 @@ TEST_F(MultiTensorOpsTest, ClipGradNormMultiTensorPathGivesTheSameBits) {
           const auto n = static_cast<std::size_t>(sizes[i]);
           p[c][i] = nn::Parameter{"p", Tensor::zeros({sizes[i]}, DType::f32, d), Tensor()};
           if (i != 2)
-            p[c][i].grad = Tensor::from_vector(random_values(n, 60 + i, -2.0f, 2.0f), {sizes[i]}, d);
+            p[c][i].grad =
+                Tensor::from_vector(random_values(n, 60 + i, -2.0f, 2.0f), {sizes[i]}, d);
         }
       }
       const float a = optim::detail::clip_grad_norm_with({&p[0][0], &p[0][1], &p[0][2], &p[0][3]},
@@ -298,21 +299,97 @@ TEST_F(MultiTensorOpsTest, ArgumentErrorsNameTheEntry) {
   ops::AdamStepTensors ok{&p, &g, &m, &v, nullptr, 1.0, 1.0, std::nullopt};
   ops::AdamStepTensors bad = ok;
   bad.grad = &g_short;
-  expect_invalid([&] { ops::adam_step_multi_({ok, bad}, 1e-3, 0.9, 0.999, 1e-8, 0, false); },
-                 "ops::adam_step_multi_: tensors[1].grad: expected [4]");
+  expect_invalid(
+      [&] {
+        ops::adam_step_multi_({ok, bad}, 1e-3, 0.9, 0.999, 1e-8, 0, false);
+      },
+      "ops::adam_step_multi_: tensors[1].grad: expected [4]");
   ops::AdamStepTensors other = ok;
   other.param = &p1;
-  expect_invalid([&] { ops::adam_step_multi_({ok, other}, 1e-3, 0.9, 0.999, 1e-8, 0, false); },
-                 "tensors[1].param: expected a tensor on sim:0");
+  expect_invalid(
+      [&] {
+        ops::adam_step_multi_({ok, other}, 1e-3, 0.9, 0.999, 1e-8, 0, false);
+      },
+      "tensors[1].param: expected a tensor on sim:0");
   expect_invalid([&] { ops::adam_step_multi_({ok}, 1e-3, 0.9, 0.999, 1e-8, 0, true); },
                  "tensors[0].max_exp_avg_sq: expected a tensor, got null");
   expect_invalid([&] { ops::sum_squares_multi({}, Determinism::bitwise); },
                  "ops::sum_squares_multi: xs: expected at least one tensor");
-  expect_invalid([&] { ops::sum_squares_multi({&p, &p1}, Determinism::bitwise); },
-                 "xs[1]: expected a tensor on sim:0");
+  expect_invalid(
+      [&] {
+        ops::sum_squares_multi({&p, &p1}, Determinism::bitwise);
+      },
+      "xs[1]: expected a tensor on sim:0");
   Tensor host = Tensor::zeros({2}, DType::f32, Device::cpu());
   expect_invalid([&] { ops::scale_multi_({&host}, 2.0f); },
                  "ops::scale_multi_: xs[0]: expected a tensor on a device");
+}
+
+// ops::copy_multi_ (ZeRO-1's copies, Note [ZeRO copies] in core/optim/zero.h) on the simulator:
+// the bytes of one Tensor::copy_ per piece (bf16: NaN and -0 kept as they are) and of ops::cast
+// per piece (f32 -> bf16, bf16 -> f32), the bytes between the dst pieces untouched; then its
+// argument checks, each naming the argument and entry.
+TEST_F(MultiTensorOpsTest, CopyMultiIsOneCopyOrCastPerPiece) {
+  const Device d0("sim", 0), d1("sim", 1);
+  const std::vector<std::int64_t> sizes = {3, 0, 1, 4099};
+  std::vector<float> v = random_values(4200, 11, -300.0f, 300.0f);
+  v[0] = std::nanf("");
+  v[1] = -0.0f;
+  v[2] = 1.00390625f;  // 1 + 2^-8: a bf16 tie, rounds to even
+  for (auto [from, to] : std::vector<std::pair<DType, DType>>{{DType::f32, DType::f32},
+                                                              {DType::bf16, DType::bf16},
+                                                              {DType::f32, DType::bf16},
+                                                              {DType::bf16, DType::f32}}) {
+    SCOPED_TRACE(std::string(dtype_name(from)) + " -> " + dtype_name(to));
+    const Tensor src = Tensor::from_vector(v, {4200}).to(from).to(d0);
+    auto fresh = [&] { return Tensor::from_vector(random_values(4200, 12), {4200}).to(to).to(d0); };
+    Tensor a = fresh(), b = fresh();
+    std::vector<Tensor> srcs, dsts;
+    std::int64_t s_at = 0, d_at = 50;
+    for (std::int64_t n : sizes) {
+      srcs.push_back(src.narrow(s_at, n));
+      dsts.push_back(a.narrow(d_at, n));
+      b.narrow(d_at, n).copy_(from == to ? srcs.back() : ops::cast(srcs.back(), to));
+      s_at += n + 2;
+      d_at += n + 3;
+    }
+    ops::copy_multi_(dsts, srcs);
+    EXPECT_EQ(tensor_bytes(a), tensor_bytes(b));
+  }
+  Tensor x = Tensor::zeros({8}, DType::f32, d0), y = Tensor::zeros({8}, DType::f32, d0);
+  Tensor h = Tensor::zeros({8}, DType::bf16, d0), far = Tensor::zeros({8}, DType::f32, d1);
+  const Tensor i64 = Tensor::zeros({8}, DType::i64, d0);
+  constexpr const char* op = "ops::copy_multi_: ";
+  expect_invalid([&] { ops::copy_multi_({x}, {}); },
+                 std::string(op) + "dsts, srcs: expected lists of one length, got 1 dsts and 0");
+  expect_invalid(
+      [&] {
+        ops::copy_multi_({x.narrow(0, 2), h.narrow(0, 2)}, {y.narrow(0, 2), y.narrow(2, 2)});
+      },
+      std::string(op) + "dsts[1]: expected dtype f32, got");
+  expect_invalid([&] { ops::copy_multi_({x.narrow(0, 3)}, {y.narrow(0, 2)}); },
+                 std::string(op) + "dsts[0]: expected 2 elements (those of srcs[0]), got");
+  expect_invalid(
+      [&] {
+        ops::copy_multi_({x.narrow(0, 2), far.narrow(0, 2)}, {y.narrow(0, 2), y.narrow(2, 2)});
+      },
+      std::string(op) + "dsts[1]: expected a tensor on sim:0");
+  expect_invalid(
+      [&] {
+        ops::copy_multi_({x.narrow(0, 4), x.narrow(3, 2)}, {y.narrow(0, 4), y.narrow(4, 2)});
+      },
+      std::string(op) + "dsts[1]: must not share memory with dsts[0]");
+  expect_invalid(
+      [&] {
+        ops::copy_multi_({x.narrow(0, 2), x.narrow(4, 2)}, {y.narrow(0, 2), x.narrow(5, 2)});
+      },
+      std::string(op) + "dsts[1]: must not share memory with srcs[1]");
+  ops::copy_multi_({x.narrow(6, 2)}, {x.narrow(0, 2)});  // one buffer, apart: fine
+  expect_invalid([&] { ops::copy_multi_({x.narrow(1, 4)}, {x.narrow(0, 4)}); },
+                 std::string(op) + "dsts[0]: must not share memory with srcs[0]");
+  expect_invalid([&] { ops::copy_multi_({x}, {i64}); },
+                 std::string(op) + "srcs[0], dsts[0]: expected one dtype, or f32 -> bf16 / f16, or "
+                                   "bf16 / f16 -> f32, got");
 }
 
 }  // namespace

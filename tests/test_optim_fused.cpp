@@ -24,11 +24,14 @@
 #include "core/optim/clip.h"
 #include "core/optim/master_weights.h"
 #include "core/optim/sgd.h"
+#include "core/optim/zero.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
 #include "counting_kernels.h"
 #include "test_util.h"
+#include "train_step.h"
+#include "zero_test_util.h"
 
 namespace ditto {
 namespace {
@@ -362,6 +365,79 @@ TEST_F(OptimFused, TypedOpsCheckTheirArguments) {
   EXPECT_EQ(k.count("adam_step_multi_ex"), 1);
 }
 
+// Note [ZeRO copies] (core/optim/zero.h): ZeRO-1 on a backend with multi-tensor kernels moves
+// its buffer's pieces in one ops::copy_multi_ per list: per chunk the grads packed, (bf16
+// grads) the reduced part upcast into the shard, this rank's pieces put into and the other's
+// taken out of the all_gather's buffer; per step (bf16 parameters) every master rounded into its
+// piece. Two ranks, chunks of 2 x 4096 elements (4 of them), three AdamW steps with the clip:
+// every parameter's bits equal the per-piece path's (Tensor::copy_, ops::cast + copy_), for bf16
+// parameters with bf16 grads (fast mode's) and f32 grads (bitwise mode's), and f32 parameters.
+TEST_F(OptimFused, ZeroCopiesTakeTheMultiTensorKernelsWithTheSameBits) {
+  const std::vector<Shape> shapes{{70, 130}, {130}, {10, 70}, {10}, {3, 5}, {2000}};
+  struct Case {
+    DType param, grad;
+    Determinism mode;
+  };
+  for (const Case& c : {Case{DType::bf16, DType::bf16, Determinism::fast},
+                        Case{DType::bf16, DType::f32, Determinism::bitwise},
+                        Case{DType::f32, DType::f32, Determinism::bitwise}}) {
+    SCOPED_TRACE(std::string(dtype_name(c.param)) + " grads " + dtype_name(c.grad));
+    std::int64_t chunks = 0;
+    auto run = [&](bool multi) {
+      probe().multi = multi;
+      probe().calls.clear();
+      std::vector<std::vector<std::uint8_t>> out(2);
+      CommOptions co;
+      co.determinism = c.mode;
+      expect_no_rank_errors(run_comm_ranks(
+          2, co,
+          [&](int r, Communicator& comm) {
+            std::vector<nn::Parameter> ps = make_params(shapes, comm.device(), c.param);
+            optim::ZeroOptions zo;
+            zo.max_grad_norm = 0.5;
+            zo.bucket_cap_mb = 2 * 4096 * 4 / (1024.0 * 1024.0);  // 4096 elements a rank
+            optim::ZeroRedundancyOptimizer zero(
+                ptrs(ps), comm,
+                [](std::vector<nn::Parameter*> q, float lr) {
+                  return std::make_unique<optim::AdamW>(
+                      q, optim::AdamWOptions{.lr = lr, .weight_decay = 0.1});
+                },
+                0.01f, zo);
+            if (r == 0) chunks = zero.flat_numel() / 2 / zero.chunk_numel();
+            for (int t = 0; t < 3; ++t) {
+              for (std::size_t i = 0; i < ps.size(); ++i) {
+                std::vector<float> g =
+                    random_values(static_cast<std::size_t>(ps[i].data.numel()),
+                                  static_cast<std::uint32_t>(50 * t + 7 * r + i));
+                ps[i].grad = Tensor::from_vector(g, ps[i].data.shape(), comm.device()).to(c.grad);
+              }
+              zero.step();
+            }
+            for (auto& p : ps) {
+              const std::vector<std::uint8_t> b = tensor_bytes(p.data);
+              out[static_cast<std::size_t>(r)].insert(out[static_cast<std::size_t>(r)].end(),
+                                                      b.begin(), b.end());
+            }
+          },
+          kProbe));
+      return out;
+    };
+    const auto per_piece = run(false);
+    const int per_piece_multi = probe().count("copy_multi");
+    const auto multi = run(true);
+    EXPECT_EQ(per_piece_multi, 0);
+    EXPECT_EQ(multi, per_piece);
+    EXPECT_EQ(multi[0], multi[1]);
+    ASSERT_EQ(chunks, 4);  // 11,955 parameter elements in 8 slots of 4096: 4 x 4096 a rank
+    // Per step and rank: 3 a chunk (pack, own pieces in, others' out), bf16 grads one upcast a
+    // chunk, bf16 parameters one rounding of the masters.
+    const int per_rank_step = static_cast<int>(3 * chunks) +
+                              (c.grad == DType::bf16 ? static_cast<int>(chunks) : 0) +
+                              (c.param == DType::bf16 ? 1 : 0);
+    EXPECT_EQ(probe().count("copy_multi"), 2 * 3 * per_rank_step);
+  }
+}
+
 // ---- CUDA (skips without a GPU): the typed kernels give the simulator's f32 path's bits
 
 using CudaOptimFused = CudaSuite<>;  // kCudaTestDevices
@@ -420,6 +496,66 @@ TEST_F(CudaOptimFused, FusedStepEqualsTheSimulatorsF32Path) {
       for (std::size_t i = 0; i < sim.norms.size(); ++i)
         EXPECT_EQ(bits(cuda.norms[i]), bits(sim.norms[i])) << "norm " << i;
     }
+}
+
+// ops::copy_multi_ (ZeRO-1's copies, Note [ZeRO copies] in core/optim/zero.h) on the GPU: 1100
+// pieces (two launches of 1000) of lengths 0, 1, odd and across the 8192-element chunk, the dsts
+// in another buffer in the reverse order with a gap after each; copies of f32, bf16, u8 and i64,
+// casts f32 -> bf16 / f16 and back. The bytes equal one Tensor::copy_ (or ops::cast + copy_)
+// per piece on the GPU and ops::copy_multi_ on the simulator (its per-piece casts); the gaps
+// keep their bytes.
+TEST_F(CudaOptimFused, CopyMultiEqualsPerPieceCopiesAndCasts) {
+  std::vector<std::int64_t> sizes;
+  for (int i = 0; i < 1100; ++i) sizes.push_back(i % 97 == 0 ? 0 : (i * 37) % 41);
+  sizes[5] = 20000;
+  sizes[6] = 8193;
+  sizes[7] = 1;
+  const std::size_t count = sizes.size();
+  std::vector<std::int64_t> src_at(count), dst_at(count);
+  std::int64_t total = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    src_at[i] = total;
+    total += sizes[i] + 1;
+  }
+  std::int64_t at = 0;
+  for (std::size_t i = count; i-- > 0;) {
+    dst_at[i] = at;
+    at += sizes[i] + 1;
+  }
+  struct Pair {
+    DType from, to;
+  };
+  for (const Pair& p :
+       {Pair{DType::f32, DType::f32}, Pair{DType::bf16, DType::bf16}, Pair{DType::u8, DType::u8},
+        Pair{DType::i64, DType::i64}, Pair{DType::f32, DType::bf16}, Pair{DType::f32, DType::f16},
+        Pair{DType::bf16, DType::f32}, Pair{DType::f16, DType::f32}}) {
+    SCOPED_TRACE(std::string(dtype_name(p.from)) + " -> " + dtype_name(p.to));
+    std::vector<float> v(static_cast<std::size_t>(total)), w(v.size());
+    for (std::size_t j = 0; j < v.size(); ++j) {
+      v[j] = uniform(8, stream_id(kStreamSynthetic, 80), j, -100.0f, 100.0f);
+      w[j] = uniform(9, stream_id(kStreamSynthetic, 81), j, -100.0f, 100.0f);
+    }
+    auto run = [&](const std::string& backend, bool multi) {
+      const Device dev(backend, 0);
+      const Tensor src = Tensor::from_vector(v, {total}).to(p.from).to(dev);
+      Tensor dst = Tensor::from_vector(w, {total}).to(p.to).to(dev);
+      std::vector<Tensor> srcs, dsts;
+      for (std::size_t i = 0; i < count; ++i) {
+        srcs.push_back(src.narrow(src_at[i], sizes[i]));
+        dsts.push_back(dst.narrow(dst_at[i], sizes[i]));
+      }
+      if (multi) {
+        ops::copy_multi_(dsts, srcs);
+      } else {
+        for (std::size_t i = 0; i < count; ++i)
+          dsts[i].copy_(p.from == p.to ? srcs[i] : ops::cast(srcs[i], p.to));
+      }
+      return tensor_bytes(dst);
+    };
+    const std::vector<std::uint8_t> sim = run("sim", true), cuda = run("cuda", true);
+    EXPECT_EQ(cuda, run("cuda", false));
+    EXPECT_EQ(cuda, sim);
+  }
 }
 
 }  // namespace

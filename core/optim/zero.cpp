@@ -486,6 +486,14 @@ void ZeroRedundancyOptimizer::step() {
   }
   refresh_segments();
   const Determinism mode = comm_.options().determinism;
+  // Note [ZeRO copies]: one copy_multi launch per list where the backend has them.
+  const bool multi = ops::has_multi_tensor_kernels(comm_.device());
+  std::vector<Tensor> dsts, srcs;  // a copy_multi list
+  auto flush = [&] {
+    ops::copy_multi_(dsts, srcs);
+    dsts.clear();
+    srcs.clear();
+  };
   // The shard and the collectives' buffer live during step() only (between steps a rank holds
   // its parameters, grads and 1/N of the state, nothing else of ZeRO's).
   grad_shard_ = Tensor::empty({shard_}, DType::f32, comm_.device());
@@ -506,16 +514,26 @@ void ZeroRedundancyOptimizer::step() {
     ops::fill_(send, 0.0);
     for (const Piece& pc : pieces_[static_cast<std::size_t>(c)]) {
       if (!has_grad[pc.param]) continue;
-      send.narrow(pc.buf_off, pc.len)
-          .copy_(flat(params_[pc.param]->grad).narrow(pc.param_off, pc.len));
+      Tensor to = send.narrow(pc.buf_off, pc.len);
+      Tensor from = flat(params_[pc.param]->grad).narrow(pc.param_off, pc.len);
+      if (!multi) {
+        to.copy_(from);
+        continue;
+      }
+      dsts.push_back(to);
+      srcs.push_back(from);
     }
+    if (multi) flush();
     Tensor dst = grad_shard_.narrow(c * chunk_, len_c);
     if (grad_dtype == DType::f32) {
       comm_.reduce_scatter(send, dst, ReduceOp::sum);
     } else {  // reduced in the grad dtype (in place: NCCL's layout), then upcast exactly
       Tensor mine = send.narrow(rank_ * len_c, len_c);
       comm_.reduce_scatter(send, mine, ReduceOp::sum);
-      dst.copy_(ops::cast(mine, DType::f32));
+      if (multi)  // the upcast straight into the shard: one launch, no f32 temporary
+        ops::copy_multi_({dst}, {mine});
+      else
+        dst.copy_(ops::cast(mine, DType::f32));
     }
   }
 
@@ -554,9 +572,15 @@ void ZeroRedundancyOptimizer::step() {
   inner_->step();
   for (auto& s : segments_) {
     if (!s->master || !has_grad[s->param]) continue;
-    Tensor rounded = ops::cast(flat(s->p.data), param_dtype_);
-    flat(params_[s->param]->data).narrow(s->param_off, s->len).copy_(rounded);
+    Tensor piece = flat(params_[s->param]->data).narrow(s->param_off, s->len);
+    if (!multi) {
+      piece.copy_(ops::cast(flat(s->p.data), param_dtype_));
+      continue;
+    }
+    dsts.push_back(piece);
+    srcs.push_back(flat(s->p.data));
   }
+  if (multi) flush();  // every master rounded into its piece in one launch
   grad_shard_ = Tensor();
 
   // 6. all_gather of the parameters in their dtype, chunk by chunk.
@@ -568,16 +592,31 @@ void ZeroRedundancyOptimizer::step() {
     Tensor recv = buffer_.narrow(0, ranks_ * len_c);
     Tensor mine = recv.narrow(rank_ * len_c, len_c);  // in place: NCCL's all_gather layout
     const auto& pieces = pieces_[static_cast<std::size_t>(c)];
-    for (const Piece& pc : pieces)
-      if (pc.rank == rank_ && has_grad[pc.param])
-        mine.narrow(pc.buf_off - rank_ * len_c, pc.len)
-            .copy_(flat(params_[pc.param]->data).narrow(pc.param_off, pc.len));
-    comm_.all_gather(mine, recv);
-    for (const Piece& pc : pieces)
-      if (pc.rank != rank_ && has_grad[pc.param]) {
-        Tensor dst = flat(params_[pc.param]->data).narrow(pc.param_off, pc.len);
-        dst.copy_(recv.narrow(pc.buf_off, pc.len));
+    for (const Piece& pc : pieces) {
+      if (pc.rank != rank_ || !has_grad[pc.param]) continue;
+      Tensor to = mine.narrow(pc.buf_off - rank_ * len_c, pc.len);
+      Tensor from = flat(params_[pc.param]->data).narrow(pc.param_off, pc.len);
+      if (!multi) {
+        to.copy_(from);
+        continue;
       }
+      dsts.push_back(to);
+      srcs.push_back(from);
+    }
+    if (multi) flush();
+    comm_.all_gather(mine, recv);
+    for (const Piece& pc : pieces) {
+      if (pc.rank == rank_ || !has_grad[pc.param]) continue;
+      Tensor to = flat(params_[pc.param]->data).narrow(pc.param_off, pc.len);
+      Tensor from = recv.narrow(pc.buf_off, pc.len);
+      if (!multi) {
+        to.copy_(from);
+        continue;
+      }
+      dsts.push_back(to);
+      srcs.push_back(from);
+    }
+    if (multi) flush();
   }
 }
 

@@ -30,8 +30,22 @@
 // allgather_bucket_size) through one buffer of N chunks, which with the f32 shard lives only
 // during step(), so the only full-model-sized memory is the model's own parameters and grads
 // (DDP under no_sync allocates no buckets); elementwise reductions make the chunking invisible
-// in the bits. Checkpoints: consolidate_state_dict gathers the unsharded layout (torch's). A rank whose shard holds only padding steps one placeholder segment of one zero element
-// (its update keeps it zero), so the inner optimizer always has a parameter.
+// in the bits. Checkpoints: consolidate_state_dict gathers the unsharded layout (torch's). A rank
+// whose shard holds only padding steps one placeholder segment of one zero element (its update
+// keeps it zero), so the inner optimizer always has a parameter.
+//
+// Note [ZeRO copies]
+// The buffer's pieces (one per parameter per rank in a chunk: a GPT-2 124M on 8 ranks has a few
+// hundred) move in one launch per list where the backend has multi-tensor kernels
+// (ops::has_multi_tensor_kernels: cuda, and the simulator's dry run, which prices cuda's
+// launches): per chunk one ops::copy_multi_ packing the grads into the reduce_scatter's send
+// buffer, one upcasting the reduced bf16 / f16 part straight into the f32 shard (no f32
+// temporary), one putting this rank's parameter pieces into the all_gather's buffer and one
+// taking every other rank's out; per step one rounding every master into its parameter piece.
+// Elsewhere (the simulator's real run, the host) each piece is a Tensor::copy_ and each
+// rounding an ops::cast + copy_, as before. copy_multi_ has the bits of those copies and casts,
+// so every parameter's bits are the same either way (tests/test_zero*.cpp run the per-piece
+// path; OptimFused.ZeroCopiesTakeTheMultiTensorKernelsWithTheSameBits the multi one).
 //
 // Note [ZeRO grad clip]
 // clip_grad_norm_ (bitwise) sums per parameter the canonical tree over kSquaresBlock-element
@@ -108,8 +122,7 @@ class ZeroRedundancyOptimizer : public Optimizer {
   /// (naming the field), a factory that returns null, and what Optimizer's constructor and the
   /// factory throw. Runs no collective.
   ZeroRedundancyOptimizer(std::vector<nn::Parameter*> params, Communicator comm,
-                          const ZeroInnerFactory& make_inner, float lr,
-                          ZeroOptions options = {});
+                          const ZeroInnerFactory& make_inner, float lr, ZeroOptions options = {});
   ~ZeroRedundancyOptimizer() override;
 
   /// Every rank calls it (collectives): reduce_scatter the grads, clip, update this rank's shard,
@@ -167,8 +180,8 @@ class ZeroRedundancyOptimizer : public Optimizer {
   std::size_t num_segments() const { return segments_.size(); }
 
  private:
-  struct Segment;   // one piece of a parameter inside this rank's shard
-  struct Piece;     // one piece of a parameter inside one rank's chunk (for the copies)
+  struct Segment;  // one piece of a parameter inside this rank's shard
+  struct Piece;    // one piece of a parameter inside one rank's chunk (for the copies)
   void refresh_segments();
   float clip(Determinism mode, const std::vector<bool>& has_grad);
 
@@ -188,9 +201,9 @@ class ZeroRedundancyOptimizer : public Optimizer {
   std::unique_ptr<OptimizerState> consolidated_;  // on the `to` rank of consolidate_state_dict
   int ranks_ = 1, rank_ = 0;
   std::int64_t total_ = 0, shard_ = 0, chunk_ = 0, chunks_ = 0;
-  std::vector<std::int64_t> offset_;                  // [param]: slot offset
-  std::vector<std::vector<Piece>> pieces_;            // [chunk]: pieces of every rank's chunk c
-  std::vector<std::unique_ptr<Segment>> segments_;    // this rank's
+  std::vector<std::int64_t> offset_;                // [param]: slot offset
+  std::vector<std::vector<Piece>> pieces_;          // [chunk]: pieces of every rank's chunk c
+  std::vector<std::unique_ptr<Segment>> segments_;  // this rank's
   std::unique_ptr<Optimizer> inner_;
   Tensor grad_shard_;  // [S] f32: the reduced shard (during step() only)
   Tensor buffer_;      // [N * chunk]: the collectives' buffer (during step() only)

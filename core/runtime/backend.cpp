@@ -189,6 +189,11 @@ void Kernels::fill_multi(Stream& s, const std::vector<float*>& xs,
   for (std::size_t i = 0; i < xs.size(); ++i)
     if (ns[i] > 0) fill_f32(s, xs[i], value, ns[i]);
 }
+void Kernels::copy_multi(Stream& s, DType from, DType to, const std::vector<const void*>& srcs,
+                         const std::vector<void*>& dsts, const std::vector<std::int64_t>& ns) {
+  for (std::size_t i = 0; i < srcs.size(); ++i)
+    if (ns[i] > 0) cast(s, srcs[i], from, dsts[i], to, ns[i]);
+}
 bool Kernels::has_multi_tensor_ex(DType) const { return false; }
 void Kernels::adam_step_multi_ex(Stream&, const std::vector<AdamTensorEx>&, double, double, double,
                                  double, double, bool, bool, float) {

@@ -578,6 +578,16 @@ class Kernels {
   /// in one launch per device (torch._foreach_zero_).
   virtual void fill_multi(Stream& s, const std::vector<float*>& xs,
                           const std::vector<std::int64_t>& ns, float value);
+  /// dsts[i][j] = convert<to>(srcs[i][j]) for j < ns[i], for each piece: the bits of cast()
+  /// on each piece (what the default does). from == to (any dtype): an exact copy of the bytes
+  /// (cudaMemcpyAsync per piece, torch._foreach_copy_); otherwise cast()'s conversion (f32 ->
+  /// bf16 / f16 rounded to nearest even, bf16 / f16 -> f32 exact). Pieces are contiguous; no dst
+  /// overlaps another dst or any src. ZeRO-1 packs its collectives' buffers and rounds its
+  /// masters into the parameters with it (Note [ZeRO flat shards], core/optim/zero.h): one
+  /// launch per list, not one copy per piece. cuda: one launch per table of up to 1000 pieces
+  /// (kernel names copy_multi for from == to, cast_multi otherwise).
+  virtual void copy_multi(Stream& s, DType from, DType to, const std::vector<const void*>& srcs,
+                          const std::vector<void*>& dsts, const std::vector<std::int64_t>& ns);
 
   // ---- typed multi-tensor kernels (issue 29: the optimizer step on bf16 / f16 gradients) ----
   // Note [Typed optimizer step] (core/optim/master_weights.h): optim::MasterWeights runs its f32

@@ -288,4 +288,13 @@ void scale_multi_(const std::vector<Tensor*>& xs, float alpha);
 /// nothing.
 void fill_multi_(const std::vector<Tensor*>& xs, float value);
 
+/// dsts[i].copy_(srcs[i]) for each i, converting as torch's copy_ does (torch._foreach_copy_):
+/// every src of one dtype, every dst of one dtype (the same: an exact copy of the elements, any
+/// dtype; f32 -> bf16 / f16: ops::cast's rounding to nearest even; bf16 / f16 -> f32: exact),
+/// all contiguous on one device, dsts[i].numel() == srcs[i].numel(), no dst overlapping another
+/// dst or any src. One Kernels::copy_multi call (one launch per table on cuda; the per-piece
+/// casts elsewhere). Throws InvalidArgument naming the argument and entry (sizes of the lists,
+/// dtype, device, contiguity, numel, overlap). Empty lists: nothing.
+void copy_multi_(const std::vector<Tensor>& dsts, const std::vector<Tensor>& srcs);
+
 }  // namespace ditto::ops

@@ -1,7 +1,10 @@
 // The multi-tensor ops of core/runtime/ops.h (adam_step_multi_, sum_squares_multi,
-// scale_multi_, fill_multi_): argument checks per entry, then one Kernels call on the device's
-// current stream (Kernels::adam_step_multi and siblings; the defaults loop the per-tensor kernels).
+// scale_multi_, fill_multi_, copy_multi_): argument checks per entry, then one Kernels call on the
+// device's current stream (Kernels::adam_step_multi and siblings; the defaults loop the per-tensor
+// kernels).
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/base/error.h"
@@ -207,6 +210,68 @@ void fill_multi_(const std::vector<Tensor*>& xs, float value) {
   std::vector<std::int64_t> ns;
   check_list(op, xs, ptrs, ns);
   kernels_of(*xs[0]).fill_multi(stream_of(*xs[0]), ptrs, ns, value);
+}
+
+void copy_multi_(const std::vector<Tensor>& dsts, const std::vector<Tensor>& srcs) {
+  constexpr const char* op = "ops::copy_multi_";
+  DITTO_CHECK(dsts.size() == srcs.size(), op, ": dsts, srcs: expected lists of one length, got ",
+              dsts.size(), " dsts and ", srcs.size(), " srcs");
+  if (dsts.empty()) return;
+  DITTO_CHECK(dsts[0].defined() && srcs[0].defined(), op, ": ",
+              dsts[0].defined() ? "srcs[0]" : "dsts[0]",
+              ": expected a defined tensor, got an undefined tensor");
+  const DType from = srcs[0].dtype(), to = dsts[0].dtype();
+  const bool convert_ok = from == to ||
+                          (from == DType::f32 && (to == DType::bf16 || to == DType::f16)) ||
+                          (to == DType::f32 && (from == DType::bf16 || from == DType::f16));
+  DITTO_CHECK(convert_ok, op,
+              ": srcs[0], dsts[0]: expected one dtype, or f32 -> bf16 / f16, or "
+              "bf16 / f16 -> f32, got ",
+              srcs[0].str(), " -> ", dsts[0].str());
+  const Device& device = dsts[0].device();
+  std::vector<const void*> src_ptrs;
+  std::vector<void*> dst_ptrs;
+  std::vector<std::int64_t> ns;
+  for (std::size_t i = 0; i < dsts.size(); ++i) {
+    const std::string d = "dsts[" + std::to_string(i) + "]", r = "srcs[" + std::to_string(i) + "]";
+    check_tensor(op, d.c_str(), dsts[i], to);
+    check_device(op, d.c_str(), dsts[i], device, "dsts[0]");
+    check_tensor(op, r.c_str(), srcs[i], from);
+    check_device(op, r.c_str(), srcs[i], device, "dsts[0]");
+    DITTO_CHECK(dsts[i].numel() == srcs[i].numel(), op, ": ", d, ": expected ", srcs[i].numel(),
+                " elements (those of ", r, "), got ", dsts[i].str());
+    src_ptrs.push_back(srcs[i].data_ptr());
+    dst_ptrs.push_back(dsts[i].data_ptr());
+    ns.push_back(dsts[i].numel());
+  }
+  // No dst overlaps another dst or any src: the dsts sorted by (buffer, start), neighbours
+  // apart, and each src's range against the dsts of its buffer that start before its end.
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < dsts.size(); ++i)
+    if (dsts[i].nbytes() > 0) order.push_back(i);
+  auto key = [&](const Tensor& t) { return std::make_pair(t.buffer().get(), t.offset_bytes()); };
+  std::sort(order.begin(), order.end(),
+            [&](std::size_t a, std::size_t b) { return key(dsts[a]) < key(dsts[b]); });
+  for (std::size_t k = 1; k < order.size(); ++k) {
+    const Tensor &a = dsts[order[k - 1]], &b = dsts[order[k]];
+    DITTO_CHECK(!overlaps(a, b), op, ": dsts[", order[k], "]: must not share memory with dsts[",
+                order[k - 1], "] (got ", b.str(), " overlapping ", a.str(), ")");
+  }
+  for (std::size_t i = 0; i < srcs.size(); ++i) {
+    if (srcs[i].nbytes() == 0) continue;
+    // Of the sorted, disjoint dsts the last one starting before the src's end ends last: if it
+    // does not reach into the src, none does.
+    const auto end =
+        std::make_pair(srcs[i].buffer().get(), srcs[i].offset_bytes() + srcs[i].nbytes());
+    auto it = std::lower_bound(order.begin(), order.end(), end,
+                               [&](std::size_t a, const auto& e) { return key(dsts[a]) < e; });
+    if (it == order.begin()) continue;
+    const std::size_t j = *(it - 1);
+    DITTO_CHECK(!overlaps(dsts[j], srcs[i]), op, ": dsts[", j,
+                "]: must not share memory with srcs[", i, "] (got ", dsts[j].str(), " overlapping ",
+                srcs[i].str(), ")");
+  }
+  kernels_of(dsts[0]).copy_multi(stream_of(dsts[0]), from, to, src_ptrs, dst_ptrs, ns);
 }
 
 }  // namespace ditto::ops

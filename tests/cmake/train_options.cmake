@@ -140,7 +140,8 @@ if(TARGET ditto-train)
             --devices 8 --trainer ddp --batch-size 32 --zero-stage 1
     REGEX "memory: sim:0 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=40960.00 MiB optimizer_state=1485.89 MiB.*predicted GPT: peak memory [0-9.]+ GiB of 40.00 GiB")
   # A bf16 run's predicted: line gives MFU against the BF16 peak (it gave 639% of the FP32 peak).
-  # 55.2% since issue 29's cost model prices what ditto's CUDA code runs: attention on its
+  # 55.5% since ZeRO-1's copies took one launch per list (Note [ZeRO copies]; 55.2% with a copy
+  # per piece) and issue 29's cost model prices what ditto's CUDA code runs: attention on its
   # mma.sync flash attention at mma_efficiency 0.25 (an estimate), every bf16 op of the step on a
   # typed kernel (54.7% before the LayerNorm backward took the residual gradient's add and the
   # moments were zeroed in one launch, 46.8% while the row sums and the embedding gradient went through f32 scratch,

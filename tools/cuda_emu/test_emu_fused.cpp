@@ -5,10 +5,10 @@
 // sort tile, absent and single-row buckets, more shards than one launch takes), LayerNorm rows
 // across the staging chunk, and the multi-tensor kernels (adam_step_multi with AdamW's decay,
 // per-tensor bias corrections, amsgrad, more tensors than one launch's table; sum_squares_multi,
-// scale_multi, and fill_multi, whose table holds 1024 tensors: 1100 tested) against the simulator's
-// per-tensor kernels (Kernels' defaults). Fast-mode sum_squares_multi: within 1e-5 relative of a
-// double-precision reference. The typed (bf16 / f16) versions of the row kernels:
-// test_emu_rows.cpp, run with these.
+// scale_multi, and fill_multi, whose table holds 1024 tensors: 1100 tested; copy_multi's copies
+// and casts, check_copy_multi) against the simulator's per-tensor kernels (Kernels' defaults).
+// Fast-mode sum_squares_multi: within 1e-5 relative of a double-precision reference. The typed
+// (bf16 / f16) versions of the row kernels: test_emu_rows.cpp, run with these.
 #include <array>
 #include <cmath>
 
@@ -166,6 +166,68 @@ void check_fill_multi_tables(unsigned& seed) {
        });
 }
 
+// copy_multi (ZeRO-1's buffer packing and its masters' rounding, core/optim/zero.h) against the
+// simulator's per-piece casts (Kernels' default; from == to: a copy of the bytes): 1, 7, 300
+// and 1100 pieces (1100: two launches of kCopyCap 1000), lengths 0, 1, odd and across the
+// 8192-element chunk; element sizes 1, 2, 4 and 8; f32 -> bf16 / f16 (round to nearest even:
+// ties, overflow, subnormals and NaN payloads from random bit patterns) and bf16 / f16 -> f32.
+// The dsts lie in another buffer in the reverse order of the srcs, a gap of one element after
+// each, prefilled with other bytes: the gaps must keep them.
+void check_copy_multi(unsigned& seed) {
+  using Bytes = std::vector<std::uint8_t>;
+  const std::vector<std::vector<i64>> lists = {
+      {5}, {0, 1, 8193, 3, 0, 20000, 4097}, multi_sizes(seed++, 300), multi_sizes(seed++, 1100)};
+  struct Pair {
+    DType from, to;
+  };
+  const std::vector<Pair> pairs = {{DType::f32, DType::f32},  {DType::bf16, DType::bf16},
+                                   {DType::u8, DType::u8},    {DType::i64, DType::i64},
+                                   {DType::f32, DType::bf16}, {DType::f32, DType::f16},
+                                   {DType::bf16, DType::f32}, {DType::f16, DType::f32}};
+  for (const auto& sizes : lists) {
+    const std::size_t count = sizes.size();
+    std::vector<i64> src_at(count), dst_at(count);
+    i64 src_total = 0, dst_total = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      src_at[i] = src_total;
+      src_total += sizes[i] + 1;
+    }
+    for (std::size_t i = count; i-- > 0;) {  // the dsts in reverse order
+      dst_at[i] = dst_total;
+      dst_total += sizes[i] + 1;
+    }
+    for (const Pair& p : pairs) {
+      const std::size_t fs = dtype_size(p.from), ts = dtype_size(p.to);
+      std::mt19937 gen(seed++);
+      Bytes src(static_cast<std::size_t>(src_total) * fs),
+          dst(static_cast<std::size_t>(dst_total) * ts);
+      for (auto& b : dst) b = static_cast<std::uint8_t>(gen());
+      if (p.from == DType::f32) {  // half mixed values, half random bit patterns
+        const V m = mixed(static_cast<std::size_t>(src_total), seed++);
+        for (std::size_t i = 0; i < m.size(); ++i) {
+          std::uint32_t w = i % 2 == 0 ? std::bit_cast<std::uint32_t>(m[i]) : gen();
+          if (i % 7 == 3) w = 0x3F808000u;   // 1 + 2^-8: a bf16 tie (rounds to even)
+          if (i % 11 == 5) w = 0x477FF000u;  // 65520: f16 overflow to inf
+          std::memcpy(src.data() + 4 * i, &w, 4);
+        }
+      } else {
+        for (auto& b : src) b = static_cast<std::uint8_t>(gen());
+      }
+      const std::string ctx =
+          "pieces " + std::to_string(count) + " " + dtype_name(p.from) + " -> " + dtype_name(p.to);
+      both<Bytes>("copy_multi", ctx, {src, dst}, [&](Kernels& k, Stream& s, std::vector<Bytes>& b) {
+        std::vector<const void*> srcs;
+        std::vector<void*> dsts;
+        for (std::size_t i = 0; i < count; ++i) {
+          srcs.push_back(b[0].data() + static_cast<std::size_t>(src_at[i]) * fs);
+          dsts.push_back(b[1].data() + static_cast<std::size_t>(dst_at[i]) * ts);
+        }
+        k.copy_multi(s, p.from, p.to, srcs, dsts, sizes);
+      });
+    }
+  }
+}
+
 void check_multi_tensor(unsigned& seed) {
   const std::vector<std::vector<i64>> lists = {
       {5}, {0, 1, 8193, 3, 0, 20000, 4096}, multi_sizes(seed++, 300)};  // 300 > one table
@@ -240,9 +302,9 @@ void check_multi_tensor(unsigned& seed) {
 }  // namespace
 
 void check_fused_kernels(unsigned& seed) {
-  for (auto* part :
-       {check_embedding_paths, check_layernorm_chunks, check_gelu_paths, check_cross_entropy_rows,
-        check_multi_tensor, check_typed_multi_tensor, check_typed_rows, check_fill_multi_tables}) {
+  for (auto* part : {check_embedding_paths, check_layernorm_chunks, check_gelu_paths,
+                     check_cross_entropy_rows, check_multi_tensor, check_typed_multi_tensor,
+                     check_typed_rows, check_fill_multi_tables, check_copy_multi}) {
     try {
       part(seed);
     } catch (const std::exception& e) {
