@@ -346,7 +346,10 @@ inline CudaStream& as_cuda(Stream& s, const char*) { return static_cast<CudaStre
 // functions); cuBLASLt is not emulated: blaslt_gemm declines every call, so a fast-mode gemm_ex
 // runs the canonical kernel.
 using ditto::cuda::fast_row_chunks;
+using ditto::cuda::kLnParamsGroup;
 using ditto::cuda::kStreamSemaphores;
+using ditto::cuda::layernorm_params_split;
+using ditto::cuda::LnParamsSplit;
 using ditto::cuda::lt_use_tf32;
 using ditto::cuda::RowChunks;
 using ditto::cuda::typed_gemm_supported;
