@@ -902,23 +902,25 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
     // LayerNorm 1 and 2's weight (dy xhat) and bias (dy) rows and the biases of c_attn (3C),
     // attn.c_proj (C), c_fc (4C), mlp.c_proj (C) over B T rows (13 C columns), ln_f's two (2 C),
     // and wpe's gradient over the B samples (T C columns): 12 x 8 + 2 + 1 = 99 calls over
-    // B T C (12 x 13 + 2 + 1) bf16 elements, plus the outs. Fast: the 98 over B T rows are one
-    // launch each over row chunks (cuda::fast_row_chunks: 43 for C columns, 15 for 3C, 11 for
-    // 4C), their f32 partials written and read in it; wpe's 8 rows one, no partials.
+    // B T C (12 x 13 + 2 + 1) bf16 elements, plus the outs. Fast: the LayerNorms' gradients are
+    // summed in their backward's launch (layernorm_backward_params), leaving 12 x 4 + 1 = 49
+    // calls over B T C (12 x 9 + 1) elements; the 48 over B T rows are one launch each over row
+    // chunks (cuda::fast_row_chunks: 43 for C columns, 15 for 3C, 11 for 4C), their f32 partials
+    // written and read in it; wpe's 8 rows one, no partials.
     const std::string sums = bitwise ? "sum_rows_sharded" : "sum_rows";
     EXPECT_EQ(run.rows.count(sums + " / memory"), 0u);
     const CostLedgerRow rs = run.rows.at(sums + "_ex / memory");
-    EXPECT_EQ(rs.count, 99 * 2);  // one launch a call in both modes
+    EXPECT_EQ(rs.count, (bitwise ? 99 : 49) * 2);  // one launch a call in both modes
     const double out_size = bitwise ? 4 : 2;
     auto chunks = [&](double cols) {
       return double(cuda::fast_row_chunks(std::int64_t(B * T), std::int64_t(cols)).chunks);
     };
     const double partials =
-        bitwise ? 0
-                : 8 * (L * (6 * chunks(C) * C + chunks(3 * C) * 3 * C + chunks(4 * C) * 4 * C) +
-                       2 * chunks(C) * C);
-    EXPECT_DOUBLE_EQ(rs.bytes / steps, 2.0 * B * T * C * (12 * 13 + 2 + 1) +
-                                           out_size * C * (12 * 13 + 2 + T) + partials);
+        bitwise ? 0 : 8 * L * (2 * chunks(C) * C + chunks(3 * C) * 3 * C + chunks(4 * C) * 4 * C);
+    const double cols = bitwise ? 12 * 13 + 2 : 12 * 9;  // columns summed over B T rows
+    EXPECT_DOUBLE_EQ(rs.bytes / steps,
+                     2.0 * B * T * C * (cols + 1) + out_size * C * (cols + T) + partials);
+    EXPECT_EQ(run.rows.count("layernorm_backward_params / memory"), bitwise ? 0u : 1u);
     double flops = 0, gemm_s = 0, count = 0;
     for (const auto& [key, k] : run.rows)
       if (is_gemm(k.name)) {
@@ -1151,12 +1153,13 @@ TEST(ComputeUnits, DryRunFoldsTheResidualGradientAddsIntoTheLayerNormBackward) {
 // CUDA (Kernels::layernorm_backward_params, Note [CUDA LayerNorm parameter gradients]): a dry run
 // answers has_layernorm_backward_params as CUDA does (f32, bf16, f16 in fast mode; a real run
 // and bitwise mode no) and prices every LayerNorm backward of a fast step as one
-// layernorm_backward_params launch (layernorm_backward_params_cost): 17 N C FLOPs with the
-// residual's add (the blocks' 2 L), 16 without (ln_f); dy, x, dx (and the residual) [N, C] and w
-// in the storage dtype, mean and rstd f32, both gradients read and written in the storage dtype
-// (accumulated: zero_grad made them), the chunks' f32 partials (cuda_layernorm_params_chunks,
-// the mirror of CUDA's layernorm_params_split). No LayerNorm row sum is left: the sum_rows rows
-// are the Linears' biases alone (4 a block), and no layernorm_backward(_ex / _add).
+// layernorm_backward_params launch (layernorm_backward_params_cost): the model has no bias, so
+// 16 N C FLOPs with the residual's add (the blocks' 2 L), 15 without (ln_f); dy, x, dx (and the
+// residual) [N, C] and w in the storage dtype, mean and rstd f32, the weight's gradient written
+// in the storage dtype (a new one: the trainer's zero_grad leaves none), the chunks' f32
+// partials (cuda_layernorm_params_chunks, the mirror of CUDA's layernorm_params_split). No
+// LayerNorm row sum is left (the one sum_rows a step is wpe's gradient), and no
+// layernorm_backward(_ex / _add).
 TEST(ComputeUnits, DryRunPricesTheLayerNormParameterGradientsInTheBackward) {
   for (bool dry : {true, false}) {
     Kernels& k = fresh_sim(dry).kernels();
@@ -1202,7 +1205,7 @@ TEST(ComputeUnits, DryRunPricesTheLayerNormParameterGradientsInTheBackward) {
                                                                false, false, false);
     EXPECT_DOUBLE_EQ(one.flops, 15 * 16 * 5);
     EXPECT_DOUBLE_EQ(one.bytes, 4 * (3 * 16 * 5 + 5) + 8 * 16 + 4 * 5);  // one chunk: no partials
-    expect_error<InvalidArgument>(
+    test::expect_error<InvalidArgument>(
         [] {
           sim::layernorm_backward_params_cost(4, 4, DType::f64, DType::f32, false, false, false,
                                               false);
@@ -1230,8 +1233,8 @@ TEST(ComputeUnits, DryRunPricesTheLayerNormParameterGradientsInTheBackward) {
     ASSERT_EQ(rows.count("layernorm_backward_params / memory"), 1u);
     const CostLedgerRow& k = rows.at("layernorm_backward_params / memory");
     EXPECT_EQ(k.count, static_cast<std::int64_t>(steps * (2 * L + 1)));
-    EXPECT_DOUBLE_EQ(k.flops / steps, 2 * L * 17 * N * C + 16 * N * C);
-    const double grads = 2 * 2 * C * s, partials = 16 * C * chunks;
+    EXPECT_DOUBLE_EQ(k.flops / steps, 2 * L * 16 * N * C + 15 * N * C);  // no bias
+    const double grads = C * s, partials = 16 * C * chunks;              // grad_w written
     EXPECT_DOUBLE_EQ(k.bytes / steps, 2 * L * (s * (4 * N * C + C) + 8 * N + grads + partials) +
                                           s * (3 * N * C + C) + 8 * N + grads + partials);
     EXPECT_NEAR(k.time_ps / 1e12, memory_time(static_cast<double>(k.count), k.bytes),
@@ -1241,6 +1244,6 @@ TEST(ComputeUnits, DryRunPricesTheLayerNormParameterGradientsInTheBackward) {
       EXPECT_EQ(rows.count(std::string(name) + " / memory"), 0u) << name;
     const char* sums = dt == DType::f32 ? "sum_rows / memory" : "sum_rows_ex / memory";
     ASSERT_EQ(rows.count(sums), 1u);
-    EXPECT_EQ(rows.at(sums).count, static_cast<std::int64_t>(steps * 4 * L));  // the biases
+    EXPECT_EQ(rows.at(sums).count, static_cast<std::int64_t>(steps));  // wpe's alone
   }
 }

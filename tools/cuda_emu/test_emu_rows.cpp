@@ -348,8 +348,8 @@ void check_layernorm_backward_params_case(const LnpCase& k, unsigned& seed) {
               gb0 = stored(gt, mixed(static_cast<std::size_t>(C), seed++));
   const Bytes dx0 = stored(t, V(static_cast<std::size_t>(std::max<i64>(n, 1)), 7.0f));
   // The double reference (the stored inputs widened exactly; mean and rstd as given).
-  V xd = widened(t, x, std::max<i64>(n, 1)), wd = widened(t, w, C),
-    dyd = widened(t, dy, std::max<i64>(n, 1)), rd = widened(t, r, std::max<i64>(n, 1));
+  auto rows_of = [&](Bytes& b) { return n > 0 ? widened(t, b, n) : V(1); };
+  V xd = rows_of(x), wd = widened(t, w, C), dyd = rows_of(dy), rd = rows_of(r);
   Bytes gw0c = gw0, gb0c = gb0;
   const V gw0f = widened(gt, gw0c, C), gb0f = widened(gt, gb0c, C);
   std::vector<double> ref_dx(static_cast<std::size_t>(n)), mag_dx(ref_dx.size());
