@@ -39,7 +39,10 @@
 //                       added to the residual's element and rounded once as it is stored, the
 //                       bits of the kernel and then ops::add, without dx's [N, C] tensor (its
 //                       write and re-read) or the add's launch. No extra instantiation (a
-//                       run-time null pointer without it).
+//                       run-time null pointer without it). Fast mode's
+//                       layernorm_backward_params (f32, bf16, f16) is a block per chunk of
+//                       rows instead, with the weight and bias gradients in the same launch
+//                       (Note [CUDA LayerNorm parameter gradients]).
 //   gelu_*              16 bytes per thread (4 f32, 8 bf16 / f16) where aligned, a scalar tail.
 //                       gelu_epilogue (gemm_ex's GELU epilogues where cuBLASLt does not take
 //                       them: launch_gelu_epilogue) a thread per element of a strided [M, N],
@@ -442,6 +445,168 @@ __global__ void __launch_bounds__(kLnWarps * 32) layernorm_backward_kernel(
   }
 }
 
+// ---- the LayerNorm backward with its parameter gradients (fast mode) ---------------------------
+
+// Note [CUDA LayerNorm parameter gradients]
+// layernorm_backward_params (fast mode; f32, bf16, f16 storage, f32 math) is llm.c's
+// layernorm_backward: dx (plus the residual gradient where given), grad_w and grad_b in one
+// launch, dy_xhat never stored and dy never read a second time by a row sum (the two row sums
+// of nn::LayerNorm's backward were 50 launches and about 1 GB a GPT-2 124M step). The rows are
+// cut into chunks (cuda_host_logic.h's layernorm_params_split: about kLnParamsTargetBlocks
+// blocks, a function of N alone), a block of kLnpWarps warps each. The block takes its chunk's
+// rows kLnpWarps at a time: each warp forms its row's two sums (sum g, sum g xhat, g = dy w) on
+// its lanes and folds them with a butterfly of shuffles (fast mode: not the canonical chain of
+// Note [GPT kernels]; the same order every run); then all the block's threads walk the columns,
+// thread t owning columns t, t + 256, ...: for each of the kLnpWarps rows in ascending order
+// dx[r, c] is stored (the residual's element added in f32, rounded once) and dy xhat and dy are
+// added to the thread's per-column sums in shared memory (kLnpTile columns at a time: past that
+// the block runs its rows again per tile). The chunk's sums go to f32 scratch part[chunk][2 C]
+// (grad_w's columns, then grad_b's); the block that takes the last ticket of its group of
+// kLnParamsGroup chunks (the stream's semaphores, CudaStream::semaphores: CUDA's
+// threadFenceReduction sample, as the fast row sums of Note [CUDA row sums]) adds the group's
+// partials in ascending chunk order into the group's row, and the block that takes the last of
+// the group tickets adds the groups' rows in ascending order and finishes grad_w and grad_b
+// (added to the existing gradient where accumulating, rounded once into the gradient's dtype).
+// Two levels so that no block adds all the chunks' partials alone (512 chunks x 2 C). The
+// tickets only elect who adds, never the order: the bits are the same whichever block is last,
+// run to run (tools/cuda_emu runs the blocks forward, reversed and shuffled); each counter is
+// reset to zero by its finishing block. One chunk (N <= kLnParamsMinChunk): no partials, no
+// tickets. Bitwise mode keeps layernorm_backward(_add) and the micro-shards' row sums.
+constexpr int kLnpWarps = 8;                  // rows a block takes at a time, a warp each
+constexpr int kLnpThreads = kLnpWarps * 32;
+constexpr int kLnpTile = 2048;                // columns whose sums a block holds in shared memory
+
+// Where grad_w and grad_b go (grad_b null: no bias), their dtype, and whether each adds to the
+// existing gradient.
+struct LnParamsOut {
+  void* w;
+  void* b;
+  DType t;
+  bool acc_w, acc_b;
+};
+
+// Column c2 of the [2 C] sums (grad_w's c2 < C, then grad_b's) finished into its gradient.
+__device__ __forceinline__ void finish_ln_param(const LnParamsOut& o, i64 C, i64 c2, float v) {
+  void* p = c2 < C ? o.w : o.b;
+  if (p == nullptr) return;
+  const bool acc = c2 < C ? o.acc_w : o.acc_b;
+  const i64 c = c2 < C ? c2 : c2 - C;
+  st_elem(p, o.t, c, acc ? ld_elem(p, o.t, c) + v : v);
+}
+
+// Block blockIdx.x: rows [blockIdx.x chunk_rows, +chunk_rows) within N (Note [CUDA LayerNorm
+// parameter gradients]). part == nullptr (one block): finished into `out`. Else part holds
+// gridDim.x chunk rows then the groups' rows, 2 C floats each; tickets[0 .. groups] zero before
+// the launch and after it. res may be null.
+template <class E>
+__global__ void __launch_bounds__(kLnpThreads) layernorm_backward_params_kernel(
+    const E* dy, const E* x, const E* w, const float* mean, const float* rstd, const E* res,
+    i64 N, i64 C, i64 chunk_rows, i64 group, E* dx, float* part, unsigned* tickets,
+    const LnParamsOut out) {
+  __shared__ float acc_w[kLnpTile];
+  __shared__ float acc_b[kLnpTile];
+  __shared__ float stats[kLnpWarps][4];  // mean, rstd, mean of g, mean of g xhat
+  __shared__ bool last;
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const i64 r0 = static_cast<i64>(blockIdx.x) * chunk_rows;
+  const i64 r1 = N - r0 < chunk_rows ? N : r0 + chunk_rows;
+  const i64 C2 = 2 * C;
+  const float n = static_cast<float>(C);
+  for (i64 t0 = 0; t0 < C; t0 += kLnpTile) {
+    const i64 t1 = C - t0 < kLnpTile ? C : t0 + kLnpTile;
+    for (i64 c = t0 + tid; c < t1; c += kLnpThreads) acc_w[c - t0] = acc_b[c - t0] = 0.0f;
+    for (i64 g0 = r0; g0 < r1; g0 += kLnpWarps) {
+      const i64 r = g0 + warp;
+      if (r < r1) {  // the whole warp: its row's two sums, lanes strided, then a butterfly
+        const E* dyr = dy + r * C;
+        const E* xr = x + r * C;
+        const float mu = mean[r], rs = rstd[r];
+        float sg = 0.0f, sgx = 0.0f;
+        for (i64 c = lane; c < C; c += 32) {
+          const float g = ld_elem(dyr, c) * ld_elem(w, c);
+          sg += g;
+          sgx += g * ((ld_elem(xr, c) - mu) * rs);
+        }
+        for (int o = 16; o > 0; o /= 2) {
+          sg += __shfl_xor_sync(0xffffffffu, sg, o);
+          sgx += __shfl_xor_sync(0xffffffffu, sgx, o);
+        }
+        if (lane == 0) {
+          stats[warp][0] = mu;
+          stats[warp][1] = rs;
+          stats[warp][2] = sg / n;
+          stats[warp][3] = sgx / n;
+        }
+      }
+      __syncthreads();
+      const int rows = r1 - g0 < kLnpWarps ? static_cast<int>(r1 - g0) : kLnpWarps;
+      for (i64 c = t0 + tid; c < t1; c += kLnpThreads) {
+        const float wc = ld_elem(w, c);
+        float aw = 0.0f, ab = 0.0f;
+        for (int k = 0; k < rows; ++k) {
+          const i64 i = (g0 + k) * C + c;
+          const float d = ld_elem(dy, i);
+          const float xhat = (ld_elem(x, i) - stats[k][0]) * stats[k][1];
+          const float v = stats[k][1] * ((d * wc - stats[k][2]) - xhat * stats[k][3]);
+          st_elem(dx, i, res != nullptr ? ld_elem(res, i) + v : v);
+          aw += d * xhat;
+          ab += d;
+        }
+        acc_w[c - t0] += aw;
+        acc_b[c - t0] += ab;
+      }
+      __syncthreads();  // the stats are rewritten by the next rows
+    }
+    for (i64 c = t0 + tid; c < t1; c += kLnpThreads) {  // the thread's own columns
+      if (part == nullptr) {
+        finish_ln_param(out, C, c, acc_w[c - t0]);
+        finish_ln_param(out, C, C + c, acc_b[c - t0]);
+      } else {
+        part[static_cast<i64>(blockIdx.x) * C2 + c] = acc_w[c - t0];
+        part[static_cast<i64>(blockIdx.x) * C2 + C + c] = acc_b[c - t0];
+      }
+    }
+  }
+  if (part == nullptr) return;
+  // The group's last block adds its chunks' partials; the last group's finisher adds the groups'.
+  const i64 chunks = gridDim.x, groups = (chunks + group - 1) / group;
+  const i64 grp = static_cast<i64>(blockIdx.x) / group;
+  const i64 k0 = grp * group, k1 = chunks - k0 < group ? chunks : k0 + group;
+  __threadfence();  // this block's partials visible to every block before its ticket
+  __syncthreads();
+  if (tid == 0) {
+    last = atomicAdd(tickets + grp, 1u) == static_cast<unsigned>(k1 - k0 - 1);
+    if (last) __threadfence();  // the group's other partials, fenced before their tickets
+  }
+  __syncthreads();
+  if (!last) return;
+  float* gsum = part + (chunks + grp) * C2;
+  for (i64 c = tid; c < C2; c += kLnpThreads) {
+    float v = __ldcg(part + k0 * C2 + c);  // L2 (written by other SMs)
+    for (i64 k = k0 + 1; k < k1; ++k) v += __ldcg(part + k * C2 + c);
+    if (groups == 1)
+      finish_ln_param(out, C, c, v);
+    else
+      gsum[c] = v;
+  }
+  if (tid == 0) tickets[grp] = 0;  // for the stream's next kernel
+  if (groups == 1) return;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    last = atomicAdd(tickets + groups, 1u) == static_cast<unsigned>(groups - 1);
+    if (last) __threadfence();
+  }
+  __syncthreads();
+  if (!last) return;
+  for (i64 c = tid; c < C2; c += kLnpThreads) {
+    float v = __ldcg(part + chunks * C2 + c);
+    for (i64 g = 1; g < groups; ++g) v += __ldcg(part + (chunks + g) * C2 + c);
+    finish_ln_param(out, C, c, v);
+  }
+  if (tid == 0) tickets[groups] = 0;
+}
+
 // ---- GELU --------------------------------------------------------------------------------------
 // gpt::gelu<true> / gelu_grad<true>: the branch-free tanh (the same bits as the scalar one; no
 // divergence within a warp). E: the storage type (widened as loaded, rounded once on store).
@@ -734,6 +899,24 @@ void run_layernorm_backward(const Launch& l, const E* dy, const E* x, const E* w
 }
 
 template <class E>
+void run_layernorm_backward_params(const Launch& l, const E* dy, const E* x, const E* w,
+                                   const float* mean, const float* rstd, const E* res, i64 N,
+                                   i64 C, E* dx, const LnParamsOut& out) {
+  const LnParamsSplit split = layernorm_params_split(N);
+  if (split.chunks == 1) {
+    layernorm_backward_params_kernel<E><<<1, kLnpThreads, 0, l.get()>>>(dy, x, w, mean, rstd, res, N, C, N, 1, dx, nullptr, nullptr, out);
+    l.check();
+    return;
+  }
+  // One ticket counter per group and one for the groups (fewer than kStreamSemaphores).
+  DITTO_CHECK(split.groups + 1 <= kStreamSemaphores, "layernorm_backward_params: ", split.groups,
+              " groups of row chunks, expected at most ", kStreamSemaphores - 1);
+  DeviceTemp part(l, (split.chunks + split.groups) * 2 * C);
+  layernorm_backward_params_kernel<E><<<static_cast<unsigned>(split.chunks), kLnpThreads, 0, l.get()>>>(dy, x, w, mean, rstd, res, N, C, split.chunk_rows, kLnParamsGroup, dx, part.get(), l.semaphores(), out);
+  l.check();
+}
+
+template <class E>
 void run_gelu_forward(const Launch& l, const E* x, E* y, i64 n) {
   constexpr int W = kVec<E>;
   if (aligned16(x) && aligned16(y))
@@ -859,6 +1042,28 @@ void CudaGptKernels::layernorm_backward_add(Stream& s, DType dtype, const void* 
     run_layernorm_backward(l, static_cast<const E*>(dy), static_cast<const E*>(x),
                            static_cast<const E*>(w), mean, rstd, static_cast<const E*>(residual),
                            N, C, static_cast<E*>(out), static_cast<E*>(dy_xhat));
+  };
+  if (dtype == DType::f32)
+    run(float{});
+  else
+    with_storage(dtype, run);
+}
+
+void CudaGptKernels::layernorm_backward_params(Stream& s, DType dtype, const void* dy,
+                                               const void* x, const void* w, const float* mean,
+                                               const float* rstd, const void* residual, i64 N,
+                                               i64 C, void* dx, DType grad_type, void* grad_w,
+                                               bool accumulate_w, void* grad_b,
+                                               bool accumulate_b) {
+  if (C <= 0) return;
+  const Launch l(backend_, s, "layernorm_backward_params");
+  const LnParamsOut out{grad_w, grad_b, grad_type, accumulate_w, accumulate_b};
+  auto run = [&](auto e) {
+    using E = decltype(e);
+    run_layernorm_backward_params(l, static_cast<const E*>(dy), static_cast<const E*>(x),
+                                  static_cast<const E*>(w), mean, rstd,
+                                  static_cast<const E*>(residual), N, C, static_cast<E*>(dx),
+                                  out);
   };
   if (dtype == DType::f32)
     run(float{});

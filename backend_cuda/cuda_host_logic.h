@@ -224,6 +224,37 @@ constexpr RowChunks fast_row_chunks(std::int64_t rows, std::int64_t cols) {
   return chunks <= 1 ? RowChunks{rows, 1} : RowChunks{chunk, chunks};
 }
 
+// ---- the LayerNorm backward with its parameter gradients (cuda_fused.cu, Note [CUDA LayerNorm
+// parameter gradients]) -----------------------------------------------------------------------
+
+/// Blocks the fused LayerNorm backward aims at (about 4 resident blocks of 256 threads on each of
+/// an H100's / H200's 132 SMs), the fewest rows of one block's chunk, and the chunks whose
+/// partials one block adds before the last block adds the groups' sums.
+inline constexpr std::int64_t kLnParamsTargetBlocks = 512;
+inline constexpr std::int64_t kLnParamsMinChunk = 16;
+inline constexpr std::int64_t kLnParamsGroup = 16;
+
+/// How CUDA's layernorm_backward_params splits N rows: `chunks` chunks of `chunk_rows` rows (a
+/// multiple of 8, the last chunk the rest), a block each, whose f32 partials [2 C] are added in
+/// `groups` groups of kLnParamsGroup consecutive chunks (ascending chunk order, by the block that
+/// draws its group's last ticket), then the groups' sums in ascending group order (by the block
+/// that draws the last group ticket), in the same launch: the same bits whichever block is last.
+/// chunks == 1: no partials. A function of N alone (the block covers all C columns), so the dry
+/// run (backend_sim/cost_model.h's cuda_layernorm_params_chunks, its mirror) prices what CUDA
+/// does.
+struct LnParamsSplit {
+  std::int64_t chunk_rows, chunks, groups;
+};
+constexpr LnParamsSplit layernorm_params_split(std::int64_t rows) {
+  if (rows <= kLnParamsMinChunk) return {rows, 1, 1};
+  std::int64_t chunk =
+      std::max((rows + kLnParamsTargetBlocks - 1) / kLnParamsTargetBlocks, kLnParamsMinChunk);
+  chunk = (chunk + 7) / 8 * 8;
+  const std::int64_t chunks = (rows + chunk - 1) / chunk;
+  if (chunks <= 1) return {rows, 1, 1};
+  return {chunk, chunks, (chunks + kLnParamsGroup - 1) / kLnParamsGroup};
+}
+
 /// Semaphores of a CUDA stream (CudaStream::semaphores): unsigned counters, zero between kernels.
 /// The fast sum_rows takes one per block of 32 columns when it splits the rows: a split needs
 /// fewer than kRowSumTargetBlocks column blocks (chunks > 1 needs ceil(1024 / blocks) >= 2).

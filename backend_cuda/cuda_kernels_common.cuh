@@ -443,6 +443,17 @@ class CudaGptKernels : public CudaDtypeKernels {
   void layernorm_backward_add(Stream& s, DType dtype, const void* dy, const void* x, const void* w,
                               const float* mean, const float* rstd, const void* residual, i64 N,
                               i64 C, void* out, void* dy_xhat) override;
+  // The LayerNorm backward with its parameter gradients in the same launch (cuda_fused.cu, Note
+  // [CUDA LayerNorm parameter gradients]): f32, bf16, f16, fast mode only.
+  bool has_layernorm_backward_params(DType dtype, Determinism mode) const override {
+    return mode == Determinism::fast &&
+           (dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16);
+  }
+  void layernorm_backward_params(Stream& s, DType dtype, const void* dy, const void* x,
+                                 const void* w, const float* mean, const float* rstd,
+                                 const void* residual, i64 N, i64 C, void* dx, DType grad_type,
+                                 void* grad_w, bool accumulate_w, void* grad_b,
+                                 bool accumulate_b) override;
   void gelu_forward_ex(Stream& s, DType dtype, const void* x, void* y, i64 n) override;
   void gelu_backward_ex(Stream& s, DType dtype, const void* x, const void* gy, void* gx,
                         i64 n) override;

@@ -203,6 +203,40 @@ KernelCost fast_sum_rows_cost(std::int64_t rows, std::int64_t cols, DType x_type
   return c;
 }
 
+// backend_cuda/cuda_host_logic.h's layernorm_params_split: its constants kLnParamsMinChunk (16),
+// kLnParamsTargetBlocks (512), chunks rounded to 8 rows.
+std::int64_t cuda_layernorm_params_chunks(std::int64_t rows) {
+  if (rows <= 16) return 1;
+  std::int64_t chunk = std::max<std::int64_t>((rows + 511) / 512, 16);
+  chunk = (chunk + 7) / 8 * 8;
+  return (rows + chunk - 1) / chunk;
+}
+
+KernelCost layernorm_backward_params_cost(std::int64_t N, std::int64_t C, DType storage,
+                                          DType grad_type, bool residual, bool bias,
+                                          bool accumulate_w, bool accumulate_b) {
+  DITTO_CHECK(float_storage(storage) && float_storage(grad_type),
+              "layernorm_backward_params_cost: expected storage and grad_type f32, bf16 or f16, "
+              "got ",
+              dtype_name(storage), " and ", dtype_name(grad_type));
+  DITTO_CHECK(N >= 0 && C >= 1, "layernorm_backward_params_cost: expected N >= 0 and C >= 1, got ",
+              N, " and ", C);
+  const double n = double(N), c = double(C), es = double(dtype_size(storage)),
+               gs = double(dtype_size(grad_type));
+  KernelCost k;
+  k.flops = (15.0 + (bias ? 1.0 : 0.0) + (residual ? 1.0 : 0.0)) * n * c;
+  k.bytes = (3.0 + (residual ? 1.0 : 0.0)) * n * c * es + c * es + 8.0 * n +
+            c * gs * (accumulate_w ? 2.0 : 1.0) +
+            (bias ? c * gs * (accumulate_b ? 2.0 : 1.0) : 0.0);
+  const std::int64_t chunks = cuda_layernorm_params_chunks(N);
+  if (chunks > 1) {
+    const std::int64_t groups = (chunks + 15) / 16;
+    k.bytes += 16.0 * c * double(chunks + (groups > 1 ? groups : 0));
+  }
+  k.operands = storage;
+  return k;
+}
+
 const char* algo_name(CollectiveAlgo a) {
   switch (a) {
     case CollectiveAlgo::local: return "local";

@@ -233,7 +233,12 @@ KernelCost native_cost(const KernelCost& f32, DType storage);
 //       bf16, f16, both modes; nn::Block's two adds per block, as CUDA's layernorm_backward_add
 //       folds them): storage_cost of gpt_kernels::layernorm_backward_add_cost (the backward's,
 //       one FLOP and one element read more per element, dx written once as the sum), one launch
-//       where a real simulator run launches the backward and then the add.
+//       where a real simulator run launches the backward and then the add;
+//   the LayerNorm backward with its parameter gradients (has_layernorm_backward_params: f32,
+//       bf16, f16, fast mode only; every nn::LayerNorm backward, with or without the residual's
+//       add): layernorm_backward_params_cost, one launch where a real simulator run launches the
+//       backward (and the add) and two row sums; dy_xhat is neither written nor read back, the
+//       chunks' f32 partials are priced as bytes (cuda_layernorm_params_chunks).
 // A kernel that has no typed CUDA version runs on CUDA through MixedOp's f32 scratch, and a dry
 // run prices that as CUDA runs it (Note [Predicted launches]): its casts as launches, the f32
 // kernel at f32 bytes, the scratch charged to the device.
@@ -280,6 +285,27 @@ std::int64_t cuda_fast_row_chunks(std::int64_t rows, std::int64_t cols);
 /// at most a few hundred KiB, freed at once) is not charged to the device's memory, nor the
 /// stream's semaphores (4 KiB, once).
 KernelCost fast_sum_rows_cost(std::int64_t rows, std::int64_t cols, DType x_type, DType out_type);
+
+/// The row chunks of CUDA's layernorm_backward_params over N rows (Note [CUDA LayerNorm parameter
+/// gradients], backend_cuda/cuda_fused.cu): backend_cuda/cuda_host_logic.h's
+/// layernorm_params_split(rows).chunks, mirrored here (tests/test_compute_units.cpp checks that
+/// the two agree). 1: no partials.
+std::int64_t cuda_layernorm_params_chunks(std::int64_t rows);
+
+/// Kernels::layernorm_backward_params' cost (fast mode: the LayerNorm backward with its
+/// parameter gradients in one launch, the dry run's price of CUDA's kernel; Note [Typed
+/// kernels]): 14 N C FLOPs of layernorm_backward, N C for grad_w's sum, N C for grad_b's (`bias`)
+/// and N C for the residual's add (`residual`); bytes dy, x, dx (and the residual) [N, C] and w
+/// [C] in `storage`, mean and rstd f32 (8 N), each gradient's C elements in `grad_type` written
+/// (and read first where accumulating), and where CUDA splits the rows into k =
+/// cuda_layernorm_params_chunks > 1 chunks the f32 partials [2 C] of the chunks (and of their
+/// g = ceil(k / 16) groups, g > 1) written and read: 16 C (k + g) bytes. One launch; operands
+/// `storage`. The partials' scratch (at most 544 x 2 C floats, freed at once) is not charged to
+/// the device's memory. Throws InvalidArgument for a storage or gradient dtype other than f32,
+/// bf16 and f16, or N < 0 or C < 1.
+KernelCost layernorm_backward_params_cost(std::int64_t N, std::int64_t C, DType storage,
+                                          DType grad_type, bool residual, bool bias,
+                                          bool accumulate_w, bool accumulate_b);
 
 // Note [Predicted launches]
 // A dry run predicts the CUDA backend (ditto's production target on a GPU): where that backend

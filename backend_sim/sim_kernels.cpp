@@ -658,6 +658,30 @@ class SimKernels final : public Kernels {
           storage_cost(gk::layernorm_backward_add_cost(N, C), dtype, 8.0 * N));
   }
 
+  // The LayerNorm backward with its parameter gradients (CudaGptKernels answers true for f32,
+  // bf16 and f16 in fast mode): a dry run prices CUDA's one launch
+  // (layernorm_backward_params_cost). A real run keeps Kernels' false: layernorm_backward(_ex)
+  // (or the residual's add) and the two row sums, their bits.
+  bool has_layernorm_backward_params(DType dtype, Determinism mode) const override {
+    return cost_->dry_run() && mode == Determinism::fast &&
+           (dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16);
+  }
+
+  void layernorm_backward_params(Stream& s, DType dtype, const void* dy, const void* x,
+                                 const void* w, const float* mean, const float* rstd,
+                                 const void* residual, std::int64_t N, std::int64_t C, void* dx,
+                                 DType grad_type, void* grad_w, bool accumulate_w, void* grad_b,
+                                 bool accumulate_b) override {
+    if (!cost_->dry_run())
+      return Kernels::layernorm_backward_params(s, dtype, dy, x, w, mean, rstd, residual, N, C, dx,
+                                                grad_type, grad_w, accumulate_w, grad_b,
+                                                accumulate_b);
+    if (C <= 0) return;
+    price(s, "layernorm_backward_params",
+          layernorm_backward_params_cost(N, C, dtype, grad_type, residual != nullptr,
+                                         grad_b != nullptr, accumulate_w, accumulate_b));
+  }
+
   void gelu_forward_ex(Stream& s, DType dtype, const void* x, void* y, std::int64_t n) override {
     if (!cost_->dry_run()) return Kernels::gelu_forward_ex(s, dtype, x, y, n);
     if (n <= 0) return;

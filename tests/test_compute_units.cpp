@@ -914,23 +914,25 @@ TEST(ComputeUnits, Gpt2Bf16B8OnH200FastAndBitwiseFollowTheFormula) {
     // LayerNorm 1 and 2's weight (dy xhat) and bias (dy) rows and the biases of c_attn (3C),
     // attn.c_proj (C), c_fc (4C), mlp.c_proj (C) over B T rows (13 C columns), ln_f's two (2 C),
     // and wpe's gradient over the B samples (T C columns): 12 x 8 + 2 + 1 = 99 calls over
-    // B T C (12 x 13 + 2 + 1) bf16 elements, plus the outs. Fast: the 98 over B T rows are one
-    // launch each over row chunks (cuda::fast_row_chunks: 43 for C columns, 15 for 3C, 11 for
-    // 4C), their f32 partials written and read in it; wpe's 8 rows one, no partials.
+    // B T C (12 x 13 + 2 + 1) bf16 elements, plus the outs. Fast: the LayerNorms' gradients are
+    // summed in their backward's launch (layernorm_backward_params), leaving 12 x 4 + 1 = 49
+    // calls over B T C (12 x 9 + 1) elements; the 48 over B T rows are one launch each over row
+    // chunks (cuda::fast_row_chunks: 43 for C columns, 15 for 3C, 11 for 4C), their f32 partials
+    // written and read in it; wpe's 8 rows one, no partials.
     const std::string sums = bitwise ? "sum_rows_sharded" : "sum_rows";
     EXPECT_EQ(run.rows.count(sums + " / memory"), 0u);
     const CostLedgerRow rs = run.rows.at(sums + "_ex / memory");
-    EXPECT_EQ(rs.count, 99 * 2);  // one launch a call in both modes
+    EXPECT_EQ(rs.count, (bitwise ? 99 : 49) * 2);  // one launch a call in both modes
     const double out_size = bitwise ? 4 : 2;
     auto chunks = [&](double cols) {
       return double(cuda::fast_row_chunks(std::int64_t(B * T), std::int64_t(cols)).chunks);
     };
     const double partials =
-        bitwise ? 0
-                : 8 * (L * (6 * chunks(C) * C + chunks(3 * C) * 3 * C + chunks(4 * C) * 4 * C) +
-                       2 * chunks(C) * C);
-    EXPECT_DOUBLE_EQ(rs.bytes / steps, 2.0 * B * T * C * (12 * 13 + 2 + 1) +
-                                           out_size * C * (12 * 13 + 2 + T) + partials);
+        bitwise ? 0 : 8 * L * (2 * chunks(C) * C + chunks(3 * C) * 3 * C + chunks(4 * C) * 4 * C);
+    const double cols = bitwise ? 12 * 13 + 2 : 12 * 9;  // columns summed over B T rows
+    EXPECT_DOUBLE_EQ(rs.bytes / steps,
+                     2.0 * B * T * C * (cols + 1) + out_size * C * (cols + T) + partials);
+    EXPECT_EQ(run.rows.count("layernorm_backward_params / memory"), bitwise ? 0u : 1u);
     double flops = 0, gemm_s = 0, count = 0;
     for (const auto& [key, k] : run.rows)
       if (is_gemm(k.name)) {
@@ -1143,10 +1145,16 @@ TEST(ComputeUnits, DryRunFoldsTheResidualGradientAddsIntoTheLayerNormBackward) {
         EXPECT_NEAR(k.time_ps / 1e12, memory_time(static_cast<double>(k.count), k.bytes),
                     k.count * 1e-12);
       };
-      check("layernorm_backward_add", 2 * L, 2 * L * 15 * N * C,
-            2 * L * (s * (5 * N * C + C) + 8 * N));
-      check(half ? "layernorm_backward_ex" : "layernorm_backward", 1, 14 * N * C,
-            s * (4 * N * C + C) + 8 * N);
+      if (mode == Determinism::bitwise) {
+        check("layernorm_backward_add", 2 * L, 2 * L * 15 * N * C,
+              2 * L * (s * (5 * N * C + C) + 8 * N));
+        check(half ? "layernorm_backward_ex" : "layernorm_backward", 1, 14 * N * C,
+              s * (4 * N * C + C) + 8 * N);
+      } else {  // fast: the adds are folded into layernorm_backward_params (the test below)
+        for (const char* name :
+             {"layernorm_backward_add", "layernorm_backward_ex", "layernorm_backward"})
+          EXPECT_EQ(rows.count(std::string(name) + " / memory"), 0u) << name;
+      }
       check(half ? "add_any" : "sum_inputs", 2 * L, 2 * L * N * C, 2 * L * 3 * s * N * C);
     }
 }
@@ -1224,5 +1232,104 @@ TEST(ComputeUnits, DryRunFusesTheMlpGeluIntoItsGemmsInFastModeOnly) {
     // c_fc's aux [N, 4C]; dgelu: gy [N, C], w [C, 4C], the output and the aux [N, 4C]; f32.
     const double aux = 4 * N * 4 * C, dgelu = 4 * (N * C + C * 4 * C + 2 * N * 4 * C);
     EXPECT_DOUBLE_EQ((fast.bytes - bitwise.bytes) / steps, L * (aux + dgelu));
+
+// ---- the LayerNorm parameter gradients in the backward's launch (issue 29 item 3, fast mode)
+
+// Fast mode's LayerNorm backward computes its weight and bias gradients in the same launch on
+// CUDA (Kernels::layernorm_backward_params, Note [CUDA LayerNorm parameter gradients]): a dry run
+// answers has_layernorm_backward_params as CUDA does (f32, bf16, f16 in fast mode; a real run
+// and bitwise mode no) and prices every LayerNorm backward of a fast step as one
+// layernorm_backward_params launch (layernorm_backward_params_cost): the model has no bias, so
+// 16 N C FLOPs with the residual's add (the blocks' 2 L), 15 without (ln_f); dy, x, dx (and the
+// residual) [N, C] and w in the storage dtype, mean and rstd f32, the weight's gradient written
+// in the storage dtype (a new one: the trainer's zero_grad leaves none), the chunks' f32
+// partials (cuda_layernorm_params_chunks, the mirror of CUDA's layernorm_params_split). No
+// LayerNorm row sum is left (the one sum_rows a step is wpe's gradient), and no
+// layernorm_backward(_ex / _add).
+TEST(ComputeUnits, DryRunPricesTheLayerNormParameterGradientsInTheBackward) {
+  for (bool dry : {true, false}) {
+    Kernels& k = fresh_sim(dry).kernels();
+    for (DType t : kAllDTypes)
+      for (Determinism mode : {Determinism::fast, Determinism::bitwise})
+        EXPECT_EQ(k.has_layernorm_backward_params(t, mode),
+                  dry && mode == Determinism::fast &&
+                      (t == DType::f32 || t == DType::bf16 || t == DType::f16))
+            << dtype_name(t) << " " << determinism_name(mode) << (dry ? " dry" : " real");
+  }
+  // The split and its mirror: every row in one chunk of whole 8-row groups, about 512 chunks,
+  // their groups of 16 within the stream's semaphores.
+  for (std::int64_t rows :
+       {0, 1, 15, 16, 17, 100, 128, 200, 511, 512, 4096, 4100, 8191, 8192, 16384, 1 << 20}) {
+    const cuda::LnParamsSplit sp = cuda::layernorm_params_split(rows);
+    EXPECT_EQ(sim::cuda_layernorm_params_chunks(rows), sp.chunks) << rows;
+    if (sp.chunks == 1) {
+      EXPECT_EQ(sp.chunk_rows, rows);
+      EXPECT_EQ(sp.groups, 1);
+      continue;
+    }
+    EXPECT_GE(sp.chunk_rows, 16) << rows;
+    EXPECT_EQ(sp.chunk_rows % 8, 0) << rows;
+    EXPECT_GT(rows, (sp.chunks - 1) * sp.chunk_rows) << rows;
+    EXPECT_LE(rows, sp.chunks * sp.chunk_rows) << rows;
+    EXPECT_LE(sp.chunks, 512) << rows;
+    EXPECT_EQ(sp.groups, (sp.chunks + 15) / 16) << rows;
+    EXPECT_LT(sp.groups, cuda::kStreamSemaphores) << rows;
+  }
+  EXPECT_EQ(cuda::layernorm_params_split(8192).chunks, 512);  // GPT-2 B 8: 16 rows each
+  EXPECT_EQ(cuda::layernorm_params_split(8192).groups, 32);
+  EXPECT_EQ(cuda::layernorm_params_split(128).chunks, 8);
+  {
+    const double N = 8192, C = 768;
+    const KernelCost c = sim::layernorm_backward_params_cost(8192, 768, DType::bf16, DType::bf16,
+                                                             true, true, true, false);
+    EXPECT_DOUBLE_EQ(c.flops, 17 * N * C);
+    EXPECT_DOUBLE_EQ(c.bytes,
+                     2 * (4 * N * C + C) + 8 * N + 2 * 2 * C + 2 * C + 16 * C * (512 + 32));
+    EXPECT_EQ(c.operands, DType::bf16);
+    EXPECT_EQ(c.launches, 1);
+    const KernelCost one = sim::layernorm_backward_params_cost(16, 5, DType::f32, DType::f32, false,
+                                                               false, false, false);
+    EXPECT_DOUBLE_EQ(one.flops, 15 * 16 * 5);
+    EXPECT_DOUBLE_EQ(one.bytes, 4 * (3 * 16 * 5 + 5) + 8 * 16 + 4 * 5);  // one chunk: no partials
+    test::expect_error<InvalidArgument>(
+        [] {
+          sim::layernorm_backward_params_cost(4, 4, DType::f64, DType::f32, false, false, false,
+                                              false);
+        },
+        "layernorm_backward_params_cost: expected storage and grad_type f32, bf16 or f16, got "
+        "f64 and f32");
+  }
+  const nn::GPTConfig m{
+      .block_size = 32, .vocab_size = 65, .n_layer = 2, .n_head = 4, .n_embd = 64};
+  const double L = 2, C = 64, T = 32, B = 4, N = B * T, steps = 2, chunks = 8;
+  for (DType dt : {DType::bf16, DType::f32}) {
+    SCOPED_TRACE(dtype_name(dt));
+    train::TrainerConfig c = test::priced_gpt(
+        m, {.profile = "h200", .determinism = Determinism::fast, .batch_size = 4, .max_iters = 2});
+    c.dtype = dt;
+    c.eval_iters = 0;
+    const train::FitResult r =
+        train::Trainer(c, std::make_shared<train::ZeroTokenSource>(m.block_size, m.vocab_size))
+            .fit();
+    ASSERT_TRUE(r.prediction);
+    ASSERT_EQ(r.prediction->steps, 2);
+    std::map<std::string, CostLedgerRow> rows;
+    for (const CostLedgerRow& k : r.prediction->kernels) rows[k.name + " / " + k.unit] = k;
+    const double s = static_cast<double>(dtype_size(dt));
+    ASSERT_EQ(rows.count("layernorm_backward_params / memory"), 1u);
+    const CostLedgerRow& k = rows.at("layernorm_backward_params / memory");
+    EXPECT_EQ(k.count, static_cast<std::int64_t>(steps * (2 * L + 1)));
+    EXPECT_DOUBLE_EQ(k.flops / steps, 2 * L * 16 * N * C + 15 * N * C);  // no bias
+    const double grads = C * s, partials = 16 * C * chunks;              // grad_w written
+    EXPECT_DOUBLE_EQ(k.bytes / steps, 2 * L * (s * (4 * N * C + C) + 8 * N + grads + partials) +
+                                          s * (3 * N * C + C) + 8 * N + grads + partials);
+    EXPECT_NEAR(k.time_ps / 1e12, memory_time(static_cast<double>(k.count), k.bytes),
+                k.count * 1e-12);
+    for (const char* name :
+         {"layernorm_backward_add", "layernorm_backward_ex", "layernorm_backward"})
+      EXPECT_EQ(rows.count(std::string(name) + " / memory"), 0u) << name;
+    const char* sums = dt == DType::f32 ? "sum_rows / memory" : "sum_rows_ex / memory";
+    ASSERT_EQ(rows.count(sums), 1u);
+    EXPECT_EQ(rows.at(sums).count, static_cast<std::int64_t>(steps));  // wpe's alone
   }
 }

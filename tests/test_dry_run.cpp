@@ -280,14 +280,15 @@ void expect_same_rows_but(const FitResult& real, const FitResult& dry,
 // The same work priced twice, once run and once dry: every device's peak and final memory agree
 // exactly (bytes), and every kernel but those a dry run prices on the CUDA backend's path (Note
 // [Predicted launches]: here the Linears' typed GEMM with the bias in its epilogue, attention's
-// backward in two launches, embedding_backward's six, each block's residual-gradient adds
-// (sum_inputs) folded into its LayerNorm backwards: layernorm_backward_add) at the same price
-// (integer picoseconds), and the MLP's GELU in its GEMMs' epilogues (fast mode: c_fc's gemm_ex
-// writes the pre-GELU, c_proj's input gradient is a dgelu gemm_ex; no gelu_forward or
-// gelu_backward launch). With no bias, the other GEMMs are the same work too, and the dry step
-// is the real one plus the backward's extra launches (2 layers x 1 attention + 5 embedding, 3 us
-// each on the H100) and the fused GEMMs' time less the GEMMs and GELUs they replace, less what
-// the folded adds save.
+// backward in two launches, embedding_backward's six, every LayerNorm backward one launch with
+// its weight and bias gradients and each block's residual-gradient adds (sum_inputs) folded in:
+// layernorm_backward_params, fast mode) at the same price (integer picoseconds), and the MLP's
+// GELU in its GEMMs' epilogues (fast mode: c_fc's gemm_ex writes the pre-GELU, c_proj's input
+// gradient is a dgelu gemm_ex; no gelu_forward or gelu_backward launch). With no bias, the other
+// GEMMs are the same work too, and the dry step is the real one plus the backward's extra
+// launches (2 layers x 1 attention + 5 embedding, 3 us each on the H100) and the fused GEMMs'
+// time less the GEMMs and GELUs they replace, less what the fused LayerNorm backwards save
+// (their row sums and folded adds).
 // Two real runs agree: memory is counted in host order (Note [Memory accounting],
 // backend_sim/sim_backend.h); counted in stream order, a real run's peak varied by a few KiB
 // from run to run (1029636 and 1029640 bytes on device 0 of two ddp runs).
@@ -302,17 +303,24 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
     EXPECT_GT(real.prediction->step_time_s, 0.0);
     expect_same_rows_but(real, dry,
                          {"gemm", "add_bias", "attention_backward", "embedding_backward",
-                          "layernorm_backward", "sum_inputs", "gelu_forward", "gelu_backward"});
+                          "layernorm_backward", "sum_inputs", "sum_rows", "gelu_forward",
+                          "gelu_backward"});
     const std::int64_t mlps = 2 * dry.prediction->steps;  // 2 layers
     EXPECT_EQ(named(real, "gelu_forward").count, mlps);
     EXPECT_EQ(named(real, "gelu_backward").count, mlps);
     EXPECT_EQ(named(dry, "gelu_forward").count + named(dry, "gelu_backward").count, 0);
-    // 2 of each block's LayerNorm backwards (not ln_f's) and 2 of its adds (the forward's stay).
-    const std::int64_t folded = named(dry, "layernorm_backward_add").count;
-    EXPECT_EQ(folded, 2 * 2 * dry.prediction->steps);
-    EXPECT_EQ(named(dry, "layernorm_backward").count,
-              named(real, "layernorm_backward").count - folded);
-    EXPECT_EQ(named(dry, "sum_inputs").count, named(real, "sum_inputs").count - folded);
+    // Fast mode: every LayerNorm backward (2 a block and ln_f's) is one launch with its weight
+    // and bias gradients (layernorm_backward_params), each block's 2 residual-gradient adds
+    // folded in (the forward's adds stay): no layernorm_backward(_add) and 2 row sums fewer
+    // each (the Linears' bias sums stay).
+    const std::int64_t steps = dry.prediction->steps;
+    const std::int64_t fused = named(dry, "layernorm_backward_params").count;
+    EXPECT_EQ(fused, (2 * 2 + 1) * steps);
+    EXPECT_EQ(named(real, "layernorm_backward").count, fused);
+    EXPECT_EQ(named(dry, "layernorm_backward").count + named(dry, "layernorm_backward_add").count,
+              0);
+    EXPECT_EQ(named(dry, "sum_inputs").count, named(real, "sum_inputs").count - 2 * 2 * steps);
+    EXPECT_EQ(named(dry, "sum_rows").count, named(real, "sum_rows").count - 2 * fused);
     EXPECT_EQ(named(dry, "add_bias").count, 0);
     EXPECT_GT(named(real, "add_bias").count, 0);
     EXPECT_EQ(named(dry, "gemm_ex").count, named(real, "add_bias").count + mlps);  // + dgelu
@@ -341,26 +349,40 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
     const auto [real_nb, dry_nb] = real_and_dry(kind, true, no_bias);
     expect_same_rows_but(real_nb, dry_nb,
                          {"attention_backward", "embedding_backward", "layernorm_backward",
-                          "sum_inputs", "gemm", "gelu_forward", "gelu_backward"});
+                          "sum_inputs", "sum_rows", "gemm", "gelu_forward", "gelu_backward"});
     EXPECT_EQ(named(dry_nb, "gemm_ex").count, 2 * mlps);
     EXPECT_EQ(named(dry_nb, "gemm").count, named(real_nb, "gemm").count - 2 * mlps);
-    const double steps = static_cast<double>(dry_nb.prediction->steps);
+    // No bias: the real run's row sums are the LayerNorm weights' and wpe's, the dry run's wpe's.
+    EXPECT_EQ(named(real_nb, "sum_rows").count - named(dry_nb, "sum_rows").count,
+              named(dry_nb, "layernorm_backward_params").count);
+    EXPECT_EQ(named(dry_nb, "sum_rows").count, dry_nb.prediction->steps);
+    const double steps_nb = static_cast<double>(dry_nb.prediction->steps);
     auto ps = [](const FitResult& f, const char* k) {
       return static_cast<double>(named(f, k).time_ps);
     };
-    const double fused = (ps(dry_nb, "gemm_ex") + ps(dry_nb, "gemm") - ps(real_nb, "gemm") -
-                          ps(real_nb, "gelu_forward") - ps(real_nb, "gelu_backward")) *
-                         1e-12 / steps;
+    const double fused_gemms = (ps(dry_nb, "gemm_ex") + ps(dry_nb, "gemm") - ps(real_nb, "gemm") -
+                                ps(real_nb, "gelu_forward") - ps(real_nb, "gelu_backward")) *
+                               1e-12 / steps_nb;
     std::int64_t more = 0;  // launches
     for (const char* k : {"attention_backward", "embedding_backward"})
       more += named(dry_nb, k).count - named(real_nb, k).count;
     const double extra =
-        static_cast<double>(more) * 3e-6 / steps +
+        static_cast<double>(more) * 3e-6 / steps_nb +
         (named(dry_nb, "attention_backward").bytes - named(real_nb, "attention_backward").bytes) /
-            (h100.memory_bandwidth * h100.memory_efficiency) / steps;
-    EXPECT_GT(dry_nb.prediction->step_time_s - real_nb.prediction->step_time_s, fused);
+            (h100.memory_bandwidth * h100.memory_efficiency) / steps_nb;
+    // What the LayerNorm backwards save: the real run's backwards, row sums and folded adds
+    // against the fused launches.
+    double saved = -sim::to_seconds(named(dry_nb, "layernorm_backward_params").time_ps);
+    for (const char* k : {"layernorm_backward", "sum_rows"})
+      saved += sim::to_seconds(named(real_nb, k).time_ps);
+    saved += sim::to_seconds(named(real_nb, "sum_inputs").time_ps) -
+             sim::to_seconds(named(dry_nb, "sum_inputs").time_ps);
+    saved /= steps_nb;
+    EXPECT_GT(saved, 0.0);
+    EXPECT_GT(dry_nb.prediction->step_time_s - real_nb.prediction->step_time_s,
+              fused_gemms - saved);
     EXPECT_LE(dry_nb.prediction->step_time_s - real_nb.prediction->step_time_s,
-              extra + fused + 1e-12 * static_cast<double>(more + 1));  // a picosecond a launch
+              extra + fused_gemms + 1e-12 * static_cast<double>(more + 1));  // a picosecond a launch
     ASSERT_EQ(dry.memory.size(), 4u);
     ASSERT_EQ(real.memory.size(), 4u);
     for (std::size_t d = 0; d < 4; ++d) {
@@ -410,7 +432,7 @@ TEST(DryRunTrainer, OptimizerAndClipTakeTheCudaMultiTensorPath) {
     expect_same_rows_but(real, dry,
                          {"adam_step", "sum_squares", "scale", "copy_d2h", "gemm", "add_bias",
                           "attention_backward", "embedding_backward", "layernorm_backward",
-                          "sum_inputs", "fill_f32", "gelu_forward", "gelu_backward"});
+                          "sum_inputs", "sum_rows", "fill_f32", "gelu_forward", "gelu_backward"});
     EXPECT_EQ(
         d.count("adam_step / memory") + d.count("sum_squares / memory") + d.count("scale / memory"),
         0u);

@@ -8,9 +8,11 @@
 // half is ctest CudaEmu.Kernels (`cuda_emu_test rows`, tools/cuda_emu/test_emu_rows.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -18,7 +20,9 @@
 #include <vector>
 
 #include "core/nn/gpt.h"
+#include "core/nn/gpt_layers.h"
 #include "core/nn/loss.h"
+#include "core/numerics/float_formats.h"
 #include "core/numerics/micro_shards.h"
 #include "core/numerics/random.h"
 #include "core/runtime/backend.h"
@@ -44,6 +48,7 @@ class ProbeKernels final : public CountingKernels {
   bool rows_ex = false;
   bool sums_ex = false;         // has_sum_rows_ex's answer (x bf16 / f16, out x's dtype or f32)
   bool ln_add = false;          // has_layernorm_backward_add's answer (f32, bf16, f16)
+  bool ln_params = false;       // has_layernorm_backward_params' answer (f32, bf16, f16; fast mode)
   std::int64_t cast_bytes = 0;  // read + written by the casts the ops asked for
   void reset() {
     calls.clear();
@@ -198,6 +203,41 @@ class ProbeKernels final : public CountingKernels {
     sc.out(dxf, t, dxt, n);
     sc.out(hf, t, dy_xhat, n);
     k_.add_any(s, t, residual, dxt, out, n);
+  }
+
+  // The LayerNorm backward with its parameter gradients (has_layernorm_backward_params, fast
+  // mode): the simulator's f32 layernorm_backward on the widened inputs, dy_xhat kept in f32
+  // (never rounded into t, as CUDA's kernel never stores it), the residual added in f32 and dx
+  // rounded once, the two fast f32 row sums into the widened gradients, rounded once.
+  bool has_layernorm_backward_params(DType t, Determinism mode) const override {
+    return ln_params && mode == Determinism::fast &&
+           (t == DType::f32 || t == DType::bf16 || t == DType::f16);
+  }
+  void layernorm_backward_params(Stream& s, DType t, const void* dy, const void* x, const void* w,
+                                 const float* mean, const float* rstd, const void* residual,
+                                 std::int64_t N, std::int64_t C, void* dx, DType gt, void* grad_w,
+                                 bool accumulate_w, void* grad_b, bool accumulate_b) override {
+    note("layernorm_backward_params");
+    Scratch sc(*this, s);
+    const std::int64_t n = N * C;
+    const float* dyf = sc.in(t, dy, n);
+    float* dxf = sc.f32(n);
+    float* hf = sc.f32(n);
+    k_.layernorm_backward(s, dyf, sc.in(t, x, n), sc.in(t, w, C), mean, rstd, N, C, dxf, hf);
+    if (residual != nullptr) {
+      float* sum = sc.f32(n);
+      const float* in[2] = {sc.in(t, residual, n), dxf};
+      k_.sum_inputs(s, in, 2, sum, n, Determinism::fast);
+      dxf = sum;
+    }
+    sc.out(dxf, t, dx, n);
+    auto param = [&](const float* rows, void* g, bool acc) {
+      float* gf = const_cast<float*>(sc.in(gt, g, C));
+      k_.sum_rows(s, rows, N, C, acc ? 1.0f : 0.0f, gf, Determinism::fast);
+      sc.out(gf, gt, g, C);
+    };
+    param(hf, grad_w, accumulate_w);
+    if (grad_b != nullptr) param(dyf, grad_b, accumulate_b);
   }
 
   // The typed reductions over rows (has_sum_rows_ex): MixedOp's arithmetic, x and a typed out
@@ -722,6 +762,200 @@ TEST_F(RowsEx, TinyGptStepFoldsTheResidualAddsIntoTheLayerNormBackward) {
   k.rows_ex = false;
 }
 
+// ---- the LayerNorm backward with its parameter gradients (has_layernorm_backward_params)
+
+/// Host floats of a tensor of any float dtype.
+std::vector<float> host_floats(const Tensor& t) { return t.to(DType::f32).to_vector<float>(); }
+
+/// Element-wise |a - b| <= rtol (|b| + scale), scale = the largest |b|: one failure names `what`
+/// and the first index.
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, double rtol,
+                  const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  double scale = 0;
+  for (float v : b) scale = std::max(scale, std::fabs(double(v)));
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (!(std::fabs(double(a[i]) - double(b[i])) <= rtol * (std::fabs(double(b[i])) + scale))) {
+      ADD_FAILURE() << what << "[" << i << "]: " << a[i] << " vs " << b[i] << " (rtol " << rtol
+                    << ", scale " << scale << ")";
+      return;
+    }
+}
+
+/// nn::LayerNorm(C) on `backend` in `mode` and `dt`: forward of x [2, N / 2, C], backward with a
+/// residual gradient (or none), its gradients first written then accumulated (a second
+/// backward): dx of each backward, grad_w and grad_b after each, as host floats.
+std::vector<std::vector<float>> run_ln_module(DType dt, const std::string& backend,
+                                              Determinism mode, std::int64_t N, std::int64_t C,
+                                              bool residual) {
+  nn::LayerNorm ln(C, Device(backend, 0));
+  ln.to(dt);
+  ln.set_determinism(mode);
+  const Tensor x = input({2, N / 2, C}, dt, 41, backend);
+  const Tensor dy = input({2, N / 2, C}, dt, 42, backend);
+  const Tensor r = residual ? input({2, N / 2, C}, dt, 43, backend) : Tensor();
+  std::vector<std::vector<float>> out;
+  for (int pass = 0; pass < 2; ++pass) {
+    ln.forward(x);
+    out.push_back(host_floats(ln.backward(dy, r)));
+    for (nn::Parameter* p : ln.parameters()) out.push_back(host_floats(p->grad));
+  }
+  return out;
+}
+
+// The dispatch rule: nn::LayerNorm's backward takes layernorm_backward_params (one launch, no
+// layernorm_backward(_ex), no row sum, no add) only in fast mode on a backend that has it, with
+// or without the residual gradient; in bitwise mode (its row sums follow the micro-shards), or
+// where the backend has none (the simulator's answer), today's path and its bits. The fused
+// results are within tolerance of today's (dy xhat summed in f32 where today's path rounds it
+// into the storage dtype first); the gradient written by the first backward is accumulated by
+// the second.
+TEST_F(RowsEx, LayerNormBackwardParamsFusesOnlyInFastModeWhereTheBackendSaysSo) {
+  ProbeKernels& k = probe();
+  k.rows_ex = true;
+  k.sums_ex = true;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16})
+    for (bool residual : {false, true})
+      for (Determinism mode : {Determinism::bitwise, Determinism::fast}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " " + determinism_name(mode) +
+                     (residual ? " residual" : ""));
+        k.ln_params = false;
+        k.reset();
+        const auto today = run_ln_module(dt, kProbe, mode, 24, 40, residual);
+        EXPECT_EQ(k.count("layernorm_backward_params"), 0);
+        EXPECT_EQ(run_ln_module(dt, "sim", mode, 24, 40, residual), today);
+        k.ln_params = true;
+        k.reset();
+        const auto fused = run_ln_module(dt, kProbe, mode, 24, 40, residual);
+        const bool taken = mode == Determinism::fast;
+        EXPECT_EQ(k.count("layernorm_backward_params"), taken ? 2 : 0);
+        const char* ln = dt == DType::f32 ? "layernorm_backward" : "layernorm_backward_ex";
+        const int sums = k.count("sum_rows") + k.count("sum_rows_ex") +
+                         k.count("sum_rows_sharded") + k.count("sum_rows_sharded_ex");
+        if (taken) {
+          EXPECT_EQ(k.count(ln) + k.count("layernorm_backward_add"), 0);
+          EXPECT_EQ(sums, 0);
+          EXPECT_EQ(k.count("add_any") + k.count("sum_inputs"), 0);
+          ASSERT_EQ(fused.size(), today.size());
+          const double rtol = dt == DType::f32 ? 1e-5 : dt == DType::bf16 ? 2e-2 : 4e-3;
+          for (std::size_t i = 0; i < today.size(); ++i)
+            expect_close(fused[i], today[i], rtol, "result " + std::to_string(i));
+        } else {
+          EXPECT_EQ(fused, today);
+          EXPECT_EQ(sums, 4);  // grad_w and grad_b, two backwards
+        }
+      }
+  k.ln_params = false;
+  k.sums_ex = false;
+  k.rows_ex = false;
+}
+
+// ops::layernorm_backward_params refuses bad gradients and residuals naming itself and the
+// argument, on the fused path and on today's alike (no kernel runs).
+TEST_F(RowsEx, LayerNormBackwardParamsErrorsNameTheOpAndTheArgument) {
+  ProbeKernels& k = probe();
+  k.rows_ex = true;
+  const Tensor x = input({3, 8}, DType::bf16, 1, kProbe), w = input({8}, DType::bf16, 2, kProbe);
+  const Tensor dy = input({3, 8}, DType::bf16, 3, kProbe);
+  Tensor mean, rstd;
+  ops::layernorm(x, w, Tensor(), 1e-5f, mean, rstd);
+  const std::string op = "ops::layernorm_backward_params: ";
+  for (bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused" : "today's path");
+    k.ln_params = fused;
+    k.reset();
+    Tensor gw = input({8}, DType::bf16, 4, kProbe), gb = input({8}, DType::bf16, 5, kProbe);
+    Tensor none;
+    auto call = [&](const Tensor& r, Tensor& g_w, Tensor& g_b) {
+      ops::layernorm_backward_params(dy, x, w, mean, rstd, r, g_w, true, g_b, false);
+    };
+    Tensor narrow = input({7}, DType::bf16, 6, kProbe);
+    expect_invalid([&] { call(none, narrow, gb); }, op + "grad_w: expected [C] = [8], got");
+    Tensor half = input({8}, DType::f16, 7, kProbe);
+    expect_invalid([&] { call(none, half, gb); },
+                   op + "grad_w: expected dtype f32 or bf16 (dy's), got");
+    Tensor f32 = input({8}, DType::f32, 8, kProbe);
+    expect_invalid([&] { call(none, gw, f32); },
+                   op + "grad_b: expected dtype bf16 (grad_w's), got");
+    Tensor elsewhere = input({8}, DType::bf16, 9, kProbe).to(Device(kProbe, 1));
+    expect_invalid(
+        [&] { call(none, gw, elsewhere); },
+        op + "grad_b: expected a tensor on " + Device(kProbe, 0).str() + " (the device of dy)");
+    expect_invalid([&] { call(none, none, gb); },
+                   op + "grad_w: expected a defined tensor, got an undefined tensor");
+    expect_invalid(
+        [&] {
+          call(input({3, 7}, DType::bf16, 10, kProbe), gw, gb);
+        },
+        op + "residual: expected [3, 8] (the shape of dy), got");
+    Tensor alias = gw;
+    expect_invalid([&] { call(none, gw, alias); },
+                   op + "grad_b: must not share memory with grad_w");
+    expect_invalid(
+        [&] {
+          ops::layernorm_backward_params(dy, x, input({7}, DType::bf16, 11, kProbe), mean, rstd,
+                                         none, gw, false, gb, false);
+        },
+        op + "w: expected [C] = [8], got");
+    EXPECT_EQ(k.count("layernorm_backward_params") + k.count("layernorm_backward_ex"), 0);
+  }
+  k.ln_params = false;
+  k.rows_ex = false;
+}
+
+// A tiny GPT fast step (f32, bf16, f16) with every LayerNorm backward taking
+// layernorm_backward_params (2 per block and ln_f's): the loss of today's path, each gradient
+// within tolerance of it, and 2 n_layer + 1 launches replace as many LayerNorm backwards (or
+// residual-add backwards) and as many row sums (the config has no bias: the weights' alone).
+TEST_F(RowsEx, TinyGptFastStepTakesTheFusedLayerNormParameterGradients) {
+  ProbeKernels& k = probe();
+  k.rows_ex = true;
+  k.sums_ex = true;
+  k.ln_add = true;
+  const int n_layer = 2;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    k.ln_params = false;
+    k.reset();
+    const Step today = gpt_step(dt, Determinism::fast);
+    const std::map<std::string, int> before = k.calls;
+    k.ln_params = true;
+    k.reset();
+    const Step fused = gpt_step(dt, Determinism::fast);
+    EXPECT_EQ(fused.loss, today.loss);
+    EXPECT_EQ(k.count("layernorm_backward_params"), 2 * n_layer + 1);
+    EXPECT_EQ(k.count("layernorm_backward_add"), 0);
+    EXPECT_EQ(before.at("layernorm_backward_add"), 2 * n_layer);
+    const char* ln = dt == DType::f32 ? "layernorm_backward" : "layernorm_backward_ex";
+    EXPECT_EQ(k.count(ln), 0);
+    const char* sums = dt == DType::f32 ? "sum_rows" : "sum_rows_ex";
+    EXPECT_EQ(before.at(sums) - k.count(sums), 2 * n_layer + 1);  // no bias: the weights
+    ASSERT_EQ(fused.grads.size(), today.grads.size());
+    const double rtol = dt == DType::f32 ? 1e-4 : dt == DType::bf16 ? 3e-2 : 5e-3;
+    for (std::size_t i = 0; i < today.grads.size(); ++i) {
+      auto floats = [&](const std::vector<std::uint8_t>& b) {
+        std::vector<float> f(b.size() / dtype_size(dt));
+        for (std::size_t j = 0; j < f.size(); ++j) {
+          if (dt == DType::f32) {
+            std::memcpy(&f[j], b.data() + 4 * j, 4);
+            continue;
+          }
+          std::uint16_t u;
+          std::memcpy(&u, b.data() + 2 * j, 2);
+          f[j] = dt == DType::bf16 ? bfloat16{u}.to_float() : float16{u}.to_float();
+        }
+        return f;
+      };
+      expect_close(floats(fused.grads[i]), floats(today.grads[i]), rtol,
+                   "grad " + std::to_string(i));
+    }
+  }
+  k.ln_params = false;
+  k.ln_add = false;
+  k.sums_ex = false;
+  k.rows_ex = false;
+}
+
 // ---- CUDA (skips without a GPU): the typed kernels give the simulator's bits
 
 using CudaRowsEx = CudaSuite<>;  // kCudaTestDevices
@@ -746,6 +980,30 @@ TEST_F(CudaRowsEx, LayerNormBackwardAddEqualsTheSimulatorsTwoOps) {
     for (std::size_t i = 0; i < sim.size(); ++i)
       EXPECT_EQ(cuda[i], sim[i]) << dtype_name(dt) << " result " << i;
   }
+}
+
+// layernorm_backward_params (fast mode, f32 / bf16 / f16; Note [CUDA LayerNorm parameter
+// gradients]) through nn::LayerNorm: GPT-2 B 8's [8192, 768] (512 chunks in 32 groups) and a
+// ragged [38, 129], with and without the residual gradient, the gradients written then
+// accumulated: within tolerance of the simulator's path (the backward, the add, the two row
+// sums), and the same bytes when run again (the tickets only elect who adds).
+TEST_F(CudaRowsEx, LayerNormBackwardParamsWithinToleranceOfTheSimulatorAndRepeats) {
+  ASSERT_TRUE(
+      get_backend("cuda").kernels().has_layernorm_backward_params(DType::bf16, Determinism::fast));
+  for (DType dt : {DType::f32, DType::bf16, DType::f16})
+    for (const Shape& shape : {Shape{8192, 768}, Shape{38, 129}})
+      for (bool residual : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " " + std::to_string(shape[0]) +
+                     (residual ? " residual" : ""));
+        const auto sim = run_ln_module(dt, "sim", Determinism::fast, shape[0], shape[1], residual);
+        const auto cuda =
+            run_ln_module(dt, "cuda", Determinism::fast, shape[0], shape[1], residual);
+        EXPECT_EQ(run_ln_module(dt, "cuda", Determinism::fast, shape[0], shape[1], residual), cuda);
+        ASSERT_EQ(cuda.size(), sim.size());
+        const double rtol = dt == DType::f32 ? 1e-4 : dt == DType::bf16 ? 2e-2 : 4e-3;
+        for (std::size_t i = 0; i < sim.size(); ++i)
+          expect_close(cuda[i], sim[i], rtol, "result " + std::to_string(i));
+      }
 }
 
 /// The f32 bitwise reductions CUDA runs in parallel (Note [CUDA row sums]): sum_rows over 3000

@@ -132,23 +132,36 @@ Tensor LayerNorm::backward(const Tensor& grad_output, const Tensor& residual_gra
               " (grad_output's shape, dtype and device), got ", describe(residual_grad));
   const Tensor dy = grad_output.view({-1, c_});
   const Tensor r = residual_grad.defined() ? residual_grad.view({-1, c_}) : Tensor();
-  // One kernel where the backend fuses the add; else the add after the row sums, as nn::Block
-  // ran it (the simulator's launches and memory: dy_xhat freed before the add's output exists).
-  const bool fused =
-      r.defined() && ops::layernorm_backward_add_fused(dy, x_, weight_.data, mean_, rstd_, r);
-  Tensor dy_xhat;
-  Tensor dx = fused ? ops::layernorm_backward_add(dy, x_, weight_.data, mean_, rstd_, r, dy_xhat)
-                    : ops::layernorm_backward(dy, x_, weight_.data, mean_, rstd_, dy_xhat);
+  // The gradients' dtype: an existing gradient's, else nn::grad_dtype's (both, if a bias).
+  const DType gd = weight_.grad.defined() ? weight_.grad.dtype()
+                                          : grad_dtype(weight_.data.dtype(), determinism_);
+  if (determinism_ == Determinism::fast &&
+      (!has_bias_ || !bias_.grad.defined() || bias_.grad.dtype() == gd) &&
+      ops::layernorm_backward_params_fused(dy, x_, weight_.data, mean_, rstd_, r, gd)) {
+    // One kernel: dx (and the residual's add) with both parameter gradients (Note [CUDA
+    // LayerNorm parameter gradients]); a new gradient is written, an existing one accumulated.
+    const bool acc_w = weight_.grad.defined(), acc_b = has_bias_ && bias_.grad.defined();
+    new_grad(weight_, gd, dy.device(), /*zero=*/false);
+    Tensor gw = weight_.grad.view({-1}), gb;
+    if (has_bias_) {
+      new_grad(bias_, gd, dy.device(), /*zero=*/false);
+      gb = bias_.grad.view({-1});
+    }
+    return ops::layernorm_backward_params(dy, x_, weight_.data, mean_, rstd_, r, gw, acc_w, gb,
+                                          acc_b)
+        .view(shape_);
+  }
   const std::vector<std::int64_t> bounds =
       determinism_ == Determinism::bitwise
           ? token_bounds(*this, str(), shape_[0], rows_per_sample(shape_))
           : std::vector<std::int64_t>{};
-  add_row_sums(dy_xhat, weight_, determinism_, bounds);
-  if (has_bias_) add_row_sums(dy, bias_, determinism_, bounds);
-  if (r.defined() && !fused) {
-    dy_xhat = Tensor();
-    dx = ops::add(r, dx);
-  }
+  // The backward (one kernel with the residual's add where the backend fuses it; else the add
+  // after the row sums, as nn::Block ran it), the row sums while dy_xhat exists.
+  const Tensor dx = ops::internal::layernorm_backward_with(
+      dy, x_, weight_.data, mean_, rstd_, r, [&](const Tensor& dy_xhat) {
+        add_row_sums(dy_xhat, weight_, determinism_, bounds);
+        if (has_bias_) add_row_sums(dy, bias_, determinism_, bounds);
+      });
   return dx.view(shape_);
 }
 

@@ -128,6 +128,12 @@ void Kernels::layernorm_backward_add(Stream&, DType, const void*, const void*, c
                                      std::int64_t, void*, void*) {
   no_kernel("layernorm_backward_add");
 }
+bool Kernels::has_layernorm_backward_params(DType, Determinism) const { return false; }
+void Kernels::layernorm_backward_params(Stream&, DType, const void*, const void*, const void*,
+                                        const float*, const float*, const void*, std::int64_t,
+                                        std::int64_t, void*, DType, void*, bool, void*, bool) {
+  no_kernel("layernorm_backward_params");
+}
 void Kernels::gelu_forward_ex(Stream&, DType, const void*, void*, std::int64_t) {
   no_kernel("gelu_forward_ex");
 }

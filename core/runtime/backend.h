@@ -468,6 +468,30 @@ class Kernels {
                                       const void* w, const float* mean, const float* rstd,
                                       const void* residual, std::int64_t N, std::int64_t C,
                                       void* out, void* dy_xhat);
+  /// Whether layernorm_backward_params runs here for `dtype` (f32, bf16 or f16) in `mode`.
+  /// Default: false, and nn::LayerNorm's backward runs layernorm_backward(_ex) (or
+  /// layernorm_backward_add) and then the two row sums of its parameter gradients (sum_rows(_ex),
+  /// sum_rows_sharded(_ex)); the simulator keeps that path (its bits, launches and memory
+  /// accounting). cuda: true for f32, bf16 and f16 in fast mode, false in bitwise mode (its row
+  /// sums follow the micro-shards' chains, Note [Micro-shards]).
+  virtual bool has_layernorm_backward_params(DType dtype, Determinism mode) const;
+  /// The LayerNorm backward with its parameter gradients in the same launch (fast mode; llm.c's
+  /// layernorm_backward: dinp, dweight and dbias in one kernel, dy_xhat never stored):
+  ///   dx[r, c]   = round(float(residual[r, c]) + v[r, c]) (residual null: round(v[r, c])), v the
+  ///                layernorm_backward formula in f32 (any order of its row sums);
+  ///   grad_w[c]  = round(accumulate_w ? float(grad_w[c]) + S_w[c] : S_w[c]),
+  ///                S_w[c] = sum over rows of dy[r, c] * xhat[r, c] (f32, any order);
+  ///   grad_b[c]  likewise with S_b[c] = sum over rows of dy[r, c] (grad_b null: no bias).
+  /// Each round into its dtype (f32: none); the same bits run to run (the order is a function of
+  /// N and C). dy, x, residual, dx [N, C] and w [C] in `dtype`; mean, rstd f32 [N]; grad_w and
+  /// grad_b [C] in `grad_type` (f32 or `dtype`); dx shares no memory with an input. torch's
+  /// native_layer_norm_backward with output_mask all true. Only called where
+  /// has_layernorm_backward_params(dtype, fast) is true; the default throws InvalidArgument.
+  virtual void layernorm_backward_params(Stream& s, DType dtype, const void* dy, const void* x,
+                                         const void* w, const float* mean, const float* rstd,
+                                         const void* residual, std::int64_t N, std::int64_t C,
+                                         void* dx, DType grad_type, void* grad_w, bool accumulate_w,
+                                         void* grad_b, bool accumulate_b);
   /// gelu_forward on `dtype` elements (y may alias x).
   virtual void gelu_forward_ex(Stream& s, DType dtype, const void* x, void* y, std::int64_t n);
   /// gelu_backward on `dtype` elements.

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -161,6 +162,43 @@ Tensor layernorm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& w
 /// backend has_layernorm_backward_add for it. False for arguments layernorm_backward_add refuses.
 bool layernorm_backward_add_fused(const Tensor& dy, const Tensor& x, const Tensor& w,
                                   const Tensor& mean, const Tensor& rstd, const Tensor& residual);
+
+/// Whether layernorm_backward_params on these tensors is one kernel
+/// (Kernels::layernorm_backward_params, fast mode): dy, x, w (and residual, where defined) of one
+/// dtype and shape (f32, or a storage dtype the backend has_rows_ex for) on one device, mean and
+/// rstd f32, grad_type f32 or dy's dtype, and the backend has_layernorm_backward_params(dtype,
+/// fast). False for arguments layernorm_backward_params refuses.
+bool layernorm_backward_params_fused(const Tensor& dy, const Tensor& x, const Tensor& w,
+                                     const Tensor& mean, const Tensor& rstd, const Tensor& residual,
+                                     DType grad_type);
+/// The LayerNorm backward with its parameter gradients, fast mode (torch's
+/// native_layer_norm_backward with output_mask all true; llm.c's layernorm_backward): returns dx
+/// (x's shape; residual + dx where residual is defined), and grad_w (+)= the column sums of
+/// dy * xhat, grad_b (+)= those of dy (grad_b undefined: no bias); accumulate_*: add to the
+/// gradient's value, else overwrite it (not read). One kernel where
+/// layernorm_backward_params_fused(..., grad_w.dtype()) says so (dy * xhat is never stored); else
+/// layernorm_backward (or layernorm_backward_add) and two ops::sum_rows in fast mode, the add
+/// last. grad_w, grad_b: contiguous [C], f32 or dy's dtype (both the same), on dy's device, no
+/// memory shared with dy, x, the residual or each other; residual: dy's dtype, device and shape.
+/// InvalidArgument naming ops::layernorm_backward_params and the argument otherwise.
+Tensor layernorm_backward_params(const Tensor& dy, const Tensor& x, const Tensor& w,
+                                 const Tensor& mean, const Tensor& rstd, const Tensor& residual,
+                                 Tensor& grad_w, bool accumulate_w, Tensor& grad_b,
+                                 bool accumulate_b);
+
+namespace internal {
+/// nn::LayerNorm's backward without the fused parameter kernel: dx = layernorm_backward(dy, ...)
+/// (residual defined: residual + dx as layernorm_backward_add computes it), and
+/// row_sums(dy_xhat) for the caller's parameter gradients while dy_xhat exists. The fused add's
+/// decision (layernorm_backward_add_fused) is taken once: one kernel before row_sums, or the
+/// add after row_sums with dy_xhat freed first (the simulator's launches and peak memory as
+/// nn::Block ran them). Errors name `op_name`, by default ops::layernorm_backward (no residual)
+/// or ops::layernorm_backward_add.
+Tensor layernorm_backward_with(const Tensor& dy, const Tensor& x, const Tensor& w,
+                               const Tensor& mean, const Tensor& rstd, const Tensor& residual,
+                               const std::function<void(const Tensor& dy_xhat)>& row_sums,
+                               const char* op_name = nullptr);
+}  // namespace internal
 
 /// GELU, tanh form (torch.nn.functional.gelu(x, approximate='tanh')), new tensor; and its
 /// gradient given the forward's input x.

@@ -3,6 +3,7 @@
 // order is Note [GPT kernels] in core/numerics/gpt_math.h).
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -294,6 +295,119 @@ Tensor layernorm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& w
   // The two ops (the simulator's path): the same bits.
   const Tensor dx = run_layernorm_backward(op, dy, x, w, mean, rstd, Tensor(), dy_xhat);
   return add(residual, dx);
+}
+
+namespace {
+
+/// A LayerNorm parameter's gradient for layernorm_backward_params: a contiguous tensor of C
+/// elements on dy's device, f32 or dy's dtype, sharing no memory with dy, x or the residual.
+void check_param_grad(const char* op, const char* arg, const Tensor& g, std::int64_t C,
+                      const Tensor& dy, const Tensor& x, const Tensor& residual) {
+  DITTO_CHECK(g.defined(), op, ": ", arg, ": expected a defined tensor, got an undefined tensor");
+  DITTO_CHECK(g.dtype() == DType::f32 || g.dtype() == dy.dtype(), op, ": ", arg,
+              ": expected dtype f32 or ", dtype_name(dy.dtype()), " (dy's), got ", g.str());
+  check_device(op, arg, g, dy.device(), "dy");
+  DITTO_CHECK(g.dim() == 1 && g.size(0) == C, op, ": ", arg, ": expected [C] = [", C, "], got ",
+              g.str());
+  check_no_overlap(op, arg, g, "dy", dy);
+  check_no_overlap(op, arg, g, "x", x);
+  if (residual.defined()) check_no_overlap(op, arg, g, "residual", residual);
+}
+
+}  // namespace
+
+namespace internal {
+
+Tensor layernorm_backward_with(const Tensor& dy, const Tensor& x, const Tensor& w,
+                               const Tensor& mean, const Tensor& rstd, const Tensor& residual,
+                               const std::function<void(const Tensor& dy_xhat)>& row_sums,
+                               const char* op_name) {
+  // The fused add's decision, taken once: one kernel before the row sums, or the add after them
+  // (dy_xhat freed first: the simulator's launches and peak memory as nn::Block ran them).
+  const bool fused =
+      residual.defined() && layernorm_backward_add_fused(dy, x, w, mean, rstd, residual);
+  Tensor dy_xhat;
+  Tensor dx;
+  const char* op = op_name != nullptr   ? op_name
+                   : residual.defined() ? "ops::layernorm_backward_add"
+                                        : "ops::layernorm_backward";
+  if (fused) {
+    dx = run_layernorm_backward(op, dy, x, w, mean, rstd, residual, dy_xhat);
+  } else {
+    if (residual.defined()) {
+      DITTO_CHECK(dy.defined(), op, ": dy: expected a defined tensor, got an undefined tensor");
+      check_like_any(op, "residual", residual, "dy", dy);
+    }
+    dx = run_layernorm_backward(op, dy, x, w, mean, rstd, Tensor(), dy_xhat);
+  }
+  row_sums(dy_xhat);
+  if (residual.defined() && !fused) {
+    dy_xhat = Tensor();
+    dx = add(residual, dx);
+  }
+  return dx;
+}
+
+}  // namespace internal
+
+bool layernorm_backward_params_fused(const Tensor& dy, const Tensor& x, const Tensor& w,
+                                     const Tensor& mean, const Tensor& rstd, const Tensor& residual,
+                                     DType grad_type) {
+  for (const Tensor* t : {&dy, &x, &w, &mean, &rstd})
+    if (!t->defined() || t->device().is_cpu() || t->device() != dy.device()) return false;
+  if (mean.dtype() != DType::f32 || rstd.dtype() != DType::f32) return false;
+  const DType dt = dy.dtype();
+  if (x.dtype() != dt || w.dtype() != dt || x.shape() != dy.shape()) return false;
+  if (residual.defined() && (residual.device() != dy.device() || residual.dtype() != dt ||
+                             residual.shape() != dy.shape()))
+    return false;
+  if (dt != DType::f32 && native_rows({&dy, &x, &w, &residual}, Determinism::fast) != dt)
+    return false;
+  if (grad_type != DType::f32 && grad_type != dt) return false;
+  return kernels_of(dy).has_layernorm_backward_params(dt, Determinism::fast);
+}
+
+Tensor layernorm_backward_params(const Tensor& dy, const Tensor& x, const Tensor& w,
+                                 const Tensor& mean, const Tensor& rstd, const Tensor& residual,
+                                 Tensor& grad_w, bool accumulate_w, Tensor& grad_b,
+                                 bool accumulate_b) {
+  constexpr const char* op = "ops::layernorm_backward_params";
+  DITTO_CHECK(dy.defined(), op, ": dy: expected a defined tensor, got an undefined tensor");
+  DITTO_CHECK(dy.dim() >= 1 && dy.size(dy.dim() - 1) > 0, op,
+              ": dy: expected a tensor [..., C] of at least 1 dim with C >= 1, got ", dy.str());
+  if (residual.defined()) check_like_any(op, "residual", residual, "dy", dy);
+  const std::int64_t C = dy.size(dy.dim() - 1);
+  check_param_grad(op, "grad_w", grad_w, C, dy, x, residual);
+  if (grad_b.defined()) {
+    check_param_grad(op, "grad_b", grad_b, C, dy, x, residual);
+    DITTO_CHECK(grad_b.dtype() == grad_w.dtype(), op, ": grad_b: expected dtype ",
+                dtype_name(grad_w.dtype()), " (grad_w's), got ", grad_b.str());
+    check_no_overlap(op, "grad_b", grad_b, "grad_w", grad_w);
+  }
+  if (!layernorm_backward_params_fused(dy, x, w, mean, rstd, residual, grad_w.dtype())) {
+    // Today's path: the backward (and the add), then the two fast row sums.
+    return internal::layernorm_backward_with(
+        dy, x, w, mean, rstd, residual,
+        [&](const Tensor& dy_xhat) {
+          sum_rows(dy_xhat.view({-1, C}), grad_w, accumulate_w ? 1.0f : 0.0f, Determinism::fast);
+          if (grad_b.defined())
+            sum_rows(dy.view({-1, C}), grad_b, accumulate_b ? 1.0f : 0.0f, Determinism::fast);
+        },
+        op);
+  }
+  const DType dt = dy.dtype();
+  check_like_any(op, "x", x, "dy", dy);
+  const std::int64_t N = leading_rows(x);
+  check_shape(op, "w", w, {C}, "[C]", dy, "dy", dt);
+  check_shape(op, "mean", mean, {N}, "[rows]", dy, "dy");
+  check_shape(op, "rstd", rstd, {N}, "[rows]", dy, "dy");
+  Tensor dx = Tensor::empty(x.shape(), dt, x.device());
+  kernels_of(x).layernorm_backward_params(
+      stream_of(x), dt, dy.data_ptr(), x.data_ptr(), w.data_ptr(), mean.data<float>(),
+      rstd.data<float>(), residual.defined() ? residual.data_ptr() : nullptr, N, C, dx.data_ptr(),
+      grad_w.dtype(), grad_w.data_ptr(), accumulate_w,
+      grad_b.defined() ? grad_b.data_ptr() : nullptr, accumulate_b);
+  return dx;
 }
 
 Tensor gelu(const Tensor& x) {

@@ -140,10 +140,12 @@ if(TARGET ditto-train)
             --devices 8 --trainer ddp --batch-size 32 --zero-stage 1
     REGEX "memory: sim:0 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=40960.00 MiB optimizer_state=1485.89 MiB.*predicted GPT: peak memory [0-9.]+ GiB of 40.00 GiB")
   # A bf16 run's predicted: line gives MFU against the BF16 peak (it gave 639% of the FP32 peak).
-  # 55.5% since ZeRO-1's copies took one launch per list (Note [ZeRO copies]; 55.2% with a copy
-  # per piece) and issue 29's cost model prices what ditto's CUDA code runs: attention on its
+  # MFU_PLACEHOLDER since ZeRO-1's copies took one launch per list (Note [ZeRO copies]), the MLP's
+  # GELU went into its GEMMs' epilogues and issue 29's cost model prices what ditto's CUDA code
+  # runs: attention on its
   # mma.sync flash attention at mma_efficiency 0.25 (an estimate), every bf16 op of the step on a
-  # typed kernel (54.7% before the LayerNorm backward took the residual gradient's add and the
+  # typed kernel, the LayerNorm weight and bias gradients in the backward's launch (55.2% before
+  # that, 54.7% before the LayerNorm backward took the residual gradient's add and the
   # moments were zeroed in one launch, 46.8% while the row sums and the embedding gradient went through f32 scratch,
   # 18.7% while attention ran on the SIMT cores and every bf16 kernel but the GEMMs through f32
   # scratch, 64.2% with all on the tensor cores).

@@ -349,7 +349,10 @@ inline CudaStream& as_cuda(Stream& s, const char*) { return static_cast<CudaStre
 // them).
 using ditto::cuda::fast_row_chunks;
 using ditto::cuda::gemm_gelu_epilogue_supported;
+using ditto::cuda::kLnParamsGroup;
 using ditto::cuda::kStreamSemaphores;
+using ditto::cuda::layernorm_params_split;
+using ditto::cuda::LnParamsSplit;
 using ditto::cuda::lt_use_tf32;
 using ditto::cuda::RowChunks;
 using ditto::cuda::typed_gemm_supported;

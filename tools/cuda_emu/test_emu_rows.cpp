@@ -299,6 +299,167 @@ void check_layernorm_backward_add(DType t, unsigned& seed) {
   }
 }
 
+// ---- layernorm_backward_params (fast mode; Note [CUDA LayerNorm parameter gradients]) ---------
+
+// Tolerances of the fused LayerNorm backward against the double reference: each output within
+// u_t |ref| (the rounding into its dtype: half an ulp, 2^-8 bf16, 2^-11 f16, 0 f32) + 1e-5 mag,
+// mag the same sums over absolute values (f32 math over sums of up to a few thousand terms in
+// chunks, groups and a butterfly: well under 1e-5 relative to them).
+double rounding_of(DType t) {
+  return t == DType::bf16 ? std::ldexp(1.0, -8) : t == DType::f16 ? std::ldexp(1.0, -11) : 0.0;
+}
+
+struct LnpCase {
+  DType t, gt;
+  i64 N, C;
+  bool residual, bias, acc_w, acc_b;
+};
+
+std::string lnp_ctx(const LnpCase& k) {
+  return std::string(dtype_name(k.t)) + "->" + dtype_name(k.gt) + " " + dims({k.N, k.C}) +
+         (k.residual ? " residual" : "") + (k.bias ? " bias" : " no bias") +
+         (k.acc_w ? " acc_w" : "") + (k.acc_b ? " acc_b" : "") + " (" +
+         std::to_string(cuda::layernorm_params_split(k.N).chunks) + " chunks)";
+}
+
+// One case: the emulated kernel with its blocks forward, reversed and shuffled (twice) gives the
+// same bytes each time, within tolerance of the double reference, the ticket counters back at
+// zero; grad_b untouched without a bias.
+void check_layernorm_backward_params_case(const LnpCase& k, unsigned& seed) {
+  const DType t = k.t, gt = k.gt;
+  const i64 N = k.N, C = k.C, n = N * C;
+  std::mt19937 gen(seed++);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  V xv(static_cast<std::size_t>(n)), wv(static_cast<std::size_t>(C)),
+      dyv(static_cast<std::size_t>(n)), rv(static_cast<std::size_t>(n));
+  for (float& v : xv) v = u(gen);
+  for (float& v : wv) v = u(gen);
+  for (float& v : dyv) v = u(gen);
+  for (float& v : rv) v = u(gen);
+  Bytes x = stored(t, xv), w = stored(t, wv), dy = stored(t, dyv), r = stored(t, rv);
+  V mean(static_cast<std::size_t>(std::max<i64>(N, 1))), rstd(mean.size());
+  if (N > 0) {
+    V xf = widened(t, x, n), wf = widened(t, w, C), yf(static_cast<std::size_t>(n));
+    simk->layernorm_forward(*sims, xf.data(), wf.data(), nullptr, N, C, 1e-5f, yf.data(),
+                            mean.data(), rstd.data());
+    sims->synchronize();
+  }
+  const Bytes gw0 = stored(gt, mixed(static_cast<std::size_t>(C), seed++)),
+              gb0 = stored(gt, mixed(static_cast<std::size_t>(C), seed++));
+  const Bytes dx0 = stored(t, V(static_cast<std::size_t>(std::max<i64>(n, 1)), 7.0f));
+  // The double reference (the stored inputs widened exactly; mean and rstd as given).
+  auto rows_of = [&](Bytes& b) { return n > 0 ? widened(t, b, n) : V(1); };
+  V xd = rows_of(x), wd = widened(t, w, C), dyd = rows_of(dy), rd = rows_of(r);
+  Bytes gw0c = gw0, gb0c = gb0;
+  const V gw0f = widened(gt, gw0c, C), gb0f = widened(gt, gb0c, C);
+  std::vector<double> ref_dx(static_cast<std::size_t>(n)), mag_dx(ref_dx.size());
+  std::vector<double> sw(static_cast<std::size_t>(C)), sb(sw.size()), mw(sw.size()), mb(sw.size());
+  for (i64 row = 0; row < N; ++row) {
+    const double mu = mean[row], rs = rstd[row];
+    double sg = 0, sgx = 0, ag = 0, agx = 0;
+    for (i64 c = 0; c < C; ++c) {
+      const double d = dyd[row * C + c], xh = (xd[row * C + c] - mu) * rs, g = d * wd[c];
+      sg += g, sgx += g * xh, ag += std::fabs(g), agx += std::fabs(g * xh);
+    }
+    const double mg = sg / C, mgx = sgx / C, amg = ag / C, amgx = agx / C;
+    for (i64 c = 0; c < C; ++c) {
+      const std::size_t i = static_cast<std::size_t>(row * C + c);
+      const double d = dyd[i], xh = (xd[i] - mu) * rs, g = d * wd[c];
+      ref_dx[i] = rs * (g - mg - xh * mgx) + (k.residual ? rd[i] : 0.0);
+      mag_dx[i] = std::fabs(rs) * (std::fabs(g) + amg + std::fabs(xh) * amgx) +
+                  (k.residual ? std::fabs(rd[i]) : 0.0);
+      sw[c] += d * xh, sb[c] += d, mw[c] += std::fabs(d * xh), mb[c] += std::fabs(d);
+    }
+  }
+  for (i64 c = 0; c < C; ++c) {
+    if (k.acc_w) sw[c] += gw0f[c], mw[c] += std::fabs(gw0f[c]);
+    if (k.acc_b) sb[c] += gb0f[c], mb[c] += std::fabs(gb0f[c]);
+  }
+  const std::string ctx = lnp_ctx(k);
+  const std::pair<EmuBlockOrder, const char*> orders[] = {{EmuBlockOrder::forward, "forward"},
+                                                          {EmuBlockOrder::reversed, "reversed"},
+                                                          {EmuBlockOrder::shuffled, "shuffled"},
+                                                          {EmuBlockOrder::shuffled, "shuffled"}};
+  Bytes first_dx, first_gw, first_gb;
+  for (const auto& [order, name] : orders) {
+    Bytes dx = dx0, gw = gw0, gb = gb0;
+    emu_block_order = order;
+    try {
+      cudak->layernorm_backward_params(cudas, t, dy.data(), x.data(), w.data(), mean.data(),
+                                       rstd.data(), k.residual ? r.data() : nullptr, N, C,
+                                       dx.data(), gt, gw.data(), k.acc_w,
+                                       k.bias ? gb.data() : nullptr, k.acc_b);
+    } catch (const std::exception& e) {
+      emu_block_order = EmuBlockOrder::forward;
+      ++checks;
+      ++failures;
+      std::printf("FAIL layernorm_backward_params %s blocks %s: %s\n", ctx.c_str(), name, e.what());
+      return;
+    }
+    emu_block_order = EmuBlockOrder::forward;
+    if (first_dx.empty()) {  // the first run against the reference
+      first_dx = dx, first_gw = gw, first_gb = gb;
+      auto within = [&](const char* what, DType dt, const Bytes& got,
+                        const std::vector<double>& ref, const std::vector<double>& mag) {
+        ++checks;
+        Bytes g = got;
+        const V f = widened(dt, g, static_cast<i64>(ref.size()));
+        for (std::size_t i = 0; i < ref.size(); ++i) {
+          const double tol = rounding_of(dt) * std::fabs(ref[i]) + 1e-5 * mag[i] + 1e-30;
+          if (!(std::fabs(f[i] - ref[i]) <= tol)) {
+            ++failures;
+            std::printf("FAIL layernorm_backward_params %s %s[%zu]: %.9g vs ref %.9g (tol %.3g)\n",
+                        ctx.c_str(), what, i, f[i], ref[i], tol);
+            return;
+          }
+        }
+      };
+      within("dx", t, dx, ref_dx, mag_dx);
+      within("grad_w", gt, gw, sw, mw);
+      if (k.bias) {
+        within("grad_b", gt, gb, sb, mb);
+      } else {
+        check("layernorm_backward_params grad_b untouched", gb0, gb, ctx);
+      }
+    } else {
+      check("layernorm_backward_params dx, run again", first_dx, dx, ctx + " blocks " + name);
+      check("layernorm_backward_params grad_w, run again", first_gw, gw, ctx + " blocks " + name);
+      check("layernorm_backward_params grad_b, run again", first_gb, gb, ctx + " blocks " + name);
+    }
+    ++checks;
+    if (std::any_of(cudas.sem.begin(), cudas.sem.end(), [](unsigned v) { return v != 0; })) {
+      ++failures;
+      std::printf("FAIL layernorm_backward_params %s blocks %s: a ticket counter left non-zero\n",
+                  ctx.c_str(), name);
+      std::fill(cudas.sem.begin(), cudas.sem.end(), 0u);
+    }
+  }
+}
+
+// The shapes: 1 row, a ragged last 8-row group, one chunk (N <= 16), one group of chunks (200
+// rows: 13 chunks of 16), several groups (3000 rows: 188 chunks in 12 groups; 4100: 257 of 16,
+// 17 groups), C below, at and past the 32 lanes and not a multiple of a 16-byte vector (1, 31,
+// 129), past one shared-memory tile of 2048 columns (2050: the rows run again per tile); a new
+// gradient and an existing one accumulated, into f32 and into the storage dtype, with and
+// without the residual and the bias.
+void check_layernorm_backward_params(unsigned& seed) {
+  std::vector<LnpCase> cases;
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+    const DType other = t == DType::f32 ? DType::f32 : DType::f32;
+    cases.push_back({t, t, 1, 31, true, true, false, false});
+    cases.push_back({t, other, 13, 129, false, true, true, true});
+    cases.push_back({t, t, 200, 40, true, true, true, false});
+    cases.push_back({t, t, 3000, 24, true, true, false, true});
+    cases.push_back({t, t, 37, 2050, false, false, true, false});
+  }
+  cases.push_back({DType::bf16, DType::bf16, 4100, 9, false, true, true, true});
+  cases.push_back({DType::f32, DType::f32, 17, 1, true, true, false, false});
+  cases.push_back({DType::f16, DType::f16, 0, 5, false, true, true, false});  // no rows
+  for (const LnpCase& k : cases)
+    guarded("layernorm_backward_params " + lnp_ctx(k),
+            [&] { check_layernorm_backward_params_case(k, seed); });
+}
+
 void check_gelu_ex(DType t, unsigned& seed) {
   for (i64 n : {3, 16, 1003})
     for (int off : {0, 1}) {
@@ -436,6 +597,25 @@ void check_typed_rows(unsigned& seed) {
                 cudak->has_layernorm_backward_add(DType::f64),
                 simk->has_layernorm_backward_add(DType::bf16),
                 simk->has_layernorm_backward_add(DType::f32));
+  }
+  // The fused LayerNorm backward with its parameter gradients (fast mode); has_: f32, bf16, f16
+  // in fast mode on CUDA, never in bitwise mode, never on the simulator's real run.
+  check_layernorm_backward_params(seed);
+  ++checks;
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
+    if (!cudak->has_layernorm_backward_params(t, Determinism::fast) ||
+        cudak->has_layernorm_backward_params(t, Determinism::bitwise) ||
+        simk->has_layernorm_backward_params(t, Determinism::fast)) {
+      ++failures;
+      std::printf("FAIL has_layernorm_backward_params %s: cuda fast %d bitwise %d, sim fast %d\n",
+                  dtype_name(t), cudak->has_layernorm_backward_params(t, Determinism::fast),
+                  cudak->has_layernorm_backward_params(t, Determinism::bitwise),
+                  simk->has_layernorm_backward_params(t, Determinism::fast));
+      break;
+    }
+  if (cudak->has_layernorm_backward_params(DType::f64, Determinism::fast)) {
+    ++failures;
+    std::printf("FAIL has_layernorm_backward_params f64: cuda says true\n");
   }
   // has_rows_ex: bf16 and f16 in both modes; not f32 (its own kernels) nor another dtype.
   ++checks;
