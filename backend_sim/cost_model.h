@@ -228,7 +228,13 @@ KernelCost native_cost(const KernelCost& f32, DType storage);
 //       bf16, f16, both modes; nn::Block's two adds per block, as CUDA's layernorm_backward_add
 //       folds them): storage_cost of gpt_kernels::layernorm_backward_add_cost (the backward's,
 //       one FLOP and one element read more per element, dx written once as the sum), one launch
-//       where a real simulator run launches the backward and then the add.
+//       where a real simulator run launches the backward and then the add;
+//   the residual add with the LayerNorm forward after it (has_layernorm_forward_add: f32, bf16,
+//       f16, both modes; the GPT forward's adds each followed by ln_2, the next block's ln_1 or
+//       ln_f, as CUDA's layernorm_forward_add folds them): storage_cost of
+//       gpt_kernels::layernorm_forward_add_cost (the forward's, one FLOP and two elements more
+//       per element: branch read, the residual written), one launch where a real simulator run
+//       launches the add and then the forward.
 // A kernel that has no typed CUDA version runs on CUDA through MixedOp's f32 scratch, and a dry
 // run prices that as CUDA runs it (Note [Predicted launches]): its casts as launches, the f32
 // kernel at f32 bytes, the scratch charged to the device.

@@ -281,10 +281,11 @@ void expect_same_rows_but(const FitResult& real, const FitResult& dry,
 // exactly (bytes), and every kernel but those a dry run prices on the CUDA backend's path (Note
 // [Predicted launches]: here the Linears' typed GEMM with the bias in its epilogue, attention's
 // backward in two launches, embedding_backward's six, each block's residual-gradient adds
-// (sum_inputs) folded into its LayerNorm backwards: layernorm_backward_add) at the same price
-// (integer picoseconds). With no bias, the GEMMs are the same work too, and the dry step is the
-// real one plus the backward's extra launches (2 layers x 1 attention + 5 embedding, 3 us each on
-// the H100) less what the folded adds save.
+// (sum_inputs) folded into its LayerNorm backwards: layernorm_backward_add, and the forward's
+// residual adds into the LayerNorm after each: layernorm_forward_add) at the same price (integer
+// picoseconds). With no bias, the GEMMs are the same work too, and the dry step is the real one
+// plus the backward's extra launches (2 layers x 1 attention + 5 embedding, 3 us each on the
+// H100) less what the folded adds save.
 // Two real runs agree: memory is counted in host order (Note [Memory accounting],
 // backend_sim/sim_backend.h); counted in stream order, a real run's peak varied by a few KiB
 // from run to run (1029636 and 1029640 bytes on device 0 of two ddp runs).
@@ -299,13 +300,19 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
     EXPECT_GT(real.prediction->step_time_s, 0.0);
     expect_same_rows_but(real, dry,
                          {"gemm", "add_bias", "attention_backward", "embedding_backward",
-                          "layernorm_backward", "sum_inputs"});
-    // 2 of each block's LayerNorm backwards (not ln_f's) and 2 of its adds (the forward's stay).
+                          "layernorm_backward", "layernorm_forward", "sum_inputs"});
+    // 2 of each block's LayerNorm backwards (not ln_f's) and 2 of its adds; in the forward 2
+    // LayerNorms a block (ln_2, the next ln_1 or ln_f; not block 0's ln_1) and its 2 adds.
     const std::int64_t folded = named(dry, "layernorm_backward_add").count;
     EXPECT_EQ(folded, 2 * 2 * dry.prediction->steps);
     EXPECT_EQ(named(dry, "layernorm_backward").count,
               named(real, "layernorm_backward").count - folded);
-    EXPECT_EQ(named(dry, "sum_inputs").count, named(real, "sum_inputs").count - folded);
+    const std::int64_t folded_fwd = named(dry, "layernorm_forward_add").count;
+    EXPECT_EQ(folded_fwd, 2 * 2 * dry.prediction->steps);
+    EXPECT_EQ(named(dry, "layernorm_forward").count,
+              named(real, "layernorm_forward").count - folded_fwd);
+    EXPECT_EQ(named(dry, "sum_inputs").count,
+              named(real, "sum_inputs").count - folded - folded_fwd);
     EXPECT_EQ(named(dry, "add_bias").count, 0);
     EXPECT_GT(named(real, "add_bias").count, 0);
     EXPECT_EQ(named(dry, "gemm_ex").count, named(real, "add_bias").count);
@@ -329,11 +336,13 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
                 2 * calls);
     EXPECT_EQ(named(dry, "embedding_backward").count, 6 * named(real, "embedding_backward").count);
     // Without biases: the same GEMMs, and only the backward's extra launches and attention's y
-    // bytes, which lengthen the step by at most their time.
+    // bytes, which lengthen the step by at most their time, and the folded residual adds, which
+    // shorten it by what their rows save (the adds and LayerNorms a real run launches, less the
+    // fused kernels'); the step is longer than the real one less that saving.
     const auto [real_nb, dry_nb] = real_and_dry(kind, true, no_bias);
-    expect_same_rows_but(
-        real_nb, dry_nb,
-        {"attention_backward", "embedding_backward", "layernorm_backward", "sum_inputs"});
+    expect_same_rows_but(real_nb, dry_nb,
+                         {"attention_backward", "embedding_backward", "layernorm_backward",
+                          "layernorm_forward", "sum_inputs"});
     EXPECT_EQ(named(dry_nb, "gemm_ex").count, 0);
     const double steps = static_cast<double>(dry_nb.prediction->steps);
     std::int64_t more = 0;  // launches
@@ -343,9 +352,16 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
         static_cast<double>(more) * 3e-6 / steps +
         (named(dry_nb, "attention_backward").bytes - named(real_nb, "attention_backward").bytes) /
             (h100.memory_bandwidth * h100.memory_efficiency) / steps;
-    EXPECT_GT(dry_nb.prediction->step_time_s, real_nb.prediction->step_time_s);
+    double saved_ps = 0;
+    for (const char* k : {"layernorm_backward", "layernorm_forward", "sum_inputs"})
+      saved_ps += static_cast<double>(named(real_nb, k).time_ps - named(dry_nb, k).time_ps);
+    for (const char* k : {"layernorm_backward_add", "layernorm_forward_add"})
+      saved_ps -= static_cast<double>(named(dry_nb, k).time_ps);
+    const double saved = saved_ps * 1e-12 / steps;
+    EXPECT_GT(saved, 0.0);
+    EXPECT_GT(dry_nb.prediction->step_time_s, real_nb.prediction->step_time_s - saved);
     EXPECT_LE(dry_nb.prediction->step_time_s - real_nb.prediction->step_time_s,
-              extra + 1e-12 * static_cast<double>(more + 1));  // a picosecond a launch
+              extra - saved + 1e-12 * static_cast<double>(more + 1));  // a picosecond a launch
     ASSERT_EQ(dry.memory.size(), 4u);
     ASSERT_EQ(real.memory.size(), 4u);
     for (std::size_t d = 0; d < 4; ++d) {
@@ -392,10 +408,10 @@ TEST(DryRunTrainer, OptimizerAndClipTakeTheCudaMultiTensorPath) {
     EXPECT_DOUBLE_EQ(fm.bytes, 2 * 4 * elements);
     EXPECT_EQ(r.count("fill_multi / memory"), 0u);
     // The other CUDA paths (SameVirtualTimeAndPeakMemoryAsARealRun) aside.
-    expect_same_rows_but(
-        real, dry,
-        {"adam_step", "sum_squares", "scale", "copy_d2h", "gemm", "add_bias", "attention_backward",
-         "embedding_backward", "layernorm_backward", "sum_inputs", "fill_f32"});
+    expect_same_rows_but(real, dry,
+                         {"adam_step", "sum_squares", "scale", "copy_d2h", "gemm", "add_bias",
+                          "attention_backward", "embedding_backward", "layernorm_backward",
+                          "layernorm_forward", "sum_inputs", "fill_f32"});
     EXPECT_EQ(
         d.count("adam_step / memory") + d.count("sum_squares / memory") + d.count("scale / memory"),
         0u);
