@@ -42,7 +42,14 @@
 //                       run-time null pointer without it). Fast mode's
 //                       layernorm_backward_params (f32, bf16, f16) is a block per chunk of
 //                       rows instead, with the weight and bias gradients in the same launch
-//                       (Note [CUDA LayerNorm parameter gradients]).
+//                       (Note [CUDA LayerNorm parameter gradients]). layernorm_forward_add (f32,
+//                       bf16, f16) is the forward kernel given the residual branch (the GPT forward's
+//                       x + branch before ln_2, the next block's ln_1 or ln_f; llm.c's
+//                       fused_residual_forward): the mean's pass adds each element in f32,
+//                       rounds it once into E and stores it (the residual stream, ops::add's
+//                       bits), and the other passes read the row back from that store: the bits
+//                       of ops::add and then the forward kernel, one launch, no extra
+//                       instantiation.
 //   gelu_*              16 bytes per thread (4 f32, 8 bf16 / f16) where aligned, a scalar tail.
 //                       gelu_epilogue (gemm_ex's GELU epilogues where cuBLASLt does not take
 //                       them: launch_gelu_epilogue) a thread per element of a strided [M, N],
@@ -336,9 +343,15 @@ __global__ void embedding_grad_kernel(const i64* start, const i64* rows, const E
 constexpr int kLnWarps = 4;     // rows per block, a warp each
 constexpr int kLnChunk = 128;   // floats of a row staged per warp at a time
 
+// br (may be null): the residual branch (layernorm_forward_add): each element of the row is
+// x + br in f32, rounded once into E (ops::add's bits), stored into res as the mean's pass stages
+// it, and the later passes read the row back from res (each lane the elements it wrote: the
+// same thread's stores, in program order), so the LayerNorm is the forward kernel's of that
+// stored residual. A run-time pointer, not a template flag: no more instantiations.
 template <class E>
 __global__ void __launch_bounds__(kLnWarps * 32) layernorm_forward_kernel(
-    const E* x, const E* w, const E* b, i64 N, i64 C, float eps, E* y, float* mean, float* rstd) {
+    const E* x, const E* br, const E* w, const E* b, i64 N, i64 C, float eps, E* res, E* y,
+    float* mean, float* rstd) {
   __shared__ float stage[kLnWarps][kLnChunk];
   __shared__ float bcast[kLnWarps];
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
@@ -347,11 +360,21 @@ __global__ void __launch_bounds__(kLnWarps * 32) layernorm_forward_kernel(
   const i64 warps = static_cast<i64>(gridDim.x) * kLnWarps;
   for (i64 r = static_cast<i64>(blockIdx.x) * kLnWarps + warp; r < N; r += warps) {
     const E* xr = x + r * C;
+    const E* brr = br != nullptr ? br + r * C : nullptr;
+    E* resr = br != nullptr ? res + r * C : nullptr;
     // mean: lane 0's chain add over x ascending.
     float s = 0.0f;
     for (i64 c0 = 0; c0 < C; c0 += kLnChunk) {
       const i64 m = C - c0 < kLnChunk ? C - c0 : kLnChunk;
-      for (i64 j = lane; j < m; j += 32) buf[j] = ld_elem(xr, c0 + j);
+      if (brr != nullptr) {
+        for (i64 j = lane; j < m; j += 32) {
+          const float v = rounded<E>(cm::add(ld_elem(xr, c0 + j), ld_elem(brr, c0 + j)));
+          st_elem(resr, c0 + j, v);
+          buf[j] = v;
+        }
+      } else {
+        for (i64 j = lane; j < m; j += 32) buf[j] = ld_elem(xr, c0 + j);
+      }
       __syncwarp();
       if (lane == 0)
         for (i64 j = 0; j < m; ++j) s = cm::add(s, buf[j]);
@@ -361,6 +384,7 @@ __global__ void __launch_bounds__(kLnWarps * 32) layernorm_forward_kernel(
     __syncwarp();
     const float mu = bcast[warp];
     __syncwarp();
+    if (resr != nullptr) xr = resr;  // the stored residual is the LayerNorm's x from here on
     // var: the lanes form d = x - mean, lane 0 chains fma(d, d, acc).
     float var = 0.0f;
     for (i64 c0 = 0; c0 < C; c0 += kLnChunk) {
@@ -884,9 +908,9 @@ void run_embedding_backward(const Launch& l, const i64* idx, const E* dy, i64 N,
 }
 
 template <class E>
-void run_layernorm_forward(const Launch& l, const E* x, const E* w, const E* b, i64 N, i64 C,
-                           float eps, E* y, float* mean, float* rstd) {
-  layernorm_forward_kernel<E><<<blocks_for(N, kLnWarps), kLnWarps * 32, 0, l.get()>>>(x, w, b, N, C, eps, y, mean, rstd);
+void run_layernorm_forward(const Launch& l, const E* x, const E* br, const E* w, const E* b,
+                           i64 N, i64 C, float eps, E* res, E* y, float* mean, float* rstd) {
+  layernorm_forward_kernel<E><<<blocks_for(N, kLnWarps), kLnWarps * 32, 0, l.get()>>>(x, br, w, b, N, C, eps, res, y, mean, rstd);
   l.check();
 }
 
@@ -958,8 +982,9 @@ void CudaGptKernels::layernorm_forward(Stream& s, const float* x, const float* w
                                        i64 N, i64 C, float eps, float* y, float* mean,
                                        float* rstd) {
   if (N <= 0) return;
-  run_layernorm_forward(Launch(backend_, s, "layernorm_forward"), x, w, b, N, C, eps, y, mean,
-                        rstd);
+  run_layernorm_forward(Launch(backend_, s, "layernorm_forward"), x,
+                        static_cast<const float*>(nullptr), w, b, N, C, eps,
+                        static_cast<float*>(nullptr), y, mean, rstd);
 }
 
 void CudaGptKernels::layernorm_backward(Stream& s, const float* dy, const float* x,
@@ -1013,9 +1038,28 @@ void CudaGptKernels::layernorm_forward_ex(Stream& s, DType dtype, const void* x,
   const Launch l(backend_, s, "layernorm_forward_ex");
   with_storage(dtype, [&](auto e) {
     using E = decltype(e);
-    run_layernorm_forward(l, static_cast<const E*>(x), static_cast<const E*>(w),
-                          static_cast<const E*>(b), N, C, eps, static_cast<E*>(y), mean, rstd);
+    run_layernorm_forward(l, static_cast<const E*>(x), static_cast<const E*>(nullptr),
+                          static_cast<const E*>(w), static_cast<const E*>(b), N, C, eps,
+                          static_cast<E*>(nullptr), static_cast<E*>(y), mean, rstd);
   });
+}
+
+void CudaGptKernels::layernorm_forward_add(Stream& s, DType dtype, const void* x,
+                                           const void* branch, const void* w, const void* b,
+                                           i64 N, i64 C, float eps, void* residual, void* y,
+                                           float* mean, float* rstd) {
+  if (N <= 0) return;
+  const Launch l(backend_, s, "layernorm_forward_add");
+  auto run = [&](auto e) {
+    using E = decltype(e);
+    run_layernorm_forward(l, static_cast<const E*>(x), static_cast<const E*>(branch),
+                          static_cast<const E*>(w), static_cast<const E*>(b), N, C, eps,
+                          static_cast<E*>(residual), static_cast<E*>(y), mean, rstd);
+  };
+  if (dtype == DType::f32)
+    run(float{});
+  else
+    with_storage(dtype, run);
 }
 
 void CudaGptKernels::layernorm_backward_ex(Stream& s, DType dtype, const void* dy, const void* x,

@@ -436,6 +436,13 @@ class CudaGptKernels : public CudaDtypeKernels {
   void layernorm_backward_ex(Stream& s, DType dtype, const void* dy, const void* x, const void* w,
                              const float* mean, const float* rstd, i64 N, i64 C, void* dx,
                              void* dy_xhat) override;
+  // The residual add before the LayerNorm forward, in its kernel (cuda_fused.cu): f32, bf16, f16.
+  bool has_layernorm_forward_add(DType dtype) const override {
+    return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;
+  }
+  void layernorm_forward_add(Stream& s, DType dtype, const void* x, const void* branch,
+                             const void* w, const void* b, i64 N, i64 C, float eps, void* residual,
+                             void* y, float* mean, float* rstd) override;
   // The residual gradient's add in the LayerNorm backward's store (cuda_fused.cu): f32, bf16, f16.
   bool has_layernorm_backward_add(DType dtype) const override {
     return dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16;

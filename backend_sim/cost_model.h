@@ -239,6 +239,12 @@ KernelCost native_cost(const KernelCost& f32, DType storage);
 //       add): layernorm_backward_params_cost, one launch where a real simulator run launches the
 //       backward (and the add) and two row sums; dy_xhat is neither written nor read back, the
 //       chunks' f32 partials are priced as bytes (cuda_layernorm_params_chunks).
+//   the residual add with the LayerNorm forward after it (has_layernorm_forward_add: f32, bf16,
+//       f16, both modes; the GPT forward's adds each followed by ln_2, the next block's ln_1 or
+//       ln_f, as CUDA's layernorm_forward_add folds them): storage_cost of
+//       gpt_kernels::layernorm_forward_add_cost (the forward's, one FLOP and two elements more
+//       per element: branch read, the residual written), one launch where a real simulator run
+//       launches the add and then the forward.
 // A kernel that has no typed CUDA version runs on CUDA through MixedOp's f32 scratch, and a dry
 // run prices that as CUDA runs it (Note [Predicted launches]): its casts as launches, the f32
 // kernel at f32 bytes, the scratch charged to the device.

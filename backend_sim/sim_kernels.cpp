@@ -640,6 +640,25 @@ class SimKernels final : public Kernels {
           storage_cost(gk::layernorm_backward_cost(N, C), dtype, 8.0 * N));
   }
 
+  // The residual add folded into the LayerNorm forward after it (CudaGptKernels answers true for
+  // f32, bf16 and f16): a dry run prices CUDA's one launch, the tensors in `dtype`, mean and rstd
+  // f32. A real run keeps Kernels' false: ops::add and layernorm_forward(_ex), their bits.
+  bool has_layernorm_forward_add(DType dtype) const override {
+    return cost_->dry_run() && (dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16);
+  }
+
+  void layernorm_forward_add(Stream& s, DType dtype, const void* x, const void* branch,
+                             const void* w, const void* b, std::int64_t N, std::int64_t C,
+                             float eps, void* residual, void* y, float* mean,
+                             float* rstd) override {
+    if (!cost_->dry_run())
+      return Kernels::layernorm_forward_add(s, dtype, x, branch, w, b, N, C, eps, residual, y, mean,
+                                            rstd);
+    if (N <= 0 || C <= 0) return;
+    price(s, "layernorm_forward_add",
+          storage_cost(gk::layernorm_forward_add_cost(N, C), dtype, 8.0 * N));
+  }
+
   // The residual gradient's add folded into the LayerNorm backward (CudaGptKernels answers true
   // for f32, bf16 and f16): a dry run prices CUDA's one launch, the tensors in `dtype`, mean and
   // rstd f32. A real run keeps Kernels' false: layernorm_backward(_ex) and ops::add, their bits.

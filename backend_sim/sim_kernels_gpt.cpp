@@ -248,6 +248,10 @@ KernelCost layernorm_forward_cost(std::int64_t N, std::int64_t C) {
   return KernelCost{8.0 * N * C, 4.0 * (2.0 * N * C + 3.0 * C + 2.0 * N)};
 }
 
+KernelCost layernorm_forward_add_cost(std::int64_t N, std::int64_t C) {
+  return KernelCost{9.0 * N * C, 4.0 * (4.0 * N * C + 3.0 * C + 2.0 * N)};
+}
+
 void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean,
                         const float* rstd, std::int64_t N, std::int64_t C, float* dx,
                         float* dy_xhat) {

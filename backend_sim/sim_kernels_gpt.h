@@ -31,6 +31,11 @@ KernelCost embedding_backward_ex_cost(std::int64_t N, std::int64_t C, std::int64
 void layernorm_forward(const float* x, const float* w, const float* b, std::int64_t N,
                        std::int64_t C, float eps, float* y, float* mean, float* rstd);
 KernelCost layernorm_forward_cost(std::int64_t N, std::int64_t C);
+/// Kernels::layernorm_forward_add's f32 cost (a dry run prices CUDA's kernel): the residual's
+/// add and layernorm_forward's, one FLOP an element more, x and branch read, the residual and y
+/// written (N x C each; the kernel's re-reads of its own row are not counted, as the forward's
+/// three passes over x are not).
+KernelCost layernorm_forward_add_cost(std::int64_t N, std::int64_t C);
 
 void layernorm_backward(const float* dy, const float* x, const float* w, const float* mean,
                         const float* rstd, std::int64_t N, std::int64_t C, float* dx,

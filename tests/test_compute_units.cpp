@@ -1105,9 +1105,10 @@ TEST(ComputeUnits, Gpt2EmbeddingGradientAndFillsFollowTheFormula) {
 // layernorm_backward_add, f32 / bf16 / f16, both modes): a dry run answers
 // has_layernorm_backward_add as CUDA does (a real run no) and prices, per block and step, 2
 // layernorm_backward_add launches of 15 N C FLOPs over dy, x, the residual, the sum and dy_xhat (5
-// N C elements), w (C) and mean, rstd (8 N bytes); the add rows keep the forward's 2 residual adds
-// per block (3 N C elements each), the plain LayerNorm backward ln_f's alone. A small GPT (L 2, C
-// 64, T 32, B 4, N = B T), bf16 and f32, fast and bitwise, from the shapes.
+// N C elements), w (C) and mean, rstd (8 N bytes); the plain LayerNorm backward ln_f's alone, and
+// no add row is left (the forward's adds are folded too:
+// DryRunFoldsTheResidualAddsIntoTheLayerNormForward). A small GPT (L 2, C 64, T 32, B 4, N = B
+// T), bf16 and f32, fast and bitwise, from the shapes.
 TEST(ComputeUnits, DryRunFoldsTheResidualGradientAddsIntoTheLayerNormBackward) {
   for (bool dry : {true, false}) {
     Kernels& k = fresh_sim(dry).kernels();
@@ -1155,7 +1156,61 @@ TEST(ComputeUnits, DryRunFoldsTheResidualGradientAddsIntoTheLayerNormBackward) {
              {"layernorm_backward_add", "layernorm_backward_ex", "layernorm_backward"})
           EXPECT_EQ(rows.count(std::string(name) + " / memory"), 0u) << name;
       }
-      check(half ? "add_any" : "sum_inputs", 2 * L, 2 * L * N * C, 2 * L * 3 * s * N * C);
+      EXPECT_EQ(rows.count(std::string(half ? "add_any" : "sum_inputs") + " / memory"), 0u);
+    }
+}
+
+// ---- the residual add in the LayerNorm forward (issue 29 item 3, branch i29-resfwd)
+
+// The GPT forward's residual adds are folded into the LayerNorm after each (CUDA's
+// layernorm_forward_add, f32 / bf16 / f16, both modes): a dry run answers
+// has_layernorm_forward_add as CUDA does (a real run no) and prices, per step, 2 L
+// layernorm_forward_add launches (each block's ln_2, the next block's ln_1 and ln_f) of 9 N C
+// FLOPs over x, the branch, the residual and y (4 N C elements), w and b (3 C, as the forward
+// counts them) and mean, rstd (8 N bytes); the plain LayerNorm forward is block 0's ln_1 alone,
+// and no add row is left (the backward's are folded too). The same small GPT as above.
+TEST(ComputeUnits, DryRunFoldsTheResidualAddsIntoTheLayerNormForward) {
+  for (bool dry : {true, false}) {
+    Kernels& k = fresh_sim(dry).kernels();
+    for (DType t : kAllDTypes)
+      EXPECT_EQ(k.has_layernorm_forward_add(t),
+                dry && (t == DType::f32 || t == DType::bf16 || t == DType::f16))
+          << dtype_name(t) << (dry ? " dry" : " real");
+  }
+  const nn::GPTConfig m{
+      .block_size = 32, .vocab_size = 65, .n_layer = 2, .n_head = 4, .n_embd = 64};
+  const double L = 2, C = 64, T = 32, B = 4, N = B * T, steps = 2;
+  for (DType dt : {DType::bf16, DType::f32})
+    for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + determinism_name(mode));
+      train::TrainerConfig c = test::priced_gpt(
+          m, {.profile = "h200", .determinism = mode, .batch_size = 4, .max_iters = 2});
+      c.dtype = dt;
+      c.eval_iters = 0;
+      const train::FitResult r =
+          train::Trainer(c, std::make_shared<train::ZeroTokenSource>(m.block_size, m.vocab_size))
+              .fit();
+      ASSERT_TRUE(r.prediction);
+      ASSERT_EQ(r.prediction->steps, 2);
+      std::map<std::string, CostLedgerRow> rows;
+      for (const CostLedgerRow& k : r.prediction->kernels) rows[k.name + " / " + k.unit] = k;
+      const double s = static_cast<double>(dtype_size(dt));
+      const bool half = dt != DType::f32;
+      auto check = [&](const std::string& name, double count, double flops, double bytes) {
+        SCOPED_TRACE(name);
+        ASSERT_EQ(rows.count(name + " / memory"), 1u);
+        const CostLedgerRow& k = rows.at(name + " / memory");
+        EXPECT_EQ(k.count, static_cast<std::int64_t>(steps * count));
+        EXPECT_DOUBLE_EQ(k.flops / steps, flops);
+        EXPECT_DOUBLE_EQ(k.bytes / steps, bytes);
+        EXPECT_NEAR(k.time_ps / 1e12, memory_time(static_cast<double>(k.count), k.bytes),
+                    k.count * 1e-12);
+      };
+      check("layernorm_forward_add", 2 * L, 2 * L * 9 * N * C,
+            2 * L * (s * (4 * N * C + 3 * C) + 8 * N));
+      check(half ? "layernorm_forward_ex" : "layernorm_forward", 1, 8 * N * C,
+            s * (2 * N * C + 3 * C) + 8 * N);
+      EXPECT_EQ(rows.count(std::string(half ? "add_any" : "sum_inputs") + " / memory"), 0u);
     }
 }
 

@@ -282,13 +282,14 @@ void expect_same_rows_but(const FitResult& real, const FitResult& dry,
 // [Predicted launches]: here the Linears' typed GEMM with the bias in its epilogue, attention's
 // backward in two launches, embedding_backward's six, every LayerNorm backward one launch with
 // its weight and bias gradients and each block's residual-gradient adds (sum_inputs) folded in:
-// layernorm_backward_params, fast mode) at the same price (integer picoseconds), and the MLP's
+// layernorm_backward_params, fast mode; the forward's residual adds folded into the LayerNorm
+// after each: layernorm_forward_add) at the same price (integer picoseconds), and the MLP's
 // GELU in its GEMMs' epilogues (fast mode: c_fc's gemm_ex writes the pre-GELU, c_proj's input
 // gradient is a dgelu gemm_ex; no gelu_forward or gelu_backward launch). With no bias, the other
 // GEMMs are the same work too, and the dry step is the real one plus the backward's extra
 // launches (2 layers x 1 attention + 5 embedding, 3 us each on the H100) and the fused GEMMs'
-// time less the GEMMs and GELUs they replace, less what the fused LayerNorm backwards save
-// (their row sums and folded adds).
+// time less the GEMMs and GELUs they replace, less what the fused LayerNorms save (their row
+// sums and folded adds).
 // Two real runs agree: memory is counted in host order (Note [Memory accounting],
 // backend_sim/sim_backend.h); counted in stream order, a real run's peak varied by a few KiB
 // from run to run (1029636 and 1029640 bytes on device 0 of two ddp runs).
@@ -303,24 +304,30 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
     EXPECT_GT(real.prediction->step_time_s, 0.0);
     expect_same_rows_but(real, dry,
                          {"gemm", "add_bias", "attention_backward", "embedding_backward",
-                          "layernorm_backward", "sum_inputs", "sum_rows", "gelu_forward",
-                          "gelu_backward"});
+                          "layernorm_backward", "layernorm_forward", "sum_inputs", "sum_rows",
+                          "gelu_forward", "gelu_backward"});
     const std::int64_t mlps = 2 * dry.prediction->steps;  // 2 layers
     EXPECT_EQ(named(real, "gelu_forward").count, mlps);
     EXPECT_EQ(named(real, "gelu_backward").count, mlps);
     EXPECT_EQ(named(dry, "gelu_forward").count + named(dry, "gelu_backward").count, 0);
     // Fast mode: every LayerNorm backward (2 a block and ln_f's) is one launch with its weight
     // and bias gradients (layernorm_backward_params), each block's 2 residual-gradient adds
-    // folded in (the forward's adds stay): no layernorm_backward(_add) and 2 row sums fewer
-    // each (the Linears' bias sums stay).
+    // folded in: no layernorm_backward(_add) and 2 row sums fewer each (the Linears' bias sums
+    // stay). In the forward 2 LayerNorms a block (ln_2, the next ln_1 or ln_f; not block 0's
+    // ln_1) take its 2 adds.
     const std::int64_t steps = dry.prediction->steps;
     const std::int64_t fused = named(dry, "layernorm_backward_params").count;
     EXPECT_EQ(fused, (2 * 2 + 1) * steps);
     EXPECT_EQ(named(real, "layernorm_backward").count, fused);
     EXPECT_EQ(named(dry, "layernorm_backward").count + named(dry, "layernorm_backward_add").count,
               0);
-    EXPECT_EQ(named(dry, "sum_inputs").count, named(real, "sum_inputs").count - 2 * 2 * steps);
     EXPECT_EQ(named(dry, "sum_rows").count, named(real, "sum_rows").count - 2 * fused);
+    const std::int64_t folded_fwd = named(dry, "layernorm_forward_add").count;
+    EXPECT_EQ(folded_fwd, 2 * 2 * steps);
+    EXPECT_EQ(named(dry, "layernorm_forward").count,
+              named(real, "layernorm_forward").count - folded_fwd);
+    EXPECT_EQ(named(dry, "sum_inputs").count,
+              named(real, "sum_inputs").count - 2 * 2 * steps - folded_fwd);
     EXPECT_EQ(named(dry, "add_bias").count, 0);
     EXPECT_GT(named(real, "add_bias").count, 0);
     EXPECT_EQ(named(dry, "gemm_ex").count, named(real, "add_bias").count + mlps);  // + dgelu
@@ -345,11 +352,14 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
     EXPECT_EQ(named(dry, "embedding_backward").count, 6 * named(real, "embedding_backward").count);
     // Without biases: the same GEMMs but the MLP's (c_fc with GELU_AUX, c_proj's dgelu input
     // gradient), and only the backward's extra launches and attention's y bytes, which lengthen
-    // the step by at most their time, and the fused GEMMs', which change it by theirs.
+    // the step by their time, the fused GEMMs', which change it by theirs, and the fused
+    // LayerNorms, which shorten it by what their rows save (the backwards, row sums, adds and
+    // forwards a real run launches, less the fused kernels').
     const auto [real_nb, dry_nb] = real_and_dry(kind, true, no_bias);
     expect_same_rows_but(real_nb, dry_nb,
                          {"attention_backward", "embedding_backward", "layernorm_backward",
-                          "sum_inputs", "sum_rows", "gemm", "gelu_forward", "gelu_backward"});
+                          "layernorm_forward", "sum_inputs", "sum_rows", "gemm", "gelu_forward",
+                          "gelu_backward"});
     EXPECT_EQ(named(dry_nb, "gemm_ex").count, 2 * mlps);
     EXPECT_EQ(named(dry_nb, "gemm").count, named(real_nb, "gemm").count - 2 * mlps);
     // No bias: the real run's row sums are the LayerNorm weights' and wpe's, the dry run's wpe's.
@@ -370,19 +380,19 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
         static_cast<double>(more) * 3e-6 / steps_nb +
         (named(dry_nb, "attention_backward").bytes - named(real_nb, "attention_backward").bytes) /
             (h100.memory_bandwidth * h100.memory_efficiency) / steps_nb;
-    // What the LayerNorm backwards save: the real run's backwards, row sums and folded adds
-    // against the fused launches.
-    double saved = -sim::to_seconds(named(dry_nb, "layernorm_backward_params").time_ps);
-    for (const char* k : {"layernorm_backward", "sum_rows"})
-      saved += sim::to_seconds(named(real_nb, k).time_ps);
-    saved += sim::to_seconds(named(real_nb, "sum_inputs").time_ps) -
-             sim::to_seconds(named(dry_nb, "sum_inputs").time_ps);
-    saved /= steps_nb;
+    double saved_ps = 0;
+    for (const char* k : {"layernorm_backward", "layernorm_forward", "sum_inputs", "sum_rows"})
+      saved_ps += ps(real_nb, k) - ps(dry_nb, k);
+    for (const char* k :
+         {"layernorm_backward_params", "layernorm_backward_add", "layernorm_forward_add"})
+      saved_ps -= ps(dry_nb, k);
+    const double saved = saved_ps * 1e-12 / steps_nb;
     EXPECT_GT(saved, 0.0);
     EXPECT_GT(dry_nb.prediction->step_time_s - real_nb.prediction->step_time_s,
               fused_gemms - saved);
     EXPECT_LE(dry_nb.prediction->step_time_s - real_nb.prediction->step_time_s,
-              extra + fused_gemms + 1e-12 * static_cast<double>(more + 1));  // a picosecond a launch
+              extra + fused_gemms - saved +
+                  1e-12 * static_cast<double>(more + 1));  // a picosecond a launch
     ASSERT_EQ(dry.memory.size(), 4u);
     ASSERT_EQ(real.memory.size(), 4u);
     for (std::size_t d = 0; d < 4; ++d) {
@@ -432,7 +442,8 @@ TEST(DryRunTrainer, OptimizerAndClipTakeTheCudaMultiTensorPath) {
     expect_same_rows_but(real, dry,
                          {"adam_step", "sum_squares", "scale", "copy_d2h", "gemm", "add_bias",
                           "attention_backward", "embedding_backward", "layernorm_backward",
-                          "sum_inputs", "sum_rows", "fill_f32", "gelu_forward", "gelu_backward"});
+                          "layernorm_forward", "sum_inputs", "sum_rows", "fill_f32", "gelu_forward",
+                          "gelu_backward"});
     EXPECT_EQ(
         d.count("adam_step / memory") + d.count("sum_squares / memory") + d.count("scale / memory"),
         0u);

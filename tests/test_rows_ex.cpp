@@ -49,6 +49,7 @@ class ProbeKernels final : public CountingKernels {
   bool sums_ex = false;         // has_sum_rows_ex's answer (x bf16 / f16, out x's dtype or f32)
   bool ln_add = false;          // has_layernorm_backward_add's answer (f32, bf16, f16)
   bool ln_params = false;       // has_layernorm_backward_params' answer (f32, bf16, f16; fast mode)
+  bool ln_fwd_add = false;      // has_layernorm_forward_add's answer (f32, bf16, f16)
   std::int64_t cast_bytes = 0;  // read + written by the casts the ops asked for
   void reset() {
     calls.clear();
@@ -238,6 +239,29 @@ class ProbeKernels final : public CountingKernels {
     };
     param(hf, grad_w, accumulate_w);
     if (grad_b != nullptr) param(dyf, grad_b, accumulate_b);
+  // The residual add in the LayerNorm forward (has_layernorm_forward_add): the two ops'
+  // arithmetic, the simulator's add_any(t, x, branch) into the residual, then
+  // layernorm_forward(_ex) of it (widened, the f32 kernel, y rounded into t).
+  bool has_layernorm_forward_add(DType t) const override {
+    return ln_fwd_add && (t == DType::f32 || t == DType::bf16 || t == DType::f16);
+  }
+  void layernorm_forward_add(Stream& s, DType t, const void* x, const void* branch, const void* w,
+                             const void* b, std::int64_t N, std::int64_t C, float eps,
+                             void* residual, void* y, float* mean, float* rstd) override {
+    note("layernorm_forward_add");
+    const std::int64_t n = N * C;
+    k_.add_any(s, t, x, branch, residual, n);
+    if (t == DType::f32) {
+      k_.layernorm_forward(s, static_cast<const float*>(residual), static_cast<const float*>(w),
+                           static_cast<const float*>(b), N, C, eps, static_cast<float*>(y), mean,
+                           rstd);
+      return;
+    }
+    Scratch sc(*this, s);
+    float* yf = sc.f32(n);
+    k_.layernorm_forward(s, sc.in(t, residual, n), sc.in(t, w, C),
+                         b != nullptr ? sc.in(t, b, C) : nullptr, N, C, eps, yf, mean, rstd);
+    sc.out(yf, t, y, n);
   }
 
   // The typed reductions over rows (has_sum_rows_ex): MixedOp's arithmetic, x and a typed out
@@ -952,6 +976,211 @@ TEST_F(RowsEx, TinyGptFastStepTakesTheFusedLayerNormParameterGradients) {
   }
   k.ln_params = false;
   k.ln_add = false;
+// ---- the residual add in the LayerNorm forward (has_layernorm_forward_add)
+
+/// ops::layernorm_add (or, `two_ops`, ops::add(x, branch) and then ops::layernorm: the
+/// reference) on `dt` tensors [10, 24] of `backend`, with and without bias, the branch with +-inf
+/// and signed zeros (and a NaN where `nan`: a GPU's f32 add returns its canonical NaN, not the
+/// input's), x and branch near the dtype's largest value in row 2: the bytes of the residual, y,
+/// mean and rstd of each.
+std::vector<std::vector<std::uint8_t>> run_ln_fwd_add(DType dt, const std::string& backend,
+                                                      bool two_ops, bool nan = true) {
+  const std::int64_t N = 10, C = 24;
+  const Device dev(backend, 0);
+  const float big = dt == DType::f16 ? 65504.0f : dt == DType::bf16 ? 3.3895314e38f : 3.4028235e38f;
+  std::vector<float> xv = input({N, C}, DType::f32, 31, "sim").to_vector<float>();
+  std::vector<float> bv = input({N, C}, DType::f32, 32, "sim").to_vector<float>();
+  if (nan) bv[1] = std::nanf("");
+  bv[4] = INFINITY;
+  bv[7] = -INFINITY;
+  xv[C + 1] = bv[C + 1] = -0.0f;  // -0 + -0 = -0 (row 1 stays finite)
+  xv[C + 2] = 0.0f;
+  bv[C + 2] = -0.0f;
+  xv[2 * C] = big;  // row 2: max + max overflows; max - 1 rounds back to max
+  bv[2 * C] = big;
+  xv[2 * C + 1] = big;
+  bv[2 * C + 1] = -1.0f;
+  const Tensor x = Tensor::from_vector(xv, {N, C}).to(dt).to(dev);
+  const Tensor br = Tensor::from_vector(bv, {N, C}).to(dt).to(dev);
+  const Tensor w = input({C}, dt, 33, backend), b = input({C}, dt, 34, backend);
+  std::vector<std::vector<std::uint8_t>> bytes;
+  for (bool bias : {true, false}) {
+    Tensor residual, mean, rstd;
+    const Tensor bb = bias ? b : Tensor();
+    Tensor y;
+    if (two_ops) {
+      residual = ops::add(x, br);
+      y = ops::layernorm(residual, w, bb, 1e-5f, mean, rstd);
+    } else {
+      y = ops::layernorm_add(x, br, w, bb, 1e-5f, residual, mean, rstd);
+    }
+    EXPECT_EQ(residual.dtype(), dt);
+    EXPECT_EQ(y.dtype(), dt);
+    for (const Tensor* t : {&residual, &y, &mean, &rstd}) bytes.push_back(tensor_bytes(*t));
+  }
+  return bytes;
+}
+
+// The dispatch rule: with has_layernorm_forward_add false (the simulator's answer)
+// ops::layernorm_add is the add (add_any; f32: sum_inputs) and then layernorm_forward(_ex); with
+// it true one layernorm_forward_add launch and neither, with the two ops' bytes in f32, bf16 and
+// f16 (residual, y, mean, rstd; the branch's NaN, infinities, signed zeros and overflow too). A
+// bf16 / f16 call on a backend without its typed row kernels (has_rows_ex false) keeps MixedOp's
+// two ops.
+TEST_F(RowsEx, LayerNormAddFusesOnlyWhereTheBackendSaysSo) {
+  ProbeKernels& k = probe();
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const bool half = dt != DType::f32;
+    const char* add = half ? "add_any" : "sum_inputs";
+    const char* ln = half ? "layernorm_forward_ex" : "layernorm_forward";
+    const auto ref = run_ln_fwd_add(dt, "sim", true);
+    ASSERT_EQ(ref.size(), 8u);
+    EXPECT_EQ(run_ln_fwd_add(dt, "sim", false), ref);
+    k.rows_ex = true;
+    k.ln_fwd_add = false;
+    k.reset();
+    EXPECT_EQ(run_ln_fwd_add(dt, kProbe, false), ref);
+    EXPECT_EQ(k.count("layernorm_forward_add"), 0);
+    EXPECT_EQ(k.count(ln), 2);
+    EXPECT_EQ(k.count(add), 2);
+    k.ln_fwd_add = true;
+    k.reset();
+    EXPECT_EQ(run_ln_fwd_add(dt, kProbe, false), ref);
+    EXPECT_EQ(k.count("layernorm_forward_add"), 2);
+    EXPECT_EQ(k.count(ln), 0);
+    EXPECT_EQ(k.count(add), 0);
+    if (half) {  // no typed row kernels: MixedOp's add, then its layernorm_forward
+      k.rows_ex = false;
+      k.reset();
+      EXPECT_EQ(run_ln_fwd_add(dt, kProbe, false), ref);
+      EXPECT_EQ(k.count("layernorm_forward_add"), 0);
+      EXPECT_EQ(k.count("layernorm_forward"), 2);
+    }
+  }
+  k.ln_fwd_add = false;
+  k.rows_ex = false;
+}
+
+// A branch of another shape, dtype or device, or none, a bad w, b or eps, are refused naming
+// the call and the argument, on the fused path and on the two ops' alike (no kernel runs); so
+// are nn::LayerNorm::forward_add's and nn::Block::forward_residual's branch.
+TEST_F(RowsEx, LayerNormAddErrorsNameTheOpAndTheArgument) {
+  ProbeKernels& k = probe();
+  k.rows_ex = true;
+  const Tensor x = input({3, 8}, DType::bf16, 1, kProbe), w = input({8}, DType::bf16, 2, kProbe);
+  const Tensor br = input({3, 8}, DType::bf16, 3, kProbe);
+  for (bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused" : "two ops");
+    k.ln_fwd_add = fused;
+    k.reset();
+    const std::string op = "ops::layernorm_add: ";
+    Tensor r, mean, rstd;
+    auto call = [&](const Tensor& branch, const Tensor& ww, const Tensor& bb, float eps) {
+      ops::layernorm_add(x, branch, ww, bb, eps, r, mean, rstd);
+    };
+    expect_invalid(
+        [&] {
+          call(input({3, 7}, DType::bf16, 4, kProbe), w, Tensor(), 1e-5f);
+        },
+        op + "branch: expected [3, 8] (the shape of x), got");
+    expect_invalid(
+        [&] {
+          call(input({3, 8}, DType::f16, 5, kProbe), w, Tensor(), 1e-5f);
+        },
+        op + "branch: expected dtype bf16, got");
+    expect_invalid(
+        [&] {
+          call(input({3, 8}, DType::bf16, 6, kProbe).to(Device(kProbe, 1)), w, Tensor(), 1e-5f);
+        },
+        op + "branch: expected a tensor on " + Device(kProbe, 0).str() + " (the device of x)");
+    expect_invalid([&] { call(Tensor(), w, Tensor(), 1e-5f); },
+                   op + "branch: expected a defined tensor, got an undefined tensor");
+    expect_invalid([&] { call(br, input({7}, DType::bf16, 7, kProbe), Tensor(), 1e-5f); },
+                   op + "w: expected [C] = [8], got");
+    expect_invalid([&] { call(br, w, input({9}, DType::bf16, 8, kProbe), 1e-5f); },
+                   op + "b: expected [C] = [8], got");
+    expect_invalid([&] { call(br, w, Tensor(), -1.0f); },
+                   op + "eps: expected a finite eps >= 0, got -1");
+    EXPECT_EQ(
+        k.count("layernorm_forward_add") + k.count("layernorm_forward_ex") + k.count("add_any"), 0);
+  }
+  nn::LayerNorm ln(8, Device(kProbe, 0));
+  const Tensor xf = input({2, 3, 8}, DType::f32, 9, kProbe);
+  expect_invalid(
+      [&] {
+        ln.forward_add(xf, input({6, 8}, DType::f32, 10, kProbe));
+      },
+      ln.str() + ".forward_add: branch: expected [2, 3, 8] f32 on " + Device(kProbe, 0).str() +
+          " (the input's shape, dtype and device), got");
+  expect_invalid(
+      [&] {
+        ln.forward_add(xf, input({2, 3, 8}, DType::bf16, 11, kProbe));
+      },
+      ln.str() + ".forward_add: branch: expected [2, 3, 8] f32 on");
+  const nn::GPTConfig cfg{.block_size = 3, .vocab_size = 5, .n_layer = 1, .n_head = 2, .n_embd = 8};
+  nn::Block block(cfg, 0, Device(kProbe, 0), 7);
+  expect_invalid(
+      [&] {
+        block.forward_residual({xf, input({2, 3, 7}, DType::f32, 12, kProbe)});
+      },
+      "Block.forward: branch: expected [2, 3, 8] f32 on " + Device(kProbe, 0).str() +
+          " (the input's shape, dtype and device), got");
+  expect_invalid(
+      [&] {
+        block.forward_residual({input({2, 3, 7}, DType::f32, 13, kProbe), xf});
+      },
+      "Block.forward: input: expected [B, T, 8]");
+  k.ln_fwd_add = false;
+  k.rows_ex = false;
+}
+
+// A tiny GPT step (f32, bf16, f16; bitwise and fast) with every residual add of the forward
+// folded into the LayerNorm after it: the loss and every gradient keep their bytes; the
+// forward's 2 adds per block become 2 layernorm_forward_add launches per block (ln_2, and the
+// next block's ln_1 or ln_f), which replace as many LayerNorm forwards (block 0's ln_1, after
+// the embedding, stays). An nn::Block run on its own keeps its output's bytes too (its MLP add
+// left to ops::add: one fused launch, one add).
+TEST_F(RowsEx, TinyGptStepFoldsTheResidualAddsIntoTheLayerNormForward) {
+  ProbeKernels& k = probe();
+  k.rows_ex = true;
+  k.sums_ex = true;
+  const int n_layer = 2;
+  for (Determinism mode : {Determinism::bitwise, Determinism::fast})
+    for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + determinism_name(mode));
+      const char* add = dt == DType::f32 ? "sum_inputs" : "add_any";
+      const char* ln = dt == DType::f32 ? "layernorm_forward" : "layernorm_forward_ex";
+      k.ln_fwd_add = false;
+      k.reset();
+      const Step two_ops = gpt_step(dt, mode);
+      const std::map<std::string, int> before = k.calls;
+      k.ln_fwd_add = true;
+      k.reset();
+      const Step fused = gpt_step(dt, mode);
+      EXPECT_EQ(fused.loss, two_ops.loss);
+      EXPECT_EQ(fused.grads, two_ops.grads);
+      EXPECT_EQ(k.count("layernorm_forward_add"), 2 * n_layer);
+      EXPECT_EQ(before.at(ln), 2 * n_layer + 1);
+      EXPECT_EQ(k.count(ln), 1);  // block 0's ln_1
+      EXPECT_EQ(before.at(add) - k.count(add), 2 * n_layer);
+    }
+  // nn::Block alone: the same output bytes, one fused launch (ln_2) and the MLP's add.
+  const nn::GPTConfig cfg{
+      .block_size = 4, .vocab_size = 5, .n_layer = 1, .n_head = 2, .n_embd = 16};
+  for (DType dt : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    nn::Block block(cfg, 0, Device(kProbe, 0), 11);
+    block.to(dt);
+    const Tensor x = input({2, 4, 16}, dt, 40, kProbe);
+    k.ln_fwd_add = false;
+    const auto ref = tensor_bytes(block.forward(x));
+    k.ln_fwd_add = true;
+    k.reset();
+    EXPECT_EQ(tensor_bytes(block.forward(x)), ref);
+    EXPECT_EQ(k.count("layernorm_forward_add"), 1);
+  }
+  k.ln_fwd_add = false;
   k.sums_ex = false;
   k.rows_ex = false;
 }
@@ -1004,6 +1233,17 @@ TEST_F(CudaRowsEx, LayerNormBackwardParamsWithinToleranceOfTheSimulatorAndRepeat
         for (std::size_t i = 0; i < sim.size(); ++i)
           expect_close(cuda[i], sim[i], rtol, "result " + std::to_string(i));
       }
+// layernorm_forward_add (f32, bf16, f16; with and without bias): the bits of the simulator's
+// two ops (ops::add, then ops::layernorm).
+TEST_F(CudaRowsEx, LayerNormForwardAddEqualsTheSimulatorsTwoOps) {
+  ASSERT_TRUE(get_backend("cuda").kernels().has_layernorm_forward_add(DType::bf16));
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    const auto sim = run_ln_fwd_add(dt, "sim", true, false),
+               cuda = run_ln_fwd_add(dt, "cuda", false, false);
+    ASSERT_EQ(cuda.size(), sim.size());
+    for (std::size_t i = 0; i < sim.size(); ++i)
+      EXPECT_EQ(cuda[i], sim[i]) << dtype_name(dt) << " result " << i;
+  }
 }
 
 /// The f32 bitwise reductions CUDA runs in parallel (Note [CUDA row sums]): sum_rows over 3000

@@ -17,10 +17,14 @@ LinearOptions gpt_linear(const GPTConfig& cfg, float std) {
 
 }  // namespace
 
-Tensor BlockModule::forward(const Tensor& x) {
+void BlockModule::check_input(const Tensor& x) const {
   DITTO_CHECK(x.defined() && x.dim() == 3 && x.size(2) == n_embd_ && is_float_storage(x.dtype()),
               name_, ".forward: input: expected [B, T, ", n_embd_, "] f32 (or bf16 / f16), got ",
               describe(x));
+}
+
+Tensor BlockModule::forward(const Tensor& x) {
+  check_input(x);
   return forward_btc(x);
 }
 

@@ -29,6 +29,8 @@ class BlockModule : public Container {
 
  protected:
   BlockModule(const char* name, std::int64_t n_embd) : name_(name), n_embd_(n_embd) {}
+  /// forward()'s check of x (InvalidArgument naming the module).
+  void check_input(const Tensor& x) const;
   /// forward() once x is checked. Default: forward_chain (GPTMLP).
   virtual Tensor forward_btc(const Tensor& x) { return forward_chain(x); }
 

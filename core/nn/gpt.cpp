@@ -42,9 +42,37 @@ std::unique_ptr<Container> Block::empty_clone() const {
   return std::unique_ptr<Container>(new Block(n_embd()));
 }
 
+// Each residual add is folded into the LayerNorm after it (LayerNorm::forward_add: one kernel
+// where the backend has it, the bits of the separate add): attn's into ln_2 here, the MLP's
+// into the next block's ln_1 (or ln_f) by nn::GPT, or added here when the block runs alone.
 Tensor Block::forward_btc(const Tensor& x) {
-  Tensor x1 = ops::add(x, child<Module>(kAttn).forward(child<Module>(kLn1).forward(x)));
-  return ops::add(x1, child<Module>(kMlp).forward(child<Module>(kLn2).forward(x1)));
+  Residual out = forward_residual({x, Tensor()});
+  return ops::add(out.x, out.branch);
+}
+
+Residual Block::forward_residual(Residual in) {
+  LayerNorm& ln_1 = child<LayerNorm>(kLn1);
+  BlockModule::check_input(in.x);
+  Tensor x, h;
+  if (in.branch.defined()) {
+    DITTO_CHECK(in.branch.shape() == in.x.shape() && in.branch.dtype() == in.x.dtype() &&
+                    in.branch.device() == in.x.device(),
+                name(), ".forward: branch: expected ", shape_str(in.x.shape()), " ",
+                dtype_name(in.x.dtype()), " on ", in.x.device().str(),
+                " (the input's shape, dtype and device), got ", describe(in.branch));
+    AddNorm s = ln_1.forward_add(in.x, std::move(in.branch));
+    x = std::move(s.sum);
+    h = std::move(s.y);
+  } else {
+    x = std::move(in.x);
+    h = ln_1.forward(x);
+  }
+  in = Residual();
+  Tensor a = child<Module>(kAttn).forward(h);
+  h = Tensor();
+  AddNorm s = child<LayerNorm>(kLn2).forward_add(x, std::move(a));
+  x = Tensor();
+  return {std::move(s.sum), child<Module>(kMlp).forward(s.y)};
 }
 
 // Each residual gradient's add is folded into the LayerNorm backward below it (one kernel where
@@ -87,9 +115,13 @@ Tensor GPT::forward(const Tensor& idx) {
   } catch (const InvalidArgument& e) {
     throw InvalidArgument(std::string("GPT.forward: ") + e.what());
   }
-  x = drop().forward(x);
-  for (std::int64_t l = 0; l < cfg_.n_layer; ++l) x = h(l).forward(x);
-  x = ln_f().forward(x);
+  // Each block's last add is left pending and folded into the LayerNorm after it: the next
+  // block's ln_1, then ln_f (Block::forward_residual).
+  Residual r{drop().forward(x), Tensor()};
+  x = Tensor();
+  for (std::int64_t l = 0; l < cfg_.n_layer; ++l) r = h(l).forward_residual(std::move(r));
+  x = ln_f().forward_add(r.x, std::move(r.branch)).y;
+  r = Residual();
   idx_ = ids;
   xf_ = x.view({B * T, C});
   Tensor logits = ops::matmul(xf_, wte().weight().data, false, true, determinism_);  // lm_head

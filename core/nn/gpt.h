@@ -53,10 +53,24 @@
 
 namespace ditto::nn {
 
+/// The residual stream between blocks with its last add pending: the stream is x + branch
+/// (branch undefined: x itself). nn::GPT hands it from block to block so that each add is
+/// folded into the LayerNorm after it (the next block's ln_1, or ln_f).
+struct Residual {
+  Tensor x, branch;
+};
+
 /// nanoGPT's Block: x = x + attn(ln_1(x)); x = x + mlp(ln_2(x)).
 class Block : public BlockModule {
  public:
   Block(const GPTConfig& cfg, std::int64_t layer, const Device& device, std::uint64_t seed);
+  /// forward() on a stream whose add is pending (nn::GPT): ln_1 of in.x + in.branch (one
+  /// LayerNorm::forward_add: the add folded into it where the backend has the kernel), and
+  /// returns {x1, mlp(ln_2(x1))} with x1 = that sum + attn(..) (ln_2's forward_add), the block's
+  /// own add left pending. ops::add(out.x, out.branch) has the bits of forward(in.x +
+  /// in.branch). in.x: [B, T, C] (InvalidArgument as forward's); in.branch undefined or in.x's
+  /// shape, dtype and device (InvalidArgument naming the block and the argument otherwise).
+  Residual forward_residual(Residual in);
   Tensor backward(const Tensor& grad_output) override;
 
  private:

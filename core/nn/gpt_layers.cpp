@@ -103,17 +103,44 @@ LayerNorm::LayerNorm(std::int64_t normalized_shape, const Device& device, bool b
 LayerNorm::LayerNorm(std::int64_t c, bool bias, float eps)
     : Affine("LayerNorm", std::to_string(c), bias), c_(c), eps_(eps) {}
 
-Tensor LayerNorm::forward(const Tensor& x) {
+void LayerNorm::check_input(const Tensor& x) const {
   DITTO_CHECK(x.defined() && x.dim() >= 2 && x.size(-1) == c_ && is_float_storage(x.dtype()), str(),
               ".forward: input: expected [N, ..., ", c_, "] f32 (or bf16 / f16), got ",
               describe(x));
   DITTO_CHECK(x.device() == weight_.data.device(), str(), ".forward: input: expected a tensor on ",
               weight_.data.device().str(), " (the layer's device), got ", x.str());
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  check_input(x);
   shape_ = x.shape();
   x_ = x.view({-1, c_});
   Tensor y =
       ops::layernorm(x_, weight_.data, has_bias_ ? bias_.data : Tensor(), eps_, mean_, rstd_);
   return y.view(shape_);
+}
+
+AddNorm LayerNorm::forward_add(const Tensor& x, Tensor branch) {
+  check_input(x);
+  DITTO_CHECK(branch.defined() && branch.shape() == x.shape() && branch.dtype() == x.dtype() &&
+                  branch.device() == x.device(),
+              str(), ".forward_add: branch: expected ", shape_str(x.shape()), " ",
+              dtype_name(x.dtype()), " on ", x.device().str(),
+              " (the input's shape, dtype and device), got ", describe(branch));
+  const Tensor b = has_bias_ ? bias_.data : Tensor();
+  if (!ops::layernorm_add_fused(x, branch, weight_.data, b)) {
+    // The two ops as nn::Block ran them: the branch freed before the LayerNorm's outputs exist
+    // (the simulator's launches and memory).
+    Tensor sum = ops::add(x, branch);
+    branch = Tensor();
+    Tensor y = forward(sum);
+    return {std::move(sum), std::move(y)};
+  }
+  shape_ = x.shape();
+  Tensor sum;
+  Tensor y = ops::layernorm_add(x, branch, weight_.data, b, eps_, sum, mean_, rstd_);
+  x_ = sum.view({-1, c_});
+  return {std::move(sum), std::move(y)};
 }
 
 Tensor LayerNorm::backward(const Tensor& grad_output) { return backward(grad_output, Tensor()); }

@@ -50,6 +50,12 @@ class Embedding : public Module {
   Tensor idx_;
 };
 
+/// A residual stream's sum and its LayerNorm (nn::LayerNorm::forward_add): sum = x + branch,
+/// y = the LayerNorm of sum, both of x's shape and dtype.
+struct AddNorm {
+  Tensor sum, y;
+};
+
 /// torch.nn.LayerNorm(C, eps=1e-5, bias=...) over the last dim (nanoGPT's LayerNorm with
 /// optional bias): weight [C] = 1, bias [C] = 0.
 class LayerNorm : public Affine {
@@ -60,6 +66,14 @@ class LayerNorm : public Affine {
   /// x [N, ..., C] f32 -> y of x's shape (ops::layernorm); keeps x, mean and rstd.
   using Module::forward;
   Tensor forward(const Tensor& x) override;
+  /// forward(x + branch) with the residual add before it (nn::Block: ln_2(x + attn(..)), the
+  /// next block's ln_1 or ln_f of x + mlp(..)): returns {sum, y} with the bits of sum =
+  /// ops::add(x, branch) and y = forward(sum), as one kernel where ops::layernorm_add_fused says
+  /// so; else those two ops, `branch` released between them (so pass it with std::move to free
+  /// it before the LayerNorm's outputs exist, as the separate add did). Keeps sum as the
+  /// backward's x. branch: x's shape, dtype and device (InvalidArgument naming the layer and
+  /// the argument otherwise).
+  AddNorm forward_add(const Tensor& x, Tensor branch);
   /// grad_w (+)= sum over rows of dy * xhat, grad_b (+)= sum over rows of dy; returns dx.
   Tensor backward(const Tensor& grad_output) override;
   /// backward(grad_output) with a residual gradient (nn::Block: x = x + f(ln(x))): returns
@@ -71,6 +85,7 @@ class LayerNorm : public Affine {
 
  private:
   LayerNorm(std::int64_t c, bool bias, float eps);  // for clone: parameters set by the caller
+  void check_input(const Tensor& x) const;          // forward's checks of x
   std::int64_t c_ = 0;
   float eps_ = 1e-5f;
   Tensor x_, mean_, rstd_;

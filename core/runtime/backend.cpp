@@ -122,6 +122,12 @@ void Kernels::layernorm_backward_ex(Stream&, DType, const void*, const void*, co
                                     void*) {
   no_kernel("layernorm_backward_ex");
 }
+bool Kernels::has_layernorm_forward_add(DType) const { return false; }
+void Kernels::layernorm_forward_add(Stream&, DType, const void*, const void*, const void*,
+                                    const void*, std::int64_t, std::int64_t, float, void*, void*,
+                                    float*, float*) {
+  no_kernel("layernorm_forward_add");
+}
 bool Kernels::has_layernorm_backward_add(DType) const { return false; }
 void Kernels::layernorm_backward_add(Stream&, DType, const void*, const void*, const void*,
                                      const float*, const float*, const void*, std::int64_t,

@@ -447,6 +447,23 @@ class Kernels {
   virtual void layernorm_forward_ex(Stream& s, DType dtype, const void* x, const void* w,
                                     const void* b, std::int64_t N, std::int64_t C, float eps,
                                     void* y, float* mean, float* rstd);
+  /// Whether layernorm_forward_add runs here for `dtype` (f32, bf16 or f16). Default: false,
+  /// and ops::layernorm_add (nn::Block's residual adds followed by a LayerNorm) runs ops::add
+  /// and then layernorm_forward(_ex); the simulator keeps that path (its bits, launches and
+  /// memory accounting). cuda: true for f32, bf16 and f16. No mode: one order in both.
+  virtual bool has_layernorm_forward_add(DType dtype) const;
+  /// The residual add and the LayerNorm after it in one kernel (llm.c's fused_residual_forward):
+  /// residual[i] = round(float(x[i]) + float(branch[i])) into `dtype` (f32: no rounding), then
+  /// layernorm_forward (dtype f32) or layernorm_forward_ex (bf16, f16) of that stored residual:
+  /// y, mean and rstd as that kernel writes them given the residual as its x. The bits of
+  /// ops::add(x, branch) (add_any or sum_inputs: one f32 add, rounded once) followed by that
+  /// kernel, without the add's launch or the residual's re-read by a second kernel. x, branch,
+  /// residual, y [N, C] and w, b (b may be null) [C] in `dtype`; mean, rstd f32 [N]; residual
+  /// and y share no memory with an input or each other. Only called where
+  /// has_layernorm_forward_add(dtype) is true; the default throws InvalidArgument.
+  virtual void layernorm_forward_add(Stream& s, DType dtype, const void* x, const void* branch,
+                                     const void* w, const void* b, std::int64_t N, std::int64_t C,
+                                     float eps, void* residual, void* y, float* mean, float* rstd);
   /// layernorm_backward with dy, x, w, dx and dy_xhat in `dtype`; mean and rstd f32 [N].
   virtual void layernorm_backward_ex(Stream& s, DType dtype, const void* dy, const void* x,
                                      const void* w, const float* mean, const float* rstd,

@@ -146,6 +146,20 @@ void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& grad_wte,
 /// w [C], b [C] or undefined. Returns y (x's shape); mean and rstd ([rows]) are set for backward.
 Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& mean,
                  Tensor& rstd);
+/// The residual add and the LayerNorm after it (the GPT forward: ln_2(x + attn(..)), the next
+/// block's ln_1 or ln_f of x + mlp(..); llm.c's fused_residual_forward): sets residual =
+/// add(x, branch) and returns layernorm(residual, w, b, eps, mean, rstd), with those two ops'
+/// bits. One kernel (Kernels::layernorm_forward_add) where layernorm_add_fused says so; else
+/// those two ops (the caller's branch stays alive through the LayerNorm: nn::LayerNorm::
+/// forward_add runs them itself to free it first). branch: x's dtype, device and shape; w, b
+/// [C]; eps finite >= 0 (InvalidArgument naming ops::layernorm_add and the argument otherwise).
+Tensor layernorm_add(const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b,
+                     float eps, Tensor& residual, Tensor& mean, Tensor& rstd);
+/// Whether layernorm_add on these tensors is one kernel: x, branch, w (and b, if defined) of one
+/// dtype (f32, or a storage dtype the backend has_rows_ex for) on one device, branch of x's
+/// shape, and the backend has_layernorm_forward_add for it. False for arguments layernorm_add
+/// refuses.
+bool layernorm_add_fused(const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b);
 /// Returns dx (x's shape) and sets dy_xhat (x's shape; its row sum is grad_w).
 Tensor layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
                           const Tensor& rstd, Tensor& dy_xhat);

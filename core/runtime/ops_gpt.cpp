@@ -179,14 +179,19 @@ void embedding_backward(const Tensor& idx, const Tensor& dy, Tensor& grad_wte,
                                      C, V, bounds, grad_wte.data<float>(), accumulate);
 }
 
-Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& mean,
-                 Tensor& rstd) {
-  constexpr const char* op = "ops::layernorm";
+namespace {
+
+/// layernorm's body, its errors naming `op`; with `branch` defined (the caller checked
+/// layernorm_add_fused) one Kernels::layernorm_forward_add of x + branch, setting `residual`.
+Tensor run_layernorm(const char* op, const Tensor& x, const Tensor& branch, const Tensor& w,
+                     const Tensor& b, float eps, Tensor& residual, Tensor& mean, Tensor& rstd) {
   const DType dt = native_rows({&x, &w, &b});        // layernorm_forward_ex's dtype, else f32
   if (dt == DType::f32 && any_half({&x, &w, &b})) {  // y in the storage dtype; mean, rstd f32
     MixedOp m(op, {&x, &w, &b});
-    Tensor mf, rf;
-    Tensor y = m.out(m.run([&] { return layernorm(m.in(x), m.in(w), m.in(b), eps, mf, rf); }));
+    Tensor mf, rf, unused;
+    Tensor y = m.out(m.run([&] {
+      return run_layernorm(op, m.in(x), Tensor(), m.in(w), m.in(b), eps, unused, mf, rf);
+    }));
     mean = m.out(mf, DType::f32);
     rstd = m.out(rf, DType::f32);
     return y;
@@ -199,10 +204,19 @@ Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, T
   if (b.defined()) check_shape(op, "b", b, {C}, "[C]", x, "x", dt);
   DITTO_CHECK(std::isfinite(eps) && eps >= 0.0f, op, ": eps: expected a finite eps >= 0, got ",
               eps);
+  // The residual first, as ops::add allocates it before the LayerNorm's outputs.
+  if (branch.defined()) residual = Tensor::empty(x.shape(), dt, x.device());
   Tensor y = Tensor::empty(x.shape(), dt, x.device());
   mean = Tensor::empty({N}, DType::f32, x.device());
   rstd = Tensor::empty({N}, DType::f32, x.device());
   if (N == 0) return y;
+  if (branch.defined()) {  // residual = x + branch, and y its LayerNorm, in one kernel
+    kernels_of(x).layernorm_forward_add(stream_of(x), dt, x.data_ptr(), branch.data_ptr(),
+                                        w.data_ptr(), b.defined() ? b.data_ptr() : nullptr, N, C,
+                                        eps, residual.data_ptr(), y.data_ptr(), mean.data<float>(),
+                                        rstd.data<float>());
+    return y;
+  }
   if (dt != DType::f32) {
     kernels_of(x).layernorm_forward_ex(stream_of(x), dt, x.data_ptr(), w.data_ptr(),
                                        b.defined() ? b.data_ptr() : nullptr, N, C, eps,
@@ -212,6 +226,50 @@ Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, T
   kernels_of(x).layernorm_forward(stream_of(x), x.data<float>(), w.data<float>(),
                                   b.defined() ? b.data<float>() : nullptr, N, C, eps,
                                   y.data<float>(), mean.data<float>(), rstd.data<float>());
+  return y;
+}
+
+}  // namespace
+
+Tensor layernorm(const Tensor& x, const Tensor& w, const Tensor& b, float eps, Tensor& mean,
+                 Tensor& rstd) {
+  Tensor unused;
+  return run_layernorm("ops::layernorm", x, Tensor(), w, b, eps, unused, mean, rstd);
+}
+
+bool layernorm_add_fused(const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b) {
+  for (const Tensor* t : {&x, &branch, &w})
+    if (!t->defined() || t->device().is_cpu() || t->device() != x.device()) return false;
+  // One dtype: f32, or the storage dtype whose typed row kernels the backend has.
+  const DType dt = x.dtype();
+  if (branch.dtype() != dt || w.dtype() != dt || branch.shape() != x.shape()) return false;
+  if (b.defined() && (b.dtype() != dt || b.device() != x.device())) return false;
+  if (dt != DType::f32 && native_rows({&x, &branch, &w, &b}) != dt) return false;
+  return kernels_of(x).has_layernorm_forward_add(dt);
+}
+
+Tensor layernorm_add(const Tensor& x, const Tensor& branch, const Tensor& w, const Tensor& b,
+                     float eps, Tensor& residual, Tensor& mean, Tensor& rstd) {
+  constexpr const char* op = "ops::layernorm_add";
+  DITTO_CHECK(x.defined(), op, ": x: expected a defined tensor, got an undefined tensor");
+  check_like_any(op, "branch", branch, "x", x);
+  if (layernorm_add_fused(x, branch, w, b))
+    return run_layernorm(op, x, branch, w, b, eps, residual, mean, rstd);
+  // The two ops (the simulator's path): the same bits. The LayerNorm's shape and eps checks
+  // first, so a bad argument launches nothing here either.
+  DITTO_CHECK(x.dim() >= 1 && x.size(x.dim() - 1) > 0, op,
+              ": x: expected a tensor [..., C] of at least 1 dim with C >= 1, got ", x.str());
+  const std::int64_t C = x.size(x.dim() - 1);
+  DITTO_CHECK(w.defined() && w.shape() == Shape{C}, op, ": w: expected [C] = ", shape_str({C}),
+              ", got ", w.defined() ? w.str() : std::string("an undefined tensor"));
+  DITTO_CHECK(!b.defined() || b.shape() == Shape{C}, op, ": b: expected [C] = ", shape_str({C}),
+              ", got ", b.defined() ? b.str() : std::string("an undefined tensor"));
+  DITTO_CHECK(std::isfinite(eps) && eps >= 0.0f, op, ": eps: expected a finite eps >= 0, got ",
+              eps);
+  Tensor r = add(x, branch);
+  Tensor unused;
+  Tensor y = run_layernorm(op, r, Tensor(), w, b, eps, unused, mean, rstd);
+  residual = std::move(r);
   return y;
 }
 

@@ -175,7 +175,7 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.DryRunVerboseBitwiseGemmsOnSimt RC 0
     COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2 --batch-size 8 --dtype bf16
             --dry-run --profile h200 --devices 1 --verbose --determinism bitwise
-    REGEX "determinism=bitwise dtype=bf16; GEMMs on SIMT cores \\(ditto's fma-chain kernel, FP32 67 TFLOP/s x simt_efficiency 0.471\\).*attention on SIMT cores \\(ditto's kernels, FP32 67 TFLOP/s x simt_efficiency 0.471\\).*predicted GPT: 36151 tokens/s .*\n  gemm_ex +98 +4049.080 +6999.804 +SIMT f32 \\(ditto\\) .*\n  gemm_tn_sharded_ex +56 +2024.540 +4828.692 +SIMT f32 \\(ditto\\) .*  predicted step +226.6078 +100.0%")
+    REGEX "determinism=bitwise dtype=bf16; GEMMs on SIMT cores \\(ditto's fma-chain kernel, FP32 67 TFLOP/s x simt_efficiency 0.471\\).*attention on SIMT cores \\(ditto's kernels, FP32 67 TFLOP/s x simt_efficiency 0.471\\).*predicted GPT: 36174 tokens/s .*\n  gemm_ex +98 +4049.080 +6999.804 +SIMT f32 \\(ditto\\) .*\n  gemm_tn_sharded_ex +56 +2024.540 +4828.692 +SIMT f32 \\(ditto\\) .*  predicted step +226.4631 +100.0%")
   ditto_expect_exit(DittoTrainCli.VerboseNeedsAProfile RC 2
     COMMAND $<TARGET_FILE:ditto-train> --verbose --epochs 0
     REGEX "ditto-train: error: --verbose: prints the cost model's table of the predicted step: expected --profile")

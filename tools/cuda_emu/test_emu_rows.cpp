@@ -11,7 +11,8 @@
 // the 256-float chunk), dropout forward and backward, the embedding gradient (into f32 or the
 // storage dtype, over micro-shards); and has_rows_ex's answers. The LayerNorm backward with the
 // residual gradient's add (layernorm_backward_add) on f32, bf16 and f16 against the simulator's
-// two ops (the backward, then ops::add).
+// two ops (the backward, then ops::add), and the LayerNorm forward with the residual add before
+// it (layernorm_forward_add) against ops::add and then the forward.
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -458,6 +459,59 @@ void check_layernorm_backward_params(unsigned& seed) {
   for (const LnpCase& k : cases)
     guarded("layernorm_backward_params " + lnp_ctx(k),
             [&] { check_layernorm_backward_params_case(k, seed); });
+// layernorm_forward_add (f32, bf16, f16: the residual add in the LayerNorm forward's kernel)
+// against the simulator's two ops: ops::add (x and branch widened, the f32 sum_inputs, x first,
+// rounded into t: the residual), then layernorm_forward of that stored residual (MixedOp's for
+// bf16 / f16: widened, y rounded into t; mean and rstd f32). Rows across the 128-float staging
+// chunk, with and without bias; branches of every magnitude 1e-4 .. 1e4 (the sum's rounding),
+// signed zeros (-0 + -0 and +0 + -0), NaN and +-inf (row 0: a row of NaN), and in row 1 sums
+// near t's largest finite value: max + max (overflows to inf), max + -max (0), max + -1 and
+// max + 1 (rounds back to max or not).
+void check_layernorm_forward_add(DType t, unsigned& seed) {
+  const float big = t == DType::f16 ? 65504.0f : t == DType::bf16 ? 3.3895314e38f : 3.4028235e38f;
+  for (auto n_c : std::vector<std::pair<i64, i64>>{{9, 128}, {6, 129}, {3, 257}, {2, 31}})
+    for (bool bias : {true, false}) {
+      const i64 N = n_c.first, C = n_c.second, n = N * C;
+      std::mt19937 gen(seed++);
+      std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+      V xv(n), wv(C), bv(C);
+      for (float& v : xv) v = u(gen);
+      for (float& v : wv) v = u(gen);
+      for (float& v : bv) v = u(gen);
+      V brv = with_specials(n, seed++);
+      xv[2] = -0.0f;
+      brv[2] = -0.0f;
+      xv[3] = 0.0f;
+      brv[3] = -0.0f;
+      const float near[4][2] = {{big, big}, {big, -big}, {big, -1.0f}, {-big, 1.0f}};
+      for (int k = 0; k < 4; ++k) {
+        xv[C + 2 * k] = near[k][0];
+        brv[C + 2 * k] = near[k][1];
+      }
+      Bytes x = stored(t, xv), br = stored(t, brv), w = stored(t, wv), b = stored(t, bv);
+      compare(
+          "layernorm_forward_add",
+          std::string(dtype_name(t)) + " " + dims({N, C}) + (bias ? " bias" : ""),
+          {stored(t, mixed(n, seed++)), stored(t, mixed(n, seed++)), bytes_of(mixed(N, seed++)),
+           bytes_of(mixed(N, seed++))},
+          [&](std::vector<Bytes>& o) {
+            V xf = widened(t, x, n), bf = widened(t, br, n), sum(n);
+            const float* in[2] = {xf.data(), bf.data()};
+            simk->sum_inputs(*sims, in, 2, sum.data(), n, Determinism::bitwise);
+            sims->synchronize();
+            store(t, sum, o[0], n);
+            V rf = widened(t, o[0], n), wf = widened(t, w, C), bsf = widened(t, b, C), yf(n);
+            simk->layernorm_forward(*sims, rf.data(), wf.data(), bias ? bsf.data() : nullptr, N, C,
+                                    1e-5f, yf.data(), floats(o[2]), floats(o[3]));
+            sims->synchronize();
+            store(t, yf, o[1], n);
+          },
+          [&](std::vector<Bytes>& o) {
+            cudak->layernorm_forward_add(cudas, t, x.data(), br.data(), w.data(),
+                                         bias ? b.data() : nullptr, N, C, 1e-5f, o[0].data(),
+                                         o[1].data(), floats(o[2]), floats(o[3]));
+          });
+    }
 }
 
 void check_gelu_ex(DType t, unsigned& seed) {
@@ -581,6 +635,24 @@ void check_typed_rows(unsigned& seed) {
   for (DType t : {DType::f32, DType::bf16, DType::f16})
     guarded(std::string("layernorm_backward_add ") + dtype_name(t),
             [&] { check_layernorm_backward_add(t, seed); });
+  // layernorm_forward_add likewise.
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
+    guarded(std::string("layernorm_forward_add ") + dtype_name(t),
+            [&] { check_layernorm_forward_add(t, seed); });
+  ++checks;
+  if (!cudak->has_layernorm_forward_add(DType::f32) ||
+      !cudak->has_layernorm_forward_add(DType::bf16) ||
+      !cudak->has_layernorm_forward_add(DType::f16) ||
+      cudak->has_layernorm_forward_add(DType::f64) ||
+      simk->has_layernorm_forward_add(DType::bf16) || simk->has_layernorm_forward_add(DType::f32)) {
+    ++failures;
+    std::printf(
+        "FAIL has_layernorm_forward_add: cuda f32 / bf16 / f16 / f64 %d %d %d %d, sim "
+        "bf16 / f32 %d %d\n",
+        cudak->has_layernorm_forward_add(DType::f32), cudak->has_layernorm_forward_add(DType::bf16),
+        cudak->has_layernorm_forward_add(DType::f16), cudak->has_layernorm_forward_add(DType::f64),
+        simk->has_layernorm_forward_add(DType::bf16), simk->has_layernorm_forward_add(DType::f32));
+  }
   ++checks;
   if (!cudak->has_layernorm_backward_add(DType::f32) ||
       !cudak->has_layernorm_backward_add(DType::bf16) ||
