@@ -1287,6 +1287,8 @@ TEST(ComputeUnits, DryRunFusesTheMlpGeluIntoItsGemmsInFastModeOnly) {
     // c_fc's aux [N, 4C]; dgelu: gy [N, C], w [C, 4C], the output and the aux [N, 4C]; f32.
     const double aux = 4 * N * 4 * C, dgelu = 4 * (N * C + C * 4 * C + 2 * N * 4 * C);
     EXPECT_DOUBLE_EQ((fast.bytes - bitwise.bytes) / steps, L * (aux + dgelu));
+  }
+}
 
 // ---- the LayerNorm parameter gradients in the backward's launch (issue 29 item 3, fast mode)
 

@@ -302,10 +302,10 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
     const FitResult again = real_and_dry(kind, true).real;
     ASSERT_TRUE(real.prediction && dry.prediction);
     EXPECT_GT(real.prediction->step_time_s, 0.0);
-    expect_same_rows_but(real, dry,
-                         {"gemm", "add_bias", "attention_backward", "embedding_backward",
-                          "layernorm_backward", "layernorm_forward", "sum_inputs", "sum_rows",
-                          "gelu_forward", "gelu_backward"});
+    expect_same_rows_but(
+        real, dry,
+        {"gemm", "add_bias", "attention_backward", "embedding_backward", "layernorm_backward",
+         "layernorm_forward", "sum_inputs", "sum_rows", "gelu_forward", "gelu_backward"});
     const std::int64_t mlps = 2 * dry.prediction->steps;  // 2 layers
     EXPECT_EQ(named(real, "gelu_forward").count, mlps);
     EXPECT_EQ(named(real, "gelu_backward").count, mlps);
@@ -356,10 +356,10 @@ TEST(DryRunTrainer, SameVirtualTimeAndPeakMemoryAsARealRun) {
     // LayerNorms, which shorten it by what their rows save (the backwards, row sums, adds and
     // forwards a real run launches, less the fused kernels').
     const auto [real_nb, dry_nb] = real_and_dry(kind, true, no_bias);
-    expect_same_rows_but(real_nb, dry_nb,
-                         {"attention_backward", "embedding_backward", "layernorm_backward",
-                          "layernorm_forward", "sum_inputs", "sum_rows", "gemm", "gelu_forward",
-                          "gelu_backward"});
+    expect_same_rows_but(
+        real_nb, dry_nb,
+        {"attention_backward", "embedding_backward", "layernorm_backward", "layernorm_forward",
+         "sum_inputs", "sum_rows", "gemm", "gelu_forward", "gelu_backward"});
     EXPECT_EQ(named(dry_nb, "gemm_ex").count, 2 * mlps);
     EXPECT_EQ(named(dry_nb, "gemm").count, named(real_nb, "gemm").count - 2 * mlps);
     // No bias: the real run's row sums are the LayerNorm weights' and wpe's, the dry run's wpe's.
@@ -439,11 +439,11 @@ TEST(DryRunTrainer, OptimizerAndClipTakeTheCudaMultiTensorPath) {
     EXPECT_DOUBLE_EQ(fm.bytes, 2 * 4 * elements);
     EXPECT_EQ(r.count("fill_multi / memory"), 0u);
     // The other CUDA paths (SameVirtualTimeAndPeakMemoryAsARealRun) aside.
-    expect_same_rows_but(real, dry,
-                         {"adam_step", "sum_squares", "scale", "copy_d2h", "gemm", "add_bias",
-                          "attention_backward", "embedding_backward", "layernorm_backward",
-                          "layernorm_forward", "sum_inputs", "sum_rows", "fill_f32", "gelu_forward",
-                          "gelu_backward"});
+    expect_same_rows_but(
+        real, dry,
+        {"adam_step", "sum_squares", "scale", "copy_d2h", "gemm", "add_bias", "attention_backward",
+         "embedding_backward", "layernorm_backward", "layernorm_forward", "sum_inputs", "sum_rows",
+         "fill_f32", "gelu_forward", "gelu_backward"});
     EXPECT_EQ(
         d.count("adam_step / memory") + d.count("sum_squares / memory") + d.count("scale / memory"),
         0u);

@@ -239,6 +239,8 @@ class ProbeKernels final : public CountingKernels {
     };
     param(hf, grad_w, accumulate_w);
     if (grad_b != nullptr) param(dyf, grad_b, accumulate_b);
+  }
+
   // The residual add in the LayerNorm forward (has_layernorm_forward_add): the two ops'
   // arithmetic, the simulator's add_any(t, x, branch) into the residual, then
   // layernorm_forward(_ex) of it (widened, the f32 kernel, y rounded into t).
@@ -976,6 +978,10 @@ TEST_F(RowsEx, TinyGptFastStepTakesTheFusedLayerNormParameterGradients) {
   }
   k.ln_params = false;
   k.ln_add = false;
+  k.sums_ex = false;
+  k.rows_ex = false;
+}
+
 // ---- the residual add in the LayerNorm forward (has_layernorm_forward_add)
 
 /// ops::layernorm_add (or, `two_ops`, ops::add(x, branch) and then ops::layernorm: the
@@ -1233,6 +1239,8 @@ TEST_F(CudaRowsEx, LayerNormBackwardParamsWithinToleranceOfTheSimulatorAndRepeat
         for (std::size_t i = 0; i < sim.size(); ++i)
           expect_close(cuda[i], sim[i], rtol, "result " + std::to_string(i));
       }
+}
+
 // layernorm_forward_add (f32, bf16, f16; with and without bias): the bits of the simulator's
 // two ops (ops::add, then ops::layernorm).
 TEST_F(CudaRowsEx, LayerNormForwardAddEqualsTheSimulatorsTwoOps) {

@@ -303,11 +303,15 @@ void check_layernorm_backward_add(DType t, unsigned& seed) {
 // ---- layernorm_backward_params (fast mode; Note [CUDA LayerNorm parameter gradients]) ---------
 
 // Tolerances of the fused LayerNorm backward against the double reference: each output within
-// u_t |ref| (the rounding into its dtype: half an ulp, 2^-8 bf16, 2^-11 f16, 0 f32) + 1e-5 mag,
-// mag the same sums over absolute values (f32 math over sums of up to a few thousand terms in
-// chunks, groups and a butterfly: well under 1e-5 relative to them).
+// u_t |ref| + s_t (the rounding into its dtype: half an ulp, 2^-8 bf16, 2^-11 f16, 0 f32; and
+// half the spacing of its subnormals, 2^-25 f16, 2^-134 bf16, where u_t |ref| is less) + 1e-5
+// mag, mag the same sums over absolute values (f32 math over sums of up to a few thousand terms
+// in chunks, groups and a butterfly: well under 1e-5 relative to them).
 double rounding_of(DType t) {
   return t == DType::bf16 ? std::ldexp(1.0, -8) : t == DType::f16 ? std::ldexp(1.0, -11) : 0.0;
+}
+double subnormal_rounding_of(DType t) {
+  return t == DType::bf16 ? std::ldexp(1.0, -134) : t == DType::f16 ? std::ldexp(1.0, -25) : 0.0;
 }
 
 struct LnpCase {
@@ -406,7 +410,8 @@ void check_layernorm_backward_params_case(const LnpCase& k, unsigned& seed) {
         Bytes g = got;
         const V f = widened(dt, g, static_cast<i64>(ref.size()));
         for (std::size_t i = 0; i < ref.size(); ++i) {
-          const double tol = rounding_of(dt) * std::fabs(ref[i]) + 1e-5 * mag[i] + 1e-30;
+          const double tol = rounding_of(dt) * std::fabs(ref[i]) + subnormal_rounding_of(dt) +
+                             1e-5 * mag[i] + 1e-30;
           if (!(std::fabs(f[i] - ref[i]) <= tol)) {
             ++failures;
             std::printf("FAIL layernorm_backward_params %s %s[%zu]: %.9g vs ref %.9g (tol %.3g)\n",
@@ -459,6 +464,8 @@ void check_layernorm_backward_params(unsigned& seed) {
   for (const LnpCase& k : cases)
     guarded("layernorm_backward_params " + lnp_ctx(k),
             [&] { check_layernorm_backward_params_case(k, seed); });
+}
+
 // layernorm_forward_add (f32, bf16, f16: the residual add in the LayerNorm forward's kernel)
 // against the simulator's two ops: ops::add (x and branch widened, the f32 sum_inputs, x first,
 // rounded into t: the residual), then layernorm_forward of that stored residual (MixedOp's for
