@@ -336,10 +336,12 @@ TEST_F(MultiTensorOpsTest, CopyMultiIsOneCopyOrCastPerPiece) {
   v[0] = std::nanf("");
   v[1] = -0.0f;
   v[2] = 1.00390625f;  // 1 + 2^-8: a bf16 tie, rounds to even
-  for (auto [from, to] : std::vector<std::pair<DType, DType>>{{DType::f32, DType::f32},
-                                                              {DType::bf16, DType::bf16},
-                                                              {DType::f32, DType::bf16},
-                                                              {DType::bf16, DType::f32}}) {
+  // Not a structured binding: Clang before 16 refuses a lambda capturing one (fresh, below).
+  for (const auto& from_to : std::vector<std::pair<DType, DType>>{{DType::f32, DType::f32},
+                                                                  {DType::bf16, DType::bf16},
+                                                                  {DType::f32, DType::bf16},
+                                                                  {DType::bf16, DType::f32}}) {
+    const DType from = from_to.first, to = from_to.second;
     SCOPED_TRACE(std::string(dtype_name(from)) + " -> " + dtype_name(to));
     const Tensor src = Tensor::from_vector(v, {4200}).to(from).to(d0);
     auto fresh = [&] { return Tensor::from_vector(random_values(4200, 12), {4200}).to(to).to(d0); };
