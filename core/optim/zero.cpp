@@ -7,6 +7,7 @@
 #include <cmath>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "core/base/error.h"
 #include "core/numerics/canonical_tree.h"
@@ -489,7 +490,17 @@ void ZeroRedundancyOptimizer::step() {
   // Note [ZeRO copies]: one copy_multi launch per list where the backend has them.
   const bool multi = ops::has_multi_tensor_kernels(comm_.device());
   std::vector<Tensor> dsts, srcs;  // a copy_multi list
+  // A piece's copy: now, or queued for the list's one launch (flush).
+  auto copy_piece = [&](Tensor to, Tensor from) {
+    if (!multi) {
+      to.copy_(from);
+      return;
+    }
+    dsts.push_back(std::move(to));
+    srcs.push_back(std::move(from));
+  };
   auto flush = [&] {
+    if (!multi) return;
     ops::copy_multi_(dsts, srcs);
     dsts.clear();
     srcs.clear();
@@ -514,16 +525,10 @@ void ZeroRedundancyOptimizer::step() {
     ops::fill_(send, 0.0);
     for (const Piece& pc : pieces_[static_cast<std::size_t>(c)]) {
       if (!has_grad[pc.param]) continue;
-      Tensor to = send.narrow(pc.buf_off, pc.len);
-      Tensor from = flat(params_[pc.param]->grad).narrow(pc.param_off, pc.len);
-      if (!multi) {
-        to.copy_(from);
-        continue;
-      }
-      dsts.push_back(to);
-      srcs.push_back(from);
+      copy_piece(send.narrow(pc.buf_off, pc.len),
+                 flat(params_[pc.param]->grad).narrow(pc.param_off, pc.len));
     }
-    if (multi) flush();
+    flush();
     Tensor dst = grad_shard_.narrow(c * chunk_, len_c);
     if (grad_dtype == DType::f32) {
       comm_.reduce_scatter(send, dst, ReduceOp::sum);
@@ -580,7 +585,7 @@ void ZeroRedundancyOptimizer::step() {
     dsts.push_back(piece);
     srcs.push_back(flat(s->p.data));
   }
-  if (multi) flush();  // every master rounded into its piece in one launch
+  flush();  // every master rounded into its piece in one launch
   grad_shard_ = Tensor();
 
   // 6. all_gather of the parameters in their dtype, chunk by chunk.
@@ -594,29 +599,17 @@ void ZeroRedundancyOptimizer::step() {
     const auto& pieces = pieces_[static_cast<std::size_t>(c)];
     for (const Piece& pc : pieces) {
       if (pc.rank != rank_ || !has_grad[pc.param]) continue;
-      Tensor to = mine.narrow(pc.buf_off - rank_ * len_c, pc.len);
-      Tensor from = flat(params_[pc.param]->data).narrow(pc.param_off, pc.len);
-      if (!multi) {
-        to.copy_(from);
-        continue;
-      }
-      dsts.push_back(to);
-      srcs.push_back(from);
+      copy_piece(mine.narrow(pc.buf_off - rank_ * len_c, pc.len),
+                 flat(params_[pc.param]->data).narrow(pc.param_off, pc.len));
     }
-    if (multi) flush();
+    flush();
     comm_.all_gather(mine, recv);
     for (const Piece& pc : pieces) {
       if (pc.rank == rank_ || !has_grad[pc.param]) continue;
-      Tensor to = flat(params_[pc.param]->data).narrow(pc.param_off, pc.len);
-      Tensor from = recv.narrow(pc.buf_off, pc.len);
-      if (!multi) {
-        to.copy_(from);
-        continue;
-      }
-      dsts.push_back(to);
-      srcs.push_back(from);
+      copy_piece(flat(params_[pc.param]->data).narrow(pc.param_off, pc.len),
+                 recv.narrow(pc.buf_off, pc.len));
     }
-    if (multi) flush();
+    flush();
   }
 }
 
