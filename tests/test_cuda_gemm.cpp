@@ -18,6 +18,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend_cuda/cuda_backend.h"
@@ -45,11 +46,11 @@ struct HostMatrix {
   std::vector<float> values;
 };
 
-HostMatrix random_matrix(DType t, std::size_t n, std::mt19937& gen) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  HostMatrix m{t, std::vector<std::uint8_t>(n * dtype_size(t)), std::vector<float>(n)};
-  for (std::size_t i = 0; i < n; ++i) {
-    const float x = u(gen);
+// `values` rounded to t: the bytes to upload and their exact f32 values.
+HostMatrix host_matrix(DType t, std::vector<float> values) {
+  HostMatrix m{t, std::vector<std::uint8_t>(values.size() * dtype_size(t)), std::move(values)};
+  for (std::size_t i = 0; i < m.values.size(); ++i) {
+    const float x = m.values[i];
     if (t == DType::bf16) {
       const bfloat16 h = bfloat16::from(x);
       std::memcpy(m.bytes.data() + 2 * i, &h.bits, 2);
@@ -60,10 +61,16 @@ HostMatrix random_matrix(DType t, std::size_t n, std::mt19937& gen) {
       m.values[i] = h.to_float();
     } else {
       std::memcpy(m.bytes.data() + 4 * i, &x, 4);
-      m.values[i] = x;
     }
   }
   return m;
+}
+
+HostMatrix random_matrix(DType t, std::size_t n, std::mt19937& gen) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = u(gen);
+  return host_matrix(t, std::move(x));
 }
 
 std::vector<float> widen(DType t, const std::vector<std::uint8_t>& bytes) {
@@ -477,25 +484,7 @@ TEST_F(CudaGemm, GeluEpiloguesMatchAReference) {
         const HostMatrix Bias = random_matrix(t, static_cast<std::size_t>(z.N), gen);
         HostMatrix Aux = random_matrix(t, static_cast<std::size_t>(z.M * z.N), gen);
         for (float& v : Aux.values) v *= 3.0f;  // dgelu's pre-GELU over [-3, 3]: bytes below
-        Aux = [&] {
-          HostMatrix m{t, std::vector<std::uint8_t>(Aux.values.size() * dtype_size(t)), Aux.values};
-          for (std::size_t i = 0; i < m.values.size(); ++i) {
-            float v = m.values[i];
-            if (t == DType::bf16) {
-              const bfloat16 h = bfloat16::from(v);
-              std::memcpy(m.bytes.data() + 2 * i, &h.bits, 2);
-              v = h.to_float();
-            } else if (t == DType::f16) {
-              const float16 h = float16::from(v);
-              std::memcpy(m.bytes.data() + 2 * i, &h.bits, 2);
-              v = h.to_float();
-            } else {
-              std::memcpy(m.bytes.data() + 4 * i, &v, 4);
-            }
-            m.values[i] = v;
-          }
-          return m;
-        }();
+        Aux = host_matrix(t, Aux.values);
         DeviceBytes dA(be, A.bytes), dB(be, B.bytes), dBias(be, Bias.bytes), dAux(be, Aux.bytes);
         DeviceBytes dC(be, std::vector<std::uint8_t>(Aux.bytes.size(), 0));
         GemmExArgs g;
