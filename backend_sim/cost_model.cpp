@@ -8,6 +8,7 @@
 
 #include "backend_sim/sim_stream.h"
 #include "backend_sim/trace.h"
+#include "core/backend_api/cuda_launch_shapes.h"
 #include "core/base/error.h"
 #include "core/numerics/gpt_math.h"
 #include "core/runtime/backend.h"
@@ -185,15 +186,8 @@ KernelCost sum_rows_ex_cost(std::int64_t rows, std::int64_t cols, DType x_type, 
   return c;
 }
 
-// backend_cuda/cuda_host_logic.h's fast_row_chunks: its constants kRowSumOnePassRows (512),
-// kRowSumTargetBlocks (1024) and kRowSumMinChunk (64), chunks rounded to 8 rows.
 std::int64_t cuda_fast_row_chunks(std::int64_t rows, std::int64_t cols) {
-  if (rows <= 512 || cols <= 0) return 1;
-  const std::int64_t col_blocks = (cols + 31) / 32;
-  const std::int64_t want = (1024 + col_blocks - 1) / col_blocks;
-  std::int64_t chunk = std::max<std::int64_t>((rows + want - 1) / want, 64);
-  chunk = (chunk + 7) / 8 * 8;
-  return (rows + chunk - 1) / chunk;
+  return detail::fast_row_chunks(rows, cols).chunks;
 }
 
 KernelCost fast_sum_rows_cost(std::int64_t rows, std::int64_t cols, DType x_type, DType out_type) {
@@ -203,13 +197,8 @@ KernelCost fast_sum_rows_cost(std::int64_t rows, std::int64_t cols, DType x_type
   return c;
 }
 
-// backend_cuda/cuda_host_logic.h's layernorm_params_split: its constants kLnParamsMinChunk (16),
-// kLnParamsTargetBlocks (512), chunks rounded to 8 rows.
 std::int64_t cuda_layernorm_params_chunks(std::int64_t rows) {
-  if (rows <= 16) return 1;
-  std::int64_t chunk = std::max<std::int64_t>((rows + 511) / 512, 16);
-  chunk = (chunk + 7) / 8 * 8;
-  return (rows + chunk - 1) / chunk;
+  return detail::layernorm_params_split(rows).chunks;
 }
 
 KernelCost layernorm_backward_params_cost(std::int64_t N, std::int64_t C, DType storage,
@@ -228,10 +217,9 @@ KernelCost layernorm_backward_params_cost(std::int64_t N, std::int64_t C, DType 
   k.bytes = (3.0 + (residual ? 1.0 : 0.0)) * n * c * es + c * es + 8.0 * n +
             c * gs * (accumulate_w ? 2.0 : 1.0) +
             (bias ? c * gs * (accumulate_b ? 2.0 : 1.0) : 0.0);
-  const std::int64_t chunks = cuda_layernorm_params_chunks(N);
-  if (chunks > 1) {
-    const std::int64_t groups = (chunks + 15) / 16;
-    k.bytes += 16.0 * c * double(chunks + (groups > 1 ? groups : 0));
+  const detail::LnParamsSplit split = detail::layernorm_params_split(N);
+  if (split.chunks > 1) {
+    k.bytes += 16.0 * c * double(split.chunks + (split.groups > 1 ? split.groups : 0));
   }
   k.operands = storage;
   return k;

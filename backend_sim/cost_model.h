@@ -279,9 +279,9 @@ KernelCost storage_cost(const KernelCost& f32, DType storage, double fixed_bytes
 KernelCost sum_rows_ex_cost(std::int64_t rows, std::int64_t cols, DType x_type, DType out_type);
 
 /// The row chunks of CUDA's fast sum_rows / sum_rows_ex over a [rows, cols] x (Note [CUDA row
-/// sums], backend_cuda/cuda_kernels.cu): backend_cuda/cuda_host_logic.h's fast_row_chunks(rows,
-/// cols).chunks, mirrored here (this library does not include the CUDA backend's headers;
-/// tests/test_compute_units.cpp checks that the two agree). 1: one launch, no partials.
+/// sums], backend_cuda/cuda_kernels.cu): fast_row_chunks(rows, cols).chunks, the split CUDA
+/// launches (core/backend_api/cuda_launch_shapes.h, shared with backend_cuda). 1: one launch, no
+/// partials.
 std::int64_t cuda_fast_row_chunks(std::int64_t rows, std::int64_t cols);
 
 /// The fast sum_rows' cost (Kernels::sum_rows and sum_rows_ex in fast mode, both backends'
@@ -293,9 +293,8 @@ std::int64_t cuda_fast_row_chunks(std::int64_t rows, std::int64_t cols);
 KernelCost fast_sum_rows_cost(std::int64_t rows, std::int64_t cols, DType x_type, DType out_type);
 
 /// The row chunks of CUDA's layernorm_backward_params over N rows (Note [CUDA LayerNorm parameter
-/// gradients], backend_cuda/cuda_fused.cu): backend_cuda/cuda_host_logic.h's
-/// layernorm_params_split(rows).chunks, mirrored here (tests/test_compute_units.cpp checks that
-/// the two agree). 1: no partials.
+/// gradients], backend_cuda/cuda_fused.cu): layernorm_params_split(rows).chunks, the split CUDA
+/// launches (core/backend_api/cuda_launch_shapes.h, shared with backend_cuda). 1: no partials.
 std::int64_t cuda_layernorm_params_chunks(std::int64_t rows);
 
 /// Kernels::layernorm_backward_params' cost (fast mode: the LayerNorm backward with its

@@ -1,6 +1,6 @@
-// The Trainer in mixed precision (TrainerConfig::dtype): the MLP on digits in bf16 and f16, bitwise,
-// gives one checksum for 1, 2, 4 devices x dp, ddp; the parameters are stored in the dtype and
-// the optimizer is MasterWeights; f16 with an initial scale that overflows f16 skips steps and
+// The Trainer in mixed precision (TrainerConfig::dtype): the MLP on digits in bf16 and f16,
+// bitwise, gives one checksum for 1, 2, 4 devices x dp, ddp; the parameters are stored in the dtype
+// and the optimizer is MasterWeights; f16 with an initial scale that overflows f16 skips steps and
 // backs off (the same steps on every rank and device count); grad_accum_steps works with both;
 // clipping applies to the f32 master grads.
 #include <gtest/gtest.h>
@@ -12,13 +12,12 @@
 #include "core/optim/master_weights.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
+#include "trainer_test_util.h"
 
 namespace ditto::train {
 namespace {
 
-std::shared_ptr<CsvDataSource> digits() {
-  return std::make_shared<CsvDataSource>(DITTO_DIGITS_CSV, data::CsvOptions{}, 0.2, 0);
-}
+using test::digits;
 
 TrainerConfig amp(DType dt, int devices, TrainerKind kind) {
   TrainerConfig c;
@@ -70,7 +69,8 @@ TEST(AmpTrainer, F16OverflowingScaleSkipsTheSameStepsEverywhere) {
       ASSERT_TRUE(r.loss_scale.has_value());
       EXPECT_GT(r.skipped_steps, 10);
       EXPECT_LT(r.skipped_steps, r.steps);
-      EXPECT_EQ(*r.loss_scale, static_cast<float>(std::ldexp(1.0, 40 - static_cast<int>(r.skipped_steps))));
+      EXPECT_EQ(*r.loss_scale,
+                static_cast<float>(std::ldexp(1.0, 40 - static_cast<int>(r.skipped_steps))));
       if (sum == 0) sum = r.params_checksum;
       EXPECT_EQ(r.params_checksum, sum) << n << " " << trainer_kind_name(k);
     }

@@ -1,9 +1,9 @@
 // The order of operations of the CUDA bitwise kernels, checked on the host (no GPU needed):
-// canonical::TreeStack (Note [Streaming canonical tree], core/numerics/canonical_tree.h) against the
-// recursive canonical tree of core/numerics/determinism.h, canonical::ShardTiles' walk over micro-shards,
-// and host mirrors of the per-element loops of backend_cuda/cuda_kernels.cu (the tiled GEMM with
-// its -0/+0 padding, gemm_tn_sharded, sum_rows_sharded, sum_sharded) against the simulator's
-// kernels, bit for bit.
+// canonical::TreeStack (Note [Streaming canonical tree], core/numerics/canonical_tree.h) against
+// the recursive canonical tree of core/numerics/determinism.h, canonical::ShardTiles' walk over
+// micro-shards, and host mirrors of the per-element loops of backend_cuda/cuda_kernels.cu (the
+// tiled GEMM with its -0/+0 padding, gemm_tn_sharded, sum_rows_sharded, sum_sharded) against the
+// simulator's kernels, bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime/backend.h"
 #include "core/numerics/canonical_math.h"
 #include "core/numerics/canonical_tree.h"
 #include "core/numerics/determinism.h"
 #include "core/numerics/micro_shards.h"
+#include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
 #include "test_util.h"
@@ -34,7 +34,7 @@ using Bounds = std::vector<std::int64_t>;
 constexpr int kTile = 8;  // rows per k-tile, as kBK in cuda_kernels.cu
 
 // Mixed magnitudes (1e-4 .. 1e4, both signs) and a few signed zeros, so that order shows.
-std::vector<float> mixed_values(std::size_t n, std::uint32_t seed) {
+std::vector<float> mixed_values_with_zeros(std::size_t n, std::uint32_t seed) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
   std::uniform_int_distribution<int> exp10(-4, 4);
@@ -93,8 +93,10 @@ TEST_F(CanonicalTree, StackDepthIsTheLargestPopcount) {
 // zeros included), elementwise over W = 2, and never holds more than tree_stack_depth(n) entries.
 TEST_F(CanonicalTree, StreamingTreeEqualsRecursiveTree) {
   for (std::int64_t n = 1; n <= 300; ++n) {
-    const std::vector<float> a = mixed_values(static_cast<std::size_t>(n), 7u + unsigned(n));
-    const std::vector<float> b = mixed_values(static_cast<std::size_t>(n), 9000u + unsigned(n));
+    const std::vector<float> a =
+        mixed_values_with_zeros(static_cast<std::size_t>(n), 7u + unsigned(n));
+    const std::vector<float> b =
+        mixed_values_with_zeros(static_cast<std::size_t>(n), 9000u + unsigned(n));
     cm::TreeStack<2, 64> tree;
     int max_top = 0;
     for (std::int64_t s = 0; s < n; ++s) {
@@ -197,9 +199,9 @@ TEST_F(CanonicalTree, TiledGemmOrderMatchesSimulator) {
   for (const Case& c : cases)
     for (int t = 0; t < 4; ++t) {
       const bool ta = t & 1, tb = t & 2;
-      const auto A = mixed_values(static_cast<std::size_t>(c.M * c.K), seed++);
-      const auto B = mixed_values(static_cast<std::size_t>(c.K * c.N), seed++);
-      const auto C0 = mixed_values(static_cast<std::size_t>(c.M * c.N), seed++);
+      const auto A = mixed_values_with_zeros(static_cast<std::size_t>(c.M * c.K), seed++);
+      const auto B = mixed_values_with_zeros(static_cast<std::size_t>(c.K * c.N), seed++);
+      const auto C0 = mixed_values_with_zeros(static_cast<std::size_t>(c.M * c.N), seed++);
       Tensor a = Tensor::from_vector(A, ta ? Shape{c.K, c.M} : Shape{c.M, c.K}, dev());
       Tensor b = Tensor::from_vector(B, tb ? Shape{c.N, c.K} : Shape{c.K, c.N}, dev());
       Tensor out = Tensor::from_vector(C0, {c.M, c.N}, dev());
@@ -240,7 +242,8 @@ std::vector<Bounds> shard_cases(std::int64_t rows) {
   std::vector<Bounds> cases;
   for (std::int64_t S : {1, 2, 3, 8, 64}) {
     cases.push_back(micro_shard_bounds(rows, S));
-    if (S > 1 && rows > 0) cases.push_back(random_bounds(rows, S, 77u * unsigned(S) + unsigned(rows)));
+    if (S > 1 && rows > 0)
+      cases.push_back(random_bounds(rows, S, 77u * unsigned(S) + unsigned(rows)));
   }
   return cases;
 }
@@ -251,9 +254,9 @@ TEST_F(CanonicalTree, ShardedGemmOrderMatchesSimulator) {
   for (std::int64_t rows : {0, 5, 37, 130})
     for (const Bounds& bounds : shard_cases(rows))
       for (bool accumulate : {false, true}) {
-        const auto A = mixed_values(static_cast<std::size_t>(rows * M), seed++);
-        const auto B = mixed_values(static_cast<std::size_t>(rows * N), seed++);
-        const auto C0 = mixed_values(static_cast<std::size_t>(M * N), seed++);
+        const auto A = mixed_values_with_zeros(static_cast<std::size_t>(rows * M), seed++);
+        const auto B = mixed_values_with_zeros(static_cast<std::size_t>(rows * N), seed++);
+        const auto C0 = mixed_values_with_zeros(static_cast<std::size_t>(M * N), seed++);
         Tensor a = Tensor::from_vector(A, {rows, M}, dev());
         Tensor b = Tensor::from_vector(B, {rows, N}, dev());
         Tensor c = Tensor::from_vector(C0, {M, N}, dev());
@@ -292,8 +295,8 @@ TEST_F(CanonicalTree, ShardedSumsMatchSimulator) {
   std::uint32_t seed = 900;
   for (std::int64_t rows : {0, 5, 37, 130})
     for (const Bounds& bounds : shard_cases(rows)) {
-      const auto X = mixed_values(static_cast<std::size_t>(rows * cols), seed++);
-      const auto O = mixed_values(static_cast<std::size_t>(cols), seed++);
+      const auto X = mixed_values_with_zeros(static_cast<std::size_t>(rows * cols), seed++);
+      const auto O = mixed_values_with_zeros(static_cast<std::size_t>(cols), seed++);
       Tensor x = Tensor::from_vector(X, {rows, cols}, dev());
       Tensor out = Tensor::from_vector(O, {cols}, dev());
       ops::sum_rows_sharded(x, out, bounds, true);
@@ -302,7 +305,7 @@ TEST_F(CanonicalTree, ShardedSumsMatchSimulator) {
         want[c] = cm::add(O[c], kernel_sharded_sum(bounds, X, cols, c));
       EXPECT_TRUE(bits_equal(out.to_vector<float>(), want)) << "rows " << rows;
 
-      const auto V = mixed_values(static_cast<std::size_t>(rows), seed++);
+      const auto V = mixed_values_with_zeros(static_cast<std::size_t>(rows), seed++);
       Tensor v = Tensor::from_vector(V, {rows}, dev());
       const float got = ops::sum_sharded(v, bounds, 0.25f).item();
       EXPECT_EQ(bits(got), bits(cm::mul(0.25f, kernel_sharded_sum(bounds, V, 1, 0))))

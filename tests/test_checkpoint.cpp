@@ -55,11 +55,7 @@ std::string raw_file(const std::string& header, const std::string& buffer) {
   return out + header + buffer;
 }
 
-std::vector<unsigned char> bytes_of(const Tensor& t) {
-  Tensor h = t.to(Device::cpu());
-  const auto* p = static_cast<const unsigned char*>(h.data_ptr());
-  return {p, p + h.nbytes()};
-}
+using test::tensor_bytes;
 
 // ---- safetensors ----------------------------------------------------------------------------
 
@@ -97,7 +93,7 @@ TEST(Safetensors, RoundTripF32I64ScalarsAndEmpty) {
     ASSERT_NE(got, nullptr) << name;
     EXPECT_EQ(got->shape(), t.shape()) << name;
     EXPECT_EQ(got->dtype(), t.dtype()) << name;
-    EXPECT_EQ(bytes_of(*got), bytes_of(t)) << name;
+    EXPECT_EQ(tensor_bytes(*got), tensor_bytes(t)) << name;
   }
   EXPECT_EQ(d.find("nope"), nullptr);
   EXPECT_EQ(d.metadata, (std::map<std::string, std::string>{{"k", "v"}, {"ü", "é"}}));
@@ -109,7 +105,7 @@ TEST(Safetensors, RoundTripF32I64ScalarsAndEmpty) {
   const std::string path = fresh_dir("st") + "/t.safetensors";
   io::save_safetensors(path, {{"a", w.to(Device("sim", 1))}});
   io::SafetensorsData f = io::load_safetensors(path);
-  EXPECT_EQ(bytes_of(*f.find("a")), bytes_of(w));
+  EXPECT_EQ(tensor_bytes(*f.find("a")), tensor_bytes(w));
   EXPECT_TRUE(f.metadata.empty());
   EXPECT_FALSE(fs::exists(path + ".tmp"));
 }
@@ -380,7 +376,7 @@ std::vector<unsigned char> train(const RunSpec& r) {
   }
   std::vector<unsigned char> out;
   for (nn::Parameter* p : model->parameters()) {
-    auto b = bytes_of(p->data);
+    auto b = tensor_bytes(p->data);
     out.insert(out.end(), b.begin(), b.end());
   }
   return out;
@@ -459,7 +455,7 @@ TEST_F(CheckpointTest, OptimizerStateRoundTripsExactly) {
     ASSERT_EQ(st2.tensors.size(), st.tensors.size());
     for (std::size_t i = 0; i < st.tensors.size(); ++i) {
       EXPECT_EQ(st2.tensors[i].first, st.tensors[i].first);
-      EXPECT_EQ(bytes_of(st2.tensors[i].second), bytes_of(st.tensors[i].second));
+      EXPECT_EQ(tensor_bytes(st2.tensors[i].second), tensor_bytes(st.tensors[i].second));
     }
     EXPECT_EQ(st2.options, st.options);
     if (k == Opt::adam_amsgrad) {
@@ -673,7 +669,7 @@ TEST_F(CheckpointTest, ResumeRefusesAnotherModelOrOptimizerBeforeChangingAnythin
   const std::string dir = two_checkpoints("mismatch");
   auto model = nn::mlp({6, 12, 3}, dev(0), 11);
   auto opt = make_opt(Opt::sgd_momentum, *model);
-  const auto before = bytes_of(model->parameters()[0]->data);
+  const auto before = tensor_bytes(model->parameters()[0]->data);
   std::ostringstream log;
   expect_throw<InvalidArgument>(
       [&] {
@@ -690,14 +686,14 @@ TEST_F(CheckpointTest, ResumeRefusesAnotherModelOrOptimizerBeforeChangingAnythin
        "model=6-12-3"});
   auto model2 = nn::mlp({6, 10, 3}, dev(0), 11);
   auto adam = make_opt(Opt::adam, *model2);
-  const auto before2 = bytes_of(model2->parameters()[0]->data);
+  const auto before2 = tensor_bytes(model2->parameters()[0]->data);
   expect_throw<InvalidArgument>(
       [&] {
         resume_checkpoint(dir, *model2, *adam, {{"model", "1"}}, {}, log);
       },
       {"expected the state of a Adam optimizer, got one of SGD"});
-  EXPECT_EQ(bytes_of(model->parameters()[0]->data), before);
-  EXPECT_EQ(bytes_of(model2->parameters()[0]->data), before2);
+  EXPECT_EQ(tensor_bytes(model->parameters()[0]->data), before);
+  EXPECT_EQ(tensor_bytes(model2->parameters()[0]->data), before2);
   // A key the checkpoint has but this run does not, and one allowed to differ.
   expect_throw<InvalidArgument>([&] { resume_checkpoint(dir, *model2, *adam, {}, {}, log); },
                                 {"was saved with model=1, a setting this run does not have"});

@@ -38,13 +38,6 @@ Tensor from_bytes(const std::vector<unsigned char>& bytes, DType dtype, const De
   return host.to(d);
 }
 
-std::vector<unsigned char> bytes_of(const Tensor& t) {
-  Tensor host = t.to(Device::cpu());
-  std::vector<unsigned char> out(host.nbytes());
-  if (!out.empty()) std::memcpy(out.data(), host.data_ptr(), out.size());
-  return out;
-}
-
 // Rank r's n elements of `dtype`, element i holding pattern(r, first + i, .).
 std::vector<unsigned char> rank_bytes(int r, std::int64_t first, std::int64_t n, DType dtype) {
   const std::size_t e = dtype_size(dtype);
@@ -63,7 +56,7 @@ Tensor typed(const std::vector<T>& v, const Device& d) {
 }
 template <typename T>
 std::vector<T> values(const Tensor& t) {
-  const std::vector<unsigned char> b = bytes_of(t);
+  const std::vector<unsigned char> b = tensor_bytes(t);
   std::vector<T> v(b.size() / sizeof(T));
   if (!b.empty()) std::memcpy(v.data(), b.data(), b.size());
   return v;
@@ -110,7 +103,7 @@ void check_all_to_all(int n, DType dtype, std::int64_t block, bool spmd, bool fr
       const std::vector<unsigned char> b = rank_bytes(q, r * block, block, dtype);
       expected.insert(expected.end(), b.begin(), b.end());
     }
-    EXPECT_EQ(bytes_of(recv[r]), expected) << "rank " << r;
+    EXPECT_EQ(tensor_bytes(recv[r]), expected) << "rank " << r;
   }
 }
 
@@ -158,7 +151,7 @@ TEST_F(CollBasic, AllToAllVPackedDeliversEachRanksCountsInRankOrder) {
           const auto b = rank_bytes(q, first, a2av_count(q, r), dtype);
           expected.insert(expected.end(), b.begin(), b.end());
         }
-        EXPECT_EQ(bytes_of(recv[r]), expected) << "rank " << r;
+        EXPECT_EQ(tensor_bytes(recv[r]), expected) << "rank " << r;
       }
     }
 }
@@ -230,7 +223,7 @@ TEST_F(CollBasic, GatherCollectsEveryRankOnTheRootInRankOrder) {
     run_collective(
         c.comms, c.spmd, [&] { gather(c.comms, c.send, c.recv, c.root); },
         [&](int r) { c.comms[r].gather(c.send[r], c.recv[r], c.root); });
-    EXPECT_EQ(bytes_of(c.recv[c.root]), expected);
+    EXPECT_EQ(tensor_bytes(c.recv[c.root]), expected);
   });
 }
 
@@ -248,7 +241,7 @@ TEST_F(CollBasic, ScatterSendsBlockQOfTheRootToRankQ) {
         c.comms, c.spmd, [&] { scatter(c.comms, c.send, c.recv, c.root); },
         [&](int r) { c.comms[r].scatter(c.send[r], c.recv[r], c.root); });
     for (int r = 0; r < c.n; ++r)
-      EXPECT_EQ(bytes_of(c.recv[r]), rank_bytes(c.root, r * k, k, dtype)) << "rank " << r;
+      EXPECT_EQ(tensor_bytes(c.recv[r]), rank_bytes(c.root, r * k, k, dtype)) << "rank " << r;
   });
 }
 

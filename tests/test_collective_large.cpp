@@ -12,9 +12,9 @@
 #include <limits>
 #include <vector>
 
-#include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
 #include "core/numerics/determinism.h"
+#include "core/runtime/backend.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -44,14 +44,15 @@ Tensor skewed(std::int64_t count, std::int64_t skew, const Device& d, int r, F f
 }
 
 // 1 M + 3 elements (4 MiB + 12 B per rank): every collective below writes more than 4 MiB.
-constexpr std::int64_t kCount = (std::int64_t(1) << 20) + 3;
+constexpr std::int64_t kLargeCount = (std::int64_t(1) << 20) + 3;
 
-// mixed(r, i) for r < 4, i < kCount, computed once.
+// mixed(r, i) for r < 4, i < kLargeCount, computed once.
 const std::vector<std::vector<float>>& mixed_table() {
   static const std::vector<std::vector<float>> t = [] {
-    std::vector<std::vector<float>> v(4, std::vector<float>(static_cast<std::size_t>(kCount)));
+    std::vector<std::vector<float>> v(4, std::vector<float>(static_cast<std::size_t>(kLargeCount)));
     for (int r = 0; r < 4; ++r)
-      for (std::int64_t i = 0; i < kCount; ++i) v[r][static_cast<std::size_t>(i)] = mixed(r, i);
+      for (std::int64_t i = 0; i < kLargeCount; ++i)
+        v[r][static_cast<std::size_t>(i)] = mixed(r, i);
     return v;
   }();
   return t;
@@ -63,9 +64,9 @@ TEST_F(CollectiveLargeTest, AllReduceReduceAndReduceScatterMatchTheCanonicalTree
   CommOptions o;
   o.determinism = Determinism::bitwise;
   auto comms = Communicator::init_all(devices("sim", n), o);
-  std::vector<float> tree(static_cast<std::size_t>(kCount));
+  std::vector<float> tree(static_cast<std::size_t>(kLargeCount));
   int differ = 0;
-  for (std::int64_t i = 0; i < kCount; ++i) {
+  for (std::int64_t i = 0; i < kLargeCount; ++i) {
     tree[i] = host_tree(0, n, i);
     float left = mixed_cached(0, i);
     for (int r = 1; r < n; ++r) left = left + mixed_cached(r, i);
@@ -77,15 +78,16 @@ TEST_F(CollectiveLargeTest, AllReduceReduceAndReduceScatterMatchTheCanonicalTree
     std::vector<Tensor> send, recv, red_send, red_recv, rs_send, rs_recv;
     for (int r = 0; r < n; ++r) {
       const Device d = comms[r].device();
-      send.push_back(skewed(kCount, 1, d, r, mixed_cached));
-      recv.push_back(in_place ? send[r] : skewed(kCount, 3, d, r, exact));
-      red_send.push_back(skewed(kCount, 2, d, r, mixed_cached));
-      red_recv.push_back(in_place ? red_send[r] : Tensor::zeros({kCount}, DType::f32, d));
+      send.push_back(skewed(kLargeCount, 1, d, r, mixed_cached));
+      recv.push_back(in_place ? send[r] : skewed(kLargeCount, 3, d, r, exact));
+      red_send.push_back(skewed(kLargeCount, 2, d, r, mixed_cached));
+      red_recv.push_back(in_place ? red_send[r] : Tensor::zeros({kLargeCount}, DType::f32, d));
       // reduce_scatter: block b of rank r's send holds mixed(r, i) for its elements i.
-      rs_send.push_back(skewed(n * kCount, 1, d, r,
-                               [](int q, std::int64_t i) { return mixed_cached(q, i % kCount); }));
-      rs_recv.push_back(in_place ? rs_send[r].narrow(r * kCount, kCount)
-                                 : skewed(kCount, 1, d, r, exact));
+      rs_send.push_back(skewed(n * kLargeCount, 1, d, r, [](int q, std::int64_t i) {
+        return mixed_cached(q, i % kLargeCount);
+      }));
+      rs_recv.push_back(in_place ? rs_send[r].narrow(r * kLargeCount, kLargeCount)
+                                 : skewed(kLargeCount, 1, d, r, exact));
     }
     all_reduce(comms, send, recv);
     reduce(comms, red_send, red_recv, ReduceOp::sum, 2);
@@ -94,13 +96,15 @@ TEST_F(CollectiveLargeTest, AllReduceReduceAndReduceScatterMatchTheCanonicalTree
     for (int r = 0; r < n; ++r) {
       const auto got = recv[r].to_vector<float>();
       const auto got_rs = rs_recv[r].to_vector<float>();
-      for (std::int64_t i = 0; i < kCount; ++i) {
+      for (std::int64_t i = 0; i < kLargeCount; ++i) {
         ASSERT_EQ(bits(got[i]), bits(tree[i])) << "all_reduce rank " << r << " element " << i;
-        ASSERT_EQ(bits(got_rs[i]), bits(tree[i])) << "reduce_scatter rank " << r << " element " << i;
+        ASSERT_EQ(bits(got_rs[i]), bits(tree[i]))
+            << "reduce_scatter rank " << r << " element " << i;
       }
     }
     const auto got = red_recv[2].to_vector<float>();
-    for (std::int64_t i = 0; i < kCount; ++i) ASSERT_EQ(bits(got[i]), bits(tree[i])) << "reduce " << i;
+    for (std::int64_t i = 0; i < kLargeCount; ++i)
+      ASSERT_EQ(bits(got[i]), bits(tree[i])) << "reduce " << i;
   }
 }
 
@@ -108,14 +112,14 @@ TEST_F(CollectiveLargeTest, BroadcastAndAllGatherCopyEveryElementOutOfPlaceAndIn
   for (int n : {2, 3, 8}) {
     SCOPED_TRACE(detail::cat(n, " ranks"));
     auto comms = Communicator::init_all(devices("sim", n));
-    const std::int64_t per = kCount / n + 5;  // all_gather: per rank
+    const std::int64_t per = kLargeCount / n + 5;  // all_gather: per rank
     for (bool in_place : {false, true}) {
       SCOPED_TRACE(in_place ? "in place" : "out of place");
       std::vector<Tensor> bsend, brecv, gsend, grecv;
       for (int r = 0; r < n; ++r) {
         const Device d = comms[r].device();
-        bsend.push_back(skewed(kCount, 1, d, r, exact));
-        brecv.push_back(in_place ? bsend[r] : skewed(kCount, 3, d, r, stale));
+        bsend.push_back(skewed(kLargeCount, 1, d, r, exact));
+        brecv.push_back(in_place ? bsend[r] : skewed(kLargeCount, 3, d, r, stale));
         grecv.push_back(skewed(n * per, 1, d, r, stale));
         gsend.push_back(in_place ? grecv[r].narrow(r * per, per) : skewed(per, 2, d, r, exact));
         if (in_place)
@@ -137,7 +141,7 @@ TEST_F(CollectiveLargeTest, BroadcastAndAllGatherCopyEveryElementOutOfPlaceAndIn
       synchronize(comms);
       for (int r = 0; r < n; ++r) {
         const auto b = brecv[r].to_vector<float>();
-        for (std::int64_t i = 0; i < kCount; ++i)
+        for (std::int64_t i = 0; i < kLargeCount; ++i)
           ASSERT_EQ(b[i], exact(root, i)) << "broadcast rank " << r << " element " << i;
         const auto g = grecv[r].to_vector<float>();
         for (std::int64_t i = 0; i < n * per; ++i)
@@ -153,19 +157,21 @@ TEST_F(CollectiveLargeTest, FastAllReduceOfEveryOpMatchesTheHostAndMinMaxPropaga
   auto comms = Communicator::init_all(devices("sim", n));
   const float nan = std::numeric_limits<float>::quiet_NaN();
   // NaN on rank 1 at every 1000th element (inside vector lanes and in the unaligned tails).
-  auto value = [&](int r, std::int64_t i) { return r == 1 && i % 1000 == 7 ? nan : exact(r, i) + 3.0f; };
+  auto value = [&](int r, std::int64_t i) {
+    return r == 1 && i % 1000 == 7 ? nan : exact(r, i) + 3.0f;
+  };
   for (ReduceOp op : {ReduceOp::sum, ReduceOp::prod, ReduceOp::min, ReduceOp::max, ReduceOp::avg}) {
     SCOPED_TRACE(reduce_op_name(op));
     std::vector<Tensor> send, recv;
     for (int r = 0; r < n; ++r) {
-      send.push_back(skewed(kCount, 1, comms[r].device(), r, value));
-      recv.push_back(Tensor::zeros({kCount}, DType::f32, comms[r].device()));
+      send.push_back(skewed(kLargeCount, 1, comms[r].device(), r, value));
+      recv.push_back(Tensor::zeros({kLargeCount}, DType::f32, comms[r].device()));
     }
     all_reduce(comms, send, recv, op);
     synchronize(comms);
     for (int r = 0; r < n; ++r) {
       const auto got = recv[r].to_vector<float>();
-      for (std::int64_t i = 0; i < kCount; ++i) {
+      for (std::int64_t i = 0; i < kLargeCount; ++i) {
         const float a = value(0, i), b = value(1, i), c = value(2, i);
         if (std::isnan(b)) {
           ASSERT_TRUE(std::isnan(got[i])) << "rank " << r << " element " << i;

@@ -22,8 +22,6 @@ namespace {
 using namespace ditto::test;
 using CommDtypes = SimSuite<8>;
 
-Device sim(int i) { return Device("sim", i); }
-
 using Bytes = std::vector<std::uint8_t>;
 // A [rows, 3] host tensor of dtype t with distinct values per seed (negative ones, and the
 // dtype's extremes for integers so that sums wrap).
@@ -48,19 +46,21 @@ TEST_F(CommDtypes, BroadcastScatterGatherMoveEveryDtypesBytes) {
   for (DType t : kAllDTypes) {
     SCOPED_TRACE(dtype_name(t));
     const Tensor h = values(t, 6, 1);
-    const Tensor src = h.to(sim(2));
-    for (const Tensor& c : comm::broadcast(src, {sim(0), sim(2), sim(5)})) {
+    const Tensor src = h.to(sim_device(2));
+    for (const Tensor& c : comm::broadcast(src, {sim_device(0), sim_device(2), sim_device(5)})) {
       EXPECT_EQ(c.dtype(), t);
       EXPECT_EQ(tensor_bytes(c), tensor_bytes(h));
     }
-    const auto parts = comm::scatter(src, {sim(1), sim(3), sim(4)}, std::vector<std::int64_t>{1, 3, 2});
+    const auto parts = comm::scatter(src, {sim_device(1), sim_device(3), sim_device(4)},
+                                     std::vector<std::int64_t>{1, 3, 2});
     ASSERT_EQ(parts.size(), 3u);
-    EXPECT_EQ(parts[1].device(), sim(3));
+    EXPECT_EQ(parts[1].device(), sim_device(3));
     EXPECT_EQ(tensor_bytes(parts[1]), tensor_bytes(h.narrow(1, 3)));
     EXPECT_EQ(tensor_bytes(comm::gather(parts, 0, Device::cpu())), tensor_bytes(h));
     // Along dim 1 (strided copies).
-    const auto cols = comm::scatter(src, {sim(0), sim(6)}, std::vector<std::int64_t>{2, 1}, 1);
-    EXPECT_EQ(tensor_bytes(comm::gather(cols, 1, sim(7))), tensor_bytes(h));
+    const auto cols =
+        comm::scatter(src, {sim_device(0), sim_device(6)}, std::vector<std::int64_t>{2, 1}, 1);
+    EXPECT_EQ(tensor_bytes(comm::gather(cols, 1, sim_device(7))), tensor_bytes(h));
   }
 }
 
@@ -69,11 +69,12 @@ TEST_F(CommDtypes, BroadcastCoalescedWithMixedDtypesPacksOneDtypePerBuffer) {
   std::vector<Tensor> host;
   for (DType t : kAllDTypes) {
     host.push_back(values(t, 2, 3));
-    in.push_back(host.back().to(sim(0)));
+    in.push_back(host.back().to(sim_device(0)));
   }
-  in.push_back(values(DType::bf16, 1, 4).to(sim(0)));  // a second bf16 shares the bf16 buffer
+  in.push_back(
+      values(DType::bf16, 1, 4).to(sim_device(0)));  // a second bf16 shares the bf16 buffer
   host.push_back(values(DType::bf16, 1, 4));
-  const auto out = comm::broadcast_coalesced(in, {sim(0), sim(1), sim(7)}, 64);
+  const auto out = comm::broadcast_coalesced(in, {sim_device(0), sim_device(1), sim_device(7)}, 64);
   ASSERT_EQ(out.size(), 3u);
   for (std::size_t d = 0; d < 3; ++d)
     for (std::size_t i = 0; i < in.size(); ++i) {
@@ -98,7 +99,8 @@ Tensor reference_sum(const std::vector<Tensor>& hs) {
       if constexpr (std::is_integral_v<T>) {
         using U = std::make_unsigned_t<T>;
         U s = 0;
-        for (const Tensor& h : hs) s = static_cast<U>(s + static_cast<U>(static_cast<const T*>(h.data_ptr())[i]));
+        for (const Tensor& h : hs)
+          s = static_cast<U>(s + static_cast<U>(static_cast<const T*>(h.data_ptr())[i]));
         static_cast<T*>(out.data_ptr())[i] = static_cast<T>(s);
       } else {
         double s = 0;  // exact for these values, as the f32 accumulator is
@@ -113,16 +115,17 @@ Tensor reference_sum(const std::vector<Tensor>& hs) {
 TEST_F(CommDtypes, ReduceAddSumsEveryDtypeOntoTheDestination) {
   for (DType t : kAllDTypes)
     for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
-      SCOPED_TRACE(std::string(dtype_name(t)) + (mode == Determinism::bitwise ? " bitwise" : " fast"));
+      SCOPED_TRACE(std::string(dtype_name(t)) +
+                   (mode == Determinism::bitwise ? " bitwise" : " fast"));
       std::vector<Tensor> hs, in;
       for (int r = 0; r < 3; ++r) {
         hs.push_back(values(t, 4, r));
-        in.push_back(hs.back().to(sim(r)));
+        in.push_back(hs.back().to(sim_device(r)));
       }
       const Bytes want = tensor_bytes(reference_sum(hs));
-      Tensor out = comm::reduce_add(in, sim(4), mode);
+      Tensor out = comm::reduce_add(in, sim_device(4), mode);
       EXPECT_EQ(out.dtype(), t);
-      EXPECT_EQ(out.device(), sim(4));
+      EXPECT_EQ(out.device(), sim_device(4));
       EXPECT_EQ(tensor_bytes(out), want);
       EXPECT_EQ(tensor_bytes(comm::reduce_add(in, Device::cpu(), mode)), want);
       // Coalesced, mixed with an f32 and an i8 list entry.
@@ -131,16 +134,16 @@ TEST_F(CommDtypes, ReduceAddSumsEveryDtypeOntoTheDestination) {
       for (int r = 0; r < 3; ++r) {
         f32s.push_back(values(DType::f32, 1, r));
         i8s.push_back(values(DType::i8, 2, r));
-        lists.push_back({in[r], f32s.back().to(sim(r)), i8s.back().to(sim(r))});
+        lists.push_back({in[r], f32s.back().to(sim_device(r)), i8s.back().to(sim_device(r))});
       }
-      const auto sums = comm::reduce_add_coalesced(lists, sim(0), 1 << 20, mode);
+      const auto sums = comm::reduce_add_coalesced(lists, sim_device(0), 1 << 20, mode);
       ASSERT_EQ(sums.size(), 3u);
       EXPECT_EQ(tensor_bytes(sums[0]), want);
       EXPECT_EQ(tensor_bytes(sums[1]), tensor_bytes(reference_sum(f32s)));
       EXPECT_EQ(tensor_bytes(sums[2]), tensor_bytes(reference_sum(i8s)));
     }
-  std::vector<Tensor> mixed = {Tensor::zeros({2}, DType::bf16, sim(0)),
-                               Tensor::zeros({2}, DType::f16, sim(1))};
+  std::vector<Tensor> mixed = {Tensor::zeros({2}, DType::bf16, sim_device(0)),
+                               Tensor::zeros({2}, DType::f16, sim_device(1))};
   EXPECT_THROW_MSG(comm::reduce_add(mixed), InvalidArgument,
                    "comm::reduce_add: inputs[1]: expected dtype bf16 (like inputs[0]), got [2] "
                    "f16 on sim:1");
@@ -152,8 +155,8 @@ TEST_F(CommDtypes, ReduceAddF16BitwiseIsTheCanonicalTreeRoundedOnce) {
   // left-to-right kernel) leaves 2048 + 1 = 2048 each time.
   std::vector<Tensor> in;
   for (int r = 0; r < 8; ++r)
-    in.push_back(Tensor::full({3}, r == 0 ? 2048.0 : 1.0, DType::f16, sim(r)));
-  const Tensor sum = comm::reduce_add(in, sim(0), Determinism::bitwise);
+    in.push_back(Tensor::full({3}, r == 0 ? 2048.0 : 1.0, DType::f16, sim_device(r)));
+  const Tensor sum = comm::reduce_add(in, sim_device(0), Determinism::bitwise);
   const auto got = sum.to_vector<float16>();
   EXPECT_EQ(got[0].bits, float16::from(2056.0f).bits);
   float16 naive = float16::from(2048.0f);
@@ -161,10 +164,10 @@ TEST_F(CommDtypes, ReduceAddF16BitwiseIsTheCanonicalTreeRoundedOnce) {
   EXPECT_EQ(naive.bits, float16::from(2048.0f).bits);
   EXPECT_NE(got[0].bits, naive.bits);
   // bf16 likewise: 256 + 1 + 1 is 258 rounded once; per step 256 + 1 ties back to 256.
-  const Tensor bf = comm::reduce_add(
-      {Tensor::full({1}, 256.0, DType::bf16, sim(0)), Tensor::full({1}, 1.0, DType::bf16, sim(1)),
-       Tensor::full({1}, 1.0, DType::bf16, sim(2))},
-      sim(0), Determinism::bitwise);
+  const Tensor bf = comm::reduce_add({Tensor::full({1}, 256.0, DType::bf16, sim_device(0)),
+                                      Tensor::full({1}, 1.0, DType::bf16, sim_device(1)),
+                                      Tensor::full({1}, 1.0, DType::bf16, sim_device(2))},
+                                     sim_device(0), Determinism::bitwise);
   EXPECT_EQ(bf.item<bfloat16>().bits, bfloat16::from(258.0f).bits);
   EXPECT_EQ(bfloat16::from(256.0f + 1.0f).bits, bfloat16::from(256.0f).bits);
 }

@@ -109,7 +109,7 @@ std::vector<T> host_reduce(int n, std::int64_t count, ReduceOp op, std::int64_t 
   return host_reduce(v, op);
 }
 
-std::vector<std::uint32_t> bits(const std::vector<float>& v) {
+std::vector<std::uint32_t> value_bits(const std::vector<float>& v) {
   std::vector<std::uint32_t> b(v.size());
   std::memcpy(b.data(), v.data(), v.size() * sizeof(float));
   return b;
@@ -463,8 +463,8 @@ TEST_P(CommCollectives, BitwiseResultsFollowTheCanonicalTree) {
       drive(
           comms_, how_, [&] { ditto::all_reduce(comms_, send, recv, op); },
           [&](int r) { comms_[r].all_reduce(send[r], recv[r], op); });
-      const auto expected = bits(host_reduce(in, op));
-      for (int r = 0; r < n_; ++r) EXPECT_EQ(bits(recv[r].to_vector<float>()), expected) << r;
+      const auto expected = value_bits(host_reduce(in, op));
+      for (int r = 0; r < n_; ++r) EXPECT_EQ(value_bits(recv[r].to_vector<float>()), expected) << r;
     }
   });
 }
@@ -538,9 +538,9 @@ TEST_P(CommBackends, AllGatherIntoMatrixAndManyCallsInARow) {
 }
 
 // Mixed magnitudes: a left-to-right sum over ranks differs from the canonical tree.
-float mixed(int r, std::int64_t i) { return mixed_rank_value(r, i, 12345u); }
+float mixed_value(int r, std::int64_t i) { return mixed_rank_value(r, i, 12345u); }
 
-float mixed_tree(int lo, int hi, std::int64_t i) { return test::host_tree(lo, hi, i, mixed); }
+float mixed_tree(int lo, int hi, std::int64_t i) { return test::host_tree(lo, hi, i, mixed_value); }
 
 TEST_P(CommBackends, BitwiseReductionsFollowTheCanonicalTree) {
   const std::int64_t count = 1003;
@@ -550,8 +550,8 @@ TEST_P(CommBackends, BitwiseReductionsFollowTheCanonicalTree) {
     int differ = 0;
     for (std::int64_t i = 0; i < count; ++i) {
       tree[i] = mixed_tree(0, n, i);
-      float acc = mixed(0, i);
-      for (int r = 1; r < n; ++r) acc = acc + mixed(r, i);
+      float acc = mixed_value(0, i);
+      for (int r = 1; r < n; ++r) acc = acc + mixed_value(r, i);
       left[i] = acc;
       differ += test::bits(tree[i]) != test::bits(left[i]);
     }
@@ -564,11 +564,11 @@ TEST_P(CommBackends, BitwiseReductionsFollowTheCanonicalTree) {
     CommOptions opts;
     opts.determinism = Determinism::bitwise;
     auto comms = init(n, opts);
-    // Element i of rank r holds mixed(r, i % count): for reduce_scatter every block of a rank's
-    // send repeats the all_reduce input, so block b reduces to `tree` as well.
+    // Element i of rank r holds mixed_value(r, i % count): for reduce_scatter every block of a
+    // rank's send repeats the all_reduce input, so block b reduces to `tree` as well.
     auto rank_inputs = [&](int r, std::int64_t cnt) {
       std::vector<float> v(static_cast<std::size_t>(cnt));
-      for (std::int64_t i = 0; i < cnt; ++i) v[i] = mixed(r, i % count);
+      for (std::int64_t i = 0; i < cnt; ++i) v[i] = mixed_value(r, i % count);
       return v;
     };
     for (bool in_place : {false, true}) {
@@ -613,7 +613,7 @@ TEST_P(CommBackends, FastModeAgreesWithTheTreeWithinTolerance) {
   std::vector<Tensor> t;
   for (int r = 0; r < n; ++r) {
     std::vector<float> v(count);
-    for (std::int64_t i = 0; i < count; ++i) v[i] = mixed(r, i);
+    for (std::int64_t i = 0; i < count; ++i) v[i] = mixed_value(r, i);
     t.push_back(make(v, comms[r].device()));
   }
   all_reduce(comms, t);
@@ -621,7 +621,7 @@ TEST_P(CommBackends, FastModeAgreesWithTheTreeWithinTolerance) {
   auto got = t[3].to_vector<float>();
   for (std::int64_t i = 0; i < count; ++i) {
     double exact = 0, mag = 0;
-    for (int r = 0; r < n; ++r) exact += mixed(r, i), mag += std::fabs(mixed(r, i));
+    for (int r = 0; r < n; ++r) exact += mixed_value(r, i), mag += std::fabs(mixed_value(r, i));
     EXPECT_NEAR(got[i], exact, 1e-6 * mag) << "element " << i;
   }
 }
@@ -951,7 +951,7 @@ TEST_F(CudaCommTest, BitwiseCollectivesEqualTheSimulatorBitForBit) {
     }
     ASSERT_EQ(out[0].size(), out[1].size());
     for (std::size_t i = 0; i < out[0].size(); ++i)
-      EXPECT_EQ(bits(out[0][i]), bits(out[1][i])) << n << " ranks, result " << i;
+      EXPECT_EQ(value_bits(out[0][i]), value_bits(out[1][i])) << n << " ranks, result " << i;
   }
 }
 

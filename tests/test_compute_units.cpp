@@ -473,9 +473,10 @@ TEST(ComputeUnits, DryRunRowSumsTakeTheTypedKernels) {
 // 8) making about 1024 blocks of 32 columns, whose f32 partials the last block of each 32
 // columns adds in the same launch. Both backends price the fast sum_rows as that one launch and
 // the partials' bytes (the simulator's real run too: sum_rows is among the kernels it prices as
-// CUDA launches them), through the cost model's mirror of the split (sim::cuda_fast_row_chunks),
-// which must agree with CUDA's own; bitwise sum_rows and sum_rows_sharded are one launch too. A
-// split has fewer column blocks than a stream's semaphores (one ticket counter each).
+// CUDA launches them), through the cost model's sim::cuda_fast_row_chunks, which reads the split
+// CUDA launches (core/backend_api/cuda_launch_shapes.h, one definition for both); bitwise sum_rows
+// and sum_rows_sharded are one launch too. A split has fewer column blocks than a stream's
+// semaphores (one ticket counter each).
 TEST(ComputeUnits, FastRowSumsPriceCudasRowChunks) {
   for (std::int64_t rows : {0, 1, 64, 511, 512, 513, 600, 1000, 4096, 8191, 8192, 16384, 1 << 20})
     for (std::int64_t cols : {1, 31, 32, 33, 384, 768, 1152, 2304, 3072, 32768, 32769, 786432}) {
@@ -1300,7 +1301,7 @@ TEST(ComputeUnits, DryRunFusesTheMlpGeluIntoItsGemmsInFastModeOnly) {
 // 16 N C FLOPs with the residual's add (the blocks' 2 L), 15 without (ln_f); dy, x, dx (and the
 // residual) [N, C] and w in the storage dtype, mean and rstd f32, the weight's gradient written
 // in the storage dtype (a new one: the trainer's zero_grad leaves none), the chunks' f32
-// partials (cuda_layernorm_params_chunks, the mirror of CUDA's layernorm_params_split). No
+// partials (cuda_layernorm_params_chunks: CUDA's layernorm_params_split, one definition). No
 // LayerNorm row sum is left (the one sum_rows a step is wpe's gradient), and no
 // layernorm_backward(_ex / _add).
 TEST(ComputeUnits, DryRunPricesTheLayerNormParameterGradientsInTheBackward) {
@@ -1313,8 +1314,8 @@ TEST(ComputeUnits, DryRunPricesTheLayerNormParameterGradientsInTheBackward) {
                       (t == DType::f32 || t == DType::bf16 || t == DType::f16))
             << dtype_name(t) << " " << determinism_name(mode) << (dry ? " dry" : " real");
   }
-  // The split and its mirror: every row in one chunk of whole 8-row groups, about 512 chunks,
-  // their groups of 16 within the stream's semaphores.
+  // The split, as CUDA launches it and the cost model reads it: every row in one chunk of whole
+  // 8-row groups, about 512 chunks, their groups of 16 within the stream's semaphores.
   for (std::int64_t rows :
        {0, 1, 15, 16, 17, 100, 128, 200, 511, 512, 4096, 4100, 8191, 8192, 16384, 1 << 20}) {
     const cuda::LnParamsSplit sp = cuda::layernorm_params_split(rows);

@@ -45,7 +45,7 @@ Device sim_dev(int i = 0) { return Device("sim", i); }
 
 /// n values in [-1, 1) scaled by 100, 1 or 0.01 by position, so the order of a sum shows in
 /// its bits.
-std::vector<float> mixed(std::int64_t n, std::uint64_t salt, bool magnitudes = true) {
+std::vector<float> mixed_salted(std::int64_t n, std::uint64_t salt, bool magnitudes = true) {
   std::vector<float> v(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) {
     float s = !magnitudes ? 1.0f : (i % 3 == 0 ? 100.0f : (i % 3 == 1 ? 1.0f : 0.01f));
@@ -63,7 +63,7 @@ TEST_F(CudaTest, MemoryCopiesStreamsAndEvents) {
   EXPECT_GT(b.properties(0).total_memory, 0u);
 
   // Host -> device -> device (another logical device, maybe another GPU) -> host.
-  std::vector<float> host = mixed(1000, 1);
+  std::vector<float> host = mixed_salted(1000, 1);
   Tensor a = Tensor::from_vector(host, {10, 100}, cuda_dev(0));
   Tensor c = a.to(cuda_dev(kLogicalDevices - 1)).to(cuda_dev(1));
   EXPECT_EQ(c.to_vector<float>(), host);
@@ -126,7 +126,7 @@ TEST_F(CudaTest, KernelScratchIsCountedByTheDevicesMemoryStats) {
   const std::int64_t numel = 1 << 18;
   std::vector<Tensor> in;
   for (int k = 0; k < 9; ++k)
-    in.push_back(Tensor::from_vector(mixed(numel, 40 + k), {numel}, cuda_dev(0)));
+    in.push_back(Tensor::from_vector(mixed_salted(numel, 40 + k), {numel}, cuda_dev(0)));
   Tensor out = Tensor::from_vector(std::vector<float>(numel, 0.0f), {numel}, cuda_dev(0));
   std::vector<const float*> ptrs;
   for (const Tensor& t : in) ptrs.push_back(static_cast<const float*>(t.data_ptr()));
@@ -277,7 +277,7 @@ TEST_F(CudaTest, BitwiseAllReduceEqualsTheSimulatorsBits) {
       auto comms = Communicator::init_all(devices(backend, n), o);
       std::vector<Tensor> t;
       for (int r = 0; r < n; ++r)
-        t.push_back(Tensor::from_vector(mixed(count, 100 + r), {count}, comms[r].device()));
+        t.push_back(Tensor::from_vector(mixed_salted(count, 100 + r), {count}, comms[r].device()));
       all_reduce(comms, t);
       synchronize(comms);
       for (int r = 1; r < n; ++r) ASSERT_EQ(bits(t[r]), bits(t[0])) << backend << " rank " << r;

@@ -32,8 +32,6 @@ namespace {
 
 using namespace ditto::test;
 
-Device sim(int i) { return Device("sim", i); }
-
 // A fresh 4-device simulator with `specs` injected; returns it.
 sim::SimBackend& sim_with_faults(const std::vector<std::string>& specs,
                                  std::optional<std::int64_t> comm_timeout_ms = std::nullopt) {
@@ -113,7 +111,7 @@ TEST(FaultSpec, SetFaultsRejectsDevicesOutOfRange) {
 
 TEST(FaultDevice, FailsAtItsStepAndEveryUseOfItThrows) {
   sim::SimBackend& b = sim_with_faults({"fail:device=2,step=3"});
-  Tensor t = Tensor::full({4}, 1.5f, sim(2));
+  Tensor t = Tensor::full({4}, 1.5f, sim_device(2));
   b.begin_step(0);
   b.begin_step(2);
   ops::scale_(t, 2.0f);
@@ -123,23 +121,24 @@ TEST(FaultDevice, FailsAtItsStepAndEveryUseOfItThrows) {
   const std::string what = "sim:2: device failed (injected fault fail:device=2,step=3, at step 3)";
   ops::scale_(t, 2.0f);  // a kernel: fails on the stream
   expect_error<BackendError>([&] { b.default_stream(2).synchronize(); }, what);
-  expect_error<BackendError>([&] { t.to_vector<float>(); }, what);                    // a host copy
-  expect_error<BackendError>([&] { Tensor::empty({4}, DType::f32, sim(2)); }, what);  // alloc
-  auto side = b.create_stream(2);  // every stream of the device
+  expect_error<BackendError>([&] { t.to_vector<float>(); }, what);  // a host copy
+  expect_error<BackendError>([&] { Tensor::empty({4}, DType::f32, sim_device(2)); },
+                             what);  // alloc
+  auto side = b.create_stream(2);    // every stream of the device
   sim::as_sim(*side, "test").enqueue([] {});
   expect_error<BackendError>([&] { side->synchronize(); }, what);
 
   // A copy to a healthy device reads nothing of the failed one: the destination's stream fails.
-  Tensor moved = t.to(sim(0));
+  Tensor moved = t.to(sim_device(0));
   expect_error<BackendError>(
       [&] { moved.to_vector<float>(); },
       "sim:0: stream waited on an event recorded on a failed device: " + what);
   // Other devices are untouched.
-  Tensor ok = Tensor::full({2}, 4.0f, sim(1));
+  Tensor ok = Tensor::full({2}, 4.0f, sim_device(1));
   EXPECT_EQ(ok.to_vector<float>(), std::vector<float>(2, 4.0f));
   // set_faults makes every device healthy again.
   b.set_faults({});
-  Tensor again = Tensor::full({2}, 1.0f, sim(2));
+  Tensor again = Tensor::full({2}, 1.0f, sim_device(2));
   EXPECT_EQ(again.to_vector<float>(), std::vector<float>(2, 1.0f));
 }
 
@@ -149,7 +148,7 @@ TEST(FaultDevice, CollectiveWithAFailedRankFailsEveryRankNamingItWithoutWaitingF
   opts.timeout_ms = 600000;  // a rank that waited for the timeout would hang the test
   auto comms = Communicator::init_all(devices("sim", 4), opts);
   std::vector<Tensor> t;
-  for (int r = 0; r < 4; ++r) t.push_back(Tensor::full({8}, 1.0f, sim(r)));
+  for (int r = 0; r < 4; ++r) t.push_back(Tensor::full({8}, 1.0f, sim_device(r)));
   all_reduce(comms, t);
   synchronize(comms);
   EXPECT_EQ(t[3].to_vector<float>(), std::vector<float>(8, 4.0f));
@@ -231,7 +230,7 @@ TEST(FaultSkipCollective, OtherRanksTimeOutNamingTheRankAndTheCollective) {
   sim_with_faults({"skip-collective:rank=3,index=1"}, 300);
   auto comms = Communicator::init_all(devices("sim", 4));  // own timeout: 300 s, overridden
   std::vector<Tensor> t;
-  for (int r = 0; r < 4; ++r) t.push_back(Tensor::full({5}, float(r), sim(r)));
+  for (int r = 0; r < 4; ++r) t.push_back(Tensor::full({5}, float(r), sim_device(r)));
   all_reduce(comms, t);  // collective #1 (index 0) completes
   synchronize(comms);
   EXPECT_EQ(t[3].to_vector<float>(), std::vector<float>(5, 6.0f));
@@ -254,7 +253,7 @@ TEST(FaultSkipCollective, AWaitingCollectiveWarnsOnceNamingTheMissingRanks) {
     sim_with_faults({"skip-collective:rank=2,index=0", "skip-collective:rank=3,index=0"}, 600);
     auto comms = Communicator::init_all(devices("sim", 4));
     std::vector<Tensor> t;
-    for (int r = 0; r < 4; ++r) t.push_back(Tensor::full({5}, float(r), sim(r)));
+    for (int r = 0; r < 4; ++r) t.push_back(Tensor::full({5}, float(r), sim_device(r)));
     testing::internal::CaptureStderr();
     all_reduce(comms, t);  // #1: ranks 2 and 3 never join
     for (int r = 0; r < 4; ++r)
@@ -280,7 +279,7 @@ TEST(FaultSkipCollective, AWaitingCollectiveWarnsOnceNamingTheMissingRanks) {
 TEST(FaultSkipCollective, AbandonedRendezvousStillTimesOutWhenEveryHandleIsGone) {
   init_sim(2);
   auto side = get_backend("sim").create_stream(0);
-  Tensor t = Tensor::full({3}, 1.0f, sim(0));
+  Tensor t = Tensor::full({3}, 1.0f, sim_device(0));
   {
     CommOptions opts;
     opts.timeout_ms = 200;

@@ -36,9 +36,9 @@ std::string fuzz_input(const std::string& name) {
   return out;
 }
 
-std::string fresh_dir(const std::string& name) { return test::fresh_dir("fuzz", name); }
+std::string fuzz_dir(const std::string& name) { return test::fresh_dir("fuzz", name); }
 
-void write(const std::string& path, const std::string& bytes) {
+void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
 }
 
@@ -48,9 +48,9 @@ void write(const std::string& path, const std::string& bytes) {
 TEST(FuzzRegression, CheckpointTrainerJsonNested100000DeepRefused) {
   const std::string text = fuzz_input("trainer_json_nested_100000_deep.json.gz");
   ASSERT_EQ(text.size(), 200025u);
-  const std::string dir = fresh_dir("ckpt") + "/step-00000003";
+  const std::string dir = fuzz_dir("ckpt") + "/step-00000003";
   fs::create_directories(dir);
-  write(dir + "/trainer.json", text);
+  write_bytes(dir + "/trainer.json", text);
   test::expect_error<ParseError>([&] { (void)read_checkpoint(dir); },
                                  dir + "/trainer.json: JSON nested 100000 levels deep, expected "
                                        "at most 64 (damaged file)");
@@ -86,8 +86,8 @@ TEST(FuzzRegression, CheckpointCountsPast2p53Refused) {
 TEST(FuzzRegression, ProfileFieldNested100000DeepRefused) {
   const std::string text = fuzz_input("profile_nested_100000_deep.json.gz");
   ASSERT_EQ(text.size(), 200059u);
-  const std::string path = fresh_dir("profile") + "/deep.json";
-  write(path, text);
+  const std::string path = fuzz_dir("profile") + "/deep.json";
+  write_bytes(path, text);
   test::expect_invalid(
       [&] { (void)sim::device_profile(path); },
       "device_profile: " + path + ": field 'fp32_tflops': expected a number, got array");

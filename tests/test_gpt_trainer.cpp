@@ -193,9 +193,7 @@ TEST(TextDataSource, BadInputsAreRefusedNamingTheProblem) {
 
 // ---- the Trainer's iteration mode, on the MLP (digits)
 
-std::shared_ptr<CsvDataSource> digits() {
-  return std::make_shared<CsvDataSource>(DITTO_DIGITS_CSV, data::CsvOptions{}, 0.2, 0);
-}
+using test::digits;
 
 TrainerConfig iters(int devices, TrainerKind kind, std::int64_t max_iters = 12) {
   TrainerConfig c;

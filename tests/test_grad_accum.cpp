@@ -279,7 +279,8 @@ TEST(GradAccumTrainer, MlpFastModeStaysCloseToOneStep) {
 }
 
 // A tiny GPT (AdamW, nanoGPT's schedule, clipping) on the bundled text, as test_gpt_trainer.cpp.
-TrainerConfig tiny_gpt(int devices, TrainerKind kind, std::int64_t accum, float dropout = 0.0f) {
+TrainerConfig tiny_gpt_accum(int devices, TrainerKind kind, std::int64_t accum,
+                             float dropout = 0.0f) {
   TrainerConfig c =
       test::tiny_gpt_trainer({.block_size = 16,
                               .vocab_size = 78,
@@ -298,8 +299,8 @@ TEST(GradAccumTrainer, GptBitwiseAccumulationGivesTheBitsOfOneStepWithAndWithout
   TrainerCallbacks cb1, cb4;
   cb1.on_eval = [&](const EvalMetrics& m) { evals1.push_back(m); };
   cb4.on_eval = [&](const EvalMetrics& m) { evals4.push_back(m); };
-  const FitResult one = Trainer(tiny_gpt(1, TrainerKind::dp, 1), text, cb1).fit();
-  const FitResult four = Trainer(tiny_gpt(2, TrainerKind::ddp, 4), text, cb4).fit();
+  const FitResult one = Trainer(tiny_gpt_accum(1, TrainerKind::dp, 1), text, cb1).fit();
+  const FitResult four = Trainer(tiny_gpt_accum(2, TrainerKind::ddp, 4), text, cb4).fit();
   EXPECT_EQ(four.params_checksum, one.params_checksum);
   // Evaluations (and so the losses they print) are the same; tokens count the whole steps.
   ASSERT_EQ(evals4.size(), evals1.size());
@@ -313,14 +314,16 @@ TEST(GradAccumTrainer, GptBitwiseAccumulationGivesTheBitsOfOneStepWithAndWithout
                             {4, TrainerKind::dp, 2},
                             {1, TrainerKind::ddp, 4},
                             {4, TrainerKind::ddp, 2}})
-    EXPECT_EQ(Trainer(tiny_gpt(n, kind, k), text).fit().params_checksum, one.params_checksum)
+    EXPECT_EQ(Trainer(tiny_gpt_accum(n, kind, k), text).fit().params_checksum, one.params_checksum)
         << n << " devices, " << trainer_kind_name(kind) << ", K=" << k;
   // Dropout: masks keyed by the global row, so micro-steps draw the rows' own masks.
   const std::uint64_t drop1 =
-      Trainer(tiny_gpt(1, TrainerKind::dp, 1, 0.1f), text).fit().params_checksum;
+      Trainer(tiny_gpt_accum(1, TrainerKind::dp, 1, 0.1f), text).fit().params_checksum;
   EXPECT_NE(drop1, one.params_checksum);
-  EXPECT_EQ(Trainer(tiny_gpt(1, TrainerKind::dp, 4, 0.1f), text).fit().params_checksum, drop1);
-  EXPECT_EQ(Trainer(tiny_gpt(2, TrainerKind::ddp, 2, 0.1f), text).fit().params_checksum, drop1);
+  EXPECT_EQ(Trainer(tiny_gpt_accum(1, TrainerKind::dp, 4, 0.1f), text).fit().params_checksum,
+            drop1);
+  EXPECT_EQ(Trainer(tiny_gpt_accum(2, TrainerKind::ddp, 2, 0.1f), text).fit().params_checksum,
+            drop1);
 }
 
 TEST(GradAccumTrainer, ACheckpointResumesWithAnotherK) {

@@ -1,9 +1,9 @@
-// Micro-sharded batch reductions of bitwise mode (Note [Micro-shards], core/numerics/micro_shards.h):
-// micro_shard_bounds / local_bounds, ops::gemm_tn_sharded, ops::sum_rows_sharded and
-// ops::sum_sharded against a host scalar reference of their exact definition (shard counts 1, 2,
-// 3, 8, 64; empty and uneven shards; accumulate on and off), the property they exist for (the
-// same bits for 1, 2, 4 and 8 devices sharing a batch, while a plain ascending sum differs), and
-// their argument errors.
+// Micro-sharded batch reductions of bitwise mode (Note [Micro-shards],
+// core/numerics/micro_shards.h): micro_shard_bounds / local_bounds, ops::gemm_tn_sharded,
+// ops::sum_rows_sharded and ops::sum_sharded against a host scalar reference of their exact
+// definition (shard counts 1, 2, 3, 8, 64; empty and uneven shards; accumulate on and off), the
+// property they exist for (the same bits for 1, 2, 4 and 8 devices sharing a batch, while a plain
+// ascending sum differs), and their argument errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "core/runtime/backend.h"
 #include "core/numerics/determinism.h"
 #include "core/numerics/micro_shards.h"
+#include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
 #include "test_util.h"
@@ -27,8 +27,6 @@ namespace {
 using namespace ditto::test;
 
 using Bounds = std::vector<std::int64_t>;
-
-Device sim(int i) { return Device("sim", i); }
 
 // ---- host reference of the exact definition --------------------------------------------------
 
@@ -184,9 +182,9 @@ TEST_F(MicroShards, GemmTnShardedEqualsScalarReferenceBitForBit) {
         const std::vector<float> a = mixed_values(static_cast<std::size_t>(sc.rows * M), seed++);
         const std::vector<float> b = mixed_values(static_cast<std::size_t>(sc.rows * N), seed++);
         const std::vector<float> c0 = mixed_values(static_cast<std::size_t>(M * N), seed++);
-        Tensor ta = Tensor::from_vector(a, {sc.rows, M}, sim(1));
-        Tensor tb = Tensor::from_vector(b, {sc.rows, N}, sim(1));
-        Tensor tc = Tensor::from_vector(c0, {M, N}, sim(1));
+        Tensor ta = Tensor::from_vector(a, {sc.rows, M}, sim_device(1));
+        Tensor tb = Tensor::from_vector(b, {sc.rows, N}, sim_device(1));
+        Tensor tc = Tensor::from_vector(c0, {M, N}, sim_device(1));
         ops::gemm_tn_sharded(ta, tb, tc, sc.bounds, accumulate);
         std::vector<float> want = ref_gemm_tn_sharded(a, b, M, N, sc.bounds);
         if (accumulate)
@@ -198,16 +196,16 @@ TEST_F(MicroShards, GemmTnShardedEqualsScalarReferenceBitForBit) {
 
 TEST_F(MicroShards, EmptyShardsGivePositiveZero) {
   // rows = 0: every partial is +0, so T is +0 and accumulate leaves c as it was (-0 + +0 = +0).
-  Tensor ta = Tensor::zeros({0, 2}, DType::f32, sim(2));
-  Tensor tb = Tensor::zeros({0, 3}, DType::f32, sim(2));
-  Tensor tc = Tensor::full({2, 3}, -7.0f, sim(2));
+  Tensor ta = Tensor::zeros({0, 2}, DType::f32, sim_device(2));
+  Tensor tb = Tensor::zeros({0, 3}, DType::f32, sim_device(2));
+  Tensor tc = Tensor::full({2, 3}, -7.0f, sim_device(2));
   ops::gemm_tn_sharded(ta, tb, tc, {0, 0, 0}, false);
   for (float v : tc.to_vector<float>()) EXPECT_EQ(std::bit_cast<std::uint32_t>(v), 0u);
-  Tensor x = Tensor::zeros({0, 4}, DType::f32, sim(2));
-  Tensor out = Tensor::full({4}, -0.0f, sim(2));
+  Tensor x = Tensor::zeros({0, 4}, DType::f32, sim_device(2));
+  Tensor out = Tensor::full({4}, -0.0f, sim_device(2));
   ops::sum_rows_sharded(x, out, {0, 0}, true);
   for (float v : out.to_vector<float>()) EXPECT_EQ(std::bit_cast<std::uint32_t>(v), 0u);
-  Tensor s = ops::sum_sharded(Tensor::zeros({0}, DType::f32, sim(2)), {0, 0, 0, 0}, 3.0f);
+  Tensor s = ops::sum_sharded(Tensor::zeros({0}, DType::f32, sim_device(2)), {0, 0, 0, 0}, 3.0f);
   EXPECT_EQ(std::bit_cast<std::uint32_t>(s.item()), 0u);
 }
 
@@ -220,8 +218,8 @@ TEST_F(MicroShards, SumRowsShardedEqualsScalarReferenceBitForBit) {
                                           << bounds_str(sc.bounds) << " accumulate=" << accumulate);
         const std::vector<float> x = mixed_values(static_cast<std::size_t>(sc.rows * cols), seed++);
         const std::vector<float> o0 = mixed_values(static_cast<std::size_t>(cols), seed++);
-        Tensor tx = Tensor::from_vector(x, {sc.rows, cols}, sim(3));
-        Tensor out = Tensor::from_vector(o0, {cols}, sim(3));
+        Tensor tx = Tensor::from_vector(x, {sc.rows, cols}, sim_device(3));
+        Tensor out = Tensor::from_vector(o0, {cols}, sim_device(3));
         ops::sum_rows_sharded(tx, out, sc.bounds, accumulate);
         std::vector<float> want = ref_sum_rows_sharded(x, cols, sc.bounds);
         if (accumulate)
@@ -237,7 +235,7 @@ TEST_F(MicroShards, SumShardedEqualsScalarReferenceBitForBit) {
       SCOPED_TRACE(::testing::Message() << "rows=" << sc.rows << " bounds=" << bounds_str(sc.bounds)
                                         << " scale=" << scale);
       const std::vector<float> x = mixed_values(static_cast<std::size_t>(sc.rows), seed++);
-      Tensor tx = Tensor::from_vector(x, {sc.rows}, sim(4));
+      Tensor tx = Tensor::from_vector(x, {sc.rows}, sim_device(4));
       const Tensor got = ops::sum_sharded(tx, sc.bounds, scale);
       EXPECT_EQ(got.dim(), 0);
       const float t = ref_sum_rows_sharded(x, 1, sc.bounds)[0];
@@ -267,7 +265,7 @@ BatchGrads reduce_on_devices(const std::vector<float>& dy, const std::vector<flo
     auto rows_of = [&](const std::vector<float>& v, std::int64_t width) {
       return std::vector<float>(v.begin() + r0 * width, v.begin() + (r0 + n) * width);
     };
-    const Device dev = sim(d);
+    const Device dev = sim_device(d);
     Tensor tdy = Tensor::from_vector(rows_of(dy, M), {n, M}, dev);
     Tensor tx = Tensor::from_vector(rows_of(x, N), {n, N}, dev);
     Tensor tl = Tensor::from_vector(rows_of(losses, 1), {n}, dev);
@@ -276,13 +274,13 @@ BatchGrads reduce_on_devices(const std::vector<float>& dy, const std::vector<flo
     ops::gemm_tn_sharded(tdy, tx, dw, local, /*accumulate=*/false);
     ops::sum_rows_sharded(tdy, db, local, /*accumulate=*/false);
     // The unscaled sum: scaling each device's part first would change the bits of the tree.
-    ls.push_back(ops::sum_sharded(tl, local, 1.0f).view({1}).to(sim(0)));
-    dws.push_back(dw.to(sim(0)));
-    dbs.push_back(db.to(sim(0)));
+    ls.push_back(ops::sum_sharded(tl, local, 1.0f).view({1}).to(sim_device(0)));
+    dws.push_back(dw.to(sim_device(0)));
+    dbs.push_back(db.to(sim_device(0)));
   }
-  Tensor dw = Tensor::empty({M, N}, DType::f32, sim(0));
-  Tensor db = Tensor::empty({M}, DType::f32, sim(0));
-  Tensor loss = Tensor::empty({1}, DType::f32, sim(0));
+  Tensor dw = Tensor::empty({M, N}, DType::f32, sim_device(0));
+  Tensor db = Tensor::empty({M}, DType::f32, sim_device(0));
+  Tensor loss = Tensor::empty({1}, DType::f32, sim_device(0));
   ops::sum_inputs(dws, dw, Determinism::bitwise);
   ops::sum_inputs(dbs, db, Determinism::bitwise);
   ops::sum_inputs(ls, loss, Determinism::bitwise);
@@ -311,13 +309,13 @@ TEST_F(MicroShards, SameBitsForOneTwoFourAndEightDevices) {
     }
     // Order matters on these data: a plain ascending reduction over all rows (the canonical GEMM
     // and row sum of bitwise mode without micro-shards) gives other bits.
-    Tensor tdy = Tensor::from_vector(dy, {rows, M}, sim(0));
-    Tensor tx = Tensor::from_vector(x, {rows, N}, sim(0));
+    Tensor tdy = Tensor::from_vector(dy, {rows, M}, sim_device(0));
+    Tensor tx = Tensor::from_vector(x, {rows, N}, sim_device(0));
     const Tensor plain_dw = ops::matmul(tdy, tx, /*trans_a=*/true, false, Determinism::bitwise);
-    Tensor plain_db = Tensor::empty({M}, DType::f32, sim(0));
+    Tensor plain_db = Tensor::empty({M}, DType::f32, sim_device(0));
     ops::sum_rows(tdy, plain_db, 0.0f, Determinism::bitwise);
     const Tensor plain_loss =
-        ops::sum(Tensor::from_vector(losses, {rows}, sim(0)), 1.0f, Determinism::bitwise);
+        ops::sum(Tensor::from_vector(losses, {rows}, sim_device(0)), 1.0f, Determinism::bitwise);
     EXPECT_TRUE(any_bits_differ(plain_dw.to_vector<float>(), one.dw));
     EXPECT_TRUE(any_bits_differ(plain_db.to_vector<float>(), one.db));
     EXPECT_TRUE(any_bits_differ({plain_loss.item()}, one.loss));
@@ -328,9 +326,9 @@ TEST_F(MicroShards, SameBitsForOneTwoFourAndEightDevices) {
 // --------------------------------------------------------------------------------------
 
 TEST_F(MicroShards, ArgumentErrors) {
-  Tensor a = Tensor::zeros({6, 2}, DType::f32, sim(5));
-  Tensor b = Tensor::zeros({6, 3}, DType::f32, sim(5));
-  Tensor c = Tensor::zeros({2, 3}, DType::f32, sim(5));
+  Tensor a = Tensor::zeros({6, 2}, DType::f32, sim_device(5));
+  Tensor b = Tensor::zeros({6, 3}, DType::f32, sim_device(5));
+  Tensor c = Tensor::zeros({2, 3}, DType::f32, sim_device(5));
   const Bounds ok = {0, 3, 6};
   EXPECT_THROW_MSG(ops::gemm_tn_sharded(a, b, c, {0}, false), InvalidArgument,
                    "ops::gemm_tn_sharded: bounds: expected at least 2 entries");
@@ -342,34 +340,34 @@ TEST_F(MicroShards, ArgumentErrors) {
   EXPECT_THROW_MSG(
       ops::gemm_tn_sharded(a, b, c, {0, 3, 5}, false), InvalidArgument,
       "ops::gemm_tn_sharded: bounds: expected the last entry to equal rows = 6, got 5");
-  Tensor b5 = Tensor::zeros({5, 3}, DType::f32, sim(5));
+  Tensor b5 = Tensor::zeros({5, 3}, DType::f32, sim_device(5));
   EXPECT_THROW_MSG(ops::gemm_tn_sharded(a, b5, c, ok, false), InvalidArgument,
                    "ops::gemm_tn_sharded: b: expected [rows, N] with rows = 6");
-  Tensor c_bad = Tensor::zeros({3, 2}, DType::f32, sim(5));
+  Tensor c_bad = Tensor::zeros({3, 2}, DType::f32, sim_device(5));
   EXPECT_THROW_MSG(ops::gemm_tn_sharded(a, b, c_bad, ok, false), InvalidArgument,
                    "ops::gemm_tn_sharded: c: expected [M, N] = [2, 3]");
-  Tensor b_other = Tensor::zeros({6, 3}, DType::f32, sim(6));
+  Tensor b_other = Tensor::zeros({6, 3}, DType::f32, sim_device(6));
   EXPECT_THROW_MSG(ops::gemm_tn_sharded(a, b_other, c, ok, false), InvalidArgument,
                    "ops::gemm_tn_sharded: b: expected a tensor on sim:5");
-  Tensor big = Tensor::zeros({18, 2}, DType::f32, sim(5));
+  Tensor big = Tensor::zeros({18, 2}, DType::f32, sim_device(5));
   Tensor a_shared = big.narrow(0, 6);  // c below is the first 6 floats of the same buffer
   Tensor c_shared = big.narrow(0, 3).view({2, 3});
   EXPECT_THROW_MSG(ops::gemm_tn_sharded(a_shared, b, c_shared, ok, false), InvalidArgument,
                    "ops::gemm_tn_sharded: c: must not share memory with a");
 
-  Tensor x = Tensor::zeros({6, 4}, DType::f32, sim(5));
-  Tensor out = Tensor::zeros({4}, DType::f32, sim(5));
+  Tensor x = Tensor::zeros({6, 4}, DType::f32, sim_device(5));
+  Tensor out = Tensor::zeros({4}, DType::f32, sim_device(5));
   EXPECT_THROW_MSG(ops::sum_rows_sharded(x, out, {0, 7}, false), InvalidArgument,
                    "ops::sum_rows_sharded: bounds: expected the last entry to equal rows = 6");
-  Tensor out3 = Tensor::zeros({3}, DType::f32, sim(5));
+  Tensor out3 = Tensor::zeros({3}, DType::f32, sim_device(5));
   EXPECT_THROW_MSG(ops::sum_rows_sharded(x, out3, ok, false), InvalidArgument,
                    "ops::sum_rows_sharded: out: expected [cols] = [4]");
-  Tensor labels = Tensor::zeros({6}, DType::i64, sim(5));
+  Tensor labels = Tensor::zeros({6}, DType::i64, sim_device(5));
   EXPECT_THROW_MSG(ops::sum_sharded(labels, ok, 1.0f), InvalidArgument,
                    "ops::sum_sharded: x: expected dtype f32");
   EXPECT_THROW_MSG(ops::sum_sharded(x, ok, 1.0f), InvalidArgument,
                    "ops::sum_sharded: x: expected a 1-dim tensor [n]");
-  EXPECT_THROW_MSG(ops::sum_sharded(Tensor::zeros({6}, DType::f32, sim(5)), {0, 2}, 1.0f),
+  EXPECT_THROW_MSG(ops::sum_sharded(Tensor::zeros({6}, DType::f32, sim_device(5)), {0, 2}, 1.0f),
                    InvalidArgument,
                    "ops::sum_sharded: bounds: expected the last entry to equal "
                    "rows = 6, got 2");

@@ -21,14 +21,12 @@ namespace {
 
 using namespace ditto::test;
 
-Device sim(int i) { return Device("sim", i); }
-
 Tensor on_sim(const std::vector<float>& v, const Shape& shape, int device = 0) {
-  return Tensor::from_vector(v, shape, sim(device));
+  return Tensor::from_vector(v, shape, sim_device(device));
 }
 
-void expect_near_all(const std::vector<float>& got, const std::vector<double>& want,
-                     double rel_tol, double abs_tol = 1e-6) {
+void expect_near_all(const std::vector<float>& got, const std::vector<double>& want, double rel_tol,
+                     double abs_tol = 1e-6) {
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < got.size(); ++i)
     ASSERT_NEAR(got[i], want[i], abs_tol + rel_tol * std::fabs(want[i])) << "at " << i;
@@ -54,10 +52,10 @@ using OpsErrors = Sim16;
 struct GemmCase {
   std::int64_t M, N, K;
 };
-const std::vector<GemmCase> kGemmShapes = {{1, 1, 1},   {3, 17, 5},   {17, 3, 129},
+const std::vector<GemmCase> kGemmShapes = {{1, 1, 1},    {3, 17, 5},    {17, 3, 129},
                                            {129, 17, 3}, {33, 65, 129}, {5, 40, 1}};
-const std::vector<std::pair<float, float>> kAlphaBeta = {{1.0f, 0.0f}, {0.5f, 0.0f},
-                                                         {1.5f, -0.75f}, {1.0f, 1.0f}};
+const std::vector<std::pair<float, float>> kAlphaBeta = {
+    {1.0f, 0.0f}, {0.5f, 0.0f}, {1.5f, -0.75f}, {1.0f, 1.0f}};
 
 // Logical op(A)[i, k] stored as A ([M, K], or [K, M] when transposed).
 struct GemmInputs {
@@ -83,66 +81,66 @@ GemmInputs make_gemm_inputs(const GemmCase& g, bool ta, bool tb, std::uint32_t s
 
 // Calls f for every shape of kGemmShapes, transpose and (alpha, beta) of kAlphaBeta, with fresh
 // inputs (seeds from `seed` on) and a trace naming the case.
-void for_each_gemm_case(std::uint32_t seed,
-                        const std::function<void(const GemmCase&, bool, bool, float, float,
-                                                 const GemmInputs&)>& f) {
+void for_each_gemm_case(
+    std::uint32_t seed,
+    const std::function<void(const GemmCase&, bool, bool, float, float, const GemmInputs&)>& f) {
   for (const auto& g : kGemmShapes)
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb)
         for (auto [alpha, beta] : kAlphaBeta) {
-          SCOPED_TRACE(::testing::Message() << "M=" << g.M << " N=" << g.N << " K=" << g.K
-                                            << " ta=" << ta << " tb=" << tb << " alpha="
-                                            << alpha << " beta=" << beta);
+          SCOPED_TRACE(::testing::Message()
+                       << "M=" << g.M << " N=" << g.N << " K=" << g.K << " ta=" << ta
+                       << " tb=" << tb << " alpha=" << alpha << " beta=" << beta);
           f(g, ta, tb, alpha, beta, make_gemm_inputs(g, ta, tb, seed += 3));
         }
 }
 
 TEST_P(OpsTest, GemmMatchesDoubleReferenceAllTransposes) {
-  for_each_gemm_case(10, [&](const GemmCase& g, bool ta, bool tb, float alpha, float beta,
-                             const GemmInputs& in) {
-    Tensor a = on_sim(in.a, in.a_shape), b = on_sim(in.b, in.b_shape);
-    Tensor c = on_sim(in.c, {g.M, g.N});
-    ops::gemm(a, b, c, ta, tb, alpha, beta, mode());
-    std::vector<float> got = c.to_vector<float>();
-    for (std::int64_t i = 0; i < g.M; ++i)
-      for (std::int64_t j = 0; j < g.N; ++j) {
-        double acc = 0, mag = 0;
-        for (std::int64_t k = 0; k < g.K; ++k) {
-          double p = double(in.op_a(i, k, g, ta)) * in.op_b(k, j, g, tb);
-          acc += p;
-          mag += std::fabs(p);
-        }
-        double cij = in.c[i * g.N + j];
-        double want = alpha * acc + beta * cij;
-        double tol = 4.0 * (g.K + 2) * 1.2e-7 * (std::fabs(alpha) * mag +
-                                                 std::fabs(beta * cij)) + 1e-30;
-        ASSERT_NEAR(got[i * g.N + j], want, tol) << "at (" << i << ", " << j << ")";
-      }
-  });
+  for_each_gemm_case(
+      10, [&](const GemmCase& g, bool ta, bool tb, float alpha, float beta, const GemmInputs& in) {
+        Tensor a = on_sim(in.a, in.a_shape), b = on_sim(in.b, in.b_shape);
+        Tensor c = on_sim(in.c, {g.M, g.N});
+        ops::gemm(a, b, c, ta, tb, alpha, beta, mode());
+        std::vector<float> got = c.to_vector<float>();
+        for (std::int64_t i = 0; i < g.M; ++i)
+          for (std::int64_t j = 0; j < g.N; ++j) {
+            double acc = 0, mag = 0;
+            for (std::int64_t k = 0; k < g.K; ++k) {
+              double p = double(in.op_a(i, k, g, ta)) * in.op_b(k, j, g, tb);
+              acc += p;
+              mag += std::fabs(p);
+            }
+            double cij = in.c[i * g.N + j];
+            double want = alpha * acc + beta * cij;
+            double tol =
+                4.0 * (g.K + 2) * 1.2e-7 * (std::fabs(alpha) * mag + std::fabs(beta * cij)) + 1e-30;
+            ASSERT_NEAR(got[i * g.N + j], want, tol) << "at (" << i << ", " << j << ")";
+          }
+      });
 }
 
 TEST_F(OpsBitwise, GemmEqualsScalarFmaChainBitForBit) {
-  for_each_gemm_case(100, [&](const GemmCase& g, bool ta, bool tb, float alpha, float beta,
-                              const GemmInputs& in) {
-    Tensor a = on_sim(in.a, in.a_shape, 2), b = on_sim(in.b, in.b_shape, 2);
-    Tensor c = on_sim(in.c, {g.M, g.N}, 2);
-    ops::gemm(a, b, c, ta, tb, alpha, beta, Determinism::bitwise);
-    std::vector<float> want(in.c.size());
-    for (std::int64_t i = 0; i < g.M; ++i)
-      for (std::int64_t j = 0; j < g.N; ++j) {
-        float acc = 0.0f;
-        for (std::int64_t k = 0; k < g.K; ++k)
-          acc = std::fma(in.op_a(i, k, g, ta), in.op_b(k, j, g, tb), acc);
-        float cij = in.c[i * g.N + j];
-        float r;
-        if (beta == 0.0f)
-          r = alpha == 1.0f ? acc : alpha * acc;
-        else
-          r = std::fma(beta, cij, alpha * acc);
-        want[i * g.N + j] = r;
-      }
-    EXPECT_TRUE(bits_equal(c.to_vector<float>(), want));
-  });
+  for_each_gemm_case(
+      100, [&](const GemmCase& g, bool ta, bool tb, float alpha, float beta, const GemmInputs& in) {
+        Tensor a = on_sim(in.a, in.a_shape, 2), b = on_sim(in.b, in.b_shape, 2);
+        Tensor c = on_sim(in.c, {g.M, g.N}, 2);
+        ops::gemm(a, b, c, ta, tb, alpha, beta, Determinism::bitwise);
+        std::vector<float> want(in.c.size());
+        for (std::int64_t i = 0; i < g.M; ++i)
+          for (std::int64_t j = 0; j < g.N; ++j) {
+            float acc = 0.0f;
+            for (std::int64_t k = 0; k < g.K; ++k)
+              acc = std::fma(in.op_a(i, k, g, ta), in.op_b(k, j, g, tb), acc);
+            float cij = in.c[i * g.N + j];
+            float r;
+            if (beta == 0.0f)
+              r = alpha == 1.0f ? acc : alpha * acc;
+            else
+              r = std::fma(beta, cij, alpha * acc);
+            want[i * g.N + j] = r;
+          }
+        EXPECT_TRUE(bits_equal(c.to_vector<float>(), want));
+      });
 }
 
 // Blocking over rows and columns must not change any bit: every row of a 37-row product equals
@@ -158,12 +156,15 @@ TEST_F(OpsBitwise, GemmBitsIndependentOfBlockingAndLayout) {
   Tensor ta = on_sim(a, {M, K}), tb = on_sim(b, {K, N});
   Tensor tat = on_sim(at, {K, M}), tbt = on_sim(bt, {N, K});
   auto full = ops::matmul(ta, tb, false, false, Determinism::bitwise).to_vector<float>();
-  EXPECT_TRUE(bits_equal(ops::matmul(tat, tb, true, false, Determinism::bitwise).to_vector<float>(), full));
-  EXPECT_TRUE(bits_equal(ops::matmul(ta, tbt, false, true, Determinism::bitwise).to_vector<float>(), full));
-  EXPECT_TRUE(bits_equal(ops::matmul(tat, tbt, true, true, Determinism::bitwise).to_vector<float>(), full));
+  EXPECT_TRUE(
+      bits_equal(ops::matmul(tat, tb, true, false, Determinism::bitwise).to_vector<float>(), full));
+  EXPECT_TRUE(
+      bits_equal(ops::matmul(ta, tbt, false, true, Determinism::bitwise).to_vector<float>(), full));
+  EXPECT_TRUE(
+      bits_equal(ops::matmul(tat, tbt, true, true, Determinism::bitwise).to_vector<float>(), full));
   for (std::int64_t i = 0; i < M; ++i) {
-    auto row = ops::matmul(ta.narrow(i, 1), tb, false, false, Determinism::bitwise)
-                   .to_vector<float>();
+    auto row =
+        ops::matmul(ta.narrow(i, 1), tb, false, false, Determinism::bitwise).to_vector<float>();
     std::vector<float> want(full.begin() + i * N, full.begin() + (i + 1) * N);
     ASSERT_TRUE(bits_equal(row, want)) << "row " << i;
   }
@@ -171,21 +172,22 @@ TEST_F(OpsBitwise, GemmBitsIndependentOfBlockingAndLayout) {
 
 TEST_P(OpsTest, GemmZeroSizes) {
   // K == 0: C = beta * C, and with beta == 0 C's old contents (NaN here) are ignored.
-  Tensor a = Tensor::empty({3, 0}, DType::f32, sim(1)), b = Tensor::empty({0, 4}, DType::f32, sim(1));
-  Tensor c = Tensor::full({3, 4}, std::nanf(""), sim(1));
+  Tensor a = Tensor::empty({3, 0}, DType::f32, sim_device(1)),
+         b = Tensor::empty({0, 4}, DType::f32, sim_device(1));
+  Tensor c = Tensor::full({3, 4}, std::nanf(""), sim_device(1));
   ops::gemm(a, b, c, false, false, 2.0f, 0.0f, mode());
   EXPECT_EQ(c.to_vector<float>(), std::vector<float>(12, 0.0f));
-  Tensor c2 = Tensor::full({3, 4}, 2.0f, sim(1));
+  Tensor c2 = Tensor::full({3, 4}, 2.0f, sim_device(1));
   ops::gemm(a, b, c2, false, false, 1.0f, 0.5f, mode());
   EXPECT_EQ(c2.to_vector<float>(), std::vector<float>(12, 1.0f));
   EXPECT_EQ(ops::matmul(a, b, false, false, mode()).to_vector<float>(),
             std::vector<float>(12, 0.0f));
   // M == 0 or N == 0: empty results, nothing launched.
-  Tensor e = ops::matmul(Tensor::empty({0, 5}, DType::f32, sim(1)),
-                         Tensor::zeros({5, 2}, DType::f32, sim(1)), false, false, mode());
+  Tensor e = ops::matmul(Tensor::empty({0, 5}, DType::f32, sim_device(1)),
+                         Tensor::zeros({5, 2}, DType::f32, sim_device(1)), false, false, mode());
   EXPECT_EQ(e.shape(), (Shape{0, 2}));
-  Tensor e2 = ops::matmul(Tensor::zeros({3, 5}, DType::f32, sim(1)),
-                          Tensor::empty({5, 0}, DType::f32, sim(1)), false, false, mode());
+  Tensor e2 = ops::matmul(Tensor::zeros({3, 5}, DType::f32, sim_device(1)),
+                          Tensor::empty({5, 0}, DType::f32, sim_device(1)), false, false, mode());
   EXPECT_EQ(e2.shape(), (Shape{3, 0}));
   EXPECT_EQ(e2.numel(), 0);
 }
@@ -201,7 +203,7 @@ TEST_P(OpsTest, AddBias) {
   for (std::int64_t r = 0; r < R; ++r)
     for (std::int64_t c = 0; c < C; ++c) want[r * C + c] += bias[c];
   EXPECT_TRUE(bits_equal(ty.to_vector<float>(), want));
-  Tensor empty_y = Tensor::empty({0, C}, DType::f32, sim(3));
+  Tensor empty_y = Tensor::empty({0, C}, DType::f32, sim_device(3));
   ops::add_bias_(empty_y, on_sim(bias, {C}, 3));  // no rows: nothing to do
 }
 
@@ -248,7 +250,7 @@ TEST_P(OpsTest, ReluAndBackward) {
     ASSERT_EQ(yv[i], x[i] > 0 ? x[i] : 0.0f) << i;
     ASSERT_EQ(gx[i], x[i] > 0 ? gy[i] : 0.0f) << i;
   }
-  Tensor e = ops::relu(Tensor::empty({0, 3}, DType::f32, sim(4)));
+  Tensor e = ops::relu(Tensor::empty({0, 3}, DType::f32, sim_device(4)));
   EXPECT_EQ(e.shape(), (Shape{0, 3}));
   EXPECT_EQ(ops::relu_backward(e, e).numel(), 0);
 }
@@ -261,9 +263,9 @@ TEST_P(OpsTest, CrossEntropyForwardAndBackward) {
   logits[5] = 80.0f;  // large logits stay finite (max subtracted)
   std::vector<std::int64_t> targets = {0, 9, 3, 3, 7, 1, 2, 8, 5};
   Tensor tl = on_sim(logits, {N, C}, 5);
-  Tensor tt = Tensor::from_vector(targets, {N}, sim(5));
+  Tensor tt = Tensor::from_vector(targets, {N}, sim_device(5));
   std::vector<float> loss = ops::cross_entropy(tl, tt).to_vector<float>();
-  Tensor grad_loss = Tensor::full({}, 0.5f, sim(5));
+  Tensor grad_loss = Tensor::full({}, 0.5f, sim_device(5));
   std::vector<float> grad =
       ops::cross_entropy_backward(tl, tt, grad_loss, 1.0f / N).to_vector<float>();
   ASSERT_EQ(loss.size(), std::size_t(N));
@@ -280,8 +282,8 @@ TEST_P(OpsTest, CrossEntropyForwardAndBackward) {
     }
   }
   // No samples: empty results.
-  Tensor el = Tensor::empty({0, C}, DType::f32, sim(5));
-  Tensor et = Tensor::empty({0}, DType::i64, sim(5));
+  Tensor el = Tensor::empty({0, C}, DType::f32, sim_device(5));
+  Tensor et = Tensor::empty({0}, DType::i64, sim_device(5));
   EXPECT_EQ(ops::cross_entropy(el, et).shape(), (Shape{0}));
   EXPECT_EQ(ops::cross_entropy_backward(el, et, grad_loss, 1.0f).shape(), (Shape{0, C}));
 }
@@ -301,15 +303,16 @@ TEST_P(OpsTest, MseForwardAndBackward) {
       }
       EXPECT_EQ(loss[r], acc) << "sample " << r;
     }
-    Tensor g = ops::mse_backward(tx, tt, Tensor::full({}, 3.0f, sim(6)), 0.25f);
+    Tensor g = ops::mse_backward(tx, tt, Tensor::full({}, 3.0f, sim_device(6)), 0.25f);
     EXPECT_EQ(g.shape(), shape);
     std::vector<float> gv = g.to_vector<float>();
     for (std::size_t i = 0; i < x.size(); ++i)
       EXPECT_EQ(gv[i], 3.0f * 0.25f * 2.0f * (x[i] - t[i])) << i;
   }
-  Tensor e = Tensor::empty({0, 4}, DType::f32, sim(6));
+  Tensor e = Tensor::empty({0, 4}, DType::f32, sim_device(6));
   EXPECT_EQ(ops::mse(e, e).shape(), (Shape{0}));
-  EXPECT_EQ(ops::mse_backward(e, e, Tensor::full({}, 1.0f, sim(6)), 1.0f).shape(), (Shape{0, 4}));
+  EXPECT_EQ(ops::mse_backward(e, e, Tensor::full({}, 1.0f, sim_device(6)), 1.0f).shape(),
+            (Shape{0, 4}));
 }
 
 // ---- sum, fill, axpy, scale ---------------------------------------------------------------------
@@ -333,11 +336,11 @@ TEST_P(OpsTest, Sum) {
       EXPECT_NEAR(got, 0.25 * ref, 1e-5 * n + 1e-7) << "n=" << n;
   }
   // Sum of nothing is 0, of any shape.
-  EXPECT_EQ(ops::sum(Tensor::empty({3, 0}, DType::f32, sim(7)), 1.0f, mode()).item(), 0.0f);
+  EXPECT_EQ(ops::sum(Tensor::empty({3, 0}, DType::f32, sim_device(7)), 1.0f, mode()).item(), 0.0f);
 }
 
 TEST_P(OpsTest, FillAxpyScale) {
-  Tensor x = Tensor::empty({4, 33}, DType::f32, sim(8));
+  Tensor x = Tensor::empty({4, 33}, DType::f32, sim_device(8));
   ops::fill_(x, 1.25f);
   EXPECT_EQ(x.to_vector<float>(), std::vector<float>(132, 1.25f));
   auto xv = random_values(132, 31), yv = random_values(132, 32);
@@ -351,7 +354,7 @@ TEST_P(OpsTest, FillAxpyScale) {
   }
   EXPECT_TRUE(bits_equal(ty.to_vector<float>(), want_y));
   EXPECT_TRUE(bits_equal(tx.to_vector<float>(), want_x));
-  Tensor e = Tensor::empty({0}, DType::f32, sim(8));
+  Tensor e = Tensor::empty({0}, DType::f32, sim_device(8));
   ops::fill_(e, 1.0f);
   ops::axpy_(1.0f, e, e);
   ops::scale_(e, 2.0f);
@@ -380,7 +383,8 @@ TEST_P(OpsTest, SumInputs) {
         inputs.push_back(on_sim(host.back(), {numel}, 9));
       }
       for (bool in_place : {false, true}) {
-        Tensor out = in_place ? inputs[0].clone() : Tensor::empty({numel}, DType::f32, sim(9));
+        Tensor out =
+            in_place ? inputs[0].clone() : Tensor::empty({numel}, DType::f32, sim_device(9));
         std::vector<Tensor> in = inputs;
         if (in_place) in[0] = out;  // out aliases inputs[0]
         ops::sum_inputs(in, out, mode());
@@ -409,7 +413,7 @@ TEST_F(OpsBitwise, SumInputsFollowsTreeNotLeftToRight) {
   std::vector<std::vector<float>> host = {{1.0f, 3.0f}, {1e8f, 1e8f}, {-1e8f, -1e8f}, {1.0f, 3.0f}};
   std::vector<Tensor> inputs;
   for (auto& h : host) inputs.push_back(on_sim(h, {2}, 10));
-  Tensor out = Tensor::empty({2}, DType::f32, sim(10));
+  Tensor out = Tensor::empty({2}, DType::f32, sim_device(10));
   ops::sum_inputs(inputs, out, Determinism::bitwise);
   std::vector<float> got = out.to_vector<float>();
   for (std::size_t i = 0; i < 2; ++i) {
@@ -433,14 +437,15 @@ TEST_F(OpsKernels, SgdStepMatchesTorchAlgorithm) {
     const std::int64_t n = 37;
     std::vector<float> p = random_values(n, 51), buf(n, 0.0f);
     Tensor tp = on_sim(p, {n}, 11);
-    Tensor tb = Tensor::zeros({n}, DType::f32, sim(11));
+    Tensor tb = Tensor::zeros({n}, DType::f32, sim_device(11));
     Kernels& k = get_backend("sim").kernels();
-    Stream& s = current_stream(sim(11));
+    Stream& s = current_stream(sim_device(11));
     for (int step = 0; step < 3; ++step) {
       std::vector<float> g = random_values(n, static_cast<std::uint32_t>(60 + step));
       Tensor tg = on_sim(g, {n}, 11);
-      k.sgd_step(s, tp.data<float>(), tg.data<float>(), o.momentum != 0 ? tb.data<float>() : nullptr,
-                 n, o.lr, o.momentum, o.dampening, o.wd, o.nesterov, step == 0);
+      k.sgd_step(s, tp.data<float>(), tg.data<float>(),
+                 o.momentum != 0 ? tb.data<float>() : nullptr, n, o.lr, o.momentum, o.dampening,
+                 o.wd, o.nesterov, step == 0);
       for (std::int64_t i = 0; i < n; ++i) {  // torch.optim.SGD, single-tensor path
         float d = g[i];
         if (o.wd != 0) d = d + o.wd * p[i];
@@ -463,7 +468,7 @@ TEST_F(OpsKernels, SgdStepMatchesTorchAlgorithm) {
 TEST_F(OpsKernels, RunOnCurrentStream) {
   Backend& b = get_backend("sim");
   auto stream = b.create_stream(12);
-  Tensor x = Tensor::zeros({64}, DType::f32, sim(12));
+  Tensor x = Tensor::zeros({64}, DType::f32, sim_device(12));
   b.default_stream(12).synchronize();
   {
     StreamGuard guard(*stream);
@@ -475,53 +480,58 @@ TEST_F(OpsKernels, RunOnCurrentStream) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, OpsTest,
-                         ::testing::Values(Determinism::bitwise, Determinism::fast),
-                         [](const auto& info) { return std::string(determinism_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Modes, OpsTest, ::testing::Values(Determinism::bitwise, Determinism::fast),
+                         [](const auto& info) {
+                           return std::string(determinism_name(info.param));
+                         });
 
 // ---- errors -------------------------------------------------------------------------------------
 
 TEST_F(OpsErrors, GemmShapes) {
-  Tensor a = Tensor::zeros({4, 5}, DType::f32, sim(0));
-  Tensor b = Tensor::zeros({6, 3}, DType::f32, sim(0));
-  Tensor c = Tensor::zeros({4, 3}, DType::f32, sim(0));
-  EXPECT_THROW_MSG(ops::gemm(a, b, c, false, false, 1, 0, Determinism::fast), InvalidArgument,
-                   "ops::gemm: b: expected [K, N] = [5, 3] for a of [4, 5], got [6, 3] f32 on sim:0");
+  Tensor a = Tensor::zeros({4, 5}, DType::f32, sim_device(0));
+  Tensor b = Tensor::zeros({6, 3}, DType::f32, sim_device(0));
+  Tensor c = Tensor::zeros({4, 3}, DType::f32, sim_device(0));
+  EXPECT_THROW_MSG(
+      ops::gemm(a, b, c, false, false, 1, 0, Determinism::fast), InvalidArgument,
+      "ops::gemm: b: expected [K, N] = [5, 3] for a of [4, 5], got [6, 3] f32 on sim:0");
   EXPECT_THROW_MSG(ops::matmul(a, b, true, false, Determinism::fast), InvalidArgument,
                    "ops::matmul: b: expected [K, N] = [4, 3] for a of [4, 5] (trans_a)");
-  Tensor b2 = Tensor::zeros({5, 3}, DType::f32, sim(0));
-  Tensor c2 = Tensor::zeros({3, 4}, DType::f32, sim(0));
+  Tensor b2 = Tensor::zeros({5, 3}, DType::f32, sim_device(0));
+  Tensor c2 = Tensor::zeros({3, 4}, DType::f32, sim_device(0));
   EXPECT_THROW_MSG(ops::gemm(a, b2, c2, false, false, 1, 0, Determinism::fast), InvalidArgument,
                    "ops::gemm: c: expected [M, N] = [4, 3]");
-  Tensor v = Tensor::zeros({5}, DType::f32, sim(0));
+  Tensor v = Tensor::zeros({5}, DType::f32, sim_device(0));
   EXPECT_THROW_MSG(ops::matmul(a, v, false, false, Determinism::fast), InvalidArgument,
                    "ops::matmul: b: expected a 2-dim tensor [K, N], got [5] f32 on sim:0");
   // c may not share memory with an operand.
-  Tensor sq = Tensor::zeros({4, 4}, DType::f32, sim(0));
+  Tensor sq = Tensor::zeros({4, 4}, DType::f32, sim_device(0));
   EXPECT_THROW_MSG(ops::gemm(sq, sq, sq, false, false, 1, 0, Determinism::fast), InvalidArgument,
                    "ops::gemm: c: must not share memory with a");
 }
 
 TEST_F(OpsErrors, DevicesAndDtypes) {
-  Tensor a = Tensor::zeros({2, 2}, DType::f32, sim(0));
-  Tensor b1 = Tensor::zeros({2, 2}, DType::f32, sim(1));
+  Tensor a = Tensor::zeros({2, 2}, DType::f32, sim_device(0));
+  Tensor b1 = Tensor::zeros({2, 2}, DType::f32, sim_device(1));
   Tensor host = Tensor::zeros({2, 2}, DType::f32, Device::cpu());
-  Tensor labels = Tensor::zeros({2, 2}, DType::i64, sim(0));
-  EXPECT_THROW_MSG(ops::matmul(a, b1, false, false, Determinism::fast), InvalidArgument,
-                   "ops::matmul: b: expected a tensor on sim:0 (the device of a), got [2, 2] f32 on sim:1");
-  EXPECT_THROW_MSG(ops::relu(host), InvalidArgument,
-                   "ops::relu: x: expected a tensor on a device (sim or cuda), got [2, 2] f32 on cpu");
+  Tensor labels = Tensor::zeros({2, 2}, DType::i64, sim_device(0));
+  EXPECT_THROW_MSG(
+      ops::matmul(a, b1, false, false, Determinism::fast), InvalidArgument,
+      "ops::matmul: b: expected a tensor on sim:0 (the device of a), got [2, 2] f32 on sim:1");
+  EXPECT_THROW_MSG(
+      ops::relu(host), InvalidArgument,
+      "ops::relu: x: expected a tensor on a device (sim or cuda), got [2, 2] f32 on cpu");
   EXPECT_THROW_MSG(ops::matmul(a, labels, false, false, Determinism::fast), InvalidArgument,
                    "ops::matmul: b: expected dtype f32, got [2, 2] i64 on sim:0");
   EXPECT_THROW_MSG(ops::sum(Tensor(), 1.0f, Determinism::fast), InvalidArgument,
                    "ops::sum: x: expected a defined tensor");
-  EXPECT_THROW_MSG(ops::axpy_(1.0f, a, b1), InvalidArgument, "ops::axpy_: y: expected a tensor on sim:0");
-  Tensor a3 = Tensor::zeros({3, 2}, DType::f32, sim(0));
+  EXPECT_THROW_MSG(ops::axpy_(1.0f, a, b1), InvalidArgument,
+                   "ops::axpy_: y: expected a tensor on sim:0");
+  Tensor a3 = Tensor::zeros({3, 2}, DType::f32, sim_device(0));
   EXPECT_THROW_MSG(ops::axpy_(1.0f, a, a3), InvalidArgument,
                    "ops::axpy_: y: expected [2, 2] (the shape of x), got [3, 2]");
   EXPECT_THROW_MSG(ops::relu_backward(a, a3), InvalidArgument,
                    "ops::relu_backward: grad_y: expected [2, 2] (the shape of y), got [3, 2]");
-  Tensor bias = Tensor::zeros({3}, DType::f32, sim(0));
+  Tensor bias = Tensor::zeros({3}, DType::f32, sim_device(0));
   EXPECT_THROW_MSG(ops::add_bias_(a, bias), InvalidArgument,
                    "ops::add_bias_: bias: expected [cols] = [2] for y of [2, 2], got [3]");
   EXPECT_THROW_MSG(ops::sum_rows(a, bias, 0.0f, Determinism::bitwise), InvalidArgument,
@@ -534,36 +544,40 @@ TEST_F(OpsErrors, DevicesAndDtypes) {
 
 TEST_F(OpsErrors, CrossEntropyTargets) {
   const std::int64_t N = 9, C = 10;
-  Tensor logits = Tensor::zeros({N, C}, DType::f32, sim(0));
+  Tensor logits = Tensor::zeros({N, C}, DType::f32, sim_device(0));
   std::vector<std::int64_t> t = {0, 1, 2, 3, 4, 5, 6, 12, 9};
-  Tensor targets = Tensor::from_vector(t, {N}, sim(0));
+  Tensor targets = Tensor::from_vector(t, {N}, sim_device(0));
   EXPECT_THROW_MSG(ops::cross_entropy(logits, targets), InvalidArgument,
                    "ops::cross_entropy: targets[7] = 12 out of range [0, 10)");
   t[7] = -1;
-  EXPECT_THROW_MSG(ops::cross_entropy_backward(logits, Tensor::from_vector(t, {N}, sim(0)),
-                                               Tensor::full({}, 1.0f, sim(0)), 1.0f),
-                   InvalidArgument, "ops::cross_entropy_backward: targets[7] = -1 out of range [0, 10)");
-  EXPECT_THROW_MSG(ops::cross_entropy(logits, Tensor::zeros({N}, DType::f32, sim(0))),
+  EXPECT_THROW_MSG(ops::cross_entropy_backward(logits, Tensor::from_vector(t, {N}, sim_device(0)),
+                                               Tensor::full({}, 1.0f, sim_device(0)), 1.0f),
+                   InvalidArgument,
+                   "ops::cross_entropy_backward: targets[7] = -1 out of range [0, 10)");
+  EXPECT_THROW_MSG(ops::cross_entropy(logits, Tensor::zeros({N}, DType::f32, sim_device(0))),
                    InvalidArgument, "ops::cross_entropy: targets: expected dtype i64, got [9] f32");
-  EXPECT_THROW_MSG(ops::cross_entropy(logits, Tensor::zeros({N - 1}, DType::i64, sim(0))),
-                   InvalidArgument, "ops::cross_entropy: targets: expected [N] = [9] for logits of [9, 10], got [8] i64");
-  EXPECT_THROW_MSG(ops::cross_entropy(logits, Tensor::zeros({N}, DType::i64, sim(1))),
-                   InvalidArgument, "ops::cross_entropy: targets: expected a tensor on sim:0 (the device of logits)");
+  EXPECT_THROW_MSG(
+      ops::cross_entropy(logits, Tensor::zeros({N - 1}, DType::i64, sim_device(0))),
+      InvalidArgument,
+      "ops::cross_entropy: targets: expected [N] = [9] for logits of [9, 10], got [8] i64");
+  EXPECT_THROW_MSG(
+      ops::cross_entropy(logits, Tensor::zeros({N}, DType::i64, sim_device(1))), InvalidArgument,
+      "ops::cross_entropy: targets: expected a tensor on sim:0 (the device of logits)");
 }
 
 TEST_F(OpsErrors, SumInputs) {
-  Tensor out = Tensor::zeros({4}, DType::f32, sim(0));
+  Tensor out = Tensor::zeros({4}, DType::f32, sim_device(0));
   std::vector<Tensor> none;
   EXPECT_THROW_MSG(ops::sum_inputs(none, out, Determinism::bitwise), InvalidArgument,
                    "ops::sum_inputs: inputs: expected at least one tensor, got none");
-  std::vector<Tensor> bad_shape = {Tensor::zeros({4}, DType::f32, sim(0)),
-                                   Tensor::zeros({5}, DType::f32, sim(0))};
+  std::vector<Tensor> bad_shape = {Tensor::zeros({4}, DType::f32, sim_device(0)),
+                                   Tensor::zeros({5}, DType::f32, sim_device(0))};
   EXPECT_THROW_MSG(ops::sum_inputs(bad_shape, out, Determinism::bitwise), InvalidArgument,
                    "ops::sum_inputs: inputs[1]: expected [4] (the shape of out), got [5]");
-  std::vector<Tensor> bad_dev = {Tensor::zeros({4}, DType::f32, sim(1))};
+  std::vector<Tensor> bad_dev = {Tensor::zeros({4}, DType::f32, sim_device(1))};
   EXPECT_THROW_MSG(ops::sum_inputs(bad_dev, out, Determinism::bitwise), InvalidArgument,
                    "ops::sum_inputs: inputs[0]: expected a tensor on sim:0 (the device of out)");
-  std::vector<Tensor> aliased = {Tensor::zeros({4}, DType::f32, sim(0)), out};
+  std::vector<Tensor> aliased = {Tensor::zeros({4}, DType::f32, sim_device(0)), out};
   EXPECT_THROW_MSG(ops::sum_inputs(aliased, out, Determinism::bitwise), InvalidArgument,
                    "ops::sum_inputs: out: must not share memory with inputs[1]");
 }

@@ -17,13 +17,12 @@
 #include "core/train/options.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
+#include "trainer_test_util.h"
 
 namespace ditto::train {
 namespace {
 
-std::shared_ptr<CsvDataSource> digits() {
-  return std::make_shared<CsvDataSource>(DITTO_DIGITS_CSV, data::CsvOptions{}, 0.2, 0);
-}
+using test::digits;
 
 /// Every table of ditto-train, with the values they write to.
 struct Tables {

@@ -33,8 +33,6 @@ namespace {
 
 using namespace ditto::test;
 
-Device sim(int i) { return Device("sim", i); }
-
 class SimBackendTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { init_sim(16); }
@@ -62,8 +60,8 @@ TEST_F(SimBackendTest, MemoryAccountingFollowsTensors) {
   EXPECT_EQ(before.capacity, BackendOptions{}.memory_capacity);
   EXPECT_EQ(b.properties(d).total_memory, before.capacity);
   {
-    Tensor t1 = Tensor::empty({1000}, DType::f32, sim(d));
-    Tensor t2 = Tensor::empty({10, 10}, DType::i64, sim(d));
+    Tensor t1 = Tensor::empty({1000}, DType::f32, sim_device(d));
+    Tensor t2 = Tensor::empty({10, 10}, DType::i64, sim_device(d));
     MemoryStats during = b.memory_stats(d);
     EXPECT_EQ(during.in_use, before.in_use + 4000 + 800);
     EXPECT_GE(during.peak, during.in_use);
@@ -84,17 +82,18 @@ TEST(SimBackendMemory, OutOfMemoryNamesDeviceRequestUseAndCapacity) {
   o.memory_capacity = 4096;
   init_backend("sim", o);
   {
-    Tensor t = Tensor::empty({768}, DType::f32, sim(1));  // 3072 bytes in use
-    EXPECT_THROW_MSG(Tensor::empty({512}, DType::f32, sim(1)), OutOfMemory,
+    Tensor t = Tensor::empty({768}, DType::f32, sim_device(1));  // 3072 bytes in use
+    EXPECT_THROW_MSG(Tensor::empty({512}, DType::f32, sim_device(1)), OutOfMemory,
                      "sim:1: out of memory: tried to allocate 2048 bytes; 3072 bytes in use of "
                      "capacity 4096 bytes");
     // The failed request left nothing behind; the remainder still fits.
     EXPECT_EQ(get_backend("sim").memory_stats(1).in_use, 3072u);
-    Tensor fits = Tensor::empty({256}, DType::f32, sim(1));
+    Tensor fits = Tensor::empty({256}, DType::f32, sim_device(1));
     EXPECT_EQ(get_backend("sim").memory_stats(1).in_use, 4096u);
   }
-  EXPECT_THROW_MSG(Tensor::empty({2000}, DType::f32, sim(0)), OutOfMemory, "sim:0: out of memory");
-  EXPECT_THROW_MSG(Tensor::empty({1}, DType::f32, sim(2)), InvalidArgument, "sim:2");
+  EXPECT_THROW_MSG(Tensor::empty({2000}, DType::f32, sim_device(0)), OutOfMemory,
+                   "sim:0: out of memory");
+  EXPECT_THROW_MSG(Tensor::empty({1}, DType::f32, sim_device(2)), InvalidArgument, "sim:2");
   init_sim(16);  // leave the default instance for the next tests
   EXPECT_EQ(get_backend("sim").device_count(), 16);
 }
@@ -108,17 +107,17 @@ TEST_F(SimBackendTest, AFreedBlockIsReusedByItsDeviceOnlyAndIsNotCountedInUse) {
   const std::size_t base = b.memory_stats(d).in_use;
   void* first = nullptr;
   {
-    Tensor t = Tensor::empty({1000}, DType::f32, sim(d));  // 4000 bytes: a 4032-byte block
+    Tensor t = Tensor::empty({1000}, DType::f32, sim_device(d));  // 4000 bytes: a 4032-byte block
     first = t.data_ptr();
   }
   b.default_stream(d).synchronize();  // the free runs in stream order
   EXPECT_EQ(b.memory_stats(d).in_use, base);
   {
-    Tensor on_other = Tensor::empty({1000}, DType::f32, sim(other));
+    Tensor on_other = Tensor::empty({1000}, DType::f32, sim_device(other));
     EXPECT_NE(on_other.data_ptr(), first) << "a device took another device's cached block";
-    Tensor bigger = Tensor::empty({1009}, DType::f32, sim(d));  // 4036 bytes: a 4096 block
+    Tensor bigger = Tensor::empty({1009}, DType::f32, sim_device(d));  // 4036 bytes: a 4096 block
     EXPECT_NE(bigger.data_ptr(), first) << "a 4032-byte block for 4036 bytes";
-    Tensor again = Tensor::empty({1003}, DType::f32, sim(d));  // 4012 bytes: the same block
+    Tensor again = Tensor::empty({1003}, DType::f32, sim_device(d));  // 4012 bytes: the same block
     EXPECT_EQ(again.data_ptr(), first);
     EXPECT_EQ(b.memory_stats(d).in_use, base + 4036 + 4012);
   }
@@ -136,14 +135,14 @@ TEST_F(SimBackendTest, ACachedBlockIsPoisonedUnderAsan) {
   const int d = 10;
   void* p = nullptr;
   {
-    Tensor t = Tensor::empty({64}, DType::f32, sim(d));
+    Tensor t = Tensor::empty({64}, DType::f32, sim_device(d));
     p = t.data_ptr();
     EXPECT_FALSE(__asan_address_is_poisoned(p));
   }
   b.default_stream(d).synchronize();
   EXPECT_TRUE(__asan_address_is_poisoned(p));
   EXPECT_TRUE(__asan_address_is_poisoned(static_cast<char*>(p) + 255));
-  Tensor again = Tensor::empty({64}, DType::f32, sim(d));
+  Tensor again = Tensor::empty({64}, DType::f32, sim_device(d));
   ASSERT_EQ(again.data_ptr(), p);
   EXPECT_FALSE(__asan_address_is_poisoned(static_cast<char*>(p) + 255));
 #endif
@@ -177,14 +176,14 @@ TEST_F(SimBackendTest, EventOrdersWorkAcrossDevices) {
 
 TEST_F(SimBackendTest, CrossDeviceCopyIsOrderedAfterProducer) {
   // A slow producer on sim:2, a copy to sim:3: the copy must see the produced values.
-  Tensor src = Tensor::zeros({4}, DType::f32, sim(2));
+  Tensor src = Tensor::zeros({4}, DType::f32, sim_device(2));
   float* p = src.data<float>();
-  sim::as_sim(current_stream(sim(2)), "test").enqueue([p] {
+  sim::as_sim(current_stream(sim_device(2)), "test").enqueue([p] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     for (int i = 0; i < 4; ++i) p[i] = float(i + 1);
   });
-  Tensor dst = src.to(sim(3));
-  EXPECT_EQ(dst.device(), sim(3));
+  Tensor dst = src.to(sim_device(3));
+  EXPECT_EQ(dst.device(), sim_device(3));
   EXPECT_EQ(dst.to_vector<float>(), (std::vector<float>{1, 2, 3, 4}));
 }
 
@@ -198,7 +197,7 @@ TEST_F(SimBackendTest, ErrorInStreamTaskIsRethrownBySynchronize) {
   for (int i = 0; i < 3; ++i) sim::as_sim(s, "test").enqueue([&order, i] { order.push_back(i); });
   s.synchronize();
   EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
-  Tensor t = Tensor::full({3}, 2.5f, sim(4));
+  Tensor t = Tensor::full({3}, 2.5f, sim_device(4));
   EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{2.5f, 2.5f, 2.5f}));
 }
 
@@ -268,11 +267,11 @@ TEST(DeviceParse, BadInputs) {
 }
 
 TEST_F(SimBackendTest, DeviceOutOfRange) {
-  EXPECT_THROW_MSG(Tensor::empty({4}, DType::f32, sim(16)), InvalidArgument,
+  EXPECT_THROW_MSG(Tensor::empty({4}, DType::f32, sim_device(16)), InvalidArgument,
                    "device sim:16 out of range (sim has 16 devices)");
   EXPECT_THROW_MSG(Device("nope", 0).backend(), InvalidArgument, "unknown backend 'nope'");
   EXPECT_THROW_MSG(devices("sim", 17), InvalidArgument, "expected a count in [1, 16]");
-  EXPECT_EQ(devices("sim", 3).back(), sim(2));
+  EXPECT_EQ(devices("sim", 3).back(), sim_device(2));
 }
 
 // ---- Tensor ---------------------------------------------------------------------------------
@@ -280,7 +279,7 @@ TEST_F(SimBackendTest, DeviceOutOfRange) {
 TEST_F(SimBackendTest, TensorRoundTripsAndViews) {
   std::vector<float> v(12);
   for (int i = 0; i < 12; ++i) v[i] = float(i) * 0.5f;
-  Tensor t = Tensor::from_vector(v, {4, 3}, sim(7));
+  Tensor t = Tensor::from_vector(v, {4, 3}, sim_device(7));
   EXPECT_EQ(t.str(), "[4, 3] f32 on sim:7");
   EXPECT_EQ(t.to_vector<float>(), v);
   // narrow: rows [1, 3)
@@ -296,10 +295,10 @@ TEST_F(SimBackendTest, TensorRoundTripsAndViews) {
   EXPECT_THROW_MSG(t.narrow(3, 2), InvalidArgument, "Tensor::narrow: rows [3, 5) out of range");
   // i64 round trip
   std::vector<std::int64_t> labels = {3, -1, 7};
-  EXPECT_EQ(Tensor::from_vector(labels, {3}, sim(7)).to_vector<std::int64_t>(), labels);
+  EXPECT_EQ(Tensor::from_vector(labels, {3}, sim_device(7)).to_vector<std::int64_t>(), labels);
   EXPECT_THROW_MSG(t.to_vector<std::int64_t>(), InvalidArgument,
                    "Tensor::to_vector: tensor is f32, asked for i64");
-  EXPECT_THROW_MSG(Tensor::from_vector(v, {5, 3}, sim(7)), InvalidArgument,
+  EXPECT_THROW_MSG(Tensor::from_vector(v, {5, 3}, sim_device(7)), InvalidArgument,
                    "Tensor::from_vector: expected 15 values for shape [5, 3], got 12");
 }
 
@@ -307,7 +306,7 @@ TEST_F(SimBackendTest, TensorRoundTripsAndViews) {
 // wrapped to a buffer far too small for the tensor, and narrow's start + length could overflow.
 TEST_F(SimBackendTest, TensorSizesThatOverflowAreRejected) {
   const std::int64_t big = std::int64_t(1) << 40;
-  EXPECT_THROW_MSG(Tensor::empty({big, big}, DType::f32, sim(0)), InvalidArgument,
+  EXPECT_THROW_MSG(Tensor::empty({big, big}, DType::f32, sim_device(0)), InvalidArgument,
                    "shape [1099511627776, 1099511627776]: expected at most 9223372036854775807 "
                    "elements in all, but the sizes multiply past that");
   EXPECT_THROW_MSG(shape_numel({3, big, big, 1}), InvalidArgument,
@@ -319,13 +318,14 @@ TEST_F(SimBackendTest, TensorSizesThatOverflowAreRejected) {
                    InvalidArgument,
                    "Tensor::empty: shape [2305843009213693952] i64: expected at most "
                    "9223372036854775807 bytes, got 2305843009213693952 elements of 8 bytes");
-  EXPECT_THROW_MSG(Tensor::zeros({std::int64_t(1) << 62}, DType::f32, sim(0)), InvalidArgument,
+  EXPECT_THROW_MSG(Tensor::zeros({std::int64_t(1) << 62}, DType::f32, sim_device(0)),
+                   InvalidArgument,
                    "Tensor::empty: shape [4611686018427387904] f32: expected at most");
   // A size of 0 makes the product 0, whatever the other sizes.
   EXPECT_EQ(shape_numel({big, big, 0}), 0);
-  EXPECT_EQ(Tensor::empty({big, big, 0}, DType::f32, sim(0)).numel(), 0);
+  EXPECT_EQ(Tensor::empty({big, big, 0}, DType::f32, sim_device(0)).numel(), 0);
 
-  Tensor t = Tensor::full({4, 3}, 1.0f, sim(0));
+  Tensor t = Tensor::full({4, 3}, 1.0f, sim_device(0));
   EXPECT_THROW_MSG(t.view({big, big, -1}), InvalidArgument,
                    "Tensor::view: shape [1099511627776, 1099511627776, -1]: expected at most "
                    "9223372036854775807 elements in all");
@@ -346,13 +346,13 @@ TEST_F(SimBackendTest, CopiesAcrossDevicesAndHost) {
   std::vector<float> v = {1, 2, 3, 4, 5, 6};
   Tensor host = Tensor::from_vector(v, {3, 2});
   EXPECT_TRUE(host.device().is_cpu());
-  Tensor a = host.to(sim(8));
-  Tensor b = a.to(sim(9));
-  EXPECT_EQ(b.device(), sim(9));
+  Tensor a = host.to(sim_device(8));
+  Tensor b = a.to(sim_device(9));
+  EXPECT_EQ(b.device(), sim_device(9));
   EXPECT_EQ(b.to(Device::cpu()).to_vector<float>(), v);
-  EXPECT_EQ(a.to(sim(8)).buffer(), a.buffer());  // already there: same storage
+  EXPECT_EQ(a.to(sim_device(8)).buffer(), a.buffer());  // already there: same storage
   // copy_ into a narrowed view on another device leaves the other rows alone.
-  Tensor dst = Tensor::zeros({3, 2}, DType::f32, sim(10));
+  Tensor dst = Tensor::zeros({3, 2}, DType::f32, sim_device(10));
   Tensor rows = dst.narrow(1, 2);
   rows.copy_(a.narrow(0, 2));
   EXPECT_EQ(dst.to_vector<float>(), (std::vector<float>{0, 0, 1, 2, 3, 4}));
@@ -364,14 +364,14 @@ TEST_F(SimBackendTest, CopiesAcrossDevicesAndHost) {
   Tensor c = a.clone();
   EXPECT_NE(c.buffer(), a.buffer());
   EXPECT_EQ(c.to_vector<float>(), v);
-  EXPECT_THROW_MSG(dst.copy_(Tensor::zeros({2, 3}, DType::f32, sim(8))), InvalidArgument,
+  EXPECT_THROW_MSG(dst.copy_(Tensor::zeros({2, 3}, DType::f32, sim_device(8))), InvalidArgument,
                    "Tensor::copy_: expected src [3, 2] f32, got [2, 3] f32 on sim:8");
   // zero-size tensors copy fine
-  Tensor e = Tensor::empty({0, 2}, DType::f32, sim(8));
-  EXPECT_EQ(e.to(sim(9)).numel(), 0);
+  Tensor e = Tensor::empty({0, 2}, DType::f32, sim_device(8));
+  EXPECT_EQ(e.to(sim_device(9)).numel(), 0);
   EXPECT_TRUE(e.to(Device::cpu()).to_vector<float>().empty());
   // item
-  EXPECT_EQ(Tensor::full({}, 3.5f, sim(11)).item(), 3.5f);
+  EXPECT_EQ(Tensor::full({}, 3.5f, sim_device(11)).item(), 3.5f);
   EXPECT_THROW_MSG(a.item(), InvalidArgument, "Tensor::item: expected a one-element f32 tensor");
 }
 

@@ -167,6 +167,9 @@ class CudaSuite : public ::testing::Test {
   }
 };
 
+/// Device("sim", i): the simulator's device i.
+inline Device sim_device(int i) { return Device("sim", i); }
+
 // ---- bits of floats -----------------------------------------------------------------------------
 
 inline std::uint32_t bits(float x) { return std::bit_cast<std::uint32_t>(x); }

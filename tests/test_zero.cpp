@@ -31,6 +31,7 @@
 #include "core/runtime/ops.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
+#include "trainer_test_util.h"
 #include "zero_test_util.h"
 
 namespace ditto {
@@ -40,10 +41,7 @@ using InnerOptimizerFactory = optim::ZeroInnerFactory;
 using optim::ZeroOptions;
 using optim::ZeroRedundancyOptimizer;
 
-/// One thread per rank of a new communicator over sim:0..world-1 (test::run_ranks_ok).
-void run_ranks(int world, Determinism mode, const std::function<void(int, Communicator&)>& fn) {
-  test::run_ranks_ok(world, mode, fn);
-}
+using test::run_ranks;
 
 using test::make_params;
 using test::ptrs;
@@ -100,8 +98,7 @@ InnerOptimizerFactory adamw_factory() {  // nanoGPT's groups: decay on the dim >
   };
 }
 
-// Crosses block boundaries (9100, 20000 elements), small slots, 1-dim and 2-dim shapes.
-const std::vector<Shape> kShapes{{70, 130}, {130}, {10, 70}, {10}, {3, 5}, {20000}};
+using test::kShapes;
 
 struct Case {
   InnerOptimizerFactory factory;
@@ -272,11 +269,7 @@ TEST_F(ZeroTest, SumSquaresBlocksAreTheLeavesOfSumSquares) {
 }
 
 /// Each tensor's bytes by name.
-std::map<std::string, std::vector<std::uint8_t>> tensor_bytes(const optim::OptimizerState& s) {
-  std::map<std::string, std::vector<std::uint8_t>> m;
-  for (const auto& [name, t] : s.tensors) m[name] = test::tensor_bytes(t);
-  return m;
-}
+using test::tensor_bytes;
 
 TEST_F(ZeroTest, ConsolidatedStateIsTheUnshardedStateAndLoadsBack) {
   for (const InnerOptimizerFactory& f : {sgd_factory(), adam_factory(), adamw_factory()})
@@ -355,9 +348,7 @@ TEST_F(ZeroTest, BadArgumentsAreInvalidArguments) {
 
 // ---- the Trainer ---------------------------------------------------------------------------
 
-std::shared_ptr<train::CsvDataSource> digits() {
-  return std::make_shared<train::CsvDataSource>(DITTO_DIGITS_CSV, data::CsvOptions{}, 0.2, 0);
-}
+using test::digits;
 
 train::TrainerConfig ddp_adam(int devices, int zero_stage) {
   train::TrainerConfig c;

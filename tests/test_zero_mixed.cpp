@@ -27,6 +27,7 @@
 #include "core/runtime/ops.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
+#include "trainer_test_util.h"
 #include "zero_test_util.h"
 
 namespace ditto {
@@ -34,9 +35,7 @@ namespace {
 
 using optim::ZeroRedundancyOptimizer;
 
-void run_ranks(int world, Determinism mode, const std::function<void(int, Communicator&)>& fn) {
-  test::run_ranks_ok(world, mode, fn);
-}
+using test::run_ranks;
 
 using test::make_params;
 using test::ptrs;
@@ -82,8 +81,7 @@ optim::InnerOptimizerFactory master_adamw() {
   };
 }
 
-// Crosses block boundaries, 1-dim and 2-dim shapes (AdamW's decay groups).
-const std::vector<Shape> kShapes{{70, 130}, {130}, {10, 70}, {10}, {3, 5}, {20000}};
+using test::kShapes;
 
 class ZeroMixedTest : public ::testing::Test {
  protected:
@@ -148,11 +146,7 @@ TEST_F(ZeroMixedTest, StateBytesAreMastersPlusMomentsOverN) {
   }
 }
 
-std::map<std::string, std::vector<std::uint8_t>> tensor_bytes(const optim::OptimizerState& s) {
-  std::map<std::string, std::vector<std::uint8_t>> m;
-  for (const auto& [name, t] : s.tensors) m[name] = test::tensor_bytes(t);
-  return m;
-}
+using test::tensor_bytes;
 
 TEST_F(ZeroMixedTest, ConsolidatedStateIsMasterWeightsStateWithMastersAndLoadsBack) {
   for (int n : {1, 2, 4})
@@ -266,9 +260,7 @@ TEST_F(ZeroMixedTest, MixedDtypesAreRefused) {
 
 // ---- the Trainer ---------------------------------------------------------------------------
 
-std::shared_ptr<train::CsvDataSource> digits() {
-  return std::make_shared<train::CsvDataSource>(DITTO_DIGITS_CSV, data::CsvOptions{}, 0.2, 0);
-}
+using test::digits;
 
 train::TrainerConfig ddp(DType dt, int devices, int zero_stage) {
   train::TrainerConfig c;

@@ -23,6 +23,11 @@
 
 namespace ditto::test {
 
+/// The bundled digits data set (examples/data/digits.csv): 20% held out for validation, seed 0.
+inline std::shared_ptr<train::CsvDataSource> digits() {
+  return std::make_shared<train::CsvDataSource>(DITTO_DIGITS_CSV, data::CsvOptions{}, 0.2, 0);
+}
+
 /// How the tiny GPT of tiny_gpt_trainer trains.
 struct TinyGptRun {
   std::int64_t max_iters = 8;

@@ -3,11 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/comm/communicator.h"
 #include "core/nn/module.h"
+#include "core/optim/optimizer.h"
 #include "test_util.h"
 
 namespace ditto::test {
@@ -29,6 +33,24 @@ inline std::vector<nn::Parameter> make_params(const std::vector<Shape>& shapes, 
     ps.push_back(std::move(p));
   }
   return ps;
+}
+
+/// One thread per rank of a new communicator over sim:0..world-1 (run_ranks_ok).
+inline void run_ranks(int world, Determinism mode,
+                      const std::function<void(int, Communicator&)>& fn) {
+  run_ranks_ok(world, mode, fn);
+}
+
+/// Shapes that cross block boundaries (9100, 20000 elements), small slots, 1-dim and 2-dim shapes
+/// (AdamW's decay groups).
+inline const std::vector<Shape> kShapes{{70, 130}, {130}, {10, 70}, {10}, {3, 5}, {20000}};
+
+/// The bytes of each tensor of an optimizer's state, by name.
+inline std::map<std::string, std::vector<std::uint8_t>> tensor_bytes(
+    const optim::OptimizerState& s) {
+  std::map<std::string, std::vector<std::uint8_t>> m;
+  for (const auto& [name, t] : s.tensors) m[name] = tensor_bytes(t);
+  return m;
 }
 
 /// Pointers to each of ps, in order (what an optimizer takes).
