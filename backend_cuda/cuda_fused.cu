@@ -50,6 +50,9 @@
 //                       bits), and the other passes read the row back from that store: the bits
 //                       of ops::add and then the forward kernel, one launch, no extra
 //                       instantiation.
+//   cross_entropy_fused a block per row, fast mode only (Note [CUDA fused cross-entropy]): the
+//                       loss and the logits' gradient written over them in one pass (f32, bf16,
+//                       f16; 3 instantiations).
 //   gelu_*              16 bytes per thread (4 f32, 8 bf16 / f16) where aligned, a scalar tail.
 //                       gelu_epilogue (gemm_ex's GELU epilogues where cuBLASLt does not take
 //                       them: launch_gelu_epilogue) a thread per element of a strided [M, N],
@@ -786,6 +789,72 @@ __global__ void __launch_bounds__(kCeWarps * 32) cross_entropy_backward_rows_ker
   }
 }
 
+// ---- the softmax cross-entropy's forward and backward in one pass (fast mode) ------------------
+// Note [CUDA fused cross-entropy]
+// cross_entropy_fused (llm.c's fused_classifier): a block of kCfThreads per row (a grid-stride
+// loop over the rows). Each thread folds its columns (c = tid, tid + blockDim, ...) into an
+// online (max, sum of exp(x - max)) pair, f32, from the stored logits widened as loaded; the
+// pairs merge across the warp (shuffles) and then across the warps in shared memory, in an order
+// fixed by blockDim (the same bits run to run, not the simulator's ascending chain: fast mode
+// only). Thread 0 loads the target's logit and *grad_loss before the barrier that publishes the
+// pair, so no thread's store can precede a read of it; then each thread rewrites its own columns
+// in place: x[c] = round(factor * (exp(x[c] - m) / s - [c == t])), factor = *grad_loss * scale,
+// and thread 0 writes the loss log(s) - (x[t] - m). The row is read twice (the second time from
+// L2 at GPT-2 sizes: a 100 KB bf16 row per block) and written once; no [rows, classes] gradient.
+
+constexpr int kCfThreads = 512;
+
+// (m, s) merged with (m2, s2): the pair of the union of the two sets of columns. -inf maxima
+// (nothing folded yet, or all -inf) contribute nothing.
+__device__ __forceinline__ void ce_merge(float& m, float& s, float m2, float s2) {
+  if (m2 > m) {
+    s = cm::add(cm::mul(s, cm::exp(cm::sub(m, m2))), s2);
+    m = m2;
+  } else if (m2 > -pmath::detail::infinity()) {
+    s = cm::add(s, cm::mul(s2, cm::exp(cm::sub(m2, m))));
+  }
+}
+
+template <class E>
+__global__ void __launch_bounds__(kCfThreads) cross_entropy_fused_kernel(
+    E* logits, const i64* targets, i64 rows, i64 classes, const float* grad_loss, float scale,
+    float* losses) {
+  __shared__ float warp_m[kCfThreads / 32], warp_s[kCfThreads / 32];
+  __shared__ float row_m, row_s, row_xt, row_factor;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int warps = static_cast<int>(blockDim.x / 32);
+  for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+    E* x = logits + r * classes;
+    float m = -pmath::detail::infinity(), s = 0.0f;
+    for (i64 c = tid; c < classes; c += blockDim.x) ce_merge(m, s, ld_elem(x, c), 1.0f);
+    for (int off = 16; off > 0; off /= 2) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m, off);
+      const float s2 = __shfl_xor_sync(0xffffffffu, s, off);
+      ce_merge(m, s, m2, s2);
+    }
+    if (lane == 0) {
+      warp_m[warp] = m;
+      warp_s[warp] = s;
+    }
+    __syncthreads();
+    if (tid == 0) {
+      float bm = warp_m[0], bs = warp_s[0];
+      for (int w = 1; w < warps; ++w) ce_merge(bm, bs, warp_m[w], warp_s[w]);
+      row_m = bm;
+      row_s = bs;
+      row_xt = ld_elem(x, targets[r]);
+      row_factor = cm::mul(*grad_loss, scale);
+    }
+    __syncthreads();
+    const float mx = row_m, sum = row_s, factor = row_factor;
+    const i64 t = targets[r];
+    if (tid == 0) losses[r] = cm::cross_entropy_loss(mx, sum, row_xt);
+    for (i64 c = tid; c < classes; c += blockDim.x)
+      st_elem(x, c, cm::cross_entropy_grad(factor, ld_elem(x, c), mx, sum, c == t));
+    __syncthreads();  // the shared pair is rewritten by the next row
+  }
+}
+
 }  // namespace
 
 // ---- softmax cross-entropy (CudaKernels::cross_entropy and its backward, cuda_kernels.cu) -----
@@ -1156,6 +1225,23 @@ void CudaGptKernels::cross_entropy_backward_ex(Stream& s, DType dtype, const voi
     using E = decltype(e);
     cross_entropy_backward_rows_kernel<E><<<blocks_for(rows, kCeWarps), kCeWarps * 32, 0, l.get()>>>(static_cast<const E*>(logits), targets, rows, classes, grad_loss, scale, static_cast<E*>(grad_logits));
   });
+  l.check();
+}
+
+void CudaGptKernels::cross_entropy_fused(Stream& s, DType dtype, void* logits, const i64* targets,
+                                         i64 rows, i64 classes, const float* grad_loss,
+                                         float scale, float* losses) {
+  if (rows <= 0 || classes <= 0) return;
+  const Launch l(backend_, s, "cross_entropy_fused");
+  const unsigned grid = static_cast<unsigned>(rows < (i64{1} << 20) ? rows : (i64{1} << 20));
+  auto run = [&](auto e) {
+    using E = decltype(e);
+    cross_entropy_fused_kernel<E><<<grid, kCfThreads, 0, l.get()>>>(static_cast<E*>(logits), targets, rows, classes, grad_loss, scale, losses);
+  };
+  if (dtype == DType::f32)
+    run(float{});
+  else
+    with_storage(dtype, run);
   l.check();
 }
 

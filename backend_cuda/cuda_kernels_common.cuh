@@ -461,6 +461,15 @@ class CudaGptKernels : public CudaDtypeKernels {
                                  const void* residual, i64 N, i64 C, void* dx, DType grad_type,
                                  void* grad_w, bool accumulate_w, void* grad_b,
                                  bool accumulate_b) override;
+  // The softmax cross-entropy's forward and backward in one pass, the gradient over the logits
+  // (cuda_fused.cu, llm.c's fused_classifier): f32, bf16, f16, fast mode only.
+  bool has_cross_entropy_fused(DType dtype, Determinism mode) const override {
+    return mode == Determinism::fast &&
+           (dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16);
+  }
+  void cross_entropy_fused(Stream& s, DType dtype, void* logits, const i64* targets, i64 rows,
+                           i64 classes, const float* grad_loss, float scale,
+                           float* losses) override;
   void gelu_forward_ex(Stream& s, DType dtype, const void* x, void* y, i64 n) override;
   void gelu_backward_ex(Stream& s, DType dtype, const void* x, const void* gy, void* gx,
                         i64 n) override;

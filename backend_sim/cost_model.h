@@ -244,7 +244,13 @@ KernelCost native_cost(const KernelCost& f32, DType storage);
 //       ln_f, as CUDA's layernorm_forward_add folds them): storage_cost of
 //       gpt_kernels::layernorm_forward_add_cost (the forward's, one FLOP and two elements more
 //       per element: branch read, the residual written), one launch where a real simulator run
-//       launches the add and then the forward.
+//       launches the add and then the forward;
+//   the softmax cross-entropy's forward and backward in one pass (has_cross_entropy_fused: f32,
+//       bf16, f16, fast mode only; nn::CrossEntropyLoss::forward_backward, the GPT training
+//       step's loss, as CUDA's cross_entropy_fused runs it): storage_cost of
+//       cross_entropy_fused_cost (the backward's FLOPs, the logits read once and their gradient
+//       written over them), one launch and no [rows, classes] gradient tensor where a real
+//       simulator run launches cross_entropy(_ex) and then cross_entropy_backward(_ex).
 // A kernel that has no typed CUDA version runs on CUDA through MixedOp's f32 scratch, and a dry
 // run prices that as CUDA runs it (Note [Predicted launches]): its casts as launches, the f32
 // kernel at f32 bytes, the scratch charged to the device.

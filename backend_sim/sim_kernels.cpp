@@ -92,6 +92,13 @@ KernelCost cross_entropy_cost(std::int64_t rows, std::int64_t classes) {
 KernelCost cross_entropy_backward_cost(std::int64_t rows, std::int64_t classes) {
   return KernelCost{5.0 * rows * classes, 8.0 * rows * classes + 8.0 * rows + 4};
 }
+// The fused pair (Kernels::cross_entropy_fused, CUDA's one launch): the backward's FLOPs (its
+// softmax statistics are the forward's), the logits read once and their gradient written once
+// over them (a block's row is re-read from L2, not priced), a loss written and a target read per
+// row, grad_loss read.
+KernelCost cross_entropy_fused_cost(std::int64_t rows, std::int64_t classes) {
+  return KernelCost{5.0 * rows * classes, 8.0 * rows * classes + 12.0 * rows + 4};
+}
 
 class SimKernels final : public Kernels {
  public:
@@ -733,6 +740,26 @@ class SimKernels final : public Kernels {
     if (rows <= 0 || classes <= 0) return;
     price(s, "cross_entropy_backward_ex",
           storage_cost(cross_entropy_backward_cost(rows, classes), dtype, 8.0 * rows + 4.0));
+  }
+
+  // The cross-entropy's forward and backward in one pass (CudaGptKernels answers true for f32,
+  // bf16 and f16 in fast mode): a dry run prices CUDA's one launch, the gradient over the logits
+  // (no [rows, classes] buffer). A real run keeps Kernels' false: cross_entropy(_ex) and
+  // cross_entropy_backward(_ex), their bits.
+  bool has_cross_entropy_fused(DType dtype, Determinism mode) const override {
+    return cost_->dry_run() && mode == Determinism::fast &&
+           (dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16);
+  }
+
+  void cross_entropy_fused(Stream& s, DType dtype, void* logits, const std::int64_t* targets,
+                           std::int64_t rows, std::int64_t classes, const float* grad_loss,
+                           float scale, float* losses) override {
+    if (!cost_->dry_run())
+      return Kernels::cross_entropy_fused(s, dtype, logits, targets, rows, classes, grad_loss,
+                                          scale, losses);
+    if (rows <= 0 || classes <= 0) return;
+    price(s, "cross_entropy_fused",
+          storage_cost(cross_entropy_fused_cost(rows, classes), dtype, 12.0 * rows + 4.0));
   }
 
   void dropout_forward_ex(Stream& s, DType dtype, const void* x, void* y, std::int64_t n, float p,

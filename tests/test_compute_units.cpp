@@ -1215,6 +1215,64 @@ TEST(ComputeUnits, DryRunFoldsTheResidualAddsIntoTheLayerNormForward) {
     }
 }
 
+// ---- the softmax cross-entropy's forward and backward in one pass (issue 29, branch i29-xent)
+
+// The GPT step's loss runs CUDA's cross_entropy_fused in fast mode (f32 / bf16 / f16; llm.c's
+// fused_classifier): a dry run answers has_cross_entropy_fused as CUDA does (a real run no) and
+// prices, per step, one cross_entropy_fused launch of 5 N V FLOPs over the logits read and their
+// gradient written over them (2 N V elements) with a loss, a target (12 N bytes) and grad_loss (4)
+// in place of cross_entropy(_ex) and cross_entropy_backward(_ex); bitwise mode keeps the two.
+// The same small GPT as above.
+TEST(ComputeUnits, DryRunFusesTheCrossEntropyForwardAndBackwardInFastMode) {
+  for (bool dry : {true, false}) {
+    Kernels& k = fresh_sim(dry).kernels();
+    for (Determinism mode : {Determinism::fast, Determinism::bitwise})
+      for (DType t : kAllDTypes)
+        EXPECT_EQ(k.has_cross_entropy_fused(t, mode),
+                  dry && mode == Determinism::fast &&
+                      (t == DType::f32 || t == DType::bf16 || t == DType::f16))
+            << dtype_name(t) << " " << determinism_name(mode) << (dry ? " dry" : " real");
+  }
+  const nn::GPTConfig m{
+      .block_size = 32, .vocab_size = 65, .n_layer = 2, .n_head = 4, .n_embd = 64};
+  const double V = 65, T = 32, B = 4, N = B * T, steps = 2;
+  for (DType dt : {DType::bf16, DType::f32})
+    for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + determinism_name(mode));
+      train::TrainerConfig c = test::priced_gpt(
+          m, {.profile = "h200", .determinism = mode, .batch_size = 4, .max_iters = 2});
+      c.dtype = dt;
+      c.eval_iters = 0;
+      const train::FitResult r =
+          train::Trainer(c, std::make_shared<train::ZeroTokenSource>(m.block_size, m.vocab_size))
+              .fit();
+      ASSERT_TRUE(r.prediction);
+      ASSERT_EQ(r.prediction->steps, 2);
+      std::map<std::string, CostLedgerRow> rows;
+      for (const CostLedgerRow& k : r.prediction->kernels) rows[k.name + " / " + k.unit] = k;
+      const double s = static_cast<double>(dtype_size(dt));
+      const bool half = dt != DType::f32;
+      const std::string fwd = half ? "cross_entropy_ex" : "cross_entropy",
+                        bwd = half ? "cross_entropy_backward_ex" : "cross_entropy_backward";
+      if (mode == Determinism::fast) {
+        ASSERT_EQ(rows.count("cross_entropy_fused / memory"), 1u);
+        const CostLedgerRow& k = rows.at("cross_entropy_fused / memory");
+        EXPECT_EQ(k.count, static_cast<std::int64_t>(steps));
+        EXPECT_DOUBLE_EQ(k.flops / steps, 5 * N * V);
+        EXPECT_DOUBLE_EQ(k.bytes / steps, s * 2 * N * V + 12 * N + 4);
+        EXPECT_NEAR(k.time_ps / 1e12, memory_time(static_cast<double>(k.count), k.bytes),
+                    k.count * 1e-12);
+        EXPECT_EQ(rows.count(fwd + " / memory"), 0u);
+        EXPECT_EQ(rows.count(bwd + " / memory"), 0u);
+      } else {
+        EXPECT_EQ(rows.count("cross_entropy_fused / memory"), 0u);
+        ASSERT_EQ(rows.count(fwd + " / memory"), 1u);
+        ASSERT_EQ(rows.count(bwd + " / memory"), 1u);
+        EXPECT_EQ(rows.at(bwd + " / memory").count, static_cast<std::int64_t>(steps));
+      }
+    }
+}
+
 // ---- the GPT MLP's GELU in its GEMMs' epilogues (issue 29 item 1, branch i29-gelu)
 
 // A dry run answers has_gemm_gelu_epilogue as the CUDA backend whose probe found the tanh form

@@ -104,6 +104,8 @@ inline train::TrainerConfig priced_gpt(const nn::GPTConfig& m, const PricedGptRu
   c.lr = run.lr;
   const std::uint64_t seed = run.seed;
   c.make_model = [m, seed](const Device& d) { return std::make_unique<nn::GPT>(m, d, seed); };
+  c.loss_may_overwrite_output =
+      true;  // as configure_gpt: nn::GPT's backward never reads its logits
   c.make_optimizer = [](std::vector<nn::Parameter*> params, float lr) {
     optim::AdamWOptions o;
     o.lr = lr;

@@ -4,7 +4,6 @@
 #include "core/nn/loss.h"
 
 #include "core/nn/module.h"
-
 #include "core/numerics/micro_shards.h"
 #include "core/runtime/ops.h"
 
@@ -81,11 +80,13 @@ Tensor Loss::backward() { return backward(Tensor()); }
 
 Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
   DITTO_CHECK(input.defined() && is_float_storage(input.dtype()),
-              "MSELoss.forward: input: expected an f32 (or bf16 / f16) tensor, got ", describe(input));
-  DITTO_CHECK(target.defined() && target.shape() == input.shape() && is_float_storage(target.dtype()) &&
-                  target.device() == input.device(),
-              "MSELoss.forward: target: expected ", shape_str(input.shape()), " f32 (or bf16 / f16) on ",
-              input.device().str(), " (the input's shape and device), got ", describe(target));
+              "MSELoss.forward: input: expected an f32 (or bf16 / f16) tensor, got ",
+              describe(input));
+  DITTO_CHECK(target.defined() && target.shape() == input.shape() &&
+                  is_float_storage(target.dtype()) && target.device() == input.device(),
+              "MSELoss.forward: target: expected ", shape_str(input.shape()),
+              " f32 (or bf16 / f16) on ", input.device().str(),
+              " (the input's shape and device), got ", describe(target));
   // ops::mse wants [N, F] (or [N]): view 0-dim as [1] and higher ranks as [N, -1].
   Tensor x = input, t = target;
   if (input.dim() == 0) {
@@ -106,11 +107,14 @@ Tensor MSELoss::backward(const Tensor& grad_loss) {
                            mean_scale());
 }
 
-Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
-  DITTO_CHECK(input.defined() && (input.dim() == 2 || input.dim() == 3) &&
-                  is_float_storage(input.dtype()),
-              "CrossEntropyLoss.forward: input: expected logits [N, C] f32 (or bf16 / f16), got ",
-              describe(input), " (or [B, T, C] logits with [B, T] targets)");
+namespace {
+
+/// CrossEntropyLoss.forward's checks of logits [N, C] or [B, T, C] and targets [N] or [B, T].
+void check_cross_entropy_loss_args(const Tensor& input, const Tensor& target) {
+  DITTO_CHECK(
+      input.defined() && (input.dim() == 2 || input.dim() == 3) && is_float_storage(input.dtype()),
+      "CrossEntropyLoss.forward: input: expected logits [N, C] f32 (or bf16 / f16), got ",
+      describe(input), " (or [B, T, C] logits with [B, T] targets)");
   Shape want(input.shape().begin(), input.shape().end() - 1);
   DITTO_CHECK(target.defined() && target.shape() == want && target.dtype() == DType::i64 &&
                   target.device() == input.device(),
@@ -121,6 +125,13 @@ Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
               "CrossEntropyLoss.forward: input: expected at least 1 class, "
               "got ",
               input.str());
+}
+
+}  // namespace
+
+Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
+  check_cross_entropy_loss_args(input, target);
+  fused_grad_ = Tensor();
   // [B, T, C] logits: the mean over all B * T tokens (nanoGPT's F.cross_entropy of the
   // flattened logits); the samples are the B sequences.
   input_shape_ = input.shape();
@@ -137,10 +148,42 @@ Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
                        mean_rows(input.size(0), "CrossEntropyLoss.forward") * tokens, tokens);
 }
 
+bool CrossEntropyLoss::fuses(const Tensor& input, const Tensor& target) const {
+  if (!input.defined() || !target.defined() || (input.dim() != 2 && input.dim() != 3)) return false;
+  const Tensor x = input.dim() == 3 ? input.view({-1, input.size(2)}) : input;
+  return ops::cross_entropy_fused_available(x, target, determinism_);
+}
+
+Tensor CrossEntropyLoss::forward_backward(const Tensor& input, const Tensor& target,
+                                          const Tensor& grad_loss) {
+  if (!fuses(input, target)) return forward(input, target);
+  check_cross_entropy_loss_args(input, target);
+  constexpr const char* call = "CrossEntropyLoss.forward_backward";
+  input_shape_ = input.shape();
+  const std::int64_t tokens = input.dim() == 3 ? input.size(1) : 1;
+  const Tensor x = input.dim() == 3 ? input.view({-1, input.size(2)}) : input;
+  const Tensor t = target.dim() == 2 ? target.view({-1}) : target;
+  const std::int64_t denominator = mean_rows(input.size(0), call) * tokens;
+  const float scale = denominator > 0 ? 1.0f / static_cast<float>(denominator) : 0.0f;
+  const Tensor g = grad_or_one(grad_loss, x.device(), call);
+  Tensor per_sample;
+  try {
+    per_sample = ops::cross_entropy_fused(x, t, g, scale);  // targets checked before any write
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string(call) + ": " + e.what());
+  }
+  fused_grad_ = x;  // now the gradient (mean_scale() below is this scale)
+  return save_and_mean(per_sample, x, t, denominator, tokens);
+}
+
 Tensor CrossEntropyLoss::backward(const Tensor& grad_loss) {
-  Tensor g = ops::cross_entropy_backward(input_, target_,
-                                         grad_loss_for(grad_loss, "CrossEntropyLoss.backward"),
-                                         mean_scale());
+  if (fused_grad_.defined()) {  // forward_backward's, over the logits
+    Tensor g = std::move(fused_grad_);
+    fused_grad_ = Tensor();
+    return g.shape() == input_shape_ ? g : g.view(input_shape_);
+  }
+  Tensor g = ops::cross_entropy_backward(
+      input_, target_, grad_loss_for(grad_loss, "CrossEntropyLoss.backward"), mean_scale());
   return g.shape() == input_shape_ ? g : g.view(input_shape_);
 }
 

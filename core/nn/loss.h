@@ -97,8 +97,21 @@ class CrossEntropyLoss : public LossOf<CrossEntropyLoss> {
   Tensor backward(const Tensor& grad_loss) override;
   using Loss::backward;
 
+  /// Whether forward_backward(input, target, ...) is one pass: determinism() fast and
+  /// ops::cross_entropy_fused_available for the flattened logits (CUDA; a dry run: its price).
+  bool fuses(const Tensor& input, const Tensor& target) const;
+  /// forward(input, target), and where fuses(input, target) the gradient backward(grad_loss)
+  /// would return computed in the same pass (ops::cross_entropy_fused, llm.c's
+  /// fused_classifier): the gradient is written over input (the logits are gone afterwards; the
+  /// caller must not need them) and the next backward(...) returns it without reading its
+  /// argument. grad_loss: as backward's (undefined: 1), known at forward time (the training
+  /// step's GradScaler scale). Elsewhere this is forward(input, target) alone and backward runs
+  /// as usual. Returns the mean loss, 0-dim f32. Errors: forward's, and backward's for grad_loss.
+  Tensor forward_backward(const Tensor& input, const Tensor& target, const Tensor& grad_loss);
+
  private:
   Shape input_shape_;  // the last forward's logits shape
+  Tensor fused_grad_;  // forward_backward's gradient (over the logits) until backward takes it
 };
 
 }  // namespace ditto::nn

@@ -140,6 +140,11 @@ void Kernels::layernorm_backward_params(Stream&, DType, const void*, const void*
                                         std::int64_t, void*, DType, void*, bool, void*, bool) {
   no_kernel("layernorm_backward_params");
 }
+bool Kernels::has_cross_entropy_fused(DType, Determinism) const { return false; }
+void Kernels::cross_entropy_fused(Stream&, DType, void*, const std::int64_t*, std::int64_t,
+                                  std::int64_t, const float*, float, float*) {
+  no_kernel("cross_entropy_fused");
+}
 void Kernels::gelu_forward_ex(Stream&, DType, const void*, void*, std::int64_t) {
   no_kernel("gelu_forward_ex");
 }

@@ -509,6 +509,26 @@ class Kernels {
                                          const void* residual, std::int64_t N, std::int64_t C,
                                          void* dx, DType grad_type, void* grad_w, bool accumulate_w,
                                          void* grad_b, bool accumulate_b);
+  /// Whether cross_entropy_fused runs here for `dtype` (f32, bf16 or f16) in `mode`. Default:
+  /// false, and nn::CrossEntropyLoss runs cross_entropy(_ex) in its forward and
+  /// cross_entropy_backward(_ex) in its backward; the simulator keeps that path (its bits,
+  /// launches and memory accounting; a dry run prices CUDA's one launch). cuda: true for f32,
+  /// bf16 and f16 in fast mode, false in bitwise mode (the two kernels' bits are the contract).
+  virtual bool has_cross_entropy_fused(DType dtype, Determinism mode) const;
+  /// The softmax cross-entropy's forward and backward in one pass over the logits (fast mode;
+  /// llm.c's fused_classifier): losses[r] = log(s) - (x[r, t] - m) as cross_entropy, and the
+  /// logits' gradient (*grad_loss) * scale * (softmax(x[r])[c] - [c == targets[r]]) written
+  /// over the logits, each element rounded once into `dtype` (f32: none): no second [rows,
+  /// classes] buffer. Math in f32 from the stored logits; the row's max and sum in any order (a
+  /// function of `classes`: the same bits run to run), within f32 rounding of cross_entropy(_ex)
+  /// and cross_entropy_backward(_ex). logits [rows, classes] in `dtype` (read, then
+  /// overwritten); targets i64 [rows], already validated to lie in [0, classes); grad_loss a
+  /// device pointer to one f32 (read before any write); losses f32 [rows]. Only called where
+  /// has_cross_entropy_fused(dtype, fast) is true; the default throws InvalidArgument.
+  virtual void cross_entropy_fused(Stream& s, DType dtype, void* logits,
+                                   const std::int64_t* targets, std::int64_t rows,
+                                   std::int64_t classes, const float* grad_loss, float scale,
+                                   float* losses);
   /// gelu_forward on `dtype` elements (y may alias x).
   virtual void gelu_forward_ex(Stream& s, DType dtype, const void* x, void* y, std::int64_t n);
   /// gelu_backward on `dtype` elements.

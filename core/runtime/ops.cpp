@@ -391,6 +391,32 @@ Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const
   return grad;
 }
 
+bool cross_entropy_fused_available(const Tensor& logits, const Tensor& targets, Determinism mode) {
+  if (mode != Determinism::fast || !logits.defined() || !targets.defined()) return false;
+  if (logits.device().is_cpu() || targets.device() != logits.device() || logits.dim() != 2)
+    return false;
+  return kernels_of(logits).has_cross_entropy_fused(logits.dtype(), mode);
+}
+
+Tensor cross_entropy_fused(const Tensor& logits, const Tensor& targets, const Tensor& grad_loss,
+                           float scale) {
+  constexpr const char* op = "ops::cross_entropy_fused";
+  DITTO_CHECK(logits.defined(), op, ": logits: expected a defined tensor, got an undefined tensor");
+  check_cross_entropy_args(op, logits, targets, logits.dtype());  // every target, on the host
+  check_grad_loss(op, grad_loss, logits.device(), "logits");
+  DITTO_CHECK(cross_entropy_fused_available(logits, targets, Determinism::fast), op,
+              ": logits: expected f32, bf16 or f16 logits on a device whose backend "
+              "has_cross_entropy_fused (fast mode; ops::cross_entropy_fused_available), got ",
+              logits.str());
+  const std::int64_t n = logits.size(0);
+  Tensor losses = Tensor::empty({n}, DType::f32, logits.device());
+  if (logits.numel() > 0)
+    kernels_of(logits).cross_entropy_fused(stream_of(logits), logits.dtype(), logits.data_ptr(),
+                                           targets.data<std::int64_t>(), n, logits.size(1),
+                                           grad_loss.data<float>(), scale, losses.data<float>());
+  return losses;
+}
+
 Tensor mse(const Tensor& input, const Tensor& target) {
   if (any_half({&input, &target})) {  // per-sample losses stay f32
     MixedOp m("ops::mse", {&input, &target});

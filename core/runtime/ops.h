@@ -67,6 +67,22 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 Tensor cross_entropy_backward(const Tensor& logits, const Tensor& targets, const Tensor& grad_loss,
                               float scale);
 
+/// Whether cross_entropy_fused runs on these tensors (Kernels::cross_entropy_fused, fast mode):
+/// logits [N, C] on a device (not the CPU), targets on that device, mode fast, and the backend
+/// has_cross_entropy_fused(logits' dtype, mode) (f32, bf16 or f16 on CUDA). False
+/// for anything cross_entropy_fused refuses (the simulator's real runs: false).
+bool cross_entropy_fused_available(const Tensor& logits, const Tensor& targets, Determinism mode);
+/// The forward and the backward in one pass (llm.c's fused_classifier): returns the per-sample
+/// losses f32 [N] (as cross_entropy) and overwrites logits with their gradient grad_loss * scale
+/// * (softmax(logits) - onehot(targets)) in the logits' dtype (as cross_entropy_backward, within
+/// f32 rounding: the row's max and sum in another order), no [N, C] tensor allocated. logits
+/// [N, C] contiguous; targets [N] i64 in [0, C), checked on the host before any write; grad_loss
+/// one f32 element on the logits' device, read on the device (no sync). Only where
+/// cross_entropy_fused_available(logits, targets, fast); InvalidArgument naming
+/// ops::cross_entropy_fused and the argument otherwise, nothing written.
+Tensor cross_entropy_fused(const Tensor& logits, const Tensor& targets, const Tensor& grad_loss,
+                           float scale);
+
 /// Per-sample squared error summed over features: input/target [N, F] -> [N]. A 1-dim input [N]
 /// is treated as [N, 1].
 Tensor mse(const Tensor& input, const Tensor& target);

@@ -227,6 +227,7 @@ GptRun configure_gpt(GptSettings& g, TrainerConfig& c) {
   m.bias = g.bias;
   const std::uint64_t seed = c.seed;
   c.make_model = [m, seed](const Device& d) { return std::make_unique<nn::GPT>(m, d, seed); };
+  c.loss_may_overwrite_output = true;  // the logits: lm_head's backward reads its input, not them
   c.model_name = model_name(m);
   c.optimizer = "adamw";
   c.lr = static_cast<float>(lr);

@@ -220,18 +220,30 @@ double Replica::step(const data::Batch& b) {
   Tensor out, loss;  // the last micro-step's: alive until the optimizer step is done, as in a
                      // hand-written loop
   std::vector<Tensor> losses;  // read after the step (reading one waits for its device)
+  // The loss's forward; with CrossEntropyLoss where it fuses (CUDA fast mode: one pass over the
+  // logits, their gradient written over them) its backward too, given the backward's grad_loss
+  // (the GradScaler's scale: unchanged until optimizer_step). `out` is not read again, and the
+  // model's backward does not read it (loss_may_overwrite_output).
+  auto* fused_ce = config_.loss_may_overwrite_output
+                       ? dynamic_cast<nn::CrossEntropyLoss*>(criterion_.get())
+                       : nullptr;
+  auto loss_forward = [&](const Tensor& o, const Tensor& t) {
+    if (fused_ce != nullptr && fused_ce->fuses(o, t))
+      return fused_ce->forward_backward(o, t, loss_grad(o.device()));
+    return criterion_->forward(o, t);
+  };
   for (std::int64_t k = 0; k < steps; ++k) {
     const bool last = k + 1 == steps;
     out = Tensor();
     loss = Tensor();
     if (dp_ && steps == 1) {
       out = dp_->forward(b.x);
-      loss = criterion_->forward(out, target(b.y, out.size(1), out.device()));
+      loss = loss_forward(out, target(b.y, out.size(1), out.device()));
     } else if (steps == 1) {
       const auto [lo, hi] = ddp_->local_rows(n);
       criterion_->set_global_batch(n);
       out = ddp_->forward({b.x.narrow(lo, hi - lo)}, n);
-      loss = criterion_->forward(out, target(b.y.narrow(lo, hi - lo), out.size(1), devices_[0]));
+      loss = loss_forward(out, target(b.y.narrow(lo, hi - lo), out.size(1), devices_[0]));
     } else {  // a micro-step: dp's block k of the batch, or ddp's block k of this rank's rows
       const MicroBatch m = micro_batch(n, config_.micro_shards, world, comm_ ? comm_->rank() : 0,
                                        steps, k, config_.determinism);
@@ -239,8 +251,8 @@ double Replica::step(const data::Batch& b) {
       const std::vector<Tensor> x{b.x.narrow(m.first_row, m.rows())};
       out = dp_ ? dp_->forward(x, m.first_row, m.shard_bounds)
                 : ddp_->forward(x, m.first_row, m.shard_bounds);
-      loss = criterion_->forward(
-          out, target(b.y.narrow(m.first_row, m.rows()), out.size(1), out.device()));
+      loss =
+          loss_forward(out, target(b.y.narrow(m.first_row, m.rows()), out.size(1), out.device()));
     }
     // Fresh grads for every micro-step's node of the tree (fold), else once per step.
     if (k == 0 || fold) opt_->zero_grad(true);

@@ -68,6 +68,12 @@ struct TrainerConfig {
   std::string loss = "cross-entropy";  ///< cross-entropy | mse (when make_loss is unset)
   LossFactory make_loss;
   TargetFactory make_target;
+  /// The model's backward does not read its output (nn::GPT's logits; configure_gpt sets it):
+  /// the training step may then run a CrossEntropyLoss's forward and backward in one pass
+  /// (CrossEntropyLoss::forward_backward, CUDA fast mode), its gradient written over the output.
+  /// False (a model ending in, e.g., nn::ReLU saves its output for its backward): forward, then
+  /// backward.
+  bool loss_may_overwrite_output = false;
 
   // ---- the loop
   std::int64_t batch_size = 64;  ///< global batch (split over the devices)

@@ -11,7 +11,9 @@
 // (bf16 / f16) versions of the row kernels: test_emu_rows.cpp, run with these.
 #include <array>
 #include <cmath>
+#include <cstring>
 
+#include "core/numerics/float_formats.h"
 #include "core/numerics/gpt_math.h"
 #include "core/numerics/micro_shards.h"
 #include "emu_check.h"
@@ -145,6 +147,126 @@ void check_cross_entropy_rows(unsigned& seed) {
                                     b[2].data());
          });
   }
+}
+
+// cross_entropy_fused (Note [CUDA fused cross-entropy]; fast mode: not the simulator's bits)
+// against a double-precision reference from the stored logits: every row's loss within
+// 3e-5 max(1, |loss|) and every class's gradient within |factor| (3e-5 p + 1e-12) of
+// factor (p - [c == t]), plus the rounding of the stored result (f32 2^-23, bf16 2^-8, f16 2^-11
+// relative, f16 also 2^-24 absolute: p - 1 of the target rounds to -1 in f32 for p < 2^-25).
+// Nothing ignored: every row and column. Rows with the target first and last, huge (1e4) and tiny
+// (-1e4) logits, one dominant class, a constant row; V 1, 33, 513, 50257 (GPT-2's) and 50304 (its
+// padding), f32 / bf16 / f16.
+float xent_widen(DType t, std::uint16_t u) {
+  bfloat16 b;
+  float16 h;
+  b.bits = h.bits = u;
+  return t == DType::bf16 ? b.to_float() : h.to_float();
+}
+
+struct XentWorst {
+  double loss = 0, grad = 0;  // the largest error / tolerance seen
+};
+
+void check_cross_entropy_fused_case(DType t, i64 rows, i64 classes, unsigned seed,
+                                    XentWorst& worst) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  V x(static_cast<std::size_t>(rows * classes));
+  std::vector<i64> tg(static_cast<std::size_t>(rows));
+  for (i64 r = 0; r < rows; ++r) {
+    float* row = x.data() + r * classes;
+    const int kind = static_cast<int>(r % 5);
+    for (i64 c = 0; c < classes; ++c) {
+      const float v = nd(gen);
+      row[c] = kind == 1 ? 1e4f + v : kind == 2 ? -1e4f + v : kind == 4 ? 0.5f : v;
+    }
+    tg[r] = r == 0   ? 0
+            : r == 1 ? classes - 1
+                     : std::uniform_int_distribution<i64>(0, classes - 1)(gen);
+    if (kind == 3) row[tg[r]] = 40.0f;  // one dominant class: p_t ~ 1, the loss ~ 0
+  }
+  const std::string ctx = std::string(dtype_name(t)) + " " + dims({rows, classes});
+  // The stored logits (rounded into t) and their f32 values, the reference's input.
+  std::vector<std::uint8_t> buf;
+  if (t == DType::f32) {
+    buf.resize(x.size() * 4);
+    std::memcpy(buf.data(), x.data(), buf.size());
+  } else {
+    buf.resize(x.size() * 2);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const std::uint16_t u =
+          t == DType::bf16 ? bfloat16::from(x[i]).bits : float16::from(x[i]).bits;
+      std::memcpy(buf.data() + 2 * i, &u, 2);
+      x[i] = xent_widen(t, u);
+    }
+  }
+  auto load = [&](std::size_t i) {
+    if (t == DType::f32) {
+      float f;
+      std::memcpy(&f, buf.data() + 4 * i, 4);
+      return f;
+    }
+    std::uint16_t u;
+    std::memcpy(&u, buf.data() + 2 * i, 2);
+    return xent_widen(t, u);
+  };
+  V losses(static_cast<std::size_t>(rows), -7.0f);
+  const float grad_loss = 0.75f, scale = 1.0f / 3.0f;
+  const double factor = double(grad_loss * scale);
+  ++checks;
+  try {
+    cudak->cross_entropy_fused(cudas, t, buf.data(), tg.data(), rows, classes, &grad_loss, scale,
+                               losses.data());
+    cudas.synchronize();
+  } catch (const std::exception& e) {
+    ++failures;
+    std::printf("FAIL cross_entropy_fused %s: %s\n", ctx.c_str(), e.what());
+    return;
+  }
+  const double rel = t == DType::f32 ? 0x1p-23 : t == DType::bf16 ? 0x1p-8 : 0x1p-11;
+  const double floor = t == DType::f16 ? 0x1p-24 : 0.0;
+  int bad = 0;
+  for (i64 r = 0; r < rows; ++r) {
+    const float* row = x.data() + r * classes;
+    double m = -INFINITY;
+    for (i64 c = 0; c < classes; ++c) m = std::max(m, double(row[c]));
+    double s = 0;
+    for (i64 c = 0; c < classes; ++c) s += std::exp(double(row[c]) - m);
+    const double loss = std::log(s) - (double(row[tg[r]]) - m);
+    const double ltol = 3e-5 * std::max(1.0, std::fabs(loss));
+    const double lerr = std::fabs(double(losses[r]) - loss);
+    worst.loss = std::max(worst.loss, lerr / ltol);
+    if (!(lerr <= ltol) && bad++ < 3)
+      std::printf("FAIL cross_entropy_fused %s row %lld: loss %.9g, reference %.12g\n", ctx.c_str(),
+                  static_cast<long long>(r), double(losses[r]), loss);
+    for (i64 c = 0; c < classes; ++c) {
+      const double p = std::exp(double(row[c]) - m) / s;
+      const double ref = factor * (p - (c == tg[r] ? 1.0 : 0.0));
+      const double got = load(static_cast<std::size_t>(r * classes + c));
+      const double tol = std::fabs(factor) * (3e-5 * p + 1e-12) + rel * std::fabs(ref) + floor;
+      const double err = std::fabs(got - ref);
+      worst.grad = std::max(worst.grad, err / tol);
+      if (!(err <= tol) && bad++ < 3)
+        std::printf("FAIL cross_entropy_fused %s row %lld class %lld: grad %.9g, reference %.12g\n",
+                    ctx.c_str(), static_cast<long long>(r), static_cast<long long>(c), got, ref);
+    }
+  }
+  if (bad > 0) ++failures;
+}
+
+void check_cross_entropy_fused(unsigned& seed) {
+  XentWorst worst;
+  for (DType t : {DType::f32, DType::bf16, DType::f16}) {
+    for (auto rc : std::vector<std::pair<i64, i64>>{{5, 1}, {7, 33}, {10, 513}})
+      check_cross_entropy_fused_case(t, rc.first, rc.second, seed++, worst);
+    // GPT-2's vocabulary and its padding: rows of every kind (normal, huge, tiny, dominant,
+    // constant), the target first in row 0 and last in row 1.
+    check_cross_entropy_fused_case(t, 5, 50257, seed++, worst);
+    check_cross_entropy_fused_case(t, 2, 50304, seed++, worst);
+  }
+  std::printf("cross_entropy_fused: worst error / tolerance: loss %.3g, gradient %.3g\n",
+              worst.loss, worst.grad);
 }
 
 std::vector<i64> multi_sizes(unsigned seed, int count) {
@@ -302,9 +424,10 @@ void check_multi_tensor(unsigned& seed) {
 }  // namespace
 
 void check_fused_kernels(unsigned& seed) {
-  for (auto* part : {check_embedding_paths, check_layernorm_chunks, check_gelu_paths,
-                     check_cross_entropy_rows, check_multi_tensor, check_typed_multi_tensor,
-                     check_typed_rows, check_fill_multi_tables, check_copy_multi}) {
+  for (auto* part :
+       {check_embedding_paths, check_layernorm_chunks, check_gelu_paths, check_cross_entropy_rows,
+        check_cross_entropy_fused, check_multi_tensor, check_typed_multi_tensor, check_typed_rows,
+        check_fill_multi_tables, check_copy_multi}) {
     try {
       part(seed);
     } catch (const std::exception& e) {
