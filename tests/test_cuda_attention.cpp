@@ -29,7 +29,7 @@ using namespace ditto::test;
 using CudaAttention = CudaSuite<>;  // kCudaTestDevices
 using AttentionMode = SimSuite<2>;
 
-std::vector<float> uniform(std::size_t n, unsigned seed, float r = 2.0f) {
+std::vector<float> uniform_values(std::size_t n, unsigned seed, float r = 2.0f) {
   std::mt19937 gen(seed);
   std::uniform_real_distribution<float> u(-r, r);
   std::vector<float> v(n);
@@ -71,12 +71,12 @@ double rel_error(const std::vector<float>& got, const std::vector<float>& want) 
 // against double for each of the two.
 constexpr double kFastVsBitwiseTol = 4e-5;
 
-struct Shape {
+struct AttnShape {
   std::int64_t B, T, C, nh;
 };
 
-const std::vector<Shape>& shapes() {
-  static const std::vector<Shape> s = {
+const std::vector<AttnShape>& shapes() {
+  static const std::vector<AttnShape> s = {
       {4, 256, 768, 12},  // GPT-2 124M's heads (hd 64), 8 query tiles
       {2, 300, 384, 6},   // nanoGPT char model's heads, T not a multiple of 32
       {2, 100, 256, 2},   // hd 128: 16 x 16 tiles
@@ -87,12 +87,12 @@ const std::vector<Shape>& shapes() {
 
 TEST_F(CudaAttention, BitwiseEqualsTheSimulatorAndFastIsWithinTolerance) {
   unsigned seed = 1;
-  for (const Shape& s : shapes())
+  for (const AttnShape& s : shapes())
     for (float p : {0.0f, 0.1f}) {
       SCOPED_TRACE("B " + std::to_string(s.B) + " T " + std::to_string(s.T) + " C " +
                    std::to_string(s.C) + " nh " + std::to_string(s.nh) + " p " + std::to_string(p));
-      const std::vector<float> qkv = uniform(std::size_t(s.B * s.T * 3 * s.C), seed++);
-      const std::vector<float> dy = uniform(std::size_t(s.B * s.T * s.C), seed++);
+      const std::vector<float> qkv = uniform_values(std::size_t(s.B * s.T * 3 * s.C), seed++);
+      const std::vector<float> dy = uniform_values(std::size_t(s.B * s.T * s.C), seed++);
       const AttnRun sim =
           run_attention("sim", qkv, dy, s.B, s.T, s.C, s.nh, p, Determinism::bitwise);
       // The backward given the forward's y (bitwise ignores it; fast reads pd from it: 7
@@ -211,15 +211,16 @@ double error_in_u(const std::vector<float>& got, const std::vector<double>& want
 TEST_F(CudaAttention, TypedBitwiseEqualsTheSimulatorAndFastIsWithinTolerance) {
   unsigned seed = 100;
   for (DType dtype : {DType::bf16, DType::f16})
-    for (const Shape& s : shapes()) {
+    for (const AttnShape& s : shapes()) {
       if (s.C / s.nh > 128) continue;  // has_attention_ex: false (MixedOp, tested above)
       for (float p : {0.0f, 0.1f}) {
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " B " + std::to_string(s.B) + " T " +
                      std::to_string(s.T) + " C " + std::to_string(s.C) + " nh " +
                      std::to_string(s.nh) + " p " + std::to_string(p));
         const std::vector<float> qkv =
-            rounded(uniform(std::size_t(s.B * s.T * 3 * s.C), seed++), dtype);
-        const std::vector<float> dy = rounded(uniform(std::size_t(s.B * s.T * s.C), seed++), dtype);
+            rounded(uniform_values(std::size_t(s.B * s.T * 3 * s.C), seed++), dtype);
+        const std::vector<float> dy =
+            rounded(uniform_values(std::size_t(s.B * s.T * s.C), seed++), dtype);
         const AttnRun sim =
             run_typed("sim", qkv, dy, dtype, s.B, s.T, s.C, s.nh, p, Determinism::bitwise);
         const AttnRun bit =
@@ -245,8 +246,8 @@ TEST_F(CudaAttention, TypedBitwiseEqualsTheSimulatorAndFastIsWithinTolerance) {
 // The simulator has one attention order (Note [GPT kernels]): fast mode gives bitwise's bits.
 TEST_F(AttentionMode, SimRunsTheCanonicalOrderInBothModes) {
   const std::int64_t B = 2, T = 19, C = 24, nh = 3;
-  const std::vector<float> qkv = uniform(std::size_t(B * T * 3 * C), 5);
-  const std::vector<float> dy = uniform(std::size_t(B * T * C), 6);
+  const std::vector<float> qkv = uniform_values(std::size_t(B * T * 3 * C), 5);
+  const std::vector<float> dy = uniform_values(std::size_t(B * T * C), 6);
   for (float p : {0.0f, 0.2f}) {
     const AttnRun a = run_attention("sim", qkv, dy, B, T, C, nh, p, Determinism::bitwise);
     const AttnRun b = run_attention("sim", qkv, dy, B, T, C, nh, p, Determinism::fast);
@@ -257,7 +258,8 @@ TEST_F(AttentionMode, SimRunsTheCanonicalOrderInBothModes) {
 }
 
 TEST_F(AttentionMode, ABadModeIsRefused) {
-  const Tensor qkv = Tensor::from_vector(uniform(2 * 3 * 12, 7), {2, 3, 12}).to(Device("sim", 0));
+  const Tensor qkv =
+      Tensor::from_vector(uniform_values(2 * 3 * 12, 7), {2, 3, 12}).to(Device("sim", 0));
   const auto bad = static_cast<Determinism>(7);
   Tensor stats;
   expect_invalid([&] { ops::attention(qkv, 2, stats, 0.0f, 0, 0, 0, bad); },

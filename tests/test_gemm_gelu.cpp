@@ -28,7 +28,7 @@ namespace {
 
 using namespace ditto::test;
 
-constexpr const char* kProbe = "gelu_probe";
+constexpr const char* kGeluProbe = "gelu_probe";
 
 // The simulator's kernels, counted; has_gemm_ex true for f32 and has_gemm_gelu_epilogue as
 // `gelu` says (in both modes: core must keep bitwise off it). gemm_ex runs the simulator's gemm,
@@ -69,10 +69,10 @@ class GemmGelu : public SimSuite<2> {
  protected:
   static void SetUpTestSuite() {
     SimSuite<2>::SetUpTestSuite();
-    register_probe_backend<GeluProbeKernels>(kProbe);
+    register_probe_backend<GeluProbeKernels>(kGeluProbe);
   }
   static GeluProbeKernels& probe() {
-    return static_cast<GeluProbeKernels&>(get_backend(kProbe).kernels());
+    return static_cast<GeluProbeKernels&>(get_backend(kGeluProbe).kernels());
   }
   void TearDown() override { probe().gelu = false; }
 };
@@ -82,7 +82,7 @@ Tensor input(const Shape& shape, std::uint64_t sub) {
   std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
   for (std::size_t i = 0; i < v.size(); ++i)
     v[i] = uniform(17, stream_id(kStreamSynthetic, sub), i, -2.0f, 2.0f);
-  return Tensor::from_vector(v, shape).to(Device(kProbe, 0));
+  return Tensor::from_vector(v, shape).to(Device(kGeluProbe, 0));
 }
 
 void expect_near(const Tensor& a, const Tensor& b, float tol, const std::string& what) {
@@ -103,7 +103,7 @@ struct MlpRun {
 MlpRun mlp_run(Determinism mode) {
   const nn::GPTConfig cfg{
       .block_size = 8, .vocab_size = 11, .n_layer = 1, .n_head = 2, .n_embd = 16, .bias = true};
-  nn::GPTMLP mlp(cfg, 0, Device(kProbe, 0), 7);
+  nn::GPTMLP mlp(cfg, 0, Device(kGeluProbe, 0), 7);
   mlp.set_determinism(mode);
   mlp.set_micro_shards({0, 1, 2});
   MlpRun r;
@@ -165,7 +165,7 @@ TEST_F(GemmGelu, GptStepWithTheEpiloguesHasTheUnfusedLossAndGradients) {
     std::vector<std::string> hooked;
   };
   auto step = [&] {
-    nn::GPT model(cfg, Device(kProbe, 0), 1337);
+    nn::GPT model(cfg, Device(kGeluProbe, 0), 1337);
     model.set_step(2);
     Step r;
     model.set_grad_ready_hook([&](nn::Parameter& p) { r.hooked.push_back(p.name); });
@@ -175,7 +175,7 @@ TEST_F(GemmGelu, GptStepWithTheEpiloguesHasTheUnfusedLossAndGradients) {
       ids[i] = static_cast<std::int64_t>((i * 7 + 3) % 23);
       tg[i] = static_cast<std::int64_t>((i * 5 + 1) % 23);
     }
-    const Device dev(kProbe, 0);
+    const Device dev(kGeluProbe, 0);
     nn::CrossEntropyLoss crit;
     const Tensor logits = model.forward(Tensor::from_vector(ids, {B, T}).to(dev));
     r.loss = crit.forward(logits, Tensor::from_vector(tg, {B, T}).to(dev)).item();

@@ -38,13 +38,13 @@ namespace {
 
 using namespace ditto::test;
 
-constexpr const char* kProbe = "optim_probe";
+constexpr const char* kOptimProbe = "optim_probe";
 
 // The simulator's kernels, each call counted by name; has_multi_tensor_kernels answers `multi`,
 // has_multi_tensor_ex `typed` (f32, bf16, f16). The typed entries run the f32 path on the
 // simulator: each gradient cast to f32 scratch, scale_multi, adam_step_multi (sum_squares_multi),
 // each master cast into its model weight.
-class ProbeKernels final : public CountingKernels {
+class OptimProbeKernels final : public CountingKernels {
  public:
   using CountingKernels::CountingKernels;
 
@@ -93,9 +93,11 @@ class OptimFused : public SimSuite<2> {
  protected:
   static void SetUpTestSuite() {
     SimSuite<2>::SetUpTestSuite();
-    register_probe_backend<ProbeKernels>(kProbe);
+    register_probe_backend<OptimProbeKernels>(kOptimProbe);
   }
-  static ProbeKernels& probe() { return static_cast<ProbeKernels&>(get_backend(kProbe).kernels()); }
+  static OptimProbeKernels& probe() {
+    return static_cast<OptimProbeKernels&>(get_backend(kOptimProbe).kernels());
+  }
   void TearDown() override {
     probe().multi = false;
     probe().typed = false;
@@ -120,7 +122,7 @@ TwoSteps gpt_two_steps(DType dt, Determinism mode, double clip, bool poison) {
   nn::GPT model(cfg, Device("sim", 0), 1337);
   model.to(dt);
   model.set_determinism(mode);
-  const Device probe_dev(kProbe, 0);
+  const Device probe_dev(kOptimProbe, 0);
   std::vector<nn::Parameter*> params = model.parameters();
   std::vector<std::unique_ptr<nn::Parameter>> mirror;
   std::vector<nn::Parameter*> ptrs;
@@ -138,7 +140,7 @@ TwoSteps gpt_two_steps(DType dt, Determinism mode, double clip, bool poison) {
   crit.set_determinism(mode);
   const std::int64_t B = 4, T = cfg.block_size;
   TwoSteps r;
-  ProbeKernels& k = static_cast<ProbeKernels&>(get_backend(kProbe).kernels());
+  OptimProbeKernels& k = static_cast<OptimProbeKernels&>(get_backend(kOptimProbe).kernels());
   k.calls.clear();
   for (int step = 0; step < 2; ++step) {
     std::vector<std::int64_t> ids(B * T), tg(B * T);
@@ -193,7 +195,7 @@ int total(const std::map<std::string, int>& calls) {
 // 0.05) and not (1e9), and with an inf gradient (the norm inf, every grad scaled by 0: NaN
 // where the inf was, as the f32 path gives).
 TEST_F(OptimFused, MasterWeightsTakeTheTypedKernelsOnlyWhereTheBackendHasThem) {
-  ProbeKernels& k = probe();
+  OptimProbeKernels& k = probe();
   for (DType dt : {DType::bf16, DType::f16})
     for (Determinism mode : {Determinism::fast, Determinism::bitwise})
       for (double clip : {0.05, 1e9, 0.0})
@@ -269,10 +271,10 @@ TEST_F(OptimFused, MasterWeightsTakeTheTypedKernelsOnlyWhereTheBackendHasThem) {
 // refused; load_master_grads() after a fused clip applies its coefficient to the copies (the
 // same bits as the f32 path's clip).
 TEST_F(OptimFused, FusedPathLimits) {
-  ProbeKernels& k = probe();
+  OptimProbeKernels& k = probe();
   k.multi = true;
   k.typed = true;
-  const Device dev(kProbe, 0);
+  const Device dev(kOptimProbe, 0);
   auto make = [&](DType dt) {
     std::vector<float> v(40);
     for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.1f * static_cast<float>(i) - 2.0f;
@@ -328,10 +330,10 @@ TEST_F(OptimFused, FusedPathLimits) {
 // The typed ops' argument checks name the op and the argument; without typed kernels a bf16
 // grad is refused with the reason.
 TEST_F(OptimFused, TypedOpsCheckTheirArguments) {
-  ProbeKernels& k = probe();
+  OptimProbeKernels& k = probe();
   k.multi = true;
   k.typed = false;
-  const Device dev(kProbe, 0);
+  const Device dev(kOptimProbe, 0);
   Tensor p = Tensor::zeros({4}, DType::f32, dev), m = Tensor::zeros({4}, DType::f32, dev),
          v = Tensor::zeros({4}, DType::f32, dev);
   Tensor g = Tensor::zeros({4}, DType::bf16, dev), w = Tensor::zeros({4}, DType::bf16, dev);
@@ -419,7 +421,7 @@ TEST_F(OptimFused, ZeroCopiesTakeTheMultiTensorKernelsWithTheSameBits) {
                                                       b.begin(), b.end());
             }
           },
-          kProbe));
+          kOptimProbe));
       return out;
     };
     const auto per_piece = run(false);

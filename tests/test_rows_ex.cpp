@@ -36,12 +36,12 @@ namespace {
 
 using namespace ditto::test;
 
-constexpr const char* kProbe = "rows_probe";
+constexpr const char* kRowsProbe = "rows_probe";
 
 // The simulator's kernels, each call counted by name (and the bytes every cast moves); has_rows_ex
 // answers `rows_ex` for bf16 / f16. Its *_ex entries run MixedOp's arithmetic on the simulator:
 // the storage-dtype inputs cast to f32 scratch, the f32 kernel, each output cast once.
-class ProbeKernels final : public CountingKernels {
+class RowsProbeKernels final : public CountingKernels {
  public:
   using CountingKernels::CountingKernels;
 
@@ -297,9 +297,11 @@ class RowsEx : public SimSuite<2> {
  protected:
   static void SetUpTestSuite() {
     SimSuite<2>::SetUpTestSuite();
-    register_probe_backend<ProbeKernels>(kProbe);
+    register_probe_backend<RowsProbeKernels>(kRowsProbe);
   }
-  static ProbeKernels& probe() { return static_cast<ProbeKernels&>(get_backend(kProbe).kernels()); }
+  static RowsProbeKernels& probe() {
+    return static_cast<RowsProbeKernels&>(get_backend(kRowsProbe).kernels());
+  }
 };
 
 /// Host values in [-2, 2) (Philox stream `sub`) as a `dt` tensor on `backend`:0.
@@ -359,19 +361,19 @@ std::vector<std::vector<std::uint8_t>> run_row_ops(DType dt, const std::string& 
 // mixed call (a bf16 x with an f32 or f16 weight, a gradient of the other half dtype) keeps
 // MixedOp.
 TEST_F(RowsEx, OpsCallTheTypedRowKernelsOnlyWhereHasRowsExSaysSo) {
-  ProbeKernels& k = probe();
+  RowsProbeKernels& k = probe();
   for (DType dt : {DType::bf16, DType::f16}) {
     SCOPED_TRACE(dtype_name(dt));
     const auto sim = run_row_ops(dt, "sim");
     k.rows_ex = false;
     k.reset();
-    const auto mixed = run_row_ops(dt, kProbe);
+    const auto mixed = run_row_ops(dt, kRowsProbe);
     EXPECT_EQ(k.ex_calls(), 0);
     EXPECT_EQ(k.calls["add_any"], 0);
     EXPECT_GT(k.calls["cast"], 0);
     k.rows_ex = true;
     k.reset();
-    const auto typed = run_row_ops(dt, kProbe);
+    const auto typed = run_row_ops(dt, kRowsProbe);
     for (const char* name :
          {"embedding_forward_ex", "layernorm_forward_ex", "layernorm_backward_ex",
           "gelu_forward_ex", "gelu_backward_ex", "cross_entropy_ex", "cross_entropy_backward_ex",
@@ -386,14 +388,14 @@ TEST_F(RowsEx, OpsCallTheTypedRowKernelsOnlyWhereHasRowsExSaysSo) {
     }
     // Mixed dtypes: MixedOp, as on the simulator.
     k.reset();
-    const Tensor x = input({3, 8}, dt, 6, kProbe);
+    const Tensor x = input({3, 8}, dt, 6, kRowsProbe);
     const DType other = dt == DType::bf16 ? DType::f16 : DType::bf16;
     Tensor mean, rstd;
-    ops::layernorm(x, input({8}, DType::f32, 7, kProbe), Tensor(), 1e-5f, mean, rstd);
-    ops::add(x, input({3, 8}, other, 8, kProbe));
-    Tensor grad_other = input({5, 8}, other, 9, kProbe);  // grad_wte neither f32 nor x's dtype
+    ops::layernorm(x, input({8}, DType::f32, 7, kRowsProbe), Tensor(), 1e-5f, mean, rstd);
+    ops::add(x, input({3, 8}, other, 8, kRowsProbe));
+    Tensor grad_other = input({5, 8}, other, 9, kRowsProbe);  // grad_wte neither f32 nor x's dtype
     const std::vector<std::int64_t> ids{4, 0, 4};
-    ops::embedding_backward(Tensor::from_vector(ids, {3}).to(Device(kProbe, 0)), x, grad_other,
+    ops::embedding_backward(Tensor::from_vector(ids, {3}).to(Device(kRowsProbe, 0)), x, grad_other,
                             {0, 3}, true);
     EXPECT_EQ(k.ex_calls(), 0);
     EXPECT_EQ(k.calls["add_any"], 0);
@@ -404,28 +406,30 @@ TEST_F(RowsEx, OpsCallTheTypedRowKernelsOnlyWhereHasRowsExSaysSo) {
 // The typed path's argument checks say what the f32 path says (no MixedOp note: nothing was
 // copied).
 TEST_F(RowsEx, TypedPathErrorsNameTheOpAndTheArgument) {
-  ProbeKernels& k = probe();
+  RowsProbeKernels& k = probe();
   k.rows_ex = true;
-  const Tensor x = input({3, 8}, DType::bf16, 1, kProbe);
+  const Tensor x = input({3, 8}, DType::bf16, 1, kRowsProbe);
   Tensor mean, rstd;
   expect_invalid(
-      [&] { ops::layernorm(x, input({7}, DType::bf16, 2, kProbe), Tensor(), 1e-5f, mean, rstd); },
+      [&] {
+        ops::layernorm(x, input({7}, DType::bf16, 2, kRowsProbe), Tensor(), 1e-5f, mean, rstd);
+      },
       "ops::layernorm: w: expected [C] = [8], got");
   expect_invalid(
       [&] {
-        ops::add(x, input({3, 7}, DType::bf16, 3, kProbe));
+        ops::add(x, input({3, 7}, DType::bf16, 3, kRowsProbe));
       },
       "ops::add: b: expected [3, 8] (the shape of a), got");
   expect_invalid(
       [&] {
-        ops::gelu_backward(x, input({8, 3}, DType::bf16, 4, kProbe));
+        ops::gelu_backward(x, input({8, 3}, DType::bf16, 4, kRowsProbe));
       },
       "ops::gelu_backward: grad_y: expected [3, 8] (the shape of x), got");
   expect_invalid(
       [&] {
-        Tensor narrow = input({5, 7}, DType::f32, 5, kProbe);
+        Tensor narrow = input({5, 7}, DType::f32, 5, kRowsProbe);
         const std::vector<std::int64_t> ids{4, 0, 4};
-        ops::embedding_backward(Tensor::from_vector(ids, {3}).to(Device(kProbe, 0)), x, narrow,
+        ops::embedding_backward(Tensor::from_vector(ids, {3}).to(Device(kRowsProbe, 0)), x, narrow,
                                 {0, 3}, true);
       },
       "ops::embedding_backward: grad_wte: expected [V, C] with C = 8 (the width of dy), got");
@@ -442,7 +446,7 @@ struct Step {
 Step gpt_step(DType dt, Determinism mode = Determinism::bitwise) {
   const nn::GPTConfig cfg{
       .block_size = 16, .vocab_size = 65, .n_layer = 2, .n_head = 4, .n_embd = 32, .dropout = 0.1f};
-  nn::GPT model(cfg, Device(kProbe, 0), 1337);
+  nn::GPT model(cfg, Device(kRowsProbe, 0), 1337);
   model.to(dt);
   model.set_step(3);
   model.set_determinism(mode);
@@ -452,7 +456,7 @@ Step gpt_step(DType dt, Determinism mode = Determinism::bitwise) {
     ids[i] = philox_u32(5, stream_id(kStreamSynthetic, 40), i) % 65u;
     tg[i] = philox_u32(5, stream_id(kStreamSynthetic, 41), i) % 65u;
   }
-  const Device dev(kProbe, 0);
+  const Device dev(kRowsProbe, 0);
   nn::CrossEntropyLoss crit;
   crit.set_determinism(mode);
   const Tensor logits = model.forward(Tensor::from_vector(ids, {B, T}).to(dev));
@@ -469,7 +473,7 @@ Step gpt_step(DType dt, Determinism mode = Determinism::bitwise) {
 // attention's scratch (their own typed kernels: gemm_ex, the attention) and the f32 gradients'
 // reductions. The counts are printed (the launches and bytes a bf16 step saves).
 TEST_F(RowsEx, TinyGptStepKeepsItsBitsWithoutTheRowOpsCasts) {
-  ProbeKernels& k = probe();
+  RowsProbeKernels& k = probe();
   for (DType dt : {DType::bf16, DType::f16}) {
     SCOPED_TRACE(dtype_name(dt));
     k.rows_ex = false;
@@ -531,20 +535,20 @@ std::vector<std::vector<std::uint8_t>> run_row_sums(DType dt, const std::string&
 // sum_rows_ex / sum_rows_sharded_ex launch and no cast, with the same bytes; an out of the other
 // half dtype keeps MixedOp.
 TEST_F(RowsEx, OpsCallTheTypedRowSumsOnlyWhereHasSumRowsExSaysSo) {
-  ProbeKernels& k = probe();
+  RowsProbeKernels& k = probe();
   for (DType dt : {DType::bf16, DType::f16}) {
     SCOPED_TRACE(dtype_name(dt));
     const auto sim = run_row_sums(dt, "sim");
     k.sums_ex = false;
     k.reset();
-    const auto mixed = run_row_sums(dt, kProbe);
+    const auto mixed = run_row_sums(dt, kRowsProbe);
     EXPECT_EQ(k.calls["sum_rows_ex"] + k.calls["sum_rows_sharded_ex"], 0);
     EXPECT_EQ(k.calls["sum_rows"], 8);
     EXPECT_EQ(k.calls["sum_rows_sharded"], 4);
     EXPECT_GT(k.calls["cast"], 0);
     k.sums_ex = true;
     k.reset();
-    const auto typed = run_row_sums(dt, kProbe);
+    const auto typed = run_row_sums(dt, kRowsProbe);
     EXPECT_EQ(k.calls["sum_rows_ex"], 8);
     EXPECT_EQ(k.calls["sum_rows_sharded_ex"], 4);
     EXPECT_EQ(k.calls["sum_rows"] + k.calls["sum_rows_sharded"], 0);
@@ -557,8 +561,8 @@ TEST_F(RowsEx, OpsCallTheTypedRowSumsOnlyWhereHasSumRowsExSaysSo) {
     // An out of the other half dtype: MixedOp, as on the simulator.
     k.reset();
     const DType other = dt == DType::bf16 ? DType::f16 : DType::bf16;
-    Tensor out = input({24}, other, 14, kProbe);
-    ops::sum_rows(input({5, 24}, dt, 11, kProbe), out, 0.0f, Determinism::bitwise);
+    Tensor out = input({24}, other, 14, kRowsProbe);
+    ops::sum_rows(input({5, 24}, dt, 11, kRowsProbe), out, 0.0f, Determinism::bitwise);
     EXPECT_EQ(k.calls["sum_rows_ex"], 0);
     EXPECT_EQ(k.calls["sum_rows"], 1);
   }
@@ -567,11 +571,11 @@ TEST_F(RowsEx, OpsCallTheTypedRowSumsOnlyWhereHasSumRowsExSaysSo) {
 
 // The typed path's argument checks name the op and the argument (no MixedOp note).
 TEST_F(RowsEx, TypedRowSumErrorsNameTheOpAndTheArgument) {
-  ProbeKernels& k = probe();
+  RowsProbeKernels& k = probe();
   k.sums_ex = true;
   k.reset();
-  const Tensor x = input({3, 8}, DType::bf16, 1, kProbe);
-  Tensor out7 = input({7}, DType::f32, 2, kProbe);
+  const Tensor x = input({3, 8}, DType::bf16, 1, kRowsProbe);
+  Tensor out7 = input({7}, DType::f32, 2, kRowsProbe);
   expect_invalid([&] { ops::sum_rows(x, out7, 0.0f, Determinism::fast); },
                  "ops::sum_rows: out: expected [cols] = [8] for x of [3, 8], got");
   expect_invalid(
@@ -579,13 +583,13 @@ TEST_F(RowsEx, TypedRowSumErrorsNameTheOpAndTheArgument) {
         ops::sum_rows_sharded(x, out7, {0, 3}, false);
       },
       "ops::sum_rows_sharded: out: expected [cols] = [8] for x of [3, 8], got");
-  Tensor out8 = input({8}, DType::bf16, 3, kProbe);
+  Tensor out8 = input({8}, DType::bf16, 3, kRowsProbe);
   expect_invalid(
       [&] {
         ops::sum_rows_sharded(x, out8, {0, 2}, false);
       },
       "ops::sum_rows_sharded: bounds:");
-  Tensor x1 = input({24}, DType::bf16, 4, kProbe);
+  Tensor x1 = input({24}, DType::bf16, 4, kRowsProbe);
   expect_invalid([&] { ops::sum_rows(x1, out8, 0.0f, Determinism::fast); },
                  "ops::sum_rows: x: expected a 2-dim tensor [rows, cols], got");
   EXPECT_EQ(k.calls["sum_rows_ex"] + k.calls["sum_rows_sharded_ex"], 0);
@@ -597,7 +601,7 @@ TEST_F(RowsEx, TypedRowSumErrorsNameTheOpAndTheArgument) {
 // same loss and gradient bytes, and the bias and LayerNorm gradients cast nothing (casts and
 // cast bytes fall; the counts are printed).
 TEST_F(RowsEx, TinyGptStepSumsRowsWithoutCasts) {
-  ProbeKernels& k = probe();
+  RowsProbeKernels& k = probe();
   k.rows_ex = true;
   for (Determinism mode : {Determinism::bitwise, Determinism::fast})
     for (DType dt : {DType::bf16, DType::f16}) {
@@ -660,7 +664,7 @@ std::vector<std::vector<std::uint8_t>> run_ln_add(DType dt, const std::string& b
 // bytes in f32, bf16 and f16 (the residual's NaN and infinities too). A bf16 / f16 call on a
 // backend without its typed row kernels (has_rows_ex false) keeps MixedOp's two ops.
 TEST_F(RowsEx, LayerNormBackwardAddFusesOnlyWhereTheBackendSaysSo) {
-  ProbeKernels& k = probe();
+  RowsProbeKernels& k = probe();
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     SCOPED_TRACE(dtype_name(dt));
     const bool half = dt != DType::f32;
@@ -671,20 +675,20 @@ TEST_F(RowsEx, LayerNormBackwardAddFusesOnlyWhereTheBackendSaysSo) {
     k.rows_ex = true;
     k.ln_add = false;
     k.reset();
-    EXPECT_EQ(run_ln_add(dt, kProbe, false), ref);
+    EXPECT_EQ(run_ln_add(dt, kRowsProbe, false), ref);
     EXPECT_EQ(k.count("layernorm_backward_add"), 0);
     EXPECT_EQ(k.count(ln), 1);
     EXPECT_EQ(k.count(add), 1);
     k.ln_add = true;
     k.reset();
-    EXPECT_EQ(run_ln_add(dt, kProbe, false), ref);
+    EXPECT_EQ(run_ln_add(dt, kRowsProbe, false), ref);
     EXPECT_EQ(k.count("layernorm_backward_add"), 1);
     EXPECT_EQ(k.count(ln), 0);
     EXPECT_EQ(k.count(add), 0);
     if (half) {  // no typed row kernels: MixedOp's layernorm_backward, then the add
       k.rows_ex = false;
       k.reset();
-      EXPECT_EQ(run_ln_add(dt, kProbe, false), ref);
+      EXPECT_EQ(run_ln_add(dt, kRowsProbe, false), ref);
       EXPECT_EQ(k.count("layernorm_backward_add"), 0);
       EXPECT_EQ(k.count("layernorm_backward"), 1);
     }
@@ -697,10 +701,11 @@ TEST_F(RowsEx, LayerNormBackwardAddFusesOnlyWhereTheBackendSaysSo) {
 // argument, on the fused path and on the two ops' alike (no kernel runs); so is nn::LayerNorm's
 // residual_grad.
 TEST_F(RowsEx, LayerNormBackwardAddErrorsNameTheOpAndTheArgument) {
-  ProbeKernels& k = probe();
+  RowsProbeKernels& k = probe();
   k.rows_ex = true;
-  const Tensor x = input({3, 8}, DType::bf16, 1, kProbe), w = input({8}, DType::bf16, 2, kProbe);
-  const Tensor dy = input({3, 8}, DType::bf16, 3, kProbe);
+  const Tensor x = input({3, 8}, DType::bf16, 1, kRowsProbe),
+               w = input({8}, DType::bf16, 2, kRowsProbe);
+  const Tensor dy = input({3, 8}, DType::bf16, 3, kRowsProbe);
   Tensor mean, rstd, dxh;
   ops::layernorm(x, w, Tensor(), 1e-5f, mean, rstd);
   for (bool fused : {true, false}) {
@@ -710,45 +715,46 @@ TEST_F(RowsEx, LayerNormBackwardAddErrorsNameTheOpAndTheArgument) {
     const std::string op = "ops::layernorm_backward_add: ";
     expect_invalid(
         [&] {
-          ops::layernorm_backward_add(dy, x, w, mean, rstd, input({3, 7}, DType::bf16, 4, kProbe),
-                                      dxh);
+          ops::layernorm_backward_add(dy, x, w, mean, rstd,
+                                      input({3, 7}, DType::bf16, 4, kRowsProbe), dxh);
         },
         op + "residual: expected [3, 8] (the shape of dy), got");
     expect_invalid(
         [&] {
-          ops::layernorm_backward_add(dy, x, w, mean, rstd, input({3, 8}, DType::f16, 5, kProbe),
-                                      dxh);
+          ops::layernorm_backward_add(dy, x, w, mean, rstd,
+                                      input({3, 8}, DType::f16, 5, kRowsProbe), dxh);
         },
         op + "residual: expected dtype bf16, got");
     expect_invalid(
         [&] {
-          ops::layernorm_backward_add(dy, x, w, mean, rstd,
-                                      input({3, 8}, DType::bf16, 6, kProbe).to(Device(kProbe, 1)),
-                                      dxh);
+          ops::layernorm_backward_add(
+              dy, x, w, mean, rstd,
+              input({3, 8}, DType::bf16, 6, kRowsProbe).to(Device(kRowsProbe, 1)), dxh);
         },
-        op + "residual: expected a tensor on " + Device(kProbe, 0).str() + " (the device of dy)");
+        op + "residual: expected a tensor on " + Device(kRowsProbe, 0).str() +
+            " (the device of dy)");
     expect_invalid([&] { ops::layernorm_backward_add(dy, x, w, mean, rstd, Tensor(), dxh); },
                    op + "residual: expected a defined tensor, got an undefined tensor");
     expect_invalid(
         [&] {
-          ops::layernorm_backward_add(dy, x, input({7}, DType::bf16, 7, kProbe), mean, rstd,
-                                      input({3, 8}, DType::bf16, 8, kProbe), dxh);
+          ops::layernorm_backward_add(dy, x, input({7}, DType::bf16, 7, kRowsProbe), mean, rstd,
+                                      input({3, 8}, DType::bf16, 8, kRowsProbe), dxh);
         },
         op + "w: expected [C] = [8], got");
     EXPECT_EQ(k.count("layernorm_backward_add") + k.count("layernorm_backward_ex"), 0);
   }
-  nn::LayerNorm ln(8, Device(kProbe, 0));
-  const Tensor xf = input({2, 3, 8}, DType::f32, 9, kProbe);
+  nn::LayerNorm ln(8, Device(kRowsProbe, 0));
+  const Tensor xf = input({2, 3, 8}, DType::f32, 9, kRowsProbe);
   ln.forward(xf);
   expect_invalid(
       [&] {
-        ln.backward(xf, input({6, 8}, DType::f32, 10, kProbe));
+        ln.backward(xf, input({6, 8}, DType::f32, 10, kRowsProbe));
       },
-      ln.str() + ".backward: residual_grad: expected [2, 3, 8] f32 on " + Device(kProbe, 0).str() +
-          " (grad_output's shape, dtype and device), got");
+      ln.str() + ".backward: residual_grad: expected [2, 3, 8] f32 on " +
+          Device(kRowsProbe, 0).str() + " (grad_output's shape, dtype and device), got");
   expect_invalid(
       [&] {
-        ln.backward(xf, input({2, 3, 8}, DType::bf16, 11, kProbe));
+        ln.backward(xf, input({2, 3, 8}, DType::bf16, 11, kRowsProbe));
       },
       ln.str() + ".backward: residual_grad: expected [2, 3, 8] f32 on");
   k.ln_add = false;
@@ -760,7 +766,7 @@ TEST_F(RowsEx, LayerNormBackwardAddErrorsNameTheOpAndTheArgument) {
 // block 2 layernorm_backward_add launches replace 2 LayerNorm backwards and 2 adds (ln_f's
 // backward has no residual: it stays).
 TEST_F(RowsEx, TinyGptStepFoldsTheResidualAddsIntoTheLayerNormBackward) {
-  ProbeKernels& k = probe();
+  RowsProbeKernels& k = probe();
   k.rows_ex = true;
   k.sums_ex = true;
   const int n_layer = 2;
@@ -837,7 +843,7 @@ std::vector<std::vector<float>> run_ln_module(DType dt, const std::string& backe
 // into the storage dtype first); the gradient written by the first backward is accumulated by
 // the second.
 TEST_F(RowsEx, LayerNormBackwardParamsFusesOnlyInFastModeWhereTheBackendSaysSo) {
-  ProbeKernels& k = probe();
+  RowsProbeKernels& k = probe();
   k.rows_ex = true;
   k.sums_ex = true;
   for (DType dt : {DType::f32, DType::bf16, DType::f16})
@@ -847,12 +853,12 @@ TEST_F(RowsEx, LayerNormBackwardParamsFusesOnlyInFastModeWhereTheBackendSaysSo) 
                      (residual ? " residual" : ""));
         k.ln_params = false;
         k.reset();
-        const auto today = run_ln_module(dt, kProbe, mode, 24, 40, residual);
+        const auto today = run_ln_module(dt, kRowsProbe, mode, 24, 40, residual);
         EXPECT_EQ(k.count("layernorm_backward_params"), 0);
         EXPECT_EQ(run_ln_module(dt, "sim", mode, 24, 40, residual), today);
         k.ln_params = true;
         k.reset();
-        const auto fused = run_ln_module(dt, kProbe, mode, 24, 40, residual);
+        const auto fused = run_ln_module(dt, kRowsProbe, mode, 24, 40, residual);
         const bool taken = mode == Determinism::fast;
         EXPECT_EQ(k.count("layernorm_backward_params"), taken ? 2 : 0);
         const char* ln = dt == DType::f32 ? "layernorm_backward" : "layernorm_backward_ex";
@@ -879,10 +885,11 @@ TEST_F(RowsEx, LayerNormBackwardParamsFusesOnlyInFastModeWhereTheBackendSaysSo) 
 // ops::layernorm_backward_params refuses bad gradients and residuals naming itself and the
 // argument, on the fused path and on today's alike (no kernel runs).
 TEST_F(RowsEx, LayerNormBackwardParamsErrorsNameTheOpAndTheArgument) {
-  ProbeKernels& k = probe();
+  RowsProbeKernels& k = probe();
   k.rows_ex = true;
-  const Tensor x = input({3, 8}, DType::bf16, 1, kProbe), w = input({8}, DType::bf16, 2, kProbe);
-  const Tensor dy = input({3, 8}, DType::bf16, 3, kProbe);
+  const Tensor x = input({3, 8}, DType::bf16, 1, kRowsProbe),
+               w = input({8}, DType::bf16, 2, kRowsProbe);
+  const Tensor dy = input({3, 8}, DType::bf16, 3, kRowsProbe);
   Tensor mean, rstd;
   ops::layernorm(x, w, Tensor(), 1e-5f, mean, rstd);
   const std::string op = "ops::layernorm_backward_params: ";
@@ -890,28 +897,28 @@ TEST_F(RowsEx, LayerNormBackwardParamsErrorsNameTheOpAndTheArgument) {
     SCOPED_TRACE(fused ? "fused" : "today's path");
     k.ln_params = fused;
     k.reset();
-    Tensor gw = input({8}, DType::bf16, 4, kProbe), gb = input({8}, DType::bf16, 5, kProbe);
+    Tensor gw = input({8}, DType::bf16, 4, kRowsProbe), gb = input({8}, DType::bf16, 5, kRowsProbe);
     Tensor none;
     auto call = [&](const Tensor& r, Tensor& g_w, Tensor& g_b) {
       ops::layernorm_backward_params(dy, x, w, mean, rstd, r, g_w, true, g_b, false);
     };
-    Tensor narrow = input({7}, DType::bf16, 6, kProbe);
+    Tensor narrow = input({7}, DType::bf16, 6, kRowsProbe);
     expect_invalid([&] { call(none, narrow, gb); }, op + "grad_w: expected [C] = [8], got");
-    Tensor half = input({8}, DType::f16, 7, kProbe);
+    Tensor half = input({8}, DType::f16, 7, kRowsProbe);
     expect_invalid([&] { call(none, half, gb); },
                    op + "grad_w: expected dtype f32 or bf16 (dy's), got");
-    Tensor f32 = input({8}, DType::f32, 8, kProbe);
+    Tensor f32 = input({8}, DType::f32, 8, kRowsProbe);
     expect_invalid([&] { call(none, gw, f32); },
                    op + "grad_b: expected dtype bf16 (grad_w's), got");
-    Tensor elsewhere = input({8}, DType::bf16, 9, kProbe).to(Device(kProbe, 1));
+    Tensor elsewhere = input({8}, DType::bf16, 9, kRowsProbe).to(Device(kRowsProbe, 1));
     expect_invalid(
         [&] { call(none, gw, elsewhere); },
-        op + "grad_b: expected a tensor on " + Device(kProbe, 0).str() + " (the device of dy)");
+        op + "grad_b: expected a tensor on " + Device(kRowsProbe, 0).str() + " (the device of dy)");
     expect_invalid([&] { call(none, none, gb); },
                    op + "grad_w: expected a defined tensor, got an undefined tensor");
     expect_invalid(
         [&] {
-          call(input({3, 7}, DType::bf16, 10, kProbe), gw, gb);
+          call(input({3, 7}, DType::bf16, 10, kRowsProbe), gw, gb);
         },
         op + "residual: expected [3, 8] (the shape of dy), got");
     Tensor alias = gw;
@@ -919,7 +926,7 @@ TEST_F(RowsEx, LayerNormBackwardParamsErrorsNameTheOpAndTheArgument) {
                    op + "grad_b: must not share memory with grad_w");
     expect_invalid(
         [&] {
-          ops::layernorm_backward_params(dy, x, input({7}, DType::bf16, 11, kProbe), mean, rstd,
+          ops::layernorm_backward_params(dy, x, input({7}, DType::bf16, 11, kRowsProbe), mean, rstd,
                                          none, gw, false, gb, false);
         },
         op + "w: expected [C] = [8], got");
@@ -934,7 +941,7 @@ TEST_F(RowsEx, LayerNormBackwardParamsErrorsNameTheOpAndTheArgument) {
 // within tolerance of it, and 2 n_layer + 1 launches replace as many LayerNorm backwards (or
 // residual-add backwards) and as many row sums (the config has no bias: the weights' alone).
 TEST_F(RowsEx, TinyGptFastStepTakesTheFusedLayerNormParameterGradients) {
-  ProbeKernels& k = probe();
+  RowsProbeKernels& k = probe();
   k.rows_ex = true;
   k.sums_ex = true;
   k.ln_add = true;
@@ -1034,7 +1041,7 @@ std::vector<std::vector<std::uint8_t>> run_ln_fwd_add(DType dt, const std::strin
 // bf16 / f16 call on a backend without its typed row kernels (has_rows_ex false) keeps MixedOp's
 // two ops.
 TEST_F(RowsEx, LayerNormAddFusesOnlyWhereTheBackendSaysSo) {
-  ProbeKernels& k = probe();
+  RowsProbeKernels& k = probe();
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     SCOPED_TRACE(dtype_name(dt));
     const bool half = dt != DType::f32;
@@ -1046,20 +1053,20 @@ TEST_F(RowsEx, LayerNormAddFusesOnlyWhereTheBackendSaysSo) {
     k.rows_ex = true;
     k.ln_fwd_add = false;
     k.reset();
-    EXPECT_EQ(run_ln_fwd_add(dt, kProbe, false), ref);
+    EXPECT_EQ(run_ln_fwd_add(dt, kRowsProbe, false), ref);
     EXPECT_EQ(k.count("layernorm_forward_add"), 0);
     EXPECT_EQ(k.count(ln), 2);
     EXPECT_EQ(k.count(add), 2);
     k.ln_fwd_add = true;
     k.reset();
-    EXPECT_EQ(run_ln_fwd_add(dt, kProbe, false), ref);
+    EXPECT_EQ(run_ln_fwd_add(dt, kRowsProbe, false), ref);
     EXPECT_EQ(k.count("layernorm_forward_add"), 2);
     EXPECT_EQ(k.count(ln), 0);
     EXPECT_EQ(k.count(add), 0);
     if (half) {  // no typed row kernels: MixedOp's add, then its layernorm_forward
       k.rows_ex = false;
       k.reset();
-      EXPECT_EQ(run_ln_fwd_add(dt, kProbe, false), ref);
+      EXPECT_EQ(run_ln_fwd_add(dt, kRowsProbe, false), ref);
       EXPECT_EQ(k.count("layernorm_forward_add"), 0);
       EXPECT_EQ(k.count("layernorm_forward"), 2);
     }
@@ -1072,10 +1079,11 @@ TEST_F(RowsEx, LayerNormAddFusesOnlyWhereTheBackendSaysSo) {
 // the call and the argument, on the fused path and on the two ops' alike (no kernel runs); so
 // are nn::LayerNorm::forward_add's and nn::Block::forward_residual's branch.
 TEST_F(RowsEx, LayerNormAddErrorsNameTheOpAndTheArgument) {
-  ProbeKernels& k = probe();
+  RowsProbeKernels& k = probe();
   k.rows_ex = true;
-  const Tensor x = input({3, 8}, DType::bf16, 1, kProbe), w = input({8}, DType::bf16, 2, kProbe);
-  const Tensor br = input({3, 8}, DType::bf16, 3, kProbe);
+  const Tensor x = input({3, 8}, DType::bf16, 1, kRowsProbe),
+               w = input({8}, DType::bf16, 2, kRowsProbe);
+  const Tensor br = input({3, 8}, DType::bf16, 3, kRowsProbe);
   for (bool fused : {true, false}) {
     SCOPED_TRACE(fused ? "fused" : "two ops");
     k.ln_fwd_add = fused;
@@ -1087,54 +1095,55 @@ TEST_F(RowsEx, LayerNormAddErrorsNameTheOpAndTheArgument) {
     };
     expect_invalid(
         [&] {
-          call(input({3, 7}, DType::bf16, 4, kProbe), w, Tensor(), 1e-5f);
+          call(input({3, 7}, DType::bf16, 4, kRowsProbe), w, Tensor(), 1e-5f);
         },
         op + "branch: expected [3, 8] (the shape of x), got");
     expect_invalid(
         [&] {
-          call(input({3, 8}, DType::f16, 5, kProbe), w, Tensor(), 1e-5f);
+          call(input({3, 8}, DType::f16, 5, kRowsProbe), w, Tensor(), 1e-5f);
         },
         op + "branch: expected dtype bf16, got");
     expect_invalid(
         [&] {
-          call(input({3, 8}, DType::bf16, 6, kProbe).to(Device(kProbe, 1)), w, Tensor(), 1e-5f);
+          call(input({3, 8}, DType::bf16, 6, kRowsProbe).to(Device(kRowsProbe, 1)), w, Tensor(),
+               1e-5f);
         },
-        op + "branch: expected a tensor on " + Device(kProbe, 0).str() + " (the device of x)");
+        op + "branch: expected a tensor on " + Device(kRowsProbe, 0).str() + " (the device of x)");
     expect_invalid([&] { call(Tensor(), w, Tensor(), 1e-5f); },
                    op + "branch: expected a defined tensor, got an undefined tensor");
-    expect_invalid([&] { call(br, input({7}, DType::bf16, 7, kProbe), Tensor(), 1e-5f); },
+    expect_invalid([&] { call(br, input({7}, DType::bf16, 7, kRowsProbe), Tensor(), 1e-5f); },
                    op + "w: expected [C] = [8], got");
-    expect_invalid([&] { call(br, w, input({9}, DType::bf16, 8, kProbe), 1e-5f); },
+    expect_invalid([&] { call(br, w, input({9}, DType::bf16, 8, kRowsProbe), 1e-5f); },
                    op + "b: expected [C] = [8], got");
     expect_invalid([&] { call(br, w, Tensor(), -1.0f); },
                    op + "eps: expected a finite eps >= 0, got -1");
     EXPECT_EQ(
         k.count("layernorm_forward_add") + k.count("layernorm_forward_ex") + k.count("add_any"), 0);
   }
-  nn::LayerNorm ln(8, Device(kProbe, 0));
-  const Tensor xf = input({2, 3, 8}, DType::f32, 9, kProbe);
+  nn::LayerNorm ln(8, Device(kRowsProbe, 0));
+  const Tensor xf = input({2, 3, 8}, DType::f32, 9, kRowsProbe);
   expect_invalid(
       [&] {
-        ln.forward_add(xf, input({6, 8}, DType::f32, 10, kProbe));
+        ln.forward_add(xf, input({6, 8}, DType::f32, 10, kRowsProbe));
       },
-      ln.str() + ".forward_add: branch: expected [2, 3, 8] f32 on " + Device(kProbe, 0).str() +
+      ln.str() + ".forward_add: branch: expected [2, 3, 8] f32 on " + Device(kRowsProbe, 0).str() +
           " (the input's shape, dtype and device), got");
   expect_invalid(
       [&] {
-        ln.forward_add(xf, input({2, 3, 8}, DType::bf16, 11, kProbe));
+        ln.forward_add(xf, input({2, 3, 8}, DType::bf16, 11, kRowsProbe));
       },
       ln.str() + ".forward_add: branch: expected [2, 3, 8] f32 on");
   const nn::GPTConfig cfg{.block_size = 3, .vocab_size = 5, .n_layer = 1, .n_head = 2, .n_embd = 8};
-  nn::Block block(cfg, 0, Device(kProbe, 0), 7);
+  nn::Block block(cfg, 0, Device(kRowsProbe, 0), 7);
   expect_invalid(
       [&] {
-        block.forward_residual({xf, input({2, 3, 7}, DType::f32, 12, kProbe)});
+        block.forward_residual({xf, input({2, 3, 7}, DType::f32, 12, kRowsProbe)});
       },
-      "Block.forward: branch: expected [2, 3, 8] f32 on " + Device(kProbe, 0).str() +
+      "Block.forward: branch: expected [2, 3, 8] f32 on " + Device(kRowsProbe, 0).str() +
           " (the input's shape, dtype and device), got");
   expect_invalid(
       [&] {
-        block.forward_residual({input({2, 3, 7}, DType::f32, 13, kProbe), xf});
+        block.forward_residual({input({2, 3, 7}, DType::f32, 13, kRowsProbe), xf});
       },
       "Block.forward: input: expected [B, T, 8]");
   k.ln_fwd_add = false;
@@ -1148,7 +1157,7 @@ TEST_F(RowsEx, LayerNormAddErrorsNameTheOpAndTheArgument) {
 // the embedding, stays). An nn::Block run on its own keeps its output's bytes too (its MLP add
 // left to ops::add: one fused launch, one add).
 TEST_F(RowsEx, TinyGptStepFoldsTheResidualAddsIntoTheLayerNormForward) {
-  ProbeKernels& k = probe();
+  RowsProbeKernels& k = probe();
   k.rows_ex = true;
   k.sums_ex = true;
   const int n_layer = 2;
@@ -1176,9 +1185,9 @@ TEST_F(RowsEx, TinyGptStepFoldsTheResidualAddsIntoTheLayerNormForward) {
       .block_size = 4, .vocab_size = 5, .n_layer = 1, .n_head = 2, .n_embd = 16};
   for (DType dt : {DType::f32, DType::bf16}) {
     SCOPED_TRACE(dtype_name(dt));
-    nn::Block block(cfg, 0, Device(kProbe, 0), 11);
+    nn::Block block(cfg, 0, Device(kRowsProbe, 0), 11);
     block.to(dt);
-    const Tensor x = input({2, 4, 16}, dt, 40, kProbe);
+    const Tensor x = input({2, 4, 16}, dt, 40, kRowsProbe);
     k.ln_fwd_add = false;
     const auto ref = tensor_bytes(block.forward(x));
     k.ln_fwd_add = true;

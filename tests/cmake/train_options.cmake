@@ -140,7 +140,7 @@ if(TARGET ditto-train)
             --devices 8 --trainer ddp --batch-size 32 --zero-stage 1
     REGEX "memory: sim:0 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=40960.00 MiB optimizer_state=1485.89 MiB.*predicted GPT: peak memory [0-9.]+ GiB of 40.00 GiB")
   # A bf16 run's predicted: line gives MFU against the BF16 peak (it gave 639% of the FP32 peak).
-  # 59.3% since ZeRO-1's copies took one launch per list (Note [ZeRO copies]), the MLP's
+  # 60.0% since the cross-entropy forward and backward became one pass (fast mode), 59.3% since ZeRO-1's copies took one launch per list (Note [ZeRO copies]), the MLP's
   # GELU went into its GEMMs' epilogues and issue 29's cost model prices what ditto's CUDA code
   # runs: attention on its
   # mma.sync flash attention at mma_efficiency 0.25 (an estimate), every bf16 op of the step on a
