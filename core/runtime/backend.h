@@ -644,7 +644,7 @@ class Kernels {
   /// (cudaMemcpyAsync per piece, torch._foreach_copy_); otherwise cast()'s conversion (f32 ->
   /// bf16 / f16 rounded to nearest even, bf16 / f16 -> f32 exact). Pieces are contiguous; no dst
   /// overlaps another dst or any src. ZeRO-1 packs its collectives' buffers and rounds its
-  /// masters into the parameters with it (Note [ZeRO flat shards], core/optim/zero.h): one
+  /// masters into the parameters with it (Note [ZeRO copies], core/optim/zero.h): one
   /// launch per list, not one copy per piece. cuda: one launch per table of up to 1000 pieces
   /// (kernel names copy_multi for from == to, cast_multi otherwise).
   virtual void copy_multi(Stream& s, DType from, DType to, const std::vector<const void*>& srcs,
