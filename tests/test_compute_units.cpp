@@ -871,6 +871,26 @@ Gpt2Run gpt2_dry(Determinism mode) {
   return run;
 }
 
+// A two-step dry run of the small GPT `m` (B 4, one H200, the Trainer's defaults otherwise) in
+// `dt` and `mode`: its ledger rows by "name / unit" (empty, with a failure, without a
+// prediction of two steps).
+std::map<std::string, CostLedgerRow> priced_rows(const nn::GPTConfig& m, DType dt,
+                                                 Determinism mode) {
+  train::TrainerConfig c = test::priced_gpt(
+      m, {.profile = "h200", .determinism = mode, .batch_size = 4, .max_iters = 2});
+  c.dtype = dt;
+  c.eval_iters = 0;
+  const train::FitResult r =
+      train::Trainer(c, std::make_shared<train::ZeroTokenSource>(m.block_size, m.vocab_size)).fit();
+  std::map<std::string, CostLedgerRow> rows;
+  if (!r.prediction || r.prediction->steps != 2) {
+    ADD_FAILURE() << "priced_rows: expected a prediction of 2 steps";
+    return rows;
+  }
+  for (const CostLedgerRow& k : r.prediction->kernels) rows[k.name + " / " + k.unit] = k;
+  return rows;
+}
+
 }  // namespace
 
 // The step priced from the model's shapes and the H200's rates, independently of the simulator:
@@ -1124,17 +1144,8 @@ TEST(ComputeUnits, DryRunFoldsTheResidualGradientAddsIntoTheLayerNormBackward) {
   for (DType dt : {DType::bf16, DType::f32})
     for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " " + determinism_name(mode));
-      train::TrainerConfig c = test::priced_gpt(
-          m, {.profile = "h200", .determinism = mode, .batch_size = 4, .max_iters = 2});
-      c.dtype = dt;
-      c.eval_iters = 0;
-      const train::FitResult r =
-          train::Trainer(c, std::make_shared<train::ZeroTokenSource>(m.block_size, m.vocab_size))
-              .fit();
-      ASSERT_TRUE(r.prediction);
-      ASSERT_EQ(r.prediction->steps, 2);
-      std::map<std::string, CostLedgerRow> rows;
-      for (const CostLedgerRow& k : r.prediction->kernels) rows[k.name + " / " + k.unit] = k;
+      const std::map<std::string, CostLedgerRow> rows = priced_rows(m, dt, mode);
+      ASSERT_FALSE(rows.empty());
       const double s = static_cast<double>(dtype_size(dt));
       const bool half = dt != DType::f32;
       auto check = [&](const std::string& name, double count, double flops, double bytes) {
@@ -1184,17 +1195,8 @@ TEST(ComputeUnits, DryRunFoldsTheResidualAddsIntoTheLayerNormForward) {
   for (DType dt : {DType::bf16, DType::f32})
     for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " " + determinism_name(mode));
-      train::TrainerConfig c = test::priced_gpt(
-          m, {.profile = "h200", .determinism = mode, .batch_size = 4, .max_iters = 2});
-      c.dtype = dt;
-      c.eval_iters = 0;
-      const train::FitResult r =
-          train::Trainer(c, std::make_shared<train::ZeroTokenSource>(m.block_size, m.vocab_size))
-              .fit();
-      ASSERT_TRUE(r.prediction);
-      ASSERT_EQ(r.prediction->steps, 2);
-      std::map<std::string, CostLedgerRow> rows;
-      for (const CostLedgerRow& k : r.prediction->kernels) rows[k.name + " / " + k.unit] = k;
+      const std::map<std::string, CostLedgerRow> rows = priced_rows(m, dt, mode);
+      ASSERT_FALSE(rows.empty());
       const double s = static_cast<double>(dtype_size(dt));
       const bool half = dt != DType::f32;
       auto check = [&](const std::string& name, double count, double flops, double bytes) {
@@ -1239,17 +1241,8 @@ TEST(ComputeUnits, DryRunFusesTheCrossEntropyForwardAndBackwardInFastMode) {
   for (DType dt : {DType::bf16, DType::f32})
     for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " " + determinism_name(mode));
-      train::TrainerConfig c = test::priced_gpt(
-          m, {.profile = "h200", .determinism = mode, .batch_size = 4, .max_iters = 2});
-      c.dtype = dt;
-      c.eval_iters = 0;
-      const train::FitResult r =
-          train::Trainer(c, std::make_shared<train::ZeroTokenSource>(m.block_size, m.vocab_size))
-              .fit();
-      ASSERT_TRUE(r.prediction);
-      ASSERT_EQ(r.prediction->steps, 2);
-      std::map<std::string, CostLedgerRow> rows;
-      for (const CostLedgerRow& k : r.prediction->kernels) rows[k.name + " / " + k.unit] = k;
+      const std::map<std::string, CostLedgerRow> rows = priced_rows(m, dt, mode);
+      ASSERT_FALSE(rows.empty());
       const double s = static_cast<double>(dtype_size(dt));
       const bool half = dt != DType::f32;
       const std::string fwd = half ? "cross_entropy_ex" : "cross_entropy",
@@ -1315,17 +1308,10 @@ TEST(ComputeUnits, DryRunFusesTheMlpGeluIntoItsGemmsInFastModeOnly) {
     std::map<Determinism, std::map<std::string, CostLedgerRow>> by_mode;
     for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " " + determinism_name(mode));
-      train::TrainerConfig c = test::priced_gpt(
-          m, {.profile = "h200", .determinism = mode, .batch_size = 4, .max_iters = 2});
-      c.dtype = dt;
-      c.eval_iters = 0;
-      const train::FitResult r =
-          train::Trainer(c, std::make_shared<train::ZeroTokenSource>(m.block_size, m.vocab_size))
-              .fit();
-      ASSERT_TRUE(r.prediction);
-      ASSERT_EQ(r.prediction->steps, 2);
+      const std::map<std::string, CostLedgerRow> priced = priced_rows(m, dt, mode);
+      ASSERT_FALSE(priced.empty());
       std::map<std::string, CostLedgerRow>& rows = by_mode[mode];
-      for (const CostLedgerRow& k : r.prediction->kernels) {
+      for (const auto& [key, k] : priced) {
         CostLedgerRow& sum = rows[k.name];  // over units
         sum.count += k.count;
         sum.bytes += k.bytes;
@@ -1420,17 +1406,8 @@ TEST(ComputeUnits, DryRunPricesTheLayerNormParameterGradientsInTheBackward) {
   const double L = 2, C = 64, T = 32, B = 4, N = B * T, steps = 2, chunks = 8;
   for (DType dt : {DType::bf16, DType::f32}) {
     SCOPED_TRACE(dtype_name(dt));
-    train::TrainerConfig c = test::priced_gpt(
-        m, {.profile = "h200", .determinism = Determinism::fast, .batch_size = 4, .max_iters = 2});
-    c.dtype = dt;
-    c.eval_iters = 0;
-    const train::FitResult r =
-        train::Trainer(c, std::make_shared<train::ZeroTokenSource>(m.block_size, m.vocab_size))
-            .fit();
-    ASSERT_TRUE(r.prediction);
-    ASSERT_EQ(r.prediction->steps, 2);
-    std::map<std::string, CostLedgerRow> rows;
-    for (const CostLedgerRow& k : r.prediction->kernels) rows[k.name + " / " + k.unit] = k;
+    const std::map<std::string, CostLedgerRow> rows = priced_rows(m, dt, Determinism::fast);
+    ASSERT_FALSE(rows.empty());
     const double s = static_cast<double>(dtype_size(dt));
     ASSERT_EQ(rows.count("layernorm_backward_params / memory"), 1u);
     const CostLedgerRow& k = rows.at("layernorm_backward_params / memory");

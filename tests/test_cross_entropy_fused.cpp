@@ -70,23 +70,13 @@ class XentFused : public SimSuite<2> {
   void TearDown() override { probe().fused = false; }
 };
 
-/// Logits in [-4, 4) (Philox stream `sub`) as a `dt` tensor on `backend`:0.
-Tensor xent_logits(const Shape& shape, DType dt, std::uint64_t sub, const std::string& backend) {
-  std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
-  for (std::size_t i = 0; i < v.size(); ++i)
-    v[i] = uniform(23, stream_id(kStreamSynthetic, sub), i, -4.0f, 4.0f);
-  return Tensor::from_vector(v, shape).to(dt).to(Device(backend, 0));
+// The fused pass's inputs: test_util.h's xent_logits with Philox key 23, xent_targets with
+// stride 7.
+Tensor fused_logits(const Shape& shape, DType dt, std::uint64_t sub, const std::string& backend) {
+  return xent_logits(shape, dt, 23, sub, backend);
 }
-
-Tensor xent_targets(std::int64_t n, std::int64_t classes, const std::string& backend) {
-  std::vector<std::int64_t> t(static_cast<std::size_t>(n));
-  for (std::size_t i = 0; i < t.size(); ++i)
-    t[i] = static_cast<std::int64_t>((i * 7 + 2) % static_cast<std::size_t>(classes));
-  if (n > 1) {
-    t[0] = 0;            // the first class
-    t[1] = classes - 1;  // the last
-  }
-  return Tensor::from_vector(t, {n}).to(Device(backend, 0));
+Tensor fused_targets(std::int64_t n, std::int64_t classes, const std::string& backend) {
+  return xent_targets(n, classes, 7, backend);
 }
 
 // Dispatch: where the backend has the kernel, ops::cross_entropy_fused is one launch returning
@@ -98,9 +88,9 @@ TEST_F(XentFused, OpIsOneLaunchWithTheTwoKernelsResults) {
   const std::int64_t N = 6, C = 13;
   for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     SCOPED_TRACE(dtype_name(dt));
-    const Tensor targets = xent_targets(N, C, kXentProbe);
+    const Tensor targets = fused_targets(N, C, kXentProbe);
     const Tensor gl = Tensor::full({}, 0.5f, Device(kXentProbe, 0));
-    const Tensor ref_logits = xent_logits({N, C}, dt, 1, kXentProbe);
+    const Tensor ref_logits = fused_logits({N, C}, dt, 1, kXentProbe);
     k.fused = false;
     EXPECT_FALSE(ops::cross_entropy_fused_available(ref_logits, targets, Determinism::fast));
     const auto ref_losses = tensor_bytes(ops::cross_entropy(ref_logits, targets));
@@ -108,7 +98,7 @@ TEST_F(XentFused, OpIsOneLaunchWithTheTwoKernelsResults) {
     EXPECT_EQ(ref_grad.dtype(), dt);
 
     k.fused = true;
-    Tensor logits = xent_logits({N, C}, dt, 1, kXentProbe);
+    Tensor logits = fused_logits({N, C}, dt, 1, kXentProbe);
     EXPECT_TRUE(ops::cross_entropy_fused_available(logits, targets, Determinism::fast));
     EXPECT_FALSE(ops::cross_entropy_fused_available(logits, targets, Determinism::bitwise));
     k.calls.clear();
@@ -122,9 +112,9 @@ TEST_F(XentFused, OpIsOneLaunchWithTheTwoKernelsResults) {
     EXPECT_LT(logits.to(DType::f32).to(Device::cpu()).to_vector<float>()[0], 0.0f);
   }
   k.fused = false;
-  Tensor logits = xent_logits({N, C}, DType::f32, 1, kXentProbe);
+  Tensor logits = fused_logits({N, C}, DType::f32, 1, kXentProbe);
   try {
-    ops::cross_entropy_fused(logits, xent_targets(N, C, kXentProbe),
+    ops::cross_entropy_fused(logits, fused_targets(N, C, kXentProbe),
                              Tensor::full({}, 1.0f, Device(kXentProbe, 0)), 1.0f);
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
@@ -142,7 +132,7 @@ TEST_F(XentFused, BadArgumentsThrowBeforeAnyWrite) {
   k.fused = true;
   const std::int64_t N = 4, C = 9;
   const Device dev(kXentProbe, 0);
-  Tensor logits = xent_logits({N, C}, DType::bf16, 2, kXentProbe);
+  Tensor logits = fused_logits({N, C}, DType::bf16, 2, kXentProbe);
   const auto before = tensor_bytes(logits);
   const Tensor gl = Tensor::full({}, 1.0f, dev);
   auto expect_error = [&](const Tensor& t, const Tensor& g, const std::string& want) {
@@ -165,13 +155,13 @@ TEST_F(XentFused, BadArgumentsThrowBeforeAnyWrite) {
                "targets: expected [N] = [4]");
   expect_error(Tensor::from_vector(std::vector<std::int64_t>{0, 1, 2, 3}, {N}).to(Device("sim", 0)),
                gl, "targets: expected a tensor on");
-  expect_error(xent_targets(N, C, kXentProbe), Tensor::full({2}, 1.0f, dev),
+  expect_error(fused_targets(N, C, kXentProbe), Tensor::full({2}, 1.0f, dev),
                "grad_loss: expected a one-element");
-  expect_error(xent_targets(N, C, kXentProbe), Tensor::full({}, 1.0f, dev).to(DType::bf16),
+  expect_error(fused_targets(N, C, kXentProbe), Tensor::full({}, 1.0f, dev).to(DType::bf16),
                "grad_loss: expected dtype f32");
-  Tensor three = xent_logits({2, 2, C}, DType::f32, 3, kXentProbe);
+  Tensor three = fused_logits({2, 2, C}, DType::f32, 3, kXentProbe);
   try {
-    ops::cross_entropy_fused(three, xent_targets(2, C, kXentProbe), gl, 1.0f);
+    ops::cross_entropy_fused(three, fused_targets(2, C, kXentProbe), gl, 1.0f);
     ADD_FAILURE() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("ops::cross_entropy_fused: logits: expected a 2-dim"),
@@ -253,7 +243,7 @@ TEST_F(XentFused, ForwardBackwardChecksAndForgets) {
   nn::CrossEntropyLoss crit;
   const std::int64_t N = 4, C = 7;
   Tensor bad_t = Tensor::from_vector(std::vector<std::int64_t>{0, 1, 7, 2}, {N}).to(dev);
-  Tensor logits = xent_logits({N, C}, DType::f32, 4, kXentProbe);
+  Tensor logits = fused_logits({N, C}, DType::f32, 4, kXentProbe);
   const auto before = tensor_bytes(logits);
   try {
     crit.forward_backward(logits, bad_t, Tensor());
@@ -266,9 +256,9 @@ TEST_F(XentFused, ForwardBackwardChecksAndForgets) {
         << what;
   }
   EXPECT_EQ(tensor_bytes(logits), before);
-  const Tensor t = xent_targets(N, C, kXentProbe);
+  const Tensor t = fused_targets(N, C, kXentProbe);
   crit.forward_backward(logits, t, Tensor());  // the gradient now over logits
-  Tensor fresh = xent_logits({N, C}, DType::f32, 5, kXentProbe);
+  Tensor fresh = fused_logits({N, C}, DType::f32, 5, kXentProbe);
   crit.forward(fresh, t);
   k.calls.clear();
   const Tensor g = crit.backward();

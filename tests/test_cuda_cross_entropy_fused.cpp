@@ -12,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "core/numerics/random.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 #include "core/runtime/tensor.h"
@@ -22,25 +21,6 @@ namespace ditto {
 namespace {
 
 using namespace ditto::test;
-
-/// Logits in [-4, 4) (Philox stream `sub`) as a `dt` tensor on `backend`:0.
-Tensor cuda_xent_logits(const Shape& shape, DType dt, std::uint64_t sub,
-                        const std::string& backend) {
-  std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
-  for (std::size_t i = 0; i < v.size(); ++i)
-    v[i] = uniform(29, stream_id(kStreamSynthetic, sub), i, -4.0f, 4.0f);
-  return Tensor::from_vector(v, shape).to(dt).to(Device(backend, 0));
-}
-
-/// n targets in [0, classes): the first class in row 0, the last in row 1.
-Tensor cuda_xent_targets(std::int64_t n, std::int64_t classes, const std::string& backend) {
-  std::vector<std::int64_t> t(static_cast<std::size_t>(n));
-  for (std::size_t i = 0; i < t.size(); ++i)
-    t[i] = static_cast<std::int64_t>((i * 7919 + 2) % static_cast<std::size_t>(classes));
-  t[0] = 0;
-  t[1] = classes - 1;
-  return Tensor::from_vector(t, {n}).to(Device(backend, 0));
-}
 
 using CudaXentFused = CudaSuite<>;
 
@@ -56,17 +36,17 @@ TEST_F(CudaXentFused, OnePassMatchesTheTwoKernels) {
     for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " V " + std::to_string(C));
       const std::int64_t N = 6;
-      const Tensor targets = cuda_xent_targets(N, C, "cuda");
+      const Tensor targets = xent_targets(N, C, 7919, "cuda");
       const Tensor gl = Tensor::full({}, 0.75f, Device("cuda", 0));
       const float scale = 1.0f / 3.0f;
-      const Tensor ref_in = cuda_xent_logits({N, C}, dt, 9, "cuda");
+      const Tensor ref_in = xent_logits({N, C}, dt, 29, 9, "cuda");
       const auto ref_loss =
           ops::cross_entropy(ref_in, targets).to(Device::cpu()).to_vector<float>();
       const auto ref_grad = ops::cross_entropy_backward(ref_in, targets, gl, scale)
                                 .to(DType::f32)
                                 .to(Device::cpu())
                                 .to_vector<float>();
-      Tensor logits = cuda_xent_logits({N, C}, dt, 9, "cuda");
+      Tensor logits = xent_logits({N, C}, dt, 29, 9, "cuda");
       const auto loss =
           ops::cross_entropy_fused(logits, targets, gl, scale).to(Device::cpu()).to_vector<float>();
       const auto grad = logits.to(DType::f32).to(Device::cpu()).to_vector<float>();

@@ -205,6 +205,30 @@ inline std::vector<std::uint8_t> tensor_bytes(const Tensor& t) {
   return b;
 }
 
+/// Cross-entropy test logits: uniform in [-4, 4) from Philox key `seed`, stream `sub` (element i
+/// is draw i), as a `dt` tensor of `shape` on `backend`:0.
+inline Tensor xent_logits(const Shape& shape, DType dt, std::uint64_t seed, std::uint64_t sub,
+                          const std::string& backend) {
+  std::vector<float> v(static_cast<std::size_t>(shape_numel(shape)));
+  for (std::size_t i = 0; i < v.size(); ++i)
+    v[i] = uniform(seed, stream_id(kStreamSynthetic, sub), i, -4.0f, 4.0f);
+  return Tensor::from_vector(v, shape).to(dt).to(Device(backend, 0));
+}
+
+/// n cross-entropy targets (i64) in [0, classes) on `backend`:0: row i's class is
+/// (i * stride + 2) % classes, except row 0 (the first class) and row 1 (the last) when n > 1.
+inline Tensor xent_targets(std::int64_t n, std::int64_t classes, std::uint64_t stride,
+                           const std::string& backend) {
+  std::vector<std::int64_t> t(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < t.size(); ++i)
+    t[i] = static_cast<std::int64_t>((i * stride + 2) % static_cast<std::uint64_t>(classes));
+  if (n > 1) {
+    t[0] = 0;
+    t[1] = classes - 1;
+  }
+  return Tensor::from_vector(t, {n}).to(Device(backend, 0));
+}
+
 /// Runs f(0) .. f(n - 1) on one std::thread each (SPMD: a thread per rank), joins them all, then
 /// rethrows the lowest rank's exception, if any.
 inline void run_threads(int n, const std::function<void(int)>& f) {
