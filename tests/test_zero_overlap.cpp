@@ -3,7 +3,8 @@
 // each grad made just before it is reported, the parameters get the bits of ZeRO without overlap
 // (every reduce_scatter in step()) on 1, 2, 3 and 4 ranks, f32 / bf16 / f16, bitwise and fast,
 // with the clip and a parameter without grad, and every chunk starts before step(); a grad that
-// appears after its chunk started is refused. The Trainer: --zero-overlap-comm on and off give
+// appears after its chunk started is refused; the shard and the buffer live from the first chunk
+// to the end of step(). The Trainer: --zero-overlap-comm on and off give
 // the same checksum (the MLP with chunks smaller than a layer, with and without gradient
 // accumulation; the tiny GPT, whose wte is also its lm_head).
 #include <gtest/gtest.h>
@@ -196,6 +197,36 @@ TEST_F(ZeroOverlapTest, AGradNotFinalWhenReportedIsRefused) {
         [&] { zh.step(); },
         "params[5] ('p5'): grad: expected [20000] f32 on sim:" + std::to_string(r) +
             " (overlap_comm reduces in nn::grad_dtype), got [20000] bf16");
+  });
+}
+
+TEST_F(ZeroOverlapTest, ShardAndBufferLiveFromTheFirstChunkToTheEndOfStep) {
+  // Note [ZeRO overlapped reduce_scatter]: the f32 shard and the buffer are allocated when the
+  // first chunk starts (in the backward) and freed by step(), so a memory report (the dry run's
+  // peak) counts them from there; between steps ZeRO holds nothing but its state.
+  Backend& be = test::init_sim(8);
+  test::run_ranks(2, Determinism::bitwise, [&](int r, Communicator& comm) {
+    std::vector<nn::Parameter> a = test::make_params(test::kShapes, comm.device());
+    ZeroOptions on;
+    on.bucket_cap_mb = kOverlapCapMb;
+    on.overlap_comm = true;
+    ZeroRedundancyOptimizer zon(test::ptrs(a), comm, overlap_adamw(), 0.01f, on);
+    const int dev = comm.device().index;
+    for (int t = 0; t < 2; ++t) {
+      for (std::size_t i = 0; i < a.size(); ++i)
+        a[i].grad = overlap_grad(a[i], r, t, i, DType::f32);
+      const std::size_t before = be.memory_stats(dev).in_use;
+      zon.prepare_overlap();
+      EXPECT_EQ(be.memory_stats(dev).in_use, before);
+      zon.grad_ready(a[5]);  // chunk 0: p5's first two blocks
+      const std::size_t bytes =
+          static_cast<std::size_t>(zon.shard_numel() + 2 * zon.chunk_numel()) * 4;
+      EXPECT_GE(be.memory_stats(dev).in_use, before + bytes) << "rank " << r << " step " << t;
+      for (std::size_t i = a.size() - 1; i-- > 0;) zon.grad_ready(a[i]);
+      zon.step();
+      if (t == 1)  // (step 0 made AdamW's moments)
+        EXPECT_EQ(be.memory_stats(dev).in_use, before) << "rank " << r;
+    }
   });
 }
 

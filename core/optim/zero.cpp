@@ -624,7 +624,9 @@ void ZeroRedundancyOptimizer::launch_ready_chunks() {
         has = false;
       }
       has_grad[pc.param] = has;
-      packed_[pc.param] = has ? 1 : 0;
+      // A parameter in several chunks: 2 when they found it differently (step() refuses it).
+      signed char& seen = packed_[pc.param];
+      seen = seen >= 0 && seen != (has ? 1 : 0) ? 2 : (has ? 1 : 0);
     }
     // The grads were produced on this thread's current stream: the communication stream waits
     // for them (DistributedDataParallel's bucket launch).
@@ -693,8 +695,8 @@ void ZeroRedundancyOptimizer::step() {
   if (overlapped) {
     DITTO_CHECK(overlap_error_.empty(), overlap_error_);
     for (std::size_t i = 0; i < params_.size(); ++i)
-      DITTO_CHECK(packed_[i] < 0 || (packed_[i] == 1) == has_grad[i], kCall, ": params[", i, "] ('",
-                  params_[i]->name, "'): grad ", has_grad[i] ? "appeared" : "disappeared",
+      DITTO_CHECK(packed_[i] < 0 || packed_[i] == (has_grad[i] ? 1 : 0), kCall, ": params[", i,
+                  "] ('", params_[i]->name, "'): grad ", has_grad[i] ? "appeared" : "disappeared",
                   " after its chunk's reduce_scatter started (overlap_comm: grad_ready() must "
                   "report a parameter only once its grad is final for the step)");
   }

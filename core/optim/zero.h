@@ -287,8 +287,8 @@ class ZeroRedundancyOptimizer : public Optimizer {
   std::vector<std::vector<std::size_t>> chunks_of_;  // [param]: the chunks it has elements in
   std::vector<std::size_t> pending_;                 // [chunk]: parameters not yet reported
   std::vector<char> reported_;                       // [param]: grad_ready() this step
-  std::vector<signed char> packed_;                  // [param]: -1 not packed, else had a grad
-  std::string overlap_error_;                        // a grad of the wrong dtype, found packing
+  std::vector<signed char> packed_;  // [param]: -1 not packed, 0 / 1 had a grad, 2 both
+  std::string overlap_error_;        // a grad of the wrong dtype, found packing
   std::size_t next_chunk_ = 0, chunks_overlapped_ = 0;
   DType reduce_dtype_ = DType::f32;  // nn::grad_dtype of the parameters'
   std::unique_ptr<Stream> comm_stream_;
