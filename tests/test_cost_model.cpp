@@ -352,13 +352,15 @@ TEST(CostModelPublished, TrainingCasesCarryTheirFiguresAndFormat) {
   for (int i = 0; i < 3; ++i) rows[i].c = cases[i];
   rows[0].predicted = rows[0].c.published() * 1.1;  // within 20%
   rows[0].peak_memory_gib = 40.5;
-  // Priced as ditto's CUDA code runs (issue 29, its typed kernels), the A100 rows are no known
-  // gap; the 124M H100 row is one, with its reason (the H100 profile's efficiencies are not
-  // calibrated by a GPU run; published.cpp); a plain row outside its tolerance is a FAIL.
+  // Priced as ditto's CUDA code runs (issue 29, its typed kernels), the A100 row is no known
+  // gap; the H100 rows are, with their reason (the H100 profile's efficiencies are not
+  // calibrated by a GPU run; published.cpp: the 1558M row since ZeRO-1's reduce_scatters
+  // overlap the backward); a plain row outside its tolerance is a FAIL.
   EXPECT_FALSE(cases[0].known_gap);
   EXPECT_TRUE(cases[1].known_gap);
   EXPECT_NE(cases[1].gap.find("calibrate"), std::string::npos) << cases[1].gap;
-  EXPECT_FALSE(cases[2].known_gap);
+  EXPECT_TRUE(cases[2].known_gap);
+  EXPECT_NE(cases[2].gap.find("calibrate"), std::string::npos) << cases[2].gap;
   rows[0].c.known_gap = false;
   rows[2].c.known_gap = false;
   rows[1].c.known_gap = false;

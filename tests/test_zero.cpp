@@ -178,16 +178,20 @@ TEST_F(ZeroTest, FlatLayoutIsBlockAlignedAndShardsAreEqual) {
     zo.bucket_cap_mb = 0.001;
     ZeroRedundancyOptimizer zero(ptrs(a), comm, adam_factory(), 0.01f, zo);
     const std::int64_t blk = gpt::kSquaresBlock;
-    // Slots 3, 1, 1, 1, 1, 5 blocks = 12 blocks; 4 ranks x 3 blocks.
-    EXPECT_EQ(zero.slot_offset(0), 0);
-    EXPECT_EQ(zero.slot_offset(1), 3 * blk);
-    EXPECT_EQ(zero.slot_offset(5), 7 * blk);
+    // Slots in the backward's order (reverse): 5, 1, 1, 1, 1, 3 blocks = 12 blocks; 4 ranks x
+    // 3 blocks, chunks of one block per rank.
+    EXPECT_EQ(zero.slot_offset(5), 0);
+    EXPECT_EQ(zero.slot_offset(4), 5 * blk);
+    EXPECT_EQ(zero.slot_offset(1), 8 * blk);
+    EXPECT_EQ(zero.slot_offset(0), 9 * blk);
     EXPECT_EQ(zero.flat_numel(), 12 * blk);
     EXPECT_EQ(zero.shard_numel(), 3 * blk);
     EXPECT_EQ(zero.chunk_numel(), blk);
-    // Blocks: p0 [0, 3) (9100 elements), p1 3, p2 4, p3 5, p4 6, p5 [7, 12). Rank 0: p0;
-    // rank 1: p1, p2, p3; rank 2: p4 and p5's first 2 blocks; rank 3: p5's last 3.
-    const std::vector<std::size_t> segs{1, 3, 2, 1};
+    // Blocks: p5 [0, 5) (20000 elements), p4 5, p3 6, p2 7, p1 8, p0 [9, 12) (9100). Chunk c is
+    // blocks [4c, 4c + 4), rank q owning block 4c + q: rank 0 p5's blocks 0 and 4 (two
+    // segments) and p1; rank 1 p5's block 1, p4, p0's block 0; rank 2 p5's 2, p3, p0's 1;
+    // rank 3 p5's 3, p2, p0's 2.
+    const std::vector<std::size_t> segs{3, 3, 3, 3};
     EXPECT_EQ(zero.num_segments(), segs[static_cast<std::size_t>(r)]) << "rank " << r;
   });
 }

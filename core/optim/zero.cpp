@@ -15,6 +15,7 @@
 #include "core/optim/grad_scaler.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
+#include "core/runtime/stream.h"
 
 namespace ditto::optim {
 
@@ -80,11 +81,14 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<nn::Parameter*> par
                 params_[i]->data.str());
   }
 
-  // The flat layout: block-aligned slots, the total a multiple of N blocks.
+  // The flat layout (Note [ZeRO flat shards]): block-aligned slots in the backward's order
+  // (reverse parameters()), the total a multiple of N blocks.
+  offset_.assign(params_.size(), 0);
   std::int64_t off = 0;
-  for (nn::Parameter* p : params_) {
-    offset_.push_back(off);
-    off += round_up(p->data.numel(), kBlock);
+  for (std::size_t k = 0; k < params_.size(); ++k) {
+    const std::size_t i = params_.size() - 1 - k;
+    offset_[i] = off;
+    off += round_up(params_[i]->data.numel(), kBlock);
   }
   total_ = std::max(round_up(off, ranks_ * kBlock), ranks_ * kBlock);
   shard_ = total_ / ranks_;
@@ -94,37 +98,51 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<nn::Parameter*> par
   chunk_ = std::max(chunk_ / kBlock * kBlock, kBlock);
   chunks_ = (shard_ + chunk_ - 1) / chunk_;
 
-  // Every rank's pieces, chunk by chunk (for the buffer copies).
+  // Every rank's pieces, chunk by chunk (for the buffer copies); this rank's segments (its
+  // pieces in shard order, a parameter's neighbouring pieces merged) and the inner optimizer.
   pieces_.resize(static_cast<std::size_t>(chunks_));
+  chunks_of_.resize(params_.size());
   for (std::int64_t c = 0; c < chunks_; ++c) {
-    const std::int64_t len_c = std::min(chunk_, shard_ - c * chunk_);
+    const std::int64_t len_c = part_numel(c);
     for (int q = 0; q < ranks_; ++q) {
-      const std::int64_t lo = q * shard_ + c * chunk_, hi = lo + len_c;
+      const std::int64_t lo = flat_begin(q, c), hi = lo + len_c;
       for (std::size_t i = 0; i < params_.size(); ++i) {
         const std::int64_t a = std::max(lo, offset_[i]);
         const std::int64_t b = std::min(hi, offset_[i] + params_[i]->data.numel());
         if (a >= b) continue;
         pieces_[static_cast<std::size_t>(c)].push_back(
             {i, q, a - offset_[i], q * len_c + (a - lo), b - a});
+        auto& of = chunks_of_[i];
+        if (of.empty() || of.back() != static_cast<std::size_t>(c))
+          of.push_back(static_cast<std::size_t>(c));
       }
     }
+    std::vector<Piece> mine;
+    for (const Piece& pc : pieces_[static_cast<std::size_t>(c)])
+      if (pc.rank == rank_) mine.push_back(pc);
+    std::sort(mine.begin(), mine.end(),
+              [](const Piece& x, const Piece& y) { return x.buf_off < y.buf_off; });
+    for (const Piece& pc : mine) {
+      const std::int64_t shard_off = c * chunk_ + (pc.buf_off - rank_ * len_c);
+      if (!segments_.empty()) {
+        Segment& last = *segments_.back();
+        if (last.param == pc.param && last.shard_off + last.len == shard_off &&
+            last.param_off + last.len == pc.param_off) {
+          last.len += pc.len;
+          continue;
+        }
+      }
+      auto s = std::make_unique<Segment>();
+      s->param = pc.param;
+      s->param_off = pc.param_off;
+      s->shard_off = shard_off;
+      s->len = pc.len;
+      segments_.push_back(std::move(s));
+    }
   }
-
-  // This rank's segments and the inner optimizer over them.
-  const std::int64_t lo = rank_ * shard_, hi = lo + shard_;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    const std::int64_t a = std::max(lo, offset_[i]);
-    const std::int64_t b = std::min(hi, offset_[i] + params_[i]->data.numel());
-    if (a >= b) continue;
-    auto s = std::make_unique<Segment>();
-    s->param = i;
-    s->param_off = a - offset_[i];
-    s->shard_off = a - lo;
-    s->len = b - a;
-    s->p.name = params_[i]->name + "[" + std::to_string(s->param_off) + ":" +
+  for (auto& s : segments_)
+    s->p.name = params_[s->param]->name + "[" + std::to_string(s->param_off) + ":" +
                 std::to_string(s->param_off + s->len) + "]";
-    segments_.push_back(std::move(s));
-  }
   if (segments_.empty()) {  // only padding here: one zero element that stays zero
     auto s = std::make_unique<Segment>();
     s->placeholder = true;
@@ -133,6 +151,13 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<nn::Parameter*> par
     s->p.data = Tensor::zeros({1}, DType::f32, comm_.device());
     segments_.push_back(std::move(s));
   }
+  if (options.overlap_comm) {
+    reduce_dtype_ = nn::grad_dtype(param_dtype_, comm_.options().determinism);
+    Backend& be = comm_.device().backend();
+    comm_stream_ = be.create_stream(comm_.device().index);
+    grads_done_ = be.create_event(comm_.device().index);
+    comm_done_ = be.create_event(comm_.device().index);
+  }
   refresh_segments();
   std::vector<nn::Parameter*> seg_params;
   for (auto& s : segments_) seg_params.push_back(&s->p);
@@ -140,7 +165,36 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<nn::Parameter*> par
   DITTO_CHECK(inner_ != nullptr, kCall, ": make_inner: returned no optimizer");
 }
 
-ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() = default;
+ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() {
+  try {
+    if (comm_stream_) comm_stream_->synchronize();  // no work may outlive the buffer
+  } catch (...) {  // already reported (or the run is failing anyway)
+  }
+}
+
+std::int64_t ZeroRedundancyOptimizer::part_numel(std::int64_t c) const {
+  return std::min(chunk_, shard_ - c * chunk_);
+}
+
+std::int64_t ZeroRedundancyOptimizer::flat_begin(int q, std::int64_t c) const {
+  // Note [ZeRO flat shards]: chunk c is [c N chunk_, ...), rank q owning its q-th part.
+  return c * ranks_ * chunk_ + q * part_numel(c);
+}
+
+std::pair<int, std::int64_t> ZeroRedundancyOptimizer::locate(std::int64_t f) const {
+  const std::int64_t c = f / (ranks_ * chunk_), w = f - c * ranks_ * chunk_, len = part_numel(c);
+  return {static_cast<int>(w / len), c * chunk_ + w % len};
+}
+
+std::vector<float> ZeroRedundancyOptimizer::to_flat(const std::vector<float>& gathered) const {
+  std::vector<float> out(gathered.size());
+  for (std::int64_t c = 0; c < chunks_; ++c)
+    for (int q = 0; q < ranks_; ++q) {
+      const auto first = gathered.begin() + q * shard_ + c * chunk_;
+      std::copy(first, first + part_numel(c), out.begin() + flat_begin(q, c));
+    }
+  return out;
+}
 
 void ZeroRedundancyOptimizer::refresh_segments() {
   // f32 parameters: the segment's data is a view of the parameter itself, rebuilt when the
@@ -279,7 +333,7 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
     Tensor send = Tensor::from_vector(shard, {shard_}, comm_.device());
     Tensor all = Tensor::empty({total_}, DType::f32, comm_.device());
     comm_.all_gather(send, all);
-    if (rank_ == to) gathered[key] = all.to_vector<float>();
+    if (rank_ == to) gathered[key] = to_flat(all.to_vector<float>());
   }
   // bf16 / f16: the f32 masters too (MasterWeights' "master.<i>"), gathered the same way.
   std::vector<float> masters;
@@ -293,7 +347,7 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
     Tensor send = Tensor::from_vector(shard, {shard_}, comm_.device());
     Tensor all = Tensor::empty({total_}, DType::f32, comm_.device());
     comm_.all_gather(send, all);
-    if (rank_ == to) masters = all.to_vector<float>();
+    if (rank_ == to) masters = to_flat(all.to_vector<float>());
   }
   consolidated_.reset();
   if (rank_ != to) return;
@@ -446,9 +500,9 @@ float ZeroRedundancyOptimizer::clip(Determinism mode, const std::vector<bool>& h
       float s = 0.0f;
       if (blocks > 0) {
         canonical::TreeStack<1, 64> tree;
-        const std::int64_t first = offset_[i] / kBlock;
         for (std::int64_t k = 0; k < blocks; ++k) {
-          float leaf[1] = {leaves[static_cast<std::size_t>(first + k)]};
+          const auto [q, at] = locate(offset_[i] + k * kBlock);  // the block's owner and place
+          float leaf[1] = {leaves[static_cast<std::size_t>(q * (shard_ / kBlock) + at / kBlock)]};
           tree.push(k, leaf);
         }
         float root[1];
@@ -464,8 +518,161 @@ float ZeroRedundancyOptimizer::clip(Determinism mode, const std::vector<bool>& h
   return total;
 }
 
+namespace {
+/// Note [ZeRO copies]: each piece copied now, or queued for the list's one copy_multi launch.
+struct CopyList {
+  bool multi = false;
+  std::vector<Tensor> dsts, srcs;
+  void add(Tensor to, Tensor from) {
+    if (!multi) {
+      to.copy_(from);
+      return;
+    }
+    dsts.push_back(std::move(to));
+    srcs.push_back(std::move(from));
+  }
+  void flush() {
+    if (!multi) return;
+    ops::copy_multi_(dsts, srcs);
+    dsts.clear();
+    srcs.clear();
+  }
+};
+}  // namespace
+
+void ZeroRedundancyOptimizer::reduce_scatter_chunk(std::int64_t c,
+                                                   const std::vector<bool>& has_grad) {
+  // buffer = every rank's part of chunk c (padding and parameters without grad zero).
+  const bool multi = ops::has_multi_tensor_kernels(comm_.device());
+  CopyList copies{multi, {}, {}};
+  const std::int64_t len_c = part_numel(c);
+  Tensor send = buffer_.narrow(0, ranks_ * len_c);
+  ops::fill_(send, 0.0);
+  for (const Piece& pc : pieces_[static_cast<std::size_t>(c)]) {
+    if (!has_grad[pc.param]) continue;
+    copies.add(send.narrow(pc.buf_off, pc.len),
+               flat(params_[pc.param]->grad).narrow(pc.param_off, pc.len));
+  }
+  copies.flush();
+  Tensor dst = grad_shard_.narrow(c * chunk_, len_c);
+  if (buffer_.dtype() == DType::f32) {
+    comm_.reduce_scatter(send, dst, ReduceOp::sum);
+  } else {  // reduced in the grad dtype (in place: NCCL's layout), then upcast exactly
+    Tensor mine = send.narrow(rank_ * len_c, len_c);
+    comm_.reduce_scatter(send, mine, ReduceOp::sum);
+    if (multi) {  // the upcast straight into the shard: one launch, no f32 temporary
+      ops::copy_multi_({dst}, {mine});
+    } else {
+      Tensor up = ops::cast(mine, DType::f32);
+      dst.copy_(up);
+      // On the communication stream: alive until it has run (freed on the host now, its memory
+      // could go to the compute stream first).
+      if (comm_stream_ && &current_stream(comm_.device()) == comm_stream_.get())
+        in_flight_.push_back(std::move(up));
+    }
+  }
+}
+
+void ZeroRedundancyOptimizer::prepare_overlap() {
+  if (!options_.overlap_comm) return;
+  comm_stream_->synchronize();  // a step that never came (an exception) left nothing running
+  in_flight_.clear();
+  pending_.assign(static_cast<std::size_t>(chunks_), 0);
+  for (const auto& of : chunks_of_)
+    for (std::size_t c : of) ++pending_[c];
+  reported_.assign(params_.size(), 0);
+  packed_.assign(params_.size(), -1);
+  overlap_error_.clear();
+  next_chunk_ = 0;
+  chunks_overlapped_ = 0;
+  armed_ = true;
+}
+
+void ZeroRedundancyOptimizer::grad_ready(const nn::Parameter& p) {
+  if (!armed_) return;
+  const auto it = std::find(params_.begin(), params_.end(), &p);
+  if (it == params_.end()) return;
+  const auto i = static_cast<std::size_t>(it - params_.begin());
+  if (reported_[i]) return;
+  reported_[i] = 1;
+  for (std::size_t c : chunks_of_[i]) --pending_[c];
+  launch_ready_chunks();
+}
+
+void ZeroRedundancyOptimizer::launch_ready_chunks() {
+  while (next_chunk_ < pending_.size() && pending_[next_chunk_] == 0) {
+    const auto c = static_cast<std::int64_t>(next_chunk_++);
+    // The shard and the buffer live from the first chunk's reduce_scatter to the end of step();
+    // allocated on the compute stream (whose step() frees them after waiting for this one).
+    if (!grad_shard_.defined()) {
+      grad_shard_ = Tensor::empty({shard_}, DType::f32, comm_.device());
+      buffer_ = Tensor::empty({ranks_ * chunk_}, reduce_dtype_, comm_.device());
+    }
+    // What each parameter of the chunk has now is what step() must find: a grad (packed) or none.
+    std::vector<bool> has_grad(params_.size(), false);
+    for (const Piece& pc : pieces_[static_cast<std::size_t>(c)]) {
+      const nn::Parameter& p = *params_[pc.param];
+      bool has = p.grad.defined();
+      if (has && (p.grad.dtype() != reduce_dtype_ || p.grad.numel() != p.data.numel() ||
+                  p.grad.device() != p.data.device())) {
+        if (overlap_error_.empty())
+          overlap_error_ =
+              detail::cat(kCall, ": params[", pc.param, "] ('", p.name, "'): grad: expected ",
+                          shape_str(p.data.shape()), " ", dtype_name(reduce_dtype_), " on ",
+                          p.data.device().str(), " (overlap_comm reduces in nn::grad_dtype), got ",
+                          p.grad.str());
+        has = false;
+      }
+      has_grad[pc.param] = has;
+      // A parameter in several chunks: 2 when they found it differently (step() refuses it).
+      signed char& seen = packed_[pc.param];
+      seen = seen >= 0 && seen != (has ? 1 : 0) ? 2 : (has ? 1 : 0);
+    }
+    // The grads were produced on this thread's current stream: the communication stream waits
+    // for them (DistributedDataParallel's bucket launch).
+    current_stream(comm_.device()).record(*grads_done_);
+    comm_stream_->wait(*grads_done_);
+    StreamGuard guard(*comm_stream_);
+    reduce_scatter_chunk(c, has_grad);
+  }
+}
+
+void ZeroRedundancyOptimizer::finish_overlap() {
+  armed_ = false;
+  chunks_overlapped_ = next_chunk_;
+  std::fill(pending_.begin(), pending_.end(), 0);  // parameters never reported: ready now
+  launch_ready_chunks();
+  comm_stream_->record(*comm_done_);
+  current_stream(comm_.device()).wait(*comm_done_);
+  comm_stream_->synchronize();  // rethrows the collectives' errors (Timeout, a failed peer)
+  in_flight_.clear();
+}
+
 void ZeroRedundancyOptimizer::step() {
-  // Checks first: a rejected step runs no collective and changes nothing.
+  // Overlap (Note [ZeRO overlapped reduce_scatter]): the chunks the backward did not start go
+  // now, and all are waited for, before the checks (every rank issues the same collectives).
+  const bool overlapped = armed_;
+  if (overlapped) {
+    try {
+      finish_overlap();
+    } catch (...) {
+      grad_shard_ = Tensor();
+      buffer_ = Tensor();
+      throw;
+    }
+  } else {
+    chunks_overlapped_ = 0;
+  }
+  struct Release {  // the shard and the buffer live during step() only (or from the backward)
+    Tensor& a;
+    Tensor& b;
+    ~Release() {
+      a = Tensor();
+      b = Tensor();
+    }
+  } release{grad_shard_, buffer_};
+  // Checks first: a rejected step runs no collective (with overlap: none after the
+  // reduce_scatters) and changes nothing.
   std::vector<bool> has_grad(params_.size(), false);
   DType grad_dtype = DType::f32;
   bool any = false;
@@ -485,61 +692,25 @@ void ZeroRedundancyOptimizer::step() {
     any = true;
     has_grad[i] = true;
   }
+  if (overlapped) {
+    DITTO_CHECK(overlap_error_.empty(), overlap_error_);
+    for (std::size_t i = 0; i < params_.size(); ++i)
+      DITTO_CHECK(packed_[i] < 0 || packed_[i] == (has_grad[i] ? 1 : 0), kCall, ": params[", i,
+                  "] ('", params_[i]->name, "'): grad ", has_grad[i] ? "appeared" : "disappeared",
+                  " after its chunk's reduce_scatter started (overlap_comm: grad_ready() must "
+                  "report a parameter only once its grad is final for the step)");
+  }
   refresh_segments();
   const Determinism mode = comm_.options().determinism;
   // Note [ZeRO copies]: one copy_multi launch per list where the backend has them.
   const bool multi = ops::has_multi_tensor_kernels(comm_.device());
-  std::vector<Tensor> dsts, srcs;  // a copy_multi list
-  // A piece's copy: now, or queued for the list's one launch (flush).
-  auto copy_piece = [&](Tensor to, Tensor from) {
-    if (!multi) {
-      to.copy_(from);
-      return;
-    }
-    dsts.push_back(std::move(to));
-    srcs.push_back(std::move(from));
-  };
-  auto flush = [&] {
-    if (!multi) return;
-    ops::copy_multi_(dsts, srcs);
-    dsts.clear();
-    srcs.clear();
-  };
-  // The shard and the collectives' buffer live during step() only (between steps a rank holds
-  // its parameters, grads and 1/N of the state, nothing else of ZeRO's).
-  grad_shard_ = Tensor::empty({shard_}, DType::f32, comm_.device());
-  buffer_ = Tensor::empty({ranks_ * chunk_}, grad_dtype, comm_.device());
-  struct Release {
-    Tensor& a;
-    Tensor& b;
-    ~Release() {
-      a = Tensor();
-      b = Tensor();
-    }
-  } release{grad_shard_, buffer_};
+  CopyList copies{multi, {}, {}};
 
-  // 1. reduce_scatter, chunk by chunk: buffer = every rank's part of chunk c (padding zero).
-  for (std::int64_t c = 0; c < chunks_; ++c) {
-    const std::int64_t len_c = std::min(chunk_, shard_ - c * chunk_);
-    Tensor send = buffer_.narrow(0, ranks_ * len_c);
-    ops::fill_(send, 0.0);
-    for (const Piece& pc : pieces_[static_cast<std::size_t>(c)]) {
-      if (!has_grad[pc.param]) continue;
-      copy_piece(send.narrow(pc.buf_off, pc.len),
-                 flat(params_[pc.param]->grad).narrow(pc.param_off, pc.len));
-    }
-    flush();
-    Tensor dst = grad_shard_.narrow(c * chunk_, len_c);
-    if (grad_dtype == DType::f32) {
-      comm_.reduce_scatter(send, dst, ReduceOp::sum);
-    } else {  // reduced in the grad dtype (in place: NCCL's layout), then upcast exactly
-      Tensor mine = send.narrow(rank_ * len_c, len_c);
-      comm_.reduce_scatter(send, mine, ReduceOp::sum);
-      if (multi)  // the upcast straight into the shard: one launch, no f32 temporary
-        ops::copy_multi_({dst}, {mine});
-      else
-        dst.copy_(ops::cast(mine, DType::f32));
-    }
+  // 1. reduce_scatter, chunk by chunk (with overlap: done above).
+  if (!overlapped) {
+    grad_shard_ = Tensor::empty({shard_}, DType::f32, comm_.device());
+    buffer_ = Tensor::empty({ranks_ * chunk_}, grad_dtype, comm_.device());
+    for (std::int64_t c = 0; c < chunks_; ++c) reduce_scatter_chunk(c, has_grad);
   }
 
   // 2. the segments' grads: views of the reduced shard.
@@ -582,10 +753,10 @@ void ZeroRedundancyOptimizer::step() {
       piece.copy_(ops::cast(flat(s->p.data), param_dtype_));
       continue;
     }
-    dsts.push_back(piece);
-    srcs.push_back(flat(s->p.data));
+    copies.dsts.push_back(piece);  // copy_multi_ rounds f32 into bf16 / f16 (cast_multi)
+    copies.srcs.push_back(flat(s->p.data));
   }
-  flush();  // every master rounded into its piece in one launch
+  copies.flush();  // every master rounded into its piece in one launch
   grad_shard_ = Tensor();
 
   // 6. all_gather of the parameters in their dtype, chunk by chunk.
@@ -599,17 +770,17 @@ void ZeroRedundancyOptimizer::step() {
     const auto& pieces = pieces_[static_cast<std::size_t>(c)];
     for (const Piece& pc : pieces) {
       if (pc.rank != rank_ || !has_grad[pc.param]) continue;
-      copy_piece(mine.narrow(pc.buf_off - rank_ * len_c, pc.len),
+      copies.add(mine.narrow(pc.buf_off - rank_ * len_c, pc.len),
                  flat(params_[pc.param]->data).narrow(pc.param_off, pc.len));
     }
-    flush();
+    copies.flush();
     comm_.all_gather(mine, recv);
     for (const Piece& pc : pieces) {
       if (pc.rank == rank_ || !has_grad[pc.param]) continue;
-      copy_piece(flat(params_[pc.param]->data).narrow(pc.param_off, pc.len),
+      copies.add(flat(params_[pc.param]->data).narrow(pc.param_off, pc.len),
                  recv.narrow(pc.buf_off, pc.len));
     }
-    flush();
+    copies.flush();
   }
 }
 

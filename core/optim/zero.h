@@ -4,15 +4,21 @@
 // for bf16 / f16 parameters, the f32 master weights) of 1/N of the parameters only.
 //
 // Note [ZeRO flat shards]
-// All parameters are laid out in one flat index space, in parameters() order, each parameter's
-// slot starting at a multiple of kSquaresBlock (gpt_math.h) and the total padded to a multiple of
-// N x kSquaresBlock (padding elements are zero and belong to no parameter). Rank r owns the
-// contiguous shard [r S, (r + 1) S), S = total / N (llm.c's and DeepSpeed's flat partition, not
-// torch's per-parameter round robin). step():
-//   1. reduce_scatter (sum) of the flat gradients: rank r gets its shard of the gradient summed
-//      over the ranks, in f32 (a copy of the module's grads; grads of bf16 / f16 are upcast
-//      after the reduction). Note [Reductions over ranks] (core/numerics/reduce_math.h) is
-//      elementwise: an element's sum has the same bits whether all_reduce or reduce_scatter
+// All parameters are laid out in one flat index space in the backward's order (reverse
+// parameters(), as DDP's buckets: the last layer's gradients come first), each parameter's slot
+// starting at a multiple of kSquaresBlock (gpt_math.h) and the total padded to a multiple of
+// N x kSquaresBlock (padding elements are zero and belong to no parameter). The flat space is cut
+// into chunks of N x C elements (C: ZeroOptions::bucket_cap_mb's elements per rank, a multiple of
+// the block; the last chunk shorter, still a multiple of N blocks), and rank r owns the r-th part
+// of every chunk: its shard of S = total / N elements is its parts of all chunks, in chunk order
+// (DeepSpeed's and llm.c's flat partition, not torch's per-parameter round robin, made
+// bucket-major so that each chunk's reduce_scatter needs only the grads of a run of parameters
+// in backward order: Note [ZeRO overlapped reduce_scatter]). A parameter may span several
+// chunks and ranks; its pieces inside one rank's shard are that rank's segments. step():
+//   1. reduce_scatter (sum) of the flat gradients, one chunk at a time: rank r gets its parts,
+//      summed over the ranks, in f32 (a copy of the module's grads; grads of bf16 / f16 are
+//      upcast after the reduction). Note [Reductions over ranks] (core/numerics/reduce_math.h)
+//      is elementwise: an element's sum has the same bits whether all_reduce or reduce_scatter
 //      formed it, so the shard holds exactly the bits DDP's all_reduce would have given.
 //   2. the clip (ZeroOptions::max_grad_norm), if any, as optim::clip_grad_norm_ over the full
 //      reduced gradients: Note [ZeRO grad clip].
@@ -25,14 +31,37 @@
 //      update here (SGD, Adam, AdamW's decay) is elementwise with per-parameter scalars that only
 //      depend on the step count, so the pieces get the bits the unsharded optimizer gives them.
 //   4. masters that are not the parameters (bf16 / f16) are rounded once into the parameters;
-//      an all_gather then gives every rank every shard's parameters.
-// The collectives go in chunks (ZeroOptions::bucket_cap_mb, DeepSpeed's reduce_bucket_size and
-// allgather_bucket_size) through one buffer of N chunks, which with the f32 shard lives only
-// during step(), so the only full-model-sized memory is the model's own parameters and grads
-// (DDP under no_sync allocates no buckets); elementwise reductions make the chunking invisible
-// in the bits. Checkpoints: consolidate_state_dict gathers the unsharded layout (torch's). A rank
-// whose shard holds only padding steps one placeholder segment of one zero element (its update
-// keeps it zero), so the inner optimizer always has a parameter.
+//      an all_gather per chunk then gives every rank every rank's parts of the parameters.
+// The collectives go through one buffer of N x C elements, which with the f32 shard lives only
+// during step() (with overlap: from the first chunk's reduce_scatter in the backward to the end
+// of step()), so the only full-model-sized memory is the model's own parameters and grads (DDP
+// under no_sync allocates no buckets); elementwise reductions make the chunking invisible in the
+// bits. Checkpoints: consolidate_state_dict gathers the unsharded layout (torch's), so they do
+// not depend on N or on this layout. A rank whose shard holds only padding steps one placeholder
+// segment of one zero element (its update keeps it zero), so the inner optimizer always has a
+// parameter.
+//
+// Note [ZeRO overlapped reduce_scatter]
+// llm.c (multi_gpu_async_reduce_gradient) and DeepSpeed (overlap_comm) reduce_scatter each
+// layer's gradients while the backward computes the earlier layers'. ZeroOptions::overlap_comm
+// does it for the chunks of Note [ZeRO flat shards]: the layout is in backward order, so chunk c
+// holds a run of parameters whose grads the backward completes one after the other, and it is
+// ready once grad_ready() has reported each parameter with elements in it (a parameter spanning
+// chunks makes each of them wait for it). prepare_overlap() arms it before the backward that
+// completes the step's grads (the trainer's last micro-step; not with bitwise gradient
+// accumulation, whose grads are final only after the fold: there step() does it all). The
+// module's one grad-ready hook belongs to DDP, which passes each ready parameter on
+// (DistributedDataParallel::set_grad_ready_observer). Chunks start in index order on every rank
+// (the collectives match), each on ZeRO's communication stream after an event of the compute
+// stream (DDP's bucket launch): fill, pack, reduce_scatter, upcast into the shard, the same
+// operations as step() runs without overlap, so the same bits. step() starts the chunks whose
+// parameters were never reported (no grad this step: their slots are packed as zeros, as DDP's
+// buckets do, and they get no update), makes the compute stream wait for the communication
+// stream, and goes on with the clip, the update and the all_gathers. A grad reported before it
+// was final is caught where it can be: one that appears or disappears after its chunk started,
+// or one not in the reduce dtype, makes step() throw. The all_gathers stay in step() (the next
+// forward needs the parameters: llm.c does the same). Memory: the shard and the buffer live from
+// the first chunk's launch, once the backward has freed the last layers' activations.
 //
 // Note [ZeRO copies]
 // The buffer's pieces (one per parameter per rank in a chunk: a GPT-2 124M on 8 ranks has a few
@@ -50,13 +79,15 @@
 // Note [ZeRO grad clip]
 // clip_grad_norm_ (bitwise) sums per parameter the canonical tree over kSquaresBlock-element
 // chains (sum_squares), then the parameters in order in float on the host, then a float sqrt.
-// Slots start on block boundaries and S is a multiple of the block, so each block of a parameter
-// lies inside one rank's shard, and a block that ends in padding has the chain of its real
-// elements (fma(0, 0, acc) = acc). Each rank computes its shard's chains (ops::
-// sum_squares_blocks), all_gathers them (a copy: exact), and every rank forms, per parameter, the
-// canonical tree over that parameter's blocks and the sum in parameter order, exactly as
+// Slots start on block boundaries and every rank's part of a chunk is a multiple of the block,
+// so each block of a parameter lies inside one part (one rank's shard, at a block boundary of
+// it), and a block that ends in padding has the chain of its real elements (fma(0, 0, acc) =
+// acc). Each rank computes its shard's chains (ops::sum_squares_blocks), all_gathers them (a
+// copy: exact), and every rank forms, per parameter, the canonical tree over that parameter's
+// blocks (found in their owners' shards) and the sum in parameter order, exactly as
 // clip_grad_norm_ does: the same norm bits, the same coefficient, the same scaled gradients.
-// Fast mode: each rank's shard sum of squares, all_reduce (any order).
+// Fast mode: each rank's shard sum of squares, all_reduce (any order: the bits depend on N and
+// on the layout, not on overlap_comm).
 //
 // Note [ZeRO mixed precision]
 // With bf16 / f16 parameters (Note [Mixed precision], core/runtime/mixed_precision.h) ZeRO takes
@@ -88,10 +119,16 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/comm/communicator.h"
 #include "core/optim/optimizer.h"
+
+namespace ditto {
+class Stream;
+class Event;
+}  // namespace ditto
 
 namespace ditto::optim {
 
@@ -110,6 +147,12 @@ struct ZeroOptions {
   /// Cap in MiB of one chunk of the reduce_scatter / all_gather (all ranks' parts together,
   /// DeepSpeed's reduce_bucket_size); the chunk is at least one kSquaresBlock per rank. > 0.
   double bucket_cap_mb = 25.0;
+  /// DeepSpeed's overlap_comm (llm.c's multi_gpu_async_reduce_gradient; Note [ZeRO overlapped
+  /// reduce_scatter]): after prepare_overlap() each chunk's reduce_scatter runs on a
+  /// communication stream as soon as the backward has reported its parameters' grads ready
+  /// (grad_ready), overlapping the rest of the backward. The parameters get the bits of false.
+  /// false: every reduce_scatter in step(), after the backward.
+  bool overlap_comm = false;
 };
 
 class ZeroRedundancyOptimizer : public Optimizer {
@@ -131,8 +174,9 @@ class ZeroRedundancyOptimizer : public Optimizer {
   /// the same bits); the module's grads are left as they were (local, not reduced). A parameter
   /// whose grad is undefined (on every rank alike, as DDP's ranks agree) gets no update and no
   /// state, as torch. Throws InvalidArgument for a grad not of its parameter's shape, dtype f32 or
-  /// the parameter's dtype, on its device (before any collective), and what the collectives
-  /// throw (Timeout, BackendError naming a failed rank).
+  /// the parameter's dtype, on its device (before any collective; after prepare_overlap(): after
+  /// the reduce_scatters, which every rank then finishes, and also for the grads grad_ready()
+  /// describes), and what the collectives throw (Timeout, BackendError naming a failed rank).
   void step() override;
   void set_lr(double lr) override;
   double lr() const override { return inner_->lr(); }
@@ -165,15 +209,37 @@ class ZeroRedundancyOptimizer : public Optimizer {
   /// Not owned; null detaches. Sets the scaler's found_inf reducer (this optimizer must outlive
   /// the scaler's use).
   void attach_grad_scaler(GradScaler* scaler);
+
+  /// options.overlap_comm (Note [ZeRO overlapped reduce_scatter]): the next backward completes
+  /// the step's gradients (no later accumulation into them: the last micro-step of gradient
+  /// accumulation, not one whose grads are folded afterwards), so each chunk's reduce_scatter may
+  /// start as soon as grad_ready() has reported every parameter with elements in it. Every rank
+  /// calls it before the same backward; step() then finishes the chunks not yet started (grads
+  /// never reported: parameters the backward did not reach) and waits for them. Without
+  /// overlap_comm it does nothing.
+  void prepare_overlap();
+  /// The module's grad-ready hook (nn::Module::set_grad_ready_hook, or DDP's observer,
+  /// parallel::DistributedDataParallel::set_grad_ready_observer): `p`'s grad is final for this
+  /// step. Between prepare_overlap() and step(), launches every chunk whose parameters are all
+  /// reported, in chunk order (the same on every rank), each after the compute stream's work so
+  /// far: the grads packed into the buffer, reduce_scatter, the upcast into the f32 shard, on the
+  /// communication stream (torch DDP's bucket launch). Otherwise, or for a `p` not among the
+  /// parameters, it does nothing. A grad that appears or disappears after its chunk started, or
+  /// one not of the reduce dtype (nn::grad_dtype of the parameters'), makes step() throw
+  /// InvalidArgument naming it.
+  void grad_ready(const nn::Parameter& p);
+  /// Chunks whose reduce_scatter started in grad_ready() (before step()) in the last step.
+  std::size_t chunks_overlapped() const { return chunks_overlapped_; }
   /// The total 2-norm of the reduced gradients before clipping, of the last step() with
   /// max_grad_norm > 0 (clip_grad_norm_'s return value), else 0.
   float last_grad_norm() const { return last_norm_; }
 
-  /// Elements of the flat layout (padded), of one rank's shard, and of one chunk per rank.
+  /// Elements of the flat layout (padded), of one rank's shard, and of one rank's part of a
+  /// chunk (the last chunk's parts may be shorter).
   std::int64_t flat_numel() const { return total_; }
   std::int64_t shard_numel() const { return shard_; }
   std::int64_t chunk_numel() const { return chunk_; }
-  /// Offset of parameter i's slot in the flat layout.
+  /// Offset of parameter i's slot in the flat layout (Note [ZeRO flat shards]).
   std::int64_t slot_offset(std::size_t i) const { return offset_.at(i); }
   /// The shard's optimizer and its segment parameters (the pieces of this rank's shard).
   Optimizer& inner() { return *inner_; }
@@ -183,6 +249,19 @@ class ZeroRedundancyOptimizer : public Optimizer {
   struct Segment;  // one piece of a parameter inside this rank's shard
   struct Piece;    // one piece of a parameter inside one rank's chunk (for the copies)
   void refresh_segments();
+  /// Elements of every rank's part of chunk c, and the flat offset of rank q's part.
+  std::int64_t part_numel(std::int64_t c) const;
+  std::int64_t flat_begin(int q, std::int64_t c) const;
+  /// Flat element f's owner and its offset in that rank's shard.
+  std::pair<int, std::int64_t> locate(std::int64_t f) const;
+  /// A gathered [N x S] (rank-major shards) as the flat layout's [total].
+  std::vector<float> to_flat(const std::vector<float>& gathered) const;
+  /// Chunk c's reduce_scatter into grad_shard_ through buffer_ (the grads of `has_grad`'s
+  /// parameters packed, padding and the others zero), on the current stream.
+  void reduce_scatter_chunk(std::int64_t c, const std::vector<bool>& has_grad);
+  void launch_ready_chunks();
+  /// Overlap: allocates the shard and buffer, launches the chunks not yet started, waits.
+  void finish_overlap();
   float clip(Determinism mode, const std::vector<bool>& has_grad);
 
   /// The factory's optimizer over all parameters (no state until a step: cheap), for the
@@ -201,8 +280,20 @@ class ZeroRedundancyOptimizer : public Optimizer {
   std::unique_ptr<OptimizerState> consolidated_;  // on the `to` rank of consolidate_state_dict
   int ranks_ = 1, rank_ = 0;
   std::int64_t total_ = 0, shard_ = 0, chunk_ = 0, chunks_ = 0;
-  std::vector<std::int64_t> offset_;                // [param]: slot offset
-  std::vector<std::vector<Piece>> pieces_;          // [chunk]: pieces of every rank's chunk c
+  std::vector<std::int64_t> offset_;        // [param]: slot offset
+  std::vector<std::vector<Piece>> pieces_;  // [chunk]: pieces of every rank's chunk c
+  // Note [ZeRO overlapped reduce_scatter]
+  bool armed_ = false;                               // prepare_overlap() .. step()
+  std::vector<std::vector<std::size_t>> chunks_of_;  // [param]: the chunks it has elements in
+  std::vector<std::size_t> pending_;                 // [chunk]: parameters not yet reported
+  std::vector<char> reported_;                       // [param]: grad_ready() this step
+  std::vector<signed char> packed_;  // [param]: -1 not packed, 0 / 1 had a grad, 2 both
+  std::string overlap_error_;        // a grad of the wrong dtype, found packing
+  std::size_t next_chunk_ = 0, chunks_overlapped_ = 0;
+  DType reduce_dtype_ = DType::f32;  // nn::grad_dtype of the parameters'
+  std::unique_ptr<Stream> comm_stream_;
+  std::unique_ptr<Event> grads_done_, comm_done_;
+  std::vector<Tensor> in_flight_;  // temporaries the communication stream has yet to read
   std::vector<std::unique_ptr<Segment>> segments_;  // this rank's
   std::unique_ptr<Optimizer> inner_;
   Tensor grad_shard_;  // [S] f32: the reduced shard (during step() only)

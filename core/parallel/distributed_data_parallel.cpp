@@ -414,6 +414,7 @@ void DistributedDataParallel::on_grad_ready(nn::Parameter& p) {
   Bucket& b = *buckets_[bucket_of_[i]];
   --b.pending;
   if (b.pending == 0 && sync_ && options_.overlap) launch_ready_buckets();
+  if (observer_) observer_(p);
 }
 
 void DistributedDataParallel::launch_ready_buckets() {

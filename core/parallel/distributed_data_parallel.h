@@ -26,9 +26,9 @@
 // rank's gradients are then exactly its rows' terms of DataParallel's gradient, and DDP sums
 // them (average_gradients = false). Each rank takes the rows of the micro-shards DataParallel
 // would give device `rank` (local_rows()), whose weight and bias gradients are the subtree of the
-// canonical micro-shard tree over those shards (Note [Micro-shards], core/numerics/micro_shards.h); the
-// bitwise all_reduce combines the ranks with the canonical tree over rank index, the nodes above
-// them. The all_reduce is element-wise, so a fused bucket gives the same bits as a per-tensor
+// canonical micro-shard tree over those shards (Note [Micro-shards], core/numerics/micro_shards.h);
+// the bitwise all_reduce combines the ranks with the canonical tree over rank index, the nodes
+// above them. The all_reduce is element-wise, so a fused bucket gives the same bits as a per-tensor
 // all_reduce, whatever the bucket size or overlap. The result equals DataParallel's bits for the
 // same seed, batch and micro_shards, for any power-of-two world size <= micro_shards.
 //
@@ -54,6 +54,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -136,9 +137,9 @@ class DistributedDataParallel {
   /// average_gradients) of everything accumulated since they were last zeroed. Returns the
   /// module's input gradient. After a synchronised backward each parameter's grad is a view of
   /// its slot in its bucket (torch's gradient_as_bucket_view=True), overwritten by the next
-  /// synchronised backward: clone a grad to keep it. Throws what the module and the communicator throw (Timeout,
-  /// BackendError naming the failed rank and the collective), after aborting the communicator
-  /// for its own errors.
+  /// synchronised backward: clone a grad to keep it. Throws what the module and the communicator
+  /// throw (Timeout, BackendError naming the failed rank and the collective), after aborting the
+  /// communicator for its own errors.
   Tensor backward(const Tensor& grad_output = Tensor());
 
   /// All-reduce the parameters' current grads now, through the buckets, as a synchronised
@@ -155,7 +156,9 @@ class DistributedDataParallel {
   /// the first synchronised backward after it all-reduces everything accumulated.
   class NoSync {
    public:
-    explicit NoSync(DistributedDataParallel& ddp) : ddp_(ddp), previous_(ddp.sync_) { ddp.sync_ = false; }
+    explicit NoSync(DistributedDataParallel& ddp) : ddp_(ddp), previous_(ddp.sync_) {
+      ddp.sync_ = false;
+    }
     ~NoSync() { ddp_.sync_ = previous_; }
     NoSync(const NoSync&) = delete;
     NoSync& operator=(const NoSync&) = delete;
@@ -181,6 +184,17 @@ class DistributedDataParallel {
   /// See enable_join(). Returns the number of steps this rank shadowed. Throws InvalidArgument
   /// unless enable_join() was called.
   std::int64_t join();
+
+  /// Calls `observer` with each parameter of the module once its grad is ready in a backward
+  /// (the module's grad-ready hook, which DDP holds: Module::set_grad_ready_hook), once per
+  /// parameter and backward, after DDP's own bucket handling, inside no_sync() too: for an
+  /// optimizer that reduces the gradients itself while the backward runs (ZeRO-1's overlap_comm,
+  /// optim::ZeroRedundancyOptimizer::grad_ready; DeepSpeed's engine hooks the same way).
+  /// Parameters the backward does not reach are not reported. An empty function removes it.
+  /// What it throws fails the backward (after aborting the communicator).
+  void set_grad_ready_observer(std::function<void(nn::Parameter&)> observer) {
+    observer_ = std::move(observer);
+  }
 
   /// Report a failure of this rank (Communicator::abort with "reason"); never throws.
   void abort(const std::string& reason) const noexcept;
@@ -228,17 +242,18 @@ class DistributedDataParallel {
   std::vector<std::vector<std::size_t>> bucket_params_;
   std::vector<std::unique_ptr<Bucket>> buckets_;
   std::unordered_map<const nn::Parameter*, std::size_t> index_of_;  // -> index in params_
-  std::vector<std::size_t> bucket_of_;     // parameter index -> bucket
-  std::vector<char> ready_;                // parameter ready in this backward
+  std::vector<std::size_t> bucket_of_;                              // parameter index -> bucket
+  std::vector<char> ready_;                       // parameter ready in this backward
+  std::function<void(nn::Parameter&)> observer_;  // set_grad_ready_observer
   std::unique_ptr<Stream> comm_stream_;
-  std::unique_ptr<Event> grads_done_;      // compute stream, before a bucket's all_reduce
+  std::unique_ptr<Event> grads_done_;  // compute stream, before a bucket's all_reduce
   std::unique_ptr<Event> comm_done_;
-  std::size_t next_bucket_ = 0;            // buckets launch in index order
+  std::size_t next_bucket_ = 0;  // buckets launch in index order
   std::size_t buckets_overlapped_ = 0;
   bool in_backward_ = false;
   bool sync_ = true;
   bool join_enabled_ = false;
-  std::vector<int> last_active_;           // ranks active in the last step someone trained
+  std::vector<int> last_active_;  // ranks active in the last step someone trained
   int uncaught_at_construction_ = 0;
 };
 

@@ -217,6 +217,10 @@ OptionTable trainer_options(TrainerOptions& o) {
              "ddp: 1 shards the optimizer state over the ranks (ZeRO-1, llm.c's -z 1; gradients "
              "reduce_scatter, parameters all_gather), 0 none",
              "0 or 1"),
+      option("--zero-overlap-comm", &c.zero_overlap_comm,
+             "--zero-stage 1: reduce_scatter each gradient chunk during the backward as soon as "
+             "its grads are ready, overlapping it (DeepSpeed's overlap_comm, llm.c's behaviour; "
+             "the same bits); --zero-overlap-comm=false: all of them after the backward"),
       option(
           "--grad-accum-steps", &c.grad_accum_steps,
           "micro-steps per optimizer step (nanoGPT's gradient_accumulation_steps; ddp: no_sync on "

@@ -117,9 +117,11 @@ void Replica::build(const TrainerConfig& c, const DataSource& data, const Device
     optim::ZeroOptions zo;
     zo.max_grad_norm = c.grad_clip;
     zo.bucket_cap_mb = c.bucket_cap_mb;
+    zo.overlap_comm = c.zero_overlap_comm;  // Note [ZeRO overlapped reduce_scatter]
     auto zero = std::make_unique<optim::ZeroRedundancyOptimizer>(model_->parameters(), *comm_,
                                                                  checked, lr, zo);
     if (scaler_) zero->attach_grad_scaler(scaler_.get());
+    zero_ = zero.get();
     opt_ = std::move(zero);
     return;
   }
@@ -175,6 +177,10 @@ void Replica::begin() {
   o.micro_shards = config_.micro_shards;
   o.average_gradients = false;  // the loss divides by the global batch (Note [DDP loss scaling])
   ddp_ = std::make_unique<parallel::DistributedDataParallel>(*model_, *comm_, o);
+  // ZeRO-1's overlap_comm: DDP holds the module's grad-ready hook and passes each ready
+  // parameter on (ZeRO acts only between prepare_overlap() and its step).
+  if (zero_ && config_.zero_overlap_comm)
+    ddp_->set_grad_ready_observer([z = zero_](nn::Parameter& p) { z->grad_ready(p); });
 }
 
 Tensor Replica::target(const Tensor& y, std::int64_t outputs, const Device& device) const {
@@ -262,6 +268,9 @@ double Replica::step(const data::Batch& b) {
     } else if (sync_in_backward && last) {
       ddp_->backward(criterion_->backward(grad_loss));
     } else {
+      // ZeRO-1 with overlap_comm: the last backward completes the step's grads (not with the
+      // fold), so its reduce_scatters start as their grads are ready.
+      if (last && zero_ && !fold) zero_->prepare_overlap();
       auto no_sync = ddp_->no_sync();
       ddp_->backward(criterion_->backward(grad_loss));
     }

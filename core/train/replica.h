@@ -25,6 +25,7 @@
 namespace ditto::optim {
 class GradScaler;
 class MasterWeights;
+class ZeroRedundancyOptimizer;
 }  // namespace ditto::optim
 
 namespace ditto::parallel {
@@ -117,7 +118,8 @@ class Replica {
   std::optional<Communicator> comm_;
   std::unique_ptr<nn::Module> model_;
   std::unique_ptr<optim::Optimizer> opt_;
-  optim::MasterWeights* master_ = nullptr;  // opt_ itself when dtype is bf16 / f16
+  optim::MasterWeights* master_ = nullptr;          // opt_ itself when dtype is bf16 / f16
+  optim::ZeroRedundancyOptimizer* zero_ = nullptr;  // opt_ itself with zero_stage 1 (ddp)
   std::unique_ptr<optim::GradScaler> scaler_;
   std::unique_ptr<nn::Loss> criterion_, eval_criterion_;
   std::unique_ptr<parallel::DataParallel> dp_;

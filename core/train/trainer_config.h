@@ -132,6 +132,12 @@ struct TrainerConfig {
   /// the optimizer state (f32 master weights and moments): gradients reduce_scatter, each rank
   /// updates its shard, parameters all_gather. ddp only.
   int zero_stage = 0;
+  /// zero_stage 1: each chunk's reduce_scatter runs on a communication stream during the
+  /// backward that completes the step's gradients, as soon as its parameters' grads are ready
+  /// (optim::ZeroOptions::overlap_comm, DeepSpeed's overlap_comm, llm.c's behaviour; not with
+  /// bitwise gradient accumulation, whose grads are final only after the fold). The same bits
+  /// either way; false: every reduce_scatter after the backward, in the optimizer's step.
+  bool zero_overlap_comm = true;
   /// Micro-steps per optimizer step (nanoGPT's gradient_accumulation_steps): each rank runs its
   /// share of the global batch in grad_accum_steps forward/backward passes, DDP's no_sync on all
   /// but the last. batch_size stays the global batch of one optimizer step. Bitwise mode: a
