@@ -474,9 +474,13 @@ for backend in sim cuda; do
   for n in 1 2; do gpt_run "gpt-bf16-$backend-$n" "$backend" "$n" bitwise 0 --dtype bf16; done
 done
 gpt_equal gpt-bf16-equal gpt-bf16-sim-1 gpt-bf16-sim-2 gpt-bf16-cuda-1 gpt-bf16-cuda-2
+# ZeRO-1 with accumulation (bitwise: the fold, so step() does every reduce_scatter), and without
+# (its reduce_scatters on ZeRO's communication stream during the backward: Note [ZeRO overlapped
+# reduce_scatter]).
 gpt_run gpt-bf16-zero-cuda-2 cuda 2 bitwise 0 --dtype bf16 --trainer ddp --zero-stage 1 \
   --grad-accum-steps 2
-gpt_equal gpt-bf16-zero-equal gpt-bf16-sim-1 gpt-bf16-zero-cuda-2
+gpt_run gpt-bf16-zero-overlap-cuda-2 cuda 2 bitwise 0 --dtype bf16 --trainer ddp --zero-stage 1
+gpt_equal gpt-bf16-zero-equal gpt-bf16-sim-1 gpt-bf16-zero-cuda-2 gpt-bf16-zero-overlap-cuda-2
 for backend in sim cuda; do gpt_run "gpt-fast-$backend-4" "$backend" 4 fast 0; done
 a="$(gpt_val "$out/logs/gpt-fast-sim-4.log")" b="$(gpt_val "$out/logs/gpt-fast-cuda-4.log")"
 if [ -n "$a" ] && [ -n "$b" ] &&
