@@ -17,6 +17,7 @@
 
 #include "backend_sim/sim_run.h"
 #include "core/checkpoint/checkpoint.h"
+#include "core/data/synthetic_source.h"
 #include "core/data/text_source.h"
 #include "core/io/safetensors.h"
 #include "core/nn/gpt.h"
@@ -402,6 +403,41 @@ TEST(TrainerGpt, OneChecksumForOneTwoAndFourDevicesDpAndDdpAndResumeMidRun) {
   const std::uint64_t clipped = Trainer(clip1, text).fit().params_checksum;
   EXPECT_NE(clipped, first.params_checksum);
   EXPECT_EQ(Trainer(clip4, text).fit().params_checksum, clipped);
+}
+
+// A fit() that fails leaves no kernel of its run queued on any device: ditto-train exits right
+// after the error, and a GEMM still running on the simulator's threads while the process's
+// libraries shut down crashed it (rc 139 after a clean "out of memory" error, a few runs in a
+// hundred). A bf16 GPT on 2 ranks, device 1's allocation N failing for N across the step, and
+// each device's default stream idle when fit() has thrown.
+TEST(TrainerGpt, AFailedRunLeavesNoKernelQueuedOnAnyDevice) {
+  const nn::GPTConfig m{
+      .block_size = 32, .vocab_size = 65, .n_layer = 2, .n_head = 2, .n_embd = 64};
+  int failed = 0;
+  for (int after = 100; after <= 200; after += 5) {
+    TrainerConfig c = test::priced_gpt(m, {.devices = 2, .dry_run = false, .max_iters = 4});
+    c.extensions.clear();  // the run's faults instead of priced_gpt's profile
+    sim::add_sim_run(c, {.faults = {"alloc:device=1,after=" + std::to_string(after)}});
+    c.trainer = TrainerKind::ddp;
+    c.dtype = DType::bf16;
+    c.eval_iters = 0;
+    Trainer trainer(c, std::make_shared<ZeroTokenSource>(m.block_size, m.vocab_size));
+    try {
+      trainer.fit();
+    } catch (const Error& e) {
+      ++failed;
+      EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
+    }
+    // An event recorded on an idle stream completes at once (SimStream::record runs inline).
+    Backend& be = get_backend("sim");
+    for (int d = 0; d < 2; ++d) {
+      std::unique_ptr<Event> idle = be.create_event(d);
+      be.default_stream(d).record(*idle);
+      EXPECT_TRUE(idle->query()) << "alloc after " << after << ": sim:" << d;
+      idle->synchronize();
+    }
+  }
+  EXPECT_GE(failed, 15);  // the faults fired (allocations 101 .. 201 of device 1)
 }
 
 }  // namespace

@@ -387,7 +387,25 @@ FitResult Trainer::fit() {
                              run.processes, model_name(c, *data_), 0, c.effective_lr()});
     });
 
-  return c.trainer == TrainerKind::ddp ? fit_ddp(run) : fit_dp(run);
+  try {
+    return c.trainer == TrainerKind::ddp ? fit_ddp(run) : fit_dp(run);
+  } catch (...) {
+    // A failed run can leave kernels queued on the devices' default streams (launched before
+    // the failure, the failing rank's own included: the host thread threw, its stream goes on).
+    // No kernel of this run may outlive fit(): the caller may exit at once, and a kernel still
+    // running on the backend's threads while the process's libraries shut down (the BLAS's,
+    // CUDA's) crashed ditto-train after a clean error (TrainerGpt.AFailedRunLeavesNoKernel...).
+    // Side streams (DDP's, ZeRO's) drain in their owners' destructors. Errors kept on the
+    // streams are this failure's.
+    if (run.be)
+      for (const Device& d : run.devs) {
+        try {
+          run.be->default_stream(d.index).synchronize();
+        } catch (...) {  // the failure being thrown is the one to report
+        }
+      }
+    throw;
+  }
 }
 
 void Trainer::finish(Run& run, FitResult& res) {
