@@ -80,6 +80,10 @@ inline std::string usage_error(const char* prog, const std::string& message,
   return s + "\nRun " + prog + " --help for the options.\n";
 }
 
+/// What a flag's (a bool option's) value may be: CLI11's words for true and false.
+inline const std::string kFlagValues =
+    "true or false (also 1 / 0, yes / no, on / off; the flag alone is true)";
+
 /// For CLI11's "Could not convert: --devices = abc": "--devices: expected E, got 'abc'", E the
 /// `expected` text of the option (its type and range, e.g. "an integer in 1..65536"), else one
 /// from its type ("an integer", "a number"); other messages as they are.
@@ -104,6 +108,7 @@ inline std::string conversion_message(const CLI::App& app, const std::string& wh
     e = type == "INT"     ? "an integer"
         : type == "UINT"  ? "an integer >= 0"
         : type == "FLOAT" ? "a number"
+        : type.empty()    ? kFlagValues  // a flag (bool): CLI11 names no type
                           : "a value of type " + type;
   }
   return name + ": expected " + e + ", got '" + value + "'";
@@ -239,6 +244,26 @@ inline CLI::Validator non_empty(const std::string& expected) {
         return s.empty() ? "expected " + expected + ", got an empty string" : "";
       },
       "", "non_empty");
+}
+
+/// A flag given an empty value (--bias=): CLI11 reads it as true, and hands a flag's value to no
+/// check, so it is looked for in argv before parsing (as numeric_value refuses an empty number).
+/// The error message for the first one ("--bias: expected true or false ..., got ''"), or "".
+inline std::string empty_flag_value(const CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") break;
+    if (a.size() < 4 || a.compare(0, 2, "--") != 0 || a.back() != '=') continue;
+    const std::string name = a.substr(0, a.size() - 1);
+    const CLI::Option* o = nullptr;
+    try {
+      o = app.get_option(name);
+    } catch (const CLI::Error&) {  // not an option: the parser says so
+      continue;
+    }
+    if (o->get_type_name().empty()) return name + ": expected " + kFlagValues + ", got ''";
+  }
+  return "";
 }
 
 /// Binds the option rows of a component (core/train/options.h) to `app`, in their order: an

@@ -321,6 +321,11 @@ int cli_main(int argc, char** argv) {
   ditto_cli::bind_options(app, a.options, expected);
   ditto_cli::add_version(app, "ditto-train");
   ditto_cli::check_numeric_values(app, expected);  // '' refused, 010 decimal
+  if (const std::string m = ditto_cli::empty_flag_value(app, argc, argv); !m.empty()) {
+    std::fputs(ditto_cli::usage_error("ditto-train", m, {}, ditto_cli::option_names(app)).c_str(),
+               stderr);
+    return ditto_cli::kUsageError;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

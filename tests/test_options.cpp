@@ -219,6 +219,17 @@ TEST(Options, Warnings) {
   const std::vector<std::string> w = config_warnings(c, {"bucket_cap_mb"});
   ASSERT_EQ(w.size(), 1u);
   EXPECT_EQ(w[0].rfind("--bucket-cap-mb: sizes --trainer ddp's gradient buckets", 0), 0u) << w[0];
+  // --zero-overlap-comm given where there is no ZeRO-1 (a tester's case: accepted silently).
+  c.field_names["zero_overlap_comm"] = "--zero-overlap-comm";
+  const std::vector<std::string> z = config_warnings(c, {"zero_overlap_comm"});
+  ASSERT_EQ(z.size(), 1u);
+  EXPECT_EQ(z[0].rfind("--zero-overlap-comm: overlaps ZeRO-1's reduce_scatters", 0), 0u) << z[0];
+  c.trainer = TrainerKind::ddp;
+  EXPECT_EQ(config_warnings(c, {"zero_overlap_comm"}).size(), 1u);  // ddp without ZeRO
+  c.zero_stage = 1;
+  EXPECT_TRUE(config_warnings(c, {"zero_overlap_comm"}).empty());
+  c.trainer = TrainerKind::dp;
+  c.zero_stage = 0;
   c.devices = 3;
   ASSERT_EQ(config_warnings(c, {}).size(), 1u);
   EXPECT_EQ(config_warnings(c, {})[0].rfind("--devices: 3 devices, not a power of two", 0), 0u);

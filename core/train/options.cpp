@@ -387,6 +387,10 @@ std::vector<std::string> config_warnings(const TrainerConfig& c,
     out.push_back(n("bucket_cap_mb") +
                   ": sizes --trainer ddp's gradient buckets; DataParallel (--trainer dp) has none, "
                   "so it does nothing in this run");
+  if (given.count("zero_overlap_comm") && !(c.zero_stage == 1 && c.trainer == TrainerKind::ddp))
+    out.push_back(n("zero_overlap_comm") +
+                  ": overlaps ZeRO-1's reduce_scatters (--zero-stage 1 with --trainer ddp) with "
+                  "the backward; this run has none, so it does nothing");
   if (given.count("micro_shards") && c.determinism != Determinism::bitwise)
     out.push_back(n("micro_shards") +
                   ": splits the batch in --determinism bitwise only; fast mode does not use it, so "

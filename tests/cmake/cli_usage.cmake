@@ -22,6 +22,14 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.NegativeSeed RC 2
     REGEX "^ditto-train: error: --seed: expected an integer >= 0, got -1\n"
     COMMAND $<TARGET_FILE:ditto-train> --seed -1 --epochs 0)
+  # A flag's value (a tester's cases): an empty one was read as true (--zero-overlap-comm=), a bad
+  # one named no type ("expected a value of type , got 'maybe'").
+  ditto_expect_exit(DittoTrainCli.FlagWithAnEmptyValue RC 2
+    REGEX "^ditto-train: error: --zero-overlap-comm: expected true or false \\(also 1 / 0, yes / no, on / off; the flag alone is true\\), got ''\n"
+    COMMAND $<TARGET_FILE:ditto-train> --zero-overlap-comm= --epochs 0)
+  ditto_expect_exit(DittoTrainCli.FlagWithABadValue RC 2
+    REGEX "^ditto-train: error: --bias: expected true or false \\(also 1 / 0, yes / no, on / off; the flag alone is true\\), got 'maybe'\n"
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --bias=maybe --max-iters 0)
   # --interconnect and --straggler change only the cost model's times: without --profile (or
   # --trace) nothing would show them.
   ditto_expect_exit(DittoTrainCli.InterconnectWithoutProfile RC 2
