@@ -134,10 +134,36 @@ inline int parse_error(const CLI::App& app, const CLI::ParseError& e, const char
   return kUsageError;
 }
 
-/// app.parse(argc, argv); on a CLI::ParseError, what parse_error returns (0 after --help or
-/// --version, else kUsageError) for main to return; nullopt when the command line parsed.
+/// A flag given an empty value (--bias=): CLI11 reads it as true, and hands a flag's value to no
+/// check, so it is looked for in argv before parsing (as numeric_value refuses an empty number).
+/// The error message for the first one ("--bias: expected true or false ..., got ''"), or "".
+inline std::string empty_flag_value(const CLI::App& app, int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--") break;
+    if (a.size() < 4 || a.compare(0, 2, "--") != 0 || a.back() != '=') continue;
+    const std::string name = a.substr(0, a.size() - 1);
+    const CLI::Option* o = nullptr;
+    try {
+      o = app.get_option(name);
+    } catch (const CLI::Error&) {  // not an option: the parser says so
+      continue;
+    }
+    if (o->get_type_name().empty()) return name + ": expected " + kFlagValues + ", got ''";
+  }
+  return "";
+}
+
+/// app.parse(argc, argv), a flag given an empty value refused first (empty_flag_value); on a
+/// CLI::ParseError, what parse_error returns (0 after --help or --version, else kUsageError) for
+/// main to return; nullopt when the command line parsed.
 inline std::optional<int> parse(CLI::App& app, int argc, char** argv, const char* prog,
                                 const std::map<std::string, std::string>& expected = {}) {
+  if (const std::string m = empty_flag_value(app, argc, argv); !m.empty()) {
+    std::fflush(stdout);
+    std::fputs(usage_error(prog, m, {}, option_names(app)).c_str(), stderr);
+    return kUsageError;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -244,26 +270,6 @@ inline CLI::Validator non_empty(const std::string& expected) {
         return s.empty() ? "expected " + expected + ", got an empty string" : "";
       },
       "", "non_empty");
-}
-
-/// A flag given an empty value (--bias=): CLI11 reads it as true, and hands a flag's value to no
-/// check, so it is looked for in argv before parsing (as numeric_value refuses an empty number).
-/// The error message for the first one ("--bias: expected true or false ..., got ''"), or "".
-inline std::string empty_flag_value(const CLI::App& app, int argc, char** argv) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--") break;
-    if (a.size() < 4 || a.compare(0, 2, "--") != 0 || a.back() != '=') continue;
-    const std::string name = a.substr(0, a.size() - 1);
-    const CLI::Option* o = nullptr;
-    try {
-      o = app.get_option(name);
-    } catch (const CLI::Error&) {  // not an option: the parser says so
-      continue;
-    }
-    if (o->get_type_name().empty()) return name + ": expected " + kFlagValues + ", got ''";
-  }
-  return "";
 }
 
 /// Binds the option rows of a component (core/train/options.h) to `app`, in their order: an
