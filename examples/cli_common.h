@@ -108,10 +108,29 @@ inline std::string conversion_message(const CLI::App& app, const std::string& wh
     e = type == "INT"     ? "an integer"
         : type == "UINT"  ? "an integer >= 0"
         : type == "FLOAT" ? "a number"
+        : type == "TEXT"  ? "a value"
         : type.empty()    ? kFlagValues  // a flag (bool): CLI11 names no type
                           : "a value of type " + type;
   }
   return name + ": expected " + e + ", got '" + value + "'";
+}
+
+/// For CLI11's "--epochs: 1 required INT missing" (--epochs last, or --epochs=): "--epochs:
+/// expected E, got no value", E as conversion_message finds it; other messages as they are.
+inline std::string missing_value_message(const CLI::App& app, const std::string& what,
+                                         const std::map<std::string, std::string>& expected) {
+  const std::size_t colon = what.find(": ");
+  if (colon == std::string::npos || what.find(" required ", colon) == std::string::npos ||
+      what.size() < 8 || what.compare(what.size() - 8, 8, " missing") != 0)
+    return what;
+  const std::string name = what.substr(0, colon);
+  const std::string converted =
+      conversion_message(app, "Could not convert: " + name + " = ", expected);
+  const std::string tail = ", got ''";
+  if (converted.size() < tail.size() ||
+      converted.compare(converted.size() - tail.size(), tail.size(), tail) != 0)
+    return what;
+  return converted.substr(0, converted.size() - tail.size()) + ", got no value";
 }
 
 /// What a program returns for a CLI::ParseError `e` of `app.parse`: --help (and --version) print
@@ -124,6 +143,8 @@ inline int parse_error(const CLI::App& app, const CLI::ParseError& e, const char
   std::string message = e.what();
   if (dynamic_cast<const CLI::ConversionError*>(&e))
     message = conversion_message(app, message, expected);
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e))
+    message = missing_value_message(app, message, expected);
   if (dynamic_cast<const CLI::ExtrasError*>(&e) && !extras.empty()) {  // argparse's words
     message = "unrecognized arguments:";
     for (const std::string& x : extras) message += " " + x;

@@ -30,6 +30,10 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.FlagWithABadValue RC 2
     REGEX "^ditto-train: error: --bias: expected true or false \\(also 1 / 0, yes / no, on / off; the flag alone is true\\), got 'maybe'\n"
     COMMAND $<TARGET_FILE:ditto-train> --model gpt --bias=maybe --max-iters 0)
+  # An option left without its value (last, or --zero-stage=) said "1 required INT missing".
+  ditto_expect_exit(DittoTrainCli.OptionWithoutItsValue RC 2
+    REGEX "^ditto-train: error: --zero-stage: expected 0 or 1, got no value\n"
+    COMMAND $<TARGET_FILE:ditto-train> --epochs 0 --zero-stage=)
   # --interconnect and --straggler change only the cost model's times: without --profile (or
   # --trace) nothing would show them.
   ditto_expect_exit(DittoTrainCli.InterconnectWithoutProfile RC 2
