@@ -20,8 +20,37 @@
 //   collective  starts when the last rank arrives (max over ranks of their stream clocks) and
 //               lasts the alpha-beta estimate of the algorithm NCCL would pick
 //               (collective_time); every rank's clock ends at start + duration.
-// The host has no clock: a blocking copy or synchronize() costs no virtual time of its own.
+//   host        a blocking copy or synchronize() costs no virtual time of its own, but work
+//               launched after it starts no earlier than what the host waited for (Note [Host
+//               clock]): a task starts at max(its stream's clock, the host clock it was launched
+//               at).
 // Kernel launch latency stands for the host's launch rate, which bounds small kernels.
+//
+// Note [Host clock]
+// On a GPU the host that waited for work (cudaStreamSynchronize, cudaEventSynchronize, a
+// blocking cudaMemcpy to the host) launches what follows only after that work ended, so nothing
+// it launches next, on any stream, can run before it. The simulator keeps a host clock per
+// device (DeviceHealth::host_clock, sim_stream.h): SimStream::synchronize raises it to the
+// stream's clock, SimEvent::synchronize to the event's virtual time (on the recording device),
+// SimStream::run_sync (blocking copies) to the end of its task; every task enqueued from a host
+// thread carries the clock's value at its launch (SimStream::Task::floor) and, when it runs,
+// first moves its stream's clock up to it. Work enqueued from inside stream work (a pool
+// thread, or a host thread draining the stream it waits on) is not a host launch and carries
+// none. Without it, DDP's first forward started in virtual time at the compute stream's own
+// clock, concurrently with the parameter broadcast its constructor had waited for on the
+// communication stream (issue 29: the predicted step then depended on --max-iters).
+// Why per device, not per host thread (thread_local): a per-device clock is written and read
+// only by the host code that drives that device, so it is deterministic whichever threads do
+// it, and it carries a wait done on one thread to launches made on another after a hand-off
+// (setup on the main thread, then a rank's thread). The trainers drive each device from one
+// thread at a time: ddp one thread per rank and device, dp one thread for all devices; ddp's
+// CostMeter synchronizes every device from the last rank to reach its barrier while the others
+// wait there, so the order stays fixed. A thread_local clock would also order dp's launches on
+// device 1 after a wait on device 0, which a per-device clock does not; but dp's devices run the
+// same work and meet at every collective, so what that misses is at most the spread between
+// devices, and a thread_local clock would make the clocks depend on which thread (a main
+// thread, a rank's, the pool's) happened to run a wait. Polling (Stream::query, Event::query)
+// does not raise it.
 //
 // Note [Collective model]
 // Per rank, S bytes (the buffer of all_reduce / broadcast / reduce; for all_gather and

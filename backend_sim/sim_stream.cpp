@@ -27,6 +27,26 @@ std::exception_ptr poison_error(const Device& who, const std::string& poison) {
 }
 }  // namespace
 
+namespace {
+// Drains running on this thread (Resume::here claims only inside one), and the streams claimed
+// by this thread, to run once the current task returns.
+thread_local int t_drains = 0;
+thread_local std::vector<SimStream*> t_claimed;
+
+// Raises a host clock (Note [Host clock], cost_model.h) to `t` when the caller is a host thread
+// (not stream work: a pool thread's drain or a host's drain of the stream it waits on).
+void host_waited(DeviceHealth* h, std::int64_t t) {
+  if (!h || t_drains > 0) return;
+  std::int64_t old = h->host_clock.load(std::memory_order_relaxed);
+  while (t > old && !h->host_clock.compare_exchange_weak(old, t, std::memory_order_relaxed)) {
+  }
+}
+}  // namespace
+
+std::int64_t SimStream::host_floor() const {
+  return health_ && t_drains == 0 ? health_->host_clock.load(std::memory_order_relaxed) : 0;
+}
+
 // ---- DeviceHealth ---------------------------------------------------------------------------
 
 void DeviceHealth::fail(const std::string& why) {
@@ -91,11 +111,14 @@ std::int64_t EventState::vtime_locked(std::uint64_t gen) const {
 
 void SimEvent::synchronize() {
   std::uint64_t gen;
+  std::shared_ptr<DeviceHealth> host;
   {
     std::lock_guard lk(state_->mu);
     gen = state_->recorded;
+    host = state_->host;
   }
-  state_->wait_for(gen);
+  const std::int64_t vtime = state_->wait_for(gen);
+  host_waited(host.get(), vtime);  // Note [Host clock] (cost_model.h)
 }
 
 bool SimEvent::query() {
@@ -204,13 +227,6 @@ void Resume::operator()(std::exception_ptr error) const { s_->resume(std::move(e
 
 void Resume::here(std::exception_ptr error) const { s_->resume(std::move(error), true); }
 
-namespace {
-// Drains running on this thread (Resume::here claims only inside one), and the streams claimed
-// by this thread, to run once the current task returns.
-thread_local int t_drains = 0;
-thread_local std::vector<SimStream*> t_claimed;
-}  // namespace
-
 void SimStream::run_claimed() {
   while (!t_claimed.empty()) {
     SimStream* s = t_claimed.back();
@@ -225,6 +241,7 @@ std::exception_ptr SimStream::start_task(std::unique_lock<std::mutex>& lk, Task&
   resumed_early_ = false;
   lk.unlock();
   std::exception_ptr err;
+  apply_floor(task.floor);
   try {
     task.start(Resume(this));
   } catch (...) {
@@ -308,6 +325,7 @@ bool SimStream::push_locked(Task task) {
 }
 
 void SimStream::push(Task task) {
+  task.floor = host_floor();
   bool post_it;
   {
     std::lock_guard lk(mu_);
@@ -349,6 +367,7 @@ void SimStream::enqueue_internal_short(std::function<void()> task) {
 
 void SimStream::push_short(Task task) {
   task.is_short = true;
+  task.floor = host_floor();
   std::unique_lock lk(mu_);
   if (t_drains > 0 || state() != State::idle || !queue_.empty()) {
     const bool post_it = push_locked(std::move(task));
@@ -377,6 +396,7 @@ void SimStream::push_short(Task task) {
 
 std::exception_ptr SimStream::run_plain(Task& task) {
   std::exception_ptr err;
+  apply_floor(task.floor);
   try {
     if (task.checked && health_ && health_->failed.load()) throw BackendError(health_->failure());
     task.run();
@@ -546,6 +566,8 @@ void SimStream::resume(std::exception_ptr error, bool here) {
 void SimStream::synchronize() {
   std::unique_lock lk(mu_);
   wait_host(lk, [&] { return state() == State::idle; });
+  // Idle with mu_ held: no task writes the clock meanwhile. Note [Host clock] (cost_model.h).
+  host_waited(health_.get(), virtual_now);
   if (error_) {
     auto e = error_;
     error_ = nullptr;
@@ -555,10 +577,16 @@ void SimStream::synchronize() {
 
 void SimStream::run_sync(std::function<void()> task) {
   std::exception_ptr own;  // the task's own error
+  // A blocking call: launched at the host clock, and the host waits for its end (Note [Host
+  // clock], cost_model.h).
+  const std::int64_t floor = host_floor();
+  std::int64_t end = 0;
   auto run = [&] {
     try {
+      apply_floor(floor);
       if (health_ && health_->failed.load()) throw BackendError(health_->failure());
       task();
+      end = virtual_now;
     } catch (...) {
       own = std::current_exception();
     }
@@ -587,6 +615,7 @@ void SimStream::run_sync(std::function<void()> task) {
     if (post_it) post();
     wait_host(lk, [&] { return ran; });
   }
+  host_waited(health_.get(), end);
   if (own) {
     lk.unlock();
     std::rethrow_exception(own);
@@ -606,6 +635,7 @@ void SimStream::record(Event& event) {
   {
     std::lock_guard lk(st->mu);
     gen = ++st->recorded;
+    st->host = health_;
   }
   // Internal: the event completes even on a failed device (waiters must never hang), carrying
   // the failure to them.

@@ -40,6 +40,11 @@ std::exception_ptr error_ptr(const std::string& what, const More&... more) {
 struct DeviceHealth {
   std::atomic<bool> failed{false};
   std::string reason;  ///< e.g. "sim:2: device failed (injected fault fail:device=2,step=5)"
+  /// The device's host clock (Note [Host clock], cost_model.h): the latest virtual end of work on
+  /// this device that a host thread waited for (a synchronize, an event's synchronize, a
+  /// blocking copy), in picoseconds; work launched on the device afterwards starts no earlier.
+  /// Only raised (never reset, reset() included: a device's virtual clocks never go back).
+  std::atomic<std::int64_t> host_clock{0};
 
   /// Mark failed with `why` (first reason wins). Thread-safe.
   void fail(const std::string& why);
@@ -84,9 +89,12 @@ struct EventState {
   struct Waiter {
     std::uint64_t gen;  ///< wakes when completed >= gen
     Resume resume;
-    Device who;         ///< the waiting stream's device, for the poison message
+    Device who;  ///< the waiting stream's device, for the poison message
   };
   std::vector<Waiter> waiters;  ///< parked streams
+  /// The recording stream's device state, whose host clock a host's synchronize() raises to the
+  /// event's virtual time (Note [Host clock], cost_model.h); null when never recorded.
+  std::shared_ptr<DeviceHealth> host;
 
   /// Generation `gen` finished at virtual time `vtime`; `failure`: the recording device's failure
   /// reason (empty while healthy). Resumes the streams parked on it.
@@ -174,10 +182,11 @@ class SimStream final : public Stream {
  private:
   friend class Resume;
   struct Task {
-    std::function<void()> run;           // a plain task, or
-    std::function<void(Resume)> start;   // a parking task
-    bool checked = true;                 // plain: fail instead of running on a failed device
-    bool is_short = false;               // from enqueue_*_short (Note [Inline work])
+    std::function<void()> run;          // a plain task, or
+    std::function<void(Resume)> start;  // a parking task
+    bool checked = true;                // plain: fail instead of running on a failed device
+    bool is_short = false;              // from enqueue_*_short (Note [Inline work])
+    std::int64_t floor = 0;             // the host clock when it was launched (Note [Host clock])
   };
   enum class State : std::uint8_t { idle, scheduled, running, parked };
   void push(Task task);
@@ -219,6 +228,13 @@ class SimStream final : public Stream {
   void wait_host(std::unique_lock<std::mutex>& lk, const std::function<bool()>& done);
   bool spin_for_handoff(std::unique_lock<std::mutex>& lk);
   void set_state(State s) { state_.store(s, std::memory_order_release); }
+  // The device's host clock as a launch from this thread sees it (Note [Host clock],
+  // cost_model.h): 0 inside stream work (no host launches there) or without a DeviceHealth.
+  std::int64_t host_floor() const;
+  // Moves the clock up to the floor a task was launched with (mu_ not needed: stream order).
+  void apply_floor(std::int64_t floor) {
+    if (floor > virtual_now) virtual_now = floor;
+  }
   State state() const { return state_.load(std::memory_order_acquire); }
   void resume(std::exception_ptr error, bool here = false);
   void keep_error_locked(std::exception_ptr e) {
@@ -235,13 +251,13 @@ class SimStream final : public Stream {
   // not yet claimed; running: a thread (pool or host) is draining it.
   std::atomic<State> state_{State::idle};
   std::atomic<std::uint64_t> changes_{0};  // bump()s so far (read by spinning host threads)
-  int posted_ = 0;             // pool jobs posted and not yet run (they touch `this`)
-  int host_waiters_ = 0;       // host threads in wait_host (a resume hands the stream to them)
+  int posted_ = 0;                         // pool jobs posted and not yet run (they touch `this`)
+  int host_waiters_ = 0;  // host threads in wait_host (a resume hands the stream to them)
   // A pool thread that just drained the stream waits briefly for more (Note [Stream hand-offs]):
   // 0 none, 1 spinning, 2 handed the stream (state_ running, it drains again).
   std::atomic<int> spin_{0};
-  bool starting_ = false;      // a parking task's start() is running on the draining thread
-  bool resumed_early_ = false; // ... and it already called resume
+  bool starting_ = false;       // a parking task's start() is running on the draining thread
+  bool resumed_early_ = false;  // ... and it already called resume
   std::exception_ptr error_;
 };
 

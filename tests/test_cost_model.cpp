@@ -224,6 +224,50 @@ TEST(CostModelStreams, CommStreamOverlapsComputeAsMaxNotSum) {
   }
 }
 
+// Note [Host clock]: work launched after the host waited for other work (a stream's
+// synchronize, an event's, a blocking copy to the host) starts in virtual time after what the
+// host waited for, on any stream of the device. Here a GEMM on a second stream, waited for, then
+// a GEMM on the default stream (whose own clock is earlier): they run one after the other (2 x
+// the GEMM). Without the wait they overlap as two streams do (1 x).
+TEST(CostModelStreams, WorkLaunchedAfterAHostWaitStartsAfterIt) {
+  enum class Wait { none, stream, event, copy_to_host };
+  for (Wait wait : {Wait::none, Wait::stream, Wait::event, Wait::copy_to_host}) {
+    SCOPED_TRACE(static_cast<int>(wait));
+    sim::SimBackend& be = fresh_sim(1);
+    const std::int64_t M = 512, K = 512;
+    Tensor a = Tensor::zeros({M, K}, DType::f32, Device("sim", 0));
+    Tensor c = Tensor::zeros({M, K}, DType::f32, Device("sim", 0));
+    Tensor d = Tensor::zeros({M, K}, DType::f32, Device("sim", 0));
+    sync_all(be);
+    const sim::CostTotals t0 = be.cost_model().totals();
+    std::unique_ptr<Stream> side = be.create_stream(0);
+    be.kernels().gemm(*side, false, false, M, K, K, 1.0f, a.data<float>(), K, a.data<float>(), K,
+                      0.0f, c.data<float>(), K, Determinism::fast);
+    float host = 0;
+    if (wait == Wait::stream) side->synchronize();
+    if (wait == Wait::event) {
+      auto done = be.create_event(0);
+      side->record(*done);
+      done->synchronize();
+    }
+    if (wait == Wait::copy_to_host) be.copy_to_host(*side, &host, c.data<float>(), sizeof(float));
+    be.kernels().gemm(be.default_stream(0), false, false, M, K, K, 1.0f, a.data<float>(), K,
+                      a.data<float>(), K, 0.0f, d.data<float>(), K, Determinism::fast);
+    sync_all(be);
+    side->synchronize();
+    const sim::CostTotals t1 = be.cost_model().totals();
+    const sim::VTime gemm = sim::to_vtime(sim::kernel_seconds(
+        be.cost_model().cluster().device, {2.0 * M * K * K, 4.0 * (3.0 * M * K), true}));
+    const sim::VTime copy =
+        wait == Wait::copy_to_host
+            ? sim::to_vtime(be.cost_model().cluster().device.host_latency +
+                            sizeof(float) / be.cost_model().cluster().device.host_bandwidth)
+            : 0;
+    EXPECT_EQ(t1.end[0] - t0.end[0], wait == Wait::none ? gemm : 2 * gemm + copy);
+    EXPECT_EQ(t1.compute[0] - t0.compute[0], 2 * gemm);
+  }
+}
+
 // ---- collectives --------------------------------------------------------------------------------
 
 TEST(CostModelCollectives, AllReduceAlgorithmsMatchTheirAlphaBetaFormulas) {

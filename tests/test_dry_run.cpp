@@ -603,6 +603,57 @@ TEST(DryRunTrainer, ZeroStage1ReduceScattersOverlapTheBackward) {
   EXPECT_LT(on.prediction->step_time_s, off.prediction->step_time_s - 0.9 * rs_s);
 }
 
+// Note [Host clock] (backend_sim/cost_model.h): DDP's constructor broadcasts the parameters on
+// its communication stream and the host waits for it (DistributedDataParallel::broadcast_from);
+// the first step's forward, launched after that wait, starts after the broadcast in virtual time
+// as on a GPU. Before, it started at the compute stream's own clock, concurrently with the
+// broadcast: on 8 devices the first step looked shorter by most of the broadcast's time, the
+// predicted step (the mean of the steps) depended on --max-iters (GPT-2 124M bf16, B 64 on
+// H200s: 12.89 ms at 1 step, 14.32 at 4, 14.56 at 8), and the step's overlap (device 0's busy
+// time beyond the step) was larger than all of the communication and copies it can hide.
+TEST(DryRunTrainer, DdpFirstStepStartsAfterTheBroadcastItsHostWaitedFor) {
+  nn::GPTConfig m = nn::gpt2_config("gpt2");
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_embd = 256;
+  auto run = [&](std::int64_t iters) {
+    TrainerConfig c = small_gpt(true, TrainerKind::ddp, 8, m, 8, iters);
+    c.dtype = DType::bf16;
+    return fit(c, m);
+  };
+  const FitResult one = run(1), four = run(4);
+  ASSERT_TRUE(one.prediction && four.prediction);
+  ASSERT_EQ(one.prediction->steps, 1);
+  ASSERT_EQ(four.prediction->steps, 4);
+  // Device 0's busy time (its ledger: every kernel, copy and collective) over a fit's steps.
+  auto busy_s = [](const FitResult& f) {
+    double ps = 0;
+    for (const CostLedgerRow& k : f.prediction->kernels) ps += static_cast<double>(k.time_ps);
+    return ps * 1e-12;
+  };
+  // Step 1 and the mean of steps 2-4 (4 steps' time less the first's); the first step does more
+  // work (it creates AdamW's moments: fill_multi), which it cannot do in less time than none.
+  const double s1 = one.prediction->step_time_s, s4 = four.prediction->step_time_s;
+  const double later = (4 * s4 - s1) / 3, extra = busy_s(one) - (busy_s(four) - busy_s(one)) / 3;
+  EXPECT_GT(extra, 0.0);
+  EXPECT_GE(s1, later) << "step 1: " << s1 * 1e3 << " ms, steps 2-4: " << later * 1e3 << " ms";
+  EXPECT_LE(s1 - later, extra * 1.01) << "step 1: " << s1 * 1e3 << " ms, steps 2-4: " << later * 1e3
+                                      << " ms, step 1's extra work " << extra * 1e3 << " ms";
+  for (const FitResult* f : {&one, &four}) {
+    SCOPED_TRACE(f->prediction->steps);
+    const double steps = static_cast<double>(f->prediction->steps);
+    double busy_ps = 0, hideable_ps = 0;  // device 0: all its work; what can run beside compute
+    for (const CostLedgerRow& k : f->prediction->kernels) {
+      busy_ps += static_cast<double>(k.time_ps);
+      if (k.unit == "interconnect" || k.unit == "PCIe" || k.name.rfind("copy", 0) == 0)
+        hideable_ps += static_cast<double>(k.time_ps);
+    }
+    ASSERT_GT(hideable_ps, 0.0);
+    const double overlap_s = busy_ps * 1e-12 / steps - f->prediction->step_time_s;
+    EXPECT_LE(overlap_s, hideable_ps * 1e-12 / steps);
+  }
+}
+
 TEST(DryRunTrainer, Gpt2StepOnEightDevicesHoldsNoTensorData) {
   nn::GPTConfig m = nn::gpt2_config("gpt2");
   TrainerConfig c = small_gpt(true, TrainerKind::ddp, 8, m, 8, 1);
