@@ -191,7 +191,7 @@ std::vector<std::string> llmc_run(const std::string& preset, const std::string& 
 
 // The llm.c rows are priced as ditto's CUDA backend runs (issue 29 item 5, Note [Compute units]
 // in cost_model.h). Row [1] was a known gap at 0.78x while the row sums and the embedding
-// gradient went through f32 scratch; row [2] is one now, at 1.32x with the fused kernels, until a
+// gradient went through f32 scratch; row [2] is one now, at 1.31x with the fused kernels, until a
 // GPU calibrates the H100 profile's efficiencies (its gap text); row [3], on the same profile,
 // since ZeRO-1's reduce_scatters overlap the backward (its gap text).
 namespace {
@@ -242,7 +242,7 @@ std::vector<TrainingCase> training_cases() {
       "profile's efficiencies (gemm_efficiency, mma_efficiency, memory_efficiency) are "
       "estimates no H100 run has calibrated, and with the fused kernels of issue 29 (the MLP's "
       "GELU in its GEMMs' epilogues, the LayerNorms' residual adds and parameter gradients) "
-      "the dry run prices ditto's step at 1.32x llm.c's; a GPU run calibrates them"));
+      "the dry run prices ditto's step at 1.31x llm.c's; a GPU run calibrates them"));
   rows.push_back(llmc_case(
       "GPT-2 1558M, 8x H100 80GB SXM, llm.c -b 16 -t 1024 -d 1048576 -z 1, bf16",
       llmc_run("gpt2-xl", "h100-sxm", 1024, 8), 1048576, 2.80, "2.80 s/iter",
