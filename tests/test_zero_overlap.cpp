@@ -224,8 +224,9 @@ TEST_F(ZeroOverlapTest, ShardAndBufferLiveFromTheFirstChunkToTheEndOfStep) {
       EXPECT_GE(be.memory_stats(dev).in_use, before + bytes) << "rank " << r << " step " << t;
       for (std::size_t i = a.size() - 1; i-- > 0;) zon.grad_ready(a[i]);
       zon.step();
-      if (t == 1)  // (step 0 made AdamW's moments)
+      if (t == 1) {  // (step 0 made AdamW's moments)
         EXPECT_EQ(be.memory_stats(dev).in_use, before) << "rank " << r;
+      }
     }
   });
 }
