@@ -84,39 +84,41 @@ inline std::string usage_error(const char* prog, const std::string& message,
 inline const std::string kFlagValues =
     "true or false (also 1 / 0, yes / no, on / off; the flag alone is true)";
 
+/// What option `name`'s value must be: its `expected` text (its type and range, e.g. "an integer
+/// in 1..65536"), else one from its type ("an integer", "a number", kFlagValues for a flag); ""
+/// for a name that is not an option of `app`.
+inline std::string expected_value(const CLI::App& app, const std::string& name,
+                                  const std::map<std::string, std::string>& expected) {
+  if (auto it = expected.find(name); it != expected.end()) return it->second;
+  const CLI::Option* opt = nullptr;
+  try {
+    opt = app.get_option(name);
+  } catch (const CLI::Error&) {
+    return "";
+  }
+  const std::string type = opt->get_type_name();
+  return type == "INT"     ? "an integer"
+         : type == "UINT"  ? "an integer >= 0"
+         : type == "FLOAT" ? "a number"
+         : type == "TEXT"  ? "a value"
+         : type.empty()    ? kFlagValues  // a flag (bool): CLI11 names no type
+                           : "a value of type " + type;
+}
+
 /// For CLI11's "Could not convert: --devices = abc": "--devices: expected E, got 'abc'", E the
-/// `expected` text of the option (its type and range, e.g. "an integer in 1..65536"), else one
-/// from its type ("an integer", "a number"); other messages as they are.
+/// option's expected_value; other messages as they are.
 inline std::string conversion_message(const CLI::App& app, const std::string& what,
                                       const std::map<std::string, std::string>& expected) {
   const std::string head = "Could not convert: ";
   const std::size_t eq = what.find(" = ");
   if (what.compare(0, head.size(), head) != 0 || eq == std::string::npos) return what;
   const std::string name = what.substr(head.size(), eq - head.size());
-  const std::string value = what.substr(eq + 3);
-  std::string e;
-  if (auto it = expected.find(name); it != expected.end()) {
-    e = it->second;
-  } else {
-    const CLI::Option* opt = nullptr;
-    try {
-      opt = app.get_option(name);
-    } catch (const CLI::Error&) {
-      return what;
-    }
-    const std::string type = opt->get_type_name();
-    e = type == "INT"     ? "an integer"
-        : type == "UINT"  ? "an integer >= 0"
-        : type == "FLOAT" ? "a number"
-        : type == "TEXT"  ? "a value"
-        : type.empty()    ? kFlagValues  // a flag (bool): CLI11 names no type
-                          : "a value of type " + type;
-  }
-  return name + ": expected " + e + ", got '" + value + "'";
+  const std::string e = expected_value(app, name, expected);
+  return e.empty() ? what : name + ": expected " + e + ", got '" + what.substr(eq + 3) + "'";
 }
 
 /// For CLI11's "--epochs: 1 required INT missing" (--epochs last, or --epochs=): "--epochs:
-/// expected E, got no value", E as conversion_message finds it; other messages as they are.
+/// expected E, got no value", E the option's expected_value; other messages as they are.
 inline std::string missing_value_message(const CLI::App& app, const std::string& what,
                                          const std::map<std::string, std::string>& expected) {
   const std::size_t colon = what.find(": ");
@@ -124,13 +126,8 @@ inline std::string missing_value_message(const CLI::App& app, const std::string&
       what.size() < 8 || what.compare(what.size() - 8, 8, " missing") != 0)
     return what;
   const std::string name = what.substr(0, colon);
-  const std::string converted =
-      conversion_message(app, "Could not convert: " + name + " = ", expected);
-  const std::string tail = ", got ''";
-  if (converted.size() < tail.size() ||
-      converted.compare(converted.size() - tail.size(), tail.size(), tail) != 0)
-    return what;
-  return converted.substr(0, converted.size() - tail.size()) + ", got no value";
+  const std::string e = expected_value(app, name, expected);
+  return e.empty() ? what : name + ": expected " + e + ", got no value";
 }
 
 /// What a program returns for a CLI::ParseError `e` of `app.parse`: --help (and --version) print
