@@ -88,16 +88,6 @@ InnerOptimizerFactory adam_factory() {
   };
 }
 
-InnerOptimizerFactory adamw_factory() {  // nanoGPT's groups: decay on the dim >= 2 tensors
-  return [](std::vector<nn::Parameter*> ps, float lr) {
-    optim::AdamWOptions o;
-    o.lr = lr;
-    o.beta2 = 0.95;
-    o.weight_decay = 0.1;
-    return std::make_unique<optim::AdamW>(ps, o);
-  };
-}
-
 using test::kShapes;
 
 struct Case {
@@ -149,13 +139,13 @@ TEST_F(ZeroTest, AdamEqualsTheUnshardedBitsOn1248Ranks) {
 }
 
 TEST_F(ZeroTest, AdamWWithNanoGptGroupsEqualsTheUnshardedBits) {
-  for (int n : {1, 2, 4, 8}) expect_same_bits(n, {adamw_factory()});
+  for (int n : {1, 2, 4, 8}) expect_same_bits(n, {test::zero_adamw()});
 }
 
 TEST_F(ZeroTest, ClipInsideGivesClipGradNormsNormAndBits) {
   for (int n : {1, 2, 4, 8}) {
-    expect_same_bits(n, {adamw_factory(), 0.5});  // clips every step
-    expect_same_bits(n, {sgd_factory(), 1e6});    // never clips, same norm
+    expect_same_bits(n, {test::zero_adamw(), 0.5});  // clips every step
+    expect_same_bits(n, {sgd_factory(), 1e6});       // never clips, same norm
   }
 }
 
@@ -168,7 +158,7 @@ TEST_F(ZeroTest, ARankWithOnlyPaddingAndAParameterWithoutGrad) {
   // 12 + 4 elements over 8 ranks: ranks 2..7 hold padding only (a placeholder segment).
   expect_same_bits(8, {adam_factory(), 0.5}, {{4, 3}, {4}});
   // The parameter without grad gets no update and no state, as torch (and no norm term).
-  expect_same_bits(4, {adamw_factory(), 0.5, 25.0, 1});
+  expect_same_bits(4, {test::zero_adamw(), 0.5, 25.0, 1});
 }
 
 TEST_F(ZeroTest, FlatLayoutIsBlockAlignedAndShardsAreEqual) {
@@ -276,7 +266,7 @@ TEST_F(ZeroTest, SumSquaresBlocksAreTheLeavesOfSumSquares) {
 using test::tensor_bytes;
 
 TEST_F(ZeroTest, ConsolidatedStateIsTheUnshardedStateAndLoadsBack) {
-  for (const InnerOptimizerFactory& f : {sgd_factory(), adam_factory(), adamw_factory()})
+  for (const InnerOptimizerFactory& f : {sgd_factory(), adam_factory(), test::zero_adamw()})
     for (int n : {1, 2, 4, 8})
       run_ranks(n, Determinism::bitwise, [&](int r, Communicator& comm) {
         std::vector<nn::Parameter> a = make_params(kShapes, comm.device());

@@ -67,14 +67,6 @@ optim::AdamWOptions adamw_options() {  // nanoGPT's
   return o;
 }
 
-optim::ZeroInnerFactory zero_adamw() {
-  return [](std::vector<nn::Parameter*> ps, float lr) {
-    optim::AdamWOptions o = adamw_options();
-    o.lr = lr;
-    return std::make_unique<optim::AdamW>(ps, o);
-  };
-}
-
 optim::InnerOptimizerFactory master_adamw() {
   return [](std::vector<nn::Parameter*> ms) {
     return std::make_unique<optim::AdamW>(ms, adamw_options());
@@ -95,7 +87,7 @@ void expect_master_weights_bits(int world, DType dt, DType grad_dt, double clip)
     std::vector<nn::Parameter> b = make_params(kShapes, comm.device(), dt);
     optim::ZeroOptions zo;
     zo.max_grad_norm = clip;
-    ZeroRedundancyOptimizer zero(ptrs(a), comm, zero_adamw(), 0.01f, zo);
+    ZeroRedundancyOptimizer zero(ptrs(a), comm, test::zero_adamw(), 0.01f, zo);
     optim::MasterWeights mw(ptrs(b), master_adamw());
     for (int t = 0; t < 3; ++t) {
       set_grads(a, r, t, grad_dt);
@@ -133,7 +125,7 @@ TEST_F(ZeroMixedTest, StateBytesAreMastersPlusMomentsOverN) {
     std::vector<std::size_t> got(static_cast<std::size_t>(n));
     run_ranks(n, Determinism::bitwise, [&](int r, Communicator& comm) {
       std::vector<nn::Parameter> a = make_params(shapes, comm.device(), DType::bf16);
-      ZeroRedundancyOptimizer zero(ptrs(a), comm, zero_adamw(), 0.01f);
+      ZeroRedundancyOptimizer zero(ptrs(a), comm, test::zero_adamw(), 0.01f);
       // Before a step: the masters only (4 bytes each of this rank's share).
       EXPECT_EQ(zero.state_bytes(), 4 * params / static_cast<std::size_t>(n));
       set_grads(a, r, 0, DType::f32);
@@ -154,7 +146,7 @@ TEST_F(ZeroMixedTest, ConsolidatedStateIsMasterWeightsStateWithMastersAndLoadsBa
       std::vector<nn::Parameter> a = make_params(kShapes, comm.device(), DType::bf16);
       std::vector<nn::Parameter> b = make_params(kShapes, comm.device(), DType::bf16);
       std::vector<nn::Parameter> c = make_params(kShapes, comm.device(), DType::bf16);
-      ZeroRedundancyOptimizer zero(ptrs(a), comm, zero_adamw(), 0.01f);
+      ZeroRedundancyOptimizer zero(ptrs(a), comm, test::zero_adamw(), 0.01f);
       optim::MasterWeights mw(ptrs(b), master_adamw());
       for (int t = 0; t < 2; ++t) {
         set_grads(a, r, t, DType::f32);
@@ -179,7 +171,7 @@ TEST_F(ZeroMixedTest, ConsolidatedStateIsMasterWeightsStateWithMastersAndLoadsBa
       // A new ZeRO over the bf16 parameters loads it (the masters' low bits included): the next
       // step gives MasterWeights' bits.
       for (std::size_t i = 0; i < c.size(); ++i) c[i].data.copy_(b[i].data);
-      ZeroRedundancyOptimizer loaded(ptrs(c), comm, zero_adamw(), 0.01f);
+      ZeroRedundancyOptimizer loaded(ptrs(c), comm, test::zero_adamw(), 0.01f);
       loaded.load_state_dict(want);
       set_grads(c, r, 2, DType::f32);
       set_grads(b, r, 2, DType::f32);
@@ -211,7 +203,7 @@ TEST_F(ZeroMixedTest, F16GradScalerSeesTheWholeGradient) {
       so.init_scale = 1024.0;
       so.growth_interval = 2;
       optim::GradScaler sa(so), sb(so);
-      ZeroRedundancyOptimizer zero(ptrs(a), comm, zero_adamw(), 0.01f);
+      ZeroRedundancyOptimizer zero(ptrs(a), comm, test::zero_adamw(), 0.01f);
       zero.attach_grad_scaler(&sa);
       optim::MasterWeights mw(ptrs(b), master_adamw());
       for (int t = 0; t < 3; ++t) {
@@ -252,7 +244,7 @@ TEST_F(ZeroMixedTest, MixedDtypesAreRefused) {
   run_ranks(1, Determinism::bitwise, [&](int, Communicator& comm) {
     std::vector<nn::Parameter> a = make_params({{4, 3}, {3}}, comm.device(), DType::bf16);
     a[1].data = a[1].data.to(DType::f32);
-    test::expect_invalid([&] { ZeroRedundancyOptimizer(ptrs(a), comm, zero_adamw(), 0.1f); },
+    test::expect_invalid([&] { ZeroRedundancyOptimizer(ptrs(a), comm, test::zero_adamw(), 0.1f); },
                          "params[1] ('p1'): expected bf16 data (the dtype of params[0]; every "
                          "parameter of one dtype), got");
   });

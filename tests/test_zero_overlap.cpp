@@ -50,16 +50,6 @@ std::vector<float> overlap_values(const std::vector<nn::Parameter>& ps) {
   return all;
 }
 
-optim::ZeroInnerFactory overlap_adamw() {  // nanoGPT's groups: decay on the dim >= 2 tensors
-  return [](std::vector<nn::Parameter*> ps, float lr) {
-    optim::AdamWOptions o;
-    o.lr = lr;
-    o.beta2 = 0.95;
-    o.weight_decay = 0.1;
-    return std::make_unique<optim::AdamW>(ps, o);
-  };
-}
-
 struct OverlapCase {
   int world = 2;
   DType dtype = DType::f32;
@@ -71,6 +61,15 @@ struct OverlapCase {
 // 3 to 12 chunks, several inside one parameter (p5's 20000 elements, p0's 9100).
 constexpr double kOverlapCapMb = 0.05;
 
+/// ZeRO's options for these tests: kOverlapCapMb chunks, `overlap` as overlap_comm.
+ZeroOptions overlap_options(bool overlap, double max_grad_norm = 0.0) {
+  ZeroOptions o;
+  o.max_grad_norm = max_grad_norm;
+  o.bucket_cap_mb = kOverlapCapMb;
+  o.overlap_comm = overlap;
+  return o;
+}
+
 /// ZeRO with overlap_comm fed by grad_ready() in reverse parameter order (a backward's), each
 /// grad made just before it is reported, against ZeRO without overlap fed the same grads: the
 /// same parameter bits (and clip norm) after each of 3 steps; every chunk started before step()
@@ -81,13 +80,9 @@ void expect_overlap_bits(const OverlapCase& k) {
   test::run_ranks(k.world, k.mode, [&](int r, Communicator& comm) {
     std::vector<nn::Parameter> a = test::make_params(test::kShapes, comm.device(), k.dtype);
     std::vector<nn::Parameter> b = test::make_params(test::kShapes, comm.device(), k.dtype);
-    ZeroOptions off;
-    off.max_grad_norm = 0.5;
-    off.bucket_cap_mb = kOverlapCapMb;
-    ZeroOptions on = off;
-    on.overlap_comm = true;
-    ZeroRedundancyOptimizer zon(test::ptrs(a), comm, overlap_adamw(), 0.01f, on);
-    ZeroRedundancyOptimizer zoff(test::ptrs(b), comm, overlap_adamw(), 0.01f, off);
+    const ZeroOptions on = overlap_options(true, 0.5), off = overlap_options(false, 0.5);
+    ZeroRedundancyOptimizer zon(test::ptrs(a), comm, test::zero_adamw(), 0.01f, on);
+    ZeroRedundancyOptimizer zoff(test::ptrs(b), comm, test::zero_adamw(), 0.01f, off);
     const std::int64_t chunks = (zon.shard_numel() + zon.chunk_numel() - 1) / zon.chunk_numel();
     EXPECT_GE(chunks, 3);
     const DType gd = nn::grad_dtype(k.dtype, k.mode);
@@ -146,12 +141,9 @@ TEST_F(ZeroOverlapTest, WithoutPrepareOverlapStepDoesItAll) {
   test::run_ranks(2, Determinism::bitwise, [&](int r, Communicator& comm) {
     std::vector<nn::Parameter> a = test::make_params(test::kShapes, comm.device());
     std::vector<nn::Parameter> b = test::make_params(test::kShapes, comm.device());
-    ZeroOptions off;
-    off.bucket_cap_mb = kOverlapCapMb;
-    ZeroOptions on = off;
-    on.overlap_comm = true;
-    ZeroRedundancyOptimizer zon(test::ptrs(a), comm, overlap_adamw(), 0.01f, on);
-    ZeroRedundancyOptimizer zoff(test::ptrs(b), comm, overlap_adamw(), 0.01f, off);
+    const ZeroOptions on = overlap_options(true), off = overlap_options(false);
+    ZeroRedundancyOptimizer zon(test::ptrs(a), comm, test::zero_adamw(), 0.01f, on);
+    ZeroRedundancyOptimizer zoff(test::ptrs(b), comm, test::zero_adamw(), 0.01f, off);
     for (int t = 0; t < 2; ++t) {
       for (std::size_t i = a.size(); i-- > 0;) {
         a[i].grad = overlap_grad(a[i], r, t, i, DType::f32);
@@ -169,10 +161,8 @@ TEST_F(ZeroOverlapTest, WithoutPrepareOverlapStepDoesItAll) {
 TEST_F(ZeroOverlapTest, AGradNotFinalWhenReportedIsRefused) {
   test::run_ranks(2, Determinism::bitwise, [&](int r, Communicator& comm) {
     std::vector<nn::Parameter> a = test::make_params(test::kShapes, comm.device());
-    ZeroOptions on;
-    on.bucket_cap_mb = kOverlapCapMb;
-    on.overlap_comm = true;
-    ZeroRedundancyOptimizer zon(test::ptrs(a), comm, overlap_adamw(), 0.01f, on);
+    const ZeroOptions on = overlap_options(true);
+    ZeroRedundancyOptimizer zon(test::ptrs(a), comm, test::zero_adamw(), 0.01f, on);
     // p2 reported before its grad exists: its chunk started without it.
     zon.prepare_overlap();
     for (std::size_t i = a.size(); i-- > 0;) {
@@ -187,7 +177,7 @@ TEST_F(ZeroOverlapTest, AGradNotFinalWhenReportedIsRefused) {
     // bf16 parameters with bf16 grads: step() alone reduces them in bf16, but overlap_comm
     // reduces in nn::grad_dtype (bitwise: f32), so the grads are refused (p5's chunk first).
     std::vector<nn::Parameter> h = test::make_params(test::kShapes, comm.device(), DType::bf16);
-    ZeroRedundancyOptimizer zh(test::ptrs(h), comm, overlap_adamw(), 0.01f, on);
+    ZeroRedundancyOptimizer zh(test::ptrs(h), comm, test::zero_adamw(), 0.01f, on);
     zh.prepare_overlap();
     for (std::size_t i = h.size(); i-- > 0;) {
       h[i].grad = overlap_grad(h[i], r, 1, i, DType::bf16);
@@ -207,10 +197,8 @@ TEST_F(ZeroOverlapTest, ShardAndBufferLiveFromTheFirstChunkToTheEndOfStep) {
   Backend& be = test::init_sim(8);
   test::run_ranks(2, Determinism::bitwise, [&](int r, Communicator& comm) {
     std::vector<nn::Parameter> a = test::make_params(test::kShapes, comm.device());
-    ZeroOptions on;
-    on.bucket_cap_mb = kOverlapCapMb;
-    on.overlap_comm = true;
-    ZeroRedundancyOptimizer zon(test::ptrs(a), comm, overlap_adamw(), 0.01f, on);
+    const ZeroOptions on = overlap_options(true);
+    ZeroRedundancyOptimizer zon(test::ptrs(a), comm, test::zero_adamw(), 0.01f, on);
     const int dev = comm.device().index;
     for (int t = 0; t < 2; ++t) {
       for (std::size_t i = 0; i < a.size(); ++i)

@@ -1,17 +1,20 @@
-// The parameters the ZeRO tests (tests/test_zero.cpp, tests/test_zero_mixed.cpp) shard: seeded
+// The parameters the ZeRO tests (tests/test_zero*.cpp) shard: seeded
 // values of given shapes, the same on every rank.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "core/comm/communicator.h"
 #include "core/nn/module.h"
+#include "core/optim/adamw.h"
 #include "core/optim/optimizer.h"
+#include "core/optim/zero.h"
 #include "test_util.h"
 
 namespace ditto::test {
@@ -51,6 +54,18 @@ inline std::map<std::string, std::vector<std::uint8_t>> tensor_bytes(
   std::map<std::string, std::vector<std::uint8_t>> m;
   for (const auto& [name, t] : s.tensors) m[name] = tensor_bytes(t);
   return m;
+}
+
+/// ZeRO's inner optimizer with nanoGPT's AdamW settings (beta2 0.95, weight decay 0.1 on the
+/// dim >= 2 tensors: AdamW's groups), at the learning rate ZeRO passes.
+inline optim::ZeroInnerFactory zero_adamw() {
+  return [](std::vector<nn::Parameter*> ps, float lr) {
+    optim::AdamWOptions o;
+    o.lr = lr;
+    o.beta2 = 0.95;
+    o.weight_decay = 0.1;
+    return std::make_unique<optim::AdamW>(std::move(ps), o);
+  };
 }
 
 /// Pointers to each of ps, in order (what an optimizer takes).
