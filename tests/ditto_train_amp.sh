@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ditto-train --dtype bf16 / f16 end to end (registered in tests/cmake/train_gpt.cmake), on the tiny GPT of
 # ditto_train_gpt.sh over the bundled shakespeare.txt (10 iterations), bitwise mode:
-#   1. bf16: one params_checksum for --devices 1, 2, 4, 8 x --trainer dp, ddp; it differs from the
-#      f32 run's (the parameters are stored in bf16: 2 bytes an element are hashed);
+#   1. bf16: one params_checksum for --devices 1, 2, 8 x --trainer dp, ddp (and 4 ddp ranks with
+#      micro-steps below; AmpTrainer.* covers every count in-process); it differs from the f32
+#      run's (the parameters are stored in bf16: 2 bytes an element are hashed);
 #   2. f16: the same, and the GradScaler's line (scale and skipped steps) is printed; both also
 #      with --grad-accum-steps 2 on 4 ddp ranks; fast mode bf16 (bf16 all_reduce) within 0.01 of
 #      f32's validation loss;
@@ -30,7 +31,7 @@ for dt in bf16 f16; do
   else
     echo "$out" | grep -q '^grad_scaler:' && fail "bf16 printed a grad_scaler line: $out"
   fi
-  for n in 1 2 4 8; do
+  for n in 2 8; do
     for t in dp ddp; do
       out=$("$train" "${tiny[@]}" --dtype $dt --devices $n --trainer $t) || fail "--dtype $dt --devices $n --trainer $t: $out"
       [ "$(echo "$out" | checksum)" = "$U" ] || fail "--dtype $dt --devices $n --trainer $t: $(echo "$out" | checksum) != $U"
@@ -38,7 +39,7 @@ for dt in bf16 f16; do
   done
   out=$("$train" "${tiny[@]}" --dtype $dt --devices 4 --trainer ddp --grad-accum-steps 2) || fail "--grad-accum-steps 2: $out"
   [ "$(echo "$out" | checksum)" = "$U" ] || fail "--dtype $dt --grad-accum-steps 2: $(echo "$out" | checksum) != $U"
-  echo "--dtype $dt: one checksum $U for 1, 2, 4, 8 devices x dp, ddp and 2 micro-steps (f32: $F)"
+  echo "--dtype $dt: one checksum $U for 1 device, 2 and 8 devices x dp, ddp and 2 micro-steps on 4 (f32: $F)"
 done
 # Fast mode: DDP all-reduces bf16 gradients (Note [DDP gradient dtype]); the loss stays near f32's.
 vf=$("$train" "${tiny[@]}" --devices 2 --trainer ddp --determinism fast | grep -o 'val_loss=[0-9.]*' | cut -d= -f2)

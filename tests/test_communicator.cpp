@@ -25,6 +25,8 @@
 #include <functional>
 #include <initializer_list>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -49,10 +51,18 @@ using CudaCommTest = CudaSuite<kCudaDevices>;
 
 // ---- rank-dependent inputs and the host reference ---------------------------------------------
 
-// Rank-dependent inputs exact under any order of reduction (exact_f32, exact_i64).
+// Rank-dependent inputs exact under any order of reduction (exact_f32, exact_i64). Made once per
+// (rank, count, offset) and kept: CommCollectives asks for the same inputs for the send buffers,
+// the reference and the check, out of place and in place, and making them (with host_reduce's
+// tree below) was about half of those tests' CPU time under the check build's sanitizers.
 template <typename T>
-std::vector<T> inputs(int r, std::int64_t count, std::int64_t offset = 0) {
-  return exact_inputs<T>(r, count, offset);
+const std::vector<T>& inputs(int r, std::int64_t count, std::int64_t offset = 0) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, std::int64_t, std::int64_t>, std::vector<T>> made;
+  std::lock_guard<std::mutex> lock(mu);
+  auto [it, inserted] = made.try_emplace({r, count, offset});
+  if (inserted) it->second = exact_inputs<T>(r, count, offset);
+  return it->second;
 }
 
 // Floats with all mantissa bits in use (an LCG): their sums round, so only the canonical order
@@ -101,12 +111,22 @@ std::vector<T> host_reduce(const std::vector<std::vector<T>>& v, ReduceOp op) {
   }
   return out;
 }
-// reduce over n ranks of inputs<T>(q, count, offset).
+// reduce over n ranks of inputs<T>(q, count, offset); made once per (n, count, op, offset) and
+// kept, as inputs() is.
 template <typename T>
-std::vector<T> host_reduce(int n, std::int64_t count, ReduceOp op, std::int64_t offset = 0) {
+const std::vector<T>& host_reduce(int n, std::int64_t count, ReduceOp op, std::int64_t offset = 0) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, std::int64_t, int, std::int64_t>, std::vector<T>> made;
   std::vector<std::vector<T>> v;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = made.find({n, count, static_cast<int>(op), offset});
+    if (it != made.end()) return it->second;
+  }
   for (int q = 0; q < n; ++q) v.push_back(inputs<T>(q, count, offset));
-  return host_reduce(v, op);
+  std::vector<T> out = host_reduce(v, op);
+  std::lock_guard<std::mutex> lock(mu);
+  return made.try_emplace({n, count, static_cast<int>(op), offset}, std::move(out)).first->second;
 }
 
 std::vector<std::uint32_t> value_bits(const std::vector<float>& v) {
