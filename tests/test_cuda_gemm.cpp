@@ -1,6 +1,7 @@
 // The typed GEMM on a GPU (issue 29; Kernels::gemm_ex, backend_cuda/cuda_blaslt.cpp): cuBLASLt
 // with f32 (strict and TF32), bf16 and f16 operands, C of their dtype or f32, every transpose
-// pair, ragged sizes, beta 0 and 1 and the bias epilogue, against a double-precision reference of
+// pair, ragged sizes, beta 0 and 1 and the bias epilogue (a bias view at an odd offset: the
+// canonical kernel), against a double-precision reference of
 // the stored (widened) inputs within the tolerance of each mode; and the bitwise typed kernel
 // through the ops against the simulator's bits; the typed sharded dW (gemm_tn_sharded_ex) through
 // ops::gemm_tn_sharded against the simulator's bits; the per-stream cuBLASLt descriptor cache.
