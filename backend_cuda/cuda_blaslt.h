@@ -19,9 +19,9 @@ class CudaStream;
 /// Enqueues g (checked by core; typed_gemm_supported dtypes) on `s` as one cublasLtMatmul and
 /// returns true, or returns false having enqueued nothing when cuBLASLt cannot take it
 /// (lt_plan_valid fails: K == 0 or strides it refuses; lt_epilogue_valid fails: a GELU
-/// epilogue's aux stride or alignment cuBLASLt refuses; no algorithm from
-/// cublasLtMatmulAlgoGetHeuristic for these types, layouts and alignments): the caller then runs
-/// its own kernel. `tf32`: f32 operands on TF32 tensor cores (lt_use_tf32). A failing cuBLASLt
+/// epilogue's aux stride or alignment cuBLASLt refuses, a bias not 16-byte aligned; no algorithm
+/// from cublasLtMatmulAlgoGetHeuristic for these types, layouts and alignments): the caller then
+/// runs its own kernel. `tf32`: f32 operands on TF32 tensor cores (lt_use_tf32). A failing cuBLASLt
 /// call throws BackendError naming `where` and the call.
 /// The matmul descriptor, the three layouts and the heuristic's algorithm of each call are
 /// cached per stream (CudaStream::lt_cache) under lt_gemm_key(g, tf32) (cuda_host_logic.h), an

@@ -293,7 +293,16 @@ constexpr bool gemm_gelu_epilogue_supported(DType t, Determinism mode) {
 /// and has no preference to lower it; llm.c's matmul_cublaslt requires 16 bytes of every
 /// pointer). Other epilogues: true. Where false the backend runs the unfused GEMM and its GELU
 /// kernel (GPT-2's 4C = 3072 columns pass; a width not a multiple of 8 takes the kernel).
+/// With a bias (GemmEpilogue::bias, gelu_aux_bias with one): a 16-byte aligned bias pointer too.
+/// cuBLASLt's alignment preferences cover A, B, C and D but not the bias, and its heuristic may
+/// pick a kernel that loads the bias 16 bytes at a time: a bias that is a view at an odd offset
+/// (ops::linear takes any bias tensor) then faults with "misaligned address", a sticky error that
+/// ends the process's CUDA context (torch's addmm falls back to the unfused path for the same
+/// reason, pytorch PR 194497). Where false the canonical kernel adds the bias.
 inline bool lt_epilogue_valid(const GemmExArgs& g) {
+  const bool bias = g.epilogue == GemmEpilogue::bias ||
+                    (g.epilogue == GemmEpilogue::gelu_aux_bias && g.bias != nullptr);
+  if (bias && reinterpret_cast<std::uintptr_t>(g.bias) % 16 != 0) return false;
   if (g.epilogue != GemmEpilogue::gelu_aux_bias && g.epilogue != GemmEpilogue::dgelu) return true;
   const auto aux = reinterpret_cast<std::uintptr_t>(g.aux);
   return aux != 0 && aux % 16 == 0 && g.ld_aux % 8 == 0 && g.ld_aux >= g.N;

@@ -107,6 +107,9 @@ TEST_F(CudaFixes, CublasHandlePerStreamForThreadsSharingADevice) {
   Tensor B = Tensor::from_vector(bm, {n, n}).to(Device("cuda", 0));
   Tensor C1 = Tensor::zeros({n, n}, DType::f32, Device("cuda", 0));
   Tensor C2 = Tensor::zeros({n, n}, DType::f32, Device("cuda", 0));
+  // The zero fills ran on the default stream; s1 and s2 (non-blocking streams) do not wait for
+  // it: a fill still running when a GEMM wrote C would leave zeros in C.
+  b.default_stream(0).synchronize();
   auto gemms = [&](Stream& s, Tensor& C, float alpha) {
     for (int i = 0; i < 50; ++i)
       b.kernels().gemm(s, false, false, n, n, n, alpha, static_cast<const float*>(A.data_ptr()), n,

@@ -458,6 +458,37 @@ TEST(CudaHostLogic, GeluEpilogueAuxMatrixCublasLtTakes) {
   }
 }
 
+// A bias cuBLASLt may load 16 bytes at a time (its alignment preferences do not cover the bias):
+// a bias at an odd offset (a view) is refused, so the canonical kernel adds it, with the bias
+// epilogue and with GELU_AUX_BIAS; GELU_AUX without a bias, dgelu and no epilogue ignore it.
+TEST(CudaHostLogic, CublasLtBiasEpiloguesNeedASixteenByteAlignedBias) {
+  GemmExArgs g = lt_args();  // bias at 0x40000
+  g.aux = reinterpret_cast<void*>(std::uintptr_t{0x50000});
+  g.ld_aux = 48;
+  for (GemmEpilogue e : {GemmEpilogue::bias, GemmEpilogue::gelu_aux_bias}) {
+    SCOPED_TRACE(static_cast<int>(e));
+    GemmExArgs v = g;
+    v.epilogue = e;
+    EXPECT_TRUE(lt_epilogue_valid(v));
+    v.bias = reinterpret_cast<const void*>(std::uintptr_t{0x40010});  // 16-byte aligned
+    EXPECT_TRUE(lt_epilogue_valid(v));
+    for (std::uintptr_t off : {2u, 4u, 8u}) {  // bf16 views at element offsets 1, 2 and 4
+      v.bias = reinterpret_cast<const void*>(std::uintptr_t{0x40000} + off);
+      EXPECT_FALSE(lt_epilogue_valid(v)) << "bias at +" << off << " bytes";
+    }
+  }
+  for (GemmEpilogue e : {GemmEpilogue::none, GemmEpilogue::dgelu}) {
+    GemmExArgs v = g;
+    v.epilogue = e;
+    v.bias = reinterpret_cast<const void*>(std::uintptr_t{0x40002});  // unused
+    EXPECT_TRUE(lt_epilogue_valid(v)) << static_cast<int>(e);
+  }
+  GemmExArgs v = g;  // GELU_AUX: no bias
+  v.epilogue = GemmEpilogue::gelu_aux_bias;
+  v.bias = nullptr;
+  EXPECT_TRUE(lt_epilogue_valid(v));
+}
+
 // The GELU epilogues' descriptors depend on the aux matrix's stride and alignment and on the
 // forward's bias (GELU_AUX_BIAS or GELU_AUX), not on its pointer; other epilogues ignore aux.
 TEST(CudaHostLogic, CublasLtKeyOfTheGeluEpilogues) {
