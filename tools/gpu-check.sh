@@ -309,22 +309,40 @@ record preflight host PASS "$(elapsed)" "$(head -n 1 "$out/logs/gpu.txt")"
 # A skip is a failure (this machine has a GPU), except the cases that cannot run on one GPU or in
 # one determinism mode.
 allowed_skips='needs two GPUs|bitwise mode only'
+# finished_ms LOG: the milliseconds gtest reports for the tests that finished in LOG.
+finished_ms() {
+  grep -o '^\[ *\(OK\|FAILED\|SKIPPED\) *\] .* (\([0-9]*\) ms)$' "$1" 2>/dev/null |
+    sed 's/.*(\([0-9]*\) ms)$/\1/' | awk '{ s += $1 } END { print s + 0 }'
+}
 # gtest_step NAME LIMIT FILTER: ditto_tests --gtest_filter=FILTER; PASS when it passed, at least
 # one test ran and none skipped but the allowed ones.
 gtest_step() {
   local name="$1" limit="$2" filter="$3" f="$3" excluded="" crashed="" try log
   # A test that crashes the process (a first GPU run may) would take the rest with it: up to
-  # twice, the crashed test (the last one started) is left out and the rest run again.
+  # twice, the crashed test (the last one started) is left out and the rest run again. A test
+  # that hangs (the step's time limit ran out while the tests that finished took less than half
+  # of it) is left out the same way, once: a slow list is not rerun.
+  local hung=0
   for try in 1 2 3; do
     log="$name"; [ $try -gt 1 ] && log="$name-rerun$((try - 1))"
     if ! run_limited "$log" "$limit" "$tests_bin" --gtest_filter="$f" --gtest_color=no; then
       record "$name" cuda SKIPPED 0 "no time left in the budget${crashed:+; crashed:$crashed}"
       return
     fi
-    [ $step_rc -gt 128 ] && [ $step_rc -lt 160 ] && [ $step_rc -ne 137 ] || break
+    local why
+    if [ $step_rc -gt 128 ] && [ $step_rc -lt 160 ] && [ $step_rc -ne 137 ]; then
+      why="signal $((step_rc - 128))"
+    elif { [ $step_rc -eq 124 ] || [ $step_rc -eq 137 ]; } && [ $hung -eq 0 ] &&
+         [ "$(finished_ms "$out/logs/$log.log")" -lt $((step_limit * 500)) ]; then
+      why="hung: the ${step_limit} s limit ran out in it"; hung=1
+    else
+      break
+    fi
     local t; t="$(grep '^\[ RUN      \]' "$out/logs/$log.log" | tail -n 1 | awk '{print $4}')"
     [ -n "$t" ] || break
-    crashed="$crashed $t (signal $((step_rc - 128)), logs/$log.log)"
+    # The last test started must not have finished (a crash or hang between two tests).
+    grep -q "^\[ *\(OK\|FAILED\|SKIPPED\) *\] $t " "$out/logs/$log.log" && break
+    crashed="$crashed $t ($why, logs/$log.log)"
     excluded="${excluded:+$excluded:}$t"
     case "$filter" in *-*) f="$filter:$excluded" ;; *) f="$filter-$excluded" ;; esac
   done
@@ -339,7 +357,7 @@ gtest_step() {
            "$log")"
   bad="$(printf '%s\n' "$skips" | grep . | grep -vE "$allowed_skips")"
   local nskip nbad; nskip="$(printf '%s\n' "$skips" | grep -c .)"; nbad="$(printf '%s\n' "$bad" | grep -c .)"
-  local crash_note="${crashed:+; crashed (left out, the rest rerun):$crashed}"
+  local crash_note="${crashed:+; crashed or hung (left out, the rest rerun):$crashed}"
   if [ $step_rc -eq 0 ] && [ "${ran:-0}" -gt 0 ] && [ "$nbad" -eq 0 ] && [ -z "$crashed" ]; then
     record "$name" cuda PASS "$step_secs" "$ran tests ran, $nskip skipped (allowed: $allowed_skips)"
   elif [ $step_rc -eq 0 ] && [ "$nbad" -gt 0 ]; then
