@@ -31,6 +31,13 @@ if(DITTO_CUDA_ENABLED AND TARGET ditto-train AND NOT DITTO_SANITIZE MATCHES "thr
     COMMAND bash ${PROJECT_SOURCE_DIR}/tools/gpu-check.sh --rehearsal --build ${CMAKE_BINARY_DIR}
             --out ${CMAKE_CURRENT_BINARY_DIR}/gpu-check-rehearsal --budget 240 --jobs 2)
 endif()
+# gpu-check's gtest_step on a stand-in test binary: a listed CUDA test that hangs or crashes is left
+# out and the rest of the list rerun (a first GPU run's hang lost the rest of the list).
+add_test(NAME GpuCheck.HungOrCrashedTestIsLeftOutAndTheRestRerun
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpu_check_gtest_step.sh
+                 ${PROJECT_SOURCE_DIR}/tools/gpu-check.sh ${CMAKE_CURRENT_BINARY_DIR}/gpu_check_gtest_step)
+set_tests_properties(GpuCheck.HungOrCrashedTestIsLeftOutAndTheRestRerun PROPERTIES
+                     TIMEOUT 60 PASS_REGULAR_EXPRESSION "PASS")
 # bench/torch_gpu_bench.py (the PyTorch side of gpu-check's speed table) on the CPU, tiny models:
 # the script runs and writes its four rows. Skipped (status 77) where /usr/bin/python3 has no torch.
 add_test(NAME TorchGpuBench.CpuSmoke
