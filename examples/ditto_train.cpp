@@ -161,17 +161,25 @@ int run(Args& a) {
       std::printf("ditto-train: --backend auto: using the simulator (%s)\n", why.c_str());
     if (gpt && !a.given.count("--data"))
       a.rows.data = ditto_examples::bundled_data_path("shakespeare.txt");
-    // --trace and --metrics-jsonl are written: not over --data, each other, or a checkpoint's.
-    io::check_outputs_are_not_inputs(
-        {{"--trace", a.sim.run.trace}, {"--metrics-jsonl", a.jsonl}}, {{"--data", a.rows.data}},
-        {{"--checkpoint", c.checkpoint_dir}, {"--resume", c.resume_dir}});
+    train::RunInputs inputs{{{"--data", a.rows.data}},
+                            {{"--checkpoint", c.checkpoint_dir}, {"--resume", c.resume_dir}}};
     if (gpt) {
       g.data = a.rows.data;
-      gpt_run = train::configure_gpt(g, c);
+      gpt_run = train::configure_gpt(g, c);  // refuses an --export over what the run reads
       data = gpt_run.source;
-    } else {
-      data = rows = train::open_csv_rows(a.rows, c);
+      inputs = train::gpt_inputs(g, gpt_run, c);
+      for (std::size_t i = 0; i + 1 < g.export_files.size(); i += 2)
+        inputs.files.emplace_back(g.name_of("export_files") + " " + g.export_files[i],
+                                  g.export_files[i + 1]);
     }
+    // --trace and --metrics-jsonl are written (--metrics-jsonl truncated as the run starts,
+    // --trace replaced as it ends): not over a file the run reads (every --data file, the
+    // validation files, --init-from), an --export file, each other, or into a checkpoint
+    // directory, nor a read-only file; checked before either is opened (the MLP's, before its
+    // --data is read).
+    io::check_outputs_are_not_inputs({{"--trace", a.sim.run.trace}, {"--metrics-jsonl", a.jsonl}},
+                                     inputs.files, inputs.dirs);
+    if (!gpt) data = rows = train::open_csv_rows(a.rows, c);
     DITTO_CHECK(a.t.log_interval >= 0 || !a.given.count("--log-interval"),
                 "--log-interval: "
                 "expected an integer >= 0 (0: no progress lines), got ",

@@ -140,6 +140,32 @@ TEST(OutputPaths, AnOutputIsNeitherAnInputNorAnotherOutputNorInsideADirectory) {
       "--trace: expected a file outside the --checkpoint directory '" + dir + "/ck', got '");
 }
 
+// The same file by identity (a hard link: no path comparison sees it), and an existing
+// read-only output refused by its mode bits (for root too), as --export's.
+TEST(OutputPaths, AnOutputIsComparedByIdentityAndMustBeWritableByItsMode) {
+  const std::string dir = fresh_dir("outputs_identity");
+  const std::string val = dir + "/val.bin", link = dir + "/link.bin";
+  std::ofstream(val) << "tokens";
+  ASSERT_EQ(::link(val.c_str(), link.c_str()), 0);
+  expect_invalid(
+      [&] {
+        io::check_outputs_are_not_inputs({{"--export llmc", link}}, {{"--val-data", val}}, {});
+      },
+      "--export llmc: expected a file other than --val-data's, got '" + link + "' (--val-data '" +
+          val + "'), which it would overwrite");
+  const std::string ro = dir + "/ro.txt";
+  std::ofstream(ro) << "keep";
+  ASSERT_EQ(::chmod(ro.c_str(), 0444), 0);
+  expect_invalid(
+      [&] {
+        io::check_outputs_are_not_inputs({{"--metrics-jsonl", ro}}, {}, {});
+      },
+      "--metrics-jsonl: expected a file it may replace, got '" + ro +
+          "': Permission denied / read-only: remove it or chmod u+w");
+  ASSERT_EQ(::chmod(ro.c_str(), 0644), 0);
+  io::check_outputs_are_not_inputs({{"--metrics-jsonl", ro}, {"--trace", "/dev/stdout"}}, {}, {});
+}
+
 TEST(OutputPaths, AReplaceableOutputIsARegularFileInAWritableDirectory) {
   const std::string dir = fresh_dir("replaceable");
   io::check_replaceable_output(dir + "/new.bin", "--export llmc");

@@ -157,11 +157,17 @@ using NamedPath = std::pair<std::string, std::string>;
 
 /// Refuses, before a run starts, an output that would overwrite an input or another output
 /// (a typo in a command line): each of `outputs` in order must be a file other than those of
-/// `inputs` and of the outputs before it, and outside every directory of `dirs` (where the run
-/// writes its own files: a checkpoint directory). Entries with an empty path are skipped. Throws
-/// InvalidArgument "OUT: expected a file other than IN's, got 'p' (IN 'q'), which it would
-/// overwrite" or "OUT: expected a file outside the DIR directory 'd', got 'p'", OUT, IN and DIR
-/// the entries' names.
+/// `inputs` (every file the run reads: each of a list or glob, the validation files, the weights
+/// it starts from) and of the outputs before it, and outside every directory of `dirs` (where
+/// the run reads or writes its own files: a checkpoint directory, the one it resumes from). Two
+/// paths that both exist are the same file when their st_dev and st_ino are (a symbolic or hard
+/// link, "./x" and "x"); otherwise when their same_file_key is. An output that exists as a
+/// regular file must be one the process may write without changing its mode (root, whom the
+/// permission bits do not stop, needs a w bit), as it is replaced or truncated. Entries with an
+/// empty path are skipped. Throws InvalidArgument "OUT: expected a file other than IN's, got 'p'
+/// (IN 'q'), which it would overwrite", "OUT: expected a file outside the DIR directory 'd', got
+/// 'p'" or "OUT: expected a file it may replace, got 'p': Permission denied / read-only: remove
+/// it or chmod u+w", OUT, IN and DIR the entries' names.
 void check_outputs_are_not_inputs(const std::vector<NamedPath>& outputs,
                                   const std::vector<NamedPath>& inputs,
                                   const std::vector<NamedPath>& dirs);

@@ -20,6 +20,31 @@ std::string same_file_key(const std::string& path) {
   return ec ? fs::path(path).lexically_normal().string() : k.string();
 }
 
+namespace {
+
+/// Whether `a` and `b` name one file (core/io/file.h's check_outputs_are_not_inputs).
+bool same_file(const std::string& a, const std::string& b) {
+  struct stat sa {};
+  struct stat sb {};
+  if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0)
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+  return same_file_key(a) == same_file_key(b);
+}
+
+/// Refuses an existing regular file `path` that this process may not write without changing its
+/// mode: root passes access(W_OK) on a read-only file, so for root its mode bits decide.
+void check_output_mode(const std::string& path, const std::string& what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+  const bool writable = ::geteuid() == 0 ? (st.st_mode & (S_IWUSR | S_IWGRP | S_IWOTH)) != 0
+                                         : ::access(path.c_str(), W_OK) == 0;
+  DITTO_CHECK(writable, what, ": expected a file it may replace, got '", path,
+              "': Permission "
+              "denied / read-only: remove it or chmod u+w");
+}
+
+}  // namespace
+
 void check_outputs_are_not_inputs(const std::vector<NamedPath>& outputs,
                                   const std::vector<NamedPath>& inputs,
                                   const std::vector<NamedPath>& dirs) {
@@ -31,7 +56,7 @@ void check_outputs_are_not_inputs(const std::vector<NamedPath>& outputs,
     if (path.empty()) continue;
     const std::string k = same_file_key(path);
     for (const auto& [other, other_path] : others)
-      DITTO_CHECK(k != same_file_key(other_path), opt, ": expected a file other than ", other,
+      DITTO_CHECK(!same_file(path, other_path), opt, ": expected a file other than ", other,
                   "'s, got '", path, "' (", other, " '", other_path,
                   "'), which it would "
                   "overwrite");
@@ -41,6 +66,7 @@ void check_outputs_are_not_inputs(const std::vector<NamedPath>& outputs,
       DITTO_CHECK(rel.empty() || *rel.begin() == "..", opt, ": expected a file outside the ",
                   dir_opt, " directory '", dir, "', got '", path, "'");
     }
+    check_output_mode(path, opt);
     others.emplace_back(opt, path);
   }
 }
@@ -57,12 +83,7 @@ void check_replaceable_output(const std::string& path, const std::string& what) 
                 S_ISFIFO(st.st_mode) ? "a FIFO (named pipe: opening it "
                                        "would block until a reader comes)"
                                      : file_type_name(st.st_mode));
-    // root passes access(W_OK) on a read-only file: its mode bits decide.
-    const bool writable = ::geteuid() == 0 ? (st.st_mode & (S_IWUSR | S_IWGRP | S_IWOTH)) != 0
-                                           : ::access(path.c_str(), W_OK) == 0;
-    DITTO_CHECK(writable, what, ": expected a file it may replace, got '", path,
-                "': Permission "
-                "denied / read-only: remove it or chmod u+w");
+    check_output_mode(path, what);
   }
   fs::path dir = fs::path(path).parent_path();
   if (dir.empty()) dir = ".";

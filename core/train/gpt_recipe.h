@@ -23,6 +23,7 @@
 #include "core/checkpoint/gpt_weights.h"
 #include "core/data/text_source.h"
 #include "core/data/token_source.h"
+#include "core/io/file.h"
 #include "core/nn/gpt_config.h"
 #include "core/train/metrics.h"
 #include "core/train/trainer.h"
@@ -84,6 +85,17 @@ struct GptRun {
   std::shared_ptr<const io::GptWeights> init_weights;
 };
 
+/// What a configured GPT run reads, for io::check_outputs_are_not_inputs: `files`, each named
+/// by its setting (g.name_of: "--data" for each file of its list or glob, "--val-data" for each
+/// validation file, given or found beside the data, "--init-from" for a weights file), and `dirs`
+/// (an init_from checkpoint directory, c's checkpoint_dir and resume_dir, named by c.name_of).
+struct RunInputs {
+  std::vector<io::NamedPath> files, dirs;
+};
+/// The inputs of `run` (configure_gpt's, for `g`) and `c`'s checkpoint directories (empty paths
+/// kept: check_outputs_are_not_inputs skips them).
+RunInputs gpt_inputs(const GptSettings& g, const GptRun& run, const TrainerConfig& c);
+
 /// Sets up `c` for the GPT run of `g` (which it completes: the init_from file's model fields,
 /// the preset's, a dry run's defaults of a few steps without evaluation or sample, eval_only's
 /// sample 0): checks every setting (InvalidArgument naming the field by g.name_of or c.name_of:
@@ -91,7 +103,9 @@ struct GptRun {
 /// opens the data (Note [Token files]; errors prefixed with the data's name) and the validation
 /// files (refused when there are none and eval_iters > 0), and sets the model, AdamW, nanoGPT's
 /// schedule, clipping, iteration mode, checkpoint settings and the lm_head alias, and with
-/// init_from the model factory that loads its weights (not in a dry run: no tensor data).
+/// init_from the model factory that loads its weights (not in a dry run: no tensor data), and
+/// refuses an export file that is one of gpt_inputs' or inside one of its directories
+/// (io::check_outputs_are_not_inputs).
 /// c.batch_size, c.lr and c.weight_decay keep their values when g.given lists them.
 GptRun configure_gpt(GptSettings& g, TrainerConfig& c);
 

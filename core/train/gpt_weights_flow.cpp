@@ -4,6 +4,7 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
 
 #include "core/base/error.h"
 #include "core/io/file.h"
@@ -80,9 +81,29 @@ std::string format_init_from(const std::string& prog, const GptSettings& g,
   return s + " bias=" + (f.bias ? "True" : "False") + "\n";
 }
 
+RunInputs gpt_inputs(const GptSettings& g, const GptRun& run, const TrainerConfig& c) {
+  RunInputs in;
+  const std::string data = g.name_of("data"), val_data = g.name_of("val_data");
+  if (run.text) in.files.emplace_back(data, run.text->name());
+  if (const TokenDataSource* t = run.tokens.get()) {
+    for (const auto& f : t->train().files()) in.files.emplace_back(data, f->path());
+    if (t->val())
+      for (const auto& f : t->val()->files()) in.files.emplace_back(val_data, f->path());
+  }
+  if (!g.init_from.empty()) {
+    std::error_code ec;  // a ditto checkpoint directory: each file in it
+    (std::filesystem::is_directory(g.init_from, ec) ? in.dirs : in.files)
+        .emplace_back(g.name_of("init_from"), g.init_from);
+  }
+  in.dirs.emplace_back(c.name_of("checkpoint_dir"), c.checkpoint_dir);
+  in.dirs.emplace_back(c.name_of("resume_dir"), c.resume_dir);
+  return in;
+}
+
 // Checks export_files (format llmc, llmc-bf16 or hf; a model with biases; a file in an existing
-// directory that is not init_from's or the data's) and eval_only, sets c.eval_only (and g.sample
-// 0 unless given), and makes c.make_model load run.init_weights into every replica's GPT.
+// directory that is none of gpt_inputs' files and outside its directories) and eval_only, sets
+// c.eval_only (and g.sample 0 unless given), and makes c.make_model load run.init_weights into
+// every replica's GPT.
 void configure_weights(GptSettings& g, const GptRun& run, TrainerConfig& c) {
   const std::string export_ = g.name_of("export_files"), init_from = g.name_of("init_from");
   DITTO_CHECK(g.export_files.size() % 2 == 0, export_, ": expected FORMAT FILE, got ",
@@ -104,17 +125,18 @@ void configure_weights(GptSettings& g, const GptRun& run, TrainerConfig& c) {
                 ": expected a run that trains (a dry run holds no tensor "
                 "data: the file would be zeros), got ",
                 c.name_of("dry_run"));
-    const std::string key = io::same_file_key(file);
-    DITTO_CHECK(g.init_from.empty() || key != io::same_file_key(g.init_from), export_,
-                ": expected a file other than ", init_from, "'s, got '", file,
-                "', which it "
-                "would overwrite");
-    DITTO_CHECK(key != io::same_file_key(g.data), export_, ": expected a file other than ",
-                g.name_of("data"), "'s, got '", file, "', which it would overwrite");
-    DITTO_CHECK(targets.insert(key).second, export_, ": expected a different file for each ",
-                export_, ", got '", file, "' twice");
-    io::check_replaceable_output(file, export_ + " " + format);
+    DITTO_CHECK(targets.insert(io::same_file_key(file)).second, export_,
+                ": expected a different file for each ", export_, ", got '", file, "' twice");
   }
+  // Not over a file the run reads (each of a --data list or glob, a validation file, init_from)
+  // nor inside a checkpoint directory, by identity where the files exist.
+  const RunInputs in = gpt_inputs(g, run, c);
+  std::vector<io::NamedPath> outputs;
+  for (std::size_t i = 0; i < g.export_files.size(); i += 2)
+    outputs.emplace_back(export_ + " " + g.export_files[i], g.export_files[i + 1]);
+  io::check_outputs_are_not_inputs(outputs, in.files, in.dirs);
+  for (std::size_t i = 0; i < g.export_files.size(); i += 2)
+    io::check_replaceable_output(g.export_files[i + 1], export_ + " " + g.export_files[i]);
   DITTO_CHECK(!g.eval_only || !g.init_from.empty() || !c.resume_dir.empty(), g.name_of("eval_only"),
               ": expected a model to evaluate, ", init_from, " FILE or ", c.name_of("resume_dir"),
               " DIR, got neither (it would evaluate a randomly "

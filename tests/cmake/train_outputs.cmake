@@ -81,6 +81,18 @@ if(TARGET ditto-train AND TARGET safetensors-info)
             ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_output_paths)
 endif()
 
+# An output over the run's own input (the validation shard, a --data list's or glob's file, the
+# --init-from file, by identity), over another output or into a checkpoint directory, and a
+# read-only file given to any output, are refused at the start (exit 2) and left as they were
+# (io::check_outputs_are_not_inputs; tests/ditto_train_output_clashes.sh says each case).
+if(TARGET ditto-train)
+  ditto_expect_exit(DittoTrainCli.OutputsNeverOverwriteInputsOrReadOnlyFiles RC 0 REGEX "PASS"
+    TIMEOUT 120
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_output_clashes.sh
+            $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_SOURCE_DIR}/data/gpt2_tiny
+            ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_output_clashes)
+endif()
+
 # Issue 31: outputs written in place (/dev/stdout piped and redirected, --trace and
 # --metrics-jsonl) keep every line and never split one; /dev/full fails before training
 # (tests/ditto_train_special_outputs.sh).
