@@ -348,6 +348,8 @@ int cli_main(int argc, char** argv) {
   int rc = 1;
   try {
     // Started by mpirun: this process is one rank (--trainer ddp), the job's processes the ranks.
+    // Started by torchrun (RANK, WORLD_SIZE): refused, else each process would run a whole job.
+    dist::check_not_torchrun("environment");
     if (dist::launched_by_mpirun()) dist::init(&argc, &argv);
     rc = run(a);  // under mpirun it checks that the processes agree before training
   } catch (const UsageError& e) {

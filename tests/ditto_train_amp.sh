@@ -64,6 +64,6 @@ echo "bf16 resumed from step 4: $R"
 grep -q "ditto-train: error: resume: .*dtype" "$work/err" || fail "f32 resume: $(cat "$work/err")"
 
 "$train" "${tiny[@]}" --dtype f64 > /dev/null 2> "$work/err" && fail "--dtype f64 ran"
-grep -q "^ditto-train: error: --dtype: expected f32, bf16 or f16, got 'f64'" "$work/err" || fail "$(cat "$work/err")"
+grep -q "^ditto-train: error: --dtype: expected f32, bf16 or f16 (or nanoGPT's float32, bfloat16, float16), got 'f64'" "$work/err" || fail "$(cat "$work/err")"
 rm -rf "$work"
 echo PASS

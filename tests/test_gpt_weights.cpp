@@ -172,6 +172,25 @@ TEST_F(GptWeights, HuggingFacePrefixedNamesAndTiedHead) {
   check_against_torch(w, "f32");
 }
 
+// Issue 29 (4): a nanoGPT state_dict saved from its compiled model (torch.compile's
+// "_orig_mod.", nanoGPT's default) or its DDP-wrapped one ("module.") was refused ("expected a
+// tensor 'transformer.wte.weight' ..., got none"): the prefixes are taken off, as nanoGPT's
+// train.py does, the head included.
+TEST_F(GptWeights, TorchCompileAndDdpPrefixesAreTakenOff) {
+  io::SafetensorsData d = io::load_safetensors(kDir + "/hf/model.safetensors");
+  for (const std::string prefix : {"_orig_mod.", "module.", "module._orig_mod."}) {
+    std::vector<std::pair<std::string, Tensor>> t;
+    for (auto& [n, x] : d.tensors) t.emplace_back(prefix + "transformer." + n, x);
+    t.emplace_back(prefix + "lm_head.weight", *d.find("wte.weight"));
+    const std::string path = dir_ + "/compiled.safetensors";
+    io::save_safetensors(path, t);
+    const io::GptWeights w = io::load_gpt_weights(path, 4);
+    expect_tiny_config(w);
+    EXPECT_EQ(w.params[0].first, "transformer.wte.weight") << prefix;
+    if (prefix == "_orig_mod.") check_against_torch(w, "f32");
+  }
+}
+
 // llm.c's padded vocabulary: rows [vocab_size, padded_vocab_size) are dropped (llm.c never reads
 // them); the writer pads to a multiple of 128 with zeros.
 TEST_F(GptWeights, LlmcPaddedVocabularyRowsAreDropped) {
@@ -270,6 +289,39 @@ TEST_F(GptWeights, MalformedConfigJsonIsRefusedNamingIt) {
                                                                     "got array");
   write_bytes(cfg, "{\"n_head\": 4}");
   EXPECT_EQ(io::load_gpt_weights(path).config.n_head, 4);
+}
+
+// Issue 29 (5): only n_head of a config.json beside the file was read; one that describes another
+// model (architecture, activation, LayerNorm epsilon, attention scaling, or sizes that contradict
+// the tensors) is refused naming the key, what was expected and what it says.
+TEST_F(GptWeights, ConfigJsonOfAnotherModelIsRefusedNamingTheKey) {
+  fs::copy_file(kDir + "/hf/model.safetensors", dir_ + "/model.safetensors");
+  const std::string path = dir_ + "/model.safetensors", cfg = dir_ + "/config.json";
+  const std::string head =
+      "io::load_gpt_weights: '" + cfg + "' (the config.json beside '" + path + "'): ";
+  const std::pair<std::string, std::string> cases[] = {
+      {R"("model_type": "llama")",
+       R"(model_type: expected "gpt2" (ditto's GPT is GPT-2's architecture), got "llama")"},
+      {R"("activation_function": "relu")",
+       R"(activation_function: expected "gelu_new" or "gelu" (GPT-2's GELU), got "relu")"},
+      {R"("layer_norm_epsilon": 1e-6)",
+       "layer_norm_epsilon: expected 1e-05 (GPT-2's and ditto's LayerNorm epsilon), got 1e-06"},
+      {R"("scale_attn_weights": false)",
+       "scale_attn_weights: expected true (attention scores scaled by 1/sqrt(head size), as GPT-2), got false"},
+      {R"("n_layer": 12)", "n_layer: expected 2 (the tensors' n_layer), got 12"},
+      {R"("n_embd": 768)", "n_embd: expected 32 (the tensors' n_embd), got 768"},
+      {R"("n_positions": 1024)",
+       "n_positions: expected 64 (the tensors' block_size, wpe's rows), got 1024"},
+      {R"("vocab_size": 50257)", "vocab_size: expected 512 (the tensors' vocab_size), got 50257"}};
+  for (const auto& [entry, message] : cases) {
+    write_bytes(cfg, "{\"n_head\": 4, " + entry + "}");
+    expect_invalid([&] { io::load_gpt_weights(path); }, head + message);
+  }
+  // GPT-2's own values (the tiny fixture's config.json has them) load.
+  write_bytes(cfg, R"({"n_head": 4, "model_type": "gpt2", "activation_function": "gelu",
+                       "layer_norm_epsilon": 1e-05, "scale_attn_weights": true, "n_layer": 2,
+                       "n_embd": 32, "n_positions": 64, "vocab_size": 512})");
+  expect_tiny_config(io::load_gpt_weights(path));
 }
 
 // A folder that is not a checkpoint: a Hugging Face download folder (model.safetensors +
@@ -393,7 +445,9 @@ TEST_F(GptWeightsBadSafetensors, WrongShape) {
 TEST_F(GptWeightsBadSafetensors, MissingTensor) {
   std::erase_if(hf_, [](const auto& p) { return p.first == "h.1.ln_2.bias"; });
   expect_refused(hf_, "expected a tensor 'transformer.h.1.ln_2.bias' (or 'h.1.ln_2.bias') of "
-                      "GPT-2's, got none");
+                      "GPT-2's, got none; the file holds '" +
+                          hf_[0].first + "', '" + hf_[1].first + "', '" + hf_[2].first + "', '" +
+                          hf_[3].first + "', ... (" + std::to_string(hf_.size()) + " tensors)");
 }
 
 TEST_F(GptWeightsBadSafetensors, WrongDtypeAndUntiedHead) {
@@ -402,6 +456,15 @@ TEST_F(GptWeightsBadSafetensors, WrongDtypeAndUntiedHead) {
   hf_ = io::load_safetensors(kDir + "/hf/model.safetensors").tensors;
   hf_.emplace_back("lm_head.weight", Tensor::zeros({512, 32}, DType::f32, Device::cpu()));
   expect_refused(hf_, "'lm_head.weight' [512, 32]: expected the tied head, equal to wte.weight");
+  // Issue 29 (6): a transposed head [C, V] was "other values"; its shape is said.
+  hf_.back().second = Tensor::zeros({32, 512}, DType::f32, Device::cpu());
+  expect_refused(hf_, "'lm_head.weight': expected the tied head, equal to wte.weight [512, 32] "
+                      "(ditto's GPT ties them, as GPT-2), got the shape [32, 512] (transposed)");
+  // Issue 29 (6): the key as stored ('transformer.ln_f.weight'), not without its prefix.
+  hf_ = io::load_safetensors(kDir + "/hf/model.safetensors").tensors;
+  for (auto& [n, x] : hf_) n = "transformer." + n;
+  replace("transformer.ln_f.weight", Tensor::zeros({32}, DType::i32, Device::cpu()));
+  expect_refused(hf_, "'transformer.ln_f.weight': expected F32, BF16 or F16, got I32");
 }
 
 // A safetensors file with `extra` BOOL tensors [1, 1, 64, 64] added by hand (ditto's serializer

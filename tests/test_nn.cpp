@@ -536,19 +536,25 @@ TEST_F(NNTest, LossCloneKeepsTheGlobalBatchAndTheDeterminism) {
   EXPECT_EQ(wl_copy->forward({x, t}).item(), wl.forward({x, t}).item());
 }
 
-// Note [Empty replica loss]: a mean over no samples is 0 (torch: NaN), its gradient empty.
-TEST_F(NNTest, LossOverNoSamplesIsZero) {
+// Note [Empty replica loss]: a mean over no samples is NaN, as torch's (issue 29: it was 0), its
+// gradient empty; a replica's share of no rows of a global batch (set_global_batch) adds 0.
+TEST_F(NNTest, LossOverNoSamplesIsNanAsTorchsAndZeroAsAShareOfAGlobalBatch) {
   nn::CrossEntropyLoss ce;
   const float l =
       ce.forward(Tensor::zeros({0, 3}, DType::f32, dev()), Tensor::zeros({0}, DType::i64, dev()))
           .item();
-  EXPECT_EQ(l, 0.0f);
+  EXPECT_TRUE(std::isnan(l)) << l;
   EXPECT_EQ(ce.backward().shape(), (Shape{0, 3}));
   nn::MSELoss mse;
-  EXPECT_EQ(mse.forward(Tensor::zeros({0, 3}, DType::f32, dev()),
-                        Tensor::zeros({0, 3}, DType::f32, dev()))
-                .item(),
-            0.0f);
+  EXPECT_TRUE(std::isnan(mse.forward(Tensor::zeros({0, 3}, DType::f32, dev()),
+                                     Tensor::zeros({0, 3}, DType::f32, dev()))
+                             .item()));
+  ce.set_global_batch(4);
+  EXPECT_EQ(
+      ce.forward(Tensor::zeros({0, 3}, DType::f32, dev()), Tensor::zeros({0}, DType::i64, dev()))
+          .item(),
+      0.0f);
+  EXPECT_EQ(ce.backward().shape(), (Shape{0, 3}));
 }
 
 // ---- WithLoss --------------------------------------------------------------------------------

@@ -118,7 +118,17 @@ TEST(Options, TrainerOptionsApplyTheirText) {
   EXPECT_EQ(o.config.determinism, Determinism::fast);  // a dry run predicts a production run
   EXPECT_FALSE(o.config.memory_capacity);
   o.dtype = "f64";
-  test::expect_invalid([&] { o.apply({}); }, "--dtype: expected f32, bf16 or f16, got 'f64'");
+  test::expect_invalid([&] { o.apply({}); },
+                       "--dtype: expected f32, bf16 or f16 (or nanoGPT's float32, bfloat16, "
+                       "float16), got 'f64'");
+  // Issue 29 (4): nanoGPT's spellings (torch's dtype names) were refused.
+  for (const auto& [torch_name, want] : {std::pair<std::string, DType>{"bfloat16", DType::bf16},
+                                         {"float16", DType::f16},
+                                         {"float32", DType::f32}}) {
+    o.dtype = torch_name;
+    o.apply({});
+    EXPECT_EQ(o.config.dtype, want) << torch_name;
+  }
   o.dtype = "f32";
   o.hidden = "128,";
   test::expect_invalid([&] { o.apply({}); }, "--hidden: expected comma-separated positive sizes");

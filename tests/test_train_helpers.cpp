@@ -10,6 +10,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "core/checkpoint/checkpoint.h"
@@ -270,6 +271,29 @@ TEST(GptRecipe, ConfiguresNanoGptsRunAndNamesFieldsAsTheCallerDoes) {
   bad.field_names.clear();
   expect_invalid([&] { train::configure_gpt(bad, c2); },
                  "GptSettings::n_embd: expected a multiple of GptSettings::n_head = 4, got 130");
+}
+
+// Issue 29 (4): nanoGPT's init_from values were read as file names ("cannot open 'resume'").
+TEST(GptRecipe, NanoGptsInitFromValuesSayWhatToUseInstead) {
+  const std::map<std::string, std::string> instead = {
+      {"resume", "to resume a run, give its checkpoint directory to --resume DIR"},
+      {"scratch", "to start from scratch, leave --init-from out (the default)"},
+      {"gpt2", "to start from gpt2's weights, give a file of them: an llm.c model file"},
+      {"gpt2-xl", "to start from gpt2-xl's weights, give a file of them"}};
+  for (const auto& [value, says] : instead) {
+    train::GptSettings g;
+    g.data = DITTO_SHAKESPEARE_TXT;
+    g.init_from = value;
+    g.given.insert("init_from");
+    g.field_names = {{"init_from", "--init-from"}};
+    train::TrainerConfig c;
+    c.field_names = {{"resume_dir", "--resume"}};
+    const std::string got = test::expect_error<InvalidArgument>(
+        [&] { train::configure_gpt(g, c); },
+        "--init-from: expected a model file or a checkpoint directory, got '" + value +
+            "' (nanoGPT's init_from value, not a file here): " + says);
+    EXPECT_EQ(got.find("cannot open"), std::string::npos) << got;
+  }
 }
 
 TEST(GptRecipe, ADryRunWithAPresetNeedsNoDataAndTakesAFewSteps) {

@@ -551,6 +551,72 @@ TEST(LaunchRanks, AThreadThatCannotBeCreatedIsAnErrorAfterTheStartedRanksAreJoin
   EXPECT_EQ(peer_failures.load(), 5);
 }
 
+// Issue 29 (1): a rank's body (a user's callback, a data source) that throws something not
+// derived from std::exception escaped its thread: std::terminate, exit 134. Now the others fail
+// naming that rank and the caller gets the original exception, as with a std::exception.
+TEST(LaunchRanks, ARankThrowingANonStdExceptionFailsTheOthersAndReachesTheCaller) {
+  test::init_sim(3);
+  std::mutex mu;
+  std::vector<std::string> peer_messages;
+  try {
+    launch_ranks(devices("sim", 3), CommOptions{}, nullptr, [&](Communicator& comm) {
+      if (comm.rank() == 1) throw 42;
+      try {
+        Tensor t = Tensor::full({4}, 1.0f, comm.device());
+        comm.all_reduce(t);  // rank 1 never comes
+        (void)t.to_vector<float>();
+      } catch (const PeerFailure& p) {
+        EXPECT_EQ(p.failed_rank(), 1) << p.what();
+        std::lock_guard lk(mu);
+        peer_messages.emplace_back(p.what());
+        throw;
+      }
+    });
+    ADD_FAILURE() << "expected the rank's int";
+  } catch (int v) {
+    EXPECT_EQ(v, 42);
+  }
+  ASSERT_EQ(peer_messages.size(), 2u);
+  for (const std::string& m : peer_messages)
+    EXPECT_NE(m.find("an exception not derived from std::exception"), std::string::npos) << m;
+}
+
+TEST(Trainer, ACallbackThrowingANonStdExceptionReachesTheCallerUnderDpAndDdp) {
+  for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp}) {
+    TrainerCallbacks cb;
+    cb.on_epoch = [](const EpochMetrics&) { throw 42; };
+    try {
+      Trainer(small(2, k, 1), digits(), cb).fit();
+      ADD_FAILURE() << "expected the callback's int";
+    } catch (int v) {
+      EXPECT_EQ(v, 42);
+    }
+  }
+}
+
+// Issue 29 (3): a DatasetSource of no rows failed in nn::mlp ("sizes[2]: expected >= 1, got 0"),
+// or with `outputs` given trained nothing and returned train_loss 0; a FunctionSource whose
+// batches have no rows "trained" with loss 0. Both are refused naming the source or the batch.
+TEST(Trainer, ASourceOfNoRowsAndABatchOfNoRowsAreRefused) {
+  data::Dataset none;
+  none.features = Tensor::zeros({0, 4}, DType::f32, Device::cpu());
+  none.labels = Tensor::from_vector(std::vector<std::int64_t>{}, {0});
+  for (std::int64_t outputs : {0, 3})
+    test::expect_invalid([&] { DatasetSource src(none, {}, 0, true, outputs); },
+                         "DatasetSource: train: expected at least one row, got 0");
+  auto empty = std::make_shared<FunctionSource>(2, 4, 3, [](std::int64_t, std::int64_t) {
+    return data::Batch{Tensor::zeros({0, 4}, DType::f32, Device::cpu()),
+                       Tensor::from_vector(std::vector<std::int64_t>{}, {0})};
+  });
+  for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp}) {
+    TrainerConfig c = small(2, k, 1);
+    c.hidden = {8};
+    test::expect_invalid([&] { Trainer(c, empty).fit(); },
+                         "Trainer: the data source's batch 0 of epoch 1: expected at least one "
+                         "row, got 0");
+  }
+}
+
 // Issue 16 (4): the configuration check at the start of a run (torchrun's rendezvous).
 TEST(RankSettings, DisagreementNamesTheFirstDifferingSettingBothValuesAndBothRanks) {
   const RankSettings a{{"--loss", "mse"}, {"--micro-shards", "8"}, {"--seed", "1"}};

@@ -222,6 +222,51 @@ std::int64_t n_head_from_config_json(const std::string& path, std::string& from)
   return v.get<std::int64_t>();
 }
 
+// Note [GPT-2 config.json]
+// Hugging Face's config.json beside a model.safetensors says more than n_head: a model of another
+// architecture (model_type), activation (activation_function), LayerNorm epsilon
+// (layer_norm_epsilon) or attention scaling (scale_attn_weights) would load and compute something
+// else without a word, and sizes that contradict the tensors mean the file is not the one the
+// config describes. Each is refused naming the key, what ditto's GPT-2 expects and what the file
+// says; keys left out are HF's defaults, which are ditto's.
+void check_config_json(const std::string& path, const nn::GPTConfig& c) {
+  const fs::path cfg = fs::path(path).parent_path() / "config.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(cfg, ec)) return;
+  // n_head_from_config_json parsed it already (a file that is not a JSON object is refused there)
+  // unless an earlier source gave n_head: parse errors are refused the same way here.
+  nlohmann::json j = nlohmann::json::parse(
+      read_file(cfg.string(), kMaxJsonBytes, "io::load_gpt_weights"), nullptr, false);
+  DITTO_CHECK_T(ParseError, !j.is_discarded() && j.is_object(), "io::load_gpt_weights: '",
+                cfg.string(), "' (the config.json beside '", path,
+                "'): expected a JSON object, got ",
+                j.is_discarded() ? "text that is not JSON" : j.type_name());
+  auto refuse = [&](const char* key, const std::string& expected) {
+    throw InvalidArgument(detail::cat("io::load_gpt_weights: '", cfg.string(),
+                                      "' (the config.json beside '", path, "'): ", key,
+                                      ": expected ", expected, ", got ", j[key].dump()));
+  };
+  if (j.contains("model_type") && j["model_type"] != "gpt2")
+    refuse("model_type", "\"gpt2\" (ditto's GPT is GPT-2's architecture)");
+  if (j.contains("activation_function") && j["activation_function"] != "gelu_new" &&
+      j["activation_function"] != "gelu")
+    refuse("activation_function", "\"gelu_new\" or \"gelu\" (GPT-2's GELU)");
+  if (j.contains("layer_norm_epsilon") &&
+      !(j["layer_norm_epsilon"].is_number() && j["layer_norm_epsilon"].get<double>() == 1e-5))
+    refuse("layer_norm_epsilon", "1e-05 (GPT-2's and ditto's LayerNorm epsilon)");
+  if (j.contains("scale_attn_weights") && j["scale_attn_weights"] != true)
+    refuse("scale_attn_weights", "true (attention scores scaled by 1/sqrt(head size), as GPT-2)");
+  const std::pair<const char*, std::int64_t> sizes[] = {{"n_layer", c.n_layer},
+                                                        {"n_embd", c.n_embd},
+                                                        {"n_positions", c.block_size},
+                                                        {"vocab_size", c.vocab_size}};
+  for (const auto& [key, tensors] : sizes)
+    if (j.contains(key) && !(j[key].is_number_integer() && j[key].get<std::int64_t>() == tensors))
+      refuse(key,
+             detail::cat(tensors, " (the tensors' ",
+                         key == std::string("n_positions") ? "block_size, wpe's rows" : key, ")"));
+}
+
 // n_head from a ditto checkpoint's trainer.json beside `path` (DIR/step-N/model.safetensors):
 // its config "model" "gpt(n_layer=..,n_head=N,...)"; 0 when there is none or it is not a GPT's.
 std::int64_t n_head_from_trainer_json(const std::string& path, std::string& from) {
@@ -248,38 +293,68 @@ std::int64_t n_head_from_trainer_json(const std::string& path, std::string& from
   return nh;
 }
 
+// A state_dict's name as nanoGPT reads it: torch.compile's '_orig_mod.' (nanoGPT's default,
+// compile=True, saves its model's names so; its train.py strips the prefix on resume) and DDP's
+// 'module.' taken off the front.
+std::string without_wrapper_prefixes(std::string name) {
+  for (bool again = true; again;) {
+    again = false;
+    for (const char* p : {"_orig_mod.", "module."})
+      if (name.rfind(p, 0) == 0) name = name.substr(std::strlen(p)), again = true;
+  }
+  return name;
+}
+
 GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
                             std::int64_t n_head_hint) {
-  // Names without the "transformer." prefix, the mask buffers dropped.
+  // Names without the wrapper prefixes and "transformer.", the mask buffers dropped; `stored_name`:
+  // each one's name in the file, which errors name.
   std::map<std::string, const Tensor*> t;
+  std::map<std::string, std::string> stored_name;
   const Tensor* lm_head = nullptr;
+  std::string lm_head_name;
   static const std::regex mask(R"(h\.\d+\.attn\.(bias|masked_bias))");
+  auto short_name = [](const std::string& name) {
+    const std::string n = without_wrapper_prefixes(name);
+    return n.rfind("transformer.", 0) == 0 ? n.substr(12) : n;
+  };
   for (const auto& [name, dt] : d.skipped) {  // dtypes ditto cannot hold: mask buffers only
-    const std::string n = name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
-    if (!std::regex_match(n, mask))
+    if (!std::regex_match(short_name(name), mask))
       bad(path, detail::cat("'", name, "': expected F32, BF16 or F16, got ", dt));
   }
   for (const auto& [name, tensor] : d.tensors) {
-    std::string n = name.rfind("transformer.", 0) == 0 ? name.substr(12) : name;
-    if (name == "lm_head.weight") {
+    const std::string n = short_name(name);
+    if (n == "lm_head.weight") {
       lm_head = &tensor;
+      lm_head_name = name;
       continue;
     }
     if (std::regex_match(n, mask)) continue;
     if (t.count(n))
-      bad(path, detail::cat("'", name,
-                            "': the name appears with and without the "
-                            "'transformer.' prefix"));
+      bad(path, detail::cat("'", name, "' and '", stored_name[n],
+                            "': the same tensor twice (names compared without the "
+                            "'transformer.', '_orig_mod.' and 'module.' prefixes)"));
     t[n] = &tensor;
+    stored_name[n] = name;
   }
+  // A few of the names the file holds, for an error that misses one.
+  auto some_names = [&] {
+    std::string s;
+    const std::size_t shown = std::min<std::size_t>(d.tensors.size(), 4);
+    for (std::size_t i = 0; i < shown; ++i)
+      s += detail::cat(i ? ", '" : "'", d.tensors[i].first, "'");
+    if (d.tensors.size() > shown) s += detail::cat(", ... (", d.tensors.size(), " tensors)");
+    return s.empty() ? std::string("no tensors") : s;
+  };
   auto need = [&](const std::string& n) -> const Tensor& {
     auto it = t.find(n);
     if (it == t.end())
       bad(path, detail::cat("expected a tensor 'transformer.", n, "' (or '", n,
-                            "') of GPT-2's, got none"));
+                            "') of GPT-2's, got none; the file holds ", some_names()));
     const DType dt = it->second->dtype();
     if (dt != DType::f32 && dt != DType::bf16 && dt != DType::f16)
-      bad(path, detail::cat("'", n, "': expected F32, BF16 or F16, got ", safetensors_dtype(dt)));
+      bad(path, detail::cat("'", stored_name.at(n), "': expected F32, BF16 or F16, got ",
+                            safetensors_dtype(dt)));
     return *it->second;
   };
   const Tensor& wte = need("wte.weight");
@@ -344,12 +419,13 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
               c.n_layer, ", n_embd ", C, " is none), got none");
   c.n_head = nh;
   check_config_or_bad(path, c);
+  check_config_json(path, c);  // Note [GPT-2 config.json]
   // Every name must be one of the model's.
   std::set<std::string> expected;
   for (const auto& [name, shape] : gpt_param_specs(c)) expected.insert(name.substr(12));
   for (const auto& [n, tensor] : t)
     if (!expected.count(n))
-      bad(path, detail::cat("unknown tensor '", n, "' ", shape_str(tensor->shape()),
+      bad(path, detail::cat("unknown tensor '", stored_name.at(n), "' ", shape_str(tensor->shape()),
                             ": expected GPT-2's names (wte, wpe, h.0..h.", c.n_layer - 1, ", ln_f",
                             c.bias ? ", with biases" : ", without biases", ")"));
   for (const auto& [name, shape] : gpt_param_specs(c)) {
@@ -362,7 +438,7 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
         conv = true;
     const Shape stored = conv ? Shape{shape[1], shape[0]} : shape;
     if (src.shape() != stored)
-      bad(path, detail::cat("'", n, "': expected ", shape_str(stored),
+      bad(path, detail::cat("'", stored_name.at(n), "': expected ", shape_str(stored),
                             conv ? " (Conv1D's [in, out])" : "", " for n_layer ", c.n_layer,
                             ", n_embd ", C, ", got ", shape_str(src.shape())));
     Tensor f = src.to(DType::f32);
@@ -371,9 +447,17 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
   if (lm_head) {
     const Tensor& wte32 = w.params[0].second;
     Tensor head = lm_head->to(DType::f32);
-    if (head.shape() != wte32.shape() ||
-        std::memcmp(head.data_ptr(), wte32.data_ptr(), wte32.nbytes()) != 0)
-      bad(path, detail::cat("'lm_head.weight' ", shape_str(lm_head->shape()),
+    if (head.shape() != wte32.shape())
+      bad(path,
+          detail::cat(
+              "'", lm_head_name, "': expected the tied head, equal to wte.weight ",
+              shape_str(wte32.shape()), " (ditto's GPT ties them, as GPT-2), got the shape ",
+              shape_str(lm_head->shape()),
+              head.dim() == 2 && head.size(0) == wte32.size(1) && head.size(1) == wte32.size(0)
+                  ? " (transposed)"
+                  : ""));
+    if (std::memcmp(head.data_ptr(), wte32.data_ptr(), wte32.nbytes()) != 0)
+      bad(path, detail::cat("'", lm_head_name, "' ", shape_str(lm_head->shape()),
                             ": expected the "
                             "tied head, equal to wte.weight (ditto's GPT ties them, as GPT-2), "
                             "got other values"));

@@ -23,8 +23,10 @@
 // Note [GPT-2 safetensors]
 // Hugging Face's GPT-2 (transformers' GPT2Model / GPT2LMHeadModel, model.safetensors): the names
 // of nanoGPT's state_dict without the "transformer." prefix in the hub's gpt2 file
-// ("wte.weight", "h.0.attn.c_attn.weight", ...) or with it (GPT2LMHeadModel.save_pretrained);
-// attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj weights are Conv1D's [in, out], the
+// ("wte.weight", "h.0.attn.c_attn.weight", ...) or with it (GPT2LMHeadModel.save_pretrained),
+// also after torch.compile's "_orig_mod." or DDP's "module." (a nanoGPT state_dict saved from its
+// compiled or DDP-wrapped model: taken off, as nanoGPT's train.py does; errors name the stored
+// key); attn.c_attn, attn.c_proj, mlp.c_fc and mlp.c_proj weights are Conv1D's [in, out], the
 // transpose of nanoGPT's Linear [out, in] (nanoGPT's from_pretrained transposes them);
 // "lm_head.weight", when present, must equal wte (the head is tied, as in GPT-2); the attention
 // mask buffers "h.N.attn.bias" and "h.N.attn.masked_bias" are not parameters and are ignored
@@ -33,7 +35,8 @@
 // F16 tensors are read (converted to f32 exactly). The file has no n_head: it is taken from
 // __metadata__ "ditto.n_head" (ditto's export writes it), else the "model" of a ditto trainer.json
 // beside the file (a checkpoint's DIR/step-N/model.safetensors), else "n_head" of a config.json
-// beside the file (a Hugging Face model directory; one that is not a JSON object is refused),
+// beside the file (a Hugging Face model directory; one that is not a JSON object is refused,
+// and so is one that describes another model: Note [GPT-2 config.json], gpt_weights.cpp),
 // else the GPT-2 size with this n_layer and n_embd
 // (gpt2_presets: 12 heads for 768 wide, ...), else the caller's n_head_hint (--n-head).
 // A safetensors file whose c_attn weight is [3C, C] has nanoGPT's layout (ditto's checkpoint

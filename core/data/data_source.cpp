@@ -100,6 +100,8 @@ DatasetSource::DatasetSource(data::Dataset train, data::Dataset eval, std::uint6
   train_ = std::move(train);
   eval_ = std::move(eval);
   data::check_dataset(train_, "DatasetSource: train");
+  // No rows: no batch to train on (and no labels to count the classes of).
+  DITTO_CHECK(train_.size() >= 1, "DatasetSource: train: expected at least one row, got 0");
   if (eval_.size() > 0) data::check_dataset(eval_, "DatasetSource: eval");
   if (outputs_ == 0) outputs_ = data::num_classes(train_);
 }

@@ -123,7 +123,8 @@ class CsvDataSource final : public LoaderSource {
 class DatasetSource final : public LoaderSource {
  public:
   /// `outputs`: what the model must produce per row (the default MLP's last size); 0: the
-  /// number of classes of train's labels. Throws InvalidArgument for a malformed data set.
+  /// number of classes of train's labels. Throws InvalidArgument for a malformed data set and
+  /// for a `train` of no rows.
   DatasetSource(data::Dataset train, data::Dataset eval = {}, std::uint64_t seed = 0,
                 bool shuffle = true, std::int64_t outputs = 0);
 
@@ -136,7 +137,8 @@ class DatasetSource final : public LoaderSource {
 
 /// Batches made by a function of (epoch, i): synthetic data for tests and benches, whose batch
 /// i of an epoch need not come from one data set. `inputs`/`outputs` size the default MLP.
-/// `make` is called from every rank thread (ddp): it must be safe to call concurrently.
+/// `make` is called from every rank thread (ddp): it must be safe to call concurrently. The
+/// Trainer refuses a batch of no rows (InvalidArgument naming the epoch and batch).
 class FunctionSource final : public DataSource {
  public:
   using MakeBatch = std::function<data::Batch(std::int64_t epoch, std::int64_t i)>;

@@ -32,6 +32,28 @@ bool launched_by_mpirun() {
   return false;
 }
 
+void check_not_torchrun(const std::string& who) {
+  if (launched_by_mpirun()) return;
+  std::string seen;
+  bool refuse = false;
+  for (const char* var : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}) {
+    const char* v = std::getenv(var);
+    if (!v || !*v) continue;
+    seen += detail::cat(seen.empty() ? "" : " ", var, "=", v);
+    const std::string name(var), value(v);
+    const bool size = name == "WORLD_SIZE" || name == "LOCAL_WORLD_SIZE";
+    // A size of one, a rank of 0: torchrun with one process, which runs the whole job anyway.
+    if (size ? value != "1" && value != "0" : value != "0") refuse = true;
+  }
+  if (!refuse) return;
+  throw InvalidArgument(detail::cat(
+      who, ": torchrun's variables are set (", seen,
+      ") but ditto does not read them: each process would run a whole job of its own. ditto "
+      "starts its ranks with mpirun (docs/mpi.md: `mpirun -np N ditto-train --trainer ddp`), or "
+      "runs N devices in one process (--devices N); unset these variables to run this process "
+      "alone"));
+}
+
 void init(int* argc, char*** argv) {
   State& s = state();
   std::lock_guard lk(s.mu);

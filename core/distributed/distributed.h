@@ -30,6 +30,16 @@ bool available();
 /// PMIX_RANK / PMI_SIZE of a PMI launcher are set). Does not need MPI support.
 bool launched_by_mpirun();
 
+/// Throws InvalidArgument when this process looks like one rank of a launcher whose environment
+/// ditto does not read, torchrun's (WORLD_SIZE > 1, or RANK / LOCAL_RANK set to other than 0)
+/// outside mpirun (launched_by_mpirun() false): each such process would run a whole job of its
+/// own (N full jobs under `torchrun --no-python`). The message starts with `who` (the caller;
+/// ditto-train says "environment"), names the variables seen and says to start the ranks with
+/// mpirun (docs/mpi.md) or to run one process with --devices N. torchrun with one process
+/// (WORLD_SIZE=1, RANK=0) and mpirun's processes (OMPI_* / PMI* variables; Open MPI sets no RANK)
+/// pass.
+void check_not_torchrun(const std::string& who);
+
 /// MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE): joins the job's processes. Collective: every
 /// process of the job calls it. argc/argv may be null. Throws BackendError when MPI support is not
 /// built, when MPI gives less than MPI_THREAD_MULTIPLE (the ranks' stream workers call MPI

@@ -3,6 +3,8 @@
 // loss's determinism mode.
 #include "core/nn/loss.h"
 
+#include <limits>
+
 #include "core/nn/module.h"
 #include "core/numerics/micro_shards.h"
 #include "core/runtime/ops.h"
@@ -56,18 +58,21 @@ std::int64_t Loss::mean_rows(std::int64_t input_rows, const char* call) const {
 // Note [Empty replica loss]
 // Bitwise DataParallel runs a replica on every device, also on one whose share of a small batch
 // is empty (Note [Micro-shards]); a replica of an nn::WithLoss then takes the mean of no rows.
-// torch's mean over an empty input is 0/0 = NaN, and those NaNs made the gathered losses of a
-// batch of 5 over 8 devices hold 3 NaNs where fast mode (torch.chunk: 5 replicas) had none. Here
-// a mean over no samples is 0 (mean_scale() 0, the input's gradient empty anyway): the empty
-// replica adds nothing, so the losses sum to the same total in both modes, and with
-// set_global_batch(B) (kept by clone()) to the mean over the B rows. (DataParallel leaves such a
-// replica's output out of the gathered one, so both modes gather min(B, devices) losses.)
+// torch's mean over an empty input is 0/0 = NaN. DataParallel leaves such a replica's output out
+// of the gathered one, so both modes gather min(B, devices) losses and its NaN reaches no one.
+// With set_global_batch(B) (kept by clone(); DDP's ranks, micro-steps) a replica's share of no
+// rows is 0 (0 / B): it adds nothing, and the shares sum to the mean over the B rows. Without a
+// global batch the mean over no samples is NaN, as torch's (issue 29: it was 0, so a batch of no
+// rows "trained" with loss 0); mean_scale() is 0 either way, the input's gradient empty.
 Tensor Loss::save_and_mean(const Tensor& per_sample, const Tensor& input, const Tensor& target,
                            std::int64_t denominator, std::int64_t rows_per_sample) {
   denominator_ = denominator;
   input_ = input;
   target_ = target;
-  return mean_of(per_sample, mean_scale(), determinism_, rows_per_sample);
+  Tensor mean = mean_of(per_sample, mean_scale(), determinism_, rows_per_sample);
+  if (denominator == 0)  // PyTorch: the mean of no elements is 0/0 = NaN (issue 29)
+    return Tensor::full({}, std::numeric_limits<float>::quiet_NaN(), mean.device());
+  return mean;
 }
 
 Tensor Loss::grad_loss_for(const Tensor& grad_loss, const char* call) const {

@@ -33,8 +33,8 @@ class Loss {
   /// the elements per sample for MSELoss) instead of by the input's rows, so the ranks' losses
   /// and gradients add up to those of the global batch. 0 (the default): the input's own rows.
   /// Throws InvalidArgument for rows < 0; forward throws InvalidArgument when the input has more
-  /// samples than `rows`. A forward over no samples with `rows` 0 gives 0, not torch's NaN
-  /// (Note [Empty replica loss], loss.cpp).
+  /// samples than `rows`. A forward over no samples gives torch's NaN with `rows` 0 and 0 (a
+  /// share of no rows) otherwise (Note [Empty replica loss], loss.cpp).
   void set_global_batch(std::int64_t rows);
   std::int64_t global_batch() const { return global_batch_; }
 

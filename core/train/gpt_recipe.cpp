@@ -6,6 +6,7 @@
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <sstream>
 
 #include "core/base/error.h"
@@ -194,9 +195,36 @@ double gpt_flops_per_token(const nn::GPTConfig& m) {
                        static_cast<double>(m.block_size);
 }
 
+namespace {
+
+// nanoGPT's init_from takes 'scratch', 'resume' or 'gpt2*' (its model names); ditto's is a file.
+// Such a value that names no file is refused saying what to use instead.
+void check_not_nanogpt_init_from(const GptSettings& g, const TrainerConfig& c) {
+  const std::string& v = g.init_from;
+  const bool gpt2 = v == "gpt2" || v == "gpt2-medium" || v == "gpt2-large" || v == "gpt2-xl";
+  if (v != "scratch" && v != "resume" && !gpt2) return;
+  std::error_code ec;
+  if (std::filesystem::exists(v, ec)) return;  // a file of that name: it is meant
+  const std::string instead =
+      v == "resume"    ? detail::cat("to resume a run, give its checkpoint directory to ",
+                                     c.name_of("resume_dir"), " DIR")
+      : v == "scratch" ? detail::cat("to start from scratch, leave ", g.name_of("init_from"),
+                                     " out (the default)")
+                       : detail::cat("to start from ", v,
+                                     "'s weights, give a file of them: an llm.c model file "
+                                     "(gpt2_124M.bin) or Hugging Face's model.safetensors "
+                                     "(docs/llmc_nanogpt.md)");
+  throw InvalidArgument(detail::cat(g.name_of("init_from"), ": expected a model file or a ",
+                                    "checkpoint directory, got '", v, "' (nanoGPT's init_from ",
+                                    "value, not a file here): ", instead));
+}
+
+}  // namespace
+
 GptRun configure_gpt(GptSettings& g, TrainerConfig& c) {
   GptRun out;
   std::string vocab_from;  // who set vocab_size when it was not given (init_from's file)
+  check_not_nanogpt_init_from(g, c);
   out.init_weights = apply_init_from(g, vocab_from);
   apply_preset(g);
   if (c.dry_run) {  // a prediction: a few steps, no evaluation or sample unless asked for

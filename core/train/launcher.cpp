@@ -8,6 +8,21 @@
 #include "core/distributed/distributed.h"
 
 namespace ditto::train {
+namespace {
+
+// What the exception in flight says: what() of a std::exception, or a description of one that is
+// not (a user's callback or data source may throw anything, e.g. `throw 42`).
+std::string what_of_current_exception() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception not derived from std::exception";
+  }
+}
+
+}  // namespace
 
 void RankBarrier::throw_failure() const {
   throw PeerFailure(detail::cat("rank barrier: ", failure_), failed_rank_);
@@ -20,8 +35,8 @@ void RankBarrier::arrive(const std::function<void()>& last) {
   if (++arrived_ == ranks_) {
     try {
       if (last) last();
-    } catch (const std::exception& e) {
-      failure_ = detail::cat("the epoch's cost snapshot failed: ", e.what());
+    } catch (...) {
+      failure_ = detail::cat("the epoch's cost snapshot failed: ", what_of_current_exception());
       cv_.notify_all();
       throw;
     }
@@ -230,8 +245,8 @@ void launch_ranks(const std::vector<Device>& devices, const CommOptions& options
         Communicator::init_rank(devices[0], dist::world_size(), dist::rank(), options);
     try {
       body(comm);
-    } catch (const std::exception& e) {
-      comm.abort(e.what());  // the other processes fail now, naming this rank
+    } catch (...) {  // anything: a user's callback may throw what it likes
+      comm.abort(what_of_current_exception());  // the other processes fail now, naming this rank
       throw;
     }
     if (after) after();
@@ -254,13 +269,14 @@ void launch_ranks(const std::vector<Device>& devices, const CommOptions& options
       start_rank_thread(threads, r, n, [&, r] {
         try {
           body(comms[static_cast<std::size_t>(r)]);
-        } catch (const std::exception& e) {
+        } catch (...) {  // anything (`throw 42` from a callback): an escape would std::terminate
+          const std::string why = what_of_current_exception();
           {
             std::lock_guard lk(errors_mu);
             errors.emplace_back(r, std::current_exception());
           }
-          comms[static_cast<std::size_t>(r)].abort(e.what());  // the others fail now, naming r
-          if (barrier) barrier->abort(r, e.what());
+          comms[static_cast<std::size_t>(r)].abort(why);  // the others fail now, naming r
+          if (barrier) barrier->abort(r, why);
         }
       });
     } catch (const Error& e) {

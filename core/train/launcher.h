@@ -88,8 +88,10 @@ void check_ranks_agree(const RankSettings& mine, std::int64_t timeout_ms,
 
 /// Runs `body(comm)` for every rank: under mpirun this process's rank (dist::rank() of
 /// dist::world_size(), on devices[0]: Communicator::init_rank); otherwise one thread per device of
-/// `devices` (Communicator::init_all). A rank whose body throws aborts its communicator (and
-/// `barrier`, when given); once every rank is done, the root error is rethrown. Otherwise
+/// `devices` (Communicator::init_all). A rank whose body throws (anything, also an exception not
+/// derived from std::exception, e.g. a callback's `throw 42`) aborts its communicator (and
+/// `barrier`, when given); once every rank is done, the root error is rethrown as it was thrown
+/// (the others see PeerFailure naming that rank). Otherwise
 /// `after` (when set) runs on the calling thread while the communicators are still alive.
 /// Before any communicator exists the ranks check that they agree (check_ranks_agree): on
 /// `settings(rank)` when given, and under mpirun also on options.determinism (named

@@ -138,8 +138,13 @@ void TrainerOptions::apply(const std::set<std::string>& given) {
   // A dry run predicts a production run: fast mode (llm.c's, nanoGPT's) unless asked otherwise.
   if (c.dry_run && !given.count(n("determinism"))) determinism = "fast";
   c.determinism = parse_determinism(determinism);
+  // nanoGPT's spellings of its dtype (torch's names): the same dtypes.
+  if (dtype == "float32") dtype = "f32";
+  if (dtype == "bfloat16") dtype = "bf16";
+  if (dtype == "float16") dtype = "f16";
   DITTO_CHECK(dtype == "f32" || dtype == "bf16" || dtype == "f16", n("dtype"),
-              ": expected f32, bf16 or f16, got '", dtype, "'");
+              ": expected f32, bf16 or f16 (or nanoGPT's float32, bfloat16, float16), got '", dtype,
+              "'");
   c.dtype = dtype == "bf16" ? DType::bf16 : dtype == "f16" ? DType::f16 : DType::f32;
   // The byte count must fit in size_t: converting a larger (or infinite) double is undefined.
   constexpr double kMaxMemoryGib = double(std::uint64_t(1) << 34);  // 2^34 GiB = 2^64 bytes
@@ -208,11 +213,10 @@ OptionTable trainer_options(TrainerOptions& o) {
           .no_default()
           .agree_as(Agree::no),
       // ---- GPT-2 scale (mixed precision, ZeRO-1, gradient accumulation, dry run)
-      option(
-          "--dtype", &o.dtype,
-          "f32, or mixed precision bf16 / f16: parameters, activations and gradients stored in that "
-          "dtype, f32 master weights and optimizer state (f16 adds dynamic loss scaling, as torch's "
-          "GradScaler)"),
+      option("--dtype", &o.dtype,
+             "f32, or mixed precision bf16 / f16 (nanoGPT's float32, bfloat16, float16 too): "
+             "parameters, activations and gradients stored in that dtype, f32 master weights and "
+             "optimizer state (f16 adds dynamic loss scaling, as torch's GradScaler)"),
       option("--zero-stage", &c.zero_stage,
              "ddp: 1 shards the optimizer state over the ranks (ZeRO-1, llm.c's -z 1; gradients "
              "reduce_scatter, parameters all_gather), 0 none",

@@ -114,7 +114,7 @@ RankSettings option_settings(const OptionTable& rows,
 struct TrainerOptions {
   TrainerConfig config;
   std::string determinism = "bitwise";  ///< --determinism: bitwise or fast
-  std::string dtype = "f32";            ///< --dtype: f32, bf16 or f16
+  std::string dtype = "f32";            ///< --dtype: f32, bf16 or f16 (or float32, ...)
   std::string trainer = "dp";           ///< --trainer: dp or ddp
   std::string hidden = "128";           ///< --hidden: "256,128"; "": no hidden layer
   float lr = 0.05f;                     ///< --lr: config.lr when given

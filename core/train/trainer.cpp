@@ -543,6 +543,10 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     std::int64_t seen = ts.epoch_samples, steps = 0;
     for (std::int64_t i = ts.batch; i < batches; ++i) {
       data::Batch b = data_->batch(epoch - 1, i, c.batch_size);
+      // A batch of no rows has nothing to train on (it "trained" with loss 0): refused naming it.
+      DITTO_CHECK(!b.x.defined() || b.x.dim() == 0 || b.x.size(0) >= 1,
+                  "Trainer: the data source's batch ", i, " of epoch ", epoch,
+                  ": expected at least one row, got 0");
       const bool logged = logs_step(ts.step);
       if (logged) run.step_mark_begin();
       const auto s0 = std::chrono::steady_clock::now();

@@ -40,3 +40,11 @@ if(TARGET ditto-train)
     REGEX "ditto-train: error: .*sim:2: device failed \\(injected fault fail:device=2,step=5, at step 5\\)"
     COMMAND $<TARGET_FILE:ditto-train> --trainer ddp --fault fail:device=2,step=5 TIMEOUT 30)
 endif()
+# Issue 29 (2): torchrun's environment was ignored, each process running a whole job of its own
+# (N jobs under torchrun --no-python): refused before any training, naming the variables and
+# mpirun.
+if(TARGET ditto-train)
+  ditto_expect_exit(DittoTrainCli.TorchrunEnvironmentIsRefusedNamingMpirun RC 1
+    REGEX "ditto-train: error: environment: torchrun's variables are set \\(RANK=1 WORLD_SIZE=2 LOCAL_RANK=1\\) but ditto does not read them: each process would run a whole job of its own. ditto starts its ranks with mpirun \\(docs/mpi.md"
+    COMMAND env RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 $<TARGET_FILE:ditto-train> --epochs 1 TIMEOUT 30)
+endif()
