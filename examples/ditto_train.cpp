@@ -168,9 +168,7 @@ int run(Args& a) {
       gpt_run = train::configure_gpt(g, c);  // refuses an --export over what the run reads
       data = gpt_run.source;
       inputs = train::gpt_inputs(g, gpt_run, c);
-      for (std::size_t i = 0; i + 1 < g.export_files.size(); i += 2)
-        inputs.files.emplace_back(g.name_of("export_files") + " " + g.export_files[i],
-                                  g.export_files[i + 1]);
+      for (io::NamedPath& e : train::gpt_exports(g)) inputs.files.push_back(std::move(e));
     }
     // --trace and --metrics-jsonl are written (--metrics-jsonl truncated as the run starts,
     // --trace replaced as it ends): not over a file the run reads (every --data file, the

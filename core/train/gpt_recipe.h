@@ -95,6 +95,9 @@ struct RunInputs {
 /// The inputs of `run` (configure_gpt's, for `g`) and `c`'s checkpoint directories (empty paths
 /// kept: check_outputs_are_not_inputs skips them).
 RunInputs gpt_inputs(const GptSettings& g, const GptRun& run, const TrainerConfig& c);
+/// The files g.export_files writes, each named "<g.name_of("export_files")> FORMAT" (for
+/// io::check_outputs_are_not_inputs); a trailing FORMAT without its FILE is left out.
+std::vector<io::NamedPath> gpt_exports(const GptSettings& g);
 
 /// Sets up `c` for the GPT run of `g` (which it completes: the init_from file's model fields,
 /// the preset's, a dry run's defaults of a few steps without evaluation or sample, eval_only's

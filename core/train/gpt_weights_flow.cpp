@@ -100,6 +100,13 @@ RunInputs gpt_inputs(const GptSettings& g, const GptRun& run, const TrainerConfi
   return in;
 }
 
+std::vector<io::NamedPath> gpt_exports(const GptSettings& g) {
+  std::vector<io::NamedPath> out;
+  for (std::size_t i = 0; i + 1 < g.export_files.size(); i += 2)
+    out.emplace_back(g.name_of("export_files") + " " + g.export_files[i], g.export_files[i + 1]);
+  return out;
+}
+
 // Checks export_files (format llmc, llmc-bf16 or hf; a model with biases; a file in an existing
 // directory that is none of gpt_inputs' files and outside its directories) and eval_only, sets
 // c.eval_only (and g.sample 0 unless given), and makes c.make_model load run.init_weights into
@@ -131,12 +138,9 @@ void configure_weights(GptSettings& g, const GptRun& run, TrainerConfig& c) {
   // Not over a file the run reads (each of a --data list or glob, a validation file, init_from)
   // nor inside a checkpoint directory, by identity where the files exist.
   const RunInputs in = gpt_inputs(g, run, c);
-  std::vector<io::NamedPath> outputs;
-  for (std::size_t i = 0; i < g.export_files.size(); i += 2)
-    outputs.emplace_back(export_ + " " + g.export_files[i], g.export_files[i + 1]);
+  const std::vector<io::NamedPath> outputs = gpt_exports(g);
   io::check_outputs_are_not_inputs(outputs, in.files, in.dirs);
-  for (std::size_t i = 0; i < g.export_files.size(); i += 2)
-    io::check_replaceable_output(g.export_files[i + 1], export_ + " " + g.export_files[i]);
+  for (const auto& [what, file] : outputs) io::check_replaceable_output(file, what);
   DITTO_CHECK(!g.eval_only || !g.init_from.empty() || !c.resume_dir.empty(), g.name_of("eval_only"),
               ": expected a model to evaluate, ", init_from, " FILE or ", c.name_of("resume_dir"),
               " DIR, got neither (it would evaluate a randomly "
