@@ -191,13 +191,18 @@ GptWeights load_llmc(const std::string& path) {
 
 // ---- safetensors (Hugging Face or nanoGPT layout) ---------------------------------------------
 
-// n_head from a config.json beside `path` (a Hugging Face model directory); 0 when none. A
-// config.json that is not a JSON object is refused (ParseError naming it and what is wrong):
-// ignoring it would only fail later, on a missing n_head, without saying why.
-std::int64_t n_head_from_config_json(const std::string& path, std::string& from) {
-  const fs::path cfg = fs::path(path).parent_path() / "config.json";
+fs::path config_json_path(const std::string& path) {
+  return fs::path(path).parent_path() / "config.json";
+}
+
+// The config.json beside `path` (a Hugging Face model directory), parsed once for
+// n_head_from_config_json and check_config_json; null when there is none. A config.json that is
+// not a JSON object is refused (ParseError naming it and what is wrong): ignoring it would only
+// fail later, on a missing n_head, without saying why.
+nlohmann::json read_config_json(const std::string& path) {
+  const fs::path cfg = config_json_path(path);
   std::error_code ec;
-  if (!fs::is_regular_file(cfg, ec)) return 0;
+  if (!fs::is_regular_file(cfg, ec)) return nullptr;
   std::string text = read_file(cfg.string(), kMaxJsonBytes, "io::load_gpt_weights");
   nlohmann::json j;
   try {
@@ -211,14 +216,21 @@ std::int64_t n_head_from_config_json(const std::string& path, std::string& from)
   DITTO_CHECK_T(ParseError, j.is_object(), "io::load_gpt_weights: '", cfg.string(),
                 "' (the config.json beside '", path, "'): expected a JSON object, got ",
                 j.type_name());
-  if (!j.contains("n_head")) return 0;
+  return j;
+}
+
+// n_head from `j`, read_config_json(path)'s; 0 when there is none or it has no n_head.
+std::int64_t n_head_from_config_json(const std::string& path, const nlohmann::json& j,
+                                     std::string& from) {
+  if (j.is_null() || !j.contains("n_head")) return 0;
+  const std::string cfg = config_json_path(path).string();
   const auto& v = j["n_head"];
   DITTO_CHECK_T(ParseError, v.is_number_integer() && v.get<std::int64_t>() >= 1,
-                "io::load_gpt_weights: '", cfg.string(),
+                "io::load_gpt_weights: '", cfg,
                 "': n_head: expected an integer >= 1, "
                 "got ",
                 v.dump());
-  from = cfg.string();
+  from = cfg;
   return v.get<std::int64_t>();
 }
 
@@ -229,18 +241,10 @@ std::int64_t n_head_from_config_json(const std::string& path, std::string& from)
 // else without a word, and sizes that contradict the tensors mean the file is not the one the
 // config describes. Each is refused naming the key, what ditto's GPT-2 expects and what the file
 // says; keys left out are HF's defaults, which are ditto's.
-void check_config_json(const std::string& path, const nn::GPTConfig& c) {
-  const fs::path cfg = fs::path(path).parent_path() / "config.json";
-  std::error_code ec;
-  if (!fs::is_regular_file(cfg, ec)) return;
-  // n_head_from_config_json parsed it already (a file that is not a JSON object is refused there)
-  // unless an earlier source gave n_head: parse errors are refused the same way here.
-  nlohmann::json j = nlohmann::json::parse(
-      read_file(cfg.string(), kMaxJsonBytes, "io::load_gpt_weights"), nullptr, false);
-  DITTO_CHECK_T(ParseError, !j.is_discarded() && j.is_object(), "io::load_gpt_weights: '",
-                cfg.string(), "' (the config.json beside '", path,
-                "'): expected a JSON object, got ",
-                j.is_discarded() ? "text that is not JSON" : j.type_name());
+// `j`: read_config_json(path)'s (null: no config.json, nothing to check).
+void check_config_json(const std::string& path, const nlohmann::json& j, const nn::GPTConfig& c) {
+  if (j.is_null()) return;
+  const fs::path cfg = config_json_path(path);
   auto refuse = [&](const char* key, const std::string& expected) {
     throw InvalidArgument(detail::cat("io::load_gpt_weights: '", cfg.string(),
                                       "' (the config.json beside '", path, "'): ", key,
@@ -403,7 +407,8 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
     w.n_head_from = "its __metadata__ ditto.n_head";
   }
   if (nh == 0) nh = n_head_from_trainer_json(path, w.n_head_from);
-  if (nh == 0) nh = n_head_from_config_json(path, w.n_head_from);
+  const nlohmann::json config_json = read_config_json(path);  // Note [GPT-2 config.json]
+  if (nh == 0) nh = n_head_from_config_json(path, config_json, w.n_head_from);
   if (nh == 0)
     for (const nn::GPT2Preset& p : nn::gpt2_presets())
       if (p.n_layer == c.n_layer && p.n_embd == C) {
@@ -419,7 +424,7 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
               c.n_layer, ", n_embd ", C, " is none), got none");
   c.n_head = nh;
   check_config_or_bad(path, c);
-  check_config_json(path, c);  // Note [GPT-2 config.json]
+  check_config_json(path, config_json, c);  // Note [GPT-2 config.json]
   // Every name must be one of the model's.
   std::set<std::string> expected;
   for (const auto& [name, shape] : gpt_param_specs(c)) expected.insert(name.substr(12));
