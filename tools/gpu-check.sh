@@ -30,7 +30,8 @@
 #      loss within 0.01); logical devices share the GPU where there is one;
 #   3. speed beside PyTorch on the same GPU: bench/torch_gpu_bench.py (nanoGPT's char config in
 #      f32, TF32 and bf16; GPT-2 124M in bf16), ditto-train --backend cuda on the same
-#      configurations in fast and bitwise mode, and the dry run's prediction (--profile h200);
+#      configurations in fast and bitwise mode, and the dry run's prediction (--profile of the
+#      GPU nvidia-smi names: h100-sxm on an H100, h200 on an H200);
 #   4. compute-sanitizer --tool memcheck and --tool racecheck over short runs: a tiny GPT on 2
 #      devices bf16 ddp, the MLP, the bitwise GEMMs of ragged sizes and the sharded GEMM with
 #      empty shards (BackendOps cases);
@@ -240,10 +241,10 @@ else
   # step 4's plumbing runs too.
   fake="$out/rehearsal-bin"
   mkdir -p "$fake"
-  cat >"$fake/nvidia-smi" <<'EOF'
+  cat >"$fake/nvidia-smi" <<EOF
 #!/bin/sh
 # gpu-check --rehearsal: a stand-in for nvidia-smi (there is no GPU here).
-echo "0, NVIDIA H200 (stand-in: gpu-check rehearsal, no GPU), 143771 MiB, 000.00.00"
+echo "0, ${GPU_CHECK_STANDIN_GPU:-NVIDIA H100 80GB HBM3} (stand-in: gpu-check rehearsal, no GPU), 81559 MiB, 000.00.00"
 EOF
   cat >"$fake/compute-sanitizer" <<'EOF'
 #!/bin/sh
@@ -303,7 +304,22 @@ done
   echo "budget: $budget s; jobs: $jobs; quick: $quick"
 } >"$out/logs/tools.txt"
 ngpu="$(grep -c . "$out/logs/gpu.txt")"
-record preflight host PASS "$(elapsed)" "$(head -n 1 "$out/logs/gpu.txt")"
+# dry_profile_of NAME: the ditto-train --profile of the GPU nvidia-smi names (the speed section's
+# dry run prices this card, not another), then a note when the profile is only the nearest one.
+dry_profile_of() {
+  case "$1" in
+    *H200*) echo "h200" ;;
+    *H100*PCIe*|*H100*NVL*) echo "h100-sxm (nearest: the profiles have no $1; it overstates it)" ;;
+    *H100*) echo "h100-sxm" ;;
+    *A100*80GB*) echo "a100-sxm-80gb" ;;
+    *A100*) echo "a100-sxm-40gb" ;;
+    *) echo "h200 (nearest: the profiles have no $1)" ;;
+  esac
+}
+dry_note="$(dry_profile_of "$(head -n 1 "$out/logs/gpu.txt" | cut -d, -f2 | sed 's/^ *//')")"
+dry_profile="${dry_note%% *}"
+echo "dry-run profile: $dry_note" >>"$out/logs/tools.txt"
+record preflight host PASS "$(elapsed)" "$(head -n 1 "$out/logs/gpu.txt"); dry run: --profile $dry_note"
 
 # ---- 1. the CUDA tests, by name ----------------------------------------------------------------
 # A skip is a failure (this machine has a GPU), except the cases that cannot run on one GPU or in

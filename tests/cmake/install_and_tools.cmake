@@ -38,6 +38,12 @@ add_test(NAME GpuCheck.HungOrCrashedTestIsLeftOutAndTheRestRerun
                  ${PROJECT_SOURCE_DIR}/tools/gpu-check.sh ${CMAKE_CURRENT_BINARY_DIR}/gpu_check_gtest_step)
 set_tests_properties(GpuCheck.HungOrCrashedTestIsLeftOutAndTheRestRerun PROPERTIES
                      TIMEOUT 60 PASS_REGULAR_EXPRESSION "PASS")
+# gpu-check's speed section prices the GPU nvidia-smi names (--profile h100-sxm on an H100).
+add_test(NAME GpuCheck.DryRunProfileIsTheCardsOwn
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpu_check_profile.sh
+                 ${PROJECT_SOURCE_DIR}/tools/gpu-check.sh)
+set_tests_properties(GpuCheck.DryRunProfileIsTheCardsOwn PROPERTIES
+                     TIMEOUT 30 PASS_REGULAR_EXPRESSION "^PASS")
 # bench/torch_gpu_bench.py (the PyTorch side of gpu-check's speed table) on the CPU, tiny models:
 # the script runs and writes its four rows. Skipped (status 77) where /usr/bin/python3 has no torch.
 add_test(NAME TorchGpuBench.CpuSmoke

@@ -41,7 +41,7 @@ write_speed() {
     echo "B x T / the median step time of $torch_steps steps after 5 of warm-up." \
          "ditto: ditto-train --backend cuda --devices 1: B x T x $speed_steps / the time of" \
          "$speed_steps steps after $speed_warmup of warm-up (its tokens/s line). Dry run: ditto-train" \
-         "--backend sim --dry-run --profile h200 (the cost model's prediction, not a run)."
+         "--backend sim --dry-run --profile $dry_note (the cost model's prediction, not a run)."
     echo "Issue 29's goals: fast / PyTorch >= 0.9 (gpt2-bf16), >= 1.0 (char-f32, char-bf16);"
     echo "bitwise / PyTorch strict f32 >= 0.5 (char-f32, gpt2-f32); dry run / measured within 0.75-1.25."
     echo
@@ -97,7 +97,7 @@ for c in "${speed_configs[@]}"; do
   for det in $(speed_modes "$c"); do
     name="speed-dry-$c-$det"
     step "$name" host 30 "$train" --model gpt "${opts[@]}" --backend sim --devices 1 \
-      --dry-run --profile h200 --determinism "$det" --max-iters 2 --eval-iters 0 --sample 0
+      --dry-run --profile "$dry_profile" --determinism "$det" --max-iters 2 --eval-iters 0 --sample 0
     v="$(grep -o 'predicted GPT: [0-9]* tokens/s' "$out/logs/$name.log" | awk '{print $3}')"
     sp[$c:dry-$det]="${v:-failed}"
     write_speed
