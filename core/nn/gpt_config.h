@@ -68,17 +68,19 @@ GPTConfig gpt2_config(const std::string& model_type, const std::string& what = "
 //               layer, never att [B, n_head, T, T] (Note [Attention memory] in
 //               core/numerics/gpt_math.h; flash attention's memory).
 // GPT-2 1.5B (gpt2-xl: N = 1,557,686,400, 48 layers, 25 heads, C 1600, T 1024), f32, 8 devices,
-// measured peaks: B = 1: 28.37 GiB, B = 2: 33.52 GiB, i.e. 23.2 GiB (= 16 N bytes) + 5.15 GiB
+// measured peaks: B = 1: 28.30 GiB, B = 2: 33.40 GiB, i.e. 23.2 GiB (= 16 N bytes) + 5.10 GiB
 // per sample (17.4 C floats x 1024 tokens x 48 layers); 34.11 and 39.21 GiB (20 N) while each
 // backward still made new grads beside the buckets. On 8 x A100 40GB (40 GiB each)
-// --batch-size 24 (B = 3) fits (38.67 GiB of 40; it did not at 20 N) and --batch-size 32
-// (B = 4) needs 23.2 + 4 x 5.15 = 43.8 GiB: OutOfMemory; with ZeRO-1 9 N = 13.06 GiB + 20.6
-// fits (measured: 33.45 GiB; at B = 3 28.51 GiB, optimizer state 1485.89 MiB = 8 N / 8 bytes;
+// --batch-size 24 (B = 3) fits (38.49 GiB of 40; it did not at 20 N) and --batch-size 32
+// (B = 4) needs 23.2 + 4 x 5.10 = 43.6 GiB: OutOfMemory; with ZeRO-1 9 N = 13.06 GiB + 20.4
+// fits (measured: 33.44 GiB; at B = 3 28.53 GiB, optimizer state 1485.89 MiB = 8 N / 8 bytes;
 // the rest is the collectives' buffers). Before attention kept only its stats (att
 // materialised, 4.69 GiB more per sample) B = 2 did not fit.
-// In bf16 --batch-size 32 (B = 4) fits without ZeRO (39.34 GiB: 16 N = 23.2 GiB of state, the
-// activations and the f32 step's transients) and --batch-size 48 does not; ZeRO-1: 5.5 N =
-// 7.98 GiB + activations (measured 18.69 GiB at --batch-size 32).
+// In bf16 --batch-size 32 (B = 4) fits without ZeRO (33.42 GiB: 16 N = 23.2 GiB of state, the
+// activations and the f32 step's transients), --batch-size 48 too (38.52 GiB) and 56 does not;
+// ZeRO-1: 5.5 N = 7.98 GiB + activations (measured 18.55 GiB at --batch-size 32). Figures of
+// the dry run at 67ed691 (ditto-train --model gpt --preset gpt2-xl --dry-run --profile
+// a100-sxm-40gb --devices 8 --trainer ddp ...).
 
 /// Parameters of a GPT of `cfg`, the tied head counted once and wpe included (nanoGPT's
 /// get_num_params(non_embedding=False)): 12 L C^2 + 13 L C (with biases; 12 L C^2 + 4 L C
