@@ -245,6 +245,24 @@ TEST(Options, Warnings) {
   EXPECT_EQ(config_warnings(c, {})[0].rfind("--devices: 3 devices, not a power of two", 0), 0u);
 }
 
+// --allow-tf32 in bitwise mode was accepted without a word (a tester's case): it does nothing
+// there.
+TEST(Options, AllowTf32InBitwiseModeWarns) {
+  TrainerConfig c;
+  c.field_names = {{"allow_tf32", "--allow-tf32"}, {"devices", "--devices"}};
+  c.allow_tf32 = true;
+  c.determinism = Determinism::fast;
+  EXPECT_TRUE(config_warnings(c, {"allow_tf32"}).empty());
+  c.determinism = Determinism::bitwise;
+  const std::vector<std::string> w = config_warnings(c, {"allow_tf32"});
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].rfind("--allow-tf32: lets fast mode's f32 matrix products run on TF32", 0), 0u)
+      << w[0];
+  EXPECT_NE(w[0].find("does nothing in this run"), std::string::npos) << w[0];
+  c.allow_tf32 = false;  // --allow-tf32=false: nothing to say
+  EXPECT_TRUE(config_warnings(c, {"allow_tf32"}).empty());
+}
+
 TEST(Options, CsvRowsClasses) {
   TrainerConfig c;
   CsvRowsOptions o{.data = DITTO_DIGITS_CSV};

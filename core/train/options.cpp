@@ -409,6 +409,10 @@ std::vector<std::string> config_warnings(const TrainerConfig& c,
         "but differs from the one every power-of-two device count (1, 2, 4, ...) gives "
         "(bitwise mode splits the batch in power-of-two micro-shards, Note "
         "[Micro-shards])");
+  if (given.count("allow_tf32") && c.allow_tf32 && c.determinism == Determinism::bitwise)
+    out.push_back(n("allow_tf32") +
+                  ": lets fast mode's f32 matrix products run on TF32 tensor cores; bitwise mode "
+                  "keeps strict f32 (the simulator's bits), so it does nothing in this run");
   return out;
 }
 
