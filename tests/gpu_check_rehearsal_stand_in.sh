@@ -8,6 +8,8 @@
 #     from $OUT, and logs/ holds some 60);
 #  3. every compute-sanitizer row of results.md has its status (write_results read the steps
 #     table into the caller's `status`, so a row recorded by the sanitizer loop itself lost it).
+#  4. --help prints the whole header (it printed lines 2-40: not the options and exit statuses
+#     after them).
 # Usage: gpu_check_rehearsal_stand_in.sh PATH/TO/tools/gpu-check.sh WORK_DIR
 set -u
 script=$1 work=$2
@@ -57,4 +59,6 @@ rows=$(grep -cE '^\| [^|]* \| (memcheck|racecheck) \| ' "$work/out/results.md")
 good=$(grep -cE '^\| [^|]* \| (memcheck|racecheck) \| (PASS|FAIL) \| ' "$work/out/results.md")
 [ "$rows" -eq 8 ] && [ "$good" -eq 8 ] ||
   fail "3. $good of $rows sanitizer rows have a status: $(grep -E '(memcheck|racecheck)' "$work/out/results.md")"
+bash "$script" --help | grep -q "^when it passed), 1 when one failed, 2 when the machine cannot" ||
+  fail "4. --help stops before the exit statuses: $(bash "$script" --help | tail -n 2)"
 echo "PASS: $(echo "$got" | grep 'rehearsal: PASS' | cut -c1-100)"

@@ -50,7 +50,7 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 mode="" build="" carry="$root/gpu-carry" out="" results_dir="" arch=90 jobs="$(nproc 2>/dev/null || echo 4)"
 budget=480 epochs=20 quick=0 sanitizer_wheel="" speed_steps=10 speed_warmup=3
-usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --pack) mode=pack; shift ;;
