@@ -10,7 +10,7 @@
 #       flags); compute-sanitizer (from the CUDA toolkit, or the nvidia-cuda-sanitizer-api wheel,
 #       pip-downloaded into DIR-cache/ when neither is here) and libcudart go inside the archive.
 #       Prints the device command to run.
-#   tools/gpu-check.sh --run [--out DIR] [--budget S] [--jobs N] [--epochs N]
+#   tools/gpu-check.sh --run [--out DIR] [--results DIR] [--budget S] [--jobs N] [--epochs N]
 #       On the GPU machine, from the repository root, gpu-carry/ carried: unpack, make the
 #       recorded absolute paths hold (a symlink to this tree), put python3's nvidia/*/lib folders
 #       (NCCL, cuBLAS, the CUDA runtime) on LD_LIBRARY_PATH, and run the check; nothing compiles.
@@ -38,7 +38,9 @@
 #   5. the rest of the suite (ctest without the CUDA tests and Install.*, which needs a compiler)
 #      in the time left.
 #
-# Other options: --out DIR (default gpu-check-out/; on the device use "$OUT/gpu-check"),
+# Other options: --out DIR (default gpu-check-out/), --results DIR (after every step, a copy of
+# results.md and the logs packed as logs.tar.gz: two files; on the device "$OUT", which brings
+# back at most 8 files, 2 folders down, so OUT/logs/ itself would come back cut),
 # --carry DIR (default gpu-carry/), --speed-steps N / --speed-warmup N (default 10 / 3),
 # --quick (tiny sizes; --rehearsal sets it). Exit status: 0 when every check passed (a rehearsal:
 # when it passed), 1 when one failed, 2 when the machine cannot run the check.
@@ -47,9 +49,9 @@
 set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-mode="" build="" carry="$root/gpu-carry" out="" arch=90 jobs="$(nproc 2>/dev/null || echo 4)"
+mode="" build="" carry="$root/gpu-carry" out="" results_dir="" arch=90 jobs="$(nproc 2>/dev/null || echo 4)"
 budget=480 epochs=20 quick=0 sanitizer_wheel="" speed_steps=10 speed_warmup=3
-usage() { sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --pack) mode=pack; shift ;;
@@ -58,6 +60,7 @@ while [ $# -gt 0 ]; do
     --build) build="$2"; shift 2 ;;
     --carry) carry="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --results) results_dir="$2"; shift 2 ;;
     --arch) arch="$2"; shift 2 ;;
     --jobs) jobs="$2"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
@@ -93,6 +96,12 @@ out="${out:-$root/gpu-check-out}"
 mkdir -p "$out/logs" || { echo "gpu-check: cannot create $out/logs" >&2; exit 2; }
 out="$(cd "$out" && pwd)"
 results="$out/results.md"
+if [ -n "$results_dir" ]; then
+  mkdir -p "$results_dir" && results_dir="$(cd "$results_dir" && pwd)" ||
+    { echo "gpu-check: cannot create --results $results_dir" >&2; exit 2; }
+  [ "$results_dir" != "$out" ] ||
+    { echo "gpu-check: --results: expected a folder other than --out ($out)" >&2; exit 2; }
+fi
 summary="$out/logs/summary.tsv"
 : >"$summary"
 rm -f "$out"/logs/*.md
@@ -102,8 +111,10 @@ failed=0
 elapsed() { echo $(( $(date +%s) - start )); }
 remaining() { echo $(( budget - $(elapsed) )); }
 
-# write_results [note]: results.md from what has run so far (rewritten after every step).
+# write_results [note]: results.md from what has run so far (rewritten after every step); with
+# --results, copied there with the logs packed (logs.tar.gz).
 write_results() {
+  local name kind status secs detail  # read below: the callers' variables of these names stay
   {
     echo "# ditto gpu-check${rehearsal_title:-}"
     echo
@@ -123,8 +134,17 @@ write_results() {
     done
     if [ $# -gt 0 ]; then echo; echo "$1"; fi
     echo
-    echo "Raw logs: logs/ (one file per step)."
+    if [ -n "$results_dir" ]; then
+      echo "Raw logs: logs.tar.gz beside this file (logs/, one file per step)."
+    else
+      echo "Raw logs: logs/ (one file per step)."
+    fi
   } >"$results.tmp" && mv "$results.tmp" "$results"
+  if [ -n "$results_dir" ]; then
+    cp "$results" "$results_dir/results.md.tmp" && mv "$results_dir/results.md.tmp" "$results_dir/results.md"
+    tar -czf "$results_dir/logs.tar.gz.tmp" -C "$out" logs &&
+      mv "$results_dir/logs.tar.gz.tmp" "$results_dir/logs.tar.gz"
+  fi
 }
 
 # record NAME KIND STATUS SECONDS DETAIL: one row (KIND: cuda, a step that needs the GPU; host,
@@ -236,6 +256,9 @@ else
   build="$(cd "$build" && pwd)" || exit 2
   rehearsal_title=" (rehearsal: a stand-in nvidia-smi, no GPU; not a GPU result)"
   build_line="build: $build (rehearsal)"
+  # No GPU, also on a machine that has one (the real check's step 5 runs ctest, and with it
+  # GpuCheck.Rehearsal, there): every CUDA step must meet the "no CUDA device" error, not the GPU.
+  export CUDA_VISIBLE_DEVICES=""
   # Stand-ins first on PATH: nvidia-smi prints one fake GPU; compute-sanitizer (a real one stops
   # before its target starts when there is no driver) runs its target and reports no error, so
   # step 4's plumbing runs too.

@@ -44,6 +44,25 @@ add_test(NAME GpuCheck.DryRunProfileIsTheCardsOwn
                  ${PROJECT_SOURCE_DIR}/tools/gpu-check.sh)
 set_tests_properties(GpuCheck.DryRunProfileIsTheCardsOwn PROPERTIES
                      TIMEOUT 30 PASS_REGULAR_EXPRESSION "^PASS")
+# gpu-check --rehearsal over a stand-in build that finds a GPU unless CUDA_VISIBLE_DEVICES hides it:
+# the rehearsal hides it (on the GPU machine, the check's ctest step runs GpuCheck.Rehearsal),
+# --results gets results.md and logs.tar.gz only (the device brings back at most 8 files), and
+# every sanitizer row keeps its status (review 2 of issue 29).
+add_test(NAME GpuCheck.RehearsalHidesTheGpuAndResultsComeBackAsTwoFiles
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpu_check_rehearsal_stand_in.sh
+                 ${PROJECT_SOURCE_DIR}/tools/gpu-check.sh
+                 ${CMAKE_CURRENT_BINARY_DIR}/gpu_check_rehearsal_stand_in)
+set_tests_properties(GpuCheck.RehearsalHidesTheGpuAndResultsComeBackAsTwoFiles PROPERTIES
+                     TIMEOUT 120 PASS_REGULAR_EXPRESSION "PASS: gpu-check: rehearsal: PASS")
+# gpu-check's speed section on a stand-in ditto-train: ditto's tokens/s is B x T / the median of
+# the timed steps' times (PyTorch's column's rule), not the last evaluation line's, which covered
+# one step of ten (review 2 of issue 29).
+add_test(NAME GpuCheck.SpeedIsTheMedianOfTheTimedSteps
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/gpu_check_speed.sh
+                 ${PROJECT_SOURCE_DIR}/tools/gpu-check/speed.sh
+                 ${CMAKE_CURRENT_BINARY_DIR}/gpu_check_speed)
+set_tests_properties(GpuCheck.SpeedIsTheMedianOfTheTimedSteps PROPERTIES
+                     TIMEOUT 60 PASS_REGULAR_EXPRESSION "PASS: char-f32 163840")
 # bench/torch_gpu_bench.py (the PyTorch side of gpu-check's speed table) on the CPU, tiny models:
 # the script runs and writes its four rows. Skipped (status 77) where /usr/bin/python3 has no torch.
 add_test(NAME TorchGpuBench.CpuSmoke

@@ -113,5 +113,5 @@ if [ "$bytes" -ge $((64 * 1048576)) ]; then
 fi
 cat <<EOF
 gpu-check: --pack: done. On the GPU machine (the device tool; gpu-carry/ is git-ignored, so carry it):
-  run(command='bash tools/gpu-check.sh --run --out "\$OUT/gpu-check"', carry=["$carry_rel"], timeout_s=560)
+  run(command='bash tools/gpu-check.sh --run --results "\$OUT"', carry=["$carry_rel"], timeout_s=560)
 EOF

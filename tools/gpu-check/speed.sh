@@ -39,8 +39,8 @@ write_speed() {
     echo
     echo "PyTorch: bench/torch_gpu_bench.py (eager, F.scaled_dot_product_attention, fused AdamW),"
     echo "B x T / the median step time of $torch_steps steps after 5 of warm-up." \
-         "ditto: ditto-train --backend cuda --devices 1: B x T x $speed_steps / the time of" \
-         "$speed_steps steps after $speed_warmup of warm-up (its tokens/s line). Dry run: ditto-train" \
+         "ditto: ditto-train --backend cuda --devices 1: B x T / the median step time of its" \
+         "$speed_steps steps after $speed_warmup of warm-up (its 'iter N: ... time' lines). Dry run: ditto-train" \
          "--backend sim --dry-run --profile $dry_note (the cost model's prediction, not a run)."
     echo "Issue 29's goals: fast / PyTorch >= 0.9 (gpt2-bf16), >= 1.0 (char-f32, char-bf16);"
     echo "bitwise / PyTorch strict f32 >= 0.5 (char-f32, gpt2-f32); dry run / measured within 0.75-1.25."
@@ -85,12 +85,20 @@ for r in json.load(open(sys.argv[1]))["rows"]:
   fi
 fi
 write_speed
-# ditto: the dry run's prediction, then the run, fast and bitwise. Tokens/s of the run: the
-# ditto-train evaluation line after the timed steps (evaluations at the warm-up's end and at the
-# end; the clock skips them).
+# ditto: the dry run's prediction, then the run, fast and bitwise. Tokens/s of the run: B x T /
+# the median of its step times after the warm-up ('iter N: loss L, time Tms', every step logged),
+# as PyTorch's column. (Before: the last evaluation line's tokens/s, which covered only the steps
+# since the evaluation before it: evaluations come every --eval-interval steps, so 1 step of 10.)
 speed_iters=$((speed_warmup + speed_steps))
-eval_every=$speed_warmup
-[ "$eval_every" -ge 1 ] || eval_every=$speed_iters
+tokens_per_step() { case "$1" in char-*) echo $((64 * 256)) ;; *) echo $((8 * 1024)) ;; esac; }
+# median_tokens_per_s LOG TOKENS WARMUP: TOKENS / the median time of the iter lines >= WARMUP.
+median_tokens_per_s() {
+  grep -o '^iter [0-9]*: loss [^,]*, time [0-9.]*ms' "$1" 2>/dev/null |
+    awk -v w="$3" '{ it = $2; sub(":", "", it); t = $6; sub("ms", "", t); if (it + 0 >= w) print t }' |
+    sort -g | awk -v tok="$2" '{ a[n++] = $1 }
+      END { if (n) { m = n % 2 ? a[int(n / 2)] : (a[n / 2 - 1] + a[n / 2]) / 2;
+                     if (m > 0) printf "%.0f", tok / (m / 1000) } }'
+}
 for c in "${speed_configs[@]}"; do
   # shellcheck disable=SC2207  # the options are words
   opts=($(speed_opts "$c"))
@@ -103,9 +111,10 @@ for c in "${speed_configs[@]}"; do
     write_speed
     name="speed-ditto-$c-$det"
     step "$name" cuda 60 "$train" --model gpt "${opts[@]}" --backend cuda --devices 1 \
-      --determinism "$det" --max-iters "$speed_iters" --eval-interval "$eval_every" \
-      --eval-iters 1 --warmup-iters 0 --lr-decay-iters $((speed_iters + 1)) --sample 0
-    v="$(grep -o '[0-9]* tokens/s' "$out/logs/$name.log" | tail -n 1 | awk '{print $1}')"
+      --determinism "$det" --max-iters "$speed_iters" --eval-interval "$speed_iters" \
+      --log-interval 1 --eval-iters 1 --warmup-iters 0 --lr-decay-iters $((speed_iters + 1)) \
+      --sample 0
+    v="$(median_tokens_per_s "$out/logs/$name.log" "$(tokens_per_step "$c")" "$speed_warmup")"
     if [ -n "$v" ] && grep -q '^final:' "$out/logs/$name.log"; then
       sp[$c:$det]="$v"
     elif grep -q 'no CUDA device' "$out/logs/$name.log"; then
