@@ -194,7 +194,12 @@ bool CudaEvent::query() {
   if (!recorded()) return true;
   cudaError_t err = cudaEventQuery(event_);
   if (err == cudaSuccess) return true;
-  if (err == cudaErrorNotReady) return false;
+  if (err == cudaErrorNotReady) {
+    // Not an error: cleared so that no launch check of this thread reads it as the last error
+    // (PyTorch's CUDAEvent::query does the same; CudaFixes.WatchedWaitLeavesNoNotReadyError...).
+    (void)cudaGetLastError();
+    return false;
+  }
   throw_cuda_error(err, "cudaEventQuery(event_)", __FILE__, __LINE__, gpu(physical_));
 }
 
@@ -247,6 +252,7 @@ void wait_for_gpu(int physical, const std::function<cudaError_t()>& query,
     const cudaError_t err = query();
     if (err != cudaSuccess && err != cudaErrorNotReady)
       throw_cuda_error(err, call, __FILE__, __LINE__, where);
+    if (err == cudaErrorNotReady) (void)cudaGetLastError();  // not an error: as in query()
     if (polls % 64 == 63) list = watched();  // communicators come and go
     for (const auto& watch : list) {
       const StreamWatch::Report r = watch->poll();

@@ -242,9 +242,9 @@ TEST_F(CudaFixes, WatchedWaitEndsOnAnAsyncNcclErrorOrATimeout) {
 // Were that kept as the thread's last error, the next kernel launch's check (Launch::check:
 // cudaGetLastError) would fail an unrelated op with "device not ready" (in the GPU check's one
 // ditto_tests process, the first launch of the test after WatchedWait...). Review 2 of issue 29:
-// a suspicion the CPU cannot decide (PyTorch clears the error after such a query; Paddle checks
-// that none is left); wait_for_gpu and CudaEvent::query do not clear it. The host function holds
-// the stream 50 ms, so the wait polls.
+// the CPU cannot show whether CUDA keeps it (PyTorch clears the error after such a query; Paddle
+// checks that none is left), so wait_for_gpu and CudaEvent::query clear it, as PyTorch does; this
+// test shows none is left. The host function holds the stream 50 ms, so the wait polls.
 TEST_F(CudaFixes, WatchedWaitLeavesNoNotReadyErrorForTheNextLaunchCheck) {
   Backend& b = get_backend("cuda");
   cuda::CudaBackend& cb = cuda_backend();
