@@ -101,8 +101,9 @@ std::vector<std::pair<std::string, Shape>> gpt_param_specs(const nn::GPTConfig& 
 /// than the header describes (truncated or too long), an unknown / missing name or a shape that
 /// does not fit, a dtype that is not F32 / BF16 / F16, an untied lm_head, a checkpoint of
 /// another model, a config.json beside it that is not a JSON object, a directory that is neither
-/// a checkpoint nor holds a model.safetensors; ditto::Error (InvalidArgument) when n_head cannot
-/// be told.
+/// a checkpoint nor holds a model.safetensors, a NaN or infinity in a parameter (of any file
+/// dtype; named by nanoGPT's state_dict key with the index of its first one); ditto::Error
+/// (InvalidArgument) when n_head cannot be told.
 GptWeights load_gpt_weights(const std::string& path, std::int64_t n_head_hint = 0);
 
 /// Copy `w`'s parameters into `model`'s (an nn::GPT of w.config, parameters on any device and
