@@ -529,6 +529,11 @@ GptWeights from_checkpoint(const std::string& path) {
 }  // namespace
 
 std::vector<std::pair<std::string, Shape>> gpt_param_specs(const nn::GPTConfig& cfg) {
+  try {
+    nn::check_config(cfg);  // (n_layer -1 gave the specs of no block)
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(detail::cat("io::gpt_param_specs: ", e.what()));
+  }
   const std::int64_t C = cfg.n_embd;
   std::vector<std::pair<std::string, Shape>> out{{"transformer.wte.weight", {cfg.vocab_size, C}},
                                                  {"transformer.wpe.weight", {cfg.block_size, C}}};

@@ -86,7 +86,9 @@ struct GptWeights {
 };
 
 /// nanoGPT's parameter names and shapes of a GPT of `cfg`, in nn::GPT's parameters() order
-/// (Note [GPT] in core/nn/gpt.h): the biases only with cfg.bias.
+/// (Note [GPT] in core/nn/gpt.h): the biases only with cfg.bias. Throws InvalidArgument
+/// "io::gpt_param_specs: " and nn::check_config's message for a config no nn::GPT can have
+/// (n_layer <= 0, a size < 1, n_embd % n_head != 0, ...).
 std::vector<std::pair<std::string, Shape>> gpt_param_specs(const nn::GPTConfig& cfg);
 
 /// Read a GPT's weights from `path`, its format told by content, not by name: a directory with
