@@ -232,12 +232,21 @@ void blaslt_gelu_epilogue(CudaStream& s, const float* x, const float* eye, float
   // Not cached: a probe, run once.
   const LtEntry e = make_entry(api, h, g, p, false, where, CUBLASLT_EPILOGUE_GELU);
   if (!e.has_algo)
-    throw BackendError(where + ": cublasLtMatmulAlgoGetHeuristic found no algorithm for an f32 "
-                               "GEMM with CUBLASLT_EPILOGUE_GELU");
-  DITTO_CUBLAS_CHECK(
+    throw GeluEpilogueUnsupported(where +
+                                  ": cublasLtMatmulAlgoGetHeuristic found no algorithm for an "
+                                  "f32 GEMM with CUBLASLT_EPILOGUE_GELU");
+  const cublasStatus_t st =
       api.matmul(h, e.op, &g.alpha, g.B, e.first, g.A, e.second, &g.beta, g.C, e.out, g.C, e.out,
-                 &e.algo, s.workspace(), CudaStream::kCublasWorkspaceBytes, s.get()),
-      where);
+                 &e.algo, s.workspace(), CudaStream::kCublasWorkspaceBytes, s.get());
+  static_assert(cublas_status_unsupported(CUBLAS_STATUS_NOT_SUPPORTED) &&
+                cublas_status_unsupported(CUBLAS_STATUS_ARCH_MISMATCH) &&
+                !cublas_status_unsupported(CUBLAS_STATUS_EXECUTION_FAILED));
+  if (cublas_status_unsupported(static_cast<int>(st)))
+    throw GeluEpilogueUnsupported(detail::cat(where,
+                                              ": cublasLtMatmul declined "
+                                              "CUBLASLT_EPILOGUE_GELU (cuBLAS status ",
+                                              static_cast<int>(st), ")"));
+  DITTO_CUBLAS_CHECK(st, where);
 }
 
 GeluForm blaslt_gelu_epilogue_form(CudaBackend& be, int index) {
@@ -274,7 +283,7 @@ bool blaslt_gelu_epilogue_is_tanh(CudaBackend& be) {
     probed.push_back(gpu);
     try {
       if (blaslt_gelu_epilogue_form(be, i) != GeluForm::tanh) return false;
-    } catch (const Error&) {  // no algorithm, a failing call, no memory: the unfused path
+    } catch (const GeluEpilogueUnsupported&) {  // the unfused path; any other error propagates
       return false;
     }
   }

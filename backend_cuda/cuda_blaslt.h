@@ -40,6 +40,14 @@ struct LtCacheStats {
 };
 LtCacheStats blaslt_cache_stats(CudaStream& s);
 
+/// blaslt_gelu_epilogue's BackendError when cuBLASLt does not support the GELU epilogue (no
+/// algorithm, or a status cublas_status_unsupported names): the one failure that
+/// blaslt_gelu_epilogue_is_tanh answers with "the unfused path".
+class GeluEpilogueUnsupported : public BackendError {
+ public:
+  using BackendError::BackendError;
+};
+
 /// Columns of blaslt_gelu_epilogue's matrices.
 inline constexpr std::int64_t kGeluProbeCols = 16;
 
@@ -50,7 +58,8 @@ inline constexpr std::int64_t kGeluProbeCols = 16;
 /// CUBLAS_COMPUTE_32F (no TF32): d = GELU(x @ eye), all device pointers to row-major f32
 /// [rows, kGeluProbeCols] matrices (eye: the [kGeluProbeCols, kGeluProbeCols] identity, so the
 /// product is x exactly and d is the epilogue's GELU of x). Not cached. Throws InvalidArgument for
-/// rows < 1, BackendError naming `where` when cuBLASLt fails or has no algorithm for it.
+/// rows < 1, GeluEpilogueUnsupported naming `where` when cuBLASLt has no algorithm for it or
+/// cublasLtMatmul declines it (cublas_status_unsupported), BackendError when a call fails.
 void blaslt_gelu_epilogue(CudaStream& s, const float* x, const float* eye, float* d,
                           std::int64_t rows, const std::string& where);
 
@@ -64,8 +73,10 @@ GeluForm blaslt_gelu_epilogue_form(CudaBackend& be, int index);
 
 /// Whether cuBLASLt's GELU epilogue is the tanh form on every GPU of `be`: the probe
 /// (blaslt_gelu_epilogue_form) once on each physical GPU, on the first logical device on it;
-/// false at the first GPU whose answer is erf or other, or whose probe throws (no algorithm, a
-/// failing call: then the unfused path runs), and for a backend without devices. Kernels::
+/// false at the first GPU whose answer is erf or other, or where cuBLASLt does not support the
+/// epilogue (GeluEpilogueUnsupported: then the unfused path runs), and for a backend without
+/// devices. Any other error of the probe (a sticky CUDA error from an earlier fault, out of
+/// memory) is rethrown, so it is reported where it was met rather than at a later call. Kernels::
 /// has_gemm_gelu_epilogue caches the answer (one probe per GPU per backend).
 bool blaslt_gelu_epilogue_is_tanh(CudaBackend& be);
 

@@ -308,6 +308,14 @@ inline bool lt_epilogue_valid(const GemmExArgs& g) {
   return aux != 0 && aux % 16 == 0 && g.ld_aux % 8 == 0 && g.ld_aux >= g.N;
 }
 
+/// Whether a cuBLAS status (cublas_api.h's cublasStatus_t, as an int: no CUDA header here) says
+/// that cuBLAS(Lt) does not support what was asked, CUBLAS_STATUS_NOT_SUPPORTED (15) or
+/// CUBLAS_STATUS_ARCH_MISMATCH (8), rather than that a call failed. The GELU epilogue probe
+/// (blaslt_gelu_epilogue_is_tanh) takes the unfused path on those and on "no algorithm" alone;
+/// any other failure (an execution failure, a sticky CUDA error an earlier fault left, no memory)
+/// is rethrown where the probe met it instead of surfacing later at another call.
+constexpr bool cublas_status_unsupported(int status) { return status == 15 || status == 8; }
+
 /// Rows of the probe's matrices (blaslt_gelu_epilogue: [rows, kGeluProbeCols], 2048 values).
 inline constexpr std::int64_t kGeluProbeRows = 128;
 /// The probe's inputs span [-kGeluProbeRange, kGeluProbeRange]: the tanh and the erf form

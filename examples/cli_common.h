@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -66,16 +67,23 @@ inline std::vector<std::string> option_names(const CLI::App& app) {
   return out;
 }
 
-/// The message of a usage error: "PROG: error: MESSAGE", " (did you mean --X?)" after each
-/// unknown option of `extras` that is close to a known one, and the --help hint.
+/// A program's own hint for an unknown option as typed ("" for none): ditto-train's
+/// train::nanogpt_option_hint for nanoGPT's setting names.
+using OptionHint = std::function<std::string(const std::string&)>;
+
+/// The message of a usage error: "PROG: error: MESSAGE", a line "PROG: X: HINT" for each unknown
+/// option X of `extras` that `hint` knows, else "PROG: X: did you mean --Y?" when X is close to a
+/// known option Y, and the --help hint.
 inline std::string usage_error(const char* prog, const std::string& message,
                                const std::vector<std::string>& extras,
-                               const std::vector<std::string>& known) {
+                               const std::vector<std::string>& known, const OptionHint& hint = {}) {
   std::string s = std::string(prog) + ": error: " + message;
   for (const std::string& x : extras) {
     if (x.empty() || x[0] != '-') continue;
-    const std::string m = did_you_mean(x, known);
-    if (!m.empty()) s += "\n" + std::string(prog) + ": " + x + ": did you mean " + m + "?";
+    std::string h = hint ? hint(x) : std::string();
+    if (const std::string m = h.empty() ? did_you_mean(x, known) : ""; !m.empty())
+      h = "did you mean " + m + "?";
+    if (!h.empty()) s += "\n" + std::string(prog) + ": " + x + ": " + h;
   }
   return s + "\nRun " + prog + " --help for the options.\n";
 }
@@ -132,9 +140,10 @@ inline std::string missing_value_message(const CLI::App& app, const std::string&
 
 /// What a program returns for a CLI::ParseError `e` of `app.parse`: --help (and --version) print
 /// on stdout and return 0; any other prints usage_error on stderr and returns kUsageError.
-/// `expected`: option name -> what its value must be (conversion_message).
+/// `expected`: option name -> what its value must be (conversion_message); `hint`: usage_error's.
 inline int parse_error(const CLI::App& app, const CLI::ParseError& e, const char* prog,
-                       const std::map<std::string, std::string>& expected = {}) {
+                       const std::map<std::string, std::string>& expected = {},
+                       const OptionHint& hint = {}) {
   if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
   const std::vector<std::string> extras = app.remaining(true);
   std::string message = e.what();
@@ -146,7 +155,7 @@ inline int parse_error(const CLI::App& app, const CLI::ParseError& e, const char
     message = "unrecognized arguments:";
     for (const std::string& x : extras) message += " " + x;
   }
-  const std::string s = usage_error(prog, message, extras, option_names(app));
+  const std::string s = usage_error(prog, message, extras, option_names(app), hint);
   std::fflush(stdout);
   std::fputs(s.c_str(), stderr);
   return kUsageError;

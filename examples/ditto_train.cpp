@@ -335,7 +335,8 @@ int cli_main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = ditto_cli::parse_error(app, e, "ditto-train", expected);
+    const int rc =
+        ditto_cli::parse_error(app, e, "ditto-train", expected, train::nanogpt_option_hint);
     const bool version = dynamic_cast<const CLI::CallForVersion*>(&e) != nullptr;
     return rc == 0 ? leave_mpi_job(rc, argc, argv, version ? "--version" : "--help") : rc;
   }

@@ -9,7 +9,8 @@
 #      one (step 21), and still gets the same checksum;
 #   4. --resume with another --hidden or --optimizer: a clear error naming what differs;
 #   5.-7. issue 16: the resume of a finished run prints that run's final line; a refused resume
-#      prints no "resumed from"; other data of the same shape is refused (data_fnv1a).
+#      prints no "resumed from"; other data of the same shape is refused (data_fnv1a);
+#   10. a fresh run into a directory holding another run's checkpoints is refused.
 # Usage: ditto_train_checkpoint.sh PATH/TO/ditto-train WORK_DIR
 source "$(dirname "$0")/ditto_train_common.sh"  # train, work, fail, checksum
 
@@ -87,4 +88,15 @@ rc=$?
 grep -q "^ditto-train: error: .*cannot write '$work/fsize/step-[0-9]*.tmp/model.safetensors.tmp': File too large" \
   "$work/fsize.out" || fail "ulimit -f 10: $(cat "$work/fsize.out")"
 ls -d "$work"/fsize/step-* 2>/dev/null && fail "ulimit -f 10: left $(ls -d "$work"/fsize/step-*)"
+# 10. A fresh run (no --resume) given a --checkpoint directory holding another run's checkpoints
+#     mixed its own with them: refused before training, naming the directory, what it holds and
+#     --resume; a directory holding other files is fine. A relative --checkpoint is named as typed.
+(cd "$work" && "$train" --epochs 1 --checkpoint a) > "$work/fresh.out" 2>&1 \
+  && fail "a fresh run over a's checkpoints was accepted: $(cat "$work/fresh.out")"
+grep -q "^ditto-train: error: --checkpoint: expected a directory without checkpoints for a fresh run (no --resume), got 'a', which holds another run's (latest, step-00000046): the two runs' checkpoints would mix; to continue that run, pass --resume a; to start over, remove them or choose another directory" \
+  "$work/fresh.out" || fail "fresh run over checkpoints: $(cat "$work/fresh.out")"
+grep -q "^epoch" "$work/fresh.out" && fail "the refused run trained: $(cat "$work/fresh.out")"
+mkdir -p "$work/notes" && echo "not a checkpoint" > "$work/notes/README"
+"$train" --epochs 1 --checkpoint "$work/notes" > /dev/null || fail "a directory with other files"
+[ -f "$work/notes/step-00000023/model.safetensors" ] || fail "no checkpoint beside other files"
 echo "PASS"

@@ -1,13 +1,16 @@
 // get_backend()'s per-thread cache (Note [Backend lookup cache] in core/runtime/backend.cpp): after
 // init_backend() replaces an instance, every thread (also one that looked the old instance up
-// just before) gets the new one, and Device::backend() follows.
+// just before) gets the new one, and Device::backend() follows; a tensor of the old instance stays
+// readable.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <thread>
+#include <vector>
 
 #include "core/base/error.h"
 #include "core/runtime/backend.h"
+#include "core/runtime/tensor.h"
 
 namespace ditto {
 namespace {
@@ -40,6 +43,33 @@ TEST(BackendLookup, EveryThreadSeesTheInstanceThatInitBackendMadeLast) {
   EXPECT_THROW(get_backend("no-such-backend"), InvalidArgument);
   o.device_count = 8;
   init_backend("sim", o);  // leave the default count for later suites in this process
+}
+
+// A tensor made before init_backend replaced its instance (Trainer::fit does, with its run's
+// device count) could not be read when its device index no longer existed ("device sim:3: index
+// out of range"): as a torch tensor stays readable while it lives, copies to and from it run on
+// the instance that owns its memory (Note [Tensors of a replaced backend], tensor.cpp).
+TEST(BackendLookup, ATensorOfAReplacedInstanceStaysReadableAndWritable) {
+  BackendOptions o;
+  o.device_count = 4;
+  init_backend("sim", o);
+  const Tensor t3 = Tensor::full({2, 4}, 3.0f, Device("sim", 3));
+  const Tensor t1 = Tensor::full({8}, 1.0f, Device("sim", 1));
+  o.device_count = 2;
+  init_backend("sim", o);
+  EXPECT_EQ(t3.to_vector<float>(), std::vector<float>(8, 3.0f));
+  EXPECT_EQ(t3.to(Device::cpu()).to_vector<float>(), std::vector<float>(8, 3.0f));
+  const Tensor on1 = t3.to(Device("sim", 1));  // old instance -> the live one
+  EXPECT_EQ(on1.device(), Device("sim", 1));
+  EXPECT_EQ(on1.to_vector<float>(), std::vector<float>(8, 3.0f));
+  EXPECT_EQ(t1.to(Device("sim", 0)).to_vector<float>(), std::vector<float>(8, 1.0f));
+  Tensor w = t3;  // written from the host and from the live instance
+  w.copy_(Tensor::full({2, 4}, 5.0f, Device::cpu()));
+  EXPECT_EQ(t3.to_vector<float>(), std::vector<float>(8, 5.0f));
+  w.copy_(Tensor::full({2, 4}, 6.0f, Device("sim", 0)));
+  EXPECT_EQ(t3.to_vector<float>(), std::vector<float>(8, 6.0f));
+  o.device_count = 8;
+  init_backend("sim", o);
 }
 
 }  // namespace

@@ -424,6 +424,17 @@ TEST(CudaHostLogic, GeluEpiloguesOnlyInFastModeForTheTypedGemmsDtypes) {
     EXPECT_FALSE(gemm_gelu_epilogue_supported(t, Determinism::fast)) << dtype_name(t);
 }
 
+// The GELU epilogue probe caught every ditto::Error, so a sticky CUDA error from an earlier fault
+// made it answer "unfused" and surfaced later at another call. Only cuBLAS's "not supported"
+// statuses (cublas_api.h: NOT_SUPPORTED 15, ARCH_MISMATCH 8) mean the unfused path now.
+TEST(CudaHostLogic, OnlyNotSupportedStatusesMeanTheGeluProbesUnfusedPath) {
+  EXPECT_TRUE(cublas_status_unsupported(15));  // CUBLAS_STATUS_NOT_SUPPORTED
+  EXPECT_TRUE(cublas_status_unsupported(8));   // CUBLAS_STATUS_ARCH_MISMATCH
+  // SUCCESS, NOT_INITIALIZED, ALLOC_FAILED, INVALID_VALUE, MAPPING_ERROR, EXECUTION_FAILED,
+  // INTERNAL_ERROR, LICENSE_ERROR: failures, rethrown.
+  for (int st : {0, 1, 3, 7, 11, 13, 14, 16}) EXPECT_FALSE(cublas_status_unsupported(st)) << st;
+}
+
 // cuBLASLt's documented aux constraints (ld a multiple of 8, at least the output's rows, here N)
 // and the 16-byte alignment ditto asks of the aux pointer; other epilogues have no aux.
 TEST(CudaHostLogic, GeluEpilogueAuxMatrixCublasLtTakes) {

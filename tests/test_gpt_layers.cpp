@@ -12,6 +12,8 @@
 #include "core/nn/init.h"
 #include "core/nn/linear.h"
 #include "core/nn/loss.h"
+#include "core/nn/relu.h"
+#include "core/nn/sequential.h"
 #include "core/numerics/random.h"
 #include "core/runtime/ops.h"
 #include "gpt_test_util.h"
@@ -206,6 +208,80 @@ TEST_F(GptLayers, CrossEntropyOverTokensIsTheMeanOverBTimesT) {
         d.forward(act({3, 4, 6}, 1), Tensor::zeros({3, 5}, DType::i64, dev()));
       },
       "target: expected [3, 4] i64");
+}
+
+// Note [One backward per forward]: a second backward of one forward is refused, as torch's
+// "Trying to backward through the graph a second time", with DataParallel.backward's words, and
+// adds nothing to the gradients; a refused grad_output keeps the forward.
+std::vector<std::vector<float>> one_backward_grads(nn::Module& m) {
+  std::vector<std::vector<float>> g;
+  for (nn::Parameter* p : m.parameters()) g.push_back(p->grad.to_vector<float>());
+  return g;
+}
+
+TEST_F(GptLayers, EachForwardAllowsOneBackward) {
+  const std::string refusal =
+      ".backward: no forward to go back through (call forward first; each forward allows one "
+      "backward)";
+  const nn::GPTConfig cfg = tiny(0.2f, true);
+  const Tensor x = act({2, 5, 8}, 40);
+  const Tensor ids = Tensor::from_vector(seeded_ids(10, 11, 41), {2, 5}, dev());
+  struct Case {
+    std::unique_ptr<nn::Module> m;
+    Tensor input;
+    std::string who;  // the module whose backward refuses
+  };
+  std::vector<Case> cases;
+  cases.push_back({std::make_unique<nn::Linear>(8, 3, dev(), 1, 0), x, "Linear(8, 3)"});
+  cases.push_back({std::make_unique<nn::ReLU>(), x, "ReLU"});
+  cases.push_back({std::make_unique<nn::GELU>(), x, "GELU"});
+  cases.push_back({std::make_unique<nn::LayerNorm>(8, dev(), true), x, "LayerNorm(8)"});
+  cases.push_back({std::make_unique<nn::Embedding>(11, 8, dev(), 1, 0), ids, "Embedding(11, 8)"});
+  cases.push_back({std::make_unique<nn::Dropout>(0.5f, 1, 2), x, "Dropout"});
+  cases.push_back(
+      {std::make_unique<nn::CausalSelfAttention>(cfg, 0, dev(), 3), x, "CausalSelfAttention"});
+  cases.push_back({std::make_unique<nn::GPTMLP>(cfg, 0, dev(), 3), x, "Dropout"});
+  cases.push_back({std::make_unique<nn::Block>(cfg, 0, dev(), 3), x, "Dropout"});
+  cases.push_back({std::make_unique<nn::GPT>(cfg, dev(), 3), ids, "GPT"});
+  cases.push_back({nn::mlp({8, 6, 3}, dev(), 4), x, "Linear(6, 3)"});
+  for (Case& c : cases) {
+    SCOPED_TRACE(c.who);
+    const Tensor y = c.m->forward(c.input);
+    const Tensor gy = act(y.shape(), 42);
+    // A refused grad_output keeps the forward.
+    expect_invalid([&] { c.m->backward(act({1, 1}, 43)); }, "expected [");
+    c.m->backward(gy);
+    const std::vector<std::vector<float>> once = one_backward_grads(*c.m);
+    expect_invalid([&] { c.m->backward(gy); }, c.who + refusal);
+    EXPECT_EQ(one_backward_grads(*c.m), once);  // nothing added
+    c.m->forward(c.input);                      // a new forward allows a new backward
+    c.m->backward(gy);
+    EXPECT_TRUE(one_backward_grads(*c.m) != once || c.m->parameters().empty());
+  }
+  // Linear's fused GELU pair: c_fc's forward_gelu, c_proj's backward_dgelu.
+  nn::Linear fc(8, 6, dev(), 1, 0), proj(6, 3, dev(), 1, 1);
+  Tensor pre;
+  const Tensor y = proj.forward(fc.forward_gelu(x, pre));
+  const Tensor gy = act(y.shape(), 44);
+  fc.backward(proj.backward_dgelu(gy, pre));
+  expect_invalid([&] { proj.backward_dgelu(gy, pre); },
+                 "Linear(6, 3).backward_dgelu" + refusal.substr(9));
+  expect_invalid([&] { fc.backward(act(pre.shape(), 45)); }, "Linear(8, 6)" + refusal);
+  // The losses, forward and CrossEntropyLoss's fused forward_backward.
+  const Tensor logits = act({2, 5, 11}, 45);
+  nn::CrossEntropyLoss ce;
+  ce.forward(logits, ids);
+  ce.backward();
+  expect_invalid([&] { ce.backward(); }, "CrossEntropyLoss" + refusal);
+  Tensor fused = logits.clone();
+  ce.forward_backward(fused, ids, Tensor());
+  EXPECT_EQ(ce.backward().shape(), logits.shape());
+  expect_invalid([&] { ce.backward(); }, "CrossEntropyLoss" + refusal);
+  nn::MSELoss mse;
+  mse.forward(x, act(x.shape(), 46));
+  expect_invalid([&] { mse.backward(Tensor::full({2}, 1.0f, dev())); }, "grad_loss");
+  mse.backward();
+  expect_invalid([&] { mse.backward(); }, "MSELoss" + refusal);
 }
 
 }  // namespace

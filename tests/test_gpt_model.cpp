@@ -15,9 +15,9 @@
 #include "core/nn/loss.h"
 #include "core/nn/with_loss.h"
 #include "core/optim/sgd.h"
-#include "core/runtime/ops.h"
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
+#include "core/runtime/ops.h"
 #include "gpt_test_util.h"
 #include "test_util.h"
 
@@ -305,7 +305,7 @@ TEST_F(GptModel, GenerateIsReproducibleForASeed) {
     nn::Parameter& w = *bad.parameters().back();
     ops::fill_(w.data, NAN);
     expect_invalid([&] { bad.generate(prompt, 3, 0.8f, 5, 42); },
-                 "GPT.generate: the logits of new token 0 are not numbers");
+                   "GPT.generate: the logits of new token 0 are not numbers");
     EXPECT_TRUE(bad.training());
   }
   // top_k = 1 is greedy: the argmax of the last position's logits (eval mode), with the
@@ -360,7 +360,7 @@ TEST_F(GptModel, BadInputsAreRefusedByName) {
       [&] {
         m.backward(Tensor::zeros({1, 1, 11}, DType::f32, dev()));
       },
-      "called before forward");
+      "GPT.backward: no forward to go back through");
   expect_invalid(
       [&] {
         m.forward(Tensor::from_vector(std::vector<std::int64_t>{1, 11}, {1, 2}));

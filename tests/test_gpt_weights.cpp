@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -119,6 +120,77 @@ TEST_F(GptWeights, SpecsAreNnGptsParametersInOrder) {
       EXPECT_EQ(specs[i].second, ps[i]->data.shape()) << ps[i]->name;
     }
   }
+}
+
+// io::gpt_param_specs of n_layer -1 returned specs (of no block): nn::check_config refuses it.
+TEST_F(GptWeights, SpecsOfAConfigNoGptCanHaveAreRefused) {
+  nn::GPTConfig c{.block_size = 8, .vocab_size = 11, .n_layer = -1, .n_head = 2, .n_embd = 8};
+  expect_invalid([&] { io::gpt_param_specs(c); },
+                 "io::gpt_param_specs: GPTConfig: n_layer: expected in [1, 85] (dropout sites fit "
+                 "in 8 bits), got -1");
+  c.n_layer = 0;
+  expect_invalid([&] { io::gpt_param_specs(c); }, "n_layer: expected in [1, 85]");
+  c.n_layer = 1, c.n_embd = -8;
+  expect_invalid([&] { io::gpt_param_specs(c); },
+                 "io::gpt_param_specs: GPTConfig: n_embd: expected a positive multiple of n_head");
+  c.n_embd = 8, c.vocab_size = 0;
+  expect_invalid([&] { io::gpt_param_specs(c); },
+                 "io::gpt_param_specs: GPTConfig: vocab_size: expected >= 1, got 0");
+}
+
+// NaN / inf weights loaded and trained silently: every format is refused naming the file, the
+// parameter by nanoGPT's key and the first bad element's index (nanoGPT's layout, also for
+// Hugging Face's transposed Conv1D weights), whatever the file's dtype.
+TEST_F(GptWeights, NonFiniteWeightsAreRefusedNamingTheFileTheParameterAndTheIndex) {
+  const io::GptWeights w = io::load_gpt_weights(kDir + "/model_f32.bin");
+  // A copy of w's parameters with `v` at [row, col] of parameter `k` (and a later one too).
+  auto with = [&](std::size_t k, std::int64_t row, std::int64_t col, float v) {
+    auto ps = w.params;
+    for (auto& [n, t] : ps) t = t.clone();
+    const Tensor& t = ps[k].second;
+    t.data<float>()[row * (t.dim() == 2 ? t.size(1) : 1) + col] = v;
+    t.data<float>()[t.numel() - 1] = v;
+    return ps;
+  };
+  const std::string finite =
+      ": expected finite weights (the parameter by nanoGPT's state_dict key, the index of its "
+      "first non-finite element in nanoGPT's layout)";
+  std::size_t c_fc = 0, qkv = 0, ln_f_bias = 0;
+  for (std::size_t k = 0; k < w.params.size(); ++k) {
+    if (w.params[k].first == "transformer.h.1.mlp.c_fc.weight") c_fc = k;
+    if (w.params[k].first == "transformer.h.0.attn.c_attn.weight") qkv = k;
+    if (w.params[k].first == "transformer.ln_f.bias") ln_f_bias = k;
+  }
+  ASSERT_GT(c_fc * qkv * ln_f_bias, 0u);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  // llm.c, f32 and bf16.
+  const std::string f32 = dir_ + "/nan_f32.bin", bf16 = dir_ + "/inf_bf16.bin";
+  io::save_llmc_model(f32, w.config, with(c_fc, 3, 5, nan), DType::f32);
+  expect_error<ParseError>([&] { io::load_gpt_weights(f32); },
+                           "io::load_gpt_weights: '" + f32 +
+                               "': 'transformer.h.1.mlp.c_fc.weight' [3, 5] is nan" + finite);
+  io::save_llmc_model(bf16, w.config, with(0, 0, 0, inf), DType::bf16);
+  expect_error<ParseError>(
+      [&] { io::load_gpt_weights(bf16); },
+      "io::load_gpt_weights: '" + bf16 + "': 'transformer.wte.weight' [0, 0] is inf" + finite);
+  // Hugging Face's safetensors: c_attn stored as Conv1D [32, 96], named in nanoGPT's [96, 32].
+  const std::string hf = dir_ + "/ninf.safetensors";
+  io::save_hf_gpt2(hf, w.config, with(qkv, 70, 2, -inf));
+  expect_error<ParseError>([&] { io::load_gpt_weights(hf); },
+                           "io::load_gpt_weights: '" + hf +
+                               "': 'transformer.h.0.attn.c_attn.weight' [70, 2] is -inf" + finite);
+  // nanoGPT's layout in f16.
+  std::vector<std::pair<std::string, Tensor>> f16;
+  for (const auto& [n, t] : with(ln_f_bias, 0, 7, nan)) f16.emplace_back(n, t.to(DType::f16));
+  const std::string st = dir_ + "/nan_f16.safetensors";
+  io::save_safetensors(st, f16, {{"ditto.n_head", "4"}});
+  expect_error<ParseError>(
+      [&] { io::load_gpt_weights(st); },
+      "io::load_gpt_weights: '" + st + "': 'transformer.ln_f.bias' [7] is nan" + finite);
+  // The unchanged weights load.
+  io::save_hf_gpt2(hf, w.config, w.params);
+  EXPECT_EQ(io::load_gpt_weights(hf).params.size(), w.params.size());
 }
 
 TEST_F(GptWeights, LlmcF32MatchesPyTorch) {

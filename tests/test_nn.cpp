@@ -280,7 +280,8 @@ TEST_F(NNTest, LinearErrors) {
       [&] {
         lin.backward(Tensor::zeros({2, 128}, DType::f32, dev()));
       },
-      "Linear(64, 128).backward: called before forward");
+      "Linear(64, 128).backward: no forward to go back through (call forward first; each forward "
+      "allows one backward)");
   lin.forward(Tensor::zeros({2, 64}, DType::f32, dev()));
   expect_invalid(
       [&] {
@@ -321,6 +322,7 @@ TEST_F(NNTest, ReLUForwardAndBackward) {
   EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{0, 0, 0.25f, 3.0f, 0, 4.0f}));
   Tensor gx = relu.backward(Tensor::from_vector(gv, {2, 3}, dev()));
   EXPECT_EQ(gx.to_vector<float>(), (std::vector<float>{0, 0, 3.0f, 4.0f, 0, 6.0f}));
+  relu.forward(Tensor::from_vector(xv, {2, 3}, dev()));  // each forward allows one backward
   expect_invalid(
       [&] {
         relu.backward(Tensor::zeros({3, 2}, DType::f32, dev()));
@@ -443,6 +445,7 @@ TEST_F(NNTest, MSELossValueAndGradLossScaling) {
     EXPECT_FLOAT_EQ(mse.forward(y, t).item(), (1.0f + 0 + 4 + 1) / 4);
     // d/dy mean((y-t)^2) = 2 (y - t) / 4
     EXPECT_EQ(mse.backward().to_vector<float>(), (std::vector<float>{0.5f, 0.0f, -1.0f, 0.5f}));
+    mse.forward(y, t);  // each forward allows one backward
     EXPECT_EQ(mse.backward(Tensor::full({}, 2.0f, dev())).to_vector<float>(),
               (std::vector<float>{1.0f, 0.0f, -2.0f, 1.0f}));
   }
@@ -459,7 +462,8 @@ TEST_F(NNTest, MSELossValueAndGradLossScaling) {
       },
       "MSELoss.forward: target: expected [2, 2] f32 (or bf16 / f16) on sim:0 (the input's shape and "
       "device), got [2, 3] f32 on sim:0");
-  expect_invalid([&] { nn::MSELoss().backward(); }, "MSELoss.backward: called before forward");
+  expect_invalid([&] { nn::MSELoss().backward(); },
+                 "MSELoss.backward: no forward to go back through");
   expect_invalid([&] { mse.backward(Tensor::full({2}, 1.0f, dev())); },
                  "MSELoss.backward: grad_loss: expected a 0-dim f32 tensor on sim:0, got [2]");
 }

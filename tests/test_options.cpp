@@ -312,5 +312,31 @@ TEST(RunPrinter, WritesJsonLinesAndKeepsLateErrors) {
   test::expect_invalid([&] { cb2.on_start(RunInfo{}); }, "--metrics-jsonl: ");
 }
 
+// nanoGPT's train.py settings typed as options (configurator.py's --key=value): ditto's option
+// where it has one, what to do where it has none, nothing for other names and for those ditto
+// spells the same (its own options take them).
+TEST(Options, NanoGptSettingNamesGetDittosOptionOrSayThereIsNone) {
+  EXPECT_EQ(nanogpt_option_hint("--out_dir=out"),
+            "did you mean --checkpoint? (nanoGPT's out_dir: ditto writes DIR/step-N/ checkpoints "
+            "there)");
+  EXPECT_EQ(nanogpt_option_hint("--max_iters=5"), "did you mean --max-iters?");
+  EXPECT_EQ(nanogpt_option_hint("--learning-rate"), "did you mean --lr? (nanoGPT's learning_rate)");
+  EXPECT_EQ(nanogpt_option_hint("--eval_interval"), "did you mean --eval-interval?");
+  for (const char* n :
+       {"--batch_size", "--block_size", "--n_layer", "--n_head", "--n_embd", "--eval_iters",
+        "--log_interval", "--eval_only", "--weight_decay", "--grad_clip", "--warmup_iters",
+        "--lr_decay_iters", "--min_lr", "--init_from=resume", "--dataset=shakespeare_char",
+        "--gradient_accumulation_steps=4"})
+    EXPECT_EQ(nanogpt_option_hint(n).rfind("did you mean --", 0), 0u) << n;
+  EXPECT_EQ(nanogpt_option_hint("--compile=False"),
+            "nanoGPT's compile has no ditto equivalent: ditto has no torch.compile: its kernels "
+            "are compiled ahead of time; leave it out");
+  for (const char* n : {"--decay_lr=False", "--always_save_checkpoint=True", "--device=cuda",
+                        "--wandb_log=True", "--wandb_project=x", "--wandb_run_name=y"})
+    EXPECT_NE(nanogpt_option_hint(n).find(" has no ditto equivalent: "), std::string::npos) << n;
+  for (const char* n : {"--epoch", "--dropout=0.1", "--dtype=bfloat16", "--beta2=0.99", "", "--"})
+    EXPECT_EQ(nanogpt_option_hint(n), "") << n;
+}
+
 }  // namespace
 }  // namespace ditto::train

@@ -387,6 +387,64 @@ TEST(Trainer, AStopRequestEndsTheRunAfterAStepWithItsCheckpoint) {
   }
 }
 
+// A fresh run writing into a directory that held another run's checkpoints mixed its own with
+// them (the rotation keeps the two newest of either, a later resume takes the newest): refused
+// before training, naming the directory, what it holds and resume_dir. Other files are fine.
+TEST(Trainer, AFreshRunRefusesADirectoryHoldingAnotherRunsCheckpoints) {
+  const auto dir = scratch("fresh_over_checkpoints");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "notes.txt") << "not a checkpoint\n";
+  const FitResult first = Trainer(checkpointing(dir, 2, TrainerKind::dp, 1), digits()).fit();
+  EXPECT_EQ(first.steps, 23);
+  const std::string shown = dir.string();  // as given
+  for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp}) {
+    int started = 0;
+    TrainerCallbacks cb;
+    cb.on_start = [&](const RunInfo&) { ++started; };
+    test::expect_invalid(
+        [&] { Trainer(checkpointing(dir, 2, k, 2), digits(), cb).fit(); },
+        "TrainerConfig::checkpoint_dir: expected a directory without checkpoints for a fresh run "
+        "(no TrainerConfig::resume_dir), got '" +
+            shown +
+            "', which holds another run's (latest, step-00000023): the two runs' checkpoints "
+            "would mix; to continue that run, pass TrainerConfig::resume_dir " +
+            shown + "; to start over, remove them or choose another directory");
+    EXPECT_EQ(started, 0) << trainer_kind_name(k);
+  }
+  // Resuming it is the way on; the other file stays.
+  TrainerConfig on = resuming(dir, 2, TrainerKind::dp, 2);
+  on.checkpoint_dir = dir.string();
+  EXPECT_EQ(Trainer(on, digits()).fit().steps, 46);
+  EXPECT_TRUE(std::filesystem::exists(dir / "notes.txt"));
+  std::filesystem::remove_all(dir);
+}
+
+// A relative checkpoint_dir followed a chdir made during fit() (here by on_start): it is resolved
+// once, at fit()'s start, and the caller's path is what config() says afterwards.
+TEST(Trainer, ARelativeCheckpointDirIsResolvedWhenFitStarts) {
+  const auto base = scratch("relative_ck");
+  std::filesystem::create_directories(base / "elsewhere");
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(base);
+  TrainerConfig c = small(2, TrainerKind::dp, 1);
+  c.checkpoint_dir = "ck";
+  TrainerCallbacks cb;
+  cb.on_start = [&](const RunInfo&) { std::filesystem::current_path(base / "elsewhere"); };
+  Trainer t(c, digits(), cb);
+  std::exception_ptr failed;
+  try {
+    t.fit();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  std::filesystem::current_path(cwd);
+  if (failed) std::rethrow_exception(failed);
+  EXPECT_TRUE(std::filesystem::exists(base / "ck" / "step-00000023"));
+  EXPECT_FALSE(std::filesystem::exists(base / "elsewhere" / "ck"));
+  EXPECT_EQ(t.config().checkpoint_dir, "ck");
+  std::filesystem::remove_all(base);
+}
+
 TEST(Trainer, ANonFiniteLossStopsTheRunNamingTheStepUnlessAllowed) {
   for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp}) {
     const auto dir = scratch(std::string("nonfinite_") + trainer_kind_name(k));

@@ -144,6 +144,10 @@ Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log);
 /// is not a directory" when DIR is a file (or anything but a directory): checkpoints could never
 /// be written there.
 bool holds_checkpoint(const std::string& dir, const std::string& what = "holds_checkpoint");
+/// The checkpoints in DIR: its "latest" (not a directory) and "step-N" entries (not step-N.tmp),
+/// sorted by name; empty when DIR does not exist or holds none. Throws as holds_checkpoint.
+std::vector<std::string> checkpoint_entries(const std::string& dir,
+                                            const std::string& what = "checkpoint_entries");
 
 /// Resume from DIR: read_latest_checkpoint, then check that its config equals `config` (keys in
 /// `may_differ` excepted) and that its parameters have the model's names and shapes, then load

@@ -1,26 +1,38 @@
-// holds_checkpoint (core/checkpoint/checkpoint.h): whether a directory has a checkpoint to resume
-// from.
+// holds_checkpoint and checkpoint_entries (core/checkpoint/checkpoint.h): whether a directory has
+// a checkpoint to resume from, and which.
+#include <algorithm>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "core/base/error.h"
 #include "core/checkpoint/checkpoint.h"
 
 namespace ditto {
 
-bool holds_checkpoint(const std::string& dir, const std::string& what) {
+std::vector<std::string> checkpoint_entries(const std::string& dir, const std::string& what) {
   namespace fs = std::filesystem;
   std::error_code ec;
   DITTO_CHECK(!fs::exists(dir, ec) || fs::is_directory(dir, ec), what,
               ": expected a checkpoint "
               "directory (or one to create), got '",
               dir, "', which is not a directory");
-  if (fs::exists(fs::path(dir) / "latest", ec)) return true;
-  if (!fs::is_directory(dir, ec)) return false;
+  std::vector<std::string> found;
+  const fs::path latest = fs::path(dir) / "latest";
+  if (fs::exists(latest, ec) && !fs::is_directory(latest, ec)) found.push_back("latest");
+  if (!fs::is_directory(dir, ec)) return found;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
     const std::string n = e.path().filename().string();
-    if (n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos) return true;
+    if (n.rfind("step-", 0) == 0 && n.find(".tmp") == std::string::npos) found.push_back(n);
   }
-  return false;
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+bool holds_checkpoint(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  return !checkpoint_entries(dir, what).empty() ||
+         std::filesystem::exists(std::filesystem::path(dir) / "latest", ec);
 }
 
 }  // namespace ditto

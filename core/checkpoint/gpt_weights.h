@@ -86,7 +86,9 @@ struct GptWeights {
 };
 
 /// nanoGPT's parameter names and shapes of a GPT of `cfg`, in nn::GPT's parameters() order
-/// (Note [GPT] in core/nn/gpt.h): the biases only with cfg.bias.
+/// (Note [GPT] in core/nn/gpt.h): the biases only with cfg.bias. Throws InvalidArgument
+/// "io::gpt_param_specs: " and nn::check_config's message for a config no nn::GPT can have
+/// (n_layer <= 0, a size < 1, n_embd % n_head != 0, ...).
 std::vector<std::pair<std::string, Shape>> gpt_param_specs(const nn::GPTConfig& cfg);
 
 /// Read a GPT's weights from `path`, its format told by content, not by name: a directory with
@@ -101,8 +103,9 @@ std::vector<std::pair<std::string, Shape>> gpt_param_specs(const nn::GPTConfig& 
 /// than the header describes (truncated or too long), an unknown / missing name or a shape that
 /// does not fit, a dtype that is not F32 / BF16 / F16, an untied lm_head, a checkpoint of
 /// another model, a config.json beside it that is not a JSON object, a directory that is neither
-/// a checkpoint nor holds a model.safetensors; ditto::Error (InvalidArgument) when n_head cannot
-/// be told.
+/// a checkpoint nor holds a model.safetensors, a NaN or infinity in a parameter (of any file
+/// dtype; named by nanoGPT's state_dict key with the index of its first one); ditto::Error
+/// (InvalidArgument) when n_head cannot be told.
 GptWeights load_gpt_weights(const std::string& path, std::int64_t n_head_hint = 0);
 
 /// Copy `w`'s parameters into `model`'s (an nn::GPT of w.config, parameters on any device and

@@ -39,15 +39,18 @@ template <class Fn>
 Tensor Elementwise<Fn>::forward(const Tensor& input) {
   DITTO_CHECK(input.defined() && is_float_storage(input.dtype()), Fn::kName,
               ".forward: input: expected an f32 (or bf16 / f16) tensor, got ", describe(input));
-  return Fn::forward(input, saved_);
+  Tensor y = Fn::forward(input, saved_);
+  forward_done();
+  return y;
 }
 
 template <class Fn>
 Tensor Elementwise<Fn>::backward(const Tensor& grad_output) {
-  DITTO_CHECK(saved_.defined(), Fn::kName, ".backward: called before forward");
+  require_forward(std::string(Fn::kName) + ".backward");
   DITTO_CHECK(grad_output.defined() && grad_output.shape() == saved_.shape(), Fn::kName,
               ".backward: grad_output: expected ", shape_str(saved_.shape()),
               " f32 (the input's shape), got ", describe(grad_output));
+  backward_done();
   if (!input_requires_grad_) return Tensor();
   return Fn::backward(saved_, grad_output);
 }

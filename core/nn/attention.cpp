@@ -67,12 +67,14 @@ Tensor CausalSelfAttention::forward_btc(const Tensor& x) {
   }
   y_ = ops::attention(qkv_, n_head_, stats_, att_p_, attn_dropout.seed(), att_stream_, att_base_,
                       determinism());
+  forward_done();
   return child<Dropout>(kResidDropout).forward(child<Linear>(kCProj).forward(y_));
 }
 
 Tensor CausalSelfAttention::backward(const Tensor& grad_output) {
-  DITTO_CHECK(qkv_.defined(), "CausalSelfAttention.backward: called before forward");
+  require_forward("CausalSelfAttention.backward");
   Tensor g = child<Linear>(kCProj).backward(child<Dropout>(kResidDropout).backward(grad_output));
+  backward_done();
   // y_: a fast typed backward reads D = rowsum(g * y) from it (FlashAttention-2's).
   const Tensor dqkv =
       ops::attention_backward(g, qkv_, stats_, n_head_, att_p_, child<Dropout>(kAttnDropout).seed(),

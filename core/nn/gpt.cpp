@@ -124,18 +124,20 @@ Tensor GPT::forward(const Tensor& idx) {
   r = Residual();
   idx_ = ids;
   xf_ = x.view({B * T, C});
+  forward_done();
   Tensor logits = ops::matmul(xf_, wte().weight().data, false, true, determinism_);  // lm_head
   return logits.view({B, T, cfg_.vocab_size});
 }
 
 Tensor GPT::backward(const Tensor& grad_logits) {
-  DITTO_CHECK(idx_.defined(), "GPT.backward: called before forward");
+  require_forward("GPT.backward");
   const std::int64_t B = idx_.size(0), T = idx_.size(1), C = cfg_.n_embd, V = cfg_.vocab_size;
   DITTO_CHECK(grad_logits.defined() && grad_logits.shape() == (Shape{B, T, V}) &&
                   is_float_storage(grad_logits.dtype()) && grad_logits.device() == idx_.device(),
               "GPT.backward: grad_logits: expected ", shape_str({B, T, V}),
               " f32 (or bf16 / f16) on ", idx_.device().str(),
               " (the logits' shape and device), got ", describe(grad_logits));
+  backward_done();
   auto report = [&](Module& m) {
     if (grad_ready_hook_)
       for (Parameter* p : m.parameters()) grad_ready_hook_(*p);

@@ -60,17 +60,19 @@ Tensor Embedding::forward(const Tensor& idx) {
     throw InvalidArgument(str() + ".forward: " + e.what());
   }
   idx_ = idx;
+  forward_done();
   return y;
 }
 
 Tensor Embedding::backward(const Tensor& grad_output) {
-  DITTO_CHECK(idx_.defined(), str(), ".backward: called before forward");
+  require_forward(str() + ".backward");
   Shape want = idx_.shape();
   want.push_back(c_);
   DITTO_CHECK(
       grad_output.defined() && grad_output.shape() == want && is_float_storage(grad_output.dtype()),
       str(), ".backward: grad_output: expected ", shape_str(want), " f32 (or bf16 / f16), got ",
       describe(grad_output));
+  backward_done();
   const std::int64_t n = idx_.numel(), samples = idx_.size(0);
   const std::vector<std::int64_t> bounds =
       determinism_ == Determinism::bitwise
@@ -117,6 +119,7 @@ Tensor LayerNorm::forward(const Tensor& x) {
   x_ = x.view({-1, c_});
   Tensor y =
       ops::layernorm(x_, weight_.data, has_bias_ ? bias_.data : Tensor(), eps_, mean_, rstd_);
+  forward_done();
   return y.view(shape_);
 }
 
@@ -140,13 +143,14 @@ AddNorm LayerNorm::forward_add(const Tensor& x, Tensor branch) {
   Tensor sum;
   Tensor y = ops::layernorm_add(x, branch, weight_.data, b, eps_, sum, mean_, rstd_);
   x_ = sum.view({-1, c_});
+  forward_done();
   return {std::move(sum), std::move(y)};
 }
 
 Tensor LayerNorm::backward(const Tensor& grad_output) { return backward(grad_output, Tensor()); }
 
 Tensor LayerNorm::backward(const Tensor& grad_output, const Tensor& residual_grad) {
-  DITTO_CHECK(x_.defined(), str(), ".backward: called before forward");
+  require_forward(str() + ".backward");
   DITTO_CHECK(grad_output.defined() && grad_output.shape() == shape_ &&
                   is_float_storage(grad_output.dtype()),
               str(), ".backward: grad_output: expected ", shape_str(shape_),
@@ -157,6 +161,7 @@ Tensor LayerNorm::backward(const Tensor& grad_output, const Tensor& residual_gra
               str(), ".backward: residual_grad: expected ", shape_str(shape_), " ",
               dtype_name(grad_output.dtype()), " on ", grad_output.device().str(),
               " (grad_output's shape, dtype and device), got ", describe(residual_grad));
+  backward_done();
   const Tensor dy = grad_output.view({-1, c_});
   const Tensor r = residual_grad.defined() ? residual_grad.view({-1, c_}) : Tensor();
   // The gradients' dtype: an existing gradient's, else nn::grad_dtype's (both, if a bias).
@@ -209,7 +214,7 @@ Tensor Dropout::forward(const Tensor& x) {
               "Dropout.forward: input: expected an f32 (or bf16 / f16) tensor [B, ...], got ",
               describe(x));
   shape_ = x.shape();
-  has_forward_ = true;
+  forward_done();
   applied_ = active() && x.numel() > 0;
   if (!applied_) return x;
   stream_ = dropout_stream(step_, site_);
@@ -218,10 +223,11 @@ Tensor Dropout::forward(const Tensor& x) {
 }
 
 Tensor Dropout::backward(const Tensor& grad_output) {
-  DITTO_CHECK(has_forward_, "Dropout.backward: called before forward");
+  require_forward("Dropout.backward");
   DITTO_CHECK(grad_output.defined() && grad_output.shape() == shape_,
               "Dropout.backward: grad_output: expected ", shape_str(shape_),
               " f32 (the input's shape), got ", describe(grad_output));
+  backward_done();
   if (!applied_) return grad_output;
   return ops::dropout_backward(grad_output, p_, seed_, stream_, index_base_);
 }

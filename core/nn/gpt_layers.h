@@ -125,7 +125,7 @@ class Dropout : public Module {
   float p_ = 0.0f;
   std::uint64_t site_ = 0, seed_ = 0;
   // The last forward's mask key (applied == false: it was the identity).
-  bool applied_ = false, has_forward_ = false;
+  bool applied_ = false;
   std::uint64_t stream_ = 0, index_base_ = 0;
   Shape shape_;
 };

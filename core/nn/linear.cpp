@@ -74,6 +74,7 @@ void Linear::keep_input(const Tensor& input, const char* call) {
               " (the layer's device), got ", input.str());
   input_shape_ = input.shape();
   input_ = input.dim() == 2 ? input : input.view({-1, in_});
+  forward_done();
 }
 
 Tensor Linear::out_view(const Tensor& y) const {
@@ -106,7 +107,7 @@ Tensor Linear::forward_gelu(const Tensor& input, Tensor& pre) {
 }
 
 Tensor Linear::parameter_grads(const Tensor& grad_output, const char* call) {
-  DITTO_CHECK(input_.defined(), str(), call, ": called before forward");
+  require_forward(str() + call);
   Shape out_shape = input_shape_;
   out_shape.back() = out_;
   DITTO_CHECK(grad_output.defined() && grad_output.shape() == out_shape &&
@@ -116,6 +117,7 @@ Tensor Linear::parameter_grads(const Tensor& grad_output, const char* call) {
   DITTO_CHECK(grad_output.device() == input_.device(), str(), call,
               ": grad_output: expected a tensor on ", input_.device().str(), ", got ",
               grad_output.str());
+  backward_done();
   const std::int64_t rows = input_.size(0);
   const Tensor gy = grad_output.dim() == 2 ? grad_output : grad_output.view({rows, out_});
   if (determinism_ == Determinism::bitwise) {

@@ -69,15 +69,20 @@ Tensor Loss::save_and_mean(const Tensor& per_sample, const Tensor& input, const 
   denominator_ = denominator;
   input_ = input;
   target_ = target;
+  has_forward_ = true;
   Tensor mean = mean_of(per_sample, mean_scale(), determinism_, rows_per_sample);
   if (denominator == 0)  // PyTorch: the mean of no elements is 0/0 = NaN (issue 29)
     return Tensor::full({}, std::numeric_limits<float>::quiet_NaN(), mean.device());
   return mean;
 }
 
-Tensor Loss::grad_loss_for(const Tensor& grad_loss, const char* call) const {
-  DITTO_CHECK(input_.defined(), call, ": called before forward");
-  return grad_or_one(grad_loss, input_.device(), call);
+Tensor Loss::grad_loss_for(const Tensor& grad_loss, const char* call) {
+  DITTO_CHECK(has_forward_, call,
+              ": no forward to go back through (call forward first; each forward allows one "
+              "backward)");
+  Tensor g = grad_or_one(grad_loss, input_.device(), call);
+  has_forward_ = false;
+  return g;
 }
 
 // An undefined grad_loss means 1 in every loss's backward(grad_loss).
@@ -185,6 +190,7 @@ Tensor CrossEntropyLoss::backward(const Tensor& grad_loss) {
   if (fused_grad_.defined()) {  // forward_backward's, over the logits
     Tensor g = std::move(fused_grad_);
     fused_grad_ = Tensor();
+    has_forward_ = false;
     return g.shape() == input_shape_ ? g : g.view(input_shape_);
   }
   Tensor g = ops::cross_entropy_backward(

@@ -50,8 +50,9 @@ class Loss {
                        std::int64_t denominator, std::int64_t rows_per_sample = 1);
   /// The start of a backward: d(final)/d(loss), grad_loss or 1 when undefined, on the device of
   /// the last forward's input. Throws InvalidArgument before any forward or for a grad_loss
-  /// that is not one f32 element there; `call` names the backward.
-  Tensor grad_loss_for(const Tensor& grad_loss, const char* call) const;
+  /// that is not one f32 element there, and for a second backward of one forward (Note [One
+  /// backward per forward], core/nn/module.h); `call` names the backward.
+  Tensor grad_loss_for(const Tensor& grad_loss, const char* call);
   /// 1 / the denominator of the last forward's mean: the scale of the input's gradient; 0 for
   /// an empty input without a global batch (Note [Empty replica loss]).
   float mean_scale() const {
@@ -62,6 +63,7 @@ class Loss {
   std::int64_t global_batch_ = 0;
   Tensor input_, target_;         // the last forward's, as the ops saw them
   std::int64_t denominator_ = 1;  // what the last forward's mean divided by
+  bool has_forward_ = false;      // a forward not yet gone back through
 };
 
 /// A loss L (MSELoss, CrossEntropyLoss) whose clone() is a new L with this one's settings.

@@ -20,6 +20,12 @@ Tensor Module::forward(const std::vector<Tensor>& inputs) {
   return forward(inputs[0]);
 }
 
+void Module::require_forward(const std::string& call) const {
+  DITTO_CHECK(has_forward_, call,
+              ": no forward to go back through (call forward first; each forward allows one "
+              "backward)");
+}
+
 namespace {
 /// A dtype's name, or "DType value N" for a value outside the enumeration.
 std::string dtype_description(DType t) {

@@ -138,12 +138,27 @@ class Module : public NonCopyable {
   std::int64_t num_parameters();
 
  protected:
+  /// Note [One backward per forward]: a forward allows one backward, as torch's autograd frees
+  /// the graph after one ("Trying to backward through the graph a second time"); a second
+  /// backward would add the same gradients again. A module whose backward reads what its forward
+  /// kept calls forward_done() in forward, require_forward(call) first in backward (an
+  /// InvalidArgument "<call>: no forward to go back through (call forward first; each forward
+  /// allows one backward)", DataParallel.backward's words, when there is none) and
+  /// backward_done() once its arguments passed their checks (a refused grad_output keeps the
+  /// forward).
+  void forward_done() { has_forward_ = true; }
+  void require_forward(const std::string& call) const;
+  void backward_done() { has_forward_ = false; }
+
   bool input_requires_grad_ = true;
   Determinism determinism_ = Determinism::fast;
   std::vector<std::int64_t> micro_shards_;
   bool training_ = true;
   std::int64_t step_ = 0, first_row_ = 0;
   GradReadyHook grad_ready_hook_;
+
+ private:
+  bool has_forward_ = false;
 };
 
 /// Copy the settings (input_requires_grad, determinism, micro-shards, training, step, first row)

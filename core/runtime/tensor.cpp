@@ -21,6 +21,24 @@ std::string shape_str(const Shape& s) {
 namespace {
 constexpr std::int64_t kMaxInt64 = std::numeric_limits<std::int64_t>::max();
 
+// Note [Tensors of a replaced backend]: init_backend replaces a backend's process-wide instance
+// (Trainer::fit does, for its run's device count), and a tensor made before keeps the old
+// instance alive through its Buffer. Its Device may then name no device of the live instance
+// (sim:3 after a fit on 2 devices: "index out of range") or another one's. As a torch tensor
+// stays readable while it lives, copies to and from such a tensor (to_vector, to(device),
+// copy_) run on the instance that owns its memory, on that device's default stream, and between
+// two instances through the host; other ops on it go to the live instance as before.
+struct Owner {
+  Backend& backend;
+  Stream& stream;
+  bool replaced;  // the owning instance is no longer the live one
+};
+Owner owner_of(const Tensor& t) {
+  Backend& b = t.buffer()->backend();
+  if (&b == &get_backend(t.device().type)) return {b, current_stream(t.device()), false};
+  return {b, b.default_stream(t.device().index), true};
+}
+
 // Product of non-negative sizes; false when it exceeds int64 (a size of 0 makes it 0, never an
 // overflow, whatever comes before it).
 bool checked_product(const Shape& s, std::int64_t& out) {
@@ -202,10 +220,12 @@ std::vector<T> Tensor::to_vector() const {
               ", asked for ", dtype_name(dtype_of<T>()));
   std::vector<T> out(static_cast<std::size_t>(numel_));
   if (numel_ == 0) return out;
-  if (device().is_cpu())
+  if (device().is_cpu()) {
     std::memcpy(out.data(), data_ptr(), nbytes());
-  else
-    device().backend().copy_to_host(current_stream(device()), out.data(), data_ptr(), nbytes());
+  } else {  // on the instance that owns it (Note [Tensors of a replaced backend])
+    const Owner o = owner_of(*this);
+    o.backend.copy_to_host(o.stream, out.data(), data_ptr(), nbytes());
+  }
   return out;
 }
 
@@ -368,26 +388,40 @@ class Staging {
   Stream& default_;
 };
 
-// Host -> device: rows x row_bytes contiguous at `packed` (host) to dp (row pitch dst_pitch) on
-// dd, on dd's current stream: one copy when `dense` (dst_pitch == row_bytes), else through a
-// staging buffer and a 2-D copy.
-void upload_rows(const Device& dd, char* dp, std::size_t dst_pitch, const char* packed,
+// Host -> device: rows x row_bytes contiguous at `packed` (host) to dp (row pitch dst_pitch) of
+// `dst`, on its owner's stream (owner_of): one copy when `dense` (dst_pitch == row_bytes), else
+// through a staging buffer and a 2-D copy (a tensor of a replaced instance: one copy a row).
+void upload_rows(const Tensor& dst, char* dp, std::size_t dst_pitch, const char* packed,
                  std::size_t row_bytes, std::size_t rows, bool dense) {
-  Backend& b = dd.backend();
-  Stream& s = current_stream(dd);
+  const Device& dd = dst.device();
+  const Owner o = owner_of(dst);
+  Backend& b = o.backend;
+  Stream& s = o.stream;
   if (dense) return b.copy_from_host(s, dp, packed, rows * row_bytes);
+  if (o.replaced) {
+    for (std::size_t r = 0; r < rows; ++r)
+      b.copy_from_host(s, dp + r * dst_pitch, packed + r * row_bytes, row_bytes);
+    return;
+  }
   Staging staging(dd, rows * row_bytes, s);
   b.copy_from_host(s, staging.data(), packed, rows * row_bytes);
   b.copy_2d(s, dp, dst_pitch, staging.data(), row_bytes, row_bytes, rows);
 }
 
-// Device -> host: the rows at sp (row pitch src_pitch) on sd to `packed` (host, rows x
+// Device -> host: the rows at sp (row pitch src_pitch) of `src` to `packed` (host, rows x
 // row_bytes contiguous), the reverse of upload_rows.
-void download_rows(const Device& sd, const char* sp, std::size_t src_pitch, char* packed,
+void download_rows(const Tensor& src, const char* sp, std::size_t src_pitch, char* packed,
                    std::size_t row_bytes, std::size_t rows, bool dense) {
-  Backend& b = sd.backend();
-  Stream& s = current_stream(sd);
+  const Device& sd = src.device();
+  const Owner o = owner_of(src);
+  Backend& b = o.backend;
+  Stream& s = o.stream;
   if (dense) return b.copy_to_host(s, packed, sp, rows * row_bytes);
+  if (o.replaced) {
+    for (std::size_t r = 0; r < rows; ++r)
+      b.copy_to_host(s, packed + r * row_bytes, sp + r * src_pitch, row_bytes);
+    return;
+  }
   Staging staging(sd, rows * row_bytes, s);
   b.copy_2d(s, staging.data(), row_bytes, sp, src_pitch, row_bytes, rows);
   b.copy_to_host(s, packed, staging.data(), rows * row_bytes);
@@ -411,24 +445,26 @@ void copy_block(const Tensor& dst, std::size_t dst_off, std::size_t dst_pitch, c
     return;
   }
   if (sd.is_cpu()) {  // host -> device
-    if (dense) return upload_rows(dd, dp, dst_pitch, sp, row_bytes, rows, true);
+    if (dense) return upload_rows(dst, dp, dst_pitch, sp, row_bytes, rows, true);
     std::vector<char> packed(rows * row_bytes);
     for (std::size_t r = 0; r < rows; ++r)
       std::memcpy(packed.data() + r * row_bytes, sp + r * src_pitch, row_bytes);
-    return upload_rows(dd, dp, dst_pitch, packed.data(), row_bytes, rows, false);
+    return upload_rows(dst, dp, dst_pitch, packed.data(), row_bytes, rows, false);
   }
   if (dd.is_cpu()) {  // device -> host
-    if (dense) return download_rows(sd, sp, src_pitch, dp, row_bytes, rows, true);
+    if (dense) return download_rows(src, sp, src_pitch, dp, row_bytes, rows, true);
     std::vector<char> packed(rows * row_bytes);
-    download_rows(sd, sp, src_pitch, packed.data(), row_bytes, rows, false);
+    download_rows(src, sp, src_pitch, packed.data(), row_bytes, rows, false);
     for (std::size_t r = 0; r < rows; ++r)
       std::memcpy(dp + r * dst_pitch, packed.data() + r * row_bytes, row_bytes);
     return;
   }
-  if (dd.type != sd.type) {  // across backends: through the host, staged on both sides
+  // Across backends, or from or to a tensor of a replaced instance (Note [Tensors of a replaced
+  // backend]): through the host, staged on both sides.
+  if (dd.type != sd.type || owner_of(dst).replaced || owner_of(src).replaced) {
     std::vector<char> packed(rows * row_bytes);
-    download_rows(sd, sp, src_pitch, packed.data(), row_bytes, rows, false);
-    return upload_rows(dd, dp, dst_pitch, packed.data(), row_bytes, rows, false);
+    download_rows(src, sp, src_pitch, packed.data(), row_bytes, rows, false);
+    return upload_rows(dst, dp, dst_pitch, packed.data(), row_bytes, rows, false);
   }
   // Same backend, device -> device: order after both devices' pending work, copy on the
   // destination's stream, and make the source's stream wait for the copy (so the source is not

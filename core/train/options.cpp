@@ -416,4 +416,68 @@ std::vector<std::string> config_warnings(const TrainerConfig& c,
   return out;
 }
 
+std::string nanogpt_option_hint(const std::string& arg) {
+  std::string name = arg.substr(0, arg.find('='));
+  name.erase(0, std::min(name.find_first_not_of('-'), name.size()));
+  std::replace(name.begin(), name.end(), '-', '_');
+  // nanoGPT's train.py settings (its globals, which configurator.py's --key=value overrides) that
+  // ditto names otherwise: {name, ditto's option ("" for none), what differs or what to do}.
+  struct Hint {
+    const char* name;
+    const char* flag;
+    const char* note;
+  };
+  static const Hint hints[] = {
+      {"out_dir", "--checkpoint", "nanoGPT's out_dir: ditto writes DIR/step-N/ checkpoints there"},
+      {"eval_interval", "--eval-interval", ""},
+      {"log_interval", "--log-interval", ""},
+      {"eval_iters", "--eval-iters", ""},
+      {"eval_only", "--eval-only", ""},
+      {"init_from", "--init-from",
+       "a weights file here; nanoGPT's 'resume' is --resume DIR, 'gpt2*' an llm.c or Hugging Face "
+       "file of those weights"},
+      {"dataset", "--data",
+       "a file here (text, nanoGPT's train.bin, llm.c shards), not a folder "
+       "name under data/"},
+      {"gradient_accumulation_steps", "--grad-accum-steps", "micro-steps per optimizer step"},
+      {"batch_size", "--batch-size", ""},
+      {"block_size", "--block-size", ""},
+      {"n_layer", "--n-layer", ""},
+      {"n_head", "--n-head", ""},
+      {"n_embd", "--n-embd", ""},
+      {"learning_rate", "--lr", "nanoGPT's learning_rate"},
+      {"max_iters", "--max-iters", ""},
+      {"weight_decay", "--weight-decay", ""},
+      {"grad_clip", "--grad-clip", ""},
+      {"warmup_iters", "--warmup-iters", ""},
+      {"lr_decay_iters", "--lr-decay-iters", ""},
+      {"min_lr", "--min-lr", ""},
+      {"always_save_checkpoint", "",
+       "ditto writes a checkpoint every --checkpoint-every steps and at the end, whatever the "
+       "validation loss, into --checkpoint DIR (the two newest are kept)"},
+      {"decay_lr", "",
+       "the GPT's learning rate always follows the linear warm-up and cosine decay "
+       "(--warmup-iters, --lr-decay-iters, --min-lr); decay_lr=False is --warmup-iters 0 with "
+       "--min-lr equal to --lr"},
+      {"compile", "",
+       "ditto has no torch.compile: its kernels are compiled ahead of time; leave it out"},
+      {"device", "",
+       "--backend picks the devices (cuda, sim or auto) and --devices how many (one process "
+       "drives them all; under mpirun, one each)"},
+      {"wandb_log", "",
+       "ditto logs to no service: --metrics-jsonl FILE writes each step's and evaluation's "
+       "metrics as JSON lines"},
+      {"wandb_project", "", "ditto logs to no service: see --metrics-jsonl FILE"},
+      {"wandb_run_name", "", "ditto logs to no service: see --metrics-jsonl FILE"},
+  };
+  for (const Hint& h : hints) {
+    if (name != h.name) continue;
+    if (*h.flag == '\0')
+      return detail::cat("nanoGPT's ", h.name, " has no ditto equivalent: ", h.note);
+    return detail::cat("did you mean ", h.flag, "?", *h.note ? " (" : "", h.note,
+                       *h.note ? ")" : "");
+  }
+  return "";
+}
+
 }  // namespace ditto::train

@@ -157,6 +157,14 @@ OptionTable csv_rows_options(CsvRowsOptions& o);
 /// Errors name the options by `c.name_of` ("data", "header", "classes", "val_fraction").
 std::shared_ptr<CsvDataSource> open_csv_rows(const CsvRowsOptions& o, const TrainerConfig& c);
 
+/// What to tell a nanoGPT user who typed one of nanoGPT's train.py settings as an option
+/// (configurator.py's --key=value): `arg` is the option as typed ("--out_dir=out", "--max_iters";
+/// '_' and '-' alike). Where ditto has the setting: "did you mean --checkpoint? (...)" with what
+/// differs; where it has none: "nanoGPT's compile has no ditto equivalent: ..." and what to do
+/// instead. "" for a name that is none of train.py's settings, or one ditto spells the same
+/// (--dropout, --bias, --beta1, --beta2, --dtype, --backend: ditto's own options take them).
+std::string nanogpt_option_hint(const std::string& arg);
+
 /// What a config's settings do not do in this run, said once at its start (as PyTorch warns for
 /// an ignored setting): --bucket-cap-mb without ddp, --micro-shards in fast mode, a device count
 /// not a power of two in bitwise mode. `given`: the fields given explicitly.

@@ -96,21 +96,35 @@ std::string model_name(const TrainerConfig& c, const DataSource& data) {
 }
 
 /// The checkpoint directory is created and locked (lock_checkpoint_dir; by rank 0: `lead`) at
-/// startup, so that a long run is not lost when it ends.
-void check_output_paths(const TrainerConfig& c, bool lead) {
+/// startup, so that a long run is not lost when it ends. A fresh run (no resume_dir) refuses a
+/// directory that holds checkpoints: its own would mix with them (the rotation keeps the two
+/// newest steps of either run, and a later resume takes whichever is newest). The errors name
+/// the directory as the caller gave it (`given`; c.checkpoint_dir is fit()'s absolute path).
+void check_output_paths(const TrainerConfig& c, const std::string& given, bool lead) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const std::string& ck = c.checkpoint_dir;
   if (!ck.empty() && lead) {
     fs::create_directories(ck, ec);
-    DITTO_CHECK(!ec, c.name_of("checkpoint_dir"), ": cannot create directory '", ck,
+    DITTO_CHECK(!ec, c.name_of("checkpoint_dir"), ": cannot create directory '", given,
                 "': ", ec.message());
     DITTO_CHECK(::access(ck.c_str(), W_OK | X_OK) == 0, c.name_of("checkpoint_dir"),
-                ": expected a writable directory, got '", ck, "': ", std::strerror(errno));
+                ": expected a writable directory, got '", given, "': ", std::strerror(errno));
     try {
       lock_checkpoint_dir(ck);  // a second run on the same directory fails here, not mid-run
     } catch (const Error& e) {
       throw Error(detail::cat(c.name_of("checkpoint_dir"), ": ", e.what()));
+    }
+    if (c.resume_dir.empty()) {
+      const std::vector<std::string> found = checkpoint_entries(ck, c.name_of("checkpoint_dir"));
+      std::string names;
+      for (const std::string& f : found) names += (names.empty() ? "" : ", ") + f;
+      DITTO_CHECK(found.empty(), c.name_of("checkpoint_dir"),
+                  ": expected a directory without checkpoints for a fresh run (no ",
+                  c.name_of("resume_dir"), "), got '", given, "', which holds another run's (",
+                  names, "): the two runs' checkpoints would mix; to continue that run, pass ",
+                  c.name_of("resume_dir"), " ", given,
+                  "; to start over, remove them or choose another directory");
     }
   }
 }
@@ -294,9 +308,21 @@ FitResult Trainer::fit() {
   DITTO_CHECK(!running.exchange(true),
               "Trainer::fit: another fit() is running in this process "
               "(it owns the process-wide backend): expected one fit() at a time");
+  // A relative checkpoint_dir is resolved once, here: a chdir during the run (a callback's) does
+  // not move the checkpoints. The caller's path is put back when fit() returns.
   struct Done {
-    ~Done() { running = false; }
-  } done;
+    std::string& dir;
+    std::string given;
+    ~Done() {
+      dir = std::move(given);
+      running = false;
+    }
+  } done{config_.checkpoint_dir, config_.checkpoint_dir};
+  if (!config_.checkpoint_dir.empty()) {
+    std::error_code ec;  // (no working directory: the path as given, which then fails as before)
+    const std::filesystem::path abs = std::filesystem::absolute(config_.checkpoint_dir, ec);
+    if (!ec) config_.checkpoint_dir = abs.string();
+  }
   const TrainerConfig& c = config_;
   Run run;
   // Under mpirun (dist::init): one rank per process, the ranks = the processes.
@@ -376,7 +402,8 @@ FitResult Trainer::fit() {
       fx->set_comm_timeout(c.comm_timeout_ms);
     }
     for (const auto& e : c.extensions) e->configure(c, run.context());
-    check_output_paths(c, dist::rank() == 0);  // before training: a bad path must not cost it
+    // Before training: a bad path must not cost it.
+    check_output_paths(c, done.given, dist::rank() == 0);
   });
   // ddp reports its start before any rank builds its replica; rank 0's callback may refuse too
   // (e.g. an output file it cannot open).

@@ -156,7 +156,13 @@ struct TrainerConfig {
   bool allow_tf32 = false;
 
   // ---- checkpoints (core/checkpoint/checkpoint.h)
-  std::string checkpoint_dir;         ///< "": none; else saved at the end (and every N steps)
+  /// "": none; else saved at the end (and every N steps). A relative path is resolved once, at
+  /// fit()'s start (std::filesystem::absolute): a chdir during fit() does not move the
+  /// checkpoints. Without resume_dir (a fresh run) it must hold no checkpoint (DIR/latest or
+  /// DIR/step-N): fit() refuses one that does before training (InvalidArgument naming DIR, the
+  /// checkpoints found and resume_dir), as the fresh run's checkpoints would mix with the
+  /// other run's; other files may be there.
+  std::string checkpoint_dir;
   std::int64_t checkpoint_every = 0;  ///< optimizer steps between checkpoints; 0: at the end only
   std::string resume_dir;             ///< "": fresh start
   /// A graceful stop (torchrun's SIGTERM, Ctrl-C): when *stop becomes non-zero (a signal

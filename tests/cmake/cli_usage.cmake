@@ -13,6 +13,14 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.UnknownOptionPrefixDidYouMean RC 2
     REGEX "^ditto-train: error: unrecognized arguments: --grad-accum 2\nditto-train: --grad-accum: did you mean --grad-accum-steps\\?"
     COMMAND $<TARGET_FILE:ditto-train> --grad-accum 2)
+  # nanoGPT's train.py settings as configurator.py takes them (--key=value): ditto's option with
+  # what differs, or what to do where ditto has none (train::nanogpt_option_hint).
+  ditto_expect_exit(DittoTrainCli.NanoGptNamesGetDittosOption RC 2
+    REGEX "^ditto-train: error: unrecognized arguments: --out_dir=out --learning_rate=1e-3 --gradient_accumulation_steps=2\nditto-train: --out_dir=out: did you mean --checkpoint\\? \\(nanoGPT's out_dir: ditto writes DIR/step-N/ checkpoints there\\)\nditto-train: --learning_rate=1e-3: did you mean --lr\\? \\(nanoGPT's learning_rate\\)\nditto-train: --gradient_accumulation_steps=2: did you mean --grad-accum-steps\\? \\(micro-steps per optimizer step\\)\nRun ditto-train --help"
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --out_dir=out --learning_rate=1e-3 --gradient_accumulation_steps=2)
+  ditto_expect_exit(DittoTrainCli.NanoGptNamesWithoutEquivalentSaySo RC 2
+    REGEX "^ditto-train: error: unrecognized arguments: --compile=False --decay_lr=False\nditto-train: --compile=False: nanoGPT's compile has no ditto equivalent: ditto has no torch.compile: its kernels are compiled ahead of time; leave it out\nditto-train: --decay_lr=False: nanoGPT's decay_lr has no ditto equivalent: the GPT's learning rate always follows"
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --compile=False --decay_lr=False)
   ditto_expect_exit(DittoTrainCli.UnconvertibleValueExit2 RC 2
     REGEX "^ditto-train: error: [^\n]*--epochs[^\n]*x"
     COMMAND $<TARGET_FILE:ditto-train> --epochs x)
