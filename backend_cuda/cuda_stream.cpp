@@ -253,7 +253,7 @@ void wait_for_gpu(int physical, const std::function<cudaError_t()>& query,
     if (err != cudaSuccess && err != cudaErrorNotReady)
       throw_cuda_error(err, call, __FILE__, __LINE__, where);
     if (err == cudaErrorNotReady) (void)cudaGetLastError();  // not an error: as in query()
-    if (polls % 64 == 63) list = watched();  // communicators come and go
+    if (polls % 64 == 63) list = watched();                  // communicators come and go
     for (const auto& watch : list) {
       const StreamWatch::Report r = watch->poll();
       const WaitStep step = wait_step(err == cudaSuccess, r.error, r.pending_ms, r.timeout_ms);
