@@ -124,6 +124,8 @@ std::string format_epoch(const EpochMetrics& m) {
 }
 
 std::string format_eval(const EvalMetrics& m) {
+  if (m.dry_run)  // nothing ran: no losses, and the wall clock measured no training
+    return strprintf("step %" PRId64 ": no losses (dry run: nothing ran; lr %.3e)\n", m.step, m.lr);
   std::string s = strprintf("step %" PRId64 ": train loss %.4f, val loss %.4f (lr %.3e", m.step,
                             m.train_loss, m.val_loss, m.lr);
   if (m.step > 0 && m.tokens_per_s > 0)

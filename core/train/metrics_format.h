@@ -61,7 +61,8 @@ std::string format_step(const StepMetrics& m, const std::string& profile, DType 
 std::string format_epoch(const EpochMetrics& m);
 
 /// nanoGPT's evaluation line "step N: train loss X, val loss Y (lr L, T tokens/s, ETA h:mm:ss)"
-/// (tokens/s and ETA after step 0 only).
+/// (tokens/s and ETA after step 0 only); a dry run's (EvalMetrics::dry_run) has no losses or
+/// speed: "step N: no losses (dry run: nothing ran; lr L)".
 std::string format_eval(const EvalMetrics& m);
 
 /// "final: backend=... devices=... determinism=... [dtype=...] [trainer=ddp] epochs=E|iters=N

@@ -209,3 +209,13 @@ if(TARGET ditto-train)
             --trainer ddp --determinism fast --micro-shards 4
     REGEX "memory: sim:0 live=[0-9.]+ MiB peak=7\\.37 MiB[^\n]*\nmemory: sim:1 live=[0-9.]+ MiB peak=7\\.37 MiB[^\n]*\nmemory: sim:2 live=[0-9.]+ MiB peak=7\\.37 MiB")
 endif()
+
+# A dry run's evaluations print no losses and no wall-clock speed, on the line or in the JSON
+# record (they printed "train loss 0.0000, val loss 0.0000" and "train_loss":0.0).
+if(TARGET ditto-train)
+  ditto_expect_exit(DittoTrainCli.DryRunEvaluationsHaveNoLosses RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --n-layer 2 --n-head 2 --n-embd 16
+            --block-size 16 --batch-size 8 --max-iters 6 --eval-iters 1 --eval-interval 3
+            --sample 0 --dry-run --profile h100-sxm --metrics-jsonl /dev/stdout
+    REGEX "\nstep 0: no losses \\(dry run: nothing ran; lr 9\\.901e-06\\)\n\\{\"dry_run\":true,\"event\":\"eval\",\"lr\":[0-9.e-]+,\"max_iters\":6,\"step\":0,\"tokens\":0\\}\nstep 3: no losses \\(dry run: nothing ran; lr 2\\.970e-05\\)\n\\{\"dry_run\":true,\"event\":\"eval\",\"lr\":[0-9.e-]+,\"max_iters\":6,\"step\":3,\"tokens\":384\\}\n")
+endif()
