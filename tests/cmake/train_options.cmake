@@ -219,3 +219,11 @@ if(TARGET ditto-train)
             --sample 0 --dry-run --profile h100-sxm --metrics-jsonl /dev/stdout
     REGEX "\nstep 0: no losses \\(dry run: nothing ran; lr 9\\.901e-06\\)\n\\{\"dry_run\":true,\"event\":\"eval\",\"lr\":[0-9.e-]+,\"max_iters\":6,\"step\":0,\"tokens\":0\\}\nstep 3: no losses \\(dry run: nothing ran; lr 2\\.970e-05\\)\n\\{\"dry_run\":true,\"event\":\"eval\",\"lr\":[0-9.e-]+,\"max_iters\":6,\"step\":3,\"tokens\":384\\}\n")
 endif()
+
+# More GPUs on a node than a node holds (8) are priced as asked, with a warning naming the flags
+# of 8-GPU nodes (--devices 64 printed "(1 node, nvlink)" and nothing else).
+if(TARGET ditto-train)
+  ditto_expect_exit(DittoTrainCli.MoreGpusOnANodeThanANodeHoldsWarns RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --devices 16 --profile h100-sxm --dry-run --epochs 1
+    REGEX "predicted: 16 x NVIDIA H100 SXM5 80GB \\(1 node, nvlink\\).*ditto-train: warning: --devices 16: 16 GPUs on one node, priced as one nvlink node of 16 \\(its collectives at one node's link bandwidth, none across a network\\); a node holds 8 GPUs \\(an HGX board\\): for 16 GPUs in nodes of at most 8 \\(InfiniBand between them\\) use --nodes 2 --devices 8\n")
+endif()
