@@ -227,3 +227,11 @@ if(TARGET ditto-train)
     COMMAND $<TARGET_FILE:ditto-train> --devices 16 --profile h100-sxm --dry-run --epochs 1
     REGEX "predicted: 16 x NVIDIA H100 SXM5 80GB \\(1 node, nvlink\\).*ditto-train: warning: --devices 16: 16 GPUs on one node, priced as one nvlink node of 16 \\(its collectives at one node's link bandwidth, none across a network\\); a node holds 8 GPUs \\(an HGX board\\): for 16 GPUs in nodes of at most 8 \\(InfiniBand between them\\) use --nodes 2 --devices 8\n")
 endif()
+
+# A real run's prediction says it priced the simulator's own kernels and points to --dry-run
+# (the two differ: docs/prediction.md).
+if(TARGET ditto-train)
+  ditto_expect_exit(DittoTrainCli.RealRunPredictionPointsToTheDryRun RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --profile h100-sxm --devices 2 --epochs 1
+    REGEX "predicted: 2 x NVIDIA H100 SXM5 80GB \\(1 node, nvlink\\) [^\n]* \\(virtual time; FP32 peak 67\\.0 TFLOP/s per GPU; the simulator's own kernels: --dry-run prices a GPU's\\)\nmeasured:  CPU simulator")
+endif()
