@@ -122,6 +122,29 @@ void SimRun::validate(const train::TrainerConfig& c) const {
               c.name_of("backend"), " ", c.backend, processes ? " under mpirun" : "");
 }
 
+std::vector<std::string> SimRun::warnings(const train::TrainerConfig& c) const {
+  std::vector<std::string> out;
+  const bool priced = !o_.profile.empty() || !o_.trace.empty();
+  if (!priced || c.devices <= kGpusPerNode) return out;
+  // The interconnect the cost model prices the node with (as SimCostModelExtension resolves it).
+  std::string ic = o_.interconnect;
+  if (ic == "auto")
+    ic = o_.profile.empty() ? std::string() : default_interconnect(device_profile(o_.profile).key);
+  const long long all = static_cast<long long>(c.devices) * o_.nodes;
+  long long nodes = (all + kGpusPerNode - 1) / kGpusPerNode;  // the fewest nodes of <= 8 that
+  while (all % nodes != 0) ++nodes;                           // hold them all equally
+  const std::string devices = c.name_of("devices"), nodes_flag = name_of(c, "nodes");
+  out.push_back(detail::cat(
+      devices, " ", c.devices, ": ", c.devices,
+      o_.nodes == 1 ? " GPUs on one node" : " GPUs a node", ", priced as ",
+      o_.nodes == 1 ? std::string("one ") : detail::cat(o_.nodes, " "), ic.empty() ? ic : ic + " ",
+      "node", o_.nodes == 1 ? "" : "s", " of ", c.devices,
+      " (its collectives at one node's link bandwidth, none across a network); a node holds ",
+      kGpusPerNode, " GPUs (an HGX board): for ", all, " GPUs in nodes of at most ", kGpusPerNode,
+      " (InfiniBand between them) use ", nodes_flag, " ", nodes, " ", devices, " ", all / nodes));
+  return out;
+}
+
 std::vector<std::pair<std::string, std::string>> SimRun::settings(
     const train::TrainerConfig& c) const {
   std::string stragglers, faults;

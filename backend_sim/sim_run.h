@@ -21,6 +21,10 @@
 
 namespace ditto::sim {
 
+/// The GPUs one node of a real cluster holds: an HGX / DGX board's 8 (one NVSwitch), the most a
+/// PCIe server commonly holds too. SimRun::warnings names a cluster whose nodes hold more.
+inline constexpr int kGpusPerNode = 8;
+
 struct SimRunOptions {
   /// Cost model device profile (backend_sim/profiles.h: h100-sxm, a100-sxm-80gb, ... or a .json
   /// file): the Trainer reports a prediction (FitResult::prediction) and the predicted time of
@@ -50,6 +54,13 @@ class SimRun final : public train::TrainerExtension {
 
   /// nodes, devices x nodes; a dry run needs the sim backend in one process.
   void validate(const train::TrainerConfig& c) const override;
+  /// What the cluster's settings price that no real cluster has, said once at the run's start
+  /// (ditto-train prints each as a warning; nothing is refused or priced differently): with the
+  /// cost model (a profile or a trace), more than kGpusPerNode GPUs per node (config.devices) are
+  /// priced as one node of them on its node-local interconnect (NVLink / NVSwitch, PCIe), e.g.
+  /// "--devices 64: 64 GPUs on one node ... use --nodes 8 --devices 8". Errors name the options
+  /// as validate() does.
+  std::vector<std::string> warnings(const train::TrainerConfig& c) const;
   std::vector<std::pair<std::string, std::string>> settings(
       const train::TrainerConfig& c) const override;
   int devices(const train::TrainerConfig& c, int devices) const override {

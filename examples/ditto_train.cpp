@@ -256,6 +256,9 @@ int run(Args& a) {
   if (lead)  // after the config's validation: about settings that are valid
     for (const std::string& w : train::config_warnings(c, g.given))
       std::fprintf(stderr, "ditto-train: warning: %s\n", w.c_str());
+  if (lead && sim_run)  // the simulated cluster's (more GPUs on a node than a node holds)
+    for (const std::string& w : sim_run->warnings(c))
+      std::fprintf(stderr, "ditto-train: warning: %s\n", w.c_str());
   std::fflush(stderr);
   train::FitResult r = trainer->fit();
   if (r.stopped) {

@@ -292,6 +292,28 @@ TEST_F(CommTest, ChunkSizesFollowTorchChunk) {
                                 "comm::chunk_sizes: n: expected at least 1 part, got 0");
 }
 
+// chunk_range: part i of chunk_sizes' split as rows [begin, end), empty past the last chunk
+// (DistributedDataParallel::local_rows' fast split).
+TEST_F(CommTest, ChunkRangeIsPartIOfChunkSizes) {
+  for (std::int64_t size : {0, 1, 9, 10, 24, 36})
+    for (std::int64_t n : {1, 3, 4, 7}) {
+      const std::vector<std::int64_t> sizes = comm::chunk_sizes(size, n);
+      std::int64_t next = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const auto [lo, hi] = comm::chunk_range(size, n, i);
+        const std::size_t k = static_cast<std::size_t>(i);
+        EXPECT_EQ(lo, next) << size << " over " << n << ", part " << i;
+        EXPECT_EQ(hi - lo, k < sizes.size() ? sizes[k] : 0) << size << " over " << n << ", " << i;
+        next = hi;
+      }
+      EXPECT_EQ(next, size);
+    }
+  EXPECT_EQ(comm::chunk_range(24, 3, 1), (std::pair<std::int64_t, std::int64_t>{8, 16}));
+  EXPECT_EQ(comm::chunk_range(36, 7, 6), (std::pair<std::int64_t, std::int64_t>{36, 36}));
+  expect_error<InvalidArgument>([] { comm::chunk_range(5, 2, 2); },
+                                "comm::chunk_range: i: expected a part in 0..1, got 2");
+}
+
 TEST_F(CommTest, ScatterAlongDim0SplitsLikeTorchChunk) {
   const std::vector<Device> four = {sim_device(0), sim_device(1), sim_device(2), sim_device(3)};
   Tensor t = Tensor::from_vector(iota(18), {9, 2}, sim_device(1));

@@ -237,6 +237,7 @@ TEST_F(DdpTest, BucketsStartDuringBackwardOnlyWithOverlap) {
 
 TEST_F(DdpTest, BadOptionsAreRefused) {
   CommOptions co;
+  co.determinism = Determinism::bitwise;
   auto errors = test::run_comm_ranks(2, co, [&](int, Communicator& comm) {
     auto model = nn::mlp({4, 3}, comm.device(), 0);
     DistributedDataParallelOptions o;
@@ -245,10 +246,20 @@ TEST_F(DdpTest, BadOptionsAreRefused) {
   });
   for (auto& e : errors) {
     ASSERT_TRUE(e);
-    EXPECT_NE(test::what_of(e).find("micro_shards: expected at least the world size 2, got 1"),
+    EXPECT_NE(test::what_of(e).find(
+                  "micro_shards: expected at least the world size 2 in bitwise mode, got 1"),
               std::string::npos)
         << test::what_of(e);
   }
+  // Fast mode splits without micro-shards (torch.chunk): fewer than the ranks are fine.
+  co.determinism = Determinism::fast;
+  test::expect_no_rank_errors(test::run_comm_ranks(2, co, [&](int r, Communicator& comm) {
+    auto model = nn::mlp({4, 3}, comm.device(), 0);
+    DistributedDataParallelOptions o;
+    o.micro_shards = 1;
+    DistributedDataParallel ddp(*model, comm, o);
+    EXPECT_EQ(ddp.local_rows(5), (std::pair<std::int64_t, std::int64_t>{3 * r, r == 0 ? 3 : 5}));
+  }));
 }
 
 // ---- bitwise -----------------------------------------------------------------------------------
@@ -273,6 +284,7 @@ TEST_F(DdpTest, BitwiseEqualsDataParallelForAnyWorldSizeBucketSizeAndOverlap) {
 
 TEST_F(DdpTest, LocalRowsFollowMicroShards) {
   CommOptions co;
+  co.determinism = Determinism::bitwise;  // fast mode splits as torch.chunk (below)
   std::vector<std::pair<std::int64_t, std::int64_t>> rows(4);
   auto errors = test::run_comm_ranks(4, co, [&](int r, Communicator& comm) {
     auto model = nn::mlp({4, 3}, comm.device(), 0);
@@ -285,6 +297,34 @@ TEST_F(DdpTest, LocalRowsFollowMicroShards) {
   // Micro-shard bounds of 10 rows over K = 8: 0 1 2 3 5 6 7 8 10; two shards per rank.
   EXPECT_EQ(rows,
             (std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 2}, {2, 5}, {5, 7}, {7, 10}}));
+}
+
+// Fast mode splits a batch as DataParallel's fast scatter (torch.chunk): 24 rows over 3 ranks are
+// 8 each, whatever the micro-shards (they were 7, 8, 9 with 64; 6, 6, 12 with 4). Bitwise mode
+// keeps the micro-shards' split, part of its determinism contract: 7, 8, 9.
+TEST_F(DdpTest, LocalRowsFollowMicroShardsInBitwiseModeTorchChunkInFast) {
+  using Rows = std::vector<std::pair<std::int64_t, std::int64_t>>;
+  auto rows_of = [](int world, Determinism mode, std::int64_t shards, std::int64_t batch) {
+    CommOptions co;
+    co.determinism = mode;
+    Rows rows(static_cast<std::size_t>(world));
+    auto errors = test::run_comm_ranks(world, co, [&](int r, Communicator& comm) {
+      auto model = nn::mlp({4, 3}, comm.device(), 0);
+      DistributedDataParallelOptions o;
+      o.micro_shards = shards;
+      DistributedDataParallel ddp(*model, comm, o);
+      rows[static_cast<std::size_t>(r)] = ddp.local_rows(batch);
+    });
+    test::expect_no_rank_errors(errors);
+    return rows;
+  };
+  EXPECT_EQ(rows_of(3, Determinism::fast, 64, 24), (Rows{{0, 8}, {8, 16}, {16, 24}}));
+  EXPECT_EQ(rows_of(3, Determinism::fast, 4, 24), (Rows{{0, 8}, {8, 16}, {16, 24}}));
+  EXPECT_EQ(rows_of(6, Determinism::fast, 64, 48),
+            (Rows{{0, 8}, {8, 16}, {16, 24}, {24, 32}, {32, 40}, {40, 48}}));
+  // Uneven: comm::chunk_sizes(10, 4) = 3, 3, 3, 1.
+  EXPECT_EQ(rows_of(4, Determinism::fast, 8, 10), (Rows{{0, 3}, {3, 6}, {6, 9}, {9, 10}}));
+  EXPECT_EQ(rows_of(3, Determinism::bitwise, 64, 24), (Rows{{0, 7}, {7, 15}, {15, 24}}));
 }
 
 // ---- fast mode ---------------------------------------------------------------------------------

@@ -275,6 +275,46 @@ void expect_same_rows_but(const FitResult& real, const FitResult& dry,
   }
 }
 
+// More GPUs on one node than a node holds (8, an HGX board) are priced as one NVSwitch node of
+// them, as asked, with a warning naming the flags of a real cluster (--devices 64 said nothing
+// and printed "(1 node, nvlink)"); 8 a node, or no cost model, says nothing.
+TEST(SimRunWarnings, MoreGpusOnANodeThanANodeHoldsNamesTheNodesFlags) {
+  train::TrainerConfig c;
+  c.field_names = {{"devices", "--devices"}, {"nodes", "--nodes"}};
+  c.devices = 64;
+  const sim::SimRun one({.profile = "h100-sxm"});
+  const std::vector<std::string> w = one.warnings(c);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0],
+            "--devices 64: 64 GPUs on one node, priced as one nvlink node of 64 (its collectives "
+            "at one node's link bandwidth, none across a network); a node holds 8 GPUs (an HGX "
+            "board): for 64 GPUs in nodes of at most 8 (InfiniBand between them) use --nodes 8 "
+            "--devices 8");
+  // Two nodes of 12 A100s: 24 GPUs, 3 nodes of 8.
+  c.devices = 12;
+  const sim::SimRun two({.profile = "a100-sxm-80gb", .nodes = 2});
+  ASSERT_EQ(two.warnings(c).size(), 1u);
+  EXPECT_EQ(two.warnings(c)[0].rfind("--devices 12: 12 GPUs a node, priced as 2 nvlink3 nodes of "
+                                     "12 ",
+                                     0),
+            0u)
+      << two.warnings(c)[0];
+  EXPECT_NE(two.warnings(c)[0].find("for 24 GPUs in nodes of at most 8 (InfiniBand between them) "
+                                    "use --nodes 3 --devices 8"),
+            std::string::npos);
+  // 13 GPUs split into equal nodes of at most 8: 13 of 1.
+  c.devices = 13;
+  EXPECT_NE(one.warnings(c)[0].find("use --nodes 13 --devices 1"), std::string::npos);
+  c.devices = 8;
+  EXPECT_TRUE(one.warnings(c).empty());
+  c.devices = 64;
+  EXPECT_TRUE(sim::SimRun(sim::SimRunOptions{}).warnings(c).empty());  // nothing priced
+  EXPECT_NE(sim::SimRun({.profile = "h100-sxm", .interconnect = "pcie5"})
+                .warnings(c)[0]
+                .find("one pcie5 node of 64"),
+            std::string::npos);
+}
+
 }  // namespace
 
 // The same work priced twice, once run and once dry: every device's peak and final memory agree

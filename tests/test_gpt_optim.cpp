@@ -201,7 +201,9 @@ TEST_F(GptOptimTest, DdpSetsTheRankFirstRowFromTheGlobalBatch) {
       lo[static_cast<std::size_t>(r)] = a;
       ddp.forward({rows_of(b - a)}, 10);
     });
-    EXPECT_EQ(lo, (std::vector<std::int64_t>{0, 2, 5, 7}));
+    // bitwise: the rows of 16 micro-shards each (of 64); fast: torch.chunk's parts 3, 3, 3, 1.
+    EXPECT_EQ(lo, mode == Determinism::bitwise ? (std::vector<std::int64_t>{0, 2, 5, 7})
+                                               : (std::vector<std::int64_t>{0, 3, 6, 9}));
     std::vector<Seen> s = log.by_device();
     ASSERT_EQ(s.size(), 4u);
     for (std::size_t r = 0; r < 4; ++r) {

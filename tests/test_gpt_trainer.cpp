@@ -24,6 +24,7 @@
 #include "core/numerics/random.h"
 #include "core/optim/adamw.h"
 #include "core/optim/lr_schedule.h"
+#include "core/train/metrics_format.h"
 #include "core/train/trainer.h"
 #include "test_util.h"
 #include "trainer_test_util.h"
@@ -250,6 +251,42 @@ TEST(TrainerIterations, EvaluatesAtZeroEveryIntervalAndTheEndWithTheValuesFitRet
   EXPECT_EQ(lines[1]["event"], "eval");
   EXPECT_EQ(lines[1]["step"], 5);
   EXPECT_EQ(lines[1]["val_loss"].get<double>(), evals[1].val_loss);
+  std::filesystem::remove(path);
+}
+
+// A dry run's evaluations ran nothing: no losses and no wall-clock speed on the line or in the
+// JSON record (docs/cli.md), only the step, lr and tokens (they printed "train loss 0.0000").
+TEST(TrainerIterations, ADryRunsEvaluationsHaveNoLossesOrSpeed) {
+  TrainerConfig c = iters(2, TrainerKind::dp);
+  c.dry_run = true;
+  sim::add_sim_run(c, {.profile = "h100-sxm"});
+  const auto path = scratch("dry_jsonl");
+  std::vector<EvalMetrics> evals;
+  {
+    JsonLinesWriter jsonl(path.string());
+    auto write = jsonl.eval_callback();
+    TrainerCallbacks cb;
+    cb.on_eval = [&](const EvalMetrics& m) {
+      evals.push_back(m);
+      write(m);
+    };
+    EXPECT_TRUE(Trainer(c, digits(), cb).fit().dry_run);
+  }
+  ASSERT_EQ(evals.size(), 4u);  // steps 0, 5, 10, 12
+  for (const EvalMetrics& m : evals) EXPECT_TRUE(m.dry_run) << m.step;
+  EXPECT_EQ(format_eval(evals[1]), "step 5: no losses (dry run: nothing ran; lr 5.000e-02)\n");
+  std::ifstream in(path);
+  std::string line;
+  std::vector<nlohmann::json> lines;
+  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[1]["event"], "eval");
+  EXPECT_EQ(lines[1]["step"], 5);
+  EXPECT_EQ(lines[1]["dry_run"], true);
+  EXPECT_EQ(lines[1]["tokens"], 5 * 64);
+  for (const char* key :
+       {"train_loss", "val_loss", "tokens_per_s", "interval_time_s", "eta_s", "elapsed_s"})
+    EXPECT_FALSE(lines[1].contains(key)) << key << " in " << lines[1].dump();
   std::filesystem::remove(path);
 }
 

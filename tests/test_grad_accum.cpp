@@ -13,6 +13,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/comm/comm.h"
 #include "core/data/text_source.h"
 #include "core/nn/gpt.h"
 #include "core/nn/sequential.h"
@@ -97,6 +98,37 @@ TEST(GradAccumRows, FastMicroStepsAreNearEqualPartsOfTheRanksRows) {
   MicroBatch r1 = micro_batch(64, 64, 2, 1, 3, 0, Determinism::fast);
   EXPECT_EQ(r1.first_row, 32);
   EXPECT_EQ(r1.end_row, 42);
+}
+
+// Fast mode splits a batch over ddp ranks as DataParallel's fast scatter does (torch.chunk,
+// comm::chunk_sizes), whatever the micro-shards: 24 rows over 3 ranks are 8 each (they were 7, 8
+// and 9, the bounds of 64 micro-shards; 6, 6 and 12 with 4). Bitwise keeps the micro-shards'
+// (DdpTest.LocalRowsFollowMicroShardsInBitwiseModeTorchChunkInFast).
+TEST(GradAccumRows, FastDdpRanksTakeTorchChunkPartsWhateverTheMicroShards) {
+  for (std::int64_t shards : {4, 64})
+    for (int r = 0; r < 3; ++r) {
+      const MicroBatch m = micro_batch(24, shards, 3, r, 1, 0, Determinism::fast);
+      EXPECT_EQ(m.first_row, 8 * r) << shards << " shards, rank " << r;
+      EXPECT_EQ(m.rows(), 8) << shards << " shards, rank " << r;
+    }
+  // 48 over 6 ranks: 8 each, and each rank's 2 micro-steps 4 each.
+  for (int r = 0; r < 6; ++r)
+    for (std::int64_t k = 0; k < 2; ++k) {
+      const MicroBatch m = micro_batch(48, 64, 6, r, 2, k, Determinism::fast);
+      EXPECT_EQ(m.first_row, 8 * r + 4 * k);
+      EXPECT_EQ(m.rows(), 4);
+    }
+  // An uneven batch: ceil(B / D) rows a rank, the last shorter (10 over 4: 3, 3, 3, 1), as
+  // comm::chunk_sizes; 36 over 7: 6 ranks of 6 and an empty one (DataParallel uses 6 devices).
+  std::int64_t next = 0;
+  for (int r = 0; r < 4; ++r) {
+    const MicroBatch m = micro_batch(10, 64, 4, r, 1, 0, Determinism::fast);
+    EXPECT_EQ(m.first_row, next);
+    EXPECT_EQ(m.rows(), comm::chunk_sizes(10, 4)[static_cast<std::size_t>(r)]);
+    next = m.end_row;
+  }
+  EXPECT_EQ(next, 10);
+  EXPECT_EQ(micro_batch(36, 64, 7, 6, 1, 0, Determinism::fast).rows(), 0);
 }
 
 TEST(GradAccumRows, BadArgumentsAreRefused) {

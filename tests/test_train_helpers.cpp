@@ -72,6 +72,39 @@ TEST(MetricsFormat, FinalLineSaysOnlyWhatTheRunMeasured) {
             std::string::npos);
 }
 
+// A real run's prediction prices the simulator's own kernels, a dry run's the CUDA backend's
+// (docs/prediction.md): the real run's line says so and points to --dry-run; the dry run's does
+// not (its line is the GPU's prediction).
+TEST(MetricsFormat, ARealRunsPredictionSaysItPricedTheSimulatorsKernels) {
+  train::CostPrediction p;
+  p.devices = 2;
+  p.device_name = "NVIDIA H100 SXM5 80GB";
+  p.interconnect = "nvlink";
+  p.step_time_s = 1.4869e-3;
+  p.samples_per_s = 10760;
+  p.comm_share = 0.1;
+  p.peak_flops = 67e12;
+  p.mfu = 0.01;
+  p.measured_step_time_s = 0.5;
+  p.measured_samples_per_s = 32;
+  const std::string note = "; the simulator's own kernels: --dry-run prices a GPU's)";
+  const std::string gpt = train::format_prediction(p, DType::bf16, false, 128);
+  EXPECT_EQ(gpt.substr(0, gpt.find('\n')),
+            "predicted: 2 x NVIDIA H100 SXM5 80GB (1 node, nvlink) step_time=1.4869 ms "
+            "samples/s=10760 tokens/s=1377280 comm_share=10.0% (virtual time" +
+                note);
+  const std::string mlp = train::format_prediction(p, DType::f32, false, 0);
+  EXPECT_NE(mlp.find("mfu=1% (virtual time; FP32 peak 67.0 TFLOP/s per GPU" + note + "\n"),
+            std::string::npos)
+      << mlp;
+  EXPECT_NE(mlp.find("\nmeasured:  CPU simulator"), std::string::npos) << mlp;
+  for (std::int64_t tokens : {0, 128}) {
+    const std::string dry = train::format_prediction(p, DType::bf16, true, tokens);
+    EXPECT_EQ(dry.find("simulator's own kernels"), std::string::npos) << dry;
+    EXPECT_EQ(dry.find("measured:"), std::string::npos) << dry;
+  }
+}
+
 TEST(MetricsFormat, MemoryEpochAndEvalLines) {
   train::DeviceMemory d;
   d.device = "sim:0";

@@ -248,6 +248,15 @@ std::vector<std::int64_t> chunk_sizes(std::int64_t size, std::int64_t n) {
   return out;
 }
 
+std::pair<std::int64_t, std::int64_t> chunk_range(std::int64_t size, std::int64_t n,
+                                                  std::int64_t i) {
+  DITTO_CHECK(n >= 1, "comm::chunk_range: n: expected at least 1 part, got ", n);
+  DITTO_CHECK(size >= 0, "comm::chunk_range: size: expected a non-negative size, got ", size);
+  DITTO_CHECK(i >= 0 && i < n, "comm::chunk_range: i: expected a part in 0..", n - 1, ", got ", i);
+  const std::int64_t split = (size + n - 1) / n;  // chunk_sizes' part
+  return {std::min(size, i * split), std::min(size, (i + 1) * split)};
+}
+
 std::vector<Tensor> scatter(const Tensor& tensor, const std::vector<Device>& devices,
                             const std::optional<std::vector<std::int64_t>>& chunk_sizes_in,
                             std::int64_t dim_in) {

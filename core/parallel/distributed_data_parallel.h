@@ -25,7 +25,8 @@
 // size into the loss: the loss divides by the GLOBAL batch size B (Loss::set_global_batch), every
 // rank's gradients are then exactly its rows' terms of DataParallel's gradient, and DDP sums
 // them (average_gradients = false). Each rank takes the rows of the micro-shards DataParallel
-// would give device `rank` (local_rows()), whose weight and bias gradients are the subtree of the
+// would give device `rank` in bitwise mode (local_rows(); fast mode takes torch.chunk's part,
+// as DataParallel's fast scatter does), whose weight and bias gradients are the subtree of the
 // canonical micro-shard tree over those shards (Note [Micro-shards], core/numerics/micro_shards.h);
 // the bitwise all_reduce combines the ranks with the canonical tree over rank index, the nodes
 // above them. The all_reduce is element-wise, so a fused bucket gives the same bits as a per-tensor
@@ -81,8 +82,9 @@ struct DistributedDataParallelOptions {
   /// (Loss::set_global_batch; Note [DDP loss scaling]); bitwise runs that must equal
   /// DataParallel use false.
   bool average_gradients = true;
-  /// Micro-shards K of a global batch (Note [Micro-shards]); a power of two in [world size,
-  /// kMaxMicroShards]. Used by local_rows() and forward(inputs, global_batch).
+  /// Micro-shards K of a global batch (Note [Micro-shards]); a power of two in [1,
+  /// kMaxMicroShards], in bitwise mode at least the world size. Used by local_rows() and
+  /// forward(inputs, global_batch) in bitwise mode only (fast mode splits as torch.chunk).
   std::int64_t micro_shards = 64;
   /// Broadcast parameters from rank 0 at construction (torch does, always).
   bool broadcast_parameters = true;
@@ -105,10 +107,12 @@ class DistributedDataParallel {
   DistributedDataParallel(const DistributedDataParallel&) = delete;
   DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
 
-  /// Rows [begin, end) of a global batch of `global_batch` rows that this rank processes: the
-  /// rows of micro-shards [rank * K / D, (rank + 1) * K / D) (K = micro_shards, D = world size),
-  /// as DataParallel splits a batch in bitwise mode (possibly empty for a small batch).
-  /// Throws InvalidArgument for global_batch < 0.
+  /// Rows [begin, end) of a global batch of `global_batch` rows that this rank processes, split
+  /// as DataParallel splits a batch in the same determinism mode: bitwise, the rows of
+  /// micro-shards [rank * K / D, (rank + 1) * K / D) (K = micro_shards, D = world size; Note
+  /// [DDP loss scaling]); fast, part `rank` of torch.chunk's D parts (comm::chunk_range: parts of
+  /// ceil(B / D) rows, 8 each for 24 rows over 3 ranks; K plays no part). Possibly empty for a
+  /// small batch. Throws InvalidArgument for global_batch < 0.
   std::pair<std::int64_t, std::int64_t> local_rows(std::int64_t global_batch) const;
 
   /// Forward of this rank's replica on its own inputs (any device; moved to comm.device()).

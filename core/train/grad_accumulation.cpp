@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/base/error.h"
+#include "core/comm/comm.h"
 #include "core/numerics/micro_shards.h"
 #include "core/runtime/ops.h"
 #include "core/train/trainer_config.h"
@@ -16,20 +17,12 @@ namespace {
 
 bool is_power_of_two(std::int64_t v) { return v >= 1 && (v & (v - 1)) == 0; }
 
-/// Rows [lo, hi) of rank `rank` of `world` in a global batch (DistributedDataParallel::local_rows:
-/// the rows of its micro-shards).
-std::pair<std::int64_t, std::int64_t> rank_rows(const std::vector<std::int64_t>& bounds,
-                                                std::int64_t micro_shards, int world, int rank) {
-  const std::int64_t first = rank * micro_shards / world, last = (rank + 1) * micro_shards / world;
-  return {bounds[static_cast<std::size_t>(first)], bounds[static_cast<std::size_t>(last)]};
-}
-
-/// The smallest share of a batch of `rows` rows over the ranks that split it.
-std::int64_t smallest_share(std::int64_t rows, std::int64_t micro_shards, int world) {
-  const std::vector<std::int64_t> g = micro_shard_bounds(rows, micro_shards);
+/// The smallest share of a batch of `rows` rows over the ranks that split it in fast mode
+/// (DistributedDataParallel::local_rows: torch.chunk's parts, comm::chunk_range).
+std::int64_t smallest_share(std::int64_t rows, int world) {
   std::int64_t least = rows;
   for (int r = 0; r < world; ++r) {
-    const auto [lo, hi] = rank_rows(g, micro_shards, world, r);
+    const auto [lo, hi] = comm::chunk_range(rows, world, r);
     least = std::min(least, hi - lo);
   }
   return least;
@@ -44,16 +37,17 @@ MicroBatch micro_batch(std::int64_t global_rows, std::int64_t micro_shards, int 
               "micro_batch: micro_shards: expected a power of two, "
               "got ",
               micro_shards);
-  DITTO_CHECK(world >= 1 && world <= micro_shards, "micro_batch: world: expected 1..micro_shards (",
-              micro_shards, "), got ", world);
+  DITTO_CHECK(world >= 1 && (world <= micro_shards || mode != Determinism::bitwise),
+              "micro_batch: world: expected 1..micro_shards (", micro_shards,
+              ") in bitwise mode, got ", world);
   DITTO_CHECK(rank >= 0 && rank < world, "micro_batch: rank: expected 0..", world - 1, ", got ",
               rank);
   DITTO_CHECK(steps >= 1, "micro_batch: steps: expected >= 1, got ", steps);
   DITTO_CHECK(step >= 0 && step < steps, "micro_batch: step: expected 0..", steps - 1, ", got ",
               step);
-  const std::vector<std::int64_t> g = micro_shard_bounds(global_rows, micro_shards);
   MicroBatch m;
   if (mode == Determinism::bitwise) {
+    const std::vector<std::int64_t> g = micro_shard_bounds(global_rows, micro_shards);
     DITTO_CHECK(micro_shards % (static_cast<std::int64_t>(world) * steps) == 0,
                 "micro_batch: bitwise mode needs micro_shards divisible by world x steps, got ",
                 micro_shards, " micro-shards, world ", world, ", steps ", steps);
@@ -64,7 +58,8 @@ MicroBatch micro_batch(std::int64_t global_rows, std::int64_t micro_shards, int 
     m.shard_bounds = local_bounds(g, first, first + per);
     return m;
   }
-  const auto [lo, hi] = rank_rows(g, micro_shards, world, rank);
+  // Fast mode: the rank's rows as DistributedDataParallel::local_rows gives them (torch.chunk).
+  const auto [lo, hi] = comm::chunk_range(global_rows, world, rank);
   const std::int64_t n = hi - lo;
   // floor(step * n / steps) without overflow: n = q * steps + r.
   auto cut = [&](std::int64_t s) { return s * (n / steps) + (s * (n % steps)) / steps; };
@@ -98,7 +93,7 @@ void check_micro_batch_rows(const TrainerConfig& c, int devices, std::int64_t ro
   const std::int64_t k = c.grad_accum_steps;
   if (k == 1 || c.determinism == Determinism::bitwise) return;
   const int world = c.trainer == TrainerKind::ddp ? devices : 1;
-  const std::int64_t least = smallest_share(rows, c.micro_shards, world);
+  const std::int64_t least = smallest_share(rows, world);
   const std::string share = world > 1 ? detail::cat("the smallest share of a batch of ", rows,
                                                     " rows over ", world, " ranks")
                                       : detail::cat("the rows of a batch of ", rows);

@@ -44,8 +44,10 @@
 // Fast mode needs no fold: the module accumulates into .grad (torch's behaviour), DDP runs
 // no_sync on all but the last micro-step, whose backward overlaps its all_reduce as usual. A
 // micro-step is the k-th of K near-equal contiguous parts (floor(k n / K)) of the n rows the
-// replica takes (dp: the batch; ddp: local_rows), and every micro-step of every rank must get at
-// least one row: InvalidArgument otherwise (K > n). Results agree with K = 1 within rounding.
+// replica takes (dp: the batch; ddp: local_rows, torch.chunk's part of the batch, as
+// DataParallel's fast scatter splits it, not micro-shards), and every micro-step of every rank must
+// get at least one row: InvalidArgument otherwise (K > n). Results agree with K = 1 within
+// rounding.
 //
 // Checkpoints do not record grad_accum_steps: in bitwise mode it does not change the parameters
 // (a run may resume with another K), in fast mode it changes only the rounding, as the device
@@ -76,8 +78,9 @@ struct MicroBatch {
 /// over a global batch of `global_rows` rows with `micro_shards` micro-shards (Note [Gradient
 /// accumulation]). bitwise: the shards rank*M/world + [step*S, (step+1)*S), S = M/(world*steps),
 /// which needs M % (world * steps) == 0; fast: the step-th of `steps` near-equal parts of the
-/// rank's rows. Throws InvalidArgument (naming micro_batch and the numbers) for a bitwise split
-/// that does not divide, or out-of-range arguments.
+/// rank's rows (DistributedDataParallel::local_rows' fast split, torch.chunk's part `rank` of
+/// `world`: comm::chunk_range; M plays no part). Throws InvalidArgument (naming micro_batch and the
+/// numbers) for a bitwise split that does not divide, or out-of-range arguments.
 MicroBatch micro_batch(std::int64_t global_rows, std::int64_t micro_shards, int world, int rank,
                        std::int64_t steps, std::int64_t step, Determinism mode);
 

@@ -51,6 +51,12 @@ void JsonLinesWriter::write(const EpochMetrics& m) {
 }
 
 void JsonLinesWriter::write(const EvalMetrics& m) {
+  if (m.dry_run) {  // nothing ran: no losses or wall-clock speed (as a dry run's epoch record)
+    const nlohmann::json j = {{"event", "eval"}, {"step", m.step}, {"max_iters", m.max_iters},
+                              {"dry_run", true}, {"lr", m.lr},     {"tokens", m.tokens}};
+    put_line(j.dump());
+    return;
+  }
   nlohmann::json j = {{"event", "eval"},
                       {"step", m.step},
                       {"max_iters", m.max_iters},

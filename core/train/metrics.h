@@ -62,6 +62,10 @@ struct EvalMetrics {
   double tokens_per_s = 0;     ///< tokens / interval_time_s (0 at step 0)
   double elapsed_s = 0;        ///< this run's training wall clock so far
   double eta_s = 0;            ///< remaining steps x this run's mean step time so far
+  /// A dry run's evaluation (TrainerConfig::dry_run): nothing ran, so the losses and the wall-
+  /// clock fields (interval_time_s, tokens_per_s, elapsed_s, eta_s) mean nothing and are neither
+  /// printed nor written (format_eval, JsonLinesWriter); step, max_iters, lr and tokens are set.
+  bool dry_run = false;
 };
 
 /// One optimizer step's progress, reported every TrainerConfig::log_interval steps by rank 0
@@ -164,7 +168,8 @@ struct FitResult {
 /// JSON lines: {"event":"epoch",...} per epoch, {"event":"eval",...} per evaluation of iteration
 /// mode, {"event":"iter",...} per logged step (StepMetrics; "mfu" only when set) and
 /// {"event":"final",...} (fields as named in the structs; the checksum as 16 hex digits; only
-/// what the run measured: no losses, accuracy or checksum of a dry run, no "epochs" or "val_acc"
+/// what the run measured: no losses, accuracy, checksum or wall-clock speed of a dry run (its
+/// epoch and eval records carry "dry_run":true), no "epochs" or "val_acc"
 /// in iteration mode, no train_loss / val_loss / val_acc that FitResult says were not measured).
 /// `path` is opened by io::open_output_fd: /dev/stdout (any descriptor's name) is written in
 /// place, between the lines printf prints (stdout is flushed before each line, and each line is

@@ -124,6 +124,8 @@ std::string format_epoch(const EpochMetrics& m) {
 }
 
 std::string format_eval(const EvalMetrics& m) {
+  if (m.dry_run)  // nothing ran: no losses, and the wall clock measured no training
+    return strprintf("step %" PRId64 ": no losses (dry run: nothing ran; lr %.3e)\n", m.step, m.lr);
   std::string s = strprintf("step %" PRId64 ": train loss %.4f, val loss %.4f (lr %.3e", m.step,
                             m.train_loss, m.val_loss, m.lr);
   if (m.step > 0 && m.tokens_per_s > 0)
@@ -172,10 +174,13 @@ std::string format_prediction(const CostPrediction& p, DType dtype, bool dry_run
   // tensor-core peak for bf16 / f16 storage (Note [Mixed precision]).
   const bool tc = dtype != DType::f32 && p.bf16_peak_flops > 0;
   const double peak = tc ? p.bf16_peak_flops : p.peak_flops;
-  std::string mfu = " (virtual time)";
+  // A real run prices the simulator's own kernels as it ran them, not the CUDA backend's that a
+  // dry run prices (docs/prediction.md): the two differ, and the dry run is what a GPU runs.
+  const char* priced = dry_run ? "" : "; the simulator's own kernels: --dry-run prices a GPU's";
+  std::string mfu = strprintf(" (virtual time%s)", priced);
   if (tokens_per_sample == 0)
-    mfu = strprintf(" mfu=%.3g%% (virtual time; %s peak %.1f TFLOP/s per GPU)", 100.0 * p.mfu,
-                    tc ? "BF16" : "FP32", peak / 1e12);
+    mfu = strprintf(" mfu=%.3g%% (virtual time; %s peak %.1f TFLOP/s per GPU%s)", 100.0 * p.mfu,
+                    tc ? "BF16" : "FP32", peak / 1e12, priced);
   std::string s = strprintf("predicted: %d x %s (%d node%s, %s) step_time=%.4f ms samples/s=%.0f%s "
                             "comm_share=%.1f%%%s\n",
                             p.devices, p.device_name.c_str(), p.nodes, p.nodes > 1 ? "s" : "",

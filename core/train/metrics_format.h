@@ -61,7 +61,8 @@ std::string format_step(const StepMetrics& m, const std::string& profile, DType 
 std::string format_epoch(const EpochMetrics& m);
 
 /// nanoGPT's evaluation line "step N: train loss X, val loss Y (lr L, T tokens/s, ETA h:mm:ss)"
-/// (tokens/s and ETA after step 0 only).
+/// (tokens/s and ETA after step 0 only); a dry run's (EvalMetrics::dry_run) has no losses or
+/// speed: "step N: no losses (dry run: nothing ran; lr L)".
 std::string format_eval(const EvalMetrics& m);
 
 /// "final: backend=... devices=... determinism=... [dtype=...] [trainer=ddp] epochs=E|iters=N
@@ -73,7 +74,9 @@ std::string format_final(const FitResult& r, std::int64_t tokens_per_sample = 0)
 
 /// The cost model's prediction, "predicted: D x DEVICE (N nodes, LINK) step_time=... samples/s=...
 /// [tokens/s=...] comm_share=...% mfu=..." and, unless `dry_run` (nothing ran), the wall clock's
-/// "measured:  CPU simulator step_time=..." line. `dtype`: the run's (which peak the mfu is of);
+/// "measured:  CPU simulator step_time=..." line; a real run's prediction (not `dry_run`) says it
+/// priced "the simulator's own kernels: --dry-run prices a GPU's" (the CUDA backend's kernels,
+/// docs/prediction.md). `dtype`: the run's (which peak the mfu is of);
 /// `tokens_per_sample` > 0: tokens/s too, and no mfu (a GPT's is nanoGPT's estimate, printed
 /// on its own line: gpt_recipe.h's format_gpt_prediction).
 std::string format_prediction(const CostPrediction& p, DType dtype, bool dry_run,

@@ -668,6 +668,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
       EvalMetrics m;
       m.step = ts.step;
       m.max_iters = c.max_iters;
+      m.dry_run = c.dry_run;  // nothing ran: no losses or wall-clock speed to report
       m.train_loss = rep.eval_loss(*data_, EvalSplit::train, c.eval_iters, c.batch_size);
       m.val_loss = rep.eval_loss(*data_, EvalSplit::val, c.eval_iters, c.batch_size);
       m.lr = lr;

@@ -197,3 +197,41 @@ if(TARGET ditto-train)
     COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt3 --dry-run --profile h100-sxm
     REGEX "ditto-train: error: --preset: expected one of gpt2, gpt2-medium, gpt2-large, gpt2-xl")
 endif()
+
+# Fast mode splits a batch over DDP's ranks as DataParallel's fast scatter does (torch.chunk):
+# 24 rows over 3 ranks are 8 each, so the ranks' peaks are equal (they were 7, 8 and 9 rows:
+# 6.65, 7.37 and 8.08 MiB; with --micro-shards 4, 6, 6 and 12), and --micro-shards does nothing
+# in fast mode, as its warning says.
+if(TARGET ditto-train)
+  ditto_expect_exit(DittoTrainCli.FastDdpSplitsThreeRanksEvenly RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --n-layer 2 --n-head 2 --n-embd 64
+            --block-size 64 --batch-size 24 --max-iters 2 --eval-iters 0 --sample 0 --devices 3
+            --trainer ddp --determinism fast --micro-shards 4
+    REGEX "memory: sim:0 live=[0-9.]+ MiB peak=7\\.37 MiB[^\n]*\nmemory: sim:1 live=[0-9.]+ MiB peak=7\\.37 MiB[^\n]*\nmemory: sim:2 live=[0-9.]+ MiB peak=7\\.37 MiB")
+endif()
+
+# A dry run's evaluations print no losses and no wall-clock speed, on the line or in the JSON
+# record (they printed "train loss 0.0000, val loss 0.0000" and "train_loss":0.0).
+if(TARGET ditto-train)
+  ditto_expect_exit(DittoTrainCli.DryRunEvaluationsHaveNoLosses RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --n-layer 2 --n-head 2 --n-embd 16
+            --block-size 16 --batch-size 8 --max-iters 6 --eval-iters 1 --eval-interval 3
+            --sample 0 --dry-run --profile h100-sxm --metrics-jsonl /dev/stdout
+    REGEX "\nstep 0: no losses \\(dry run: nothing ran; lr 9\\.901e-06\\)\n\\{\"dry_run\":true,\"event\":\"eval\",\"lr\":[0-9.e-]+,\"max_iters\":6,\"step\":0,\"tokens\":0\\}\nstep 3: no losses \\(dry run: nothing ran; lr 2\\.970e-05\\)\n\\{\"dry_run\":true,\"event\":\"eval\",\"lr\":[0-9.e-]+,\"max_iters\":6,\"step\":3,\"tokens\":384\\}\n")
+endif()
+
+# More GPUs on a node than a node holds (8) are priced as asked, with a warning naming the flags
+# of 8-GPU nodes (--devices 64 printed "(1 node, nvlink)" and nothing else).
+if(TARGET ditto-train)
+  ditto_expect_exit(DittoTrainCli.MoreGpusOnANodeThanANodeHoldsWarns RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --devices 16 --profile h100-sxm --dry-run --epochs 1
+    REGEX "predicted: 16 x NVIDIA H100 SXM5 80GB \\(1 node, nvlink\\).*ditto-train: warning: --devices 16: 16 GPUs on one node, priced as one nvlink node of 16 \\(its collectives at one node's link bandwidth, none across a network\\); a node holds 8 GPUs \\(an HGX board\\): for 16 GPUs in nodes of at most 8 \\(InfiniBand between them\\) use --nodes 2 --devices 8\n")
+endif()
+
+# A real run's prediction says it priced the simulator's own kernels and points to --dry-run
+# (the two differ: docs/prediction.md).
+if(TARGET ditto-train)
+  ditto_expect_exit(DittoTrainCli.RealRunPredictionPointsToTheDryRun RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --profile h100-sxm --devices 2 --epochs 1
+    REGEX "predicted: 2 x NVIDIA H100 SXM5 80GB \\(1 node, nvlink\\) [^\n]* \\(virtual time; FP32 peak 67\\.0 TFLOP/s per GPU; the simulator's own kernels: --dry-run prices a GPU's\\)\nmeasured:  CPU simulator")
+endif()
