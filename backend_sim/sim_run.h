@@ -56,7 +56,8 @@ class SimRun final : public train::TrainerExtension {
     (void)c;
     return devices * o_.nodes;
   }
-  /// Under mpirun none of its options (each process holds one device); a profile's memory.
+  /// Under mpirun none of its options (each process holds one device); a profile's memory; a
+  /// dry run's devices whose capacities the span of Note [Dry addresses] cannot hold, refused.
   void plan(const train::TrainerConfig& c, const train::RunPlan& plan,
             BackendOptions& options) const override;
   /// The cost model's cluster, stragglers and tracing, the faults (the backend's
