@@ -210,6 +210,19 @@ void SimRun::finish(const train::TrainerConfig& c, const train::RunContext& run,
   }
 }
 
+void SimRun::failed(const train::TrainerConfig& c, const train::RunContext& run) {
+  (void)c;
+  auto* cm = run.backend.extension<CostModelExtension>();
+  if (run.processes || !cm || o_.trace.empty()) return;
+  try {  // the trace up to the failure (the streams are drained): what filled the device
+    cm->write_trace(o_.trace);
+    report_.trace = o_.trace;
+    report_.failed_run = true;
+  } catch (const std::exception& e) {
+    report_.failed_trace_error = e.what();
+  }
+}
+
 std::shared_ptr<SimRun> add_sim_run(train::TrainerConfig& config, SimRunOptions options) {
   auto run = std::make_shared<SimRun>(std::move(options));
   config.extensions.push_back(run);

@@ -204,6 +204,12 @@ if(TARGET ditto-train)
     COMMAND $<TARGET_FILE:ditto-train> --dry-run --profile h100-sxm --devices 65536
             --sim-memory-gib 100000 --micro-shards 65536 --batch-size 65536 --epochs 1
     REGEX "ditto-train: error: --devices x --sim-memory-gib: a dry run's devices take their addresses \\(never host memory\\) from one span of [0-9]+ GiB, at least their capacity each: expected at most [0-9]+ GiB per device for 65536 devices, got 100000 GiB")
+  # Issue 29 (tester 2, item 2): --trace of a run that failed (here out of memory) is written, up
+  # to the failure, and said; the exit status stays the failure's.
+  ditto_expect_exit(DittoTrainCli.DryRunOutOfMemoryWritesItsTrace RC 1
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2-xl --dry-run --profile a100-sxm-40gb
+            --devices 8 --trainer ddp --batch-size 32 --trace ${CMAKE_CURRENT_BINARY_DIR}/dry_oom_trace.json
+    REGEX "ditto-train: note: --trace: wrote [^\n]*dry_oom_trace.json for the failed run: what ran up to the failure \\(Chrome trace JSON; open in https://ui.perfetto.dev\\)\nditto-train: error: sim:[0-7]: out of memory: tried to allocate")
   ditto_expect_exit(DittoTrainCli.DryRunOnlyOnTheSimulator RC 2
     COMMAND $<TARGET_FILE:ditto-train> --dry-run --backend cuda --profile h100-sxm --epochs 0
     REGEX "ditto-train: error: --dry-run: expected --backend sim in one process")
