@@ -67,6 +67,16 @@ SimBackend::SimBackend(const BackendOptions& options) {
   DITTO_CHECK(count >= 1 && count <= kMaxDevices, "sim backend: device_count: expected 1..",
               kMaxDevices, ", got ", count);
   DITTO_CHECK(options.memory_capacity > 0, "sim backend: memory_capacity must be positive");
+  // Note [Dry addresses] (sim_dry_arena.h): the devices' capacities must fit in the span their
+  // addresses come from; each first reserves twice its capacity, or its share of the span.
+  DITTO_CHECK(!options.dry_run || options.memory_capacity <= DryArena::kAddressSpace / count,
+              "sim backend: dry run: device_count x memory_capacity: expected at most ",
+              bytes_str(DryArena::kAddressSpace),
+              " in all (the span of addresses a dry run's devices share), got ", count, " x ",
+              bytes_str(options.memory_capacity));
+  if (options.dry_run)
+    dry_reserve_ = std::min(2 * options.memory_capacity + (std::size_t(1) << 20),
+                            DryArena::kAddressSpace / count);
   (void)Executor::configured_threads();  // says now, once, if DITTO_SIM_THREADS is not used
   devices_.reserve(static_cast<std::size_t>(count));
   for (int i = 0; i < count; ++i) {
@@ -212,17 +222,18 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
   void* p = nullptr;
   bool from_cache = false;
   if (dry_run_) {
-    // Twice the capacity: live allocations never exceed it, so first fit always finds room
-    // short of pathological fragmentation (Note [Dry run]).
-    const std::size_t reserve =
-        d.capacity > (std::size_t(1) << 61) ? std::size_t(1) << 62 : 2 * d.capacity + (1u << 20);
-    p = d.arena->allocate(bytes, reserve);
+    // Twice the capacity (or the device's share of the span, at least its capacity): live
+    // allocations never exceed the capacity, so first fit always finds room short of
+    // pathological fragmentation (Note [Dry run], Note [Dry addresses]).
+    p = d.arena->allocate(bytes, dry_reserve_);
     if (!p) {
       d.in_use.fetch_sub(bytes);
-      throw OutOfMemory(detail::cat("sim:", index, ": dry run: no free address range of ",
-                                    bytes_str(bytes), " in the ", bytes_str(reserve),
-                                    " reserved for the device (", bytes_str(cur),
-                                    " in use of capacity ", bytes_str(d.capacity), ")"));
+      throw OutOfMemory(detail::cat(
+          "sim:", index, ": dry run: no free address range of ", bytes_str(bytes), " left in the ",
+          bytes_str(DryArena::kAddressSpace),
+          " of addresses all dry-run devices of the process share (Note [Dry addresses]; ",
+          bytes_str(d.arena->reserved()), " reserved by this device, ", bytes_str(cur),
+          " in use of capacity ", bytes_str(d.capacity), ")"));
     }
   } else {
     const std::size_t rounded = host_block_bytes(bytes);

@@ -8,8 +8,9 @@
 // predicts a GPT-2 1.5B step on 8 GPUs without holding 8 x 40 GB (issue 14).
 //   allocate()     charges capacity, in-use and peak exactly as a real run (OutOfMemory at the
 //                  same request, with the same numbers) but hands out an address from the
-//                  device's DryArena (sim_dry_arena.h): reserved, never backed, faulting if
-//                  touched. No host memory per tensor.
+//                  device's DryArena (sim_dry_arena.h): an address no host mapping holds,
+//                  faulting if touched (Note [Dry addresses]). No host memory per tensor, and
+//                  no host address space per device.
 //   kernels        enqueued and priced as usual (launch in sim_kernels.cpp), work skipped;
 //                  where the CUDA backend runs the work differently (the typed GEMM, MixedOp's
 //                  f32 scratch, the optimizer's multi-tensor kernels, attention's backward in
@@ -103,8 +104,9 @@ class SimBackend final : public Backend {
   void reset_peak_memory(int index) override;
   /// BackendOptions::dry_run (Note [Dry run]).
   bool dry_run() const override { return dry_run_; }
-  /// Bytes of address space reserved for dry-run allocations of device `index` (0 when not dry,
-  /// or before its first allocation): never backed by host memory.
+  /// Bytes of the dry run's span of addresses reserved for device `index` (0 when not dry, or
+  /// before its first allocation): neither host memory nor host address space (Note [Dry
+  /// addresses], sim_dry_arena.h).
   std::size_t dry_reserved_bytes(int index) const;
 
   void* allocate(int index, std::size_t bytes) override;
@@ -172,6 +174,7 @@ class SimBackend final : public Backend {
   void cache_clear(VirtualDevice& d);
   bool cache_enabled_ = true;
   bool dry_run_ = false;
+  std::size_t dry_reserve_ = 0;  ///< dry run: each device's first range (Note [Dry addresses])
   std::vector<std::unique_ptr<VirtualDevice>> devices_;
   std::shared_ptr<CostModel> cost_;
   std::unique_ptr<Kernels> kernels_;

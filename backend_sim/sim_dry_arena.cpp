@@ -1,15 +1,62 @@
-// DryArena (sim_dry_arena.h): first fit over one PROT_NONE reservation, coalescing on free.
+// DryArena (sim_dry_arena.h): first fit over ranges of the span of Note [Dry addresses], coalescing
+// on free; the span itself is handed out the same way, process-wide.
 #include "backend_sim/sim_dry_arena.h"
-
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include <iterator>
 
 namespace ditto::sim {
 
+namespace {
+
+/// Adds [off, off + len) to a free list of disjoint, coalesced ranges (offset -> length).
+void give_back(std::map<std::size_t, std::size_t>& free, std::size_t off, std::size_t len) {
+  auto next = free.lower_bound(off);
+  if (next != free.end() && off + len == next->first) {  // merge with the range after
+    len += next->second;
+    next = free.erase(next);
+  }
+  if (next != free.begin()) {  // merge with the range before
+    auto prev = std::prev(next);
+    if (prev->first + prev->second == off) {
+      prev->second += len;
+      return;
+    }
+  }
+  free.emplace_hint(next, off, len);
+}
+
+/// First fit of `len` bytes in a free list; false when no range is that large.
+bool take_first_fit(std::map<std::size_t, std::size_t>& free, std::size_t len,
+                    std::size_t& off_out) {
+  for (auto it = free.begin(); it != free.end(); ++it) {
+    if (it->second < len) continue;
+    const std::size_t off = it->first, have = it->second;
+    free.erase(it);
+    if (have > len) free[off + len] = have - len;
+    off_out = off;
+    return true;
+  }
+  return false;
+}
+
+/// The span every arena of the process reserves from (offsets from DryArena::kSpanBegin). Never
+/// destroyed: an arena in a static object may be destroyed after it.
+struct Span {
+  std::mutex mu;
+  std::map<std::size_t, std::size_t> free{{0, DryArena::kAddressSpace}};
+};
+Span& span() {
+  static Span* s = new Span;
+  return *s;
+}
+
+}  // namespace
+
 DryArena::~DryArena() {
-  for (const Region& r : regions_) ::munmap(r.base, r.size);
+  Span& s = span();
+  std::lock_guard lk(s.mu);
+  for (const Region& r : regions_)
+    give_back(s.free, reinterpret_cast<std::uintptr_t>(r.base) - kSpanBegin, r.size);
 }
 
 std::size_t DryArena::rounded(std::size_t bytes) {
@@ -18,52 +65,41 @@ std::size_t DryArena::rounded(std::size_t bytes) {
 }
 
 void* DryArena::allocate(std::size_t bytes, std::size_t reserve_bytes) {
-  if (bytes > (std::size_t(1) << 62)) return nullptr;
+  if (bytes > kAddressSpace) return nullptr;
   const std::size_t need = rounded(bytes);
   std::lock_guard lk(mu_);
-  for (Region& r : regions_)
-    for (auto it = r.free.begin(); it != r.free.end(); ++it) {
-      if (it->second < need) continue;
-      const std::size_t off = it->first, len = it->second;
-      r.free.erase(it);
-      if (len > need) r.free[off + need] = len - need;
-      return r.base + off;
-    }
+  for (Region& r : regions_) {
+    std::size_t off = 0;
+    if (take_first_fit(r.free, need, off)) return r.base + off;
+  }
   // None has room (the first call; or frees still pending in stream order): a new reservation.
-  const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  const std::size_t want = reserve_bytes > need ? reserve_bytes : need;
-  const std::size_t size = (want + page - 1) / page * page;
-  void* p = ::mmap(nullptr, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) return nullptr;
+  constexpr std::size_t kGrain = std::size_t(64) << 10;
+  std::size_t want = reserve_bytes > need ? reserve_bytes : need;
+  if (want > kAddressSpace) want = kAddressSpace;
+  const std::size_t size = (want + kGrain - 1) / kGrain * kGrain;
+  std::size_t off = 0;
+  {
+    Span& s = span();
+    std::lock_guard slk(s.mu);
+    if (!take_first_fit(s.free, size, off)) return nullptr;
+  }
   Region r;
-  r.base = static_cast<char*>(p);
+  // Note [Dry addresses]: an address no host mapping holds, never dereferenced.
+  r.base = reinterpret_cast<char*>(kSpanBegin + off);
   r.size = size;
   if (size > need) r.free[need] = size - need;
   regions_.push_back(std::move(r));
-  return p;
+  return regions_.back().base;
 }
 
 void DryArena::deallocate(void* p, std::size_t bytes) noexcept {
   std::lock_guard lk(mu_);
   if (!p) return;
-  char* c = static_cast<char*>(p);
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
   for (Region& r : regions_) {
-    if (c < r.base || c >= r.base + r.size) continue;
-    std::size_t off = static_cast<std::size_t>(c - r.base);
-    std::size_t len = rounded(bytes);
-    auto next = r.free.lower_bound(off);
-    if (next != r.free.end() && off + len == next->first) {  // merge with the range after
-      len += next->second;
-      next = r.free.erase(next);
-    }
-    if (next != r.free.begin()) {  // merge with the range before
-      auto prev = std::prev(next);
-      if (prev->first + prev->second == off) {
-        prev->second += len;
-        return;
-      }
-    }
-    r.free.emplace_hint(next, off, len);
+    const auto base = reinterpret_cast<std::uintptr_t>(r.base);
+    if (a < base || a >= base + r.size) continue;
+    give_back(r.free, a - base, rounded(bytes));
     return;
   }
 }

@@ -11,6 +11,7 @@
 
 #include "backend_sim/cost_model.h"
 #include "backend_sim/profiles.h"
+#include "backend_sim/sim_dry_arena.h"
 #include "backend_sim/sim_faults.h"
 #include "core/base/error.h"
 #include "core/distributed/distributed.h"
@@ -176,6 +177,22 @@ void SimRun::plan(const train::TrainerConfig& c, const train::RunPlan& plan,
   // The profile's memory per device (a simulated H100 has 80 GB), unless set.
   if (plan.backend == "sim" && !o_.profile.empty() && !c.memory_capacity)
     options.memory_capacity = static_cast<std::size_t>(device_profile(o_.profile).memory_bytes);
+  // Note [Dry addresses] (sim_dry_arena.h): the one limit a dry run's size meets (SimBackend
+  // checks it too, naming its own options), said here with the options that set it.
+  const std::size_t n = static_cast<std::size_t>(options.device_count.value_or(1));
+  if (plan.backend == "sim" && options.dry_run &&
+      options.memory_capacity > DryArena::kAddressSpace / n) {
+    const std::string memory = c.memory_capacity ? name_of(c, "memory_capacity")
+                                                 : name_of(c, "profile") + " " + o_.profile;
+    const std::size_t gib = std::size_t(1) << 30, most = DryArena::kAddressSpace / n;
+    char got[32];
+    std::snprintf(got, sizeof got, "%.10g", double(options.memory_capacity) / double(gib));
+    throw InvalidArgument(detail::cat(
+        c.name_of("devices"), o_.nodes > 1 ? " x " + name_of(c, "nodes") : std::string(), " x ",
+        memory, ": a dry run's devices take their addresses (never host memory) from one span of ",
+        DryArena::kAddressSpace / gib, " GiB, at least their capacity each: expected at most ",
+        most / gib, " GiB per device for ", n, " devices, got ", got, " GiB"));
+  }
 }
 
 void SimRun::configure(const train::TrainerConfig& c, const train::RunContext& run) {
@@ -213,6 +230,19 @@ void SimRun::finish(const train::TrainerConfig& c, const train::RunContext& run,
     report_.trace = o_.trace;
   } catch (const Error& e) {
     result.output_errors.push_back(detail::cat(name_of(c, "trace"), ": ", e.what()));
+  }
+}
+
+void SimRun::failed(const train::TrainerConfig& c, const train::RunContext& run) {
+  (void)c;
+  auto* cm = run.backend.extension<CostModelExtension>();
+  if (run.processes || !cm || o_.trace.empty()) return;
+  try {  // the trace up to the failure (the streams are drained): what filled the device
+    cm->write_trace(o_.trace);
+    report_.trace = o_.trace;
+    report_.failed_run = true;
+  } catch (const std::exception& e) {
+    report_.failed_trace_error = e.what();
   }
 }
 

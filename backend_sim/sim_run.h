@@ -42,7 +42,13 @@ struct SimRunOptions {
 
 /// What the run left (read after fit(), on rank 0).
 struct SimRunReport {
-  std::string trace;                        ///< the trace file written, or ""
+  /// The trace file written, or "": at the end of the run, or (failed_run) after it failed.
+  std::string trace;
+  /// The trace is of a run that failed: what ran up to the failure (SimRun::failed).
+  bool failed_run = false;
+  /// Why the trace of a failed run could not be written, or "" (a finished run's failure to
+  /// write it goes to FitResult::output_errors).
+  std::string failed_trace_error;
   std::vector<std::string> unfired_faults;  ///< fault specs that never took effect
 };
 
@@ -67,7 +73,8 @@ class SimRun final : public train::TrainerExtension {
     (void)c;
     return devices * o_.nodes;
   }
-  /// Under mpirun none of its options (each process holds one device); a profile's memory.
+  /// Under mpirun none of its options (each process holds one device); a profile's memory; a
+  /// dry run's devices whose capacities the span of Note [Dry addresses] cannot hold, refused.
   void plan(const train::TrainerConfig& c, const train::RunPlan& plan,
             BackendOptions& options) const override;
   /// The cost model's cluster, stragglers and tracing, the faults (the backend's
@@ -77,6 +84,9 @@ class SimRun final : public train::TrainerExtension {
   /// The unfired faults; writes the trace (a failure goes to result.output_errors).
   void finish(const train::TrainerConfig& c, const train::RunContext& run,
               train::FitResult& result) override;
+  /// Writes the trace of what ran before the failure (report().failed_run), or says why not
+  /// (report().failed_trace_error); never throws.
+  void failed(const train::TrainerConfig& c, const train::RunContext& run) override;
 
  private:
   SimRunOptions o_;

@@ -260,7 +260,21 @@ int run(Args& a) {
     for (const std::string& w : sim_run->warnings(c))
       std::fprintf(stderr, "ditto-train: warning: %s\n", w.c_str());
   std::fflush(stderr);
-  train::FitResult r = trainer->fit();
+  train::FitResult r;
+  try {
+    r = trainer->fit();
+  } catch (...) {  // the failure is reported by the caller, after what was kept of the run
+    const sim::SimRunReport& sim = sim_run->report();
+    if (sim.failed_run)
+      std::fprintf(stderr,
+                   "ditto-train: note: --trace: wrote %s for the failed run: what ran up to the "
+                   "failure (Chrome trace JSON; open in https://ui.perfetto.dev)\n",
+                   sim.trace.c_str());
+    else if (!sim.failed_trace_error.empty())
+      std::fprintf(stderr, "ditto-train: warning: --trace: not written for the failed run: %s\n",
+                   sim.failed_trace_error.c_str());
+    throw;
+  }
   if (r.stopped) {
     if (r.lead)
       out(train::format_stopped("ditto-train", train::stop_signal(), r.steps, c.checkpoint_dir));

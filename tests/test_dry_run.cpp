@@ -20,8 +20,10 @@
 #include "core/base/error.h"
 #include "core/data/synthetic_source.h"
 #include "core/nn/gpt.h"
+#include "core/nn/sequential.h"
 #include "core/optim/adamw.h"
 #include "core/optim/sgd.h"
+#include "core/parallel/distributed_data_parallel.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/tensor.h"
 #include "core/train/trainer.h"
@@ -119,6 +121,70 @@ TEST(DryRunBackend, ArenaOverflowsIntoRangesOfItsOwn) {
   EXPECT_EQ(arena.allocate(mib, mib), a);  // first fit: the first reservation again
   EXPECT_EQ(arena.allocate(mib, mib), b);
   EXPECT_EQ(arena.reserved(), 5 * mib);
+}
+
+// Issue 29 (tester 2, item 1): a dry run of more than 818 devices of 80 GiB failed, blaming a
+// device ("sim:818: dry run: no free address range of 38440 bytes ... 0 bytes in use"): each
+// device reserved twice its capacity of host address space, and the 128 TiB of user space ran
+// out. Its addresses now come from a span no host mapping holds (Note [Dry addresses]): 1024
+// devices of 80 GiB, and one of 60000 GiB, each get distinct ranges past the span's start; what
+// the span cannot hold is refused up front, naming the options.
+TEST(DryRunBackend, AThousandLargeDevicesNeedNoHostAddressSpace) {
+  const std::size_t gib = std::size_t(1) << 30;
+  sim::SimBackend& be = fresh_sim(1024, true, 80 * gib);
+  std::vector<Tensor> held;
+  for (int d = 0; d < 1024; ++d)
+    for (int k = 0; k < 2; ++k)
+      held.push_back(Tensor::empty({k == 0 ? 1000 : std::int64_t(gib)}, DType::f32,
+                                   Device("sim", d)));  // 4000 bytes, 4 GiB
+  sync_all(be);
+  std::set<std::uintptr_t> starts;
+  for (int d = 0; d < 1024; ++d) {
+    EXPECT_EQ(be.memory_stats(d).in_use, 4 * gib + 4000);
+    EXPECT_EQ(be.dry_reserved_bytes(d), 160 * gib + (std::size_t(1) << 20));
+  }
+  for (const Tensor& t : held) {
+    const auto a = reinterpret_cast<std::uintptr_t>(t.data<float>());
+    EXPECT_GE(a, sim::DryArena::kSpanBegin);
+    starts.insert(a);
+  }
+  EXPECT_EQ(starts.size(), held.size());  // distinct
+  held.clear();
+
+  {
+    sim::SimBackend& one = fresh_sim(1, true, 60000 * gib);
+    Tensor big = Tensor::empty({std::int64_t(15000 * gib)}, DType::f32, Device("sim", 0));
+    EXPECT_EQ(one.memory_stats(0).in_use, 60000 * gib);
+  }
+
+  BackendOptions o;
+  o.device_count = 65536;
+  o.memory_capacity = 100000 * gib;
+  o.dry_run = true;
+  const std::string m = expect_error<InvalidArgument>(
+      [&] { init_backend("sim", o); }, "device_count x memory_capacity: expected at most ");
+  EXPECT_NE(m.find("got 65536 x 107374182400000 bytes"), std::string::npos) << m;
+}
+
+// Issue 29 (tester 2, item 1): a dry run's host memory grew as the square of its ranks (GPT-2 XL
+// under ddp: 2.7 GB at 256 ranks, 10 GB at 512): DistributedDataParallel's constructor
+// all_gathered every rank's parameter signatures (64 bytes a parameter) and copied them to every
+// rank's host, n^2 x 64 bytes a parameter at once in one process. Rank 0's are broadcast instead:
+// 128 ranks of an 800-parameter model grow the process by far less than the ~840 MB it took (the
+// limit leaves room for a sanitizer's own memory per thread).
+TEST(DryRunBackend, DdpChecksTheRanksParametersInHostMemoryLinearInTheRanks) {
+  fresh_sim(128, true);
+  std::vector<std::int64_t> sizes(401, 8);  // 400 Linear layers: 800 parameters
+  const long before = max_rss_kib();
+  CommOptions co;
+  co.timeout_ms = 60000;
+  test::expect_no_rank_errors(test::run_comm_ranks(128, co, [&](int, Communicator& comm) {
+    auto model = nn::mlp(sizes, comm.device(), 1);
+    parallel::DistributedDataParallelOptions o;
+    o.micro_shards = 128;
+    parallel::DistributedDataParallel ddp(*model, comm, o);
+  }));
+  EXPECT_LT(max_rss_kib() - before, 256 * 1024) << "KiB of resident memory grew";
 }
 
 TEST(DryRunBackend, OutOfMemoryNamesDeviceRequestAndCapacity) {

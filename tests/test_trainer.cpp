@@ -359,6 +359,40 @@ TEST(Trainer, ATraceThatCannotBeWrittenAtTheEndKeepsTheResult) {
       << r.output_errors[0];
 }
 
+// Issue 29 (tester 2, item 2): a run that failed wrote no trace, though what ran up to the
+// failure is what its user needs to see. The trace is written, complete JSON, with the kernels and
+// memory of the failed device; the report says it is a failed run's; fit() still throws the
+// failure.
+TEST(Trainer, AFailedRunWritesItsTraceUpToTheFailure) {
+  const auto dir = scratch("failed_trace");
+  std::filesystem::create_directories(dir);
+  const auto path = dir / "t.json";
+  for (TrainerKind kind : {TrainerKind::dp, TrainerKind::ddp}) {
+    SCOPED_TRACE(kind == TrainerKind::dp ? "dp" : "ddp");
+    std::filesystem::remove(path);
+    TrainerConfig c = small(4, kind, 1);
+    const auto sim_run =
+        sim::add_sim_run(c, {.trace = path.string(), .faults = {"fail:device=1,step=3"}});
+    test::expect_error<BackendError>([&] { Trainer(c, digits()).fit(); },
+                                     "sim:1: device failed (injected fault fail:device=1,step=3");
+    EXPECT_EQ(sim_run->report().trace, path.string());
+    EXPECT_TRUE(sim_run->report().failed_run);
+    EXPECT_EQ(sim_run->report().failed_trace_error, "");
+    std::ifstream in(path);
+    ASSERT_TRUE(in) << path;
+    const nlohmann::json j = nlohmann::json::parse(in);  // throws on a truncated file
+    int kernels = 0, memory = 0;
+    for (const auto& e : j.at("traceEvents")) {
+      if (e.at("pid") != 1) continue;
+      kernels += e.at("ph") == "X";
+      memory += e.at("ph") == "C";
+    }
+    EXPECT_GT(kernels, 0);
+    EXPECT_GT(memory, 0);
+  }
+  std::filesystem::remove_all(dir);
+}
+
 // TrainerConfig::stop: set before the run, every trainer stops after its first step (ddp's rank
 // threads all after the same one), writes that step's checkpoint and reports stopped; resumed,
 // the run ends with the bits of one that never stopped.

@@ -166,7 +166,7 @@ void DistributedDataParallel::check_parameters() {
   const Device dev = comm_.device();
   const int n = comm_.size();
   StreamGuard guard(*comm_stream_);
-  // Parameter counts first (the signatures' all_gather needs one length on every rank).
+  // Parameter counts first (the signatures' broadcast needs one length on every rank).
   Tensor count = Tensor::from_vector(
       std::vector<std::int64_t>{static_cast<std::int64_t>(params_.size())}, {1}, dev);
   Tensor counts = Tensor::empty({n}, DType::i64, dev);
@@ -183,20 +183,40 @@ void DistributedDataParallel::check_parameters() {
     std::vector<std::int64_t> s = signature(p->data);
     sig.insert(sig.end(), s.begin(), s.end());
   }
+  // Rank 0's signatures to every rank, each comparing its own; then every rank learns each
+  // rank's first differing parameter (one number per rank) and all fail with the same error,
+  // naming the first parameter that differs and the first rank it differs on, with that rank's
+  // signature. An all_gather of every rank's signatures copied to every host took n^2 x 64
+  // bytes per parameter at once in a process of n ranks (a dry run of GPT-2 XL: 10 GB at 512).
+  const bool dry = is_dry_run(dev);  // reads zeros (Note [Dry run], sim_backend.h): all agree
   const auto len = static_cast<std::int64_t>(sig.size());
-  Tensor mine = Tensor::from_vector(sig, {len}, dev);
-  Tensor all = Tensor::empty({n * len}, DType::i64, dev);
-  comm_.all_gather(mine, all);
-  std::vector<std::int64_t> a = all.to_vector<std::int64_t>();
-  for (std::size_t i = 0; i < params_.size(); ++i)
-    for (int r = 1; r < n; ++r) {
-      const std::int64_t* s0 = a.data() + i * kSigLen;
-      const std::int64_t* sr = a.data() + static_cast<std::size_t>(r) * sig.size() + i * kSigLen;
-      DITTO_CHECK(std::equal(s0, s0 + kSigLen, sr),
-                  "DistributedDataParallel: the ranks' parameters differ: parameter ", i, " ('",
-                  params_[i]->name, "' on rank ", comm_.rank(), ") is ", signature_str(s0),
-                  " on rank 0 but ", signature_str(sr), " on rank ", r);
-    }
+  Tensor first = Tensor::from_vector(sig, {len}, dev);
+  comm_.broadcast(first, 0);
+  const std::vector<std::int64_t> a = first.to_vector<std::int64_t>();
+  std::int64_t mine = 0;  // 1 + the first parameter that differs from rank 0's, or 0
+  for (std::size_t i = 0; i < params_.size() && !dry && mine == 0; ++i)
+    if (!std::equal(a.data() + i * kSigLen, a.data() + (i + 1) * kSigLen, sig.data() + i * kSigLen))
+      mine = static_cast<std::int64_t>(i) + 1;
+  Tensor bad = Tensor::from_vector(std::vector<std::int64_t>{mine}, {1}, dev);
+  Tensor bads = Tensor::empty({n}, DType::i64, dev);
+  comm_.all_gather(bad, bads);
+  const std::vector<std::int64_t> b = bads.to_vector<std::int64_t>();
+  int r = -1;  // the rank of the first differing parameter (the lowest rank of those)
+  for (int q = 1; q < n; ++q) {
+    const std::int64_t bq = b[static_cast<std::size_t>(q)];
+    if (bq != 0 && (r < 0 || bq < b[static_cast<std::size_t>(r)])) r = q;
+  }
+  if (r < 0) return;
+  const auto i = static_cast<std::size_t>(b[static_cast<std::size_t>(r)] - 1);
+  Tensor theirs = Tensor::from_vector(
+      std::vector<std::int64_t>(sig.data() + i * kSigLen, sig.data() + (i + 1) * kSigLen),
+      {static_cast<std::int64_t>(kSigLen)}, dev);
+  comm_.broadcast(theirs, r);
+  const std::vector<std::int64_t> sr = theirs.to_vector<std::int64_t>();
+  throw InvalidArgument(detail::cat(
+      "DistributedDataParallel: the ranks' parameters differ: parameter ", i, " ('",
+      params_[i]->name, "' on rank ", comm_.rank(), ") is ", signature_str(a.data() + i * kSigLen),
+      " on rank 0 but ", signature_str(sr.data()), " on rank ", r));
 }
 
 void DistributedDataParallel::broadcast_from(int root) {

@@ -3,7 +3,8 @@
 // replica of the module on its own device, runs its own forward and backward on its part of the
 // global batch, and has its own optimizer; DDP keeps the replicas equal by
 //   - at construction: checking that every rank's parameters have the same shapes and dtypes
-//     (one all_gather of a signature per parameter) and broadcasting parameters from rank 0;
+//     (rank 0's signature of each parameter broadcast, one number per rank all_gathered) and
+//     broadcasting parameters from rank 0;
 //   - in backward: all-reducing the gradients, grouped into buckets (parameters in reverse order,
 //     as PyTorch assigns them, since backward produces the last layer's gradients first; the
 //     first bucket is capped at first_bucket_cap_mb, later ones at bucket_cap_mb). A bucket's

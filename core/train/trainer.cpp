@@ -431,6 +431,13 @@ FitResult Trainer::fit() {
         } catch (...) {  // the failure being thrown is the one to report
         }
       }
+    // What the extensions keep of the failed run (the trace up to the failure: what filled the
+    // device is what an out-of-memory run's user needs to see).
+    if (run.be)
+      for (const auto& e : c.extensions) try {
+          e->failed(c, run.context());
+        } catch (...) {  // likewise
+        }
     throw;
   }
 }

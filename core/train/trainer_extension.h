@@ -8,6 +8,7 @@
 //   fit(), step 2     configure(config, run)                 the backend exists (its extension())
 //   the loops         predicts()                             reported steps timed, prediction
 //   the end (rank 0)  finish(config, run, result)            its report (a trace file, ...)
+//   a failed run      failed(config, run)                    what it keeps of the run (a trace)
 //
 // Each hook throws InvalidArgument naming the setting (config.field_names) for what it refuses.
 #pragma once
@@ -78,6 +79,13 @@ class TrainerExtension {
   /// by the extension; what fails here goes to result.output_errors, not lost with the result).
   virtual void finish(const TrainerConfig& config, const RunContext& run, FitResult& result) {
     (void)config, (void)run, (void)result;
+  }
+  /// After the run failed (a fault, out of memory: anything thrown once configure() ran), in
+  /// the process that saw it, its devices' default streams drained, before fit() rethrows:
+  /// what it keeps of the run up to the failure (the simulator writes the trace), said in its
+  /// own report. fit() drops what this throws: the run's failure is the one reported.
+  virtual void failed(const TrainerConfig& config, const RunContext& run) {
+    (void)config, (void)run;
   }
 };
 

@@ -39,6 +39,12 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.DdpFailedDeviceEndsTheRunNamingIt RC 1
     REGEX "ditto-train: error: .*sim:2: device failed \\(injected fault fail:device=2,step=5, at step 5\\)"
     COMMAND $<TARGET_FILE:ditto-train> --trainer ddp --fault fail:device=2,step=5 TIMEOUT 30)
+  # Issue 29 (tester 2, item 2): --trace wrote nothing when the run failed. It writes what ran up
+  # to the failure, says so before the error, and the exit status stays the failure's.
+  ditto_expect_exit(DittoTrainCli.FailedRunWritesItsTrace RC 1
+    REGEX "ditto-train: note: --trace: wrote [^\n]*failed_run_trace.json for the failed run: what ran up to the failure \\(Chrome trace JSON; open in https://ui.perfetto.dev\\)\nditto-train: error: .*sim:1: device failed \\(injected fault fail:device=1,step=3, at step 3\\)"
+    COMMAND $<TARGET_FILE:ditto-train> --trainer ddp --fault fail:device=1,step=3 --epochs 1
+            --trace ${CMAKE_CURRENT_BINARY_DIR}/failed_run_trace.json TIMEOUT 30)
 endif()
 # Issue 29 (2): torchrun's environment was ignored, each process running a whole job of its own
 # (N jobs under torchrun --no-python): refused before any training, naming the variables and

@@ -187,6 +187,29 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.VerboseNeedsAProfile RC 2
     COMMAND $<TARGET_FILE:ditto-train> --verbose --epochs 0
     REGEX "ditto-train: error: --verbose: prints the cost model's table of the predicted step: expected --profile")
+  # Issue 29 (tester 2, item 1): past 818 devices of 80 GB a dry run failed ("sim:818: dry run:
+  # no free address range ..."), each device reserving twice its capacity of host address space;
+  # so did one device of 60000 GiB. Dry addresses are no host memory's now (Note [Dry addresses],
+  # backend_sim/sim_dry_arena.h); what their span cannot hold is refused before the run, naming
+  # the options.
+  ditto_expect_exit(DittoTrainCli.DryRunOf1024Devices RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --dry-run --profile h100-sxm --nodes 128 --devices 8
+            --micro-shards 1024 --batch-size 1024 --epochs 1
+    REGEX "predicted: 1024 x NVIDIA H100 SXM5 80GB \\(128 nodes, nvlink\\) step_time=[0-9.]+ ms.*memory: sim:1023 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=81920.00 MiB")
+  ditto_expect_exit(DittoTrainCli.DryRunOneDeviceOf60000GiB RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --dry-run --profile h100-sxm --sim-memory-gib 60000
+            --devices 1 --epochs 1
+    REGEX "memory: sim:0 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=61440000.00 MiB")
+  ditto_expect_exit(DittoTrainCli.DryRunPastTheAddressSpanRefusedBeforeTheRun RC 1
+    COMMAND $<TARGET_FILE:ditto-train> --dry-run --profile h100-sxm --devices 65536
+            --sim-memory-gib 100000 --micro-shards 65536 --batch-size 65536 --epochs 1
+    REGEX "ditto-train: error: --devices x --sim-memory-gib: a dry run's devices take their addresses \\(never host memory\\) from one span of [0-9]+ GiB, at least their capacity each: expected at most [0-9]+ GiB per device for 65536 devices, got 100000 GiB")
+  # Issue 29 (tester 2, item 2): --trace of a run that failed (here out of memory) is written, up
+  # to the failure, and said; the exit status stays the failure's.
+  ditto_expect_exit(DittoTrainCli.DryRunOutOfMemoryWritesItsTrace RC 1
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2-xl --dry-run --profile a100-sxm-40gb
+            --devices 8 --trainer ddp --batch-size 32 --trace ${CMAKE_CURRENT_BINARY_DIR}/dry_oom_trace.json
+    REGEX "ditto-train: note: --trace: wrote [^\n]*dry_oom_trace.json for the failed run: what ran up to the failure \\(Chrome trace JSON; open in https://ui.perfetto.dev\\)\nditto-train: error: sim:[0-7]: out of memory: tried to allocate")
   ditto_expect_exit(DittoTrainCli.DryRunOnlyOnTheSimulator RC 2
     COMMAND $<TARGET_FILE:ditto-train> --dry-run --backend cuda --profile h100-sxm --epochs 0
     REGEX "ditto-train: error: --dry-run: expected --backend sim in one process")
