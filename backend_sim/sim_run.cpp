@@ -125,6 +125,17 @@ void SimRun::validate(const train::TrainerConfig& c) const {
 
 std::vector<std::string> SimRun::warnings(const train::TrainerConfig& c) const {
   std::vector<std::string> out;
+  // An NVLink generation the profile's GPU does not have (--interconnect nvlink, NVLink 4, with
+  // an A100 profile, whose GPUs have NVLink 3): priced as asked, said once.
+  if (!o_.profile.empty() && o_.interconnect.rfind("nvlink", 0) == 0) {
+    const std::string key = device_profile(o_.profile).key;
+    const std::string own = default_interconnect(key);
+    if (own.rfind("nvlink", 0) == 0 && own != o_.interconnect)
+      out.push_back(detail::cat(name_of(c, "interconnect"), " ", o_.interconnect, ": the ", key,
+                                " profile's GPUs have ", own, " (", interconnect_profile(own).name,
+                                "), not ", o_.interconnect,
+                                "; priced as asked, a cluster that does not exist"));
+  }
   const bool priced = !o_.profile.empty() || !o_.trace.empty();
   if (!priced || c.devices <= kGpusPerNode) return out;
   // The interconnect the cost model prices the node with (as SimCostModelExtension resolves it).

@@ -263,6 +263,22 @@ TEST(Options, AllowTf32InBitwiseModeWarns) {
   EXPECT_TRUE(config_warnings(c, {"allow_tf32"}).empty());
 }
 
+// --sim-memory-gib with --backend cuda was accepted without a word (a tester's case): the cuda
+// backend never reads memory_capacity.
+TEST(Options, SimMemoryWithTheCudaBackendWarns) {
+  TrainerConfig c;
+  c.field_names = {{"memory_capacity", "--sim-memory-gib"}, {"devices", "--devices"}};
+  c.backend = "sim";
+  EXPECT_TRUE(config_warnings(c, {"memory_capacity"}).empty());
+  c.backend = "cuda";
+  EXPECT_TRUE(config_warnings(c, {}).empty());
+  const std::vector<std::string> w = config_warnings(c, {"memory_capacity"});
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(
+      w[0].rfind("--sim-memory-gib: the capacity of simulated devices; the cuda backend's", 0), 0u)
+      << w[0];
+}
+
 TEST(Options, CsvRowsClasses) {
   TrainerConfig c;
   CsvRowsOptions o{.data = DITTO_DIGITS_CSV};

@@ -409,6 +409,10 @@ std::vector<std::string> config_warnings(const TrainerConfig& c,
         "but differs from the one every power-of-two device count (1, 2, 4, ...) gives "
         "(bitwise mode splits the batch in power-of-two micro-shards, Note "
         "[Micro-shards])");
+  if (given.count("memory_capacity") && c.backend == "cuda")
+    out.push_back(n("memory_capacity") +
+                  ": the capacity of simulated devices; the cuda backend's devices have their own "
+                  "memory, so it does nothing in this run");
   if (given.count("allow_tf32") && c.allow_tf32 && c.determinism == Determinism::bitwise)
     out.push_back(n("allow_tf32") +
                   ": lets fast mode's f32 matrix products run on TF32 tensor cores; bitwise mode "
