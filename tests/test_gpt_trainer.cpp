@@ -215,6 +215,14 @@ TrainerConfig small_epochs(TrainerKind kind) {
   return c;
 }
 
+// The records of a JSON-lines file (--metrics-jsonl), one per line.
+std::vector<nlohmann::json> gpt_trainer_json_lines(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::vector<nlohmann::json> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
 TEST(TrainerIterations, EvaluatesAtZeroEveryIntervalAndTheEndWithTheValuesFitReturns) {
   std::vector<EvalMetrics> evals;
   TrainerCallbacks cb;
@@ -243,10 +251,7 @@ TEST(TrainerIterations, EvaluatesAtZeroEveryIntervalAndTheEndWithTheValuesFitRet
   EXPECT_EQ(r.max_iters, 12);
   EXPECT_EQ(r.train_loss, evals[3].train_loss);
   EXPECT_EQ(r.eval.loss, evals[3].val_loss);
-  std::ifstream in(path);
-  std::string line;
-  std::vector<nlohmann::json> lines;
-  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  const std::vector<nlohmann::json> lines = gpt_trainer_json_lines(path);
   ASSERT_EQ(lines.size(), 4u);
   EXPECT_EQ(lines[1]["event"], "eval");
   EXPECT_EQ(lines[1]["step"], 5);
@@ -275,10 +280,7 @@ TEST(TrainerIterations, ADryRunsEvaluationsHaveNoLossesOrSpeed) {
   ASSERT_EQ(evals.size(), 4u);  // steps 0, 5, 10, 12
   for (const EvalMetrics& m : evals) EXPECT_TRUE(m.dry_run) << m.step;
   EXPECT_EQ(format_eval(evals[1]), "step 5: no losses (dry run: nothing ran; lr 5.000e-02)\n");
-  std::ifstream in(path);
-  std::string line;
-  std::vector<nlohmann::json> lines;
-  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  const std::vector<nlohmann::json> lines = gpt_trainer_json_lines(path);
   ASSERT_EQ(lines.size(), 4u);
   EXPECT_EQ(lines[1]["event"], "eval");
   EXPECT_EQ(lines[1]["step"], 5);
