@@ -22,6 +22,7 @@
 #include "core/numerics/random.h"
 #include "core/optim/adamw.h"
 #include "core/optim/clip.h"
+#include "core/optim/grad_scaler.h"
 #include "core/optim/master_weights.h"
 #include "core/optim/sgd.h"
 #include "core/optim/zero.h"
@@ -324,6 +325,63 @@ TEST_F(OptimFused, FusedPathLimits) {
     mw.step();
     ref.step();
     EXPECT_EQ(tensor_bytes(p->data), tensor_bytes(q->data));
+  }
+}
+
+// GradScaler::unscale_ where the backend has multi-tensor kernels (cuda): one sum_squares_multi and
+// one scale_multi for the device instead of a sum_squares, a read and a scale per grad, with the
+// per-grad path's found_inf and bits (a clean step, and one with an inf in the third grad; the
+// scale 3 makes inv_scale inexact, so every product rounds).
+TEST_F(OptimFused, GradScalerUnscalesWithTheMultiTensorKernelsAndTheSameBits) {
+  OptimProbeKernels& k = probe();
+  const Device dev(kOptimProbe, 0);
+  struct Unscaled {
+    bool inf = false;
+    std::vector<std::vector<std::uint8_t>> grads;
+    std::map<std::string, int> calls;
+  };
+  auto unscale = [&](bool multi, bool poison) {
+    k.multi = multi;
+    std::vector<std::unique_ptr<nn::Parameter>> owned;
+    std::vector<nn::Parameter*> params;
+    for (int j = 0; j < 5; ++j) {
+      std::vector<float> v(static_cast<std::size_t>(7 + 3 * j));
+      for (std::size_t i = 0; i < v.size(); ++i)
+        v[i] = 1e3f * std::sin(0.7f * static_cast<float>(i) + static_cast<float>(j));
+      if (poison && j == 2) v[3] = INFINITY;
+      auto p = std::make_unique<nn::Parameter>();
+      p->name = "w" + std::to_string(j);
+      const Shape shape{static_cast<std::int64_t>(v.size())};
+      p->data = Tensor::from_vector(v, shape).to(dev);
+      p->grad = Tensor::from_vector(v, shape).to(dev);
+      params.push_back(p.get());
+      owned.push_back(std::move(p));
+    }
+    optim::GradScaler scaler(optim::GradScalerOptions{.init_scale = 3.0});
+    k.calls.clear();
+    Unscaled r;
+    r.inf = scaler.unscale_(params, Determinism::bitwise);
+    r.calls = k.calls;
+    for (const nn::Parameter* p : params) r.grads.push_back(tensor_bytes(p->grad));
+    return r;
+  };
+  for (const bool poison : {false, true}) {
+    SCOPED_TRACE(poison ? "an inf in grad 2" : "finite grads");
+    const Unscaled loop = unscale(false, poison);
+    const Unscaled multi = unscale(true, poison);
+    EXPECT_EQ(loop.inf, poison);
+    EXPECT_EQ(multi.inf, poison);
+    EXPECT_EQ(multi.grads, loop.grads);
+    auto count = [](const Unscaled& u, const char* name) {
+      auto it = u.calls.find(name);
+      return it == u.calls.end() ? 0 : it->second;
+    };
+    EXPECT_EQ(count(loop, "sum_squares"), 5);
+    EXPECT_EQ(count(loop, "scale"), 5);
+    EXPECT_EQ(count(multi, "sum_squares_multi"), 1);
+    EXPECT_EQ(count(multi, "scale_multi"), 1);
+    EXPECT_EQ(count(multi, "sum_squares"), 0);
+    EXPECT_EQ(count(multi, "scale"), 0);
   }
 }
 

@@ -64,11 +64,15 @@ bool GradScaler::unscale_(const std::vector<nn::Parameter*>& params, Determinism
   if (!options_.enabled) return false;
   // torch: inv_scale = scale.double().reciprocal().float()
   const float inv_scale = static_cast<float>(1.0 / static_cast<double>(scale_));
-  // Every check first (sums of squares enqueued on each grad's stream, then read), as torch checks
-  // the values before multiplying.
   std::vector<Tensor> grads;
   for (nn::Parameter* p : params)
     if (p->grad.defined() && p->grad.numel() > 0) grads.push_back(p->grad);
+  if (multi_tensor_unscale(grads)) {
+    found_inf_ = unscale_multi(grads, inv_scale, mode);
+    return found_inf_;
+  }
+  // Every check first (sums of squares enqueued on each grad's stream, then read), as torch checks
+  // the values before multiplying.
   std::vector<Tensor> f32(grads.size());
   std::vector<Tensor> sums(grads.size());
   for (std::size_t i = 0; i < grads.size(); ++i) {
@@ -91,6 +95,47 @@ bool GradScaler::unscale_(const std::vector<nn::Parameter*>& params, Determinism
     }
   }
   return found_inf_;
+}
+
+bool GradScaler::multi_tensor_unscale(const std::vector<Tensor>& grads) {
+  if (grads.empty()) return false;
+  for (const Tensor& g : grads)
+    if (g.dtype() != DType::f32 || !ops::has_multi_tensor_kernels(g.device())) return false;
+  return true;
+}
+
+// torch's _amp_foreach_non_finite_check_and_unscale_: per device one ops::sum_squares_multi (the
+// bits of the per-grad ops::sum_squares), one read of its [n] sums, the exact elementwise check
+// only for a grad whose sum is not finite, then one ops::scale_multi_ (the bits of ops::scale_).
+bool GradScaler::unscale_multi(std::vector<Tensor>& grads, float inv_scale, Determinism mode) {
+  std::vector<std::vector<std::size_t>> groups;  // indices by device, in order of appearance
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    std::size_t d = 0;
+    while (d < groups.size() && grads[groups[d][0]].device() != grads[i].device()) ++d;
+    if (d == groups.size()) groups.emplace_back();
+    groups[d].push_back(i);
+  }
+  std::vector<Tensor> sums;  // enqueue on every device first, then read
+  for (const auto& idx : groups) {
+    std::vector<const Tensor*> xs;
+    for (std::size_t i : idx) xs.push_back(&grads[i]);
+    sums.push_back(ops::sum_squares_multi(xs, mode));
+  }
+  bool inf = false;
+  for (std::size_t d = 0; d < groups.size() && !inf; ++d) {
+    const std::vector<float> host = sums[d].to_vector<float>();
+    for (std::size_t j = 0; j < groups[d].size() && !inf; ++j)
+      if (!std::isfinite(host[j])) inf = !all_finite_elementwise(grads[groups[d][j]], mode);
+  }
+  const bool found = reducer_ ? reducer_(inf) : inf;
+  if (inv_scale != 1.0f) {
+    for (const auto& idx : groups) {
+      std::vector<Tensor*> xs;  // handles that share the grads' storage
+      for (std::size_t i : idx) xs.push_back(&grads[i]);
+      ops::scale_multi_(xs, inv_scale);
+    }
+  }
+  return found;
 }
 
 bool GradScaler::step(Optimizer& optimizer, Determinism mode) {
