@@ -563,16 +563,31 @@ void SimStream::resume(std::exception_ptr error, bool here) {
   post();
 }
 
+// Note [Concurrent synchronize]
+// A stream's error is kept until a synchronize() reports it (Stream's contract: then the stream
+// is usable again). Several host threads may wait on one stream at once: a rank's thread and a
+// logger, or two communicators' ranks on one device's default stream. Each of them waited
+// through the failed work, so each must see the error: were only the first to wake told, the
+// others would return normally and read buffers the failed collective never wrote (a silent
+// wrong result; CUDA reports a stream's error to every cudaStreamSynchronize waiting on it).
+// So each synchronize() takes a ticket on entry; the one that reports an error records it with
+// the last ticket taken, and a synchronize() holding a ticket up to that one rethrows the same
+// error when it wakes. A synchronize() entered after the report starts afresh (it returns
+// normally unless later work failed), as before.
 void SimStream::synchronize() {
   std::unique_lock lk(mu_);
+  const std::uint64_t ticket = ++sync_tickets_;
   wait_host(lk, [&] { return state() == State::idle; });
   // Idle with mu_ held: no task writes the clock meanwhile. Note [Host clock] (cost_model.h).
   host_waited(health_.get(), virtual_now);
   if (error_) {
     auto e = error_;
     error_ = nullptr;
+    reported_ = e;
+    reported_upto_ = sync_tickets_;
     std::rethrow_exception(e);
   }
+  if (reported_ && ticket <= reported_upto_) std::rethrow_exception(reported_);
 }
 
 void SimStream::run_sync(std::function<void()> task) {

@@ -126,10 +126,16 @@ class SimStream final : public Stream {
 
   Device device() const override { return device_; }
   int device_index() const { return device_.index; }
-  /// Waits until the queue is empty and rethrows the first error kept since the last call.
-  /// Work posted to the pool and not started yet runs on the calling thread meanwhile (Note
-  /// [Stream hand-offs], sim_stream.cpp).
+  /// Waits until the queue is empty and rethrows the first error kept since the last call; every
+  /// other synchronize() of this stream waiting at that moment rethrows it too (Note [Concurrent
+  /// synchronize], sim_stream.cpp). Work posted to the pool and not started yet runs on the
+  /// calling thread meanwhile (Note [Stream hand-offs], sim_stream.cpp).
   void synchronize() override;
+  /// synchronize() calls entered so far (for tests: whether host threads wait in one).
+  std::uint64_t synchronize_calls() {
+    std::lock_guard lk(mu_);
+    return sync_tickets_;
+  }
   void record(Event& event) override;
   /// Parks the stream (no thread held) until the event completes, then advances its virtual clock
   /// to the event's; fails the stream's later work with BackendError when the event was recorded
@@ -259,6 +265,12 @@ class SimStream final : public Stream {
   bool starting_ = false;       // a parking task's start() is running on the draining thread
   bool resumed_early_ = false;  // ... and it already called resume
   std::exception_ptr error_;
+  // Note [Concurrent synchronize]: synchronize() calls so far (each takes the next ticket), the
+  // error the last reporting synchronize() threw, and the last ticket taken when it threw it:
+  // every synchronize() that was already waiting then (ticket <= reported_upto_) throws it too.
+  std::uint64_t sync_tickets_ = 0;
+  std::exception_ptr reported_;
+  std::uint64_t reported_upto_ = 0;
 };
 
 }  // namespace ditto::sim

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -82,6 +83,42 @@ TEST_F(SimHandoffTest, BlockingCopyOnAnIdleStreamStillReportsTheErrorsOfEarlierW
   EXPECT_THROW_MSG(ss.run_sync([] { throw InvalidArgument("copy: its own failure"); }),
                    InvalidArgument, "its own failure");
   EXPECT_THROW_MSG(ss.synchronize(), BackendError, "second earlier failure");
+  EXPECT_NO_THROW(ss.synchronize());
+}
+
+// Note [Concurrent synchronize]: two host threads waiting on one stream when its work fails (a
+// collective's timeout, here a parked task resumed with an error) both get the error; only one
+// did before, and the other returned normally as if the work had run. A synchronize() entered
+// after the report starts afresh.
+TEST_F(SimHandoffTest, EveryThreadWaitingOnAStreamGetsTheErrorOfItsFailedWork) {
+  auto s = get_backend("sim").create_stream(3);
+  sim::SimStream& ss = sim::as_sim(*s, "test");
+  ss.synchronize();
+  std::optional<sim::Resume> resume;
+  std::atomic<bool> started{false};
+  ss.enqueue_parked([&](sim::Resume r) {
+    resume = r;
+    started = true;
+  });
+  ASSERT_TRUE(eventually([&] { return started.load(); }, std::chrono::seconds(10)));
+  const std::uint64_t before = ss.synchronize_calls();
+  std::string got[2];
+  std::vector<std::thread> waiters;
+  for (int w = 0; w < 2; ++w)
+    waiters.emplace_back([&ss, &got, w] {
+      try {
+        ss.synchronize();
+        got[w] = "returned normally";
+      } catch (const BackendError& e) {
+        got[w] = e.what();
+      }
+    });
+  ASSERT_TRUE(
+      eventually([&] { return ss.synchronize_calls() == before + 2; }, std::chrono::seconds(10)));
+  (*resume)(sim::error_ptr<BackendError>("sim:3: all_reduce timed out"));
+  for (auto& t : waiters) t.join();
+  EXPECT_NE(got[0].find("all_reduce timed out"), std::string::npos) << got[0];
+  EXPECT_NE(got[1].find("all_reduce timed out"), std::string::npos) << got[1];
   EXPECT_NO_THROW(ss.synchronize());
 }
 

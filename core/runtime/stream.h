@@ -2,7 +2,8 @@
 //
 // Work enqueued on a stream runs in order; work on different streams (and different devices) may
 // overlap. An error raised by work on a stream is kept and rethrown by the next synchronize() of
-// that stream (like CUDA's sticky errors, but cleared once reported).
+// that stream, and by every other synchronize() of it waiting at that moment (like CUDA's sticky
+// errors, but cleared once reported).
 #pragma once
 
 #include <memory>
@@ -20,7 +21,8 @@ class Stream : public NonCopyable {
   virtual Device device() const = 0;
 
   /// Block the calling thread until all work enqueued so far has finished. Rethrows the first
-  /// ditto::Error raised by that work (then the stream is usable again).
+  /// ditto::Error raised by that work (then the stream is usable again); threads waiting in
+  /// synchronize() on the same stream at once all rethrow it (cudaStreamSynchronize).
   virtual void synchronize() = 0;
 
   /// Mark the current end of this stream in `event` (cudaEventRecord).
