@@ -159,15 +159,23 @@ TEST_F(P2PTest, SendToItselfInAGroup) {
   expect_tags_of(comms, b, 1);
 }
 
-TEST_F(P2PTest, SendToItselfWithoutAGroupWaitsForItsOwnRecv) {
-  // Two batches in order on one stream: the send waits for a recv queued behind it (as NCCL).
-  auto comms = comms_of(1, 200);
-  Tensor a = zeros_on(0, {2});
-  comms[0].send(a, 0);
-  comms[0].recv(a, 0);
-  expect_error<Timeout>([&] { comms[0].stream().synchronize(); },
-                        "send (point-to-point #1 from rank 0 to rank 0): rank 0 did not post the "
-                        "matching recv from rank 0 within 200 ms");
+// Outside a group a send to oneself would wait for a recv that can only be issued after it (NCCL
+// waits forever; the simulator timed out after the whole timeout, blaming a recv that was posted
+// behind it): both calls are refused at once, naming the group they need, and nothing is enqueued.
+TEST_F(P2PTest, SendToItselfWithoutAGroupIsRefusedAtOnce) {
+  auto comms = comms_of(2, 200);
+  Tensor a = zeros_on(1, {2});
+  expect_invalid([&] { comms[1].send(a, 1); },
+                 "Communicator::send: peer: rank 1 is this rank (sim:1 (rank 1 of 2)): a send to "
+                 "itself needs its matching recv in the same group (group_start() ... group_end()");
+  expect_invalid([&] { comms[1].recv(a, 1); },
+                 "Communicator::recv: peer: rank 1 is this rank (sim:1 (rank 1 of 2)): a recv from "
+                 "itself needs its matching send in the same group");
+  EXPECT_NO_THROW(comms[1].stream().synchronize());
+  // In a group the same pair runs (SendToItselfInAGroup), and the communicator is still usable.
+  Tensor b = tagged(1, 2, 1);
+  send_recv_in_a_group(comms, b, 1, a, 1);
+  expect_tags_of(comms, a, 1);
 }
 
 TEST_F(P2PTest, PointToPointDoesNotCountAsACollective) {

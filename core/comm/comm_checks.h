@@ -29,6 +29,8 @@ void check_root(const Communicator& c, const char* call, int root);
 /// this rank's call never comes and the other ranks would wait for it until their timeout; they
 /// fail at once instead, naming this rank and the refusal.
 void check_root_or_abort(const Communicator& c, const char* call, int root);
+/// Whether this thread is inside a group_start() / group_end() (ncclGroupStart / ncclGroupEnd).
+bool thread_in_group();
 /// A reduction op: one of the enumerators; premul_sum only with its scalar (`scalar` non-null,
 /// from a PreMulSum overload), which for an integer dtype must be an integer the dtype holds.
 void check_op(const char* call, DType dtype, ReduceOp op, const double* scalar);

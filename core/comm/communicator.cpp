@@ -330,6 +330,8 @@ void end_group_impls() {
 
 }  // namespace
 
+bool detail::thread_in_group() { return t_group.depth > 0; }
+
 void group_start() { ++t_group.depth; }
 
 void group_end() {

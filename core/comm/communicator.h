@@ -13,6 +13,10 @@
 // All ranks must call the same collectives in the same order with matching op, count, dtype and
 // root; the backends check this and fail every rank with an error when they differ. A rank
 // that never arrives makes the others fail with ditto::Timeout after CommOptions::timeout_ms.
+// Two communicators over the same devices used at once (from different threads) need their own
+// streams (StreamGuard): on one device's default stream, a rank's collective of one queues
+// behind the other's, which waits for ranks that wait in turn, a deadlock that ends in that
+// Timeout, as two NCCL communicators sharing streams would hang.
 //
 // Errors: InvalidArgument (before enqueueing) for tensors on the wrong device, wrong dtype or
 // sizes, roots out of range; errors raised while running are rethrown by the stream's
@@ -177,17 +181,18 @@ class Communicator {
   /// root's send (size() * n elements); send is ignored (may be undefined) off the root.
   void scatter(const Tensor& send, Tensor& recv, int root);
 
-  /// ncclSend: sends `tensor` (all its elements) to rank `peer` (0 <= peer < size(); itself
-  /// allowed), matched with peer's recv from rank() of the same position: the k-th send from a
-  /// to b pairs with the k-th recv on b from a, and they must have the same dtype and count (else
-  /// both fail with an InvalidArgument naming the two ranks, the counts and dtypes). A send whose
-  /// recv is not posted within CommOptions::timeout_ms fails with ditto::Timeout naming both
-  /// ranks (and so does the recv of a send that never comes). Point-to-point calls do not take
-  /// part in the ordinal matching of collectives. Several sends and recvs between group_start()
-  /// and group_end() run together (a ring exchange, all_to_all by hand, a pipeline stage's
-  /// forward and backward), as with ncclGroupStart / ncclGroupEnd; outside a group each call is
-  /// its own group. On backends whose calls wait for their peers (cuda), one thread driving
-  /// several ranks must group them.
+  /// ncclSend: sends `tensor` (all its elements) to rank `peer` (0 <= peer < size(); itself only
+  /// inside a group holding the matching recv: outside one, InvalidArgument, where NCCL would wait
+  /// forever for a recv issued after the send), matched with peer's recv from rank() of the same
+  /// position: the k-th send from a to b pairs with the k-th recv on b from a, and they must have
+  /// the same dtype and count (else both fail with an InvalidArgument naming the two ranks, the
+  /// counts and dtypes). A send whose recv is not posted within CommOptions::timeout_ms fails with
+  /// ditto::Timeout naming both ranks (and so does the recv of a send that never comes).
+  /// Point-to-point calls do not take part in the ordinal matching of collectives. Several sends
+  /// and recvs between group_start() and group_end() run together (a ring exchange, all_to_all by
+  /// hand, a pipeline stage's forward and backward), as with ncclGroupStart / ncclGroupEnd; outside
+  /// a group each call is its own group. On backends whose calls wait for their peers (cuda), one
+  /// thread driving several ranks must group them.
   void send(const Tensor& tensor, int peer);
   /// ncclRecv: receives into `tensor` from rank `peer` (see send()).
   void recv(Tensor& tensor, int peer);

@@ -5,6 +5,7 @@
 // communicator.cpp (which also defines the shared checks of core/comm/comm_checks.h).
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -177,6 +178,14 @@ void check_peer(const Communicator& c, const char* call, const Tensor& t, int pe
   check_comm_tensor(c, call, "tensor", t);
   DITTO_CHECK(peer >= 0 && peer < c.size(), "Communicator::", call,
               ": peer: expected a rank in [0, ", c.size(), "), got ", peer);
+  // Outside a group each call is its own group, so a send to this rank waits for a recv that can
+  // only be issued after it (and a recv for a send): NCCL waits forever there. Refuse at once.
+  DITTO_CHECK(peer != c.rank() || detail::thread_in_group(), "Communicator::", call,
+              ": peer: rank ", peer, " is this rank (", detail::rank_str(c), "): a ", call,
+              std::strcmp(call, "send") == 0 ? " to itself needs its matching recv"
+                                             : " from itself needs its matching send",
+              " in the same group (group_start() ... group_end(), as ncclGroupStart / "
+              "ncclGroupEnd); outside a group it would wait for a call issued after it");
 }
 
 }  // namespace
