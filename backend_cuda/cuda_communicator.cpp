@@ -49,6 +49,8 @@
 //               over ranks]); its PreMulSum multiplies in the type (half2 for f16). So fast
 //               f16 / bf16 / fp8 results differ from bitwise ones (and from the simulator's fast
 //               mode, which accumulates in f32); integer results are exact in both modes.
+//               NCCL's min / max (fminf / fmaxf) return the non-NaN operand where ditto's keep
+//               the NaN (Note [Reductions over ranks]): fast mode only.
 //               (NCCL's source: hostToDevRedOp in src/enqueue.cc maps ncclAvg to
 //               ncclDevSumPostDiv with nRanks for the integer types and to ncclDevPreMulSum with
 //               1.0/nRanks converted to the type, __float2half for f16, for the floats;

@@ -16,8 +16,12 @@
 // kernel, or a ring that rounds per hop, does) gives other bits; tests show one.
 //   sum, avg   a + b (floats: IEEE, one rounding per add in Acc; integers: wrap modulo 2^bits)
 //   prod       a * b (integers wrap)
-//   min, max   the smaller / larger; a NaN in either operand propagates (as NCCL's fminf-free
-//              compare-and-select kernels and torch.minimum do: NaN wins)
+//   min, max   the smaller / larger; a NaN in either operand propagates (as torch.minimum /
+//              torch.maximum do: NaN wins). NCCL's own ncclMin / ncclMax do not: they reduce with
+//              fminf / fmaxf (fmin / fmax, __hmin / __hmax; src/device/reduce_kernel.h), which
+//              return the other operand, so the CUDA backend's fast mode on several GPUs, which
+//              hands min / max to NCCL, drops a NaN that every other path keeps (Note [CUDA
+//              collectives], cuda_communicator.cpp)
 //   avg        floats: the sum divided by float(N) (double for f64), then rounded;
 //              integers: NCCL's ncclAvg on integer types (its FuncSumPostDiv): the wrapped sum,
 //              divided by N with truncation toward zero (signed types: the magnitude of a negative
@@ -43,10 +47,22 @@ template <typename T>
 struct AccOf {
   using type = T;
 };
-template <> struct AccOf<float16> { using type = float; };
-template <> struct AccOf<bfloat16> { using type = float; };
-template <> struct AccOf<float8_e4m3> { using type = float; };
-template <> struct AccOf<float8_e5m2> { using type = float; };
+template <>
+struct AccOf<float16> {
+  using type = float;
+};
+template <>
+struct AccOf<bfloat16> {
+  using type = float;
+};
+template <>
+struct AccOf<float8_e4m3> {
+  using type = float;
+};
+template <>
+struct AccOf<float8_e5m2> {
+  using type = float;
+};
 /// The accumulator type of T (Note [Reductions over ranks]).
 template <typename T>
 using Acc = typename AccOf<T>::type;
