@@ -9,12 +9,14 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include "backend_cuda/cuda_backend.h"
 #include "backend_cuda/cuda_host_logic.h"
+#include "backend_cuda/cuda_nccl.h"
 #include "backend_cuda/cuda_stream.h"
 #include "core/base/error.h"
 #include "core/comm/communicator.h"
@@ -131,6 +133,22 @@ TEST_F(CudaFixes, CublasHandlePerStreamForThreadsSharingADevice) {
 // memory_stats().peak counts only allocations that succeeded: a request that fits the capacity
 // but that CUDA cannot grant (the whole GPU's memory: the context holds some) leaves it as it
 // was (before, the peak was raised before CUDA was asked).
+// A PyTorch wheel's NCCL older than the headers ditto was built with (2.27 under 2.28's): its
+// ncclAlltoAll / ncclGather / ncclScatter were hard references, an undefined symbol at load. Now
+// they are looked up in the loaded library (Note [NCCL newer than the library], cuda_nccl.cpp):
+// found exactly where it is 2.28 or later. Needs no GPU (ncclGetVersion and dlsym only), so it
+// runs in every ctest of a CUDA build; on the GPU machine it says which NCCL PyTorch brought.
+TEST(CudaNcclRuntime, RootedCallsAreFoundExactlyWhereTheLoadedNcclHasThem) {
+  int version = 0;
+  ASSERT_EQ(ncclGetVersion(&version), ncclSuccess);
+  const bool native = cuda::nccl_has_rooted_calls();
+  std::printf("note: the loaded NCCL is %d (headers: %d): all_to_all / gather / scatter %s\n",
+              version, NCCL_VERSION_CODE,
+              native ? "call ncclAlltoAll / ncclGather / ncclScatter"
+                     : "send and receive per peer (ncclSend / ncclRecv)");
+  EXPECT_EQ(native, version >= cuda::nccl_version_code(2, 28, 0)) << "NCCL " << version;
+}
+
 TEST_F(CudaFixes, PeakIgnoresAnAllocationThatFailed) {
   Backend& b = get_backend("cuda");
   b.default_stream(0).synchronize();
