@@ -261,14 +261,15 @@ void* CudaBackend::allocate_on(int index, std::size_t bytes, cudaStream_t stream
   if (err == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     std::size_t free_b = 0, total_b = 0;
-    std::string extra = "; CUDA: out of memory";
+    std::string extra =
+        detail::cat("; CUDA: ", device_malloc_call(d.pool != nullptr), " out of memory");
     if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
       extra += ", " + bytes_str(free_b) + " free on GPU " + std::to_string(d.physical);
     (void)cudaGetLastError();
     throw oom(extra);
   }
   if (err != cudaSuccess)
-    throw_cuda_error(err, "cudaMallocFromPoolAsync", __FILE__, __LINE__, where(index));
+    throw_cuda_error(err, device_malloc_call(d.pool != nullptr), __FILE__, __LINE__, where(index));
   unreserve.armed = false;
   std::lock_guard lk(d.mem_mu);
   d.mem.commit(bytes);

@@ -158,6 +158,13 @@ constexpr WaitStep wait_step(bool stream_done, bool comm_error, std::int64_t pen
 // ---- memory (cuda_backend.cpp)
 // -------------------------------------------------------------------
 
+/// The CUDA call CudaBackend::device_malloc makes for a logical device: cudaMallocFromPoolAsync
+/// from the device's memory pool when it has one, else cudaMalloc (a GPU without memory pools).
+/// Errors name it (before, an error of cudaMalloc was reported as cudaMallocFromPoolAsync's).
+constexpr const char* device_malloc_call(bool pooled) {
+  return pooled ? "cudaMallocFromPoolAsync" : "cudaMalloc";
+}
+
 /// A logical device's live and peak bytes. reserve() counts a request against the capacity
 /// (throwing nothing: false when it does not fit); commit() makes a reserved request that CUDA
 /// then granted count towards the peak; release() undoes a reservation (a failed allocation) or

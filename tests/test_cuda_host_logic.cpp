@@ -186,6 +186,13 @@ TEST(CudaHostLogic, PeakCountsOnlyAllocationsThatSucceeded) {
   EXPECT_EQ(m.peak, 1000u);
 }
 
+TEST(CudaHostLogic, AllocationErrorsNameTheCallMade) {
+  // Before, an error of cudaMalloc (a GPU without memory pools) was reported as
+  // cudaMallocFromPoolAsync's.
+  EXPECT_STREQ(device_malloc_call(true), "cudaMallocFromPoolAsync");
+  EXPECT_STREQ(device_malloc_call(false), "cudaMalloc");
+}
+
 TEST(CudaHostLogic, PoolReleaseThresholdIsFiniteAndSharedByTheLogicalDevicesOfAGpu) {
   const std::uint64_t gib = 1ull << 30;
   EXPECT_EQ(pool_release_threshold(140 * gib, 1), 35 * gib);
