@@ -158,6 +158,26 @@ constexpr WaitStep wait_step(bool stream_done, bool comm_error, std::int64_t pen
 // ---- memory (cuda_backend.cpp)
 // -------------------------------------------------------------------
 
+/// Which ordered GPU pairs (p, q) this process has enabled peer access for (p's context may
+/// reach q's memory: cudaDeviceEnablePeerAccess(q) on p), so that each pair is enabled once per
+/// process. Peer access belongs to the process's primary contexts and outlives a CudaBackend; a
+/// second backend calling cudaDeviceEnablePeerAccess again got cudaErrorPeerAccessAlreadyEnabled,
+/// an API error that compute-sanitizer reports (tools/gpu-check.sh), although it was expected.
+/// Not thread-safe by itself (CudaBackend holds a mutex around it).
+class PeerPairs {
+ public:
+  /// True the first time (p, q) is asked for (the caller then enables it), false after.
+  bool first_time(int p, int q) {
+    const std::pair<int, int> key{p, q};
+    if (std::find(done_.begin(), done_.end(), key) != done_.end()) return false;
+    done_.push_back(key);
+    return true;
+  }
+
+ private:
+  std::vector<std::pair<int, int>> done_;
+};
+
 /// The CUDA call CudaBackend::device_malloc makes for a logical device: cudaMallocFromPoolAsync
 /// from the device's memory pool when it has one, else cudaMalloc (a GPU without memory pools).
 /// Errors name it (before, an error of cudaMalloc was reported as cudaMallocFromPoolAsync's).

@@ -193,6 +193,19 @@ TEST(CudaHostLogic, AllocationErrorsNameTheCallMade) {
   EXPECT_STREQ(device_malloc_call(false), "cudaMalloc");
 }
 
+TEST(CudaHostLogic, PeerAccessIsEnabledOncePerOrderedPairPerProcess) {
+  // A second CudaBackend in the process (every test makes one) asked again and got
+  // cudaErrorPeerAccessAlreadyEnabled, which compute-sanitizer reports as an API error.
+  PeerPairs peers;
+  EXPECT_TRUE(peers.first_time(0, 1));
+  EXPECT_FALSE(peers.first_time(0, 1));
+  EXPECT_TRUE(peers.first_time(1, 0));  // the other direction is its own cudaDeviceEnablePeerAccess
+  EXPECT_TRUE(peers.first_time(0, 2));
+  EXPECT_FALSE(peers.first_time(1, 0));
+  EXPECT_FALSE(peers.first_time(0, 2));
+  EXPECT_TRUE(peers.first_time(2, 0));
+}
+
 TEST(CudaHostLogic, PoolReleaseThresholdIsFiniteAndSharedByTheLogicalDevicesOfAGpu) {
   const std::uint64_t gib = 1ull << 30;
   EXPECT_EQ(pool_release_threshold(140 * gib, 1), 35 * gib);
