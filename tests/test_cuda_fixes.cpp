@@ -149,6 +149,26 @@ TEST(CudaNcclRuntime, RootedCallsAreFoundExactlyWhereTheLoadedNcclHasThem) {
   EXPECT_EQ(native, version >= cuda::nccl_version_code(2, 28, 0)) << "NCCL " << version;
 }
 
+// Review: CudaCommunicator held a plain CudaBackend&: a program that re-created the backend
+// (init_backend("cuda", ...)) or dropped it before its communicators left them pointing at a
+// destroyed backend (the bitwise NCCL path allocates its scratch from it). The communicator now
+// holds the backend while it lives, as a Buffer does.
+TEST_F(CudaFixes, CommunicatorKeepsItsBackendAlive) {
+  BackendOptions o;
+  o.device_count = 2;
+  auto be = std::make_shared<cuda::CudaBackend>(o);
+  const std::weak_ptr<cuda::CudaBackend> weak = be;
+  std::shared_ptr<CommunicatorImpl> comm = be->create_communicator({0, 1}, CommOptions{});
+  be.reset();
+  EXPECT_FALSE(weak.expired()) << "the communicator does not hold its backend";
+  comm.reset();
+  EXPECT_TRUE(weak.expired()) << "the backend outlived its last communicator";
+  // A backend no shared_ptr owns (on the stack) has nothing to hold: still a communicator.
+  cuda::CudaBackend local(o);
+  EXPECT_EQ(local.keep_alive(), nullptr);
+  EXPECT_NE(local.create_communicator({0, 1}, CommOptions{}), nullptr);
+}
+
 TEST_F(CudaFixes, PeakIgnoresAnAllocationThatFailed) {
   Backend& b = get_backend("cuda");
   b.default_stream(0).synchronize();
