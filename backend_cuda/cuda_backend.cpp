@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <iomanip>
+#include <mutex>
 #include <sstream>
 
 #include "backend_cuda/cublas_lazy.h"
@@ -92,18 +93,27 @@ CudaBackend::CudaBackend(const BackendOptions& options) : allow_tf32_(options.al
   // Peer access between physical GPUs where the hardware allows it (NVLink, PCIe P2P); the
   // pools grant it to their memory below. Where it does not, cudaMemcpy*Async with
   // cudaMemcpyDefault still copies between GPUs (staged through the host), so failures here only
-  // cost speed and are ignored.
-  for (int p = 0; p < count; ++p) {
-    for (int q = 0; q < count; ++q) {
-      if (p == q) continue;
-      int can = 0;
-      if (cudaDeviceCanAccessPeer(&can, p, q) != cudaSuccess || !can) {
-        (void)cudaGetLastError();
-        continue;
+  // cost speed and are ignored. Each pair once per process (PeerPairs): peer access outlives this
+  // backend, and enabling it again is an error (cudaErrorPeerAccessAlreadyEnabled) that
+  // compute-sanitizer reports; only a pair someone else enabled (PyTorch in the same process)
+  // still answers that, and is cleared.
+  {
+    static std::mutex peers_mu;
+    static PeerPairs peers;
+    std::lock_guard lk(peers_mu);
+    for (int p = 0; p < count; ++p) {
+      for (int q = 0; q < count; ++q) {
+        if (p == q) continue;
+        int can = 0;
+        if (cudaDeviceCanAccessPeer(&can, p, q) != cudaSuccess || !can) {
+          (void)cudaGetLastError();
+          continue;
+        }
+        if (!peers.first_time(p, q)) continue;
+        DeviceGuard g(p);
+        cudaError_t e = cudaDeviceEnablePeerAccess(q, 0);
+        if (e != cudaSuccess) (void)cudaGetLastError();  // incl. cudaErrorPeerAccessAlreadyEnabled
       }
-      DeviceGuard g(p);
-      cudaError_t e = cudaDeviceEnablePeerAccess(q, 0);
-      if (e != cudaSuccess) (void)cudaGetLastError();  // incl. cudaErrorPeerAccessAlreadyEnabled
     }
   }
 
@@ -261,14 +271,15 @@ void* CudaBackend::allocate_on(int index, std::size_t bytes, cudaStream_t stream
   if (err == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
     std::size_t free_b = 0, total_b = 0;
-    std::string extra = "; CUDA: out of memory";
+    std::string extra =
+        detail::cat("; CUDA: ", device_malloc_call(d.pool != nullptr), " out of memory");
     if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
       extra += ", " + bytes_str(free_b) + " free on GPU " + std::to_string(d.physical);
     (void)cudaGetLastError();
     throw oom(extra);
   }
   if (err != cudaSuccess)
-    throw_cuda_error(err, "cudaMallocFromPoolAsync", __FILE__, __LINE__, where(index));
+    throw_cuda_error(err, device_malloc_call(d.pool != nullptr), __FILE__, __LINE__, where(index));
   unreserve.armed = false;
   std::lock_guard lk(d.mem_mu);
   d.mem.commit(bytes);

@@ -1,6 +1,6 @@
-// CudaBackend: ditto's Backend on the CUDA runtime (memory, streams, copies), cuBLAS and ditto's own
-// kernels (cuda_kernels.cu), and NCCL communicators (cuda_communicator.cpp). Built only where CMake
-// finds the CUDA toolkit and NCCL (DITTO_WITH_CUDA).
+// CudaBackend: ditto's Backend on the CUDA runtime (memory, streams, copies), cuBLAS and ditto's
+// own kernels (cuda_kernels.cu), and NCCL communicators (cuda_communicator.cpp). Built only where
+// CMake finds the CUDA toolkit and NCCL (DITTO_WITH_CUDA).
 //
 // Logical devices: BackendOptions::device_count logical devices (default: one per visible GPU);
 // logical device i runs on physical GPU i % physical_count() (oversubscription: "--devices 8" on a
@@ -22,8 +22,8 @@
 
 #include "backend_cuda/cuda_host_logic.h"
 #include "backend_cuda/cuda_stream.h"
-#include "core/runtime/backend.h"
 #include "core/comm/communicator.h"
+#include "core/runtime/backend.h"
 
 namespace ditto::cuda {
 
@@ -34,9 +34,14 @@ std::shared_ptr<CommunicatorImpl> make_cuda_communicator(CudaBackend& backend,
                                                          const std::vector<int>& devices,
                                                          const CommOptions& options);
 
-class CudaBackend final : public Backend {
+class CudaBackend final : public Backend, public std::enable_shared_from_this<CudaBackend> {
  public:
   explicit CudaBackend(const BackendOptions& options);
+  /// This backend as a shared_ptr when one owns it (make_cuda_backend: the registry's instance),
+  /// else null (a CudaBackend on the stack). Communicators hold it, so that the backend they
+  /// allocate from outlives them, as Buffers hold theirs, also across init_backend("cuda") (a
+  /// user's program that re-creates or drops the backend before its communicators).
+  std::shared_ptr<CudaBackend> keep_alive() { return weak_from_this().lock(); }
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }
@@ -59,8 +64,8 @@ class CudaBackend final : public Backend {
 
   void copy_from_host(Stream& s, void* dst, const void* src, std::size_t bytes) override;
   void copy_to_host(Stream& s, void* dst, const void* src, std::size_t bytes) override;
-  void copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void* src,
-               std::size_t src_pitch, std::size_t row_bytes, std::size_t rows) override;
+  void copy_2d(Stream& s, void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch,
+               std::size_t row_bytes, std::size_t rows) override;
 
   Kernels& kernels() override { return *kernels_; }
   std::shared_ptr<CommunicatorImpl> create_communicator(const std::vector<int>& devices,
@@ -99,10 +104,10 @@ class CudaBackend final : public Backend {
     }
   };
   struct PhysicalDevice {
-    std::string name;             ///< cudaDeviceProp::name, e.g. "NVIDIA H200"
+    std::string name;  ///< cudaDeviceProp::name, e.g. "NVIDIA H200"
     std::size_t total_memory = 0;
-    std::size_t max_pitch = 0;    ///< cudaDeviceProp::memPitch (cudaMemcpy2D's limit)
-    bool memory_pools = false;    ///< cudaMallocAsync supported (else cudaMalloc / cudaFree)
+    std::size_t max_pitch = 0;  ///< cudaDeviceProp::memPitch (cudaMemcpy2D's limit)
+    bool memory_pools = false;  ///< cudaMallocAsync supported (else cudaMalloc / cudaFree)
   };
   void* device_malloc(LogicalDevice& d, std::size_t bytes, cudaStream_t stream, cudaError_t* err);
   /// After an allocation failed on GPU `physical`: waits for every stream of the GPU (their

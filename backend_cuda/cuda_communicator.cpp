@@ -124,7 +124,8 @@ inline const char* kind_name(Kind k) { return detail::collective_name(k); }
 
 CudaCommunicator::CudaCommunicator(CudaBackend& backend, const std::vector<int>& devices,
                                    const CommOptions& options)
-    : backend_(backend),
+    : keep_backend_(backend.keep_alive()),
+      backend_(backend),
       options_(options),
       n_(static_cast<int>(devices.size())),
       ranks_(devices.size()),

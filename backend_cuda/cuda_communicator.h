@@ -120,6 +120,8 @@ class CudaCommunicator final : public CommunicatorImpl {
 
   void release() noexcept;
 
+  /// The backend when a shared_ptr owns it (CudaBackend::keep_alive): alive until after this.
+  const std::shared_ptr<CudaBackend> keep_backend_;
   CudaBackend& backend_;
   const CommOptions options_;
   const int n_;

@@ -100,7 +100,8 @@ GpuId gpu_identity(int physical, const std::string& where) {
 class CudaMpiCommunicator final : public CommunicatorImpl {
  public:
   CudaMpiCommunicator(MPI_Comm comm, CudaBackend& backend, int device, const CommOptions& options)
-      : link_(comm, options, "cuda communicator"),
+      : keep_backend_(backend.keep_alive()),
+        link_(comm, options, "cuda communicator"),
         backend_(backend),
         device_(device),
         physical_(backend.physical_device(device)) {
@@ -388,6 +389,8 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
     (void)cudaGetLastError();
   }
 
+  /// The backend when a shared_ptr owns it (CudaBackend::keep_alive): alive until after this.
+  const std::shared_ptr<CudaBackend> keep_backend_;
   MpiLink link_;
   CudaBackend& backend_;
   int device_ = 0;

@@ -78,6 +78,30 @@ inline void check_one_rank_per_gpu(const std::vector<std::string>& gpus,
       "between ranks"));
 }
 
+// ---- NCCL at run time (cuda_nccl.cpp) -----------------------------------------------------------
+
+/// NCCL's version code for X.Y.Z, as nccl.h's NCCL_VERSION(X, Y, Z) and ncclGetVersion give it:
+/// X * 1000 + Y * 100 + Z up to 2.8, X * 10000 + Y * 100 + Z from 2.9 (2.28.0 is 22800).
+constexpr int nccl_version_code(int x, int y, int z) {
+  return (x <= 2 && y <= 8) ? x * 1000 + y * 100 + z : x * 10000 + y * 100 + z;
+}
+
+/// How all_to_all, gather and scatter reach NCCL (Note [NCCL newer than the library]).
+enum class NcclRootedPath : std::uint8_t {
+  native,    ///< ncclAlltoAll / ncclGather / ncclScatter (NCCL 2.28+)
+  send_recv  ///< ncclSend / ncclRecv per peer (any NCCL from 2.7)
+};
+
+/// The path, given the version the loaded libnccl reports (ncclGetVersion) and whether it
+/// exports all three of ncclAlltoAll, ncclGather and ncclScatter (dlsym): native only with both;
+/// the headers ditto was built with do not matter (the GPU machine's libnccl comes from whatever
+/// PyTorch wheel is installed, possibly older than they are).
+constexpr NcclRootedPath nccl_rooted_path(int runtime_version, bool symbols_present) {
+  return runtime_version >= nccl_version_code(2, 28, 0) && symbols_present
+             ? NcclRootedPath::native
+             : NcclRootedPath::send_recv;
+}
+
 // ---- NCCL groups (cuda_communicator.cpp, cuda_communicator_mpi.cpp) -----------------------------
 
 /// One NCCL call per rank in one group, exception-safe: prepare(r) for every rank BEFORE the
@@ -133,6 +157,33 @@ constexpr WaitStep wait_step(bool stream_done, bool comm_error, std::int64_t pen
 
 // ---- memory (cuda_backend.cpp)
 // -------------------------------------------------------------------
+
+/// Which ordered GPU pairs (p, q) this process has enabled peer access for (p's context may
+/// reach q's memory: cudaDeviceEnablePeerAccess(q) on p), so that each pair is enabled once per
+/// process. Peer access belongs to the process's primary contexts and outlives a CudaBackend; a
+/// second backend calling cudaDeviceEnablePeerAccess again got cudaErrorPeerAccessAlreadyEnabled,
+/// an API error that compute-sanitizer reports (tools/gpu-check.sh), although it was expected.
+/// Not thread-safe by itself (CudaBackend holds a mutex around it).
+class PeerPairs {
+ public:
+  /// True the first time (p, q) is asked for (the caller then enables it), false after.
+  bool first_time(int p, int q) {
+    const std::pair<int, int> key{p, q};
+    if (std::find(done_.begin(), done_.end(), key) != done_.end()) return false;
+    done_.push_back(key);
+    return true;
+  }
+
+ private:
+  std::vector<std::pair<int, int>> done_;
+};
+
+/// The CUDA call CudaBackend::device_malloc makes for a logical device: cudaMallocFromPoolAsync
+/// from the device's memory pool when it has one, else cudaMalloc (a GPU without memory pools).
+/// Errors name it (before, an error of cudaMalloc was reported as cudaMallocFromPoolAsync's).
+constexpr const char* device_malloc_call(bool pooled) {
+  return pooled ? "cudaMallocFromPoolAsync" : "cudaMalloc";
+}
 
 /// A logical device's live and peak bytes. reserve() counts a request against the capacity
 /// (throwing nothing: false when it does not fit); commit() makes a reserved request that CUDA

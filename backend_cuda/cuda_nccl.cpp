@@ -2,16 +2,85 @@
 // groups, one rank's native call, and the bitwise block algorithm's NCCL transport.
 #include "backend_cuda/cuda_nccl.h"
 
+#include <dlfcn.h>
+
 #include <chrono>
 #include <thread>
 #include <utility>
 
 #include "backend_cuda/cuda_check.h"
 #include "backend_cuda/cuda_comm_kernels.h"
+#include "backend_cuda/cuda_host_logic.h"
 #include "core/base/error.h"
 #include "core/numerics/float_formats.h"
 
 namespace ditto::cuda {
+
+// Note [NCCL newer than the library]
+// ncclAlltoAll, ncclGather and ncclScatter are NCCL 2.28's. ditto is built against whatever
+// nccl.h the build finds (2.28 in CI), but on a GPU machine libnccl.so.2 is the one on
+// LD_LIBRARY_PATH, often a PyTorch wheel's (docs/cuda.md, tools/gpu-check.sh), which may be
+// older: a direct call would be an undefined symbol there, failing the program at load (or at the
+// first call, with lazy binding), although ncclSend / ncclRecv do the same work. So ditto never
+// references the three by name: the first all_to_all / gather / scatter looks them up (dlsym) in
+// the libnccl that defines the ncclGetVersion ditto calls, and asks it its version;
+// nccl_rooted_path (cuda_host_logic.h) then picks NCCL's calls, or one ncclSend / ncclRecv per peer
+// in a group when the library lacks them (older headers: always). Decided once per process,
+// silently. A libnccl linked statically (no dynamic symbols) takes the ncclSend / ncclRecv path.
+// Every other NCCL function ditto calls is older than 2.19 (ncclCommInitRankConfig and
+// ncclCommFinalize 2.14, ncclGetLastError 2.13, ncclRedOpCreatePreMulSum 2.11); fp8 dtypes need
+// 2.24 at run time (NCCL answers ncclInvalidArgument before).
+
+namespace {
+
+using NcclAllToAllFn = ncclResult_t (*)(const void*, void*, std::size_t, ncclDataType_t, ncclComm_t,
+                                        cudaStream_t);
+using NcclRootedFn = ncclResult_t (*)(const void*, void*, std::size_t, ncclDataType_t, int,
+                                      ncclComm_t, cudaStream_t);
+
+/// NCCL 2.28's calls in the library this process runs (Note [NCCL newer than the library]):
+/// all three, or all null.
+struct NcclRootedCalls {
+  NcclAllToAllFn all_to_all = nullptr;
+  NcclRootedFn gather = nullptr;
+  NcclRootedFn scatter = nullptr;
+};
+
+/// `name` in the shared object that defines the ncclGetVersion this code calls (else, when that
+/// object cannot be named, in the process's global scope), or nullptr.
+void* nccl_symbol(const char* name) {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&ncclGetVersion), &info) != 0 && info.dli_fname) {
+    if (void* lib = dlopen(info.dli_fname, RTLD_LAZY | RTLD_NOLOAD)) {
+      void* p = dlsym(lib, name);
+      dlclose(lib);  // drops the reference RTLD_NOLOAD took; the library stays loaded
+      return p;
+    }
+  }
+  return dlsym(RTLD_DEFAULT, name);
+}
+
+const NcclRootedCalls& nccl_rooted_calls() {
+  static const NcclRootedCalls calls = [] {
+    NcclRootedCalls c;
+    int version = 0;
+    if (ncclGetVersion(&version) != ncclSuccess) version = 0;
+    void* a = nccl_symbol("ncclAlltoAll");
+    void* g = nccl_symbol("ncclGather");
+    void* s = nccl_symbol("ncclScatter");
+    if (nccl_rooted_path(version, a && g && s) == NcclRootedPath::native) {
+      c.all_to_all = reinterpret_cast<NcclAllToAllFn>(a);
+      c.gather = reinterpret_cast<NcclRootedFn>(g);
+      c.scatter = reinterpret_cast<NcclRootedFn>(s);
+    }
+    return c;
+  }();
+  return calls;
+}
+
+}  // namespace
+
+bool nccl_has_rooted_calls() { return nccl_rooted_calls().all_to_all != nullptr; }
 
 void throw_nccl_error(ncclResult_t result, const char* call, const char* file, int line,
                       const std::string& where) {
@@ -101,8 +170,8 @@ void nccl_enqueue(const detail::CollectiveCall& c, const NcclRedOp& op, ncclComm
   // broadcast and scatter); NCCL's argument checks get the other one.
   void* send = const_cast<void*>(c.send);
   void* recv = c.recv;
-  [[maybe_unused]] void* const root_recv = recv ? recv : send;
-  [[maybe_unused]] void* const root_send = send ? send : recv;
+  void* const root_recv = recv ? recv : send;
+  void* const root_send = send ? send : recv;
   switch (c.kind) {
     case Kind::all_reduce:
       DITTO_NCCL_CHECK(ncclAllReduce(send, recv, count, type, op.get(), comm, stream), where);
@@ -120,20 +189,24 @@ void nccl_enqueue(const detail::CollectiveCall& c, const NcclRedOp& op, ncclComm
     case Kind::reduce_scatter:
       DITTO_NCCL_CHECK(ncclReduceScatter(send, recv, count, type, op.get(), comm, stream), where);
       break;
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
-    case Kind::all_to_all:
-      DITTO_NCCL_CHECK(ncclAlltoAll(send, recv, count, type, comm, stream), where);
-      break;
-    case Kind::gather:
-      DITTO_NCCL_CHECK(ncclGather(send, root_recv, count, type, c.root, comm, stream), where);
-      break;
-    case Kind::scatter:
-      DITTO_NCCL_CHECK(ncclScatter(root_send, recv, count, type, c.root, comm, stream), where);
-      break;
-#else  // NCCL before 2.28 has no ncclAlltoAll / ncclGather / ncclScatter: ncclSend / ncclRecv
     case Kind::all_to_all:
     case Kind::gather:
     case Kind::scatter: {
+      // NCCL's own calls where the loaded library has them (Note [NCCL newer than the library])
+      const NcclRootedCalls& native = nccl_rooted_calls();
+      if (native.all_to_all && c.kind == Kind::all_to_all) {
+        DITTO_NCCL_CHECK(native.all_to_all(send, recv, count, type, comm, stream), where);
+        break;
+      }
+      if (native.gather && c.kind == Kind::gather) {
+        DITTO_NCCL_CHECK(native.gather(send, root_recv, count, type, c.root, comm, stream), where);
+        break;
+      }
+      if (native.scatter && c.kind == Kind::scatter) {
+        DITTO_NCCL_CHECK(native.scatter(root_send, recv, count, type, c.root, comm, stream), where);
+        break;
+      }
+      // Else (NCCL before 2.28) the same with ncclSend / ncclRecv per peer.
       int n = 0, me = 0;
       DITTO_NCCL_CHECK(ncclCommCount(comm, &n), where);
       DITTO_NCCL_CHECK(ncclCommUserRank(comm, &me), where);
@@ -153,7 +226,6 @@ void nccl_enqueue(const detail::CollectiveCall& c, const NcclRedOp& op, ncclComm
       }
       break;
     }
-#endif
     case Kind::all_to_all_v:  // MPI_Alltoallv: one send and one recv per peer with data
       for (std::size_t q = 0; q < c.send_counts.size(); ++q) {
         const int peer = static_cast<int>(q);

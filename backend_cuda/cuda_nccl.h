@@ -63,10 +63,16 @@ class NcclRedOp {
   ncclComm_t comm_ = nullptr;  ///< set when op_ was created here (premul_sum)
 };
 
+/// Whether the libnccl this process runs has ncclAlltoAll, ncclGather and ncclScatter (NCCL
+/// 2.28+), which nccl_native then calls; else it sends and receives per peer (Note [NCCL newer
+/// than the library], cuda_nccl.cpp). Decided on the first call, once per process.
+bool nccl_has_rooted_calls();
+
 /// One rank's NCCL call of `c` on `stream`: ncclAllReduce / ncclReduce / ncclBroadcast /
 /// ncclAllGather / ncclReduceScatter with NCCL's own reductions (ncclAvg for avg, a PreMulSum op
 /// for premul_sum: returned, keep it until the group ends), ncclAlltoAll, ncclGather,
-/// ncclScatter (NCCL 2.28+; before, the same as ncclSend / ncclRecv per peer), all_to_all_v as one
+/// ncclScatter (where the loaded NCCL has them, nccl_has_rooted_calls; else the same as ncclSend /
+/// ncclRecv per peer), all_to_all_v as one
 /// ncclSend / ncclRecv per peer with a non-zero count, send / recv as ncclSend / ncclRecv; barrier
 /// = a one-element all-reduce of `barrier_buf` (one float on the rank's GPU). The caller opens an
 /// NcclGroup around the calls of one collective (every rank's, where a process drives several;

@@ -121,6 +121,19 @@ void SimRun::validate(const train::TrainerConfig& c) const {
               " sim in one process "
               "(only the simulator prices work without running it), got ",
               c.name_of("backend"), " ", c.backend, processes ? " under mpirun" : "");
+  // The cost model's cluster and the faults are the simulator's: with another backend named
+  // they are a usage error here, before any backend starts (configure() said so only once the
+  // backend existed: `--backend cuda --profile h100-sxm` on a machine without a GPU failed to
+  // start CUDA instead, exit status 1 in ditto-train). "auto" is checked once resolved
+  // (configure()).
+  if (c.backend != "sim" && c.backend != "auto")
+    for (const auto& [field, set] :
+         {std::pair{"profile", !o_.profile.empty()}, std::pair{"trace", !o_.trace.empty()},
+          std::pair{"stragglers", !o_.stragglers.empty()}, std::pair{"nodes", o_.nodes != 1},
+          std::pair{"faults", !o_.faults.empty()}})
+      DITTO_CHECK(!set, name_of(c, field),
+                  ": the simulator's (its cost model and faults): expected ", c.name_of("backend"),
+                  " sim (or auto), got ", c.name_of("backend"), " ", c.backend);
 }
 
 std::vector<std::string> SimRun::warnings(const train::TrainerConfig& c) const {

@@ -58,7 +58,8 @@ class SimRun final : public train::TrainerExtension {
   const SimRunOptions& options() const { return o_; }
   const SimRunReport& report() const { return report_; }
 
-  /// nodes, devices x nodes; a dry run needs the sim backend in one process.
+  /// nodes, devices x nodes; a dry run needs the sim backend in one process; the profile,
+  /// trace, stragglers, nodes and faults need the sim backend (or auto) when one is named.
   void validate(const train::TrainerConfig& c) const override;
   /// What the cluster's settings price that no real cluster has, said once at the run's start
   /// (ditto-train prints each as a warning; nothing is refused or priced differently): with the

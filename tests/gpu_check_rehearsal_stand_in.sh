@@ -10,6 +10,8 @@
 #     table into the caller's `status`, so a row recorded by the sanitizer loop itself lost it).
 #  4. --help prints the whole header (it printed lines 2-40: not the options and exit statuses
 #     after them).
+#  5. the kernels' memcheck runs before the checksums and the speed section (after them it could
+#     get no time left in the budget), the other sanitizer runs after the speed section.
 # Usage: gpu_check_rehearsal_stand_in.sh PATH/TO/tools/gpu-check.sh WORK_DIR
 set -u
 script=$1 work=$2
@@ -61,4 +63,8 @@ good=$(grep -cE '^\| [^|]* \| (memcheck|racecheck) \| (PASS|FAIL) \| ' "$work/ou
   fail "3. $good of $rows sanitizer rows have a status: $(grep -E '(memcheck|racecheck)' "$work/out/results.md")"
 bash "$script" --help | grep -q "^when it passed), 1 when one failed, 2 when the machine cannot" ||
   fail "4. --help stops before the exit statuses: $(bash "$script" --help | tail -n 2)"
+order=$(grep -oE '^\| (sanitizer-memcheck-gemm-ragged-bitwise|mlp-bitwise-sim-1|speed-torch|sanitizer-racecheck-gpt-bf16-ddp-2) ' \
+          "$work/out/results.md" | tr -d '| ' | paste -sd' ' -)
+[ "$order" = "sanitizer-memcheck-gemm-ragged-bitwise mlp-bitwise-sim-1 speed-torch sanitizer-racecheck-gpt-bf16-ddp-2" ] ||
+  fail "5. steps in the order: $order"
 echo "PASS: $(echo "$got" | grep 'rehearsal: PASS' | cut -c1-100)"

@@ -9,12 +9,14 @@
 #include <atomic>
 #include <bit>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include "backend_cuda/cuda_backend.h"
 #include "backend_cuda/cuda_host_logic.h"
+#include "backend_cuda/cuda_nccl.h"
 #include "backend_cuda/cuda_stream.h"
 #include "core/base/error.h"
 #include "core/comm/communicator.h"
@@ -131,6 +133,42 @@ TEST_F(CudaFixes, CublasHandlePerStreamForThreadsSharingADevice) {
 // memory_stats().peak counts only allocations that succeeded: a request that fits the capacity
 // but that CUDA cannot grant (the whole GPU's memory: the context holds some) leaves it as it
 // was (before, the peak was raised before CUDA was asked).
+// A PyTorch wheel's NCCL older than the headers ditto was built with (2.27 under 2.28's): its
+// ncclAlltoAll / ncclGather / ncclScatter were hard references, an undefined symbol at load. Now
+// they are looked up in the loaded library (Note [NCCL newer than the library], cuda_nccl.cpp):
+// found exactly where it is 2.28 or later. Needs no GPU (ncclGetVersion and dlsym only), so it
+// runs in every ctest of a CUDA build; on the GPU machine it says which NCCL PyTorch brought.
+TEST(CudaNcclRuntime, RootedCallsAreFoundExactlyWhereTheLoadedNcclHasThem) {
+  int version = 0;
+  ASSERT_EQ(ncclGetVersion(&version), ncclSuccess);
+  const bool native = cuda::nccl_has_rooted_calls();
+  std::printf("note: the loaded NCCL is %d (headers: %d): all_to_all / gather / scatter %s\n",
+              version, NCCL_VERSION_CODE,
+              native ? "call ncclAlltoAll / ncclGather / ncclScatter"
+                     : "send and receive per peer (ncclSend / ncclRecv)");
+  EXPECT_EQ(native, version >= cuda::nccl_version_code(2, 28, 0)) << "NCCL " << version;
+}
+
+// Review: CudaCommunicator held a plain CudaBackend&: a program that re-created the backend
+// (init_backend("cuda", ...)) or dropped it before its communicators left them pointing at a
+// destroyed backend (the bitwise NCCL path allocates its scratch from it). The communicator now
+// holds the backend while it lives, as a Buffer does.
+TEST_F(CudaFixes, CommunicatorKeepsItsBackendAlive) {
+  BackendOptions o;
+  o.device_count = 2;
+  auto be = std::make_shared<cuda::CudaBackend>(o);
+  const std::weak_ptr<cuda::CudaBackend> weak = be;
+  std::shared_ptr<CommunicatorImpl> comm = be->create_communicator({0, 1}, CommOptions{});
+  be.reset();
+  EXPECT_FALSE(weak.expired()) << "the communicator does not hold its backend";
+  comm.reset();
+  EXPECT_TRUE(weak.expired()) << "the backend outlived its last communicator";
+  // A backend no shared_ptr owns (on the stack) has nothing to hold: still a communicator.
+  cuda::CudaBackend local(o);
+  EXPECT_EQ(local.keep_alive(), nullptr);
+  EXPECT_NE(local.create_communicator({0, 1}, CommOptions{}), nullptr);
+}
+
 TEST_F(CudaFixes, PeakIgnoresAnAllocationThatFailed) {
   Backend& b = get_backend("cuda");
   b.default_stream(0).synchronize();

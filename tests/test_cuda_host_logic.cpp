@@ -125,6 +125,31 @@ TEST(CudaHostLogic, FailureWhilePreparingRankRLaunchesNoRankOfTheGroup) {
   EXPECT_EQ(log.open, 0);
 }
 
+// ---- NCCL older at run time than at build time (Note [NCCL newer than the library]) ------------
+
+TEST(CudaHostLogic, NcclVersionCodesAreNcclsOwn) {
+  // nccl.h's NCCL_VERSION: four digits up to 2.8, five from 2.9 (ncclGetVersion answers these).
+  EXPECT_EQ(nccl_version_code(2, 8, 4), 2804);
+  EXPECT_EQ(nccl_version_code(2, 9, 6), 20906);
+  EXPECT_EQ(nccl_version_code(2, 27, 7), 22707);
+  EXPECT_EQ(nccl_version_code(2, 28, 0), 22800);
+  EXPECT_EQ(nccl_version_code(3, 0, 1), 30001);
+}
+
+TEST(CudaHostLogic, AllToAllGatherScatterUseNcclsCallsOnlyWhereTheLoadedLibraryHasThem) {
+  // A PyTorch wheel's NCCL 2.27 under a build against 2.28's headers: ncclSend / ncclRecv.
+  EXPECT_EQ(nccl_rooted_path(22707, false), NcclRootedPath::send_recv);
+  EXPECT_EQ(nccl_rooted_path(22703, true), NcclRootedPath::send_recv);  // 2.27 exporting a name
+  EXPECT_EQ(nccl_rooted_path(2804, false), NcclRootedPath::send_recv);
+  EXPECT_EQ(nccl_rooted_path(0, true), NcclRootedPath::send_recv);  // ncclGetVersion failed
+  // 2.28 and later with the three symbols: NCCL's own calls.
+  EXPECT_EQ(nccl_rooted_path(22800, true), NcclRootedPath::native);
+  EXPECT_EQ(nccl_rooted_path(22903, true), NcclRootedPath::native);
+  EXPECT_EQ(nccl_rooted_path(30001, true), NcclRootedPath::native);
+  // A 2.28 that lacks one of them (a stripped or static build): ncclSend / ncclRecv.
+  EXPECT_EQ(nccl_rooted_path(22800, false), NcclRootedPath::send_recv);
+}
+
 // ---- host waits on NCCL work -------------------------------------------------------------------
 
 TEST(CudaHostLogic, WaitOnAStreamStopsAtAnAsyncNcclErrorOrACollectiveTimeout) {
@@ -159,6 +184,26 @@ TEST(CudaHostLogic, PeakCountsOnlyAllocationsThatSucceeded) {
   m.release(300, true);
   EXPECT_EQ(m.in_use, 0u);
   EXPECT_EQ(m.peak, 1000u);
+}
+
+TEST(CudaHostLogic, AllocationErrorsNameTheCallMade) {
+  // Before, an error of cudaMalloc (a GPU without memory pools) was reported as
+  // cudaMallocFromPoolAsync's.
+  EXPECT_STREQ(device_malloc_call(true), "cudaMallocFromPoolAsync");
+  EXPECT_STREQ(device_malloc_call(false), "cudaMalloc");
+}
+
+TEST(CudaHostLogic, PeerAccessIsEnabledOncePerOrderedPairPerProcess) {
+  // A second CudaBackend in the process (every test makes one) asked again and got
+  // cudaErrorPeerAccessAlreadyEnabled, which compute-sanitizer reports as an API error.
+  PeerPairs peers;
+  EXPECT_TRUE(peers.first_time(0, 1));
+  EXPECT_FALSE(peers.first_time(0, 1));
+  EXPECT_TRUE(peers.first_time(1, 0));  // the other direction is its own cudaDeviceEnablePeerAccess
+  EXPECT_TRUE(peers.first_time(0, 2));
+  EXPECT_FALSE(peers.first_time(1, 0));
+  EXPECT_FALSE(peers.first_time(0, 2));
+  EXPECT_TRUE(peers.first_time(2, 0));
 }
 
 TEST(CudaHostLogic, PoolReleaseThresholdIsFiniteAndSharedByTheLogicalDevicesOfAGpu) {

@@ -24,7 +24,10 @@
 # (a run cut short still reports), the whole at most --budget seconds (default 480):
 #   1. the CUDA tests by name (ditto_tests --gtest_filter='*Cuda*:*cuda*'), then the tests listed
 #      in tools/gpu-check-tests.txt when it exists (one gtest filter a line, '#' comments): a skip
-#      is a failure, except a case that needs two GPUs or one mode only;
+#      is a failure, except a case that needs two GPUs or one mode only; then compute-sanitizer
+#      --tool memcheck over the kernels' edge cases (the bitwise GEMMs of ragged sizes and the
+#      sharded GEMM with empty shards: BackendOps cases), before the long steps 2 and 3 can use
+#      up the budget;
 #   2. sim = cuda params_checksum: the MLP on 1 and 8 devices bitwise; the GPT (f32 on 1 and 4
 #      devices, with dropout, bf16 on 1 and 2, bf16 ddp with ZeRO-1 and 2 micro-steps; fast-mode
 #      loss within 0.01); logical devices share the GPU where there is one;
@@ -32,9 +35,8 @@
 #      f32, TF32 and bf16; GPT-2 124M in bf16), ditto-train --backend cuda on the same
 #      configurations in fast and bitwise mode, and the dry run's prediction (--profile of the
 #      GPU nvidia-smi names: h100-sxm on an H100, h200 on an H200);
-#   4. compute-sanitizer --tool memcheck and --tool racecheck over short runs: a tiny GPT on 2
-#      devices bf16 ddp, the MLP, the bitwise GEMMs of ragged sizes and the sharded GEMM with
-#      empty shards (BackendOps cases);
+#   4. compute-sanitizer --tool memcheck over a tiny GPT on 2 devices bf16 ddp and the MLP, and
+#      --tool racecheck over those and the two GEMM cases of step 1;
 #   5. the rest of the suite (ctest without the CUDA tests and Install.*, which needs a compiler)
 #      in the time left.
 #
@@ -428,6 +430,52 @@ if [ -f "$list" ]; then
 fi
 gtest_step cuda-tests 150 "$cuda_filter"
 
+# ---- 1b. compute-sanitizer memcheck of the kernels, early ----------------------------------------
+# Before the checksums and the speed section, which may use up the budget: memcheck over the
+# bitwise GEMMs of ragged sizes and the sharded GEMM with empty shards (BackendOps cases, the
+# kernels' edges); the other sanitizer runs (whole programs, racecheck) are step 4.
+{
+  echo "## compute-sanitizer"
+  echo
+  echo "| run | tool | status | errors (ERROR SUMMARY / RACECHECK SUMMARY) |"
+  echo "|---|---|---|---|"
+} >"$out/logs/sanitizers.md"
+san_runs=(
+  "gpt-bf16-ddp-2:$train --model gpt --n-layer 1 --n-head 2 --n-embd 32 --block-size 16 --batch-size 4 --max-iters 2 --eval-interval 2 --eval-iters 1 --sample 0 --backend cuda --devices 2 --dtype bf16 --trainer ddp --determinism bitwise"
+  "mlp-2:$train --backend cuda --devices 2 --epochs 1 --determinism fast"
+  "gemm-ragged-bitwise:$tests_bin --gtest_color=no --gtest_filter=*/gemm_33x17x65_*_cuda_bitwise:*/gemm_130x3x257_*_cuda_bitwise"
+  "gemm-sharded-empty-shards:$tests_bin --gtest_color=no --gtest_filter=*/sharded_K64_*_cuda_bitwise"
+)
+# sanitizer_step TOOL RUN: compute-sanitizer --tool TOOL over RUN ("name:command line") as a step
+# of at most 45 s, and its row of the sanitizer table.
+sanitizer_step() {
+  local tool="$1" r="$2" name log summary_line status
+  name="sanitizer-$tool-${r%%:*}"
+  if [ -z "$sanitizer" ]; then
+    record "$name" cuda SKIPPED 0 "no compute-sanitizer (pack with the toolkit's or the wheel's)"
+    return
+  fi
+  # shellcheck disable=SC2086  # the command line is split on purpose
+  step "$name" cuda 45 "$sanitizer" --tool "$tool" --error-exitcode 99 \
+    --target-processes all ${r#*:}
+  log="$out/logs/$name.log"
+  summary_line="$(grep -oE '(ERROR|RACECHECK) SUMMARY: .*' "$log" | tail -n 1)"
+  status=PASS
+  [ $step_rc -ne 0 ] && status=FAIL
+  # gtest runs under the sanitizer: a skip (no GPU) is a failure as in step 1.
+  if [ $step_rc -eq 0 ] && grep -q '^\[  SKIPPED \] .*ms)$' "$log"; then
+    status=FAIL
+    sed -i '$d' "$summary"
+    record "$name" cuda FAIL "$step_secs" \
+      "tests skipped: $(grep -m1 -o 'no CUDA device[^|]*' "$log" | cut -c1-160)"
+  fi
+  echo "| ${r%%:*} | $tool | $status | ${summary_line:-no summary} |" >>"$out/logs/sanitizers.md"
+  write_results
+}
+for r in "${san_runs[@]}"; do
+  case "${r%%:*}" in gemm-*) sanitizer_step memcheck "$r" ;; esac
+done
+
 # ---- 2. sim = cuda params_checksum -------------------------------------------------------------
 final_field() { grep '^final:' "$1" 2>/dev/null | grep -o "$2=[^ ]*" | head -n 1 | cut -d= -f2; }
 no_device() {  # the first "no CUDA device" line of the given logs, or nothing
@@ -551,42 +599,12 @@ fi
 # ---- 3. speed beside PyTorch (tools/gpu-check/speed.sh) ----------------------------------------
 . "$root/tools/gpu-check/speed.sh"
 
-# ---- 4. compute-sanitizer: memcheck and racecheck over short runs -------------------------------
-{
-  echo "## compute-sanitizer"
-  echo
-  echo "| run | tool | status | errors (ERROR SUMMARY / RACECHECK SUMMARY) |"
-  echo "|---|---|---|---|"
-} >"$out/logs/sanitizers.md"
-san_runs=(
-  "gpt-bf16-ddp-2:$train --model gpt --n-layer 1 --n-head 2 --n-embd 32 --block-size 16 --batch-size 4 --max-iters 2 --eval-interval 2 --eval-iters 1 --sample 0 --backend cuda --devices 2 --dtype bf16 --trainer ddp --determinism bitwise"
-  "mlp-2:$train --backend cuda --devices 2 --epochs 1 --determinism fast"
-  "gemm-ragged-bitwise:$tests_bin --gtest_color=no --gtest_filter=*/gemm_33x17x65_*_cuda_bitwise:*/gemm_130x3x257_*_cuda_bitwise"
-  "gemm-sharded-empty-shards:$tests_bin --gtest_color=no --gtest_filter=*/sharded_K64_*_cuda_bitwise"
-)
+# ---- 4. compute-sanitizer: memcheck and racecheck over the rest of the short runs ---------------
+# (the kernels' memcheck ran before step 2: sanitizer_step)
 for tool in memcheck racecheck; do
   for r in "${san_runs[@]}"; do
-    name="sanitizer-$tool-${r%%:*}"
-    if [ -z "$sanitizer" ]; then
-      record "$name" cuda SKIPPED 0 "no compute-sanitizer (pack with the toolkit's or the wheel's)"
-      continue
-    fi
-    # shellcheck disable=SC2086  # the command line is split on purpose
-    step "$name" cuda 45 "$sanitizer" --tool "$tool" --error-exitcode 99 \
-      --target-processes all ${r#*:}
-    log="$out/logs/$name.log"
-    summary_line="$(grep -oE '(ERROR|RACECHECK) SUMMARY: .*' "$log" | tail -n 1)"
-    status=PASS
-    [ $step_rc -ne 0 ] && status=FAIL
-    # gtest runs under the sanitizer: a skip (no GPU) is a failure as in step 1.
-    if [ $step_rc -eq 0 ] && grep -q '^\[  SKIPPED \] .*ms)$' "$log"; then
-      status=FAIL
-      sed -i '$d' "$summary"
-      record "$name" cuda FAIL "$step_secs" \
-        "tests skipped: $(grep -m1 -o 'no CUDA device[^|]*' "$log" | cut -c1-160)"
-    fi
-    echo "| ${r%%:*} | $tool | $status | ${summary_line:-no summary} |" >>"$out/logs/sanitizers.md"
-    write_results
+    case "$tool:${r%%:*}" in memcheck:gemm-*) continue ;; esac  # done early
+    sanitizer_step "$tool" "$r"
   done
 done
 

@@ -1,11 +1,15 @@
 // TrainerConfig's helpers, the names of TrainerKind, and the config's validation.
 #include "core/train/trainer_config.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "core/base/error.h"
 #include "core/comm/communicator.h"
 #include "core/distributed/distributed.h"
+#include "core/runtime/backend.h"
 #include "core/train/grad_accumulation.h"
 #include "core/train/trainer_extension.h"
 
@@ -62,6 +66,15 @@ void validate(const TrainerConfig& c) {
   DITTO_CHECK(c.eval_batch_size >= 1, n("eval_batch_size"), ": expected >= 1, got ",
               c.eval_batch_size);
   DITTO_CHECK(c.devices >= 1, n("devices"), ": expected >= 1, got ", c.devices);
+  // A backend name nothing is registered under: refused here, before anything starts (fit()'s
+  // init_backend said so, after the run's setup: exit status 1 in ditto-train, not 2).
+  const std::vector<std::string> known = registered_backends();
+  if (c.backend != "auto" && std::find(known.begin(), known.end(), c.backend) == known.end()) {
+    std::string names;
+    for (const std::string& k : known) names += k + ", ";
+    throw InvalidArgument(
+        detail::cat(n("backend"), ": expected one of ", names, "auto, got '", c.backend, "'"));
+  }
   DITTO_CHECK(!c.memory_capacity || *c.memory_capacity > 0, n("memory_capacity"),
               ": expected bytes > 0, got 0");
   DITTO_CHECK(c.comm_timeout_ms >= 0 && c.comm_timeout_ms <= kMaxCommTimeoutMs,

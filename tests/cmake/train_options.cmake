@@ -76,6 +76,23 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.NodesNeedMicroShardsForEveryDevice RC 2
     COMMAND $<TARGET_FILE:ditto-train> --nodes 2 --devices 8 --profile h200 --dry-run --determinism bitwise --micro-shards 8 --epochs 1
     REGEX "^ditto-train: error: --micro-shards: bitwise mode gives every device at least one micro-shard: expected a power of two >= 16 \\(the devices\\), got 8\n")
+  # The simulator's options with another backend named are a usage error before any backend
+  # starts (exit status 1 before: without a GPU the CUDA backend's "no CUDA device" came first;
+  # with one, fit() refused them once the backend existed).
+  foreach(case "profile|--profile;h100-sxm" "trace|--trace;sim-only.json"
+               "fault|--fault;fail:device=0,step=0")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 key)
+    list(GET parts 1 flag)
+    list(GET parts 2 value)
+    ditto_expect_exit(DittoTrainCli.SimOptionWithTheCudaBackendIsAUsageError_${key} RC 2
+      COMMAND $<TARGET_FILE:ditto-train> --backend cuda ${flag} ${value} --epochs 0
+      REGEX "^ditto-train: error: ${flag}: the simulator's \\(its cost model and faults\\): expected --backend sim \\(or auto\\), got --backend cuda\n")
+  endforeach()
+  # A backend nothing is registered under, likewise (exit status 1 before: fit()'s init_backend).
+  ditto_expect_exit(DittoTrainCli.UnknownBackendIsAUsageError RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --backend foo --epochs 0
+    REGEX "^ditto-train: error: --backend: expected one of cpu, sim, (cuda, )?auto, got 'foo'\n")
   foreach(case "momentum|--momentum;-0.5|--momentum: expected a number >= 0, got -0.5"
                "weight_decay|--weight-decay;-1|--weight-decay: expected a number >= 0, got -1"
                "batch_size|--batch-size;0|--batch-size: expected an integer >= 1, got 0"
