@@ -542,6 +542,7 @@ namespace {
 /// ops::copy_multi_ would pass for the pieces' narrowed tensors, whose checks hold by
 /// construction (contiguous pieces of one dtype a side, no dst overlapping another or a src).
 struct CopyList {
+  explicit CopyList(bool multi_tensor) : multi(multi_tensor) {}
   bool multi = false;
   DType from = DType::f32, to = DType::f32;
   std::vector<const void*> srcs;
