@@ -50,6 +50,27 @@ struct ZeroRedundancyOptimizer::Piece {
   std::int64_t param_off = 0, buf_off = 0, len = 0;
 };
 
+template <class F>
+void ZeroRedundancyOptimizer::for_each_piece(std::int64_t c, int q0, int q1, F&& f) const {
+  // chunk_params_[c] is in index order, so in decreasing slot offset (the layout is in reverse
+  // parameters() order), and the slots do not overlap: the parameters with elements in rank q's
+  // part [lo, hi) are the run of those starting before hi and ending after lo.
+  const std::vector<std::size_t>& ps = chunk_params_[static_cast<std::size_t>(c)];
+  const std::int64_t len_c = part_numel(c);
+  for (int q = q0; q < q1; ++q) {
+    const std::int64_t lo = flat_begin(q, c), hi = lo + len_c;
+    auto it =
+        std::partition_point(ps.begin(), ps.end(), [&](std::size_t i) { return offset_[i] >= hi; });
+    for (; it != ps.end(); ++it) {
+      const std::size_t i = *it;
+      const std::int64_t a = std::max(lo, offset_[i]);
+      const std::int64_t b = std::min(hi, offset_[i] + params_[i]->data.numel());
+      if (a >= b) break;  // this slot ends at or before lo, and so do the later ones
+      f(Piece{i, q, a - offset_[i], q * len_c + (a - lo), b - a});
+    }
+  }
+}
+
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<nn::Parameter*> params,
                                                  Communicator comm,
                                                  const ZeroInnerFactory& make_inner, float lr,
@@ -98,28 +119,24 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::vector<nn::Parameter*> par
   chunk_ = std::max(chunk_ / kBlock * kBlock, kBlock);
   chunks_ = (shard_ + chunk_ - 1) / chunk_;
 
-  // Every rank's pieces, chunk by chunk (for the buffer copies); this rank's segments (its
-  // pieces in shard order, a parameter's neighbouring pieces merged) and the inner optimizer.
-  pieces_.resize(static_cast<std::size_t>(chunks_));
+  // Each chunk's parameters (Note [ZeRO piece lists]): the chunks of N x chunk_ elements tile the
+  // flat layout, so parameter i has elements in chunks [first, last] of its slot's elements.
+  chunk_params_.resize(static_cast<std::size_t>(chunks_));
   chunks_of_.resize(params_.size());
+  const std::int64_t span = ranks_ * chunk_;  // flat elements of every chunk but the last
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const std::int64_t n = params_[i]->data.numel();
+    if (n == 0) continue;
+    for (std::int64_t c = offset_[i] / span; c <= (offset_[i] + n - 1) / span; ++c) {
+      chunk_params_[static_cast<std::size_t>(c)].push_back(i);
+      chunks_of_[i].push_back(static_cast<std::size_t>(c));
+    }
+  }
+  // This rank's segments: its pieces in shard order, a parameter's neighbouring pieces merged.
   for (std::int64_t c = 0; c < chunks_; ++c) {
     const std::int64_t len_c = part_numel(c);
-    for (int q = 0; q < ranks_; ++q) {
-      const std::int64_t lo = flat_begin(q, c), hi = lo + len_c;
-      for (std::size_t i = 0; i < params_.size(); ++i) {
-        const std::int64_t a = std::max(lo, offset_[i]);
-        const std::int64_t b = std::min(hi, offset_[i] + params_[i]->data.numel());
-        if (a >= b) continue;
-        pieces_[static_cast<std::size_t>(c)].push_back(
-            {i, q, a - offset_[i], q * len_c + (a - lo), b - a});
-        auto& of = chunks_of_[i];
-        if (of.empty() || of.back() != static_cast<std::size_t>(c))
-          of.push_back(static_cast<std::size_t>(c));
-      }
-    }
     std::vector<Piece> mine;
-    for (const Piece& pc : pieces_[static_cast<std::size_t>(c)])
-      if (pc.rank == rank_) mine.push_back(pc);
+    for_each_piece(c, rank_, rank_ + 1, [&](const Piece& pc) { mine.push_back(pc); });
     std::sort(mine.begin(), mine.end(),
               [](const Piece& x, const Piece& y) { return x.buf_off < y.buf_off; });
     for (const Piece& pc : mine) {
@@ -520,22 +537,43 @@ float ZeroRedundancyOptimizer::clip(Determinism mode, const std::vector<bool>& h
 
 namespace {
 /// Note [ZeRO copies]: each piece copied now, or queued for the list's one copy_multi launch.
+/// Queued pieces are kept as the kernel's (src, dst, n) (Note [ZeRO piece lists]: a chunk's
+/// list has a piece a rank, so no tensor is made for one): exactly the pointers and counts
+/// ops::copy_multi_ would pass for the pieces' narrowed tensors, whose checks hold by
+/// construction (contiguous pieces of one dtype a side, no dst overlapping another or a src).
 struct CopyList {
+  explicit CopyList(bool multi_tensor) : multi(multi_tensor) {}
   bool multi = false;
-  std::vector<Tensor> dsts, srcs;
-  void add(Tensor to, Tensor from) {
+  DType from = DType::f32, to = DType::f32;
+  std::vector<const void*> srcs;
+  std::vector<void*> dsts;
+  std::vector<std::int64_t> ns;
+  /// Elements [dst_off, dst_off + n) of `dst` get elements [src_off, src_off + n) of `src` (both
+  /// as 1-dim; every piece of a list of one src dtype and one dst dtype).
+  void add(const Tensor& dst, std::int64_t dst_off, const Tensor& src, std::int64_t src_off,
+           std::int64_t n) {
     if (!multi) {
-      to.copy_(from);
+      flat(dst).narrow(dst_off, n).copy_(flat(src).narrow(src_off, n));
       return;
     }
-    dsts.push_back(std::move(to));
-    srcs.push_back(std::move(from));
+    DITTO_CHECK(dst_off >= 0 && src_off >= 0 && n >= 0 && dst_off + n <= dst.numel() &&
+                    src_off + n <= src.numel(),
+                kCall, ": a piece [", src_off, ", ", src_off + n, ") -> [", dst_off, ", ",
+                dst_off + n, ") outside ", src.str(), " -> ", dst.str());
+    if (ns.empty()) {
+      from = src.dtype();
+      to = dst.dtype();
+    }
+    srcs.push_back(static_cast<const char*>(src.data_ptr()) + src_off * dtype_size(from));
+    dsts.push_back(static_cast<char*>(dst.data_ptr()) + dst_off * dtype_size(to));
+    ns.push_back(n);
   }
-  void flush() {
-    if (!multi) return;
-    ops::copy_multi_(dsts, srcs);
-    dsts.clear();
+  void flush(const Device& device) {
+    if (!multi || ns.empty()) return;
+    device.backend().kernels().copy_multi(current_stream(device), from, to, srcs, dsts, ns);
     srcs.clear();
+    dsts.clear();
+    ns.clear();
   }
 };
 }  // namespace
@@ -544,16 +582,15 @@ void ZeroRedundancyOptimizer::reduce_scatter_chunk(std::int64_t c,
                                                    const std::vector<bool>& has_grad) {
   // buffer = every rank's part of chunk c (padding and parameters without grad zero).
   const bool multi = ops::has_multi_tensor_kernels(comm_.device());
-  CopyList copies{multi, {}, {}};
+  CopyList copies{multi};
   const std::int64_t len_c = part_numel(c);
   Tensor send = buffer_.narrow(0, ranks_ * len_c);
   ops::fill_(send, 0.0);
-  for (const Piece& pc : pieces_[static_cast<std::size_t>(c)]) {
-    if (!has_grad[pc.param]) continue;
-    copies.add(send.narrow(pc.buf_off, pc.len),
-               flat(params_[pc.param]->grad).narrow(pc.param_off, pc.len));
-  }
-  copies.flush();
+  for_each_piece(c, 0, ranks_, [&](const Piece& pc) {
+    if (!has_grad[pc.param]) return;
+    copies.add(send, pc.buf_off, params_[pc.param]->grad, pc.param_off, pc.len);
+  });
+  copies.flush(comm_.device());
   Tensor dst = grad_shard_.narrow(c * chunk_, len_c);
   if (buffer_.dtype() == DType::f32) {
     comm_.reduce_scatter(send, dst, ReduceOp::sum);
@@ -610,7 +647,7 @@ void ZeroRedundancyOptimizer::launch_ready_chunks() {
     }
     // What each parameter of the chunk has now is what step() must find: a grad (packed) or none.
     std::vector<bool> has_grad(params_.size(), false);
-    for (const Piece& pc : pieces_[static_cast<std::size_t>(c)]) {
+    for_each_piece(c, 0, ranks_, [&](const Piece& pc) {
       const nn::Parameter& p = *params_[pc.param];
       bool has = p.grad.defined();
       if (has && (p.grad.dtype() != reduce_dtype_ || p.grad.numel() != p.data.numel() ||
@@ -627,7 +664,7 @@ void ZeroRedundancyOptimizer::launch_ready_chunks() {
       // A parameter in several chunks: 2 when they found it differently (step() refuses it).
       signed char& seen = packed_[pc.param];
       seen = seen >= 0 && seen != (has ? 1 : 0) ? 2 : (has ? 1 : 0);
-    }
+    });
     // The grads were produced on this thread's current stream: the communication stream waits
     // for them (DistributedDataParallel's bucket launch).
     current_stream(comm_.device()).record(*grads_done_);
@@ -704,7 +741,7 @@ void ZeroRedundancyOptimizer::step() {
   const Determinism mode = comm_.options().determinism;
   // Note [ZeRO copies]: one copy_multi launch per list where the backend has them.
   const bool multi = ops::has_multi_tensor_kernels(comm_.device());
-  CopyList copies{multi, {}, {}};
+  CopyList copies{multi};
 
   // 1. reduce_scatter, chunk by chunk (with overlap: done above).
   if (!overlapped) {
@@ -746,6 +783,7 @@ void ZeroRedundancyOptimizer::step() {
 
   // 5. the shard's update; bf16 / f16: each master rounded once (RNE) into its piece.
   inner_->step();
+  std::vector<Tensor> rounded, masters;
   for (auto& s : segments_) {
     if (!s->master || !has_grad[s->param]) continue;
     Tensor piece = flat(params_[s->param]->data).narrow(s->param_off, s->len);
@@ -753,10 +791,10 @@ void ZeroRedundancyOptimizer::step() {
       piece.copy_(ops::cast(flat(s->p.data), param_dtype_));
       continue;
     }
-    copies.dsts.push_back(piece);  // copy_multi_ rounds f32 into bf16 / f16 (cast_multi)
-    copies.srcs.push_back(flat(s->p.data));
+    rounded.push_back(piece);  // copy_multi_ rounds f32 into bf16 / f16 (cast_multi)
+    masters.push_back(flat(s->p.data));
   }
-  copies.flush();  // every master rounded into its piece in one launch
+  if (multi) ops::copy_multi_(rounded, masters);  // every master into its piece in one launch
   grad_shard_ = Tensor();
 
   // 6. all_gather of the parameters in their dtype, chunk by chunk.
@@ -767,20 +805,19 @@ void ZeroRedundancyOptimizer::step() {
     const std::int64_t len_c = std::min(chunk_, shard_ - c * chunk_);
     Tensor recv = buffer_.narrow(0, ranks_ * len_c);
     Tensor mine = recv.narrow(rank_ * len_c, len_c);  // in place: NCCL's all_gather layout
-    const auto& pieces = pieces_[static_cast<std::size_t>(c)];
-    for (const Piece& pc : pieces) {
-      if (pc.rank != rank_ || !has_grad[pc.param]) continue;
-      copies.add(mine.narrow(pc.buf_off - rank_ * len_c, pc.len),
-                 flat(params_[pc.param]->data).narrow(pc.param_off, pc.len));
-    }
-    copies.flush();
+    for_each_piece(c, rank_, rank_ + 1, [&](const Piece& pc) {
+      if (!has_grad[pc.param]) return;
+      copies.add(mine, pc.buf_off - rank_ * len_c, params_[pc.param]->data, pc.param_off, pc.len);
+    });
+    copies.flush(comm_.device());
     comm_.all_gather(mine, recv);
-    for (const Piece& pc : pieces) {
-      if (pc.rank == rank_ || !has_grad[pc.param]) continue;
-      copies.add(flat(params_[pc.param]->data).narrow(pc.param_off, pc.len),
-                 recv.narrow(pc.buf_off, pc.len));
-    }
-    copies.flush();
+    const auto take = [&](const Piece& pc) {  // every other rank's pieces, in rank order
+      if (!has_grad[pc.param]) return;
+      copies.add(params_[pc.param]->data, pc.param_off, recv, pc.buf_off, pc.len);
+    };
+    for_each_piece(c, 0, rank_, take);
+    for_each_piece(c, rank_ + 1, ranks_, take);
+    copies.flush(comm_.device());
   }
 }
 

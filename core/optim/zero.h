@@ -67,14 +67,36 @@
 // The buffer's pieces (one per parameter per rank in a chunk: a GPT-2 124M on 8 ranks has a few
 // hundred) move in one launch per list where the backend has multi-tensor kernels
 // (ops::has_multi_tensor_kernels: cuda, and the simulator's dry run, which prices cuda's
-// launches): per chunk one ops::copy_multi_ packing the grads into the reduce_scatter's send
+// launches): per chunk one copy_multi packing the grads into the reduce_scatter's send
 // buffer, one upcasting the reduced bf16 / f16 part straight into the f32 shard (no f32
 // temporary), one putting this rank's parameter pieces into the all_gather's buffer and one
 // taking every other rank's out; per step one rounding every master into its parameter piece.
+// The buffer's lists go to Kernels::copy_multi as the pointers and counts ops::copy_multi_ would
+// pass for the pieces' tensors (Note [ZeRO piece lists]: a piece a rank, so no tensor a piece);
+// the upcast and the rounding go through ops::copy_multi_.
 // Elsewhere (the simulator's real run, the host) each piece is a Tensor::copy_ and each
 // rounding an ops::cast + copy_, as before. copy_multi_ has the bits of those copies and casts,
 // so every parameter's bits are the same either way (tests/test_zero*.cpp run the per-piece
 // path; OptimFused.ZeroCopiesTakeTheMultiTensorKernelsWithTheSameBits the multi one).
+//
+// Note [ZeRO piece lists]
+// The copies of Note [ZeRO copies] go piece by piece (each its own copy_ in a real simulator
+// run; one list entry each for copy_multi_, whose launches the dry run prices per table of
+// pieces): a piece is a parameter's elements inside one rank's part of a chunk, about N + the
+// chunk's parameters of them a chunk. Packing the reduce_scatter's send buffer and taking the
+// all_gather's pieces out visit every rank's pieces; a rank's segments and the all_gather's
+// own pieces only its own. None of them is stored: the chunks of N x C elements tile the flat
+// layout, so each chunk keeps only the parameters with elements in it (in index order, so in
+// decreasing slot offset), and the pieces of rank q's part [lo, hi) are the run of those
+// parameters starting before hi and ending after lo (a binary search, then the run):
+// for_each_piece visits them rank by rank, in index order within a part, the order the copies
+// have always had. Host memory is then O(parameters + chunks) a rank and the setup O(N log P +
+// pieces of this rank) a rank, where every rank's table of every rank's pieces took
+// N x chunks x 40 bytes a rank and N x parameters steps a chunk to build: O(N^2) in one dry-run
+// process of N ranks (GPT-2 XL dry in bf16 on 512 ranks, one step: 3.7 GB and 110 s of CPU, now
+// 0.75 GB and 10 s; tests/test_dry_run.cpp). A step's lists still hold about a piece a rank a
+// chunk (what the device is given, and what the dry run prices): they go to Kernels::copy_multi
+// as pointers and counts, no tensor made a piece (Note [ZeRO copies]).
 //
 // Note [ZeRO grad clip]
 // clip_grad_norm_ (bitwise) sums per parameter the canonical tree over kSquaresBlock-element
@@ -248,6 +270,11 @@ class ZeroRedundancyOptimizer : public Optimizer {
  private:
   struct Segment;  // one piece of a parameter inside this rank's shard
   struct Piece;    // one piece of a parameter inside one rank's chunk (for the copies)
+  /// Calls f(const Piece&) for every piece of ranks [q0, q1)'s parts of chunk c: rank by rank,
+  /// in each part its parameters in index order (the copies' list order). Work O(pieces +
+  /// (q1 - q0) log P): no per-rank table (Note [ZeRO piece lists]).
+  template <class F>
+  void for_each_piece(std::int64_t c, int q0, int q1, F&& f) const;
   void refresh_segments();
   /// Elements of every rank's part of chunk c, and the flat offset of rank q's part.
   std::int64_t part_numel(std::int64_t c) const;
@@ -280,8 +307,9 @@ class ZeroRedundancyOptimizer : public Optimizer {
   std::unique_ptr<OptimizerState> consolidated_;  // on the `to` rank of consolidate_state_dict
   int ranks_ = 1, rank_ = 0;
   std::int64_t total_ = 0, shard_ = 0, chunk_ = 0, chunks_ = 0;
-  std::vector<std::int64_t> offset_;        // [param]: slot offset
-  std::vector<std::vector<Piece>> pieces_;  // [chunk]: pieces of every rank's chunk c
+  std::vector<std::int64_t> offset_;  // [param]: slot offset
+  // [chunk]: the parameters with elements in chunk c, in index order (Note [ZeRO piece lists])
+  std::vector<std::vector<std::size_t>> chunk_params_;
   // Note [ZeRO overlapped reduce_scatter]
   bool armed_ = false;                               // prepare_overlap() .. step()
   std::vector<std::vector<std::size_t>> chunks_of_;  // [param]: the chunks it has elements in
