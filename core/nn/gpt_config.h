@@ -101,7 +101,7 @@ GPTConfig gpt2_config(const std::string& model_type, const std::string& what = "
 // a100-sxm-40gb --devices 8 --trainer ddp ...).
 
 /// Parameters of a GPT of `cfg`, the tied head counted once and wpe included (nanoGPT's
-/// get_num_params(non_embedding=False)): 12 L C^2 + 13 L C (with biases; 12 L C^2 + 4 L C
+/// get_num_params(non_embedding=False)): 12 L C^2 + 13 L C (with biases; 12 L C^2 + 2 L C
 /// without) + V C + T C + 2 C (ln_f; C without bias). nanoGPT prints it less T C (wpe).
 std::int64_t gpt_num_params(const GPTConfig& cfg);
 
