@@ -174,7 +174,7 @@ cli)
   expect_usage "--devices: expected an integer in 1\\.\\.65536, got ''$" --devices ''
   expect_usage "--lr: expected a number > 0, got ''$" --lr ''
   expect_usage "--seed: expected an integer >= 0, got ''$" --seed ''
-  expect_usage "--n-layer: expected an integer in 1\\.\\.85, got ''$" --model gpt --n-layer ''
+  expect_usage "--n-layer: expected an integer >= 1, got ''$" --model gpt --n-layer ''
   expect_usage "--momentum: expected a number, got ' '$" --momentum ' '
   "$train" --epochs 010 > "$work/out" 2>&1 || fail "$(cat "$work/out")"
   grep -q '^final: backend=sim devices=4 determinism=bitwise epochs=10 ' "$work/out" || fail "--epochs 010 is not 10: $(cat "$work/out")"

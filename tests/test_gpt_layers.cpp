@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
 
 #include "core/nn/attention.h"
 #include "core/nn/gpt.h"
@@ -149,6 +150,49 @@ TEST_F(GptLayers, DropoutMaskIsKeyedByStepSiteAndGlobalRow) {
   drop.set_training(false);
   EXPECT_TRUE(bits_equal(drop.forward(x).to_vector<float>(), std::vector<float>(24, 1.0f)));
   expect_invalid([] { nn::Dropout(1.0f, 0, 0); }, "p: expected in [0, 1), got 1");
+}
+
+// GPTs deeper than 85 blocks have dropout sites >= 256: they take streams of their own
+// (kStreamDropoutWide), and the sites < 256 keep the original encoding, bit for bit.
+TEST_F(GptLayers, DropoutSitesPast255HaveStreamsOfTheirOwn) {
+  const auto u = [](std::uint64_t v) { return v; };
+  // The original encoding, unchanged: kind 5 << 48 | step << 8 | site.
+  EXPECT_EQ(nn::dropout_stream(5, 2), u(5) << 48 | u(5) << 8 | 2);
+  EXPECT_EQ(nn::dropout_stream((std::int64_t(1) << 40) - 1, 255), u(5) << 48 | ~u(0) >> 16);
+  // Sites 256 .. 2^16 - 1: kind 9 << 48 | step << 16 | site.
+  EXPECT_EQ(nn::dropout_stream(5, 300), u(9) << 48 | u(5) << 16 | 300);
+  EXPECT_EQ(nn::dropout_stream((std::int64_t(1) << 32) - 1, 65535), u(9) << 48 | ~u(0) >> 16);
+  // No two (step, site) share a stream: every site < 512 at steps 0..3 and a few far ones.
+  std::set<std::uint64_t> seen;
+  std::size_t keys = 0;
+  for (std::int64_t step : {std::int64_t(0), std::int64_t(1), std::int64_t(2), std::int64_t(3),
+                            std::int64_t(255), std::int64_t(256), std::int64_t(65535)})
+    for (std::uint64_t site = 0; site < 512; ++site, ++keys)
+      seen.insert(nn::dropout_stream(step, site));
+  EXPECT_EQ(seen.size(), keys);
+  // The masks of sites 256 + k are not those of site k (a model of 90 blocks has sites 0..270).
+  const Tensor x = Tensor::full({4, 16}, 1.0f, dev());
+  for (std::uint64_t k : {0u, 1u, 2u, 14u}) {
+    nn::Dropout low(0.5f, k, 9), high(0.5f, 256 + k, 9);
+    low.set_step(3), high.set_step(3);
+    EXPECT_TRUE(
+        any_bits_differ(high.forward(x).to_vector<float>(), low.forward(x).to_vector<float>()))
+        << "site " << 256 + k;
+  }
+  // Past the ranges: refused by name; with p == 0 nothing is drawn and any site is accepted.
+  expect_invalid([] { nn::dropout_stream(0, 65536); },
+                 "nn::dropout_stream: site: expected < 2^16, got 65536");
+  expect_invalid([] { nn::dropout_stream(std::int64_t(1) << 32, 256); },
+                 "nn::dropout_stream: step: expected in [0, 2^32) at site 256 (>= 256: Note "
+                 "[Dropout masks]), got 4294967296");
+  EXPECT_EQ(nn::dropout_stream(std::int64_t(1) << 32, 255), u(5) << 48 | u(1) << 40 | 255);
+  expect_invalid([] { nn::dropout_stream(std::int64_t(1) << 40, 255); },
+                 "nn::dropout_stream: step: expected in [0, 2^40) at site 255, got 1099511627776");
+  expect_invalid([] { nn::dropout_stream(-1, 0); }, "step: expected in [0, 2^40) at site 0");
+  expect_invalid([] { nn::Dropout(0.1f, 65536, 0); },
+                 "Dropout: site: expected < 2^16 with p > 0 (Note [Dropout masks]), got 65536");
+  nn::Dropout off(0.0f, std::uint64_t(1) << 20, 0);
+  EXPECT_TRUE(bits_equal(off.forward(x).to_vector<float>(), std::vector<float>(64, 1.0f)));
 }
 
 TEST_F(GptLayers, AttentionMlpAndBlockGradients) {

@@ -149,10 +149,10 @@ optim::SGDOptions sgd_options() {
   return so;
 }
 
-// 3 SGD steps of the tiny GPT in bitwise mode through DataParallel over D devices, batches of
-// B sequences; returns every parameter's values.
-std::vector<float> train_dp(int devices, float dropout, int B = 8) {
-  nn::GPT m(dp_config(dropout), Device("sim", 0), 7);
+// `steps` SGD steps of a GPT of `cfg` (block_size >= 6, vocab 11) in bitwise mode through
+// DataParallel over D devices, batches of B sequences; returns every parameter's values.
+std::vector<float> train_dp_of(const nn::GPTConfig& cfg, int devices, int B, std::int64_t steps) {
+  nn::GPT m(cfg, Device("sim", 0), 7);
   m.set_determinism(Determinism::bitwise);
   parallel::DataParallelOptions o;
   o.determinism = Determinism::bitwise;
@@ -160,7 +160,7 @@ std::vector<float> train_dp(int devices, float dropout, int B = 8) {
   optim::SGD sgd(m.parameters(), sgd_options());
   nn::CrossEntropyLoss ce;
   ce.set_determinism(Determinism::bitwise);
-  for (std::int64_t step = 0; step < 3; ++step) {
+  for (std::int64_t step = 0; step < steps; ++step) {
     m.set_step(step);
     sgd.zero_grad();
     const auto [x, y] = batch_of(step, B);
@@ -170,6 +170,11 @@ std::vector<float> train_dp(int devices, float dropout, int B = 8) {
     sgd.step();
   }
   return parameter_values(m);
+}
+
+// 3 SGD steps of the tiny GPT (train_dp_of).
+std::vector<float> train_dp(int devices, float dropout, int B = 8) {
+  return train_dp_of(dp_config(dropout), devices, B, 3);
 }
 
 // The same training with DistributedDataParallel over `world` ranks (one thread each), the loss
@@ -225,6 +230,76 @@ TEST_F(GptModel, SameBitsOverDevicesAndRanksInBitwiseMode) {
   nn::GPT init(c, dev(), 7);
   EXPECT_TRUE(any_bits_differ(train_dp(1, 0.0f), parameter_values(init)));
   EXPECT_TRUE(any_bits_differ(train_dp(1, 0.1f), train_dp(1, 0.0f)));
+}
+
+// GPTs deeper than 85 blocks (GPT-3 has 96) were refused: their dropout sites pass 255. A GPT of
+// 90 blocks with dropout trains to the same bits on 1 and 2 devices, and its masks at the sites
+// 256..270 (blocks 85..89) are not those of sites 0..14.
+TEST_F(GptModel, DeeperThan85BlocksTrainsWithDropoutToTheSameBitsOnOneAndTwoDevices) {
+  nn::GPTConfig c;
+  c.block_size = 6, c.vocab_size = 11, c.n_layer = 90, c.n_head = 1, c.n_embd = 8;
+  c.dropout = 0.1f, c.bias = true;
+  nn::GPT init(c, dev(), 7);
+  // The model's dropouts of blocks 85..89 (its sites, its seed, Note [GPT]) at step 1.
+  const Tensor ones = Tensor::full({2, 40}, 1.0f, dev());
+  const auto mask = [&](std::uint64_t site) {
+    nn::Dropout d(c.dropout, site, init.seed());
+    d.set_step(1);
+    return d.forward(ones).to_vector<float>();
+  };
+  std::uint64_t wide = 0;
+  for (std::int64_t l = 85; l < 90; ++l)
+    for (nn::BlockDropout w :
+         {nn::BlockDropout::attn, nn::BlockDropout::resid, nn::BlockDropout::mlp}) {
+      const std::uint64_t site = nn::gpt_dropout_site(l, w);
+      ASSERT_GE(site, 256u);
+      EXPECT_TRUE(any_bits_differ(mask(site), mask(site - 256))) << "site " << site;
+      ++wide;
+    }
+  EXPECT_EQ(wide, 15u);
+  EXPECT_EQ(nn::gpt_dropout_site(89, nn::BlockDropout::mlp), 270u);
+  const std::vector<float> one = train_dp_of(c, 1, 4, 2);
+  EXPECT_TRUE(bits_equal(train_dp_of(c, 2, 4, 2), one));
+  EXPECT_TRUE(any_bits_differ(one, parameter_values(init)));
+  // The masks were drawn: without dropout the steps end elsewhere.
+  nn::GPTConfig c0 = c;
+  c0.dropout = 0.0f;
+  EXPECT_TRUE(any_bits_differ(train_dp_of(c0, 1, 4, 2), one));
+}
+
+// n_layer's bounds: 2^46 - 1 without dropout (the init streams' layer ids), 21845 with (the
+// dropout sites < 2^16); GPT-3's 96 either way.
+TEST_F(GptModel, ConfigsDeeperThan85BlocksAreAcceptedUpToTheirStreams) {
+  nn::GPTConfig c = tiny(0.0f, false);
+  for (float p : {0.0f, 0.1f}) {
+    c.dropout = p;
+    for (std::int64_t layers : {86, 96, 21845}) {
+      c.n_layer = layers;
+      EXPECT_NO_THROW(nn::check_config(c)) << layers << " layers, dropout " << p;
+    }
+  }
+  c.n_layer = 21846;
+  expect_invalid([&] { nn::check_config(c); },
+                 "GPTConfig: n_layer: expected at most 21845 with dropout > 0 (the dropout sites "
+                 "fit in 16 bits, Note [Dropout masks]), got 21846 with dropout 0.1");
+  c.dropout = 0.0f;
+  EXPECT_NO_THROW(nn::check_config(c));
+  c.n_layer = (std::int64_t(1) << 46) - 1;
+  EXPECT_NO_THROW(nn::check_config(c));
+  c.n_layer = std::int64_t(1) << 46;
+  expect_invalid([&] { nn::check_config(c); },
+                 "GPTConfig: n_layer: expected in [1, 2^46) (the init streams' layer ids fit in "
+                 "48 bits), got 70368744177664");
+  EXPECT_EQ(nn::gpt_layer_id((std::int64_t(1) << 46) - 2, nn::BlockLinear::mlp_c_proj),
+            (std::uint64_t(1) << 48) - 3);
+  EXPECT_EQ(nn::gpt_dropout_steps(85), std::int64_t(1) << 40);
+  EXPECT_EQ(nn::gpt_dropout_steps(86), std::int64_t(1) << 32);
+  // A GPT of 96 blocks builds (dropout 0.1): 96 blocks, nanoGPT's names up to h.95.
+  c = tiny(0.1f, false);
+  c.n_layer = 96, c.n_embd = 4, c.n_head = 1;
+  nn::GPT g(c, dev(), 1);
+  EXPECT_EQ(g.parameters().size(), 2u + 96u * 6u + 1u);
+  EXPECT_EQ(g.parameters()[2 + 95 * 6]->name, "transformer.h.95.ln_1.weight");
 }
 
 TEST_F(GptModel, FastDataParallelAgreesWithOneDeviceAndEveryGradIsReportedOnce) {

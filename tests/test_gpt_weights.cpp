@@ -125,11 +125,12 @@ TEST_F(GptWeights, SpecsAreNnGptsParametersInOrder) {
 // io::gpt_param_specs of n_layer -1 returned specs (of no block): nn::check_config refuses it.
 TEST_F(GptWeights, SpecsOfAConfigNoGptCanHaveAreRefused) {
   nn::GPTConfig c{.block_size = 8, .vocab_size = 11, .n_layer = -1, .n_head = 2, .n_embd = 8};
-  expect_invalid([&] { io::gpt_param_specs(c); },
-                 "io::gpt_param_specs: GPTConfig: n_layer: expected in [1, 85] (dropout sites fit "
-                 "in 8 bits), got -1");
+  expect_invalid(
+      [&] { io::gpt_param_specs(c); },
+      "io::gpt_param_specs: GPTConfig: n_layer: expected in [1, 2^46) (the init streams' "
+      "layer ids fit in 48 bits), got -1");
   c.n_layer = 0;
-  expect_invalid([&] { io::gpt_param_specs(c); }, "n_layer: expected in [1, 85]");
+  expect_invalid([&] { io::gpt_param_specs(c); }, "n_layer: expected in [1, 2^46)");
   c.n_layer = 1, c.n_embd = -8;
   expect_invalid([&] { io::gpt_param_specs(c); },
                  "io::gpt_param_specs: GPTConfig: n_embd: expected a positive multiple of n_head");

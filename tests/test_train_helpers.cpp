@@ -345,5 +345,53 @@ TEST(GptRecipe, ADryRunWithAPresetNeedsNoDataAndTakesAFewSteps) {
   EXPECT_EQ(run.source->num_outputs(), 50304);
 }
 
+// n_layer was capped at 85 (the dropout sites' 8 bits): GPT-3's 96 blocks are accepted with and
+// without dropout; with dropout the blocks stop at 21845 and the steps at 2^32 past 85 blocks.
+TEST(GptRecipe, DeepModelsAreAcceptedAndTheirDropoutStepsBounded) {
+  const auto settings = [](std::int64_t layers, double dropout) {
+    train::GptSettings g;
+    g.n_layer = layers, g.n_head = 2, g.n_embd = 8, g.block_size = 8, g.vocab_size = 11;
+    g.dropout = dropout;
+    g.given = {"n_layer", "n_head", "n_embd", "block_size", "vocab_size", "dropout"};
+    g.field_names = {
+        {"n_layer", "--n-layer"}, {"dropout", "--dropout"}, {"max_iters", "--max-iters"}};
+    return g;
+  };
+  for (double p : {0.0, 0.1}) {
+    train::GptSettings g = settings(96, p);
+    train::TrainerConfig c;
+    c.dry_run = true;
+    const train::GptRun run = train::configure_gpt(g, c);
+    EXPECT_EQ(run.model.n_layer, 96) << "dropout " << p;
+    EXPECT_FLOAT_EQ(run.model.dropout, static_cast<float>(p));
+  }
+  const auto configure = [](train::GptSettings g) {
+    train::TrainerConfig c;
+    c.dry_run = true;
+    return train::configure_gpt(g, c).model.n_layer;
+  };
+  expect_invalid([&] { configure(settings(21846, 0.1)); },
+                 "--n-layer: expected at most 21845 with --dropout > 0 (each block's dropout "
+                 "sites must fit in the 16 bits of Note [Dropout masks]), got 21846");
+  EXPECT_EQ(configure(settings(21846, 0.0)), 21846);
+  expect_invalid([&] { configure(settings(std::int64_t(1) << 46, 0.0)); },
+                 "--n-layer: expected 1..2^46 - 1 (the init streams' layer ids fit in 48 bits), "
+                 "got 70368744177664");
+  train::GptSettings far = settings(86, 0.1);
+  far.max_iters = (std::int64_t(1) << 32) + 1;
+  far.given.insert("max_iters");
+  expect_invalid([&] { configure(far); },
+                 "--max-iters: expected at most 2^32 with --dropout > 0 and --n-layer = 86 (the "
+                 "dropout masks' steps, Note [Dropout masks]), got 4294967297");
+  far.max_iters = std::int64_t(1) << 32;
+  EXPECT_EQ(configure(far), 86);
+  far.n_layer = 85, far.max_iters = (std::int64_t(1) << 32) + 1;
+  EXPECT_EQ(configure(far), 85);
+  far.max_iters = (std::int64_t(1) << 40) + 1;
+  expect_invalid([&] { configure(far); }, "--max-iters: expected at most 2^40 with --dropout > 0");
+  far.dropout = 0.0;
+  EXPECT_EQ(configure(far), 85);
+}
+
 }  // namespace
 }  // namespace ditto

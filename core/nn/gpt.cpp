@@ -12,8 +12,9 @@ namespace ditto::nn {
 void check_config(const GPTConfig& cfg) {
   DITTO_CHECK(cfg.block_size >= 1, "GPTConfig: block_size: expected >= 1, got ", cfg.block_size);
   DITTO_CHECK(cfg.vocab_size >= 1, "GPTConfig: vocab_size: expected >= 1, got ", cfg.vocab_size);
-  DITTO_CHECK(cfg.n_layer >= 1 && cfg.n_layer <= 85,
-              "GPTConfig: n_layer: expected in [1, 85] (dropout sites fit in 8 bits), got ",
+  DITTO_CHECK(cfg.n_layer >= 1 && cfg.n_layer <= kGptMaxLayers,
+              "GPTConfig: n_layer: expected in [1, 2^46) (the init streams' layer ids fit in 48 "
+              "bits), got ",
               cfg.n_layer);
   DITTO_CHECK(cfg.n_head >= 1, "GPTConfig: n_head: expected >= 1, got ", cfg.n_head);
   DITTO_CHECK(cfg.n_embd >= 1 && cfg.n_embd % cfg.n_head == 0,
@@ -21,6 +22,10 @@ void check_config(const GPTConfig& cfg) {
               cfg.n_embd);
   DITTO_CHECK(cfg.dropout >= 0.0f && cfg.dropout < 1.0f,
               "GPTConfig: dropout: expected in [0, 1), got ", cfg.dropout);
+  DITTO_CHECK(cfg.dropout == 0.0f || cfg.n_layer <= kGptMaxDropoutLayers,
+              "GPTConfig: n_layer: expected at most ", kGptMaxDropoutLayers,
+              " with dropout > 0 (the dropout sites fit in 16 bits, Note [Dropout masks]), got ",
+              cfg.n_layer, " with dropout ", cfg.dropout);
 }
 
 float gpt_c_proj_std(std::int64_t n_layer) {

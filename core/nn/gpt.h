@@ -19,15 +19,18 @@
 //   wte 0, wpe 1, block l: attn.c_attn 2 + 4l, attn.c_proj 3 + 4l, mlp.c_fc 4 + 4l,
 //   mlp.c_proj 5 + 4l                                   (gpt_layer_id in gpt_config.h)
 //
-// Dropout sites (Note [Dropout masks] in core/numerics/gpt_math.h: the mask of a site is
-// keyed by the GPT's seed, stream_id(kStreamDropout, step << 8 | site) and the logical element
-// index in the global batch, first_row * elements per sample + i):
+// Dropout sites (Note [Dropout masks] in core/numerics/gpt_math.h: the mask of a site is keyed
+// by the GPT's seed, dropout_stream(step, site) and the logical element index in the global
+// batch, first_row * elements per sample + i):
 //   site 0: transformer.drop, on the embeddings x = wte[idx] + wpe [B, T, C]
 //   block l: 1 + 3l attn.attn_dropout on att [B, nh, T, T] (in the attention kernel),
 //            2 + 3l attn.resid_dropout on c_proj's output [B, T, C],
 //            3 + 3l mlp.dropout on the MLP's output [B, T, C]     (gpt_dropout_site)
-// so sites fit in 8 bits for n_layer <= 85. Dropout is active in training mode (set_training)
-// with cfg.dropout > 0; the Trainer sets step(), DataParallel / DDP each replica's first_row().
+// so sites fit in 8 bits (kStreamDropout's original encoding) for n_layer <= 85; the sites >= 256
+// of deeper blocks take kStreamDropoutWide, up to n_layer 21845 with dropout > 0 (with dropout 0
+// no mask is drawn: n_layer is limited only by the init layer ids, < 2^46). Dropout is active in
+// training mode (set_training) with cfg.dropout > 0; the Trainer sets step(), DataParallel / DDP
+// each replica's first_row().
 //
 // Bitwise mode: every batch reduction (Linear, LayerNorm and embedding gradients) is reduced over
 // the micro-shards of the B samples (bounds scaled by T, core/nn/token_bounds.h), so 1, 2, 4, 8

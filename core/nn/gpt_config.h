@@ -32,6 +32,24 @@ enum class BlockDropout : std::uint64_t { attn = 0, resid = 1, mlp = 2 };
 constexpr std::uint64_t gpt_dropout_site(std::int64_t layer, BlockDropout which) {
   return 1 + 3 * static_cast<std::uint64_t>(layer) + static_cast<std::uint64_t>(which);
 }
+/// The dropout sites and steps a mask can be drawn for (Note [Dropout masks] in
+/// core/numerics/gpt_math.h): sites < 256 at steps < 2^40 (kStreamDropout), sites 256 .. 2^16 - 1
+/// at steps < 2^32 (kStreamDropoutWide).
+constexpr std::uint64_t kDropoutNarrowSites = 256, kDropoutSites = std::uint64_t(1) << 16;
+constexpr std::int64_t kDropoutNarrowSteps = std::int64_t(1) << 40;
+constexpr std::int64_t kDropoutWideSteps = std::int64_t(1) << 32;
+/// The most blocks whose dropout sites (the last is 3 n_layer) are all < 256: 85.
+constexpr std::int64_t kGptMaxNarrowLayers = (kDropoutNarrowSites - 1) / 3;
+/// The most blocks of a GPT with dropout > 0: its sites < 2^16, 21845.
+constexpr std::int64_t kGptMaxDropoutLayers = (kDropoutSites - 1) / 3;
+/// The most blocks of any GPT: its init layer ids (the last is 4 n_layer + 1, gpt_layer_id) stay
+/// below 2^48, the sub of a stream id (Note [Random streams] in core/numerics/random.h).
+constexpr std::int64_t kGptMaxLayers = (std::int64_t(1) << 46) - 1;
+/// The steps [0, n) at which a GPT of `n_layer` (valid) blocks can draw its dropout masks: 2^40
+/// when n_layer <= 85 (every site < 256), else 2^32.
+constexpr std::int64_t gpt_dropout_steps(std::int64_t n_layer) {
+  return n_layer <= kGptMaxNarrowLayers ? kDropoutNarrowSteps : kDropoutWideSteps;
+}
 /// nanoGPT's init std of Linear and Embedding weights, and of the c_proj weights
 /// (0.02 / sqrt(2 * n_layer), in double then rounded to float).
 constexpr float kGptInitStd = 0.02f;
@@ -83,12 +101,13 @@ GPTConfig gpt2_config(const std::string& model_type, const std::string& what = "
 // a100-sxm-40gb --devices 8 --trainer ddp ...).
 
 /// Parameters of a GPT of `cfg`, the tied head counted once and wpe included (nanoGPT's
-/// get_num_params(non_embedding=False)): 12 L C^2 + 13 L C (with biases; 12 L C^2 + 4 L C
+/// get_num_params(non_embedding=False)): 12 L C^2 + 13 L C (with biases; 12 L C^2 + 2 L C
 /// without) + V C + T C + 2 C (ln_f; C without bias). nanoGPT prints it less T C (wpe).
 std::int64_t gpt_num_params(const GPTConfig& cfg);
 
 /// Throws InvalidArgument naming the field unless every size is >= 1, n_embd % n_head == 0,
-/// 0 <= dropout < 1 and n_layer <= 85 (the dropout sites must fit in 8 bits, Note [GPT]).
+/// 0 <= dropout < 1, n_layer <= kGptMaxLayers (2^46 - 1: the init streams' layer ids) and, with
+/// dropout > 0, n_layer <= kGptMaxDropoutLayers (21845: the dropout sites < 2^16, Note [GPT]).
 void check_config(const GPTConfig& cfg);
 
 }  // namespace ditto::nn

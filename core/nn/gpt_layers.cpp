@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/nn/gpt_config.h"
 #include "core/nn/init.h"
 #include "core/nn/token_bounds.h"
 #include "core/numerics/random.h"
@@ -23,10 +24,14 @@ std::int64_t rows_per_sample(const Shape& shape) {
 }  // namespace
 
 std::uint64_t dropout_stream(std::int64_t step, std::uint64_t site) {
-  DITTO_CHECK(step >= 0 && step < (std::int64_t(1) << 40),
-              "nn::dropout_stream: step: expected in [0, 2^40), got ", step);
-  DITTO_CHECK(site < 256, "nn::dropout_stream: site: expected < 256, got ", site);
-  return stream_id(kStreamDropout, static_cast<std::uint64_t>(step) << 8 | site);
+  DITTO_CHECK(site < kDropoutSites, "nn::dropout_stream: site: expected < 2^16, got ", site);
+  const bool narrow = site < kDropoutNarrowSites;
+  DITTO_CHECK(step >= 0 && step < (narrow ? kDropoutNarrowSteps : kDropoutWideSteps),
+              "nn::dropout_stream: step: expected in [0, ", narrow ? "2^40" : "2^32", ") at site ",
+              site, narrow ? "" : " (>= 256: Note [Dropout masks])", ", got ", step);
+  const auto s = static_cast<std::uint64_t>(step);
+  return narrow ? stream_id(kStreamDropout, s << 8 | site)
+                : stream_id(kStreamDropoutWide, s << 16 | site);
 }
 
 std::uint64_t dropout_index_base(std::int64_t first_row, std::int64_t elements_per_row) {
@@ -206,7 +211,8 @@ std::unique_ptr<Module> LayerNorm::clone() const {
 Dropout::Dropout(float p, std::uint64_t site, std::uint64_t seed)
     : p_(p), site_(site), seed_(seed) {
   DITTO_CHECK(p >= 0.0f && p < 1.0f, "Dropout: p: expected in [0, 1), got ", p);
-  DITTO_CHECK(site < 256, "Dropout: site: expected < 256 (Note [Dropout masks]), got ", site);
+  DITTO_CHECK(p == 0.0f || site < kDropoutSites,
+              "Dropout: site: expected < 2^16 with p > 0 (Note [Dropout masks]), got ", site);
 }
 
 Tensor Dropout::forward(const Tensor& x) {

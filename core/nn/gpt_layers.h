@@ -105,7 +105,8 @@ using GELU = Elementwise<GeluFn>;
 /// the identity.
 class Dropout : public Module {
  public:
-  /// Throws InvalidArgument unless 0 <= p < 1 and site < 256.
+  /// Throws InvalidArgument unless 0 <= p < 1 and, with p > 0, site < 2^16 (kDropoutSites in
+  /// gpt_config.h).
   Dropout(float p, std::uint64_t site, std::uint64_t seed);
   std::string name() const override { return "Dropout"; }
   /// x [B, ...] f32 -> x's shape.
@@ -130,8 +131,10 @@ class Dropout : public Module {
   Shape shape_;
 };
 
-/// The Philox stream of dropout site `site` (< 256) at optimizer step `step` (Note [Dropout
-/// masks]): stream_id(kStreamDropout, step << 8 | site).
+/// The Philox stream of dropout site `site` at optimizer step `step` (Note [Dropout masks]):
+/// stream_id(kStreamDropout, step << 8 | site) for site < 256 and step < 2^40,
+/// stream_id(kStreamDropoutWide, step << 16 | site) for 256 <= site < 2^16 and step < 2^32.
+/// Throws InvalidArgument for a site or step past those (or a step < 0).
 std::uint64_t dropout_stream(std::int64_t step, std::uint64_t site);
 /// The logical index of the first element of a replica's rows: first_row * elements_per_row.
 std::uint64_t dropout_index_base(std::int64_t first_row, std::int64_t elements_per_row);

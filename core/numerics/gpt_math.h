@@ -88,10 +88,21 @@
 // A dropout mask is a pure function of (seed, stream, element index), never of the device, the
 // device count or the thread layout (../DESIGN.md, rule 5): element i of a tensor is kept when
 // philox uniform01(seed, stream, index_base + i) >= p (philox.h, = random.h's uniform01).
-//   stream = stream_id(kStreamDropout = 5, step << 8 | site): `step` is the training step
-//            (Module::step), `site` the dropout's position in the model, < 256 (nn::GPT numbers
-//            them and documents the numbering: the embedding dropout, then per block its
-//            attn_dropout (on att [B, nh, T, T]), resid_dropout and mlp dropout).
+//   stream = nn::dropout_stream(step, site): `step` is the training step (Module::step), `site`
+//            the dropout's position in the model (nn::GPT numbers them and documents the
+//            numbering: the embedding dropout, then per block its attn_dropout (on att
+//            [B, nh, T, T]), resid_dropout and mlp dropout: 3 n_layer + 1 sites):
+//              site < 256:          stream_id(kStreamDropout = 5, step << 8 | site), step < 2^40
+//                                   (the original encoding: a GPT of at most 85 blocks draws
+//                                   exactly the masks it drew when that was the cap);
+//              256 <= site < 2^16:  stream_id(kStreamDropoutWide = 9, step << 16 | site),
+//                                   step < 2^32 (deeper GPTs, up to 21845 blocks).
+//            The kinds differ and each sub is one-to-one on its (step, site) range within the 48
+//            bits of a stream's sub (Note [Random streams]), so no two sites or steps share a
+//            stream. nn::dropout_stream refuses a site >= 2^16 or a step past its range;
+//            GPTConfig refuses n_layer > 21845 with dropout > 0 (with dropout 0 no mask is drawn
+//            and the sites are not limited) and the GPT recipe max_iters past
+//            gpt_dropout_steps(n_layer). The CUDA kernels take the 64-bit stream as it is.
 //   index  = the logical element index in the global batch: index_base = first_row *
 //            elements_per_row (Module::first_row, the global row of the replica's first row), so
 //            a replica holding rows [a, b) draws exactly the slice of the one-device mask, and
@@ -355,8 +366,8 @@ DITTO_HD inline std::uint64_t attention_row_index(std::int64_t nh, std::int64_t 
 /// The softmax backward of one causal row in place: row[0..t] holds dp_u = dy_t . v_u on entry
 /// and dpre[u] = att[u] * (dp_u - pd) on return, pd = chain_u fma(att[u], dp_u), which it
 /// returns; row[t+1..T) is set to 0.
-DITTO_HD inline float causal_softmax_row_backward(const float* att_row, float* row,
-                                                  std::int64_t t, std::int64_t T) {
+DITTO_HD inline float causal_softmax_row_backward(const float* att_row, float* row, std::int64_t t,
+                                                  std::int64_t T) {
   float pd = 0.0f;
   for (std::int64_t u = 0; u <= t; ++u) pd = fma(att_row[u], row[u], pd);
   for (std::int64_t u = 0; u <= t; ++u) row[u] = mul(att_row[u], sub(row[u], pd));
@@ -368,8 +379,8 @@ DITTO_HD inline float causal_softmax_row_backward(const float* att_row, float* r
 /// kernels], attention with dropout): y = dropout(att) @ v of one query.
 DITTO_HD inline void weighted_rows_dropped(const float* w, std::int64_t t, const float* rows,
                                            std::int64_t stride, std::int64_t hd,
-                                           const AttentionDropout& drop,
-                                           std::uint64_t row_index, float* out) {
+                                           const AttentionDropout& drop, std::uint64_t row_index,
+                                           float* out) {
   const float s = dropout_scale(drop.p);
   for (std::int64_t i = 0; i < hd; ++i) out[i] = 0.0f;
   for (std::int64_t u = 0; u <= t; ++u) {

@@ -20,12 +20,16 @@
 //   kStreamSplit     (3): data::train_val_split's permutation; sub = 0.
 //   kStreamSynthetic (4): synthetic data sets in tests, examples and benchmarks; sub = free for the
 //                         caller (e.g. 0 features, 1 labels).
-//   kStreamDropout   (5): dropout masks; sub = step << 8 | site (Note [Dropout masks] in
-//                         core/numerics/gpt_math.h); index = the element's index in the global batch.
-//   kStreamSample    (6): nn::GPT::generate's sampling; sub = 0, index = the generated token's index.
-//   kStreamBatch     (7): train::TextDataSource's batch windows; sub = step, index = window j.
-//   kStreamEvalBatch (8): train::TextDataSource's evaluation windows; sub = split << 32 | batch
+//   kStreamDropout   (5): dropout masks of sites < 256; sub = step << 8 | site (Note [Dropout
+//                         masks] in core/numerics/gpt_math.h); index = the element's index in the
+//                         global batch.
+//   kStreamSample    (6): nn::GPT::generate's sampling; sub = 0, index = the generated token's
+//   index. kStreamBatch     (7): train::TextDataSource's batch windows; sub = step, index = window
+//   j. kStreamEvalBatch (8): train::TextDataSource's evaluation windows; sub = split << 32 | batch
 //                         (split 0 train, 1 val), index = window j (Note [Text batches]).
+//   kStreamDropoutWide (9): dropout masks of sites 256 .. 2^16 - 1 (GPTs deeper than 85 layers);
+//                         sub = step << 16 | site, index as kStreamDropout's (Note [Dropout
+//                         masks]).
 // Kind 0 is left for callers' ad-hoc use; add new kinds here, never reuse one.
 #pragma once
 
@@ -42,6 +46,7 @@ constexpr std::uint64_t kStreamDropout = 5;
 constexpr std::uint64_t kStreamSample = 6;
 constexpr std::uint64_t kStreamBatch = 7;
 constexpr std::uint64_t kStreamEvalBatch = 8;
+constexpr std::uint64_t kStreamDropoutWide = 9;
 
 /// The stream id for `kind` (one of the kStream* constants) and `sub` (< 2^48; higher bits are
 /// dropped) (Note [Random streams]).

@@ -59,9 +59,8 @@ void apply_preset(GptSettings& g) {
 void check_settings(const GptSettings& g, double lr, double weight_decay, const TrainerConfig& c) {
   auto n = [&](const char* f) { return g.name_of(f); };
   at_least(n("n_layer"), g.n_layer, 1);
-  DITTO_CHECK(g.n_layer <= 85, n("n_layer"),
-              ": expected 1..85 (each block's dropout sites must "
-              "fit in the 8 bits of Note [Dropout masks]), got ",
+  DITTO_CHECK(g.n_layer <= nn::kGptMaxLayers, n("n_layer"),
+              ": expected 1..2^46 - 1 (the init streams' layer ids fit in 48 bits), got ",
               g.n_layer);
   at_least(n("n_head"), g.n_head, 1);
   at_least(n("n_embd"), g.n_embd, 1);
@@ -83,6 +82,18 @@ void check_settings(const GptSettings& g, double lr, double weight_decay, const 
   finite_in(c.name_of("weight_decay"), weight_decay, 0, false, inf, true);
   finite_in(n("grad_clip"), g.grad_clip, 0, false, inf, true);
   finite_in(n("dropout"), g.dropout, 0, false, 1, true);
+  if (g.dropout > 0) {  // the masks' streams (Note [Dropout masks])
+    DITTO_CHECK(g.n_layer <= nn::kGptMaxDropoutLayers, n("n_layer"), ": expected at most ",
+                nn::kGptMaxDropoutLayers, " with ", n("dropout"),
+                " > 0 (each block's dropout sites must fit in the 16 bits of Note [Dropout "
+                "masks]), got ",
+                g.n_layer);
+    const std::int64_t steps = nn::gpt_dropout_steps(g.n_layer);
+    DITTO_CHECK(g.max_iters <= steps, n("max_iters"), ": expected at most ",
+                steps == nn::kDropoutNarrowSteps ? "2^40" : "2^32", " with ", n("dropout"),
+                " > 0 and ", n("n_layer"), " = ", g.n_layer,
+                " (the dropout masks' steps, Note [Dropout masks]), got ", g.max_iters);
+  }
   finite_in(n("beta1"), g.beta1, 0, false, 1, true);
   finite_in(n("beta2"), g.beta2, 0, false, 1, true);
   at_least(n("sample"), g.sample, 0, " (0: no sample)");

@@ -265,7 +265,8 @@ OptionTable gpt_options(GptSettings& g) {
     return option(flag, target, help, expected).in_group(group).of_model("gpt");
   };
   OptionTable t{
-      row("--n-layer", &g.n_layer, "transformer blocks", "an integer in 1..85"),
+      row("--n-layer", &g.n_layer, "transformer blocks (at most 21845 with --dropout > 0)",
+          "an integer >= 1"),
       row("--n-head", &g.n_head, "attention heads (n_embd % n_head == 0)", "an integer >= 1"),
       row("--n-embd", &g.n_embd, "embedding width", "an integer >= 1"),
       row("--block-size", &g.block_size, "context length in characters", "an integer >= 1"),

@@ -227,6 +227,18 @@ if(TARGET ditto-train)
     COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2-xl --dry-run --profile a100-sxm-40gb
             --devices 8 --trainer ddp --batch-size 32 --trace ${CMAKE_CURRENT_BINARY_DIR}/dry_oom_trace.json
     REGEX "ditto-train: note: --trace: wrote [^\n]*dry_oom_trace.json for the failed run: what ran up to the failure \\(Chrome trace JSON; open in https://ui.perfetto.dev\\)\nditto-train: error: sim:[0-7]: out of memory: tried to allocate")
+  # GPTs deeper than 85 blocks (GPT-3 has 96) were refused: the dropout sites passed 8 bits. Their
+  # sites >= 256 take kStreamDropoutWide (Note [Dropout masks], core/numerics/gpt_math.h), up to
+  # 21845 blocks with dropout.
+  ditto_expect_exit(DittoTrainCli.DryRunGptOf96BlocksWithDropout RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --n-layer 96 --n-head 2 --n-embd 16
+            --block-size 16 --vocab-size 64 --dropout 0.1 --batch-size 4 --dry-run
+            --profile h100-sxm --devices 2
+    REGEX "model=gpt n_layer=96 n_head=2 n_embd=16 block_size=16 vocab_size=64 bias=False dropout=0.1 params=299280 .*predicted GPT: [0-9]+ tokens/s")
+  ditto_expect_exit(DittoTrainCli.GptDropoutPast21845BlocksRefused RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --n-layer 21846 --dropout 0.1 --dry-run
+            --profile h100-sxm --vocab-size 64
+    REGEX "^ditto-train: error: --n-layer: expected at most 21845 with --dropout > 0 \\(each block's dropout sites must fit in the 16 bits of Note \\[Dropout masks\\]\\), got 21846")
   ditto_expect_exit(DittoTrainCli.DryRunOnlyOnTheSimulator RC 2
     COMMAND $<TARGET_FILE:ditto-train> --dry-run --backend cuda --profile h100-sxm --epochs 0
     REGEX "ditto-train: error: --dry-run: expected --backend sim in one process")

@@ -114,9 +114,9 @@ void check_gelu(unsigned& seed) {
 }
 
 // Causal attention without dropout and with attn_dropout at p 0.1 and 0.5 (index bases 0 and
-// one past 2^32, the mask of a replica's slice).
+// one past 2^32, the mask of a replica's slice), and at p 0.2 at a site >= 256.
 void check_attention(unsigned& seed) {
-  const std::uint64_t stream = stream_id(kStreamDropout, (std::uint64_t(2) << 8) | 1);
+  const std::uint64_t narrow = stream_id(kStreamDropout, (std::uint64_t(2) << 8) | 1);
   for (auto dims_ : std::vector<std::array<i64, 4>>{
            {1, 1, 4, 1},
            {2, 5, 8, 2},
@@ -129,11 +129,14 @@ void check_attention(unsigned& seed) {
            {1, 20, 256, 2},  // head width 128: 16 x 16 tiles
            {1, 5, 136, 1}})  // head width 136: the reference kernels
     for (auto p_base : std::vector<std::pair<float, std::uint64_t>>{
-             {0.0f, 0}, {0.1f, 0}, {0.5f, (std::uint64_t(1) << 32) + 3}}) {
+             {0.0f, 0}, {0.1f, 0}, {0.5f, (std::uint64_t(1) << 32) + 3}, {0.2f, 1}}) {
       // No structured bindings: Clang 14's lambdas cannot capture them.
       const i64 B = dims_[0], T = dims_[1], C = dims_[2], nh = dims_[3];
       const float p = p_base.first;
       const std::uint64_t base = p_base.second;
+      // p 0.2: attn_dropout of block 85 (site 256, kStreamDropoutWide: Note [Dropout masks]).
+      const std::uint64_t stream =
+          p == 0.2f ? stream_id(kStreamDropoutWide, (std::uint64_t(2) << 16) | 256) : narrow;
       const std::string ctx =
           dims({B, T, C, nh}) + " p " + std::to_string(p) + " base " + std::to_string(base);
       V qkv = uniform_v(B * T * 3 * C, seed++), y = mixed(B * T * C, seed++),
@@ -288,17 +291,29 @@ void check_dropout(unsigned& seed) {
         });
       }
   // The mask itself: element i kept iff philox uniform01 >= p (a wrong index base or stream
-  // would agree between two wrong backends only by accident, so check one against random.h).
+  // would agree between two wrong backends only by accident, so check one against random.h),
+  // at site 2 and at site 258 of a GPT deeper than 85 blocks (kStreamDropoutWide's stream, Note
+  // [Dropout masks]: the kernels take the 64-bit stream whole), whose masks differ.
   const i64 n = 4096;
-  V ones(n, 1.0f), y(n, 0.0f);
-  cudak->dropout_forward(cudas, ones.data(), y.data(), n, 0.25f, 7, stream, 100);
-  int wrong = 0;
-  for (i64 i = 0; i < n; ++i)
-    wrong += (y[i] != 0.0f) != (uniform01(7, stream, 100 + std::uint64_t(i)) >= 0.25f);
+  const std::uint64_t wide = stream_id(kStreamDropoutWide, (std::uint64_t(3) << 16) | 258);
+  V ones(n, 1.0f), y(n, 0.0f), y_wide(n, 0.0f);
+  for (std::uint64_t st : {stream, wide}) {
+    V& out = st == stream ? y : y_wide;
+    cudak->dropout_forward(cudas, ones.data(), out.data(), n, 0.25f, 7, st, 100);
+    int wrong = 0;
+    for (i64 i = 0; i < n; ++i)
+      wrong += (out[i] != 0.0f) != (uniform01(7, st, 100 + std::uint64_t(i)) >= 0.25f);
+    ++checks;
+    if (wrong != 0) {
+      ++failures;
+      std::printf("FAIL dropout mask vs uniform01 (stream %llx): %d of %ld elements differ\n",
+                  static_cast<unsigned long long>(st), wrong, long(n));
+    }
+  }
   ++checks;
-  if (wrong != 0) {
+  if (std::memcmp(y.data(), y_wide.data(), sizeof(float) * std::size_t(n)) == 0) {
     ++failures;
-    std::printf("FAIL dropout mask vs uniform01: %d of %ld elements differ\n", wrong, long(n));
+    std::printf("FAIL dropout masks of sites 2 and 258 are the same\n");
   }
 }
 
