@@ -15,7 +15,8 @@ if(DITTO_MPI_ENABLED)
   # -j2 holds for it. A job that trains holds one per rank. A job whose ranks refuse at start
   # (mpirun -np 2 ditto-train with settings, arguments or flags a rank refuses) takes 1: in
   # the check build it spent 2.2 to 3.5 s of wall (CI's ctest) on about 0.85 s of CPU
-  # (user + sys of mpirun and both ranks), most of it Open MPI's start and teardown, so it runs
+  # (user + sys of mpirun and both ranks): the rest is Open MPI's start and, once a rank has
+  # exited with an error, a 1 s sleep of mpirun's (strace) before it exits too. So it runs
   # beside another test instead of leaving a core idle with both held (CI has 2).
   function(ditto_mpi_train_test name)
     cmake_parse_arguments(PARSE_ARGV 1 arg "" "SCRIPT;PROCESSORS" "DEFS")
