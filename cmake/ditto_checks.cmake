@@ -16,10 +16,11 @@ elseif(DITTO_SANITIZE MATCHES "thread")
 elseif(TARGET ditto-train AND TARGET train_minimal AND TARGET api_tour AND TARGET safetensors-info)
   set(ditto_docs_env "")
   if(DITTO_SANITIZE MATCHES "address")
-    # As tests/CMakeLists.txt: Open MPI's own allocations past MPI_Finalize (the mpirun blocks);
+    # As tests/CMakeLists.txt: Open MPI's own allocations past MPI_Finalize (the mpirun blocks;
+    # tools/check_docs.py adds fast_unwind_on_malloc=0 to those commands alone);
     # print_suppressions=0: LSan's "Suppressions used" table would land in the output a page shows.
     set(ditto_docs_env ENVIRONMENT_MODIFICATION
-        "LSAN_OPTIONS=string_prepend:fast_unwind_on_malloc=0:print_suppressions=0:suppressions=${PROJECT_SOURCE_DIR}/tools/sanitizers/lsan.supp:")
+        "LSAN_OPTIONS=string_prepend:print_suppressions=0:suppressions=${PROJECT_SOURCE_DIR}/tools/sanitizers/lsan.supp:")
   endif()
   set(ditto_docs_mpi "")
   if(DITTO_MPI_ENABLED)

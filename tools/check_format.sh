@@ -46,13 +46,29 @@ if [[ ${#files[@]} -eq 0 ]]; then
   echo "PASS: no C++ file changed since ${base:0:7} (.clang-format added)"
   exit 0
 fi
-bad=()
+present=()
 for f in "${files[@]}"; do
-  [[ -f $f ]] || continue
-  if ! "$cf" --dry-run --Werror "$f" >/dev/null 2>&1; then
-    bad+=("$f")
-  fi
+  if [[ -f $f ]]; then present+=("$f"); fi
 done
+# One clang-format for all the files: it checks each of them and names every one that differs
+# (FILE:LINE:COL: error: code should be clang-formatted), where a process per file spent most of
+# the test's time starting clang-format (14 s of CI's ctest for about 300 files). A failure that
+# names no file (a bad .clang-format, say) falls back to a run per file, as before.
+bad=()
+if [[ ${#present[@]} -gt 0 ]] && ! report=$("$cf" --dry-run --Werror "${present[@]}" 2>&1); then
+  declare -A named=()
+  while IFS= read -r f; do
+    named[$f]=1
+  done < <(sed -n 's/^\(.*\):[0-9][0-9]*:[0-9][0-9]*: error: .*\[-Wclang-format-violations\]$/\1/p' \
+             <<<"$report")
+  for f in "${present[@]}"; do
+    if [[ ${#named[@]} -eq 0 ]]; then
+      "$cf" --dry-run --Werror "$f" >/dev/null 2>&1 || bad+=("$f")
+    elif [[ -n ${named[$f]:-} ]]; then
+      bad+=("$f")
+    fi
+  done
+fi
 if [[ ${#bad[@]} -eq 0 ]]; then
   echo "PASS: ${#files[@]} C++ file(s) changed since ${base:0:7} are formatted ($("$cf" --version))"
   exit 0
