@@ -306,9 +306,15 @@ TEST_F(SimBackendTest, TensorRoundTripsAndViews) {
 // wrapped to a buffer far too small for the tensor, and narrow's start + length could overflow.
 TEST_F(SimBackendTest, TensorSizesThatOverflowAreRejected) {
   const std::int64_t big = std::int64_t(1) << 40;
+  // Tensor::empty (and zeros, full, from_vector through it) names itself (tester3: the message
+  // named no call).
   EXPECT_THROW_MSG(Tensor::empty({big, big}, DType::f32, sim_device(0)), InvalidArgument,
-                   "shape [1099511627776, 1099511627776]: expected at most 9223372036854775807 "
-                   "elements in all, but the sizes multiply past that");
+                   "Tensor::empty: shape: expected at most 9223372036854775807 elements in all, "
+                   "got [1099511627776, 1099511627776] (the sizes multiply past that)");
+  EXPECT_THROW_MSG(Tensor::empty({-1}, DType::f32, sim_device(0)), InvalidArgument,
+                   "Tensor::empty: shape: expected sizes >= 0, got [-1]");
+  EXPECT_THROW_MSG(Tensor::zeros({2, -3}, DType::f32, sim_device(0)), InvalidArgument,
+                   "Tensor::empty: shape: expected sizes >= 0, got [2, -3]");
   EXPECT_THROW_MSG(shape_numel({3, big, big, 1}), InvalidArgument,
                    "shape [3, 1099511627776, 1099511627776, 1]: expected at most");
   EXPECT_THROW_MSG(shape_numel({big, -1, big}), InvalidArgument,

@@ -71,8 +71,14 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, const Device& device) {
               "Tensor::empty: dtype: expected one of f32, i64, f64, f16, "
               "bf16, i8, u8, i32, u32, u64, f8_e4m3, f8_e5m2, got DType value ",
               static_cast<int>(dtype));
+  // The shape's checks of shape_numel, naming this call (zeros, full and from_vector come here).
+  for (auto d : shape)
+    DITTO_CHECK(d >= 0, "Tensor::empty: shape: expected sizes >= 0, got ", shape_str(shape));
+  std::int64_t numel = 0;
+  DITTO_CHECK(checked_product(shape, numel), "Tensor::empty: shape: expected at most ", kMaxInt64,
+              " elements in all, got ", shape_str(shape), " (the sizes multiply past that)");
   Tensor t;
-  t.numel_ = shape_numel(shape);
+  t.numel_ = numel;
   // nbytes() must not wrap around (a wrapped count would allocate a buffer far too small).
   DITTO_CHECK(t.numel_ <= kMaxInt64 / static_cast<std::int64_t>(dtype_size(dtype)),
               "Tensor::empty: shape ", shape_str(shape), " ", dtype_name(dtype),
