@@ -176,17 +176,15 @@ TEST(DryRunBackend, AThousandLargeDevicesNeedNoHostAddressSpace) {
 // The growth limit: 256 MiB in Release (the old check grew ~840 MB); under AddressSanitizer 768
 // MiB, whose redzones, shadow and quarantine grew the new check to 321 MiB in CI's check build (the
 // old check: 1091 MiB there).
+// Whether this build runs under AddressSanitizer (GCC's macro, Clang's feature test).
 #if defined(__SANITIZE_ADDRESS__)
-constexpr long kDryDdpRssLimitKib = 768 * 1024;
+constexpr bool kDryRunUnderAsan = true;
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr long kDryDdpRssLimitKib = 768 * 1024;
+constexpr bool kDryRunUnderAsan = __has_feature(address_sanitizer);
 #else
-constexpr long kDryDdpRssLimitKib = 256 * 1024;
+constexpr bool kDryRunUnderAsan = false;
 #endif
-#else
-constexpr long kDryDdpRssLimitKib = 256 * 1024;
-#endif
+constexpr long kDryDdpRssLimitKib = (kDryRunUnderAsan ? 768 : 256) * 1024;
 
 TEST(DryRunBackend, DdpChecksTheRanksParametersInHostMemoryLinearInTheRanks) {
   fresh_sim(128, true);
@@ -213,17 +211,7 @@ TEST(DryRunBackend, DdpChecksTheRanksParametersInHostMemoryLinearInTheRanks) {
 // The growth limit: 128 MiB in Release (the optimizers grew 25.5 MiB, the old tables 275 MiB);
 // 192 MiB under AddressSanitizer, whose redzones and shadow grew the optimizers to 57 MiB in the
 // check build (the old tables, kept as a mutation: 727 MiB there).
-#if defined(__SANITIZE_ADDRESS__)
-constexpr long kDryZeroRssLimitKib = 192 * 1024;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-constexpr long kDryZeroRssLimitKib = 192 * 1024;
-#else
-constexpr long kDryZeroRssLimitKib = 128 * 1024;
-#endif
-#else
-constexpr long kDryZeroRssLimitKib = 128 * 1024;
-#endif
+constexpr long kDryZeroRssLimitKib = (kDryRunUnderAsan ? 192 : 128) * 1024;
 
 TEST(DryRunBackend, ZeroShardsItsLayoutInHostMemoryLinearInTheRanks) {
   constexpr int kRanks = 128;
