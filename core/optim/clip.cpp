@@ -28,19 +28,16 @@ float clip_grad_norm_(const std::vector<nn::Parameter*>& params, double max_norm
   return detail::clip_grad_norm_with(params, max_norm, mode, all_multi_tensor(params));
 }
 
-namespace {
-// The indices of `grads` by device, devices in order of first appearance.
-std::vector<std::vector<std::size_t>> by_device(const std::vector<const Tensor*>& grads) {
+std::vector<std::vector<std::size_t>> detail::by_device(const std::vector<const Tensor*>& xs) {
   std::vector<std::vector<std::size_t>> groups;
-  for (std::size_t i = 0; i < grads.size(); ++i) {
+  for (std::size_t i = 0; i < xs.size(); ++i) {
     std::size_t d = 0;
-    while (d < groups.size() && grads[groups[d][0]]->device() != grads[i]->device()) ++d;
+    while (d < groups.size() && xs[groups[d][0]]->device() != xs[i]->device()) ++d;
     if (d == groups.size()) groups.emplace_back();
     groups[d].push_back(i);
   }
   return groups;
 }
-}  // namespace
 
 detail::GradNorm detail::grad_norm(const std::vector<const Tensor*>& grads, double max_norm,
                                    Determinism mode, bool multi_tensor, const char* call) {

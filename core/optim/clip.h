@@ -46,6 +46,9 @@ GradNorm grad_norm(const std::vector<const Tensor*>& grads, double max_norm, Det
 /// both must give the same bits.
 float clip_grad_norm_with(const std::vector<nn::Parameter*>& params, double max_norm,
                           Determinism mode, bool multi_tensor);
+/// The indices of `xs` grouped by device, devices in order of first appearance, indices
+/// ascending in each group: the per-device lists of the multi-tensor ops (also GradScaler's).
+std::vector<std::vector<std::size_t>> by_device(const std::vector<const Tensor*>& xs);
 }  // namespace detail
 
 }  // namespace ditto::optim

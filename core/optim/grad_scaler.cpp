@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "core/base/error.h"
+#include "core/optim/clip.h"
 #include "core/runtime/ops.h"
 
 namespace ditto::optim {
@@ -108,17 +109,13 @@ bool GradScaler::multi_tensor_unscale(const std::vector<Tensor>& grads) {
 // bits of the per-grad ops::sum_squares), one read of its [n] sums, the exact elementwise check
 // only for a grad whose sum is not finite, then one ops::scale_multi_ (the bits of ops::scale_).
 bool GradScaler::unscale_multi(std::vector<Tensor>& grads, float inv_scale, Determinism mode) {
-  std::vector<std::vector<std::size_t>> groups;  // indices by device, in order of appearance
-  for (std::size_t i = 0; i < grads.size(); ++i) {
-    std::size_t d = 0;
-    while (d < groups.size() && grads[groups[d][0]].device() != grads[i].device()) ++d;
-    if (d == groups.size()) groups.emplace_back();
-    groups[d].push_back(i);
-  }
+  std::vector<const Tensor*> all;
+  for (const Tensor& g : grads) all.push_back(&g);
+  const std::vector<std::vector<std::size_t>> groups = detail::by_device(all);
   std::vector<Tensor> sums;  // enqueue on every device first, then read
   for (const auto& idx : groups) {
     std::vector<const Tensor*> xs;
-    for (std::size_t i : idx) xs.push_back(&grads[i]);
+    for (std::size_t i : idx) xs.push_back(all[i]);
     sums.push_back(ops::sum_squares_multi(xs, mode));
   }
   bool inf = false;
@@ -209,8 +206,8 @@ void GradScaler::load_state_dict(const std::map<std::string, std::string>& state
                 call, ": expected integers");
   } catch (const std::logic_error&) {
     throw InvalidArgument(
-        detail::cat(call, ": _growth_tracker / skipped_steps: expected integers, got '",
-                    state.at("_growth_tracker"), "' / '", state.at("skipped_steps"), "'"));
+        ditto::detail::cat(call, ": _growth_tracker / skipped_steps: expected integers, got '",
+                           state.at("_growth_tracker"), "' / '", state.at("skipped_steps"), "'"));
   }
   DITTO_CHECK(tracker >= 0 && tracker < options_.growth_interval && skipped >= 0, call,
               ": _growth_tracker: expected in [0, growth_interval), got ", tracker);
