@@ -564,6 +564,10 @@ struct CopyList {
       from = src.dtype();
       to = dst.dtype();
     }
+    // ops::copy_multi_'s dtype rule, which this list skips: one src and one dst dtype a list.
+    DITTO_CHECK(src.dtype() == from && dst.dtype() == to, kCall, ": a piece ",
+                dtype_name(src.dtype()), " -> ", dtype_name(dst.dtype()), " in a list of ",
+                dtype_name(from), " -> ", dtype_name(to));
     srcs.push_back(static_cast<const char*>(src.data_ptr()) + src_off * dtype_size(from));
     dsts.push_back(static_cast<char*>(dst.data_ptr()) + dst_off * dtype_size(to));
     ns.push_back(n);
