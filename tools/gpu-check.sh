@@ -30,7 +30,8 @@
 #      up the budget;
 #   2. sim = cuda params_checksum: the MLP on 1 and 8 devices bitwise; the GPT (f32 on 1 and 4
 #      devices, with dropout under ddp, bf16 on 1 and 2, bf16 ddp with ZeRO-1 and 2 micro-steps,
-#      f16 ddp with ZeRO-1 checkpointed half-way and resumed; fast-mode loss within 0.01);
+#      f16 on 1, f16 ddp with ZeRO-1 checkpointed half-way and resumed; fast-mode loss within
+#      0.01);
 #      logical devices share the GPU where there is one;
 #   3. speed beside PyTorch on the same GPU: bench/torch_gpu_bench.py (nanoGPT's char config in
 #      f32, TF32 and bf16; GPT-2 124M in bf16), ditto-train --backend cuda on the same
@@ -589,13 +590,16 @@ gpt_run gpt-bf16-zero-cuda-2 cuda 2 bitwise 0 --dtype bf16 --trainer ddp --zero-
   --grad-accum-steps 2
 gpt_run gpt-bf16-zero-overlap-cuda-2 cuda 2 bitwise 0 --dtype bf16 --trainer ddp --zero-stage 1
 gpt_equal gpt-bf16-zero-equal gpt-bf16-sim-1 gpt-bf16-zero-cuda-2 gpt-bf16-zero-overlap-cuda-2
-# f16: GradScaler (its unscale_ on ZeRO's shard: sum_squares_multi and scale_multi on CUDA) and a
-# checkpoint of GPU tensors: ZeRO-1 run to half the iterations with --checkpoint, then --resume to
-# the end; the resumed run's params_checksum must be the simulator's uninterrupted one.
+# f16: GradScaler's unscale_ (sum_squares_multi and scale_multi on CUDA) on MasterWeights' f32
+# copies (one device) and on ZeRO's shard, and a checkpoint of GPU tensors: ZeRO-1 run to half the
+# iterations with --checkpoint, then --resume to the end; the resumed run's params_checksum must
+# be the simulator's uninterrupted one.
 half_iters=10
 [ $quick -eq 1 ] && half_iters=1
 rm -rf "$out/ckpt-f16"
 gpt_run gpt-f16-sim-1 sim 1 bitwise 0 --dtype f16
+gpt_run gpt-f16-cuda-1 cuda 1 bitwise 0 --dtype f16  # MasterWeights' f32 copies unscaled
+gpt_equal gpt-f16-equal gpt-f16-sim-1 gpt-f16-cuda-1
 gpt_run gpt-f16-zero-ckpt-cuda-2 cuda 2 bitwise 0 --dtype f16 --trainer ddp --zero-stage 1 \
   --max-iters "$half_iters" --checkpoint "$out/ckpt-f16"
 gpt_run gpt-f16-zero-resume-cuda-2 cuda 2 bitwise 0 --dtype f16 --trainer ddp --zero-stage 1 \
