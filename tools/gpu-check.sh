@@ -30,8 +30,8 @@
 #      up the budget;
 #   2. sim = cuda params_checksum: the MLP on 1 and 8 devices bitwise; the GPT (f32 on 1 and 4
 #      devices, with dropout under ddp, bf16 on 1 and 2, bf16 ddp with ZeRO-1 and 2 micro-steps,
-#      f16 on 1, f16 ddp with ZeRO-1 checkpointed half-way and resumed; fast-mode loss within
-#      0.01);
+#      f16 on 1 with 2 micro-steps, f16 ddp with ZeRO-1 checkpointed half-way and resumed;
+#      fast-mode loss within 0.01);
 #      logical devices share the GPU where there is one;
 #   3. speed beside PyTorch on the same GPU: bench/torch_gpu_bench.py (nanoGPT's char config in
 #      f32, TF32 and bf16; GPT-2 124M in bf16), ditto-train --backend cuda on the same
@@ -598,7 +598,8 @@ half_iters=10
 [ $quick -eq 1 ] && half_iters=1
 rm -rf "$out/ckpt-f16"
 gpt_run gpt-f16-sim-1 sim 1 bitwise 0 --dtype f16
-gpt_run gpt-f16-cuda-1 cuda 1 bitwise 0 --dtype f16  # MasterWeights' f32 copies unscaled
+# (and gradient accumulation outside ZeRO: 2 micro-steps, the same bits in bitwise mode)
+gpt_run gpt-f16-cuda-1 cuda 1 bitwise 0 --dtype f16 --grad-accum-steps 2
 gpt_equal gpt-f16-equal gpt-f16-sim-1 gpt-f16-cuda-1
 gpt_run gpt-f16-zero-ckpt-cuda-2 cuda 2 bitwise 0 --dtype f16 --trainer ddp --zero-stage 1 \
   --max-iters "$half_iters" --checkpoint "$out/ckpt-f16"
