@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "backend_ops_table.h"
 #include "core/numerics/micro_shards.h"
 #include "core/numerics/random.h"
 #include "core/runtime/ops.h"
-#include "backend_ops_table.h"
 #include "gpt_ops_reference.h"
 #include "test_util.h"
 
@@ -150,8 +150,7 @@ void attention_case(OpRun& r, std::int64_t B, std::int64_t T, std::int64_t C, st
   const double rtol = (2 * hd + 2 * T + 32) * kU;
   Tensor tatt;
   const Tensor tqkv = r.upload(qkv, {B, T, 3 * C});
-  r.check("attention y", ops::attention(tqkv, nh, tatt), y, filled(y.size(), vmax * (1 + S)),
-          rtol);
+  r.check("attention y", ops::attention(tqkv, nh, tatt), y, filled(y.size(), vmax * (1 + S)), rtol);
   Vec st_scale;  // {m, sum}: m within (1 + S) absolute, sum relative
   for (std::size_t i = 0; i < st.size(); i += 2) {
     st_scale.push_back(1 + S);
@@ -166,11 +165,13 @@ void attention_case(OpRun& r, std::int64_t B, std::int64_t T, std::int64_t C, st
           fd, filled(fd.size(), max_abs(fd)), 128 * kU);
 }
 
-// Exact: the mask is random.cpp's uniform01 >= p, the kept values one rounded product.
-void dropout_case(OpRun& r) {
+// Exact: the mask is random.cpp's uniform01 >= p, the kept values one rounded product. `stream`:
+// a site < 256 (kStreamDropout) or, for GPTs deeper than 85 blocks, a site >= 256
+// (kStreamDropoutWide, Note [Dropout masks]).
+void dropout_case(OpRun& r, std::uint64_t stream) {
   const std::int64_t n = 37 * 11;
   const float p = 0.2f, scale = 1.0f / (1.0f - p);
-  const std::uint64_t seed = 99, stream = stream_id(kStreamDropout, (2u << 8) | 5), base = 12345;
+  const std::uint64_t seed = 99, base = 12345;
   const std::vector<float> x = r.values(n), gy = r.values(n);
   std::vector<float> y(n), gx(n);
   for (std::int64_t i = 0; i < n; ++i) {
@@ -179,8 +180,8 @@ void dropout_case(OpRun& r) {
     gx[i] = kept ? gy[i] * scale : 0.0f;
   }
   r.check_exact("dropout", ops::dropout(r.upload(x, {n}), p, seed, stream, base), y);
-  r.check_exact("dropout_backward",
-                ops::dropout_backward(r.upload(gy, {n}), p, seed, stream, base), gx);
+  r.check_exact("dropout_backward", ops::dropout_backward(r.upload(gy, {n}), p, seed, stream, base),
+                gx);
 }
 
 void add_sum_squares_case(OpRun& r) {
@@ -208,7 +209,11 @@ const RegisterOpCases kGptCases([] {
   v.push_back({"gpt_gelu", gelu_case});
   v.push_back({"gpt_attention_2x7x12h3", [](OpRun& r) { attention_case(r, 2, 7, 12, 3); }});
   v.push_back({"gpt_attention_1x16x16h1", [](OpRun& r) { attention_case(r, 1, 16, 16, 1); }});
-  v.push_back({"gpt_dropout", dropout_case});
+  v.push_back(
+      {"gpt_dropout", [](OpRun& r) { dropout_case(r, stream_id(kStreamDropout, (2u << 8) | 5)); }});
+  v.push_back({"gpt_dropout_wide", [](OpRun& r) {
+                 dropout_case(r, stream_id(kStreamDropoutWide, (std::uint64_t(3) << 16) | 258));
+               }});
   v.push_back({"gpt_add_sum_squares", add_sum_squares_case});
   return v;
 }());

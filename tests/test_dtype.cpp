@@ -3,12 +3,15 @@
 // conversion with Tensor::to(dtype) equal to convert<To> on the host for every pair, fill_, add,
 // scale_ and reduce_inputs, the argument errors, and fp8 e4m3 / e5m2 conversion against a
 // brute-force reference (the nearest of the 256 decoded values, ties to the even code, the
-// overflow rule of Note [Small float conversions]).
+// overflow rule of Note [Small float conversions]). At the end, CudaDtypes: the dtype-generic ops
+// on the CUDA backend against the simulator's bytes (GPU only).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "core/comm/comm.h"
@@ -28,12 +31,46 @@ using Bytes = std::vector<std::uint8_t>;
 // Doubles with the conversions' hard cases (ties, subnormals, overflow, signed zeros, inf, NaN,
 // integer extremes) and some random magnitudes.
 std::vector<double> hard_values() {
-  std::vector<double> v = {0.0, -0.0, 1.0, -1.0, 0.5, 1.5, 2.5, -2.5, 65504.0, 65520.0, 65536.0,
-                           448.0, 464.0, 57344.0, 61440.0, 3.0e38, 3.5e38, 6e-8, 2.98e-8, 1e-40,
-                           1.0009765625, 1.00048828125, 1.001953125, 1.00390625, 127.0, 128.0,
-                           255.0, 256.0, -128.0, -129.0, 2147483647.0, 2147483648.0,
-                           -2147483649.0, 4294967296.0, 9.3e18, 1.9e19, -9.3e18, 0.999999,
-                           1e300, std::numeric_limits<double>::infinity(),
+  std::vector<double> v = {0.0,
+                           -0.0,
+                           1.0,
+                           -1.0,
+                           0.5,
+                           1.5,
+                           2.5,
+                           -2.5,
+                           65504.0,
+                           65520.0,
+                           65536.0,
+                           448.0,
+                           464.0,
+                           57344.0,
+                           61440.0,
+                           3.0e38,
+                           3.5e38,
+                           6e-8,
+                           2.98e-8,
+                           1e-40,
+                           1.0009765625,
+                           1.00048828125,
+                           1.001953125,
+                           1.00390625,
+                           127.0,
+                           128.0,
+                           255.0,
+                           256.0,
+                           -128.0,
+                           -129.0,
+                           2147483647.0,
+                           2147483648.0,
+                           -2147483649.0,
+                           4294967296.0,
+                           9.3e18,
+                           1.9e19,
+                           -9.3e18,
+                           0.999999,
+                           1e300,
+                           std::numeric_limits<double>::infinity(),
                            -std::numeric_limits<double>::infinity(),
                            std::numeric_limits<double>::quiet_NaN()};
   std::mt19937 gen(7);
@@ -116,7 +153,8 @@ void round_trip(const Device& d, const std::vector<T>& v) {
   EXPECT_EQ(t.device(), d);
   const std::vector<T> back = t.to_vector<T>();
   ASSERT_EQ(back.size(), v.size());
-  EXPECT_EQ(std::memcmp(back.data(), v.data(), v.size() * sizeof(T)), 0) << dtype_name(dtype_of<T>());
+  EXPECT_EQ(std::memcmp(back.data(), v.data(), v.size() * sizeof(T)), 0)
+      << dtype_name(dtype_of<T>());
 }
 
 TEST_F(DtypeTest, FromVectorToVectorRoundTripEveryHostType) {
@@ -163,8 +201,8 @@ TEST_F(DtypeTest, CopiesBetweenAnyTwoDevicesKeepTheBytes) {
         EXPECT_EQ(tensor_bytes(into), want);
         // A narrowed view travels as its own bytes.
         Tensor part = src.narrow(3, 5).to(b);
-        EXPECT_EQ(tensor_bytes(part), Bytes(want.begin() + 3 * dtype_size(t),
-                                        want.begin() + 8 * dtype_size(t)));
+        EXPECT_EQ(tensor_bytes(part),
+                  Bytes(want.begin() + 3 * dtype_size(t), want.begin() + 8 * dtype_size(t)));
       }
   }
   Tensor a = Tensor::zeros({2}, DType::f16, Device("sim", 0));
@@ -204,12 +242,15 @@ TEST_F(DtypeTest, ToDtypeEqualsConvertOnTheHostForEveryPair) {
   }
   // A few values by hand (torch 1.13 agrees): RNE ties, saturation, NaN -> 0, wrap.
   const Device d("sim", 0);
-  auto f32 = [&](std::vector<float> x) { return Tensor::from_vector(x, {std::int64_t(x.size())}, d); };
+  auto f32 = [&](std::vector<float> x) {
+    return Tensor::from_vector(x, {std::int64_t(x.size())}, d);
+  };
   EXPECT_EQ(f32({2.5f, -2.5f, 1e10f, NAN}).to(DType::i32).to_vector<std::int32_t>(),
             (std::vector<std::int32_t>{2, -2, std::numeric_limits<std::int32_t>::max(), 0}));
   EXPECT_EQ(f32({1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f}).to(DType::f16).to_vector<float16>(),
             (std::vector<float16>{{0x3C00}, {0x3C02}}));  // ties to even
-  EXPECT_EQ(Tensor::from_vector(std::vector<std::int32_t>{300, -1}, {2}, d).to(DType::u8)
+  EXPECT_EQ(Tensor::from_vector(std::vector<std::int32_t>{300, -1}, {2}, d)
+                .to(DType::u8)
                 .to_vector<std::uint8_t>(),
             (std::vector<std::uint8_t>{44, 255}));  // int -> int wraps
 }
@@ -255,20 +296,21 @@ TEST_F(DtypeTest, FillAddScaleOnEveryDtype) {
   EXPECT_THROW_MSG(ops::add_any(i, Tensor::zeros({3}, DType::i32, d)), InvalidArgument,
                    "ops::add_any: b: expected [2] (the shape of a), got [3] i32 on sim:1");
   Tensor host = Tensor::zeros({2}, DType::bf16, Device::cpu());
-  EXPECT_THROW_MSG(ops::fill_(host, 1.0), InvalidArgument,
-                   "ops::fill_: x: expected a tensor on a device (sim or cuda), got [2] bf16 on cpu");
+  EXPECT_THROW_MSG(
+      ops::fill_(host, 1.0), InvalidArgument,
+      "ops::fill_: x: expected a tensor on a device (sim or cuda), got [2] bf16 on cpu");
 }
 
 TEST_F(DtypeTest, ReduceInputsEveryOpOnIntegersAndTheErrors) {
   const Device d("sim", 0);
   auto i32 = [&](std::vector<std::int32_t> v) { return Tensor::from_vector(v, {3}, d); };
-  std::vector<Tensor> in = {i32({7, -7, std::numeric_limits<std::int32_t>::max()}),
-                            i32({-2, 2, 1}), i32({4, 5, 0})};
+  std::vector<Tensor> in = {i32({7, -7, std::numeric_limits<std::int32_t>::max()}), i32({-2, 2, 1}),
+                            i32({4, 5, 0})};
   const std::vector<std::vector<std::int32_t>> want = {
-      {9, 0, std::numeric_limits<std::int32_t>::min()},  // sum wraps
-      {-56, -70, 0},                                     // prod
-      {-2, -7, 0},                                       // min
-      {7, 5, std::numeric_limits<std::int32_t>::max()},  // max
+      {9, 0, std::numeric_limits<std::int32_t>::min()},       // sum wraps
+      {-56, -70, 0},                                          // prod
+      {-2, -7, 0},                                            // min
+      {7, 5, std::numeric_limits<std::int32_t>::max()},       // max
       {3, 0, std::numeric_limits<std::int32_t>::min() / 3}};  // avg: wrapped sum / 3, truncated
   for (int op = 0; op <= 4; ++op)
     for (Determinism mode : {Determinism::fast, Determinism::bitwise}) {
@@ -286,7 +328,8 @@ TEST_F(DtypeTest, ReduceInputsEveryOpOnIntegersAndTheErrors) {
                    "ops::reduce_inputs: inputs[1]: expected dtype i32, got [3] u32 on sim:0");
 }
 
-// ---- fp8 against a brute-force reference ---------------------------------------------------------
+// ---- fp8 against a brute-force reference
+// ---------------------------------------------------------
 
 struct Fp8Spec {
   int e, m;
@@ -342,8 +385,8 @@ template <typename T>
 void check_fp8_exhaustive(const Fp8Spec& f) {
   // Every decoded value, the midpoints of neighbours, one f32 ulp either side of those, f32
   // subnormals, huge values, and random floats over the range.
-  std::vector<float> xs = {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-39f, 3e38f, -3e38f, INFINITY, -INFINITY,
-                           NAN};
+  std::vector<float> xs = {0.0f,  -0.0f,  1e-45f,   -1e-45f,   1e-39f,
+                           3e38f, -3e38f, INFINITY, -INFINITY, NAN};
   std::vector<double> vals;
   for (unsigned c = 0; c < 0x80; ++c)
     if (std::isfinite(fp8_decode(f, c))) vals.push_back(fp8_decode(f, c));
@@ -368,8 +411,7 @@ void check_fp8_exhaustive(const Fp8Spec& f) {
   int bad = 0;
   for (std::size_t i = 0; i < xs.size() && bad < 5; ++i) {
     const unsigned want = fp8_reference(f, xs[i]);
-    const bool ok = want == 0xFFu ? std::isnan(fp8_decode(f, got[i].bits))
-                                  : got[i].bits == want;
+    const bool ok = want == 0xFFu ? std::isnan(fp8_decode(f, got[i].bits)) : got[i].bits == want;
     if (!ok) {
       ++bad;
       ADD_FAILURE() << dtype_name(dtype_of<T>()) << " of " << xs[i] << " (" << std::hexfloat
@@ -380,8 +422,9 @@ void check_fp8_exhaustive(const Fp8Spec& f) {
   // And back: small -> f32 is exact for every code.
   std::vector<T> codes(256);
   for (unsigned c = 0; c < 256; ++c) codes[c].bits = static_cast<std::uint8_t>(c);
-  const std::vector<float> back =
-      Tensor::from_vector(codes, {256}, Device("sim", 1)).to(DType::f32).template to_vector<float>();
+  const std::vector<float> back = Tensor::from_vector(codes, {256}, Device("sim", 1))
+                                      .to(DType::f32)
+                                      .template to_vector<float>();
   for (unsigned c = 0; c < 256; ++c) {
     const double v = fp8_decode(f, c);
     if (std::isnan(v))
@@ -403,6 +446,94 @@ TEST_F(DtypeTest, Fp8ConversionsMatchABruteForceReference) {
   const auto e5 = x.to(DType::f8_e5m2).to_vector<float8_e5m2>();
   EXPECT_EQ(e5[2].bits, 0x7Cu);
   EXPECT_EQ(e5[3].bits, 0x7Bu);
+}
+
+// ---- the same on the CUDA backend (review 3 of issue 29's GPU check) ---------------------------
+// The CUDA backend's dtype-generic kernels (CudaDtypeKernels, cuda_kernels_dtype.cu), which the
+// check's training runs reach only for f32, bf16 and f16 (casts between those, zero fills, the
+// bf16 reduce of DataParallel's gradients): every pair of the 12 dtypes through Kernels::cast
+// (Tensor::to and ops::cast), fill_bits, add_any and scale_any on every dtype, and reduce_inputs
+// with every op on every dtype, all on hard_values(): the simulator's bytes (the same per-element
+// functions, dtype_math.h and reduce_math.h; bitwise mode for the floating reductions, both modes
+// for the integer ones, which are exact), a NaN matching any NaN (a GPU's arithmetic gives its
+// canonical NaN). Without a usable GPU the test reports SKIPPED with the reason;
+// tools/gpu-check-tests.txt lists it.
+
+using CudaDtypes = CudaSuite<>;  // kCudaTestDevices
+
+// Success when `got` and `want` (one dtype, any devices) hold the same bytes, except that a NaN
+// matches any NaN of a floating dtype: a GPU's arithmetic returns its canonical NaN (and a
+// conversion may keep it), whose bits the host's need not have (CudaFixes.NanCasts* checks the
+// casts' NaN bits where they are defined).
+::testing::AssertionResult cuda_dtype_same(const Tensor& got, const Tensor& want) {
+  const std::vector<std::uint8_t> gb = tensor_bytes(got), wb = tensor_bytes(want);
+  if (gb.size() != wb.size())
+    return ::testing::AssertionFailure() << gb.size() << " bytes vs " << wb.size();
+  const std::size_t es = dtype_size(got.dtype());
+  const std::vector<double> gv = got.to(Device::cpu()).to(DType::f64).to_vector<double>(),
+                            wv = want.to(Device::cpu()).to(DType::f64).to_vector<double>();
+  std::size_t differ = 0, first = 0;
+  for (std::size_t e = 0; e < gv.size(); ++e) {
+    if (std::equal(gb.begin() + e * es, gb.begin() + (e + 1) * es, wb.begin() + e * es)) continue;
+    if (is_floating(got.dtype()) && std::isnan(gv[e]) && std::isnan(wv[e])) continue;
+    if (differ++ == 0) first = e;
+  }
+  if (differ == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure()
+         << differ << " of " << gv.size() << " elements differ; first at " << first << ": "
+         << gv[first] << " vs " << wv[first];
+}
+
+TEST_F(CudaDtypes, CastFillAddScaleAndReduceInputsOfEveryDtypeEqualTheSimulator) {
+  const std::vector<double> v = hard_values();
+  const Device cuda("cuda", 1), sim("sim", 1);
+  for (DType from : kAllDTypes) {
+    const Tensor h = host_tensor(from, v);
+    const Tensor on_cuda = h.to(cuda), on_sim = h.to(sim);
+    for (DType to : kAllDTypes) {
+      SCOPED_TRACE(std::string("cast ") + dtype_name(from) + " -> " + dtype_name(to));
+      const Tensor want = on_sim.to(to);
+      EXPECT_TRUE(cuda_dtype_same(on_cuda.to(to), want));
+      EXPECT_TRUE(cuda_dtype_same(ops::cast(on_cuda, to), want));
+    }
+  }
+  for (DType t : kAllDTypes) {
+    SCOPED_TRACE(dtype_name(t));
+    auto run = [&](const Device& d) {
+      std::vector<Tensor> out;              // host copies
+      Tensor x = Tensor::zeros({5}, t, d);  // fill_bits
+      out.push_back(x.to(Device::cpu()));
+      ops::fill_(x, 3.0);
+      out.push_back(x.to(Device::cpu()));
+      Tensor a = host_tensor(t, v).to(d);
+      Tensor y = ops::add_any(a, a);  // the hard values doubled: overflow, wrap, NaN
+      out.push_back(y.to(Device::cpu()));
+      ops::scale_any_(y, is_signed(t) ? -3.0 : 3.0);
+      out.push_back(y.to(Device::cpu()));
+      // reduce_inputs of three inputs (the hard values rotated), every op; the floating types in
+      // bitwise mode (the canonical tree), the integers in both modes (exact).
+      const std::int64_t n = static_cast<std::int64_t>(v.size());
+      std::vector<Tensor> in;
+      for (std::int64_t k = 0; k < 3; ++k) {
+        std::vector<double> r(v.size());
+        for (std::size_t i = 0; i < v.size(); ++i)
+          r[i] = v[(i + static_cast<std::size_t>(k) * 7) % v.size()];
+        in.push_back(host_tensor(t, r).to(d));
+      }
+      for (int op = 0; op <= 4; ++op)
+        for (Determinism mode : {Determinism::bitwise, Determinism::fast}) {
+          if (mode == Determinism::fast && is_floating(t)) continue;
+          Tensor o = Tensor::zeros({n}, t, d);
+          ops::reduce_inputs(in, o, op, mode);
+          out.push_back(o.to(Device::cpu()));
+        }
+      return out;
+    };
+    const std::vector<Tensor> want = run(sim), got = run(cuda);
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t k = 0; k < got.size(); ++k)
+      EXPECT_TRUE(cuda_dtype_same(got[k], want[k])) << "output " << k;
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 // The CUDA kernels themselves run on the CPU in ctest CudaEmu.Kernels (test_emu_fused.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -27,37 +28,45 @@ using namespace ditto::test;
 using namespace ditto::test::backend_ops;
 
 // AdamW over three tensors (sizes 7, 4099, 1) at steps 1, 2 and 1 (per-tensor bias
-// corrections), the decay on the first two: against torch.optim.AdamW's formula in double.
-void multi_adamw_case(OpRun& r) {
+// corrections), the decay on the first two: against torch.optim.AdamW's formula in double; with
+// amsgrad, the update divides by the running maximum of exp_avg_sq (max_exp_avg_sq, updated).
+void multi_adamw_case(OpRun& r, bool amsgrad) {
   const std::vector<std::int64_t> sizes = {7, 4099, 1};
   const std::vector<int> steps = {1, 2, 1};
   const double lr = 1e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
-  std::vector<Tensor> p, g, m, v;
-  std::vector<Vec> pw, ps, vw;
+  std::vector<Tensor> p, g, m, v, vmax;
+  std::vector<Vec> pw, ps, vw, mw;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     const std::int64_t n = sizes[i];
     const std::vector<float> p0 = r.values(n), g0 = r.values(n), m0 = r.values(n), v0 = r.values(n);
-    std::vector<float> va(v0.size());
+    std::vector<float> va(v0.size()), ma(v0.size());
     for (std::size_t e = 0; e < v0.size(); ++e) va[e] = std::fabs(v0[e]);
+    if (amsgrad) {  // running maxima above and below exp_avg_sq's new values
+      const std::vector<float> x0 = r.values(n);
+      for (std::size_t e = 0; e < v0.size(); ++e) ma[e] = std::fabs(x0[e]);
+    }
     p.push_back(r.upload(p0, {n}));
     g.push_back(r.upload(g0, {n}));
     m.push_back(r.upload(m0, {n}));
     v.push_back(r.upload(va, {n}));
+    vmax.push_back(r.upload(ma, {n}));
     const bool decay = i < 2;
     const double bc1 = 1 - std::pow(b1, steps[i]), bc2 = 1 - std::pow(b2, steps[i]);
-    Vec want(n), scale(n), vv(n);
+    Vec want(n), scale(n), vv(n), vm(n);
     for (std::int64_t e = 0; e < n; ++e) {
       double pe = p0[e];
       if (decay) pe *= 1.0 - lr * wd;
       const double me = b1 * m0[e] + (1 - b1) * g0[e];
       vv[e] = b2 * va[e] + (1 - b2) * double(g0[e]) * g0[e];
-      const double update = (lr / bc1) * me / (std::sqrt(vv[e]) / std::sqrt(bc2) + eps);
+      vm[e] = amsgrad ? std::max(double(ma[e]), vv[e]) : vv[e];
+      const double update = (lr / bc1) * me / (std::sqrt(vm[e]) / std::sqrt(bc2) + eps);
       want[e] = pe - update;
       scale[e] = std::fabs(pe) + std::fabs(update) + std::fabs(p0[e]);
     }
     pw.push_back(want);
     ps.push_back(scale);
     vw.push_back(vv);
+    mw.push_back(vm);
   }
   std::vector<ops::AdamStepTensors> list;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
@@ -66,15 +75,17 @@ void multi_adamw_case(OpRun& r) {
     t.grad = &g[i];
     t.exp_avg = &m[i];
     t.exp_avg_sq = &v[i];
+    if (amsgrad) t.max_exp_avg_sq = &vmax[i];
     t.bias_correction1 = 1 - std::pow(b1, steps[i]);
     t.bias_correction2 = 1 - std::pow(b2, steps[i]);
     if (i < 2) t.decay_scale = static_cast<float>(1.0 - lr * wd);
     list.push_back(t);
   }
-  ops::adam_step_multi_(list, lr, b1, b2, eps, 0.0, false);
+  ops::adam_step_multi_(list, lr, b1, b2, eps, 0.0, amsgrad);
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     r.check(detail::cat("param", i), p[i], pw[i], ps[i], 64 * kU);
     r.check(detail::cat("exp_avg_sq", i), v[i], vw[i], vw[i], 16 * kU);
+    if (amsgrad) r.check(detail::cat("max_exp_avg_sq", i), vmax[i], mw[i], mw[i], 16 * kU);
   }
 }
 
@@ -113,7 +124,9 @@ void multi_squares_scale_case(OpRun& r) {
   }
 }
 
-const RegisterOpCases kMultiCases({{"multi_adamw", multi_adamw_case},
+const RegisterOpCases kMultiCases({{"multi_adamw", [](OpRun& r) { multi_adamw_case(r, false); }},
+                                   {"multi_adamw_amsgrad",
+                                    [](OpRun& r) { multi_adamw_case(r, true); }},
                                    {"multi_sum_squares_scale", multi_squares_scale_case}});
 
 class MultiTensorOpsTest : public SimSuite<2> {};

@@ -29,8 +29,10 @@
 #      sharded GEMM with empty shards: BackendOps cases), before the long steps 2 and 3 can use
 #      up the budget;
 #   2. sim = cuda params_checksum: the MLP on 1 and 8 devices bitwise; the GPT (f32 on 1 and 4
-#      devices, with dropout, bf16 on 1 and 2, bf16 ddp with ZeRO-1 and 2 micro-steps; fast-mode
-#      loss within 0.01); logical devices share the GPU where there is one;
+#      devices, with dropout under ddp, bf16 on 1 and 2, bf16 ddp with ZeRO-1 and 2 micro-steps,
+#      f16 on 1 with 2 micro-steps, f16 ddp with ZeRO-1 checkpointed half-way and resumed;
+#      fast-mode loss within 0.01);
+#      logical devices share the GPU where there is one;
 #   3. speed beside PyTorch on the same GPU: bench/torch_gpu_bench.py (nanoGPT's char config in
 #      f32, TF32 and bf16; GPT-2 124M in bf16), ditto-train --backend cuda on the same
 #      configurations in fast and bitwise mode, and the dry run's prediction (--profile of the
@@ -572,8 +574,10 @@ for backend in sim cuda; do
 done
 gpt_equal gpt-bitwise-equal gpt-bitwise-sim-1 gpt-bitwise-sim-4 gpt-bitwise-cuda-1 \
   gpt-bitwise-cuda-4
+# Dropout under DDP (its ranks' SPMD all_reduces, each rank's masks at its slice of the global
+# batch; bitwise, the bits of DataParallel on one device): the one compared row of plain DDP.
 gpt_run gpt-dropout-sim-1 sim 1 bitwise 0.1
-gpt_run gpt-dropout-cuda-4 cuda 4 bitwise 0.1
+gpt_run gpt-dropout-cuda-4 cuda 4 bitwise 0.1 --trainer ddp
 gpt_equal gpt-dropout-equal gpt-dropout-sim-1 gpt-dropout-cuda-4
 for backend in sim cuda; do
   for n in 1 2; do gpt_run "gpt-bf16-$backend-$n" "$backend" "$n" bitwise 0 --dtype bf16; done
@@ -586,6 +590,28 @@ gpt_run gpt-bf16-zero-cuda-2 cuda 2 bitwise 0 --dtype bf16 --trainer ddp --zero-
   --grad-accum-steps 2
 gpt_run gpt-bf16-zero-overlap-cuda-2 cuda 2 bitwise 0 --dtype bf16 --trainer ddp --zero-stage 1
 gpt_equal gpt-bf16-zero-equal gpt-bf16-sim-1 gpt-bf16-zero-cuda-2 gpt-bf16-zero-overlap-cuda-2
+# f16: GradScaler's unscale_ (sum_squares_multi and scale_multi on CUDA) on MasterWeights' f32
+# copies (one device) and on ZeRO's shard, and a checkpoint of GPU tensors: ZeRO-1 run to half the
+# iterations with --checkpoint, then --resume to the end; the resumed run's params_checksum must
+# be the simulator's uninterrupted one.
+half_iters=10
+[ $quick -eq 1 ] && half_iters=1
+rm -rf "$out/ckpt-f16"
+gpt_run gpt-f16-sim-1 sim 1 bitwise 0 --dtype f16
+# (and gradient accumulation outside ZeRO: 2 micro-steps, the same bits in bitwise mode)
+gpt_run gpt-f16-cuda-1 cuda 1 bitwise 0 --dtype f16 --grad-accum-steps 2
+gpt_equal gpt-f16-equal gpt-f16-sim-1 gpt-f16-cuda-1
+gpt_run gpt-f16-zero-ckpt-cuda-2 cuda 2 bitwise 0 --dtype f16 --trainer ddp --zero-stage 1 \
+  --max-iters "$half_iters" --checkpoint "$out/ckpt-f16"
+gpt_run gpt-f16-zero-resume-cuda-2 cuda 2 bitwise 0 --dtype f16 --trainer ddp --zero-stage 1 \
+  --resume "$out/ckpt-f16"
+a="$(gpt_sum "$out/logs/gpt-f16-sim-1.log")" b="$(gpt_sum "$out/logs/gpt-f16-zero-resume-cuda-2.log")"
+if [ -n "$a" ] && [ "$a" = "$b" ] && grep -q 'resumed from' "$out/logs/gpt-f16-zero-resume-cuda-2.log"; then
+  record gpt-f16-resume-equal cuda PASS 0 "params_checksum $a: sim uninterrupted = cuda resumed at $half_iters"
+else
+  nd="$(no_device gpt-f16-zero-ckpt-cuda-2 gpt-f16-zero-resume-cuda-2)"
+  record gpt-f16-resume-equal cuda FAIL 0 "${nd:+$nd; }sim ${a:-missing}, cuda resumed ${b:-missing}"
+fi
 for backend in sim cuda; do gpt_run "gpt-fast-$backend-4" "$backend" 4 fast 0; done
 a="$(gpt_val "$out/logs/gpt-fast-sim-4.log")" b="$(gpt_val "$out/logs/gpt-fast-cuda-4.log")"
 if [ -n "$a" ] && [ -n "$b" ] &&
