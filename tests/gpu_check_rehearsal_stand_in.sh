@@ -12,6 +12,8 @@
 #     after them).
 #  5. the kernels' memcheck runs before the checksums and the speed section (after them it could
 #     get no time left in the budget), the other sanitizer runs after the speed section.
+#  6. where compute-sanitizer refuses the device (gVisor hosts: "Device not supported"), its first
+#     row is SKIPPED with that reason, not FAIL, and the other seven are not tried (45 s each).
 # Usage: gpu_check_rehearsal_stand_in.sh PATH/TO/tools/gpu-check.sh WORK_DIR
 set -u
 script=$1 work=$2
@@ -67,4 +69,13 @@ order=$(grep -oE '^\| (sanitizer-memcheck-gemm-ragged-bitwise|mlp-bitwise-sim-1|
           "$work/out/results.md" | tr -d '| ' | paste -sd' ' -)
 [ "$order" = "sanitizer-memcheck-gemm-ragged-bitwise mlp-bitwise-sim-1 speed-torch sanitizer-racecheck-gpt-bf16-ddp-2" ] ||
   fail "5. steps in the order: $order"
+got6=$(GPU_CHECK_STANDIN_SANITIZER=refuse bash "$script" --rehearsal --build "$work/build" \
+         --out "$work/out6" --budget 120 2>&1)
+echo "$got6" | grep -q "gpu-check: rehearsal: PASS" || fail "6. a refused sanitizer failed the check: $got6"
+skipped=$(grep -cE '^\| [^|]* \| (memcheck|racecheck) \| SKIPPED \| ' "$work/out6/results.md")
+[ "$skipped" -eq 8 ] || fail "6. $skipped of 8 sanitizer rows SKIPPED: $(grep -E '(memcheck|racecheck)' "$work/out6/results.md")"
+grep -qE '^\| sanitizer-memcheck-gemm-ragged-bitwise \| cuda \| SKIPPED \| [0-9]+ \| compute-sanitizer refused this device: .*Device not supported' \
+  "$work/out6/results.md" || fail "6. the first sanitizer row does not say why: $(grep sanitizer-memcheck-gemm-ragged "$work/out6/results.md")"
+tried=$(ls "$work/out6/logs" | grep -c '^sanitizer-.*\.log$')
+[ "$tried" -eq 1 ] || fail "6. compute-sanitizer was tried $tried times after it refused the device"
 echo "PASS: $(echo "$got" | grep 'rehearsal: PASS' | cut -c1-100)"
