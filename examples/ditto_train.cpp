@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <new>
@@ -217,11 +218,17 @@ int run(Args& a) {
     out(train::format_resume("ditto-train", dir, ts, gpt));
   };
   print.install(cb, [&](const train::RunInfo& r) {
-    return (gpt_run.init_weights ? train::format_init_from("ditto-train", g, *gpt_run.init_weights)
-                                 : "") +
-           (gpt ? train::format_gpt_start("ditto-train", r, g, c, gpt_run) +
-                      train::format_grad_accum("ditto-train", c)
-                : train::format_start("ditto-train", r, c, a.rows.data, rows.get()));
+    // --init-from with a --resume that resumes (--resume auto finding a checkpoint, or DIR
+    // given): the checkpoint's parameters replace the file's, so its line would mislead.
+    const std::string init_line =
+        !gpt_run.init_weights ? ""
+        : c.resume_dir.empty()
+            ? train::format_init_from("ditto-train", g, *gpt_run.init_weights)
+            : "ditto-train: --init-from " + g.init_from + " ignored: resuming from " +
+                  c.resume_dir + " (--resume wins once its directory holds a checkpoint)\n";
+    return init_line + (gpt ? train::format_gpt_start("ditto-train", r, g, c, gpt_run) +
+                                  train::format_grad_accum("ditto-train", c)
+                            : train::format_start("ditto-train", r, c, a.rows.data, rows.get()));
   });
   if (gpt)
     cb.on_finish = [&](train::Replica& rep) {
@@ -325,6 +332,30 @@ int leave_mpi_job(int rc, int argc, char** argv, const std::string& what) {
   return rc;
 }
 
+/// After dist::init under a launcher's variables: a world size that the variables contradict
+/// (OMPI_COMM_WORLD_SIZE=2 or PMI_SIZE=2 set by hand or left from another launch, no mpirun:
+/// MPI_Init makes a job of this one process) is refused as torchrun's variables are
+/// (dist::check_not_torchrun): each process so started would run a whole job of its own.
+void check_launcher_world_size() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    const char* v = std::getenv(var);
+    if (!v || !*v) continue;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end != '\0' || n == dist::world_size()) continue;
+    const int size = dist::world_size();
+    dist::finalize();  // this process is no rank of a job: its error says no "rank 0"
+    throw InvalidArgument(detail::cat(
+        "environment: ", var, "=", v, " is set but the MPI job has ", size, " process",
+        size == 1 ? "" : "es",
+        " (no mpirun started this one: the variable is left from another launch or set by hand): "
+        "each process so started would run a whole job of its own. ditto starts its ranks with "
+        "mpirun (docs/mpi.md: `mpirun -np N ditto-train --trainer ddp`), or runs N devices in "
+        "one process (--devices N); unset ",
+        var, " (and the launcher's other variables) to run this process alone"));
+  }
+}
+
 /// ditto-train's command line.
 int cli_main(int argc, char** argv) {
   Args a;
@@ -366,7 +397,10 @@ int cli_main(int argc, char** argv) {
     // Started by mpirun: this process is one rank (--trainer ddp), the job's processes the ranks.
     // Started by torchrun (RANK, WORLD_SIZE): refused, else each process would run a whole job.
     dist::check_not_torchrun("environment");
-    if (dist::launched_by_mpirun()) dist::init(&argc, &argv);
+    if (dist::launched_by_mpirun()) {
+      dist::init(&argc, &argv);
+      check_launcher_world_size();
+    }
     rc = run(a);  // under mpirun it checks that the processes agree before training
   } catch (const UsageError& e) {
     std::fprintf(stderr, "ditto-train: error: %s\n", e.what());

@@ -376,7 +376,15 @@ TEST_F(GptWeights, ConfigJsonOfAnotherModelIsRefusedNamingTheKey) {
       {R"("model_type": "llama")",
        R"(model_type: expected "gpt2" (ditto's GPT is GPT-2's architecture), got "llama")"},
       {R"("activation_function": "relu")",
-       R"(activation_function: expected "gelu_new" or "gelu" (GPT-2's GELU), got "relu")"},
+       R"(activation_function: expected "gelu_new", "gelu_pytorch_tanh" or "gelu_fast" (GPT-2's tanh GELU, the only activation ditto computes), got "relu")"},
+      // tester4 (3): transformers' "gelu" is the exact erf GELU; it was taken and computed with
+      // the tanh form.
+      {R"("activation_function": "gelu")",
+       R"(activation_function: expected "gelu_new", "gelu_pytorch_tanh" or "gelu_fast" (GPT-2's tanh GELU, the only activation ditto computes), got "gelu" (transformers' exact erf GELU, nn.GELU(): ditto would compute this model with the tanh GELU, another function; if it was trained with the tanh GELU, set "gelu_new" in the config.json))"},
+      {R"("activation_function": "gelu_python")",
+       R"(activation_function: expected "gelu_new", "gelu_pytorch_tanh" or "gelu_fast" (GPT-2's tanh GELU, the only activation ditto computes), got "gelu_python" (transformers' exact erf GELU)"},
+      {R"("activation_function": "quick_gelu")",
+       R"(activation_function: expected "gelu_new", "gelu_pytorch_tanh" or "gelu_fast" (GPT-2's tanh GELU, the only activation ditto computes), got "quick_gelu")"},
       {R"("layer_norm_epsilon": 1e-6)",
        "layer_norm_epsilon: expected 1e-05 (GPT-2's and ditto's LayerNorm epsilon), got 1e-06"},
       {R"("scale_attn_weights": false)",
@@ -390,11 +398,16 @@ TEST_F(GptWeights, ConfigJsonOfAnotherModelIsRefusedNamingTheKey) {
     write_bytes(cfg, "{\"n_head\": 4, " + entry + "}");
     expect_invalid([&] { io::load_gpt_weights(path); }, head + message);
   }
-  // GPT-2's own values (the tiny fixture's config.json has them) load.
-  write_bytes(cfg, R"({"n_head": 4, "model_type": "gpt2", "activation_function": "gelu",
+  // GPT-2's own values (the tiny fixture's config.json has them) load, with each of
+  // transformers' names of the tanh GELU.
+  for (const char* act : {"gelu_new", "gelu_pytorch_tanh", "gelu_fast"}) {
+    write_bytes(
+        cfg,
+        std::string(R"({"n_head": 4, "model_type": "gpt2", "activation_function": ")") + act + R"(",
                        "layer_norm_epsilon": 1e-05, "scale_attn_weights": true, "n_layer": 2,
                        "n_embd": 32, "n_positions": 64, "vocab_size": 512})");
-  expect_tiny_config(io::load_gpt_weights(path));
+    expect_tiny_config(io::load_gpt_weights(path));
+  }
 }
 
 // A folder that is not a checkpoint: a Hugging Face download folder (model.safetensors +

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -519,16 +520,41 @@ Checkpoint read_checkpoint(const std::string& path) {
   return c;
 }
 
+std::string pytorch_file_hint(const std::string& path) {
+  unsigned char m[4] = {};
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return "";
+  struct stat st {};
+  ssize_t got = -1;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) got = ::read(fd, m, sizeof m);
+  ::close(fd);
+  const bool zip = got == 4 && std::memcmp(m, "PK\x03\x04", 4) == 0;
+  const bool legacy = got >= 2 && m[0] == 0x80 && m[1] == 0x02;
+  if (!zip && !legacy) return "";
+  return cat(
+      "'", path, "' is a PyTorch file (torch.save's ",
+      zip ? "zip archive" : "legacy pickle, torch < 1.6",
+      ", as nanoGPT's ckpt.pt), which ditto does not read: convert its model with "
+      "`/usr/bin/python3 tools/nanogpt_to_safetensors.py ",
+      path,
+      " model.safetensors` (needs torch) and start from it with --init-from "
+      "model.safetensors (its parameters only: nanoGPT's optimizer state and iter_num do not "
+      "come over; docs/llmc_nanogpt.md)");
+}
+
 Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log) {
   const char* call = "resume";
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     struct stat st {};
-    if (::stat(dir.c_str(), &st) == 0)  // a file given where the directory was meant
+    if (::stat(dir.c_str(), &st) == 0) {  // a file given where the directory was meant
+      const std::string torch = pytorch_file_hint(dir);
       throw Error(cat(call, ": checkpoint directory '", dir, "' is ",
                       io::file_type_name(st.st_mode),
                       ", expected a directory of checkpoints (the directory a run's checkpoints "
-                      "were saved in: DIR/latest, DIR/step-N)"));
+                      "were saved in: DIR/latest, DIR/step-N)",
+                      torch.empty() ? "" : "; " + torch));
+    }
     throw Error(cat(call, ": checkpoint directory '", dir, "' does not exist"));
   }
   std::vector<std::int64_t> steps;
@@ -536,6 +562,12 @@ Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log) {
     if (e.is_directory() && parse_step_name(e.path().filename().string()) >= 0)
       steps.push_back(parse_step_name(e.path().filename().string()));
   std::sort(steps.rbegin(), steps.rend());
+  // nanoGPT's out_dir (train.py writes out_dir/ckpt.pt): not a ditto checkpoint; say what it is.
+  if (steps.empty())
+    if (const std::string torch = pytorch_file_hint(dir + "/ckpt.pt"); !torch.empty())
+      throw Error(cat(call, ": '", dir,
+                      "' holds no ditto checkpoint (no step-N directory) but nanoGPT's: ", torch,
+                      "; --resume takes only the checkpoints of ditto's --checkpoint DIR"));
   // DIR/latest first (when it names one), then the newest down.
   // DIR/latest is a plain file ditto writes; a symbolic link there (not ditto's) is ignored, as a
   // damaged DIR/latest is: the step directories are tried from the newest down.
@@ -600,6 +632,34 @@ bool split_fields(const std::string& v, std::string& head,
   return true;
 }
 
+// A recorded value as the user would type it: a float's or double's exact_str ("%.9g" /
+// "%.17g": 0.0020000000949949026, 0.10000000000000001, 0.0500000007) by its shortest
+// round-trip (0.002, 0.1, 0.05); any other value (an integer, a fingerprint, a model) as it is.
+std::string typed_value(const std::string& v) {
+  if (v.find('.') == std::string::npos ||
+      v.find_first_not_of("0123456789.eE+-") != std::string::npos)
+    return v;
+  char* end = nullptr;
+  const double d = std::strtod(v.c_str(), &end);
+  if (end != v.c_str() + v.size() || !std::isfinite(d)) return v;
+  const float f = std::strtof(v.c_str(), nullptr);
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(f));
+  const bool is_float = static_cast<double>(f) == d || v == buf;  // widened, or exact_str(float)
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, is_float ? static_cast<double>(f) : d);
+    if (is_float ? std::strtof(buf, nullptr) == f : std::strtod(buf, nullptr) == d) break;
+  }
+  return buf;
+}
+
+// The data keys of a text run (TextDataSource::checkpoint_config) and of a token run
+// (TokenDataSource's): a checkpoint of one resumed by the other is refused saying so.
+bool text_data_key(const std::string& k) { return k == "text_fnv1a" || k == "text_bytes"; }
+bool token_data_key(const std::string& k) {
+  return k == "data_fingerprint" || k == "data_format" || k == "train_tokens" || k == "val_tokens";
+}
+
 }  // namespace
 
 TrainerState resume_checkpoint(const std::string& dir, nn::Module& model, optim::Optimizer& opt,
@@ -629,6 +689,29 @@ TrainerState resume_checkpoint(const std::string& dir, nn::Module& model, optim:
   std::vector<std::pair<std::string, std::string>> ordered(config.begin(), config.end());
   std::stable_partition(ordered.begin(), ordered.end(),
                         [](const auto& kv) { return kv.first == "model"; });
+  // Trained on a text, resumed on token files (nanoGPT's train.bin of the same text too), or the
+  // other way round: not "data_fingerprint=(not recorded)" but what changed and what to do.
+  {
+    bool run_text = false, run_tokens = false, ck_text = false, ck_tokens = false;
+    for (const auto& kv : config)
+      run_text |= text_data_key(kv.first), run_tokens |= token_data_key(kv.first);
+    for (const auto& kv : c.state.config)
+      ck_text |= text_data_key(kv.first), ck_tokens |= token_data_key(kv.first);
+    if ((ck_text && run_tokens && !ck_tokens) || (ck_tokens && run_text && !ck_text)) {
+      auto kind = [](bool text) {
+        return text ? "a text file (--data, a token per byte, the vocabulary its sorted distinct "
+                      "bytes)"
+                    : "token files (--data: llm.c shards or nanoGPT's .bin)";
+      };
+      throw InvalidArgument(cat(
+          call, ": checkpoint '", c.path, "' was trained on ", kind(ck_text), ", this run reads ",
+          kind(run_text),
+          ": a resume continues on the checkpoint's own data (the same tokens in another format "
+          "have another fingerprint and vocabulary), so it is refused; to train the checkpoint's "
+          "model on this data, start a new run from its parameters with --init-from ",
+          c.path, " (its optimizer state and step start fresh)"));
+    }
+  }
   for (const auto& [key, value] : ordered) {
     if (may_differ.count(key)) continue;
     auto it = c.state.config.find(key);
@@ -650,6 +733,18 @@ TrainerState resume_checkpoint(const std::string& dir, nn::Module& model, optim:
           DITTO_CHECK(a[i].first != b[i].first || a[i].second == b[i].second, call,
                       ": checkpoint '", c.path, "' does not match this run's ", key, ": ",
                       name(a[i].first), ": checkpoint ", a[i].second, ", this run ", b[i].second);
+    }
+    // A setting recorded under another name than its flag's (learning_rate: --lr), or as a
+    // float's exact digits (min_lr=0.00010000000000000000479): named by the flag, with the
+    // values as typed ("--lr: checkpoint 0.001, this run 0.002"). Others (batch_size=12, whose
+    // key is its flag's name) keep the key=value form.
+    if (it != c.state.config.end() && it->second != value && names.count(key)) {
+      std::string flag = "--" + key;
+      std::replace(flag.begin(), flag.end(), '_', '-');
+      const std::string was = typed_value(it->second), now = typed_value(value);
+      DITTO_CHECK(name(key) == flag && was == it->second && now == value, call, ": checkpoint '",
+                  c.path, "' does not match this run's ", name(key), ": checkpoint ", was,
+                  ", this run ", now);
     }
     DITTO_CHECK(it != c.state.config.end() && it->second == value, call, ": checkpoint '", c.path,
                 "' was saved with ", key, "=",
@@ -686,10 +781,15 @@ TrainerState resume_checkpoint(const std::string& dir, nn::Module& model, optim:
     const std::string key = m.substr(o + tag.size(), d - o - tag.size());
     const std::size_t a = d + diff.size() + key.size() + 1, t = m.find(", this ", a),
                       h = t == std::string::npos ? t : m.find(" has " + key + "=", t);
-    if (!names.count(key) || h == std::string::npos) throw;
+    // AdamW's per-group decay ("param_groups.0.weight_decay"): the --weight-decay the user set.
+    const bool group_decay =
+        key.rfind("param_groups.", 0) == 0 && key.size() > 13 && key.ends_with(".weight_decay");
+    const std::string field = group_decay ? "weight_decay" : key;
+    if (!names.count(field) || h == std::string::npos) throw;
     throw InvalidArgument(cat(call, ": checkpoint '", c.path, "' does not match this run's ",
-                              "optimizer: ", name(key), ": checkpoint ", m.substr(a, t - a),
-                              ", this run ", m.substr(h + key.size() + 6)));
+                              "optimizer: ", name(field), ": checkpoint ",
+                              typed_value(m.substr(a, t - a)), ", this run ",
+                              typed_value(m.substr(h + key.size() + 6))));
   }
   for (nn::Parameter* p : params) p->data.copy_(*by_name[p->name]);
   for (const std::string& line : unchecked) log << line << "\n";

@@ -132,9 +132,18 @@ bool verify_checkpoint_crc(const std::string& path, const io::SafetensorsData& d
 /// 1234 (another run writing the same directory)"), or the OS reason when it cannot be created.
 void lock_checkpoint_dir(const std::string& dir);
 
+/// When `path` is a PyTorch file (torch.save's zip archive: "PK\x03\x04" first; its legacy
+/// pickle: 0x80 0x02 first), what it is and how to bring it to ditto, e.g. "'out/ckpt.pt' is a
+/// PyTorch file (torch.save's zip archive, as nanoGPT's ckpt.pt), which ditto does not read:
+/// convert its model with `/usr/bin/python3 tools/nanogpt_to_safetensors.py ...` ...";
+/// "" for any other file, a directory, or one that cannot be read. Reads at most 4 bytes; throws
+/// nothing. Errors that meet such a file (--init-from, --resume) append it.
+std::string pytorch_file_hint(const std::string& path);
+
 /// The newest usable checkpoint in DIR: DIR/latest's first, then the other step-N from the
 /// newest down; each one skipped is reported on `log` with the reason. Throws ditto::Error when
-/// DIR holds no usable checkpoint (with each one's reason).
+/// DIR holds no usable checkpoint (with each one's reason; a DIR that holds nanoGPT's ckpt.pt
+/// and no step-N says what it is and how to convert it: pytorch_file_hint).
 Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log);
 
 /// Whether DIR holds a checkpoint to resume from (a restart loop's `--resume auto`): DIR/latest

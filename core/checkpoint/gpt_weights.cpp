@@ -247,16 +247,31 @@ std::int64_t n_head_from_config_json(const std::string& path, const nlohmann::js
 void check_config_json(const std::string& path, const nlohmann::json& j, const nn::GPTConfig& c) {
   if (j.is_null()) return;
   const fs::path cfg = config_json_path(path);
-  auto refuse = [&](const char* key, const std::string& expected) {
+  auto refuse = [&](const char* key, const std::string& expected, const std::string& got_is = "") {
     throw InvalidArgument(detail::cat("io::load_gpt_weights: '", cfg.string(),
                                       "' (the config.json beside '", path, "'): ", key,
-                                      ": expected ", expected, ", got ", j[key].dump()));
+                                      ": expected ", expected, ", got ", j[key].dump(), got_is));
   };
   if (j.contains("model_type") && j["model_type"] != "gpt2")
     refuse("model_type", "\"gpt2\" (ditto's GPT is GPT-2's architecture)");
-  if (j.contains("activation_function") && j["activation_function"] != "gelu_new" &&
-      j["activation_function"] != "gelu")
-    refuse("activation_function", "\"gelu_new\" or \"gelu\" (GPT-2's GELU)");
+  // transformers' names (ACT2FN): "gelu_new" (GPT2Config's default), "gelu_pytorch_tanh" and
+  // "gelu_fast" are the tanh approximation 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the
+  // one GELU ditto computes (sim and CUDA kernels); "gelu" (and "gelu_python") is the exact erf
+  // GELU x Phi(x) (PyTorch's nn.GELU(), nanoGPT's), a different function (up to 4.7e-4 apart):
+  // refused, as any other ("relu", "silu", "tanh", "quick_gelu", ...).
+  if (j.contains("activation_function")) {
+    const auto& act = j["activation_function"];
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast") {
+      const bool erf = act == "gelu" || act == "gelu_python";
+      refuse("activation_function",
+             "\"gelu_new\", \"gelu_pytorch_tanh\" or \"gelu_fast\" (GPT-2's tanh GELU, the "
+             "only activation ditto computes)",
+             erf ? " (transformers' exact erf GELU, nn.GELU(): ditto would compute this model "
+                   "with the tanh GELU, another function; if it was trained with the tanh GELU, "
+                   "set \"gelu_new\" in the config.json)"
+                 : "");
+    }
+  }
   if (j.contains("layer_norm_epsilon") &&
       !(j["layer_norm_epsilon"].is_number() && j["layer_norm_epsilon"].get<double>() == 1e-5))
     refuse("layer_norm_epsilon", "1e-05 (GPT-2's and ditto's LayerNorm epsilon)");
@@ -614,10 +629,17 @@ GptWeights load_gpt_weights(const std::string& path, std::int64_t n_head_hint) {
     // A Hugging Face download folder (model.safetensors, config.json, ...): its model file.
     const fs::path st = fs::path(path) / "model.safetensors";
     if (fs::is_regular_file(st, ec)) return load_gpt_weights(st.string(), n_head_hint);
-    bad(path, "expected a ditto checkpoint directory (DIR/latest, DIR/step-N) or a folder with a "
-              "model.safetensors (Hugging Face's), got a folder with neither: pass the model "
-              "file itself (DIR/model.safetensors, an llm.c .bin)");
+    const std::string torch = pytorch_file_hint((fs::path(path) / "ckpt.pt").string());
+    bad(path, detail::cat("expected a ditto checkpoint directory (DIR/latest, DIR/step-N) or a "
+                          "folder with a model.safetensors (Hugging Face's), got a folder with "
+                          "neither",
+                          torch.empty() ? std::string(": pass the model file itself "
+                                                      "(DIR/model.safetensors, an llm.c .bin)")
+                                        : " (nanoGPT's out_dir): " + torch));
   }
+  // nanoGPT's ckpt.pt (torch.save): named as such, not read as a safetensors header.
+  if (const std::string torch = pytorch_file_hint(path); !torch.empty())
+    throw ParseError(detail::cat("io::load_gpt_weights: ", torch));
   try {
     InputFile in(path, std::numeric_limits<std::uint64_t>::max(), "io::load_gpt_weights");
     std::string first;

@@ -301,8 +301,10 @@ GptRun configure_gpt(GptSettings& g, TrainerConfig& c) {
   // The loop's fields and the model's, as errors and a resume that does not match name them
   // (the checkpoint's "model"; vocab_size is the data's unless given: it keeps its own name).
   for (const char* f : {"max_iters", "eval_interval", "eval_iters", "grad_clip", "n_layer",
-                        "n_head", "n_embd", "block_size", "bias", "dropout"})
+                        "n_head", "n_embd", "block_size", "bias", "dropout", "min_lr",
+                        "warmup_iters", "lr_decay_iters", "beta1", "beta2"})
     c.field_names[f] = g.name_of(f);
+  c.field_names["learning_rate"] = c.name_of("lr");  // checkpoint_settings' name of --lr
   out.model = m;
   configure_weights(g, out, c);
   return out;

@@ -186,7 +186,10 @@ OptionTable trainer_options(TrainerOptions& o) {
       mlp(option("--loss", &c.loss, "cross-entropy or mse (on one-hot targets)")),
       // ---- the loop
       option("--batch-size", &c.batch_size,
-             "global batch size (split over the devices; --model gpt: default 12)",
+             "global batch size: the rows (GPT: windows) of one optimizer step, split over the "
+             "devices and their --grad-accum-steps micro-steps (nanoGPT's batch_size is one "
+             "rank's micro-batch: its batch_size x gradient_accumulation_steps is this; "
+             "--model gpt: default 12)",
              "an integer >= 1")
           .at_least(1),
       mlp(option("--epochs", &c.epochs, "training epochs", "an integer >= 0")),
@@ -227,9 +230,11 @@ OptionTable trainer_options(TrainerOptions& o) {
              "the same bits); --zero-overlap-comm=false: all of them after the backward"),
       option(
           "--grad-accum-steps", &c.grad_accum_steps,
-          "micro-steps per optimizer step (nanoGPT's gradient_accumulation_steps; ddp: no_sync on "
-          "all but the last): each takes a contiguous part of --batch-size; bitwise: a power of two "
-          "with micro-shards divisible by it x devices, the same bits as 1",
+          "micro-steps per optimizer step on each device (ddp: no_sync on all but the last): "
+          "each takes a contiguous part of --batch-size; nanoGPT's gradient_accumulation_steps "
+          "counts all ranks' (train.py divides it by the world size): give it divided by "
+          "--devices (docs/llmc_nanogpt.md); bitwise: a power of two with micro-shards divisible "
+          "by it x devices, the same bits as 1",
           "an integer >= 1"),
       option("--dry-run", &c.dry_run,
              "sim: price every kernel, copy and collective and account every allocation "
@@ -444,8 +449,12 @@ std::string nanogpt_option_hint(const std::string& arg) {
       {"dataset", "--data",
        "a file here (text, nanoGPT's train.bin, llm.c shards), not a folder "
        "name under data/"},
-      {"gradient_accumulation_steps", "--grad-accum-steps", "micro-steps per optimizer step"},
-      {"batch_size", "--batch-size", ""},
+      {"gradient_accumulation_steps", "--grad-accum-steps",
+       "micro-steps per optimizer step of each device: nanoGPT's count divided by --devices, as "
+       "train.py divides it by the world size"},
+      {"batch_size", "--batch-size",
+       "the global batch: nanoGPT's batch_size x gradient_accumulation_steps; nanoGPT's "
+       "batch_size is one rank's micro-batch"},
       {"block_size", "--block-size", ""},
       {"n_layer", "--n-layer", ""},
       {"n_head", "--n-head", ""},

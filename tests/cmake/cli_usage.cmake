@@ -16,8 +16,13 @@ if(TARGET ditto-train)
   # nanoGPT's train.py settings as configurator.py takes them (--key=value): ditto's option with
   # what differs, or what to do where ditto has none (train::nanogpt_option_hint).
   ditto_expect_exit(DittoTrainCli.NanoGptNamesGetDittosOption RC 2
-    REGEX "^ditto-train: error: unrecognized arguments: --out_dir=out --learning_rate=1e-3 --gradient_accumulation_steps=2\nditto-train: --out_dir=out: did you mean --checkpoint\\? \\(nanoGPT's out_dir: ditto writes DIR/step-N/ checkpoints there\\)\nditto-train: --learning_rate=1e-3: did you mean --lr\\? \\(nanoGPT's learning_rate\\)\nditto-train: --gradient_accumulation_steps=2: did you mean --grad-accum-steps\\? \\(micro-steps per optimizer step\\)\nRun ditto-train --help"
+    REGEX "^ditto-train: error: unrecognized arguments: --out_dir=out --learning_rate=1e-3 --gradient_accumulation_steps=2\nditto-train: --out_dir=out: did you mean --checkpoint\\? \\(nanoGPT's out_dir: ditto writes DIR/step-N/ checkpoints there\\)\nditto-train: --learning_rate=1e-3: did you mean --lr\\? \\(nanoGPT's learning_rate\\)\nditto-train: --gradient_accumulation_steps=2: did you mean --grad-accum-steps\\? \\(micro-steps per optimizer step of each device: nanoGPT's count divided by --devices, as train.py divides it by the world size\\)\nRun ditto-train --help"
     COMMAND $<TARGET_FILE:ditto-train> --model gpt --out_dir=out --learning_rate=1e-3 --gradient_accumulation_steps=2)
+  # tester4 (6): nanoGPT's batch_size is one rank's micro-batch, its gradient_accumulation_steps
+  # the whole job's; ditto's --batch-size is global, --grad-accum-steps each device's.
+  ditto_expect_exit(DittoTrainCli.NanoGptBatchSizeSaysWhatItMaps RC 2
+    REGEX "ditto-train: --batch_size=12: did you mean --batch-size\\? \\(the global batch: nanoGPT's batch_size x gradient_accumulation_steps; nanoGPT's batch_size is one rank's micro-batch\\)"
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --batch_size=12)
   ditto_expect_exit(DittoTrainCli.NanoGptNamesWithoutEquivalentSaySo RC 2
     REGEX "^ditto-train: error: unrecognized arguments: --compile=False --decay_lr=False\nditto-train: --compile=False: nanoGPT's compile has no ditto equivalent: ditto has no torch.compile: its kernels are compiled ahead of time; leave it out\nditto-train: --decay_lr=False: nanoGPT's decay_lr has no ditto equivalent: the GPT's learning rate always follows"
     COMMAND $<TARGET_FILE:ditto-train> --model gpt --compile=False --decay_lr=False)

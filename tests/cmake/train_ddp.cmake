@@ -54,3 +54,13 @@ if(TARGET ditto-train)
     REGEX "ditto-train: error: environment: torchrun's variables are set \\(RANK=1 WORLD_SIZE=2 LOCAL_RANK=1\\) but ditto does not read them: each process would run a whole job of its own. ditto starts its ranks with mpirun \\(docs/mpi.md"
     COMMAND env RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 $<TARGET_FILE:ditto-train> --epochs 1 TIMEOUT 30)
 endif()
+# tester4: Open MPI's or a PMI launcher's size set without mpirun (left from another launch, or
+# by hand) made MPI_Init a one-process job that trained as "ranks=1": refused as torchrun's
+# variables are. (Without MPI support dist::init refuses it already.)
+if(TARGET ditto-train AND DITTO_MPI_ENABLED)
+  foreach(var OMPI_COMM_WORLD_SIZE PMI_SIZE)
+    ditto_expect_exit(DittoTrainCli.${var}WithoutMpirunIsRefused RC 1
+      REGEX "ditto-train: error: environment: ${var}=2 is set but the MPI job has 1 process \\(no mpirun started this one: the variable is left from another launch or set by hand\\): each process so started would run a whole job of its own. ditto starts its ranks with mpirun \\(docs/mpi.md"
+      COMMAND env ${var}=2 $<TARGET_FILE:ditto-train> --epochs 1 TIMEOUT 30)
+  endforeach()
+endif()

@@ -15,6 +15,16 @@ if(TARGET ditto-train)
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_weights.sh
             $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_SOURCE_DIR}/data/gpt2_tiny
             ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_weights)
+  # What a nanoGPT user meets (tester4; tests/ditto_train_nanogpt.sh says what each section
+  # checks): the erf GELU refused, nanoGPT's ckpt.pt named and converted, resume messages.
+  foreach(section gelu torch_file convert resume)
+    ditto_pass_fail_test(DittoTrainNanoGpt.${section} TIMEOUT 120
+      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_nanogpt.sh
+              $<TARGET_FILE:ditto-train> ${PROJECT_SOURCE_DIR}
+              ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_nanogpt_${section} ${section})
+  endforeach()
+  # (exit 77: skipped where /usr/bin/python3 has no torch)
+  set_tests_properties(DittoTrainNanoGpt.convert PROPERTIES SKIP_RETURN_CODE 77)
   # --dtype bf16 / f16 (tests/ditto_train_amp.sh): one checksum for 1, 2, 4, 8 devices x dp, ddp,
   # the GradScaler's line, a bf16 checkpoint resumed bit-exactly (f32 master weights).
   ditto_expect_exit(DittoTrainAmp.OneChecksumForAnyDeviceCountAndResume RC 0 REGEX "PASS"
