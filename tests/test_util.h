@@ -30,6 +30,7 @@
 #include "core/numerics/determinism.h"
 #include "core/numerics/random.h"
 #include "core/runtime/backend.h"
+#include "core/runtime/nan_bits.h"
 #include "core/runtime/tensor.h"
 #include "train_step.h"
 
@@ -181,15 +182,19 @@ inline std::vector<std::uint32_t> bits(const Tensor& t) {
   return b;
 }
 
-/// Success when `got` and `want` have the same size and the same bits; else the first
-/// difference (index, both values and their bits) and how many elements differ.
+/// Success when `got` and `want` have the same size and the same bits, all NaNs counted as one
+/// value (Note [NaN bits] in core/runtime/nan_bits.h: a NaN's sign and payload are the hardware's
+/// and the compiler's choice); else the first difference (index, both values and their bits) and
+/// how many elements differ. -0 and +0 differ.
 inline ::testing::AssertionResult bits_equal(const std::vector<float>& got,
                                              const std::vector<float>& want) {
   if (got.size() != want.size())
     return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
   std::size_t differ = 0, first = 0;
   for (std::size_t i = 0; i < got.size(); ++i)
-    if (bits(got[i]) != bits(want[i]) && differ++ == 0) first = i;
+    if (bits(got[i]) != bits(want[i]) && !(std::isnan(got[i]) && std::isnan(want[i])) &&
+        differ++ == 0)
+      first = i;
   if (differ == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure()
          << differ << " of " << got.size() << " elements differ; first at " << first << ": "
@@ -197,11 +202,20 @@ inline ::testing::AssertionResult bits_equal(const std::vector<float>& got,
          << bits(want[first]) << ")" << std::dec;
 }
 
-/// The bytes of a tensor of any dtype on any device (copied to the host; blocks).
+/// The bytes of a tensor of any dtype on any device (copied to the host; blocks), exactly: what
+/// a copy or a cast must keep (a NaN's sign and payload included).
 inline std::vector<std::uint8_t> tensor_bytes(const Tensor& t) {
   Tensor h = t.to(Device::cpu());
   std::vector<std::uint8_t> b(h.nbytes());
   if (!b.empty()) std::memcpy(b.data(), h.data_ptr(), b.size());
+  return b;
+}
+
+/// tensor_bytes with every NaN as its dtype's canonical NaN (canonicalize_nans): the bytes to
+/// compare for the results of arithmetic across backends or builds (Note [NaN bits]).
+inline std::vector<std::uint8_t> nan_canonical_bytes(const Tensor& t) {
+  std::vector<std::uint8_t> b = tensor_bytes(t);
+  canonicalize_nans(t.dtype(), b.data(), t.numel());
   return b;
 }
 

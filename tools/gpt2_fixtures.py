@@ -50,7 +50,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt_reference as ref  # noqa: E402
-from params_checksum import fnv1a  # noqa: E402
+from params_checksum import bf16_canonical_nans, fnv1a  # noqa: E402
 
 CONFIG = dict(n_layer=2, n_head=4, n_embd=32, block_size=64, vocab_size=512, bias=True,
               dropout=0.0)
@@ -66,7 +66,7 @@ LAYER_ORDER = ("ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bi
 
 # ---- llm.c model file (Note [llm.c model file] in core/checkpoint/gpt_weights.h) -----------------------
 def bf16_bytes(t):
-    return t.to(torch.bfloat16).view(torch.int16).numpy().astype("<i2").tobytes()
+    return bf16_canonical_nans(t.to(torch.bfloat16).view(torch.int16).numpy()).astype("<i2").tobytes()
 
 
 def write_llmc(path, P, cfg, version):

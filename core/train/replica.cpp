@@ -2,6 +2,7 @@
 // and params_checksum.
 #include "core/train/replica.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "core/base/error.h"
@@ -16,6 +17,7 @@
 #include "core/parallel/data_parallel.h"
 #include "core/parallel/distributed_data_parallel.h"
 #include "core/runtime/backend.h"
+#include "core/runtime/nan_bits.h"
 #include "core/train/grad_accumulation.h"
 
 namespace ditto::train {
@@ -31,14 +33,25 @@ std::vector<float> flat_parameters(nn::Module& m) {
 
 std::uint64_t params_checksum(nn::Module& m) {
   // FNV-1a over each parameter's bytes in its own dtype (an f32 model: the bytes of
-  // flat_parameters, so f32 checksums are those of every run before mixed precision).
+  // flat_parameters, so f32 checksums are those of every run before mixed precision), every NaN
+  // hashed as its dtype's canonical NaN (Note [NaN bits]: a NaN's sign and payload are the
+  // hardware's; a model without NaNs hashes its bytes as they are). In chunks of a host buffer:
+  // the parameter's own memory (host data may be shared) is never written.
   std::uint64_t h = 1469598103934665603ull;
+  std::vector<unsigned char> chunk;
   for (nn::Parameter* p : m.parameters()) {
     const Tensor host = p->data.to(Device::cpu());
     const auto* b = static_cast<const unsigned char*>(host.data_ptr());
-    for (std::size_t i = 0; i < host.nbytes(); ++i) {
-      h ^= b[i];
-      h *= 1099511628211ull;
+    const std::size_t esize = dtype_size(host.dtype());
+    const std::size_t step = esize * 8192;
+    for (std::size_t at = 0; at < host.nbytes(); at += step) {
+      const std::size_t len = std::min(step, host.nbytes() - at);
+      chunk.assign(b + at, b + at + len);
+      canonicalize_nans(host.dtype(), chunk.data(), static_cast<std::int64_t>(len / esize));
+      for (unsigned char c : chunk) {
+        h ^= c;
+        h *= 1099511628211ull;
+      }
     }
   }
   return h;

@@ -36,9 +36,10 @@ class DistributedDataParallel;
 namespace ditto::train {
 
 /// FNV-1a (64-bit) over the raw bytes of every parameter of `m` in its own dtype (f32: 4 bytes an
-/// element, bf16 / f16: 2), in parameters() order: two runs compare with one number
-/// (ditto-train's params_checksum). For an f32 model these are the bytes of flat_parameters, so
-/// the checksum of every f32 run is unchanged by mixed precision. Blocks.
+/// element, bf16 / f16: 2), in parameters() order, each NaN as its dtype's canonical NaN
+/// (canonicalize_nans, Note [NaN bits] in core/runtime/nan_bits.h): two runs compare with one
+/// number (ditto-train's params_checksum). For an f32 model without NaNs these are the bytes of
+/// flat_parameters, so the checksum of every f32 run is unchanged by mixed precision. Blocks.
 std::uint64_t params_checksum(nn::Module& m);
 
 /// Every parameter of `m` converted to f32 (exact for bf16 / f16), in parameters() order,

@@ -41,8 +41,9 @@ int main(int argc, char** argv) {
       check_row_reductions(seed);
     else
       check_fused_kernels(seed);
-    std::printf("%d checks, %d failures, %ld emulated threads, leaked temps %d\n", checks, failures,
-                emu_threads_launched, emu_allocs);
+    std::printf(
+        "%d checks, %d failures, %ld emulated threads, leaked temps %d, %d equal as NaN only\n",
+        checks, failures, emu_threads_launched, emu_allocs, nan_bit_diffs);
     return failures != 0;
   }
 
@@ -251,7 +252,8 @@ int main(int argc, char** argv) {
   check_fused_kernels(seed);
   check_dtype_kernels(seed);
   check_row_reductions(seed);
-  std::printf("%d checks, %d failures, %ld emulated threads, leaked temps %d\n", checks, failures,
-              emu_threads_launched, emu_allocs);
+  std::printf(
+      "%d checks, %d failures, %ld emulated threads, leaked temps %d, %d equal as NaN only\n",
+      checks, failures, emu_threads_launched, emu_allocs, nan_bit_diffs);
   return failures != 0;
 }

@@ -8,9 +8,14 @@
 // departure of either backend from the Note shows. It also checks that one source without
 // arithmetic is a copy of the bits (a signalling f16 NaN stays signalling) and that the f16 / bf16
 // result is NOT what a sum rounding to f16 at every step gives, on an input where the two differ
-// (so the comparison can fail). Pass: the summary line "<n> checks, 0 failures" and exit status 0
-// (ctest CudaEmu.CommKernels).
+// (so the comparison can fail). Float inputs include NaNs of both signs and +-inf (inf - inf,
+// 0 * inf, NaN through every op); a NaN result equals any NaN (Note [NaN bits],
+// core/runtime/nan_bits.h: x86 and the GPU, and two compilers, make different NaNs), a copy's
+// NaN keeps its bits. Pass: the summary line "<n> checks, 0 failures" and exit status 0
+// (ctest CudaEmu.CommKernels); it also counts the comparisons that differed in NaN bits only.
+#include <bit>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -22,6 +27,7 @@
 #include "core/numerics/determinism.h"
 #include "core/numerics/reduce_math.h"
 #include "core/runtime/dtype.h"
+#include "core/runtime/nan_bits.h"
 #include "emu.h"
 
 using namespace ditto;
@@ -46,10 +52,11 @@ rmath::Acc<T> tree(const std::vector<const T*>& srcs, i64 i, int lo, int hi, rma
                         op);
 }
 
-/// Values of T for the inputs: floats over a wide range with signed zeros (and a quiet NaN now
-/// and then for min / max); integers over the whole range (sums and products wrap).
+/// Values of T for the inputs: floats over a wide range with signed zeros, now and then a NaN of
+/// either sign (one with a payload) and +-inf; integers over the whole range (sums and products
+/// wrap).
 template <typename T>
-T draw(std::mt19937& gen, bool nan) {
+T draw(std::mt19937& gen) {
   std::uniform_int_distribution<int> pick(0, 31);
   const int p = pick(gen);
   if constexpr (std::is_integral_v<T>) {
@@ -60,7 +67,9 @@ T draw(std::mt19937& gen, bool nan) {
     std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
     std::uniform_int_distribution<int> e(-6, 6);
     float v = p == 0 ? 0.0f : p == 1 ? -0.0f : mant(gen) * std::pow(2.0f, float(e(gen)));
-    if (nan && p == 2) v = std::numeric_limits<float>::quiet_NaN();
+    if (p == 2) v = std::numeric_limits<float>::quiet_NaN();
+    if (p == 3) v = std::bit_cast<float>(0xffc00123u);  // negative, with a payload
+    if (p == 4 || p == 5) v = (p == 4 ? 1 : -1) * std::numeric_limits<float>::infinity();
     return convert<T>(v);
   }
 }
@@ -79,12 +88,27 @@ std::string bits(const T& x) {
   return buf;
 }
 
+int nan_bit_diffs = 0;  // results equal only as NaNs (Note [NaN bits])
+const bool print_nan_bits = std::getenv("DITTO_EMU_BITS") != nullptr;  // as emu_check.h's
+
+/// Equal bits, or (float T, `arithmetic`: not a copy) two NaNs of any bits (Note [NaN bits]);
+/// DITTO_EMU_BITS set: such a pair printed, "NANBITS <what> <a> <b>".
+template <typename T>
+bool same_value(const T& a, const T& b, bool arithmetic, const std::string& what) {
+  if (same(a, b)) return true;
+  const DType t = dtype_of<T>();
+  if (!arithmetic || !is_nan_bits(t, &a) || !is_nan_bits(t, &b)) return false;
+  ++nan_bit_diffs;
+  if (print_nan_bits)
+    std::printf("NANBITS %s %s %s\n", what.c_str(), bits(a).c_str(), bits(b).c_str());
+  return true;
+}
+
 /// One launch: n sources of len elements (at element `offset` of 16-byte aligned storage), two
 /// destinations; compares both with the host reduction.
 template <typename T>
 void check_case(DType dt, ReduceOp op, int n, i64 len, i64 offset, unsigned seed) {
   std::mt19937 gen(seed);
-  const bool nan = op == ReduceOp::min || op == ReduceOp::max;
   std::vector<std::vector<T>> in(static_cast<std::size_t>(n),
                                  std::vector<T>(static_cast<std::size_t>(len + offset + 16)));
   std::vector<const void*> srcs;
@@ -92,7 +116,7 @@ void check_case(DType dt, ReduceOp op, int n, i64 len, i64 offset, unsigned seed
   std::vector<double> scalars;
   std::uniform_int_distribution<int> small(-3, 3);
   for (int q = 0; q < n; ++q) {
-    for (T& x : in[q]) x = draw<T>(gen, nan);
+    for (T& x : in[q]) x = draw<T>(gen);
     srcs.push_back(in[q].data() + offset);
     host.push_back(in[q].data() + offset);
     scalars.push_back(std::is_integral_v<T> ? double(small(gen)) : 0.375 * small(gen) - 0.1);
@@ -112,12 +136,23 @@ void check_case(DType dt, ReduceOp op, int n, i64 len, i64 offset, unsigned seed
   }
   std::vector<T> sim(static_cast<std::size_t>(len));
   sim::reduce_over_ranks(srcs, sim.data(), len, dt, op, Determinism::bitwise, scalars.data());
+  if (print_nan_bits) {  // the simulator's bytes, raw and with canonical NaNs (two builds diffed)
+    auto fnv = [&](bool canonical) {
+      std::vector<T> v = sim;
+      if (canonical) canonicalize_nans(dt, v.data(), len);
+      unsigned long long h = 1469598103934665603ull;
+      const auto* b = reinterpret_cast<const unsigned char*>(v.data());
+      for (std::size_t k = 0; k < v.size() * sizeof(T); ++k) h = (h ^ b[k]) * 1099511628211ull;
+      return h;
+    };
+    std::printf("BITS comm %s sim=%016llx canonical=%016llx\n", ctx.c_str(), fnv(false), fnv(true));
+  }
   const auto rop = static_cast<rmath::Op>(op);
   const bool copy = n == 1 && op != ReduceOp::avg && op != ReduceOp::premul_sum;
   for (i64 i = 0; i < len; ++i) {
     const T want = copy ? host[0][i] : rmath::finish<T>(tree(host, i, 0, n, rop, scalars), rop, n);
     const T from_sim = sim[static_cast<std::size_t>(i)];
-    if (!same(from_sim, want)) {
+    if (!same_value(from_sim, want, !copy, ctx + " host/sim")) {
       ++failures;
       std::printf("FAIL %s at %lld: host %s sim %s\n", ctx.c_str(), static_cast<long long>(i),
                   bits(want).c_str(), bits(from_sim).c_str());
@@ -125,7 +160,7 @@ void check_case(DType dt, ReduceOp op, int n, i64 len, i64 offset, unsigned seed
     }
     for (int d = 0; d < 2; ++d) {
       const T got = static_cast<const T*>(dsts[static_cast<std::size_t>(d)])[i];
-      if (!same(got, from_sim)) {
+      if (!same_value(got, from_sim, !copy, ctx + " sim/cuda")) {
         ++failures;
         std::printf("FAIL %s dst %d at %lld: sim %s cuda %s\n", ctx.c_str(), d,
                     static_cast<long long>(i), bits(from_sim).c_str(), bits(got).c_str());
@@ -195,6 +230,7 @@ int main() {
   }
   check_round_once<float16>(DType::f16);
   check_round_once<bfloat16>(DType::bf16);
-  std::printf("%d checks, %d failures\n", checks, failures);
+  std::printf("%d checks, %d failures, %d results equal as NaN only (Note [NaN bits])\n", checks,
+              failures, nan_bit_diffs);
   return failures ? 1 : 0;
 }
