@@ -7,9 +7,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -130,6 +132,46 @@ TEST(MetricsFormat, MemoryEpochAndEvalLines) {
   v.eta_s = 3725;
   EXPECT_EQ(train::format_eval(v), "step 250: train loss 1.5000, val loss 1.7500 (lr 1.000e-03, "
                                    "2000 tokens/s, ETA 1:02:05)\n");
+}
+
+// A diverged run's NaN loss prints as "nan" whatever its sign bit (x86's inf - inf gives the
+// negative default NaN, a GPU its positive canonical NaN: Note [NaN bits]), so the simulator's and
+// a GPU's logs of one run stay equal.
+TEST(MetricsFormat, NanLossesPrintWithoutTheirSign) {
+  const double neg = -std::numeric_limits<double>::quiet_NaN();
+  ASSERT_TRUE(std::signbit(neg));
+  train::StepMetrics m;
+  m.iter = 3;
+  m.loss = neg;
+  m.time_s = 0.001;
+  EXPECT_EQ(train::format_step(m, "", DType::f32), "iter 3: loss nan, time 1.00ms\n");
+  train::EvalMetrics v;
+  v.step = 4;
+  v.train_loss = neg;
+  v.val_loss = neg;
+  v.lr = 1e-3;
+  EXPECT_EQ(train::format_eval(v), "step 4: train loss nan, val loss nan (lr 1.000e-03)\n");
+  train::EpochMetrics e;
+  e.epoch = 1;
+  e.train_loss = neg;
+  e.val_loss = neg;
+  e.val_acc = 0.5;
+  e.samples_per_s = 10;
+  EXPECT_EQ(train::format_epoch(e),
+            "epoch   1  train_loss=nan  val_loss=nan  val_acc=0.5000  samples/s=10\n");
+  train::FitResult r;
+  r.backend = "sim";
+  r.devices = 1;
+  r.epochs = 1;
+  r.has_train_loss = true;
+  r.train_loss = neg;
+  r.has_eval = true;
+  r.eval = {neg, 0.5};
+  r.train_time_s = 1;
+  r.params_checksum = 1;
+  EXPECT_EQ(train::format_final(r),
+            "final: backend=sim devices=1 determinism=bitwise epochs=1 train_loss=nan "
+            "val_loss=nan val_acc=0.5000 train_time_s=1.000 params_checksum=0000000000000001\n");
 }
 
 TEST(HoldsCheckpoint, LatestOrAStepDirectoryButNotATemporaryOne) {

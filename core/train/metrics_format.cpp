@@ -2,6 +2,7 @@
 #include "core/train/metrics_format.h"
 
 #include <cinttypes>
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 #include <utility>
@@ -26,6 +27,12 @@ std::string strprintf(const char* format, ...) {
 }
 
 namespace {
+
+// A loss or accuracy as printed: a NaN without its sign. The sign of a NaN made by arithmetic is
+// the machine's (x86 gives the negative default NaN for inf - inf, a GPU its positive canonical
+// one: Note [NaN bits]), and printf writes it ("-nan"), so the simulator's and a GPU's logs of one
+// diverged run would differ in it.
+double loggable(double x) { return std::isnan(x) ? std::fabs(x) : x; }
 
 std::string hms(double s) {
   const auto t = static_cast<long long>(s + 0.5);
@@ -98,8 +105,8 @@ std::string format_predicted_kernels(const CostPrediction& p, Determinism determ
 }
 
 std::string format_step(const StepMetrics& m, const std::string& profile, DType dtype) {
-  std::string s =
-      strprintf("iter %" PRId64 ": loss %.4f, time %.2fms", m.iter, m.loss, m.time_s * 1e3);
+  std::string s = strprintf("iter %" PRId64 ": loss %.4f, time %.2fms", m.iter, loggable(m.loss),
+                            m.time_s * 1e3);
   if (m.mfu) s += strprintf(", mfu %.2f%%", 100.0 * *m.mfu);
   std::string where;
   if (m.epoch > 0)
@@ -120,14 +127,15 @@ std::string format_epoch(const EpochMetrics& m) {
         "epoch %3d  predicted: epoch_time=%.4f ms samples/s=%.0f (dry run: nothing ran)\n", m.epoch,
         m.predicted_time_s * 1e3, m.predicted_samples_per_s);
   return strprintf("epoch %3d  train_loss=%.4f  val_loss=%.4f  val_acc=%.4f  samples/s=%.0f\n",
-                   m.epoch, m.train_loss, m.val_loss, m.val_acc, m.samples_per_s);
+                   m.epoch, loggable(m.train_loss), loggable(m.val_loss), loggable(m.val_acc),
+                   m.samples_per_s);
 }
 
 std::string format_eval(const EvalMetrics& m) {
   if (m.dry_run)  // nothing ran: no losses, and the wall clock measured no training
     return strprintf("step %" PRId64 ": no losses (dry run: nothing ran; lr %.3e)\n", m.step, m.lr);
   std::string s = strprintf("step %" PRId64 ": train loss %.4f, val loss %.4f (lr %.3e", m.step,
-                            m.train_loss, m.val_loss, m.lr);
+                            loggable(m.train_loss), loggable(m.val_loss), m.lr);
   if (m.step > 0 && m.tokens_per_s > 0)
     s += strprintf(", %.0f tokens/s, ETA %s", m.tokens_per_s, hms(m.eta_s).c_str());
   return s + ")\n";
@@ -140,11 +148,11 @@ std::string format_final(const FitResult& r, std::int64_t tokens_per_sample) {
   // loss without an epoch (--epochs 0), no evaluation the run did not make (--eval-iters 0).
   const bool measured = !r.dry_run;
   std::string losses;
-  if (measured && r.has_train_loss) losses += strprintf(" train_loss=%.6f", r.train_loss);
+  if (measured && r.has_train_loss) losses += strprintf(" train_loss=%.6f", loggable(r.train_loss));
   if (measured && r.has_eval) {
-    losses += strprintf(" val_loss=%.6f", r.eval.loss);
+    losses += strprintf(" val_loss=%.6f", loggable(r.eval.loss));
     if (tokens_per_sample == 0)  // the GPT's evaluation is its loss only
-      losses += strprintf(" val_acc=%.4f", r.eval.accuracy);
+      losses += strprintf(" val_acc=%.4f", loggable(r.eval.accuracy));
   }
   const std::string checksum =
       measured ? strprintf(" params_checksum=%016" PRIx64, r.params_checksum) : std::string();
