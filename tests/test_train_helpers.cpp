@@ -3,8 +3,10 @@
 // checks (core/io/file.h), --classes (CsvDataSource::set_num_classes), the graceful stop
 // (core/train/graceful_stop.h) and nanoGPT's recipe (core/train/gpt_recipe.h), each with the
 // values and messages ditto-train prints (the CLI tests check them end to end).
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -19,6 +21,7 @@
 #include "core/train/gpt_recipe.h"
 #include "core/train/graceful_stop.h"
 #include "core/train/metrics_format.h"
+#include "temp_files.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -203,7 +206,8 @@ TEST(OutputPaths, AnOutputIsComparedByIdentityAndMustBeWritableByItsMode) {
 TEST(OutputPaths, AReplaceableOutputIsARegularFileInAWritableDirectory) {
   const std::string dir = fresh_dir("replaceable");
   io::check_replaceable_output(dir + "/new.bin", "--export llmc");
-  EXPECT_FALSE(fs::exists(dir + "/new.bin.tmp"));  // the probe is removed
+  EXPECT_TRUE(test::temp_leftovers(dir).empty());  // the probe is removed
+  EXPECT_FALSE(fs::exists(dir + "/new.bin"));
   expect_invalid([&] { io::check_replaceable_output(dir, "--export hf"); },
                  "--export hf: expected a regular file (or none: it is created), got '" + dir +
                      "', a directory");
