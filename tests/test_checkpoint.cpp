@@ -640,6 +640,23 @@ TEST_F(CheckpointTest, SymlinksInTheDirectoryAreReplacedNeverFollowed) {
   EXPECT_EQ(io::read_file(decoys + "/decoy"), "precious\n");
 }
 
+// --resume DIR/step-N (tester4: "no step-N directory"; --init-from took that path): that
+// checkpoint, not DIR/latest's, and no fallback when it is unusable (it was asked for).
+TEST_F(CheckpointTest, AStepDirectoryIsReadAsThatCheckpointOnly) {
+  const std::string dir = fresh_dir("step_dir");
+  train({.stop_at = 3, .dir = dir});
+  train({.stop_at = 6, .dir = dir});
+  std::ostringstream log;
+  EXPECT_EQ(read_latest_checkpoint(dir, log).state.step, 6);
+  EXPECT_EQ(read_latest_checkpoint(dir + "/step-00000003", log).state.step, 3);
+  EXPECT_EQ(read_latest_checkpoint(dir + "/step-00000003/", log).state.step, 3);
+  EXPECT_EQ(log.str(), "");
+  fs::resize_file(dir + "/step-00000003/model.safetensors", 10);
+  expect_throw<Error>([&] { read_latest_checkpoint(dir + "/step-00000003", log); },
+                      {"resume: checkpoint '" + dir + "/step-00000003' is unusable: ",
+                       "(to fall back to an older one, pass its directory '" + dir + "')"});
+}
+
 TEST_F(CheckpointTest, CrashInTheMiddleOfAWriteLeavesThePreviousCheckpoint) {
   const std::string dir = fresh_dir("crash");
   train({.stop_at = 6, .dir = dir});

@@ -133,8 +133,8 @@ bool verify_checkpoint_crc(const std::string& path, const io::SafetensorsData& d
 void lock_checkpoint_dir(const std::string& dir);
 
 /// The newest usable checkpoint in DIR: DIR/latest's first, then the other step-N from the
-/// newest down; each one skipped is reported on `log` with the reason. Throws ditto::Error when
-/// DIR holds no usable checkpoint (with each one's reason).
+/// newest down, each skipped one reported on `log`; DIR a DIR/step-N: that one (no fallback).
+/// Throws ditto::Error when there is no usable checkpoint (with each one's reason).
 Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log);
 
 /// Whether DIR holds a checkpoint to resume from (a restart loop's `--resume auto`): DIR/latest
