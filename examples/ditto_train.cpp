@@ -12,10 +12,16 @@
 //   build/bin/ditto-train --model gpt --preset gpt2 --dry-run --profile a100-sxm-80gb
 //       --devices 8 --trainer ddp --batch-size 128  # predict GPT-2 124M on 8 A100s, in seconds
 //   build/bin/ditto-train --predict-table          # alias of build/bin/ditto-predict-table
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <new>
@@ -102,6 +108,69 @@ struct UsageError : InvalidArgument {
   throw;
 }
 
+/// A usage error of this process's own paths: UsageError (exit 2) in one process; under mpirun an
+/// InvalidArgument, which the start-up exchange carries to the other ranks (train::refuse_run)
+/// and cli_main reports naming this rank.
+[[noreturn]] void path_usage_error(const std::string& message) {
+  if (dist::is_initialized()) throw InvalidArgument(message);
+  throw UsageError(message);
+}
+
+/// --checkpoint DIR, once every setting is valid (a refused run creates nothing) and before
+/// training: created with its missing parents (as nanoGPT's os.makedirs(out_dir, exist_ok=True)
+/// and torch.save's callers do) and writable, else a usage error (exit 2, as --export's unusable
+/// files), naming the flag. On rank 0, which writes the checkpoints.
+void create_checkpoint_dir(const train::TrainerConfig& c) {
+  const std::string& ck = c.checkpoint_dir;
+  if (ck.empty()) return;
+  std::error_code ec;
+  std::filesystem::create_directories(ck, ec);
+  if (ec || !std::filesystem::is_directory(ck))
+    path_usage_error(detail::cat("--checkpoint: expected a directory it may create or write, got '",
+                                 ck, "': cannot create directory '", ck,
+                                 "': ", ec ? ec.message() : std::string("Not a directory")));
+  if (::access(ck.c_str(), W_OK | X_OK) != 0) {
+    const int err = errno;
+    path_usage_error(detail::cat("--checkpoint: expected a directory it may create or write, got '",
+                                 ck, "': ", std::strerror(err)));
+  }
+}
+
+/// The run's other paths, checked before training as --export's files are (usage errors, exit
+/// 2, naming the flag): --resume DIR must be a directory (DIR or one of its DIR/step-N);
+/// --trace and --metrics-jsonl must be writable where they are (a device, a FIFO, /dev/stdout)
+/// or creatable in an existing, writable directory (on rank 0 only, which writes them; every
+/// rank reads its own --resume).
+void check_run_paths(const train::TrainerConfig& c, const std::string& trace,
+                     const std::string& jsonl, bool lead) {
+  const std::string& rd = c.resume_dir;
+  if (!rd.empty()) {
+    struct stat st {};
+    if (::stat(rd.c_str(), &st) != 0) {
+      const int err = errno;
+      path_usage_error(detail::cat(
+          "--resume: expected a checkpoint directory (the --checkpoint DIR of an earlier run, or "
+          "one of its DIR/step-N), got '",
+          rd, "': ", std::strerror(err)));
+    }
+    if (!S_ISDIR(st.st_mode))
+      path_usage_error(detail::cat(
+          "--resume: expected a checkpoint directory (the --checkpoint DIR of an earlier run, or "
+          "one of its DIR/step-N), got '",
+          rd, "', ", io::file_type_name(st.st_mode)));
+  }
+  if (!lead) return;
+  for (const auto& [flag, path] :
+       {std::pair<const char*, const std::string&>{"--trace", trace}, {"--metrics-jsonl", jsonl}}) {
+    if (path.empty()) continue;
+    try {
+      if (!io::check_in_place_output(path, flag)) io::check_replaceable_output(path, flag);
+    } catch (const Error& e) {
+      path_usage_error(e.what());
+    }
+  }
+}
+
 /// One run of the parsed command line; `a` is the Args the options wrote to (its defaults
 /// settled here, in place, so that the ranks compare the effective values).
 int run(Args& a) {
@@ -178,6 +247,7 @@ int run(Args& a) {
     // --data is read).
     io::check_outputs_are_not_inputs({{"--trace", a.sim.run.trace}, {"--metrics-jsonl", a.jsonl}},
                                      inputs.files, inputs.dirs);
+    check_run_paths(c, a.sim.run.trace, a.jsonl, lead);
     if (!gpt) data = rows = train::open_csv_rows(a.rows, c);
     DITTO_CHECK(a.t.log_interval >= 0 || !a.given.count("--log-interval"),
                 "--log-interval: "
@@ -232,6 +302,7 @@ int run(Args& a) {
   });
   if (gpt)
     cb.on_finish = [&](train::Replica& rep) {
+      train::stop_handlers_training_over();  // Note [Graceful stop]: no checkpoint is due now
       try {
         const std::string s =
             train::format_sample(g, gpt_run, train::gpt_sample(rep, g, gpt_run, c.seed), c.seed);
@@ -255,7 +326,8 @@ int run(Args& a) {
     ~RunOver() { train::disarm_stop_handlers(); }
   } run_over;
   try {
-    trainer.emplace(c, data, cb);       // TrainerConfig's validation and sim::SimRun's
+    trainer.emplace(c, data, cb);  // TrainerConfig's validation and sim::SimRun's
+    if (lead) create_checkpoint_dir(c);
   } catch (const InvalidArgument& e) {  // the settings' checks only: usage errors
     if (!processes) throw UsageError(e.what());
     train::refuse_run(std::current_exception(), agree_timeout_ms);
@@ -282,7 +354,16 @@ int run(Args& a) {
                    sim.failed_trace_error.c_str());
     throw;
   }
+  train::stop_handlers_training_over();  // (the MLP's: it has no on_finish)
   if (r.stopped) {
+    // The stop came with the last step, whose checkpoint failed (Note [Checkpoint failures]):
+    // no "checkpoint written" line.
+    if (r.lead && !r.output_errors.empty()) {
+      std::fflush(stdout);
+      for (const std::string& e : r.output_errors)
+        std::fprintf(stderr, "ditto-train: error: %s\n", e.c_str());
+      return 1;
+    }
     if (r.lead)
       out(train::format_stopped("ditto-train", train::stop_signal(), r.steps, c.checkpoint_dir));
     std::fflush(stdout);

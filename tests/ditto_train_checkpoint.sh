@@ -81,12 +81,14 @@ echo "$out" | grep -q "error: resume: checkpoint '.*' was saved with dtype=bf16,
   || fail "bf16 checkpoint, --dtype f32: $out"
 # 9. A file size limit (`ulimit -f 10`: 10 KiB, less than the model's 38 KB): the write fails with
 #    EFBIG, reported naming the file, exit 1, and no step-N.tmp left behind (SIGXFSZ killed the
-#    run with no message and left DIR/step-N.tmp/model.safetensors.tmp).
+#    run with no message and left DIR/step-N.tmp/model.safetensors.tmp). It is the final
+#    checkpoint: the final line comes first (Note [Checkpoint failures]).
 (ulimit -f 10; exec "$train" --epochs 1 --checkpoint "$work/fsize") > "$work/fsize.out" 2>&1
 rc=$?
 [ $rc = 1 ] || fail "ulimit -f 10: expected exit status 1, got $rc: $(cat "$work/fsize.out")"
-grep -q "^ditto-train: error: .*cannot write '$work/fsize/step-[0-9]*.tmp/model.safetensors.tmp': File too large" \
+grep -q "^ditto-train: error: after training (the result above is complete): --checkpoint: the final checkpoint of step 23 was not written: .*cannot write '$work/fsize/step-00000023.tmp/\.model\.safetensors\.tmp\.[A-Za-z0-9]\{6\}': File too large" \
   "$work/fsize.out" || fail "ulimit -f 10: $(cat "$work/fsize.out")"
+grep -q "^final: " "$work/fsize.out" || fail "ulimit -f 10: no final line: $(cat "$work/fsize.out")"
 ls -d "$work"/fsize/step-* 2>/dev/null && fail "ulimit -f 10: left $(ls -d "$work"/fsize/step-*)"
 # 10. A fresh run (no --resume) given a --checkpoint directory holding another run's checkpoints
 #     mixed its own with them: refused before training, naming the directory, what it holds and

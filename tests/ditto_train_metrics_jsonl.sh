@@ -15,7 +15,7 @@ json_acc=$(grep '"epoch":2,' "$work/m.jsonl" | grep -o '"val_acc":[0-9.e-]*' | c
 sum=$(echo "$out" | grep -o 'params_checksum=[0-9a-f]*' | cut -d= -f2)
 grep '"event":"final"' "$work/m.jsonl" | grep -q "\"params_checksum\":\"$sum\"" || fail "final checksum $sum not in: $(cat "$work/m.jsonl")"
 "$train" --epochs 0 --metrics-jsonl "$work/no/such/dir/m.jsonl" 2>"$work/err" && fail "expected an error for an unwritable file"
-grep -q "ditto-train: error: --metrics-jsonl: JsonLinesWriter: path: cannot open '.*m.jsonl' for writing: " "$work/err" || fail "$(cat "$work/err")"
+grep -q "ditto-train: error: --metrics-jsonl: expected a file in an existing directory, got '.*m.jsonl' (no directory " "$work/err" || fail "$(cat "$work/err")"
 # A run refused by its options leaves the file alone (it is opened when the run starts).
 echo precious > "$work/keep.txt"
 "$train" --epochs -1 --metrics-jsonl "$work/keep.txt" 2>"$work/err" && fail "expected --epochs -1 to be refused"

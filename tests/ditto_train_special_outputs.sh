@@ -52,11 +52,12 @@ for how in pipe file; do
   [ "$(grep -c '^{.*"event":"final"' "$work/jsonl_$how")" = 1 ] || fail "$how: $(cat "$work/jsonl_$how")"
 done
 
-# /dev/full: refused at the start, before any epoch, naming the file and the reason.
+# /dev/full: refused at the start, before any epoch, naming the file and the reason: a usage
+# error (exit 2), as --export's unusable files are.
 for opt in --trace --metrics-jsonl; do
   "$train" --epochs 2 $opt /dev/full > "$work/out" 2>&1
   rc=$?
-  [ $rc = 1 ] || fail "$opt /dev/full: expected exit status 1, got $rc: $(cat "$work/out")"
+  [ $rc = 2 ] || fail "$opt /dev/full: expected exit status 2, got $rc: $(cat "$work/out")"
   grep -q "^ditto-train: error: $opt: .*'/dev/full'.*: No space left on device" "$work/out" ||
     fail "$opt /dev/full: $(cat "$work/out")"
   grep -q "^epoch " "$work/out" && fail "$opt /dev/full: trained before failing: $(cat "$work/out")"

@@ -26,6 +26,7 @@
 #include "core/optim/adam.h"
 #include "core/optim/sgd.h"
 #include "core/runtime/backend.h"
+#include "temp_files.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -107,7 +108,7 @@ TEST(Safetensors, RoundTripF32I64ScalarsAndEmpty) {
   io::SafetensorsData f = io::load_safetensors(path);
   EXPECT_EQ(tensor_bytes(*f.find("a")), tensor_bytes(w));
   EXPECT_TRUE(f.metadata.empty());
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_TRUE(test::temp_leftovers(fs::path(path).parent_path().string()).empty());
 }
 
 // Written by Python's safetensors.numpy.save_file (tools/safetensors_interop.py --write-fixture).
@@ -614,7 +615,9 @@ TEST_F(CheckpointTest, SymlinksInTheDirectoryAreReplacedNeverFollowed) {
   EXPECT_EQ(fs::symlink_status(dir + "/latest").type(), fs::file_type::regular);
   EXPECT_EQ(io::read_file(dir + "/latest"), "step-00000003\n");
   EXPECT_EQ(fs::symlink_status(dir + "/step-00000003").type(), fs::file_type::directory);
-  EXPECT_FALSE(fs::exists(fs::symlink_status(dir + "/latest.tmp")));
+  // Not ditto's: left as it is (Note [Atomic write]), the decoy it points at untouched.
+  EXPECT_TRUE(fs::is_symlink(dir + "/latest.tmp"));
+  EXPECT_TRUE(test::temp_leftovers(dir).empty());
 
   // Reading: a `latest` link is ignored (said so), and the step directories are scanned.
   fs::remove(dir + "/latest");
@@ -635,6 +638,23 @@ TEST_F(CheckpointTest, SymlinksInTheDirectoryAreReplacedNeverFollowed) {
   expect_throw<Error>([&] { train({.stop_at = 3, .dir = locked}); },
                       {"checkpoint: the lock file '" + locked + "/lock' is a symbolic link"});
   EXPECT_EQ(io::read_file(decoys + "/decoy"), "precious\n");
+}
+
+// --resume DIR/step-N (tester4: "no step-N directory"; --init-from took that path): that
+// checkpoint, not DIR/latest's, and no fallback when it is unusable (it was asked for).
+TEST_F(CheckpointTest, AStepDirectoryIsReadAsThatCheckpointOnly) {
+  const std::string dir = fresh_dir("step_dir");
+  train({.stop_at = 3, .dir = dir});
+  train({.stop_at = 6, .dir = dir});
+  std::ostringstream log;
+  EXPECT_EQ(read_latest_checkpoint(dir, log).state.step, 6);
+  EXPECT_EQ(read_latest_checkpoint(dir + "/step-00000003", log).state.step, 3);
+  EXPECT_EQ(read_latest_checkpoint(dir + "/step-00000003/", log).state.step, 3);
+  EXPECT_EQ(log.str(), "");
+  fs::resize_file(dir + "/step-00000003/model.safetensors", 10);
+  expect_throw<Error>([&] { read_latest_checkpoint(dir + "/step-00000003", log); },
+                      {"resume: checkpoint '" + dir + "/step-00000003' is unusable: ",
+                       "(to fall back to an older one, pass its directory '" + dir + "')"});
 }
 
 TEST_F(CheckpointTest, CrashInTheMiddleOfAWriteLeavesThePreviousCheckpoint) {

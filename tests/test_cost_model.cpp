@@ -29,6 +29,7 @@
 #include "core/runtime/backend.h"
 #include "core/runtime/tensor.h"
 #include "core/train/trainer.h"
+#include "temp_files.h"
 #include "test_util.h"
 
 using namespace ditto;
@@ -590,7 +591,10 @@ TEST(CostModelTrace, TwoStepFourDeviceRunWritesChromeTraceWithExpectedTracks) {
   std::ifstream f(path);
   ASSERT_TRUE(f.good());
   const nlohmann::json j = nlohmann::json::parse(f);  // throws if not valid JSON
-  EXPECT_FALSE(std::ifstream(path + ".tmp").good()) << "temporary file left behind";
+  EXPECT_TRUE(test::temp_leftovers(std::filesystem::path(path).parent_path().string(),
+                                   "ditto_cost_trace.json")
+                  .empty())
+      << "temporary file left behind";
   ASSERT_TRUE(j.contains("traceEvents"));
   std::set<int> processes;
   std::set<std::pair<int, int>> named_tracks, used_tracks;

@@ -21,6 +21,7 @@
 #include "core/io/file.h"
 #include "core/io/safetensors.h"
 #include "core/train/metrics.h"
+#include "temp_files.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -63,8 +64,8 @@ TEST(FileIo, AtomicWriteThroughASymlinkReplacesTheTargetAndKeepsTheLink) {
   EXPECT_TRUE(fs::is_symlink(dir + "/link.json"));
   EXPECT_EQ(fs::read_symlink(dir + "/link.json").string(), "real/trace.json");
   EXPECT_EQ(io::read_file(dir + "/real/trace.json"), "new");
-  EXPECT_FALSE(fs::exists(dir + "/link2.json.tmp"));
-  EXPECT_FALSE(fs::exists(dir + "/real/trace.json.tmp"));
+  EXPECT_TRUE(test::temp_leftovers(dir).empty());
+  EXPECT_TRUE(test::temp_leftovers(dir + "/real").empty());
   // A dangling link creates its target, as `echo > link` does.
   fs::create_symlink("made.json", dir + "/dangling.json");
   io::write_file_atomic(dir + "/dangling.json", "made");
@@ -88,7 +89,7 @@ TEST(FileIo, AtomicWriteToAFifoWritesStraightThroughAndKeepsTheFifo) {
   const ssize_t n = ::read(rd, buf, sizeof buf);
   ::close(rd);
   EXPECT_EQ(std::string(buf, n > 0 ? static_cast<std::size_t>(n) : 0), "through the fifo");
-  EXPECT_FALSE(fs::exists(fifo + ".tmp"));
+  EXPECT_TRUE(test::temp_leftovers(dir).empty());
   fs::remove_all(dir);
 }
 
@@ -104,14 +105,132 @@ TEST(FileIo, AtomicWriteRefusesADirectoryNamingIt) {
                       "cannot write '" + dir + "/to_d': '" + dir + "/d' is a directory");
   EXPECT_TRUE(fs::is_directory(dir + "/d"));
   EXPECT_TRUE(fs::is_empty(dir + "/d"));
-  EXPECT_FALSE(fs::exists(dir + "/d.tmp"));
+  EXPECT_TRUE(test::temp_leftovers(dir).empty());
   fs::remove_all(dir);
 }
 
 TEST(FileIo, WriteErrorGivesTheOsReason) {
-  expect_error<Error>([&] { io::write_file_atomic("/nonexistent-dir/x/f.json", "x"); },
-                      "io::write_file_atomic: cannot create '/nonexistent-dir/x/f.json.tmp': No "
-                      "such file or directory");
+  expect_error<Error>(
+      [&] { io::write_file_atomic("/nonexistent-dir/x/f.json", "x"); },
+      "io::write_file_atomic: cannot create '/nonexistent-dir/x/.f.json.tmp.XXXXXX' "
+      "(the temporary file for '/nonexistent-dir/x/f.json'): No such file or "
+      "directory");
+}
+
+// Two writers of one file at once (tester4: two runs given the same --export FILE): each writes
+// a temporary of its own, so both succeed and the file holds the whole bytes of the one whose
+// rename came last. With one fixed name "FILE.tmp" the second writer removed the first's
+// temporary, and the first failed ("cannot rename 'FILE.tmp' to 'FILE': No such file or
+// directory") or renamed the second's bytes into place. Here the second write runs, whole,
+// while the first is halfway (the write hook), then the first finishes: the first renames last.
+TEST(FileIo, TwoWritersOfOneFileEachRenameTheirOwnWholeFile) {
+  const std::string dir = fresh_dir("two_writers");
+  const std::string path = dir + "/same.bin";
+  const std::string first(100000, 'a'), second(120000, 'b');
+  bool inner_done = false;
+  std::string inner_error;
+  io::set_write_hook_for_testing([&](const std::string&, std::size_t, std::size_t) {
+    if (inner_done) return;
+    inner_done = true;  // once: the nested write calls the hook too
+    try {
+      io::write_file_atomic(path, second);
+      EXPECT_TRUE(io::read_file(path) == second);  // the second writer's report is true now
+    } catch (const std::exception& e) {
+      inner_error = e.what();
+    }
+  });
+  std::string outer_error;
+  try {
+    io::write_file_atomic(path, first);
+  } catch (const std::exception& e) {
+    outer_error = e.what();
+  }
+  io::set_write_hook_for_testing({});
+  EXPECT_TRUE(inner_done);
+  EXPECT_EQ(inner_error, "");
+  EXPECT_EQ(outer_error, "");
+  std::string got = io::read_file(path);
+  EXPECT_TRUE(got == first) << got.size() << " bytes";  // the rename that came last
+  EXPECT_TRUE(test::temp_leftovers(dir).empty());
+
+  // The same through write_file_replace (checkpoint files, DIR/latest).
+  inner_done = false;
+  io::set_write_hook_for_testing([&](const std::string&, std::size_t, std::size_t) {
+    if (inner_done) return;
+    inner_done = true;
+    try {
+      io::write_file_replace(path, second);
+    } catch (const std::exception& e) {
+      inner_error = e.what();
+    }
+  });
+  try {
+    io::write_file_replace(path, first + "2");
+  } catch (const std::exception& e) {
+    outer_error = e.what();
+  }
+  io::set_write_hook_for_testing({});
+  EXPECT_EQ(inner_error, "");
+  EXPECT_EQ(outer_error, "");
+  got = io::read_file(path);
+  EXPECT_TRUE(got == first + "2") << got.size() << " bytes";
+  EXPECT_TRUE(test::temp_leftovers(dir).empty());
+  fs::remove_all(dir);
+}
+
+// Two threads writing one file many times: every write succeeds and the file always holds one
+// writer's whole bytes (never a mix, never another size); no temporary is left.
+TEST(FileIo, ConcurrentWritersNeverFailNorMix) {
+  const std::string dir = fresh_dir("concurrent_writers");
+  const std::string path = dir + "/same.bin";
+  const std::string bytes[2] = {std::string(50000, 'x'), std::string(70000, 'y')};
+  std::vector<std::string> errors(2);
+  test::run_threads(2, [&](int t) {
+    for (int i = 0; i < 200; ++i) {
+      try {
+        io::write_file_atomic(path, bytes[t]);
+      } catch (const std::exception& e) {
+        errors[static_cast<std::size_t>(t)] = e.what();
+        return;
+      }
+    }
+  });
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  const std::string got = io::read_file(path);
+  EXPECT_TRUE(got == bytes[0] || got == bytes[1]) << got.size() << " bytes";
+  EXPECT_TRUE(test::temp_leftovers(dir).empty());
+  fs::remove_all(dir);
+}
+
+// A file of the user's named like a temporary (tester4: --export FILE removed the user's own
+// FILE.tmp) and a symbolic link there are left as they are; a failed write removes only its own
+// temporary file.
+TEST(FileIo, AWriteTouchesNoFileButItsOwnTemporary) {
+  const std::string dir = fresh_dir("own_temporary");
+  const std::string path = dir + "/model.bin";
+  write(path + ".tmp", "the user's notes\n");
+  write(dir + "/decoy", "precious\n");
+  fs::create_symlink(dir + "/decoy", dir + "/.model.bin.tmp");
+  io::write_file_atomic(path, "model");
+  io::write_file_replace(path, "model2");
+  io::check_replaceable_output(path, "--export llmc");
+  EXPECT_EQ(io::read_file(path), "model2");
+  EXPECT_EQ(io::read_file(path + ".tmp"), "the user's notes\n");
+  EXPECT_EQ(io::read_file(dir + "/decoy"), "precious\n");
+  EXPECT_TRUE(fs::is_symlink(dir + "/.model.bin.tmp"));
+  EXPECT_TRUE(test::temp_leftovers(dir).empty());
+
+  // A write that fails halfway (the hook throws, as a full disk would) removes its temporary.
+  io::set_write_hook_for_testing(
+      [](const std::string&, std::size_t, std::size_t) { throw Error("disk full (test)"); });
+  expect_error<Error>([&] { io::write_file_atomic(path, "never"); }, "disk full (test)");
+  expect_error<Error>([&] { io::write_file_replace(path, "never"); }, "disk full (test)");
+  io::set_write_hook_for_testing({});
+  EXPECT_EQ(io::read_file(path), "model2");
+  EXPECT_EQ(io::read_file(path + ".tmp"), "the user's notes\n");
+  EXPECT_TRUE(test::temp_leftovers(dir).empty());
+  fs::remove_all(dir);
 }
 
 // /dev/full (writes fail with ENOSPC) is opened in place by JsonLinesWriter (never renamed), so

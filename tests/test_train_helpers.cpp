@@ -3,8 +3,10 @@
 // checks (core/io/file.h), --classes (CsvDataSource::set_num_classes), the graceful stop
 // (core/train/graceful_stop.h) and nanoGPT's recipe (core/train/gpt_recipe.h), each with the
 // values and messages ditto-train prints (the CLI tests check them end to end).
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -21,6 +23,7 @@
 #include "core/train/gpt_recipe.h"
 #include "core/train/graceful_stop.h"
 #include "core/train/metrics_format.h"
+#include "temp_files.h"
 #include "test_util.h"
 
 namespace ditto {
@@ -245,7 +248,8 @@ TEST(OutputPaths, AnOutputIsComparedByIdentityAndMustBeWritableByItsMode) {
 TEST(OutputPaths, AReplaceableOutputIsARegularFileInAWritableDirectory) {
   const std::string dir = fresh_dir("replaceable");
   io::check_replaceable_output(dir + "/new.bin", "--export llmc");
-  EXPECT_FALSE(fs::exists(dir + "/new.bin.tmp"));  // the probe is removed
+  EXPECT_TRUE(test::temp_leftovers(dir).empty());  // the probe is removed
+  EXPECT_FALSE(fs::exists(dir + "/new.bin"));
   expect_invalid([&] { io::check_replaceable_output(dir, "--export hf"); },
                  "--export hf: expected a regular file (or none: it is created), got '" + dir +
                      "', a directory");
@@ -308,7 +312,7 @@ TEST(GracefulStop, ASignalAfterTheRunIsOverSetsTheFlagWithoutAnnouncingACheckpoi
   const SavedStopSignals saved;
   const std::string dir = fresh_dir("stop_over");
   const std::atomic<int>* stop = train::install_stop_handlers(dir, "test");
-  const int before = stop->load();  // a previous test's signal stays recorded
+  const int before = stop->load();  // 0: install_stop_handlers clears the flag
   train::disarm_stop_handlers();
   testing::internal::CaptureStderr();
   if (before == 0) std::raise(SIGTERM);  // a first signal (a second would _exit)
@@ -319,6 +323,42 @@ TEST(GracefulStop, ASignalAfterTheRunIsOverSetsTheFlagWithoutAnnouncingACheckpoi
   }
   // Armed again by the next install: a first signal announces the checkpoint again (checked by
   // AFirstSignalSetsTheFlagTheTrainerWatches when it runs first).
+}
+
+// After the last step (the final checkpoint written; ditto-train draws the sample and writes the
+// exports), a first Ctrl-C promises no checkpoint and a second one does not say that one was not
+// written (tester4: "finishing the current step and writing a checkpoint", then "the stop
+// checkpoint was not written" although the final one was complete). In a child process: the
+// second signal _exits.
+TEST(GracefulStop, SignalsAfterTrainingPromiseNoCheckpoint) {
+  const SavedStopSignals saved;
+  const std::string dir = fresh_dir("stop_after_training");
+  std::ofstream(dir + "/latest") << "step-00000010\n";
+  const std::string err_path = dir + "/stderr";
+  train::install_stop_handlers(dir, "test");  // (snprintf: in the parent, before the fork)
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // only async-signal-safe calls: the parent may have threads
+    const int fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ::dup2(fd, STDERR_FILENO) < 0) ::_exit(3);
+    train::stop_handlers_training_over();
+    std::raise(SIGINT);  // the first: no step to finish, nothing to write
+    std::raise(SIGINT);  // the second: _exit(130)
+    ::_exit(4);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGINT);
+  EXPECT_EQ(io::read_file(err_path),
+            "test: SIGINT received after training: no step left to finish, no checkpoint to write "
+            "(newest on disk: " +
+                dir +
+                "/step-00000010); finishing the output (final line, sample, exports), then "
+                "exiting as usual (send it again to exit at once)\n"
+                "test: second SIGINT: exiting at once; training was over; newest checkpoint on "
+                "disk: " +
+                dir + "/step-00000010\n");
 }
 
 TEST(GptRecipe, ConfiguresNanoGptsRunAndNamesFieldsAsTheCallerDoes) {

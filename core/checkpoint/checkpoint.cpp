@@ -557,6 +557,20 @@ Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log) {
     }
     throw Error(cat(call, ": checkpoint directory '", dir, "' does not exist"));
   }
+  // One checkpoint, DIR/step-N (as --init-from takes it, and as Lightning's ckpt_path names one
+  // checkpoint): exactly that step, no fallback (it was asked for).
+  fs::path named = fs::path(dir).lexically_normal();
+  if (named.filename().empty()) named = named.parent_path();  // "ck/step-N/"
+  if (parse_step_name(named.filename().string()) >= 0 &&
+      fs::exists(fs::path(dir) / kTrainerFile, ec)) {
+    try {
+      return read_checkpoint(dir);
+    } catch (const ParseError& e) {
+      throw Error(cat(call, ": checkpoint '", dir, "' is unusable: ", e.what(),
+                      " (to fall back to an older one, pass its directory '",
+                      named.parent_path().string(), "')"));
+    }
+  }
   std::vector<std::int64_t> steps;
   for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
     if (e.is_directory() && parse_step_name(e.path().filename().string()) >= 0)

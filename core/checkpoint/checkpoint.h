@@ -141,9 +141,10 @@ void lock_checkpoint_dir(const std::string& dir);
 std::string pytorch_file_hint(const std::string& path);
 
 /// The newest usable checkpoint in DIR: DIR/latest's first, then the other step-N from the
-/// newest down; each one skipped is reported on `log` with the reason. Throws ditto::Error when
-/// DIR holds no usable checkpoint (with each one's reason; a DIR that holds nanoGPT's ckpt.pt
-/// and no step-N says what it is and how to convert it: pytorch_file_hint).
+/// newest down; each one skipped is reported on `log` with the reason. DIR a DIR/step-N: that
+/// one (no fallback). Throws ditto::Error when there is no usable checkpoint (with each one's
+/// reason; a DIR that holds nanoGPT's ckpt.pt and no step-N says what it is and how to convert
+/// it: pytorch_file_hint).
 Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log);
 
 /// Whether DIR holds a checkpoint to resume from (a restart loop's `--resume auto`): DIR/latest

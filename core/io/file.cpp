@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <utility>
 
 #include "core/base/error.h"
@@ -257,21 +259,62 @@ void write_fd(int fd, std::string_view bytes, const std::string& path, const cha
   if (int err = write_all(fd, bytes.data(), bytes.size())) fail(call, "cannot write", path, err);
 }
 
+std::string temp_template(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  return dir + "." + base + ".tmp.XXXXXX";
+}
+
+int open_temp_beside(const std::string& path, std::string& tmp) noexcept {
+  // mkstemp(3)'s scheme with open(2)'s mode: 0644 less the umask, as the file it replaces
+  // would have been created (mkstemp's is 0600). Six characters of 62: a name taken (another
+  // writer's, a crash's leftover, anything a user put there) is skipped, never opened.
+  static constexpr char kChars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 rng{[]() noexcept {
+    std::uint64_t seed =
+        (static_cast<std::uint64_t>(::getpid()) << 32) ^
+        static_cast<std::uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    try {
+      seed ^= std::random_device{}();
+    } catch (...) {  // no entropy source: the pid and the clock (O_EXCL keeps it safe)
+    }
+    return seed;
+  }()};
+  tmp = temp_template(path);
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    for (std::size_t i = tmp.size() - 6; i < tmp.size(); ++i) tmp[i] = kChars[rng() % 62];
+    // O_EXCL | O_NOFOLLOW: an existing file or symbolic link of that name makes the open fail
+    // (EEXIST) rather than redirect the write; it is left as it is.
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd >= 0) return fd;
+    if (errno != EEXIST) return -errno;
+  }
+  return -EEXIST;
+}
+
+std::pair<int, std::string> open_temp_beside(const std::string& path, const char* call) {
+  std::string tmp;
+  const int fd = open_temp_beside(path, tmp);
+  if (fd < 0)
+    throw Error(detail::cat(call, ": cannot create '", temp_template(path),
+                            "' (the temporary file for '", path, "'): ", std::strerror(-fd)));
+  return {fd, tmp};
+}
+
 namespace {
 
-// Steps 1-4 of Note [Atomic write] on `path` itself: "<path>.tmp" created afresh, written,
-// fsynced and renamed over `path` (rename(2) replaces the name `path`, a symbolic link there
-// included, never the file a link points at). `given` is the name the caller was given (for the
-// write hook).
+// Steps 1-4 of Note [Atomic write] on `path` itself: a temporary file of its own
+// (open_temp_beside) written, fsynced and renamed over `path` (rename(2) replaces the name
+// `path`, a symbolic link there included, never the file a link points at). `given` is the name
+// the caller was given (for the write hook).
 void replace_file(const std::string& path, const std::string& given, std::string_view bytes,
                   const char* call) {
-  const std::string tmp = path + ".tmp";
-  ::unlink(tmp.c_str());  // a stray one from a crash (a link is removed, never written through)
-  // O_EXCL | O_NOFOLLOW: a file or symbolic link planted at "<path>.tmp" after the unlink makes
-  // the open fail (EEXIST) rather than redirect the write.
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) fail(call, "cannot create", tmp, errno);
-  // From here on, any failure removes the temporary file and leaves `path` as it was.
+  std::pair<int, std::string> opened = open_temp_beside(path, call);
+  const int fd = opened.first;
+  const std::string tmp = std::move(opened.second);
+  // From here on, any failure removes the temporary file (this call's own, no other writer's)
+  // and leaves `path` as it was.
   auto abandon = [&](const char* what, int err) {
     ::close(fd);
     ::unlink(tmp.c_str());

@@ -5,19 +5,26 @@
 // write_file_atomic(path, bytes) writes `path` so that, whatever happens to the process (an
 // exception, SIGKILL, a power cut after fsync), `path` holds either its previous contents or all
 // of the new bytes, never a part:
-//   1. open "<path>.tmp" in the same directory (same file system, so rename is atomic),
+//   1. create a temporary file of its own in the same directory (same file system, so rename is
+//      atomic): ".<name>.tmp.XXXXXX", mkstemp(3)'s scheme (six random characters, O_CREAT |
+//      O_EXCL | O_NOFOLLOW, another name tried while one exists), mode 0644 less the umask,
 //   2. write every byte, fsync, close,
-//   3. rename("<path>.tmp", path): atomic replacement (POSIX rename(2)),
+//   3. rename(temporary, path): atomic replacement (POSIX rename(2)),
 //   4. fsync the directory, so that the rename itself is on disk.
-// A crash between 1 and 3 leaves a stray "<path>.tmp" and the old `path` untouched; the next write
-// of `path` removes the stray file (a symbolic link there is removed, not followed) and creates
-// "<path>.tmp" afresh with O_EXCL | O_NOFOLLOW. This is what torch.save does not do (it writes in
-// place), and what e.g. Orbax and DeepSpeed's checkpoint engines do. What `path` is decides how it
-// is written, so that it behaves like torch.save / open(path, "wb"), which write through whatever
-// the name refers to, and never replaces what is not a plain file:
+// Every error after step 1 removes that temporary file and leaves `path` untouched; no other file
+// is ever removed (a user's own "<path>.tmp", another writer's temporary, a link). Two writers of
+// one `path` at once (two runs given the same --export FILE) each write their own temporary and
+// each rename succeeds: `path` ends up holding the whole file of the writer whose rename came
+// last, never a mix, and each writer's report ("exported FILE") was true when it was made (it
+// renamed its complete file into place; a later rename replaced it, as a later run's would). A
+// crash between 1 and 3 leaves a stray ".<name>.tmp.XXXXXX" and the old `path` untouched (it is
+// not removed later: it could be another running writer's). This is what torch.save does not do
+// (it writes in place), and what e.g. Orbax and DeepSpeed's checkpoint engines do. What `path` is
+// decides how it is written, so that it behaves like torch.save / open(path, "wb"), which write
+// through whatever the name refers to, and never replaces what is not a plain file:
 //   - missing or a regular file: steps 1-4 on `path`;
 //   - a symbolic link (to a link, ...): resolved to its final target first, and steps 1-4 done on
-//     the target ("<target>.tmp" next to it, renamed over it), so the link stays a link and now
+//     the target (its temporary next to it, renamed over it), so the link stays a link and now
 //     points at the new contents; a dangling link creates its target, as `echo > link` does;
 //   - a name of an open descriptor (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N):
 //     written to that descriptor in place, after stdout and stderr are flushed, whatever it is
@@ -104,21 +111,36 @@ std::string read_file(const std::string& path, std::uint64_t max_bytes = kMaxDat
 /// Replace `path` with `bytes` atomically (Note [Atomic write]); a symbolic link is written
 /// through (its target replaced), a character device or FIFO written straight through. Blocks
 /// until the data and the rename are on disk (fsync). Throws ditto::Error naming the file, the
-/// step that failed and the OS error ("io::write_file_atomic: cannot write 'p.tmp': No space left
-/// on device"), or naming the path and what it is for a directory, block device or socket
-/// ("... 'd' is a directory, expected a regular file, a character device or a FIFO"); on error
-/// the temporary file is removed and `path` is unchanged.
+/// step that failed and the OS error ("io::write_file_atomic: cannot write 'dir/.p.tmp.Ab3xY9': No
+/// space left on device"), or naming the path and what it is for a directory, block device or
+/// socket ("... 'd' is a directory, expected a regular file, a character device or a FIFO"); on
+/// error its own temporary file is removed and `path` is unchanged.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 
 /// Write `path` atomically as steps 1-4 of Note [Atomic write] do, for a file ditto owns in a
 /// directory it owns (a checkpoint's files, DIR/latest): `path` itself is replaced, whatever it
 /// is: a symbolic link there is replaced by the new file, never followed, so that a link planted
 /// in a checkpoint directory cannot make ditto overwrite the file it points at. The temporary
-/// "<path>.tmp" is created with O_CREAT | O_EXCL | O_NOFOLLOW after a stray one is removed.
+/// is open_temp_beside's (Note [Atomic write]).
 /// Anything else already at `path` (a directory, a device, a FIFO) is refused, left untouched.
 /// Throws ditto::Error as write_file_atomic does ("io::write_file_replace: cannot write 'p': it
 /// is a directory, expected a regular file ...", "io::write_file_replace: cannot create ...").
 void write_file_replace(const std::string& path, std::string_view bytes);
+
+/// "dir/.name.tmp.XXXXXX" for "dir/name": the pattern of open_temp_beside's names (for messages
+/// and for tests that look for leftovers).
+std::string temp_template(const std::string& path);
+
+/// Step 1 of Note [Atomic write]: creates a new empty file of a name no one else uses, beside
+/// `path` (temp_template's X's replaced by random characters; O_CREAT | O_EXCL | O_NOFOLLOW,
+/// mode 0644 less the umask), and returns its descriptor (open for writing, close-on-exec) and
+/// its name. The caller removes it (or renames it) and closes the descriptor. Throws
+/// ditto::Error "<call>: cannot create 'dir/.name.tmp.XXXXXX' (the temporary file for
+/// 'dir/name'): <reason>".
+std::pair<int, std::string> open_temp_beside(const std::string& path, const char* call);
+
+/// open_temp_beside without the exception: the descriptor (its name in `tmp`), or -errno.
+int open_temp_beside(const std::string& path, std::string& tmp) noexcept;
 
 /// The descriptor a name stands for: 1 for /dev/stdout, 2 for /dev/stderr, N for /dev/fd/N and
 /// /proc/self/fd/N; -1 for any other name (these are written in place, Note [Atomic write]).
@@ -173,12 +195,13 @@ void check_outputs_are_not_inputs(const std::vector<NamedPath>& outputs,
                                   const std::vector<NamedPath>& dirs);
 
 /// Checks, before a long run, that a file the run will replace at its end by write_file_atomic
-/// (FILE.tmp, then a rename) can be: `path` is a regular file or none (a FIFO would block, a
-/// directory cannot be replaced), an existing one is writable (a read-only one is refused rather
-/// than replaced behind its mode), and its directory exists and takes new files (a FILE.tmp is
-/// created and removed, unless one exists already). Throws InvalidArgument naming `what` ("what:
-/// expected a regular file (or none: it is created), got 'p', a directory", "what: expected a
-/// file in an existing directory, got 'p' (no directory 'd')", ...).
+/// (a temporary file, then a rename) can be: `path` is a regular file or none (a FIFO would block,
+/// a directory cannot be replaced), an existing one is writable (a read-only one is refused rather
+/// than replaced behind its mode), and its directory exists and takes new files (a temporary
+/// file of open_temp_beside's is created and removed; no other file is touched). Throws
+/// InvalidArgument naming `what` ("what: expected a regular file (or none: it is created), got 'p',
+/// a directory", "what: expected a file in an existing directory, got 'p' (no directory 'd')",
+/// ...).
 void check_replaceable_output(const std::string& path, const std::string& what);
 
 // Note [Lost output]: a program whose results go to stdout must not exit 0 with every line lost

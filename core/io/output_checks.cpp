@@ -96,22 +96,14 @@ void check_replaceable_output(const std::string& path, const std::string& what) 
               ": expected a file in a directory "
               "it may write, got '",
               path, "' (directory '", dir.string(), "': ", std::strerror(errno), ")");
-  // What access() cannot tell (root under /proc, a read-only file system): create the
-  // temporary file the write will use, and remove it. One that exists (another rank's probe
-  // under mpirun, a crash's leftover that the write removes) proves nothing and is left alone.
-  const std::string tmp = path + ".tmp";
-  struct stat tst {};
-  if (::lstat(tmp.c_str(), &tst) != 0) {
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-    DITTO_CHECK(fd >= 0 || errno == EEXIST, what,
-                ": expected a file in a directory it may "
-                "write, got '",
-                path, "' (cannot create '", tmp, "': ", std::strerror(errno), ")");
-    if (fd >= 0) {
-      ::close(fd);
-      ::unlink(tmp.c_str());
-    }
-  }
+  // What access() cannot tell (root under /proc, a read-only file system): create a temporary
+  // file as the write will (one of this call's own, Note [Atomic write]), and remove it.
+  std::string tmp;
+  const int fd = open_temp_beside(path, tmp);
+  DITTO_CHECK(fd >= 0, what, ": expected a file in a directory it may write, got '", path,
+              "' (cannot create '", temp_template(path), "': ", std::strerror(-fd), ")");
+  ::close(fd);
+  ::unlink(tmp.c_str());
 }
 
 }  // namespace ditto::io

@@ -14,10 +14,32 @@ namespace {
 std::atomic<int> g_stop{0};
 // Cleared by disarm_stop_handlers: the run is over, a first signal is recorded silently.
 volatile std::sig_atomic_t g_armed = 1;
+// Set by stop_handlers_training_over: the last step is done, no checkpoint is due.
+volatile std::sig_atomic_t g_over = 0;
 // Set before the handlers are installed; read only by them.
 char g_prog[256];
 char g_latest_path[4096];  // "DIR/latest"
 char g_checkpoint_dir[4096];
+
+// Appends "DIR/step-N" (what DIR/latest names) or "none" with `put` (open/read only).
+template <typename Put>
+void put_newest(const Put& put) {
+  char name[64] = {};
+  ssize_t got = -1;
+  const int fd = ::open(g_latest_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) {
+    got = ::read(fd, name, sizeof name - 1);
+    ::close(fd);
+  }
+  while (got > 0 && (name[got - 1] == '\n' || name[got - 1] == ' ')) name[--got] = 0;
+  if (got > 0) {
+    put(g_checkpoint_dir);
+    put("/");
+    put(name);
+  } else {
+    put("none");
+  }
+}
 
 extern "C" void on_stop_signal(int sig) {
   char buf[8192];
@@ -25,32 +47,32 @@ extern "C" void on_stop_signal(int sig) {
   auto put = [&](const char* t) {
     while (*t && n < sizeof buf - 1) buf[n++] = *t++;
   };
+  const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
   put(g_prog);
   if (g_stop.exchange(sig) != 0) {
-    put(sig == SIGINT ? ": second SIGINT" : ": second SIGTERM");
-    put(": exiting at once; the stop checkpoint was not written; newest checkpoint on disk: ");
-    char name[64] = {};
-    ssize_t got = -1;
-    const int fd = ::open(g_latest_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd >= 0) {
-      got = ::read(fd, name, sizeof name - 1);
-      ::close(fd);
-    }
-    while (got > 0 && (name[got - 1] == '\n' || name[got - 1] == ' ')) name[--got] = 0;
-    if (got > 0) {
-      put(g_checkpoint_dir);
-      put("/");
-      put(name);
-    } else {
-      put("none");
-    }
+    put(": second ");
+    put(name);
+    put(g_over ? ": exiting at once; training was over; newest checkpoint on disk: "
+               : ": exiting at once; the stop checkpoint was not written; newest checkpoint on "
+                 "disk: ");
+    put_newest(put);
     put("\n");
     [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, buf, n);
     ::_exit(128 + sig);
   }
   if (!g_armed) return;  // the run is over: no step to finish, no checkpoint to announce
-  put(": signal received: finishing the current step and writing a checkpoint (send it again "
-      "to exit at once)\n");
+  if (g_over) {
+    put(": ");
+    put(name);
+    put(" received after training: no step left to finish, no checkpoint to write (newest on "
+        "disk: ");
+    put_newest(put);
+    put("); finishing the output (final line, sample, exports), then exiting as usual (send it "
+        "again to exit at once)\n");
+  } else {
+    put(": signal received: finishing the current step and writing a checkpoint (send it again "
+        "to exit at once)\n");
+  }
   [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, buf, n);
 }
 
@@ -62,6 +84,8 @@ const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
   std::snprintf(g_checkpoint_dir, sizeof g_checkpoint_dir, "%s", checkpoint_dir.c_str());
   std::snprintf(g_latest_path, sizeof g_latest_path, "%s/latest", checkpoint_dir.c_str());
   g_armed = 1;
+  g_over = 0;
+  g_stop.store(0);  // a new run: no signal yet
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
@@ -75,6 +99,8 @@ const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
 }
 
 void disarm_stop_handlers() { g_armed = 0; }
+
+void stop_handlers_training_over() { g_over = 1; }
 
 int stop_signal() { return g_stop.load(); }
 

@@ -15,6 +15,14 @@
 // disarm_stop_handlers), a first signal is recorded without a word, since no step is left to
 // finish: mpirun ending a failed job SIGTERMs the ranks that are already leaving with their own
 // error, which then said "finishing the current step and writing a checkpoint".
+// After the last step, while the program still works on the result (the final checkpoint is
+// written, or failed and is reported later; ditto-train prints the GPT's sample and writes the
+// --export files: stop_handlers_training_over), no checkpoint is left to promise: a first signal
+// says so, "SIGINT received after training: no step left to finish, no checkpoint to write
+// (newest on disk: DIR/step-N); finishing the output (final line, sample, exports), then exiting
+// as usual (send it again to exit at once)", and the run ends with its own status; a second
+// exits at once saying "training was over; newest checkpoint on disk: DIR/step-N" (not that a
+// stop checkpoint was not written: none was due).
 #pragma once
 
 #include <atomic>
@@ -28,7 +36,7 @@ namespace ditto::train {
 /// signal the parent ignores stays ignored (nohup, a shell's background job's SIGINT). Returns
 /// the flag for TrainerConfig::stop (0 until a signal arrives, then its number); it lives as long
 /// as the process. Call it from one thread, before the run starts (a second call re-points the
-/// handlers at the new directory).
+/// handlers at the new directory and clears the flag: a new run has had no signal yet).
 const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
                                               const std::string& prog);
 
@@ -36,6 +44,12 @@ const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
 /// flag, writing nothing (the program goes on leaving with its own status); a second still exits
 /// at once, as before. install_stop_handlers arms them again. Async-signal-safe.
 void disarm_stop_handlers();
+
+/// Training is over (Note [Graceful stop]): the last step is done and its checkpoint written or
+/// reported; what is left is the result's output (a sample, exports). From now on a signal's
+/// message says so instead of promising a checkpoint. install_stop_handlers resets it.
+/// Async-signal-safe.
+void stop_handlers_training_over();
 
 /// The signal that stopped the run (SIGINT or SIGTERM), 0 when none arrived.
 int stop_signal();

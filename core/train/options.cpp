@@ -244,7 +244,8 @@ OptionTable trainer_options(TrainerOptions& o) {
              "fast mode: f32 matrix products may run on TF32 tensor cores (cuda: cuBLASLt's "
              "CUBLAS_COMPUTE_32F_FAST_TF32; torch's allow_tf32). Default: strict f32"),
       // ---- checkpoints, communicators
-      option("--checkpoint", &c.checkpoint_dir, "directory to save checkpoints in (and at the end)",
+      option("--checkpoint", &c.checkpoint_dir,
+             "directory to save checkpoints in (and at the end; created with its parents)",
              "a directory")
           .sets("checkpoint_dir")
           .no_default(),
@@ -252,8 +253,9 @@ OptionTable trainer_options(TrainerOptions& o) {
              "an integer >= 0")
           .no_default(),
       option("--resume", &c.resume_dir,
-             "resume from the newest usable checkpoint in DIR; auto: from --checkpoint's DIR "
-             "when it holds one, else start fresh (a restart loop's every run)",
+             "resume from the newest usable checkpoint in DIR, or from DIR/step-N exactly; auto: "
+             "from --checkpoint's DIR when it holds one, else start fresh (a restart loop's every "
+             "run)",
              "a checkpoint directory")
           .sets("resume_dir")
           .no_default(),

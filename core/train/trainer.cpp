@@ -95,6 +95,19 @@ std::string model_name(const TrainerConfig& c, const DataSource& data) {
   return arch.str();
 }
 
+/// The checkpoint directory a resume from `resume_dir` continues: its parent for one checkpoint
+/// DIR/step-N (read_latest_checkpoint takes one), else `resume_dir` itself.
+std::string resumes_from_dir(const std::string& resume_dir) {
+  namespace fs = std::filesystem;
+  fs::path p = fs::path(resume_dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  const std::string leaf = p.filename().string();
+  std::error_code ec;
+  if (leaf.rfind("step-", 0) == 0 && fs::exists(p / "trainer.json", ec))
+    return p.has_parent_path() ? p.parent_path().string() : std::string(".");
+  return resume_dir;
+}
+
 /// The checkpoint directory is created and locked (lock_checkpoint_dir; by rank 0: `lead`) at
 /// startup, so that a long run is not lost when it ends. A fresh run (no resume_dir) refuses a
 /// directory that holds checkpoints: its own would mix with them (the rotation keeps the two
@@ -115,17 +128,82 @@ void check_output_paths(const TrainerConfig& c, const std::string& given, bool l
     } catch (const Error& e) {
       throw Error(detail::cat(c.name_of("checkpoint_dir"), ": ", e.what()));
     }
-    if (c.resume_dir.empty()) {
+    // A resume from another directory (--resume A --checkpoint B) is a fresh run for B: B's own
+    // checkpoints would mix with A's continuation as a fresh run's would (B's `latest` switched
+    // to A's step, B's newer steps kept beside it). A's DIR/step-N counts as A.
+    const std::string from = resumes_from_dir(c.resume_dir);
+    if (c.resume_dir.empty() || io::same_file_key(from) != io::same_file_key(ck)) {
       const std::vector<std::string> found = checkpoint_entries(ck, c.name_of("checkpoint_dir"));
       std::string names;
       for (const std::string& f : found) names += (names.empty() ? "" : ", ") + f;
-      DITTO_CHECK(found.empty(), c.name_of("checkpoint_dir"),
-                  ": expected a directory without checkpoints for a fresh run (no ",
-                  c.name_of("resume_dir"), "), got '", given, "', which holds another run's (",
-                  names, "): the two runs' checkpoints would mix; to continue that run, pass ",
-                  c.name_of("resume_dir"), " ", given,
-                  "; to start over, remove them or choose another directory");
+      if (c.resume_dir.empty())
+        DITTO_CHECK(found.empty(), c.name_of("checkpoint_dir"),
+                    ": expected a directory without checkpoints for a fresh run (no ",
+                    c.name_of("resume_dir"), "), got '", given, "', which holds another run's (",
+                    names, "): the two runs' checkpoints would mix; to continue that run, pass ",
+                    c.name_of("resume_dir"), " ", given,
+                    "; to start over, remove them or choose another directory");
+      else
+        DITTO_CHECK(found.empty(), c.name_of("checkpoint_dir"),
+                    ": expected a directory without checkpoints when resuming from another one (",
+                    c.name_of("resume_dir"), " '", c.resume_dir, "'), got '", given,
+                    "', which holds another run's (", names,
+                    "): the two runs' checkpoints would mix; to continue the run in '", given,
+                    "', pass ", c.name_of("resume_dir"), " ", given, "; to continue '",
+                    c.resume_dir, "' there, remove them or choose another directory");
     }
+  }
+}
+
+// Note [Checkpoint failures]
+// A checkpoint that cannot be written (a full disk, EFBIG) never leaves a partial one behind
+// (save_checkpoint removes its DIR/step-N.tmp) and is reported with the step it was for and the
+// newest checkpoint still on disk. What happens to the run depends on which one failed:
+//   - the final one (after the last step, the periodic one of that step included): the run is
+//     over and its result must not be lost with it: fit() returns as usual, on_finish runs (the
+//     GPT's sample and --export), and the error is in FitResult::output_errors, which ditto-train
+//     prints after the final line (exit 1, as for a --trace that could not be written);
+//   - a periodic one (checkpoint_every): the run stops with the error (exit 1), as nanoGPT's
+//     train.py does when torch.save raises and Lightning's ModelCheckpoint does: a run that went on
+//     would keep training for hours with no checkpoint it could resume from, on a disk that is
+//     still full at its end; the older checkpoint is left, and --resume continues from it;
+//   - a graceful stop's (SIGTERM, Ctrl-C): the error, as that checkpoint was the stop's point.
+
+/// Which checkpoint save_or_report saves: one every checkpoint_every steps, the one after the
+/// last step, or a graceful stop's.
+enum class CheckpointKind { periodic, final, stop };
+
+/// Rank 0's save of the checkpoint of step `step` (Note [Checkpoint failures]): a
+/// failed periodic or stop checkpoint ends the run (an Error saying which step was not written
+/// and the newest on disk); a failed final one is recorded in `res.output_errors`, so that the
+/// result, on_finish (the sample, the exports) and the caller's report still come.
+template <typename Save>
+void save_or_report(const TrainerConfig& c, std::int64_t step, CheckpointKind kind, FitResult& res,
+                    const Save& save) {
+  try {
+    save();
+  } catch (const InvalidArgument&) {  // the settings' (an alias of no parameter): not the disk's
+    throw;
+  } catch (const std::exception& e) {
+    const std::string& dir = c.checkpoint_dir;
+    std::string newest = "none";
+    try {
+      std::string latest = io::read_file(dir + "/latest", 4096, "resume");
+      while (!latest.empty() && (latest.back() == '\n' || latest.back() == ' ')) latest.pop_back();
+      if (!latest.empty()) newest = dir + "/" + latest;
+    } catch (const std::exception&) {  // none yet: "none"
+    }
+    const std::string what = detail::cat(c.name_of("checkpoint_dir"), ": the ",
+                                         kind == CheckpointKind::final  ? "final checkpoint"
+                                         : kind == CheckpointKind::stop ? "stop checkpoint"
+                                                                        : "checkpoint",
+                                         " of step ", step, " was not written: ", e.what(),
+                                         "; newest checkpoint on disk: ", newest);
+    if (kind == CheckpointKind::periodic)
+      throw Error(what + " (the run stops, as nanoGPT's does when torch.save fails: free space "
+                         "and resume from it)");
+    if (kind == CheckpointKind::stop) throw Error(what);
+    res.output_errors.push_back(what);
   }
 }
 
@@ -558,17 +636,19 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
   rep.begin();
   const std::int64_t batches = data_->batches_per_epoch(c.batch_size);
   std::int64_t saved_step = c.resume_dir.empty() ? -1 : ts.step;
+  FitResult res;
   // A checkpoint holds the epoch's loss sum over every rank (rank 0 starts from it on resume).
-  auto checkpoint = [&](double loss_sum) {
+  auto checkpoint = [&](double loss_sum, CheckpointKind kind) {
     TrainerState saved = ts;
     if (ts.batch != 0) saved.epoch_loss_sum = rep.sum_over_ranks(loss_sum);  // every rank
     rep.prepare_checkpoint();                                                // every rank
     if (rep.lead())
-      save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), saved, 2,
-                      c.checkpoint_aliases);
+      save_or_report(c, ts.step, kind, res, [&] {
+        save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), saved, 2,
+                        c.checkpoint_aliases);
+      });
     saved_step = ts.step;
   };
-  FitResult res;
   const std::int64_t first_epoch = ts.epoch + 1;
   for (int epoch = static_cast<int>(first_epoch); epoch <= c.epochs; ++epoch) {
     run.epoch_begin();
@@ -604,7 +684,9 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
       seen += b.x.size(0);
       ++steps;
       ts.advance(batches, loss_sum, seen);  // the position after this step
-      if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0) checkpoint(loss_sum);
+      if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0)  // the last step's: final
+        checkpoint(loss_sum, epoch == c.epochs && i + 1 == batches ? CheckpointKind::final
+                                                                   : CheckpointKind::periodic);
       if (stop_due(run, rep, ts.step)) {
         res.stopped = true;
         break;
@@ -644,7 +726,8 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
       res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
   }
   if (!c.checkpoint_dir.empty() && ts.step != saved_step)  // stopped: each rank's share
-    checkpoint(rep.lead() || res.stopped ? ts.epoch_loss_sum : 0.0);
+    checkpoint(rep.lead() || res.stopped ? ts.epoch_loss_sum : 0.0,
+               res.stopped ? CheckpointKind::stop : CheckpointKind::final);
   end_loop(rep, ts, res);
   return res;
 }
@@ -653,17 +736,20 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   const TrainerConfig& c = config_;
   rep.begin();
   std::int64_t saved_step = c.resume_dir.empty() ? -1 : ts.step;
-  auto checkpoint = [&] {
+  FitResult res;
+  auto checkpoint = [&](CheckpointKind kind) {
     rep.prepare_checkpoint();  // every rank
     if (rep.lead())
-      save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), ts, 2, c.checkpoint_aliases);
+      save_or_report(c, ts.step, kind, res, [&] {
+        save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), ts, 2,
+                        c.checkpoint_aliases);
+      });
     saved_step = ts.step;
   };
   auto eval_due = [&](std::int64_t s) {
     return c.eval_iters > 0 &&
            ((c.eval_interval > 0 && s % c.eval_interval == 0) || s == c.max_iters);
   };
-  FitResult res;
   const std::int64_t first = ts.step;  // of this run (a resumed one starts later)
   std::int64_t interval_tokens = 0;
   double interval_s = 0;
@@ -724,7 +810,8 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
       samples += b.x.size(0);
       tokens += b.y.numel();
       ++ts.step;
-      if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0) checkpoint();
+      if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0)  // the last step's: final
+        checkpoint(ts.step >= c.max_iters ? CheckpointKind::final : CheckpointKind::periodic);
       if (stop_due(run, rep, ts.step)) {
         res.stopped = true;
         ++steps;
@@ -738,7 +825,8 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
     interval_tokens += tokens;
     if (res.stopped) break;
   }
-  if (!c.checkpoint_dir.empty() && ts.step != saved_step && !c.eval_only) checkpoint();
+  if (!c.checkpoint_dir.empty() && ts.step != saved_step && !c.eval_only)
+    checkpoint(res.stopped ? CheckpointKind::stop : CheckpointKind::final);
   end_loop(rep, ts, res);
   return res;
 }

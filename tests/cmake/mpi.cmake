@@ -98,7 +98,7 @@ if(DITTO_MPI_ENABLED)
                    COPYONLY)
     file(WRITE ${refuse_dir}/with/ck "a file, not a directory\n")
     foreach(case "data|with|without|1|--data;d.csv|read_csv: cannot open 'd.csv'"
-                 "checkpoint|with|without|0|--checkpoint;ck/run|--checkpoint: cannot create directory 'ck/run'"
+                 "checkpoint|with|without|0|--checkpoint;ck/run|--checkpoint: expected a directory it may create or write, got 'ck/run'"
                  "metrics_jsonl|without|with|0|--metrics-jsonl;nodir/m.jsonl|--metrics-jsonl: ")
       string(REPLACE "|" ";" parts "${case}")
       list(GET parts 0 name)

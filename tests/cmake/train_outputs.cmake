@@ -8,6 +8,13 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.CheckpointResumeKillAndFallback RC 0 REGEX "PASS" TIMEOUT 120
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_checkpoint.sh
             $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_checkpoint)
+  # tester4: a final checkpoint that does not fit keeps the result (final line, sample,
+  # --export), a periodic one stops the run, --resume A --checkpoint B over B's run is refused,
+  # --resume DIR/step-N, unusable output paths exit 2, Ctrl-C in the sample
+  # (tests/ditto_train_checkpoint_flow.sh says what each step checks).
+  ditto_expect_exit(DittoTrainCli.CheckpointFlowWhenSomethingFails RC 0 REGEX "PASS" TIMEOUT 180
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_checkpoint_flow.sh
+            $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_checkpoint_flow)
 endif()
 
 # --metrics-jsonl: the JSON lines hold the epoch lines' and the final line's values.
@@ -107,7 +114,7 @@ if(TARGET ditto-train)
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_stop.sh
             $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_stop)
   # --resume given a file: what it is, not "does not exist".
-  ditto_expect_exit(DittoTrainCli.ResumeFromARegularFileSaysWhatItIs RC 1
-    REGEX "ditto-train: error: resume: checkpoint directory '[^']*digits.csv' is a regular file, expected a directory of checkpoints"
+  ditto_expect_exit(DittoTrainCli.ResumeFromARegularFileSaysWhatItIs RC 2
+    REGEX "ditto-train: error: --resume: expected a checkpoint directory \\(the --checkpoint DIR of an earlier run, or one of its DIR/step-N\\), got '[^']*digits.csv', a regular file"
     COMMAND $<TARGET_FILE:ditto-train> --resume ${PROJECT_SOURCE_DIR}/examples/data/digits.csv)
 endif()

@@ -42,10 +42,10 @@ if(TARGET ditto-train)
     REGEX "^ditto-train: error: --fault 'skip-collective:rank=9,index=0': expected a rank in 0..3, got 9"
     COMMAND $<TARGET_FILE:ditto-train> --trainer ddp --devices 4 --fault skip-collective:rank=9,index=0 --epochs 1)
   # --checkpoint and --trace are checked before training, not when the run ends.
-  ditto_expect_exit(DittoTrainCli.CheckpointNotADirectoryFailsAtStartup RC 1
-    REGEX "^ditto-train: error: --checkpoint: cannot create directory '[^']*/CMakeLists.txt/ckpt': Not a directory"
+  ditto_expect_exit(DittoTrainCli.CheckpointNotADirectoryFailsAtStartup RC 2
+    REGEX "^ditto-train: error: --checkpoint: expected a directory it may create or write, got '[^']*/CMakeLists.txt/ckpt': cannot create directory '[^']*/CMakeLists.txt/ckpt': Not a directory"
     COMMAND $<TARGET_FILE:ditto-train> --trainer ddp --checkpoint ${CMAKE_CURRENT_SOURCE_DIR}/CMakeLists.txt/ckpt --epochs 1)
-  ditto_expect_exit(DittoTrainCli.TraceInMissingDirectoryFailsAtStartup RC 1
+  ditto_expect_exit(DittoTrainCli.TraceInMissingDirectoryFailsAtStartup RC 2
     REGEX "^ditto-train: error: --trace: expected a file in an existing directory, got '[^']*/no_such_dir/t.json'"
     COMMAND $<TARGET_FILE:ditto-train> --trace ${CMAKE_CURRENT_BINARY_DIR}/no_such_dir/t.json --epochs 1)
   # An empty path is refused, not taken for "not given"; an empty --hidden item too.
