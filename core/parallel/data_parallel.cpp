@@ -46,6 +46,10 @@ DataParallel::DataParallel(nn::Module& module, std::vector<Device> devices,
     DITTO_CHECK(seen.insert(d).second, "DataParallel: devices[", i, "]: device ", d.str(),
                 " is repeated");
   }
+  DITTO_CHECK(options_.comm_timeout_ms > 0 && options_.comm_timeout_ms <= kMaxCommTimeoutMs,
+              "DataParallel: options.comm_timeout_ms: expected a positive number of milliseconds "
+              "<= ",
+              kMaxCommTimeoutMs, " (2^31, about 24.9 days), got ", options_.comm_timeout_ms);
   const std::vector<nn::Parameter*> params = module_.parameters();
   for (std::size_t i = 0; i < params.size(); ++i) {
     const nn::Parameter* p = params[i];
@@ -98,6 +102,7 @@ std::vector<Communicator>& DataParallel::comms(int n) {
   if (it != comms_.end()) return it->second;
   CommOptions o;
   o.determinism = options_.determinism;
+  o.timeout_ms = options_.comm_timeout_ms;
   std::vector<Device> devs(devices_.begin(), devices_.begin() + n);
   return comms_.emplace(n, Communicator::init_all(devs, o)).first->second;
 }
