@@ -9,19 +9,9 @@
 #include "backend_sim/sim_dry_arena.h"
 #include "backend_sim/sim_executor.h"
 #include "backend_sim/sim_extensions.h"
+#include "core/backend_api/asan.h"
 #include "core/base/error.h"
 #include "core/runtime/mixed_precision.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define DITTO_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define DITTO_ASAN 1
-#endif
-#endif
-#ifdef DITTO_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
 
 namespace ditto {
 
@@ -117,7 +107,7 @@ void* SimBackend::cache_take(VirtualDevice& d, std::size_t rounded) {
   void* p = it->second.back();
   it->second.pop_back();
   d.cached_bytes -= rounded;
-#ifdef DITTO_ASAN
+#if DITTO_ASAN
   ASAN_UNPOISON_MEMORY_REGION(p, rounded);
 #endif
   return p;
@@ -128,7 +118,7 @@ bool SimBackend::cache_put(VirtualDevice& d, void* p, std::size_t rounded) {
   if (d.cached_bytes + rounded > kCacheMaxBytes) return false;
   d.cache[rounded].push_back(p);
   d.cached_bytes += rounded;
-#ifdef DITTO_ASAN
+#if DITTO_ASAN
   ASAN_POISON_MEMORY_REGION(p, rounded);
 #endif
   return true;
@@ -140,7 +130,7 @@ void SimBackend::cache_clear(VirtualDevice& d) {
     std::lock_guard lk(d.cache_mu);
     for (auto& [rounded, v] : d.cache)
       for (void* p : v) {
-#ifdef DITTO_ASAN
+#if DITTO_ASAN
         ASAN_UNPOISON_MEMORY_REGION(p, rounded);
 #endif
         blocks.push_back(p);

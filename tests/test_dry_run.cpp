@@ -17,6 +17,7 @@
 #include "backend_sim/sim_backend.h"
 #include "backend_sim/sim_dry_arena.h"
 #include "backend_sim/sim_run.h"
+#include "core/backend_api/asan.h"
 #include "core/base/error.h"
 #include "core/data/synthetic_source.h"
 #include "core/nn/gpt.h"
@@ -176,15 +177,7 @@ TEST(DryRunBackend, AThousandLargeDevicesNeedNoHostAddressSpace) {
 // The growth limit: 256 MiB in Release (the old check grew ~840 MB); under AddressSanitizer 768
 // MiB, whose redzones, shadow and quarantine grew the new check to 321 MiB in CI's check build (the
 // old check: 1091 MiB there).
-// Whether this build runs under AddressSanitizer (GCC's macro, Clang's feature test).
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kDryRunUnderAsan = true;
-#elif defined(__has_feature)
-constexpr bool kDryRunUnderAsan = __has_feature(address_sanitizer);
-#else
-constexpr bool kDryRunUnderAsan = false;
-#endif
-constexpr long kDryDdpRssLimitKib = (kDryRunUnderAsan ? 768 : 256) * 1024;
+constexpr long kDryDdpRssLimitKib = (detail::kAsan ? 768 : 256) * 1024;
 
 TEST(DryRunBackend, DdpChecksTheRanksParametersInHostMemoryLinearInTheRanks) {
   fresh_sim(128, true);
@@ -211,7 +204,7 @@ TEST(DryRunBackend, DdpChecksTheRanksParametersInHostMemoryLinearInTheRanks) {
 // The growth limit: 128 MiB in Release (the optimizers grew 25.5 MiB, the old tables 275 MiB);
 // 192 MiB under AddressSanitizer, whose redzones and shadow grew the optimizers to 57 MiB in the
 // check build (the old tables, kept as a mutation: 727 MiB there).
-constexpr long kDryZeroRssLimitKib = (kDryRunUnderAsan ? 192 : 128) * 1024;
+constexpr long kDryZeroRssLimitKib = (detail::kAsan ? 192 : 128) * 1024;
 
 TEST(DryRunBackend, ZeroShardsItsLayoutInHostMemoryLinearInTheRanks) {
   constexpr int kRanks = 128;

@@ -243,6 +243,34 @@ TEST(FaultSkipCollective, OtherRanksTimeOutNamingTheRankAndTheCollective) {
                              "communicator aborted by an earlier error: " + what);
 }
 
+// i29 (lifetime): --comm-timeout-ms reached the communicators only through the simulator's
+// FaultExtension, so ditto-train refused it with --backend cuda, whose communicators honour
+// CommOptions::timeout_ms. The Trainer now passes it in the CommOptions of the communicators it
+// makes: DataParallel's (DataParallelOptions::comm_timeout_ms, from a Replica here), with no
+// timeout set on the backend's faults.
+TEST(FaultSkipCollective, DataParallelCommunicatorsTakeTheTrainersTimeout) {
+  sim_with_faults({"skip-collective:rank=1,index=0"});  // the backend's own timeout: none set
+  std::vector<float> xs(8 * 6, 0.25f);
+  std::vector<std::int64_t> ys(8, 1);
+  data::Batch batch{Tensor::from_vector(xs, {8, 6}), Tensor::from_vector(ys, {8})};
+  train::TrainerConfig cfg;
+  cfg.micro_shards = 4;
+  cfg.hidden = {8};
+  cfg.comm_timeout_ms = 250;
+  train::FunctionSource data(1, 6, 3, [&](std::int64_t, std::int64_t) { return batch; });
+  train::Replica rep(cfg, data, devices("sim", 4));
+  expect_error<Timeout>([&] { rep.step(batch); },
+                        "broadcast (collective #1 on this communicator): timed out after 250 ms "
+                        "waiting for rank 1");
+  parallel::DataParallelOptions bad;
+  bad.comm_timeout_ms = 0;
+  auto model = nn::mlp({6, 3}, sim_device(0), 0);
+  expect_error<InvalidArgument>(
+      [&] { parallel::DataParallel refused(*model, devices("sim", 2), bad); },
+      "DataParallel: options.comm_timeout_ms: expected a positive number of milliseconds <= "
+      "2147483648 (2^31, about 24.9 days), got 0");
+}
+
 // Issue 31 (habits): with the default timeouts a skipped collective was silent for 300 s before
 // its error. When a collective has waited DITTO_COMM_WARN_AFTER_MS (10 s by default; 100 ms
 // here) one line on stderr names the ranks missing, once, before the timeout (Note [Slow

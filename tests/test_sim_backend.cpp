@@ -12,21 +12,11 @@
 #include <vector>
 
 #include "backend_sim/sim_backend.h"
+#include "core/backend_api/asan.h"
 #include "core/base/error.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/tensor.h"
 #include "test_util.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define DITTO_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define DITTO_TEST_ASAN 1
-#endif
-#endif
-#ifdef DITTO_TEST_ASAN
-#include <sanitizer/asan_interface.h>
-#endif
 
 namespace ditto {
 namespace {
@@ -128,7 +118,7 @@ TEST_F(SimBackendTest, AFreedBlockIsReusedByItsDeviceOnlyAndIsNotCountedInUse) {
 
 // A cached block is poisoned under ASan, so a use after free is still caught (CI's build).
 TEST_F(SimBackendTest, ACachedBlockIsPoisonedUnderAsan) {
-#ifndef DITTO_TEST_ASAN
+#if !DITTO_ASAN
   GTEST_SKIP() << "not an ASan build: nothing poisons memory";
 #else
   Backend& b = get_backend("sim");

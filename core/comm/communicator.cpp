@@ -18,6 +18,7 @@
 #include "core/comm/comm_checks.h"
 #include "core/distributed/distributed.h"
 #include "core/runtime/backend.h"
+#include "core/runtime/backend_init.h"
 
 namespace ditto {
 
@@ -34,6 +35,33 @@ const char* reduce_op_name(ReduceOp op) {
 }
 
 namespace detail {
+
+// Note [Communicators of a replaced backend]
+// init_backend re-creates a backend's process-wide instance (Trainer::fit does, for its run's
+// device count). A handle made before keeps the old instance's CommunicatorImpl, but its devices
+// are names ("sim:2"), which now resolve to the new instance: the index may be out of range
+// (init_backend with fewer devices) or name another instance's device, whose streams the old
+// communicator would then run on. A single-controller all_reduce enqueued ranks 0 and 1 on the
+// new instance's streams and failed at rank 2 ("index out of range"), leaving ranks 0 and 1 to
+// time out in later, unrelated work (tester3); with as many devices it ran unordered with the
+// old instance's pending work on its tensors. As NCCL refuses a communicator whose context is
+// gone, every call of such a handle refuses at once: each per-rank method and stream() check
+// first, the single-controller forms check every handle (check_group) before any rank's
+// arguments, all with InvalidArgument "<call>: ... re-initialised ...". The handle holds the
+// instance it was made on (backend_, as Buffers hold theirs), and the registry's generation read
+// after that lookup (generation_): while the generation is unchanged nothing was created or
+// replaced, so the check is one integer compare; after any change it compares the held instance
+// with the live one (get_backend's per-thread cache).
+void check_comm_live(const Communicator& c, const char* where) {
+  if (backend_generation() == c.generation_) return;
+  const std::string& type = c.device().type;
+  if (&get_backend(type) == c.backend_.get()) return;
+  throw InvalidArgument(cat(where, ": the handle of rank ", c.rank(), " of ", c.size(), " (",
+                            c.device().str(), ") was made on an instance of backend ", type,
+                            " that init_backend has since re-initialised: its devices and streams "
+                            "are gone; make new handles (Communicator::init_all or init_rank) on "
+                            "the live instance"));
+}
 
 std::string rank_str(const Communicator& c) {
   return cat(c.device().str(), " (rank ", c.rank(), " of ", c.size(), ")");
@@ -115,6 +143,8 @@ void check_group(const char* call, const std::vector<Communicator>& comms,
                 "]: expected the handle of rank ", i, " (handles in rank order), got rank ",
                 comms[i].rank());
   }
+  // One communicator's handles share its instance: rank 0's answers for all of them.
+  check_comm_live(comms[0], call);
   for (const auto& [name, n] : vectors)
     DITTO_CHECK(n == comms.size(), call, ": ", name, ": expected ", comms.size(), " ", what,
                 " (one per rank), got ", n);
@@ -256,7 +286,13 @@ std::vector<Communicator> Communicator::init_all(const std::vector<Device>& devi
                 " twice (at positions ", it->second, " and ", i, ")");
     indices.push_back(d.index);
   }
-  Backend& backend = get_backend(type);
+  // The instance, then the generation, then the instance held: a re-init in between leaves an
+  // older generation, which only sends the check to the identity compare (Note [Communicators of
+  // a replaced backend]).
+  get_backend(type);
+  const std::uint64_t generation = detail::backend_generation();
+  std::shared_ptr<Backend> held = get_backend_ptr(type);
+  Backend& backend = *held;
   for (std::size_t i = 0; i < devices.size(); ++i)
     DITTO_CHECK(devices[i].index >= 0 && devices[i].index < backend.device_count(),
                 "Communicator::init_all: devices[", i, "]: ", devices[i].str(),
@@ -268,7 +304,8 @@ std::vector<Communicator> Communicator::init_all(const std::vector<Device>& devi
   std::vector<Communicator> comms;
   comms.reserve(devices.size());
   for (std::size_t r = 0; r < devices.size(); ++r)
-    comms.push_back(Communicator(impl, shared_devices, static_cast<int>(r), options));
+    comms.push_back(
+        Communicator(held, generation, impl, shared_devices, static_cast<int>(r), options));
   return comms;
 }
 
@@ -287,7 +324,10 @@ Communicator Communicator::init_rank(const Device& local_device, int world_size,
               "Communicator::init_rank: local_device: expected a device "
               "of a GPU backend (sim, cuda), got cpu (the host has no communicators)");
   check_options("Communicator::init_rank", options);
-  Backend& backend = get_backend(local_device.type);
+  get_backend(local_device.type);  // as in init_all
+  const std::uint64_t generation = detail::backend_generation();
+  std::shared_ptr<Backend> held = get_backend_ptr(local_device.type);
+  Backend& backend = *held;
   DITTO_CHECK(local_device.index >= 0 && local_device.index < backend.device_count(),
               "Communicator::init_rank: local_device: ", local_device.str(),
               " is out of range (backend ", local_device.type, " has ", backend.device_count(),
@@ -296,8 +336,8 @@ Communicator Communicator::init_rank(const Device& local_device, int world_size,
   std::shared_ptr<CommunicatorImpl> impl =
       group->create_communicator(backend, local_device.index, options, devices);
   DITTO_ASSERT(impl && static_cast<int>(devices.size()) == world_size);
-  Communicator c(impl, std::make_shared<const std::vector<Device>>(std::move(devices)), rank,
-                 options);
+  Communicator c(held, generation, impl,
+                 std::make_shared<const std::vector<Device>>(std::move(devices)), rank, options);
   c.multiprocess_ = true;
   return c;
 }
@@ -350,7 +390,10 @@ void Communicator::join_group() const {
 
 // ---- per-rank collectives ---------------------------------------------------------------------
 
-Stream& Communicator::stream() const { return current_stream(device()); }
+Stream& Communicator::stream() const {
+  detail::check_comm_live(*this, "Communicator::stream");
+  return current_stream(device());
+}
 
 void Communicator::abort(const std::string& reason) const noexcept { impl_->abort(rank_, reason); }
 
@@ -365,6 +408,7 @@ void Communicator::submit(const detail::CollectiveCall& call) {
 }
 
 void Communicator::all_reduce(const Tensor& send, Tensor& recv, ReduceOp op) {
+  detail::check_comm_live(*this, "Communicator::all_reduce");
   check_all_reduce(*this, send, recv, op);
   submit(call_record(Kind::all_reduce, send.data_ptr(), recv.data_ptr(), send.numel(), send.dtype(),
                      op));
@@ -373,12 +417,14 @@ void Communicator::all_reduce(const Tensor& send, Tensor& recv, ReduceOp op) {
 void Communicator::all_reduce(Tensor& tensor, ReduceOp op) { all_reduce(tensor, tensor, op); }
 
 void Communicator::reduce(const Tensor& send, Tensor& recv, ReduceOp op, int root) {
+  detail::check_comm_live(*this, "Communicator::reduce");
   detail::check_root_or_abort(*this, "reduce", root);
   check_reduce(*this, send, recv, op, root);
   submit(detail::rooted_call(Kind::reduce, rank_ == root, send, recv, op, root));
 }
 
 void Communicator::broadcast(const Tensor& send, Tensor& recv, int root) {
+  detail::check_comm_live(*this, "Communicator::broadcast");
   detail::check_root_or_abort(*this, "broadcast", root);
   check_broadcast(*this, send, recv, root);
   submit(detail::rooted_call(Kind::broadcast, rank_ == root, send, recv, ReduceOp::sum, root));
@@ -387,28 +433,35 @@ void Communicator::broadcast(const Tensor& send, Tensor& recv, int root) {
 void Communicator::broadcast(Tensor& tensor, int root) { broadcast(tensor, tensor, root); }
 
 void Communicator::all_gather(const Tensor& send, Tensor& recv) {
+  detail::check_comm_live(*this, "Communicator::all_gather");
   check_all_gather(*this, send, recv);
   submit(
       call_record(Kind::all_gather, send.data_ptr(), recv.data_ptr(), send.numel(), send.dtype()));
 }
 
 void Communicator::reduce_scatter(const Tensor& send, Tensor& recv, ReduceOp op) {
+  detail::check_comm_live(*this, "Communicator::reduce_scatter");
   check_reduce_scatter(*this, send, recv, op);
   submit(call_record(Kind::reduce_scatter, send.data_ptr(), recv.data_ptr(), recv.numel(),
                      recv.dtype(), op));
 }
 
-void Communicator::barrier() { submit({}); }
+void Communicator::barrier() {
+  detail::check_comm_live(*this, "Communicator::barrier");
+  submit({});
+}
 
 // ---- premul_sum (ncclRedOpCreatePreMulSum) ----------------------------------------------------
 
 void Communicator::all_reduce(const Tensor& send, Tensor& recv, PreMulSum op) {
+  detail::check_comm_live(*this, "Communicator::all_reduce");
   check_all_reduce(*this, send, recv, ReduceOp::premul_sum, &op.scalar);
   submit(call_record(Kind::all_reduce, send.data_ptr(), recv.data_ptr(), send.numel(), send.dtype(),
                      ReduceOp::premul_sum, 0, op.scalar));
 }
 
 void Communicator::reduce(const Tensor& send, Tensor& recv, PreMulSum op, int root) {
+  detail::check_comm_live(*this, "Communicator::reduce");
   detail::check_root_or_abort(*this, "reduce", root);
   check_reduce(*this, send, recv, ReduceOp::premul_sum, root, &op.scalar);
   submit(detail::rooted_call(Kind::reduce, rank_ == root, send, recv, ReduceOp::premul_sum, root,
@@ -416,6 +469,7 @@ void Communicator::reduce(const Tensor& send, Tensor& recv, PreMulSum op, int ro
 }
 
 void Communicator::reduce_scatter(const Tensor& send, Tensor& recv, PreMulSum op) {
+  detail::check_comm_live(*this, "Communicator::reduce_scatter");
   check_reduce_scatter(*this, send, recv, ReduceOp::premul_sum, &op.scalar);
   submit(call_record(Kind::reduce_scatter, send.data_ptr(), recv.data_ptr(), recv.numel(),
                      recv.dtype(), ReduceOp::premul_sum, 0, op.scalar));
@@ -473,6 +527,7 @@ void reduce_scatter(std::vector<Communicator>& comms, const std::vector<Tensor>&
 }
 
 void synchronize(std::vector<Communicator>& comms) {
+  for (const Communicator& c : comms) detail::check_comm_live(c, "synchronize");
   std::exception_ptr first;
   for (auto& c : comms) {
     try {

@@ -19,7 +19,10 @@
 // Timeout, as two NCCL communicators sharing streams would hang.
 //
 // Errors: InvalidArgument (before enqueueing) for tensors on the wrong device, wrong dtype or
-// sizes, roots out of range; errors raised while running are rethrown by the stream's
+// sizes, roots out of range, and for every call (stream() too) on a handle whose backend was
+// re-initialised since it was made (init_backend of the same name: its devices and streams are
+// another instance's; make new handles); the single-controller forms refuse such handles before
+// any rank's work is enqueued; errors raised while running are rethrown by the stream's
 // synchronize() (sim), or by the call itself or group_end() (cuda, which matches the ranks'
 // calls on the host before enqueueing anything).
 #pragma once
@@ -46,9 +49,13 @@ struct PreMulSum {
   double scalar = 1.0;
 };
 
+class Communicator;
 namespace detail {
 struct CollectiveCall;  // core/backend_api/collective_call.h (internal: backends only)
-}
+/// Throws InvalidArgument "<where>: ..." when the backend instance `c` was made on is no longer
+/// the live one (Note [Communicators of a replaced backend], communicator.cpp).
+void check_comm_live(const Communicator& c, const char* where);
+}  // namespace detail
 
 /// Backend-side shared state of one communicator (all ranks). Core validates arguments and
 /// records each call as a detail::CollectiveCall (kind, pointers, count, dtype, op, root); the
@@ -197,7 +204,8 @@ class Communicator {
   /// ncclRecv: receives into `tensor` from rank `peer` (see send()).
   void recv(Tensor& tensor, int peer);
 
-  /// The stream collectives of this rank are enqueued on (current stream of device()).
+  /// The stream collectives of this rank are enqueued on (current stream of device()). Throws
+  /// InvalidArgument when the backend this handle was made on was re-initialised since.
   Stream& stream() const;
 
   /// ncclCommAbort, called by this rank when it fails (e.g. throws mid-step, as
@@ -209,15 +217,27 @@ class Communicator {
   void abort(const std::string& reason) const noexcept;
 
  private:
-  Communicator(std::shared_ptr<CommunicatorImpl> impl,
+  Communicator(std::shared_ptr<Backend> backend, std::uint64_t generation,
+               std::shared_ptr<CommunicatorImpl> impl,
                std::shared_ptr<const std::vector<Device>> devices, int rank, CommOptions options)
-      : impl_(std::move(impl)), devices_(std::move(devices)), rank_(rank), options_(options) {}
+      : backend_(std::move(backend)),
+        generation_(generation),
+        impl_(std::move(impl)),
+        devices_(std::move(devices)),
+        rank_(rank),
+        options_(options) {}
+  friend void detail::check_comm_live(const Communicator& c, const char* where);
   void check_tensor(const char* call, const char* arg, const Tensor& t) const;
   /// Inside a group of this thread: tells the backend (CommunicatorImpl::group_start) once.
   void join_group() const;
   /// Joins the thread's group, then hands the call to the backend (CommunicatorImpl::enqueue).
   void submit(const detail::CollectiveCall& call);
 
+  /// The backend instance the handle was made on, held (as a Buffer holds its own) so that it
+  /// stays the one compared with the live instance, and the registry's generation after it was
+  /// looked up (Note [Communicators of a replaced backend]).
+  std::shared_ptr<Backend> backend_;
+  std::uint64_t generation_ = 0;
   std::shared_ptr<CommunicatorImpl> impl_;
   std::shared_ptr<const std::vector<Device>> devices_;
   int rank_ = 0;
@@ -242,7 +262,8 @@ void group_end();
 /// (group_start / group_end); each rank's work is enqueued on its device's current stream.
 /// `comms` are one communicator's handles in rank order (as init_all returns them); sizes of the
 /// vectors must equal comms.size(). Every rank's arguments are checked before any rank's work is
-/// enqueued (InvalidArgument).
+/// enqueued (InvalidArgument), the handles first (one communicator's, rank order, its backend not
+/// re-initialised since init_all).
 void all_reduce(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
                 std::vector<Tensor>& recv, ReduceOp op = ReduceOp::sum);
 void all_reduce(std::vector<Communicator>& comms, std::vector<Tensor>& tensors,
@@ -270,7 +291,8 @@ void gather(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
             std::vector<Tensor>& recv, int root);
 void scatter(std::vector<Communicator>& comms, const std::vector<Tensor>& send,
              std::vector<Tensor>& recv, int root);
-/// Synchronise every rank's stream (rethrows the first error).
+/// Synchronise every rank's stream (rethrows the first error). Throws InvalidArgument, waiting for
+/// none, when the handles' backend was re-initialised since init_all.
 void synchronize(std::vector<Communicator>& comms);
 
 }  // namespace ditto

@@ -193,6 +193,7 @@ void check_peer(const Communicator& c, const char* call, const Tensor& t, int pe
 // ---- per-rank calls -----------------------------------------------------------------------------
 
 void Communicator::all_to_all(const Tensor& send, Tensor& recv) {
+  detail::check_comm_live(*this, "Communicator::all_to_all");
   check_all_to_all(*this, send, recv);
   submit(call_record(Kind::all_to_all, send.data_ptr(), recv.data_ptr(), send.numel() / size(),
                      send.dtype(), ReduceOp::sum, 0));
@@ -202,6 +203,7 @@ void Communicator::all_to_all_v(const Tensor& send, const std::vector<std::int64
                                 const std::vector<std::int64_t>& send_displs, Tensor& recv,
                                 const std::vector<std::int64_t>& recv_counts,
                                 const std::vector<std::int64_t>& recv_displs) {
+  detail::check_comm_live(*this, "Communicator::all_to_all_v");
   check_all_to_all_v(*this, send, send_counts, send_displs, recv, recv_counts, recv_displs);
   detail::CollectiveCall call = call_record(Kind::all_to_all_v, send.data_ptr(), recv.data_ptr(), 0,
                                             send.dtype(), ReduceOp::sum, 0);
@@ -214,6 +216,7 @@ void Communicator::all_to_all_v(const Tensor& send, const std::vector<std::int64
 
 void Communicator::all_to_all_v(const Tensor& send, const std::vector<std::int64_t>& send_counts,
                                 Tensor& recv, const std::vector<std::int64_t>& recv_counts) {
+  detail::check_comm_live(*this, "Communicator::all_to_all_v");
   check_comm_tensor(*this, "all_to_all_v", "send", send);
   check_comm_tensor(*this, "all_to_all_v", "recv", recv);
   const std::vector<std::int64_t> send_displs = packed_displs(*this, "send", send, send_counts);
@@ -222,12 +225,14 @@ void Communicator::all_to_all_v(const Tensor& send, const std::vector<std::int64
 }
 
 void Communicator::gather(const Tensor& send, Tensor& recv, int root) {
+  detail::check_comm_live(*this, "Communicator::gather");
   detail::check_root_or_abort(*this, "gather", root);
   check_gather(*this, send, recv, root);
   submit(detail::rooted_call(Kind::gather, rank_ == root, send, recv, ReduceOp::sum, root));
 }
 
 void Communicator::scatter(const Tensor& send, Tensor& recv, int root) {
+  detail::check_comm_live(*this, "Communicator::scatter");
   detail::check_root_or_abort(*this, "scatter", root);
   check_scatter(*this, send, recv, root);
   submit(detail::rooted_call(Kind::scatter, rank_ == root, send, recv, ReduceOp::sum, root));
@@ -235,6 +240,7 @@ void Communicator::scatter(const Tensor& send, Tensor& recv, int root) {
 
 // Point-to-point: the backend routes kinds send / recv to its own matching (detail::is_p2p).
 void Communicator::send(const Tensor& tensor, int peer) {
+  detail::check_comm_live(*this, "Communicator::send");
   check_peer(*this, "send", tensor, peer);
   detail::CollectiveCall call =
       call_record(Kind::send, tensor.data_ptr(), nullptr, tensor.numel(), tensor.dtype());
@@ -243,6 +249,7 @@ void Communicator::send(const Tensor& tensor, int peer) {
 }
 
 void Communicator::recv(Tensor& tensor, int peer) {
+  detail::check_comm_live(*this, "Communicator::recv");
   check_peer(*this, "recv", tensor, peer);
   detail::CollectiveCall call =
       call_record(Kind::recv, nullptr, tensor.data_ptr(), tensor.numel(), tensor.dtype());

@@ -10,6 +10,7 @@
 #include "core/base/error.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
+#include "core/runtime/ops_check.h"
 
 namespace ditto::ops {
 
@@ -32,6 +33,9 @@ void sgd_step_(Tensor& param, const Tensor& grad, Tensor& momentum_buf, float lr
                 "ops::sgd_step_: momentum_buf: expected ", shape_str(param.shape()), " f32 on ",
                 param.device().str(), " when momentum != 0, got ",
                 momentum_buf.defined() ? momentum_buf.str() : std::string("an undefined tensor"));
+  internal::check_live("ops::sgd_step_", "param", param);
+  internal::check_live("ops::sgd_step_", "grad", grad);
+  if (momentum != 0.0f) internal::check_live("ops::sgd_step_", "momentum_buf", momentum_buf);
   if (param.numel() == 0) return;
   const Device& dev = param.device();
   dev.backend().kernels().sgd_step(current_stream(dev), param.data<float>(), grad.data<float>(),

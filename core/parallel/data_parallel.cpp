@@ -7,9 +7,28 @@
 #include "core/comm/comm.h"
 #include "core/numerics/micro_shards.h"
 #include "core/parallel/parallel_apply.h"
+#include "core/runtime/backend.h"
 #include "core/runtime/ops.h"
 
 namespace ditto::parallel {
+
+namespace {
+// A DataParallel built before init_backend re-created its backend holds that instance's
+// parameters, replica buffers and communicators (Note [Tensors of a replaced backend],
+// core/runtime/tensor.cpp): `call` refuses before scattering anything, naming the first
+// parameter of the old instance. Without it, with fewer devices, the input was scattered to the
+// first devices before an allocation on a device the live instance lacks failed.
+void check_parameters_live(const char* call, nn::Module& module) {
+  for (const nn::Parameter* p : module.parameters()) {
+    const Tensor& t = p->data;
+    if (!t.defined() || t.device().is_cpu()) continue;
+    DITTO_CHECK(&t.buffer()->backend() == &get_backend(t.device().type), call, ": parameter '",
+                p->name, "' (", t.str(), ") was made on an instance of backend ", t.device().type,
+                " that init_backend has since re-initialised: build the model and its "
+                "DataParallel again on the live instance");
+  }
+}
+}  // namespace
 
 DataParallel::DataParallel(nn::Module& module, std::vector<Device> devices,
                            DataParallelOptions options)
@@ -27,6 +46,10 @@ DataParallel::DataParallel(nn::Module& module, std::vector<Device> devices,
     DITTO_CHECK(seen.insert(d).second, "DataParallel: devices[", i, "]: device ", d.str(),
                 " is repeated");
   }
+  DITTO_CHECK(options_.comm_timeout_ms > 0 && options_.comm_timeout_ms <= kMaxCommTimeoutMs,
+              "DataParallel: options.comm_timeout_ms: expected a positive number of milliseconds "
+              "<= ",
+              kMaxCommTimeoutMs, " (2^31, about 24.9 days), got ", options_.comm_timeout_ms);
   const std::vector<nn::Parameter*> params = module_.parameters();
   for (std::size_t i = 0; i < params.size(); ++i) {
     const nn::Parameter* p = params[i];
@@ -79,6 +102,7 @@ std::vector<Communicator>& DataParallel::comms(int n) {
   if (it != comms_.end()) return it->second;
   CommOptions o;
   o.determinism = options_.determinism;
+  o.timeout_ms = options_.comm_timeout_ms;
   std::vector<Device> devs(devices_.begin(), devices_.begin() + n);
   return comms_.emplace(n, Communicator::init_all(devs, o)).first->second;
 }
@@ -185,6 +209,7 @@ Tensor DataParallel::forward(const std::vector<Tensor>& inputs, std::int64_t fir
 Tensor DataParallel::forward_rows(const std::vector<Tensor>& inputs, std::int64_t first_row,
                                   const std::vector<std::int64_t>* given_bounds) {
   DITTO_CHECK(!inputs.empty(), "DataParallel.forward: inputs: expected at least one tensor");
+  check_parameters_live("DataParallel.forward", module_);
   const std::int64_t dim = options_.dim;
   for (std::size_t j = 0; j < inputs.size(); ++j) {
     DITTO_CHECK(inputs[j].defined(), "DataParallel.forward: inputs[", j, "] is undefined");
@@ -303,6 +328,7 @@ Tensor DataParallel::backward(const Tensor& grad_output) {
   DITTO_CHECK(grad_output.defined() && grad_output.shape() == last_output_shape_,
               "DataParallel.backward: grad_output: expected shape ", shape_str(last_output_shape_),
               " (the last output), got ", grad_output.str());
+  check_parameters_live("DataParallel.backward", module_);
   has_forward_ = false;
 
   if (devices_.size() == 1) {

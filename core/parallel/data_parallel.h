@@ -3,9 +3,9 @@
 // Each forward: scatter the inputs along `dim` over the devices (torch.chunk sizes, so a batch
 // smaller than the device count uses fewer devices), replicate the module onto those devices
 // (parameters broadcast from devices[0] with broadcast_coalesced), run the replicas in parallel
-// (parallel_apply, on a bounded set of host threads), and gather their outputs on the output device.
-// backward(grad_output) is the explicit reverse pass: scatter grad_output back to the replicas
-// (gather's backward), run their backward in parallel, and reduce the replicas' parameter
+// (parallel_apply, on a bounded set of host threads), and gather their outputs on the output
+// device. backward(grad_output) is the explicit reverse pass: scatter grad_output back to the
+// replicas (gather's backward), run their backward in parallel, and reduce the replicas' parameter
 // gradients onto the module's parameters on devices[0] (reduce_add_coalesced, accumulating into
 // existing grads like autograd). The optimizer then steps the module on devices[0]; the next
 // forward replicates the updated parameters.
@@ -27,9 +27,8 @@
 #include <vector>
 
 #include "core/comm/communicator.h"
-
-#include "core/numerics/determinism.h"
 #include "core/nn/module.h"
+#include "core/numerics/determinism.h"
 
 namespace ditto::parallel {
 
@@ -47,6 +46,10 @@ struct DataParallelOptions {
   std::int64_t micro_shards = 64;
   /// Bucket size in bytes for broadcast_coalesced / reduce_add_coalesced (torch uses 10 MiB).
   std::size_t buffer_size = std::size_t(10) << 20;
+  /// CommOptions::timeout_ms of the communicators it makes over its devices (ms, 1 ..
+  /// kMaxCommTimeoutMs; torch.distributed's timeout=): ditto-train's --comm-timeout-ms. Throws
+  /// InvalidArgument outside that range.
+  std::int64_t comm_timeout_ms = CommOptions{}.timeout_ms;
 };
 
 class DataParallel {
@@ -110,16 +113,16 @@ class DataParallel {
   struct Bucket {
     std::vector<std::size_t> params;  ///< indices into module().parameters()
     std::int64_t numel = 0;
-    DType dtype = DType::f32;         ///< of every parameter in the bucket
-    std::vector<Tensor> param_flat;   ///< [d]: packed parameters on devices_[d]
-    std::vector<Tensor> grad_flat;    ///< [d]: packed gradients of replica d on devices_[d]
+    DType dtype = DType::f32;        ///< of every parameter in the bucket
+    std::vector<Tensor> param_flat;  ///< [d]: packed parameters on devices_[d]
+    std::vector<Tensor> grad_flat;   ///< [d]: packed gradients of replica d on devices_[d]
   };
   /// Communicator over devices_[0, n) (made on first use), for the buckets' broadcast and reduce.
   std::vector<Communicator>& comms(int n);
   std::map<int, std::vector<Communicator>> comms_;
   std::vector<Bucket> buckets_;
-  std::vector<Shape> bucket_shapes_;               ///< parameter shapes the buckets were built for
-  std::vector<DType> bucket_dtypes_;               ///< and their dtypes
+  std::vector<Shape> bucket_shapes_;                ///< parameter shapes the buckets were built for
+  std::vector<DType> bucket_dtypes_;                ///< and their dtypes
   std::vector<std::vector<Tensor>> replica_views_;  ///< [d][k]: parameter k's view in param_flat
   std::vector<std::pair<std::size_t, std::int64_t>> param_slot_;  ///< [k]: (bucket, offset)
 

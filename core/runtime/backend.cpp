@@ -276,6 +276,10 @@ std::string known_names(Registry& r) {
 
 }  // namespace
 
+std::uint64_t detail::backend_generation() noexcept {
+  return g_generation.load(std::memory_order_acquire);
+}
+
 void register_backend(const std::string& name, BackendFactory factory) {
   Registry& r = registry();
   std::lock_guard lk(r.mu);

@@ -4,6 +4,7 @@
 // place that knows which backends were built), compiled into the `ditto` library.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
@@ -23,6 +24,12 @@ using ProcessCommunicatorFactory = std::function<std::shared_ptr<CommunicatorImp
 using RegisterFn =
     std::function<void(const std::string&, BackendFactory, ProcessCommunicatorFactory)>;
 void register_builtin_backends(const RegisterFn& add);
+
+/// The registry's generation (Note [Backend lookup cache], backend.cpp): it changes whenever a
+/// backend instance is created or replaced (init_backend, a first get_backend). An object that
+/// read it after looking its instance up knows, while it is unchanged, that its instance is still
+/// the live one (one integer compare; Note [Communicators of a replaced backend]).
+std::uint64_t backend_generation() noexcept;
 
 /// The multi-process communicator factory registered with backend `name`; empty when the backend
 /// has none in this build (no MPI, or a backend without a transport). Throws InvalidArgument for an

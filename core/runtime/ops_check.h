@@ -16,21 +16,37 @@ namespace ditto::ops::internal {
 inline Kernels& kernels_of(const Tensor& t) { return t.device().backend().kernels(); }
 inline Stream& stream_of(const Tensor& t) { return current_stream(t.device()); }
 
-/// `t` is defined, lives on a device (not the host) and has dtype `dt`.
+/// A device tensor `t`'s memory belongs to the live instance of its backend, not to one that
+/// init_backend has since replaced (Note [Tensors of a replaced backend], tensor.cpp): an op runs
+/// on the live instance, unordered with the old one's pending work on `t`.
+inline void check_live(const char* op, const char* arg, const Tensor& t) {
+  if (t.buffer() == nullptr) return;
+  const Backend& owner = t.buffer()->backend();
+  if (&owner == &get_backend(t.device().type)) return;  // get_backend's per-thread cache
+  throw InvalidArgument(detail::cat(
+      op, ": ", arg, ": ", t.str(), " was made on an instance of backend ", t.device().type,
+      " that init_backend has since re-initialised; only its copies run (to_vector, to, copy_): "
+      "t.clone() copies it to the live instance"));
+}
+
+/// `t` is defined, lives on a device (not the host) of its backend's live instance and has dtype
+/// `dt`.
 inline void check_tensor(const char* op, const char* arg, const Tensor& t, DType dt = DType::f32) {
   DITTO_CHECK(t.defined(), op, ": ", arg, ": expected a defined tensor, got an undefined tensor");
   DITTO_CHECK(!t.device().is_cpu(), op, ": ", arg,
               ": expected a tensor on a device (sim or cuda), got ", t.str(),
               " (move it with .to(device) first)");
+  check_live(op, arg, t);
   DITTO_CHECK(t.dtype() == dt, op, ": ", arg, ": expected dtype ", dtype_name(dt), ", got ",
               t.str());
 }
 
-/// `t` is on `device`, the device of the op's first tensor argument `ref`.
+/// `t` is on `device`, the device of the op's first tensor argument `ref`, of the live instance.
 inline void check_device(const char* op, const char* arg, const Tensor& t, const Device& device,
                          const char* ref) {
   DITTO_CHECK(t.device() == device, op, ": ", arg, ": expected a tensor on ", device.str(),
               " (the device of ", ref, "), got ", t.str());
+  check_live(op, arg, t);
 }
 
 inline void check_dims(const char* op, const char* arg, const Tensor& t, std::int64_t dims,

@@ -26,8 +26,14 @@ constexpr std::int64_t kMaxInt64 = std::numeric_limits<std::int64_t>::max();
 // instance alive through its Buffer. Its Device may then name no device of the live instance
 // (sim:3 after a fit on 2 devices: "index out of range") or another one's. As a torch tensor
 // stays readable while it lives, copies to and from such a tensor (to_vector, to(device),
-// copy_) run on the instance that owns its memory, on that device's default stream, and between
-// two instances through the host; other ops on it go to the live instance as before.
+// copy_, clone) run on the instance that owns its memory, on that device's default stream, and
+// between two instances through the host. Other ops on it (ops::*, to(dtype), an optimizer's
+// step) refuse with InvalidArgument naming the op (ops::internal::check_live, ops_check.h): they
+// ran on the live instance, unordered with the old instance's pending work on the tensor (a
+// fill still running there gave ops::add a wrong sum, no error), or on a device the live instance
+// may not have. Communicators likewise refuse every call (Note [Communicators of a replaced
+// backend], core/comm/communicator.cpp), and a DataParallel its forward and backward when its
+// module's parameters are such tensors (data_parallel.cpp).
 struct Owner {
   Backend& backend;
   Stream& stream;
@@ -274,6 +280,10 @@ Tensor Tensor::to(DType dtype) const {
               "bf16, i8, u8, i32, u32, u64, f8_e4m3, f8_e5m2, got DType value ",
               static_cast<int>(dtype));
   if (dtype == dtype_) return *this;
+  DITTO_CHECK(device().is_cpu() || &buffer_->backend() == &get_backend(device().type),
+              "Tensor::to: ", str(), " was made on an instance of backend ", device().type,
+              " that init_backend has since re-initialised; only its copies run (to_vector, "
+              "to(device), copy_): clone() copies it to the live instance first");
   Tensor t = empty(shape_, dtype, device());
   if (numel_ == 0) return t;
   if (device().is_cpu())

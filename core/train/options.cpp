@@ -260,7 +260,7 @@ OptionTable trainer_options(TrainerOptions& o) {
           .sets("resume_dir")
           .no_default(),
       option("--comm-timeout-ms", &c.comm_timeout_ms,
-             "sim: timeout of every communicator in ms (0: their own; at most 2^31)",
+             "timeout of every communicator in ms (0: their own; at most 2^31)",
              "an integer in 0..2147483648")};
   return t;
 }

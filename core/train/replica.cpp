@@ -64,6 +64,7 @@ Replica::Replica(const TrainerConfig& config, const DataSource& data, std::vecto
   parallel::DataParallelOptions o;
   o.determinism = config.determinism;
   o.micro_shards = config.micro_shards;
+  if (config.comm_timeout_ms > 0) o.comm_timeout_ms = config.comm_timeout_ms;
   dp_ = std::make_unique<parallel::DataParallel>(*model_, devices_, o);
   check_grad_accumulation(config, static_cast<int>(devices_.size()));
 }

@@ -471,14 +471,12 @@ FitResult Trainer::fit() {
       run.devs = ditto::devices(be.name(), run.n_dev);
     else
       run.devs = {Device(be.name(), dist::local_rank() % be.device_count())};
-    if (c.comm_timeout_ms != 0) {
-      auto* fx = be.extension<FaultExtension>();
-      DITTO_CHECK(fx, c.name_of("comm_timeout_ms"),
-                  ": expected a backend whose communicators "
-                  "take a timeout (FaultExtension), got backend '",
-                  be.name(), "'");
-      fx->set_comm_timeout(c.comm_timeout_ms);
-    }
+    // The communicators the run makes take the timeout in their CommOptions (fit_ddp's,
+    // DataParallelOptions::comm_timeout_ms): every backend's honour it (cuda: its host-side call
+    // matching and its watched waits on NCCL work, then ncclCommAbort). A backend with faults
+    // (sim) also gets it for every communicator it makes, as before.
+    if (c.comm_timeout_ms != 0)
+      if (auto* fx = be.extension<FaultExtension>()) fx->set_comm_timeout(c.comm_timeout_ms);
     for (const auto& e : c.extensions) e->configure(c, run.context());
     // Before training: a bad path must not cost it.
     check_output_paths(c, done.given, dist::rank() == 0);
@@ -568,6 +566,7 @@ FitResult Trainer::fit_dp(Run& run) {
 FitResult Trainer::fit_ddp(Run& run) {
   CommOptions co;  // (fit() reported the start)
   co.determinism = config_.determinism;
+  if (config_.comm_timeout_ms > 0) co.timeout_ms = config_.comm_timeout_ms;
   std::unique_ptr<CostMeter> meter;
   std::unique_ptr<RankBarrier> barrier;
   if (!run.processes) {  // the rank threads meet at each epoch's start and end

@@ -180,10 +180,11 @@ struct TrainerConfig {
   /// "transformer.wte.weight"} for nanoGPT's tied head (save_checkpoint's aliases).
   std::vector<std::pair<std::string, std::string>> checkpoint_aliases;
 
-  /// The communicators' timeout (ms; torch.distributed's init_process_group timeout), set
-  /// through the backend's FaultExtension (core/runtime/extensions.h), which a backend must have
-  /// for a value other than 0; under mpirun also the start-up agreement's. 0: the communicators'
-  /// own (CommOptions::timeout_ms).
+  /// The communicators' timeout (ms; torch.distributed's init_process_group timeout): the
+  /// CommOptions::timeout_ms of the communicators the run makes (ddp's, DataParallel's), on any
+  /// backend, and through the backend's FaultExtension (core/runtime/extensions.h) where it has
+  /// one (sim: every communicator it makes); under mpirun also the start-up agreement's. 0: the
+  /// communicators' own (CommOptions::timeout_ms).
   std::int64_t comm_timeout_ms = 0;
 
   // ---- what the backend adds (core/train/trainer_extension.h)
