@@ -32,6 +32,7 @@
 
 #include "backend_sim/sim_options.h"
 #include "core/base/error.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/distributed/distributed.h"
 #include "core/io/file.h"
 #include "core/train/graceful_stop.h"
@@ -153,11 +154,13 @@ void check_run_paths(const train::TrainerConfig& c, const std::string& trace,
           "one of its DIR/step-N), got '",
           rd, "': ", std::strerror(err)));
     }
-    if (!S_ISDIR(st.st_mode))
+    if (!S_ISDIR(st.st_mode)) {
+      const std::string hint = pytorch_file_hint(rd);  // nanoGPT's ckpt.pt: how to convert it
       path_usage_error(detail::cat(
           "--resume: expected a checkpoint directory (the --checkpoint DIR of an earlier run, or "
           "one of its DIR/step-N), got '",
-          rd, "', ", io::file_type_name(st.st_mode)));
+          rd, "', ", io::file_type_name(st.st_mode), hint.empty() ? "" : "; ", hint));
+    }
   }
   if (!lead) return;
   for (const auto& [flag, path] :

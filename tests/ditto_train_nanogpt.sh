@@ -62,7 +62,7 @@ torch_file)
   expect_error 1 "resume: 'out-zip' holds no ditto checkpoint (no step-N directory) but nanoGPT's: 'out-zip/ckpt.pt' is a PyTorch file (torch.save's zip archive, as nanoGPT's ckpt.pt), which ditto does not read: $conv out-zip/ckpt.pt model.safetensors\`" \
     "${tiny[@]}" --resume out-zip
   grep -q "missing or damaged" err && fail "--resume out-zip: $(cat err)"
-  expect_error 1 "expected a directory of checkpoints (the directory a run's checkpoints were saved in: DIR/latest, DIR/step-N); 'out-zip/ckpt.pt' is a PyTorch file" \
+  expect_error 2 "--resume: expected a checkpoint directory (the --checkpoint DIR of an earlier run, or one of its DIR/step-N), got 'out-zip/ckpt.pt', a regular file; 'out-zip/ckpt.pt' is a PyTorch file" \
     "${tiny[@]}" --resume out-zip/ckpt.pt
   echo "PASS torch_file"
   ;;
