@@ -15,6 +15,9 @@
 #              typed (0.002, not 0.0020000000949949026); a text checkpoint resumed on token files
 #              says what changed and to use --init-from; --resume auto that resumes says its
 #              --init-from is ignored instead of printing the file's init_from line
+#   typed_defaults  --lr 1e-3 and --weight-decay 0.1, the GPT's defaults typed out, train to the
+#              bits of leaving them out, and a run that typed them resumes one that did not
+#              (tester5: the typed floats were widened, 0.0010000000474974513, another schedule)
 # Usage: ditto_train_nanogpt.sh PATH/TO/ditto-train SOURCE_DIR WORK_DIR SECTION
 set -u
 train=$1 src=$2 work=$3 section=$4
@@ -35,6 +38,19 @@ expect_error() {
 }
 
 case $section in
+typed_defaults)
+  a=$("$train" "${tiny[@]}" 2>&1 | checksum)
+  b=$("$train" "${tiny[@]}" --lr 1e-3 --weight-decay 0.1 2>&1 | checksum)
+  c=$("$train" "${tiny[@]}" --lr 0.001 2>&1 | checksum)
+  [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ] ||
+    fail "defaults typed out train to other bits: none $a, --lr 1e-3 --weight-decay 0.1 $b, --lr 0.001 $c"
+  d=$("$train" "${tiny[@]}" --lr 2e-3 2>&1 | checksum)
+  [ -n "$d" ] && [ "$d" != "$a" ] || fail "--lr 2e-3 trained to the default's bits ($d)"
+  "$train" "${tiny[@]}" --max-iters 2 --checkpoint ck > out 2>&1 || fail "checkpoint: $(cat out)"
+  e=$("$train" "${tiny[@]}" --resume ck --lr 1e-3 --weight-decay 0.1 2>&1 | tee out | checksum)
+  [ "$e" = "$a" ] || fail "a default run resumed with the defaults typed out: $e (want $a): $(tail -n 3 out)"
+  echo "PASS typed_defaults"
+  ;;
 gelu)
   mkdir hf && cp "$fix/hf/model.safetensors" hf/ || fail "no fixture"
   sed 's/"gelu_new"/"gelu"/' "$fix/hf/config.json" > hf/config.json

@@ -3,6 +3,7 @@
 #include "core/train/gpt_recipe.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -230,6 +231,20 @@ void check_not_nanogpt_init_from(const GptSettings& g, const TrainerConfig& c) {
                                     "value, not a file here): ", instead));
 }
 
+// The decimal a float option was typed as, as a double: --lr and --weight-decay are parsed into
+// the TrainerConfig's floats (the MLP's optimizers take float), while the GPT's schedule and AdamW
+// take nanoGPT's doubles. Widening the float made `--lr 1e-3` 0.0010000000474974513, another
+// schedule than the default 1e-3: other bits than leaving it out, and a default run's checkpoint
+// refused by a resume that typed the default. The shortest decimal that reads back as the float
+// (std::to_chars) is what was typed whenever that had at most 6 significant digits.
+double typed_value(float v) {
+  char buf[64];
+  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
+  double d = static_cast<double>(v);
+  std::from_chars(buf, end, d);
+  return d;
+}
+
 }  // namespace
 
 GptRun configure_gpt(GptSettings& g, TrainerConfig& c) {
@@ -245,8 +260,8 @@ GptRun configure_gpt(GptSettings& g, TrainerConfig& c) {
     if (!g.given.count("lr_decay_iters"))
       g.lr_decay_iters = std::max(g.max_iters, g.warmup_iters + 1);
   }
-  const double lr = g.given.count("lr") ? static_cast<double>(*c.lr) : g.learning_rate;
-  const double wd = g.given.count("weight_decay") ? c.weight_decay : g.weight_decay;
+  const double lr = g.given.count("lr") ? typed_value(*c.lr) : g.learning_rate;
+  const double wd = g.given.count("weight_decay") ? typed_value(c.weight_decay) : g.weight_decay;
   if (!g.given.count("batch_size")) c.batch_size = g.batch_size;
   check_settings(g, lr, wd, c);
   if (c.dry_run && !g.given.count("data") && g.vocab_size > 0) {

@@ -16,8 +16,9 @@ if(TARGET ditto-train)
             $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_SOURCE_DIR}/data/gpt2_tiny
             ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_weights)
   # What a nanoGPT user meets (tester4; tests/ditto_train_nanogpt.sh says what each section
-  # checks): the erf GELU refused, nanoGPT's ckpt.pt named and converted, resume messages.
-  foreach(section gelu torch_file convert resume)
+  # checks): the erf GELU refused, nanoGPT's ckpt.pt named and converted, resume messages, the
+  # defaults typed out (tester5).
+  foreach(section gelu torch_file convert resume typed_defaults)
     ditto_pass_fail_test(DittoTrainNanoGpt.${section} TIMEOUT 120
       COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_nanogpt.sh
               $<TARGET_FILE:ditto-train> ${PROJECT_SOURCE_DIR}
