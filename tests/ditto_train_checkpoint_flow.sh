@@ -12,7 +12,9 @@
 #   5. unusable output paths are usage errors (exit 2) naming the flag, as --export's are:
 #      --checkpoint, --trace, --metrics-jsonl, a missing --resume directory;
 #   6. SIGTERM (as Ctrl-C) while the sample is drawn (the final checkpoint written): no
-#      checkpoint promised; the second exits 143 without saying a checkpoint was not written.
+#      checkpoint promised; the second exits 143 without saying a checkpoint was not written;
+#   7. an --export that cannot be written (a link into a missing directory) does not cost the
+#      --export after it: that file is written, then the first one's error, exit 1 (tester5).
 # Usage: ditto_train_checkpoint_flow.sh PATH/TO/ditto-train WORK_DIR
 source "$(dirname "$0")/ditto_train_common.sh"  # train, work, fail, checksum
 
@@ -118,4 +120,15 @@ grep -qxF "ditto-train: SIGTERM received after training: no step left to finish,
 grep -qxF "ditto-train: second SIGTERM: exiting at once; training was over; newest checkpoint on disk: $work/int/step-00000010" \
   "$work/int.err" || fail "second SIGTERM in the sample: $(cat "$work/int.err")"
 grep -q "writing a checkpoint\|was not written" "$work/int.err" && fail "SIGTERM in the sample: $(cat "$work/int.err")"
+
+# 7. One --export fails; the next one is still written.
+ln -s "$work/no-such-dir/x.bin" "$work/dangling.bin"
+"$train" "${G[@]}" --bias --sample 0 --export llmc "$work/dangling.bin" --export hf "$work/ok.st" \
+  > "$work/exp.out" 2>&1
+rc=$?
+[ $rc = 1 ] || fail "a failed --export: expected exit 1, got $rc: $(cat "$work/exp.out")"
+grep -q "^ditto-train: exported $work/ok.st (Hugging Face" "$work/exp.out" && [ -s "$work/ok.st" ] ||
+  fail "the --export after a failed one was not written: $(cat "$work/exp.out")"
+grep -q "^ditto-train: error: after training (the result above is complete): --export: .*no-such-dir/x.bin.*No such file or directory" \
+  "$work/exp.out" || fail "a failed --export: $(cat "$work/exp.out")"
 echo PASS

@@ -142,8 +142,9 @@ std::string gpt_sample(Replica& rep, const GptSettings& g, const GptRun& run, st
 std::string format_sample(const GptSettings& g, const GptRun& run, const std::string& sample,
                           std::uint64_t seed);
 /// Writes rank 0's model `rep` (its parameters in f32) to each of g.export_files, atomically
-/// (an existing file keeps its mode), calling `written(file, what)` after each. Throws
-/// ditto::Error.
+/// (an existing file keeps its mode), calling `written(file, what)` after each. Every file is
+/// tried: one that fails does not stop the others; then throws ditto::Error naming each that
+/// failed (the one error as thrown when only one did).
 void export_gpt(const GptSettings& g, Replica& rep, const nn::GPTConfig& m,
                 const std::function<void(const std::string& file, const char* what)>& written);
 

@@ -4,7 +4,9 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
+#include <vector>
 
 #include "core/base/error.h"
 #include "core/io/file.h"
@@ -164,23 +166,33 @@ void export_gpt(const GptSettings& g, Replica& rep, const nn::GPTConfig& m,
                 const std::function<void(const std::string& file, const char* what)>& written) {
   if (g.export_files.empty()) return;
   const auto params = io::gpt_params_f32(rep.model());
+  // Each file is tried: one that cannot be written (a full disk) does not cost the others.
+  std::vector<std::exception_ptr> failed;
+  std::string messages;
   for (std::size_t i = 0; i + 1 < g.export_files.size(); i += 2) {
     const std::string& format = g.export_files[i];
     const std::string& file = g.export_files[i + 1];
-    struct stat st {};  // an existing file keeps its mode (the write makes a new 0644 file)
-    const bool had = ::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-    const char* what = nullptr;
-    if (format == "hf") {
-      io::save_hf_gpt2(file, m, params);
-      what = "Hugging Face GPT-2 safetensors, f32";
-    } else {
-      const bool bf16 = format == "llmc-bf16";
-      io::save_llmc_model(file, m, params, bf16 ? DType::bf16 : DType::f32);
-      what = bf16 ? "llm.c model file, bf16 (version 5)" : "llm.c model file, f32 (version 3)";
+    try {
+      struct stat st {};  // an existing file keeps its mode (the write makes a new 0644 file)
+      const bool had = ::stat(file.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+      const char* what = nullptr;
+      if (format == "hf") {
+        io::save_hf_gpt2(file, m, params);
+        what = "Hugging Face GPT-2 safetensors, f32";
+      } else {
+        const bool bf16 = format == "llmc-bf16";
+        io::save_llmc_model(file, m, params, bf16 ? DType::bf16 : DType::f32);
+        what = bf16 ? "llm.c model file, bf16 (version 5)" : "llm.c model file, f32 (version 3)";
+      }
+      if (had) ::chmod(file.c_str(), st.st_mode & 07777);
+      if (written) written(file, what);
+    } catch (const std::exception& e) {
+      failed.push_back(std::current_exception());
+      messages += detail::cat(messages.empty() ? "" : "; ", e.what());
     }
-    if (had) ::chmod(file.c_str(), st.st_mode & 07777);
-    if (written) written(file, what);
   }
+  if (failed.size() == 1) std::rethrow_exception(failed.front());
+  if (!failed.empty()) throw Error(messages);
 }
 
 }  // namespace ditto::train
