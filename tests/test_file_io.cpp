@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "backend_sim/profiles.h"
 #include "core/checkpoint/checkpoint.h"
@@ -230,6 +231,35 @@ TEST(FileIo, AWriteTouchesNoFileButItsOwnTemporary) {
   EXPECT_EQ(io::read_file(path), "model2");
   EXPECT_EQ(io::read_file(path + ".tmp"), "the user's notes\n");
   EXPECT_TRUE(test::temp_leftovers(dir).empty());
+  fs::remove_all(dir);
+}
+
+// A signal handler that exits at once (ditto-train's second Ctrl-C) calls
+// remove_live_temporaries: the temporary of a write it interrupts is removed (tester5: a second
+// Ctrl-C during --export left a 113 MB .big.bin.tmp.XXXXXX), the file it replaces is untouched,
+// and temporaries of writes that finished are not listed.
+TEST(FileIo, RemoveLiveTemporariesRemovesTheTemporaryOfAnInterruptedWrite) {
+  const std::string dir = fresh_dir("live_temporaries");
+  const std::string path = dir + "/model.bin";
+  io::write_file_atomic(path, "old");
+  io::write_file_replace(dir + "/done.bin", "finished");  // listed while it lived only
+  std::vector<std::string> during, after;
+  io::set_write_hook_for_testing([&](const std::string&, std::size_t, std::size_t) {
+    during = test::temp_leftovers(dir);
+    io::remove_live_temporaries();  // as the handler does, then it would _exit
+    after = test::temp_leftovers(dir);
+  });
+  // The write goes on after the hook here (a handler would have exited): its rename finds no
+  // temporary and fails, leaving the old file.
+  expect_error<Error>([&] { io::write_file_atomic(path, "new model"); }, "cannot rename");
+  io::set_write_hook_for_testing({});
+  EXPECT_EQ(during.size(), 1u);
+  EXPECT_TRUE(after.empty());
+  EXPECT_EQ(io::read_file(path), "old");
+  EXPECT_EQ(io::read_file(dir + "/done.bin"), "finished");
+  EXPECT_TRUE(test::temp_leftovers(dir).empty());
+  io::remove_live_temporaries();  // nothing live: nothing removed
+  EXPECT_EQ(io::read_file(dir + "/done.bin"), "finished");
   fs::remove_all(dir);
 }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -304,6 +305,40 @@ std::pair<int, std::string> open_temp_beside(const std::string& path, const char
 
 namespace {
 
+// The temporaries being written now, for remove_live_temporaries (a signal handler): a slot's
+// name is written before it is marked live and unmarked before the slot is reused, so the handler
+// reads a whole name or none. Names past the slot size, or past 64 at once, are not listed.
+constexpr std::size_t kLiveSlots = 64, kLiveName = 4096;
+struct LiveSlot {
+  std::atomic<int> state{0};  // 0 free, 1 being filled or emptied, 2 live
+  char name[kLiveName];
+};
+LiveSlot g_live[kLiveSlots];
+
+// Lists `tmp` while it lives (the RAII of replace_file's temporary).
+class LiveTemporary {
+ public:
+  explicit LiveTemporary(const std::string& tmp) noexcept {
+    if (tmp.size() >= kLiveName) return;
+    for (LiveSlot& s : g_live) {
+      int free = 0;
+      if (!s.state.compare_exchange_strong(free, 1, std::memory_order_acquire)) continue;
+      std::memcpy(s.name, tmp.c_str(), tmp.size() + 1);
+      s.state.store(2, std::memory_order_release);
+      slot_ = &s;
+      return;
+    }
+  }
+  ~LiveTemporary() {
+    if (slot_) slot_->state.store(0, std::memory_order_release);
+  }
+  LiveTemporary(const LiveTemporary&) = delete;
+  LiveTemporary& operator=(const LiveTemporary&) = delete;
+
+ private:
+  LiveSlot* slot_ = nullptr;
+};
+
 // Steps 1-4 of Note [Atomic write] on `path` itself: a temporary file of its own
 // (open_temp_beside) written, fsynced and renamed over `path` (rename(2) replaces the name
 // `path`, a symbolic link there included, never the file a link points at). `given` is the name
@@ -313,6 +348,7 @@ void replace_file(const std::string& path, const std::string& given, std::string
   std::pair<int, std::string> opened = open_temp_beside(path, call);
   const int fd = opened.first;
   const std::string tmp = std::move(opened.second);
+  const LiveTemporary live(tmp);  // a signal that exits at once removes it
   // From here on, any failure removes the temporary file (this call's own, no other writer's)
   // and leaves `path` as it was.
   auto abandon = [&](const char* what, int err) {
@@ -377,6 +413,11 @@ void write_file_replace(const std::string& path, std::string_view bytes) {
 void set_write_hook_for_testing(
     std::function<void(const std::string&, std::size_t, std::size_t)> hook) {
   write_hook() = std::move(hook);
+}
+
+void remove_live_temporaries() noexcept {
+  for (LiveSlot& s : g_live)
+    if (s.state.load(std::memory_order_acquire) == 2) ::unlink(s.name);
 }
 
 }  // namespace ditto::io

@@ -142,6 +142,14 @@ std::pair<int, std::string> open_temp_beside(const std::string& path, const char
 /// open_temp_beside without the exception: the descriptor (its name in `tmp`), or -errno.
 int open_temp_beside(const std::string& path, std::string& tmp) noexcept;
 
+/// Removes the temporary file of every atomic write of this process that is between its create
+/// and its rename now (write_file_atomic's, write_file_replace's; up to 64 at once, the rest are
+/// left as a crash leaves them). Async-signal-safe (unlink(2) only): a signal handler that exits
+/// at once calls it, so a write it interrupts leaves no temporary behind (ditto-train's second
+/// Ctrl-C, Note [Graceful stop]). The writes themselves are not undone: the file they were
+/// replacing stays as it was.
+void remove_live_temporaries() noexcept;
+
 /// The descriptor a name stands for: 1 for /dev/stdout, 2 for /dev/stderr, N for /dev/fd/N and
 /// /proc/self/fd/N; -1 for any other name (these are written in place, Note [Atomic write]).
 int fd_alias(const std::string& path);

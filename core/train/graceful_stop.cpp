@@ -7,6 +7,8 @@
 #include <csignal>
 #include <cstdio>
 
+#include "core/io/file.h"
+
 namespace ditto::train {
 
 namespace {
@@ -58,6 +60,7 @@ extern "C" void on_stop_signal(int sig) {
     put_newest(put);
     put("\n");
     [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, buf, n);
+    io::remove_live_temporaries();  // an --export or checkpoint file being written: no leftover
     ::_exit(128 + sig);
   }
   if (!g_armed) return;  // the run is over: no step to finish, no checkpoint to announce
