@@ -14,7 +14,10 @@
 #   6. SIGTERM (as Ctrl-C) while the sample is drawn (the final checkpoint written): no
 #      checkpoint promised; the second exits 143 without saying a checkpoint was not written;
 #   7. an --export that cannot be written (a link into a missing directory) does not cost the
-#      --export after it: that file is written, then the first one's error, exit 1 (tester5).
+#      --export after it: that file is written, then the first one's error, exit 1 (tester5);
+#   8. --checkpoint DIR/step-N (a checkpoint itself, not a directory to save in) is refused (exit 1) before
+#      training, fresh or with --resume auto, and the step directory is left as it was (tester5:
+#      the new run's latest, lock and step-N nested inside it).
 # Usage: ditto_train_checkpoint_flow.sh PATH/TO/ditto-train WORK_DIR
 source "$(dirname "$0")/ditto_train_common.sh"  # train, work, fail, checksum
 
@@ -131,4 +134,19 @@ grep -q "^ditto-train: exported $work/ok.st (Hugging Face" "$work/exp.out" && [ 
   fail "the --export after a failed one was not written: $(cat "$work/exp.out")"
 grep -q "^ditto-train: error: after training (the result above is complete): --export: .*no-such-dir/x.bin.*No such file or directory" \
   "$work/exp.out" || fail "a failed --export: $(cat "$work/exp.out")"
+
+# 8. --checkpoint into a checkpoint: refused, nothing written there.
+"$train" "${G[@]}" --sample 0 --checkpoint "$work/run8" > "$work/run8.out" 2>&1 ||
+  fail "run8: $(cat "$work/run8.out")"
+step8=$work/run8/step-00000010
+before=$(ls -A "$step8" | tr '\n' ' ')
+for extra in "" "--resume auto"; do
+  # shellcheck disable=SC2086  # $extra: no option or two words
+  "$train" "${G[@]}" --sample 0 --seed 3 --checkpoint "$step8" $extra > "$work/nest.out" 2>&1
+  rc=$?
+  [ $rc = 1 ] || fail "--checkpoint DIR/step-N $extra: expected exit 1 (as the other refused directories), got $rc: $(cat "$work/nest.out")"
+  grep -qF "ditto-train: error: --checkpoint: expected a directory to save checkpoints in, got '$step8', which is itself a checkpoint (a step-N of the run in '$work/run8'): pass that directory (with --resume $step8 to continue from this step) or another one" \
+    "$work/nest.out" || fail "--checkpoint DIR/step-N $extra: $(cat "$work/nest.out")"
+  [ "$(ls -A "$step8" | tr '\n' ' ')" = "$before" ] || fail "--checkpoint DIR/step-N $extra: wrote into it: $(ls -A "$step8")"
+done
 echo PASS

@@ -118,6 +118,15 @@ void check_output_paths(const TrainerConfig& c, const std::string& given, bool l
   std::error_code ec;
   const std::string& ck = c.checkpoint_dir;
   if (!ck.empty() && lead) {
+    // A checkpoint itself (DIR/step-N, which --resume and --init-from take) is not a directory
+    // to save in: the new run's latest, lock and step-N would nest inside that checkpoint
+    // (tester5), and the rotation of DIR's run would remove them with it.
+    const std::string parent = resumes_from_dir(ck);
+    DITTO_CHECK(parent == ck, c.name_of("checkpoint_dir"),
+                ": expected a directory to save checkpoints in, got '", given,
+                "', which is itself a checkpoint (a step-N of the run in '", parent,
+                "'): pass that directory (with ", c.name_of("resume_dir"), " ", given,
+                " to continue from this step) or another one");
     fs::create_directories(ck, ec);
     DITTO_CHECK(!ec, c.name_of("checkpoint_dir"), ": cannot create directory '", given,
                 "': ", ec.message());
