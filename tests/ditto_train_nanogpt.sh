@@ -123,6 +123,17 @@ PY
     fail "$(cat out2)"
   got=$(checksum < out2)
   [ "$got" = "$want" ] || fail "converted: params_checksum=$got, the checkpoint's $want"
+  # Refused (tester5): the checkpoint itself as the destination (its optimizer state would go), a
+  # directory, another model's state_dict; each exits 1 and leaves the file as it was.
+  cp nano-out/ckpt.pt same.pt && sum_before=$(cksum < same.pt)
+  "$py" "$src/tools/nanogpt_to_safetensors.py" same.pt same.pt > conv 2>&1 && fail "dst = src: $(cat conv)"
+  grep -q "expected a file other than the checkpoint read" conv || fail "dst = src: $(cat conv)"
+  [ "$(cksum < same.pt)" = "$sum_before" ] || fail "dst = src: the checkpoint was overwritten"
+  mkdir dd && "$py" "$src/tools/nanogpt_to_safetensors.py" same.pt dd > conv 2>&1 && fail "dst dir: $(cat conv)"
+  grep -q "expected the safetensors file to write, got a directory" conv || fail "dst dir: $(cat conv)"
+  "$py" -c 'import torch, sys; torch.save({"model": {"conv1.weight": torch.zeros(3, 3)}}, sys.argv[1])' resnet.pt
+  "$py" "$src/tools/nanogpt_to_safetensors.py" resnet.pt resnet.st > conv 2>&1 && fail "resnet: $(cat conv)"
+  grep -q "expected nanoGPT's GPT state_dict" conv && [ ! -e resnet.st ] || fail "resnet: $(cat conv)"
   "$py" "$src/tools/nanogpt_to_safetensors.py" ck/latest x.st > conv 2>&1 && fail "not torch's: $(cat conv)"
   grep -q "cannot be read by torch.load" conv || fail "$(cat conv)"
   echo "PASS convert (params_checksum=$got)"

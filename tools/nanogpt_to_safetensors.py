@@ -6,15 +6,16 @@
 
 ckpt.pt is torch.save's pickle (a zip archive; before torch 1.6 a bare pickle): ditto does not
 read it (unpickling runs Python), so this script, with Debian's /usr/bin/python3 and its torch
-(python3-torch; no other package), does. It takes the checkpoint's `model` state_dict, strips
-torch.compile's `_orig_mod.` prefix (and DDP's `module.`) as nanoGPT's sample.py does, drops the
-causal-mask buffers (`.attn.bias` of torch < 2.0's model) and writes every tensor under nanoGPT's
-names, in its dtype (F32, BF16 or F16), with `__metadata__` `format: pt` and `ditto.n_head` (from
+(python3-torch; no other package), does. It takes the checkpoint's `model` state_dict (or a
+state_dict saved alone), strips torch.compile's `_orig_mod.` prefix (and DDP's `module.`) as
+nanoGPT's sample.py does, drops the causal-mask buffers (`.attn.bias` of torch < 2.0's model) and
+writes every tensor under nanoGPT's names, in its dtype (F32, BF16 or F16), with `__metadata__` `format: pt` and `ditto.n_head` (from
 `model_args`, which ditto needs to split the heads). Only the parameters come over: nanoGPT's
 optimizer state, iter_num and schedule do not (ditto's --resume takes its own checkpoints), so
 the converted model starts a new run, as nanoGPT's init_from='gpt2' does. Prints one line: the
 file written, the tensors and the sizes. Exits 1 with a message on a file that is not a nanoGPT
-checkpoint.
+checkpoint (or not a GPT's), and on a destination that is a directory or the checkpoint itself;
+the destination is written under a temporary name and renamed, so a failure leaves it as it was.
 """
 import json
 import struct
@@ -37,6 +38,13 @@ def tensor_bytes(t):
 
 
 def convert(src, dst):
+    import os
+
+    if os.path.isdir(dst):
+        fail(f"'{dst}': expected the safetensors file to write, got a directory")
+    if os.path.exists(dst) and os.path.samefile(src, dst):
+        fail(f"'{dst}': expected a file other than the checkpoint read ('{src}'): writing it "
+             "would replace the checkpoint, and its optimizer state with it")
     try:
         import torch
     except ImportError:
@@ -45,6 +53,9 @@ def convert(src, dst):
         ck = torch.load(src, map_location="cpu")
     except Exception as e:  # not torch.save's format
         fail(f"'{src}': cannot be read by torch.load: {e}")
+    if (isinstance(ck, dict) and "model" not in ck and ck
+            and all(torch.is_tensor(v) for v in ck.values())):
+        ck = {"model": ck}  # model.state_dict() saved alone: no model_args, no iter_num
     if not isinstance(ck, dict) or not isinstance(ck.get("model"), dict):
         fail(f"'{src}': expected nanoGPT's checkpoint (a dict with 'model', its state_dict), "
              f"got {type(ck).__name__}" + (f" with keys {sorted(ck)[:8]}" if isinstance(ck, dict)
@@ -60,6 +71,11 @@ def convert(src, dst):
             fail(f"'{src}': model['{k}']: expected a float32, bfloat16 or float16 tensor, got "
                  f"{getattr(v, 'dtype', type(v).__name__)}")
         sd[k] = v
+    # A GPT's state_dict: nanoGPT's names (transformer.wte.weight, transformer.h.N...), not
+    # another model's (ditto would refuse the file later, after the conversion said it worked).
+    if "transformer.wte.weight" not in sd or not any(k.startswith("transformer.h.") for k in sd):
+        fail(f"'{src}': expected nanoGPT's GPT state_dict (transformer.wte.weight, "
+             f"transformer.h.N.*), got keys {sorted(sd)[:6]}")
     args = ck.get("model_args") or {}
     meta = {"format": "pt"}
     if isinstance(args, dict) and isinstance(args.get("n_head"), int):
@@ -73,15 +89,27 @@ def convert(src, dst):
         offset += len(b)
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * (-len(h) % 8)  # the data 8-byte aligned, as safetensors writes it
-    with open(dst, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
+    # Written beside dst under a name of its own, then renamed: a failure leaves dst as it was.
+    d = os.path.dirname(os.path.abspath(dst))
+    tmp = os.path.join(d, f".{os.path.basename(dst)}.tmp.{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(h)))
+            f.write(h)
+            for b in blobs:
+                f.write(b)
+        os.replace(tmp, dst)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        fail(f"'{dst}': cannot write: {e.strerror}")
     sizes = " ".join(f"{k}={args[k]}" for k in ("n_layer", "n_head", "n_embd", "block_size",
                                                 "vocab_size", "bias") if k in args)
-    print(f"wrote {dst}: {len(sd)} tensors from '{src}' ({sizes}; iter_num "
-          f"{ck.get('iter_num', '?')}: the optimizer state is not converted)")
+    print(f"wrote {dst}: {len(sd)} tensors from '{src}' ("
+          + (f"{sizes}; " if sizes else "no model_args; ")
+          + f"iter_num {ck.get('iter_num', '?')}: the optimizer state is not converted)")
 
 
 def main():
