@@ -3,10 +3,10 @@
 #include "core/train/gpt_recipe.h"
 
 #include <algorithm>
-#include <charconv>
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 
@@ -16,6 +16,7 @@
 #include "core/optim/adamw.h"
 #include "core/optim/lr_schedule.h"
 #include "core/train/metrics_format.h"
+#include "core/train/options.h"
 
 namespace ditto::train {
 
@@ -236,14 +237,8 @@ void check_not_nanogpt_init_from(const GptSettings& g, const TrainerConfig& c) {
 // take nanoGPT's doubles. Widening the float made `--lr 1e-3` 0.0010000000474974513, another
 // schedule than the default 1e-3: other bits than leaving it out, and a default run's checkpoint
 // refused by a resume that typed the default. The shortest decimal that reads back as the float
-// (std::to_chars) is what was typed whenever that had at most 6 significant digits.
-double typed_value(float v) {
-  char buf[64];
-  const auto end = std::to_chars(buf, buf + sizeof buf, v).ptr;
-  double d = static_cast<double>(v);
-  std::from_chars(buf, end, d);
-  return d;
-}
+// (shortest) is what was typed whenever that had at most 6 significant digits.
+double typed_value(float v) { return std::strtod(shortest(v).c_str(), nullptr); }
 
 }  // namespace
 
