@@ -81,15 +81,31 @@ def save_safetensors(path, tensors, metadata=None):
         blobs.append(raw)
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    write_safetensors(path, header, blobs)
+
+
+def write_safetensors(path, header, blobs):
+    """Write a safetensors file from its `header` (the dict, __metadata__ included, as it is to be
+    written) and the tensors' bytes `blobs` in data_offsets order: the header padded with spaces
+    to a multiple of 8 bytes as ditto writes it, through a temporary of this process's own beside
+    `path` and a rename, so a failure leaves `path` as it was and no temporary. Raises OSError."""
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-    os.replace(tmp, path)
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
+                       f".{os.path.basename(path)}.tmp.{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<Q", len(text)))
+            f.write(text)
+            for b in blobs:
+                f.write(b)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def load_safetensors(path):

@@ -17,8 +17,6 @@ file written, the tensors and the sizes. Exits 1 with a message on a file that i
 checkpoint (or not a GPT's), and on a destination that is a directory or the checkpoint itself;
 the destination is written under a temporary name and renamed, so a failure leaves it as it was.
 """
-import json
-import struct
 import sys
 
 DTYPES = {"torch.float32": "F32", "torch.bfloat16": "BF16", "torch.float16": "F16"}
@@ -87,23 +85,14 @@ def convert(src, dst):
                      "data_offsets": [offset, offset + len(b)]}
         blobs.append(b)
         offset += len(b)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)  # the data 8-byte aligned, as safetensors writes it
-    # Written beside dst under a name of its own, then renamed: a failure leaves dst as it was.
-    d = os.path.dirname(os.path.abspath(dst))
-    tmp = os.path.join(d, f".{os.path.basename(dst)}.tmp.{os.getpid()}")
+    # gpt_reference's writer (needs numpy, which torch brings): a temporary and a rename, so a
+    # failure leaves dst as it was.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gpt_reference import write_safetensors
+
     try:
-        with open(tmp, "wb") as f:
-            f.write(struct.pack("<Q", len(h)))
-            f.write(h)
-            for b in blobs:
-                f.write(b)
-        os.replace(tmp, dst)
+        write_safetensors(dst, header, blobs)
     except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
         fail(f"'{dst}': cannot write: {e.strerror}")
     sizes = " ".join(f"{k}={args[k]}" for k in ("n_layer", "n_head", "n_embd", "block_size",
                                                 "vocab_size", "bias") if k in args)
