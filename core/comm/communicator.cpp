@@ -11,6 +11,7 @@
 #include <limits>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 
 #include "core/backend_api/collective_call.h"
 #include "core/backend_api/process_group.h"
@@ -261,6 +262,16 @@ void check_options(const char* fn, const CommOptions& options) {
               static_cast<int>(options.determinism));
 }
 
+// The live instance of backend `type` for a new handle, and the registry's generation: the
+// instance, then the generation, then the instance held, so that a re-init in between leaves an
+// older generation, which only sends the check to the identity compare (Note [Communicators of
+// a replaced backend]).
+std::pair<std::shared_ptr<Backend>, std::uint64_t> live_backend(const std::string& type) {
+  get_backend(type);
+  const std::uint64_t generation = detail::backend_generation();
+  return {get_backend_ptr(type), generation};
+}
+
 }  // namespace
 
 // ---- init -----------------------------------------------------------------------------------
@@ -286,12 +297,7 @@ std::vector<Communicator> Communicator::init_all(const std::vector<Device>& devi
                 " twice (at positions ", it->second, " and ", i, ")");
     indices.push_back(d.index);
   }
-  // The instance, then the generation, then the instance held: a re-init in between leaves an
-  // older generation, which only sends the check to the identity compare (Note [Communicators of
-  // a replaced backend]).
-  get_backend(type);
-  const std::uint64_t generation = detail::backend_generation();
-  std::shared_ptr<Backend> held = get_backend_ptr(type);
+  const auto [held, generation] = live_backend(type);
   Backend& backend = *held;
   for (std::size_t i = 0; i < devices.size(); ++i)
     DITTO_CHECK(devices[i].index >= 0 && devices[i].index < backend.device_count(),
@@ -324,9 +330,7 @@ Communicator Communicator::init_rank(const Device& local_device, int world_size,
               "Communicator::init_rank: local_device: expected a device "
               "of a GPU backend (sim, cuda), got cpu (the host has no communicators)");
   check_options("Communicator::init_rank", options);
-  get_backend(local_device.type);  // as in init_all
-  const std::uint64_t generation = detail::backend_generation();
-  std::shared_ptr<Backend> held = get_backend_ptr(local_device.type);
+  const auto [held, generation] = live_backend(local_device.type);
   Backend& backend = *held;
   DITTO_CHECK(local_device.index >= 0 && local_device.index < backend.device_count(),
               "Communicator::init_rank: local_device: ", local_device.str(),
