@@ -147,20 +147,18 @@ void check_run_paths(const train::TrainerConfig& c, const std::string& trace,
   const std::string& rd = c.resume_dir;
   if (!rd.empty()) {
     struct stat st {};
+    std::string got;  // why it is no directory
     if (::stat(rd.c_str(), &st) != 0) {
-      const int err = errno;
-      path_usage_error(detail::cat(
-          "--resume: expected a checkpoint directory (the --checkpoint DIR of an earlier run, or "
-          "one of its DIR/step-N), got '",
-          rd, "': ", std::strerror(err)));
-    }
-    if (!S_ISDIR(st.st_mode)) {
+      got = detail::cat("': ", std::strerror(errno));
+    } else if (!S_ISDIR(st.st_mode)) {
       const std::string hint = pytorch_file_hint(rd);  // nanoGPT's ckpt.pt: how to convert it
+      got = detail::cat("', ", io::file_type_name(st.st_mode), hint.empty() ? "" : "; ", hint);
+    }
+    if (!got.empty())
       path_usage_error(detail::cat(
           "--resume: expected a checkpoint directory (the --checkpoint DIR of an earlier run, or "
           "one of its DIR/step-N), got '",
-          rd, "', ", io::file_type_name(st.st_mode), hint.empty() ? "" : "; ", hint));
-    }
+          rd, got));
   }
   if (!lead) return;
   for (const auto& [flag, path] :
