@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -443,6 +444,54 @@ TEST(TrainerGpt, OneChecksumForOneTwoAndFourDevicesDpAndDdpAndResumeMidRun) {
   const std::uint64_t clipped = Trainer(clip1, text).fit().params_checksum;
   EXPECT_NE(clipped, first.params_checksum);
   EXPECT_EQ(Trainer(clip4, text).fit().params_checksum, clipped);
+}
+
+// Note [Evaluation in pieces]: under ddp every rank evaluates its own rows, in pieces no larger
+// than its training micro-steps, and the losses keep the bits of one device's forward over the
+// whole batch (dp on 1 device), also with micro-steps. Before, rank 0 forwarded the whole global
+// batch alone: its peak memory grew with the device count (tester6's F1: README's llm.c command
+// with --eval-iters 1 ran out of memory at step 0) and exceeded its training peak.
+TEST(TrainerGpt, DdpEvaluatesInPiecesOnEveryRankWithTheBitsOfOneDevice) {
+  auto text = shakespeare(16);
+  auto evals_of = [&](TrainerConfig c, FitResult* r = nullptr) {
+    std::vector<EvalMetrics> evals;
+    TrainerCallbacks cb;
+    cb.on_eval = [&](const EvalMetrics& m) { evals.push_back(m); };
+    const FitResult fr = Trainer(c, text, cb).fit();
+    if (r) *r = fr;
+    return evals;
+  };
+  auto config = [](int n, TrainerKind k, std::int64_t accum, std::int64_t batch) {
+    TrainerConfig c = tiny_gpt(n, k);
+    c.batch_size = batch;
+    c.grad_accum_steps = accum;
+    return c;
+  };
+  const std::vector<EvalMetrics> one = evals_of(config(1, TrainerKind::dp, 1, 32));
+  ASSERT_EQ(one.size(), 3u);
+  for (auto [n, accum] : {std::pair{2, 1}, {4, 1}, {4, 2}, {2, 4}}) {
+    const std::vector<EvalMetrics> e = evals_of(config(n, TrainerKind::ddp, accum, 32));
+    ASSERT_EQ(e.size(), one.size());
+    for (std::size_t i = 0; i < e.size(); ++i) {
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(e[i].train_loss),
+                std::bit_cast<std::uint64_t>(one[i].train_loss))
+          << n << " ranks, " << accum << " micro-steps, evaluation " << i;
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(e[i].val_loss),
+                std::bit_cast<std::uint64_t>(one[i].val_loss))
+          << n << " ranks, " << accum << " micro-steps, evaluation " << i;
+    }
+  }
+  // Rank 0's peak: its evaluation takes no more than its training (32 rows on 4 ranks: 8 rows a
+  // piece; evaluating the 32 rows whole took more than training on 8).
+  TrainerConfig with = config(4, TrainerKind::ddp, 1, 32), without = with;
+  without.eval_iters = 0;
+  FitResult rw, rwo;
+  evals_of(with, &rw);
+  evals_of(without, &rwo);
+  ASSERT_EQ(rw.memory.size(), 4u);
+  ASSERT_EQ(rwo.memory.size(), 4u);
+  for (std::size_t d = 0; d < 4; ++d)
+    EXPECT_EQ(rw.memory[d].stats.peak, rwo.memory[d].stats.peak) << "device " << d;
 }
 
 // A fit() that fails leaves no kernel of its run queued on any device: ditto-train exits right

@@ -561,6 +561,66 @@ TEST_F(NNTest, LossOverNoSamplesIsNanAsTorchsAndZeroAsAShareOfAGlobalBatch) {
   EXPECT_EQ(ce.backward().shape(), (Shape{0, 3}));
 }
 
+// Note [Evaluation in pieces]: a loss's row terms computed in pieces and put end to end give,
+// through mean_of_row_terms, the bits of forward over the whole batch ([B, T, C] cross-entropy
+// and [N, F] MSE, both modes, 64 samples over the 16 micro-shards), and a user's loss has none.
+TEST_F(NNTest, RowTermsInPiecesGiveTheBitsOfTheWholeBatchsMean) {
+  const std::int64_t B = 64, T = 3, C = 5, F = 4;
+  Tensor logits = Tensor::from_vector(values(B * T * C, 31), {B, T, C}, dev());
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(B * T));
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::int64_t>((i * 7) % C);
+  Tensor targets = Tensor::from_vector(ids, {B, T}, dev());
+  Tensor x = Tensor::from_vector(values(B * F, 32), {B, F}, dev());
+  Tensor y = Tensor::from_vector(values(B * F, 33), {B, F}, dev());
+  for (Determinism mode : {Determinism::bitwise, Determinism::fast}) {
+    nn::CrossEntropyLoss ce;
+    nn::MSELoss mse;
+    ce.set_determinism(mode);
+    mse.set_determinism(mode);
+    EXPECT_TRUE(ce.has_row_terms());
+    auto in_pieces = [&](nn::Loss& loss, const Tensor& in, const Tensor& tgt, nn::RowTerms& how) {
+      std::vector<float> all;
+      for (std::int64_t lo = 0; lo < B; lo += 24) {  // pieces of 24, 24 and 16 samples
+        const std::int64_t n = std::min<std::int64_t>(24, B - lo);
+        const std::vector<float> v =
+            loss.row_terms(in.narrow(lo, n), tgt.narrow(lo, n), how).to_vector<float>();
+        all.insert(all.end(), v.begin(), v.end());
+      }
+      return Tensor::from_vector(all, {static_cast<std::int64_t>(all.size())}, dev());
+    };
+    nn::RowTerms how;
+    const Tensor ce_terms = in_pieces(ce, logits, targets, how);
+    EXPECT_EQ(how.rows_per_sample, T);
+    EXPECT_EQ(how.elements_per_row, 1);
+    EXPECT_EQ(ce_terms.size(0), B * T);
+    EXPECT_EQ(test::bits(ce.mean_of_row_terms(ce_terms, how).item()),
+              test::bits(ce.forward(logits, targets).item()));
+    const Tensor mse_terms = in_pieces(mse, x, y, how);
+    EXPECT_EQ(how.rows_per_sample, 1);
+    EXPECT_EQ(how.elements_per_row, F);
+    EXPECT_EQ(test::bits(mse.mean_of_row_terms(mse_terms, how).item()),
+              test::bits(mse.forward(x, y).item()));
+    // Forward's checks, under row_terms' name; a layout that does not divide the rows.
+    test::expect_invalid([&] { ce.row_terms(logits, targets.narrow(0, 2), how); },
+                         "CrossEntropyLoss.forward: target: expected [64, 3] i64");
+    test::expect_invalid([&] { mse.row_terms(x, y.narrow(0, 2), how); },
+                         "MSELoss.row_terms: target: expected [64, 4]");
+    test::expect_invalid(
+        [&] {
+          ce.mean_of_row_terms(ce_terms.narrow(0, 7), {T, 1});
+        },
+        "Loss::mean_of_row_terms: how: expected rows_per_sample >= 1 dividing "
+        "the 7 rows");
+  }
+  struct Plain : nn::LossOf<Plain> {  // a user's loss
+    Tensor forward(const Tensor& in, const Tensor&) override { return in; }
+    Tensor backward(const Tensor& g) override { return g; }
+  } plain;
+  nn::RowTerms how;
+  EXPECT_FALSE(plain.has_row_terms());
+  EXPECT_FALSE(plain.row_terms(x, y, how).defined());
+}
+
 // ---- WithLoss --------------------------------------------------------------------------------
 
 TEST_F(NNTest, WithLossMatchesModelThenLoss) {

@@ -4,6 +4,7 @@
 #include "core/nn/loss.h"
 
 #include <limits>
+#include <utility>
 
 #include "core/nn/module.h"
 #include "core/numerics/micro_shards.h"
@@ -88,28 +89,54 @@ Tensor Loss::grad_loss_for(const Tensor& grad_loss, const char* call) {
 // An undefined grad_loss means 1 in every loss's backward(grad_loss).
 Tensor Loss::backward() { return backward(Tensor()); }
 
-Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
-  DITTO_CHECK(input.defined() && is_float_storage(input.dtype()),
-              "MSELoss.forward: input: expected an f32 (or bf16 / f16) tensor, got ",
-              describe(input));
+Tensor Loss::row_terms(const Tensor&, const Tensor&, RowTerms&) const { return Tensor(); }
+
+Tensor Loss::mean_of_row_terms(const Tensor& terms, const RowTerms& how) const {
+  constexpr const char* call = "Loss::mean_of_row_terms";
+  DITTO_CHECK(terms.defined() && terms.dim() == 1 && is_float_storage(terms.dtype()), call,
+              ": terms: expected [rows] f32 (or bf16 / f16: row_terms'), got ", describe(terms));
+  DITTO_CHECK(how.rows_per_sample >= 1 && how.elements_per_row >= 1 &&
+                  terms.size(0) % how.rows_per_sample == 0,
+              call, ": how: expected rows_per_sample >= 1 dividing the ", terms.size(0),
+              " rows and elements_per_row >= 1, got ", how.rows_per_sample, " and ",
+              how.elements_per_row);
+  // forward's: save_and_mean over the batch's rows, denominator rows x elements a row.
+  const std::int64_t denominator = terms.size(0) * how.elements_per_row;
+  if (denominator == 0)
+    return Tensor::full({}, std::numeric_limits<float>::quiet_NaN(), terms.device());
+  return mean_of(terms, 1.0f / static_cast<float>(denominator), determinism_, how.rows_per_sample);
+}
+
+namespace {
+
+/// MSELoss's checks of input and target, and the [N, F] (or [N]) views ops::mse takes: 0-dim as
+/// [1], higher ranks as [N, -1].
+std::pair<Tensor, Tensor> mse_args(const Tensor& input, const Tensor& target, const char* call) {
+  DITTO_CHECK(input.defined() && is_float_storage(input.dtype()), call,
+              ": input: expected an f32 (or bf16 / f16) tensor, got ", describe(input));
   DITTO_CHECK(target.defined() && target.shape() == input.shape() &&
                   is_float_storage(target.dtype()) && target.device() == input.device(),
-              "MSELoss.forward: target: expected ", shape_str(input.shape()),
-              " f32 (or bf16 / f16) on ", input.device().str(),
-              " (the input's shape and device), got ", describe(target));
-  // ops::mse wants [N, F] (or [N]): view 0-dim as [1] and higher ranks as [N, -1].
-  Tensor x = input, t = target;
-  if (input.dim() == 0) {
-    x = input.view({1});
-    t = target.view({1});
-  } else if (input.dim() > 2) {
-    x = input.view({input.size(0), -1});
-    t = target.view({input.size(0), -1});
-  }
+              call, ": target: expected ", shape_str(input.shape()), " f32 (or bf16 / f16) on ",
+              input.device().str(), " (the input's shape and device), got ", describe(target));
+  if (input.dim() == 0) return {input.view({1}), target.view({1})};
+  if (input.dim() > 2) return {input.view({input.size(0), -1}), target.view({input.size(0), -1})};
+  return {input, target};
+}
+
+}  // namespace
+
+Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
+  const auto [x, t] = mse_args(input, target, "MSELoss.forward");
   Tensor per_sample = ops::mse(x, t);
   // Elements the mean divides by: all of them, or global_batch() samples of this size.
   const std::int64_t per_row = x.dim() == 1 ? 1 : x.size(1);
   return save_and_mean(per_sample, x, t, mean_rows(x.size(0), "MSELoss.forward") * per_row);
+}
+
+Tensor MSELoss::row_terms(const Tensor& input, const Tensor& target, RowTerms& how) const {
+  const auto [x, t] = mse_args(input, target, "MSELoss.row_terms");
+  how = RowTerms{1, x.dim() == 1 ? 1 : x.size(1)};
+  return ops::mse(x, t);
 }
 
 Tensor MSELoss::backward(const Tensor& grad_loss) {
@@ -138,6 +165,18 @@ void check_cross_entropy_loss_args(const Tensor& input, const Tensor& target) {
 }
 
 }  // namespace
+
+Tensor CrossEntropyLoss::row_terms(const Tensor& input, const Tensor& target, RowTerms& how) const {
+  check_cross_entropy_loss_args(input, target);
+  const Tensor x = input.dim() == 3 ? input.view({-1, input.size(2)}) : input;
+  const Tensor t = target.dim() == 2 ? target.view({-1}) : target;
+  how = RowTerms{input.dim() == 3 ? input.size(1) : 1, 1};
+  try {
+    return ops::cross_entropy(x, t);  // checks targets in [0, C) on the host
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string("CrossEntropyLoss.row_terms: ") + e.what());
+  }
+}
 
 Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
   check_cross_entropy_loss_args(input, target);

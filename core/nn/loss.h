@@ -12,6 +12,14 @@
 
 namespace ditto::nn {
 
+/// How a loss's row terms (Loss::row_terms) make its mean: consecutive rows a sample (the T tokens
+/// of a [B, T, C] input, else 1) and elements a row the mean divides by (MSELoss: a sample's
+/// elements, else 1).
+struct RowTerms {
+  std::int64_t rows_per_sample = 1;
+  std::int64_t elements_per_row = 1;
+};
+
 class Loss {
  public:
   virtual ~Loss() = default;
@@ -37,6 +45,23 @@ class Loss {
   /// share of no rows) otherwise (Note [Empty replica loss], loss.cpp).
   void set_global_batch(std::int64_t rows);
   std::int64_t global_batch() const { return global_batch_; }
+
+  /// Evaluation in pieces (Note [Evaluation in pieces], core/train/replica.cpp): the terms whose
+  /// mean forward(input, target) returns, one a row, [rows] f32 on input's device
+  /// (CrossEntropyLoss: a token's loss, rows N or B * T; MSELoss: a sample's summed squared
+  /// error), with `how` set. A row's term does not depend on the other rows, so the terms of a
+  /// batch computed in pieces and put end to end are the whole batch's. Undefined where the loss
+  /// has no such form (the default: a user's Loss), whose callers then evaluate whole. Saves
+  /// nothing for a backward. Errors: forward's checks of input and target.
+  virtual Tensor row_terms(const Tensor& input, const Tensor& target, RowTerms& how) const;
+  /// Whether row_terms gives the terms (MSELoss, CrossEntropyLoss), known before any input.
+  virtual bool has_row_terms() const { return false; }
+  /// The mean forward(...) returns over the whole batch whose row_terms these are, in
+  /// determinism() mode: the same bits (bitwise mode: the canonical micro-shard tree over its
+  /// samples). Divides by the terms' own rows (global_batch() plays no part); NaN for none, as
+  /// forward. terms: [rows] in row_terms' dtype (f32, or bf16 / f16), rows a multiple of
+  /// how.rows_per_sample, else InvalidArgument. Returns a 0-dim f32 tensor.
+  Tensor mean_of_row_terms(const Tensor& terms, const RowTerms& how) const;
 
  protected:
   /// Samples the mean divides by for an input of `input_rows` samples (global_batch() or
@@ -83,6 +108,8 @@ class LossOf : public Loss {
 class MSELoss : public LossOf<MSELoss> {
  public:
   Tensor forward(const Tensor& input, const Tensor& target) override;
+  Tensor row_terms(const Tensor& input, const Tensor& target, RowTerms& how) const override;
+  bool has_row_terms() const override { return true; }
   Tensor backward(const Tensor& grad_loss) override;
   using Loss::backward;
 };
@@ -96,6 +123,8 @@ class MSELoss : public LossOf<MSELoss> {
 class CrossEntropyLoss : public LossOf<CrossEntropyLoss> {
  public:
   Tensor forward(const Tensor& input, const Tensor& target) override;
+  Tensor row_terms(const Tensor& input, const Tensor& target, RowTerms& how) const override;
+  bool has_row_terms() const override { return true; }
   Tensor backward(const Tensor& grad_loss) override;
   using Loss::backward;
 

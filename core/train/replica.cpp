@@ -313,6 +313,27 @@ bool Replica::optimizer_reduces_gradients() const {
   return config_.zero_stage == 1 && comm_.has_value();
 }
 
+// Note [Evaluation in pieces]
+// nanoGPT's estimate_loss runs on every rank, each over its own micro-batch. ditto's evaluation is
+// of the global batch (the same rows and the same loss whatever the device count), and under ddp
+// rank 0 used to run it alone on its one device: a forward over the whole global batch, W x K
+// times the rows of a training micro-step (W ranks, K micro-steps), which ran out of memory at
+// step 0 for setups whose training fits (tester6's F1: README's llm.c command on 8 x 80 GB with
+// --eval-iters 1), while the other ranks waited at their next collective. Now every rank
+// evaluates: each forwards its own rows of the eval batch in the pieces its training micro-steps
+// take (local_rows, micro_batch), no larger than a training step's, and takes the loss's row terms
+// (Loss::row_terms: a token's cross-entropy, a sample's squared error), which do not depend on the
+// other rows. Each rank writes its terms at their rows of a zeroed vector of the whole batch's
+// terms; one all_reduce (sum) puts every term in place on every rank (x + 0 = x: exact in any
+// order), and mean_of_row_terms takes forward's mean over the whole batch: the bits of the one
+// forward over the global batch that rank 0 made before (bitwise mode: a row's result does not
+// depend on the rows beside it, Note [Micro-shards]). The vector is batch x T floats (2 MB for
+// llm.c's 512 x 1024). A user's loss without row terms (Loss::has_row_terms) is evaluated as
+// before, by rank 0 over the whole batch.
+bool Replica::evaluates_in_pieces() const {
+  return ddp_ != nullptr && eval_criterion_ != nullptr && eval_criterion_->has_row_terms();
+}
+
 double Replica::eval_loss(DataSource& data, EvalSplit split, std::int64_t iters,
                           std::int64_t batch_size) {
   struct EvalMode {  // torch's model.eval() ... model.train(), also when a forward throws
@@ -321,14 +342,58 @@ double Replica::eval_loss(DataSource& data, EvalSplit split, std::int64_t iters,
     ~EvalMode() { m.set_training(true); }
   } mode(*model_);
   nn::Loss& criterion = dp_ ? *criterion_ : *eval_criterion_;
+  // Every rank has rows of the batch, so each learns the terms' layout from its own forward; a
+  // batch smaller than that (a rank of no rows) is evaluated whole, by rank 0.
+  bool pieces = evaluates_in_pieces();
+  for (int r = 0; pieces && r < comm_->size(); ++r)
+    pieces =
+        micro_batch(batch_size, config_.micro_shards, comm_->size(), r, 1, 0, config_.determinism)
+            .rows() > 0;
+  if (!pieces && !lead()) return 0.0;  // the trainer reports rank 0's
   double sum = 0;
   for (std::int64_t k = 0; k < iters; ++k) {
     data::Batch b = data.eval_batch(split, k, batch_size);
+    if (pieces) {
+      sum += static_cast<double>(eval_loss_in_pieces(b).item());
+      continue;
+    }
     Tensor out = dp_ ? dp_->forward(b.x) : model_->forward(b.x.to(devices_[0]));
     Tensor y = target(b.y, out.size(out.dim() - 1), out.device());
     sum += static_cast<double>(criterion.forward(out, y).item());
   }
   return iters > 0 ? sum / static_cast<double>(iters) : 0.0;
+}
+
+Tensor Replica::eval_loss_in_pieces(const data::Batch& b) {
+  const std::int64_t n = b.x.size(0), steps = config_.grad_accum_steps;
+  const int world = comm_->size(), rank = comm_->rank();
+  std::vector<std::pair<std::int64_t, std::int64_t>> parts;  // [first, end) rows, as training's
+  if (steps > 1) {
+    for (std::int64_t j = 0; j < steps; ++j) {
+      const MicroBatch m =
+          micro_batch(n, config_.micro_shards, world, rank, steps, j, config_.determinism);
+      parts.emplace_back(m.first_row, m.end_row);
+    }
+  } else {
+    parts.push_back(ddp_->local_rows(n));
+  }
+  nn::RowTerms how;
+  Tensor all;  // the whole batch's terms, this rank's in place, zeros elsewhere
+  for (const auto& [lo, hi] : parts) {
+    if (hi <= lo) continue;  // an empty micro-step of a rank with rows: its terms are elsewhere
+    Tensor out = model_->forward(b.x.narrow(lo, hi - lo).to(devices_[0]));
+    Tensor y = target(b.y.narrow(lo, hi - lo), out.size(out.dim() - 1), out.device());
+    Tensor terms = eval_criterion_->row_terms(out, y, how);
+    DITTO_CHECK(terms.defined() && terms.dim() == 1 && terms.size(0) % (hi - lo) == 0,
+                "Replica::eval_loss: the loss's row_terms: expected [rows] terms, got ",
+                terms.defined() ? terms.str() : std::string("an undefined tensor"));
+    const std::int64_t per = terms.size(0) / (hi - lo);  // rows of terms a sample
+    if (!all.defined()) all = Tensor::zeros({n * per}, terms.dtype(), devices_[0]);
+    Tensor dst = all.narrow(lo * per, (hi - lo) * per);
+    dst.copy_(terms);
+  }
+  comm_->all_reduce(all);
+  return eval_criterion_->mean_of_row_terms(all, how);
 }
 
 Evaluation Replica::evaluate(const data::Dataset& ds, std::int64_t batch_size) {

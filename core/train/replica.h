@@ -75,8 +75,15 @@ class Replica {
   double step(const data::Batch& b);
   /// Iteration mode's evaluation (nanoGPT's estimate_loss): the mean over k < iters of the loss
   /// of data.eval_batch(split, k, batch_size), the model in eval mode (set_training(false),
-  /// restored after), no gradients. Under ddp the rank evaluates alone on its device.
+  /// restored after), no gradients: rank 0's result, the same on any device count. Under ddp
+  /// where evaluates_in_pieces() every rank must call it (each forwards its own rows, in pieces
+  /// no larger than its training micro-steps, and all_reduces the loss's row terms: Note
+  /// [Evaluation in pieces], replica.cpp); otherwise rank 0 evaluates the whole batch alone
+  /// (other ranks may call it and get 0).
   double eval_loss(DataSource& data, EvalSplit split, std::int64_t iters, std::int64_t batch_size);
+  /// Whether eval_loss runs on every rank of a ddp run (the loss has row terms: MSELoss,
+  /// CrossEntropyLoss); false for dp and for a user's loss without them.
+  bool evaluates_in_pieces() const;
   /// Mean loss and accuracy (argmax of the outputs against y's labels) over `ds`, in batches of
   /// `batch_size`, no gradients.
   Evaluation evaluate(const data::Dataset& ds, std::int64_t batch_size);
@@ -123,6 +130,9 @@ class Replica {
   optim::ZeroRedundancyOptimizer* zero_ = nullptr;  // opt_ itself with zero_stage 1 (ddp)
   std::unique_ptr<optim::GradScaler> scaler_;
   std::unique_ptr<nn::Loss> criterion_, eval_criterion_;
+  /// The mean loss of eval batch `b` evaluated in pieces over the ranks (Note [Evaluation in
+  /// pieces]); every rank calls it.
+  Tensor eval_loss_in_pieces(const data::Batch& b);
   std::unique_ptr<parallel::DataParallel> dp_;
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;
 };

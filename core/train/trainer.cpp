@@ -765,7 +765,14 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   double lr =
       c.lr_schedule ? c.lr_schedule(std::max<std::int64_t>(ts.step - 1, 0)) : rep.optimizer().lr();
   for (;;) {
-    if (rep.lead() && (eval_due(ts.step) || (c.eval_only && c.eval_iters > 0))) {
+    // Under ddp every rank evaluates its rows where the loss allows (Note [Evaluation in
+    // pieces], replica.cpp); rank 0 reports.
+    const bool evaluate = eval_due(ts.step) || (c.eval_only && c.eval_iters > 0);
+    if (evaluate && !rep.lead() && rep.evaluates_in_pieces()) {
+      rep.eval_loss(*data_, EvalSplit::train, c.eval_iters, c.batch_size);
+      rep.eval_loss(*data_, EvalSplit::val, c.eval_iters, c.batch_size);
+    }
+    if (rep.lead() && evaluate) {
       EvalMetrics m;
       m.step = ts.step;
       m.max_iters = c.max_iters;
