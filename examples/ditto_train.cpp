@@ -358,7 +358,8 @@ int run(Args& a) {
   }
   train::stop_handlers_training_over();  // (the MLP's: it has no on_finish)
   if (r.stopped) {
-    // The stop came with the last step, whose checkpoint failed (Note [Checkpoint failures]):
+    // An output error with a stop (none comes now: a stop during the last step lets the run
+    // complete, and a failed stop checkpoint throws; kept so that no error is ever dropped):
     // no "checkpoint written" line.
     if (r.lead && !r.output_errors.empty()) {
       std::fflush(stdout);
