@@ -44,7 +44,16 @@ void check_trace_path(const train::TrainerConfig& c, const std::string& trace) {
   }
   DITTO_CHECK(!fs::is_directory(trace, ec), t, ": expected a file name, got '", trace,
               "', a directory");
-  fs::path dir = fs::path(trace).parent_path();
+  // The directory write_file_atomic writes in: a symbolic link's final target's (Note [Atomic
+  // write]), a dangling link's too, so that a link into a missing directory fails here.
+  std::string target;
+  try {
+    target = io::resolve_links(trace, "io::resolve_links");
+  } catch (const Error& e) {
+    throw InvalidArgument(detail::cat(t, ": expected a file or a symbolic link to one, got '",
+                                      trace, "' (", e.what(), ")"));
+  }
+  fs::path dir = fs::path(target).parent_path();
   if (dir.empty()) dir = ".";
   DITTO_CHECK(fs::is_directory(dir, ec), t, ": expected a file in an existing directory, got '",
               trace, "' (no directory '", dir.string(), "')");

@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <new>
@@ -357,7 +358,8 @@ int run(Args& a) {
   }
   train::stop_handlers_training_over();  // (the MLP's: it has no on_finish)
   if (r.stopped) {
-    // The stop came with the last step, whose checkpoint failed (Note [Checkpoint failures]):
+    // An output error with a stop (none comes now: a stop during the last step lets the run
+    // complete, and a failed stop checkpoint throws; kept so that no error is ever dropped):
     // no "checkpoint written" line.
     if (r.lead && !r.output_errors.empty()) {
       std::fflush(stdout);
@@ -412,6 +414,33 @@ int leave_mpi_job(int rc, int argc, char** argv, const std::string& what) {
   }
   dist::finalize();
   return rc;
+}
+
+/// Before dist::init under a launcher's variables: the job sizes mpirun sets
+/// (OMPI_COMM_WORLD_SIZE, a PMI launcher's PMI_SIZE) must be what a launcher writes, a
+/// decimal number of processes >= 1 that fits an int; anything else ("abc", "-2", "0",
+/// "99999999999999999999", " 2") was set by hand, and is a usage error (exit 2) naming the
+/// variable and its value, not ignored (it made the check after dist::init skip it) nor given
+/// to MPI_Init. An empty one is not set (dist::launched_by_mpirun's reading).
+void check_launcher_variables() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+    const char* v = std::getenv(var);
+    if (!v || !*v) continue;
+    const std::string value(v);
+    bool number = value.size() <= 10 && value[0] != '0';
+    long long n = 0;
+    for (char ch : value) {
+      if (ch < '0' || ch > '9') number = false;
+      if (number) n = n * 10 + (ch - '0');
+    }
+    if (number && n >= 1 && n <= std::numeric_limits<int>::max()) continue;
+    throw UsageError(detail::cat(
+        "environment: ", var, ": expected a number of processes (a decimal integer in 1..",
+        std::numeric_limits<int>::max(), ", as mpirun sets it), got '", value,
+        "': mpirun did not set it; unset ", var,
+        " (and the launcher's other variables) to run this process alone, or start the ranks "
+        "with mpirun (docs/mpi.md: `mpirun -np N ditto-train --trainer ddp`)"));
+  }
 }
 
 /// After dist::init under a launcher's variables: a world size that the variables contradict
@@ -480,6 +509,7 @@ int cli_main(int argc, char** argv) {
     // Started by torchrun (RANK, WORLD_SIZE): refused, else each process would run a whole job.
     dist::check_not_torchrun("environment");
     if (dist::launched_by_mpirun()) {
+      check_launcher_variables();
       dist::init(&argc, &argv);
       check_launcher_world_size();
     }

@@ -10,10 +10,11 @@
 #      naming both directories; B untouched;
 #   4. --resume DIR/step-N resumes exactly that step: the checksum of an uninterrupted run;
 #   5. unusable output paths are usage errors (exit 2) naming the flag, as --export's are:
-#      --checkpoint, --trace, --metrics-jsonl, a missing --resume directory;
+#      --checkpoint, --trace, --metrics-jsonl, a missing --resume directory; --export, --trace
+#      and --metrics-jsonl through a symbolic link into a missing directory (tester5);
 #   6. SIGTERM (as Ctrl-C) while the sample is drawn (the final checkpoint written): no
 #      checkpoint promised; the second exits 143 without saying a checkpoint was not written;
-#   7. an --export that cannot be written (a link into a missing directory) does not cost the
+#   7. an --export that cannot be written (a file size limit under it) does not cost the
 #      --export after it: that file is written, then the first one's error, exit 1 (tester5);
 #   8. --checkpoint DIR/step-N (a checkpoint itself, not a directory to save in) is refused (exit 1) before
 #      training, fresh or with --resume auto, and the step directory is left as it was (tester5:
@@ -93,6 +94,16 @@ usage "^ditto-train: error: --trace: expected a file in an existing directory, g
   --trace "$work/none/t.json"
 usage "^ditto-train: error: --metrics-jsonl: expected a file in an existing directory, got '$work/none/m.jsonl'" \
   --metrics-jsonl "$work/none/m.jsonl"
+# A symbolic link into a missing directory (tester5): the write follows it (as open(link, "wb")
+# does), so the start check probes the target's directory, not the link's; it passed and the
+# --export failed after training (exit 1).
+ln -s "$work/no-such-dir/x.bin" "$work/dangling.bin"
+for opt in "--export llmc" --trace --metrics-jsonl; do
+  # shellcheck disable=SC2086  # $opt: --export takes two words
+  usage "^ditto-train: error: $opt: expected a file in an existing directory, got '$work/dangling.bin' (a symbolic link to '$work/no-such-dir/x.bin'; no directory '$work/no-such-dir')$" \
+    --bias $opt "$work/dangling.bin"
+done
+[ ! -e "$work/no-such-dir" ] || fail "a refused run created $work/no-such-dir"
 usage "^ditto-train: error: --resume: expected a checkpoint directory (the --checkpoint DIR of an earlier run, or one of its DIR/step-N), got '$work/none': No such file or directory$" \
   --resume "$work/none"
 usage "^ditto-train: error: --resume: expected a checkpoint directory (the --checkpoint DIR of an earlier run, or one of its DIR/step-N), got '$work/file', a regular file$" \
@@ -124,16 +135,17 @@ grep -qxF "ditto-train: second SIGTERM: exiting at once; training was over; newe
   "$work/int.err" || fail "second SIGTERM in the sample: $(cat "$work/int.err")"
 grep -q "writing a checkpoint\|was not written" "$work/int.err" && fail "SIGTERM in the sample: $(cat "$work/int.err")"
 
-# 7. One --export fails; the next one is still written.
-ln -s "$work/no-such-dir/x.bin" "$work/dangling.bin"
-"$train" "${G[@]}" --bias --sample 0 --export llmc "$work/dangling.bin" --export hf "$work/ok.st" \
-  > "$work/exp.out" 2>&1
+# 7. One --export fails; the next one is still written. What the start checks cannot see: a
+#    file size limit (`ulimit -f`) below the f32 file's size and above the bf16 one's.
+(ulimit -f 16; exec "$train" "${G[@]}" --bias --sample 0 --export llmc "$work/big.bin" \
+  --export llmc-bf16 "$work/ok.bin") > "$work/exp.out" 2>&1
 rc=$?
 [ $rc = 1 ] || fail "a failed --export: expected exit 1, got $rc: $(cat "$work/exp.out")"
-grep -q "^ditto-train: exported $work/ok.st (Hugging Face" "$work/exp.out" && [ -s "$work/ok.st" ] ||
+grep -q "^ditto-train: exported $work/ok.bin (llm.c" "$work/exp.out" && [ -s "$work/ok.bin" ] ||
   fail "the --export after a failed one was not written: $(cat "$work/exp.out")"
-grep -q "^ditto-train: error: after training (the result above is complete): --export: .*no-such-dir/x.bin.*No such file or directory" \
+grep -q "^ditto-train: error: after training (the result above is complete): --export: .*big.bin.*File too large" \
   "$work/exp.out" || fail "a failed --export: $(cat "$work/exp.out")"
+[ ! -e "$work/big.bin" ] || fail "the failed --export left $work/big.bin"
 
 # 8. --checkpoint into a checkpoint: refused, nothing written there.
 "$train" "${G[@]}" --sample 0 --checkpoint "$work/run8" > "$work/run8.out" 2>&1 ||

@@ -3,7 +3,8 @@
 # Ctrl-C's SIGINT) finishes the step in progress, writes a checkpoint of it and exits 143 (130);
 # a run resumed from it ends with the checksum of a run that never stopped. For dp and for ddp's
 # rank threads (which must all stop after the same step). No timing is asserted: the script waits
-# (bounded) for the run's start line, signals it, and checks what it wrote.
+# (bounded) for the run's start line, signals it, and checks what it wrote. A signal during the
+# last step lets the run complete (exit 0, final line, exports).
 # Usage: ditto_train_stop.sh PATH/TO/ditto-train WORK_DIR
 source "$(dirname "$0")/ditto_train_common.sh"
 
@@ -87,6 +88,36 @@ wait_run
 set +m
 [ "$rc" = 130 ] || fail "SIGINT: expected exit status 130, got $rc: $(cat "$work/int.out")"
 grep -q "^ditto-train: stopped by SIGINT after step " "$work/int.out" || fail "$(cat "$work/int.out")"
+
+# A stop request during the last step (tester5: --max-iters 1 and Ctrl-C ended as "stopped by
+# SIGINT after step 1, checkpoint written", without the final line and the exports): the step
+# completes, and with it the run: exit 0, the final line, the --export file, the final
+# checkpoint, and no "stopped by" line. Deterministic: the signal is sent while the run cannot
+# have finished its only step: after its handlers are installed (the config warning of
+# --bucket-cap-mb on a dp run is printed after them, before training) and before it can open its
+# --metrics-jsonl FIFO (at the start of training), which this script opens only afterwards.
+mkfifo "$work/last.fifo"
+set -m
+"$train" --model gpt --n-layer 1 --n-head 2 --n-embd 16 --block-size 16 --batch-size 4 \
+  --max-iters 1 --eval-iters 1 --sample 0 --log-interval 0 --bias --bucket-cap-mb 25 \
+  --checkpoint "$work/last" --metrics-jsonl "$work/last.fifo" --export llmc "$work/last.bin" \
+  > "$work/last.out" 2>&1 &
+pid=$!
+set +m
+wait_start last "^ditto-train: warning: --bucket-cap-mb"
+kill -INT $pid
+timeout 60 cat "$work/last.fifo" > "$work/last.jsonl"
+wait_run
+out=$(cat "$work/last.out")
+[ "$rc" = 0 ] || fail "SIGINT during the last step: expected exit 0 (the run is complete), got $rc: $out"
+echo "$out" | grep -q "^ditto-train: signal received: finishing the current step" ||
+  fail "SIGINT during the last step: the signal came after the step: $out"
+echo "$out" | grep -q "^final: " || fail "SIGINT during the last step: no final line: $out"
+echo "$out" | grep -q "^ditto-train: exported $work/last.bin (llm.c" && [ -s "$work/last.bin" ] ||
+  fail "SIGINT during the last step: no export: $out"
+echo "$out" | grep -q "stopped by" && fail "SIGINT during the last step: a stopped run: $out"
+[ "$(cat "$work/last/latest")" = step-00000001 ] || fail "SIGINT during the last step: latest is $(cat "$work/last/latest")"
+grep -q '^{.*"event":"final"' "$work/last.jsonl" || fail "SIGINT during the last step: no final record: $(cat "$work/last.jsonl")"
 
 # A second signal exits at once (both may land before the step ends, or the second after the
 # stop began: either way 143, and never a crash).

@@ -75,6 +75,42 @@ TEST(FileIo, AtomicWriteThroughASymlinkReplacesTheTargetAndKeepsTheLink) {
   fs::remove_all(dir);
 }
 
+// What a file with another hard link gets (docs/cli.md, Note [Atomic write]): a file written
+// whole (--export, --trace: write_file_atomic) is replaced, so the other name keeps the old
+// contents, where torch.save's open(path, "wb") would rewrite the one file both names share; a
+// file written line by line (--metrics-jsonl: JsonLinesWriter, opened with O_TRUNC, as
+// open(path, "w")) is written through, so both names see the new lines. A symbolic link is
+// followed by both (the link stays, its target gets the contents).
+TEST(FileIo, AHardLinkIsReplacedByAnAtomicWriteAndWrittenThroughByJsonLines) {
+  const std::string dir = fresh_dir("hard_link");
+  write(dir + "/model.bin", "old");
+  ASSERT_EQ(::link((dir + "/model.bin").c_str(), (dir + "/other.bin").c_str()), 0);
+  io::write_file_atomic(dir + "/model.bin", "new");
+  EXPECT_EQ(io::read_file(dir + "/model.bin"), "new");
+  EXPECT_EQ(io::read_file(dir + "/other.bin"), "old");  // a file of its own now
+  struct stat a {
+  }, b{};
+  ASSERT_EQ(::stat((dir + "/model.bin").c_str(), &a), 0);
+  ASSERT_EQ(::stat((dir + "/other.bin").c_str(), &b), 0);
+  EXPECT_NE(a.st_ino, b.st_ino);
+  EXPECT_EQ(b.st_nlink, 1u);
+
+  write(dir + "/m.jsonl", "old line\n");
+  ASSERT_EQ(::link((dir + "/m.jsonl").c_str(), (dir + "/other.jsonl").c_str()), 0);
+  fs::create_symlink("m.jsonl", dir + "/link.jsonl");
+  {
+    train::JsonLinesWriter w(dir + "/link.jsonl");
+    w.write(train::StepMetrics{});
+  }
+  EXPECT_TRUE(fs::is_symlink(dir + "/link.jsonl"));
+  const std::string lines = io::read_file(dir + "/m.jsonl");
+  EXPECT_NE(lines.find("\"event\":\"iter\""), std::string::npos) << lines;
+  EXPECT_EQ(lines.find("old line"), std::string::npos) << lines;  // truncated, then written
+  EXPECT_EQ(io::read_file(dir + "/other.jsonl"), lines);          // the same file
+  EXPECT_TRUE(test::temp_leftovers(dir).empty());
+  fs::remove_all(dir);
+}
+
 TEST(FileIo, AtomicWriteToAFifoWritesStraightThroughAndKeepsTheFifo) {
   const std::string dir = fresh_dir("fifo");
   const std::string fifo = dir + "/out.fifo";

@@ -256,9 +256,66 @@ TEST(OutputPaths, AReplaceableOutputIsARegularFileInAWritableDirectory) {
   expect_invalid([&] { io::check_replaceable_output(dir + "/no/x.bin", "--export hf"); },
                  "--export hf: expected a file in an existing directory, got '" + dir +
                      "/no/x.bin' (no directory '" + dir + "/no')");
-  ASSERT_EQ(::mkfifo((dir + "/fifo").c_str(), 0644), 0);
-  expect_invalid([&] { io::check_replaceable_output(dir + "/fifo", "w"); },
-                 "a FIFO (named pipe: opening it would block until a reader comes)");
+}
+
+// tester5: a FIFO was refused as one "opening it would block until a reader comes", also when a
+// reader was there. Refused either way (a file written into a pipe can end half-way), with one
+// message that holds for both, and without opening it (the check never blocks: no reader here
+// would otherwise hang the test).
+TEST(OutputPaths, AFifoIsRefusedWithOrWithoutAReaderWithoutOpeningIt) {
+  const std::string dir = fresh_dir("replaceable_fifo");
+  const std::string fifo = dir + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  const std::string want =
+      "--export llmc: expected a regular file (or none: it is created), got '" + fifo +
+      "', a FIFO (a named pipe: the file is written whole, to a temporary file renamed into "
+      "place, which a pipe cannot be; a write into a pipe that ended half-way would leave its "
+      "reader a partial file: write a file and copy it into the pipe)";
+  expect_invalid([&] { io::check_replaceable_output(fifo, "--export llmc"); }, want);
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);  // a reader waits on it
+  ASSERT_GE(reader, 0);
+  expect_invalid([&] { io::check_replaceable_output(fifo, "--export llmc"); }, want);
+  // Through a symbolic link: the same, naming the link and what it points at.
+  fs::create_symlink("fifo", dir + "/to_fifo");
+  expect_invalid([&] { io::check_replaceable_output(dir + "/to_fifo", "--export llmc"); },
+                 "--export llmc: expected a regular file (or none: it is created), got '" + dir +
+                     "/to_fifo' (a symbolic link to '" + dir + "/fifo'), a FIFO (a named pipe");
+  char byte = 0;
+  EXPECT_EQ(::read(reader, &byte, 1), 0);  // nothing was written into it
+  ::close(reader);
+  EXPECT_TRUE(test::temp_leftovers(dir).empty());
+}
+
+// tester5: a dangling symbolic link into a missing directory passed the start check, which
+// probed the directory beside the link, and the --export failed after training (exit 1). The
+// write follows the link (Note [Atomic write]: open(link, "wb") creates its target), so the
+// check probes the target's directory, as the write will; a dangling link into an existing
+// directory passes (the export creates the target), and a loop of links is refused.
+TEST(OutputPaths, AReplaceableOutputBehindASymbolicLinkIsCheckedWhereTheWriteGoes) {
+  const std::string dir = fresh_dir("replaceable_links");
+  fs::create_symlink("missing/model.bin", dir + "/dangling.bin");
+  expect_invalid([&] { io::check_replaceable_output(dir + "/dangling.bin", "--export llmc"); },
+                 "--export llmc: expected a file in an existing directory, got '" + dir +
+                     "/dangling.bin' (a symbolic link to '" + dir +
+                     "/missing/model.bin'; no directory '" + dir + "/missing')");
+  fs::create_directory(dir + "/out");
+  fs::create_symlink("out/model.bin", dir + "/later.bin");
+  io::check_replaceable_output(dir + "/later.bin", "--export llmc");
+  EXPECT_TRUE(test::temp_leftovers(dir + "/out").empty());  // the probe, beside the target
+  EXPECT_TRUE(test::temp_leftovers(dir).empty());
+  EXPECT_FALSE(fs::exists(dir + "/out/model.bin"));
+  fs::create_symlink("loop_b", dir + "/loop_a");
+  fs::create_symlink("loop_a", dir + "/loop_b");
+  expect_invalid([&] { io::check_replaceable_output(dir + "/loop_a", "--trace"); },
+                 "--trace: expected a file or a symbolic link to one, got '" + dir +
+                     "/loop_a' (io::resolve_links: cannot resolve symbolic link '" + dir +
+                     "/loop_a': Too many levels of symbolic links)");
+  // A link to a read-only file: its target's mode decides, as the write replaces the target.
+  std::ofstream(dir + "/ro.bin") << "keep";
+  ASSERT_EQ(::chmod((dir + "/ro.bin").c_str(), 0444), 0);
+  fs::create_symlink("ro.bin", dir + "/to_ro.bin");
+  expect_invalid([&] { io::check_replaceable_output(dir + "/to_ro.bin", "--export hf"); },
+                 "--export hf: expected a file it may replace, got '" + dir + "/ro.bin'");
 }
 
 TEST(CsvDataSource, SetNumClassesGivesMoreOutputsThanTheLabelsNeed) {

@@ -421,6 +421,44 @@ TEST(Trainer, AStopRequestEndsTheRunAfterAStepWithItsCheckpoint) {
   }
 }
 
+// tester5: a stop request that came during the run's last step ended the run as stopped (no
+// final evaluation, no on_finish: ditto-train printed "stopped, checkpoint written" without its
+// final line and exports). The step completes, so the run is complete: FitResult::stopped is
+// false, on_finish runs, the final evaluation and checkpoint come, with the bits of a run that
+// never stopped. The request is made in on_step of the last step (deterministic); dp checks it
+// after that step, ddp's threads after the next one, which does not exist.
+TEST(Trainer, AStopRequestDuringTheLastStepLetsTheRunComplete) {
+  const FitResult whole = Trainer(small(2, TrainerKind::dp, 1), digits()).fit();
+  ASSERT_GE(whole.steps, 2);
+  for (TrainerKind kind : {TrainerKind::dp, TrainerKind::ddp}) {
+    const auto dir = scratch(std::string("stop_last_") + trainer_kind_name(kind));
+    std::atomic<int> stop{0};
+    TrainerConfig c = checkpointing(dir, 2, kind, 1);
+    c.stop = &stop;
+    c.log_interval = 1;
+    int finished = 0, epochs = 0;
+    TrainerCallbacks cb;
+    cb.on_step = [&](const StepMetrics& m) {
+      if (m.iter == whole.steps - 1) stop = 15;  // during the last step
+    };
+    cb.on_epoch = [&](const EpochMetrics&) { ++epochs; };
+    cb.on_finish = [&](Replica&) { ++finished; };
+    FitResult r = Trainer(c, digits(), cb).fit();
+    EXPECT_EQ(stop.load(), 15) << trainer_kind_name(kind);
+    EXPECT_FALSE(r.stopped) << trainer_kind_name(kind);
+    EXPECT_EQ(r.steps, whole.steps);
+    EXPECT_EQ(finished, 1);
+    EXPECT_EQ(epochs, 1);  // the last epoch's evaluation and line
+    EXPECT_EQ(r.params_checksum, whole.params_checksum);
+    char step[32];
+    std::snprintf(step, sizeof step, "step-%08lld\n", static_cast<long long>(whole.steps));
+    std::ifstream latest(dir / "latest");
+    std::string text((std::istreambuf_iterator<char>(latest)), {});
+    EXPECT_EQ(text, step);
+    std::filesystem::remove_all(dir);
+  }
+}
+
 // A fresh run writing into a directory that held another run's checkpoints mixed its own with
 // them (the rotation keeps the two newest of either, a later resume takes the newest): refused
 // before training, naming the directory, what it holds and resume_dir. Other files are fine.

@@ -156,10 +156,6 @@ void fsync_dir(const std::string& dir) {
   ::close(fd);
 }
 
-namespace {
-
-// The file a chain of symbolic links `path` ends at (Note [Atomic write]): the final component
-// resolved, the directories as they are. Throws ditto::Error on a loop (more than 40 links).
 std::string resolve_links(const std::string& path, const char* call) {
   std::string p = path;
   for (int hops = 0; hops <= 40; ++hops) {
@@ -169,13 +165,17 @@ std::string resolve_links(const std::string& path, const char* call) {
     const ssize_t n = ::readlink(p.c_str(), target.data(), target.size());
     if (n < 0) fail(call, "cannot read symbolic link", p, errno);
     target.resize(static_cast<std::size_t>(n));
-    if (target.empty() || target[0] == '/')
+    // A relative target is taken from the link's directory ("a/l" -> "t": "a/t"; "l": "t").
+    const std::size_t slash = p.find_last_of('/');
+    if (target.empty() || target[0] == '/' || slash == std::string::npos)
       p = target;
     else
-      p = parent_dir(p) + "/" + target;
+      p = p.substr(0, slash + 1) + target;
   }
   fail(call, "cannot resolve symbolic link", path, ELOOP);
 }
+
+namespace {
 
 // A write of 0 bytes to fd: 0 or the errno a real write would fail with (/dev/full: ENOSPC).
 int probe_write(int fd) {

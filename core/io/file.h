@@ -22,10 +22,15 @@
 // (it writes in place), and what e.g. Orbax and DeepSpeed's checkpoint engines do. What `path` is
 // decides how it is written, so that it behaves like torch.save / open(path, "wb"), which write
 // through whatever the name refers to, and never replaces what is not a plain file:
-//   - missing or a regular file: steps 1-4 on `path`;
-//   - a symbolic link (to a link, ...): resolved to its final target first, and steps 1-4 done on
-//     the target (its temporary next to it, renamed over it), so the link stays a link and now
-//     points at the new contents; a dangling link creates its target, as `echo > link` does;
+//   - missing or a regular file: steps 1-4 on `path`; a file with other hard links is replaced,
+//     not written through (the rename gives `path` a new file; the other names keep the old
+//     contents), where open(path, "wb") would truncate and rewrite the one file all its names
+//     share: the price of never leaving a half-written file;
+//   - a symbolic link (to a link, ...): resolved to its final target first (resolve_links), and
+//     steps 1-4 done on the target (its temporary next to it, renamed over it), so the link stays
+//     a link and now points at the new contents; a dangling link creates its target, as
+//     `echo > link` and open(link, "wb") do, in the target's directory, which must exist (the
+//     start checks, check_replaceable_output, probe that directory, not the link's);
 //   - a name of an open descriptor (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N):
 //     written to that descriptor in place, after stdout and stderr are flushed, whatever it is
 //     (a pipe, a terminal, or a file the shell redirected it to: `> out.txt` then keeps every
@@ -127,6 +132,14 @@ void write_file_atomic(const std::string& path, std::string_view bytes);
 /// is a directory, expected a regular file ...", "io::write_file_replace: cannot create ...").
 void write_file_replace(const std::string& path, std::string_view bytes);
 
+/// The file a chain of symbolic links `path` ends at, as write_file_atomic writes it (Note
+/// [Atomic write]): while the final component is a link, it is replaced by the link's target
+/// (a relative target taken from the link's directory); the directories on the way are left as
+/// they are. `path` itself when it is no link (missing, a file, a dangling link's target). Throws
+/// ditto::Error "<call>: cannot resolve symbolic link 'p': Too many levels of symbolic links"
+/// after 40 links (a loop), or "<call>: cannot read symbolic link 'p': <reason>".
+std::string resolve_links(const std::string& path, const char* call);
+
 /// "dir/.name.tmp.XXXXXX" for "dir/name": the pattern of open_temp_beside's names (for messages
 /// and for tests that look for leftovers).
 std::string temp_template(const std::string& path);
@@ -203,13 +216,16 @@ void check_outputs_are_not_inputs(const std::vector<NamedPath>& outputs,
                                   const std::vector<NamedPath>& dirs);
 
 /// Checks, before a long run, that a file the run will replace at its end by write_file_atomic
-/// (a temporary file, then a rename) can be: `path` is a regular file or none (a FIFO would block,
-/// a directory cannot be replaced), an existing one is writable (a read-only one is refused rather
-/// than replaced behind its mode), and its directory exists and takes new files (a temporary
-/// file of open_temp_beside's is created and removed; no other file is touched). Throws
-/// InvalidArgument naming `what` ("what: expected a regular file (or none: it is created), got 'p',
-/// a directory", "what: expected a file in an existing directory, got 'p' (no directory 'd')",
-/// ...).
+/// (a temporary file, then a rename) can be, probing exactly what that write will do: a symbolic
+/// link is resolved first (resolve_links), and its final target must be a regular file or none
+/// (a FIFO is refused, with a reader or not, and without opening it, so the check never blocks:
+/// a file written into a pipe can end half-way; a directory cannot be replaced), an existing one
+/// writable (a read-only one is refused rather than replaced behind its mode), and the target's
+/// directory must exist and take new files (a temporary file of open_temp_beside's is created
+/// beside the target and removed; no other file is touched). Throws InvalidArgument naming
+/// `what` ("what: expected a regular file (or none: it is created), got 'p', a directory",
+/// "what: expected a file in an existing directory, got 'p' (no directory 'd')", "... got 'l'
+/// (a symbolic link to 't'; no directory 'd')", ...).
 void check_replaceable_output(const std::string& path, const std::string& what);
 
 // Note [Lost output]: a program whose results go to stdout must not exit 0 with every line lost

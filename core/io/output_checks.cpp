@@ -74,34 +74,53 @@ void check_outputs_are_not_inputs(const std::vector<NamedPath>& outputs,
 void check_replaceable_output(const std::string& path, const std::string& what) {
   namespace fs = std::filesystem;
   DITTO_CHECK(!path.empty(), what, ": expected a file name, got ''");
+  // What write_file_atomic will write: the final target of a chain of symbolic links (Note
+  // [Atomic write]), a dangling link's included (it is created there), so that the directory
+  // probed below is the one the write's temporary file goes to, not the link's.
+  // (A descriptor's name, /dev/stdout, is written to the descriptor: checked as it is.)
+  std::string target = path;
+  try {
+    if (fd_alias(path) < 0) target = resolve_links(path, "io::resolve_links");
+  } catch (const Error& e) {
+    throw InvalidArgument(detail::cat(what, ": expected a file or a symbolic link to one, got '",
+                                      path, "' (", e.what(), ")"));
+  }
+  // How messages name the target: "'link' (a symbolic link to 'target'; ...)".
+  const std::string via =
+      target == path ? std::string() : detail::cat("a symbolic link to '", target, "'; ");
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0) {
+  if (::stat(target.c_str(), &st) == 0) {
+    // Never opened here: stat(2) does not block on a FIFO, with a reader or without one.
     DITTO_CHECK(S_ISREG(st.st_mode), what,
                 ": expected a regular file (or none: it is created), "
                 "got '",
-                path, "', ",
-                S_ISFIFO(st.st_mode) ? "a FIFO (named pipe: opening it "
-                                       "would block until a reader comes)"
-                                     : file_type_name(st.st_mode));
-    check_output_mode(path, what);
+                path, "'", target == path ? "" : " (a symbolic link to '" + target + "')", ", ",
+                S_ISFIFO(st.st_mode)
+                    ? "a FIFO (a named pipe: the file is written whole, to a temporary file "
+                      "renamed into place, which a pipe cannot be; a write into a pipe that "
+                      "ended half-way would leave its reader a partial file: write a file and "
+                      "copy it into the pipe)"
+                    : file_type_name(st.st_mode));
+    check_output_mode(target, what);
   }
-  fs::path dir = fs::path(path).parent_path();
+  fs::path dir = fs::path(target).parent_path();
   if (dir.empty()) dir = ".";
   std::error_code ec;
   DITTO_CHECK(fs::is_directory(dir, ec), what,
               ": expected a file in an existing directory, "
               "got '",
-              path, "' (no directory '", dir.string(), "')");
+              path, "' (", via, "no directory '", dir.string(), "')");
   DITTO_CHECK(::access(dir.c_str(), W_OK | X_OK) == 0, what,
               ": expected a file in a directory "
               "it may write, got '",
-              path, "' (directory '", dir.string(), "': ", std::strerror(errno), ")");
+              path, "' (", via, "directory '", dir.string(), "': ", std::strerror(errno), ")");
   // What access() cannot tell (root under /proc, a read-only file system): create a temporary
-  // file as the write will (one of this call's own, Note [Atomic write]), and remove it.
+  // file as the write will (one of this call's own, beside the target, Note [Atomic write]),
+  // and remove it.
   std::string tmp;
-  const int fd = open_temp_beside(path, tmp);
-  DITTO_CHECK(fd >= 0, what, ": expected a file in a directory it may write, got '", path,
-              "' (cannot create '", temp_template(path), "': ", std::strerror(-fd), ")");
+  const int fd = open_temp_beside(target, tmp);
+  DITTO_CHECK(fd >= 0, what, ": expected a file in a directory it may write, got '", path, "' (",
+              via, "cannot create '", temp_template(target), "': ", std::strerror(-fd), ")");
   ::close(fd);
   ::unlink(tmp.c_str());
 }

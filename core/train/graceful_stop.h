@@ -5,7 +5,10 @@
 // Note [Graceful stop]: a first SIGINT or SIGTERM sets the flag and says on stderr that the run
 // is finishing its step; the Trainer ends after the optimizer step in progress, writes its
 // checkpoint, and the program exits with 128 + the signal (130, 143), the shell's status for a
-// process the signal ended (stop_exit_status). A second signal exits at once with that status,
+// process the signal ended (stop_exit_status). A first signal during the last step leaves no
+// step to stop before: the run completes as if none had come (its final evaluation, final
+// checkpoint, final line, sample and exports, and its own exit status), as the step it let
+// finish was the run's last. A second signal exits at once with that status,
 // as an impatient user expects, and says so on stderr: the stop checkpoint was not finished, and
 // the newest complete checkpoint on disk is the one DIR/latest names (read in the handler with
 // open/read/write only, all async-signal-safe), or none. (GNU `timeout -s TERM` signals the

@@ -692,10 +692,10 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
       seen += b.x.size(0);
       ++steps;
       ts.advance(batches, loss_sum, seen);  // the position after this step
+      const bool last = epoch == c.epochs && i + 1 == batches;
       if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0)  // the last step's: final
-        checkpoint(loss_sum, epoch == c.epochs && i + 1 == batches ? CheckpointKind::final
-                                                                   : CheckpointKind::periodic);
-      if (stop_due(run, rep, ts.step)) {
+        checkpoint(loss_sum, last ? CheckpointKind::final : CheckpointKind::periodic);
+      if (!last && stop_due(run, rep, ts.step)) {  // after the last step: the run is complete
         res.stopped = true;
         break;
       }
@@ -825,9 +825,10 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
       samples += b.x.size(0);
       tokens += b.y.numel();
       ++ts.step;
+      const bool last = ts.step >= c.max_iters;
       if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0)  // the last step's: final
-        checkpoint(ts.step >= c.max_iters ? CheckpointKind::final : CheckpointKind::periodic);
-      if (stop_due(run, rep, ts.step)) {
+        checkpoint(last ? CheckpointKind::final : CheckpointKind::periodic);
+      if (!last && stop_due(run, rep, ts.step)) {  // after the last step: the run is complete
         res.stopped = true;
         ++steps;
         break;

@@ -168,7 +168,9 @@ struct TrainerConfig {
   /// A graceful stop (torchrun's SIGTERM, Ctrl-C): when *stop becomes non-zero (a signal
   /// handler may set it), the run ends after the optimizer step in progress, every rank after
   /// the same one, writes a checkpoint of that step into checkpoint_dir (when set) and returns
-  /// with FitResult::stopped (no further evaluation, no on_finish). Null: never. Must outlive
+  /// with FitResult::stopped (no further evaluation, no on_finish); a request that comes during
+  /// the run's last step lets the run complete (nothing is left to stop: the final evaluation,
+  /// checkpoint and on_finish come, and FitResult::stopped is false). Null: never. Must outlive
   /// fit(). Under mpirun the ranks agree with one 8-byte all-reduce per step; in one process
   /// without a collective.
   const std::atomic<int>* stop = nullptr;

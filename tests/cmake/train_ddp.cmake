@@ -57,6 +57,22 @@ endif()
 # tester4: Open MPI's or a PMI launcher's size set without mpirun (left from another launch, or
 # by hand) made MPI_Init a one-process job that trained as "ranks=1": refused as torchrun's
 # variables are. (Without MPI support dist::init refuses it already.)
+# tester5: a size that is no number of processes (OMPI_COMM_WORLD_SIZE=abc) was ignored by that
+# check: refused as a usage error (exit 2) naming the variable and the value, before MPI_Init
+# (so with or without MPI support); negative, zero and past an int too.
+if(TARGET ditto-train)
+  foreach(case "OMPI_COMM_WORLD_SIZE|abc|Abc" "OMPI_COMM_WORLD_SIZE|-2|Negative"
+          "OMPI_COMM_WORLD_SIZE|0|Zero" "OMPI_COMM_WORLD_SIZE|99999999999999999999|Overflow"
+          "PMI_SIZE|abc|Abc" "PMI_SIZE|2x|Trailing")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 var)
+    list(GET parts 1 value)
+    list(GET parts 2 label)
+    ditto_expect_exit(DittoTrainCli.${var}${label}IsAUsageError RC 2
+      REGEX "^ditto-train: error: environment: ${var}: expected a number of processes \\(a decimal integer in 1\\.\\.2147483647, as mpirun sets it\\), got '${value}': mpirun did not set it; unset ${var}"
+      COMMAND env ${var}=${value} $<TARGET_FILE:ditto-train> --epochs 1 TIMEOUT 30)
+  endforeach()
+endif()
 if(TARGET ditto-train AND DITTO_MPI_ENABLED)
   foreach(var OMPI_COMM_WORLD_SIZE PMI_SIZE)
     ditto_expect_exit(DittoTrainCli.${var}WithoutMpirunIsRefused RC 1
