@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/backend_api/collective_call.h"
 #include "core/backend_api/cuda_launch_shapes.h"
 #include "core/base/error.h"
 #include "core/comm/communicator.h"
@@ -100,6 +101,63 @@ constexpr NcclRootedPath nccl_rooted_path(int runtime_version, bool symbols_pres
   return runtime_version >= nccl_version_code(2, 28, 0) && symbols_present
              ? NcclRootedPath::native
              : NcclRootedPath::send_recv;
+}
+
+/// "X.Y.Z" of an NCCL version code (nccl_version_code's inverse; 0: "unknown").
+inline std::string nccl_version_string(int code) {
+  if (code <= 0) return "unknown";
+  const bool five = code >= 10000;  // from 2.9: X * 10000 + Y * 100 + Z
+  const int x = five ? code / 10000 : code / 1000;
+  const int y = five ? code / 100 % 100 : code / 100 % 10;
+  return detail::cat(x, ".", y, ".", code % 100);
+}
+
+// Note [NCCL fp8]
+// NCCL names fp8 (ncclFloat8e4m3, ncclFloat8e5m2) from 2.24 and answers ncclInvalidArgument for
+// them before; the GPU machine's libnccl is whatever PyTorch's wheel brings (Note [NCCL newer than
+// the library], cuda_nccl.cpp), possibly older. Only a reduction needs NCCL to know the element
+// type: every call that only moves data (broadcast, all_gather, all_to_all(_v), gather, scatter,
+// send / recv, and the bitwise block algorithm's copies and all-gathers, where ditto's kernel
+// does the arithmetic) gives NCCL fp8 as ncclUint8, the same byte count (fp8 is one byte), which
+// every NCCL takes. NCCL's own fp8 reductions (fast mode's all_reduce, reduce, reduce_scatter)
+// need NCCL 2.24 in the headers ditto was built with and in the library loaded at run time
+// (ncclGetVersion, asked at the call): else check_nccl_reduction_dtype refuses them, before
+// anything is enqueued, with a BackendError naming both versions and bitwise mode, which reduces
+// fp8 on any NCCL.
+
+/// The first NCCL with ncclFloat8e4m3 / ncclFloat8e5m2 (2.24.0).
+inline constexpr int kNcclFp8Version = nccl_version_code(2, 24, 0);
+
+/// The dtype NCCL is told for a call that only moves `t`'s bytes (Note [NCCL fp8]): fp8 as u8
+/// (ncclUint8, same count), every other dtype as itself.
+constexpr DType nccl_move_dtype(DType t) {
+  return t == DType::f8_e4m3 || t == DType::f8_e5m2 ? DType::u8 : t;
+}
+
+/// The dtype NCCL is told for `t` in NCCL's own call of collective `kind` (nccl_enqueue): the
+/// reductions (all_reduce, reduce, reduce_scatter: NCCL does the arithmetic) keep it, every other
+/// kind only moves data (nccl_move_dtype).
+inline DType nccl_wire_dtype(CollectiveKind kind, DType t) {
+  return detail::uses_op(kind) ? t : nccl_move_dtype(t);
+}
+
+/// Throws BackendError naming `where` when NCCL's own reduction (fast mode's all_reduce, reduce,
+/// reduce_scatter) of `dtype` cannot run with the NCCL headers ditto was built with
+/// (`header_version`, NCCL_VERSION_CODE) or the library loaded (`runtime_version`,
+/// ncclGetVersion; 0: unknown): fp8 needs 2.24 in both (Note [NCCL fp8]). Other kinds and
+/// dtypes: nothing.
+inline void check_nccl_reduction_dtype(CollectiveKind kind, DType dtype, int header_version,
+                                       int runtime_version, const std::string& where) {
+  if (!detail::uses_op(kind) || nccl_move_dtype(dtype) == dtype) return;
+  if (header_version >= kNcclFp8Version && runtime_version >= kNcclFp8Version) return;
+  throw BackendError(detail::cat(
+      where, ": ", collective_name(kind), " of ", dtype_name(dtype),
+      " in fast mode: NCCL reduces fp8 from 2.24 (ncclFloat8e4m3 / ncclFloat8e5m2); ditto was "
+      "built with NCCL ",
+      nccl_version_string(header_version), "'s headers and runs NCCL ",
+      nccl_version_string(runtime_version),
+      "; use Determinism::bitwise (ditto's kernel reduces, NCCL only moves the bytes), another "
+      "dtype, or a libnccl.so.2 of 2.24 or later first on LD_LIBRARY_PATH"));
 }
 
 // ---- NCCL groups (cuda_communicator.cpp, cuda_communicator_mpi.cpp) -----------------------------

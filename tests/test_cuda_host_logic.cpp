@@ -150,6 +150,70 @@ TEST(CudaHostLogic, AllToAllGatherScatterUseNcclsCallsOnlyWhereTheLoadedLibraryH
   EXPECT_EQ(nccl_rooted_path(22800, false), NcclRootedPath::send_recv);
 }
 
+// Review 3 of issue 29: fp8 broadcast / all_gather / send / recv / all_to_all / gather /
+// scatter and the bitwise block algorithm's copies went to NCCL as ncclFloat8e4m3 /
+// ncclFloat8e5m2, which NCCL before 2.24 (a PyTorch wheel's) refuses, although they only move
+// bytes. Now they move as u8 (ncclUint8, the same count); only NCCL's own reductions keep the
+// type (Note [NCCL fp8]).
+TEST(CudaHostLogic, Fp8DataMovementGoesToNcclAsBytes) {
+  using K = CollectiveKind;
+  auto name = [](DType t) { return std::string(dtype_name(t)); };  // readable failures
+  for (DType t : {DType::f8_e4m3, DType::f8_e5m2}) {
+    SCOPED_TRACE(dtype_name(t));
+    EXPECT_EQ(name(nccl_move_dtype(t)), "u8");
+    EXPECT_EQ(dtype_size(nccl_move_dtype(t)), dtype_size(t));  // same count, same bytes
+    for (K k : {K::broadcast, K::all_gather, K::all_to_all, K::all_to_all_v, K::gather, K::scatter,
+                K::send, K::recv})
+      EXPECT_EQ(name(nccl_wire_dtype(k, t)), "u8") << collective_name(k);
+    for (K k : {K::all_reduce, K::reduce, K::reduce_scatter})  // NCCL does the arithmetic
+      EXPECT_EQ(name(nccl_wire_dtype(k, t)), name(t)) << collective_name(k);
+  }
+  for (DType t : kAllDTypes) {  // every other dtype goes as itself, whatever the kind
+    if (t == DType::f8_e4m3 || t == DType::f8_e5m2) continue;
+    EXPECT_EQ(name(nccl_move_dtype(t)), name(t));
+    EXPECT_EQ(name(nccl_wire_dtype(K::all_gather, t)), name(t));
+    EXPECT_EQ(name(nccl_wire_dtype(K::all_reduce, t)), name(t));
+  }
+}
+
+// NCCL's own fp8 reductions need 2.24 in the headers and in the loaded library (ncclGetVersion):
+// before, a clear BackendError naming the call, both versions and bitwise mode; fp8 data
+// movement and every other dtype pass on any NCCL.
+TEST(CudaHostLogic, Fp8ReductionsNeedNccl224InTheHeadersAndTheLoadedLibrary) {
+  using K = CollectiveKind;
+  const int v2_28 = nccl_version_code(2, 28, 3), v2_21 = nccl_version_code(2, 21, 5);
+  EXPECT_EQ(kNcclFp8Version, 22400);
+  EXPECT_EQ(nccl_version_string(v2_21), "2.21.5");
+  EXPECT_EQ(nccl_version_string(nccl_version_code(2, 8, 4)), "2.8.4");
+  EXPECT_EQ(nccl_version_string(0), "unknown");
+  for (K k : {K::all_reduce, K::reduce, K::reduce_scatter}) {
+    SCOPED_TRACE(collective_name(k));
+    EXPECT_NO_THROW(check_nccl_reduction_dtype(k, DType::f8_e4m3, v2_28, v2_28, "w"));
+    EXPECT_NO_THROW(check_nccl_reduction_dtype(k, DType::f8_e5m2, v2_28, 22400, "w"));
+    for (DType t : kAllDTypes) {
+      if (t == DType::f8_e4m3 || t == DType::f8_e5m2) continue;
+      EXPECT_NO_THROW(check_nccl_reduction_dtype(k, t, 21903, 21903, "w")) << dtype_name(t);
+    }
+    const std::string msg = expect_error<BackendError>(
+        [&] { check_nccl_reduction_dtype(k, DType::f8_e4m3, v2_28, v2_21, "cuda:0 (GPU 0)"); },
+        std::string("cuda:0 (GPU 0): ") + collective_name(k) + " of f8_e4m3 in fast mode");
+    for (const char* part :
+         {"NCCL reduces fp8 from 2.24", "built with NCCL 2.28.3's headers and runs NCCL 2.21.5",
+          "Determinism::bitwise"})
+      EXPECT_NE(msg.find(part), std::string::npos) << msg << "\nexpected to contain: " << part;
+    expect_error<BackendError>(  // headers too old, whatever the library
+        [&] { check_nccl_reduction_dtype(k, DType::f8_e5m2, 22305, v2_28, "w"); },
+        "f8_e5m2 in fast mode: NCCL reduces fp8 from 2.24 (ncclFloat8e4m3 / ncclFloat8e5m2); ditto "
+        "was built with NCCL 2.23.5's headers and runs NCCL 2.28.3");
+    expect_error<BackendError>(  // ncclGetVersion failed
+        [&] { check_nccl_reduction_dtype(k, DType::f8_e5m2, v2_28, 0, "w"); }, "runs NCCL unknown");
+  }
+  for (K k : {K::broadcast, K::all_gather, K::all_to_all, K::all_to_all_v, K::gather, K::scatter,
+              K::send, K::recv, K::barrier})
+    EXPECT_NO_THROW(check_nccl_reduction_dtype(k, DType::f8_e4m3, v2_21, v2_21, "w"))
+        << collective_name(k);
+}
+
 // ---- host waits on NCCL work -------------------------------------------------------------------
 
 TEST(CudaHostLogic, WaitOnAStreamStopsAtAnAsyncNcclErrorOrACollectiveTimeout) {
