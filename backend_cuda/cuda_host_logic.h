@@ -417,13 +417,44 @@ inline bool lt_epilogue_valid(const GemmExArgs& g) {
   return aux != 0 && aux % 16 == 0 && g.ld_aux % 8 == 0 && g.ld_aux >= g.N;
 }
 
-/// Whether a cuBLAS status (cublas_api.h's cublasStatus_t, as an int: no CUDA header here) says
-/// that cuBLAS(Lt) does not support what was asked, CUBLAS_STATUS_NOT_SUPPORTED (15) or
-/// CUBLAS_STATUS_ARCH_MISMATCH (8), rather than that a call failed. The GELU epilogue probe
-/// (blaslt_gelu_epilogue_is_tanh) takes the unfused path on those and on "no algorithm" alone;
-/// any other failure (an execution failure, a sticky CUDA error an earlier fault left, no memory)
-/// is rethrown where the probe met it instead of surfacing later at another call.
-constexpr bool cublas_status_unsupported(int status) { return status == 15 || status == 8; }
+/// What a cuBLASLt answer means for the caller (lt_heuristic_answer, lt_matmul_answer).
+enum class LtAnswer : std::uint8_t {
+  ok,        ///< an algorithm was found / the GEMM was enqueued
+  declined,  ///< cuBLASLt does not offer this here: take the unfused path / ditto's kernel
+  failed     ///< a real failure (no memory, a sticky CUDA error, ...): rethrow where met
+};
+
+// Note [cuBLASLt declines]
+// cuBLASLt's statuses (cublas_api.h's cublasStatus_t, as ints: no CUDA header here), as
+// cublasLt.h documents them for the two calls whose answer decides a path:
+//  - cublasLtMatmulAlgoGetHeuristic: NOT_SUPPORTED (15) "no heuristic function available for
+//    current configuration"; SUCCESS (0) with no result, or a result whose state is not SUCCESS:
+//    no algorithm; INVALID_VALUE (7) is documented for requestedAlgoCount <= 0, which ditto never
+//    passes (1), so here it is cuBLASLt refusing the descriptors (a layout or epilogue it cannot
+//    take: what it answers for one it rejects, e.g. a negative leading dimension);
+//  - cublasLtMatmul: NOT_SUPPORTED (15) "current implementation on selected device doesn't support
+//    configured operation", ARCH_MISMATCH (8) "cannot be run using selected device", INVALID_VALUE
+//    (7) "parameters are in conflict or in an impossible configuration" (and the documented
+//    answer to an unsupported type / scale / compute combination); these enqueue nothing.
+// All of these mean "not offered here": the caller takes the unfused path (the GELU probe) or its
+// own kernel (blaslt_gemm), whose results are right, only slower. Every other status is a failure
+// that must surface where it was met: NOT_INITIALIZED (1), ALLOC_FAILED (3), MAPPING_ERROR (11),
+// EXECUTION_FAILED (13: a sticky CUDA error from an earlier fault), INTERNAL_ERROR (14),
+// LICENSE_ERROR (16). (Before, the probe rethrew INVALID_VALUE and a heuristic's INVALID_VALUE,
+// ending a fast-mode run that the unfused path would have run.)
+
+/// cublasLtMatmulAlgoGetHeuristic's answer: its status, how many results it returned and the first
+/// result's state (Note [cuBLASLt declines]).
+constexpr LtAnswer lt_heuristic_answer(int status, int found, int first_state) {
+  if (status == 0) return found > 0 && first_state == 0 ? LtAnswer::ok : LtAnswer::declined;
+  return status == 15 || status == 7 || status == 8 ? LtAnswer::declined : LtAnswer::failed;
+}
+
+/// cublasLtMatmul's answer (Note [cuBLASLt declines]).
+constexpr LtAnswer lt_matmul_answer(int status) {
+  if (status == 0) return LtAnswer::ok;
+  return status == 15 || status == 8 || status == 7 ? LtAnswer::declined : LtAnswer::failed;
+}
 
 /// Rows of the probe's matrices (blaslt_gelu_epilogue: [rows, kGeluProbeCols], 2048 values).
 inline constexpr std::int64_t kGeluProbeRows = 128;

@@ -534,14 +534,25 @@ TEST(CudaHostLogic, GeluEpiloguesOnlyInFastModeForTheTypedGemmsDtypes) {
 }
 
 // The GELU epilogue probe caught every ditto::Error, so a sticky CUDA error from an earlier fault
-// made it answer "unfused" and surfaced later at another call. Only cuBLAS's "not supported"
-// statuses (cublas_api.h: NOT_SUPPORTED 15, ARCH_MISMATCH 8) mean the unfused path now.
-TEST(CudaHostLogic, OnlyNotSupportedStatusesMeanTheGeluProbesUnfusedPath) {
-  EXPECT_TRUE(cublas_status_unsupported(15));  // CUBLAS_STATUS_NOT_SUPPORTED
-  EXPECT_TRUE(cublas_status_unsupported(8));   // CUBLAS_STATUS_ARCH_MISMATCH
-  // SUCCESS, NOT_INITIALIZED, ALLOC_FAILED, INVALID_VALUE, MAPPING_ERROR, EXECUTION_FAILED,
-  // INTERNAL_ERROR, LICENSE_ERROR: failures, rethrown.
-  for (int st : {0, 1, 3, 7, 11, 13, 14, 16}) EXPECT_FALSE(cublas_status_unsupported(st)) << st;
+// made it answer "unfused" and surfaced later at another call; then (review 3 of issue 29) it
+// rethrew every status but NOT_SUPPORTED / ARCH_MISMATCH, so cuBLASLt's INVALID_VALUE for a
+// combination it does not take, or a heuristic's INVALID_VALUE / ARCH_MISMATCH, ended a fast-mode
+// run that the unfused path runs. Now (Note [cuBLASLt declines], from cublasLt.h's return values)
+// "not offered here" takes the unfused path / ditto's kernel, and only real failures surface.
+TEST(CudaHostLogic, CublasLtDeclinesTakeTheUnfusedPathAndFailuresSurface) {
+  // cublasLtMatmul: NOT_SUPPORTED, ARCH_MISMATCH, INVALID_VALUE enqueue nothing: declined.
+  EXPECT_EQ(lt_matmul_answer(0), LtAnswer::ok);
+  for (int st : {15, 8, 7}) EXPECT_EQ(lt_matmul_answer(st), LtAnswer::declined) << st;
+  // NOT_INITIALIZED, ALLOC_FAILED, MAPPING_ERROR, EXECUTION_FAILED, INTERNAL_ERROR,
+  // LICENSE_ERROR, and a status this cuBLAS does not name: failures, rethrown.
+  for (int st : {1, 3, 11, 13, 14, 16, 99}) EXPECT_EQ(lt_matmul_answer(st), LtAnswer::failed) << st;
+  // cublasLtMatmulAlgoGetHeuristic: an algorithm only with SUCCESS, a result and its state SUCCESS.
+  EXPECT_EQ(lt_heuristic_answer(0, 1, 0), LtAnswer::ok);
+  EXPECT_EQ(lt_heuristic_answer(0, 0, 0), LtAnswer::declined);   // no result
+  EXPECT_EQ(lt_heuristic_answer(0, 1, 15), LtAnswer::declined);  // a result not usable
+  for (int st : {15, 7, 8}) EXPECT_EQ(lt_heuristic_answer(st, 0, 0), LtAnswer::declined) << st;
+  for (int st : {1, 3, 11, 13, 14, 16})
+    EXPECT_EQ(lt_heuristic_answer(st, 0, 0), LtAnswer::failed) << st;
 }
 
 // cuBLASLt's documented aux constraints (ld a multiple of 8, at least the output's rows, here N)
