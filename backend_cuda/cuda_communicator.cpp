@@ -164,6 +164,14 @@ CudaCommunicator::CudaCommunicator(CudaBackend& backend, const std::vector<int>&
                         "all its GPUs; GPU ",
                         a, " cannot access GPU ", b,
                         " (use one rank per GPU, or only GPUs with peer access)");
+          // Enabled when the backend started; a pair whose cudaDeviceEnablePeerAccess failed
+          // then is tried again here (its kernels would fault on the peer's memory without it).
+          DITTO_CHECK_T(BackendError, ensure_peer_access(a, b),
+                        "Communicator::init_all: ranks share GPUs, so the communicator uses the "
+                        "in-GPU transport, which needs peer access between all its GPUs; "
+                        "cudaDeviceEnablePeerAccess from GPU ",
+                        a, " to GPU ", b,
+                        " failed although the hardware allows it (use one rank per GPU)");
         }
     }
 

@@ -216,19 +216,33 @@ constexpr WaitStep wait_step(bool stream_done, bool comm_error, std::int64_t pen
 // ---- memory (cuda_backend.cpp)
 // -------------------------------------------------------------------
 
+/// Whether cudaDeviceEnablePeerAccess's answer (a cudaError_t as an int: no CUDA header here)
+/// leaves peer access enabled: cudaSuccess (0), or cudaErrorPeerAccessAlreadyEnabled (704:
+/// someone else in the process, PyTorch, enabled it). Anything else (cudaErrorTooManyPeers, a
+/// peer the hardware refuses, ...) did not enable it.
+constexpr bool peer_access_granted(int status) { return status == 0 || status == 704; }
+
 /// Which ordered GPU pairs (p, q) this process has enabled peer access for (p's context may
 /// reach q's memory: cudaDeviceEnablePeerAccess(q) on p), so that each pair is enabled once per
 /// process. Peer access belongs to the process's primary contexts and outlives a CudaBackend; a
 /// second backend calling cudaDeviceEnablePeerAccess again got cudaErrorPeerAccessAlreadyEnabled,
 /// an API error that compute-sanitizer reports (tools/gpu-check.sh), although it was expected.
-/// Not thread-safe by itself (CudaBackend holds a mutex around it).
+/// A pair counts as enabled only once the call succeeded (peer_access_granted): a failed call is
+/// tried again at the next ensure (before, the pair was recorded before the call, so a failure
+/// was never retried and the pair passed for enabled). Not thread-safe by itself (CudaBackend
+/// holds a mutex around it).
 class PeerPairs {
  public:
-  /// True the first time (p, q) is asked for (the caller then enables it), false after.
-  bool first_time(int p, int q) {
-    const std::pair<int, int> key{p, q};
-    if (std::find(done_.begin(), done_.end(), key) != done_.end()) return false;
-    done_.push_back(key);
+  bool enabled(int p, int q) const {
+    return std::find(done_.begin(), done_.end(), std::pair<int, int>{p, q}) != done_.end();
+  }
+  /// Whether (p, q) is enabled, calling `enable()` (cudaDeviceEnablePeerAccess(q) on p, its
+  /// status as an int) first when it is not yet; recorded only when peer_access_granted.
+  template <class Enable>
+  bool ensure(int p, int q, Enable&& enable) {
+    if (enabled(p, q)) return true;
+    if (!peer_access_granted(enable())) return false;
+    done_.emplace_back(p, q);
     return true;
   }
 

@@ -261,13 +261,47 @@ TEST(CudaHostLogic, PeerAccessIsEnabledOncePerOrderedPairPerProcess) {
   // A second CudaBackend in the process (every test makes one) asked again and got
   // cudaErrorPeerAccessAlreadyEnabled, which compute-sanitizer reports as an API error.
   PeerPairs peers;
-  EXPECT_TRUE(peers.first_time(0, 1));
-  EXPECT_FALSE(peers.first_time(0, 1));
-  EXPECT_TRUE(peers.first_time(1, 0));  // the other direction is its own cudaDeviceEnablePeerAccess
-  EXPECT_TRUE(peers.first_time(0, 2));
-  EXPECT_FALSE(peers.first_time(1, 0));
-  EXPECT_FALSE(peers.first_time(0, 2));
-  EXPECT_TRUE(peers.first_time(2, 0));
+  int calls = 0;
+  auto succeeds = [&] {
+    ++calls;
+    return 0;  // cudaSuccess
+  };
+  EXPECT_TRUE(peers.ensure(0, 1, succeeds));
+  EXPECT_TRUE(peers.ensure(0, 1, succeeds));
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(peers.ensure(1, 0, succeeds));  // the other direction is its own call
+  EXPECT_TRUE(peers.ensure(0, 2, succeeds));
+  EXPECT_TRUE(peers.ensure(1, 0, succeeds));
+  EXPECT_TRUE(peers.ensure(0, 2, succeeds));
+  EXPECT_EQ(calls, 3);
+  EXPECT_TRUE(peers.enabled(0, 1));
+  EXPECT_FALSE(peers.enabled(2, 0));
+}
+
+// Review 3 of issue 29: the pair was recorded before cudaDeviceEnablePeerAccess, so a call that
+// failed was never retried and the pair passed for enabled (the in-GPU transport's kernels then
+// fault on the peer's memory). Now only a granted pair is recorded, and a failed one is asked
+// again; cudaErrorPeerAccessAlreadyEnabled (someone else enabled it) counts as enabled.
+TEST(CudaHostLogic, PeerAccessThatFailedIsNotRecordedAndIsTriedAgain) {
+  EXPECT_TRUE(peer_access_granted(0));     // cudaSuccess
+  EXPECT_TRUE(peer_access_granted(704));   // cudaErrorPeerAccessAlreadyEnabled
+  EXPECT_FALSE(peer_access_granted(711));  // cudaErrorTooManyPeers
+  EXPECT_FALSE(peer_access_granted(217));  // cudaErrorPeerAccessUnsupported
+  EXPECT_FALSE(peer_access_granted(2));    // cudaErrorMemoryAllocation
+  PeerPairs peers;
+  std::vector<int> answers = {711, 2, 0};  // fails twice, then succeeds
+  int calls = 0;
+  auto enable = [&] { return answers[static_cast<std::size_t>(calls++)]; };
+  EXPECT_FALSE(peers.ensure(0, 1, enable));
+  EXPECT_FALSE(peers.enabled(0, 1));
+  EXPECT_FALSE(peers.ensure(0, 1, enable));  // asked again, not taken for enabled
+  EXPECT_TRUE(peers.ensure(0, 1, enable));
+  EXPECT_TRUE(peers.enabled(0, 1));
+  EXPECT_TRUE(peers.ensure(0, 1, enable));  // once granted, never asked again
+  EXPECT_EQ(calls, 3);
+  auto already = [] { return 704; };  // PyTorch enabled (2, 3) first
+  EXPECT_TRUE(peers.ensure(2, 3, already));
+  EXPECT_TRUE(peers.enabled(2, 3));
 }
 
 TEST(CudaHostLogic, PoolReleaseThresholdIsFiniteAndSharedByTheLogicalDevicesOfAGpu) {
