@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -192,25 +193,44 @@ TEST_F(CudaFixes, PeakIgnoresAnAllocationThatFailed) {
 // device of a GPU used the GPU's default pool, which kept every freed byte), and memory freed on
 // another logical device of the same GPU is reclaimed when an allocation fails: every stream of
 // the GPU is synchronised and every pool on it trimmed (before: only the allocating stream).
+// Runs on any number of GPUs (review 3 of issue 29: it skipped unless every logical device was on
+// one GPU, a skip the GPU check fails): cuda:0 and the next logical device on cuda:0's GPU (the
+// suite's 8 logical devices put one there on up to 7 GPUs; on more, a backend of its own with
+// one logical device more than the GPUs).
 TEST_F(CudaFixes, PoolPerLogicalDeviceAndOutOfMemoryReclaimsTheWholeGpu) {
-  cuda::CudaBackend& b = cuda_backend();
-  if (b.physical_count() != 1) GTEST_SKIP() << "needs all logical devices on one GPU";
-  cudaMemPool_t p0 = b.memory_pool(0), p1 = b.memory_pool(1);
+  std::unique_ptr<cuda::CudaBackend> own;  // only with 8 GPUs or more
+  cuda::CudaBackend* b = &cuda_backend();
+  if (b->device_count() <= b->physical_count()) {
+    BackendOptions o;
+    o.device_count = b->physical_count() + 1;
+    own = std::make_unique<cuda::CudaBackend>(o);
+    b = own.get();
+  }
+  const int gpu = b->physical_device(0);
+  int other = -1, sharing = 0;
+  for (int i = 0; i < b->device_count(); ++i) {
+    if (b->physical_device(i) != gpu) continue;
+    ++sharing;
+    if (i > 0 && other < 0) other = i;
+  }
+  ASSERT_GT(other, 0) << "no second logical device on GPU " << gpu;
+  cudaMemPool_t p0 = b->memory_pool(0), p1 = b->memory_pool(other);
   ASSERT_NE(p0, nullptr);
   EXPECT_NE(p0, p1);
   std::uint64_t keep = 0;
   ASSERT_EQ(cudaMemPoolGetAttribute(p0, cudaMemPoolAttrReleaseThreshold, &keep), cudaSuccess);
-  const std::size_t total = b.properties(0).total_memory;
-  EXPECT_EQ(keep, cuda::pool_release_threshold(total, b.device_count()));
-  // 60% of the GPU on cuda:1, freed (stream-ordered, not yet synchronised: its pool keeps it),
-  // then 60% on cuda:0: only a reclaim across the GPU's pools can grant it.
+  const std::size_t total = b->properties(0).total_memory;
+  EXPECT_EQ(keep, cuda::pool_release_threshold(total, sharing));
+  // 60% of the GPU on the other logical device, freed (stream-ordered, not yet synchronised: its
+  // pool keeps it), then 60% on cuda:0: only a reclaim across the GPU's pools can grant it.
   const std::size_t big = total / 10 * 6;
-  void* p = b.allocate(1, big);
-  b.deallocate(1, p, big);
+  void* p = b->allocate(other, big);
+  b->deallocate(other, p, big);
   void* q = nullptr;
-  EXPECT_NO_THROW(q = b.allocate(0, big));
-  if (q) b.deallocate(0, q, big);
-  b.default_stream(0).synchronize();
+  EXPECT_NO_THROW(q = b->allocate(0, big));
+  if (q) b->deallocate(0, q, big);
+  b->default_stream(0).synchronize();
+  b->default_stream(other).synchronize();
 }
 
 // A strided host-to-device copy made on a side stream (a StreamGuard) stages through a device
