@@ -62,6 +62,25 @@ std::string visible_devices_note() {
 
 }  // namespace
 
+static_assert(peer_access_granted(cudaSuccess) &&
+              peer_access_granted(cudaErrorPeerAccessAlreadyEnabled) &&
+              !peer_access_granted(cudaErrorTooManyPeers) &&
+              !peer_access_granted(cudaErrorPeerAccessUnsupported));
+
+bool ensure_peer_access(int p, int q) {
+  static std::mutex mu;
+  static PeerPairs peers;  // the process's: peer access belongs to its primary contexts
+  std::lock_guard lk(mu);
+  return peers.ensure(p, q, [&] {
+    DeviceGuard g(p);
+    const cudaError_t e = cudaDeviceEnablePeerAccess(q, 0);
+    // Not sticky: cleared, so that no later launch check reports it (incl.
+    // cudaErrorPeerAccessAlreadyEnabled where someone else, PyTorch, enabled the pair).
+    if (e != cudaSuccess) (void)cudaGetLastError();
+    return static_cast<int>(e);
+  });
+}
+
 CudaBackend::CudaBackend(const BackendOptions& options) : allow_tf32_(options.allow_tf32) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
@@ -93,27 +112,17 @@ CudaBackend::CudaBackend(const BackendOptions& options) : allow_tf32_(options.al
   // Peer access between physical GPUs where the hardware allows it (NVLink, PCIe P2P); the
   // pools grant it to their memory below. Where it does not, cudaMemcpy*Async with
   // cudaMemcpyDefault still copies between GPUs (staged through the host), so failures here only
-  // cost speed and are ignored. Each pair once per process (PeerPairs): peer access outlives this
-  // backend, and enabling it again is an error (cudaErrorPeerAccessAlreadyEnabled) that
-  // compute-sanitizer reports; only a pair someone else enabled (PyTorch in the same process)
-  // still answers that, and is cleared.
-  {
-    static std::mutex peers_mu;
-    static PeerPairs peers;
-    std::lock_guard lk(peers_mu);
-    for (int p = 0; p < count; ++p) {
-      for (int q = 0; q < count; ++q) {
-        if (p == q) continue;
-        int can = 0;
-        if (cudaDeviceCanAccessPeer(&can, p, q) != cudaSuccess || !can) {
-          (void)cudaGetLastError();
-          continue;
-        }
-        if (!peers.first_time(p, q)) continue;
-        DeviceGuard g(p);
-        cudaError_t e = cudaDeviceEnablePeerAccess(q, 0);
-        if (e != cudaSuccess) (void)cudaGetLastError();  // incl. cudaErrorPeerAccessAlreadyEnabled
+  // cost speed and are ignored here (the in-GPU transport, which needs it, asks again and refuses
+  // without it). Each pair once per process (ensure_peer_access).
+  for (int p = 0; p < count; ++p) {
+    for (int q = 0; q < count; ++q) {
+      if (p == q) continue;
+      int can = 0;
+      if (cudaDeviceCanAccessPeer(&can, p, q) != cudaSuccess || !can) {
+        (void)cudaGetLastError();
+        continue;
       }
+      (void)ensure_peer_access(p, q);
     }
   }
 

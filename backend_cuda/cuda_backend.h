@@ -120,6 +120,12 @@ class CudaBackend final : public Backend, public std::enable_shared_from_this<Cu
   std::unique_ptr<Kernels> kernels_;
 };
 
+/// Whether GPU p's context may reach GPU q's memory, enabling it (cudaDeviceEnablePeerAccess(q)
+/// on p) when this process has not yet: once per ordered pair per process, recorded only when the
+/// call succeeded, so a failure is tried again at the next ask (PeerPairs, cuda_host_logic.h).
+/// Thread-safe. The caller checked cudaDeviceCanAccessPeer.
+bool ensure_peer_access(int p, int q);
+
 /// The CudaBackend behind `b`; throws InvalidArgument naming `call` for another backend (the
 /// twin of as_cuda for streams).
 CudaBackend& as_cuda_backend(Backend& b, const char* call);

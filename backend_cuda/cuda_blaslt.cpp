@@ -157,14 +157,23 @@ LtEntry make_entry(const CublasLtApi& api, cublasLtHandle_t h, const GemmExArgs&
   int found = 0;
   const cublasStatus_t st = api.algo_get_heuristic(h, d.op, d.first, d.second, d.out, d.out,
                                                    pref.pref, 1, &heuristic, &found);
-  if (st == CUBLAS_STATUS_NOT_SUPPORTED ||
-      (st == CUBLAS_STATUS_SUCCESS && (found == 0 || heuristic.state != CUBLAS_STATUS_SUCCESS)))
-    return d;  // no algorithm for these types and layouts: has_algo stays false
-  DITTO_CUBLAS_CHECK(st, where);
+  const LtAnswer answer =
+      lt_heuristic_answer(static_cast<int>(st), found, static_cast<int>(heuristic.state));
+  if (answer == LtAnswer::declined)
+    return d;  // no algorithm for these types, layouts and epilogue: has_algo stays false
+  if (answer == LtAnswer::failed) DITTO_CUBLAS_CHECK(st, where);
   d.has_algo = true;
   d.algo = heuristic.algo;
   return d;
 }
+
+// cublasLtMatmul's and cublasLtMatmulAlgoGetHeuristic's statuses, as the host logic reads them
+// (Note [cuBLASLt declines], cuda_host_logic.h).
+static_assert(CUBLAS_STATUS_SUCCESS == 0 && CUBLAS_STATUS_NOT_INITIALIZED == 1 &&
+              CUBLAS_STATUS_ALLOC_FAILED == 3 && CUBLAS_STATUS_INVALID_VALUE == 7 &&
+              CUBLAS_STATUS_ARCH_MISMATCH == 8 && CUBLAS_STATUS_MAPPING_ERROR == 11 &&
+              CUBLAS_STATUS_EXECUTION_FAILED == 13 && CUBLAS_STATUS_INTERNAL_ERROR == 14 &&
+              CUBLAS_STATUS_NOT_SUPPORTED == 15 && CUBLAS_STATUS_LICENSE_ERROR == 16);
 
 }  // namespace
 
@@ -210,10 +219,14 @@ bool blaslt_gemm(CudaStream& s, const GemmExArgs& g, bool tf32, const std::strin
     DITTO_CUBLAS_CHECK(api.matmul_desc_set_attribute(
                            e->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &g.aux, sizeof(g.aux)),
                        where);
-  DITTO_CUBLAS_CHECK(
+  const cublasStatus_t st =
       api.matmul(h, e->op, &g.alpha, g.B, e->first, g.A, e->second, &g.beta, g.C, e->out, g.C,
-                 e->out, &e->algo, s.workspace(), CudaStream::kCublasWorkspaceBytes, s.get()),
-      where);
+                 e->out, &e->algo, s.workspace(), CudaStream::kCublasWorkspaceBytes, s.get());
+  if (lt_matmul_answer(static_cast<int>(st)) == LtAnswer::declined) {
+    e->has_algo = false;  // nothing was enqueued: the caller's kernel runs, now and for this key
+    return false;
+  }
+  DITTO_CUBLAS_CHECK(st, where);
   return true;
 }
 
@@ -238,10 +251,7 @@ void blaslt_gelu_epilogue(CudaStream& s, const float* x, const float* eye, float
   const cublasStatus_t st =
       api.matmul(h, e.op, &g.alpha, g.B, e.first, g.A, e.second, &g.beta, g.C, e.out, g.C, e.out,
                  &e.algo, s.workspace(), CudaStream::kCublasWorkspaceBytes, s.get());
-  static_assert(cublas_status_unsupported(CUBLAS_STATUS_NOT_SUPPORTED) &&
-                cublas_status_unsupported(CUBLAS_STATUS_ARCH_MISMATCH) &&
-                !cublas_status_unsupported(CUBLAS_STATUS_EXECUTION_FAILED));
-  if (cublas_status_unsupported(static_cast<int>(st)))
+  if (lt_matmul_answer(static_cast<int>(st)) == LtAnswer::declined)
     throw GeluEpilogueUnsupported(detail::cat(where,
                                               ": cublasLtMatmul declined "
                                               "CUBLASLT_EPILOGUE_GELU (cuBLAS status ",

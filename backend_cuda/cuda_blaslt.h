@@ -41,8 +41,8 @@ struct LtCacheStats {
 LtCacheStats blaslt_cache_stats(CudaStream& s);
 
 /// blaslt_gelu_epilogue's BackendError when cuBLASLt does not support the GELU epilogue (no
-/// algorithm, or a status cublas_status_unsupported names): the one failure that
-/// blaslt_gelu_epilogue_is_tanh answers with "the unfused path".
+/// algorithm, or a status Note [cuBLASLt declines] (cuda_host_logic.h) reads as "not offered
+/// here"): the one failure that blaslt_gelu_epilogue_is_tanh answers with "the unfused path".
 class GeluEpilogueUnsupported : public BackendError {
  public:
   using BackendError::BackendError;
@@ -59,7 +59,8 @@ inline constexpr std::int64_t kGeluProbeCols = 16;
 /// [rows, kGeluProbeCols] matrices (eye: the [kGeluProbeCols, kGeluProbeCols] identity, so the
 /// product is x exactly and d is the epilogue's GELU of x). Not cached. Throws InvalidArgument for
 /// rows < 1, GeluEpilogueUnsupported naming `where` when cuBLASLt has no algorithm for it or
-/// cublasLtMatmul declines it (cublas_status_unsupported), BackendError when a call fails.
+/// cublasLtMatmul declines it (lt_heuristic_answer / lt_matmul_answer: declined), BackendError
+/// when a call fails.
 void blaslt_gelu_epilogue(CudaStream& s, const float* x, const float* eye, float* d,
                           std::int64_t rows, const std::string& where);
 

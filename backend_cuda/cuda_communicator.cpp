@@ -56,6 +56,9 @@
 //               1.0/nRanks converted to the type, __float2half for f16, for the floats;
 //               src/device/reduce_kernel.h: FuncSumPostDiv's postOp is T(x/n), and
 //               FuncPreMulSum<half> holds its scalar as half2 on sm_53+.)
+//               fp8 reductions need NCCL 2.24 (headers and library): before, every rank's
+//               call fails with the same BackendError and nothing is enqueued (Note [NCCL
+//               fp8], cuda_host_logic.h); fp8 data movement goes as ncclUint8 on any NCCL.
 //      bitwise: NCCL only moves data and ditto's kernel reduces (reduce_math.h: Acc, the
 //               canonical tree, one rounding; each rank's premul_sum scalar): the block
 //               algorithm of Note [CUDA bitwise collectives] (cuda_bitwise.cpp) over
@@ -161,6 +164,14 @@ CudaCommunicator::CudaCommunicator(CudaBackend& backend, const std::vector<int>&
                         "all its GPUs; GPU ",
                         a, " cannot access GPU ", b,
                         " (use one rank per GPU, or only GPUs with peer access)");
+          // Enabled when the backend started; a pair whose cudaDeviceEnablePeerAccess failed
+          // then is tried again here (its kernels would fault on the peer's memory without it).
+          DITTO_CHECK_T(BackendError, ensure_peer_access(a, b),
+                        "Communicator::init_all: ranks share GPUs, so the communicator uses the "
+                        "in-GPU transport, which needs peer access between all its GPUs; "
+                        "cudaDeviceEnablePeerAccess from GPU ",
+                        a, " to GPU ", b,
+                        " failed although the hardware allows it (use one rank per GPU)");
         }
     }
 
@@ -254,9 +265,18 @@ void CudaCommunicator::enqueue(int rank, Stream& s, const detail::CollectiveCall
 
 void CudaCommunicator::resolve_locked(Round& round) {
   std::string mismatch = rv_.mismatch(round);
-  if (!mismatch.empty()) {
+  std::exception_ptr refused;  // NCCL cannot take the call (fp8 reductions before NCCL 2.24)
+  if (mismatch.empty() && transport_ == Transport::nccl &&
+      options_.determinism == Determinism::fast) {
+    try {
+      check_nccl_dtype(round.calls[0], ranks_[0].where);
+    } catch (const BackendError&) {
+      refused = std::current_exception();
+    }
+  }
+  if (!mismatch.empty() || refused) {  // nothing enqueued: every rank fails, the comm goes on
     round.state = Round::State::failed;
-    round.error = std::make_exception_ptr(InvalidArgument(mismatch));
+    round.error = refused ? refused : std::make_exception_ptr(InvalidArgument(mismatch));
   } else {
     try {
       run(round);

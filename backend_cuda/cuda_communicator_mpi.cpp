@@ -170,6 +170,9 @@ class CudaMpiCommunicator final : public CommunicatorImpl {
     std::vector<CollectiveCall> calls = link_.start(call, seq);  // blocks until every rank
     // called; throws on mismatch, timeout, abort
     if (call.kind != Kind::barrier && call.kind != Kind::all_to_all_v && call.count == 0) return;
+    // Every rank has the same call: each refuses what NCCL cannot take (fp8 reductions before
+    // NCCL 2.24) alike, before anything is enqueued, and the communicator goes on.
+    if (link_.options().determinism == Determinism::fast) check_nccl_dtype(call, where_);
     try {
       std::lock_guard nl(nccl_mu_);  // abort() from another thread waits for the enqueue
       link_.throw_if_aborted(call.kind);

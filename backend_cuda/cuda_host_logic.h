@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/backend_api/collective_call.h"
 #include "core/backend_api/cuda_launch_shapes.h"
 #include "core/base/error.h"
 #include "core/comm/communicator.h"
@@ -102,6 +103,63 @@ constexpr NcclRootedPath nccl_rooted_path(int runtime_version, bool symbols_pres
              : NcclRootedPath::send_recv;
 }
 
+/// "X.Y.Z" of an NCCL version code (nccl_version_code's inverse; 0: "unknown").
+inline std::string nccl_version_string(int code) {
+  if (code <= 0) return "unknown";
+  const bool five = code >= 10000;  // from 2.9: X * 10000 + Y * 100 + Z
+  const int x = five ? code / 10000 : code / 1000;
+  const int y = five ? code / 100 % 100 : code / 100 % 10;
+  return detail::cat(x, ".", y, ".", code % 100);
+}
+
+// Note [NCCL fp8]
+// NCCL names fp8 (ncclFloat8e4m3, ncclFloat8e5m2) from 2.24 and answers ncclInvalidArgument for
+// them before; the GPU machine's libnccl is whatever PyTorch's wheel brings (Note [NCCL newer than
+// the library], cuda_nccl.cpp), possibly older. Only a reduction needs NCCL to know the element
+// type: every call that only moves data (broadcast, all_gather, all_to_all(_v), gather, scatter,
+// send / recv, and the bitwise block algorithm's copies and all-gathers, where ditto's kernel
+// does the arithmetic) gives NCCL fp8 as ncclUint8, the same byte count (fp8 is one byte), which
+// every NCCL takes. NCCL's own fp8 reductions (fast mode's all_reduce, reduce, reduce_scatter)
+// need NCCL 2.24 in the headers ditto was built with and in the library loaded at run time
+// (ncclGetVersion, asked at the call): else check_nccl_reduction_dtype refuses them, before
+// anything is enqueued, with a BackendError naming both versions and bitwise mode, which reduces
+// fp8 on any NCCL.
+
+/// The first NCCL with ncclFloat8e4m3 / ncclFloat8e5m2 (2.24.0).
+inline constexpr int kNcclFp8Version = nccl_version_code(2, 24, 0);
+
+/// The dtype NCCL is told for a call that only moves `t`'s bytes (Note [NCCL fp8]): fp8 as u8
+/// (ncclUint8, same count), every other dtype as itself.
+constexpr DType nccl_move_dtype(DType t) {
+  return t == DType::f8_e4m3 || t == DType::f8_e5m2 ? DType::u8 : t;
+}
+
+/// The dtype NCCL is told for `t` in NCCL's own call of collective `kind` (nccl_enqueue): the
+/// reductions (all_reduce, reduce, reduce_scatter: NCCL does the arithmetic) keep it, every other
+/// kind only moves data (nccl_move_dtype).
+inline DType nccl_wire_dtype(CollectiveKind kind, DType t) {
+  return detail::uses_op(kind) ? t : nccl_move_dtype(t);
+}
+
+/// Throws BackendError naming `where` when NCCL's own reduction (fast mode's all_reduce, reduce,
+/// reduce_scatter) of `dtype` cannot run with the NCCL headers ditto was built with
+/// (`header_version`, NCCL_VERSION_CODE) or the library loaded (`runtime_version`,
+/// ncclGetVersion; 0: unknown): fp8 needs 2.24 in both (Note [NCCL fp8]). Other kinds and
+/// dtypes: nothing.
+inline void check_nccl_reduction_dtype(CollectiveKind kind, DType dtype, int header_version,
+                                       int runtime_version, const std::string& where) {
+  if (!detail::uses_op(kind) || nccl_move_dtype(dtype) == dtype) return;
+  if (header_version >= kNcclFp8Version && runtime_version >= kNcclFp8Version) return;
+  throw BackendError(detail::cat(
+      where, ": ", collective_name(kind), " of ", dtype_name(dtype),
+      " in fast mode: NCCL reduces fp8 from 2.24 (ncclFloat8e4m3 / ncclFloat8e5m2); ditto was "
+      "built with NCCL ",
+      nccl_version_string(header_version), "'s headers and runs NCCL ",
+      nccl_version_string(runtime_version),
+      "; use Determinism::bitwise (ditto's kernel reduces, NCCL only moves the bytes), another "
+      "dtype, or a libnccl.so.2 of 2.24 or later first on LD_LIBRARY_PATH"));
+}
+
 // ---- NCCL groups (cuda_communicator.cpp, cuda_communicator_mpi.cpp) -----------------------------
 
 /// One NCCL call per rank in one group, exception-safe: prepare(r) for every rank BEFORE the
@@ -158,19 +216,33 @@ constexpr WaitStep wait_step(bool stream_done, bool comm_error, std::int64_t pen
 // ---- memory (cuda_backend.cpp)
 // -------------------------------------------------------------------
 
+/// Whether cudaDeviceEnablePeerAccess's answer (a cudaError_t as an int: no CUDA header here)
+/// leaves peer access enabled: cudaSuccess (0), or cudaErrorPeerAccessAlreadyEnabled (704:
+/// someone else in the process, PyTorch, enabled it). Anything else (cudaErrorTooManyPeers, a
+/// peer the hardware refuses, ...) did not enable it.
+constexpr bool peer_access_granted(int status) { return status == 0 || status == 704; }
+
 /// Which ordered GPU pairs (p, q) this process has enabled peer access for (p's context may
 /// reach q's memory: cudaDeviceEnablePeerAccess(q) on p), so that each pair is enabled once per
 /// process. Peer access belongs to the process's primary contexts and outlives a CudaBackend; a
 /// second backend calling cudaDeviceEnablePeerAccess again got cudaErrorPeerAccessAlreadyEnabled,
 /// an API error that compute-sanitizer reports (tools/gpu-check.sh), although it was expected.
-/// Not thread-safe by itself (CudaBackend holds a mutex around it).
+/// A pair counts as enabled only once the call succeeded (peer_access_granted): a failed call is
+/// tried again at the next ensure (before, the pair was recorded before the call, so a failure
+/// was never retried and the pair passed for enabled). Not thread-safe by itself (CudaBackend
+/// holds a mutex around it).
 class PeerPairs {
  public:
-  /// True the first time (p, q) is asked for (the caller then enables it), false after.
-  bool first_time(int p, int q) {
-    const std::pair<int, int> key{p, q};
-    if (std::find(done_.begin(), done_.end(), key) != done_.end()) return false;
-    done_.push_back(key);
+  bool enabled(int p, int q) const {
+    return std::find(done_.begin(), done_.end(), std::pair<int, int>{p, q}) != done_.end();
+  }
+  /// Whether (p, q) is enabled, calling `enable()` (cudaDeviceEnablePeerAccess(q) on p, its
+  /// status as an int) first when it is not yet; recorded only when peer_access_granted.
+  template <class Enable>
+  bool ensure(int p, int q, Enable&& enable) {
+    if (enabled(p, q)) return true;
+    if (!peer_access_granted(enable())) return false;
+    done_.emplace_back(p, q);
     return true;
   }
 
@@ -359,13 +431,44 @@ inline bool lt_epilogue_valid(const GemmExArgs& g) {
   return aux != 0 && aux % 16 == 0 && g.ld_aux % 8 == 0 && g.ld_aux >= g.N;
 }
 
-/// Whether a cuBLAS status (cublas_api.h's cublasStatus_t, as an int: no CUDA header here) says
-/// that cuBLAS(Lt) does not support what was asked, CUBLAS_STATUS_NOT_SUPPORTED (15) or
-/// CUBLAS_STATUS_ARCH_MISMATCH (8), rather than that a call failed. The GELU epilogue probe
-/// (blaslt_gelu_epilogue_is_tanh) takes the unfused path on those and on "no algorithm" alone;
-/// any other failure (an execution failure, a sticky CUDA error an earlier fault left, no memory)
-/// is rethrown where the probe met it instead of surfacing later at another call.
-constexpr bool cublas_status_unsupported(int status) { return status == 15 || status == 8; }
+/// What a cuBLASLt answer means for the caller (lt_heuristic_answer, lt_matmul_answer).
+enum class LtAnswer : std::uint8_t {
+  ok,        ///< an algorithm was found / the GEMM was enqueued
+  declined,  ///< cuBLASLt does not offer this here: take the unfused path / ditto's kernel
+  failed     ///< a real failure (no memory, a sticky CUDA error, ...): rethrow where met
+};
+
+// Note [cuBLASLt declines]
+// cuBLASLt's statuses (cublas_api.h's cublasStatus_t, as ints: no CUDA header here), as
+// cublasLt.h documents them for the two calls whose answer decides a path:
+//  - cublasLtMatmulAlgoGetHeuristic: NOT_SUPPORTED (15) "no heuristic function available for
+//    current configuration"; SUCCESS (0) with no result, or a result whose state is not SUCCESS:
+//    no algorithm; INVALID_VALUE (7) is documented for requestedAlgoCount <= 0, which ditto never
+//    passes (1), so here it is cuBLASLt refusing the descriptors (a layout or epilogue it cannot
+//    take: what it answers for one it rejects, e.g. a negative leading dimension);
+//  - cublasLtMatmul: NOT_SUPPORTED (15) "current implementation on selected device doesn't support
+//    configured operation", ARCH_MISMATCH (8) "cannot be run using selected device", INVALID_VALUE
+//    (7) "parameters are in conflict or in an impossible configuration" (and the documented
+//    answer to an unsupported type / scale / compute combination); these enqueue nothing.
+// All of these mean "not offered here": the caller takes the unfused path (the GELU probe) or its
+// own kernel (blaslt_gemm), whose results are right, only slower. Every other status is a failure
+// that must surface where it was met: NOT_INITIALIZED (1), ALLOC_FAILED (3), MAPPING_ERROR (11),
+// EXECUTION_FAILED (13: a sticky CUDA error from an earlier fault), INTERNAL_ERROR (14),
+// LICENSE_ERROR (16). (Before, the probe rethrew INVALID_VALUE and a heuristic's INVALID_VALUE,
+// ending a fast-mode run that the unfused path would have run.)
+
+/// cublasLtMatmulAlgoGetHeuristic's answer: its status, how many results it returned and the first
+/// result's state (Note [cuBLASLt declines]).
+constexpr LtAnswer lt_heuristic_answer(int status, int found, int first_state) {
+  if (status == 0) return found > 0 && first_state == 0 ? LtAnswer::ok : LtAnswer::declined;
+  return status == 15 || status == 7 || status == 8 ? LtAnswer::declined : LtAnswer::failed;
+}
+
+/// cublasLtMatmul's answer (Note [cuBLASLt declines]).
+constexpr LtAnswer lt_matmul_answer(int status) {
+  if (status == 0) return LtAnswer::ok;
+  return status == 15 || status == 8 || status == 7 ? LtAnswer::declined : LtAnswer::failed;
+}
 
 /// Rows of the probe's matrices (blaslt_gelu_epilogue: [rows, kGeluProbeCols], 2048 values).
 inline constexpr std::int64_t kGeluProbeRows = 128;

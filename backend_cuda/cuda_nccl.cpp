@@ -28,8 +28,9 @@ namespace ditto::cuda {
 // in a group when the library lacks them (older headers: always). Decided once per process,
 // silently. A libnccl linked statically (no dynamic symbols) takes the ncclSend / ncclRecv path.
 // Every other NCCL function ditto calls is older than 2.19 (ncclCommInitRankConfig and
-// ncclCommFinalize 2.14, ncclGetLastError 2.13, ncclRedOpCreatePreMulSum 2.11); fp8 dtypes need
-// 2.24 at run time (NCCL answers ncclInvalidArgument before).
+// ncclCommFinalize 2.14, ncclGetLastError 2.13, ncclRedOpCreatePreMulSum 2.11); fp8 moves as
+// ncclUint8 on any NCCL, and only NCCL's own fp8 reductions need 2.24 (Note [NCCL fp8],
+// cuda_host_logic.h: check_nccl_dtype refuses them before, naming the versions).
 
 namespace {
 
@@ -81,6 +82,18 @@ const NcclRootedCalls& nccl_rooted_calls() {
 }  // namespace
 
 bool nccl_has_rooted_calls() { return nccl_rooted_calls().all_to_all != nullptr; }
+
+int nccl_runtime_version() {
+  static const int version = [] {
+    int v = 0;
+    return ncclGetVersion(&v) == ncclSuccess ? v : 0;
+  }();
+  return version;
+}
+
+void check_nccl_dtype(const detail::CollectiveCall& c, const std::string& where) {
+  check_nccl_reduction_dtype(c.kind, c.dtype, NCCL_VERSION_CODE, nccl_runtime_version(), where);
+}
 
 void throw_nccl_error(ncclResult_t result, const char* call, const char* file, int line,
                       const std::string& where) {
@@ -150,6 +163,7 @@ NcclRedOp::~NcclRedOp() {
 }
 
 NcclRedOp nccl_op_for(const detail::CollectiveCall& c, ncclComm_t comm, const std::string& where) {
+  check_nccl_dtype(c, where);  // before NCCL is asked (ncclRedOpCreatePreMulSum of fp8 too)
   return NcclRedOp(detail::uses_op(c.kind) ? c.op : ReduceOp::sum, c.scalar, c.dtype, comm, where);
 }
 
@@ -164,7 +178,8 @@ void nccl_enqueue(const detail::CollectiveCall& c, const NcclRedOp& op, ncclComm
                   cudaStream_t stream, float* barrier_buf, const std::string& where) {
   using Kind = detail::CollectiveKind;
   const auto count = static_cast<std::size_t>(c.count);
-  const ncclDataType_t type = nccl_type(c.dtype);
+  // fp8 data movement as ncclUint8 (Note [NCCL fp8]); the reductions keep the type.
+  const ncclDataType_t type = nccl_type(nccl_wire_dtype(c.kind, c.dtype));
   const std::size_t elem = dtype_size(c.dtype);
   // Buffers NCCL ignores off the root are null there (recv of reduce and gather, send of
   // broadcast and scatter); NCCL's argument checks get the other one.
@@ -308,7 +323,7 @@ void* NcclTransport::ptr(const BlockRef& b) const {
 }
 
 void NcclTransport::copy(const BlockRef& from, const BlockRef& to, std::int64_t len) {
-  const ncclDataType_t type = nccl_type(dtype_);
+  const ncclDataType_t type = nccl_type(nccl_move_dtype(dtype_));  // fp8 as bytes: any NCCL
   const auto n = static_cast<std::size_t>(len);
   if (local(from.rank)) {
     const Rank& k = rank(from.rank);
@@ -324,7 +339,7 @@ void NcclTransport::all_gather_recv(int r, std::int64_t per) {
   const Rank& k = rank(r);
   DITTO_NCCL_CHECK(
       ncclAllGather(ptr({r, Buffer::recv, r * per}), k.recv, static_cast<std::size_t>(per),
-                    nccl_type(dtype_), k.comm, k.stream),
+                    nccl_type(nccl_move_dtype(dtype_)), k.comm, k.stream),
       *k.where);
 }
 

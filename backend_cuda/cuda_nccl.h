@@ -68,6 +68,16 @@ class NcclRedOp {
 /// than the library], cuda_nccl.cpp). Decided on the first call, once per process.
 bool nccl_has_rooted_calls();
 
+/// The version of the libnccl this process runs (ncclGetVersion, asked once; 0 when it fails).
+int nccl_runtime_version();
+
+/// Throws BackendError naming `where`, before anything is enqueued, when NCCL's own reduction of
+/// `c` (fast mode's all_reduce, reduce, reduce_scatter) cannot take its dtype with this build's
+/// NCCL headers and the loaded library (fp8 needs 2.24: Note [NCCL fp8], cuda_host_logic.h);
+/// other calls pass. nccl_op_for checks it too; the communicators call it before enqueueing, so
+/// that the refusal leaves the communicator usable.
+void check_nccl_dtype(const detail::CollectiveCall& c, const std::string& where);
+
 /// One rank's NCCL call of `c` on `stream`: ncclAllReduce / ncclReduce / ncclBroadcast /
 /// ncclAllGather / ncclReduceScatter with NCCL's own reductions (ncclAvg for avg, a PreMulSum op
 /// for premul_sum: returned, keep it until the group ends), ncclAlltoAll, ncclGather,
@@ -82,15 +92,17 @@ bool nccl_has_rooted_calls();
                                     const std::string& where);
 
 /// nccl_native in its two parts, for a group over several ranks (enqueue_group): the
-/// reduction of `c` on `comm` (made outside the group; may throw), then the NCCL call with it
-/// (inside the group; only NCCL's enqueue, whose failure NCCL records in the group).
+/// reduction of `c` on `comm` (made outside the group; may throw, check_nccl_dtype's refusal
+/// too), then the NCCL call with it (inside the group; only NCCL's enqueue, whose failure NCCL
+/// records in the group). Data movement gives NCCL fp8 as ncclUint8 (nccl_wire_dtype).
 [[nodiscard]] NcclRedOp nccl_op_for(const detail::CollectiveCall& c, ncclComm_t comm,
                                     const std::string& where);
 void nccl_enqueue(const detail::CollectiveCall& c, const NcclRedOp& op, ncclComm_t comm,
                   cudaStream_t stream, float* barrier_buf, const std::string& where);
 
 /// The bitwise block algorithm's transport over NCCL, for one collective: send/recv for copies,
-/// ncclAllGather for all_gather_recv, launch_comm_reduce for reduce (with every source rank's
+/// ncclAllGather for all_gather_recv (both typed nccl_move_dtype: fp8 as ncclUint8, so fp8 runs
+/// on any NCCL), launch_comm_reduce for reduce (with every source rank's
 /// premul_sum scalar); scratch from the backend's
 /// allocator (allocate_on the rank's stream: memory_stats counts it), freed on that stream when
 /// the transport is destroyed, after the collective's last use.

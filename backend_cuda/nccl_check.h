@@ -16,7 +16,8 @@
 namespace ditto::cuda {
 
 /// NCCL's data type for a ditto dtype: every DType has one (ncclFloat8e4m3 / ncclFloat8e5m2 since
-/// NCCL 2.24; this build needs 2.28, nccl.h's ncclNumTypes = 12).
+/// NCCL 2.24: with older headers fp8 maps to ncclUint8, which only data movement is given, Note
+/// [NCCL fp8], cuda_host_logic.h). Calls that only move data take nccl_type(nccl_move_dtype(t)).
 inline ncclDataType_t nccl_type(DType t) {
   switch (t) {
     case DType::f32: return ncclFloat32;
@@ -29,8 +30,13 @@ inline ncclDataType_t nccl_type(DType t) {
     case DType::i32: return ncclInt32;
     case DType::u32: return ncclUint32;
     case DType::u64: return ncclUint64;
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
     case DType::f8_e4m3: return ncclFloat8e4m3;
     case DType::f8_e5m2: return ncclFloat8e5m2;
+#else  // check_nccl_reduction_dtype refuses their reductions: they only move, as bytes
+    case DType::f8_e4m3:
+    case DType::f8_e5m2: return ncclUint8;
+#endif
   }
   return ncclFloat32;
 }

@@ -150,6 +150,70 @@ TEST(CudaHostLogic, AllToAllGatherScatterUseNcclsCallsOnlyWhereTheLoadedLibraryH
   EXPECT_EQ(nccl_rooted_path(22800, false), NcclRootedPath::send_recv);
 }
 
+// Review 3 of issue 29: fp8 broadcast / all_gather / send / recv / all_to_all / gather /
+// scatter and the bitwise block algorithm's copies went to NCCL as ncclFloat8e4m3 /
+// ncclFloat8e5m2, which NCCL before 2.24 (a PyTorch wheel's) refuses, although they only move
+// bytes. Now they move as u8 (ncclUint8, the same count); only NCCL's own reductions keep the
+// type (Note [NCCL fp8]).
+TEST(CudaHostLogic, Fp8DataMovementGoesToNcclAsBytes) {
+  using K = CollectiveKind;
+  auto name = [](DType t) { return std::string(dtype_name(t)); };  // readable failures
+  for (DType t : {DType::f8_e4m3, DType::f8_e5m2}) {
+    SCOPED_TRACE(dtype_name(t));
+    EXPECT_EQ(name(nccl_move_dtype(t)), "u8");
+    EXPECT_EQ(dtype_size(nccl_move_dtype(t)), dtype_size(t));  // same count, same bytes
+    for (K k : {K::broadcast, K::all_gather, K::all_to_all, K::all_to_all_v, K::gather, K::scatter,
+                K::send, K::recv})
+      EXPECT_EQ(name(nccl_wire_dtype(k, t)), "u8") << collective_name(k);
+    for (K k : {K::all_reduce, K::reduce, K::reduce_scatter})  // NCCL does the arithmetic
+      EXPECT_EQ(name(nccl_wire_dtype(k, t)), name(t)) << collective_name(k);
+  }
+  for (DType t : kAllDTypes) {  // every other dtype goes as itself, whatever the kind
+    if (t == DType::f8_e4m3 || t == DType::f8_e5m2) continue;
+    EXPECT_EQ(name(nccl_move_dtype(t)), name(t));
+    EXPECT_EQ(name(nccl_wire_dtype(K::all_gather, t)), name(t));
+    EXPECT_EQ(name(nccl_wire_dtype(K::all_reduce, t)), name(t));
+  }
+}
+
+// NCCL's own fp8 reductions need 2.24 in the headers and in the loaded library (ncclGetVersion):
+// before, a clear BackendError naming the call, both versions and bitwise mode; fp8 data
+// movement and every other dtype pass on any NCCL.
+TEST(CudaHostLogic, Fp8ReductionsNeedNccl224InTheHeadersAndTheLoadedLibrary) {
+  using K = CollectiveKind;
+  const int v2_28 = nccl_version_code(2, 28, 3), v2_21 = nccl_version_code(2, 21, 5);
+  EXPECT_EQ(kNcclFp8Version, 22400);
+  EXPECT_EQ(nccl_version_string(v2_21), "2.21.5");
+  EXPECT_EQ(nccl_version_string(nccl_version_code(2, 8, 4)), "2.8.4");
+  EXPECT_EQ(nccl_version_string(0), "unknown");
+  for (K k : {K::all_reduce, K::reduce, K::reduce_scatter}) {
+    SCOPED_TRACE(collective_name(k));
+    EXPECT_NO_THROW(check_nccl_reduction_dtype(k, DType::f8_e4m3, v2_28, v2_28, "w"));
+    EXPECT_NO_THROW(check_nccl_reduction_dtype(k, DType::f8_e5m2, v2_28, 22400, "w"));
+    for (DType t : kAllDTypes) {
+      if (t == DType::f8_e4m3 || t == DType::f8_e5m2) continue;
+      EXPECT_NO_THROW(check_nccl_reduction_dtype(k, t, 21903, 21903, "w")) << dtype_name(t);
+    }
+    const std::string msg = expect_error<BackendError>(
+        [&] { check_nccl_reduction_dtype(k, DType::f8_e4m3, v2_28, v2_21, "cuda:0 (GPU 0)"); },
+        std::string("cuda:0 (GPU 0): ") + collective_name(k) + " of f8_e4m3 in fast mode");
+    for (const char* part :
+         {"NCCL reduces fp8 from 2.24", "built with NCCL 2.28.3's headers and runs NCCL 2.21.5",
+          "Determinism::bitwise"})
+      EXPECT_NE(msg.find(part), std::string::npos) << msg << "\nexpected to contain: " << part;
+    expect_error<BackendError>(  // headers too old, whatever the library
+        [&] { check_nccl_reduction_dtype(k, DType::f8_e5m2, 22305, v2_28, "w"); },
+        "f8_e5m2 in fast mode: NCCL reduces fp8 from 2.24 (ncclFloat8e4m3 / ncclFloat8e5m2); ditto "
+        "was built with NCCL 2.23.5's headers and runs NCCL 2.28.3");
+    expect_error<BackendError>(  // ncclGetVersion failed
+        [&] { check_nccl_reduction_dtype(k, DType::f8_e5m2, v2_28, 0, "w"); }, "runs NCCL unknown");
+  }
+  for (K k : {K::broadcast, K::all_gather, K::all_to_all, K::all_to_all_v, K::gather, K::scatter,
+              K::send, K::recv, K::barrier})
+    EXPECT_NO_THROW(check_nccl_reduction_dtype(k, DType::f8_e4m3, v2_21, v2_21, "w"))
+        << collective_name(k);
+}
+
 // ---- host waits on NCCL work -------------------------------------------------------------------
 
 TEST(CudaHostLogic, WaitOnAStreamStopsAtAnAsyncNcclErrorOrACollectiveTimeout) {
@@ -197,13 +261,47 @@ TEST(CudaHostLogic, PeerAccessIsEnabledOncePerOrderedPairPerProcess) {
   // A second CudaBackend in the process (every test makes one) asked again and got
   // cudaErrorPeerAccessAlreadyEnabled, which compute-sanitizer reports as an API error.
   PeerPairs peers;
-  EXPECT_TRUE(peers.first_time(0, 1));
-  EXPECT_FALSE(peers.first_time(0, 1));
-  EXPECT_TRUE(peers.first_time(1, 0));  // the other direction is its own cudaDeviceEnablePeerAccess
-  EXPECT_TRUE(peers.first_time(0, 2));
-  EXPECT_FALSE(peers.first_time(1, 0));
-  EXPECT_FALSE(peers.first_time(0, 2));
-  EXPECT_TRUE(peers.first_time(2, 0));
+  int calls = 0;
+  auto succeeds = [&] {
+    ++calls;
+    return 0;  // cudaSuccess
+  };
+  EXPECT_TRUE(peers.ensure(0, 1, succeeds));
+  EXPECT_TRUE(peers.ensure(0, 1, succeeds));
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(peers.ensure(1, 0, succeeds));  // the other direction is its own call
+  EXPECT_TRUE(peers.ensure(0, 2, succeeds));
+  EXPECT_TRUE(peers.ensure(1, 0, succeeds));
+  EXPECT_TRUE(peers.ensure(0, 2, succeeds));
+  EXPECT_EQ(calls, 3);
+  EXPECT_TRUE(peers.enabled(0, 1));
+  EXPECT_FALSE(peers.enabled(2, 0));
+}
+
+// Review 3 of issue 29: the pair was recorded before cudaDeviceEnablePeerAccess, so a call that
+// failed was never retried and the pair passed for enabled (the in-GPU transport's kernels then
+// fault on the peer's memory). Now only a granted pair is recorded, and a failed one is asked
+// again; cudaErrorPeerAccessAlreadyEnabled (someone else enabled it) counts as enabled.
+TEST(CudaHostLogic, PeerAccessThatFailedIsNotRecordedAndIsTriedAgain) {
+  EXPECT_TRUE(peer_access_granted(0));     // cudaSuccess
+  EXPECT_TRUE(peer_access_granted(704));   // cudaErrorPeerAccessAlreadyEnabled
+  EXPECT_FALSE(peer_access_granted(711));  // cudaErrorTooManyPeers
+  EXPECT_FALSE(peer_access_granted(217));  // cudaErrorPeerAccessUnsupported
+  EXPECT_FALSE(peer_access_granted(2));    // cudaErrorMemoryAllocation
+  PeerPairs peers;
+  std::vector<int> answers = {711, 2, 0};  // fails twice, then succeeds
+  int calls = 0;
+  auto enable = [&] { return answers[static_cast<std::size_t>(calls++)]; };
+  EXPECT_FALSE(peers.ensure(0, 1, enable));
+  EXPECT_FALSE(peers.enabled(0, 1));
+  EXPECT_FALSE(peers.ensure(0, 1, enable));  // asked again, not taken for enabled
+  EXPECT_TRUE(peers.ensure(0, 1, enable));
+  EXPECT_TRUE(peers.enabled(0, 1));
+  EXPECT_TRUE(peers.ensure(0, 1, enable));  // once granted, never asked again
+  EXPECT_EQ(calls, 3);
+  auto already = [] { return 704; };  // PyTorch enabled (2, 3) first
+  EXPECT_TRUE(peers.ensure(2, 3, already));
+  EXPECT_TRUE(peers.enabled(2, 3));
 }
 
 TEST(CudaHostLogic, PoolReleaseThresholdIsFiniteAndSharedByTheLogicalDevicesOfAGpu) {
@@ -470,14 +568,25 @@ TEST(CudaHostLogic, GeluEpiloguesOnlyInFastModeForTheTypedGemmsDtypes) {
 }
 
 // The GELU epilogue probe caught every ditto::Error, so a sticky CUDA error from an earlier fault
-// made it answer "unfused" and surfaced later at another call. Only cuBLAS's "not supported"
-// statuses (cublas_api.h: NOT_SUPPORTED 15, ARCH_MISMATCH 8) mean the unfused path now.
-TEST(CudaHostLogic, OnlyNotSupportedStatusesMeanTheGeluProbesUnfusedPath) {
-  EXPECT_TRUE(cublas_status_unsupported(15));  // CUBLAS_STATUS_NOT_SUPPORTED
-  EXPECT_TRUE(cublas_status_unsupported(8));   // CUBLAS_STATUS_ARCH_MISMATCH
-  // SUCCESS, NOT_INITIALIZED, ALLOC_FAILED, INVALID_VALUE, MAPPING_ERROR, EXECUTION_FAILED,
-  // INTERNAL_ERROR, LICENSE_ERROR: failures, rethrown.
-  for (int st : {0, 1, 3, 7, 11, 13, 14, 16}) EXPECT_FALSE(cublas_status_unsupported(st)) << st;
+// made it answer "unfused" and surfaced later at another call; then (review 3 of issue 29) it
+// rethrew every status but NOT_SUPPORTED / ARCH_MISMATCH, so cuBLASLt's INVALID_VALUE for a
+// combination it does not take, or a heuristic's INVALID_VALUE / ARCH_MISMATCH, ended a fast-mode
+// run that the unfused path runs. Now (Note [cuBLASLt declines], from cublasLt.h's return values)
+// "not offered here" takes the unfused path / ditto's kernel, and only real failures surface.
+TEST(CudaHostLogic, CublasLtDeclinesTakeTheUnfusedPathAndFailuresSurface) {
+  // cublasLtMatmul: NOT_SUPPORTED, ARCH_MISMATCH, INVALID_VALUE enqueue nothing: declined.
+  EXPECT_EQ(lt_matmul_answer(0), LtAnswer::ok);
+  for (int st : {15, 8, 7}) EXPECT_EQ(lt_matmul_answer(st), LtAnswer::declined) << st;
+  // NOT_INITIALIZED, ALLOC_FAILED, MAPPING_ERROR, EXECUTION_FAILED, INTERNAL_ERROR,
+  // LICENSE_ERROR, and a status this cuBLAS does not name: failures, rethrown.
+  for (int st : {1, 3, 11, 13, 14, 16, 99}) EXPECT_EQ(lt_matmul_answer(st), LtAnswer::failed) << st;
+  // cublasLtMatmulAlgoGetHeuristic: an algorithm only with SUCCESS, a result and its state SUCCESS.
+  EXPECT_EQ(lt_heuristic_answer(0, 1, 0), LtAnswer::ok);
+  EXPECT_EQ(lt_heuristic_answer(0, 0, 0), LtAnswer::declined);   // no result
+  EXPECT_EQ(lt_heuristic_answer(0, 1, 15), LtAnswer::declined);  // a result not usable
+  for (int st : {15, 7, 8}) EXPECT_EQ(lt_heuristic_answer(st, 0, 0), LtAnswer::declined) << st;
+  for (int st : {1, 3, 11, 13, 14, 16})
+    EXPECT_EQ(lt_heuristic_answer(st, 0, 0), LtAnswer::failed) << st;
 }
 
 // cuBLASLt's documented aux constraints (ld a multiple of 8, at least the output's rows, here N)
