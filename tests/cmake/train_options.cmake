@@ -55,8 +55,8 @@ if(TARGET ditto-train)
     COMMAND sh -c "exec \"$0\" --predict-table > /dev/full" $<TARGET_FILE:ditto-train>
     REGEX "^ditto-train: --predict-table: error: cannot write the table to stdout: No space left on device\n$")
   ditto_expect_exit(DittoTrainCli.ProfilePrintsPredictionAndMemory RC 0
-    COMMAND $<TARGET_FILE:ditto-train> --profile h100-sxm --devices 2 --nodes 2 --epochs 1
-    REGEX "predicted: 4 x NVIDIA H100 SXM5 80GB \\(2 nodes, nvlink\\) step_time=[0-9.]+ ms samples/s=[0-9]+ comm_share=[0-9.]+% mfu=.*memory: sim:3 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=81920.00 MiB")
+    COMMAND $<TARGET_FILE:ditto-train> --trainer ddp --profile h100-sxm --devices 2 --nodes 2 --epochs 1
+    REGEX "predicted: 4 x NVIDIA H100 SXM5 80GB \\(2 nodes, nvlink\\) step_time=[0-9.]+ ms samples/s=[0-9]+ comm_share=[0-9.]+% mfu=.*memory: sim:3 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=81559.00 MiB")
   # Usage errors naming the option, exit status 2 (issue 31; the library's own names stay for
   # library users: device_profile:, set_slowdown:, SimBackend::set_faults:, optim::SGD:).
   ditto_expect_exit(DittoTrainCli.UnknownProfile RC 2
@@ -211,8 +211,8 @@ if(TARGET ditto-train)
   # the options.
   ditto_expect_exit(DittoTrainCli.DryRunOf1024Devices RC 0
     COMMAND $<TARGET_FILE:ditto-train> --dry-run --profile h100-sxm --nodes 128 --devices 8
-            --micro-shards 1024 --batch-size 1024 --epochs 1
-    REGEX "predicted: 1024 x NVIDIA H100 SXM5 80GB \\(128 nodes, nvlink\\) step_time=[0-9.]+ ms.*memory: sim:1023 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=81920.00 MiB")
+            --trainer ddp --micro-shards 1024 --batch-size 1024 --epochs 1
+    REGEX "predicted: 1024 x NVIDIA H100 SXM5 80GB \\(128 nodes, nvlink\\) step_time=[0-9.]+ ms.*memory: sim:1023 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=81559.00 MiB")
   ditto_expect_exit(DittoTrainCli.DryRunOneDeviceOf60000GiB RC 0
     COMMAND $<TARGET_FILE:ditto-train> --dry-run --profile h100-sxm --sim-memory-gib 60000
             --devices 1 --epochs 1
