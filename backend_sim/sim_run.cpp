@@ -83,6 +83,13 @@ void SimRun::validate(const train::TrainerConfig& c) const {
               profile, " (or ", trace, ") with it, got neither (without them ", name_of(c, "nodes"),
               " ", o_.nodes, " would only train on ", o_.nodes, " x ", c.devices, " = ", all,
               " devices; ", c.name_of("devices"), " ", all, " does that)");
+  // torch.nn.DataParallel is one process driving the GPUs of one machine: a plan of it across
+  // nodes cannot be run, and its price (every collective through device 0) would mislead.
+  DITTO_CHECK(o_.nodes == 1 || c.trainer == train::TrainerKind::ddp, name_of(c, "nodes"), " ",
+              o_.nodes, ": DataParallel is one process on one node: expected ",
+              name_of(c, "trainer"),
+              " ddp (DistributedDataParallel, a rank a GPU, spans nodes), got ",
+              name_of(c, "trainer"), " dp");
   const long long devices = processes ? dist::world_size() : all;
   // The micro-shards against the simulated cluster's devices (nodes x devices), here so that
   // too few is a usage error before anything starts, as it is for one node (the Trainer's own

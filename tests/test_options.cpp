@@ -161,6 +161,7 @@ TEST(Options, MovedChecksRefuseInTheConfigsValidation) {
   // devices), so the CLI reports it as a usage error (exit status 2) before anything starts (it
   // was refused only in fit(), exit status 1).
   TrainerConfig nodes;
+  nodes.trainer = TrainerKind::ddp;  // (DataParallel is one node's: refused across nodes, below)
   nodes.micro_shards = 4;
   nodes.field_names = {{"micro_shards", "--micro-shards"}};
   sim::add_sim_run(nodes, [] {
@@ -174,10 +175,11 @@ TEST(Options, MovedChecksRefuseInTheConfigsValidation) {
           "power of two >= 8 (the devices), got 4");
   // The simulator's, in SimRun::validate: the devices are nodes x devices.
   auto sim_refused = [&](const std::function<void(sim::SimRunOptions&)>& set,
-                         const std::string& part) {
+                         const std::string& part, TrainerKind trainer = TrainerKind::ddp) {
     sim::SimRunOptions o;
     set(o);
     TrainerConfig t;
+    t.trainer = trainer;
     sim::add_sim_run(t, std::move(o));
     refused(t, part);
   };
@@ -204,6 +206,16 @@ TEST(Options, MovedChecksRefuseInTheConfigsValidation) {
               "(or --trace) with it, got neither");
   sim_refused([](sim::SimRunOptions& o) { o.nodes = 2; },
               "--nodes: the nodes are the cost model's cluster");
+  // Tester 6, F15: DataParallel (one process, one node) across nodes was priced without a word
+  // (2 x 8 H100s, 10x DDP's step), a plan that cannot be run.
+  sim_refused(
+      [](sim::SimRunOptions& o) {
+        o.profile = "h100-sxm";
+        o.nodes = 2;
+      },
+      "--nodes 2: DataParallel is one process on one node: expected --trainer ddp "
+      "(DistributedDataParallel, a rank a GPU, spans nodes), got --trainer dp",
+      TrainerKind::dp);
   TrainerConfig dry;
   dry.dry_run = true;
   sim::add_sim_run(dry, {});

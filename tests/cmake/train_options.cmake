@@ -74,7 +74,7 @@ if(TARGET ditto-train)
   # A simulated cluster's devices are nodes x devices: too few micro-shards for them is a usage
   # error like the others (it was refused in fit() with exit status 1).
   ditto_expect_exit(DittoTrainCli.NodesNeedMicroShardsForEveryDevice RC 2
-    COMMAND $<TARGET_FILE:ditto-train> --nodes 2 --devices 8 --profile h200 --dry-run --determinism bitwise --micro-shards 8 --epochs 1
+    COMMAND $<TARGET_FILE:ditto-train> --trainer ddp --nodes 2 --devices 8 --profile h200 --dry-run --determinism bitwise --micro-shards 8 --epochs 1
     REGEX "^ditto-train: error: --micro-shards: bitwise mode gives every device at least one micro-shard: expected a power of two >= 16 \\(the devices\\), got 8\n")
   # The simulator's options with another backend named are a usage error before any backend
   # starts (exit status 1 before: without a GPU the CUDA backend's "no CUDA device" came first;
