@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_sim/profile_fields.h"
 #include "core/base/error.h"
 #include "core/io/file.h"
 
@@ -313,6 +314,23 @@ DeviceProfile device_profile(const std::string& key) {
   if (key.size() > 5 && key.compare(key.size() - 5, 5, ".json") == 0) return load_json_profile(key);
   throw InvalidArgument(detail::cat("device_profile: unknown profile '", key, "': expected one of ",
                                     known_keys_devices(), " or a .json file"));
+}
+
+std::vector<std::string> json_profile_missing_rates(const std::string& key) {
+  if (key.size() <= 5 || key.compare(key.size() - 5, 5, ".json") != 0) return {};
+  for (const auto& p : builtin_device_profiles())
+    if (p.key == key) return {};
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(io::read_file(key, io::kMaxJsonBytes, "device_profile"));
+  } catch (const std::exception&) {
+    return {};  // device_profile's error, when the run loads it
+  }
+  if (!j.is_object()) return {};
+  std::vector<std::string> missing;
+  for (const char* field : {"tf32_tflops", "bf16_tflops", "f16_tflops"})
+    if (!j.contains(field)) missing.emplace_back(field);
+  return missing;
 }
 
 std::string default_interconnect(const std::string& device_key) {
