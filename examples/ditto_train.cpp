@@ -378,8 +378,14 @@ int run(Args& a) {
                 "communicator collective in this run)\n",
                 f.c_str());
   out(train::format_final(r, tokens_per_sample));
-  if (r.prediction)
-    out(train::format_prediction(*r.prediction, r.dtype, r.dry_run, tokens_per_sample));
+  if (r.prediction) {
+    // Tester 6, F9: the profile's name ("... 80GB") with another capacity read as the card's.
+    train::CostPrediction p = *r.prediction;
+    if (c.memory_capacity && !a.sim.run.profile.empty())
+      p.device_name += " with " + train::format_mib(*c.memory_capacity) + " (" +
+                       c.name_of("memory_capacity") + ")";
+    out(train::format_prediction(p, r.dtype, r.dry_run, tokens_per_sample));
+  }
   out(train::format_memory(r.memory));
   if (!sim.trace.empty())
     std::printf("trace: wrote %s (Chrome trace JSON; open in https://ui.perfetto.dev)\n",

@@ -71,6 +71,15 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.StragglerFactorOutOfRange RC 2
     COMMAND $<TARGET_FILE:ditto-train> --profile h100-sxm --straggler 0:-2 --epochs 0
     REGEX "^ditto-train: error: --straggler 0:-2: expected a factor in 0.001..1000, got -2")
+  # Tester 6, F9: below 1 GiB the GPT's peak line printed "0.07 GiB of 0.07 GiB" (hiding a 0.33
+  # MiB margin), and the predicted: line named the profile's "80GB" for a capacity of 67 MiB.
+  ditto_expect_exit(DittoTrainCli.SmallCapacityInMiBAndNamedOverridden RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --n-layer 2 --n-head 4 --n-embd 256 --block-size 128 --batch-size 16 --devices 2 --trainer ddp --profile h100-sxm --sim-memory-gib 0.5 --dry-run
+    REGEX "predicted: 2 x NVIDIA H100 SXM5 80GB with 512.00 MiB \\(--sim-memory-gib\\) \\(1 node, nvlink\\) step_time=.*predicted GPT: peak memory [0-9]+[.][0-9][0-9] MiB of 512.00 MiB on the fullest device")
+  # Tester 6, F15: DataParallel (one process) across nodes was priced without a word.
+  ditto_expect_exit(DittoTrainCli.DataParallelAcrossNodesRefused RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2 --dry-run --profile h100-sxm --devices 8 --nodes 2 --trainer dp --batch-size 16 --dtype bf16
+    REGEX "^ditto-train: error: --nodes 2: DataParallel is one process on one node: expected --trainer ddp \\(DistributedDataParallel, a rank a GPU, spans nodes\\), got --trainer dp\n$")
   # A simulated cluster's devices are nodes x devices: too few micro-shards for them is a usage
   # error like the others (it was refused in fit() with exit status 1).
   ditto_expect_exit(DittoTrainCli.NodesNeedMicroShardsForEveryDevice RC 2
