@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_sim/profile_fields.h"
 #include "core/base/error.h"
 #include "core/io/file.h"
 
@@ -19,6 +20,20 @@ constexpr double kT = 1e12;   // TFLOP/s
 constexpr double kG = 1e9;    // GB/s
 constexpr double kUs = 1e-6;  // microseconds
 constexpr double kGiB = 1073741824.0;
+constexpr double kMiB = 1048576.0;
+// Memory capacity: nvidia-smi's memory.total of the card, not the data sheet's "80 GB" / "141 GB"
+// (141e9 bytes made the H200 131.32 GiB against the H100's 80 GiB). On the H100 it is the total a
+// CUDA program sees (cudaMemGetInfo / torch's total_memory: 85,520,809,984 bytes = 81559 MiB);
+// on the A100 CUDA's total is a little less than nvidia-smi's (docs/prediction.md: 39.59 GiB of
+// the 40GB's 40 GiB). Read off public nvidia-smi outputs (no GPU was at hand to read them here):
+//  [smi-H100] NVIDIA/nccl issue #1264 (HGX H100 SXM, driver 550.54.15): "NVIDIA H100 80GB HBM3 ...
+//             0MiB / 81559MiB"; modal-labs/modal-client pull request #2797 lists nvidia-smi's
+//             totals: H100 81559MiB (85,520,809,984 bytes, which it read as the CUDA total),
+//             A100 80GB 81920MiB, A100 40GB 40960MiB.
+//  [smi-H200] nvidia-smi of HGX H200 boards (700 W SXM, driver 570.158.01), in several public
+//             logs: "NVIDIA H200 ... 0MiB / 143771MiB" (= 140.40 GiB; the data sheet's 141 GB).
+//  [smi-4070] a public benchmark report of an RTX 4070 Laptop GPU (driver 595.79): "8,188 MiB
+//             total (GDDR6)"; one report, not checked on a second machine.
 
 // Kernel launch latency: the time a small kernel occupies a stream when kernels are launched
 // back to back from the host (launch overhead + execution + drain), about 3 us on recent
@@ -85,13 +100,15 @@ const std::vector<DeviceProfile>& builtin_device_profiles() {
       // NVIDIA H100 Tensor Core GPU data sheet (H100 SXM column): FP32 67 TFLOPS; TF32 tensor
       // 989 TFLOPS, BF16 and FP16 1,979 TFLOPS each *with sparsity* (dense = half); 80 GB HBM3 at
       // 3.35 TB/s; PCIe Gen5 x16 (128 GB/s both directions = 64 GB/s each way).
-      {"h100-sxm", "NVIDIA H100 SXM5 80GB", 67 * kT, 494.5 * kT, 989.5 * kT, 989.5 * kT, 80 * kGiB,
+      {"h100-sxm", "NVIDIA H100 SXM5 80GB", 67 * kT, 494.5 * kT, 989.5 * kT, 989.5 * kT,
+       81559 * kMiB,  // [smi-H100]
        3350 * kG, kLaunch, 64 * kG, kHostCopy,
        "NVIDIA H100 Tensor Core GPU data sheet (SXM); dense = sparse/2", kH100Gemm, kH100Hbm,
        kEffMamfAzure, kSimtEfficiency, kMmaEfficiency},
       // NVIDIA H200 Tensor Core GPU data sheet (H200 SXM): FP32 67 TFLOPS; TF32 989, BF16 and
       // FP16 1,979 TFLOPS each with sparsity; 141 GB HBM3e at 4.8 TB/s; PCIe Gen5 x16.
-      {"h200", "NVIDIA H200 SXM 141GB", 67 * kT, 494.5 * kT, 989.5 * kT, 989.5 * kT, 141e9,
+      {"h200", "NVIDIA H200 SXM 141GB", 67 * kT, 494.5 * kT, 989.5 * kT, 989.5 * kT,
+       143771 * kMiB,  // [smi-H200] (141e9 bytes, the data sheet's GB, was 131.32 GiB: 7% short)
        4800 * kG, kLaunch, 64 * kG, kHostCopy,
        "NVIDIA H200 Tensor Core GPU data sheet (SXM); dense = sparse/2",
        // H200's tensor cores and peak are H100 SXM's (989 TFLOPS dense BF16 in both data
@@ -101,12 +118,14 @@ const std::vector<DeviceProfile>& builtin_device_profiles() {
       // BF16 312 and FP16 312 TFLOPS dense (312 / 624 with sparsity); 80 GB HBM2e at 2,039 GB/s;
       // PCIe Gen4
       // x16 (64 GB/s both directions).
-      {"a100-sxm-80gb", "NVIDIA A100 SXM4 80GB", 19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 80 * kGiB,
+      {"a100-sxm-80gb", "NVIDIA A100 SXM4 80GB", 19.5 * kT, 156 * kT, 312 * kT, 312 * kT,
+       81920 * kMiB,  // [smi-H100]'s A100 80GB row
        2039 * kG, kLaunch, 32 * kG, kHostCopy, "NVIDIA A100 Tensor Core GPU data sheet (80GB SXM)",
        kA100Gemm, kA100Hbm, kEffMamfAzure, kSimtEfficiency, kMmaEfficiency},
       // Same data sheet, A100 40GB SXM column: FP32 19.5, TF32 156, BF16 / FP16 312 TFLOPS dense;
       // 40 GB HBM2 at 1,555 GB/s; PCIe Gen4 x16.
-      {"a100-sxm-40gb", "NVIDIA A100 SXM4 40GB", 19.5 * kT, 156 * kT, 312 * kT, 312 * kT, 40 * kGiB,
+      {"a100-sxm-40gb", "NVIDIA A100 SXM4 40GB", 19.5 * kT, 156 * kT, 312 * kT, 312 * kT,
+       40960 * kMiB,  // [smi-H100]'s A100 40GB row
        1555 * kG, kLaunch, 32 * kG, kHostCopy, "NVIDIA A100 Tensor Core GPU data sheet (40GB SXM)",
        // The same GPU as the 80GB: its GEMM fraction; no published STREAM figure of the 40GB's
        // HBM2 was found, so it takes the 80GB's Triad fraction (an assumption).
@@ -120,7 +139,7 @@ const std::vector<DeviceProfile>& builtin_device_profiles() {
       // whitepaper (GeForce RTX 4090 table): TF32 tensor rate = FP32 rate, BF16 and FP16 with
       // FP32 accumulate = 2x FP32 rate on GeForce Ada parts.
       {"rtx4070-laptop", "NVIDIA GeForce RTX 4070 Laptop GPU 8GB", 20.04 * kT, 20.04 * kT,
-       40.09 * kT, 40.09 * kT, 8 * kGiB, 256 * kG, kLaunch, 16 * kG, kHostCopy,
+       40.09 * kT, 40.09 * kT, 8188 * kMiB /* [smi-4070] */, 256 * kG, kLaunch, 16 * kG, kHostCopy,
        "NVIDIA RTX 4070 Laptop specifications; Ada Lovelace whitepaper (rate ratios)",
        kEffPlaceholder, kEffPlaceholder, "", kSimtEfficiency, kMmaEfficiency},
   };
@@ -295,6 +314,23 @@ DeviceProfile device_profile(const std::string& key) {
   if (key.size() > 5 && key.compare(key.size() - 5, 5, ".json") == 0) return load_json_profile(key);
   throw InvalidArgument(detail::cat("device_profile: unknown profile '", key, "': expected one of ",
                                     known_keys_devices(), " or a .json file"));
+}
+
+std::vector<std::string> json_profile_missing_rates(const std::string& key) {
+  if (key.size() <= 5 || key.compare(key.size() - 5, 5, ".json") != 0) return {};
+  for (const auto& p : builtin_device_profiles())
+    if (p.key == key) return {};
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(io::read_file(key, io::kMaxJsonBytes, "device_profile"));
+  } catch (const std::exception&) {
+    return {};  // device_profile's error, when the run loads it
+  }
+  if (!j.is_object()) return {};
+  std::vector<std::string> missing;
+  for (const char* field : {"tf32_tflops", "bf16_tflops", "f16_tflops"})
+    if (!j.contains(field)) missing.emplace_back(field);
+  return missing;
 }
 
 std::string default_interconnect(const std::string& device_key) {

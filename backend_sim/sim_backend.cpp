@@ -1,5 +1,7 @@
 #include "backend_sim/sim_backend.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -42,6 +44,21 @@ std::string bytes_str(std::size_t b) {
   os << b << " bytes";
   if (b >= (1u << 20)) os << " (" << std::fixed << std::setprecision(2) << b / 1048576.0 << " MiB)";
   return os.str();
+}
+
+/// A host allocation behind a simulated device failed (tester 6, F11): the simulated devices'
+/// memory is this machine's RAM, which a model sized for GPUs can exceed; a dry run holds none.
+std::string host_oom(int index, std::size_t bytes, std::size_t held, std::size_t devices,
+                     const char* what) {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const std::size_t ram = pages > 0 && page > 0 ? std::size_t(pages) * std::size_t(page) : 0;
+  return detail::cat("sim:", index, ": host out of memory allocating ", bytes_str(bytes), what,
+                     ": the simulated devices' memory lives in this machine's RAM (the simulator "
+                     "holds ",
+                     bytes_str(held), " across its ", devices,
+                     devices == 1 ? " device" : " devices", "; this machine has ", bytes_str(ram),
+                     ", less under a ulimit): --dry-run predicts a model larger than the machine "
+                     "without holding its tensors");
 }
 }  // namespace
 
@@ -167,6 +184,11 @@ void SimBackend::reset_peak_memory(int index) {
 
 void* SimBackend::allocate(int index, std::size_t bytes) {
   auto& d = *devices_[index];
+  const auto held_bytes = [&] {  // every device's charged bytes
+    std::size_t held = 0;
+    for (const auto& dev : devices_) held += dev->in_use.load();
+    return held;
+  };
   if (d.health->failed.load()) throw BackendError(d.health->failure());
   // Note [Mixed precision]: the f32 scratch of an op over bf16 / f16 tensors (allocated inside
   // its StorageDTypeScope or ConversionScope) holds host memory for the data but is charged to
@@ -175,8 +197,8 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
   if (!dry_run_ && (in_conversion_scope() || current_storage_dtype() != DType::f32)) {
     void* p = std::aligned_alloc(64, host_block_bytes(bytes));
     if (!p)
-      throw OutOfMemory(detail::cat("sim:", index, ": host out of memory allocating ",
-                                    bytes_str(bytes), " (f32 scratch of a bf16 / f16 op)"));
+      throw OutOfMemory(host_oom(index, bytes, held_bytes(), devices_.size(),
+                                 " (f32 scratch of a bf16 / f16 op)"));
     std::lock_guard lk(owners_mu_);
     owners_[reinterpret_cast<std::uintptr_t>(p)] = {bytes, index};
     uncharged_.insert(reinterpret_cast<std::uintptr_t>(p));
@@ -236,8 +258,7 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
     }
     if (!p) {
       d.in_use.fetch_sub(bytes);
-      throw OutOfMemory(
-          detail::cat("sim:", index, ": host out of memory allocating ", bytes_str(bytes)));
+      throw OutOfMemory(host_oom(index, bytes, held_bytes(), devices_.size(), ""));
     }
   }
   if (!from_cache) {

@@ -23,8 +23,12 @@
 //                  (sim_communicator.cpp, sim_communicator_p2p.cpp).
 // The virtual clocks, the trace and the memory counters then match a real run of the same work
 // exactly (tests/test_dry_run.cpp: a model without those paths; with them, every other kernel
-// row and, in f32, the memory), because the cost model never looks at data. What does
-// depend on data is not priced differently either: there is no data-dependent control flow in
+// row), because the cost model never looks at data. The memory matches to the byte in bitwise
+// mode, where both run the same kernels; in fast mode CUDA's paths allocate other temporaries
+// than the simulator's own (the fused loss writes its gradient over the logits, with no
+// [tokens, V] buffer), so the peaks differ by some MiB, either way (tester 6, F2: f32 ddp real
+// 68.55 / dry 67.25 MiB, dp 79.38 / 79.98), f32 or not: the dry run's is the GPU's figure. What
+// does depend on data is not priced differently either: there is no data-dependent control flow in
 // ditto's kernels, except clip_grad_norm_'s choice to scale, which a dry run always prices
 // (core/optim/clip.cpp). Code outside the backend asks Backend::dry_run() (is_dry_run) to skip
 // work whose only purpose is data: drawing initial weights on the host (core/nn/init.h,

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <filesystem>
 
 #include "backend_sim/cost_model.h"
+#include "backend_sim/profile_fields.h"
 #include "backend_sim/profiles.h"
 #include "backend_sim/sim_dry_arena.h"
 #include "backend_sim/sim_faults.h"
@@ -92,6 +94,13 @@ void SimRun::validate(const train::TrainerConfig& c) const {
               profile, " (or ", trace, ") with it, got neither (without them ", name_of(c, "nodes"),
               " ", o_.nodes, " would only train on ", o_.nodes, " x ", c.devices, " = ", all,
               " devices; ", c.name_of("devices"), " ", all, " does that)");
+  // torch.nn.DataParallel is one process driving the GPUs of one machine: a plan of it across
+  // nodes cannot be run, and its price (every collective through device 0) would mislead.
+  DITTO_CHECK(o_.nodes == 1 || c.trainer == train::TrainerKind::ddp, name_of(c, "nodes"), " ",
+              o_.nodes, ": DataParallel is one process on one node: expected ",
+              name_of(c, "trainer"),
+              " ddp (DistributedDataParallel, a rank a GPU, spans nodes), got ",
+              name_of(c, "trainer"), " dp");
   const long long devices = processes ? dist::world_size() : all;
   // The micro-shards against the simulated cluster's devices (nodes x devices), here so that
   // too few is a usage error before anything starts, as it is for one node (the Trainer's own
@@ -123,6 +132,28 @@ void SimRun::validate(const train::TrainerConfig& c) const {
                                         "a100-sxm-40gb, rtx4070-laptop or a .json file, got '",
                                         p, "'"));
     }
+  // Tester 6, F12: a JSON profile without "bf16_tflops" priced a bf16 run's matrix products at
+  // the FP32 rate (the loader's fallback, TF32's then FP32's), 7x slower than an H100's, without
+  // a word. The rate the run's dtype prices its GEMMs at must be the profile's own. (f16 may take
+  // bf16_tflops: every NVIDIA tensor core runs both at one rate.)
+  if (!p.empty()) {
+    const std::vector<std::string> missing = json_profile_missing_rates(p);
+    const auto lacks = [&](const char* field) {
+      return std::find(missing.begin(), missing.end(), field) != missing.end();
+    };
+    const char* need = c.dtype == DType::bf16                         ? "bf16_tflops"
+                       : c.dtype == DType::f16 && lacks("f16_tflops") ? "bf16_tflops"
+                       : c.dtype == DType::f32 && c.allow_tf32 && lacks("tf32_tflops")
+                           ? "tf32_tflops"
+                           : nullptr;
+    const std::string by = c.dtype == DType::f32 ? c.name_of("allow_tf32")
+                                                 : c.name_of("dtype") + " " + dtype_name(c.dtype);
+    DITTO_CHECK(!need || !lacks(need), profile, " ", p, ": ", by,
+                " prices its matrix products at the tensor cores' ",
+                c.dtype == DType::f32 ? "TF32" : "BF16 / FP16", " rate: expected a \"", need,
+                c.dtype == DType::f16 ? "\" (or \"f16_tflops\")" : "\"", " field in ", p,
+                ", got none (without it the FP32 rate would be taken)");
+  }
   DITTO_CHECK(!c.dry_run || !p.empty(), c.name_of("dry_run"), ": expected ", profile,
               " (the GPU to predict for, e.g. a100-sxm-80gb), got none");
   DITTO_CHECK(!c.dry_run || ((c.backend == "sim" || c.backend == "auto") && !processes),
@@ -157,6 +188,18 @@ std::vector<std::string> SimRun::warnings(const train::TrainerConfig& c) const {
                                 " profile's GPUs have ", own, " (", interconnect_profile(own).name,
                                 "), not ", o_.interconnect,
                                 "; priced as asked, a cluster that does not exist"));
+  }
+  // A JSON profile's GPUs, with no --interconnect, are linked by the fallback PCIe Gen4 (tester 6,
+  // F12: nothing said so): priced as such, said once, when there are links to price.
+  if (o_.interconnect == "auto" && o_.profile.size() > 5 &&
+      o_.profile.compare(o_.profile.size() - 5, 5, ".json") == 0 &&
+      static_cast<long long>(c.devices) * o_.nodes > 1) {
+    const std::string ic = default_interconnect(device_profile(o_.profile).key);
+    out.push_back(detail::cat(name_of(c, "profile"), " ", o_.profile, ": no ",
+                              name_of(c, "interconnect"), ": its GPUs' links priced as ", ic, " (",
+                              interconnect_profile(ic).name, "), a JSON profile's default; ",
+                              name_of(c, "interconnect"),
+                              " nvlink, nvlink3 or pcie5 prices another"));
   }
   const bool priced = !o_.profile.empty() || !o_.trace.empty();
   if (!priced || c.devices <= kGpusPerNode) return out;

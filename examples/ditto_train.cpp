@@ -342,9 +342,7 @@ int run(Args& a) {
       std::fprintf(stderr, "ditto-train: warning: %s\n", w.c_str());
   std::fflush(stderr);
   train::FitResult r;
-  try {
-    r = trainer->fit();
-  } catch (...) {  // the failure is reported by the caller, after what was kept of the run
+  const auto note_trace = [&] {
     const sim::SimRunReport& sim = sim_run->report();
     if (sim.failed_run)
       std::fprintf(stderr,
@@ -354,6 +352,25 @@ int run(Args& a) {
     else if (!sim.failed_trace_error.empty())
       std::fprintf(stderr, "ditto-train: warning: --trace: not written for the failed run: %s\n",
                    sim.failed_trace_error.c_str());
+  };
+  // The failure is reported by the caller, after what was kept of the run.
+  try {
+    r = trainer->fit();
+  } catch (const OutOfMemory& e) {
+    note_trace();
+    // A device's capacity (sim's or CUDA's "out of memory: tried to allocate ...", not a host
+    // allocation's): say what to change (tester 6, F7: the refusal named only the bytes).
+    if (std::strstr(e.what(), ": out of memory: tried to allocate") == nullptr) throw;
+    std::string fit = "a smaller micro-batch (--batch-size, or --grad-accum-steps " +
+                      std::to_string(c.grad_accum_steps * 2) + " for the same batch)";
+    if (c.dtype == DType::f32) fit += ", --dtype bf16";
+    if (c.zero_stage == 0)
+      fit += c.trainer == train::TrainerKind::ddp ? ", --zero-stage 1"
+                                                  : ", --trainer ddp --zero-stage 1";
+    if (!c.dry_run) fit += "; --dry-run prints each device's peak without running";
+    throw OutOfMemory(detail::cat(e.what(), "; to fit: ", fit));
+  } catch (...) {
+    note_trace();
     throw;
   }
   train::stop_handlers_training_over();  // (the MLP's: it has no on_finish)
@@ -380,8 +397,14 @@ int run(Args& a) {
                 "communicator collective in this run)\n",
                 f.c_str());
   out(train::format_final(r, tokens_per_sample));
-  if (r.prediction)
-    out(train::format_prediction(*r.prediction, r.dtype, r.dry_run, tokens_per_sample));
+  if (r.prediction) {
+    // Tester 6, F9: the profile's name ("... 80GB") with another capacity read as the card's.
+    train::CostPrediction p = *r.prediction;
+    if (c.memory_capacity && !a.sim.run.profile.empty())
+      p.device_name += " with " + train::format_mib(*c.memory_capacity) + " (" +
+                       c.name_of("memory_capacity") + ")";
+    out(train::format_prediction(p, r.dtype, r.dry_run, tokens_per_sample));
+  }
   out(train::format_memory(r.memory));
   if (!sim.trace.empty())
     std::printf("trace: wrote %s (Chrome trace JSON; open in https://ui.perfetto.dev)\n",

@@ -95,7 +95,7 @@ dry_run)
   # Its epoch lines and JSON records: only the predicted epoch time and samples/s, no losses or
   # accuracy (nothing ran; they printed 0.0000 and a made-up val_acc), here and with --nodes,
   # --interconnect or --straggler.
-  for extra in "" "--nodes 2" "--interconnect pcie4" "--straggler 1:2"; do
+  for extra in "" "--nodes 2 --trainer ddp" "--interconnect pcie4" "--straggler 1:2"; do
     rm -f "$work/dm.jsonl"
     "$train" --dry-run --profile h200 --epochs 2 $extra --metrics-jsonl "$work/dm.jsonl" > "$work/mlp" ||
       fail "$extra: $(cat "$work/mlp")"
@@ -213,7 +213,7 @@ settings)
   "$train" --epochs 1 --devices 4 > /dev/null 2> "$work/err" || fail "$(cat "$work/err")"
   [ -s "$work/err" ] && fail "a warning for 4 devices: $(cat "$work/err")"
   expect_usage "--nodes: the nodes are the cost model's cluster .*expected --profile \\(or --trace\\) with it, got neither \\(without them --nodes 3 would only train on 3 x 4 = 12 devices; --devices 12 does that\\)$" --nodes 3 --epochs 1
-  "$train" --epochs 1 --nodes 3 --profile h100-sxm > /dev/null 2> "$work/err" || fail "$(cat "$work/err")"
+  "$train" --epochs 1 --nodes 3 --trainer ddp --profile h100-sxm > /dev/null 2> "$work/err" || fail "$(cat "$work/err")"
   grep -q '^ditto-train: warning: --devices x --nodes: 12 devices, not a power of two' "$work/err" || fail "$(cat "$work/err")"
   ;;
 *) fail "unknown section '$section'" ;;

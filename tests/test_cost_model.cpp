@@ -119,6 +119,18 @@ TEST(CostModelRoofline, GemmTimesMatchHandComputation) {
     EXPECT_FALSE(sim::device_profile(key).efficiency_source.empty()) << key;
 }
 
+// Tester 6, F3: the h200 profile held 141e9 bytes (the data sheet's decimal GB: 131.32 GiB) while
+// the h100-sxm held 80 GiB; a run needing 131-140 GiB an H200 was refused. Every profile is now
+// nvidia-smi's memory.total of its card, in MiB (backend_sim/profiles.cpp's sources).
+TEST(CostModelProfiles, CapacitiesAreNvidiaSmisTotals) {
+  for (const auto& [key, mib] : {std::pair<const char*, double>{"h100-sxm", 81559},
+                                 {"h200", 143771},
+                                 {"a100-sxm-80gb", 81920},
+                                 {"a100-sxm-40gb", 40960},
+                                 {"rtx4070-laptop", 8188}})
+    EXPECT_EQ(sim::device_profile(key).memory_bytes, mib * 1048576.0) << key;
+}
+
 TEST(CostModelRoofline, SimGemmAdvancesItsStreamByTheRoofline) {
   sim::SimBackend& be = fresh_sim(1);
   const std::int64_t M = 64, N = 32, K = 16;
@@ -432,7 +444,8 @@ TEST(CostModelPublished, TrainingCasesCarryTheirFiguresAndFormat) {
 TEST(CostModelProfiles, BuiltinsAndJsonProfilesAndTheirErrors) {
   EXPECT_DOUBLE_EQ(sim::device_profile("h200").memory_bandwidth, 4.8e12);
   EXPECT_DOUBLE_EQ(sim::device_profile("a100-sxm-80gb").fp32_flops, 19.5e12);
-  EXPECT_DOUBLE_EQ(sim::device_profile("rtx4070-laptop").memory_bytes, 8.0 * 1073741824.0);
+  EXPECT_DOUBLE_EQ(sim::device_profile("rtx4070-laptop").memory_bytes,
+                   8188.0 * 1048576.0);  // nvidia-smi
   EXPECT_DOUBLE_EQ(sim::interconnect_profile("nvlink").link_bandwidth, 370.8e9);
   for (const auto& p : sim::builtin_device_profiles()) EXPECT_FALSE(p.source.empty()) << p.key;
   for (const auto& p : sim::builtin_interconnects()) EXPECT_FALSE(p.source.empty()) << p.key;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -161,6 +162,7 @@ TEST(Options, MovedChecksRefuseInTheConfigsValidation) {
   // devices), so the CLI reports it as a usage error (exit status 2) before anything starts (it
   // was refused only in fit(), exit status 1).
   TrainerConfig nodes;
+  nodes.trainer = TrainerKind::ddp;  // (DataParallel is one node's: refused across nodes, below)
   nodes.micro_shards = 4;
   nodes.field_names = {{"micro_shards", "--micro-shards"}};
   sim::add_sim_run(nodes, [] {
@@ -174,10 +176,11 @@ TEST(Options, MovedChecksRefuseInTheConfigsValidation) {
           "power of two >= 8 (the devices), got 4");
   // The simulator's, in SimRun::validate: the devices are nodes x devices.
   auto sim_refused = [&](const std::function<void(sim::SimRunOptions&)>& set,
-                         const std::string& part) {
+                         const std::string& part, TrainerKind trainer = TrainerKind::ddp) {
     sim::SimRunOptions o;
     set(o);
     TrainerConfig t;
+    t.trainer = trainer;
     sim::add_sim_run(t, std::move(o));
     refused(t, part);
   };
@@ -204,10 +207,76 @@ TEST(Options, MovedChecksRefuseInTheConfigsValidation) {
               "(or --trace) with it, got neither");
   sim_refused([](sim::SimRunOptions& o) { o.nodes = 2; },
               "--nodes: the nodes are the cost model's cluster");
+  // Tester 6, F15: DataParallel (one process, one node) across nodes was priced without a word
+  // (2 x 8 H100s, 10x DDP's step), a plan that cannot be run.
+  sim_refused(
+      [](sim::SimRunOptions& o) {
+        o.profile = "h100-sxm";
+        o.nodes = 2;
+      },
+      "--nodes 2: DataParallel is one process on one node: expected --trainer ddp "
+      "(DistributedDataParallel, a rank a GPU, spans nodes), got --trainer dp",
+      TrainerKind::dp);
   TrainerConfig dry;
   dry.dry_run = true;
   sim::add_sim_run(dry, {});
   refused(dry, "--dry-run: expected --profile (the GPU to predict for, e.g. a100-sxm-80gb)");
+}
+
+// Tester 6, F12: a JSON profile without "bf16_tflops" priced a bf16 run at the FP32 rate (67
+// TFLOP/s for an H100 without its tensor-core field: 32 ms for 4.5) without a word. A run whose
+// dtype needs a rate the profile leaves out is refused, naming the field; f32 runs need only
+// fp32_tflops, f16 takes bf16_tflops, --allow-tf32 needs tf32_tflops.
+TEST(Options, JsonProfileWithoutTheRunsRateRefused) {
+  const std::string path = ::testing::TempDir() + "ditto_options_rates.json";
+  {
+    std::ofstream f(path);
+    f << R"({"key": "x", "fp32_tflops": 67, "memory_gib": 80, "memory_bandwidth_gbps": 3350})";
+  }
+  auto config = [&](DType dtype, bool tf32) {
+    TrainerConfig c;
+    c.dtype = dtype;
+    c.allow_tf32 = tf32;
+    c.determinism = Determinism::fast;
+    sim::SimRunOptions o;
+    o.profile = path;
+    sim::add_sim_run(c, std::move(o));
+    Tables names;
+    c.field_names = field_names(names.all());
+    return c;
+  };
+  test::expect_invalid(
+      [&] { Trainer(config(DType::bf16, false), digits()); },
+      "--profile " + path +
+          ": --dtype bf16 prices its matrix products at the tensor cores' BF16 / FP16 rate: "
+          "expected a \"bf16_tflops\" field in " +
+          path + ", got none (without it the FP32 rate would be taken)");
+  test::expect_invalid([&] { Trainer(config(DType::f16, false), digits()); },
+                       "expected a \"bf16_tflops\" (or \"f16_tflops\") field in");
+  test::expect_invalid(
+      [&] { Trainer(config(DType::f32, true), digits()); },
+      "--allow-tf32 prices its matrix products at the tensor cores' TF32 rate: expected a "
+      "\"tf32_tflops\" field in");
+  EXPECT_NO_THROW(Trainer(config(DType::f32, false), digits()));  // needs fp32_tflops only
+  // Its GPUs' links, with no --interconnect: the fallback PCIe Gen4, said (it was not).
+  TrainerConfig two = config(DType::f32, false);
+  two.devices = 2;
+  const std::vector<std::string> warned = sim::SimRun({.profile = path}).warnings(two);
+  ASSERT_EQ(warned.size(), 1u);
+  EXPECT_EQ(warned[0], "--profile " + path +
+                           ": no --interconnect: its GPUs' links priced as pcie4 (PCIe Gen4 x16 "
+                           "(no NVLink); InfiniBand NDR between nodes), a JSON profile's default; "
+                           "--interconnect nvlink, nvlink3 or pcie5 prices another");
+  two.devices = 1;
+  EXPECT_TRUE(sim::SimRun({.profile = path}).warnings(two).empty());
+  {
+    std::ofstream f(path);
+    f << R"({"key": "x", "fp32_tflops": 67, "bf16_tflops": 989.5, "memory_gib": 80,
+             "memory_bandwidth_gbps": 3350})";
+  }
+  EXPECT_NO_THROW(Trainer(config(DType::bf16, false), digits()));
+  EXPECT_NO_THROW(Trainer(config(DType::f16, false), digits()));  // f16 at bf16's rate
+  std::remove(path.c_str());
 }
 
 TEST(Options, StragglersParse) {

@@ -371,5 +371,42 @@ TEST_F(SimBackendTest, CopiesAcrossDevicesAndHost) {
   EXPECT_THROW_MSG(a.item(), InvalidArgument, "Tensor::item: expected a one-element f32 tensor");
 }
 
+// Tester 6, F11: a host allocation that failed said only "sim:0: host out of memory allocating N
+// bytes" (the simulator's) or "cpu: out of memory allocating N bytes" (a host tensor's), not that
+// simulated devices hold their tensors in this machine's RAM nor that --dry-run holds none.
+// Not under ASan or TSan: their allocators abort on a request this size instead of failing it.
+#if defined(__SANITIZE_THREAD__)
+#define DITTO_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define DITTO_TEST_TSAN 1
+#endif
+#endif
+TEST(SimBackendHostMemory, AFailedHostAllocationNamesTheRamAndDryRun) {
+#if DITTO_ASAN || defined(DITTO_TEST_TSAN)
+  GTEST_SKIP() << "sanitizer allocators abort on a 2^61-byte request";
+#else
+  BackendOptions o;
+  o.device_count = 2;
+  o.memory_capacity = std::size_t(1) << 62;  // the device fits it; the host cannot
+  sim::SimBackend sim(o);
+  const std::string m = expect_error<OutOfMemory>(
+      [&] { sim.allocate(1, std::size_t(1) << 61); },
+      "sim:1: host out of memory allocating 2305843009213693952 bytes (2199023255552.00 MiB): "
+      "the simulated devices' memory lives in this machine's RAM (the simulator holds ");
+  EXPECT_NE(m.find(" across its 2 devices; this machine has "), std::string::npos) << m;
+  EXPECT_NE(m.find(", less under a ulimit): --dry-run predicts a model larger than the machine "
+                   "without holding its tensors"),
+            std::string::npos)
+      << m;
+  EXPECT_EQ(sim.memory_stats(1).in_use, 0u);  // nothing charged for the failed request
+  const std::string h = expect_error<OutOfMemory>(
+      [&] { get_backend("cpu").allocate(0, std::size_t(1) << 61); },
+      "cpu: out of memory allocating 2305843009213693952 bytes (2199023255552.00 MiB): host "
+      "tensors live in this machine's RAM (");
+  EXPECT_NE(h.find("--dry-run predicts a model larger than the machine"), std::string::npos) << h;
+#endif
+}
+
 }  // namespace
 }  // namespace ditto

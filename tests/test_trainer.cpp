@@ -613,7 +613,7 @@ TEST(Trainer, CostPredictionAndMemoryWithAProfile) {
   EXPECT_GT(r.prediction->comm_share, 0);
   ASSERT_EQ(r.memory.size(), 2u);
   EXPECT_EQ(r.memory[1].device, "sim:1");
-  EXPECT_EQ(r.memory[1].stats.capacity, std::size_t(80) << 30);  // the profile's 80 GiB
+  EXPECT_EQ(r.memory[1].stats.capacity, std::size_t(81559) << 20);  // the profile's (nvidia-smi)
 }
 
 TEST(Trainer, PeerFailureCarriesTheFailedRankAndTheRootErrorIsThatRanksOwn) {
@@ -815,7 +815,7 @@ TEST(BackendExtension, TheSimulatorAnswersWithItsCostModelAndFaultsTheHostBacken
   cm->configure({"h200", "auto", 1, 2});
   EXPECT_EQ(cm->device_name(), "NVIDIA H200 SXM 141GB");
   EXPECT_EQ(cm->peak_flops(), 67e12);
-  EXPECT_EQ(cm->profile_memory_bytes("h200"), std::size_t(141e9));
+  EXPECT_EQ(cm->profile_memory_bytes("h200"), std::size_t(143771) << 20);  // nvidia-smi
   EXPECT_THROW(cm->profile_memory_bytes("h300"), InvalidArgument);
   Backend& cpu = get_backend("cpu");
   EXPECT_EQ(cpu.extension<CostModelExtension>(), nullptr);

@@ -80,7 +80,13 @@ GPTConfig gpt2_config(const std::string& model_type, const std::string& what = "
 //   bf16 (llm.c's mixed precision, issue 14's --dtype bf16): params 2 + grads in the buckets 2
 //               (fast mode: the param dtype) + f32 master 4 + moments 8 = 16;
 //   ZeRO-1 (--zero-stage 1, no DDP buckets): f32 4 + 4 + 8 / D;  bf16 2 + 2 + 12 / D
-//               (D = 8: 9 and 5.5 bytes per parameter);
+//               (D = 8: 9 and 5.5 bytes per parameter) held between steps; the peak adds the
+//               f32 gradient shard, 4 / D, which lives from the first reduce_scatter (in the
+//               backward, with overlap_comm) to the end of step() (core/optim/zero.cpp,
+//               grad_shard_; DeepSpeed's fp32 grad partition): f32 4 + 4 + 12 / D, bf16
+//               2 + 2 + 16 / D (tester 6, F4: measured 12N / D of optimizer state and 4N / D +
+//               ~170 MiB of transients for gpt2-xl bf16, D = 1..64). So on one device ZeRO-1
+//               peaks 4N above plain DDP (bf16 20 against 16 bytes): it pays from D = 2 on;
 //   activations: about 17.4 C floats per token per layer kept for backward (f32; about half in
 //               bf16); attention keeps only its softmax stats, 8 n_head bytes per token per
 //               layer, never att [B, n_head, T, T] (Note [Attention memory] in

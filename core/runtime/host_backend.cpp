@@ -1,6 +1,9 @@
 // The "cpu" backend: host memory for tensors that live on the host (data sets, batches, results
 // gathered to the host). Its stream runs work synchronously; it runs no kernels.
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -9,6 +12,22 @@
 
 namespace ditto {
 namespace {
+
+/// The refusal of a host allocation (tester 6, F11: a real simulator run of a model too big for
+/// the machine ended with "cpu: out of memory allocating 321945600 bytes", naming neither why nor
+/// what to do).
+std::string host_oom(std::size_t bytes, std::size_t held) {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const double mib = 1048576.0, ram = pages > 0 && page > 0 ? double(pages) * double(page) : 0;
+  char figures[160];
+  std::snprintf(figures, sizeof figures,
+                "(%.2f MiB): host tensors live in this machine's RAM (%.2f MiB held by them; this "
+                "machine has %.2f MiB",
+                double(bytes) / mib, double(held) / mib, ram / mib);
+  return detail::cat("cpu: out of memory allocating ", bytes, " bytes ", figures,
+                     ", less under a ulimit), as a simulator's devices' do: --dry-run predicts a "
+                     "model larger than the machine without holding its tensors");
+}
 
 class HostStream final : public Stream {
  public:
@@ -37,7 +56,7 @@ class HostBackend final : public Backend {
   void* allocate(int, std::size_t bytes) override {
     std::size_t rounded = (bytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-    if (!p) throw OutOfMemory(detail::cat("cpu: out of memory allocating ", bytes, " bytes"));
+    if (!p) throw OutOfMemory(host_oom(bytes, in_use_.load()));
     std::size_t now = in_use_.fetch_add(bytes) + bytes;
     std::size_t old = peak_.load();
     while (now > old && !peak_.compare_exchange_weak(old, now)) {

@@ -25,6 +25,12 @@ if(TARGET ditto-train AND NOT DITTO_SANITIZE)
   ditto_expect_exit(DittoTrainCli.SimPoolPastTheAddressSpaceLimitRunsOnFewerThreads RC 0
     COMMAND sh -c "ulimit -s 65536 && ulimit -v 1000000 && DITTO_SIM_THREADS=64 exec $<TARGET_FILE:ditto-train> --trainer ddp --devices 2 --epochs 1"
     REGEX "params_checksum=00558d72e5225d65.*ditto: warning: sim: the simulator's thread pool runs on [0-9]+ of its 64 threads: thread [0-9]+ could not be created: Resource temporarily unavailable")
+  # Tester 6, F11: a real run of a model larger than the machine (here 10 GB of weights under a
+  # 3 GB ulimit) failed with "cpu: out of memory allocating N bytes", naming neither why (the
+  # simulated devices' tensors are host memory) nor the way out (--dry-run holds none).
+  ditto_expect_exit(DittoTrainCli.ModelLargerThanTheHostNamesRamAndDryRun RC 1
+    COMMAND sh -c "ulimit -v 3000000 && exec $<TARGET_FILE:ditto-train> --devices 1 --hidden 50000,50000 --epochs 1"
+    REGEX "ditto-train: error: [^\n]*out of memory allocating 10000000000 bytes \\(9536.74 MiB\\)[^\n]*in this machine's RAM \\([^\n]*, less under a ulimit\\)[^\n]*: --dry-run predicts a model larger than the machine without holding its tensors\n$")
 endif()
 
 # A NaN or inf loss (here: --lr 1e30 diverges) stops the run with the step and the loss, exit 1;
@@ -55,8 +61,8 @@ if(TARGET ditto-train)
     COMMAND sh -c "exec \"$0\" --predict-table > /dev/full" $<TARGET_FILE:ditto-train>
     REGEX "^ditto-train: --predict-table: error: cannot write the table to stdout: No space left on device\n$")
   ditto_expect_exit(DittoTrainCli.ProfilePrintsPredictionAndMemory RC 0
-    COMMAND $<TARGET_FILE:ditto-train> --profile h100-sxm --devices 2 --nodes 2 --epochs 1
-    REGEX "predicted: 4 x NVIDIA H100 SXM5 80GB \\(2 nodes, nvlink\\) step_time=[0-9.]+ ms samples/s=[0-9]+ comm_share=[0-9.]+% mfu=.*memory: sim:3 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=81920.00 MiB")
+    COMMAND $<TARGET_FILE:ditto-train> --trainer ddp --profile h100-sxm --devices 2 --nodes 2 --epochs 1
+    REGEX "predicted: 4 x NVIDIA H100 SXM5 80GB \\(2 nodes, nvlink\\) step_time=[0-9.]+ ms samples/s=[0-9]+ comm_share=[0-9.]+% mfu=.*memory: sim:3 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=81559.00 MiB")
   # Usage errors naming the option, exit status 2 (issue 31; the library's own names stay for
   # library users: device_profile:, set_slowdown:, SimBackend::set_faults:, optim::SGD:).
   ditto_expect_exit(DittoTrainCli.UnknownProfile RC 2
@@ -71,10 +77,19 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.StragglerFactorOutOfRange RC 2
     COMMAND $<TARGET_FILE:ditto-train> --profile h100-sxm --straggler 0:-2 --epochs 0
     REGEX "^ditto-train: error: --straggler 0:-2: expected a factor in 0.001..1000, got -2")
+  # Tester 6, F9: below 1 GiB the GPT's peak line printed "0.07 GiB of 0.07 GiB" (hiding a 0.33
+  # MiB margin), and the predicted: line named the profile's "80GB" for a capacity of 67 MiB.
+  ditto_expect_exit(DittoTrainCli.SmallCapacityInMiBAndNamedOverridden RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --n-layer 2 --n-head 4 --n-embd 256 --block-size 128 --batch-size 16 --devices 2 --trainer ddp --profile h100-sxm --sim-memory-gib 0.5 --dry-run
+    REGEX "predicted: 2 x NVIDIA H100 SXM5 80GB with 512.00 MiB \\(--sim-memory-gib\\) \\(1 node, nvlink\\) step_time=.*predicted GPT: peak memory [0-9]+[.][0-9][0-9] MiB of 512.00 MiB on the fullest device")
+  # Tester 6, F15: DataParallel (one process) across nodes was priced without a word.
+  ditto_expect_exit(DittoTrainCli.DataParallelAcrossNodesRefused RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2 --dry-run --profile h100-sxm --devices 8 --nodes 2 --trainer dp --batch-size 16 --dtype bf16
+    REGEX "^ditto-train: error: --nodes 2: DataParallel is one process on one node: expected --trainer ddp \\(DistributedDataParallel, a rank a GPU, spans nodes\\), got --trainer dp\n$")
   # A simulated cluster's devices are nodes x devices: too few micro-shards for them is a usage
   # error like the others (it was refused in fit() with exit status 1).
   ditto_expect_exit(DittoTrainCli.NodesNeedMicroShardsForEveryDevice RC 2
-    COMMAND $<TARGET_FILE:ditto-train> --nodes 2 --devices 8 --profile h200 --dry-run --determinism bitwise --micro-shards 8 --epochs 1
+    COMMAND $<TARGET_FILE:ditto-train> --trainer ddp --nodes 2 --devices 8 --profile h200 --dry-run --determinism bitwise --micro-shards 8 --epochs 1
     REGEX "^ditto-train: error: --micro-shards: bitwise mode gives every device at least one micro-shard: expected a power of two >= 16 \\(the devices\\), got 8\n")
   # The simulator's options with another backend named are a usage error before any backend
   # starts (exit status 1 before: without a GPU the CUDA backend's "no CUDA device" came first;
@@ -111,9 +126,11 @@ if(TARGET ditto-train)
       COMMAND $<TARGET_FILE:ditto-train> ${flag} ${value} --epochs 1
       REGEX "^ditto-train: error: ${message}\n")
   endforeach()
+  # Tester 6, F7: the refusal named only the bytes, nothing of what to change. (The laptop's
+  # capacity is nvidia-smi's 8188 MiB, F3.)
   ditto_expect_exit(DittoTrainCli.ModelLargerThanLaptopProfile RC 1
     COMMAND $<TARGET_FILE:ditto-train> --profile rtx4070-laptop --devices 1 --hidden 50000,50000 --epochs 1
-    REGEX "ditto-train: error: sim:0: out of memory: tried to allocate 10000000000 bytes \\(9536.74 MiB\\); [0-9]+ bytes \\([0-9.]+ MiB\\) in use of capacity 8589934592 bytes \\(8192.00 MiB\\)")
+    REGEX "ditto-train: error: sim:0: out of memory: tried to allocate 10000000000 bytes \\(9536.74 MiB\\); [0-9]+ bytes \\([0-9.]+ MiB\\) in use of capacity 8585740288 bytes \\(8188.00 MiB\\) \\(peak [^)]*\\)\\); to fit: a smaller micro-batch \\(--batch-size, or --grad-accum-steps 2 for the same batch\\), --dtype bf16, --trainer ddp --zero-stage 1; --dry-run prints each device's peak without running\n$")
 endif()
 
 # --grad-accum-steps (Note [Gradient accumulation], core/train/grad_accumulation.h): in bitwise
@@ -156,7 +173,7 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.DryRunGpt2XlOutOfMemoryOn40GB RC 1
     COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2-xl --dry-run --profile a100-sxm-40gb
             --devices 8 --trainer ddp --batch-size 32
-    REGEX "ditto-train: error: sim:[0-7]: out of memory: tried to allocate [0-9]+ bytes \\([0-9.]+ MiB\\); [0-9]+ bytes \\([0-9.]+ MiB\\) in use of capacity 42949672960 bytes \\(40960.00 MiB\\)")
+    REGEX "ditto-train: error: sim:[0-7]: out of memory: tried to allocate [0-9]+ bytes \\([0-9.]+ MiB\\); [0-9]+ bytes \\([0-9.]+ MiB\\) in use of capacity 42949672960 bytes \\(40960.00 MiB\\) \\(peak [^)]*\\)\\); to fit: a smaller micro-batch \\(--batch-size, or --grad-accum-steps 2 for the same batch\\), --dtype bf16, --zero-stage 1\n$")
   ditto_expect_exit(DittoTrainCli.DryRunGpt2XlFitsOn40GBWithZero1 RC 0
     COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2-xl --dry-run --profile a100-sxm-40gb
             --devices 8 --trainer ddp --batch-size 32 --zero-stage 1
@@ -211,8 +228,8 @@ if(TARGET ditto-train)
   # the options.
   ditto_expect_exit(DittoTrainCli.DryRunOf1024Devices RC 0
     COMMAND $<TARGET_FILE:ditto-train> --dry-run --profile h100-sxm --nodes 128 --devices 8
-            --micro-shards 1024 --batch-size 1024 --epochs 1
-    REGEX "predicted: 1024 x NVIDIA H100 SXM5 80GB \\(128 nodes, nvlink\\) step_time=[0-9.]+ ms.*memory: sim:1023 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=81920.00 MiB")
+            --trainer ddp --micro-shards 1024 --batch-size 1024 --epochs 1
+    REGEX "predicted: 1024 x NVIDIA H100 SXM5 80GB \\(128 nodes, nvlink\\) step_time=[0-9.]+ ms.*memory: sim:1023 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=81559.00 MiB")
   ditto_expect_exit(DittoTrainCli.DryRunOneDeviceOf60000GiB RC 0
     COMMAND $<TARGET_FILE:ditto-train> --dry-run --profile h100-sxm --sim-memory-gib 60000
             --devices 1 --epochs 1
