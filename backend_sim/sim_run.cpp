@@ -218,7 +218,8 @@ std::vector<std::string> SimRun::warnings(const train::TrainerConfig& c) const {
       "node", o_.nodes == 1 ? "" : "s", " of ", c.devices,
       " (its collectives at one node's link bandwidth, none across a network); a node holds ",
       kGpusPerNode, " GPUs (an HGX board): for ", all, " GPUs in nodes of at most ", kGpusPerNode,
-      " (InfiniBand between them) use ", nodes_flag, " ", nodes, " ", devices, " ", all / nodes));
+      " (InfiniBand between them) use ", nodes_flag, " ", nodes, " ", devices, " ", all / nodes,
+      c.trainer == train::TrainerKind::dp ? " --trainer ddp (DataParallel is one node's)" : ""));
   return out;
 }
 

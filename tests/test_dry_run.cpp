@@ -416,7 +416,13 @@ TEST(SimRunWarnings, MoreGpusOnANodeThanANodeHoldsNamesTheNodesFlags) {
             "--devices 64: 64 GPUs on one node, priced as one nvlink node of 64 (its collectives "
             "at one node's link bandwidth, none across a network); a node holds 8 GPUs (an HGX "
             "board): for 64 GPUs in nodes of at most 8 (InfiniBand between them) use --nodes 8 "
-            "--devices 8");
+            "--devices 8 --trainer ddp (DataParallel is one node's)");
+  // ddp spans nodes: no --trainer in the advice (it was given for dp, which --nodes refuses).
+  c.trainer = train::TrainerKind::ddp;
+  ASSERT_EQ(one.warnings(c).size(), 1u);
+  EXPECT_EQ(one.warnings(c)[0].substr(one.warnings(c)[0].size() - 25), "use --nodes 8 --devices 8")
+      << one.warnings(c)[0];
+  c.trainer = train::TrainerKind::dp;
   // Two nodes of 12 A100s: 24 GPUs, 3 nodes of 8.
   c.devices = 12;
   const sim::SimRun two({.profile = "a100-sxm-80gb", .nodes = 2});

@@ -563,7 +563,8 @@ TEST_F(NNTest, LossOverNoSamplesIsNanAsTorchsAndZeroAsAShareOfAGlobalBatch) {
 
 // Note [Evaluation in pieces]: a loss's row terms computed in pieces and put end to end give,
 // through mean_of_row_terms, the bits of forward over the whole batch ([B, T, C] cross-entropy
-// and [N, F] MSE, both modes, 64 samples over the 16 micro-shards), and a user's loss has none.
+// and [N, F] MSE, both modes, 64 samples over the 16 micro-shards), and a user's loss has none,
+// nor a subclass of a built-in one.
 TEST_F(NNTest, RowTermsInPiecesGiveTheBitsOfTheWholeBatchsMean) {
   const std::int64_t B = 64, T = 3, C = 5, F = 4;
   Tensor logits = Tensor::from_vector(values(B * T * C, 31), {B, T, C}, dev());
@@ -602,7 +603,7 @@ TEST_F(NNTest, RowTermsInPiecesGiveTheBitsOfTheWholeBatchsMean) {
               test::bits(mse.forward(x, y).item()));
     // Forward's checks, under row_terms' name; a layout that does not divide the rows.
     test::expect_invalid([&] { ce.row_terms(logits, targets.narrow(0, 2), how); },
-                         "CrossEntropyLoss.forward: target: expected [64, 3] i64");
+                         "CrossEntropyLoss.row_terms: target: expected [64, 3] i64");
     test::expect_invalid([&] { mse.row_terms(x, y.narrow(0, 2), how); },
                          "MSELoss.row_terms: target: expected [64, 4]");
     test::expect_invalid(
@@ -619,6 +620,15 @@ TEST_F(NNTest, RowTermsInPiecesGiveTheBitsOfTheWholeBatchsMean) {
   nn::RowTerms how;
   EXPECT_FALSE(plain.has_row_terms());
   EXPECT_FALSE(plain.row_terms(x, y, how).defined());
+  // A subclass may compute another loss in its forward (label smoothing): no row terms of its
+  // base's unless it says so (the review's finding: it inherited CrossEntropyLoss's).
+  struct Smoothed : nn::CrossEntropyLoss {
+    Tensor forward(const Tensor& in, const Tensor& t) override {
+      return nn::CrossEntropyLoss::forward(in, t);
+    }
+  } smoothed;
+  EXPECT_FALSE(smoothed.has_row_terms());
+  EXPECT_TRUE(nn::MSELoss().has_row_terms());
 }
 
 // ---- WithLoss --------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 #include "core/nn/loss.h"
 
 #include <limits>
+#include <typeinfo>
 #include <utility>
 
 #include "core/nn/module.h"
@@ -133,6 +134,8 @@ Tensor MSELoss::forward(const Tensor& input, const Tensor& target) {
   return save_and_mean(per_sample, x, t, mean_rows(x.size(0), "MSELoss.forward") * per_row);
 }
 
+bool MSELoss::has_row_terms() const { return typeid(*this) == typeid(MSELoss); }
+
 Tensor MSELoss::row_terms(const Tensor& input, const Tensor& target, RowTerms& how) const {
   const auto [x, t] = mse_args(input, target, "MSELoss.row_terms");
   how = RowTerms{1, x.dim() == 1 ? 1 : x.size(1)};
@@ -147,27 +150,29 @@ Tensor MSELoss::backward(const Tensor& grad_loss) {
 namespace {
 
 /// CrossEntropyLoss.forward's checks of logits [N, C] or [B, T, C] and targets [N] or [B, T].
-void check_cross_entropy_loss_args(const Tensor& input, const Tensor& target) {
+void check_cross_entropy_loss_args(const Tensor& input, const Tensor& target,
+                                   const char* call = "CrossEntropyLoss.forward") {
   DITTO_CHECK(
       input.defined() && (input.dim() == 2 || input.dim() == 3) && is_float_storage(input.dtype()),
-      "CrossEntropyLoss.forward: input: expected logits [N, C] f32 (or bf16 / f16), got ",
-      describe(input), " (or [B, T, C] logits with [B, T] targets)");
+      call, ": input: expected logits [N, C] f32 (or bf16 / f16), got ", describe(input),
+      " (or [B, T, C] logits with [B, T] targets)");
   Shape want(input.shape().begin(), input.shape().end() - 1);
   DITTO_CHECK(target.defined() && target.shape() == want && target.dtype() == DType::i64 &&
                   target.device() == input.device(),
-              "CrossEntropyLoss.forward: target: expected ", shape_str(want), " i64 on ",
-              input.device().str(), " (class indices, one per row of input), got ",
-              describe(target));
-  DITTO_CHECK(input.size(-1) >= 1,
-              "CrossEntropyLoss.forward: input: expected at least 1 class, "
+              call, ": target: expected ", shape_str(want), " i64 on ", input.device().str(),
+              " (class indices, one per row of input), got ", describe(target));
+  DITTO_CHECK(input.size(-1) >= 1, call,
+              ": input: expected at least 1 class, "
               "got ",
               input.str());
 }
 
 }  // namespace
 
+bool CrossEntropyLoss::has_row_terms() const { return typeid(*this) == typeid(CrossEntropyLoss); }
+
 Tensor CrossEntropyLoss::row_terms(const Tensor& input, const Tensor& target, RowTerms& how) const {
-  check_cross_entropy_loss_args(input, target);
+  check_cross_entropy_loss_args(input, target, "CrossEntropyLoss.row_terms");
   const Tensor x = input.dim() == 3 ? input.view({-1, input.size(2)}) : input;
   const Tensor t = target.dim() == 2 ? target.view({-1}) : target;
   how = RowTerms{input.dim() == 3 ? input.size(1) : 1, 1};

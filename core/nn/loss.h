@@ -54,7 +54,9 @@ class Loss {
   /// has no such form (the default: a user's Loss), whose callers then evaluate whole. Saves
   /// nothing for a backward. Errors: forward's checks of input and target.
   virtual Tensor row_terms(const Tensor& input, const Tensor& target, RowTerms& how) const;
-  /// Whether row_terms gives the terms (MSELoss, CrossEntropyLoss), known before any input.
+  /// Whether row_terms gives the terms, known before any input: MSELoss and CrossEntropyLoss
+  /// themselves; false for a subclass of theirs (its forward may compute another loss, as a
+  /// label-smoothed one would) unless it overrides both functions, and for other losses.
   virtual bool has_row_terms() const { return false; }
   /// The mean forward(...) returns over the whole batch whose row_terms these are, in
   /// determinism() mode: the same bits (bitwise mode: the canonical micro-shard tree over its
@@ -109,7 +111,7 @@ class MSELoss : public LossOf<MSELoss> {
  public:
   Tensor forward(const Tensor& input, const Tensor& target) override;
   Tensor row_terms(const Tensor& input, const Tensor& target, RowTerms& how) const override;
-  bool has_row_terms() const override { return true; }
+  bool has_row_terms() const override;
   Tensor backward(const Tensor& grad_loss) override;
   using Loss::backward;
 };
@@ -124,7 +126,7 @@ class CrossEntropyLoss : public LossOf<CrossEntropyLoss> {
  public:
   Tensor forward(const Tensor& input, const Tensor& target) override;
   Tensor row_terms(const Tensor& input, const Tensor& target, RowTerms& how) const override;
-  bool has_row_terms() const override { return true; }
+  bool has_row_terms() const override;
   Tensor backward(const Tensor& grad_loss) override;
   using Loss::backward;
 

@@ -286,10 +286,18 @@ void DistributedDataParallel::build_buckets() {
 
 std::pair<std::int64_t, std::int64_t> DistributedDataParallel::local_rows(
     std::int64_t global_batch) const {
+  return rows_of_rank(global_batch, comm_.rank());
+}
+
+std::pair<std::int64_t, std::int64_t> DistributedDataParallel::rows_of_rank(
+    std::int64_t global_batch, int rank) const {
   DITTO_CHECK(global_batch >= 0,
               "DistributedDataParallel.local_rows: global_batch: expected >= 0, got ",
               global_batch);
-  const std::int64_t k = options_.micro_shards, d = comm_.size(), r = comm_.rank();
+  DITTO_CHECK(rank >= 0 && rank < comm_.size(),
+              "DistributedDataParallel.rows_of_rank: rank: expected 0 <= rank < ", comm_.size(),
+              ", got ", rank);
+  const std::int64_t k = options_.micro_shards, d = comm_.size(), r = rank;
   // Fast mode: DataParallel's fast split (torch.chunk), 8 rows each for 24 over 3 ranks.
   if (mode_ != Determinism::bitwise) return comm::chunk_range(global_batch, d, r);
   // Bitwise: row floor(i * B / K) starts micro-shard i (micro_shard_bounds); this rank holds

@@ -115,6 +115,8 @@ class DistributedDataParallel {
   /// ceil(B / D) rows, 8 each for 24 rows over 3 ranks; K plays no part). Possibly empty for a
   /// small batch. Throws InvalidArgument for global_batch < 0.
   std::pair<std::int64_t, std::int64_t> local_rows(std::int64_t global_batch) const;
+  /// local_rows(global_batch) of rank `rank` (0 <= rank < size()): the rows another rank takes.
+  std::pair<std::int64_t, std::int64_t> rows_of_rank(std::int64_t global_batch, int rank) const;
 
   /// Forward of this rank's replica on its own inputs (any device; moved to comm.device()).
   Tensor forward(const Tensor& input);

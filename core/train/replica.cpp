@@ -320,16 +320,22 @@ bool Replica::optimizer_reduces_gradients() const {
 // times the rows of a training micro-step (W ranks, K micro-steps), which ran out of memory at
 // step 0 for setups whose training fits (tester6's F1: README's llm.c command on 8 x 80 GB with
 // --eval-iters 1), while the other ranks waited at their next collective. Now every rank
-// evaluates: each forwards its own rows of the eval batch in the pieces its training micro-steps
-// take (local_rows, micro_batch), no larger than a training step's, and takes the loss's row terms
-// (Loss::row_terms: a token's cross-entropy, a sample's squared error), which do not depend on the
-// other rows. Each rank writes its terms at their rows of a zeroed vector of the whole batch's
-// terms; one all_reduce (sum) puts every term in place on every rank (x + 0 = x: exact in any
-// order), and mean_of_row_terms takes forward's mean over the whole batch: the bits of the one
-// forward over the global batch that rank 0 made before (bitwise mode: a row's result does not
-// depend on the rows beside it, Note [Micro-shards]). The vector is batch x T floats (2 MB for
-// llm.c's 512 x 1024). A user's loss without row terms (Loss::has_row_terms) is evaluated as
-// before, by rank 0 over the whole batch.
+// evaluates: each forwards its own rows of the eval batch (the rows DDP gives it in training,
+// DistributedDataParallel::rows_of_rank) in K pieces, no larger than a training micro-step's, and
+// takes the loss's row terms (Loss::row_terms: a token's cross-entropy, a sample's squared
+// error), which do not depend on the other rows. Each rank writes its terms at their rows of a
+// zeroed vector of the whole batch's terms; one all_reduce (sum) puts every term in place on every
+// rank (x + 0 = x: exact in any order), and mean_of_row_terms takes forward's mean over the whole
+// batch: the bits of the one forward over the global batch that rank 0 made before (bitwise mode:
+// a row's result does not depend on the rows beside it, Note [Micro-shards]). The vector is batch
+// x T floats (2 MB for llm.c's 512 x 1024). Every rank decides per batch, from the batch's rows
+// alone (the same on every rank): a batch where some rank has no rows (a short last batch of a
+// loader source, a batch smaller than the ranks), and any batch of a loss without row terms
+// (Loss::has_row_terms: a user's loss), is evaluated as before, by rank 0 over the whole batch,
+// the other ranks going on to the next batch. Two consequences for a library user: under ddp
+// DataSource::eval_batch is called from every rank's thread at once (as step_batch is), and
+// Replica::eval_loss is a collective there, so rank 0 alone (TrainerCallbacks::on_finish) must
+// not call it: it would wait for the others until the communicator's timeout.
 bool Replica::evaluates_in_pieces() const {
   return ddp_ != nullptr && eval_criterion_ != nullptr && eval_criterion_->has_row_terms();
 }
@@ -342,21 +348,24 @@ double Replica::eval_loss(DataSource& data, EvalSplit split, std::int64_t iters,
     ~EvalMode() { m.set_training(true); }
   } mode(*model_);
   nn::Loss& criterion = dp_ ? *criterion_ : *eval_criterion_;
-  // Every rank has rows of the batch, so each learns the terms' layout from its own forward; a
-  // batch smaller than that (a rank of no rows) is evaluated whole, by rank 0.
-  bool pieces = evaluates_in_pieces();
-  for (int r = 0; pieces && r < comm_->size(); ++r)
-    pieces =
-        micro_batch(batch_size, config_.micro_shards, comm_->size(), r, 1, 0, config_.determinism)
-            .rows() > 0;
-  if (!pieces && !lead()) return 0.0;  // the trainer reports rank 0's
+  const bool may_split = evaluates_in_pieces();
+  if (!may_split && !lead()) return 0.0;  // the trainer reports rank 0's
   double sum = 0;
   for (std::int64_t k = 0; k < iters; ++k) {
     data::Batch b = data.eval_batch(split, k, batch_size);
+    // Split only where every rank has rows of this batch (each then learns the terms' layout
+    // from its own forward); decided from the batch's rows, the same on every rank.
+    const std::int64_t n = b.x.size(0);
+    bool pieces = may_split;
+    for (int r = 0; pieces && r < comm_->size(); ++r) {
+      const auto [lo, hi] = ddp_->rows_of_rank(n, r);
+      pieces = hi > lo;
+    }
     if (pieces) {
       sum += static_cast<double>(eval_loss_in_pieces(b).item());
       continue;
     }
+    if (!lead()) continue;  // rank 0 evaluates this batch whole
     Tensor out = dp_ ? dp_->forward(b.x) : model_->forward(b.x.to(devices_[0]));
     Tensor y = target(b.y, out.size(out.dim() - 1), out.device());
     sum += static_cast<double>(criterion.forward(out, y).item());
@@ -365,22 +374,16 @@ double Replica::eval_loss(DataSource& data, EvalSplit split, std::int64_t iters,
 }
 
 Tensor Replica::eval_loss_in_pieces(const data::Batch& b) {
-  const std::int64_t n = b.x.size(0), steps = config_.grad_accum_steps;
-  const int world = comm_->size(), rank = comm_->rank();
-  std::vector<std::pair<std::int64_t, std::int64_t>> parts;  // [first, end) rows, as training's
-  if (steps > 1) {
-    for (std::int64_t j = 0; j < steps; ++j) {
-      const MicroBatch m =
-          micro_batch(n, config_.micro_shards, world, rank, steps, j, config_.determinism);
-      parts.emplace_back(m.first_row, m.end_row);
-    }
-  } else {
-    parts.push_back(ddp_->local_rows(n));
-  }
+  const std::int64_t n = b.x.size(0);
+  const auto [first, end] = ddp_->local_rows(n);  // not empty: eval_loss checked
+  // K pieces of about rows / K, as the training micro-steps cut this rank's rows (the cut does
+  // not change a row's term).
+  const std::int64_t steps = std::max<std::int64_t>(config_.grad_accum_steps, 1);
+  const std::int64_t piece = (end - first + steps - 1) / steps;
   nn::RowTerms how;
   Tensor all;  // the whole batch's terms, this rank's in place, zeros elsewhere
-  for (const auto& [lo, hi] : parts) {
-    if (hi <= lo) continue;  // an empty micro-step of a rank with rows: its terms are elsewhere
+  for (std::int64_t lo = first; lo < end; lo += piece) {
+    const std::int64_t hi = std::min(end, lo + piece);
     Tensor out = model_->forward(b.x.narrow(lo, hi - lo).to(devices_[0]));
     Tensor y = target(b.y.narrow(lo, hi - lo), out.size(out.dim() - 1), out.device());
     Tensor terms = eval_criterion_->row_terms(out, y, how);

@@ -294,7 +294,7 @@ endif()
 if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.MoreGpusOnANodeThanANodeHoldsWarns RC 0
     COMMAND $<TARGET_FILE:ditto-train> --devices 16 --profile h100-sxm --dry-run --epochs 1
-    REGEX "predicted: 16 x NVIDIA H100 SXM5 80GB \\(1 node, nvlink\\).*ditto-train: warning: --devices 16: 16 GPUs on one node, priced as one nvlink node of 16 \\(its collectives at one node's link bandwidth, none across a network\\); a node holds 8 GPUs \\(an HGX board\\): for 16 GPUs in nodes of at most 8 \\(InfiniBand between them\\) use --nodes 2 --devices 8\n")
+    REGEX "predicted: 16 x NVIDIA H100 SXM5 80GB \\(1 node, nvlink\\).*ditto-train: warning: --devices 16: 16 GPUs on one node, priced as one nvlink node of 16 \\(its collectives at one node's link bandwidth, none across a network\\); a node holds 8 GPUs \\(an HGX board\\): for 16 GPUs in nodes of at most 8 \\(InfiniBand between them\\) use --nodes 2 --devices 8 --trainer ddp \\(DataParallel is one node's\\)\n")
 endif()
 
 # A real run's prediction says it priced the simulator's own kernels and points to --dry-run
