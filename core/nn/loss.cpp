@@ -167,20 +167,32 @@ void check_cross_entropy_loss_args(const Tensor& input, const Tensor& target,
               input.str());
 }
 
+/// Checked logits and targets as rows: [B, T, C] / [B, T] flattened to [B * T, C] / [B * T]
+/// (nanoGPT's F.cross_entropy(logits.view(-1, C), targets.view(-1))); [N, C] / [N] as they are.
+std::pair<Tensor, Tensor> cross_entropy_rows(const Tensor& input, const Tensor& target) {
+  return {input.dim() == 3 ? input.view({-1, input.size(2)}) : input,
+          target.dim() == 2 ? target.view({-1}) : target};
+}
+
+/// ops::cross_entropy of rows x, t (cross_entropy_rows), its errors under `call`'s name.
+Tensor cross_entropy_terms(const Tensor& x, const Tensor& t, const char* call) {
+  try {
+    return ops::cross_entropy(x, t);  // checks targets in [0, C) on the host
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string(call) + ": " + e.what());
+  }
+}
+
 }  // namespace
 
 bool CrossEntropyLoss::has_row_terms() const { return typeid(*this) == typeid(CrossEntropyLoss); }
 
 Tensor CrossEntropyLoss::row_terms(const Tensor& input, const Tensor& target, RowTerms& how) const {
-  check_cross_entropy_loss_args(input, target, "CrossEntropyLoss.row_terms");
-  const Tensor x = input.dim() == 3 ? input.view({-1, input.size(2)}) : input;
-  const Tensor t = target.dim() == 2 ? target.view({-1}) : target;
+  constexpr const char* call = "CrossEntropyLoss.row_terms";
+  check_cross_entropy_loss_args(input, target, call);
+  const auto [x, t] = cross_entropy_rows(input, target);
   how = RowTerms{input.dim() == 3 ? input.size(1) : 1, 1};
-  try {
-    return ops::cross_entropy(x, t);  // checks targets in [0, C) on the host
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(std::string("CrossEntropyLoss.row_terms: ") + e.what());
-  }
+  return cross_entropy_terms(x, t, call);
 }
 
 Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
@@ -190,14 +202,8 @@ Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
   // flattened logits); the samples are the B sequences.
   input_shape_ = input.shape();
   const std::int64_t tokens = input.dim() == 3 ? input.size(1) : 1;
-  const Tensor x = input.dim() == 3 ? input.view({-1, input.size(2)}) : input;
-  const Tensor t = target.dim() == 2 ? target.view({-1}) : target;
-  Tensor per_sample;
-  try {
-    per_sample = ops::cross_entropy(x, t);  // checks targets in [0, C) on the host
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(std::string("CrossEntropyLoss.forward: ") + e.what());
-  }
+  const auto [x, t] = cross_entropy_rows(input, target);
+  const Tensor per_sample = cross_entropy_terms(x, t, "CrossEntropyLoss.forward");
   return save_and_mean(per_sample, x, t,
                        mean_rows(input.size(0), "CrossEntropyLoss.forward") * tokens, tokens);
 }
@@ -215,8 +221,7 @@ Tensor CrossEntropyLoss::forward_backward(const Tensor& input, const Tensor& tar
   constexpr const char* call = "CrossEntropyLoss.forward_backward";
   input_shape_ = input.shape();
   const std::int64_t tokens = input.dim() == 3 ? input.size(1) : 1;
-  const Tensor x = input.dim() == 3 ? input.view({-1, input.size(2)}) : input;
-  const Tensor t = target.dim() == 2 ? target.view({-1}) : target;
+  const auto [x, t] = cross_entropy_rows(input, target);
   const std::int64_t denominator = mean_rows(input.size(0), call) * tokens;
   const float scale = denominator > 0 ? 1.0f / static_cast<float>(denominator) : 0.0f;
   const Tensor g = grad_or_one(grad_loss, x.device(), call);

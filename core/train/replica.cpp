@@ -387,10 +387,10 @@ Tensor Replica::eval_loss_in_pieces(const data::Batch& b) {
     Tensor out = model_->forward(b.x.narrow(lo, hi - lo).to(devices_[0]));
     Tensor y = target(b.y.narrow(lo, hi - lo), out.size(out.dim() - 1), out.device());
     Tensor terms = eval_criterion_->row_terms(out, y, how);
-    DITTO_CHECK(terms.defined() && terms.dim() == 1 && terms.size(0) % (hi - lo) == 0,
+    const std::int64_t per = how.rows_per_sample;  // rows of terms a sample
+    DITTO_CHECK(terms.defined() && terms.dim() == 1 && terms.size(0) == (hi - lo) * per,
                 "Replica::eval_loss: the loss's row_terms: expected [rows] terms, got ",
                 terms.defined() ? terms.str() : std::string("an undefined tensor"));
-    const std::int64_t per = terms.size(0) / (hi - lo);  // rows of terms a sample
     if (!all.defined()) all = Tensor::zeros({n * per}, terms.dtype(), devices_[0]);
     Tensor dst = all.narrow(lo * per, (hi - lo) * per);
     dst.copy_(terms);
