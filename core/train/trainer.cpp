@@ -765,20 +765,20 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   double lr =
       c.lr_schedule ? c.lr_schedule(std::max<std::int64_t>(ts.step - 1, 0)) : rep.optimizer().lr();
   for (;;) {
-    // Under ddp every rank evaluates its rows where the loss allows (Note [Evaluation in
-    // pieces], replica.cpp); rank 0 reports.
+    // Every rank calls eval_loss: under ddp each evaluates its rows where the loss allows (Note
+    // [Evaluation in pieces], replica.cpp), else it returns at once; rank 0 reports.
     const bool evaluate = eval_due(ts.step) || (c.eval_only && c.eval_iters > 0);
-    if (evaluate && !rep.lead() && rep.evaluates_in_pieces()) {
-      rep.eval_loss(*data_, EvalSplit::train, c.eval_iters, c.batch_size);
-      rep.eval_loss(*data_, EvalSplit::val, c.eval_iters, c.batch_size);
-    }
+    const double train_loss =
+        evaluate ? rep.eval_loss(*data_, EvalSplit::train, c.eval_iters, c.batch_size) : 0.0;
+    const double val_loss =
+        evaluate ? rep.eval_loss(*data_, EvalSplit::val, c.eval_iters, c.batch_size) : 0.0;
     if (rep.lead() && evaluate) {
       EvalMetrics m;
       m.step = ts.step;
       m.max_iters = c.max_iters;
       m.dry_run = c.dry_run;  // nothing ran: no losses or wall-clock speed to report
-      m.train_loss = rep.eval_loss(*data_, EvalSplit::train, c.eval_iters, c.batch_size);
-      m.val_loss = rep.eval_loss(*data_, EvalSplit::val, c.eval_iters, c.batch_size);
+      m.train_loss = train_loss;
+      m.val_loss = val_loss;
       m.lr = lr;
       m.tokens = interval_tokens;
       m.interval_time_s = interval_s;
