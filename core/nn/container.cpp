@@ -1,6 +1,8 @@
 // nn::Container: the children it owns, settings passed on to them, clone child by child.
 #include "core/nn/container.h"
 
+#include "core/nn/checked_clone.h"
+
 namespace ditto::nn {
 
 void Container::set_determinism(Determinism d) {
@@ -67,7 +69,11 @@ Tensor Container::backward_chain(const Tensor& grad_output) {
 
 std::unique_ptr<Module> Container::clone() const {
   std::unique_ptr<Container> m = empty_clone();
-  for (const Child& c : children_) m->add_module(c.name, c.module->clone());
+  if (!m || typeid(*m) != typeid(*this))
+    detail::throw_sliced_clone("Container::clone", "empty_clone", typeid(*this),
+                               m ? &typeid(*m) : nullptr);
+  for (const Child& c : children_)
+    m->add_module(c.name, checked_clone(*c.module, "Container::clone: a child"));
   copy_settings(*this, *m);
   return m;
 }

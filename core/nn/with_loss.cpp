@@ -1,6 +1,8 @@
 // nn::WithLoss: forward runs model then loss; backward runs loss then model.
 #include "core/nn/with_loss.h"
 
+#include "core/nn/checked_clone.h"
+
 namespace ditto::nn {
 
 WithLoss::WithLoss(std::unique_ptr<Module> model, std::unique_ptr<Loss> loss)
@@ -31,7 +33,8 @@ Tensor WithLoss::backward(const Tensor& grad_output) {
 }
 
 std::unique_ptr<Module> WithLoss::clone() const {
-  auto m = std::make_unique<WithLoss>(child<Module>(0).clone(), loss_->clone());
+  auto m = std::make_unique<WithLoss>(checked_clone(child<Module>(0), "WithLoss::clone: model"),
+                                      checked_clone(*loss_, "WithLoss::clone: loss"));
   copy_settings(*this, *m);
   return m;
 }

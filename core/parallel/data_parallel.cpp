@@ -5,6 +5,7 @@
 
 #include "core/base/error.h"
 #include "core/comm/comm.h"
+#include "core/nn/checked_clone.h"
 #include "core/numerics/micro_shards.h"
 #include "core/parallel/parallel_apply.h"
 #include "core/runtime/backend.h"
@@ -182,7 +183,7 @@ void DataParallel::replicate(int n) {
   }
   for (int i = 0; i < n; ++i) {
     auto& r = replicas_[static_cast<std::size_t>(i)];
-    if (!r) r = module_.clone();
+    if (!r) r = nn::checked_clone(module_, "DataParallel: the module's replica");
     r->set_input_requires_grad(module_.input_requires_grad());
     r->set_determinism(options_.determinism);
     r->set_training(module_.training());  // module.train() / eval() since the last forward
@@ -414,6 +415,19 @@ Tensor DataParallel::backward(const Tensor& grad_output) {
     }
   }
   if (!module_.input_requires_grad()) return Tensor();
+  // A module whose backward returns no input gradient (a first layer of the user's) gives none
+  // on any device count, as on one device (tester7's F6: comm::gather refused the undefined
+  // tensors with a message about its own argument); some replicas with and some without is the
+  // module's error.
+  std::string with, without;
+  for (int i = 0; i < n; ++i)
+    (grad_inputs[static_cast<std::size_t>(i)].defined() ? with : without) += detail::cat(" ", i);
+  if (with.empty()) return Tensor();
+  DITTO_CHECK(without.empty(),
+              "DataParallel.backward: the replicas' backward returned an input "
+              "gradient on replicas",
+              with, " and none on replicas", without,
+              ": expected one on every replica (or none on any)");
   return comm::gather(grad_inputs, options_.dim, last_input_devices_[0]);
 }
 

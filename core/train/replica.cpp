@@ -2,11 +2,15 @@
 // and params_checksum.
 #include "core/train/replica.h"
 
+#include <zlib.h>
+
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "core/base/error.h"
 #include "core/data/data_loader.h"
+#include "core/nn/checked_clone.h"
 #include "core/nn/sequential.h"
 #include "core/optim/adam.h"
 #include "core/optim/clip.h"
@@ -73,7 +77,9 @@ Replica::Replica(const TrainerConfig& config, const DataSource& data, Communicat
     : config_(config), devices_{comm.device()}, comm_(std::move(comm)) {
   check_grad_accumulation(config, comm_->size());
   build(config, data, devices_[0]);
-  eval_criterion_ = criterion_->clone();  // the determinism of criterion_; its own rows
+  eval_criterion_ = nn::checked_clone(
+      *criterion_,
+      "Trainer (ddp): the loss's evaluation copy");  // the determinism of criterion_; its own rows
 }
 
 Replica::~Replica() = default;
@@ -332,45 +338,131 @@ bool Replica::optimizer_reduces_gradients() const {
 // alone (the same on every rank): a batch where some rank has no rows (a short last batch of a
 // loader source, a batch smaller than the ranks), and any batch of a loss without row terms
 // (Loss::has_row_terms: a user's loss), is evaluated as before, by rank 0 over the whole batch,
-// the other ranks going on to the next batch. Two consequences for a library user: under ddp
-// DataSource::eval_batch is called from every rank's thread at once (as step_batch is), and
-// Replica::eval_loss is a collective there, so rank 0 alone (TrainerCallbacks::on_finish) must
-// not call it: it would wait for the others until the communicator's timeout.
+// the other ranks going on to the next batch. Under ddp DataSource::eval_batch is called from
+// every rank's thread at once (as step_batch is), and must give each rank the same batch for the
+// same (split, k): the ranks check it (rows and a CRC-32 of x and y, one all_gather a batch)
+// before they decide, so that a source that is not a function of (split, k) alone fails at once
+// with the ranks named instead of waiting for the timeout or mixing batches (tester7's F3, F4).
+// This is Replica::eval_loss_on_every_rank, the Trainer's; Replica::eval_loss, what a library
+// user calls (from TrainerCallbacks::on_finish: rank 0 alone), evaluates the whole batch on the
+// calling rank, no collective (it was the collective until tester7's F2: on_finish waited for
+// ranks that never came, until the timeout).
 bool Replica::evaluates_in_pieces() const {
   return ddp_ != nullptr && eval_criterion_ != nullptr && eval_criterion_->has_row_terms();
 }
 
 double Replica::eval_loss(DataSource& data, EvalSplit split, std::int64_t iters,
                           std::int64_t batch_size) {
+  return eval_loss_of(data, split, iters, batch_size, /*every_rank=*/false);
+}
+
+double Replica::eval_loss_on_every_rank(DataSource& data, EvalSplit split, std::int64_t iters,
+                                        std::int64_t batch_size) {
+  return eval_loss_of(data, split, iters, batch_size, /*every_rank=*/true);
+}
+
+namespace {
+
+const char* split_name(EvalSplit split) { return split == EvalSplit::train ? "train" : "val"; }
+
+std::uint32_t crc32_of(std::uint32_t crc, const Tensor& t) {
+  const auto* p = static_cast<const unsigned char*>(t.data_ptr());
+  for (std::size_t at = 0, n = t.nbytes(); at < n;) {  // crc32 takes a uInt length
+    const std::size_t len = std::min<std::size_t>(n - at, std::size_t{1} << 30);
+    crc = static_cast<std::uint32_t>(::crc32(crc, p + at, static_cast<uInt>(len)));
+    at += len;
+  }
+  return crc;
+}
+
+}  // namespace
+
+void Replica::check_same_eval_batch(const data::Batch& b, EvalSplit split, std::int64_t k) {
+  // tester7's F3 and F4: a source that is not a function of (split, k) alone (a sequential
+  // reader, a source that is not thread-safe) gave each rank another batch; with other row
+  // counts the ranks disagreed on evaluating in pieces and waited for each other until the
+  // communicator's timeout, with the same rows they evaluated a mixture without a word. A dry
+  // run's batches hold no data: the same exchange (the same allocations and collectives as a
+  // real run), no comparison.
+  const Tensor hx = b.x.to(Device::cpu()), hy = b.y.to(Device::cpu());
+  const std::int64_t crc = is_dry_run(devices_[0]) ? 0 : crc32_of(crc32_of(0, hx), hy);
+  const int w = comm_->size();
+  Tensor mine = Tensor::from_vector(std::vector<std::int64_t>{b.x.size(0), crc}, {2}, devices_[0]);
+  Tensor all = Tensor::empty({2 * static_cast<std::int64_t>(w)}, DType::i64, devices_[0]);
+  comm_->all_gather(mine, all);
+  if (is_dry_run(devices_[0])) return;
+  const std::vector<std::int64_t> v = all.to_vector<std::int64_t>();
+  std::string rows, differ;
+  bool same = true;
+  for (int r = 0; r < w; ++r) {
+    const std::int64_t n = v[2 * static_cast<std::size_t>(r)];
+    const std::int64_t c = v[2 * static_cast<std::size_t>(r) + 1];
+    rows += detail::cat(r ? ", " : "", "rank ", r, " ", n);
+    if (n != v[0] || c != v[1]) {
+      same = false;
+      differ += detail::cat(differ.empty() ? "" : ", ", r);
+    }
+  }
+  DITTO_CHECK(same, "Replica::eval_loss (ddp): DataSource::eval_batch(", split_name(split), ", ", k,
+              ") gave the ranks different batches (rows: ", rows,
+              "; ranks whose rows or contents differ from rank 0's: ", differ,
+              "): under ddp every rank's thread calls eval_batch at once, and each must get "
+              "the same batch for the same (split, k), a function of them alone");
+}
+
+double Replica::eval_loss_of(DataSource& data, EvalSplit split, std::int64_t iters,
+                             std::int64_t batch_size, bool every_rank) {
   struct EvalMode {  // torch's model.eval() ... model.train(), also when a forward throws
     nn::Module& m;
     explicit EvalMode(nn::Module& mod) : m(mod) { m.set_training(false); }
     ~EvalMode() { m.set_training(true); }
   } mode(*model_);
   nn::Loss& criterion = dp_ ? *criterion_ : *eval_criterion_;
-  const bool may_split = evaluates_in_pieces();
-  if (!may_split && !lead()) return 0.0;  // the trainer reports rank 0's
+  const bool may_split = every_rank && evaluates_in_pieces();
+  if (every_rank && !may_split && !lead()) return 0.0;  // the trainer reports rank 0's
   double sum = 0;
   for (std::int64_t k = 0; k < iters; ++k) {
     data::Batch b = data.eval_batch(split, k, batch_size);
-    // Split only where every rank has rows of this batch (each then learns the terms' layout
-    // from its own forward); decided from the batch's rows, the same on every rank.
     const std::int64_t n = b.x.size(0);
+    if (may_split) check_same_eval_batch(b, split, k);
+    // Split only where every rank has rows of this batch (each then learns the terms' layout
+    // from its own forward); the same batch, so the same decision, on every rank.
     bool pieces = may_split;
     for (int r = 0; pieces && r < comm_->size(); ++r) {
       const auto [lo, hi] = ddp_->rows_of_rank(n, r);
       pieces = hi > lo;
     }
-    if (pieces) {
-      sum += static_cast<double>(eval_loss_in_pieces(b).item());
-      continue;
+    if (!pieces && every_rank && !lead()) continue;  // rank 0 evaluates this batch whole
+    // A bad batch's error says which batch, and under ddp which rows of it the rank's pieces
+    // are (an index in the error is one within the piece: tester7's F5).
+    try {
+      if (pieces) {
+        sum += static_cast<double>(eval_loss_in_pieces(b).item());
+        continue;
+      }
+      Tensor out = dp_ ? dp_->forward(b.x) : model_->forward(b.x.to(devices_[0]));
+      Tensor y = target(b.y, out.size(out.dim() - 1), out.device());
+      sum += static_cast<double>(criterion.forward(out, y).item());
+    } catch (const InvalidArgument& e) {
+      std::string where;
+      if (pieces) {
+        const auto [lo, hi] = ddp_->local_rows(n);
+        where = detail::cat(", rows [", lo, ", ", hi, ") of its ", n, " on rank ", comm_->rank(),
+                            " in pieces of up to ", eval_piece_rows(hi - lo),
+                            " (an index below is one in its piece)");
+      } else {
+        where = detail::cat(", all ", n, " rows");
+      }
+      throw InvalidArgument(detail::cat("evaluating DataSource::eval_batch(", split_name(split),
+                                        ", ", k, ")", where, ": ", e.what()));
     }
-    if (!lead()) continue;  // rank 0 evaluates this batch whole
-    Tensor out = dp_ ? dp_->forward(b.x) : model_->forward(b.x.to(devices_[0]));
-    Tensor y = target(b.y, out.size(out.dim() - 1), out.device());
-    sum += static_cast<double>(criterion.forward(out, y).item());
   }
   return iters > 0 ? sum / static_cast<double>(iters) : 0.0;
+}
+
+std::int64_t Replica::eval_piece_rows(std::int64_t rows) const {
+  const std::int64_t steps = std::max<std::int64_t>(config_.grad_accum_steps, 1);
+  return (rows + steps - 1) / steps;
 }
 
 Tensor Replica::eval_loss_in_pieces(const data::Batch& b) {
@@ -378,8 +470,7 @@ Tensor Replica::eval_loss_in_pieces(const data::Batch& b) {
   const auto [first, end] = ddp_->local_rows(n);  // not empty: eval_loss checked
   // K pieces of about rows / K, as the training micro-steps cut this rank's rows (the cut does
   // not change a row's term).
-  const std::int64_t steps = std::max<std::int64_t>(config_.grad_accum_steps, 1);
-  const std::int64_t piece = (end - first + steps - 1) / steps;
+  const std::int64_t piece = eval_piece_rows(end - first);
   nn::RowTerms how;
   Tensor all;  // the whole batch's terms, this rank's in place, zeros elsewhere
   for (std::int64_t lo = first; lo < end; lo += piece) {

@@ -73,16 +73,25 @@ class Replica {
   /// InvalidArgument when the batch cannot be split in grad_accum_steps micro-steps (fast mode:
   /// fewer rows than micro-steps on a replica; check_micro_batch_rows).
   double step(const data::Batch& b);
-  /// Iteration mode's evaluation (nanoGPT's estimate_loss): the mean over k < iters of the loss
-  /// of data.eval_batch(split, k, batch_size), the model in eval mode (set_training(false),
-  /// restored after), no gradients: rank 0's result, the same on any device count. Under ddp
-  /// where evaluates_in_pieces() every rank must call it (each forwards its own rows, in pieces
-  /// no larger than its training micro-steps, and all_reduces the loss's row terms: Note
-  /// [Evaluation in pieces], replica.cpp); otherwise rank 0 evaluates the whole batch alone
-  /// (other ranks may call it and get 0).
+  /// Iteration mode's evaluation (nanoGPT's estimate_loss) by this replica alone: the mean over
+  /// k < iters of the loss of data.eval_batch(split, k, batch_size), the model in eval mode
+  /// (set_training(false), restored after), no gradients; the same on any device count. dp:
+  /// DataParallel's forward over its devices; ddp: a forward of the whole batch on this rank's
+  /// one device (memory: the global batch's activations there), not a collective, so any rank
+  /// may call it alone (TrainerCallbacks::on_finish, which runs on rank 0 only). Errors: the
+  /// model's and the loss's on the batch, InvalidArgument naming eval_batch(split, k).
   double eval_loss(DataSource& data, EvalSplit split, std::int64_t iters, std::int64_t batch_size);
-  /// Whether eval_loss runs on every rank of a ddp run (the loss has row terms: MSELoss,
-  /// CrossEntropyLoss); false for dp and for a user's loss without them.
+  /// The same loss, as the Trainer evaluates: under ddp where evaluates_in_pieces() a collective
+  /// that every rank must call with the same arguments, each forwarding its own rows in pieces
+  /// no larger than its training micro-steps and all_reducing the loss's row terms (Note
+  /// [Evaluation in pieces], replica.cpp), the ranks first checking that eval_batch gave each of
+  /// them the same batch (InvalidArgument on every rank, naming the rows and ranks, where not);
+  /// otherwise rank 0 evaluates the whole batch alone and other ranks get 0. Returns rank 0's
+  /// result on rank 0.
+  double eval_loss_on_every_rank(DataSource& data, EvalSplit split, std::int64_t iters,
+                                 std::int64_t batch_size);
+  /// Whether eval_loss_on_every_rank runs on every rank of a ddp run (the loss has row terms:
+  /// MSELoss, CrossEntropyLoss); false for dp and for a user's loss without them.
   bool evaluates_in_pieces() const;
   /// Mean loss and accuracy (argmax of the outputs against y's labels) over `ds`, in batches of
   /// `batch_size`, no gradients.
@@ -133,6 +142,14 @@ class Replica {
   /// The mean loss of eval batch `b` evaluated in pieces over the ranks (Note [Evaluation in
   /// pieces]); every rank calls it.
   Tensor eval_loss_in_pieces(const data::Batch& b);
+  /// The rows of a piece of this rank's `rows` rows: at most a training micro-step's.
+  std::int64_t eval_piece_rows(std::int64_t rows) const;
+  /// eval_loss (every_rank false) and eval_loss_on_every_rank (true).
+  double eval_loss_of(DataSource& data, EvalSplit split, std::int64_t iters,
+                      std::int64_t batch_size, bool every_rank);
+  /// Under ddp, before evaluating eval batch `k` in pieces: every rank's rows and a CRC-32 of
+  /// its x and y, all_gathered; InvalidArgument on every rank where they differ.
+  void check_same_eval_batch(const data::Batch& b, EvalSplit split, std::int64_t k);
   std::unique_ptr<parallel::DataParallel> dp_;
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;
 };

@@ -765,13 +765,15 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   double lr =
       c.lr_schedule ? c.lr_schedule(std::max<std::int64_t>(ts.step - 1, 0)) : rep.optimizer().lr();
   for (;;) {
-    // Every rank calls eval_loss: under ddp each evaluates its rows where the loss allows (Note
-    // [Evaluation in pieces], replica.cpp), else it returns at once; rank 0 reports.
+    // Every rank calls eval_loss_on_every_rank: under ddp each evaluates its rows where the loss
+    // allows (Note [Evaluation in pieces], replica.cpp), else it returns at once; rank 0 reports.
     const bool evaluate = eval_due(ts.step) || (c.eval_only && c.eval_iters > 0);
     const double train_loss =
-        evaluate ? rep.eval_loss(*data_, EvalSplit::train, c.eval_iters, c.batch_size) : 0.0;
+        evaluate ? rep.eval_loss_on_every_rank(*data_, EvalSplit::train, c.eval_iters, c.batch_size)
+                 : 0.0;
     const double val_loss =
-        evaluate ? rep.eval_loss(*data_, EvalSplit::val, c.eval_iters, c.batch_size) : 0.0;
+        evaluate ? rep.eval_loss_on_every_rank(*data_, EvalSplit::val, c.eval_iters, c.batch_size)
+                 : 0.0;
     if (rep.lead() && evaluate) {
       EvalMetrics m;
       m.step = ts.step;

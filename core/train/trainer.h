@@ -46,7 +46,9 @@ struct TrainerCallbacks {
   std::function<void(const EvalMetrics&)> on_eval;    ///< iteration mode: each evaluation
   /// Rank 0, after every TrainerConfig::log_interval-th step (both modes; not in a dry run).
   std::function<void(const StepMetrics&)> on_step;
-  /// At the end, with rank 0's trained replica (its model and optimizer), before it is freed.
+  /// At the end, with rank 0's trained replica (its model and optimizer), before it is freed;
+  /// on rank 0 alone (ddp: the other ranks call no collective with it), so only what needs no
+  /// other rank: Replica::eval_loss (nanoGPT's last estimate_loss) and evaluate, say.
   std::function<void(Replica&)> on_finish;
 };
 
