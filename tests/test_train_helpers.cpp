@@ -245,6 +245,58 @@ TEST(OutputPaths, AnOutputIsComparedByIdentityAndMustBeWritableByItsMode) {
   io::check_outputs_are_not_inputs({{"--metrics-jsonl", ro}, {"--trace", "/dev/stdout"}}, {}, {});
 }
 
+// A dangling symbolic link is the file its target names (what the write creates: resolve_links,
+// as write_file_atomic and open(2) follow it), so an output given as one is compared like that
+// path: with an input or an earlier output of that name, and with the directories (all missing
+// yet: no stat identity). Before, the link's own path was compared, and each of these passed.
+TEST(OutputPaths, ADanglingLinkIsComparedAsTheFileItNames) {
+  const std::string dir = fresh_dir("outputs_dangling");
+  const std::string to_trace = dir + "/to_trace.json", to_val = dir + "/to_val.bin",
+                    to_ck = dir + "/to_ck", chain = dir + "/chain";
+  ASSERT_EQ(::symlink("t.json", to_trace.c_str()), 0);  // relative: dir/t.json, not made yet
+  ASSERT_EQ(::symlink((dir + "/val.bin").c_str(), to_val.c_str()), 0);
+  ASSERT_EQ(::symlink("ck/latest", to_ck.c_str()), 0);
+  ASSERT_EQ(::symlink("to_trace.json", chain.c_str()), 0);  // a chain: chain -> to_trace -> t.json
+  // Another output of that name.
+  expect_invalid(
+      [&] {
+        io::check_outputs_are_not_inputs(
+            {{"--trace", dir + "/t.json"}, {"--metrics-jsonl", to_trace}}, {}, {});
+      },
+      "--metrics-jsonl: expected a file other than --trace's, got '" + to_trace + "' (--trace '" +
+          dir + "/t.json'), which it would overwrite");
+  expect_invalid(
+      [&] {
+        io::check_outputs_are_not_inputs({{"--trace", chain}, {"--metrics-jsonl", to_trace}}, {},
+                                         {});
+      },
+      "--metrics-jsonl: expected a file other than --trace's");
+  // An input of that name (missing too), and an input given through the link.
+  expect_invalid(
+      [&] {
+        io::check_outputs_are_not_inputs({{"--export llmc", to_val}},
+                                         {{"--val-data", dir + "/val.bin"}}, {});
+      },
+      "--export llmc: expected a file other than --val-data's, got '" + to_val + "'");
+  expect_invalid(
+      [&] {
+        io::check_outputs_are_not_inputs({{"--export llmc", dir + "/val.bin"}},
+                                         {{"--val-data", to_val}}, {});
+      },
+      "--export llmc: expected a file other than --val-data's");
+  // Inside a directory.
+  expect_invalid(
+      [&] {
+        io::check_outputs_are_not_inputs({{"--trace", to_ck}}, {}, {{"--checkpoint", dir + "/ck"}});
+      },
+      "--trace: expected a file outside the --checkpoint directory '" + dir + "/ck', got '" +
+          to_ck + "'");
+  // Different files stay different.
+  io::check_outputs_are_not_inputs({{"--trace", to_trace}, {"--metrics-jsonl", to_val}},
+                                   {{"--data", dir + "/data.csv"}},
+                                   {{"--checkpoint", dir + "/c2"}});
+}
+
 TEST(OutputPaths, AReplaceableOutputIsARegularFileInAWritableDirectory) {
   const std::string dir = fresh_dir("replaceable");
   io::check_replaceable_output(dir + "/new.bin", "--export llmc");
