@@ -320,8 +320,10 @@ int run(Args& a) {
         print.late_errors.push_back(detail::cat("--export: ", e.what()));
       }
     };
-  if (!c.checkpoint_dir.empty())  // Note [Graceful stop]
+  if (!c.checkpoint_dir.empty()) {  // Note [Graceful stop]
     c.stop = train::install_stop_handlers(c.checkpoint_dir, "ditto-train");
+    cb.on_last_step = [] { train::stop_handlers_last_step(); };  // a signal: no stop checkpoint
+  }
   std::optional<train::Trainer> trainer;
   // Destroyed before the trainer, when the run returns or fails (Note [Graceful stop]).
   struct RunOver {

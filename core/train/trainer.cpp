@@ -310,6 +310,10 @@ bool Trainer::stop_due(Run& run, Replica& rep, std::int64_t done) const {
   return done >= run.stop_at.load();
 }
 
+void Trainer::last_step_begins(Run& run, Replica& rep) const {
+  if ((run.processes || rep.lead()) && callbacks_.on_last_step) callbacks_.on_last_step();
+}
+
 bool Trainer::logs_step(std::int64_t step) const {
   return config_.log_interval > 0 && !config_.dry_run && step % config_.log_interval == 0;
 }
@@ -658,6 +662,7 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     saved_step = ts.step;
   };
   const std::int64_t first_epoch = ts.epoch + 1;
+  if (first_epoch > c.epochs) last_step_begins(run, rep);  // none to take: no stop can come
   for (int epoch = static_cast<int>(first_epoch); epoch <= c.epochs; ++epoch) {
     run.epoch_begin();
     const auto t0 = std::chrono::steady_clock::now();
@@ -669,6 +674,9 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
       DITTO_CHECK(!b.x.defined() || b.x.dim() == 0 || b.x.size(0) >= 1,
                   "Trainer: the data source's batch ", i, " of epoch ", epoch,
                   ": expected at least one row, got 0");
+      // No stop is checked after the last step: the run is complete (Note [Graceful stop]).
+      const bool last = epoch == c.epochs && i + 1 == batches;
+      if (last) last_step_begins(run, rep);
       const bool logged = logs_step(ts.step);
       if (logged) run.step_mark_begin();
       const auto s0 = std::chrono::steady_clock::now();
@@ -692,7 +700,6 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
       seen += b.x.size(0);
       ++steps;
       ts.advance(batches, loss_sum, seen);  // the position after this step
-      const bool last = epoch == c.epochs && i + 1 == batches;
       if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0)  // the last step's: final
         checkpoint(loss_sum, last ? CheckpointKind::final : CheckpointKind::periodic);
       if (!last && stop_due(run, rep, ts.step)) {  // after the last step: the run is complete
@@ -764,6 +771,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   // The learning rate of the last step taken (of step 0 before it), as evaluations report it.
   double lr =
       c.lr_schedule ? c.lr_schedule(std::max<std::int64_t>(ts.step - 1, 0)) : rep.optimizer().lr();
+  if (ts.step >= c.max_iters || c.eval_only) last_step_begins(run, rep);  // none to take
   for (;;) {
     // Every rank calls eval_loss: under ddp each evaluates its rows where the loss allows (Note
     // [Evaluation in pieces], replica.cpp), else it returns at once; rank 0 reports.
@@ -806,6 +814,9 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
       // Only this replica's rows are read (a ddp rank's: Note [Token batches]).
       const auto [lo, hi] = rep.row_range(c.batch_size);
       data::Batch b = data_->step_batch_rows(ts.step, c.batch_size, lo, hi);
+      // No stop is checked after the last step: the run is complete (Note [Graceful stop]).
+      const bool last = ts.step + 1 >= c.max_iters;
+      if (last) last_step_begins(run, rep);
       const bool logged = logs_step(ts.step);
       if (logged) run.step_mark_begin();
       const auto s0 = std::chrono::steady_clock::now();
@@ -825,7 +836,6 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
       samples += b.x.size(0);
       tokens += b.y.numel();
       ++ts.step;
-      const bool last = ts.step >= c.max_iters;
       if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0)  // the last step's: final
         checkpoint(last ? CheckpointKind::final : CheckpointKind::periodic);
       if (!last && stop_due(run, rep, ts.step)) {  // after the last step: the run is complete

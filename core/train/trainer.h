@@ -48,6 +48,12 @@ struct TrainerCallbacks {
   std::function<void(const StepMetrics&)> on_step;
   /// At the end, with rank 0's trained replica (its model and optimizer), before it is freed.
   std::function<void(Replica&)> on_finish;
+  /// Once, when no stop request (TrainerConfig::stop) can end the run any more: as its last
+  /// optimizer step begins, after the check for a stop that followed the step before (or at the
+  /// start, when no step is left to take). In every process (under mpirun each calls it; in one
+  /// process rank 0's thread), not in a stopped run. For a signal handler's message: Note
+  /// [Graceful stop]'s stop_handlers_last_step.
+  std::function<void()> on_last_step;
 };
 
 class Trainer {
@@ -86,6 +92,8 @@ class Trainer {
   /// After optimizer step `done` (counted over the run): whether config.stop ends the run here,
   /// the same answer on every rank (TrainerConfig::stop).
   bool stop_due(Run& run, Replica& rep, std::int64_t done) const;
+  /// Calls callbacks_.on_last_step on this process's first replica (TrainerCallbacks).
+  void last_step_begins(Run& run, Replica& rep) const;
   /// Before optimizer step `step`: the backend's, the model's step and the schedule's lr.
   void begin_step(Run& run, Replica& rep, std::int64_t step) const;
   /// Whether step `step` (0-based) is reported (log_interval); every rank agrees.
