@@ -392,6 +392,42 @@ TrainerState Trainer::resume(Replica& rep, const TrainerState& fresh, bool lead,
   return ts;
 }
 
+void Trainer::plan_run(Run& run, std::string& name, BackendOptions& bopts) const {
+  const TrainerConfig& c = config_;
+  DITTO_CHECK(!run.processes || c.trainer == TrainerKind::ddp, c.name_of("trainer"),
+              ": under mpirun each process is one rank, which needs ddp (DataParallel drives "
+              "every device from one process), got '",
+              trainer_kind_name(c.trainer), "'");
+  run.n_dev = static_cast<int>(run_devices(c));
+  name = resolve_backend_name(c.backend);
+  // A dry run (Note [Dry run], backend_sim/sim_backend.h) prices the whole cluster in one
+  // process; the backend must run dry (init_backend refuses it otherwise) and price the work.
+  DITTO_CHECK(!c.dry_run || !run.processes, c.name_of("dry_run"),
+              ": expected one process "
+              "(a dry run prices the whole cluster in one), got mpirun with ",
+              dist::world_size(), " processes");
+  // Under mpirun a process holds the one device of its rank: a backend of virtual devices
+  // makes only that one, one of physical devices sees every device of its node and the rank
+  // takes its local rank's (BackendOptions::one_rank_per_process).
+  if (!run.processes) bopts.device_count = run.n_dev;
+  bopts.one_rank_per_process = run.processes;
+  if (c.memory_capacity) bopts.memory_capacity = *c.memory_capacity;
+  bopts.dry_run = c.dry_run;
+  bopts.allow_tf32 = c.allow_tf32;
+  const RunPlan plan{name, run.processes, run.processes ? dist::world_size() : 1, run.n_dev};
+  for (const auto& e : c.extensions) e->plan(c, plan, bopts);
+}
+
+void Trainer::check(TrainerConfig config, std::shared_ptr<DataSource> data) {
+  const Trainer t(std::move(config), std::move(data));  // the constructor's validation
+  Run run;
+  run.processes = dist::is_initialized();
+  std::string name;
+  BackendOptions bopts;
+  t.plan_run(run, name, bopts);         // fit()'s first step
+  check_devices(t.config_, run.n_dev);  // and its second's, before the backend
+}
+
 FitResult Trainer::fit() {
   // fit() restarts the process-wide backend (init_backend): a second run at the same time would
   // pull the devices from under the first one.
@@ -438,30 +474,7 @@ FitResult Trainer::fit() {
   };
   BackendOptions bopts;
   std::string name;
-  step(agreed_settings(c, *data_), [&] {  // the settings alone
-    DITTO_CHECK(!run.processes || c.trainer == TrainerKind::ddp, c.name_of("trainer"),
-                ": under mpirun each process is one rank, which needs ddp (DataParallel drives "
-                "every device from one process), got '",
-                trainer_kind_name(c.trainer), "'");
-    run.n_dev = static_cast<int>(run_devices(c));
-    name = resolve_backend_name(c.backend);
-    // A dry run (Note [Dry run], backend_sim/sim_backend.h) prices the whole cluster in one
-    // process; the backend must run dry (init_backend refuses it otherwise) and price the work.
-    DITTO_CHECK(!c.dry_run || !run.processes, c.name_of("dry_run"),
-                ": expected one process "
-                "(a dry run prices the whole cluster in one), got mpirun with ",
-                dist::world_size(), " processes");
-    // Under mpirun a process holds the one device of its rank: a backend of virtual devices
-    // makes only that one, one of physical devices sees every device of its node and the rank
-    // takes its local rank's (BackendOptions::one_rank_per_process).
-    if (!run.processes) bopts.device_count = run.n_dev;
-    bopts.one_rank_per_process = run.processes;
-    if (c.memory_capacity) bopts.memory_capacity = *c.memory_capacity;
-    bopts.dry_run = c.dry_run;
-    bopts.allow_tf32 = c.allow_tf32;
-    const RunPlan plan{name, run.processes, run.processes ? dist::world_size() : 1, run.n_dev};
-    for (const auto& e : c.extensions) e->plan(c, plan, bopts);
-  });
+  step(agreed_settings(c, *data_), [&] { plan_run(run, name, bopts); });  // the settings alone
   step({}, [&] {  // the backend and the output paths
     // After the settings agreed (a process's own micro_shards may not fit the devices because it
     // disagrees: that is said first); before the backend, where a bad split costs nothing.
