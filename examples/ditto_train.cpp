@@ -361,9 +361,9 @@ int run(Args& a) {
     r = trainer->fit();
   } catch (const OutOfMemory& e) {
     note_trace();
-    // A device's capacity (sim's or CUDA's "out of memory: tried to allocate ...", not a host
+    // A device's memory (OutOfMemory::Kind::device: sim's or CUDA's capacity, not a host
     // allocation's): say what to change (tester 6, F7: the refusal named only the bytes).
-    if (std::strstr(e.what(), ": out of memory: tried to allocate") == nullptr) throw;
+    if (e.kind() != OutOfMemory::Kind::device) throw;
     // Only settings this command would accept with the change (Trainer::check: the run's own
     // checks), e.g. no --grad-accum-steps that bitwise mode's micro-shards cannot split.
     const auto accepted = [&](const std::function<void(train::TrainerConfig&)>& change) {
@@ -396,7 +396,7 @@ int run(Args& a) {
     for (const std::string& f : fit) hint += (hint.empty() ? "; to fit: " : ", ") + f;
     if (!c.dry_run && accepted([](auto& v) { v.dry_run = true; }))
       hint += "; --dry-run prints each device's peak without running";
-    throw OutOfMemory(detail::cat(e.what(), hint));
+    throw OutOfMemory(detail::cat(e.what(), hint), e.kind());
   } catch (...) {
     note_trace();
     throw;
