@@ -241,10 +241,11 @@ void* CudaBackend::allocate_on(int index, std::size_t bytes, cudaStream_t stream
   auto& d = *devices_[static_cast<std::size_t>(index)];
   auto oom = [&](const std::string& extra) {
     std::lock_guard lk(d.mem_mu);
-    return OutOfMemory(detail::cat(where(index), ": out of memory: tried to allocate ",
-                                   bytes_str(bytes), "; ", bytes_str(d.mem.committed),
-                                   " in use of capacity ", bytes_str(d.mem.capacity), " (peak ",
-                                   bytes_str(d.mem.peak), ")", extra));
+    return OutOfMemory(
+        detail::cat(where(index), ": out of memory: tried to allocate ", bytes_str(bytes), "; ",
+                    bytes_str(d.mem.committed), " in use of capacity ", bytes_str(d.mem.capacity),
+                    " (peak ", bytes_str(d.mem.peak), ")", extra),
+        OutOfMemory::Kind::device);
   };
   // Our own accounting first, like the simulator: a request past the capacity fails before CUDA
   // is asked. The peak counts the request only once CUDA granted it (MemoryAccount).

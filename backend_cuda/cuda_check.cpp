@@ -26,7 +26,8 @@ void throw_cuda_error(cudaError_t err, const char* call, const char* file, int l
   (void)cudaGetLastError();
   std::string msg = detail::cat(where, ": ", call, " failed at ", short_file(file), ":", line, ": ",
                                 cudaGetErrorString(err), " (", cudaGetErrorName(err), ")");
-  if (err == cudaErrorMemoryAllocation) throw OutOfMemory(msg);
+  // (ditto allocates no pinned host memory: cudaMallocHost / cudaHostAlloc are never called.)
+  if (err == cudaErrorMemoryAllocation) throw OutOfMemory(msg, OutOfMemory::Kind::device);
   throw BackendError(msg);
 }
 
@@ -34,11 +35,11 @@ void throw_cublas_error(cublasStatus_t st, const char* call, const char* file, i
                         const std::string& where) {
   // The status's text comes from cuBLAS itself, which is loaded when a cuBLAS call could fail.
   const CublasApi* api = cublas_api_if_loaded();
-  std::string msg = detail::cat(where, ": ", call, " failed at ", short_file(file), ":", line, ": ",
-                                api ? api->get_status_string(st) : "cuBLAS error", " (",
-                                api ? api->get_status_name(st) : "status", " ",
-                                static_cast<int>(st), ")");
-  if (st == CUBLAS_STATUS_ALLOC_FAILED) throw OutOfMemory(msg);
+  std::string msg =
+      detail::cat(where, ": ", call, " failed at ", short_file(file), ":", line, ": ",
+                  api ? api->get_status_string(st) : "cuBLAS error", " (",
+                  api ? api->get_status_name(st) : "status", " ", static_cast<int>(st), ")");
+  if (st == CUBLAS_STATUS_ALLOC_FAILED) throw OutOfMemory(msg, OutOfMemory::Kind::device);
   throw BackendError(msg);
 }
 

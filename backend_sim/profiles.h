@@ -121,8 +121,9 @@ const std::vector<InterconnectProfile>& builtin_interconnects();
 /// memory_gib in [1/1024, 1e5], latencies (us) in [0, 1e6].
 DeviceProfile device_profile(const std::string& key);
 
-/// The interconnect a device profile normally comes with: "nvlink" for h100-sxm and h200,
-/// "nvlink3" for a100-sxm-80gb and a100-sxm-40gb, "pcie4" otherwise (laptops, JSON profiles).
+/// The interconnect a device profile normally comes with, by its key: "nvlink" for h100-sxm and
+/// h200, "nvlink3" for a100-sxm-80gb and a100-sxm-40gb, "pcie4" otherwise (laptops, and JSON
+/// profiles whose "key" names none of these; one that names a built-in profile gets its links).
 std::string default_interconnect(const std::string& device_key);
 
 /// The interconnect named `key` (built-in). Throws InvalidArgument listing the known keys.

@@ -198,7 +198,8 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
     void* p = std::aligned_alloc(64, host_block_bytes(bytes));
     if (!p)
       throw OutOfMemory(host_oom(index, bytes, held_bytes(), devices_.size(),
-                                 " (f32 scratch of a bf16 / f16 op)"));
+                                 " (f32 scratch of a bf16 / f16 op)"),
+                        OutOfMemory::Kind::host);
     std::lock_guard lk(owners_mu_);
     owners_[reinterpret_cast<std::uintptr_t>(p)] = {bytes, index};
     uncharged_.insert(reinterpret_cast<std::uintptr_t>(p));
@@ -213,19 +214,22 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
       const Fault& f = faults[i];
       if (f.kind != Fault::Kind::fail_alloc || f.device != index || f.after != ordinal) continue;
       faults_->fired[i].store(true);
-      throw OutOfMemory(detail::cat(
-          "sim:", index, ": out of memory: tried to allocate ", bytes_str(bytes), "; ",
-          bytes_str(d.in_use.load()), " in use of capacity ", bytes_str(d.capacity),
-          " (injected fault ", f.spec, ": allocation #", ordinal + 1, " on this device fails)"));
+      throw OutOfMemory(
+          detail::cat("sim:", index, ": out of memory: tried to allocate ", bytes_str(bytes), "; ",
+                      bytes_str(d.in_use.load()), " in use of capacity ", bytes_str(d.capacity),
+                      " (injected fault ", f.spec, ": allocation #", ordinal + 1,
+                      " on this device fails)"),
+          OutOfMemory::Kind::device);
     }
   }
   std::size_t cur = d.in_use.load();
   for (;;) {
     if (bytes > d.capacity || cur > d.capacity - bytes)
-      throw OutOfMemory(detail::cat("sim:", index, ": out of memory: tried to allocate ",
-                                    bytes_str(bytes), "; ", bytes_str(cur), " in use of capacity ",
-                                    bytes_str(d.capacity), " (peak ", bytes_str(d.peak.load()),
-                                    ")"));
+      throw OutOfMemory(
+          detail::cat("sim:", index, ": out of memory: tried to allocate ", bytes_str(bytes), "; ",
+                      bytes_str(cur), " in use of capacity ", bytes_str(d.capacity), " (peak ",
+                      bytes_str(d.peak.load()), ")"),
+          OutOfMemory::Kind::device);
     if (d.in_use.compare_exchange_weak(cur, cur + bytes)) break;
   }
   std::size_t now = cur + bytes, old = d.peak.load();
@@ -240,12 +244,14 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
     p = d.arena->allocate(bytes, dry_reserve_);
     if (!p) {
       d.in_use.fetch_sub(bytes);
-      throw OutOfMemory(detail::cat(
-          "sim:", index, ": dry run: no free address range of ", bytes_str(bytes), " left in the ",
-          bytes_str(DryArena::kAddressSpace),
-          " of addresses all dry-run devices of the process share (Note [Dry addresses]; ",
-          bytes_str(d.arena->reserved()), " reserved by this device, ", bytes_str(cur),
-          " in use of capacity ", bytes_str(d.capacity), ")"));
+      throw OutOfMemory(
+          detail::cat(
+              "sim:", index, ": dry run: no free address range of ", bytes_str(bytes),
+              " left in the ", bytes_str(DryArena::kAddressSpace),
+              " of addresses all dry-run devices of the process share (Note [Dry addresses]; ",
+              bytes_str(d.arena->reserved()), " reserved by this device, ", bytes_str(cur),
+              " in use of capacity ", bytes_str(d.capacity), ")"),
+          OutOfMemory::Kind::device);
     }
   } else {
     const std::size_t rounded = host_block_bytes(bytes);
@@ -258,7 +264,8 @@ void* SimBackend::allocate(int index, std::size_t bytes) {
     }
     if (!p) {
       d.in_use.fetch_sub(bytes);
-      throw OutOfMemory(host_oom(index, bytes, held_bytes(), devices_.size(), ""));
+      throw OutOfMemory(host_oom(index, bytes, held_bytes(), devices_.size(), ""),
+                        OutOfMemory::Kind::host);
     }
   }
   if (!from_cache) {

@@ -190,10 +190,19 @@ std::vector<std::string> SimRun::warnings(const train::TrainerConfig& c) const {
                                 "; priced as asked, a cluster that does not exist"));
   }
   // A JSON profile's GPUs, with no --interconnect, are linked by the fallback PCIe Gen4 (tester 6,
-  // F12: nothing said so): priced as such, said once, when there are links to price.
+  // F12: nothing said so): priced as such, said once, when there are links to price. The links
+  // go by the profile's "key" (default_interconnect): one that names a built-in profile
+  // ("h100-sxm") gets that profile's links, no fallback, and nothing to say (it was said, as
+  // "a JSON profile's default", of the built-in's NVLink).
+  const auto names_builtin = [](const std::string& key) {
+    for (const DeviceProfile& p : builtin_device_profiles())
+      if (p.key == key) return true;
+    return false;
+  };
   if (o_.interconnect == "auto" && o_.profile.size() > 5 &&
       o_.profile.compare(o_.profile.size() - 5, 5, ".json") == 0 &&
-      static_cast<long long>(c.devices) * o_.nodes > 1) {
+      static_cast<long long>(c.devices) * o_.nodes > 1 &&
+      !names_builtin(device_profile(o_.profile).key)) {
     const std::string ic = default_interconnect(device_profile(o_.profile).key);
     out.push_back(detail::cat(name_of(c, "profile"), " ", o_.profile, ": no ",
                               name_of(c, "interconnect"), ": its GPUs' links priced as ", ic, " (",

@@ -22,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -320,8 +321,10 @@ int run(Args& a) {
         print.late_errors.push_back(detail::cat("--export: ", e.what()));
       }
     };
-  if (!c.checkpoint_dir.empty())  // Note [Graceful stop]
+  if (!c.checkpoint_dir.empty()) {  // Note [Graceful stop]
     c.stop = train::install_stop_handlers(c.checkpoint_dir, "ditto-train");
+    cb.on_last_step = [] { train::stop_handlers_last_step(); };  // a signal: no stop checkpoint
+  }
   std::optional<train::Trainer> trainer;
   // Destroyed before the trainer, when the run returns or fails (Note [Graceful stop]).
   struct RunOver {
@@ -358,17 +361,42 @@ int run(Args& a) {
     r = trainer->fit();
   } catch (const OutOfMemory& e) {
     note_trace();
-    // A device's capacity (sim's or CUDA's "out of memory: tried to allocate ...", not a host
+    // A device's memory (OutOfMemory::Kind::device: sim's or CUDA's capacity, not a host
     // allocation's): say what to change (tester 6, F7: the refusal named only the bytes).
-    if (std::strstr(e.what(), ": out of memory: tried to allocate") == nullptr) throw;
-    std::string fit = "a smaller micro-batch (--batch-size, or --grad-accum-steps " +
-                      std::to_string(c.grad_accum_steps * 2) + " for the same batch)";
-    if (c.dtype == DType::f32) fit += ", --dtype bf16";
-    if (c.zero_stage == 0)
-      fit += c.trainer == train::TrainerKind::ddp ? ", --zero-stage 1"
-                                                  : ", --trainer ddp --zero-stage 1";
-    if (!c.dry_run) fit += "; --dry-run prints each device's peak without running";
-    throw OutOfMemory(detail::cat(e.what(), "; to fit: ", fit));
+    if (e.kind() != OutOfMemory::Kind::device) throw;
+    // Only settings this command would accept with the change (Trainer::check: the run's own
+    // checks), e.g. no --grad-accum-steps that bitwise mode's micro-shards cannot split.
+    const auto accepted = [&](const std::function<void(train::TrainerConfig&)>& change) {
+      train::TrainerConfig changed = c;
+      change(changed);
+      try {
+        train::Trainer::check(std::move(changed), data);
+        return true;
+      } catch (const InvalidArgument&) {
+        return false;
+      }
+    };
+    const std::int64_t accum = c.grad_accum_steps * 2;
+    std::vector<std::string> fit;
+    std::string smaller;
+    if (c.batch_size > 1 && accepted([](auto& v) { v.batch_size /= 2; })) smaller = "--batch-size";
+    if (accepted([&](auto& v) { v.grad_accum_steps = accum; }))
+      smaller += (smaller.empty() ? "" : ", or ") +
+                 ("--grad-accum-steps " + std::to_string(accum)) + " for the same batch";
+    if (!smaller.empty()) fit.push_back("a smaller micro-batch (" + smaller + ")");
+    if (c.dtype == DType::f32 && accepted([](auto& v) { v.dtype = DType::bf16; }))
+      fit.push_back("--dtype bf16");
+    if (c.zero_stage == 0 && accepted([](auto& v) {
+          v.trainer = train::TrainerKind::ddp;
+          v.zero_stage = 1;
+        }))
+      fit.push_back(c.trainer == train::TrainerKind::ddp ? "--zero-stage 1"
+                                                         : "--trainer ddp --zero-stage 1");
+    std::string hint;
+    for (const std::string& f : fit) hint += (hint.empty() ? "; to fit: " : ", ") + f;
+    if (!c.dry_run && accepted([](auto& v) { v.dry_run = true; }))
+      hint += "; --dry-run prints each device's peak without running";
+    throw OutOfMemory(detail::cat(e.what(), hint), e.kind());
   } catch (...) {
     note_trace();
     throw;

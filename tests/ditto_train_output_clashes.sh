@@ -108,6 +108,18 @@ refused same.out "--trace: $(other '--export hf' same.out same.out)" \
   "$train" "${G[@]}" "${D[@]}" --export hf same.out --trace same.out
 refused same.out "--metrics-jsonl: $(other '--export llmc' same.out same.out)" \
   "$train" "${G[@]}" "${D[@]}" --export llmc same.out --metrics-jsonl same.out
+# ... and through a dangling symbolic link to the other's file, which neither has made yet
+# (what the write reaches: io::resolve_links; before, the link's own path was compared, so both
+# wrote new.out, the --trace over the export).
+reset
+ln -s new.out dangling.out
+rc=0
+"$train" "${G[@]}" "${D[@]}" --export hf new.out --trace dangling.out > out.txt 2>&1 || rc=$?
+echo "--export hf new.out --trace dangling.out (-> new.out) -> exit $rc: $(grep -m1 error out.txt | cut -c1-200)"
+[ $rc = 2 ] || bad "a dangling link to another output: expected exit 2, got $rc: $(head -c 300 out.txt)"
+grep -qF -- "ditto-train: error: --trace: $(other '--export hf' dangling.out new.out)" out.txt ||
+  bad "a dangling link to another output: $(head -c 300 out.txt)"
+[ -e new.out ] && bad "a dangling link to another output: new.out was written"
 
 # 3. --export into a checkpoint directory: the one written, the one resumed from, --init-from's.
 reset

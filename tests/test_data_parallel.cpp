@@ -285,11 +285,22 @@ TEST_F(DataParallelTest, ParallelApplyReportsFirstFailingReplica) {
       [&] {
         parallel::parallel_apply(devs(3), "forward", [&](int i) {
           ++ran;
-          if (i >= 1) throw OutOfMemory("boom " + std::to_string(i));
+          if (i >= 1) throw OutOfMemory("boom " + std::to_string(i), OutOfMemory::Kind::device);
         });
       },
       "replica 1 on sim:1 failed in forward: boom 1");
   EXPECT_EQ(ran.load(), 3);
+  // The replica's OutOfMemory keeps its kind (which memory ran out) through the rethrow.
+  for (OutOfMemory::Kind kind : {OutOfMemory::Kind::device, OutOfMemory::Kind::host}) {
+    try {
+      parallel::parallel_apply(devs(2), "forward", [&](int i) {
+        if (i == 1) throw OutOfMemory("boom", kind);
+      });
+      ADD_FAILURE() << "no OutOfMemory";
+    } catch (const OutOfMemory& e) {
+      EXPECT_EQ(e.kind(), kind);
+    }
+  }
 }
 
 // A replica's std::bad_alloc (a host allocation under `ulimit -v`) is reported as OutOfMemory
@@ -303,6 +314,14 @@ TEST_F(DataParallelTest, ParallelApplyNamesAHostAllocationFailure) {
       },
       "DataParallel: replica 1 on sim:1 failed in backward: out of host memory (std::bad_alloc: "
       "a host allocation failed");
+  try {  // the host's memory, said by its kind
+    parallel::parallel_apply(devs(2), "backward", [](int i) {
+      if (i == 1) throw std::bad_alloc();
+    });
+    ADD_FAILURE() << "no OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    EXPECT_EQ(e.kind(), OutOfMemory::Kind::host);
+  }
 }
 
 /// Trains `steps` SGD steps of an MLP on `n` devices (fast mode, the library Trainer) and

@@ -210,6 +210,22 @@ TEST(FaultAlloc, TheChosenAllocationFailsLikeCudaOutOfMemoryAndOnlyIt) {
   b.deallocate(0, other, 256);
   b.default_stream(1).synchronize();
   EXPECT_EQ(b.memory_stats(1).in_use, 0u);
+  // A device's memory, said by its kind (ditto-train matched the message's text to tell it from
+  // a host allocation's).
+  try {
+    b.allocate(0, std::size_t(1) << 29);  // past the capacity of 2^28
+    ADD_FAILURE() << "no OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    EXPECT_EQ(e.kind(), OutOfMemory::Kind::device);
+  }
+  sim::SimBackend& again = sim_with_faults({"alloc:device=0,after=0"});
+  try {
+    again.allocate(0, 64);  // the injected fault's
+    ADD_FAILURE() << "no OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    EXPECT_EQ(e.kind(), OutOfMemory::Kind::device);
+    EXPECT_NE(std::string(e.what()).find("injected fault"), std::string::npos) << e.what();
+  }
 }
 
 TEST(FaultAlloc, UnfiredFaultsAreReported) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "backend_sim/profiles.h"
 #include "backend_sim/sim_options.h"
 #include "core/base/error.h"
 #include "core/train/metrics_format.h"
@@ -269,6 +270,20 @@ TEST(Options, JsonProfileWithoutTheRunsRateRefused) {
                            "--interconnect nvlink, nvlink3 or pcie5 prices another");
   two.devices = 1;
   EXPECT_TRUE(sim::SimRun({.profile = path}).warnings(two).empty());
+  // The links go by the profile's "key" (default_interconnect): one that names a built-in
+  // profile gets its links, not the fallback, and no warning (it said "priced as nvlink (...), a
+  // JSON profile's default" of an "h100-sxm" key, and of "rtx4070-laptop" that PCIe Gen4 was).
+  two.devices = 2;
+  for (const char* key : {"h100-sxm", "a100-sxm-40gb", "rtx4070-laptop"}) {
+    {
+      std::ofstream f(path);
+      f << R"({"key": ")" << key
+        << R"(", "fp32_tflops": 67, "memory_gib": 80, "memory_bandwidth_gbps": 3350})";
+    }
+    EXPECT_EQ(sim::default_interconnect(sim::device_profile(path).key),
+              sim::default_interconnect(key));
+    EXPECT_EQ(sim::SimRun({.profile = path}).warnings(two), std::vector<std::string>{}) << key;
+  }
   {
     std::ofstream f(path);
     f << R"({"key": "x", "fp32_tflops": 67, "bf16_tflops": 989.5, "memory_gib": 80,

@@ -83,6 +83,14 @@ TEST(SimBackendMemory, OutOfMemoryNamesDeviceRequestUseAndCapacity) {
   }
   EXPECT_THROW_MSG(Tensor::empty({2000}, DType::f32, sim_device(0)), OutOfMemory,
                    "sim:0: out of memory");
+  // A device's memory, said by its kind (ditto-train matched the message's text to tell it from
+  // a host allocation's).
+  try {
+    Tensor::empty({2000}, DType::f32, sim_device(0));
+    ADD_FAILURE() << "no OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    EXPECT_EQ(e.kind(), OutOfMemory::Kind::device);
+  }
   EXPECT_THROW_MSG(Tensor::empty({1}, DType::f32, sim_device(2)), InvalidArgument, "sim:2");
   init_sim(16);  // leave the default instance for the next tests
   EXPECT_EQ(get_backend("sim").device_count(), 16);

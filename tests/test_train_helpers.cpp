@@ -245,6 +245,58 @@ TEST(OutputPaths, AnOutputIsComparedByIdentityAndMustBeWritableByItsMode) {
   io::check_outputs_are_not_inputs({{"--metrics-jsonl", ro}, {"--trace", "/dev/stdout"}}, {}, {});
 }
 
+// A dangling symbolic link is the file its target names (what the write creates: resolve_links,
+// as write_file_atomic and open(2) follow it), so an output given as one is compared like that
+// path: with an input or an earlier output of that name, and with the directories (all missing
+// yet: no stat identity). Before, the link's own path was compared, and each of these passed.
+TEST(OutputPaths, ADanglingLinkIsComparedAsTheFileItNames) {
+  const std::string dir = fresh_dir("outputs_dangling");
+  const std::string to_trace = dir + "/to_trace.json", to_val = dir + "/to_val.bin",
+                    to_ck = dir + "/to_ck", chain = dir + "/chain";
+  ASSERT_EQ(::symlink("t.json", to_trace.c_str()), 0);  // relative: dir/t.json, not made yet
+  ASSERT_EQ(::symlink((dir + "/val.bin").c_str(), to_val.c_str()), 0);
+  ASSERT_EQ(::symlink("ck/latest", to_ck.c_str()), 0);
+  ASSERT_EQ(::symlink("to_trace.json", chain.c_str()), 0);  // a chain: chain -> to_trace -> t.json
+  // Another output of that name.
+  expect_invalid(
+      [&] {
+        io::check_outputs_are_not_inputs(
+            {{"--trace", dir + "/t.json"}, {"--metrics-jsonl", to_trace}}, {}, {});
+      },
+      "--metrics-jsonl: expected a file other than --trace's, got '" + to_trace + "' (--trace '" +
+          dir + "/t.json'), which it would overwrite");
+  expect_invalid(
+      [&] {
+        io::check_outputs_are_not_inputs({{"--trace", chain}, {"--metrics-jsonl", to_trace}}, {},
+                                         {});
+      },
+      "--metrics-jsonl: expected a file other than --trace's");
+  // An input of that name (missing too), and an input given through the link.
+  expect_invalid(
+      [&] {
+        io::check_outputs_are_not_inputs({{"--export llmc", to_val}},
+                                         {{"--val-data", dir + "/val.bin"}}, {});
+      },
+      "--export llmc: expected a file other than --val-data's, got '" + to_val + "'");
+  expect_invalid(
+      [&] {
+        io::check_outputs_are_not_inputs({{"--export llmc", dir + "/val.bin"}},
+                                         {{"--val-data", to_val}}, {});
+      },
+      "--export llmc: expected a file other than --val-data's");
+  // Inside a directory.
+  expect_invalid(
+      [&] {
+        io::check_outputs_are_not_inputs({{"--trace", to_ck}}, {}, {{"--checkpoint", dir + "/ck"}});
+      },
+      "--trace: expected a file outside the --checkpoint directory '" + dir + "/ck', got '" +
+          to_ck + "'");
+  // Different files stay different.
+  io::check_outputs_are_not_inputs({{"--trace", to_trace}, {"--metrics-jsonl", to_val}},
+                                   {{"--data", dir + "/data.csv"}},
+                                   {{"--checkpoint", dir + "/c2"}});
+}
+
 TEST(OutputPaths, AReplaceableOutputIsARegularFileInAWritableDirectory) {
   const std::string dir = fresh_dir("replaceable");
   io::check_replaceable_output(dir + "/new.bin", "--export llmc");
@@ -416,6 +468,117 @@ TEST(GracefulStop, SignalsAfterTrainingPromiseNoCheckpoint) {
                 "test: second SIGINT: exiting at once; training was over; newest checkpoint on "
                 "disk: " +
                 dir + "/step-00000010\n");
+}
+
+// Runs `body` in a child process whose stderr goes to `err_path` (only async-signal-safe calls
+// in it: the parent may have threads); returns its exit status (-1 when it did not exit).
+template <typename Body>
+int stderr_of_child(const std::string& err_path, const Body& body) {
+  const pid_t child = ::fork();
+  if (child < 0) return -2;
+  if (child == 0) {
+    const int fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || ::dup2(fd, STDERR_FILENO) < 0) ::_exit(3);
+    body();
+    ::_exit(4);
+  }
+  int status = 0;
+  if (::waitpid(child, &status, 0) != child || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+// A first signal once no stop can come (the last step began: stop_handlers_last_step, which the
+// Trainer's on_last_step calls) says that the run completes as usual, with no stop checkpoint; a
+// second that the exit leaves the run incomplete. Before, they said "finishing the current step
+// and writing a checkpoint" and "the stop checkpoint was not written", though none was due
+// (a stop during the last step lets the run complete).
+TEST(GracefulStop, SignalsDuringTheLastStepPromiseTheCompleteRunNotAStopCheckpoint) {
+  const SavedStopSignals saved;
+  const std::string dir = fresh_dir("stop_last_step");
+  std::ofstream(dir + "/latest") << "step-00000004\n";
+  const std::string err_path = dir + "/stderr";
+  train::install_stop_handlers(dir, "test");
+  EXPECT_EQ(stderr_of_child(err_path,
+                            [] {
+                              train::stop_handlers_last_step();
+                              std::raise(SIGINT);  // the first: the run completes
+                              std::raise(SIGINT);  // the second: _exit(130)
+                            }),
+            128 + SIGINT);
+  EXPECT_EQ(io::read_file(err_path),
+            "test: SIGINT received with no step left to stop before: no stop checkpoint; "
+            "completing the run as usual (final evaluation, checkpoint, line, sample, exports), "
+            "then exiting as usual (send it again to exit at once)\n"
+            "test: second SIGINT: exiting at once, before the run completed; newest checkpoint "
+            "on disk: " +
+                dir + "/step-00000004\n");
+}
+
+// A first signal that came before the last step began, but too late to stop the run (before
+// training in a run of one step, as ditto_train_stop.sh sends it; or just after the Trainer's
+// last check), promised a stop checkpoint: stop_handlers_last_step takes the promise back at once.
+TEST(GracefulStop, APromiseOfAStopCheckpointTooLateToKeepIsTakenBack) {
+  const SavedStopSignals saved;
+  const std::string dir = fresh_dir("stop_taken_back");
+  const std::string err_path = dir + "/stderr";
+  train::install_stop_handlers(dir, "test");
+  EXPECT_EQ(stderr_of_child(err_path,
+                            [] {
+                              std::raise(SIGTERM);  // the first: promises a stop checkpoint
+                              train::stop_handlers_last_step();  // takes it back
+                              train::stop_handlers_last_step();  // (once)
+                              std::raise(SIGTERM);               // the second: _exit(143)
+                            }),
+            128 + SIGTERM);
+  EXPECT_EQ(io::read_file(err_path),
+            "test: signal received: finishing the current step and writing a checkpoint (send it "
+            "again to exit at once)\n"
+            "test: SIGTERM: no step is left to stop before (the next is the run's last), so no "
+            "stop checkpoint after all; completing the run as usual (final evaluation, "
+            "checkpoint, line, sample, exports), then exiting as usual (send it again to exit at "
+            "once)\n"
+            "test: second SIGTERM: exiting at once, before the run completed; newest checkpoint "
+            "on disk: none\n");
+}
+
+// The plain case keeps its words: a stop announced during a step, then a second signal.
+TEST(GracefulStop, ASecondSignalDuringAStopSaysTheStopCheckpointWasNotWritten) {
+  const SavedStopSignals saved;
+  const std::string dir = fresh_dir("stop_second");
+  const std::string err_path = dir + "/stderr";
+  train::install_stop_handlers(dir, "test");
+  EXPECT_EQ(stderr_of_child(err_path,
+                            [] {
+                              std::raise(SIGTERM);
+                              std::raise(SIGTERM);
+                            }),
+            128 + SIGTERM);
+  EXPECT_EQ(io::read_file(err_path),
+            "test: signal received: finishing the current step and writing a checkpoint (send it "
+            "again to exit at once)\n"
+            "test: second SIGTERM: exiting at once; the stop checkpoint was not written; newest "
+            "checkpoint on disk: none\n");
+}
+
+// Once the run is over (it failed: disarm_stop_handlers without stop_handlers_training_over), a
+// first signal is silent and promises nothing, so a second does not say that a stop checkpoint
+// was not written (it did, under mpirun ending a failed job: a SIGTERM, then another).
+TEST(GracefulStop, ASecondSignalAfterAFailedRunSaysTheRunWasOver) {
+  const SavedStopSignals saved;
+  const std::string dir = fresh_dir("stop_failed_run");
+  std::ofstream(dir + "/latest") << "step-00000002\n";
+  const std::string err_path = dir + "/stderr";
+  train::install_stop_handlers(dir, "test");
+  EXPECT_EQ(stderr_of_child(err_path,
+                            [] {
+                              train::disarm_stop_handlers();
+                              std::raise(SIGTERM);  // recorded without a word
+                              std::raise(SIGTERM);  // _exit(143)
+                            }),
+            128 + SIGTERM);
+  EXPECT_EQ(io::read_file(err_path),
+            "test: second SIGTERM: exiting at once; the run was over; newest checkpoint on disk: " +
+                dir + "/step-00000002\n");
 }
 
 TEST(GptRecipe, ConfiguresNanoGptsRunAndNamesFieldsAsTheCallerDoes) {

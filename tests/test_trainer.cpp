@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -461,6 +462,66 @@ TEST(Trainer, AStopRequestDuringTheLastStepLetsTheRunComplete) {
     std::string text((std::istreambuf_iterator<char>(latest)), {});
     EXPECT_EQ(text, step);
     std::filesystem::remove_all(dir);
+  }
+}
+
+// TrainerCallbacks::on_last_step (Note [Graceful stop]: a signal's message must not promise a
+// stop checkpoint once none can come): once, as the last step begins (after the steps before it
+// were reported, before the last one is), in epoch and iteration mode, for dp and ddp; a stop
+// request made there lets the run complete (the bits of a run that got none); a resumed run with
+// no step left calls it once at the start; a stopped run never.
+TEST(Trainer, OnLastStepComesOnceAsTheLastStepBeginsAndNoStopFollowsIt) {
+  for (bool iterations : {false, true}) {
+    TrainerConfig base = small(2, TrainerKind::dp, 1);
+    if (iterations) base.max_iters = 5;
+    const FitResult whole = Trainer(base, digits()).fit();
+    ASSERT_GE(whole.steps, 2);
+    for (TrainerKind kind : {TrainerKind::dp, TrainerKind::ddp}) {
+      const std::string what =
+          std::string(trainer_kind_name(kind)) + (iterations ? " iterations" : " epochs");
+      const auto dir = scratch(std::string("last_step_") + trainer_kind_name(kind));
+      std::atomic<int> stop{0};
+      TrainerConfig c = checkpointing(dir, 2, kind, 1);
+      c.max_iters = base.max_iters;
+      c.stop = &stop;
+      c.log_interval = 1;
+      int calls = 0;
+      std::int64_t reported = 0, reported_at_call = -1;
+      TrainerCallbacks cb;
+      cb.on_step = [&](const StepMetrics&) { ++reported; };
+      cb.on_last_step = [&] {
+        ++calls;
+        reported_at_call = reported;
+        stop = SIGTERM;  // too late to stop anything
+      };
+      const FitResult r = Trainer(c, digits(), cb).fit();
+      EXPECT_EQ(calls, 1) << what;
+      EXPECT_EQ(reported_at_call, whole.steps - 1) << what;
+      EXPECT_EQ(reported, whole.steps) << what;
+      EXPECT_FALSE(r.stopped) << what;
+      EXPECT_EQ(r.steps, whole.steps) << what;
+      EXPECT_EQ(r.params_checksum, whole.params_checksum) << what;
+      // Resumed at the end: no step to take, one call at the start.
+      TrainerConfig again = resuming(dir, 2, kind, 1);
+      again.max_iters = base.max_iters;
+      calls = 0;
+      TrainerCallbacks cb2;
+      cb2.on_last_step = [&] { ++calls; };
+      EXPECT_EQ(Trainer(again, digits(), cb2).fit().steps, whole.steps) << what;
+      EXPECT_EQ(calls, 1) << what;
+      std::filesystem::remove_all(dir);
+      // A run stopped before its last step never calls it.
+      std::atomic<int> early{SIGTERM};
+      TrainerConfig stopped = checkpointing(dir, 2, kind, 1);
+      stopped.max_iters = base.max_iters;
+      stopped.stop = &early;
+      calls = 0;
+      const FitResult s = Trainer(stopped, digits(), cb2).fit();
+      EXPECT_TRUE(s.stopped) << what;
+      EXPECT_LT(s.steps, whole.steps) << what;
+      EXPECT_EQ(calls, 0) << what;
+      std::filesystem::remove_all(dir);
+    }
   }
 }
 

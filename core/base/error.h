@@ -28,10 +28,21 @@ class InvalidArgument : public Error {
   using Error::Error;
 };
 
-/// Allocation past a device's capacity (like CUDA's out-of-memory error).
+/// Allocation past a device's capacity (like CUDA's out-of-memory error), or a host allocation
+/// that failed; kind() says which memory ran out, so that a caller tells them apart without
+/// reading the message (ditto-train's hint of what to change applies to a device's only).
 class OutOfMemory : public Error {
  public:
-  using Error::Error;
+  /// The memory that ran out. device: a device's capacity (a simulated device's, an injected
+  /// allocation fault, a dry run's address span; CUDA's cudaErrorMemoryAllocation and cuBLAS's
+  /// CUBLAS_STATUS_ALLOC_FAILED, the backend's own capacity check). host: a host allocation
+  /// (std::bad_alloc, a backend's host block: the cpu backend's, the simulator's tensor data).
+  enum class Kind { device, host };
+  OutOfMemory(const std::string& what, Kind kind) : Error(what), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
 };
 
 /// A backend or driver call failed (CUDA, NCCL, a simulated device fault).

@@ -52,8 +52,10 @@ class DataSource {
   virtual data::Batch step_batch_rows(std::int64_t step, std::int64_t batch_size, std::int64_t lo,
                                       std::int64_t hi);
   /// Iteration mode's evaluation: batch `k` (0 <= k < TrainerConfig::eval_iters) of `split`, the
-  /// same batch at every evaluation. Default: val: batch k modulo their number of eval_set() in
-  /// order (InvalidArgument when eval_set() is empty); train: batch(0, k % B, batch_size).
+  /// same batch at every evaluation and on every rank: under ddp every rank reads each batch and
+  /// evaluates its own rows of it (Note [Evaluation in pieces], core/train/replica.cpp). Default:
+  /// val: batch k modulo their number of eval_set() in order (InvalidArgument when eval_set() is
+  /// empty); train: batch(0, k % B, batch_size). Rank threads call it concurrently.
   virtual data::Batch eval_batch(EvalSplit split, std::int64_t k, std::int64_t batch_size);
 };
 

@@ -204,7 +204,9 @@ using NamedPath = std::pair<std::string, std::string>;
 /// it starts from) and of the outputs before it, and outside every directory of `dirs` (where
 /// the run reads or writes its own files: a checkpoint directory, the one it resumes from). Two
 /// paths that both exist are the same file when their st_dev and st_ino are (a symbolic or hard
-/// link, "./x" and "x"); otherwise when their same_file_key is. An output that exists as a
+/// link, "./x" and "x"); otherwise when the same_file_key of what each reaches through its
+/// symbolic links is (resolve_links: a dangling link is its target, which a write creates, as
+/// write_file_atomic resolves it; "/dev/stdout" itself). An output that exists as a
 /// regular file must be one the process may write without changing its mode (root, whom the
 /// permission bits do not stop, needs a w bit), as it is replaced or truncated. Entries with an
 /// empty path are skipped. Throws InvalidArgument "OUT: expected a file other than IN's, got 'p'

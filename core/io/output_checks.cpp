@@ -22,13 +22,29 @@ std::string same_file_key(const std::string& path) {
 
 namespace {
 
-/// Whether `a` and `b` name one file (core/io/file.h's check_outputs_are_not_inputs).
+/// What a write to `path` (or a read of it) reaches: the final target of its chain of symbolic
+/// links, a dangling link's included (resolve_links, as write_file_atomic resolves it: Note
+/// [Atomic write]; open(2) creates a dangling link's target too). A descriptor's name
+/// (/dev/stdout) is itself; a link that cannot be resolved (a loop) is left as given:
+/// check_replaceable_output refuses it, naming why.
+std::string link_target(const std::string& path) {
+  if (fd_alias(path) >= 0) return path;
+  try {
+    return resolve_links(path, "io::resolve_links");
+  } catch (const Error&) {
+    return path;
+  }
+}
+
+/// Whether `a` and `b` name one file (core/io/file.h's check_outputs_are_not_inputs): by identity
+/// where both exist, else by the same_file_key of what each reaches through its links (a
+/// dangling link to the other, or to the same missing file, is the same file).
 bool same_file(const std::string& a, const std::string& b) {
   struct stat sa {};
   struct stat sb {};
   if (::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0)
     return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-  return same_file_key(a) == same_file_key(b);
+  return same_file_key(link_target(a)) == same_file_key(link_target(b));
 }
 
 /// Refuses an existing regular file `path` that this process may not write without changing its
@@ -54,7 +70,7 @@ void check_outputs_are_not_inputs(const std::vector<NamedPath>& outputs,
     if (!in.second.empty()) others.push_back(in);
   for (const auto& [opt, path] : outputs) {
     if (path.empty()) continue;
-    const std::string k = same_file_key(path);
+    const std::string k = same_file_key(link_target(path));  // a dangling link's target's
     for (const auto& [other, other_path] : others)
       DITTO_CHECK(!same_file(path, other_path), opt, ": expected a file other than ", other,
                   "'s, got '", path, "' (", other, " '", other_path,
@@ -62,7 +78,7 @@ void check_outputs_are_not_inputs(const std::vector<NamedPath>& outputs,
                   "overwrite");
     for (const auto& [dir_opt, dir] : dirs) {
       if (dir.empty()) continue;
-      const fs::path rel = fs::path(k).lexically_relative(same_file_key(dir));
+      const fs::path rel = fs::path(k).lexically_relative(same_file_key(link_target(dir)));
       DITTO_CHECK(rel.empty() || *rel.begin() == "..", opt, ": expected a file outside the ",
                   dir_opt, " directory '", dir, "', got '", path, "'");
     }

@@ -162,10 +162,10 @@ void parallel_apply(const std::vector<Device>& devices, const char* what,
                     " failed in ", what, ": ", message_of(errors[static_cast<std::size_t>(i)]));
     try {
       std::rethrow_exception(errors[static_cast<std::size_t>(i)]);
-    } catch (const OutOfMemory&) {
-      throw OutOfMemory(msg);
+    } catch (const OutOfMemory& e) {
+      throw OutOfMemory(msg, e.kind());
     } catch (const std::bad_alloc&) {
-      throw OutOfMemory(msg);
+      throw OutOfMemory(msg, OutOfMemory::Kind::host);
     } catch (const Timeout&) {
       throw Timeout(msg);
     } catch (const BackendError&) {

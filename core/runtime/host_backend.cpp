@@ -56,7 +56,7 @@ class HostBackend final : public Backend {
   void* allocate(int, std::size_t bytes) override {
     std::size_t rounded = (bytes + 63) / 64 * 64;
     void* p = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
-    if (!p) throw OutOfMemory(host_oom(bytes, in_use_.load()));
+    if (!p) throw OutOfMemory(host_oom(bytes, in_use_.load()), OutOfMemory::Kind::host);
     std::size_t now = in_use_.fetch_add(bytes) + bytes;
     std::size_t old = peak_.load();
     while (now > old && !peak_.compare_exchange_weak(old, now)) {

@@ -16,6 +16,13 @@ namespace {
 std::atomic<int> g_stop{0};
 // Cleared by disarm_stop_handlers: the run is over, a first signal is recorded silently.
 volatile std::sig_atomic_t g_armed = 1;
+// Whether a stop can still come (Note [Graceful stop]): kStepping until
+// stop_handlers_last_step; kStopAnnounced when a first signal promised a stop checkpoint then.
+// One atomic, so that a signal and stop_handlers_last_step (another thread) agree on which
+// came first: a promise made just before the last step is corrected by stop_handlers_last_step.
+enum : int { kStepping = 0, kStopAnnounced = 1, kLastStep = 2 };
+std::atomic<int> g_phase{kStepping};
+static_assert(std::atomic<int>::is_always_lock_free, "used in a signal handler");
 // Set by stop_handlers_training_over: the last step is done, no checkpoint is due.
 volatile std::sig_atomic_t g_over = 0;
 // Set before the handlers are installed; read only by them.
@@ -54,9 +61,13 @@ extern "C" void on_stop_signal(int sig) {
   if (g_stop.exchange(sig) != 0) {
     put(": second ");
     put(name);
-    put(g_over ? ": exiting at once; training was over; newest checkpoint on disk: "
-               : ": exiting at once; the stop checkpoint was not written; newest checkpoint on "
-                 "disk: ");
+    // What the exit leaves undone, as it stands now.
+    put(g_over     ? ": exiting at once; training was over"
+        : !g_armed ? ": exiting at once; the run was over"
+        : g_phase.load() == kStopAnnounced
+            ? ": exiting at once; the stop checkpoint was not written"
+            : ": exiting at once, before the run completed");
+    put("; newest checkpoint on disk: ");
     put_newest(put);
     put("\n");
     [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, buf, n);
@@ -73,8 +84,17 @@ extern "C" void on_stop_signal(int sig) {
     put("); finishing the output (final line, sample, exports), then exiting as usual (send it "
         "again to exit at once)\n");
   } else {
-    put(": signal received: finishing the current step and writing a checkpoint (send it again "
-        "to exit at once)\n");
+    int stepping = kStepping;
+    if (g_phase.compare_exchange_strong(stepping, kStopAnnounced)) {
+      put(": signal received: finishing the current step and writing a checkpoint (send it "
+          "again to exit at once)\n");
+    } else {  // kLastStep: the Trainer checks for no stop any more
+      put(": ");
+      put(name);
+      put(" received with no step left to stop before: no stop checkpoint; "
+          "completing the run as usual (final evaluation, checkpoint, line, sample, exports), "
+          "then exiting as usual (send it again to exit at once)\n");
+    }
   }
   [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, buf, n);
 }
@@ -88,6 +108,7 @@ const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
   std::snprintf(g_latest_path, sizeof g_latest_path, "%s/latest", checkpoint_dir.c_str());
   g_armed = 1;
   g_over = 0;
+  g_phase.store(kStepping);
   g_stop.store(0);  // a new run: no signal yet
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
@@ -104,6 +125,24 @@ const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
 void disarm_stop_handlers() { g_armed = 0; }
 
 void stop_handlers_training_over() { g_over = 1; }
+
+void stop_handlers_last_step() {
+  if (g_phase.exchange(kLastStep) != kStopAnnounced || !g_armed) return;
+  // A first signal came before the last step and promised a stop checkpoint (before training
+  // began, or after the Trainer's last check): the run completes instead. Say so at once.
+  char buf[512];
+  std::size_t n = 0;
+  auto put = [&](const char* t) {
+    while (*t && n < sizeof buf - 1) buf[n++] = *t++;
+  };
+  put(g_prog);
+  put(": ");
+  put(stop_signal_name(g_stop.load()));
+  put(": no step is left to stop before (the next is the run's last), so no stop checkpoint "
+      "after all; completing the run as usual (final evaluation, checkpoint, line, sample, exports), then "
+      "exiting as usual (send it again to exit at once)\n");
+  [[maybe_unused]] const ssize_t w = ::write(STDERR_FILENO, buf, n);
+}
 
 int stop_signal() { return g_stop.load(); }
 

@@ -8,16 +8,28 @@
 // process the signal ended (stop_exit_status). A first signal during the last step leaves no
 // step to stop before: the run completes as if none had come (its final evaluation, final
 // checkpoint, final line, sample and exports, and its own exit status), as the step it let
-// finish was the run's last. A second signal exits at once with that status,
-// as an impatient user expects, and says so on stderr: the stop checkpoint was not finished, and
-// the newest complete checkpoint on disk is the one DIR/latest names (read in the handler with
-// open/read/write only, all async-signal-safe), or none. (GNU `timeout -s TERM` signals the
+// finish was the run's last. The Trainer says when that point is passed (TrainerCallbacks::
+// on_last_step: its last step begins, after its last check for a stop; stop_handlers_last_step),
+// and from then on a first signal says "SIGINT received with no step left to stop before: no
+// stop checkpoint; completing the run as usual (...), then exiting as usual (send it again to
+// exit at once)" instead of promising a checkpoint. A first signal that came before that point
+// but too late to stop the run (before training began in a run of one step; or between the
+// Trainer's last check and on_last_step) promised a stop checkpoint: stop_handlers_last_step
+// corrects it at once ("SIGINT: no step is left to stop before (the next is the run's last), so
+// no stop checkpoint after all; completing the run as usual ..."). A second signal exits at once
+// with that status, as an impatient user expects, and says so on stderr, with what the exit
+// leaves undone: the stop checkpoint was not written (a stop was announced), or the run did not
+// complete (the last step, a stop no longer due), or nothing (training or the run was over);
+// and the newest complete checkpoint on disk is the one DIR/latest names (read in the handler
+// with open/read/write only, all async-signal-safe), or none. (GNU `timeout -s TERM` signals the
 // process and then its group, so a run under it gets two SIGTERMs at once.) Without a
 // checkpoint directory there is nothing to keep: install no handlers (the process ends at once).
 // Once the run is over (it finished, stopped or failed, and the program is on its way out:
 // disarm_stop_handlers), a first signal is recorded without a word, since no step is left to
 // finish: mpirun ending a failed job SIGTERMs the ranks that are already leaving with their own
-// error, which then said "finishing the current step and writing a checkpoint".
+// error, which then said "finishing the current step and writing a checkpoint"; a second then
+// says "exiting at once; the run was over" (not that a stop checkpoint was not written: none
+// was promised).
 // After the last step, while the program still works on the result (the final checkpoint is
 // written, or failed and is reported later; ditto-train prints the GPT's sample and writes the
 // --export files: stop_handlers_training_over), no checkpoint is left to promise: a first signal
@@ -47,6 +59,14 @@ const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
 /// flag, writing nothing (the program goes on leaving with its own status); a second still exits
 /// at once, as before. install_stop_handlers arms them again. Async-signal-safe.
 void disarm_stop_handlers();
+
+/// No stop can come any more (Note [Graceful stop]; TrainerCallbacks::on_last_step): the run's
+/// last step begins, after the Trainer's last check for a stop request. From now on a first
+/// signal says that the run completes as usual instead of promising a stop checkpoint; if one
+/// already promised it, this says at once on stderr that no stop checkpoint comes after all.
+/// Call it from the thread that runs the Trainer (not from a signal handler).
+/// install_stop_handlers resets it.
+void stop_handlers_last_step();
 
 /// Training is over (Note [Graceful stop]): the last step is done and its checkpoint written or
 /// reported; what is left is the result's output (a sample, exports). From now on a signal's

@@ -310,6 +310,10 @@ bool Trainer::stop_due(Run& run, Replica& rep, std::int64_t done) const {
   return done >= run.stop_at.load();
 }
 
+void Trainer::last_step_begins(Run& run, Replica& rep) const {
+  if ((run.processes || rep.lead()) && callbacks_.on_last_step) callbacks_.on_last_step();
+}
+
 bool Trainer::logs_step(std::int64_t step) const {
   return config_.log_interval > 0 && !config_.dry_run && step % config_.log_interval == 0;
 }
@@ -388,6 +392,42 @@ TrainerState Trainer::resume(Replica& rep, const TrainerState& fresh, bool lead,
   return ts;
 }
 
+void Trainer::plan_run(Run& run, std::string& name, BackendOptions& bopts) const {
+  const TrainerConfig& c = config_;
+  DITTO_CHECK(!run.processes || c.trainer == TrainerKind::ddp, c.name_of("trainer"),
+              ": under mpirun each process is one rank, which needs ddp (DataParallel drives "
+              "every device from one process), got '",
+              trainer_kind_name(c.trainer), "'");
+  run.n_dev = static_cast<int>(run_devices(c));
+  name = resolve_backend_name(c.backend);
+  // A dry run (Note [Dry run], backend_sim/sim_backend.h) prices the whole cluster in one
+  // process; the backend must run dry (init_backend refuses it otherwise) and price the work.
+  DITTO_CHECK(!c.dry_run || !run.processes, c.name_of("dry_run"),
+              ": expected one process "
+              "(a dry run prices the whole cluster in one), got mpirun with ",
+              dist::world_size(), " processes");
+  // Under mpirun a process holds the one device of its rank: a backend of virtual devices
+  // makes only that one, one of physical devices sees every device of its node and the rank
+  // takes its local rank's (BackendOptions::one_rank_per_process).
+  if (!run.processes) bopts.device_count = run.n_dev;
+  bopts.one_rank_per_process = run.processes;
+  if (c.memory_capacity) bopts.memory_capacity = *c.memory_capacity;
+  bopts.dry_run = c.dry_run;
+  bopts.allow_tf32 = c.allow_tf32;
+  const RunPlan plan{name, run.processes, run.processes ? dist::world_size() : 1, run.n_dev};
+  for (const auto& e : c.extensions) e->plan(c, plan, bopts);
+}
+
+void Trainer::check(TrainerConfig config, std::shared_ptr<DataSource> data) {
+  const Trainer t(std::move(config), std::move(data));  // the constructor's validation
+  Run run;
+  run.processes = dist::is_initialized();
+  std::string name;
+  BackendOptions bopts;
+  t.plan_run(run, name, bopts);         // fit()'s first step
+  check_devices(t.config_, run.n_dev);  // and its second's, before the backend
+}
+
 FitResult Trainer::fit() {
   // fit() restarts the process-wide backend (init_backend): a second run at the same time would
   // pull the devices from under the first one.
@@ -434,30 +474,7 @@ FitResult Trainer::fit() {
   };
   BackendOptions bopts;
   std::string name;
-  step(agreed_settings(c, *data_), [&] {  // the settings alone
-    DITTO_CHECK(!run.processes || c.trainer == TrainerKind::ddp, c.name_of("trainer"),
-                ": under mpirun each process is one rank, which needs ddp (DataParallel drives "
-                "every device from one process), got '",
-                trainer_kind_name(c.trainer), "'");
-    run.n_dev = static_cast<int>(run_devices(c));
-    name = resolve_backend_name(c.backend);
-    // A dry run (Note [Dry run], backend_sim/sim_backend.h) prices the whole cluster in one
-    // process; the backend must run dry (init_backend refuses it otherwise) and price the work.
-    DITTO_CHECK(!c.dry_run || !run.processes, c.name_of("dry_run"),
-                ": expected one process "
-                "(a dry run prices the whole cluster in one), got mpirun with ",
-                dist::world_size(), " processes");
-    // Under mpirun a process holds the one device of its rank: a backend of virtual devices
-    // makes only that one, one of physical devices sees every device of its node and the rank
-    // takes its local rank's (BackendOptions::one_rank_per_process).
-    if (!run.processes) bopts.device_count = run.n_dev;
-    bopts.one_rank_per_process = run.processes;
-    if (c.memory_capacity) bopts.memory_capacity = *c.memory_capacity;
-    bopts.dry_run = c.dry_run;
-    bopts.allow_tf32 = c.allow_tf32;
-    const RunPlan plan{name, run.processes, run.processes ? dist::world_size() : 1, run.n_dev};
-    for (const auto& e : c.extensions) e->plan(c, plan, bopts);
-  });
+  step(agreed_settings(c, *data_), [&] { plan_run(run, name, bopts); });  // the settings alone
   step({}, [&] {  // the backend and the output paths
     // After the settings agreed (a process's own micro_shards may not fit the devices because it
     // disagrees: that is said first); before the backend, where a bad split costs nothing.
@@ -658,6 +675,7 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     saved_step = ts.step;
   };
   const std::int64_t first_epoch = ts.epoch + 1;
+  if (first_epoch > c.epochs) last_step_begins(run, rep);  // none to take: no stop can come
   for (int epoch = static_cast<int>(first_epoch); epoch <= c.epochs; ++epoch) {
     run.epoch_begin();
     const auto t0 = std::chrono::steady_clock::now();
@@ -669,6 +687,9 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
       DITTO_CHECK(!b.x.defined() || b.x.dim() == 0 || b.x.size(0) >= 1,
                   "Trainer: the data source's batch ", i, " of epoch ", epoch,
                   ": expected at least one row, got 0");
+      // No stop is checked after the last step: the run is complete (Note [Graceful stop]).
+      const bool last = epoch == c.epochs && i + 1 == batches;
+      if (last) last_step_begins(run, rep);
       const bool logged = logs_step(ts.step);
       if (logged) run.step_mark_begin();
       const auto s0 = std::chrono::steady_clock::now();
@@ -692,7 +713,6 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
       seen += b.x.size(0);
       ++steps;
       ts.advance(batches, loss_sum, seen);  // the position after this step
-      const bool last = epoch == c.epochs && i + 1 == batches;
       if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0)  // the last step's: final
         checkpoint(loss_sum, last ? CheckpointKind::final : CheckpointKind::periodic);
       if (!last && stop_due(run, rep, ts.step)) {  // after the last step: the run is complete
@@ -764,6 +784,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   // The learning rate of the last step taken (of step 0 before it), as evaluations report it.
   double lr =
       c.lr_schedule ? c.lr_schedule(std::max<std::int64_t>(ts.step - 1, 0)) : rep.optimizer().lr();
+  if (ts.step >= c.max_iters || c.eval_only) last_step_begins(run, rep);  // none to take
   for (;;) {
     // Every rank calls eval_loss_on_every_rank: under ddp each evaluates its rows where the loss
     // allows (Note [Evaluation in pieces], replica.cpp), else it returns at once; rank 0 reports.
@@ -808,6 +829,9 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
       // Only this replica's rows are read (a ddp rank's: Note [Token batches]).
       const auto [lo, hi] = rep.row_range(c.batch_size);
       data::Batch b = data_->step_batch_rows(ts.step, c.batch_size, lo, hi);
+      // No stop is checked after the last step: the run is complete (Note [Graceful stop]).
+      const bool last = ts.step + 1 >= c.max_iters;
+      if (last) last_step_begins(run, rep);
       const bool logged = logs_step(ts.step);
       if (logged) run.step_mark_begin();
       const auto s0 = std::chrono::steady_clock::now();
@@ -827,7 +851,6 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
       samples += b.x.size(0);
       tokens += b.y.numel();
       ++ts.step;
-      const bool last = ts.step >= c.max_iters;
       if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0)  // the last step's: final
         checkpoint(last ? CheckpointKind::final : CheckpointKind::periodic);
       if (!last && stop_due(run, rep, ts.step)) {  // after the last step: the run is complete

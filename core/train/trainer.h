@@ -50,6 +50,12 @@ struct TrainerCallbacks {
   /// on rank 0 alone (ddp: the other ranks call no collective with it), so only what needs no
   /// other rank: Replica::eval_loss (nanoGPT's last estimate_loss) and evaluate, say.
   std::function<void(Replica&)> on_finish;
+  /// Once, when no stop request (TrainerConfig::stop) can end the run any more: as its last
+  /// optimizer step begins, after the check for a stop that followed the step before (or at the
+  /// start, when no step is left to take). In every process (under mpirun each calls it; in one
+  /// process rank 0's thread), not in a stopped run. For a signal handler's message: Note
+  /// [Graceful stop]'s stop_handlers_last_step.
+  std::function<void()> on_last_step;
 };
 
 class Trainer {
@@ -67,6 +73,14 @@ class Trainer {
   /// throws InvalidArgument. Throws InvalidArgument for settings the backend or run cannot take,
   /// and what training throws.
   FitResult fit();
+
+  /// Throws the InvalidArgument that a run of `config` on `data` would throw for its settings
+  /// before it starts anything: the constructor's validation and fit()'s checks of the settings
+  /// against the run (mpirun's processes, the devices in all, the extensions' plans: a dry run's,
+  /// a simulated cluster's); returns when there is none. Starts nothing, reads no data. For
+  /// advice that names a setting to change (ditto-train's out-of-memory hint): only one that the
+  /// same run would accept. Under mpirun, this process's view (no exchange with the others).
+  static void check(TrainerConfig config, std::shared_ptr<DataSource> data);
 
   const TrainerConfig& config() const { return config_; }
   /// The run's position after fit() (or the resumed one).
@@ -88,6 +102,11 @@ class Trainer {
   /// After optimizer step `done` (counted over the run): whether config.stop ends the run here,
   /// the same answer on every rank (TrainerConfig::stop).
   bool stop_due(Run& run, Replica& rep, std::int64_t done) const;
+  /// fit()'s checks of the settings alone (Trainer::check): sets run.n_dev, the backend's `name`
+  /// and `options` as the settings and the extensions' plans give them.
+  void plan_run(Run& run, std::string& name, BackendOptions& options) const;
+  /// Calls callbacks_.on_last_step on this process's first replica (TrainerCallbacks).
+  void last_step_begins(Run& run, Replica& rep) const;
   /// Before optimizer step `step`: the backend's, the model's step and the schedule's lr.
   void begin_step(Run& run, Replica& rep, std::int64_t step) const;
   /// Whether step `step` (0-based) is reported (log_interval); every rank agrees.

@@ -131,6 +131,21 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.ModelLargerThanLaptopProfile RC 1
     COMMAND $<TARGET_FILE:ditto-train> --profile rtx4070-laptop --devices 1 --hidden 50000,50000 --epochs 1
     REGEX "ditto-train: error: sim:0: out of memory: tried to allocate 10000000000 bytes \\(9536.74 MiB\\); [0-9]+ bytes \\([0-9.]+ MiB\\) in use of capacity 8585740288 bytes \\(8188.00 MiB\\) \\(peak [^)]*\\)\\); to fit: a smaller micro-batch \\(--batch-size, or --grad-accum-steps 2 for the same batch\\), --dtype bf16, --trainer ddp --zero-stage 1; --dry-run prints each device's peak without running\n$")
+  # The hint names only settings the same command accepts (Trainer::check, the run's own checks):
+  # bitwise mode's 8 micro-shards on 8 devices leave no micro-shard for a second micro-step (it
+  # suggested --grad-accum-steps 2, which this command refuses with exit 2: the _refused case);
+  # fast mode's batch of one row has no smaller batch and no row for a second micro-step, and
+  # --checkpoint refuses --dry-run (it suggested all three).
+  ditto_expect_exit(DittoTrainCli.OutOfMemoryHintNamesOnlyAcceptedSettings_micro_shards RC 1
+    COMMAND $<TARGET_FILE:ditto-train> --profile rtx4070-laptop --devices 8 --micro-shards 8 --hidden 50000,50000 --epochs 1
+    REGEX "ditto-train: error: sim:[0-7]: out of memory: tried to allocate 10000000000 bytes [^\n]*; to fit: a smaller micro-batch \\(--batch-size\\), --dtype bf16, --trainer ddp --zero-stage 1; --dry-run prints each device's peak without running\n$")
+  ditto_expect_exit(DittoTrainCli.OutOfMemoryHintNamesOnlyAcceptedSettings_refused RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --profile rtx4070-laptop --devices 8 --micro-shards 8 --hidden 50000,50000 --epochs 1 --grad-accum-steps 2
+    REGEX "^ditto-train: error: --grad-accum-steps x --devices: bitwise mode gives every micro-step of every device whole micro-shards")
+  ditto_expect_exit(DittoTrainCli.OutOfMemoryHintNamesOnlyAcceptedSettings_one_row RC 1
+    COMMAND $<TARGET_FILE:ditto-train> --profile rtx4070-laptop --devices 1 --determinism fast --batch-size 1 --hidden 50000,50000 --epochs 1
+            --checkpoint ${CMAKE_CURRENT_BINARY_DIR}/oom_hint_one_row
+    REGEX "ditto-train: error: sim:0: out of memory: tried to allocate 10000000000 bytes [^\n]*; to fit: --dtype bf16, --trainer ddp --zero-stage 1\n$")
 endif()
 
 # --grad-accum-steps (Note [Gradient accumulation], core/train/grad_accumulation.h): in bitwise
