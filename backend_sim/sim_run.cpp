@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 
 #include "backend_sim/cost_model.h"
 #include "backend_sim/profile_fields.h"
@@ -199,11 +200,13 @@ std::vector<std::string> SimRun::warnings(const train::TrainerConfig& c) const {
       if (p.key == key) return true;
     return false;
   };
+  std::optional<std::string> json_key;  // the profile file read once
   if (o_.interconnect == "auto" && o_.profile.size() > 5 &&
       o_.profile.compare(o_.profile.size() - 5, 5, ".json") == 0 &&
-      static_cast<long long>(c.devices) * o_.nodes > 1 &&
-      !names_builtin(device_profile(o_.profile).key)) {
-    const std::string ic = default_interconnect(device_profile(o_.profile).key);
+      static_cast<long long>(c.devices) * o_.nodes > 1)
+    json_key = device_profile(o_.profile).key;
+  if (json_key && !names_builtin(*json_key)) {
+    const std::string ic = default_interconnect(*json_key);
     out.push_back(detail::cat(name_of(c, "profile"), " ", o_.profile, ": no ",
                               name_of(c, "interconnect"), ": its GPUs' links priced as ", ic, " (",
                               interconnect_profile(ic).name, "), a JSON profile's default; ",

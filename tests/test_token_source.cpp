@@ -363,17 +363,13 @@ TEST_F(TokenFiles, CheckpointConfigFingerprintsTheFiles) {
 }
 
 // What a Trainer asks its data for, step by step (the rows of each call).
-class RowSpy final : public DataSource {
+class RowSpy final : public test::ForwardingSource {
  public:
-  explicit RowSpy(std::shared_ptr<TokenDataSource> s) : s_(std::move(s)) {}
-  std::int64_t batches_per_epoch(std::int64_t b) const override { return s_->batches_per_epoch(b); }
-  data::Batch batch(std::int64_t e, std::int64_t i, std::int64_t b) override {
-    return s_->batch(e, i, b);
-  }
+  explicit RowSpy(std::shared_ptr<TokenDataSource> s) : ForwardingSource(std::move(s)) {}
   data::Batch step_batch(std::int64_t step, std::int64_t b) override {
     std::lock_guard lk(mu_);
     rows.insert({-1, -1});  // every row
-    return s_->step_batch(step, b);
+    return inner_->step_batch(step, b);
   }
   data::Batch step_batch_rows(std::int64_t step, std::int64_t b, std::int64_t lo,
                               std::int64_t hi) override {
@@ -381,22 +377,11 @@ class RowSpy final : public DataSource {
       std::lock_guard lk(mu_);
       rows.insert({lo, hi});
     }
-    return s_->step_batch_rows(step, b, lo, hi);
-  }
-  data::Batch eval_batch(EvalSplit sp, std::int64_t k, std::int64_t b) override {
-    return s_->eval_batch(sp, k, b);
-  }
-  const data::Dataset& eval_set() const override { return s_->eval_set(); }
-  std::int64_t train_size() const override { return s_->train_size(); }
-  std::int64_t num_inputs() const override { return s_->num_inputs(); }
-  std::int64_t num_outputs() const override { return s_->num_outputs(); }
-  std::map<std::string, std::string> checkpoint_config() const override {
-    return s_->checkpoint_config();
+    return inner_->step_batch_rows(step, b, lo, hi);
   }
   std::set<std::pair<std::int64_t, std::int64_t>> rows;
 
  private:
-  std::shared_ptr<TokenDataSource> s_;
   std::mutex mu_;
 };
 

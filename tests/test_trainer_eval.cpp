@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,24 +42,11 @@ TrainerConfig eval_run(int devices, TrainerKind kind) {
 /// digits(), with eval_batch(split, k) changed by `edit` on every call after the first for the
 /// same (split, k) when `edit_later_calls`, else on every call: a source that is not a function of
 /// (split, k) alone (a sequential reader; one that is not thread-safe).
-class EditedEvalSource : public DataSource {
+class EditedEvalSource : public test::ForwardingSource {
  public:
   using Edit = std::function<void(data::Batch&, EvalSplit, std::int64_t)>;
   EditedEvalSource(Edit edit, bool edit_later_calls)
-      : inner_(digits()), edit_(std::move(edit)), later_(edit_later_calls) {}
-  std::int64_t batches_per_epoch(std::int64_t b) const override {
-    return inner_->batches_per_epoch(b);
-  }
-  data::Batch batch(std::int64_t e, std::int64_t i, std::int64_t b) override {
-    return inner_->batch(e, i, b);
-  }
-  const data::Dataset& eval_set() const override { return inner_->eval_set(); }
-  std::int64_t train_size() const override { return inner_->train_size(); }
-  std::int64_t num_inputs() const override { return inner_->num_inputs(); }
-  std::int64_t num_outputs() const override { return inner_->num_outputs(); }
-  std::map<std::string, std::string> checkpoint_config() const override {
-    return inner_->checkpoint_config();
-  }
+      : ForwardingSource(digits()), edit_(std::move(edit)), later_(edit_later_calls) {}
   data::Batch eval_batch(EvalSplit split, std::int64_t k, std::int64_t batch_size) override {
     data::Batch b = inner_->eval_batch(split, k, batch_size);
     bool edit = !later_;
@@ -71,7 +59,6 @@ class EditedEvalSource : public DataSource {
   }
 
  private:
-  std::shared_ptr<CsvDataSource> inner_;
   Edit edit_;
   bool later_;
   std::mutex mu_;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -22,6 +23,39 @@
 #include "core/train/trainer.h"
 
 namespace ditto::test {
+
+/// A train::DataSource that forwards every call to `inner`: a test's wrapper overrides only what it
+/// watches or changes.
+class ForwardingSource : public train::DataSource {
+ public:
+  explicit ForwardingSource(std::shared_ptr<train::DataSource> inner) : inner_(std::move(inner)) {}
+  std::int64_t batches_per_epoch(std::int64_t b) const override {
+    return inner_->batches_per_epoch(b);
+  }
+  data::Batch batch(std::int64_t e, std::int64_t i, std::int64_t b) override {
+    return inner_->batch(e, i, b);
+  }
+  const data::Dataset& eval_set() const override { return inner_->eval_set(); }
+  std::int64_t train_size() const override { return inner_->train_size(); }
+  std::int64_t num_inputs() const override { return inner_->num_inputs(); }
+  std::int64_t num_outputs() const override { return inner_->num_outputs(); }
+  std::map<std::string, std::string> checkpoint_config() const override {
+    return inner_->checkpoint_config();
+  }
+  data::Batch step_batch(std::int64_t step, std::int64_t b) override {
+    return inner_->step_batch(step, b);
+  }
+  data::Batch step_batch_rows(std::int64_t step, std::int64_t b, std::int64_t lo,
+                              std::int64_t hi) override {
+    return inner_->step_batch_rows(step, b, lo, hi);
+  }
+  data::Batch eval_batch(train::EvalSplit split, std::int64_t k, std::int64_t b) override {
+    return inner_->eval_batch(split, k, b);
+  }
+
+ protected:
+  std::shared_ptr<train::DataSource> inner_;
+};
 
 /// The bundled digits data set (examples/data/digits.csv): 20% held out for validation, seed 0.
 inline std::shared_ptr<train::CsvDataSource> digits() {

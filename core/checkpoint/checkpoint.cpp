@@ -24,6 +24,7 @@
 #include <system_error>
 
 #include "core/base/error.h"
+#include "core/io/crc32.h"
 #include "core/io/file.h"
 #include "core/io/safetensors.h"
 #include "core/numerics/random.h"
@@ -51,22 +52,10 @@ std::string hex32(std::uint32_t v) {
   return buf;
 }
 
-// zlib's CRC-32 (the one of gzip and PNG) over bytes, in chunks (crc32 takes a uInt length).
-std::uint32_t crc32_of(std::uint32_t crc, const void* data, std::size_t n) {
-  const auto* p = static_cast<const Bytef*>(data);
-  while (n > 0) {
-    const uInt len = static_cast<uInt>(std::min<std::size_t>(n, 1u << 30));
-    crc = static_cast<std::uint32_t>(::crc32(crc, p, len));
-    p += len;
-    n -= len;
-  }
-  return crc;
-}
-
 // CRC-32 of the tensors' bytes in order: of the safetensors buffer when the order is the file's.
 std::uint32_t tensors_crc(const std::vector<std::pair<std::string, Tensor>>& tensors) {
   std::uint32_t crc = static_cast<std::uint32_t>(::crc32(0L, Z_NULL, 0));
-  for (const auto& [name, t] : tensors) crc = crc32_of(crc, t.data_ptr(), t.nbytes());
+  for (const auto& [name, t] : tensors) crc = io::crc32_update(crc, t.data_ptr(), t.nbytes());
   return crc;
 }
 
@@ -114,7 +103,7 @@ std::string write_tensors(const std::string& path,
   const std::string bytes = io::safetensors_serialize(tensors, metadata);
   const std::string_view header = header_of(bytes);
   io::write_file_replace(path, bytes);  // never through a link (Note [Checkpoint layout])
-  return hex32(crc32_of(0, header.data(), header.size()));
+  return hex32(io::crc32_update(0, header.data(), header.size()));
 }
 
 // The CRC-32 of the safetensors header of the file `path` (read again: the length and the JSON,
@@ -127,7 +116,7 @@ std::string header_crc(const std::string& path) {
   if (bytes.size() < 8 || n > io::kMaxSafetensorsHeaderBytes || n > in.size() - 8)
     throw ParseError(cat(path, ": the safetensors header's length is out of the file"));
   in.read(bytes, n);
-  return hex32(crc32_of(0, bytes.data(), bytes.size()));
+  return hex32(io::crc32_update(0, bytes.data(), bytes.size()));
 }
 
 // Read a safetensors file of a checkpoint and verify its CRC-32s (of the header when trainer.json
@@ -379,7 +368,7 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model, const opt
         write_tensors(tmp_path + "/" + kOptimizerFile, std::move(os.tensors), meta, state.step);
     nlohmann::json j = state_to_json(state);
     j["header_crc32"] = headers;
-    j["crc32"] = hex32(crc32_of(0, j.dump().data(), j.dump().size()));  // of the rest
+    j["crc32"] = hex32(io::crc32_update(0, j.dump().data(), j.dump().size()));  // of the rest
     io::write_file_replace(tmp_path + "/" + kTrainerFile, j.dump(1) + "\n");
   } catch (...) {
     fs::remove_all(tmp_path, ec);
@@ -485,7 +474,7 @@ Checkpoint read_checkpoint(const std::string& path) {
   const std::string saved = j["crc32"].get<std::string>();
   j.erase("crc32");
   const std::string body = j.dump();
-  const std::string crc = hex32(crc32_of(0, body.data(), body.size()));
+  const std::string crc = hex32(io::crc32_update(0, body.data(), body.size()));
   if (crc != saved)
     throw ParseError(cat(tpath, ": checksum mismatch: the content has CRC-32 ", crc,
                          ", the file records ", saved, " (damaged file)"));

@@ -13,6 +13,14 @@ std::string type_name(const std::type_info& t);
 /// InvalidArgument for `call`: self's `fn` (clone, empty_clone) made a `made` (null: none).
 [[noreturn]] void throw_sliced_clone(const char* call, const char* fn, const std::type_info& self,
                                      const std::type_info* made);
+/// `made`, what self.fn() returned, when it is of self's own dynamic type; else throws
+/// throw_sliced_clone's error.
+template <class P, class T>
+P checked_made(P made, const T& self, const char* call, const char* fn) {
+  if (!made || typeid(*made) != typeid(self))
+    throw_sliced_clone(call, fn, typeid(self), made ? &typeid(*made) : nullptr);
+  return made;
+}
 }  // namespace detail
 
 /// x.clone() (an nn::Module or an nn::Loss), checked to be of x's own dynamic type: a subclass
@@ -23,10 +31,7 @@ std::string type_name(const std::type_info& t);
 /// types and the fix (override clone()); also when clone() returns null.
 template <class T>
 auto checked_clone(const T& x, const char* call) -> decltype(x.clone()) {
-  auto c = x.clone();
-  if (!c || typeid(*c) != typeid(x))
-    detail::throw_sliced_clone(call, "clone", typeid(x), c ? &typeid(*c) : nullptr);
-  return c;
+  return detail::checked_made(x.clone(), x, call, "clone");
 }
 
 }  // namespace ditto::nn

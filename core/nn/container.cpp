@@ -68,10 +68,8 @@ Tensor Container::backward_chain(const Tensor& grad_output) {
 }
 
 std::unique_ptr<Module> Container::clone() const {
-  std::unique_ptr<Container> m = empty_clone();
-  if (!m || typeid(*m) != typeid(*this))
-    detail::throw_sliced_clone("Container::clone", "empty_clone", typeid(*this),
-                               m ? &typeid(*m) : nullptr);
+  std::unique_ptr<Container> m =
+      detail::checked_made(empty_clone(), *this, "Container::clone", "empty_clone");
   for (const Child& c : children_)
     m->add_module(c.name, checked_clone(*c.module, "Container::clone: a child"));
   copy_settings(*this, *m);

@@ -2,14 +2,13 @@
 // and params_checksum.
 #include "core/train/replica.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "core/base/error.h"
 #include "core/data/data_loader.h"
+#include "core/io/crc32.h"
 #include "core/nn/checked_clone.h"
 #include "core/nn/sequential.h"
 #include "core/optim/adam.h"
@@ -365,16 +364,6 @@ namespace {
 
 const char* split_name(EvalSplit split) { return split == EvalSplit::train ? "train" : "val"; }
 
-std::uint32_t crc32_of(std::uint32_t crc, const Tensor& t) {
-  const auto* p = static_cast<const unsigned char*>(t.data_ptr());
-  for (std::size_t at = 0, n = t.nbytes(); at < n;) {  // crc32 takes a uInt length
-    const std::size_t len = std::min<std::size_t>(n - at, std::size_t{1} << 30);
-    crc = static_cast<std::uint32_t>(::crc32(crc, p + at, static_cast<uInt>(len)));
-    at += len;
-  }
-  return crc;
-}
-
 }  // namespace
 
 void Replica::check_same_eval_batch(const data::Batch& b, EvalSplit split, std::int64_t k) {
@@ -384,13 +373,18 @@ void Replica::check_same_eval_batch(const data::Batch& b, EvalSplit split, std::
   // communicator's timeout, with the same rows they evaluated a mixture without a word. A dry
   // run's batches hold no data: the same exchange (the same allocations and collectives as a
   // real run), no comparison.
-  const Tensor hx = b.x.to(Device::cpu()), hy = b.y.to(Device::cpu());
-  const std::int64_t crc = is_dry_run(devices_[0]) ? 0 : crc32_of(crc32_of(0, hx), hy);
+  const bool dry = is_dry_run(devices_[0]);
+  std::int64_t crc = 0;
+  if (!dry) {
+    const Tensor hx = b.x.to(Device::cpu()), hy = b.y.to(Device::cpu());
+    crc = io::crc32_update(io::crc32_update(0, hx.data_ptr(), hx.nbytes()), hy.data_ptr(),
+                           hy.nbytes());
+  }
   const int w = comm_->size();
   Tensor mine = Tensor::from_vector(std::vector<std::int64_t>{b.x.size(0), crc}, {2}, devices_[0]);
   Tensor all = Tensor::empty({2 * static_cast<std::int64_t>(w)}, DType::i64, devices_[0]);
   comm_->all_gather(mine, all);
-  if (is_dry_run(devices_[0])) return;
+  if (dry) return;
   const std::vector<std::int64_t> v = all.to_vector<std::int64_t>();
   std::string rows, differ;
   bool same = true;
