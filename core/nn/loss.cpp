@@ -210,8 +210,8 @@ Tensor CrossEntropyLoss::forward(const Tensor& input, const Tensor& target) {
 
 bool CrossEntropyLoss::fuses(const Tensor& input, const Tensor& target) const {
   if (!input.defined() || !target.defined() || (input.dim() != 2 && input.dim() != 3)) return false;
-  const Tensor x = input.dim() == 3 ? input.view({-1, input.size(2)}) : input;
-  return ops::cross_entropy_fused_available(x, target, determinism_);
+  const auto [x, t] = cross_entropy_rows(input, target);  // (t: the device, as target's)
+  return ops::cross_entropy_fused_available(x, t, determinism_);
 }
 
 Tensor CrossEntropyLoss::forward_backward(const Tensor& input, const Tensor& target,
