@@ -324,6 +324,9 @@ int run(Args& a) {
   if (!c.checkpoint_dir.empty()) {  // Note [Graceful stop]
     c.stop = train::install_stop_handlers(c.checkpoint_dir, "ditto-train");
     cb.on_last_step = [] { train::stop_handlers_last_step(); };  // a signal: no stop checkpoint
+    cb.on_stop_checkpoint = [](const std::string& path, std::int64_t) {
+      train::stop_handlers_stop_checkpoint_written(path);  // a second signal: it was written
+    };
   }
   std::optional<train::Trainer> trainer;
   // Destroyed before the trainer, when the run returns or fails (Note [Graceful stop]).

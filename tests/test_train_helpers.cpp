@@ -560,6 +560,58 @@ TEST(GracefulStop, ASecondSignalDuringAStopSaysTheStopCheckpointWasNotWritten) {
             "checkpoint on disk: none\n");
 }
 
+// A second signal after the stop checkpoint was written (the stopped run finishing: fit()
+// returning, ditto-train's "stopped" line, a --trace) said "the stop checkpoint was not written"
+// although DIR/latest named it. stop_handlers_stop_checkpoint_written (which the Trainer's
+// on_stop_checkpoint calls as the save returns) makes it say that it was, naming it; a first
+// signal after it (under mpirun, a process another's signal stopped) promises nothing. The
+// first signal and the save are in this process, in order; the second in a child (it _exits).
+TEST(GracefulStop, ASecondSignalAfterTheStopCheckpointWasWrittenSaysSo) {
+  const SavedStopSignals saved;
+  const std::string dir = fresh_dir("stop_written");
+  std::ofstream(dir + "/latest") << "step-00000003\n";
+  const std::string err_path = dir + "/stderr";
+  const std::atomic<int>* stop = train::install_stop_handlers(dir, "test");
+  testing::internal::CaptureStderr();
+  std::raise(SIGTERM);  // the first: promises the stop checkpoint
+  train::stop_handlers_stop_checkpoint_written(dir + "/step-00000003");
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "test: signal received: finishing the current step and writing a checkpoint (send it "
+            "again to exit at once)\n");
+  EXPECT_EQ(stop->load(), SIGTERM);
+  EXPECT_EQ(stderr_of_child(err_path, [] { std::raise(SIGTERM); }), 128 + SIGTERM);
+  EXPECT_EQ(io::read_file(err_path),
+            "test: second SIGTERM: exiting at once; the stop checkpoint was written: " + dir +
+                "/step-00000003; newest checkpoint on disk: " + dir + "/step-00000003\n");
+  // Still so once the run is over (disarmed on the way out).
+  EXPECT_EQ(stderr_of_child(err_path,
+                            [] {
+                              train::disarm_stop_handlers();
+                              std::raise(SIGINT);
+                            }),
+            128 + SIGINT);
+  EXPECT_EQ(io::read_file(err_path),
+            "test: second SIGINT: exiting at once; the stop checkpoint was written: " + dir +
+                "/step-00000003; newest checkpoint on disk: " + dir + "/step-00000003\n");
+  // Under mpirun a process stops when another got the signal: its first signal comes after the
+  // stop checkpoint, and promises none.
+  train::install_stop_handlers(dir, "test");
+  train::stop_handlers_stop_checkpoint_written(dir + "/step-00000003");
+  EXPECT_EQ(stderr_of_child(err_path,
+                            [] {
+                              std::raise(SIGINT);
+                              std::raise(SIGINT);
+                            }),
+            128 + SIGINT);
+  EXPECT_EQ(io::read_file(err_path),
+            "test: SIGINT received after the stop checkpoint was written (" + dir +
+                "/step-00000003): nothing left to finish or write; exiting as usual (send it "
+                "again to exit at once)\n"
+                "test: second SIGINT: exiting at once; the stop checkpoint was written: " +
+                dir + "/step-00000003; newest checkpoint on disk: " + dir + "/step-00000003\n");
+  train::install_stop_handlers(dir, "test");  // the next test's state: a new run
+}
+
 // Once the run is over (it failed: disarm_stop_handlers without stop_handlers_training_over), a
 // first signal is silent and promises nothing, so a second does not say that a stop checkpoint
 // was not written (it did, under mpirun ending a failed job: a SIGTERM, then another).

@@ -422,6 +422,56 @@ TEST(Trainer, AStopRequestEndsTheRunAfterAStepWithItsCheckpoint) {
   }
 }
 
+// TrainerCallbacks::on_stop_checkpoint (Note [Graceful stop]: a second signal after the stop
+// checkpoint was written said "the stop checkpoint was not written"): once, on a stopped run,
+// with DIR/step-N of the step it stopped after, as soon as that checkpoint is complete on disk
+// (DIR/latest names it when the callback runs); also when that step's periodic checkpoint is the
+// stop's (checkpoint_every 1: no second save); never on a run that completes. Epoch and
+// iteration mode, dp and ddp.
+TEST(Trainer, OnStopCheckpointNamesTheStoppedRunsCheckpointOnceItIsOnDisk) {
+  for (bool iterations : {false, true})
+    for (int every : {0, 1})
+      for (TrainerKind kind : {TrainerKind::dp, TrainerKind::ddp}) {
+        const std::string what = std::string(trainer_kind_name(kind)) +
+                                 (iterations ? " iterations" : " epochs") + " every " +
+                                 std::to_string(every);
+        const auto dir = scratch(std::string("stop_written_") + trainer_kind_name(kind));
+        std::atomic<int> stop{SIGTERM};
+        TrainerConfig c = checkpointing(dir, 2, kind, 2);
+        if (iterations) c.max_iters = 5;
+        c.checkpoint_every = every;
+        c.stop = &stop;
+        int calls = 0;
+        std::string path, latest_then;
+        std::int64_t step = -1;
+        TrainerCallbacks cb;
+        cb.on_stop_checkpoint = [&](const std::string& p, std::int64_t s) {
+          ++calls;
+          path = p;
+          step = s;
+          std::ifstream latest(dir / "latest");
+          latest_then.assign(std::istreambuf_iterator<char>(latest), {});
+        };
+        const FitResult r = Trainer(c, digits(), cb).fit();
+        ASSERT_TRUE(r.stopped) << what;
+        EXPECT_EQ(calls, 1) << what;
+        EXPECT_EQ(step, r.steps) << what;
+        char name[32];
+        std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(r.steps));
+        EXPECT_EQ(path, (dir / name).string()) << what;
+        EXPECT_EQ(latest_then, std::string(name) + "\n") << what;
+        std::filesystem::remove_all(dir);
+        // A run that completes writes no stop checkpoint: no call.
+        TrainerConfig whole = checkpointing(dir, 2, kind, 1);
+        if (iterations) whole.max_iters = 5;
+        whole.checkpoint_every = every;
+        calls = 0;
+        EXPECT_FALSE(Trainer(whole, digits(), cb).fit().stopped) << what;
+        EXPECT_EQ(calls, 0) << what;
+        std::filesystem::remove_all(dir);
+      }
+}
+
 // tester5: a stop request that came during the run's last step ended the run as stopped (no
 // final evaluation, no on_finish: ditto-train printed "stopped, checkpoint written" without its
 // final line and exports). The step completes, so the run is complete: FitResult::stopped is

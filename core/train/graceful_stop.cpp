@@ -20,7 +20,9 @@ volatile std::sig_atomic_t g_armed = 1;
 // stop_handlers_last_step; kStopAnnounced when a first signal promised a stop checkpoint then.
 // One atomic, so that a signal and stop_handlers_last_step (another thread) agree on which
 // came first: a promise made just before the last step is corrected by stop_handlers_last_step.
-enum : int { kStepping = 0, kStopAnnounced = 1, kLastStep = 2 };
+// kStopWritten: the stop checkpoint g_stop_checkpoint names is on disk
+// (stop_handlers_stop_checkpoint_written), whatever came before.
+enum : int { kStepping = 0, kStopAnnounced = 1, kLastStep = 2, kStopWritten = 3 };
 std::atomic<int> g_phase{kStepping};
 static_assert(std::atomic<int>::is_always_lock_free, "used in a signal handler");
 // Set by stop_handlers_training_over: the last step is done, no checkpoint is due.
@@ -29,6 +31,9 @@ volatile std::sig_atomic_t g_over = 0;
 char g_prog[256];
 char g_latest_path[4096];  // "DIR/latest"
 char g_checkpoint_dir[4096];
+// "DIR/step-N", the stop checkpoint written: set before g_phase becomes kStopWritten, read only
+// once it is.
+char g_stop_checkpoint[4096];
 
 // Appends "DIR/step-N" (what DIR/latest names) or "none" with `put` (open/read only).
 template <typename Put>
@@ -58,15 +63,20 @@ extern "C" void on_stop_signal(int sig) {
   };
   const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
   put(g_prog);
+  const int phase = g_phase.load();
   if (g_stop.exchange(sig) != 0) {
     put(": second ");
     put(name);
     // What the exit leaves undone, as it stands now.
-    put(g_over     ? ": exiting at once; training was over"
-        : !g_armed ? ": exiting at once; the run was over"
-        : g_phase.load() == kStopAnnounced
-            ? ": exiting at once; the stop checkpoint was not written"
-            : ": exiting at once, before the run completed");
+    if (phase == kStopWritten) {
+      put(": exiting at once; the stop checkpoint was written: ");
+      put(g_stop_checkpoint);
+    } else {
+      put(g_over                    ? ": exiting at once; training was over"
+          : !g_armed                ? ": exiting at once; the run was over"
+          : phase == kStopAnnounced ? ": exiting at once; the stop checkpoint was not written"
+                                    : ": exiting at once, before the run completed");
+    }
     put("; newest checkpoint on disk: ");
     put_newest(put);
     put("\n");
@@ -74,8 +84,14 @@ extern "C" void on_stop_signal(int sig) {
     io::remove_live_temporaries();  // an --export or checkpoint file being written: no leftover
     ::_exit(128 + sig);
   }
-  if (!g_armed) return;  // the run is over: no step to finish, no checkpoint to announce
-  if (g_over) {
+  if (!g_armed) return;         // the run is over: no step to finish, no checkpoint to announce
+  if (phase == kStopWritten) {  // under mpirun: another process's signal stopped this one
+    put(": ");
+    put(name);
+    put(" received after the stop checkpoint was written (");
+    put(g_stop_checkpoint);
+    put("): nothing left to finish or write; exiting as usual (send it again to exit at once)\n");
+  } else if (g_over) {
     put(": ");
     put(name);
     put(" received after training: no step left to finish, no checkpoint to write (newest on "
@@ -109,6 +125,7 @@ const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
   g_armed = 1;
   g_over = 0;
   g_phase.store(kStepping);
+  g_stop_checkpoint[0] = 0;
   g_stop.store(0);  // a new run: no signal yet
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
@@ -125,6 +142,14 @@ const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
 void disarm_stop_handlers() { g_armed = 0; }
 
 void stop_handlers_training_over() { g_over = 1; }
+
+void stop_handlers_stop_checkpoint_written(const std::string& path) {
+  // Written before the phase says so (seq_cst store): a handler that reads kStopWritten, on any
+  // thread, reads the whole path. Once per run: no handler reads it while it is written.
+  if (g_phase.load() == kStopWritten) return;
+  std::snprintf(g_stop_checkpoint, sizeof g_stop_checkpoint, "%s", path.c_str());
+  g_phase.store(kStopWritten);
+}
 
 void stop_handlers_last_step() {
   if (g_phase.exchange(kLastStep) != kStopAnnounced || !g_armed) return;

@@ -19,7 +19,11 @@
 // no stop checkpoint after all; completing the run as usual ..."). A second signal exits at once
 // with that status, as an impatient user expects, and says so on stderr, with what the exit
 // leaves undone: the stop checkpoint was not written (a stop was announced), or the run did not
-// complete (the last step, a stop no longer due), or nothing (training or the run was over);
+// complete (the last step, a stop no longer due), or nothing (training or the run was over; or
+// the stop checkpoint was written: "the stop checkpoint was written: DIR/step-N", from the moment
+// the Trainer's save returned, TrainerCallbacks::on_stop_checkpoint ->
+// stop_handlers_stop_checkpoint_written, until the process exits; before, the second signal
+// while the stopped run was finishing, its checkpoint complete, said that it was not written);
 // and the newest complete checkpoint on disk is the one DIR/latest names (read in the handler
 // with open/read/write only, all async-signal-safe), or none. (GNU `timeout -s TERM` signals the
 // process and then its group, so a run under it gets two SIGTERMs at once.) Without a
@@ -67,6 +71,12 @@ void disarm_stop_handlers();
 /// Call it from the thread that runs the Trainer (not from a signal handler).
 /// install_stop_handlers resets it.
 void stop_handlers_last_step();
+
+/// The stop checkpoint is on disk at `path` (DIR/step-N; Note [Graceful stop];
+/// TrainerCallbacks::on_stop_checkpoint): from now on a second signal says that it was written,
+/// naming it, not that it was not. Call it once per run from the thread that runs the Trainer
+/// (not from a signal handler). install_stop_handlers resets it.
+void stop_handlers_stop_checkpoint_written(const std::string& path);
 
 /// Training is over (Note [Graceful stop]): the last step is done and its checkpoint written or
 /// reported; what is left is the result's output (a sample, exports). From now on a signal's

@@ -314,6 +314,14 @@ void Trainer::last_step_begins(Run& run, Replica& rep) const {
   if ((run.processes || rep.lead()) && callbacks_.on_last_step) callbacks_.on_last_step();
 }
 
+void Trainer::stop_checkpoint_written(Replica& rep, const FitResult& res, std::int64_t step,
+                                      std::int64_t saved_step, const std::string& path) const {
+  // saved_step: the stop's own checkpoint, or the periodic one of the step it stopped after.
+  if (res.stopped && rep.lead() && saved_step == step && !path.empty() &&
+      callbacks_.on_stop_checkpoint)
+    callbacks_.on_stop_checkpoint(path, step);
+}
+
 bool Trainer::logs_step(std::int64_t step) const {
   return config_.log_interval > 0 && !config_.dry_run && step % config_.log_interval == 0;
 }
@@ -663,14 +671,15 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
   std::int64_t saved_step = c.resume_dir.empty() ? -1 : ts.step;
   FitResult res;
   // A checkpoint holds the epoch's loss sum over every rank (rank 0 starts from it on resume).
+  std::string saved_path;  // rank 0's, of saved_step
   auto checkpoint = [&](double loss_sum, CheckpointKind kind) {
     TrainerState saved = ts;
     if (ts.batch != 0) saved.epoch_loss_sum = rep.sum_over_ranks(loss_sum);  // every rank
     rep.prepare_checkpoint();                                                // every rank
     if (rep.lead())
       save_or_report(c, ts.step, kind, res, [&] {
-        save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), saved, 2,
-                        c.checkpoint_aliases);
+        saved_path = save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), saved, 2,
+                                     c.checkpoint_aliases);
       });
     saved_step = ts.step;
   };
@@ -756,6 +765,7 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
   if (!c.checkpoint_dir.empty() && ts.step != saved_step)  // stopped: each rank's share
     checkpoint(rep.lead() || res.stopped ? ts.epoch_loss_sum : 0.0,
                res.stopped ? CheckpointKind::stop : CheckpointKind::final);
+  stop_checkpoint_written(rep, res, ts.step, saved_step, saved_path);
   end_loop(rep, ts, res);
   return res;
 }
@@ -764,13 +774,14 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   const TrainerConfig& c = config_;
   rep.begin();
   std::int64_t saved_step = c.resume_dir.empty() ? -1 : ts.step;
+  std::string saved_path;  // rank 0's, of saved_step
   FitResult res;
   auto checkpoint = [&](CheckpointKind kind) {
     rep.prepare_checkpoint();  // every rank
     if (rep.lead())
       save_or_report(c, ts.step, kind, res, [&] {
-        save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), ts, 2,
-                        c.checkpoint_aliases);
+        saved_path = save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), ts, 2,
+                                     c.checkpoint_aliases);
       });
     saved_step = ts.step;
   };
@@ -868,6 +879,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   }
   if (!c.checkpoint_dir.empty() && ts.step != saved_step && !c.eval_only)
     checkpoint(res.stopped ? CheckpointKind::stop : CheckpointKind::final);
+  stop_checkpoint_written(rep, res, ts.step, saved_step, saved_path);
   end_loop(rep, ts, res);
   return res;
 }

@@ -56,6 +56,11 @@ struct TrainerCallbacks {
   /// process rank 0's thread), not in a stopped run. For a signal handler's message: Note
   /// [Graceful stop]'s stop_handlers_last_step.
   std::function<void()> on_last_step;
+  /// A stopped run's checkpoint (TrainerConfig::stop) is on disk at `path` (DIR/step-N, N =
+  /// `step`): once, on rank 0, as soon as its save returned (or, when the stop came at a step
+  /// whose periodic checkpoint was just written, that one's). For a signal handler's message:
+  /// Note [Graceful stop]'s stop_handlers_stop_checkpoint_written.
+  std::function<void(const std::string& path, std::int64_t step)> on_stop_checkpoint;
 };
 
 class Trainer {
@@ -107,6 +112,10 @@ class Trainer {
   void plan_run(Run& run, std::string& name, BackendOptions& options) const;
   /// Calls callbacks_.on_last_step on this process's first replica (TrainerCallbacks).
   void last_step_begins(Run& run, Replica& rep) const;
+  /// A stopped run, on rank 0: callbacks_.on_stop_checkpoint with `path`, when the checkpoint
+  /// of its last step `step` was saved (saved_step) there.
+  void stop_checkpoint_written(Replica& rep, const FitResult& res, std::int64_t step,
+                               std::int64_t saved_step, const std::string& path) const;
   /// Before optimizer step `step`: the backend's, the model's step and the schedule's lr.
   void begin_step(Run& run, Replica& rep, std::int64_t step) const;
   /// Whether step `step` (0-based) is reported (log_interval); every rank agrees.
