@@ -458,5 +458,46 @@ TEST(GradAccumTrainer, BadSettingsNameTheOptionsAndTheNumbers) {
                        "expected at most 2 (the smallest share of a batch of 8 rows over 4 ranks)");
 }
 
+// Trainer::check (ditto-train's out-of-memory hint offers only what it accepts) checked fast
+// mode's micro-steps against batch_size alone: it accepted grad_accum_steps 12 on 4 ranks for
+// batches of 48 (12 rows a rank), which fit() refuses at the epoch's last batch of 8 rows (2 a
+// rank). Both now refuse it through the same check (DataSource::shortest_batch_rows), fit()
+// before training; iteration mode only where the run reaches that batch (step B - 1, B = 5).
+TEST(GradAccumTrainer, CheckRefusesWhatTheEpochsShortLastBatchRefuses) {
+  auto data = mlp_data();  // 200 rows: 4 batches of 48, then one of 8
+  EXPECT_EQ(data->batches_per_epoch(48), 5);
+  EXPECT_EQ(data->shortest_batch_rows(48), 8);
+  EXPECT_EQ(data->shortest_batch_rows(50), 50);  // 4 x 50: no short batch
+  EXPECT_EQ(data->shortest_batch_rows(500), 200);
+  EXPECT_EQ(mlp_data(7)->shortest_batch_rows(48), 7);  // one batch, short
+  TrainerConfig c = mlp(4, TrainerKind::ddp, 12, Determinism::fast);
+  c.field_names = {{"grad_accum_steps", "--grad-accum-steps"}, {"batch_size", "--batch-size"}};
+  const std::string refusal =
+      "--grad-accum-steps: every micro-step of every rank needs at least one row: expected at "
+      "most 2 (the smallest share of a batch of 8 rows over 4 ranks), got 12 (raise --batch-size "
+      "or lower --grad-accum-steps)";
+  test::expect_invalid([&] { Trainer::check(c, data); }, refusal);
+  int started = 0;
+  TrainerCallbacks cb;
+  cb.on_start = [&](const RunInfo&) { ++started; };
+  test::expect_invalid([&] { Trainer(c, data, cb).fit(); }, refusal);
+  EXPECT_EQ(started, 0);   // refused before training, not at the end of epoch 1
+  c.grad_accum_steps = 2;  // 2 rows a rank of the last batch: accepted
+  EXPECT_NO_THROW(Trainer::check(c, data));
+  c.trainer = TrainerKind::dp;  // dp: one rank, the whole batch of 8
+  c.grad_accum_steps = 8;
+  EXPECT_NO_THROW(Trainer::check(c, data));
+  c.grad_accum_steps = 9;
+  test::expect_invalid([&] { Trainer::check(c, data); },
+                       "expected at most 8 (the rows of a batch of 8), got 9");
+  // Iteration mode: steps 0..3 are full batches; step 4 is the short one.
+  c.max_iters = 4;
+  EXPECT_NO_THROW(Trainer::check(c, data));
+  EXPECT_EQ(Trainer(c, data).fit().steps, 4);
+  c.max_iters = 5;
+  test::expect_invalid([&] { Trainer::check(c, data); },
+                       "expected at most 8 (the rows of a batch of 8), got 9");
+}
+
 }  // namespace
 }  // namespace ditto::train

@@ -37,6 +37,9 @@ class ForwardingSource : public train::DataSource {
   }
   const data::Dataset& eval_set() const override { return inner_->eval_set(); }
   std::int64_t train_size() const override { return inner_->train_size(); }
+  std::int64_t shortest_batch_rows(std::int64_t b) const override {
+    return inner_->shortest_batch_rows(b);
+  }
   std::int64_t num_inputs() const override { return inner_->num_inputs(); }
   std::int64_t num_outputs() const override { return inner_->num_outputs(); }
   std::map<std::string, std::string> checkpoint_config() const override {

@@ -60,6 +60,11 @@ std::int64_t LoaderSource::batches_per_epoch(std::int64_t batch_size) const {
   return (train_.size() + batch_size - 1) / batch_size;
 }
 
+std::int64_t LoaderSource::shortest_batch_rows(std::int64_t batch_size) const {
+  const std::int64_t batches = batches_per_epoch(batch_size);  // (checks batch_size)
+  return batches == 0 ? batch_size : train_.size() - (batches - 1) * batch_size;
+}
+
 data::Batch LoaderSource::batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) {
   std::lock_guard lk(mu_);
   return loader_at(loader_, train_, epoch, batch_size, shuffle_, seed_).batch(i);

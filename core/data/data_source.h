@@ -35,6 +35,13 @@ class DataSource {
   virtual const data::Dataset& eval_set() const = 0;
   /// Rows of the training set (samples per epoch).
   virtual std::int64_t train_size() const = 0;
+  /// The rows of the shortest batch at global batch `batch_size` (>= 1) that batch() and
+  /// step_batch() give (an epoch's last one may be short), known without reading data: what a
+  /// setting that splits every batch (fast mode's grad_accum_steps over the ranks) must fit
+  /// before the run reaches it. Default: batch_size (every batch full; a source whose batches
+  /// cannot be known up front, FunctionSource's, is taken at that, and a short one is refused
+  /// when it comes).
+  virtual std::int64_t shortest_batch_rows(std::int64_t batch_size) const { return batch_size; }
   /// Inputs per row and outputs the model must produce (the default MLP's first and last sizes).
   virtual std::int64_t num_inputs() const = 0;
   virtual std::int64_t num_outputs() const = 0;
@@ -66,6 +73,9 @@ class LoaderSource : public DataSource {
  public:
   /// ceil(train_size() / batch_size); InvalidArgument for batch_size < 1.
   std::int64_t batches_per_epoch(std::int64_t batch_size) const override;
+  /// The epoch's last batch's: train_size() - (batches_per_epoch - 1) x batch_size (batch_size
+  /// when they divide, or with no rows); InvalidArgument for batch_size < 1.
+  std::int64_t shortest_batch_rows(std::int64_t batch_size) const override;
   /// Batch `i` of the loader's epoch `epoch` (rank threads share the loader under a mutex).
   data::Batch batch(std::int64_t epoch, std::int64_t i, std::int64_t batch_size) override;
   const data::Dataset& eval_set() const override { return eval_; }

@@ -286,6 +286,23 @@ void check_loss(const TrainerConfig& c, Replica& rep, double loss_sum, std::int6
                           c.name_of("allow_nonfinite_loss"), " to keep going)"));
 }
 
+/// fit()'s checks of the settings on `devices` devices (ranks) before the backend, which
+/// Trainer::check makes too: check_devices, and fast mode's rows of every micro-step of every
+/// rank (check_micro_batch_rows, which Replica::step applies to each batch) for the shortest
+/// batch the run reaches, not only for batch_size: an epoch's last batch when the training rows
+/// are not a multiple of it (DataSource::shortest_batch_rows; in iteration mode a source's
+/// step_batch reaches it at step B - 1 of every B, B = batches_per_epoch). Before, a setting
+/// refused only there was accepted by Trainer::check (ditto-train's out-of-memory hint offered
+/// it) and by fit() until the end of the first epoch.
+void check_settings(const TrainerConfig& c, const DataSource& data, long long devices) {
+  check_devices(c, devices);
+  if (c.eval_only || c.grad_accum_steps == 1) return;  // no step, or no split
+  const std::int64_t batches = data.batches_per_epoch(c.batch_size);
+  const bool reached = batches > 0 && (c.max_iters > 0 ? c.max_iters >= batches : c.epochs >= 1);
+  if (reached)
+    check_micro_batch_rows(c, static_cast<int>(devices), data.shortest_batch_rows(c.batch_size));
+}
+
 }  // namespace
 
 /// Before optimizer step `step` (counted over the whole run, resumed runs included): the
@@ -432,8 +449,8 @@ void Trainer::check(TrainerConfig config, std::shared_ptr<DataSource> data) {
   run.processes = dist::is_initialized();
   std::string name;
   BackendOptions bopts;
-  t.plan_run(run, name, bopts);         // fit()'s first step
-  check_devices(t.config_, run.n_dev);  // and its second's, before the backend
+  t.plan_run(run, name, bopts);                    // fit()'s first step
+  check_settings(t.config_, *t.data_, run.n_dev);  // and its second's, before the backend
 }
 
 FitResult Trainer::fit() {
@@ -486,7 +503,7 @@ FitResult Trainer::fit() {
   step({}, [&] {  // the backend and the output paths
     // After the settings agreed (a process's own micro_shards may not fit the devices because it
     // disagrees: that is said first); before the backend, where a bad split costs nothing.
-    check_devices(c, run.n_dev);
+    check_settings(c, *data_, run.n_dev);
     try {
       run.be = &init_backend(name, bopts);
     } catch (const InvalidArgument& e) {

@@ -82,9 +82,10 @@ class Trainer {
   /// Throws the InvalidArgument that a run of `config` on `data` would throw for its settings
   /// before it starts anything: the constructor's validation and fit()'s checks of the settings
   /// against the run (mpirun's processes, the devices in all, the extensions' plans: a dry run's,
-  /// a simulated cluster's); returns when there is none. Starts nothing, reads no data. For
-  /// advice that names a setting to change (ditto-train's out-of-memory hint): only one that the
-  /// same run would accept. Under mpirun, this process's view (no exchange with the others).
+  /// a simulated cluster's; fast mode's micro-steps against the shortest batch the run reaches,
+  /// DataSource::shortest_batch_rows); returns when there is none. Starts nothing, reads no data.
+  /// For advice that names a setting to change (ditto-train's out-of-memory hint): only one that
+  /// the same run would accept. Under mpirun, this process's view (no exchange with the others).
   static void check(TrainerConfig config, std::shared_ptr<DataSource> data);
 
   const TrainerConfig& config() const { return config_; }

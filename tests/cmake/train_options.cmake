@@ -146,6 +146,12 @@ if(TARGET ditto-train)
     COMMAND $<TARGET_FILE:ditto-train> --profile rtx4070-laptop --devices 1 --determinism fast --batch-size 1 --hidden 50000,50000 --epochs 1
             --checkpoint ${CMAKE_CURRENT_BINARY_DIR}/oom_hint_one_row
     REGEX "ditto-train: error: sim:0: out of memory: tried to allocate 10000000000 bytes [^\n]*; to fit: --dtype bf16, --trainer ddp --zero-stage 1\n$")
+  # Fast mode's micro-steps against the epoch's last batch too (1437 training rows: 22 batches of
+  # 64, then one of 29): --grad-accum-steps 32 fits a batch of 64 but not that one, which the run
+  # refuses (GradAccumStepsPastTheShortLastBatchFast); the hint offered it.
+  ditto_expect_exit(DittoTrainCli.OutOfMemoryHintNamesOnlyAcceptedSettings_short_last_batch RC 1
+    COMMAND $<TARGET_FILE:ditto-train> --profile rtx4070-laptop --devices 1 --determinism fast --grad-accum-steps 16 --hidden 50000,50000 --epochs 1
+    REGEX "ditto-train: error: sim:0: out of memory: tried to allocate 10000000000 bytes [^\n]*; to fit: a smaller micro-batch \\(--batch-size\\), --dtype bf16, --trainer ddp --zero-stage 1; --dry-run prints each device's peak without running\n$")
 endif()
 
 # --grad-accum-steps (Note [Gradient accumulation], core/train/grad_accumulation.h): in bitwise
@@ -175,6 +181,11 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.GradAccumStepsPastTheRowsFast RC 2
     COMMAND $<TARGET_FILE:ditto-train> --grad-accum-steps 65 --determinism fast --epochs 1
     REGEX "^ditto-train: error: --grad-accum-steps: every micro-step needs at least one row: expected at most 64 \\(the rows of a batch of 64\\), got 65")
+  # The epoch's last batch of 29 rows (1437 training rows: 22 batches of 64, then 29): refused
+  # before training (nothing on stdout), not at the end of the first epoch as before.
+  ditto_expect_exit(DittoTrainCli.GradAccumStepsPastTheShortLastBatchFast RC 1
+    COMMAND $<TARGET_FILE:ditto-train> --grad-accum-steps 32 --determinism fast --epochs 1
+    REGEX "^ditto-train: error: --grad-accum-steps: every micro-step needs at least one row: expected at most 29 \\(the rows of a batch of 29\\), got 32 \\(raise --batch-size or lower --grad-accum-steps\\)\n$")
 endif()
 
 # --dry-run (Note [Dry run], backend_sim/sim_backend.h): GPT-2 124M predicted for 8 A100s without
