@@ -146,6 +146,20 @@ if(TARGET ditto-train)
     COMMAND $<TARGET_FILE:ditto-train> --profile rtx4070-laptop --devices 1 --determinism fast --batch-size 1 --hidden 50000,50000 --epochs 1
             --checkpoint ${CMAKE_CURRENT_BINARY_DIR}/oom_hint_one_row
     REGEX "ditto-train: error: sim:0: out of memory: tried to allocate 10000000000 bytes [^\n]*; to fit: --dtype bf16, --trainer ddp --zero-stage 1\n$")
+  # A host allocation that fails (std::aligned_alloc's null, the simulator's memory in this
+  # machine's RAM or a host tensor's: 2^61 bytes for the first layer of --hidden 2^53): its
+  # OutOfMemory (Kind::host) with the host's message, not the device's "to fit" hint. Under ASan
+  # (the check preset) and TSan the allocator aborts on such a request unless
+  # allocator_may_return_null=1, set for these two tests only (appended to the suite's options).
+  ditto_expect_exit(DittoTrainCli.HostOutOfMemory_sim RC 1
+    COMMAND $<TARGET_FILE:ditto-train> --devices 1 --sim-memory-gib 4294967296 --hidden 9007199254740992 --epochs 1
+    REGEX "ditto-train: error: sim:0: host out of memory allocating 2305843009213693952 bytes \\(2199023255552.00 MiB\\): the simulated devices' memory lives in this machine's RAM \\(the simulator holds [^\n]*, less under a ulimit\\): --dry-run predicts a model larger than the machine without holding its tensors\n$")
+  ditto_expect_exit(DittoTrainCli.HostOutOfMemory_cpu RC 1
+    COMMAND $<TARGET_FILE:ditto-train> --backend cpu --devices 1 --hidden 9007199254740992 --epochs 1
+    REGEX "ditto-train: error: cpu: out of memory allocating 2305843009213693952 bytes \\(2199023255552.00 MiB\\): host tensors live in this machine's RAM \\([^\n]*, less under a ulimit\\), as a simulator's devices' do: --dry-run predicts a model larger than the machine without holding its tensors\n$")
+  set_property(TEST DittoTrainCli.HostOutOfMemory_sim DittoTrainCli.HostOutOfMemory_cpu APPEND
+    PROPERTY ENVIRONMENT_MODIFICATION "ASAN_OPTIONS=string_append::allocator_may_return_null=1"
+                                      "TSAN_OPTIONS=string_append::allocator_may_return_null=1")
   # Fast mode's micro-steps against the epoch's last batch too (1437 training rows: 22 batches of
   # 64, then one of 29): --grad-accum-steps 32 fits a batch of 64 but not that one, which the run
   # refuses (GradAccumStepsPastTheShortLastBatchFast); the hint offered it.
