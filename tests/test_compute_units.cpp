@@ -616,7 +616,7 @@ TEST(ComputeUnits, TypedAttentionOnTensorCoresInFastMode) {
       [] { sim::attention_ex_cost(8, 16, 32, 4, DType::i64, Determinism::fast, true, false); },
       "attention_ex_cost (backward): storage: expected f32, bf16 or f16, got i64");
   // A JSON profile sets the estimate (calibrated on a device).
-  const std::string path = ::testing::TempDir() + "ditto_mma_eff.json";
+  const std::string path = test::fresh_dir("compute_units", "mma_eff") + "/ditto_mma_eff.json";
   {
     std::ofstream f(path);
     f << R"({"key": "m", "fp32_tflops": 2, "memory_gib": 1, "memory_bandwidth_gbps": 100,

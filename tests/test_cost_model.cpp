@@ -60,8 +60,9 @@ sim::ClusterSpec h100(int nodes = 1, int per_node = 8, const std::string& ic = "
   return {sim::device_profile("h100-sxm"), sim::interconnect_profile(ic), nodes, per_node};
 }
 
+// A file `name` in a scratch directory of the running test (removed when it passes).
 std::string temp_path(const std::string& name) {
-  return (::testing::TempDir().empty() ? std::string("/tmp/") : ::testing::TempDir()) + name;
+  return test::fresh_dir("cost_model", name) + "/" + name;
 }
 
 // One DataParallel SGD step (fast mode) of an MLP on `n` devices with a fixed batch: the library

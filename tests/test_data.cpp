@@ -1,7 +1,6 @@
 // data: read_csv (good files, header detection, label column, malformed files), train/val split,
 // Standardizer and DataLoader.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -29,12 +28,7 @@ using data::Dataset;
 class DataTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = fs::temp_directory_path() / ("ditto_test_data_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
+    dir_ = fresh_dir("test_data", "suite");  // removed after the suite, kept if a test failed
   }
   // Write `text` to <tmp>/<name> and return the path.
   static std::string file(const std::string& name, const std::string& text) {

@@ -287,7 +287,7 @@ TEST(DryRunEfficiency, KernelSecondsDividesByPeakTimesEfficiency) {
 }
 
 TEST(DryRunEfficiency, JsonProfileFields) {
-  const std::string path = ::testing::TempDir() + "ditto_dry_eff.json";
+  const std::string path = test::fresh_dir("dry_run", "eff") + "/ditto_dry_eff.json";
   {
     std::ofstream f(path);
     f << R"({"key": "e", "fp32_tflops": 2, "memory_gib": 1, "memory_bandwidth_gbps": 100,

@@ -447,7 +447,7 @@ TEST_F(GptOptimTest, AdamWStateSurvivesACheckpointFile) {
   step(*net, opt, 0);
   TrainerState ts;
   ts.step = 1;
-  const std::string dir = ::testing::TempDir() + "gpt_optim_adamw_ckpt";
+  const std::string dir = scratch_path("gpt_optim", "adamw_ckpt");
   const std::string path = save_checkpoint(dir, *net, opt, ts);
   Checkpoint c = read_checkpoint(path);
   EXPECT_EQ(c.optimizer.type, "AdamW");

@@ -4,7 +4,6 @@
 // (AdamW, nanoGPT's schedule, clipping; dropout too) with one checksum for 1, 2 and 4 devices
 // under dp and ddp, also resumed mid-run.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -34,10 +33,7 @@ namespace ditto::train {
 namespace {
 
 std::filesystem::path scratch(const std::string& name) {
-  auto p = std::filesystem::temp_directory_path() /
-           ("ditto_test_gpt_trainer_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(p);
-  return p;
+  return test::scratch_path("test_gpt_trainer", name);
 }
 
 // 1000 bytes: a varied training part and a validation part of other letters.

@@ -4,7 +4,6 @@
 // 1/2/4 devices, dp and ddp), fast mode stays close to K = 1, and bad settings are refused naming
 // --grad-accum-steps, --micro-shards and --devices with the numbers.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -363,9 +362,7 @@ TEST(GradAccumTrainer, ACheckpointResumesWithAnotherK) {
   // resumed for the second with K = 4 on 2 ddp ranks, ends as 2 epochs with K = 1.
   auto data = mlp_data();
   const FitRun two = fit(mlp(1, TrainerKind::dp, 1, Determinism::bitwise), data);
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("ditto_test_grad_accum_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  const std::filesystem::path dir = test::scratch_path("test_grad_accum", "resume");
   TrainerConfig first = mlp(1, TrainerKind::dp, 1, Determinism::bitwise);
   first.epochs = 1;
   first.checkpoint_dir = dir.string();

@@ -229,7 +229,7 @@ TEST(Options, MovedChecksRefuseInTheConfigsValidation) {
 // dtype needs a rate the profile leaves out is refused, naming the field; f32 runs need only
 // fp32_tflops, f16 takes bf16_tflops, --allow-tf32 needs tf32_tflops.
 TEST(Options, JsonProfileWithoutTheRunsRateRefused) {
-  const std::string path = ::testing::TempDir() + "ditto_options_rates.json";
+  const std::string path = test::fresh_dir("options", "rates") + "/ditto_options_rates.json";
   {
     std::ofstream f(path);
     f << R"({"key": "x", "fp32_tflops": 67, "memory_gib": 80, "memory_bandwidth_gbps": 3350})";
@@ -386,7 +386,7 @@ namespace ditto::train {
 namespace {
 
 TEST(RunPrinter, WritesJsonLinesAndKeepsLateErrors) {
-  const std::string path = ::testing::TempDir() + "run_printer.jsonl";
+  const std::string path = test::fresh_dir("options", "run_printer") + "/run_printer.jsonl";
   RunPrinter p(path, "--metrics-jsonl", "", DType::f32);
   TrainerCallbacks cb;
   p.install(cb, [](const RunInfo&) { return std::string(); });

@@ -80,7 +80,6 @@ class TokenFiles : public ::testing::Test {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
     dir_ = test::fresh_dir("TokenFiles", info->name());
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string at(const std::string& name) const { return dir_ + "/" + name; }
   std::string dir_;
 };

@@ -4,7 +4,6 @@
 // failed rank reaches the others as a PeerFailure carrying its rank, and the launcher reports the
 // root error; a bad config names its field.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cmath>
@@ -61,10 +60,7 @@ TrainerConfig resuming(const std::filesystem::path& dir, int devices, TrainerKin
 }
 
 std::filesystem::path scratch(const std::string& name) {
-  auto p = std::filesystem::temp_directory_path() /
-           ("ditto_test_trainer_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(p);
-  return p;
+  return test::scratch_path("test_trainer", name);
 }
 
 TEST(Trainer, DefaultRunGivesDittoTrainsChecksum) {

@@ -32,6 +32,7 @@
 #include "core/runtime/backend.h"
 #include "core/runtime/nan_bits.h"
 #include "core/runtime/tensor.h"
+#include "scratch_dirs.h"  // fresh_dir, scratch_path: a test's files, removed when it passes
 #include "train_step.h"
 
 /// Expects `stmt` to throw `Exc` whose message contains `part` (a statement, for calls that
@@ -50,16 +51,6 @@
   } while (0)
 
 namespace ditto::test {
-
-/// A new, empty directory TempDir()/ditto_<suite>_<name>_<pid> (removed first if it is there),
-/// for a test's files; returns its path.
-inline std::string fresh_dir(const std::string& suite, const std::string& name) {
-  const std::string leaf = "ditto_" + suite + "_" + name + "_" + std::to_string(::getpid());
-  const std::filesystem::path p = std::filesystem::path(::testing::TempDir()) / leaf;
-  std::filesystem::remove_all(p);
-  std::filesystem::create_directories(p);
-  return p.string();
-}
 
 /// Runs `call` and expects an exception of type E whose message contains `part`; any other
 /// exception, or none, is a failure that shows the message. Returns the E's message (empty when

@@ -6,7 +6,6 @@
 // state per rank is 1/N; bad arguments. The Trainer: --zero-stage 1 gives the same checksum as
 // without (MLP ddp Adam, with clip), the sim's peak memory drops, dp and checkpoints are refused.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -428,12 +427,7 @@ TEST(ZeroTrainer, DpIsRefused) {
                        "DDP's ranks), got dp");
 }
 
-std::string scratch(const std::string& name) {
-  auto p = std::filesystem::temp_directory_path() /
-           ("ditto_test_zero_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(p);
-  return p.string();
-}
+std::string scratch(const std::string& name) { return test::scratch_path("test_zero", name); }
 
 TEST(ZeroTrainer, CheckpointsMoveBetweenZeroAndPlainRuns) {
   // The consolidated (unsharded) layout: a ZeRO run's checkpoint resumes without ZeRO on another

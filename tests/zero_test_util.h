@@ -28,7 +28,8 @@ inline std::vector<nn::Parameter> make_params(const std::vector<Shape>& shapes, 
     std::int64_t n = 1;
     for (std::int64_t d : shapes[i]) n *= d;
     nn::Parameter p;
-    p.name = "p" + std::to_string(i);
+    p.name = "p";  // appended, not "p" + to_string(i): GCC 12 warned -Wrestrict (a false
+    p.name += std::to_string(i);  // positive) on that once test_zero.cpp's inlining changed
     p.data = Tensor::from_vector(
         random_values(static_cast<std::size_t>(n), 100 + static_cast<std::uint32_t>(i)), shapes[i],
         dev);

@@ -1,5 +1,7 @@
 // ditto_tests' main: gtest's, plus one flag for the grouped ctests of the check build
-// (Note [Grouped gtest ctests], tests/cmake/gtest_groups.cmake).
+// (Note [Grouped gtest ctests], tests/cmake/gtest_groups.cmake), and the listener that removes
+// the scratch directories of the tests that passed (Note [Test scratch directories],
+// tests/scratch_dirs.h).
 //
 //   --ditto_all_skipped_exit_code=N   exit N (ctest's SKIP_RETURN_CODE) when every test the
 //                                     filter selected was skipped (GTEST_SKIP) and none failed
@@ -14,6 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+#include "scratch_cleanup.h"
 
 int main(int argc, char** argv) {
   constexpr const char* kFlag = "--ditto_all_skipped_exit_code=";
@@ -37,6 +41,7 @@ int main(int argc, char** argv) {
   argc = kept;
   argv[argc] = nullptr;
   testing::InitGoogleTest(&argc, argv);
+  testing::UnitTest::GetInstance()->listeners().Append(new ditto::test::ScratchCleanup);
   const int rc = RUN_ALL_TESTS();
   const testing::UnitTest& u = *testing::UnitTest::GetInstance();
   if (rc == 0 && all_skipped_code > 0 && u.test_to_run_count() > 0 &&

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../main/scratch_cleanup.h"
 #include "../test_util.h"
 #include "core/base/error.h"
 #include "core/comm/communicator.h"
@@ -624,6 +625,8 @@ int main(int argc, char** argv) {
     delete listeners.Release(listeners.default_result_printer());
     listeners.Append(new RankFailurePrinter(ditto::dist::rank()));
   }
+  // Each rank's scratch directories (Note [Test scratch directories], tests/scratch_dirs.h).
+  ::testing::UnitTest::GetInstance()->listeners().Append(new ditto::test::ScratchCleanup);
   int rc = RUN_ALL_TESTS();
   ditto::dist::finalize();
   return rc;
