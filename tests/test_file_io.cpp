@@ -31,7 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::expect_error;
 
-std::string fresh_dir(const std::string& name) { return test::fresh_dir("fileio", name); }
+std::string fileio_dir(const std::string& name) { return test::fresh_dir("fileio", name); }
 
 void write(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
@@ -55,7 +55,7 @@ void expect_too_big(const std::string& path, std::uint64_t size, const std::stri
 }
 
 TEST(FileIo, AtomicWriteThroughASymlinkReplacesTheTargetAndKeepsTheLink) {
-  const std::string dir = fresh_dir("link");
+  const std::string dir = fileio_dir("link");
   fs::create_directories(dir + "/real");
   write(dir + "/real/trace.json", "old");
   fs::create_symlink("real/trace.json", dir + "/link.json");    // relative, as `ln -s` makes
@@ -82,7 +82,7 @@ TEST(FileIo, AtomicWriteThroughASymlinkReplacesTheTargetAndKeepsTheLink) {
 // open(path, "w")) is written through, so both names see the new lines. A symbolic link is
 // followed by both (the link stays, its target gets the contents).
 TEST(FileIo, AHardLinkIsReplacedByAnAtomicWriteAndWrittenThroughByJsonLines) {
-  const std::string dir = fresh_dir("hard_link");
+  const std::string dir = fileio_dir("hard_link");
   write(dir + "/model.bin", "old");
   ASSERT_EQ(::link((dir + "/model.bin").c_str(), (dir + "/other.bin").c_str()), 0);
   io::write_file_atomic(dir + "/model.bin", "new");
@@ -112,7 +112,7 @@ TEST(FileIo, AHardLinkIsReplacedByAnAtomicWriteAndWrittenThroughByJsonLines) {
 }
 
 TEST(FileIo, AtomicWriteToAFifoWritesStraightThroughAndKeepsTheFifo) {
-  const std::string dir = fresh_dir("fifo");
+  const std::string dir = fileio_dir("fifo");
   const std::string fifo = dir + "/out.fifo";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0) << std::strerror(errno);
   // Our own reader end first (O_RDWR never blocks), so that the writer's open does not block.
@@ -131,7 +131,7 @@ TEST(FileIo, AtomicWriteToAFifoWritesStraightThroughAndKeepsTheFifo) {
 }
 
 TEST(FileIo, AtomicWriteRefusesADirectoryNamingIt) {
-  const std::string dir = fresh_dir("dir");
+  const std::string dir = fileio_dir("dir");
   fs::create_directories(dir + "/d");
   expect_error<Error>([&] { io::write_file_atomic(dir + "/d", "x"); },
                       "io::write_file_atomic: cannot write '" + dir +
@@ -161,7 +161,7 @@ TEST(FileIo, WriteErrorGivesTheOsReason) {
 // directory") or renamed the second's bytes into place. Here the second write runs, whole,
 // while the first is halfway (the write hook), then the first finishes: the first renames last.
 TEST(FileIo, TwoWritersOfOneFileEachRenameTheirOwnWholeFile) {
-  const std::string dir = fresh_dir("two_writers");
+  const std::string dir = fileio_dir("two_writers");
   const std::string path = dir + "/same.bin";
   const std::string first(100000, 'a'), second(120000, 'b');
   bool inner_done = false;
@@ -218,7 +218,7 @@ TEST(FileIo, TwoWritersOfOneFileEachRenameTheirOwnWholeFile) {
 // Two threads writing one file many times: every write succeeds and the file always holds one
 // writer's whole bytes (never a mix, never another size); no temporary is left.
 TEST(FileIo, ConcurrentWritersNeverFailNorMix) {
-  const std::string dir = fresh_dir("concurrent_writers");
+  const std::string dir = fileio_dir("concurrent_writers");
   const std::string path = dir + "/same.bin";
   const std::string bytes[2] = {std::string(50000, 'x'), std::string(70000, 'y')};
   std::vector<std::string> errors(2);
@@ -244,7 +244,7 @@ TEST(FileIo, ConcurrentWritersNeverFailNorMix) {
 // FILE.tmp) and a symbolic link there are left as they are; a failed write removes only its own
 // temporary file.
 TEST(FileIo, AWriteTouchesNoFileButItsOwnTemporary) {
-  const std::string dir = fresh_dir("own_temporary");
+  const std::string dir = fileio_dir("own_temporary");
   const std::string path = dir + "/model.bin";
   write(path + ".tmp", "the user's notes\n");
   write(dir + "/decoy", "precious\n");
@@ -275,7 +275,7 @@ TEST(FileIo, AWriteTouchesNoFileButItsOwnTemporary) {
 // Ctrl-C during --export left a 113 MB .big.bin.tmp.XXXXXX), the file it replaces is untouched,
 // and temporaries of writes that finished are not listed.
 TEST(FileIo, RemoveLiveTemporariesRemovesTheTemporaryOfAnInterruptedWrite) {
-  const std::string dir = fresh_dir("live_temporaries");
+  const std::string dir = fileio_dir("live_temporaries");
   const std::string path = dir + "/model.bin";
   io::write_file_atomic(path, "old");
   io::write_file_replace(dir + "/done.bin", "finished");  // listed while it lived only
@@ -342,14 +342,14 @@ TEST(FileIo, DescriptorNamesAreWrittenInPlace) {
   EXPECT_EQ(got.back(), '\n');
   EXPECT_NE(got.find("\"event\":\"epoch\""), std::string::npos) << got;
   // A regular file, missing or not, is not written in place; a closed descriptor is refused.
-  const std::string dir = fresh_dir("inplace");
+  const std::string dir = fileio_dir("inplace");
   EXPECT_FALSE(io::check_in_place_output(dir + "/new.json", "x"));
   expect_error<Error>([&] { io::check_in_place_output("/dev/fd/999", "--trace"); },
                       "--trace: cannot write '/dev/fd/999': Bad file descriptor");
 }
 
 TEST(FileIo, ReadFileRefusesWhatIsNotARegularFileAndPastItsMaximum) {
-  const std::string dir = fresh_dir("read");
+  const std::string dir = fileio_dir("read");
   expect_error<Error>([&] { io::read_file("/dev/zero"); },
                       "io::read_file: '/dev/zero' is a character device, expected a regular file");
   const std::string fifo = dir + "/in.fifo";
@@ -371,7 +371,7 @@ TEST(FileIo, ReadFileRefusesWhatIsNotARegularFileAndPastItsMaximum) {
 }
 
 TEST(FileIo, ReadCsvRefusesADeviceAndAFileOverFourGiB) {
-  const std::string dir = fresh_dir("csv");
+  const std::string dir = fileio_dir("csv");
   expect_error<ParseError>([&] { data::read_csv("/dev/zero"); },
                            "read_csv: '/dev/zero' is a character device, expected a regular file");
   expect_too_big<ParseError>(dir + "/big.csv", io::kMaxDataBytes + 1, "read_csv",
@@ -381,7 +381,7 @@ TEST(FileIo, ReadCsvRefusesADeviceAndAFileOverFourGiB) {
 }
 
 TEST(FileIo, JsonProfileRefusesAFifoAndAFileOverSixteenMiB) {
-  const std::string dir = fresh_dir("profile");
+  const std::string dir = fileio_dir("profile");
   const std::string fifo = dir + "/p.json";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
   expect_error<InvalidArgument>(
@@ -402,7 +402,7 @@ std::string raw_safetensors(const std::string& header, const std::string& buffer
 }
 
 TEST(FileIo, LoadSafetensorsChecksTheSizeAgainstTheHeaderBeforeReadingTheBuffer) {
-  const std::string dir = fresh_dir("st");
+  const std::string dir = fileio_dir("st");
   expect_error<ParseError>([&] { io::load_safetensors("/dev/zero"); },
                            "io::load_safetensors: '/dev/zero' is a character device, expected a "
                            "regular file");
@@ -430,7 +430,7 @@ TEST(FileIo, LoadSafetensorsChecksTheSizeAgainstTheHeaderBeforeReadingTheBuffer)
 }
 
 TEST(FileIo, ReadCheckpointRefusesATrainerJsonOverSixteenMiB) {
-  const std::string dir = fresh_dir("ckpt");
+  const std::string dir = fileio_dir("ckpt");
   fs::create_directories(dir + "/step-00000001");
   expect_too_big<ParseError>(dir + "/step-00000001/trainer.json", io::kMaxJsonBytes + 1,
                              "read_checkpoint", "16777217 bytes, more than the maximum of 16 MiB",
@@ -441,7 +441,7 @@ TEST(FileIo, ReadCheckpointRefusesATrainerJsonOverSixteenMiB) {
 // A second process writing the same checkpoint directory is refused, naming the lock and the
 // process; the lock is released when that process ends.
 TEST(FileIo, CheckpointDirLockRefusesASecondProcessNamingIt) {
-  const std::string dir = fresh_dir("lock");
+  const std::string dir = fileio_dir("lock");
   const std::string lock = dir + "/lock";
   int to_parent[2], to_child[2];
   ASSERT_EQ(::pipe(to_parent), 0);

@@ -43,7 +43,9 @@ void write_bytes(const std::string& path, const std::string& bytes) {
       .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-std::vector<float> values(const Tensor& t) {
+/// The f32 values of a tensor (host copy); not `values`: test_mixed_precision.cpp has one, and
+/// the unity batches of the check build may put both files in one translation unit.
+std::vector<float> f32_values(const Tensor& t) {
   return t.to(Device::cpu(), DType::f32).to_vector<float>();
 }
 
@@ -71,7 +73,7 @@ class GptWeights : public SimSuite<1> {
     const Tensor logits = gpt->forward(want("idx").to(dev_));
     nn::CrossEntropyLoss ce;
     const float loss = ce.forward(logits, want("targets").to(dev_)).item();
-    const std::vector<float> got = values(logits), ref = values(want("logits_" + which));
+    const std::vector<float> got = f32_values(logits), ref = f32_values(want("logits_" + which));
     ASSERT_EQ(got.size(), ref.size());
     double worst = 0, scale = 0;
     for (std::size_t i = 0; i < got.size(); ++i) {
@@ -219,7 +221,7 @@ TEST_F(GptWeights, HuggingFaceMatchesPyTorch) {
   // The same bits as the llm.c f32 file's.
   const io::GptWeights l = io::load_gpt_weights(kDir + "/model_f32.bin");
   for (std::size_t i = 0; i < w.params.size(); ++i)
-    EXPECT_EQ(values(w.params[i].second), values(l.params[i].second)) << w.params[i].first;
+    EXPECT_EQ(f32_values(w.params[i].second), f32_values(l.params[i].second)) << w.params[i].first;
 }
 
 // Names with the "transformer." prefix, a tied lm_head.weight, n_head from --n-head (no
@@ -270,7 +272,7 @@ TEST_F(GptWeights, LlmcPaddedVocabularyRowsAreDropped) {
   io::GptWeights w = io::load_gpt_weights(kDir + "/model_f32.bin");
   nn::GPTConfig c = w.config;
   c.vocab_size = 500;
-  std::vector<float> wte = values(w.params[0].second);
+  std::vector<float> wte = f32_values(w.params[0].second);
   wte.resize(500 * 32);
   w.params[0].second = Tensor::from_vector(wte, {500, 32});
   const std::string bytes = io::llmc_model_serialize(c, w.params, DType::f32);
@@ -283,7 +285,7 @@ TEST_F(GptWeights, LlmcPaddedVocabularyRowsAreDropped) {
   const io::GptWeights r = io::load_gpt_weights(path);
   EXPECT_EQ(r.config.vocab_size, 500);
   EXPECT_EQ(r.padded_vocab_size, 512);
-  EXPECT_EQ(values(r.params[0].second), wte);
+  EXPECT_EQ(f32_values(r.params[0].second), wte);
   // The padded rows are zeros in the file.
   const std::size_t wte_end = 1024 + std::size_t{512} * 32 * 4;
   for (std::size_t i = 1024 + std::size_t{500} * 32 * 4; i < wte_end; ++i)
@@ -304,7 +306,7 @@ TEST_F(GptWeights, ExportRoundTrips) {
   EXPECT_EQ(h.n_head_from, "its __metadata__ ditto.n_head");
   expect_tiny_config(h);
   for (std::size_t i = 0; i < w.params.size(); ++i)
-    EXPECT_EQ(values(h.params[i].second), values(w.params[i].second)) << w.params[i].first;
+    EXPECT_EQ(f32_values(h.params[i].second), f32_values(w.params[i].second)) << w.params[i].first;
   // Hugging Face's names and Conv1D shapes in the file.
   const io::SafetensorsData d = io::load_safetensors(dir_ + "/m.safetensors");
   ASSERT_NE(d.find("transformer.h.1.mlp.c_fc.weight"), nullptr);

@@ -31,7 +31,9 @@
 namespace ditto::train {
 namespace {
 
-std::shared_ptr<CsvDataSource> digits(std::uint64_t seed = 0) {
+// Not `digits`: trainer_test_util.h has one (without the seed), and a unity batch of the check
+// build may hold both files.
+std::shared_ptr<CsvDataSource> digits_csv(std::uint64_t seed = 0) {
   return std::make_shared<CsvDataSource>(DITTO_DIGITS_CSV, data::CsvOptions{}, 0.2, seed);
 }
 
@@ -65,7 +67,7 @@ std::filesystem::path scratch(const std::string& name) {
 
 TEST(Trainer, DefaultRunGivesDittoTrainsChecksum) {
   TrainerConfig c;  // ditto-train's defaults: 4 sim devices, dp, 20 epochs, bitwise
-  FitResult r = Trainer(c, digits()).fit();
+  FitResult r = Trainer(c, digits_csv()).fit();
   EXPECT_EQ(r.params_checksum, 0xeda947d0bde4cbf6ull);
   EXPECT_EQ(r.steps, 20 * 23);  // 1437 training rows in batches of 64
   EXPECT_GT(r.eval.accuracy, 0.9);
@@ -76,12 +78,12 @@ TEST(Trainer, DefaultRunGivesDittoTrainsChecksum) {
 // the step's virtual time against the dtype's peak; the bits do not change.
 TEST(Trainer, OnStepReportsEveryLogIntervalStep) {
   TrainerConfig c = small(2, TrainerKind::dp, 1);
-  FitResult plain = Trainer(c, digits()).fit();
+  FitResult plain = Trainer(c, digits_csv()).fit();
   c.log_interval = 10;
   std::vector<StepMetrics> seen;
   TrainerCallbacks cb;
   cb.on_step = [&](const StepMetrics& m) { seen.push_back(m); };
-  FitResult r = Trainer(c, digits(), cb).fit();
+  FitResult r = Trainer(c, digits_csv(), cb).fit();
   EXPECT_EQ(r.params_checksum, plain.params_checksum);
   ASSERT_EQ(seen.size(), 3u);  // 23 steps: 0, 10, 20
   for (std::size_t i = 0; i < seen.size(); ++i) {
@@ -100,18 +102,18 @@ TEST(Trainer, OnStepReportsEveryLogIntervalStep) {
   std::vector<StepMetrics> seen1;
   TrainerCallbacks cb1;
   cb1.on_step = [&](const StepMetrics& m) { seen1.push_back(m); };
-  Trainer(one, digits(), cb1).fit();
+  Trainer(one, digits_csv(), cb1).fit();
   ASSERT_EQ(seen1.size(), 3u);
   EXPECT_EQ(seen1[0].loss, seen[0].loss);
   // A profile: the step's virtual time, the FP32 peak of an f32 run and the MFU of
   // flops_per_sample; the prediction is the one without the reports.
   sim::add_sim_run(c, {.profile = "h100-sxm"});
   c.log_interval = 0;
-  FitResult quiet = Trainer(c, digits()).fit();
+  FitResult quiet = Trainer(c, digits_csv()).fit();
   c.log_interval = 10;
   c.flops_per_sample = 1e6;
   seen.clear();
-  FitResult p = Trainer(c, digits(), cb).fit();
+  FitResult p = Trainer(c, digits_csv(), cb).fit();
   ASSERT_TRUE(p.prediction && quiet.prediction);
   EXPECT_EQ(p.prediction->step_time_s, quiet.prediction->step_time_s);
   ASSERT_EQ(seen.size(), 3u);
@@ -122,14 +124,14 @@ TEST(Trainer, OnStepReportsEveryLogIntervalStep) {
   // A dry run reports no steps (nothing ran) and no losses or checksum in its result.
   c.dry_run = true;
   seen.clear();
-  FitResult dry = Trainer(c, digits(), cb).fit();
+  FitResult dry = Trainer(c, digits_csv(), cb).fit();
   EXPECT_TRUE(seen.empty());
   EXPECT_TRUE(dry.dry_run);
 }
 
 // FitResult says what the run measured: no training loss without an epoch.
 TEST(Trainer, EpochsZeroHasNoTrainingLossButAnEvaluation) {
-  FitResult r = Trainer(small(2, TrainerKind::dp, 0), digits()).fit();
+  FitResult r = Trainer(small(2, TrainerKind::dp, 0), digits_csv()).fit();
   EXPECT_FALSE(r.has_train_loss);
   EXPECT_TRUE(r.has_eval);
   EXPECT_GT(r.eval.loss, 0.0);
@@ -142,20 +144,20 @@ TEST(Trainer, ASecondFitWhileOneRunsIsRefusedAndTheFirstCompletes) {
   bool refused = false;
   TrainerCallbacks cb;
   cb.on_start = [&](const RunInfo&) {
-    test::expect_invalid([&] { Trainer(small(2, TrainerKind::ddp, 1), digits()).fit(); },
+    test::expect_invalid([&] { Trainer(small(2, TrainerKind::ddp, 1), digits_csv()).fit(); },
                          "Trainer::fit: another fit() is running in this process");
     refused = true;
   };
-  FitResult first = Trainer(c, digits(), cb).fit();
+  FitResult first = Trainer(c, digits_csv(), cb).fit();
   EXPECT_TRUE(refused);
-  EXPECT_EQ(first.params_checksum, Trainer(c, digits()).fit().params_checksum);  // and again
+  EXPECT_EQ(first.params_checksum, Trainer(c, digits_csv()).fit().params_checksum);  // and again
 }
 
 TEST(Trainer, DataParallelAndDdpGiveTheSameBitsForOneTwoAndFourDevices) {
   std::vector<std::uint64_t> sums;
   for (int n : {1, 2, 4})
     for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp}) {
-      FitResult r = Trainer(small(n, k), digits()).fit();
+      FitResult r = Trainer(small(n, k), digits_csv()).fit();
       EXPECT_EQ(r.devices, n);
       EXPECT_EQ(r.trainer, k);
       sums.push_back(r.params_checksum);
@@ -164,23 +166,23 @@ TEST(Trainer, DataParallelAndDdpGiveTheSameBitsForOneTwoAndFourDevices) {
   // ... and not a constant: another seed gives other bits.
   TrainerConfig other = small(2, TrainerKind::dp);
   other.seed = 1;
-  EXPECT_NE(Trainer(other, digits(1)).fit().params_checksum, sums[0]);
+  EXPECT_NE(Trainer(other, digits_csv(1)).fit().params_checksum, sums[0]);
 }
 
 TEST(Trainer, ResumeMidEpochEqualsAnUninterruptedRun) {
   for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp}) {
-    const std::uint64_t whole = Trainer(small(4, k, 3), digits()).fit().params_checksum;
+    const std::uint64_t whole = Trainer(small(4, k, 3), digits_csv()).fit().params_checksum;
     const auto dir = scratch(std::string("resume_") + trainer_kind_name(k));
     // The first run dies when step 30 begins (mid-epoch 2), after the checkpoint of step 30.
     TrainerConfig first = checkpointing(dir, 4, k, 3);
     first.checkpoint_every = 10;
     sim::add_sim_run(first, {.faults = {"fail:device=1,step=30"}});
-    EXPECT_THROW(Trainer(first, digits()).fit(), BackendError);
+    EXPECT_THROW(Trainer(first, digits_csv()).fit(), BackendError);
     TrainerConfig second = resuming(dir, 2, k, 3);  // bitwise: the device count may differ
     std::int64_t resumed_at = -1;
     TrainerCallbacks cb;
     cb.on_resume = [&](const std::string&, const TrainerState& ts) { resumed_at = ts.step; };
-    Trainer t(second, digits(), cb);
+    Trainer t(second, digits_csv(), cb);
     EXPECT_EQ(t.fit().params_checksum, whole) << trainer_kind_name(k);
     EXPECT_EQ(resumed_at, 30);
     EXPECT_EQ(t.state().step, 3 * 23);
@@ -195,10 +197,10 @@ TEST(Trainer, ResumingAFinishedRunReportsTheLossesAndAccuracyItEndedWith) {
   for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp}) {
     const auto dir = scratch(std::string("finished_") + trainer_kind_name(k));
     TrainerConfig first = checkpointing(dir, 2, k, 2);
-    const FitResult done = Trainer(first, digits()).fit();
+    const FitResult done = Trainer(first, digits_csv()).fit();
     ASSERT_GT(done.eval.accuracy, 0.8);
     TrainerConfig again = resuming(dir, 2, k, 2);
-    const FitResult r = Trainer(again, digits()).fit();
+    const FitResult r = Trainer(again, digits_csv()).fit();
     EXPECT_EQ(r.steps, done.steps) << trainer_kind_name(k);
     EXPECT_EQ(r.params_checksum, done.params_checksum);
     EXPECT_EQ(r.train_loss, done.train_loss) << trainer_kind_name(k);
@@ -215,17 +217,17 @@ TEST(Trainer, AResumeFromInsideAnEpochNeedsThatEpochInTheRun) {
   const auto dir = scratch("mid_epoch");
   TrainerConfig first = checkpointing(dir, 2, TrainerKind::dp, 2);
   first.checkpoint_every = 30;  // 23 batches an epoch: step 30 is batch 7 of epoch 2
-  Trainer(first, digits()).fit();
+  Trainer(first, digits_csv()).fit();
   {
     std::ofstream latest(dir / "latest", std::ios::trunc);  // the step-30 checkpoint
     latest << "step-00000030\n";
   }
   TrainerConfig one = resuming(dir, 2, TrainerKind::dp, 1);
-  test::expect_invalid([&] { Trainer(one, digits()).fit(); },
+  test::expect_invalid([&] { Trainer(one, digits_csv()).fit(); },
                        "TrainerConfig::resume_dir: the checkpoint is inside epoch 2 (after batch "
                        "7), expected TrainerConfig::epochs >= 2, got 1");
   TrainerConfig two = resuming(dir, 2, TrainerKind::dp, 2);
-  const FitResult r = Trainer(two, digits()).fit();
+  const FitResult r = Trainer(two, digits_csv()).fit();
   EXPECT_EQ(r.steps, 2 * 23);  // epoch 2's last 16 batches ran
   std::filesystem::remove_all(dir);
 }
@@ -236,11 +238,11 @@ TEST(Trainer, AResumeFromInsideAnEpochNeedsThatEpochInTheRun) {
 TEST(Trainer, AResumeOntoAnotherModelIsRefusedForTheModelFirst) {
   const auto dir = scratch("other_model");
   TrainerConfig first = checkpointing(dir, 2, TrainerKind::dp, 1);
-  Trainer(first, digits()).fit();
+  Trainer(first, digits_csv()).fit();
   TrainerConfig other = resuming(dir, 2, TrainerKind::dp, 2);
   other.hidden = {32};
   other.batch_size = 32;
-  test::expect_invalid([&] { Trainer(other, digits()).fit(); },
+  test::expect_invalid([&] { Trainer(other, digits_csv()).fit(); },
                        "was saved with model=64-128-10, this run has model=64-32-10");
   std::filesystem::remove_all(dir);
 }
@@ -251,12 +253,12 @@ TEST(Trainer, AResumeOntoAnotherModelIsRefusedForTheModelFirst) {
 TEST(Trainer, ARefusedResumeIsNotReportedAndOtherDataOfTheSameShapeIsRefused) {
   const auto dir = scratch("refused");
   TrainerConfig first = checkpointing(dir, 2, TrainerKind::dp, 2);
-  Trainer(first, digits()).fit();
+  Trainer(first, digits_csv()).fit();
   bool reported = false;
   TrainerCallbacks cb;
   cb.on_resume = [&](const std::string&, const TrainerState&) { reported = true; };
   TrainerConfig shorter = resuming(dir, 2, TrainerKind::dp, 1);
-  test::expect_invalid([&] { Trainer(shorter, digits(), cb).fit(); },
+  test::expect_invalid([&] { Trainer(shorter, digits_csv(), cb).fit(); },
                        "TrainerConfig::resume_dir: the checkpoint is past the end of epoch 2");
   EXPECT_FALSE(reported);
 
@@ -265,14 +267,14 @@ TEST(Trainer, ARefusedResumeIsNotReportedAndOtherDataOfTheSameShapeIsRefused) {
   f[5] += 1.0f;  // one pixel of the first row: same shape, same labels
   data::Dataset other{Tensor::from_vector(f, all.features.shape()), all.labels, {}};
   auto changed = std::make_shared<CsvDataSource>(other, 0.2, 0);
-  const std::string want = digits()->checkpoint_config().at("data_fnv1a");
+  const std::string want = digits_csv()->checkpoint_config().at("data_fnv1a");
   const std::string got = changed->checkpoint_config().at("data_fnv1a");
   ASSERT_NE(want, got);
   TrainerConfig again = resuming(dir, 2, TrainerKind::dp, 2);
   test::expect_invalid([&] { Trainer(again, changed, cb).fit(); },
                        "was saved with data_fnv1a=" + want + ", this run has data_fnv1a=" + got);
   EXPECT_FALSE(reported);
-  Trainer(again, digits(), cb).fit();  // the same data resumes
+  Trainer(again, digits_csv(), cb).fit();  // the same data resumes
   EXPECT_TRUE(reported);
   std::filesystem::remove_all(dir);
 }
@@ -291,10 +293,11 @@ std::uint32_t crc32(const std::string& bytes) {
 // refused ("saved with data_fnv1a=(not recorded)"). They resume, to the same bits as an
 // uninterrupted run, with one warning line that the data's fingerprint cannot be checked.
 TEST(Trainer, ACheckpointWithoutTheDataFingerprintResumesWithOneWarning) {
-  const std::uint64_t whole = Trainer(small(2, TrainerKind::dp, 2), digits()).fit().params_checksum;
+  const std::uint64_t whole =
+      Trainer(small(2, TrainerKind::dp, 2), digits_csv()).fit().params_checksum;
   const auto dir = scratch("no_fingerprint");
   TrainerConfig first = checkpointing(dir, 2, TrainerKind::dp, 1);
-  Trainer(first, digits()).fit();
+  Trainer(first, digits_csv()).fit();
   // Its trainer.json as an older ditto wrote it: no data_fnv1a (and its crc32 recomputed).
   const auto json_path = dir / "step-00000023" / "trainer.json";
   nlohmann::json j;
@@ -314,7 +317,7 @@ TEST(Trainer, ACheckpointWithoutTheDataFingerprintResumesWithOneWarning) {
   TrainerConfig again = resuming(dir, 2, TrainerKind::dp, 2);
   std::ostringstream log;
   again.log = &log;
-  EXPECT_EQ(Trainer(again, digits()).fit().params_checksum, whole);
+  EXPECT_EQ(Trainer(again, digits_csv()).fit().params_checksum, whole);
   const std::string warning = "ditto: resume: warning: checkpoint '" +
                               (dir / "step-00000023").string() +
                               "' has no data_fnv1a (written before it was recorded): the data's "
@@ -328,9 +331,9 @@ TEST(Trainer, ACheckpointWithoutTheDataFingerprintResumesWithOneWarning) {
   std::snprintf(crc, sizeof crc, "%08x", crc32(j.dump()));
   j["crc32"] = crc;
   std::ofstream(json_path) << j.dump(1) << "\n";
-  test::expect_invalid([&] { Trainer(again, digits()).fit(); },
+  test::expect_invalid([&] { Trainer(again, digits_csv()).fit(); },
                        "was saved with data_fnv1a=0123456789abcdef, this run has data_fnv1a=" +
-                           digits()->checkpoint_config().at("data_fnv1a"));
+                           digits_csv()->checkpoint_config().at("data_fnv1a"));
   std::filesystem::remove_all(dir);
 }
 
@@ -347,7 +350,7 @@ TEST(Trainer, ATraceThatCannotBeWrittenAtTheEndKeepsTheResult) {
   const auto sim_run = sim::add_sim_run(c, {.trace = (dir / "t.json").string()});
   TrainerCallbacks cb;
   cb.on_epoch = [&](const EpochMetrics&) { std::filesystem::remove_all(dir); };
-  FitResult r = Trainer(c, digits(), cb).fit();
+  FitResult r = Trainer(c, digits_csv(), cb).fit();
   EXPECT_EQ(r.steps, 23);
   EXPECT_NE(r.params_checksum, 0u);
   EXPECT_EQ(sim_run->report().trace, "");
@@ -370,7 +373,7 @@ TEST(Trainer, AFailedRunWritesItsTraceUpToTheFailure) {
     TrainerConfig c = small(4, kind, 1);
     const auto sim_run =
         sim::add_sim_run(c, {.trace = path.string(), .faults = {"fail:device=1,step=3"}});
-    test::expect_error<BackendError>([&] { Trainer(c, digits()).fit(); },
+    test::expect_error<BackendError>([&] { Trainer(c, digits_csv()).fit(); },
                                      "sim:1: device failed (injected fault fail:device=1,step=3");
     EXPECT_EQ(sim_run->report().trace, path.string());
     EXPECT_TRUE(sim_run->report().failed_run);
@@ -394,7 +397,7 @@ TEST(Trainer, AFailedRunWritesItsTraceUpToTheFailure) {
 // threads all after the same one), writes that step's checkpoint and reports stopped; resumed,
 // the run ends with the bits of one that never stopped.
 TEST(Trainer, AStopRequestEndsTheRunAfterAStepWithItsCheckpoint) {
-  const FitResult whole = Trainer(small(2, TrainerKind::dp, 2), digits()).fit();
+  const FitResult whole = Trainer(small(2, TrainerKind::dp, 2), digits_csv()).fit();
   for (TrainerKind kind : {TrainerKind::dp, TrainerKind::ddp}) {
     const auto dir = scratch(std::string("stop_") + trainer_kind_name(kind));
     std::atomic<int> stop{15};
@@ -403,7 +406,7 @@ TEST(Trainer, AStopRequestEndsTheRunAfterAStepWithItsCheckpoint) {
     int finished = 0;
     TrainerCallbacks cb;
     cb.on_finish = [&](Replica&) { ++finished; };
-    FitResult r = Trainer(c, digits(), cb).fit();
+    FitResult r = Trainer(c, digits_csv(), cb).fit();
     EXPECT_TRUE(r.stopped);
     // dp stops after the step that saw the request; ddp's threads after the one after it.
     EXPECT_EQ(r.steps, kind == TrainerKind::dp ? 1 : 2);
@@ -414,7 +417,7 @@ TEST(Trainer, AStopRequestEndsTheRunAfterAStepWithItsCheckpoint) {
     std::string text((std::istreambuf_iterator<char>(latest)), {});
     EXPECT_EQ(text, step);
     TrainerConfig resumed = resuming(dir, 2, kind, 2);
-    EXPECT_EQ(Trainer(resumed, digits()).fit().params_checksum, whole.params_checksum);
+    EXPECT_EQ(Trainer(resumed, digits_csv()).fit().params_checksum, whole.params_checksum);
   }
 }
 
@@ -448,7 +451,7 @@ TEST(Trainer, OnStopCheckpointNamesTheStoppedRunsCheckpointOnceItIsOnDisk) {
           std::ifstream latest(dir / "latest");
           latest_then.assign(std::istreambuf_iterator<char>(latest), {});
         };
-        const FitResult r = Trainer(c, digits(), cb).fit();
+        const FitResult r = Trainer(c, digits_csv(), cb).fit();
         ASSERT_TRUE(r.stopped) << what;
         EXPECT_EQ(calls, 1) << what;
         EXPECT_EQ(step, r.steps) << what;
@@ -462,7 +465,7 @@ TEST(Trainer, OnStopCheckpointNamesTheStoppedRunsCheckpointOnceItIsOnDisk) {
         if (iterations) whole.max_iters = 5;
         whole.checkpoint_every = every;
         calls = 0;
-        EXPECT_FALSE(Trainer(whole, digits(), cb).fit().stopped) << what;
+        EXPECT_FALSE(Trainer(whole, digits_csv(), cb).fit().stopped) << what;
         EXPECT_EQ(calls, 0) << what;
         std::filesystem::remove_all(dir);
       }
@@ -475,7 +478,7 @@ TEST(Trainer, OnStopCheckpointNamesTheStoppedRunsCheckpointOnceItIsOnDisk) {
 // never stopped. The request is made in on_step of the last step (deterministic); dp checks it
 // after that step, ddp's threads after the next one, which does not exist.
 TEST(Trainer, AStopRequestDuringTheLastStepLetsTheRunComplete) {
-  const FitResult whole = Trainer(small(2, TrainerKind::dp, 1), digits()).fit();
+  const FitResult whole = Trainer(small(2, TrainerKind::dp, 1), digits_csv()).fit();
   ASSERT_GE(whole.steps, 2);
   for (TrainerKind kind : {TrainerKind::dp, TrainerKind::ddp}) {
     const auto dir = scratch(std::string("stop_last_") + trainer_kind_name(kind));
@@ -495,7 +498,7 @@ TEST(Trainer, AStopRequestDuringTheLastStepLetsTheRunComplete) {
     };
     cb.on_epoch = [&](const EpochMetrics&) { ++epochs; };
     cb.on_finish = [&](Replica&) { ++finished; };
-    FitResult r = Trainer(c, digits(), cb).fit();
+    FitResult r = Trainer(c, digits_csv(), cb).fit();
     EXPECT_EQ(stop.load(), 15) << trainer_kind_name(kind);
     EXPECT_FALSE(r.stopped) << trainer_kind_name(kind);
     EXPECT_EQ(r.steps, whole.steps);
@@ -520,7 +523,7 @@ TEST(Trainer, OnLastStepComesOnceAsTheLastStepBeginsAndNoStopFollowsIt) {
   for (bool iterations : {false, true}) {
     TrainerConfig base = small(2, TrainerKind::dp, 1);
     if (iterations) base.max_iters = 5;
-    const FitResult whole = Trainer(base, digits()).fit();
+    const FitResult whole = Trainer(base, digits_csv()).fit();
     ASSERT_GE(whole.steps, 2);
     for (TrainerKind kind : {TrainerKind::dp, TrainerKind::ddp}) {
       const std::string what =
@@ -540,7 +543,7 @@ TEST(Trainer, OnLastStepComesOnceAsTheLastStepBeginsAndNoStopFollowsIt) {
         reported_at_call = reported;
         stop = SIGTERM;  // too late to stop anything
       };
-      const FitResult r = Trainer(c, digits(), cb).fit();
+      const FitResult r = Trainer(c, digits_csv(), cb).fit();
       EXPECT_EQ(calls, 1) << what;
       EXPECT_EQ(reported_at_call, whole.steps - 1) << what;
       EXPECT_EQ(reported, whole.steps) << what;
@@ -553,7 +556,7 @@ TEST(Trainer, OnLastStepComesOnceAsTheLastStepBeginsAndNoStopFollowsIt) {
       calls = 0;
       TrainerCallbacks cb2;
       cb2.on_last_step = [&] { ++calls; };
-      EXPECT_EQ(Trainer(again, digits(), cb2).fit().steps, whole.steps) << what;
+      EXPECT_EQ(Trainer(again, digits_csv(), cb2).fit().steps, whole.steps) << what;
       EXPECT_EQ(calls, 1) << what;
       std::filesystem::remove_all(dir);
       // A run stopped before its last step never calls it.
@@ -562,7 +565,7 @@ TEST(Trainer, OnLastStepComesOnceAsTheLastStepBeginsAndNoStopFollowsIt) {
       stopped.max_iters = base.max_iters;
       stopped.stop = &early;
       calls = 0;
-      const FitResult s = Trainer(stopped, digits(), cb2).fit();
+      const FitResult s = Trainer(stopped, digits_csv(), cb2).fit();
       EXPECT_TRUE(s.stopped) << what;
       EXPECT_LT(s.steps, whole.steps) << what;
       EXPECT_EQ(calls, 0) << what;
@@ -578,7 +581,7 @@ TEST(Trainer, AFreshRunRefusesADirectoryHoldingAnotherRunsCheckpoints) {
   const auto dir = scratch("fresh_over_checkpoints");
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "notes.txt") << "not a checkpoint\n";
-  const FitResult first = Trainer(checkpointing(dir, 2, TrainerKind::dp, 1), digits()).fit();
+  const FitResult first = Trainer(checkpointing(dir, 2, TrainerKind::dp, 1), digits_csv()).fit();
   EXPECT_EQ(first.steps, 23);
   const std::string shown = dir.string();  // as given
   for (TrainerKind k : {TrainerKind::dp, TrainerKind::ddp}) {
@@ -586,7 +589,7 @@ TEST(Trainer, AFreshRunRefusesADirectoryHoldingAnotherRunsCheckpoints) {
     TrainerCallbacks cb;
     cb.on_start = [&](const RunInfo&) { ++started; };
     test::expect_invalid(
-        [&] { Trainer(checkpointing(dir, 2, k, 2), digits(), cb).fit(); },
+        [&] { Trainer(checkpointing(dir, 2, k, 2), digits_csv(), cb).fit(); },
         "TrainerConfig::checkpoint_dir: expected a directory without checkpoints for a fresh run "
         "(no TrainerConfig::resume_dir), got '" +
             shown +
@@ -598,7 +601,7 @@ TEST(Trainer, AFreshRunRefusesADirectoryHoldingAnotherRunsCheckpoints) {
   // Resuming it is the way on; the other file stays.
   TrainerConfig on = resuming(dir, 2, TrainerKind::dp, 2);
   on.checkpoint_dir = dir.string();
-  EXPECT_EQ(Trainer(on, digits()).fit().steps, 46);
+  EXPECT_EQ(Trainer(on, digits_csv()).fit().steps, 46);
   EXPECT_TRUE(std::filesystem::exists(dir / "notes.txt"));
   std::filesystem::remove_all(dir);
 }
@@ -614,7 +617,7 @@ TEST(Trainer, ARelativeCheckpointDirIsResolvedWhenFitStarts) {
   c.checkpoint_dir = "ck";
   TrainerCallbacks cb;
   cb.on_start = [&](const RunInfo&) { std::filesystem::current_path(base / "elsewhere"); };
-  Trainer t(c, digits(), cb);
+  Trainer t(c, digits_csv(), cb);
   std::exception_ptr failed;
   try {
     t.fit();
@@ -638,7 +641,7 @@ TEST(Trainer, ANonFiniteLossStopsTheRunNamingTheStepUnlessAllowed) {
     c.checkpoint_every = 1;
     std::string what;
     try {
-      Trainer(c, digits()).fit();
+      Trainer(c, digits_csv()).fit();
       ADD_FAILURE() << "expected an error for " << trainer_kind_name(k);
     } catch (const Error& e) {
       what = e.what();
@@ -669,7 +672,7 @@ TEST(Trainer, ANonFiniteLossStopsTheRunNamingTheStepUnlessAllowed) {
     c.allow_nonfinite_loss = true;
     c.checkpoint_dir.clear();
     c.checkpoint_every = 0;
-    const FitResult r = Trainer(c, digits()).fit();
+    const FitResult r = Trainer(c, digits_csv()).fit();
     EXPECT_EQ(r.steps, 23);
     EXPECT_FALSE(std::isfinite(r.train_loss));
     std::filesystem::remove_all(dir);
@@ -686,7 +689,7 @@ TEST(Trainer, MetricsCallbackSeesEachEpochOnceWithTheValuesFitReturns) {
       seen.push_back(m);
       jsonl.write(m);
     };
-    FitResult r = Trainer(small(2, k, 3), digits(), cb).fit();
+    FitResult r = Trainer(small(2, k, 3), digits_csv(), cb).fit();
     jsonl.write(r);
     ASSERT_EQ(seen.size(), 3u);
     for (int e = 0; e < 3; ++e) {
@@ -718,7 +721,7 @@ TEST(Trainer, MetricsCallbackSeesEachEpochOnceWithTheValuesFitReturns) {
 TEST(Trainer, CostPredictionAndMemoryWithAProfile) {
   TrainerConfig c = small(2, TrainerKind::dp, 1);
   sim::add_sim_run(c, {.profile = "h100-sxm"});
-  FitResult r = Trainer(c, digits()).fit();
+  FitResult r = Trainer(c, digits_csv()).fit();
   ASSERT_TRUE(r.prediction.has_value());
   EXPECT_EQ(r.prediction->device_name, "NVIDIA H100 SXM5 80GB");
   EXPECT_GT(r.prediction->step_time_s, 0);
@@ -828,7 +831,7 @@ TEST(Trainer, ACallbackThrowingANonStdExceptionReachesTheCallerUnderDpAndDdp) {
     TrainerCallbacks cb;
     cb.on_epoch = [](const EpochMetrics&) { throw 42; };
     try {
-      Trainer(small(2, k, 1), digits(), cb).fit();
+      Trainer(small(2, k, 1), digits_csv(), cb).fit();
       ADD_FAILURE() << "expected the callback's int";
     } catch (int v) {
       EXPECT_EQ(v, 42);
@@ -913,7 +916,7 @@ TEST(RankSettings, OutsideMpirunTheProcessCheckIsANoOp) {
 TEST(Trainer, DdpRunWithAFailedDeviceReportsThatDevice) {
   TrainerConfig c = small(4, TrainerKind::ddp, 1);
   sim::add_sim_run(c, {.faults = {"fail:device=2,step=3"}});
-  test::expect_own_backend_error([&] { Trainer(c, digits()).fit(); },
+  test::expect_own_backend_error([&] { Trainer(c, digits_csv()).fit(); },
                                  "sim:2: device failed (injected fault fail:device=2,step=3");
 }
 
@@ -937,7 +940,7 @@ TEST(BackendExtension, TheSimulatorAnswersWithItsCostModelAndFaultsTheHostBacken
 TEST(Trainer, BadConfigNamesTheField) {
   auto expect_invalid = [](TrainerConfig c, const std::string& part) {
     try {
-      Trainer t(c, digits());
+      Trainer t(c, digits_csv());
       ADD_FAILURE() << "expected InvalidArgument: " << part;
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
@@ -995,7 +998,7 @@ TEST(TrainerExtension, HooksRunAtFixedPointsOfTheRun) {
   std::vector<std::string> calls;
   TrainerConfig c = small(2, TrainerKind::dp, 1);
   c.extensions.push_back(std::make_shared<RecordingExtension>(&calls));
-  Trainer t(c, digits());
+  Trainer t(c, digits_csv());
   EXPECT_EQ(calls, std::vector<std::string>{"validate"});
   FitResult r = t.fit();
   EXPECT_EQ(calls, (std::vector<std::string>{"validate", "settings", "devices", "plan sim 4",
@@ -1006,7 +1009,7 @@ TEST(TrainerExtension, HooksRunAtFixedPointsOfTheRun) {
   EXPECT_FALSE(r.prediction);                                   // it does not predict
   EXPECT_EQ(r.output_errors, std::vector<std::string>{"recorded"});
   // A run without extensions on the simulator: no prediction, the backend's own capacity.
-  FitResult plain = Trainer(small(2, TrainerKind::dp, 1), digits()).fit();
+  FitResult plain = Trainer(small(2, TrainerKind::dp, 1), digits_csv()).fit();
   EXPECT_FALSE(plain.prediction);
   EXPECT_EQ(plain.memory[0].stats.capacity, std::size_t(80) << 30);
 }
@@ -1017,14 +1020,14 @@ TEST(TrainerExtension, SimRunValidatesItsOptionsAndReportsUnfiredFaults) {
   c.field_names["nodes"] = "--nodes";
   sim::add_sim_run(c, {.nodes = 0});
   try {
-    Trainer(c, digits());
+    Trainer(c, digits_csv());
     FAIL() << "no error";
   } catch (const InvalidArgument& e) {
     EXPECT_STREQ(e.what(), "--nodes: expected 1..4096, got 0");
   }
   TrainerConfig f = small(2, TrainerKind::dp, 1);
   const auto run = sim::add_sim_run(f, {.faults = {"fail:device=1,step=9999"}});
-  Trainer(f, digits()).fit();
+  Trainer(f, digits_csv()).fit();
   EXPECT_EQ(run->report().unfired_faults, std::vector<std::string>{"fail:device=1,step=9999"});
   EXPECT_EQ(run->report().trace, "");
 }

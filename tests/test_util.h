@@ -327,26 +327,15 @@ inline std::vector<float> parameter_values(nn::Module& module) {
 
 // ---- seeded values ------------------------------------------------------------------------------
 
-/// n values uniform in [lo, hi) from std::mt19937(seed).
-inline std::vector<float> random_values(std::size_t n, std::uint32_t seed, float lo = -1.0f,
-                                        float hi = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
+/// n values uniform in [lo, hi) from std::mt19937(seed). Defined in tests/main/seeded_values.cpp,
+/// compiled at -O1 in every build (Note [Test sources at -O0]): std::uniform_real_distribution's
+/// generate_canonical at -O0 calls logl for every value.
+std::vector<float> random_values(std::size_t n, std::uint32_t seed, float lo = -1.0f,
+                                 float hi = 1.0f);
 
 /// n values of mixed magnitudes (1e-4 .. 1e4, both signs) from std::mt19937(seed), so that the
-/// order of a sum shows in its bits.
-inline std::vector<float> mixed_values(std::size_t n, std::uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> mant(-1.0f, 1.0f);
-  std::uniform_int_distribution<int> exp10(-4, 4);
-  std::vector<float> v(n);
-  for (float& x : v) x = mant(gen) * std::pow(10.0f, static_cast<float>(exp10(gen)));
-  return v;
-}
+/// order of a sum shows in its bits. Defined in tests/main/seeded_values.cpp, as random_values.
+std::vector<float> mixed_values(std::size_t n, std::uint32_t seed);
 
 /// A value of rank r, element i of widely different magnitudes (2^-12 .. 2^28, both signs) from a
 /// hash salted by `salt`: a sum over ranks in another order than the canonical tree differs in
