@@ -328,8 +328,8 @@ inline std::vector<float> parameter_values(nn::Module& module) {
 // ---- seeded values ------------------------------------------------------------------------------
 
 /// n values uniform in [lo, hi) from std::mt19937(seed). Defined in tests/main/seeded_values.cpp,
-/// compiled at -O1 in every build (Note [Test sources at -O0]): std::uniform_real_distribution's
-/// generate_canonical at -O0 calls logl for every value.
+/// which is never compiled at -O0, not even where the other test sources are (Note [Test sources
+/// at -O0]): std::uniform_real_distribution's generate_canonical at -O0 calls logl per value.
 std::vector<float> random_values(std::size_t n, std::uint32_t seed, float lo = -1.0f,
                                  float hi = 1.0f);
 
