@@ -14,7 +14,7 @@ fi
 # libopenblas-dev: the simulator's fast-mode GEMM (optional to CMake: without it, Eigen).
 # python3: for the ctests Layering.* (tests/check_layering.py) and CudaEmu.Kernels (extract.py).
 pkgs=(cmake g++ make libeigen3-dev libgtest-dev libgmock-dev librandom123-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libopenblas-dev openmpi-bin libopenmpi-dev python3)
-[[ ${1:-} == check ]] && pkgs+=(clang clang-format)  # clang-format: ctest Format.ChangedFiles
+[[ ${1:-} == check ]] && pkgs+=(clang clang-format lld)  # clang-format: ctest Format.ChangedFiles; lld: the check preset links with it
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
