@@ -3,9 +3,9 @@
 # root). Safe to run repeatedly: with everything present it does nothing.
 #
 #   tools/setup.sh          the build: g++, CMake, the libraries
-#   tools/setup.sh check    also Clang and its compiler runtime (ASan, UBSan, libFuzzer) and
-#                           clang-format, for the test suite's build (cmake --preset check;
-#                           README "Two commands")
+#   tools/setup.sh check    also Clang and its compiler runtime (ASan, UBSan, libFuzzer),
+#                           clang-format and lld, for the test suite's build (cmake --preset
+#                           check; README "Two commands")
 set -euo pipefail
 if [[ $# -gt 1 || ( $# -eq 1 && $1 != check ) ]]; then
   echo "usage: $0 [check]" >&2
@@ -14,7 +14,8 @@ fi
 # libopenblas-dev: the simulator's fast-mode GEMM (optional to CMake: without it, Eigen).
 # python3: for the ctests Layering.* (tests/check_layering.py) and CudaEmu.Kernels (extract.py).
 pkgs=(cmake g++ make libeigen3-dev libgtest-dev libgmock-dev librandom123-dev libcli11-dev nlohmann-json3-dev zlib1g-dev libopenblas-dev openmpi-bin libopenmpi-dev python3)
-[[ ${1:-} == check ]] && pkgs+=(clang clang-format lld)  # clang-format: ctest Format.ChangedFiles; lld: the check preset links with it
+# clang-format: ctest Format.ChangedFiles; lld: the check preset's linker.
+[[ ${1:-} == check ]] && pkgs+=(clang clang-format lld)
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
