@@ -49,8 +49,7 @@ endfunction()
 # compiled at -O0 too: under ASan + UBSan at -O1 they were a third of its compile time (105 s
 # of CPU of 330 s at e3048b2, Ninja's log; most of it nlohmann::json's and <regex>'s templates;
 # gpt_weights.cpp 23.4 s at -O1, 11.7 s at -O0), while the tests spend their time in the
-# kernels, collectives and layers. (The simulator's trace writer is not one of them: a dry run's
-# trace is hot.) They go last in their library's archive: ditto_leaf_o0 links the
+# kernels, collectives and layers. They go last in their library's archive: ditto_leaf_o0 links the
 # libraries with --whole-archive, the linker keeps the first copy it meets of an inline function
 # or template (Note [Leaf targets at -O0]), so what a cold source shares with the others (Tensor's
 # accessors, the dtype conversions) is kept from an optimised object; only what no other object
@@ -69,16 +68,11 @@ function(ditto_cold_o0 sources_var)
   if(NOT DITTO_LEAF_O0)
     return()
   endif()
-  set(cold "")
-  foreach(regex IN LISTS ARGN)
-    set(match ${${sources_var}})
-    list(FILTER match INCLUDE REGEX "${regex}")
-    list(APPEND cold ${match})
-  endforeach()
-  list(REMOVE_DUPLICATES cold)
-  set(all ${${sources_var}})
-  list(REMOVE_ITEM all ${cold})
-  list(APPEND all ${cold})
-  set(${sources_var} ${all} PARENT_SCOPE)
+  list(JOIN ARGN "|" regex)
+  set(cold ${${sources_var}})
+  list(FILTER cold INCLUDE REGEX "${regex}")
+  set(hot ${${sources_var}})
+  list(FILTER hot EXCLUDE REGEX "${regex}")
+  set(${sources_var} ${hot} ${cold} PARENT_SCOPE)
   set_property(SOURCE ${cold} APPEND PROPERTY COMPILE_OPTIONS -O0)
 endfunction()

@@ -90,18 +90,20 @@ int main(int argc, char** argv) {
       if (S > 1 && rows > 0) sc.push_back({rows, random_bounds(rows, S, seed++)});
     }
   // gemm_tn_sharded: N 131 (unaligned) and 132, acc off and on, all four for every bounds of up to
-  // 37 rows; past that one of the four in turn (each still 3 or 4 times per row count), since
-  // the emulated time grows with the rows (130 and 300 were 70% of this part's time; 13 s of one
-  // core under ASan at e3048b2).
-  int turn = 0;
+  // 37 rows; past that one of the four, the next for the next bounds (each still 3 or 4 times per
+  // row count), since the emulated time grows with the rows (130 and 300 were 70% of this part's
+  // time; 13 s of one core under ASan at e3048b2).
+  int turn = 0;                   // the bounds past 37 rows so far
   for (auto& rows_bounds : sc) {  // no structured binding: Clang 14's lambdas cannot capture one
     const auto& rows = rows_bounds.first;
     const auto& bounds = rows_bounds.second;
     const std::string ctx =
         "rows " + std::to_string(rows) + " S " + std::to_string(bounds.size() - 1);
+    const int keep = rows > 37 ? turn++ % 4 : -1;  // the (N, acc) case run, -1: all four
+    int c = 0;
     for (i64 N : {131, 132})
       for (bool acc : {false, true}) {
-        if (rows > 37 && (turn++ % 4) != 0) continue;
+        if (keep >= 0 && c++ != keep) continue;
         const i64 M = 130;
         V A = mixed(std::max<i64>(rows * M, 1), seed++),
           B = mixed(std::max<i64>(rows * N, 1), seed++), C = mixed(M * N, seed++);
