@@ -327,6 +327,8 @@ int run(Args& a) {
     cb.on_stop_checkpoint = [](const std::string& path, std::int64_t) {
       train::stop_handlers_stop_checkpoint_written(path);  // a second signal: it was written
     };
+    // Under mpirun: whether rank 0 wrote it, the other processes read from DIR/latest.
+    cb.on_stop = [](std::int64_t step) { train::stop_handlers_stop_due(step); };
   }
   std::optional<train::Trainer> trainer;
   // Destroyed before the trainer, when the run returns or fails (Note [Graceful stop]).

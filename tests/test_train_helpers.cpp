@@ -612,6 +612,74 @@ TEST(GracefulStop, ASecondSignalAfterTheStopCheckpointWasWrittenSaysSo) {
   train::install_stop_handlers(dir, "test");  // the next test's state: a new run
 }
 
+// Under mpirun only rank 0 saves the stop checkpoint, so only its process learned that it was
+// written (stop_handlers_stop_checkpoint_written): a second signal to the other ranks, with
+// DIR/latest naming the checkpoint rank 0 had written, said "the stop checkpoint was not
+// written". Every process now learns the stop's step as the run stops (TrainerCallbacks::on_stop
+// -> stop_handlers_stop_due) and its handler reads DIR/latest: "not written" before rank 0's save
+// lands, "written: DIR/step-N" after. A process another's signal stopped promises nothing.
+TEST(GracefulStop, UnderMpirunTheOtherRanksSayWhetherRankZeroWroteTheStopCheckpoint) {
+  const SavedStopSignals saved;
+  const std::string dir = fresh_dir("stop_due");
+  std::ofstream(dir + "/latest") << "step-00000002\n";  // an older checkpoint
+  const std::string err_path = dir + "/stderr";
+  // Stopped by another process's signal; rank 0's save has not landed yet.
+  train::install_stop_handlers(dir, "test");
+  train::stop_handlers_stop_due(3);
+  train::stop_handlers_stop_due(9);  // (once per run)
+  EXPECT_EQ(stderr_of_child(err_path,
+                            [] {
+                              std::raise(SIGTERM);
+                              std::raise(SIGTERM);
+                            }),
+            128 + SIGTERM);
+  EXPECT_EQ(io::read_file(err_path),
+            "test: SIGTERM received while the stop checkpoint is written (" + dir +
+                "/step-00000003): no step left to finish; exiting as usual (send it again to "
+                "exit at once)\n"
+                "test: second SIGTERM: exiting at once; the stop checkpoint was not written; "
+                "newest checkpoint on disk: " +
+                dir + "/step-00000002\n");
+  // This process's own signal announced the stop; rank 0 (another process) then wrote it.
+  const std::atomic<int>* stop = train::install_stop_handlers(dir, "test");
+  testing::internal::CaptureStderr();
+  std::raise(SIGTERM);
+  train::stop_handlers_stop_due(3);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "test: signal received: finishing the current step and writing a checkpoint (send it "
+            "again to exit at once)\n");
+  EXPECT_EQ(stop->load(), SIGTERM);
+  std::ofstream(dir + "/latest") << "step-00000003\n";  // rank 0's save landed
+  EXPECT_EQ(stderr_of_child(err_path, [] { std::raise(SIGINT); }), 128 + SIGINT);
+  EXPECT_EQ(io::read_file(err_path),
+            "test: second SIGINT: exiting at once; the stop checkpoint was written: " + dir +
+                "/step-00000003; newest checkpoint on disk: " + dir + "/step-00000003\n");
+  // Another process's signal stopped this one, and rank 0's save has landed: as after
+  // stop_handlers_stop_checkpoint_written.
+  train::install_stop_handlers(dir, "test");
+  train::stop_handlers_stop_due(3);
+  EXPECT_EQ(stderr_of_child(err_path,
+                            [] {
+                              std::raise(SIGINT);
+                              std::raise(SIGINT);
+                            }),
+            128 + SIGINT);
+  EXPECT_EQ(io::read_file(err_path),
+            "test: SIGINT received after the stop checkpoint was written (" + dir +
+                "/step-00000003): nothing left to finish or write; exiting as usual (send it "
+                "again to exit at once)\n"
+                "test: second SIGINT: exiting at once; the stop checkpoint was written: " +
+                dir + "/step-00000003; newest checkpoint on disk: " + dir + "/step-00000003\n");
+  // A latest that only starts with the name is another checkpoint.
+  std::ofstream(dir + "/latest") << "step-000000031\n";
+  EXPECT_EQ(stderr_of_child(err_path, [] { std::raise(SIGINT); }), 4);  // (the body's end)
+  EXPECT_EQ(io::read_file(err_path),
+            "test: SIGINT received while the stop checkpoint is written (" + dir +
+                "/step-00000003): no step left to finish; exiting as "
+                "usual (send it again to exit at once)\n");
+  train::install_stop_handlers(dir, "test");  // the next test's state: a new run
+}
+
 // Once the run is over (it failed: disarm_stop_handlers without stop_handlers_training_over), a
 // first signal is silent and promises nothing, so a second does not say that a stop checkpoint
 // was not written (it did, under mpirun ending a failed job: a SIGTERM, then another).

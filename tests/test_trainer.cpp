@@ -422,7 +422,9 @@ TEST(Trainer, AStopRequestEndsTheRunAfterAStepWithItsCheckpoint) {
 }
 
 // TrainerCallbacks::on_stop_checkpoint (Note [Graceful stop]: a second signal after the stop
-// checkpoint was written said "the stop checkpoint was not written"): once, on a stopped run,
+// checkpoint was written said "the stop checkpoint was not written"), and on_stop before it
+// (under mpirun, where only rank 0 saves, every process learns the stop's step): once, on a
+// stopped run,
 // with DIR/step-N of the step it stopped after, as soon as that checkpoint is complete on disk
 // (DIR/latest names it when the callback runs); also when that step's periodic checkpoint is the
 // stop's (checkpoint_every 1: no second save); never on a run that completes. Epoch and
@@ -440,10 +442,15 @@ TEST(Trainer, OnStopCheckpointNamesTheStoppedRunsCheckpointOnceItIsOnDisk) {
         if (iterations) c.max_iters = 5;
         c.checkpoint_every = every;
         c.stop = &stop;
-        int calls = 0;
+        int calls = 0, stops = 0;
         std::string path, latest_then;
-        std::int64_t step = -1;
+        std::int64_t step = -1, stop_step = -1;
         TrainerCallbacks cb;
+        cb.on_stop = [&](std::int64_t s) {  // before the save, in every process
+          EXPECT_EQ(calls, 0) << what;
+          ++stops;
+          stop_step = s;
+        };
         cb.on_stop_checkpoint = [&](const std::string& p, std::int64_t s) {
           ++calls;
           path = p;
@@ -455,6 +462,8 @@ TEST(Trainer, OnStopCheckpointNamesTheStoppedRunsCheckpointOnceItIsOnDisk) {
         ASSERT_TRUE(r.stopped) << what;
         EXPECT_EQ(calls, 1) << what;
         EXPECT_EQ(step, r.steps) << what;
+        EXPECT_EQ(stops, 1) << what;
+        EXPECT_EQ(stop_step, r.steps) << what;
         char name[32];
         std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(r.steps));
         EXPECT_EQ(path, (dir / name).string()) << what;
@@ -464,9 +473,10 @@ TEST(Trainer, OnStopCheckpointNamesTheStoppedRunsCheckpointOnceItIsOnDisk) {
         TrainerConfig whole = checkpointing(dir, 2, kind, 1);
         if (iterations) whole.max_iters = 5;
         whole.checkpoint_every = every;
-        calls = 0;
+        calls = stops = 0;
         EXPECT_FALSE(Trainer(whole, digits_csv(), cb).fit().stopped) << what;
         EXPECT_EQ(calls, 0) << what;
+        EXPECT_EQ(stops, 0) << what;
         std::filesystem::remove_all(dir);
       }
 }

@@ -20,9 +20,10 @@ volatile std::sig_atomic_t g_armed = 1;
 // stop_handlers_last_step; kStopAnnounced when a first signal promised a stop checkpoint then.
 // One atomic, so that a signal and stop_handlers_last_step (another thread) agree on which
 // came first: a promise made just before the last step is corrected by stop_handlers_last_step.
-// kStopWritten: the stop checkpoint g_stop_checkpoint names is on disk
-// (stop_handlers_stop_checkpoint_written), whatever came before.
-enum : int { kStepping = 0, kStopAnnounced = 1, kLastStep = 2, kStopWritten = 3 };
+// kStopDue: the run stops after the step whose checkpoint g_due_checkpoint names, which rank 0
+// writes (stop_handlers_stop_due): whether it is on disk, DIR/latest says. kStopWritten: it is
+// on disk (stop_handlers_stop_checkpoint_written), whatever came before.
+enum : int { kStepping = 0, kStopAnnounced = 1, kLastStep = 2, kStopWritten = 3, kStopDue = 4 };
 std::atomic<int> g_phase{kStepping};
 static_assert(std::atomic<int>::is_always_lock_free, "used in a signal handler");
 // Set by stop_handlers_training_over: the last step is done, no checkpoint is due.
@@ -34,19 +35,43 @@ char g_checkpoint_dir[4096];
 // "DIR/step-N", the stop checkpoint written: set before g_phase becomes kStopWritten, read only
 // once it is.
 char g_stop_checkpoint[4096];
+// "DIR/step-N" and "step-N", the stop checkpoint due: set before g_phase becomes kStopDue, read
+// only once it is.
+char g_due_checkpoint[4096];
+char g_due_name[64];
 
-// Appends "DIR/step-N" (what DIR/latest names) or "none" with `put` (open/read only).
-template <typename Put>
-void put_newest(const Put& put) {
-  char name[64] = {};
+// What DIR/latest names, without the trailing newline ("" when it cannot be read); open/read only.
+void read_latest(char (&name)[64]) {
   ssize_t got = -1;
   const int fd = ::open(g_latest_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd >= 0) {
     got = ::read(fd, name, sizeof name - 1);
     ::close(fd);
   }
+  if (got < 0) got = 0;
+  name[got] = 0;
   while (got > 0 && (name[got - 1] == '\n' || name[got - 1] == ' ')) name[--got] = 0;
-  if (got > 0) {
+}
+
+// Whether the stop checkpoint is on disk: said so (kStopWritten), or DIR/latest names it
+// (kStopDue: rank 0, in this process or another, wrote it).
+bool stop_checkpoint_on_disk(int phase) {
+  if (phase == kStopWritten) return true;
+  if (phase != kStopDue) return false;
+  char name[64] = {};
+  read_latest(name);
+  const char* a = name;
+  const char* b = g_due_name;
+  while (*a && *a == *b) ++a, ++b;
+  return *a == 0 && *b == 0;
+}
+
+// Appends "DIR/step-N" (what DIR/latest names) or "none" with `put` (open/read only).
+template <typename Put>
+void put_newest(const Put& put) {
+  char name[64] = {};
+  read_latest(name);
+  if (name[0] != 0) {
     put(g_checkpoint_dir);
     put("/");
     put(name);
@@ -64,18 +89,20 @@ extern "C" void on_stop_signal(int sig) {
   const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
   put(g_prog);
   const int phase = g_phase.load();
+  const bool written = stop_checkpoint_on_disk(phase);
   if (g_stop.exchange(sig) != 0) {
     put(": second ");
     put(name);
     // What the exit leaves undone, as it stands now.
-    if (phase == kStopWritten) {
+    if (written) {
       put(": exiting at once; the stop checkpoint was written: ");
-      put(g_stop_checkpoint);
+      put(phase == kStopWritten ? g_stop_checkpoint : g_due_checkpoint);
     } else {
-      put(g_over                    ? ": exiting at once; training was over"
-          : !g_armed                ? ": exiting at once; the run was over"
-          : phase == kStopAnnounced ? ": exiting at once; the stop checkpoint was not written"
-                                    : ": exiting at once, before the run completed");
+      put(g_over     ? ": exiting at once; training was over"
+          : !g_armed ? ": exiting at once; the run was over"
+          : phase == kStopAnnounced || phase == kStopDue
+              ? ": exiting at once; the stop checkpoint was not written"
+              : ": exiting at once, before the run completed");
     }
     put("; newest checkpoint on disk: ");
     put_newest(put);
@@ -84,13 +111,19 @@ extern "C" void on_stop_signal(int sig) {
     io::remove_live_temporaries();  // an --export or checkpoint file being written: no leftover
     ::_exit(128 + sig);
   }
-  if (!g_armed) return;         // the run is over: no step to finish, no checkpoint to announce
-  if (phase == kStopWritten) {  // under mpirun: another process's signal stopped this one
+  if (!g_armed) return;  // the run is over: no step to finish, no checkpoint to announce
+  if (written) {         // under mpirun: another process's signal stopped this one
     put(": ");
     put(name);
     put(" received after the stop checkpoint was written (");
-    put(g_stop_checkpoint);
+    put(phase == kStopWritten ? g_stop_checkpoint : g_due_checkpoint);
     put("): nothing left to finish or write; exiting as usual (send it again to exit at once)\n");
+  } else if (phase == kStopDue) {  // the same, before rank 0's save returned
+    put(": ");
+    put(name);
+    put(" received while the stop checkpoint is written (");
+    put(g_due_checkpoint);
+    put("): no step left to finish; exiting as usual (send it again to exit at once)\n");
   } else if (g_over) {
     put(": ");
     put(name);
@@ -126,6 +159,8 @@ const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
   g_over = 0;
   g_phase.store(kStepping);
   g_stop_checkpoint[0] = 0;
+  g_due_checkpoint[0] = 0;
+  g_due_name[0] = 0;
   g_stop.store(0);  // a new run: no signal yet
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
@@ -142,6 +177,16 @@ const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
 void disarm_stop_handlers() { g_armed = 0; }
 
 void stop_handlers_training_over() { g_over = 1; }
+
+void stop_handlers_stop_due(std::int64_t step) {
+  // Written before the phase says so (seq_cst store): a handler that reads kStopDue, on any
+  // thread, reads the whole path. Once per run: no handler reads them while they are written.
+  const int phase = g_phase.load();
+  if (phase == kStopDue || phase == kStopWritten) return;
+  std::snprintf(g_due_name, sizeof g_due_name, "step-%08lld", static_cast<long long>(step));
+  std::snprintf(g_due_checkpoint, sizeof g_due_checkpoint, "%s/%s", g_checkpoint_dir, g_due_name);
+  g_phase.store(kStopDue);
+}
 
 void stop_handlers_stop_checkpoint_written(const std::string& path) {
   // Written before the phase says so (seq_cst store): a handler that reads kStopWritten, on any

@@ -23,7 +23,11 @@
 // the stop checkpoint was written: "the stop checkpoint was written: DIR/step-N", from the moment
 // the Trainer's save returned, TrainerCallbacks::on_stop_checkpoint ->
 // stop_handlers_stop_checkpoint_written, until the process exits; before, the second signal
-// while the stopped run was finishing, its checkpoint complete, said that it was not written);
+// while the stopped run was finishing, its checkpoint complete, said that it was not written;
+// under mpirun only rank 0 saves it, so every process learns the stop's step as the run stops,
+// TrainerCallbacks::on_stop -> stop_handlers_stop_due, and from then on says "written" when
+// DIR/latest names that step's checkpoint: before, the other ranks said "not written" of the
+// checkpoint rank 0 had written);
 // and the newest complete checkpoint on disk is the one DIR/latest names (read in the handler
 // with open/read/write only, all async-signal-safe), or none. (GNU `timeout -s TERM` signals the
 // process and then its group, so a run under it gets two SIGTERMs at once.) Without a
@@ -45,6 +49,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <string>
 
 namespace ditto::train {
@@ -77,6 +82,15 @@ void stop_handlers_last_step();
 /// naming it, not that it was not. Call it once per run from the thread that runs the Trainer
 /// (not from a signal handler). install_stop_handlers resets it.
 void stop_handlers_stop_checkpoint_written(const std::string& path);
+
+/// The run stops after step `step` (Note [Graceful stop]; TrainerCallbacks::on_stop): its
+/// checkpoint is DIR/step-N (N = `step`, eight digits at least), which rank 0 writes, in this
+/// process or (under mpirun) another. From now on a signal's message says that it was written
+/// when DIR/latest names it (read in the handler with open/read only), and that it was not
+/// otherwise; a first signal promises nothing (no step is left to finish). Call it once per run
+/// from the thread that runs the Trainer (not from a signal handler), before
+/// stop_handlers_stop_checkpoint_written. install_stop_handlers resets it.
+void stop_handlers_stop_due(std::int64_t step);
 
 /// Training is over (Note [Graceful stop]): the last step is done and its checkpoint written or
 /// reported; what is left is the result's output (a sample, exports). From now on a signal's

@@ -331,6 +331,10 @@ void Trainer::last_step_begins(Run& run, Replica& rep) const {
   if ((run.processes || rep.lead()) && callbacks_.on_last_step) callbacks_.on_last_step();
 }
 
+void Trainer::stop_begins(Run& run, Replica& rep, const FitResult& res, std::int64_t step) const {
+  if (res.stopped && (run.processes || rep.lead()) && callbacks_.on_stop) callbacks_.on_stop(step);
+}
+
 void Trainer::stop_checkpoint_written(Replica& rep, const FitResult& res, std::int64_t step,
                                       std::int64_t saved_step, const std::string& path) const {
   // saved_step: the stop's own checkpoint, or the periodic one of the step it stopped after.
@@ -779,6 +783,7 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     if (rep.lead() && data_->eval_set().size() > 0)
       res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
   }
+  stop_begins(run, rep, res, ts.step);
   if (!c.checkpoint_dir.empty() && ts.step != saved_step)  // stopped: each rank's share
     checkpoint(rep.lead() || res.stopped ? ts.epoch_loss_sum : 0.0,
                res.stopped ? CheckpointKind::stop : CheckpointKind::final);
@@ -894,6 +899,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
     interval_tokens += tokens;
     if (res.stopped) break;
   }
+  stop_begins(run, rep, res, ts.step);
   if (!c.checkpoint_dir.empty() && ts.step != saved_step && !c.eval_only)
     checkpoint(res.stopped ? CheckpointKind::stop : CheckpointKind::final);
   stop_checkpoint_written(rep, res, ts.step, saved_step, saved_path);
