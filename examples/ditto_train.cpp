@@ -322,7 +322,7 @@ int run(Args& a) {
       }
     };
   if (!c.checkpoint_dir.empty()) {  // Note [Graceful stop]
-    c.stop = train::install_stop_handlers(c.checkpoint_dir, "ditto-train");
+    c.stop = train::install_stop_handlers(c.checkpoint_dir, "ditto-train", processes);
     cb.on_last_step = [] { train::stop_handlers_last_step(); };  // a signal: no stop checkpoint
     cb.on_stop_checkpoint = [](const std::string& path, std::int64_t) {
       train::stop_handlers_stop_checkpoint_written(path);  // a second signal: it was written
@@ -417,10 +417,11 @@ int run(Args& a) {
         std::fprintf(stderr, "ditto-train: error: %s\n", e.c_str());
       return 1;
     }
-    if (r.lead)
-      out(train::format_stopped("ditto-train", train::stop_signal(), r.steps, c.checkpoint_dir));
+    if (r.lead) out(train::format_stopped("ditto-train", r.stop_signal, r.steps, c.checkpoint_dir));
     std::fflush(stdout);
-    return 128 + train::stop_signal();
+    // The run's stop signal, not this process's: under mpirun a rank that got none stops with the
+    // others and exits as they do (143 / 130), not 128.
+    return 128 + r.stop_signal;
   }
   if (!r.lead) return 0;
   const std::int64_t tokens_per_sample = gpt ? g.block_size : 0;

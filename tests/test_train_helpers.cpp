@@ -382,24 +382,26 @@ TEST(CsvDataSource, SetNumClassesGivesMoreOutputsThanTheLabelsNeed) {
                  "is 2), got 2");
 }
 
-// The process's SIGINT and SIGTERM dispositions, restored when it goes (install_stop_handlers
-// replaces them).
+// The process's SIGINT, SIGTERM and SIGUSR1 dispositions, restored when it goes
+// (install_stop_handlers replaces them).
 class SavedStopSignals {
  public:
   SavedStopSignals() {
     ::sigaction(SIGINT, nullptr, &int_);
     ::sigaction(SIGTERM, nullptr, &term_);
+    ::sigaction(SIGUSR1, nullptr, &usr1_);
   }
   ~SavedStopSignals() {
     ::sigaction(SIGINT, &int_, nullptr);
     ::sigaction(SIGTERM, &term_, nullptr);
+    ::sigaction(SIGUSR1, &usr1_, nullptr);
   }
   SavedStopSignals(const SavedStopSignals&) = delete;
   SavedStopSignals& operator=(const SavedStopSignals&) = delete;
 
  private:
   struct sigaction int_ {
-  }, term_{};
+  }, term_{}, usr1_{};
 };
 
 TEST(GracefulStop, AFirstSignalSetsTheFlagTheTrainerWatches) {
@@ -678,6 +680,88 @@ TEST(GracefulStop, UnderMpirunTheOtherRanksSayWhetherRankZeroWroteTheStopCheckpo
                 "/step-00000003): no step left to finish; exiting as "
                 "usual (send it again to exit at once)\n");
   train::install_stop_handlers(dir, "test");  // the next test's state: a new run
+}
+
+// A FIFO at DIR/latest (or anything whose open waits for a peer): the handler's open blocked
+// until a writer came, so the second signal, meant to exit at once, hung the process for good
+// (tester: only SIGKILL ended it). It now reads nothing there: "none". The child's alarm turns a
+// hang into a failure.
+TEST(GracefulStop, ASecondSignalWithAFifoAtLatestStillExitsAtOnce) {
+  const SavedStopSignals saved;
+  const std::string dir = fresh_dir("stop_fifo");
+  ASSERT_EQ(::mkfifo((dir + "/latest").c_str(), 0644), 0);
+  const std::string err_path = dir + "/stderr";
+  train::install_stop_handlers(dir, "test");
+  EXPECT_EQ(stderr_of_child(err_path,
+                            [] {
+                              ::alarm(20);
+                              std::raise(SIGTERM);
+                              std::raise(SIGTERM);
+                            }),
+            128 + SIGTERM);
+  EXPECT_EQ(io::read_file(err_path),
+            "test: signal received: finishing the current step and writing a checkpoint (send it "
+            "again to exit at once)\n"
+            "test: second SIGTERM: exiting at once; the stop checkpoint was not written; newest "
+            "checkpoint on disk: none\n");
+  train::install_stop_handlers(dir, "test");  // the next test's state: a new run
+}
+
+// Under mpirun, Ctrl-C (mpirun's SIGINT) and a SIGTERM to mpirun reach the ranks as SIGTERM and
+// are followed about a second later by SIGKILL (Open MPI's odls_base_sigkill_timeout): a large
+// model's stop checkpoint was cut short (tester: a half-written step-N.tmp, no "stopped" line).
+// mpirun forwards SIGUSR1 and lets the ranks finish, as does Slurm's --signal=B:USR1@N: it stops
+// the run as SIGTERM does (exit 138), and under mpirun a first SIGINT / SIGTERM says to use it.
+TEST(GracefulStop, SigusrOneStopsTheRunAndUnderMpirunTheMessageNamesIt) {
+  const SavedStopSignals saved;
+  const std::string dir = fresh_dir("stop_usr1");
+  const std::string err_path = dir + "/stderr";
+  const std::atomic<int>* stop = train::install_stop_handlers(dir, "test", true);
+  testing::internal::CaptureStderr();
+  std::raise(SIGUSR1);  // the first: finish the step (the second would _exit)
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "test: signal received: finishing the current step and writing a checkpoint (send it "
+            "again to exit at once)\n");
+  EXPECT_EQ(stop->load(), SIGUSR1);
+  EXPECT_STREQ(train::stop_signal_name(SIGUSR1), "SIGUSR1");
+  EXPECT_EQ(train::format_stopped("test", SIGUSR1, 7, dir),
+            "test: stopped by SIGUSR1 after step 7: checkpoint " + dir +
+                "/step-00000007 written; resume with --resume " + dir + "\n");
+  EXPECT_EQ(stderr_of_child(err_path, [] { std::raise(SIGUSR1); }), 128 + SIGUSR1);
+  EXPECT_EQ(io::read_file(err_path),
+            "test: second SIGUSR1: exiting at once; the stop checkpoint was not written; newest "
+            "checkpoint on disk: none\n");
+  // Under mpirun, a SIGTERM's message says how to stop without mpirun's SIGKILL.
+  train::install_stop_handlers(dir, "test", true);
+  testing::internal::CaptureStderr();
+  std::raise(SIGTERM);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "test: signal received: finishing the current step and writing a checkpoint (send it "
+            "again to exit at once); under mpirun, whose Ctrl-C or SIGTERM kills the ranks about "
+            "1 s later, stop a run with `kill -USR1 <mpirun's pid>` instead, which mpirun "
+            "forwards to every rank\n");
+  // Not outside mpirun.
+  train::install_stop_handlers(dir, "test");
+  testing::internal::CaptureStderr();
+  std::raise(SIGTERM);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "test: signal received: finishing the current step and writing a checkpoint (send it "
+            "again to exit at once)\n");
+  train::install_stop_handlers(dir, "test");  // the next test's state: a new run
+}
+
+// The stopped line's resume command is for a shell: a directory with a space or a quote was
+// printed as it is, so that pasting it resumed from another directory (tester).
+TEST(GracefulStop, TheStoppedLinesResumeCommandQuotesTheDirectoryForAShell) {
+  EXPECT_EQ(train::format_stopped("p", SIGTERM, 3, "runs/a b"),
+            "p: stopped by SIGTERM after step 3: checkpoint runs/a b/step-00000003 written; "
+            "resume with --resume 'runs/a b'\n");
+  EXPECT_EQ(train::format_stopped("p", SIGINT, 3, "it's"),
+            "p: stopped by SIGINT after step 3: checkpoint it's/step-00000003 written; resume "
+            "with --resume 'it'\\''s'\n");
+  EXPECT_EQ(train::format_stopped("p", SIGINT, 3, "/tmp/run-1.x@y"),
+            "p: stopped by SIGINT after step 3: checkpoint /tmp/run-1.x@y/step-00000003 written; "
+            "resume with --resume /tmp/run-1.x@y\n");
 }
 
 // Once the run is over (it failed: disarm_stop_handlers without stop_handlers_training_over), a

@@ -460,6 +460,7 @@ TEST(Trainer, OnStopCheckpointNamesTheStoppedRunsCheckpointOnceItIsOnDisk) {
         };
         const FitResult r = Trainer(c, digits_csv(), cb).fit();
         ASSERT_TRUE(r.stopped) << what;
+        EXPECT_EQ(r.stop_signal, SIGTERM) << what;  // ditto-train's exit status: 128 + it
         EXPECT_EQ(calls, 1) << what;
         EXPECT_EQ(step, r.steps) << what;
         EXPECT_EQ(stops, 1) << what;
@@ -474,7 +475,9 @@ TEST(Trainer, OnStopCheckpointNamesTheStoppedRunsCheckpointOnceItIsOnDisk) {
         if (iterations) whole.max_iters = 5;
         whole.checkpoint_every = every;
         calls = stops = 0;
-        EXPECT_FALSE(Trainer(whole, digits_csv(), cb).fit().stopped) << what;
+        const FitResult w = Trainer(whole, digits_csv(), cb).fit();
+        EXPECT_FALSE(w.stopped) << what;
+        EXPECT_EQ(w.stop_signal, 0) << what;
         EXPECT_EQ(calls, 0) << what;
         EXPECT_EQ(stops, 0) << what;
         std::filesystem::remove_all(dir);
@@ -520,6 +523,77 @@ TEST(Trainer, AStopRequestDuringTheLastStepLetsTheRunComplete) {
     std::ifstream latest(dir / "latest");
     std::string text((std::istreambuf_iterator<char>(latest)), {});
     EXPECT_EQ(text, step);
+    std::filesystem::remove_all(dir);
+  }
+}
+
+// A checkpoint taken after an epoch's last step (checkpoint_every a multiple of the epoch's
+// batches, or a stop requested during that step) held the epoch before's train_loss, and that
+// epoch's evaluation and line never came: not in the run (it saved and stopped first), not in its
+// resume (which starts at the next epoch). A resume to the end then reported the wrong final
+// train_loss; a finished run resumed reported the epoch before's. The epoch's loss, evaluation and
+// line now come before its checkpoint and the check for a stop. dp and ddp.
+TEST(Trainer, ACheckpointAfterAnEpochsLastStepHoldsThatEpochsLossAndItsLineComesFirst) {
+  for (TrainerKind kind : {TrainerKind::dp, TrainerKind::ddp}) {
+    const std::string name = trainer_kind_name(kind);
+    std::vector<EpochMetrics> seen;
+    TrainerCallbacks cb;
+    cb.on_epoch = [&](const EpochMetrics& m) { seen.push_back(m); };
+    const FitResult whole = Trainer(small(2, kind, 3), digits_csv(), cb).fit();
+    const std::vector<EpochMetrics> epochs = seen;
+    ASSERT_EQ(epochs.size(), 3u) << name;
+    const std::int64_t batches = epochs[0].step;
+    ASSERT_GE(batches, 3) << name;
+    char first_end[32];
+    std::snprintf(first_end, sizeof first_end, "step-%08lld", static_cast<long long>(batches));
+    // Every epoch's checkpoint, over 2 epochs (the two newest are kept): the lines are the
+    // uninterrupted run's.
+    const auto dir = scratch("epoch_end_" + name);
+    TrainerConfig periodic = checkpointing(dir, 2, kind, 2);
+    periodic.checkpoint_every = batches;
+    seen.clear();
+    Trainer(periodic, digits_csv(), cb).fit();
+    ASSERT_EQ(seen.size(), 2u) << name;
+    EXPECT_EQ(seen[0].train_loss, epochs[0].train_loss) << name;
+    EXPECT_EQ(seen[1].train_loss, epochs[1].train_loss) << name;
+    // Epoch 1's checkpoint, resumed as a finished run of one epoch: epoch 1's loss, no line.
+    seen.clear();
+    const FitResult one = Trainer(resuming(dir / first_end, 2, kind, 1), digits_csv(), cb).fit();
+    EXPECT_EQ(one.train_loss, epochs[0].train_loss) << name;
+    EXPECT_EQ(seen.size(), 0u) << name;
+    // Resumed from it to the end: epochs 2 and 3, the uninterrupted run's loss and bits.
+    seen.clear();
+    const FitResult rest = Trainer(resuming(dir / first_end, 2, kind, 3), digits_csv(), cb).fit();
+    EXPECT_EQ(rest.params_checksum, whole.params_checksum) << name;
+    EXPECT_EQ(rest.train_loss, whole.train_loss) << name;
+    ASSERT_EQ(seen.size(), 2u) << name;
+    EXPECT_EQ(seen[0].epoch, 2) << name;
+    std::filesystem::remove_all(dir);
+    // A stop after epoch 1's last step (dp checks a request after the step it came in, ddp's
+    // threads after the next): epoch 1's line, then its checkpoint; the resume goes on from it.
+    std::atomic<int> stop{0};
+    TrainerConfig stopping = checkpointing(dir, 2, kind, 3);
+    stopping.stop = &stop;
+    stopping.log_interval = 1;
+    const std::int64_t at = kind == TrainerKind::dp ? batches - 1 : batches - 2;
+    TrainerCallbacks scb = cb;
+    scb.on_step = [&](const StepMetrics& m) {
+      if (m.iter == at) stop = SIGTERM;
+    };
+    seen.clear();
+    const FitResult stopped = Trainer(stopping, digits_csv(), scb).fit();
+    ASSERT_TRUE(stopped.stopped) << name;
+    EXPECT_EQ(stopped.steps, batches) << name;
+    ASSERT_EQ(seen.size(), 1u) << name;
+    EXPECT_EQ(seen[0].train_loss, epochs[0].train_loss) << name;
+    EXPECT_EQ(seen[0].val_loss, epochs[0].val_loss) << name;
+    seen.clear();
+    const FitResult resumed = Trainer(resuming(dir, 2, kind, 3), digits_csv(), cb).fit();
+    EXPECT_EQ(resumed.params_checksum, whole.params_checksum) << name;
+    EXPECT_EQ(resumed.train_loss, whole.train_loss) << name;
+    ASSERT_EQ(seen.size(), 2u) << name;
+    EXPECT_EQ(seen[0].epoch, 2) << name;
+    EXPECT_EQ(seen[1].train_loss, epochs[2].train_loss) << name;
     std::filesystem::remove_all(dir);
   }
 }

@@ -29,6 +29,7 @@ static_assert(std::atomic<int>::is_always_lock_free, "used in a signal handler")
 // Set by stop_handlers_training_over: the last step is done, no checkpoint is due.
 volatile std::sig_atomic_t g_over = 0;
 // Set before the handlers are installed; read only by them.
+volatile std::sig_atomic_t g_mpirun = 0;  // the ranks are processes under mpirun
 char g_prog[256];
 char g_latest_path[4096];  // "DIR/latest"
 char g_checkpoint_dir[4096];
@@ -41,9 +42,11 @@ char g_due_checkpoint[4096];
 char g_due_name[64];
 
 // What DIR/latest names, without the trailing newline ("" when it cannot be read); open/read only.
+// O_NONBLOCK: a FIFO there would block the handler's open until a writer came, so that the second
+// signal, meant to exit at once, hung the process (tester: mkfifo DIR/latest).
 void read_latest(char (&name)[64]) {
   ssize_t got = -1;
-  const int fd = ::open(g_latest_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  const int fd = ::open(g_latest_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (fd >= 0) {
     got = ::read(fd, name, sizeof name - 1);
     ::close(fd);
@@ -86,7 +89,7 @@ extern "C" void on_stop_signal(int sig) {
   auto put = [&](const char* t) {
     while (*t && n < sizeof buf - 1) buf[n++] = *t++;
   };
-  const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+  const char* name = stop_signal_name(sig);
   put(g_prog);
   const int phase = g_phase.load();
   const bool written = stop_checkpoint_on_disk(phase);
@@ -136,7 +139,14 @@ extern "C" void on_stop_signal(int sig) {
     int stepping = kStepping;
     if (g_phase.compare_exchange_strong(stepping, kStopAnnounced)) {
       put(": signal received: finishing the current step and writing a checkpoint (send it "
-          "again to exit at once)\n");
+          "again to exit at once)");
+      // mpirun's own SIGINT / SIGTERM (Ctrl-C) SIGKILLs the ranks about a second after
+      // forwarding SIGTERM (Open MPI's odls_base_sigkill_timeout): too little for a large
+      // model's checkpoint. SIGUSR1 it forwards and leaves the ranks to finish.
+      if (g_mpirun && sig != SIGUSR1)
+        put("; under mpirun, whose Ctrl-C or SIGTERM kills the ranks about 1 s later, stop a "
+            "run with `kill -USR1 <mpirun's pid>` instead, which mpirun forwards to every rank");
+      put("\n");
     } else {  // kLastStep: the Trainer checks for no stop any more
       put(": ");
       put(name);
@@ -151,7 +161,8 @@ extern "C" void on_stop_signal(int sig) {
 }  // namespace
 
 const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
-                                              const std::string& prog) {
+                                              const std::string& prog, bool under_mpirun) {
+  g_mpirun = under_mpirun ? 1 : 0;
   std::snprintf(g_prog, sizeof g_prog, "%s", prog.c_str());
   std::snprintf(g_checkpoint_dir, sizeof g_checkpoint_dir, "%s", checkpoint_dir.c_str());
   std::snprintf(g_latest_path, sizeof g_latest_path, "%s/latest", checkpoint_dir.c_str());
@@ -166,7 +177,7 @@ const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  for (int sig : {SIGINT, SIGTERM}) {
+  for (int sig : {SIGINT, SIGTERM, SIGUSR1}) {
     struct sigaction old {};
     if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
     ::sigaction(sig, &sa, nullptr);
@@ -217,7 +228,10 @@ void stop_handlers_last_step() {
 int stop_signal() { return g_stop.load(); }
 
 const char* stop_signal_name(int sig) {
-  return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "signal";
+  return sig == SIGINT    ? "SIGINT"
+         : sig == SIGTERM ? "SIGTERM"
+         : sig == SIGUSR1 ? "SIGUSR1"
+                          : "signal";
 }
 
 }  // namespace ditto::train

@@ -1,10 +1,12 @@
-// A graceful stop on SIGINT / SIGTERM (torchrun's and a scheduler's signal, Ctrl-C): the
+// A graceful stop on SIGINT / SIGTERM / SIGUSR1 (torchrun's and a scheduler's signal, Ctrl-C;
+// SIGUSR1: Slurm's `--signal=B:USR1@N` warning, as PyTorch Lightning takes it, and the one signal
+// Open MPI's mpirun forwards to every rank without killing them a second later): the
 // handlers set the flag a Trainer watches (TrainerConfig::stop), so the run ends after the
 // optimizer step in progress and writes its checkpoint.
 //
-// Note [Graceful stop]: a first SIGINT or SIGTERM sets the flag and says on stderr that the run
-// is finishing its step; the Trainer ends after the optimizer step in progress, writes its
-// checkpoint, and the program exits with 128 + the signal (130, 143), the shell's status for a
+// Note [Graceful stop]: a first SIGINT, SIGTERM or SIGUSR1 sets the flag and says on stderr that
+// the run is finishing its step; the Trainer ends after the optimizer step in progress, writes its
+// checkpoint, and the program exits with 128 + the signal (130, 143, 138), the shell's status for a
 // process the signal ended (stop_exit_status). A first signal during the last step leaves no
 // step to stop before: the run completes as if none had come (its final evaluation, final
 // checkpoint, final line, sample and exports, and its own exit status), as the step it let
@@ -54,15 +56,19 @@
 
 namespace ditto::train {
 
-/// Installs the SIGINT and SIGTERM handlers of Note [Graceful stop] for a run that checkpoints
-/// into `checkpoint_dir`; `prog` starts their messages on stderr ("ditto-train: signal received:
-/// finishing the current step and writing a checkpoint (send it again to exit at once)"). A
-/// signal the parent ignores stays ignored (nohup, a shell's background job's SIGINT). Returns
+/// Installs the SIGINT, SIGTERM and SIGUSR1 handlers of Note [Graceful stop] for a run that
+/// checkpoints into `checkpoint_dir`; `prog` starts their messages on stderr ("ditto-train: signal
+/// received: finishing the current step and writing a checkpoint (send it again to exit at once)").
+/// A signal the parent ignores stays ignored (nohup, a shell's background job's SIGINT). Returns
 /// the flag for TrainerConfig::stop (0 until a signal arrives, then its number); it lives as long
 /// as the process. Call it from one thread, before the run starts (a second call re-points the
 /// handlers at the new directory and clears the flag: a new run has had no signal yet).
+/// `under_mpirun`: the ranks are processes under mpirun, whose own SIGINT / SIGTERM handling
+/// SIGKILLs them about a second after forwarding SIGTERM; a first SIGINT or SIGTERM's message then
+/// says to stop with `kill -USR1 <mpirun's pid>` instead (mpirun forwards SIGUSR1 and leaves the
+/// ranks to finish).
 const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
-                                              const std::string& prog);
+                                              const std::string& prog, bool under_mpirun = false);
 
 /// The run is over (Note [Graceful stop]): from now on a first SIGINT or SIGTERM only sets the
 /// flag, writing nothing (the program goes on leaving with its own status); a second still exits
@@ -98,10 +104,10 @@ void stop_handlers_stop_due(std::int64_t step);
 /// Async-signal-safe.
 void stop_handlers_training_over();
 
-/// The signal that stopped the run (SIGINT or SIGTERM), 0 when none arrived.
+/// The signal that stopped the run (SIGINT, SIGTERM or SIGUSR1), 0 when none arrived.
 int stop_signal();
 
-/// "SIGINT" or "SIGTERM" for `sig`, else "signal".
+/// "SIGINT", "SIGTERM" or "SIGUSR1" for `sig`, else "signal". Async-signal-safe.
 const char* stop_signal_name(int sig);
 
 }  // namespace ditto::train

@@ -158,6 +158,11 @@ struct FitResult {
   /// TrainerConfig::stop ended the run after `steps` steps (its checkpoint written, when a
   /// checkpoint_dir is set); the losses are those of the last evaluation before it.
   bool stopped = false;
+  /// The value TrainerConfig::stop held when it stopped the run (ditto-train: the signal's
+  /// number, for its exit status 128 + it), 0 when it did not; the same in every process: under
+  /// mpirun a rank that got no signal stops with the others and reports theirs (the smallest
+  /// value among the ranks that were asked).
+  int stop_signal = 0;
   /// What failed after training without losing this result (an extension's output, e.g. the
   /// simulator's trace: the file was checked at the start, but a disk can fill up): each error's
   /// message; the caller reports them after the result (ditto-train: after its final line, exit

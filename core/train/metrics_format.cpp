@@ -1,10 +1,13 @@
 // The report lines of core/train/metrics_format.h.
 #include "core/train/metrics_format.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cinttypes>
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include "core/base/error.h"
@@ -84,11 +87,28 @@ std::string format_resume(const std::string& prog, const std::string& dir, const
                    prog.c_str(), dir.c_str(), ts.step, ts.epoch + 1, ts.batch);
 }
 
+namespace {
+
+// `s` as one shell word: as it is when it needs no quoting, else in single quotes (a ' as '\'').
+std::string shell_word(const std::string& s) {
+  const bool plain = !s.empty() && std::all_of(s.begin(), s.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || std::strchr("_./-+=:,@%", ch) != nullptr;
+  });
+  if (plain) return s;
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
+}  // namespace
+
 std::string format_stopped(const std::string& prog, int sig, std::int64_t steps,
                            const std::string& dir) {
+  // The resume command is for copying into a shell: a directory with spaces is quoted (tester).
   return strprintf("%s: stopped by %s after step %" PRId64 ": checkpoint %s/step-%08" PRId64
                    " written; resume with --resume %s\n",
-                   prog.c_str(), stop_signal_name(sig), steps, dir.c_str(), steps, dir.c_str());
+                   prog.c_str(), stop_signal_name(sig), steps, dir.c_str(), steps,
+                   shell_word(dir).c_str());
 }
 
 std::string format_predicted_kernels(const CostPrediction& p, Determinism determinism,

@@ -515,6 +515,13 @@ double Replica::sum_over_ranks(double v) {
   return static_cast<double>(t.item());
 }
 
+std::int64_t Replica::min_over_ranks(std::int64_t v) {
+  if (!comm_) return v;
+  Tensor t = Tensor::from_vector(std::vector<std::int64_t>{v}, {1}, devices_[0]);
+  comm_->all_reduce(t, ReduceOp::min);
+  return t.to_vector<std::int64_t>()[0];
+}
+
 std::uint64_t Replica::checked_checksum() {
   // A dry run's parameters hold no data (Note [Dry run], backend_sim/sim_backend.h): reading
   // 1.5B of them back would cost 6 GB of host memory for a checksum of zeros.

@@ -103,6 +103,8 @@ class Replica {
   std::pair<std::int64_t, std::int64_t> row_range(std::int64_t n) const;
   /// Sum of `v` over the ranks (ddp: an all_reduce in f32, as a checkpoint stores it); dp: v.
   double sum_over_ranks(double v);
+  /// The smallest `v` over the ranks (ddp: an int64 all_reduce with ReduceOp::min); dp: v.
+  std::int64_t min_over_ranks(std::int64_t v);
   /// Throws InvalidArgument when the ranks' parameters differ (ddp), naming the ranks.
   std::uint64_t checked_checksum();
 

@@ -37,8 +37,10 @@ struct Trainer::Run {
   int n_dev = 0;             // devices (ranks) of the whole run
   CostMeter* meter = nullptr;
   RankBarrier* barrier = nullptr;  // ddp threads
-  // TrainerConfig::stop: the step after which every rank (thread) stops.
+  // TrainerConfig::stop: the step after which every rank (thread) stops, and the value it held
+  // (FitResult::stop_signal).
   std::atomic<std::int64_t> stop_at{std::numeric_limits<std::int64_t>::max()};
+  std::atomic<int> stop_value{0};
 
   RunContext context() const { return {*be, devs, n_dev, processes, dist::rank() == 0}; }
   bool predicts(const TrainerConfig& c) const {
@@ -315,9 +317,17 @@ void Trainer::begin_step(Run& run, Replica& rep, std::int64_t step) const {
 
 bool Trainer::stop_due(Run& run, Replica& rep, std::int64_t done) const {
   if (!config_.stop) return false;
-  const bool asked = config_.stop->load() != 0;
-  if (run.processes) return rep.sum_over_ranks(asked ? 1.0 : 0.0) > 0;  // the ranks agree
+  const int value = config_.stop->load();
+  const bool asked = value != 0;
+  if (run.processes) {  // the ranks agree, on the stop and on its value (the asked ranks' least)
+    if (rep.sum_over_ranks(asked ? 1.0 : 0.0) == 0) return false;
+    run.stop_value = static_cast<int>(
+        rep.min_over_ranks(asked ? value : std::numeric_limits<std::int64_t>::max()));
+    return true;
+  }
   if (asked) {
+    int no_value = 0;
+    run.stop_value.compare_exchange_strong(no_value, value);  // before stop_at: read once due
     // ddp threads: a rank that sees the request after step `done` may be the last to finish
     // it, another already past this check and inside step done + 1 (which needs this rank's
     // collectives to end): every rank stops after done + 1, which none has passed. dp: here.
@@ -393,6 +403,10 @@ TrainerState Trainer::initial_state() const {
 TrainerState Trainer::resume(Replica& rep, const TrainerState& fresh, bool lead, bool report) {
   std::set<std::string> may_differ;  // bitwise results do not depend on the device count
   if (config_.determinism == Determinism::bitwise) may_differ.insert("devices");
+  // Fast mode does not shard the batch (options.cpp: --micro-shards "does nothing in this run"):
+  // a resume with another value trains the same steps (tester: it was refused).
+  else
+    may_differ.insert("micro_shards");
   std::ostringstream quiet;  // the other ranks load the same checkpoint quietly
   std::ostream& log = !lead ? quiet : config_.log ? *config_.log : std::cerr;
   // Checkpoints written before the data's fingerprint was recorded have none: accepted, with
@@ -743,10 +757,14 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
       seen += b.x.size(0);
       ++steps;
       ts.advance(batches, loss_sum, seen);  // the position after this step
-      if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0)  // the last step's: final
-        checkpoint(loss_sum, last ? CheckpointKind::final : CheckpointKind::periodic);
-      if (!last && stop_due(run, rep, ts.step)) {  // after the last step: the run is complete
+      // The epoch's last step: its checkpoint and the check for a stop come after the epoch's
+      // loss, evaluation and line (below), so that the checkpoint records that epoch's loss.
+      if (i + 1 == batches) break;
+      if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0)
+        checkpoint(loss_sum, CheckpointKind::periodic);
+      if (stop_due(run, rep, ts.step)) {
         res.stopped = true;
+        res.stop_signal = run.stop_value.load();
         break;
       }
     }
@@ -760,9 +778,9 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     run.epoch_end(steps, seen);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     res.train_time_s += dt;
-    if (!rep.lead()) continue;
-    if (data_->eval_set().size() > 0) res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
-    if (callbacks_.on_epoch) {
+    if (rep.lead() && data_->eval_set().size() > 0)
+      res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
+    if (rep.lead() && callbacks_.on_epoch) {
       EpochMetrics m{epoch, ts.step, res.train_loss,          res.eval.loss, res.eval.accuracy,
                      seen,  dt,      dt > 0 ? seen / dt : 0.0};
       if (c.dry_run) {  // nothing ran: no losses, accuracy or wall-clock speed, only predictions
@@ -774,6 +792,19 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
         m.predicted_samples_per_s = m.predicted_time_s > 0 ? seen / m.predicted_time_s : 0.0;
       }
       callbacks_.on_epoch(m);
+    }
+    // The epoch's last step, once its loss is in ts (a resumed run starts at the next epoch and
+    // reports this loss; before, such a checkpoint held the epoch before's and the epoch's line
+    // was never printed): its checkpoint (the last step's: the final one), then the check for a
+    // stop (none after the last step: the run is complete).
+    if (steps == 0) continue;  // (no batch: no step taken)
+    const bool last_epoch = epoch == c.epochs;
+    if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0)
+      checkpoint(0.0, last_epoch ? CheckpointKind::final : CheckpointKind::periodic);  // batch 0
+    if (!last_epoch && stop_due(run, rep, ts.step)) {
+      res.stopped = true;
+      res.stop_signal = run.stop_value.load();
+      break;
     }
   }
   // No epoch ran (epochs 0, or the resume of a finished run): the model as it is, evaluated,
@@ -888,6 +919,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
         checkpoint(last ? CheckpointKind::final : CheckpointKind::periodic);
       if (!last && stop_due(run, rep, ts.step)) {  // after the last step: the run is complete
         res.stopped = true;
+        res.stop_signal = run.stop_value.load();
         ++steps;
         break;
       }

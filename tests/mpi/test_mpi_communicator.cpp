@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -562,6 +563,35 @@ TEST(MpiDist, TrainerFitCarriesRankZerosRefusalToEveryRank) {
   }
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0)
       << "rank " << me() << " waited for rank 0 (the timeout was 300 s)";
+}
+
+// A stop request (TrainerConfig::stop: ditto-train's signal flag) that reached one rank only
+// (a scheduler signalling one node, `kill -TERM` of one rank) stops every rank after the same
+// step, and every rank reports that rank's value: ditto-train's other ranks exited 128 ("stopped
+// by signal") for 143, since each read its own flag. Two ranks asked with different values: all
+// report the smaller.
+TEST(MpiDist, TrainerFitStopsEveryRankWithTheAskedRanksValue) {
+  if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
+  struct Restore {  // fit() restarted the backend with this rank's device: main()'s again after
+    ~Restore() {
+      BackendOptions o;
+      o.device_count = world();
+      o.memory_capacity = std::size_t(1) << 30;
+      init_backend("sim", o);
+    }
+  } restore;
+  const int last = world() - 1;
+  for (const bool both : {false, true}) {
+    std::atomic<int> stop{me() == last ? SIGTERM : both && me() == 0 ? SIGINT : 0};
+    train::TrainerConfig c = small_ddp_config();
+    c.epochs = 2;  // 8 steps: the stop is checked after the first
+    c.stop = &stop;
+    c.log = nullptr;
+    const train::FitResult r = train::Trainer(c, small_source()).fit();
+    EXPECT_TRUE(r.stopped) << "rank " << me();
+    EXPECT_EQ(r.steps, 1) << "rank " << me();
+    EXPECT_EQ(r.stop_signal, both ? SIGINT : SIGTERM) << "rank " << me();
+  }
 }
 
 TEST(MpiErrors, InitRankChecksItsArguments) {
