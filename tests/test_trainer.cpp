@@ -247,6 +247,35 @@ TEST(Trainer, AResumeOntoAnotherModelIsRefusedForTheModelFirst) {
   std::filesystem::remove_all(dir);
 }
 
+// Fast mode does not shard the batch (ditto-train warns that --micro-shards "does nothing in this
+// run"), yet a resume with another micro_shards than the checkpoint's was refused (tester). It is
+// taken now, with the bits of a run that used either; bitwise mode still refuses it (its sums
+// follow the shards).
+TEST(Trainer, AFastModeResumeTakesAnotherMicroShardsBitwiseRefusesIt) {
+  const auto dir = scratch("fast_micro_shards");
+  TrainerConfig whole = small(2, TrainerKind::dp, 2);
+  whole.determinism = Determinism::fast;
+  whole.micro_shards = 8;
+  const FitResult w = Trainer(whole, digits_csv()).fit();
+  TrainerConfig first = checkpointing(dir, 2, TrainerKind::dp, 1);
+  first.determinism = Determinism::fast;
+  first.micro_shards = 8;
+  Trainer(first, digits_csv()).fit();
+  TrainerConfig rest = resuming(dir, 2, TrainerKind::dp, 2);
+  rest.determinism = Determinism::fast;
+  rest.micro_shards = 64;
+  EXPECT_EQ(Trainer(rest, digits_csv()).fit().params_checksum, w.params_checksum);
+  std::filesystem::remove_all(dir);
+  TrainerConfig bitwise = checkpointing(dir, 2, TrainerKind::dp, 1);
+  bitwise.micro_shards = 8;
+  Trainer(bitwise, digits_csv()).fit();
+  TrainerConfig other = resuming(dir, 2, TrainerKind::dp, 2);
+  other.micro_shards = 64;
+  test::expect_invalid([&] { Trainer(other, digits_csv()).fit(); },
+                       "was saved with micro_shards=8, this run has micro_shards=64");
+  std::filesystem::remove_all(dir);
+}
+
 // Rough edge of issue 16: a resume refused (here: past the end of --epochs) said "resumed from"
 // first; on_resume now comes after every check. And a resume onto another data set of the same
 // shape was accepted: the CSV source records a fingerprint of its rows (data_fnv1a).
