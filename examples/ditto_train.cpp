@@ -322,7 +322,7 @@ int run(Args& a) {
       }
     };
   if (!c.checkpoint_dir.empty()) {  // Note [Graceful stop]
-    c.stop = train::install_stop_handlers(c.checkpoint_dir, "ditto-train", processes);
+    c.stop = train::install_stop_handlers(c.checkpoint_dir, "ditto-train", processes, c.resume_dir);
     cb.on_last_step = [] { train::stop_handlers_last_step(); };  // a signal: no stop checkpoint
     cb.on_stop_checkpoint = [](const std::string& path, std::int64_t) {
       train::stop_handlers_stop_checkpoint_written(path);  // a second signal: it was written

@@ -64,6 +64,14 @@ grep -q '^step \|^final' "$work/mix.out" && fail "the refused run trained: $(cat
 # Resuming A into a new directory, or into A itself (also as A/step-N), is fine.
 "$train" "${G[@]}" --sample 0 --max-iters 20 --resume "$work/A" \
   --checkpoint "$work/A2" > /dev/null || fail "--resume A --checkpoint A2 (a new directory)"
+# A failed checkpoint in the new directory names A's as the newest on disk, not "none" (tester:
+# "none" sent the user to start over).
+(ulimit -f 30; exec "$train" "${G[@]}" --sample 0 --max-iters 20 --resume "$work/A" \
+  --checkpoint "$work/A3" --checkpoint-every 15) > "$work/a3.out" 2>&1
+rc=$?
+[ $rc = 1 ] || fail "--resume A --checkpoint A3, too big: expected exit 1, got $rc: $(cat "$work/a3.out")"
+grep -q "^ditto-train: error: --checkpoint: the checkpoint of step 15 was not written: .*File too large; newest checkpoint on disk: $work/A/step-00000010 (the checkpoint this run resumed from) (the run stops, " \
+  "$work/a3.out" || fail "--resume A --checkpoint A3, too big: $(cat "$work/a3.out")"
 
 # 4. --resume DIR/step-N: exactly that step (not DIR/latest), the uninterrupted run's checksum.
 U=$("$train" "${G[@]}" --sample 0 --max-iters 20 --lr-decay-iters 20 | checksum)

@@ -750,6 +750,38 @@ TEST(GracefulStop, SigusrOneStopsTheRunAndUnderMpirunTheMessageNamesIt) {
   train::install_stop_handlers(dir, "test");  // the next test's state: a new run
 }
 
+// --resume A --checkpoint B: with no checkpoint in B yet, a signal's "newest checkpoint on disk"
+// said "none", though A's, the one the run resumed from, was intact (tester). It names A's now:
+// what A/latest names, or the one --resume named (A/step-N); B's own once it has one.
+TEST(GracefulStop, NewestOnDiskNamesTheResumeDirectorysCheckpointWhileTheRunsHasNone) {
+  const SavedStopSignals saved;
+  const std::string a = fresh_dir("stop_resume_a"), b = fresh_dir("stop_resume_b");
+  std::ofstream(a + "/latest") << "step-00000005\n";
+  const std::string err_path = b + "/stderr";
+  const std::string second = "test: second SIGTERM: exiting at once; the stop checkpoint was not "
+                             "written; newest checkpoint on disk: ";
+  const auto newest_after_two_signals = [&] {
+    EXPECT_EQ(stderr_of_child(err_path,
+                              [] {
+                                std::raise(SIGTERM);
+                                std::raise(SIGTERM);
+                              }),
+              128 + SIGTERM);
+    const std::string err = io::read_file(err_path);
+    const std::size_t at = err.find(second);
+    return at == std::string::npos ? err : err.substr(at + second.size());
+  };
+  train::install_stop_handlers(b, "test", false, a + "/");
+  EXPECT_EQ(newest_after_two_signals(), a + "/step-00000005 (in the --resume directory)\n");
+  train::install_stop_handlers(b, "test", false, a + "/step-00000003");
+  EXPECT_EQ(newest_after_two_signals(), a + "/step-00000003 (the --resume checkpoint)\n");
+  std::ofstream(b + "/latest") << "step-00000007\n";  // the run's own
+  EXPECT_EQ(newest_after_two_signals(), b + "/step-00000007\n");
+  train::install_stop_handlers(a, "test", false, a);  // --resume DIR --checkpoint DIR: DIR's
+  EXPECT_EQ(newest_after_two_signals(), a + "/step-00000005\n");
+  train::install_stop_handlers(b, "test");  // the next test's state: a new run
+}
+
 // The stopped line's resume command is for a shell: a directory with a space or a quote was
 // printed as it is, so that pasting it resumed from another directory (tester).
 TEST(GracefulStop, TheStoppedLinesResumeCommandQuotesTheDirectoryForAShell) {

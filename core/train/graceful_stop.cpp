@@ -33,6 +33,11 @@ volatile std::sig_atomic_t g_mpirun = 0;  // the ranks are processes under mpiru
 char g_prog[256];
 char g_latest_path[4096];  // "DIR/latest"
 char g_checkpoint_dir[4096];
+// A --resume elsewhere than DIR: its directory A and "A/latest", or its one checkpoint
+// "A/step-N"; empty otherwise.
+char g_resume_dir[4096];
+char g_resume_latest[4096];
+char g_resume_step[4096];
 // "DIR/step-N", the stop checkpoint written: set before g_phase becomes kStopWritten, read only
 // once it is.
 char g_stop_checkpoint[4096];
@@ -44,9 +49,9 @@ char g_due_name[64];
 // What DIR/latest names, without the trailing newline ("" when it cannot be read); open/read only.
 // O_NONBLOCK: a FIFO there would block the handler's open until a writer came, so that the second
 // signal, meant to exit at once, hung the process (tester: mkfifo DIR/latest).
-void read_latest(char (&name)[64]) {
+void read_latest(char (&name)[64], const char* path = g_latest_path) {
   ssize_t got = -1;
-  const int fd = ::open(g_latest_path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  const int fd = ::open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
   if (fd >= 0) {
     got = ::read(fd, name, sizeof name - 1);
     ::close(fd);
@@ -69,7 +74,9 @@ bool stop_checkpoint_on_disk(int phase) {
   return *a == 0 && *b == 0;
 }
 
-// Appends "DIR/step-N" (what DIR/latest names) or "none" with `put` (open/read only).
+// Appends "DIR/step-N" (what DIR/latest names) or "none" with `put` (open/read only). With none
+// in DIR, a run that resumed from another directory names the checkpoint there (--resume A
+// --checkpoint B: "none" sent the user to start over, A's checkpoint intact; tester).
 template <typename Put>
 void put_newest(const Put& put) {
   char name[64] = {};
@@ -78,6 +85,19 @@ void put_newest(const Put& put) {
     put(g_checkpoint_dir);
     put("/");
     put(name);
+    return;
+  }
+  if (g_resume_step[0] != 0) {
+    put(g_resume_step);
+    put(" (the --resume checkpoint)");
+    return;
+  }
+  if (g_resume_latest[0] != 0) read_latest(name, g_resume_latest);
+  if (name[0] != 0) {
+    put(g_resume_dir);
+    put("/");
+    put(name);
+    put(" (in the --resume directory)");
   } else {
     put("none");
   }
@@ -161,8 +181,22 @@ extern "C" void on_stop_signal(int sig) {
 }  // namespace
 
 const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
-                                              const std::string& prog, bool under_mpirun) {
+                                              const std::string& prog, bool under_mpirun,
+                                              const std::string& resume_dir) {
   g_mpirun = under_mpirun ? 1 : 0;
+  g_resume_dir[0] = g_resume_latest[0] = g_resume_step[0] = 0;
+  std::string from = resume_dir;
+  while (from.size() > 1 && from.back() == '/') from.pop_back();
+  if (!from.empty() && from != checkpoint_dir) {
+    const std::size_t slash = from.rfind('/');
+    const std::string leaf = slash == std::string::npos ? from : from.substr(slash + 1);
+    if (leaf.rfind("step-", 0) == 0) {
+      std::snprintf(g_resume_step, sizeof g_resume_step, "%s", from.c_str());
+    } else {
+      std::snprintf(g_resume_dir, sizeof g_resume_dir, "%s", from.c_str());
+      std::snprintf(g_resume_latest, sizeof g_resume_latest, "%s/latest", from.c_str());
+    }
+  }
   std::snprintf(g_prog, sizeof g_prog, "%s", prog.c_str());
   std::snprintf(g_checkpoint_dir, sizeof g_checkpoint_dir, "%s", checkpoint_dir.c_str());
   std::snprintf(g_latest_path, sizeof g_latest_path, "%s/latest", checkpoint_dir.c_str());

@@ -67,8 +67,11 @@ namespace ditto::train {
 /// SIGKILLs them about a second after forwarding SIGTERM; a first SIGINT or SIGTERM's message then
 /// says to stop with `kill -USR1 <mpirun's pid>` instead (mpirun forwards SIGUSR1 and leaves the
 /// ranks to finish).
+/// `resume_dir`: the run's --resume (DIR, another directory A, or one checkpoint A/step-N), so
+/// that "newest checkpoint on disk" names A's while `checkpoint_dir` holds none of its own.
 const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
-                                              const std::string& prog, bool under_mpirun = false);
+                                              const std::string& prog, bool under_mpirun = false,
+                                              const std::string& resume_dir = "");
 
 /// The run is over (Note [Graceful stop]): from now on a first SIGINT or SIGTERM only sets the
 /// flag, writing nothing (the program goes on leaving with its own status); a second still exits

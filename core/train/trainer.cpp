@@ -99,6 +99,16 @@ std::string model_name(const TrainerConfig& c, const DataSource& data) {
 
 /// The checkpoint directory a resume from `resume_dir` continues: its parent for one checkpoint
 /// DIR/step-N (read_latest_checkpoint takes one), else `resume_dir` itself.
+std::string resumes_from_dir(const std::string& resume_dir);
+
+/// The checkpoint a run resumed from at step `step` ("" for a run that did not resume).
+std::string resumed_checkpoint(const TrainerConfig& c, std::int64_t step) {
+  if (c.resume_dir.empty()) return "";
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
+  return resumes_from_dir(c.resume_dir) + "/" + name;
+}
+
 std::string resumes_from_dir(const std::string& resume_dir) {
   namespace fs = std::filesystem;
   fs::path p = fs::path(resume_dir).lexically_normal();
@@ -190,7 +200,7 @@ enum class CheckpointKind { periodic, final, stop };
 /// result, on_finish (the sample, the exports) and the caller's report still come.
 template <typename Save>
 void save_or_report(const TrainerConfig& c, std::int64_t step, CheckpointKind kind, FitResult& res,
-                    const Save& save) {
+                    const std::string& resumed_from, const Save& save) {
   try {
     save();
   } catch (const InvalidArgument&) {  // the settings' (an alias of no parameter): not the disk's
@@ -204,6 +214,10 @@ void save_or_report(const TrainerConfig& c, std::int64_t step, CheckpointKind ki
       if (!latest.empty()) newest = dir + "/" + latest;
     } catch (const std::exception&) {  // none yet: "none"
     }
+    // --resume A --checkpoint B: none in B yet, but A's is on disk (tester: "none" sent the user
+    // to start over).
+    if (newest == "none" && !resumed_from.empty())
+      newest = resumed_from + " (the checkpoint this run resumed from)";
     const std::string what = detail::cat(c.name_of("checkpoint_dir"), ": the ",
                                          kind == CheckpointKind::final  ? "final checkpoint"
                                          : kind == CheckpointKind::stop ? "stop checkpoint"
@@ -704,6 +718,7 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
   rep.begin();
   const std::int64_t batches = data_->batches_per_epoch(c.batch_size);
   std::int64_t saved_step = c.resume_dir.empty() ? -1 : ts.step;
+  const std::string resumed_from = resumed_checkpoint(c, ts.step);
   FitResult res;
   // A checkpoint holds the epoch's loss sum over every rank (rank 0 starts from it on resume).
   std::string saved_path;  // rank 0's, of saved_step
@@ -712,7 +727,7 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     if (ts.batch != 0) saved.epoch_loss_sum = rep.sum_over_ranks(loss_sum);  // every rank
     rep.prepare_checkpoint();                                                // every rank
     if (rep.lead())
-      save_or_report(c, ts.step, kind, res, [&] {
+      save_or_report(c, ts.step, kind, res, resumed_from, [&] {
         saved_path = save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), saved, 2,
                                      c.checkpoint_aliases);
       });
@@ -827,12 +842,13 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
   const TrainerConfig& c = config_;
   rep.begin();
   std::int64_t saved_step = c.resume_dir.empty() ? -1 : ts.step;
+  const std::string resumed_from = resumed_checkpoint(c, ts.step);
   std::string saved_path;  // rank 0's, of saved_step
   FitResult res;
   auto checkpoint = [&](CheckpointKind kind) {
     rep.prepare_checkpoint();  // every rank
     if (rep.lead())
-      save_or_report(c, ts.step, kind, res, [&] {
+      save_or_report(c, ts.step, kind, res, resumed_from, [&] {
         saved_path = save_checkpoint(c.checkpoint_dir, rep.model(), rep.optimizer(), ts, 2,
                                      c.checkpoint_aliases);
       });
