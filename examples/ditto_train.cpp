@@ -284,11 +284,15 @@ int run(Args& a) {
                                            {"--devices", std::to_string(dist::world_size())},
                                            {"--classes", std::to_string(data->num_outputs())}});
   // stdout's lines and the --metrics-jsonl file's, and the errors after training.
-  train::RunPrinter print(a.jsonl, "--metrics-jsonl", a.sim.run.profile, c.dtype);
+  // A resumed run continues the --metrics-jsonl file (its first record: the resume's), as
+  // TensorBoard's and wandb's resumed runs continue their logs, instead of starting it over.
+  train::RunPrinter print(a.jsonl, "--metrics-jsonl", a.sim.run.profile, c.dtype,
+                          !c.resume_dir.empty());
   const auto out = train::RunPrinter::out;
   train::TrainerCallbacks cb;
   cb.on_resume = [&](const std::string& dir, const TrainerState& ts) {
     out(train::format_resume("ditto-train", dir, ts, gpt));
+    print.resumed(dir, ts.step);
   };
   print.install(cb, [&](const train::RunInfo& r) {
     // --init-from with a --resume that resumes (--resume auto finding a checkpoint, or DIR
@@ -417,7 +421,14 @@ int run(Args& a) {
         std::fprintf(stderr, "ditto-train: error: %s\n", e.c_str());
       return 1;
     }
-    if (r.lead) out(train::format_stopped("ditto-train", r.stop_signal, r.steps, c.checkpoint_dir));
+    if (r.lead) {
+      out(train::format_stopped("ditto-train", r.stop_signal, r.steps, c.checkpoint_dir));
+      char step[32];
+      std::snprintf(step, sizeof step, "/step-%08lld", static_cast<long long>(r.steps));
+      print.write_stopped(train::stop_signal_name(r.stop_signal), r.steps,
+                          c.checkpoint_dir.empty() ? "" : c.checkpoint_dir + step);
+      if (print.finish("ditto-train") != 0) return 1;  // the record could not be written
+    }
     std::fflush(stdout);
     // The run's stop signal, not this process's: under mpirun a rank that got none stops with the
     // others and exits as they do (143 / 130), not 128.

@@ -22,5 +22,21 @@ echo precious > "$work/keep.txt"
 [ "$(cat "$work/keep.txt")" = precious ] || fail "a refused run emptied --metrics-jsonl's file"
 "$train" --epochs 1 --metrics-jsonl "" 2>"$work/err" && fail "expected --metrics-jsonl '' to be refused"
 grep -q "ditto-train: error: --metrics-jsonl: expected a file name, got an empty string" "$work/err" || fail "$(cat "$work/err")"
+# A resumed run continues the file (tester: it was emptied, the first part's records lost, as
+# TensorBoard's and wandb's resumed runs keep theirs): epochs 1-2 and their final record, then
+# the resume's record, epochs 3-4 and the resumed run's final record. dp (the resume comes before
+# the file opens) and ddp (after).
+for trainer in dp ddp; do
+  rm -rf "$work/ck" "$work/r.jsonl"
+  "$train" --trainer $trainer --epochs 2 --devices 2 --checkpoint "$work/ck" \
+    --metrics-jsonl "$work/r.jsonl" > /dev/null || fail "$trainer: first part"
+  "$train" --trainer $trainer --epochs 4 --devices 2 --resume "$work/ck" --checkpoint "$work/ck" \
+    --metrics-jsonl "$work/r.jsonl" > /dev/null || fail "$trainer: resumed part"
+  events=$(sed -E 's/^\{"epoch":([0-9]+),.*/epoch\1/; s/.*"event":"([a-z]+)".*/\1/' "$work/r.jsonl" | tr '\n' ' ')
+  [ "$events" = "epoch1 epoch2 final resume epoch3 epoch4 final " ] ||
+    fail "$trainer: resumed --metrics-jsonl: $events: $(cat "$work/r.jsonl")"
+  grep -qxF "{\"event\":\"resume\",\"from\":\"$work/ck\",\"step\":46}" "$work/r.jsonl" ||
+    fail "$trainer: the resume's record: $(cat "$work/r.jsonl")"
+done
 rm -rf "$work"
 echo PASS

@@ -51,7 +51,7 @@ wait_run() {
 
 for trainer in dp ddp; do
   name=$trainer
-  start_run $name --trainer $trainer --devices 2
+  start_run $name --trainer $trainer --devices 2 --metrics-jsonl "$work/$name.jsonl"
   kill -TERM $pid
   wait_run
   out=$(cat "$work/$name.out")
@@ -65,6 +65,9 @@ for trainer in dp ddp; do
     fail "$trainer: $line"
   [ "$(cat "$work/$name/latest")" = "$ck" ] || fail "$trainer: latest is $(cat "$work/$name/latest"), expected $ck"
   echo "$out" | grep -q "^final:" && fail "$trainer: a stopped run printed a final line: $out"
+  # The JSON lines end with the stop's record (a reader told a stop from a crash by nothing).
+  [ "$(tail -n 1 "$work/$name.jsonl")" = "{\"checkpoint\":\"$work/$name/$ck\",\"event\":\"stopped\",\"signal\":\"SIGTERM\",\"step\":$step}" ] ||
+    fail "$trainer: the JSON lines' last record: $(tail -n 2 "$work/$name.jsonl")"
   # The checkpoint's epoch (trainer.json: 0-based epoch of the next batch): resume and finish the
   # next epoch, against a run that never stopped.
   epoch=$(grep -o '"epoch": *[0-9]*' "$work/$name/$ck/trainer.json" | grep -o '[0-9]*$')

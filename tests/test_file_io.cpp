@@ -314,6 +314,32 @@ TEST(FileIo, JsonLinesWriteErrorGivesTheOsReasonAtOpen) {
   EXPECT_TRUE(S_ISCHR(st.st_mode));
 }
 
+// A resumed run's JSON lines continue the file (append; tester: --metrics-jsonl was emptied by
+// the resume, the first part's records lost), after a resume record; a stopped run ends with a
+// stopped record (a reader could not tell a stop from a crash). A fresh writer still truncates.
+TEST(FileIo, JsonLinesAppendAfterAResumeAndRecordAStop) {
+  const std::string dir = fileio_dir("jsonl_resume");
+  const std::string path = dir + "/m.jsonl";
+  {
+    train::JsonLinesWriter w(path);
+    w.write_stopped("SIGTERM", 7, dir + "/ck/step-00000007");
+    w.write_stopped("SIGUSR1", 8, "");
+  }
+  {
+    train::JsonLinesWriter w(path, true);
+    w.write_resume(dir + "/ck", 7);
+  }
+  EXPECT_EQ(io::read_file(path),
+            "{\"checkpoint\":\"" + dir +
+                "/ck/step-00000007\",\"event\":\"stopped\",\"signal\":\"SIGTERM\",\"step\":7}\n"
+                "{\"event\":\"stopped\",\"signal\":\"SIGUSR1\",\"step\":8}\n"
+                "{\"event\":\"resume\",\"from\":\"" +
+                dir + "/ck\",\"step\":7}\n");
+  { train::JsonLinesWriter w(path); }
+  EXPECT_EQ(io::read_file(path), "");
+  fs::remove_all(dir);
+}
+
 // Names of open descriptors (/dev/stdout, /dev/fd/N) are written to the descriptor in place:
 // through a pipe (the rename went to "/proc/self/fd/pipe:[...].tmp"), and appended to what a
 // redirected file already holds (a rename replaced it).

@@ -237,10 +237,12 @@ bool check_in_place_output(const std::string& path, const char* call) {
   return true;
 }
 
-int open_output_fd(const std::string& path, const char* call) {
+int open_output_fd(const std::string& path, const char* call, bool append) {
   const int alias = fd_alias(path);
-  const int fd = alias >= 0 ? ::fcntl(alias, F_DUPFD_CLOEXEC, 3)
-                            : ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd = alias >= 0
+                     ? ::fcntl(alias, F_DUPFD_CLOEXEC, 3)
+                     : ::open(path.c_str(),
+                              O_WRONLY | O_CREAT | (append ? O_APPEND : O_TRUNC) | O_CLOEXEC, 0644);
   if (fd < 0)
     throw Error(
         detail::cat(call, ": cannot open '", path, "' for writing: ", std::strerror(errno)));

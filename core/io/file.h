@@ -181,8 +181,9 @@ bool check_in_place_output(const std::string& path, const char* call);
 /// in place, sharing its offset), anything else opened O_WRONLY | O_CREAT | O_TRUNC (a FIFO
 /// blocks until a reader opens it). A write of 0 bytes is tried at once, so that /dev/full fails
 /// here. Throws ditto::Error "<call>: cannot open '<path>' for writing: <reason>" (or "cannot
-/// write '<path>': <reason>").
-int open_output_fd(const std::string& path, const char* call);
+/// write '<path>': <reason>"). `append`: O_APPEND instead of O_TRUNC (a resumed run's records go
+/// after its first part's).
+int open_output_fd(const std::string& path, const char* call, bool append = false);
 
 /// Write every byte of `bytes` to `fd` (retrying short writes and EINTR); for a descriptor that
 /// may share its destination with stdout (`flush_stdio`), stdout and stderr are flushed first,

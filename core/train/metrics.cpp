@@ -14,9 +14,9 @@
 
 namespace ditto::train {
 
-JsonLinesWriter::JsonLinesWriter(const std::string& path) : path_(path) {
+JsonLinesWriter::JsonLinesWriter(const std::string& path, bool append) : path_(path) {
   try {
-    fd_ = io::open_output_fd(path, "JsonLinesWriter: path");
+    fd_ = io::open_output_fd(path, "JsonLinesWriter: path", append);
   } catch (const Error& e) {
     throw InvalidArgument(e.what());
   }
@@ -81,6 +81,17 @@ void JsonLinesWriter::write(const StepMetrics& m) {
   }
   if (m.predicted_time_s > 0) j["predicted_time_s"] = m.predicted_time_s;
   if (m.mfu) j["mfu"] = *m.mfu;
+  put_line(j.dump());
+}
+
+void JsonLinesWriter::write_resume(const std::string& from, std::int64_t step) {
+  put_line(nlohmann::json({{"event", "resume"}, {"step", step}, {"from", from}}).dump());
+}
+
+void JsonLinesWriter::write_stopped(const std::string& signal, std::int64_t step,
+                                    const std::string& checkpoint) {
+  nlohmann::json j = {{"event", "stopped"}, {"step", step}, {"signal", signal}};
+  if (!checkpoint.empty()) j["checkpoint"] = checkpoint;
   put_line(j.dump());
 }
 

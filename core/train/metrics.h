@@ -172,19 +172,23 @@ struct FitResult {
 
 /// JSON lines: {"event":"epoch",...} per epoch, {"event":"eval",...} per evaluation of iteration
 /// mode, {"event":"iter",...} per logged step (StepMetrics; "mfu" only when set) and
-/// {"event":"final",...} (fields as named in the structs; the checksum as 16 hex digits; only
+/// {"event":"final",...}, and around a stop and a resume {"event":"stopped","step":N,
+/// "signal":"SIGTERM","checkpoint":"DIR/step-N"} (the run's last record) and {"event":"resume",
+/// "step":N,"from":"DIR"} (the first of the resumed run's, which continues the file: records of
+/// steps past N above it, from a run that ended after its last checkpoint, are superseded by
+/// those below it) (fields as named in the structs; the checksum as 16 hex digits; only
 /// what the run measured: no losses, accuracy, checksum or wall-clock speed of a dry run (its
 /// epoch and eval records carry "dry_run":true), no "epochs" or "val_acc"
 /// in iteration mode, no train_loss / val_loss / val_acc that FitResult says were not measured).
 /// `path` is opened by io::open_output_fd: /dev/stdout (any descriptor's name) is written in
 /// place, between the lines printf prints (stdout is flushed before each line, and each line is
-/// one write), a regular file is truncated. Throws InvalidArgument when `path` cannot be opened
-/// or a write of 0 bytes to it fails (/dev/full: at the start, not after the run); each write
-/// throws ditto::Error naming the file and the OS reason when it fails ("JsonLinesWriter: cannot
-/// write '/dev/full': No space left on device").
+/// one write), a regular file is truncated (`append`: appended to). Throws InvalidArgument when
+/// `path` cannot be opened or a write of 0 bytes to it fails (/dev/full: at the start, not after
+/// the run); each write throws ditto::Error naming the file and the OS reason when it fails
+/// ("JsonLinesWriter: cannot write '/dev/full': No space left on device").
 class JsonLinesWriter {
  public:
-  explicit JsonLinesWriter(const std::string& path);
+  explicit JsonLinesWriter(const std::string& path, bool append = false);
   ~JsonLinesWriter();
   JsonLinesWriter(const JsonLinesWriter&) = delete;
   JsonLinesWriter& operator=(const JsonLinesWriter&) = delete;
@@ -192,6 +196,10 @@ class JsonLinesWriter {
   void write(const EvalMetrics& m);
   void write(const StepMetrics& m);
   void write(const FitResult& r);
+  /// {"event":"resume","step":`step`,"from":`from`}: a resumed run's first record.
+  void write_resume(const std::string& from, std::int64_t step);
+  /// {"event":"stopped","step":`step`,"signal":`signal`,"checkpoint":`checkpoint`} ("" : none).
+  void write_stopped(const std::string& signal, std::int64_t step, const std::string& checkpoint);
   /// A TrainerCallbacks::on_epoch that writes to this writer (which must outlive it).
   std::function<void(const EpochMetrics&)> epoch_callback();
   /// A TrainerCallbacks::on_eval that writes to this writer.

@@ -230,11 +230,13 @@ std::string format_memory(const std::vector<DeviceMemory>& memory) {
   return s;
 }
 
-RunPrinter::RunPrinter(std::string jsonl, std::string jsonl_name, std::string profile, DType dtype)
+RunPrinter::RunPrinter(std::string jsonl, std::string jsonl_name, std::string profile, DType dtype,
+                       bool append)
     : jsonl_(std::move(jsonl)),
       jsonl_name_(std::move(jsonl_name)),
       profile_(std::move(profile)),
-      dtype_(dtype) {}
+      dtype_(dtype),
+      append_(append) {}
 
 RunPrinter::~RunPrinter() = default;
 
@@ -246,7 +248,8 @@ void RunPrinter::out(const std::string& lines) {
 void RunPrinter::install(TrainerCallbacks& cb, std::function<std::string(const RunInfo&)> start) {
   cb.on_start = [this, start = std::move(start)](const RunInfo& r) {
     if (!jsonl_.empty()) try {
-        writer_ = std::make_unique<JsonLinesWriter>(jsonl_);
+        writer_ = std::make_unique<JsonLinesWriter>(jsonl_, append_);
+        if (resume_) writer_->write_resume(resume_->first, resume_->second);
       } catch (const InvalidArgument& e) {
         throw InvalidArgument(detail::cat(jsonl_name_, ": ", e.what()));
       }
@@ -269,6 +272,24 @@ void RunPrinter::install(TrainerCallbacks& cb, std::function<std::string(const R
 void RunPrinter::write_result(const FitResult& r) {
   if (writer_) try {
       writer_->write(r);
+    } catch (const std::exception& e) {
+      late_errors.push_back(detail::cat(jsonl_name_, ": ", e.what()));
+    }
+}
+
+void RunPrinter::resumed(const std::string& from, std::int64_t step) {
+  if (jsonl_.empty()) return;
+  if (!writer_) {  // dp: the resume comes before on_start opens the file
+    resume_.emplace(from, step);
+    return;
+  }
+  writer_->write_resume(from, step);
+}
+
+void RunPrinter::write_stopped(const std::string& signal, std::int64_t step,
+                               const std::string& checkpoint) {
+  if (writer_) try {
+      writer_->write_stopped(signal, step, checkpoint);
     } catch (const std::exception& e) {
       late_errors.push_back(detail::cat(jsonl_name_, ": ", e.what()));
     }

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/checkpoint/checkpoint.h"
@@ -94,7 +96,10 @@ class RunPrinter {
  public:
   /// `jsonl`: the JSON-lines file ("": none), its errors prefixed "`jsonl_name`: "; `profile`
   /// and `dtype`: format_step's.
-  RunPrinter(std::string jsonl, std::string jsonl_name, std::string profile, DType dtype);
+  /// `append`: the run resumes (--resume), so the file continues its first part's records
+  /// instead of starting over (a resume's record first: resumed).
+  RunPrinter(std::string jsonl, std::string jsonl_name, std::string profile, DType dtype,
+             bool append = false);
   ~RunPrinter();
   RunPrinter(const RunPrinter&) = delete;
   RunPrinter& operator=(const RunPrinter&) = delete;
@@ -107,6 +112,12 @@ class RunPrinter {
   static void out(const std::string& lines);
   /// The run's final JSON record (when the file is open); a failure is a late error.
   void write_result(const FitResult& r);
+  /// The resume's record (TrainerCallbacks::on_resume: checkpoint directory `from`, step
+  /// `step`), written as the file opens when on_start has not opened it yet.
+  void resumed(const std::string& from, std::int64_t step);
+  /// A stopped run's last record (signal name, its step, its checkpoint or ""); a failure is a
+  /// late error.
+  void write_stopped(const std::string& signal, std::int64_t step, const std::string& checkpoint);
   /// The errors after training, "WHAT: why" each.
   std::vector<std::string> late_errors;
   /// Flushes stdout, prints each late error on stderr ("PROG: error: after training (the result
@@ -116,7 +127,9 @@ class RunPrinter {
  private:
   std::string jsonl_, jsonl_name_, profile_;
   DType dtype_;
+  bool append_ = false;
   std::unique_ptr<JsonLinesWriter> writer_;
+  std::optional<std::pair<std::string, std::int64_t>> resume_;  // before the file opened
 };
 
 }  // namespace ditto::train
