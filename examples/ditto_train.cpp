@@ -332,7 +332,7 @@ int run(Args& a) {
       train::stop_handlers_stop_checkpoint_written(path);  // a second signal: it was written
     };
     // Under mpirun: whether rank 0 wrote it, the other processes read from DIR/latest.
-    cb.on_stop = [](std::int64_t step) { train::stop_handlers_stop_due(step); };
+    cb.on_stop = [](std::int64_t step, bool saved) { train::stop_handlers_stop_due(step, saved); };
   }
   std::optional<train::Trainer> trainer;
   // Destroyed before the trainer, when the run returns or fails (Note [Graceful stop]).

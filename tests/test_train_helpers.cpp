@@ -658,8 +658,14 @@ TEST(GracefulStop, UnderMpirunTheOtherRanksSayWhetherRankZeroWroteTheStopCheckpo
                 "/step-00000003; newest checkpoint on disk: " + dir + "/step-00000003\n");
   // Another process's signal stopped this one, and rank 0's save has landed: as after
   // stop_handlers_stop_checkpoint_written.
+  const auto save_latest = [&](const char* name) {  // as a save does: a new file renamed in
+    std::ofstream(dir + "/latest.new") << name << "\n";
+    ASSERT_EQ(std::rename((dir + "/latest.new").c_str(), (dir + "/latest").c_str()), 0);
+  };
+  save_latest("step-00000002");
   train::install_stop_handlers(dir, "test");
   train::stop_handlers_stop_due(3);
+  save_latest("step-00000003");
   EXPECT_EQ(stderr_of_child(err_path,
                             [] {
                               std::raise(SIGINT);
@@ -679,6 +685,35 @@ TEST(GracefulStop, UnderMpirunTheOtherRanksSayWhetherRankZeroWroteTheStopCheckpo
             "test: SIGINT received while the stop checkpoint is written (" + dir +
                 "/step-00000003): no step left to finish; exiting as "
                 "usual (send it again to exit at once)\n");
+  // A latest that named the step already when the run stopped is an older run's (review: a run
+  // resumed from DIR/step-1 into DIR, over a run that had gone to step 3), until a save replaces
+  // it; unless the step's own periodic checkpoint, saved before the stop, is the stop's.
+  const std::string not_written = "test: second SIGTERM: exiting at once; the stop checkpoint was "
+                                  "not written; newest checkpoint on disk: " +
+                                  dir + "/step-00000003\n";
+  const std::string written = "test: second SIGTERM: exiting at once; the stop checkpoint was "
+                              "written: " +
+                              dir + "/step-00000003; newest checkpoint on disk: " + dir +
+                              "/step-00000003\n";
+  const auto second_signal = [&] {
+    EXPECT_EQ(stderr_of_child(err_path,
+                              [] {
+                                std::raise(SIGTERM);
+                                std::raise(SIGTERM);
+                              }),
+              128 + SIGTERM);
+    const std::string err = io::read_file(err_path);
+    return err.substr(err.find('\n') + 1);
+  };
+  save_latest("step-00000003");  // the older run's
+  train::install_stop_handlers(dir, "test");
+  train::stop_handlers_stop_due(3);
+  EXPECT_EQ(second_signal(), not_written);
+  save_latest("step-00000003");  // this run's save
+  EXPECT_EQ(second_signal(), written);
+  train::install_stop_handlers(dir, "test");
+  train::stop_handlers_stop_due(3, true);  // saved just before the stop
+  EXPECT_EQ(second_signal(), written);
   train::install_stop_handlers(dir, "test");  // the next test's state: a new run
 }
 

@@ -475,8 +475,9 @@ TEST(Trainer, OnStopCheckpointNamesTheStoppedRunsCheckpointOnceItIsOnDisk) {
         std::string path, latest_then;
         std::int64_t step = -1, stop_step = -1;
         TrainerCallbacks cb;
-        cb.on_stop = [&](std::int64_t s) {  // before the save, in every process
+        cb.on_stop = [&](std::int64_t s, bool saved) {  // before the save, in every process
           EXPECT_EQ(calls, 0) << what;
+          EXPECT_EQ(saved, every == 1) << what;  // every 1: the step's own checkpoint is the stop's
           ++stops;
           stop_step = s;
         };

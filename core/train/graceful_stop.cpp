@@ -2,10 +2,13 @@
 #include "core/train/graceful_stop.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 
 #include "core/io/file.h"
 
@@ -45,14 +48,22 @@ char g_stop_checkpoint[4096];
 // only once it is.
 char g_due_checkpoint[4096];
 char g_due_name[64];
+// Whether that step's checkpoint was saved before the stop (TrainerCallbacks::on_stop's
+// `saved`), and DIR/latest as it was then: whether it named it already, and its identity.
+bool g_due_saved = false;
+bool g_due_had_name = false;
+struct stat g_due_latest {};
 
 // What DIR/latest names, without the trailing newline ("" when it cannot be read); open/read only.
 // O_NONBLOCK: a FIFO there would block the handler's open until a writer came, so that the second
 // signal, meant to exit at once, hung the process (tester: mkfifo DIR/latest).
-void read_latest(char (&name)[64], const char* path = g_latest_path) {
+// `id`, when given, gets the file's identity (fstat; zeroed when it cannot be opened).
+void read_latest(char (&name)[64], const char* path = g_latest_path, struct stat* id = nullptr) {
   ssize_t got = -1;
   const int fd = ::open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (id) *id = {};
   if (fd >= 0) {
+    if (id && ::fstat(fd, id) != 0) *id = {};
     got = ::read(fd, name, sizeof name - 1);
     ::close(fd);
   }
@@ -61,17 +72,27 @@ void read_latest(char (&name)[64], const char* path = g_latest_path) {
   while (got > 0 && (name[got - 1] == '\n' || name[got - 1] == ' ')) name[--got] = 0;
 }
 
+bool same_file(const struct stat& a, const struct stat& b) {
+  return a.st_dev == b.st_dev && a.st_ino == b.st_ino && a.st_mtim.tv_sec == b.st_mtim.tv_sec &&
+         a.st_mtim.tv_nsec == b.st_mtim.tv_nsec;
+}
+
 // Whether the stop checkpoint is on disk: said so (kStopWritten), or DIR/latest names it
-// (kStopDue: rank 0, in this process or another, wrote it).
+// (kStopDue: rank 0, in this process or another, wrote it). Unless the step's checkpoint was
+// saved before the stop (g_due_saved), a DIR/latest that already named it then is an older run's
+// (--resume DIR/step-M --checkpoint DIR over a run that went past M): it counts once replaced
+// (a save renames a new file into place: another inode).
 bool stop_checkpoint_on_disk(int phase) {
   if (phase == kStopWritten) return true;
   if (phase != kStopDue) return false;
   char name[64] = {};
-  read_latest(name);
+  struct stat id {};
+  read_latest(name, g_latest_path, &id);
   const char* a = name;
   const char* b = g_due_name;
   while (*a && *a == *b) ++a, ++b;
-  return *a == 0 && *b == 0;
+  if (*a != 0 || *b != 0) return false;
+  return g_due_saved || !g_due_had_name || !same_file(id, g_due_latest);
 }
 
 // Appends "DIR/step-N" (what DIR/latest names) or "none" with `put` (open/read only). With none
@@ -104,6 +125,11 @@ void put_newest(const Put& put) {
 }
 
 extern "C" void on_stop_signal(int sig) {
+  const int saved_errno = errno;  // open() of a missing DIR/latest sets it: the interrupted code's
+  struct RestoreErrno {
+    int value;
+    ~RestoreErrno() { errno = value; }
+  } restore_errno{saved_errno};
   char buf[8192];
   std::size_t n = 0;
   auto put = [&](const char* t) {
@@ -206,6 +232,8 @@ const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
   g_stop_checkpoint[0] = 0;
   g_due_checkpoint[0] = 0;
   g_due_name[0] = 0;
+  g_due_saved = g_due_had_name = false;
+  g_due_latest = {};
   g_stop.store(0);  // a new run: no signal yet
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
@@ -223,13 +251,17 @@ void disarm_stop_handlers() { g_armed = 0; }
 
 void stop_handlers_training_over() { g_over = 1; }
 
-void stop_handlers_stop_due(std::int64_t step) {
+void stop_handlers_stop_due(std::int64_t step, bool saved) {
   // Written before the phase says so (seq_cst store): a handler that reads kStopDue, on any
   // thread, reads the whole path. Once per run: no handler reads them while they are written.
   const int phase = g_phase.load();
   if (phase == kStopDue || phase == kStopWritten) return;
   std::snprintf(g_due_name, sizeof g_due_name, "step-%08lld", static_cast<long long>(step));
   std::snprintf(g_due_checkpoint, sizeof g_due_checkpoint, "%s/%s", g_checkpoint_dir, g_due_name);
+  g_due_saved = saved;
+  char name[64] = {};
+  read_latest(name, g_latest_path, &g_due_latest);
+  g_due_had_name = std::strcmp(name, g_due_name) == 0;
   g_phase.store(kStopDue);
 }
 

@@ -31,7 +31,9 @@
 // DIR/latest names that step's checkpoint: before, the other ranks said "not written" of the
 // checkpoint rank 0 had written);
 // and the newest complete checkpoint on disk is the one DIR/latest names (read in the handler
-// with open/read/write only, all async-signal-safe), or none. (GNU `timeout -s TERM` signals the
+// with open/read/write only, all async-signal-safe), or, with none in DIR, the one the --resume
+// directory's latest names ("(in the --resume directory)") or the one --resume named ("(the
+// --resume checkpoint)"), or none. (GNU `timeout -s TERM` signals the
 // process and then its group, so a run under it gets two SIGTERMs at once.) Without a
 // checkpoint directory there is nothing to keep: install no handlers (the process ends at once).
 // Once the run is over (it finished, stopped or failed, and the program is on its way out:
@@ -94,12 +96,15 @@ void stop_handlers_stop_checkpoint_written(const std::string& path);
 
 /// The run stops after step `step` (Note [Graceful stop]; TrainerCallbacks::on_stop): its
 /// checkpoint is DIR/step-N (N = `step`, eight digits at least), which rank 0 writes, in this
-/// process or (under mpirun) another. From now on a signal's message says that it was written
-/// when DIR/latest names it (read in the handler with open/read only), and that it was not
-/// otherwise; a first signal promises nothing (no step is left to finish). Call it once per run
-/// from the thread that runs the Trainer (not from a signal handler), before
-/// stop_handlers_stop_checkpoint_written. install_stop_handlers resets it.
-void stop_handlers_stop_due(std::int64_t step);
+/// process or (under mpirun) another, or has written (`saved`: the step's periodic checkpoint is
+/// the stop's). From now on a signal's message says that it was written when DIR/latest names
+/// it (read in the handler with open/read/fstat only; a DIR/latest that named it already now, not
+/// `saved`, is an older run's until it is replaced), and that it was not otherwise; a first
+/// signal promises nothing (no step is left to finish). Under mpirun with node-local
+/// directories, the other ranks' DIR/latest is never rank 0's: they keep saying "not written".
+/// Call it once per run from the thread that runs the Trainer (not from a signal handler),
+/// before stop_handlers_stop_checkpoint_written. install_stop_handlers resets it.
+void stop_handlers_stop_due(std::int64_t step, bool saved = false);
 
 /// Training is over (Note [Graceful stop]): the last step is done and its checkpoint written or
 /// reported; what is left is the result's output (a sample, exports). From now on a signal's

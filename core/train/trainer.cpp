@@ -355,8 +355,10 @@ void Trainer::last_step_begins(Run& run, Replica& rep) const {
   if ((run.processes || rep.lead()) && callbacks_.on_last_step) callbacks_.on_last_step();
 }
 
-void Trainer::stop_begins(Run& run, Replica& rep, const FitResult& res, std::int64_t step) const {
-  if (res.stopped && (run.processes || rep.lead()) && callbacks_.on_stop) callbacks_.on_stop(step);
+void Trainer::stop_begins(Run& run, Replica& rep, const FitResult& res, std::int64_t step,
+                          bool saved) const {
+  if (res.stopped && (run.processes || rep.lead()) && callbacks_.on_stop)
+    callbacks_.on_stop(step, saved);
 }
 
 void Trainer::stop_checkpoint_written(Replica& rep, const FitResult& res, std::int64_t step,
@@ -772,8 +774,8 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
       seen += b.x.size(0);
       ++steps;
       ts.advance(batches, loss_sum, seen);  // the position after this step
-      // The epoch's last step: its checkpoint and the check for a stop come after the epoch's
-      // loss, evaluation and line (below), so that the checkpoint records that epoch's loss.
+      // The epoch's last step: its checkpoint comes with the epoch's loss, and the check for a
+      // stop after its evaluation and line (below).
       if (i + 1 == batches) break;
       if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0)
         checkpoint(loss_sum, CheckpointKind::periodic);
@@ -790,6 +792,13 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     const double total = rep.sum_over_ranks(loss_sum);
     res.train_loss = seen ? total / seen : 0.0;
     ts.train_loss = res.train_loss;  // the checkpoints after this epoch record it
+    // The epoch's last step's checkpoint (the last step's: the final one), once the epoch's loss
+    // is in ts: before, it was saved inside the loop and held the epoch before's, which a resumed
+    // run then reported. Before the evaluation, as inside the loop: a failing evaluation does not
+    // lose it; within the epoch's time, as the other checkpoints.
+    const bool last_epoch = epoch == c.epochs;
+    if (steps > 0 && c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0)
+      checkpoint(0.0, last_epoch ? CheckpointKind::final : CheckpointKind::periodic);  // batch 0
     run.epoch_end(steps, seen);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     res.train_time_s += dt;
@@ -808,15 +817,10 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
       }
       callbacks_.on_epoch(m);
     }
-    // The epoch's last step, once its loss is in ts (a resumed run starts at the next epoch and
-    // reports this loss; before, such a checkpoint held the epoch before's and the epoch's line
-    // was never printed): its checkpoint (the last step's: the final one), then the check for a
-    // stop (none after the last step: the run is complete).
-    if (steps == 0) continue;  // (no batch: no step taken)
-    const bool last_epoch = epoch == c.epochs;
-    if (c.checkpoint_every > 0 && ts.step % c.checkpoint_every == 0)
-      checkpoint(0.0, last_epoch ? CheckpointKind::final : CheckpointKind::periodic);  // batch 0
-    if (!last_epoch && stop_due(run, rep, ts.step)) {
+    // The check for a stop after the epoch's last step, once its line is out (before, a stop
+    // there ended the run without it, and its resume starts at the next epoch); none after the
+    // run's last step: the run is complete.
+    if (steps > 0 && !last_epoch && stop_due(run, rep, ts.step)) {
       res.stopped = true;
       res.stop_signal = run.stop_value.load();
       break;
@@ -829,7 +833,7 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     if (rep.lead() && data_->eval_set().size() > 0)
       res.eval = rep.evaluate(data_->eval_set(), c.eval_batch_size);
   }
-  stop_begins(run, rep, res, ts.step);
+  stop_begins(run, rep, res, ts.step, saved_step == ts.step);
   if (!c.checkpoint_dir.empty() && ts.step != saved_step)  // stopped: each rank's share
     checkpoint(rep.lead() || res.stopped ? ts.epoch_loss_sum : 0.0,
                res.stopped ? CheckpointKind::stop : CheckpointKind::final);
@@ -947,7 +951,7 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
     interval_tokens += tokens;
     if (res.stopped) break;
   }
-  stop_begins(run, rep, res, ts.step);
+  stop_begins(run, rep, res, ts.step, saved_step == ts.step);
   if (!c.checkpoint_dir.empty() && ts.step != saved_step && !c.eval_only)
     checkpoint(res.stopped ? CheckpointKind::stop : CheckpointKind::final);
   stop_checkpoint_written(rep, res, ts.step, saved_step, saved_path);

@@ -62,12 +62,13 @@ struct TrainerCallbacks {
   /// Note [Graceful stop]'s stop_handlers_stop_checkpoint_written.
   std::function<void(const std::string& path, std::int64_t step)> on_stop_checkpoint;
   /// A stopped run (TrainerConfig::stop) stops after step `step` (counted over the run, resumed
-  /// runs included): once, before its checkpoint is saved (rank 0 saves DIR/step-N; when the
-  /// step's periodic checkpoint was just written, that one is the stop's), in every process
-  /// (under mpirun each calls it; in one process rank 0's thread); never in a run that completes.
-  /// Under mpirun only rank 0 learns that the checkpoint is on disk (on_stop_checkpoint): for
-  /// the other processes' signal handler messages, Note [Graceful stop]'s stop_handlers_stop_due.
-  std::function<void(std::int64_t step)> on_stop;
+  /// runs included): once, before its checkpoint is saved (rank 0 saves DIR/step-N), or with
+  /// `saved` when the step's periodic checkpoint, saved just before, is the stop's; in every
+  /// process (under mpirun each calls it; in one process rank 0's thread); never in a run that
+  /// completes. Under mpirun only rank 0 learns that the checkpoint is on disk
+  /// (on_stop_checkpoint): for the other processes' signal handler messages, Note [Graceful
+  /// stop]'s stop_handlers_stop_due.
+  std::function<void(std::int64_t step, bool saved)> on_stop;
 };
 
 class Trainer {
@@ -122,7 +123,8 @@ class Trainer {
   void last_step_begins(Run& run, Replica& rep) const;
   /// A stopped run: callbacks_.on_stop with its last step `step`, in every process, before the
   /// stop checkpoint is saved (TrainerCallbacks::on_stop).
-  void stop_begins(Run& run, Replica& rep, const FitResult& res, std::int64_t step) const;
+  void stop_begins(Run& run, Replica& rep, const FitResult& res, std::int64_t step,
+                   bool saved) const;
   /// A stopped run, on rank 0: callbacks_.on_stop_checkpoint with `path`, when the checkpoint
   /// of its last step `step` was saved (saved_step) there.
   void stop_checkpoint_written(Replica& rep, const FitResult& res, std::int64_t step,
