@@ -34,7 +34,8 @@
 // with open/read/write only, all async-signal-safe), or, with none in DIR, the one the --resume
 // directory's latest names ("(in the --resume directory)") or the one --resume named ("(the
 // --resume checkpoint)"), or none. (GNU `timeout -s TERM` signals the
-// process and then its group, so a run under it gets two SIGTERMs at once.) Without a
+// process and then its group, so a run under it may get two SIGTERMs at once, or one: a pending
+// signal is not queued twice.) Without a
 // checkpoint directory there is nothing to keep: install no handlers (the process ends at once).
 // Once the run is over (it finished, stopped or failed, and the program is on its way out:
 // disarm_stop_handlers), a first signal is recorded without a word, since no step is left to
