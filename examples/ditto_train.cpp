@@ -423,10 +423,9 @@ int run(Args& a) {
     }
     if (r.lead) {
       out(train::format_stopped("ditto-train", r.stop_signal, r.steps, c.checkpoint_dir));
-      char step[32];
-      std::snprintf(step, sizeof step, "/step-%08lld", static_cast<long long>(r.steps));
-      print.write_stopped(train::stop_signal_name(r.stop_signal), r.steps,
-                          c.checkpoint_dir.empty() ? "" : c.checkpoint_dir + step);
+      print.write_stopped(
+          train::stop_signal_name(r.stop_signal), r.steps,
+          c.checkpoint_dir.empty() ? "" : c.checkpoint_dir + "/" + checkpoint_step_name(r.steps));
       if (print.finish("ditto-train") != 0) return 1;  // the record could not be written
     }
     std::fflush(stdout);

@@ -489,6 +489,19 @@ int stderr_of_child(const std::string& err_path, const Body& body) {
   return WEXITSTATUS(status);
 }
 
+// Two `sig`s in a child process (the first handled, the second _exits): expects exit status
+// 128 + sig and returns the child's stderr.
+std::string two_signals_in_child(const std::string& err_path, int sig) {
+  EXPECT_EQ(stderr_of_child(err_path,
+                            [sig] {
+                              std::raise(sig);
+                              std::raise(sig);
+                            }),
+            128 + sig)
+      << train::stop_signal_name(sig);
+  return io::read_file(err_path);
+}
+
 // A first signal once no stop can come (the last step began: stop_handlers_last_step, which the
 // Trainer's on_last_step calls) says that the run completes as usual, with no stop checkpoint; a
 // second that the exit leaves the run incomplete. Before, they said "finishing the current step
@@ -549,13 +562,7 @@ TEST(GracefulStop, ASecondSignalDuringAStopSaysTheStopCheckpointWasNotWritten) {
   const std::string dir = fresh_dir("stop_second");
   const std::string err_path = dir + "/stderr";
   train::install_stop_handlers(dir, "test");
-  EXPECT_EQ(stderr_of_child(err_path,
-                            [] {
-                              std::raise(SIGTERM);
-                              std::raise(SIGTERM);
-                            }),
-            128 + SIGTERM);
-  EXPECT_EQ(io::read_file(err_path),
+  EXPECT_EQ(two_signals_in_child(err_path, SIGTERM),
             "test: signal received: finishing the current step and writing a checkpoint (send it "
             "again to exit at once)\n"
             "test: second SIGTERM: exiting at once; the stop checkpoint was not written; newest "
@@ -599,13 +606,7 @@ TEST(GracefulStop, ASecondSignalAfterTheStopCheckpointWasWrittenSaysSo) {
   // stop checkpoint, and promises none.
   train::install_stop_handlers(dir, "test");
   train::stop_handlers_stop_checkpoint_written(dir + "/step-00000003");
-  EXPECT_EQ(stderr_of_child(err_path,
-                            [] {
-                              std::raise(SIGINT);
-                              std::raise(SIGINT);
-                            }),
-            128 + SIGINT);
-  EXPECT_EQ(io::read_file(err_path),
+  EXPECT_EQ(two_signals_in_child(err_path, SIGINT),
             "test: SIGINT received after the stop checkpoint was written (" + dir +
                 "/step-00000003): nothing left to finish or write; exiting as usual (send it "
                 "again to exit at once)\n"
@@ -629,13 +630,7 @@ TEST(GracefulStop, UnderMpirunTheOtherRanksSayWhetherRankZeroWroteTheStopCheckpo
   train::install_stop_handlers(dir, "test");
   train::stop_handlers_stop_due(3);
   train::stop_handlers_stop_due(9);  // (once per run)
-  EXPECT_EQ(stderr_of_child(err_path,
-                            [] {
-                              std::raise(SIGTERM);
-                              std::raise(SIGTERM);
-                            }),
-            128 + SIGTERM);
-  EXPECT_EQ(io::read_file(err_path),
+  EXPECT_EQ(two_signals_in_child(err_path, SIGTERM),
             "test: SIGTERM received while the stop checkpoint is written (" + dir +
                 "/step-00000003): no step left to finish; exiting as usual (send it again to "
                 "exit at once)\n"
@@ -666,13 +661,7 @@ TEST(GracefulStop, UnderMpirunTheOtherRanksSayWhetherRankZeroWroteTheStopCheckpo
   train::install_stop_handlers(dir, "test");
   train::stop_handlers_stop_due(3);
   save_latest("step-00000003");
-  EXPECT_EQ(stderr_of_child(err_path,
-                            [] {
-                              std::raise(SIGINT);
-                              std::raise(SIGINT);
-                            }),
-            128 + SIGINT);
-  EXPECT_EQ(io::read_file(err_path),
+  EXPECT_EQ(two_signals_in_child(err_path, SIGINT),
             "test: SIGINT received after the stop checkpoint was written (" + dir +
                 "/step-00000003): nothing left to finish or write; exiting as usual (send it "
                 "again to exit at once)\n"
@@ -696,13 +685,7 @@ TEST(GracefulStop, UnderMpirunTheOtherRanksSayWhetherRankZeroWroteTheStopCheckpo
                               dir + "/step-00000003; newest checkpoint on disk: " + dir +
                               "/step-00000003\n";
   const auto second_signal = [&] {
-    EXPECT_EQ(stderr_of_child(err_path,
-                              [] {
-                                std::raise(SIGTERM);
-                                std::raise(SIGTERM);
-                              }),
-              128 + SIGTERM);
-    const std::string err = io::read_file(err_path);
+    const std::string err = two_signals_in_child(err_path, SIGTERM);
     return err.substr(err.find('\n') + 1);
   };
   save_latest("step-00000003");  // the older run's
@@ -796,18 +779,14 @@ TEST(GracefulStop, NewestOnDiskNamesTheResumeDirectorysCheckpointWhileTheRunsHas
   const std::string second = "test: second SIGTERM: exiting at once; the stop checkpoint was not "
                              "written; newest checkpoint on disk: ";
   const auto newest_after_two_signals = [&] {
-    EXPECT_EQ(stderr_of_child(err_path,
-                              [] {
-                                std::raise(SIGTERM);
-                                std::raise(SIGTERM);
-                              }),
-              128 + SIGTERM);
-    const std::string err = io::read_file(err_path);
+    const std::string err = two_signals_in_child(err_path, SIGTERM);
     const std::size_t at = err.find(second);
     return at == std::string::npos ? err : err.substr(at + second.size());
   };
   train::install_stop_handlers(b, "test", false, a + "/");
   EXPECT_EQ(newest_after_two_signals(), a + "/step-00000005 (in the --resume directory)\n");
+  fs::create_directories(a + "/step-00000003");  // a checkpoint: it holds trainer.json
+  std::ofstream(a + "/step-00000003/trainer.json") << "{}\n";
   train::install_stop_handlers(b, "test", false, a + "/step-00000003");
   EXPECT_EQ(newest_after_two_signals(), a + "/step-00000003 (the --resume checkpoint)\n");
   std::ofstream(b + "/latest") << "step-00000007\n";  // the run's own

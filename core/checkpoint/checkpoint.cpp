@@ -31,6 +31,12 @@
 
 namespace ditto {
 
+std::string checkpoint_step_name(std::int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
 namespace fs = std::filesystem;
 using ::ditto::detail::cat;
 
@@ -57,12 +63,6 @@ std::uint32_t tensors_crc(const std::vector<std::pair<std::string, Tensor>>& ten
   std::uint32_t crc = static_cast<std::uint32_t>(::crc32(0L, Z_NULL, 0));
   for (const auto& [name, t] : tensors) crc = io::crc32_update(crc, t.data_ptr(), t.nbytes());
   return crc;
-}
-
-std::string step_name(std::int64_t step) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
-  return buf;
 }
 
 // The step of a "step-N" name, or -1.
@@ -344,7 +344,7 @@ std::string save_checkpoint(const std::string& dir, nn::Module& model, const opt
   fs::create_directories(dir, ec);
   if (ec) throw Error(cat(call, ": cannot create directory '", dir, "': ", ec.message()));
   lock_checkpoint_dir(dir);
-  const std::string name = step_name(state.step);
+  const std::string name = checkpoint_step_name(state.step);
   const std::string final_path = dir + "/" + name, tmp_path = final_path + ".tmp";
   fs::remove_all(tmp_path, ec);  // a stray one from a crashed attempt
   if (!fs::create_directory(tmp_path, ec) || ec)
@@ -597,14 +597,14 @@ Checkpoint read_latest_checkpoint(const std::string& dir, std::ostream& log) {
   }
   std::string reasons;
   for (std::size_t i = 0; i < steps.size(); ++i) {
-    const std::string path = dir + "/" + step_name(steps[i]);
+    const std::string path = dir + "/" + checkpoint_step_name(steps[i]);
     try {
       return read_checkpoint(path);
     } catch (const ParseError& e) {
       reasons += cat("\n  ", e.what());
       log << "ditto: " << call << ": checkpoint '" << path << "' is unusable: " << e.what()
           << (i + 1 < steps.size()
-                  ? "; falling back to '" + dir + "/" + step_name(steps[i + 1]) + "'"
+                  ? "; falling back to '" + dir + "/" + checkpoint_step_name(steps[i + 1]) + "'"
                   : std::string("; no older checkpoint left"))
           << "\n";
     }

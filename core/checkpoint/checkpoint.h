@@ -140,6 +140,15 @@ void lock_checkpoint_dir(const std::string& dir);
 /// nothing. Errors that meet such a file (--init-from, --resume) append it.
 std::string pytorch_file_hint(const std::string& path);
 
+/// "step-N" (N = `step`, eight digits at least), the name of the checkpoint of step `step` in its
+/// directory (Note [Checkpoint layout]).
+std::string checkpoint_step_name(std::int64_t step);
+
+/// The checkpoint directory a resume from `resume_dir` continues: its parent for one checkpoint
+/// DIR/step-N (a directory of that name holding trainer.json; read_latest_checkpoint takes one),
+/// else `resume_dir` itself.
+std::string checkpoint_run_dir(const std::string& resume_dir);
+
 /// The newest usable checkpoint in DIR: DIR/latest's first, then the other step-N from the
 /// newest down; each one skipped is reported on `log` with the reason. DIR a DIR/step-N: that
 /// one (no fallback). Throws ditto::Error when there is no usable checkpoint (with each one's

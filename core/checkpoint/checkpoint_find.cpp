@@ -1,5 +1,5 @@
 // holds_checkpoint and checkpoint_entries (core/checkpoint/checkpoint.h): whether a directory has
-// a checkpoint to resume from, and which.
+// a checkpoint to resume from, and which; checkpoint_run_dir: the directory a resume continues.
 #include <algorithm>
 #include <filesystem>
 #include <string>
@@ -9,6 +9,17 @@
 #include "core/checkpoint/checkpoint.h"
 
 namespace ditto {
+
+std::string checkpoint_run_dir(const std::string& resume_dir) {
+  namespace fs = std::filesystem;
+  fs::path p = fs::path(resume_dir).lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  const std::string leaf = p.filename().string();
+  std::error_code ec;
+  if (leaf.rfind("step-", 0) == 0 && fs::exists(p / "trainer.json", ec))
+    return p.has_parent_path() ? p.parent_path().string() : std::string(".");
+  return resume_dir;
+}
 
 std::vector<std::string> checkpoint_entries(const std::string& dir, const std::string& what) {
   namespace fs = std::filesystem;

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/checkpoint/checkpoint.h"
 #include "core/io/file.h"
 
 namespace ditto::train {
@@ -88,10 +89,7 @@ bool stop_checkpoint_on_disk(int phase) {
   char name[64] = {};
   struct stat id {};
   read_latest(name, g_latest_path, &id);
-  const char* a = name;
-  const char* b = g_due_name;
-  while (*a && *a == *b) ++a, ++b;
-  if (*a != 0 || *b != 0) return false;
+  if (std::strcmp(name, g_due_name) != 0) return false;  // (async-signal-safe since POSIX 2016)
   return g_due_saved || !g_due_had_name || !same_file(id, g_due_latest);
 }
 
@@ -214,9 +212,7 @@ const std::atomic<int>* install_stop_handlers(const std::string& checkpoint_dir,
   std::string from = resume_dir;
   while (from.size() > 1 && from.back() == '/') from.pop_back();
   if (!from.empty() && from != checkpoint_dir) {
-    const std::size_t slash = from.rfind('/');
-    const std::string leaf = slash == std::string::npos ? from : from.substr(slash + 1);
-    if (leaf.rfind("step-", 0) == 0) {
+    if (checkpoint_run_dir(from) != from) {  // one checkpoint, A/step-N
       std::snprintf(g_resume_step, sizeof g_resume_step, "%s", from.c_str());
     } else {
       std::snprintf(g_resume_dir, sizeof g_resume_dir, "%s", from.c_str());
@@ -256,7 +252,7 @@ void stop_handlers_stop_due(std::int64_t step, bool saved) {
   // thread, reads the whole path. Once per run: no handler reads them while they are written.
   const int phase = g_phase.load();
   if (phase == kStopDue || phase == kStopWritten) return;
-  std::snprintf(g_due_name, sizeof g_due_name, "step-%08lld", static_cast<long long>(step));
+  std::snprintf(g_due_name, sizeof g_due_name, "%s", checkpoint_step_name(step).c_str());
   std::snprintf(g_due_checkpoint, sizeof g_due_checkpoint, "%s/%s", g_checkpoint_dir, g_due_name);
   g_due_saved = saved;
   char name[64] = {};

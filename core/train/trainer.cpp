@@ -97,27 +97,10 @@ std::string model_name(const TrainerConfig& c, const DataSource& data) {
   return arch.str();
 }
 
-/// The checkpoint directory a resume from `resume_dir` continues: its parent for one checkpoint
-/// DIR/step-N (read_latest_checkpoint takes one), else `resume_dir` itself.
-std::string resumes_from_dir(const std::string& resume_dir);
-
 /// The checkpoint a run resumed from at step `step` ("" for a run that did not resume).
 std::string resumed_checkpoint(const TrainerConfig& c, std::int64_t step) {
   if (c.resume_dir.empty()) return "";
-  char name[32];
-  std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(step));
-  return resumes_from_dir(c.resume_dir) + "/" + name;
-}
-
-std::string resumes_from_dir(const std::string& resume_dir) {
-  namespace fs = std::filesystem;
-  fs::path p = fs::path(resume_dir).lexically_normal();
-  if (p.filename().empty()) p = p.parent_path();
-  const std::string leaf = p.filename().string();
-  std::error_code ec;
-  if (leaf.rfind("step-", 0) == 0 && fs::exists(p / "trainer.json", ec))
-    return p.has_parent_path() ? p.parent_path().string() : std::string(".");
-  return resume_dir;
+  return checkpoint_run_dir(c.resume_dir) + "/" + checkpoint_step_name(step);
 }
 
 /// The checkpoint directory is created and locked (lock_checkpoint_dir; by rank 0: `lead`) at
@@ -133,7 +116,7 @@ void check_output_paths(const TrainerConfig& c, const std::string& given, bool l
     // A checkpoint itself (DIR/step-N, which --resume and --init-from take) is not a directory
     // to save in: the new run's latest, lock and step-N would nest inside that checkpoint
     // (tester5), and the rotation of DIR's run would remove them with it.
-    const std::string parent = resumes_from_dir(ck);
+    const std::string parent = checkpoint_run_dir(ck);
     DITTO_CHECK(parent == ck, c.name_of("checkpoint_dir"),
                 ": expected a directory to save checkpoints in, got '", given,
                 "', which is itself a checkpoint (a step-N of the run in '", parent,
@@ -152,7 +135,7 @@ void check_output_paths(const TrainerConfig& c, const std::string& given, bool l
     // A resume from another directory (--resume A --checkpoint B) is a fresh run for B: B's own
     // checkpoints would mix with A's continuation as a fresh run's would (B's `latest` switched
     // to A's step, B's newer steps kept beside it). A's DIR/step-N counts as A.
-    const std::string from = resumes_from_dir(c.resume_dir);
+    const std::string from = checkpoint_run_dir(c.resume_dir);
     if (c.resume_dir.empty() || io::same_file_key(from) != io::same_file_key(ck)) {
       const std::vector<std::string> found = checkpoint_entries(ck, c.name_of("checkpoint_dir"));
       std::string names;
@@ -355,10 +338,11 @@ void Trainer::last_step_begins(Run& run, Replica& rep) const {
   if ((run.processes || rep.lead()) && callbacks_.on_last_step) callbacks_.on_last_step();
 }
 
-void Trainer::stop_begins(Run& run, Replica& rep, const FitResult& res, std::int64_t step,
+void Trainer::stop_begins(Run& run, Replica& rep, FitResult& res, std::int64_t step,
                           bool saved) const {
-  if (res.stopped && (run.processes || rep.lead()) && callbacks_.on_stop)
-    callbacks_.on_stop(step, saved);
+  if (!res.stopped) return;
+  res.stop_signal = run.stop_value.load();  // stop_due's, agreed by the ranks
+  if ((run.processes || rep.lead()) && callbacks_.on_stop) callbacks_.on_stop(step, saved);
 }
 
 void Trainer::stop_checkpoint_written(Replica& rep, const FitResult& res, std::int64_t step,
@@ -781,7 +765,6 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
         checkpoint(loss_sum, CheckpointKind::periodic);
       if (stop_due(run, rep, ts.step)) {
         res.stopped = true;
-        res.stop_signal = run.stop_value.load();
         break;
       }
     }
@@ -822,7 +805,6 @@ FitResult Trainer::train_replica(Run& run, Replica& rep, TrainerState& ts) {
     // run's last step: the run is complete.
     if (steps > 0 && !last_epoch && stop_due(run, rep, ts.step)) {
       res.stopped = true;
-      res.stop_signal = run.stop_value.load();
       break;
     }
   }
@@ -939,7 +921,6 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
         checkpoint(last ? CheckpointKind::final : CheckpointKind::periodic);
       if (!last && stop_due(run, rep, ts.step)) {  // after the last step: the run is complete
         res.stopped = true;
-        res.stop_signal = run.stop_value.load();
         ++steps;
         break;
       }

@@ -121,10 +121,10 @@ class Trainer {
   void plan_run(Run& run, std::string& name, BackendOptions& options) const;
   /// Calls callbacks_.on_last_step on this process's first replica (TrainerCallbacks).
   void last_step_begins(Run& run, Replica& rep) const;
-  /// A stopped run: callbacks_.on_stop with its last step `step`, in every process, before the
-  /// stop checkpoint is saved (TrainerCallbacks::on_stop).
-  void stop_begins(Run& run, Replica& rep, const FitResult& res, std::int64_t step,
-                   bool saved) const;
+  /// A stopped run: `res.stop_signal` (the value stop_due agreed on), then callbacks_.on_stop
+  /// with its last step `step`, in every process, before the stop checkpoint is saved
+  /// (TrainerCallbacks::on_stop).
+  void stop_begins(Run& run, Replica& rep, FitResult& res, std::int64_t step, bool saved) const;
   /// A stopped run, on rank 0: callbacks_.on_stop_checkpoint with `path`, when the checkpoint
   /// of its last step `step` was saved (saved_step) there.
   void stop_checkpoint_written(Replica& rep, const FitResult& res, std::int64_t step,

@@ -506,6 +506,19 @@ std::shared_ptr<train::DatasetSource> small_source() {
   return std::make_shared<train::DatasetSource>(d);
 }
 
+// fit() restarts the backend with this rank's device: main()'s again when the test ends.
+struct RestoreMainsBackend {
+  RestoreMainsBackend() = default;
+  RestoreMainsBackend(const RestoreMainsBackend&) = delete;
+  RestoreMainsBackend& operator=(const RestoreMainsBackend&) = delete;
+  ~RestoreMainsBackend() {
+    BackendOptions o;
+    o.device_count = world();
+    o.memory_capacity = std::size_t(1) << 30;
+    init_backend("sim", o);
+  }
+};
+
 train::TrainerConfig small_ddp_config() {
   train::TrainerConfig c;
   c.trainer = train::TrainerKind::ddp;
@@ -539,14 +552,7 @@ TEST(MpiDist, TrainerFitCarriesRankZerosRefusalToEveryRank) {
   c.field_names = {{"checkpoint_dir", "--checkpoint"}};
   c.log = nullptr;
   train::Trainer t(c, small_source());
-  struct Restore {  // fit() restarted the backend with this rank's device: main()'s again after
-    ~Restore() {
-      BackendOptions o;
-      o.device_count = world();
-      o.memory_capacity = std::size_t(1) << 30;
-      init_backend("sim", o);
-    }
-  } restore;
+  const RestoreMainsBackend restore;
   const std::string why = "--checkpoint: cannot create directory '/dev/null/ck'";
   const auto t0 = std::chrono::steady_clock::now();
   try {
@@ -572,14 +578,7 @@ TEST(MpiDist, TrainerFitCarriesRankZerosRefusalToEveryRank) {
 // report the smaller.
 TEST(MpiDist, TrainerFitStopsEveryRankWithTheAskedRanksValue) {
   if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
-  struct Restore {  // fit() restarted the backend with this rank's device: main()'s again after
-    ~Restore() {
-      BackendOptions o;
-      o.device_count = world();
-      o.memory_capacity = std::size_t(1) << 30;
-      init_backend("sim", o);
-    }
-  } restore;
+  const RestoreMainsBackend restore;
   const int last = world() - 1;
   for (const bool both : {false, true}) {
     std::atomic<int> stop{me() == last ? SIGTERM : both && me() == 0 ? SIGINT : 0};
