@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/base/error.h"
+#include "core/checkpoint/checkpoint.h"
 #include "core/numerics/determinism.h"
 #include "core/train/cost_meter.h"
 #include "core/train/graceful_stop.h"
@@ -105,10 +106,10 @@ std::string shell_word(const std::string& s) {
 std::string format_stopped(const std::string& prog, int sig, std::int64_t steps,
                            const std::string& dir) {
   // The resume command is for copying into a shell: a directory with spaces is quoted (tester).
-  return strprintf("%s: stopped by %s after step %" PRId64 ": checkpoint %s/step-%08" PRId64
-                   " written; resume with --resume %s\n",
-                   prog.c_str(), stop_signal_name(sig), steps, dir.c_str(), steps,
-                   shell_word(dir).c_str());
+  return strprintf("%s: stopped by %s after step %" PRId64 ": checkpoint %s/%s written; resume "
+                   "with --resume %s\n",
+                   prog.c_str(), stop_signal_name(sig), steps, dir.c_str(),
+                   checkpoint_step_name(steps).c_str(), shell_word(dir).c_str());
 }
 
 std::string format_predicted_kernels(const CostPrediction& p, Determinism determinism,
