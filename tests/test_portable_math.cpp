@@ -1,7 +1,7 @@
-// Tests of core/numerics/portable_math.h (DESIGN rule 4): accuracy of pmath::exp, log, expm1, log1p, tanh
-// and sigmoid against long double libm (ulp distance on the float bit patterns) over a dense sweep
-// of the float range and at the edge values, and bit-identical results whether a function is
-// inlined into a loop or called through a function pointer.
+// Tests of core/numerics/portable_math.h (DESIGN rule 4): accuracy of pmath::exp, log, expm1,
+// log1p, tanh and sigmoid against long double libm (ulp distance on the float bit patterns) over a
+// dense sweep of the float range and at the edge values, and bit-identical results whether a
+// function is inlined into a loop or called through a function pointer.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -89,7 +89,6 @@ constexpr std::uint32_t kStrideOther = 2053 * 8 + 3;
 #endif
 
 constexpr std::uint32_t kNegZero = 0x80000000u;
-constexpr std::uint32_t kMaxFinite = 0x7f7fffffu;
 
 struct Range {
   float lo, hi;  // sweep covers [lo, hi] (through 0 when lo < 0 < hi)
@@ -101,9 +100,9 @@ void check_accuracy(const char* name, Fn f, RefFn ref, Range r, std::uint32_t st
   SweepResult res;
   if (r.lo < 0.0f) sweep(f, ref, kNegZero, bits(r.lo), stride, res);
   if (r.hi > 0.0f) sweep(f, ref, r.lo > 0.0f ? bits(r.lo) : 0u, bits(r.hi), stride, res);
-  std::cout << "[ pmath    ] " << name << ": max error " << res.max_ulp << " ulp over "
-            << res.count << " inputs (stride " << stride << "), worst at " << std::hexfloat
-            << res.worst_x << std::defaultfloat << "\n";
+  std::cout << "[ pmath    ] " << name << ": max error " << res.max_ulp << " ulp over " << res.count
+            << " inputs (stride " << stride << "), worst at " << std::hexfloat << res.worst_x
+            << std::defaultfloat << "\n";
   ::testing::Test::RecordProperty(std::string("max_ulp_") + name, static_cast<int>(res.max_ulp));
   EXPECT_LE(res.max_ulp, bound) << name << " worst at x = " << std::hexfloat << res.worst_x
                                 << ": got " << f(res.worst_x) << ", want "
@@ -120,8 +119,7 @@ void check_near(const char* name, Fn f, RefFn ref, const std::vector<float>& xs,
                              : from_bits(static_cast<std::uint32_t>(-o) | 0x80000000u);
       if (std::isnan(x)) continue;
       EXPECT_LE(ulp_distance(f(x), reference(ref, x)), bound)
-          << name << "(" << std::hexfloat << x << ") = " << f(x) << ", want "
-          << reference(ref, x);
+          << name << "(" << std::hexfloat << x << ") = " << f(x) << ", want " << reference(ref, x);
     }
   }
 }
@@ -193,7 +191,7 @@ TEST(PortableMath, LogEdgeValues) {
   EXPECT_TRUE(std::isnan(pmath::log(-kInf)));
   EXPECT_TRUE(std::isnan(pmath::log(kNan)));
   EXPECT_EQ(pmath::log(kInf), kInf);
-  EXPECT_TRUE(is_pos_zero(pmath::log(1.0f)));  // exactly +0
+  EXPECT_TRUE(is_pos_zero(pmath::log(1.0f)));                         // exactly +0
   EXPECT_EQ(pmath::log(kDenormMin), reference(ref_log, kDenormMin));  // -103.2789...
   EXPECT_EQ(pmath::log(kDenormMin), -0x1.9d1da0p+6f);
   EXPECT_EQ(pmath::log(2.0f), 0x1.62e430p-1f);  // float(ln2)
@@ -293,12 +291,14 @@ TEST(PortableMath, InlineAndFunctionPointerGiveSameBits) {
 // changes path), in a loop the compiler vectorises, as the GELU kernels' loops are.
 TEST(PortableMath, TanhBranchlessHasTanhsBitsEverywhere) {
   std::vector<float> xs;
-  for (std::uint64_t u = 0; u <= 0xffffffffull; u += 97) xs.push_back(from_bits(static_cast<std::uint32_t>(u)));
+  for (std::uint64_t u = 0; u <= 0xffffffffull; u += 97)
+    xs.push_back(from_bits(static_cast<std::uint32_t>(u)));
   const float edges[] = {0x1p-12f, 1.0f, 9.1f, 0.5f * 0.34657359f, 8.3177662f, 8.6643398f};
   for (float e : edges)
     for (float sign : {1.0f, -1.0f})
       for (int d = -64; d <= 64; ++d)
-        xs.push_back(sign * from_bits(static_cast<std::uint32_t>(static_cast<std::int64_t>(bits(e)) + d)));
+        xs.push_back(sign *
+                     from_bits(static_cast<std::uint32_t>(static_cast<std::int64_t>(bits(e)) + d)));
   for (float v : {0.0f, -0.0f, std::numeric_limits<float>::infinity(),
                   -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(),
                   std::numeric_limits<float>::denorm_min()})
@@ -310,8 +310,8 @@ TEST(PortableMath, TanhBranchlessHasTanhsBitsEverywhere) {
     const float want = pmath::tanh(xs[i]);
     const bool same = bits(got[i]) == bits(want) || (std::isnan(got[i]) && std::isnan(want));
     if (!same && ++bad <= 5)
-      ADD_FAILURE() << "tanh_branchless(" << xs[i] << " = 0x" << std::hex << bits(xs[i])
-                    << ") = 0x" << bits(got[i]) << ", tanh = 0x" << bits(want) << std::dec;
+      ADD_FAILURE() << "tanh_branchless(" << xs[i] << " = 0x" << std::hex << bits(xs[i]) << ") = 0x"
+                    << bits(got[i]) << ", tanh = 0x" << bits(want) << std::dec;
   }
   EXPECT_EQ(bad, 0u) << "of " << xs.size();
 }
@@ -350,14 +350,14 @@ TEST(PortableMath, BranchlessGeluHasTheScalarGelusBits) {
 // them). A change here is a change of the bitwise contract.
 TEST(PortableMath, GoldenBits) {
   // Computed once from this implementation; each equals the correctly rounded value.
-  EXPECT_EQ(bits(pmath::exp(0.5f)), 0x3fd3094cu);        // 0x1.a61298p+0
-  EXPECT_EQ(bits(pmath::exp(-3.25f)), 0x3d1ed1b4u);      // 0x1.3da368p-5
-  EXPECT_EQ(bits(pmath::log(3.0f)), 0x3f8c9f54u);        // 0x1.193ea8p+0
-  EXPECT_EQ(bits(pmath::log(1e-3f)), 0xc0dd0c55u);       // -0x1.ba18aap+2
-  EXPECT_EQ(bits(pmath::expm1(1e-3f)), 0x3a832337u);     // 0x1.06466ep-10
-  EXPECT_EQ(bits(pmath::log1p(0.1f)), 0x3dc331fcu);      // 0x1.8663f8p-4
-  EXPECT_EQ(bits(pmath::tanh(0.75f)), 0x3f22991fu);      // 0x1.45323ep-1
-  EXPECT_EQ(bits(pmath::sigmoid(-2.0f)), 0x3df420a9u);   // 0x1.e84152p-4
+  EXPECT_EQ(bits(pmath::exp(0.5f)), 0x3fd3094cu);       // 0x1.a61298p+0
+  EXPECT_EQ(bits(pmath::exp(-3.25f)), 0x3d1ed1b4u);     // 0x1.3da368p-5
+  EXPECT_EQ(bits(pmath::log(3.0f)), 0x3f8c9f54u);       // 0x1.193ea8p+0
+  EXPECT_EQ(bits(pmath::log(1e-3f)), 0xc0dd0c55u);      // -0x1.ba18aap+2
+  EXPECT_EQ(bits(pmath::expm1(1e-3f)), 0x3a832337u);    // 0x1.06466ep-10
+  EXPECT_EQ(bits(pmath::log1p(0.1f)), 0x3dc331fcu);     // 0x1.8663f8p-4
+  EXPECT_EQ(bits(pmath::tanh(0.75f)), 0x3f22991fu);     // 0x1.45323ep-1
+  EXPECT_EQ(bits(pmath::sigmoid(-2.0f)), 0x3df420a9u);  // 0x1.e84152p-4
 }
 
 }  // namespace

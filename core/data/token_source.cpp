@@ -186,7 +186,7 @@ std::vector<std::string> val_paths_beside(const std::string& train_spec) {
   return out;
 }
 
-TokenFile::TokenFile(const std::string& path, DataFormat format) : path_(path), format_(format) {
+TokenFile::TokenFile(const std::string& path, DataFormat format) : path_(path) {
   DITTO_CHECK(format == DataFormat::llmc || format == DataFormat::nanogpt, kCall,
               ": format: expected llmc or nanogpt, got ", data_format_name(format));
   io::InputFile in(path, kMaxTokenFileBytes, kCall);  // a regular file (Note [Bounded reads])

@@ -137,7 +137,6 @@ class TokenFile {
 
  private:
   std::string path_;
-  DataFormat format_;
   void* map_ = nullptr;
   std::size_t size_ = 0;
   std::int64_t tokens_ = 0, offset_ = 0;
