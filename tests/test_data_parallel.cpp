@@ -8,7 +8,9 @@
 #include <cmath>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "core/nn/linear.h"
 #include "core/nn/loss.h"
@@ -468,6 +470,64 @@ TEST_F(DataParallelTest, ParallelApplyRunsEveryReplicaOnItsOwnThreadConcurrently
     if (arrived.load() == 4) ++saw_all;
   });
   EXPECT_EQ(saw_all.load(), 4);
+}
+
+// Two torch.nn.DataParallel models trained at once in two host threads over the same devices (a
+// library user's pattern, tester helper-87): before Note [DataParallel models in several
+// threads], their calls interleaved on the devices' streams and most runs of 300 steps stopped
+// in a Timeout (the default timeout: a 5-minute hang). Each model must finish with the bits it
+// gets when trained alone in one thread.
+std::vector<float> train_dp_model(int worker, int steps, const std::vector<Device>& devices) {
+  const Determinism det = Determinism::bitwise;
+  const std::int64_t batch = 64;
+  Tensor x = random_tensor({batch, 32}, 300 + worker);
+  Tensor y = labels(batch, 4, 400 + worker);
+  auto model = nn::mlp({32, 256, 4}, devices[0], 7 + worker);
+  parallel::DataParallelOptions o;
+  o.determinism = det;
+  o.comm_timeout_ms = 60000;
+  parallel::DataParallel dp(*model, devices, o);
+  nn::CrossEntropyLoss loss;
+  loss.set_determinism(det);
+  optim::SGD opt(model->parameters(), {.lr = 0.1f});
+  for (int s = 0; s < steps; ++s) {
+    Tensor out = dp.forward(x);
+    loss.forward(out, y.to(out.device()));
+    opt.zero_grad(true);
+    dp.backward(loss.backward());
+    opt.step();
+  }
+  std::vector<float> flat;
+  for (nn::Parameter* p : model->parameters()) {
+    std::vector<float> v = p->data.to_vector<float>();
+    flat.insert(flat.end(), v.begin(), v.end());
+  }
+  return flat;
+}
+
+TEST_F(DataParallelTest, TwoModelsTrainedInTwoThreadsOverTheSameDevicesGiveTheirOwnBits) {
+  const int steps = 300;
+  const std::vector<float> alone0 = train_dp_model(0, steps, devs(4));
+  const std::vector<float> alone1 = train_dp_model(1, steps, devs(4));
+  ASSERT_NE(alone0, alone1);  // two different models
+  std::vector<float> got[2];
+  std::string error[2];
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int w = 0; w < 2; ++w)
+    threads.emplace_back([&, w] {
+      try {
+        got[w] = train_dp_model(w, steps, devs(4));
+      } catch (const std::exception& e) {
+        error[w] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(error[0], "") << "after " << s << " s";
+  EXPECT_EQ(error[1], "") << "after " << s << " s";
+  EXPECT_EQ(got[0], alone0);
+  EXPECT_EQ(got[1], alone1);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // DataParallel: scatter, replicate, parallel_apply, gather; and the reverse pass.
 #include "core/parallel/data_parallel.h"
 
+#include <mutex>
 #include <set>
 
 #include "core/base/error.h"
@@ -76,6 +77,58 @@ DataParallel::DataParallel(nn::Module& module, std::vector<Device> devices,
 }
 
 DataParallel::~DataParallel() = default;
+
+// Note [DataParallel models in several threads]
+// torch.nn.DataParallel models trained at once in several host threads over the same GPUs just
+// work: torch.cuda.comm's NCCL launches run under the CUDA caching allocator's free mutex
+// (torch/csrc/cuda/nccl.cpp; c10d's AutoNcclGroup), and the GIL orders the rest of each step's
+// host side. Here two DataParallel models' calls interleaved on the devices' default streams:
+// one model's replicas blocked in their host-to-device input copies (parallel_apply's threads)
+// behind the other model's broadcast, which waited for a rank queued behind them, and both
+// stopped until the collective timeout (tester helper-87: 5 of 6 runs of two 4-device MLPs over
+// 300 steps failed with a Timeout, the default timeout a 5-minute hang). A process-wide lock
+// taken for the whole of each forward and backward (forward_rows and backward) orders those
+// host sides one after another: each call enqueues all of its work (replication, the replicas'
+// copies and kernels, the gather; the gradients' reduce) before another model's call starts,
+// while the devices still run the two models' queued work as it comes. Serialising only each
+// collective's launch (one lock around the single-controller forms' enqueue, as torch's free
+// mutex does) was tried and did not remove the timeouts (4 of 9 runs failed). One model's
+// calls come from one thread at a time anyway (the module and its buffers are not guarded
+// otherwise). A DataParallel inside a replica's module (nested: its calls come from a replica,
+// on parallel_apply's threads or inline on the caller's) runs under the outer call's lock and
+// does not take it again, so nesting works as before.
+namespace {
+std::mutex& calls_mutex() {
+  static std::mutex m;
+  return m;
+}
+thread_local bool t_in_replica = false;  // this thread runs a DataParallel replica's work
+
+// Holds the calls' lock for one forward or backward unless this thread runs a replica of an
+// outer DataParallel call, which holds it.
+class OneCallAtATime {
+ public:
+  OneCallAtATime() : lock_(calls_mutex(), std::defer_lock) {
+    if (!t_in_replica) lock_.lock();
+  }
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+};
+
+// Marks this thread as running a replica for the scope (restoring what it was: replica 0 may run
+// inline on the caller's thread).
+class ReplicaScope {
+ public:
+  ReplicaScope() : was_(t_in_replica) { t_in_replica = true; }
+  ~ReplicaScope() { t_in_replica = was_; }
+  ReplicaScope(const ReplicaScope&) = delete;
+  ReplicaScope& operator=(const ReplicaScope&) = delete;
+
+ private:
+  bool was_;
+};
+}  // namespace
 
 Tensor DataParallel::forward(const Tensor& input) { return forward(std::vector<Tensor>{input}); }
 
@@ -209,6 +262,7 @@ Tensor DataParallel::forward(const std::vector<Tensor>& inputs, std::int64_t fir
 
 Tensor DataParallel::forward_rows(const std::vector<Tensor>& inputs, std::int64_t first_row,
                                   const std::vector<std::int64_t>* given_bounds) {
+  OneCallAtATime one_call;  // Note [DataParallel models in several threads]
   DITTO_CHECK(!inputs.empty(), "DataParallel.forward: inputs: expected at least one tensor");
   check_parameters_live("DataParallel.forward", module_);
   const std::int64_t dim = options_.dim;
@@ -298,6 +352,7 @@ Tensor DataParallel::forward_rows(const std::vector<Tensor>& inputs, std::int64_
   }
   std::vector<Tensor> outputs(static_cast<std::size_t>(n));
   parallel_apply(devs, "forward", [&](int i) {
+    ReplicaScope replica;
     const auto r = static_cast<std::size_t>(i);
     for (std::size_t j = 0; j < inputs.size(); ++j)
       if (copy_in_replica[j])
@@ -324,6 +379,7 @@ Tensor DataParallel::forward_rows(const std::vector<Tensor>& inputs, std::int64_
 }
 
 Tensor DataParallel::backward(const Tensor& grad_output) {
+  OneCallAtATime one_call;  // Note [DataParallel models in several threads]
   DITTO_CHECK(has_forward_, "DataParallel.backward: no forward to go back through (call forward "
                             "first; each forward allows one backward)");
   DITTO_CHECK(grad_output.defined() && grad_output.shape() == last_output_shape_,
@@ -365,6 +421,7 @@ Tensor DataParallel::backward(const Tensor& grad_output) {
 
   std::vector<Tensor> grad_inputs(static_cast<std::size_t>(n));
   parallel_apply(devs, "backward", [&](int i) {
+    ReplicaScope replica;
     grad_inputs[static_cast<std::size_t>(i)] =
         replicas_[static_cast<std::size_t>(i)]->backward(grads[static_cast<std::size_t>(i)]);
   });

@@ -19,6 +19,12 @@
 // With one device the module is called directly (as PyTorch does). The module's parameters must
 // be on devices[0]. In bitwise mode the split follows micro-shard boundaries (see
 // DataParallelOptions::determinism).
+//
+// Threads: several DataParallel models may train at once, each from its own host thread, over the
+// same devices (as torch.nn.DataParallel models may): their forward and backward calls take turns
+// on the host (one process-wide lock for each whole call; the devices run the queued work of both)
+// and each model gets the bits it gets alone (Note [DataParallel models in several threads],
+// data_parallel.cpp). One model's calls must come from one thread at a time.
 #pragma once
 
 #include <map>
