@@ -156,7 +156,8 @@ def scratch_dir(source, build):
     for name in os.listdir(source):
         if name in ("build", ".git"):
             continue
-        os.symlink(os.path.join(source, name), os.path.join(d, name))
+        # Absolute: a link made of a relative --source (".") would point at itself.
+        os.symlink(os.path.join(os.path.abspath(source), name), os.path.join(d, name))
     os.symlink(os.path.abspath(build), os.path.join(d, "build"))
     return d
 
@@ -343,6 +344,14 @@ exit 1
         assert check_file(os.path.join(src, "plain.md"), args, cwd, quiet) == 1
         assert check_file(os.path.join(src, "bare.md"), args, cwd, quiet) == 1
         assert broken_links(os.path.join(src, "link.md")) == ["gone.md"]
+        shutil.rmtree(cwd)
+        here = os.getcwd()  # --source given relative to the working directory ("--source .")
+        try:
+            os.chdir(src)
+            cwd = scratch_dir(".", "build")
+        finally:
+            os.chdir(here)
+        assert os.path.isfile(os.path.join(cwd, "page.md")), "a relative --source"
         shutil.rmtree(cwd)
     print("PASS: check_docs.py self-test")
     return 0
