@@ -81,6 +81,19 @@ void SimRun::validate(const train::TrainerConfig& c) const {
   // They change only the cost model's virtual times, which the profile (the prediction) or the
   // trace shows; without either they would be silently ignored (under mpirun plan() refuses the
   // stragglers and nodes whatever comes with them).
+  // The interconnect's name, from the cost model's table (warnings() and the cost model take it
+  // as valid: --interconnect nvlink5 was priced "as asked" and then failed with exit status 1).
+  if (o_.interconnect != "auto") {
+    const std::vector<InterconnectProfile>& links = builtin_interconnects();
+    std::string known = "auto";
+    bool found = false;
+    for (std::size_t i = 0; i < links.size(); ++i) {
+      known += (i + 1 == links.size() ? " or " : ", ") + links[i].key;
+      found = found || links[i].key == o_.interconnect;
+    }
+    DITTO_CHECK(found, name_of(c, "interconnect"), ": expected ", known, ", got '", o_.interconnect,
+                "'");
+  }
   const bool priced = !o_.profile.empty() || !o_.trace.empty();
   for (const auto& [field, set] : {std::pair{"interconnect", o_.interconnect != "auto"},
                                    std::pair{"stragglers", !o_.stragglers.empty() && !processes}})

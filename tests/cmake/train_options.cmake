@@ -68,6 +68,13 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.UnknownProfile RC 2
     COMMAND $<TARGET_FILE:ditto-train> --profile h300 --epochs 0
     REGEX "^ditto-train: error: --profile: expected one of h100-sxm, h200, a100-sxm-80gb, a100-sxm-40gb, rtx4070-laptop or a .json file, got 'h300'")
+  # An interconnect the cost model does not have was priced "as asked" with a warning, then failed
+  # with exit status 1 ("interconnect_profile: unknown interconnect 'nvlink5'"); the list is the
+  # cost model's table (builtin_interconnects).
+  ditto_expect_exit(DittoTrainCli.UnknownInterconnect RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2 --dry-run --profile h100-sxm --trainer ddp
+            --dtype bf16 --devices 2 --batch-size 2 --interconnect nvlink5
+    REGEX "^ditto-train: error: --interconnect: expected auto, nvlink, nvlink3, pcie5 or pcie4, got 'nvlink5'\n$")
   ditto_expect_exit(DittoTrainCli.MalformedStraggler RC 2
     COMMAND $<TARGET_FILE:ditto-train> --straggler 3x2 --epochs 0
     REGEX "ditto-train: error: --straggler: expected DEVICE:FACTOR such as 3:2.5, got '3x2'")
