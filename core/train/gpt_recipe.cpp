@@ -99,6 +99,13 @@ void check_settings(const GptSettings& g, double lr, double weight_decay, const 
   finite_in(n("beta1"), g.beta1, 0, false, 1, true);
   finite_in(n("beta2"), g.beta2, 0, false, 1, true);
   at_least(n("sample"), g.sample, 0, " (0: no sample)");
+  // As a dry run's checkpoints and exports: it holds no tensor data (its copies to the host read
+  // zeros), so the sample would be noise printed as the model's.
+  DITTO_CHECK(!c.dry_run || g.sample == 0, n("sample"), ": expected 0 (none) with ",
+              c.name_of("dry_run"),
+              " (a dry run holds no tensor data, so its sample would be noise, not the model's), "
+              "got ",
+              g.sample);
   finite_in(n("temperature"), g.temperature, 0, true, inf, true);
   at_least(n("top_k"), g.top_k, 0, " (0: every character)");
   at_least(n("vocab_size"), g.vocab_size, 0, " (0: the text's vocabulary)");
@@ -248,7 +255,7 @@ GptRun configure_gpt(GptSettings& g, TrainerConfig& c) {
   check_not_nanogpt_init_from(g, c);
   out.init_weights = apply_init_from(g, vocab_from);
   apply_preset(g);
-  if (c.dry_run) {  // a prediction: a few steps, no evaluation or sample unless asked for
+  if (c.dry_run) {  // a prediction: a few steps, no evaluation unless asked for, no sample
     if (!g.given.count("max_iters")) g.max_iters = 2;
     if (!g.given.count("eval_iters")) g.eval_iters = 0;
     if (!g.given.count("sample")) g.sample = 0;
