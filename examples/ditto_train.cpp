@@ -80,7 +80,8 @@ train::OptionTable all_options(Args& a) {
             train::option("--predict-table", &a.table,
                           "print the cost model's all_reduce figures and dry runs of llm.c's GPT-2 "
                           "runs next to the published figures, then exit (status 1 if a row is "
-                          "outside its tolerance and not a known gap)"),
+                          "outside its tolerance and not a known gap); alone: it uses no other "
+                          "option"),
             train::option(
                 "--metrics-jsonl", &a.jsonl,
                 "write each epoch's metrics and the final ones as JSON lines to this file",
@@ -568,8 +569,21 @@ int cli_main(int argc, char** argv) {
   }
   for (const train::OptionRow& r : a.options)
     if (app.count(r.flag) > 0) a.given.insert(r.flag), g.given.insert(r.field);
-  if (a.table)  // the alias of ditto-predict-table (examples/ditto_predict_table.cpp)
+  if (a.table) {  // the alias of ditto-predict-table (examples/ditto_predict_table.cpp)
+    // Its tables are fixed: another option would be ignored without a word (as
+    // ditto-predict-table refuses any argument).
+    std::string others;
+    for (const std::string& f : a.given)
+      if (f != "--predict-table") others += (others.empty() ? "" : ", ") + f;
+    if (!others.empty()) {
+      std::fprintf(stderr,
+                   "ditto-train: error: --predict-table: prints fixed tables and uses no other "
+                   "option: expected it alone, got %s\n",
+                   others.c_str());
+      return ditto_cli::kUsageError;
+    }
     return ditto_cli::print_prediction_tables("ditto-train: --predict-table");
+  }
   int rc = 1;
   try {
     // Started by mpirun: this process is one rank (--trainer ddp), the job's processes the ranks.

@@ -60,6 +60,10 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.PredictTableAlias RC 1
     COMMAND sh -c "exec \"$0\" --predict-table > /dev/full" $<TARGET_FILE:ditto-train>
     REGEX "^ditto-train: --predict-table: error: cannot write the table to stdout: No space left on device\n$")
+  # Its tables are fixed: other options were ignored (--trace x.json wrote nothing, exit 0).
+  ditto_expect_exit(DittoTrainCli.PredictTableAloneOrRefused RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --predict-table --trace ${CMAKE_CURRENT_BINARY_DIR}/predict_table_x.json --devices 3 --profile h200
+    REGEX "^ditto-train: error: --predict-table: prints fixed tables and uses no other option: expected it alone, got --devices, --profile, --trace\n$")
   ditto_expect_exit(DittoTrainCli.ProfilePrintsPredictionAndMemory RC 0
     COMMAND $<TARGET_FILE:ditto-train> --trainer ddp --profile h100-sxm --devices 2 --nodes 2 --epochs 1
     REGEX "predicted: 4 x NVIDIA H100 SXM5 80GB \\(2 nodes, nvlink\\) step_time=[0-9.]+ ms samples/s=[0-9]+ comm_share=[0-9.]+% mfu=.*memory: sim:3 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=81559.00 MiB")
