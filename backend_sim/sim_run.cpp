@@ -233,18 +233,39 @@ std::vector<std::string> SimRun::warnings(const train::TrainerConfig& c) const {
   if (ic == "auto")
     ic = o_.profile.empty() ? std::string() : default_interconnect(device_profile(o_.profile).key);
   const long long all = static_cast<long long>(c.devices) * o_.nodes;
-  long long nodes = (all + kGpusPerNode - 1) / kGpusPerNode;  // the fewest nodes of <= 8 that
-  while (all % nodes != 0) ++nodes;                           // hold them all equally
+  // The advice: the simulator's nodes hold equal counts (--nodes x --devices), so the fewest
+  // nodes of at most 8 that hold all the GPUs equally, each at least half full as a real
+  // cluster's are (24: 3 of 8; 12: 2 of 6). With none (a count that is no multiple of 4..8: 11,
+  // 13, 22; it said 11 nodes of 1 GPU, every collective across the network), the fewest nodes
+  // with the GPU counts either side.
+  const long long fewest = (all + kGpusPerNode - 1) / kGpusPerNode;
+  long long nodes = fewest;
+  while (all % nodes != 0 && all / (nodes + 1) >= kGpusPerNode / 2) ++nodes;
   const std::string devices = c.name_of("devices"), nodes_flag = name_of(c, "nodes");
+  const bool dp = c.trainer == train::TrainerKind::dp;
+  const auto cluster = [&](long long n, long long d) {
+    return detail::cat(nodes_flag, " ", n, " ", devices, " ", d, dp ? " --trainer ddp" : "");
+  };
+  std::string use = cluster(nodes, all / nodes) + (dp ? " (DataParallel is one node's)" : "");
+  if (all % nodes != 0) {
+    const long long more = (all + fewest - 1) / fewest, fewer = all / fewest;
+    use = detail::cat(cluster(fewest, more), " (", fewest * more, " GPUs) or ",
+                      cluster(fewest, fewer), " (", fewest * fewer,
+                      " GPUs): the simulator's nodes hold equal counts, and ", all,
+                      " is no multiple of ", kGpusPerNode / 2, " to ", kGpusPerNode,
+                      dp ? " (DataParallel is one node's)" : "");
+  }
   out.push_back(detail::cat(
       devices, " ", c.devices, ": ", c.devices,
       o_.nodes == 1 ? " GPUs on one node" : " GPUs a node", ", priced as ",
       o_.nodes == 1 ? std::string("one ") : detail::cat(o_.nodes, " "), ic.empty() ? ic : ic + " ",
       "node", o_.nodes == 1 ? "" : "s", " of ", c.devices,
-      " (its collectives at one node's link bandwidth, none across a network); a node holds ",
-      kGpusPerNode, " GPUs (an HGX board): for ", all, " GPUs in nodes of at most ", kGpusPerNode,
-      " (InfiniBand between them) use ", nodes_flag, " ", nodes, " ", devices, " ", all / nodes,
-      c.trainer == train::TrainerKind::dp ? " --trainer ddp (DataParallel is one node's)" : ""));
+      o_.nodes == 1 ? " (its collectives at one node's link bandwidth, none across a network)"
+                    : detail::cat(" (each node's ", c.devices,
+                                  " GPUs at one node's link bandwidth, the network only between "
+                                  "the nodes)"),
+      "; a node holds ", kGpusPerNode, " GPUs (an HGX board): for ", all,
+      " GPUs in nodes of at most ", kGpusPerNode, " (InfiniBand between them) use ", use));
   return out;
 }
 
