@@ -365,6 +365,8 @@ int run(Args& a) {
     else if (!sim.failed_trace_error.empty())
       std::fprintf(stderr, "ditto-train: warning: --trace: not written for the failed run: %s\n",
                    sim.failed_trace_error.c_str());
+    if (!sim.trace_dropped.empty())  // events past the trace's cap
+      std::fprintf(stderr, "ditto-train: warning: %s\n", sim.trace_dropped.c_str());
   };
   // The failure is reported by the caller, after what was kept of the run.
   try {
@@ -454,6 +456,10 @@ int run(Args& a) {
   if (!sim.trace.empty())
     std::printf("trace: wrote %s (Chrome trace JSON; open in https://ui.perfetto.dev)\n",
                 sim.trace.c_str());
+  if (!sim.trace_dropped.empty()) {  // events past the trace's cap
+    std::fflush(stdout);
+    std::fprintf(stderr, "ditto-train: warning: %s\n", sim.trace_dropped.c_str());
+  }
   if (gpt && r.prediction)
     out(train::format_gpt_prediction(*r.prediction, r.memory, gpt_run.model, c));
   if (a.verbose && r.prediction)
