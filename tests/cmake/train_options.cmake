@@ -254,6 +254,16 @@ if(TARGET ditto-train)
             --block-size 256 --batch-size 64 --dtype f32 --allow-tf32 --determinism fast
             --dry-run --profile h200 --devices 1 --max-iters 2 --eval-iters 0 --sample 0
     REGEX "GEMMs on tensor cores \\(cuBLASLt, TF32 494.5 TFLOP/s[^\n]*\n.*predicted GPT: [^\n]*; mfu=[0-9]+\\.[0-9]% of TF32 peak 494.5 TFLOP/s per GPU")
+  # f16 on a profile with an FP16 rate and no BF16 one (a V100): the GEMMs priced at FP16 125,
+  # MFU of that peak (it said "mfu=424.5% of BF16 peak 15.7", the loader's FP32 fallback).
+  ditto_expect_exit(DittoTrainCli.DryRunF16MfuAgainstTheFp16Peak RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2 --dry-run --devices 1 --dtype f16
+            --batch-size 4 --profile ${CMAKE_CURRENT_SOURCE_DIR}/data/profile_v100_f16_only.json
+    REGEX "GEMMs on tensor cores \\(cuBLASLt, FP16 125 TFLOP/s[^\n]*\n.*predicted GPT: [^\n]*; mfu=[1-9][0-9]\\.[0-9]% of FP16 peak 125 TFLOP/s per GPU")
+  # A small model's peak memory in MiB on an 80 GB card (it said "0.00 GiB of 79.65 GiB").
+  ditto_expect_exit(DittoTrainCli.DryRunSmallPeakInMiB RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --dry-run --profile h100-sxm
+    REGEX "predicted GPT: peak memory [1-9][0-9]*\\.[0-9][0-9] MiB of 79\\.65 GiB on the fullest device")
   # --verbose (issue 29 item 5): the units each kernel class is priced on, and the step's kernels
   # by kind with FLOP and bytes, their rows adding up to the predicted step (Note [Compute units]);
   # the optimizer and the clip as the CUDA backend's multi-tensor launches, the GEMMs as its typed
