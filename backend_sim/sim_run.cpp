@@ -16,6 +16,7 @@
 #include "backend_sim/profiles.h"
 #include "backend_sim/sim_dry_arena.h"
 #include "backend_sim/sim_faults.h"
+#include "backend_sim/trace.h"
 #include "core/base/error.h"
 #include "core/distributed/distributed.h"
 #include "core/io/file.h"
@@ -65,6 +66,9 @@ void check_trace_path(const train::TrainerConfig& c, const std::string& trace) {
               "directory, got '",
               trace, "': '", dir.string(), "': ", std::strerror(errno));
 }
+
+static_assert(SimRunOptions{}.trace_max_events == TraceRecorder::kDefaultMaxEvents,
+              "a SimRun's trace keeps what the recorder keeps by default");
 
 /// The warning for a trace that lacks events past its cap (SimRunReport::trace_dropped), "" when
 /// it holds them all: the file said so only in otherData.dropped_events (a 700-step run on 8
