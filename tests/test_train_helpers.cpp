@@ -186,7 +186,7 @@ TEST(MetricsFormat, KernelTableColumnsFitTheLongestName) {
     lines.push_back(t.substr(at, nl - at));
   ASSERT_EQ(lines.size(), 6u) << t;  // title, header, 2 rows, total, predicted step
   EXPECT_EQ(lines[1], "  kernel                     per step       GFLOP          MB  unit      "
-                      "                time ms   share");
+                      "              time ms   share");
   EXPECT_EQ(lines[2], "  gemm_ex                         147    6070.000   11700.000  tensor core "
                       "bf16         0.6000   60.0%");
   EXPECT_EQ(lines[3], "  layernorm_backward_params        25       2.668    1414.000  memory      "
