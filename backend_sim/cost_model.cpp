@@ -464,6 +464,10 @@ void CostModel::write_trace(const std::string& path) const {
   trace_->write_chrome_json(path, cluster_.device.name, device_count());
 }
 
+void CostModel::set_trace_max_events(std::size_t max_events) { trace_->set_max_events(max_events); }
+
+TraceStats CostModel::trace_stats() const { return trace_->stats(); }
+
 namespace {
 void atomic_max(std::atomic<VTime>& a, VTime v) {
   VTime old = a.load(std::memory_order_relaxed);

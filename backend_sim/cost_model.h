@@ -92,6 +92,7 @@
 #include "core/numerics/determinism.h"
 #include "core/runtime/collective_types.h"
 #include "core/runtime/dtype.h"
+#include "core/runtime/extensions.h"
 
 namespace ditto {
 struct GemmExArgs;
@@ -517,6 +518,9 @@ class CostModel {
   /// temporary file renamed onto `path` (TraceRecorder::write_chrome_json). Throws InvalidArgument
   /// when tracing was never enabled, BackendError when the file cannot be written.
   void write_trace(const std::string& path) const;
+  /// The trace's cap (TraceRecorder::set_max_events) and what it kept and dropped.
+  void set_trace_max_events(std::size_t max_events);
+  TraceStats trace_stats() const;
 
   // ---- hooks: called by a task on `stream`'s worker when the work has run --------------------
   void on_kernel(SimStream& stream, const char* name, const KernelCost& cost);

@@ -25,6 +25,10 @@ class SimCostModelExtension final : public CostModelExtension {
   void set_slowdown(int device, double factor) override { cost_.set_slowdown(device, factor); }
   void set_tracing(bool on) override { cost_.set_tracing(on); }
   void write_trace(const std::string& path) const override { cost_.write_trace(path); }
+  void set_trace_max_events(std::size_t max_events) override {
+    cost_.set_trace_max_events(max_events);
+  }
+  TraceStats trace_stats() const override { return cost_.trace_stats(); }
   CostSnapshot totals() const override {
     CostTotals t = cost_.totals();
     return {t.now, t.gemm_flops, std::vector<std::int64_t>(t.comm.begin(), t.comm.end())};

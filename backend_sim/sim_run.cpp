@@ -16,6 +16,7 @@
 #include "backend_sim/profiles.h"
 #include "backend_sim/sim_dry_arena.h"
 #include "backend_sim/sim_faults.h"
+#include "backend_sim/trace.h"
 #include "core/base/error.h"
 #include "core/distributed/distributed.h"
 #include "core/io/file.h"
@@ -66,6 +67,25 @@ void check_trace_path(const train::TrainerConfig& c, const std::string& trace) {
               trace, "': '", dir.string(), "': ", std::strerror(errno));
 }
 
+static_assert(SimRunOptions{}.trace_max_events == TraceRecorder::kDefaultMaxEvents,
+              "a SimRun's trace keeps what the recorder keeps by default");
+
+/// The warning for a trace that lacks events past its cap (SimRunReport::trace_dropped), "" when
+/// it holds them all: the file said so only in otherData.dropped_events (a 700-step run on 8
+/// GPUs lost 898,000 events, its last 2 of 11 virtual seconds, with only "trace: wrote" said).
+std::string dropped_events(const std::string& flag, const std::string& file, const TraceStats& t) {
+  if (t.dropped == 0) return "";
+  char from[64];
+  std::snprintf(from, sizeof from, "%.4g s to %.4g s",
+                static_cast<double>(t.first_dropped_ps) / 1e12,
+                static_cast<double>(t.last_dropped_end_ps) / 1e12);
+  return detail::cat(flag, ": ", file, " lacks ", t.dropped, " of the run's ", t.events + t.dropped,
+                     " events: a trace keeps the first ", t.max_events,
+                     " recorded, so it is incomplete from virtual time ", from,
+                     " (its otherData.dropped_events says ", t.dropped,
+                     "); trace a shorter run for all of them");
+}
+
 }  // namespace
 
 void SimRun::validate(const train::TrainerConfig& c) const {
@@ -81,6 +101,19 @@ void SimRun::validate(const train::TrainerConfig& c) const {
   // They change only the cost model's virtual times, which the profile (the prediction) or the
   // trace shows; without either they would be silently ignored (under mpirun plan() refuses the
   // stragglers and nodes whatever comes with them).
+  // The interconnect's name, from the cost model's table (warnings() and the cost model take it
+  // as valid: --interconnect nvlink5 was priced "as asked" and then failed with exit status 1).
+  if (o_.interconnect != "auto") {
+    const std::vector<InterconnectProfile>& links = builtin_interconnects();
+    std::string known = "auto";
+    bool found = false;
+    for (std::size_t i = 0; i < links.size(); ++i) {
+      known += (i + 1 == links.size() ? " or " : ", ") + links[i].key;
+      found = found || links[i].key == o_.interconnect;
+    }
+    DITTO_CHECK(found, name_of(c, "interconnect"), ": expected ", known, ", got '", o_.interconnect,
+                "'");
+  }
   const bool priced = !o_.profile.empty() || !o_.trace.empty();
   for (const auto& [field, set] : {std::pair{"interconnect", o_.interconnect != "auto"},
                                    std::pair{"stragglers", !o_.stragglers.empty() && !processes}})
@@ -220,18 +253,39 @@ std::vector<std::string> SimRun::warnings(const train::TrainerConfig& c) const {
   if (ic == "auto")
     ic = o_.profile.empty() ? std::string() : default_interconnect(device_profile(o_.profile).key);
   const long long all = static_cast<long long>(c.devices) * o_.nodes;
-  long long nodes = (all + kGpusPerNode - 1) / kGpusPerNode;  // the fewest nodes of <= 8 that
-  while (all % nodes != 0) ++nodes;                           // hold them all equally
+  // The advice: the simulator's nodes hold equal counts (--nodes x --devices), so the fewest
+  // nodes of at most 8 that hold all the GPUs equally, each at least half full as a real
+  // cluster's are (24: 3 of 8; 12: 2 of 6). With none (a count that is no multiple of 4..8: 11,
+  // 13, 22; it said 11 nodes of 1 GPU, every collective across the network), the fewest nodes
+  // with the GPU counts either side.
+  const long long fewest = (all + kGpusPerNode - 1) / kGpusPerNode;
+  long long nodes = fewest;
+  while (all % nodes != 0 && all / (nodes + 1) >= kGpusPerNode / 2) ++nodes;
   const std::string devices = c.name_of("devices"), nodes_flag = name_of(c, "nodes");
+  const bool dp = c.trainer == train::TrainerKind::dp;
+  const auto cluster = [&](long long n, long long d) {
+    return detail::cat(nodes_flag, " ", n, " ", devices, " ", d, dp ? " --trainer ddp" : "");
+  };
+  std::string use = cluster(nodes, all / nodes) + (dp ? " (DataParallel is one node's)" : "");
+  if (all % nodes != 0) {
+    const long long more = (all + fewest - 1) / fewest, fewer = all / fewest;
+    use = detail::cat(cluster(fewest, more), " (", fewest * more, " GPUs) or ",
+                      cluster(fewest, fewer), " (", fewest * fewer,
+                      " GPUs): the simulator's nodes hold equal counts, and ", all,
+                      " is no multiple of ", kGpusPerNode / 2, " to ", kGpusPerNode,
+                      dp ? " (DataParallel is one node's)" : "");
+  }
   out.push_back(detail::cat(
       devices, " ", c.devices, ": ", c.devices,
       o_.nodes == 1 ? " GPUs on one node" : " GPUs a node", ", priced as ",
       o_.nodes == 1 ? std::string("one ") : detail::cat(o_.nodes, " "), ic.empty() ? ic : ic + " ",
       "node", o_.nodes == 1 ? "" : "s", " of ", c.devices,
-      " (its collectives at one node's link bandwidth, none across a network); a node holds ",
-      kGpusPerNode, " GPUs (an HGX board): for ", all, " GPUs in nodes of at most ", kGpusPerNode,
-      " (InfiniBand between them) use ", nodes_flag, " ", nodes, " ", devices, " ", all / nodes,
-      c.trainer == train::TrainerKind::dp ? " --trainer ddp (DataParallel is one node's)" : ""));
+      o_.nodes == 1 ? " (its collectives at one node's link bandwidth, none across a network)"
+                    : detail::cat(" (each node's ", c.devices,
+                                  " GPUs at one node's link bandwidth, the network only between "
+                                  "the nodes)"),
+      "; a node holds ", kGpusPerNode, " GPUs (an HGX board): for ", all,
+      " GPUs in nodes of at most ", kGpusPerNode, " (InfiniBand between them) use ", use));
   return out;
 }
 
@@ -298,7 +352,10 @@ void SimRun::configure(const train::TrainerConfig& c, const train::RunContext& r
     const int devices = static_cast<int>(run.devices.size());
     cm->configure({o_.profile, o_.interconnect, o_.nodes, devices / o_.nodes});
     for (const auto& [device, factor] : o_.stragglers) cm->set_slowdown(device, factor);
-    if (!o_.trace.empty()) cm->set_tracing(true);
+    if (!o_.trace.empty()) {
+      cm->set_trace_max_events(o_.trace_max_events);
+      cm->set_tracing(true);
+    }
   }
   if (!o_.faults.empty()) {
     auto* fx = be.extension<FaultExtension>();
@@ -317,19 +374,20 @@ void SimRun::finish(const train::TrainerConfig& c, const train::RunContext& run,
   try {  // after training: a failure here must not lose the run's result (FitResult)
     cm->write_trace(o_.trace);
     report_.trace = o_.trace;
+    report_.trace_dropped = dropped_events(name_of(c, "trace"), o_.trace, cm->trace_stats());
   } catch (const Error& e) {
     result.output_errors.push_back(detail::cat(name_of(c, "trace"), ": ", e.what()));
   }
 }
 
 void SimRun::failed(const train::TrainerConfig& c, const train::RunContext& run) {
-  (void)c;
   auto* cm = run.backend.extension<CostModelExtension>();
   if (run.processes || !cm || o_.trace.empty()) return;
   try {  // the trace up to the failure (the streams are drained): what filled the device
     cm->write_trace(o_.trace);
     report_.trace = o_.trace;
     report_.failed_run = true;
+    report_.trace_dropped = dropped_events(name_of(c, "trace"), o_.trace, cm->trace_stats());
   } catch (const std::exception& e) {
     report_.failed_trace_error = e.what();
   }

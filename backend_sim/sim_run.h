@@ -12,6 +12,7 @@
 // "SimRunOptions::<field>".
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <utility>
@@ -36,7 +37,10 @@ struct SimRunOptions {
   /// between them): the run has nodes x devices devices. 1..4096, at most 65536 devices in all.
   int nodes = 1;
   std::vector<std::pair<int, double>> stragglers;  ///< (device, slowdown factor)
-  std::string trace;                ///< Chrome trace file written at the end; "": none
+  std::string trace;  ///< Chrome trace file written at the end; "": none
+  /// The most events the trace keeps (the first recorded); those past it are dropped, counted in
+  /// the file's otherData.dropped_events and said by SimRunReport::trace_dropped.
+  std::size_t trace_max_events = 4000000;
   std::vector<std::string> faults;  ///< fault specs (backend_sim/sim_faults.h)
 };
 
@@ -49,6 +53,10 @@ struct SimRunReport {
   /// Why the trace of a failed run could not be written, or "" (a finished run's failure to
   /// write it goes to FitResult::output_errors).
   std::string failed_trace_error;
+  /// The trace written lacks events past its cap (SimRunOptions::trace_max_events): how many,
+  /// from which virtual time, and the cap, said as a warning ("--trace: wrote FILE without 898000
+  /// of its events ..."); "" when it holds them all.
+  std::string trace_dropped;
   std::vector<std::string> unfired_faults;  ///< fault specs that never took effect
 };
 

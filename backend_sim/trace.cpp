@@ -16,10 +16,24 @@ namespace ditto::sim {
 void TraceRecorder::add(const TraceEvent& e) {
   std::lock_guard lk(mu_);
   if (events_.size() >= max_events_) {
+    // Streams record concurrently: the earliest start and latest end over the dropped events.
+    first_dropped_ps_ = dropped_ == 0 ? e.start : std::min(first_dropped_ps_, e.start);
+    last_dropped_end_ps_ =
+        dropped_ == 0 ? e.start + e.dur : std::max(last_dropped_end_ps_, e.start + e.dur);
     ++dropped_;
     return;
   }
   events_.push_back(e);
+}
+
+void TraceRecorder::set_max_events(std::size_t max_events) {
+  std::lock_guard lk(mu_);
+  max_events_ = max_events;
+}
+
+TraceStats TraceRecorder::stats() const {
+  std::lock_guard lk(mu_);
+  return {events_.size(), dropped_, max_events_, first_dropped_ps_, last_dropped_end_ps_};
 }
 
 void TraceRecorder::write_chrome_json(const std::string& path, const std::string& device_label,

@@ -80,7 +80,8 @@ train::OptionTable all_options(Args& a) {
             train::option("--predict-table", &a.table,
                           "print the cost model's all_reduce figures and dry runs of llm.c's GPT-2 "
                           "runs next to the published figures, then exit (status 1 if a row is "
-                          "outside its tolerance and not a known gap)"),
+                          "outside its tolerance and not a known gap); alone: it uses no other "
+                          "option"),
             train::option(
                 "--metrics-jsonl", &a.jsonl,
                 "write each epoch's metrics and the final ones as JSON lines to this file",
@@ -364,6 +365,8 @@ int run(Args& a) {
     else if (!sim.failed_trace_error.empty())
       std::fprintf(stderr, "ditto-train: warning: --trace: not written for the failed run: %s\n",
                    sim.failed_trace_error.c_str());
+    if (!sim.trace_dropped.empty())  // events past the trace's cap
+      std::fprintf(stderr, "ditto-train: warning: %s\n", sim.trace_dropped.c_str());
   };
   // The failure is reported by the caller, after what was kept of the run.
   try {
@@ -453,6 +456,10 @@ int run(Args& a) {
   if (!sim.trace.empty())
     std::printf("trace: wrote %s (Chrome trace JSON; open in https://ui.perfetto.dev)\n",
                 sim.trace.c_str());
+  if (!sim.trace_dropped.empty()) {  // events past the trace's cap
+    std::fflush(stdout);
+    std::fprintf(stderr, "ditto-train: warning: %s\n", sim.trace_dropped.c_str());
+  }
   if (gpt && r.prediction)
     out(train::format_gpt_prediction(*r.prediction, r.memory, gpt_run.model, c));
   if (a.verbose && r.prediction)
@@ -568,8 +575,21 @@ int cli_main(int argc, char** argv) {
   }
   for (const train::OptionRow& r : a.options)
     if (app.count(r.flag) > 0) a.given.insert(r.flag), g.given.insert(r.field);
-  if (a.table)  // the alias of ditto-predict-table (examples/ditto_predict_table.cpp)
+  if (a.table) {  // the alias of ditto-predict-table (examples/ditto_predict_table.cpp)
+    // Its tables are fixed: another option would be ignored without a word (as
+    // ditto-predict-table refuses any argument).
+    std::string others;
+    for (const std::string& f : a.given)
+      if (f != "--predict-table") others += (others.empty() ? "" : ", ") + f;
+    if (!others.empty()) {
+      std::fprintf(stderr,
+                   "ditto-train: error: --predict-table: prints fixed tables and uses no other "
+                   "option: expected it alone, got %s\n",
+                   others.c_str());
+      return ditto_cli::kUsageError;
+    }
     return ditto_cli::print_prediction_tables("ditto-train: --predict-table");
+  }
   int rc = 1;
   try {
     // Started by mpirun: this process is one rank (--trainer ddp), the job's processes the ranks.

@@ -5,6 +5,7 @@
 // end every other rank with an error naming the rank and the collective.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <exception>
 #include <functional>
@@ -208,6 +209,32 @@ TEST_F(DdpTest, BucketsFollowTorchAssignment) {
   // Reverse order; a bucket closes once it reaches its cap.
   EXPECT_EQ(small, (std::vector<std::vector<std::size_t>>{{3, 2}, {1, 0}}));
   EXPECT_EQ(large, (std::vector<std::vector<std::size_t>>{{3, 2, 1, 0}}));
+}
+
+// A cap past 2^63 bytes (bucket_cap_mb 1e13: --bucket-cap-mb 1e13 gave 145 all_reduce launches
+// for GPT-2) overflowed its conversion to bytes and gave one bucket a parameter; as in torch, a
+// huge cap is one bucket: 1e13, 1e30 and infinity bucket as 1e12 does.
+TEST_F(DdpTest, AHugeBucketCapBucketsAsALargeOne) {
+  CommOptions co;
+  std::vector<std::vector<std::vector<std::size_t>>> got;
+  auto errors = test::run_comm_ranks(1, co, [&](int, Communicator& comm) {
+    auto model = nn::mlp({64, 128, 10}, comm.device(), 0);  // 32 KiB, 512 B, 5 KiB, 40 B
+    for (double cap_mb : {1e12, 1e13, 1e30, HUGE_VAL}) {
+      DistributedDataParallelOptions o;
+      o.bucket_cap_mb = cap_mb;
+      o.first_bucket_cap_mb = 1.0 / 1024;  // 1 KiB: the first bucket closes at parameter 2
+      got.push_back(DistributedDataParallel(*model, comm, o).bucket_indices());
+      o.first_bucket_cap_mb = cap_mb;
+      got.push_back(DistributedDataParallel(*model, comm, o).bucket_indices());
+    }
+  });
+  test::expect_no_rank_errors(errors);
+  using Buckets = std::vector<std::vector<std::size_t>>;
+  ASSERT_EQ(got.size(), 8u);
+  for (std::size_t i = 0; i < got.size(); i += 2) {
+    EXPECT_EQ(got[i], (Buckets{{3, 2}, {1, 0}})) << "cap " << i / 2;
+    EXPECT_EQ(got[i + 1], (Buckets{{3, 2, 1, 0}})) << "cap " << i / 2;
+  }
 }
 
 TEST_F(DdpTest, BucketsStartDuringBackwardOnlyWithOverlap) {

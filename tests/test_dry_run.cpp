@@ -435,9 +435,41 @@ TEST(SimRunWarnings, MoreGpusOnANodeThanANodeHoldsNamesTheNodesFlags) {
   EXPECT_NE(two.warnings(c)[0].find("for 24 GPUs in nodes of at most 8 (InfiniBand between them) "
                                     "use --nodes 3 --devices 8"),
             std::string::npos);
-  // 13 GPUs split into equal nodes of at most 8: 13 of 1.
+  // Nodes of more than 8 across a network: each node's link, and the network between them (it
+  // said "none across a network" of 2 nodes of 9).
+  c.devices = 9;
+  EXPECT_EQ(two.warnings(c)[0].rfind("--devices 9: 9 GPUs a node, priced as 2 nvlink3 nodes of 9 "
+                                     "(each node's 9 GPUs at one node's link bandwidth, the "
+                                     "network only between the nodes); ",
+                                     0),
+            0u)
+      << two.warnings(c)[0];
+  EXPECT_NE(two.warnings(c)[0].find("for 18 GPUs in nodes of at most 8 (InfiniBand between them) "
+                                    "use --nodes 3 --devices 6 --trainer ddp (DataParallel is one "
+                                    "node's)"),
+            std::string::npos)
+      << two.warnings(c)[0];
+  // A count that splits into no equal nodes at least half full (no multiple of 4..8): the fewest
+  // nodes with the counts either side (it advised 13 nodes of 1 GPU, 11 of 1 for 11).
   c.devices = 13;
-  EXPECT_NE(one.warnings(c)[0].find("use --nodes 13 --devices 1"), std::string::npos);
+  EXPECT_NE(
+      one.warnings(c)[0].find("for 13 GPUs in nodes of at most 8 (InfiniBand between them) "
+                              "use --nodes 2 --devices 7 --trainer ddp (14 GPUs) or --nodes 2 "
+                              "--devices 6 --trainer ddp (12 GPUs): the simulator's nodes "
+                              "hold equal counts, and 13 is no multiple of 4 to 8 "
+                              "(DataParallel is one node's)"),
+      std::string::npos)
+      << one.warnings(c)[0];
+  c.trainer = train::TrainerKind::ddp;
+  c.devices = 11;
+  const std::string eleven = one.warnings(c)[0];
+  EXPECT_EQ(eleven.substr(eleven.find(" use ")),
+            " use --nodes 2 --devices 6 (12 GPUs) or --nodes 2 --devices 5 (10 GPUs): the "
+            "simulator's nodes hold equal counts, and 11 is no multiple of 4 to 8");
+  c.devices = 12;  // 2 of 6
+  EXPECT_EQ(one.warnings(c)[0].substr(one.warnings(c)[0].find(" use ")),
+            " use --nodes 2 --devices 6");
+  c.trainer = train::TrainerKind::dp;
   c.devices = 8;
   EXPECT_TRUE(one.warnings(c).empty());
   c.devices = 64;

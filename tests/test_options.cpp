@@ -347,6 +347,33 @@ TEST(Options, AllowTf32InBitwiseModeWarns) {
   EXPECT_TRUE(config_warnings(c, {"allow_tf32"}).empty());
 }
 
+// Likewise with --dtype bf16 / f16 in fast mode (a tester's case): their matrix products run on
+// the BF16 / FP16 tensor cores, and TF32 affects only f32 ones.
+TEST(Options, AllowTf32WithAHalfDtypeWarns) {
+  TrainerConfig c;
+  c.field_names = {{"allow_tf32", "--allow-tf32"}, {"dtype", "--dtype"}};
+  c.allow_tf32 = true;
+  c.determinism = Determinism::fast;
+  for (const auto& [dtype, name] : {std::pair{DType::bf16, "bf16"}, std::pair{DType::f16, "f16"}}) {
+    c.dtype = dtype;
+    const std::vector<std::string> w = config_warnings(c, {"allow_tf32"});
+    ASSERT_EQ(w.size(), 1u) << name;
+    EXPECT_EQ(w[0], std::string("--allow-tf32: lets fast mode's f32 matrix products run on TF32 "
+                                "tensor cores; --dtype ") +
+                        name + "'s matrix products run on the " +
+                        (dtype == DType::bf16 ? "BF16" : "FP16") +
+                        " tensor cores (TF32 affects only f32 ones), so it does nothing in this "
+                        "run");
+  }
+  c.dtype = DType::f32;
+  EXPECT_TRUE(config_warnings(c, {"allow_tf32"}).empty());
+  c.dtype = DType::bf16;
+  c.determinism = Determinism::bitwise;  // bitwise mode's warning, once
+  ASSERT_EQ(config_warnings(c, {"allow_tf32"}).size(), 1u);
+  EXPECT_NE(config_warnings(c, {"allow_tf32"})[0].find("bitwise mode keeps strict f32"),
+            std::string::npos);
+}
+
 // --sim-memory-gib with --backend cuda was accepted without a word (a tester's case): the cuda
 // backend never reads memory_capacity.
 TEST(Options, SimMemoryWithTheCudaBackendWarns) {

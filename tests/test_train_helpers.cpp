@@ -20,6 +20,8 @@
 #include "core/checkpoint/checkpoint.h"
 #include "core/data/data_source.h"
 #include "core/io/file.h"
+#include "core/nn/gpt.h"
+#include "core/train/cost_meter.h"
 #include "core/train/gpt_recipe.h"
 #include "core/train/graceful_stop.h"
 #include "core/train/metrics_format.h"
@@ -108,6 +110,88 @@ TEST(MetricsFormat, ARealRunsPredictionSaysItPricedTheSimulatorsKernels) {
     EXPECT_EQ(dry.find("simulator's own kernels"), std::string::npos) << dry;
     EXPECT_EQ(dry.find("measured:"), std::string::npos) << dry;
   }
+}
+
+// MFU is of the peak of the unit the run's matrix products are priced on, each dtype its own: a
+// JSON profile with "f16_tflops": 125 and no "bf16_tflops" (a V100: its BF16 rate the loader's
+// FP32 fallback, 15.7) priced f16 GEMMs at FP16 125 but gave "mfu=424.5% of BF16 peak 15.7".
+TEST(MetricsFormat, MfuIsOfTheRunDtypesOwnPeak) {
+  CostRates v100;
+  v100.fp32_flops = v100.tf32_flops = v100.bf16_flops = 15.7e12;  // the loader's fallbacks
+  v100.f16_flops = 125e12;
+  const auto peak = [&](DType t, bool tf32) {
+    const train::MfuPeak p = train::mfu_peak(v100, 15.7e12, t, tf32);
+    return std::pair<double, std::string>{p.flops, p.name};
+  };
+  using Peak = std::pair<double, std::string>;
+  EXPECT_EQ(peak(DType::f16, false), (Peak{125e12, "FP16"}));
+  EXPECT_EQ(peak(DType::bf16, false), (Peak{15.7e12, "BF16"}));
+  EXPECT_EQ(peak(DType::f32, false), (Peak{15.7e12, "FP32"}));
+  EXPECT_EQ(peak(DType::f32, true), (Peak{15.7e12, "TF32"}));
+  CostRates h100{67e12, 494.7e12, 989.5e12, 989.5e12};
+  EXPECT_EQ(train::mfu_peak(h100, 67e12, DType::f32, true).flops, 494.7e12);
+  EXPECT_EQ(std::string(train::mfu_peak(h100, 67e12, DType::f16, false).name), "FP16");
+  // A rate the cost model does not give is FP32's, named so.
+  EXPECT_EQ(std::string(train::mfu_peak(CostRates{}, 67e12, DType::bf16, false).name), "FP32");
+  EXPECT_EQ(train::mfu_peak(CostRates{}, 67e12, DType::bf16, false).flops, 67e12);
+
+  // The GPT's line: GPT-2 124M at 4 x 1024 tokens, 1 V100 at 0.53 of its FP16 peak.
+  nn::GPTConfig m;
+  m.block_size = 1024;
+  m.vocab_size = 50257;
+  m.n_layer = 12;
+  m.n_head = 12;
+  m.n_embd = 768;
+  train::TrainerConfig c;
+  c.dtype = DType::f16;
+  c.determinism = Determinism::fast;
+  c.batch_size = 4;
+  train::CostPrediction p;
+  p.devices = 1;
+  p.peak_flops = 15.7e12;
+  p.bf16_peak_flops = 15.7e12;
+  p.rates = v100;
+  const double flops_per_token = train::gpt_flops_per_token(m);
+  p.samples_per_s = 0.53 * 125e12 / flops_per_token / 1024;
+  const std::string line = train::format_gpt_prediction(p, {}, m, c);
+  EXPECT_NE(line.find("; mfu=53.0% of FP16 peak 125 TFLOP/s per GPU with nanoGPT's estimate_mfu"),
+            std::string::npos)
+      << line;
+  // The predicted: line names the meter's peak (mfu_peak_name), the step line the run's.
+  p.mfu = 0.53;
+  p.mfu_peak_flops = 125e12;
+  p.mfu_peak_name = "FP16";
+  EXPECT_NE(train::format_prediction(p, DType::f16, true, 0)
+                .find(" mfu=53% (virtual time; FP16 peak 125.0 TFLOP/s per GPU)"),
+            std::string::npos);
+  train::StepMetrics s;
+  s.mfu = 0.53;
+  s.predicted_time_s = 0.1;
+  s.peak_name = "FP16";
+  EXPECT_NE(train::format_step(s, "v100.json", DType::f16).find("mfu of its FP16 peak)"),
+            std::string::npos);
+}
+
+// --verbose's table: the kernel column as wide as its longest name (layernorm_backward_params, 25
+// characters, overflowed the 24 it had and pushed its row's figures one column right).
+TEST(MetricsFormat, KernelTableColumnsFitTheLongestName) {
+  train::CostPrediction p;
+  p.step_time_s = 1e-3;
+  p.steps = 1;
+  p.kernels = {{"gemm_ex", "tensor core bf16", 147, 6.07e12, 1.17e10, 600000000},
+               {"layernorm_backward_params", "memory", 25, 2.668e9, 1.414e9, 400000000}};
+  const std::string t = train::format_step_kernels(p, "title:");
+  std::vector<std::string> lines;
+  for (std::size_t at = 0, nl; (nl = t.find('\n', at)) != std::string::npos; at = nl + 1)
+    lines.push_back(t.substr(at, nl - at));
+  ASSERT_EQ(lines.size(), 6u) << t;  // title, header, 2 rows, total, predicted step
+  EXPECT_EQ(lines[1], "  kernel                     per step       GFLOP          MB  unit      "
+                      "              time ms   share");
+  EXPECT_EQ(lines[2], "  gemm_ex                         147    6070.000   11700.000  tensor core "
+                      "bf16         0.6000   60.0%");
+  EXPECT_EQ(lines[3], "  layernorm_backward_params        25       2.668    1414.000  memory      "
+                      "             0.4000   40.0%");
+  for (std::size_t i = 2; i < lines.size(); ++i) EXPECT_EQ(lines[i].size(), lines[1].size()) << i;
 }
 
 TEST(MetricsFormat, MemoryEpochAndEvalLines) {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <exception>
 #include <functional>
+#include <limits>
 #include <unordered_map>
 
 #include "core/base/error.h"
@@ -237,8 +238,15 @@ void DistributedDataParallel::build_buckets() {
   // Grads of another dtype go to their own open bucket (torch's compute_bucket_assignment_by_size
   // keys its buckets by dtype); the open buckets left at the end follow in the order their dtype
   // first came. One dtype (every f32 model): the single sequence of buckets as before.
-  const auto first_cap = static_cast<std::int64_t>(options_.first_bucket_cap_mb * kMiB);
-  const auto cap = static_cast<std::int64_t>(options_.bucket_cap_mb * kMiB);
+  // The caps in bytes, in double and saturated: a cap past 2^63 bytes (--bucket-cap-mb 1e13)
+  // overflowed the conversion to int64 (undefined; it came out negative, one bucket a
+  // parameter); torch's huge cap is one bucket, and so is this (no model has 2^63 bytes).
+  const auto bytes_of = [](double mb) {
+    const double b = mb * kMiB;
+    return b < 0x1p63 ? static_cast<std::int64_t>(b) : std::numeric_limits<std::int64_t>::max();
+  };
+  const std::int64_t first_cap = bytes_of(options_.first_bucket_cap_mb);
+  const std::int64_t cap = bytes_of(options_.bucket_cap_mb);
   bucket_of_.assign(params_.size(), 0);
   struct Open {
     DType dtype;

@@ -42,6 +42,16 @@ struct CostLedgerRow {
   std::int64_t time_ps = 0;  ///< summed durations, integer picoseconds
 };
 
+/// What a cost model's trace recorded (CostModelExtension::trace_stats): a recorder keeps at
+/// most max_events events, the first recorded, and counts the rest as dropped.
+struct TraceStats {
+  std::size_t events = 0;   ///< kept (written by write_trace)
+  std::size_t dropped = 0;  ///< recorded past the cap: not in the file
+  std::size_t max_events = 0;
+  /// Virtual times (ps) of the dropped events: the earliest start, the latest end (0: none).
+  std::int64_t first_dropped_ps = 0, last_dropped_end_ps = 0;
+};
+
 /// The rates a cost model prices kernels at (backend_sim/profiles.h, Note [Compute units]).
 struct CostRates {
   double fp32_flops = 0, tf32_flops = 0, bf16_flops = 0, f16_flops = 0;  ///< FLOP/s peaks
@@ -67,6 +77,11 @@ class CostModelExtension {
   virtual void set_slowdown(int device, double factor) = 0;
   /// Records every kernel, copy and collective for write_trace.
   virtual void set_tracing(bool on) = 0;
+  /// The most events the trace keeps (TraceStats); those past it are dropped, and counted.
+  /// Default: the cap stays the backend's own.
+  virtual void set_trace_max_events(std::size_t max_events) { (void)max_events; }
+  /// What the trace kept and dropped so far. Default: nothing recorded.
+  virtual TraceStats trace_stats() const { return {}; }
   /// Writes the recorded events as Chrome trace JSON (Perfetto). Throws on an unwritable path.
   virtual void write_trace(const std::string& path) const = 0;
   virtual CostSnapshot totals() const = 0;

@@ -2,21 +2,35 @@
 #include "core/train/cost_meter.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <tuple>
+
+#include "core/train/metrics_format.h"
 
 namespace ditto::train {
 
-CostMeter::CostMeter(Backend& be, int devices, DType dtype, double flops_per_sample)
-    : be_(be), cost_(be.extension<CostModelExtension>()), devices_(devices), dtype_(dtype),
-      flops_per_sample_(flops_per_sample), vcomm_ps_(static_cast<std::size_t>(devices), 0) {}
+CostMeter::CostMeter(Backend& be, int devices, DType dtype, double flops_per_sample,
+                     Determinism determinism)
+    : be_(be),
+      cost_(be.extension<CostModelExtension>()),
+      devices_(devices),
+      dtype_(dtype),
+      determinism_(determinism),
+      flops_per_sample_(flops_per_sample),
+      vcomm_ps_(static_cast<std::size_t>(devices), 0) {}
 
-double CostMeter::peak_flops() const {
-  if (!cost_) return 0;
-  const double tc = cost_->bf16_peak_flops();
-  return dtype_ != DType::f32 && tc > 0 ? tc : cost_->peak_flops();
+MfuPeak CostMeter::peak() const {
+  if (!cost_) return {0, "FP32"};
+  const CostRates r = cost_->rates();
+  // TF32 only where the cost model priced f32 library GEMMs on it: fast mode (bitwise mode's
+  // GEMMs are ditto's own SIMT kernels, Note [Compute units]).
+  return mfu_peak(r, cost_->peak_flops(), dtype_,
+                  dtype_ == DType::f32 && determinism_ == Determinism::fast && r.allow_tf32);
 }
+
+double CostMeter::peak_flops() const { return peak().flops; }
 
 void CostMeter::mark_begin() {
   if (!cost_) return;
@@ -97,10 +111,12 @@ std::optional<CostPrediction> CostMeter::prediction(double train_time_s) const {
   p.step_time_s = vt / static_cast<double>(steps_);
   p.samples_per_s = vt > 0 ? static_cast<double>(samples_) / vt : 0.0;
   p.comm_share = vt > 0 ? static_cast<double>(comm_max) / 1e12 / vt : 0.0;
-  const double flops = flops_per_sample_ > 0
-                           ? flops_per_sample_ * static_cast<double>(samples_)
-                           : static_cast<double>(vflops_);
-  p.mfu = vt > 0 ? flops / (vt * devices_ * peak_flops()) : 0.0;
+  const double flops = flops_per_sample_ > 0 ? flops_per_sample_ * static_cast<double>(samples_)
+                                             : static_cast<double>(vflops_);
+  const MfuPeak mp = peak();
+  p.mfu_peak_flops = mp.flops;
+  p.mfu_peak_name = mp.name;
+  p.mfu = vt > 0 ? flops / (vt * devices_ * mp.flops) : 0.0;
   p.rates = cost_->rates();
   p.steps = steps_;
   p.kernels = ledger_;
@@ -117,40 +133,42 @@ std::string format_step_kernels(const CostPrediction& p, const std::string& titl
   });
   const double step_ms = p.step_time_s * 1e3;
   auto share = [&](double ms) { return step_ms > 0 ? 100.0 * ms / step_ms : 0.0; };
+  // The name and unit columns as wide as their longest entry (layernorm_backward_params, 25
+  // characters, overflowed a fixed 24 and pushed its row's columns right).
+  int name_w = 24, unit_w = 20;
+  for (const char* fixed : {"total (sim:0 busy)", "overlap (streams)", "predicted step"})
+    name_w = std::max(name_w, static_cast<int>(std::strlen(fixed)));
+  for (const CostLedgerRow& r : rows) {
+    name_w = std::max(name_w, static_cast<int>(r.name.size()));
+    unit_w = std::max(unit_w, static_cast<int>(r.unit.size()));
+  }
   std::string out = title + "\n";
-  char buf[256];
-  std::snprintf(buf, sizeof buf, "  %-24s %9s %11s %11s  %-20s %10s %7s\n", "kernel",
-                "per step", "GFLOP", "MB", "unit", "time ms", "share");
-  out += buf;
+  out += strprintf("  %-*s %9s %11s %11s  %-*s %10s %7s\n", name_w, "kernel", "per step", "GFLOP",
+                   "MB", unit_w, "unit", "time ms", "share");
   std::int64_t count = 0, time_ps = 0;
   double flops = 0, bytes = 0;
   for (const CostLedgerRow& r : rows) {
     const double ms = static_cast<double>(r.time_ps) / 1e9 / steps;
-    std::snprintf(buf, sizeof buf, "  %-24s %9.4g %11.3f %11.3f  %-20s %10.4f %6.1f%%\n",
-                  r.name.c_str(), static_cast<double>(r.count) / steps, r.flops / steps / 1e9,
-                  r.bytes / steps / 1e6, r.unit.c_str(), ms, share(ms));
-    out += buf;
+    out += strprintf("  %-*s %9.4g %11.3f %11.3f  %-*s %10.4f %6.1f%%\n", name_w, r.name.c_str(),
+                     static_cast<double>(r.count) / steps, r.flops / steps / 1e9,
+                     r.bytes / steps / 1e6, unit_w, r.unit.c_str(), ms, share(ms));
     count += r.count;
     time_ps += r.time_ps;
     flops += r.flops;
     bytes += r.bytes;
   }
   const double total_ms = static_cast<double>(time_ps) / 1e9 / steps;
-  std::snprintf(buf, sizeof buf, "  %-24s %9.4g %11.3f %11.3f  %-20s %10.4f %6.1f%%\n",
-                "total (sim:0 busy)", static_cast<double>(count) / steps, flops / steps / 1e9,
-                bytes / steps / 1e6, "", total_ms, share(total_ms));
-  out += buf;
+  out += strprintf("  %-*s %9.4g %11.3f %11.3f  %-*s %10.4f %6.1f%%\n", name_w,
+                   "total (sim:0 busy)", static_cast<double>(count) / steps, flops / steps / 1e9,
+                   bytes / steps / 1e6, unit_w, "", total_ms, share(total_ms));
   // Device 0's busy time is the step when its work runs back to back on one stream.
   const double rest_ms = step_ms - total_ms;
-  if (std::abs(rest_ms) > 5e-7 * std::max(step_ms, 1e-9)) {
-    std::snprintf(buf, sizeof buf, "  %-24s %9s %11s %11s  %-20s %10.4f %6.1f%%\n",
-                  rest_ms > 0 ? "idle (waits)" : "overlap (streams)", "", "", "", "", rest_ms,
-                  share(rest_ms));
-    out += buf;
-  }
-  std::snprintf(buf, sizeof buf, "  %-24s %9s %11s %11s  %-20s %10.4f %6.1f%%\n",
-                "predicted step", "", "", "", "", step_ms, 100.0);
-  out += buf;
+  if (std::abs(rest_ms) > 5e-7 * std::max(step_ms, 1e-9))
+    out += strprintf("  %-*s %9s %11s %11s  %-*s %10.4f %6.1f%%\n", name_w,
+                     rest_ms > 0 ? "idle (waits)" : "overlap (streams)", "", "", "", unit_w, "",
+                     rest_ms, share(rest_ms));
+  out += strprintf("  %-*s %9s %11s %11s  %-*s %10.4f %6.1f%%\n", name_w, "predicted step", "", "",
+                   "", unit_w, "", step_ms, 100.0);
   return out;
 }
 

@@ -16,10 +16,11 @@ namespace ditto::train {
 
 class CostMeter {
  public:
-  /// Meters devices 0..devices-1 of `be`, a run storing `dtype` whose model takes
-  /// `flops_per_sample` FLOPs a row (TrainerConfig::flops_per_sample; 0: unknown, the MFU then
-  /// counts the cost model's GEMM FLOPs).
-  CostMeter(Backend& be, int devices, DType dtype = DType::f32, double flops_per_sample = 0);
+  /// Meters devices 0..devices-1 of `be`, a run storing `dtype` in `determinism` mode whose model
+  /// takes `flops_per_sample` FLOPs a row (TrainerConfig::flops_per_sample; 0: unknown, the MFU
+  /// then counts the cost model's GEMM FLOPs).
+  CostMeter(Backend& be, int devices, DType dtype = DType::f32, double flops_per_sample = 0,
+            Determinism determinism = Determinism::bitwise);
 
   /// Every device idle, at the start of an epoch's training loop (waits for them).
   void epoch_begin();
@@ -29,8 +30,10 @@ class CostMeter {
   /// The prediction of the loops metered so far, with `train_time_s` of wall clock and `nodes`
   /// of the cluster; none without a cost model or a step.
   std::optional<CostPrediction> prediction(double train_time_s) const;
-  /// The peak FLOP/s per device the run's matrix products are priced at: BF16 tensor-core for
-  /// bf16 / f16 storage (when the profile has one), else FP32; 0 without a cost model.
+  /// The peak FLOP/s per device the run's matrix products are priced at, named (mfu_peak: BF16 /
+  /// FP16 tensor cores for bf16 / f16 storage, TF32 for fast-mode f32 with allow_tf32, else
+  /// FP32); 0 without a cost model.
+  MfuPeak peak() const;
   double peak_flops() const;
   /// Around one step (every device idle at both; waits for them): mark_begin, then mark_end
   /// returns the step's virtual seconds (0 without a cost model), also kept for last_step_s.
@@ -48,6 +51,7 @@ class CostMeter {
   CostModelExtension* cost_;
   int devices_;
   DType dtype_;
+  Determinism determinism_;
   double flops_per_sample_;
   CostSnapshot before_;
   std::int64_t mark_ps_ = 0;

@@ -99,6 +99,13 @@ void check_settings(const GptSettings& g, double lr, double weight_decay, const 
   finite_in(n("beta1"), g.beta1, 0, false, 1, true);
   finite_in(n("beta2"), g.beta2, 0, false, 1, true);
   at_least(n("sample"), g.sample, 0, " (0: no sample)");
+  // As a dry run's checkpoints and exports: it holds no tensor data (its copies to the host read
+  // zeros), so the sample would be noise printed as the model's.
+  DITTO_CHECK(!c.dry_run || g.sample == 0, n("sample"), ": expected 0 (none) with ",
+              c.name_of("dry_run"),
+              " (a dry run holds no tensor data, so its sample would be noise, not the model's), "
+              "got ",
+              g.sample);
   finite_in(n("temperature"), g.temperature, 0, true, inf, true);
   at_least(n("top_k"), g.top_k, 0, " (0: every character)");
   at_least(n("vocab_size"), g.vocab_size, 0, " (0: the text's vocabulary)");
@@ -248,7 +255,7 @@ GptRun configure_gpt(GptSettings& g, TrainerConfig& c) {
   check_not_nanogpt_init_from(g, c);
   out.init_weights = apply_init_from(g, vocab_from);
   apply_preset(g);
-  if (c.dry_run) {  // a prediction: a few steps, no evaluation or sample unless asked for
+  if (c.dry_run) {  // a prediction: a few steps, no evaluation unless asked for, no sample
     if (!g.given.count("max_iters")) g.max_iters = 2;
     if (!g.given.count("eval_iters")) g.eval_iters = 0;
     if (!g.given.count("sample")) g.sample = 0;
@@ -410,14 +417,15 @@ std::string format_gpt_prediction(const CostPrediction& p, const std::vector<Dev
   const double tokens_per_s = p.samples_per_s * static_cast<double>(m.block_size);
   const double achieved = flops_per_token * tokens_per_s;
   const double devices = static_cast<double>(p.devices);
-  // MFU against the peak nanoGPT's and llm.c's estimate_mfu use: the BF16 tensor-core peak for
-  // bf16 / f16 storage (when the profile has one), FP32 for f32, TF32 for f32 with allow_tf32
-  // in fast mode (the unit its GEMMs are priced on; bitwise mode never uses TF32).
-  const bool tc = c.dtype != DType::f32 && p.bf16_peak_flops > 0;
-  const bool tf32 = !tc && c.dtype == DType::f32 && c.determinism == Determinism::fast &&
-                    p.rates.allow_tf32 && p.rates.tf32_flops > 0;
-  const double peak_flops = tc ? p.bf16_peak_flops : tf32 ? p.rates.tf32_flops : p.peak_flops;
-  const char* peak_name = tc ? "BF16" : tf32 ? "TF32" : "FP32";
+  // MFU against the peak nanoGPT's and llm.c's estimate_mfu use, the unit the GEMMs are priced
+  // on (mfu_peak): the BF16 or FP16 tensor-core peak for bf16 / f16 storage (each its own: a
+  // profile with FP16 125 and no BF16 rate made f16's MFU 424.5% of FP32's 15.7), FP32 for f32,
+  // TF32 for f32 with allow_tf32 in fast mode (bitwise mode never uses TF32).
+  const MfuPeak mp =
+      mfu_peak(p.rates, p.peak_flops, c.dtype,
+               c.dtype == DType::f32 && c.determinism == Determinism::fast && p.rates.allow_tf32);
+  const double peak_flops = mp.flops;
+  const char* peak_name = mp.name;
   std::string s;
   if (c.dry_run) {
     // Which unit each kernel class is priced on in this mode (Note [Compute units],
@@ -471,14 +479,17 @@ std::string format_gpt_prediction(const CostPrediction& p, const std::vector<Dev
     peak = std::max(peak, d.stats.peak);
     capacity = d.stats.capacity;
   }
-  // In MiB below 1 GiB of capacity (tester 6, F9: "0.07 GiB of 0.07 GiB" hid a 0.33 MiB margin).
-  const bool mib = capacity < (std::size_t(1) << 30);
-  const double unit = mib ? 1048576.0 : 1073741824.0;
+  // Each in MiB below 1 GiB (tester 6, F9: "0.07 GiB of 0.07 GiB" hid a 0.33 MiB margin; a
+  // small model's peak on an H100 said "0.00 GiB of 79.65 GiB"), else in GiB.
+  const auto size = [](std::size_t bytes) {
+    const bool mib = bytes < (std::size_t(1) << 30);
+    return strprintf("%.2f %s", static_cast<double>(bytes) / (mib ? 1048576.0 : 1073741824.0),
+                     mib ? "MiB" : "GiB");
+  };
   if (!memory.empty())
-    s += strprintf("predicted GPT: peak memory %.2f %s of %.2f %s on the fullest device (attention "
-                   "keeps softmax stats, not att [B, n_head, T, T], as flash attention does)\n",
-                   static_cast<double>(peak) / unit, mib ? "MiB" : "GiB",
-                   static_cast<double>(capacity) / unit, mib ? "MiB" : "GiB");
+    s += strprintf("predicted GPT: peak memory %s of %s on the fullest device (attention keeps "
+                   "softmax stats, not att [B, n_head, T, T], as flash attention does)\n",
+                   size(peak).c_str(), size(capacity).c_str());
   return s;
 }
 

@@ -109,7 +109,8 @@ std::vector<io::NamedPath> gpt_exports(const GptSettings& g);
 /// init_from the model factory that loads its weights (not in a dry run: no tensor data), and
 /// refuses an export file that is one of gpt_inputs' or inside one of its directories
 /// (io::check_outputs_are_not_inputs).
-/// c.batch_size, c.lr and c.weight_decay keep their values when g.given lists them.
+/// c.batch_size, c.lr and c.weight_decay keep their values when g.given lists them. A dry run's
+/// sample must be 0 (it holds no tensor data: the sample would be noise).
 GptRun configure_gpt(GptSettings& g, TrainerConfig& c);
 
 /// nanoGPT's estimate_mfu FLOPs per token of `m` (the PaLM paper's 6N + 12 L H Q T, N the

@@ -1,4 +1,4 @@
-// JsonLinesWriter (metrics.h).
+// JsonLinesWriter and mfu_peak (metrics.h).
 #include "core/train/metrics.h"
 
 #include <unistd.h>
@@ -13,6 +13,16 @@
 #include "core/io/file.h"
 
 namespace ditto::train {
+
+MfuPeak mfu_peak(const CostRates& rates, double fp32_flops, DType dtype, bool tf32) {
+  const auto pick = [&](double rate, const char* name) {
+    return rate > 0 ? MfuPeak{rate, name} : MfuPeak{fp32_flops, "FP32"};
+  };
+  if (dtype == DType::bf16) return pick(rates.bf16_flops, "BF16");
+  if (dtype == DType::f16) return pick(rates.f16_flops, "FP16");
+  if (tf32) return pick(rates.tf32_flops, "TF32");
+  return {fp32_flops, "FP32"};
+}
 
 JsonLinesWriter::JsonLinesWriter(const std::string& path, bool append) : path_(path) {
   try {

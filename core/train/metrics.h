@@ -84,9 +84,10 @@ struct StepMetrics {
   double time_s = 0;         ///< wall clock of the step (nanoGPT's dt)
   /// When an extension predicts (TrainerExtension::predicts; sim::SimRunOptions::profile): the
   /// step's virtual time on the profiled GPUs and their peak FLOP/s per device for the run's
-  /// dtype (FP32 for f32, BF16 tensor-core for bf16 / f16: what the matrix products are priced
-  /// at); 0 otherwise.
+  /// dtype (mfu_peak: what the matrix products are priced at); 0 otherwise.
   double predicted_time_s = 0, peak_flops = 0;
+  /// peak_flops's unit (MfuPeak::name: "BF16", "FP16", "TF32", "FP32"); null: the dtype's own.
+  const char* peak_name = nullptr;
   /// Model FLOPs utilisation as nanoGPT's estimate_mfu: TrainerConfig::flops_per_sample x samples
   /// / (predicted_time_s x devices x peak_flops); unset without a profile or flops_per_sample
   /// (no meaningful peak: the simulator's wall clock is a CPU's).
@@ -100,13 +101,15 @@ struct CostPrediction {
   std::string device_name, interconnect;
   double step_time_s = 0, samples_per_s = 0;
   double comm_share = 0;  ///< slowest device's communication time / total (0..1)
-  /// Model FLOPs utilisation (0..1): FLOPs / (time x devices x the dtype's peak: bf16_peak_flops
-  /// for bf16 / f16 storage, peak_flops for f32, as the matrix products are priced), the FLOPs
-  /// TrainerConfig::flops_per_sample x samples (nanoGPT's estimate_mfu for ditto-train's GPT),
-  /// else the GEMM FLOPs the cost model priced.
+  /// Model FLOPs utilisation (0..1): FLOPs / (time x devices x the dtype's peak, mfu_peak: the
+  /// unit the matrix products are priced on), the FLOPs TrainerConfig::flops_per_sample x samples
+  /// (nanoGPT's estimate_mfu for ditto-train's GPT), else the GEMM FLOPs the cost model priced.
   double mfu = 0;
   double peak_flops = 0;       ///< FP32 FLOP/s per device
   double bf16_peak_flops = 0;  ///< BF16 tensor-core FLOP/s per device (dense)
+  /// The peak `mfu` is of (mfu_peak's, for the run's dtype and TF32 use).
+  double mfu_peak_flops = 0;
+  const char* mfu_peak_name = "FP32";
   /// The profile's achieved efficiencies (Note [Achieved efficiency], backend_sim/profiles.h).
   double gemm_efficiency = 1, memory_efficiency = 1;
   double measured_step_time_s = 0, measured_samples_per_s = 0;  ///< wall clock
@@ -118,6 +121,20 @@ struct CostPrediction {
   /// (ditto-train --dry-run --verbose prints it per step).
   std::vector<CostLedgerRow> kernels;
 };
+
+/// The peak FLOP/s per device that a run's MFU is of, and its name: the unit the run's matrix
+/// products are priced on (Note [Compute units], backend_sim/cost_model.h), as nanoGPT's and
+/// llm.c's estimate_mfu take the peak of the dtype they train in.
+struct MfuPeak {
+  double flops = 0;
+  const char* name = "FP32";  ///< "BF16", "FP16", "TF32" or "FP32"
+};
+/// bf16: rates.bf16_flops ("BF16"); f16: rates.f16_flops ("FP16", not BF16's: a profile may give
+/// only one of them, e.g. a V100's FP16 125 TFLOP/s and no BF16); f32 with `tf32` (fast mode and
+/// allow_tf32: the library GEMMs on TF32 tensor cores): rates.tf32_flops ("TF32"); else
+/// `fp32_flops` ("FP32"). A tensor-core rate the cost model does not give (0) is FP32's, named
+/// "FP32", as kernel_price prices it then.
+MfuPeak mfu_peak(const CostRates& rates, double fp32_flops, DType dtype, bool tf32);
 
 struct DeviceMemory {
   std::string device;  ///< "sim:0"

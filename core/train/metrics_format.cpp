@@ -132,12 +132,15 @@ std::string format_step(const StepMetrics& m, const std::string& profile, DType 
   std::string where;
   if (m.epoch > 0)
     where = strprintf("epoch %d, batch %" PRId64 " of %" PRId64, m.epoch, m.batch + 1, m.batches);
-  if (m.predicted_time_s > 0)
+  if (m.predicted_time_s > 0) {
+    const char* peak = m.peak_name            ? m.peak_name
+                       : dtype == DType::bf16 ? "BF16"
+                       : dtype == DType::f16  ? "FP16"
+                                              : "FP32";
     where += (where.empty() ? "" : "; ") +
-             strprintf(
-                 "predicted %.3fms on %s%s", m.predicted_time_s * 1e3, profile.c_str(),
-                 m.mfu ? (dtype == DType::f32 ? ", mfu of its FP32 peak" : ", mfu of its BF16 peak")
-                       : "");
+             strprintf("predicted %.3fms on %s%s%s%s", m.predicted_time_s * 1e3, profile.c_str(),
+                       m.mfu ? ", mfu of its " : "", m.mfu ? peak : "", m.mfu ? " peak" : "");
+  }
   if (!where.empty()) s += " (" + where + ")";
   return s + "\n";
 }
@@ -199,17 +202,18 @@ std::string format_prediction(const CostPrediction& p, DType dtype, bool dry_run
     tokens = strprintf(" tokens/s=%.0f", p.samples_per_s * t);
     measured_tokens = strprintf(" tokens/s=%.0f", p.measured_samples_per_s * t);
   }
-  // MFU against the peak the run's matrix products are priced at: FP32 for f32, the BF16
-  // tensor-core peak for bf16 / f16 storage (Note [Mixed precision]).
-  const bool tc = dtype != DType::f32 && p.bf16_peak_flops > 0;
-  const double peak = tc ? p.bf16_peak_flops : p.peak_flops;
+  // MFU against the peak the run's matrix products are priced at (mfu_peak, named there: FP32,
+  // TF32, or the BF16 / FP16 tensor cores of bf16 / f16 storage, Note [Mixed precision]); one
+  // made by hand, without it, is FP32's or the dtype's.
+  MfuPeak peak{p.mfu_peak_flops, p.mfu_peak_name};
+  if (peak.flops <= 0) peak = mfu_peak(p.rates, p.peak_flops, dtype, false);
   // A real run prices the simulator's own kernels as it ran them, not the CUDA backend's that a
   // dry run prices (docs/prediction.md): the two differ, and the dry run is what a GPU runs.
   const char* priced = dry_run ? "" : "; the simulator's own kernels: --dry-run prices a GPU's";
   std::string mfu = strprintf(" (virtual time%s)", priced);
   if (tokens_per_sample == 0)
     mfu = strprintf(" mfu=%.3g%% (virtual time; %s peak %.1f TFLOP/s per GPU%s)", 100.0 * p.mfu,
-                    tc ? "BF16" : "FP32", peak / 1e12, priced);
+                    peak.name, peak.flops / 1e12, priced);
   std::string s = strprintf("predicted: %d x %s (%d node%s, %s) step_time=%.4f ms samples/s=%.0f%s "
                             "comm_share=%.1f%%%s\n",
                             p.devices, p.device_name.c_str(), p.nodes, p.nodes > 1 ? "s" : "",

@@ -54,8 +54,8 @@ std::string format_predicted_kernels(const CostPrediction& p, Determinism determ
 /// nanoGPT's progress line, "iter N: loss L, time Tms, mfu M%" (train.py's format; its iter_num
 /// is the step just taken, 0-based): the mfu only when set (m.mfu: a cost model profile), then in
 /// parentheses the MLP's position in its epoch ("epoch E, batch B of N") and the step's predicted
-/// time on `profile` (the device profile's name) with the peak the mfu is of (`dtype`'s: FP32
-/// for f32, BF16 for bf16 / f16).
+/// time on `profile` (the device profile's name) with the peak the mfu is of (m.peak_name, or
+/// when unset `dtype`'s: FP32 for f32, BF16 for bf16, FP16 for f16).
 std::string format_step(const StepMetrics& m, const std::string& profile, DType dtype);
 
 /// "epoch   E  train_loss=... val_loss=... val_acc=... samples/s=...", or in a dry run the

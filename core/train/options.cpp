@@ -425,6 +425,12 @@ std::vector<std::string> config_warnings(const TrainerConfig& c,
     out.push_back(n("allow_tf32") +
                   ": lets fast mode's f32 matrix products run on TF32 tensor cores; bitwise mode "
                   "keeps strict f32 (the simulator's bits), so it does nothing in this run");
+  else if (given.count("allow_tf32") && c.allow_tf32 && c.dtype != DType::f32)
+    out.push_back(n("allow_tf32") +
+                  ": lets fast mode's f32 matrix products run on TF32 tensor cores; " + n("dtype") +
+                  " " + dtype_name(c.dtype) + "'s matrix products run on the " +
+                  (c.dtype == DType::bf16 ? "BF16" : "FP16") +
+                  " tensor cores (TF32 affects only f32 ones), so it does nothing in this run");
   return out;
 }
 

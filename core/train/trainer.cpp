@@ -364,7 +364,9 @@ void Trainer::report_step(Run& run, Replica& rep, StepMetrics m, double loss_sum
   m.loss = rows > 0 ? loss_sum / static_cast<double>(rows) : 0.0;
   if (run.timed && run.meter && vtime_s > 0) {
     m.predicted_time_s = vtime_s;
-    m.peak_flops = run.meter->peak_flops();
+    const MfuPeak peak = run.meter->peak();
+    m.peak_flops = peak.flops;
+    m.peak_name = peak.name;
     if (config_.flops_per_sample > 0 && m.peak_flops > 0)
       m.mfu = config_.flops_per_sample * static_cast<double>(m.samples) /
               (vtime_s * run.n_dev * m.peak_flops);
@@ -622,7 +624,7 @@ FitResult Trainer::fit_dp(Run& run) {
     callbacks_.on_start({run.be->name(), run.n_dev, config_.determinism, TrainerKind::dp, false,
                          model_name(config_, *data_), rep.model().num_parameters(),
                          config_.effective_lr()});
-  CostMeter meter(*run.be, run.n_dev, config_.dtype, config_.flops_per_sample);
+  CostMeter meter(*run.be, run.n_dev, config_.dtype, config_.flops_per_sample, config_.determinism);
   run.meter = &meter;
   run.timed = run.predicts(config_);
   FitResult res =
@@ -639,8 +641,8 @@ FitResult Trainer::fit_ddp(Run& run) {
   std::unique_ptr<CostMeter> meter;
   std::unique_ptr<RankBarrier> barrier;
   if (!run.processes) {  // the rank threads meet at each epoch's start and end
-    meter =
-        std::make_unique<CostMeter>(*run.be, run.n_dev, config_.dtype, config_.flops_per_sample);
+    meter = std::make_unique<CostMeter>(*run.be, run.n_dev, config_.dtype, config_.flops_per_sample,
+                                        config_.determinism);
     barrier = std::make_unique<RankBarrier>(run.n_dev);
   }
   run.meter = meter.get();

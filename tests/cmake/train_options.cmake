@@ -60,6 +60,10 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.PredictTableAlias RC 1
     COMMAND sh -c "exec \"$0\" --predict-table > /dev/full" $<TARGET_FILE:ditto-train>
     REGEX "^ditto-train: --predict-table: error: cannot write the table to stdout: No space left on device\n$")
+  # Its tables are fixed: other options were ignored (--trace x.json wrote nothing, exit 0).
+  ditto_expect_exit(DittoTrainCli.PredictTableAloneOrRefused RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --predict-table --trace ${CMAKE_CURRENT_BINARY_DIR}/predict_table_x.json --devices 3 --profile h200
+    REGEX "^ditto-train: error: --predict-table: prints fixed tables and uses no other option: expected it alone, got --devices, --profile, --trace\n$")
   ditto_expect_exit(DittoTrainCli.ProfilePrintsPredictionAndMemory RC 0
     COMMAND $<TARGET_FILE:ditto-train> --trainer ddp --profile h100-sxm --devices 2 --nodes 2 --epochs 1
     REGEX "predicted: 4 x NVIDIA H100 SXM5 80GB \\(2 nodes, nvlink\\) step_time=[0-9.]+ ms samples/s=[0-9]+ comm_share=[0-9.]+% mfu=.*memory: sim:3 live=[0-9.]+ MiB peak=[0-9.]+ MiB capacity=81559.00 MiB")
@@ -68,6 +72,13 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.UnknownProfile RC 2
     COMMAND $<TARGET_FILE:ditto-train> --profile h300 --epochs 0
     REGEX "^ditto-train: error: --profile: expected one of h100-sxm, h200, a100-sxm-80gb, a100-sxm-40gb, rtx4070-laptop or a .json file, got 'h300'")
+  # An interconnect the cost model does not have was priced "as asked" with a warning, then failed
+  # with exit status 1 ("interconnect_profile: unknown interconnect 'nvlink5'"); the list is the
+  # cost model's table (builtin_interconnects).
+  ditto_expect_exit(DittoTrainCli.UnknownInterconnect RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2 --dry-run --profile h100-sxm --trainer ddp
+            --dtype bf16 --devices 2 --batch-size 2 --interconnect nvlink5
+    REGEX "^ditto-train: error: --interconnect: expected auto, nvlink, nvlink3, pcie5 or pcie4, got 'nvlink5'\n$")
   ditto_expect_exit(DittoTrainCli.MalformedStraggler RC 2
     COMMAND $<TARGET_FILE:ditto-train> --straggler 3x2 --epochs 0
     REGEX "ditto-train: error: --straggler: expected DEVICE:FACTOR such as 3:2.5, got '3x2'")
@@ -243,6 +254,16 @@ if(TARGET ditto-train)
             --block-size 256 --batch-size 64 --dtype f32 --allow-tf32 --determinism fast
             --dry-run --profile h200 --devices 1 --max-iters 2 --eval-iters 0 --sample 0
     REGEX "GEMMs on tensor cores \\(cuBLASLt, TF32 494.5 TFLOP/s[^\n]*\n.*predicted GPT: [^\n]*; mfu=[0-9]+\\.[0-9]% of TF32 peak 494.5 TFLOP/s per GPU")
+  # f16 on a profile with an FP16 rate and no BF16 one (a V100): the GEMMs priced at FP16 125,
+  # MFU of that peak (it said "mfu=424.5% of BF16 peak 15.7", the loader's FP32 fallback).
+  ditto_expect_exit(DittoTrainCli.DryRunF16MfuAgainstTheFp16Peak RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2 --dry-run --devices 1 --dtype f16
+            --batch-size 4 --profile ${CMAKE_CURRENT_SOURCE_DIR}/data/profile_v100_f16_only.json
+    REGEX "GEMMs on tensor cores \\(cuBLASLt, FP16 125 TFLOP/s[^\n]*\n.*predicted GPT: [^\n]*; mfu=[1-9][0-9]\\.[0-9]% of FP16 peak 125 TFLOP/s per GPU")
+  # A small model's peak memory in MiB on an 80 GB card (it said "0.00 GiB of 79.65 GiB").
+  ditto_expect_exit(DittoTrainCli.DryRunSmallPeakInMiB RC 0
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --dry-run --profile h100-sxm
+    REGEX "predicted GPT: peak memory [1-9][0-9]*\\.[0-9][0-9] MiB of 79\\.65 GiB on the fullest device")
   # --verbose (issue 29 item 5): the units each kernel class is priced on, and the step's kernels
   # by kind with FLOP and bytes, their rows adding up to the predicted step (Note [Compute units]);
   # the optimizer and the clip as the CUDA backend's multi-tensor launches, the GEMMs as its typed

@@ -20,6 +20,13 @@ if(TARGET ditto-train)
     REGEX "^ditto-train: error: --checkpoint: expected none with --dry-run \\(a dry run holds no tensor data, so its checkpoints would be all zeros\\), got '[^']*dry_ck'"
     COMMAND $<TARGET_FILE:ditto-train> --dry-run --profile h100-sxm --epochs 1
             --checkpoint ${CMAKE_CURRENT_BINARY_DIR}/cli_dry_ck)
+  # Likewise its sample (copies to the host read zeros): noise printed as the model's sample, and
+  # --sample 99999999999999999999 generated until killed. --sample 0 (none) is a dry run's own.
+  ditto_expect_exit(DittoTrainCli.DryRunRefusesSample RC 2
+    REGEX "^ditto-train: error: --sample: expected 0 \\(none\\) with --dry-run \\(a dry run holds no tensor data, so its sample would be noise, not the model's\\), got 20\n$"
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --dry-run --profile h100-sxm --sample 20)
+  ditto_expect_exit(DittoTrainCli.DryRunTakesSampleZero RC 0 REGEX "predicted GPT: "
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --dry-run --profile h100-sxm --sample 0)
   # --metrics-jsonl or --trace naming the --data file overwrote the data set; inside the
   # --checkpoint directory, its files. (The data file does not exist: nothing can be lost.)
   ditto_expect_exit(DittoTrainCli.MetricsOverTheDataIsRefused RC 2
