@@ -50,6 +50,16 @@ if(TARGET ditto-train)
       REGEX "^ditto-train: error: ${regex}\n"
       COMMAND $<TARGET_FILE:ditto-train> ${args} --epochs 0)
   endforeach()
+  # The MLP's sizes in 64 bits too: a batch near 2^63 overflowed the batches of an epoch
+  # (LoaderSource::batches_per_epoch, data::DataLoader::size: UBSan stopped the run), and a
+  # --hidden whose parameters overflow failed in the first step ("Linear: expected in_features *
+  # out_features <= ...", exit 1).
+  ditto_expect_exit(DittoTrainCli.MlpBatchSizeOfInt64Max RC 0
+    REGEX "final: backend=sim devices=4 determinism=bitwise epochs=1 "
+    COMMAND $<TARGET_FILE:ditto-train> --batch-size 9223372036854775807 --epochs 1)
+  ditto_expect_exit(DittoTrainCli.MlpHiddenPast64Bits RC 2
+    REGEX "^ditto-train: error: --hidden: expected layer sizes whose weights' f32 bytes \\(in x out x 4\\) and parameter count fit in 64 bits, got '3037000500,3037000500' \\(the model 64-3037000500-3037000500-10\\)\n"
+    COMMAND $<TARGET_FILE:ditto-train> --hidden 3037000500,3037000500 --epochs 1)
   # now + 2^63-1 ms overflowed: the collective timed out at once, naming the wrong rank.
   ditto_expect_exit(DittoTrainCli.CommTimeoutTooLarge RC 2
     REGEX "^ditto-train: error: --comm-timeout-ms: expected 0 \\(the communicators' own\\) to 2147483648 ms \\(2\\^31, about 24.9 days\\), got 9223372036854775807"
