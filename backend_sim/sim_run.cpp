@@ -156,15 +156,26 @@ void SimRun::validate(const train::TrainerConfig& c) const {
     DITTO_CHECK(d >= 0 && d < devices, name_of(c, "faults"), " '", spec, "': expected a ",
                 skip ? "rank" : "device", " in 0..", devices - 1, ", got ", d);
   }
-  // A profile's name (a .json file's own errors, its contents, stay device_profile's).
+  // A profile's name, or a .json file's: read here, so that one it cannot read or parse (a
+  // missing file, a directory, malformed JSON, an unknown field) is refused naming the option,
+  // with device_profile's reason, before the run (it failed in fit(), exit 1, naming
+  // "device_profile").
   const std::string& p = o_.profile;
-  if (!p.empty() && (p.size() < 5 || p.compare(p.size() - 5, 5, ".json") != 0)) try {
+  if (!p.empty()) try {
       device_profile(p);
-    } catch (const InvalidArgument&) {
-      throw InvalidArgument(detail::cat(profile,
-                                        ": expected one of h100-sxm, h200, a100-sxm-80gb, "
-                                        "a100-sxm-40gb, rtx4070-laptop or a .json file, got '",
-                                        p, "'"));
+    } catch (const InvalidArgument& e) {
+      const bool json = p.size() >= 5 && p.compare(p.size() - 5, 5, ".json") == 0;
+      if (!json)
+        throw InvalidArgument(detail::cat(profile,
+                                          ": expected one of h100-sxm, h200, a100-sxm-80gb, "
+                                          "a100-sxm-40gb, rtx4070-laptop or a .json file, got '",
+                                          p, "'"));
+      std::string why = e.what();
+      const std::string head = "device_profile: ";
+      if (why.compare(0, head.size(), head) == 0) why.erase(0, head.size());
+      throw InvalidArgument(detail::cat(
+          profile, ": expected a device profile's JSON file (docs/prediction.md), got '", p,
+          "': ", why));
     }
   // Tester 6, F12: a JSON profile without "bf16_tflops" priced a bf16 run's matrix products at
   // the FP32 rate (the loader's fallback, TF32's then FP32's), 7x slower than an H100's, without

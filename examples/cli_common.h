@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <string>
@@ -215,17 +216,26 @@ inline CLI::Validator non_negative() {
       "", "non_negative");
 }
 
+/// What numeric_value reads: a floating-point number, a signed integer (CLI11's "INT": int and
+/// std::int64_t options) or an unsigned one ("UINT").
+enum class NumberKind { floating, signed_integer, unsigned_integer };
+
 /// A numeric option's value as Python's int() / float() read it, before CLI11 converts it: an
 /// empty value is refused ("expected E, got ''"; CLI11 read it as 0, so --epochs '' trained no
-/// epoch), and for an integer (`integer`) leading zeros are decimal (int('010') == 10; CLI11 read
-/// a leading 0 as octal, so --epochs 010 ran 8 epochs): they are dropped, a 0x prefix stays hex.
-/// `expected`: what the value must be ("an integer >= 0").
-inline CLI::Validator numeric_value(const std::string& expected, bool integer) {
+/// epoch), and for an integer leading zeros are decimal (int('010') == 10; CLI11 read a leading
+/// 0 as octal, so --epochs 010 ran 8 epochs): they are dropped, a 0x prefix stays hex. A signed
+/// integer outside std::int64_t's range is refused as typed ("expected E, got
+/// '99999999999999999999': past the largest 64-bit integer, 9223372036854775807"): CLI11 converts
+/// with strtoll, which saturates it, so --batch-size 99999999999999999999 ran as
+/// 9223372036854775807 (an int option refused it in CLI11's own check that the value fits; the
+/// unsigned ones: uint64_value). `expected`: what the value must be ("an integer >= 0").
+inline CLI::Validator numeric_value(const std::string& expected, NumberKind kind) {
   return CLI::Validator(
-      [expected, integer](std::string& s) -> std::string {
+      [expected, kind](std::string& s) -> std::string {
         if (s.find_first_not_of(" \t") == std::string::npos)
           return "expected " + expected + ", got '" + s + "'";
-        if (!integer) return "";
+        if (kind == NumberKind::floating) return "";
+        const std::string typed = s;
         std::size_t i = s.find_first_not_of(" \t");
         if (s[i] == '-' || s[i] == '+') ++i;
         std::size_t j = i;
@@ -233,7 +243,16 @@ inline CLI::Validator numeric_value(const std::string& expected, bool integer) {
                std::isdigit(static_cast<unsigned char>(s[j + 1])))
           ++j;
         s.erase(i, j - i);  // "010" -> "10", "-007" -> "-7", "0x10" and "0" as they are
-        return "";
+        if (kind != NumberKind::signed_integer) return "";
+        errno = 0;
+        char* end = nullptr;
+        const long long v = std::strtoll(s.c_str(), &end, 0);  // CLI11's (0x: hex)
+        if (errno != ERANGE) return "";  // in range, or no number: the conversion's error
+        return "expected " + expected + ", got '" + typed + "': " +
+               (v < 0 ? "below the smallest 64-bit integer, " +
+                            std::to_string(std::numeric_limits<std::int64_t>::min())
+                      : "past the largest 64-bit integer, " +
+                            std::to_string(std::numeric_limits<std::int64_t>::max()));
       },
       "", "numeric_value");
 }
@@ -245,13 +264,15 @@ inline void check_numeric_values(CLI::App& app,
                                  const std::map<std::string, std::string>& expected) {
   for (CLI::Option* o : app.get_options()) {
     const std::string type = o->get_type_name();
-    const bool integer = type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0;
-    if (!integer && type.rfind("FLOAT", 0) != 0) continue;
+    const NumberKind kind = type.rfind("INT", 0) == 0    ? NumberKind::signed_integer
+                            : type.rfind("UINT", 0) == 0 ? NumberKind::unsigned_integer
+                                                         : NumberKind::floating;
+    if (kind == NumberKind::floating && type.rfind("FLOAT", 0) != 0) continue;
     const auto it = expected.find(o->get_name());
-    o->transform(numeric_value(it != expected.end() ? it->second
-                               : integer            ? "an integer"
-                                                    : "a number",
-                               integer));
+    o->transform(numeric_value(it != expected.end()           ? it->second
+                               : kind == NumberKind::floating ? "a number"
+                                                              : "an integer",
+                               kind));
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -290,6 +291,21 @@ TEST_F(CommTest, ChunkSizesFollowTorchChunk) {
   EXPECT_EQ(comm::chunk_sizes(0, 3), (V{0, 0, 0}));
   expect_error<InvalidArgument>([] { comm::chunk_sizes(5, 0); },
                                 "comm::chunk_sizes: n: expected at least 1 part, got 0");
+}
+
+// A size near the largest int64 (ditto-train --batch-size 9223372036854775807): size + n - 1 and
+// the parts' ends overflowed (UBSan stopped the run in chunk_range).
+TEST_F(CommTest, ChunkSizesAndRangeOfTheLargestSize) {
+  using V = std::vector<std::int64_t>;
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();  // 2^63 - 1
+  constexpr std::int64_t kHalf = std::int64_t(1) << 62;                    // ceil(kMax / 2)
+  EXPECT_EQ(comm::chunk_sizes(kMax, 2), (V{kHalf, kHalf - 1}));
+  EXPECT_EQ(comm::chunk_sizes(kMax, 1), (V{kMax}));
+  EXPECT_EQ(comm::chunk_range(kMax, 2, 0), std::make_pair(std::int64_t(0), kHalf));
+  EXPECT_EQ(comm::chunk_range(kMax, 2, 1), std::make_pair(kHalf, kMax));
+  EXPECT_EQ(comm::chunk_range(kMax, 8, 7),
+            std::make_pair(7 * (std::int64_t(1) << 60), kMax));  // ceil(kMax / 8) = 2^60
+  EXPECT_EQ(comm::chunk_range(kMax, 1, 0), std::make_pair(std::int64_t(0), kMax));
 }
 
 // chunk_range: part i of chunk_sizes' split as rows [begin, end), empty past the last chunk

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <set>
 
@@ -365,6 +366,11 @@ TEST_F(DataTest, LoaderInOrderBatchesAndDropLast) {
   EXPECT_EQ(epoch_labels(dropping).size(), 9u);
   EXPECT_EQ(data::DataLoader(d, 20).size(), 1);
   EXPECT_EQ(data::DataLoader(d, 20, false, 0, true).size(), 0);
+  // A batch of 2^63 - 1 rows (ditto-train --batch-size 9223372036854775807): n + batch_size - 1
+  // overflowed (UBSan).
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  EXPECT_EQ(data::DataLoader(d, kMax).size(), 1);
+  EXPECT_EQ(data::DataLoader(d, kMax, false, 0, true).size(), 0);
 }
 
 TEST_F(DataTest, LoaderShufflesPerEpochDeterministically) {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -736,6 +737,19 @@ TEST(DryRunTrainer, PresetParameterCounts) {
   EXPECT_EQ(123689472 - 47 * 768, 123653376);  // nanoGPT's "123.65M" at vocab 50257
   expect_error<InvalidArgument>([] { nn::gpt2_config("gpt3", "--preset"); },
                                 "--preset: expected one of gpt2, gpt2-medium, gpt2-large, gpt2-xl");
+  // A count past int64 is refused, not wrapped (--n-layer 70368744177663 printed
+  // params=702561541902130944; UBSan stopped it): checked arithmetic.
+  nn::GPTConfig big = nn::gpt2_config("gpt2");
+  big.n_layer = 70368744177663;  // 2^46 - 1, the most layers check_config accepts
+  expect_error<InvalidArgument>([&] { nn::gpt_num_params(big); },
+                                "gpt_num_params: expected a parameter count that fits "
+                                "std::int64_t, got n_layer=70368744177663 n_embd=768");
+  big = nn::gpt2_config("gpt2");
+  big.block_size = std::numeric_limits<std::int64_t>::max();
+  expect_error<InvalidArgument>([&] { nn::gpt_num_params(big); }, "overflows");
+  big.block_size = 1024;
+  big.n_layer = 1;
+  EXPECT_EQ(nn::gpt_num_params(big), 124475904 - 11 * (12 * 768 * 768 + 13 * 768));
 }
 
 // An 8 x 40 GB model trained dry: every device charged tens of GB, the process stays small.

@@ -241,10 +241,10 @@ std::vector<std::int64_t> chunk_sizes(std::int64_t size, std::int64_t n) {
   DITTO_CHECK(n >= 1, "comm::chunk_sizes: n: expected at least 1 part, got ", n);
   DITTO_CHECK(size >= 0, "comm::chunk_sizes: size: expected a non-negative size, got ", size);
   if (size == 0) return std::vector<std::int64_t>(static_cast<std::size_t>(n), 0);  // torch.chunk
-  const std::int64_t split = (size + n - 1) / n;
+  const std::int64_t split = size / n + (size % n != 0 ? 1 : 0);  // ceil(size / n), no overflow
   std::vector<std::int64_t> out;
-  for (std::int64_t start = 0; start < size; start += split)
-    out.push_back(std::min(split, size - start));
+  for (std::int64_t left = size; left > 0; left -= std::min(split, left))
+    out.push_back(std::min(split, left));
   return out;
 }
 
@@ -253,8 +253,13 @@ std::pair<std::int64_t, std::int64_t> chunk_range(std::int64_t size, std::int64_
   DITTO_CHECK(n >= 1, "comm::chunk_range: n: expected at least 1 part, got ", n);
   DITTO_CHECK(size >= 0, "comm::chunk_range: size: expected a non-negative size, got ", size);
   DITTO_CHECK(i >= 0 && i < n, "comm::chunk_range: i: expected a part in 0..", n - 1, ", got ", i);
-  const std::int64_t split = (size + n - 1) / n;  // chunk_sizes' part
-  return {std::min(size, i * split), std::min(size, (i + 1) * split)};
+  // chunk_sizes' part, and part k's start min(size, k x split), computed without overflow for a
+  // size near the largest int64 (k x split only where it is at most size).
+  const std::int64_t split = size / n + (size % n != 0 ? 1 : 0);
+  const auto start = [&](std::int64_t k) {
+    return split == 0 || k > size / split ? size : k * split;
+  };
+  return {start(i), start(i + 1)};
 }
 
 std::vector<Tensor> scatter(const Tensor& tensor, const std::vector<Device>& devices,

@@ -41,7 +41,8 @@ DataLoader::DataLoader(const Dataset& dataset, std::int64_t batch_size, bool shu
 
 std::int64_t DataLoader::size() const {
   const std::int64_t n = dataset_.size();
-  return drop_last_ ? n / batch_size_ : (n + batch_size_ - 1) / batch_size_;
+  // ceil(n / batch_size) without n + batch_size - 1, which overflowed for a batch near 2^63
+  return n / batch_size_ + (!drop_last_ && n % batch_size_ != 0 ? 1 : 0);
 }
 
 void DataLoader::set_epoch(std::int64_t epoch, std::int64_t start_batch) {

@@ -57,7 +57,8 @@ CsvDataSource::CsvDataSource(const std::string& path, const data::CsvOptions& cs
 
 std::int64_t LoaderSource::batches_per_epoch(std::int64_t batch_size) const {
   DITTO_CHECK(batch_size >= 1, call_, ": batch_size: expected >= 1, got ", batch_size);
-  return (train_.size() + batch_size - 1) / batch_size;
+  const std::int64_t n = train_.size();  // ceil(n / batch_size); n + batch_size - 1 overflowed
+  return n / batch_size + (n % batch_size != 0 ? 1 : 0);
 }
 
 std::int64_t LoaderSource::shortest_batch_rows(std::int64_t batch_size) const {

@@ -109,6 +109,9 @@ GPTConfig gpt2_config(const std::string& model_type, const std::string& what = "
 /// Parameters of a GPT of `cfg`, the tied head counted once and wpe included (nanoGPT's
 /// get_num_params(non_embedding=False)): 12 L C^2 + 13 L C (with biases; 12 L C^2 + 2 L C
 /// without) + V C + T C + 2 C (ln_f; C without bias). nanoGPT prints it less T C (wpe).
+/// Computed with checked arithmetic: InvalidArgument when the count overflows std::int64_t
+/// (ditto-train refuses such sizes first, naming its options: Note [GPT sizes in 64 bits] in
+/// core/train/gpt_recipe.cpp).
 std::int64_t gpt_num_params(const GPTConfig& cfg);
 
 /// Throws InvalidArgument naming the field unless every size is >= 1, n_embd % n_head == 0,

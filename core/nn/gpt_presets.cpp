@@ -36,11 +36,26 @@ GPTConfig gpt2_config(const std::string& model_type, const std::string& what) {
 
 std::int64_t gpt_num_params(const GPTConfig& m) {
   const std::int64_t C = m.n_embd, b = m.bias ? 1 : 0;
+  bool overflow = false;
+  const auto mul = [&](std::int64_t x, std::int64_t y) {
+    std::int64_t r = 0;
+    overflow |= __builtin_mul_overflow(x, y, &r);
+    return r;
+  };
+  const auto add = [&](std::int64_t x, std::int64_t y) {
+    std::int64_t r = 0;
+    overflow |= __builtin_add_overflow(x, y, &r);
+    return r;
+  };
   // Per block: ln_1, ln_2 (C weight + C bias each), c_attn 3C^2 + 3C, attn.c_proj C^2 + C,
-  // mlp.c_fc 4C^2 + 4C, mlp.c_proj 4C^2 + C.
-  const std::int64_t block = 2 * C * (1 + b) + 3 * C * C + 3 * C * b + C * C + C * b + 4 * C * C +
-                             4 * C * b + 4 * C * C + C * b;
-  return m.vocab_size * C + m.block_size * C + m.n_layer * block + C * (1 + b);
+  // mlp.c_fc 4C^2 + 4C, mlp.c_proj 4C^2 + C: 12 C^2 + (4 + 9) C with biases, 12 C^2 + 2 C without.
+  const std::int64_t block = add(mul(12, mul(C, C)), mul(2 + 11 * b, C));
+  const std::int64_t n = add(
+      add(add(mul(m.vocab_size, C), mul(m.block_size, C)), mul(m.n_layer, block)), mul(C, 1 + b));
+  DITTO_CHECK(!overflow, "gpt_num_params: expected a parameter count that fits std::int64_t, got ",
+              "n_layer=", m.n_layer, " n_embd=", m.n_embd, " vocab_size=", m.vocab_size,
+              " block_size=", m.block_size, ": 12 L C^2 + 13 L C + V C + T C + 2 C overflows");
+  return n;
 }
 
 }  // namespace ditto::nn

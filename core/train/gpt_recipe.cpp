@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include "core/base/error.h"
@@ -57,6 +58,76 @@ void apply_preset(GptSettings& g) {
   if (!g.given.count("bias")) g.bias = p.bias;  // GPT-2 has biases (from_pretrained: bias=True)
 }
 
+// Note [GPT sizes in 64 bits]
+// The GPT's sizes are int64 options (--n-layer, --n-embd, --block-size, --vocab-size,
+// --batch-size), and what is computed from them is int64 or size_t too: the parameter count N
+// (printed, and the FLOPs of the MFU), each tensor's elements and bytes, and the memory the
+// simulator counts. Sizes whose products overflow were accepted and wrapped (--n-layer
+// 70368744177663 printed params=702561541902130944, --block-size 9223372036854775807 made 123688704
+// parameters and failed in Tensor::empty, --n-embd 4000000000 --n-head 1 a negative FLOP count;
+// UBSan reports at each). They are refused here, naming the options, as usage errors:
+// - a step's tokens, --batch-size x --block-size, at most 2^31 (check_step_tokens): the bound of
+//   the data sources, which build a batch's windows on the host (kMaxBatchTokens in
+//   core/data/window_source.cpp and synthetic_source.cpp; they refused it during the first step,
+//   naming themselves: "ZeroTokenSource: batch_size: ...", exit 1); T is at most 2^31 with it;
+// - the model (check_model_sizes): N x 16 bytes, the f32 AdamW state of every parameter (weights,
+//   gradients, exp_avg, exp_avg_sq; Note [GPT-2 memory] in core/nn/gpt_config.h), and the bytes
+//   of its largest tensors, f32 (4 bytes an element: wte's V x C, c_fc's 4C x C, the logits
+//   B x T x V and the MLP's hidden B x T x 4C of a whole --batch-size), fit in int64. Such a
+//   model needs more memory than any device has; a smaller one is counted exactly, and the
+//   device's capacity refuses it (OutOfMemory) if it does not fit.
+// nn::gpt_num_params checks its own arithmetic too (InvalidArgument), for other callers.
+constexpr std::int64_t kMaxStepTokens = std::int64_t(1) << 31;
+
+/// A step's tokens, --batch-size x --block-size, at most kMaxStepTokens (Note [GPT sizes in 64
+/// bits]).
+void check_step_tokens(const GptSettings& g, const TrainerConfig& c) {
+  const std::int64_t T = g.block_size, B = c.batch_size;
+  DITTO_CHECK(T <= kMaxStepTokens, g.name_of("block_size"),
+              ": expected at most 2^31 = ", kMaxStepTokens, " (a step's tokens, ",
+              c.name_of("batch_size"), " x ", g.name_of("block_size"),
+              ", are at most 2^31: the data's batches are built on the host), got ", T);
+  DITTO_CHECK(B <= kMaxStepTokens / T, c.name_of("batch_size"), ": expected at most ",
+              kMaxStepTokens / T, " (a step's tokens, ", c.name_of("batch_size"), " x ",
+              g.name_of("block_size"), " = ", T,
+              ", are at most 2^31: the data's batches are built on the host), got ", B);
+}
+
+/// The model's parameter count and largest tensors in bytes fit in int64 (Note [GPT sizes in 64
+/// bits]); `m`: the model of the settings, its vocabulary the data's when not given.
+void check_model_sizes(const GptSettings& g, const nn::GPTConfig& m, const TrainerConfig& c) {
+  const std::int64_t C = m.n_embd, T = m.block_size, V = m.vocab_size, L = m.n_layer;
+  const std::int64_t BT = c.batch_size * T;  // <= 2^31 (check_step_tokens)
+  const auto fits = [](std::int64_t x, std::int64_t y, std::int64_t bytes) {
+    std::int64_t r = 0;
+    return !__builtin_mul_overflow(x, y, &r) && !__builtin_mul_overflow(r, bytes, &r);
+  };
+  // The count in long double (no overflow): what the message says.
+  const long double Cl = static_cast<long double>(C), b = m.bias ? 1 : 0;
+  const long double n = static_cast<long double>(L) * (12 * Cl * Cl + (2 + 11 * b) * Cl) +
+                        static_cast<long double>(V) * Cl + static_cast<long double>(T) * Cl +
+                        Cl * (1 + b);
+  constexpr long double kMax = static_cast<long double>(std::numeric_limits<std::int64_t>::max());
+  const auto sizes = [&] {
+    return detail::cat(g.name_of("n_layer"), " ", L, " ", g.name_of("n_embd"), " ", C, " ",
+                       g.name_of("vocab_size"), " ", V, " ", g.name_of("block_size"), " ", T);
+  };
+  DITTO_CHECK(n * 16 <= kMax, sizes(),
+              ": expected a GPT whose f32 AdamW state, 16 bytes a parameter, fits in 64 bits "
+              "(at most ",
+              std::numeric_limits<std::int64_t>::max() / 16, " parameters), got ",
+              strprintf("%.3Lg", n),
+              " parameters (12 L C^2 + 13 L C + V C + T C + 2 C with biases)");
+  const char* tensor = !fits(V, C, 4)        ? "wte's V x C"
+                       : !fits(4 * C, C, 4)  ? "mlp.c_fc's 4C x C"  // 4C: n * 16 fits
+                       : !fits(BT, V, 4)     ? "the logits' B x T x V"
+                       : !fits(BT, 4 * C, 4) ? "the MLP's hidden B x T x 4C"
+                                             : nullptr;
+  DITTO_CHECK(tensor == nullptr, sizes(), " ", c.name_of("batch_size"), " ", c.batch_size,
+              ": expected a GPT whose every tensor's f32 bytes fit in 64 bits, got ", tensor,
+              " past them");
+}
+
 /// Every GPT setting's own check (the Trainer checks the shared ones).
 void check_settings(const GptSettings& g, double lr, double weight_decay, const TrainerConfig& c) {
   auto n = [&](const char* f) { return g.name_of(f); };
@@ -69,10 +140,19 @@ void check_settings(const GptSettings& g, double lr, double weight_decay, const 
   DITTO_CHECK(g.n_embd % g.n_head == 0, n("n_embd"), ": expected a multiple of ", n("n_head"),
               " = ", g.n_head, ", got ", g.n_embd);
   at_least(n("block_size"), g.block_size, 1);
+  check_step_tokens(g, c);
   at_least(n("max_iters"), g.max_iters, 1);
   at_least(n("eval_interval"), g.eval_interval, 1);
   at_least(n("eval_iters"), g.eval_iters, 0, " (0: no evaluation)");
   at_least(n("warmup_iters"), g.warmup_iters, 0);
+  if (!g.given.count("lr_decay_iters"))  // its default: the option given is the one to change
+    DITTO_CHECK(g.lr_decay_iters > g.warmup_iters, n("warmup_iters"), ": expected < ",
+                n("lr_decay_iters"), " = ", g.lr_decay_iters, " (its default",
+                c.dry_run ? " in a dry run: the larger of " + n("max_iters") + " and " +
+                                n("warmup_iters") + " + 1, which must fit in 64 bits"
+                          : std::string(),
+                "; nanoGPT's cosine decay runs from the one to the other: give ",
+                n("lr_decay_iters"), " too), got ", g.warmup_iters);
   DITTO_CHECK(g.lr_decay_iters > g.warmup_iters, n("lr_decay_iters"), ": expected > ",
               n("warmup_iters"), " = ", g.warmup_iters,
               " (nanoGPT's cosine decay runs from the "
@@ -259,8 +339,10 @@ GptRun configure_gpt(GptSettings& g, TrainerConfig& c) {
     if (!g.given.count("max_iters")) g.max_iters = 2;
     if (!g.given.count("eval_iters")) g.eval_iters = 0;
     if (!g.given.count("sample")) g.sample = 0;
-    if (!g.given.count("lr_decay_iters"))
-      g.lr_decay_iters = std::max(g.max_iters, g.warmup_iters + 1);
+    if (!g.given.count("lr_decay_iters"))  // (none exceeds the largest int64: check_settings)
+      g.lr_decay_iters = g.warmup_iters < std::numeric_limits<std::int64_t>::max()
+                             ? std::max(g.max_iters, g.warmup_iters + 1)
+                             : g.warmup_iters;
   }
   const double lr = g.given.count("lr") ? typed_value(*c.lr) : g.learning_rate;
   const double wd = g.given.count("weight_decay") ? typed_value(c.weight_decay) : g.weight_decay;
@@ -281,6 +363,7 @@ GptRun configure_gpt(GptSettings& g, TrainerConfig& c) {
   m.n_embd = g.n_embd;
   m.dropout = static_cast<float>(g.dropout);
   m.bias = g.bias;
+  check_model_sizes(g, m, c);
   const std::uint64_t seed = c.seed;
   c.make_model = [m, seed](const Device& d) { return std::make_unique<nn::GPT>(m, d, seed); };
   c.loss_may_overwrite_output = true;  // the logits: lm_head's backward reads its input, not them

@@ -97,6 +97,35 @@ std::string model_name(const TrainerConfig& c, const DataSource& data) {
   return arch.str();
 }
 
+/// The default MLP's sizes (no make_model) in 64 bits: each layer's weight in f32 bytes (in x out
+/// x 4) and the parameter count fit in int64 (Note [GPT sizes in 64 bits], gpt_recipe.cpp, for
+/// the GPT's): --hidden 4611686018427387904 failed in the first step ("Linear: expected
+/// in_features * out_features <= ...", exit 1), not as a usage error naming the option. A model
+/// within them that no machine holds fails as before, at its first allocation (OutOfMemory).
+void check_mlp_sizes(const TrainerConfig& c, const DataSource& data) {
+  if (c.make_model) return;
+  std::vector<std::int64_t> sizes{data.num_inputs()};
+  sizes.insert(sizes.end(), c.hidden.begin(), c.hidden.end());
+  sizes.push_back(data.num_outputs());
+  std::int64_t params = 0;
+  bool fits = true;
+  for (std::size_t i = 0; fits && i + 1 < sizes.size(); ++i) {
+    std::int64_t weights = 0, bytes = 0;
+    fits = !__builtin_mul_overflow(sizes[i], sizes[i + 1], &weights) &&
+           !__builtin_mul_overflow(weights, std::int64_t(4), &bytes) &&
+           !__builtin_add_overflow(params, weights, &params) &&
+           !__builtin_add_overflow(params, sizes[i + 1], &params);  // the biases
+  }
+  if (fits) return;
+  std::string hidden;
+  for (std::int64_t h : c.hidden) hidden += (hidden.empty() ? "" : ",") + std::to_string(h);
+  throw InvalidArgument(detail::cat(
+      c.name_of("hidden"),
+      ": expected layer sizes whose weights' f32 bytes (in x out x 4) and parameter count fit in "
+      "64 bits, got '",
+      hidden, "' (the model ", model_name(c, data), ")"));
+}
+
 /// The checkpoint a run resumed from at step `step` ("" for a run that did not resume).
 std::string resumed_checkpoint(const TrainerConfig& c, std::int64_t step) {
   if (c.resume_dir.empty()) return "";
@@ -378,6 +407,7 @@ Trainer::Trainer(TrainerConfig config, std::shared_ptr<DataSource> data, Trainer
     : config_(std::move(config)), data_(std::move(data)), callbacks_(std::move(callbacks)) {
   DITTO_CHECK(data_ != nullptr, "Trainer: data: expected a data source, got null");
   validate(config_);
+  check_mlp_sizes(config_, *data_);
 }
 
 Trainer::~Trainer() = default;

@@ -55,10 +55,25 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.StragglerWithoutProfile RC 2
     REGEX "^ditto-train: error: --straggler: changes only the cost model's predicted times: expected --profile \\(or --trace\\) with it, got neither"
     COMMAND $<TARGET_FILE:ditto-train> --straggler 1:2 --epochs 0)
-  # A JSON profile's misspelt field is refused, not left at its default.
-  ditto_expect_exit(DittoTrainCli.ProfileUnknownField RC 1
-    REGEX "^ditto-train: error: device_profile: [^\n]*profile_unknown_field.json: unknown field 'memory_effciency' \\(did you mean 'memory_efficiency'\\?\\): expected one of key, name, source, fp32_tflops, "
+  # A JSON profile's misspelt field is refused, not left at its default. It and a profile file
+  # that cannot be read or parsed are usage errors naming --profile, with the loader's reason
+  # (they failed in the run, exit 1, naming "device_profile").
+  ditto_expect_exit(DittoTrainCli.ProfileUnknownField RC 2
+    REGEX "^ditto-train: error: --profile: expected a device profile's JSON file \\(docs/prediction.md\\), got '[^']*profile_unknown_field.json': [^\n]*profile_unknown_field.json: unknown field 'memory_effciency' \\(did you mean 'memory_efficiency'\\?\\): expected one of key, name, source, fp32_tflops, "
     COMMAND $<TARGET_FILE:ditto-train> --profile ${CMAKE_CURRENT_SOURCE_DIR}/data/profile_unknown_field.json --epochs 0)
+  file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/profile_dir.json)
+  file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/profile_malformed.json "{\"fp32_tflops\": 1,\n")
+  foreach(case "missing|/no/such/profile.json|cannot open '/no/such/profile.json': No such file or directory"
+               "directory|${CMAKE_CURRENT_BINARY_DIR}/profile_dir.json|'[^']*profile_dir.json' is a directory, expected a regular file"
+               "malformed|${CMAKE_CURRENT_BINARY_DIR}/profile_malformed.json|[^\n]*profile_malformed.json: malformed JSON: \\[json.exception.parse_error.101\\]")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 name)
+    list(GET parts 1 file)
+    list(GET parts 2 why)
+    ditto_expect_exit(DittoTrainCli.ProfileFile_${name} RC 2
+      REGEX "^ditto-train: error: --profile: expected a device profile's JSON file \\(docs/prediction.md\\), got '[^']*': ${why}"
+      COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2 --dry-run --profile ${file})
+  endforeach()
   # A stray label of 100000 would make a 100001-class model: refused past 65535 (--classes too,
   # past 65536); --classes N (CrossEntropyLoss's num_classes) must exceed every label and sizes the
   # output layer (digits: 64-128-16, 10384 parameters, not 64-128-10's 9610).

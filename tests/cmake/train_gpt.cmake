@@ -91,7 +91,21 @@ if(TARGET ditto-train)
       "epochs|--model;gpt;--epochs;3|--epochs: expected --model mlp \\(the GPT's options are nanoGPT's: --max-iters, not --epochs, with AdamW and cross-entropy\\), got --model gpt"
       "gpt_option_on_mlp|--n-layer;2|--n-layer: expected --model gpt, got --model mlp"
       "missing_data|--model;gpt;--data;/no/such/text.txt|--data: TextDataSource: cannot open '/no/such/text.txt': No such file or directory"
-      "short_data|--model;gpt;--data;${CMAKE_CURRENT_BINARY_DIR}/ditto_train_gpt_short.txt|--data: TextDataSource: '[^']*ditto_train_gpt_short.txt': expected a text whose training \\(first 90%\\) and validation \\(last 10%\\) splits are longer than block_size = 64 tokens, got 22 bytes")
+      "short_data|--model;gpt;--data;${CMAKE_CURRENT_BINARY_DIR}/ditto_train_gpt_short.txt|--data: TextDataSource: '[^']*ditto_train_gpt_short.txt': expected a text whose training \\(first 90%\\) and validation \\(last 10%\\) splits are longer than block_size = 64 tokens, got 22 bytes"
+      # Note [GPT sizes in 64 bits] (core/train/gpt_recipe.cpp): a step's tokens past 2^31 failed
+      # in the first step naming the data source (ZeroTokenSource, TextDataSource; exit 1), and
+      # at 2^63 - 1 UBSan stopped the run in comm::chunk_range; sizes whose parameter count
+      # overflowed wrapped it (params=702561541902130944), or failed in Tensor::empty.
+      "batch_tokens_dry|--model;gpt;--preset;gpt2;--dry-run;--profile;h100-sxm;--trainer;ddp;--dtype;bf16;--batch-size;2097153|--batch-size: expected at most 2097152 \\(a step's tokens, --batch-size x --block-size = 1024, are at most 2\\^31: the data's batches are built on the host\\), got 2097153\n"
+      "batch_tokens_text|--model;gpt;--batch-size;33554433;--max-iters;1|--batch-size: expected at most 33554432 \\(a step's tokens, --batch-size x --block-size = 64, are at most 2\\^31: the data's batches are built on the host\\), got 33554433\n"
+      "batch_int64_max|--model;gpt;--preset;gpt2;--dry-run;--profile;h100-sxm;--trainer;ddp;--dtype;bf16;--batch-size;9223372036854775807|--batch-size: expected at most 2097152 [^\n]*, got 9223372036854775807\n"
+      "block_int64_max|--model;gpt;--preset;gpt2;--dry-run;--profile;h100-sxm;--trainer;ddp;--dtype;bf16;--block-size;9223372036854775807|--block-size: expected at most 2\\^31 = 2147483648 \\(a step's tokens, --batch-size x --block-size, are at most 2\\^31: the data's batches are built on the host\\), got 9223372036854775807\n"
+      "n_layer_params|--model;gpt;--preset;gpt2;--dry-run;--profile;h100-sxm;--trainer;ddp;--dtype;bf16;--n-layer;70368744177663|--n-layer 70368744177663 --n-embd 768 --vocab-size 50304 --block-size 1024: expected a GPT whose f32 AdamW state, 16 bytes a parameter, fits in 64 bits \\(at most 576460752303423487 parameters\\), got 4.99e\\+20 parameters \\(12 L C\\^2 \\+ 13 L C \\+ V C \\+ T C \\+ 2 C with biases\\)\n"
+      "n_embd_params|--model;gpt;--preset;gpt2;--dry-run;--profile;h100-sxm;--trainer;ddp;--dtype;bf16;--n-embd;4000000000;--n-head;1|--n-layer 12 --n-embd 4000000000 --vocab-size 50304 --block-size 1024: expected a GPT whose f32 AdamW state, 16 bytes a parameter, fits in 64 bits \\(at most 576460752303423487 parameters\\), got 2.3e\\+21 parameters"
+      # The dry run's default --lr-decay-iters, --warmup-iters + 1, overflowed (UBSan), and the
+      # refusal blamed --lr-decay-iters, never given; so did a --warmup-iters past the default.
+      "warmup_int64_max|--model;gpt;--preset;gpt2;--dry-run;--profile;h100-sxm;--trainer;ddp;--dtype;bf16;--warmup-iters;9223372036854775807|--warmup-iters: expected < --lr-decay-iters = 9223372036854775807 \\(its default in a dry run: the larger of --max-iters and --warmup-iters \\+ 1, which must fit in 64 bits. nanoGPT's cosine decay runs from the one to the other: give --lr-decay-iters too\\), got 9223372036854775807\n"
+      "warmup_past_default|--model;gpt;--warmup-iters;3000|--warmup-iters: expected < --lr-decay-iters = 2000 \\(its default. nanoGPT's cosine decay runs from the one to the other: give --lr-decay-iters too\\), got 3000\n")
     string(REPLACE "|" ";" parts "${case}")
     list(GET parts 0 name)
     list(GET parts -1 regex)

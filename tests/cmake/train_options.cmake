@@ -138,25 +138,42 @@ if(TARGET ditto-train)
       REGEX "^ditto-train: error: ${message}\n")
   endforeach()
   # Tester 6, F7: the refusal named only the bytes, nothing of what to change. (The laptop's
-  # capacity is nvidia-smi's 8188 MiB, F3.)
+  # capacity is nvidia-smi's 8188 MiB, F3.) Note [Out-of-memory hints] (examples/ditto_train.cpp):
+  # the run's peak predicted by a dry run with the capacity lifted, and only the changes whose
+  # own dry runs lower it. 2.5e9 parameters of SGD with momentum on one device: 12 bytes each in
+  # f32 and in bf16 (2 + 2 + a 4-byte f32 master + 4), so neither --dtype bf16 nor a smaller
+  # micro-batch helps, and ZeRO-1 needs more than one device: it suggested all three.
   ditto_expect_exit(DittoTrainCli.ModelLargerThanLaptopProfile RC 1
     COMMAND $<TARGET_FILE:ditto-train> --profile rtx4070-laptop --devices 1 --hidden 50000,50000 --epochs 1
-    REGEX "ditto-train: error: sim:0: out of memory: tried to allocate 10000000000 bytes \\(9536.74 MiB\\); [0-9]+ bytes \\([0-9.]+ MiB\\) in use of capacity 8585740288 bytes \\(8188.00 MiB\\) \\(peak [^)]*\\)\\); to fit: a smaller micro-batch \\(--batch-size, or --grad-accum-steps 2 for the same batch\\), --dtype bf16, --trainer ddp --zero-stage 1; --dry-run prints each device's peak without running\n$")
-  # The hint names only settings the same command accepts (Trainer::check, the run's own checks):
-  # bitwise mode's 8 micro-shards on 8 devices leave no micro-shard for a second micro-step (it
-  # suggested --grad-accum-steps 2, which this command refuses with exit 2: the _refused case);
-  # fast mode's batch of one row has no smaller batch and no row for a second micro-step, and
-  # --checkpoint refuses --dry-run (it suggested all three).
+    REGEX "ditto-train: error: sim:0: out of memory: tried to allocate 10000000000 bytes \\(9536.74 MiB\\); [0-9]+ bytes \\([0-9.]+ MiB\\) in use of capacity 8585740288 bytes \\(8188.00 MiB\\) \\(peak [^)]*\\)\\); predicted by a dry run with the capacity lifted, the run needs 28.19 GiB at its peak on its fullest device \\(sim:0, NVIDIA GeForce RTX 4070 Laptop GPU 8GB\\) of 8.00 GiB, at least 28.12 GiB of it between steps \\(the weights, gradients and optimizer state\\); what stays between steps alone exceeds the capacity: a smaller model or a device with more memory\n$")
+  # Only settings the same command accepts, each predicted by its own dry run: bitwise mode's 8
+  # micro-shards on 8 devices leave no micro-shard for a second micro-step (it suggested
+  # --grad-accum-steps 2, which this command refuses with exit 2: the _refused case); dp holds the
+  # optimizer state on device 0, which ZeRO-1 shards: lower, not enough. A batch of one row has
+  # no smaller batch, and --checkpoint refuses --dry-run (it suggested all three).
   ditto_expect_exit(DittoTrainCli.OutOfMemoryHintNamesOnlyAcceptedSettings_micro_shards RC 1
     COMMAND $<TARGET_FILE:ditto-train> --profile rtx4070-laptop --devices 8 --micro-shards 8 --hidden 50000,50000 --epochs 1
-    REGEX "ditto-train: error: sim:[0-7]: out of memory: tried to allocate 10000000000 bytes [^\n]*; to fit: a smaller micro-batch \\(--batch-size\\), --dtype bf16, --trainer ddp --zero-stage 1; --dry-run prints each device's peak without running\n$")
+    REGEX "ditto-train: error: sim:[0-7]: out of memory: tried to allocate 10000000000 bytes [^\n]*; predicted by a dry run with the capacity lifted, the run needs 55.97 GiB at its peak on its fullest device \\(sim:0, [^)]*\\) of 8.00 GiB, at least 46.65 GiB of it between steps [^\n]*; lower, not enough: --trainer ddp --zero-stage 1 \\(peak 21.02 GiB\\); what stays between steps alone exceeds the capacity: a smaller model or a device with more memory\n$")
   ditto_expect_exit(DittoTrainCli.OutOfMemoryHintNamesOnlyAcceptedSettings_refused RC 2
     COMMAND $<TARGET_FILE:ditto-train> --profile rtx4070-laptop --devices 8 --micro-shards 8 --hidden 50000,50000 --epochs 1 --grad-accum-steps 2
     REGEX "^ditto-train: error: --grad-accum-steps x --devices: bitwise mode gives every micro-step of every device whole micro-shards")
   ditto_expect_exit(DittoTrainCli.OutOfMemoryHintNamesOnlyAcceptedSettings_one_row RC 1
     COMMAND $<TARGET_FILE:ditto-train> --profile rtx4070-laptop --devices 1 --determinism fast --batch-size 1 --hidden 50000,50000 --epochs 1
             --checkpoint ${CMAKE_CURRENT_BINARY_DIR}/oom_hint_one_row
-    REGEX "ditto-train: error: sim:0: out of memory: tried to allocate 10000000000 bytes [^\n]*; to fit: --dtype bf16, --trainer ddp --zero-stage 1\n$")
+    REGEX "ditto-train: error: sim:0: out of memory: tried to allocate 10000000000 bytes [^\n]*; predicted by a dry run with the capacity lifted, the run needs 28.18 GiB at its peak [^\n]*; what stays between steps alone exceeds the capacity: a smaller model or a device with more memory\n$")
+  # Tester 7, defect 3: gpt2-large in bf16 on one 8 GB laptop GPU at a micro-batch of 1 was told
+  # "to fit: --trainer ddp --zero-stage 1", which fails again (ZeRO-1 on one device adds the f32
+  # gradient shard: 15.95 GiB against 14.49); 6.58e9 parameters on 8 H100s at a micro-batch of 1
+  # were told to lower --batch-size, and neither said how much the run needs.
+  ditto_expect_exit(DittoTrainCli.OutOfMemoryHint_gpt2_large_laptop RC 1
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2-large --dry-run --profile rtx4070-laptop --devices 1 --batch-size 1 --dtype bf16
+    REGEX "ditto-train: error: sim:0: out of memory: [^\n]*; predicted by a dry run with the capacity lifted, the run needs 14.49 GiB at its peak on its fullest device \\(sim:0, NVIDIA GeForce RTX 4070 Laptop GPU 8GB\\) of 8.00 GiB, at least 13.05 GiB of it between steps \\(the weights, gradients and optimizer state\\); what stays between steps alone exceeds the capacity: a smaller model or a device with more memory\n$")
+  ditto_expect_exit(DittoTrainCli.OutOfMemoryHint_gpt2_large_laptop_zero1 RC 1
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2-large --dry-run --profile rtx4070-laptop --devices 1 --batch-size 1 --dtype bf16 --trainer ddp --zero-stage 1
+    REGEX "ditto-train: error: sim:0: out of memory: tried to allocate 3099295744 bytes [^\n]*; predicted by a dry run with the capacity lifted, the run needs 15.95 GiB at its peak on its fullest device [^\n]* of 8.00 GiB, at least 8.65 GiB of it between steps [^\n]*; what stays between steps alone exceeds the capacity: a smaller model or a device with more memory\n$")
+  ditto_expect_exit(DittoTrainCli.OutOfMemoryHint_micro_batch_one RC 1 TIMEOUT 120
+    COMMAND $<TARGET_FILE:ditto-train> --model gpt --n-layer 32 --n-embd 4096 --n-head 32 --block-size 2048 --vocab-size 32000 --dry-run --profile h100-sxm --trainer ddp --dtype bf16 --devices 8 --batch-size 8
+    REGEX "ditto-train: error: sim:[0-7]: out of memory: [^\n]*; predicted by a dry run with the capacity lifted, the run needs 106.38 GiB at its peak on its fullest device \\(sim:0, NVIDIA H100 SXM5 80GB\\) of 79.65 GiB, at least 73.56 GiB of it between steps \\(the weights, gradients and optimizer state\\); to fit: --zero-stage 1 \\(peak 44.98 GiB\\)\n$")
   # A host allocation that fails (std::aligned_alloc's null, the simulator's memory in this
   # machine's RAM or a host tensor's: 2^61 bytes for the first layer of --hidden 2^53): its
   # OutOfMemory (Kind::host) with the host's message, not the device's "to fit" hint. Under ASan
@@ -176,7 +193,7 @@ if(TARGET ditto-train)
   # refuses (GradAccumStepsPastTheShortLastBatchFast); the hint offered it.
   ditto_expect_exit(DittoTrainCli.OutOfMemoryHintNamesOnlyAcceptedSettings_short_last_batch RC 1
     COMMAND $<TARGET_FILE:ditto-train> --profile rtx4070-laptop --devices 1 --determinism fast --grad-accum-steps 16 --hidden 50000,50000 --epochs 1
-    REGEX "ditto-train: error: sim:0: out of memory: tried to allocate 10000000000 bytes [^\n]*; to fit: a smaller micro-batch \\(--batch-size\\), --dtype bf16, --trainer ddp --zero-stage 1; --dry-run prints each device's peak without running\n$")
+    REGEX "ditto-train: error: sim:0: out of memory: tried to allocate 10000000000 bytes [^\n]*; predicted by a dry run with the capacity lifted, the run needs 28.18 GiB at its peak [^\n]*; what stays between steps alone exceeds the capacity: a smaller model or a device with more memory\n$")
 endif()
 
 # --grad-accum-steps (Note [Gradient accumulation], core/train/grad_accumulation.h): in bitwise
@@ -224,7 +241,7 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.DryRunGpt2XlOutOfMemoryOn40GB RC 1
     COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2-xl --dry-run --profile a100-sxm-40gb
             --devices 8 --trainer ddp --batch-size 32
-    REGEX "ditto-train: error: sim:[0-7]: out of memory: tried to allocate [0-9]+ bytes \\([0-9.]+ MiB\\); [0-9]+ bytes \\([0-9.]+ MiB\\) in use of capacity 42949672960 bytes \\(40960.00 MiB\\) \\(peak [^)]*\\)\\); to fit: a smaller micro-batch \\(--batch-size, or --grad-accum-steps 2 for the same batch\\), --dtype bf16, --zero-stage 1\n$")
+    REGEX "ditto-train: error: sim:[0-7]: out of memory: tried to allocate [0-9]+ bytes \\([0-9.]+ MiB\\); [0-9]+ bytes \\([0-9.]+ MiB\\) in use of capacity 42949672960 bytes \\(40960.00 MiB\\) \\(peak [^)]*\\)\\); predicted by a dry run with the capacity lifted, the run needs 43.59 GiB at its peak on its fullest device \\(sim:0, NVIDIA A100 SXM4 40GB\\) of 40.00 GiB, at least 11.61 GiB of it between steps \\(the weights, gradients and optimizer state\\); to fit: --batch-size 16 \\(peak 33.40 GiB\\), --grad-accum-steps 2 \\(the same batch. peak 39.20 GiB\\), --dtype bf16 \\(peak 33.42 GiB\\), --zero-stage 1 \\(peak 33.44 GiB\\)\n$")
   ditto_expect_exit(DittoTrainCli.DryRunGpt2XlFitsOn40GBWithZero1 RC 0
     COMMAND $<TARGET_FILE:ditto-train> --model gpt --preset gpt2-xl --dry-run --profile a100-sxm-40gb
             --devices 8 --trainer ddp --batch-size 32 --zero-stage 1

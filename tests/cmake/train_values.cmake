@@ -41,6 +41,32 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.SeedPast64BitsIsRefused RC 2
     REGEX "--seed: expected an integer in 0..18446744073709551615 \\(or 0x0..0xffffffffffffffff\\), got 18446744073709551616"
     COMMAND $<TARGET_FILE:ditto-train> --seed 18446744073709551616 --epochs 0)
+  # CLI11 converts a signed integer with strtoll, which saturates: --batch-size
+  # 99999999999999999999 ran as 9223372036854775807 (the start line printed it). Every int64
+  # option is refused past the type as typed (ditto_cli::numeric_value, examples/cli_common.h);
+  # an int option (--devices) already was, by CLI11's own check.
+  foreach(case "batch_size|--batch-size;99999999999999999999|--batch-size: expected an integer >= 1, got '99999999999999999999': past the largest 64-bit integer, 9223372036854775807"
+               "max_iters|--model;gpt;--max-iters;-99999999999999999999|--max-iters: expected an integer >= 1, got '-99999999999999999999': below the smallest 64-bit integer, -9223372036854775808"
+               "hex|--comm-timeout-ms;0x8000000000000000|--comm-timeout-ms: expected [^\n]*, got '0x8000000000000000': past the largest 64-bit integer, 9223372036854775807")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 name)
+    list(GET parts -1 regex)
+    list(SUBLIST parts 1 -1 args)
+    list(REMOVE_AT args -1)
+    ditto_expect_exit(DittoTrainCli.Int64PastItsRange_${name} RC 2
+      REGEX "^ditto-train: error: ${regex}\n"
+      COMMAND $<TARGET_FILE:ditto-train> ${args} --epochs 0)
+  endforeach()
+  # The MLP's sizes in 64 bits too: a batch near 2^63 overflowed the batches of an epoch
+  # (LoaderSource::batches_per_epoch, data::DataLoader::size: UBSan stopped the run), and a
+  # --hidden whose parameters overflow failed in the first step ("Linear: expected in_features *
+  # out_features <= ...", exit 1).
+  ditto_expect_exit(DittoTrainCli.MlpBatchSizeOfInt64Max RC 0
+    REGEX "final: backend=sim devices=4 determinism=bitwise epochs=1 "
+    COMMAND $<TARGET_FILE:ditto-train> --batch-size 9223372036854775807 --epochs 1)
+  ditto_expect_exit(DittoTrainCli.MlpHiddenPast64Bits RC 2
+    REGEX "^ditto-train: error: --hidden: expected layer sizes whose weights' f32 bytes \\(in x out x 4\\) and parameter count fit in 64 bits, got '3037000500,3037000500' \\(the model 64-3037000500-3037000500-10\\)\n"
+    COMMAND $<TARGET_FILE:ditto-train> --hidden 3037000500,3037000500 --epochs 1)
   # now + 2^63-1 ms overflowed: the collective timed out at once, naming the wrong rank.
   ditto_expect_exit(DittoTrainCli.CommTimeoutTooLarge RC 2
     REGEX "^ditto-train: error: --comm-timeout-ms: expected 0 \\(the communicators' own\\) to 2147483648 ms \\(2\\^31, about 24.9 days\\), got 9223372036854775807"
