@@ -67,7 +67,7 @@ void check_trace_path(const train::TrainerConfig& c, const std::string& trace) {
               trace, "': '", dir.string(), "': ", std::strerror(errno));
 }
 
-static_assert(SimRunOptions{}.trace_max_events == TraceRecorder::kDefaultMaxEvents,
+static_assert(kDefaultTraceMaxEvents == TraceRecorder::kDefaultMaxEvents,
               "a SimRun's trace keeps what the recorder keeps by default");
 
 /// The warning for a trace that lacks events past its cap (SimRunReport::trace_dropped), "" when

@@ -26,6 +26,9 @@ namespace ditto::sim {
 /// PCIe server commonly holds too. SimRun::warnings names a cluster whose nodes hold more.
 inline constexpr int kGpusPerNode = 8;
 
+/// SimRunOptions::trace_max_events by default (TraceRecorder's own default, backend_sim/trace.h).
+inline constexpr std::size_t kDefaultTraceMaxEvents = 4000000;
+
 struct SimRunOptions {
   /// Cost model device profile (backend_sim/profiles.h: h100-sxm, a100-sxm-80gb, ... or a .json
   /// file): the Trainer reports a prediction (FitResult::prediction) and the predicted time of
@@ -40,7 +43,7 @@ struct SimRunOptions {
   std::string trace;  ///< Chrome trace file written at the end; "": none
   /// The most events the trace keeps (the first recorded); those past it are dropped, counted in
   /// the file's otherData.dropped_events and said by SimRunReport::trace_dropped.
-  std::size_t trace_max_events = 4000000;
+  std::size_t trace_max_events = kDefaultTraceMaxEvents;
   std::vector<std::string> faults;  ///< fault specs (backend_sim/sim_faults.h)
 };
 
