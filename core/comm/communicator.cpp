@@ -20,6 +20,7 @@
 #include "core/distributed/distributed.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/backend_init.h"
+#include "core/runtime/ops_check.h"
 
 namespace ditto {
 
@@ -89,6 +90,11 @@ void check_comm_tensor(const Communicator& c, const char* call, const char* arg,
               rank_str(c), ", got an undefined tensor");
   DITTO_CHECK(t.device() == c.device(), "Communicator::", call, ": ", arg,
               ": expected a tensor on ", rank_str(c), ", got ", t.str());
+  // Memory of an instance init_backend has since replaced, though the handle is the live one's:
+  // refused as every op refuses it (Note [Tensors of a replaced backend], tensor.cpp); it ran on
+  // the live instance's streams, unordered with the old one's work (tester hB, 9).
+  if (t.buffer() != nullptr && &t.buffer()->backend() != &get_backend(t.device().type))
+    ops::internal::check_live(cat("Communicator::", call).c_str(), arg, t);
 }
 
 void check_same_dtype(const char* call, const Tensor& send, const Tensor& recv) {

@@ -19,10 +19,11 @@
 // Timeout, as two NCCL communicators sharing streams would hang.
 //
 // Errors: InvalidArgument (before enqueueing) for tensors on the wrong device, wrong dtype or
-// sizes, roots and peers out of range, and for every call (stream() too) on a handle whose
-// backend was re-initialised since it was made (init_backend of the same name: its devices and
-// streams are another instance's; make new handles); the single-controller forms refuse such
-// handles before any rank's work is enqueued.
+// sizes, or made on an instance of the backend that init_backend has since re-initialised (as
+// every op refuses them: only their copies run), roots and peers out of range, and for every
+// call (stream() too) on a handle whose backend was re-initialised since it was made
+// (init_backend of the same name: its devices and streams are another instance's; make new
+// handles); the single-controller forms refuse such handles before any rank's work is enqueued.
 // A per-rank call refused for its arguments (a communicator of several ranks, backend live) also
 // aborts the communicator (abort()) before throwing, so the other ranks fail at once with a
 // PeerFailure naming this rank and the refusal instead of waiting for its call until their
