@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <string>
@@ -302,6 +303,26 @@ TEST_F(TokenFiles, MalformedFilesAreRefusedNamingFileOffsetAndExpectedValue) {
   expect_error<Error>([&] { expand_data_paths(at("a.bin") + ",", "--data"); }, "(an empty item)");
   expect_error<Error>([&] { TokenFile(dir_, DataFormat::llmc); },
                       "'" + dir_ + "' is a directory, expected a regular file");
+}
+
+// TokenFile::token(i) checks i (tester hB, 4): token(-1) and token(tokens()) read the header's
+// last bytes and past the tokens, token(1 << 40) faulted. Inside, it returns the token written.
+TEST_F(TokenFiles, TokenOutsideTheFileIsRefusedNamingTheRange) {
+  write(at("t.bin"), llmc_bytes(ramp(100, 7)));
+  write(at("train.bin"), raw_bytes(ramp(50, 3)));
+  const TokenFile f(at("t.bin"), DataFormat::llmc), r(at("train.bin"), DataFormat::nanogpt);
+  EXPECT_EQ(f.token(0), 7u);
+  EXPECT_EQ(f.token(99), 106u);
+  EXPECT_EQ(r.token(49), 52u);
+  const std::string range = "TokenFile::token: i: expected an index in [0, 100) (the tokens of '" +
+                            at("t.bin") + "'), got ";
+  expect_invalid([&] { f.token(-1); }, range + "-1");
+  expect_invalid([&] { f.token(100); }, range + "100");
+  expect_invalid([&] { f.token(std::int64_t(1) << 40); }, range + "1099511627776");
+  expect_invalid([&] { f.token(std::numeric_limits<std::int64_t>::min()); },
+                 range + "-9223372036854775808");
+  expect_invalid([&] { r.token(50); },
+                 "expected an index in [0, 50) (the tokens of '" + at("train.bin") + "'), got 50");
 }
 
 // A token >= vocab_size is refused when a window reads it, naming its byte offset; opening the

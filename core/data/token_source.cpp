@@ -276,6 +276,15 @@ TokenFile::~TokenFile() {
 }
 
 std::uint32_t TokenFile::token(std::int64_t i) const {
+  // Checked (tester hB, 4: token(-1) and token(tokens()) read outside the tokens, token(1 << 40)
+  // faulted); TokenSequence::read, the per-token loop, checks its range once and reads with
+  // token_at.
+  DITTO_CHECK(i >= 0 && i < tokens_, "TokenFile::token: i: expected an index in [0, ", tokens_,
+              ") (the tokens of '", path_, "'), got ", i);
+  return token_at(i);
+}
+
+std::uint32_t TokenFile::token_at(std::int64_t i) const {
   const auto* p = static_cast<const unsigned char*>(map_) + offset_ + i * width_;
   if (width_ == 2) {
     std::uint16_t v;
@@ -337,7 +346,7 @@ void TokenSequence::read(std::int64_t begin, std::int64_t n, std::int64_t vocab_
     const std::int64_t local = begin - starts_[f];
     const std::int64_t take = std::min(n, file.tokens() - local);
     for (std::int64_t t = 0; t < take; ++t) {
-      const std::uint32_t v = file.token(local + t);
+      const std::uint32_t v = file.token_at(local + t);  // inside: [begin, begin + n) checked
       if (static_cast<std::int64_t>(v) >= vocab_size)
         throw Error(detail::cat(kCall, ": '", file.path(), "': offset ",
                                 file.data_offset() + (local + t) * file.token_bytes(),

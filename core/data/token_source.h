@@ -128,7 +128,8 @@ class TokenFile {
   std::int32_t magic() const { return magic_; }
   /// File size in bytes.
   std::int64_t bytes() const { return static_cast<std::int64_t>(size_); }
-  /// Token `i` (0 <= i < tokens()).
+  /// Token `i`. Throws InvalidArgument for i outside [0, tokens()) (naming the range and the
+  /// file).
   std::uint32_t token(std::int64_t i) const;
   /// Drops the pages of tokens [begin, end) from this process's mapping (Note [Mapped shards]).
   void release(std::int64_t begin, std::int64_t end) const;
@@ -142,6 +143,10 @@ class TokenFile {
   std::int64_t tokens_ = 0, offset_ = 0;
   int width_ = 2;
   std::int32_t magic_ = 0;
+
+  friend class TokenSequence;
+  /// token(i) unchecked, for TokenSequence::read's per-token loop, which checks its range once.
+  std::uint32_t token_at(std::int64_t i) const;
 };
 
 /// Token files read in order as one sequence (Note [Token files]).
