@@ -158,17 +158,18 @@ TEST_F(TokenFiles, StepBatchRowsReadsOnlyTheRanksRows) {
 TEST_F(TokenFiles, Llama3ShardsHoldUint32Tokens) {
   std::vector<std::uint32_t> t = ramp(400, 100000, 128256);  // past 2^16
   write(at("l.bin"), llmc_bytes(t, kLlmcMagicLlama3));
-  TokenDataSource s({at("l.bin")}, {at("l.bin")}, DataFormat::llmc, 0, 8, 1);
-  EXPECT_EQ(s.vocab_size(), 128256);  // llm.c's LLaMA 3 tokenizer, vocab_size 0
+  TokenDataSource s({at("l.bin")}, {at("l.bin")}, DataFormat::llmc,
+                    llmc_tokenizer_vocab_size(kLlmcMagicLlama3), 8, 1);
+  EXPECT_EQ(s.vocab_size(), 128256);  // llm.c's LLaMA 3 tokenizer
   EXPECT_EQ(s.train().files()[0]->token_bytes(), 4);
   const auto x = s.eval_batch(EvalSplit::val, 0, 4).x.to_vector<std::int64_t>();
   for (std::int64_t v : x) EXPECT_GE(v, 100000);
   write(at("g.bin"), llmc_bytes(ramp(400)));
-  EXPECT_EQ(TokenDataSource({at("g.bin")}, {}, DataFormat::llmc, 0, 8, 1).vocab_size(), 50257);
+  EXPECT_EQ(TokenDataSource({at("g.bin")}, {}, DataFormat::llmc, 50257, 8, 1).vocab_size(), 50257);
   // One token width per dataset: a GPT-2 shard after a LLaMA 3 one is refused.
   expect_error<Error>(
       [&] {
-        TokenDataSource({at("l.bin"), at("g.bin")}, {}, DataFormat::llmc, 0, 8, 1);
+        TokenDataSource({at("l.bin"), at("g.bin")}, {}, DataFormat::llmc, 128256, 8, 1);
       },
       "'" + at("g.bin") + "': offset 0: expected magic 20240801 as '" + at("l.bin"));
 }
@@ -359,6 +360,17 @@ TEST_F(TokenFiles, SplitsMustBeLongerThanABlockAndValIsNeededToEvaluate) {
   write(at("train.bin"), raw_bytes(ramp(64)));
   expect_invalid([&] { TokenDataSource({at("train.bin")}, {}, DataFormat::nanogpt, 0, 8, 1); },
                  "vocab_size: expected >= 1, got 0");
+  // llm.c shards too (tester hB, 10: 0 became 50257 without a word, against the header); the
+  // tokenizer's vocabulary is llmc_tokenizer_vocab_size's, which ditto-train asks itself.
+  expect_invalid([&] { TokenDataSource({at("t.bin")}, {}, DataFormat::llmc, 0, 8, 1); },
+                 "TokenDataSource: vocab_size: expected >= 1, got 0");
+  expect_invalid([&] { TokenDataSource({at("t.bin")}, {}, DataFormat::llmc, -5, 8, 1); },
+                 "TokenDataSource: vocab_size: expected >= 1, got -5");
+  EXPECT_EQ(llmc_tokenizer_vocab_size(kLlmcMagicGpt2), 50257);
+  EXPECT_EQ(llmc_tokenizer_vocab_size(kLlmcMagicLlama3), 128256);
+  expect_invalid([&] { llmc_tokenizer_vocab_size(7); },
+                 "llmc_tokenizer_vocab_size: magic: expected 20240520 (GPT-2) or 20240801 (LLaMA "
+                 "3), got 7");
 }
 
 // The checkpoint's fingerprint reads the files' ends only; it changes with the tokens there.

@@ -275,6 +275,13 @@ TokenFile::~TokenFile() {
   if (map_ != nullptr) ::munmap(map_, size_);
 }
 
+std::int64_t llmc_tokenizer_vocab_size(std::int32_t magic) {
+  if (magic == kLlmcMagicGpt2) return 50257;
+  DITTO_CHECK(magic == kLlmcMagicLlama3, "llmc_tokenizer_vocab_size: magic: expected ",
+              kLlmcMagicGpt2, " (GPT-2) or ", kLlmcMagicLlama3, " (LLaMA 3), got ", magic);
+  return 128256;
+}
+
 std::uint32_t TokenFile::token(std::int64_t i) const {
   // Checked (tester hB, 4: token(-1) and token(tokens()) read outside the tokens, token(1 << 40)
   // faulted); TokenSequence::read, the per-token loop, checks its range once and reads with
@@ -371,8 +378,9 @@ TokenDataSource::TokenDataSource(const std::vector<std::string>& train,
       name_(std::move(name)),
       val_name_(std::move(val_name)) {
   if (name_.empty()) name_ = train.front();
-  if (vocab_size_ == 0 && format == DataFormat::llmc)  // the tokenizer of llm.c's magic
-    vocab_size_ = train_.files().front()->magic() == kLlmcMagicGpt2 ? 50257 : 128256;
+  // No default for 0 (it became the tokenizer's vocabulary for llm.c shards, silently, against
+  // this header; tester hB, 10): ditto-train's "no --vocab-size" asks
+  // llmc_tokenizer_vocab_size itself (gpt_recipe.cpp).
   DITTO_CHECK(vocab_size_ >= 1, kCall, ": vocab_size: expected >= 1, got ", vocab_size);
   DITTO_CHECK(train_.tokens() > block_size_, kCall, ": '", name_,
               "': expected more than "
