@@ -267,7 +267,25 @@ TEST_F(TokenFiles, MalformedFilesAreRefusedNamingFileOffsetAndExpectedValue) {
   refused("version.bin", llmc_bytes(ramp(10), kLlmcMagicGpt2, 2), DataFormat::llmc,
           ": offset 4: expected version 1 for magic 20240520, got 2");
   refused("version7.bin", llmc_bytes(ramp(10), kLlmcMagicLlama3, 1), DataFormat::llmc,
-          ": offset 4: expected version 7 for magic 20240801, got 1");
+          ": offset 4: expected version 7 for magic 20240801, got 1 (if it holds nanoGPT's raw "
+          "uint16 tokens, whose first two, 55713 and 308, spell the magic: --data-format "
+          "nanogpt)");
+  // nanoGPT's raw tokens whose first two spell llm.c's magic (tester hB, 11a): the hint the
+  // reverse case has, for the version and for the count.
+  std::vector<std::uint32_t> raw = ramp(1000, 0, 4000);
+  raw[0] = 55432;
+  raw[1] = 308;
+  refused("raw_magic_train.bin", raw_bytes(raw), DataFormat::llmc,
+          ": offset 4: expected version 1 for magic 20240520, got 196610 (if it holds nanoGPT's "
+          "raw uint16 tokens, whose first two, 55432 and 308, spell the magic: --data-format "
+          "nanogpt)");
+  raw[2] = 1;  // version 1, then the count: tokens 4, 5
+  raw[3] = 0;
+  refused("raw_magic_count.bin", raw_bytes(raw), DataFormat::llmc,
+          ": offset 8: the header's token count 327684 needs 1024 + 327684 x 2 = 656392 bytes, "
+          "got a file of 2000 bytes (the count runs past the file's end) (if it holds nanoGPT's "
+          "raw uint16 tokens, whose first two, 55432 and 308, spell the magic: --data-format "
+          "nanogpt)");
   refused("past_end.bin", llmc_bytes(ramp(100), kLlmcMagicGpt2, -1, 900), DataFormat::llmc,
           ": offset 8: the header's token count 900 needs 1024 + 900 x 2 = 2824 bytes, got a file "
           "of 1224 bytes (the count runs past the file's end)");

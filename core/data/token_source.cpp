@@ -227,21 +227,27 @@ TokenFile::TokenFile(const std::string& path, DataFormat format) : path_(path) {
                  " (GPT-2, uint16 "
                  "tokens) or ",
                  kLlmcMagicLlama3, " (LLaMA 3, uint32 tokens), got ", magic_);
+      // A header that does not hold together may be nanoGPT's raw tokens whose first two
+      // spell the magic (tester hB, 11a): said, as the reverse case says --data-format llmc.
+      const std::string raw_hint = detail::cat(
+          " (if it holds nanoGPT's raw uint16 tokens, whose first two, ", magic_ & 0xffff, " and ",
+          (magic_ >> 16) & 0xffff, ", spell the magic: --data-format nanogpt)");
       const std::int32_t version = int32_at(4);
       const std::int32_t want = magic_ == kLlmcMagicGpt2 ? kLlmcVersionGpt2 : kLlmcVersionLlama3;
       CHECK_FILE(version == want, file, ": offset 4: expected version ", want, " for magic ",
-                 magic_, ", got ", version);
+                 magic_, ", got ", version, raw_hint);
       width_ = magic_ == kLlmcMagicGpt2 ? 2 : 4;
       offset_ = kLlmcHeaderBytes;
       const std::int32_t count = int32_at(8);
       CHECK_FILE(count > 0, file, ": offset 8: token count: expected > 0, got ", count,
-                 count == 0 ? " (an empty shard)" : "");
+                 count == 0 ? " (an empty shard)" : raw_hint);
       const std::int64_t need = kLlmcHeaderBytes + std::int64_t(count) * width_;
       CHECK_FILE(need == bytes(), file, ": offset 8: the header's token count ", count,
                  " needs 1024 + ", count, " x ", width_, " = ", need, " bytes, got a file of ",
                  size_, " bytes",
                  need > bytes() ? " (the count runs past the file's end)"
-                                : " (bytes after the last token)");
+                                : " (bytes after the last token)",
+                 raw_hint);
       tokens_ = count;
     } else {
       CHECK_FILE(size_ % 2 == 0, file, ": offset ", size_ - 1,
