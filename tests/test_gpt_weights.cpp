@@ -479,6 +479,36 @@ TEST_F(GptWeightsMalformed, HeaderSizesThatDoNotFit) {
                                     "bytes (truncated)");
 }
 
+// Sizes whose parameter count passes 2^64 (tester hB, 7): in 64 bits (C = 2^30, L = 2^28, ...)
+// 4 x n wrapped to 0, so the header-only file of 1024 bytes passed the size check and the read
+// then failed "ended after 1024 bytes, expected 3458764230352700416"; every field 2^31 - 1
+// printed a wrapped count. Now the count and the bytes are exact and refused against the file.
+TEST_F(GptWeightsMalformed, HeaderSizesPastTwoToThe64AreRefusedWithTheirTrueCount) {
+  auto header = [](std::int32_t T, std::int32_t V, std::int32_t L, std::int32_t H, std::int32_t C,
+                   std::int32_t Vp) {
+    std::vector<std::int32_t> h(256, 0);
+    h[0] = 20240326;
+    h[1] = 3;
+    h[2] = T;
+    h[3] = V;
+    h[4] = L;
+    h[5] = H;
+    h[6] = C;
+    h[7] = Vp;
+    return std::string(reinterpret_cast<const char*>(h.data()), 1024);
+  };
+  expect_refused(header(64, 512, 1 << 28, 1, 1 << 30, 805306302),
+                 "the header (f32, max_seq_len 64, vocab_size 512 padded to 805306302, 268435456 "
+                 "layers, 1 heads, channels 1073741824) describes 3713820122467826843124760576 "
+                 "parameters: expected a file of 14855280489871307372499043328 bytes, got 1024 "
+                 "bytes (more than any file holds: sizes no model file has)");
+  const std::int32_t m = std::numeric_limits<std::int32_t>::max();
+  expect_refused(header(m, m, m, m, m, m),
+                 "describes 118842243674551100020520648705 parameters: expected a file of "
+                 "475368974698204400082082595844 bytes, got 1024 bytes (more than any file "
+                 "holds");
+}
+
 TEST_F(GptWeightsMalformed, TruncatedOrTooLong) {
   expect_refused(f32_.substr(0, f32_.size() - 4), "expected a file of 176640 bytes, got 176636 "
                                                   "bytes (truncated)");

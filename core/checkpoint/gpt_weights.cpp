@@ -113,6 +113,16 @@ void check_config_or_bad(const std::string& path, const nn::GPTConfig& c) {
 
 // ---- llm.c ------------------------------------------------------------------------------------
 
+// `v` in decimal (detail::cat prints no 128-bit integer).
+std::string u128_str(unsigned __int128 v) {
+  std::string s;
+  do {
+    s.insert(s.begin(), static_cast<char>('0' + static_cast<int>(v % 10)));
+    v /= 10;
+  } while (v != 0);
+  return s;
+}
+
 GptWeights load_llmc(const std::string& path) {
   InputFile in(path, std::numeric_limits<std::uint64_t>::max(), "io::load_gpt_weights");
   if (in.size() < static_cast<std::uint64_t>(kLlmcHeaderBytes))
@@ -152,17 +162,26 @@ GptWeights load_llmc(const std::string& path) {
   const std::int64_t Vp = h[7], C = c.n_embd, L = c.n_layer;
   const DType dt = h[1] == kLlmcVersionF32 ? DType::f32 : DType::bf16;
   const std::uint64_t elem = dtype_size(dt);
-  // Parameters: (Vp + T) C + L (12 C^2 + 13 C) + 2 C; every factor < 2^31, so the sum fits.
-  const std::uint64_t n = static_cast<std::uint64_t>(Vp + c.block_size) * C +
-                          static_cast<std::uint64_t>(L) * (12ull * C * C + 13ull * C) + 2ull * C;
-  const std::uint64_t want = static_cast<std::uint64_t>(kLlmcHeaderBytes) + n * elem;
-  if (in.size() != want)
-    bad(path,
-        detail::cat("the header (", dt == DType::f32 ? "f32" : "bf16", ", max_seq_len ",
-                    c.block_size, ", vocab_size ", c.vocab_size, " padded to ", Vp, ", ", L,
-                    " layers, ", c.n_head, " heads, channels ", C, ") describes ", n,
-                    " parameters: expected a file of ", want, " bytes, got ", in.size(), " bytes",
-                    in.size() < want ? " (truncated)" : " (bytes past the parameters)"));
+  // Parameters: (Vp + T) C + L (12 C^2 + 13 C) + 2 C. Every field is < 2^31, but the sum is not
+  // bounded by 2^64 (12 C^2 alone passes it for C near 2^31; L x 12 C^2 reaches 2^97): in 128
+  // bits it is exact (< 2^99, and its bytes < 2^101). In 64 bits a crafted header wrapped to a
+  // size that matched its 1024 bytes (tester hB, 7).
+  using u128 = unsigned __int128;
+  const u128 n = u128(std::uint64_t(Vp + c.block_size)) * std::uint64_t(C) +
+                 u128(std::uint64_t(L)) * (u128(12) * std::uint64_t(C) * std::uint64_t(C) +
+                                           u128(13) * std::uint64_t(C)) +
+                 u128(2) * std::uint64_t(C);
+  const u128 want = u128(std::uint64_t(kLlmcHeaderBytes)) + n * elem;
+  if (u128(in.size()) != want)
+    bad(path, detail::cat("the header (", dt == DType::f32 ? "f32" : "bf16", ", max_seq_len ",
+                          c.block_size, ", vocab_size ", c.vocab_size, " padded to ", Vp, ", ", L,
+                          " layers, ", c.n_head, " heads, channels ", C, ") describes ",
+                          u128_str(n), " parameters: expected a file of ", u128_str(want),
+                          " bytes, got ", in.size(), " bytes",
+                          want > u128(std::numeric_limits<std::int64_t>::max())
+                              ? " (more than any file holds: sizes no model file has)"
+                          : u128(in.size()) < want ? " (truncated)"
+                                                   : " (bytes past the parameters)"));
   GptWeights w;
   w.format = GptWeightsFormat::llmc;
   w.config = c;
