@@ -9,6 +9,7 @@
 // 1e-5 x max |torch's logits|, |loss - torch's| <= 1e-5 x torch's loss.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -566,6 +567,31 @@ TEST_F(GptWeightsBadSafetensors, MissingTensor) {
                       "GPT-2's, got none; the file holds '" +
                           hf_[0].first + "', '" + hf_[1].first + "', '" + hf_[2].first + "', '" +
                           hf_[3].first + "', ... (" + std::to_string(hf_.size()) + " tensors)");
+}
+
+// A name holding a NUL (tester hB, 11b) cut the message short where it was printed ("the file
+// holds 'wte.weight"); names are escaped now (io::quoted_name), so the message is whole.
+TEST_F(GptWeightsBadSafetensors, ANameWithControlBytesIsShownEscapedAndWhole) {
+  // wte.weight, first in the file, named "wte.weight\0x\n\\": wte is missing, and the names the
+  // message lists start with that one.
+  auto wte =
+      std::find_if(hf_.begin(), hf_.end(), [](const auto& p) { return p.first == "wte.weight"; });
+  ASSERT_NE(wte, hf_.end());
+  std::rotate(hf_.begin(), wte, wte + 1);
+  hf_[0].first += std::string("\0x\n\\", 4);
+  expect_refused(hf_, "expected a tensor 'transformer.wte.weight' (or 'wte.weight') of GPT-2's, "
+                      "got none; the file holds 'wte.weight\\x00x\\x0a\\\\', '" +
+                          hf_[1].first + "'");
+  // The message is whole: no NUL in it, and it goes on to the tensor count.
+  try {
+    io::load_gpt_weights(dir_ + "/bad.safetensors");
+  } catch (const ParseError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\0'), std::string::npos);
+    EXPECT_EQ(std::string(what.c_str()), what);
+    EXPECT_NE(what.find("tensors)"), std::string::npos) << what;
+  }
+  EXPECT_EQ(io::quoted_name("a\tb\x7f\xc3\xa9\\"), "'a\\x09b\\x7f\xc3\xa9\\\\'");
 }
 
 TEST_F(GptWeightsBadSafetensors, WrongDtypeAndUntiedHead) {

@@ -360,7 +360,7 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
   };
   for (const auto& [name, dt] : d.skipped) {  // dtypes ditto cannot hold: mask buffers only
     if (!std::regex_match(short_name(name), mask))
-      bad(path, detail::cat("'", name, "': expected F32, BF16 or F16, got ", dt));
+      bad(path, detail::cat(io::quoted_name(name), ": expected F32, BF16 or F16, got ", dt));
   }
   for (const auto& [name, tensor] : d.tensors) {
     const std::string n = short_name(name);
@@ -371,8 +371,8 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
     }
     if (std::regex_match(n, mask)) continue;
     if (t.count(n))
-      bad(path, detail::cat("'", name, "' and '", stored_name[n],
-                            "': the same tensor twice (names compared without the "
+      bad(path, detail::cat(io::quoted_name(name), " and ", io::quoted_name(stored_name[n]),
+                            ": the same tensor twice (names compared without the "
                             "'transformer.', '_orig_mod.' and 'module.' prefixes)"));
     t[n] = &tensor;
     stored_name[n] = name;
@@ -382,7 +382,7 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
     std::string s;
     const std::size_t shown = std::min<std::size_t>(d.tensors.size(), 4);
     for (std::size_t i = 0; i < shown; ++i)
-      s += detail::cat(i ? ", '" : "'", d.tensors[i].first, "'");
+      s += detail::cat(i ? ", " : "", io::quoted_name(d.tensors[i].first));
     if (d.tensors.size() > shown) s += detail::cat(", ... (", d.tensors.size(), " tensors)");
     return s.empty() ? std::string("no tensors") : s;
   };
@@ -393,7 +393,7 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
                             "') of GPT-2's, got none; the file holds ", some_names()));
     const DType dt = it->second->dtype();
     if (dt != DType::f32 && dt != DType::bf16 && dt != DType::f16)
-      bad(path, detail::cat("'", stored_name.at(n), "': expected F32, BF16 or F16, got ",
+      bad(path, detail::cat(io::quoted_name(stored_name.at(n)), ": expected F32, BF16 or F16, got ",
                             safetensors_dtype(dt)));
     return *it->second;
   };
@@ -466,9 +466,10 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
   for (const auto& [name, shape] : gpt_param_specs(c)) expected.insert(name.substr(12));
   for (const auto& [n, tensor] : t)
     if (!expected.count(n))
-      bad(path, detail::cat("unknown tensor '", stored_name.at(n), "' ", shape_str(tensor->shape()),
-                            ": expected GPT-2's names (wte, wpe, h.0..h.", c.n_layer - 1, ", ln_f",
-                            c.bias ? ", with biases" : ", without biases", ")"));
+      bad(path,
+          detail::cat("unknown tensor ", io::quoted_name(stored_name.at(n)), " ",
+                      shape_str(tensor->shape()), ": expected GPT-2's names (wte, wpe, h.0..h.",
+                      c.n_layer - 1, ", ln_f", c.bias ? ", with biases" : ", without biases", ")"));
   for (const auto& [name, shape] : gpt_param_specs(c)) {
     const std::string n = name.substr(12);
     const Tensor& src = need(n);
@@ -479,7 +480,7 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
         conv = true;
     const Shape stored = conv ? Shape{shape[1], shape[0]} : shape;
     if (src.shape() != stored)
-      bad(path, detail::cat("'", stored_name.at(n), "': expected ", shape_str(stored),
+      bad(path, detail::cat(io::quoted_name(stored_name.at(n)), ": expected ", shape_str(stored),
                             conv ? " (Conv1D's [in, out])" : "", " for n_layer ", c.n_layer,
                             ", n_embd ", C, ", got ", shape_str(src.shape())));
     Tensor f = src.to(DType::f32);
@@ -491,14 +492,14 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
     if (head.shape() != wte32.shape())
       bad(path,
           detail::cat(
-              "'", lm_head_name, "': expected the tied head, equal to wte.weight ",
+              io::quoted_name(lm_head_name), ": expected the tied head, equal to wte.weight ",
               shape_str(wte32.shape()), " (ditto's GPT ties them, as GPT-2), got the shape ",
               shape_str(lm_head->shape()),
               head.dim() == 2 && head.size(0) == wte32.size(1) && head.size(1) == wte32.size(0)
                   ? " (transposed)"
                   : ""));
     if (std::memcmp(head.data_ptr(), wte32.data_ptr(), wte32.nbytes()) != 0)
-      bad(path, detail::cat("'", lm_head_name, "' ", shape_str(lm_head->shape()),
+      bad(path, detail::cat(io::quoted_name(lm_head_name), " ", shape_str(lm_head->shape()),
                             ": expected the "
                             "tied head, equal to wte.weight (ditto's GPT ties them, as GPT-2), "
                             "got other values"));
