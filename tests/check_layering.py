@@ -11,6 +11,11 @@ ctest (Layering.<Check>):
                              none includes core/backend_api/ or a backend-internal header); the
                              installed list is the build's public_headers.txt (Note [Public
                              headers], cmake/ditto_install.cmake)
+  NamedHeadersAreInstalled   every header named in the user-facing docs (README.md, docs/api.md)
+                             or in the text of an installed header (not its includes: the check
+                             above) is installed, unless INTERNAL_MENTIONS says it is named as an
+                             internal one (core/backend_api/ always is): backend_sim/sim_run.h,
+                             which both sent users to, was not installed (tester hB 2)
   NoCudaMacroInCore          no DITTO_WITH_CUDA under core/ (the registry knows what was built)
   NoBackendDynamicCast       no dynamic_cast to sim:: or cuda:: outside that backend's folder
                              (callers use the backend's extension lookup)
@@ -132,6 +137,37 @@ def check_installed_headers_are_public(root, public):
     return out
 
 
+HEADER_NAME = re.compile(r'\b((?:core|backend_sim|backend_cuda)/[A-Za-z0-9_/]+\.h)\b')
+USER_DOCS = ('README.md', 'docs/api.md')
+# Headers that installed headers name as internal (where a mechanism lives), never as one to
+# include; each with why it stays uninstalled. core/backend_api/ is internal as a whole.
+INTERNAL_MENTIONS = {
+    'core/runtime/ops_mixed.h': "core's private helpers (DITTO_CORE_PRIVATE_HEADERS)",
+    'backend_sim/trace.h': "the simulator's trace writer (SimBackend::start_trace's format)",
+    'backend_sim/sim_gemm.h': "the simulator's GEMM (sim_executor.h's large kernels)",
+}
+
+
+def check_named_headers_are_installed(root, public):
+    if public is None:
+        return ['--public-headers FILE is required for this check']
+    out = []
+    for f in list(USER_DOCS) + sorted(public):
+        if not os.path.isfile(os.path.join(root, f)):
+            continue
+        for n, line in lines(root, f):
+            if INCLUDE.match(line):
+                continue  # InstalledHeadersArePublic's
+            for h in HEADER_NAME.findall(line):
+                if h in public or h in INTERNAL_MENTIONS or h.startswith('core/backend_api/'):
+                    continue
+                out.append('%s:%d: names %s, which is not installed (install it: '
+                           'cmake/ditto_install.cmake, Note [Public headers]; or list it in '
+                           'INTERNAL_MENTIONS, tests/check_layering.py, if it is named as '
+                           'internal)' % (f, n, h))
+    return out
+
+
 def check_no_cuda_macro_in_core(root, _):
     return ['%s:%d: mentions DITTO_WITH_CUDA' % (f, n) for f in sources(root, 'core')
             for n, line in lines(root, f) if 'DITTO_WITH_CUDA' in line]
@@ -156,6 +192,7 @@ CHECKS = {
     'CoreFloorOrder': check_core_floor_order,
     'BackendsIndependent': check_backends_independent,
     'InstalledHeadersArePublic': check_installed_headers_are_public,
+    'NamedHeadersAreInstalled': check_named_headers_are_installed,
     'NoCudaMacroInCore': check_no_cuda_macro_in_core,
     'NoBackendDynamicCast': check_no_backend_dynamic_cast,
 }
@@ -193,6 +230,8 @@ def self_test():
         'BackendsIndependent': ('backend_cuda/x.cpp', '#include "backend_sim/sim_gemm.h"\n'),
         'InstalledHeadersArePublic': ('core/runtime/tensor.h',
                                       '#pragma once\n#include "core/runtime/backend_init.h"\n'),
+        'NamedHeadersAreInstalled': ('docs/api.md',
+                                     'attach it with `backend_sim/sim_run.h`\n'),
         'NoCudaMacroInCore': ('core/runtime/backend.cpp', '#ifdef DITTO_WITH_CUDA\n#endif\n'),
         'NoBackendDynamicCast': ('tests/test_x.cpp',
                                  'auto& s = dynamic_cast<const ditto::cuda::CudaStream&>(x);\n'),

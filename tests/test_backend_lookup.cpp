@@ -201,6 +201,47 @@ TEST(BackendLookup, OpsOnATensorOfAReplacedInstanceAreRefusedAndItsCopiesRun) {
   test::init_sim(8);
 }
 
+// Tensors of a replaced instance given to the collectives of a live communicator (tester hB, 9):
+// comm::reduce_add refused them, the communicator ran them on the live instance's streams. One
+// rule now: every collective refuses them with the ops' message, naming the call and argument;
+// the single-controller forms before any rank is enqueued (the fresh tensors stay untouched).
+TEST(BackendLookup, CollectivesOfALiveCommunicatorRefuseTensorsOfAReplacedInstance) {
+  test::init_sim(2);
+  const Tensor stale0 = Tensor::full({4}, 1.f, Device("sim", 0));
+  const Tensor stale1 = Tensor::full({4}, 5.f, Device("sim", 1));
+  test::init_sim(2);
+  CommOptions co;
+  co.timeout_ms = 2000;
+  std::vector<Communicator> comms = Communicator::init_all(devices("sim", 2), co);
+  const std::string why =
+      "[4] f32 on sim:1 was made on an instance of backend sim that init_backend has since "
+      "re-initialised; only its copies run (to_vector, to, copy_): t.clone() copies it to the "
+      "live instance";
+  // The single-controller form: nothing is enqueued, rank 0's tensor keeps its value.
+  Tensor fresh0 = Tensor::full({4}, 1.f, Device("sim", 0));
+  std::vector<Tensor> t = {fresh0, stale1};
+  test::expect_invalid([&] { all_reduce(comms, t); }, "Communicator::all_reduce: send: " + why);
+  EXPECT_EQ(fresh0.to_vector<float>(), std::vector<float>(4, 1.f));
+  std::vector<Tensor> both = {stale0, stale1},
+                      out = {Tensor::zeros({8}, DType::f32, Device("sim", 0)),
+                             Tensor::zeros({8}, DType::f32, Device("sim", 1))};
+  test::expect_invalid([&] { all_gather(comms, both, out); },
+                       "Communicator::all_gather: send: [4] f32 on sim:0 was made on an instance "
+                       "of backend sim that init_backend has since re-initialised");
+  // A live send with a stale recv, per rank (this refusal aborts the communicator).
+  Tensor live1 = Tensor::full({4}, 2.f, Device("sim", 1));
+  Tensor stale_recv = stale1;
+  test::expect_invalid([&] { comms[1].all_reduce(live1, stale_recv); },
+                       "Communicator::all_reduce: recv: " + why);
+  // Their clones, on the live instance, run.
+  std::vector<Communicator> fresh = Communicator::init_all(devices("sim", 2), co);
+  std::vector<Tensor> clones = {stale0.clone(), stale1.clone()};
+  all_reduce(fresh, clones);
+  synchronize(fresh);
+  for (const Tensor& x : clones) EXPECT_EQ(x.to_vector<float>(), std::vector<float>(4, 6.f));
+  test::init_sim(8);
+}
+
 // An optimizer, a DataParallel and a DistributedDataParallel built before the re-init: their
 // step / forward refuse at once (the parameters' op, the communicator) instead of running on the
 // old instance's tensors (DataParallel returned an output; SGD updated the parameters) or

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/comm/communicator.h"
@@ -190,7 +191,9 @@ TEST_F(CollErrors, PartlyOverlappingSendAndRecvAreRefusedInPlaceLayoutsAccepted)
   expect_invalid([&] { comms[1].reduce_scatter(gathered, block0); },
                  std::string("Communicator::reduce_scatter: ") + msg +
                      " (recv is block rank() of send, rank 1)");
-  // Accepted: the real in-place layouts and disjoint buffers, on both ranks (then run them).
+  // Accepted: the real in-place layouts and disjoint buffers, on both ranks (then run them), on
+  // new handles (each per-rank refusal above aborted the communicator).
+  comms = Communicator::init_all(devices("sim", 2));
   std::vector<Tensor> b0{make(8, DType::f32, comms[0].device()), buf.narrow(0, 8)};
   for (auto& t : b0) ops::fill_(t, 1.0);
   std::vector<Tensor> g_send{b0[0].narrow(0, 4), b0[1].narrow(4, 4)}, g_recv{b0[0], b0[1]};
@@ -273,6 +276,163 @@ TEST_F(CollErrors, RootOutOfRangeOnOneRankFailsTheOthersAtOnceNamingIt) {
   }
 }
 
+// Every per-rank refusal, not only a root's (tester hB, 3): rank 0's call refused for its
+// sizes (rank 1 and 2 called correctly) used to leave ranks 1 and 2 waiting for it until their
+// timeout, then throw Timeout without the reason; now the refusal aborts the communicator and
+// they fail at once with a PeerFailure naming rank 0 and its refusal.
+TEST_F(CollErrors, EveryPerRankRefusalFailsTheOthersAtOnceNamingIt) {
+  CommOptions opts;
+  opts.timeout_ms = 20000;  // a peer that waited for the timeout would take 20 s
+  struct Case {
+    const char* call;
+    // issue(rank, comm, bad): rank's call; `bad` (rank 0 only) with the wrong sizes
+    std::function<void(int, Communicator&, bool)> issue;
+    const char* refusal;
+  };
+  auto n = [](bool bad, std::int64_t good) { return bad ? good - 1 : good; };
+  auto t = [](const Communicator& c, std::int64_t count) {
+    return make(count, DType::f32, c.device());
+  };
+  const std::vector<Case> cases = {
+      {"all_reduce",
+       [&](int, Communicator& c, bool bad) {
+         Tensor r = t(c, n(bad, 4));
+         c.all_reduce(t(c, 4), r);
+       },
+       "Communicator::all_reduce: recv: expected 4 elements (like send [4] f32 on sim:0), got "
+       "[3] f32 on sim:0"},
+      {"reduce",
+       [&](int, Communicator& c, bool bad) {
+         Tensor r = t(c, n(bad, 4));
+         c.reduce(t(c, 4), r, ReduceOp::sum, 0);
+       },
+       "Communicator::reduce: recv: expected 4 elements on the root"},
+      {"broadcast",
+       [&](int, Communicator& c, bool bad) {
+         Tensor r = t(c, n(bad, 4));
+         c.broadcast(t(c, 4), r, 0);
+       },
+       "Communicator::broadcast: recv: expected 4 elements"},
+      {"all_gather",
+       [&](int, Communicator& c, bool bad) {
+         Tensor r = t(c, n(bad, 12));
+         c.all_gather(t(c, 4), r);
+       },
+       "Communicator::all_gather: recv: expected 12 elements"},
+      {"reduce_scatter",
+       [&](int, Communicator& c, bool bad) {
+         Tensor r = t(c, 4);
+         c.reduce_scatter(t(c, n(bad, 12)), r);
+       },
+       "Communicator::reduce_scatter: send: expected 12 elements"},
+      {"all_to_all",
+       [&](int, Communicator& c, bool bad) {
+         Tensor r = t(c, n(bad, 6));
+         c.all_to_all(t(c, 6), r);
+       },
+       "Communicator::all_to_all: recv: expected 6 elements"},
+      {"all_to_all_v",
+       [&](int, Communicator& c, bool bad) {
+         Tensor r = t(c, 6);
+         c.all_to_all_v(t(c, 6), {2, 2, 2}, r, {2, 2, bad ? 1 : 2});
+       },
+       "Communicator::all_to_all_v: recv_counts: expected counts that add up to the 6 elements "
+       "of recv"},
+      {"gather",
+       [&](int, Communicator& c, bool bad) {
+         Tensor r = t(c, n(bad, 6));
+         c.gather(t(c, 2), r, 0);
+       },
+       "Communicator::gather: recv: expected 6 elements on the root"},
+      {"scatter",
+       [&](int, Communicator& c, bool bad) {
+         Tensor r = t(c, 2);
+         c.scatter(t(c, n(bad, 6)), r, 0);
+       },
+       "Communicator::scatter: send: expected 6 elements on the root"},
+      {"send",  // rank 0 sends to rank 1 a tensor of rank 1's device; rank 2 sends nothing
+       [&](int rank, Communicator& c, bool bad) {
+         if (rank == 0) {
+           c.send(bad ? make(4, DType::f32, c.devices()[1]) : t(c, 4), 1);
+         } else if (rank == 1) {
+           Tensor r = t(c, 4);
+           c.recv(r, 0);
+         }
+       },
+       "Communicator::send: tensor: expected a tensor on sim:0 (rank 0 of 3), got [4] f32 on "
+       "sim:1"},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.call);
+    auto comms = Communicator::init_all(devices("sim", 3), opts);
+    k.issue(1, comms[1], false);
+    k.issue(2, comms[2], false);
+    const auto t0 = std::chrono::steady_clock::now();
+    expect_invalid([&] { k.issue(0, comms[0], true); }, k.refusal);
+    for (int rank : {1, 2}) {
+      try {
+        comms[rank].stream().synchronize();
+        if (std::string(k.call) != "send" || rank == 1)
+          ADD_FAILURE() << "rank " << rank << ": expected PeerFailure";
+      } catch (const PeerFailure& e) {
+        EXPECT_EQ(e.failed_rank(), 0);
+        EXPECT_NE(std::string(e.what()).find(std::string("rank 0 failed: ") + k.refusal),
+                  std::string::npos)
+            << e.what();
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << "rank " << rank << ": expected PeerFailure, got " << e.what();
+      }
+    }
+    const double waited =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(waited, 5.0) << "the other ranks waited for the refused call";
+    // The communicator stays failed: a later call of any rank fails at once, with the reason.
+    Tensor x = t(comms[2], 4);
+    expect_error<PeerFailure>([&] { comms[2].all_reduce(x); },
+                              "all_reduce: communicator aborted by an earlier error: ");
+    expect_error<PeerFailure>([&] { comms[2].barrier(); }, k.refusal);
+  }
+}
+
+// One thread per rank, as the tester's program: rank 1's all_reduce recv has 5 elements instead
+// of 4; ranks 0 and 2 fail at once naming rank 1 and why, not with a Timeout after 20 s.
+TEST_F(CollErrors, PerRankRefusalWithAThreadPerRankFailsThePeersAtOnce) {
+  CommOptions opts;
+  opts.timeout_ms = 20000;
+  auto comms = Communicator::init_all(devices("sim", 3), opts);
+  std::array<std::string, 3> what;
+  std::array<double, 3> seconds{};
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        Tensor s = Tensor::full({4}, 1.0f, comms[r].device());
+        Tensor recv = Tensor::zeros({r == 1 ? 5 : 4}, DType::f32, comms[r].device());
+        comms[r].all_reduce(s, recv);
+        comms[r].stream().synchronize();
+        what[r] = "ok";
+      } catch (const PeerFailure& e) {
+        what[r] = std::string("PeerFailure: ") + e.what();
+      } catch (const InvalidArgument& e) {
+        what[r] = std::string("InvalidArgument: ") + e.what();
+      } catch (const std::exception& e) {
+        what[r] = std::string("other: ") + e.what();
+      }
+      seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+  for (auto& th : threads) th.join();
+  const std::string refusal =
+      "Communicator::all_reduce: recv: expected 4 elements (like send [4] f32 on sim:1), got [5] "
+      "f32 on sim:1";
+  EXPECT_EQ(what[1], "InvalidArgument: " + refusal);
+  for (int r : {0, 2}) {
+    EXPECT_EQ(what[r].rfind("PeerFailure: ", 0), 0u) << "rank " << r << ": " << what[r];
+    EXPECT_NE(what[r].find("rank 1 failed: " + refusal), std::string::npos) << what[r];
+    EXPECT_LT(seconds[r], 5.0) << "rank " << r << " waited for the refused rank";
+  }
+}
+
 TEST_F(CollErrors, PeerOutOfRangeIsRefused) {
   auto comms = Communicator::init_all(devices("sim", 2));
   Tensor t = make(3, DType::bf16, comms[0].device());
@@ -323,7 +483,9 @@ TEST_F(CollErrors, IntegerPreMulSumScalarMustBeAnIntegerTheDtypeHolds) {
   expect_invalid([&] { all_reduce(comms, t, t, {PreMulSum{2}, PreMulSum{1.5}}); }, "got 1.5");
   expect_invalid([&] { all_reduce(comms, t, t, {PreMulSum{2}}); },
                  "all_reduce: ops: expected 2 PreMulSum values (one per rank), got 1");
-  // Floating dtypes take any scalar.
+  // Floating dtypes take any scalar (new handles: each per-rank refusal above aborted the
+  // communicator).
+  comms = Communicator::init_all(devices("sim", 2));
   Tensor f = make(4, DType::bf16, comms[0].device());
   std::vector<Tensor> fs = per_rank(comms, 4, DType::bf16);
   EXPECT_NO_THROW(all_reduce(comms, fs, fs, {PreMulSum{0.1}, PreMulSum{-3.5}}));

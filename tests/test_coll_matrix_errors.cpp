@@ -114,7 +114,7 @@ TEST_F(CollMatrixErrors, AllToAllVCountsThatDoNotAddUpAcrossRanks) {
 
 TEST_F(CollMatrixErrors, AllToAllVCountsThatDoNotFitOneRanksTensors) {
   auto comms = Communicator::init_all(devices("sim", 2));
-  const Device& d = comms[0].device();
+  const Device d = comms[0].device();  // a copy: comms is replaced below
   Tensor s = zeros(DType::f32, 4, d), r = zeros(DType::f32, 4, d);
   const std::string fn = "Communicator::all_to_all_v";
   // Packed: the counts must add up to the tensors' sizes.
@@ -127,7 +127,9 @@ TEST_F(CollMatrixErrors, AllToAllVCountsThatDoNotFitOneRanksTensors) {
   expect_invalid([&] { comms[0].all_to_all_v(s, {2, 2}, {0, 3}, r, {2, 2}, {0, 2}); }, fn);
   expect_invalid([&] { comms[0].all_to_all_v(s, {2, 2}, {0, 2}, r, {2, 2}, {0, 1}); }, fn);
   expect_invalid([&] { comms[0].all_to_all_v(s, {2, 2}, {0, -1}, r, {2, 2}, {0, 2}); }, fn);
-  // Nothing was enqueued: a good call still works.
+  // Nothing was enqueued, but each per-rank refusal aborted the communicator (Note [Per-rank
+  // refusals abort]): a good call works on new handles.
+  comms = Communicator::init_all(devices("sim", 2));
   std::vector<Tensor> a = {zeros(DType::f32, 2, d), zeros(DType::f32, 2, comms[1].device())};
   std::vector<Tensor> b = {zeros(DType::f32, 2, d), zeros(DType::f32, 2, comms[1].device())};
   all_to_all_v(comms, a, {{1, 1}, {1, 1}}, b, {{1, 1}, {1, 1}});
@@ -218,13 +220,15 @@ TEST_F(CollMatrixErrors, BarePremulSumIsRefused) {
 
 TEST_F(CollMatrixErrors, IntegerPremulSumScalarMustBeIntegralAndRepresentable) {
   auto comms = Communicator::init_all(devices("sim", 2));
-  const Device& d = comms[0].device();
+  const Device d = comms[0].device();  // a copy: comms is replaced below
   Tensor i = zeros(DType::i32, 4, d), u = zeros(DType::u8, 4, d), s = zeros(DType::i8, 4, d);
   expect_invalid([&] { comms[0].all_reduce(i, i, PreMulSum{0.5}); }, "scalar");
   expect_invalid([&] { comms[0].all_reduce(u, u, PreMulSum{-1.0}); }, "scalar");
   expect_invalid([&] { comms[0].all_reduce(s, s, PreMulSum{300.0}); }, "scalar");
   expect_invalid([&] { comms[0].reduce(i, i, PreMulSum{1.25}, 0); }, "scalar");
-  // Floats take any scalar; integral ones are fine on integers (nothing enqueued above).
+  // Floats take any scalar; integral ones are fine on integers (nothing enqueued above; new
+  // handles, as each per-rank refusal aborted the communicator).
+  comms = Communicator::init_all(devices("sim", 2));
   std::vector<Tensor> a = {zeros(DType::i8, 4, d), zeros(DType::i8, 4, comms[1].device())};
   all_reduce(comms, a, a, std::vector<PreMulSum>{{-3.0}, {127.0}});
   synchronize(comms);

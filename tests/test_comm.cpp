@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -330,6 +331,24 @@ TEST_F(CommTest, ChunkRangeIsPartIOfChunkSizes) {
                                 "comm::chunk_range: i: expected a part in 0..1, got 2");
 }
 
+// Sizes near INT64_MAX (tester hB, 5): (size + n - 1) / n and i * split overflowed, so
+// chunk_range returned negative bounds and chunk_sizes grew its vector until bad_alloc.
+TEST_F(CommTest, ChunkSizesAndRangeNearInt64MaxDoNotOverflow) {
+  using V = std::vector<std::int64_t>;
+  using R = std::pair<std::int64_t, std::int64_t>;
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t kHalf = std::int64_t(1) << 62;
+  EXPECT_EQ(comm::chunk_sizes(kMax, 2), (V{kHalf, kHalf - 1}));
+  EXPECT_EQ(comm::chunk_sizes(kMax - 1, 3), (V(3, (kMax - 1) / 3)));
+  EXPECT_EQ(comm::chunk_sizes(5, kMax), (V{1, 1, 1, 1, 1}));
+  EXPECT_EQ(comm::chunk_range(kMax, 2, 0), (R{0, kHalf}));
+  EXPECT_EQ(comm::chunk_range(kMax, 2, 1), (R{kHalf, kMax}));
+  EXPECT_EQ(comm::chunk_range(kMax - 1, 3, 2), (R{2 * ((kMax - 1) / 3), kMax - 1}));
+  EXPECT_EQ(comm::chunk_range(kMax, kMax, kMax - 1), (R{kMax - 1, kMax}));
+  EXPECT_EQ(comm::chunk_range(5, kMax, kMax - 1), (R{5, 5}));
+  EXPECT_EQ(comm::chunk_range(kMax, 3, 2), (R{2 * (kMax / 3 + 1), kMax}));
+}
+
 TEST_F(CommTest, ScatterAlongDim0SplitsLikeTorchChunk) {
   const std::vector<Device> four = {sim_device(0), sim_device(1), sim_device(2), sim_device(3)};
   Tensor t = Tensor::from_vector(iota(18), {9, 2}, sim_device(1));
@@ -422,6 +441,14 @@ TEST_F(CommTest, ScatterRejectsBadArguments) {
         comm::scatter(t, four, std::vector<std::int64_t>{2, -1, 0, 0});
       },
       "comm::scatter: chunk_sizes[1]: expected a non-negative size, got -1");
+  // Entries whose sum passes INT64_MAX: said so, not the wrapped sum ("got -3", tester hB 5).
+  expect_error<InvalidArgument>(
+      [&] {
+        constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+        comm::scatter(t, {sim_device(0), sim_device(1)}, std::vector<std::int64_t>{kMax, kMax - 1});
+      },
+      "comm::scatter: chunk_sizes: expected entries adding up to 1 (size of dim 0), got a sum "
+      "over 9223372036854775807");
   expect_error<InvalidArgument>([&] { comm::scatter(t, four, {}, 2); },
                                 "comm::scatter: dim: expected a dim in [-2, 2) for a 2-dim tensor, "
                                 "got 2");

@@ -887,6 +887,9 @@ TEST_F(CommunicatorTest, CollectivesRejectBadTensorsBeforeEnqueueing) {
   expect_error<InvalidArgument>([&] { comms[1].reduce_scatter(big1, l0); },
                                 "Communicator::reduce_scatter: recv: expected a tensor on sim:1");
 
+  // Each per-rank refusal above aborted the communicator (its peer would wait for the refused
+  // call: CollErrors.EveryPerRankRefusalFailsTheOthersAtOnceNamingIt); new handles for the rest.
+  comms = Communicator::init_all(devices("sim", 2), opts);
   // Single-controller forms check every rank before enqueueing any.
   std::vector<Tensor> good = {a0, a1}, bad = {a0, b0}, one = {a0};
   expect_error<InvalidArgument>([&] { all_reduce(comms, one); },

@@ -390,6 +390,37 @@ TEST_F(DataParallelTest, InputGradientIsGatheredOnTheInputDevice) {
   for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-6f);
 }
 
+// A grad_output of the wrong dtype (tester hB, 6) was refused inside a replica, naming its slice
+// ("expected [2, 3] f32"), and the forward was gone: a corrected retry said "no forward to go back
+// through". Now shape and dtype are checked up front, naming the gathered output, and the
+// forward is kept for the retry, which gives the gradients of a backward that never failed.
+TEST_F(DataParallelTest, BackwardRefusesAWrongDtypeUpFrontAndKeepsTheForward) {
+  auto model = nn::mlp({8, 16, 3}, Device("sim", 0), 0);
+  auto ref = nn::mlp({8, 16, 3}, Device("sim", 0), 0);
+  parallel::DataParallel dp(*model, devs(4));
+  parallel::DataParallel ref_dp(*ref, devs(4));
+  Tensor x = random_tensor({6, 8}, 3);
+  Tensor g = random_tensor({6, 3}, 4, Device("sim", 0));
+  dp.forward(x);
+  ref_dp.forward(x);
+  expect_invalid([&] { dp.backward(g.to(DType::f64)); },
+                 "DataParallel.backward: grad_output: expected shape [6, 3] and dtype f32 (the "
+                 "last output), got [6, 3] f64 on sim:0");
+  expect_invalid(
+      [&] {
+        dp.backward(Tensor::full({5, 3}, 1.0f, Device("sim", 0)));
+      },
+      "DataParallel.backward: grad_output: expected shape [6, 3] and dtype f32 (the "
+      "last output), got [5, 3] f32 on sim:0");
+  dp.backward(g);  // the retry: the forward is still there
+  ref_dp.backward(g);
+  for (std::size_t p = 0; p < model->parameters().size(); ++p)
+    EXPECT_EQ(model->parameters()[p]->grad.to_vector<float>(),
+              ref->parameters()[p]->grad.to_vector<float>())
+        << "parameter " << p;
+  expect_invalid([&] { dp.backward(g); }, "DataParallel.backward: no forward to go back through");
+}
+
 TEST_F(DataParallelTest, ArgumentErrors) {
   auto model = nn::mlp({3, 4, 2}, Device("sim", 1), 5);
   const auto& expect = test::expect_invalid;

@@ -660,6 +660,24 @@ TEST_F(DdpTest, RankThrowingInForwardAbortsPeersWithItsError) {
                                   {"all_reduce", "rank 2 failed: DistributedDataParallel.forward"});
 }
 
+// A refusal of DDP's own names its call once in the peers' reason (tester hB, 11c: "rank 2
+// failed: DistributedDataParallel.forward: DistributedDataParallel.forward: inputs: ...").
+TEST_F(DdpTest, PeersSeeARankRefusalOfDdpWithItsCallNamedOnce) {
+  auto errors = step_with_failure(
+      3, 60000, 2, [](DistributedDataParallel& ddp) { ddp.forward(std::vector<Tensor>{}, 0, {}); });
+  ASSERT_TRUE(errors[2]);
+  EXPECT_EQ(test::what_of(errors[2]),
+            "DistributedDataParallel.forward: inputs: expected at least one tensor");
+  expect_peers_fail<BackendError>(
+      errors, 2,
+      {"rank 2 failed: DistributedDataParallel.forward: inputs: expected at least one tensor"});
+  for (int r : {0, 1})
+    EXPECT_EQ(test::what_of(errors[r]).find("DistributedDataParallel.forward: "
+                                            "DistributedDataParallel.forward"),
+              std::string::npos)
+        << test::what_of(errors[r]);
+}
+
 TEST_F(DdpTest, RankThrowingOutsideDdpAbortsPeersWhenItsDdpUnwinds) {
   auto errors = step_with_failure(3, 60000, 1, [](DistributedDataParallel& ddp) {
     ddp.forward(random_x(8, kSizes[0], 3));

@@ -9,6 +9,7 @@
 // 1e-5 x max |torch's logits|, |loss - torch's| <= 1e-5 x torch's loss.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -479,6 +480,36 @@ TEST_F(GptWeightsMalformed, HeaderSizesThatDoNotFit) {
                                     "bytes (truncated)");
 }
 
+// Sizes whose parameter count passes 2^64 (tester hB, 7): in 64 bits (C = 2^30, L = 2^28, ...)
+// 4 x n wrapped to 0, so the header-only file of 1024 bytes passed the size check and the read
+// then failed "ended after 1024 bytes, expected 3458764230352700416"; every field 2^31 - 1
+// printed a wrapped count. Now the count and the bytes are exact and refused against the file.
+TEST_F(GptWeightsMalformed, HeaderSizesPastTwoToThe64AreRefusedWithTheirTrueCount) {
+  auto header = [](std::int32_t T, std::int32_t V, std::int32_t L, std::int32_t H, std::int32_t C,
+                   std::int32_t Vp) {
+    std::vector<std::int32_t> h(256, 0);
+    h[0] = 20240326;
+    h[1] = 3;
+    h[2] = T;
+    h[3] = V;
+    h[4] = L;
+    h[5] = H;
+    h[6] = C;
+    h[7] = Vp;
+    return std::string(reinterpret_cast<const char*>(h.data()), 1024);
+  };
+  expect_refused(header(64, 512, 1 << 28, 1, 1 << 30, 805306302),
+                 "the header (f32, max_seq_len 64, vocab_size 512 padded to 805306302, 268435456 "
+                 "layers, 1 heads, channels 1073741824) describes 3713820122467826843124760576 "
+                 "parameters: expected a file of 14855280489871307372499043328 bytes, got 1024 "
+                 "bytes (more than any file holds: sizes no model file has)");
+  const std::int32_t m = std::numeric_limits<std::int32_t>::max();
+  expect_refused(header(m, m, m, m, m, m),
+                 "describes 118842243674551100020520648705 parameters: expected a file of "
+                 "475368974698204400082082595844 bytes, got 1024 bytes (more than any file "
+                 "holds");
+}
+
 TEST_F(GptWeightsMalformed, TruncatedOrTooLong) {
   expect_refused(f32_.substr(0, f32_.size() - 4), "expected a file of 176640 bytes, got 176636 "
                                                   "bytes (truncated)");
@@ -536,6 +567,31 @@ TEST_F(GptWeightsBadSafetensors, MissingTensor) {
                       "GPT-2's, got none; the file holds '" +
                           hf_[0].first + "', '" + hf_[1].first + "', '" + hf_[2].first + "', '" +
                           hf_[3].first + "', ... (" + std::to_string(hf_.size()) + " tensors)");
+}
+
+// A name holding a NUL (tester hB, 11b) cut the message short where it was printed ("the file
+// holds 'wte.weight"); names are escaped now (io::quoted_name), so the message is whole.
+TEST_F(GptWeightsBadSafetensors, ANameWithControlBytesIsShownEscapedAndWhole) {
+  // wte.weight, first in the file, named "wte.weight\0x\n\\": wte is missing, and the names the
+  // message lists start with that one.
+  auto wte =
+      std::find_if(hf_.begin(), hf_.end(), [](const auto& p) { return p.first == "wte.weight"; });
+  ASSERT_NE(wte, hf_.end());
+  std::rotate(hf_.begin(), wte, wte + 1);
+  hf_[0].first += std::string("\0x\n\\", 4);
+  expect_refused(hf_, "expected a tensor 'transformer.wte.weight' (or 'wte.weight') of GPT-2's, "
+                      "got none; the file holds 'wte.weight\\x00x\\x0a\\\\', '" +
+                          hf_[1].first + "'");
+  // The message is whole: no NUL in it, and it goes on to the tensor count.
+  try {
+    io::load_gpt_weights(dir_ + "/bad.safetensors");
+  } catch (const ParseError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\0'), std::string::npos);
+    EXPECT_EQ(std::string(what.c_str()), what);
+    EXPECT_NE(what.find("tensors)"), std::string::npos) << what;
+  }
+  EXPECT_EQ(io::quoted_name("a\tb\x7f\xc3\xa9\\"), "'a\\x09b\\x7f\xc3\xa9\\\\'");
 }
 
 TEST_F(GptWeightsBadSafetensors, WrongDtypeAndUntiedHead) {

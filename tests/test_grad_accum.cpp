@@ -5,6 +5,7 @@
 // --grad-accum-steps, --micro-shards and --devices with the numbers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -494,6 +495,39 @@ TEST(GradAccumTrainer, CheckRefusesWhatTheEpochsShortLastBatchRefuses) {
   c.max_iters = 5;
   test::expect_invalid([&] { Trainer::check(c, data); },
                        "expected at most 8 (the rows of a batch of 8), got 9");
+}
+
+// A rank torch.chunk's split gives no rows (tester hB, 8): 4 rows over 3 ranks are 2, 2, 0.
+// grad_accum_steps 1 ran with the empty rank, but 2 was refused "expected at most 0 (the
+// smallest share of a batch of 4 rows over 3 ranks)", which no setting satisfies. The empty
+// rank runs its micro-steps empty now; the bound is the smallest share that holds rows.
+TEST(GradAccumTrainer, ARankGivenNoRowsRunsEmptyMicroStepsAndBoundsNothing) {
+  TrainerConfig c = mlp(3, TrainerKind::ddp, 1, Determinism::fast);
+  c.batch_size = 4;
+  c.field_names = {{"grad_accum_steps", "--grad-accum-steps"}, {"batch_size", "--batch-size"}};
+  auto data = mlp_data(12);  // 3 batches of 4: every batch 2, 2, 0 rows over the ranks
+  const FitRun one = fit(c, data);
+  c.grad_accum_steps = 2;
+  EXPECT_NO_THROW(Trainer::check(c, data));
+  const FitRun two = fit(c, data);  // refused before: "expected at most 0"
+  ASSERT_EQ(two.params.size(), one.params.size());
+  for (std::size_t i = 0; i < one.params.size(); ++i)
+    EXPECT_NEAR(two.params[i], one.params[i], 1e-5f * std::max(1.0f, std::abs(one.params[i])))
+        << "parameter element " << i;
+  EXPECT_NEAR(two.train_loss, one.train_loss, 1e-5 * std::abs(one.train_loss));
+  c.grad_accum_steps = 3;  // more micro-steps than the 2 rows of the ranks that hold rows
+  test::expect_invalid([&] { Trainer::check(c, data); },
+                       "--grad-accum-steps: every micro-step of every rank holding rows needs at "
+                       "least one row: expected at most 2 (the smallest share of a batch of 4 "
+                       "rows over 3 ranks, of the 2 given rows; torch.chunk's split gives 1 rank "
+                       "none, which runs its micro-steps empty), got 3 (raise --batch-size or "
+                       "lower --grad-accum-steps)");
+  // The tester's 10 rows: the last batch of 2 is 1, 1, 0 over the ranks: at most 1, not 0.
+  c.grad_accum_steps = 2;
+  test::expect_invalid([&] { Trainer::check(c, mlp_data(10)); },
+                       "expected at most 1 (the smallest share of a batch of 2 rows over 3 "
+                       "ranks, of the 2 given rows; torch.chunk's split gives 1 rank none, which "
+                       "runs its micro-steps empty), got 2");
 }
 
 }  // namespace

@@ -172,7 +172,9 @@ TEST_F(P2PTest, SendToItselfWithoutAGroupIsRefusedAtOnce) {
                  "Communicator::recv: peer: rank 1 is this rank (sim:1 (rank 1 of 2)): a recv from "
                  "itself needs its matching send in the same group");
   EXPECT_NO_THROW(comms[1].stream().synchronize());
-  // In a group the same pair runs (SendToItselfInAGroup), and the communicator is still usable.
+  // In a group the same pair runs (SendToItselfInAGroup), on new handles: each refusal above
+  // aborted the communicator, as every per-rank refusal does (Note [Per-rank refusals abort]).
+  comms = comms_of(2, 200);
   Tensor b = tagged(1, 2, 1);
   send_recv_in_a_group(comms, b, 1, a, 1);
   expect_tags_of(comms, a, 1);

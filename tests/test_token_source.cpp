@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <string>
@@ -157,17 +158,18 @@ TEST_F(TokenFiles, StepBatchRowsReadsOnlyTheRanksRows) {
 TEST_F(TokenFiles, Llama3ShardsHoldUint32Tokens) {
   std::vector<std::uint32_t> t = ramp(400, 100000, 128256);  // past 2^16
   write(at("l.bin"), llmc_bytes(t, kLlmcMagicLlama3));
-  TokenDataSource s({at("l.bin")}, {at("l.bin")}, DataFormat::llmc, 0, 8, 1);
-  EXPECT_EQ(s.vocab_size(), 128256);  // llm.c's LLaMA 3 tokenizer, vocab_size 0
+  TokenDataSource s({at("l.bin")}, {at("l.bin")}, DataFormat::llmc,
+                    llmc_tokenizer_vocab_size(kLlmcMagicLlama3), 8, 1);
+  EXPECT_EQ(s.vocab_size(), 128256);  // llm.c's LLaMA 3 tokenizer
   EXPECT_EQ(s.train().files()[0]->token_bytes(), 4);
   const auto x = s.eval_batch(EvalSplit::val, 0, 4).x.to_vector<std::int64_t>();
   for (std::int64_t v : x) EXPECT_GE(v, 100000);
   write(at("g.bin"), llmc_bytes(ramp(400)));
-  EXPECT_EQ(TokenDataSource({at("g.bin")}, {}, DataFormat::llmc, 0, 8, 1).vocab_size(), 50257);
+  EXPECT_EQ(TokenDataSource({at("g.bin")}, {}, DataFormat::llmc, 50257, 8, 1).vocab_size(), 50257);
   // One token width per dataset: a GPT-2 shard after a LLaMA 3 one is refused.
   expect_error<Error>(
       [&] {
-        TokenDataSource({at("l.bin"), at("g.bin")}, {}, DataFormat::llmc, 0, 8, 1);
+        TokenDataSource({at("l.bin"), at("g.bin")}, {}, DataFormat::llmc, 128256, 8, 1);
       },
       "'" + at("g.bin") + "': offset 0: expected magic 20240801 as '" + at("l.bin"));
 }
@@ -265,7 +267,25 @@ TEST_F(TokenFiles, MalformedFilesAreRefusedNamingFileOffsetAndExpectedValue) {
   refused("version.bin", llmc_bytes(ramp(10), kLlmcMagicGpt2, 2), DataFormat::llmc,
           ": offset 4: expected version 1 for magic 20240520, got 2");
   refused("version7.bin", llmc_bytes(ramp(10), kLlmcMagicLlama3, 1), DataFormat::llmc,
-          ": offset 4: expected version 7 for magic 20240801, got 1");
+          ": offset 4: expected version 7 for magic 20240801, got 1 (if it holds nanoGPT's raw "
+          "uint16 tokens, whose first two, 55713 and 308, spell the magic: --data-format "
+          "nanogpt)");
+  // nanoGPT's raw tokens whose first two spell llm.c's magic (tester hB, 11a): the hint the
+  // reverse case has, for the version and for the count.
+  std::vector<std::uint32_t> raw = ramp(1000, 0, 4000);
+  raw[0] = 55432;
+  raw[1] = 308;
+  refused("raw_magic_train.bin", raw_bytes(raw), DataFormat::llmc,
+          ": offset 4: expected version 1 for magic 20240520, got 196610 (if it holds nanoGPT's "
+          "raw uint16 tokens, whose first two, 55432 and 308, spell the magic: --data-format "
+          "nanogpt)");
+  raw[2] = 1;  // version 1, then the count: tokens 4, 5
+  raw[3] = 0;
+  refused("raw_magic_count.bin", raw_bytes(raw), DataFormat::llmc,
+          ": offset 8: the header's token count 327684 needs 1024 + 327684 x 2 = 656392 bytes, "
+          "got a file of 2000 bytes (the count runs past the file's end) (if it holds nanoGPT's "
+          "raw uint16 tokens, whose first two, 55432 and 308, spell the magic: --data-format "
+          "nanogpt)");
   refused("past_end.bin", llmc_bytes(ramp(100), kLlmcMagicGpt2, -1, 900), DataFormat::llmc,
           ": offset 8: the header's token count 900 needs 1024 + 900 x 2 = 2824 bytes, got a file "
           "of 1224 bytes (the count runs past the file's end)");
@@ -304,6 +324,26 @@ TEST_F(TokenFiles, MalformedFilesAreRefusedNamingFileOffsetAndExpectedValue) {
                       "'" + dir_ + "' is a directory, expected a regular file");
 }
 
+// TokenFile::token(i) checks i (tester hB, 4): token(-1) and token(tokens()) read the header's
+// last bytes and past the tokens, token(1 << 40) faulted. Inside, it returns the token written.
+TEST_F(TokenFiles, TokenOutsideTheFileIsRefusedNamingTheRange) {
+  write(at("t.bin"), llmc_bytes(ramp(100, 7)));
+  write(at("train.bin"), raw_bytes(ramp(50, 3)));
+  const TokenFile f(at("t.bin"), DataFormat::llmc), r(at("train.bin"), DataFormat::nanogpt);
+  EXPECT_EQ(f.token(0), 7u);
+  EXPECT_EQ(f.token(99), 106u);
+  EXPECT_EQ(r.token(49), 52u);
+  const std::string range = "TokenFile::token: i: expected an index in [0, 100) (the tokens of '" +
+                            at("t.bin") + "'), got ";
+  expect_invalid([&] { f.token(-1); }, range + "-1");
+  expect_invalid([&] { f.token(100); }, range + "100");
+  expect_invalid([&] { f.token(std::int64_t(1) << 40); }, range + "1099511627776");
+  expect_invalid([&] { f.token(std::numeric_limits<std::int64_t>::min()); },
+                 range + "-9223372036854775808");
+  expect_invalid([&] { r.token(50); },
+                 "expected an index in [0, 50) (the tokens of '" + at("train.bin") + "'), got 50");
+}
+
 // A token >= vocab_size is refused when a window reads it, naming its byte offset; opening the
 // data does not read the tokens (Note [Mapped shards]).
 TEST_F(TokenFiles, ATokenPastTheVocabularyIsRefusedWhereAWindowReadsIt) {
@@ -338,6 +378,17 @@ TEST_F(TokenFiles, SplitsMustBeLongerThanABlockAndValIsNeededToEvaluate) {
   write(at("train.bin"), raw_bytes(ramp(64)));
   expect_invalid([&] { TokenDataSource({at("train.bin")}, {}, DataFormat::nanogpt, 0, 8, 1); },
                  "vocab_size: expected >= 1, got 0");
+  // llm.c shards too (tester hB, 10: 0 became 50257 without a word, against the header); the
+  // tokenizer's vocabulary is llmc_tokenizer_vocab_size's, which ditto-train asks itself.
+  expect_invalid([&] { TokenDataSource({at("t.bin")}, {}, DataFormat::llmc, 0, 8, 1); },
+                 "TokenDataSource: vocab_size: expected >= 1, got 0");
+  expect_invalid([&] { TokenDataSource({at("t.bin")}, {}, DataFormat::llmc, -5, 8, 1); },
+                 "TokenDataSource: vocab_size: expected >= 1, got -5");
+  EXPECT_EQ(llmc_tokenizer_vocab_size(kLlmcMagicGpt2), 50257);
+  EXPECT_EQ(llmc_tokenizer_vocab_size(kLlmcMagicLlama3), 128256);
+  expect_invalid([&] { llmc_tokenizer_vocab_size(7); },
+                 "llmc_tokenizer_vocab_size: magic: expected 20240520 (GPT-2) or 20240801 (LLaMA "
+                 "3), got 7");
 }
 
 // The checkpoint's fingerprint reads the files' ends only; it changes with the tokens there.

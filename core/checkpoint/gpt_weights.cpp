@@ -113,6 +113,16 @@ void check_config_or_bad(const std::string& path, const nn::GPTConfig& c) {
 
 // ---- llm.c ------------------------------------------------------------------------------------
 
+// `v` in decimal (detail::cat prints no 128-bit integer).
+std::string u128_str(unsigned __int128 v) {
+  std::string s;
+  do {
+    s.insert(s.begin(), static_cast<char>('0' + static_cast<int>(v % 10)));
+    v /= 10;
+  } while (v != 0);
+  return s;
+}
+
 GptWeights load_llmc(const std::string& path) {
   InputFile in(path, std::numeric_limits<std::uint64_t>::max(), "io::load_gpt_weights");
   if (in.size() < static_cast<std::uint64_t>(kLlmcHeaderBytes))
@@ -152,17 +162,26 @@ GptWeights load_llmc(const std::string& path) {
   const std::int64_t Vp = h[7], C = c.n_embd, L = c.n_layer;
   const DType dt = h[1] == kLlmcVersionF32 ? DType::f32 : DType::bf16;
   const std::uint64_t elem = dtype_size(dt);
-  // Parameters: (Vp + T) C + L (12 C^2 + 13 C) + 2 C; every factor < 2^31, so the sum fits.
-  const std::uint64_t n = static_cast<std::uint64_t>(Vp + c.block_size) * C +
-                          static_cast<std::uint64_t>(L) * (12ull * C * C + 13ull * C) + 2ull * C;
-  const std::uint64_t want = static_cast<std::uint64_t>(kLlmcHeaderBytes) + n * elem;
-  if (in.size() != want)
-    bad(path,
-        detail::cat("the header (", dt == DType::f32 ? "f32" : "bf16", ", max_seq_len ",
-                    c.block_size, ", vocab_size ", c.vocab_size, " padded to ", Vp, ", ", L,
-                    " layers, ", c.n_head, " heads, channels ", C, ") describes ", n,
-                    " parameters: expected a file of ", want, " bytes, got ", in.size(), " bytes",
-                    in.size() < want ? " (truncated)" : " (bytes past the parameters)"));
+  // Parameters: (Vp + T) C + L (12 C^2 + 13 C) + 2 C. Every field is < 2^31, but the sum is not
+  // bounded by 2^64 (12 C^2 alone passes it for C near 2^31; L x 12 C^2 reaches 2^97): in 128
+  // bits it is exact (< 2^99, and its bytes < 2^101). In 64 bits a crafted header wrapped to a
+  // size that matched its 1024 bytes (tester hB, 7).
+  using u128 = unsigned __int128;
+  const u128 n = u128(std::uint64_t(Vp + c.block_size)) * std::uint64_t(C) +
+                 u128(std::uint64_t(L)) * (u128(12) * std::uint64_t(C) * std::uint64_t(C) +
+                                           u128(13) * std::uint64_t(C)) +
+                 u128(2) * std::uint64_t(C);
+  const u128 want = u128(std::uint64_t(kLlmcHeaderBytes)) + n * elem;
+  if (u128(in.size()) != want)
+    bad(path, detail::cat("the header (", dt == DType::f32 ? "f32" : "bf16", ", max_seq_len ",
+                          c.block_size, ", vocab_size ", c.vocab_size, " padded to ", Vp, ", ", L,
+                          " layers, ", c.n_head, " heads, channels ", C, ") describes ",
+                          u128_str(n), " parameters: expected a file of ", u128_str(want),
+                          " bytes, got ", in.size(), " bytes",
+                          want > u128(std::numeric_limits<std::int64_t>::max())
+                              ? " (more than any file holds: sizes no model file has)"
+                          : u128(in.size()) < want ? " (truncated)"
+                                                   : " (bytes past the parameters)"));
   GptWeights w;
   w.format = GptWeightsFormat::llmc;
   w.config = c;
@@ -341,7 +360,7 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
   };
   for (const auto& [name, dt] : d.skipped) {  // dtypes ditto cannot hold: mask buffers only
     if (!std::regex_match(short_name(name), mask))
-      bad(path, detail::cat("'", name, "': expected F32, BF16 or F16, got ", dt));
+      bad(path, detail::cat(io::quoted_name(name), ": expected F32, BF16 or F16, got ", dt));
   }
   for (const auto& [name, tensor] : d.tensors) {
     const std::string n = short_name(name);
@@ -352,8 +371,8 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
     }
     if (std::regex_match(n, mask)) continue;
     if (t.count(n))
-      bad(path, detail::cat("'", name, "' and '", stored_name[n],
-                            "': the same tensor twice (names compared without the "
+      bad(path, detail::cat(io::quoted_name(name), " and ", io::quoted_name(stored_name[n]),
+                            ": the same tensor twice (names compared without the "
                             "'transformer.', '_orig_mod.' and 'module.' prefixes)"));
     t[n] = &tensor;
     stored_name[n] = name;
@@ -363,7 +382,7 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
     std::string s;
     const std::size_t shown = std::min<std::size_t>(d.tensors.size(), 4);
     for (std::size_t i = 0; i < shown; ++i)
-      s += detail::cat(i ? ", '" : "'", d.tensors[i].first, "'");
+      s += detail::cat(i ? ", " : "", io::quoted_name(d.tensors[i].first));
     if (d.tensors.size() > shown) s += detail::cat(", ... (", d.tensors.size(), " tensors)");
     return s.empty() ? std::string("no tensors") : s;
   };
@@ -374,7 +393,7 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
                             "') of GPT-2's, got none; the file holds ", some_names()));
     const DType dt = it->second->dtype();
     if (dt != DType::f32 && dt != DType::bf16 && dt != DType::f16)
-      bad(path, detail::cat("'", stored_name.at(n), "': expected F32, BF16 or F16, got ",
+      bad(path, detail::cat(io::quoted_name(stored_name.at(n)), ": expected F32, BF16 or F16, got ",
                             safetensors_dtype(dt)));
     return *it->second;
   };
@@ -447,9 +466,10 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
   for (const auto& [name, shape] : gpt_param_specs(c)) expected.insert(name.substr(12));
   for (const auto& [n, tensor] : t)
     if (!expected.count(n))
-      bad(path, detail::cat("unknown tensor '", stored_name.at(n), "' ", shape_str(tensor->shape()),
-                            ": expected GPT-2's names (wte, wpe, h.0..h.", c.n_layer - 1, ", ln_f",
-                            c.bias ? ", with biases" : ", without biases", ")"));
+      bad(path,
+          detail::cat("unknown tensor ", io::quoted_name(stored_name.at(n)), " ",
+                      shape_str(tensor->shape()), ": expected GPT-2's names (wte, wpe, h.0..h.",
+                      c.n_layer - 1, ", ln_f", c.bias ? ", with biases" : ", without biases", ")"));
   for (const auto& [name, shape] : gpt_param_specs(c)) {
     const std::string n = name.substr(12);
     const Tensor& src = need(n);
@@ -460,7 +480,7 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
         conv = true;
     const Shape stored = conv ? Shape{shape[1], shape[0]} : shape;
     if (src.shape() != stored)
-      bad(path, detail::cat("'", stored_name.at(n), "': expected ", shape_str(stored),
+      bad(path, detail::cat(io::quoted_name(stored_name.at(n)), ": expected ", shape_str(stored),
                             conv ? " (Conv1D's [in, out])" : "", " for n_layer ", c.n_layer,
                             ", n_embd ", C, ", got ", shape_str(src.shape())));
     Tensor f = src.to(DType::f32);
@@ -472,14 +492,14 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
     if (head.shape() != wte32.shape())
       bad(path,
           detail::cat(
-              "'", lm_head_name, "': expected the tied head, equal to wte.weight ",
+              io::quoted_name(lm_head_name), ": expected the tied head, equal to wte.weight ",
               shape_str(wte32.shape()), " (ditto's GPT ties them, as GPT-2), got the shape ",
               shape_str(lm_head->shape()),
               head.dim() == 2 && head.size(0) == wte32.size(1) && head.size(1) == wte32.size(0)
                   ? " (transposed)"
                   : ""));
     if (std::memcmp(head.data_ptr(), wte32.data_ptr(), wte32.nbytes()) != 0)
-      bad(path, detail::cat("'", lm_head_name, "' ", shape_str(lm_head->shape()),
+      bad(path, detail::cat(io::quoted_name(lm_head_name), " ", shape_str(lm_head->shape()),
                             ": expected the "
                             "tied head, equal to wte.weight (ditto's GPT ties them, as GPT-2), "
                             "got other values"));

@@ -4,6 +4,7 @@
 // other dtypes), so they work on every backend and dtype.
 #include "core/comm/comm.h"
 
+#include <limits>
 #include <map>
 #include <unordered_map>
 
@@ -237,14 +238,24 @@ std::vector<Tensor> reduce_add_coalesced(const std::vector<std::vector<Tensor>>&
 
 // ---- scatter / gather -----------------------------------------------------------------------
 
+namespace {
+// ceil(size / n) for size >= 0, n >= 1, without size + n - 1 (which overflows near INT64_MAX).
+std::int64_t ceil_part(std::int64_t size, std::int64_t n) { return size / n + (size % n != 0); }
+}  // namespace
+
 std::vector<std::int64_t> chunk_sizes(std::int64_t size, std::int64_t n) {
   DITTO_CHECK(n >= 1, "comm::chunk_sizes: n: expected at least 1 part, got ", n);
   DITTO_CHECK(size >= 0, "comm::chunk_sizes: size: expected a non-negative size, got ", size);
   if (size == 0) return std::vector<std::int64_t>(static_cast<std::size_t>(n), 0);  // torch.chunk
-  const std::int64_t split = size / n + (size % n != 0 ? 1 : 0);  // ceil(size / n), no overflow
+  const std::int64_t split = ceil_part(size, n);
   std::vector<std::int64_t> out;
-  for (std::int64_t left = size; left > 0; left -= std::min(split, left))
-    out.push_back(std::min(split, left));
+  // start + the part taken <= size: no overflow near INT64_MAX (start += split wrapped there and
+  // the loop never ended, tester hB 5).
+  for (std::int64_t start = 0; start < size;) {
+    const std::int64_t part = std::min(split, size - start);
+    out.push_back(part);
+    start += part;
+  }
   return out;
 }
 
@@ -253,13 +264,12 @@ std::pair<std::int64_t, std::int64_t> chunk_range(std::int64_t size, std::int64_
   DITTO_CHECK(n >= 1, "comm::chunk_range: n: expected at least 1 part, got ", n);
   DITTO_CHECK(size >= 0, "comm::chunk_range: size: expected a non-negative size, got ", size);
   DITTO_CHECK(i >= 0 && i < n, "comm::chunk_range: i: expected a part in 0..", n - 1, ", got ", i);
-  // chunk_sizes' part, and part k's start min(size, k x split), computed without overflow for a
-  // size near the largest int64 (k x split only where it is at most size).
-  const std::int64_t split = size / n + (size % n != 0 ? 1 : 0);
-  const auto start = [&](std::int64_t k) {
-    return split == 0 || k > size / split ? size : k * split;
-  };
-  return {start(i), start(i + 1)};
+  if (size == 0) return {0, 0};
+  const std::int64_t split = ceil_part(size, n);  // chunk_sizes' part, >= 1
+  // k * split, or size once that passes it: k <= size / split keeps the product <= size (i *
+  // split wrapped to negative bounds near INT64_MAX, tester hB 5).
+  const auto bound = [&](std::int64_t k) { return k <= size / split ? k * split : size; };
+  return {bound(i), bound(i + 1)};
 }
 
 std::vector<Tensor> scatter(const Tensor& tensor, const std::vector<Device>& devices,
@@ -277,13 +287,17 @@ std::vector<Tensor> scatter(const Tensor& tensor, const std::vector<Device>& dev
     DITTO_CHECK(sizes.size() == devices.size(), "comm::scatter: chunk_sizes: expected ",
                 devices.size(), " entries (one per device), got ", sizes.size());
     std::int64_t total = 0;
+    bool overflow = false;  // the sum passed INT64_MAX (it wrapped to "got -3", tester hB 5)
     for (std::size_t i = 0; i < sizes.size(); ++i) {
       DITTO_CHECK(sizes[i] >= 0, "comm::scatter: chunk_sizes[", i,
                   "]: expected a non-negative size, got ", sizes[i]);
-      total += sizes[i];
+      overflow = overflow || __builtin_add_overflow(total, sizes[i], &total);
     }
-    DITTO_CHECK(total == size, "comm::scatter: chunk_sizes: expected entries adding up to ", size,
-                " (size of dim ", dim, "), got ", total);
+    DITTO_CHECK(!overflow && total == size,
+                "comm::scatter: chunk_sizes: expected entries adding up to ", size,
+                " (size of dim ", dim, "), got ",
+                overflow ? detail::cat("a sum over ", std::numeric_limits<std::int64_t>::max())
+                         : detail::cat(total));
   } else {
     sizes = chunk_sizes(size, static_cast<std::int64_t>(devices.size()));
   }

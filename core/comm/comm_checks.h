@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/backend_api/collective_call.h"
+#include "core/base/error.h"
 #include "core/comm/communicator.h"
 
 namespace ditto::detail {
@@ -24,11 +25,22 @@ void check_comm_tensor(const Communicator& c, const char* call, const char* arg,
 void check_same_dtype(const char* call, const Tensor& send, const Tensor& recv);
 /// 0 <= root < c.size().
 void check_root(const Communicator& c, const char* call, int root);
-/// check_root of a per-rank call (Communicator::<call> on one rank's handle): a root out of range
-/// also aborts the communicator (Communicator::abort) before the InvalidArgument is thrown, since
-/// this rank's call never comes and the other ranks would wait for it until their timeout; they
-/// fail at once instead, naming this rank and the refusal.
-void check_root_or_abort(const Communicator& c, const char* call, int root);
+/// Runs `checks`, the argument checks of a per-rank call (Communicator::<call> on one rank's
+/// handle); a refusal (InvalidArgument) also aborts the communicator (Communicator::abort, when
+/// it has other ranks) before it is thrown, since this rank's call never comes and the other
+/// ranks would wait for it until their timeout; they fail at once instead (PeerFailure), naming
+/// this rank and the refusal. Every per-rank method's checks run here (Note [Per-rank refusals
+/// abort]); the single-controller forms check every rank before issuing any, so their refusals
+/// abort nothing.
+template <typename F>
+void check_or_abort(const Communicator& c, const F& checks) {
+  try {
+    checks();
+  } catch (const InvalidArgument& e) {
+    if (c.size() > 1) c.abort(e.what());
+    throw;
+  }
+}
 /// Whether this thread is inside a group_start() / group_end() (ncclGroupStart / ncclGroupEnd).
 bool thread_in_group();
 /// A reduction op: one of the enumerators; premul_sum only with its scalar (`scalar` non-null,

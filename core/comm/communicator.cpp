@@ -20,6 +20,7 @@
 #include "core/distributed/distributed.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/backend_init.h"
+#include "core/runtime/ops_check.h"
 
 namespace ditto {
 
@@ -64,6 +65,22 @@ void check_comm_live(const Communicator& c, const char* where) {
                             "the live instance"));
 }
 
+// Note [Per-rank refusals abort]
+// A per-rank call (one rank's handle, SPMD: a thread or a process per rank) refused for its
+// arguments never reaches the backend, so the other ranks, which called correctly, would wait in
+// that collective for this rank until CommOptions::timeout_ms, then throw a Timeout that does
+// not say why (tester hB, 3: rank 1's all_reduce recv of 5 elements for a send of 4). Every
+// per-rank method therefore runs its checks through check_or_abort (comm_checks.h): a refusal
+// aborts the communicator (Communicator::abort) with its message before the InvalidArgument is
+// thrown to this rank, and the others fail at once with a PeerFailure "rank <r> failed:
+// <refusal>", as DistributedDataParallel aborts for a rank that throws mid-step. The handle
+// stays failed (make new ones to go on). NCCL does not do this: ncclInvalidArgument returns to
+// the refusing rank only, and its peers hang in the collective; ditto's design fails fast. Not
+// aborted: a handle of a re-initialised backend (check_comm_live: its communicator is gone for
+// every rank alike), a communicator of one rank (no one waits), and the single-controller forms,
+// which check every rank before issuing any, so a refusal there leaves nothing waiting and the
+// communicator usable.
+
 std::string rank_str(const Communicator& c) {
   return cat(c.device().str(), " (rank ", c.rank(), " of ", c.size(), ")");
 }
@@ -73,6 +90,11 @@ void check_comm_tensor(const Communicator& c, const char* call, const char* arg,
               rank_str(c), ", got an undefined tensor");
   DITTO_CHECK(t.device() == c.device(), "Communicator::", call, ": ", arg,
               ": expected a tensor on ", rank_str(c), ", got ", t.str());
+  // Memory of an instance init_backend has since replaced, though the handle is the live one's:
+  // refused as every op refuses it (Note [Tensors of a replaced backend], tensor.cpp); it ran on
+  // the live instance's streams, unordered with the old one's work (tester hB, 9).
+  if (t.buffer() != nullptr && &t.buffer()->backend() != &get_backend(t.device().type))
+    ops::internal::check_live(cat("Communicator::", call).c_str(), arg, t);
 }
 
 void check_same_dtype(const char* call, const Tensor& send, const Tensor& recv) {
@@ -92,15 +114,6 @@ CollectiveCall rooted_call(CollectiveKind kind, bool is_root, const Tensor& send
 void check_root(const Communicator& c, const char* call, int root) {
   DITTO_CHECK(root >= 0 && root < c.size(), "Communicator::", call,
               ": root: expected a rank in [0, ", c.size(), "), got ", root);
-}
-
-void check_root_or_abort(const Communicator& c, const char* call, int root) {
-  try {
-    check_root(c, call, root);
-  } catch (const InvalidArgument& e) {
-    if (c.size() > 1) c.abort(e.what());
-    throw;
-  }
 }
 
 void check_op(const char* call, DType dtype, ReduceOp op, const double* scalar) {
@@ -413,7 +426,7 @@ void Communicator::submit(const detail::CollectiveCall& call) {
 
 void Communicator::all_reduce(const Tensor& send, Tensor& recv, ReduceOp op) {
   detail::check_comm_live(*this, "Communicator::all_reduce");
-  check_all_reduce(*this, send, recv, op);
+  detail::check_or_abort(*this, [&] { check_all_reduce(*this, send, recv, op); });
   submit(call_record(Kind::all_reduce, send.data_ptr(), recv.data_ptr(), send.numel(), send.dtype(),
                      op));
 }
@@ -422,15 +435,13 @@ void Communicator::all_reduce(Tensor& tensor, ReduceOp op) { all_reduce(tensor, 
 
 void Communicator::reduce(const Tensor& send, Tensor& recv, ReduceOp op, int root) {
   detail::check_comm_live(*this, "Communicator::reduce");
-  detail::check_root_or_abort(*this, "reduce", root);
-  check_reduce(*this, send, recv, op, root);
+  detail::check_or_abort(*this, [&] { check_reduce(*this, send, recv, op, root); });
   submit(detail::rooted_call(Kind::reduce, rank_ == root, send, recv, op, root));
 }
 
 void Communicator::broadcast(const Tensor& send, Tensor& recv, int root) {
   detail::check_comm_live(*this, "Communicator::broadcast");
-  detail::check_root_or_abort(*this, "broadcast", root);
-  check_broadcast(*this, send, recv, root);
+  detail::check_or_abort(*this, [&] { check_broadcast(*this, send, recv, root); });
   submit(detail::rooted_call(Kind::broadcast, rank_ == root, send, recv, ReduceOp::sum, root));
 }
 
@@ -438,14 +449,14 @@ void Communicator::broadcast(Tensor& tensor, int root) { broadcast(tensor, tenso
 
 void Communicator::all_gather(const Tensor& send, Tensor& recv) {
   detail::check_comm_live(*this, "Communicator::all_gather");
-  check_all_gather(*this, send, recv);
+  detail::check_or_abort(*this, [&] { check_all_gather(*this, send, recv); });
   submit(
       call_record(Kind::all_gather, send.data_ptr(), recv.data_ptr(), send.numel(), send.dtype()));
 }
 
 void Communicator::reduce_scatter(const Tensor& send, Tensor& recv, ReduceOp op) {
   detail::check_comm_live(*this, "Communicator::reduce_scatter");
-  check_reduce_scatter(*this, send, recv, op);
+  detail::check_or_abort(*this, [&] { check_reduce_scatter(*this, send, recv, op); });
   submit(call_record(Kind::reduce_scatter, send.data_ptr(), recv.data_ptr(), recv.numel(),
                      recv.dtype(), op));
 }
@@ -459,22 +470,24 @@ void Communicator::barrier() {
 
 void Communicator::all_reduce(const Tensor& send, Tensor& recv, PreMulSum op) {
   detail::check_comm_live(*this, "Communicator::all_reduce");
-  check_all_reduce(*this, send, recv, ReduceOp::premul_sum, &op.scalar);
+  detail::check_or_abort(
+      *this, [&] { check_all_reduce(*this, send, recv, ReduceOp::premul_sum, &op.scalar); });
   submit(call_record(Kind::all_reduce, send.data_ptr(), recv.data_ptr(), send.numel(), send.dtype(),
                      ReduceOp::premul_sum, 0, op.scalar));
 }
 
 void Communicator::reduce(const Tensor& send, Tensor& recv, PreMulSum op, int root) {
   detail::check_comm_live(*this, "Communicator::reduce");
-  detail::check_root_or_abort(*this, "reduce", root);
-  check_reduce(*this, send, recv, ReduceOp::premul_sum, root, &op.scalar);
+  detail::check_or_abort(
+      *this, [&] { check_reduce(*this, send, recv, ReduceOp::premul_sum, root, &op.scalar); });
   submit(detail::rooted_call(Kind::reduce, rank_ == root, send, recv, ReduceOp::premul_sum, root,
                              op.scalar));
 }
 
 void Communicator::reduce_scatter(const Tensor& send, Tensor& recv, PreMulSum op) {
   detail::check_comm_live(*this, "Communicator::reduce_scatter");
-  check_reduce_scatter(*this, send, recv, ReduceOp::premul_sum, &op.scalar);
+  detail::check_or_abort(
+      *this, [&] { check_reduce_scatter(*this, send, recv, ReduceOp::premul_sum, &op.scalar); });
   submit(call_record(Kind::reduce_scatter, send.data_ptr(), recv.data_ptr(), recv.numel(),
                      recv.dtype(), ReduceOp::premul_sum, 0, op.scalar));
 }

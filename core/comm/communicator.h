@@ -19,12 +19,18 @@
 // Timeout, as two NCCL communicators sharing streams would hang.
 //
 // Errors: InvalidArgument (before enqueueing) for tensors on the wrong device, wrong dtype or
-// sizes, roots out of range, and for every call (stream() too) on a handle whose backend was
-// re-initialised since it was made (init_backend of the same name: its devices and streams are
-// another instance's; make new handles); the single-controller forms refuse such handles before
-// any rank's work is enqueued; errors raised while running are rethrown by the stream's
-// synchronize() (sim), or by the call itself or group_end() (cuda, which matches the ranks'
-// calls on the host before enqueueing anything).
+// sizes, or made on an instance of the backend that init_backend has since re-initialised (as
+// every op refuses them: only their copies run), roots and peers out of range, and for every
+// call (stream() too) on a handle whose backend was re-initialised since it was made
+// (init_backend of the same name: its devices and streams are another instance's; make new
+// handles); the single-controller forms refuse such handles before any rank's work is enqueued.
+// A per-rank call refused for its arguments (a communicator of several ranks, backend live) also
+// aborts the communicator (abort()) before throwing, so the other ranks fail at once with a
+// PeerFailure naming this rank and the refusal instead of waiting for its call until their
+// timeout (NCCL would leave them hanging); the handles stay failed. The single-controller forms
+// check every rank before issuing any, so their refusals abort nothing. Errors raised while
+// running are rethrown by the stream's synchronize() (sim), or by the call itself or group_end()
+// (cuda, which matches the ranks' calls on the host before enqueueing anything).
 #pragma once
 
 #include <algorithm>
@@ -213,7 +219,8 @@ class Communicator {
   /// rank, is queued, or is called later fails at once with BackendError
   /// "<collective> (collective #n on this communicator): rank <rank()> failed: <reason>" rather
   /// than a Timeout after CommOptions::timeout_ms. The communicator stays failed (make a new one
-  /// to go on). The first abort's reason is kept; never throws.
+  /// to go on). The first abort's reason is kept; never throws. A per-rank call refused for its
+  /// arguments calls it itself (see Errors above).
   void abort(const std::string& reason) const noexcept;
 
  private:

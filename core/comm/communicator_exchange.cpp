@@ -194,7 +194,7 @@ void check_peer(const Communicator& c, const char* call, const Tensor& t, int pe
 
 void Communicator::all_to_all(const Tensor& send, Tensor& recv) {
   detail::check_comm_live(*this, "Communicator::all_to_all");
-  check_all_to_all(*this, send, recv);
+  detail::check_or_abort(*this, [&] { check_all_to_all(*this, send, recv); });
   submit(call_record(Kind::all_to_all, send.data_ptr(), recv.data_ptr(), send.numel() / size(),
                      send.dtype(), ReduceOp::sum, 0));
 }
@@ -204,7 +204,9 @@ void Communicator::all_to_all_v(const Tensor& send, const std::vector<std::int64
                                 const std::vector<std::int64_t>& recv_counts,
                                 const std::vector<std::int64_t>& recv_displs) {
   detail::check_comm_live(*this, "Communicator::all_to_all_v");
-  check_all_to_all_v(*this, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  detail::check_or_abort(*this, [&] {
+    check_all_to_all_v(*this, send, send_counts, send_displs, recv, recv_counts, recv_displs);
+  });
   detail::CollectiveCall call = call_record(Kind::all_to_all_v, send.data_ptr(), recv.data_ptr(), 0,
                                             send.dtype(), ReduceOp::sum, 0);
   call.send_counts = send_counts;
@@ -217,31 +219,32 @@ void Communicator::all_to_all_v(const Tensor& send, const std::vector<std::int64
 void Communicator::all_to_all_v(const Tensor& send, const std::vector<std::int64_t>& send_counts,
                                 Tensor& recv, const std::vector<std::int64_t>& recv_counts) {
   detail::check_comm_live(*this, "Communicator::all_to_all_v");
-  check_comm_tensor(*this, "all_to_all_v", "send", send);
-  check_comm_tensor(*this, "all_to_all_v", "recv", recv);
-  const std::vector<std::int64_t> send_displs = packed_displs(*this, "send", send, send_counts);
-  const std::vector<std::int64_t> recv_displs = packed_displs(*this, "recv", recv, recv_counts);
+  std::vector<std::int64_t> send_displs, recv_displs;
+  detail::check_or_abort(*this, [&] {
+    check_comm_tensor(*this, "all_to_all_v", "send", send);
+    check_comm_tensor(*this, "all_to_all_v", "recv", recv);
+    send_displs = packed_displs(*this, "send", send, send_counts);
+    recv_displs = packed_displs(*this, "recv", recv, recv_counts);
+  });
   all_to_all_v(send, send_counts, send_displs, recv, recv_counts, recv_displs);
 }
 
 void Communicator::gather(const Tensor& send, Tensor& recv, int root) {
   detail::check_comm_live(*this, "Communicator::gather");
-  detail::check_root_or_abort(*this, "gather", root);
-  check_gather(*this, send, recv, root);
+  detail::check_or_abort(*this, [&] { check_gather(*this, send, recv, root); });
   submit(detail::rooted_call(Kind::gather, rank_ == root, send, recv, ReduceOp::sum, root));
 }
 
 void Communicator::scatter(const Tensor& send, Tensor& recv, int root) {
   detail::check_comm_live(*this, "Communicator::scatter");
-  detail::check_root_or_abort(*this, "scatter", root);
-  check_scatter(*this, send, recv, root);
+  detail::check_or_abort(*this, [&] { check_scatter(*this, send, recv, root); });
   submit(detail::rooted_call(Kind::scatter, rank_ == root, send, recv, ReduceOp::sum, root));
 }
 
 // Point-to-point: the backend routes kinds send / recv to its own matching (detail::is_p2p).
 void Communicator::send(const Tensor& tensor, int peer) {
   detail::check_comm_live(*this, "Communicator::send");
-  check_peer(*this, "send", tensor, peer);
+  detail::check_or_abort(*this, [&] { check_peer(*this, "send", tensor, peer); });
   detail::CollectiveCall call =
       call_record(Kind::send, tensor.data_ptr(), nullptr, tensor.numel(), tensor.dtype());
   call.peer = peer;
@@ -250,7 +253,7 @@ void Communicator::send(const Tensor& tensor, int peer) {
 
 void Communicator::recv(Tensor& tensor, int peer) {
   detail::check_comm_live(*this, "Communicator::recv");
-  check_peer(*this, "recv", tensor, peer);
+  detail::check_or_abort(*this, [&] { check_peer(*this, "recv", tensor, peer); });
   detail::CollectiveCall call =
       call_record(Kind::recv, nullptr, tensor.data_ptr(), tensor.numel(), tensor.dtype());
   call.peer = peer;

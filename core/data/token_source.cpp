@@ -227,21 +227,27 @@ TokenFile::TokenFile(const std::string& path, DataFormat format) : path_(path) {
                  " (GPT-2, uint16 "
                  "tokens) or ",
                  kLlmcMagicLlama3, " (LLaMA 3, uint32 tokens), got ", magic_);
+      // A header that does not hold together may be nanoGPT's raw tokens whose first two
+      // spell the magic (tester hB, 11a): said, as the reverse case says --data-format llmc.
+      const std::string raw_hint = detail::cat(
+          " (if it holds nanoGPT's raw uint16 tokens, whose first two, ", magic_ & 0xffff, " and ",
+          (magic_ >> 16) & 0xffff, ", spell the magic: --data-format nanogpt)");
       const std::int32_t version = int32_at(4);
       const std::int32_t want = magic_ == kLlmcMagicGpt2 ? kLlmcVersionGpt2 : kLlmcVersionLlama3;
       CHECK_FILE(version == want, file, ": offset 4: expected version ", want, " for magic ",
-                 magic_, ", got ", version);
+                 magic_, ", got ", version, raw_hint);
       width_ = magic_ == kLlmcMagicGpt2 ? 2 : 4;
       offset_ = kLlmcHeaderBytes;
       const std::int32_t count = int32_at(8);
       CHECK_FILE(count > 0, file, ": offset 8: token count: expected > 0, got ", count,
-                 count == 0 ? " (an empty shard)" : "");
+                 count == 0 ? " (an empty shard)" : raw_hint);
       const std::int64_t need = kLlmcHeaderBytes + std::int64_t(count) * width_;
       CHECK_FILE(need == bytes(), file, ": offset 8: the header's token count ", count,
                  " needs 1024 + ", count, " x ", width_, " = ", need, " bytes, got a file of ",
                  size_, " bytes",
                  need > bytes() ? " (the count runs past the file's end)"
-                                : " (bytes after the last token)");
+                                : " (bytes after the last token)",
+                 raw_hint);
       tokens_ = count;
     } else {
       CHECK_FILE(size_ % 2 == 0, file, ": offset ", size_ - 1,
@@ -275,7 +281,23 @@ TokenFile::~TokenFile() {
   if (map_ != nullptr) ::munmap(map_, size_);
 }
 
+std::int64_t llmc_tokenizer_vocab_size(std::int32_t magic) {
+  if (magic == kLlmcMagicGpt2) return 50257;
+  DITTO_CHECK(magic == kLlmcMagicLlama3, "llmc_tokenizer_vocab_size: magic: expected ",
+              kLlmcMagicGpt2, " (GPT-2) or ", kLlmcMagicLlama3, " (LLaMA 3), got ", magic);
+  return 128256;
+}
+
 std::uint32_t TokenFile::token(std::int64_t i) const {
+  // Checked (tester hB, 4: token(-1) and token(tokens()) read outside the tokens, token(1 << 40)
+  // faulted); TokenSequence::read, the per-token loop, checks its range once and reads with
+  // token_at.
+  DITTO_CHECK(i >= 0 && i < tokens_, "TokenFile::token: i: expected an index in [0, ", tokens_,
+              ") (the tokens of '", path_, "'), got ", i);
+  return token_at(i);
+}
+
+std::uint32_t TokenFile::token_at(std::int64_t i) const {
   const auto* p = static_cast<const unsigned char*>(map_) + offset_ + i * width_;
   if (width_ == 2) {
     std::uint16_t v;
@@ -337,7 +359,7 @@ void TokenSequence::read(std::int64_t begin, std::int64_t n, std::int64_t vocab_
     const std::int64_t local = begin - starts_[f];
     const std::int64_t take = std::min(n, file.tokens() - local);
     for (std::int64_t t = 0; t < take; ++t) {
-      const std::uint32_t v = file.token(local + t);
+      const std::uint32_t v = file.token_at(local + t);  // inside: [begin, begin + n) checked
       if (static_cast<std::int64_t>(v) >= vocab_size)
         throw Error(detail::cat(kCall, ": '", file.path(), "': offset ",
                                 file.data_offset() + (local + t) * file.token_bytes(),
@@ -362,8 +384,9 @@ TokenDataSource::TokenDataSource(const std::vector<std::string>& train,
       name_(std::move(name)),
       val_name_(std::move(val_name)) {
   if (name_.empty()) name_ = train.front();
-  if (vocab_size_ == 0 && format == DataFormat::llmc)  // the tokenizer of llm.c's magic
-    vocab_size_ = train_.files().front()->magic() == kLlmcMagicGpt2 ? 50257 : 128256;
+  // No default for 0 (it became the tokenizer's vocabulary for llm.c shards, silently, against
+  // this header; tester hB, 10): ditto-train's "no --vocab-size" asks
+  // llmc_tokenizer_vocab_size itself (gpt_recipe.cpp).
   DITTO_CHECK(vocab_size_ >= 1, kCall, ": vocab_size: expected >= 1, got ", vocab_size);
   DITTO_CHECK(train_.tokens() > block_size_, kCall, ": '", name_,
               "': expected more than "

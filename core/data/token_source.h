@@ -76,6 +76,10 @@ DataFormat parse_data_format(const std::string& name, const char* option);
 /// llm.c's magics and versions (dev/data/data_common.py HEADERS_INFO).
 inline constexpr std::int32_t kLlmcMagicGpt2 = 20240520, kLlmcVersionGpt2 = 1;
 inline constexpr std::int32_t kLlmcMagicLlama3 = 20240801, kLlmcVersionLlama3 = 7;
+/// The vocabulary of the tokenizer whose shards carry llm.c's `magic`: 50257 (GPT-2's BPE) for
+/// kLlmcMagicGpt2, 128256 (LLaMA 3) for kLlmcMagicLlama3 (what ditto-train takes without
+/// --vocab-size); InvalidArgument for another magic.
+std::int64_t llmc_tokenizer_vocab_size(std::int32_t magic);
 /// Bytes of an llm.c shard's header (256 int32).
 inline constexpr std::int64_t kLlmcHeaderBytes = 1024;
 
@@ -128,7 +132,8 @@ class TokenFile {
   std::int32_t magic() const { return magic_; }
   /// File size in bytes.
   std::int64_t bytes() const { return static_cast<std::int64_t>(size_); }
-  /// Token `i` (0 <= i < tokens()).
+  /// Token `i`. Throws InvalidArgument for i outside [0, tokens()) (naming the range and the
+  /// file).
   std::uint32_t token(std::int64_t i) const;
   /// Drops the pages of tokens [begin, end) from this process's mapping (Note [Mapped shards]).
   void release(std::int64_t begin, std::int64_t end) const;
@@ -142,6 +147,10 @@ class TokenFile {
   std::int64_t tokens_ = 0, offset_ = 0;
   int width_ = 2;
   std::int32_t magic_ = 0;
+
+  friend class TokenSequence;
+  /// token(i) unchecked, for TokenSequence::read's per-token loop, which checks its range once.
+  std::uint32_t token_at(std::int64_t i) const;
 };
 
 /// Token files read in order as one sequence (Note [Token files]).
@@ -168,10 +177,11 @@ class TokenDataSource final : public WindowSource {
  public:
   /// `train` (non-empty) and `val` (may be empty: no evaluation) files of `format` (llmc or
   /// nanogpt), windows of `block_size` tokens, drawn with `seed`; every token must be <
-  /// `vocab_size` (checked as windows read them). `name` / `val_name`: what messages and the
-  /// start line call the two (the --data / --val-data values). Throws what TokenFile throws and
-  /// InvalidArgument for block_size or vocab_size < 1, and for a split not longer than block_size
-  /// tokens (naming it and the counts).
+  /// `vocab_size` (checked as windows read them; llm.c's tokenizers:
+  /// llmc_tokenizer_vocab_size(magic)). `name` / `val_name`: what messages and the start line
+  /// call the two (the --data / --val-data values). Throws what TokenFile throws and
+  /// InvalidArgument for block_size or vocab_size < 1 (either format: 0 is no default), and for
+  /// a split not longer than block_size tokens (naming it and the counts).
   TokenDataSource(const std::vector<std::string>& train, const std::vector<std::string>& val,
                   DataFormat format, std::int64_t vocab_size, std::int64_t block_size,
                   std::uint64_t seed, std::string name = "", std::string val_name = "");

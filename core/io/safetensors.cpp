@@ -47,6 +47,24 @@ struct Entry {
 
 }  // namespace
 
+std::string quoted_name(const std::string& name) {
+  std::string out = "'";
+  for (const char c : name) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b == '\\') {
+      out += "\\\\";
+    } else if (b < 0x20 || b == 0x7f) {
+      static const char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[b >> 4];
+      out += hex[b & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
 const Tensor* SafetensorsData::find(const std::string& name) const {
   for (const auto& [n, t] : tensors)
     if (n == name) return &t;
@@ -176,7 +194,8 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
       /*allow_exceptions=*/false);
   if (header.is_discarded() || !header.is_object())
     bad(source, "header: not a well-formed JSON object (or not UTF-8)");
-  if (!repeated.empty()) bad(source, "header: key '" + repeated + "' appears more than once");
+  if (!repeated.empty())
+    bad(source, "header: key " + quoted_name(repeated) + " appears more than once");
 
   SafetensorsData out;
   std::vector<Entry> entries;
@@ -187,13 +206,13 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
       if (!v.is_object()) bad(source, "__metadata__: expected an object of strings");
       for (auto m = v.begin(); m != v.end(); ++m) {
         if (!m.value().is_string())
-          bad(source, "__metadata__: key '" + m.key() + "': expected a string value, got " +
-                          brief(m.value()));
+          bad(source, "__metadata__: key " + quoted_name(m.key()) +
+                          ": expected a string value, got " + brief(m.value()));
         out.metadata[m.key()] = m.value().get<std::string>();
       }
       continue;
     }
-    const std::string where = "tensor '" + name + "'";
+    const std::string where = "tensor " + quoted_name(name);
     if (!v.is_object()) bad(source, where + ": expected an object {dtype, shape, data_offsets}");
     for (auto f = v.begin(); f != v.end(); ++f)
       if (f.key() != "dtype" && f.key() != "shape" && f.key() != "data_offsets")
@@ -260,12 +279,12 @@ SafetensorsData safetensors_parse(std::string_view bytes, const std::string& sou
   const Entry* prev = nullptr;
   for (const Entry& e : entries) {
     if (e.begin < at)
-      bad(source,
-          ::ditto::detail::cat("tensor '", e.name, "': data_offsets: [", e.begin, ", ", e.end,
-                               "] overlap tensor '", prev->name, "' ending at ", at));
+      bad(source, ::ditto::detail::cat("tensor ", quoted_name(e.name), ": data_offsets: [", e.begin,
+                                       ", ", e.end, "] overlap tensor ", quoted_name(prev->name),
+                                       " ending at ", at));
     if (e.begin > at)
-      bad(source, ::ditto::detail::cat("tensor '", e.name, "': data_offsets: begin ", e.begin,
-                                       " leaves a gap in the buffer after byte ", at));
+      bad(source, ::ditto::detail::cat("tensor ", quoted_name(e.name), ": data_offsets: begin ",
+                                       e.begin, " leaves a gap in the buffer after byte ", at));
     at = e.end;
     prev = &e;
   }

@@ -44,6 +44,11 @@ struct SafetensorsData {
   const Tensor* find(const std::string& name) const;
 };
 
+/// A tensor name (or metadata key) as messages show it: in single quotes, a backslash and every
+/// control byte (below 0x20, and 0x7f) escaped as \\ and \xNN, other bytes (UTF-8) as they are;
+/// so a name holding a NUL or a newline is shown whole ('wte.weight\x00x'), not cut short.
+std::string quoted_name(const std::string& name);
+
 /// "F32", "I64", "BF16", ...: the safetensors name of a ditto dtype (the table of dtype.h).
 const char* safetensors_dtype(DType t);
 /// The ditto dtype of a safetensors dtype name into `out`; false for a name ditto cannot hold.

@@ -301,6 +301,7 @@ Tensor DataParallel::forward_rows(const std::vector<Tensor>& inputs, std::int64_
     Tensor out = module_.forward(moved);
     last_chunks_ = {batch};
     last_output_shape_ = out.shape();
+    last_output_dtype_ = out.dtype();
     has_forward_ = true;
     return out.device() == output_device_ ? out : out.to(output_device_);
   }
@@ -374,6 +375,7 @@ Tensor DataParallel::forward_rows(const std::vector<Tensor>& inputs, std::int64_
   Tensor out = comm::gather(gathered, dim, output_device_);
   last_chunks_ = chunks;
   last_output_shape_ = out.shape();
+  last_output_dtype_ = out.dtype();
   has_forward_ = true;
   return out;
 }
@@ -382,9 +384,13 @@ Tensor DataParallel::backward(const Tensor& grad_output) {
   OneCallAtATime one_call;  // Note [DataParallel models in several threads]
   DITTO_CHECK(has_forward_, "DataParallel.backward: no forward to go back through (call forward "
                             "first; each forward allows one backward)");
-  DITTO_CHECK(grad_output.defined() && grad_output.shape() == last_output_shape_,
+  // Shape and dtype up front, the forward kept on a refusal: a replica refusing the dtype named
+  // its slice, and the forward was gone for a corrected retry (tester hB, 6).
+  DITTO_CHECK(grad_output.defined() && grad_output.shape() == last_output_shape_ &&
+                  grad_output.dtype() == last_output_dtype_,
               "DataParallel.backward: grad_output: expected shape ", shape_str(last_output_shape_),
-              " (the last output), got ", grad_output.str());
+              " and dtype ", dtype_name(last_output_dtype_), " (the last output), got ",
+              grad_output.str());
   check_parameters_live("DataParallel.backward", module_);
   has_forward_ = false;
 

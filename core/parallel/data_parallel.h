@@ -92,11 +92,12 @@ class DataParallel {
   Tensor forward(const std::vector<Tensor>& inputs, std::int64_t first_row,
                  const std::vector<std::int64_t>& shard_bounds);
 
-  /// Reverse pass of the last forward. grad_output: shape of the gathered output, any device.
-  /// Accumulates into the module's parameter grads on devices[0]. Returns the gradient of the
-  /// first input gathered on that input's device when the module's input_requires_grad(), else
-  /// an undefined tensor. Throws InvalidArgument without a preceding forward or on a shape
-  /// mismatch.
+  /// Reverse pass of the last forward. grad_output: shape and dtype of the gathered output, any
+  /// device. Accumulates into the module's parameter grads on devices[0]. Returns the gradient of
+  /// the first input gathered on that input's device when the module's input_requires_grad(),
+  /// else an undefined tensor. Throws InvalidArgument without a preceding forward, or for a
+  /// grad_output of another shape or dtype (naming the output's); such a refusal keeps the
+  /// forward, so a corrected backward may follow.
   Tensor backward(const Tensor& grad_output);
 
   nn::Module& module() { return module_; }
@@ -140,6 +141,7 @@ class DataParallel {
   std::vector<std::int64_t> last_chunks_;
   std::vector<Device> last_input_devices_;
   Shape last_output_shape_;
+  DType last_output_dtype_ = DType::f32;
   std::vector<Shape> replica_output_shapes_;
   std::vector<bool> in_output_;  ///< [i]: replica i's output is part of the gathered output
   bool has_forward_ = false;

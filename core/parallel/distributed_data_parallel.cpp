@@ -150,7 +150,12 @@ void DistributedDataParallel::fail(const char* call) {
   try {
     throw;
   } catch (const std::exception& e) {
-    comm_.abort(detail::cat("DistributedDataParallel.", call, ": ", e.what()));
+    // A refusal of DDP's own already names its call: not twice ("DistributedDataParallel.forward:
+    // DistributedDataParallel.forward: ...", tester hB, 11c).
+    const std::string what = e.what();
+    comm_.abort(what.rfind("DistributedDataParallel", 0) == 0
+                    ? what
+                    : detail::cat("DistributedDataParallel.", call, ": ", what));
     throw;
   }
 }

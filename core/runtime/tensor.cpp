@@ -32,8 +32,9 @@ constexpr std::int64_t kMaxInt64 = std::numeric_limits<std::int64_t>::max();
 // ran on the live instance, unordered with the old instance's pending work on the tensor (a
 // fill still running there gave ops::add a wrong sum, no error), or on a device the live instance
 // may not have. Communicators likewise refuse every call (Note [Communicators of a replaced
-// backend], core/comm/communicator.cpp), and a DataParallel its forward and backward when its
-// module's parameters are such tensors (data_parallel.cpp).
+// backend], core/comm/communicator.cpp), and a live communicator's collectives such tensors
+// (with check_live's message, detail::check_comm_tensor), and a DataParallel its forward and
+// backward when its module's parameters are such tensors (data_parallel.cpp).
 struct Owner {
   Backend& backend;
   Stream& stream;

@@ -264,8 +264,13 @@ void open_data(const GptSettings& g, const std::string& vocab_from, std::uint64_
     val_option = data + " (validation file found beside it)";
   }
   try {  // the training files first: their errors before a missing val split's
+    // No --vocab-size (nanoGPT's tokens were refused above): the vocabulary of the tokenizer
+    // whose magic the first shard carries.
+    const std::int64_t vocab_size =
+        g.vocab_size > 0 ? g.vocab_size
+                         : llmc_tokenizer_vocab_size(TokenFile(files.front(), format).magic());
     out.source = out.tokens = std::make_shared<TokenDataSource>(
-        files, std::vector<std::string>{}, format, g.vocab_size, g.block_size, seed, g.data);
+        files, std::vector<std::string>{}, format, vocab_size, g.block_size, seed, g.data);
   } catch (const Error& e) {
     throw InvalidArgument(detail::cat(data, ": ", e.what()));
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "core/base/error.h"
 #include "core/comm/comm.h"
@@ -17,15 +18,20 @@ namespace {
 
 bool is_power_of_two(std::int64_t v) { return v >= 1 && (v & (v - 1)) == 0; }
 
-/// The smallest share of a batch of `rows` rows over the ranks that split it in fast mode
-/// (DistributedDataParallel::local_rows: torch.chunk's parts, comm::chunk_range).
-std::int64_t smallest_share(std::int64_t rows, int world) {
+/// The smallest share that holds rows of a batch of `rows` rows over the ranks that split it in
+/// fast mode (DistributedDataParallel::local_rows: torch.chunk's parts, comm::chunk_range), and
+/// how many ranks it leaves without rows (they run their micro-steps empty).
+std::pair<std::int64_t, int> smallest_share(std::int64_t rows, int world) {
   std::int64_t least = rows;
+  int empty = 0;
   for (int r = 0; r < world; ++r) {
     const auto [lo, hi] = comm::chunk_range(rows, world, r);
-    least = std::min(least, hi - lo);
+    if (hi == lo)
+      ++empty;
+    else
+      least = std::min(least, hi - lo);
   }
-  return least;
+  return {least, empty};
 }
 
 }  // namespace
@@ -93,14 +99,24 @@ void check_micro_batch_rows(const TrainerConfig& c, int devices, std::int64_t ro
   const std::int64_t k = c.grad_accum_steps;
   if (k == 1 || c.determinism == Determinism::bitwise) return;
   const int world = c.trainer == TrainerKind::ddp ? devices : 1;
-  const std::int64_t least = smallest_share(rows, world);
-  const std::string share = world > 1 ? detail::cat("the smallest share of a batch of ", rows,
-                                                    " rows over ", world, " ranks")
-                                      : detail::cat("the rows of a batch of ", rows);
+  if (rows == 0) return;  // no rank holds rows
+  const auto [least, empty] = smallest_share(rows, world);
+  const std::string share =
+      world == 1 ? detail::cat("the rows of a batch of ", rows)
+      : empty == 0
+          ? detail::cat("the smallest share of a batch of ", rows, " rows over ", world, " ranks")
+          : detail::cat("the smallest share of a batch of ", rows, " rows over ", world,
+                        " ranks, of the ", world - empty, " given rows; torch.chunk's split gives ",
+                        empty,
+                        empty == 1 ? " rank none, which runs its" : " ranks none, which run their",
+                        " micro-steps empty");
   DITTO_CHECK(least >= k, c.name_of("grad_accum_steps"), ": every micro-step ",
-              world > 1 ? "of every rank " : "", "needs at least one row: expected at most ", least,
-              " (", share, "), got ", k, " (raise ", c.name_of("batch_size"), " or lower ",
-              c.name_of("grad_accum_steps"), ")");
+              world == 1   ? ""
+              : empty == 0 ? "of every rank "
+                           : "of every rank holding rows ",
+              "needs at least one row: expected at most ", least, " (", share, "), got ", k,
+              " (raise ", c.name_of("batch_size"), " or lower ", c.name_of("grad_accum_steps"),
+              ")");
 }
 
 void GradAccumulator::add_into(Entry& older, Entry& newer) {

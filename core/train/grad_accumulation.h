@@ -45,9 +45,11 @@
 // no_sync on all but the last micro-step, whose backward overlaps its all_reduce as usual. A
 // micro-step is the k-th of K near-equal contiguous parts (floor(k n / K)) of the n rows the
 // replica takes (dp: the batch; ddp: local_rows, torch.chunk's part of the batch, as
-// DataParallel's fast scatter splits it, not micro-shards), and every micro-step of every rank must
-// get at least one row: InvalidArgument otherwise (K > n). Results agree with K = 1 within
-// rounding.
+// DataParallel's fast scatter splits it, not micro-shards), and every micro-step of every rank that
+// holds rows must get at least one row: InvalidArgument otherwise (K > n > 0). A rank torch.chunk's
+// split gives no rows (a batch of 4 over 3 ranks: 2, 2, 0) runs its K micro-steps empty, as it
+// runs its one step at K = 1; it does not bound K (it made the bound 0, "expected at most 0",
+// a refusal nothing could satisfy, tester hB 8). Results agree with K = 1 within rounding.
 //
 // Checkpoints do not record grad_accum_steps: in bitwise mode it does not change the parameters
 // (a run may resume with another K), in fast mode it changes only the rounding, as the device
@@ -87,12 +89,15 @@ MicroBatch micro_batch(std::int64_t global_rows, std::int64_t micro_shards, int 
 /// Throws InvalidArgument unless config.grad_accum_steps can split config.batch_size on
 /// `devices` devices (ranks): bitwise mode needs grad_accum_steps a power of two and
 /// micro_shards % (grad_accum_steps x devices) == 0; fast mode needs every rank's share of the
-/// batch to have at least grad_accum_steps rows. The message names the fields as config.name_of
-/// does (--grad-accum-steps, --micro-shards, --devices, --batch-size) and their values.
+/// batch to have none or at least grad_accum_steps rows. The message names the fields as
+/// config.name_of does (--grad-accum-steps, --micro-shards, --devices, --batch-size) and their
+/// values.
 void check_grad_accumulation(const TrainerConfig& config, int devices);
 
 /// Fast mode's row check for one batch of `rows` rows (an epoch's last batch may be short):
-/// every rank's share must have at least config.grad_accum_steps rows; InvalidArgument otherwise.
+/// every rank's share must have no rows (torch.chunk's split leaves a rank none when the batch is
+/// small) or at least config.grad_accum_steps; InvalidArgument otherwise, naming the smallest
+/// share that holds rows (so the bound it gives is at least 1).
 void check_micro_batch_rows(const TrainerConfig& config, int devices, std::int64_t rows);
 
 /// The canonical tree over micro-step index (Note [Gradient accumulation]): push() takes the

@@ -1,17 +1,23 @@
 // A user program of the installed library (examples/consumer/CMakeLists.txt): four simulated
 // GPUs, one tensor on each, an all_reduce (sum) as NCCL's ncclAllReduce over ncclCommInitAll's
 // communicators, and the result checked element by element on the host. Then a call with a
-// tensor missing, which throws ditto::InvalidArgument before any rank's work is enqueued.
+// tensor missing, which throws ditto::InvalidArgument before any rank's work is enqueued. With a
+// CSV path (consumer P/share/ditto/digits.csv), also one epoch of the Trainer with the
+// simulator's H100 profile attached as docs/api.md shows it (sim::add_sim_run,
+// backend_sim/sim_run.h), checking that the run predicts a step time.
 // Prints one line starting "consumer: OK" and exits 0, or says what differed and exits 1.
 #include <cstdio>
+#include <memory>
 #include <vector>
 
+#include "backend_sim/sim_run.h"
 #include "core/base/error.h"
 #include "core/comm/communicator.h"
 #include "core/runtime/backend.h"
 #include "core/runtime/tensor.h"
+#include "core/train/trainer.h"
 
-int main() {
+int main(int argc, char** argv) {
   using namespace ditto;
   constexpr int kDevices = 4;
   constexpr std::int64_t kCount = 1000;
@@ -49,9 +55,29 @@ int main() {
       return 1;
     } catch (const InvalidArgument&) {
     }
+    // The Trainer with the simulator's extension (docs/api.md, "Train from C++").
+    train::TrainerConfig cfg;
+    cfg.epochs = 1;
+    auto run = sim::add_sim_run(cfg, {.profile = "h100-sxm"});
+    run->validate(cfg);
+    double step_time_s = 0;
+    if (argc > 1) {
+      auto data =
+          std::make_shared<train::CsvDataSource>(argv[1], data::CsvOptions{}, 0.2, cfg.seed);
+      const train::FitResult r = train::Trainer(cfg, data).fit();
+      if (!r.prediction || !(r.prediction->step_time_s > 0)) {
+        std::printf("consumer: FAIL: a run with sim::add_sim_run's h100-sxm profile predicted no "
+                    "step time\n");
+        return 1;
+      }
+      step_time_s = r.prediction->step_time_s;
+    }
     std::printf("consumer: OK: all_reduce(sum) over %d sim devices, %ld elements each, every "
-                "element as expected; a call with 3 tensors for %d ranks threw InvalidArgument\n",
-                kDevices, long(kCount), kDevices);
+                "element as expected; a call with 3 tensors for %d ranks threw InvalidArgument; "
+                "sim::add_sim_run(h100-sxm)%s%.3g%s\n",
+                kDevices, long(kCount), kDevices,
+                argc > 1 ? ": an epoch of the Trainer predicted " : " attached",
+                argc > 1 ? step_time_s * 1e3 : 0.0, argc > 1 ? " ms a step" : "");
     return 0;
   } catch (const Error& e) {
     std::printf("consumer: FAIL: %s\n", e.what());

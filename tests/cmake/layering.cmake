@@ -5,7 +5,7 @@
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)
   foreach(check CoreIncludesNoBackend CoreFloorOrder BackendsIndependent InstalledHeadersArePublic
-                NoCudaMacroInCore NoBackendDynamicCast)
+                NamedHeadersAreInstalled NoCudaMacroInCore NoBackendDynamicCast)
     add_test(NAME Layering.${check}
              COMMAND Python3::Interpreter ${CMAKE_CURRENT_SOURCE_DIR}/check_layering.py
                      ${PROJECT_SOURCE_DIR} ${check} --public-headers

@@ -420,6 +420,41 @@ TEST(MpiErrors, RootOutOfRangeOnOneRankFailsTheOthersAtOnceNamingIt) {
   EXPECT_LT(waited, 5.0) << "rank " << me() << " waited for the refused call";
 }
 
+// Tester hB (3): every per-rank refusal, not only a root's: one process's all_reduce with a recv
+// of the wrong size failed that process at once and left the others waiting until their timeout
+// (a Timeout without the reason). The refusing rank now aborts the communicator.
+TEST(MpiErrors, ARecvOfTheWrongSizeOnOneRankFailsTheOthersAtOnceNamingIt) {
+  if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
+  Communicator c =
+      Communicator::init_rank(kLocal, world(), me(), opts(Determinism::bitwise, 20000));
+  const int bad = world() - 1;
+  const std::string refusal =
+      "Communicator::all_reduce: recv: expected 4 elements (like send [4] f32 on sim:0), got [5] "
+      "f32 on sim:0";
+  Tensor send = Tensor::zeros({4}, DType::f32, kLocal);
+  Tensor recv = Tensor::zeros({me() == bad ? 5 : 4}, DType::f32, kLocal);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (me() == bad) {
+    expect_error<InvalidArgument>([&] { c.all_reduce(send, recv); }, refusal);
+  } else {
+    c.all_reduce(send, recv);
+    try {
+      c.stream().synchronize();
+      ADD_FAILURE() << "expected PeerFailure";
+    } catch (const PeerFailure& e) {
+      EXPECT_EQ(e.failed_rank(), bad) << e.what();
+      EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(bad) + " failed: " + refusal),
+                std::string::npos)
+          << e.what();
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "expected PeerFailure, got " << e.what();
+    }
+  }
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(waited, 5.0) << "rank " << me() << " waited for the refused call";
+}
+
 // Issue 16 (4): the configuration check of a run's start (train::check_ranks_agree) over
 // dist::all_gather_text.
 TEST(MpiDist, AllGatherTextGivesEveryProcessesTextInRankOrder) {
