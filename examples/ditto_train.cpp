@@ -267,19 +267,15 @@ std::string out_of_memory_hint(const train::TrainerConfig& c,
           : BackendOptions{}.memory_capacity;
   const std::optional<DryPeak> need = dry_peak(c, data, run);
   if (!need) return "";
-  const auto gib = [](std::size_t bytes) {
-    return bytes < (std::size_t(1) << 30)
-               ? train::format_mib(bytes)
-               : train::strprintf("%.2f GiB", double(bytes) / double(1 << 30));
-  };
   if (need->more)
-    return detail::cat("; a dry run with the capacity lifted to ", gib(need->peak),
+    return detail::cat("; a dry run with the capacity lifted to ", train::format_size(need->peak),
                        " a device ran out too: the run needs more than that on a device of ",
-                       gib(capacity), ": a smaller model");
+                       train::format_size(capacity), ": a smaller model");
   std::string s = detail::cat(
-      "; predicted by a dry run with the capacity lifted, the run needs ", gib(need->peak),
-      " at its peak on its fullest device (", need->device, ") of ", gib(capacity),
-      need->resident > 0 ? detail::cat(", at least ", gib(need->resident),
+      "; predicted by a dry run with the capacity lifted, the run needs ",
+      train::format_size(need->peak), " at its peak on its fullest device (", need->device, ") of ",
+      train::format_size(capacity),
+      need->resident > 0 ? detail::cat(", at least ", train::format_size(need->resident),
                                        " of it between steps (the weights, gradients and "
                                        "optimizer state)")
                          : std::string());
@@ -322,8 +318,9 @@ std::string out_of_memory_hint(const train::TrainerConfig& c,
     // few bytes of the step's scalars).
     if (!p || p->more || p->peak > need->peak - need->peak / 100) continue;
     std::string& list = p->peak <= capacity ? fit : lower;
-    list += detail::cat(list.empty() ? "" : ", ", ch.flags, " (",
-                        ch.note.empty() ? "" : ch.note + "; ", "peak ", gib(p->peak), ")");
+    list +=
+        detail::cat(list.empty() ? "" : ", ", ch.flags, " (", ch.note.empty() ? "" : ch.note + "; ",
+                    "peak ", train::format_size(p->peak), ")");
   }
   if (!fit.empty()) return s + "; to fit: " + fit;
   if (!lower.empty()) s += "; lower, not enough: " + lower;

@@ -569,15 +569,10 @@ std::string format_gpt_prediction(const CostPrediction& p, const std::vector<Dev
   }
   // Each in MiB below 1 GiB (tester 6, F9: "0.07 GiB of 0.07 GiB" hid a 0.33 MiB margin; a
   // small model's peak on an H100 said "0.00 GiB of 79.65 GiB"), else in GiB.
-  const auto size = [](std::size_t bytes) {
-    const bool mib = bytes < (std::size_t(1) << 30);
-    return strprintf("%.2f %s", static_cast<double>(bytes) / (mib ? 1048576.0 : 1073741824.0),
-                     mib ? "MiB" : "GiB");
-  };
   if (!memory.empty())
     s += strprintf("predicted GPT: peak memory %s of %s on the fullest device (attention keeps "
                    "softmax stats, not att [B, n_head, T, T], as flash attention does)\n",
-                   size(peak).c_str(), size(capacity).c_str());
+                   format_size(peak).c_str(), format_size(capacity).c_str());
   return s;
 }
 

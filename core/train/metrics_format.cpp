@@ -49,6 +49,11 @@ std::string format_mib(std::size_t b) {
   return strprintf("%.2f MiB", static_cast<double>(b) / 1048576.0);
 }
 
+std::string format_size(std::size_t b) {
+  return b < (std::size_t(1) << 30) ? format_mib(b)
+                                    : strprintf("%.2f GiB", static_cast<double>(b) / 1073741824.0);
+}
+
 std::string format_start(const std::string& prog, const RunInfo& r, const TrainerConfig& c,
                          const std::string& data, const CsvDataSource* rows) {
   std::string s;

@@ -26,6 +26,9 @@ std::string strprintf(const char* format, ...) __attribute__((format(printf, 1, 
 
 /// "12.34 MiB".
 std::string format_mib(std::size_t bytes);
+/// "12.34 MiB" below 1 GiB, else "3.45 GiB": a memory figure in a unit that shows it (a small
+/// model's peak in GiB read "0.00 GiB").
+std::string format_size(std::size_t bytes);
 
 /// The run as it starts, after `prog`: ddp's "trainer=ddp backend=... ranks=N (threads|processes)
 /// ... bucket_cap_mb=..." or the MLP's "backend=... devices=... model=... params=... data=...
