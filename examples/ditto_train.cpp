@@ -593,6 +593,23 @@ int run(Args& a) {
   return print.finish("ditto-train");
 }
 
+/// The end of this process's part of an mpirun job (a no-op in one process): dist::finalize, or,
+/// when its communication failed (dist::job_failure: a collective timed out, this rank failed its
+/// communicator), dist::abort with `rc` once its error is printed, so that mpirun ends the job
+/// instead of this process waiting in MPI_Finalize for one that may never come (Note [Ending a
+/// job after a communicator error], core/distributed/distributed.h). Returns `rc`.
+int end_mpi_job(int rc) {
+  if (const std::string failure = dist::job_failure(); !failure.empty()) {
+    if (rc == 0) {  // no error reported (--version's exchange that timed out): say why it ends
+      std::fflush(stdout);
+      std::fprintf(stderr, "ditto-train: error: rank %d: %s\n", dist::rank(), failure.c_str());
+    }
+    dist::abort(rc == 0 ? 1 : rc);
+  }
+  dist::finalize();
+  return rc;
+}
+
 /// A process of an mpirun job that leaves before training with status 0 (--help, --version):
 /// MPI_Init of the ranks that train waits for every process of the job, so it would wait forever
 /// (`mpirun -np 1 ditto-train : -np 1 ditto-train --version`; mpirun ends a job only when a
@@ -610,8 +627,7 @@ int leave_mpi_job(int rc, int argc, char** argv, const std::string& what) {
                         "same training command (the other side of an MPMD ':' included)"))));
   } catch (const std::exception&) {  // its own refusal, which the others report
   }
-  dist::finalize();
-  return rc;
+  return end_mpi_job(rc);
 }
 
 /// Before dist::init under a launcher's variables: the job sizes mpirun sets
@@ -741,8 +757,7 @@ int cli_main(int argc, char** argv) {
       std::fprintf(stderr, "ditto-train: error: %s\n", what.c_str());
     rc = 1;
   }
-  dist::finalize();  // after every communicator is gone (they live in run)
-  return rc;
+  return end_mpi_job(rc);  // after every communicator is gone (they live in run)
 }
 
 }  // namespace

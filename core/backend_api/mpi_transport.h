@@ -51,6 +51,14 @@ namespace ditto::detail::mpi {
 
 using Clock = std::chrono::steady_clock;
 
+/// Records that this process can no longer end the job with MPI_Finalize (Note [Ending a job after
+/// a communicator error], core/distributed/distributed.h): a timeout left MPI requests pending, or
+/// this process failed one of its communicators (MpiLink::abort_by_rank). The first reason is
+/// kept (dist::job_failure). Never throws.
+void note_job_failure(const std::string& reason) noexcept;
+/// The first reason note_job_failure recorded, "" when none.
+std::string job_failure();
+
 /// Polls `reqs` (MPI_Testsome) until all have completed (they become MPI_REQUEST_NULL) or
 /// `deadline` passes; returns false then, with the pending ones left in `reqs`.
 bool wait_until(std::vector<MPI_Request>& reqs, Clock::time_point deadline,

@@ -43,6 +43,12 @@ class ProcessGroup {
 
   /// MPI_Finalize.
   virtual void finalize() = 0;
+
+  /// dist::job_failure: why this process should not call finalize(), "" when it may.
+  virtual std::string failure() const = 0;
+
+  /// MPI_Abort(MPI_COMM_WORLD, status): ends every process of the job. Does not return.
+  [[noreturn]] virtual void abort(int status) = 0;
 };
 
 /// Starts the process group (MPI_Init_thread); argc/argv may be null.

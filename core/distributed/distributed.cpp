@@ -2,6 +2,7 @@
 // (core/backend_api/process_group.h); MPI itself lives in the *_mpi.cpp files.
 #include "core/distributed/distributed.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 
@@ -110,6 +111,25 @@ void finalize() {
   s.group->finalize();
   s.group.reset();
   s.finalized = true;
+}
+
+std::string job_failure() {
+  State& s = state();
+  std::lock_guard lk(s.mu);
+  return s.group ? s.group->failure() : std::string();
+}
+
+void abort(int status) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  detail::ProcessGroup* group = nullptr;
+  {
+    State& s = state();
+    std::lock_guard lk(s.mu);
+    group = s.group.get();
+  }
+  if (group) group->abort(status);
+  std::exit(status);
 }
 
 }  // namespace ditto::dist

@@ -79,9 +79,43 @@ int local_size();
 /// InvalidArgument for a timeout_ms <= 0 or a text over 1 MiB.
 std::vector<std::string> all_gather_text(const std::string& text, std::int64_t timeout_ms);
 
-/// MPI_Finalize. Collective. Communicators created by Communicator::init_rank must be destroyed
-/// (and their streams synchronized) before; later calls on one throw BackendError. No-op when
-/// not initialized. MPI cannot be initialized again in the same process.
+/// MPI_Finalize. Collective: it returns once every process of the job has called it, so a
+/// process whose job failed (job_failure() not empty) calls abort() instead. Communicators created
+/// by Communicator::init_rank must be destroyed (and their streams synchronized) before; later
+/// calls on one throw BackendError. No-op when not initialized. MPI cannot be initialized again
+/// in the same process.
 void finalize();
+
+// Note [Ending a job after a communicator error]
+// finalize() (MPI_Finalize) returns only once every process of the job has called it. After a
+// collective timed out, the process that never came may never come (stopped, hung, on a dead
+// node): a process that called finalize() then waited for it for ever, and mpirun, which ends a
+// job when a process fails, never learned of the failure (tester C, C1: ditto-train printed its
+// timeout and hung in MPI_Finalize). torch's NCCL watchdog does not wait either: on a timeout or
+// a NCCL error it aborts the communicator and tears the process down
+// (TORCH_NCCL_ASYNC_ERROR_HANDLING, default 3), and torchrun then stops the other workers. So a
+// process whose communication failed, job_failure() not empty, prints its error and calls
+// abort() (MPI_Abort: mpirun kills every process of the job). Two kinds of errors leave MPI so:
+//   - a timeout of a collective, of Communicator::init_rank or of all_gather_text: requests are
+//     left pending (Note [Timeouts over MPI], core/backend_api/mpi_transport.h) and a process of
+//     the job did not come;
+//   - this process's own failure of a communicator (Communicator::abort, which the launcher calls
+//     when a rank's training fails): the others may wait for it in a collective.
+// A process that only learned of another's failure (a PeerFailure from its abort notice) may
+// still finalize(): the failed process ends the job. Errors that every process makes together
+// leave MPI intact and end with finalize(): the ranks disagree on their settings, a rank refused
+// its arguments (train::check_ranks_agree carries the refusal to all), a call mismatch.
+
+/// Why this process should end the job with abort() rather than finalize() (Note [Ending a job
+/// after a communicator error]): the first such error of this process ("all_reduce (collective #3
+/// ...): timed out after ..."), or "" when it may finalize. "" when not initialized.
+std::string job_failure();
+
+/// Ends every process of the job at once: flushes stdout and stderr, then MPI_Abort(MPI_COMM_WORLD,
+/// status) (mpirun kills the others, and exits with `status`). Does not return. For a process
+/// whose job failed (job_failure()), after its error was printed: torch's
+/// TORCH_NCCL_ASYNC_ERROR_HANDLING tearing the process down. Not initialized (or finalized):
+/// std::exit(status).
+[[noreturn]] void abort(int status);
 
 }  // namespace ditto::dist

@@ -49,6 +49,27 @@ void throw_mpi_error(int rc, const char* call, const char* file, int line,
   throw BackendError(cat(where, ": ", call, " failed at ", f, ":", line, ": ", text));
 }
 
+namespace {
+std::mutex g_failure_mu;
+std::string* g_failure = nullptr;  // never freed: read until the process ends
+}  // namespace
+
+void note_job_failure(const std::string& reason) noexcept {
+  std::lock_guard lk(g_failure_mu);
+  if (g_failure) return;  // the first reason stays
+  try {
+    g_failure = new std::string(reason.empty() ? "a communicator failed" : reason);
+  } catch (...) {  // no memory for the text: the fact still counts
+    static std::string fallback = "a communicator failed";
+    g_failure = &fallback;
+  }
+}
+
+std::string job_failure() {
+  std::lock_guard lk(g_failure_mu);
+  return g_failure ? *g_failure : std::string();
+}
+
 bool wait_until(std::vector<MPI_Request>& reqs, Clock::time_point deadline,
                 const std::string& where) {
   std::vector<int> done(reqs.size());
@@ -153,6 +174,7 @@ bool MpiLink::aborted() const {
 }
 
 void MpiLink::abort(std::string reason, bool timeout) {
+  note_job_failure(reason);  // its requests stay pending (Note [Timeouts over MPI])
   std::lock_guard lk(mu_);
   abort_.abort(timeout ? Cause::timeout : Cause::error, std::move(reason));
 }
@@ -436,6 +458,9 @@ void MpiLink::abort_by_rank(const std::string& reason) noexcept {
   try {
     std::lock_guard lk(mu_);
     if (!abort_.rank_failed(rank_, reason)) return;  // the first reason stays
+    // The others may be waiting for this rank in a collective that never comes
+    // (Note [Ending a job after a communicator error]).
+    note_job_failure(reason);
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized || size_ == 1) return;

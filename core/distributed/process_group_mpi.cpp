@@ -4,6 +4,7 @@
 // share (MpiLink, Note [Point-to-point over MPI]) is mpi_transport_mpi.cpp.
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <system_error>
@@ -118,9 +119,10 @@ class MpiProcessGroup final : public detail::ProcessGroup {
                                           ", ", backend.name(), ":", index, ")");
     const Clock::time_point deadline = detail::comm_deadline<Clock>(options.timeout_ms);
     auto timed_out = [&](const char* step) {
-      return Timeout(detail::cat(where, ": timed out after ", options.timeout_ms,
-                                 " ms waiting for the other processes to call init_rank (", step,
-                                 ")"));
+      Timeout t(detail::cat(where, ": timed out after ", options.timeout_ms,
+                            " ms waiting for the other processes to call init_rank (", step, ")"));
+      detail::mpi::note_job_failure(t.what());  // its requests stay pending
+      return t;
     };
     // This communicator's own MPI communicator: its messages never meet another's. On the heap:
     // after a timeout the pending MPI_Comm_idup may still write it.
@@ -210,8 +212,10 @@ class MpiProcessGroup final : public detail::ProcessGroup {
     for (unsigned char ch : text) hash = (hash ^ ch) * 0x100000001b3ull;
     const Clock::time_point deadline = detail::comm_deadline<Clock>(timeout_ms);
     auto timed_out = [&](const char* step) {
-      return Timeout(detail::cat(where, ": timed out after ", timeout_ms,
-                                 " ms waiting for the other processes (", step, ")"));
+      Timeout t(detail::cat(where, ": timed out after ", timeout_ms,
+                            " ms waiting for the other processes (", step, ")"));
+      detail::mpi::note_job_failure(t.what());  // its requests stay pending
+      return t;
     };
     auto mine = std::make_shared<Record>(Record{kMagic, hash, text.size()});
     auto all = std::make_shared<std::vector<Record>>(static_cast<std::size_t>(size_));
@@ -260,6 +264,13 @@ class MpiProcessGroup final : public detail::ProcessGroup {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Finalize();
+  }
+
+  std::string failure() const override { return detail::mpi::job_failure(); }
+
+  [[noreturn]] void abort(int status) override {
+    MPI_Abort(MPI_COMM_WORLD, status);
+    std::_Exit(status);  // MPI_Abort does not return; should it, the process ends all the same
   }
 
  private:

@@ -141,6 +141,15 @@ if(DITTO_MPI_ENABLED)
         REGEX "ditto-train: error: rank [01]: [-a-z, ]*--${flag}[-a-z, ]*: expected a single-process run, got mpirun with 2 processes")
     endforeach()
   endif()
+  # Tester C, C1: rank 1 stops answering (SIGSTOP) while training; rank 0's collective times out
+  # and the job ends with that error (MPI_Abort) instead of rank 0 waiting for rank 1 in
+  # MPI_Finalize for ever (Note [Ending a job after a communicator error]).
+  if(TARGET ditto-train)
+    ditto_expect_exit(Mpi.DittoTrainRankThatStopsEndsTheJobAfterTheTimeout RC 0 REGEX "PASS"
+      TIMEOUT 120 PROCESSORS 2
+      COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi_rank_stops.sh $<TARGET_FILE:ditto-train>
+              ${CMAKE_CURRENT_BINARY_DIR}/mpi_rank_stops ${DITTO_MPIRUN})
+  endif()
   # ASan: Open MPI's leaks are allocated under frames of components it has unloaded by exit
   # ("<unknown module>"); LSan's slow unwinder carries their stacks on to libmpi.so, which
   # tools/sanitizers/lsan.supp names (the fast one stops at the first frame without a frame pointer).
