@@ -1054,6 +1054,27 @@ TEST(RankSettings, DisagreementNamesTheFirstDifferingSettingBothValuesAndBothRan
             "rank 1 has --micro-shards");
 }
 
+// Tester C, C2: ranks whose --data files differ in content were told "ranks disagree on --lr:
+// rank 0 has 0.05, rank 1 has 0.05": --lr came twice (ditto-train's and the Trainer's), and
+// every name after the second was looked up at its first occurrence.
+TEST(RankSettings, ANameGivenTwiceIsComparedOccurrenceByOccurrence) {
+  const RankSettings a{{"--lr", "0.05"},
+                       {"--seed", "0"},
+                       {"--lr", "0.050000000000000003"},
+                       {"data train_rows", "1437"}};
+  RankSettings rows = a, second = a;
+  rows[3].second = "800";
+  second[2].second = "0.10000000000000001";
+  EXPECT_EQ(settings_disagreement({a, rows}),
+            "ranks disagree on data train_rows: rank 0 has 1437, rank 1 has 800");
+  EXPECT_EQ(settings_disagreement({a, second}),
+            "ranks disagree on --lr: rank 0 has 0.050000000000000003, rank 1 has "
+            "0.10000000000000001");
+  const RankSettings once{a[0], a[1], a[3]};
+  EXPECT_EQ(settings_disagreement({a, once}),
+            "ranks disagree on --lr: rank 0 has 0.050000000000000003, rank 1 has (not set)");
+}
+
 TEST(RankSettings, ThreadRanksThatDisagreeFailBeforeAnyCommunicatorOrBody) {
   test::init_sim(4);
   std::atomic<int> bodies{0};

@@ -1,6 +1,7 @@
 // launch_ranks, RankBarrier and root_error (launcher.h).
 #include "core/train/launcher.h"
 
+#include <map>
 #include <system_error>
 #include <thread>
 
@@ -76,24 +77,34 @@ std::exception_ptr root_error(const std::vector<std::pair<int, std::exception_pt
 std::string settings_disagreement(const std::vector<RankSettings>& per_rank) {
   if (per_rank.empty()) return "";
   const RankSettings& first = per_rank.front();
-  auto find = [](const RankSettings& s, const std::string& name) -> const std::string* {
+  // The k-th value of `name` (0-based): a name given twice is compared occurrence by
+  // occurrence (tester C, C2: the second --lr hid every setting after it behind the first's
+  // equal values, "ranks disagree on --lr: rank 0 has 0.05, rank 1 has 0.05").
+  auto find = [](const RankSettings& s, const std::string& name,
+                 std::size_t k) -> const std::string* {
     for (const auto& [n, v] : s)
-      if (n == name) return &v;
+      if (n == name && k-- == 0) return &v;
     return nullptr;
   };
   auto say = [](const std::string* v) { return v ? *v : std::string("(not set)"); };
   for (std::size_t r = 1; r < per_rank.size(); ++r) {
     const RankSettings& other = per_rank[r];
     if (other == first) continue;
-    auto report = [&](const std::string& name) {
-      return detail::cat("ranks disagree on ", name, ": rank 0 has ", say(find(first, name)),
-                         ", rank ", r, " has ", say(find(other, name)));
+    auto report = [&](const std::string& name, std::size_t k) {
+      return detail::cat("ranks disagree on ", name, ": rank 0 has ", say(find(first, name, k)),
+                         ", rank ", r, " has ", say(find(other, name, k)));
     };
-    for (const auto& [name, value] : first)
-      if (const std::string* v = find(other, name); !v || *v != value) return report(name);
-    for (const auto& [name, value] : other)
-      if (!find(first, name)) return report(name);
-    // The same pairs in another order (or a name twice): the first position that differs.
+    std::map<std::string, std::size_t> seen;  // occurrences so far, by name
+    for (const auto& [name, value] : first) {
+      const std::size_t k = seen[name]++;
+      if (const std::string* v = find(other, name, k); !v || *v != value) return report(name, k);
+    }
+    seen.clear();
+    for (const auto& [name, value] : other) {
+      const std::size_t k = seen[name]++;
+      if (!find(first, name, k)) return report(name, k);
+    }
+    // The same pairs in another order: the first position that differs.
     for (std::size_t i = 0; i < first.size() && i < other.size(); ++i)
       if (first[i] != other[i])
         return detail::cat("ranks disagree on the order of their settings: rank 0 has ",

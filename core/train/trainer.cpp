@@ -294,7 +294,15 @@ RankSettings agreed_settings(const TrainerConfig& c, const DataSource& data) {
   for (const auto& [k, v] : c.checkpoint_settings) s.emplace_back(k, v);
   for (const auto& e : c.extensions)
     for (auto& kv : e->settings(c)) s.push_back(std::move(kv));
-  return s;
+  // Each name once, the first entry kept: the caller's c.rank_settings come first and name some
+  // of these too (ditto-train's --lr, --batch-size, --checkpoint, as the user wrote them).
+  // settings_disagreement compares a name given twice occurrence by occurrence, but one entry
+  // per name is what a reader of the exchanged settings expects (tester C, C2).
+  RankSettings unique;
+  std::set<std::string> names;
+  for (auto& kv : s)
+    if (names.insert(kv.first).second) unique.push_back(std::move(kv));
+  return unique;
 }
 
 /// After optimizer step `step` (0-based): stops the run on a NaN or inf loss (its share of it

@@ -117,6 +117,21 @@ if(DITTO_MPI_ENABLED)
              "-DARGS=--epochs;1;${args}" -DREFUSER=${refuser} "-DWHY=${why}" -DMAX_S=20)
     endforeach()
   endif()
+  # Tester C, C2: ranks whose --data files (the same name in two working directories) differ in
+  # content were told "ranks disagree on --lr: rank 0 has 0.05, rank 1 has 0.05" (a name given
+  # twice hid the settings after it). They name the data's hash now. One processor: refused at
+  # start.
+  if(TARGET ditto-train)
+    file(STRINGS ${PROJECT_SOURCE_DIR}/examples/data/digits.csv rows LIMIT_COUNT 1000)
+    list(JOIN rows "\n" rows)
+    file(WRITE ${refuse_dir}/shorter/d.csv "${rows}\n")
+    ditto_expect_exit(Mpi.DittoTrainRanksDisagree_dataContent RC 1 TIMEOUT 60 PROCESSORS 1
+      COMMAND ${DITTO_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} 1 -wdir ${refuse_dir}/with
+              $<TARGET_FILE:ditto-train> --data d.csv --epochs 1
+              : ${MPIEXEC_NUMPROC_FLAG} 1 -wdir ${refuse_dir}/shorter
+              $<TARGET_FILE:ditto-train> --data d.csv --epochs 1
+      REGEX "ditto-train: error: rank [01]: ranks disagree on data data_fnv1a: rank 0 has [0-9a-f]+, rank 1 has [0-9a-f]+\n")
+  endif()
   # Issue 31, item 5: a process of the job that leaves with status 0 before training (--version,
   # --help) left the training ranks waiting in MPI_Init forever (killed at 75 s). It joins the
   # job and refuses in the settings agreement now: the training rank fails at once, naming it.
