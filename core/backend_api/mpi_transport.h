@@ -110,16 +110,19 @@ class MpiLink {
   bool aborted() const;
 
   /// Starts this rank's next collective: sends `call` to every other rank and receives theirs
-  /// (Note [Timeouts over MPI]). Returns every rank's call in rank order (pointers are this
-  /// rank's in its own entry, null in the others) and sets `seq` to the collective's ordinal.
-  /// Throws BackendError when aborted; Timeout naming the collective and the ranks whose call
-  /// did not come within the timeout (and aborts); InvalidArgument when the calls do not match
-  /// (detail::find_call_mismatch: every rank throws the same, and the link stays usable).
+  /// (Note [Timeouts over MPI]); after comm_warn_after_ms() without every call, prints the slow
+  /// collective's warning once (Note [Slow collective warning]). Returns every rank's call in rank
+  /// order (pointers are this rank's in its own entry, null in the others) and sets `seq` to the
+  /// collective's ordinal. Throws BackendError when aborted; Timeout naming the collective and the
+  /// ranks whose call did not come within the timeout (and aborts); InvalidArgument when the calls
+  /// do not match (detail::find_call_mismatch: every rank throws the same, and the link stays
+  /// usable).
   std::vector<CollectiveCall> start(const CollectiveCall& call, std::uint64_t& seq);
 
-  /// Waits for the collective's data requests; at the deadline aborts and throws Timeout naming
-  /// the collective. `keep` holds buffers the pending requests may still write after a timeout:
-  /// the aborted link keeps them alive.
+  /// Waits for the collective's data requests (warning once after comm_warn_after_ms(), Note
+  /// [Slow collective warning]); at the deadline aborts and throws Timeout naming the collective.
+  /// `keep` holds buffers the pending requests may still write after a timeout: the aborted link
+  /// keeps them alive.
   void wait(std::vector<MPI_Request>& reqs, CollectiveKind kind, std::uint64_t seq,
             std::shared_ptr<void> keep = {});
 
@@ -154,6 +157,8 @@ class MpiLink {
 
  private:
   void abort(std::string reason, bool timeout);
+  /// When a wait that starts now warns (Note [Slow collective warning]); max(): never.
+  Clock::time_point warn_time() const;
   using Cause = AbortState::Cause;
   /// wait_until, also ending when this link is aborted meanwhile (returns false, aborted set).
   bool wait_or_abort(std::vector<MPI_Request>& reqs, Clock::time_point deadline, bool& aborted);
@@ -172,6 +177,7 @@ class MpiLink {
   int rank_ = 0;
   int size_ = 1;
   std::string where_;
+  const std::int64_t warn_after_ms_;  ///< Note [Slow collective warning]
   std::atomic<std::uint64_t> seq_{0};
   /// Point-to-point positions so far: sends to rank q, recvs from rank q (the stream's thread).
   std::vector<std::uint64_t> sends_to_, recvs_from_;

@@ -39,12 +39,20 @@ std::int64_t comm_warn_after_ms() {
   return ec == std::errc() && ptr == end && ms >= 0 ? ms : kDefault;
 }
 
-std::string wait_warning(const std::string& label, std::int64_t waited_ms,
-                         const std::vector<int>& missing, int n, std::int64_t timeout_ms) {
+std::string slow_warning(const std::string& label, std::int64_t waited_ms, const std::string& what,
+                         std::int64_t timeout_ms) {
   const std::string waited =
       waited_ms % 1000 == 0 ? cat(waited_ms / 1000, " s") : cat(waited_ms, " ms");
-  return cat("ditto: warning: ", label, ": waited ", waited, " for ", ranks_str(missing),
-             " (communicator of ", n, " ranks); it fails with a timeout after ", timeout_ms, " ms");
+  return cat("ditto: warning: ", label, ": waited ", waited, " ", what,
+             "; it fails with a timeout after ", timeout_ms, " ms");
+}
+
+std::string wait_warning(const std::string& label, std::int64_t waited_ms,
+                         const std::vector<int>& missing, int n, std::int64_t timeout_ms,
+                         const char* in) {
+  return slow_warning(label, waited_ms,
+                      cat("for ", ranks_str(missing), " (communicator of ", n, " ranks", in, ")"),
+                      timeout_ms);
 }
 
 void print_warning(const std::string& line) noexcept {

@@ -27,7 +27,10 @@
 // first rank arrived, the backend's waiter prints one line to stderr, once per round:
 //   ditto: warning: all_reduce (collective #3 on this communicator): waited 10 s for rank 2
 //   (communicator of 4 ranks); it fails with a timeout after 300000 ms
-// (Rendezvous::warn_if_due; the backends wake at Rendezvous::next_due). torch's
+// (Rendezvous::warn_if_due; the backends wake at Rendezvous::next_due; under mpirun
+// MpiLink::start, whose exchange of the ranks' calls is the rendezvous, prints it since this
+// rank's call, "(communicator of 4 ranks in MPI processes)": before (tester C, C3) a rank of an
+// mpirun job waited silently until the timeout). torch's
 // ProcessGroupNCCL watchdog and NCCL_DEBUG=WARN give such progress-less lines too; this is one.
 #pragma once
 
@@ -60,10 +63,16 @@ std::string timeout_reason(const std::string& label, std::int64_t timeout_ms,
 /// call, else 10000. A value that is not such an integer is ignored (10000).
 std::int64_t comm_warn_after_ms();
 
-/// "ditto: warning: <label>: waited <s> s for <ranks> (communicator of <n> ranks); it fails with
-/// a timeout after <timeout_ms> ms".
+/// "ditto: warning: <label>: waited <s> s <what>; it fails with a timeout after <timeout_ms> ms"
+/// (<s> s, or <ms> ms when not whole seconds).
+std::string slow_warning(const std::string& label, std::int64_t waited_ms, const std::string& what,
+                         std::int64_t timeout_ms);
+
+/// slow_warning's "... waited <s> s for <ranks> (communicator of <n> ranks<in>); it fails with a
+/// timeout after <timeout_ms> ms"; `in` as timeout_reason's.
 std::string wait_warning(const std::string& label, std::int64_t waited_ms,
-                         const std::vector<int>& missing, int n, std::int64_t timeout_ms);
+                         const std::vector<int>& missing, int n, std::int64_t timeout_ms,
+                         const char* in = "");
 
 /// Prints `line` and a newline to stderr at once (one write, so lines of several threads do not
 /// interleave).

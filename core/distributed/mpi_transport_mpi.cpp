@@ -150,7 +150,7 @@ struct WireP2P {
 }  // namespace
 
 MpiLink::MpiLink(MPI_Comm comm, const CommOptions& options, std::string what)
-    : comm_(comm), options_(options) {
+    : comm_(comm), options_(options), warn_after_ms_(comm_warn_after_ms()) {
   DITTO_MPI_CHECK(MPI_Comm_rank(comm_, &rank_), what);
   DITTO_MPI_CHECK(MPI_Comm_size(comm_, &size_), what);
   where_ = cat(what, ", rank ", rank_, " of ", size_, " (MPI)");
@@ -221,13 +221,28 @@ std::vector<CollectiveCall> MpiLink::start(const CollectiveCall& call, std::uint
         return q;
     return -1;
   };
-  bool arrived = false;
+  // The ranks whose call has not come.
+  auto missing = [&] {
+    std::vector<int> m;
+    for (int q = 0; q < size_; ++q)
+      if (recvs[static_cast<std::size_t>(q)] != MPI_REQUEST_NULL) m.push_back(q);
+    return m;
+  };
+  const Clock::time_point warn_at = warn_time();
+  bool arrived = false, warned = false;
   int failed = -1;
   for (;;) {
-    arrived =
-        wait_until(recvs, std::min(deadline, Clock::now() + std::chrono::milliseconds(20)), where_);
+    const Clock::time_point polled = Clock::now();
+    arrived = wait_until(recvs, std::min(deadline, polled + std::chrono::milliseconds(20)), where_);
     failed = notice();
     if (arrived || failed >= 0 || Clock::now() >= deadline) break;
+    // Only after a poll that began past the warning's time: a process stopped (SIGSTOP) in the
+    // middle of a poll polls once after it resumes, which may not yet receive what came meanwhile.
+    if (!warned && polled >= warn_at) {
+      warned = true;
+      print_warning(wait_warning(lbl, warn_after_ms_, missing(), size_, options_.timeout_ms,
+                                 " in MPI processes"));
+    }
     std::lock_guard lk(mu_);
     if (abort_.aborted()) break;  // this rank failed meanwhile (abort_by_rank, another thread)
   }
@@ -258,11 +273,8 @@ std::vector<CollectiveCall> MpiLink::start(const CollectiveCall& call, std::uint
     std::rethrow_exception(peer_failure(cat(lbl, ": ", reason), failed));
   }
   if (!arrived) {
-    std::vector<int> missing;
-    for (int q = 0; q < size_; ++q)
-      if (recvs[static_cast<std::size_t>(q)] != MPI_REQUEST_NULL) missing.push_back(q);
     std::string reason =
-        timeout_reason(lbl, options_.timeout_ms, missing, size_, " in MPI processes");
+        timeout_reason(lbl, options_.timeout_ms, missing(), size_, " in MPI processes");
     for (MPI_Request& r : recvs)
       if (r != MPI_REQUEST_NULL) MPI_Cancel(&r);
     time_out(reason, {mine, theirs});
@@ -481,10 +493,30 @@ void MpiLink::abort_by_rank(const std::string& reason) noexcept {
   }
 }
 
+Clock::time_point MpiLink::warn_time() const {
+  return warn_after_ms_ > 0 && warn_after_ms_ < options_.timeout_ms
+             ? comm_deadline<Clock>(warn_after_ms_)
+             : Clock::time_point::max();
+}
+
 void MpiLink::wait(std::vector<MPI_Request>& reqs, CollectiveKind kind, std::uint64_t seq,
                    std::shared_ptr<void> keep) {
   const Clock::time_point deadline = detail::comm_deadline<Clock>(options_.timeout_ms);
-  if (wait_until(reqs, deadline, where_)) return;
+  const Clock::time_point warn_at = warn_time();
+  for (bool warned = false;;) {  // Note [Slow collective warning], as in start()
+    const Clock::time_point polled = Clock::now();
+    if (wait_until(reqs, std::min(deadline, polled + std::chrono::milliseconds(20)), where_))
+      return;
+    if (Clock::now() >= deadline) break;
+    if (!warned && polled >= warn_at) {
+      warned = true;
+      print_warning(slow_warning(label(kind, seq), warn_after_ms_,
+                                 cat("moving data between the ranks (MPI; a rank stopped in the "
+                                     "middle of the collective; communicator of ",
+                                     size_, " ranks)"),
+                                 options_.timeout_ms));
+    }
+  }
   std::string reason =
       cat(label(kind, seq), ": timed out after ", options_.timeout_ms,
           " ms moving data between the ranks (MPI; a rank stopped in the middle of the "

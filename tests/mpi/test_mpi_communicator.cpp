@@ -7,14 +7,17 @@
 // mismatches; a rank that never arrives (Timeout naming it); argument errors of init_rank.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../main/scratch_cleanup.h"
@@ -341,6 +344,39 @@ TEST(MpiErrors, RankThatNeverArrivesTimesOutTheOthers) {
     expect_error<BackendError>([&] { c.all_reduce(t); },
                                "all_reduce: communicator aborted by an earlier error");
   }
+}
+
+// Tester C, C3: the slow collective's warning (Note [Slow collective warning]) came from the
+// in-process communicators only; under mpirun a rank waited silently until its timeout.
+TEST(MpiErrors, AWaitingCollectiveWarnsOnceNamingTheLateRank) {
+  if (world() < 2) GTEST_SKIP() << "needs 2 ranks";
+  ::setenv("DITTO_COMM_WARN_AFTER_MS", "200", 1);  // read when the communicator is made
+  Communicator c = Communicator::init_rank(kLocal, world(), me(), opts(Determinism::fast, 20000));
+  ::unsetenv("DITTO_COMM_WARN_AFTER_MS");
+  Tensor t = Tensor::full({4}, 1.0f, kLocal);
+  c.all_reduce(t);  // #1: every rank in step
+  c.stream().synchronize();
+  const int late = world() - 1;
+  testing::internal::CaptureStderr();
+  if (me() == late) std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  c.all_reduce(t);  // #2: the others wait 700 ms for `late`
+  c.stream().synchronize();
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(t.to_vector<float>(), std::vector<float>(4, float(world() * world())));
+  if (me() == late) {
+    EXPECT_EQ(err.find("ditto: warning"), std::string::npos) << err;
+    return;
+  }
+  // Ranks listed in order, `late` the last (another rank may be late too on a loaded machine).
+  const std::string head =
+      "ditto: warning: all_reduce (collective #2 on this communicator): waited 200 ms for rank";
+  const std::string tail = std::to_string(late) + " (communicator of " + std::to_string(world()) +
+                           " ranks in MPI processes); it fails with a timeout after 20000 ms\n";
+  EXPECT_EQ(err.rfind(head, 0), 0u) << err;
+  EXPECT_TRUE(err.size() > tail.size() &&
+              err.compare(err.size() - tail.size(), tail.size(), tail) == 0)
+      << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;  // once
 }
 
 TEST(MpiErrors, RankThatAbortsFailsTheOthersAtOnceNamingIt) {
