@@ -136,7 +136,9 @@ class SimMpiCommunicator final : public CommunicatorImpl,
       enqueue_batch(ss, {std::move(op)});
       return;
     }
-    ss.enqueue([self = shared_from_this(), call] { self->run(call); });
+    // Note [MPI work at finalize]: dist::finalize waits for it.
+    ss.enqueue([self = shared_from_this(), call,
+                work = std::make_shared<detail::mpi::QueuedWork>()] { self->run(call); });
   }
   void group_start() override {
     std::lock_guard lk(groups_mu_);
@@ -177,7 +179,8 @@ class SimMpiCommunicator final : public CommunicatorImpl,
 
   void enqueue_batch(SimStream& ss, std::vector<P2POp> ops) {
     auto shared = std::make_shared<std::vector<P2POp>>(std::move(ops));
-    ss.enqueue([self = shared_from_this(), shared] { self->run_p2p(shared); });
+    ss.enqueue([self = shared_from_this(), shared,
+                work = std::make_shared<detail::mpi::QueuedWork>()] { self->run_p2p(shared); });
   }
 
   // A batch of send / recv calls (Note [Point-to-point over MPI]).

@@ -59,6 +59,31 @@ void note_job_failure(const std::string& reason) noexcept;
 /// The first reason note_job_failure recorded, "" when none.
 std::string job_failure();
 
+// Note [MPI work at finalize]
+// The simulator's collectives over MPI run on the rank's stream worker (Note [Sim collectives over
+// MPI]), queued by a call that returns at once. A program that let its Communicator go without
+// synchronizing its stream and called dist::finalize() had a worker still calling MPI after
+// MPI_Finalize, which Open MPI answers by aborting the job (tester C, C4: "MPI_Testsome() was
+// called after MPI_FINALIZE", exit 1). Each such task holds a QueuedWork from its enqueue until it
+// is done (its captures released), and dist::finalize() waits until none is left before
+// MPI_Finalize, as ncclCommFinalize flushes the work issued on a communicator: each ends by its
+// communicator's timeout (after one timeout the communicator is aborted and the rest throw at
+// once). A live Communicator handle holds no QueuedWork: using it after finalize throws
+// BackendError (MpiLink::start).
+
+/// One queued or running task of a multi-process communicator that calls MPI (Note [MPI work at
+/// finalize]).
+class QueuedWork {
+ public:
+  QueuedWork();
+  ~QueuedWork();
+  QueuedWork(const QueuedWork&) = delete;
+  QueuedWork& operator=(const QueuedWork&) = delete;
+};
+
+/// Waits until no QueuedWork is alive (dist::finalize, before MPI_Finalize).
+void wait_for_queued_work();
+
 /// Polls `reqs` (MPI_Testsome) until all have completed (they become MPI_REQUEST_NULL) or
 /// `deadline` passes; returns false then, with the pending ones left in `reqs`.
 bool wait_until(std::vector<MPI_Request>& reqs, Clock::time_point deadline,

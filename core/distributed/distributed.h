@@ -81,9 +81,10 @@ std::vector<std::string> all_gather_text(const std::string& text, std::int64_t t
 
 /// MPI_Finalize. Collective: it returns once every process of the job has called it, so a
 /// process whose job failed (job_failure() not empty) calls abort() instead. Communicators created
-/// by Communicator::init_rank must be destroyed (and their streams synchronized) before; later
-/// calls on one throw BackendError. No-op when not initialized. MPI cannot be initialized again
-/// in the same process.
+/// by Communicator::init_rank should be destroyed before; later calls on one throw BackendError.
+/// Collectives still queued on a stream are waited for first (each ends by its communicator's
+/// timeout; Note [MPI work at finalize], core/backend_api/mpi_transport.h). No-op when not
+/// initialized. MPI cannot be initialized again in the same process.
 void finalize();
 
 // Note [Ending a job after a communicator error]

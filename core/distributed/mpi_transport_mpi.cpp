@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <condition_variable>
 #include <cstring>
 #include <thread>
 
@@ -68,6 +69,35 @@ void note_job_failure(const std::string& reason) noexcept {
 std::string job_failure() {
   std::lock_guard lk(g_failure_mu);
   return g_failure ? *g_failure : std::string();
+}
+
+namespace {
+struct Queued {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::int64_t count = 0;
+};
+Queued& queued() {
+  static Queued* q = new Queued();  // never destroyed: stream workers may outlive static dtors
+  return *q;
+}
+}  // namespace
+
+QueuedWork::QueuedWork() {
+  std::lock_guard lk(queued().mu);
+  ++queued().count;
+}
+
+QueuedWork::~QueuedWork() {
+  Queued& q = queued();
+  std::lock_guard lk(q.mu);
+  if (--q.count == 0) q.cv.notify_all();
+}
+
+void wait_for_queued_work() {
+  Queued& q = queued();
+  std::unique_lock lk(q.mu);
+  q.cv.wait(lk, [&] { return q.count == 0; });
 }
 
 bool wait_until(std::vector<MPI_Request>& reqs, Clock::time_point deadline,

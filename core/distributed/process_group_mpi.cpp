@@ -260,6 +260,7 @@ class MpiProcessGroup final : public detail::ProcessGroup {
   }
 
   void finalize() override {
+    detail::mpi::wait_for_queued_work();  // Note [MPI work at finalize]
     if (!owns_) return;
     int finalized = 0;
     MPI_Finalized(&finalized);

@@ -10,7 +10,16 @@ if(DITTO_MPI_ENABLED)
   # At -O0 with the libraries linked first in the check build (Note [Leaf targets at -O0]): its
   # two sources took 33 s of CPU at -O1 under ASan + UBSan; what its ranks run is the libraries'.
   ditto_leaf_o0(ditto_mpi_tests)
+  # Tester C, C4: dist::finalize() waits for a collective still queued on a stream
+  # (Note [MPI work at finalize]); before, Open MPI aborted the job. A program of its own: what it
+  # checks happens in finalize, which ditto_mpi_tests calls once, last.
+  add_executable(ditto_mpi_finalize_queued mpi/mpi_finalize_queued.cpp)
+  target_link_libraries(ditto_mpi_finalize_queued PRIVATE ditto)
+  ditto_leaf_o0(ditto_mpi_finalize_queued)
   set(DITTO_MPIRUN ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe)
+  ditto_expect_exit(Mpi.FinalizeWaitsForAQueuedCollective_np2 RC 0 TIMEOUT 60 PROCESSORS 2
+    COMMAND ${DITTO_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:ditto_mpi_finalize_queued>
+    REGEX "rank [01]: finalized; all_reduce gave 3\n.*rank [01]: finalized; all_reduce gave 3\n")
   # ditto_mpi_train_test(NAME SCRIPT <file> [PROCESSORS <n>] DEFS <-Dvar=value>...): the test
   # script tests/<file> (cmake -P) given ditto-train (TRAIN), mpirun (MPIRUN) and DEFS; 120 s on
   # n processors (default 2).
