@@ -632,47 +632,61 @@ int leave_mpi_job(int rc, int argc, char** argv, const std::string& what) {
 
 /// Before dist::init under a launcher's variables: the job sizes mpirun sets
 /// (OMPI_COMM_WORLD_SIZE, a PMI launcher's PMI_SIZE) must be what a launcher writes, a
-/// decimal number of processes >= 1 that fits an int; anything else ("abc", "-2", "0",
-/// "99999999999999999999", " 2") was set by hand, and is a usage error (exit 2) naming the
-/// variable and its value, not ignored (it made the check after dist::init skip it) nor given
-/// to MPI_Init. An empty one is not set (dist::launched_by_mpirun's reading).
-void check_launcher_variables() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
+/// decimal number of processes >= 1 that fits an int, and the ranks it sets (PMIx's PMIX_RANK,
+/// PMI's PMI_RANK) a decimal rank >= 0; anything else ("abc", "-2", "0" for a size,
+/// "99999999999999999999", " 2", "02") was set by hand, and is a usage error (exit 2) naming
+/// the variable and its value, not ignored (it made the check after dist::init skip it) nor
+/// given to MPI_Init. An empty one is not set (dist::launched_by_mpirun's reading). Returns the
+/// variables set, with their values: MPI_Init rewrites some (Open MPI's singleton sets PMIX_RANK
+/// to 0), so check_launcher_world compares these.
+std::map<std::string, std::string> check_launcher_variables() {
+  std::map<std::string, std::string> set;
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "PMI_RANK"}) {
     const char* v = std::getenv(var);
     if (!v || !*v) continue;
+    set[var] = v;
+    const bool rank = std::string(var).find("RANK") != std::string::npos;
     const std::string value(v);
-    bool number = value.size() <= 10 && value[0] != '0';
+    bool number = value.size() <= 10 && (value[0] != '0' || (rank && value == "0"));
     long long n = 0;
     for (char ch : value) {
       if (ch < '0' || ch > '9') number = false;
       if (number) n = n * 10 + (ch - '0');
     }
-    if (number && n >= 1 && n <= std::numeric_limits<int>::max()) continue;
+    if (number && n >= (rank ? 0 : 1) && n <= std::numeric_limits<int>::max() - (rank ? 1 : 0))
+      continue;
     throw UsageError(detail::cat(
-        "environment: ", var, ": expected a number of processes (a decimal integer in 1..",
-        std::numeric_limits<int>::max(), ", as mpirun sets it), got '", value,
-        "': mpirun did not set it; unset ", var,
+        "environment: ", var, ": expected ",
+        rank ? detail::cat("this process's rank (a decimal integer in 0..",
+                           std::numeric_limits<int>::max() - 1, ", as mpirun sets it)")
+             : detail::cat("a number of processes (a decimal integer in 1..",
+                           std::numeric_limits<int>::max(), ", as mpirun sets it)"),
+        ", got '", value, "': mpirun did not set it; unset ", var,
         " (and the launcher's other variables) to run this process alone, or start the ranks "
         "with mpirun (docs/mpi.md: `mpirun -np N ditto-train --trainer ddp`)"));
   }
+  return set;
 }
 
-/// After dist::init under a launcher's variables: a world size that the variables contradict
-/// (OMPI_COMM_WORLD_SIZE=2 or PMI_SIZE=2 set by hand or left from another launch, no mpirun:
-/// MPI_Init makes a job of this one process) is refused as torchrun's variables are
-/// (dist::check_not_torchrun): each process so started would run a whole job of its own.
-void check_launcher_world_size() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}) {
-    const char* v = std::getenv(var);
-    if (!v || !*v) continue;
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (*end != '\0' || n == dist::world_size()) continue;
-    const int size = dist::world_size();
+/// After dist::init under a launcher's variables: a world size or a rank that the variables
+/// contradict (OMPI_COMM_WORLD_SIZE=2, PMI_SIZE=2, PMIX_RANK=3 or PMI_RANK=1 set by hand or left
+/// from another launch, no mpirun: MPI_Init makes a job of this one process, rank 0) is refused as
+/// torchrun's variables are (dist::check_not_torchrun): each process so started would run a
+/// whole job of its own. (Tester C, C5: a stale PMIX_RANK alone made a plain run a one-process
+/// job without a word, and an error then spoke of "the 1 processes" under mpirun.)
+/// `set`: check_launcher_variables' answer, read before MPI_Init.
+void check_launcher_world(const std::map<std::string, std::string>& set) {
+  for (const auto& [var, v] : set) {
+    const bool rank = var.find("RANK") != std::string::npos;
+    const long long n = std::stoll(v);  // checked by check_launcher_variables
+    if (n == (rank ? dist::rank() : dist::world_size())) continue;
+    const int size = dist::world_size(), me = dist::rank();
     dist::finalize();  // this process is no rank of a job: its error says no "rank 0"
     throw InvalidArgument(detail::cat(
-        "environment: ", var, "=", v, " is set but the MPI job has ", size, " process",
-        size == 1 ? "" : "es",
+        "environment: ", var, "=", v, " is set but ",
+        rank ? detail::cat("this process is rank ", me, " of an MPI job of ", size, " process",
+                           size == 1 ? "" : "es")
+             : detail::cat("the MPI job has ", size, " process", size == 1 ? "" : "es"),
         " (no mpirun started this one: the variable is left from another launch or set by hand): "
         "each process so started would run a whole job of its own. ditto starts its ranks with "
         "mpirun (docs/mpi.md: `mpirun -np N ditto-train --trainer ddp`), or runs N devices in "
@@ -736,9 +750,9 @@ int cli_main(int argc, char** argv) {
     // Started by torchrun (RANK, WORLD_SIZE): refused, else each process would run a whole job.
     dist::check_not_torchrun("environment");
     if (dist::launched_by_mpirun()) {
-      check_launcher_variables();
+      const std::map<std::string, std::string> launcher = check_launcher_variables();
       dist::init(&argc, &argv);
-      check_launcher_world_size();
+      check_launcher_world(launcher);
     }
     rc = run(a);  // under mpirun it checks that the processes agree before training
   } catch (const UsageError& e) {

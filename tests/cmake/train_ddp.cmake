@@ -73,10 +73,33 @@ if(TARGET ditto-train)
       COMMAND env ${var}=${value} $<TARGET_FILE:ditto-train> --epochs 1 TIMEOUT 30)
   endforeach()
 endif()
+# Tester C, C5: a stale PMIX_RANK (PMIx's, or PMI's PMI_RANK) alone silently made a plain run a
+# one-process MPI job (devices=1, another checksum; --devices 4 then refused speaking of "the 1
+# processes"); the variable was never named. Checked as the sizes are: a value that is no rank is
+# a usage error, and a rank other than the one MPI gives is refused naming the variable.
+if(TARGET ditto-train)
+  foreach(case "PMIX_RANK|abc|Abc" "PMIX_RANK|-1|Negative" "PMI_RANK|01|LeadingZero")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 var)
+    list(GET parts 1 value)
+    list(GET parts 2 label)
+    ditto_expect_exit(DittoTrainCli.${var}${label}IsAUsageError RC 2
+      REGEX "^ditto-train: error: environment: ${var}: expected this process's rank \\(a decimal integer in 0\\.\\.2147483646, as mpirun sets it\\), got '${value}': mpirun did not set it; unset ${var}"
+      COMMAND env ${var}=${value} $<TARGET_FILE:ditto-train> --epochs 1 TIMEOUT 30)
+  endforeach()
+endif()
 if(TARGET ditto-train AND DITTO_MPI_ENABLED)
   foreach(var OMPI_COMM_WORLD_SIZE PMI_SIZE)
     ditto_expect_exit(DittoTrainCli.${var}WithoutMpirunIsRefused RC 1
       REGEX "ditto-train: error: environment: ${var}=2 is set but the MPI job has 1 process \\(no mpirun started this one: the variable is left from another launch or set by hand\\): each process so started would run a whole job of its own. ditto starts its ranks with mpirun \\(docs/mpi.md"
       COMMAND env ${var}=2 $<TARGET_FILE:ditto-train> --epochs 1 TIMEOUT 30)
+  endforeach()
+  foreach(case "PMIX_RANK|3" "PMI_RANK|1")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 var)
+    list(GET parts 1 value)
+    ditto_expect_exit(DittoTrainCli.${var}WithoutMpirunIsRefused RC 1
+      REGEX "ditto-train: error: environment: ${var}=${value} is set but this process is rank 0 of an MPI job of 1 process \\(no mpirun started this one: the variable is left from another launch or set by hand\\): each process so started would run a whole job of its own"
+      COMMAND env ${var}=${value} $<TARGET_FILE:ditto-train> --epochs 1 --devices 4 TIMEOUT 30)
   endforeach()
 endif()
