@@ -43,8 +43,10 @@ void check_not_torchrun(const std::string& who) {
     seen += detail::cat(seen.empty() ? "" : " ", var, "=", v);
     const std::string name(var), value(v);
     const bool size = name == "WORLD_SIZE" || name == "LOCAL_WORLD_SIZE";
-    // A size of one, a rank of 0: torchrun with one process, which runs the whole job anyway.
-    if (size ? value != "1" && value != "0" : value != "0") refuse = true;
+    // A size of 1, a rank of 0: torchrun with one process, which runs the whole job anyway. Any
+    // other value is refused alike, also one no torchrun writes (tester C, C9: WORLD_SIZE=0 ran
+    // while WORLD_SIZE=abc, 02 and " 2" were refused).
+    if (value != (size ? "1" : "0")) refuse = true;
   }
   if (!refuse) return;
   throw InvalidArgument(detail::cat(

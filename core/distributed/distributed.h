@@ -31,13 +31,13 @@ bool available();
 bool launched_by_mpirun();
 
 /// Throws InvalidArgument when this process looks like one rank of a launcher whose environment
-/// ditto does not read, torchrun's (WORLD_SIZE > 1, or RANK / LOCAL_RANK set to other than 0)
-/// outside mpirun (launched_by_mpirun() false): each such process would run a whole job of its
-/// own (N full jobs under `torchrun --no-python`). The message starts with `who` (the caller;
-/// ditto-train says "environment"), names the variables seen and says to start the ranks with
-/// mpirun (docs/mpi.md) or to run one process with --devices N. torchrun with one process
-/// (WORLD_SIZE=1, RANK=0) and mpirun's processes (OMPI_* / PMI* variables; Open MPI sets no RANK)
-/// pass.
+/// ditto does not read, torchrun's (WORLD_SIZE or LOCAL_WORLD_SIZE set to other than 1, RANK or
+/// LOCAL_RANK to other than 0, e.g. WORLD_SIZE=2, 0, 02 or abc) outside mpirun
+/// (launched_by_mpirun() false): each such process would run a whole job of its own (N full jobs
+/// under `torchrun --no-python`). The message starts with `who` (the caller; ditto-train says
+/// "environment"), names the variables seen and says to start the ranks with mpirun (docs/mpi.md)
+/// or to run one process with --devices N. torchrun with one process (WORLD_SIZE=1, RANK=0) and
+/// mpirun's processes (OMPI_* / PMI* variables; Open MPI sets no RANK) pass.
 void check_not_torchrun(const std::string& who);
 
 /// MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE): joins the job's processes. Collective: every

@@ -53,6 +53,18 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.TorchrunEnvironmentIsRefusedNamingMpirun RC 1
     REGEX "ditto-train: error: environment: torchrun's variables are set \\(RANK=1 WORLD_SIZE=2 LOCAL_RANK=1\\) but ditto does not read them: each process would run a whole job of its own. ditto starts its ranks with mpirun \\(docs/mpi.md"
     COMMAND env RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 $<TARGET_FILE:ditto-train> --epochs 1 TIMEOUT 30)
+  # Tester C, C9: WORLD_SIZE=0 ran as usual while WORLD_SIZE=abc was refused: any value but one
+  # process's (WORLD_SIZE 1, RANK 0) is refused alike.
+  foreach(case "WORLD_SIZE|0|WorldSizeZero" "LOCAL_WORLD_SIZE|0|LocalWorldSizeZero"
+               "RANK|00|RankLeadingZero")
+    string(REPLACE "|" ";" parts "${case}")
+    list(GET parts 0 var)
+    list(GET parts 1 value)
+    list(GET parts 2 label)
+    ditto_expect_exit(DittoTrainCli.TorchrunEnvironment${label}IsRefused RC 1
+      REGEX "ditto-train: error: environment: torchrun's variables are set \\(${var}=${value}\\) but ditto does not read them"
+      COMMAND env ${var}=${value} $<TARGET_FILE:ditto-train> --epochs 1 TIMEOUT 30)
+  endforeach()
 endif()
 # tester4: Open MPI's or a PMI launcher's size set without mpirun (left from another launch, or
 # by hand) made MPI_Init a one-process job that trained as "ranks=1": refused as torchrun's
