@@ -1075,6 +1075,15 @@ TEST(RankSettings, ANameGivenTwiceIsComparedOccurrenceByOccurrence) {
             "ranks disagree on --lr: rank 0 has 0.050000000000000003, rank 1 has (not set)");
 }
 
+// Tester C, C8: an option one rank did not give (its value "") printed as nothing.
+TEST(RankSettings, AnEmptyValueIsNamedNotSet) {
+  const RankSettings with{{"--checkpoint", "/tmp/ck0"}}, without{{"--checkpoint", ""}};
+  EXPECT_EQ(settings_disagreement({with, without}),
+            "ranks disagree on --checkpoint: rank 0 has /tmp/ck0, rank 1 has (not set)");
+  EXPECT_EQ(settings_disagreement({without, with}),
+            "ranks disagree on --checkpoint: rank 0 has (not set), rank 1 has /tmp/ck0");
+}
+
 TEST(RankSettings, ThreadRanksThatDisagreeFailBeforeAnyCommunicatorOrBody) {
   test::init_sim(4);
   std::atomic<int> bodies{0};

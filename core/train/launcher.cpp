@@ -86,7 +86,9 @@ std::string settings_disagreement(const std::vector<RankSettings>& per_rank) {
       if (n == name && k-- == 0) return &v;
     return nullptr;
   };
-  auto say = [](const std::string* v) { return v ? *v : std::string("(not set)"); };
+  // Unset: a name the rank lacks, or an empty value (an option not given, e.g. --checkpoint;
+  // tester C, C8: it printed as nothing, "rank 1 has ").
+  auto say = [](const std::string* v) { return v && !v->empty() ? *v : std::string("(not set)"); };
   for (std::size_t r = 1; r < per_rank.size(); ++r) {
     const RankSettings& other = per_rank[r];
     if (other == first) continue;

@@ -53,8 +53,8 @@ using RankSettings = std::vector<std::pair<std::string, std::string>>;
 /// The first disagreement among the ranks' settings (`per_rank[r]` is rank r's), "" when they all
 /// agree: "ranks disagree on NAME: rank 0 has A, rank R has B", for the first rank R (in rank
 /// order) that differs from rank 0 and the first name (in rank 0's order, then R's) on which they
-/// differ; a name one of them lacks has "(not set)". A name given twice is compared occurrence
-/// by occurrence (its k-th value against the other's k-th).
+/// differ; a name one of them lacks, or an empty value, has "(not set)". A name given twice is
+/// compared occurrence by occurrence (its k-th value against the other's k-th).
 std::string settings_disagreement(const std::vector<RankSettings>& per_rank);
 
 /// The configuration check at a run's start, as torchrun's rendezvous: under mpirun
