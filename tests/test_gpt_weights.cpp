@@ -392,6 +392,14 @@ TEST_F(GptWeights, ConfigJsonOfAnotherModelIsRefusedNamingTheKey) {
        "layer_norm_epsilon: expected 1e-05 (GPT-2's and ditto's LayerNorm epsilon), got 1e-06"},
       {R"("scale_attn_weights": false)",
        "scale_attn_weights: expected true (attention scores scaled by 1/sqrt(head size), as GPT-2), got false"},
+      // Session 56 (B2): transformers divides layer i's scores by i + 1 with this flag; the
+      // key was ignored. An n_inner other than c_fc's 4 x n_embd was taken too.
+      {R"("scale_attn_by_inverse_layer_idx": true, "reorder_and_upcast_attn": true)",
+       "scale_attn_by_inverse_layer_idx: expected false (GPT-2's attention; true also divides "
+       "layer i's scores by i + 1, which ditto does not compute), got true"},
+      {R"("n_inner": 64)",
+       "n_inner: expected null or 128 (4 x n_embd: the width of the tensors' mlp.c_fc, the only "
+       "MLP width ditto's GPT has), got 64"},
       {R"("n_layer": 12)", "n_layer: expected 2 (the tensors' n_layer), got 12"},
       {R"("n_embd": 768)", "n_embd: expected 32 (the tensors' n_embd), got 768"},
       {R"("n_positions": 1024)",
@@ -411,6 +419,13 @@ TEST_F(GptWeights, ConfigJsonOfAnotherModelIsRefusedNamingTheKey) {
                        "n_embd": 32, "n_positions": 64, "vocab_size": 512})");
     expect_tiny_config(io::load_gpt_weights(path));
   }
+  // Keys that leave the causal LM's function as GPT-2's: accepted (Note [GPT-2 config.json]).
+  write_bytes(cfg, R"({"n_head": 4, "n_inner": 128, "scale_attn_by_inverse_layer_idx": false,
+                       "reorder_and_upcast_attn": true, "add_cross_attention": true,
+                       "attn_pdrop": 0.1, "n_ctx": 1024})");
+  expect_tiny_config(io::load_gpt_weights(path));
+  write_bytes(cfg, R"({"n_head": 4, "n_inner": null})");
+  expect_tiny_config(io::load_gpt_weights(path));
 }
 
 // A folder that is not a checkpoint: a Hugging Face download folder (model.safetensors +

@@ -258,10 +258,19 @@ std::int64_t n_head_from_config_json(const std::string& path, const nlohmann::js
 // Note [GPT-2 config.json]
 // Hugging Face's config.json beside a model.safetensors says more than n_head: a model of another
 // architecture (model_type), activation (activation_function), LayerNorm epsilon
-// (layer_norm_epsilon) or attention scaling (scale_attn_weights) would load and compute something
-// else without a word, and sizes that contradict the tensors mean the file is not the one the
-// config describes. Each is refused naming the key, what ditto's GPT-2 expects and what the file
-// says; keys left out are HF's defaults, which are ditto's.
+// (layer_norm_epsilon) or attention scaling (scale_attn_weights, and
+// scale_attn_by_inverse_layer_idx: transformers' GPT2Attention divides layer i's scores by i + 1
+// too, as the stanford-crfm Mistral GPT-2 checkpoints set) would load and compute something else
+// without a word, and sizes that contradict the tensors (n_inner, the MLP's width, 4 x n_embd in
+// GPT-2 and the only one ditto's GPT has) mean the file is not the one the config describes.
+// Each is refused naming the key, what ditto's GPT-2 expects and what the file says; keys left
+// out are HF's defaults, which are ditto's. Accepted whatever they say: reorder_and_upcast_attn
+// (it computes the scores in f32 under autocast, as ditto does in every dtype: a precision
+// choice, not another function), add_cross_attention (its crossattention tensors, if the file
+// has them, are refused as unknown names; without an encoder's states GPT2Block skips them),
+// the dropouts (attn_pdrop, resid_pdrop, embd_pdrop: --dropout's, none at evaluation), n_ctx
+// (older transformers' copy of n_positions, unused) and the rest (tokenizer ids, the summary_*
+// of GPT2DoubleHeadsModel, use_cache, initializer_range), which do not change the causal LM.
 // `j`: read_config_json(path)'s (null: no config.json, nothing to check).
 void check_config_json(const std::string& path, const nlohmann::json& j, const nn::GPTConfig& c) {
   if (j.is_null()) return;
@@ -296,6 +305,16 @@ void check_config_json(const std::string& path, const nlohmann::json& j, const n
     refuse("layer_norm_epsilon", "1e-05 (GPT-2's and ditto's LayerNorm epsilon)");
   if (j.contains("scale_attn_weights") && j["scale_attn_weights"] != true)
     refuse("scale_attn_weights", "true (attention scores scaled by 1/sqrt(head size), as GPT-2)");
+  if (j.contains("scale_attn_by_inverse_layer_idx") &&
+      j["scale_attn_by_inverse_layer_idx"] != false)
+    refuse("scale_attn_by_inverse_layer_idx",
+           "false (GPT-2's attention; true also divides layer i's scores by i + 1, which ditto "
+           "does not compute)");
+  if (j.contains("n_inner") && !j["n_inner"].is_null() &&
+      !(j["n_inner"].is_number_integer() && j["n_inner"].get<std::int64_t>() == 4 * c.n_embd))
+    refuse("n_inner", detail::cat("null or ", 4 * c.n_embd,
+                                  " (4 x n_embd: the width of the tensors' mlp.c_fc, the only "
+                                  "MLP width ditto's GPT has)"));
   const std::pair<const char*, std::int64_t> sizes[] = {{"n_layer", c.n_layer},
                                                         {"n_embd", c.n_embd},
                                                         {"n_positions", c.block_size},
