@@ -287,14 +287,14 @@ TEST(OutputPaths, AnOutputIsNeitherAnInputNorAnotherOutputNorInsideADirectory) {
         io::check_outputs_are_not_inputs({{"--trace", dir + "/./data.csv"}}, {{"--data", data}},
                                          {});
       },
-      "--trace: expected a file other than --data's, got '" + dir + "/./data.csv' (--data '" +
-          data + "'), which it would overwrite");
+      "--trace: expected a file other than --data '" + data + "', got '" + dir +
+          "/./data.csv', which it would overwrite");
   expect_invalid(
       [&] {
         io::check_outputs_are_not_inputs({{"--trace", dir + "/m"}, {"--metrics-jsonl", dir + "/m"}},
                                          {{"--data", data}}, {});
       },
-      "--metrics-jsonl: expected a file other than --trace's");
+      "--metrics-jsonl: expected a file other than --trace '");
   expect_invalid(
       [&] {
         io::check_outputs_are_not_inputs({{"--trace", dir + "/ck/latest"}}, {},
@@ -314,8 +314,8 @@ TEST(OutputPaths, AnOutputIsComparedByIdentityAndMustBeWritableByItsMode) {
       [&] {
         io::check_outputs_are_not_inputs({{"--export llmc", link}}, {{"--val-data", val}}, {});
       },
-      "--export llmc: expected a file other than --val-data's, got '" + link + "' (--val-data '" +
-          val + "'), which it would overwrite");
+      "--export llmc: expected a file other than --val-data '" + val + "', got '" + link +
+          "', which it would overwrite");
   const std::string ro = dir + "/ro.txt";
   std::ofstream(ro) << "keep";
   ASSERT_EQ(::chmod(ro.c_str(), 0444), 0);
@@ -347,27 +347,28 @@ TEST(OutputPaths, ADanglingLinkIsComparedAsTheFileItNames) {
         io::check_outputs_are_not_inputs(
             {{"--trace", dir + "/t.json"}, {"--metrics-jsonl", to_trace}}, {}, {});
       },
-      "--metrics-jsonl: expected a file other than --trace's, got '" + to_trace + "' (--trace '" +
-          dir + "/t.json'), which it would overwrite");
+      "--metrics-jsonl: expected a file other than --trace '" + dir + "/t.json', got '" + to_trace +
+          "', which it would overwrite");
   expect_invalid(
       [&] {
         io::check_outputs_are_not_inputs({{"--trace", chain}, {"--metrics-jsonl", to_trace}}, {},
                                          {});
       },
-      "--metrics-jsonl: expected a file other than --trace's");
+      "--metrics-jsonl: expected a file other than --trace '");
   // An input of that name (missing too), and an input given through the link.
   expect_invalid(
       [&] {
         io::check_outputs_are_not_inputs({{"--export llmc", to_val}},
                                          {{"--val-data", dir + "/val.bin"}}, {});
       },
-      "--export llmc: expected a file other than --val-data's, got '" + to_val + "'");
+      "--export llmc: expected a file other than --val-data '" + dir + "/val.bin', got '" + to_val +
+          "'");
   expect_invalid(
       [&] {
         io::check_outputs_are_not_inputs({{"--export llmc", dir + "/val.bin"}},
                                          {{"--val-data", to_val}}, {});
       },
-      "--export llmc: expected a file other than --val-data's");
+      "--export llmc: expected a file other than --val-data '");
   // Inside a directory.
   expect_invalid(
       [&] {

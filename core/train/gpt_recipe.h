@@ -87,7 +87,8 @@ struct GptRun {
 
 /// What a configured GPT run reads, for io::check_outputs_are_not_inputs: `files`, each named
 /// by its setting (g.name_of: "--data" for each file of its list or glob, "--val-data" for each
-/// validation file, given or found beside the data, "--init-from" for a weights file), and `dirs`
+/// validation file given, "--data (validation file found beside it)" for one found beside the
+/// data, "--init-from" for a weights file), and `dirs`
 /// (an init_from checkpoint directory, c's checkpoint_dir and resume_dir, named by c.name_of).
 struct RunInputs {
   std::vector<io::NamedPath> files, dirs;
