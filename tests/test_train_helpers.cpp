@@ -219,6 +219,9 @@ TEST(MetricsFormat, MemoryEpochAndEvalLines) {
   v.eta_s = 3725;
   EXPECT_EQ(train::format_eval(v), "step 250: train loss 1.5000, val loss 1.7500 (lr 1.000e-03, "
                                    "2000 tokens/s, ETA 1:02:05)\n");
+  // --eval-only trains nothing: nanoGPT's eval_only line, no learning rate (session 56, B4).
+  v.eval_only = true;
+  EXPECT_EQ(train::format_eval(v), "step 250: train loss 1.5000, val loss 1.7500\n");
 }
 
 // A diverged run's NaN loss prints as "nan" whatever its sign bit (x86's inf - inf gives the
