@@ -338,6 +338,32 @@ TEST_F(GptWeights, DittoCheckpointDirectory) {
                            "model '64-128-10'");
 }
 
+// Session 56 (B1): a checkpoint of a run on a text records its vocabulary (trainer.json's
+// "vocab"), which load_gpt_weights returns from the directory and from its model.safetensors
+// (Note [Checkpoint vocabulary]); a run on token files records none; a malformed one is refused.
+TEST_F(GptWeights, ACheckpointsVocabularyIsReadWithItsWeights) {
+  TrainerState st;
+  const std::string none = save_tiny_checkpoint(st);
+  EXPECT_TRUE(io::load_gpt_weights(none).vocab.empty());
+  EXPECT_TRUE(io::load_gpt_weights(none + "/model.safetensors").vocab.empty());
+  st.step = 4;
+  st.config["vocab"] = "0a20217a";
+  const std::string ck = save_tiny_checkpoint(st);
+  for (const std::string& path : {dir_ + "/ck", ck, ck + "/model.safetensors"}) {
+    const io::GptWeights r = io::load_gpt_weights(path);
+    EXPECT_EQ(r.vocab, (std::vector<unsigned char>{'\n', ' ', '!', 'z'})) << path;
+    EXPECT_EQ(r.vocab_from, ck + "/trainer.json") << path;
+  }
+  st.step = 5;
+  st.config["vocab"] = "0a200a";
+  const std::string twice = save_tiny_checkpoint(st);
+  expect_error<ParseError>([&] { io::load_gpt_weights(twice); },
+                           "io::load_gpt_weights: '" + twice +
+                               "/trainer.json': config vocab: expected distinct bytes in "
+                               "lowercase hex, at most the model's vocab_size = 512 of them, got "
+                               "'0a200a'");
+}
+
 // A checkpoint's own DIR/step-N/model.safetensors (nanoGPT's layout, no n_head in it, not a
 // GPT-2 size): n_head from the trainer.json beside it, no --n-head needed (issue 32, K06).
 TEST_F(GptWeights, CheckpointModelFileTakesNHeadFromTrainerJson) {

@@ -3,6 +3,7 @@
 #include "core/checkpoint/gpt_weights.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -326,6 +327,32 @@ void check_config_json(const std::string& path, const nlohmann::json& j, const n
                          key == std::string("n_positions") ? "block_size, wpe's rows" : key, ")"));
 }
 
+// The bytes of trainer.json `from`'s "vocab" (hex, Note [Checkpoint vocabulary]) for a model of
+// `vocab_size` rows: distinct bytes, at most vocab_size of them; ParseError otherwise.
+std::vector<unsigned char> parse_vocab(const std::string& from, const std::string& hex,
+                                       std::int64_t vocab_size) {
+  auto digit = [](char ch) {
+    return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+  };
+  std::vector<unsigned char> out;
+  std::array<bool, 256> seen{};
+  bool ok = hex.size() % 2 == 0 && !hex.empty();
+  for (std::size_t i = 0; ok && i < hex.size(); i += 2) {
+    const int hi = digit(hex[i]), lo = digit(hex[i + 1]);
+    ok = hi >= 0 && lo >= 0 && !seen[static_cast<std::size_t>(hi * 16 + lo)];
+    if (ok) {
+      seen[static_cast<std::size_t>(hi * 16 + lo)] = true;
+      out.push_back(static_cast<unsigned char>(hi * 16 + lo));
+    }
+  }
+  if (!ok || static_cast<std::int64_t>(out.size()) > vocab_size)
+    bad(from, detail::cat("config vocab: expected distinct bytes in lowercase hex, at most the "
+                          "model's vocab_size = ",
+                          vocab_size, " of them, got '", hex.substr(0, 64),
+                          hex.size() > 64 ? "...'" : "'"));
+  return out;
+}
+
 // n_head from a ditto checkpoint's trainer.json beside `path` (DIR/step-N/model.safetensors):
 // its config "model" "gpt(n_layer=..,n_head=N,...)"; 0 when there is none or it is not a GPT's.
 std::int64_t n_head_from_trainer_json(const std::string& path, std::string& from) {
@@ -350,6 +377,26 @@ std::int64_t n_head_from_trainer_json(const std::string& path, std::string& from
   if (nh < 1) return 0;
   from = tj.string();
   return nh;
+}
+
+// The vocabulary a ditto checkpoint's trainer.json beside `path` records (Note [Checkpoint
+// vocabulary]) into w.vocab and w.vocab_from, for a model of `vocab_size` rows; nothing when there
+// is none, it is not a GPT's, or it has no "vocab" (a run on token files).
+void vocab_from_trainer_json(const std::string& path, std::int64_t vocab_size, GptWeights& w) {
+  const fs::path tj = fs::path(path).parent_path() / "trainer.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(tj, ec)) return;
+  std::string text = read_file(tj.string(), kMaxJsonBytes, "io::load_gpt_weights");
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("config") || !j["config"].is_object())
+    return;
+  const nlohmann::json& cfg = j["config"];
+  if (!cfg.contains("model") || !cfg["model"].is_string() ||
+      cfg["model"].get<std::string>().rfind("gpt(", 0) != 0 || !cfg.contains("vocab") ||
+      !cfg["vocab"].is_string())
+    return;
+  w.vocab = parse_vocab(tj.string(), cfg["vocab"].get<std::string>(), vocab_size);
+  w.vocab_from = tj.string();
 }
 
 // A state_dict's name as nanoGPT reads it: torch.compile's '_orig_mod.' (nanoGPT's default,
@@ -525,6 +572,7 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
   }
   w.config = c;
   w.padded_vocab_size = c.vocab_size;
+  vocab_from_trainer_json(path, c.vocab_size, w);  // Note [Checkpoint vocabulary]
   return w;
 }
 
@@ -565,6 +613,10 @@ GptWeights from_checkpoint(const std::string& path) {
   w.n_head_from = "the checkpoint";
   w.config = c;
   w.padded_vocab_size = c.vocab_size;
+  if (auto it = ck.state.config.find("vocab"); it != ck.state.config.end()) {
+    w.vocab_from = (fs::path(ck.path) / "trainer.json").string();
+    w.vocab = parse_vocab(w.vocab_from, it->second, c.vocab_size);  // Note [Checkpoint vocabulary]
+  }
   std::map<std::string, Tensor> by = host_by_name(ck.params);
   for (const auto& [name, shape] : gpt_param_specs(c)) {
     auto it = by.find(name);

@@ -80,7 +80,10 @@ std::string format_init_from(const std::string& prog, const GptSettings& g,
                   f.vocab_size, weights.padded_vocab_size - 1);
     s += buf;
   }
-  return s + " bias=" + (f.bias ? "True" : "False") + "\n";
+  s += std::string(" bias=") + (f.bias ? "True" : "False");
+  if (!weights.vocab.empty())  // Note [Checkpoint vocabulary]: the text is encoded with it
+    s += detail::cat(" vocab=", weights.vocab.size(), " characters (", weights.vocab_from, ")");
+  return s + "\n";
 }
 
 RunInputs gpt_inputs(const GptSettings& g, const GptRun& run, const TrainerConfig& c) {
