@@ -234,7 +234,7 @@ OptionTable trainer_options(TrainerOptions& o) {
           "each takes a contiguous part of --batch-size; nanoGPT's gradient_accumulation_steps "
           "counts all ranks' (train.py divides it by the world size): give it divided by "
           "--devices (docs/llmc_nanogpt.md); bitwise: a power of two with micro-shards divisible "
-          "by it x devices, the same bits as 1",
+          "by it x devices (above 1, a power-of-two device count), the same bits as 1",
           "an integer >= 1"),
       option("--dry-run", &c.dry_run,
              "sim: price every kernel, copy and collective and account every allocation "
