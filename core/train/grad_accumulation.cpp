@@ -86,7 +86,7 @@ void check_grad_accumulation(const TrainerConfig& c, int devices) {
     // The micro-shards are a power of two: no count of them divides evenly over another
     // number of devices, whatever --micro-shards says (session 56: the advice to raise it could
     // never work on 3 devices).
-    const std::string dev = c.name_of("devices"), mode = c.name_of("determinism");
+    const std::string dev = devices_name(c, devices), mode = c.name_of("determinism");
     const std::string shards = c.name_of("micro_shards"), steps = c.name_of("grad_accum_steps");
     DITTO_CHECK(is_power_of_two(devices), steps, " x ", dev,
                 ": bitwise mode gives every micro-step of every device whole micro-shards, and ",

@@ -409,14 +409,12 @@ std::vector<std::string> config_warnings(const TrainerConfig& c,
                   "it does nothing in this run");
   const long long devices = run_devices(c);
   if (c.determinism == Determinism::bitwise && (devices & (devices - 1)) != 0)
-    out.push_back(
-        n("devices") +
-        (devices != c.devices && !dist::is_initialized() ? " x " + n("nodes") : std::string()) +
-        ": " + std::to_string(devices) +
-        " devices, not a power of two: the params_checksum is the same from run to run "
-        "but differs from the one every power-of-two device count (1, 2, 4, ...) gives "
-        "(bitwise mode splits the batch in power-of-two micro-shards, Note "
-        "[Micro-shards])");
+    out.push_back(devices_name(c, devices) + ": " + std::to_string(devices) +
+                  (dist::is_initialized() ? " processes" : " devices") +
+                  ", not a power of two: the params_checksum is the same from run to run "
+                  "but differs from the one every power-of-two device count (1, 2, 4, ...) gives "
+                  "(bitwise mode splits the batch in power-of-two micro-shards, Note "
+                  "[Micro-shards])");
   if (given.count("memory_capacity") && c.backend == "cuda")
     out.push_back(n("memory_capacity") +
                   ": the capacity of simulated devices; the cuda backend's devices have their own "
