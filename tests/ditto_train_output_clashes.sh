@@ -53,11 +53,13 @@ refused() {
   return 0
 }
 D=(--init-from m.bin --data x_train_000001.bin)
-other() { echo "expected a file other than $1's, got '$2' ($1 '$3'), which it would overwrite"; }
+other() { echo "expected a file other than $1 '$3', got '$2', which it would overwrite"; }
+# The validation shard found beside --data (no --val-data given: session 56, B3 named it so).
+beside='--data (validation file found beside it)'
 
 # 1. Outputs onto the run's inputs.
 reset
-refused x_val_000000.bin "--export llmc: $(other --val-data x_val_000000.bin x_val_000000.bin)" \
+refused x_val_000000.bin "--export llmc: $(other "$beside" x_val_000000.bin x_val_000000.bin)" \
   "$train" "${G[@]}" "${D[@]}" --export llmc x_val_000000.bin
 reset
 refused v.bin "--export hf: $(other --val-data v.bin v.bin)" \
@@ -70,14 +72,14 @@ reset
 refused x_train_000002.bin "--export llmc: $(other --data x_train_000002.bin x_train_000002.bin)" \
   "$train" "${G[@]}" --init-from m.bin --data 'x_train_*.bin' --export llmc x_train_000002.bin
 reset
-refused x_val_000000.bin "--metrics-jsonl: $(other --val-data x_val_000000.bin x_val_000000.bin)" \
+refused x_val_000000.bin "--metrics-jsonl: $(other "$beside" x_val_000000.bin x_val_000000.bin)" \
   "$train" "${G[@]}" "${D[@]}" --metrics-jsonl x_val_000000.bin
 reset
 refused x_train_000002.bin "--metrics-jsonl: $(other --data x_train_000002.bin x_train_000002.bin)" \
   "$train" "${G[@]}" --init-from m.bin --data x_train_000001.bin,x_train_000002.bin \
   --metrics-jsonl x_train_000002.bin
 reset
-refused x_val_000000.bin "--trace: $(other --val-data x_val_000000.bin x_val_000000.bin)" \
+refused x_val_000000.bin "--trace: $(other "$beside" x_val_000000.bin x_val_000000.bin)" \
   "$train" "${G[@]}" "${D[@]}" --trace x_val_000000.bin
 reset
 refused m.bin "--metrics-jsonl: $(other --init-from m.bin m.bin)" \
@@ -89,7 +91,7 @@ refused m.bin "--trace: $(other --init-from m.bin m.bin)" "$train" "${G[@]}" "${
 reset
 ln x_val_000000.bin hard.bin
 KEEP=keep/x_val_000000.bin refused x_val_000000.bin \
-  "--export llmc: $(other --val-data hard.bin x_val_000000.bin)" \
+  "--export llmc: $(other "$beside" hard.bin x_val_000000.bin)" \
   "$train" "${G[@]}" "${D[@]}" --export llmc hard.bin
 reset
 ln -s x_train_000002.bin sym.bin
@@ -97,7 +99,7 @@ refused x_train_000002.bin "--metrics-jsonl: $(other --data sym.bin x_train_0000
   "$train" "${G[@]}" --init-from m.bin --data x_train_000001.bin,x_train_000002.bin \
   --metrics-jsonl sym.bin
 reset
-refused x_val_000000.bin "--trace: $(other --val-data ./x_val_000000.bin x_val_000000.bin)" \
+refused x_val_000000.bin "--trace: $(other "$beside" ./x_val_000000.bin x_val_000000.bin)" \
   "$train" "${G[@]}" "${D[@]}" --trace ./x_val_000000.bin
 
 # 2. Two outputs on one file.

@@ -65,6 +65,33 @@ TEST(TextDataSource, VocabularyIsTheSortedDistinctBytesAndTheSplitIsNinetyTen) {
             TextDataSource(small_text() + "t", 8, 0, "x").checkpoint_config().at("text_fnv1a"));
 }
 
+// Session 56 (B1): a checkpoint's vocabulary given (Note [Given vocabulary]) replaces the text's,
+// so its ids keep meaning its characters; a byte it lacks is refused naming the first ones.
+// Before, a text's own vocabulary was always used ("be" is 5 6 in the text's own, 7 8 here).
+TEST(TextDataSource, AGivenVocabularyEncodesTheTextAndBytesOutsideItAreRefused) {
+  const std::string chars = "\n ,XYZabenort";
+  const TextVocabulary v{{chars.begin(), chars.end()}, "the vocabulary of 'ck'"};
+  TextDataSource s(small_text(), 8, 0, "small", &v);
+  EXPECT_EQ(s.vocab_size(), 13);
+  EXPECT_EQ(std::string(s.itos().begin(), s.itos().end()), chars);
+  EXPECT_EQ(s.encode("be, X"), (std::vector<std::int64_t>{7, 8, 2, 1, 3}));
+  EXPECT_EQ(s.decode({0, 6}), "\na");
+  EXPECT_EQ(s.checkpoint_config().at("vocab"), "0a202c58595a6162656e6f7274");
+  // The same windows as with the text's own vocabulary, the same characters, other ids.
+  TextDataSource own(small_text(), 8, 0, "small");
+  const auto x = s.step_batch(0, 4).x.to_vector<std::int64_t>();
+  const auto x_own = own.step_batch(0, 4).x.to_vector<std::int64_t>();
+  EXPECT_EQ(s.decode(x), own.decode(x_own));
+  EXPECT_NE(x, x_own);
+  test::expect_invalid(
+      [&] { TextDataSource(small_text() + "q\x01q~", 8, 0, "more", &v); },
+      "TextDataSource: 'more': expected only the 13 bytes of the vocabulary of 'ck', got 3 bytes "
+      "it has no token for: 0x71 'q' at byte 1000, 0x01 at byte 1001, 0x7e '~' at byte 1003");
+  const TextVocabulary twice{{'a', 'b', 'a'}, "v"};
+  test::expect_invalid([&] { TextDataSource(small_text(), 8, 0, "t", &twice); },
+                       "TextDataSource: 't': v: expected distinct bytes, got 0x61 twice");
+}
+
 // Issue 31, item 9: a text file was read into a string and copied as tokens (a 3 GiB file took
 // 6.3 GB). It is memory-mapped now (Note [Mapped text]): the file appears in /proc/self/maps while
 // the source lives and not after, and its windows, vocabulary and checkpoint config are those of

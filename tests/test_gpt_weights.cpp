@@ -338,6 +338,32 @@ TEST_F(GptWeights, DittoCheckpointDirectory) {
                            "model '64-128-10'");
 }
 
+// Session 56 (B1): a checkpoint of a run on a text records its vocabulary (trainer.json's
+// "vocab"), which load_gpt_weights returns from the directory and from its model.safetensors
+// (Note [Checkpoint vocabulary]); a run on token files records none; a malformed one is refused.
+TEST_F(GptWeights, ACheckpointsVocabularyIsReadWithItsWeights) {
+  TrainerState st;
+  const std::string none = save_tiny_checkpoint(st);
+  EXPECT_TRUE(io::load_gpt_weights(none).vocab.empty());
+  EXPECT_TRUE(io::load_gpt_weights(none + "/model.safetensors").vocab.empty());
+  st.step = 4;
+  st.config["vocab"] = "0a20217a";
+  const std::string ck = save_tiny_checkpoint(st);
+  for (const std::string& path : {dir_ + "/ck", ck, ck + "/model.safetensors"}) {
+    const io::GptWeights r = io::load_gpt_weights(path);
+    EXPECT_EQ(r.vocab, (std::vector<unsigned char>{'\n', ' ', '!', 'z'})) << path;
+    EXPECT_EQ(r.vocab_from, ck + "/trainer.json") << path;
+  }
+  st.step = 5;
+  st.config["vocab"] = "0a200a";
+  const std::string twice = save_tiny_checkpoint(st);
+  expect_error<ParseError>([&] { io::load_gpt_weights(twice); },
+                           "io::load_gpt_weights: '" + twice +
+                               "/trainer.json': config vocab: expected distinct bytes in "
+                               "lowercase hex, at most the model's vocab_size = 512 of them, got "
+                               "'0a200a'");
+}
+
 // A checkpoint's own DIR/step-N/model.safetensors (nanoGPT's layout, no n_head in it, not a
 // GPT-2 size): n_head from the trainer.json beside it, no --n-head needed (issue 32, K06).
 TEST_F(GptWeights, CheckpointModelFileTakesNHeadFromTrainerJson) {
@@ -392,6 +418,14 @@ TEST_F(GptWeights, ConfigJsonOfAnotherModelIsRefusedNamingTheKey) {
        "layer_norm_epsilon: expected 1e-05 (GPT-2's and ditto's LayerNorm epsilon), got 1e-06"},
       {R"("scale_attn_weights": false)",
        "scale_attn_weights: expected true (attention scores scaled by 1/sqrt(head size), as GPT-2), got false"},
+      // Session 56 (B2): transformers divides layer i's scores by i + 1 with this flag; the
+      // key was ignored. An n_inner other than c_fc's 4 x n_embd was taken too.
+      {R"("scale_attn_by_inverse_layer_idx": true, "reorder_and_upcast_attn": true)",
+       "scale_attn_by_inverse_layer_idx: expected false (GPT-2's attention; true also divides "
+       "layer i's scores by i + 1, which ditto does not compute), got true"},
+      {R"("n_inner": 64)",
+       "n_inner: expected null or 128 (4 x n_embd: the width of the tensors' mlp.c_fc, the only "
+       "MLP width ditto's GPT has), got 64"},
       {R"("n_layer": 12)", "n_layer: expected 2 (the tensors' n_layer), got 12"},
       {R"("n_embd": 768)", "n_embd: expected 32 (the tensors' n_embd), got 768"},
       {R"("n_positions": 1024)",
@@ -411,6 +445,13 @@ TEST_F(GptWeights, ConfigJsonOfAnotherModelIsRefusedNamingTheKey) {
                        "n_embd": 32, "n_positions": 64, "vocab_size": 512})");
     expect_tiny_config(io::load_gpt_weights(path));
   }
+  // Keys that leave the causal LM's function as GPT-2's: accepted (Note [GPT-2 config.json]).
+  write_bytes(cfg, R"({"n_head": 4, "n_inner": 128, "scale_attn_by_inverse_layer_idx": false,
+                       "reorder_and_upcast_attn": true, "add_cross_attention": true,
+                       "attn_pdrop": 0.1, "n_ctx": 1024})");
+  expect_tiny_config(io::load_gpt_weights(path));
+  write_bytes(cfg, R"({"n_head": 4, "n_inner": null})");
+  expect_tiny_config(io::load_gpt_weights(path));
 }
 
 // A folder that is not a checkpoint: a Hugging Face download folder (model.safetensors +

@@ -441,6 +441,20 @@ TEST(GradAccumTrainer, BadSettingsNameTheOptionsAndTheNumbers) {
                        "lower --grad-accum-steps)");
   c.trainer = TrainerKind::dp;  // dp splits each micro-step over the devices too
   test::expect_invalid([&] { Trainer(c, data).fit(); }, "= 128 (raise --micro-shards");
+  // Session 56 (A1): no power-of-two --micro-shards is divisible by 2 x 3; it advised raising it.
+  c.devices = 3;
+  c.grad_accum_steps = 2;
+  c.field_names["determinism"] = "--determinism";
+  for (TrainerKind kind : {TrainerKind::dp, TrainerKind::ddp}) {
+    c.trainer = kind;
+    test::expect_invalid([&] { Trainer(c, data).fit(); },
+                         "--grad-accum-steps x --devices: bitwise mode gives every micro-step of "
+                         "every device whole micro-shards, and --micro-shards is a power of two: "
+                         "expected a power-of-two device count (1, 2, 4, ...) with "
+                         "--grad-accum-steps 2, got --devices 3 (use --determinism fast, a "
+                         "power-of-two --devices, or --grad-accum-steps 1)");
+  }
+  c.devices = 4;
   c.grad_accum_steps = 0;
   test::expect_invalid([&] { Trainer(c, data).fit(); }, "--grad-accum-steps: expected >= 1, got 0");
   // Fast mode: every micro-step of every rank needs a row (48 rows over 4 ranks: 12 each).

@@ -219,6 +219,9 @@ TEST(MetricsFormat, MemoryEpochAndEvalLines) {
   v.eta_s = 3725;
   EXPECT_EQ(train::format_eval(v), "step 250: train loss 1.5000, val loss 1.7500 (lr 1.000e-03, "
                                    "2000 tokens/s, ETA 1:02:05)\n");
+  // --eval-only trains nothing: nanoGPT's eval_only line, no learning rate (session 56, B4).
+  v.eval_only = true;
+  EXPECT_EQ(train::format_eval(v), "step 250: train loss 1.5000, val loss 1.7500\n");
 }
 
 // A diverged run's NaN loss prints as "nan" whatever its sign bit (x86's inf - inf gives the
@@ -287,14 +290,14 @@ TEST(OutputPaths, AnOutputIsNeitherAnInputNorAnotherOutputNorInsideADirectory) {
         io::check_outputs_are_not_inputs({{"--trace", dir + "/./data.csv"}}, {{"--data", data}},
                                          {});
       },
-      "--trace: expected a file other than --data's, got '" + dir + "/./data.csv' (--data '" +
-          data + "'), which it would overwrite");
+      "--trace: expected a file other than --data '" + data + "', got '" + dir +
+          "/./data.csv', which it would overwrite");
   expect_invalid(
       [&] {
         io::check_outputs_are_not_inputs({{"--trace", dir + "/m"}, {"--metrics-jsonl", dir + "/m"}},
                                          {{"--data", data}}, {});
       },
-      "--metrics-jsonl: expected a file other than --trace's");
+      "--metrics-jsonl: expected a file other than --trace '");
   expect_invalid(
       [&] {
         io::check_outputs_are_not_inputs({{"--trace", dir + "/ck/latest"}}, {},
@@ -314,8 +317,8 @@ TEST(OutputPaths, AnOutputIsComparedByIdentityAndMustBeWritableByItsMode) {
       [&] {
         io::check_outputs_are_not_inputs({{"--export llmc", link}}, {{"--val-data", val}}, {});
       },
-      "--export llmc: expected a file other than --val-data's, got '" + link + "' (--val-data '" +
-          val + "'), which it would overwrite");
+      "--export llmc: expected a file other than --val-data '" + val + "', got '" + link +
+          "', which it would overwrite");
   const std::string ro = dir + "/ro.txt";
   std::ofstream(ro) << "keep";
   ASSERT_EQ(::chmod(ro.c_str(), 0444), 0);
@@ -347,27 +350,28 @@ TEST(OutputPaths, ADanglingLinkIsComparedAsTheFileItNames) {
         io::check_outputs_are_not_inputs(
             {{"--trace", dir + "/t.json"}, {"--metrics-jsonl", to_trace}}, {}, {});
       },
-      "--metrics-jsonl: expected a file other than --trace's, got '" + to_trace + "' (--trace '" +
-          dir + "/t.json'), which it would overwrite");
+      "--metrics-jsonl: expected a file other than --trace '" + dir + "/t.json', got '" + to_trace +
+          "', which it would overwrite");
   expect_invalid(
       [&] {
         io::check_outputs_are_not_inputs({{"--trace", chain}, {"--metrics-jsonl", to_trace}}, {},
                                          {});
       },
-      "--metrics-jsonl: expected a file other than --trace's");
+      "--metrics-jsonl: expected a file other than --trace '");
   // An input of that name (missing too), and an input given through the link.
   expect_invalid(
       [&] {
         io::check_outputs_are_not_inputs({{"--export llmc", to_val}},
                                          {{"--val-data", dir + "/val.bin"}}, {});
       },
-      "--export llmc: expected a file other than --val-data's, got '" + to_val + "'");
+      "--export llmc: expected a file other than --val-data '" + dir + "/val.bin', got '" + to_val +
+          "'");
   expect_invalid(
       [&] {
         io::check_outputs_are_not_inputs({{"--export llmc", dir + "/val.bin"}},
                                          {{"--val-data", to_val}}, {});
       },
-      "--export llmc: expected a file other than --val-data's");
+      "--export llmc: expected a file other than --val-data '");
   // Inside a directory.
   expect_invalid(
       [&] {

@@ -3,6 +3,7 @@
 #include "core/checkpoint/gpt_weights.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -258,10 +259,19 @@ std::int64_t n_head_from_config_json(const std::string& path, const nlohmann::js
 // Note [GPT-2 config.json]
 // Hugging Face's config.json beside a model.safetensors says more than n_head: a model of another
 // architecture (model_type), activation (activation_function), LayerNorm epsilon
-// (layer_norm_epsilon) or attention scaling (scale_attn_weights) would load and compute something
-// else without a word, and sizes that contradict the tensors mean the file is not the one the
-// config describes. Each is refused naming the key, what ditto's GPT-2 expects and what the file
-// says; keys left out are HF's defaults, which are ditto's.
+// (layer_norm_epsilon) or attention scaling (scale_attn_weights, and
+// scale_attn_by_inverse_layer_idx: transformers' GPT2Attention divides layer i's scores by i + 1
+// too, as the stanford-crfm Mistral GPT-2 checkpoints set) would load and compute something else
+// without a word, and sizes that contradict the tensors (n_inner, the MLP's width, 4 x n_embd in
+// GPT-2 and the only one ditto's GPT has) mean the file is not the one the config describes.
+// Each is refused naming the key, what ditto's GPT-2 expects and what the file says; keys left
+// out are HF's defaults, which are ditto's. Accepted whatever they say: reorder_and_upcast_attn
+// (it computes the scores in f32 under autocast, as ditto does in every dtype: a precision
+// choice, not another function), add_cross_attention (its crossattention tensors, if the file
+// has them, are refused as unknown names; without an encoder's states GPT2Block skips them),
+// the dropouts (attn_pdrop, resid_pdrop, embd_pdrop: --dropout's, none at evaluation), n_ctx
+// (older transformers' copy of n_positions, unused) and the rest (tokenizer ids, the summary_*
+// of GPT2DoubleHeadsModel, use_cache, initializer_range), which do not change the causal LM.
 // `j`: read_config_json(path)'s (null: no config.json, nothing to check).
 void check_config_json(const std::string& path, const nlohmann::json& j, const nn::GPTConfig& c) {
   if (j.is_null()) return;
@@ -296,6 +306,16 @@ void check_config_json(const std::string& path, const nlohmann::json& j, const n
     refuse("layer_norm_epsilon", "1e-05 (GPT-2's and ditto's LayerNorm epsilon)");
   if (j.contains("scale_attn_weights") && j["scale_attn_weights"] != true)
     refuse("scale_attn_weights", "true (attention scores scaled by 1/sqrt(head size), as GPT-2)");
+  if (j.contains("scale_attn_by_inverse_layer_idx") &&
+      j["scale_attn_by_inverse_layer_idx"] != false)
+    refuse("scale_attn_by_inverse_layer_idx",
+           "false (GPT-2's attention; true also divides layer i's scores by i + 1, which ditto "
+           "does not compute)");
+  if (j.contains("n_inner") && !j["n_inner"].is_null() &&
+      !(j["n_inner"].is_number_integer() && j["n_inner"].get<std::int64_t>() == 4 * c.n_embd))
+    refuse("n_inner", detail::cat("null or ", 4 * c.n_embd,
+                                  " (4 x n_embd: the width of the tensors' mlp.c_fc, the only "
+                                  "MLP width ditto's GPT has)"));
   const std::pair<const char*, std::int64_t> sizes[] = {{"n_layer", c.n_layer},
                                                         {"n_embd", c.n_embd},
                                                         {"n_positions", c.block_size},
@@ -305,6 +325,32 @@ void check_config_json(const std::string& path, const nlohmann::json& j, const n
       refuse(key,
              detail::cat(tensors, " (the tensors' ",
                          key == std::string("n_positions") ? "block_size, wpe's rows" : key, ")"));
+}
+
+// The bytes of trainer.json `from`'s "vocab" (hex, Note [Checkpoint vocabulary]) for a model of
+// `vocab_size` rows: distinct bytes, at most vocab_size of them; ParseError otherwise.
+std::vector<unsigned char> parse_vocab(const std::string& from, const std::string& hex,
+                                       std::int64_t vocab_size) {
+  auto digit = [](char ch) {
+    return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+  };
+  std::vector<unsigned char> out;
+  std::array<bool, 256> seen{};
+  bool ok = hex.size() % 2 == 0 && !hex.empty();
+  for (std::size_t i = 0; ok && i < hex.size(); i += 2) {
+    const int hi = digit(hex[i]), lo = digit(hex[i + 1]);
+    ok = hi >= 0 && lo >= 0 && !seen[static_cast<std::size_t>(hi * 16 + lo)];
+    if (ok) {
+      seen[static_cast<std::size_t>(hi * 16 + lo)] = true;
+      out.push_back(static_cast<unsigned char>(hi * 16 + lo));
+    }
+  }
+  if (!ok || static_cast<std::int64_t>(out.size()) > vocab_size)
+    bad(from, detail::cat("config vocab: expected distinct bytes in lowercase hex, at most the "
+                          "model's vocab_size = ",
+                          vocab_size, " of them, got '", hex.substr(0, 64),
+                          hex.size() > 64 ? "...'" : "'"));
+  return out;
 }
 
 // n_head from a ditto checkpoint's trainer.json beside `path` (DIR/step-N/model.safetensors):
@@ -331,6 +377,26 @@ std::int64_t n_head_from_trainer_json(const std::string& path, std::string& from
   if (nh < 1) return 0;
   from = tj.string();
   return nh;
+}
+
+// The vocabulary a ditto checkpoint's trainer.json beside `path` records (Note [Checkpoint
+// vocabulary]) into w.vocab and w.vocab_from, for a model of `vocab_size` rows; nothing when there
+// is none, it is not a GPT's, or it has no "vocab" (a run on token files).
+void vocab_from_trainer_json(const std::string& path, std::int64_t vocab_size, GptWeights& w) {
+  const fs::path tj = fs::path(path).parent_path() / "trainer.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(tj, ec)) return;
+  std::string text = read_file(tj.string(), kMaxJsonBytes, "io::load_gpt_weights");
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("config") || !j["config"].is_object())
+    return;
+  const nlohmann::json& cfg = j["config"];
+  if (!cfg.contains("model") || !cfg["model"].is_string() ||
+      cfg["model"].get<std::string>().rfind("gpt(", 0) != 0 || !cfg.contains("vocab") ||
+      !cfg["vocab"].is_string())
+    return;
+  w.vocab = parse_vocab(tj.string(), cfg["vocab"].get<std::string>(), vocab_size);
+  w.vocab_from = tj.string();
 }
 
 // A state_dict's name as nanoGPT reads it: torch.compile's '_orig_mod.' (nanoGPT's default,
@@ -506,6 +572,7 @@ GptWeights from_safetensors(const std::string& path, const SafetensorsData& d,
   }
   w.config = c;
   w.padded_vocab_size = c.vocab_size;
+  vocab_from_trainer_json(path, c.vocab_size, w);  // Note [Checkpoint vocabulary]
   return w;
 }
 
@@ -546,6 +613,10 @@ GptWeights from_checkpoint(const std::string& path) {
   w.n_head_from = "the checkpoint";
   w.config = c;
   w.padded_vocab_size = c.vocab_size;
+  if (auto it = ck.state.config.find("vocab"); it != ck.state.config.end()) {
+    w.vocab_from = (fs::path(ck.path) / "trainer.json").string();
+    w.vocab = parse_vocab(w.vocab_from, it->second, c.vocab_size);  // Note [Checkpoint vocabulary]
+  }
   std::map<std::string, Tensor> by = host_by_name(ck.params);
   for (const auto& [name, shape] : gpt_param_specs(c)) {
     auto it = by.find(name);

@@ -41,6 +41,20 @@
 // (gpt2_presets: 12 heads for 768 wide, ...), else the caller's n_head_hint (--n-head).
 // A safetensors file whose c_attn weight is [3C, C] has nanoGPT's layout (ditto's checkpoint
 // model.safetensors, a nanoGPT state_dict): read the same way, without the transposes.
+//
+// Note [Checkpoint vocabulary]
+// A character model's token ids are ranks in its text's vocabulary (Note [Text batches]), so
+// its weights mean nothing without that vocabulary: id 5 is ',' in a model of Shakespeare and
+// '-' in one of a lower-cased copy. A ditto checkpoint of a run on a text records it
+// (trainer.json's "vocab", the bytes in hex in token order), and load_gpt_weights returns it
+// (GptWeights::vocab) from a checkpoint directory and from a model.safetensors with that
+// trainer.json beside it. A run that starts from such weights on a text (--init-from, with or
+// without --eval-only) encodes the text, and decodes its sample, with the checkpoint's
+// vocabulary instead of the text's own, as nanoGPT fine-tunes by reusing meta.pkl's stoi / itos;
+// a text holding a byte the vocabulary lacks is refused naming it (there is no id for it).
+// Before, the text's own vocabulary was used whenever it was not larger: another text's ids then
+// meant other characters (a validation loss above the uniform one, a garbled sample).
+// llm.c and Hugging Face files record no vocabulary (their ids are the tokenizer's).
 #pragma once
 
 #include <cstdint>
@@ -83,6 +97,14 @@ struct GptWeights {
   std::string n_head_from;
   /// llm.c: the header's padded_vocab_size (its rows dropped); otherwise config.vocab_size.
   std::int64_t padded_vocab_size = 0;
+  /// A character model's vocabulary: the byte of token id t at [t] (TextDataSource's itos), as
+  /// the trainer.json of a ditto checkpoint of a run on a text records it ("vocab"; the
+  /// checkpoint directory's, or the one beside its model.safetensors). Empty when the file
+  /// records none (llm.c, Hugging Face, a checkpoint of a run on token files). Note [Checkpoint
+  /// vocabulary].
+  std::vector<unsigned char> vocab;
+  /// The trainer.json `vocab` was read from ("" when empty).
+  std::string vocab_from;
 };
 
 /// nanoGPT's parameter names and shapes of a GPT of `cfg`, in nn::GPT's parameters() order

@@ -23,6 +23,13 @@
 // window touches them again), and a token is stoi[byte] taken when a window is built. So a 3 GiB
 // text costs pages of the windows drawn, not the 6.3 GB that a copy of the bytes and a copy as
 // tokens took. A text given in memory (the second constructor) is kept as given.
+//
+// Note [Given vocabulary]
+// A TextVocabulary given to the constructor replaces the text's own: token = the byte's index in
+// it (a model's ids keep meaning its characters on another text: Note [Checkpoint vocabulary] in
+// core/checkpoint/gpt_weights.h). Every byte of the text must be in it; the first ones that are
+// not are named (with the offset of each one's first occurrence), as they have no token.
+// checkpoint_config's "vocab" is then the given vocabulary.
 #pragma once
 
 #include <array>
@@ -36,6 +43,12 @@
 
 namespace ditto::train {
 
+/// A vocabulary for a TextDataSource instead of its text's own (Note [Given vocabulary]).
+struct TextVocabulary {
+  std::vector<unsigned char> itos;  ///< the byte of token t at [t]; distinct bytes
+  std::string name;                 ///< what errors call it ("the vocabulary of 'ck/...'")
+};
+
 class TextDataSource final : public WindowSource {
  public:
   /// The bytes of the file `path`, memory-mapped (Note [Mapped text]), windows of `block_size`
@@ -43,11 +56,15 @@ class TextDataSource final : public WindowSource {
   /// for one that is not a regular file or has more than 4 GiB, io::kMaxDataBytes: Note [Bounded
   /// reads]), ditto::Error naming the file when mmap fails, and InvalidArgument for block_size <
   /// 1 or a text whose splits are not longer than block_size tokens (naming the file and the
-  /// sizes). The file must not be changed while the source exists.
-  TextDataSource(const std::string& path, std::int64_t block_size, std::uint64_t seed);
+  /// sizes). The file must not be changed while the source exists. `vocab` (when not null):
+  /// the vocabulary instead of the text's (Note [Given vocabulary]); InvalidArgument naming the
+  /// file, the vocabulary and the first bytes of the text not in it, or a vocabulary that is
+  /// empty or repeats a byte.
+  TextDataSource(const std::string& path, std::int64_t block_size, std::uint64_t seed,
+                 const TextVocabulary* vocab = nullptr);
   /// From text already in memory; `name` is what errors call it.
   TextDataSource(std::string text, std::int64_t block_size, std::uint64_t seed,
-                 const std::string& name);
+                 const std::string& name, const TextVocabulary* vocab = nullptr);
   ~TextDataSource() override;
   TextDataSource(const TextDataSource&) = delete;
   TextDataSource& operator=(const TextDataSource&) = delete;
@@ -80,8 +97,13 @@ class TextDataSource final : public WindowSource {
   std::int64_t split_tokens(EvalSplit split) const override;
   void read_tokens(EvalSplit split, std::int64_t begin, std::int64_t n,
                    std::int64_t* out) const override;
-  /// The vocabulary, FNV-1a and splits of bytes_[0, size_), and the size checks.
-  void index(const char* call);
+  /// The vocabulary (the text's, or `vocab`'s), FNV-1a and splits of bytes_[0, size_), and the
+  /// size checks.
+  void index(const char* call, const TextVocabulary* vocab);
+  /// Makes `vocab` the vocabulary (Note [Given vocabulary]); `seen` and `first`: which bytes the
+  /// text holds and where each first is.
+  void use_vocabulary(const char* call, const TextVocabulary& vocab,
+                      const std::array<bool, 256>& seen, const std::array<std::size_t, 256>& first);
   /// Token i of the text: stoi of its byte.
   std::int64_t token(std::size_t i) const { return stoi_[bytes_[i]]; }
 

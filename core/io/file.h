@@ -210,8 +210,8 @@ using NamedPath = std::pair<std::string, std::string>;
 /// write_file_atomic resolves it; "/dev/stdout" itself). An output that exists as a
 /// regular file must be one the process may write without changing its mode (root, whom the
 /// permission bits do not stop, needs a w bit), as it is replaced or truncated. Entries with an
-/// empty path are skipped. Throws InvalidArgument "OUT: expected a file other than IN's, got 'p'
-/// (IN 'q'), which it would overwrite", "OUT: expected a file outside the DIR directory 'd', got
+/// empty path are skipped. Throws InvalidArgument "OUT: expected a file other than IN 'q', got
+/// 'p', which it would overwrite", "OUT: expected a file outside the DIR directory 'd', got
 /// 'p'" or "OUT: expected a file it may replace, got 'p': Permission denied / read-only: remove
 /// it or chmod u+w", OUT, IN and DIR the entries' names.
 void check_outputs_are_not_inputs(const std::vector<NamedPath>& outputs,

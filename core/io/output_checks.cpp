@@ -72,10 +72,8 @@ void check_outputs_are_not_inputs(const std::vector<NamedPath>& outputs,
     if (path.empty()) continue;
     const std::string k = same_file_key(link_target(path));  // a dangling link's target's
     for (const auto& [other, other_path] : others)
-      DITTO_CHECK(!same_file(path, other_path), opt, ": expected a file other than ", other,
-                  "'s, got '", path, "' (", other, " '", other_path,
-                  "'), which it would "
-                  "overwrite");
+      DITTO_CHECK(!same_file(path, other_path), opt, ": expected a file other than ", other, " '",
+                  other_path, "', got '", path, "', which it would overwrite");
     for (const auto& [dir_opt, dir] : dirs) {
       if (dir.empty()) continue;
       const fs::path rel = fs::path(k).lexically_relative(same_file_key(link_target(dir)));

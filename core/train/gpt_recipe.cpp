@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "core/base/error.h"
@@ -227,8 +228,16 @@ void open_data(const GptSettings& g, const std::string& vocab_from, std::uint64_
                 ": expected token data with it (a text's "
                 "validation split is its last 10%), got the text '",
                 files[0], "'");
+    // A checkpoint of a character model: its vocabulary, so that its ids keep meaning its
+    // characters on this text (Note [Checkpoint vocabulary], core/checkpoint/gpt_weights.h).
+    std::optional<TextVocabulary> vocab;
+    if (const io::GptWeights* w = out.init_weights.get(); w && !w->vocab.empty())
+      vocab =
+          TextVocabulary{w->vocab, detail::cat("the ", g.name_of("init_from"),
+                                               " checkpoint's vocabulary ('", w->vocab_from, "')")};
     try {
-      out.source = out.text = std::make_shared<TextDataSource>(files[0], g.block_size, seed);
+      out.source = out.text =
+          std::make_shared<TextDataSource>(files[0], g.block_size, seed, vocab ? &*vocab : nullptr);
     } catch (const Error& e) {
       throw InvalidArgument(detail::cat(data, ": ", e.what()));
     }

@@ -56,7 +56,9 @@ struct GptSettings {
   /// llm.c's / nanoGPT's naming (train::val_paths_beside).
   std::string val_data;
   /// nanoGPT's init_from: an llm.c model file, Hugging Face GPT-2 safetensors or a ditto
-  /// checkpoint (io::load_gpt_weights); the model's configuration is the file's. "": scratch.
+  /// checkpoint (io::load_gpt_weights); the model's configuration is the file's, and a text is
+  /// encoded with a ditto checkpoint's vocabulary when it records one (Note [Checkpoint
+  /// vocabulary]). "": scratch.
   std::string init_from;
   /// Files written with rank 0's trained model at the end (export_gpt): FORMAT FILE pairs, the
   /// format llmc (f32), llmc-bf16 or hf (Hugging Face safetensors).
@@ -87,7 +89,8 @@ struct GptRun {
 
 /// What a configured GPT run reads, for io::check_outputs_are_not_inputs: `files`, each named
 /// by its setting (g.name_of: "--data" for each file of its list or glob, "--val-data" for each
-/// validation file, given or found beside the data, "--init-from" for a weights file), and `dirs`
+/// validation file given, "--data (validation file found beside it)" for one found beside the
+/// data, "--init-from" for a weights file), and `dirs`
 /// (an init_from checkpoint directory, c's checkpoint_dir and resume_dir, named by c.name_of).
 struct RunInputs {
   std::vector<io::NamedPath> files, dirs;
@@ -122,6 +125,7 @@ double gpt_flops_per_token(const nn::GPTConfig& m);
 std::string format_gpt_start(const std::string& prog, const RunInfo& r, const GptSettings& g,
                              const TrainerConfig& c, const GptRun& run);
 /// "PROG: init_from=FILE (format): n_layer=... (the file's padded rows ... dropped ...) bias=..."
+/// and, for a checkpoint that records a vocabulary, " vocab=N characters (its trainer.json)".
 std::string format_init_from(const std::string& prog, const GptSettings& g,
                              const io::GptWeights& weights);
 /// The prediction's GPT figures: tokens/s and nanoGPT's MFU (model.py estimate_mfu) against the

@@ -80,12 +80,20 @@ std::string format_init_from(const std::string& prog, const GptSettings& g,
                   f.vocab_size, weights.padded_vocab_size - 1);
     s += buf;
   }
-  return s + " bias=" + (f.bias ? "True" : "False") + "\n";
+  s += std::string(" bias=") + (f.bias ? "True" : "False");
+  if (!weights.vocab.empty())  // Note [Checkpoint vocabulary]: the text is encoded with it
+    s += detail::cat(" vocab=", weights.vocab.size(), " characters (", weights.vocab_from, ")");
+  return s + "\n";
 }
 
 RunInputs gpt_inputs(const GptSettings& g, const GptRun& run, const TrainerConfig& c) {
   RunInputs in;
-  const std::string data = g.name_of("data"), val_data = g.name_of("val_data");
+  const std::string data = g.name_of("data");
+  // Validation files found beside the data are named as open_data's errors name them: the user
+  // gave no --val-data.
+  const std::string val_data = g.given.count("val_data")
+                                   ? g.name_of("val_data")
+                                   : data + " (validation file found beside it)";
   if (run.text) in.files.emplace_back(data, run.text->name());
   if (const TokenDataSource* t = run.tokens.get()) {
     for (const auto& f : t->train().files()) in.files.emplace_back(data, f->path());

@@ -83,11 +83,21 @@ void check_grad_accumulation(const TrainerConfig& c, int devices) {
                 ": bitwise mode folds the micro-steps with the canonical tree over a power of two "
                 "of them (Note [Gradient accumulation]): expected a power of two, got ",
                 k);
-    DITTO_CHECK(m % (k * devices) == 0, c.name_of("grad_accum_steps"), " x ", c.name_of("devices"),
+    // The micro-shards are a power of two: no count of them divides evenly over another
+    // number of devices, whatever --micro-shards says (session 56: the advice to raise it could
+    // never work on 3 devices).
+    const std::string dev = devices_name(c, devices), mode = c.name_of("determinism");
+    const std::string shards = c.name_of("micro_shards"), steps = c.name_of("grad_accum_steps");
+    DITTO_CHECK(is_power_of_two(devices), steps, " x ", dev,
+                ": bitwise mode gives every micro-step of every device whole micro-shards, and ",
+                shards, " is a power of two: expected a power-of-two device count (1, 2, 4, ...) ",
+                "with ", steps, " ", k, ", got ", dev, " ", devices, " (use ", mode,
+                " fast, a power-of-two ", dev, ", or ", steps, " 1)");
+    DITTO_CHECK(m % (k * devices) == 0, c.name_of("grad_accum_steps"), " x ", dev,
                 ": bitwise mode gives every micro-step of every device whole "
                 "micro-shards: expected ",
                 c.name_of("micro_shards"), " (", m, ") divisible by ",
-                c.name_of("grad_accum_steps"), " (", k, ") x ", c.name_of("devices"), " (", devices,
+                c.name_of("grad_accum_steps"), " (", k, ") x ", dev, " (", devices,
                 ") = ", k * devices, " (raise ", c.name_of("micro_shards"), " or lower ",
                 c.name_of("grad_accum_steps"), ")");
     return;

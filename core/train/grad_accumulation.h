@@ -34,8 +34,10 @@
 // entries below while equal-sized; at most log2(K) + 1 gradient sets are alive.
 //
 // Hence bitwise mode requires M % (K * D) == 0 (K a power of two <= M / D), checked by
-// check_grad_accumulation with the numbers. Each micro-step's gradients must be its own node, not
-// added into the last micro-step's grads by the module (which would be a left-to-right chain):
+// check_grad_accumulation with the numbers: with K > 1, D must be a power of two (M is one), so
+// a count of 3 devices has no --micro-shards that works; the message says so and offers fast
+// mode, a power-of-two count or K = 1 instead. Each micro-step's gradients must be its own node,
+// not added into the last micro-step's grads by the module (which would be a left-to-right chain):
 // the grads are taken out before each micro-step's backward. DDP cannot sync inside the last
 // backward (the fold is not done yet): every micro-step runs under no_sync and
 // DistributedDataParallel::sync_gradients() all-reduces the folded gradients. Empty micro-steps
@@ -88,10 +90,11 @@ MicroBatch micro_batch(std::int64_t global_rows, std::int64_t micro_shards, int 
 
 /// Throws InvalidArgument unless config.grad_accum_steps can split config.batch_size on
 /// `devices` devices (ranks): bitwise mode needs grad_accum_steps a power of two and
-/// micro_shards % (grad_accum_steps x devices) == 0; fast mode needs every rank's share of the
-/// batch to have none or at least grad_accum_steps rows. The message names the fields as
-/// config.name_of does (--grad-accum-steps, --micro-shards, --devices, --batch-size) and their
-/// values.
+/// micro_shards % (grad_accum_steps x devices) == 0 (so, above 1 step, devices a power of two);
+/// fast mode needs every rank's share of the batch to have none or at least grad_accum_steps
+/// rows. The message names the fields as config.name_of does (--grad-accum-steps,
+/// --micro-shards, --batch-size; the devices by devices_name: --devices, or mpirun -np under
+/// mpirun) and their values.
 void check_grad_accumulation(const TrainerConfig& config, int devices);
 
 /// Fast mode's row check for one batch of `rows` rows (an epoch's last batch may be short):

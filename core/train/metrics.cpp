@@ -78,6 +78,7 @@ void JsonLinesWriter::write(const EvalMetrics& m) {
                       {"tokens_per_s", m.tokens_per_s},
                       {"elapsed_s", m.elapsed_s},
                       {"eta_s", m.eta_s}};
+  if (m.eval_only) j.erase("lr");  // it trains nothing (format_eval's line has none either)
   put_line(j.dump());
 }
 

@@ -66,6 +66,10 @@ struct EvalMetrics {
   /// clock fields (interval_time_s, tokens_per_s, elapsed_s, eta_s) mean nothing and are neither
   /// printed nor written (format_eval, JsonLinesWriter); step, max_iters, lr and tokens are set.
   bool dry_run = false;
+  /// An eval_only run's one evaluation (TrainerConfig::eval_only): no step was or will be taken,
+  /// so lr means nothing and is neither printed nor written (nanoGPT's eval_only prints "step N:
+  /// train loss X, val loss Y" alone).
+  bool eval_only = false;
 };
 
 /// One optimizer step's progress, reported every TrainerConfig::log_interval steps by rank 0

@@ -163,8 +163,10 @@ std::string format_epoch(const EpochMetrics& m) {
 std::string format_eval(const EvalMetrics& m) {
   if (m.dry_run)  // nothing ran: no losses, and the wall clock measured no training
     return strprintf("step %" PRId64 ": no losses (dry run: nothing ran; lr %.3e)\n", m.step, m.lr);
-  std::string s = strprintf("step %" PRId64 ": train loss %.4f, val loss %.4f (lr %.3e", m.step,
-                            loggable(m.train_loss), loggable(m.val_loss), m.lr);
+  std::string s = strprintf("step %" PRId64 ": train loss %.4f, val loss %.4f", m.step,
+                            loggable(m.train_loss), loggable(m.val_loss));
+  if (m.eval_only) return s + "\n";  // it trains nothing: no learning rate, no speed
+  s += strprintf(" (lr %.3e", m.lr);
   if (m.step > 0 && m.tokens_per_s > 0)
     s += strprintf(", %.0f tokens/s, ETA %s", m.tokens_per_s, hms(m.eta_s).c_str());
   return s + ")\n";

@@ -234,7 +234,7 @@ OptionTable trainer_options(TrainerOptions& o) {
           "each takes a contiguous part of --batch-size; nanoGPT's gradient_accumulation_steps "
           "counts all ranks' (train.py divides it by the world size): give it divided by "
           "--devices (docs/llmc_nanogpt.md); bitwise: a power of two with micro-shards divisible "
-          "by it x devices, the same bits as 1",
+          "by it x devices (above 1, a power-of-two device count), the same bits as 1",
           "an integer >= 1"),
       option("--dry-run", &c.dry_run,
              "sim: price every kernel, copy and collective and account every allocation "
@@ -409,14 +409,12 @@ std::vector<std::string> config_warnings(const TrainerConfig& c,
                   "it does nothing in this run");
   const long long devices = run_devices(c);
   if (c.determinism == Determinism::bitwise && (devices & (devices - 1)) != 0)
-    out.push_back(
-        n("devices") +
-        (devices != c.devices && !dist::is_initialized() ? " x " + n("nodes") : std::string()) +
-        ": " + std::to_string(devices) +
-        " devices, not a power of two: the params_checksum is the same from run to run "
-        "but differs from the one every power-of-two device count (1, 2, 4, ...) gives "
-        "(bitwise mode splits the batch in power-of-two micro-shards, Note "
-        "[Micro-shards])");
+    out.push_back(devices_name(c, devices) + ": " + std::to_string(devices) +
+                  (dist::is_initialized() ? " processes" : " devices") +
+                  ", not a power of two: the params_checksum is the same from run to run "
+                  "but differs from the one every power-of-two device count (1, 2, 4, ...) gives "
+                  "(bitwise mode splits the batch in power-of-two micro-shards, Note "
+                  "[Micro-shards])");
   if (given.count("memory_capacity") && c.backend == "cuda")
     out.push_back(n("memory_capacity") +
                   ": the capacity of simulated devices; the cuda backend's devices have their own "

@@ -905,7 +905,8 @@ FitResult Trainer::train_iterations(Run& run, Replica& rep, TrainerState& ts) {
       EvalMetrics m;
       m.step = ts.step;
       m.max_iters = c.max_iters;
-      m.dry_run = c.dry_run;  // nothing ran: no losses or wall-clock speed to report
+      m.dry_run = c.dry_run;      // nothing ran: no losses or wall-clock speed to report
+      m.eval_only = c.eval_only;  // nothing trains: no learning rate to report
       m.train_loss = train_loss;
       m.val_loss = val_loss;
       m.lr = lr;

@@ -41,6 +41,12 @@ long long run_devices(const TrainerConfig& c) {
   return devices;
 }
 
+std::string devices_name(const TrainerConfig& c, long long devices) {
+  if (dist::is_initialized()) return "mpirun -np";
+  if (devices != c.devices) return c.name_of("devices") + " x " + c.name_of("nodes");
+  return c.name_of("devices");
+}
+
 void check_devices(const TrainerConfig& c, long long devices) {
   const auto n = [&](const char* field) { return c.name_of(field); };
   if (c.determinism == Determinism::bitwise) {

@@ -215,6 +215,11 @@ struct TrainerConfig {
 /// c.devices as its extensions multiply them (a simulated cluster's nodes x devices).
 long long run_devices(const TrainerConfig& c);
 
+/// How messages name where a run's `devices` (run_devices') come from: "mpirun -np" under
+/// mpirun (the world size: --devices does not set it there), c.name_of("devices") + " x " +
+/// c.name_of("nodes") when a simulated cluster multiplies c.devices, else c.name_of("devices").
+std::string devices_name(const TrainerConfig& c, long long devices);
+
 /// The checks of `c` against the run's `devices`: bitwise mode's micro_shards a power of two in
 /// 1..kMaxMicroShards and at least the devices (every device gets a micro-shard), and the
 /// gradient accumulation's split (check_grad_accumulation). InvalidArgument naming the fields

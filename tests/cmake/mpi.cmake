@@ -174,6 +174,15 @@ if(DITTO_MPI_ENABLED)
       COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/mpi_rank_stops.sh $<TARGET_FILE:ditto-train>
               ${CMAKE_CURRENT_BINARY_DIR}/mpi_rank_stops ${DITTO_MPIRUN})
   endif()
+  # Session 56 (A2): under mpirun the device count is the job's processes, not --devices (which
+  # it ignores): the non-power-of-two warning and bitwise gradient accumulation's refusal named
+  # --devices to a user who gave -np 3. One processor (Note [Processors of the MPI tests]).
+  if(TARGET ditto-train)
+    ditto_expect_exit(Mpi.DittoTrainNamesMpirunNp_np3 RC 1 TIMEOUT 60 PROCESSORS 1
+      COMMAND ${DITTO_MPIRUN} ${MPIEXEC_NUMPROC_FLAG} 3 $<TARGET_FILE:ditto-train> --epochs 1
+              --grad-accum-steps 2
+      REGEX "ditto-train: warning: mpirun -np: 3 processes, not a power of two: the params_checksum .*ditto-train: error: rank [0-2]: --grad-accum-steps x mpirun -np: bitwise mode gives every micro-step of every device whole micro-shards, and --micro-shards is a power of two: expected a power-of-two device count \\(1, 2, 4, \\.\\.\\.\\) with --grad-accum-steps 2, got mpirun -np 3 \\(use --determinism fast, a power-of-two mpirun -np, or --grad-accum-steps 1\\)")
+  endif()
   # ASan: Open MPI's leaks are allocated under frames of components it has unloaded by exit
   # ("<unknown module>"); LSan's slow unwinder carries their stacks on to libmpi.so, which
   # tools/sanitizers/lsan.supp names (the fast one stops at the first frame without a frame pointer).

@@ -15,6 +15,13 @@ if(TARGET ditto-train)
     COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_weights.sh
             $<TARGET_FILE:ditto-train> ${CMAKE_CURRENT_SOURCE_DIR}/data/gpt2_tiny
             ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_weights)
+  # Session 56 (B1): --init-from a character model's checkpoint on another text encodes it, and
+  # decodes the sample, with the checkpoint's vocabulary; a byte outside it is refused
+  # (tests/ditto_train_init_from_vocab.sh).
+  ditto_pass_fail_test(DittoTrainGpt.InitFromCheckpointKeepsItsVocabulary TIMEOUT 60
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ditto_train_init_from_vocab.sh
+            $<TARGET_FILE:ditto-train> ${PROJECT_SOURCE_DIR}
+            ${CMAKE_CURRENT_BINARY_DIR}/ditto_train_init_from_vocab)
   # What a nanoGPT user meets (tester4; tests/ditto_train_nanogpt.sh says what each section
   # checks): the erf GELU refused, nanoGPT's ckpt.pt named and converted, resume messages, the
   # defaults typed out (tester5).

@@ -220,6 +220,11 @@ if(TARGET ditto-train)
   ditto_expect_exit(DittoTrainCli.GradAccumStepsTimesDevicesPastMicroShards RC 2
     COMMAND $<TARGET_FILE:ditto-train> --grad-accum-steps 16 --devices 8 --epochs 1
     REGEX "^ditto-train: error: --grad-accum-steps x --devices: bitwise mode gives every micro-step of every device whole micro-shards: expected --micro-shards \\(64\\) divisible by --grad-accum-steps \\(16\\) x --devices \\(8\\) = 128")
+  # Session 56 (A1): on 3 devices it advised raising --micro-shards, a power of two: none is
+  # divisible by 2 x 3. It says what works instead.
+  ditto_expect_exit(DittoTrainCli.GradAccumStepsOnThreeDevicesSaysWhatWorks RC 2
+    COMMAND $<TARGET_FILE:ditto-train> --grad-accum-steps 2 --devices 3 --epochs 1
+    REGEX "^ditto-train: error: --grad-accum-steps x --devices: bitwise mode gives every micro-step of every device whole micro-shards, and --micro-shards is a power of two: expected a power-of-two device count \\(1, 2, 4, \\.\\.\\.\\) with --grad-accum-steps 2, got --devices 3 \\(use --determinism fast, a power-of-two --devices, or --grad-accum-steps 1\\)\n$")
   ditto_expect_exit(DittoTrainCli.GradAccumStepsPastTheRowsFast RC 2
     COMMAND $<TARGET_FILE:ditto-train> --grad-accum-steps 65 --determinism fast --epochs 1
     REGEX "^ditto-train: error: --grad-accum-steps: every micro-step needs at least one row: expected at most 64 \\(the rows of a batch of 64\\), got 65")

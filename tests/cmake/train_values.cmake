@@ -30,7 +30,7 @@ if(TARGET ditto-train)
   # --metrics-jsonl or --trace naming the --data file overwrote the data set; inside the
   # --checkpoint directory, its files. (The data file does not exist: nothing can be lost.)
   ditto_expect_exit(DittoTrainCli.MetricsOverTheDataIsRefused RC 2
-    REGEX "^ditto-train: error: --metrics-jsonl: expected a file other than --data's, got '[^']*/\\./cli_collide.csv' \\(--data '[^']*/cli_collide.csv'\\), which it would overwrite"
+    REGEX "^ditto-train: error: --metrics-jsonl: expected a file other than --data '[^']*/cli_collide.csv', got '[^']*/\\./cli_collide.csv', which it would overwrite"
     COMMAND $<TARGET_FILE:ditto-train> --data ${CMAKE_CURRENT_BINARY_DIR}/cli_collide.csv
             --metrics-jsonl ${CMAKE_CURRENT_BINARY_DIR}/./cli_collide.csv)
   ditto_expect_exit(DittoTrainCli.TraceInsideTheCheckpointDirIsRefused RC 2
