@@ -15,7 +15,8 @@
 // --dtype (nccl-tests -d): float, half, bfloat16, double, int8, uint8, int32, uint32, int64,
 // uint64, f8e4m3, f8e5m2, or ditto's names (f32, f16, bf16, ...), a comma list, or "all". Every
 // call is a sum; #wrong counts elements whose bits differ from the exact result rounded once to
-// the dtype (inputs 1 + (rank + i) % 7: every sum of 8 ranks is exact in the accumulator).
+// the dtype, or for integer dtypes wrapped to it as the sum wraps (inputs 1 + (rank + i) % 7:
+// every sum is exact in the f32 reference up to 2^21 ranks).
 #pragma once
 
 #include <cstddef>
