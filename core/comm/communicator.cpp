@@ -194,7 +194,10 @@ using detail::check_same_dtype;
 // send and recv either disjoint or in NCCL's in-place layout: send is block `block` of recv
 // (block 0: the same buffer; all_gather: block rank()) or, with recv_in_send, recv is block
 // `block` of send (reduce_scatter). A partial overlap made the simulator's slices read values
-// another slice had already written (a wrong result, no error; found by a newcomer).
+// another slice had already written (a wrong result, no error; found by a newcomer). The layout
+// the message names follows the sizes, not the block: "recv is send" only where both have as
+// many elements (all_gather's and reduce_scatter's rank 0 were told "recv is send", a layout
+// their sizes cannot have; tester D, D4).
 void check_in_place_or_disjoint(const Communicator& c, const char* call, const Tensor& send,
                                 const Tensor& recv, std::int64_t block, bool recv_in_send) {
   const bool ok = recv_in_send ? detail::disjoint_or_block(send, recv, block)
@@ -203,8 +206,9 @@ void check_in_place_or_disjoint(const Communicator& c, const char* call, const T
       ok, "Communicator::", call,
       ": recv: expected a tensor that does not "
       "overlap send, or NCCL's in-place layout (",
-      block == 0 ? "recv is send"
-                 : (recv_in_send ? "recv is block rank() of send" : "send is block rank() of recv"),
+      send.numel() == recv.numel()
+          ? "recv is send"
+          : (recv_in_send ? "recv is block rank() of send" : "send is block rank() of recv"),
       ", rank ", c.rank(), "), got recv ", recv.str(), " partly overlapping send ", send.str());
 }
 
