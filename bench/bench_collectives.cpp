@@ -101,6 +101,11 @@ bool blocked(Op op) {
   return op == Op::all_gather || op == Op::reduce_scatter || op == Op::all_to_all ||
          op == Op::gather || op == Op::scatter;
 }
+/// nccl-tests' redop and root columns: "none" and -1 where the op does not reduce or has no root.
+bool reduces(Op op) { return op == Op::all_reduce || op == Op::reduce || op == Op::reduce_scatter; }
+bool rooted(Op op) {
+  return op == Op::broadcast || op == Op::reduce || op == Op::gather || op == Op::scatter;
+}
 bool has_in_place(Op op) {
   return op == Op::all_reduce || op == Op::all_gather || op == Op::reduce_scatter ||
          op == Op::broadcast || op == Op::reduce;
@@ -321,8 +326,9 @@ std::vector<std::size_t> size_list(const CollConfig& cfg) {
 }
 
 void print_header(Op op, const std::string& be, int n, const std::string& det, DType dtype) {
-  std::printf("#\n# %s  backend=%s ranks=%d determinism=%s dtype=%s redop=sum root=0\n#\n",
-              op_name(op), be.c_str(), n, det.c_str(), nccl_tests_dtype(dtype));
+  std::printf("#\n# %s  backend=%s ranks=%d determinism=%s dtype=%s redop=%s root=%d\n#\n",
+              op_name(op), be.c_str(), n, det.c_str(), nccl_tests_dtype(dtype),
+              reduces(op) ? "sum" : "none", rooted(op) ? 0 : -1);
   std::printf("# %12s %12s %10s %8s %8s %8s %6s %8s %10s %8s %8s %8s %6s %8s\n", "", "",
               "out-of-place", "", "", "", "", "", "in-place", "", "", "", "", "");
   std::printf("# %12s %12s %10s %8s %8s %8s %6s %8s %10s %8s %8s %8s %6s\n", "size", "count",
@@ -384,6 +390,7 @@ std::vector<DType> parse_dtypes(const std::vector<std::string>& names) {
 
 void check_coll_config(const CollConfig& cfg) {
   DITTO_CHECK(cfg.max_iters >= 1, "ditto-bench: --max-iters: expected >= 1, got ", cfg.max_iters);
+  DITTO_CHECK(cfg.warmup >= 0, "ditto-bench: --warmup-iters: expected >= 0, got ", cfg.warmup);
   DITTO_CHECK(std::isfinite(cfg.seconds) && cfg.seconds > 0 && cfg.seconds <= kMaxSeconds,
               "ditto-bench: --coll-seconds: expected a value > 0 and <= ", kMaxSeconds, ", got ",
               cfg.seconds);
@@ -416,6 +423,8 @@ int run_collectives(const CollConfig& cfg, Csv& csv) {
   const std::vector<DType> dtypes = parse_dtypes(cfg.dtypes);
   const std::vector<std::size_t> sizes = size_list(cfg);
   std::int64_t total_wrong = 0;
+  double busbw_sum = 0;  // over every timed size and placement: nccl-tests' Avg bus bandwidth
+  int busbw_count = 0;
   for (const std::string& be : backends) {
     const int max_ranks = *std::max_element(cfg.ranks.begin(), cfg.ranks.end());
     BackendOptions bo;
@@ -457,6 +466,8 @@ int run_collectives(const CollConfig& cfg, Csv& csv) {
               }
               CollResult r = run_collective(comms, devs, op, dtype, in_place, bytes, cfg);
               total_wrong += r.wrong;
+              busbw_sum += r.busbw;
+              ++busbw_count;
               std::snprintf(buf, sizeof buf, " %10.1f %8.2f %8.2f %8.2f %6lld %8s", r.time_us,
                             r.algbw, r.busbw, r.memgbps, static_cast<long long>(r.wrong), "");
               line += buf;
@@ -472,6 +483,7 @@ int run_collectives(const CollConfig& cfg, Csv& csv) {
   }
   std::printf("# Out of bounds values : %lld %s\n", static_cast<long long>(total_wrong),
               total_wrong ? "FAILED" : "OK");
+  std::printf("# Avg bus bandwidth    : %g\n#\n", busbw_count ? busbw_sum / busbw_count : 0.0);
   return total_wrong ? 1 : 0;
 }
 
