@@ -11,11 +11,23 @@
 // scatter (n-1)/n; broadcast, reduce and sendrecv 1. sendrecv is nccl-tests' ring: rank r sends
 // its buffer to r+1 and receives from r-1, every rank's pair in one group (group_start /
 // group_end). all_to_all, sendrecv, gather and scatter run out-of-place only (NCCL's alltoall has
-// no in-place form; in-place columns print "-").
+// no in-place form; in-place columns print "-"; nccl-tests times sendrecv with send = recv but
+// does not check it, #wrong N/A: ditto refuses a send and a recv of one rank in one group whose
+// buffers overlap, Note [Overlapping point-to-point buffers in a group]).
+// Each table's header names the op's redop and root as nccl-tests' columns do: redop sum for
+// all_reduce, reduce and reduce_scatter, else none; root 0 for broadcast, reduce, gather and
+// scatter, else -1. The run ends with nccl-tests' two summary lines: "# Out of bounds values : N
+// OK|FAILED" and "# Avg bus bandwidth    : X", the mean busbw over every timed size and
+// placement of the run (nccl-tests' src/common.cu: every out-of-place and in-place result).
 // --dtype (nccl-tests -d): float, half, bfloat16, double, int8, uint8, int32, uint32, int64,
 // uint64, f8e4m3, f8e5m2, or ditto's names (f32, f16, bf16, ...), a comma list, or "all". Every
 // call is a sum; #wrong counts elements whose bits differ from the exact result rounded once to
-// the dtype (inputs 1 + (rank + i) % 7: every sum of 8 ranks is exact in the accumulator).
+// the dtype, or for integer dtypes wrapped to it as the sum wraps (inputs 1 + (rank + i) % 7:
+// every sum is exact in the f32 reference up to 2^21 ranks).
+// nccl-tests' short options: -d (--dtype), -b (--min-bytes), -e (--max-bytes), -f
+// (--step-factor), -n (--max-iters: at most n timed calls, fewer once --coll-seconds is spent,
+// where nccl-tests runs exactly n), -w (--warmup-iters), -g (--ranks: one thread drives every
+// rank, as nccl-tests' GPUs per thread).
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,7 @@
 // bench_ddp: DistributedDataParallel (a host thread per rank) against DataParallel, and DDP's
 // bucket all_reduce overlapping backward against all_reduce after backward, in the same run.
 //
-//   build/bin/bench_ddp [--quick] [--help] [--version]
+//   build/bin/bench_ddp [--quick] [--predict-only] [--help] [--version]
 //
 // Part 1, predicted (the simulator's cost model, backend_sim/cost_model.h): DDP's step time in
 // virtual time on 8 simulated GPUs (H100 SXM on NVLink, and on PCIe 4 where communication is
@@ -9,7 +9,12 @@
 // load, so these ratios are what overlap buys on that cluster by the model's account. Printed
 // beside them: per step, the busiest device's kernel time (compute) and collective time (comm);
 // overlap can at most hide the shorter of the two, so the ratio is bounded by
-// (compute + comm) / max(compute, comm).
+// (compute + comm) / max(compute, comm). It runs dry (Note [Dry run], sim_backend.h): priced,
+// not computed, in seconds, and on the paths the CUDA backend runs (its multi-tensor optimizer
+// kernels among them). It used to compute every GEMM on the CPU: the 4096-wide and the deep
+// MLP at batch 1024 on 8 ranks, 12 runs, minutes on a loaded machine, with --quick too (tester
+// D, D3). --predict-only prints this part alone (docs/performance.md's table, checked by
+// ctest Docs.performance).
 //
 // Part 2, wall clock:
 // Model: MLP 784-1024-1024-10 (1.86 M parameters, 7.4 MB of gradients), global batch 256,
@@ -124,6 +129,7 @@ Prediction predict_ddp(const std::vector<std::int64_t>& sizes, std::int64_t batc
                        int steps) {
   BackendOptions bo;
   bo.device_count = ranks;
+  bo.dry_run = true;  // virtual time only: the data is never read
   auto* sb = init_backend("sim", bo).extension<sim::SimBackend>();
   sim::ClusterSpec c = sb->cost_model().cluster();
   c.device = sim::device_profile(device);
@@ -188,8 +194,8 @@ void run_predictions() {
   const int ranks = 8,
             steps = 1;  // virtual time is deterministic: every step after the warm-up is alike
   std::printf(
-      "bench_ddp predicted: DDP step time in virtual time (cost model), %d ranks, fast mode, "
-      "buckets 25 MiB (first 1 MiB), %d steps after a warm-up\n",
+      "bench_ddp predicted: DDP step time in virtual time (cost model, dry run), %d ranks, fast "
+      "mode, buckets 25 MiB (first 1 MiB), %d steps after a warm-up\n",
       ranks, steps);
   std::printf("%-22s %6s %-20s %11s %11s %7s %11s %11s %7s\n", "model", "batch", "cluster",
               "overlap_ms", "serial_ms", "ratio", "compute_ms", "comm_ms", "bound");
@@ -221,12 +227,15 @@ void run_predictions() {
 int main(int argc, char** argv) {
   CLI::App app{"bench_ddp: DistributedDataParallel against DataParallel, and DDP's overlap of "
                "all_reduce with backward (predicted and wall clock)"};
-  bool quick = false;
+  bool quick = false, predict_only = false;
   app.add_flag("--quick", quick, "fewer sizes, steps and repetitions (a smoke run)");
+  app.add_flag("--predict-only", predict_only,
+               "only the predicted part (virtual time, a dry run: seconds)");
   ditto_cli::add_version(app, "bench_ddp");
   if (const std::optional<int> rc = ditto_cli::parse(app, argc, argv, "bench_ddp")) return *rc;
   const int steps = quick ? 3 : 10, reps = quick ? 1 : 5;
   run_predictions();
+  if (predict_only) return 0;
   BackendOptions bo;
   bo.device_count = kRanks;
   init_backend("sim", bo);

@@ -278,14 +278,20 @@ int main(int argc, char** argv) try {
                    "int32, uint32, int64, uint64, f8e4m3, f8e5m2, ditto's names (f32, bf16, ...), "
                    "or all")
         ->delimiter(',');
-    sc->add_option("--ranks", cc.ranks, "Rank counts")->delimiter(',');
-    sc->add_option("--min-bytes", cc.min_bytes, "Smallest size (nccl-tests -b)");
-    sc->add_option("--max-bytes", cc.max_bytes, "Largest size (nccl-tests -e)");
-    sc->add_option("--step-factor", cc.step_factor, "Size multiplier (nccl-tests -f)");
+    // nccl-tests' short options where ditto has the setting (-g: the ranks one thread drives).
+    sc->add_option("-g,--ranks", cc.ranks,
+                   "Rank counts, all driven by one thread (nccl-tests -g, GPUs per thread)")
+        ->delimiter(',');
+    sc->add_option("-b,--min-bytes", cc.min_bytes, "Smallest size (nccl-tests -b)");
+    sc->add_option("-e,--max-bytes", cc.max_bytes, "Largest size (nccl-tests -e)");
+    sc->add_option("-f,--step-factor", cc.step_factor, "Size multiplier (nccl-tests -f)");
     sc->add_option("--place", cc.place, "out, in or both (out-of-place and in-place)");
     sc->add_option("--determinism", cc.determinism, "fast or bitwise communicators");
     sc->add_option("--coll-seconds", cc.seconds, "Timed seconds per size and placement");
-    sc->add_option("--max-iters", cc.max_iters, "Most timed calls per size (nccl-tests -n)");
+    sc->add_option("-n,--max-iters", cc.max_iters,
+                   "Most timed calls per size (nccl-tests -n; fewer once --coll-seconds is spent)");
+    sc->add_option("-w,--warmup-iters", cc.warmup,
+                   "Untimed calls before the timed ones, per size (nccl-tests -w)");
   };
   StreamResult sr;
   int stream_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -191,6 +191,19 @@ TEST_F(CollErrors, PartlyOverlappingSendAndRecvAreRefusedInPlaceLayoutsAccepted)
   expect_invalid([&] { comms[1].reduce_scatter(gathered, block0); },
                  std::string("Communicator::reduce_scatter: ") + msg +
                      " (recv is block rank() of send, rank 1)");
+  // Rank 0 (block 0) is told the same layout, not "recv is send", which its sizes cannot have
+  // (tester D: recv = block 1 of send on rank 0, in a group; send = block 1 of recv likewise).
+  comms = Communicator::init_all(devices("sim", 2));
+  Tensor buf0 = make(8, DType::f32, comms[0].device());
+  Tensor block1 = buf0.narrow(4, 4);
+  expect_invalid([&] { comms[0].reduce_scatter(buf0, block1); },
+                 std::string("Communicator::reduce_scatter: ") + msg +
+                     " (recv is block rank() of send, rank 0), got recv [4] f32 on sim:0 partly "
+                     "overlapping send [8] f32 on sim:0");
+  comms = Communicator::init_all(devices("sim", 2));
+  expect_invalid(
+      [&] { comms[0].all_gather(block1, buf0); },
+      std::string("Communicator::all_gather: ") + msg + " (send is block rank() of recv, rank 0)");
   // Accepted: the real in-place layouts and disjoint buffers, on both ranks (then run them), on
   // new handles (each per-rank refusal above aborted the communicator).
   comms = Communicator::init_all(devices("sim", 2));

@@ -180,6 +180,129 @@ TEST_F(P2PTest, SendToItselfWithoutAGroupIsRefusedAtOnce) {
   expect_tags_of(comms, a, 1);
 }
 
+// Note [Overlapping point-to-point buffers in a group] (communicator.cpp): tester D's in-place
+// ring shift (send(t, r + 1) and recv(t, r - 1) in one group) raced, a different wrong result
+// on every run; it is refused at the recv, naming the send, on the calling rank.
+TEST_F(P2PTest, InPlaceRingShiftInAGroupIsRefused) {
+  auto comms = comms_of(4, 2000);
+  Tensor t = tagged(0, 2, 0);
+  group_start();
+  comms[0].send(t, 1);
+  expect_invalid([&] { comms[0].recv(t, 3); },
+                 "Communicator::recv: tensor: expected a tensor that does not overlap the send to "
+                 "rank 1 earlier in this group on sim:0 (rank 0 of 4) (the sends and recvs of a "
+                 "group run in no defined order, as NCCL's between ncclGroupStart and "
+                 "ncclGroupEnd: the two would race), got [2] f32 on sim:0 sharing bytes [0, 8) of "
+                 "that send's [2] f32 on sim:0");
+  group_end();
+  // The refusal aborted the communicator (Note [Per-rank refusals abort]): the send fails.
+  EXPECT_THROW(comms[0].stream().synchronize(), PeerFailure);
+}
+
+// Part of a buffer, in either order (recv after send, send after recv), and two recvs into one
+// buffer: each refused with the bytes they share; the tester's ring2 got 0 1 300 301 for 0 1 2 3.
+TEST_F(P2PTest, PartlyOverlappingSendAndRecvOrTwoRecvsInAGroupAreRefused) {
+  struct Case {
+    bool send_first, both_recv;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {true, false,
+       "Communicator::recv: tensor: expected a tensor that does not overlap the send to rank 0 "
+       "earlier in this group on sim:1 (rank 1 of 2) (the sends and recvs of a group run in no "
+       "defined order, as NCCL's between ncclGroupStart and ncclGroupEnd: the two would race), "
+       "got [4] f32 on sim:1 sharing bytes [8, 16) of that send's [4] f32 on sim:1"},
+      {false, false,
+       "Communicator::send: tensor: expected a tensor that does not overlap the recv from rank 0 "
+       "earlier in this group on sim:1 (rank 1 of 2)"},
+      {false, true,
+       "Communicator::recv: tensor: expected a tensor that does not overlap the recv from rank 0 "
+       "earlier in this group on sim:1 (rank 1 of 2)"}};
+  for (const Case& c : cases) {
+    auto comms = comms_of(2, 2000);
+    Tensor whole = tagged(1, 8, 1);
+    Tensor first = whole.narrow(0, 4), second = whole.narrow(2, 4);
+    group_start();
+    if (c.both_recv) {
+      comms[1].recv(first, 0);
+      expect_invalid([&] { comms[1].recv(second, 0); }, c.message);
+    } else if (c.send_first) {
+      comms[1].send(first, 0);
+      expect_invalid([&] { comms[1].recv(second, 0); }, c.message);
+    } else {
+      comms[1].recv(second, 0);
+      expect_invalid([&] { comms[1].send(first, 0); }, c.message);
+    }
+    group_end();
+    // The call enqueued before the refusal fails with the abort (its stream must not keep it).
+    EXPECT_THROW(comms[1].stream().synchronize(), PeerFailure);
+  }
+}
+
+// What stays allowed: disjoint views of one buffer (the tester's ring2 8, correct), one buffer
+// sent to several peers (only read), and one buffer sent in one group and received into in the
+// next (groups run in order). A thread per rank checks its own rank's calls in its own group.
+TEST_F(P2PTest, DisjointViewsRepeatedSendsAndLaterGroupsRun) {
+  auto comms = comms_of(3);
+  std::vector<Tensor> buf;
+  for (int r = 0; r < 3; ++r) buf.push_back(tagged(r, 8, r));
+  std::vector<Tensor> got;
+  for (int r = 0; r < 3; ++r) got.push_back(zeros_on(r, {4}));
+  issue_ranks(
+      comms, /*spmd=*/true,
+      [&](int r) {
+        Tensor lo = buf[r].narrow(0, 4), hi = buf[r].narrow(4, 4);
+        comms[r].send(lo, (r + 1) % 3);
+        comms[r].send(lo, (r + 2) % 3);  // the same bytes to the other peer too
+        comms[r].recv(hi, (r + 2) % 3);
+        comms[r].recv(got[r], (r + 1) % 3);
+      },
+      /*group_each_thread=*/true);
+  for (int r = 0; r < 3; ++r) {
+    std::vector<float> expect = tags(r, 4), from = tags((r + 2) % 3, 4);
+    expect.insert(expect.end(), from.begin(), from.end());
+    EXPECT_EQ(buf[r].to_vector<float>(), expect) << "rank " << r;
+    EXPECT_EQ(got[r].to_vector<float>(), tags((r + 1) % 3, 4)) << "rank " << r;
+  }
+  // Next group: the bytes rank 0 sent before are received into now.
+  Tensor lo0 = buf[0].narrow(0, 4);
+  Tensor from1 = tagged(1, 4, 1);
+  send_recv_in_a_group(comms, from1, 1, lo0, 0);
+  synchronize(comms);
+  EXPECT_EQ(lo0.to_vector<float>(), tags(1, 4));
+}
+
+// SPMD: the refusal comes on the overlapping rank's own thread; the other rank, which called
+// correctly, fails at once with a PeerFailure naming it.
+TEST_F(P2PTest, OverlapIsRefusedOnItsOwnThreadInSpmd) {
+  auto comms = comms_of(2, 5000);
+  Tensor a = tagged(0, 3, 0), b = zeros_on(0, {3});
+  Tensor t = tagged(1, 3, 1);
+  std::string refusal;
+  run_threads(2, [&](int r) {
+    group_start();
+    try {
+      if (r == 0) {
+        comms[0].send(a, 1);
+        comms[0].recv(b, 1);
+      } else {
+        comms[1].send(t, 0);
+        comms[1].recv(t, 0);
+      }
+    } catch (const InvalidArgument& e) {
+      refusal = e.what();
+    }
+    group_end();
+  });
+  EXPECT_NE(refusal.find("Communicator::recv: tensor: expected a tensor that does not overlap "
+                         "the send to rank 0 earlier in this group on sim:1 (rank 1 of 2)"),
+            std::string::npos)
+      << refusal;
+  expect_error<PeerFailure>([&] { comms[0].stream().synchronize(); }, "rank 1 failed: "
+                                                                      "Communicator::recv: tensor");
+  EXPECT_THROW(comms[1].stream().synchronize(), PeerFailure);  // its own send, aborted
+}
+
 TEST_F(P2PTest, PointToPointDoesNotCountAsACollective) {
   auto comms = comms_of(2);
   // Rank 0 makes three p2p calls, rank 1 one; then both all_reduce: the collectives still meet.

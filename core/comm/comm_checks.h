@@ -43,6 +43,11 @@ void check_or_abort(const Communicator& c, const F& checks) {
 }
 /// Whether this thread is inside a group_start() / group_end() (ncclGroupStart / ncclGroupEnd).
 bool thread_in_group();
+/// Inside a group of this thread: refuses (InvalidArgument) a send or recv (`call`) of `t` on
+/// c's rank whose bytes overlap an earlier recv of that rank in the group, or, for a recv, an
+/// earlier send; else records it (to / from `peer`) until the outermost group_end. Outside a
+/// group: nothing (Note [Overlapping point-to-point buffers in a group], communicator.cpp).
+void check_p2p_in_group(const Communicator& c, const char* call, const Tensor& t, int peer);
 /// A reduction op: one of the enumerators; premul_sum only with its scalar (`scalar` non-null,
 /// from a PreMulSum overload), which for an integer dtype must be an integer the dtype holds.
 void check_op(const char* call, DType dtype, ReduceOp op, const double* scalar);

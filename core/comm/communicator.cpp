@@ -7,8 +7,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <exception>
 #include <limits>
+#include <map>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -191,7 +194,10 @@ using detail::check_same_dtype;
 // send and recv either disjoint or in NCCL's in-place layout: send is block `block` of recv
 // (block 0: the same buffer; all_gather: block rank()) or, with recv_in_send, recv is block
 // `block` of send (reduce_scatter). A partial overlap made the simulator's slices read values
-// another slice had already written (a wrong result, no error; found by a newcomer).
+// another slice had already written (a wrong result, no error; found by a newcomer). The layout
+// the message names follows the sizes, not the block: "recv is send" only where both have as
+// many elements (all_gather's and reduce_scatter's rank 0 were told "recv is send", a layout
+// their sizes cannot have; tester D, D4).
 void check_in_place_or_disjoint(const Communicator& c, const char* call, const Tensor& send,
                                 const Tensor& recv, std::int64_t block, bool recv_in_send) {
   const bool ok = recv_in_send ? detail::disjoint_or_block(send, recv, block)
@@ -200,8 +206,9 @@ void check_in_place_or_disjoint(const Communicator& c, const char* call, const T
       ok, "Communicator::", call,
       ": recv: expected a tensor that does not "
       "overlap send, or NCCL's in-place layout (",
-      block == 0 ? "recv is send"
-                 : (recv_in_send ? "recv is block rank() of send" : "send is block rank() of recv"),
+      send.numel() == recv.numel()
+          ? "recv is send"
+          : (recv_in_send ? "recv is block rank() of send" : "send is block rank() of recv"),
       ", rank ", c.rank(), "), got recv ", recv.str(), " partly overlapping send ", send.str());
 }
 
@@ -363,17 +370,65 @@ Communicator Communicator::init_rank(const Device& local_device, int world_size,
 
 namespace {
 
-// This thread's open group: nesting depth and the communicators told about it, in order.
+// Note [Overlapping point-to-point buffers in a group]
+// The sends and recvs of a group run together, in no defined order (NCCL: calls within a group
+// "can be seen as progressing independently"), so a recv whose bytes overlap another send's or
+// recv's of the same rank in the same group races with it: tester D's in-place ring shift
+// (send(t, r + 1) and recv(t, r - 1) in one group, every rank) gave another wrong result on
+// every run, none correct, and so did a recv overlapping half of the send. NCCL leaves this
+// undefined; ditto refuses it, as it refuses the other overlaps it cannot run (all_to_all,
+// partial overlaps in the collectives, all_to_all_v's blocks): inside a group of this thread
+// (until the outermost group_end), a recv that overlaps an earlier send or recv of the same rank
+// of the same communicator, or a send that overlaps an earlier recv, is refused with an
+// InvalidArgument naming both (sends of one buffer only read it, and run; so do calls of
+// different groups, which run in order). The group keeps, per (communicator, rank), the recvs by
+// first byte (disjoint, so one ordered-map lookup finds an overlap) and the union of the sends'
+// byte ranges (merged as they come), with the tensors for the message: O(log n) per call, nothing
+// outside a group. SPMD ranks (a thread or process each) keep their own calls in their own
+// thread's group; a single controller keeps every rank's in its one thread. Only point-to-point
+// calls are kept: a collective in the same group as a send or recv over the same memory is not
+// checked.
+struct P2PCall {
+  Tensor tensor;  // held until group_end: its bytes cannot be reused by another call meanwhile
+  int peer = 0;
+};
+struct RankP2P {
+  std::map<std::uintptr_t, std::pair<std::uintptr_t, P2PCall>> recvs;  // first -> (end, call)
+  std::map<std::uintptr_t, std::uintptr_t> sent;  // the union of the sends: first -> end
+  std::vector<P2PCall> sends;                     // to name the one a recv overlaps
+};
+
+// This thread's open group: nesting depth, the communicators told about it, in order, and the
+// point-to-point calls of each (communicator, rank) (Note [Overlapping point-to-point buffers in
+// a group]).
 struct ThreadGroup {
   int depth = 0;
   std::vector<std::shared_ptr<CommunicatorImpl>> impls;
+  std::map<std::pair<const void*, int>, RankP2P> p2p;
 };
 thread_local ThreadGroup t_group;
+
+// The entry of the disjoint ranges `m` (first -> end, or first -> (end, ...)) that overlaps
+// [first, end), or m.end().
+template <typename Map>
+typename Map::const_iterator find_overlap(const Map& m, std::uintptr_t first, std::uintptr_t end) {
+  auto end_of = [](const auto& entry) {
+    if constexpr (std::is_same_v<typename Map::mapped_type, std::uintptr_t>)
+      return entry.second;
+    else
+      return entry.second.first;
+  };
+  auto it = m.upper_bound(first);
+  if (it != m.begin() && end_of(*std::prev(it)) > first) return std::prev(it);
+  if (it != m.end() && it->first < end) return it;
+  return m.end();
+}
 
 // Ends the outermost group: group_end() on every communicator of the group, first error rethrown.
 void end_group_impls() {
   std::vector<std::shared_ptr<CommunicatorImpl>> impls = std::move(t_group.impls);
   t_group.impls.clear();
+  t_group.p2p.clear();
   std::exception_ptr first;
   for (auto& impl : impls) {
     try {
@@ -388,6 +443,55 @@ void end_group_impls() {
 }  // namespace
 
 bool detail::thread_in_group() { return t_group.depth > 0; }
+
+void detail::check_p2p_in_group(const Communicator& c, const char* call, const Tensor& t,
+                                int peer) {
+  if (t_group.depth == 0 || t.nbytes() == 0) return;
+  const bool is_recv = std::strcmp(call, "recv") == 0;
+  RankP2P& mine = t_group.p2p[{&c.devices(), c.rank()}];
+  const auto first = reinterpret_cast<std::uintptr_t>(t.data_ptr());
+  const std::uintptr_t end = first + t.nbytes();
+  const P2PCall* other = nullptr;  // the earlier call t overlaps, if any
+  bool other_is_recv = true;
+  if (auto it = find_overlap(mine.recvs, first, end); it != mine.recvs.end()) {
+    other = &it->second.second;
+  } else if (is_recv && find_overlap(mine.sent, first, end) != mine.sent.end()) {
+    other_is_recv = false;
+    for (const P2PCall& s : mine.sends)
+      if (ranges_overlap(s.tensor.data_ptr(), s.tensor.nbytes(), t.data_ptr(), t.nbytes())) {
+        other = &s;
+        break;
+      }
+  }
+  if (other != nullptr) {
+    const auto o_first = reinterpret_cast<std::uintptr_t>(other->tensor.data_ptr());
+    const std::uintptr_t shared_first = std::max(first, o_first) - o_first;
+    const std::uintptr_t shared_end = std::min(end, o_first + other->tensor.nbytes()) - o_first;
+    DITTO_CHECK(false, "Communicator::", call,
+                ": tensor: expected a tensor that does not overlap the ",
+                other_is_recv ? "recv from" : "send to", " rank ", other->peer,
+                " earlier in this group on ", rank_str(c),
+                " (the sends and recvs of a group run in no defined order, as NCCL's between "
+                "ncclGroupStart and ncclGroupEnd: the two would race), got ",
+                t.str(), " sharing bytes [", shared_first, ", ", shared_end, ") of that ",
+                other_is_recv ? "recv" : "send", "'s ", other->tensor.str());
+  }
+  if (is_recv) {
+    mine.recvs.emplace(first, std::make_pair(end, P2PCall{t, peer}));
+    return;
+  }
+  mine.sends.push_back(P2PCall{t, peer});
+  // Merge [first, end) into the union of the sends.
+  std::uintptr_t lo = first, hi = end;
+  auto it = mine.sent.upper_bound(lo);
+  if (it != mine.sent.begin() && std::prev(it)->second >= lo) --it;
+  while (it != mine.sent.end() && it->first <= hi) {
+    lo = std::min(lo, it->first);
+    hi = std::max(hi, it->second);
+    it = mine.sent.erase(it);
+  }
+  mine.sent.emplace(lo, hi);
+}
 
 void group_start() { ++t_group.depth; }
 

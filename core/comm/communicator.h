@@ -205,7 +205,12 @@ class Communicator {
   /// and recvs between group_start() and group_end() run together (a ring exchange, all_to_all by
   /// hand, a pipeline stage's forward and backward), as with ncclGroupStart / ncclGroupEnd; outside
   /// a group each call is its own group. On backends whose calls wait for their peers (cuda), one
-  /// thread driving several ranks must group them.
+  /// thread driving several ranks must group them. The calls of a group run in no defined order,
+  /// so within one group (up to this thread's outermost group_end) a rank's recv must not overlap
+  /// the bytes of another send or recv of that rank on this communicator, nor a send those of a
+  /// recv: InvalidArgument naming both (an in-place ring shift, send(t, r + 1) and recv(t, r - 1)
+  /// in one group, raced; NCCL leaves it undefined). Sends of one buffer to several peers, and
+  /// calls in different groups, are fine (Note [Overlapping point-to-point buffers in a group]).
   void send(const Tensor& tensor, int peer);
   /// ncclRecv: receives into `tensor` from rank `peer` (see send()).
   void recv(Tensor& tensor, int peer);

@@ -244,7 +244,10 @@ void Communicator::scatter(const Tensor& send, Tensor& recv, int root) {
 // Point-to-point: the backend routes kinds send / recv to its own matching (detail::is_p2p).
 void Communicator::send(const Tensor& tensor, int peer) {
   detail::check_comm_live(*this, "Communicator::send");
-  detail::check_or_abort(*this, [&] { check_peer(*this, "send", tensor, peer); });
+  detail::check_or_abort(*this, [&] {
+    check_peer(*this, "send", tensor, peer);
+    detail::check_p2p_in_group(*this, "send", tensor, peer);
+  });
   detail::CollectiveCall call =
       call_record(Kind::send, tensor.data_ptr(), nullptr, tensor.numel(), tensor.dtype());
   call.peer = peer;
@@ -253,7 +256,10 @@ void Communicator::send(const Tensor& tensor, int peer) {
 
 void Communicator::recv(Tensor& tensor, int peer) {
   detail::check_comm_live(*this, "Communicator::recv");
-  detail::check_or_abort(*this, [&] { check_peer(*this, "recv", tensor, peer); });
+  detail::check_or_abort(*this, [&] {
+    check_peer(*this, "recv", tensor, peer);
+    detail::check_p2p_in_group(*this, "recv", tensor, peer);
+  });
   detail::CollectiveCall call =
       call_record(Kind::recv, nullptr, tensor.data_ptr(), tensor.numel(), tensor.dtype());
   call.peer = peer;

@@ -179,6 +179,31 @@ if(TARGET ditto-bench)
               -d all --ranks 1,3,4 --min-bytes 4K --max-bytes 4K --coll-seconds 0.001
               --max-iters 1 --determinism ${mode})
   endforeach()
+  # int8 and uint8 sums over 32 ranks pass 127 and 255 and wrap, in the collective as in NCCL:
+  # the reference wraps too (it saturated, and the bench counted 37376 correct elements wrong).
+  ditto_expect_exit(DittoBenchCli.IntegerSumsWrapAt32Ranks RC 0
+    REGEX "Out of bounds values : 0 OK" TIMEOUT 60
+    COMMAND $<TARGET_FILE:ditto-bench> collectives --ops all_reduce,reduce_scatter,reduce
+            -d int8,uint8 --ranks 32 --min-bytes 1K --max-bytes 1K --coll-seconds 0.001
+            --max-iters 1)
+  # nccl-tests' short options (-b -e -f -n -w -g: it refused -b though --help named it), redop
+  # none / root -1 where the op has none (it printed sum and 0 for every op), and nccl-tests'
+  # closing "Avg bus bandwidth" line.
+  ditto_expect_exit(DittoBenchCli.NcclTestsOptionsAndSummary RC 0 TIMEOUT 60
+    REGEX "# all_gather  backend=sim ranks=2 determinism=fast dtype=float redop=none root=-1
+.*
+ +1024 +256 [^
+]*
+ +4096 +1024 [^
+]*
+#
+# reduce  backend=sim ranks=2 determinism=fast dtype=float redop=sum root=0
+.*# Out of bounds values : 0 OK
+# Avg bus bandwidth    : [0-9.]+(e[-+][0-9]+)?
+#
+"
+    COMMAND $<TARGET_FILE:ditto-bench> collectives -b 1K -e 4K -f 4 -n 1 -w 0 -g 2
+            --ops all_gather,reduce --coll-seconds 0.001)
   # Sizes as nccl-tests prints them: all_to_all of 64 int8 elements over 3 ranks moves 63 (the
   # size column says 63, not the 64 asked for), and 1 byte over 3 ranks is a "skipped" line.
   ditto_expect_exit(DittoBenchCli.PrintsTheSizeThatMoves RC 0
