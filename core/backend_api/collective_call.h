@@ -67,19 +67,22 @@ inline CollectiveCall call_record(CollectiveKind kind, const void* send, void* r
 /// Empty when every rank's call matches rank 0's (and, for all_to_all_v, every rank's
 /// send_counts[q] is rank q's recv_counts[r]); else the error message every rank throws.
 /// `calls[r]` is rank r's call of collective #seq; CallT is CollectiveCall or derives from it.
+/// The message starts with the name of rank `self`'s collective (a process of an mpirun job
+/// reports its own call; tester C, C7: rank 1's broadcast failed with "all_reduce: rank 1 called
+/// broadcast, ..."), rank 0's by default (the in-process communicators: one message for all).
 template <typename CallT>
-std::string find_call_mismatch(const std::vector<CallT>& calls, std::uint64_t seq) {
+std::string find_call_mismatch(const std::vector<CallT>& calls, std::uint64_t seq, int self = 0) {
   const CollectiveCall& c0 = calls[0];
   const std::string where =
       cat(" (collective #", seq,
           " on this communicator; every rank must call the same collectives in the same order "
           "with the same count, dtype, op and root)");
-  const char* name = collective_name(c0.kind);
+  const char* name = collective_name(calls[static_cast<std::size_t>(self)].kind);
   for (std::size_t q = 1; q < calls.size(); ++q) {
     const CollectiveCall& c = calls[q];
     if (c.kind != c0.kind)
-      return cat(name, ": rank ", q, " called ", collective_name(c.kind), ", rank 0 called ", name,
-                 where);
+      return cat(name, ": rank ", q, " called ", collective_name(c.kind), ", rank 0 called ",
+                 collective_name(c0.kind), where);
     if (c.kind == CollectiveKind::barrier) continue;
     if (c.count != c0.count)
       return cat(name, ": rank ", q, " called with count ", c.count, ", rank 0 with count ",

@@ -328,7 +328,7 @@ std::vector<CollectiveCall> MpiLink::start(const CollectiveCall& call, std::uint
     c.scalar = w.scalar;
   }
   if (call.kind == CollectiveKind::all_to_all_v) exchange_counts(calls, seq);
-  std::string mismatch = find_call_mismatch(calls, seq);
+  std::string mismatch = find_call_mismatch(calls, seq, rank_);  // led by this rank's call
   if (!mismatch.empty()) throw InvalidArgument(mismatch);
   return calls;
 }

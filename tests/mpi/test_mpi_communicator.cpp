@@ -321,8 +321,12 @@ TEST(MpiErrors, MismatchedCountsFailEveryRankThenTheCommunicatorGoesOn) {
     c.barrier();
   else
     c.all_reduce(root_probe);
+  // Each process's error starts with its own call (tester C, C7: the odd rank's barrier failed
+  // with "all_reduce: ...").
   expect_error<InvalidArgument>([&] { c.stream().synchronize(); },
-                                "all_reduce: rank " + std::to_string(odd) + " called barrier");
+                                std::string(me() == odd ? "barrier" : "all_reduce") + ": rank " +
+                                    std::to_string(odd) +
+                                    " called barrier, rank 0 called all_reduce (collective #3");
   // Still in step: a matching call works.
   Tensor ok = on_device(inputs<float>(me(), 9));
   c.all_reduce(ok);
